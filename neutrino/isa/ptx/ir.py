@@ -1,0 +1,471 @@
+"""The PTX instruction graph.
+
+Values (operands, opcodes, guards) are frozen attrs classes compared by value.
+Statements (instructions, labels, declarations) are mutable and compared by
+identity: two `add` instructions with the same text are still two
+instructions. `structure()` gives a value-comparable picture of a whole module,
+which is what the round-trip tests compare.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, Union
+
+import attrs
+
+# ---------------------------------------------------------------- operands
+
+SPECIAL_REGISTERS = frozenset(
+    """
+    %tid %ntid %laneid %warpid %nwarpid %ctaid %nctaid %smid %nsmid %gridid
+    %lanemask_eq %lanemask_le %lanemask_lt %lanemask_ge %lanemask_gt
+    %clock %clock_hi %clock64 %globaltimer %globaltimer_lo %globaltimer_hi
+    %total_smem_size %aggr_smem_size %dynamic_smem_size %current_graph_exec
+    %is_explicit_cluster %clusterid %nclusterid %cluster_ctaid %cluster_nctaid
+    %cluster_ctarank %cluster_nctarank %reserved_smem_offset_begin
+    %reserved_smem_offset_end %reserved_smem_offset_cap %reserved_smem_offset_0
+    %reserved_smem_offset_1
+    """.split()
+) | frozenset(f"%pm{i}" for i in range(8)) | frozenset(f"%pm{i}_64" for i in range(8)) | frozenset(
+    f"%envreg{i}" for i in range(32)
+)
+
+
+@attrs.frozen
+class Register:
+    name: str  # with the leading '%'
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@attrs.frozen
+class SpecialRegister:
+    name: str  # e.g. '%tid.x', '%clock64'
+
+    @property
+    def base(self) -> str:
+        return self.name.split(".")[0]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@attrs.frozen
+class Immediate:
+    text: str  # kept verbatim: 0x10, 0f3F800000, -1, 16U
+
+    @property
+    def value(self) -> int | None:
+        """Integer value, or None for floating-point literals."""
+        t = self.text.rstrip("uU")
+        neg = t.startswith("-")
+        t = t.lstrip("-+")
+        try:
+            if t[:2] in ("0x", "0X"):
+                v = int(t[2:], 16)
+            elif t[:2] in ("0b", "0B"):
+                v = int(t[2:], 2)
+            elif len(t) > 1 and t.startswith("0") and t.isdigit():
+                v = int(t, 8)
+            elif t.isdigit():
+                v = int(t)
+            else:
+                return None
+        except ValueError:
+            return None
+        return -v if neg else v
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@attrs.frozen
+class Symbol:
+    """A label, variable, function or parameter name (or a probe helper)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@attrs.frozen
+class Sink:
+    """The `_` operand: a result that is thrown away."""
+
+    def __str__(self) -> str:
+        return "_"
+
+
+@attrs.frozen
+class Negated:
+    operand: "Operand"
+
+    def __str__(self) -> str:
+        return f"!{self.operand}"
+
+
+@attrs.frozen
+class Pair:
+    """`%r1|%p1`: two destinations of one instruction (setp, shfl)."""
+
+    first: "Operand"
+    second: "Operand"
+
+    def __str__(self) -> str:
+        return f"{self.first}|{self.second}"
+
+
+@attrs.frozen
+class Vector:
+    items: tuple["Operand", ...]
+
+    def __str__(self) -> str:
+        return "{" + ", ".join(map(str, self.items)) + "}"
+
+
+@attrs.frozen
+class ParenList:
+    """`(a, b)`: call arguments and return values."""
+
+    items: tuple["Operand", ...]
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(map(str, self.items)) + ")"
+
+
+@attrs.frozen
+class Address:
+    """`[base]`, `[base+off]`; base is a Register, Symbol or Immediate."""
+
+    base: Union[Register, Symbol, Immediate]
+    offset: Immediate | None = None
+
+    @property
+    def offset_value(self) -> int:
+        return self.offset.value or 0 if self.offset is not None else 0
+
+    def __str__(self) -> str:
+        if self.offset is None:
+            return f"[{self.base}]"
+        # ptxas accepts `[%rd+-4]` but not `[%rd-4]`: always print the '+'.
+        return f"[{self.base}+{self.offset.text}]"
+
+
+@attrs.frozen
+class BracketList:
+    """`[tex, {a, b}]` and other bracketed operand lists."""
+
+    items: tuple["Operand", ...]
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(map(str, self.items)) + "]"
+
+
+Operand = Union[
+    Register, SpecialRegister, Immediate, Symbol, Sink, Negated, Pair, Vector, ParenList, Address, BracketList
+]
+
+
+def registers_in(operand: Operand) -> Iterator[Register]:
+    """Every general register named inside an operand, in order."""
+    if isinstance(operand, Register):
+        yield operand
+    elif isinstance(operand, Negated):
+        yield from registers_in(operand.operand)
+    elif isinstance(operand, Pair):
+        yield from registers_in(operand.first)
+        yield from registers_in(operand.second)
+    elif isinstance(operand, (Vector, ParenList, BracketList)):
+        for item in operand.items:
+            yield from registers_in(item)
+    elif isinstance(operand, Address):
+        yield from registers_in(operand.base)
+
+
+# ---------------------------------------------------------------- opcodes
+
+TYPE_BYTES = {
+    "b8": 1, "u8": 1, "s8": 1, "e4m3": 1, "e5m2": 1, "e4m3x2": 2, "e5m2x2": 2,
+    "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
+    "b32": 4, "u32": 4, "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4, "tf32": 4,
+    "b64": 8, "u64": 8, "s64": 8, "f64": 8,
+    "b128": 16, "pred": 0,
+}
+STATE_SPACES = ("global", "shared", "local", "const", "param", "generic", "tex")
+
+
+@attrs.frozen
+class Opcode:
+    """`ld.global.nc.v4.f32` → base `ld`, modifiers (global, nc, v4, f32)."""
+
+    text: str
+
+    @property
+    def base(self) -> str:
+        return self.text.split(".", 1)[0]
+
+    @property
+    def modifiers(self) -> tuple[str, ...]:
+        return tuple(self.text.split(".")[1:])
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return tuple(self.text.split("."))
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(m for m in self.modifiers if m in TYPE_BYTES)
+
+    @property
+    def vector(self) -> int:
+        for m in self.modifiers:
+            if m in ("v2", "v4", "v8"):
+                return int(m[1:])
+        return 1
+
+    @property
+    def space(self) -> str | None:
+        for m in self.modifiers:
+            head = m.split("::")[0]
+            if head in STATE_SPACES:
+                return head
+        return None
+
+    def has_prefix(self, prefix: tuple[str, ...]) -> bool:
+        return self.components[: len(prefix)] == prefix
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@attrs.frozen
+class Guard:
+    register: Register
+    negated: bool = False
+
+    def __str__(self) -> str:
+        return f"@{'!' if self.negated else ''}{self.register}"
+
+
+# ---------------------------------------------------------------- statements
+
+
+@attrs.define(eq=False)
+class Instruction:
+    opcode: Opcode
+    operands: tuple[Operand, ...] = ()
+    guard: Guard | None = None
+    line: int = 0  # source line (1-based) where parsed; 0 when inserted
+    origin: str | None = None  # who inserted it: "probe NAME" / pass name; None = original
+
+    def key(self) -> tuple:
+        return ("insn", self.guard, self.opcode, self.operands)
+
+
+@attrs.define(eq=False)
+class Label:
+    name: str
+    line: int = 0
+
+    def key(self) -> tuple:
+        return ("label", self.name)
+
+
+@attrs.define(eq=False)
+class RegDecl:
+    """`.reg .b32 %r<33>;` (count=33) or `.reg .pred %p1, %p2;` (count None)."""
+
+    type: str  # without the dot: b32, pred, ...; may include a vector prefix 'v4 .b32'
+    names: tuple[str, ...]
+    count: int | None = None  # parameterized form %name<count>
+    line: int = 0
+    origin: str | None = None
+
+    def declared(self) -> Iterator[str]:
+        if self.count is None:
+            yield from self.names
+        else:
+            for i in range(self.count):
+                yield f"{self.names[0]}{i}"
+
+    def key(self) -> tuple:
+        return ("reg", self.type, self.names, self.count)
+
+
+@attrs.define(eq=False)
+class Directive:
+    """A directive or declaration we keep verbatim (`.loc`, `.pragma`, `.shared` vars)."""
+
+    text: str
+    line: int = 0
+
+    def key(self) -> tuple:
+        return ("dir", self.text)
+
+
+@attrs.define(eq=False)
+class Comment:
+    text: str  # with its // or /* */ markers
+    line: int = 0
+
+    def key(self) -> tuple:
+        return ("comment", self.text)
+
+
+@attrs.define(eq=False)
+class Scope:
+    """A nested `{ ... }` block (inline asm); it may declare registers of its own."""
+
+    body: list["Statement"] = attrs.Factory(list)
+    line: int = 0
+
+    def key(self) -> tuple:
+        return ("scope", tuple(s.key() for s in self.body))
+
+
+Statement = Union[Instruction, Label, RegDecl, Directive, Comment, Scope]
+
+
+@attrs.define(eq=False)
+class Param:
+    text: str  # the declaration without trailing comma: `.param .u64 .ptr .global .align 1 vadd_param_0`
+
+    @property
+    def name(self) -> str:
+        last = self.text.split()[-1]
+        return re.sub(r"\[.*$", "", last)
+
+
+@attrs.define(eq=False)
+class Function:
+    kind: str  # "entry" or "func"
+    name: str
+    linkage: tuple[str, ...] = ()  # tokens before .entry/.func: .visible, .extern, .weak
+    returns: list[Param] | None = None
+    params: list[Param] | None = None
+    directives: list[str] = attrs.Factory(list)  # .reqntid 128, .maxnreg 32, ...
+    body: list[Statement] | None = None  # None: a declaration (prototype)
+    line: int = 0
+
+    @property
+    def is_entry(self) -> bool:
+        return self.kind == "entry"
+
+    def key(self) -> tuple:
+        return (
+            "function",
+            self.kind,
+            self.name,
+            self.linkage,
+            None if self.returns is None else tuple(p.text for p in self.returns),
+            None if self.params is None else tuple(p.text for p in self.params),
+            tuple(self.directives),
+            None if self.body is None else tuple(s.key() for s in self.body),
+        )
+
+
+TopLevel = Union[Function, Directive, Comment]
+
+
+@attrs.define(eq=False)
+class Module:
+    items: list[TopLevel] = attrs.Factory(list)
+    source: str = "<ptx>"
+
+    def functions(self) -> list[Function]:
+        return [i for i in self.items if isinstance(i, Function)]
+
+    def entries(self) -> list[Function]:
+        return [f for f in self.functions() if f.is_entry and f.body is not None]
+
+    def function(self, name: str) -> Function | None:
+        for f in self.functions():
+            if f.name == name and f.body is not None:
+                return f
+        return None
+
+    def _header(self, directive: str) -> str | None:
+        for item in self.items:
+            if isinstance(item, Directive) and item.text.split()[:1] == [directive]:
+                return item.text.split()[1] if len(item.text.split()) > 1 else ""
+        return None
+
+    @property
+    def version(self) -> str | None:
+        return self._header(".version")
+
+    @property
+    def target(self) -> str | None:
+        t = self._header(".target")
+        return t.split(",")[0] if t else t
+
+    @property
+    def address_size(self) -> int:
+        a = self._header(".address_size")
+        return int(a) if a else 64
+
+    def structure(self) -> tuple:
+        return tuple(item.key() for item in self.items)
+
+
+# ---------------------------------------------------------------- walking
+
+
+def walk(body: list[Statement]) -> Iterator[tuple[list[Statement], int, Statement]]:
+    """Every statement of a body, nested scopes included, with its container and index.
+
+    The container/index pair is what rewriters need to insert next to a statement.
+    Iterates over a snapshot, so inserting while walking is safe for the caller
+    as long as it accounts for the shifted indices itself.
+    """
+    for index, stmt in enumerate(list(body)):
+        yield body, index, stmt
+        if isinstance(stmt, Scope):
+            yield from walk(stmt.body)
+
+
+def instructions(body: list[Statement]) -> Iterator[Instruction]:
+    for _, _, stmt in walk(body):
+        if isinstance(stmt, Instruction):
+            yield stmt
+
+
+def register_types(function: Function) -> "RegisterTypes":
+    types = RegisterTypes()
+    for _, _, stmt in walk(function.body or []):
+        if isinstance(stmt, RegDecl):
+            types.add(stmt)
+    return types
+
+
+@attrs.define
+class RegisterTypes:
+    """Name → declared type, understanding `%r<33>` ranges without expanding them."""
+
+    exact: dict[str, str] = attrs.Factory(dict)
+    ranges: dict[str, tuple[str, int]] = attrs.Factory(dict)
+
+    def add(self, decl: RegDecl) -> None:
+        if decl.count is None:
+            for n in decl.names:
+                self.exact[n] = decl.type
+        else:
+            prefix = decl.names[0]
+            old = self.ranges.get(prefix)
+            self.ranges[prefix] = (decl.type, max(decl.count, old[1] if old else 0))
+
+    def type_of(self, name: str) -> str | None:
+        if name in self.exact:
+            return self.exact[name]
+        m = re.fullmatch(r"(%[A-Za-z_$][A-Za-z_$]*?)(\d+)", name)
+        if m and m.group(1) in self.ranges:
+            t, count = self.ranges[m.group(1)]
+            if int(m.group(2)) < count:
+                return t
+        return None
+
+    def names_with_prefix(self, prefix: str) -> bool:
+        return any(n.startswith(prefix) for n in self.exact) or any(p.startswith(prefix) for p in self.ranges)

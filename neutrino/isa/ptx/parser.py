@@ -1,0 +1,453 @@
+"""PTX text → `Module`.
+
+A hand-written scanner: PTX mixes line-oriented directives (`.loc`, `.file`,
+`.version`) with `;`-terminated statements and `{ }` blocks, which no single
+regular grammar captures. The scanner walks the text once; statements are then
+split into guard, opcode and operands. Every failure is a `ParseError` pointing
+at the line and column.
+"""
+
+from __future__ import annotations
+
+import re
+
+from neutrino.errors import Diagnostic, Location, ParseError
+from neutrino.isa.ptx import ir
+
+# Directives that end at the end of their line, not at a ';'.
+LINE_DIRECTIVES = (".version", ".target", ".address_size", ".file", ".loc")
+IDENT = r"[A-Za-z_$%][A-Za-z0-9_$]*"
+LABEL_RE = re.compile(rf"({IDENT})\s*:(?!:)")
+REG_RE = re.compile(r"%[A-Za-z_$][A-Za-z0-9_$]*(\.[xyz])?$")
+IMM_RE = re.compile(
+    r"[-+]?(0[xX][0-9a-fA-F]+|0[bB][01]+|0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|\d+\.\d*(e[-+]?\d+)?|\d+)[uU]?$"
+)
+SYMBOL_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*$")
+OPCODE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_:]+)*$")
+GUARD_RE = re.compile(r"@(!?)(%[A-Za-z_$][A-Za-z0-9_$]*)\s+")
+
+
+class Scanner:
+    """A cursor over the source text that knows lines and columns."""
+
+    def __init__(self, text: str, source: str, first_line: int = 1):
+        self.text = text
+        self.source = source
+        self.pos = 0
+        self.first_line = first_line
+        self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    # -- positions
+    def line_of(self, pos: int) -> int:
+        lo, hi = 0, len(self._line_starts) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._line_starts[mid] <= pos:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo + self.first_line
+
+    def location(self, pos: int) -> Location:
+        idx = self.line_of(pos) - self.first_line
+        start = self._line_starts[idx]
+        end = self.text.find("\n", start)
+        line_text = self.text[start : end if end >= 0 else len(self.text)]
+        return Location(self.source, idx + self.first_line, pos - start + 1, line_text)
+
+    def error(self, pos: int, message: str, hint: str = "") -> ParseError:
+        return ParseError(Diagnostic(self.location(pos), message, hint=hint))
+
+    # -- reading
+    def at_end(self) -> bool:
+        return self.pos >= len(self.text)
+
+    def peek(self, n: int = 1) -> str:
+        return self.text[self.pos : self.pos + n]
+
+    def skip_space(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def read_comment(self) -> str | None:
+        if self.text.startswith("//", self.pos):
+            end = self.text.find("\n", self.pos)
+            end = len(self.text) if end < 0 else end
+        elif self.text.startswith("/*", self.pos):
+            end = self.text.find("*/", self.pos + 2)
+            if end < 0:
+                raise self.error(self.pos, "unterminated /* comment")
+            end += 2
+        else:
+            return None
+        comment = self.text[self.pos : end]
+        self.pos = end
+        return comment
+
+    def read_line(self) -> str:
+        """The rest of the line, without a trailing // comment."""
+        end = self.text.find("\n", self.pos)
+        end = len(self.text) if end < 0 else end
+        line = self.text[self.pos : end]
+        self.pos = end
+        return strip_line_comment(line).rstrip()
+
+    def read_until(self, stops: str, nest: bool = False) -> tuple[str, str]:
+        """Text up to the first stop character outside comments and strings.
+
+        With `nest`, stops inside `{ }` (vector operands) do not count.
+        """
+        out = []
+        depth = 0
+        while self.pos < len(self.text):
+            c = self.text[self.pos]
+            if c in stops and depth == 0:
+                return "".join(out), c
+            if nest and c == "{":
+                depth += 1
+            elif nest and c == "}":
+                depth -= 1
+            if c == '"':
+                end = self.text.find('"', self.pos + 1)
+                if end < 0:
+                    raise self.error(self.pos, "unterminated string")
+                out.append(self.text[self.pos : end + 1])
+                self.pos = end + 1
+                continue
+            if self.text.startswith("//", self.pos) or self.text.startswith("/*", self.pos):
+                self.read_comment()
+                out.append(" ")
+                continue
+            out.append(c)
+            self.pos += 1
+        return "".join(out), ""
+
+    def read_balanced(self) -> str:
+        """From a '{' to its matching '}', comment- and string-aware; returns the inner text."""
+        start = self.pos
+        assert self.text[self.pos] == "{"
+        depth = 0
+        while self.pos < len(self.text):
+            c = self.text[self.pos]
+            if c == '"':
+                end = self.text.find('"', self.pos + 1)
+                self.pos = (end if end >= 0 else len(self.text) - 1) + 1
+                continue
+            if self.text.startswith("//", self.pos) or self.text.startswith("/*", self.pos):
+                self.read_comment()
+                continue
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    self.pos += 1
+                    return self.text[start + 1 : self.pos - 1]
+            self.pos += 1
+        raise self.error(start, "unbalanced '{'")
+
+
+def strip_line_comment(line: str) -> str:
+    in_string = False
+    for i, c in enumerate(line):
+        if c == '"':
+            in_string = not in_string
+        elif not in_string and line.startswith("//", i):
+            return line[:i]
+    return line
+
+
+# ---------------------------------------------------------------- module level
+
+
+def parse_module(text: str, source: str = "<ptx>") -> ir.Module:
+    scanner = Scanner(text, source)
+    module = ir.Module(source=source)
+    while True:
+        scanner.skip_space()
+        if scanner.at_end():
+            return module
+        pos = scanner.pos
+        line = scanner.line_of(pos)
+        comment = scanner.read_comment()
+        if comment is not None:
+            module.items.append(ir.Comment(comment, line))
+            continue
+        word = re.match(r"\.?[A-Za-z_$][A-Za-z0-9_$]*", text[pos:])
+        if word and word.group(0) in LINE_DIRECTIVES:
+            module.items.append(ir.Directive(scanner.read_line(), line))
+        elif word and word.group(0) == ".section":
+            module.items.append(ir.Directive(parse_section(scanner), line))
+        else:
+            module.items.append(parse_declaration(scanner))
+
+
+def parse_section(scanner: Scanner) -> str:
+    head, stop = scanner.read_until("{;")
+    if stop != "{":
+        raise scanner.error(scanner.pos, "expected '{' after .section name")
+    inner = scanner.read_balanced()
+    return f"{' '.join(head.split())}\n{{{inner}}}"
+
+
+def parse_declaration(scanner: Scanner) -> ir.TopLevel:
+    """A function (definition or prototype) or a module-level variable."""
+    start = scanner.pos
+    line = scanner.line_of(start)
+    head, stop = scanner.read_until(";{(")
+    words = head.split()
+    if ".entry" in words or ".func" in words:
+        scanner.pos = start
+        return parse_function(scanner)
+    if stop == "":
+        raise scanner.error(start, "unexpected end of input in declaration")
+    if not head.strip().startswith("."):
+        raise scanner.error(start, f"expected a directive or declaration, found {head.split()[0] if words else stop!r}")
+    # A variable: everything to the ';' (initializers may contain braces and parentheses).
+    scanner.pos = start
+    text, stop = scanner.read_until(";")
+    if stop != ";":
+        raise scanner.error(start, "declaration is missing its ';'")
+    scanner.pos += 1
+    return ir.Directive(" ".join(text.split()) + ";", line)
+
+
+def parse_function(scanner: Scanner) -> ir.Function:
+    start = scanner.pos
+    line = scanner.line_of(start)
+    head, stop = scanner.read_until("(;{")
+    words = head.split()
+    kind_word = ".entry" if ".entry" in words else ".func"
+    k = words.index(kind_word)
+    linkage, rest = tuple(words[:k]), words[k + 1 :]
+    returns = None
+    if not rest and stop == "(" and kind_word == ".func":
+        returns = parse_params(scanner)
+        head, stop = scanner.read_until("(;{")
+        rest = head.split()
+    if len(rest) != 1 or not SYMBOL_RE.match(rest[0]):
+        raise scanner.error(start, f"expected one function name after {kind_word}")
+    name = rest[0]
+    params = parse_params(scanner) if stop == "(" else None
+    directives_text, stop = scanner.read_until(";{")
+    directives = split_perf_directives(directives_text)
+    function = ir.Function(
+        kind=kind_word[1:], name=name, linkage=linkage, returns=returns, params=params, directives=directives, line=line
+    )
+    if stop == ";":
+        scanner.pos += 1
+        return function
+    if stop != "{":
+        raise scanner.error(start, f"function {name} has no body")
+    scanner.pos += 1
+    function.body = parse_body(scanner, start)
+    return function
+
+
+def parse_params(scanner: Scanner) -> list[ir.Param]:
+    assert scanner.peek() == "("
+    open_pos = scanner.pos
+    scanner.pos += 1
+    text, stop = scanner.read_until(")")
+    if stop != ")":
+        raise scanner.error(open_pos, "unbalanced '(' in parameter list")
+    scanner.pos += 1
+    return [ir.Param(" ".join(p.split())) for p in text.split(",") if p.strip()]
+
+
+def split_perf_directives(text: str) -> list[str]:
+    directives: list[str] = []
+    for word in text.split():
+        if word.startswith(".") or not directives:
+            directives.append(word)
+        else:
+            directives[-1] += (" " if not directives[-1].endswith(",") and not word.startswith(",") else "") + word
+    return [re.sub(r"\s*,\s*", ", ", d) for d in directives]
+
+
+# ---------------------------------------------------------------- bodies
+
+
+def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
+    body: list[ir.Statement] = []
+    while True:
+        scanner.skip_space()
+        if scanner.at_end():
+            raise scanner.error(open_pos, "'{' is never closed")
+        pos = scanner.pos
+        line = scanner.line_of(pos)
+        comment = scanner.read_comment()
+        if comment is not None:
+            body.append(ir.Comment(comment, line))
+            continue
+        c = scanner.peek()
+        if c == "}":
+            scanner.pos += 1
+            return body
+        if c == "{":
+            scanner.pos += 1
+            body.append(ir.Scope(parse_body(scanner, pos), line))
+            continue
+        if c == ".":
+            body.append(parse_body_directive(scanner))
+            continue
+        label = LABEL_RE.match(scanner.text, pos)
+        if label:
+            scanner.pos = label.end()
+            body.append(ir.Label(label.group(1), line))
+            continue
+        text, stop = scanner.read_until(";}", nest=True)
+        if stop != ";":
+            raise scanner.error(pos, "instruction is missing its ';'")
+        scanner.pos += 1
+        body.append(parse_instruction(text, scanner, pos))
+
+
+def parse_body_directive(scanner: Scanner) -> ir.Statement:
+    pos = scanner.pos
+    line = scanner.line_of(pos)
+    word = re.match(r"\.[A-Za-z_]+", scanner.text[pos:]).group(0) if re.match(r"\.[A-Za-z_]+", scanner.text[pos:]) else "."
+    if word in LINE_DIRECTIVES:
+        return ir.Directive(scanner.read_line(), line)
+    text, stop = scanner.read_until(";{}")
+    if stop != ";":
+        raise scanner.error(pos, f"directive {word} is missing its ';'")
+    scanner.pos += 1
+    if word == ".reg":
+        return parse_reg_decl(text, scanner, pos)
+    return ir.Directive(" ".join(text.split()) + ";", line)
+
+
+REG_DECL_RE = re.compile(r"\.reg\s+((?:\.v\d\s+)?\.[A-Za-z0-9_]+)\s+(.+)$", re.S)
+
+
+def parse_reg_decl(text: str, scanner: Scanner, pos: int) -> ir.RegDecl:
+    m = REG_DECL_RE.match(text.strip())
+    if not m:
+        raise scanner.error(pos, "malformed .reg declaration", hint="expected `.reg .TYPE %name;` or `.reg .TYPE %name<N>;`")
+    rtype = " ".join(m.group(1).split())[1:]
+    names = [n.strip() for n in m.group(2).split(",")]
+    line = scanner.line_of(pos)
+    ranged = re.fullmatch(r"(%[A-Za-z_$][A-Za-z0-9_$]*)<(\d+)>", names[0]) if len(names) == 1 else None
+    if ranged:
+        return ir.RegDecl(rtype, (ranged.group(1),), int(ranged.group(2)), line)
+    for n in names:
+        if not re.fullmatch(r"%[A-Za-z_$][A-Za-z0-9_$]*", n):
+            raise scanner.error(pos, f"malformed register name {n!r} in .reg declaration")
+    return ir.RegDecl(rtype, tuple(names), None, line)
+
+
+# ---------------------------------------------------------------- instructions
+
+
+def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
+    line = scanner.line_of(pos)
+    body = text.strip()
+    guard = None
+    g = GUARD_RE.match(body)
+    if g:
+        guard = ir.Guard(ir.Register(g.group(2)), negated=bool(g.group(1)))
+        body = body[g.end() :]
+    elif body.startswith("@"):
+        raise scanner.error(pos, "malformed guard predicate", hint="expected `@%p` or `@!%p` before the opcode")
+    parts = body.split(None, 1)
+    if not parts:
+        raise scanner.error(pos, "empty statement")
+    if not OPCODE_RE.match(parts[0]):
+        raise scanner.error(pos, f"malformed opcode {parts[0]!r}")
+    operands: tuple[ir.Operand, ...] = ()
+    if len(parts) > 1:
+        try:
+            operands = tuple(parse_operand(o) for o in split_top(parts[1], ","))
+        except ValueError as e:
+            raise scanner.error(pos, str(e)) from None
+    return ir.Instruction(ir.Opcode(parts[0]), operands, guard, line)
+
+
+def split_top(text: str, sep: str) -> list[str]:
+    """Split at `sep` outside brackets; raises ValueError on unbalanced brackets."""
+    parts, depth, cur = [], 0, []
+    pairs = {"{": "}", "[": "]", "(": ")"}
+    stack: list[str] = []
+    for c in text:
+        if c in pairs:
+            stack.append(pairs[c])
+        elif c in pairs.values():
+            if not stack or stack.pop() != c:
+                raise ValueError(f"unbalanced {c!r} in operands")
+        if c == sep and not stack:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    if stack:
+        raise ValueError(f"unclosed bracket in operands (expected {stack[-1]!r})")
+    parts.append("".join(cur))
+    if any(not p.strip() for p in parts):
+        raise ValueError("empty operand")
+    return parts
+
+
+def parse_operand(text: str) -> ir.Operand:
+    t = text.strip()
+    if not t:
+        raise ValueError("empty operand")
+    if t[0] == "{" and t[-1] == "}":
+        inner = t[1:-1]
+        return ir.Vector(tuple(parse_operand(x) for x in split_top(inner, ","))) if inner.strip() else ir.Vector(())
+    if t[0] == "(" and t[-1] == ")":
+        inner = t[1:-1]
+        return ir.ParenList(tuple(parse_operand(x) for x in split_top(inner, ","))) if inner.strip() else ir.ParenList(())
+    if t[0] == "[" and t[-1] == "]":
+        return parse_address(t[1:-1])
+    if t[0] == "!":
+        return ir.Negated(parse_operand(t[1:]))
+    if "|" in t:
+        first, _, second = t.partition("|")
+        return ir.Pair(parse_operand(first), parse_operand(second))
+    if t == "_":
+        return ir.Sink()
+    if t[0] == "%":
+        if not REG_RE.match(t):
+            raise ValueError(f"malformed register {t!r}")
+        if t.split(".")[0] in ir.SPECIAL_REGISTERS:
+            return ir.SpecialRegister(t)
+        if "." in t:
+            raise ValueError(f"unknown special register {t!r}")
+        return ir.Register(t)
+    if IMM_RE.match(t):
+        return ir.Immediate(t)
+    if SYMBOL_RE.match(t):
+        return ir.Symbol(t)
+    raise ValueError(f"cannot parse operand {t!r}")
+
+
+def parse_address(inner: str) -> ir.Operand:
+    items = split_top(inner, ",") if inner.strip() else []
+    if len(items) != 1:
+        return ir.BracketList(tuple(parse_operand(x) for x in items))
+    expr = "".join(inner.split())
+    m = re.fullmatch(r"(%?[A-Za-z_$][A-Za-z0-9_$.]*|[-+]?[0-9][0-9a-fA-FxX]*)(?:(\+|-)([-+]?[0-9][0-9a-fA-FxXuU]*))?", expr)
+    if not m:
+        raise ValueError(f"cannot parse address [{inner.strip()}]")
+    base = parse_operand(m.group(1))
+    if not isinstance(base, (ir.Register, ir.Symbol, ir.Immediate)):
+        raise ValueError(f"address base must be a register, symbol or constant, not {m.group(1)!r}")
+    offset = None
+    if m.group(2):
+        off = m.group(3)
+        if m.group(2) == "-":
+            off = off[1:] if off.startswith("-") else "-" + off.lstrip("+")
+        offset = ir.Immediate(off.lstrip("+") if not off.startswith("-") else off)
+        if offset.value is None:
+            raise ValueError(f"address offset {m.group(3)!r} is not an integer")
+    return ir.Address(base, offset)
+
+
+# ---------------------------------------------------------------- snippets
+
+
+def parse_statements(text: str, source: str = "<snippet>", first_line: int = 1) -> list[ir.Statement]:
+    """A function body without its braces: how probe snippets are read."""
+    scanner = Scanner(text + "\n}", source, first_line)
+    return parse_body(scanner, 0)
