@@ -1,0 +1,183 @@
+"""Command line: `neutrino -p PROBE [--] program args…` and the offline subcommands.
+
+    neutrino print KERNEL.ptx
+    neutrino instrument KERNEL.ptx -p PROBE [-k NAME] [-o OUT.ptx] [--info INFO.json] [--check]
+    neutrino report TRACE_DIR
+    neutrino export TRACE_DIR --perfetto OUT.json
+    neutrino demo                      # instrument an embedded kernel (no GPU needed)
+    neutrino -p PROBE [options] [--] program args…
+
+Every error we can foresee is printed as a message on stderr with a non-zero
+exit status; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from neutrino.errors import NeutrinoError
+
+SUBCOMMANDS = ("print", "instrument", "report", "export", "demo")
+
+
+def _read_ptx(path: str, kernel_hint: str | None = None) -> tuple[str, str]:
+    """PTX text from a .ptx file, or from a fatbin/cubin/executable (the PTX inside it)."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise NeutrinoError(f"{path}: cannot read: {e.strerror}") from None
+    head = data[:4096].lstrip()
+    if head.startswith((b".version", b"//")) or b".target" in head:
+        try:
+            return data.decode(), path
+        except UnicodeDecodeError:
+            raise NeutrinoError(f"{path}: not a PTX text file (not UTF-8)") from None
+    try:
+        from neutrino.runtime.ptx_source import ptx_from_file
+    except ImportError:
+        raise NeutrinoError(f"{path}: not PTX text, and binary extraction is unavailable") from None
+    image = ptx_from_file(path)
+    if image is None:
+        raise NeutrinoError(f"{path}: contains no PTX (only SASS?) — nothing to instrument")
+    return image.text, f"{path}[{image.source}]"
+
+
+def cmd_print(args) -> int:
+    from neutrino.isa.ptx import parse_module, print_module
+
+    text, source = _read_ptx(args.ptx)
+    sys.stdout.write(print_module(parse_module(text, source)))
+    return 0
+
+
+def ptxas_check(ptx: str, target: str | None) -> None:
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        raise NeutrinoError("--check needs ptxas on the PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probed.ptx"
+        src.write_text(ptx)
+        proc = subprocess.run([ptxas, f"-arch={target or 'sm_90'}", str(src), "-o", str(Path(tmp) / "out.cubin")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise NeutrinoError("ptxas rejected the probed PTX:\n" + proc.stderr.strip())
+
+
+def cmd_instrument(args) -> int:
+    from neutrino.engine import instrument
+    from neutrino.isa.ptx import parse_module
+    from neutrino.probe import load_probes
+
+    probes = load_probes(args.probe)
+    text, source = _read_ptx(args.ptx)
+    result = instrument(text, probes, kernel=args.kernel, source=source)
+    if args.output:
+        Path(args.output).write_text(result.ptx)
+    else:
+        sys.stdout.write(result.ptx)
+    if args.info:
+        Path(args.info).write_text(json.dumps(result.info_json(), indent=2) + "\n")
+    if args.check:
+        ptxas_check(result.ptx, parse_module(result.ptx).target)
+        print(f"ptxas: ok ({len(result.kernels)} kernel(s))", file=sys.stderr)
+    for name, info in result.kernels.items():
+        for skip in info["skipped"]:
+            print(f"{source}:{skip['line']}: note: [probe {skip['probe']}] site in {name} skipped: {skip['reason']}", file=sys.stderr)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from neutrino.analysis.report import main as report_main
+
+    return report_main(args.trace, args.out)
+
+
+def cmd_export(args) -> int:
+    from neutrino.analysis.perfetto import export
+
+    if not args.perfetto:
+        raise NeutrinoError("export needs --perfetto OUT.json")
+    export(args.trace, args.perfetto)
+    print(f"wrote {args.perfetto}", file=sys.stderr)
+    return 0
+
+
+DEMO_PTX = Path(__file__).parent / "probes" / "demo_vadd.ptx"
+
+
+def cmd_demo(args) -> int:
+    """What `neutrino` does to a kernel, shown without a GPU: instrument an embedded vector add."""
+    from neutrino.engine import instrument
+    from neutrino.probe import load_probes
+
+    probes = load_probes(args.probe)
+    result = instrument(DEMO_PTX.read_text(), probes, source=str(DEMO_PTX))
+    sys.stdout.write(result.ptx)
+    print(json.dumps(result.info_json(), indent=2), file=sys.stderr)
+    if shutil.which("ptxas"):
+        from neutrino.isa.ptx import parse_module
+
+        target = parse_module(result.ptx).target
+        ptxas_check(result.ptx, target)
+        print(f"ptxas: the probed kernel assembles for {target}", file=sys.stderr)
+    return 0
+
+
+def offline_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="neutrino", description="eBPF-style probes for GPU kernels")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("print", help="parse a PTX file and print it back")
+    p.add_argument("ptx")
+    p.set_defaults(func=cmd_print)
+    p = sub.add_parser("instrument", help="instrument PTX (or a fatbin/cubin/executable) with a probe file")
+    p.add_argument("ptx")
+    p.add_argument("-p", "--probe", required=True, help="probe file (.toml/.py) or built-in name")
+    p.add_argument("-k", "--kernel", help="instrument only this entry (and prune the others)")
+    p.add_argument("-o", "--output", help="write the probed PTX here (default: stdout)")
+    p.add_argument("--info", help="write the kernel description JSON here")
+    p.add_argument("--check", action="store_true", help="assemble the result with ptxas")
+    p.set_defaults(func=cmd_instrument)
+    p = sub.add_parser("report", help="summarise a trace directory and write plots")
+    p.add_argument("trace")
+    p.add_argument("--out", help="where to write plots (default: TRACE/report)")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("export", help="export a trace")
+    p.add_argument("trace")
+    p.add_argument("--perfetto", help="Chrome trace-event JSON for Perfetto")
+    p.set_defaults(func=cmd_export)
+    p = sub.add_parser("demo", help="instrument an embedded example kernel (no GPU needed)")
+    p.add_argument("-p", "--probe", default="block_sched")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            args = offline_parser().parse_args(argv)
+            return args.func(args)
+        if not argv or argv[0] in ("-h", "--help"):
+            offline_parser().print_help()
+            print("\nprofile a program:  neutrino -p PROBE [--tracedir DIR] [options] [--] program args...")
+            return 0 if argv else 2
+        from neutrino.runtime.launcher import run_main
+
+        return run_main(argv)
+    except NeutrinoError as e:
+        print(f"neutrino: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Small constructors for the instructions passes insert.
+
+Inserted code is built as IR objects, never spliced as text; every inserted
+instruction records its origin (the probe or pass that asked for it).
+"""
+
+from __future__ import annotations
+
+from neutrino.isa.ptx import ir
+from neutrino.isa.ptx.parser import parse_operand
+
+
+def operand(value) -> ir.Operand:
+    if isinstance(value, int):
+        return ir.Immediate(str(value))
+    if isinstance(value, str):
+        return parse_operand(value)
+    return value
+
+
+def insn(opcode: str, *operands, origin: str, guard: ir.Guard | str | None = None) -> ir.Instruction:
+    if isinstance(guard, str):
+        guard = ir.Guard(ir.Register(guard.lstrip("!")), negated=guard.startswith("!"))
+    return ir.Instruction(ir.Opcode(opcode), tuple(operand(o) for o in operands), guard, 0, origin)
+
+
+def reg_decl(name: str, rtype: str, origin: str) -> ir.RegDecl:
+    return ir.RegDecl(rtype, (name,), None, 0, origin)
+
+
+def entry_index(body: list[ir.Statement]) -> int:
+    """Where code that must run first goes: after the leading declarations, before any label."""
+    for index, stmt in enumerate(body):
+        if isinstance(stmt, (ir.Instruction, ir.Label, ir.Scope)):
+            return index
+    return len(body)
+
+
+def containers(body: list[ir.Statement]) -> dict[int, list[ir.Statement]]:
+    """id(instruction) → the list that holds it (the function body or a nested scope)."""
+    return {id(s): c for c, _, s in ir.walk(body) if isinstance(s, ir.Instruction)}
+
+
+def index_of(container: list[ir.Statement], stmt: ir.Statement) -> int:
+    for i, s in enumerate(container):
+        if s is stmt:
+            return i
+    raise ValueError("statement not in its container")

@@ -1,0 +1,231 @@
+"""SAVE lowering: pseudo-instructions → bounds-checked, aligned vector stores.
+
+A unit's leader keeps a cursor per map (`<prefix>cur_<map>`). One execution of
+a snippet writes one record: its SAVE operands are converted into field
+registers where they appear, and at the snippet's last SAVE the record is
+stored at `records + cursor * record_bytes` if `cursor < cap`; the cursor is
+then incremented either way, so dropped records are counted. Before every
+`ret`/`exit` the leader stores its cursor into the counts section
+(spec/kernel-json.md). The counting variant of a kernel keeps only the cursor
+arithmetic and the counts.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import ClassVar
+
+import attrs
+
+from neutrino.errors import InstrumentError
+from neutrino.isa.ptx import ir
+from neutrino.isa.ptx.semantics import lookup
+from neutrino.passes.build import containers, index_of, insn
+from neutrino.passes.manager import Context, KernelState
+from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.probe import SAVE, MapSpec, ProbeFile
+
+ORIGIN = "save-lowering"
+COUNT_SUFFIX = "__nt_count"
+
+
+def map_register(state: KernelState, role: str, spec: MapSpec, rtype: str) -> str:
+    return state.temp(f"{role}_{spec.name}", rtype)
+
+
+def store_chunks(spec: MapSpec) -> list[list[int]]:
+    """Field indices grouped into the widest aligned vector stores (at most 16 bytes)."""
+    fields = spec.fields
+    record_align = spec.record_bytes & -spec.record_bytes  # largest power of two dividing the size
+    chunks, i = [], 0
+    while i < len(fields):
+        size = 8 if fields[i].type == "u64" else 4
+        for n in (4, 2, 1):
+            width = n * size
+            if n > 1 and (width > 16 or fields[i].offset % width or record_align % width):
+                continue
+            run = fields[i : i + n]
+            if len(run) == n and all(f.type == fields[i].type and f.offset == fields[i].offset + k * size for k, f in enumerate(run)):
+                chunks.append(list(range(i, i + n)))
+                i += n
+                break
+    return chunks
+
+
+@attrs.define
+class _Lowerer:
+    state: KernelState
+    probes: ProbeFile
+
+    def emit(self, opcode: str, *operands, guard=None) -> ir.Instruction:
+        return insn(opcode, *operands, origin=ORIGIN, guard=guard)
+
+    def probe_type(self, operand: ir.Operand) -> str | None:
+        if isinstance(operand, ir.Register):
+            return self.state.temps.get(operand.name)
+        return None
+
+    def convert(self, dst: str, ftype: str, value: ir.Operand) -> list[ir.Instruction]:
+        """A SAVE operand → the field register (zero-extend or truncate)."""
+        if isinstance(value, ir.Immediate):
+            return [self.emit(f"mov.b{'64' if ftype == 'u64' else '32'}", dst, value)]
+        if isinstance(value, ir.SpecialRegister):
+            wide = value.name in ("%clock64", "%globaltimer", "%gridid")
+            if wide == (ftype == "u64"):
+                return [self.emit(f"mov.{ftype}", dst, value)]
+            if wide:
+                h = self.state.temp("sx64", "b64")
+                return [self.emit("mov.u64", h, value), self.emit("cvt.u32.u64", dst, h)]
+            h = self.state.temp("sx32", "b32")
+            return [self.emit("mov.u32", h, value), self.emit("cvt.u64.u32", dst, h)]
+        rtype = self.probe_type(value) or "b64"
+        if rtype == "pred":
+            return [self.emit(f"selp.{ftype}", dst, 1, 0, value)]
+        bits = ir.TYPE_BYTES[rtype] * 8
+        want = 64 if ftype == "u64" else 32
+        if bits == want:
+            return [self.emit(f"mov.b{bits}", dst, value)]
+        if rtype.startswith("f"):  # reinterpret float bits before resizing
+            h = self.state.temp(f"fbits{bits}", f"b{bits}")
+            return [self.emit(f"mov.b{bits}", h, value), self.emit(f"cvt.{ftype}.u{bits}", dst, h)]
+        return [self.emit(f"cvt.{ftype}.u{bits}", dst, value)]
+
+    def field_registers(self, spec: MapSpec) -> list[str]:
+        return [map_register(self.state, f"f{i}", spec, "b64" if f.type == "u64" else "b32") for i, f in enumerate(spec.fields)]
+
+    def record_store(self, spec: MapSpec, guard: ir.Guard | None) -> list[ir.Instruction]:
+        cur = map_register(self.state, "cur", spec, "b32")
+        bump = self.emit("add.u32", cur, cur, 1, guard=guard)
+        if self.state.counting:
+            return [bump]
+        ok = map_register(self.state, "ok", spec, "pred")
+        cap = map_register(self.state, "cap", spec, "b32") if spec.cap == "count" else spec.cap
+        code = [self.emit("setp.lt.u32", ok, cur, cap)]
+        if guard is not None:
+            g = guard.register
+            if guard.negated:
+                neg = map_register(self.state, "nok", spec, "pred")
+                code += [self.emit("not.pred", neg, g), self.emit("and.pred", ok, ok, neg)]
+            else:
+                code.append(self.emit("and.pred", ok, ok, g))
+        off = map_register(self.state, "off", spec, "b64")
+        ptr = map_register(self.state, "ptr", spec, "b64")
+        rec = map_register(self.state, "rec", spec, "b64")
+        code += [self.emit("mul.wide.u32", off, cur, spec.record_bytes), self.emit("add.u64", ptr, rec, off)]
+        regs = self.field_registers(spec)
+        for chunk in store_chunks(spec):
+            first = spec.fields[chunk[0]]
+            suffix = "b64" if first.type == "u64" else "b32"
+            vec = "" if len(chunk) == 1 else f".v{len(chunk)}"
+            value = ir.Register(regs[chunk[0]]) if len(chunk) == 1 else ir.Vector(tuple(ir.Register(regs[i]) for i in chunk))
+            address = ir.Address(ir.Register(ptr), ir.Immediate(str(first.offset)) if first.offset else None)
+            code.append(self.emit(f"st.global{vec}.{suffix}", address, value, guard=ir.Guard(ir.Register(ok))))
+        return code + [bump]
+
+    # -- a whole kernel
+    def lower(self) -> None:
+        body = self.state.function.body
+        where_is = containers(body)
+        groups: dict[str, list[ir.Instruction]] = {}
+        for stmt in ir.instructions(body):
+            if stmt.opcode.base == SAVE and stmt.origin and stmt.origin.startswith("probe "):
+                groups.setdefault(stmt.origin, []).append(stmt)
+        for origin, saves in groups.items():
+            self.lower_group(origin, saves, where_is)
+        self.store_counts(where_is)
+
+    def lower_group(self, origin: str, saves: list[ir.Instruction], where_is) -> None:
+        probe_name = origin.split(" ", 1)[1].split("#")[0]
+        probe = next(p for p in self.probes.probes if p.name == probe_name)
+        explicit = isinstance(saves[0].operands[0], ir.Address)
+        records = [[s] for s in saves] if explicit else [saves]
+        for record in records:
+            spec = self.probes.maps[record[0].operands[0].base.name if explicit else probe.map]
+            guards = {(s.guard.register.name, s.guard.negated) if s.guard else None for s in record}
+            if len(guards) > 1:
+                raise InstrumentError(f"probe {probe_name}: the SAVEs of one record must share one predicate")
+            regs = self.field_registers(spec)
+            k = 0
+            for position, save in enumerate(record):
+                values = save.operands[-1].items
+                code: list[ir.Instruction] = []
+                for value in values:
+                    code += self.convert(regs[k], spec.fields[k].type, value)
+                    k += 1
+                if position == len(record) - 1:
+                    code += self.record_store(spec, save.guard)
+                container = where_is[id(save)]
+                i = index_of(container, save)
+                container[i : i + 1] = code
+
+    def store_counts(self, where_is) -> None:
+        maps = [self.probes.maps[m] for m in self.state.maps]
+        if not maps:
+            return
+        exits = [i for i in ir.instructions(self.state.function.body) if i.origin is None and lookup(i.opcode).control in ("return", "exit")]
+        for anchor in exits:
+            code: list[ir.Instruction] = []
+            for spec in maps:
+                guard, prep = self.leader_guard(spec.level, anchor.guard)
+                cnt = map_register(self.state, "cnt", spec, "b64")
+                cur = map_register(self.state, "cur", spec, "b32")
+                code += prep + [self.emit("st.global.u32", ir.Address(ir.Register(cnt)), cur, guard=guard)]
+            container = where_is[id(anchor)]
+            i = index_of(container, anchor)
+            container[i:i] = code
+
+    def leader_guard(self, level: str, exit_guard: ir.Guard | None) -> tuple[ir.Guard | None, list[ir.Instruction]]:
+        leader = None
+        if level in LEVEL_LEADER:
+            leader = self.state.temp(LEVEL_LEADER[level], "pred")
+            self.state.levels.add(level)
+        if exit_guard is None:
+            return (ir.Guard(ir.Register(leader)) if leader else None), []
+        if leader is None:
+            return exit_guard, []
+        e = self.state.temp(f"exit_{level}", "pred")
+        first = self.emit("not.pred" if exit_guard.negated else "mov.pred", e, exit_guard.register)
+        return ir.Guard(ir.Register(e)), [first, self.emit("and.pred", e, e, leader)]
+
+
+@attrs.frozen
+class CountingVariant:
+    """For maps with cap = "count": a copy of the kernel that only counts records.
+
+    Made before lowering, from the kernel with its SAVE pseudo-instructions, so
+    that both copies see exactly the same probe code.
+    """
+
+    name: ClassVar[str] = "counting-variant"
+    requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
+
+    def run(self, module: ir.Module, ctx: Context) -> None:
+        if not any(m.cap == "count" for m in ctx.probes.maps.values()):
+            return
+        for name, state in list(ctx.kernels.items()):
+            clone = copy.deepcopy(state.function)
+            clone.name = name + COUNT_SUFFIX
+            module.items.insert(module.items.index(state.function) + 1, clone)
+            originals = [i for i in ir.instructions(clone.body) if i.origin is None]
+            ctx.kernels[clone.name] = attrs.evolve(
+                state,
+                function=clone,
+                counting=True,
+                original_ids=[id(i) for i in originals],
+                temps=dict(state.temps),
+                levels=set(state.levels),
+                sites=list(state.sites),
+                skipped=[],
+                params=[],
+            )
+            state.count_kernel = clone.name
+
+
+@attrs.frozen
+class SaveLowering:
+    name: ClassVar[str] = "lower-save"
+    requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
+
+    def run(self, module: ir.Module, ctx: Context) -> None:
+        for state in ctx.kernels.values():
+            _Lowerer(state, ctx.probes).lower()

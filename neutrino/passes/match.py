@@ -1,0 +1,59 @@
+"""Tracepoint matching: where does each probe run?"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from neutrino.errors import InstrumentError
+from neutrino.isa.ptx import ir
+from neutrino.isa.ptx.semantics import lookup
+from neutrino.passes.manager import Context, KernelState, Site
+
+
+def selected_entries(module: ir.Module, kernel: str | None) -> list[ir.Function]:
+    entries = module.entries()
+    if kernel is None:
+        return entries
+    chosen = [f for f in entries if f.name == kernel]
+    if not chosen:
+        names = ", ".join(f.name for f in entries) or "none"
+        raise InstrumentError(f"{module.source}: no entry named {kernel!r} (entries: {names})")
+    return chosen
+
+
+@attrs.frozen
+class TracepointMatching:
+    """Creates a KernelState per entry and lists its sites, in probe-file order.
+
+    Only original instructions are matched, so probes never probe each other.
+    """
+
+    name: ClassVar[str] = "match-tracepoints"
+    requires: ClassVar[tuple[str, ...]] = ()
+
+    def run(self, module: ir.Module, ctx: Context) -> None:
+        for function in selected_entries(module, ctx.kernel):
+            originals = [i for i in ir.instructions(function.body) if i.origin is None]
+            state = KernelState(function, original_ids=[id(i) for i in originals])
+            for probe in ctx.probes.probes:
+                state.sites.extend(self.sites_of(probe, function, originals))
+            ctx.kernels[function.name] = state
+
+    @staticmethod
+    def sites_of(probe, function: ir.Function, originals: list[ir.Instruction]) -> list[Site]:
+        sites: list[Site] = []
+        if probe.at_kernel:
+            if probe.before:
+                sites.append(Site(probe.name, "before", "entry", None, function.name))
+            if probe.after:
+                for insn in originals:
+                    if lookup(insn.opcode).control in ("return", "exit"):
+                        sites.append(Site(probe.name, "after", "exit", insn, function.name))
+            return sites
+        for insn in originals:
+            if any(insn.opcode.has_prefix(prefix) for prefix in probe.position):
+                for snippet in probe.snippets():
+                    sites.append(Site(probe.name, snippet.where, "instruction", insn, function.name))
+        return sites
