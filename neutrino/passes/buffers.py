@@ -38,6 +38,16 @@ class _Prologue:
     def emit(self, opcode: str, *operands, guard=None) -> None:
         self.code.append(insn(opcode, *operands, origin=ORIGIN, guard=guard))
 
+    def zero_probe_registers(self) -> None:
+        """Probe registers start at zero (false), so counters need no initialisation."""
+        for name in self.state.renames.values():
+            rtype = self.state.temps[name]
+            if rtype == "pred":
+                self.emit("setp.ne.u32", name, 0, 0)
+            else:
+                bits = ir.TYPE_BYTES[rtype] * 8
+                self.emit(f"mov.b{bits}", name, 0)
+
     def thread_geometry(self) -> None:
         """Linear thread index in the block, threads per block, linear block index, blocks."""
         tx, ty, tz = (self.t(f"tid_{d}", "b32") for d in "xyz")
@@ -133,6 +143,7 @@ class BufferAddressing:
             owner = name[: -len("__nt_count")] if state.counting else name
             self.add_params(state, owner, ctx)
             prologue = _Prologue(state)
+            prologue.zero_probe_registers()
             maps = [ctx.probes.maps[m] for m in state.maps]
             if maps or state.levels:
                 prologue.thread_geometry()

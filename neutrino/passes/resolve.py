@@ -220,8 +220,24 @@ class _SiteBuilder:
             guard, prep = self.combine(own, site_guard)
             code += prep
             operands = tuple(self.rename(o) for o in stmt.operands)
+            if stmt.opcode.base not in ("mov", SAVE):
+                reads, operands = self.read_special(operands)
+                code += reads
             code.append(ir.Instruction(stmt.opcode, operands, guard, 0, self.origin))
         return code
+
+    def read_special(self, operands: tuple[ir.Operand, ...]) -> tuple[list[ir.Instruction], tuple[ir.Operand, ...]]:
+        """ptxas lets only `mov` read special registers: read them into registers first."""
+        code: list[ir.Instruction] = []
+        out = []
+        for operand in operands:
+            if isinstance(operand, ir.SpecialRegister):
+                wide = operand.name in ("%clock64", "%globaltimer", "%gridid")
+                reg = self.temp("sr_" + operand.name.lstrip("%").replace(".", "_"), "b64" if wide else "b32")
+                code.append(self.emit("mov.u64" if wide else "mov.u32", reg, operand))
+                operand = ir.Register(reg)
+            out.append(operand)
+        return code, tuple(out)
 
 
 @attrs.frozen

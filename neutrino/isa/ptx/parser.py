@@ -357,8 +357,11 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
         raise scanner.error(pos, f"malformed opcode {parts[0]!r}")
     operands: tuple[ir.Operand, ...] = ()
     if len(parts) > 1:
+        text = parts[1]
+        if parts[0] == "SAVE":  # probe snippets: `SAVE [ map ] {a, b}` has no comma after the map
+            text = re.sub(r"^(\s*\[[^\]]*\])\s*(?=\{)", r"\1, ", text)
         try:
-            operands = tuple(parse_operand(o) for o in split_top(parts[1], ","))
+            operands = tuple(parse_operand(o) for o in split_top(text, ","))
         except ValueError as e:
             raise scanner.error(pos, str(e)) from None
     return ir.Instruction(ir.Opcode(parts[0]), operands, guard, line)
