@@ -276,7 +276,8 @@ class _Loader:
                 snippets[where] = self.parse_snippet(name, where, table[where], self.key_line(line, where))
         if not snippets:
             self.error(line, "a probe needs a `before` or an `after` snippet", probe=name)
-        probe = Probe(name, position or "kernel", level, snippets.get("before"), snippets.get("after"), None, line)
+        # A probe with a bad position is kept (matching nothing) so that its snippets are still verified.
+        probe = Probe(name, position if position is not None else (), level, snippets.get("before"), snippets.get("after"), None, line)
         saves = [s for sn in probe.snippets() for s in ir.instructions(sn.statements) if s.opcode.base == SAVE]
         if not explicit:
             if saves and datamodel is None:
@@ -284,7 +285,7 @@ class _Loader:
             if datamodel is not None:
                 probe.map = name
                 self._datamodel[name] = datamodel
-        return probe if position is not None else None
+        return probe
 
     def parse_position(self, position, line: int, probe: str):
         if not isinstance(position, str) or not position.strip():
