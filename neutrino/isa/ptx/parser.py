@@ -25,6 +25,10 @@ IMM_RE = re.compile(
 SYMBOL_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*$")
 OPCODE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_:]+)*$")
 GUARD_RE = re.compile(r"@(!?)(%[A-Za-z_$][A-Za-z0-9_$]*)\s+")
+SPACE_RE = re.compile(r"\s*")
+# A statement up to its ';' with at most one level of { } (vector operands), no comments or strings.
+FAST_STATEMENT_RE = re.compile(r"([^;{}\"/]*(?:\{[^;{}\"/]*\}[^;{}\"/]*)*);")
+LINE_DIRECTIVE_RE = re.compile(r"\.(?:loc|file)\b")
 
 
 class Scanner:
@@ -36,9 +40,16 @@ class Scanner:
         self.pos = 0
         self.first_line = first_line
         self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self._last_pos = 0
+        self._last_line = 0  # 0-based line of _last_pos
+        self.operands: dict[str, ir.Operand] = {}  # operand text → parsed operand (values are immutable)
 
     # -- positions
     def line_of(self, pos: int) -> int:
+        if pos >= self._last_pos:  # the common case: moving forward through the text
+            self._last_line += self.text.count("\n", self._last_pos, pos)
+            self._last_pos = pos
+            return self._last_line + self.first_line
         lo, hi = 0, len(self._line_starts) - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -66,8 +77,7 @@ class Scanner:
         return self.text[self.pos : self.pos + n]
 
     def skip_space(self) -> None:
-        while self.pos < len(self.text) and self.text[self.pos].isspace():
-            self.pos += 1
+        self.pos = SPACE_RE.match(self.text, self.pos).end()
 
     def read_comment(self) -> str | None:
         if self.text.startswith("//", self.pos):
@@ -90,6 +100,8 @@ class Scanner:
         end = len(self.text) if end < 0 else end
         line = self.text[self.pos : end]
         self.pos = end
+        if '"' not in line:
+            return line.split("//", 1)[0].rstrip()
         return strip_line_comment(line).rstrip()
 
     def read_until(self, stops: str, nest: bool = False) -> tuple[str, str]:
@@ -296,10 +308,15 @@ def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
             scanner.pos = label.end()
             body.append(ir.Label(label.group(1), line))
             continue
-        text, stop = scanner.read_until(";}", nest=True)
-        if stop != ";":
-            raise scanner.error(pos, "instruction is missing its ';'")
-        scanner.pos += 1
+        fast = FAST_STATEMENT_RE.match(scanner.text, pos)
+        if fast:
+            text = fast.group(1)
+            scanner.pos = fast.end()
+        else:
+            text, stop = scanner.read_until(";}", nest=True)
+            if stop != ";":
+                raise scanner.error(pos, "instruction is missing its ';'")
+            scanner.pos += 1
         body.append(parse_instruction(text, scanner, pos))
 
 
@@ -361,14 +378,26 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
         if parts[0] == "SAVE":  # probe snippets: `SAVE [ map ] {a, b}` has no comma after the map
             text = re.sub(r"^(\s*\[[^\]]*\])\s*(?=\{)", r"\1, ", text)
         try:
-            operands = tuple(parse_operand(o) for o in split_top(text, ","))
+            operands = tuple(cached_operand(o.strip(), scanner.operands) for o in split_top(text, ","))
         except ValueError as e:
             raise scanner.error(pos, str(e)) from None
     return ir.Instruction(ir.Opcode(parts[0]), operands, guard, line)
 
 
+def cached_operand(text: str, cache: dict[str, ir.Operand]) -> ir.Operand:
+    operand = cache.get(text)
+    if operand is None:
+        operand = cache[text] = parse_operand(text)
+    return operand
+
+
 def split_top(text: str, sep: str) -> list[str]:
     """Split at `sep` outside brackets; raises ValueError on unbalanced brackets."""
+    if not any(c in text for c in "{}[]()"):
+        parts = text.split(sep)
+        if any(not p.strip() for p in parts):
+            raise ValueError("empty operand")
+        return parts
     parts, depth, cur = [], 0, []
     pairs = {"{": "}", "[": "]", "(": ")"}
     stack: list[str] = []

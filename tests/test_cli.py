@@ -1,0 +1,74 @@
+"""The offline commands: clear messages and exit codes, never a traceback."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import CORPUS, DATA, HAVE_PTXAS
+
+VADD = DATA / "corpus" / "triton" / "vadd.sm90a.ptx"
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "neutrino.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def test_print_roundtrips():
+    proc = cli("print", VADD)
+    assert proc.returncode == 0
+    assert ".visible .entry vadd(" in proc.stdout and "ld.global.v4.b32" in proc.stdout
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not on PATH")
+def test_instrument_with_builtin_probe_info_and_check(tmp_path):
+    out, info = tmp_path / "o.ptx", tmp_path / "i.json"
+    proc = cli("instrument", VADD, "-p", "block_sched", "-o", out, "--info", info, "--check")
+    assert proc.returncode == 0, proc.stderr
+    assert "ptxas: ok" in proc.stderr
+    desc = json.loads(info.read_text())["kernels"]["vadd"]
+    assert desc["maps"][0]["level"] == "warp" and desc["maps"][0]["record_bytes"] == 16
+    assert desc["params"] == [{"name": "vadd__nt_buf_block_sched", "type": "u64", "map": "block_sched", "role": "buffer"}]
+    assert desc["original_params"] == 6
+    assert "vadd__nt_buf_block_sched" in out.read_text()
+
+
+def test_instrument_one_kernel_by_name(tmp_path):
+    gemm = DATA / "corpus" / "nvcc" / "gemm.sm90.ptx"
+    proc = cli("instrument", gemm, "-p", "gmem_bytes", "-k", "_Z5sgemmILi16EEviiifPKfS1_fPf")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count(".entry") == 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["instrument", "missing.ptx", "-p", "block_sched"], "missing.ptx: cannot read"),
+        (["instrument", VADD, "-p", "no_such_probe"], "no such probe file or built-in probe"),
+        (["instrument", VADD, "-p", "block_sched", "-k", "nope"], "no entry named 'nope' (entries: vadd)"),
+    ],
+)
+def test_errors_are_messages(args, message):
+    proc = cli(*args)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_ptx_and_bad_probe(tmp_path):
+    bad = tmp_path / "bad.ptx"
+    bad.write_text(".version 8.0\n.target sm_90\n.address_size 64\n.entry k()\n{\n\tmov.u32 %r1 1\n}\n")
+    proc = cli("instrument", bad, "-p", "block_sched")
+    assert proc.returncode == 1 and f"{bad}:6:" in proc.stderr and "Traceback" not in proc.stderr
+    probe = tmp_path / "p.toml"
+    probe.write_text('[p]\nposition = "kernel"\nbefore = "bra $L;"\n')
+    proc = cli("instrument", VADD, "-p", probe)
+    assert proc.returncode == 1 and f"{probe}:3:" in proc.stderr and "branches are not allowed" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_demo_runs_without_gpu():
+    proc = cli("demo")
+    assert proc.returncode == 0, proc.stderr
+    assert "__nt_buf_block_sched" in proc.stdout
