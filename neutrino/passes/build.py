@@ -14,6 +14,8 @@ def operand(value) -> ir.Operand:
     if isinstance(value, int):
         return ir.Immediate(str(value))
     if isinstance(value, str):
+        if value.startswith("%") and "." not in value and value not in ir.SPECIAL_REGISTERS:
+            return ir.Register(value)  # the common case, without the parser
         return parse_operand(value)
     return value
 
@@ -38,7 +40,16 @@ def entry_index(body: list[ir.Statement]) -> int:
 
 def containers(body: list[ir.Statement]) -> dict[int, list[ir.Statement]]:
     """id(instruction) → the list that holds it (the function body or a nested scope)."""
-    return {id(s): c for c, _, s in ir.walk(body) if isinstance(s, ir.Instruction)}
+    out: dict[int, list[ir.Statement]] = {}
+    stack = [body]
+    while stack:
+        container = stack.pop()
+        for stmt in container:
+            if type(stmt) is ir.Instruction:
+                out[id(stmt)] = container
+            elif type(stmt) is ir.Scope:
+                stack.append(stmt.body)
+    return out
 
 
 def index_of(container: list[ir.Statement], stmt: ir.Statement) -> int:

@@ -14,15 +14,15 @@ BASE_PREFIX = "%nt"
 
 
 def used_register_names(function: ir.Function) -> set[str]:
-    names = set()
-    for _, _, stmt in ir.walk(function.body or []):
-        if isinstance(stmt, ir.RegDecl):
-            names.update(stmt.names)
-        elif isinstance(stmt, ir.Instruction):
-            for operand in stmt.operands:
-                names.update(r.name for r in ir.registers_in(operand))
-            if stmt.guard:
-                names.add(stmt.guard.register.name)
+    """Declared register names (ranges by their prefix): PTX registers must be declared."""
+    names: set[str] = set()
+    stack = [function.body or []]
+    while stack:
+        for stmt in stack.pop():
+            if type(stmt) is ir.RegDecl:
+                names.update(stmt.names)
+            elif type(stmt) is ir.Scope:
+                stack.append(stmt.body)
     return names
 
 

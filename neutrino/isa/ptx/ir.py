@@ -202,18 +202,18 @@ class Opcode:
     """`ld.global.nc.v4.f32` → base `ld`, modifiers (global, nc, v4, f32)."""
 
     text: str
+    components: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "components", tuple(self.text.split(".")))
 
     @property
     def base(self) -> str:
-        return self.text.split(".", 1)[0]
+        return self.components[0]
 
     @property
     def modifiers(self) -> tuple[str, ...]:
-        return tuple(self.text.split(".")[1:])
-
-    @property
-    def components(self) -> tuple[str, ...]:
-        return tuple(self.text.split("."))
+        return self.components[1:]
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -427,10 +427,15 @@ def walk(body: list[Statement]) -> Iterator[tuple[list[Statement], int, Statemen
             yield from walk(stmt.body)
 
 
-def instructions(body: list[Statement]) -> Iterator[Instruction]:
-    for _, _, stmt in walk(body):
-        if isinstance(stmt, Instruction):
-            yield stmt
+def instructions(body: list[Statement]) -> list[Instruction]:
+    """Every instruction of a body, nested scopes included, in order."""
+    out: list[Instruction] = []
+    for stmt in body:
+        if type(stmt) is Instruction:
+            out.append(stmt)
+        elif type(stmt) is Scope:
+            out.extend(instructions(stmt.body))
+    return out
 
 
 def register_types(function: Function) -> "RegisterTypes":

@@ -26,6 +26,10 @@ SYMBOL_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*$")
 OPCODE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_:]+)*$")
 GUARD_RE = re.compile(r"@(!?)(%[A-Za-z_$][A-Za-z0-9_$]*)\s+")
 SPACE_RE = re.compile(r"\s*")
+_FLAT = r"(?:[^,{}\[\]()]|\{[^{}\[\]()]*\}|\[[^{}\[\]()]*\]|\([^{}\[\]()]*\))"
+FLAT_OPERAND_RE = re.compile(rf"({_FLAT}+)(?:,|$)")
+FLAT_OPERANDS_RE = re.compile(rf"{_FLAT}+(?:,{_FLAT}+)*")
+BALANCE_RE = re.compile(r'[{}]|"[^"\n]*"|//[^\n]*|/\*(?:.|\n)*?(?:\*/|$)')
 # A statement up to its ';' with at most one level of { } (vector operands), no comments or strings.
 FAST_STATEMENT_RE = re.compile(r"([^;{}\"/]*(?:\{[^;{}\"/]*\}[^;{}\"/]*)*);")
 LINE_DIRECTIVE_RE = re.compile(r"\.(?:loc|file)\b")
@@ -137,25 +141,18 @@ class Scanner:
     def read_balanced(self) -> str:
         """From a '{' to its matching '}', comment- and string-aware; returns the inner text."""
         start = self.pos
-        assert self.text[self.pos] == "{"
         depth = 0
-        while self.pos < len(self.text):
-            c = self.text[self.pos]
-            if c == '"':
-                end = self.text.find('"', self.pos + 1)
-                self.pos = (end if end >= 0 else len(self.text) - 1) + 1
-                continue
-            if self.text.startswith("//", self.pos) or self.text.startswith("/*", self.pos):
-                self.read_comment()
-                continue
-            if c == "{":
+        for m in BALANCE_RE.finditer(self.text, self.pos):
+            token = m.group(0)
+            if token == "{":
                 depth += 1
-            elif c == "}":
+            elif token == "}":
                 depth -= 1
                 if depth == 0:
-                    self.pos += 1
+                    self.pos = m.end()
                     return self.text[start + 1 : self.pos - 1]
-            self.pos += 1
+            elif token.startswith("/*") and not token.endswith("*/"):
+                break
         raise self.error(start, "unbalanced '{'")
 
 
@@ -398,6 +395,10 @@ def split_top(text: str, sep: str) -> list[str]:
         if any(not p.strip() for p in parts):
             raise ValueError("empty operand")
         return parts
+    if sep == "," and FLAT_OPERANDS_RE.fullmatch(text):  # one level of brackets: a regex does it
+        parts = [m.group(1) for m in FLAT_OPERAND_RE.finditer(text)]
+        if all(p.strip() for p in parts):
+            return parts
     parts, depth, cur = [], 0, []
     pairs = {"{": "}", "[": "]", "(": ")"}
     stack: list[str] = []

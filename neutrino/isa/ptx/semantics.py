@@ -7,6 +7,7 @@ longest matching prefix wins, so `cp.async.bulk` refines `cp.async`.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import attrs
@@ -155,7 +156,11 @@ DEFAULT = OpSemantics(defs=(0,))
 
 
 def lookup(opcode: ir.Opcode) -> OpSemantics:
-    components = opcode.components
+    return _lookup_components(opcode.components)
+
+
+@functools.lru_cache(maxsize=4096)  # a pure function of the opcode: memoised, not state
+def _lookup_components(components: tuple[str, ...]) -> OpSemantics:
     for n in range(len(components), 0, -1):
         row = TABLE.get(components[:n])
         if row is not None:
