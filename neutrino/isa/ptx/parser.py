@@ -47,6 +47,7 @@ class Scanner:
         self._last_pos = 0
         self._last_line = 0  # 0-based line of _last_pos
         self.operands: dict[str, ir.Operand] = {}  # operand text → parsed operand (values are immutable)
+        self.opcodes: dict[str, ir.Opcode] = {}
 
     # -- positions
     def line_of(self, pos: int) -> int:
@@ -367,8 +368,11 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
     parts = body.split(None, 1)
     if not parts:
         raise scanner.error(pos, "empty statement")
-    if not OPCODE_RE.match(parts[0]):
-        raise scanner.error(pos, f"malformed opcode {parts[0]!r}")
+    opcode = scanner.opcodes.get(parts[0])
+    if opcode is None:
+        if not OPCODE_RE.match(parts[0]):
+            raise scanner.error(pos, f"malformed opcode {parts[0]!r}")
+        opcode = scanner.opcodes[parts[0]] = ir.Opcode(parts[0])
     operands: tuple[ir.Operand, ...] = ()
     if len(parts) > 1:
         text = parts[1]
@@ -378,7 +382,7 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
             operands = tuple(cached_operand(o.strip(), scanner.operands) for o in split_top(text, ","))
         except ValueError as e:
             raise scanner.error(pos, str(e)) from None
-    return ir.Instruction(ir.Opcode(parts[0]), operands, guard, line)
+    return ir.Instruction(opcode, operands, guard, line)
 
 
 def cached_operand(text: str, cache: dict[str, ir.Operand]) -> ir.Operand:
