@@ -32,6 +32,18 @@ FLAT_OPERANDS_RE = re.compile(rf"{_FLAT}+(?:,{_FLAT}+)*")
 BALANCE_RE = re.compile(r'[{}]|"[^"\n]*"|//[^\n]*|/\*(?:.|\n)*?(?:\*/|$)')
 # A statement up to its ';' with at most one level of { } (vector operands), no comments or strings.
 FAST_STATEMENT_RE = re.compile(r"([^;{}\"/]*(?:\{[^;{}\"/]*\}[^;{}\"/]*)*);")
+BODY_TOKEN_RE = re.compile(
+    r"""\s*(?:
+      (?P<comment>//[^\n]*)
+    | (?P<close>\})
+    | (?P<label>[A-Za-z_$][A-Za-z0-9_$]*)\s*:(?!:)
+    | (?P<stmt>[^;{}"/.\s][^;{}"/]*(?:\{[^;{}"/]*\}[^;{}"/]*)*|\.[^;{}"/]*);
+    )""",
+    re.X,
+)
+INSTRUCTION_RE = re.compile(
+    r"\s*(?:@(!?)(%[A-Za-z_$][A-Za-z0-9_$]*)\s+)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:\s+(\S.*?))?\s*$", re.S
+)
 LINE_DIRECTIVE_RE = re.compile(r"\.(?:loc|file)\b")
 
 
@@ -48,6 +60,7 @@ class Scanner:
         self._last_line = 0  # 0-based line of _last_pos
         self.operands: dict[str, ir.Operand] = {}  # operand text → parsed operand (values are immutable)
         self.opcodes: dict[str, ir.Opcode] = {}
+        self.operand_lists: dict[str, tuple[ir.Operand, ...]] = {}
 
     # -- positions
     def line_of(self, pos: int) -> int:
@@ -280,7 +293,30 @@ def split_perf_directives(text: str) -> list[str]:
 
 def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
     body: list[ir.Statement] = []
+    text = scanner.text
     while True:
+        token = BODY_TOKEN_RE.match(text, scanner.pos)
+        if token is not None:  # the fast path: one regex step per statement
+            kind = token.lastgroup
+            start = token.start(kind)
+            scanner.pos = token.end()
+            if kind == "stmt":
+                stmt = token.group("stmt")
+                if stmt.startswith("."):
+                    scanner.pos = start  # directives take the careful path
+                else:
+                    body.append(parse_instruction(stmt, scanner, start))
+                    continue
+            elif kind == "comment":
+                body.append(ir.Comment(token.group(kind), scanner.line_of(start)))
+                continue
+            elif kind == "label":
+                body.append(ir.Label(token.group(kind), scanner.line_of(start)))
+                continue
+            elif kind == "close":
+                return body
+            else:
+                scanner.pos = start
         scanner.skip_space()
         if scanner.at_end():
             raise scanner.error(open_pos, "'{' is never closed")
@@ -357,32 +393,39 @@ def parse_reg_decl(text: str, scanner: Scanner, pos: int) -> ir.RegDecl:
 
 def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
     line = scanner.line_of(pos)
-    body = text.strip()
-    guard = None
-    g = GUARD_RE.match(body)
-    if g:
-        guard = ir.Guard(ir.Register(g.group(2)), negated=bool(g.group(1)))
-        body = body[g.end() :]
-    elif body.startswith("@"):
-        raise scanner.error(pos, "malformed guard predicate", hint="expected `@%p` or `@!%p` before the opcode")
-    parts = body.split(None, 1)
-    if not parts:
-        raise scanner.error(pos, "empty statement")
-    opcode = scanner.opcodes.get(parts[0])
+    m = INSTRUCTION_RE.match(text)
+    if m is None:
+        return _instruction_error(text, scanner, pos)
+    negated, guard_name, opcode_text, operand_text = m.groups()
+    guard = ir.Guard(ir.Register(guard_name), negated=bool(negated)) if guard_name else None
+    opcode = scanner.opcodes.get(opcode_text)
     if opcode is None:
-        if not OPCODE_RE.match(parts[0]):
-            raise scanner.error(pos, f"malformed opcode {parts[0]!r}")
-        opcode = scanner.opcodes[parts[0]] = ir.Opcode(parts[0])
+        opcode = scanner.opcodes[opcode_text] = ir.Opcode(opcode_text)
     operands: tuple[ir.Operand, ...] = ()
-    if len(parts) > 1:
-        text = parts[1]
-        if parts[0] == "SAVE":  # probe snippets: `SAVE [ map ] {a, b}` has no comma after the map
-            text = re.sub(r"^(\s*\[[^\]]*\])\s*(?=\{)", r"\1, ", text)
-        try:
-            operands = tuple(cached_operand(o.strip(), scanner.operands) for o in split_top(text, ","))
-        except ValueError as e:
-            raise scanner.error(pos, str(e)) from None
+    if operand_text:
+        operands = scanner.operand_lists.get(operand_text)
+        if operands is None:
+            operands = scanner.operand_lists[operand_text] = _parse_operand_list(opcode_text, operand_text, scanner, pos)
     return ir.Instruction(opcode, operands, guard, line)
+
+
+def _parse_operand_list(opcode_text: str, text: str, scanner: Scanner, pos: int) -> tuple[ir.Operand, ...]:
+    if opcode_text == "SAVE":  # probe snippets: `SAVE [ map ] {a, b}` has no comma after the map
+        text = re.sub(r"^(\s*\[[^\]]*\])\s*(?=\{)", r"\1, ", text)
+    try:
+        return tuple(cached_operand(o.strip(), scanner.operands) for o in split_top(text, ","))
+    except ValueError as e:
+        raise scanner.error(pos, str(e)) from None
+
+
+def _instruction_error(text: str, scanner: Scanner, pos: int):
+    body = text.strip()
+    if not body:
+        raise scanner.error(pos, "empty statement")
+    if body.startswith("@") and not GUARD_RE.match(body):
+        raise scanner.error(pos, "malformed guard predicate", hint="expected `@%p` or `@!%p` before the opcode")
+    word = GUARD_RE.sub("", body, count=1).split(None, 1)[0] if GUARD_RE.sub("", body, count=1).split() else body
+    raise scanner.error(pos, f"malformed opcode {word!r}")
 
 
 def cached_operand(text: str, cache: dict[str, ir.Operand]) -> ir.Operand:
