@@ -1,0 +1,87 @@
+"""tensorop: tensor-core instructions (`mma`, `wgmma`) executed per thread.
+
+Input: one `count:u64` per thread. Every thread of a warp executes a warp-wide
+`mma`, so the per-thread counts of one warp are normally equal; the number of
+warp-level instructions issued is the sum over warps of the largest count
+among the warp's threads.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from neutrino.analysis import _common as C
+
+MAP_NAMES = ("tensorop",)
+HAS_PLOTS = False
+COUNT_FIELDS = ("count", "cnt", "tensorop", "mma")
+
+
+def matches(md) -> bool:
+    names = md.dtype.names or ()
+    return md.name in MAP_NAMES or (len(names) == 1 and names[0] in COUNT_FIELDS)
+
+
+@attrs.frozen
+class TensorStats:
+    thread_instructions: int  # sum of per-thread counts
+    warp_instructions: int  # sum over warps of the max count of its threads
+    threads: int
+    active_threads: int  # threads with a non-zero count
+    active_warps: int
+
+    def __add__(self, o: "TensorStats") -> "TensorStats":
+        return TensorStats(*(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(o))))
+
+
+def tensor_stats(count: np.ndarray, warp: np.ndarray) -> TensorStats:
+    """Statistics of per-thread counts and the global warp of each thread (pure)."""
+    count = np.asarray(count, dtype=np.uint64)
+    warp = np.asarray(warp, dtype=np.int64)
+    if len(count) == 0:
+        return TensorStats(0, 0, 0, 0, 0)
+    _, inverse = np.unique(warp, return_inverse=True)
+    per_warp = np.zeros(inverse.max() + 1, dtype=np.uint64)
+    np.maximum.at(per_warp, inverse, count)
+    return TensorStats(thread_instructions=int(count.sum(dtype=np.uint64)),
+                       warp_instructions=int(per_warp.sum(dtype=np.uint64)), threads=len(count),
+                       active_threads=int(np.count_nonzero(count)),
+                       active_warps=int(np.count_nonzero(per_warp)))
+
+
+@attrs.frozen
+class LaunchResult:
+    index: int
+    kernel: str
+    duration_ns: float | None
+    stats: TensorStats
+
+
+def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
+    field = C.find_field(md.dtype, COUNT_FIELDS, map_name=md.name)
+    stats = TensorStats(0, 0, 0, 0, 0)
+    # Chunks of whole blocks, so that no warp is split between two chunks.
+    for records, unit in C.iter_valid(md, align=C.units_per_block(md.level, launch.block)):
+        stats = stats + tensor_stats(records[field], C.unit_to_warp(unit, md.level, launch.block))
+    return LaunchResult(index=int(launch.index), kernel=launch.kernel,
+                        duration_ns=launch.duration_ns, stats=stats)
+
+
+def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
+    total = TensorStats(0, 0, 0, 0, 0)
+    for r in results:
+        total = total + r.stats
+    timed = [r for r in results if r.duration_ns]
+    rate = (sum(r.stats.warp_instructions for r in timed) / sum(r.duration_ns for r in timed) * 1e3
+            if timed else None)
+    return {
+        "mma (threads)": C.fmt_num(total.thread_instructions),
+        "mma (warps)": C.fmt_num(total.warp_instructions),
+        "active warps": C.fmt_num(total.active_warps),
+        "warp mma/us": C.fmt_num(rate),
+    }
+
+
+def write_plots(results: list[LaunchResult], out_dir: str) -> list[str]:
+    return []
