@@ -103,7 +103,7 @@ def cmd_export(args) -> int:
 
     if not args.perfetto:
         raise NeutrinoError("export needs --perfetto OUT.json")
-    export(args.trace, args.perfetto)
+    export(args.trace, args.perfetto, warps=args.warps, clock_ghz=args.clock_ghz)
     print(f"wrote {args.perfetto}", file=sys.stderr)
     return 0
 
@@ -150,6 +150,8 @@ def offline_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="export a trace")
     p.add_argument("trace")
     p.add_argument("--perfetto", help="Chrome trace-event JSON for Perfetto")
+    p.add_argument("--warps", action="store_true", help="also one track per warp under its block")
+    p.add_argument("--clock-ghz", type=float, help="SM clock rate to convert cycles (default: fitted or 1 GHz)")
     p.set_defaults(func=cmd_export)
     p = sub.add_parser("demo", help="instrument an embedded example kernel (no GPU needed)")
     p.add_argument("-p", "--probe", default="block_sched")
