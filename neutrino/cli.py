@@ -26,26 +26,22 @@ from neutrino.errors import NeutrinoError
 SUBCOMMANDS = ("print", "instrument", "report", "export", "demo")
 
 
-def _read_ptx(path: str, kernel_hint: str | None = None) -> tuple[str, str]:
+def _read_ptx(path: str) -> tuple[str, str]:
     """PTX text from a .ptx file, or from a fatbin/cubin/executable (the PTX inside it)."""
-    p = Path(path)
+    from neutrino.runtime.ptx_source import ImageKind, classify_image, ptx_from_file
+
     try:
-        data = p.read_bytes()
+        data = Path(path).read_bytes()
     except OSError as e:
         raise NeutrinoError(f"{path}: cannot read: {e.strerror}") from None
-    head = data[:4096].lstrip()
-    if head.startswith((b".version", b"//")) or b".target" in head:
+    if classify_image(data) is ImageKind.PTX:
         try:
-            return data.decode(), path
+            return data.rstrip(b"\0").decode(), path
         except UnicodeDecodeError:
             raise NeutrinoError(f"{path}: not a PTX text file (not UTF-8)") from None
-    try:
-        from neutrino.runtime.ptx_source import ptx_from_file
-    except ImportError:
-        raise NeutrinoError(f"{path}: not PTX text, and binary extraction is unavailable") from None
     image = ptx_from_file(path)
     if image is None:
-        raise NeutrinoError(f"{path}: contains no PTX (only SASS?) — nothing to instrument")
+        raise NeutrinoError(f"{path}: contains no PTX (only SASS?): nothing to instrument")
     return image.text, f"{path}[{image.source}]"
 
 

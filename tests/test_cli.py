@@ -72,3 +72,13 @@ def test_demo_runs_without_gpu():
     proc = cli("demo")
     assert proc.returncode == 0, proc.stderr
     assert "__nt_buf_block_sched" in proc.stdout
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not on PATH")
+def test_instrument_accepts_a_fatbin(tmp_path):
+    fatbins = sorted((DATA / "binaries").glob("*.fatbin"))
+    if not fatbins:
+        pytest.skip("no fatbin fixture")
+    proc = cli("instrument", fatbins[0], "-p", "block_sched", "--check", "-o", tmp_path / "o.ptx")
+    assert proc.returncode == 0, proc.stderr
+    assert "__nt_buf_block_sched" in (tmp_path / "o.ptx").read_text()
