@@ -68,11 +68,23 @@ def ptxas_check(ptx: str, target: str | None) -> None:
 def cmd_instrument(args) -> int:
     from neutrino.engine import instrument
     from neutrino.isa.ptx import parse_module
+    from neutrino.passes import default_pipeline
     from neutrino.probe import load_probes
 
     probes = load_probes(args.probe)
     text, source = _read_ptx(args.ptx)
-    result = instrument(text, probes, kernel=args.kernel, source=source)
+    pipeline = default_pipeline()
+    pipeline.print_after = frozenset(args.print_after or ())
+    pipeline.verify_each = args.verify_each
+    unknown = pipeline.print_after - set(pipeline.names())
+    if unknown:
+        raise NeutrinoError(f"--print-after: no pass named {', '.join(sorted(unknown))} (passes: {', '.join(pipeline.names())})")
+    result = instrument(text, probes, kernel=args.kernel, source=source, pipeline=pipeline)
+    for name, dumped in pipeline.dump:
+        print(f"// ----- IR after {name} -----\n{dumped}", file=sys.stderr)
+    if args.time_passes:
+        for name, seconds in result.timings.items():
+            print(f"{name:24s} {seconds * 1e3:8.3f} ms", file=sys.stderr)
     if args.output:
         Path(args.output).write_text(result.ptx)
     else:
@@ -138,6 +150,9 @@ def offline_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the probed PTX here (default: stdout)")
     p.add_argument("--info", help="write the kernel description JSON here")
     p.add_argument("--check", action="store_true", help="assemble the result with ptxas")
+    p.add_argument("--print-after", action="append", metavar="PASS", help="print the IR after this pass (repeatable)")
+    p.add_argument("--time-passes", action="store_true", help="print the time each pass took")
+    p.add_argument("--verify-each", action="store_true", help="check the kernels' invariants after every pass")
     p.set_defaults(func=cmd_instrument)
     p = sub.add_parser("report", help="summarise a trace directory and write plots")
     p.add_argument("trace")

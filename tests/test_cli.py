@@ -82,3 +82,12 @@ def test_instrument_accepts_a_fatbin(tmp_path):
     proc = cli("instrument", fatbins[0], "-p", "block_sched", "--check", "-o", tmp_path / "o.ptx")
     assert proc.returncode == 0, proc.stderr
     assert "__nt_buf_block_sched" in (tmp_path / "o.ptx").read_text()
+
+
+def test_pass_debugging_options():
+    proc = cli("instrument", DATA / "corpus" / "nvcc" / "vec.sm90.ptx", "-p", "block_sched", "--time-passes", "--verify-each", "--print-after", "lower-save", "-o", "/dev/null")
+    assert proc.returncode == 0, proc.stderr
+    assert "// ----- IR after lower-save -----" in proc.stderr and "st.global.v2.b32" in proc.stderr
+    assert "buffer-addressing" in proc.stderr.split("-----")[-1]
+    proc = cli("instrument", VADD, "-p", "block_sched", "--print-after", "nope")
+    assert proc.returncode == 1 and "no pass named nope" in proc.stderr

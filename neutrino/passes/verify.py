@@ -279,14 +279,14 @@ class Verifier:
             self.check_kernel(name, state)
 
     @staticmethod
-    def check_kernel(name: str, state) -> None:
+    def check_kernel(name: str, state, lowered: bool = True) -> None:
         originals = [i for i in ir.instructions(state.function.body) if i.origin is None]
         if [id(i) for i in originals] != state.original_ids:
             raise InstrumentError(f"{name}: the original instructions were changed by a pass")
         for insn in ir.instructions(state.function.body):
             if insn.origin is None or not insn.origin.startswith("probe "):
                 continue
-            if insn.opcode.base not in ALLOWED_OPCODES:
+            if insn.opcode.base not in ALLOWED_OPCODES and (lowered or insn.opcode.base != SAVE):
                 raise InstrumentError(f"{name}: probe code contains {insn.opcode} after lowering")
             for reg in effects(insn).defs:
                 if not reg.name.startswith(state.prefix):
