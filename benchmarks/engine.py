@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from neutrino.engine import instrument
-from neutrino.probe import load_probes
+from neutrino.probefile import load_probes
 
 CORPUS = sorted((Path(__file__).parent.parent / "tests" / "data" / "corpus").glob("*/*.ptx"))
 

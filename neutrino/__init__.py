@@ -1,12 +1,16 @@
-"""Neutrino: eBPF-style probes for GPU kernels."""
+"""Neutrino: eBPF-style probes for GPU kernels.
+
+`from neutrino import probe, Map` gives the probe-language decorators
+(`neutrino.language`), imported lazily so that `import neutrino` stays cheap
+(the runtime imports it at startup). Probe files are read by `neutrino.probefile`.
+"""
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # The DSL is imported lazily so that `import neutrino` stays cheap (the runtime imports it at startup).
     if name in ("probe", "Map"):
         import neutrino.language as language
 
         return getattr(language, name)
-    raise AttributeError(name)
+    raise AttributeError(f"module 'neutrino' has no attribute {name!r}")

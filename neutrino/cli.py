@@ -69,7 +69,7 @@ def cmd_instrument(args) -> int:
     from neutrino.engine import instrument
     from neutrino.isa.ptx import parse_module
     from neutrino.passes import default_pipeline
-    from neutrino.probe import load_probes
+    from neutrino.probefile import load_probes
 
     probes = load_probes(args.probe)
     text, source = _read_ptx(args.ptx)
@@ -122,7 +122,7 @@ DEMO_PTX = Path(__file__).parent / "probes" / "demo_vadd.ptx"
 def cmd_demo(args) -> int:
     """What `neutrino` does to a kernel, shown without a GPU: instrument an embedded vector add."""
     from neutrino.engine import instrument
-    from neutrino.probe import load_probes
+    from neutrino.probefile import load_probes
 
     probes = load_probes(args.probe)
     result = instrument(DEMO_PTX.read_text(), probes, source=str(DEMO_PTX))

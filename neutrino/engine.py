@@ -7,7 +7,7 @@ import attrs
 from neutrino.isa.ptx import ir, parse_module, print_module
 from neutrino.passes import Context, PassManager, default_pipeline
 from neutrino.passes.prune import prune_module
-from neutrino.probe import ProbeFile
+from neutrino.probefile import ProbeFile
 
 
 @attrs.frozen

@@ -10,7 +10,7 @@ from neutrino.passes import (
     SaveLowering, TracepointMatching, Verifier, default_pipeline,
 )
 from neutrino.passes.manager import Context, PassFailed
-from neutrino.probe import parse_probes
+from neutrino.probefile import parse_probes
 
 from helpers import HAVE_PTXAS, filecheck, ptxas
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from neutrino.engine import instrument
 from neutrino.errors import ProbeError
 from neutrino.isa.ptx import parse_module
-from neutrino.probe import parse_probes
+from neutrino.probefile import parse_probes
 
 from helpers import CORPUS, HAVE_PTXAS, assert_keeps_original, ptxas
 

@@ -8,7 +8,7 @@ from neutrino.errors import ParseError
 from neutrino.isa.ptx import ir, parse_module, parse_statements, print_module
 from neutrino.passes import PassManager, default_pipeline
 from neutrino.passes.manager import Context
-from neutrino.probe import parse_probes
+from neutrino.probefile import parse_probes
 
 from helpers import CORPUS, HAVE_PTXAS, ptxas
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from neutrino.errors import ProbeError
-from neutrino.probe import parse_probes
+from neutrino.probefile import parse_probes
 
 
 def refuse(text: str) -> str:
@@ -112,7 +112,7 @@ def test_malformed_files(text, message):
 
 
 def test_seed_probe_loads_verbatim():
-    from neutrino.probe import load_probes
+    from neutrino.probefile import load_probes
 
     probes = load_probes("block_sched")
     (spec,) = probes.maps.values()

@@ -23,7 +23,7 @@ from neutrino.isa.ptx.semantics import lookup
 from neutrino.passes.build import containers, index_of, insn
 from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
-from neutrino.probe import SAVE, MapSpec, ProbeFile
+from neutrino.probefile import SAVE, MapSpec, ProbeFile
 
 ORIGIN = "save-lowering"
 COUNT_SUFFIX = "__nt_count"

@@ -14,7 +14,7 @@ import attrs
 
 from neutrino.errors import InstrumentError, NeutrinoError
 from neutrino.isa.ptx import ir, print_module
-from neutrino.probe import ProbeFile
+from neutrino.probefile import ProbeFile
 
 
 @attrs.define(eq=False)

@@ -24,7 +24,7 @@ from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import effects, lookup
 from neutrino.passes.build import containers, entry_index, index_of, insn
 from neutrino.passes.manager import Context, KernelState, Site
-from neutrino.probe import HELPERS, SAVE, Probe, Snippet
+from neutrino.probefile import HELPERS, SAVE, Probe, Snippet
 
 LEVEL_LEADER = {"warp": "lead_warp", "block": "lead_block"}
 

@@ -17,7 +17,7 @@ from neutrino.errors import Diagnostic, InstrumentError, ProbeError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import effects, lookup
 from neutrino.passes.manager import Context
-from neutrino.probe import HELPERS, SAVE, Probe, ProbeFile, Snippet
+from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
 ALLOWED_OPCODES = frozenset(
     """mov add sub mul mad mul24 mad24 sad div rem abs neg min max and or xor not cnot
