@@ -1,0 +1,430 @@
+"""Trace directories: the result-file format and a numpy-only reader.
+
+Normative description: ``spec/trace-format.md``. In short, a run leaves::
+
+    <tracedir>/<start-time>_<pid>/
+        event.log            one JSON object per line
+        probe.toml           the probe file used
+        kernel/<k>_<hash>/   original.ptx, probed.ptx, kernel.json
+        result/<n>.bin       one file per probed launch (format below)
+
+``load(path)`` opens such a directory lazily: result files are memory-mapped
+when a launch's maps are first asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import attrs
+import numpy as np
+
+from neutrino.errors import NeutrinoError
+
+MAGIC = b"NTRESULT"
+VERSION = 1
+SECTION_ALIGN = 64
+
+LEVELS = ("thread", "warp", "block")
+FIELD_TYPES = {"u32": 4, "u64": 8}
+_TYPE_BY_WIDTH = {4: "u32", 8: "u64"}
+
+FILE_HEADER = np.dtype(
+    [
+        ("magic", "S8"),
+        ("version", "<u4"),
+        ("n_maps", "<u4"),
+        ("grid", "<u4", (3,)),
+        ("block", "<u4", (3,)),
+        ("shared_bytes", "<u4"),
+        ("reserved", "<u4"),
+    ]
+)
+MAP_HEADER = np.dtype(
+    [
+        ("name", "S64"),
+        ("level", "<u4"),  # index into LEVELS
+        ("record_bytes", "<u4"),
+        ("cap", "<u4"),  # records per unit actually allocated
+        ("cap_is_count", "<u4"),  # 1 when the probe said cap = "count"
+        ("units", "<u8"),
+        ("n_fields", "<u4"),
+        ("reserved", "<u4"),
+        ("offset", "<u8"),  # absolute byte offset of the section
+        ("size", "<u8"),  # bytes of the section
+    ]
+)
+FIELD_DESC = np.dtype([("name", "S32"), ("width", "<u4"), ("offset", "<u4")])
+
+
+class TraceError(NeutrinoError):
+    """A trace directory or result file that cannot be read."""
+
+
+def align(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+def units_for(level: str, grid: Sequence[int], block: Sequence[int]) -> int:
+    """Number of units of a map of `level` for one launch (spec/kernel-json.md)."""
+    blocks = int(grid[0]) * int(grid[1]) * int(grid[2])
+    threads = int(block[0]) * int(block[1]) * int(block[2])
+    if level == "thread":
+        return blocks * threads
+    if level == "warp":
+        return blocks * ((threads + 31) // 32)
+    if level == "block":
+        return blocks
+    raise ValueError(f"unknown map level {level!r}")
+
+
+def buffer_bytes(units: int, cap: int, record_bytes: int) -> int:
+    """Size of one map buffer: counts (16-aligned) then records."""
+    return align(4 * units, 16) + units * cap * record_bytes
+
+
+@attrs.frozen
+class Field:
+    name: str
+    type: str = attrs.field(validator=attrs.validators.in_(FIELD_TYPES))
+    offset: int = attrs.field(validator=attrs.validators.ge(0))
+
+    @property
+    def width(self) -> int:
+        return FIELD_TYPES[self.type]
+
+
+def _fields(value: Iterable) -> tuple[Field, ...]:
+    out = []
+    for f in value:
+        if isinstance(f, Field):
+            out.append(f)
+        elif isinstance(f, dict):
+            out.append(Field(f["name"], f["type"], int(f["offset"])))
+        else:
+            out.append(Field(*f))
+    return tuple(out)
+
+
+@attrs.frozen
+class MapSection:
+    """One map of one launch, as written: its layout and its raw buffer.
+
+    `data` is the device buffer copied back (any object supporting the
+    buffer protocol), exactly `buffer_bytes(units, cap, record_bytes)` long.
+    """
+
+    name: str
+    level: str = attrs.field(validator=attrs.validators.in_(LEVELS))
+    record_bytes: int
+    cap: int
+    units: int
+    fields: tuple[Field, ...] = attrs.field(converter=_fields)
+    data: object = attrs.field(repr=False)
+    cap_is_count: bool = False
+
+    @property
+    def size(self) -> int:
+        return buffer_bytes(self.units, self.cap, self.record_bytes)
+
+
+def record_dtype(fields: Sequence[Field], record_bytes: int) -> np.dtype:
+    return np.dtype(
+        {
+            "names": [f.name for f in fields],
+            "formats": ["<u4" if f.type == "u32" else "<u8" for f in fields],
+            "offsets": [f.offset for f in fields],
+            "itemsize": record_bytes,
+        }
+    )
+
+
+# --------------------------------------------------------------------- writing
+
+
+def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> tuple[bytes, list[int]]:
+    """The header bytes of a result file and the absolute offset of each section."""
+    head = np.zeros((), FILE_HEADER)
+    head["magic"] = MAGIC
+    head["version"] = VERSION
+    head["n_maps"] = len(maps)
+    head["grid"] = tuple(grid)
+    head["block"] = tuple(block)
+    head["shared_bytes"] = shared_bytes
+    descs: list[bytes] = []
+    size = FILE_HEADER.itemsize + sum(MAP_HEADER.itemsize + len(m.fields) * FIELD_DESC.itemsize for m in maps)
+    offsets = []
+    pos = align(size, SECTION_ALIGN)
+    for m in maps:
+        _check_section(m)
+        mh = np.zeros((), MAP_HEADER)
+        mh["name"] = m.name.encode()
+        mh["level"] = LEVELS.index(m.level)
+        mh["record_bytes"] = m.record_bytes
+        mh["cap"] = m.cap
+        mh["cap_is_count"] = int(m.cap_is_count)
+        mh["units"] = m.units
+        mh["n_fields"] = len(m.fields)
+        mh["offset"] = pos
+        mh["size"] = m.size
+        fd = np.zeros(len(m.fields), FIELD_DESC)
+        for i, f in enumerate(m.fields):
+            fd[i] = (f.name.encode(), f.width, f.offset)
+        descs.append(mh.tobytes() + fd.tobytes())
+        offsets.append(pos)
+        pos = align(pos + m.size, SECTION_ALIGN)
+    return head.tobytes() + b"".join(descs), offsets
+
+
+def _check_section(m: MapSection) -> None:
+    if len(m.name.encode()) > 63:
+        raise TraceError(f"map name too long for a result file: {m.name!r}")
+    for f in m.fields:
+        if len(f.name.encode()) > 31:
+            raise TraceError(f"field name too long for a result file: {f.name!r}")
+        if f.offset + f.width > m.record_bytes:
+            raise TraceError(f"field {f.name} of map {m.name} lies outside its {m.record_bytes}-byte record")
+    got = memoryview(m.data).nbytes
+    if got != m.size:
+        raise TraceError(f"map {m.name}: buffer has {got} bytes, layout needs {m.size}")
+
+
+def write_result(path, *, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> Path:
+    """Write one result file atomically (temporary file, then rename)."""
+    path = Path(path)
+    header, offsets = encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(header)
+        for m, off in zip(maps, offsets):
+            fh.write(b"\0" * (off - fh.tell()))
+            fh.write(memoryview(m.data).cast("B"))
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------- reading
+
+
+@attrs.define(eq=False)
+class MapData:
+    """One map of one launch, read back. `counts` and `records` are memory-mapped."""
+
+    name: str
+    level: str
+    cap: int
+    record_bytes: int
+    units: int
+    fields: tuple[Field, ...]
+    cap_is_count: bool
+    counts: np.ndarray
+    records: np.ndarray
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.records.dtype
+
+    @property
+    def dropped(self) -> int:
+        over = self.counts.astype(np.int64) - self.cap
+        return int(np.clip(over, 0, None).sum())
+
+    def valid(self) -> np.ndarray:
+        """The records actually written, one row each, with the extra field `unit`."""
+        n = np.minimum(self.counts, self.cap).astype(np.int64)
+        mask = np.arange(self.cap)[None, :] < n[:, None]
+        units = np.nonzero(mask)[0].astype(np.uint64)
+        recs = np.asarray(self.records)[mask]
+        out_dtype = np.dtype([(f.name, "<u4" if f.type == "u32" else "<u8") for f in self.fields] + [("unit", "<u8")])
+        out = np.empty(len(units), out_dtype)
+        for f in self.fields:
+            out[f.name] = recs[f.name]
+        out["unit"] = units
+        return out
+
+
+@attrs.define(eq=False)
+class ResultFile:
+    path: Path
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    maps: dict[str, MapData]
+
+
+def read_result(path) -> ResultFile:
+    """Parse a result file; sections are memory-mapped, not read."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            raw = fh.read(FILE_HEADER.itemsize)
+            head = _frombuffer(raw, FILE_HEADER, path, "file header")
+            if bytes(head["magic"]) != MAGIC:
+                raise TraceError(f"{path}: not a Neutrino result file (bad magic)")
+            if int(head["version"]) != VERSION:
+                raise TraceError(f"{path}: result format version {int(head['version'])}, this reader knows {VERSION}")
+            maps = {}
+            for _ in range(int(head["n_maps"])):
+                m = _read_map(fh, path, size)
+                maps[m.name] = m
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read result file: {e.strerror or e}") from None
+    return ResultFile(
+        path=path,
+        grid=tuple(int(v) for v in head["grid"]),
+        block=tuple(int(v) for v in head["block"]),
+        shared_bytes=int(head["shared_bytes"]),
+        maps=maps,
+    )
+
+
+def _frombuffer(raw: bytes, dtype: np.dtype, path: Path, what: str, count: int = 1):
+    if len(raw) != dtype.itemsize * count:
+        raise TraceError(f"{path}: truncated {what}")
+    arr = np.frombuffer(raw, dtype, count=count)
+    return arr[0] if count == 1 else arr
+
+
+def _read_map(fh, path: Path, file_size: int) -> MapData:
+    mh = _frombuffer(fh.read(MAP_HEADER.itemsize), MAP_HEADER, path, "map header")
+    nf = int(mh["n_fields"])
+    fds = _frombuffer(fh.read(FIELD_DESC.itemsize * nf), FIELD_DESC, path, "field table", nf) if nf else []
+    if nf == 1:
+        fds = [fds]
+    name = bytes(mh["name"]).decode()
+    level_i = int(mh["level"])
+    if level_i >= len(LEVELS):
+        raise TraceError(f"{path}: map {name}: unknown level {level_i}")
+    fields = []
+    for fd in fds:
+        width = int(fd["width"])
+        if width not in _TYPE_BY_WIDTH:
+            raise TraceError(f"{path}: map {name}: field width {width} is not 4 or 8")
+        fields.append(Field(bytes(fd["name"]).decode(), _TYPE_BY_WIDTH[width], int(fd["offset"])))
+    units, cap, rb = int(mh["units"]), int(mh["cap"]), int(mh["record_bytes"])
+    offset, size = int(mh["offset"]), int(mh["size"])
+    if size != buffer_bytes(units, cap, rb) or offset + size > file_size:
+        raise TraceError(f"{path}: map {name}: section size/offset do not match its layout (truncated file?)")
+    dtype = record_dtype(fields, rb)
+    counts = _map_array(path, np.dtype("<u4"), offset, (units,))
+    records = _map_array(path, dtype, offset + align(4 * units, 16), (units, cap))
+    return MapData(name, LEVELS[level_i], cap, rb, units, tuple(fields), bool(mh["cap_is_count"]), counts, records)
+
+
+def _map_array(path: Path, dtype: np.dtype, offset: int, shape: tuple) -> np.ndarray:
+    if int(np.prod(shape)) == 0:
+        return np.zeros(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+
+
+# --------------------------------------------------------------------- trace dir
+
+
+@attrs.define(eq=False)
+class Launch:
+    """One probed launch: its event-log metadata and (lazily) its maps."""
+
+    index: int
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    duration_ns: float | None
+    frame: str | None
+    result_path: Path
+    event: dict
+    _result: ResultFile | None = None
+
+    @property
+    def maps(self) -> dict[str, MapData]:
+        if self._result is None:
+            self._result = read_result(self.result_path)
+        return self._result.maps
+
+
+@attrs.define(eq=False)
+class Trace:
+    path: Path
+    probe_text: str
+    events: list[dict]
+    launches: list[Launch]
+
+    def kernel_info(self, kernel: str) -> dict | None:
+        """The kernel.json entry of `kernel` (the first instrumented one of that name)."""
+        for ev in self.events:
+            if ev.get("event") == "instrument" and ev.get("kernel") == kernel and ev.get("kernel_dir"):
+                p = self.path / ev["kernel_dir"] / "kernel.json"
+                if p.exists():
+                    return json.loads(p.read_text())["kernels"].get(kernel)
+        return None
+
+
+def find_run_dir(path) -> Path:
+    """`path` itself if it is a run directory, else its only run subdirectory."""
+    path = Path(path)
+    if not path.is_dir():
+        raise TraceError(f"{path}: no such trace directory")
+    if (path / "event.log").exists():
+        return path
+    runs = sorted(p for p in path.iterdir() if (p / "event.log").exists())
+    if len(runs) == 1:
+        return runs[0]
+    if not runs:
+        raise TraceError(f"{path}: not a trace directory (no event.log here or in a subdirectory)")
+    names = ", ".join(p.name for p in runs[-5:])
+    raise TraceError(f"{path}: holds {len(runs)} runs ({names}); name one of them")
+
+
+def read_events(path: Path) -> list[dict]:
+    events = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                # A line cut short by a crash: keep what precedes it.
+                continue
+    return events
+
+
+def load(path) -> Trace:
+    """Open a trace directory (or a parent holding exactly one run)."""
+    run = find_run_dir(path)
+    events = read_events(run / "event.log")
+    probe_text = ""
+    for name in ("probe.toml",):
+        if (run / name).exists():
+            probe_text = (run / name).read_text()
+    return Trace(run, probe_text, events, _launches(run, events))
+
+
+def _launches(run: Path, events: list[dict]) -> list[Launch]:
+    out = []
+    for ev in events:
+        if ev.get("event") != "launch" or not ev.get("result"):
+            continue
+        p = run / ev["result"]
+        if not p.exists():
+            continue
+        out.append(
+            Launch(
+                index=int(ev["index"]),
+                kernel=str(ev.get("kernel", "")),
+                grid=tuple(ev.get("grid", (0, 0, 0))),
+                block=tuple(ev.get("block", (0, 0, 0))),
+                shared_bytes=int(ev.get("shared_bytes", 0)),
+                duration_ns=ev.get("duration_ns"),
+                frame=ev.get("frame"),
+                result_path=p,
+                event=ev,
+            )
+        )
+    out.sort(key=lambda launch: launch.index)
+    return out
