@@ -1,0 +1,65 @@
+"""Building the LD_PRELOAD shim with the system C compiler, cached by source hash."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from neutrino.errors import NeutrinoError
+from neutrino.runtime.codecache import default_cache_dir
+
+CFLAGS = ("-O2", "-fPIC", "-shared", "-Wall", "-fvisibility=default")
+LIBS = ("-ldl", "-lpthread")
+
+
+class ShimBuildError(NeutrinoError):
+    """The shim could not be compiled."""
+
+
+def shim_source() -> Path:
+    """shim/preload.c of this checkout (or installed copy beside the package)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent.parent / "shim" / "preload.c", here / "preload.c"):
+        if candidate.is_file():
+            return candidate
+    raise ShimBuildError(f"shim source preload.c not found (looked in {here.parent.parent / 'shim'} and {here})")
+
+
+def compiler() -> list[str]:
+    cc = os.environ.get("CC") or "cc"
+    parts = shlex.split(cc)
+    if not shutil.which(parts[0]):
+        raise ShimBuildError(f"no C compiler: {parts[0]!r} is not on PATH (set CC to one); the shim must be built once")
+    return parts
+
+
+def shim_path(cache_dir: Path | None = None) -> Path:
+    src = shim_source().read_bytes()
+    h = hashlib.sha256(src + " ".join(CFLAGS + LIBS).encode()).hexdigest()[:16]
+    return (cache_dir or default_cache_dir()) / f"shim-{h}.so"
+
+
+def build_shim(cache_dir: Path | None = None, *, force: bool = False) -> Path:
+    """Path of the compiled shim, compiling it first if its source changed."""
+    out = shim_path(cache_dir)
+    if out.exists() and not force:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=out.name, suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    cmd = [*compiler(), *CFLAGS, "-o", tmp, str(shim_source()), *LIBS]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        os.unlink(tmp)
+        raise ShimBuildError(f"cannot run the C compiler ({' '.join(cmd)}): {e}") from None
+    if res.returncode != 0:
+        os.unlink(tmp)
+        raise ShimBuildError(f"building the shim failed ({' '.join(cmd)}):\n{res.stderr.strip()}")
+    os.replace(tmp, out)
+    return out

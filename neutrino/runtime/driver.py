@@ -1,0 +1,280 @@
+"""The few CUDA driver calls the runtime makes itself, through ctypes.
+
+The pointers come from the shim (`neutrino_real_sym`), never from `dlsym` on
+libcuda (which the shim interposes), so the runtime's own calls are never seen
+as the program's. Tests use `tests/fakedriver.py`, a Python object with the
+same methods.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+
+from neutrino.errors import NeutrinoError
+
+CUDA_SUCCESS = 0
+
+# CUfunction_attribute values that are settable and matter for launching.
+FUNC_ATTR_MAX_DYNAMIC_SHARED = 8
+FUNC_ATTR_CARVEOUT = 9
+FUNC_ATTR_NON_PORTABLE_CLUSTER = 14
+FUNC_ATTR_CLUSTER_SCHED_POLICY = 15
+COPIED_FUNC_ATTRS = (FUNC_ATTR_MAX_DYNAMIC_SHARED, FUNC_ATTR_CARVEOUT, FUNC_ATTR_NON_PORTABLE_CLUSTER, FUNC_ATTR_CLUSTER_SCHED_POLICY)
+
+DEV_ATTR_SM_COUNT = 16
+DEV_ATTR_L2_SIZE = 38
+DEV_ATTR_CC_MAJOR = 75
+DEV_ATTR_CC_MINOR = 76
+
+CU_JIT_INPUT_PTX = 1
+CU_STREAM_LEGACY = 0x1
+CU_STREAM_PER_THREAD = 0x2
+CU_EVENT_DISABLE_TIMING = 0x2
+
+# Launch kinds, shared with shim/preload.c.
+LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ, LAUNCH_EX, LAUNCH_EX_PTSZ, LAUNCH_COOP, LAUNCH_COOP_PTSZ = range(6)
+LAUNCH_SYMBOLS = (
+    "cuLaunchKernel",
+    "cuLaunchKernel_ptsz",
+    "cuLaunchKernelEx",
+    "cuLaunchKernelEx_ptsz",
+    "cuLaunchCooperativeKernel",
+    "cuLaunchCooperativeKernel_ptsz",
+)
+
+
+class DriverError(NeutrinoError):
+    def __init__(self, call: str, code: int, name: str = ""):
+        self.call, self.code, self.name = call, code, name
+        super().__init__(f"{call} failed: {name or 'CUresult'} ({code})")
+
+
+class CUlaunchConfig(C.Structure):
+    _fields_ = [
+        ("gridDimX", C.c_uint), ("gridDimY", C.c_uint), ("gridDimZ", C.c_uint),
+        ("blockDimX", C.c_uint), ("blockDimY", C.c_uint), ("blockDimZ", C.c_uint),
+        ("sharedMemBytes", C.c_uint), ("hStream", C.c_void_p),
+        ("attrs", C.c_void_p), ("numAttrs", C.c_uint),
+    ]
+
+
+P = C.c_void_p
+U = C.c_uint
+SZ = C.c_size_t
+PP = C.POINTER(C.c_void_p)
+
+# exported name -> argtypes (all return CUresult = int)
+_SIGNATURES = {
+    "cuGetErrorName": [C.c_int, C.POINTER(C.c_char_p)],
+    "cuCtxGetCurrent": [PP],
+    "cuCtxSetCurrent": [P],
+    "cuCtxGetDevice": [C.POINTER(C.c_int)],
+    "cuDeviceGetAttribute": [C.POINTER(C.c_int), C.c_int, C.c_int],
+    "cuModuleLoadDataEx": [PP, P, U, P, P],
+    "cuModuleGetFunction": [PP, P, C.c_char_p],
+    "cuKernelGetFunction": [PP, P],
+    "cuModuleGetGlobal_v2": [C.POINTER(C.c_uint64), C.POINTER(SZ), P, C.c_char_p],
+    "cuLibraryGetGlobal": [C.POINTER(C.c_uint64), C.POINTER(SZ), P, C.c_char_p],
+    "cuMemcpyDtoDAsync_v2": [C.c_uint64, C.c_uint64, SZ, P],
+    "cuFuncGetAttribute": [C.POINTER(C.c_int), C.c_int, P],
+    "cuFuncSetAttribute": [P, C.c_int, C.c_int],
+    "cuStreamIsCapturing": [P, C.POINTER(C.c_int)],
+    "cuMemAllocAsync": [C.POINTER(C.c_uint64), SZ, P],
+    "cuMemFreeAsync": [C.c_uint64, P],
+    "cuMemAlloc_v2": [C.POINTER(C.c_uint64), SZ],
+    "cuMemFree_v2": [C.c_uint64],
+    "cuMemsetD8Async": [C.c_uint64, C.c_ubyte, SZ, P],
+    "cuMemcpyDtoHAsync_v2": [P, C.c_uint64, SZ, P],
+    "cuMemHostAlloc": [PP, SZ, U],
+    "cuMemFreeHost": [P],
+    "cuEventCreate": [PP, U],
+    "cuEventRecord": [P, P],
+    "cuEventSynchronize": [P],
+    "cuEventElapsedTime": [C.POINTER(C.c_float), P, P],
+    "cuEventDestroy_v2": [P],
+    "cuStreamSynchronize": [P],
+    "cuLinkCreate_v2": [U, P, P, PP],
+    "cuLinkAddData_v2": [P, C.c_int, P, SZ, C.c_char_p, U, P, P],
+    "cuLinkComplete": [P, PP, C.POINTER(SZ)],
+    "cuLinkDestroy": [P],
+    "cuLaunchKernel": [P, U, U, U, U, U, U, U, P, P, P],
+    "cuLaunchKernel_ptsz": [P, U, U, U, U, U, U, U, P, P, P],
+    "cuLaunchKernelEx": [P, P, P, P],
+    "cuLaunchKernelEx_ptsz": [P, P, P, P],
+    "cuLaunchCooperativeKernel": [P, U, U, U, U, U, U, U, P, P],
+    "cuLaunchCooperativeKernel_ptsz": [P, U, U, U, U, U, U, U, P, P],
+}
+_FALLBACK_NAMES = {"cuEventElapsedTime": ("cuEventElapsedTime_v2",)}
+
+
+class RealDriver:
+    """ctypes bindings resolved through `resolve(name) -> address or 0`."""
+
+    def __init__(self, resolve):
+        self._resolve = resolve
+        self._fns: dict[str, object] = {}
+
+    def _fn(self, name: str):
+        fn = self._fns.get(name)
+        if fn is not None:
+            return fn
+        addr = self._resolve(name)
+        for alt in _FALLBACK_NAMES.get(name, ()):
+            addr = addr or self._resolve(alt)
+        if not addr:
+            raise DriverError(name, -1, "symbol not found in libcuda")
+        fn = C.CFUNCTYPE(C.c_int, *_SIGNATURES[name])(addr)
+        self._fns[name] = fn
+        return fn
+
+    def _call(self, name: str, *args) -> None:
+        rc = self._fn(name)(*args)
+        if rc != CUDA_SUCCESS:
+            raise DriverError(name, rc, self.error_name(rc))
+
+    def error_name(self, rc: int) -> str:
+        s = C.c_char_p()
+        try:
+            if self._fn("cuGetErrorName")(rc, C.byref(s)) == 0 and s.value:
+                return s.value.decode()
+        except DriverError:
+            pass
+        return "CUresult"
+
+    # -- context / device
+    def ctx_get_current(self) -> int:
+        c = C.c_void_p()
+        self._call("cuCtxGetCurrent", C.byref(c))
+        return c.value or 0
+
+    def ctx_set_current(self, ctx: int) -> None:
+        self._call("cuCtxSetCurrent", ctx)
+
+    def device_attr(self, attr: int) -> int:
+        dev, v = C.c_int(), C.c_int()
+        self._call("cuCtxGetDevice", C.byref(dev))
+        self._call("cuDeviceGetAttribute", C.byref(v), attr, dev.value)
+        return v.value
+
+    # -- modules and functions
+    def module_load_data(self, image: bytes) -> int:
+        m = C.c_void_p()
+        self._call("cuModuleLoadDataEx", C.byref(m), C.c_char_p(image), 0, None, None)
+        return m.value
+
+    def link_ptx(self, ptx: str) -> bytes:
+        """JIT PTX to a cubin (kept in the disk cache so later runs skip the JIT)."""
+        state = C.c_void_p()
+        self._call("cuLinkCreate_v2", 0, None, None, C.byref(state))
+        try:
+            data = ptx.encode() + b"\0"
+            self._call("cuLinkAddData_v2", state, CU_JIT_INPUT_PTX, C.c_char_p(data), len(data), b"probed.ptx", 0, None, None)
+            out, size = C.c_void_p(), C.c_size_t()
+            self._call("cuLinkComplete", state, C.byref(out), C.byref(size))
+            return C.string_at(out.value, size.value)
+        finally:
+            self._fn("cuLinkDestroy")(state)
+
+    def module_get_function(self, module: int, name: str) -> int:
+        f = C.c_void_p()
+        self._call("cuModuleGetFunction", C.byref(f), module, name.encode())
+        return f.value
+
+    def kernel_get_function(self, kernel: int) -> int:
+        f = C.c_void_p()
+        self._call("cuKernelGetFunction", C.byref(f), kernel)
+        return f.value
+
+    def module_get_global(self, module: int, name: str, library: bool = False) -> tuple[int, int]:
+        """(address, bytes) of a module-scope variable of a module (or, with library=True, a CUlibrary)."""
+        p, n = C.c_uint64(), C.c_size_t()
+        call = "cuLibraryGetGlobal" if library else "cuModuleGetGlobal_v2"
+        self._call(call, C.byref(p), C.byref(n), module, name.encode())
+        return p.value, n.value
+
+    def memcpy_dtod_async(self, dst: int, src: int, size: int, stream: int) -> None:
+        self._call("cuMemcpyDtoDAsync_v2", dst, src, size, stream)
+
+    def func_get_attribute(self, func: int, attr: int) -> int:
+        v = C.c_int()
+        self._call("cuFuncGetAttribute", C.byref(v), attr, func)
+        return v.value
+
+    def func_set_attribute(self, func: int, attr: int, value: int) -> None:
+        self._call("cuFuncSetAttribute", func, attr, value)
+
+    # -- streams, memory, events
+    def stream_is_capturing(self, stream: int) -> bool:
+        st = C.c_int()
+        self._call("cuStreamIsCapturing", stream, C.byref(st))
+        return st.value != 0
+
+    def stream_synchronize(self, stream: int) -> None:
+        self._call("cuStreamSynchronize", stream)
+
+    def mem_alloc(self, size: int, stream: int) -> tuple[int, bool]:
+        """Device memory for one buffer: (address, stream_ordered). Stream-ordered
+        allocations are freed with `mem_free`; others with `mem_free_sync` once
+        the launch has finished."""
+        p = C.c_uint64()
+        try:
+            self._call("cuMemAllocAsync", C.byref(p), max(size, 16), stream)
+            return p.value, True
+        except DriverError as e:
+            if e.name == "CUDA_ERROR_OUT_OF_MEMORY":
+                raise
+        self._call("cuMemAlloc_v2", C.byref(p), max(size, 16))
+        return p.value, False
+
+    def mem_free(self, ptr: int, stream: int) -> None:
+        self._call("cuMemFreeAsync", ptr, stream)
+
+    def mem_free_sync(self, ptr: int) -> None:
+        self._call("cuMemFree_v2", ptr)
+
+    def memset_async(self, ptr: int, size: int, stream: int) -> None:
+        self._call("cuMemsetD8Async", ptr, 0, size, stream)
+
+    def memcpy_dtoh_async(self, host: int, ptr: int, size: int, stream: int) -> None:
+        self._call("cuMemcpyDtoHAsync_v2", host, ptr, size, stream)
+
+    def host_alloc(self, size: int):
+        """Pinned host memory: (address, writable memoryview over it)."""
+        p = C.c_void_p()
+        self._call("cuMemHostAlloc", C.byref(p), max(size, 16), 0)
+        view = memoryview((C.c_ubyte * max(size, 16)).from_address(p.value)).cast("B")
+        return p.value, view
+
+    def host_free(self, addr: int) -> None:
+        self._call("cuMemFreeHost", addr)
+
+    def event_create(self, timing: bool = True) -> int:
+        e = C.c_void_p()
+        self._call("cuEventCreate", C.byref(e), 0 if timing else CU_EVENT_DISABLE_TIMING)
+        return e.value
+
+    def event_record(self, event: int, stream: int) -> None:
+        self._call("cuEventRecord", event, stream)
+
+    def event_synchronize(self, event: int) -> None:
+        self._call("cuEventSynchronize", event)
+
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        v = C.c_float()
+        self._call("cuEventElapsedTime", C.byref(v), start, end)
+        return v.value
+
+    def event_destroy(self, event: int) -> None:
+        self._call("cuEventDestroy_v2", event)
+
+    # -- launches
+    def launch(self, kind: int, func: int, req, params: int) -> int:
+        """Launch `func` like request `req` did, with the given params array; returns the CUresult."""
+        name = LAUNCH_SYMBOLS[kind]
+        fn = self._fn(name)
+        if kind in (LAUNCH_EX, LAUNCH_EX_PTSZ):
+            return fn(req.config, func, params, None)
+        g, b = req.grid, req.block
+        if kind in (LAUNCH_COOP, LAUNCH_COOP_PTSZ):
+            return fn(func, *g, *b, req.shared_bytes, req.stream, params)
+        return fn(func, *g, *b, req.shared_bytes, req.stream, params, None)

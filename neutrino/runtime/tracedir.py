@@ -1,0 +1,127 @@
+"""Writing a trace directory (layout in spec/trace-format.md; reader in neutrino.trace)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import attrs
+
+from neutrino import trace as tracefmt
+
+
+def run_dir_name(start: float, pid: int) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(start))
+    return f"{stamp}_{pid}"
+
+
+def name_hash(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:10]
+
+
+@attrs.define(eq=False)
+class TraceDir:
+    """One run's directory. Every method is thread-safe.
+
+    A lazy TraceDir creates nothing on disk until the first event other than
+    `start` (a process that never loads a CUDA module leaves no directory).
+    """
+
+    path: Path
+    _log: object = attrs.field(default=None, repr=False)
+    _lock: threading.RLock = attrs.field(factory=threading.RLock, repr=False)
+    _next_launch: int = 0
+    _next_kernel: int = 0
+    _pending: list = attrs.field(factory=list, repr=False)  # lines and files held back while lazy
+    _closed: bool = False
+
+    @classmethod
+    def create(cls, root, *, start: float | None = None, pid: int | None = None, lazy: bool = False) -> "TraceDir":
+        start = time.time() if start is None else start
+        pid = os.getpid() if pid is None else pid
+        path = Path(root).expanduser().resolve() / run_dir_name(start, pid)
+        td = cls(path)
+        if not lazy:
+            td._ensure()
+        return td
+
+    def _ensure(self) -> None:
+        with self._lock:
+            if self._log is not None or self._closed:
+                return
+            (self.path / "result").mkdir(parents=True, exist_ok=True)
+            (self.path / "kernel").mkdir(exist_ok=True)
+            self._log = open(self.path / "event.log", "a", encoding="utf-8", buffering=1)
+            pending, self._pending = self._pending, []
+            for item in pending:
+                if isinstance(item, str):
+                    self._log.write(item)
+                else:
+                    (self.path / item[0]).write_text(item[1])
+
+    @property
+    def materialized(self) -> bool:
+        return self._log is not None
+
+    # -- events
+    def event(self, event: str, **fields) -> None:
+        rec = {"event": event, "time": round(time.time(), 6), **fields}
+        line = json.dumps(rec, default=str, separators=(",", ":")) + "\n"
+        with self._lock:
+            if self._log is None and event == "start":
+                self._pending.append(line)
+                return
+            self._ensure()
+            if self._log is not None:
+                self._log.write(line)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+            self._closed = True
+
+    # -- files
+    def write_probe(self, text: str) -> None:
+        with self._lock:
+            if self._log is None:
+                self._pending.append(("probe.toml", text))
+                return
+        (self.path / "probe.toml").write_text(text)
+
+    def new_launch_index(self) -> int:
+        with self._lock:
+            n = self._next_launch
+            self._next_launch += 1
+            return n
+
+    def write_kernel(self, name: str, original_ptx: str, probed_ptx: str, info: dict) -> str:
+        """Write kernel/<k>_<hash>/ and return its path relative to the run dir."""
+        with self._lock:
+            k = self._next_kernel
+            self._next_kernel += 1
+        self._ensure()
+        rel = f"kernel/{k}_{name_hash(name)}"
+        d = self.path / rel
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "original.ptx").write_text(original_ptx)
+        (d / "probed.ptx").write_text(probed_ptx)
+        (d / "kernel.json").write_text(json.dumps({"version": 1, "kernels": {name: info}}, indent=2))
+        return rel
+
+    def write_result(self, index: int, *, grid, block, shared_bytes: int, maps) -> str:
+        self._ensure()
+        rel = f"result/{index}.bin"
+        tracefmt.write_result(self.path / rel, grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
+        return rel
+
+    def write_text(self, rel: str, text: str) -> Path:
+        self._ensure()
+        p = self.path / rel
+        p.write_text(text)
+        return p

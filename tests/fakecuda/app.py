@@ -1,0 +1,21 @@
+"""Reaches the (fake) driver like PyTorch/Triton do: dlopen + dlsym (ctypes). usage: app.py PTXFILE KERNEL LAUNCHES"""
+import ctypes as C
+import sys
+
+
+def launch_all(ptx_path, kernel, n):
+    cu = C.CDLL("libcuda.so.1")
+    mod, fn = C.c_void_p(), C.c_void_p()
+    ptx = open(ptx_path, "rb").read() + b"\0"
+    assert cu.cuModuleLoadData(C.byref(mod), C.c_char_p(ptx)) == 0
+    assert cu.cuModuleGetFunction(C.byref(fn), mod, kernel.encode()) == 0
+    vals = [C.c_uint64(i) for i in range(4)]
+    params = (C.c_void_p * 4)(*[C.addressof(v) for v in vals])
+    cu.cuLaunchKernel.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
+    for i in range(n):
+        assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, None, params, None) == 0
+
+
+if __name__ == "__main__":
+    launch_all(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    print("app done")

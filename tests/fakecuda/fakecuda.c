@@ -1,0 +1,190 @@
+/* A fake libcuda.so.1 for CPU-only tests of the shim + runtime chain.
+ *
+ * Device memory is host memory; a launch of a probed function (its module
+ * image mentions "__nt_buf") writes one record per warp into the buffer
+ * passed as parameter FAKECUDA_BUFPARAM (count = 1, lstart = unit, elapse = 7,
+ * smid = unit % 132), like the block_sched probe would. Every launch appends
+ * a line "<name> probed=<0|1> grid=<gx>" to the file FAKECUDA_LOG.
+ *
+ * cuGetProcAddress resolves from a static table (never dlsym, which the shim
+ * interposes).
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, shmem;
+    void *stream;
+    void *attrs;
+    unsigned nattrs;
+} Config;
+
+typedef struct { char *image; } Module;
+typedef struct { Module *mod; char name[256]; int attr8; } Function;
+
+CUresult cuInit(unsigned f) { (void)f; return 0; }
+CUresult cuGetErrorName(CUresult rc, const char **s) { *s = rc ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS"; return 0; }
+CUresult cuCtxGetCurrent(void **c) { *c = (void *)0xC0; return 0; }
+CUresult cuCtxSetCurrent(void *c) { (void)c; return 0; }
+CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+CUresult cuDeviceGetAttribute(int *v, int a, int d) {
+    (void)d;
+    *v = a == 75 ? 9 : a == 76 ? 0 : a == 16 ? 132 : a == 38 ? (1 << 20) : 0;
+    return 0;
+}
+
+static Module *new_module(const void *image) {
+    Module *m = calloc(1, sizeof *m);
+    const char *s = image;
+    m->image = strdup(strncmp(s, "FAKECUBIN", 9) == 0 ? s + 10 : s);
+    return m;
+}
+CUresult cuModuleLoadData(void **mod, const void *image) { *mod = new_module(image); return 0; }
+CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n, void *o, void **v) {
+    (void)n; (void)o; (void)v;
+    *mod = new_module(image);
+    return 0;
+}
+CUresult cuLibraryLoadData(void **lib, const void *code, void *a, void **b, unsigned c, void *d, void **e, unsigned f) {
+    (void)a; (void)b; (void)c; (void)d; (void)e; (void)f;
+    *lib = new_module(code);
+    return 0;
+}
+CUresult cuModuleGetFunction(void **f, void *mod, const char *name) {
+    Module *m = mod;
+    if (!strstr(m->image, name)) return 500;
+    Function *fn = calloc(1, sizeof *fn);
+    fn->mod = m;
+    snprintf(fn->name, sizeof fn->name, "%s", name);
+    *f = fn;
+    return 0;
+}
+CUresult cuLibraryGetKernel(void **k, void *lib, const char *name) { return cuModuleGetFunction(k, lib, name); }
+CUresult cuKernelGetFunction(void **f, void *k) { *f = k; return 0; }
+CUresult cuFuncGetAttribute(int *v, int a, void *f) { *v = a == 8 ? ((Function *)f)->attr8 : 0; return 0; }
+CUresult cuFuncSetAttribute(void *f, int a, int v) { if (a == 8) ((Function *)f)->attr8 = v; return 0; }
+CUresult cuStreamIsCapturing(void *s, int *st) { (void)s; *st = 0; return 0; }
+CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+CUresult cuMemAllocAsync(uint64_t *p, size_t n, void *s) { (void)s; void *m = malloc(n); memset(m, 0xAB, n); *p = (uintptr_t)m; return 0; }
+CUresult cuMemFreeAsync(uint64_t p, void *s) { (void)s; free((void *)(uintptr_t)p); return 0; }
+CUresult cuMemAlloc_v2(uint64_t *p, size_t n) { return cuMemAllocAsync(p, n, 0); }
+CUresult cuMemFree_v2(uint64_t p) { return cuMemFreeAsync(p, 0); }
+CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) { (void)s; memset((void *)(uintptr_t)p, v, n); return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *h, uint64_t d, size_t n, void *s) { (void)s; memcpy(h, (void *)(uintptr_t)d, n); return 0; }
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) { (void)f; *p = calloc(1, n); return 0; }
+CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = malloc(8); return 0; }
+CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
+CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.004f; return 0; }
+CUresult cuEventDestroy_v2(void *e) { free(e); return 0; }
+
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+    (void)dev;
+    const char *log = getenv("FAKECUDA_LOG");
+    FILE *fh = log ? fopen(log, "a") : NULL;
+    if (fh) { fprintf(fh, "primary context released\n"); fclose(fh); }
+    return 0;
+}
+
+typedef struct { char *ptx; } Link;
+CUresult cuLinkCreate_v2(unsigned n, void *o, void **v, void **state) { (void)n; (void)o; (void)v; *state = calloc(1, sizeof(Link)); return 0; }
+CUresult cuLinkAddData_v2(void *st, int type, void *data, size_t size, const char *name, unsigned n, void *o, void **v) {
+    (void)type; (void)name; (void)n; (void)o; (void)v;
+    Link *l = st;
+    l->ptx = calloc(1, size + 11);
+    memcpy(l->ptx, "FAKECUBIN\0", 10);
+    memcpy(l->ptx + 10, data, size);
+    return 0;
+}
+CUresult cuLinkComplete(void *st, void **cubin, size_t *size) {
+    Link *l = st;
+    *cubin = l->ptx;
+    *size = 10 + strlen(l->ptx + 10) + 1;
+    return 0;
+}
+CUresult cuLinkDestroy(void *st) { Link *l = st; free(l->ptx); free(l); return 0; }
+
+static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params) {
+    Function *fn = f;
+    int probed = strstr(fn->mod->image, "__nt_buf") != NULL;
+    const char *log = getenv("FAKECUDA_LOG");
+    if (log) {
+        FILE *fh = fopen(log, "a");
+        if (fh) { fprintf(fh, "%s probed=%d grid=%u\n", fn->name, probed, gx); fclose(fh); }
+    }
+    const char *bp = getenv("FAKECUDA_BUFPARAM");
+    if (!probed || !bp || !params) return;
+    uint64_t buf = *(uint64_t *)params[atoi(bp)];
+    unsigned warps = (bx * by * bz + 31) / 32, units = gx * gy * gz * warps;
+    uint32_t *counts = (uint32_t *)(uintptr_t)buf;
+    char *recs = (char *)(uintptr_t)buf + ((4 * units + 15) / 16) * 16;
+    for (unsigned u = 0; u < units; u++) {
+        counts[u] = 1;
+        *(uint64_t *)(recs + 16 * u) = u;
+        *(uint32_t *)(recs + 16 * u + 8) = 7;
+        *(uint32_t *)(recs + 16 * u + 12) = u % 132;
+    }
+}
+
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned sh, void *s, void **p, void **e) {
+    (void)sh; (void)s; (void)e;
+    run(f, gx, gy, gz, bx, by, bz, p);
+    return 0;
+}
+CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                             unsigned sh, void *s, void **p, void **e) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+}
+CUresult cuLaunchKernelEx(const Config *c, void *f, void **p, void **e) {
+    (void)e;
+    run(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, p);
+    return 0;
+}
+CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **p, void **e) { return cuLaunchKernelEx(c, f, p, e); }
+CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned sh, void *s, void **p) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, 0);
+}
+CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                        unsigned bz, unsigned sh, void *s, void **p) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, 0);
+}
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status);
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags) {
+    return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
+
+#define E(n) {#n, (void *)n}
+static const struct { const char *name; void *fn; } table[] = {
+    E(cuInit), E(cuModuleLoadData), E(cuModuleLoadDataEx), E(cuModuleGetFunction), E(cuLibraryLoadData),
+    E(cuLibraryGetKernel), E(cuKernelGetFunction), E(cuLaunchKernel), E(cuLaunchKernelEx),
+    E(cuLaunchCooperativeKernel), E(cuLinkComplete), E(cuCtxGetCurrent),
+    {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
+};
+static const struct { const char *name; void *fn; } ptsz[] = {
+    {"cuLaunchKernel", (void *)cuLaunchKernel_ptsz}, {"cuLaunchKernelEx", (void *)cuLaunchKernelEx_ptsz},
+    {"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel_ptsz},
+};
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status) {
+    (void)status;
+    *pfn = NULL;
+    if (!strcmp(sym, "cuGetProcAddress")) {
+        *pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+        return 0;
+    }
+    if (!strcmp(sym, "cuLinkAddData")) { *pfn = (void *)cuLinkAddData_v2; return 0; }
+    if (flags & 2)
+        for (unsigned i = 0; i < sizeof ptsz / sizeof *ptsz; i++)
+            if (!strcmp(sym, ptsz[i].name)) { *pfn = ptsz[i].fn; return 0; }
+    for (unsigned i = 0; i < sizeof table / sizeof *table; i++)
+        if (!strcmp(sym, table[i].name)) { *pfn = table[i].fn; return 0; }
+    return 500;
+}

@@ -1,0 +1,28 @@
+"""The analyze_hook shipped with the built-in block_sched probe."""
+
+import numpy as np
+
+from neutrino.probefile import BUILTIN_DIR, load_probes
+from neutrino.runtime.callback import load_callback
+from neutrino.trace import MapSection, buffer_bytes, write_result
+
+
+def block_sched_result(path):
+    units = 4  # 2 blocks of 64 threads: 2 warps each
+    buf = np.zeros(buffer_bytes(units, 1, 16), np.uint8)
+    buf[: 4 * units].view(np.uint32)[:] = 1
+    rec = buf[16:].view(np.dtype([("lstart", "<u8"), ("elapse", "<u4"), ("smid", "<u4")]))
+    rec["lstart"] = [100, 100, 300, 300]
+    rec["elapse"] = [50, 60, 50, 50]
+    rec["smid"] = [0, 0, 1, 1]
+    fields = [("lstart", "u64", 0), ("elapse", "u32", 8), ("smid", "u32", 12)]
+    section = MapSection("block_sched", "warp", 16, 1, units, fields, buf.tobytes())
+    return write_result(path, grid=(2, 1, 1), block=(64, 1, 1), shared_bytes=0, maps=[section])
+
+
+def test_block_sched_hook_summarises_a_launch(tmp_path, capsys):
+    probes = load_probes("block_sched")
+    hook = load_callback(probes.analyze_hook, base=str(BUILTIN_DIR))
+    hook(str(block_sched_result(tmp_path / "0.bin")), {"index": 0, "kernel": "k"})
+    err = capsys.readouterr().err
+    assert "block_sched k: 2 blocks on 2 SMs" in err
