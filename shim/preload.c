@@ -217,9 +217,14 @@ static void run_exit_callback(void) {
 
 static void embed_python(void) {
     const char *lib = getenv("NEUTRINO_LIBPYTHON");
-    if (!lib || !*lib || !getenv("NEUTRINO_OPTIONS")) return;
+    if (!getenv("NEUTRINO_OPTIONS")) return;
     init_real_dlsym();
     if (real_dlsym(RTLD_DEFAULT, "Py_IsInitialized")) return; /* a Python process: sitecustomize starts us */
+    if (!lib || !*lib) {
+        fprintf(stderr, "neutrino: no shared libpython to embed in this program (Python built without "
+                        "--enable-shared); its kernels run unprobed\n");
+        return;
+    }
     void *py = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
     if (!py) {
         fprintf(stderr, "neutrino: cannot load %s (%s); kernels run unprobed\n", lib, dlerror());

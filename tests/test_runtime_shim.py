@@ -174,3 +174,19 @@ def test_broken_probe_file_program_not_run(tmp_path, fakecuda, shim, capsys):
     rc = run_main(["-p", str(probe), sys.executable, "-c", "open('ran','w')"])
     assert rc == 2 and not Path("ran").exists()
     assert "error" in capsys.readouterr().err
+
+
+def test_c_program_without_libpython_runs_unprobed(tmp_path, fakecuda, shim):
+    from neutrino.runtime.launcher import child_env
+    from neutrino.runtime.options import RuntimeOptions
+
+    probe = tmp_path / "bs.toml"
+    probe.write_text(BLOCK_SCHED)
+    env = child_env(RuntimeOptions(probe=str(probe), tracedir=str(tmp_path / "trace")), shim)
+    env.pop("NEUTRINO_LIBPYTHON", None)
+    env.update(LD_LIBRARY_PATH=str(fakecuda), FAKECUDA_LOG=str(tmp_path / "log"), FAKECUDA_BUFPARAM="4")
+    r = subprocess.run([str(fakecuda / "app"), str(VEC_PTX), "saxpy4", "1"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "app done" in r.stdout
+    assert "no shared libpython" in r.stderr
+    assert (tmp_path / "log").read_text().splitlines()[0] == "saxpy4 probed=0 grid=4"

@@ -52,14 +52,24 @@ def _report_and_export(trace, tool, tmp_path, env):
     return events
 
 
+@pytest.fixture(scope="module")
+def plain_runs(tmp_path_factory):
+    """One unprobed run of each workload, shared by the tools (and their compile caches)."""
+    root = tmp_path_factory.mktemp("plain")
+    env = base_env(root)
+    env["TRITON_CACHE_DIR"] = str(root / "tc")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(root / "ic")
+    run_plain([sys.executable, str(WORKLOADS / "w_triton.py"), str(root / "triton.npz")], env)
+    run_plain([sys.executable, str(WORKLOADS / "w_inductor.py"), str(root / "inductor.npz")], env)
+    return root, env
+
+
 @pytest.mark.parametrize("tool", TOOLS)
-def test_tool_on_triton_kernels(tool, tmp_path):
-    env = base_env(tmp_path)
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "tc")
+def test_tool_on_triton_kernels(tool, tmp_path, plain_runs):
+    root, env = plain_runs
     cmd = [sys.executable, str(WORKLOADS / "w_triton.py")]
-    run_plain(cmd + [str(tmp_path / "plain.npz")], env)
     r, trace = run_probed(DSL[tool], cmd + [str(tmp_path / "probed.npz")], tmp_path / "t", env)
-    _npz_equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
+    _npz_equal(root / "triton.npz", tmp_path / "probed.npz")
     kernels = {la.kernel for la in trace.launches}
     assert kernels == {"vadd", "softmax", "matmul", "layernorm"}, r.stderr[-2000:]
     for la in trace.launches:
@@ -79,12 +89,10 @@ def test_tool_on_triton_kernels(tool, tmp_path):
 
 
 @pytest.mark.parametrize("tool", TOOLS)
-def test_tool_on_inductor_block(tool, tmp_path):
-    env = base_env(tmp_path)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "ic")
+def test_tool_on_inductor_block(tool, tmp_path, plain_runs):
+    root, env = plain_runs  # the same Inductor cache: the probed run loads the same kernels
     cmd = [sys.executable, str(WORKLOADS / "w_inductor.py")]
-    run_plain(cmd + [str(tmp_path / "plain.npz")], env)
     r, trace = run_probed(DSL[tool], cmd + [str(tmp_path / "probed.npz")], tmp_path / "t", env)
-    _npz_equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
+    _npz_equal(root / "inductor.npz", tmp_path / "probed.npz")
     assert len(trace.launches) >= 5, r.stderr[-2000:]
     _report_and_export(trace, tool, tmp_path, env)
