@@ -196,6 +196,7 @@ CHECK: setp.lt.u32 %nt_ok_mem, %nt_cur_mem, %nt_cap_mem;
 CHECK-LABEL: .entry k__nt_count(
 CHECK: .param .u32 k__nt_cap_mem,
 CHECK-NOT: st.global.b64
+CHECK-NOT: st.global.u32 [%rd2], %r4;
 CHECK: @%p1 add.u32 %nt_cur_mem, %nt_cur_mem, 1;
 CHECK: st.global.u32 [%nt_cnt_mem], %nt_cur_mem;
 """)
@@ -266,3 +267,17 @@ def test_site_without_helper_is_skipped_and_reported():
     _, ctx = run(default_pipeline().passes, probes=probes)
     (skip,) = ctx.info()["k"]["skipped"]
     assert skip["instruction"] == "ld.param.u64" and "parameter-space" in skip["reason"]
+
+
+def test_counting_variant_leaves_program_memory_alone():
+    text = KERNEL.replace("\tadd.u32 %r4, %r2, %r3;", "\tatom.global.add.u32 %r4, [%rd2], %r3;\n\tred.global.add.u32 [%rd2], 1;\n\tst.shared.u32 [%r1], %r4;")
+    probes = PROBES.replace('datamodel = "thread:16:4"', 'datamodel = "thread:16:count"')
+    out, _ = run(default_pipeline().passes, probes=probes, text=text)
+    original, counting = out.split(".entry k__nt_count(")
+    assert "atom.global.add.u32 \t%r4, [%rd2], %r3;" in original and "red.global.add.u32" in original
+    assert "ld.global.u32 \t%r4, [%rd2];" in counting
+    assert "atom.global" not in counting and "red.global" not in counting
+    assert "st.shared.u32 \t[%r1], %r4;" in counting  # shared memory is the kernel's own: kept
+    assert "st.global.u32 \t[%rd2], %r4;" not in counting
+    if HAVE_PTXAS:
+        ptxas(out)

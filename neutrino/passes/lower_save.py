@@ -19,7 +19,7 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import lookup
+from neutrino.isa.ptx.semantics import effects, lookup
 from neutrino.passes.build import containers, index_of, insn
 from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
@@ -188,12 +188,45 @@ class _Lowerer:
         return ir.Guard(ir.Register(e)), [first, self.emit("and.pred", e, e, leader)]
 
 
+# Spaces a counting kernel must not write: the program's memory (generic may be global).
+_PROGRAM_SPACES = ("global", None)
+
+
+def _write_replacement(insn: ir.Instruction) -> list[ir.Instruction] | None:
+    """None to keep the instruction; otherwise what replaces a write to the program's memory.
+
+    Stores and reductions disappear; an atomic becomes a plain load of the same
+    location into its destination, so code that uses the old value still runs.
+    """
+    for access in effects(insn).memory:
+        if access.access not in ("store", "atomic") or access.space not in _PROGRAM_SPACES:
+            continue
+        if insn.opcode.base == "atom" and insn.operands and not isinstance(insn.operands[0], ir.Address):
+            types = insn.opcode.types
+            space = "global." if insn.opcode.space == "global" else ""
+            load = ir.Opcode(f"ld.{space}{types[-1] if types else 'b32'}")
+            return [ir.Instruction(load, (insn.operands[0], insn.operands[1]), insn.guard, insn.line, "counting-variant")]
+        return []
+    return None
+
+
+def drop_global_writes(function: ir.Function) -> None:
+    """The counting kernel runs before the real one: it must leave the program's memory alone."""
+    for container, index, stmt in reversed(list(ir.walk(function.body))):
+        if type(stmt) is ir.Instruction and stmt.origin is None:
+            replacement = _write_replacement(stmt)
+            if replacement is not None:
+                container[index : index + 1] = replacement
+
+
 @attrs.frozen
 class CountingVariant:
     """For maps with cap = "count": a copy of the kernel that only counts records.
 
     Made before lowering, from the kernel with its SAVE pseudo-instructions, so
-    that both copies see exactly the same probe code.
+    that both copies see exactly the same probe code. The copy writes nothing to
+    global (or generic) memory: stores and reductions are dropped and atomics
+    become loads, so running it first leaves the program's data unchanged.
     """
 
     name: ClassVar[str] = "counting-variant"
@@ -205,6 +238,7 @@ class CountingVariant:
         for name, state in list(ctx.kernels.items()):
             clone = copy.deepcopy(state.function)
             clone.name = name + COUNT_SUFFIX
+            drop_global_writes(clone)
             module.items.insert(module.items.index(state.function) + 1, clone)
             originals = [i for i in ir.instructions(clone.body) if i.origin is None]
             ctx.kernels[clone.name] = attrs.evolve(

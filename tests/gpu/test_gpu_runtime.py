@@ -164,9 +164,6 @@ def test_launch_filter_and_memusage(tmp_path):
     assert any(e.get("event") == "memusage" for e in trace.events)
 
 
-@pytest.mark.xfail(strict=True, reason="engine: the counting kernel NAME__nt_count still executes the kernel's own "
-                   "stores (spec/kernel-json.md: it only writes the counts section), so in-place kernels such as "
-                   "saxpy4 (y += a*x) are applied twice")
 def test_count_sized_map_nvcc(tmp_path, nvcc_programs):
     """cap = "count": counting kernel first, then every load address of saxpy4 recorded, none dropped."""
     env = base_env(tmp_path)
