@@ -86,6 +86,7 @@ class ProbeFile:
     registers: dict[str, str]  # probe register name → type, shared by all probes
     analyze_hook: str | None = None
     lines: list[str] = attrs.Factory(list)
+    verified: bool = False  # set once verify_probe_file found nothing: the pipeline need not check again
 
     def location(self, line: int, token: str | None = None) -> Location:
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
@@ -139,6 +140,7 @@ def parse_probes(text: str, path: str = "<probes>") -> ProbeFile:
     problems = loader.problems + verify_probe_file(probe_file)
     if problems:
         raise ProbeError(problems)
+    probe_file.verified = True
     return probe_file
 
 

@@ -281,3 +281,15 @@ def test_counting_variant_leaves_program_memory_alone():
     assert "st.global.u32 \t[%rd2], %r4;" not in counting
     if HAVE_PTXAS:
         ptxas(out)
+
+
+def test_verify_pass_rechecks_a_probe_file_edited_after_loading():
+    from neutrino.errors import ProbeError
+    from neutrino.isa.ptx import parse_statements
+
+    probes = parse_probes(PROBES, "p.toml")
+    assert probes.verified
+    probes.probes[0].before.statements = parse_statements("bra $L1;")
+    probes.verified = False  # a file changed by hand after verification must be verified again
+    with pytest.raises(ProbeError, match="branches are not allowed in probes"):
+        PassManager(default_pipeline().passes).run(parse_module(KERNEL), Context(probes, "k"))
