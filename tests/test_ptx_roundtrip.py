@@ -1,7 +1,7 @@
 """The printer is the inverse of the parser, on every corpus file."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from neutrino.errors import ParseError
@@ -100,3 +100,63 @@ def test_arbitrary_text_parses_or_raises_parse_error(text):
     except ParseError:
         return
     assert parse_module(print_module(module)).structure() == module.structure()
+
+
+# ---------------------------------------------------------------- lazy operands
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_lazy_operands_parse_as_eager_ones(path):
+    text = path.read_text()
+    lazy, eager = parse_module(text), parse_module(text, lazy=False)
+    lazy_insns = [i for f in lazy.functions() for i in ir.instructions(f.body or [])]
+    assert any(i.source_operands is not None for i in lazy_insns), "the corpus exercises the lazy path"
+    # symbol names read from unparsed text agree with those of parsed operands
+    eager_insns = [i for f in eager.functions() for i in ir.instructions(f.body or [])]
+    assert [list(i.symbol_names()) for i in lazy_insns] == [list(i.symbol_names()) for i in eager_insns]
+    assert all(i.source_operands is not None for i in lazy_insns if i.source_operands is not None)
+    assert lazy.structure() == eager.structure()
+
+
+def test_assigning_operands_drops_the_source_text():
+    module = parse_module(".version 8.0\n.target sm_90\n.entry k()\n{\nadd.s32 %r1, %r2, 4;\n}\n")
+    (insn,) = ir.instructions(module.function("k").body)
+    assert insn.source_operands == "%r1, %r2, 4"
+    insn.operands = (ir.Register("%r1"), ir.Register("%r2"), ir.Immediate("8"))
+    assert insn.source_operands is None
+    assert "add.s32 \t%r1, %r2, 8;" in print_module(module)
+
+
+_names = st.sampled_from(["%r1", "%clock64", "%tid", "%tid.x", "x", "_", "$L", "a.b", "%1"])
+_numbers = st.sampled_from(["4", "-4", "09", "0x1F", "0f3F800000", "1.5", "16U", "0b1"])
+_atoms = st.one_of(_names, _numbers)
+_addresses = st.builds(
+    lambda base, sign, off, sp: f"[{sp}{base}{sp}{sign}{sp}{off}{sp}]" if sign else f"[{sp}{base}{sp}]",
+    _atoms, st.sampled_from(["", "+", "-", "+-", "*"]), _numbers, st.sampled_from(["", " ", "\n"]),
+)
+_operands = st.one_of(
+    _atoms,
+    _addresses,
+    st.builds(lambda a: "!" + a, _atoms),
+    st.builds(lambda a, b: f"{a}|{b}", _atoms, _atoms),
+    st.builds(lambda items: "{" + ", ".join(items) + "}", st.lists(_atoms, max_size=4)),
+    st.builds(lambda items: "(" + ", ".join(items) + ")", st.lists(_atoms, max_size=3)),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_operands, min_size=1, max_size=4), st.sampled_from([", ", ",", " ,\n  "]))
+@example(["[%tid]"], ", ")  # a special register is no address base
+@example(["[_]"], ", ")
+@example(["[x+09]"], ", ")  # not an octal number
+@example(["{%r1, 4}", "!%p", "%a|%b", "[x+-4]"], ", ")
+def test_lazy_and_eager_parsing_agree(operands, separator):
+    """Operand text kept for later either parses later exactly as it would have at once, or is refused at once."""
+    text = f".version 8.0\n.target sm_90\n.entry k()\n{{\nmov.u32 {separator.join(operands)};\n}}\n"
+    outcomes = []
+    for lazy in (True, False):
+        try:
+            outcomes.append(parse_module(text, lazy=lazy).structure())
+        except ParseError as e:
+            outcomes.append(("error", e.diagnostics[0].message if hasattr(e, "diagnostics") else str(e)))
+    assert outcomes[0] == outcomes[1]

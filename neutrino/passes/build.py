@@ -6,24 +6,37 @@ instruction records its origin (the probe or pass that asked for it).
 
 from __future__ import annotations
 
+import functools
+
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.parser import parse_operand
 
 
 def operand(value) -> ir.Operand:
-    if isinstance(value, int):
-        return ir.Immediate(str(value))
-    if isinstance(value, str):
-        if value.startswith("%") and "." not in value and value not in ir.SPECIAL_REGISTERS:
-            return ir.Register(value)  # the common case, without the parser
-        return parse_operand(value)
+    if isinstance(value, (int, str)):
+        return _operand_of(value)
     return value
 
 
-def insn(opcode: str, *operands, origin: str, guard: ir.Guard | str | None = None) -> ir.Instruction:
+# Operands and opcodes are immutable values, so passes can share one object per text.
+@functools.lru_cache(maxsize=4096)
+def _operand_of(value: int | str) -> ir.Operand:
+    if isinstance(value, int):
+        return ir.Immediate(str(value))
+    if value.startswith("%") and "." not in value and value not in ir.SPECIAL_REGISTERS:
+        return ir.Register(value)  # the common case, without the parser
+    return parse_operand(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def opcode(text: str) -> ir.Opcode:
+    return ir.Opcode(text)
+
+
+def insn(opcode_text: str, *operands, origin: str, guard: ir.Guard | str | None = None) -> ir.Instruction:
     if isinstance(guard, str):
         guard = ir.Guard(ir.Register(guard.lstrip("!")), negated=guard.startswith("!"))
-    return ir.Instruction(ir.Opcode(opcode), tuple(operand(o) for o in operands), guard, 0, origin)
+    return ir.Instruction(opcode(opcode_text), tuple(operand(o) for o in operands), guard, 0, origin)
 
 
 def reg_decl(name: str, rtype: str, origin: str) -> ir.RegDecl:

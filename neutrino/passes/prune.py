@@ -31,21 +31,9 @@ def declared_name(directive: ir.Directive) -> str | None:
 
 def referenced_symbols(function: ir.Function) -> set[str]:
     names: set[str] = set()
-
-    def visit(operand):
-        if isinstance(operand, ir.Symbol):
-            names.add(operand.name)
-        elif isinstance(operand, ir.Address):
-            visit(operand.base)
-        elif isinstance(operand, ir.Negated):
-            visit(operand.operand)
-        for child in getattr(operand, "items", ()):
-            visit(child)
-
     for _, _, stmt in ir.walk(function.body or []):
         if isinstance(stmt, ir.Instruction):
-            for operand in stmt.operands:
-                visit(operand)
+            names.update(stmt.symbol_names())
         elif isinstance(stmt, ir.Directive):
             names.update(re.findall(r"[A-Za-z_$][A-Za-z0-9_$]*", stmt.text))
     return names

@@ -185,6 +185,25 @@ def registers_in(operand: Operand) -> Iterator[Register]:
         yield from registers_in(operand.base)
 
 
+def symbols_in(operand: Operand) -> Iterator[str]:
+    """Every symbol name inside an operand, in order."""
+    if isinstance(operand, Symbol):
+        yield operand.name
+    elif isinstance(operand, Negated):
+        yield from symbols_in(operand.operand)
+    elif isinstance(operand, Pair):
+        yield from symbols_in(operand.first)
+        yield from symbols_in(operand.second)
+    elif isinstance(operand, (Vector, ParenList, BracketList)):
+        for item in operand.items:
+            yield from symbols_in(item)
+    elif isinstance(operand, Address):
+        yield from symbols_in(operand.base)
+
+
+# A name not preceded by '%', '.' or a digit (0x10, 0f3F800000), and not the sink '_'.
+UNPARSED_SYMBOL_RE = re.compile(r"(?<![%.A-Za-z0-9_$])(?!_(?![A-Za-z0-9_$]))[A-Za-z_$][A-Za-z0-9_$]*")
+
 # ---------------------------------------------------------------- opcodes
 
 TYPE_BYTES = {
@@ -255,11 +274,42 @@ class Guard:
 
 @attrs.define(eq=False)
 class Instruction:
+    """One instruction. Its operands are parsed on first use.
+
+    The parser checks operand text against a grammar it knows it can parse
+    and keeps the text (`source_operands`); most instructions of a kernel are
+    never looked at by a pass, so they are never split into operand objects
+    and print back from their own text.
+    """
+
     opcode: Opcode
-    operands: tuple[Operand, ...] = ()
+    _operands: tuple[Operand, ...] | None = attrs.field(default=(), alias="operands")
     guard: Guard | None = None
     line: int = 0  # source line (1-based) where parsed; 0 when inserted
     origin: str | None = None  # who inserted it: "probe NAME" / pass name; None = original
+    source_operands: str | None = attrs.field(default=None, kw_only=True, repr=False)
+
+    @property
+    def operands(self) -> tuple[Operand, ...]:
+        if self._operands is None:
+            from neutrino.isa.ptx.parser import parse_operand_list  # the parser builds on this module
+
+            self._operands = parse_operand_list(self.source_operands or "")
+        return self._operands
+
+    @operands.setter
+    def operands(self, value: tuple[Operand, ...]) -> None:
+        self._operands = value
+        self.source_operands = None  # the text no longer describes the operands
+
+    def symbol_names(self) -> Iterator[str]:
+        """Names of the symbols (variables, functions, labels, params) the operands mention."""
+        if self._operands is None:
+            # Unparsed text passed the parser's fast grammar, where a name not after '%' or '.' is a symbol.
+            yield from UNPARSED_SYMBOL_RE.findall(self.source_operands or "")
+            return
+        for operand in self._operands:
+            yield from symbols_in(operand)
 
     def key(self) -> tuple:
         return ("insn", self.guard, self.opcode, self.operands)

@@ -32,37 +32,81 @@ FLAT_OPERANDS_RE = re.compile(rf"{_FLAT}+(?:,{_FLAT}+)*")
 BALANCE_RE = re.compile(r'[{}]|"[^"\n]*"|//[^\n]*|/\*(?:.|\n)*?(?:\*/|$)')
 # A statement up to its ';' with at most one level of { } (vector operands), no comments or strings.
 FAST_STATEMENT_RE = re.compile(r"([^;{}\"/]*(?:\{[^;{}\"/]*\}[^;{}\"/]*)*);")
+# One step of a function body, for the common shapes; anything else (strings,
+# block comments, nested scopes, malformed text) takes the careful path.
 BODY_TOKEN_RE = re.compile(
     r"""\s*(?:
       (?P<comment>//[^\n]*)
     | (?P<close>\})
     | (?P<label>[A-Za-z_$][A-Za-z0-9_$]*)\s*:(?!:)
-    | (?P<stmt>[^;{}"/.\s][^;{}"/]*(?:\{[^;{}"/]*\}[^;{}"/]*)*|\.[^;{}"/]*);
+    | (?P<linedir>\.(?:loc|file)(?![A-Za-z0-9_$])[^\n/"]*?)[ \t\r]*(?://[^\n]*)?(?=\n|$)
+    | (?P<reg>\.reg\s[^;{}"/]*);
+    | (?P<directive>\.[A-Za-z_][^;{}"/]*);
+    | (?P<stmt>[^;{}"/.\s][^;{}"/]*(?:\{[^;{}"/]*\}[^;{}"/]*)*);
     )""",
     re.X,
 )
+CAREFUL_DIRECTIVES = frozenset(LINE_DIRECTIVES) | {".reg"}
+WORD_RE = re.compile(r"\.?[A-Za-z_$][A-Za-z0-9_$]*")
+DIRECTIVE_WORD_RE = re.compile(r"\.[A-Za-z_]+")
+RANGED_NAME_RE = re.compile(r"(%[A-Za-z_$][A-Za-z0-9_$]*)<(\d+)>")
+REG_NAME_RE = re.compile(r"%[A-Za-z_$][A-Za-z0-9_$]*")
 INSTRUCTION_RE = re.compile(
     r"\s*(?:@(!?)(%[A-Za-z_$][A-Za-z0-9_$]*)\s+)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:\s+(\S.*?))?\s*$", re.S
 )
 LINE_DIRECTIVE_RE = re.compile(r"\.(?:loc|file)\b")
 
 
+def _lazy_operands_re() -> re.Pattern:
+    """Operand lists that `parse_operand_list` is sure to accept: the shapes compilers emit.
+
+    Instructions whose operands match keep their text and are parsed on first
+    use (`ir.Instruction.operands`). Every shape here must parse; anything else
+    (dotted special registers, floats, strings, call lists, odd addresses) is
+    parsed at once so that errors still surface while parsing.
+    """
+    name = r"[A-Za-z_$][A-Za-z0-9_$]*"
+    specials = "|".join(sorted((s[1:] for s in ir.SPECIAL_REGISTERS), key=len, reverse=True))
+    register = rf"%{name}"  # undotted: a register or a special register such as %clock64
+    plain_register = rf"%(?!(?:{specials})(?![A-Za-z0-9_$])){name}"  # what an address may be based on
+    integer = r"(?:0[xX][0-9a-fA-F]+|[1-9][0-9]*|0)"
+    immediate = r"[-+]?(?:0[xX][0-9a-fA-F]+|0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|[0-9]+)[uU]?"
+    symbol = rf"(?:[A-Za-z$][A-Za-z0-9_$]*|_[A-Za-z0-9_$]+)"
+    address = rf"\[\s*(?:{plain_register}|{symbol})\s*(?:(?:\+\s*-?|-)\s*{integer}\s*)?\]"
+    item = rf"(?:{register}|{immediate}|_)"
+    vector = rf"\{{\s*{item}(?:\s*,\s*{item})*\s*\}}"
+    operand = rf"(?:!?{register}|{register}\|{register}|{immediate}|{symbol}|_|{address}|{vector})"
+    return re.compile(rf"{operand}(?:\s*,\s*{operand})*")
+
+
+LAZY_OPERANDS_RE = _lazy_operands_re()
+
+
 class Scanner:
     """A cursor over the source text that knows lines and columns."""
 
-    def __init__(self, text: str, source: str, first_line: int = 1):
+    def __init__(self, text: str, source: str, first_line: int = 1, lazy: bool = False):
         self.text = text
         self.source = source
+        self.lazy = lazy  # keep operand text of well-formed instructions for parsing on first use
         self.pos = 0
         self.first_line = first_line
-        self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self._starts: list[int] | None = None  # built on first backward or error lookup
         self._last_pos = 0
         self._last_line = 0  # 0-based line of _last_pos
         self.operands: dict[str, ir.Operand] = {}  # operand text → parsed operand (values are immutable)
         self.opcodes: dict[str, ir.Opcode] = {}
         self.operand_lists: dict[str, tuple[ir.Operand, ...]] = {}
+        self._stop_patterns: dict[tuple[str, bool], re.Pattern] = {}
+        self.guards: dict[tuple[str, str], ir.Guard] = {}
 
     # -- positions
+    @property
+    def _line_starts(self) -> list[int]:
+        if self._starts is None:
+            self._starts = [0] + [m.end() for m in re.finditer("\n", self.text)]
+        return self._starts
+
     def line_of(self, pos: int) -> int:
         if pos >= self._last_pos:  # the common case: moving forward through the text
             self._last_line += self.text.count("\n", self._last_pos, pos)
@@ -126,31 +170,42 @@ class Scanner:
         """Text up to the first stop character outside comments and strings.
 
         With `nest`, stops inside `{ }` (vector operands) do not count.
+        Comments in the text read become a single space.
         """
+        key = (stops, nest)
+        pattern = self._stop_patterns.get(key)
+        if pattern is None:
+            pattern = self._stop_patterns[key] = re.compile("[" + re.escape(stops + '"/' + ("{}" if nest else "")) + "]")
+        text = self.text
         out = []
         depth = 0
-        while self.pos < len(self.text):
-            c = self.text[self.pos]
+        while True:
+            m = pattern.search(text, self.pos)
+            if m is None:
+                out.append(text[self.pos :])
+                self.pos = len(text)
+                return "".join(out), ""
+            out.append(text[self.pos : m.start()])
+            self.pos = m.start()
+            c = text[self.pos]
             if c in stops and depth == 0:
                 return "".join(out), c
+            if c == '"':
+                end = text.find('"', self.pos + 1)
+                if end < 0:
+                    raise self.error(self.pos, "unterminated string")
+                out.append(text[self.pos : end + 1])
+                self.pos = end + 1
+                continue
+            if c == "/" and self.read_comment() is not None:
+                out.append(" ")
+                continue
             if nest and c == "{":
                 depth += 1
             elif nest and c == "}":
                 depth -= 1
-            if c == '"':
-                end = self.text.find('"', self.pos + 1)
-                if end < 0:
-                    raise self.error(self.pos, "unterminated string")
-                out.append(self.text[self.pos : end + 1])
-                self.pos = end + 1
-                continue
-            if self.text.startswith("//", self.pos) or self.text.startswith("/*", self.pos):
-                self.read_comment()
-                out.append(" ")
-                continue
             out.append(c)
             self.pos += 1
-        return "".join(out), ""
 
     def read_balanced(self) -> str:
         """From a '{' to its matching '}', comment- and string-aware; returns the inner text."""
@@ -183,8 +238,9 @@ def strip_line_comment(line: str) -> str:
 # ---------------------------------------------------------------- module level
 
 
-def parse_module(text: str, source: str = "<ptx>") -> ir.Module:
-    scanner = Scanner(text, source)
+def parse_module(text: str, source: str = "<ptx>", lazy: bool = True) -> ir.Module:
+    """With `lazy`, operands of well-formed instructions are parsed on first use (same result)."""
+    scanner = Scanner(text, source, lazy=lazy)
     module = ir.Module(source=source)
     while True:
         scanner.skip_space()
@@ -196,7 +252,7 @@ def parse_module(text: str, source: str = "<ptx>") -> ir.Module:
         if comment is not None:
             module.items.append(ir.Comment(comment, line))
             continue
-        word = re.match(r"\.?[A-Za-z_$][A-Za-z0-9_$]*", text[pos:])
+        word = WORD_RE.match(text, pos)
         if word and word.group(0) in LINE_DIRECTIVES:
             module.items.append(ir.Directive(scanner.read_line(), line))
         elif word and word.group(0) == ".section":
@@ -299,24 +355,36 @@ def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
         if token is not None:  # the fast path: one regex step per statement
             kind = token.lastgroup
             start = token.start(kind)
-            scanner.pos = token.end()
             if kind == "stmt":
-                stmt = token.group("stmt")
-                if stmt.startswith("."):
-                    scanner.pos = start  # directives take the careful path
-                else:
-                    body.append(parse_instruction(stmt, scanner, start))
+                scanner.pos = token.end()
+                body.append(parse_instruction(token.group(kind), scanner, start))
+                continue
+            if kind == "linedir":
+                scanner.pos = token.end()
+                body.append(ir.Directive(token.group(kind), scanner.line_of(start)))
+                continue
+            if kind == "reg":
+                scanner.pos = token.end()
+                body.append(parse_reg_decl(token.group(kind), scanner, start))
+                continue
+            if kind == "directive":
+                directive = token.group(kind)
+                if DIRECTIVE_WORD_RE.match(directive).group(0) not in CAREFUL_DIRECTIVES:
+                    scanner.pos = token.end()
+                    body.append(ir.Directive(" ".join(directive.split()) + ";", scanner.line_of(start)))
                     continue
+                scanner.pos = start  # a malformed .reg, or a line directive that did not end at its line
             elif kind == "comment":
+                scanner.pos = token.end()
                 body.append(ir.Comment(token.group(kind), scanner.line_of(start)))
                 continue
             elif kind == "label":
+                scanner.pos = token.end()
                 body.append(ir.Label(token.group(kind), scanner.line_of(start)))
                 continue
-            elif kind == "close":
+            else:  # close
+                scanner.pos = token.end()
                 return body
-            else:
-                scanner.pos = start
         scanner.skip_space()
         if scanner.at_end():
             raise scanner.error(open_pos, "'{' is never closed")
@@ -357,7 +425,8 @@ def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
 def parse_body_directive(scanner: Scanner) -> ir.Statement:
     pos = scanner.pos
     line = scanner.line_of(pos)
-    word = re.match(r"\.[A-Za-z_]+", scanner.text[pos:]).group(0) if re.match(r"\.[A-Za-z_]+", scanner.text[pos:]) else "."
+    word_match = DIRECTIVE_WORD_RE.match(scanner.text, pos)
+    word = word_match.group(0) if word_match else "."
     if word in LINE_DIRECTIVES:
         return ir.Directive(scanner.read_line(), line)
     text, stop = scanner.read_until(";{}")
@@ -379,11 +448,11 @@ def parse_reg_decl(text: str, scanner: Scanner, pos: int) -> ir.RegDecl:
     rtype = " ".join(m.group(1).split())[1:]
     names = [n.strip() for n in m.group(2).split(",")]
     line = scanner.line_of(pos)
-    ranged = re.fullmatch(r"(%[A-Za-z_$][A-Za-z0-9_$]*)<(\d+)>", names[0]) if len(names) == 1 else None
+    ranged = RANGED_NAME_RE.fullmatch(names[0]) if len(names) == 1 else None
     if ranged:
         return ir.RegDecl(rtype, (ranged.group(1),), int(ranged.group(2)), line)
     for n in names:
-        if not re.fullmatch(r"%[A-Za-z_$][A-Za-z0-9_$]*", n):
+        if not REG_NAME_RE.fullmatch(n):
             raise scanner.error(pos, f"malformed register name {n!r} in .reg declaration")
     return ir.RegDecl(rtype, tuple(names), None, line)
 
@@ -397,23 +466,37 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
     if m is None:
         return _instruction_error(text, scanner, pos)
     negated, guard_name, opcode_text, operand_text = m.groups()
-    guard = ir.Guard(ir.Register(guard_name), negated=bool(negated)) if guard_name else None
+    guard = None
+    if guard_name:
+        guard = scanner.guards.get((negated, guard_name))
+        if guard is None:
+            guard = scanner.guards[negated, guard_name] = ir.Guard(ir.Register(guard_name), negated=bool(negated))
     opcode = scanner.opcodes.get(opcode_text)
     if opcode is None:
         opcode = scanner.opcodes[opcode_text] = ir.Opcode(opcode_text)
-    operands: tuple[ir.Operand, ...] = ()
-    if operand_text:
-        operands = scanner.operand_lists.get(operand_text)
-        if operands is None:
-            operands = scanner.operand_lists[operand_text] = _parse_operand_list(opcode_text, operand_text, scanner, pos)
+    if not operand_text:
+        return ir.Instruction(opcode, (), guard, line)
+    if scanner.lazy and LAZY_OPERANDS_RE.fullmatch(operand_text) and opcode_text != "SAVE":
+        if "\n" in operand_text:
+            operand_text = " ".join(operand_text.split())
+        return ir.Instruction(opcode, None, guard, line, source_operands=operand_text)
+    operands = scanner.operand_lists.get(operand_text)
+    if operands is None:
+        operands = scanner.operand_lists[operand_text] = _parse_operand_list(opcode_text, operand_text, scanner, pos)
     return ir.Instruction(opcode, operands, guard, line)
+
+
+def parse_operand_list(text: str, cache: dict[str, ir.Operand] | None = None) -> tuple[ir.Operand, ...]:
+    """`%r1, [%rd2+4], {%f1, %f2}` → operands; raises ValueError on malformed text."""
+    cache = {} if cache is None else cache
+    return tuple(cached_operand(o.strip(), cache) for o in split_top(text, ","))
 
 
 def _parse_operand_list(opcode_text: str, text: str, scanner: Scanner, pos: int) -> tuple[ir.Operand, ...]:
     if opcode_text == "SAVE":  # probe snippets: `SAVE [ map ] {a, b}` has no comma after the map
         text = re.sub(r"^(\s*\[[^\]]*\])\s*(?=\{)", r"\1, ", text)
     try:
-        return tuple(cached_operand(o.strip(), scanner.operands) for o in split_top(text, ","))
+        return parse_operand_list(text, scanner.operands)
     except ValueError as e:
         raise scanner.error(pos, str(e)) from None
 

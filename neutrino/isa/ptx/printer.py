@@ -75,6 +75,8 @@ def print_statement(stmt: ir.Statement) -> str:
 
 def print_instruction(insn: ir.Instruction) -> str:
     guard = f"{insn.guard} " if insn.guard else ""
+    if insn.source_operands is not None:  # operands as written: untouched since parsing
+        return f"{guard}{insn.opcode} \t{insn.source_operands};"
     if not insn.operands:
         return f"{guard}{insn.opcode};"
     return f"{guard}{insn.opcode} \t{', '.join(map(str, insn.operands))};"
