@@ -28,15 +28,10 @@ def _operand_of(value: int | str) -> ir.Operand:
     return parse_operand(value)
 
 
-@functools.lru_cache(maxsize=1024)
-def opcode(text: str) -> ir.Opcode:
-    return ir.Opcode(text)
-
-
 def insn(opcode_text: str, *operands, origin: str, guard: ir.Guard | str | None = None) -> ir.Instruction:
     if isinstance(guard, str):
         guard = ir.Guard(ir.Register(guard.lstrip("!")), negated=guard.startswith("!"))
-    return ir.Instruction(opcode(opcode_text), tuple(operand(o) for o in operands), guard, 0, origin)
+    return ir.Instruction(ir.opcode(opcode_text), tuple(operand(o) for o in operands), guard, 0, origin)
 
 
 def reg_decl(name: str, rtype: str, origin: str) -> ir.RegDecl:
@@ -66,7 +61,4 @@ def containers(body: list[ir.Statement]) -> dict[int, list[ir.Statement]]:
 
 
 def index_of(container: list[ir.Statement], stmt: ir.Statement) -> int:
-    for i, s in enumerate(container):
-        if s is stmt:
-            return i
-    raise ValueError("statement not in its container")
+    return container.index(stmt)  # statements compare by identity (eq=False)

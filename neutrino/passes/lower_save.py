@@ -19,9 +19,10 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import effects, lookup
+from neutrino.isa.ptx.semantics import effects
 from neutrino.passes.build import containers, index_of, insn
 from neutrino.passes.manager import Context, KernelState
+from neutrino.passes.match import exits_of
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.probefile import SAVE, MapSpec, ProbeFile
 
@@ -162,8 +163,7 @@ class _Lowerer:
         maps = [self.probes.maps[m] for m in self.state.maps]
         if not maps:
             return
-        exits = [i for i in ir.instructions(self.state.function.body) if i.origin is None and lookup(i.opcode).control in ("return", "exit")]
-        for anchor in exits:
+        for anchor in self.state.exits:
             code: list[ir.Instruction] = []
             for spec in maps:
                 guard, prep = self.leader_guard(spec.level, anchor.guard)
@@ -246,6 +246,7 @@ class CountingVariant:
                 function=clone,
                 counting=True,
                 original_ids=[id(i) for i in originals],
+                exits=exits_of(originals),
                 temps=dict(state.temps),
                 levels=set(state.levels),
                 sites=list(state.sites),

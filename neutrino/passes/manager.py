@@ -43,6 +43,7 @@ class KernelState:
     count_kernel: str | None = None
     counting: bool = False  # this is the counting variant of another entry
     original_ids: list[int] = attrs.Factory(list)  # identities of the original instructions, in order
+    exits: list[ir.Instruction] = attrs.Factory(list)  # the original ret/exit instructions
     levels: set[str] = attrs.Factory(set)  # levels whose leader predicate / unit index the code needs
 
     def temp(self, role: str, rtype: str) -> str:

@@ -23,6 +23,11 @@ def selected_entries(module: ir.Module, kernel: str | None) -> list[ir.Function]
     return chosen
 
 
+def exits_of(instructions: list[ir.Instruction]) -> list[ir.Instruction]:
+    """The instructions that end the kernel (`ret`, `exit`), where kernel-position `after` code goes."""
+    return [i for i in instructions if lookup(i.opcode).control in ("return", "exit")]
+
+
 @attrs.frozen
 class TracepointMatching:
     """Creates a KernelState per entry and lists its sites, in probe-file order.
@@ -36,21 +41,19 @@ class TracepointMatching:
     def run(self, module: ir.Module, ctx: Context) -> None:
         for function in selected_entries(module, ctx.kernel):
             originals = [i for i in ir.instructions(function.body) if i.origin is None]
-            state = KernelState(function, original_ids=[id(i) for i in originals])
+            state = KernelState(function, original_ids=[id(i) for i in originals], exits=exits_of(originals))
             for probe in ctx.probes.probes:
-                state.sites.extend(self.sites_of(probe, function, originals))
+                state.sites.extend(self.sites_of(probe, function, originals, state.exits))
             ctx.kernels[function.name] = state
 
     @staticmethod
-    def sites_of(probe, function: ir.Function, originals: list[ir.Instruction]) -> list[Site]:
+    def sites_of(probe, function: ir.Function, originals: list[ir.Instruction], exits: list[ir.Instruction]) -> list[Site]:
         sites: list[Site] = []
         if probe.at_kernel:
             if probe.before:
                 sites.append(Site(probe.name, "before", "entry", None, function.name))
             if probe.after:
-                for insn in originals:
-                    if lookup(insn.opcode).control in ("return", "exit"):
-                        sites.append(Site(probe.name, "after", "exit", insn, function.name))
+                sites.extend(Site(probe.name, "after", "exit", insn, function.name) for insn in exits)
             return sites
         for insn in originals:
             if any(insn.opcode.has_prefix(prefix) for prefix in probe.position):

@@ -281,10 +281,10 @@ class Verifier:
 
     @staticmethod
     def check_kernel(name: str, state, lowered: bool = True) -> None:
-        originals = [i for i in ir.instructions(state.function.body) if i.origin is None]
-        if [id(i) for i in originals] != state.original_ids:
+        insns = ir.instructions(state.function.body)
+        if [id(i) for i in insns if i.origin is None] != state.original_ids:
             raise InstrumentError(f"{name}: the original instructions were changed by a pass")
-        for insn in ir.instructions(state.function.body):
+        for insn in insns:
             if insn.origin is None or not insn.origin.startswith("probe "):
                 continue
             if insn.opcode.base not in ALLOWED_OPCODES and (lowered or insn.opcode.base != SAVE):

@@ -9,6 +9,7 @@ which is what the round-trip tests compare.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterator, Union
 
@@ -258,6 +259,12 @@ class Opcode:
 
     def __str__(self) -> str:
         return self.text
+
+
+@functools.lru_cache(maxsize=4096)
+def opcode(text: str) -> Opcode:
+    """The `Opcode` of a text; opcodes are values, so one object per text is shared."""
+    return Opcode(text)
 
 
 @attrs.frozen

@@ -32,20 +32,6 @@ FLAT_OPERANDS_RE = re.compile(rf"{_FLAT}+(?:,{_FLAT}+)*")
 BALANCE_RE = re.compile(r'[{}]|"[^"\n]*"|//[^\n]*|/\*(?:.|\n)*?(?:\*/|$)')
 # A statement up to its ';' with at most one level of { } (vector operands), no comments or strings.
 FAST_STATEMENT_RE = re.compile(r"([^;{}\"/]*(?:\{[^;{}\"/]*\}[^;{}\"/]*)*);")
-# One step of a function body, for the common shapes; anything else (strings,
-# block comments, nested scopes, malformed text) takes the careful path.
-BODY_TOKEN_RE = re.compile(
-    r"""\s*(?:
-      (?P<comment>//[^\n]*)
-    | (?P<close>\})
-    | (?P<label>[A-Za-z_$][A-Za-z0-9_$]*)\s*:(?!:)
-    | (?P<linedir>\.(?:loc|file)(?![A-Za-z0-9_$])[^\n/"]*?)[ \t\r]*(?://[^\n]*)?(?=\n|$)
-    | (?P<reg>\.reg\s[^;{}"/]*);
-    | (?P<directive>\.[A-Za-z_][^;{}"/]*);
-    | (?P<stmt>[^;{}"/.\s][^;{}"/]*(?:\{[^;{}"/]*\}[^;{}"/]*)*);
-    )""",
-    re.X,
-)
 CAREFUL_DIRECTIVES = frozenset(LINE_DIRECTIVES) | {".reg"}
 WORD_RE = re.compile(r"\.?[A-Za-z_$][A-Za-z0-9_$]*")
 DIRECTIVE_WORD_RE = re.compile(r"\.[A-Za-z_]+")
@@ -80,6 +66,26 @@ def _lazy_operands_re() -> re.Pattern:
 
 
 LAZY_OPERANDS_RE = _lazy_operands_re()
+
+# One step of a function body, for the common shapes; anything else (strings,
+# block comments, nested scopes, malformed text) takes the careful path. An
+# instruction whose operands fit the lazy grammar is split by this one match.
+BODY_TOKEN_RE = re.compile(
+    r"""\s*(?:
+      (?P<comment>//[^\n]*)
+    | (?P<close>\})
+    | (?P<label>[A-Za-z_$][A-Za-z0-9_$]*)\s*:(?!:)
+    | (?P<linedir>\.(?:loc|file)(?![A-Za-z0-9_$])[^\n/"]*?)[ \t\r]*(?://[^\n]*)?(?=\n|$)
+    | (?P<reg>\.reg\s[^;{}"/]*);
+    | (?P<directive>\.[A-Za-z_][^;{}"/]*);
+    | (?P<insn>(?:@(?P<negated>!?)(?P<guard>%[A-Za-z_$][A-Za-z0-9_$]*)\s+)?
+        (?P<opcode>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:\s+(?P<operands>"""
+    + LAZY_OPERANDS_RE.pattern
+    + r"""))?)\s*;
+    | (?P<stmt>[^;{}"/.\s][^;{}"/]*(?:\{[^;{}"/]*\}[^;{}"/]*)*);
+    )""",
+    re.X,
+)
 
 
 class Scanner:
@@ -210,6 +216,13 @@ class Scanner:
     def read_balanced(self) -> str:
         """From a '{' to its matching '}', comment- and string-aware; returns the inner text."""
         start = self.pos
+        close = self.text.find("}", start + 1)
+        inner = self.text[start + 1 : close]
+        # The common case (DWARF sections): no nesting, strings or block comments, and the
+        # '}' found is not inside a line comment.
+        if close > 0 and "{" not in inner and '"' not in inner and "/*" not in inner and inner.rfind("//") <= inner.rfind("\n"):
+            self.pos = close + 1
+            return inner
         depth = 0
         for m in BALANCE_RE.finditer(self.text, self.pos):
             token = m.group(0)
@@ -349,42 +362,49 @@ def split_perf_directives(text: str) -> list[str]:
 
 def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
     body: list[ir.Statement] = []
+    append = body.append
     text = scanner.text
+    match = BODY_TOKEN_RE.match
+    line_of = scanner.line_of
     while True:
-        token = BODY_TOKEN_RE.match(text, scanner.pos)
+        token = match(text, scanner.pos)
         if token is not None:  # the fast path: one regex step per statement
             kind = token.lastgroup
             start = token.start(kind)
-            if kind == "stmt":
-                scanner.pos = token.end()
-                body.append(parse_instruction(token.group(kind), scanner, start))
+            end = token.end()
+            if kind == "insn":
+                scanner.pos = end
+                append(_instruction_from_token(token, scanner, line_of(start), start))
                 continue
             if kind == "linedir":
-                scanner.pos = token.end()
-                body.append(ir.Directive(token.group(kind), scanner.line_of(start)))
+                scanner.pos = end
+                append(ir.Directive(token.group(kind), line_of(start)))
+                continue
+            if kind == "comment":
+                scanner.pos = end
+                append(ir.Comment(token.group(kind), line_of(start)))
+                continue
+            if kind == "label":
+                scanner.pos = end
+                append(ir.Label(token.group(kind), line_of(start)))
+                continue
+            if kind == "stmt":
+                scanner.pos = end
+                append(parse_instruction(token.group(kind), scanner, start))
                 continue
             if kind == "reg":
-                scanner.pos = token.end()
-                body.append(parse_reg_decl(token.group(kind), scanner, start))
+                scanner.pos = end
+                append(parse_reg_decl(token.group(kind), scanner, start))
                 continue
-            if kind == "directive":
-                directive = token.group(kind)
-                if DIRECTIVE_WORD_RE.match(directive).group(0) not in CAREFUL_DIRECTIVES:
-                    scanner.pos = token.end()
-                    body.append(ir.Directive(" ".join(directive.split()) + ";", scanner.line_of(start)))
-                    continue
-                scanner.pos = start  # a malformed .reg, or a line directive that did not end at its line
-            elif kind == "comment":
-                scanner.pos = token.end()
-                body.append(ir.Comment(token.group(kind), scanner.line_of(start)))
-                continue
-            elif kind == "label":
-                scanner.pos = token.end()
-                body.append(ir.Label(token.group(kind), scanner.line_of(start)))
-                continue
-            else:  # close
-                scanner.pos = token.end()
+            if kind == "close":
+                scanner.pos = end
                 return body
+            directive = token.group(kind)
+            if DIRECTIVE_WORD_RE.match(directive).group(0) not in CAREFUL_DIRECTIVES:
+                scanner.pos = end
+                append(ir.Directive(" ".join(directive.split()) + ";", line_of(start)))
+                continue
+            scanner.pos = start  # a malformed .reg, or a line directive that did not end at its line
         scanner.skip_space()
         if scanner.at_end():
             raise scanner.error(open_pos, "'{' is never closed")
@@ -473,7 +493,7 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
             guard = scanner.guards[negated, guard_name] = ir.Guard(ir.Register(guard_name), negated=bool(negated))
     opcode = scanner.opcodes.get(opcode_text)
     if opcode is None:
-        opcode = scanner.opcodes[opcode_text] = ir.Opcode(opcode_text)
+        opcode = scanner.opcodes[opcode_text] = ir.opcode(opcode_text)
     if not operand_text:
         return ir.Instruction(opcode, (), guard, line)
     if scanner.lazy and LAZY_OPERANDS_RE.fullmatch(operand_text) and opcode_text != "SAVE":
@@ -484,6 +504,26 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
     if operands is None:
         operands = scanner.operand_lists[operand_text] = _parse_operand_list(opcode_text, operand_text, scanner, pos)
     return ir.Instruction(opcode, operands, guard, line)
+
+
+def _instruction_from_token(token: re.Match, scanner: Scanner, line: int, pos: int) -> ir.Instruction:
+    """An instruction the body regex has already split, operands in the lazy grammar."""
+    negated, guard_name, opcode_text, operand_text = token.group("negated", "guard", "opcode", "operands")
+    if not scanner.lazy or (operand_text and opcode_text == "SAVE"):
+        return parse_instruction(token.group("insn"), scanner, pos)
+    guard = None
+    if guard_name:
+        guard = scanner.guards.get((negated, guard_name))
+        if guard is None:
+            guard = scanner.guards[negated, guard_name] = ir.Guard(ir.Register(guard_name), negated=bool(negated))
+    opcode = scanner.opcodes.get(opcode_text)
+    if opcode is None:
+        opcode = scanner.opcodes[opcode_text] = ir.opcode(opcode_text)
+    if not operand_text:
+        return ir.Instruction(opcode, (), guard, line)
+    if "\n" in operand_text:
+        operand_text = " ".join(operand_text.split())
+    return ir.Instruction(opcode, None, guard, line, source_operands=operand_text)
 
 
 def parse_operand_list(text: str, cache: dict[str, ir.Operand] | None = None) -> tuple[ir.Operand, ...]:

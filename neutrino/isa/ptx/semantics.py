@@ -156,7 +156,12 @@ DEFAULT = OpSemantics(defs=(0,))
 
 
 def lookup(opcode: ir.Opcode) -> OpSemantics:
-    return _lookup_components(opcode.components)
+    return _lookup_text(opcode.text)
+
+
+@functools.lru_cache(maxsize=4096)  # keyed by the text: its hash is cached by the string
+def _lookup_text(text: str) -> OpSemantics:
+    return _lookup_components(tuple(text.split(".")))
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of the opcode: memoised, not state
