@@ -13,7 +13,7 @@ from neutrino.isa.ptx.parser import parse_operand
 
 
 def operand(value) -> ir.Operand:
-    if isinstance(value, (int, str)):
+    if value.__class__ is str or value.__class__ is int:
         return _operand_of(value)
     return value
 
@@ -31,7 +31,7 @@ def _operand_of(value: int | str) -> ir.Operand:
 def insn(opcode_text: str, *operands, origin: str, guard: ir.Guard | str | None = None) -> ir.Instruction:
     if isinstance(guard, str):
         guard = ir.Guard(ir.Register(guard.lstrip("!")), negated=guard.startswith("!"))
-    return ir.Instruction(ir.opcode(opcode_text), tuple(operand(o) for o in operands), guard, 0, origin)
+    return ir.Instruction(ir.opcode(opcode_text), tuple(map(operand, operands)), guard, 0, origin)
 
 
 def reg_decl(name: str, rtype: str, origin: str) -> ir.RegDecl:

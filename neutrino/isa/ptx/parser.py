@@ -43,6 +43,20 @@ INSTRUCTION_RE = re.compile(
 LINE_DIRECTIVE_RE = re.compile(r"\.(?:loc|file)\b")
 
 
+def _trie_pattern(words: list[str]) -> str:
+    """An alternation of `words` as a prefix tree: the regex engine then follows one branch per character."""
+    if "" in words and len(words) == 1:
+        return ""
+    branches = []
+    for first in sorted({w[0] for w in words if w}):
+        rest = _trie_pattern([w[1:] for w in words if w and w[0] == first])
+        branches.append(re.escape(first) + rest)
+    optional = "" in words
+    if len(branches) == 1 and not optional:
+        return branches[0]
+    return "(?:" + "|".join(branches) + ")" + ("?" if optional else "")
+
+
 def _lazy_operands_re() -> re.Pattern:
     """Operand lists that `parse_operand_list` is sure to accept: the shapes compilers emit.
 
@@ -52,7 +66,7 @@ def _lazy_operands_re() -> re.Pattern:
     parsed at once so that errors still surface while parsing.
     """
     name = r"[A-Za-z_$][A-Za-z0-9_$]*"
-    specials = "|".join(sorted((s[1:] for s in ir.SPECIAL_REGISTERS), key=len, reverse=True))
+    specials = _trie_pattern([s[1:] for s in ir.SPECIAL_REGISTERS])
     register = rf"%{name}"  # undotted: a register or a special register such as %clock64
     plain_register = rf"%(?!(?:{specials})(?![A-Za-z0-9_$])){name}"  # what an address may be based on
     integer = r"(?:0[xX][0-9a-fA-F]+|[1-9][0-9]*|0)"
@@ -74,14 +88,14 @@ BODY_TOKEN_RE = re.compile(
     r"""\s*(?:
       (?P<comment>//[^\n]*)
     | (?P<close>\})
-    | (?P<label>[A-Za-z_$][A-Za-z0-9_$]*)\s*:(?!:)
-    | (?P<linedir>\.(?:loc|file)(?![A-Za-z0-9_$])[^\n/"]*?)[ \t\r]*(?://[^\n]*)?(?=\n|$)
-    | (?P<reg>\.reg\s[^;{}"/]*);
-    | (?P<directive>\.[A-Za-z_][^;{}"/]*);
     | (?P<insn>(?:@(?P<negated>!?)(?P<guard>%[A-Za-z_$][A-Za-z0-9_$]*)\s+)?
         (?P<opcode>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:\s+(?P<operands>"""
     + LAZY_OPERANDS_RE.pattern
     + r"""))?)\s*;
+    | (?P<label>[A-Za-z_$][A-Za-z0-9_$]*)\s*:(?!:)
+    | (?P<linedir>\.(?:loc|file)(?![A-Za-z0-9_$])[^\n/"]*)(?://[^\n]*)?(?=\n|$)
+    | (?P<reg>\.reg\s[^;{}"/]*);
+    | (?P<directive>\.[A-Za-z_][^;{}"/]*);
     | (?P<stmt>[^;{}"/.\s][^;{}"/]*(?:\{[^;{}"/]*\}[^;{}"/]*)*);
     )""",
     re.X,
@@ -362,49 +376,9 @@ def split_perf_directives(text: str) -> list[str]:
 
 def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
     body: list[ir.Statement] = []
-    append = body.append
-    text = scanner.text
-    match = BODY_TOKEN_RE.match
-    line_of = scanner.line_of
     while True:
-        token = match(text, scanner.pos)
-        if token is not None:  # the fast path: one regex step per statement
-            kind = token.lastgroup
-            start = token.start(kind)
-            end = token.end()
-            if kind == "insn":
-                scanner.pos = end
-                append(_instruction_from_token(token, scanner, line_of(start), start))
-                continue
-            if kind == "linedir":
-                scanner.pos = end
-                append(ir.Directive(token.group(kind), line_of(start)))
-                continue
-            if kind == "comment":
-                scanner.pos = end
-                append(ir.Comment(token.group(kind), line_of(start)))
-                continue
-            if kind == "label":
-                scanner.pos = end
-                append(ir.Label(token.group(kind), line_of(start)))
-                continue
-            if kind == "stmt":
-                scanner.pos = end
-                append(parse_instruction(token.group(kind), scanner, start))
-                continue
-            if kind == "reg":
-                scanner.pos = end
-                append(parse_reg_decl(token.group(kind), scanner, start))
-                continue
-            if kind == "close":
-                scanner.pos = end
-                return body
-            directive = token.group(kind)
-            if DIRECTIVE_WORD_RE.match(directive).group(0) not in CAREFUL_DIRECTIVES:
-                scanner.pos = end
-                append(ir.Directive(" ".join(directive.split()) + ";", line_of(start)))
-                continue
-            scanner.pos = start  # a malformed .reg, or a line directive that did not end at its line
+        if _read_common_statements(scanner, body):
+            return body
         scanner.skip_space()
         if scanner.at_end():
             raise scanner.error(open_pos, "'{' is never closed")
@@ -440,6 +414,69 @@ def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
                 raise scanner.error(pos, "instruction is missing its ';'")
             scanner.pos += 1
         body.append(parse_instruction(text, scanner, pos))
+
+
+def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> bool:
+    """Reads statements of the common shapes, one regex match each; True after the body's '}'.
+
+    Stops at the first statement the body regex does not take (a gap before the
+    next match, or a directive that needs care), leaving `scanner.pos` there for
+    the careful path. This loop is most of the parser's time, hence its inlining.
+    """
+    text = scanner.text
+    append = body.append
+    lazy = scanner.lazy
+    opcodes, guards = scanner.opcodes, scanner.guards
+    pos = line_pos = scanner.pos
+    line = scanner.line_of(pos)
+    for token in BODY_TOKEN_RE.finditer(text, pos):
+        if token.start() != pos:  # the regex skipped text it does not know
+            break
+        kind = token.lastgroup
+        start = token.start(kind)
+        line += text.count("\n", line_pos, start)
+        line_pos = start
+        if kind == "insn":
+            negated, guard_name, opcode_text, operand_text = token.group("negated", "guard", "opcode", "operands")
+            if not lazy or (operand_text and opcode_text == "SAVE"):
+                append(parse_instruction(token.group(kind), scanner, start))
+                pos = token.end()
+                continue
+            guard = None
+            if guard_name:
+                guard = guards.get((negated, guard_name))
+                if guard is None:
+                    guard = guards[negated, guard_name] = ir.Guard(ir.Register(guard_name), negated=bool(negated))
+            opcode = opcodes.get(opcode_text)
+            if opcode is None:
+                opcode = opcodes[opcode_text] = ir.opcode(opcode_text)
+            if not operand_text:
+                append(ir.Instruction(opcode, (), guard, line))
+            else:
+                if "\n" in operand_text:
+                    operand_text = " ".join(operand_text.split())
+                append(ir.Instruction(opcode, None, guard, line, source_operands=operand_text))
+        elif kind == "linedir":
+            append(ir.Directive(token.group(kind).rstrip(), line))
+        elif kind == "comment":
+            append(ir.Comment(token.group(kind), line))
+        elif kind == "label":
+            append(ir.Label(token.group(kind), line))
+        elif kind == "stmt":
+            append(parse_instruction(token.group(kind), scanner, start))
+        elif kind == "reg":
+            append(parse_reg_decl(token.group(kind), scanner, start))
+        elif kind == "close":
+            scanner.pos = token.end()
+            return True
+        else:
+            directive = token.group(kind)
+            if DIRECTIVE_WORD_RE.match(directive).group(0) in CAREFUL_DIRECTIVES:
+                break  # a malformed .reg, or a line directive that did not end at its line
+            append(ir.Directive(" ".join(directive.split()) + ";", line))
+        pos = token.end()
+    scanner.pos = pos
+    return False
 
 
 def parse_body_directive(scanner: Scanner) -> ir.Statement:
@@ -504,26 +541,6 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
     if operands is None:
         operands = scanner.operand_lists[operand_text] = _parse_operand_list(opcode_text, operand_text, scanner, pos)
     return ir.Instruction(opcode, operands, guard, line)
-
-
-def _instruction_from_token(token: re.Match, scanner: Scanner, line: int, pos: int) -> ir.Instruction:
-    """An instruction the body regex has already split, operands in the lazy grammar."""
-    negated, guard_name, opcode_text, operand_text = token.group("negated", "guard", "opcode", "operands")
-    if not scanner.lazy or (operand_text and opcode_text == "SAVE"):
-        return parse_instruction(token.group("insn"), scanner, pos)
-    guard = None
-    if guard_name:
-        guard = scanner.guards.get((negated, guard_name))
-        if guard is None:
-            guard = scanner.guards[negated, guard_name] = ir.Guard(ir.Register(guard_name), negated=bool(negated))
-    opcode = scanner.opcodes.get(opcode_text)
-    if opcode is None:
-        opcode = scanner.opcodes[opcode_text] = ir.opcode(opcode_text)
-    if not operand_text:
-        return ir.Instruction(opcode, (), guard, line)
-    if "\n" in operand_text:
-        operand_text = " ".join(operand_text.split())
-    return ir.Instruction(opcode, None, guard, line, source_operands=operand_text)
 
 
 def parse_operand_list(text: str, cache: dict[str, ir.Operand] | None = None) -> tuple[ir.Operand, ...]:

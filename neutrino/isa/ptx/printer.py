@@ -48,15 +48,21 @@ def _param_list(params: list[ir.Param]) -> str:
 
 def _print_body(body: list[ir.Statement], depth: int, lines: list[str]) -> None:
     indent = "\t" * depth
+    append = lines.append
     for stmt in body:
-        if isinstance(stmt, ir.Scope):
-            lines.append(indent + "{")
+        kind = type(stmt)
+        if kind is ir.Instruction:
+            append(indent + print_instruction(stmt))
+        elif kind is ir.Directive or kind is ir.Comment:
+            append(indent + stmt.text)
+        elif kind is ir.Label:
+            append(stmt.name + ":")
+        elif kind is ir.Scope:
+            append(indent + "{")
             _print_body(stmt.body, depth + 1, lines)
-            lines.append(indent + "}")
-        elif isinstance(stmt, ir.Label):
-            lines.append(f"{stmt.name}:")
+            append(indent + "}")
         else:
-            lines.append(indent + print_statement(stmt))
+            append(indent + print_statement(stmt))
 
 
 def print_statement(stmt: ir.Statement) -> str:
@@ -74,9 +80,10 @@ def print_statement(stmt: ir.Statement) -> str:
 
 
 def print_instruction(insn: ir.Instruction) -> str:
-    guard = f"{insn.guard} " if insn.guard else ""
+    guard = insn.guard
+    head = insn.opcode.text if guard is None else f"@{'!' if guard.negated else ''}{guard.register.name} {insn.opcode.text}"
     if insn.source_operands is not None:  # operands as written: untouched since parsing
-        return f"{guard}{insn.opcode} \t{insn.source_operands};"
+        return f"{head} \t{insn.source_operands};"
     if not insn.operands:
-        return f"{guard}{insn.opcode};"
-    return f"{guard}{insn.opcode} \t{', '.join(map(str, insn.operands))};"
+        return head + ";"
+    return f"{head} \t{', '.join(map(str, insn.operands))};"
