@@ -34,20 +34,7 @@ class SkipSite(Exception):
 
 
 def helpers_used(snippet: Snippet) -> set[str]:
-    used = set()
-
-    def visit(operand):
-        if isinstance(operand, ir.Symbol) and operand.name in HELPERS:
-            used.add(operand.name)
-        for child in getattr(operand, "items", ()):
-            visit(child)
-        if isinstance(operand, ir.Negated):
-            visit(operand.operand)
-
-    for stmt in ir.instructions(snippet.statements):
-        for operand in stmt.operands:
-            visit(operand)
-    return used
+    return {name for stmt in ir.instructions(snippet.statements) for name in stmt.symbol_names() if name in HELPERS}
 
 
 @attrs.define
