@@ -158,7 +158,7 @@ CHECK-LABEL: .entry k(
 CHECK-NEXT: .param .u64 k_p0,
 CHECK-NEXT: .param .u64 k__nt_buf_mem,
 CHECK-NEXT: .param .u64 k__nt_buf_sched
-CHECK: .reg .b64 %nt_p_total;
+CHECK: .reg .b64 {{.*}}%nt_p_total{{[,;]}}
 CHECK: .reg .pred %p<2>;
 CHECK: mov.b64 %nt_p_total, 0;
 CHECK: mad.lo.u32 %nt_tlin, %nt_tid_z, %nt_ntid_y, %nt_tid_y;

@@ -10,12 +10,14 @@ introduced, in one block at the top of the kernel.
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 import attrs
 
+from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
-from neutrino.passes.build import entry_index, insn, reg_decl
+from neutrino.passes.build import entry_index, insn
 from neutrino.passes.lower_save import map_register
 from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
@@ -25,6 +27,14 @@ ORIGIN = "buffer-addressing"
 
 def param_names(kernel: str, map_name: str) -> tuple[str, str]:
     return f"{kernel}__nt_buf_{map_name}", f"{kernel}__nt_cap_{map_name}"
+
+
+def declarations(registers: dict[str, str]) -> list[ir.RegDecl]:
+    """One `.reg` per type, names in the order they were asked for."""
+    by_type: dict[str, list[str]] = {}
+    for name, rtype in registers.items():
+        by_type.setdefault(rtype, []).append(name)
+    return [ir.RegDecl(rtype, tuple(names), None, 0, ORIGIN) for rtype, names in by_type.items()]
 
 
 @attrs.define
@@ -133,6 +143,84 @@ class _Prologue:
 
 
 @attrs.frozen
+class _MapShape:
+    """What the prologue needs of a map."""
+
+    name: str
+    level: str
+    cap: int | str
+    record_bytes: int
+
+
+@attrs.frozen
+class _PrologueShape:
+    """Everything the prologue's code depends on, but the kernel's name."""
+
+    prefix: str
+    probe_registers: tuple[tuple[str, str], ...]  # (renamed register, type), in order
+    levels: frozenset[str]
+    maps: tuple[_MapShape, ...]
+    counting: bool
+
+    @classmethod
+    def of(cls, state: KernelState, maps: list) -> "_PrologueShape":
+        return cls(
+            state.prefix,
+            tuple((name, state.temps[name]) for name in state.renames.values()),
+            frozenset(state.levels),
+            tuple(_MapShape(m.name, m.level, m.cap, m.record_bytes) for m in maps),
+            state.counting,
+        )
+
+
+@attrs.frozen
+class _PrologueTemplate:
+    code: tuple[ir.Instruction, ...]  # parameters named as for a kernel called ""
+    registers: tuple[tuple[str, str], ...]  # every register the code uses, in first-use order
+
+    def instantiate(self, state: KernelState, owner: str) -> list[ir.Instruction]:
+        for name, rtype in self.registers:
+            old = state.temps.setdefault(name, rtype)
+            if old != rtype:
+                raise InstrumentError(f"internal: register {name} requested as .{rtype} and .{old}")
+        return [ir.Instruction(t.opcode, _for_kernel(t.operands, owner), t.guard, 0, ORIGIN) for t in self.code]
+
+
+def _for_kernel(operands: tuple[ir.Operand, ...], owner: str) -> tuple[ir.Operand, ...]:
+    """The template's only symbols are its parameters (`[__nt_buf_x]`): name them for `owner`."""
+    if not any(type(o) is ir.Address and type(o.base) is ir.Symbol for o in operands):
+        return operands
+    return tuple(
+        ir.Address(ir.Symbol(owner + o.base.name), o.offset) if type(o) is ir.Address and type(o.base) is ir.Symbol else o
+        for o in operands
+    )
+
+
+@functools.lru_cache(maxsize=256)  # a pure function of the shape: kernels of one probe file share it
+def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
+    scratch = KernelState(
+        ir.Function("entry", ""),
+        prefix=shape.prefix,
+        renames={name: name for name, _ in shape.probe_registers},
+        temps=dict(shape.probe_registers),
+        levels=set(shape.levels),
+        counting=shape.counting,
+    )
+    prologue = _Prologue(scratch)
+    prologue.zero_probe_registers()
+    if shape.maps or shape.levels:
+        prologue.thread_geometry()
+        prologue.leaders()
+        units: dict[str, tuple[str, str]] = {}
+        for spec in shape.maps:
+            if spec.level not in units:
+                units[spec.level] = prologue.unit(spec.level)
+            buf_param, cap_param = param_names("", spec.name)
+            prologue.map_pointers(spec, buf_param, cap_param, units.__getitem__)
+    return _PrologueTemplate(tuple(prologue.code), tuple(scratch.temps.items()))
+
+
+@attrs.frozen
 class BufferAddressing:
     name: ClassVar[str] = "buffer-addressing"
     requires: ClassVar[tuple[str, ...]] = ("lower-save",)
@@ -142,27 +230,12 @@ class BufferAddressing:
             # The counting variant takes the parameters of the kernel it counts for.
             owner = name[: -len("__nt_count")] if state.counting else name
             self.add_params(state, owner, ctx)
-            prologue = _Prologue(state)
-            prologue.zero_probe_registers()
-            maps = [ctx.probes.maps[m] for m in state.maps]
-            if maps or state.levels:
-                prologue.thread_geometry()
-                prologue.leaders()
-                units: dict[str, tuple[str, str]] = {}
-
-                def units_of(level: str) -> tuple[str, str]:
-                    if level not in units:
-                        units[level] = prologue.unit(level)
-                    return units[level]
-
-                for spec in maps:
-                    buf_param, cap_param = param_names(owner, spec.name)
-                    prologue.map_pointers(spec, buf_param, cap_param, units_of)
+            shape = _PrologueShape.of(state, [ctx.probes.maps[m] for m in state.maps])
+            code = prologue_template(shape).instantiate(state, owner)
             body = state.function.body
             i = entry_index(body)
-            body[i:i] = prologue.code
-            decls = [reg_decl(n, t, ORIGIN) for n, t in state.temps.items()]
-            body[0:0] = decls
+            body[i:i] = code
+            body[0:0] = declarations(state.temps)
 
     @staticmethod
     def add_params(state: KernelState, owner: str, ctx: Context) -> None:

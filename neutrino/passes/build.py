@@ -34,10 +34,6 @@ def insn(opcode_text: str, *operands, origin: str, guard: ir.Guard | str | None 
     return ir.Instruction(ir.opcode(opcode_text), tuple(map(operand, operands)), guard, 0, origin)
 
 
-def reg_decl(name: str, rtype: str, origin: str) -> ir.RegDecl:
-    return ir.RegDecl(rtype, (name,), None, 0, origin)
-
-
 def entry_index(body: list[ir.Statement]) -> int:
     """Where code that must run first goes: after the leading declarations, before any label."""
     for index, stmt in enumerate(body):
@@ -46,19 +42,30 @@ def entry_index(body: list[ir.Statement]) -> int:
     return len(body)
 
 
-def containers(body: list[ir.Statement]) -> dict[int, list[ir.Statement]]:
-    """id(instruction) → the list that holds it (the function body or a nested scope)."""
-    out: dict[int, list[ir.Statement]] = {}
-    stack = [body]
-    while stack:
-        container = stack.pop()
-        for stmt in container:
-            if type(stmt) is ir.Instruction:
-                out[id(stmt)] = container
-            elif type(stmt) is ir.Scope:
-                stack.append(stmt.body)
-    return out
+Edit = tuple  # (code before, replacement or None to keep the statement, code after)
 
 
-def index_of(container: list[ir.Statement], stmt: ir.Statement) -> int:
-    return container.index(stmt)  # statements compare by identity (eq=False)
+def splice(body: list[ir.Statement], edits: dict[int, Edit]) -> None:
+    """Applies edits keyed by `id(statement)` in one pass over the body and its scopes.
+
+    One pass, not one list insertion per site: instruction-level probes can
+    have a site at every memory instruction of a large kernel.
+    """
+    if not edits:
+        return
+    out: list[ir.Statement] = []
+    for stmt in body:
+        if type(stmt) is ir.Scope:
+            splice(stmt.body, edits)
+        edit = edits.get(id(stmt))
+        if edit is None:
+            out.append(stmt)
+            continue
+        before, replacement, after = edit
+        out += before
+        if replacement is None:
+            out.append(stmt)
+        else:
+            out += replacement
+        out += after
+    body[:] = out

@@ -20,7 +20,7 @@ import attrs
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import effects
-from neutrino.passes.build import containers, index_of, insn
+from neutrino.passes.build import insn, splice
 from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.match import exits_of
 from neutrino.passes.resolve import LEVEL_LEADER
@@ -126,16 +126,17 @@ class _Lowerer:
     # -- a whole kernel
     def lower(self) -> None:
         body = self.state.function.body
-        where_is = containers(body)
+        edits: dict[int, tuple] = {}
         groups: dict[str, list[ir.Instruction]] = {}
         for stmt in ir.instructions(body):
             if stmt.opcode.base == SAVE and stmt.origin and stmt.origin.startswith("probe "):
                 groups.setdefault(stmt.origin, []).append(stmt)
         for origin, saves in groups.items():
-            self.lower_group(origin, saves, where_is)
-        self.store_counts(where_is)
+            self.lower_group(origin, saves, edits)
+        self.store_counts(edits)
+        splice(body, edits)
 
-    def lower_group(self, origin: str, saves: list[ir.Instruction], where_is) -> None:
+    def lower_group(self, origin: str, saves: list[ir.Instruction], edits: dict[int, tuple]) -> None:
         probe_name = origin.split(" ", 1)[1].split("#")[0]
         probe = next(p for p in self.probes.probes if p.name == probe_name)
         explicit = isinstance(saves[0].operands[0], ir.Address)
@@ -155,11 +156,9 @@ class _Lowerer:
                     k += 1
                 if position == len(record) - 1:
                     code += self.record_store(spec, save.guard)
-                container = where_is[id(save)]
-                i = index_of(container, save)
-                container[i : i + 1] = code
+                edits[id(save)] = ([], code, [])
 
-    def store_counts(self, where_is) -> None:
+    def store_counts(self, edits: dict[int, tuple]) -> None:
         maps = [self.probes.maps[m] for m in self.state.maps]
         if not maps:
             return
@@ -170,9 +169,7 @@ class _Lowerer:
                 cnt = map_register(self.state, "cnt", spec, "b64")
                 cur = map_register(self.state, "cur", spec, "b32")
                 code += prep + [self.emit("st.global.u32", ir.Address(ir.Register(cnt)), cur, guard=guard)]
-            container = where_is[id(anchor)]
-            i = index_of(container, anchor)
-            container[i:i] = code
+            edits[id(anchor)] = (code, None, [])
 
     def leader_guard(self, level: str, exit_guard: ir.Guard | None) -> tuple[ir.Guard | None, list[ir.Instruction]]:
         leader = None

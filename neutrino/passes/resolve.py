@@ -22,11 +22,24 @@ import attrs
 
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import effects, lookup
-from neutrino.passes.build import containers, entry_index, index_of, insn
+from neutrino.passes.build import entry_index, insn, splice
 from neutrino.passes.manager import Context, KernelState, Site
 from neutrino.probefile import HELPERS, SAVE, Probe, Snippet
 
 LEVEL_LEADER = {"warp": "lead_warp", "block": "lead_block"}
+
+
+@attrs.define
+class _KernelRegisterTypes:
+    """The kernel's declared register types, collected on first use: only helpers need them."""
+
+    function: ir.Function
+    _types: ir.RegisterTypes | None = None
+
+    def type_of(self, name: str) -> str | None:
+        if self._types is None:
+            self._types = ir.register_types(self.function)
+        return self._types.type_of(name)
 
 
 class SkipSite(Exception):
@@ -42,7 +55,7 @@ class _SiteBuilder:
     """Builds the code of one site."""
 
     state: KernelState
-    types: ir.RegisterTypes
+    types: _KernelRegisterTypes
     origin: str
 
     def temp(self, role: str, rtype: str) -> str:
@@ -240,8 +253,7 @@ class OperandResolution:
 
     def splice_kernel(self, state: KernelState, probes: dict[str, Probe]) -> None:
         body = state.function.body
-        types = ir.register_types(state.function)
-        where_is = containers(body)
+        types = _KernelRegisterTypes(state.function)
         entry_code: list[ir.Instruction] = []
         before: dict[int, list[ir.Instruction]] = {}
         after: dict[int, list[ir.Instruction]] = {}
@@ -272,11 +284,7 @@ class OperandResolution:
             else:
                 after.setdefault(key, []).extend(post)
         state.sites = kept
-        for key, anchor in anchors.items():
-            container = where_is[key]
-            i = index_of(container, anchor)
-            container[i + 1 : i + 1] = after.get(key, [])
-            container[i:i] = before.get(key, [])
+        splice(body, {key: (before.get(key, []), None, after.get(key, [])) for key in anchors})
         i = entry_index(body)
         body[i:i] = entry_code
 

@@ -486,6 +486,8 @@ def walk(body: list[Statement]) -> Iterator[tuple[list[Statement], int, Statemen
 
 def instructions(body: list[Statement]) -> list[Instruction]:
     """Every instruction of a body, nested scopes included, in order."""
+    if Scope not in map(type, body):  # the common case, at the speed of a comprehension
+        return [stmt for stmt in body if type(stmt) is Instruction]
     out: list[Instruction] = []
     for stmt in body:
         if type(stmt) is Instruction:
