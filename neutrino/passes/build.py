@@ -46,26 +46,19 @@ Edit = tuple  # (code before, replacement or None to keep the statement, code af
 
 
 def splice(body: list[ir.Statement], edits: dict[int, Edit]) -> None:
-    """Applies edits keyed by `id(statement)` in one pass over the body and its scopes.
+    """Applies edits keyed by `id(statement)` to the body and its scopes.
 
-    One pass, not one list insertion per site: instruction-level probes can
-    have a site at every memory instruction of a large kernel.
+    Finds all edited positions in one scan and rewrites from the back, so that
+    instruction-level probes, with a site at every memory instruction of a
+    large kernel, cost one pass rather than one search per site.
     """
     if not edits:
         return
-    out: list[ir.Statement] = []
-    for stmt in body:
-        if type(stmt) is ir.Scope:
-            splice(stmt.body, edits)
-        edit = edits.get(id(stmt))
-        if edit is None:
-            out.append(stmt)
-            continue
-        before, replacement, after = edit
-        out += before
-        if replacement is None:
-            out.append(stmt)
-        else:
-            out += replacement
-        out += after
-    body[:] = out
+    positions = [i for i, stmt in enumerate(body) if id(stmt) in edits]
+    for i in reversed(positions):
+        before, replacement, after = edits[id(body[i])]
+        body[i : i + 1] = [*before, *([body[i]] if replacement is None else replacement), *after]
+    if ir.Scope in map(type, body):
+        for stmt in body:
+            if type(stmt) is ir.Scope:
+                splice(stmt.body, edits)

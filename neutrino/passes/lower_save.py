@@ -129,7 +129,7 @@ class _Lowerer:
         edits: dict[int, tuple] = {}
         groups: dict[str, list[ir.Instruction]] = {}
         for stmt in ir.instructions(body):
-            if stmt.opcode.base == SAVE and stmt.origin and stmt.origin.startswith("probe "):
+            if stmt.origin is not None and stmt.origin.startswith("probe ") and stmt.opcode.base == SAVE:
                 groups.setdefault(stmt.origin, []).append(stmt)
         for origin, saves in groups.items():
             self.lower_group(origin, saves, edits)

@@ -9,6 +9,7 @@ at the line and column.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from neutrino.errors import Diagnostic, Location, ParseError
@@ -85,7 +86,7 @@ LAZY_OPERANDS_RE = _lazy_operands_re()
 # block comments, nested scopes, malformed text) takes the careful path. An
 # instruction whose operands fit the lazy grammar is split by this one match.
 BODY_TOKEN_RE = re.compile(
-    r"""\s*(?:
+    r"""(?:
       (?P<comment>//[^\n]*)
     | (?P<close>\})
     | (?P<insn>(?:@(?P<negated>!?)(?P<guard>%[A-Za-z_$][A-Za-z0-9_$]*)\s+)?
@@ -97,9 +98,14 @@ BODY_TOKEN_RE = re.compile(
     | (?P<reg>\.reg\s[^;{}"/]*);
     | (?P<directive>\.[A-Za-z_][^;{}"/]*);
     | (?P<stmt>[^;{}"/.\s][^;{}"/]*(?:\{[^;{}"/]*\}[^;{}"/]*)*);
-    )""",
+    )\s*""",  # whitespace after a statement, so that the next one starts where this match ends
     re.X,
 )
+_TOKEN = BODY_TOKEN_RE.groupindex
+COMMENT, CLOSE, INSN, LABEL, LINEDIR, REG, DIRECTIVE, STMT = (
+    _TOKEN[k] for k in ("comment", "close", "insn", "label", "linedir", "reg", "directive", "stmt")
+)
+INSN_PARTS = tuple(_TOKEN[k] for k in ("negated", "guard", "opcode", "operands"))
 
 
 class Scanner:
@@ -117,7 +123,6 @@ class Scanner:
         self.operands: dict[str, ir.Operand] = {}  # operand text → parsed operand (values are immutable)
         self.opcodes: dict[str, ir.Opcode] = {}
         self.operand_lists: dict[str, tuple[ir.Operand, ...]] = {}
-        self._stop_patterns: dict[tuple[str, bool], re.Pattern] = {}
         self.guards: dict[tuple[str, str], ir.Guard] = {}
 
     # -- positions
@@ -192,10 +197,7 @@ class Scanner:
         With `nest`, stops inside `{ }` (vector operands) do not count.
         Comments in the text read become a single space.
         """
-        key = (stops, nest)
-        pattern = self._stop_patterns.get(key)
-        if pattern is None:
-            pattern = self._stop_patterns[key] = re.compile("[" + re.escape(stops + '"/' + ("{}" if nest else "")) + "]")
+        pattern = _stop_pattern(stops, nest)
         text = self.text
         out = []
         depth = 0
@@ -250,6 +252,12 @@ class Scanner:
             elif token.startswith("/*") and not token.endswith("*/"):
                 break
         raise self.error(start, "unbalanced '{'")
+
+
+@functools.lru_cache(maxsize=64)
+def _stop_pattern(stops: str, nest: bool) -> re.Pattern:
+    """The characters `read_until` must look at: its stops, string and comment starts, braces when nesting."""
+    return re.compile("[" + re.escape(stops + '"/' + ("{}" if nest else "")) + "]")
 
 
 def strip_line_comment(line: str) -> str:
@@ -427,19 +435,18 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> bool:
     append = body.append
     lazy = scanner.lazy
     opcodes, guards = scanner.opcodes, scanner.guards
-    pos = line_pos = scanner.pos
+    pos = line_pos = SPACE_RE.match(text, scanner.pos).end()
     line = scanner.line_of(pos)
     for token in BODY_TOKEN_RE.finditer(text, pos):
         if token.start() != pos:  # the regex skipped text it does not know
             break
-        kind = token.lastgroup
-        start = token.start(kind)
-        line += text.count("\n", line_pos, start)
-        line_pos = start
-        if kind == "insn":
-            negated, guard_name, opcode_text, operand_text = token.group("negated", "guard", "opcode", "operands")
+        kind = token.lastindex
+        line += text.count("\n", line_pos, pos)
+        line_pos = pos
+        if kind == INSN:
+            negated, guard_name, opcode_text, operand_text = token.group(*INSN_PARTS)
             if not lazy or (operand_text and opcode_text == "SAVE"):
-                append(parse_instruction(token.group(kind), scanner, start))
+                append(parse_instruction(token.group(kind), scanner, pos))
                 pos = token.end()
                 continue
             guard = None
@@ -456,17 +463,17 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> bool:
                 if "\n" in operand_text:
                     operand_text = " ".join(operand_text.split())
                 append(ir.Instruction(opcode, None, guard, line, source_operands=operand_text))
-        elif kind == "linedir":
+        elif kind == LINEDIR:
             append(ir.Directive(token.group(kind).rstrip(), line))
-        elif kind == "comment":
+        elif kind == COMMENT:
             append(ir.Comment(token.group(kind), line))
-        elif kind == "label":
+        elif kind == LABEL:
             append(ir.Label(token.group(kind), line))
-        elif kind == "stmt":
-            append(parse_instruction(token.group(kind), scanner, start))
-        elif kind == "reg":
-            append(parse_reg_decl(token.group(kind), scanner, start))
-        elif kind == "close":
+        elif kind == STMT:
+            append(parse_instruction(token.group(kind), scanner, pos))
+        elif kind == REG:
+            append(parse_reg_decl(token.group(kind), scanner, pos))
+        elif kind == CLOSE:
             scanner.pos = token.end()
             return True
         else:
