@@ -177,19 +177,25 @@ class _PrologueShape:
 class _PrologueTemplate:
     code: tuple[ir.Instruction, ...]  # parameters named as for a kernel called ""
     registers: tuple[tuple[str, str], ...]  # every register the code uses, in first-use order
+    param_loads: tuple[int, ...]  # indices of the instructions that name a parameter
 
     def instantiate(self, state: KernelState, owner: str) -> list[ir.Instruction]:
         for name, rtype in self.registers:
             old = state.temps.setdefault(name, rtype)
             if old != rtype:
                 raise InstrumentError(f"internal: register {name} requested as .{rtype} and .{old}")
-        return [ir.Instruction(t.opcode, _for_kernel(t.operands, owner), t.guard, 0, ORIGIN) for t in self.code]
+        code = [ir.Instruction(t.opcode, t.operands, t.guard, 0, ORIGIN) for t in self.code]
+        for i in self.param_loads:
+            code[i].operands = _for_kernel(code[i].operands, owner)
+        return code
+
+
+def _names_parameter(insn: ir.Instruction) -> bool:
+    return any(type(o) is ir.Address and type(o.base) is ir.Symbol for o in insn.operands)
 
 
 def _for_kernel(operands: tuple[ir.Operand, ...], owner: str) -> tuple[ir.Operand, ...]:
     """The template's only symbols are its parameters (`[__nt_buf_x]`): name them for `owner`."""
-    if not any(type(o) is ir.Address and type(o.base) is ir.Symbol for o in operands):
-        return operands
     return tuple(
         ir.Address(ir.Symbol(owner + o.base.name), o.offset) if type(o) is ir.Address and type(o.base) is ir.Symbol else o
         for o in operands
@@ -217,7 +223,8 @@ def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
                 units[spec.level] = prologue.unit(spec.level)
             buf_param, cap_param = param_names("", spec.name)
             prologue.map_pointers(spec, buf_param, cap_param, units.__getitem__)
-    return _PrologueTemplate(tuple(prologue.code), tuple(scratch.temps.items()))
+    code = tuple(prologue.code)
+    return _PrologueTemplate(code, tuple(scratch.temps.items()), tuple(i for i, insn in enumerate(code) if _names_parameter(insn)))
 
 
 @attrs.frozen

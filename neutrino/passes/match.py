@@ -8,7 +8,7 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import lookup
+from neutrino.isa.ptx.semantics import kernel_exits
 from neutrino.passes.manager import Context, KernelState, Site
 
 
@@ -24,8 +24,8 @@ def selected_entries(module: ir.Module, kernel: str | None) -> list[ir.Function]
 
 
 def exits_of(instructions: list[ir.Instruction]) -> list[ir.Instruction]:
-    """The instructions that end the kernel (`ret`, `exit`), where kernel-position `after` code goes."""
-    return [i for i in instructions if lookup(i.opcode).control in ("return", "exit")]
+    """The instructions that end the kernel, where kernel-position `after` code goes."""
+    return kernel_exits(instructions)
 
 
 @attrs.frozen

@@ -199,8 +199,11 @@ class _SiteBuilder:
 
     # -- the snippet
     def rename(self, operand: ir.Operand) -> ir.Operand:
-        if isinstance(operand, ir.Register):
+        kind = type(operand)
+        if kind is ir.Register:
             return ir.Register(self.state.renames[operand.name])
+        if kind is ir.SpecialRegister or kind is ir.Immediate:
+            return operand
         if isinstance(operand, ir.Symbol) and operand.name in HELPERS:
             return ir.Register(self.helper_register(operand.name))
         if isinstance(operand, ir.Vector):

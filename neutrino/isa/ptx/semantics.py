@@ -155,6 +155,18 @@ TABLE: dict[tuple[str, ...], OpSemantics] = {
 DEFAULT = OpSemantics(defs=(0,))
 
 
+ENDS_KERNEL = ("return", "exit")
+# First components of the rows that end the kernel: a cheap filter before the full lookup.
+_ENDING_BASES = frozenset(key[0] for key, row in TABLE.items() if row.control in ENDS_KERNEL)
+
+
+def kernel_exits(instructions: list[ir.Instruction]) -> list[ir.Instruction]:
+    """The instructions that end the kernel (`ret`, `exit`)."""
+    return [
+        i for i in instructions if i.opcode.components[0] in _ENDING_BASES and lookup(i.opcode).control in ENDS_KERNEL
+    ]
+
+
 def lookup(opcode: ir.Opcode) -> OpSemantics:
     return _lookup_text(opcode.text)
 
