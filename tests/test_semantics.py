@@ -2,8 +2,10 @@
 
 import pytest
 
-from neutrino.isa.ptx import ir, parse_statements
-from neutrino.isa.ptx.semantics import effects
+from neutrino.isa.ptx import ir, parse_module, parse_statements
+from neutrino.isa.ptx.semantics import defined_registers, effects
+
+from helpers import CORPUS
 
 R = ir.Register
 
@@ -54,3 +56,11 @@ def test_control(text, control):
 def test_cp_async_bulk_global_destination():
     e = fx("cp.async.bulk.global.shared::cta [%rd1], [%r2], 256;")
     assert e.primary_memory.space == "global" and e.primary_memory.access == "store" and e.bytes == 256
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_defined_registers_are_the_defs_of_effects(path):
+    module = parse_module(path.read_text())
+    for function in module.functions():
+        for insn in ir.instructions(function.body or []):
+            assert sorted(r.name for r in defined_registers(insn)) == sorted(r.name for r in effects(insn).defs), insn

@@ -178,13 +178,17 @@ class _PrologueTemplate:
     code: tuple[ir.Instruction, ...]  # parameters named as for a kernel called ""
     registers: tuple[tuple[str, str], ...]  # every register the code uses, in first-use order
     param_loads: tuple[int, ...]  # indices of the instructions that name a parameter
+    operand_texts: tuple[str | None, ...]  # how each instruction's operands print: computed once, not per kernel
 
     def instantiate(self, state: KernelState, owner: str) -> list[ir.Instruction]:
         for name, rtype in self.registers:
             old = state.temps.setdefault(name, rtype)
             if old != rtype:
                 raise InstrumentError(f"internal: register {name} requested as .{rtype} and .{old}")
-        code = [ir.Instruction(t.opcode, t.operands, t.guard, 0, ORIGIN) for t in self.code]
+        code = [
+            ir.Instruction(t.opcode, t.operands, t.guard, 0, ORIGIN, text)
+            for t, text in zip(self.code, self.operand_texts)
+        ]
         for i in self.param_loads:
             code[i].operands = _for_kernel(code[i].operands, owner)
         return code
@@ -224,7 +228,12 @@ def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
             buf_param, cap_param = param_names("", spec.name)
             prologue.map_pointers(spec, buf_param, cap_param, units.__getitem__)
     code = tuple(prologue.code)
-    return _PrologueTemplate(code, tuple(scratch.temps.items()), tuple(i for i, insn in enumerate(code) if _names_parameter(insn)))
+    return _PrologueTemplate(
+        code,
+        tuple(scratch.temps.items()),
+        tuple(i for i, insn in enumerate(code) if _names_parameter(insn)),
+        tuple(", ".join(map(str, insn.operands)) or None for insn in code),
+    )
 
 
 @attrs.frozen

@@ -15,7 +15,7 @@ import attrs
 
 from neutrino.errors import Diagnostic, InstrumentError, ProbeError
 from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import effects, lookup
+from neutrino.isa.ptx.semantics import defined_registers, effects, lookup
 from neutrino.passes.manager import Context
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
@@ -289,6 +289,6 @@ class Verifier:
                 continue
             if insn.opcode.base not in ALLOWED_OPCODES and (lowered or insn.opcode.base != SAVE):
                 raise InstrumentError(f"{name}: probe code contains {insn.opcode} after lowering")
-            for reg in effects(insn).defs:
+            for reg in defined_registers(insn):
                 if not reg.name.startswith(state.prefix):
                     raise InstrumentError(f"{name}: probe code writes kernel register {reg.name}")

@@ -294,7 +294,7 @@ class Instruction:
     guard: Guard | None = None
     line: int = 0  # source line (1-based) where parsed; 0 when inserted
     origin: str | None = None  # who inserted it: "probe NAME" / pass name; None = original
-    source_operands: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    source_operands: str | None = attrs.field(default=None, repr=False)
 
     @property
     def operands(self) -> tuple[Operand, ...]:

@@ -462,7 +462,7 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> bool:
             else:
                 if "\n" in operand_text:
                     operand_text = " ".join(operand_text.split())
-                append(ir.Instruction(opcode, None, guard, line, source_operands=operand_text))
+                append(ir.Instruction(opcode, None, guard, line, None, operand_text))
         elif kind == LINEDIR:
             append(ir.Directive(token.group(kind).rstrip(), line))
         elif kind == COMMENT:
@@ -543,7 +543,7 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
     if scanner.lazy and LAZY_OPERANDS_RE.fullmatch(operand_text) and opcode_text != "SAVE":
         if "\n" in operand_text:
             operand_text = " ".join(operand_text.split())
-        return ir.Instruction(opcode, None, guard, line, source_operands=operand_text)
+        return ir.Instruction(opcode, None, guard, line, None, operand_text)
     operands = scanner.operand_lists.get(operand_text)
     if operands is None:
         operands = scanner.operand_lists[operand_text] = _parse_operand_list(opcode_text, operand_text, scanner, pos)

@@ -52,7 +52,10 @@ def _print_body(body: list[ir.Statement], depth: int, lines: list[str]) -> None:
     for stmt in body:
         kind = type(stmt)
         if kind is ir.Instruction:
-            append(indent + print_instruction(stmt))
+            if stmt.guard is None and stmt.source_operands is not None:  # the common case, inline
+                append(f"{indent}{stmt.opcode.text} \t{stmt.source_operands};")
+            else:
+                append(indent + print_instruction(stmt))
         elif kind is ir.Directive or kind is ir.Comment:
             append(indent + stmt.text)
         elif kind is ir.Label:

@@ -217,6 +217,17 @@ def _space_of(insn: ir.Instruction, index: int, access_count: int) -> str | None
     return spaces[0] if spaces else None
 
 
+def defined_registers(insn: ir.Instruction) -> list[ir.Register]:
+    """The registers `insn` writes: `effects(insn).defs`, without the rest."""
+    ops = insn.operands
+    return [
+        reg
+        for i in lookup(insn.opcode).defs
+        if i < len(ops) and not isinstance(ops[i], ir.Address)
+        for reg in ir.registers_in(ops[i])
+    ]
+
+
 def effects(insn: ir.Instruction) -> Effects:
     row = lookup(insn.opcode)
     ops = insn.operands
