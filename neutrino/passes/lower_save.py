@@ -13,6 +13,7 @@ arithmetic and the counts.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import ClassVar
 
 import attrs
@@ -24,7 +25,7 @@ from neutrino.passes.build import insn, splice
 from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.match import exits_of
 from neutrino.passes.resolve import LEVEL_LEADER
-from neutrino.probefile import SAVE, MapSpec, ProbeFile
+from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
 
 ORIGIN = "save-lowering"
 COUNT_SUFFIX = "__nt_count"
@@ -137,12 +138,36 @@ class _Lowerer:
         splice(body, edits)
 
     def lower_group(self, origin: str, saves: list[ir.Instruction], edits: dict[int, tuple]) -> None:
+        """Each SAVE of one snippet execution → its part of the record's code.
+
+        The code depends only on the SAVEs, the probe file and a few facts of
+        the kernel, so it is built once per such shape (`_lowered_group`) and
+        copied for every site and kernel that has the same.
+        """
         probe_name = origin.split(" ", 1)[1].split("#")[0]
-        probe = next(p for p in self.probes.probes if p.name == probe_name)
+        probe_map = next(p for p in self.probes.probes if p.name == probe_name).map
+        values = tuple(v for s in saves for v in s.operands[-1].items)
+        template = _lowered_group(
+            probe_name,
+            probe_map,
+            tuple(_MapValue.of(spec) for spec in self.probes.maps.values()),
+            self.state.prefix,
+            self.state.counting,
+            tuple((s.opcode, s.operands, s.guard) for s in saves),
+            tuple((v.name, self.state.temps[v.name]) for v in values if type(v) is ir.Register and v.name in self.state.temps),
+        )
+        for name, rtype in template.registers:
+            self.state.temp_named(name, rtype)
+        for save, code in zip(saves, template.code):
+            edits[id(save)] = ([], [ir.Instruction(t.opcode, t.operands, t.guard, 0, ORIGIN, text) for t, text in code], [])
+
+    def build_group(self, probe_name: str, probe_map: str | None, maps: dict, saves: list[ir.Instruction]) -> list[list[ir.Instruction]]:
+        """The code replacing each SAVE of `saves` (one snippet execution of probe `probe_name`)."""
+        out: list[list[ir.Instruction]] = []
         explicit = isinstance(saves[0].operands[0], ir.Address)
         records = [[s] for s in saves] if explicit else [saves]
         for record in records:
-            spec = self.probes.maps[record[0].operands[0].base.name if explicit else probe.map]
+            spec = maps[record[0].operands[0].base.name if explicit else probe_map]
             guards = {(s.guard.register.name, s.guard.negated) if s.guard else None for s in record}
             if len(guards) > 1:
                 raise InstrumentError(f"probe {probe_name}: the SAVEs of one record must share one predicate")
@@ -156,7 +181,8 @@ class _Lowerer:
                     k += 1
                 if position == len(record) - 1:
                     code += self.record_store(spec, save.guard)
-                edits[id(save)] = ([], code, [])
+                out.append(code)
+        return out
 
     def store_counts(self, edits: dict[int, tuple]) -> None:
         maps = [self.probes.maps[m] for m in self.state.maps]
@@ -183,6 +209,40 @@ class _Lowerer:
         e = self.state.temp(f"exit_{level}", "pred")
         first = self.emit("not.pred" if exit_guard.negated else "mov.pred", e, exit_guard.register)
         return ir.Guard(ir.Register(e)), [first, self.emit("and.pred", e, e, leader)]
+
+
+@attrs.frozen
+class _MapValue:
+    """A map as the lowering sees it, as a value (MapSpec compares by identity)."""
+
+    name: str
+    cap: int | str
+    record_bytes: int
+    fields: tuple[Field, ...]
+
+    @classmethod
+    def of(cls, spec: MapSpec) -> "_MapValue":
+        return cls(spec.name, spec.cap, spec.record_bytes, tuple(spec.fields))
+
+
+@attrs.frozen
+class _GroupTemplate:
+    code: tuple[tuple[tuple[ir.Instruction, str | None], ...], ...]  # per SAVE: (instruction, operand text)
+    registers: tuple[tuple[str, str], ...]  # registers in first-use order
+
+
+@functools.lru_cache(maxsize=256)  # a pure function of its arguments: kernels and sites of one shape share it
+def _lowered_group(
+    probe_name: str, probe_map: str | None, maps: tuple[_MapValue, ...], prefix: str, counting: bool, saves: tuple, value_types: tuple
+) -> _GroupTemplate:
+    scratch = KernelState(ir.Function("entry", ""), prefix=prefix, counting=counting, temps=dict(value_types))
+    origin = f"probe {probe_name}#0"
+    lowerer = _Lowerer(scratch, None)
+    code = lowerer.build_group(
+        probe_name, probe_map, {m.name: m for m in maps}, [ir.Instruction(op, ops, guard, 0, origin) for op, ops, guard in saves]
+    )
+    printed = tuple(tuple((insn, ", ".join(map(str, insn.operands)) or None) for insn in part) for part in code)
+    return _GroupTemplate(printed, tuple(scratch.temps.items()))
 
 
 # Spaces a counting kernel must not write: the program's memory (generic may be global).

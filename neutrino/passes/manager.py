@@ -48,7 +48,9 @@ class KernelState:
 
     def temp(self, role: str, rtype: str) -> str:
         """A register of ours, declared once per kernel by name and type."""
-        name = f"{self.prefix}{role}"
+        return self.temp_named(f"{self.prefix}{role}", rtype)
+
+    def temp_named(self, name: str, rtype: str) -> str:
         old = self.temps.setdefault(name, rtype)
         if old != rtype:
             raise InstrumentError(f"internal: register {name} requested as .{rtype} and .{old}")
