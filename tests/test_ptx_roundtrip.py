@@ -160,3 +160,64 @@ def test_lazy_and_eager_parsing_agree(operands, separator):
         except ParseError as e:
             outcomes.append(("error", e.diagnostics[0].message if hasattr(e, "diagnostics") else str(e)))
     assert outcomes[0] == outcomes[1]
+
+
+# ---------------------------------------------------------------- the line reader
+
+
+def _statements_with_lines(module: ir.Module) -> list[tuple]:
+    """Every statement of every body, with what `structure()` leaves out: its line and kept operand text."""
+    out: list[tuple] = []
+
+    def visit(body):
+        for stmt in body:
+            out.append((stmt.key(), stmt.line, getattr(stmt, "source_operands", None)))
+            if isinstance(stmt, ir.Scope):
+                visit(stmt.body)
+
+    for function in module.functions():
+        visit(function.body or [])
+    return out
+
+
+def _parse_both_ways(text: str):
+    outcomes = []
+    for by_lines in (True, False):
+        try:
+            module = parse_module(text, "k.ptx", by_lines=by_lines)
+            outcomes.append((module.structure(), _statements_with_lines(module)))
+        except ParseError as e:
+            outcomes.append(("error", str(e)))
+    return outcomes
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_line_reader_parses_as_the_tokenizer(path):
+    by_lines, tokenized = _parse_both_ways(path.read_text())
+    assert by_lines == tokenized
+
+
+_body_lines = st.sampled_from(
+    [
+        "add.s32 %r1, %r2, 4;", "@%p1 bra $L__BB0_2;", "@!%p2 st.global.v2.f32 [%rd1+-8], {%f1, %f2};", "ret;",
+        "mov.u32 %r1, %tid.x;", "ld.param.u64 %rd1, [k_param_0];", "SAVE.u32 {%r1};", "mov.u32 %r1, 1; // trailing",
+        "add.s32 %r1, %r2, 4; sub.s32 %r1, %r1, 1;", "$L__BB0_2:", "L1 :", "a : b;", "a::", "// a comment \"x\"",
+        "/* block */", ".loc 1 20 28 // file.py:20", ".loc\t1 2 3", ".locx 1;", ".file 1 \"k.py\"", ".reg .b32 %r<4>;",
+        ".reg .pred %p1, %p2;", ".reg .b32 bad name;", ".shared .align 16 .b8 smem[64];", ".pragma \"nounroll\";",
+        "{", "}", "} // end", "mov.u32 %r1,", "%r2;", "wgmma.fence.sync.aligned;", "shfl.sync.bfly.b32 %r1|%p1, %r2, 1, 31, -1;",
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1], 16, [%r2];",
+        "mov.u32 %r1, {%r2;", "mov.b64 %rd1, {%r1, %r2};", "@%p1", "foo-bar %r1;", ".version 8.0", "", "   ",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_body_lines, max_size=12), st.sampled_from(["\n", "\n\n", "\r\n", "\n\t", " \n"]))
+@example(["add.s32 %r1, %r2, 4;", "a : b;", "ret;"], "\n")
+@example(["mov.u32 %r1,", "%r2;", "ret;"], "\n")
+@example(["{", ".reg .b32 %r<2>;", "mov.u32 %r1, 1;", "}"], "\n")
+def test_line_reader_agrees_with_the_tokenizer(lines, separator):
+    """Reading whole lines with string methods is a shortcut: statement for statement, line for line, the same result."""
+    text = ".version 8.0\n.target sm_90\n.entry k()\n{\n" + separator.join(lines) + "\n}\n"
+    by_lines, tokenized = _parse_both_ways(text)
+    assert by_lines == tokenized

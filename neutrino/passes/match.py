@@ -55,8 +55,14 @@ class TracepointMatching:
             if probe.after:
                 sites.extend(Site(probe.name, "after", "exit", insn, function.name) for insn in exits)
             return sites
+        snippets = probe.snippets()
+        matches: dict[str, bool] = {}  # opcode text → matched; a kernel repeats few opcodes
         for insn in originals:
-            if any(insn.opcode.has_prefix(prefix) for prefix in probe.position):
-                for snippet in probe.snippets():
+            opcode = insn.opcode
+            hit = matches.get(opcode.text)
+            if hit is None:
+                hit = matches[opcode.text] = any(opcode.has_prefix(prefix) for prefix in probe.position)
+            if hit:
+                for snippet in snippets:
                     sites.append(Site(probe.name, snippet.where, "instruction", insn, function.name))
         return sites

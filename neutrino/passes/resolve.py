@@ -21,7 +21,7 @@ from typing import ClassVar
 import attrs
 
 from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import effects, lookup
+from neutrino.isa.ptx.semantics import access_bytes, effects, lookup
 from neutrino.passes.build import entry_index, insn, splice
 from neutrino.passes.manager import Context, KernelState, Site
 from neutrino.probefile import HELPERS, SAVE, Probe, Snippet
@@ -51,12 +51,27 @@ def helpers_used(snippet: Snippet) -> set[str]:
 
 
 @attrs.define
+class _SnippetCache:
+    """What one kernel's sites of the same snippet share: computed once, copied per site."""
+
+    helpers: dict[int, set[str]] = attrs.Factory(dict)  # id(snippet) → helpers it uses
+    bodies: dict[tuple, list[ir.Instruction]] = attrs.Factory(dict)  # (id(snippet), site guard) → renamed code
+
+    def helpers_used(self, snippet: Snippet) -> set[str]:
+        used = self.helpers.get(id(snippet))
+        if used is None:
+            used = self.helpers[id(snippet)] = helpers_used(snippet)
+        return used
+
+
+@attrs.define
 class _SiteBuilder:
     """Builds the code of one site."""
 
     state: KernelState
     types: _KernelRegisterTypes
     origin: str
+    cache: _SnippetCache = attrs.Factory(_SnippetCache)
 
     def temp(self, role: str, rtype: str) -> str:
         return self.state.temp(role, rtype)
@@ -119,7 +134,7 @@ class _SiteBuilder:
         return code
 
     def nbytes(self, dst: str, anchor: ir.Instruction) -> list[ir.Instruction]:
-        count = effects(anchor).bytes
+        count = access_bytes(anchor)
         if count is None:
             raise SkipSite("the semantics table gives no byte count for it")
         if isinstance(count, int):
@@ -215,6 +230,15 @@ class _SiteBuilder:
         return operand
 
     def body(self, snippet: Snippet, site_guard: ir.Guard | None) -> list[ir.Instruction]:
+        """The snippet renamed and predicated: the same for every site with this guard, so built once."""
+        key = (id(snippet), site_guard)
+        template = self.cache.bodies.get(key)
+        if template is None:
+            template = self.cache.bodies[key] = self.build_body(snippet, site_guard)
+        origin = self.origin
+        return [ir.Instruction(t.opcode, t.operands, t.guard, 0, origin) for t in template]
+
+    def build_body(self, snippet: Snippet, site_guard: ir.Guard | None) -> list[ir.Instruction]:
         code: list[ir.Instruction] = []
         for stmt in ir.instructions(snippet.statements):
             own = None
@@ -263,11 +287,12 @@ class OperandResolution:
         anchors: dict[int, ir.Instruction] = {}
         counter = itertools.count()
         kept: list[Site] = []
+        cache = _SnippetCache()
         for site in state.sites:
             probe = probes[site.probe]
             snippet = probe.before if site.where == "before" else probe.after
             origin = f"probe {probe.name}#{next(counter)}"
-            builder = _SiteBuilder(state, types, origin)
+            builder = _SiteBuilder(state, types, origin, cache)
             try:
                 pre, code, post = self.site_code(builder, site, probe, snippet)
             except SkipSite as reason:
@@ -295,7 +320,7 @@ class OperandResolution:
     def site_code(builder: _SiteBuilder, site: Site, probe: Probe, snippet: Snippet):
         """(code before the anchor, the snippet, code right after the anchor)."""
         pre, post = [], []
-        used = helpers_used(snippet)
+        used = builder.cache.helpers_used(snippet)
         if used and site.anchor is not None and site.kind == "instruction":
             pre, post = builder.captures(used, site.anchor)
         guard, predicate_code = builder.exec_predicate(site, probe.level)

@@ -299,9 +299,9 @@ class Instruction:
     @property
     def operands(self) -> tuple[Operand, ...]:
         if self._operands is None:
-            from neutrino.isa.ptx.parser import parse_operand_list  # the parser builds on this module
+            from neutrino.isa.ptx.parser import parse_lazy_operands  # the parser builds on this module
 
-            self._operands = parse_operand_list(self.source_operands or "")
+            self._operands = parse_lazy_operands(self.source_operands or "")
         return self._operands
 
     @operands.setter

@@ -228,6 +228,12 @@ def defined_registers(insn: ir.Instruction) -> list[ir.Register]:
     ]
 
 
+def access_bytes(insn: ir.Instruction) -> int | ir.Operand | None:
+    """`effects(insn).bytes` alone: most rules read only the opcode, so no operand is parsed."""
+    rule = lookup(insn.opcode).bytes
+    return rule(insn) if rule is not None else None
+
+
 def effects(insn: ir.Instruction) -> Effects:
     row = lookup(insn.opcode)
     ops = insn.operands
