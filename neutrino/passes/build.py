@@ -54,7 +54,7 @@ def splice(body: list[ir.Statement], edits: dict[int, Edit]) -> None:
     """
     if not edits:
         return
-    positions = [i for i, stmt in enumerate(body) if id(stmt) in edits]
+    positions = [i for i, key in enumerate(map(id, body)) if key in edits]
     for i in reversed(positions):
         before, replacement, after = edits[id(body[i])]
         body[i : i + 1] = [*before, *([body[i]] if replacement is None else replacement), *after]

@@ -66,18 +66,20 @@ def _lazy_operands_re() -> re.Pattern:
     (dotted special registers, floats, strings, call lists, odd addresses) is
     parsed at once so that errors still surface while parsing.
     """
-    name = r"[A-Za-z_$][A-Za-z0-9_$]*"
+    # Possessive quantifiers (`*+`, `++`) and the most common shapes first: the body regex
+    # runs this on every instruction, and backtracking is most of its cost.
+    name = r"[A-Za-z_$][A-Za-z0-9_$]*+"
     specials = _trie_pattern([s[1:] for s in ir.SPECIAL_REGISTERS])
     register = rf"%{name}"  # undotted: a register or a special register such as %clock64
     plain_register = rf"%(?!(?:{specials})(?![A-Za-z0-9_$])){name}"  # what an address may be based on
-    integer = r"(?:0[xX][0-9a-fA-F]+|[1-9][0-9]*|0)"
-    immediate = r"[-+]?(?:0[xX][0-9a-fA-F]+|0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|[0-9]+)[uU]?"
-    symbol = rf"(?:[A-Za-z$][A-Za-z0-9_$]*|_[A-Za-z0-9_$]+)"
-    address = rf"\[\s*(?:{plain_register}|{symbol})\s*(?:(?:\+\s*-?|-)\s*{integer}\s*)?\]"
+    integer = r"(?:0[xX][0-9a-fA-F]++|[1-9][0-9]*+|0)"
+    immediate = r"[-+]?+(?:0[xX][0-9a-fA-F]++|0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|[0-9]++)[uU]?+"
+    symbol = rf"(?:[A-Za-z$][A-Za-z0-9_$]*+|_[A-Za-z0-9_$]++)"
+    address = rf"\[\s*+(?:{plain_register}|{symbol})\s*+(?:(?:\+\s*+-?+|-)\s*+{integer}\s*+)?+\]"
     item = rf"(?:{register}|{immediate}|_)"
-    vector = rf"\{{\s*{item}(?:\s*,\s*{item})*\s*\}}"
-    operand = rf"(?:!?{register}|{register}\|{register}|{immediate}|{symbol}|_|{address}|{vector})"
-    return re.compile(rf"{operand}(?:\s*,\s*{operand})*")
+    vector = rf"\{{\s*+{item}(?:\s*+,\s*+{item})*+\s*+\}}"
+    operand = rf"(?:{register}(?:\|{register})?+|{address}|{immediate}|{vector}|!{register}|{symbol}|_)"
+    return re.compile(rf"{operand}(?:\s*+,\s*+{operand})*+")
 
 
 LAZY_OPERANDS_RE = _lazy_operands_re()
@@ -111,11 +113,10 @@ INSN_PARTS = tuple(_TOKEN[k] for k in ("negated", "guard", "opcode", "operands")
 class Scanner:
     """A cursor over the source text that knows lines and columns."""
 
-    def __init__(self, text: str, source: str, first_line: int = 1, lazy: bool = False, by_lines: bool = True):
+    def __init__(self, text: str, source: str, first_line: int = 1, lazy: bool = False):
         self.text = text
         self.source = source
         self.lazy = lazy  # keep operand text of well-formed instructions for parsing on first use
-        self.by_lines = by_lines  # read one-statement lines with string methods (`_read_lines`)
         self.pos = 0
         self.first_line = first_line
         self._starts: list[int] | None = None  # built on first backward or error lookup
@@ -125,7 +126,6 @@ class Scanner:
         self.opcodes: dict[str, ir.Opcode] = {}
         self.operand_lists: dict[str, tuple[ir.Operand, ...]] = {}
         self.guards: dict[tuple[str, str], ir.Guard] = {}
-        self.guard_texts: dict[str, ir.Guard] = {}  # `@!%p1` → its guard, for `_read_lines`
 
     # -- positions
     @property
@@ -275,11 +275,9 @@ def strip_line_comment(line: str) -> str:
 # ---------------------------------------------------------------- module level
 
 
-def parse_module(text: str, source: str = "<ptx>", lazy: bool = True, by_lines: bool = True) -> ir.Module:
-    """With `lazy`, operands of well-formed instructions are parsed on first use; with
-    `by_lines`, statements alone on their line are read without the tokenizer. Neither
-    changes the result."""
-    scanner = Scanner(text, source, lazy=lazy, by_lines=by_lines)
+def parse_module(text: str, source: str = "<ptx>", lazy: bool = True) -> ir.Module:
+    """With `lazy`, operands of well-formed instructions are parsed on first use (same result)."""
+    scanner = Scanner(text, source, lazy=lazy)
     module = ir.Module(source=source)
     while True:
         scanner.skip_space()
@@ -389,13 +387,8 @@ def split_perf_directives(text: str) -> list[str]:
 def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
     body: list[ir.Statement] = []
     while True:
-        if scanner.by_lines and _read_lines(scanner, body):
+        if _read_common_statements(scanner, body):
             return body
-        done = _read_common_statements(scanner, body, one_line=scanner.by_lines)
-        if done:
-            return body
-        if done is None:  # past the line `_read_lines` stopped at
-            continue
         scanner.skip_space()
         if scanner.at_end():
             raise scanner.error(open_pos, "'{' is never closed")
@@ -433,13 +426,12 @@ def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
         body.append(parse_instruction(text, scanner, pos))
 
 
-def _read_common_statements(scanner: Scanner, body: list[ir.Statement], one_line: bool = False) -> bool | None:
+def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> bool:
     """Reads statements of the common shapes, one regex match each; True after the body's '}'.
 
     Stops at the first statement the body regex does not take (a gap before the
     next match, or a directive that needs care), leaving `scanner.pos` there for
-    the careful path (False). With `one_line`, it also stops once past the line
-    it started on (None), so that `_read_lines` takes over again.
+    the careful path. This loop is most of the parser's time, hence its inlining.
     """
     text = scanner.text
     append = body.append
@@ -447,15 +439,9 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement], one_line
     opcodes, guards = scanner.opcodes, scanner.guards
     pos = line_pos = SPACE_RE.match(text, scanner.pos).end()
     line = scanner.line_of(pos)
-    stop_after = text.find("\n", pos) if one_line else -1
-    if stop_after < 0:
-        stop_after = len(text)
     for token in BODY_TOKEN_RE.finditer(text, pos):
         if token.start() != pos:  # the regex skipped text it does not know
             break
-        if pos > stop_after:
-            scanner.pos = pos
-            return None
         kind = token.lastindex
         line += text.count("\n", line_pos, pos)
         line_pos = pos
@@ -499,107 +485,6 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement], one_line
             append(ir.Directive(" ".join(directive.split()) + ";", line))
         pos = token.end()
     scanner.pos = pos
-    return False
-
-
-GUARD_TEXT_RE = re.compile(r"@(!?)(%[A-Za-z_$][A-Za-z0-9_$]*)")
-OPCODE_TEXT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*")
-LABEL_LINE_RE = re.compile(r"([A-Za-z_$][A-Za-z0-9_$]*)\s*:")
-_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$")
-_DIRECTIVE_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
-_OPCODE_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_@")
-
-
-def _read_lines(scanner: Scanner, body: list[ir.Statement]) -> bool:
-    """Reads statements that stand alone on their line, as compilers print them; True after the body's '}'.
-
-    String methods split such a line without the tokenizer, and the result is
-    what `_read_common_statements` gives for it. At the first line of another
-    shape (several statements, strings, block comments, text that spans lines)
-    it stops at that statement and leaves it to the tokenizer.
-    """
-    text = scanner.text
-    append = body.append
-    lazy = scanner.lazy
-    opcodes, guard_texts = scanner.opcodes, scanner.guard_texts
-    lazy_operands = LAZY_OPERANDS_RE.fullmatch
-    find = text.find
-    size = len(text)
-    pos = SPACE_RE.match(text, scanner.pos).end()
-    line = scanner.line_of(pos)
-    while pos < size:
-        end = find("\n", pos)
-        if end < 0:
-            end = size
-        raw = text[pos:end]
-        stmt = raw.strip()
-        if not stmt:
-            pos = end + 1
-            line += 1
-            continue
-        start = pos + len(raw) - len(raw.lstrip())  # where the statement begins
-        first = stmt[0]
-        if first == "/" and stmt[1:2] == "/":
-            append(ir.Comment(raw.lstrip(), line))
-        elif first in _OPCODE_START and stmt[-1] == ";":
-            if stmt.find(";") != len(stmt) - 1 or '"' in stmt or "/" in stmt:
-                break
-            words = stmt[:-1].split(None, 2 if first == "@" else 1)
-            guard = None
-            if first == "@":
-                if len(words) < 2:
-                    break
-                guard = guard_texts.get(words[0])
-                if guard is None:
-                    g = GUARD_TEXT_RE.fullmatch(words[0])
-                    if g is None:
-                        break
-                    guard = guard_texts[words[0]] = ir.Guard(ir.Register(g.group(2)), negated=bool(g.group(1)))
-                del words[0]
-            opcode = opcodes.get(words[0])
-            if opcode is None:
-                if not OPCODE_TEXT_RE.fullmatch(words[0]):
-                    break
-                opcode = opcodes[words[0]] = ir.opcode(words[0])
-            if len(words) == 1:
-                append(ir.Instruction(opcode, (), guard, line))
-            else:
-                operands = words[1].rstrip()
-                if ":" in operands:  # `a : b;` is a label for the tokenizer
-                    break
-                if lazy and opcode.text != "SAVE" and lazy_operands(operands):
-                    append(ir.Instruction(opcode, None, guard, line, None, operands))
-                elif "{" in operands or "}" in operands:
-                    break
-                else:
-                    append(parse_instruction(stmt[:-1], scanner, start))
-        elif first == ".":
-            if (stmt.startswith(".loc") and stmt[4:5] not in _NAME_CHARS) or (stmt.startswith(".file") and stmt[5:6] not in _NAME_CHARS):
-                head = stmt.partition("//")[0]
-                if "/" in head or '"' in head:
-                    break
-                append(ir.Directive(head.rstrip(), line))
-            elif stmt[-1] != ";" or stmt[1:2] not in _DIRECTIVE_START or any(c in stmt[:-1] for c in ';{}"/'):
-                break
-            elif stmt.startswith(".reg") and stmt[4:5].isspace():
-                append(parse_reg_decl(stmt[:-1], scanner, start))
-            elif DIRECTIVE_WORD_RE.match(stmt).group(0) in CAREFUL_DIRECTIVES:
-                break
-            else:
-                append(ir.Directive(" ".join(stmt[:-1].split()) + ";", line))
-        elif first == "}" and len(stmt) == 1:
-            scanner.pos = start + 1
-            return True
-        elif stmt[-1] == ":" and first in _NAME_CHARS and LABEL_LINE_RE.fullmatch(stmt):
-            append(ir.Label(LABEL_LINE_RE.fullmatch(stmt).group(1), line))
-        else:
-            break
-        pos = end + 1
-        line += 1
-    else:
-        scanner.pos = size
-        return False
-    scanner.pos = start
     return False
 
 
