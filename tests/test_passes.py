@@ -124,6 +124,26 @@ CHECK-NEXT: ret;
 """)
 
 
+
+def test_sites_of_one_snippet_get_their_own_copies():
+    """The snippet is renamed once per guard and copied: each site owns its instructions and origin."""
+    text = KERNEL.replace("\tadd.u32 %r4, %r2, %r3;\n", "\tadd.u32 %r4, %r2, %r3;\n\t@%p1 ld.global.u32 %r5, [%rd2];\n\tld.global.u32 %r6, [%rd2+4];\n")
+    probes = '[c]\nposition = "ld.global"\nbefore = ".reg .b64 %n; add.u64 %n, %n, 1;"\n'
+    out, ctx = run([TracepointMatching(), RegisterVirtualization(), OperandResolution()], probes=probes, text=text)
+    body = ctx.kernels["k"].function.body
+    copies = [s for s in body if isinstance(s, Instruction) and s.origin and s.origin.startswith("probe c#")]
+    assert [c.origin for c in copies] == ["probe c#0", "probe c#1", "probe c#2"]
+    assert len({id(c) for c in copies}) == 3
+    assert [str(c.guard) if c.guard else None for c in copies] == ["@%p1", "@%p1", None]
+    filecheck(out, """
+CHECK: @%p1 add.u64 %nt_p_n, %nt_p_n, 1;
+CHECK-NEXT: @%p1 ld.global.v2.u32 {%r2, %r3}, [%rd2+8];
+CHECK: @%p1 add.u64 %nt_p_n, %nt_p_n, 1;
+CHECK-NEXT: @%p1 ld.global.u32 %r5, [%rd2];
+CHECK-NEXT: add.u64 %nt_p_n, %nt_p_n, 1;
+CHECK-NEXT: ld.global.u32 %r6, [%rd2+4];
+""")
+
 def test_lower_save():
     out, _ = run([TracepointMatching(), RegisterVirtualization(), OperandResolution(), SaveLowering()])
     filecheck(out, """

@@ -3,7 +3,7 @@
 import pytest
 
 from neutrino.isa.ptx import ir, parse_module, parse_statements
-from neutrino.isa.ptx.semantics import defined_registers, effects
+from neutrino.isa.ptx.semantics import access_bytes, defined_registers, effects
 
 from helpers import CORPUS
 
@@ -64,3 +64,15 @@ def test_defined_registers_are_the_defs_of_effects(path):
     for function in module.functions():
         for insn in ir.instructions(function.body or []):
             assert sorted(r.name for r in defined_registers(insn)) == sorted(r.name for r in effects(insn).defs), insn
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_access_bytes_is_the_byte_count_of_effects(path):
+    """The shortcut that spares operand parsing gives what the full effects give."""
+    module = parse_module(path.read_text())
+    counted = 0
+    for function in module.functions():
+        for insn in ir.instructions(function.body or []):
+            assert access_bytes(insn) == effects(insn).bytes, str(insn.opcode)
+            counted += access_bytes(insn) is not None
+    assert counted, "the corpus has memory instructions"

@@ -571,9 +571,9 @@ def parse_lazy_operands(text: str) -> tuple[ir.Operand, ...]:
         if word:
             out.append(_simple_operand(word))
         elif base:
-            if offset:
-                offset = ir.Immediate("-" + offset if "-" in sign else offset)
-            out.append(ir.Address(_simple_operand(base), offset or None))
+            # `[%rd1+-8]`, `[%rd1 - 8]` and `[%rd1+ -8]` all mean offset -8.
+            displacement = ir.Immediate("-" + offset if "-" in sign else offset) if offset else None
+            out.append(ir.Address(_simple_operand(base), displacement))
         else:
             out.append(ir.Vector(tuple(_simple_operand(item.strip()) for item in vector.split(","))))
     return tuple(out)
