@@ -59,7 +59,7 @@ def _trie_pattern(words: list[str]) -> str:
 
 
 def _lazy_operands_re() -> re.Pattern:
-    """Operand lists that `parse_operand_list` is sure to accept: the shapes compilers emit.
+    """Operand lists that `parse_lazy_operands` splits as `parse_operand_list` would: the shapes compilers emit.
 
     Instructions whose operands match keep their text and are parsed on first
     use (`ir.Instruction.operands`). Every shape here must parse; anything else
@@ -122,7 +122,6 @@ class Scanner:
         self._starts: list[int] | None = None  # built on first backward or error lookup
         self._last_pos = 0
         self._last_line = 0  # 0-based line of _last_pos
-        self.operands: dict[str, ir.Operand] = {}  # operand text → parsed operand (values are immutable)
         self.opcodes: dict[str, ir.Opcode] = {}
         self.operand_lists: dict[str, tuple[ir.Operand, ...]] = {}
         self.guards: dict[tuple[str, str], ir.Guard] = {}
@@ -552,10 +551,9 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
     return ir.Instruction(opcode, operands, guard, line)
 
 
-def parse_operand_list(text: str, cache: dict[str, ir.Operand] | None = None) -> tuple[ir.Operand, ...]:
+def parse_operand_list(text: str) -> tuple[ir.Operand, ...]:
     """`%r1, [%rd2+4], {%f1, %f2}` → operands; raises ValueError on malformed text."""
-    cache = {} if cache is None else cache
-    return tuple(cached_operand(o.strip(), cache) for o in split_top(text, ","))
+    return tuple(cached_operand(o.strip()) for o in split_top(text, ","))
 
 
 # One operand of a list that matched LAZY_OPERANDS_RE, whose shapes need no general parser.
@@ -569,26 +567,21 @@ def parse_lazy_operands(text: str) -> tuple[ir.Operand, ...]:
     out: list[ir.Operand] = []
     for vector, base, sign, offset, word in LAZY_OPERAND_RE.findall(text):
         if word:
-            out.append(_simple_operand(word))
+            out.append(cached_operand(word))
         elif base:
             # `[%rd1+-8]`, `[%rd1 - 8]` and `[%rd1+ -8]` all mean offset -8.
             displacement = ir.Immediate("-" + offset if "-" in sign else offset) if offset else None
-            out.append(ir.Address(_simple_operand(base), displacement))
+            out.append(ir.Address(cached_operand(base), displacement))
         else:
-            out.append(ir.Vector(tuple(_simple_operand(item.strip()) for item in vector.split(","))))
+            out.append(ir.Vector(tuple(cached_operand(item.strip()) for item in vector.split(","))))
     return tuple(out)
-
-
-@functools.lru_cache(maxsize=8192)  # operands are values: one object per text, shared
-def _simple_operand(text: str) -> ir.Operand:
-    return parse_operand(text)
 
 
 def _parse_operand_list(opcode_text: str, text: str, scanner: Scanner, pos: int) -> tuple[ir.Operand, ...]:
     if opcode_text == "SAVE":  # probe snippets: `SAVE [ map ] {a, b}` has no comma after the map
         text = re.sub(r"^(\s*\[[^\]]*\])\s*(?=\{)", r"\1, ", text)
     try:
-        return parse_operand_list(text, scanner.operands)
+        return parse_operand_list(text)
     except ValueError as e:
         raise scanner.error(pos, str(e)) from None
 
@@ -603,11 +596,9 @@ def _instruction_error(text: str, scanner: Scanner, pos: int):
     raise scanner.error(pos, f"malformed opcode {word!r}")
 
 
-def cached_operand(text: str, cache: dict[str, ir.Operand]) -> ir.Operand:
-    operand = cache.get(text)
-    if operand is None:
-        operand = cache[text] = parse_operand(text)
-    return operand
+@functools.lru_cache(maxsize=8192)  # operands are values: one object per text, shared by every module
+def cached_operand(text: str) -> ir.Operand:
+    return parse_operand(text)
 
 
 def split_top(text: str, sep: str) -> list[str]:

@@ -1,8 +1,9 @@
 """What each PTX instruction does to registers and memory: the one semantics table.
 
 Passes ask `effects(insn)` (or `access_bytes(insn)`, its byte count alone);
-nothing else in the code base guesses from opcode strings. The table is keyed by opcode prefix (dot-separated components); the
-longest matching prefix wins, so `cp.async.bulk` refines `cp.async`.
+nothing else in the code base guesses from opcode strings. The table is keyed
+by opcode prefix (dot-separated components); the longest matching prefix wins,
+so `cp.async.bulk` refines `cp.async`.
 """
 
 from __future__ import annotations
