@@ -192,6 +192,39 @@ def _check_section(m: MapSection) -> None:
         raise TraceError(f"map {m.name}: buffer has {got} bytes, layout needs {m.size}")
 
 
+def frame_bytes(maps: Sequence[MapSection]) -> int:
+    """Bytes one result frame of these maps takes (header, sections, padding to SECTION_ALIGN)."""
+    size = FILE_HEADER.itemsize + sum(MAP_HEADER.itemsize + len(m.fields) * FIELD_DESC.itemsize for m in maps)
+    pos = align(size, SECTION_ALIGN)
+    for m in maps:
+        pos = align(pos + m.size, SECTION_ALIGN)
+    return pos
+
+
+def append_frame(fh, *, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> tuple[int, int]:
+    """Append one result frame (the layout of a result file) to an open binary file at a
+    multiple of SECTION_ALIGN; returns (offset, size). Offsets inside the frame are
+    relative to its start, so a reader maps the frame with `read_result(path, offset)`."""
+    header, offsets = encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
+    start = fh.seek(0, os.SEEK_END)
+    pad = align(start, SECTION_ALIGN) - start
+    if pad:
+        fh.write(b"\0" * pad)
+        start += pad
+    fh.write(header)
+    pos = len(header)
+    for m, off in zip(maps, offsets):
+        if off > pos:
+            fh.write(b"\0" * (off - pos))
+        data = memoryview(m.data).cast("B")
+        fh.write(data)
+        pos = off + data.nbytes
+    end = align(pos, SECTION_ALIGN)
+    if end > pos:
+        fh.write(b"\0" * (end - pos))
+    return start, end
+
+
 def write_result(path, *, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> Path:
     """Write one result file atomically (temporary file, then rename)."""
     path = Path(path)
@@ -255,12 +288,16 @@ class ResultFile:
     maps: dict[str, MapData]
 
 
-def read_result(path) -> ResultFile:
-    """Parse a result file; sections are memory-mapped, not read."""
+def read_result(path, offset: int = 0) -> ResultFile:
+    """Parse a result file, or the frame at `offset` of a per-kernel result file;
+    sections are memory-mapped, not read."""
     path = Path(path)
     try:
         size = path.stat().st_size
+        if offset < 0 or offset % SECTION_ALIGN or offset >= max(size, 1):
+            raise TraceError(f"{path}: no result frame at offset {offset}")
         with open(path, "rb") as fh:
+            fh.seek(offset)
             raw = fh.read(FILE_HEADER.itemsize)
             head = _frombuffer(raw, FILE_HEADER, path, "file header")
             if bytes(head["magic"]) != MAGIC:
@@ -269,7 +306,7 @@ def read_result(path) -> ResultFile:
                 raise TraceError(f"{path}: result format version {int(head['version'])}, this reader knows {VERSION}")
             maps = {}
             for _ in range(int(head["n_maps"])):
-                m = _read_map(fh, path, size)
+                m = _read_map(fh, path, size, offset)
                 maps[m.name] = m
     except OSError as e:
         raise TraceError(f"{path}: cannot read result file: {e.strerror or e}") from None
@@ -289,7 +326,7 @@ def _frombuffer(raw: bytes, dtype: np.dtype, path: Path, what: str, count: int =
     return arr[0] if count == 1 else arr
 
 
-def _read_map(fh, path: Path, file_size: int) -> MapData:
+def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
     mh = _frombuffer(fh.read(MAP_HEADER.itemsize), MAP_HEADER, path, "map header")
     nf = int(mh["n_fields"])
     fds = _frombuffer(fh.read(FIELD_DESC.itemsize * nf), FIELD_DESC, path, "field table", nf) if nf else []
@@ -306,7 +343,7 @@ def _read_map(fh, path: Path, file_size: int) -> MapData:
             raise TraceError(f"{path}: map {name}: field width {width} is not 4 or 8")
         fields.append(Field(bytes(fd["name"]).decode(), _TYPE_BY_WIDTH[width], int(fd["offset"])))
     units, cap, rb = int(mh["units"]), int(mh["cap"]), int(mh["record_bytes"])
-    offset, size = int(mh["offset"]), int(mh["size"])
+    offset, size = base + int(mh["offset"]), int(mh["size"])
     if size != buffer_bytes(units, cap, rb) or offset + size > file_size:
         raise TraceError(f"{path}: map {name}: section size/offset do not match its layout (truncated file?)")
     dtype = record_dtype(fields, rb)
@@ -337,12 +374,13 @@ class Launch:
     frame: str | None
     result_path: Path
     event: dict
+    result_offset: int = 0  # the launch's frame in a per-kernel result file (0 for one file per launch)
     _result: ResultFile | None = None
 
     @property
     def maps(self) -> dict[str, MapData]:
         if self._result is None:
-            self._result = read_result(self.result_path)
+            self._result = read_result(self.result_path, self.result_offset)
         return self._result.maps
 
 
@@ -424,6 +462,7 @@ def _launches(run: Path, events: list[dict]) -> list[Launch]:
                 frame=ev.get("frame"),
                 result_path=p,
                 event=ev,
+                result_offset=int(ev.get("result_offset", 0) or 0),
             )
         )
     out.sort(key=lambda launch: launch.index)

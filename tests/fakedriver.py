@@ -108,6 +108,16 @@ class FakeDriver:
             self.mem[addr] = buf
         return addr, True
 
+    def mem_alloc_sync(self, size):
+        addr, _ = self.mem_alloc(size, 0)
+        return addr
+
+    def stream_create_nonblocking(self):
+        return self._new()
+
+    def stream_wait_event(self, stream, event):
+        pass
+
     def mem_free(self, ptr, stream):
         with self._lock:
             self.mem.pop(ptr)
@@ -130,7 +140,8 @@ class FakeDriver:
         return C.addressof(buf), memoryview(buf).cast("B")
 
     def host_free(self, addr):
-        pass
+        with self._lock:
+            self.mem.pop(addr)
 
     def event_create(self, timing=True):
         return self._new()

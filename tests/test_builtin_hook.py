@@ -20,9 +20,14 @@ def block_sched_result(path):
     return write_result(path, grid=(2, 1, 1), block=(64, 1, 1), shared_bytes=0, maps=[section])
 
 
-def test_block_sched_hook_summarises_a_launch(tmp_path, capsys):
+def test_block_sched_hook_summarises_per_kernel(tmp_path, capsys):
+    """analyze() prints nothing per launch; finish() prints one line per kernel."""
     probes = load_probes("block_sched")
     hook = load_callback(probes.analyze_hook, base=str(BUILTIN_DIR))
-    hook(str(block_sched_result(tmp_path / "0.bin")), {"index": 0, "kernel": "k"})
+    for i in range(3):
+        hook(str(block_sched_result(tmp_path / f"{i}.bin")), {"index": i, "kernel": "k"})
+    assert capsys.readouterr().err == ""
+    hook.neutrino_finish(None)
     err = capsys.readouterr().err
-    assert "block_sched k: 2 blocks on 2 SMs" in err
+    assert err.count("\n") == 1
+    assert "block_sched k: 3 launch(es), 2 blocks on up to 2 SMs" in err

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from attrs import evolve as attrs_evolve
 
 import neutrino.trace as nt
 from neutrino.errors import InstrumentError
@@ -17,6 +18,7 @@ from neutrino.probefile import parse_probes
 from neutrino.runtime.codecache import CodeCache
 from neutrino.runtime.core import NOT_HANDLED, LaunchRequest, Runtime, _SimplePtx
 from neutrino.runtime.driver import LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ
+from neutrino.runtime.launch import BENCH_REPEATS
 from neutrino.runtime.options import RuntimeOptions
 from neutrino.runtime.tracedir import TraceDir
 
@@ -141,21 +143,28 @@ def test_probed_launch_writes_trace(tmp_path):
     assert (kdir / "original.ptx").read_text() == VEC_PTX
     assert "block_sched" in (kdir / "probed.ptx").read_text()
     assert json.loads((kdir / "kernel.json").read_text())["kernels"]["saxpy4"]["original_params"] == 4
-    assert len(drv.mem) == drv.host_allocs  # device buffers freed; only pooled pinned buffers remain
+    assert len(drv.mem) == 0  # the pool's device and pinned buffers are freed at exit
     assert drv.syncs == 0  # no synchronisation for a fixed-cap map
+    assert la.result_path.name.endswith(".ntr") and la.result_offset == 0
 
 
-def test_device_buffers_freed_and_pinned_reused(tmp_path):
+def test_buffers_pooled_and_one_result_file_per_kernel(tmp_path):
     rt, drv, _ = make_runtime(tmp_path)
     load_saxpy(rt)
     for i in range(5):
         r, keep = req(index=i)
         assert rt.on_launch(r) == 0
         rt.drain()
+    allocs = [c for c in drv.calls if c == "mem_alloc"]
+    assert len(allocs) == 1 and drv.host_allocs == 1  # device and pinned buffers come back to the pool
     finish(rt)
-    assert drv.host_allocs == 1  # pinned buffers come back to the pool
-    assert len(drv.mem) == drv.host_allocs  # only pinned host buffers remain
-    assert [la.index for la in nt.load(rt.trace.path).launches] == [0, 1, 2, 3, 4]
+    assert len(drv.mem) == 0  # freed at exit
+    launches = nt.load(rt.trace.path).launches
+    assert [la.index for la in launches] == [0, 1, 2, 3, 4]
+    assert len({la.result_path for la in launches}) == 1  # frames appended to one file per kernel
+    assert len(sorted({la.result_offset for la in launches})) == 5
+    assert [len(la.maps["block_sched"].valid()) for la in launches] == [8] * 5
+    assert list((rt.trace.path / "result").iterdir()) == [launches[0].result_path]
 
 
 def test_module_without_ptx(tmp_path):
@@ -284,7 +293,7 @@ def test_ptsz_default_stream():
 def test_internal_error_falls_back(tmp_path, monkeypatch):
     rt, drv, _ = make_runtime(tmp_path)
     load_saxpy(rt)
-    monkeypatch.setattr(rt, "_map_plan", lambda *a: 1 / 0)
+    monkeypatch.setattr(rt.enqueuer, "launch", lambda *a, **k: 1 / 0)
     r, keep = req()
     assert rt.on_launch(r) == NOT_HANDLED
     finish(rt)
@@ -322,8 +331,12 @@ def test_attributes_copied(tmp_path):
     rt.on_launch(r)
     probed = drv.launches[-1][1]
     assert drv.attrs[(probed, 8)] == 100_000
-    drv.attrs[(0x200, 8)] = 120_000  # changed later: carried again
+    drv.attrs[(0x200, 8)] = 120_000  # raised later: carried when a launch needs more than was copied
+    calls = len(drv.calls)
     rt.on_launch(r)
+    assert drv.attrs[(probed, 8)] == 100_000
+    r2 = attrs_evolve(r, shared_bytes=110_000)
+    rt.on_launch(r2)
     assert drv.attrs[(probed, 8)] == 120_000
     finish(rt)
 
@@ -391,12 +404,27 @@ def test_benchmark_table(tmp_path):
     load_saxpy(rt)
     r, keep = req()
     assert rt.on_launch(r) == 0
-    names = [drv.functions[f][1] for _, f, *_ in drv.launches]
-    assert names == ["saxpy4", "saxpy4"]  # baseline (pruned) then probed
+    funcs = [f for _, f, *_ in drv.launches]
+    assert {drv.functions[f][1] for f in funcs} == {"saxpy4"}
+    baseline, probed = funcs[0], funcs[-1]
+    assert baseline != probed
+    # one warm pair, then BENCH_REPEATS timed pairs interleaved, then the launch the program gets
+    assert funcs == [baseline, probed] * (1 + BENCH_REPEATS) + [probed]
     out = finish(rt)
     assert "slowdown" in out and "saxpy4" in (rt.trace.path / "benchmark.txt").read_text()
     (la,) = nt.load(rt.trace.path).launches
     assert la.event["baseline_ns"] == pytest.approx(5000)
+    assert len(la.event["bench_probed_ns"]) == BENCH_REPEATS
+
+
+def test_benchmark_table_flags_speedups_beyond_noise():
+    from neutrino.runtime.report import benchmark_table
+
+    noisy = {"k": [([100.0, 60.0, 140.0], [90.0, 95.0, 92.0])]}  # 0.92x, but the baseline swings ±40%
+    assert "!" not in benchmark_table(noisy)
+    steady = {"k": [([100.0, 101.0, 99.0], [30.0, 30.5, 29.5])]}  # 0.30x with 2% noise: not believable
+    table = benchmark_table(steady)
+    assert "0.30x" in table and "measurement problem" in table
 
 
 def test_linked_ptx_found_by_cubin_address(tmp_path):

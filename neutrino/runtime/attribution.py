@@ -61,12 +61,50 @@ def user_frame(start=None, limit: int = 200) -> str | None:
     return _walk(frame, dirs, limit) if frame is not None else None
 
 
-def _walk(f, dirs, limit):
+def _walk(f, dirs, limit, known=None):
     for _ in range(limit):
         if f is None:
             return None
         code = f.f_code
-        if not is_library_file(code.co_filename, dirs):
+        library = known.get(code) if known is not None else None
+        if library is None:
+            library = is_library_file(code.co_filename, dirs)
+            if known is not None:
+                known[code] = library
+        if not library:
             return f"{code.co_filename}:{f.f_lineno} ({code.co_name})"
         f = f.f_back
     return None
+
+
+class Attributor:
+    """`user_frame` for the launch path: the verdict per code object and the package
+    directories are remembered, so a launch pays a few dict lookups per frame.
+    The directories are looked up again when the set of loaded modules grows."""
+
+    def __init__(self):
+        self._known: dict = {}
+        self._dirs: tuple[str, ...] = ()
+        self._modules_seen = -1
+
+    def _current_dirs(self) -> tuple[str, ...]:
+        n = len(sys.modules)
+        if n != self._modules_seen:
+            dirs = _package_dirs() + _cache_dirs()
+            if dirs != self._dirs:
+                self._known = {}
+                self._dirs = dirs
+            self._modules_seen = n
+        return self._dirs
+
+    def frame(self, limit: int = 200) -> str | None:
+        try:
+            f = sys._getframe(1)
+        except ValueError:
+            return None
+        dirs = self._current_dirs()
+        found = _walk(f, dirs, limit, self._known)
+        if found is not None or threading.current_thread() is threading.main_thread():
+            return found
+        main = sys._current_frames().get(threading.main_thread().ident)
+        return _walk(main, dirs, limit, self._known) if main is not None else None

@@ -93,6 +93,8 @@ _SIGNATURES = {
     "cuEventElapsedTime": [C.POINTER(C.c_float), P, P],
     "cuEventDestroy_v2": [P],
     "cuStreamSynchronize": [P],
+    "cuStreamCreate": [PP, U],
+    "cuStreamWaitEvent": [P, P, U],
     "cuLinkCreate_v2": [U, P, P, PP],
     "cuLinkAddData_v2": [P, C.c_int, P, SZ, C.c_char_p, U, P, P],
     "cuLinkComplete": [P, PP, C.POINTER(SZ)],
@@ -225,6 +227,21 @@ class RealDriver:
                 raise
         self._call("cuMemAlloc_v2", C.byref(p), max(size, 16))
         return p.value, False
+
+    def mem_alloc_sync(self, size: int) -> int:
+        """Device memory kept by our buffer pool for the process's life (cuMemAlloc: usable on any stream)."""
+        p = C.c_uint64()
+        self._call("cuMemAlloc_v2", C.byref(p), max(size, 16))
+        return p.value
+
+    def stream_create_nonblocking(self) -> int:
+        """A stream of ours that does not synchronise with the legacy default stream."""
+        s = C.c_void_p()
+        self._call("cuStreamCreate", C.byref(s), 1)  # CU_STREAM_NON_BLOCKING
+        return s.value
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        self._call("cuStreamWaitEvent", stream, event, 0)
 
     def mem_free(self, ptr: int, stream: int) -> None:
         self._call("cuMemFreeAsync", ptr, stream)

@@ -16,7 +16,15 @@ import sysconfig
 from pathlib import Path
 
 from neutrino.errors import NeutrinoError
-from neutrino.runtime.options import ENV_OPTIONS, LaunchFilter, RuntimeOptions
+from neutrino.runtime.options import (
+    DEFAULT_BUFFER_BUDGET,
+    DEFAULT_TRACE_BUDGET,
+    ENV_OPTIONS,
+    WHEN_FULL,
+    LaunchFilter,
+    RuntimeOptions,
+    parse_size,
+)
 
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
@@ -40,7 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launches", default=None, metavar="A:B|every:N",
                    help="which launches of each kernel to probe (default: all)")
     p.add_argument("--callback", default=None, metavar="FILE[:FUNC]",
-                   help="run FUNC(result_path, launch) of a Python file on every result file (default FUNC: analyze)")
+                   help="after the program ends, run FUNC(result_path, launch) of a Python file on every probed "
+                        "launch (default FUNC: analyze)")
+    p.add_argument("--buffer-budget", default=None, metavar="SIZE",
+                   help="device (and pinned host) memory for map buffers in flight (default 1G)")
+    p.add_argument("--trace-budget", default=None, metavar="SIZE",
+                   help="bytes of results written per process (default 8G); later launches run unprobed")
+    p.add_argument("--when-full", choices=WHEN_FULL, default="drop",
+                   help="when the buffer budget is in use: run the launch unprobed and count it (drop, default) "
+                        "or wait for earlier results to drain (wait)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its arguments")
     return p
 
@@ -77,6 +93,9 @@ def make_options(ns: argparse.Namespace) -> RuntimeOptions:
         memusage=ns.memusage,
         launches=LaunchFilter.parse(ns.launches),
         callback=_abs_callback(ns.callback),
+        buffer_budget=parse_size(ns.buffer_budget, "--buffer-budget") if ns.buffer_budget else DEFAULT_BUFFER_BUDGET,
+        trace_budget=parse_size(ns.trace_budget, "--trace-budget") if ns.trace_budget else DEFAULT_TRACE_BUDGET,
+        when_full=ns.when_full,
     )
 
 

@@ -55,6 +55,26 @@ class LaunchFilter:
         return cls(start=start, stop=stop)
 
 
+DEFAULT_BUFFER_BUDGET = 1 << 30  # device (and pinned host) bytes of map buffers held at once
+DEFAULT_TRACE_BUDGET = 8 << 30  # bytes of result frames written per process
+WHEN_FULL = ("drop", "wait")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str, option: str) -> int:
+    """`4096`, `64K`, `512M`, `8G` (binary units; a trailing `B`/`iB` is allowed)."""
+    t = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    number = t[: len(t) - len(unit)]
+    try:
+        value = int(float(number) * _UNITS[unit])
+    except ValueError:
+        raise OptionError(f"{option} {text!r}: expected a size such as 512M or 4G") from None
+    if value <= 0:
+        raise OptionError(f"{option} {text!r}: must be positive")
+    return value
+
+
 def _split(value) -> tuple[str, ...]:
     if not value:
         return ()
@@ -73,6 +93,10 @@ class RuntimeOptions:
     memusage: bool = False
     launches: LaunchFilter = attrs.field(factory=LaunchFilter)
     callback: str | None = None
+    buffer_budget: int = DEFAULT_BUFFER_BUDGET
+    trace_budget: int = DEFAULT_TRACE_BUDGET
+    when_full: str = attrs.field(default="drop", validator=attrs.validators.in_(WHEN_FULL))
+    callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
 
     def wants(self, kernel: str) -> bool:
         if self.kernels and not any(k in kernel for k in self.kernels):

@@ -5,14 +5,35 @@ from __future__ import annotations
 import statistics
 
 
-def benchmark_table(bench: dict[str, list[tuple[float, float]]]) -> str:
-    rows = [f"{'kernel':40s} {'launches':>8s} {'baseline us':>12s} {'probed us':>12s} {'slowdown':>9s}"]
-    for name, pairs in sorted(bench.items()):
-        base = statistics.median(p[0] for p in pairs) / 1e3
-        probed = statistics.median(p[1] for p in pairs) / 1e3
+def _spread(values: list[float]) -> tuple[float, float]:
+    """Median and relative half-range (the noise of repeated runs)."""
+    med = statistics.median(values)
+    return med, ((max(values) - min(values)) / 2 / med if med > 0 else 0.0)
+
+
+def benchmark_table(bench: dict[str, list[tuple[list[float], list[float]]]]) -> str:
+    """Per kernel: every benchmarked launch's interleaved repetitions pooled; the
+    slowdown with its noise (the relative half-range of both timings added). A ratio
+    below 1 by more than the noise is not a speed-up: it is flagged as unreliable."""
+    rows = [f"{'kernel':40s} {'runs':>5s} {'baseline us':>12s} {'probed us':>12s} {'slowdown':>9s} {'noise':>7s}"]
+    notes = []
+    for name, reps in sorted(bench.items()):
+        base_all = [v for b, _ in reps for v in b]
+        probed_all = [v for _, p in reps for v in p]
+        if not base_all or not probed_all:
+            continue
+        base, nb = _spread(base_all)
+        probed, np_ = _spread(probed_all)
         slow = probed / base if base > 0 else float("nan")
-        rows.append(f"{_short(name):40s} {len(pairs):8d} {base:12.2f} {probed:12.2f} {slow:8.2f}x")
-    return "\n".join(rows) + "\n"
+        noise = nb + np_
+        flag = ""
+        if slow < 1.0 - noise:
+            flag = "  !"
+            notes.append(f"! {_short(name, 60)}: probed faster than unprobed beyond the noise: a measurement problem "
+                         f"(clock or cache state), not a speed-up")
+        rows.append(f"{_short(name):40s} {len(probed_all):5d} {base / 1e3:12.2f} {probed / 1e3:12.2f} {slow:8.2f}x "
+                    f"{noise:6.1%}{flag}")
+    return "\n".join(rows + notes) + "\n"
 
 
 def memusage_table(mem: dict[str, dict]) -> str:
@@ -21,6 +42,10 @@ def memusage_table(mem: dict[str, dict]) -> str:
         note = "  (+ count-sized maps: size known only after the counting kernel)" if m["count_sized"] else ""
         rows.append(f"{_short(name):40s} {m['launches']:8d} {m['max_bytes']:14d} {m['total_bytes']:14d}{note}")
     return "\n".join(rows) + "\n"
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
 
 
 def _short(name: str, width: int = 40) -> str:
@@ -41,8 +66,17 @@ def finish(rt, stream) -> None:
         tr.write_text("memusage.txt", table)
         stream.write("neutrino --memusage (buffer bytes probing would allocate):\n" + table)
     total_fb = sum(rt.fallbacks.values())
-    tr.event("exit", launches=rt.probed_launches, fallbacks=total_fb)
-    stream.write(f"neutrino: {rt.probed_launches} probed launch(es), trace in {tr.path}\n")
+    total_drops = sum(rt.drops.values())
+    tr.event("exit", launches=rt.probed_launches, fallbacks=total_fb, dropped=total_drops,
+             dropped_by=[{"kernel": k, "reason": r, "launches": n} for (k, r), n in sorted(rt.drops.items())],
+             result_bytes=tr.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors)
+    stream.write(f"neutrino: {rt.probed_launches} probed launch(es), {_mib(tr.result_bytes)} of results, "
+                 f"trace in {tr.path}\n")
+    if total_drops:
+        stream.write(f"neutrino: {total_drops} launch(es) ran unprobed because a budget was full "
+                     "(--buffer-budget, --trace-budget, --when-full=wait):\n")
+        for (kernel, reason), n in rt.drops.most_common(10):
+            stream.write(f"  {n:6d}  {reason:14s} {_short(kernel, 60)}\n")
     if total_fb:
         stream.write(f"neutrino: {total_fb} launch(es) ran unprobed because of a failure on our side:\n")
         for (kernel, stage), n in rt.fallbacks.most_common(10):

@@ -38,6 +38,8 @@ class TraceDir:
     _next_kernel: int = 0
     _pending: list = attrs.field(factory=list, repr=False)  # lines and files held back while lazy
     _closed: bool = False
+    _results: dict = attrs.field(factory=dict, repr=False)  # kernel dir -> open per-kernel result file
+    result_bytes: int = 0
 
     @classmethod
     def create(cls, root, *, start: float | None = None, pid: int | None = None, lazy: bool = False) -> "TraceDir":
@@ -81,6 +83,9 @@ class TraceDir:
 
     def close(self) -> None:
         with self._lock:
+            for fh in self._results.values():
+                fh.close()
+            self._results.clear()
             if self._log is not None:
                 self._log.close()
                 self._log = None
@@ -119,6 +124,22 @@ class TraceDir:
         rel = f"result/{index}.bin"
         tracefmt.write_result(self.path / rel, grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
         return rel
+
+    def append_result(self, kernel_dir: str, *, grid, block, shared_bytes: int, maps) -> tuple[int, str, int]:
+        """Append one launch's maps as a frame of the kernel's result file
+        (result/<k>_<hash>.ntr); returns (launch index, file relative to the run dir, offset)."""
+        self._ensure()
+        rel = f"result/{Path(kernel_dir).name}.ntr"
+        with self._lock:
+            fh = self._results.get(rel)
+            if fh is None:
+                fh = self._results[rel] = open(self.path / rel, "ab")
+            offset, end = tracefmt.append_frame(fh, grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
+            fh.flush()
+            self.result_bytes += end
+            index = self._next_launch
+            self._next_launch += 1
+        return index, rel, offset
 
     def write_text(self, rel: str, text: str) -> Path:
         self._ensure()

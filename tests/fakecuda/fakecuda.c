@@ -69,6 +69,8 @@ CUresult cuFuncGetAttribute(int *v, int a, void *f) { *v = a == 8 ? ((Function *
 CUresult cuFuncSetAttribute(void *f, int a, int v) { if (a == 8) ((Function *)f)->attr8 = v; return 0; }
 CUresult cuStreamIsCapturing(void *s, int *st) { (void)s; *st = 0; return 0; }
 CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = malloc(8); return 0; }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
 CUresult cuMemAllocAsync(uint64_t *p, size_t n, void *s) { (void)s; void *m = malloc(n); memset(m, 0xAB, n); *p = (uintptr_t)m; return 0; }
 CUresult cuMemFreeAsync(uint64_t p, void *s) { (void)s; free((void *)(uintptr_t)p); return 0; }
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) { return cuMemAllocAsync(p, n, 0); }
