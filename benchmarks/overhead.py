@@ -1,0 +1,115 @@
+"""Overhead as users feel it (run on the GPU machine): prints a Markdown table.
+
+    python benchmarks/overhead.py [--iters N] [--tools plain,block_sched,...] [--out FILE.md]
+
+Runs benchmarks/overhead_workloads.py plain and under `neutrino -p TOOL --` for
+each configuration, one process per configuration, all in one run (so the ratios
+compare like with like):
+
+* stream:    Triton streaming kernel, 16M fp32 elements: per-launch CUDA-event median
+* attention: Triton attention, 8 x 2048 x 64 fp16: per-launch CUDA-event median
+* mlp:       torch.compile 4-block MLP, forward + backward + SGD: wall time per step
+* launch:    host time per launch of a tiny kernel launched back to back
+* graph:     replay of a captured CUDA graph of 4 Triton launches (CUDA-event median)
+
+Each cell is `time (ratio to plain)`; `same` says whether every output hash
+equalled the plain run's. A configuration's trace summary (probed launches,
+drops) is printed below the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHILD = Path(__file__).resolve().parent / "overhead_workloads.py"
+
+CONFIGS = {
+    "plain": None,
+    "block_sched": ["-p", "block_sched"],
+    "gmem_bytes": ["-p", "gmem_bytes"],
+    "tensorop": ["-p", "tensorop"],
+    "dmat every:50": ["-p", "dmat", "--launches", "every:50"],
+    "block_sched every:50": ["-p", "block_sched", "--launches", "every:50"],
+    "block_sched 0:1": ["-p", "block_sched", "--launches", "0:1"],
+    "dmat": ["-p", "dmat"],
+}
+WORKLOADS = ("stream", "attention", "mlp", "launch", "graph")
+
+
+def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("NEUTRINO_CACHE_DIR", str(tmp / "ncache"))
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp / "inductor"))
+    env.setdefault("TRITON_CACHE_DIR", str(tmp / "triton"))
+    cmd = [sys.executable, str(CHILD), "--iters", str(iters), "--only", only]
+    tracedir = tmp / re.sub(r"\W", "_", name)
+    if args is not None:
+        cmd = [sys.executable, "-m", "neutrino.runtime.launcher", *args, "--tracedir", str(tracedir), "--", *cmd]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("OVERHEAD_RESULT ")), None)
+    if r.returncode != 0 or line is None:
+        return {"error": f"rc={r.returncode}: {(r.stderr or r.stdout)[-1500:]}"}
+    out = json.loads(line[len("OVERHEAD_RESULT "):])
+    out["_summary"] = "; ".join(ln.strip() for ln in r.stderr.splitlines() if ln.startswith("neutrino:"))[:600]
+    out["_trace"] = str(tracedir)
+    return out
+
+
+def table(results: dict[str, dict], workloads: list[str]) -> str:
+    plain = results.get("plain", {})
+    head = "| configuration | " + " | ".join(workloads) + " | same outputs |"
+    rows = [head, "|" + " --- |" * (len(workloads) + 2)]
+    for name, res in results.items():
+        if "error" in res:
+            rows.append(f"| {name} | " + " | ".join("error" for _ in workloads) + " | — |")
+            continue
+        cells = []
+        same = True
+        for w in workloads:
+            v, base = res.get(w), plain.get(w)
+            if v is None:
+                cells.append("—")
+                continue
+            ratio = f" ({v['us'] / base['us']:.2f}x)" if base and name != "plain" else ""
+            cells.append(f"{v['us']:,.1f} µs{ratio}")
+            same &= base is None or v["hash"] == base["hash"]
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {'yes' if same else 'NO'} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--tools", default=",".join(CONFIGS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    workloads = args.workloads.split(",")
+    results = {}
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        # Warm the compiler caches once, so no configuration pays torch.compile's cold start.
+        run_config("warm-up", None, 20, tmp, args.workloads)
+        for name in args.tools.split(","):
+            results[name] = run_config(name, CONFIGS[name], args.iters, tmp, args.workloads)
+            print(f"{name}: {json.dumps({k: v for k, v in results[name].items() if not k.startswith('_')})}",
+                  file=sys.stderr, flush=True)
+    text = table(results, workloads)
+    notes = [f"- {n}: {r.get('_summary') or r.get('error', '')}" for n, r in results.items() if n != "plain"]
+    report = text + "\n\n" + "\n".join(notes) + "\n"
+    print(report)
+    if args.out:
+        Path(args.out).write_text(report)
+
+
+if __name__ == "__main__":
+    main()
