@@ -206,6 +206,11 @@ def append_frame(fh, *, grid, block, shared_bytes: int, maps: Sequence[MapSectio
     multiple of SECTION_ALIGN; returns (offset, size). Offsets inside the frame are
     relative to its start, so a reader maps the frame with `read_result(path, offset)`."""
     header, offsets = encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
+    return append_encoded(fh, header, offsets, [m.data for m in maps])
+
+
+def append_encoded(fh, header: bytes, offsets: Sequence[int], datas: Sequence) -> tuple[int, int]:
+    """`append_frame` with the header already encoded (the writer caches it per launch shape)."""
     start = fh.seek(0, os.SEEK_END)
     pad = align(start, SECTION_ALIGN) - start
     if pad:
@@ -213,12 +218,12 @@ def append_frame(fh, *, grid, block, shared_bytes: int, maps: Sequence[MapSectio
         start += pad
     fh.write(header)
     pos = len(header)
-    for m, off in zip(maps, offsets):
+    for off, data in zip(offsets, datas):
         if off > pos:
             fh.write(b"\0" * (off - pos))
-        data = memoryview(m.data).cast("B")
-        fh.write(data)
-        pos = off + data.nbytes
+        view = memoryview(data).cast("B")
+        fh.write(view)
+        pos = off + view.nbytes
     end = align(pos, SECTION_ALIGN)
     if end > pos:
         fh.write(b"\0" * (end - pos))

@@ -81,13 +81,12 @@ def test_when_full_wait_blocks_instead_of_dropping(tmp_path):
 
 
 def test_trace_budget_drops_after_budget(tmp_path):
-    from neutrino.runtime.core import _frame_bytes
 
     probe_rt, _, _ = make_runtime(tmp_path / "probe")
     load_saxpy(probe_rt)
     r, keep = req()
     pk = probe_rt.kernels.get(probe_rt.functions[0x200], 0xC0, 0x200)
-    frame = _frame_bytes(pk.layouts(r.grid, r.block))
+    frame = pk.shape(r.grid, r.block).frame_bytes
     finish(probe_rt)
 
     rt, drv, _ = make_runtime(tmp_path / "run", trace_budget=2 * frame)

@@ -42,7 +42,7 @@ from neutrino.runtime.driver import (
 from neutrino.runtime.drain import ResultWriter
 from neutrino.runtime.launch import Enqueuer
 from neutrino.runtime.options import RuntimeOptions
-from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull
+from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
 from neutrino.runtime.probed import Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals  # noqa: F401
 from neutrino.runtime.registry import FuncRec, ModuleRec, Registry, SimplePtx
 from neutrino.runtime.tracedir import TraceDir
@@ -160,12 +160,12 @@ class Runtime:
         if self.drv.stream_is_capturing(stream):
             raise Fallback("capture", "the stream is being captured into a CUDA graph; launch not probed")
         caps = self._count(pk, req, stream, ctx) if pk.count_func else None
-        layouts = pk.layouts(req.grid, req.block, caps)
-        frame_bytes = _frame_bytes(layouts)
+        shape = pk.shape(req.grid, req.block, caps)
+        layouts, frame_bytes = shape.layouts, shape.frame_bytes
         if not self.trace_budget.reserve(frame_bytes):
             return self._drop(rec, req, "trace-budget", f"the trace budget of {self.trace_budget.limit} bytes is spent")
         try:
-            slots = self.pool.acquire(ctx, [lay.size for lay in layouts])
+            slots = self.pool.acquire(ctx, shape.classes)
         except PoolFull as e:
             self.trace_budget.give_back(frame_bytes)
             return self._drop(rec, req, "buffer-budget", e.reason)
@@ -197,9 +197,9 @@ class Runtime:
 
     def _count(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
         layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})
-        sizes = [tracefmt.align(4 * lay.units, 16) for lay in layouts]
+        classes = [size_class(tracefmt.align(4 * lay.units, 16)) for lay in layouts]
         try:
-            slots = self.pool.acquire(ctx, sizes)
+            slots = self.pool.acquire(ctx, classes)
         except PoolFull as e:
             raise Fallback("count", f"no buffers for the counting kernel: {e.reason}") from None
         try:
@@ -269,16 +269,6 @@ class Runtime:
         if self._callback is not None and self.trace.materialized:
             callback.run_over_trace(self.trace, self._callback, self.opt.callback_seconds, stream)
         report.finish(self, stream)
-
-
-def _frame_bytes(layouts) -> int:
-    """Bytes the writer will append for these maps (spec/trace-format.md), without building sections."""
-    head = tracefmt.FILE_HEADER.itemsize + sum(
-        tracefmt.MAP_HEADER.itemsize + len(lay.map["fields"]) * tracefmt.FIELD_DESC.itemsize for lay in layouts)
-    pos = tracefmt.align(head, tracefmt.SECTION_ALIGN)
-    for lay in layouts:
-        pos = tracefmt.align(pos + lay.size, tracefmt.SECTION_ALIGN)
-    return pos
 
 
 def _default_engine():

@@ -27,6 +27,7 @@ class ResultWriter:
         self._thread: threading.Thread | None = None
         self.written = 0
         self.write_errors = 0
+        self._headers: dict = {}
 
     def submit(self, flight) -> None:
         with self._lock:
@@ -70,17 +71,14 @@ class ResultWriter:
         self.drv.event_synchronize(ev["done"])
         duration = self.drv.event_elapsed_ms(ev["start"], ev["end"]) * 1e6
         req = flight.req
-        sections = [
-            tracefmt.MapSection(lay.map["name"], lay.map["level"], lay.map["record_bytes"], lay.cap, lay.units,
-                                lay.map["fields"], slot.host_view[: lay.size], cap_is_count=lay.map["cap"] == "count")
-            for lay, slot in zip(flight.layouts, flight.slots)
-        ]
-        index, rel, offset = self.trace.append_result(flight.kernel_dir, grid=req.grid, block=req.block,
-                                                      shared_bytes=req.shared_bytes, maps=sections)
+        header, offsets = self._header(flight)
+        datas = [slot.host_view[: lay.size] for lay, slot in zip(flight.layouts, flight.slots)]
+        index, rel, offset = self.trace.append_result(flight.kernel_dir, header, offsets, datas)
         event = dict(index=index, kernel=flight.kernel, grid=list(req.grid), block=list(req.block),
                      shared_bytes=req.shared_bytes, stream=hex(req.stream), result=rel, result_offset=offset,
                      frame=flight.frame, duration_ns=duration, kernel_launch=req.index,
-                     dropped={s.name: _records_dropped(s) for s in sections})
+                     dropped={lay.map["name"]: _records_dropped(lay, data)
+                              for lay, data in zip(flight.layouts, datas)})
         if flight.bench is not None:
             base, probed = flight.bench
             event["baseline_ns"] = _median(base)
@@ -89,6 +87,23 @@ class ResultWriter:
         self.written += 1
         if self.on_written is not None:
             self.on_written(event)
+
+    def _header(self, flight) -> tuple[bytes, list[int]]:
+        """The frame header of this launch shape, encoded once."""
+        req = flight.req
+        key = (flight.kernel_dir, req.grid, req.block, req.shared_bytes, tuple(lay.cap for lay in flight.layouts))
+        got = self._headers.get(key)
+        if got is None:
+            if len(self._headers) > 4096:
+                self._headers.clear()
+            sections = [
+                tracefmt.MapSection(lay.map["name"], lay.map["level"], lay.map["record_bytes"], lay.cap, lay.units,
+                                    lay.map["fields"], bytes(lay.size), cap_is_count=lay.map["cap"] == "count")
+                for lay in flight.layouts
+            ]
+            got = self._headers[key] = tracefmt.encode_header(grid=req.grid, block=req.block,
+                                                              shared_bytes=req.shared_bytes, maps=sections)
+        return got
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until everything submitted so far is written; False on timeout."""
@@ -115,9 +130,11 @@ def _median(values: list[float]) -> float | None:
     return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
 
 
-def _records_dropped(sec: tracefmt.MapSection) -> int:
+def _records_dropped(lay, data) -> int:
     """Records a map's units could not store (count beyond cap): the map's own lost counter."""
-    if not sec.units or sec.level not in tracefmt.LEVELS:
+    if not lay.units or lay.map.get("type", "array") != "array":
         return 0
-    counts = tracefmt.np.frombuffer(sec.data, "<u4", count=sec.units).astype("i8")
-    return int(tracefmt.np.clip(counts - sec.cap, 0, None).sum())
+    counts = tracefmt.np.frombuffer(data, "<u4", count=lay.units)
+    if int(counts.max()) <= lay.cap:
+        return 0
+    return int(tracefmt.np.clip(counts.astype("i8") - lay.cap, 0, None).sum())

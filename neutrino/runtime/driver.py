@@ -108,6 +108,16 @@ _SIGNATURES = {
 }
 _FALLBACK_NAMES = {"cuEventElapsedTime": ("cuEventElapsedTime_v2",)}
 
+# Calls of the launch path that only enqueue work: made WITHOUT releasing the GIL.
+# ctypes releases the GIL around every foreign call; a thread that gives it up a
+# dozen times per launch waits each time for our writer thread to hand it back
+# (a convoy: up to the interpreter's switch interval per call). Calls that can
+# block (synchronisation, allocation, loading, the launch itself) still release it.
+_KEEP_GIL = frozenset({
+    "cuCtxGetCurrent", "cuStreamIsCapturing", "cuFuncGetAttribute", "cuMemsetD8Async",
+    "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuEventRecord", "cuStreamWaitEvent", "cuGetErrorName",
+})
+
 
 class RealDriver:
     """ctypes bindings resolved through `resolve(name) -> address or 0`."""
@@ -125,7 +135,8 @@ class RealDriver:
             addr = addr or self._resolve(alt)
         if not addr:
             raise DriverError(name, -1, "symbol not found in libcuda")
-        fn = C.CFUNCTYPE(C.c_int, *_SIGNATURES[name])(addr)
+        proto = C.PYFUNCTYPE if name in _KEEP_GIL else C.CFUNCTYPE
+        fn = proto(C.c_int, *_SIGNATURES[name])(addr)
         self._fns[name] = fn
         return fn
 

@@ -61,6 +61,14 @@ class Enqueuer:
                 return lst.pop()
         return self.drv.event_create(timing)
 
+    def events_for_launch(self, ctx: int) -> dict:
+        """The start and end (timing) events of a launch, from the free list when it has them."""
+        with self._lock:
+            lst = self._events.get((ctx, True))
+            if lst and len(lst) >= 2:
+                return {"start": lst.pop(), "end": lst.pop()}
+        return {"start": self.event(ctx), "end": self.event(ctx)}
+
     def recycle(self, ctx: int, events: dict) -> None:
         with self._lock:
             for name, ev in events.items():
@@ -81,17 +89,15 @@ class Enqueuer:
     def params(self, pk: ProbedKernel, req, layouts: tuple[MapLayout, ...], slots: list[Slot]):
         """The original parameter pointers followed by ours; the array keeps its values alive."""
         n = pk.n_params
-        extra = pk.info["params"]
         if n and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
-        arr = (C.c_void_p * (n + len(extra) + 1))()
-        if n:
-            C.memmove(arr, req.params, n * C.sizeof(C.c_void_p))
-        by_map = {lay.map["name"]: (lay, slot) for lay, slot in zip(layouts, slots)}
+        array_type, plan = pk.param_plan()
+        arr = array_type()
+        if n:  # a ctypes slice copy, not C.memmove: a foreign call would give up the GIL (see driver.py)
+            arr[:n] = pk.original_params_type.from_address(req.params)
         values = []
-        for i, p in enumerate(extra):
-            lay, slot = by_map[p["map"]]
-            v = C.c_uint64(slot.device) if p["role"] == "buffer" else C.c_uint32(lay.cap)
+        for i, (which, is_buffer) in enumerate(plan):
+            v = C.c_uint64(slots[which].device) if is_buffer else C.c_uint32(layouts[which].cap)
             values.append(v)
             arr[n + i] = C.addressof(v)
         arr._keep = values  # noqa: SLF001 - lifetime of the argument values
@@ -108,7 +114,7 @@ class Enqueuer:
         bench = None
         if benchmark and pk.baseline:
             bench = self._benchmark(pk, req, layouts, slots, params, stream, ctx)
-        events = {"start": self.event(ctx), "end": self.event(ctx)}
+        events = self.events_for_launch(ctx)
         try:
             self.zero(layouts, slots, stream)
             copy_globals_in(self.drv, pk.globals, stream)

@@ -58,9 +58,18 @@ class BufferPool:
         self.peak = 0
         self.allocations = 0
 
-    def acquire(self, ctx: int, sizes: list[int]) -> list[Slot]:
-        """Slots for one launch's maps, in order. Raises PoolFull or DriverError."""
-        classes = [size_class(s) for s in sizes]
+    def acquire(self, ctx: int, classes) -> list[Slot]:
+        """Slots of the given size classes (`size_class`) for one launch's maps, in order.
+        Raises PoolFull or DriverError."""
+        if len(classes) == 1:  # the common case: one map, a slot of its class is free
+            with self._cond:
+                lst = self._free.get((ctx, classes[0]))
+                if lst:
+                    slot = lst.pop()
+                    self.in_use += slot.size
+                    if self.in_use > self.peak:
+                        self.peak = self.in_use
+                    return [slot]
         need = sum(classes)
         if need > self.budget:
             raise PoolFull(f"the launch needs {need} bytes of buffers, more than the budget of {self.budget}")

@@ -8,6 +8,7 @@ per launch shape. Everything here happens once per kernel, not per launch.
 
 from __future__ import annotations
 
+import ctypes as C
 import re
 import threading
 import time
@@ -18,6 +19,7 @@ from neutrino import trace as tracefmt
 from neutrino.errors import NeutrinoError
 from neutrino.runtime.codecache import CacheEntry, cache_key
 from neutrino.runtime.driver import COPIED_FUNC_ATTRS, DriverError
+from neutrino.runtime.pool import size_class
 
 MAX_LAYOUTS = 256  # launch shapes remembered per kernel; more are recomputed
 
@@ -67,6 +69,24 @@ def map_layouts(maps: list[dict], grid, block, caps: dict[str, int]) -> tuple[Ma
     return tuple(out)
 
 
+@attrs.frozen(eq=False)
+class LaunchShape:
+    """Everything about a launch's buffers that depends only on its shape, computed once."""
+
+    layouts: tuple[MapLayout, ...]
+    classes: tuple[int, ...]  # pool size class of each map's buffer
+    frame_bytes: int  # what the writer appends for this launch
+
+
+def launch_shape(layouts: tuple[MapLayout, ...]) -> LaunchShape:
+    head = tracefmt.FILE_HEADER.itemsize + sum(
+        tracefmt.MAP_HEADER.itemsize + len(lay.map["fields"]) * tracefmt.FIELD_DESC.itemsize for lay in layouts)
+    pos = tracefmt.align(head, tracefmt.SECTION_ALIGN)
+    for lay in layouts:
+        pos = tracefmt.align(pos + lay.size, tracefmt.SECTION_ALIGN)
+    return LaunchShape(layouts, tuple(size_class(lay.size) for lay in layouts), pos)
+
+
 @attrs.define(eq=False)
 class ProbedKernel:
     name: str
@@ -81,6 +101,7 @@ class ProbedKernel:
     attrs_seen: dict = attrs.Factory(dict)
     attrs_checked: bool = False  # the original's attributes were copied at least once
     _layouts: dict = attrs.Factory(dict)
+    _param_plan: tuple | None = None
 
     @property
     def n_params(self) -> int:
@@ -90,15 +111,30 @@ class ProbedKernel:
     def count_sized(self) -> bool:
         return any(m["cap"] == "count" for m in self.info["maps"])
 
+    @property
+    def original_params_type(self):
+        return C.c_void_p * self.n_params
+
+    def param_plan(self):
+        """(ctypes array type of the full parameter list, [(map index, is_buffer)] per parameter of ours)."""
+        if self._param_plan is None:
+            index = {m["name"]: i for i, m in enumerate(self.info["maps"])}
+            plan = [(index[p["map"]], p["role"] == "buffer") for p in self.info["params"]]
+            self._param_plan = (C.c_void_p * (self.n_params + len(plan) + 1), plan)
+        return self._param_plan
+
     def layouts(self, grid, block, caps: dict[str, int] | None = None) -> tuple[MapLayout, ...]:
+        return self.shape(grid, block, caps).layouts
+
+    def shape(self, grid, block, caps: dict[str, int] | None = None) -> LaunchShape:
         if caps:  # sized by a counting run: not worth remembering
-            return map_layouts(self.info["maps"], grid, block, caps)
+            return launch_shape(map_layouts(self.info["maps"], grid, block, caps))
         key = (grid, block)
         got = self._layouts.get(key)
         if got is None:
             if len(self._layouts) >= MAX_LAYOUTS:
                 self._layouts.clear()
-            got = self._layouts[key] = map_layouts(self.info["maps"], grid, block, {})
+            got = self._layouts[key] = launch_shape(map_layouts(self.info["maps"], grid, block, {}))
         return got
 
 

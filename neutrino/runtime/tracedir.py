@@ -125,16 +125,16 @@ class TraceDir:
         tracefmt.write_result(self.path / rel, grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
         return rel
 
-    def append_result(self, kernel_dir: str, *, grid, block, shared_bytes: int, maps) -> tuple[int, str, int]:
-        """Append one launch's maps as a frame of the kernel's result file
-        (result/<k>_<hash>.ntr); returns (launch index, file relative to the run dir, offset)."""
+    def append_result(self, kernel_dir: str, header: bytes, offsets, datas) -> tuple[int, str, int]:
+        """Append one launch's maps (header from `neutrino.trace.encode_header`) as a frame of the
+        kernel's result file result/<k>_<hash>.ntr; returns (launch index, file relative to the run dir, offset)."""
         self._ensure()
         rel = f"result/{Path(kernel_dir).name}.ntr"
         with self._lock:
             fh = self._results.get(rel)
             if fh is None:
                 fh = self._results[rel] = open(self.path / rel, "ab")
-            offset, end = tracefmt.append_frame(fh, grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
+            offset, end = tracefmt.append_encoded(fh, header, offsets, datas)
             fh.flush()
             self.result_bytes += end
             index = self._next_launch
