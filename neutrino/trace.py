@@ -59,6 +59,28 @@ MAP_HEADER = np.dtype(
 )
 FIELD_DESC = np.dtype([("name", "S32"), ("width", "<u4"), ("offset", "<u4")])
 
+# result/index.bin: a 16-byte header, then one record per probed launch (written by shim/writer.c).
+INDEX_MAGIC = b"NTINDEX1"
+INDEX_VERSION = 1
+INDEX_RECORD = np.dtype(
+    [
+        ("seq", "<u8"),  # launch index + 1
+        ("kernel_launch", "<u8"),
+        ("stream", "<u8"),
+        ("offset", "<u8"),  # the launch's frame in its kernel's result file
+        ("frame_size", "<u8"),
+        ("grid", "<u4", (3,)),
+        ("block", "<u4", (3,)),
+        ("shared_bytes", "<u4"),
+        ("kernel_id", "<u4"),  # k of kernel/<k>_<hash>, result/<k>_<hash>.ntr
+        ("frame_id", "<u4"),  # id of a `frame` event (0: none)
+        ("status", "<u4"),  # 0 written; 1 failed on the launch path; 2 copy back failed; 3 file write failed
+        ("duration_ns", "<f8"),  # < 0: unknown
+        ("reserved", "<u8"),
+    ]
+)
+INDEX_HEADER_TAIL = np.array([INDEX_VERSION, INDEX_RECORD.itemsize], "<u4").tobytes()
+
 
 class TraceError(NeutrinoError):
     """A trace directory or result file that cannot be read."""
@@ -448,7 +470,53 @@ def load(path) -> Trace:
     return Trace(run, probe_text, events, _launches(run, events))
 
 
+def read_index(run: Path, events: list[dict]) -> list[dict]:
+    """`launch` events rebuilt from result/index.bin (runs written by the native writer)."""
+    path = run / "result" / "index.bin"
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    if len(raw) < 16 or raw[:8] != INDEX_MAGIC:
+        raise TraceError(f"{path}: not a Neutrino launch index (bad magic)")
+    version, rec_size = np.frombuffer(raw[8:16], "<u4")
+    if int(version) != INDEX_VERSION or int(rec_size) != INDEX_RECORD.itemsize:
+        raise TraceError(f"{path}: index version {int(version)} with {int(rec_size)}-byte records; "
+                         f"this reader knows version {INDEX_VERSION}")
+    n = (len(raw) - 16) // INDEX_RECORD.itemsize  # a record cut short by a crash is ignored
+    recs = np.frombuffer(raw, INDEX_RECORD, count=n, offset=16)
+    kernels: dict[int, tuple[str, str]] = {}
+    frames: dict[int, str] = {}
+    for ev in events:
+        if ev.get("event") == "instrument" and isinstance(ev.get("kernel_dir"), str):
+            name = ev["kernel_dir"].rsplit("/", 1)[-1]
+            k = name.split("_", 1)[0]
+            if k.isdigit():
+                kernels[int(k)] = (str(ev.get("kernel", "")), f"result/{name}.ntr")
+        elif ev.get("event") == "frame" and isinstance(ev.get("id"), int):
+            frames[ev["id"]] = ev.get("frame")
+    out = []
+    for r in recs:
+        if int(r["status"]) != 0 or int(r["kernel_id"]) not in kernels:
+            continue
+        kernel, rel = kernels[int(r["kernel_id"])]
+        duration = float(r["duration_ns"])
+        out.append({
+            "event": "launch", "index": int(r["seq"]) - 1, "kernel": kernel, "grid": [int(v) for v in r["grid"]],
+            "block": [int(v) for v in r["block"]], "shared_bytes": int(r["shared_bytes"]),
+            "stream": hex(int(r["stream"])), "result": rel, "result_offset": int(r["offset"]),
+            "frame": frames.get(int(r["frame_id"])), "duration_ns": duration if duration >= 0 else None,
+            "kernel_launch": int(r["kernel_launch"]),
+        })
+    return out
+
+
+def launch_events(run: Path, events: list[dict]) -> list[dict]:
+    """Every probed launch of a run: `launch` events of the event log, then those of the index."""
+    return [e for e in events if e.get("event") == "launch"] + read_index(run, events)
+
+
 def _launches(run: Path, events: list[dict]) -> list[Launch]:
+    events = launch_events(run, events)
     out = []
     for ev in events:
         if ev.get("event") != "launch" or not ev.get("result"):

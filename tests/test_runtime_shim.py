@@ -77,9 +77,10 @@ def test_shim_cached_and_rebuilt_on_change(tmp_path, monkeypatch):
     p1 = build.build_shim(tmp_path)
     mtime = p1.stat().st_mtime_ns
     assert build.build_shim(tmp_path) == p1 and p1.stat().st_mtime_ns == mtime  # cached
-    src = tmp_path / "preload.c"
-    src.write_text(build.shim_source().read_text() + "\n/* changed */\n")
-    monkeypatch.setattr(build, "shim_source", lambda: src)
+    sources = build.shim_sources()
+    changed = tmp_path / "writer.c"
+    changed.write_text(sources[1].read_text() + "\n/* changed */\n")
+    monkeypatch.setattr(build, "shim_sources", lambda: [sources[0], changed])
     p2 = build.build_shim(tmp_path)
     assert p2 != p1 and p2.exists()
 
@@ -87,7 +88,7 @@ def test_shim_cached_and_rebuilt_on_change(tmp_path, monkeypatch):
 def test_shim_build_error_is_clear(tmp_path, monkeypatch):
     src = tmp_path / "preload.c"
     src.write_text("this is not C\n")
-    monkeypatch.setattr(build, "shim_source", lambda: src)
+    monkeypatch.setattr(build, "shim_sources", lambda: [src])
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
     with pytest.raises(build.ShimBuildError, match="building the shim failed"):

@@ -58,7 +58,8 @@ def _wire(opts, shim_path: str, embedded: bool):
     trace.write_probe(probes.text)
     trace.event("start", pid=os.getpid(), argv=list(getattr(sys, "argv", []) or []), probe=opts.probe,
                 options=opts.to_json(), version=neutrino.__version__, embedded=embedded)
-    rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()))
+    rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
+                 native_writer=shim_path)
     try:
         cb = _analysis_callback(opts, probes)
     except NeutrinoError as e:  # a missing or broken analysis hook never stops profiling

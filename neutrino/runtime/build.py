@@ -21,13 +21,22 @@ class ShimBuildError(NeutrinoError):
     """The shim could not be compiled."""
 
 
-def shim_source() -> Path:
-    """shim/preload.c of this checkout (or installed copy beside the package)."""
+SHIM_SOURCES = ("preload.c", "writer.c")
+
+
+def shim_sources() -> list[Path]:
+    """shim/preload.c and shim/writer.c of this checkout (or installed copies beside the package)."""
     here = Path(__file__).resolve().parent
-    for candidate in (here.parent.parent / "shim" / "preload.c", here / "preload.c"):
-        if candidate.is_file():
-            return candidate
-    raise ShimBuildError(f"shim source preload.c not found (looked in {here.parent.parent / 'shim'} and {here})")
+    for folder in (here.parent.parent / "shim", here):
+        paths = [folder / name for name in SHIM_SOURCES]
+        if all(p.is_file() for p in paths):
+            return paths
+    raise ShimBuildError(f"shim sources {', '.join(SHIM_SOURCES)} not found (looked in {here.parent.parent / 'shim'} "
+                         f"and {here})")
+
+
+def shim_source() -> Path:
+    return shim_sources()[0]
 
 
 def compiler() -> list[str]:
@@ -39,7 +48,7 @@ def compiler() -> list[str]:
 
 
 def shim_path(cache_dir: Path | None = None) -> Path:
-    src = shim_source().read_bytes()
+    src = b"".join(p.read_bytes() for p in shim_sources())
     h = hashlib.sha256(src + " ".join(CFLAGS + LIBS).encode()).hexdigest()[:16]
     return (cache_dir or default_cache_dir()) / f"shim-{h}.so"
 
@@ -52,7 +61,7 @@ def build_shim(cache_dir: Path | None = None, *, force: bool = False) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.name, suffix=".tmp", dir=out.parent)
     os.close(fd)
-    cmd = [*compiler(), *CFLAGS, "-o", tmp, str(shim_source()), *LIBS]
+    cmd = [*compiler(), *CFLAGS, "-o", tmp, *map(str, shim_sources()), *LIBS]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:

@@ -74,7 +74,7 @@ def run_over_trace(trace, fn, seconds: float, stream) -> None:
 
     deadline = time.monotonic() + seconds
     events = tracefmt.read_events(trace.path / "event.log")
-    launches = [e for e in events if e.get("event") == "launch" and e.get("result")]
+    launches = [e for e in tracefmt.launch_events(trace.path, events) if e.get("result")]
     done = 0
     for ev in launches:
         if time.monotonic() > deadline:

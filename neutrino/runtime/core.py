@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import Counter
 
 import attrs
@@ -39,7 +40,7 @@ from neutrino.runtime.driver import (
     LAUNCH_KERNEL_PTSZ,
     DriverError,
 )
-from neutrino.runtime.drain import ResultWriter
+from neutrino.runtime.drain import NativeWriter, ResultWriter
 from neutrino.runtime.launch import Enqueuer
 from neutrino.runtime.options import RuntimeOptions
 from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
@@ -76,7 +77,8 @@ class LaunchRequest:
 
 class Runtime:
     def __init__(self, drv, shim, options: RuntimeOptions, probes, *, trace: TraceDir, cache,
-                 engine=None, ptx_finder=None):
+                 engine=None, ptx_finder=None, native_writer: str | None = None):
+        """`native_writer`: path of the loaded shim, whose C thread then writes results (drain.py)."""
         self.drv = drv
         self.shim = shim  # .probe_add(handle), .probe_remove(handle)
         self.opt = options
@@ -89,7 +91,10 @@ class Runtime:
         self.pool = BufferPool(drv, options.buffer_budget, wait=options.when_full == "wait")
         self.trace_budget = ByteBudget(options.trace_budget)
         self.enqueuer = Enqueuer(drv)
-        self.writer = ResultWriter(drv, trace, self.pool, self.enqueuer, on_written=self._on_written)
+        if native_writer:
+            self.writer = NativeWriter(native_writer, trace, self.pool, self.enqueuer)
+        else:
+            self.writer = ResultWriter(drv, trace, self.pool, self.enqueuer)
         self.attribution = Attributor()
         self._lock = threading.Lock()
         self.fallbacks: Counter = Counter()
@@ -162,10 +167,11 @@ class Runtime:
         caps = self._count(pk, req, stream, ctx) if pk.count_func else None
         shape = pk.shape(req.grid, req.block, caps)
         layouts, frame_bytes = shape.layouts, shape.frame_bytes
+        self.writer.reclaim()
         if not self.trace_budget.reserve(frame_bytes):
             return self._drop(rec, req, "trace-budget", f"the trace budget of {self.trace_budget.limit} bytes is spent")
         try:
-            slots = self.pool.acquire(ctx, shape.classes)
+            slots = self._acquire(ctx, shape.classes)
         except PoolFull as e:
             self.trace_budget.give_back(frame_bytes)
             return self._drop(rec, req, "buffer-budget", e.reason)
@@ -192,8 +198,31 @@ class Runtime:
         # The probed kernel has run: from here on, never fall back (it would run twice).
         with self._lock:
             self.probed_launches += 1
-        self.writer.submit(flight)
+        if flight.bench is not None:
+            self._record_benchmark(pk, req, flight.bench)
+        try:
+            self.writer.submit(flight)
+        except Exception as e:  # noqa: BLE001 - the result is lost; the launch happened
+            self.trace.event("result_error", kernel=rec.name, kernel_launch=req.index, reason=f"writer: {e}")
         return 0
+
+    def _acquire(self, ctx: int, classes) -> list:
+        """Slots from the pool; when it is full, reclaim what the writer finished and try again
+        (with --when-full=wait, until the pool's wait times out)."""
+        try:
+            return self.pool.acquire(ctx, classes, block=False)
+        except PoolFull as e:
+            self.writer.reclaim()
+            if not self.pool.wait or e.never:
+                return self.pool.acquire(ctx, classes, block=False)
+        deadline = time.monotonic() + self.pool.wait_timeout
+        while True:
+            self.writer.wait_idle(0.01)
+            try:
+                return self.pool.acquire(ctx, classes, block=False)
+            except PoolFull:
+                if time.monotonic() >= deadline:
+                    raise
 
     def _count(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
         layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})
@@ -228,11 +257,17 @@ class Runtime:
                              first=True)
         return NOT_HANDLED
 
-    def _on_written(self, event: dict) -> None:
-        if "bench_baseline_ns" in event:
-            with self._lock:
-                self.bench.setdefault(event["kernel"], []).append(
-                    (event["bench_baseline_ns"], event["bench_probed_ns"]))
+    def _record_benchmark(self, pk: ProbedKernel, req: LaunchRequest, bench) -> None:
+        base, probed = bench
+        with self._lock:
+            self.bench.setdefault(pk.name, []).append((base, probed))
+        self.trace.event("benchmark", kernel=pk.name, kernel_launch=req.index, baseline_ns=base, probed_ns=probed)
+
+    @property
+    def result_bytes(self) -> int:
+        """Bytes of result frames written so far."""
+        native = getattr(self.writer, "result_bytes", None)
+        return native if native is not None else self.trace.result_bytes
 
     def drain(self, timeout: float = 120.0) -> bool:
         """Wait until every probed launch so far is written; False if that took too long."""

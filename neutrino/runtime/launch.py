@@ -43,6 +43,7 @@ class InFlight:
     stream: int
     bench: tuple[list[float], list[float]] | None = None  # (baseline ns, probed ns) per repetition
     error: str | None = None  # set when the copy back could not be enqueued: no result
+    keep: object = None  # what the writer must keep alive until the launch is written
 
 
 class Enqueuer:

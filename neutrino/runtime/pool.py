@@ -40,9 +40,10 @@ class Slot:
 class PoolFull(Exception):
     """The launch's buffers do not fit in the budget (after waiting, if asked to)."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, never: bool = False):
         super().__init__(reason)
         self.reason = reason
+        self.never = never  # the launch can never fit: waiting is pointless
 
 
 class BufferPool:
@@ -58,9 +59,11 @@ class BufferPool:
         self.peak = 0
         self.allocations = 0
 
-    def acquire(self, ctx: int, classes) -> list[Slot]:
+    def acquire(self, ctx: int, classes, block: bool | None = None) -> list[Slot]:
         """Slots of the given size classes (`size_class`) for one launch's maps, in order.
-        Raises PoolFull or DriverError."""
+        Raises PoolFull or DriverError. `block` (default: the pool's `wait`) waits on the
+        condition for slots given back by a writer that releases them itself."""
+        wait = self.wait if block is None else block
         if len(classes) == 1:  # the common case: one map, a slot of its class is free
             with self._cond:
                 lst = self._free.get((ctx, classes[0]))
@@ -72,13 +75,13 @@ class BufferPool:
                     return [slot]
         need = sum(classes)
         if need > self.budget:
-            raise PoolFull(f"the launch needs {need} bytes of buffers, more than the budget of {self.budget}")
+            raise PoolFull(f"the launch needs {need} bytes of buffers, more than the budget of {self.budget}", never=True)
         with self._cond:
             while True:
                 missing = self._missing(ctx, classes)
                 if self.held + missing <= self.budget or self._evict(self.held + missing - self.budget):
                     break
-                if not self.wait:
+                if not wait:
                     raise PoolFull(f"buffer budget of {self.budget} bytes in use by launches not yet drained")
                 if not self._cond.wait(self.wait_timeout):
                     raise PoolFull(f"waited {self.wait_timeout:.0f} s for buffers to be drained")

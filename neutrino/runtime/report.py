@@ -69,8 +69,8 @@ def finish(rt, stream) -> None:
     total_drops = sum(rt.drops.values())
     tr.event("exit", launches=rt.probed_launches, fallbacks=total_fb, dropped=total_drops,
              dropped_by=[{"kernel": k, "reason": r, "launches": n} for (k, r), n in sorted(rt.drops.items())],
-             result_bytes=tr.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors)
-    stream.write(f"neutrino: {rt.probed_launches} probed launch(es), {_mib(tr.result_bytes)} of results, "
+             result_bytes=rt.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors)
+    stream.write(f"neutrino: {rt.probed_launches} probed launch(es), {_mib(rt.result_bytes)} of results, "
                  f"trace in {tr.path}\n")
     if total_drops:
         stream.write(f"neutrino: {total_drops} launch(es) ran unprobed because a budget was full "

@@ -84,7 +84,10 @@ class TraceDir:
     def close(self) -> None:
         with self._lock:
             for fh in self._results.values():
-                fh.close()
+                if isinstance(fh, int):
+                    os.close(fh)
+                else:
+                    fh.close()
             self._results.clear()
             if self._log is not None:
                 self._log.close()
@@ -140,6 +143,30 @@ class TraceDir:
             index = self._next_launch
             self._next_launch += 1
         return index, rel, offset
+
+    def result_fd(self, kernel_dir: str) -> tuple[int, str]:
+        """An O_APPEND descriptor of the kernel's result file, for the native writer; and its relative path."""
+        self._ensure()
+        rel = f"result/{Path(kernel_dir).name}.ntr"
+        return self._fd(rel), rel
+
+    def index_fd(self) -> int:
+        """result/index.bin (spec/trace-format.md), its header written when created."""
+        self._ensure()
+        rel = "result/index.bin"
+        with self._lock:
+            fresh = rel not in self._results
+            fd = self._fd(rel)
+            if fresh and os.fstat(fd).st_size == 0:
+                os.write(fd, tracefmt.INDEX_MAGIC + tracefmt.INDEX_HEADER_TAIL)
+        return fd
+
+    def _fd(self, rel: str) -> int:
+        with self._lock:
+            fd = self._results.get(rel)
+            if fd is None:
+                fd = self._results[rel] = os.open(self.path / rel, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            return fd
 
     def write_text(self, rel: str, text: str) -> Path:
         self._ensure()

@@ -1,0 +1,234 @@
+/* Neutrino's result writer: drains probed launches to the trace without Python.
+ *
+ * Python's launch path enqueues a probed launch (kernel, copy back into pinned
+ * memory, events) and hands this writer one job describing it
+ * (neutrino_writer_submit: a mutex, a copy, a signal). A thread of ours waits
+ * for each job's copy to finish, appends its frame (header + map sections,
+ * spec/trace-format.md) to the kernel's result file, appends one fixed-size
+ * record to result/index.bin, and publishes the job's sequence number in
+ * `neutrino_writer_completed`. Python reads that counter (no call, no lock) to
+ * give finished launches' buffers back to its pool.
+ *
+ * Why in C: a Python writer thread competes for the GIL with the program's
+ * launching thread; every hand-over costs the launching thread tens of
+ * microseconds. This thread never touches the interpreter.
+ *
+ * Jobs are written in submission order; a job that failed on the launch path
+ * (status != 0) waits for its stream and leaves a record with that status.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NT_MAX_MAPS 16
+#define NT_ALIGN 64
+
+typedef int CUresult;
+
+typedef struct {
+    uint64_t seq;            /* submission number: the launch index in the trace */
+    void *ctx;
+    void *ev_start, *ev_end, *ev_done;
+    void *stream;
+    int32_t fd;              /* the kernel's result file, opened O_APPEND by Python */
+    uint32_t status;         /* 0: results copied back; else the launch path failed after the launch */
+    uint32_t kernel_id, frame_id;
+    uint32_t grid[3], block[3];
+    uint32_t shared_bytes, n_maps;
+    uint64_t kernel_launch;
+    const void *header;
+    uint64_t header_len;
+    uint64_t frame_size;     /* header, sections and padding: what the frame occupies */
+    uint64_t offsets[NT_MAX_MAPS];  /* section offsets from the frame start */
+    const void *data[NT_MAX_MAPS];  /* pinned host copies */
+    uint64_t sizes[NT_MAX_MAPS];
+} nt_job;
+
+/* One record of result/index.bin (96 bytes, little-endian on every CUDA host). */
+typedef struct {
+    uint64_t seq, kernel_launch, stream, offset, frame_size;
+    uint32_t grid[3], block[3];
+    uint32_t shared_bytes, kernel_id, frame_id, status;
+    double duration_ns;
+    uint64_t reserved;
+} nt_index_record;
+_Static_assert(sizeof(nt_index_record) == 96, "index record layout");
+
+typedef struct node { nt_job job; struct node *next; } node;
+
+void *neutrino_real_sym(const char *name);
+
+static CUresult (*ev_sync)(void *);
+static CUresult (*ev_elapsed)(float *, void *, void *);
+static CUresult (*stream_sync)(void *);
+static CUresult (*ctx_set)(void *);
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t more = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
+static node *head, *tail;
+static pthread_t thread;
+static int running, stopping, index_fd = -1;
+
+_Atomic uint64_t neutrino_writer_completed;  /* highest sequence number written (jobs finish in order) */
+_Atomic uint64_t neutrino_writer_errors;     /* jobs whose frame could not be written */
+_Atomic uint64_t neutrino_writer_bytes;      /* bytes appended to result files */
+
+static const char zeros[NT_ALIGN];
+
+static int write_all(int fd, struct iovec *iov, int n) {
+    while (n > 0) {
+        ssize_t w = writev(fd, iov, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        while (n > 0 && (size_t)w >= iov->iov_len) { w -= iov->iov_len; iov++; n--; }
+        if (n > 0) { iov->iov_base = (char *)iov->iov_base + w; iov->iov_len -= w; }
+    }
+    return 0;
+}
+
+/* Append the job's frame at the next multiple of NT_ALIGN; returns its offset or -1. */
+static int64_t append_frame(const nt_job *j) {
+    off_t end = lseek(j->fd, 0, SEEK_END);
+    if (end < 0) return -1;
+    uint64_t start = ((uint64_t)end + NT_ALIGN - 1) / NT_ALIGN * NT_ALIGN;
+    struct iovec iov[2 + 2 * NT_MAX_MAPS + 1];
+    int n = 0;
+    if (start > (uint64_t)end) iov[n++] = (struct iovec){(void *)zeros, start - end};
+    iov[n++] = (struct iovec){(void *)j->header, j->header_len};
+    uint64_t pos = j->header_len;
+    for (uint32_t m = 0; m < j->n_maps; m++) {
+        uint64_t pad = j->offsets[m] - pos;
+        while (pad > 0) {  /* section starts are NT_ALIGN-aligned: padding < NT_ALIGN, but stay safe */
+            uint64_t k = pad < NT_ALIGN ? pad : NT_ALIGN;
+            if (n >= (int)(sizeof iov / sizeof *iov) - 2) { if (write_all(j->fd, iov, n)) return -1; n = 0; }
+            iov[n++] = (struct iovec){(void *)zeros, k};
+            pad -= k;
+        }
+        iov[n++] = (struct iovec){(void *)j->data[m], j->sizes[m]};
+        pos = j->offsets[m] + j->sizes[m];
+    }
+    if (j->frame_size > pos) iov[n++] = (struct iovec){(void *)zeros, j->frame_size - pos};
+    if (write_all(j->fd, iov, n)) return -1;
+    atomic_fetch_add(&neutrino_writer_bytes, j->frame_size + (start - end));
+    return (int64_t)start;
+}
+
+static void write_job(const nt_job *j, void **current_ctx) {
+    nt_index_record r;
+    memset(&r, 0, sizeof r);
+    r.seq = j->seq; r.kernel_launch = j->kernel_launch; r.stream = (uint64_t)(uintptr_t)j->stream;
+    memcpy(r.grid, j->grid, sizeof r.grid); memcpy(r.block, j->block, sizeof r.block);
+    r.shared_bytes = j->shared_bytes; r.kernel_id = j->kernel_id; r.frame_id = j->frame_id;
+    r.status = j->status;
+    r.duration_ns = -1.0;
+    if (j->ctx != *current_ctx && ctx_set && ctx_set(j->ctx) == 0) *current_ctx = j->ctx;
+    if (j->status != 0) {
+        if (stream_sync) stream_sync(j->stream);  /* the kernel may still be writing the slots */
+    } else if (!ev_sync || ev_sync(j->ev_done) != 0) {
+        r.status = 2;  /* the copy back did not complete */
+    } else {
+        float ms = 0;
+        if (ev_elapsed && ev_elapsed(&ms, j->ev_start, j->ev_end) == 0) r.duration_ns = (double)ms * 1e6;
+        int64_t off = append_frame(j);
+        if (off < 0) r.status = 3;  /* the file write failed */
+        else { r.offset = (uint64_t)off; r.frame_size = j->frame_size; }
+    }
+    if (r.status) atomic_fetch_add(&neutrino_writer_errors, 1);
+    struct iovec iov = {&r, sizeof r};
+    if (index_fd >= 0) write_all(index_fd, &iov, 1);
+}
+
+static void *loop(void *arg) {
+    (void)arg;
+    void *ctx = NULL;
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        while (!head && !stopping) pthread_cond_wait(&more, &lock);
+        node *nd = head;
+        if (!nd) { pthread_mutex_unlock(&lock); return NULL; }
+        head = nd->next;
+        if (!head) tail = NULL;
+        pthread_mutex_unlock(&lock);
+        write_job(&nd->job, &ctx);
+        atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
+        free(nd);
+        pthread_mutex_lock(&lock);
+        pthread_cond_broadcast(&progress);
+        pthread_mutex_unlock(&lock);
+    }
+}
+
+/* Start the writer thread; `fd` is result/index.bin, opened O_APPEND by Python. 0 on success. */
+int neutrino_writer_start(int fd) {
+    pthread_mutex_lock(&lock);
+    int rc = 0;
+    if (!running) {
+        ev_sync = (CUresult (*)(void *))neutrino_real_sym("cuEventSynchronize");
+        ev_elapsed = (CUresult (*)(float *, void *, void *))neutrino_real_sym("cuEventElapsedTime");
+        if (!ev_elapsed) ev_elapsed = (CUresult (*)(float *, void *, void *))neutrino_real_sym("cuEventElapsedTime_v2");
+        stream_sync = (CUresult (*)(void *))neutrino_real_sym("cuStreamSynchronize");
+        ctx_set = (CUresult (*)(void *))neutrino_real_sym("cuCtxSetCurrent");
+        index_fd = fd;
+        stopping = 0;
+        atomic_store(&neutrino_writer_completed, 0);
+        rc = ev_sync ? pthread_create(&thread, NULL, loop, NULL) : -1;
+        running = rc == 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* Queue one job (copied). Never blocks on the GPU or the disk. 0 on success. */
+int neutrino_writer_submit(const nt_job *job) {
+    if (job->n_maps > NT_MAX_MAPS) return -1;
+    node *nd = malloc(sizeof *nd);
+    if (!nd) return -1;
+    nd->job = *job;
+    nd->next = NULL;
+    pthread_mutex_lock(&lock);
+    if (!running) { pthread_mutex_unlock(&lock); free(nd); return -1; }
+    if (tail) tail->next = nd; else head = nd;
+    tail = nd;
+    pthread_cond_signal(&more);
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+/* Wait until job `seq` is written or `timeout_ms` passes; 1 if written. */
+int neutrino_writer_wait(uint64_t seq, int64_t timeout_ms) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    pthread_mutex_lock(&lock);
+    while (atomic_load(&neutrino_writer_completed) < seq && running) {
+        if (pthread_cond_timedwait(&progress, &lock, &until) == ETIMEDOUT) break;
+    }
+    int done = atomic_load(&neutrino_writer_completed) >= seq;
+    pthread_mutex_unlock(&lock);
+    return done;
+}
+
+/* Write what is queued, then stop the thread. */
+void neutrino_writer_stop(void) {
+    pthread_mutex_lock(&lock);
+    int was = running;
+    stopping = 1;
+    pthread_cond_broadcast(&more);
+    pthread_mutex_unlock(&lock);
+    if (was) pthread_join(thread, NULL);
+    pthread_mutex_lock(&lock);
+    running = 0;
+    pthread_mutex_unlock(&lock);
+}
