@@ -440,10 +440,20 @@ static int to_python(int kind, void *f, unsigned gx, unsigned gy, unsigned gz, u
     return rc; /* < 0: not handled, run the original */
 }
 
+int neutrino_fast_launch(int ptsz, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                         unsigned bz, unsigned shmem, void *stream, void **params, uint64_t kernel_launch);
+
 static CUresult launch_common(int kind, int slot, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                               unsigned by, unsigned bz, unsigned shmem, void *stream, void **params, void **extra) {
     int yes;
     uint64_t i = selected(f, &yes);
+    if (yes && !extra) { /* a kernel with a registered plan: probed in C (fastlaunch.c) */
+        in_callback = 1;
+        int rc = neutrino_fast_launch(kind == L_KERNEL_PTSZ, f, gx, gy, gz, bx, by, bz, shmem, stream, params, i);
+        in_callback = 0;
+        if (rc >= 0) return rc;
+        if (rc == -2) yes = 0; /* dropped for lack of budget: runs unprobed, counted there */
+    }
     if (yes) {
         int rc = to_python(kind, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, NULL, i);
         if (rc >= 0) return rc;

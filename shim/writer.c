@@ -27,29 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NT_MAX_MAPS 16
-#define NT_ALIGN 64
+#include "writer.h"
 
 typedef int CUresult;
-
-typedef struct {
-    uint64_t seq;            /* submission number: the launch index in the trace */
-    void *ctx;
-    void *ev_start, *ev_end, *ev_done;
-    void *stream;
-    int32_t fd;              /* the kernel's result file, opened O_APPEND by Python */
-    uint32_t status;         /* 0: results copied back; else the launch path failed after the launch */
-    uint32_t kernel_id, frame_id;
-    uint32_t grid[3], block[3];
-    uint32_t shared_bytes, n_maps;
-    uint64_t kernel_launch;
-    const void *header;
-    uint64_t header_len;
-    uint64_t frame_size;     /* header, sections and padding: what the frame occupies */
-    uint64_t offsets[NT_MAX_MAPS];  /* section offsets from the frame start */
-    const void *data[NT_MAX_MAPS];  /* pinned host copies */
-    uint64_t sizes[NT_MAX_MAPS];
-} nt_job;
 
 /* One record of result/index.bin (96 bytes, little-endian on every CUDA host). */
 typedef struct {
@@ -76,6 +56,15 @@ static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
 static node *head, *tail;
 static pthread_t thread;
 static int running, stopping, index_fd = -1;
+static uint64_t next_seq = 1;
+
+/* Event triples (start and end with timing, done without) for launches, per context. */
+#define EV_POOL 4096
+static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { void *ctx, *ev[3]; } ev_free[EV_POOL];
+static unsigned ev_n;
+static CUresult (*ev_create)(void **, unsigned);
+static CUresult (*ctx_get)(void **);
 
 _Atomic uint64_t neutrino_writer_completed;  /* highest sequence number written (jobs finish in order) */
 _Atomic uint64_t neutrino_writer_errors;     /* jobs whose frame could not be written */
@@ -148,6 +137,36 @@ static void write_job(const nt_job *j, void **current_ctx) {
     if (index_fd >= 0) write_all(index_fd, &iov, 1);
 }
 
+int neutrino_writer_take_events(void *ctx, void **ev3) {
+    pthread_mutex_lock(&ev_lock);
+    for (unsigned i = ev_n; i-- > 0;) {
+        if (ev_free[i].ctx == ctx) {
+            memcpy(ev3, ev_free[i].ev, sizeof ev_free[i].ev);
+            ev_free[i] = ev_free[--ev_n];
+            pthread_mutex_unlock(&ev_lock);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&ev_lock);
+    if (!ev_create) ev_create = (CUresult (*)(void **, unsigned))neutrino_real_sym("cuEventCreate");
+    if (!ev_create || ev_create(&ev3[0], 0) || ev_create(&ev3[1], 0) || ev_create(&ev3[2], 2 /* no timing */))
+        return -1;
+    return 0;
+}
+
+void neutrino_writer_recycle_events(void *ev_start, void *ev_end, void *ev_done) {
+    void *ctx = NULL;
+    if (!ctx_get) ctx_get = (CUresult (*)(void **))neutrino_real_sym("cuCtxGetCurrent");
+    if (ctx_get) ctx_get(&ctx);
+    pthread_mutex_lock(&ev_lock);
+    if (ev_n < EV_POOL) {
+        ev_free[ev_n].ctx = ctx;
+        ev_free[ev_n].ev[0] = ev_start; ev_free[ev_n].ev[1] = ev_end; ev_free[ev_n].ev[2] = ev_done;
+        ev_n++;
+    }
+    pthread_mutex_unlock(&ev_lock);
+}
+
 static void *loop(void *arg) {
     (void)arg;
     void *ctx = NULL;
@@ -160,6 +179,9 @@ static void *loop(void *arg) {
         if (!head) tail = NULL;
         pthread_mutex_unlock(&lock);
         write_job(&nd->job, &ctx);
+        if (nd->job.fast)
+            neutrino_fast_job_done(nd->job.slots, nd->job.n_maps, nd->job.ev_start, nd->job.ev_end, nd->job.ev_done);
+        if (nd->job.owns_header) free((void *)nd->job.header);
         atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
         free(nd);
         pthread_mutex_lock(&lock);
@@ -180,6 +202,7 @@ int neutrino_writer_start(int fd) {
         ctx_set = (CUresult (*)(void *))neutrino_real_sym("cuCtxSetCurrent");
         index_fd = fd;
         stopping = 0;
+        next_seq = 1;
         atomic_store(&neutrino_writer_completed, 0);
         rc = ev_sync ? pthread_create(&thread, NULL, loop, NULL) : -1;
         running = rc == 0;
@@ -188,20 +211,30 @@ int neutrino_writer_start(int fd) {
     return rc;
 }
 
-/* Queue one job (copied). Never blocks on the GPU or the disk. 0 on success. */
-int neutrino_writer_submit(const nt_job *job) {
-    if (job->n_maps > NT_MAX_MAPS) return -1;
+/* Queue one job (copied) and number it. Never blocks on the GPU or the disk.
+ * Returns its sequence number (launch index + 1), 0 if the writer is not running. */
+uint64_t neutrino_writer_submit(const nt_job *job) {
+    if (job->n_maps > NT_MAX_MAPS) return 0;
     node *nd = malloc(sizeof *nd);
-    if (!nd) return -1;
+    if (!nd) return 0;
     nd->job = *job;
     nd->next = NULL;
     pthread_mutex_lock(&lock);
-    if (!running) { pthread_mutex_unlock(&lock); free(nd); return -1; }
+    if (!running || stopping) { pthread_mutex_unlock(&lock); free(nd); return 0; }
+    uint64_t seq = nd->job.seq = next_seq++;
     if (tail) tail->next = nd; else head = nd;
     tail = nd;
     pthread_cond_signal(&more);
     pthread_mutex_unlock(&lock);
-    return 0;
+    return seq;
+}
+
+/* The sequence number the next job will get. */
+uint64_t neutrino_writer_next_seq(void) {
+    pthread_mutex_lock(&lock);
+    uint64_t s = next_seq;
+    pthread_mutex_unlock(&lock);
+    return s;
 }
 
 /* Wait until job `seq` is written or `timeout_ms` passes; 1 if written. */

@@ -80,7 +80,7 @@ def test_shim_cached_and_rebuilt_on_change(tmp_path, monkeypatch):
     sources = build.shim_sources()
     changed = tmp_path / "writer.c"
     changed.write_text(sources[1].read_text() + "\n/* changed */\n")
-    monkeypatch.setattr(build, "shim_sources", lambda: [sources[0], changed])
+    monkeypatch.setattr(build, "shim_sources", lambda: [sources[0], changed, *sources[2:]])
     p2 = build.build_shim(tmp_path)
     assert p2 != p1 and p2.exists()
 
@@ -191,3 +191,33 @@ def test_c_program_without_libpython_runs_unprobed(tmp_path, fakecuda, shim):
     assert r.returncode == 0 and "app done" in r.stdout
     assert "no shared libpython" in r.stderr
     assert (tmp_path / "log").read_text().splitlines()[0] == "saxpy4 probed=0 grid=4"
+
+
+def test_fast_path_probes_later_launches_in_c(tmp_path, fakecuda, shim):
+    """After the first launch (Python), the shim probes the kernel itself: every launch written, in order."""
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "40"])
+    assert rc == 0 and log == ["saxpy4 probed=1 grid=4"] * 40
+    t = nt.load(tmp_path / "trace")
+    assert [e["kernel"] for e in t.events if e["event"] == "fast_path"] == ["saxpy4"]
+    assert [la.index for la in t.launches] == list(range(40))
+    assert [la.event["kernel_launch"] for la in t.launches] == list(range(40))
+    assert t.launches[0].frame is not None and all(la.frame is None for la in t.launches[1:])  # C path: no frame
+    for la in t.launches:
+        v = la.maps["block_sched"].valid()
+        assert len(v) == 8 and list(v["unit"]) == list(range(8)) and set(v["elapse"]) == {7}
+        assert la.grid == (4, 1, 1) and la.block == (64, 1, 1)
+    (ex,) = [e for e in t.events if e["event"] == "exit"]
+    assert ex["launches"] == 40 and ex["dropped"] == 0
+
+
+def test_fast_path_trace_budget_drops_counted(tmp_path, fakecuda, shim):
+    frame = 512  # one saxpy4 block_sched frame (header + 8 records), checked below
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "10"],
+                              "--trace-budget", str(4 * frame))
+    assert rc == 0 and len(log) == 10
+    assert [line.split()[1] for line in log] == ["probed=1"] * 4 + ["probed=0"] * 6  # the rest ran unprobed
+    t = nt.load(tmp_path / "trace")
+    assert len(t.launches) == 4 and all(la.event.get("result_offset") % 64 == 0 for la in t.launches)
+    assert {la.event["result_offset"] for la in t.launches} == {0, frame, 2 * frame, 3 * frame}
+    (ex,) = [e for e in t.events if e["event"] == "exit"]
+    assert ex["launches"] == 4 and ex["dropped"] == 6 and ex["result_bytes"] == 4 * frame

@@ -21,7 +21,8 @@ class ShimBuildError(NeutrinoError):
     """The shim could not be compiled."""
 
 
-SHIM_SOURCES = ("preload.c", "writer.c")
+SHIM_SOURCES = ("preload.c", "writer.c", "fastlaunch.c")
+SHIM_HEADERS = ("writer.h",)
 
 
 def shim_sources() -> list[Path]:
@@ -48,7 +49,8 @@ def compiler() -> list[str]:
 
 
 def shim_path(cache_dir: Path | None = None) -> Path:
-    src = b"".join(p.read_bytes() for p in shim_sources())
+    headers = [p.parent / h for p in shim_sources()[:1] for h in SHIM_HEADERS]
+    src = b"".join(p.read_bytes() for p in [*shim_sources(), *headers] if p.exists())
     h = hashlib.sha256(src + " ".join(CFLAGS + LIBS).encode()).hexdigest()[:16]
     return (cache_dir or default_cache_dir()) / f"shim-{h}.so"
 
@@ -61,7 +63,8 @@ def build_shim(cache_dir: Path | None = None, *, force: bool = False) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.name, suffix=".tmp", dir=out.parent)
     os.close(fd)
-    cmd = [*compiler(), *CFLAGS, "-o", tmp, *map(str, shim_sources()), *LIBS]
+    sources = shim_sources()
+    cmd = [*compiler(), *CFLAGS, f"-I{sources[0].parent}", "-o", tmp, *map(str, sources), *LIBS]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:

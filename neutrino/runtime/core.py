@@ -31,6 +31,7 @@ from neutrino import trace as tracefmt
 from neutrino.errors import NeutrinoError
 from neutrino.runtime.attribution import Attributor
 from neutrino.runtime.driver import (
+    COPIED_FUNC_ATTRS,
     CU_STREAM_LEGACY,
     CU_STREAM_PER_THREAD,
     DEV_ATTR_CC_MAJOR,
@@ -41,6 +42,7 @@ from neutrino.runtime.driver import (
     DriverError,
 )
 from neutrino.runtime.drain import NativeWriter, ResultWriter
+from neutrino.runtime.fastpath import FastPath
 from neutrino.runtime.launch import Enqueuer
 from neutrino.runtime.options import RuntimeOptions
 from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
@@ -91,8 +93,12 @@ class Runtime:
         self.pool = BufferPool(drv, options.buffer_budget, wait=options.when_full == "wait")
         self.trace_budget = ByteBudget(options.trace_budget)
         self.enqueuer = Enqueuer(drv)
+        self.fast: FastPath | None = None
         if native_writer:
             self.writer = NativeWriter(native_writer, trace, self.pool, self.enqueuer)
+            self.fast = FastPath(native_writer, options.buffer_budget, options.trace_budget)
+            if self.fast.enabled:
+                self.trace_budget = SharedTraceBudget(self.fast, options.trace_budget)
         else:
             self.writer = ResultWriter(drv, trace, self.pool, self.enqueuer)
         self.attribution = Attributor()
@@ -202,9 +208,27 @@ class Runtime:
             self._record_benchmark(pk, req, flight.bench)
         try:
             self.writer.submit(flight)
+            self._plan_fast_path(req, ctx, pk, shape, flight)
         except Exception as e:  # noqa: BLE001 - the result is lost; the launch happened
             self.trace.event("result_error", kernel=rec.name, kernel_launch=req.index, reason=f"writer: {e}")
         return 0
+
+    def _plan_fast_path(self, req: LaunchRequest, ctx: int, pk: ProbedKernel, shape, flight) -> None:
+        """Let the shim probe this kernel's later launches in C (fastpath.py)."""
+        if self.fast is None or self.opt.benchmark or flight.error is not None:
+            return
+        max_shared = max(pk.attrs_seen.get(COPIED_FUNC_ATTRS[0], 0), 48 * 1024)
+        if not self.fast.wants_plan(req.func, ctx, max_shared):
+            return
+        kernel_id, fd, header = self.writer.plan_inputs(flight)
+        if self.fast.register(req, ctx, pk, shape, kernel_id, fd, header, max_shared):
+            self.trace.event("fast_path", kernel=pk.name, function=hex(req.func), max_shared=max_shared)
+
+    def on_teardown(self) -> None:
+        """A context is about to be destroyed: write what is in flight, forget plans made in it."""
+        self.drain()
+        if self.fast is not None:
+            self.fast.reset()
 
     def _acquire(self, ctx: int, classes) -> list:
         """Slots from the pool; when it is full, reclaim what the writer finished and try again
@@ -257,6 +281,19 @@ class Runtime:
                              first=True)
         return NOT_HANDLED
 
+    def _collect_fast_path_counts(self) -> None:
+        """Launches the C path probed or dropped count in the summary like the others."""
+        if self.fast is None:
+            return
+        for func, _, st in self.fast.stats():
+            rec = self.registry.functions.get(func)
+            name = rec.name if rec is not None else hex(func)
+            self.probed_launches += st.launches
+            for reason, n in (("buffer-budget", st.dropped_buffer), ("trace-budget", st.dropped_trace)):
+                if n:
+                    self.drops[(name, reason)] += n
+                    self.trace.event("dropped", kernel=name, reason=reason, launches=n, path="c")
+
     def _record_benchmark(self, pk: ProbedKernel, req: LaunchRequest, bench) -> None:
         base, probed = bench
         with self._lock:
@@ -299,11 +336,25 @@ class Runtime:
         self._closed = True
         self.writer.stop(timeout=120)
         self.pool.close()
+        self._collect_fast_path_counts()
         from neutrino.runtime import callback, report
 
         if self._callback is not None and self.trace.materialized:
             callback.run_over_trace(self.trace, self._callback, self.opt.callback_seconds, stream)
         report.finish(self, stream)
+
+
+class SharedTraceBudget:
+    """The trace budget kept by the shim, shared by the Python and the C launch paths."""
+
+    def __init__(self, fast: FastPath, limit: int):
+        self.fast, self.limit = fast, limit
+
+    def reserve(self, n: int) -> bool:
+        return bool(self.fast.reserve_trace(n))
+
+    def give_back(self, n: int) -> None:
+        self.fast.give_back_trace(n)
 
 
 def _default_engine():

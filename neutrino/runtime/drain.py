@@ -137,6 +137,7 @@ class NtJob(C.Structure):
         ("shared_bytes", C.c_uint32), ("n_maps", C.c_uint32), ("kernel_launch", C.c_uint64),
         ("header", C.c_char_p), ("header_len", C.c_uint64), ("frame_size", C.c_uint64),
         ("offsets", C.c_uint64 * MAX_MAPS), ("data", C.c_void_p * MAX_MAPS), ("sizes", C.c_uint64 * MAX_MAPS),
+        ("slots", C.c_void_p * MAX_MAPS), ("fast", C.c_uint32), ("owns_header", C.c_uint32),
     ]
 
 
@@ -148,12 +149,15 @@ class NativeWriter:
         held = C.PyDLL(shim_path)  # these calls only take a mutex: they keep the GIL
         self._submit = held.neutrino_writer_submit
         self._submit.argtypes = [C.POINTER(NtJob)]
+        self._submit.restype = C.c_uint64
         released = C.CDLL(shim_path)  # these wait or join: they release the GIL
         self._start = released.neutrino_writer_start
         self._start.argtypes = [C.c_int]
         self._wait = released.neutrino_writer_wait
         self._wait.argtypes = [C.c_uint64, C.c_int64]
         self._stop = released.neutrino_writer_stop
+        self._next_seq = held.neutrino_writer_next_seq
+        self._next_seq.restype = C.c_uint64
         self._completed = C.c_uint64.in_dll(held, "neutrino_writer_completed")
         self._errors = C.c_uint64.in_dll(held, "neutrino_writer_errors")
         self._bytes = C.c_uint64.in_dll(held, "neutrino_writer_bytes")
@@ -206,8 +210,7 @@ class NativeWriter:
             self._ensure_started()
             kernel_id, fd = self._kernel(flight.kernel_dir)
             header, offsets = _cached_header(self._headers, flight)
-            self._seq += 1
-            job = NtJob(seq=self._seq, ctx=flight.ctx, ev_start=flight.events["start"], ev_end=flight.events["end"],
+            job = NtJob(ctx=flight.ctx, ev_start=flight.events["start"], ev_end=flight.events["end"],
                         ev_done=flight.events.get("done"), stream=flight.stream, fd=fd,
                         status=1 if flight.error is not None else 0, kernel_id=kernel_id,
                         frame_id=self._frame_id(flight.frame), shared_bytes=req.shared_bytes,
@@ -218,13 +221,20 @@ class NativeWriter:
             for i, (lay, slot) in enumerate(zip(flight.layouts, flight.slots)):
                 job.offsets[i], job.data[i], job.sizes[i] = offsets[i], slot.host_addr, lay.size
             flight.keep = header  # the C side reads it until the job is written
-            self._inflight.append((self._seq, flight))
-            if self._submit(C.byref(job)) != 0:
-                self._inflight.pop()
-                self._seq -= 1
+            seq = self._submit(C.byref(job))
+            if not seq:
                 raise RuntimeError("the native result writer refused the job")
+            self._seq = max(self._seq, seq)
+            self._inflight.append((seq, flight))
         if flight.error is not None:
             self.trace.event("result_error", kernel=flight.kernel, kernel_launch=req.index, reason=flight.error)
+
+    def plan_inputs(self, flight) -> tuple[int, int, bytes]:
+        """(kernel id, result file descriptor, frame header) of a launch, for a fast-path plan."""
+        with self._lock:
+            kernel_id, fd = self._kernel(flight.kernel_dir)
+            header, _ = _cached_header(self._headers, flight)
+        return kernel_id, fd, header
 
     def reclaim(self) -> None:
         """Give finished launches' slots and events back (a counter read; called on the launch path)."""
@@ -239,7 +249,8 @@ class NativeWriter:
                 self.enqueuer.recycle(flight.ctx, flight.events)
 
     def wait_idle(self, timeout: float) -> bool:
-        seq = self._seq
+        """Wait until every job submitted so far (by Python or by the C launch path) is written."""
+        seq = self._next_seq() - 1
         ok = not self._started or bool(self._wait(seq, int(timeout * 1000)))
         self.reclaim()
         return ok

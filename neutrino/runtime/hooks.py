@@ -141,7 +141,7 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
 
     def teardown_cb():
         try:
-            rt.drain()  # a context is about to be destroyed: harvest what is in flight first
+            rt.on_teardown()  # a context is about to be destroyed: write what is in flight first
         except BaseException:  # noqa: BLE001
             pass
 

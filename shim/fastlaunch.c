@@ -1,0 +1,367 @@
+/* Neutrino's fast launch path: a probed launch of a known kernel, enqueued without Python.
+ *
+ * The first launch of a kernel (per context) goes through Python, which builds
+ * the probed code and then registers a *plan* here (neutrino_fast_plan): the
+ * probed function, how its map buffers are sized from the launch's grid, its
+ * appended parameters, a frame-header template, its result file. Every later
+ * selected launch of that kernel is done by neutrino_fast_launch, in C:
+ *
+ *   slots from our pool → memset counts → event start → probed kernel → event end
+ *   → (our copy stream waits for end) D2H copies into pinned slots → event done
+ *   → one job for the writer (writer.c), which writes the frame and returns the slots.
+ *
+ * Nothing waits for the GPU. Anything unusual (a plan's limits exceeded, a
+ * capturing stream, an allocation or launch error) returns -1 and the launch
+ * takes the Python path, which knows how to fall back and log. Launches the
+ * budgets have no room for are dropped: run unprobed (return -2) and counted.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "writer.h"
+
+typedef int CUresult;
+
+#define FAST_PLANS 1024
+#define FAST_CLASSES 48
+#define FAST_CTXS 8
+
+typedef struct {
+    void *orig_func, *ctx, *probed_func;
+    uint32_t n_params, n_maps, n_extra, max_shared;
+    uint32_t units_mode[NT_MAX_MAPS];   /* 0 thread, 1 warp, 2 block, 3 fixed */
+    uint64_t fixed_units[NT_MAX_MAPS];
+    uint32_t record_bytes[NT_MAX_MAPS], cap[NT_MAX_MAPS], zero_all[NT_MAX_MAPS];
+    uint32_t map_header_pos[NT_MAX_MAPS]; /* byte offset of each map header in the frame header */
+    uint32_t extra_map[2 * NT_MAX_MAPS], extra_is_buffer[2 * NT_MAX_MAPS];
+    int32_t fd;
+    uint32_t kernel_id;
+    const void *header_template;
+    uint64_t header_len;
+} nt_plan;
+
+typedef struct {
+    uint64_t launches, dropped_buffer, dropped_trace, handed_back;
+} nt_plan_stats;
+
+typedef struct {
+    _Atomic(void *) orig_func;
+    void *ctx;
+    nt_plan plan;
+    unsigned char header[NT_MAX_HEADER];
+    _Atomic int live;
+    nt_plan_stats stats;
+} plan_entry;
+
+typedef struct slot {
+    struct slot *next;
+    void *ctx;
+    uint64_t cls, device;
+    void *host;
+} slot_t;
+
+typedef struct {
+    void *ctx;
+    slot_t *free[FAST_CLASSES];
+    void *copy_stream;
+    void *events;  /* free list of timing events (void* chain through a side array) */
+} ctx_pool;
+
+static plan_entry plans[FAST_PLANS];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static ctx_pool pools[FAST_CTXS];
+static uint64_t budget = 1ull << 30, held;
+static _Atomic uint64_t trace_limit = UINT64_MAX, trace_used;
+static _Atomic int enabled;
+
+static CUresult (*p_ctx_get)(void **);
+static CUresult (*p_capturing)(void *, int *);
+static CUresult (*p_memset)(uint64_t, unsigned char, size_t, void *);
+static CUresult (*p_ev_record)(void *, void *);
+static CUresult (*p_ev_create)(void **, unsigned);
+static CUresult (*p_wait)(void *, void *, unsigned);
+static CUresult (*p_d2h)(void *, uint64_t, size_t, void *);
+static CUresult (*p_alloc)(uint64_t *, size_t);
+static CUresult (*p_free)(uint64_t);
+static CUresult (*p_host_alloc)(void **, size_t, unsigned);
+static CUresult (*p_host_free)(void *);
+static CUresult (*p_stream_create)(void **, unsigned);
+static CUresult (*p_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                            void **, void **);
+static CUresult (*p_launch_ptsz)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                                 void **, void **);
+
+void *neutrino_real_sym(const char *name);
+
+static int resolve(void) {
+#define R(var, name) if (!(var = (__typeof__(var))neutrino_real_sym(name))) return -1
+    R(p_ctx_get, "cuCtxGetCurrent"); R(p_capturing, "cuStreamIsCapturing"); R(p_memset, "cuMemsetD8Async");
+    R(p_ev_record, "cuEventRecord"); R(p_ev_create, "cuEventCreate"); R(p_wait, "cuStreamWaitEvent");
+    R(p_d2h, "cuMemcpyDtoHAsync_v2"); R(p_alloc, "cuMemAlloc_v2"); R(p_free, "cuMemFree_v2");
+    R(p_host_alloc, "cuMemHostAlloc"); R(p_host_free, "cuMemFreeHost"); R(p_stream_create, "cuStreamCreate");
+    R(p_launch, "cuLaunchKernel"); R(p_launch_ptsz, "cuLaunchKernel_ptsz");
+#undef R
+    return 0;
+}
+
+/* Turn the fast path on with the budgets (bytes). 0 on success. */
+int neutrino_fast_enable(uint64_t buffer_budget, uint64_t trace_budget) {
+    if (resolve()) return -1;
+    pthread_mutex_lock(&pool_lock);
+    budget = buffer_budget;
+    pthread_mutex_unlock(&pool_lock);
+    atomic_store(&trace_limit, trace_budget);
+    atomic_store(&enabled, 1);
+    return 0;
+}
+
+/* Bytes of the trace budget: the Python path reserves from the same counter. 1 if reserved. */
+int neutrino_trace_reserve(uint64_t n) {
+    uint64_t used = atomic_load(&trace_used);
+    for (;;) {
+        if (used + n > atomic_load(&trace_limit)) return 0;
+        if (atomic_compare_exchange_weak(&trace_used, &used, used + n)) return 1;
+    }
+}
+
+void neutrino_trace_give_back(uint64_t n) { atomic_fetch_sub(&trace_used, n); }
+
+static inline unsigned plan_slot(void *f) {
+    return (unsigned)(((uint64_t)(uintptr_t)f * 0x9E3779B97F4A7C15ull) >> 54) & (FAST_PLANS - 1);
+}
+
+static plan_entry *find_plan(void *f, void *ctx) {
+    unsigned i = plan_slot(f);
+    for (unsigned n = 0; n < FAST_PLANS; n++, i = (i + 1) & (FAST_PLANS - 1)) {
+        void *k = atomic_load_explicit(&plans[i].orig_func, memory_order_acquire);
+        if (!k) return NULL;
+        if (k == f && plans[i].ctx == ctx) return &plans[i];
+    }
+    return NULL;
+}
+
+/* Register (or replace) the plan of plan->orig_func in plan->ctx. 0 on success. */
+int neutrino_fast_plan(const nt_plan *plan) {
+    if (plan->n_maps > NT_MAX_MAPS || plan->n_extra > 2 * NT_MAX_MAPS || plan->header_len > NT_MAX_HEADER) return -1;
+    pthread_mutex_lock(&pool_lock);
+    plan_entry *e = find_plan(plan->orig_func, plan->ctx);
+    if (!e) {
+        unsigned i = plan_slot(plan->orig_func);
+        unsigned n = 0;
+        while (atomic_load(&plans[i].orig_func) && n++ < FAST_PLANS) i = (i + 1) & (FAST_PLANS - 1);
+        if (n >= FAST_PLANS) { pthread_mutex_unlock(&pool_lock); return -1; }
+        e = &plans[i];
+    }
+    atomic_store(&e->live, 0);
+    e->plan = *plan;
+    memcpy(e->header, plan->header_template, plan->header_len);
+    e->plan.header_template = e->header;
+    e->ctx = plan->ctx;
+    atomic_store_explicit(&e->orig_func, plan->orig_func, memory_order_release);
+    atomic_store(&e->live, 1);
+    pthread_mutex_unlock(&pool_lock);
+    return 0;
+}
+
+/* Stop using every plan (a context is going away); idle slots are freed. */
+void neutrino_fast_reset(void) {
+    pthread_mutex_lock(&pool_lock);
+    for (unsigned i = 0; i < FAST_PLANS; i++) atomic_store(&plans[i].live, 0);
+    for (unsigned c = 0; c < FAST_CTXS; c++) {
+        for (unsigned k = 0; k < FAST_CLASSES; k++) {
+            for (slot_t *s = pools[c].free[k], *nx; s; s = nx) {
+                nx = s->next;
+                p_free(s->device);
+                p_host_free(s->host);
+                held -= s->cls;
+                free(s);
+            }
+            pools[c].free[k] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+/* Per-plan counters, for the exit summary: 1 if entry i holds a plan. */
+int neutrino_fast_stats(unsigned i, void **orig_func, uint32_t *kernel_id, nt_plan_stats *out) {
+    if (i >= FAST_PLANS || !atomic_load(&plans[i].orig_func)) return 0;
+    *orig_func = plans[i].plan.orig_func;
+    *kernel_id = plans[i].plan.kernel_id;
+    *out = plans[i].stats;
+    return 1;
+}
+
+static ctx_pool *pool_of(void *ctx) {
+    for (unsigned c = 0; c < FAST_CTXS; c++) {
+        if (pools[c].ctx == ctx) return &pools[c];
+        if (!pools[c].ctx) { pools[c].ctx = ctx; return &pools[c]; }
+    }
+    return NULL;
+}
+
+static unsigned class_of(uint64_t size, uint64_t *cls) {
+    unsigned k = 12;
+    while ((1ull << k) < size) k++;
+    *cls = 1ull << k;
+    return k;
+}
+
+/* Slots for n buffers, or NULL with *why = 1 (budget) / 2 (error). Called with pool_lock held. */
+static int take_slots(ctx_pool *pool, const uint64_t *sizes, unsigned n, slot_t **out, int *why) {
+    uint64_t need = 0;
+    unsigned ks[NT_MAX_MAPS];
+    uint64_t cls[NT_MAX_MAPS];
+    for (unsigned m = 0; m < n; m++) {
+        ks[m] = class_of(sizes[m], &cls[m]);
+        if (ks[m] >= FAST_CLASSES) { *why = 1; return -1; }
+        if (!pool->free[ks[m]]) need += cls[m];
+    }
+    if (held + need > budget) { *why = 1; return -1; }
+    for (unsigned m = 0; m < n; m++) {
+        slot_t *s = pool->free[ks[m]];
+        if (s) { pool->free[ks[m]] = s->next; out[m] = s; continue; }
+        s = calloc(1, sizeof *s);
+        if (!s || p_alloc(&s->device, cls[m]) != 0) { free(s); goto fail; }
+        if (p_host_alloc(&s->host, cls[m], 0) != 0) { p_free(s->device); free(s); goto fail; }
+        s->cls = cls[m]; s->ctx = pool->ctx;
+        held += cls[m];
+        out[m] = s;
+        continue;
+    fail:
+        for (unsigned j = 0; j < m; j++) { unsigned k = class_of(out[j]->cls, &cls[j]); out[j]->next = pool->free[k]; pool->free[k] = out[j]; }
+        *why = 2;
+        return -1;
+    }
+    return 0;
+}
+
+static void give_slots(slot_t **slots, unsigned n) {
+    pthread_mutex_lock(&pool_lock);
+    for (unsigned m = 0; m < n; m++) {
+        ctx_pool *pool = pool_of(slots[m]->ctx);
+        uint64_t cls;
+        unsigned k = class_of(slots[m]->cls, &cls);
+        if (pool) { slots[m]->next = pool->free[k]; pool->free[k] = slots[m]; }
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+/* Called by the writer when a fast job is written: its slots and events come back. */
+void neutrino_fast_job_done(void *const *slots, unsigned n, void *ev_start, void *ev_end, void *ev_done) {
+    give_slots((slot_t **)slots, n);
+    neutrino_writer_recycle_events(ev_start, ev_end, ev_done);
+}
+
+static inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+/* The launch. Returns the CUresult of the probed launch (>= 0), -1 for "take the Python
+ * path", -2 for "dropped: run the original unprobed". */
+int neutrino_fast_launch(int ptsz, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                         unsigned bz, unsigned shmem, void *stream, void **params, uint64_t kernel_launch) {
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return -1;
+    void *ctx = NULL;
+    if (p_ctx_get(&ctx) != 0 || !ctx) return -1;
+    plan_entry *e = find_plan(f, ctx);
+    if (!e || !atomic_load_explicit(&e->live, memory_order_acquire)) return -1;
+    const nt_plan *p = &e->plan;
+    if (shmem > p->max_shared || (p->n_params && !params)) return -1;
+    void *s = stream ? stream : (void *)(uintptr_t)(ptsz ? 0x2 : 0x1);
+    int capturing = 0;
+    if (p_capturing(s, &capturing) != 0 || capturing) return -1;
+
+    nt_job job;
+    memset(&job, 0, sizeof job);
+    uint64_t blocks = (uint64_t)gx * gy * gz, threads = (uint64_t)bx * by * bz;
+    uint64_t sizes[NT_MAX_MAPS], units[NT_MAX_MAPS], zero[NT_MAX_MAPS];
+    uint64_t pos = align_up(p->header_len, NT_ALIGN);
+    for (unsigned m = 0; m < p->n_maps; m++) {
+        uint64_t u = p->units_mode[m] == 0 ? blocks * threads
+                   : p->units_mode[m] == 1 ? blocks * ((threads + 31) / 32)
+                   : p->units_mode[m] == 2 ? blocks : p->fixed_units[m];
+        units[m] = u;
+        uint64_t counts = align_up(4 * u, 16);
+        sizes[m] = counts + u * p->cap[m] * p->record_bytes[m];
+        zero[m] = p->zero_all[m] ? sizes[m] : counts;
+        job.offsets[m] = pos;
+        job.sizes[m] = sizes[m];
+        pos = align_up(pos + sizes[m], NT_ALIGN);
+    }
+    job.frame_size = pos;
+    if (!neutrino_trace_reserve(pos)) { atomic_fetch_add(&e->stats.dropped_trace, 1); return -2; }
+
+    slot_t *slots[NT_MAX_MAPS];
+    int why = 0;
+    pthread_mutex_lock(&pool_lock);
+    ctx_pool *pool = pool_of(ctx);
+    int got = pool ? take_slots(pool, sizes, p->n_maps, slots, &why) : (why = 2, -1);
+    void *copy = pool ? pool->copy_stream : NULL;
+    if (pool && !copy && p_stream_create(&copy, 1) == 0) pool->copy_stream = copy;
+    pthread_mutex_unlock(&pool_lock);
+    if (got != 0) {
+        neutrino_trace_give_back(pos);
+        if (why == 1) { atomic_fetch_add(&e->stats.dropped_buffer, 1); return -2; }
+        atomic_fetch_add(&e->stats.handed_back, 1);
+        return -1;
+    }
+    void *ev[3];
+    if (neutrino_writer_take_events(ctx, ev) != 0) { give_slots(slots, p->n_maps); neutrino_trace_give_back(pos); return -1; }
+
+    void *args[256 + 2 * NT_MAX_MAPS];
+    uint64_t values[2 * NT_MAX_MAPS];
+    if (p->n_params > 256) { give_slots(slots, p->n_maps); neutrino_trace_give_back(pos); neutrino_writer_recycle_events(ev[0], ev[1], ev[2]); return -1; }
+    if (p->n_params) memcpy(args, params, p->n_params * sizeof(void *));
+    for (unsigned i = 0; i < p->n_extra; i++) {
+        unsigned m = p->extra_map[i];
+        values[i] = p->extra_is_buffer[i] ? slots[m]->device : (uint64_t)p->cap[m];
+        args[p->n_params + i] = &values[i];  /* a u32 cap is read from the first 4 bytes: little-endian */
+    }
+    int rc = 0;
+    for (unsigned m = 0; m < p->n_maps && rc == 0; m++) rc = p_memset(slots[m]->device, 0, zero[m], s);
+    if (rc == 0) rc = p_ev_record(ev[0], s);
+    if (rc == 0) rc = (ptsz ? p_launch_ptsz : p_launch)(p->probed_func, gx, gy, gz, bx, by, bz, shmem, stream, args, NULL);
+    if (rc != 0) {  /* the probed kernel did not run: Python takes it from here */
+        give_slots(slots, p->n_maps);
+        neutrino_trace_give_back(pos);
+        neutrino_writer_recycle_events(ev[0], ev[1], ev[2]);
+        atomic_fetch_add(&e->stats.handed_back, 1);
+        return -1;
+    }
+    /* The probed kernel has run: from here on the launch is ours, whatever fails. */
+    int status = p_ev_record(ev[1], s) != 0;
+    void *cs = copy ? copy : s;
+    if (!status && copy) status = p_wait(copy, ev[1], 0) != 0;
+    for (unsigned m = 0; m < p->n_maps && !status; m++) status = p_d2h(slots[m]->host, slots[m]->device, sizes[m], cs) != 0;
+    if (!status) status = p_ev_record(ev[2], cs) != 0;
+
+    /* the frame header of this launch: the template with grid, block and sizes filled in */
+    unsigned char *hdr = malloc(p->header_len);
+    if (!hdr) status = 1;
+    else {
+        memcpy(hdr, p->header_template, p->header_len);
+        uint32_t dims[7] = {gx, gy, gz, bx, by, bz, shmem};
+        memcpy(hdr + 16, dims, sizeof dims);
+        for (unsigned m = 0; m < p->n_maps; m++) {
+            unsigned char *mh = hdr + p->map_header_pos[m];
+            memcpy(mh + 72, &p->cap[m], 4);
+            memcpy(mh + 80, &units[m], 8);
+            memcpy(mh + 96, &job.offsets[m], 8);
+            memcpy(mh + 104, &sizes[m], 8);
+        }
+    }
+    job.ctx = ctx; job.ev_start = ev[0]; job.ev_end = ev[1]; job.ev_done = ev[2]; job.stream = s;
+    job.fd = p->fd; job.status = status; job.kernel_id = p->kernel_id; job.frame_id = 0;
+    job.grid[0] = gx; job.grid[1] = gy; job.grid[2] = gz; job.block[0] = bx; job.block[1] = by; job.block[2] = bz;
+    job.shared_bytes = shmem; job.n_maps = p->n_maps; job.kernel_launch = kernel_launch;
+    job.header = hdr; job.header_len = hdr ? p->header_len : 0; job.owns_header = 1;
+    for (unsigned m = 0; m < p->n_maps; m++) { job.data[m] = slots[m]->host; job.slots[m] = slots[m]; }
+    job.fast = 1;
+    if (neutrino_writer_submit(&job)) { atomic_fetch_add(&e->stats.launches, 1); return 0; }
+    /* the writer is gone (exit): the results are lost and the slots stay with the GPU; the launch happened */
+    free(hdr);
+    atomic_fetch_add(&e->stats.launches, 1);
+    return 0;
+}
