@@ -94,6 +94,8 @@ static CUresult (*p_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsi
                             void **, void **);
 static CUresult (*p_launch_ptsz)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                                  void **, void **);
+static CUresult (*p_launch_ex)(const void *, void *, void **, void **);
+static CUresult (*p_launch_ex_ptsz)(const void *, void *, void **, void **);
 
 void *neutrino_real_sym(const char *name);
 
@@ -104,6 +106,7 @@ static int resolve(void) {
     R(p_d2h, "cuMemcpyDtoHAsync_v2"); R(p_alloc, "cuMemAlloc_v2"); R(p_free, "cuMemFree_v2");
     R(p_host_alloc, "cuMemHostAlloc"); R(p_host_free, "cuMemFreeHost"); R(p_stream_create, "cuStreamCreate");
     R(p_launch, "cuLaunchKernel"); R(p_launch_ptsz, "cuLaunchKernel_ptsz");
+    R(p_launch_ex, "cuLaunchKernelEx"); R(p_launch_ex_ptsz, "cuLaunchKernelEx_ptsz");
 #undef R
     return 0;
 }
@@ -259,9 +262,10 @@ void neutrino_fast_job_done(void *const *slots, unsigned n, void *ev_start, void
 static inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 /* The launch. Returns the CUresult of the probed launch (>= 0), -1 for "take the Python
- * path", -2 for "dropped: run the original unprobed". */
-int neutrino_fast_launch(int ptsz, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                         unsigned bz, unsigned shmem, void *stream, void **params, uint64_t kernel_launch) {
+ * path", -2 for "dropped: run the original unprobed". `config` is the CUlaunchConfig of a
+ * cuLaunchKernelEx (its grid, block, stream and attributes are used as they are), or NULL. */
+int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, unsigned bz, unsigned shmem, void *stream, void **params, uint64_t kernel_launch) {
     if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return -1;
     void *ctx = NULL;
     if (p_ctx_get(&ctx) != 0 || !ctx) return -1;
@@ -322,7 +326,8 @@ int neutrino_fast_launch(int ptsz, void *f, unsigned gx, unsigned gy, unsigned g
     int rc = 0;
     for (unsigned m = 0; m < p->n_maps && rc == 0; m++) rc = p_memset(slots[m]->device, 0, zero[m], s);
     if (rc == 0) rc = p_ev_record(ev[0], s);
-    if (rc == 0) rc = (ptsz ? p_launch_ptsz : p_launch)(p->probed_func, gx, gy, gz, bx, by, bz, shmem, stream, args, NULL);
+    if (rc == 0 && config) rc = (ptsz ? p_launch_ex_ptsz : p_launch_ex)(config, p->probed_func, args, NULL);
+    else if (rc == 0) rc = (ptsz ? p_launch_ptsz : p_launch)(p->probed_func, gx, gy, gz, bx, by, bz, shmem, stream, args, NULL);
     if (rc != 0) {  /* the probed kernel did not run: Python takes it from here */
         give_slots(slots, p->n_maps);
         neutrino_trace_give_back(pos);

@@ -440,8 +440,8 @@ static int to_python(int kind, void *f, unsigned gx, unsigned gy, unsigned gz, u
     return rc; /* < 0: not handled, run the original */
 }
 
-int neutrino_fast_launch(int ptsz, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                         unsigned bz, unsigned shmem, void *stream, void **params, uint64_t kernel_launch);
+int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, unsigned bz, unsigned shmem, void *stream, void **params, uint64_t kernel_launch);
 
 static CUresult launch_common(int kind, int slot, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                               unsigned by, unsigned bz, unsigned shmem, void *stream, void **params, void **extra) {
@@ -449,7 +449,7 @@ static CUresult launch_common(int kind, int slot, void *f, unsigned gx, unsigned
     uint64_t i = selected(f, &yes);
     if (yes && !extra) { /* a kernel with a registered plan: probed in C (fastlaunch.c) */
         in_callback = 1;
-        int rc = neutrino_fast_launch(kind == L_KERNEL_PTSZ, f, gx, gy, gz, bx, by, bz, shmem, stream, params, i);
+        int rc = neutrino_fast_launch(kind == L_KERNEL_PTSZ, NULL, f, gx, gy, gz, bx, by, bz, shmem, stream, params, i);
         in_callback = 0;
         if (rc >= 0) return rc;
         if (rc == -2) yes = 0; /* dropped for lack of budget: runs unprobed, counted there */
@@ -475,6 +475,14 @@ CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, uns
 static CUresult launch_ex_common(int kind, int slot, const CUlaunchConfig *c, void *f, void **params, void **extra) {
     int yes;
     uint64_t i = selected(f, &yes);
+    if (yes && c && !extra) { /* probed in C when the kernel has a plan (fastlaunch.c) */
+        in_callback = 1;
+        int rc = neutrino_fast_launch(kind == L_EX_PTSZ, c, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
+                                      c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, params, i);
+        in_callback = 0;
+        if (rc >= 0) return rc;
+        if (rc == -2) yes = 0;
+    }
     if (yes && c) {
         int rc = to_python(kind, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
                            c->sharedMemBytes, c->hStream, params, extra, c, i);

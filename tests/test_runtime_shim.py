@@ -193,8 +193,11 @@ def test_c_program_without_libpython_runs_unprobed(tmp_path, fakecuda, shim):
     assert (tmp_path / "log").read_text().splitlines()[0] == "saxpy4 probed=0 grid=4"
 
 
-def test_fast_path_probes_later_launches_in_c(tmp_path, fakecuda, shim):
+@pytest.mark.parametrize("launch_ex", [False, True], ids=["cuLaunchKernel", "cuLaunchKernelEx"])
+def test_fast_path_probes_later_launches_in_c(tmp_path, fakecuda, shim, monkeypatch, launch_ex):
     """After the first launch (Python), the shim probes the kernel itself: every launch written, in order."""
+    if launch_ex:
+        monkeypatch.setenv("FAKEAPP_EX", "1")
     rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "40"])
     assert rc == 0 and log == ["saxpy4 probed=1 grid=4"] * 40
     t = nt.load(tmp_path / "trace")

@@ -8,7 +8,7 @@ a probed launch then costs the driver calls it needs and nothing else.
 A kernel gets a plan only when its launches need nothing per launch that only
 Python does: no counting kernel (`cap = "count"`), no module globals to mirror,
 no `--benchmark`, arguments passed as a parameter array, and
-`cuLaunchKernel`(_ptsz). Launches the plan cannot take (more dynamic shared
+`cuLaunchKernel` or `cuLaunchKernelEx` (not cooperative launches). Launches the plan cannot take (more dynamic shared
 memory than the attributes copied, a capturing stream, an error) come back to
 Python, which handles and logs them. Launches in C carry no Python frame.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes as C
 
 from neutrino import trace as tracefmt
-from neutrino.runtime.driver import LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ
+from neutrino.runtime.driver import LAUNCH_EX, LAUNCH_EX_PTSZ, LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ
 
 MAX_MAPS = 16  # NT_MAX_MAPS of shim/writer.h
 MAX_HEADER = 65536
@@ -107,8 +107,8 @@ class FastPath:
 
 def plan_refusal(req, pk, shape, header: bytes) -> str | None:
     """Why a kernel cannot take the C path, or None."""
-    if req.kind not in (LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ):
-        return "launched through cuLaunchKernelEx or a cooperative launch"
+    if req.kind not in (LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ, LAUNCH_EX, LAUNCH_EX_PTSZ):
+        return "a cooperative launch"
     if pk.count_func or pk.globals or pk.baseline:
         return "needs a counting kernel, mirrored globals or a baseline"
     if pk.n_params > MAX_PARAMS or len(shape.layouts) > MAX_MAPS or len(header) > MAX_HEADER:

@@ -1,6 +1,12 @@
 """Reaches the (fake) driver like PyTorch/Triton do: dlopen + dlsym (ctypes). usage: app.py PTXFILE KERNEL LAUNCHES"""
 import ctypes as C
+import os
 import sys
+
+
+class Config(C.Structure):  # CUlaunchConfig
+    _fields_ = [("g", C.c_uint * 3), ("b", C.c_uint * 3), ("shared", C.c_uint), ("stream", C.c_void_p),
+                ("attrs", C.c_void_p), ("n_attrs", C.c_uint)]
 
 
 def launch_all(ptx_path, kernel, n):
@@ -12,8 +18,13 @@ def launch_all(ptx_path, kernel, n):
     vals = [C.c_uint64(i) for i in range(4)]
     params = (C.c_void_p * 4)(*[C.addressof(v) for v in vals])
     cu.cuLaunchKernel.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
+    cu.cuLaunchKernelEx.argtypes = [C.c_void_p] * 4
+    config = Config((4, 1, 1), (64, 1, 1), 0, None, None, 0)
     for i in range(n):
-        assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, None, params, None) == 0
+        if os.environ.get("FAKEAPP_EX"):  # as Triton launches
+            assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
+        else:
+            assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, None, params, None) == 0
 
 
 if __name__ == "__main__":
