@@ -6,9 +6,11 @@
  * appended parameters, a frame-header template, its result file. Every later
  * selected launch of that kernel is done by neutrino_fast_launch, in C:
  *
- *   slots from our pool → memset counts → event start → probed kernel → event end
- *   → (our copy stream waits for end) D2H copies into pinned slots → event done
- *   → one job for the writer (writer.c), which writes the frame and returns the slots.
+ *   device buffers from our pool → event start → probed kernel → event end
+ *   → one job for the writer (writer.c), which copies the buffers back, writes
+ *     the frame, zeroes the buffers for their next launch and returns them here.
+ *
+ * A buffer is zeroed on the launch path only when it is new.
  *
  * Nothing waits for the GPU. Anything unusual (a plan's limits exceeded, a
  * capturing stream, an allocation or launch error) returns -1 and the launch
@@ -61,14 +63,12 @@ typedef struct slot {
     struct slot *next;
     void *ctx;
     uint64_t cls, device;
-    void *host;
+    int fresh;  /* never used: must be zeroed on the launch path */
 } slot_t;
 
 typedef struct {
     void *ctx;
     slot_t *free[FAST_CLASSES];
-    void *copy_stream;
-    void *events;  /* free list of timing events (void* chain through a side array) */
 } ctx_pool;
 
 static plan_entry plans[FAST_PLANS];
@@ -82,14 +82,8 @@ static CUresult (*p_ctx_get)(void **);
 static CUresult (*p_capturing)(void *, int *);
 static CUresult (*p_memset)(uint64_t, unsigned char, size_t, void *);
 static CUresult (*p_ev_record)(void *, void *);
-static CUresult (*p_ev_create)(void **, unsigned);
-static CUresult (*p_wait)(void *, void *, unsigned);
-static CUresult (*p_d2h)(void *, uint64_t, size_t, void *);
 static CUresult (*p_alloc)(uint64_t *, size_t);
 static CUresult (*p_free)(uint64_t);
-static CUresult (*p_host_alloc)(void **, size_t, unsigned);
-static CUresult (*p_host_free)(void *);
-static CUresult (*p_stream_create)(void **, unsigned);
 static CUresult (*p_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                             void **, void **);
 static CUresult (*p_launch_ptsz)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
@@ -102,9 +96,7 @@ void *neutrino_real_sym(const char *name);
 static int resolve(void) {
 #define R(var, name) if (!(var = (__typeof__(var))neutrino_real_sym(name))) return -1
     R(p_ctx_get, "cuCtxGetCurrent"); R(p_capturing, "cuStreamIsCapturing"); R(p_memset, "cuMemsetD8Async");
-    R(p_ev_record, "cuEventRecord"); R(p_ev_create, "cuEventCreate"); R(p_wait, "cuStreamWaitEvent");
-    R(p_d2h, "cuMemcpyDtoHAsync_v2"); R(p_alloc, "cuMemAlloc_v2"); R(p_free, "cuMemFree_v2");
-    R(p_host_alloc, "cuMemHostAlloc"); R(p_host_free, "cuMemFreeHost"); R(p_stream_create, "cuStreamCreate");
+    R(p_ev_record, "cuEventRecord"); R(p_alloc, "cuMemAlloc_v2"); R(p_free, "cuMemFree_v2");
     R(p_launch, "cuLaunchKernel"); R(p_launch_ptsz, "cuLaunchKernel_ptsz");
     R(p_launch_ex, "cuLaunchKernelEx"); R(p_launch_ex_ptsz, "cuLaunchKernelEx_ptsz");
 #undef R
@@ -179,7 +171,6 @@ void neutrino_fast_reset(void) {
             for (slot_t *s = pools[c].free[k], *nx; s; s = nx) {
                 nx = s->next;
                 p_free(s->device);
-                p_host_free(s->host);
                 held -= s->cls;
                 free(s);
             }
@@ -229,8 +220,7 @@ static int take_slots(ctx_pool *pool, const uint64_t *sizes, unsigned n, slot_t 
         if (s) { pool->free[ks[m]] = s->next; out[m] = s; continue; }
         s = calloc(1, sizeof *s);
         if (!s || p_alloc(&s->device, cls[m]) != 0) { free(s); goto fail; }
-        if (p_host_alloc(&s->host, cls[m], 0) != 0) { p_free(s->device); free(s); goto fail; }
-        s->cls = cls[m]; s->ctx = pool->ctx;
+        s->cls = cls[m]; s->ctx = pool->ctx; s->fresh = 1;
         held += cls[m];
         out[m] = s;
         continue;
@@ -254,9 +244,9 @@ static void give_slots(slot_t **slots, unsigned n) {
 }
 
 /* Called by the writer when a fast job is written: its slots and events come back. */
-void neutrino_fast_job_done(void *const *slots, unsigned n, void *ev_start, void *ev_end, void *ev_done) {
+void neutrino_fast_job_done(void *const *slots, unsigned n, void *ctx, void *ev_start, void *ev_end) {
     give_slots((slot_t **)slots, n);
-    neutrino_writer_recycle_events(ev_start, ev_end, ev_done);
+    neutrino_writer_recycle_events(ctx, ev_start, ev_end);
 }
 
 static inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -302,8 +292,6 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     pthread_mutex_lock(&pool_lock);
     ctx_pool *pool = pool_of(ctx);
     int got = pool ? take_slots(pool, sizes, p->n_maps, slots, &why) : (why = 2, -1);
-    void *copy = pool ? pool->copy_stream : NULL;
-    if (pool && !copy && p_stream_create(&copy, 1) == 0) pool->copy_stream = copy;
     pthread_mutex_unlock(&pool_lock);
     if (got != 0) {
         neutrino_trace_give_back(pos);
@@ -311,12 +299,12 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         atomic_fetch_add(&e->stats.handed_back, 1);
         return -1;
     }
-    void *ev[3];
+    void *ev[2];
     if (neutrino_writer_take_events(ctx, ev) != 0) { give_slots(slots, p->n_maps); neutrino_trace_give_back(pos); return -1; }
 
     void *args[256 + 2 * NT_MAX_MAPS];
     uint64_t values[2 * NT_MAX_MAPS];
-    if (p->n_params > 256) { give_slots(slots, p->n_maps); neutrino_trace_give_back(pos); neutrino_writer_recycle_events(ev[0], ev[1], ev[2]); return -1; }
+    if (p->n_params > 256) { give_slots(slots, p->n_maps); neutrino_trace_give_back(pos); neutrino_writer_recycle_events(ctx, ev[0], ev[1]); return -1; }
     if (p->n_params) memcpy(args, params, p->n_params * sizeof(void *));
     for (unsigned i = 0; i < p->n_extra; i++) {
         unsigned m = p->extra_map[i];
@@ -324,23 +312,21 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         args[p->n_params + i] = &values[i];  /* a u32 cap is read from the first 4 bytes: little-endian */
     }
     int rc = 0;
-    for (unsigned m = 0; m < p->n_maps && rc == 0; m++) rc = p_memset(slots[m]->device, 0, zero[m], s);
+    for (unsigned m = 0; m < p->n_maps && rc == 0; m++)
+        if (slots[m]->fresh) rc = p_memset(slots[m]->device, 0, sizes[m], s);
     if (rc == 0) rc = p_ev_record(ev[0], s);
     if (rc == 0 && config) rc = (ptsz ? p_launch_ex_ptsz : p_launch_ex)(config, p->probed_func, args, NULL);
     else if (rc == 0) rc = (ptsz ? p_launch_ptsz : p_launch)(p->probed_func, gx, gy, gz, bx, by, bz, shmem, stream, args, NULL);
     if (rc != 0) {  /* the probed kernel did not run: Python takes it from here */
         give_slots(slots, p->n_maps);
         neutrino_trace_give_back(pos);
-        neutrino_writer_recycle_events(ev[0], ev[1], ev[2]);
+        neutrino_writer_recycle_events(ctx, ev[0], ev[1]);
         atomic_fetch_add(&e->stats.handed_back, 1);
         return -1;
     }
+    for (unsigned m = 0; m < p->n_maps; m++) slots[m]->fresh = 0;
     /* The probed kernel has run: from here on the launch is ours, whatever fails. */
     int status = p_ev_record(ev[1], s) != 0;
-    void *cs = copy ? copy : s;
-    if (!status && copy) status = p_wait(copy, ev[1], 0) != 0;
-    for (unsigned m = 0; m < p->n_maps && !status; m++) status = p_d2h(slots[m]->host, slots[m]->device, sizes[m], cs) != 0;
-    if (!status) status = p_ev_record(ev[2], cs) != 0;
 
     /* the frame header of this launch: the template with grid, block and sizes filled in */
     unsigned char *hdr = malloc(p->header_len);
@@ -357,12 +343,16 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
             memcpy(mh + 104, &sizes[m], 8);
         }
     }
-    job.ctx = ctx; job.ev_start = ev[0]; job.ev_end = ev[1]; job.ev_done = ev[2]; job.stream = s;
+    job.ctx = ctx; job.ev_start = ev[0]; job.ev_end = ev[1]; job.stream = s;
     job.fd = p->fd; job.status = status; job.kernel_id = p->kernel_id; job.frame_id = 0;
     job.grid[0] = gx; job.grid[1] = gy; job.grid[2] = gz; job.block[0] = bx; job.block[1] = by; job.block[2] = bz;
     job.shared_bytes = shmem; job.n_maps = p->n_maps; job.kernel_launch = kernel_launch;
     job.header = hdr; job.header_len = hdr ? p->header_len : 0; job.owns_header = 1;
-    for (unsigned m = 0; m < p->n_maps; m++) { job.data[m] = slots[m]->host; job.slots[m] = slots[m]; }
+    for (unsigned m = 0; m < p->n_maps; m++) {
+        job.device[m] = slots[m]->device;
+        job.zero_bytes[m] = zero[m];
+        job.slots[m] = slots[m];
+    }
     job.fast = 1;
     if (neutrino_writer_submit(&job)) { atomic_fetch_add(&e->stats.launches, 1); return 0; }
     /* the writer is gone (exit): the results are lost and the slots stay with the GPU; the launch happened */

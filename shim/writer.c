@@ -1,13 +1,18 @@
 /* Neutrino's result writer: drains probed launches to the trace without Python.
  *
- * Python's launch path enqueues a probed launch (kernel, copy back into pinned
- * memory, events) and hands this writer one job describing it
- * (neutrino_writer_submit: a mutex, a copy, a signal). A thread of ours waits
- * for each job's copy to finish, appends its frame (header + map sections,
- * spec/trace-format.md) to the kernel's result file, appends one fixed-size
- * record to result/index.bin, and publishes the job's sequence number in
- * `neutrino_writer_completed`. Python reads that counter (no call, no lock) to
- * give finished launches' buffers back to its pool.
+ The launch path (Python's, or fastlaunch.c) enqueues a probed launch between
+ * two events and hands this writer one job describing it (neutrino_writer_submit:
+ * a mutex, a copy, a signal). A thread of ours waits for each job's kernel to
+ * finish, copies its map buffers into one pinned staging buffer on a stream of
+ * its own, appends the frame (header + map sections, spec/trace-format.md) to
+ * the kernel's result file, appends one fixed-size record to result/index.bin,
+ * zeroes what the buffers' next launch needs zeroed, and publishes the job's
+ * sequence number in `neutrino_writer_completed`. Python reads that counter (no
+ * call, no lock) to give finished launches' buffers back to its pool.
+ *
+ * The copy back is the writer's, not the launch path's: a launch costs two
+ * events and the kernel, and the pool's buffers are device memory only (pinned
+ * memory is slow to allocate; the writer keeps one staging buffer).
  *
  * Why in C: a Python writer thread competes for the GIL with the program's
  * launching thread; every hand-over costs the launching thread tens of
@@ -49,6 +54,17 @@ static CUresult (*ev_sync)(void *);
 static CUresult (*ev_elapsed)(float *, void *, void *);
 static CUresult (*stream_sync)(void *);
 static CUresult (*ctx_set)(void *);
+static CUresult (*stream_create)(void **, unsigned);
+static CUresult (*d2h_async)(void *, uint64_t, size_t, void *);
+static CUresult (*memset_async)(uint64_t, unsigned char, size_t, void *);
+static CUresult (*host_alloc)(void **, size_t, unsigned);
+static CUresult (*host_free)(void *);
+
+/* The writer thread's own: a stream per context, one pinned staging buffer. */
+#define W_CTXS 16
+static struct { void *ctx, *stream; } wstreams[W_CTXS];
+static void *staging;
+static uint64_t staging_size;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t more = PTHREAD_COND_INITIALIZER;
@@ -58,13 +74,12 @@ static pthread_t thread;
 static int running, stopping, index_fd = -1;
 static uint64_t next_seq = 1;
 
-/* Event triples (start and end with timing, done without) for launches, per context. */
+/* Event pairs (start, end) for launches, per context. */
 #define EV_POOL 4096
 static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { void *ctx, *ev[3]; } ev_free[EV_POOL];
+static struct { void *ctx, *ev[2]; } ev_free[EV_POOL];
 static unsigned ev_n;
 static CUresult (*ev_create)(void **, unsigned);
-static CUresult (*ctx_get)(void **);
 
 _Atomic uint64_t neutrino_writer_completed;  /* highest sequence number written (jobs finish in order) */
 _Atomic uint64_t neutrino_writer_errors;     /* jobs whose frame could not be written */
@@ -86,7 +101,7 @@ static int write_all(int fd, struct iovec *iov, int n) {
 }
 
 /* Append the job's frame at the next multiple of NT_ALIGN; returns its offset or -1. */
-static int64_t append_frame(const nt_job *j) {
+static int64_t append_frame(const nt_job *j, char *const *data) {
     off_t end = lseek(j->fd, 0, SEEK_END);
     if (end < 0) return -1;
     uint64_t start = ((uint64_t)end + NT_ALIGN - 1) / NT_ALIGN * NT_ALIGN;
@@ -103,13 +118,56 @@ static int64_t append_frame(const nt_job *j) {
             iov[n++] = (struct iovec){(void *)zeros, k};
             pad -= k;
         }
-        iov[n++] = (struct iovec){(void *)j->data[m], j->sizes[m]};
+        iov[n++] = (struct iovec){data[m], j->sizes[m]};
         pos = j->offsets[m] + j->sizes[m];
     }
     if (j->frame_size > pos) iov[n++] = (struct iovec){(void *)zeros, j->frame_size - pos};
     if (write_all(j->fd, iov, n)) return -1;
     atomic_fetch_add(&neutrino_writer_bytes, j->frame_size + (start - end));
     return (int64_t)start;
+}
+
+static void *stream_for(void *ctx) {
+    for (unsigned i = 0; i < W_CTXS; i++) {
+        if (wstreams[i].ctx == ctx) return wstreams[i].stream;
+        if (!wstreams[i].ctx) {
+            void *st = NULL;
+            if (stream_create(&st, 1 /* non-blocking */) != 0) return NULL;
+            wstreams[i].ctx = ctx;
+            wstreams[i].stream = st;
+            return st;
+        }
+    }
+    return NULL;
+}
+
+/* Copy the job's buffers into the staging buffer; 0 on success, data[] set. */
+static int copy_back(const nt_job *j, void *ws, char **data) {
+    uint64_t total = 0;
+    for (uint32_t m = 0; m < j->n_maps; m++) total += (j->sizes[m] + NT_ALIGN - 1) / NT_ALIGN * NT_ALIGN;
+    if (total > staging_size) {
+        uint64_t want = staging_size ? staging_size : (1u << 20);
+        while (want < total) want *= 2;
+        void *p = NULL;
+        if (host_alloc(&p, want, 1 /* portable: any context */) != 0) return -1;
+        if (staging) host_free(staging);
+        staging = p;
+        staging_size = want;
+    }
+    uint64_t at = 0;
+    for (uint32_t m = 0; m < j->n_maps; m++) {
+        data[m] = (char *)staging + at;
+        if (j->sizes[m] && d2h_async(data[m], j->device[m], j->sizes[m], ws) != 0) return -1;
+        at += (j->sizes[m] + NT_ALIGN - 1) / NT_ALIGN * NT_ALIGN;
+    }
+    return stream_sync(ws);
+}
+
+/* Zero what the buffers' next launch needs zeroed, and wait for it: then they can go back to a pool. */
+static void zero_buffers(const nt_job *j, void *ws) {
+    for (uint32_t m = 0; m < j->n_maps; m++)
+        if (j->zero_bytes[m]) memset_async(j->device[m], 0, j->zero_bytes[m], ws);
+    stream_sync(ws);
 }
 
 static void write_job(const nt_job *j, void **current_ctx) {
@@ -121,27 +179,33 @@ static void write_job(const nt_job *j, void **current_ctx) {
     r.status = j->status;
     r.duration_ns = -1.0;
     if (j->ctx != *current_ctx && ctx_set && ctx_set(j->ctx) == 0) *current_ctx = j->ctx;
-    if (j->status != 0) {
-        if (stream_sync) stream_sync(j->stream);  /* the kernel may still be writing the slots */
-    } else if (!ev_sync || ev_sync(j->ev_done) != 0) {
-        r.status = 2;  /* the copy back did not complete */
+    void *ws = stream_for(j->ctx);
+    char *data[NT_MAX_MAPS];
+    if (j->status != 0 || !ws) {
+        stream_sync(j->stream);  /* the kernel may still be writing the buffers */
+        if (!r.status) r.status = 2;
+    } else if (ev_sync(j->ev_end) != 0 || copy_back(j, ws, data) != 0) {
+        r.status = 2;  /* the kernel or the copy back failed */
     } else {
         float ms = 0;
         if (ev_elapsed && ev_elapsed(&ms, j->ev_start, j->ev_end) == 0) r.duration_ns = (double)ms * 1e6;
-        int64_t off = append_frame(j);
+        int64_t off = append_frame(j, data);
         if (off < 0) r.status = 3;  /* the file write failed */
         else { r.offset = (uint64_t)off; r.frame_size = j->frame_size; }
     }
+    if (ws) zero_buffers(j, ws);
     if (r.status) atomic_fetch_add(&neutrino_writer_errors, 1);
     struct iovec iov = {&r, sizeof r};
     if (index_fd >= 0) write_all(index_fd, &iov, 1);
 }
 
-int neutrino_writer_take_events(void *ctx, void **ev3) {
+/* Two timing events made in `ctx` (current on the calling thread): from the free list, or new. */
+int neutrino_writer_take_events(void *ctx, void **ev2) {
     pthread_mutex_lock(&ev_lock);
     for (unsigned i = ev_n; i-- > 0;) {
         if (ev_free[i].ctx == ctx) {
-            memcpy(ev3, ev_free[i].ev, sizeof ev_free[i].ev);
+            ev2[0] = ev_free[i].ev[0];
+            ev2[1] = ev_free[i].ev[1];
             ev_free[i] = ev_free[--ev_n];
             pthread_mutex_unlock(&ev_lock);
             return 0;
@@ -149,19 +213,16 @@ int neutrino_writer_take_events(void *ctx, void **ev3) {
     }
     pthread_mutex_unlock(&ev_lock);
     if (!ev_create) ev_create = (CUresult (*)(void **, unsigned))neutrino_real_sym("cuEventCreate");
-    if (!ev_create || ev_create(&ev3[0], 0) || ev_create(&ev3[1], 0) || ev_create(&ev3[2], 2 /* no timing */))
-        return -1;
+    if (!ev_create || ev_create(&ev2[0], 0) || ev_create(&ev2[1], 0)) return -1;
     return 0;
 }
 
-void neutrino_writer_recycle_events(void *ev_start, void *ev_end, void *ev_done) {
-    void *ctx = NULL;
-    if (!ctx_get) ctx_get = (CUresult (*)(void **))neutrino_real_sym("cuCtxGetCurrent");
-    if (ctx_get) ctx_get(&ctx);
+void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end) {
     pthread_mutex_lock(&ev_lock);
     if (ev_n < EV_POOL) {
         ev_free[ev_n].ctx = ctx;
-        ev_free[ev_n].ev[0] = ev_start; ev_free[ev_n].ev[1] = ev_end; ev_free[ev_n].ev[2] = ev_done;
+        ev_free[ev_n].ev[0] = ev_start;
+        ev_free[ev_n].ev[1] = ev_end;
         ev_n++;
     }
     pthread_mutex_unlock(&ev_lock);
@@ -180,7 +241,7 @@ static void *loop(void *arg) {
         pthread_mutex_unlock(&lock);
         write_job(&nd->job, &ctx);
         if (nd->job.fast)
-            neutrino_fast_job_done(nd->job.slots, nd->job.n_maps, nd->job.ev_start, nd->job.ev_end, nd->job.ev_done);
+            neutrino_fast_job_done(nd->job.slots, nd->job.n_maps, nd->job.ctx, nd->job.ev_start, nd->job.ev_end);
         if (nd->job.owns_header) free((void *)nd->job.header);
         atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
         free(nd);
@@ -200,11 +261,17 @@ int neutrino_writer_start(int fd) {
         if (!ev_elapsed) ev_elapsed = (CUresult (*)(float *, void *, void *))neutrino_real_sym("cuEventElapsedTime_v2");
         stream_sync = (CUresult (*)(void *))neutrino_real_sym("cuStreamSynchronize");
         ctx_set = (CUresult (*)(void *))neutrino_real_sym("cuCtxSetCurrent");
+        stream_create = (CUresult (*)(void **, unsigned))neutrino_real_sym("cuStreamCreate");
+        d2h_async = (CUresult (*)(void *, uint64_t, size_t, void *))neutrino_real_sym("cuMemcpyDtoHAsync_v2");
+        memset_async = (CUresult (*)(uint64_t, unsigned char, size_t, void *))neutrino_real_sym("cuMemsetD8Async");
+        host_alloc = (CUresult (*)(void **, size_t, unsigned))neutrino_real_sym("cuMemHostAlloc");
+        host_free = (CUresult (*)(void *))neutrino_real_sym("cuMemFreeHost");
         index_fd = fd;
         stopping = 0;
         next_seq = 1;
         atomic_store(&neutrino_writer_completed, 0);
-        rc = ev_sync ? pthread_create(&thread, NULL, loop, NULL) : -1;
+        int have = ev_sync && stream_sync && stream_create && d2h_async && memset_async && host_alloc && host_free;
+        rc = have ? pthread_create(&thread, NULL, loop, NULL) : -1;
         running = rc == 0;
     }
     pthread_mutex_unlock(&lock);

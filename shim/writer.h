@@ -10,7 +10,7 @@
 typedef struct {
     uint64_t seq;            /* submission number (assigned by neutrino_writer_submit): launch index + 1 */
     void *ctx;
-    void *ev_start, *ev_end, *ev_done;
+    void *ev_start, *ev_end;  /* timing events around the probed kernel on the program's stream */
     void *stream;
     int32_t fd;              /* the kernel's result file, opened O_APPEND by Python */
     uint32_t status;         /* 0: results copied back; else the launch path failed after the launch */
@@ -22,15 +22,16 @@ typedef struct {
     uint64_t header_len;
     uint64_t frame_size;     /* header, sections and padding: what the frame occupies */
     uint64_t offsets[NT_MAX_MAPS];  /* section offsets from the frame start */
-    const void *data[NT_MAX_MAPS];  /* pinned host copies */
+    uint64_t device[NT_MAX_MAPS];   /* the map buffers: copied back, then zeroed, by the writer */
     uint64_t sizes[NT_MAX_MAPS];
+    uint64_t zero_bytes[NT_MAX_MAPS]; /* what the next launch needs zeroed (the counts, or all) */
     void *slots[NT_MAX_MAPS];       /* fast path: its pool slots, given back when written */
     uint32_t fast;                  /* 1: from fastlaunch.c (slots and events go back there) */
     uint32_t owns_header;           /* 1: free(header) when written */
 } nt_job;
 
 uint64_t neutrino_writer_submit(const nt_job *job);
-int neutrino_writer_take_events(void *ctx, void **ev3);
-void neutrino_writer_recycle_events(void *ev_start, void *ev_end, void *ev_done);
-void neutrino_fast_job_done(void *const *slots, unsigned n, void *ev_start, void *ev_end, void *ev_done);
+int neutrino_writer_take_events(void *ctx, void **ev2);
+void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end);
+void neutrino_fast_job_done(void *const *slots, unsigned n, void *ctx, void *ev_start, void *ev_end);
 #endif

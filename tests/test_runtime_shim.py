@@ -224,3 +224,13 @@ def test_fast_path_trace_budget_drops_counted(tmp_path, fakecuda, shim):
     assert {la.event["result_offset"] for la in t.launches} == {0, frame, 2 * frame, 3 * frame}
     (ex,) = [e for e in t.events if e["event"] == "exit"]
     assert ex["launches"] == 4 and ex["dropped"] == 6 and ex["result_bytes"] == 4 * frame
+
+
+def test_fast_path_buffers_come_back_zeroed(tmp_path, fakecuda, shim, monkeypatch):
+    """Pooled buffers are reused: counts a launch does not write must read 0, not the previous launch's."""
+    monkeypatch.setenv("FAKECUDA_ALTERNATE", "1")
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "8"])
+    assert rc == 0 and len(log) == 8
+    t = nt.load(tmp_path / "trace")
+    assert [len(la.maps["block_sched"].valid()) for la in t.launches] == [8, 4] * 4
+    assert all(int(la.maps["block_sched"].counts[4:].sum()) == 0 for la in t.launches[1::2])

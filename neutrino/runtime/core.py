@@ -90,9 +90,9 @@ class Runtime:
         self.registry = Registry(ptx_finder or _default_ptx_finder(), self.arch, options.wants)
         self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.arch,
                                      benchmark=options.benchmark)
-        self.pool = BufferPool(drv, options.buffer_budget, wait=options.when_full == "wait")
+        self.pool = BufferPool(drv, options.buffer_budget, wait=options.when_full == "wait", host=not native_writer)
         self.trace_budget = ByteBudget(options.trace_budget)
-        self.enqueuer = Enqueuer(drv)
+        self.enqueuer = Enqueuer(drv, copy_back=not native_writer)
         self.fast: FastPath | None = None
         if native_writer:
             self.writer = NativeWriter(native_writer, trace, self.pool, self.enqueuer)

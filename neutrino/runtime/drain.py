@@ -132,12 +132,12 @@ class NtJob(C.Structure):
 
     _fields_ = [
         ("seq", C.c_uint64), ("ctx", C.c_void_p), ("ev_start", C.c_void_p), ("ev_end", C.c_void_p),
-        ("ev_done", C.c_void_p), ("stream", C.c_void_p), ("fd", C.c_int32), ("status", C.c_uint32),
+        ("stream", C.c_void_p), ("fd", C.c_int32), ("status", C.c_uint32),
         ("kernel_id", C.c_uint32), ("frame_id", C.c_uint32), ("grid", C.c_uint32 * 3), ("block", C.c_uint32 * 3),
         ("shared_bytes", C.c_uint32), ("n_maps", C.c_uint32), ("kernel_launch", C.c_uint64),
         ("header", C.c_char_p), ("header_len", C.c_uint64), ("frame_size", C.c_uint64),
-        ("offsets", C.c_uint64 * MAX_MAPS), ("data", C.c_void_p * MAX_MAPS), ("sizes", C.c_uint64 * MAX_MAPS),
-        ("slots", C.c_void_p * MAX_MAPS), ("fast", C.c_uint32), ("owns_header", C.c_uint32),
+        ("offsets", C.c_uint64 * MAX_MAPS), ("device", C.c_uint64 * MAX_MAPS), ("sizes", C.c_uint64 * MAX_MAPS),
+        ("zero_bytes", C.c_uint64 * MAX_MAPS), ("slots", C.c_void_p * MAX_MAPS), ("fast", C.c_uint32), ("owns_header", C.c_uint32),
     ]
 
 
@@ -211,7 +211,7 @@ class NativeWriter:
             kernel_id, fd = self._kernel(flight.kernel_dir)
             header, offsets = _cached_header(self._headers, flight)
             job = NtJob(ctx=flight.ctx, ev_start=flight.events["start"], ev_end=flight.events["end"],
-                        ev_done=flight.events.get("done"), stream=flight.stream, fd=fd,
+                        stream=flight.stream, fd=fd,
                         status=1 if flight.error is not None else 0, kernel_id=kernel_id,
                         frame_id=self._frame_id(flight.frame), shared_bytes=req.shared_bytes,
                         n_maps=len(flight.slots), kernel_launch=req.index, header=header, header_len=len(header),
@@ -219,7 +219,8 @@ class NativeWriter:
             job.grid[:] = req.grid
             job.block[:] = req.block
             for i, (lay, slot) in enumerate(zip(flight.layouts, flight.slots)):
-                job.offsets[i], job.data[i], job.sizes[i] = offsets[i], slot.host_addr, lay.size
+                job.offsets[i], job.device[i], job.sizes[i] = offsets[i], slot.device, lay.size
+                job.zero_bytes[i] = lay.zero_bytes
             flight.keep = header  # the C side reads it until the job is written
             seq = self._submit(C.byref(job))
             if not seq:

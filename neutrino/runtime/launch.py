@@ -47,8 +47,11 @@ class InFlight:
 
 
 class Enqueuer:
-    def __init__(self, drv):
+    def __init__(self, drv, copy_back: bool = True):
+        """`copy_back`: copy results into the slots' pinned memory here (for the Python writer);
+        without it the native writer copies back and zeroes the buffers itself."""
         self.drv = drv
+        self.copy_back = copy_back
         self._lock = threading.Lock()
         self._events: dict[tuple[int, bool], list[int]] = {}
         self._copy_streams: dict[int, int] = {}
@@ -105,8 +108,13 @@ class Enqueuer:
         return arr
 
     def zero(self, layouts, slots, stream: int) -> None:
+        """Zero what the launch needs zeroed. With the native writer, a slot comes back zeroed
+        from its previous launch: only a new one needs it."""
         for lay, slot in zip(layouts, slots):
-            self.drv.memset_async(slot.device, lay.zero_bytes, stream)
+            if self.copy_back:
+                self.drv.memset_async(slot.device, lay.zero_bytes, stream)
+            elif slot.fresh:
+                self.drv.memset_async(slot.device, slot.size, stream)
 
     def launch(self, pk: ProbedKernel, req, layouts, slots, *, stream: int, ctx: int, frame, frame_bytes: int,
                benchmark: bool = False) -> InFlight:
@@ -127,11 +135,14 @@ class Enqueuer:
             self.recycle(ctx, events)
             raise
         # From here on the probed kernel has run: never raise (the caller would run it again).
+        for slot in slots:
+            slot.fresh = False
         flight = InFlight(pk.name, pk.kernel_dir, req, layouts, slots, events, frame, ctx, frame_bytes, stream, bench)
         try:
             copy_globals_out(self.drv, pk.globals, stream)
             self.drv.event_record(events["end"], stream)
-            self._copy_back(flight, stream)
+            if self.copy_back:
+                self._copy_back(flight, stream)
         except Exception as e:  # noqa: BLE001 - the result is lost, the program's launch is not
             flight.error = f"copy-back: {type(e).__name__}: {e}"
         return flight
@@ -192,7 +203,8 @@ class Enqueuer:
                         copy_globals_in(self.drv, pk.baseline_globals, stream)
                         func, args = pk.baseline, req.params
                     else:
-                        self.zero(layouts, slots, stream)
+                        for lay, slot in zip(layouts, slots):
+                            self.drv.memset_async(slot.device, lay.zero_bytes, stream)
                         copy_globals_in(self.drv, pk.globals, stream)
                         func, args = pk.func, C.addressof(params)
                     self.drv.event_record(a, stream)

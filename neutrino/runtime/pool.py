@@ -1,10 +1,10 @@
-"""Planning and pooling map buffers: device memory and its pinned host staging, per context.
+"""Pooling map buffers per context, within a budget.
 
 One job: hand a launch the buffers its maps need, within a budget, without a
 driver allocation in the steady state. A `Slot` is one map buffer: device
-memory and pinned host memory of the same power-of-two size class. Slots go
-back to the pool when the writer has drained them, and are reused by the next
-launch of that size. The pool never holds more than `budget` bytes of device
+memory of a power-of-two size class (and, for the Python writer, pinned host
+memory of the same size to copy into). Slots go back to the pool when the
+writer has drained them, and are reused by the next launch of that size. The pool never holds more than `budget` bytes of device
 memory (and as much pinned host memory); when a launch's buffers do not fit,
 `acquire` returns None (the launch runs unprobed and is counted as dropped) or,
 with `wait=True`, blocks until the writer gives slots back.
@@ -31,10 +31,11 @@ def size_class(size: int) -> int:
 @attrs.define(eq=False)
 class Slot:
     ctx: int
-    size: int  # the size class: bytes of device and of host memory
+    size: int  # the size class: bytes of device (and, with host staging, of pinned host) memory
     device: int
-    host_addr: int
-    host_view: memoryview
+    host_addr: int = 0
+    host_view: memoryview | None = None
+    fresh: bool = True  # never used by a launch: zero all of it first
 
 
 class PoolFull(Exception):
@@ -47,8 +48,11 @@ class PoolFull(Exception):
 
 
 class BufferPool:
-    def __init__(self, drv, budget: int, *, wait: bool = False, wait_timeout: float = 60.0):
+    def __init__(self, drv, budget: int, *, wait: bool = False, wait_timeout: float = 60.0, host: bool = True):
+        """`host`: each slot also gets pinned host memory (the Python writer copies into it);
+        the native writer copies back itself and needs none."""
         self.drv = drv
+        self.host = host
         self.budget = budget
         self.wait = wait
         self.wait_timeout = wait_timeout
@@ -121,11 +125,13 @@ class BufferPool:
         if lst:
             return lst.pop()
         device = self.drv.mem_alloc_sync(c)
-        try:
-            host_addr, view = self.drv.host_alloc(c)
-        except DriverError:
-            self.drv.mem_free_sync(device)
-            raise
+        host_addr, view = 0, None
+        if self.host:
+            try:
+                host_addr, view = self.drv.host_alloc(c)
+            except DriverError:
+                self.drv.mem_free_sync(device)
+                raise
         self.held += c
         self.allocations += 1
         return Slot(ctx, c, device, host_addr, view)
@@ -141,7 +147,8 @@ class BufferPool:
         self.held -= s.size
         try:
             self.drv.mem_free_sync(s.device)
-            self.drv.host_free(s.host_addr)
+            if s.host_addr:
+                self.drv.host_free(s.host_addr)
         except DriverError:
             pass
 
