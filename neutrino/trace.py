@@ -6,7 +6,8 @@ Normative description: ``spec/trace-format.md``. In short, a run leaves::
         event.log            one JSON object per line
         probe.toml           the probe file used
         kernel/<k>_<hash>/   original.ptx, probed.ptx, kernel.json
-        result/<n>.bin       one file per probed launch (format below)
+        result/<k>_<hash>.ntr  per kernel: one frame per probed launch, appended
+        result/index.bin     one record per probed launch (native writer)
 
 ``load(path)`` opens such a directory lazily: result files are memory-mapped
 when a launch's maps are first asked for.
