@@ -148,9 +148,11 @@ class Instr:
 class MapIR:
     name: str
     level: str
-    cap: Union[int, str]  # int >= 1 or "count"
-    fields: list  # [(name, type)]
+    cap: Union[int, str]  # int >= 1 or "count"; 1 for sum and hist maps
+    fields: list  # [(name, type)]; a hist map's one field is the recorded value
     loc: Optional[Location] = None
+    type: str = "array"  # array / sum / hist (spec/probe-toml.md)
+    buckets: Optional[str] = None  # hist maps: "log2" or "linear:MIN:MAX:STEP"
 
     @property
     def record_bytes(self) -> int:
@@ -194,7 +196,8 @@ class ModuleIR:
         out = []
         for m in self.maps:
             fields = ", ".join(f"{n}:{t}" for n, t in m.fields)
-            out.append(f"map {m.name} level={m.level} cap={m.cap} {{{fields}}}")
+            kind = "" if m.type == "array" else f" type={m.type}" + (f" buckets={m.buckets}" if m.buckets else "")
+            out.append(f"map {m.name} level={m.level} cap={m.cap}{kind} {{{fields}}}")
         for p in self.probes:
             out.append(f"probe {p.name} {p.when} {p.position} level={p.level}:")
             out.extend(f"    {i}" for i in p.body)

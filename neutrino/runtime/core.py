@@ -406,11 +406,11 @@ class Runtime:
     def _map_plan(self, pk: ProbedKernel, req: LaunchRequest, caps: dict[str, int]) -> list[tuple[dict, int, int, int]]:
         plan = []
         for m in pk.info["maps"]:
-            units = tracefmt.units_for(m["level"], req.grid, req.block)
             cap = caps.get(m["name"], m["cap"])
             if not isinstance(cap, int):
                 cap = 1
-            plan.append((m, units, cap, tracefmt.buffer_bytes(units, cap, m["record_bytes"])))
+            units, size = tracefmt.map_buffer_bytes(m, req.grid, req.block, cap)
+            plan.append((m, units, cap, size))
         return plan
 
     def _alloc(self, plan, stream: int, counts_only: bool = False) -> list[Buffer]:
@@ -624,8 +624,7 @@ class Runtime:
                 self.drv.mem_free_sync(b.ptr)
                 b.ptr = 0
         sections = [
-            tracefmt.MapSection(b.map["name"], b.map["level"], b.map["record_bytes"], b.cap, b.units,
-                                b.map["fields"], b.host[1][: b.size], cap_is_count=b.map["cap"] == "count")
+            tracefmt.MapSection.of(b.map, b.units, b.cap, b.host[1][: b.size])
             for b in p.bufs
         ]
         rel = self.trace.write_result(p.index, grid=p.req.grid, block=p.req.block, shared_bytes=p.req.shared_bytes,
@@ -698,10 +697,7 @@ def module_globals(ptx: str) -> list[tuple[str, bool]]:
 
 
 def _dropped(sec: tracefmt.MapSection) -> int:
-    if not sec.units:
-        return 0
-    counts = tracefmt.np.frombuffer(sec.data, "<u4", count=sec.units).astype("i8")
-    return int(tracefmt.np.clip(counts - sec.cap, 0, None).sum())
+    return sec.dropped
 
 
 @attrs.frozen
