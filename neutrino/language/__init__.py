@@ -31,7 +31,7 @@ from neutrino.language.compiler import compile_file, compile_source, compile_to_
 from neutrino.language.errors import DslError
 
 __all__ = [
-    "probe", "Map", "save", "clock", "time", "cuid", "smid", "u32", "u64",
+    "probe", "Map", "save", "clock", "time", "cuid", "smid", "laneid", "u32", "u64",
     "addr", "bytes", "out", "in1", "in2", "in3",
     "compile_file", "compile_source", "compile_to_ir", "DslError",
 ]
@@ -65,6 +65,7 @@ def _compiled_only(name: str):
 clock = _compiled_only("clock")
 time = _compiled_only("time")
 cuid = _compiled_only("cuid")
+laneid = _compiled_only("laneid")
 smid = _compiled_only("smid")
 save = _compiled_only("save")
 

@@ -45,9 +45,10 @@ from neutrino.language.ir import (
 
 #: what `neutrino.language` offers to probe files
 LANG_NAMES = frozenset(
-    "probe Map save clock time cuid smid u32 u64 addr bytes out in1 in2 in3".split()
+    "probe Map save clock time cuid smid laneid u32 u64 addr bytes out in1 in2 in3".split()
 )
-VALUE_HELPERS = {"clock": ("clock", U64), "time": ("time", U64), "cuid": ("cuid", U32), "smid": ("cuid", U32)}
+VALUE_HELPERS = {"clock": ("clock", U64), "time": ("time", U64), "cuid": ("cuid", U32), "smid": ("cuid", U32),
+                 "laneid": ("laneid", U32)}
 FIELD_HELPERS = {"addr": ("ADDR", U64), "bytes": ("BYTES", U32), "out": ("OUT", U64),
                  "in1": ("IN1", U64), "in2": ("IN2", U64), "in3": ("IN3", U64)}
 DTYPES = {"u32": U32, "u64": U64}

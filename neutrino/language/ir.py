@@ -34,7 +34,7 @@ FIELDS = ("ADDR", "BYTES", "OUT", "IN1", "IN2", "IN3")
 
 BINARY_OPS = ("add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "shr")
 UNARY_OPS = ("neg", "not", "mov")
-SPECIAL_OPS = {"clock": U64, "time": U64, "cuid": U32}  # op -> result type
+SPECIAL_OPS = {"clock": U64, "time": U64, "cuid": U32, "laneid": U32}  # op -> result type
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")  # unsigned
 PRED_OPS = ("pand", "por", "pnot")
 
@@ -102,7 +102,7 @@ class Instr:
 
     op: ``mov add sub mul div rem and or xor shl shr neg not`` (typed by
     `type`), ``cvt`` (`type` is the destination type, `src_type` the source),
-    ``clock time cuid`` (no sources), ``setp`` (`cmp` one of COMPARISONS,
+    ``clock time cuid laneid`` (no sources), ``setp`` (`cmp` one of COMPARISONS,
     `type` the compared type, dst a pred), ``selp`` (srcs a, b, pred),
     ``pand por pnot`` (predicates), ``save`` (`map` named, srcs one per field).
     """
