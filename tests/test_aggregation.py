@@ -535,3 +535,39 @@ def test_gmem_bytes_results_of_both_forms_add_up():
     summed = gmem_analysis.ByteStats.of_totals({"bytes": 100, "active_threads": 5}, "bytes", "active_threads")
     both = per_thread + summed
     assert (both.total, both.records, both.active, both.max_per_record) == (154, 4, 8, 30)
+
+
+# ---------------------------------------------------------------- the runtime (fake driver)
+
+
+def test_runtime_sizes_a_sum_map_by_launch_and_writes_its_counters(tmp_path):
+    """The existing runtime asks trace.map_buffer_bytes: 16 bytes whatever the grid, read back as totals."""
+    import ctypes as C
+
+    from fakedriver import param_u64
+    from test_runtime_core import finish, load_saxpy, make_runtime, req
+
+    rt, drv, _ = make_runtime(tmp_path, probe=SUM_PROBE)
+    sizes = []
+
+    def kernel(drv_, req_, params, name):
+        buf = param_u64(params, 4)
+        sizes.append(len(drv_.mem[buf]))
+        counters = (C.c_uint64 * 2).from_address(buf)
+        assert list(counters) == [0, 0]  # zeroed before the launch
+        threads = req_.grid[0] * req_.block[0]
+        counters[0], counters[1] = 48 * threads, 3 * threads
+
+    drv.kernel_impl["saxpy4"] = kernel
+    assert load_saxpy(rt)
+    keep = []
+    for grid in ((4, 1, 1), (4096, 1, 1)):
+        r, params = req(grid=grid, block=(256, 1, 1))
+        keep.append(params)
+        assert rt.on_launch(r) == 0
+    finish(rt)
+    assert sizes == [16, 16]
+    launches = nt.load(rt.trace.path).launches
+    assert [la.maps["traffic"].totals() for la in launches] == [
+        {"bytes": 48 * 1024, "accesses": 3 * 1024}, {"bytes": 48 * 4096 * 256, "accesses": 3 * 4096 * 256}]
+    assert all(la.event["dropped"] == {"traffic": 0} for la in launches)
