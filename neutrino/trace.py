@@ -88,18 +88,31 @@ def buffer_bytes(units: int, cap: int, record_bytes: int) -> int:
     return align(4 * units, 16) + units * cap * record_bytes
 
 
+# A sum/hist map's device buffer holds STRIPES rows of counters; a warp adds to
+# row (%smid % STRIPES), so that the atomics of a launch spread over many
+# addresses (and L2 slices) instead of queueing on one. Rows start ROW_ALIGN
+# apart. The host folds the rows into one before writing the result file.
+STRIPES = 64
+ROW_ALIGN = 128
+
+
+def stripe_row_bytes(record_bytes: int) -> int:
+    """Distance between two rows of counters in a sum/hist map's device buffer."""
+    return align(record_bytes, ROW_ALIGN)
+
+
 def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], cap: int | None = None) -> tuple[int, int]:
     """(units, bytes) of the device buffer of one map for one launch: THE sizing rule.
 
     `map_info` is the map's entry in kernel.json (spec/kernel-json.md); `cap`
     is the records per unit for an `array` map (for `cap = "count"` the
     counted cap; None: the declared one, 1 when it is "count"). A `sum` or
-    `hist` map is one row of u64 counters per launch, whatever the grid: one
-    unit, its `record_bytes` long, with no counts in front.
+    `hist` map is one unit of u64 counters per launch, whatever the grid, kept
+    on the device in STRIPES rows (`MapSection.of` folds them).
     """
     kind = map_info.get("type", "array")
     if kind != "array":
-        return 1, int(map_info["record_bytes"])
+        return 1, STRIPES * stripe_row_bytes(int(map_info["record_bytes"]))
     if cap is None:
         cap = map_info["cap"] if isinstance(map_info["cap"], int) else 1
     units = units_for(map_info["level"], grid, block)
@@ -234,7 +247,14 @@ class MapSection:
 
     @classmethod
     def of(cls, map_info: dict, units: int, cap: int, data) -> "MapSection":
-        """The section of a map described by its kernel.json entry (what the runtime writes)."""
+        """The section of a map described by its kernel.json entry (what the runtime writes).
+
+        `data` is the device buffer as `map_buffer_bytes` sized it; a sum or
+        hist map's striped rows are folded here into its one row of counters
+        (a buffer of exactly one row is taken as already folded).
+        """
+        if map_info.get("type", "array") != "array":
+            data = fold_stripes(data, int(map_info["record_bytes"]))
         return cls(map_info["name"], map_info["level"], map_info["record_bytes"], cap, units, map_info["fields"], data,
                    cap_is_count=map_info["cap"] == "count", type=map_info.get("type", "array"),
                    buckets=map_info.get("buckets"))
@@ -256,6 +276,18 @@ class MapSection:
         if self.type == "hist":
             return tuple(Field(name, "u64", 0) for name in Buckets.parse(self.buckets or "").header_names())
         return self.fields
+
+
+def fold_stripes(data, record_bytes: int) -> bytes | object:
+    """The sum (modulo 2^64) of the STRIPES rows of a sum/hist map's device buffer, as one row."""
+    raw = memoryview(data).cast("B")
+    row = stripe_row_bytes(record_bytes)
+    if raw.nbytes == record_bytes:
+        return data
+    if raw.nbytes != STRIPES * row:
+        raise TraceError(f"a buffer of {raw.nbytes} bytes is neither one row of {record_bytes} bytes nor {STRIPES} rows")
+    rows = np.frombuffer(raw, np.uint64).reshape(STRIPES, row // 8)[:, : record_bytes // 8]
+    return rows.sum(axis=0, dtype=np.uint64).tobytes()
 
 
 def record_dtype(fields: Sequence[Field], record_bytes: int) -> np.dtype:

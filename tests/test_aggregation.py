@@ -176,6 +176,10 @@ def test_sum_lowering_sm80_reduces_with_redux_then_one_atomic_per_warp():
 CHECK: .param .u64 k__nt_buf_traffic
 CHECK: ld.param.u64 %nt_buf_traffic, [k__nt_buf_traffic];
 CHECK-NEXT: cvta.to.global.u64 %nt_buf_traffic, %nt_buf_traffic;
+CHECK-NEXT: mov.u32 %nt_stripe, %smid;
+CHECK-NEXT: and.b32 %nt_stripe, %nt_stripe, 63;
+CHECK-NEXT: mul.wide.u32 %nt_w64, %nt_stripe, 128;
+CHECK-NEXT: add.u64 %nt_buf_traffic, %nt_buf_traffic, %nt_w64;
 CHECK: @!%p1 st.global.u32 [%rd2], %r4;
 CHECK: activemask.b32 %nt_agg_mask;
 CHECK-NEXT: mov.u32 %nt_agg_lt, %lanemask_lt;
@@ -437,11 +441,27 @@ def test_map_buffer_bytes_sizes_aggregates_independently_of_the_grid():
                  "buckets": "log2"}
     array_info = {"name": "a", "level": "warp", "record_bytes": 16, "cap": 2, "fields": []}
     for grid, block in (((1, 1, 1), (32, 1, 1)), ((1024, 64, 1), (1024, 1, 1))):
-        assert nt.map_buffer_bytes(sum_info, grid, block, 1) == (1, 24)
-        assert nt.map_buffer_bytes(hist_info, grid, block) == (1, 520)
+        assert nt.map_buffer_bytes(sum_info, grid, block, 1) == (1, nt.STRIPES * 128)  # rows 128-byte aligned
+        assert nt.map_buffer_bytes(hist_info, grid, block) == (1, nt.STRIPES * 640)
         units = nt.units_for("warp", grid, block)
         assert nt.map_buffer_bytes(array_info, grid, block) == (units, nt.buffer_bytes(units, 2, 16))
     assert nt.map_buffer_bytes({**array_info, "cap": "count"}, (2, 1, 1), (64, 1, 1), 5) == (4, nt.buffer_bytes(4, 5, 16))
+
+
+def test_striped_rows_fold_into_one_row_of_counters():
+    info = {"name": "s", "type": "sum", "level": "thread", "record_bytes": 16, "cap": 1,
+            "fields": [{"name": "a", "type": "u64", "offset": 0}, {"name": "b", "type": "u64", "offset": 8}]}
+    units, size = nt.map_buffer_bytes(info, (1, 1, 1), (1, 1, 1))
+    rows = np.zeros((nt.STRIPES, 16), np.uint64)  # 128-byte rows: 2 counters and padding
+    rows[0, :2] = [(1 << 64) - 1, 3]
+    rows[5, :2] = [2, 4]
+    rows[nt.STRIPES - 1, :3] = [10, 20, 999]  # padding is not a counter
+    section = nt.MapSection.of(info, units, 1, rows.tobytes())
+    assert rows.nbytes == size and section.size == 16
+    assert list(np.frombuffer(section.data, np.uint64)) == [11, 27]  # wraps modulo 2^64
+    assert nt.MapSection.of(info, units, 1, section.data).data == section.data  # one row: already folded
+    with pytest.raises(nt.TraceError, match="neither one row"):
+        nt.MapSection.of(info, units, 1, bytes(24))
 
 
 def _sections():
@@ -553,10 +573,11 @@ def test_runtime_sizes_a_sum_map_by_launch_and_writes_its_counters(tmp_path):
     def kernel(drv_, req_, params, name):
         buf = param_u64(params, 4)
         sizes.append(len(drv_.mem[buf]))
-        counters = (C.c_uint64 * 2).from_address(buf)
-        assert list(counters) == [0, 0]  # zeroed before the launch
+        rows = (C.c_uint64 * (16 * nt.STRIPES)).from_address(buf)
+        assert not any(rows)  # zeroed before the launch
         threads = req_.grid[0] * req_.block[0]
-        counters[0], counters[1] = 48 * threads, 3 * threads
+        rows[0], rows[1] = 40 * threads, threads  # rows of two SMs (128 bytes = 16 u64 apart)
+        rows[16 * 7], rows[16 * 7 + 1] = 8 * threads, 2 * threads
 
     drv.kernel_impl["saxpy4"] = kernel
     assert load_saxpy(rt)
@@ -566,7 +587,7 @@ def test_runtime_sizes_a_sum_map_by_launch_and_writes_its_counters(tmp_path):
         keep.append(params)
         assert rt.on_launch(r) == 0
     finish(rt)
-    assert sizes == [16, 16]
+    assert sizes == [nt.STRIPES * 128] * 2
     launches = nt.load(rt.trace.path).launches
     assert [la.maps["traffic"].totals() for la in launches] == [
         {"bytes": 48 * 1024, "accesses": 3 * 1024}, {"bytes": 48 * 4096 * 256, "accesses": 3 * 4096 * 256}]

@@ -21,6 +21,7 @@ from neutrino.passes.build import entry_index, insn
 from neutrino.passes.lower_save import map_register
 from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.trace import STRIPES, stripe_row_bytes
 
 ORIGIN = "buffer-addressing"
 
@@ -118,10 +119,19 @@ class _Prologue:
         return unit, units
 
     def counters_pointer(self, spec, buffer_param: str) -> None:
-        """A sum or hist map: its buffer is the launch's counters, shared by every thread."""
+        """A sum or hist map: this warp's row of the launch's counters, row = %smid % STRIPES.
+
+        A warp stays on its SM, so the row is fixed at entry; warps of
+        different SMs add to different addresses (trace.STRIPES).
+        """
         buf = map_register(self.state, "buf", spec, "b64")
+        sm, w = self.t("stripe", "b32"), self.t("w64", "b64")
         self.emit("ld.param.u64", buf, ir.Address(ir.Symbol(buffer_param)))
         self.emit("cvta.to.global.u64", buf, buf)
+        self.emit("mov.u32", sm, "%smid")
+        self.emit("and.b32", sm, sm, STRIPES - 1)
+        self.emit("mul.wide.u32", w, sm, stripe_row_bytes(spec.record_bytes))
+        self.emit("add.u64", buf, buf, w)
 
     def map_pointers(self, spec, buffer_param: str, cap_param: str, units_of) -> None:
         unit, units = units_of(spec.level)

@@ -115,7 +115,7 @@ class _Lowerer:
     def field_registers(self, spec: MapSpec) -> list[str]:
         return [map_register(self.state, f"f{i}", spec, "b64" if f.type == "u64" else "b32") for i, f in enumerate(spec.fields)]
 
-    def store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
+    def store(self, spec: MapSpec | "_MapValue", guard: ir.Guard | None) -> list[ir.Instruction]:
         """The code that writes a complete record (its fields are in the field registers)."""
         if spec.type == "array":
             return self.record_store(spec, guard)
@@ -125,10 +125,9 @@ class _Lowerer:
             return self.sum_store(spec, guard)
         return self.hist_store(spec, guard)
 
-    def counter_address(self, spec, offset: int | str) -> ir.Address:
+    def counter_address(self, spec, offset: int) -> ir.Address:
+        """[buf+offset]: a counter of an aggregation map (its buffer pointer is set up by buffer addressing)."""
         buf = ir.Register(map_register(self.state, "buf", spec, "b64"))
-        if isinstance(offset, str):
-            return ir.Address(ir.Register(offset))
         return ir.Address(buf, ir.Immediate(str(offset)) if offset else None)
 
     def masked(self, reg: str, guard: ir.Guard | None) -> list[ir.Instruction]:
