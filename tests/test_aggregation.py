@@ -254,8 +254,18 @@ CHECK: clz.b64 %nt_hist_bucket, %nt_f0_sizes;
 CHECK-NEXT: sub.u32 %nt_hist_bucket, 64, %nt_hist_bucket;
 CHECK-NEXT: mul.wide.u32 %nt_hoff_sizes, %nt_hist_bucket, 8;
 CHECK-NEXT: add.u64 %nt_hoff_sizes, %nt_hoff_sizes, %nt_buf_sizes;
-CHECK-NEXT: mov.u64 %nt_one64, 1;
-CHECK-NEXT: @%p1 red.global.add.u64 [%nt_hoff_sizes], %nt_one64;
+CHECK-NEXT: activemask.b32 %nt_agg_mask;
+CHECK-NEXT: mov.b32 %nt_hist_key, %nt_hist_bucket;
+CHECK-NEXT: @!%p1 mov.b32 %nt_hist_key, 4294967295;
+CHECK-NEXT: match.any.sync.b32 %nt_hist_peers, %nt_hist_key, %nt_agg_mask;
+CHECK-NEXT: mov.u32 %nt_agg_lt, %lanemask_lt;
+CHECK-NEXT: and.b32 %nt_agg_lt, %nt_agg_lt, %nt_hist_peers;
+CHECK-NEXT: setp.eq.u32 %nt_hist_first, %nt_agg_lt, 0;
+CHECK-NEXT: popc.b32 %nt_hist_n, %nt_hist_peers;
+CHECK-NEXT: cvt.u64.u32 %nt_hist_amount, %nt_hist_n;
+CHECK-NEXT: setp.ne.u32 %nt_hist_counted, %nt_hist_key, 4294967295;
+CHECK-NEXT: and.pred %nt_hist_first, %nt_hist_first, %nt_hist_counted;
+CHECK-NEXT: @%nt_hist_first red.global.add.u64 [%nt_hoff_sizes], %nt_hist_amount;
 CHECK: setp.lt.u64 %nt_hist_under, %nt_f0_lin, 4;
 CHECK-NEXT: sub.u64 %nt_hist_scaled, %nt_f0_lin, 4;
 CHECK-NEXT: setp.ge.u64 %nt_hist_over, %nt_f0_lin, 64;
@@ -268,15 +278,37 @@ CHECK: mov.b64 %nt_hist_scaled, %nt_f0_odd;
 CHECK-NEXT: setp.ge.u64 %nt_hist_over, %nt_f0_odd, 100;
 CHECK-NEXT: div.u64 %nt_hist_scaled, %nt_hist_scaled, 10;
 CHECK: @%nt_hist_over mov.u32 %nt_hist_bucket, 11;
-CHECK: @%p1 red.global.add.u64 [%nt_hoff_odd], %nt_one64;
+CHECK: @%nt_hist_first red.global.add.u64 [%nt_hoff_odd], %nt_hist_amount;
 CHECK-NEXT: @%p1 ld.global.v2.u32
-CHECK: @!%p1 red.global.add.u64 [%nt_hoff_odd], %nt_one64;
+CHECK: @%p1 mov.b32 %nt_hist_key, 4294967295;
+CHECK: @%nt_hist_first red.global.add.u64 [%nt_hoff_odd], %nt_hist_amount;
 CHECK-NEXT: @!%p1 st.global.u32
 """)
     maps = {m["name"]: m for m in next(iter(result.kernels.values()))["maps"]}
     assert maps["sizes"]["bucket_count"] == 65 and maps["odd"]["bucket_count"] == 12
     if HAVE_PTXAS:
         ptxas(result.ptx)
+
+
+def test_hist_before_sm70_and_at_warp_level_adds_one_per_sample():
+    old = lowered(HIST_PROBE, with_target(KERNEL, "sm_60"))
+    warp = lowered(HIST_PROBE.replace("[probe.size]", '[probe.size]\nlevel = "warp"').replace(
+        'buckets = "log2"', 'buckets = "log2"\nlevel = "warp"').replace(
+        'buckets = "linear:4:64:8"', 'buckets = "linear:4:64:8"\nlevel = "warp"').replace(
+        'buckets = "linear:0:100:10"', 'buckets = "linear:0:100:10"\nlevel = "warp"'))
+    for result in (old, warp):
+        assert "match.any" not in result.ptx
+        assert result.ptx.count("mov.u64 \t%nt_hist_amount, 1;") == 6  # 3 maps x 2 sites
+    filecheck(old.ptx, """
+CHECK: mov.u64 %nt_hist_amount, 1;
+CHECK-NEXT: @%p1 red.global.add.u64 [%nt_hoff_sizes], %nt_hist_amount;
+""")
+    filecheck(warp.ptx, """
+CHECK: mov.u64 %nt_hist_amount, 1;
+CHECK-NEXT: @%nt_exec red.global.add.u64 [%nt_hoff_sizes], %nt_hist_amount;
+""")
+    if HAVE_PTXAS:  # (ptxas 13 knows no target below sm_75, so the sm_60 text is not assembled)
+        ptxas(warp.ptx)
 
 
 def test_counting_variant_leaves_aggregates_out():

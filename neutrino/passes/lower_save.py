@@ -41,6 +41,7 @@ from neutrino.trace import Buckets
 ORIGIN = "save-lowering"
 COUNT_SUFFIX = "__nt_count"
 REDUX_SM = 80  # redux.sync needs sm_80; older targets reduce with shfl.sync.bfly
+MATCH_SM = 70  # match.any.sync (grouping a warp's lanes by hist bucket) needs sm_70
 ALL_LANES = 0xFFFFFFFF
 
 
@@ -211,7 +212,12 @@ class _Lowerer:
         ]
 
     def hist_store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
-        """bucket = index of the value (trace.Buckets.index), then one atomic increment of it."""
+        """bucket = index of the value (trace.Buckets.index), then an atomic add to it.
+
+        At thread level from sm_70 on, the lanes present that fall in the same
+        bucket are counted together (`match.any.sync`) and the lowest of them
+        adds their number: one atomic per bucket per warp instead of per lane.
+        """
         value = self.field_registers(spec)[0]
         buckets: Buckets = spec.buckets
         bucket = self.state.temp("hist_bucket", "b32")
@@ -219,14 +225,38 @@ class _Lowerer:
             code = [self.emit("clz.b64", bucket, value), self.emit("sub.u32", bucket, 64, bucket)]
         else:
             code = self.linear_bucket(buckets, value, bucket)
-        offset, one = map_register(self.state, "hoff", spec, "b64"), self.state.temp("one64", "b64")
+        offset, amount = map_register(self.state, "hoff", spec, "b64"), self.state.temp("hist_amount", "b64")
         buf = map_register(self.state, "buf", spec, "b64")
-        return code + [
-            self.emit("mul.wide.u32", offset, bucket, 8),
-            self.emit("add.u64", offset, offset, buf),
-            self.emit("mov.u64", one, 1),
-            self.emit("red.global.add.u64", ir.Address(ir.Register(offset)), one, guard=guard),
+        code += [self.emit("mul.wide.u32", offset, bucket, 8), self.emit("add.u64", offset, offset, buf)]
+        if spec.level != "thread" or self.sm < MATCH_SM:
+            return code + [
+                self.emit("mov.u64", amount, 1),
+                self.emit("red.global.add.u64", ir.Address(ir.Register(offset)), amount, guard=guard),
+            ]
+        return code + self.grouped_increment(bucket, offset, amount, guard)
+
+    def grouped_increment(self, bucket: str, offset: str, amount: str, guard: ir.Guard | None) -> list[ir.Instruction]:
+        """Lanes with equal buckets add their count once; lanes whose guard is false join as a group of their own that adds nothing."""
+        mask, key, peers = self.state.temp("agg_mask", "b32"), self.state.temp("hist_key", "b32"), self.state.temp("hist_peers", "b32")
+        lt, first, n = self.state.temp("agg_lt", "b32"), self.state.temp("hist_first", "pred"), self.state.temp("hist_n", "b32")
+        code = [self.emit("activemask.b32", mask)]
+        if guard is None:
+            key = bucket
+        else:  # no bucket index reaches 2^32 - 1
+            code += [self.emit("mov.b32", key, bucket),
+                     self.emit("mov.b32", key, ALL_LANES, guard=ir.Guard(guard.register, not guard.negated))]
+        code += [
+            self.emit("match.any.sync.b32", peers, key, mask),
+            self.emit("mov.u32", lt, "%lanemask_lt"),
+            self.emit("and.b32", lt, lt, peers),
+            self.emit("setp.eq.u32", first, lt, 0),  # the lowest lane of its group
+            self.emit("popc.b32", n, peers),
+            self.emit("cvt.u64.u32", amount, n),
         ]
+        if guard is not None:
+            counted = self.state.temp("hist_counted", "pred")
+            code += [self.emit("setp.ne.u32", counted, key, ALL_LANES), self.emit("and.pred", first, first, counted)]
+        return code + [self.emit("red.global.add.u64", ir.Address(ir.Register(offset)), amount, guard=first)]
 
     def linear_bucket(self, buckets: Buckets, value: str, bucket: str) -> list[ir.Instruction]:
         under, over = self.state.temp("hist_under", "pred"), self.state.temp("hist_over", "pred")
