@@ -9,7 +9,9 @@ Normative description: ``spec/trace-format.md``. In short, a run leaves::
         result/<n>.bin       one file per probed launch (format below)
 
 ``load(path)`` opens such a directory lazily: result files are memory-mapped
-when a launch's maps are first asked for.
+when a launch's maps are first asked for. A map is an `array` (records per
+unit), a `sum` (`MapData.totals()`) or a `hist` (`MapData.histogram()`);
+``map_buffer_bytes`` is the one rule that sizes any map's device buffer.
 """
 
 from __future__ import annotations
