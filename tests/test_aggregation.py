@@ -192,12 +192,16 @@ CHECK-NEXT: shr.u32 %nt_agg_b, %nt_agg_lo, 16;
 CHECK-NEXT: redux.sync.add.u32 %nt_agg_a, %nt_agg_a, %nt_agg_mask;
 CHECK-NEXT: redux.sync.add.u32 %nt_agg_b, %nt_agg_b, %nt_agg_mask;
 CHECK-NEXT: redux.sync.add.u32 %nt_agg_hi, %nt_agg_hi, %nt_agg_mask;
-CHECK: @%nt_agg_lead red.global.add.u64 [%nt_buf_traffic], %nt_agg_total;
-CHECK: @%nt_agg_lead red.global.add.u64 [%nt_buf_traffic+8], %nt_agg_total;
+CHECK: shl.b64 %nt_agg_part, %nt_agg_part, 32;
+CHECK-NEXT: add.u64 %nt_agg_total, %nt_agg_total, %nt_agg_part;
+CHECK-NEXT: setp.ne.u64 %nt_agg_go, %nt_agg_total, 0;
+CHECK-NEXT: and.pred %nt_agg_go, %nt_agg_go, %nt_agg_lead;
+CHECK-NEXT: @%nt_agg_go red.global.add.u64 [%nt_buf_traffic], %nt_agg_total;
+CHECK: @%nt_agg_go red.global.add.u64 [%nt_buf_traffic+8], %nt_agg_total;
 CHECK-NEXT: @%p1 ret;
 CHECK: activemask.b32 %nt_agg_mask;
 CHECK-NOT: selp
-CHECK: @%nt_agg_lead red.global.add.u64 [%nt_buf_traffic+8], %nt_agg_total;
+CHECK: @%nt_agg_go red.global.add.u64 [%nt_buf_traffic+8], %nt_agg_total;
 CHECK-NEXT: ret;
 """)
     assert "cur_traffic" not in result.ptx and "%tid.y" not in result.ptx  # no cursor, no unit index
@@ -218,8 +222,13 @@ CHECK: setp.eq.u32 %nt_agg_full, %nt_agg_mask, 4294967295;
 CHECK: shfl.sync.bfly.b32 %nt_agg_lo, %nt_agg_lo, 16, 31, %nt_agg_mask;
 CHECK: shfl.sync.bfly.b32 %nt_agg_hi, %nt_agg_hi, 1, 31, %nt_agg_mask;
 CHECK: and.pred %nt_agg_first, %nt_agg_full, %nt_agg_lead;
-CHECK-NEXT: @%nt_agg_first red.global.add.u64 [%nt_buf_traffic], %nt_agg_total;
-CHECK-NEXT: @!%nt_agg_full red.global.add.u64 [%nt_buf_traffic], %nt_f0_traffic;
+CHECK-NEXT: setp.ne.u64 %nt_agg_go, %nt_agg_total, 0;
+CHECK-NEXT: and.pred %nt_agg_go, %nt_agg_go, %nt_agg_first;
+CHECK-NEXT: @%nt_agg_go red.global.add.u64 [%nt_buf_traffic], %nt_agg_total;
+CHECK-NEXT: setp.ne.u64 %nt_agg_go, %nt_f0_traffic, 0;
+CHECK-NEXT: not.pred %nt_agg_off, %nt_agg_full;
+CHECK-NEXT: and.pred %nt_agg_go, %nt_agg_go, %nt_agg_off;
+CHECK-NEXT: @%nt_agg_go red.global.add.u64 [%nt_buf_traffic], %nt_f0_traffic;
 """)
     if HAVE_PTXAS:
         ptxas(result.ptx, "sm_75")
@@ -240,9 +249,12 @@ after = "SAVE [ w ] {1};"
     filecheck(result.ptx, """
 CHECK: and.pred %nt_exec, %nt_exec, %nt_lead_warp;
 CHECK: mov.b64 %nt_f0_w, 1;
-CHECK-NEXT: @%nt_exec red.global.add.u64 [%nt_buf_w], %nt_f0_w;
+CHECK-NEXT: setp.ne.u64 %nt_agg_go, %nt_f0_w, 0;
+CHECK-NEXT: and.pred %nt_agg_go, %nt_agg_go, %nt_exec;
+CHECK-NEXT: @%nt_agg_go red.global.add.u64 [%nt_buf_w], %nt_f0_w;
 CHECK-NEXT: @%p1 ret;
-CHECK: @%nt_lead_warp red.global.add.u64 [%nt_buf_w], %nt_f0_w;
+CHECK: and.pred %nt_agg_go, %nt_agg_go, %nt_lead_warp;
+CHECK-NEXT: @%nt_agg_go red.global.add.u64 [%nt_buf_w], %nt_f0_w;
 CHECK-NEXT: ret;
 """)
 

@@ -138,11 +138,28 @@ class _Lowerer:
         g = guard.register
         return [self.emit("selp.b64", reg, 0, reg, g) if guard.negated else self.emit("selp.b64", reg, reg, 0, g)]
 
+    def add_if_nonzero(self, address: ir.Address, value: str, guard: ir.Guard | str | None) -> list[ir.Instruction]:
+        """`red.global.add.u64 [address], value` where guard holds and value is not 0.
+
+        Adding 0 changes nothing, and counters that stay 0 (tensor-core
+        instructions in a kernel without any) then cost no atomic at all.
+        """
+        go = self.state.temp("agg_go", "pred")
+        code = [self.emit("setp.ne.u64", go, value, 0)]
+        if isinstance(guard, str):
+            guard = ir.Guard(ir.Register(guard.lstrip("!")), guard.startswith("!"))
+        if guard is not None and guard.negated:
+            off = self.state.temp("agg_off", "pred")
+            code += [self.emit("not.pred", off, guard.register), self.emit("and.pred", go, go, off)]
+        elif guard is not None:
+            code.append(self.emit("and.pred", go, go, guard.register))
+        return code + [self.emit("red.global.add.u64", address, value, guard=go)]
+
     def sum_store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
         regs = self.field_registers(spec)
         if spec.level != "thread":
             # One lane per warp or block runs it: nothing to aggregate.
-            return [self.emit("red.global.add.u64", self.counter_address(spec, f.offset), r, guard=guard) for f, r in zip(spec.fields, regs)]
+            return [i for f, r in zip(spec.fields, regs) for i in self.add_if_nonzero(self.counter_address(spec, f.offset), r, guard)]
         mask, lt, lead = self.state.temp("agg_mask", "b32"), self.state.temp("agg_lt", "b32"), self.state.temp("agg_lead", "pred")
         code = [
             self.emit("activemask.b32", mask),
@@ -181,7 +198,7 @@ class _Lowerer:
             self.emit("cvt.u64.u32", part, hi),
             self.emit("shl.b64", part, part, 32),
             self.emit("add.u64", total, total, part),
-            self.emit("red.global.add.u64", self.counter_address(spec, field.offset), total, guard=lead),
+            *self.add_if_nonzero(self.counter_address(spec, field.offset), total, lead),
         ]
 
     def shfl_sum(self, spec, field: Field, reg: str, mask: str, lead: str) -> list[ir.Instruction]:
@@ -205,11 +222,8 @@ class _Lowerer:
                 self.emit("add.u64", total, total, part),
             ]
         address = self.counter_address(spec, field.offset)
-        return code + [
-            self.emit("and.pred", first, full, lead),
-            self.emit("red.global.add.u64", address, total, guard=first),
-            self.emit("red.global.add.u64", address, reg, guard="!" + full),
-        ]
+        return (code + [self.emit("and.pred", first, full, lead)] + self.add_if_nonzero(address, total, first)
+                + self.add_if_nonzero(address, reg, "!" + full))
 
     def hist_store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
         """bucket = index of the value (trace.Buckets.index), then an atomic add to it.
