@@ -435,7 +435,7 @@ class _Loader:
             if width not in FIELD_TYPES or len(insn.operands) != 1 or not isinstance(insn.operands[0], ir.Vector):
                 continue  # the verifier reports malformed SAVEs
             if datamodel.kind != "array" and width != "u64":
-                self.error(insn.line, f"a {datamodel.kind} datamodel takes SAVE.u64: its counters are u64", probe=probe.name, token="SAVE")
+                self.error(insn.line, f"a {datamodel.kind} datamodel takes SAVE.u64: it adds u64 values", probe=probe.name, token="SAVE")
             for operand in insn.operands[0].items:
                 fields.append((_field_name(operand, [n for n, _ in fields]), width))
         if datamodel.kind == "hist":

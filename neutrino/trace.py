@@ -90,11 +90,12 @@ def buffer_bytes(units: int, cap: int, record_bytes: int) -> int:
     return align(4 * units, 16) + units * cap * record_bytes
 
 
-# A sum/hist map's device buffer holds STRIPES rows of counters; a warp adds to
-# row (%smid % STRIPES), so that the atomics of a launch spread over many
-# addresses (and L2 slices) instead of queueing on one. Rows start ROW_ALIGN
-# apart. The host folds the rows into one before writing the result file.
-STRIPES = 64
+# A sum/hist map's buffer holds STRIPES rows of counters; a warp adds to row
+# (%smid % STRIPES), so that the atomics of a launch spread over many addresses
+# (and L2 slices) instead of queueing on one. Rows start ROW_ALIGN apart. The
+# buffer is written to the result file as it is (units = rows there); readers
+# add the rows up. Old files keep their own row count, so STRIPES may change.
+STRIPES = 32
 ROW_ALIGN = 128
 
 
@@ -109,12 +110,12 @@ def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], 
     `map_info` is the map's entry in kernel.json (spec/kernel-json.md); `cap`
     is the records per unit for an `array` map (for `cap = "count"` the
     counted cap; None: the declared one, 1 when it is "count"). A `sum` or
-    `hist` map is one unit of u64 counters per launch, whatever the grid, kept
-    on the device in STRIPES rows (`MapSection.of` folds them).
+    `hist` map is STRIPES rows of u64 counters per launch, whatever the grid:
+    `units` is the number of rows.
     """
     kind = map_info.get("type", "array")
     if kind != "array":
-        return 1, STRIPES * stripe_row_bytes(int(map_info["record_bytes"]))
+        return STRIPES, STRIPES * stripe_row_bytes(int(map_info["record_bytes"]))
     if cap is None:
         cap = map_info["cap"] if isinstance(map_info["cap"], int) else 1
     units = units_for(map_info["level"], grid, block)
@@ -122,8 +123,8 @@ def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], 
 
 
 def section_bytes(kind: str, units: int, cap: int, record_bytes: int) -> int:
-    """Bytes of a map's section in a result file (= its device buffer)."""
-    return buffer_bytes(units, cap, record_bytes) if kind == "array" else record_bytes
+    """Bytes of a map's section in a result file (= its device buffer); `units` = rows for sum/hist."""
+    return buffer_bytes(units, cap, record_bytes) if kind == "array" else units * stripe_row_bytes(record_bytes)
 
 
 @attrs.frozen
@@ -249,14 +250,8 @@ class MapSection:
 
     @classmethod
     def of(cls, map_info: dict, units: int, cap: int, data) -> "MapSection":
-        """The section of a map described by its kernel.json entry (what the runtime writes).
-
-        `data` is the device buffer as `map_buffer_bytes` sized it; a sum or
-        hist map's striped rows are folded here into its one row of counters
-        (a buffer of exactly one row is taken as already folded).
-        """
-        if map_info.get("type", "array") != "array":
-            data = fold_stripes(data, int(map_info["record_bytes"]))
+        """The section of a map described by its kernel.json entry, `units` and `cap` as
+        `map_buffer_bytes` gave them; `data` is the device buffer, written as it is."""
         return cls(map_info["name"], map_info["level"], map_info["record_bytes"], cap, units, map_info["fields"], data,
                    cap_is_count=map_info["cap"] == "count", type=map_info.get("type", "array"),
                    buckets=map_info.get("buckets"))
@@ -280,16 +275,9 @@ class MapSection:
         return self.fields
 
 
-def fold_stripes(data, record_bytes: int) -> bytes | object:
-    """The sum (modulo 2^64) of the STRIPES rows of a sum/hist map's device buffer, as one row."""
-    raw = memoryview(data).cast("B")
-    row = stripe_row_bytes(record_bytes)
-    if raw.nbytes == record_bytes:
-        return data
-    if raw.nbytes != STRIPES * row:
-        raise TraceError(f"a buffer of {raw.nbytes} bytes is neither one row of {record_bytes} bytes nor {STRIPES} rows")
-    rows = np.frombuffer(raw, np.uint64).reshape(STRIPES, row // 8)[:, : record_bytes // 8]
-    return rows.sum(axis=0, dtype=np.uint64).tobytes()
+def fold_rows(rows: np.ndarray, record_bytes: int) -> np.ndarray:
+    """The counters of a sum/hist map: its rows (u64, `rows x stripe_row_bytes/8`) added up modulo 2^64."""
+    return rows[:, : record_bytes // 8].sum(axis=0, dtype=np.uint64)
 
 
 def record_dtype(fields: Sequence[Field], record_bytes: int) -> np.dtype:
@@ -400,9 +388,9 @@ class MapData:
     """One map of one launch, read back. `counts` and `records` are memory-mapped.
 
     An `array` map has `counts` (one per unit) and `records` `(units, cap)`.
-    A `sum` map reads as one unit holding one record, the launch's totals
-    (`totals()`); a `hist` map as one record with the field `buckets`, an
-    array of the bucket counters (`histogram()`).
+    A `sum` map reads as one unit holding one record, the launch's totals (its
+    rows added up; `totals()`); a `hist` map as one record with the field
+    `buckets`, an array of the bucket counters (`histogram()`).
     """
 
     name: str
@@ -538,8 +526,10 @@ def _read_map(fh, path: Path, file_size: int) -> MapData:
             fields, dtype = [], np.dtype([("buckets", "<u8", (buckets.count,))])
         else:
             dtype = record_dtype(fields, rb)
+        rows = _map_array(path, np.dtype("<u8"), offset, (units, stripe_row_bytes(rb) // 8))
         counts = np.ones(1, np.uint32)
-        records = _map_array(path, dtype, offset, (1, 1))
+        records = np.frombuffer(fold_rows(np.asarray(rows), rb).tobytes(), dtype).reshape(1, 1)
+        units = 1  # the rows, added up: one unit with one record
     return MapData(name, LEVELS[level_i], cap, rb, units, tuple(fields), bool(mh["cap_is_count"]), counts, records,
                    kind, buckets)
 

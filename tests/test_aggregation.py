@@ -177,7 +177,7 @@ CHECK: .param .u64 k__nt_buf_traffic
 CHECK: ld.param.u64 %nt_buf_traffic, [k__nt_buf_traffic];
 CHECK-NEXT: cvta.to.global.u64 %nt_buf_traffic, %nt_buf_traffic;
 CHECK-NEXT: mov.u32 %nt_stripe, %smid;
-CHECK-NEXT: and.b32 %nt_stripe, %nt_stripe, 63;
+CHECK-NEXT: and.b32 %nt_stripe, %nt_stripe, 31;
 CHECK-NEXT: mul.wide.u32 %nt_w64, %nt_stripe, 128;
 CHECK-NEXT: add.u64 %nt_buf_traffic, %nt_buf_traffic, %nt_w64;
 CHECK: @!%p1 st.global.u32 [%rd2], %r4;
@@ -485,27 +485,40 @@ def test_map_buffer_bytes_sizes_aggregates_independently_of_the_grid():
                  "buckets": "log2"}
     array_info = {"name": "a", "level": "warp", "record_bytes": 16, "cap": 2, "fields": []}
     for grid, block in (((1, 1, 1), (32, 1, 1)), ((1024, 64, 1), (1024, 1, 1))):
-        assert nt.map_buffer_bytes(sum_info, grid, block, 1) == (1, nt.STRIPES * 128)  # rows 128-byte aligned
-        assert nt.map_buffer_bytes(hist_info, grid, block) == (1, nt.STRIPES * 640)
+        assert nt.map_buffer_bytes(sum_info, grid, block, 1) == (nt.STRIPES, nt.STRIPES * 128)  # rows 128-byte aligned
+        assert nt.map_buffer_bytes(hist_info, grid, block) == (nt.STRIPES, nt.STRIPES * 640)
         units = nt.units_for("warp", grid, block)
         assert nt.map_buffer_bytes(array_info, grid, block) == (units, nt.buffer_bytes(units, 2, 16))
     assert nt.map_buffer_bytes({**array_info, "cap": "count"}, (2, 1, 1), (64, 1, 1), 5) == (4, nt.buffer_bytes(4, 5, 16))
 
 
-def test_striped_rows_fold_into_one_row_of_counters():
+def counters_buffer(info: dict, values) -> bytes:
+    """A sum/hist map's device buffer (map_buffer_bytes) whose rows add up to `values`, spread over rows 0 and 3."""
+    units, size = nt.map_buffer_bytes(info, (1, 1, 1), (1, 1, 1))
+    rows = np.zeros((units, size // units // 8), np.uint64)
+    values = np.asarray(values, np.uint64)
+    rows[3, : len(values)] = values // np.uint64(3)
+    rows[0, : len(values)] = values - rows[3, : len(values)]
+    rows[units - 1, len(values):] = 999  # padding: not a counter
+    return rows.tobytes()
+
+
+def test_striped_rows_add_up_to_the_counters(tmp_path):
     info = {"name": "s", "type": "sum", "level": "thread", "record_bytes": 16, "cap": 1,
             "fields": [{"name": "a", "type": "u64", "offset": 0}, {"name": "b", "type": "u64", "offset": 8}]}
     units, size = nt.map_buffer_bytes(info, (1, 1, 1), (1, 1, 1))
-    rows = np.zeros((nt.STRIPES, 16), np.uint64)  # 128-byte rows: 2 counters and padding
+    rows = np.zeros((units, 16), np.uint64)  # 128-byte rows: 2 counters and padding
     rows[0, :2] = [(1 << 64) - 1, 3]
     rows[5, :2] = [2, 4]
-    rows[nt.STRIPES - 1, :3] = [10, 20, 999]  # padding is not a counter
+    rows[units - 1, :3] = [10, 20, 999]
     section = nt.MapSection.of(info, units, 1, rows.tobytes())
-    assert rows.nbytes == size and section.size == 16
-    assert list(np.frombuffer(section.data, np.uint64)) == [11, 27]  # wraps modulo 2^64
-    assert nt.MapSection.of(info, units, 1, section.data).data == section.data  # one row: already folded
-    with pytest.raises(nt.TraceError, match="neither one row"):
-        nt.MapSection.of(info, units, 1, bytes(24))
+    assert rows.nbytes == size == section.size  # the section is the device buffer, as it is
+    path = nt.write_result(tmp_path / "0.bin", grid=(1, 1, 1), block=(1, 1, 1), shared_bytes=0, maps=[section])
+    m = nt.read_result(path).maps["s"]
+    assert m.totals() == {"a": 11, "b": 27} and m.units == 1  # wraps modulo 2^64; padding ignored
+    with pytest.raises(nt.TraceError, match="buffer has 24 bytes, layout needs"):
+        nt.write_result(tmp_path / "1.bin", grid=(1, 1, 1), block=(1, 1, 1), shared_bytes=0,
+                        maps=[nt.MapSection.of(info, units, 1, bytes(24))])
 
 
 def _sections():
@@ -515,14 +528,14 @@ def _sections():
     hist_info = {"name": "lin", "type": "hist", "level": "warp", "record_bytes": 8 * lin.count, "cap": 1,
                  "fields": [{"name": "value", "type": "u64", "offset": 0}], "buckets": str(lin)}
     counts = np.arange(lin.count, dtype=np.uint64) * 3
-    return [nt.MapSection.of(sum_info, 1, 1, np.array([(1 << 64) - 5, 7], np.uint64).tobytes()),
-            nt.MapSection.of(hist_info, 1, 1, counts.tobytes())], lin, counts
+    return [nt.MapSection.of(sum_info, nt.STRIPES, 1, counters_buffer(sum_info, [(1 << 64) - 5, 7])),
+            nt.MapSection.of(hist_info, nt.STRIPES, 1, counters_buffer(hist_info, counts))], lin, counts
 
 
 def test_result_file_roundtrip_of_sum_and_hist(tmp_path):
     sections, lin, counts = _sections()
     path = nt.write_result(tmp_path / "0.bin", grid=(9, 1, 1), block=(128, 1, 1), shared_bytes=0, maps=sections)
-    assert path.stat().st_size < 4096  # counters, not per-thread records
+    assert path.stat().st_size < 16384  # rows of counters, not per-thread records
     r = nt.read_result(path)
     s, h = r.maps["traffic"], r.maps["lin"]
     assert s.type == "sum" and s.totals() == {"bytes": (1 << 64) - 5, "big": 7} and s.dropped == 0
@@ -578,8 +591,8 @@ def test_gmem_bytes_and_tensorop_analyses_read_sum_maps(tmp_path, capsys):
           "fields": [{"name": "bytes", "type": "u64", "offset": 0}, {"name": "active_threads", "type": "u64", "offset": 8}]}
     tc = {"name": "tensorop", "type": "sum", "level": "thread", "record_bytes": 24, "cap": 1,
           "fields": [{"name": n, "type": "u64", "offset": 8 * i} for i, n in enumerate(("count", "warp_count", "active_warps"))]}
-    run = _launch_with(tmp_path, [nt.MapSection.of(gm, 1, 1, np.array([3072, 256], np.uint64).tobytes()),
-                                  nt.MapSection.of(tc, 1, 1, np.array([640, 20, 4], np.uint64).tobytes())])
+    run = _launch_with(tmp_path, [nt.MapSection.of(gm, nt.STRIPES, 1, counters_buffer(gm, [3072, 256])),
+                                  nt.MapSection.of(tc, nt.STRIPES, 1, counters_buffer(tc, [640, 20, 4]))])
     (launch,) = nt.load(run).launches
     g = gmem_analysis.analyze_launch(launch, launch.maps["gmem_bytes"])
     assert (g.stats.total, g.stats.active, g.stats.records, g.stats.max_per_record) == (3072, 256, None, None)

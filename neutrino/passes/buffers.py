@@ -122,7 +122,7 @@ class _Prologue:
         """A sum or hist map: this warp's row of the launch's counters, row = %smid % STRIPES.
 
         A warp stays on its SM, so the row is fixed at entry; warps of
-        different SMs add to different addresses (trace.STRIPES).
+        different SMs add to different rows (trace.STRIPES; readers add them up).
         """
         buf = map_register(self.state, "buf", spec, "b64")
         sm, w = self.t("stripe", "b32"), self.t("w64", "b64")
