@@ -644,8 +644,8 @@ def test_runtime_sizes_a_sum_map_by_launch_and_writes_its_counters(tmp_path):
         keep.append(params)
         assert rt.on_launch(r) == 0
     finish(rt)
-    assert sizes == [nt.STRIPES * 128] * 2
+    assert sizes[0] == sizes[1] >= nt.STRIPES * 128  # the same buffer for 4 and 4096 blocks (a pool may round up)
     launches = nt.load(rt.trace.path).launches
     assert [la.maps["traffic"].totals() for la in launches] == [
         {"bytes": 48 * 1024, "accesses": 3 * 1024}, {"bytes": 48 * 4096 * 256, "accesses": 3 * 4096 * 256}]
-    assert all(la.event["dropped"] == {"traffic": 0} for la in launches)
+    assert all(la.maps["traffic"].dropped == 0 for la in launches)
