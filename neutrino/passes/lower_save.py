@@ -9,14 +9,15 @@ every `ret`/`exit` the leader stores its cursor into the counts section
 (spec/kernel-json.md). The counting variant of a kernel keeps only the cursor
 arithmetic and the counts.
 
-`sum` maps: the SAVE's values are added to the launch's u64 counters. At
-thread level the lanes that run the SAVE together (`activemask`) first add
-their values up across the warp, then the lowest of them does one
-`red.global.add.u64` per counter; lanes whose guard is false add 0, so every
-present lane joins the warp operation wherever the SAVE sits (exits included,
-where some lanes may be gone). `hist` maps: the value's bucket is computed and
-incremented with one `red.global.add.u64`. Neither has a cursor or counts,
-and the counting variant leaves them out.
+`sum` maps: the SAVE's values are added to the launch's u64 counters (this
+warp's row of them, chosen at entry by buffer addressing). At thread level the
+lanes that run the SAVE together (`activemask`) first add their values up
+across the warp, then the lowest of them does one `red.global.add.u64` per
+non-zero sum; lanes whose guard is false add 0, so every present lane joins
+the warp operation wherever the SAVE sits (exits included, where some lanes
+may be gone). `hist` maps: the value's bucket is computed; lanes with the same
+bucket are grouped (`match.any.sync`) and one of each group adds the group's
+size. Neither has a cursor or counts, and the counting variant leaves them out.
 """
 
 from __future__ import annotations
