@@ -18,8 +18,10 @@ from tomlkit.exceptions import ParseError as TomlParseError
 from neutrino.errors import Diagnostic, Location, ProbeError
 from neutrino.isa.ptx import ir, parse_statements
 from neutrino.errors import ParseError
+from neutrino.trace import Buckets
 
 LEVELS = ("thread", "warp", "block")
+MAP_TYPES = ("array", "sum", "hist")
 FIELD_TYPES = {"u32": 4, "u64": 8}
 BUILTIN_DIR = Path(__file__).parent / "probes"
 TOOLS_DIR = Path(__file__).parent / "tools"
@@ -36,20 +38,40 @@ class Field:
 
 @attrs.define(eq=False)
 class MapSpec:
+    """A map: per-unit records (`array`), or per-launch u64 counters (`sum`, `hist`).
+
+    A `sum` map's fields are its counters (all u64); a `hist` map has one
+    field, `value`, the sample a SAVE gives, and `record_bytes` = 8 per bucket.
+    """
+
     name: str
     level: str
-    cap: int | str  # an int, or "count"
+    cap: int | str  # an int, or "count"; 1 for sum and hist maps
     fields: list[Field]
     record_bytes: int
+    type: str = "array"  # one of MAP_TYPES
+    buckets: Buckets | None = None  # hist maps only
+
+    @classmethod
+    def aggregate(cls, name: str, level: str, kind: str, fields: list[str], buckets: Buckets | None = None) -> "MapSpec":
+        """A sum map with these counters, or a hist map (`fields` ignored) with these buckets."""
+        if kind == "hist":
+            return cls(name, level, 1, [Field("value", "u64", 0)], 8 * buckets.count, "hist", buckets)
+        return cls(name, level, 1, [Field(f, "u64", 8 * i) for i, f in enumerate(fields)], 8 * len(fields), "sum")
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "name": self.name,
+            "type": self.type,
             "level": self.level,
             "record_bytes": self.record_bytes,
             "cap": self.cap,
             "fields": [attrs.asdict(f) for f in self.fields],
         }
+        if self.buckets is not None:
+            out["buckets"] = str(self.buckets)
+            out["bucket_count"] = self.buckets.count
+        return out
 
 
 @attrs.define(eq=False)
@@ -152,7 +174,7 @@ class _Loader:
         self.problems: list[Diagnostic] = []
         self.registers: dict[str, str] = {}
         self.register_lines: dict[str, int] = {}
-        self._datamodel: dict[str, tuple] = {}  # probe name → (level, bytes, cap), compact form
+        self._datamodel: dict[str, _Datamodel] = {}  # probe name → its datamodel, compact form
 
     # -- locations in the TOML text
     def table_line(self, *names: str) -> int:
@@ -220,30 +242,71 @@ class _Loader:
         if not isinstance(table, dict):
             self.error(line, f"map {name} must be a table")
             return None
-        unknown = set(table) - {"level", "fields", "cap"}
+        kind = table.get("type", "array")
+        if kind not in MAP_TYPES:
+            self.error(self.key_line(line, "type"), f"[map {name}] type must be one of {', '.join(MAP_TYPES)}, not {kind!r}")
+            return None
+        if kind != "array":
+            return self.load_aggregate_map(name, table, line, kind)
+        unknown = set(table) - {"level", "fields", "cap", "type"}
         for key in sorted(unknown):
             self.error(self.key_line(line, key), f"[map {name}] unknown key {key!r}")
         level = table.get("level")
         if level not in LEVELS:
             self.error(self.key_line(line, "level"), f"[map {name}] level must be one of {', '.join(LEVELS)}, not {level!r}")
         cap = self.parse_cap(table.get("cap", 1), self.key_line(line, "cap"), f"map {name}")
-        fields_raw = table.get("fields")
-        fields: list[tuple[str, str]] = []
-        if not isinstance(fields_raw, list) or not fields_raw:
-            self.error(self.key_line(line, "fields"), f"[map {name}] fields must be a non-empty array of \"name:type\"")
-        else:
-            for f in fields_raw:
-                m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*):(u32|u64)", str(f))
-                if not m:
-                    self.error(self.key_line(line, "fields"), f"[map {name}] malformed field {f!r}", hint='write "name:u32" or "name:u64"')
-                    continue
-                if m.group(1) in [n for n, _ in fields]:
-                    self.error(self.key_line(line, "fields"), f"[map {name}] duplicate field {m.group(1)!r}")
-                fields.append((m.group(1), m.group(2)))
+        fields = self.parse_fields(name, table.get("fields"), line)
         if level not in LEVELS or cap is None or not fields:
             return None
         laid, size = layout(fields)
         return MapSpec(name, level, cap, laid, size)
+
+    def parse_fields(self, name: str, fields_raw, line: int) -> list[tuple[str, str]]:
+        fields: list[tuple[str, str]] = []
+        if not isinstance(fields_raw, list) or not fields_raw:
+            self.error(self.key_line(line, "fields"), f"[map {name}] fields must be a non-empty array of \"name:type\"")
+            return fields
+        for f in fields_raw:
+            m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*):(u32|u64)", str(f))
+            if not m:
+                self.error(self.key_line(line, "fields"), f"[map {name}] malformed field {f!r}", hint='write "name:u32" or "name:u64"')
+                continue
+            if m.group(1) in [n for n, _ in fields]:
+                self.error(self.key_line(line, "fields"), f"[map {name}] duplicate field {m.group(1)!r}")
+            fields.append((m.group(1), m.group(2)))
+        return fields
+
+    def load_aggregate_map(self, name: str, table: dict, line: int, kind: str) -> MapSpec | None:
+        """`type = "sum"` (u64 `fields`) or `type = "hist"` (`buckets`): counters per launch, no cap."""
+        allowed = {"type", "level"} | ({"fields"} if kind == "sum" else {"buckets"})
+        for key in sorted(set(table) - allowed):
+            hint = "sum and hist maps have no cap: they hold one set of counters per launch" if key == "cap" else ""
+            self.error(self.key_line(line, key), f"[map {name}] unknown key {key!r} for a {kind} map", hint=hint)
+        level = table.get("level", "thread")
+        if level not in LEVELS:
+            self.error(self.key_line(line, "level"), f"[map {name}] level must be one of {', '.join(LEVELS)}, not {level!r}")
+            return None
+        if kind == "hist":
+            buckets = self.parse_buckets(table.get("buckets"), self.key_line(line, "buckets"), f"map {name}")
+            return MapSpec.aggregate(name, level, "hist", [], buckets) if buckets else None
+        fields = self.parse_fields(name, table.get("fields"), line)
+        for field, ftype in fields:
+            if ftype != "u64":
+                self.error(self.key_line(line, "fields"), f"[map {name}] field {field!r} of a sum map must be u64", token=field)
+        if not fields or len(fields) != len({f for f, _ in fields}) or any(t != "u64" for _, t in fields):
+            return None
+        return MapSpec.aggregate(name, level, "sum", [f for f, _ in fields])
+
+    def parse_buckets(self, text, line: int, what: str) -> Buckets | None:
+        if text is None:
+            self.error(line, f"[{what}] a hist map needs buckets = \"log2\" or \"linear:MIN:MAX:STEP\"")
+            return None
+        try:
+            buckets = Buckets.parse(text)
+        except ValueError as e:
+            self.error(line, f"[{what}] {e}")
+            return None
+        return buckets
 
     def parse_cap(self, cap, line: int, what: str) -> int | str | None:
         if cap in ("count", "dynamic"):
@@ -264,10 +327,10 @@ class _Loader:
         datamodel = None
         if not explicit and "datamodel" in table:
             datamodel = self.parse_datamodel(table["datamodel"], self.key_line(line, "datamodel"), name)
-            if datamodel and level is not None and level != datamodel[0]:
-                self.error(self.key_line(line, "level"), f"level {level!r} disagrees with the datamodel's {datamodel[0]!r}", probe=name)
-            if datamodel:
-                level = datamodel[0]
+            if datamodel and datamodel.level is not None:
+                if level is not None and level != datamodel.level:
+                    self.error(self.key_line(line, "level"), f"level {level!r} disagrees with the datamodel's {datamodel.level!r}", probe=name)
+                level = datamodel.level
         if level is None:
             level = "thread"
         if level not in LEVELS:
@@ -283,7 +346,7 @@ class _Loader:
         saves = [s for sn in probe.snippets() for s in ir.instructions(sn.statements) if s.opcode.base == SAVE]
         if not explicit:
             if saves and datamodel is None:
-                self.error(line, "SAVE needs a datamodel", probe=name, hint='add datamodel = "LEVEL:BYTES[:CAP]"')
+                self.error(line, "SAVE needs a datamodel", probe=name, hint='add datamodel = "LEVEL:BYTES[:CAP]", "sum" or "hist:log2"')
             if datamodel is not None:
                 probe.map = name
                 self._datamodel[name] = datamodel
@@ -304,17 +367,24 @@ class _Loader:
             prefixes.append(tuple(part.split(".")))
         return tuple(prefixes)
 
-    def parse_datamodel(self, text, line: int, probe: str):
-        m = re.fullmatch(r"(thread|warp|block):(\d+)(?::(\d+|count))?", str(text).strip())
+    def parse_datamodel(self, text, line: int, probe: str) -> "_Datamodel | None":
+        text = str(text).strip()
+        if text == "sum":
+            return _Datamodel("sum", None, 0, 1)
+        if text.startswith("hist:"):
+            buckets = self.parse_buckets(text[len("hist:"):], line, f"probe {probe}")
+            return _Datamodel("hist", None, 0, 1, buckets) if buckets else None
+        m = re.fullmatch(r"(thread|warp|block):(\d+)(?::(\d+|count))?", text)
         if not m:
-            self.error(line, f"malformed datamodel {text!r}", probe=probe, hint="LEVEL:BYTES[:CAP], LEVEL thread|warp|block")
+            self.error(line, f"malformed datamodel {text!r}", probe=probe,
+                       hint="LEVEL:BYTES[:CAP] (LEVEL thread|warp|block), sum, hist:log2 or hist:linear:MIN:MAX:STEP")
             return None
         nbytes = int(m.group(2))
         if nbytes <= 0 or nbytes % 4 or nbytes > 256:
             self.error(line, f"record size {nbytes} must be a positive multiple of 4, at most 256", probe=probe)
             return None
         cap = self.parse_cap(m.group(3) or 1, line, f"probe {probe}")
-        return (m.group(1), nbytes, cap) if cap is not None else None
+        return _Datamodel("array", m.group(1), nbytes, cap) if cap is not None else None
 
     def parse_snippet(self, probe: str, where: str, text, key_line: int) -> Snippet | None:
         if not isinstance(text, str):
@@ -352,7 +422,7 @@ class _Loader:
             self.register_lines.setdefault(name, decl.line)
 
     def compact_map(self, probe: Probe, table) -> MapSpec | None:
-        level, nbytes, cap = self._datamodel.pop(probe.name)
+        datamodel = self._datamodel.pop(probe.name)
         saving = [sn for sn in probe.snippets() if any(i.opcode.base == SAVE for i in ir.instructions(sn.statements))]
         if len(saving) > 1:
             self.error(probe.line, "SAVE may appear in `before` or in `after`, not in both", probe=probe.name)
@@ -364,16 +434,35 @@ class _Loader:
             width = insn.opcode.modifiers[-1] if insn.opcode.modifiers else None
             if width not in FIELD_TYPES or len(insn.operands) != 1 or not isinstance(insn.operands[0], ir.Vector):
                 continue  # the verifier reports malformed SAVEs
+            if datamodel.kind != "array" and width != "u64":
+                self.error(insn.line, f"a {datamodel.kind} datamodel takes SAVE.u64: it adds u64 values", probe=probe.name, token="SAVE")
             for operand in insn.operands[0].items:
                 fields.append((_field_name(operand, [n for n, _ in fields]), width))
+        if datamodel.kind == "hist":
+            if len(fields) != 1:
+                self.error(probe.line, f"a hist datamodel records one value per SAVE, not {len(fields)}", probe=probe.name)
+            return MapSpec.aggregate(probe.name, probe.level, "hist", [], datamodel.buckets)
+        if datamodel.kind == "sum":
+            return MapSpec.aggregate(probe.name, probe.level, "sum", [n for n, _ in fields]) if fields else None
         laid, size = layout(fields, packed=True)
-        if size > nbytes:
+        if size > datamodel.nbytes:
             self.error(
                 self.key_line(probe.line, "datamodel"),
-                f"SAVE writes {size} bytes per record but the datamodel's record is {nbytes} bytes",
+                f"SAVE writes {size} bytes per record but the datamodel's record is {datamodel.nbytes} bytes",
                 probe=probe.name,
             )
-        return MapSpec(probe.name, level, cap, laid, nbytes)
+        return MapSpec(probe.name, datamodel.level, datamodel.cap, laid, datamodel.nbytes)
+
+
+@attrs.frozen
+class _Datamodel:
+    """A compact-form datamodel: `LEVEL:BYTES[:CAP]`, `sum` or `hist:BUCKETS` (level from the probe)."""
+
+    kind: str
+    level: str | None
+    nbytes: int
+    cap: int | str
+    buckets: Buckets | None = None
 
 
 def _field_name(operand: ir.Operand, taken: list[str]) -> str:

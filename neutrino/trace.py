@@ -10,13 +10,16 @@ Normative description: ``spec/trace-format.md``. In short, a run leaves::
         result/index.bin     one record per probed launch (native writer)
 
 ``load(path)`` opens such a directory lazily: result files are memory-mapped
-when a launch's maps are first asked for.
+when a launch's maps are first asked for. A map is an `array` (records per
+unit), a `sum` (`MapData.totals()`) or a `hist` (`MapData.histogram()`);
+``map_buffer_bytes`` is the one rule that sizes any map's device buffer.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -30,6 +33,7 @@ VERSION = 1
 SECTION_ALIGN = 64
 
 LEVELS = ("thread", "warp", "block")
+MAP_TYPES = ("array", "sum", "hist")  # the code in a map header's `type` word is the index
 FIELD_TYPES = {"u32": 4, "u64": 8}
 _TYPE_BY_WIDTH = {4: "u32", 8: "u64"}
 
@@ -53,7 +57,7 @@ MAP_HEADER = np.dtype(
         ("cap_is_count", "<u4"),  # 1 when the probe said cap = "count"
         ("units", "<u8"),
         ("n_fields", "<u4"),
-        ("reserved", "<u4"),
+        ("type", "<u4"),  # index into MAP_TYPES; was `reserved` (0) in older files, which are all arrays
         ("offset", "<u8"),  # absolute byte offset of the section
         ("size", "<u8"),  # bytes of the section
     ]
@@ -105,8 +109,122 @@ def units_for(level: str, grid: Sequence[int], block: Sequence[int]) -> int:
 
 
 def buffer_bytes(units: int, cap: int, record_bytes: int) -> int:
-    """Size of one map buffer: counts (16-aligned) then records."""
+    """Size of one `array` map buffer: counts (16-aligned) then records."""
     return align(4 * units, 16) + units * cap * record_bytes
+
+
+# A sum/hist map's buffer holds STRIPES rows of counters; a warp adds to row
+# (%smid % STRIPES), so that the atomics of a launch spread over many addresses
+# (and L2 slices) instead of queueing on one. Rows start ROW_ALIGN apart. The
+# buffer is written to the result file as it is (units = rows there); readers
+# add the rows up. Old files keep their own row count, so STRIPES may change.
+STRIPES = 32
+ROW_ALIGN = 128
+
+
+def stripe_row_bytes(record_bytes: int) -> int:
+    """Distance between two rows of counters in a sum/hist map's device buffer."""
+    return align(record_bytes, ROW_ALIGN)
+
+
+def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], cap: int | None = None) -> tuple[int, int]:
+    """(units, bytes) of the device buffer of one map for one launch: THE sizing rule.
+
+    `map_info` is the map's entry in kernel.json (spec/kernel-json.md); `cap`
+    is the records per unit for an `array` map (for `cap = "count"` the
+    counted cap; None: the declared one, 1 when it is "count"). A `sum` or
+    `hist` map is STRIPES rows of u64 counters per launch, whatever the grid:
+    `units` is the number of rows.
+    """
+    kind = map_info.get("type", "array")
+    if kind != "array":
+        return STRIPES, STRIPES * stripe_row_bytes(int(map_info["record_bytes"]))
+    if cap is None:
+        cap = map_info["cap"] if isinstance(map_info["cap"], int) else 1
+    units = units_for(map_info["level"], grid, block)
+    return units, buffer_bytes(units, cap, int(map_info["record_bytes"]))
+
+
+def section_bytes(kind: str, units: int, cap: int, record_bytes: int) -> int:
+    """Bytes of a map's section in a result file (= its device buffer); `units` = rows for sum/hist."""
+    return buffer_bytes(units, cap, record_bytes) if kind == "array" else units * stripe_row_bytes(record_bytes)
+
+
+@attrs.frozen
+class Buckets:
+    """The buckets of a `hist` map: `log2`, or `linear:MIN:MAX:STEP` (unsigned values).
+
+    log2 (bpftrace's `hist()`): bucket 0 holds the value 0, bucket k >= 1 the
+    values [2^(k-1), 2^k); 65 buckets cover u64. linear (bpftrace's `lhist()`):
+    bucket 0 holds values < MIN, bucket 1 + (v - MIN) // STEP values in
+    [MIN, MAX), the last bucket values >= MAX.
+    """
+
+    kind: str  # log2 / linear
+    min: int = 0
+    max: int = 0
+    step: int = 1
+
+    LOG2_COUNT = 65
+
+    @classmethod
+    def parse(cls, text: str) -> "Buckets":
+        """The bucket spec of `text`; ValueError with a reason when malformed."""
+        text = str(text).strip()
+        if text == "log2":
+            return cls("log2")
+        m = re.fullmatch(r"linear:(\d+):(\d+):(\d+)", text)
+        if not m:
+            raise ValueError(f"malformed buckets {text!r}: write \"log2\" or \"linear:MIN:MAX:STEP\"")
+        lo, hi, step = (int(g) for g in m.groups())
+        if step <= 0 or lo >= hi or hi >= 1 << 64:
+            raise ValueError(f"buckets {text!r}: need 0 <= MIN < MAX < 2^64 and STEP > 0")
+        spec = cls("linear", lo, hi, step)
+        if spec.count > 4096:
+            raise ValueError(f"buckets {text!r} make {spec.count} buckets; at most 4096")
+        return spec
+
+    def __str__(self) -> str:
+        return "log2" if self.kind == "log2" else f"linear:{self.min}:{self.max}:{self.step}"
+
+    def header_names(self) -> tuple[str, ...]:
+        """How a result file's field table spells the spec: `log2`, or `linear`, `min=N`, `max=N`, `step=N`."""
+        return ("log2",) if self.kind == "log2" else ("linear", f"min={self.min}", f"max={self.max}", f"step={self.step}")
+
+    @classmethod
+    def from_header_names(cls, names: Sequence[str]) -> "Buckets":
+        if list(names[:1]) == ["linear"] and len(names) == 4:
+            return cls.parse("linear:" + ":".join(n.split("=", 1)[-1] for n in names[1:]))
+        return cls.parse(":".join(names))
+
+    @property
+    def linear_count(self) -> int:
+        return -(-(self.max - self.min) // self.step)
+
+    @property
+    def count(self) -> int:
+        return self.LOG2_COUNT if self.kind == "log2" else self.linear_count + 2
+
+    def index(self, value: int) -> int:
+        """The bucket of one value (the rule the lowered code implements)."""
+        if self.kind == "log2":
+            return int(value).bit_length()
+        if value < self.min:
+            return 0
+        if value >= self.max:
+            return self.count - 1
+        return 1 + (value - self.min) // self.step
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) of every bucket: bucket i holds low[i] <= v < high[i] (high of the last is 2^64)."""
+        top = 1 << 64
+        if self.kind == "log2":
+            low = [0] + [1 << (k - 1) for k in range(1, 65)]
+            high = [1] + [1 << k for k in range(1, 65)]
+        else:
+            edges = [min(self.min + k * self.step, self.max) for k in range(self.linear_count + 1)]
+            low, high = [0] + edges, [self.min] + edges[1:] + [top]
+        return np.array(low, dtype=object), np.array(high, dtype=object)
 
 
 @attrs.frozen
@@ -137,7 +255,9 @@ class MapSection:
     """One map of one launch, as written: its layout and its raw buffer.
 
     `data` is the device buffer copied back (any object supporting the
-    buffer protocol), exactly `buffer_bytes(units, cap, record_bytes)` long.
+    buffer protocol), exactly `section_bytes(type, units, cap, record_bytes)`
+    long. For a `hist` map `buckets` is its bucket spec; its fields are not
+    written (the counters are the buckets).
     """
 
     name: str
@@ -148,10 +268,39 @@ class MapSection:
     fields: tuple[Field, ...] = attrs.field(converter=_fields)
     data: object = attrs.field(repr=False)
     cap_is_count: bool = False
+    type: str = attrs.field(default="array", validator=attrs.validators.in_(MAP_TYPES))
+    buckets: str | None = None
+
+    @classmethod
+    def of(cls, map_info: dict, units: int, cap: int, data) -> "MapSection":
+        """The section of a map described by its kernel.json entry, `units` and `cap` as
+        `map_buffer_bytes` gave them; `data` is the device buffer, written as it is."""
+        return cls(map_info["name"], map_info["level"], map_info["record_bytes"], cap, units, map_info["fields"], data,
+                   cap_is_count=map_info["cap"] == "count", type=map_info.get("type", "array"),
+                   buckets=map_info.get("buckets"))
 
     @property
     def size(self) -> int:
-        return buffer_bytes(self.units, self.cap, self.record_bytes)
+        return section_bytes(self.type, self.units, self.cap, self.record_bytes)
+
+    @property
+    def dropped(self) -> int:
+        """Records tried beyond the cap (always 0 for sum and hist maps: they cannot overflow)."""
+        if self.type != "array" or not self.units:
+            return 0
+        counts = np.frombuffer(self.data, "<u4", count=self.units).astype("i8")
+        return int(np.clip(counts - self.cap, 0, None).sum())
+
+    def header_fields(self) -> tuple[Field, ...]:
+        """The field table of the map header; a hist map's spells its bucket spec (Buckets.header_names)."""
+        if self.type == "hist":
+            return tuple(Field(name, "u64", 0) for name in Buckets.parse(self.buckets or "").header_names())
+        return self.fields
+
+
+def fold_rows(rows: np.ndarray, record_bytes: int) -> np.ndarray:
+    """The counters of a sum/hist map: its rows (u64, `rows x stripe_row_bytes/8`) added up modulo 2^64."""
+    return rows[:, : record_bytes // 8].sum(axis=0, dtype=np.uint64)
 
 
 def record_dtype(fields: Sequence[Field], record_bytes: int) -> np.dtype:
@@ -178,7 +327,7 @@ def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection])
     head["block"] = tuple(block)
     head["shared_bytes"] = shared_bytes
     descs: list[bytes] = []
-    size = FILE_HEADER.itemsize + sum(MAP_HEADER.itemsize + len(m.fields) * FIELD_DESC.itemsize for m in maps)
+    size = FILE_HEADER.itemsize + sum(MAP_HEADER.itemsize + len(m.header_fields()) * FIELD_DESC.itemsize for m in maps)
     offsets = []
     pos = align(size, SECTION_ALIGN)
     for m in maps:
@@ -190,11 +339,13 @@ def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection])
         mh["cap"] = m.cap
         mh["cap_is_count"] = int(m.cap_is_count)
         mh["units"] = m.units
-        mh["n_fields"] = len(m.fields)
+        fields = m.header_fields()
+        mh["n_fields"] = len(fields)
+        mh["type"] = MAP_TYPES.index(m.type)
         mh["offset"] = pos
         mh["size"] = m.size
-        fd = np.zeros(len(m.fields), FIELD_DESC)
-        for i, f in enumerate(m.fields):
+        fd = np.zeros(len(fields), FIELD_DESC)
+        for i, f in enumerate(fields):
             fd[i] = (f.name.encode(), f.width, f.offset)
         descs.append(mh.tobytes() + fd.tobytes())
         offsets.append(pos)
@@ -205,7 +356,7 @@ def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection])
 def _check_section(m: MapSection) -> None:
     if len(m.name.encode()) > 63:
         raise TraceError(f"map name too long for a result file: {m.name!r}")
-    for f in m.fields:
+    for f in m.header_fields():
         if len(f.name.encode()) > 31:
             raise TraceError(f"field name too long for a result file: {f.name!r}")
         if f.offset + f.width > m.record_bytes:
@@ -270,9 +421,38 @@ def write_result(path, *, grid, block, shared_bytes: int, maps: Sequence[MapSect
 # --------------------------------------------------------------------- reading
 
 
+@attrs.frozen
+class Histogram:
+    """The buckets of one `hist` map of one launch."""
+
+    buckets: Buckets
+    counts: np.ndarray  # uint64, one per bucket
+
+    @property
+    def total(self) -> int:
+        """Samples recorded (the sum of the buckets)."""
+        return int(self.counts.sum(dtype=np.uint64))
+
+    def rows(self, nonzero: bool = True) -> list[tuple[int, int, int]]:
+        """(low, high, count) per bucket, values low <= v < high; empty buckets left out unless asked."""
+        low, high = self.buckets.bounds()
+        return [(int(lo), int(hi), int(c)) for lo, hi, c in zip(low, high, self.counts) if c or not nonzero]
+
+    def __str__(self) -> str:
+        rows = self.rows()
+        peak = max((c for _, _, c in rows), default=1)
+        return "\n".join(f"[{lo}, {hi}) {c:>12} |{'@' * max(1, 40 * c // peak) if c else ''}" for lo, hi, c in rows)
+
+
 @attrs.define(eq=False)
 class MapData:
-    """One map of one launch, read back. `counts` and `records` are memory-mapped."""
+    """One map of one launch, read back. `counts` and `records` are memory-mapped.
+
+    An `array` map has `counts` (one per unit) and `records` `(units, cap)`.
+    A `sum` map reads as one unit holding one record, the launch's totals (its
+    rows added up; `totals()`); a `hist` map as one record with the field
+    `buckets`, an array of the bucket counters (`histogram()`).
+    """
 
     name: str
     level: str
@@ -283,6 +463,8 @@ class MapData:
     cap_is_count: bool
     counts: np.ndarray
     records: np.ndarray
+    type: str = "array"
+    buckets: Buckets | None = None
 
     @property
     def dtype(self) -> np.dtype:
@@ -290,8 +472,22 @@ class MapData:
 
     @property
     def dropped(self) -> int:
+        if self.type != "array":
+            return 0
         over = self.counts.astype(np.int64) - self.cap
         return int(np.clip(over, 0, None).sum())
+
+    def totals(self) -> dict[str, int]:
+        """A sum map's counters: field name → total over the launch."""
+        if self.type != "sum":
+            raise TraceError(f"map {self.name} is a {self.type} map; totals() is for sum maps")
+        row = np.asarray(self.records)[0, 0]
+        return {f.name: int(row[f.name]) for f in self.fields}
+
+    def histogram(self) -> Histogram:
+        if self.type != "hist" or self.buckets is None:
+            raise TraceError(f"map {self.name} is a {self.type} map; histogram() is for hist maps")
+        return Histogram(self.buckets, np.array(np.asarray(self.records)[0, 0]["buckets"], dtype=np.uint64))
 
     def valid(self) -> np.ndarray:
         """The records actually written, one row each, with the extra field `unit`."""
@@ -299,10 +495,11 @@ class MapData:
         mask = np.arange(self.cap)[None, :] < n[:, None]
         units = np.nonzero(mask)[0].astype(np.uint64)
         recs = np.asarray(self.records)[mask]
-        out_dtype = np.dtype([(f.name, "<u4" if f.type == "u32" else "<u8") for f in self.fields] + [("unit", "<u8")])
+        names = self.records.dtype.names or ()
+        out_dtype = np.dtype([(name, self.records.dtype.fields[name][0]) for name in names] + [("unit", "<u8")])
         out = np.empty(len(units), out_dtype)
-        for f in self.fields:
-            out[f.name] = recs[f.name]
+        for name in names:
+            out[name] = recs[name]
         out["unit"] = units
         return out
 
@@ -361,9 +558,12 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
     if nf == 1:
         fds = [fds]
     name = bytes(mh["name"]).decode()
-    level_i = int(mh["level"])
+    level_i, type_i = int(mh["level"]), int(mh["type"])
     if level_i >= len(LEVELS):
         raise TraceError(f"{path}: map {name}: unknown level {level_i}")
+    if type_i >= len(MAP_TYPES):
+        raise TraceError(f"{path}: map {name}: unknown map type {type_i} (a newer writer?)")
+    kind = MAP_TYPES[type_i]
     fields = []
     for fd in fds:
         width = int(fd["width"])
@@ -372,12 +572,31 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
         fields.append(Field(bytes(fd["name"]).decode(), _TYPE_BY_WIDTH[width], int(fd["offset"])))
     units, cap, rb = int(mh["units"]), int(mh["cap"]), int(mh["record_bytes"])
     offset, size = base + int(mh["offset"]), int(mh["size"])
-    if size != buffer_bytes(units, cap, rb) or offset + size > file_size:
+    if size != section_bytes(kind, units, cap, rb) or offset + size > file_size:
         raise TraceError(f"{path}: map {name}: section size/offset do not match its layout (truncated file?)")
-    dtype = record_dtype(fields, rb)
-    counts = _map_array(path, np.dtype("<u4"), offset, (units,))
-    records = _map_array(path, dtype, offset + align(4 * units, 16), (units, cap))
-    return MapData(name, LEVELS[level_i], cap, rb, units, tuple(fields), bool(mh["cap_is_count"]), counts, records)
+    buckets = None
+    if kind == "array":
+        dtype = record_dtype(fields, rb)
+        counts = _map_array(path, np.dtype("<u4"), offset, (units,))
+        records = _map_array(path, dtype, offset + align(4 * units, 16), (units, cap))
+    else:
+        # One row of u64 counters per launch: shown as one unit with one record.
+        if kind == "hist":
+            try:
+                buckets = Buckets.from_header_names([f.name for f in fields])
+            except ValueError as e:
+                raise TraceError(f"{path}: map {name}: {e}") from None
+            if buckets.count * 8 != rb:
+                raise TraceError(f"{path}: map {name}: {rb} bytes for {buckets.count} buckets")
+            fields, dtype = [], np.dtype([("buckets", "<u8", (buckets.count,))])
+        else:
+            dtype = record_dtype(fields, rb)
+        rows = _map_array(path, np.dtype("<u8"), offset, (units, stripe_row_bytes(rb) // 8))
+        counts = np.ones(1, np.uint32)
+        records = np.frombuffer(fold_rows(np.asarray(rows), rb).tobytes(), dtype).reshape(1, 1)
+        units = 1  # the rows, added up: one unit with one record
+    return MapData(name, LEVELS[level_i], cap, rb, units, tuple(fields), bool(mh["cap_is_count"]), counts, records,
+                   kind, buckets)
 
 
 def _map_array(path: Path, dtype: np.dtype, offset: int, shape: tuple) -> np.ndarray:

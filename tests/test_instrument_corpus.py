@@ -8,7 +8,7 @@ from neutrino.probefile import load_probes
 
 from helpers import CORPUS, HAVE_PTXAS, PROBES, assert_keeps_original, ptxas
 
-BUILTINS = ["block_sched", "gmem_bytes"]
+BUILTINS = ["block_sched", "gmem_bytes", "gmem_bytes_thread", "tensorop", "tensorop_thread"]
 ALL_PROBES = BUILTINS + [str(p) for p in PROBES]
 
 

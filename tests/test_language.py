@@ -18,7 +18,7 @@ from neutrino.language.backend import Backend, PTXBackend
 from neutrino.language.ir import Field, Imm, Instr, Reg, record_bytes
 
 TOOLS_DIR = Path(nl.__file__).resolve().parent.parent / "tools"
-TOOLS = ("block_sched", "gmem_bytes", "dmat", "tensorop", "program_progress")
+TOOLS = ("block_sched", "gmem_bytes", "dmat", "tensorop", "program_progress", "gmem_bytes_thread", "tensorop_thread")
 
 HEADER = "from neutrino import probe, Map\nimport neutrino.language as nl\n"
 
@@ -424,11 +424,18 @@ def check_explicit_schema(text: str) -> dict:
     assert set(doc) <= {"map", "probe", "description", "analyze_hook"}
     maps = doc.get("map", {})
     for name, m in maps.items():
-        assert set(m) <= {"level", "fields", "cap"} and m["level"] in ("thread", "warp", "block")
+        kind = m.get("type", "array")
+        assert m["level"] in ("thread", "warp", "block")
+        if kind == "hist":
+            assert set(m) == {"type", "level", "buckets"}
+            m["fields"] = ["value:u64"]  # what a SAVE into it gives
+            continue
+        assert set(m) <= {"level", "fields", "cap"} | ({"type"} if kind == "sum" else set())
         assert m["fields"] and all(FIELD_RE.match(f) for f in m["fields"])
+        assert kind == "array" or all(f.endswith(":u64") for f in m["fields"])
         names = [f.split(":")[0] for f in m["fields"]]
         assert len(set(names)) == len(names)
-        assert m.get("cap", 1) == "count" or (isinstance(m["cap"], int) and m["cap"] >= 1)
+        assert m.get("cap", 1) == "count" or (isinstance(m.get("cap", 1), int) and m.get("cap", 1) >= 1)
     assert doc["probe"]
     for name, p in doc["probe"].items():
         assert set(p) <= {"position", "level", "before", "after"} and ("before" in p or "after" in p)
@@ -451,15 +458,17 @@ def test_builtin_tool_compiles_to_explicit_form(tool):
 
 def test_builtin_tool_maps_match_spec_tools_md():
     expect = {
-        "block_sched": ("warp", 1, ["start:u64", "elapsed:u32", "cuid:u32"]),
-        "gmem_bytes": ("thread", 1, ["bytes:u64"]),
-        "dmat": ("thread", "count", ["clock:u64", "addr:u64"]),
-        "tensorop": ("thread", 1, ["count:u64"]),
-        "program_progress": ("thread", "count", ["clock:u64", "branch:u32", "cuid:u32"]),
+        "block_sched": ("array", "warp", 1, ["start:u64", "elapsed:u32", "cuid:u32"]),
+        "gmem_bytes": ("sum", "thread", None, ["bytes:u64", "active_threads:u64"]),
+        "gmem_bytes_thread": ("array", "thread", 1, ["bytes:u64"]),
+        "dmat": ("array", "thread", "count", ["clock:u64", "addr:u64"]),
+        "tensorop": ("sum", "thread", None, ["count:u64", "warp_count:u64", "active_warps:u64"]),
+        "tensorop_thread": ("array", "thread", 1, ["count:u64"]),
+        "program_progress": ("array", "thread", "count", ["clock:u64", "branch:u32", "cuid:u32"]),
     }
-    for tool, (level, cap, fields) in expect.items():
+    for tool, (kind, level, cap, fields) in expect.items():
         m = tomlkit.parse(nl.compile_file(TOOLS_DIR / f"{tool}.py")).unwrap()["map"][tool]
-        assert (m["level"], m["cap"], m["fields"]) == (level, cap, fields), tool
+        assert (m.get("type", "array"), m["level"], m.get("cap"), m["fields"]) == (kind, level, cap, fields), tool
 
 
 PTXAS = shutil.which("ptxas")
@@ -515,7 +524,7 @@ ERRORS = [
      def p():
          x = nl.clocks()
      ''', "t.py:5:9: error: [probe p] unknown helper 'nl.clocks'\n        x = nl.clocks()\n            ^\n"
-          "    hint: known: Map, addr, bytes, clock, cuid, in1, in2, in3, out, probe, save, smid, time, u32, u64"),
+          "    hint: known: Map, addr, bytes, clock, cuid, in1, in2, in3, laneid, out, probe, save, smid, time, u32, u64"),
     ('''
      @probe(pos="kernel")
      def p():

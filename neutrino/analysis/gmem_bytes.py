@@ -1,9 +1,11 @@
 """gmem_bytes: bytes moved by global loads, stores and async copies.
 
-Input: one record per thread with the bytes that thread moved (`bytes:u64`).
-Output: the launch total (sum over threads), how the bytes spread over
-threads, and the effective bandwidth `bytes / duration` when the runtime
-measured the launch's duration.
+Input, either form of the tool: the `sum` map `gmem_bytes` (the launch's
+`bytes`, and `active_threads` when present), or one record per thread with
+the bytes that thread moved (`bytes:u64`, the `gmem_bytes_thread` tool).
+Output: the launch total, the threads that moved anything, the most one
+thread moved (per-thread form only), and the effective bandwidth
+`bytes / duration` when the runtime measured the launch's duration.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import numpy as np
 
 from neutrino.analysis import _common as C
 
-MAP_NAMES = ("gmem_bytes",)
+MAP_NAMES = ("gmem_bytes", "gmem_bytes_thread")
 HAS_PLOTS = False
-BYTES_FIELDS = ("bytes", "nbytes", "gmem_bytes", "size")
+BYTES_FIELDS = ("bytes", "nbytes", "gmem_bytes", "size", "gmem_total")
+ACTIVE_FIELDS = ("active_threads", "active")
 
 
 def matches(md) -> bool:
@@ -26,9 +29,9 @@ def matches(md) -> bool:
 @attrs.frozen
 class ByteStats:
     total: int  # bytes summed over all records
-    records: int  # threads (records) counted
-    active: int  # records with a non-zero byte count
-    max_per_record: int
+    records: int | None  # threads (records) counted; None when summed on the device
+    active: int | None  # records with a non-zero byte count; None when not counted
+    max_per_record: int | None  # None when summed on the device
 
     @classmethod
     def of(cls, values: np.ndarray) -> "ByteStats":
@@ -39,9 +42,26 @@ class ByteStats:
         return cls(total=int(values.sum(dtype=np.uint64)), records=len(values),
                    active=int(np.count_nonzero(values)), max_per_record=int(values.max()))
 
+    @classmethod
+    def of_totals(cls, totals: dict[str, int], field: str, active_field: str | None) -> "ByteStats":
+        """Statistics of a sum map's counters: the total, and the active threads when counted."""
+        return cls(total=totals[field], records=None, active=totals[active_field] if active_field else None,
+                   max_per_record=None)
+
     def __add__(self, other: "ByteStats") -> "ByteStats":
-        return ByteStats(self.total + other.total, self.records + other.records,
-                         self.active + other.active, max(self.max_per_record, other.max_per_record))
+        return ByteStats(self.total + other.total, _add(self.records, other.records), _add(self.active, other.active),
+                         _combine(max, self.max_per_record, other.max_per_record))
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return _combine(lambda x, y: x + y, a, b)
+
+
+def _combine(fn, a, b):
+    """fn(a, b), where None (not measured) is the neutral element: launches of both forms mix."""
+    if a is None:
+        return b
+    return a if b is None else fn(a, b)
 
 
 def bandwidth_gbs(total_bytes: int, duration_ns: float | None) -> float | None:
@@ -65,6 +85,10 @@ class LaunchResult:
 
 def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
     field = C.find_field(md.dtype, BYTES_FIELDS, map_name=md.name)
+    if getattr(md, "type", "array") == "sum":
+        active = C.find_field(md.dtype, ACTIVE_FIELDS, map_name=md.name, required=False)
+        stats = ByteStats.of_totals(md.totals(), field, active)
+        return LaunchResult(index=int(launch.index), kernel=launch.kernel, duration_ns=launch.duration_ns, stats=stats)
     stats = ByteStats(0, 0, 0, 0)
     for records, _unit in C.iter_valid(md):
         stats = stats + ByteStats.of(records[field])
@@ -86,10 +110,20 @@ def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
     return {
         "bytes": str(total),  # exact: checked against what the kernel must move
         "bytes/launch": C.fmt_num(total / n if n else None),
-        "active threads": C.fmt_num(sum(r.stats.active for r in results)),
-        "max/thread": C.fmt_num(max((r.stats.max_per_record for r in results), default=0)),
+        "active threads": C.fmt_num(_sum_known(r.stats.active for r in results)),
+        "max/thread": C.fmt_num(_max_known(r.stats.max_per_record for r in results)),
         "GB/s": C.fmt_num(bw),
     }
+
+
+def _sum_known(values) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _max_known(values) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 def write_plots(results: list[LaunchResult], out_dir: str) -> list[str]:

@@ -1,9 +1,12 @@
 """tensorop: tensor-core instructions (`mma`, `wgmma`) executed per thread.
 
-Input: one `count:u64` per thread. Every thread of a warp executes a warp-wide
-`mma`, so the per-thread counts of one warp are normally equal; the number of
+Input, either form of the tool: the `sum` map `tensorop` (`count`, the
+per-thread executions summed; `warp_count`, lane 0's executions summed, i.e.
+the warp instructions; `active_warps`), or one `count:u64` per thread (the
+`tensorop_thread` tool). Every thread of a warp executes a warp-wide `mma`, so
+the per-thread counts of one warp are normally equal; the number of
 warp-level instructions issued is the sum over warps of the largest count
-among the warp's threads.
+among the warp's threads (lane 0's count, for these `.aligned` instructions).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import numpy as np
 
 from neutrino.analysis import _common as C
 
-MAP_NAMES = ("tensorop",)
+MAP_NAMES = ("tensorop", "tensorop_thread")
 HAS_PLOTS = False
 COUNT_FIELDS = ("count", "cnt", "tensorop", "mma")
 
@@ -27,12 +30,25 @@ def matches(md) -> bool:
 class TensorStats:
     thread_instructions: int  # sum of per-thread counts
     warp_instructions: int  # sum over warps of the max count of its threads
-    threads: int
-    active_threads: int  # threads with a non-zero count
-    active_warps: int
+    threads: int | None  # None: summed on the device, not counted
+    active_threads: int | None
+    active_warps: int | None
 
     def __add__(self, o: "TensorStats") -> "TensorStats":
-        return TensorStats(*(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(o))))
+        return TensorStats(*(_add(a, b) for a, b in zip(attrs.astuple(self), attrs.astuple(o))))
+
+    @classmethod
+    def of_totals(cls, totals: dict[str, int]) -> "TensorStats":
+        """A sum map's counters (spec/tools.md, tensorop)."""
+        return cls(thread_instructions=totals["count"], warp_instructions=totals["warp_count"], threads=None,
+                   active_threads=None, active_warps=totals.get("active_warps"))
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    """None (not measured) is neutral, so launches of both forms add up."""
+    if a is None:
+        return b
+    return a if b is None else a + b
 
 
 def tensor_stats(count: np.ndarray, warp: np.ndarray) -> TensorStats:
@@ -59,6 +75,10 @@ class LaunchResult:
 
 
 def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
+    if getattr(md, "type", "array") == "sum":
+        C.find_field(md.dtype, ("warp_count",), map_name=md.name)
+        return LaunchResult(index=int(launch.index), kernel=launch.kernel, duration_ns=launch.duration_ns,
+                            stats=TensorStats.of_totals(md.totals()))
     field = C.find_field(md.dtype, COUNT_FIELDS, map_name=md.name)
     stats = TensorStats(0, 0, 0, 0, 0)
     # Chunks of whole blocks, so that no warp is split between two chunks.

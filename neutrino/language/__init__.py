@@ -31,7 +31,7 @@ from neutrino.language.compiler import compile_file, compile_source, compile_to_
 from neutrino.language.errors import DslError
 
 __all__ = [
-    "probe", "Map", "save", "clock", "time", "cuid", "smid", "u32", "u64",
+    "probe", "Map", "save", "clock", "time", "cuid", "smid", "laneid", "u32", "u64",
     "addr", "bytes", "out", "in1", "in2", "in3",
     "compile_file", "compile_source", "compile_to_ir", "DslError",
 ]
@@ -65,6 +65,7 @@ def _compiled_only(name: str):
 clock = _compiled_only("clock")
 time = _compiled_only("time")
 cuid = _compiled_only("cuid")
+laneid = _compiled_only("laneid")
 smid = _compiled_only("smid")
 save = _compiled_only("save")
 
@@ -98,12 +99,19 @@ def probe(pos=None, level="thread", before=None, after=None, size=None, cap=None
     return mark
 
 
-def Map(level="thread", type="array", size=None, cap=1):  # noqa: N802 - the DSL's spelling
-    """Marks a map (record layout) class; returns it with a `save` placeholder."""
+def Map(level="thread", type="array", size=None, cap=1, buckets=None):  # noqa: N802 - the DSL's spelling
+    """Marks a map class; returns it with placeholders for what probes call on it.
+
+    type="array": records per unit, `MAP.save(values...)`; type="sum": u64
+    counters per launch, `MAP.add(values...)` (or `MAP.add(field=value)`, or
+    `MAP.save(...)`, the same); type="hist": buckets per launch ("log2" or
+    "linear:MIN:MAX:STEP"), `MAP.record(value)`.
+    """
 
     def mark(cls):
-        cls.__neutrino_map__ = dict(level=level, type=type, size=size, cap=cap)
-        cls.save = staticmethod(_compiled_only(f"{cls.__name__}.save"))
+        cls.__neutrino_map__ = dict(level=level, type=type, size=size, cap=cap, buckets=buckets)
+        for method in ("save", "add", "record"):
+            setattr(cls, method, staticmethod(_compiled_only(f"{cls.__name__}.{method}")))
         return cls
 
     return mark

@@ -31,7 +31,7 @@ class PTXBackend(Backend):
     name = "ptx"
 
     _DECL = {U64: ".b64", U32: ".b32", PRED: ".pred"}
-    _SPECIAL = {"clock": "%clock64", "time": "%globaltimer", "cuid": "%smid"}
+    _SPECIAL = {"clock": "%clock64", "time": "%globaltimer", "cuid": "%smid", "laneid": "%laneid"}
     _PRED_OPS = {"pand": "and.pred", "por": "or.pred", "pnot": "not.pred"}
 
     def snippet(self, body: Sequence[Instr]) -> str:

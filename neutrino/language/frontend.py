@@ -26,6 +26,7 @@ import attrs
 from typing import Optional
 
 from neutrino.errors import Diagnostic, Location
+from neutrino.trace import Buckets
 from neutrino.language.ir import (
     BITS,
     PRED,
@@ -44,12 +45,16 @@ from neutrino.language.ir import (
 
 #: what `neutrino.language` offers to probe files
 LANG_NAMES = frozenset(
-    "probe Map save clock time cuid smid u32 u64 addr bytes out in1 in2 in3".split()
+    "probe Map save clock time cuid smid laneid u32 u64 addr bytes out in1 in2 in3".split()
 )
-VALUE_HELPERS = {"clock": ("clock", U64), "time": ("time", U64), "cuid": ("cuid", U32), "smid": ("cuid", U32)}
+VALUE_HELPERS = {"clock": ("clock", U64), "time": ("time", U64), "cuid": ("cuid", U32), "smid": ("cuid", U32),
+                 "laneid": ("laneid", U32)}
 FIELD_HELPERS = {"addr": ("ADDR", U64), "bytes": ("BYTES", U32), "out": ("OUT", U64),
                  "in1": ("IN1", U64), "in2": ("IN2", U64), "in3": ("IN3", U64)}
 DTYPES = {"u32": U32, "u64": U64}
+# What a probe may call on a map, by map type: each call is one SAVE into it.
+MAP_METHODS_OF = {"array": ("save",), "sum": ("add", "save"), "hist": ("record",)}
+MAP_METHODS = frozenset(m for methods in MAP_METHODS_OF.values() for m in methods)
 
 #: PTX names a user variable must not turn into (special registers, helper words)
 RESERVED = frozenset(
@@ -306,11 +311,55 @@ class _ModuleScan:
     # ---- @Map classes
     def map_class(self, cls: ast.ClassDef) -> None:
         call = self.single_decorator(cls, "Map")
-        kw = self.decorator_args(call, ("level", "type", "size", "cap"), ())
+        kw = self.decorator_args(call, ("level", "type", "size", "cap", "buckets"), ())
         level = self.level(kw.get("level"), call)
-        if "type" in kw and kw["type"][0] != "array":
-            self.src.abort(kw["type"][1], "only type=\"array\" maps are supported")
+        kind, kind_node = kw.get("type", ("array", call))
+        if kind not in ("array", "sum", "hist"):
+            self.src.abort(kind_node, f"bad map type {kind!r}: expected \"array\", \"sum\" or \"hist\"")
+        if kind != "array":
+            self.aggregate_map_class(cls, call, kw, kind, level)
+            return
+        if "buckets" in kw:
+            self.src.abort(kw["buckets"][1], "buckets= is for type=\"hist\" maps")
         cap = self.cap(kw.get("cap"))
+        fields = self.map_fields(cls)
+        if "size" in kw:
+            check_size(self.src, kw["size"], fields)
+        self._define(cls.name, cls)
+        self.maps[cls.name] = MapIR(cls.name, level, cap, fields, self.src.location(cls))
+        self.map_nodes[cls.name] = cls
+
+    def aggregate_map_class(self, cls: ast.ClassDef, call: ast.Call, kw: dict, kind: str, level: str) -> None:
+        """type="sum": u64 fields, the launch's counters; type="hist": no fields, buckets=..."""
+        for key in ("cap", "size"):
+            if key in kw:
+                self.src.abort(kw[key][1], f"{key}= does not apply to a {kind} map: it holds one set of counters per launch")
+        buckets = None
+        if kind == "hist":
+            if "buckets" not in kw:
+                self.src.abort(call, "a hist map needs buckets=\"log2\" or buckets=\"linear:MIN:MAX:STEP\"")
+            value, node = kw["buckets"]
+            try:
+                buckets = str(Buckets.parse(value))
+            except ValueError as e:
+                self.src.abort(node, str(e))
+            fields = [("value", U64)]
+            body = [item for item in cls.body if not isinstance(item, ast.Pass)
+                    and not (isinstance(item, ast.Expr) and isinstance(item.value, ast.Constant))]
+            if body:
+                self.src.abort(body[0], f"hist map '{cls.name}' has no fields: it counts the values given to {cls.name}.record(v)")
+        else:
+            if "buckets" in kw:
+                self.src.abort(kw["buckets"][1], "buckets= is for type=\"hist\" maps")
+            fields = self.map_fields(cls)
+            for item, (fname, ty) in zip([i for i in cls.body if isinstance(i, ast.AnnAssign)], fields):
+                if ty != U64:
+                    self.src.abort(item.annotation, f"field '{fname}' of sum map '{cls.name}' must be nl.u64: counters are 64-bit")
+        self._define(cls.name, cls)
+        self.maps[cls.name] = MapIR(cls.name, level, 1, fields, self.src.location(cls), kind, buckets)
+        self.map_nodes[cls.name] = cls
+
+    def map_fields(self, cls: ast.ClassDef) -> list:
         fields = []
         seen = set()
         for i, item in enumerate(cls.body):
@@ -330,11 +379,7 @@ class _ModuleScan:
             fields.append((fname, ty))
         if not fields:
             self.src.abort(cls, f"map '{cls.name}' has no fields")
-        if "size" in kw:
-            check_size(self.src, kw["size"], fields)
-        self._define(cls.name, cls)
-        self.maps[cls.name] = MapIR(cls.name, level, cap, fields, self.src.location(cls))
-        self.map_nodes[cls.name] = cls
+        return fields
 
     # ---- @probe functions
     def probe_function(self, fn: ast.FunctionDef) -> None:
@@ -379,7 +424,7 @@ class _ModuleScan:
         # instruction's result runs after its position, any other before it.
         for node in ast.walk(fn):
             r = self.resolve(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
-            if r in ("lang:save", "lang:out") or (isinstance(node, ast.Attribute) and node.attr == "save"):
+            if r in ("lang:save", "lang:out") or (isinstance(node, ast.Attribute) and node.attr in MAP_METHODS):
                 return "after"
         return "before"
 
@@ -764,9 +809,9 @@ class _ProbeLowering(ast.NodeVisitor):
         if not isinstance(call, ast.Call):
             self.src.abort(node, "expression statement has no effect", hint="assign it to a variable or save it")
         func = call.func
-        if isinstance(func, ast.Attribute) and func.attr == "save" and isinstance(func.value, ast.Name) \
+        if isinstance(func, ast.Attribute) and func.attr in MAP_METHODS and isinstance(func.value, ast.Name) \
                 and func.value.id not in self.scan.aliases:
-            self.map_save(call, func.value)
+            self.map_save(call, func.value, func.attr)
             return
         helper = self.scan.resolve_helper(func)
         if helper == "save":
@@ -777,26 +822,43 @@ class _ProbeLowering(ast.NodeVisitor):
         self.src.abort(call, f"unknown function '{ast.unparse(func)}'", hint="probe bodies can only call neutrino.language helpers and MAP.save(...)")
 
     # ---- saves
-    def map_save(self, call: ast.Call, map_node: ast.Name) -> None:
+    def map_save(self, call: ast.Call, map_node: ast.Name, method: str = "save") -> None:
+        """MAP.save(...) (array, sum), MAP.add(...) (sum), MAP.record(v) (hist): one SAVE."""
         name = map_node.id
         m = self.scan.maps.get(name)
         if m is None:
             self.src.abort(map_node, f"unknown map '{name}'", hint="declare it with @Map(...) class " + name + ": ...")
-        if call.keywords:
-            self.src.abort(call.keywords[0], f"{name}.save() takes positional values only")
+        if method not in MAP_METHODS_OF[m.type]:
+            self.src.abort(call.func, f"{m.type} map '{name}' has no {method}()",
+                           hint=f"use {' or '.join(f'{name}.{x}(...)' for x in MAP_METHODS_OF[m.type])}")
+        args = list(call.args)
+        if call.keywords and method == "add" and not call.args:
+            args = self.keyword_values(call, m)
+        elif call.keywords:
+            self.src.abort(call.keywords[0], f"{name}.{method}() takes positional values only")
         fields = ", ".join(f"{n}:{t}" for n, t in m.fields)
-        if len(call.args) != len(m.fields):
-            self.src.abort(call, f"save of map '{name}' needs {len(m.fields)} values ({fields}), got {len(call.args)}")
+        if len(args) != len(m.fields):
+            self.src.abort(call, f"{method} of map '{name}' needs {len(m.fields)} values ({fields}), got {len(args)}")
         if m.level != self.decl.level:
             self.src.abort(call, f"probe '{self.decl.name}' has level {self.decl.level} but map '{name}' has level {m.level}",
                            hint="a probe saves only into maps of its own level")
         ops = []
-        for arg, (_, ty) in zip(call.args, m.fields):
+        for arg, (_, ty) in zip(args, m.fields):
             if isinstance(arg, ast.Starred):
                 self.src.abort(arg, "starred arguments are not supported")
             op = self.coerce(self.value(arg, hint=ty), ty, arg, truncate=True)
             ops.append(self.materialize(op))
         self.emit(Instr("save", srcs=tuple(ops), map=name))
+
+    def keyword_values(self, call: ast.Call, m: MapIR) -> list:
+        """MAP.add(field=value, ...): the named counters get the values, the others 0."""
+        names = [n for n, _ in m.fields]
+        given = {}
+        for k in call.keywords:
+            if k.arg not in names:
+                self.src.abort(k, f"map '{m.name}' has no field '{k.arg}'", hint="fields: " + ", ".join(names))
+            given[k.arg] = k.value
+        return [given.get(n, ast.copy_location(ast.Constant(0), call)) for n in names]
 
     def short_save(self, call: ast.Call) -> None:
         dtype = None
@@ -920,8 +982,8 @@ class _ProbeLowering(ast.NodeVisitor):
         helper = self.scan.resolve_helper(node.func)
         if helper is None:
             func = node.func
-            if isinstance(func, ast.Attribute) and func.attr == "save":
-                self.src.abort(node, "save(...) is a statement, not a value")
+            if isinstance(func, ast.Attribute) and func.attr in MAP_METHODS:
+                self.src.abort(node, f"{func.attr}(...) is a statement, not a value")
             self.src.abort(node, f"unknown function '{ast.unparse(func)}'",
                            hint="probe bodies can only call neutrino.language helpers and MAP.save(...)")
         text = ast.unparse(node.func)

@@ -34,7 +34,7 @@ FIELDS = ("ADDR", "BYTES", "OUT", "IN1", "IN2", "IN3")
 
 BINARY_OPS = ("add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "shr")
 UNARY_OPS = ("neg", "not", "mov")
-SPECIAL_OPS = {"clock": U64, "time": U64, "cuid": U32}  # op -> result type
+SPECIAL_OPS = {"clock": U64, "time": U64, "cuid": U32, "laneid": U32}  # op -> result type
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")  # unsigned
 PRED_OPS = ("pand", "por", "pnot")
 
@@ -102,7 +102,7 @@ class Instr:
 
     op: ``mov add sub mul div rem and or xor shl shr neg not`` (typed by
     `type`), ``cvt`` (`type` is the destination type, `src_type` the source),
-    ``clock time cuid`` (no sources), ``setp`` (`cmp` one of COMPARISONS,
+    ``clock time cuid laneid`` (no sources), ``setp`` (`cmp` one of COMPARISONS,
     `type` the compared type, dst a pred), ``selp`` (srcs a, b, pred),
     ``pand por pnot`` (predicates), ``save`` (`map` named, srcs one per field).
     """
@@ -148,9 +148,11 @@ class Instr:
 class MapIR:
     name: str
     level: str
-    cap: Union[int, str]  # int >= 1 or "count"
-    fields: list  # [(name, type)]
+    cap: Union[int, str]  # int >= 1 or "count"; 1 for sum and hist maps
+    fields: list  # [(name, type)]; a hist map's one field is the recorded value
     loc: Optional[Location] = None
+    type: str = "array"  # array / sum / hist (spec/probe-toml.md)
+    buckets: Optional[str] = None  # hist maps: "log2" or "linear:MIN:MAX:STEP"
 
     @property
     def record_bytes(self) -> int:
@@ -194,7 +196,8 @@ class ModuleIR:
         out = []
         for m in self.maps:
             fields = ", ".join(f"{n}:{t}" for n, t in m.fields)
-            out.append(f"map {m.name} level={m.level} cap={m.cap} {{{fields}}}")
+            kind = "" if m.type == "array" else f" type={m.type}" + (f" buckets={m.buckets}" if m.buckets else "")
+            out.append(f"map {m.name} level={m.level} cap={m.cap}{kind} {{{fields}}}")
         for p in self.probes:
             out.append(f"probe {p.name} {p.when} {p.position} level={p.level}:")
             out.extend(f"    {i}" for i in p.body)

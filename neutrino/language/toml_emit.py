@@ -19,9 +19,15 @@ def emit_toml(module: ModuleIR, backend: Backend) -> str:
         maps = tomlkit.table(is_super_table=True)
         for m in module.maps:
             t = tomlkit.table()
+            if m.type != "array":
+                t["type"] = m.type
             t["level"] = m.level
-            t["cap"] = m.cap
-            t["fields"] = [f"{n}:{ty}" for n, ty in m.fields]
+            if m.type == "hist":
+                t["buckets"] = m.buckets
+            else:
+                if m.type == "array":
+                    t["cap"] = m.cap
+                t["fields"] = [f"{n}:{ty}" for n, ty in m.fields]
             maps[m.name] = t
         doc["map"] = maps
     probes = tomlkit.table(is_super_table=True)

@@ -2,9 +2,9 @@
 
 Appends one `.param .u64` per map (and a `.u32` cap for `count` maps) to the
 entry, and emits at kernel entry, ahead of every probe, the code computing
-what the other passes' code reads: the leader predicates, each map's counts
-and records pointers for this thread's unit, and the zeroed cursors (layout in
-spec/kernel-json.md). Finally declares every register the probes and passes
+what the other passes' code reads: the leader predicates, each array map's
+counts and records pointers for this thread's unit and its zeroed cursor, and
+each sum/hist map's counters pointer (layout in spec/kernel-json.md). Finally declares every register the probes and passes
 introduced, in one block at the top of the kernel.
 """
 
@@ -21,6 +21,7 @@ from neutrino.passes.build import entry_index, insn
 from neutrino.passes.lower_save import map_register
 from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.trace import STRIPES, stripe_row_bytes
 
 ORIGIN = "buffer-addressing"
 
@@ -117,6 +118,21 @@ class _Prologue:
         self.emit("add.u64", unit, unit, w)
         return unit, units
 
+    def counters_pointer(self, spec, buffer_param: str) -> None:
+        """A sum or hist map: this warp's row of the launch's counters, row = %smid % STRIPES.
+
+        A warp stays on its SM, so the row is fixed at entry; warps of
+        different SMs add to different rows (trace.STRIPES; readers add them up).
+        """
+        buf = map_register(self.state, "buf", spec, "b64")
+        sm, w = self.t("stripe", "b32"), self.t("w64", "b64")
+        self.emit("ld.param.u64", buf, ir.Address(ir.Symbol(buffer_param)))
+        self.emit("cvta.to.global.u64", buf, buf)
+        self.emit("mov.u32", sm, "%smid")
+        self.emit("and.b32", sm, sm, STRIPES - 1)
+        self.emit("mul.wide.u32", w, sm, stripe_row_bytes(spec.record_bytes))
+        self.emit("add.u64", buf, buf, w)
+
     def map_pointers(self, spec, buffer_param: str, cap_param: str, units_of) -> None:
         unit, units = units_of(spec.level)
         buf = map_register(self.state, "buf", spec, "b64")
@@ -150,6 +166,7 @@ class _MapShape:
     level: str
     cap: int | str
     record_bytes: int
+    type: str = "array"
 
 
 @attrs.frozen
@@ -168,7 +185,7 @@ class _PrologueShape:
             state.prefix,
             tuple((name, state.temps[name]) for name in state.renames.values()),
             frozenset(state.levels),
-            tuple(_MapShape(m.name, m.level, m.cap, m.record_bytes) for m in maps),
+            tuple(_MapShape(m.name, m.level, m.cap, m.record_bytes, m.type) for m in maps),
             state.counting,
         )
 
@@ -218,15 +235,18 @@ def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
     )
     prologue = _Prologue(scratch)
     prologue.zero_probe_registers()
-    if shape.maps or shape.levels:
+    if any(m.type == "array" for m in shape.maps) or shape.levels:
         prologue.thread_geometry()
         prologue.leaders()
-        units: dict[str, tuple[str, str]] = {}
-        for spec in shape.maps:
-            if spec.level not in units:
-                units[spec.level] = prologue.unit(spec.level)
-            buf_param, cap_param = param_names("", spec.name)
-            prologue.map_pointers(spec, buf_param, cap_param, units.__getitem__)
+    units: dict[str, tuple[str, str]] = {}
+    for spec in shape.maps:
+        if spec.type != "array":
+            prologue.counters_pointer(spec, param_names("", spec.name)[0])
+            continue
+        if spec.level not in units:
+            units[spec.level] = prologue.unit(spec.level)
+        buf_param, cap_param = param_names("", spec.name)
+        prologue.map_pointers(spec, buf_param, cap_param, units.__getitem__)
     code = tuple(prologue.code)
     return _PrologueTemplate(
         code,

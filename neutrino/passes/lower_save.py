@@ -1,19 +1,30 @@
-"""SAVE lowering: pseudo-instructions → bounds-checked, aligned vector stores.
+"""SAVE lowering: pseudo-instructions → bounds-checked stores, or atomics into counters.
 
-A unit's leader keeps a cursor per map (`<prefix>cur_<map>`). One execution of
-a snippet writes one record: its SAVE operands are converted into field
-registers where they appear, and at the snippet's last SAVE the record is
-stored at `records + cursor * record_bytes` if `cursor < cap`; the cursor is
-then incremented either way, so dropped records are counted. Before every
-`ret`/`exit` the leader stores its cursor into the counts section
+`array` maps: a unit's leader keeps a cursor per map (`<prefix>cur_<map>`).
+One execution of a snippet writes one record: its SAVE operands are converted
+into field registers where they appear, and at the snippet's last SAVE the
+record is stored at `records + cursor * record_bytes` if `cursor < cap`; the
+cursor is then incremented either way, so dropped records are counted. Before
+every `ret`/`exit` the leader stores its cursor into the counts section
 (spec/kernel-json.md). The counting variant of a kernel keeps only the cursor
 arithmetic and the counts.
+
+`sum` maps: the SAVE's values are added to the launch's u64 counters (this
+warp's row of them, chosen at entry by buffer addressing). At thread level the
+lanes that run the SAVE together (`activemask`) first add their values up
+across the warp, then the lowest of them does one `red.global.add.u64` per
+non-zero sum; lanes whose guard is false add 0, so every present lane joins
+the warp operation wherever the SAVE sits (exits included, where some lanes
+may be gone). `hist` maps: the value's bucket is computed; lanes with the same
+bucket are grouped (`match.any.sync`) and one of each group adds the group's
+size. Neither has a cursor or counts, and the counting variant leaves them out.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import re
 from typing import ClassVar
 
 import attrs
@@ -26,9 +37,19 @@ from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.match import exits_of
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
+from neutrino.trace import Buckets
 
 ORIGIN = "save-lowering"
 COUNT_SUFFIX = "__nt_count"
+REDUX_SM = 80  # redux.sync needs sm_80; older targets reduce with shfl.sync.bfly
+MATCH_SM = 70  # match.any.sync (grouping a warp's lanes by hist bucket) needs sm_70
+ALL_LANES = 0xFFFFFFFF
+
+
+def sm_version(target: str | None) -> int:
+    """The SM number of a module's `.target` (`sm_90a` → 90); 0 when unknown."""
+    m = re.search(r"sm_(\d+)", target or "")
+    return int(m.group(1)) if m else 0
 
 
 def map_register(state: KernelState, role: str, spec: MapSpec, rtype: str) -> str:
@@ -58,6 +79,7 @@ def store_chunks(spec: MapSpec) -> list[list[int]]:
 class _Lowerer:
     state: KernelState
     probes: ProbeFile
+    sm: int = 0  # the module's target, which decides how warps reduce
 
     def emit(self, opcode: str, *operands, guard=None) -> ir.Instruction:
         return insn(opcode, *operands, origin=ORIGIN, guard=guard)
@@ -94,6 +116,183 @@ class _Lowerer:
 
     def field_registers(self, spec: MapSpec) -> list[str]:
         return [map_register(self.state, f"f{i}", spec, "b64" if f.type == "u64" else "b32") for i, f in enumerate(spec.fields)]
+
+    def store(self, spec: MapSpec | "_MapValue", guard: ir.Guard | None) -> list[ir.Instruction]:
+        """The code that writes a complete record (its fields are in the field registers)."""
+        if spec.type == "array":
+            return self.record_store(spec, guard)
+        if self.state.counting:
+            return []  # the counting kernel only sizes array maps
+        if spec.type == "sum":
+            return self.sum_store(spec, guard)
+        return self.hist_store(spec, guard)
+
+    def counter_address(self, spec, offset: int) -> ir.Address:
+        """[buf+offset]: a counter of an aggregation map (its buffer pointer is set up by buffer addressing)."""
+        buf = ir.Register(map_register(self.state, "buf", spec, "b64"))
+        return ir.Address(buf, ir.Immediate(str(offset)) if offset else None)
+
+    def masked(self, reg: str, guard: ir.Guard | None) -> list[ir.Instruction]:
+        """reg = 0 where the SAVE's guard is false: absent samples add nothing."""
+        if guard is None:
+            return []
+        g = guard.register
+        return [self.emit("selp.b64", reg, 0, reg, g) if guard.negated else self.emit("selp.b64", reg, reg, 0, g)]
+
+    def add_if_nonzero(self, address: ir.Address, value: str, guard: ir.Guard | str | None) -> list[ir.Instruction]:
+        """`red.global.add.u64 [address], value` where guard holds and value is not 0.
+
+        Adding 0 changes nothing, and counters that stay 0 (tensor-core
+        instructions in a kernel without any) then cost no atomic at all.
+        """
+        go = self.state.temp("agg_go", "pred")
+        code = [self.emit("setp.ne.u64", go, value, 0)]
+        if isinstance(guard, str):
+            guard = ir.Guard(ir.Register(guard.lstrip("!")), guard.startswith("!"))
+        if guard is not None and guard.negated:
+            off = self.state.temp("agg_off", "pred")
+            code += [self.emit("not.pred", off, guard.register), self.emit("and.pred", go, go, off)]
+        elif guard is not None:
+            code.append(self.emit("and.pred", go, go, guard.register))
+        return code + [self.emit("red.global.add.u64", address, value, guard=go)]
+
+    def sum_store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
+        regs = self.field_registers(spec)
+        if spec.level != "thread":
+            # One lane per warp or block runs it: nothing to aggregate.
+            return [i for f, r in zip(spec.fields, regs) for i in self.add_if_nonzero(self.counter_address(spec, f.offset), r, guard)]
+        mask, lt, lead = self.state.temp("agg_mask", "b32"), self.state.temp("agg_lt", "b32"), self.state.temp("agg_lead", "pred")
+        code = [
+            self.emit("activemask.b32", mask),
+            self.emit("mov.u32", lt, "%lanemask_lt"),
+            self.emit("and.b32", lt, lt, mask),
+            self.emit("setp.eq.u32", lead, lt, 0),  # the lowest present lane
+        ]
+        reduce = self.redux_sum if self.sm >= REDUX_SM else self.shfl_sum
+        if self.sm < REDUX_SM:
+            full = self.state.temp("agg_full", "pred")
+            code += [self.emit("setp.eq.u32", full, mask, ALL_LANES)]
+        for field, reg in zip(spec.fields, regs):
+            code += self.masked(reg, guard) + reduce(spec, field, reg, mask, lead)
+        return code
+
+    def redux_sum(self, spec, field: Field, reg: str, mask: str, lead: str) -> list[ir.Instruction]:
+        """sm_80+: redux.sync adds u32 only, so the u64 is cut into 16+16+32 bits.
+
+        Each low part sums to at most 21 bits over 32 lanes; the high word's sum
+        only matters modulo 2^32, as the counter wraps modulo 2^64 anyway.
+        """
+        lo, hi = self.state.temp("agg_lo", "b32"), self.state.temp("agg_hi", "b32")
+        a, b = self.state.temp("agg_a", "b32"), self.state.temp("agg_b", "b32")
+        total, part = self.state.temp("agg_total", "b64"), self.state.temp("agg_part", "b64")
+        return [
+            self.emit("mov.b64", ir.Vector((ir.Register(lo), ir.Register(hi))), reg),
+            self.emit("and.b32", a, lo, 0xFFFF),
+            self.emit("shr.u32", b, lo, 16),
+            self.emit("redux.sync.add.u32", a, a, mask),
+            self.emit("redux.sync.add.u32", b, b, mask),
+            self.emit("redux.sync.add.u32", hi, hi, mask),
+            self.emit("cvt.u64.u32", total, a),
+            self.emit("cvt.u64.u32", part, b),
+            self.emit("shl.b64", part, part, 16),
+            self.emit("add.u64", total, total, part),
+            self.emit("cvt.u64.u32", part, hi),
+            self.emit("shl.b64", part, part, 32),
+            self.emit("add.u64", total, total, part),
+            *self.add_if_nonzero(self.counter_address(spec, field.offset), total, lead),
+        ]
+
+    def shfl_sum(self, spec, field: Field, reg: str, mask: str, lead: str) -> list[ir.Instruction]:
+        """Before sm_80: a butterfly of shfl.sync when the whole warp is present, else one atomic per lane.
+
+        A butterfly reads lanes that may be absent, so its sum is only used
+        when all 32 lanes are there; the shuffles still name exactly the
+        present lanes, which keeps them legal in a partial warp.
+        """
+        lo, hi = self.state.temp("agg_lo", "b32"), self.state.temp("agg_hi", "b32")
+        total, part = self.state.temp("agg_total", "b64"), self.state.temp("agg_part", "b64")
+        full, first = self.state.temp("agg_full", "pred"), self.state.temp("agg_first", "pred")
+        pair = ir.Vector((ir.Register(lo), ir.Register(hi)))
+        code = [self.emit("mov.b64", total, reg)]
+        for distance in (16, 8, 4, 2, 1):
+            code += [
+                self.emit("mov.b64", pair, total),
+                self.emit("shfl.sync.bfly.b32", lo, lo, distance, 31, mask),
+                self.emit("shfl.sync.bfly.b32", hi, hi, distance, 31, mask),
+                self.emit("mov.b64", part, pair),
+                self.emit("add.u64", total, total, part),
+            ]
+        address = self.counter_address(spec, field.offset)
+        return (code + [self.emit("and.pred", first, full, lead)] + self.add_if_nonzero(address, total, first)
+                + self.add_if_nonzero(address, reg, "!" + full))
+
+    def hist_store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
+        """bucket = index of the value (trace.Buckets.index), then an atomic add to it.
+
+        At thread level from sm_70 on, the lanes present that fall in the same
+        bucket are counted together (`match.any.sync`) and the lowest of them
+        adds their number: one atomic per bucket per warp instead of per lane.
+        """
+        value = self.field_registers(spec)[0]
+        buckets: Buckets = spec.buckets
+        bucket = self.state.temp("hist_bucket", "b32")
+        if buckets.kind == "log2":
+            code = [self.emit("clz.b64", bucket, value), self.emit("sub.u32", bucket, 64, bucket)]
+        else:
+            code = self.linear_bucket(buckets, value, bucket)
+        offset, amount = map_register(self.state, "hoff", spec, "b64"), self.state.temp("hist_amount", "b64")
+        buf = map_register(self.state, "buf", spec, "b64")
+        code += [self.emit("mul.wide.u32", offset, bucket, 8), self.emit("add.u64", offset, offset, buf)]
+        if spec.level != "thread" or self.sm < MATCH_SM:
+            return code + [
+                self.emit("mov.u64", amount, 1),
+                self.emit("red.global.add.u64", ir.Address(ir.Register(offset)), amount, guard=guard),
+            ]
+        return code + self.grouped_increment(bucket, offset, amount, guard)
+
+    def grouped_increment(self, bucket: str, offset: str, amount: str, guard: ir.Guard | None) -> list[ir.Instruction]:
+        """Lanes with equal buckets add their count once; lanes whose guard is false join as a group of their own that adds nothing."""
+        mask, key, peers = self.state.temp("agg_mask", "b32"), self.state.temp("hist_key", "b32"), self.state.temp("hist_peers", "b32")
+        lt, first, n = self.state.temp("agg_lt", "b32"), self.state.temp("hist_first", "pred"), self.state.temp("hist_n", "b32")
+        code = [self.emit("activemask.b32", mask)]
+        if guard is None:
+            key = bucket
+        else:  # no bucket index reaches 2^32 - 1
+            code += [self.emit("mov.b32", key, bucket),
+                     self.emit("mov.b32", key, ALL_LANES, guard=ir.Guard(guard.register, not guard.negated))]
+        code += [
+            self.emit("match.any.sync.b32", peers, key, mask),
+            self.emit("mov.u32", lt, "%lanemask_lt"),
+            self.emit("and.b32", lt, lt, peers),
+            self.emit("setp.eq.u32", first, lt, 0),  # the lowest lane of its group
+            self.emit("popc.b32", n, peers),
+            self.emit("cvt.u64.u32", amount, n),
+        ]
+        if guard is not None:
+            counted = self.state.temp("hist_counted", "pred")
+            code += [self.emit("setp.ne.u32", counted, key, ALL_LANES), self.emit("and.pred", first, first, counted)]
+        return code + [self.emit("red.global.add.u64", ir.Address(ir.Register(offset)), amount, guard=first)]
+
+    def linear_bucket(self, buckets: Buckets, value: str, bucket: str) -> list[ir.Instruction]:
+        under, over = self.state.temp("hist_under", "pred"), self.state.temp("hist_over", "pred")
+        scaled = self.state.temp("hist_scaled", "b64")
+        step = buckets.step
+        code = []
+        if buckets.min:
+            code += [self.emit("setp.lt.u64", under, value, _u64(buckets.min)), self.emit("sub.u64", scaled, value, _u64(buckets.min))]
+        else:
+            code += [self.emit("mov.b64", scaled, value)]
+        code.append(self.emit("setp.ge.u64", over, value, _u64(buckets.max)))
+        if step & (step - 1) == 0:
+            if step > 1:
+                code.append(self.emit("shr.u64", scaled, scaled, step.bit_length() - 1))
+        else:
+            code.append(self.emit("div.u64", scaled, scaled, _u64(step)))
+        code += [self.emit("cvt.u32.u64", bucket, scaled), self.emit("add.u32", bucket, bucket, 1)]
+        if buckets.min:
+            code.append(self.emit("mov.u32", bucket, 0, guard=under))
+        code.append(self.emit("mov.u32", bucket, buckets.count - 1, guard=over))
+        return code
 
     def record_store(self, spec: MapSpec, guard: ir.Guard | None) -> list[ir.Instruction]:
         cur = map_register(self.state, "cur", spec, "b32")
@@ -153,6 +352,7 @@ class _Lowerer:
             tuple(_MapValue.of(spec) for spec in self.probes.maps.values()),
             self.state.prefix,
             self.state.counting,
+            self.sm,
             tuple((s.opcode, s.operands, s.guard) for s in saves),
             tuple((v.name, self.state.temps[v.name]) for v in values if type(v) is ir.Register and v.name in self.state.temps),
         )
@@ -180,12 +380,12 @@ class _Lowerer:
                     code += self.convert(regs[k], spec.fields[k].type, value)
                     k += 1
                 if position == len(record) - 1:
-                    code += self.record_store(spec, save.guard)
+                    code += self.store(spec, save.guard)
                 out.append(code)
         return out
 
     def store_counts(self, edits: dict[int, tuple]) -> None:
-        maps = [self.probes.maps[m] for m in self.state.maps]
+        maps = [self.probes.maps[m] for m in self.state.maps if self.probes.maps[m].type == "array"]
         if not maps:
             return
         for anchor in self.state.exits:
@@ -219,10 +419,13 @@ class _MapValue:
     cap: int | str
     record_bytes: int
     fields: tuple[Field, ...]
+    type: str
+    level: str
+    buckets: Buckets | None
 
     @classmethod
     def of(cls, spec: MapSpec) -> "_MapValue":
-        return cls(spec.name, spec.cap, spec.record_bytes, tuple(spec.fields))
+        return cls(spec.name, spec.cap, spec.record_bytes, tuple(spec.fields), spec.type, spec.level, spec.buckets)
 
 
 @attrs.frozen
@@ -233,11 +436,12 @@ class _GroupTemplate:
 
 @functools.lru_cache(maxsize=256)  # a pure function of its arguments: kernels and sites of one shape share it
 def _lowered_group(
-    probe_name: str, probe_map: str | None, maps: tuple[_MapValue, ...], prefix: str, counting: bool, saves: tuple, value_types: tuple
+    probe_name: str, probe_map: str | None, maps: tuple[_MapValue, ...], prefix: str, counting: bool, sm: int, saves: tuple,
+    value_types: tuple,
 ) -> _GroupTemplate:
     scratch = KernelState(ir.Function("entry", ""), prefix=prefix, counting=counting, temps=dict(value_types))
     origin = f"probe {probe_name}#0"
-    lowerer = _Lowerer(scratch, None)
+    lowerer = _Lowerer(scratch, None, sm)
     code = lowerer.build_group(
         probe_name, probe_map, {m.name: m for m in maps}, [ir.Instruction(op, ops, guard, 0, origin) for op, ops, guard in saves]
     )
@@ -319,5 +523,11 @@ class SaveLowering:
     requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
 
     def run(self, module: ir.Module, ctx: Context) -> None:
+        sm = sm_version(module.target)
         for state in ctx.kernels.values():
-            _Lowerer(state, ctx.probes).lower()
+            _Lowerer(state, ctx.probes, sm).lower()
+
+
+def _u64(value: int) -> ir.Immediate:
+    """A u64 immediate; hexadecimal, so values of 2^63 and above keep their bits."""
+    return ir.Immediate(str(value) if value < 1 << 31 else f"0x{value:X}")

@@ -16,6 +16,7 @@ import attrs
 from neutrino.errors import Diagnostic, InstrumentError, ProbeError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import defined_registers, effects, lookup
+from neutrino.passes.lower_save import ORIGIN as LOWERING_ORIGIN
 from neutrino.passes.manager import Context
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
@@ -278,6 +279,7 @@ class Verifier:
             raise ProbeError(problems)
         for name, state in ctx.kernels.items():
             self.check_kernel(name, state)
+            check_engine_atomics(name, state, ctx.probes)
 
     @staticmethod
     def check_kernel(name: str, state, lowered: bool = True) -> None:
@@ -292,3 +294,29 @@ class Verifier:
             for reg in defined_registers(insn):
                 if not reg.name.startswith(state.prefix):
                     raise InstrumentError(f"{name}: probe code writes kernel register {reg.name}")
+
+
+ATOMIC_OPCODES = frozenset({"atom", "red"})
+
+
+def check_engine_atomics(name: str, state, probe_file: ProbeFile) -> None:
+    """Atomics are admitted only where SAVE lowering put them: into a sum/hist map's counters.
+
+    A probe snippet cannot contain `atom`/`red` (the snippet rules refuse them,
+    located); this checks the lowered kernel: every atomic we added must come
+    from SAVE lowering and address the counters of one of this kernel's
+    aggregation maps, through the pointer registers the engine computes.
+    """
+    allowed = set()
+    for map_name in state.maps:
+        spec = probe_file.maps[map_name]
+        if spec.type != "array":
+            allowed.add(f"{state.prefix}buf_{spec.name}")
+            allowed.add(f"{state.prefix}hoff_{spec.name}")
+    for insn in ir.instructions(state.function.body):
+        if insn.origin is None or insn.opcode.base not in ATOMIC_OPCODES:
+            continue
+        address = insn.operands[0] if insn.opcode.base == "red" else insn.operands[1]
+        base = address.base.name if isinstance(address, ir.Address) and isinstance(address.base, ir.Register) else None
+        if insn.origin != LOWERING_ORIGIN or base not in allowed:
+            raise InstrumentError(f"{name}: {insn.opcode} from {insn.origin} writes {address}, which is not the counters of a sum or hist map")

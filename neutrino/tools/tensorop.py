@@ -1,18 +1,24 @@
-"""tensorop: tensor-core instructions (mma, wgmma.mma_async) executed per thread.
+"""tensorop: tensor-core instructions (mma, wgmma.mma_async) executed, per launch.
 
 A per-thread counter is bumped before every `mma*` and `wgmma.mma_async`
-instruction the thread executes (warp-synchronous instructions: every lane
-counts its own execution) and saved when the thread leaves the kernel.
-Analysis: neutrino/analysis/tensorop.py.
+instruction the thread executes; when the thread leaves the kernel, the
+launch's counters get (summed over the warp on the device, one atomic per
+warp): `count`, the per-thread executions (every lane counts the warp-wide
+instruction once); `warp_count`, lane 0's count, which is the number of warp
+instructions, as these instructions are `.aligned` (all 32 lanes execute
+them); `active_warps`, the warps whose lane 0 executed any. Analysis:
+neutrino/analysis/tensorop.py. tensorop_thread keeps one record per thread.
 """
 
 from neutrino import Map, probe
 import neutrino.language as nl
 
 
-@Map(level="thread", type="array", size=8, cap=1)
+@Map(type="sum")
 class tensorop:
     count: nl.u64
+    warp_count: nl.u64
+    active_warps: nl.u64
 
 
 count: nl.u64 = 0
@@ -25,4 +31,10 @@ def count_mma():
 
 @probe(pos="kernel", level="thread", after=True)
 def save_count():
-    tensorop.save(count)
+    warp_count: nl.u64 = 0
+    active: nl.u64 = 0
+    if nl.laneid() == 0:
+        warp_count = count
+        if count != 0:
+            active = 1
+    tensorop.add(count, warp_count, active)
