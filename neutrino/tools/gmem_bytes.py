@@ -1,7 +1,7 @@
 """gmem_bytes: bytes moved by global loads, stores, atomics, async copies and wmma tiles, per thread.
 
 Every matched instruction adds the bytes it moves for this thread (the PTX
-semantics table, spec/ir.md "Bytes": vector width x element size, cp.async's
+semantics table, spec/probe-toml.md "Bytes": vector width x element size, cp.async's
 src-size at run time, the cp.async.bulk size, a thread's share of a wmma tile)
 to a per-thread counter; each thread saves its total when it leaves the kernel.
 The positions are every form of those instructions that names the .global

@@ -15,7 +15,7 @@ import attrs
 
 from neutrino.isa.ptx import ir
 
-# -- how many bytes one thread's execution moves (spec/ir.md, "Bytes")
+# -- how many bytes one thread's execution moves (spec/probe-toml.md, "Bytes")
 
 
 @attrs.frozen
