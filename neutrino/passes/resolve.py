@@ -542,7 +542,8 @@ class HelperTypeLedger:
 
     def record(self, probe: str, kernel: str, anchor: ir.Instruction, values: dict[str, SiteValue]) -> None:
         for helper, value in values.items():
-            self.first.setdefault((probe, helper), (value, self.site_name(kernel, anchor)))
+            if (probe, helper) not in self.first:  # once per probe and helper: sites are many
+                self.first[(probe, helper)] = (value, self.site_name(kernel, anchor))
 
     def mismatch(self, probe: str, kernel: str, anchor: ir.Instruction, error: HelperTypeError) -> None:
         use, value = error.use, error.value
