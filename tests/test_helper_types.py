@@ -77,14 +77,16 @@ USES = [
     ("cvt.u64.u32 %x64, H;", 32),
     ("setp.ne.u32 %q, H, 0;", 32),
     ("and.pred %q, %q, H;", "pred"),
+    ("SAVE.u64 {H};", None),
+    ("SAVE.u32 {H, %x32};", None),
 ]
 DECLS = ".reg .b16 %x16; .reg .b32 %x32; .reg .b64 %x64; .reg .pred %q;"
 
 
 def accepts(want, have) -> bool:
     """The rule of spec/probe-toml.md: own width; integer constants fit all; wider integer uses zero-extend
-    (a predicate becomes 0/1); a byte count converts to any integer width."""
-    if have is None or want == have:
+    (a predicate becomes 0/1); a byte count converts to any integer width; SAVE takes anything."""
+    if want is None or have is None or want == have:
         return True
     if want == "pred":
         return False
@@ -92,7 +94,8 @@ def accepts(want, have) -> bool:
 
 
 def probe(name, position, when, use):
-    return f'[{name}]\nposition = "{position}"\n{when} = "{DECLS} {use}"\n'
+    datamodel = 'datamodel = "thread:8"\n' if "SAVE" in use else ""
+    return f'[{name}]\nposition = "{position}"\n{datamodel}{when} = "{DECLS} {use}"\n'
 
 
 CASES = [(site, use) for site, use in itertools.product(SITES, USES)]
@@ -126,7 +129,7 @@ def test_every_refused_use_is_a_located_error(case):
     with pytest.raises(ProbeError) as info:
         instrument(KERNEL, parse_probes(text, "p.toml"), source="k.ptx")
     diag = info.value.diagnostics[0]  # the first failing site (cp.async has two, of two types: two problems)
-    assert diag.location.line == 3 and diag.location.column == diag.location.text.index(helper) + 1
+    assert diag.location.line == 3 + ("SAVE" in use) and diag.location.column == diag.location.text.index(helper) + 1
     opcode = use.split(" ")[0]
     assert f"{helper} is " in diag.message and f"but {opcode} expects" in diag.message
     assert f"k.ptx:{LINE[position]} ({position}" in diag.message
@@ -183,3 +186,48 @@ def test_tma_bytes_site_is_skipped_with_the_reason():
     result = instrument(kernel, parse_probes(text, "p.toml"), source="k.ptx")
     (skip,) = result.kernels["k"]["skipped"]
     assert "tensor map" in skip["reason"]
+
+
+# -- generated: helpers of every type the corpus shows, in every use, at real compiler output
+
+import os  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from neutrino.isa.ptx import ir, parse_module  # noqa: E402
+
+from helpers import CORPUS  # noqa: E402
+
+EXAMPLES = 200 if os.environ.get("NEUTRINO_HYPOTHESIS") == "long" else 20
+
+
+@st.composite
+def corpus_probe(draw):
+    """A corpus entry, an opcode of it as the position, a helper and a use of it."""
+    path = draw(st.sampled_from(CORPUS))
+    module = parse_module(path.read_text())
+    entry = draw(st.sampled_from(module.entries()))
+    # the first two components of its opcodes, where the position grammar spells them (no `L1::…`)
+    opcodes = sorted({".".join(i.opcode.components[:2]) for i in ir.instructions(entry.body)})
+    position = draw(st.sampled_from([o for o in opcodes if re.fullmatch(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)?", o)]))
+    when, helper = draw(st.sampled_from([("before", "IN1"), ("before", "IN2"), ("before", "IN3"), ("after", "OUT"), ("before", "BYTES")]))
+    use, want = draw(st.sampled_from(USES))
+    return path, entry.name, position, helper, use.replace("H", helper), want, when
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=corpus_probe())
+def test_generated_helper_uses_assemble_or_are_refused(case):
+    path, _, position, helper, use, want, when = case
+    text = probe("p", position, when, use)
+    try:
+        result = instrument(path.read_text(), parse_probes(text, "p.toml"), source=path.name)
+    except ProbeError as error:
+        assert want is not None  # SAVE takes every type
+        for diag in error.diagnostics:
+            assert f"{helper} is " in diag.message and f"expects a {'.pred' if want == 'pred' else f'{want}-bit'} operand" in diag.message
+            assert f"{path.name}:" in diag.message
+        return
+    if HAVE_PTXAS:
+        ptxas(result.ptx)
