@@ -27,7 +27,7 @@ from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, effects, lookup, missing_bytes_reason
 from neutrino.passes.build import entry_index, insn, splice
 from neutrino.passes.manager import Context, KernelState, Site
-from neutrino.passes.verify import expected_widths
+from neutrino.passes.verify import WIDE_SPECIAL, expected_widths
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
 LEVEL_LEADER = {"warp": "lead_warp", "block": "lead_block"}
@@ -46,8 +46,10 @@ class _KernelRegisterTypes:
         return self._types.type_of(name)
 
 
-Width = "int | str | None"  # bits, "pred", or None: any (a SAVE operand; an integer immediate fits every width)
-WIDE_SPECIAL = ("%clock64", "%globaltimer", "%gridid")
+# A width in the verifier's terms: bits, "pred", or None for "any" (a SAVE operand; an integer immediate).
+Width = int | str | None
+# What stands for each helper at one site, per width it is read at: (helper, width) → operand.
+HelperOperands = dict[tuple[str, Width], ir.Operand]
 
 
 @attrs.frozen
@@ -55,7 +57,7 @@ class HelperUse:
     """One place a snippet reads a helper, with the width the reading instruction expects there."""
 
     helper: str
-    width: int | str | None
+    width: Width
     line: int
     opcode: str
 
@@ -73,7 +75,7 @@ class SiteValue:
     """
 
     operand: ir.Operand
-    width: int | str | None
+    width: Width
     type: str
     count: bool = False
     ignore_source: int | None = None
@@ -91,7 +93,7 @@ class HelperTypeError(Exception):
         self.use, self.value = use, value
 
 
-def operand_widths(stmt: ir.Instruction) -> list:
+def operand_widths(stmt: ir.Instruction) -> list[Width]:
     """The width each top-level operand of a snippet instruction must have (None where anything goes).
 
     `expected_widths` (the verifier's typing) lists operands in order with
@@ -124,7 +126,7 @@ def helper_uses(snippet: Snippet) -> tuple[HelperUse, ...]:
     return tuple(uses)
 
 
-def width_name(width) -> str:
+def width_name(width: Width) -> str:
     return ".pred" if width == "pred" else f"{width}-bit"
 
 
@@ -299,7 +301,7 @@ class _SiteBuilder:
         """
         before: list[ir.Instruction] = []
         after: list[ir.Instruction] = []
-        operands: dict[tuple[str, object], ir.Operand] = {}
+        operands: HelperOperands = {}
         for use in uses:
             key = (use.helper, use.width)
             if use.helper == "ADDR":
@@ -394,7 +396,7 @@ class _SiteBuilder:
         return ir.Guard(ir.Register(g)), [first, self.emit("and.pred", g, g, site_guard.register)]
 
     # -- the snippet
-    def rename(self, operand: ir.Operand, width, helpers: dict) -> ir.Operand:
+    def rename(self, operand: ir.Operand, width: Width, helpers: HelperOperands) -> ir.Operand:
         kind = type(operand)
         if kind is ir.Register:
             return ir.Register(self.state.renames[operand.name])
@@ -410,7 +412,7 @@ class _SiteBuilder:
             return ir.Negated(self.rename(operand.operand, width, helpers))
         return operand
 
-    def body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: dict) -> list[ir.Instruction]:
+    def body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands) -> list[ir.Instruction]:
         """The snippet renamed and predicated: the same for every site with this guard and these helper operands, so built once."""
         key = (id(snippet), site_guard, tuple(helpers.items()))
         template = self.cache.bodies.get(key)
@@ -419,7 +421,7 @@ class _SiteBuilder:
         origin = self.origin
         return [ir.Instruction(t.opcode, t.operands, t.guard, 0, origin) for t in template]
 
-    def build_body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: dict) -> list[ir.Instruction]:
+    def build_body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands) -> list[ir.Instruction]:
         code: list[ir.Instruction] = []
         for stmt in ir.instructions(snippet.statements):
             own = None
@@ -441,7 +443,7 @@ class _SiteBuilder:
         out = []
         for operand in operands:
             if isinstance(operand, ir.SpecialRegister):
-                wide = operand.name in ("%clock64", "%globaltimer", "%gridid")
+                wide = operand.name in WIDE_SPECIAL
                 reg = self.temp("sr_" + operand.name.lstrip("%").replace(".", "_"), "b64" if wide else "b32")
                 code.append(self.emit("mov.u64" if wide else "mov.u32", reg, operand))
                 operand = ir.Register(reg)
