@@ -299,12 +299,24 @@ class Effects:
         return self.memory[0] if self.memory else None
 
 
-def _space_of(insn: ir.Instruction, index: int, row: OpSemantics) -> str | None:
+def _space_of(opcode: ir.Opcode, index: int, row: OpSemantics) -> str | None:
     """State space of address operand `index`: for two-address copies the modifiers name dst then src."""
-    spaces = [m.split("::")[0] for m in insn.opcode.modifiers if m.split("::")[0] in ir.STATE_SPACES]
+    spaces = [m.split("::")[0] for m in opcode.modifiers if m.split("::")[0] in ir.STATE_SPACES]
     if len(row.addresses) == 2 and len(spaces) >= 2:
         return spaces[0] if index == 0 else spaces[1]
     return spaces[0] if spaces else row.space
+
+
+def access_spaces(opcode: ir.Opcode) -> tuple[tuple[int, str, str | None], ...]:
+    """(address operand index, access, state space) of each memory access: the opcode alone decides them."""
+    return _access_spaces_text(opcode.text)
+
+
+@functools.lru_cache(maxsize=4096)  # a pure function of the opcode text
+def _access_spaces_text(text: str) -> tuple[tuple[int, str, str | None], ...]:
+    opcode = ir.opcode(text)
+    row = lookup(opcode)
+    return tuple((i, access, _space_of(opcode, i, row)) for i, access in row.addresses)
 
 
 def defined_registers(insn: ir.Instruction) -> list[ir.Register]:
@@ -344,10 +356,6 @@ def effects(insn: ir.Instruction) -> Effects:
             uses.extend(regs)
     if insn.guard is not None:
         uses.append(insn.guard.register)
-    memory = tuple(
-        MemoryAccess(ops[i], access, _space_of(insn, i, row))
-        for i, access in row.addresses
-        if i < len(ops)
-    )
+    memory = tuple(MemoryAccess(ops[i], access, space) for i, access, space in access_spaces(insn.opcode) if i < len(ops))
     nbytes = row.bytes(insn) if row.bytes is not None else None
     return Effects(tuple(defs), tuple(uses), memory, nbytes, row.control)
