@@ -1,9 +1,12 @@
 """What each PTX instruction does to registers and memory: the one semantics table.
 
-Passes ask `effects(insn)` (or `access_bytes(insn)`, its byte count alone);
-nothing else in the code base guesses from opcode strings. The table is keyed
-by opcode prefix (dot-separated components); the longest matching prefix wins,
-so `cp.async.bulk` refines `cp.async`.
+Passes ask `effects(insn)`, or its parts that need fewer operands parsed:
+`access_bytes(insn)` (the byte count; `missing_bytes_reason` says why there is
+none), `access_spaces(opcode)` (which operand is accessed how, in which state
+space), `defined_registers(insn)`. Nothing else in the code base guesses from
+opcode strings. The table is keyed by opcode prefix (dot-separated
+components); the longest matching prefix wins, so `cp.async.bulk` refines
+`cp.async`. Byte counts are specified in spec/probe-toml.md, "Bytes".
 """
 
 from __future__ import annotations
