@@ -35,8 +35,9 @@ typedef int CUresult;
 typedef struct {
     void *orig_func, *ctx, *probed_func;
     uint32_t n_params, n_maps, n_extra, max_shared;
-    uint32_t units_mode[NT_MAX_MAPS];   /* 0 thread, 1 warp, 2 block, 3 fixed */
+    uint32_t units_mode[NT_MAX_MAPS];   /* 0 thread, 1 warp, 2 block, 3 fixed (sum/hist maps) */
     uint64_t fixed_units[NT_MAX_MAPS];
+    uint64_t fixed_size[NT_MAX_MAPS];   /* mode 3: the buffer's bytes */
     uint32_t record_bytes[NT_MAX_MAPS], cap[NT_MAX_MAPS], zero_all[NT_MAX_MAPS];
     uint32_t map_header_pos[NT_MAX_MAPS]; /* byte offset of each map header in the frame header */
     uint32_t extra_map[2 * NT_MAX_MAPS], extra_is_buffer[2 * NT_MAX_MAPS];
@@ -278,7 +279,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
                    : p->units_mode[m] == 2 ? blocks : p->fixed_units[m];
         units[m] = u;
         uint64_t counts = align_up(4 * u, 16);
-        sizes[m] = counts + u * p->cap[m] * p->record_bytes[m];
+        sizes[m] = p->units_mode[m] == 3 ? p->fixed_size[m] : counts + u * p->cap[m] * p->record_bytes[m];
         zero[m] = p->zero_all[m] ? sizes[m] : counts;
         job.offsets[m] = pos;
         job.sizes[m] = sizes[m];

@@ -105,14 +105,13 @@ CHECK: mov.u64 %nt_p_t0, %clock64;
 CHECK: setp.lt.u32 %p1, %r1, 16;
 CHECK-NEXT: mov.b64 %nt_h_addr, %rd2;
 CHECK-NEXT: add.u64 %nt_h_addr, %nt_h_addr, 8;
-CHECK-NEXT: mov.u32 %nt_h_bytes, 8;
 CHECK-NEXT: @%p1 SAVE.u64 {%nt_h_addr};
-CHECK-NEXT: @%p1 SAVE.u32 {%nt_h_bytes, %smid};
+CHECK-NEXT: @%p1 SAVE.u32 {8, %smid};
 CHECK-NEXT: @%p1 ld.global.v2.u32 {%r2, %r3}, [%rd2+8];
 CHECK-NEXT: add.u32 %r4, %r2, %r3;
-CHECK-NEXT: mov.b32 %nt_h32, %r4;
-CHECK-NEXT: cvt.u64.u32 %nt_h_out, %nt_h32;
-CHECK-NEXT: add.u64 %nt_p_total, %nt_p_total, %nt_h_out;
+CHECK-NEXT: mov.b32 %nt_h_out_b32, %r4;
+CHECK-NEXT: cvt.u64.u32 %nt_h_out_b64, %nt_h_out_b32;
+CHECK-NEXT: add.u64 %nt_p_total, %nt_p_total, %nt_h_out_b64;
 CHECK: @!%p1 SAVE.u64 {%nt_h_addr};
 CHECK: @!%p1 st.global.u32 [%rd2], %r4;
 CHECK-NEXT: mov.pred %nt_exec, %p1;
@@ -149,7 +148,7 @@ def test_lower_save():
     filecheck(out, """
 CHECK-LABEL: .entry k(
 CHECK: mov.b64 %nt_f0_mem, %nt_h_addr;
-CHECK-NEXT: mov.b32 %nt_f1_mem, %nt_h_bytes;
+CHECK-NEXT: mov.b32 %nt_f1_mem, 8;
 CHECK-NEXT: mov.u32 %nt_f2_mem, %smid;
 CHECK-NEXT: setp.lt.u32 %nt_ok_mem, %nt_cur_mem, 4;
 CHECK-NEXT: and.pred %nt_ok_mem, %nt_ok_mem, %p1;

@@ -69,7 +69,9 @@ RESERVED = frozenset(
 }
 
 INIT_PROBE = "__init"
-POSITION_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)*(:[a-z][a-z0-9_]*(\.[a-z0-9_]+)*)*$")
+# Opcode prefixes joined by ':'; a modifier may carry '::' parts (shared::cluster), as in the TOML form.
+_POSITION_PART = r"[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*"
+POSITION_RE = re.compile(rf"{_POSITION_PART}(:{_POSITION_PART})*$")
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div",
           ast.Mod: "rem", ast.LShift: "shl", ast.RShift: "shr", ast.BitAnd: "and",

@@ -31,7 +31,7 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import effects
+from neutrino.isa.ptx.semantics import access_spaces
 from neutrino.passes.build import insn, splice
 from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.match import exits_of
@@ -451,33 +451,130 @@ def _lowered_group(
 
 # Spaces a counting kernel must not write: the program's memory (generic may be global).
 _PROGRAM_SPACES = ("global", None)
+# Types `ld` takes (PTX ISA, ld): an atomic's packed or half types are loaded as bits of their width.
+_LOAD_TYPES = frozenset("b8 b16 b32 b64 b128 u8 u16 u32 u64 s8 s16 s32 s64 f32 f64".split())
+# The widest vector `ld` takes per element size below 4 bytes (`.v8` loads exist only for 32-bit elements).
+_MAX_LOAD_VECTOR = {1: 4, 2: 4}
+_COUNTING_ORIGIN = "counting-variant"
+
+
+def load_type(atomic_type: str) -> str:
+    """The `ld` type moving the bits of one element of an atomic's type."""
+    return atomic_type if atomic_type in _LOAD_TYPES else f"b{ir.TYPE_BYTES[atomic_type] * 8}"
+
+
+def _offset_address(address: ir.Address, delta: int) -> ir.Address:
+    if delta == 0:
+        return address
+    return ir.Address(address.base, ir.Immediate(str(address.offset_value + delta)))
+
+
+def atomic_as_load(atom: ir.Instruction) -> list[ir.Instruction]:
+    """The loads that put in an atomic's destination what it would have read, touching nothing.
+
+    `atom{.sem}{.scope}{.space}.op{.noftz}{.L2::cache_hint}{.vN}.type d, [a], b{, c}{, policy}`
+    becomes `ld{.space}{.vN}.T d, [a]`: the operation, its sources (`cas` has two), memory
+    ordering and cache policy go; T is the type itself where `ld` has it, else the bit type of
+    its width (`.bf16x2` → `.b32`, `.f16` → `.b16`). A vector keeps its shape, except
+    `.v8` of 16-bit elements, which `ld` lacks: two `.v4.b16` loads, 8 bytes apart.
+    An atomic whose result is thrown away (`_`) is dropped like a reduction.
+    """
+    destination, address = atom.operands[0], atom.operands[1]
+    if isinstance(destination, ir.Sink) or not isinstance(address, ir.Address):
+        return []
+    element = atom.opcode.types[-1] if atom.opcode.types else "b32"
+    space = atom.opcode.space
+    prefix = f"ld.{space}" if space else "ld"
+    ltype = load_type(element)
+    if not isinstance(destination, ir.Vector):
+        return [_counting_insn(f"{prefix}.{ltype}", (destination, address), atom)]
+    items = destination.items
+    size = ir.TYPE_BYTES[element]
+    step = min(len(items), _MAX_LOAD_VECTOR.get(size, len(items)))
+    loads = []
+    for first in range(0, len(items), step):
+        part = items[first : first + step]
+        shape = f".v{len(part)}" if len(part) > 1 else ""
+        value = ir.Vector(part) if len(part) > 1 else part[0]
+        loads.append(_counting_insn(f"{prefix}{shape}.{ltype}", (value, _offset_address(address, first * size)), atom))
+    return loads
+
+
+def _counting_insn(opcode: str, operands: tuple, original: ir.Instruction) -> ir.Instruction:
+    return ir.Instruction(ir.opcode(opcode), operands, original.guard, original.line, _COUNTING_ORIGIN)
 
 
 def _write_replacement(insn: ir.Instruction) -> list[ir.Instruction] | None:
     """None to keep the instruction; otherwise what replaces a write to the program's memory.
 
     Stores and reductions disappear; an atomic becomes a plain load of the same
-    location into its destination, so code that uses the old value still runs.
+    location into its destination (`atomic_as_load`), so code that uses the old
+    value still runs.
     """
-    for access in effects(insn).memory:
-        if access.access not in ("store", "atomic") or access.space not in _PROGRAM_SPACES:
-            continue
-        if insn.opcode.base == "atom" and insn.operands and not isinstance(insn.operands[0], ir.Address):
-            types = insn.opcode.types
-            space = "global." if insn.opcode.space == "global" else ""
-            load = ir.Opcode(f"ld.{space}{types[-1] if types else 'b32'}")
-            return [ir.Instruction(load, (insn.operands[0], insn.operands[1]), insn.guard, insn.line, "counting-variant")]
-        return []
-    return None
+    writes = [i for i, access, space in access_spaces(insn.opcode) if access in ("store", "atomic") and space in _PROGRAM_SPACES]
+    if not writes or writes[0] >= len(insn.operands):
+        return None  # decided from the opcode alone for all but the writes themselves
+    if insn.opcode.base == "atom" and not isinstance(insn.operands[0], ir.Address):
+        return atomic_as_load(insn)
+    return []
 
 
 def drop_global_writes(function: ir.Function) -> None:
-    """The counting kernel runs before the real one: it must leave the program's memory alone."""
-    for container, index, stmt in reversed(list(ir.walk(function.body))):
-        if type(stmt) is ir.Instruction and stmt.origin is None:
+    """The counting kernel runs before the real one: it must leave the program's memory alone.
+
+    One pass over each body, rebuilding it only where something changed: linear in its size.
+    """
+    _drop_writes_in(function.body or [])
+
+
+def _drop_writes_in(body: list[ir.Statement]) -> None:
+    rebuilt: list[ir.Statement] = []
+    changed = False
+    for stmt in body:
+        kind = type(stmt)
+        if kind is ir.Scope:
+            _drop_writes_in(stmt.body)
+        elif kind is ir.Instruction and stmt.origin is None:
             replacement = _write_replacement(stmt)
             if replacement is not None:
-                container[index : index + 1] = replacement
+                rebuilt.extend(replacement)
+                changed = True
+                continue
+        rebuilt.append(stmt)
+    if changed:
+        body[:] = rebuilt
+
+
+def clone_function(function: ir.Function) -> ir.Function:
+    """A copy of a function whose statements are new objects (passes edit statements in place).
+
+    Operands, opcodes and guards are immutable values, so the copies share them;
+    an unparsed instruction stays unparsed. `copy.deepcopy` did the same work
+    object by object, more than ten times slower on large kernels.
+    """
+    clone = copy.copy(function)
+    clone.returns = None if function.returns is None else [ir.Param(p.text) for p in function.returns]
+    clone.params = None if function.params is None else [ir.Param(p.text) for p in function.params]
+    clone.directives = list(function.directives)
+    clone.body = None if function.body is None else _clone_body(function.body)
+    return clone
+
+
+def _clone_body(body: list[ir.Statement]) -> list[ir.Statement]:
+    out: list[ir.Statement] = []
+    append = out.append
+    for stmt in body:
+        kind = type(stmt)
+        if kind is ir.Instruction:
+            # the stored operands (None while unparsed) and their text, not the parsing property
+            append(ir.Instruction(stmt.opcode, stmt._operands, stmt.guard, stmt.line, stmt.origin, stmt.source_operands))
+        elif kind is ir.Scope:
+            append(ir.Scope(_clone_body(stmt.body), stmt.line))
+        elif kind is ir.RegDecl:
+            append(ir.RegDecl(stmt.type, stmt.names, stmt.count, stmt.line, stmt.origin))
+        else:
+            append(copy.copy(stmt))
+    return out
 
 
 @attrs.frozen
@@ -497,7 +594,7 @@ class CountingVariant:
         if not any(m.cap == "count" for m in ctx.probes.maps.values()):
             return
         for name, state in list(ctx.kernels.items()):
-            clone = copy.deepcopy(state.function)
+            clone = clone_function(state.function)
             clone.name = name + COUNT_SUFFIX
             drop_global_writes(clone)
             module.items.insert(module.items.index(state.function) + 1, clone)

@@ -57,11 +57,15 @@ class TracepointMatching:
             return sites
         snippets = probe.snippets()
         matches: dict[str, bool] = {}  # opcode text → matched; a kernel repeats few opcodes
+        # A set lookup per prefix length, not a comparison per prefix: gmem_bytes lists ~150 of them.
+        prefixes = set(probe.position)
+        lengths = sorted({len(prefix) for prefix in prefixes})
         for insn in originals:
             opcode = insn.opcode
             hit = matches.get(opcode.text)
             if hit is None:
-                hit = matches[opcode.text] = any(opcode.has_prefix(prefix) for prefix in probe.position)
+                components = opcode.components
+                hit = matches[opcode.text] = any(components[:n] in prefixes for n in lengths)
             if hit:
                 for snippet in snippets:
                     sites.append(Site(probe.name, snippet.where, "instruction", insn, function.name))

@@ -3,8 +3,10 @@
 For every site this pass
 * decides the execution predicate: the matched instruction's own guard (or the
   guard of the `ret`/`exit`) and, at warp/block level, the unit leader;
-* materialises the helpers the snippet uses (OUT, IN1-3, ADDR, BYTES) into
-  registers of fixed type, reading kernel registers but never writing them;
+* materialises the helpers the snippet uses (OUT, IN1-3, ADDR, BYTES), each with
+  the type of what it stands for at this site (spec/probe-toml.md, "Helpers"),
+  reading kernel registers but never writing them, and checks every use of
+  them against that type;
 * copies the snippet with renamed registers and the predicate folded into each
   instruction's guard, and inserts it before/after the anchor.
 
@@ -20,11 +22,13 @@ from typing import ClassVar
 
 import attrs
 
+from neutrino.errors import Diagnostic, ProbeError
 from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import access_bytes, effects, lookup
+from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, effects, lookup, missing_bytes_reason
 from neutrino.passes.build import entry_index, insn, splice
 from neutrino.passes.manager import Context, KernelState, Site
-from neutrino.probefile import HELPERS, SAVE, Probe, Snippet
+from neutrino.passes.verify import WIDE_SPECIAL, expected_widths
+from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
 LEVEL_LEADER = {"warp": "lead_warp", "block": "lead_block"}
 
@@ -42,26 +46,110 @@ class _KernelRegisterTypes:
         return self._types.type_of(name)
 
 
+# A width in the verifier's terms: bits, "pred", or None for "any" (a SAVE operand; an integer immediate).
+Width = int | str | None
+# What stands for each helper at one site, per width it is read at: (helper, width) → operand.
+HelperOperands = dict[tuple[str, Width], ir.Operand]
+
+
+@attrs.frozen
+class HelperUse:
+    """One place a snippet reads a helper, with the width the reading instruction expects there."""
+
+    helper: str
+    width: Width
+    line: int
+    opcode: str
+
+
+@attrs.frozen
+class SiteValue:
+    """What a helper stands for at one site.
+
+    `operand` is read (a kernel register, special register or immediate);
+    `width` is its width (bits or "pred"), None for an integer immediate, which
+    fits every width; `type` is how messages name it. A byte count (`count`)
+    is an integer of no particular width: it is converted to whatever width a
+    use wants. `ignore_source`: cp.async's ignore-src predicate, `full` bytes
+    unless it is true.
+    """
+
+    operand: ir.Operand
+    width: Width
+    type: str
+    count: bool = False
+    ignore_source: int | None = None
+
+    @property
+    def immediate(self) -> bool:
+        return isinstance(self.operand, ir.Immediate) and self.width is None
+
+
+class HelperTypeError(Exception):
+    """A use of a helper cannot take the helper's type at this site."""
+
+    def __init__(self, use: HelperUse, value: SiteValue):
+        super().__init__(use.helper)
+        self.use, self.value = use, value
+
+
+def operand_widths(stmt: ir.Instruction) -> list[Width]:
+    """The width each top-level operand of a snippet instruction must have (None where anything goes).
+
+    `expected_widths` (the verifier's typing) lists operands in order with
+    `a|b` pairs flattened; a pair holds destinations, never a helper.
+    """
+    expected = iter(expected_widths(stmt))
+    widths = []
+    for operand in stmt.operands:
+        if isinstance(operand, ir.Pair):
+            next(expected, None)
+            next(expected, None)
+            widths.append(None)
+        else:
+            item = next(expected, None)
+            widths.append(item[1] if item is not None else None)
+    return widths
+
+
+def helper_uses(snippet: Snippet) -> tuple[HelperUse, ...]:
+    """Every read of a helper in the snippet, with the width its instruction wants there."""
+    uses = []
+    for stmt in ir.instructions(snippet.statements):
+        if not any(name in HELPERS for name in stmt.symbol_names()):
+            continue
+        widths = [None] * len(stmt.operands) if stmt.opcode.base == SAVE else operand_widths(stmt)
+        for operand, width in zip(stmt.operands, widths):
+            for name in ir.symbols_in(operand):
+                if name in HELPERS:
+                    uses.append(HelperUse(name, width if isinstance(operand, (ir.Symbol, ir.Negated)) else None, stmt.line, str(stmt.opcode)))
+    return tuple(uses)
+
+
+def width_name(width: Width) -> str:
+    return ".pred" if width == "pred" else f"{width}-bit"
+
+
 class SkipSite(Exception):
     """The matched instruction lacks what the snippet needs."""
 
 
 def helpers_used(snippet: Snippet) -> set[str]:
-    return {name for stmt in ir.instructions(snippet.statements) for name in stmt.symbol_names() if name in HELPERS}
+    return {use.helper for use in helper_uses(snippet)}
 
 
 @attrs.define
 class _SnippetCache:
     """What one kernel's sites of the same snippet share: computed once, copied per site."""
 
-    helpers: dict[int, set[str]] = attrs.Factory(dict)  # id(snippet) → helpers it uses
-    bodies: dict[tuple, list[ir.Instruction]] = attrs.Factory(dict)  # (id(snippet), site guard) → renamed code
+    uses: dict[int, tuple[HelperUse, ...]] = attrs.Factory(dict)  # id(snippet) → its helper reads
+    bodies: dict[tuple, list[ir.Instruction]] = attrs.Factory(dict)  # (id(snippet), site guard, helper operands) → code
 
-    def helpers_used(self, snippet: Snippet) -> set[str]:
-        used = self.helpers.get(id(snippet))
-        if used is None:
-            used = self.helpers[id(snippet)] = helpers_used(snippet)
-        return used
+    def helper_uses(self, snippet: Snippet) -> tuple[HelperUse, ...]:
+        uses = self.uses.get(id(snippet))
+        if uses is None:
+            uses = self.uses[id(snippet)] = helper_uses(snippet)
+        return uses
 
 
 @attrs.define
@@ -133,16 +221,61 @@ class _SiteBuilder:
             code.append(self.emit("add.u64", dst, dst, ir.Immediate(str(addr.offset_value))))
         return code
 
-    def nbytes(self, dst: str, anchor: ir.Instruction) -> list[ir.Instruction]:
+    def site_value(self, helper: str, anchor: ir.Instruction) -> SiteValue:
+        """What OUT, IN1-3 or BYTES stands for at this site (ADDR is always the 64-bit address)."""
+        if helper == "BYTES":
+            return self.bytes_value(anchor)
+        if helper == "OUT":
+            return self.value_of(self.output(anchor))
+        sources = self.sources(anchor)
+        k = int(helper[2:]) - 1
+        if k >= len(sources):
+            raise SkipSite(f"the instruction has no operand {helper}")
+        return self.value_of(sources[k])
+
+    def value_of(self, operand: ir.Operand) -> SiteValue:
+        """An operand of the matched instruction with its type: a register's declared one."""
+        if isinstance(operand, ir.Immediate):
+            text = operand.text
+            if text[:2] in ("0f", "0F"):
+                return SiteValue(operand, 32, ".f32 immediate")
+            if text[:2] in ("0d", "0D"):
+                return SiteValue(operand, 64, ".f64 immediate")
+            if operand.value is None:
+                raise SkipSite(f"operand {text} is not an integer")
+            return SiteValue(operand, None, "an integer immediate")
+        if isinstance(operand, ir.SpecialRegister):
+            wide = operand.name in WIDE_SPECIAL or operand.name.endswith("_64")
+            return SiteValue(operand, 64 if wide else 32, ".u64" if wide else ".u32")
+        if isinstance(operand, ir.Register):
+            rtype = self.types.type_of(operand.name)
+            if rtype is None:
+                raise SkipSite(f"register {operand.name} has no declaration we can see")
+            if rtype == "pred":
+                return SiteValue(operand, "pred", ".pred")
+            bits = ir.TYPE_BYTES.get(rtype, 0) * 8
+            if bits not in (16, 32, 64):
+                raise SkipSite(f"register {operand.name} is .{rtype}")
+            return SiteValue(operand, bits, f".{rtype}")
+        if isinstance(operand, ir.Symbol):
+            return SiteValue(operand, 64, f"the address of {operand.name}")
+        raise SkipSite(f"operand {operand} is not a register or constant")
+
+    def bytes_value(self, anchor: ir.Instruction) -> SiteValue:
+        """BYTES: a constant (an immediate of every width), or the operand that holds the count at run time."""
         count = access_bytes(anchor)
         if count is None:
-            raise SkipSite("the semantics table gives no byte count for it")
+            raise SkipSite(missing_bytes_reason(anchor))
         if isinstance(count, int):
-            return [self.emit("mov.u32", dst, count)]
-        rtype = self.types.type_of(count.name) if isinstance(count, ir.Register) else None
-        if rtype and rtype.endswith("64"):
-            return [self.emit("cvt.u32.u64", dst, count)]
-        return [self.emit("mov.b32", dst, count)]
+            return SiteValue(ir.Immediate(str(count)), None, f"the constant {count}")
+        if not isinstance(count, RuntimeBytes) or isinstance(count.operand, ir.Negated):
+            raise SkipSite(f"its byte count {count} is not a register or constant")
+        value = self.value_of(count.operand)
+        if value.width == "pred":
+            if count.full is None:
+                raise SkipSite(f"its byte count {count.operand} is a predicate")
+            return attrs.evolve(value, type="cp.async's ignore-src predicate", ignore_source=count.full)
+        return attrs.evolve(value, count=True)
 
     def sources(self, anchor: ir.Instruction) -> list[ir.Operand]:
         """IN1, IN2, IN3: operands that are neither written nor the memory address."""
@@ -161,29 +294,79 @@ class _SiteBuilder:
             raise SkipSite("OUT is a vector")
         return out
 
-    def captures(self, used: set[str], anchor: ir.Instruction) -> tuple[list[ir.Instruction], list[ir.Instruction]]:
-        """Code that fills helper registers: (before the anchor, after the anchor)."""
+    def captures(self, uses: tuple[HelperUse, ...], anchor: ir.Instruction, values: dict[str, SiteValue]):
+        """Code that fills helper registers: (before the anchor, after the anchor, operand per (helper, width)).
+
+        `values` receives what each helper stands for here (for the caller's type ledger).
+        """
         before: list[ir.Instruction] = []
         after: list[ir.Instruction] = []
-        sources = None
-        for helper in sorted(used):
-            dst = self.helper_register(helper)
-            if helper == "ADDR":
-                before += self.address(dst, anchor)
-            elif helper == "BYTES":
-                before += self.nbytes(dst, anchor)
-            elif helper == "OUT":
-                after += self.widen(dst, self.output(anchor))
-            else:
-                sources = sources if sources is not None else self.sources(anchor)
-                k = int(helper[2:]) - 1
-                if k >= len(sources):
-                    raise SkipSite(f"the instruction has no operand {helper}")
-                before += self.widen(dst, sources[k])
-        return before, after
+        operands: HelperOperands = {}
+        for use in uses:
+            key = (use.helper, use.width)
+            if use.helper == "ADDR":
+                if "ADDR" not in values:
+                    values["ADDR"] = SiteValue(ir.Register(self.temp("h_addr", "b64")), 64, ".u64")
+                    before += self.address(self.temp("h_addr", "b64"), anchor)
+                operands[key] = values["ADDR"].operand
+                continue
+            value = values.get(use.helper)
+            if value is None:
+                value = values[use.helper] = self.site_value(use.helper, anchor)
+            self.check_use(use, value)
+            if key in operands:
+                continue
+            operand, code = self.materialise(use, value)
+            operands[key] = operand
+            (after if use.helper == "OUT" else before).extend(code)
+        return before, after, operands
 
-    def helper_register(self, helper: str) -> str:
-        return self.temp("h_" + helper.lower(), "b32" if helper == "BYTES" else "b64")
+    @staticmethod
+    def check_use(use: HelperUse, value: SiteValue) -> None:
+        """A use takes the helper's own width; a wider integer use takes it zero-extended (0/1 for a
+        predicate); a byte count converts to any integer width. Anything else is a type error."""
+        want, have = use.width, value.width
+        if want is None or have is None or want == have:
+            return
+        if isinstance(want, int) and (value.count or value.ignore_source is not None or have == "pred"):
+            return
+        if isinstance(want, int) and isinstance(have, int) and want > have:
+            return
+        raise HelperTypeError(use, value)
+
+    def materialise(self, use: HelperUse, value: SiteValue) -> tuple[ir.Operand, list[ir.Instruction]]:
+        """The operand that stands for the helper at this use, and the code that fills it."""
+        want, have, name = use.width, value.width, use.helper.lower()
+        if value.immediate:
+            return value.operand, []  # an integer constant fits every width
+        if value.ignore_source is not None:
+            bits = want if isinstance(want, int) else 32
+            dst = self.temp(f"h_{name}_b{bits}", f"b{bits}")
+            return ir.Register(dst), [self.emit(f"selp.b{bits}", dst, 0, value.ignore_source, value.operand)]
+        copy = self.copy(f"h_{name}", value)
+        if want is None or want == have:
+            return copy
+        dst = self.temp(f"h_{name}_b{want}", f"b{want}")
+        if have == "pred":
+            return ir.Register(dst), [self.emit(f"selp.b{want}", dst, 1, 0, value.operand)]
+        raw, code = copy  # a float register cannot be a cvt source: convert its bits
+        return ir.Register(dst), code + [self.emit(f"cvt.u{want}.u{have}", dst, raw)]
+
+    def copy(self, role: str, value: SiteValue) -> tuple[ir.Operand, list[ir.Instruction]]:
+        """The operand copied into a register of ours of its own width (a bit type: every type of that size takes it)."""
+        have = value.width
+        tag = "pred" if have == "pred" else f"b{have}"
+        dst = self.temp(f"{role}_{tag}", tag)
+        operand = value.operand
+        if have == "pred":
+            opcode = "mov.pred"
+        elif isinstance(operand, ir.SpecialRegister):
+            opcode = f"mov.u{have}"
+        elif isinstance(operand, ir.Symbol):
+            opcode = "mov.u64"
+        else:
+            opcode = f"mov.b{have}"
+        return ir.Register(dst), [self.emit(opcode, dst, operand)]
 
     # -- predicates
     def exec_predicate(self, site: Site, level: str) -> tuple[ir.Guard | None, list[ir.Instruction]]:
@@ -213,32 +396,32 @@ class _SiteBuilder:
         return ir.Guard(ir.Register(g)), [first, self.emit("and.pred", g, g, site_guard.register)]
 
     # -- the snippet
-    def rename(self, operand: ir.Operand) -> ir.Operand:
+    def rename(self, operand: ir.Operand, width: Width, helpers: HelperOperands) -> ir.Operand:
         kind = type(operand)
         if kind is ir.Register:
             return ir.Register(self.state.renames[operand.name])
         if kind is ir.SpecialRegister or kind is ir.Immediate:
             return operand
         if isinstance(operand, ir.Symbol) and operand.name in HELPERS:
-            return ir.Register(self.helper_register(operand.name))
+            return helpers[(operand.name, width)]
         if isinstance(operand, ir.Vector):
-            return ir.Vector(tuple(self.rename(o) for o in operand.items))
+            return ir.Vector(tuple(self.rename(o, None, helpers) for o in operand.items))
         if isinstance(operand, ir.Pair):
-            return ir.Pair(self.rename(operand.first), self.rename(operand.second))
+            return ir.Pair(self.rename(operand.first, None, helpers), self.rename(operand.second, None, helpers))
         if isinstance(operand, ir.Negated):
-            return ir.Negated(self.rename(operand.operand))
+            return ir.Negated(self.rename(operand.operand, width, helpers))
         return operand
 
-    def body(self, snippet: Snippet, site_guard: ir.Guard | None) -> list[ir.Instruction]:
-        """The snippet renamed and predicated: the same for every site with this guard, so built once."""
-        key = (id(snippet), site_guard)
+    def body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands) -> list[ir.Instruction]:
+        """The snippet renamed and predicated: the same for every site with this guard and these helper operands, so built once."""
+        key = (id(snippet), site_guard, tuple(helpers.items()))
         template = self.cache.bodies.get(key)
         if template is None:
-            template = self.cache.bodies[key] = self.build_body(snippet, site_guard)
+            template = self.cache.bodies[key] = self.build_body(snippet, site_guard, helpers)
         origin = self.origin
         return [ir.Instruction(t.opcode, t.operands, t.guard, 0, origin) for t in template]
 
-    def build_body(self, snippet: Snippet, site_guard: ir.Guard | None) -> list[ir.Instruction]:
+    def build_body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands) -> list[ir.Instruction]:
         code: list[ir.Instruction] = []
         for stmt in ir.instructions(snippet.statements):
             own = None
@@ -246,7 +429,8 @@ class _SiteBuilder:
                 own = ir.Guard(ir.Register(self.state.renames[stmt.guard.register.name]), stmt.guard.negated)
             guard, prep = self.combine(own, site_guard)
             code += prep
-            operands = tuple(self.rename(o) for o in stmt.operands)
+            widths = operand_widths(stmt) if helpers and stmt.opcode.base != SAVE else [None] * len(stmt.operands)
+            operands = tuple(self.rename(o, w, helpers) for o, w in zip(stmt.operands, widths))
             if stmt.opcode.base not in ("mov", SAVE):
                 reads, operands = self.read_special(operands)
                 code += reads
@@ -259,7 +443,7 @@ class _SiteBuilder:
         out = []
         for operand in operands:
             if isinstance(operand, ir.SpecialRegister):
-                wide = operand.name in ("%clock64", "%globaltimer", "%gridid")
+                wide = operand.name in WIDE_SPECIAL
                 reg = self.temp("sr_" + operand.name.lstrip("%").replace(".", "_"), "b64" if wide else "b32")
                 code.append(self.emit("mov.u64" if wide else "mov.u32", reg, operand))
                 operand = ir.Register(reg)
@@ -274,11 +458,14 @@ class OperandResolution:
 
     def run(self, module: ir.Module, ctx: Context) -> None:
         probes = {p.name: p for p in ctx.probes.probes}
+        ledger = HelperTypeLedger(ctx.probes, module.source)
         for state in ctx.kernels.values():
-            self.splice_kernel(state, probes)
+            self.splice_kernel(state, probes, ledger)
             state.maps = list(ctx.probes.maps)
+        if ledger.problems:
+            raise ProbeError(ledger.problems)
 
-    def splice_kernel(self, state: KernelState, probes: dict[str, Probe]) -> None:
+    def splice_kernel(self, state: KernelState, probes: dict[str, Probe], ledger: "HelperTypeLedger | None" = None) -> None:
         body = state.function.body
         types = _KernelRegisterTypes(state.function)
         entry_code: list[ir.Instruction] = []
@@ -293,14 +480,21 @@ class OperandResolution:
             snippet = probe.before if site.where == "before" else probe.after
             origin = f"probe {probe.name}#{next(counter)}"
             builder = _SiteBuilder(state, types, origin, cache)
+            values: dict[str, SiteValue] = {}
             try:
-                pre, code, post = self.site_code(builder, site, probe, snippet)
+                pre, code, post = self.site_code(builder, site, probe, snippet, values)
+            except HelperTypeError as error:
+                if ledger is not None:
+                    ledger.mismatch(probe.name, state.function.name, site.anchor, error)
+                continue
             except SkipSite as reason:
                 state.skipped.append(
                     {"line": site.anchor.line, "instruction": str(site.anchor.opcode), "probe": probe.name, "reason": str(reason)}
                 )
                 continue
             kept.append(site)
+            if ledger is not None and values:
+                ledger.record(probe.name, state.function.name, site.anchor, values)
             if site.kind == "entry":
                 entry_code += pre + code
                 continue
@@ -317,14 +511,52 @@ class OperandResolution:
         body[i:i] = entry_code
 
     @staticmethod
-    def site_code(builder: _SiteBuilder, site: Site, probe: Probe, snippet: Snippet):
+    def site_code(builder: _SiteBuilder, site: Site, probe: Probe, snippet: Snippet, values: dict[str, SiteValue]):
         """(code before the anchor, the snippet, code right after the anchor)."""
-        pre, post = [], []
-        used = builder.cache.helpers_used(snippet)
-        if used and site.anchor is not None and site.kind == "instruction":
-            pre, post = builder.captures(used, site.anchor)
+        pre, post, helpers = [], [], {}
+        uses = builder.cache.helper_uses(snippet)
+        if uses and site.anchor is not None and site.kind == "instruction":
+            pre, post, helpers = builder.captures(uses, site.anchor, values)
         guard, predicate_code = builder.exec_predicate(site, probe.level)
-        code = predicate_code + builder.body(snippet, guard)
+        code = predicate_code + builder.body(snippet, guard, helpers)
         if site.where == "after" and site.kind == "instruction":
             return pre, code, post
         return pre + post, code, []
+
+
+@attrs.define
+class HelperTypeLedger:
+    """The type each probe's helpers had at the first site that used them, and the type errors found.
+
+    A use that cannot take a helper's type at some site is a located error on
+    the probe file's line, naming that site and, when the helper had another
+    type at an earlier site of the same probe, that one too.
+    """
+
+    probes: ProbeFile
+    source: str
+    first: dict[tuple[str, str], tuple[SiteValue, str]] = attrs.Factory(dict)  # (probe, helper) → (value, site)
+    problems: list[Diagnostic] = attrs.Factory(list)
+    _reported: set = attrs.Factory(set)
+
+    def site_name(self, kernel: str, anchor: ir.Instruction) -> str:
+        return f"{self.source}:{anchor.line} ({anchor.opcode} in {kernel})"
+
+    def record(self, probe: str, kernel: str, anchor: ir.Instruction, values: dict[str, SiteValue]) -> None:
+        for helper, value in values.items():
+            if (probe, helper) not in self.first:  # once per probe and helper: sites are many
+                self.first[(probe, helper)] = (value, self.site_name(kernel, anchor))
+
+    def mismatch(self, probe: str, kernel: str, anchor: ir.Instruction, error: HelperTypeError) -> None:
+        use, value = error.use, error.value
+        key = (probe, use.helper, use.line, use.width, value.type)
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        here = self.site_name(kernel, anchor)
+        message = f"[probe {probe}] {use.helper} is {value.type} at {here}, but {use.opcode} expects a {width_name(use.width)} operand"
+        earlier = self.first.get((probe, use.helper))
+        if earlier is not None and earlier[0].type != value.type:
+            message += f"; it is {earlier[0].type} at {earlier[1]}"
+        hint = "a helper has the type of the operand it stands for at each site: convert it (cvt), or match sites of one type"
+        self.problems.append(Diagnostic(self.probes.location(use.line, use.helper), message, hint=hint))

@@ -39,7 +39,9 @@ CONTROL_REASONS = {
     "trap": "trap is not allowed in probes",
     "barrier": "barriers and other synchronization are not allowed in probes",
 }
-HELPER_BITS = {"OUT": 64, "IN1": 64, "IN2": 64, "IN3": 64, "ADDR": 64, "BYTES": 32}
+# ADDR is always a 64-bit address; OUT, IN1-3 and BYTES have the type of what they stand for at
+# each site, so their uses are checked per site when the snippet is spliced in (passes/resolve.py).
+HELPER_BITS = {"ADDR": 64}
 
 
 def type_bits(t: str) -> int | str:

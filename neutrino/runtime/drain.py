@@ -271,11 +271,7 @@ def _cached_header(cache: dict, flight) -> tuple[bytes, list[int]]:
     if got is None:
         if len(cache) > 4096:
             cache.clear()
-        sections = [
-            tracefmt.MapSection(lay.map["name"], lay.map["level"], lay.map["record_bytes"], lay.cap, lay.units,
-                                lay.map["fields"], bytes(lay.size), cap_is_count=lay.map["cap"] == "count")
-            for lay in flight.layouts
-        ]
+        sections = [tracefmt.MapSection.of(lay.map, lay.units, lay.cap, bytes(lay.size)) for lay in flight.layouts]
         got = cache[key] = tracefmt.encode_header(grid=req.grid, block=req.block, shared_bytes=req.shared_bytes,
                                                   maps=sections)
     return got

@@ -24,6 +24,7 @@ MAX_MAPS = 16  # NT_MAX_MAPS of shim/writer.h
 MAX_HEADER = 65536
 MAX_PARAMS = 256
 UNITS_MODE = {"thread": 0, "warp": 1, "block": 2}
+FIXED = 3
 
 
 class NtPlan(C.Structure):
@@ -33,6 +34,7 @@ class NtPlan(C.Structure):
         ("orig_func", C.c_void_p), ("ctx", C.c_void_p), ("probed_func", C.c_void_p),
         ("n_params", C.c_uint32), ("n_maps", C.c_uint32), ("n_extra", C.c_uint32), ("max_shared", C.c_uint32),
         ("units_mode", C.c_uint32 * MAX_MAPS), ("fixed_units", C.c_uint64 * MAX_MAPS),
+        ("fixed_size", C.c_uint64 * MAX_MAPS),
         ("record_bytes", C.c_uint32 * MAX_MAPS), ("cap", C.c_uint32 * MAX_MAPS), ("zero_all", C.c_uint32 * MAX_MAPS),
         ("map_header_pos", C.c_uint32 * MAX_MAPS),
         ("extra_map", C.c_uint32 * (2 * MAX_MAPS)), ("extra_is_buffer", C.c_uint32 * (2 * MAX_MAPS)),
@@ -76,7 +78,10 @@ class FastPath:
                       header_template=header, header_len=len(header))
         pos = tracefmt.FILE_HEADER.itemsize
         for i, lay in enumerate(shape.layouts):
-            plan.units_mode[i] = UNITS_MODE[lay.map["level"]]
+            if lay.map.get("type", "array") == "array":
+                plan.units_mode[i] = UNITS_MODE[lay.map["level"]]
+            else:  # sum/hist: a fixed buffer whatever the grid
+                plan.units_mode[i], plan.fixed_units[i], plan.fixed_size[i] = FIXED, lay.units, lay.size
             plan.record_bytes[i] = lay.map["record_bytes"]
             plan.cap[i] = lay.cap
             plan.zero_all[i] = int(lay.zero_bytes == lay.size)
@@ -116,6 +121,4 @@ def plan_refusal(req, pk, shape, header: bytes) -> str | None:
     for lay in shape.layouts:
         if lay.map["level"] not in UNITS_MODE or not isinstance(lay.map["cap"], int):
             return f"map {lay.map['name']} is not sized by the grid"
-        if lay.map.get("type", "array") != "array":
-            return f"map {lay.map['name']} is not an array map"
     return None

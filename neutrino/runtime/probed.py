@@ -58,12 +58,11 @@ class MapLayout:
 def map_layouts(maps: list[dict], grid, block, caps: dict[str, int]) -> tuple[MapLayout, ...]:
     out = []
     for m in maps:
-        units = tracefmt.units_for(m["level"], grid, block)
         cap = caps.get(m["name"], m["cap"])
         if not isinstance(cap, int):
             cap = 1
-        size = tracefmt.buffer_bytes(units, cap, m["record_bytes"])
-        # Records past a unit's count are never read: only the counts need zeroing.
+        units, size = tracefmt.map_buffer_bytes(m, grid, block, cap)
+        # Records past a unit's count are never read: an array map needs only its counts zeroed.
         zero = tracefmt.align(4 * units, 16) if m.get("type", "array") == "array" else size
         out.append(MapLayout(m, units, cap, size, zero))
     return tuple(out)
