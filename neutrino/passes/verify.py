@@ -16,9 +16,10 @@ import attrs
 from neutrino.errors import Diagnostic, InstrumentError, ProbeError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import defined_registers, effects, lookup
-from neutrino.passes.lower_save import ORIGIN as LOWERING_ORIGIN
 from neutrino.passes.manager import Context
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
+
+LOWERING_ORIGIN = "save-lowering"  # lower_save.ORIGIN (not imported: lower_save imports resolve, which imports us)
 
 ALLOWED_OPCODES = frozenset(
     """mov add sub mul mad mul24 mad24 sad div rem abs neg min max and or xor not cnot
@@ -320,5 +321,5 @@ def check_engine_atomics(name: str, state, probe_file: ProbeFile) -> None:
             continue
         address = insn.operands[0] if insn.opcode.base == "red" else insn.operands[1]
         base = address.base.name if isinstance(address, ir.Address) and isinstance(address.base, ir.Register) else None
-        if insn.origin != LOWERING_ORIGIN or base not in allowed:
+        if insn.origin != LOWERING_ORIGIN or base not in allowed:  # only SAVE lowering emits atomics
             raise InstrumentError(f"{name}: {insn.opcode} from {insn.origin} writes {address}, which is not the counters of a sum or hist map")
