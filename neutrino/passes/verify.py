@@ -14,21 +14,13 @@ from typing import ClassVar
 import attrs
 
 from neutrino.errors import Diagnostic, InstrumentError, ProbeError
-from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import defined_registers, effects, lookup
+from neutrino.isa.ptx import formats, ir
+from neutrino.isa.ptx.semantics import defined_registers, lookup
 from neutrino.passes.manager import Context
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
-ALLOWED_OPCODES = frozenset(
-    """mov add sub mul mad mul24 mad24 sad div rem abs neg min max and or xor not cnot
-    shl shr bfe bfi brev popc clz prmt lop3 cvt setp set selp slct testp copysign""".split()
-)
-READABLE_SPECIAL = frozenset(
-    """%clock %clock64 %globaltimer %globaltimer_lo %globaltimer_hi %smid %nsmid %warpid %nwarpid
-    %laneid %lanemask_eq %lanemask_le %lanemask_lt %lanemask_ge %lanemask_gt %tid %ntid %ctaid
-    %nctaid %gridid %dynamic_smem_size %total_smem_size""".split()
-)
-WIDE_SPECIAL = frozenset({"%clock64", "%globaltimer", "%gridid"})
+# Probes may use exactly the opcodes the instruction-format table describes.
+ALLOWED_OPCODES = frozenset(formats.FORMATS)
 REGISTER_TYPES = frozenset("pred b16 u16 s16 b32 u32 s32 f32 b64 u64 s64 f64".split())
 CONTROL_REASONS = {
     "branch": "branches are not allowed in probes",
@@ -38,12 +30,8 @@ CONTROL_REASONS = {
     "trap": "trap is not allowed in probes",
     "barrier": "barriers and other synchronization are not allowed in probes",
 }
-HELPER_BITS = {"OUT": 64, "IN1": 64, "IN2": 64, "IN3": 64, "ADDR": 64, "BYTES": 32}
-
-
-def type_bits(t: str) -> int | str:
-    t = t.split()[-1]
-    return "pred" if t == "pred" else ir.TYPE_BYTES.get(t, 0) * 8
+# The registers resolve-operands materialises helpers into (spec/probe-toml.md, "Helpers").
+HELPER_TYPES = {"OUT": "b64", "IN1": "b64", "IN2": "b64", "IN3": "b64", "ADDR": "b64", "BYTES": "b32"}
 
 
 @attrs.define
@@ -101,12 +89,96 @@ class _SnippetChecker:
             if isinstance(operand, ir.ParenList):
                 self.error(insn.line, "parenthesised operand lists are not allowed in probes", "(")
                 return
-        fx = effects(insn)
-        defs = set(fx.defs)
-        for index, operand in enumerate(insn.operands):
-            is_def = index == 0 and (defs or isinstance(operand, (ir.SpecialRegister, ir.Symbol)))
-            self.check_operand(insn, operand, is_def)
-        self.check_types(insn)
+        match = formats.match_opcode(insn.opcode)
+        if match.format is None:
+            self.error(insn.line, match.problem, token)
+            return
+        form = match.format
+        if len(insn.operands) != len(form.operands):
+            self.error(
+                insn.line,
+                f"{insn.opcode} takes {len(form.operands)} operands, not {len(insn.operands)}",
+                token,
+                hint=f"{insn.opcode} {shape_of(form)};",
+            )
+            return
+        for index, (operand, slot) in enumerate(zip(insn.operands, form.operands)):
+            self.check_slot(insn, index, operand, slot, formats.slot_type(slot, insn.opcode), form)
+
+    def check_slot(self, insn: ir.Instruction, index: int, operand: ir.Operand, slot: formats.Slot, wanted: str, form: formats.Format) -> None:
+        where = f"operand {index + 1} of {insn.opcode}"
+        if slot.kind == "d":
+            self.check_destination(insn, operand, wanted, where)
+            return
+        if isinstance(operand, ir.Negated):
+            if slot.kind != "n":
+                self.error(insn.line, f"{where} cannot be negated: only the predicate of setp with .and/.or/.xor can", "!")
+                return
+            operand = operand.operand
+        if slot.kind == "i" and not isinstance(operand, ir.Immediate):
+            self.error(insn.line, f"{where} must be a constant", str(operand))
+            return
+        if isinstance(operand, ir.Immediate):
+            problem = formats.immediate_problem(operand, wanted)
+            for slot_index, low, high in form.immediates:
+                if slot_index == index and problem is None and not low <= (operand.value or 0) <= high:
+                    problem = f"constant {operand} of {insn.opcode} must lie in {low}..{high}"
+            if problem:
+                self.error(insn.line, problem, operand.text)
+        elif isinstance(operand, ir.Register):
+            if self.check_declared(insn, operand):
+                self.check_fits(insn, operand, self.probe_file.registers[operand.name], wanted)
+        elif isinstance(operand, ir.SpecialRegister):
+            self.check_special(insn, operand, wanted)
+        elif isinstance(operand, ir.Symbol):
+            self.check_helper(insn, operand.name, False)
+            if operand.name in HELPER_TYPES:
+                self.check_fits(insn, operand, HELPER_TYPES[operand.name], wanted)
+        else:
+            self.error(insn.line, f"{where} cannot be {operand}", str(operand), hint="operands are registers, constants, special registers and helpers")
+
+    def check_destination(self, insn: ir.Instruction, operand: ir.Operand, wanted: str, where: str) -> None:
+        if isinstance(operand, ir.Register):
+            if self.check_declared(insn, operand):
+                self.check_fits(insn, operand, self.probe_file.registers[operand.name], wanted)
+        elif isinstance(operand, ir.SpecialRegister):
+            self.error(insn.line, f"special register {operand.name} is read-only", operand.name)
+        elif isinstance(operand, ir.Symbol):
+            self.check_helper(insn, operand.name, True)
+        else:
+            self.error(insn.line, f"{where} is its destination: it must be a register, not {operand}", str(operand))
+
+    def check_declared(self, insn: ir.Instruction, register: ir.Register) -> bool:
+        if register.name in self.probe_file.registers:
+            return True
+        self.error(
+            insn.line,
+            f"undeclared register {register.name}",
+            register.name,
+            hint="declare it with .reg in a snippet of this file; kernel registers are reachable only through OUT/IN1/IN2/IN3/ADDR",
+        )
+        return False
+
+    def check_fits(self, insn: ir.Instruction, operand: ir.Operand, have: str, wanted: str) -> None:
+        if formats.register_fits(have, wanted):
+            return
+        if have == "pred" or wanted == "pred" or formats.bits_of(have) == formats.bits_of(wanted):
+            have_text, want_text = f".{have}", f"a .{wanted}"
+        else:
+            have_text, want_text = f"{formats.bits_of(have)}-bit", f"a {formats.bits_of(wanted)}-bit"
+        self.error(insn.line, f"type mismatch: {operand} is {have_text} but {insn.opcode} expects {want_text} operand", str(operand))
+
+    def check_special(self, insn: ir.Instruction, operand: ir.SpecialRegister, wanted: str) -> None:
+        problem = formats.special_problem(operand.name)
+        if problem:
+            self.error(insn.line, problem, operand.name)
+            return
+        bits = formats.special_bits(operand.name)
+        # Only mov reads special registers (resolve-operands reads them into .bN registers for
+        # other instructions), and mov reads them only as integers of their own width.
+        integer_only = insn.opcode.base == "mov" and formats.type_class(wanted) == "f"
+        if wanted == "pred" or integer_only or formats.bits_of(wanted) != bits:
+            self.error(insn.line, f"type mismatch: {operand.name} is a {bits}-bit integer but {insn.opcode} expects a .{wanted} operand", operand.name)
 
     def check_guard(self, insn: ir.Instruction) -> None:
         name = insn.guard.register.name
@@ -116,30 +188,20 @@ class _SnippetChecker:
         elif t != "pred":
             self.error(insn.line, f"guard {name} is .{t}, not .pred", name)
 
-    def check_operand(self, insn: ir.Instruction, operand: ir.Operand, is_def: bool) -> None:
-        if isinstance(operand, (ir.Vector, ir.Pair)):
-            items = operand.items if isinstance(operand, ir.Vector) else (operand.first, operand.second)
-            for item in items:
-                self.check_operand(insn, item, is_def)
-            return
+    def check_operand(self, insn: ir.Instruction, operand: ir.Operand) -> None:
+        """A SAVE value: a declared register, a readable special register, a helper or a constant."""
         if isinstance(operand, ir.Negated):
-            self.check_operand(insn, operand.operand, False)
-            return
-        if isinstance(operand, ir.Register):
-            if operand.name not in self.probe_file.registers:
-                self.error(
-                    insn.line,
-                    f"undeclared register {operand.name}",
-                    operand.name,
-                    hint="declare it with .reg in a snippet of this file; kernel registers are reachable only through OUT/IN1/IN2/IN3/ADDR",
-                )
+            self.error(insn.line, f"SAVE operand {operand} cannot be negated", "!")
+        elif isinstance(operand, ir.Register):
+            self.check_declared(insn, operand)
         elif isinstance(operand, ir.SpecialRegister):
-            if is_def:
-                self.error(insn.line, f"special register {operand.name} is read-only", operand.name)
-            elif operand.base not in READABLE_SPECIAL:
-                self.error(insn.line, f"special register {operand.name} cannot be read by probes", operand.name)
+            problem = formats.special_problem(operand.name)
+            if problem:
+                self.error(insn.line, problem, operand.name)
         elif isinstance(operand, ir.Symbol):
-            self.check_helper(insn, operand.name, is_def)
+            self.check_helper(insn, operand.name, False)
+        elif isinstance(operand, ir.Immediate) and formats.immediate_problem(operand, "b64"):
+            self.error(insn.line, formats.immediate_problem(operand, "b64"), operand.text)
 
     def check_helper(self, insn: ir.Instruction, name: str, is_def: bool) -> None:
         if name not in HELPERS:
@@ -183,70 +245,13 @@ class _SnippetChecker:
             if isinstance(item, (ir.Address, ir.BracketList, ir.Vector, ir.Pair, ir.ParenList, ir.Sink)):
                 self.error(insn.line, f"SAVE operand {item} must be a register, a special register, a helper or a constant", "{")
             else:
-                self.check_operand(insn, item, False)
-
-    # -- widths
-    def width_of(self, operand: ir.Operand) -> int | str | None:
-        if isinstance(operand, ir.Register):
-            t = self.probe_file.registers.get(operand.name)
-            return type_bits(t) if t else None
-        if isinstance(operand, ir.SpecialRegister):
-            return 64 if operand.name in WIDE_SPECIAL else 32
-        if isinstance(operand, ir.Symbol):
-            return HELPER_BITS.get(operand.name)
-        if isinstance(operand, ir.Negated):
-            return self.width_of(operand.operand)
-        return None  # immediates fit any width
-
-    def check_types(self, insn: ir.Instruction) -> None:
-        for operand, expected in expected_widths(insn):
-            actual = self.width_of(operand)
-            if actual is None or expected is None or actual == expected:
-                continue
-            want = ".pred" if expected == "pred" else f"a {expected}-bit"
-            have = ".pred" if actual == "pred" else f"{actual}-bit"
-            self.error(insn.line, f"type mismatch: {operand} is {have} but {insn.opcode} expects {want} operand", str(operand))
+                self.check_operand(insn, item)
 
 
-def expected_widths(insn: ir.Instruction) -> list[tuple[ir.Operand, int | str | None]]:
-    """(operand, width it must have) for the instruction shapes probes may use."""
-    types = insn.opcode.types
-    if not types:
-        return []
-    ops = list(insn.operands)
-    base, mods = insn.opcode.base, insn.opcode.modifiers
-    t = type_bits(types[-1])
-    first = type_bits(types[0])
-
-    def flat(o):
-        return [o.first, o.second] if isinstance(o, ir.Pair) else [o]
-
-    if base == "cvt" and len(types) >= 2:
-        return [(ops[0], first)] + [(o, type_bits(types[1])) for o in ops[1:]]
-    if base == "setp":
-        return [(o, "pred") for o in flat(ops[0])] + [(o, t) for o in ops[1:3]] + [(o, "pred") for o in ops[3:]]
-    if base == "set" and len(types) >= 2:
-        return [(ops[0], first)] + [(o, type_bits(types[1])) for o in ops[1:3]] + [(o, "pred") for o in ops[3:]]
-    if base == "selp":
-        return [(o, t) for o in ops[:3]] + [(o, "pred") for o in ops[3:]]
-    if base == "slct" and len(types) >= 2:
-        return [(o, first) for o in ops[:3]] + [(o, type_bits(types[1])) for o in ops[3:]]
-    if base in ("mul", "mad") and "wide" in mods and isinstance(t, int):
-        wide = [(ops[0], 2 * t)] + [(o, t) for o in ops[1:3]]
-        return wide + [(o, 2 * t) for o in ops[3:]]
-    if base in ("shl", "shr"):
-        return [(o, t) for o in ops[:2]] + [(o, 32) for o in ops[2:]]
-    if base == "bfe":
-        return [(o, t) for o in ops[:2]] + [(o, 32) for o in ops[2:]]
-    if base == "bfi":
-        return [(o, t) for o in ops[:3]] + [(o, 32) for o in ops[3:]]
-    if base in ("popc", "clz"):
-        return [(ops[0], 32)] + [(o, t) for o in ops[1:]]
-    if base == "testp":
-        return [(ops[0], "pred")] + [(o, t) for o in ops[1:]]
-    if base in ("mul24", "mad24", "prmt", "lop3", "sad"):
-        return [(o, 32) for o in ops]
-    return [(o, t) for op in ops for o in flat(op)]
+def shape_of(form: formats.Format) -> str:
+    """`d, a, b, c`: the operand list of a form, for hints."""
+    names = iter("abce")
+    return ", ".join("d" if slot.kind == "d" else ("{!}" if slot.kind == "n" else "") + next(names) for slot in form.operands)
 
 
 def verify_probe_file(probe_file: ProbeFile) -> list[Diagnostic]:
