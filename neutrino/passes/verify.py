@@ -41,9 +41,18 @@ class _SnippetChecker:
     snippet: Snippet
     problems: list[Diagnostic]
 
-    def error(self, line: int, message: str, token: str | None = None, hint: str = "") -> None:
+    def error(self, line: int, message: str, token: str | None = None, hint: str = "", after: str | None = None) -> None:
+        """Report at `token` on `line`; `after` (an opcode) picks the token's occurrence that follows it."""
         loc = self.probe_file.location(line, token)
+        start = loc.text.find(after) if after and token else -1
+        column = loc.text.find(token, start) if start >= 0 else -1
+        if column >= 0:
+            loc = attrs.evolve(loc, column=column + 1)
         self.problems.append(Diagnostic(loc, f"[probe {self.probe.name}] {message}", hint=hint))
+
+    def operand_error(self, insn: ir.Instruction, message: str, token: str | None = None, hint: str = "") -> None:
+        """Report at `token` of `insn`: its first occurrence after the opcode."""
+        self.error(insn.line, message, token, hint, after=insn.opcode.text)
 
     def check(self) -> None:
         for stmt in self.snippet.statements:
@@ -80,18 +89,18 @@ class _SnippetChecker:
                 reason = f"{insn.opcode.base} accesses memory: probes may only write memory through SAVE"
             else:
                 reason = f"instruction {insn.opcode.text} is not allowed in probes"
-            self.error(insn.line, reason, token, hint="allowed: arithmetic, logic, cvt, setp/selp and SAVE")
+            self.operand_error(insn, reason, token, hint="allowed: arithmetic, logic, cvt, setp/selp and SAVE")
             return
         for operand in insn.operands:
             if isinstance(operand, (ir.Address, ir.BracketList)):
-                self.error(insn.line, "memory operands are not allowed: probes may only write memory through SAVE", "[")
+                self.operand_error(insn, "memory operands are not allowed: probes may only write memory through SAVE", "[")
                 return
             if isinstance(operand, ir.ParenList):
-                self.error(insn.line, "parenthesised operand lists are not allowed in probes", "(")
+                self.operand_error(insn, "parenthesised operand lists are not allowed in probes", "(")
                 return
         match = formats.match_opcode(insn.opcode)
         if match.format is None:
-            self.error(insn.line, match.problem, token)
+            self.operand_error(insn, match.problem, token)
             return
         form = match.format
         if len(insn.operands) != len(form.operands):
@@ -112,11 +121,11 @@ class _SnippetChecker:
             return
         if isinstance(operand, ir.Negated):
             if slot.kind != "n":
-                self.error(insn.line, f"{where} cannot be negated: only the predicate of setp with .and/.or/.xor can", "!")
+                self.operand_error(insn, f"{where} cannot be negated: only the predicate of setp with .and/.or/.xor can", "!")
                 return
             operand = operand.operand
         if slot.kind == "i" and not isinstance(operand, ir.Immediate):
-            self.error(insn.line, f"{where} must be a constant", str(operand))
+            self.operand_error(insn, f"{where} must be a constant", str(operand))
             return
         if isinstance(operand, ir.Immediate):
             problem = formats.immediate_problem(operand, wanted)
@@ -124,7 +133,7 @@ class _SnippetChecker:
                 if slot_index == index and problem is None and not low <= (operand.value or 0) <= high:
                     problem = f"constant {operand} of {insn.opcode} must lie in {low}..{high}"
             if problem:
-                self.error(insn.line, problem, operand.text)
+                self.operand_error(insn, problem, operand.text)
         elif isinstance(operand, ir.Register):
             if self.check_declared(insn, operand):
                 self.check_fits(insn, operand, self.probe_file.registers[operand.name], wanted)
@@ -135,18 +144,18 @@ class _SnippetChecker:
             if operand.name in HELPER_TYPES:
                 self.check_fits(insn, operand, HELPER_TYPES[operand.name], wanted)
         else:
-            self.error(insn.line, f"{where} cannot be {operand}", str(operand), hint="operands are registers, constants, special registers and helpers")
+            self.operand_error(insn, f"{where} cannot be {operand}", str(operand), hint="operands are registers, constants, special registers and helpers")
 
     def check_destination(self, insn: ir.Instruction, operand: ir.Operand, wanted: str, where: str) -> None:
         if isinstance(operand, ir.Register):
             if self.check_declared(insn, operand):
                 self.check_fits(insn, operand, self.probe_file.registers[operand.name], wanted)
         elif isinstance(operand, ir.SpecialRegister):
-            self.error(insn.line, f"special register {operand.name} is read-only", operand.name)
+            self.operand_error(insn, f"special register {operand.name} is read-only", operand.name)
         elif isinstance(operand, ir.Symbol):
             self.check_helper(insn, operand.name, True)
         else:
-            self.error(insn.line, f"{where} is its destination: it must be a register, not {operand}", str(operand))
+            self.operand_error(insn, f"{where} is its destination: it must be a register, not {operand}", str(operand))
 
     def check_declared(self, insn: ir.Instruction, register: ir.Register) -> bool:
         if register.name in self.probe_file.registers:
@@ -166,52 +175,52 @@ class _SnippetChecker:
             have_text, want_text = f".{have}", f"a .{wanted}"
         else:
             have_text, want_text = f"{formats.bits_of(have)}-bit", f"a {formats.bits_of(wanted)}-bit"
-        self.error(insn.line, f"type mismatch: {operand} is {have_text} but {insn.opcode} expects {want_text} operand", str(operand))
+        self.operand_error(insn, f"type mismatch: {operand} is {have_text} but {insn.opcode} expects {want_text} operand", str(operand))
 
     def check_special(self, insn: ir.Instruction, operand: ir.SpecialRegister, wanted: str) -> None:
         problem = formats.special_problem(operand.name)
         if problem:
-            self.error(insn.line, problem, operand.name)
+            self.operand_error(insn, problem, operand.name)
             return
         bits = formats.special_bits(operand.name)
         # Only mov reads special registers (resolve-operands reads them into .bN registers for
         # other instructions), and mov reads them only as integers of their own width.
         integer_only = insn.opcode.base == "mov" and formats.type_class(wanted) == "f"
         if wanted == "pred" or integer_only or formats.bits_of(wanted) != bits:
-            self.error(insn.line, f"type mismatch: {operand.name} is a {bits}-bit integer but {insn.opcode} expects a .{wanted} operand", operand.name)
+            self.operand_error(insn, f"type mismatch: {operand.name} is a {bits}-bit integer but {insn.opcode} expects a .{wanted} operand", operand.name)
 
     def check_guard(self, insn: ir.Instruction) -> None:
         name = insn.guard.register.name
         t = self.probe_file.registers.get(name)
         if t is None:
-            self.error(insn.line, f"guard {name} is not a probe register", name)
+            self.operand_error(insn, f"guard {name} is not a probe register", name)
         elif t != "pred":
-            self.error(insn.line, f"guard {name} is .{t}, not .pred", name)
+            self.operand_error(insn, f"guard {name} is .{t}, not .pred", name)
 
     def check_operand(self, insn: ir.Instruction, operand: ir.Operand) -> None:
         """A SAVE value: a declared register, a readable special register, a helper or a constant."""
         if isinstance(operand, ir.Negated):
-            self.error(insn.line, f"SAVE operand {operand} cannot be negated", "!")
+            self.operand_error(insn, f"SAVE operand {operand} cannot be negated", "!")
         elif isinstance(operand, ir.Register):
             self.check_declared(insn, operand)
         elif isinstance(operand, ir.SpecialRegister):
             problem = formats.special_problem(operand.name)
             if problem:
-                self.error(insn.line, problem, operand.name)
+                self.operand_error(insn, problem, operand.name)
         elif isinstance(operand, ir.Symbol):
             self.check_helper(insn, operand.name, False)
         elif isinstance(operand, ir.Immediate) and formats.immediate_problem(operand, "b64"):
-            self.error(insn.line, formats.immediate_problem(operand, "b64"), operand.text)
+            self.operand_error(insn, formats.immediate_problem(operand, "b64"), operand.text)
 
     def check_helper(self, insn: ir.Instruction, name: str, is_def: bool) -> None:
         if name not in HELPERS:
-            self.error(insn.line, f"unknown name {name}", name, hint="helpers: " + ", ".join(HELPERS))
+            self.operand_error(insn, f"unknown name {name}", name, hint="helpers: " + ", ".join(HELPERS))
         elif is_def:
-            self.error(insn.line, f"helper {name} is read-only", name)
+            self.operand_error(insn, f"helper {name} is read-only", name)
         elif self.probe.at_kernel:
-            self.error(insn.line, f"helper {name} is only available at instruction positions", name)
+            self.operand_error(insn, f"helper {name} is only available at instruction positions", name)
         elif name == "OUT" and self.snippet.where == "before":
-            self.error(insn.line, "OUT is only available in `after`: the instruction has not written it yet", name)
+            self.operand_error(insn, "OUT is only available in `after`: the instruction has not written it yet", name)
 
     def check_save(self, insn: ir.Instruction) -> None:
         maps = self.probe_file.maps
@@ -222,28 +231,28 @@ class _SnippetChecker:
             name = getattr(target, "name", str(target))
             spec = maps.get(name)
             if self.probe.map is not None or spec is None:
-                self.error(insn.line, f"SAVE [ {name} ] names no map of this file", name)
+                self.operand_error(insn, f"SAVE [ {name} ] names no map of this file", name)
                 return
             if spec.level != self.probe.level:
-                self.error(insn.line, f"map {name} is at level {spec.level} but the probe runs at level {self.probe.level}", name)
+                self.operand_error(insn, f"map {name} is at level {spec.level} but the probe runs at level {self.probe.level}", name)
             if not isinstance(values, ir.Vector) or len(values.items) != len(spec.fields):
                 count = len(values.items) if isinstance(values, ir.Vector) else 1
-                self.error(insn.line, f"SAVE [ {name} ] gives {count} values but the map has {len(spec.fields)} fields", "SAVE")
+                self.operand_error(insn, f"SAVE [ {name} ] gives {count} values but the map has {len(spec.fields)} fields", "SAVE")
                 return
         else:
             width = insn.opcode.modifiers
             if width not in (("u32",), ("u64",)) or len(insn.operands) != 1 or not isinstance(insn.operands[0], ir.Vector):
-                self.error(insn.line, "malformed SAVE", "SAVE", hint="write SAVE.u32 {a, b} / SAVE.u64 {a}, or SAVE [ MAP ] {a, b} with [map.MAP]")
+                self.operand_error(insn, "malformed SAVE", "SAVE", hint="write SAVE.u32 {a, b} / SAVE.u64 {a}, or SAVE [ MAP ] {a, b} with [map.MAP]")
                 return
             if self.probe.map is None:
-                self.error(insn.line, "SAVE needs a datamodel (or SAVE [ MAP ] in the explicit form)", "SAVE")
+                self.operand_error(insn, "SAVE needs a datamodel (or SAVE [ MAP ] in the explicit form)", "SAVE")
                 return
             values = insn.operands[0]
         if not values.items:
-            self.error(insn.line, "SAVE of nothing", "SAVE")
+            self.operand_error(insn, "SAVE of nothing", "SAVE")
         for item in values.items:
             if isinstance(item, (ir.Address, ir.BracketList, ir.Vector, ir.Pair, ir.ParenList, ir.Sink)):
-                self.error(insn.line, f"SAVE operand {item} must be a register, a special register, a helper or a constant", "{")
+                self.operand_error(insn, f"SAVE operand {item} must be a register, a special register, a helper or a constant", "{")
             else:
                 self.check_operand(insn, item)
 

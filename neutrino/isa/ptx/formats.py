@@ -236,7 +236,8 @@ def _arith(operands: str, *, saturating: bool = True) -> list[Format]:
     """add/sub: integers (.sat on s32, .cc carries), f32 with rounding/ftz/sat, f64 with rounding."""
     ops = slots(operands)
     forms = [
-        Format(_types(INTEGER), ops, (_group("cc"),)),
+        Format(_types(INTEGER), ops),
+        Format(_types(("u32", "s32", "u64", "s64")), ops, (_group("cc", True),)),
         Format(_types(FLOAT[:1]), ops, (_group(" ".join(ROUND)), _group("ftz"), _group("sat"))),
         Format(_types(FLOAT[1:]), ops, (_group(" ".join(ROUND)),)),
     ]
@@ -248,7 +249,7 @@ def _arith(operands: str, *, saturating: bool = True) -> list[Format]:
 def _setp_forms() -> list[Format]:
     forms = []
     by_class = [(BITS, ("eq", "ne"), ""), (SIGNED, INT_COMPARE, ""), (UNSIGNED, UNSIGNED_COMPARE, ""),
-                (FLOAT, FLOAT_COMPARE, "ftz")]
+                (("f32",), FLOAT_COMPARE, "ftz"), (("f64",), FLOAT_COMPARE, "")]
     for types, compares, extra in by_class:
         compare = _group(" ".join(compares), True)
         optional = (_group(extra),) if extra else ()
@@ -257,19 +258,36 @@ def _setp_forms() -> list[Format]:
     return forms
 
 
+def _holds(dst: str, src: str) -> bool:
+    """Does integer type `dst` represent every value of `src`? (cvt.sat is refused when it does.)"""
+    if dst[0] == src[0]:
+        return bits_of(dst) >= bits_of(src)
+    return dst[0] == "s" and bits_of(dst) > bits_of(src)
+
+
+def _cvt_groups(dst: str, src: str) -> tuple[tuple[frozenset[str], bool], ...]:
+    """cvt's modifiers for one type pair: rounding where precision is lost, .ftz only next to an f32."""
+    ftz = (_group("ftz"),) if "f32" in (dst, src) else ()
+    sat = _group("sat")
+    if dst in INTEGER and src in INTEGER:
+        return () if _holds(dst, src) else (sat,)
+    if dst in INTEGER:
+        return (_group(" ".join(ROUND_INT), True),) + ftz + (sat,)
+    if src in INTEGER:
+        return (_group(" ".join(ROUND), True), sat)
+    if (dst, src) == ("f32", "f64"):
+        return (_group(" ".join(ROUND), True),) + ftz + (sat,)
+    if dst == src:
+        return (_group(" ".join(ROUND_INT)),) + ftz + (sat,)
+    return ftz + (sat,)  # f64 <- f32: exact
+
+
 def _cvt_forms() -> list[Format]:
-    ops = slots("d:t0 s:t1")
-    rnd, rnd_int = _group(" ".join(ROUND), True), _group(" ".join(ROUND_INT), True)
-    ftz, sat = _group("ftz"), _group("sat")
-    return [
-        Format(_types(INTEGER, INTEGER), ops, (sat,)),
-        Format(_types(INTEGER, FLOAT), ops, (rnd_int, ftz, sat)),
-        Format(_types(FLOAT, INTEGER), ops, (rnd, sat)),
-        Format(_types(["f32"], ["f64"]), ops, (rnd, ftz, sat)),
-        Format(_types(["f64"], ["f32"]), ops, (ftz, sat)),
-        Format(_types(["f32"], ["f32"]) | _types(["f64"], ["f64"]), ops,
-               (_group(" ".join(ROUND_INT)), ftz, sat)),
-    ]
+    by_groups: dict[tuple, set[tuple[str, str]]] = {}
+    for dst in INTEGER + FLOAT:
+        for src in INTEGER + FLOAT:
+            by_groups.setdefault(_cvt_groups(dst, src), set()).add((dst, src))
+    return [Format(frozenset(pairs), slots("d:t0 s:t1"), groups) for groups, pairs in by_groups.items()]
 
 
 def _build() -> dict[str, tuple[Format, ...]]:
@@ -321,8 +339,10 @@ def _build() -> dict[str, tuple[Format, ...]]:
         "cnot": logic(two, BITS),
         "shl": [Format(_types(BITS), slots("d:t s:t s:u32"))],
         "shr": [Format(_types(BITS + INTEGER), slots("d:t s:t s:u32"))],
-        "bfe": [Format(_types(("u32", "u64", "s32", "s64")), slots("d:t s:t s:u32 s:u32"), since=SM20)],
-        "bfi": [Format(_types(("b32", "b64")), slots("d:t s:t s:t s:u32 s:u32"), since=SM20)],
+        "bfe": [Format(_types(("u32", "u64", "s32", "s64")), slots("d:t s:t s:u32 s:u32"), since=SM20,
+                       immediates=((2, 0, 255), (3, 0, 255)))],
+        "bfi": [Format(_types(("b32", "b64")), slots("d:t s:t s:t s:u32 s:u32"), since=SM20,
+                       immediates=((3, 0, 255), (4, 0, 255)))],
         "brev": [Format(_types(("b32", "b64")), slots(two), since=SM20)],
         "popc": [Format(_types(("b32", "b64")), slots("d:u32 s:t"), since=SM20)],
         "clz": [Format(_types(("b32", "b64")), slots("d:u32 s:t"), since=SM20)],
@@ -373,6 +393,10 @@ def match_opcode(opcode: ir.Opcode) -> Match:
         if problem is None:
             return Match(form, None)
         problems.append(problem)
+    typed_modifiers = {a for f in typed for alts, _ in f.groups for a in alts}
+    foreign = [m for m in others if m not in typed_modifiers and any(m in alts for f in forms for alts, _ in f.groups)]
+    if foreign:
+        return Match(None, f"{opcode}: modifier .{foreign[0]} does not apply to .{'.'.join(types)}")
     needs = sorted({a for f in typed for alts, req in f.groups if req for a in alts if not set(others) & set(alts)})
     if all(p.startswith("needs") for p in problems) and needs:
         return Match(None, f"{opcode} needs one of {', '.join('.' + n for n in needs)}")
@@ -405,7 +429,10 @@ def immediate_problem(imm: ir.Immediate, wanted: str) -> str | None:
     decimal_float = bool(re.fullmatch(r"[-+]?\d+\.\d*", text))
     cls = type_class(wanted)
     if hex_float or decimal_float:
-        if cls == "f" or (cls == "b" and hex_float):
+        if cls == "f":
+            return None
+        # A bit-size operand takes the float literal of its own width: 0f (32 bits) or 0d (64 bits).
+        if cls == "b" and hex_float and bits_of(wanted) == (32 if text[1] in "fF" else 64):
             return None
         return f"floating-point constant {text} where .{wanted} wants an integer"
     value = imm.value
