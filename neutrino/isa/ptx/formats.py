@@ -372,6 +372,7 @@ class Match:
     problem: str | None
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the opcode value: memoised, not state
 def match_opcode(opcode: ir.Opcode) -> Match:
     """The form of `opcode` (types and modifiers only; operands are checked separately)."""
     forms = FORMATS.get(opcode.base)
@@ -473,3 +474,42 @@ def requirement(insn: ir.Instruction) -> Requirement:
             if spec is not None:
                 need = need.join(spec.since)
     return need
+
+
+# ---------------------------------------------------------------- retired forms
+
+@attrs.frozen
+class Retirement:
+    """A form original code may use that newer PTX versions refuse on some targets.
+
+    An instruction has the form when its opcode starts with `prefix`, has one of
+    `types` (any, if empty) and none of `lacking`; it is refused from PTX
+    version `since` on targets from `sm` up. Checked against ptxas 13.0.
+    """
+
+    prefix: tuple[str, ...]
+    lacking: frozenset[str]
+    since: tuple[int, int]
+    sm: int
+    description: str
+    types: frozenset[str] = frozenset()
+
+
+RETIRED = (
+    Retirement(("shfl",), frozenset({"sync"}), (6, 4), 70, "shfl without .sync is refused from PTX 6.4 on sm_70 and later"),
+    Retirement(("vote",), frozenset({"sync"}), (6, 4), 70, "vote without .sync is refused from PTX 6.4 on sm_70 and later"),
+    Retirement(("mad",), frozenset(ROUND), (3, 2), 20, "mad.f32 without a rounding modifier is refused from PTX 3.2",
+               frozenset({"f32"})),
+)
+
+
+def retired_form(insn: ir.Instruction, target: int, version: tuple[int, int]) -> str | None:
+    """Why `insn` would not assemble under `.version` `version`, or None."""
+    for r in RETIRED:
+        if version < r.since or target < r.sm or not insn.opcode.has_prefix(r.prefix):
+            continue
+        modifiers = set(insn.opcode.modifiers)
+        if modifiers & r.lacking or (r.types and not modifiers & r.types):
+            continue
+        return f"{insn.opcode} ({r.description})"
+    return None
