@@ -246,15 +246,20 @@ def _arith(operands: str, *, saturating: bool = True) -> list[Format]:
     return forms
 
 
-def _setp_forms() -> list[Format]:
+def _compare_forms(results: tuple[str, ...]) -> list[Format]:
+    """setp (results = ()) and set (results = its destination types): the comparison fits the source type."""
     forms = []
     by_class = [(BITS, ("eq", "ne"), ""), (SIGNED, INT_COMPARE, ""), (UNSIGNED, UNSIGNED_COMPARE, ""),
                 (("f32",), FLOAT_COMPARE, "ftz"), (("f64",), FLOAT_COMPARE, "")]
+    source = "t1" if results else "t"
+    destination = "d:t0" if results else "d:pred"
     for types, compares, extra in by_class:
         compare = _group(" ".join(compares), True)
         optional = (_group(extra),) if extra else ()
-        forms.append(Format(_types(types), slots("d:pred s:t s:t"), (compare,) + optional))
-        forms.append(Format(_types(types), slots("d:pred s:t s:t n:pred"), (compare, _group("and or xor", True)) + optional))
+        typed = _types(results, types) if results else _types(types)
+        forms.append(Format(typed, slots(f"{destination} s:{source} s:{source}"), (compare,) + optional))
+        forms.append(Format(typed, slots(f"{destination} s:{source} s:{source} n:pred"),
+                            (compare, _group("and or xor", True)) + optional))
     return forms
 
 
@@ -350,7 +355,8 @@ def _build() -> dict[str, tuple[Format, ...]]:
         "lop3": [Format(_types(["b32"]), slots("d:t s:t s:t s:t i:u32"), since=Requirement((4, 3), 50),
                         immediates=((4, 0, 255),))],
         "cvt": _cvt_forms(),
-        "setp": _setp_forms(),
+        "setp": _compare_forms(()),
+        "set": _compare_forms(("u32", "s32", "f32")),
         "selp": [Format(_types(INTEGER + BITS + FLOAT), slots("d:t s:t s:t s:pred"))],
         "slct": [Format(_types(INTEGER + BITS + FLOAT, ["s32"]), slots("d:t0 s:t0 s:t0 s:t1")),
                  Format(_types(INTEGER + BITS + FLOAT, ["f32"]), slots("d:t0 s:t0 s:t0 s:t1"), (_group("ftz"),))],
