@@ -404,3 +404,26 @@ def test_refusal_points_at_the_operand_not_its_declaration():
     first = report.splitlines()[0]
     line = 'before = """.reg .b32 %a; shl.b32 %a, %a, %c; .reg .b64 %c;"""'
     assert first == f"p.toml:4:{line.index('%c;') + 1}: error: [probe p] type mismatch: %c is 64-bit but shl.b32 expects a 32-bit operand", report
+
+
+def test_phase_two_refuses_malformed_engine_code_in_probe_sites():
+    """Helper reads are the engine's code, inserted with the probe's origin: they must fit the table too."""
+    from neutrino.errors import InstrumentError
+    from neutrino.passes import default_pipeline
+    from neutrino.passes.build import insn
+
+    class MalformedHelperRead:
+        name = "malformed-helper-read"
+        requires = ()
+
+        def run(self, module, ctx):
+            (state,) = ctx.kernels.values()
+            probe_code = next(i for i in ir.instructions(state.function.body) if i.origin and i.origin.startswith("probe "))
+            tmp = state.temp("h_bad", "b32")
+            bad = insn("cvt.u32.f32", tmp, tmp, origin=probe_code.origin)  # no rounding: ptxas refuses it
+            state.function.body.insert(state.function.body.index(probe_code), bad)
+
+    pipeline = default_pipeline().insert_before("verify", MalformedHelperRead())
+    probes = parse_probes('[p]\nposition = "atom.global"\nbefore = """.reg .b64 %a; mov.u64 %a, IN1;"""\n', "p.toml")
+    with pytest.raises(InstrumentError, match=r"probe code contains a malformed cvt.u32.f32 \(cvt.u32.f32 needs one of .rmi"):
+        instrument(KERNEL, probes, pipeline=pipeline)

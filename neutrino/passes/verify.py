@@ -301,8 +301,15 @@ class Verifier:
         for insn in insns:
             if insn.origin is None or not insn.origin.startswith("probe "):
                 continue
-            if insn.opcode.base not in ALLOWED_OPCODES and (lowered or insn.opcode.base != SAVE):
+            if insn.opcode.base == SAVE and not lowered:
+                continue
+            if insn.opcode.base not in ALLOWED_OPCODES:
                 raise InstrumentError(f"{name}: probe code contains {insn.opcode} after lowering")
+            # Helper and special-register reads are the engine's own code: it must fit the table too.
+            match = formats.match_opcode(insn.opcode)
+            if match.format is None or len(insn.operands) != len(match.format.operands):
+                problem = match.problem or f"{len(insn.operands)} operands"
+                raise InstrumentError(f"{name}: probe code contains a malformed {insn.opcode} ({problem}, from {insn.origin})")
             for reg in defined_registers(insn):
                 if not reg.name.startswith(state.prefix):
                     raise InstrumentError(f"{name}: probe code writes kernel register {reg.name}")
