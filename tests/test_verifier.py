@@ -167,15 +167,28 @@ from neutrino.isa.ptx import formats
 
 LONG = os.environ.get("NEUTRINO_HYPOTHESIS") == "long"
 KERNEL = (DATA / "corpus" / "nvcc" / "histogram.sm80.ptx").read_text()
+OPERAND_TYPES = (DATA / "verifier" / "operand_types.ptx").read_text()
 # One probe register of every type a snippet may declare.
 REGISTERS = {
     "pred": "%p", "b16": "%h", "u16": "%uh", "s16": "%sh", "b32": "%b", "u32": "%u", "s32": "%s", "f32": "%f",
     "b64": "%bd", "u64": "%ud", "s64": "%sd", "f64": "%fd",
 }
 DECLARATIONS = " ".join(f".reg .{t} {name};" for t, name in REGISTERS.items())
-# Anchors in the kernel and the helpers their sites provide: `atom.global.add.u32 %r27, [%rd8], %r11;`
-# and `mad.lo.s32 %r29, %r18, %r5, %r30;`.
-ANCHOR_HELPERS = {"atom.global": ("OUT", "IN1", "ADDR", "BYTES"), "mad": ("OUT", "IN1", "IN2", "IN3")}
+# (kernel, position, the helpers its sites provide): a corpus kernel (histogram: `atom.global.add.u32`,
+# `mad.lo.s32`) and one with an instruction per operand type (u8 loads, u16, s64, f32, f64, pred operands).
+ANCHORS = [
+    (KERNEL, "atom.global", ("OUT", "IN1", "ADDR", "BYTES")),
+    (KERNEL, "mad", ("OUT", "IN1", "IN2", "IN3")),
+    (OPERAND_TYPES, "ld.global.u8", ("OUT", "ADDR", "BYTES")),
+    (OPERAND_TYPES, "add.u16", ("OUT", "IN1", "IN2")),
+    (OPERAND_TYPES, "add.s64", ("OUT", "IN1", "IN2")),
+    (OPERAND_TYPES, "fma", ("OUT", "IN1", "IN2", "IN3")),
+    (OPERAND_TYPES, "add.f64", ("OUT", "IN1", "IN2")),
+    (OPERAND_TYPES, "setp", ("OUT", "IN1", "IN2")),
+    (OPERAND_TYPES, "selp", ("OUT", "IN1", "IN2", "IN3")),
+    (OPERAND_TYPES, "atom.global", ("OUT", "IN1", "ADDR", "BYTES")),
+    (OPERAND_TYPES, "st.global", ("IN1", "ADDR", "BYTES")),
+]
 SPECIALS = sorted(formats.SPECIAL)
 
 
@@ -257,7 +270,8 @@ def table_instruction(draw, helpers: tuple[str, ...], mutate: bool) -> str:
         if required or draw(st.booleans()):
             modifiers.append(draw(st.sampled_from(sorted(alternatives))))
     bounds = {index: (low, high) for index, low, high in form.immediates}
-    mutation = draw(st.sampled_from(["type", "modifier", "drop-modifier", "count", "operand"])) if mutate else None
+    mutations = ["type", "modifier", "drop-modifier", "count", "operand"]
+    mutation = draw(st.sampled_from([None, *mutations])) if mutate else None
     if mutation == "type":
         types = (draw(st.sampled_from(sorted(REGISTERS))),) + types[1:]
     elif mutation == "modifier":
@@ -290,18 +304,18 @@ def table_instruction(draw, helpers: tuple[str, ...], mutate: bool) -> str:
 
 @st.composite
 def table_snippet(draw, mutate: bool):
-    anchor = draw(st.sampled_from(sorted(ANCHOR_HELPERS)))
+    kernel, anchor, provided = draw(st.sampled_from(ANCHORS))
     where = draw(st.sampled_from(["before", "after"]))
-    helpers = tuple(h for h in ANCHOR_HELPERS[anchor] if h != "OUT" or where == "after")
+    helpers = tuple(h for h in provided if h != "OUT" or where == "after")
     body = draw(st.lists(table_instruction(helpers, mutate), min_size=1, max_size=4))
-    return anchor, where, body
+    return kernel, anchor, where, body
 
 
-def probed(anchor: str, where: str, body: list[str]) -> str:
+def probed(kernel: str, anchor: str, where: str, body: list[str]) -> str:
     text = f'[fuzz]\nposition = "{anchor}"\n{where} = """{DECLARATIONS}\n' + "\n".join(body) + '\n"""\n'
-    result = instrument(KERNEL, parse_probes(text, "fuzz.toml"))
+    result = instrument(kernel, parse_probes(text, "fuzz.toml"))
     (info,) = result.kernels.values()
-    assert not info["skipped"], info["skipped"]  # the snippet really is in the kernel
+    assert info["sites"] and not info["skipped"], info["skipped"]  # the snippet really is in the kernel
     return result.ptx
 
 
@@ -309,19 +323,19 @@ def probed(anchor: str, where: str, body: list[str]) -> str:
 @settings(max_examples=300 if LONG else 30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(table_snippet(mutate=False))
 def test_well_formed_snippets_are_admitted_and_assemble(snippet):
-    anchor, where, body = snippet
+    kernel, anchor, where, body = snippet
     note("\n".join(body))
-    ptxas(probed(anchor, where, body))
+    ptxas(probed(kernel, anchor, where, body))
 
 
 @pytest.mark.skipif(not HAVE_PTXAS, reason="needs ptxas")
 @settings(max_examples=400 if LONG else 40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(table_snippet(mutate=True))
 def test_admitted_snippets_always_assemble(snippet):
-    anchor, where, body = snippet
+    kernel, anchor, where, body = snippet
     note("\n".join(body))
     try:
-        ptx = probed(anchor, where, body)
+        ptx = probed(kernel, anchor, where, body)
     except ProbeError as e:
         assert "fuzz.toml:" in str(e) and "[probe fuzz]" in str(e)
         event("refused")
