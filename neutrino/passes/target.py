@@ -41,6 +41,11 @@ class TargetFitting:
     requires: ClassVar[tuple[str, ...]] = ("buffer-addressing",)
 
     def run(self, module: ir.Module, ctx: Context) -> None:
+        version, target = formats.parse_version(module.version), formats.parse_target(module.target)
+        size = _header(module, ".address_size")
+        modern = version is not None and target is not None and version >= formats.NEWEST.ptx and target >= formats.NEWEST.sm
+        if modern and (size is None or size.text.split()[1:] != ["32"]):
+            return  # the common case, in constant time: the module has everything the tables know
         inserted = [
             insn
             for state in ctx.kernels.values()
@@ -49,7 +54,6 @@ class TargetFitting:
         ]
         if not inserted:
             return
-        size = _header(module, ".address_size")
         if size is not None and size.text.split()[1:] == ["32"]:
             raise InstrumentError(
                 f"{module.source}:{size.line}: error: 32-bit PTX (.address_size 32) cannot be instrumented: probe "

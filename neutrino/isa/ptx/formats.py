@@ -463,23 +463,44 @@ ENGINE_REQUIREMENTS: dict[tuple[str, ...], Requirement] = {
 }
 
 
-def requirement(insn: ir.Instruction) -> Requirement:
-    """The lowest PTX version and target that assemble `insn` (ANY if nothing is known)."""
+@functools.lru_cache(maxsize=4096)  # a pure function of the opcode value
+def _opcode_requirement(opcode: ir.Opcode) -> Requirement:
     need = ANY
-    forms = FORMATS.get(insn.opcode.base)
-    if forms is not None:
-        m = match_opcode(insn.opcode)
+    if opcode.base in FORMATS:
+        m = match_opcode(opcode)
         if m.format is not None:
             need = m.format.since
     for prefix, req in ENGINE_REQUIREMENTS.items():
-        if insn.opcode.has_prefix(prefix):
+        if opcode.has_prefix(prefix):
             need = need.join(req)
+    return need
+
+
+def requirement(insn: ir.Instruction) -> Requirement:
+    """The lowest PTX version and target that assemble `insn` (ANY if nothing is known)."""
+    need = _opcode_requirement(insn.opcode)
     for operand in insn.operands:
-        if isinstance(operand, ir.SpecialRegister):
+        if type(operand) is ir.SpecialRegister:
             spec = SPECIAL.get(operand.base)
             if spec is not None:
                 need = need.join(spec.since)
     return need
+
+
+def _newest_requirement() -> Requirement:
+    need = ANY
+    for forms in FORMATS.values():
+        for form in forms:
+            need = need.join(form.since)
+    for spec in SPECIAL.values():
+        need = need.join(spec.since)
+    for req in ENGINE_REQUIREMENTS.values():
+        need = need.join(req)
+    return need
+
+
+# Nothing in the tables needs more: a module at least this new needs no fitting.
+NEWEST = _newest_requirement()
 
 
 # ---------------------------------------------------------------- retired forms
