@@ -6,8 +6,8 @@ kinds, instruction types, required and allowed modifiers, immediate ranges,
 special registers (with their vector components and widths) and the PTX
 version / target each form needs. The verifier admits a probe instruction only
 if it fits a row here, so every admitted probe assembles; the rows were checked
-against ptxas 13.0 (tests/test_formats.py and the property test in
-tests/test_verifier.py keep them honest).
+against ptxas 13.0, and the property tests and the list of known-bad
+instructions in tests/test_verifier.py keep them honest.
 
 Extending the vocabulary means adding rows to `FORMATS`, nothing else. A rule
 that depends on context outside one instruction (for instance "atomics only
