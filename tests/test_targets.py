@@ -74,6 +74,13 @@ def test_what_the_target_lacks_is_refused_at_the_probe_line():
             ptxas(bad, "sm_75")
 
 
+def test_special_registers_saved_directly_are_located_too():
+    text = '[t]\nposition = "kernel"\ndatamodel = "thread:8"\nafter = """SAVE.u64 {%globaltimer};"""\n'
+    with pytest.raises(ProbeError) as e:
+        probed("sm20_v30.ptx", text)
+    assert str(e.value).splitlines()[0] == "probe.toml:4:22: error: [probe t] %globaltimer needs sm_30, but the module targets sm_20"
+
+
 def test_engine_code_the_target_lacks_is_refused_at_the_target_line():
     with pytest.raises(InstrumentError) as e:
         instrument((TARGETS / "sm13_v23.ptx").read_text(), load_probes("gmem_bytes"), source="sm13_v23.ptx")

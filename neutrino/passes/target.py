@@ -70,7 +70,7 @@ class TargetFitting:
         target = formats.parse_target(module.target)
         if target is None or need.sm <= target:
             return
-        probes_used = {insn.origin.split()[1].split("#")[0] for insn in inserted if insn.origin.startswith("probe ")}
+        probes_used = {site.probe for state in ctx.kernels.values() for site in state.sites}
         problems = probe_target_problems(ctx, probes_used, module.target, target)
         if problems:
             raise ProbeError(problems)
@@ -113,8 +113,13 @@ def probe_target_problems(ctx: Context, probe_names: set[str], target_text: str,
                 need = formats.requirement(insn)
                 if need.sm <= target:
                     continue
-                what = next((o.name for o in insn.operands if isinstance(o, ir.SpecialRegister)
+                what = next((o.name for o in _operands_flat(insn) if isinstance(o, ir.SpecialRegister)
                              and formats.SPECIAL.get(o.base, formats.SpecialFormat(32)).since.sm > target), str(insn.opcode))
                 loc: Location = probe_file.location(insn.line, what)
                 problems.append(Diagnostic(loc, f"[probe {probe.name}] {what} needs sm_{need.sm}, but the module targets {target_text}"))
     return problems
+
+
+def _operands_flat(insn: ir.Instruction) -> list[ir.Operand]:
+    """Operands with vectors (SAVE's values) opened."""
+    return [item for o in insn.operands for item in (o.items if isinstance(o, ir.Vector) else (o,))]

@@ -480,7 +480,11 @@ def requirement(insn: ir.Instruction) -> Requirement:
     """The lowest PTX version and target that assemble `insn` (ANY if nothing is known)."""
     need = _opcode_requirement(insn.opcode)
     for operand in insn.operands:
-        if type(operand) is ir.SpecialRegister:
+        if type(operand) is ir.Vector:  # SAVE {%globaltimer, ...}
+            for item in operand.items:
+                if type(item) is ir.SpecialRegister and item.base in SPECIAL:
+                    need = need.join(SPECIAL[item.base].since)
+        elif type(operand) is ir.SpecialRegister:
             spec = SPECIAL.get(operand.base)
             if spec is not None:
                 need = need.join(spec.since)
