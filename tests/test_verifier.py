@@ -1,11 +1,16 @@
-"""The verifier refuses hostile or malformed probes with located messages, all of them at once."""
+"""The verifier refuses hostile or malformed probes with located messages, all of them at once;
+what it admits assembles (property tests against ptxas over the instruction-format table)."""
+
+import os
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
+from helpers import DATA, HAVE_PTXAS, ptxas
+from neutrino.engine import instrument
 from neutrino.errors import ProbeError
-from neutrino.isa.ptx import ir
+from neutrino.isa.ptx import formats, ir
 from neutrino.passes.verify import HELPER_TYPES
 from neutrino.probefile import parse_probes
 
@@ -156,14 +161,6 @@ def test_hostile_snippets_are_always_refused(hostile, prefix, position, where):
 # and mutated ones (a wrong type, a missing modifier, an operand too many, a constant out of range, a
 # register of the wrong type...), which it may refuse but must never admit unless ptxas agrees.
 # NEUTRINO_HYPOTHESIS=long runs many more examples.
-
-import os
-
-from hypothesis import HealthCheck, event, note
-
-from helpers import DATA, HAVE_PTXAS, ptxas
-from neutrino.engine import instrument
-from neutrino.isa.ptx import formats
 
 LONG = os.environ.get("NEUTRINO_HYPOTHESIS") == "long"
 KERNEL = (DATA / "corpus" / "nvcc" / "histogram.sm80.ptx").read_text()
@@ -389,6 +386,9 @@ KNOWN_BAD = [
     ("bfi.b32 %b, %b, %b, -1, 1;", "constant -1 of bfi.b32 must lie in 0..255"),
     ("setp.eq.pred %p, %p, %p;", "setp does not take type .pred"),
     ("min.b32 %b, %b, %b;", "min does not take type .b32"),
+    ("mov %b, %b;", "mov needs a type, e.g. mov.b16"),
+    ("cvt.u32 %u, %u;", "cvt.u32 has 1 type, cvt takes 2 (e.g. cvt.s16.s16)"),
+    ("mul.u32.lo %u, %u, %u;", "mul.u32.lo: the type must come last (.u32)"),
 ]
 
 

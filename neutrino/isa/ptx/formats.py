@@ -386,14 +386,21 @@ def match_opcode(opcode: ir.Opcode) -> Match:
         return Match(None, f"instruction {opcode.base} is not allowed in probes")
     modifiers = opcode.modifiers
     n_types = len(opcode.types)
+    arity = len(next(iter(forms[0].types)))
+    if n_types != arity:
+        example = ".".join(sorted(forms[0].types)[0])
+        if n_types == 0:
+            return Match(None, f"{opcode} needs a type, e.g. {opcode.base}.{example}")
+        return Match(None, f"{opcode} has {n_types} type{'s' * (n_types > 1)}, {opcode.base} takes {arity} (e.g. {opcode.base}.{example})")
     # Types come last: `mul.lo.u32`, `cvt.rn.f32.u32`, `setp.eq.and.f32`.
-    if n_types == 0 or modifiers[len(modifiers) - n_types :] != opcode.types:
-        return Match(None, f"{opcode} needs its type modifier(s) last, e.g. {opcode.base}.{_example_type(forms)}")
+    if modifiers[len(modifiers) - n_types :] != opcode.types:
+        return Match(None, f"{opcode}: the type must come last (.{'.'.join(opcode.types)})")
     types, others = opcode.types, modifiers[: len(modifiers) - n_types]
     typed = [f for f in forms if types in f.types]
     if not typed:
         allowed = sorted({".".join(t) for f in forms for t in f.types})
-        return Match(None, f"{opcode.base} does not take type .{'.'.join(types)} (allowed: {', '.join('.' + a for a in allowed)})")
+        listed = ", ".join("." + a for a in allowed) if len(allowed) <= 16 else f"{len(allowed)} combinations"
+        return Match(None, f"{opcode.base} does not take type .{'.'.join(types)} (allowed: {listed})")
     problems = []
     for form in typed:
         problem = form.modifier_problem(others)
@@ -408,10 +415,6 @@ def match_opcode(opcode: ir.Opcode) -> Match:
     if all(p.startswith("needs") for p in problems) and needs:
         return Match(None, f"{opcode} needs one of {', '.join('.' + n for n in needs)}")
     return Match(None, f"{opcode}: {next(p for p in problems if not p.startswith('needs'))}")
-
-
-def _example_type(forms: tuple[Format, ...]) -> str:
-    return ".".join(sorted(forms[0].types)[0])
 
 
 def slot_type(slot: Slot, opcode: ir.Opcode) -> str:
