@@ -4,10 +4,14 @@ The modules are under tests/data/targets/: hand-written sm_1x/sm_2x-era PTX and
 nvcc -rdc=true output (its .cu source beside it).
 """
 
+import os
+import re
 import subprocess
 import sys
 
 import pytest
+from hypothesis import assume, event, given, note, settings
+from hypothesis import strategies as st
 
 from helpers import DATA, HAVE_PTXAS, ptxas
 from neutrino import ptxas as assembler
@@ -17,6 +21,7 @@ from neutrino.isa.ptx import formats, parse_module
 from neutrino.probefile import load_probes, parse_probes
 
 TARGETS = DATA / "targets"
+LONG = os.environ.get("NEUTRINO_HYPOTHESIS") == "long"
 TIMER = '[timer]\nposition = "kernel"\ndatamodel = "thread:8"\nbefore = """.reg .b64 %t0; mov.u64 %t0, %globaltimer;"""\nafter = """SAVE.u64 {%t0};"""\n'
 DSMEM = '[dsmem]\nposition = "kernel"\ndatamodel = "thread:8"\nbefore = """.reg .b32 %s; mov.u32 %s, %dynamic_smem_size;"""\nafter = """SAVE.u32 {%s, %smid};"""\n'
 COUNT = '[count]\nposition = "ld.global"\nbefore = """.reg .b32 %n; add.u32 %n, %n, 1;"""\n'
@@ -198,3 +203,60 @@ def test_module_without_target_is_named_clearly():
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"neutrino: {TARGETS / 'no_target.ptx'}:5: error: PTX module without a .target directive")
     assert "unrecognised image" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- generated: old modules never come out broken
+
+VERSIONS = ["2.3", "3.0", "3.1", "3.2", "4.0", "4.1", "4.3", "5.0", "6.0"]
+FIRST_VERSION = {"sm_13": "2.3", "sm_20": "2.3", "sm_30": "3.0", "sm_35": "3.1", "sm_50": "4.0"}  # that knows the target
+OLD_MODULES = [
+    (base, version, target)
+    for base, targets in (("sm13_v23.ptx", ["sm_13"]), ("sm20_v30.ptx", ["sm_20", "sm_30", "sm_35", "sm_50"]),
+                          ("sm20_v30_mad.ptx", ["sm_20", "sm_30", "sm_35", "sm_50"]))
+    for target in targets
+    for version in VERSIONS
+    if formats.parse_version(version) >= formats.parse_version(FIRST_VERSION[target])
+    # mad.f32 without rounding: PTX before 3.2 only
+    and (base != "sm20_v30_mad.ptx" or formats.parse_version(version) < (3, 2))
+]
+NEEDY = ["popc.b32 %w, %w;", "lop3.b32 %w, %w, %w, %w, 0x96;", "bfe.u32 %w, %w, 1, 4;", "add.u32 %w, %w, 1;",
+         "testp.finite.f32 %q, %f;", "mad.rn.f32 %f, %f, %f, %f;"]
+
+
+def _special_reads() -> list[str]:
+    reads = []
+    for name, spec in formats.SPECIAL.items():
+        register = "%d" if spec.bits == 64 else "%w"
+        full = f"{name}.x" if spec.components else name
+        reads.append(f"mov.{'u64' if spec.bits == 64 else 'u32'} {register}, {full};")
+    return reads
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="needs ptxas")
+@settings(max_examples=150 if LONG else 20, deadline=None)
+@given(
+    module=st.sampled_from(OLD_MODULES),
+    reads=st.lists(st.sampled_from(_special_reads()), min_size=1, max_size=3),
+    needy=st.lists(st.sampled_from(NEEDY), max_size=2),
+    saves=st.booleans(),
+)
+def test_old_modules_are_refused_or_assemble(module, reads, needy, saves):
+    base, version, target = module
+    text = re.sub(r"(?m)^\.version .*$", f".version {version}", (TARGETS / base).read_text())
+    text = re.sub(r"(?m)^\.target .*$", f".target {target}", text)
+    try:
+        ptxas(text, "sm_75")
+    except AssertionError:
+        assume(False)  # not a module ptxas takes in the first place
+    body = ".reg .b32 %w; .reg .b64 %d; .reg .f32 %f; .reg .pred %q; " + " ".join(reads + needy)
+    after = '\nafter = """SAVE.u64 {%d, %clock};"""' if saves else ""
+    probe = f'[old]\nposition = "kernel"\n{"datamodel = " + chr(34) + "thread:16" + chr(34) if saves else ""}\nbefore = """{body}"""{after}\n'
+    note(probe)
+    try:
+        out = instrument(text, parse_probes(probe, "old.toml"), source=base).ptx
+    except (ProbeError, InstrumentError) as e:
+        assert "error:" in str(e) and ("old.toml:" in str(e) or f"{base}:" in str(e)), str(e)
+        event("refused")
+        return
+    event("raised .version" if parse_module(out).version != version else "kept .version")
+    ptxas(out, "sm_75")
