@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from neutrino.errors import NeutrinoError
@@ -34,6 +33,9 @@ def _read_ptx(path: str) -> tuple[str, str]:
         data = Path(path).read_bytes()
     except OSError as e:
         raise NeutrinoError(f"{path}: cannot read: {e.strerror}") from None
+    missing = _missing_target(data, path)
+    if missing is not None:
+        raise missing
     if classify_image(data) is ImageKind.PTX:
         try:
             return data.rstrip(b"\0").decode(), path
@@ -53,21 +55,40 @@ def cmd_print(args) -> int:
     return 0
 
 
-def ptxas_check(ptx: str, target: str | None) -> None:
-    ptxas = shutil.which("ptxas")
-    if ptxas is None:
-        raise NeutrinoError("--check needs ptxas on the PATH")
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "probed.ptx"
-        src.write_text(ptx)
-        proc = subprocess.run([ptxas, f"-arch={target or 'sm_90'}", str(src), "-o", str(Path(tmp) / "out.cubin")], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise NeutrinoError("ptxas rejected the probed PTX:\n" + proc.stderr.strip())
+def ptxas_check(ptx: str, original: str | None = None) -> str:
+    """Assemble the probed PTX (neutrino/ptxas.py picks the arch and -c); the line to print.
+
+    Raises when ptxas rejects what we produced; a check that cannot be made
+    (no arch fits, or the unprobed `original` is refused too) is reported as skipped.
+    """
+    from neutrino import ptxas
+    from neutrino.isa.ptx import parse_module
+
+    result = ptxas.check(ptx, parse_module(ptx), original)
+    if result.skipped:
+        return f"ptxas: check skipped: {result.skipped}"
+    how = f"{result.arch}{', relocatable (-c)' if result.relocatable else ''}"
+    if not result.ok:
+        raise NeutrinoError(f"ptxas ({how}) rejected the probed PTX:\n" + result.stderr.strip())
+    return f"ptxas: ok for {how}"
+
+
+def _missing_target(data: bytes, path: str) -> NeutrinoError | None:
+    """PTX text that lacks the `.target` every module needs: say so, rather than 'unrecognised image'."""
+    text = data[:65536].decode("latin-1")
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    version = re.search(r"^\s*\.version\b", body, flags=re.M)
+    if version is None or body[: version.start()].strip() or re.search(r"^\s*\.target\b", body, flags=re.M):
+        return None
+    line = body.count("\n", 0, version.end()) + 1
+    return NeutrinoError(
+        f"{path}:{line}: error: PTX module without a .target directive\n"
+        "    hint: every PTX module names its target after .version, e.g. `.target sm_80`"
+    )
 
 
 def cmd_instrument(args) -> int:
     from neutrino.engine import instrument
-    from neutrino.isa.ptx import parse_module
     from neutrino.passes import default_pipeline
     from neutrino.probefile import load_probes
 
@@ -92,8 +113,7 @@ def cmd_instrument(args) -> int:
     if args.info:
         Path(args.info).write_text(json.dumps(result.info_json(), indent=2) + "\n")
     if args.check:
-        ptxas_check(result.ptx, parse_module(result.ptx).target)
-        print(f"ptxas: ok ({len(result.kernels)} kernel(s))", file=sys.stderr)
+        print(f"{ptxas_check(result.ptx, text)} ({len(result.kernels)} kernel(s))", file=sys.stderr)
     for name, info in result.kernels.items():
         for skip in info["skipped"]:
             print(f"{source}:{skip['line']}: note: [probe {skip['probe']}] site in {name} skipped: {skip['reason']}", file=sys.stderr)
@@ -129,11 +149,7 @@ def cmd_demo(args) -> int:
     sys.stdout.write(result.ptx)
     print(json.dumps(result.info_json(), indent=2), file=sys.stderr)
     if shutil.which("ptxas"):
-        from neutrino.isa.ptx import parse_module
-
-        target = parse_module(result.ptx).target
-        ptxas_check(result.ptx, target)
-        print(f"ptxas: the probed kernel assembles for {target}", file=sys.stderr)
+        print(ptxas_check(result.ptx, DEMO_PTX.read_text()), file=sys.stderr)
     return 0
 
 

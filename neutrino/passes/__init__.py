@@ -14,7 +14,9 @@ The default pipeline, in order, and why each step comes where it does:
 7. buffer-addressing: parameters, unit indices and pointers the lowered code reads,
    and the register declarations of all the above; last, because only now is the
    set of registers and maps known.
-8. prune: when one kernel was asked for, drop what it does not use.
+8. fit-target: raise `.version` to what the inserted code needs, or refuse what
+   the module's `.target` lacks; after the last pass that inserts code.
+9. prune: when one kernel was asked for, drop what it does not use.
 """
 
 from neutrino.passes.buffers import BufferAddressing
@@ -23,6 +25,7 @@ from neutrino.passes.manager import Context, KernelState, Pass, PassManager, Sit
 from neutrino.passes.match import TracepointMatching
 from neutrino.passes.prune import Pruning
 from neutrino.passes.resolve import OperandResolution
+from neutrino.passes.target import TargetFitting
 from neutrino.passes.verify import Verifier
 from neutrino.passes.virtualize import RegisterVirtualization
 
@@ -37,6 +40,7 @@ def default_pipeline() -> PassManager:
             SaveLowering(),
             Verifier(),
             BufferAddressing(),
+            TargetFitting(),
             Pruning(),
         ]
     )
@@ -44,5 +48,6 @@ def default_pipeline() -> PassManager:
 
 __all__ = [
     "BufferAddressing", "Context", "CountingVariant", "KernelState", "OperandResolution", "Pass", "PassManager",
-    "Pruning", "RegisterVirtualization", "SaveLowering", "Site", "TracepointMatching", "Verifier", "default_pipeline",
+    "Pruning", "RegisterVirtualization", "SaveLowering", "Site", "TargetFitting", "TracepointMatching", "Verifier",
+    "default_pipeline",
 ]

@@ -23,7 +23,7 @@ from typing import ClassVar
 import attrs
 
 from neutrino.errors import Diagnostic, ProbeError
-from neutrino.isa.ptx import ir
+from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, effects, lookup, missing_bytes_reason
 from neutrino.passes.build import entry_index, insn, splice
 from neutrino.passes.manager import Context, KernelState, Site
@@ -60,6 +60,7 @@ class HelperUse:
     width: Width
     line: int
     opcode: str
+    float_slot: bool = False  # the instruction wants a floating-point operand here: no integer constant
 
 
 @attrs.frozen
@@ -119,11 +120,24 @@ def helper_uses(snippet: Snippet) -> tuple[HelperUse, ...]:
         if not any(name in HELPERS for name in stmt.symbol_names()):
             continue
         widths = [None] * len(stmt.operands) if stmt.opcode.base == SAVE else operand_widths(stmt)
-        for operand, width in zip(stmt.operands, widths):
+        floats = float_slots(stmt)
+        for index, (operand, width) in enumerate(zip(stmt.operands, widths)):
             for name in ir.symbols_in(operand):
                 if name in HELPERS:
-                    uses.append(HelperUse(name, width if isinstance(operand, (ir.Symbol, ir.Negated)) else None, stmt.line, str(stmt.opcode)))
+                    direct = isinstance(operand, (ir.Symbol, ir.Negated))
+                    uses.append(HelperUse(name, width if direct else None, stmt.line, str(stmt.opcode),
+                                          direct and index in floats))
     return tuple(uses)
+
+
+def float_slots(stmt: ir.Instruction) -> set[int]:
+    """Operand positions where the instruction's format wants a floating-point type."""
+    if stmt.opcode.base == SAVE:
+        return set()
+    form = formats.match_opcode(stmt.opcode).format
+    if form is None:
+        return set()
+    return {i for i, slot in enumerate(form.operands) if formats.type_class(formats.slot_type(slot, stmt.opcode)) == "f"}
 
 
 def width_name(width: Width) -> str:
@@ -326,6 +340,8 @@ class _SiteBuilder:
         """A use takes the helper's own width; a wider integer use takes it zero-extended (0/1 for a
         predicate); a byte count converts to any integer width. Anything else is a type error."""
         want, have = use.width, value.width
+        if use.float_slot and isinstance(value.operand, ir.Immediate) and value.operand.value is not None:
+            raise HelperTypeError(use, value)  # ptxas takes no integer constant where a float is wanted
         if want is None or have is None or want == have:
             return
         if isinstance(want, int) and (value.count or value.ignore_source is not None or have == "pred"):
@@ -554,7 +570,8 @@ class HelperTypeLedger:
             return
         self._reported.add(key)
         here = self.site_name(kernel, anchor)
-        message = f"[probe {probe}] {use.helper} is {value.type} at {here}, but {use.opcode} expects a {width_name(use.width)} operand"
+        wanted = "a floating-point" if use.float_slot else f"a {width_name(use.width)}"
+        message = f"[probe {probe}] {use.helper} is {value.type} at {here}, but {use.opcode} expects {wanted} operand"
         earlier = self.first.get((probe, use.helper))
         if earlier is not None and earlier[0].type != value.type:
             message += f"; it is {earlier[0].type} at {earlier[1]}"
