@@ -48,17 +48,27 @@ Edit = tuple  # (code before, replacement or None to keep the statement, code af
 def splice(body: list[ir.Statement], edits: dict[int, Edit]) -> None:
     """Applies edits keyed by `id(statement)` to the body and its scopes.
 
-    Finds all edited positions in one scan and rewrites from the back, so that
-    instruction-level probes, with a site at every memory instruction of a
-    large kernel, cost one pass rather than one search per site.
+    Builds the new body in one pass (slice-assigning at each site would move
+    the rest of the body once per site: quadratic in a kernel with a probe at
+    every memory instruction), then puts it in place of the old contents.
     """
     if not edits:
         return
-    positions = [i for i, key in enumerate(map(id, body)) if key in edits]
-    for i in reversed(positions):
-        before, replacement, after = edits[id(body[i])]
-        body[i : i + 1] = [*before, *([body[i]] if replacement is None else replacement), *after]
-    if ir.Scope in map(type, body):
-        for stmt in body:
-            if type(stmt) is ir.Scope:
-                splice(stmt.body, edits)
+    out: list[ir.Statement] = []
+    extend, append = out.extend, out.append
+    get = edits.get
+    for stmt in body:
+        if type(stmt) is ir.Scope:
+            splice(stmt.body, edits)
+        edit = get(id(stmt))
+        if edit is None:
+            append(stmt)
+            continue
+        before, replacement, after = edit
+        extend(before)
+        if replacement is None:
+            append(stmt)
+        else:
+            extend(replacement)
+        extend(after)
+    body[:] = out

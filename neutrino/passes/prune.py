@@ -10,8 +10,9 @@ $L__info_string0` of `-lineinfo` builds) stays when it refers to nothing
 itself; `.loc` attributes naming labels that are gone are dropped; a `debug`
 target (`-G`) loses `debug`, since ptxas wants the DWARF for it.
 
-Pruning is one scan of each kept function's statements; operand text nobody
-parsed is searched with one regex for the whole function.
+Pruning is one scan of each kept function's statements, and none when the
+module holds nothing but the kept entries; operand text nobody parsed is
+searched with one regex for the whole function.
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ def _section_labels(text: str) -> tuple[set[str], set[str]]:
 
 def prune_module(module: ir.Module, keep_entries: set[str]) -> None:
     functions = {f.name: f for f in module.functions() if f.body is not None}
+    if all(
+        item.name in keep_entries if isinstance(item, ir.Function) else not (isinstance(item, ir.Directive) and declared_name(item))
+        for item in module.items
+    ):
+        return  # nothing here could be dropped (the runtime's usual case): no need to look at the code
     references: dict[str, set[str]] = {}
     needed: set[str] = set()
     work = [n for n in keep_entries if n in functions]

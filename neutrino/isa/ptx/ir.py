@@ -387,7 +387,7 @@ class Label:
 class RegDecl:
     """`.reg .b32 %r<33>;` (count=33) or `.reg .pred %p1, %p2;` (count None)."""
 
-    type: str  # without the dot: b32, pred, ...; may include a vector prefix 'v4 .b32'
+    type: str  # without dots: b32, pred, ...; a vector register's is two words: 'v4 b32'
     names: tuple[str, ...]
     count: int | None = None  # parameterized form %name<count>
     line: int = 0

@@ -525,7 +525,7 @@ def parse_reg_decl(text: str, scanner: Scanner, pos: int) -> ir.RegDecl:
     m = REG_DECL_RE.match(text.strip())
     if not m:
         raise scanner.error(pos, "malformed .reg declaration", hint="expected `.reg .TYPE %name;` or `.reg .TYPE %name<N>;`")
-    rtype = " ".join(m.group(1).split())[1:]
+    rtype = " ".join(re.findall(r"[A-Za-z0-9_]+", m.group(1)))  # `.v2 .f32`, `.v2.f32` → "v2 f32"
     names = [n.strip() for n in m.group(2).split(",")]
     line = scanner.line_of(pos)
     ranged = RANGED_NAME_RE.fullmatch(names[0]) if len(names) == 1 else None
