@@ -48,27 +48,33 @@ Edit = tuple  # (code before, replacement or None to keep the statement, code af
 def splice(body: list[ir.Statement], edits: dict[int, Edit]) -> None:
     """Applies edits keyed by `id(statement)` to the body and its scopes.
 
-    Builds the new body in one pass (slice-assigning at each site would move
-    the rest of the body once per site: quadratic in a kernel with a probe at
-    every memory instruction), then puts it in place of the old contents.
+    Finds the edited positions in one scan, then builds the new body in one
+    pass, copying the stretches between sites as slices (slice-assigning at
+    each site instead would move the rest of the body once per site:
+    quadratic in a kernel with a probe at every memory instruction).
     """
     if not edits:
         return
+    positions = [i for i, key in enumerate(map(id, body)) if key in edits]
+    if ir.Scope in map(type, body):
+        for stmt in body:
+            if type(stmt) is ir.Scope:
+                splice(stmt.body, edits)
+    if not positions:
+        return
     out: list[ir.Statement] = []
-    extend, append = out.extend, out.append
-    get = edits.get
-    for stmt in body:
-        if type(stmt) is ir.Scope:
-            splice(stmt.body, edits)
-        edit = get(id(stmt))
-        if edit is None:
-            append(stmt)
-            continue
-        before, replacement, after = edit
+    extend = out.extend
+    start = 0
+    for i in positions:
+        extend(body[start:i])
+        stmt = body[i]
+        before, replacement, after = edits[id(stmt)]
         extend(before)
         if replacement is None:
-            append(stmt)
+            out.append(stmt)
         else:
             extend(replacement)
         extend(after)
+        start = i + 1
+    extend(body[start:])
     body[:] = out

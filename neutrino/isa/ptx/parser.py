@@ -94,17 +94,20 @@ def _lazy_operands_re() -> re.Pattern:
 LAZY_OPERANDS_RE = _lazy_operands_re()
 
 # One step of a function body, for the common shapes; anything else (strings,
-# block comments, nested scopes, malformed text) takes the careful path. An
+# block comments, nested scopes, an opcode glued to its `{`, malformed text)
+# takes the careful path. Names here are looser than the ISA's grammar where
+# that is cheaper for the regex engine (measured with callgrind); the loop
+# below sends the few names the grammar refuses to the careful path. An
 # instruction whose operands fit the lazy grammar is split by this one match.
 BODY_TOKEN_RE = re.compile(
     r"""(?:
       (?P<comment>//[^\n]*)
     | (?P<close>\})
     | (?P<insn>(?:@(?P<negated>!?)(?P<guard>%[A-Za-z0-9_$]+|[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)\s+)?
-        (?P<opcode>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:(?:\s+|(?=\{))(?P<operands>"""
+        (?P<opcode>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:\s+(?P<operands>"""
     + LAZY_OPERANDS_RE.pattern
     + r"""))?)\s*;
-    | (?P<label>%[A-Za-z0-9_$]+|[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)\s*:(?!:)
+    | (?P<label>[A-Za-z_$%][A-Za-z0-9_$]*)\s*:(?!:)
     | (?P<linedir>\.(?:loc|file)(?![A-Za-z0-9_$])[^\n/"]*)(?://[^\n]*)?(?=\n|$)
     | (?P<reg>\.reg(?![A-Za-z0-9_$])[^;{}"/]*);
     | (?P<directive>\.[A-Za-z_][^;{}"/]*);
@@ -482,7 +485,10 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> bool:
         elif kind == COMMENT:
             append(ir.Comment(token.group(kind), line))
         elif kind == LABEL:
-            append(ir.Label(token.group(kind), line))
+            name = token.group(kind)
+            if name in ("_", "$", "%"):
+                break  # not an identifier: the careful path reports it
+            append(ir.Label(name, line))
         elif kind == STMT:
             append(parse_instruction(token.group(kind), scanner, pos))
         elif kind == REG:
@@ -518,6 +524,7 @@ def parse_body_directive(scanner: Scanner) -> ir.Statement:
 
 
 # Spacing between the words is optional where a '.' or '%' separates them: `.reg.u64 %rd<2>;`, `.reg .v2.f32 %mx;`.
+TYPE_WORD_RE = re.compile(r"[A-Za-z0-9_]+")
 REG_DECL_RE = re.compile(r"\.reg\s*((?:\.v\d+\s*)?\.[A-Za-z0-9_]+)(?:\s+|(?=%))(.+)$", re.S)
 
 
@@ -525,20 +532,23 @@ def parse_reg_decl(text: str, scanner: Scanner, pos: int) -> ir.RegDecl:
     m = REG_DECL_RE.match(text.strip())
     if not m:
         raise scanner.error(pos, "malformed .reg declaration", hint="expected `.reg .TYPE %name;` or `.reg .TYPE %name<N>;`")
-    rtype = " ".join(re.findall(r"[A-Za-z0-9_]+", m.group(1)))  # `.v2 .f32`, `.v2.f32` → "v2 f32"
-    names = [n.strip() for n in m.group(2).split(",")]
+    type_text = m.group(1)
+    # `.b32` → "b32"; `.v2 .f32`, `.v2.f32` → "v2 f32"
+    rtype = type_text[1:] if type_text.count(".") == 1 else " ".join(TYPE_WORD_RE.findall(type_text))
     line = scanner.line_of(pos)
-    ranged = RANGED_NAME_RE.fullmatch(names[0]) if len(names) == 1 else None
+    names = m.group(2)
+    ranged = RANGED_NAME_RE.fullmatch(names.strip()) if "," not in names else None
     if ranged:
-        names = [ranged.group(1)]
-    else:
-        for n in names:
-            if not REG_NAME_RE.fullmatch(n):
-                raise scanner.error(pos, f"malformed register name {n!r} in .reg declaration")
-    if any(n[0] != "%" for n in names):
-        scanner.plain_registers = True
-    if ranged:
-        return ir.RegDecl(rtype, (ranged.group(1),), int(ranged.group(2)), line)
+        name = ranged.group(1)
+        if name[0] != "%":
+            scanner.plain_registers = True
+        return ir.RegDecl(rtype, (name,), int(ranged.group(2)), line)
+    names = [n.strip() for n in names.split(",")]
+    for n in names:
+        if not REG_NAME_RE.fullmatch(n):
+            raise scanner.error(pos, f"malformed register name {n!r} in .reg declaration")
+        if n[0] != "%":
+            scanner.plain_registers = True
     return ir.RegDecl(rtype, tuple(names), None, line)
 
 
