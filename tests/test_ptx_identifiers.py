@@ -329,3 +329,24 @@ def test_splice_edits_every_site_in_order_in_one_pass():
     texts = lambda stmts: [print_module(ir.Module([ir.Function("func", "f", body=[s])])).split("\n")[2].strip() for s in stmts]  # noqa: E731
     assert texts(scope.body) == ["nop \t0;", "mov.u32 \t%r1, 1;", "nop \t1;"]
     assert body[1] is second and texts(body[2:]) == ["nop \t3;", "nop \t4;"]
+
+
+# ---------------------------------------------------------------- the grammar, generated
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+IDENTIFIER = r"\A(?:[a-zA-Z][a-zA-Z0-9_$]{0,6}|[_$%][a-zA-Z0-9_$]{1,6})\Z"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.from_regex(IDENTIFIER), st.from_regex(IDENTIFIER))
+def test_any_identifier_declares_and_names_a_register(first, second):
+    if first == second or first in ir.SPECIAL_REGISTERS or second in ir.SPECIAL_REGISTERS or second == first + "0":
+        return
+    text = kernel(f"\t{{\n\t.reg .pred {first};\n\t.reg .b32 {second};\n\tsetp.ne.u32 {first}, %r1, 0;\n\t@!{first} selp.u32 {second}, 1, 0, {first};\n\tmov.u32 %r2, {second};\n\t}}")
+    module = roundtrips(text)
+    selp = instruction(module, "selp.u32")
+    assert selp.guard == ir.Guard(ir.Register(first), negated=True)
+    assert selp.operands[0] == ir.Register(second) and selp.operands[3] == ir.Register(first)
+    assert effects(selp).defs == (ir.Register(second),)
