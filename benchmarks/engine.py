@@ -2,11 +2,17 @@
 
     python benchmarks/engine.py [-p PROBE] [-n ROUNDS]
     python benchmarks/engine.py --scaling [-p PROBE ...] [--sizes 1000,10000,100000]
+    python benchmarks/engine.py --against OTHER_CHECKOUT [-p PROBE] [-n ROUNDS]
 
 Each round instruments every corpus file once, files in turn, so that a slow
 spell of a shared machine touches all files alike rather than a few. Prints,
 per corpus file, the median over the rounds of each phase and of the whole,
 then the median and max over files, in milliseconds, with the machine.
+
+`--against` times this checkout and another one (an older commit, say from
+`git archive REV | tar -x -C DIR`) in one process, alternating per file and
+round, so that a noisy machine slows both alike; it prints each one's median
+per file and the per-file ratios.
 
 `--scaling` instead instruments generated kernels of growing size (one kernel,
 pruned to it as the runtime does with `-k`) and prints the cost per
@@ -17,9 +23,11 @@ with the size is a pass that is not linear.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -95,13 +103,58 @@ def scaling(probe_names: list[str], sizes: list[int], rounds: int) -> None:
     print(f"(µs per instruction, medians) machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 
 
+def _engine_of(root: Path):
+    """(instrument_module, parse_module, print_module, load_probes, cycle_collection_paused) of the checkout at `root`."""
+    saved = {name: module for name, module in sys.modules.items() if name == "neutrino" or name.startswith("neutrino.")}
+    for name in saved:
+        del sys.modules[name]
+    sys.path.insert(0, str(root))
+    try:
+        engine = importlib.import_module("neutrino.engine")
+        ptx = importlib.import_module("neutrino.isa.ptx")
+        probefile = importlib.import_module("neutrino.probefile")
+        return engine.instrument_module, ptx.parse_module, ptx.print_module, probefile.load_probes, engine.cycle_collection_paused
+    finally:
+        sys.path.remove(str(root))
+        for name in [n for n in sys.modules if n == "neutrino" or n.startswith("neutrino.")]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
+def against(other: Path, probe_name: str, rounds: int) -> None:
+    versions = {"this": (instrument_module, parse_module, print_module, load_probes, cycle_collection_paused), "other": _engine_of(other)}
+    probes = {name: v[3](probe_name) for name, v in versions.items()}
+    texts = [path.read_text() for path in CORPUS]
+    samples: dict[str, list[list[float]]] = {name: [[] for _ in texts] for name in versions}
+    for round_ in range(rounds):
+        for i, text in enumerate(texts):
+            for name in ("this", "other") if round_ % 2 == 0 else ("other", "this"):
+                instrument, parse, print_, _, paused = versions[name]
+                with paused():
+                    start = time.perf_counter()
+                    module = parse(text)
+                    instrument(module, probes[name])
+                    print_(module)
+                    samples[name][i].append(time.perf_counter() - start)
+    medians = {name: [statistics.median(runs) * 1e3 for runs in per_file] for name, per_file in samples.items()}
+    for name in versions:
+        print(f"{name:6s} median per file {statistics.median(medians[name]):.3f} ms, sum {sum(medians[name]):.2f} ms")
+    ratios = [a / b for a, b in zip(medians["this"], medians["other"])]
+    print(f"this/other per file: median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+    print(f"probe={probe_name} files={len(texts)} rounds={rounds} other={other}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-p", "--probe", action="append", help="built-in tool or probe file (repeatable; default block_sched)")
     parser.add_argument("-n", "--rounds", type=int, default=20)
     parser.add_argument("--scaling", action="store_true", help="per-instruction cost on generated kernels of growing size")
     parser.add_argument("--sizes", default="1000,10000,100000", help="instruction counts for --scaling")
+    parser.add_argument("--against", type=Path, help="another checkout to time in the same run, interleaved")
     args = parser.parse_args()
+    if args.against:
+        against(args.against, (args.probe or ["block_sched"])[0], args.rounds)
+        return
     if args.scaling:
         scaling(args.probe or ["block_sched", "gmem_bytes"], [int(s) for s in args.sizes.split(",")], args.rounds)
         return
