@@ -10,9 +10,10 @@ per corpus file, the median over the rounds of each phase and of the whole,
 then the median and max over files, in milliseconds, with the machine.
 
 `--against` times this checkout and another one (an older commit, say from
-`git archive REV | tar -x -C DIR`) in one process, alternating per file and
-round, so that a noisy machine slows both alike; it prints each one's median
-per file and the per-file ratios.
+`git archive REV | tar -x -C DIR`), each in a process of its own, alternating
+file by file, so that a noisy machine slows both alike; it prints each one's
+median per file and the per-file ratios. Both time the corpus of this
+checkout.
 
 `--scaling` instead instruments generated kernels of growing size (one kernel,
 pruned to it as the runtime does with `-k`) and prints the cost per
@@ -23,10 +24,10 @@ with the size is a pass that is not linear.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -103,45 +104,41 @@ def scaling(probe_names: list[str], sizes: list[int], rounds: int) -> None:
     print(f"(µs per instruction, medians) machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 
 
-def _engine_of(root: Path):
-    """(instrument_module, parse_module, print_module, load_probes, cycle_collection_paused) of the checkout at `root`."""
-    saved = {name: module for name, module in sys.modules.items() if name == "neutrino" or name.startswith("neutrino.")}
-    for name in saved:
-        del sys.modules[name]
-    sys.path.insert(0, str(root))
-    try:
-        engine = importlib.import_module("neutrino.engine")
-        ptx = importlib.import_module("neutrino.isa.ptx")
-        probefile = importlib.import_module("neutrino.probefile")
-        return engine.instrument_module, ptx.parse_module, ptx.print_module, probefile.load_probes, engine.cycle_collection_paused
-    finally:
-        sys.path.remove(str(root))
-        for name in [n for n in sys.modules if n == "neutrino" or n.startswith("neutrino.")]:
-            del sys.modules[name]
-        sys.modules.update(saved)
+def worker(probe_name: str) -> None:
+    """For `--against`: reads corpus indices on stdin, answers each with the seconds one instrumentation took."""
+    probes = load_probes(probe_name)
+    texts = [path.read_text() for path in CORPUS]
+    for line in sys.stdin:
+        print(sum(time_once(texts[int(line)], probes)), flush=True)
 
 
 def against(other: Path, probe_name: str, rounds: int) -> None:
-    versions = {"this": (instrument_module, parse_module, print_module, load_probes, cycle_collection_paused), "other": _engine_of(other)}
-    probes = {name: v[3](probe_name) for name, v in versions.items()}
-    texts = [path.read_text() for path in CORPUS]
-    samples: dict[str, list[list[float]]] = {name: [[] for _ in texts] for name in versions}
+    """Each checkout in a process of its own (the engine imports some modules late), driven file by file in turn."""
+    this = Path(__file__).resolve().parent.parent
+    procs = {}
+    for name, root in (("this", this), ("other", other.resolve())):
+        env = dict(os.environ, PYTHONPATH=str(root))
+        procs[name] = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", "-p", probe_name],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root,
+        )
+    samples: dict[str, list[list[float]]] = {name: [[] for _ in CORPUS] for name in procs}
     for round_ in range(rounds):
-        for i, text in enumerate(texts):
-            for name in ("this", "other") if round_ % 2 == 0 else ("other", "this"):
-                instrument, parse, print_, _, paused = versions[name]
-                with paused():
-                    start = time.perf_counter()
-                    module = parse(text)
-                    instrument(module, probes[name])
-                    print_(module)
-                    samples[name][i].append(time.perf_counter() - start)
+        for i in range(len(CORPUS)):
+            for name in ("this", "other") if (round_ + i) % 2 == 0 else ("other", "this"):
+                proc = procs[name]
+                proc.stdin.write(f"{i}\n")
+                proc.stdin.flush()
+                samples[name][i].append(float(proc.stdout.readline()))
+    for proc in procs.values():
+        proc.stdin.close()
+        proc.wait()
     medians = {name: [statistics.median(runs) * 1e3 for runs in per_file] for name, per_file in samples.items()}
-    for name in versions:
+    for name in procs:
         print(f"{name:6s} median per file {statistics.median(medians[name]):.3f} ms, sum {sum(medians[name]):.2f} ms")
     ratios = [a / b for a, b in zip(medians["this"], medians["other"])]
     print(f"this/other per file: median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
-    print(f"probe={probe_name} files={len(texts)} rounds={rounds} other={other}")
+    print(f"probe={probe_name} files={len(CORPUS)} rounds={rounds} other={other}")
 
 
 def main() -> None:
@@ -151,7 +148,11 @@ def main() -> None:
     parser.add_argument("--scaling", action="store_true", help="per-instruction cost on generated kernels of growing size")
     parser.add_argument("--sizes", default="1000,10000,100000", help="instruction counts for --scaling")
     parser.add_argument("--against", type=Path, help="another checkout to time in the same run, interleaved")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker((args.probe or ["block_sched"])[0])
+        return
     if args.against:
         against(args.against, (args.probe or ["block_sched"])[0], args.rounds)
         return
