@@ -309,6 +309,19 @@ def test_pruning_a_debug_build_drops_debug_from_the_target():
         ptxas(pruned)
 
 
+def test_pruning_keeps_the_functions_a_kept_table_names():
+    text = (Path(__file__).parent / "data" / "ptx_features" / "lines.sm90.ptx").read_text()
+    pruned = parse_module(prune(text, "_Z5thirdPii"))
+    defined = {f.name for f in pruned.functions() if f.body is not None}
+    assert {"_Z3inci", "_Z3deci"} <= defined and "_Z6thricei" not in defined
+    assert [f.name for f in pruned.entries()] == ["_Z5thirdPii"]
+    if HAVE_PTXAS:
+        ptxas(print_module(pruned))
+    first = parse_module(prune(text, "_Z5firstPii"))
+    assert not any(isinstance(d, ir.Directive) and "ops[2]" in d.text for d in first.items)
+    assert "_Z3inci" not in {f.name for f in first.functions()}
+
+
 def test_pruning_a_module_with_nothing_to_drop_leaves_it_whole():
     text = (Path(__file__).parent / "data" / "ptx_features" / "calls.G.sm90.ptx").read_text()
     module = parse_module(text)

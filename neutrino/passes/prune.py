@@ -85,17 +85,26 @@ def prune_module(module: ir.Module, keep_entries: set[str]) -> None:
         for item in module.items
     ):
         return  # nothing here could be dropped (the runtime's usual case): no need to look at the code
-    references: dict[str, set[str]] = {}
+    # What the kept entries reach: functions through their code, variables through their
+    # initializers (`.global .u64 ops[2] = {f, g};` is a table of function pointers).
+    initializers = {
+        name: item.text.split("=", 1)[1]
+        for item in module.items
+        if isinstance(item, ir.Directive) and "=" in item.text and (name := declared_name(item)) is not None
+    }
+    symbols: set[str] = set()
     needed: set[str] = set()
-    work = [n for n in keep_entries if n in functions]
+    work = list(keep_entries & functions.keys())
     while work:
         name = work.pop()
-        if name in needed:
+        if name in symbols:
             continue
-        needed.add(name)
-        references[name] = referenced_symbols(functions[name])
-        work.extend(sym for sym in references[name] if sym in functions and sym not in needed)
-    symbols = set().union(*references.values())
+        symbols.add(name)
+        if name in functions:
+            needed.add(name)
+            work.extend(referenced_symbols(functions[name]) - symbols)
+        elif name in initializers:
+            work.extend(set(NAME.findall(initializers[name])) - symbols)
     kept: list[ir.TopLevel] = []
     sections: list[ir.Directive] = []
     dropped_any = False

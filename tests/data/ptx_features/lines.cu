@@ -11,3 +11,12 @@ __global__ void second(int *out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = twice(out[i]);
 }
+// A table of function pointers: pruning to `third` must keep the functions its initializer names.
+typedef int (*op_t)(int);
+__device__ __noinline__ int inc(int x) { return x + 1; }
+__device__ __noinline__ int dec(int x) { return x - 1; }
+__device__ op_t ops[2] = {inc, dec};
+__global__ void third(int *out, int n) {
+  int i = threadIdx.x;
+  if (i < n) out[i] = ops[i & 1](out[i]);
+}
