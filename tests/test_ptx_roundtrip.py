@@ -81,7 +81,10 @@ def test_register_ranges_and_types():
         (".version 8.0\n.entry k()\n{\nmov.u32 %r1, 1\n}\n", "missing its ';'"),
         (".version 8.0\n.entry k()\n{\nmov.u32 %r1, [%r2;\n}\n", "unclosed bracket"),
         (".version 8.0\n.entry k()\n{\nret;\n", "never closed"),
-        (".version 8.0\n.entry k()\n{\nmov.u32 %r1, %foo.x;\n}\n", "unknown special register"),
+        (".version 8.0\n.entry k()\n{\nmov.u32 %r1, %foo.q;\n}\n", "element is .x .y .z .w"),
+        (".version 8.0\n.entry k()\n{\nmov.u32 %r1, %tid.w;\n}\n", "malformed special register"),
+        (".version 8.0\n.entry k()\n{\n.reg .b32 1r;\n}\n", "malformed register name"),
+        (".version 8.0\n.entry k()\n{\n.global .u32 t[2] = {1, 2}\n}\n", "missing its ';'"),
         ("garbage here;", "expected a directive"),
     ],
 )

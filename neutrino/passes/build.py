@@ -48,17 +48,33 @@ Edit = tuple  # (code before, replacement or None to keep the statement, code af
 def splice(body: list[ir.Statement], edits: dict[int, Edit]) -> None:
     """Applies edits keyed by `id(statement)` to the body and its scopes.
 
-    Finds all edited positions in one scan and rewrites from the back, so that
-    instruction-level probes, with a site at every memory instruction of a
-    large kernel, cost one pass rather than one search per site.
+    Finds the edited positions in one scan, then builds the new body in one
+    pass, copying the stretches between sites as slices (slice-assigning at
+    each site instead would move the rest of the body once per site:
+    quadratic in a kernel with a probe at every memory instruction).
     """
     if not edits:
         return
     positions = [i for i, key in enumerate(map(id, body)) if key in edits]
-    for i in reversed(positions):
-        before, replacement, after = edits[id(body[i])]
-        body[i : i + 1] = [*before, *([body[i]] if replacement is None else replacement), *after]
     if ir.Scope in map(type, body):
         for stmt in body:
             if type(stmt) is ir.Scope:
                 splice(stmt.body, edits)
+    if not positions:
+        return
+    out: list[ir.Statement] = []
+    extend = out.extend
+    start = 0
+    for i in positions:
+        extend(body[start:i])
+        stmt = body[i]
+        before, replacement, after = edits[id(stmt)]
+        extend(before)
+        if replacement is None:
+            out.append(stmt)
+        else:
+            extend(replacement)
+        extend(after)
+        start = i + 1
+    extend(body[start:])
+    body[:] = out

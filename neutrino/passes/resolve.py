@@ -203,6 +203,8 @@ class _SiteBuilder:
             rtype = self.types.type_of(value.name)
             if rtype is None:
                 raise SkipSite(f"register {value.name} has no declaration we can see")
+            if rtype.startswith("v"):
+                raise SkipSite(f"register {value.name} is a vector (.{rtype.replace(' ', ' .')})")
             bits = ir.TYPE_BYTES.get(rtype.split()[-1], -1) * 8
             if rtype == "pred":
                 return [self.emit("selp.u64", dst, 1, 0, value)]

@@ -48,9 +48,29 @@ class RegisterVirtualization:
     requires: ClassVar[tuple[str, ...]] = ("match-tracepoints",)
 
     def run(self, module: ir.Module, ctx: Context) -> None:
+        suffixes = probe_register_suffixes(list(ctx.probes.registers))
         for state in ctx.kernels.values():
             state.prefix = choose_prefix(state.function)
             for name, rtype in ctx.probes.registers.items():
-                renamed = state.prefix + "p_" + re.sub(r"[^A-Za-z0-9_]", "_", name.lstrip("%"))
+                renamed = state.prefix + suffixes[name]
                 state.renames[name] = renamed
                 state.temps[renamed] = rtype
+
+
+PLAIN_SUFFIX = re.compile(r"%[A-Za-z0-9_]+")
+
+
+def probe_register_suffixes(names: list[str]) -> dict[str, str]:
+    """One distinct name part per probe register: `%t0` → `p_t0`; `t0`, `%a$b`, `__$1` → `q<n>_…`.
+
+    `%t0` and `t0` are two registers in PTX, and `a$b` and `a_b` would both
+    sanitize to `a_b`, so names other than `%` + [A-Za-z0-9_] get a numbered
+    form that cannot meet any `p_` name nor each other.
+    """
+    out: dict[str, str] = {}
+    for name in names:
+        if PLAIN_SUFFIX.fullmatch(name):
+            out[name] = "p_" + name[1:]
+        else:
+            out[name] = f"q{len(out)}_" + re.sub(r"[^A-Za-z0-9_]", "_", name.lstrip("%"))
+    return out

@@ -35,7 +35,9 @@ SPECIAL_REGISTERS = frozenset(
 
 @attrs.frozen
 class Register:
-    name: str  # with the leading '%'
+    """A register: `%r1`, or a name without '%' (`temp_param_reg`, `p`, `__$1`) that a `.reg` in scope declares."""
+
+    name: str  # as written, '%' included when there is one
 
     def __str__(self) -> str:
         return self.name
@@ -156,6 +158,29 @@ class Address:
 
 
 @attrs.frozen
+class Offset:
+    """`mt+4`, `%r2+4`: a symbol's address or a register's value plus a constant, outside brackets."""
+
+    base: Union[Register, Symbol]
+    offset: Immediate
+
+    def __str__(self) -> str:
+        # As in addresses, ptxas accepts `mt+-4` but not `mt-4`.
+        return f"{self.base}+{self.offset.text}"
+
+
+@attrs.frozen
+class VectorElement:
+    """`%mx.x`: one element of a vector register (`.reg .v2 .f32 %mx;`)."""
+
+    register: Register
+    element: str  # x y z w, or r g b a
+
+    def __str__(self) -> str:
+        return f"{self.register}.{self.element}"
+
+
+@attrs.frozen
 class BracketList:
     """`[tex, {a, b}]` and other bracketed operand lists."""
 
@@ -166,40 +191,71 @@ class BracketList:
 
 
 Operand = Union[
-    Register, SpecialRegister, Immediate, Symbol, Sink, Negated, Pair, Vector, ParenList, Address, BracketList
+    Register, SpecialRegister, Immediate, Symbol, Sink, Negated, Pair, Vector, ParenList, Address, BracketList, Offset,
+    VectorElement,
 ]
 
 
 def registers_in(operand: Operand) -> Iterator[Register]:
     """Every general register named inside an operand, in order."""
-    if isinstance(operand, Register):
+    kind = type(operand)  # exact types, most frequent first: this runs for every operand the semantics reads
+    if kind is Register:
         yield operand
-    elif isinstance(operand, Negated):
-        yield from registers_in(operand.operand)
-    elif isinstance(operand, Pair):
-        yield from registers_in(operand.first)
-        yield from registers_in(operand.second)
-    elif isinstance(operand, (Vector, ParenList, BracketList)):
+    elif kind is Address or kind is Offset:
+        if type(operand.base) is Register:
+            yield operand.base
+    elif kind is Vector or kind is ParenList or kind is BracketList:
         for item in operand.items:
             yield from registers_in(item)
-    elif isinstance(operand, Address):
-        yield from registers_in(operand.base)
+    elif kind is Pair:
+        yield from registers_in(operand.first)
+        yield from registers_in(operand.second)
+    elif kind is Negated:
+        yield from registers_in(operand.operand)
+    elif kind is VectorElement:
+        yield operand.register
 
 
 def symbols_in(operand: Operand) -> Iterator[str]:
     """Every symbol name inside an operand, in order."""
-    if isinstance(operand, Symbol):
+    kind = type(operand)
+    if kind is Symbol:
         yield operand.name
-    elif isinstance(operand, Negated):
-        yield from symbols_in(operand.operand)
-    elif isinstance(operand, Pair):
-        yield from symbols_in(operand.first)
-        yield from symbols_in(operand.second)
-    elif isinstance(operand, (Vector, ParenList, BracketList)):
+    elif kind is Address or kind is Offset:
+        if type(operand.base) is Symbol:
+            yield operand.base.name
+    elif kind is Vector or kind is ParenList or kind is BracketList:
         for item in operand.items:
             yield from symbols_in(item)
-    elif isinstance(operand, Address):
-        yield from symbols_in(operand.base)
+    elif kind is Pair:
+        yield from symbols_in(operand.first)
+        yield from symbols_in(operand.second)
+    elif kind is Negated:
+        yield from symbols_in(operand.operand)
+
+
+def bind_registers(operand: Operand, names: frozenset[str] | set[str]) -> Operand:
+    """`operand` with every symbol in `names` (registers declared without '%') made a `Register`.
+
+    Out of context `p` may be a label, a variable or a register; the parser
+    binds names to the `.reg` declarations in scope with this.
+    """
+    kind = type(operand)
+    if kind is Symbol:
+        return Register(operand.name) if operand.name in names else operand
+    if kind is Register or kind is Immediate or kind is SpecialRegister or kind is Sink:
+        return operand
+    if kind is Negated:
+        return Negated(bind_registers(operand.operand, names))
+    if kind is Pair:
+        return Pair(bind_registers(operand.first, names), bind_registers(operand.second, names))
+    if kind is Vector or kind is ParenList or kind is BracketList:
+        return kind(tuple(bind_registers(item, names) for item in operand.items))
+    if kind is Address:
+        return Address(bind_registers(operand.base, names), operand.offset)
+    if kind is Offset:
+        return Offset(bind_registers(operand.base, names), operand.offset)
+    return operand
 
 
 # A name not preceded by '%', '.' or a digit (0x10, 0f3F800000), and not the sink '_'.
@@ -335,7 +391,7 @@ class Label:
 class RegDecl:
     """`.reg .b32 %r<33>;` (count=33) or `.reg .pred %p1, %p2;` (count None)."""
 
-    type: str  # without the dot: b32, pred, ...; may include a vector prefix 'v4 .b32'
+    type: str  # without dots: b32, pred, ...; a vector register's is two words: 'v4 b32'
     names: tuple[str, ...]
     count: int | None = None  # parameterized form %name<count>
     line: int = 0
@@ -524,11 +580,14 @@ class RegisterTypes:
     def type_of(self, name: str) -> str | None:
         if name in self.exact:
             return self.exact[name]
-        m = re.fullmatch(r"(%[A-Za-z_$][A-Za-z_$]*?)(\d+)", name)
-        if m and m.group(1) in self.ranges:
-            t, count = self.ranges[m.group(1)]
-            if int(m.group(2)) < count:
-                return t
+        # `%r<33>` declares %r0..%r32; a prefix may itself end in digits (`%r1<3>`: %r10..%r12).
+        digits = len(name) - len(name.rstrip("0123456789"))
+        for split in range(len(name) - digits, len(name)):
+            prefix, index = name[:split], name[split:]
+            if prefix in self.ranges and (index == "0" or index[0] != "0"):
+                t, count = self.ranges[prefix]
+                if int(index) < count:
+                    return t
         return None
 
     def names_with_prefix(self, prefix: str) -> bool:

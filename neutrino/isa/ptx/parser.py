@@ -17,15 +17,23 @@ from neutrino.isa.ptx import ir
 
 # Directives that end at the end of their line, not at a ';'.
 LINE_DIRECTIVES = (".version", ".target", ".address_size", ".file", ".loc")
-IDENT = r"[A-Za-z_$%][A-Za-z0-9_$]*"
+# The PTX ISA's identifiers: followsym [a-zA-Z0-9_$]; [a-zA-Z]{followsym}* | {[_$%]}{followsym}+.
+# Registers need no '%' (`.reg .pred p;`, `temp_param_reg`, `__$1`); `_`, `$` and `%` alone are not names.
+PLAIN_NAME = r"(?:[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)"
+PERCENT_NAME = r"%[A-Za-z0-9_$]+"
+IDENT = rf"(?:{PERCENT_NAME}|{PLAIN_NAME})"
 LABEL_RE = re.compile(rf"({IDENT})\s*:(?!:)")
-REG_RE = re.compile(r"%[A-Za-z_$][A-Za-z0-9_$]*(\.[xyz])?$")
+REG_RE = re.compile(rf"({PERCENT_NAME})(?:\.([A-Za-z]+))?$")
+VECTOR_ELEMENTS = frozenset("xyzwrgba")
+SPECIAL_ELEMENTS = frozenset("xyz")
+PLAIN_ELEMENT_RE = re.compile(rf"({PLAIN_NAME})\.([xyzwrgba])$")
+OFFSET_OPERAND_RE = re.compile(rf"({IDENT})\s*([-+])\s*([-+]?(?:0[xX][0-9a-fA-F]+|[0-9]+)[uU]?)$")
 IMM_RE = re.compile(
     r"[-+]?(0[xX][0-9a-fA-F]+|0[bB][01]+|0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|\d+\.\d*(e[-+]?\d+)?|\d+)[uU]?$"
 )
-SYMBOL_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*$")
+SYMBOL_RE = re.compile(rf"{PLAIN_NAME}$")
 OPCODE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_:]+)*$")
-GUARD_RE = re.compile(r"@(!?)(%[A-Za-z_$][A-Za-z0-9_$]*)\s+")
+GUARD_RE = re.compile(rf"@(!?)({IDENT})\s+")
 SPACE_RE = re.compile(r"\s*")
 _FLAT = r"(?:[^,{}\[\]()]|\{[^{}\[\]()]*\}|\[[^{}\[\]()]*\]|\([^{}\[\]()]*\))"
 FLAT_OPERAND_RE = re.compile(rf"({_FLAT}+)(?:,|$)")
@@ -36,10 +44,11 @@ FAST_STATEMENT_RE = re.compile(r"([^;{}\"/]*(?:\{[^;{}\"/]*\}[^;{}\"/]*)*);")
 CAREFUL_DIRECTIVES = frozenset(LINE_DIRECTIVES) | {".reg"}
 WORD_RE = re.compile(r"\.?[A-Za-z_$][A-Za-z0-9_$]*")
 DIRECTIVE_WORD_RE = re.compile(r"\.[A-Za-z_]+")
-RANGED_NAME_RE = re.compile(r"(%[A-Za-z_$][A-Za-z0-9_$]*)<(\d+)>")
-REG_NAME_RE = re.compile(r"%[A-Za-z_$][A-Za-z0-9_$]*")
+RANGED_NAME_RE = re.compile(rf"({IDENT})\s*<\s*(\d+)\s*>")
+REG_NAME_RE = re.compile(IDENT)
+# An opcode may be followed directly by a vector operand: `ld.global.v2.b32{%r1, %r2}, [%rd1];`.
 INSTRUCTION_RE = re.compile(
-    r"\s*(?:@(!?)(%[A-Za-z_$][A-Za-z0-9_$]*)\s+)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:\s+(\S.*?))?\s*$", re.S
+    rf"\s*(?:@(!?)({IDENT})\s+)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:(?:\s+|(?=\{{))(\S.*?))?\s*$", re.S
 )
 LINE_DIRECTIVE_RE = re.compile(r"\.(?:loc|file)\b")
 
@@ -68,13 +77,13 @@ def _lazy_operands_re() -> re.Pattern:
     """
     # Possessive quantifiers (`*+`, `++`) and the most common shapes first: the body regex
     # runs this on every instruction, and backtracking is most of its cost.
-    name = r"[A-Za-z_$][A-Za-z0-9_$]*+"
+    name = r"[A-Za-z0-9_$]++"  # after '%'
     specials = _trie_pattern([s[1:] for s in ir.SPECIAL_REGISTERS])
     register = rf"%{name}"  # undotted: a register or a special register such as %clock64
     plain_register = rf"%(?!(?:{specials})(?![A-Za-z0-9_$])){name}"  # what an address may be based on
     integer = r"(?:0[xX][0-9a-fA-F]++|[1-9][0-9]*+|0)"
     immediate = r"[-+]?+(?:0[xX][0-9a-fA-F]++|0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|[0-9]++)[uU]?+"
-    symbol = rf"(?:[A-Za-z$][A-Za-z0-9_$]*+|_[A-Za-z0-9_$]++)"
+    symbol = r"(?:[A-Za-z][A-Za-z0-9_$]*+|[_$][A-Za-z0-9_$]++)"  # also a register declared without '%'; the parser binds those
     address = rf"\[\s*+(?:{plain_register}|{symbol})\s*+(?:(?:\+\s*+-?+|-)\s*+{integer}\s*+)?+\]"
     item = rf"(?:{register}|{immediate}|_)"
     vector = rf"\{{\s*+{item}(?:\s*+,\s*+{item})*+\s*+\}}"
@@ -85,19 +94,22 @@ def _lazy_operands_re() -> re.Pattern:
 LAZY_OPERANDS_RE = _lazy_operands_re()
 
 # One step of a function body, for the common shapes; anything else (strings,
-# block comments, nested scopes, malformed text) takes the careful path. An
+# block comments, nested scopes, an opcode glued to its `{`, malformed text)
+# takes the careful path. Names here are looser than the ISA's grammar where
+# that is cheaper for the regex engine (measured with callgrind); the loop
+# below sends the few names the grammar refuses to the careful path. An
 # instruction whose operands fit the lazy grammar is split by this one match.
 BODY_TOKEN_RE = re.compile(
     r"""(?:
       (?P<comment>//[^\n]*)
     | (?P<close>\})
-    | (?P<insn>(?:@(?P<negated>!?)(?P<guard>%[A-Za-z_$][A-Za-z0-9_$]*)\s+)?
+    | (?P<insn>(?:@(?P<negated>!?)(?P<guard>%[A-Za-z0-9_$]+|[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)\s+)?
         (?P<opcode>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:\s+(?P<operands>"""
     + LAZY_OPERANDS_RE.pattern
     + r"""))?)\s*;
-    | (?P<label>[A-Za-z_$][A-Za-z0-9_$]*)\s*:(?!:)
+    | (?P<label>[A-Za-z_$%][A-Za-z0-9_$]*)\s*:(?!:)
     | (?P<linedir>\.(?:loc|file)(?![A-Za-z0-9_$])[^\n/"]*)(?://[^\n]*)?(?=\n|$)
-    | (?P<reg>\.reg\s[^;{}"/]*);
+    | (?P<reg>\.reg(?![A-Za-z0-9_$])[^;{}"/]*);
     | (?P<directive>\.[A-Za-z_][^;{}"/]*);
     | (?P<stmt>[^;{}"/.\s][^;{}"/]*(?:\{[^;{}"/]*\}[^;{}"/]*)*);
     )\s*""",  # whitespace after a statement, so that the next one starts where this match ends
@@ -125,6 +137,7 @@ class Scanner:
         self.opcodes: dict[str, ir.Opcode] = {}
         self.operand_lists: dict[str, tuple[ir.Operand, ...]] = {}
         self.guards: dict[tuple[str, str], ir.Guard] = {}
+        self.plain_registers = False  # a `.reg` without '%' was read: the body's names need binding
 
     # -- positions
     @property
@@ -355,7 +368,10 @@ def parse_function(scanner: Scanner) -> ir.Function:
     if stop != "{":
         raise scanner.error(start, f"function {name} has no body")
     scanner.pos += 1
+    scanner.plain_registers = False
     function.body = parse_body(scanner, start)
+    if scanner.plain_registers:
+        bind_plain_registers(function.body)
     return function
 
 
@@ -469,7 +485,10 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> bool:
         elif kind == COMMENT:
             append(ir.Comment(token.group(kind), line))
         elif kind == LABEL:
-            append(ir.Label(token.group(kind), line))
+            name = token.group(kind)
+            if name in ("_", "$", "%"):
+                break  # not an identifier: the careful path reports it
+            append(ir.Label(name, line))
         elif kind == STMT:
             append(parse_instruction(token.group(kind), scanner, pos))
         elif kind == REG:
@@ -494,7 +513,8 @@ def parse_body_directive(scanner: Scanner) -> ir.Statement:
     word = word_match.group(0) if word_match else "."
     if word in LINE_DIRECTIVES:
         return ir.Directive(scanner.read_line(), line)
-    text, stop = scanner.read_until(";{}")
+    # Data directives may have initializers in braces (`.global .u32 t[2] = {1, 2};`).
+    text, stop = scanner.read_until(";}", nest=True)
     if stop != ";":
         raise scanner.error(pos, f"directive {word} is missing its ';'")
     scanner.pos += 1
@@ -503,23 +523,54 @@ def parse_body_directive(scanner: Scanner) -> ir.Statement:
     return ir.Directive(" ".join(text.split()) + ";", line)
 
 
-REG_DECL_RE = re.compile(r"\.reg\s+((?:\.v\d\s+)?\.[A-Za-z0-9_]+)\s+(.+)$", re.S)
+# Spacing between the words is optional where a '.' or '%' separates them: `.reg.u64 %rd<2>;`, `.reg .v2.f32 %mx;`.
+TYPE_WORD_RE = re.compile(r"[A-Za-z0-9_]+")
+REG_DECL_RE = re.compile(r"\.reg\s*((?:\.v\d+\s*)?\.[A-Za-z0-9_]+)(?:\s+|(?=%))(.+)$", re.S)
 
 
 def parse_reg_decl(text: str, scanner: Scanner, pos: int) -> ir.RegDecl:
     m = REG_DECL_RE.match(text.strip())
     if not m:
         raise scanner.error(pos, "malformed .reg declaration", hint="expected `.reg .TYPE %name;` or `.reg .TYPE %name<N>;`")
-    rtype = " ".join(m.group(1).split())[1:]
-    names = [n.strip() for n in m.group(2).split(",")]
+    type_text = m.group(1)
+    # `.b32` → "b32"; `.v2 .f32`, `.v2.f32` → "v2 f32"
+    rtype = type_text[1:] if type_text.count(".") == 1 else " ".join(TYPE_WORD_RE.findall(type_text))
     line = scanner.line_of(pos)
-    ranged = RANGED_NAME_RE.fullmatch(names[0]) if len(names) == 1 else None
+    names = m.group(2)
+    ranged = RANGED_NAME_RE.fullmatch(names.strip()) if "," not in names else None
     if ranged:
-        return ir.RegDecl(rtype, (ranged.group(1),), int(ranged.group(2)), line)
+        name = ranged.group(1)
+        if name[0] != "%":
+            scanner.plain_registers = True
+        return ir.RegDecl(rtype, (name,), int(ranged.group(2)), line)
+    names = [n.strip() for n in names.split(",")]
     for n in names:
         if not REG_NAME_RE.fullmatch(n):
             raise scanner.error(pos, f"malformed register name {n!r} in .reg declaration")
+        if n[0] != "%":
+            scanner.plain_registers = True
     return ir.RegDecl(rtype, tuple(names), None, line)
+
+
+def bind_plain_registers(body: list[ir.Statement], visible: frozenset[str] = frozenset()) -> None:
+    """Makes the names of registers declared without '%' registers in the operands of their scope.
+
+    Out of context `p` in `selp.u32 tmp, 1, 0, p;` could be a label or a
+    variable; a `.reg` in this scope or an enclosing one makes it a register.
+    A declaration counts for its whole scope (compilers declare first). Only
+    instructions that mention such a name are touched; they keep their text.
+    """
+    declared = {name for stmt in body if type(stmt) is ir.RegDecl for name in stmt.declared() if name[0] != "%"}
+    names = visible | declared if declared else visible
+    for stmt in body:
+        kind = type(stmt)
+        if kind is ir.Instruction and names:
+            mentioned = names.intersection(stmt.symbol_names())
+            if mentioned:
+                # Set beside the text, not through the setter: the text still describes the operands.
+                stmt._operands = tuple(ir.bind_registers(operand, mentioned) for operand in stmt.operands)
+        elif kind is ir.Scope:
+            bind_plain_registers(stmt.body, names)
 
 
 # ---------------------------------------------------------------- instructions
@@ -654,18 +705,44 @@ def parse_operand(text: str) -> ir.Operand:
     if t == "_":
         return ir.Sink()
     if t[0] == "%":
-        if not REG_RE.match(t):
-            raise ValueError(f"malformed register {t!r}")
-        if t.split(".")[0] in ir.SPECIAL_REGISTERS:
+        m = REG_RE.match(t)
+        if m is None:
+            return _offset_operand(t)
+        name, element = m.groups()
+        if name in ir.SPECIAL_REGISTERS:
+            if element is not None and element not in SPECIAL_ELEMENTS:
+                raise ValueError(f"malformed special register {t!r}")
             return ir.SpecialRegister(t)
-        if "." in t:
-            raise ValueError(f"unknown special register {t!r}")
-        return ir.Register(t)
+        if element is None:
+            return ir.Register(t)
+        if element not in VECTOR_ELEMENTS:
+            raise ValueError(f"malformed register {t!r}: a vector register's element is .x .y .z .w or .r .g .b .a")
+        return ir.VectorElement(ir.Register(name), element)
     if IMM_RE.match(t):
         return ir.Immediate(t)
     if SYMBOL_RE.match(t):
         return ir.Symbol(t)
-    raise ValueError(f"cannot parse operand {t!r}")
+    element = PLAIN_ELEMENT_RE.match(t)
+    if element:  # only a vector register has elements, so no declaration is needed to tell
+        return ir.VectorElement(ir.Register(element.group(1)), element.group(2))
+    return _offset_operand(t)
+
+
+def _offset_operand(text: str) -> ir.Offset:
+    """`mt+4`, `%r2 + 4`: a name plus a constant outside brackets."""
+    m = OFFSET_OPERAND_RE.match(text)
+    if m is None:
+        raise ValueError(f"cannot parse operand {text!r}")
+    base, sign, offset = m.groups()
+    if sign == "-":
+        offset = offset[1:] if offset.startswith("-") else "-" + offset.lstrip("+")
+    base_operand = parse_operand(base)
+    if not isinstance(base_operand, (ir.Register, ir.Symbol)):
+        raise ValueError(f"cannot add a constant to {base!r}")
+    return ir.Offset(base_operand, ir.Immediate(offset.lstrip("+")))
+
+
+ADDRESS_RE = re.compile(rf"({PERCENT_NAME}(?:\.[A-Za-z]+)?|{PLAIN_NAME}|[-+]?[0-9][0-9a-fA-FxX]*)(?:(\+|-)([-+]?[0-9][0-9a-fA-FxXuU]*))?")
 
 
 def parse_address(inner: str) -> ir.Operand:
@@ -673,7 +750,7 @@ def parse_address(inner: str) -> ir.Operand:
     if len(items) != 1:
         return ir.BracketList(tuple(parse_operand(x) for x in items))
     expr = "".join(inner.split())
-    m = re.fullmatch(r"(%?[A-Za-z_$][A-Za-z0-9_$.]*|[-+]?[0-9][0-9a-fA-FxX]*)(?:(\+|-)([-+]?[0-9][0-9a-fA-FxXuU]*))?", expr)
+    m = ADDRESS_RE.fullmatch(expr)
     if not m:
         raise ValueError(f"cannot parse address [{inner.strip()}]")
     base = parse_operand(m.group(1))
@@ -696,4 +773,7 @@ def parse_address(inner: str) -> ir.Operand:
 def parse_statements(text: str, source: str = "<snippet>", first_line: int = 1) -> list[ir.Statement]:
     """A function body without its braces: how probe snippets are read."""
     scanner = Scanner(text + "\n}", source, first_line)
-    return parse_body(scanner, 0)
+    body = parse_body(scanner, 0)
+    if scanner.plain_registers:
+        bind_plain_registers(body)
+    return body
