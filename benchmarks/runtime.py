@@ -133,14 +133,15 @@ def slowdowns(tmp: Path, corpus_exe: Path, repeat: int) -> list[str]:
             td = tmp / f"bench_{name.split()[0]}_{probe}"
             run(neutrino(probe, td, "--benchmark") + cmd, env)
             per = {}
-            for la in newest_run(td).launches:
-                b, p = la.event.get("baseline_ns"), la.event.get("duration_ns")
-                if b and p and la.event.get("kernel_launch", 0) > 0:
-                    per.setdefault(la.kernel, []).append((b, p))
-            for k, pairs in sorted(per.items()):
-                b = statistics.median(x[0] for x in pairs) / 1e3
-                p = statistics.median(x[1] for x in pairs) / 1e3
-                rows.append(f"| {name} | {probe} | {k[:40]} | {b:.1f} | {p:.1f} | {p / b:.2f}x ({len(pairs)} launches) |")
+            for ev in newest_run(td).events:  # one `benchmark` event per launch: interleaved repetitions
+                if ev.get("event") == "benchmark" and ev.get("kernel_launch", 0) > 0:
+                    pair = per.setdefault(ev["kernel"], ([], []))
+                    pair[0].extend(ev["baseline_ns"])
+                    pair[1].extend(ev["probed_ns"])
+            for k, (base, probed) in sorted(per.items()):
+                b = statistics.median(base) / 1e3
+                p = statistics.median(probed) / 1e3
+                rows.append(f"| {name} | {probe} | {k[:40]} | {b:.1f} | {p:.1f} | {p / b:.2f}x ({len(probed)} runs) |")
     return rows
 
 
