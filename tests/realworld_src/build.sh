@@ -69,7 +69,7 @@ cutlass_dir() {
     echo "$cache/cutlass/cutlass_library/source"
 }
 
-# cutlass_variant SOURCE ARCH [FLAG...]
+# cutlass_variant SOURCE ARCH [FLAG...]: one arch per source (CUTLASS builds are slow)
 cutlass_variant() {
     local src="$1" arch="$2"; shift 2
     local dir; dir="$(cutlass_dir)"
@@ -85,6 +85,7 @@ build_cutlass() {
     for f in "$s"/*.cu; do
         case "$(basename "$f")" in
             *sm90*) cutlass_variant "$f" sm_90a ;;
+            *sm100*) cutlass_variant "$f" sm_100a ;;
             *) cutlass_variant "$f" sm_80 ;;
         esac
     done

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -23,9 +24,9 @@ from neutrino.isa.ptx import parse_module, print_module  # noqa: E402
 
 # First match wins: (pattern over the message, class constant of the test file).
 CLASSIFIERS = [
+    (r"\.reg\.\w|malformed opcode '[^']*\{", "SPACING"),
     (r"malformed register name|malformed \.reg declaration", "BARE_REGISTER"),
     (r"Unknown symbol '(temp_param_reg|p|P\d|r0|__\$\d|low|high|tmp)'", "BARE_REGISTER"),
-    (r"\.reg\.|expected .* after opcode", "SPACING"),
     (r"function_name|\$L__info_string|\.section", "LINEINFO_PRUNE"),
     (r"type mismatch: (BYTES|IN\d|OUT)", "HELPER_TYPES"),
     (r"__nt_count|counting|Unexpected instruction types specified for 'ld'", "COUNTING_REWRITE"),
@@ -48,6 +49,27 @@ def first_line(message: str) -> str:
     return message[:240]
 
 
+REG_DECL = re.compile(r"\.reg\s*(?:\.v\d\s*)?\.\w+\s+([^;]+);")
+BARE_NAME = re.compile(r"\s*([A-Za-z_$][\w$]*)(?:<\d+>)?\s*$")
+
+
+def unmask(text: str) -> str:
+    """The text with classes 1 and 2 worked around textually: every register
+    declared without `%` renamed to `%_bare_NAME`, `.reg.TYPE` spaced, and a
+    space between an opcode and a `{` glued to it.
+
+    Only for the census: it shows what fails next in files that classes 1 and
+    2 stop at the parser today.
+    """
+    text = re.sub(r"\.reg\.", ".reg .", text)
+    text = re.sub(r"^(\s*(?:@!?%?\w+\s+)?[a-z][\w.:]*)\{", r"\1 {", text, flags=re.MULTILINE)
+    declared = {m.group(1) for decl in REG_DECL.findall(text) for m in map(BARE_NAME.match, decl.split(",")) if m}
+    names = sorted(declared, key=len, reverse=True)
+    for name in names:
+        text = re.sub(r"(?<![\w$%.])" + re.escape(name) + r"(?![\w$])", "%_bare_" + name, text)
+    return text
+
+
 def roundtrip_message(text: str, path: Path) -> str | None:
     printed = print_module(parse_module(text, str(path)))
     if printed == text:
@@ -67,40 +89,55 @@ def main() -> None:
     table: dict[str, dict[str, str]] = {}
     messages: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
     start = time.time()
+    unmasked_dir = Path(tempfile.mkdtemp(prefix="realworld_unmasked_"))
     for path in t.FILES:
         fid = t.file_id(path)
         row = table[fid] = {}
-        text = path.read_text()
-        try:
-            parse_module(text, str(path))
-        except Exception as e:  # noqa: BLE001 - we are counting failures
-            cls = classify(str(e))
-            for check in checks:
-                row[check] = cls
-            messages[cls].append((fid, "parse", first_line(str(e))))
-            continue
-        row["parse"] = "pass"
-        rt = roundtrip_message(text, path)
-        row["roundtrip"] = "pass" if rt is None else "NOT_EXACT"
-        if rt:
-            messages["NOT_EXACT"].append((fid, "roundtrip", rt[:240]))
-        for check in t.TOOLS + ["prune"]:
-            outcome, assembly = results.get(path, check)
-            if outcome.error is not None:
-                msg, stage = outcome.error, "instrument"
-            elif not assembly.ok:
-                msg, stage = assembly.log, "ptxas"
-            else:
-                row[check] = "pass"
-                continue
-            cls = classify(msg)
-            row[check] = f"{cls}({stage})"
-            messages[cls].append((fid, check, f"[{stage}] {first_line(msg)}"))
+        census_file(path, fid, row, messages, results, prefix="")
+        if row["parse"] in ("BARE_REGISTER", "SPACING"):
+            # What fails next, once classes 1 and 2 are fixed: work around them textually, go again.
+            unmasked = unmasked_dir / path.parent.name / path.name
+            unmasked.parent.mkdir(exist_ok=True)
+            unmasked.write_text(unmask(path.read_text()))
+            next_row: dict[str, str] = {}
+            census_file(unmasked, fid, next_row, messages, results, prefix=row["parse"] + ">")
+            row.update(next_row)
         print(fid, f"{time.time() - start:.0f}s", file=sys.stderr)
     pool.pool.shutdown()
     write(out, table, messages, checks)
     if "--known" in sys.argv:
         print_known(table, checks)
+
+
+def census_file(path: Path, fid: str, row: dict, messages, results, prefix: str) -> None:
+    """Fill `row` (check → cell) for one file; a cell is `pass` or `CLASS(stage)`, after `prefix`."""
+    text = path.read_text()
+    checks = ["parse", "roundtrip"] + t.TOOLS + ["prune"]
+    try:
+        parse_module(text, str(path))
+    except Exception as e:  # noqa: BLE001 - we are counting failures
+        cls = classify(str(e))
+        for check in checks:
+            row[check] = prefix + cls
+        messages[prefix + cls].append((fid, "parse", first_line(str(e))))
+        return
+    row["parse"] = prefix + "pass"
+    rt = roundtrip_message(text, path)
+    row["roundtrip"] = prefix + ("pass" if rt is None else "NOT_EXACT")
+    if rt:
+        messages[prefix + "NOT_EXACT"].append((fid, "roundtrip", rt[:240]))
+    for check in t.TOOLS + ["prune"]:
+        outcome, assembly = results.get(path, check)
+        if outcome.error is not None:
+            msg, stage = outcome.error, "instrument"
+        elif not assembly.ok:
+            msg, stage = assembly.log, "ptxas"
+        else:
+            row[check] = prefix + "pass"
+            continue
+        cls = classify(msg)
+        row[check] = f"{prefix}{cls}({stage})"
+        messages[prefix + cls].append((fid, check, f"[{stage}] {first_line(msg)}"))
 
 
 def write(out: Path, table, messages, checks) -> None:
@@ -110,11 +147,15 @@ def write(out: Path, table, messages, checks) -> None:
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `tests/realworld_src/census.py`"
         " on branch i-corpus (corpus in /work/wt-corpus/tests/data/realworld/).",
         "Cell: `pass`, or the issue-10 class of the first error (stage in parentheses).",
+        "`BARE_REGISTER>X` / `SPACING>X`: the file stops at class 1 / 2 in the parser today; with bare",
+        "register names renamed and spacing fixed textually (census only), the check gives X: what fails",
+        "next once classes 1 and 2 are fixed.",
         "",
     ]
     total = sum(len(r) for r in table.values())
     passed = sum(v == "pass" for r in table.values() for v in r.values())
-    lines += [f"**{passed} of {total} file × check cells pass.**", ""]
+    behind = sum(v.endswith(">pass") for r in table.values() for v in r.values())
+    lines += [f"**{passed} of {total} file × check cells pass; {behind} more pass once classes 1 and 2 are fixed.**", ""]
     per_check = {c: sum(r.get(c) == "pass" for r in table.values()) for c in checks}
     lines += ["| check | files passing |", "| --- | --- |"] + [f"| {c} | {n}/{len(table)} |" for c, n in per_check.items()] + [""]
     short = [c.replace(".toml", "") for c in checks]
@@ -123,10 +164,10 @@ def write(out: Path, table, messages, checks) -> None:
         lines.append(f"| {fid} | " + " | ".join(row.get(c, "?") for c in checks) + " |")
     lines += ["", "## Messages by class", ""]
     for cls in sorted(messages, key=lambda c: -len(messages[c])):
-        lines += [f"### {cls}: {len(messages[cls])} cells — {getattr(t, cls, '')}", ""]
+        lines += [f"### {cls}: {len(messages[cls])} cells — {getattr(t, cls.split('>')[-1], '')}", ""]
         grouped: dict[str, list[str]] = defaultdict(list)
         for fid, check, msg in messages[cls]:
-            key = re.sub(r"^\S+?:\d+:\d+: ", "", msg)
+            key = re.sub(r"\S+?\.(ptx|toml):\d+:\d+: ", "", msg)
             key = re.sub(r"line \d+", "line N", key)
             grouped[key].append(f"{fid}:{check}")
         for key, where in sorted(grouped.items(), key=lambda kv: -len(kv[1])):
@@ -139,7 +180,7 @@ def write(out: Path, table, messages, checks) -> None:
 def print_known(table, checks) -> None:
     print("KNOWN_FAILURES = {")
     for fid, row in table.items():
-        failing = {c: v.split("(")[0] for c, v in row.items() if v != "pass"}
+        failing = {c: v.split("(")[0].split(">")[0] for c, v in row.items() if v != "pass"}
         if not failing:
             continue
         if len(failing) == len(checks) and len(set(failing.values())) == 1:
