@@ -28,6 +28,8 @@ nvcc_variant() {
     $NVCC -arch="$arch" "$@" "$src" -o "$OUT/nvcc/$base.$arch$tag.ptx"
 }
 
+# Each source in a few variants, not all: -G output of library-heavy code is
+# ~1 MB a file, and cub_prims.sm_90.G is the one large -G file we keep.
 build_nvcc() {
     mkdir -p "$OUT/nvcc"
     local s="$HERE/cuda"
@@ -40,13 +42,12 @@ build_nvcc() {
     nvcc_variant "$s/coop_groups.cu" sm_80
     nvcc_variant "$s/coop_groups.cu" sm_90 -lineinfo
     nvcc_variant "$s/coop_groups.cu" sm_90 -rdc=true
-    nvcc_variant "$s/coop_groups.cu" sm_80 -G
     nvcc_variant "$s/cub_prims.cu" sm_80
     nvcc_variant "$s/cub_prims.cu" sm_90a -lineinfo
     nvcc_variant "$s/cub_prims.cu" sm_90 -G
     nvcc_variant "$s/barrier_pipeline.cu" sm_80
     nvcc_variant "$s/barrier_pipeline.cu" sm_90 -lineinfo
-    nvcc_variant "$s/barrier_pipeline.cu" sm_90a -G
+    nvcc_variant "$s/barrier_pipeline.cu" sm_90a -rdc=true
     nvcc_variant "$s/half_bf16.cu" sm_80
     nvcc_variant "$s/half_bf16.cu" sm_90 -G
     nvcc_variant "$s/half_bf16.cu" sm_90a -rdc=true -lineinfo

@@ -1,3 +1,4 @@
+// Neutrino test corpus: unchanged copy of CUTLASS 4.2.0 examples/cute/tutorial/sgemm_sm80.cu.
 /***************************************************************************************************
  * Copyright (c) 2023 - 2025 NVIDIA CORPORATION & AFFILIATES. All rights reserved.
  * SPDX-License-Identifier: BSD-3-Clause

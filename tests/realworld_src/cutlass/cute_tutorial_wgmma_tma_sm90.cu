@@ -1,3 +1,4 @@
+// Neutrino test corpus: unchanged copy of CUTLASS 4.2.0 examples/cute/tutorial/hopper/wgmma_tma_sm90.cu.
 /***************************************************************************************************
  * Copyright (c) 2024 - 2025 NVIDIA CORPORATION & AFFILIATES. All rights reserved.
  * SPDX-License-Identifier: BSD-3-Clause
