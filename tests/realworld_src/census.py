@@ -85,7 +85,7 @@ def main() -> None:
     out = Path(next((a for a in sys.argv[1:] if not a.startswith("--")), "/tmp/realworld_census.md"))
     pool = t.PtxasPool(None)
     results = t.FileResults(pool)
-    checks = ["parse", "roundtrip"] + t.TOOLS + ["prune"]
+    checks = ["parse", "roundtrip"] + t.CHECKS
     table: dict[str, dict[str, str]] = {}
     messages: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
     start = time.time()
@@ -112,7 +112,7 @@ def main() -> None:
 def census_file(path: Path, fid: str, row: dict, messages, results, prefix: str) -> None:
     """Fill `row` (check → cell) for one file; a cell is `pass` or `CLASS(stage)`, after `prefix`."""
     text = path.read_text()
-    checks = ["parse", "roundtrip"] + t.TOOLS + ["prune"]
+    checks = ["parse", "roundtrip"] + t.CHECKS
     try:
         parse_module(text, str(path))
     except Exception as e:  # noqa: BLE001 - we are counting failures
@@ -126,7 +126,7 @@ def census_file(path: Path, fid: str, row: dict, messages, results, prefix: str)
     row["roundtrip"] = prefix + ("pass" if rt is None else "NOT_EXACT")
     if rt:
         messages[prefix + "NOT_EXACT"].append((fid, "roundtrip", rt[:240]))
-    for check in t.TOOLS + ["prune"]:
+    for check in t.CHECKS:
         outcome, assembly = results.get(path, check)
         if outcome.error is not None:
             msg, stage = outcome.error, "instrument"
