@@ -114,6 +114,8 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("nvcc/hopper_asm.sm_90a.lineinfo.ptx", "*"): BARE_REGISTER,
     ("nvcc/hopper_asm.sm_90a.lineinfo.ptx", "prune"): BARE_REGISTER + THEN + LINEINFO_PRUNE,
     ("nvcc/hopper_asm.sm_90a.ptx", "*"): BARE_REGISTER,
+    ("nvcc/hopper_misc.sm_90a.ptx", "*"): BARE_REGISTER,
+    ("nvcc/hopper_misc.sm_90a.lineinfo.ptx", "*"): BARE_REGISTER,
     ("nvcc/tensor_core.sm_80.G.ptx", "*"): BARE_REGISTER,
     ("nvcc/tensor_core.sm_80.G.ptx", "prune"): BARE_REGISTER + THEN + LINEINFO_PRUNE,
     ("nvcc/tensor_core.sm_80.ptx", "*"): BARE_REGISTER,

@@ -57,6 +57,8 @@ build_nvcc() {
     nvcc_variant "$s/hopper_asm.cu" sm_90a
     nvcc_variant "$s/hopper_asm.cu" sm_90a -lineinfo
     nvcc_variant "$s/hopper_asm.cu" sm_90a -G
+    nvcc_variant "$s/hopper_misc.cu" sm_90a
+    nvcc_variant "$s/hopper_misc.cu" sm_90a -lineinfo
 }
 
 cutlass_dir() {
