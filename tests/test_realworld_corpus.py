@@ -114,8 +114,8 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("nvcc/hopper_asm.sm_90a.lineinfo.ptx", "*"): BARE_REGISTER,
     ("nvcc/hopper_asm.sm_90a.lineinfo.ptx", "prune"): BARE_REGISTER + THEN + LINEINFO_PRUNE,
     ("nvcc/hopper_asm.sm_90a.ptx", "*"): BARE_REGISTER,
-    ("nvcc/hopper_misc.sm_90a.ptx", "*"): BARE_REGISTER,
     ("nvcc/hopper_misc.sm_90a.lineinfo.ptx", "*"): BARE_REGISTER,
+    ("nvcc/hopper_misc.sm_90a.ptx", "*"): BARE_REGISTER,
     ("nvcc/tensor_core.sm_80.G.ptx", "*"): BARE_REGISTER,
     ("nvcc/tensor_core.sm_80.G.ptx", "prune"): BARE_REGISTER + THEN + LINEINFO_PRUNE,
     ("nvcc/tensor_core.sm_80.ptx", "*"): BARE_REGISTER,
@@ -186,9 +186,11 @@ class PtxasPool:
         self.cache = cache
         self.pool = ThreadPoolExecutor(max_workers=4)
         self.lock = threading.Lock()
+        # A cached verdict holds for one ptxas only.
+        self.version = subprocess.run(["ptxas", "--version"], capture_output=True, text=True).stdout if HAVE_PTXAS else ""
 
     def submit(self, ptx: str, flags: list[str]):
-        key = "realworld/ptxas/" + hashlib.sha256((" ".join(flags) + "\n" + ptx).encode()).hexdigest()
+        key = "realworld/ptxas/" + hashlib.sha256("\n".join([self.version, *flags, ptx]).encode()).hexdigest()
         hit = self.cache.get(key, None) if self.cache else None
         if hit is not None:
             return _done(Assembly(**hit))
@@ -294,9 +296,9 @@ def results(ptxas_pool):
 def test_corpus_is_present_and_varied():
     """The corpus holds every source family the acceptance list names."""
     families = {p.parent.name for p in FILES}
-    assert {"nvcc", "cutlass", "llvm"} <= families
+    assert {"nvcc", "cutlass", "llvm", "triton"} <= families
     names = " ".join(p.name for p in FILES)
-    for variant in (".G.", ".lineinfo.", ".rdc.", "sm_80", "sm_90.", "sm_90a"):
+    for variant in (".G.", ".lineinfo.", ".rdc.", "sm_80", "sm_90.", "sm_90a", "sm_100a"):
         assert variant in names, variant
     assert sum(p.stat().st_size for p in FILES) < 8_500_000
 
