@@ -10,6 +10,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="$HERE/../data/realworld"
 NVCC="nice nvcc -ptx -std=c++17 -diag-suppress 20054,177,550"
 PY="${PYTHON:-python}"
+cd "$HERE"  # -G debug info records the working directory: build from here, always
 
 # nvcc_variant SOURCE ARCH [FLAG...]: one PTX file named SOURCE.ARCH[.flags].ptx
 nvcc_variant() {
