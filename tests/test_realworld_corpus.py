@@ -56,7 +56,7 @@ COUNTING_REWRITE = "class 4: counting variant rewrites an instruction into illeg
 OLD_TARGET = "class 5: probe code newer than .version/.target, or ptxas flags"
 LINEINFO_PRUNE = "class 6: pruning drops debug sections the kept code needs (.loc function_name, .target debug)"
 HELPER_TYPES = "class 7: helper operands typed wrongly (u64/u32 instead of the site's type; packed bf16x2 read as 16-bit)"
-NOT_EXACT = "printer is not the exact inverse of the parser (layout of blank lines, comments)"
+NOT_EXACT = "printer is not the exact inverse of the parser (whitespace, blank lines, trailing comments of .loc)"
 OTHER = "unclassified: see tests/realworld_src/census.py"
 THEN = "; behind it, "  # FIRST + THEN + NEXT: fails at FIRST today, at NEXT once FIRST is fixed
 

@@ -230,8 +230,11 @@ NOTES = """## What the classes look like in this corpus
   (rw_user_style.toml); and at `fma.rn.bf16x2 %r17,%r12,c,%r20` (cuda_bf16.hpp inline asm, `c`
   declared `.b32` in the asm scope) rw_operands reads IN2 with `mov.b16` from the 32-bit register:
   ptxas "Arguments mismatch for instruction 'mov'".
-- **NOT_EXACT**: the printer drops blank lines and re-indents `// .globl` comments, so
-  print(parse(text)) != text on every file (structure round-trips).
+- **NOT_EXACT**: print(parse(text)) != text on every file (the structure round-trips). On
+  nvcc/LLVM/CUTLASS output the differences are whitespace only: blank lines dropped, `// .globl`
+  comments re-indented, `.reg .pred \\t%p<10>;` → `.reg .pred %p<10>;`, `and.b32  \\t` → `and.b32 \\t`.
+  On Triton output the printer also drops the trailing comment of `.loc` lines
+  (`.loc 1 23 0 // build_triton.py:23:0` → `.loc 1 23 0`).
 - **Caveat**: `>pass` cells come from a textual workaround (bare names renamed `%_bare_NAME`);
   an engine that keeps the names as they are may still fail differently there.
 - **cli_check (class 5)**: `instrument --check` runs ptxas without `-c` on `-rdc` output that calls
