@@ -123,6 +123,8 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("triton/layernorm_dweight_atomic.sm_90.ptx", "dmat"): COUNTING_REWRITE,
     ("triton/layernorm_dweight_atomic.sm_90.ptx", "program_progress"): COUNTING_REWRITE,
     ("triton/layernorm_dweight_atomic.sm_90.ptx", "rw_mem_access.toml"): COUNTING_REWRITE,
+    ("triton/matmul_fp8_persistent.sm_90.ptx", "*"): BARE_REGISTER,
+    ("triton/matmul_fp8_persistent.sm_90.ptx", "prune"): BARE_REGISTER + THEN + LINEINFO_PRUNE,
     ("triton/matmul_pipelined.sm_80.ptx", "prune"): LINEINFO_PRUNE,
     ("triton/matmul_pipelined.sm_90.ptx", "prune"): LINEINFO_PRUNE,
     ("triton/matmul_tma.sm_90.ptx", "*"): BARE_REGISTER,

@@ -95,6 +95,24 @@ def debug_print(x_ptr, n, BLOCK: tl.constexpr):
     tl.device_assert(x == x, "nan")
 
 
+@triton.jit
+def matmul_fp8_persistent(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NUM_SMS: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    tiles_n = tl.cdiv(N, BN)
+    num_tiles = tl.cdiv(M, BM) * tiles_n
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=True, warp_specialize=True):
+        pid_m, pid_n = tile // tiles_n, tile % tiles_n
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            a = a_desc.load([pid_m * BM, k * BK])
+            b = b_desc.load([pid_n * BN, k * BK])
+            acc = tl.dot(a, b.T, acc)
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
 F16, F32, BF16 = "*fp16", "*fp32", "*bf16"
 KERNELS = [
     (masked_add, {"x_ptr": F32, "y_ptr": F32, "out_ptr": F32, "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024}, [80, 90], {}),
@@ -106,6 +124,9 @@ KERNELS = [
      {"BM": 128, "BN": 128, "BK": 64}, [90], {"num_warps": 4}),
     (layernorm_dweight_atomic, {"dy_ptr": F32, "x_ptr": F32, "dw_ptr": BF16, "db_ptr": F16, "lock_ptr": "*i32", "n_rows": "i32", "n_cols": "i32", "BLOCK": "constexpr"},
      {"BLOCK": 512}, [90], {}),
+    (matmul_fp8_persistent, {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "c_ptr": BF16, "M": "i32", "N": "i32", "K": "i32",
+                             "BM": "constexpr", "BN": "constexpr", "BK": "constexpr", "NUM_SMS": "constexpr"},
+     {"BM": 128, "BN": 128, "BK": 64, "NUM_SMS": 132}, [90], {"num_warps": 4, "num_stages": 3}),
     (debug_print, {"x_ptr": F32, "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128}, [80], {}),
 ]
 
