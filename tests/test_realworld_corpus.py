@@ -305,6 +305,15 @@ def test_corpus_is_present_and_varied():
     assert sum(p.stat().st_size for p in FILES) < 8_500_000
 
 
+def test_known_failures_name_real_files_and_checks():
+    """A stale entry (a file renamed or dropped, a check misspelt) would silently xfail nothing."""
+    fids = {file_id(p) for p in FILES}
+    checks = {"*", "parse", "reparse", "roundtrip", "cli_check", *CHECKS}
+    for fid, check in KNOWN_FAILURES:
+        assert fid == "*" or fid in fids, fid
+        assert check in checks, check
+
+
 @pytest.mark.parametrize("path,check", cases(["parse"]))
 def test_parses(path, check):
     module = parse_module(path.read_text(), str(path))
