@@ -563,21 +563,31 @@ def register_types(function: Function) -> "RegisterTypes":
 
 @attrs.define
 class RegisterTypes:
-    """Name → declared type, understanding `%r<33>` ranges without expanding them."""
+    """Name → declared type, understanding `%r<33>` ranges without expanding them.
+
+    A name declared with different types in different scopes (inline asm blocks
+    reuse `c`, `tmp`, `p`) has no one type here: `type_of` says None for it."""
 
     exact: dict[str, str] = attrs.Factory(dict)
     ranges: dict[str, tuple[str, int]] = attrs.Factory(dict)
+    ambiguous: set[str] = attrs.Factory(set)
 
     def add(self, decl: RegDecl) -> None:
         if decl.count is None:
             for n in decl.names:
+                if self.exact.get(n, decl.type) != decl.type:
+                    self.ambiguous.add(n)
                 self.exact[n] = decl.type
         else:
             prefix = decl.names[0]
             old = self.ranges.get(prefix)
+            if old is not None and old[0] != decl.type:
+                self.ambiguous.add(prefix)
             self.ranges[prefix] = (decl.type, max(decl.count, old[1] if old else 0))
 
     def type_of(self, name: str) -> str | None:
+        if name in self.ambiguous:
+            return None
         if name in self.exact:
             return self.exact[name]
         # `%r<33>` declares %r0..%r32; a prefix may itself end in digits (`%r1<3>`: %r10..%r12).
@@ -585,6 +595,8 @@ class RegisterTypes:
         for split in range(len(name) - digits, len(name)):
             prefix, index = name[:split], name[split:]
             if prefix in self.ranges and (index == "0" or index[0] != "0"):
+                if prefix in self.ambiguous:
+                    return None
                 t, count = self.ranges[prefix]
                 if int(index) < count:
                     return t
