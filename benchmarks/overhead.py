@@ -92,13 +92,16 @@ def main() -> None:
     ap.add_argument("--tools", default=",".join(CONFIGS))
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--no-warmup", action="store_true", help="skip the run that fills the compiler caches")
     args = ap.parse_args()
     workloads = args.workloads.split(",")
     results = {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
-        # Warm the compiler caches once, so no configuration pays torch.compile's cold start.
-        run_config("warm-up", None, 20, tmp, args.workloads)
+        # Warm the compiler caches once, so no configuration pays torch.compile's cold start (the
+        # timings are taken after warm-up inside each process either way; this only saves wall time).
+        if not args.no_warmup:
+            run_config("warm-up", None, 20, tmp, args.workloads)
         for name in args.tools.split(","):
             results[name] = run_config(name, CONFIGS[name], args.iters, tmp, args.workloads)
             print(f"{name}: {json.dumps({k: v for k, v in results[name].items() if not k.startswith('_')})}",

@@ -215,7 +215,7 @@ def test_instrument_failure_is_permanent_fallback(tmp_path):
     assert "1 launch(es) ran unprobed" in out and "instrument" in out
 
 
-@pytest.mark.parametrize("method,stage", [("mem_alloc", "alloc"), ("link_ptx", "jit"), ("module_load_data", "jit")])
+@pytest.mark.parametrize("method,stage", [("mem_alloc", "alloc"), ("module_load_data", "jit")])
 def test_driver_failures_fall_back(tmp_path, method, stage):
     rt, drv, shim = make_runtime(tmp_path)
     load_saxpy(rt)
@@ -521,3 +521,40 @@ def test_count_sized_map(tmp_path):
     v = m.valid()
     assert len(v) == sum(u % 3 for u in range(units))
     assert list(v["addr"][:3]) == [1000, 2000, 2001]
+
+
+def test_link_failure_loads_the_ptx_instead(tmp_path):
+    """cuLink compiles relocatable code (vprintf and other builtins may stay unresolved there):
+    the probed PTX is then loaded whole, and the launch is probed."""
+    rt, drv, _ = make_runtime(tmp_path)
+    load_saxpy(rt)
+    drv.fail["link_ptx"] = "CUDA_ERROR_INVALID_PTX"
+    r, keep = req()
+    assert rt.on_launch(r) == 0
+    finish(rt)
+    assert not events(rt, "fallback")
+    probed_module = drv.functions[drv.launches[-1][1]][0]
+    assert drv.modules[probed_module].startswith(b"//") or b".entry" in drv.modules[probed_module]
+
+
+MEM_COUNT = '''
+[loads]
+position = "ld.global"
+datamodel = "thread:16:count"
+before = "SAVE.u64 {ADDR, ADDR};"
+'''
+
+
+def test_count_sized_maps_with_device_only_buffers(tmp_path):
+    """With the native writer the pool's buffers have no pinned memory: the counting
+    kernel's counts come back through a staging buffer of the enqueuer's."""
+    rt, drv, _ = make_runtime(tmp_path, probe=MEM_COUNT)
+    rt.pool.host = False
+    rt.enqueuer.copy_back = False
+    load_saxpy(rt)
+    r, keep = req()
+    assert rt.on_launch(r) == 0
+    assert not events(rt, "fallback")
+    assert drv.syncs == 1  # the counting kernel's one synchronisation
+    rt.writer.submit = lambda flight: rt.pool.release(flight.slots)  # no host copies to write here
+    finish(rt)

@@ -392,6 +392,6 @@ def expected_widths(insn: ir.Instruction) -> list[tuple[ir.Operand, int | str | 
         return [(ops[0], 32)] + [(o, t) for o in ops[1:]]
     if base == "testp":
         return [(ops[0], "pred")] + [(o, t) for o in ops[1:]]
-    if base in ("mul24", "mad24", "prmt", "lop3", "sad"):
+    if base in ("mul24", "mad24", "prmt", "lop3"):
         return [(o, 32) for o in ops]
     return [(o, t) for op in ops for o in flat(op)]

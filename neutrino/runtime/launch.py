@@ -56,6 +56,7 @@ class Enqueuer:
         self._events: dict[tuple[int, bool], list[int]] = {}
         self._copy_streams: dict[int, int] = {}
         self._flush: dict[int, tuple[int, int]] = {}  # ctx -> (ptr, size) of the L2 flush buffer
+        self._counts_host: tuple[int, memoryview] | None = None  # pinned memory the counting kernel's counts come back to
 
     # -- resources kept for the process's life
     def event(self, ctx: int, timing: bool = True) -> int:
@@ -170,16 +171,30 @@ class Enqueuer:
         rc = self.drv.launch(req.kind, pk.count_func, req, C.addressof(params))
         if rc != 0:
             raise Fallback("count", f"counting kernel launch failed: {self.drv.error_name(rc)}")
-        for lay, slot in zip(layouts, slots):
-            if lay.map["cap"] == "count":
-                self.drv.memcpy_dtoh_async(slot.host_addr, slot.device, 4 * lay.units, stream)
+        counted = [(lay, slot) for lay, slot in zip(layouts, slots) if lay.map["cap"] == "count"]
+        addr, view = self._counts_staging(sum(4 * lay.units for lay, _ in counted))
+        at = 0
+        for lay, slot in counted:
+            self.drv.memcpy_dtoh_async(addr + at, slot.device, 4 * lay.units, stream)
+            at += 4 * lay.units
         self.drv.stream_synchronize(stream)
-        caps = {}
-        for lay, slot in zip(layouts, slots):
-            if lay.map["cap"] == "count":
-                counts = memoryview(slot.host_view)[: 4 * lay.units].cast("I")
-                caps[lay.map["name"]] = max(max(counts) if lay.units else 1, 1)
+        caps, at = {}, 0
+        for lay, _ in counted:
+            counts = view[at: at + 4 * lay.units].cast("I")
+            caps[lay.map["name"]] = max(max(counts) if lay.units else 1, 1)
+            at += 4 * lay.units
         return caps
+
+    def _counts_staging(self, size: int) -> tuple[int, memoryview]:
+        """Pinned memory for the counting kernel's counts (pool slots may have none), grown by doubling.
+        Used under the synchronisation of `count`, by one launch at a time (the caller holds no lock:
+        the counting path is rare; concurrent counting launches each allocate their own)."""
+        got = self._counts_host
+        if got is None or len(got[1]) < size:
+            want = max(4096, 1 << (max(size, 1) - 1).bit_length())
+            got = self.drv.host_alloc(want)
+            self._counts_host = got
+        return got[0], memoryview(got[1])
 
     # -- --benchmark
     def _flush_l2(self, ctx: int, stream: int) -> None:

@@ -132,6 +132,9 @@ def child_env(opts: RuntimeOptions, shim: Path, base: dict | None = None) -> dic
         env["NEUTRINO_LIBPYTHON"] = lib
         env["NEUTRINO_SYSPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     env.pop("NEUTRINO_EMBEDDED", None)
+    # CuPy compiles RawModule/RawKernel code to SASS-only cubins unless told to keep PTX;
+    # with PTX the driver JITs it (cached by the driver) and its kernels can be probed.
+    env.setdefault("CUPY_COMPILE_WITH_PTX", "1")
     return env
 
 

@@ -217,7 +217,13 @@ class KernelBuilder:
             cubin = self.drv.link_ptx(entry.ptx)
             return self.drv.module_load_data(cubin), cubin
         except DriverError as e:
-            raise Fallback("jit", str(e), permanent=True) from None
+            link_error = e
+        # The linker compiles PTX as relocatable code, where calls the JIT resolves itself in a
+        # whole-program load (vprintf, other driver builtins) can stay unresolved: load the PTX.
+        try:
+            return self.drv.module_load_data(entry.ptx.encode() + b"\0"), None
+        except DriverError as e:
+            raise Fallback("jit", f"{link_error}; loading the PTX: {e}", permanent=True) from None
 
     def _baseline(self, rec) -> tuple[int, list]:
         ptx = rec.module.ptx.text
