@@ -107,11 +107,11 @@ def cmd_instrument(args) -> int:
         for name, seconds in result.timings.items():
             print(f"{name:24s} {seconds * 1e3:8.3f} ms", file=sys.stderr)
     if args.output:
-        Path(args.output).write_text(result.ptx)
+        _write(args.output, result.ptx, "-o")
     else:
         sys.stdout.write(result.ptx)
     if args.info:
-        Path(args.info).write_text(json.dumps(result.info_json(), indent=2) + "\n")
+        _write(args.info, json.dumps(result.info_json(), indent=2) + "\n", "--info")
     if args.check:
         print(f"{ptxas_check(result.ptx, text)} ({len(result.kernels)} kernel(s))", file=sys.stderr)
     for name, info in result.kernels.items():
@@ -184,6 +184,14 @@ def offline_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--probe", default="block_sched")
     p.set_defaults(func=cmd_demo)
     return parser
+
+
+def _write(path: str, text: str, option: str) -> None:
+    """Write an output file; a path that cannot be written is a clear error, not a traceback."""
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise NeutrinoError(f"{option} {path}: cannot write: {e.strerror or e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import attrs
 import tomlkit
+from tomlkit.exceptions import KeyAlreadyPresent
 from tomlkit.exceptions import ParseError as TomlParseError
 
 from neutrino.errors import Diagnostic, Location, ProbeError
@@ -146,6 +147,20 @@ def load_probes(name_or_path: str) -> ProbeFile:
     return parse_probes(text, str(path))
 
 
+def _duplicate_key_line(lines: list[str], key: str) -> int:
+    """1-based line of the second `key = ...` within one table, or 0."""
+    pattern = re.compile(r"\s*(?:" + re.escape(key) + r"|\"" + re.escape(key) + r"\")\s*=")
+    seen = False
+    for number, line in enumerate(lines, 1):
+        if line.lstrip().startswith("["):
+            seen = False
+        elif pattern.match(line):
+            if seen:
+                return number
+            seen = True
+    return 0
+
+
 def parse_probes(text: str, path: str = "<probes>") -> ProbeFile:
     lines = text.splitlines()
     try:
@@ -155,6 +170,12 @@ def parse_probes(text: str, path: str = "<probes>") -> ProbeFile:
         col = getattr(e, "col", 0)
         loc = Location(path, line, col, lines[line - 1] if 0 < line <= len(lines) else "")
         raise ProbeError(Diagnostic(loc, f"invalid TOML: {str(e).split(' at line')[0]}")) from None
+    except KeyAlreadyPresent as e:  # a key written twice in one table (a copy-paste slip)
+        key = str(e).split('"')[1] if '"' in str(e) else ""
+        line = _duplicate_key_line(lines, key)
+        loc = Location(path, line, 1, lines[line - 1] if 0 < line <= len(lines) else "")
+        raise ProbeError(Diagnostic(loc, f"invalid TOML: key {key!r} appears twice in the same table",
+                                    hint="remove or rename one of them")) from None
     loader = _Loader(path, text, lines)
     probe_file = loader.load(doc)
     from neutrino.passes.verify import verify_probe_file
