@@ -544,6 +544,17 @@ def read_result(path, offset: int = 0) -> ResultFile:
     )
 
 
+MAX_FIELDS = 4096
+
+
+def _text(raw: bytes, path: Path, what: str) -> str:
+    """A NUL-padded UTF-8 name of a result file."""
+    try:
+        return raw.rstrip(b"\0").decode()
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: {what} is not UTF-8: corrupt file") from None
+
+
 def _frombuffer(raw: bytes, dtype: np.dtype, path: Path, what: str, count: int = 1):
     if len(raw) != dtype.itemsize * count:
         raise TraceError(f"{path}: truncated {what}")
@@ -554,10 +565,12 @@ def _frombuffer(raw: bytes, dtype: np.dtype, path: Path, what: str, count: int =
 def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
     mh = _frombuffer(fh.read(MAP_HEADER.itemsize), MAP_HEADER, path, "map header")
     nf = int(mh["n_fields"])
+    if nf > MAX_FIELDS:  # a corrupt count must not become a huge read
+        raise TraceError(f"{path}: map header claims {nf} fields (at most {MAX_FIELDS}): corrupt file")
     fds = _frombuffer(fh.read(FIELD_DESC.itemsize * nf), FIELD_DESC, path, "field table", nf) if nf else []
     if nf == 1:
         fds = [fds]
-    name = bytes(mh["name"]).decode()
+    name = _text(bytes(mh["name"]), path, "map name")
     level_i, type_i = int(mh["level"]), int(mh["type"])
     if level_i >= len(LEVELS):
         raise TraceError(f"{path}: map {name}: unknown level {level_i}")
@@ -569,8 +582,15 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
         width = int(fd["width"])
         if width not in _TYPE_BY_WIDTH:
             raise TraceError(f"{path}: map {name}: field width {width} is not 4 or 8")
-        fields.append(Field(bytes(fd["name"]).decode(), _TYPE_BY_WIDTH[width], int(fd["offset"])))
+        field = Field(_text(bytes(fd["name"]), path, f"field name of map {name}"), _TYPE_BY_WIDTH[width],
+                      int(fd["offset"]))
+        if any(f.name == field.name for f in fields):
+            raise TraceError(f"{path}: map {name}: field {field.name} appears twice")
+        fields.append(field)
     units, cap, rb = int(mh["units"]), int(mh["cap"]), int(mh["record_bytes"])
+    for f in fields:
+        if kind == "array" and f.offset + f.width > rb:
+            raise TraceError(f"{path}: map {name}: field {f.name} lies outside its {rb}-byte record")
     offset, size = base + int(mh["offset"]), int(mh["size"])
     if size != section_bytes(kind, units, cap, rb) or offset + size > file_size:
         raise TraceError(f"{path}: map {name}: section size/offset do not match its layout (truncated file?)")
@@ -637,6 +657,7 @@ class Trace:
     probe_text: str
     events: list[dict]
     launches: list[Launch]
+    problems: list[str] = attrs.Factory(list)  # what could not be read, named (corrupt lines, skipped launches)
 
     def kernel_info(self, kernel: str) -> dict | None:
         """The kernel.json entry of `kernel` (the first instrumented one of that name)."""
@@ -665,17 +686,24 @@ def find_run_dir(path) -> Path:
 
 
 def read_events(path: Path) -> list[dict]:
+    """The JSON objects of an event log. A line that is not one (cut short by a crash) is
+    skipped; a log with lines but no event at all is not an event log and is refused."""
     events = []
+    lines = 0
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             line = line.strip()
             if not line:
                 continue
+            lines += 1
             try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                # A line cut short by a crash: keep what precedes it.
+                value = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
                 continue
+            if isinstance(value, dict) and isinstance(value.get("event"), str):
+                events.append(value)
+    if lines and not events:
+        raise TraceError(f"{path}: no event in {lines} line(s): not a Neutrino event log (binary or corrupt)")
     return events
 
 
@@ -687,7 +715,8 @@ def load(path) -> Trace:
     for name in ("probe.toml",):
         if (run / name).exists():
             probe_text = (run / name).read_text()
-    return Trace(run, probe_text, events, _launches(run, events))
+    problems: list[str] = []
+    return Trace(run, probe_text, events, _launches(run, events, problems), problems)
 
 
 def read_index(run: Path, events: list[dict]) -> list[dict]:
@@ -735,28 +764,48 @@ def launch_events(run: Path, events: list[dict]) -> list[dict]:
     return [e for e in events if e.get("event") == "launch"] + read_index(run, events)
 
 
-def _launches(run: Path, events: list[dict]) -> list[Launch]:
-    events = launch_events(run, events)
+def _launches(run: Path, events: list[dict], problems: list[str] | None = None) -> list[Launch]:
+    """The launches of a run; a launch event with values of the wrong kind is skipped and
+    described in `problems` (a corrupt event.log never raises a bare ValueError)."""
     out = []
-    for ev in events:
-        if ev.get("event") != "launch" or not ev.get("result"):
+    for ev in launch_events(run, events):
+        if not isinstance(ev.get("result"), str):
             continue
         p = run / ev["result"]
         if not p.exists():
             continue
-        out.append(
-            Launch(
-                index=int(ev["index"]),
-                kernel=str(ev.get("kernel", "")),
-                grid=tuple(ev.get("grid", (0, 0, 0))),
-                block=tuple(ev.get("block", (0, 0, 0))),
-                shared_bytes=int(ev.get("shared_bytes", 0)),
-                duration_ns=ev.get("duration_ns"),
-                frame=ev.get("frame"),
-                result_path=p,
-                event=ev,
-                result_offset=int(ev.get("result_offset", 0) or 0),
-            )
-        )
+        try:
+            launch = _launch_of(ev, p)
+        except (TypeError, ValueError) as e:
+            if problems is not None:
+                problems.append(f"{run / 'event.log'}: launch event {ev.get('index')!r} skipped: {e}")
+            continue
+        out.append(launch)
     out.sort(key=lambda launch: launch.index)
     return out
+
+
+def _dims(value) -> tuple[int, int, int]:
+    dims = tuple(int(v) for v in value)
+    if len(dims) != 3:
+        raise ValueError(f"{value!r} is not three dimensions")
+    return dims
+
+
+def _launch_of(ev: dict, path: Path) -> Launch:
+    duration = ev.get("duration_ns")
+    if duration is not None:
+        duration = float(duration)
+    frame = ev.get("frame")
+    return Launch(
+        index=int(ev["index"]),
+        kernel=str(ev.get("kernel", "")),
+        grid=_dims(ev.get("grid", (0, 0, 0))),
+        block=_dims(ev.get("block", (0, 0, 0))),
+        shared_bytes=int(ev.get("shared_bytes", 0)),
+        duration_ns=duration,
+        frame=frame if isinstance(frame, str) else None,
+        result_path=path,
+        event=ev,
+        result_offset=int(ev.get("result_offset", 0) or 0),
+    )

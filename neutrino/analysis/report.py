@@ -56,6 +56,7 @@ class Report:
     trace_path: str
     kernels: dict = attrs.Factory(dict)  # kernel name -> KernelEntry, in order of first launch
     warnings: list = attrs.Factory(list)
+    readable: int = 0  # launches whose result could be read
     launches: int = 0
 
     def results(self, tool) -> list:
@@ -83,6 +84,7 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
     """Run every matching tool analysis on every map of every launch."""
     tool_options = tool_options or {}
     report = Report(trace_path=str(getattr(trace, "path", "")), launches=len(launches))
+    report.warnings.extend(getattr(trace, "problems", ()))
     probe_text = getattr(trace, "probe_text", None)
     for launch in launches:
         entry = report.kernels.setdefault(launch.kernel, KernelEntry(launch.kernel))
@@ -95,6 +97,7 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
         except NeutrinoError as e:
             report.warnings.append(f"launch {launch.index} ({short(launch.kernel)}): {e}")
             continue
+        report.readable += 1
         for name, md in maps.items():
             if name not in entry.maps:
                 entry.maps.append(name)
@@ -174,6 +177,9 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
     print(render(report))
     for w in report.warnings:
         print(f"neutrino report: warning: {w}", file=sys.stderr)
+    if report.launches and not report.readable:
+        print(f"neutrino report: error: none of the {report.launches} launch result(s) could be read", file=sys.stderr)
+        return 1
     if not plots:
         return 0
     out_dir = out_dir or os.path.join(report.trace_path or trace_dir, "report")  # in the run directory
