@@ -107,3 +107,17 @@ def test_report_fails_when_no_result_can_be_read(tmp_path, capsys):
     assert main(["report", str(run)]) == 1
     err = capsys.readouterr().err
     assert "map name is not UTF-8" in err and "none of the 1 launch result(s) could be read" in err
+
+
+def test_helper_of_a_branch_target_skips_the_site():
+    """IN1 of `bra LABEL` names code, not a value: the site is skipped with the reason, never bad PTX."""
+    from neutrino.engine import instrument
+
+    probes = parse_probes('[p]\nposition = "bra"\nbefore = """.reg .b64 %a; mov.u64 %a, IN1;"""\n', "p.toml")
+    ptx = (Path(__file__).parent / "data" / "corpus" / "nvcc" / "histogram.sm80.ptx").read_text()
+    result = instrument(ptx, probes)
+    skipped = [s for info in result.kernels.values() for s in info["skipped"]]
+    assert skipped and all("branch target" in s["reason"] for s in skipped)
+    from helpers import HAVE_PTXAS, ptxas
+    if HAVE_PTXAS:
+        ptxas(result.ptx)

@@ -144,6 +144,10 @@ def width_name(width: Width) -> str:
     return ".pred" if width == "pred" else f"{width}-bit"
 
 
+# Their symbol operands name code (labels, functions), which no instruction can read as a value.
+CONTROL_TRANSFERS = frozenset({"bra", "brx", "call"})
+
+
 class SkipSite(Exception):
     """The matched instruction lacks what the snippet needs."""
 
@@ -247,6 +251,8 @@ class _SiteBuilder:
         k = int(helper[2:]) - 1
         if k >= len(sources):
             raise SkipSite(f"the instruction has no operand {helper}")
+        if isinstance(sources[k], ir.Symbol) and anchor.opcode.base in CONTROL_TRANSFERS:
+            raise SkipSite(f"{helper} of {anchor.opcode.base} is a branch target or callee, not a value")
         return self.value_of(sources[k])
 
     def value_of(self, operand: ir.Operand) -> SiteValue:
