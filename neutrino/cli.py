@@ -212,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
+    except (RecursionError, MemoryError) as e:  # a limit we did not foresee: still no traceback
+        print(f"neutrino: input too large or nested too deeply to process ({type(e).__name__})", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

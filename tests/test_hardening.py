@@ -121,3 +121,28 @@ def test_helper_of_a_branch_target_skips_the_site():
     from helpers import HAVE_PTXAS, ptxas
     if HAVE_PTXAS:
         ptxas(result.ptx)
+
+
+@pytest.mark.parametrize("inner,message,column", [
+    ("{" * 300 + "}" * 300, "braces nested more than 256 deep", 257),
+    ("add.u32 %r1, " + "(" * 100 + "1" + ")" * 100 + ", 2;", "parentheses nested more than 64 deep", 79),
+])
+def test_nesting_beyond_the_limits_is_located(tmp_path, capsys, inner, message, column):
+    ptx = VEC.read_text()
+    at = ptx.index("ret;")
+    path = tmp_path / "deep.ptx"
+    path.write_text(ptx[:at] + inner + "\n\t" + ptx[at:])
+    line = ptx[:at].count("\n") + 1
+    assert main(["instrument", str(path), "-p", "block_sched"]) == 1
+    err = capsys.readouterr().err
+    assert f"deep.ptx:{line}:{column}: error: {message}" in err and "Traceback" not in err
+
+
+def test_nesting_under_the_limit_instruments(tmp_path):
+    from neutrino.engine import instrument
+    from neutrino.probefile import load_probes
+
+    ptx = VEC.read_text()
+    at = ptx.index("ret;")
+    result = instrument(ptx[:at] + "{" * 250 + "}" * 250 + "\n\t" + ptx[at:], load_probes("block_sched"))
+    assert result.kernels

@@ -287,9 +287,37 @@ def strip_line_comment(line: str) -> str:
 # ---------------------------------------------------------------- module level
 
 
+# Explicit limits: nesting the parser (and the passes after it) would otherwise follow by
+# recursion. Compilers stay far below them (nvcc and CUTLASS nest scopes < 10 deep).
+MAX_SCOPE_DEPTH = 256
+MAX_PAREN_DEPTH = 64
+_NESTING = re.compile(r"//[^\n]*|/\*.*?\*/|[{}()]", re.S)
+
+
+def check_nesting(scanner: "Scanner", text: str) -> None:
+    """One linear scan: braces and parentheses nested beyond the limits are a located error."""
+    braces = parens = 0
+    for m in _NESTING.finditer(text):
+        c = m.group()
+        if c == "{":
+            braces += 1
+            if braces > MAX_SCOPE_DEPTH:
+                raise scanner.error(m.start(), f"braces nested more than {MAX_SCOPE_DEPTH} deep",
+                                    hint="Neutrino refuses deeper nesting of scopes and vector operands")
+        elif c == "}":
+            braces = max(braces - 1, 0)
+        elif c == "(":
+            parens += 1
+            if parens > MAX_PAREN_DEPTH:
+                raise scanner.error(m.start(), f"parentheses nested more than {MAX_PAREN_DEPTH} deep")
+        elif c == ")":
+            parens = max(parens - 1, 0)
+
+
 def parse_module(text: str, source: str = "<ptx>", lazy: bool = True) -> ir.Module:
     """With `lazy`, operands of well-formed instructions are parsed on first use (same result)."""
     scanner = Scanner(text, source, lazy=lazy)
+    check_nesting(scanner, text)
     module = ir.Module(source=source)
     while True:
         scanner.skip_space()
