@@ -45,20 +45,9 @@ def user_frame(start=None, limit: int = 200) -> str | None:
 
     A launch from a thread with no user frame (PyTorch's autograd threads run the
     backward) is attributed to where the main thread is waiting, e.g. `loss.backward()`.
+    One-shot; the launch path keeps an `Attributor`, which remembers its verdicts.
     """
-    try:
-        f = start if start is not None else sys._getframe(1)
-    except ValueError:
-        return None
-    dirs = _package_dirs() + _cache_dirs()
-    found = _walk(f, dirs, limit)
-    if found is not None or start is not None:
-        return found
-    main = threading.main_thread()
-    if threading.current_thread() is main:
-        return None
-    frame = sys._current_frames().get(main.ident)
-    return _walk(frame, dirs, limit) if frame is not None else None
+    return Attributor().frame(start, limit)  # from here, our own frame is a library frame: skipped
 
 
 def _walk(f, dirs, limit, known=None):
@@ -97,14 +86,18 @@ class Attributor:
             self._modules_seen = n
         return self._dirs
 
-    def frame(self, limit: int = 200) -> str | None:
-        try:
-            f = sys._getframe(1)
-        except ValueError:
-            return None
+    def frame(self, start=None, limit: int = 200) -> str | None:
+        """`user_frame` of the caller (or of frame `start`, without the main-thread fallback)."""
+        if start is None:
+            try:
+                f = sys._getframe(1)
+            except ValueError:
+                return None
+        else:
+            f = start
         dirs = self._current_dirs()
         found = _walk(f, dirs, limit, self._known)
-        if found is not None or threading.current_thread() is threading.main_thread():
+        if found is not None or start is not None or threading.current_thread() is threading.main_thread():
             return found
         main = sys._current_frames().get(threading.main_thread().ident)
         return _walk(main, dirs, limit, self._known) if main is not None else None
