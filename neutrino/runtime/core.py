@@ -51,6 +51,7 @@ from neutrino.runtime.registry import FuncRec, ModuleRec, Registry, SimplePtx
 from neutrino.runtime.tracedir import TraceDir
 
 NOT_HANDLED = -1  # tells the shim to run the original launch itself
+WAIT_WHEN_FULL = 60.0  # seconds --when-full=wait waits for buffers before dropping the launch
 _SimplePtx = SimplePtx  # the name tests and older callers use
 
 __all__ = ["NOT_HANDLED", "LaunchRequest", "Runtime", "Fallback", "FuncRec", "ModuleRec"]
@@ -90,7 +91,8 @@ class Runtime:
         self.registry = Registry(ptx_finder or _default_ptx_finder(), self.arch, options.wants)
         self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.arch,
                                      benchmark=options.benchmark)
-        self.pool = BufferPool(drv, options.buffer_budget, wait=options.when_full == "wait", host=not native_writer)
+        self.pool = BufferPool(drv, options.buffer_budget, host=not native_writer)
+        self.wait_when_full = options.when_full == "wait"
         self.trace_budget = ByteBudget(options.trace_budget)
         self.enqueuer = Enqueuer(drv, copy_back=not native_writer)
         self.fast: FastPath | None = None
@@ -232,18 +234,18 @@ class Runtime:
 
     def _acquire(self, ctx: int, classes) -> list:
         """Slots from the pool; when it is full, reclaim what the writer finished and try again
-        (with --when-full=wait, until the pool's wait times out)."""
+        (with --when-full=wait, for up to WAIT_WHEN_FULL seconds)."""
         try:
-            return self.pool.acquire(ctx, classes, block=False)
+            return self.pool.acquire(ctx, classes)
         except PoolFull as e:
             self.writer.reclaim()
-            if not self.pool.wait or e.never:
-                return self.pool.acquire(ctx, classes, block=False)
-        deadline = time.monotonic() + self.pool.wait_timeout
+            if not self.wait_when_full or e.never:
+                return self.pool.acquire(ctx, classes)
+        deadline = time.monotonic() + WAIT_WHEN_FULL
         while True:
             self.writer.wait_idle(0.01)
             try:
-                return self.pool.acquire(ctx, classes, block=False)
+                return self.pool.acquire(ctx, classes)
             except PoolFull:
                 if time.monotonic() >= deadline:
                     raise
@@ -252,7 +254,7 @@ class Runtime:
         layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})
         classes = [size_class(tracefmt.align(4 * lay.units, 16)) for lay in layouts]
         try:
-            slots = self.pool.acquire(ctx, classes)
+            slots = self._acquire(ctx, classes)
         except PoolFull as e:
             raise Fallback("count", f"no buffers for the counting kernel: {e.reason}") from None
         try:

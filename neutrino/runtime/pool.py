@@ -39,7 +39,7 @@ class Slot:
 
 
 class PoolFull(Exception):
-    """The launch's buffers do not fit in the budget (after waiting, if asked to)."""
+    """The launch's buffers do not fit in the budget now."""
 
     def __init__(self, reason: str, never: bool = False):
         super().__init__(reason)
@@ -48,28 +48,24 @@ class PoolFull(Exception):
 
 
 class BufferPool:
-    def __init__(self, drv, budget: int, *, wait: bool = False, wait_timeout: float = 60.0, host: bool = True):
+    def __init__(self, drv, budget: int, *, host: bool = True):
         """`host`: each slot also gets pinned host memory (the Python writer copies into it);
         the native writer copies back itself and needs none."""
         self.drv = drv
         self.host = host
         self.budget = budget
-        self.wait = wait
-        self.wait_timeout = wait_timeout
         self._free: dict[tuple[int, int], list[Slot]] = {}
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self.held = 0  # bytes of device memory allocated (in use or free)
         self.in_use = 0
         self.peak = 0
         self.allocations = 0
 
-    def acquire(self, ctx: int, classes, block: bool | None = None) -> list[Slot]:
+    def acquire(self, ctx: int, classes) -> list[Slot]:
         """Slots of the given size classes (`size_class`) for one launch's maps, in order.
-        Raises PoolFull or DriverError. `block` (default: the pool's `wait`) waits on the
-        condition for slots given back by a writer that releases them itself."""
-        wait = self.wait if block is None else block
+        Raises PoolFull (never waits) or DriverError."""
         if len(classes) == 1:  # the common case: one map, a slot of its class is free
-            with self._cond:
+            with self._lock:
                 lst = self._free.get((ctx, classes[0]))
                 if lst:
                     slot = lst.pop()
@@ -80,15 +76,10 @@ class BufferPool:
         need = sum(classes)
         if need > self.budget:
             raise PoolFull(f"the launch needs {need} bytes of buffers, more than the budget of {self.budget}", never=True)
-        with self._cond:
-            while True:
-                missing = self._missing(ctx, classes)
-                if self.held + missing <= self.budget or self._evict(self.held + missing - self.budget):
-                    break
-                if not wait:
-                    raise PoolFull(f"buffer budget of {self.budget} bytes in use by launches not yet drained")
-                if not self._cond.wait(self.wait_timeout):
-                    raise PoolFull(f"waited {self.wait_timeout:.0f} s for buffers to be drained")
+        with self._lock:
+            missing = self._missing(ctx, classes)
+            if self.held + missing > self.budget and not self._evict(self.held + missing - self.budget):
+                raise PoolFull(f"buffer budget of {self.budget} bytes in use by launches not yet drained")
             slots = [self._take(ctx, c) for c in classes]
             self.in_use += need
             self.peak = max(self.peak, self.in_use)
@@ -137,11 +128,10 @@ class BufferPool:
         return Slot(ctx, c, device, host_addr, view)
 
     def release(self, slots: list[Slot]) -> None:
-        with self._cond:
+        with self._lock:
             for s in slots:
                 self._free.setdefault((s.ctx, s.size), []).append(s)
                 self.in_use -= s.size
-            self._cond.notify_all()
 
     def _release_memory(self, s: Slot) -> None:
         self.held -= s.size
@@ -154,7 +144,7 @@ class BufferPool:
 
     def close(self) -> None:
         """Free every idle slot (at exit; slots still in flight are left to the process's end)."""
-        with self._cond:
+        with self._lock:
             for lst in self._free.values():
                 for s in lst:
                     self._release_memory(s)
