@@ -317,6 +317,29 @@ def record_dtype(fields: Sequence[Field], record_bytes: int) -> np.dtype:
 # --------------------------------------------------------------------- writing
 
 
+@attrs.frozen
+class FrameLayout:
+    """Where everything of a result frame lies, from the maps' layouts alone (no data)."""
+
+    map_headers: tuple[int, ...]  # offset of each map header in the frame
+    offsets: tuple[int, ...]  # offset of each section
+    size: int  # the frame's bytes, padded to SECTION_ALIGN
+
+
+def frame_layout(maps: Sequence[MapSection]) -> FrameLayout:
+    """THE layout rule of a frame: file header, map headers with their field tables,
+    then each section at the next multiple of SECTION_ALIGN."""
+    headers, pos = [], FILE_HEADER.itemsize
+    for m in maps:
+        headers.append(pos)
+        pos += MAP_HEADER.itemsize + len(m.header_fields()) * FIELD_DESC.itemsize
+    offsets, pos = [], align(pos, SECTION_ALIGN)
+    for m in maps:
+        offsets.append(pos)
+        pos = align(pos + m.size, SECTION_ALIGN)
+    return FrameLayout(tuple(headers), tuple(offsets), pos)
+
+
 def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> tuple[bytes, list[int]]:
     """The header bytes of a result file and the absolute offset of each section."""
     head = np.zeros((), FILE_HEADER)
@@ -327,10 +350,8 @@ def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection])
     head["block"] = tuple(block)
     head["shared_bytes"] = shared_bytes
     descs: list[bytes] = []
-    size = FILE_HEADER.itemsize + sum(MAP_HEADER.itemsize + len(m.header_fields()) * FIELD_DESC.itemsize for m in maps)
-    offsets = []
-    pos = align(size, SECTION_ALIGN)
-    for m in maps:
+    layout = frame_layout(maps)
+    for m, pos in zip(maps, layout.offsets):
         _check_section(m)
         mh = np.zeros((), MAP_HEADER)
         mh["name"] = m.name.encode()
@@ -348,9 +369,7 @@ def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection])
         for i, f in enumerate(fields):
             fd[i] = (f.name.encode(), f.width, f.offset)
         descs.append(mh.tobytes() + fd.tobytes())
-        offsets.append(pos)
-        pos = align(pos + m.size, SECTION_ALIGN)
-    return head.tobytes() + b"".join(descs), offsets
+    return head.tobytes() + b"".join(descs), list(layout.offsets)
 
 
 def _check_section(m: MapSection) -> None:
@@ -364,15 +383,6 @@ def _check_section(m: MapSection) -> None:
     got = memoryview(m.data).nbytes
     if got != m.size:
         raise TraceError(f"map {m.name}: buffer has {got} bytes, layout needs {m.size}")
-
-
-def frame_bytes(maps: Sequence[MapSection]) -> int:
-    """Bytes one result frame of these maps takes (header, sections, padding to SECTION_ALIGN)."""
-    size = FILE_HEADER.itemsize + sum(MAP_HEADER.itemsize + len(m.fields) * FIELD_DESC.itemsize for m in maps)
-    pos = align(size, SECTION_ALIGN)
-    for m in maps:
-        pos = align(pos + m.size, SECTION_ALIGN)
-    return pos
 
 
 def append_frame(fh, *, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> tuple[int, int]:

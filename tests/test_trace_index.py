@@ -61,3 +61,28 @@ def test_offset_not_a_frame_is_refused(tmp_path):
     run = _run(tmp_path, 2)
     with pytest.raises(nt.TraceError, match="no result frame at offset"):
         nt.read_result(run / "result" / "3_abc.ntr", 10)
+
+
+def test_frame_layout_is_what_append_writes_for_every_map_type(tmp_path):
+    """One layout rule: the frame size and header positions the C path uses are the written ones
+    (a hist map's field table is its bucket spec, not its fields)."""
+    maps = [
+        {"name": "h", "level": "thread", "type": "hist", "record_bytes": 8 * 10, "cap": 1, "buckets": "linear:0:80:10",
+         "fields": [{"name": "buckets", "type": "u64", "offset": 0}]},
+        {"name": "a", "level": "warp", "type": "array", "record_bytes": 16, "cap": 1,
+         "fields": [{"name": "x", "type": "u64", "offset": 0}, {"name": "y", "type": "u32", "offset": 8}]},
+    ]
+    sections = []
+    for m in maps:
+        units, size = nt.map_buffer_bytes(m, (3, 1, 1), (64, 1, 1))
+        sections.append(nt.MapSection.of(m, units, 1, bytes(size)))
+    layout = nt.frame_layout(sections)
+    with open(tmp_path / "f.ntr", "ab") as fh:
+        fh.write(b"x")
+        off, size = nt.append_frame(fh, grid=(3, 1, 1), block=(64, 1, 1), shared_bytes=0, maps=sections)
+    assert size == layout.size and (tmp_path / "f.ntr").stat().st_size == off + size
+    header, offsets = nt.encode_header(grid=(3, 1, 1), block=(64, 1, 1), shared_bytes=0, maps=sections)
+    assert tuple(offsets) == layout.offsets
+    assert layout.map_headers[1] != nt.FILE_HEADER.itemsize + nt.MAP_HEADER.itemsize + nt.FIELD_DESC.itemsize
+    for pos, m in zip(layout.map_headers, maps):
+        assert header[pos:pos + 64].rstrip(b"\0").decode() == m["name"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes as C
 
-from neutrino import trace as tracefmt
 from neutrino.runtime.driver import LAUNCH_EX, LAUNCH_EX_PTSZ, LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ
 
 MAX_MAPS = 16  # NT_MAX_MAPS of shim/writer.h
@@ -76,7 +75,6 @@ class FastPath:
         plan = NtPlan(orig_func=req.func, ctx=ctx, probed_func=pk.func, n_params=pk.n_params,
                       n_maps=len(shape.layouts), max_shared=max_shared, fd=fd, kernel_id=kernel_id,
                       header_template=header, header_len=len(header))
-        pos = tracefmt.FILE_HEADER.itemsize
         for i, lay in enumerate(shape.layouts):
             if lay.map.get("type", "array") == "array":
                 plan.units_mode[i] = UNITS_MODE[lay.map["level"]]
@@ -85,8 +83,7 @@ class FastPath:
             plan.record_bytes[i] = lay.map["record_bytes"]
             plan.cap[i] = lay.cap
             plan.zero_all[i] = int(lay.zero_bytes == lay.size)
-            plan.map_header_pos[i] = pos
-            pos += tracefmt.MAP_HEADER.itemsize + len(lay.map["fields"]) * tracefmt.FIELD_DESC.itemsize
+            plan.map_header_pos[i] = shape.map_headers[i]
         _, extra = pk.param_plan()
         plan.n_extra = len(extra)
         for i, (which, is_buffer) in enumerate(extra):

@@ -75,15 +75,12 @@ class LaunchShape:
     layouts: tuple[MapLayout, ...]
     classes: tuple[int, ...]  # pool size class of each map's buffer
     frame_bytes: int  # what the writer appends for this launch
+    map_headers: tuple[int, ...]  # where each map's header lies in the frame (the C path patches them)
 
 
 def launch_shape(layouts: tuple[MapLayout, ...]) -> LaunchShape:
-    head = tracefmt.FILE_HEADER.itemsize + sum(
-        tracefmt.MAP_HEADER.itemsize + len(lay.map["fields"]) * tracefmt.FIELD_DESC.itemsize for lay in layouts)
-    pos = tracefmt.align(head, tracefmt.SECTION_ALIGN)
-    for lay in layouts:
-        pos = tracefmt.align(pos + lay.size, tracefmt.SECTION_ALIGN)
-    return LaunchShape(layouts, tuple(size_class(lay.size) for lay in layouts), pos)
+    frame = tracefmt.frame_layout([tracefmt.MapSection.of(lay.map, lay.units, lay.cap, b"") for lay in layouts])
+    return LaunchShape(layouts, tuple(size_class(lay.size) for lay in layouts), frame.size, frame.map_headers)
 
 
 @attrs.define(eq=False)
