@@ -13,8 +13,8 @@ Two implementations with one interface (submit, reclaim, wait_idle, stop):
   result/index.bin; finished launches' slots are reclaimed on the launch path
   by reading one counter. A Python writer thread would take the GIL from the
   launching thread at every hand-over.
-* `ResultWriter` (fake drivers in tests, or no native writer): a Python thread
-  that logs a `launch` event per launch.
+* `ResultWriter` (the fake driver of the tests, which has no C side): a Python
+  thread that logs a `launch` event per launch.
 """
 
 from __future__ import annotations

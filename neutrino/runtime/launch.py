@@ -15,7 +15,6 @@ counts size the real launch) and `--benchmark`'s repetitions.
 from __future__ import annotations
 
 import ctypes as C
-import statistics
 import threading
 
 import attrs
@@ -234,10 +233,3 @@ class Enqueuer:
         finally:
             self.recycle(ctx, {"start": a, "end": b})
         return base, probed
-
-
-def spread(values: list[float]) -> tuple[float, float]:
-    """(median, half the range relative to the median): the noise of repeated timings."""
-    med = statistics.median(values)
-    return med, ((max(values) - min(values)) / 2 / med if med > 0 else 0.0)
-
