@@ -98,7 +98,8 @@ class Runtime:
         self.fast: FastPath | None = None
         if native_writer:
             self.writer = NativeWriter(native_writer, trace, self.pool, self.enqueuer)
-            self.fast = FastPath(native_writer, options.buffer_budget, options.trace_budget)
+            self.fast = FastPath(native_writer, options.buffer_budget, options.trace_budget,
+                                 options.time_every)
             if self.fast.enabled:
                 self.trace_budget = SharedTraceBudget(self.fast, options.trace_budget)
         else:
