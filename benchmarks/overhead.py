@@ -78,6 +78,7 @@ def median_run(runs: list[dict]) -> dict:
             continue
         vals = [r[w] for r in ok if w in r]
         out[w] = dict(first, us=statistics.median(v["us"] for v in vals),
+                      **({"host_us": statistics.median(v["host_us"] for v in vals)} if "host_us" in first else {}),
                       hash=first["hash"] if all(v["hash"] == first["hash"] for v in vals) else "differs")
     return out
 
@@ -130,6 +131,10 @@ def main() -> None:
                       file=sys.stderr, flush=True)
         results = {name: median_run(rs) for name, rs in runs.items()}
     text = table(results, workloads)
+    text += "\n\nHost time per loop iteration (µs; above the kernel's time the loop is host-bound):\n\n"
+    text += "\n".join(f"- {name}: " + ", ".join(f"{w} {res[w]['host_us']:.1f}" for w in workloads
+                                                if isinstance(res.get(w), dict) and "host_us" in res[w])
+                       for name, res in results.items() if "error" not in res)
     notes = [f"- {n}: {r.get('_summary') or r.get('error', '')}" for n, r in results.items() if n != "plain"]
     report = text + "\n\n" + "\n".join(notes) + "\n"
     print(report)

@@ -167,10 +167,18 @@ static void *stream_for(void *ctx) {
     return NULL;
 }
 
+/* At most this many jobs per batch (one sync each), and no more staged bytes than the staging
+ * buffer holds: it starts at STAGING_START and grows only for a single job larger than it
+ * (pinning memory is slow and holds the driver up for every thread of the program). */
+#define BATCH_JOBS 64
+#define STAGING_START (8ull << 20)
+
+static uint64_t batch_bytes(void) { return staging_size > STAGING_START ? staging_size : STAGING_START; }
+
 /* Staging room for `total` bytes (grown geometrically, pinned); 0 on success. */
 static int ensure_staging(uint64_t total) {
     if (total <= staging_size) return 0;
-    uint64_t want = staging_size ? staging_size : (1u << 20);
+    uint64_t want = staging_size ? staging_size : STAGING_START;
     while (want < total) want *= 2;
     void *p = NULL;
     if (host_alloc(&p, want, 1 /* portable: any context */) != 0) return -1;
@@ -213,9 +221,6 @@ static void fill_record(nt_index_record *r, const nt_job *j) {
     r->duration_ns = -1.0;
 }
 
-/* At most this many jobs, and this many staged bytes, per batch (one sync each). */
-#define BATCH_JOBS 64
-#define BATCH_BYTES (64ull << 20)
 
 /* Write a batch of jobs of one context whose kernels have finished (the first may still be
  * running: it is waited for). Their copies and zeroing share one stream and one sync, their
@@ -307,7 +312,7 @@ static unsigned gather_batch(node *from, node **jobs) {
     for (node *nd = from; nd && n < BATCH_JOBS; nd = nd->next) {
         const nt_job *j = &nd->job;
         uint64_t b = staged_bytes(j);
-        if (n > 0 && (j->ctx != from->job.ctx || j->status != 0 || bytes + b > BATCH_BYTES)) break;
+        if (n > 0 && (j->ctx != from->job.ctx || j->status != 0 || bytes + b > batch_bytes())) break;
         if (n > 0 && (!ev_query || ev_query(j->ev_end) != 0)) break;  /* still running: next batch */
         jobs[n++] = nd;
         bytes += b;
