@@ -85,8 +85,8 @@ def _tap_compilers(rt, shim, embedded: bool) -> None:
     from neutrino.runtime import compilers, frameworks, hooks
 
     shim.register_compiler(compilers.make_compiler_callback(rt.compiled, hooks.read_image))
-    if not embedded and frameworks.uses_jax():
-        frameworks.prepare_jax(os.environ, rt.trace.event)
+    if not embedded:
+        frameworks.watch_for_jax(rt.trace.event)
 
 
 def _at_exit(rt, shim) -> None:

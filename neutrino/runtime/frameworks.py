@@ -97,14 +97,36 @@ XLA_FLAGS = "XLA_FLAGS"
 XLA_PROBE_FLAGS = (("xla_gpu_enable_command_buffer", ""),)
 
 
-def uses_jax() -> bool:
-    """Whether this Python process can import JAX (without importing it)."""
-    import importlib.util
+class BeforeJaxImport:
+    """A sys.meta_path entry that runs `action` once, when the program first imports jax, and then
+    steps aside. Programs commonly set XLA_FLAGS themselves just before `import jax`; our flags are
+    appended to theirs then (XLA reads the variable later, when JAX starts its backend)."""
 
-    try:
-        return importlib.util.find_spec("jax") is not None
-    except (ImportError, ValueError):
-        return False
+    def __init__(self, action):
+        self.action = action
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "jax":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        try:
+            self.action()
+        except Exception:  # noqa: BLE001 - never break the program's import
+            pass
+        return None  # the normal finders import jax
+
+
+def watch_for_jax(event=None, environ=None) -> BeforeJaxImport:
+    """Give a JAX program our XLA flags when it imports jax (or now, if it already has)."""
+    hook = BeforeJaxImport(lambda: prepare_jax(environ, event))
+    if "jax" in sys.modules:
+        hook.action()
+    else:
+        sys.meta_path.insert(0, hook)
+    return hook
 
 
 def xla_flags_for_probing(current: str) -> tuple[str, list[str]]:
