@@ -8,9 +8,13 @@ real shim, as XLA does on CUDA 13.
 
 from __future__ import annotations
 
+import glob
+import os
 import subprocess
 import sys
+import sysconfig
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -131,6 +135,13 @@ def test_no_ptx_summary_names_the_framework(tmp_path):
     assert origins == {"cuBLAS", "NCCL", "XLA (JAX)"}
 
 
+def test_xla_modules_without_any_nvjitlink_link_say_so(tmp_path):
+    rt, drv, _ = make_runtime(tmp_path)
+    rt.on_module("cuModuleLoadData", 0x1, b"\x7fELF...loop_add_fusion\x00")
+    out = finish(rt)
+    assert "XLA (JAX):" in out and "no nvJitLink link was seen in this process" in out
+
+
 @pytest.mark.parametrize("image, path, modules, expected", [
     (b"..cudnn_infer_sm90..", None, {}, frameworks.CUDNN),
     (b"..._ZN2at6native29vectorized_elementwise_kernel..", None, {}, frameworks.TORCH),
@@ -218,3 +229,26 @@ def test_flags_given_when_the_program_imports_jax(tmp_path, monkeypatch):
         if hook in sys.meta_path:
             sys.meta_path.remove(hook)
         sys.modules.pop("jax", None)
+
+
+def real_nvjitlink() -> str | None:
+    """A real libnvJitLink: $NEUTRINO_TEST_NVJITLINK, or the nvidia-nvjitlink wheel's."""
+    if os.environ.get("NEUTRINO_TEST_NVJITLINK"):
+        return os.environ["NEUTRINO_TEST_NVJITLINK"]
+    site = sysconfig.get_paths()["purelib"]
+    hits = sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", "libnvJitLink.so.*")) +
+                  glob.glob(os.path.join(site, "nvidia", "nvjitlink", "lib", "libnvJitLink.so.*")))
+    return hits[-1] if hits else None
+
+
+def test_real_nvjitlink_is_tapped(tmp_path, shim):  # noqa: F811
+    """The real library (no GPU needed to compile), found by ctypes through dlsym as XLA's stubs do:
+    the cubin it returns is mapped to its PTX, sized exactly from its ELF headers."""
+    lib = real_nvjitlink()
+    if lib is None:
+        pytest.skip("no libnvJitLink (pip install nvidia-nvjitlink, or set NEUTRINO_TEST_NVJITLINK)")
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, LD_PRELOAD=str(shim), PYTHONPATH=os.pathsep.join([str(repo), str(FAKE)]))
+    r = subprocess.run([sys.executable, str(FAKE / "real_nvjitlink.py"), str(shim), lib, str(VEC_PTX_FILE), "sm_90"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "tapped:" in r.stdout, r.stderr[-2000:]

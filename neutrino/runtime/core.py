@@ -44,7 +44,7 @@ from neutrino.runtime.driver import (
 from neutrino.runtime.drain import NativeWriter, ResultWriter
 from neutrino.runtime.compilers import CompiledIndex
 from neutrino.runtime.fastpath import FastPath
-from neutrino.runtime.frameworks import module_origin
+from neutrino.runtime.frameworks import XLA, module_origin
 from neutrino.runtime.launch import Enqueuer
 from neutrino.runtime.options import RuntimeOptions
 from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
@@ -131,8 +131,10 @@ class Runtime:
         rec, reason = self.registry.add_module(kind, handle, image, path, image_addr)
         if rec.ptx is None:
             compiled = self.registry.compiled_reason(image)  # made in this process, from several inputs
-            reason = compiled or reason
             origin = module_origin(image, path)
+            if compiled is None and origin is XLA and not self.compiled.links_seen:
+                compiled = "no nvJitLink link was seen in this process: XLA compiled with ptxas or the driver"
+            reason = compiled or reason
             with self._lock:
                 self.no_ptx[origin] += 1
                 if compiled:
