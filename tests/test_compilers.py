@@ -200,37 +200,6 @@ def test_nvjitlink_compiled_kernel_is_probed(tmp_path, fakejitlink, shim):  # no
     assert [m["source"] for m in mods] == ["nvJitLink"]
 
 
-def test_nvjitlink_link_of_two_ptx_runs_unprobed_with_the_reason(tmp_path, fakejitlink, shim, capfd):  # noqa: F811
-    rc, log = _run_under_fake(tmp_path, fakejitlink, [sys.executable, str(FAKE / "app_nvjitlink.py"),
-                                                      str(VEC_PTX_FILE), str(VEC_PTX_FILE), "saxpy4", "2"])
-    assert rc == 0
-    assert log == ["saxpy4 probed=0 grid=4"] * 2
-    (ev,) = [e for e in nt.read_events(next((tmp_path / "trace").iterdir()) / "event.log") if e["event"] == "no_ptx"]
-    assert "nvJitLink linked several inputs (2 PTX)" in ev["reason"]
-    assert "1 module(s) had no PTX" in capfd.readouterr().err
-
-
-def test_flags_given_when_the_program_imports_jax(tmp_path, monkeypatch):
-    """The program sets XLA_FLAGS itself just before `import jax`: ours are appended then."""
-    pkg = tmp_path / "jax"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "jax", raising=False)
-    env, seen = {}, []
-    hook = frameworks.watch_for_jax(lambda kind, **f: seen.append(kind), env)
-    try:
-        env["XLA_FLAGS"] = "--xla_dump_to=/tmp/x"  # the program's own setting
-        import jax  # noqa: F401 - the fake package above
-
-        assert env["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_gpu_enable_command_buffer="
-        assert seen == ["framework_flags"] and hook not in sys.meta_path
-    finally:
-        if hook in sys.meta_path:
-            sys.meta_path.remove(hook)
-        sys.modules.pop("jax", None)
-
-
 def real_nvjitlink() -> str | None:
     """A real libnvJitLink: $NEUTRINO_TEST_NVJITLINK, or the nvidia-nvjitlink wheel's."""
     if os.environ.get("NEUTRINO_TEST_NVJITLINK"):
