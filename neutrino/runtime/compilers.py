@@ -24,8 +24,6 @@ from collections import OrderedDict
 
 import attrs
 
-from neutrino.runtime.registry import SimplePtx
-
 NVJITLINK_INPUT_PTX = 2
 NVJITLINK_INPUT_NAMES = {1: "cubin", 2: "PTX", 3: "LTO-IR", 4: "fatbin", 5: "object", 6: "library", 7: "index"}
 CU_JIT_INPUT_PTX = 1
@@ -121,10 +119,6 @@ def _compiled_from(link: _Link, compiler: str) -> Compiled:
     parts = [f"{len(link.ptx)} PTX"] + link.others
     return Compiled(None, compiler, f"{compiler} linked several inputs ({', '.join(parts)}) into this cubin; "
                                     "only a cubin made from one PTX can be probed")
-
-
-def as_ptx(entry: Compiled) -> SimplePtx:
-    return SimplePtx(entry.ptx, entry.compiler)
 
 
 def make_compiler_callback(index: CompiledIndex, read_image):
