@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import statistics
 
+from neutrino.runtime import frameworks
+
 
 def _spread(values: list[float]) -> tuple[float, float]:
     """Median and relative half-range (the noise of repeated runs)."""
@@ -72,6 +74,8 @@ def finish(rt, stream) -> None:
              result_bytes=rt.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors)
     stream.write(f"neutrino: {rt.probed_launches} probed launch(es), {_mib(rt.result_bytes)} of results, "
                  f"trace in {tr.path}\n")
+    for line in frameworks.summary_lines(getattr(rt, "no_ptx", {}), getattr(rt, "no_ptx_examples", None)):
+        stream.write(line + "\n")
     if total_drops:
         stream.write(f"neutrino: {total_drops} launch(es) ran unprobed because a budget was full "
                      "(--buffer-budget, --trace-budget, --when-full=wait):\n")
