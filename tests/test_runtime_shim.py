@@ -256,6 +256,26 @@ def test_fast_path_buffer_budget_drops_counted_none_lost(tmp_path, fakecuda, shi
         assert list(la.maps["block_sched"].valid()["unit"]) == list(range(8))
 
 
+@pytest.mark.parametrize("budget", [None, "16K"])
+def test_fast_path_many_threads_lose_nothing_uncounted(tmp_path, fakecuda, shim, monkeypatch, budget):
+    """Eight threads launching at once through the C path: every launch is either written,
+    complete, or counted as dropped; the program's launches all happen."""
+    monkeypatch.setenv("FAKEAPP_THREADS", "8")
+    extra = ("--buffer-budget", budget) if budget else ()
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "100"],
+                            *extra)
+    assert rc == 0 and len(log) == 1 + 8 * 100
+    t = nt.load(tmp_path / "trace")
+    (ex,) = [e for e in t.events if e["event"] == "exit"]
+    assert ex["launches"] == len(t.launches) == sum(" probed=1 " in f" {ln} " for ln in log)
+    assert ex["launches"] + ex["dropped"] == 1 + 8 * 100
+    assert budget or ex["dropped"] == 0
+    assert sorted(la.index for la in t.launches) == list(range(len(t.launches)))
+    for la in t.launches:
+        v = la.maps["block_sched"].valid()
+        assert list(v["unit"]) == list(range(8)) and set(v["elapse"]) == {7}
+
+
 def test_fast_path_buffers_come_back_zeroed(tmp_path, fakecuda, shim, monkeypatch):
     """Pooled buffers are reused: counts a launch does not write must read 0, not the previous launch's."""
     monkeypatch.setenv("FAKECUDA_ALTERNATE", "1")
