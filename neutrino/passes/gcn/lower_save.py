@@ -1,0 +1,142 @@
+"""SAVE lowering on GCN: records become `global_store`s, sums `global_atomic_add_x2`.
+
+Where a record goes (spec/pipeline.md, "GCN"): each unit (thread, wave or
+workgroup) owns `cap` records of its map, from a base address the kernel
+entry computes (buffer addressing). A cursor counts the unit's records; a
+SAVE past `cap` writes nothing. Wave- and workgroup-level SAVEs are stored by
+one lane, the leader, by narrowing `exec` around the stores and restoring it:
+
+    thread   every active lane, at its own slot (VGPR address, VGPR cursor)
+    warp     the wave's first active lane (s_ff1 of exec), SGPR slot and cursor
+    block    the lane holding work-item (0,0,0)
+
+The values go through VGPRs of ours (a store's data is a VGPR).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from neutrino.errors import InstrumentError
+from neutrino.isa.gcn import ir
+from neutrino.passes.gcn.state import GcnKernelState, SaveOp, half, insn
+from neutrino.passes.manager import Context
+
+ORIGIN = "save-lowering"
+
+
+@attrs.frozen
+class GcnSaveLowering:
+    name: ClassVar[str] = "lower-save"
+    requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
+
+    def run(self, module: ir.Module, ctx: Context) -> None:
+        for state in ctx.kernels.values():
+            for site in state.sites:
+                code: list = []
+                for item in site.code:
+                    code.extend(self.lower(state, item, ctx) if type(item) is SaveOp else [item])
+                site.code = code
+
+    def lower(self, state: GcnKernelState, save: SaveOp, ctx: Context) -> list[ir.Instruction]:
+        spec = ctx.probes.maps[save.map]
+        if spec.type == "hist":
+            raise InstrumentError(f"[probe {save.probe}] hist maps are not supported on GCN yet (map {save.map})")
+        if spec.cap == "count":
+            raise InstrumentError(f"[probe {save.probe}] cap = \"count\" is not supported on GCN yet (map {save.map})")
+        state.levels.add(spec.level)
+        regs = state.registers
+        data = [self.to_vgprs(state, value, ftype, i) for i, (value, ftype) in enumerate(zip(save.values, save.types))]
+        code = [c for _, c in data for c in c]
+        if spec.type == "sum":
+            return code + self.sum(state, spec, [d for d, _ in data])
+        offsets = [f.offset for f in spec.fields] if len(spec.fields) == len(data) else _packed(save.types)
+        mask, saved = regs.sgprs("mask", 2), regs.sgprs("exec_saved", 2)
+        code += self.leader(state, spec.level, mask)
+        if spec.level == "thread":
+            cursor, address = regs.vgprs(f"cursor_{save.map}"), regs.vgprs(f"slot_{save.map}", 2)
+            carry, sink = regs.sgprs("carry", 2), regs.sgprs("carry_out", 2)
+            code += [*constant(state, "cap", int(spec.cap)),
+                     insn("v_cmp_gt_u32_e64", mask, inline(state, "cap", int(spec.cap)), cursor, origin=ORIGIN),
+                     insn("s_and_saveexec_b64", saved, mask, origin=ORIGIN)]
+            code += [self.store(d, address, "off", off) for (d, _), off in zip(data, offsets)]
+            code += [insn("v_add_u32_e32", cursor, 1, cursor, origin=ORIGIN),
+                     *constant(state, "record_bytes", spec.record_bytes),
+                     insn("v_add_co_u32_e64", half(address, 0), carry, inline(state, "record_bytes", spec.record_bytes), half(address, 0), origin=ORIGIN),
+                     insn("v_addc_co_u32_e64", half(address, 1), sink, 0, half(address, 1), carry, origin=ORIGIN),
+                     insn("s_mov_b64", "exec", saved, origin=ORIGIN)]
+            return code
+        cursor, base, voffset = regs.sgprs(f"cursor_{save.map}"), regs.sgprs(f"slot_{save.map}", 2), regs.vgprs("record_offset")
+        code += [insn("s_cmp_lt_u32", cursor, int(spec.cap), origin=ORIGIN),
+                 insn("s_cselect_b64", mask, mask, 0, origin=ORIGIN),
+                 insn("v_mov_b32_e32", voffset, cursor, origin=ORIGIN),
+                 insn("v_mul_u32_u24_e32", voffset, spec.record_bytes, voffset, origin=ORIGIN),
+                 insn("s_and_saveexec_b64", saved, mask, origin=ORIGIN)]
+        code += [self.store(d, voffset, base, off) for (d, _), off in zip(data, offsets)]
+        code += [insn("s_mov_b64", "exec", saved, origin=ORIGIN),
+                 insn("s_cmp_lg_u64", mask, 0, origin=ORIGIN),
+                 insn("s_addc_u32", cursor, cursor, 0, origin=ORIGIN)]  # one more record when one was written
+        return code
+
+    @staticmethod
+    def to_vgprs(state: GcnKernelState, value: ir.Operand, ftype: str, index: int) -> tuple[ir.RegRange, list]:
+        """The field's value in VGPRs of ours: one for u32, a pair for u64 (zero-extended from 32 bits)."""
+        wide = ftype == "u64"
+        out = state.registers.vgprs(f"save_data{index}_{ftype}", 2 if wide else 1)
+        parts = [value] if type(value) is not ir.RegRange or value.count == 1 else [half(value, 0), half(value, 1)]
+        code = [insn("v_mov_b32_e32", half(out, 0), parts[0], origin=ORIGIN)]
+        if wide:
+            code.append(insn("v_mov_b32_e32", half(out, 1), parts[1] if len(parts) > 1 else 0, origin=ORIGIN))
+        return out, code
+
+    @staticmethod
+    def leader(state: GcnKernelState, level: str, mask: ir.RegRange) -> list[ir.Instruction]:
+        if level == "thread":
+            return []
+        if level == "warp":
+            lane = state.registers.sgprs("leader_lane")
+            return [insn("s_ff1_i32_b64", lane, "exec", origin=ORIGIN),
+                    insn("s_lshl_b64", mask, 1, lane, origin=ORIGIN),
+                    insn("s_and_b64", mask, mask, "exec", origin=ORIGIN)]  # no lane when the wave runs none
+        flat = state.registers.vgprs("flat_tid")
+        return [insn("v_cmp_eq_u32_e64", mask, 0, flat, origin=ORIGIN)]
+
+    @staticmethod
+    def store(data: ir.RegRange, vaddr: ir.RegRange, saddr, offset: int) -> ir.Instruction:
+        mnemonic = "global_store_dword" if data.count == 1 else "global_store_dwordx2"
+        modifiers = (f"offset:{offset}",) if offset else ()
+        return insn(mnemonic, vaddr, data, saddr, origin=ORIGIN, modifiers=modifiers)
+
+    def sum(self, state: GcnKernelState, spec, data: list[ir.RegRange]) -> list[ir.Instruction]:
+        regs = state.registers
+        base, zero = regs.sgprs(f"map_{spec.name}", 2), regs.vgprs("zero")
+        mask, saved = regs.sgprs("mask", 2), regs.sgprs("exec_saved", 2)
+        code = self.leader(state, spec.level, mask)
+        if code:
+            code.append(insn("s_and_saveexec_b64", saved, mask, origin=ORIGIN))
+        for i, d in enumerate(data):
+            code.append(insn("global_atomic_add_x2", zero, d, base, origin=ORIGIN, modifiers=(f"offset:{8 * i}",) if i else ()))
+        if spec.level != "thread":
+            code.append(insn("s_mov_b64", "exec", saved, origin=ORIGIN))
+        return code
+
+
+def _packed(types: tuple[str, ...]) -> list[int]:
+    out, offset = [], 0
+    for t in types:
+        out.append(offset)
+        offset += 8 if t == "u64" else 4
+    return out
+
+
+def constant(state: GcnKernelState, role: str, value: int) -> list[ir.Instruction]:
+    """gfx9's VOP3 encoding has no literal: a value outside the inline range goes through an SGPR."""
+    if -16 <= value <= 64:
+        return []
+    return [insn("s_mov_b32", state.registers.sgprs(role), value, origin=ORIGIN)]
+
+
+def inline(state: GcnKernelState, role: str, value: int):
+    return value if -16 <= value <= 64 else state.registers.sgprs(role)
