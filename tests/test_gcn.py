@@ -1,0 +1,141 @@
+"""GCN (AMD gfx90a/gfx942): round trip, semantics, the probe pipeline, and LLVM 19's assembler as the oracle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neutrino.engine_gcn import instrument_gcn
+from neutrino.errors import InstrumentError, ParseError, ProbeError
+from neutrino.isa.gcn import ir, parse_module, print_module
+from neutrino.isa.gcn.semantics import semantics
+from neutrino.llvm_mc import assemble, find_llvm_mc
+from neutrino.probefile import load_probes, parse_probes
+
+CORPUS = sorted((Path(__file__).parent / "data" / "gcn").glob("*.s"))
+PROBES = ["neutrino/probes/gcn/block_sched.toml", "neutrino/probes/gcn/gmem_bytes.toml"]
+needs_mc = pytest.mark.skipif(find_llvm_mc() is None, reason="llvm-mc-19 not installed (apt-get install llvm-19)")
+
+
+def gfx(path: Path) -> str:
+    return path.name.split(".")[-2]
+
+
+def test_corpus_present():
+    assert {gfx(p) for p in CORPUS} == {"gfx90a", "gfx942"} and len(CORPUS) >= 10
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_round_trip(path):
+    text = path.read_text()
+    module = parse_module(text, str(path))
+    assert print_module(module) == text
+    # the structure is right, not only the spacing: LLVM's layout prints the same without the kept separators
+    for insn in ir.instructions(module.items):
+        insn.gap = insn.separators = insn.modifier_gaps = None
+    assert print_module(module) == text
+    assert module.target == gfx(path) and len(module.kernels()) == 1
+
+
+def test_parse_errors_are_located():
+    with pytest.raises(ParseError) as e:
+        parse_module("\t.amdhsa_kernel k\n\t\tbogus\n", "k.s")
+    assert "k.s:2:" in str(e.value) and "k.s:1:" in str(e.value)
+    with pytest.raises(ParseError, match="ends before it starts"):
+        parse_module("k:\n\tv_mov_b32 v[3:2], 0\n", "k.s")
+
+
+def one(text: str) -> ir.Instruction:
+    return next(ir.instructions(parse_module(text + "\n").items))
+
+
+@pytest.mark.parametrize("text, defs, uses, space, kind, nbytes, address", [
+    ("\tglobal_load_dwordx4 a[12:15], v1, s[8:9] offset:48", (0,), (1, 2), "global", "load", 16, (1, 2)),
+    ("\tglobal_store_dword v[4:5], v1, off", (), (0, 1, 2), "global", "store", 4, (0, 2)),
+    ("\tglobal_atomic_add v1, v1, v6, s[14:15] glc", (0,), (1, 2, 3), "global", "atomic", 4, (1, 3)),
+    ("\tglobal_atomic_add v1, v6, s[14:15]", (), (0, 1, 2), "global", "atomic", 4, (0, 2)),
+    ("\tglobal_atomic_cmpswap_x2 v[0:1], v2, v[4:7], s[4:5] sc0", (0,), (1, 2, 3), "global", "atomic", 8, (1, 3)),
+    ("\tflat_store_dwordx2 v[2:3], v[0:1]", (), (0, 1), "flat", "store", 8, (0,)),
+    ("\tbuffer_load_dword v6, v5, s[0:3], 0 offen", (0,), (1, 2, 3), "buffer", "load", 4, (1, 2, 3)),
+    ("\tds_read2_b32 v[0:1], v2 offset1:1", (0,), (1,), "lds", "load", 8, (1,)),
+    ("\tds_add_rtn_u32 v4, v4, v5", (0,), (1, 2), "lds", "atomic", 4, (1,)),
+    ("\ts_load_dwordx2 s[4:5], s[6:7], 0x10", (0,), (1, 2), "scalar", "load", 8, (1, 2)),
+])
+def test_memory_semantics(text, defs, uses, space, kind, nbytes, address):
+    info = semantics(one(text))
+    assert (info.defs, info.uses) == (defs, uses)
+    assert (info.access.space, info.access.kind, info.access.bytes, info.access.address) == (space, kind, nbytes, address)
+
+
+def test_mfma_semantics():
+    info = semantics(one("\tv_mfma_f32_32x32x8_f16 a[0:15], v[6:7], v[8:9], a[0:15]"))
+    assert info.defs == (0,) and info.uses == (1, 2, 3) and (info.mfma.m, info.mfma.n, info.mfma.k) == (32, 32, 8)
+    assert semantics(one("\tv_add_co_u32_e32 v2, vcc, s8, v1")).implicit_defs == ("vcc",)
+    assert semantics(one("\ts_and_saveexec_b64 s[0:1], vcc")).implicit_defs == ("scc", "exec")
+
+
+@needs_mc
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+@pytest.mark.parametrize("probe", PROBES, ids=lambda p: Path(p).stem)
+def test_probed_corpus_assembles(path, probe):
+    original = parse_module(path.read_text()).kernels()[0].descriptor
+    result = instrument_gcn(path.read_text(), load_probes(probe, isa="gcn"), source=str(path))
+    ok, err = assemble(result.ptx, gfx(path))
+    assert ok, err
+    info = next(iter(result.kernels.values()))
+    assert info["sites"] > 0 and not info["skipped"]
+    after = parse_module(result.ptx).kernels()[0].descriptor
+    assert after.get_int("next_free_sgpr") > original.get_int("next_free_sgpr")
+    assert after.get_int("next_free_vgpr") > original.get_int("next_free_vgpr")
+    assert after.get_int("kernarg_size") == info["kernarg_size"] == info["params"][0]["offset"] + 8
+    if original.get_int("next_free_vgpr") > original.get_int("accum_offset"):  # AGPRs: they move up with accum_offset
+        assert after.get_int("next_free_vgpr") - after.get_int("accum_offset") == \
+            original.get_int("next_free_vgpr") - original.get_int("accum_offset")
+    # every original instruction is still there, in order
+    kept = [i.mnemonic for i in ir.instructions(parse_module(result.ptx).items) if i.mnemonic]
+    originals = [i.mnemonic for i in ir.instructions(parse_module(path.read_text()).items)]
+    it = iter(kept)
+    assert all(m in it for m in originals)
+
+
+@needs_mc
+def test_probe_kernel_oracle_rejects_broken_output():
+    """The oracle can fail: an out-of-range register count is refused."""
+    text = CORPUS[0].read_text().replace("s_endpgm", "v_mov_b32 v300, 0\n\ts_endpgm", 1)
+    ok, err = assemble(text, gfx(CORPUS[0]))
+    assert not ok and "error" in err
+
+
+HOSTILE = [
+    ('global_store_dword %x, %x, off', "not allowed in probes"),
+    ('s_branch .LBB0_1', "not allowed in probes"),
+    ('s_mov_b64 exec, 0', "exec is not a probe register"),
+    ('v_mov_b32_e32 v0, 0', "physical register v0"),
+    ('v_add_co_u32_e32 %x, vcc, 1, %x', "implicitly"),
+    ('v_mov_b32_e32 %nope, 0', "undeclared register %nope"),
+    ('v_mov_b32_e32 BYTES, 0', "BYTES is read-only"),
+    ('s_setreg_b32 hwreg(HW_REG_MODE), %s', "not allowed in probes"),
+]
+
+
+@pytest.mark.parametrize("line, message", HOSTILE, ids=[m for _, m in HOSTILE])
+def test_hostile_snippets_refused(line, message):
+    text = f'[p]\nposition = "global_load"\nbefore = """\n.reg .v32 %x\n.reg .s32 %s\n{line}\n"""\n'
+    with pytest.raises(ProbeError) as e:
+        parse_probes(text, "evil.toml", isa="gcn")
+    assert message in str(e.value) and "evil.toml:6:" in str(e.value)
+
+
+def test_helpers_that_do_not_apply_skip_the_site():
+    probes = parse_probes('[p]\nposition = "ds_read"\nbefore = """\n.reg .v64 %a\n'
+                          'v_mov_b32_e32 %a.lo, ADDR.lo\n"""\n', "p.toml", isa="gcn")
+    path = next(p for p in CORPUS if p.name.startswith("lds_reduce"))
+    result = instrument_gcn(path.read_text(), probes)
+    info = next(iter(result.kernels.values()))
+    assert info["sites"] == 0 and info["skipped"] and "lds" in info["skipped"][0]["reason"]
+
+
+def test_ptx_probes_refused_for_gcn():
+    with pytest.raises(InstrumentError, match="isa='gcn'"):
+        instrument_gcn(CORPUS[0].read_text(), load_probes("block_sched"))
