@@ -121,12 +121,13 @@ class ProbeFile:
 # ---------------------------------------------------------------- loading
 
 
-def resolve_probe_path(name_or_path: str) -> Path:
-    """A path, or the name of a built-in probe (`block_sched`)."""
+def resolve_probe_path(name_or_path: str, isa: str = "ptx") -> Path:
+    """A path, or the name of a built-in probe (`block_sched`): TOML of that assembly first, then the DSL tool."""
     path = Path(name_or_path)
     if path.exists():
         return path
-    for candidate in (BUILTIN_DIR / f"{name_or_path}.toml", TOOLS_DIR / f"{name_or_path}.py"):
+    toml_dir = BUILTIN_DIR / "gcn" if isa == "gcn" else BUILTIN_DIR
+    for candidate in (toml_dir / f"{name_or_path}.toml", TOOLS_DIR / f"{name_or_path}.py"):
         if candidate.exists():
             return candidate
     builtins = sorted({p.stem for d in (BUILTIN_DIR, TOOLS_DIR) if d.exists() for p in d.glob("*.[tp][oy]*") if not p.stem.startswith("_")})
@@ -136,7 +137,7 @@ def resolve_probe_path(name_or_path: str) -> Path:
 
 
 def load_probes(name_or_path: str, isa: str = "ptx") -> ProbeFile:
-    path = resolve_probe_path(name_or_path)
+    path = resolve_probe_path(name_or_path, isa)
     if path.suffix == ".py":
         from neutrino.language import compile_file
 

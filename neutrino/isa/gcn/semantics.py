@@ -83,6 +83,8 @@ def _semantics(mnemonic: str, count: int, has_return: bool) -> Info:
     m = MFMA.match(mnemonic)
     if m:
         return Info((0,), every[1:], mfma=Mfma(int(m.group(1)), int(m.group(2)), int(m.group(3))))
+    if mnemonic == "CUID":  # the probe language's compute-unit id, expanded per target by operand resolution
+        return Info((0,), ())
     if mnemonic == "s_endpgm":
         return Info((), (), ends_kernel=True)
     if mnemonic.startswith(("s_branch", "s_cbranch")):

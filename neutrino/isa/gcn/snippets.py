@@ -5,6 +5,8 @@
     s_memtime %t          ; any GCN instruction the verifier admits, on probe registers,
     v_mov_b32 %x, %t.lo   ; their 32-bit halves (`.lo`, `.hi`) and the helpers
     SAVE.u64 {%t}         ; SAVE as in PTX snippets (compact and explicit forms)
+    @%p SAVE [ m ] {%x}   ; a SAVE guarded by a lane mask (an .s64 register): only those lanes save
+    CUID %c               ; %c (.s32) = this compute unit's id: HW_ID's CU/SH/SE bits, and on gfx942 the XCC
 
 `.reg` and `SAVE` are the probe language's own statements and are read into
 the same objects as in PTX snippets (`neutrino.isa.ptx.ir.RegDecl`, a `SAVE`
@@ -18,7 +20,7 @@ import re
 
 from neutrino.errors import Diagnostic, Location, ParseError
 from neutrino.isa.gcn import ir as gcn
-from neutrino.isa.gcn.parser import parse_instruction, split_comment
+from neutrino.isa.gcn.parser import parse_instruction, parse_operand, split_comment
 from neutrino.isa.ptx import ir as ptx
 from neutrino.isa.ptx import parse_statements as parse_ptx_statements
 
@@ -57,8 +59,10 @@ def _statement(code: str, source: str, number: int):
         if bad:
             raise ValueError(f"bad register name {bad[0]!r}: probe registers are `%` + letters, digits, _")
         return ptx.RegDecl(m.group(1), names, None, number)
-    if code.startswith("SAVE"):
+    if code.startswith("SAVE") or (code.startswith("@") and "SAVE" in code):
         return parse_ptx_statements(code.rstrip(";") + ";", source, number)[0]
+    if code.split()[0] == "CUID":
+        return gcn.Instruction("CUID", tuple(parse_operand(o.strip()) for o in code[4:].split(",") if o.strip()), line=number, gap=" ")
     return parse_instruction("\t" + code, "", number)
 
 

@@ -66,6 +66,8 @@ class GcnBufferAddressing:
         kernarg = sum(n for key, n in USER_SGPRS[:3] if desc.get_int(f"user_sgpr_{key}"))
         kptr = regs.sgprs("kernarg", 2)
         code = [insn("s_mov_b64", kptr, ir.RegRange("s", kernarg, 2, True), origin=ORIGIN)]
+        if any(site.kind == "exit" for site in state.sites):
+            code.append(insn("s_mov_b64", regs.sgprs("entry_exec", 2), "exec", origin=ORIGIN))
         arrays = [ctx.probes.maps[m] for m in state.maps if ctx.probes.maps[m].type == "array"]
         need_ids = bool(arrays) or "block" in state.levels
         if need_ids:

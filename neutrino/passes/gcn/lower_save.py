@@ -51,16 +51,18 @@ class GcnSaveLowering:
         data = [self.to_vgprs(state, value, ftype, i) for i, (value, ftype) in enumerate(zip(save.values, save.types))]
         code = [c for _, c in data for c in c]
         if spec.type == "sum":
-            return code + self.sum(state, spec, [d for d, _ in data])
+            return code + self.sum(state, spec, [d for d, _ in data], save.guard)
         offsets = [f.offset for f in spec.fields] if len(spec.fields) == len(data) else _packed(save.types)
         mask, saved = regs.sgprs("mask", 2), regs.sgprs("exec_saved", 2)
-        code += self.leader(state, spec.level, mask)
+        code += self.leader(state, spec.level, mask, save.guard)
         if spec.level == "thread":
             cursor, address = regs.vgprs(f"cursor_{save.map}"), regs.vgprs(f"slot_{save.map}", 2)
             carry, sink = regs.sgprs("carry", 2), regs.sgprs("carry_out", 2)
             code += [*constant(state, "cap", int(spec.cap)),
-                     insn("v_cmp_gt_u32_e64", mask, inline(state, "cap", int(spec.cap)), cursor, origin=ORIGIN),
-                     insn("s_and_saveexec_b64", saved, mask, origin=ORIGIN)]
+                     insn("v_cmp_gt_u32_e64", mask, inline(state, "cap", int(spec.cap)), cursor, origin=ORIGIN)]
+            if save.guard is not None:
+                code.append(insn("s_and_b64", mask, mask, save.guard, origin=ORIGIN))
+            code.append(insn("s_and_saveexec_b64", saved, mask, origin=ORIGIN))
             code += [self.store(d, address, "off", off) for (d, _), off in zip(data, offsets)]
             code += [insn("v_add_u32_e32", cursor, 1, cursor, origin=ORIGIN),
                      *constant(state, "record_bytes", spec.record_bytes),
@@ -92,16 +94,22 @@ class GcnSaveLowering:
         return out, code
 
     @staticmethod
-    def leader(state: GcnKernelState, level: str, mask: ir.RegRange) -> list[ir.Instruction]:
+    def leader(state: GcnKernelState, level: str, mask: ir.RegRange, guard: ir.RegRange | None = None) -> list[ir.Instruction]:
+        """`mask` = the lanes that save: for a thread-level sum the guarded lanes, else the leader (when guarded)."""
         if level == "thread":
-            return []
+            return [insn("s_and_b64", mask, "exec", guard, origin=ORIGIN)] if guard is not None else []
         if level == "warp":
-            lane = state.registers.sgprs("leader_lane")
-            return [insn("s_ff1_i32_b64", lane, "exec", origin=ORIGIN),
+            lane, candidates = state.registers.sgprs("leader_lane"), state.registers.sgprs("candidates", 2)
+            code = [insn("s_and_b64", candidates, "exec", guard if guard is not None else "exec", origin=ORIGIN),
+                    insn("s_ff1_i32_b64", lane, candidates, origin=ORIGIN),
                     insn("s_lshl_b64", mask, 1, lane, origin=ORIGIN),
-                    insn("s_and_b64", mask, mask, "exec", origin=ORIGIN)]  # no lane when the wave runs none
+                    insn("s_and_b64", mask, mask, candidates, origin=ORIGIN)]  # no lane when none is a candidate
+            return code
         flat = state.registers.vgprs("flat_tid")
-        return [insn("v_cmp_eq_u32_e64", mask, 0, flat, origin=ORIGIN)]
+        code = [insn("v_cmp_eq_u32_e64", mask, 0, flat, origin=ORIGIN)]
+        if guard is not None:
+            code.append(insn("s_and_b64", mask, mask, guard, origin=ORIGIN))
+        return code
 
     @staticmethod
     def store(data: ir.RegRange, vaddr: ir.RegRange, saddr, offset: int) -> ir.Instruction:
@@ -109,16 +117,17 @@ class GcnSaveLowering:
         modifiers = (f"offset:{offset}",) if offset else ()
         return insn(mnemonic, vaddr, data, saddr, origin=ORIGIN, modifiers=modifiers)
 
-    def sum(self, state: GcnKernelState, spec, data: list[ir.RegRange]) -> list[ir.Instruction]:
+    def sum(self, state: GcnKernelState, spec, data: list[ir.RegRange], guard: ir.RegRange | None) -> list[ir.Instruction]:
+        """Each saving lane adds its values to the launch's counters (u64 atomics; no wave reduction yet)."""
         regs = state.registers
         base, zero = regs.sgprs(f"map_{spec.name}", 2), regs.vgprs("zero")
         mask, saved = regs.sgprs("mask", 2), regs.sgprs("exec_saved", 2)
-        code = self.leader(state, spec.level, mask)
+        code = self.leader(state, spec.level, mask, guard)
         if code:
             code.append(insn("s_and_saveexec_b64", saved, mask, origin=ORIGIN))
         for i, d in enumerate(data):
             code.append(insn("global_atomic_add_x2", zero, d, base, origin=ORIGIN, modifiers=(f"offset:{8 * i}",) if i else ()))
-        if spec.level != "thread":
+        if len(code) > len(data):
             code.append(insn("s_mov_b64", "exec", saved, origin=ORIGIN))
         return code
 

@@ -17,7 +17,7 @@ PORTABLE_POSITIONS = {
     "ld.global": ("global_load_",), "st.global": ("global_store_",),
     "atom.global": ("global_atomic_",), "red.global": ("global_atomic_",),
     "ld.shared": ("ds_read", "ds_load"), "st.shared": ("ds_write", "ds_store"),
-    "mma": ("v_mfma_",), "wgmma": ("v_mfma_",), "wmma": ("v_mfma_",),
+    "mma": ("v_mfma_",), "wgmma": ("v_mfma_",), "wmma": ("v_mfma_",), "bra": ("s_branch", "s_cbranch_"),
 }
 
 
@@ -64,9 +64,14 @@ class GcnTracepointMatching:
                 if i.mnemonic.startswith(prefixes) for s in probe.snippets()]
 
 
+SYSTEM_SGPRS = ("workgroup_id_x", "workgroup_id_y", "workgroup_id_z", "workgroup_info", "private_segment_wavefront_offset")
+
+
 def registers_above(kernel: str, desc: ir.Descriptor, originals: list[ir.Instruction]) -> Registers:
     """The first SGPR and VGPR the kernel leaves free, from its descriptor and every register its code names."""
-    top = {"s": desc.get_int("next_free_sgpr"), "v": 0, "a": 0}
+    # SGPRs the hardware fills at launch count as the kernel's even where its code never reads them
+    launched = desc.get_int("user_sgpr_count") + sum(desc.get_int(f"system_sgpr_{k}", 1 if k == "workgroup_id_x" else 0) for k in SYSTEM_SGPRS)
+    top = {"s": max(desc.get_int("next_free_sgpr"), launched), "v": 0, "a": 0}
     for insn in originals:
         for operand in insn.operands:
             for reg in ir.registers_in(operand):

@@ -40,7 +40,9 @@ class GcnOperandResolution:
                 probe = probes[site.probe]
                 snippet = probe.before if site.where == "before" else probe.after
                 try:
-                    site.code = self.resolve_site(state, site, probe, snippet.statements, ctx)
+                    if site.kind == "instruction" and site.where == "after" and semantics(site.anchor).branch:
+                        raise Skip("after a branch: the code would run only when the branch is not taken")
+                    site.code = self.resolve_site(state, site, probe, snippet.statements, ctx, module.target)
                 except Skip as e:
                     state.skipped.append({"probe": site.probe, "line": site.anchor.line if site.anchor else 0,
                                           "instruction": site.anchor.mnemonic if site.anchor else "", "reason": str(e)})
@@ -50,12 +52,14 @@ class GcnOperandResolution:
                     state.maps.append(probe.map)
             state.sites = kept
 
-    def resolve_site(self, state: GcnKernelState, site: GcnSite, probe, statements: list, ctx: Context) -> list:
+    def resolve_site(self, state: GcnKernelState, site: GcnSite, probe, statements: list, ctx: Context, target: str | None) -> list:
         helpers = _Helpers(state, site)
         code: list = []
         pending: SaveOp | None = None
         for stmt in statements:
-            if is_gcn(stmt):
+            if is_gcn(stmt) and stmt.mnemonic == "CUID":
+                code.extend(cuid(helpers.operand(stmt.operands[0]), target, state, site.probe))
+            elif is_gcn(stmt):
                 operands = tuple(helpers.operand(o) for o in stmt.operands)
                 code.append(ir.Instruction(stmt.mnemonic, operands, stmt.modifiers, origin=site.probe, line=stmt.line))
             elif type(stmt) is ptx.Instruction and stmt.opcode.base == "SAVE":
@@ -63,10 +67,14 @@ class GcnOperandResolution:
                 compact = stmt.opcode.text != "SAVE"
                 if compact and pending is not None:  # the compact form's SAVEs of a snippet fill one record
                     code.remove(pending)
-                    save = SaveOp(save.map, pending.values + save.values, pending.types + save.types, save.probe)
+                    save = SaveOp(save.map, pending.values + save.values, pending.types + save.types, save.probe, save.guard)
                 pending = save if compact else None
                 code.append(save)
         prologue = helpers.prologue
+        if site.kind == "exit":
+            # At s_endpgm every lane the wave started with has finished, including lanes the last
+            # branch turned off: exit code runs on all of them (nothing after it needs exec).
+            return [insn("s_mov_b64", "exec", state.registers.sgprs("entry_exec", 2), origin=ORIGIN), *prologue, *code]
         if site.kind != "instruction":
             return prologue + code
         # Probe code must leave SCC as it found it: the kernel may compare before the site and branch after it.
@@ -87,7 +95,21 @@ class GcnOperandResolution:
         else:
             types = (stmt.opcode.modifiers[-1],) * len(items)
         values = tuple(helpers.operand(_as_gcn(item)) for item in items)
-        return SaveOp(map_name, values, types, probe.name)
+        guard = helpers.operand(ir.ProbeReg(stmt.guard.register.name)) if stmt.guard is not None else None
+        return SaveOp(map_name, values, types, probe.name, guard)
+
+
+def cuid(dst: ir.RegRange, target: str | None, state: GcnKernelState, probe: str) -> list[ir.Instruction]:
+    """CUID: bits 8-15 of HW_ID (CU, shader array, shader engine); gfx94x also has several dies (XCCs): XCC_ID << 8 on top."""
+    code = [insn("s_getreg_b32", dst, "hwreg(HW_REG_HW_ID)", origin=probe),
+            insn("s_bfe_u32", dst, dst, 0x80008, origin=probe)]  # offset 8, width 8
+    if target and target.startswith("gfx94"):
+        xcc = state.registers.sgprs("xcc")
+        code += [insn("s_getreg_b32", xcc, "hwreg(HW_REG_XCC_ID)", origin=probe),
+                 insn("s_and_b32", xcc, xcc, 15, origin=probe),
+                 insn("s_lshl_b32", xcc, xcc, 8, origin=probe),
+                 insn("s_or_b32", dst, dst, xcc, origin=probe)]
+    return code
 
 
 def _as_gcn(item) -> ir.Operand:

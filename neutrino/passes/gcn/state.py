@@ -111,3 +111,4 @@ class SaveOp:
     values: tuple  # ir.RegRange or ir.Imm per field
     types: tuple[str, ...]  # u32 / u64 per field
     probe: str
+    guard: ir.RegRange | None = None  # a lane mask: only these lanes save
