@@ -11,17 +11,18 @@ from neutrino.engine import Instrumented, cycle_collection_paused
 from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import parse_module, print_module
 from neutrino.passes.gcn import gcn_pipeline
-from neutrino.passes.manager import Context
+from neutrino.passes.manager import Context, PassManager
 from neutrino.probefile import ProbeFile
 
 
-def instrument_gcn(text: str, probes: ProbeFile, kernel: str | None = None, source: str = "<gcn>") -> Instrumented:
+def instrument_gcn(text: str, probes: ProbeFile, kernel: str | None = None, source: str = "<gcn>",
+                   pipeline: PassManager | None = None) -> Instrumented:
     if probes.isa != "gcn":
         raise InstrumentError(f"{probes.path}: its snippets are {probes.isa.upper()}; load it with isa='gcn' for a GCN module")
     with cycle_collection_paused():
         module = parse_module(text, source)
         ctx = Context(probes, kernel)
-        gcn_pipeline().run(module, ctx)
+        (pipeline or gcn_pipeline()).run(module, ctx)
         return Instrumented(print_module(module), kernel_info(ctx), dict(ctx.timings))
 
 
