@@ -26,6 +26,9 @@ def instrument_gcn(text: str, probes: ProbeFile, kernel: str | None = None, sour
         return Instrumented(print_module(module), kernel_info(ctx), dict(ctx.timings))
 
 
+WAVE_LANES = 64  # gfx90a/gfx942 compute kernels run wave64: a `warp` unit is a wave of 64 lanes
+
+
 def kernel_info(ctx: Context) -> dict[str, dict]:
     """Per kernel: appended arguments, maps, sites, skipped sites, old and new register counts."""
     out = {}
@@ -36,7 +39,7 @@ def kernel_info(ctx: Context) -> dict[str, dict]:
             "isa": "gcn",
             "params": state.params,
             "kernarg_size": state.kernarg_size or desc.get_int("kernarg_size"),
-            "maps": [ctx.probes.maps[m].to_json() for m in state.maps],
+            "maps": [dict(ctx.probes.maps[m].to_json(), lanes=WAVE_LANES) for m in state.maps],
             "sites": len(state.sites),
             "skipped": state.skipped,
             "registers": {"before": state.old_counts,

@@ -66,7 +66,7 @@ class GcnBufferAddressing:
         kernarg = sum(n for key, n in USER_SGPRS[:3] if desc.get_int(f"user_sgpr_{key}"))
         kptr = regs.sgprs("kernarg", 2)
         code = [insn("s_mov_b64", kptr, ir.RegRange("s", kernarg, 2, True), origin=ORIGIN)]
-        if any(site.kind == "exit" for site in state.sites):
+        if state.exit_code or any(site.kind == "exit" for site in state.sites):
             code.append(insn("s_mov_b64", regs.sgprs("entry_exec", 2), "exec", origin=ORIGIN))
         arrays = [ctx.probes.maps[m] for m in state.maps if ctx.probes.maps[m].type == "array"]
         need_ids = bool(arrays) or "block" in state.levels
@@ -86,7 +86,7 @@ class GcnBufferAddressing:
             code += self.unit_indices(state)
         for spec in arrays:
             code += self.slot(state, spec)
-        if any(ctx.probes.maps[m].type == "sum" for m in state.maps):
+        if state.maps:
             code.append(insn("v_mov_b32_e32", regs.vgprs("zero"), 0, origin=ORIGIN))
         return code
 
@@ -115,40 +115,68 @@ class GcnBufferAddressing:
                 insn("s_and_b32", gx, sizes_xy, 0xffff, origin=ORIGIN), insn("s_lshr_b32", gy, sizes_xy, 16, origin=ORIGIN),
                 insn("s_and_b32", gz, sizes_z, 0xffff, origin=ORIGIN),
                 insn("s_mul_i32", tpw, gx, gy, origin=ORIGIN), insn("s_mul_i32", tpw, tpw, gz, origin=ORIGIN),
+                insn("s_mul_i32", r.sgprs("blocks"), bcx, bcy, origin=ORIGIN),
+                insn("s_mul_i32", r.sgprs("blocks"), r.sgprs("blocks"), half(g, 2), origin=ORIGIN),
                 # gfx90a/gfx942 pack the work-item ids into v0: x | y << 10 | z << 20
                 insn("v_and_b32_e32", vx, 0x3ff, tid, origin=ORIGIN), insn("v_bfe_u32", vy, tid, 10, 10, origin=ORIGIN),
                 insn("v_bfe_u32", vz, tid, 20, 10, origin=ORIGIN),
                 insn("v_mul_lo_u32", vz, vz, gy, origin=ORIGIN), insn("v_add_u32_e32", vz, vz, vy, origin=ORIGIN),
                 insn("v_mul_lo_u32", vz, vz, gx, origin=ORIGIN), insn("v_add_u32_e32", flat, vz, vx, origin=ORIGIN)]
-        if "warp" in state.levels:
-            wave, wpw, unit = r.sgprs("wave"), r.sgprs("waves_per_wg"), r.sgprs("unit_warp")
+        wave, wpw, unit = r.sgprs("wave"), r.sgprs("waves_per_wg"), r.sgprs("unit_warp")
+        code += [insn("s_add_u32", wpw, tpw, 63, origin=ORIGIN), insn("s_lshr_b32", wpw, wpw, 6, origin=ORIGIN)]
+        if "warp" in state.levels:  # wave64: a wave's index in its workgroup is its first work-item's / 64
             code += [insn("v_readfirstlane_b32", wave, flat, origin=ORIGIN), insn("s_lshr_b32", wave, wave, 6, origin=ORIGIN),
-                     insn("s_add_u32", wpw, tpw, 63, origin=ORIGIN), insn("s_lshr_b32", wpw, wpw, 6, origin=ORIGIN),
                      insn("s_mul_i32", unit, wg, wpw, origin=ORIGIN), insn("s_add_u32", unit, unit, wave, origin=ORIGIN)]
         return code
 
     @staticmethod
     def slot(state: GcnKernelState, spec) -> list[ir.Instruction]:
-        """The base address of this unit's records of `spec`, and its cursor set to 0."""
+        """This unit's count address and first record address in `spec`'s buffer, and its cursor set to 0.
+
+        The buffer is laid out as on PTX (spec/kernel-json.md): u32 counts[units], then the
+        records from align16(4 * units), `cap` records per unit.
+        """
         r = state.registers
         base, stride = r.sgprs(f"map_{spec.name}", 2), int(spec.cap) * spec.record_bytes
+        units, records = r.sgprs("units"), r.sgprs("records_at")
+        per_block = {"thread": r.sgprs("tpw"), "warp": r.sgprs("waves_per_wg")}.get(spec.level)
+        code = [insn("s_mul_i32", units, r.sgprs("blocks"), per_block, origin=ORIGIN) if per_block is not None
+                else insn("s_mov_b32", units, r.sgprs("blocks"), origin=ORIGIN),
+                insn("s_lshl_b32", records, units, 2, origin=ORIGIN),
+                insn("s_add_u32", records, records, 15, origin=ORIGIN),
+                insn("s_and_b32", records, records, 0xFFFFFFF0, origin=ORIGIN)]
         if spec.level != "thread":
             unit = r.sgprs("wg") if spec.level == "block" else r.sgprs("unit_warp")
-            slot, lo, hi = r.sgprs(f"slot_{spec.name}", 2), r.sgprs("t"), r.sgprs("t_hi")
-            return [insn("s_mul_i32", lo, unit, stride, origin=ORIGIN), insn("s_mul_hi_u32", hi, unit, stride, origin=ORIGIN),
-                    insn("s_add_u32", half(slot, 0), half(base, 0), lo, origin=ORIGIN),
-                    insn("s_addc_u32", half(slot, 1), half(base, 1), hi, origin=ORIGIN),
-                    insn("s_mov_b32", r.sgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
-        slot, unit, lo, hi = r.vgprs(f"slot_{spec.name}", 2), r.vgprs("unit_thread"), r.vgprs("vx"), r.vgprs("vy")
+            slot, count, lo, hi = r.sgprs(f"slot_{spec.name}", 2), r.sgprs(f"count_{spec.name}", 2), r.sgprs("t"), r.sgprs("t_hi")
+            return code + [
+                insn("s_lshl_b32", lo, unit, 2, origin=ORIGIN),
+                insn("s_add_u32", half(count, 0), half(base, 0), lo, origin=ORIGIN),
+                insn("s_addc_u32", half(count, 1), half(base, 1), 0, origin=ORIGIN),
+                insn("s_mul_i32", lo, unit, stride, origin=ORIGIN), insn("s_mul_hi_u32", hi, unit, stride, origin=ORIGIN),
+                insn("s_add_u32", lo, lo, records, origin=ORIGIN), insn("s_addc_u32", hi, hi, 0, origin=ORIGIN),
+                insn("s_add_u32", half(slot, 0), half(base, 0), lo, origin=ORIGIN),
+                insn("s_addc_u32", half(slot, 1), half(base, 1), hi, origin=ORIGIN),
+                insn("s_mov_b32", r.sgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
+        slot, count, unit = r.vgprs(f"slot_{spec.name}", 2), r.vgprs(f"count_{spec.name}", 2), r.vgprs("unit_thread")
+        lo, hi, offset = r.vgprs("vx"), r.vgprs("vy"), r.vgprs("vz")
         t, sstride, carry, sink = r.sgprs("t"), r.sgprs("stride"), r.sgprs("carry", 2), r.sgprs("carry_out", 2)
-        return [insn("s_mul_i32", t, r.sgprs("wg"), r.sgprs("tpw"), origin=ORIGIN),
-                insn("v_add_u32_e32", unit, t, r.vgprs("flat_tid"), origin=ORIGIN),
-                insn("s_mov_b32", sstride, stride, origin=ORIGIN),
-                insn("v_mul_lo_u32", lo, unit, sstride, origin=ORIGIN), insn("v_mul_hi_u32", hi, unit, sstride, origin=ORIGIN),
-                insn("v_add_co_u32_e64", half(slot, 0), carry, half(base, 0), lo, origin=ORIGIN),
-                insn("v_mov_b32_e32", half(slot, 1), half(base, 1), origin=ORIGIN),
-                insn("v_addc_co_u32_e64", half(slot, 1), sink, half(slot, 1), hi, carry, origin=ORIGIN),
-                insn("v_mov_b32_e32", r.vgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
+        return code + [
+            insn("s_mul_i32", t, r.sgprs("wg"), r.sgprs("tpw"), origin=ORIGIN),
+            insn("v_add_u32_e32", unit, t, r.vgprs("flat_tid"), origin=ORIGIN),
+            # counts[unit]
+            insn("v_lshlrev_b32_e32", offset, 2, unit, origin=ORIGIN),
+            insn("v_add_co_u32_e64", half(count, 0), carry, half(base, 0), offset, origin=ORIGIN),
+            insn("v_mov_b32_e32", half(count, 1), half(base, 1), origin=ORIGIN),
+            insn("v_addc_co_u32_e64", half(count, 1), sink, 0, half(count, 1), carry, origin=ORIGIN),
+            # records + unit * stride
+            insn("s_mov_b32", sstride, stride, origin=ORIGIN),
+            insn("v_mul_lo_u32", lo, unit, sstride, origin=ORIGIN), insn("v_mul_hi_u32", hi, unit, sstride, origin=ORIGIN),
+            insn("v_add_co_u32_e64", lo, carry, records, lo, origin=ORIGIN),
+            insn("v_addc_co_u32_e64", hi, sink, 0, hi, carry, origin=ORIGIN),
+            insn("v_add_co_u32_e64", half(slot, 0), carry, half(base, 0), lo, origin=ORIGIN),
+            insn("v_mov_b32_e32", half(slot, 1), half(base, 1), origin=ORIGIN),
+            insn("v_addc_co_u32_e64", half(slot, 1), sink, half(slot, 1), hi, carry, origin=ORIGIN),
+            insn("v_mov_b32_e32", r.vgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
 
     @staticmethod
     def counts(state: GcnKernelState, meta: ir.Metadata) -> None:
@@ -199,6 +227,8 @@ def splice(module: ir.Module, ctx: Context) -> None:
             # code after the kernel's end runs before it: nothing runs after s_endpgm
             target = before if site.where == "before" or site.kind == "exit" else after
             target.setdefault(id(site.anchor), []).extend(site.code)
+        for anchor in state.exits if state.exit_code else ():
+            before.setdefault(id(anchor), []).extend(state.exit_code)
     if not before and not after:
         return
     out: list[ir.Statement] = []

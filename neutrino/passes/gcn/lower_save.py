@@ -39,6 +39,7 @@ class GcnSaveLowering:
                 for item in site.code:
                     code.extend(self.lower(state, item, ctx) if type(item) is SaveOp else [item])
                 site.code = code
+            state.exit_code = self.exit_counts(state, ctx)
 
     def lower(self, state: GcnKernelState, save: SaveOp, ctx: Context) -> list[ir.Instruction]:
         spec = ctx.probes.maps[save.map]
@@ -53,33 +54,63 @@ class GcnSaveLowering:
         if spec.type == "sum":
             return code + self.sum(state, spec, [d for d, _ in data], save.guard)
         offsets = [f.offset for f in spec.fields] if len(spec.fields) == len(data) else _packed(save.types)
-        mask, saved = regs.sgprs("mask", 2), regs.sgprs("exec_saved", 2)
-        code += self.leader(state, spec.level, mask, save.guard)
         if spec.level == "thread":
-            cursor, address = regs.vgprs(f"cursor_{save.map}"), regs.vgprs(f"slot_{save.map}", 2)
-            carry, sink = regs.sgprs("carry", 2), regs.sgprs("carry_out", 2)
-            code += [*constant(state, "cap", int(spec.cap)),
-                     insn("v_cmp_gt_u32_e64", mask, inline(state, "cap", int(spec.cap)), cursor, origin=ORIGIN)]
-            if save.guard is not None:
-                code.append(insn("s_and_b64", mask, mask, save.guard, origin=ORIGIN))
-            code.append(insn("s_and_saveexec_b64", saved, mask, origin=ORIGIN))
-            code += [self.store(d, address, "off", off) for (d, _), off in zip(data, offsets)]
-            code += [insn("v_add_u32_e32", cursor, 1, cursor, origin=ORIGIN),
-                     *constant(state, "record_bytes", spec.record_bytes),
-                     insn("v_add_co_u32_e64", half(address, 0), carry, inline(state, "record_bytes", spec.record_bytes), half(address, 0), origin=ORIGIN),
-                     insn("v_addc_co_u32_e64", half(address, 1), sink, 0, half(address, 1), carry, origin=ORIGIN),
-                     insn("s_mov_b64", "exec", saved, origin=ORIGIN)]
-            return code
+            return code + self.thread_record(state, spec, data, offsets, save.guard)
+        regs = state.registers
+        leader, mask, saved = regs.sgprs("leader", 2), regs.sgprs("mask", 2), regs.sgprs("exec_saved", 2)
         cursor, base, voffset = regs.sgprs(f"cursor_{save.map}"), regs.sgprs(f"slot_{save.map}", 2), regs.vgprs("record_offset")
-        code += [insn("s_cmp_lt_u32", cursor, int(spec.cap), origin=ORIGIN),
-                 insn("s_cselect_b64", mask, mask, 0, origin=ORIGIN),
+        code += self.leader(state, spec.level, leader, save.guard)
+        code += [insn("s_cmp_lt_u32", cursor, int(spec.cap), origin=ORIGIN),  # records past cap are counted, not written
+                 insn("s_cselect_b64", mask, leader, 0, origin=ORIGIN),
                  insn("v_mov_b32_e32", voffset, cursor, origin=ORIGIN),
                  insn("v_mul_u32_u24_e32", voffset, spec.record_bytes, voffset, origin=ORIGIN),
                  insn("s_and_saveexec_b64", saved, mask, origin=ORIGIN)]
         code += [self.store(d, voffset, base, off) for (d, _), off in zip(data, offsets)]
         code += [insn("s_mov_b64", "exec", saved, origin=ORIGIN),
-                 insn("s_cmp_lg_u64", mask, 0, origin=ORIGIN),
-                 insn("s_addc_u32", cursor, cursor, 0, origin=ORIGIN)]  # one more record when one was written
+                 insn("s_cmp_lg_u64", leader, 0, origin=ORIGIN),
+                 insn("s_addc_u32", cursor, cursor, 0, origin=ORIGIN)]  # one more attempt when the wave had a leader
+        return code
+
+    def thread_record(self, state: GcnKernelState, spec, data: list, offsets: list[int], guard) -> list[ir.Instruction]:
+        """Every active lane (of the guard's) counts an attempt; those below cap store at their own slot."""
+        regs = state.registers
+        mask, saved = regs.sgprs("mask", 2), regs.sgprs("exec_saved", 2)
+        cursor, address = regs.vgprs(f"cursor_{spec.name}"), regs.vgprs(f"slot_{spec.name}", 2)
+        carry, sink = regs.sgprs("carry", 2), regs.sgprs("carry_out", 2)
+        code = [insn("s_mov_b64", saved, "exec", origin=ORIGIN)]
+        if guard is not None:
+            code.append(insn("s_and_b64", "exec", "exec", guard, origin=ORIGIN))
+        code += [*constant(state, "cap", int(spec.cap)),
+                 insn("v_cmp_gt_u32_e64", mask, inline(state, "cap", int(spec.cap)), cursor, origin=ORIGIN),
+                 insn("v_add_u32_e32", cursor, 1, cursor, origin=ORIGIN),
+                 insn("s_and_b64", "exec", "exec", mask, origin=ORIGIN)]
+        code += [self.store(d, address, "off", off) for (d, _), off in zip(data, offsets)]
+        code += [*constant(state, "record_bytes", spec.record_bytes),
+                 insn("v_add_co_u32_e64", half(address, 0), carry, inline(state, "record_bytes", spec.record_bytes), half(address, 0), origin=ORIGIN),
+                 insn("v_addc_co_u32_e64", half(address, 1), sink, 0, half(address, 1), carry, origin=ORIGIN),
+                 insn("s_mov_b64", "exec", saved, origin=ORIGIN)]
+        return code
+
+    def exit_counts(self, state: GcnKernelState, ctx: Context) -> list[ir.Instruction]:
+        """At every s_endpgm, with the wave's launch exec: each unit's leader stores its attempt count (spec/kernel-json.md)."""
+        regs = state.registers
+        code: list[ir.Instruction] = []
+        for name in state.maps:
+            spec = ctx.probes.maps[name]
+            if spec.type != "array":
+                continue
+            state.levels.add(spec.level)
+            if spec.level == "thread":
+                code.append(insn("global_store_dword", regs.vgprs(f"count_{name}", 2), regs.vgprs(f"cursor_{name}"), "off", origin=ORIGIN))
+                continue
+            leader, saved, value = regs.sgprs("leader", 2), regs.sgprs("exec_saved", 2), regs.vgprs("count_value")
+            code += self.leader(state, spec.level, leader)
+            code += [insn("v_mov_b32_e32", value, regs.sgprs(f"cursor_{name}"), origin=ORIGIN),
+                     insn("s_and_saveexec_b64", saved, leader, origin=ORIGIN),
+                     insn("global_store_dword", regs.vgprs("zero"), value, regs.sgprs(f"count_{name}", 2), origin=ORIGIN),
+                     insn("s_mov_b64", "exec", saved, origin=ORIGIN)]
+        if code:
+            code.insert(0, insn("s_mov_b64", "exec", regs.sgprs("entry_exec", 2), origin=ORIGIN))
         return code
 
     @staticmethod

@@ -47,7 +47,7 @@ class GcnTracepointMatching:
             originals = list(ir.instructions(module.items[kernel.start:kernel.end]))
             state = GcnKernelState(kernel.name, kernel.descriptor, module.items[kernel.start], originals,
                                    registers_above(kernel.name, kernel.descriptor, originals))
-            exits = kernel_exits(originals)
+            exits = state.exits = kernel_exits(originals)
             for probe in ctx.probes.probes:
                 state.sites.extend(self.sites_of(probe, originals, exits))
             ctx.kernels[kernel.name] = state

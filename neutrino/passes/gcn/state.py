@@ -81,6 +81,8 @@ class GcnKernelState:
     maps: list[str] = attrs.Factory(list)
     levels: set[str] = attrs.Factory(set)  # levels whose unit index the lowered SAVEs need
     entry_code: list[ir.Instruction] = attrs.Factory(list)  # runs before the kernel's first instruction
+    exit_code: list[ir.Instruction] = attrs.Factory(list)  # runs before every s_endpgm, after the exit probes
+    exits: list[ir.Instruction] = attrs.Factory(list)  # the kernel's s_endpgm instructions
     params: list[dict] = attrs.Factory(list)  # kernel arguments we append
     kernarg_size: int = 0
     old_counts: dict[str, int] = attrs.Factory(dict)
