@@ -18,12 +18,11 @@ from typing import ClassVar
 import attrs
 
 from neutrino.errors import InstrumentError
-from neutrino.isa.gcn import ir, metadata
+from neutrino.isa.gcn import abi, ir, metadata
 from neutrino.passes.gcn.state import GcnKernelState, half, insn
 from neutrino.passes.manager import Context
 
 ORIGIN = "buffer-addressing"
-USER_SGPRS = (("private_segment_buffer", 4), ("dispatch_ptr", 2), ("queue_ptr", 2), ("kernarg_segment_ptr", 2))
 HIDDEN_NEEDED = ("hidden_block_count_x", "hidden_group_size_x")
 
 
@@ -61,9 +60,9 @@ class GcnBufferAddressing:
 
     def entry_code(self, state: GcnKernelState, meta: ir.Metadata, ctx: Context) -> list[ir.Instruction]:
         desc, regs = state.descriptor, state.registers
-        if not desc.get_int("user_sgpr_kernarg_segment_ptr"):
+        kernarg = abi.kernarg_pointer(desc)
+        if kernarg is None:
             raise InstrumentError(f"kernel {state.name}: takes no kernel arguments, so probes cannot be given buffers")
-        kernarg = sum(n for key, n in USER_SGPRS[:3] if desc.get_int(f"user_sgpr_{key}"))
         kptr = regs.sgprs("kernarg", 2)
         code = [insn("s_mov_b64", kptr, ir.RegRange("s", kernarg, 2, True), origin=ORIGIN)]
         if state.exit_code or any(site.kind == "exit" for site in state.sites):
@@ -92,13 +91,13 @@ class GcnBufferAddressing:
 
     @staticmethod
     def capture_ids(state: GcnKernelState, desc: ir.Descriptor) -> list[ir.Instruction]:
-        regs, system = state.registers, desc.get_int("user_sgpr_count")
+        regs = state.registers
         code = []
         for axis in "xyz":
-            if not desc.get_int(f"system_sgpr_workgroup_id_{axis}", 1 if axis == "x" else 0):
+            sgpr = abi.system_sgpr(desc, f"workgroup_id_{axis}")
+            if sgpr is None:
                 raise InstrumentError(f"kernel {state.name}: does not receive workgroup_id_{axis}; its records cannot be placed")
-            code.append(insn("s_mov_b32", regs.sgprs(f"wg_{axis}"), ir.RegRange("s", system), origin=ORIGIN))
-            system += 1
+            code.append(insn("s_mov_b32", regs.sgprs(f"wg_{axis}"), ir.RegRange("s", sgpr), origin=ORIGIN))
         code.append(insn("v_mov_b32_e32", regs.vgprs("tid_packed"), ir.RegRange("v", 0), origin=ORIGIN))
         return code
 

@@ -7,7 +7,7 @@ from typing import ClassVar
 import attrs
 
 from neutrino.errors import InstrumentError
-from neutrino.isa.gcn import ir
+from neutrino.isa.gcn import abi, ir
 from neutrino.isa.gcn.semantics import kernel_exits
 from neutrino.passes.gcn.state import ADDRESSABLE_SGPRS, GcnKernelState, GcnSite, Registers
 from neutrino.passes.manager import Context
@@ -64,14 +64,10 @@ class GcnTracepointMatching:
                 if i.mnemonic.startswith(prefixes) for s in probe.snippets()]
 
 
-SYSTEM_SGPRS = ("workgroup_id_x", "workgroup_id_y", "workgroup_id_z", "workgroup_info", "private_segment_wavefront_offset")
-
-
 def registers_above(kernel: str, desc: ir.Descriptor, originals: list[ir.Instruction]) -> Registers:
     """The first SGPR and VGPR the kernel leaves free, from its descriptor and every register its code names."""
     # SGPRs the hardware fills at launch count as the kernel's even where its code never reads them
-    launched = desc.get_int("user_sgpr_count") + sum(desc.get_int(f"system_sgpr_{k}", 1 if k == "workgroup_id_x" else 0) for k in SYSTEM_SGPRS)
-    top = {"s": max(desc.get_int("next_free_sgpr"), launched), "v": 0, "a": 0}
+    top = {"s": max(desc.get_int("next_free_sgpr"), abi.launched_sgprs(desc)), "v": 0, "a": 0}
     for insn in originals:
         for operand in insn.operands:
             for reg in ir.registers_in(operand):
