@@ -236,3 +236,22 @@ def test_cli_instruments_gcn(tmp_path, capsys):
     assert "nt_map_gmem_bytes" in out.read_text() and '"isa": "gcn"' in info.read_text()
     assert main(["print", str(path)]) == 0
     assert capsys.readouterr().out == path.read_text()
+
+
+def test_hostile_dsl_refused_for_gcn_too():
+    """The frontend refuses what it refuses whatever the backend: a loop is no probe."""
+    from neutrino.language import compile_source
+    from neutrino.language.errors import DslError
+
+    src = '''
+from neutrino import probe
+import neutrino.language as nl
+
+@probe(pos="kernel", level="thread", before=True)
+def spin():
+    while True:
+        pass
+'''
+    with pytest.raises(DslError) as e:
+        compile_source(src, "spin.py", backend="gcn")
+    assert "spin.py:7:" in str(e.value)

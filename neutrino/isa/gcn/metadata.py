@@ -17,10 +17,12 @@ from neutrino.isa.gcn import ir
 def kernel_span(meta: ir.Metadata, kernel: str) -> tuple[int, int]:
     """[start, end) of the lines of `kernel`'s item in amdhsa.kernels."""
     starts = [i for i, line in enumerate(meta.lines) if line.startswith("  - ")]
-    top = next((i for i, line in enumerate(meta.lines) if i > (starts[0] if starts else 0) and re.match(r"^\S", line)), len(meta.lines))
+    first = starts[0] if starts else 0
+    top = next((i for i, line in enumerate(meta.lines) if i > first and line[:1] not in (" ", "")), len(meta.lines))
+    wanted = [".name:", kernel]
     for n, start in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else top
-        if any(re.match(rf"^\s+\.name:\s+{re.escape(kernel)}\s*$", line) for line in meta.lines[start:end]):
+        if any(line.startswith(("    .name:", "  - .name:")) and line.split()[-2:] == wanted for line in meta.lines[start:end]):
             return start, end
     raise InstrumentError(f"kernel {kernel}: not found in the code object's metadata")
 
@@ -39,10 +41,12 @@ def arguments(meta: ir.Metadata, kernel: str) -> list[dict[str, str]]:
 
 def set_key(meta: ir.Metadata, kernel: str, key: str, value: int | str) -> None:
     start, end = kernel_span(meta, kernel)
+    heads = (f"  - .{key}:", f"    .{key}:")
     for i in range(start, end):
-        m = re.match(rf"^(  - |    )\.{re.escape(key)}:(\s+)\S.*$", meta.lines[i])
-        if m:
-            meta.lines[i] = f"{m.group(1)}.{key}:{m.group(2)}{value}"
+        line = meta.lines[i]
+        if line.startswith(heads):
+            head, rest = line.split(":", 1)
+            meta.lines[i] = f"{head}:{rest[:len(rest) - len(rest.lstrip())]}{value}"
             return
 
 
@@ -58,3 +62,13 @@ def append_arguments(meta: ir.Metadata, kernel: str, new: list[dict[str, str]]) 
             lead = "      - " if n == 0 else "        "
             lines.append(f"{lead}.{key}:".ljust(24) + f"{arg[key]}" if len(f"{lead}.{key}:") < 24 else f"{lead}.{key}: {arg[key]}")
     meta.lines[last + 1:last + 1] = lines
+
+
+def get_int(meta: ir.Metadata, kernel: str, key: str) -> int | None:
+    """An integer key of the kernel's item (`sgpr_count`), or None."""
+    start, end = kernel_span(meta, kernel)
+    heads = (f"  - .{key}:", f"    .{key}:")
+    for line in meta.lines[start:end]:
+        if line.startswith(heads):
+            return int(line.split(":", 1)[1])
+    return None

@@ -202,12 +202,7 @@ class GcnBufferAddressing:
 
 
 def _meta_value(meta: ir.Metadata, kernel: str, key: str) -> int | None:
-    start, end = metadata.kernel_span(meta, kernel)
-    for line in meta.lines[start:end]:
-        stripped = line[4:] if line.startswith(("  - ", "    ")) else ""
-        if stripped.startswith(key + ":"):
-            return int(stripped.split(":", 1)[1])
-    return None
+    return metadata.get_int(meta, kernel, key.lstrip("."))
 
 
 def splice(module: ir.Module, ctx: Context) -> None:
