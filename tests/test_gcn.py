@@ -117,6 +117,8 @@ HOSTILE = [
     ('v_mov_b32_e32 %nope, 0', "undeclared register %nope"),
     ('v_mov_b32_e32 BYTES, 0', "BYTES is read-only"),
     ('s_setreg_b32 hwreg(HW_REG_MODE), %s', "not allowed in probes"),
+    ('v_add_u32_e64 %x, -%x, 1', "take no operand modifiers"),
+    ('v_add_u32_e64 %x, v[0:1], 1', "physical register v[0:1]"),
 ]
 
 

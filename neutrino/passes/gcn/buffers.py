@@ -24,6 +24,7 @@ from neutrino.passes.manager import Context
 
 ORIGIN = "buffer-addressing"
 HIDDEN_NEEDED = ("hidden_block_count_x", "hidden_group_size_x")
+UNIFIED_VGPRS = 512  # gfx90a/gfx94x: arch VGPRs and AGPRs share one file of 512 per wave
 
 
 @attrs.frozen
@@ -193,6 +194,9 @@ class GcnBufferAddressing:
             new_vgpr = new_accum + agprs if agprs else max(old_vgpr, regs.next_v)
         else:
             new_vgpr = max(old_vgpr, regs.next_v)
+        if new_vgpr > UNIFIED_VGPRS:
+            raise InstrumentError(f"kernel {state.name}: the probes need {new_vgpr} VGPRs with its AGPRs, more than "
+                                  f"the {UNIFIED_VGPRS} a wave can have")
         desc.set("next_free_vgpr", new_vgpr)
         for key in ("sgpr_count", "vgpr_count"):
             old = next((a for a in [_meta_value(meta, state.name, "." + key)] if a is not None), None)

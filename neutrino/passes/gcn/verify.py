@@ -74,6 +74,8 @@ def check_instruction(probe_file: ProbeFile, probe: str, insn: ir.Instruction) -
             out.append(error(f"unknown helper {operand.name}", operand.name))
         elif kind is ir.Text and index in defs:
             out.append(error(f"{operand} cannot be written", str(operand)))
+        elif kind is ir.Text and "%" in operand.text:
+            out.append(error(f"{operand}: probe registers take no operand modifiers (neg, abs, sext)", str(operand)))
         elif kind is ir.Text and list(ir.registers_in(operand)):
             out.append(error(f"physical register in {operand}: probes name their own registers", str(operand)))
     return out
