@@ -257,3 +257,24 @@ def spin():
     with pytest.raises(DslError) as e:
         compile_source(src, "spin.py", backend="gcn")
     assert "spin.py:7:" in str(e.value)
+
+
+def test_kernel_selection_and_unknown_kernel():
+    probes = load_probes("gmem_bytes", isa="gcn")
+    path = next(p for p in CORPUS if p.name == "atomics.gfx90a.s")
+    assert list(instrument_gcn(path.read_text(), probes, kernel="atomics").kernels) == ["atomics"]
+    with pytest.raises(InstrumentError, match="no kernel named 'nope' \\(kernels: atomics\\)"):
+        instrument_gcn(path.read_text(), probes, kernel="nope")
+
+
+def test_skipped_after_branch_and_scc_kept():
+    probes = parse_probes('[p]\nposition = "s_cbranch:global_load"\nafter = """\n.reg .s32 %n\ns_add_u32 %n, %n, 1\n"""\n',
+                          "p.toml", isa="gcn")
+    path = next(p for p in CORPUS if p.name == "loop_sum.gfx90a.s")
+    result = instrument_gcn(path.read_text(), probes)
+    info = next(iter(result.kernels.values()))
+    assert info["skipped"] and all("after a branch" in s["reason"] for s in info["skipped"])
+    lines = result.ptx.splitlines()
+    at = next(i for i, line in enumerate(lines) if "s_add_u32" in line and "s[" not in line and line.strip().startswith("s_add_u32 s"))
+    # the probe's SALU add sits between SCC's save and its restore
+    assert lines[at - 1].strip().startswith("s_cselect_b32") and lines[at + 1].strip().startswith("s_cmp_lg_u32")

@@ -328,9 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     except NeutrinoError as e:
         print(f"neutrino: {e}", file=sys.stderr)
         return 2
-    hook = start(probes, args.tracedir, target=args.arch, kernels=frozenset(args.kernel) if args.kernel else None)  # noqa: F841 - keeps the callbacks alive
+    hook = start(probes, args.tracedir, target=args.arch, kernels=frozenset(args.kernel) if args.kernel else None)
     sys.argv = [args.script, *args.args]
-    runpy.run_path(args.script, run_name="__main__")
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    finally:
+        hook.trace.close()  # the hook (and its callbacks) lives until here
     return 0
 
 
