@@ -510,11 +510,11 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str |
     pos = line_pos = scanner.pos
     line = scanner.line_of(pos)
     for token in BODY_TOKEN_RE.finditer(text, pos):
-        if token.start() != pos:  # the regex skipped text it does not know
+        first, end = token.span()
+        if first != pos:  # the regex skipped text it does not know
             break
         kind = token.lastindex
         start = token.start(kind)
-        end = token.end()
         line += text.count("\n", line_pos, start)
         line_pos = start
         if kind == INSN:
