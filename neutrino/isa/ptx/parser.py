@@ -510,18 +510,19 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str |
     pos = line_pos = scanner.pos
     line = scanner.line_of(pos)
     for token in BODY_TOKEN_RE.finditer(text, pos):
-        first, end = token.span()
-        if first != pos:  # the regex skipped text it does not know
+        if token.start() != pos:  # the regex skipped text it does not know
             break
         kind = token.lastindex
         start = token.start(kind)
+        written = token[0]
+        end = pos + len(written)
         line += text.count("\n", line_pos, start)
         line_pos = start
         if kind == INSN:
             negated, guard_name, opcode_text, operand_text = token.group(*INSN_PARTS)
             if not lazy or (operand_text and opcode_text == "SAVE"):
                 stmt = parse_instruction(token.group(kind), scanner, start)
-                stmt.written = text[pos:end]
+                stmt.written = written
                 append(stmt)
                 pos = end
                 continue
@@ -534,11 +535,11 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str |
             if opcode is None:
                 opcode = opcodes[opcode_text] = ir.opcode(opcode_text)
             if not operand_text:
-                append(ir.Instruction(opcode, (), guard, line, None, None, text[pos:end]))
+                append(ir.Instruction(opcode, (), guard, line, None, None, written))
             else:
                 if "\n" in operand_text:
                     operand_text = " ".join(operand_text.split())
-                append(ir.Instruction(opcode, None, guard, line, None, operand_text, text[pos:end]))
+                append(ir.Instruction(opcode, None, guard, line, None, operand_text, written))
             pos = end
             continue
         if kind == CLOSE:
@@ -562,7 +563,7 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str |
             if DIRECTIVE_WORD_RE.match(directive).group(0) in CAREFUL_DIRECTIVES:
                 break  # a malformed .reg, or a line directive that did not end at its line
             stmt = ir.Directive(" ".join(directive.split()) + ";", line)
-        stmt.written = text[pos:end]
+        stmt.written = written
         append(stmt)
         pos = end
     scanner.pos = pos
