@@ -98,17 +98,15 @@ LAZY_OPERANDS_RE = _lazy_operands_re()
 # takes the careful path. Names here are looser than the ISA's grammar where
 # that is cheaper for the regex engine (measured with callgrind); the loop
 # below sends the few names the grammar refuses to the careful path. An
-# instruction whose operands fit the lazy grammar is split by this one match;
-# it breaks lines only before it or inside its operands (others take the `stmt`
-# branch), so that its line number is counted from its spelling alone.
+# instruction whose operands fit the lazy grammar is split by this one match.
 BODY_TOKEN_RE = re.compile(
     r"""\s*(?:
       (?P<comment>//[^\n]*)
     | (?P<close>\})
-    | (?P<insn>(?:@(?P<negated>!?)(?P<guard>%[A-Za-z0-9_$]+|[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)[^\S\n]+)?
-        (?P<opcode>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:[^\S\n]+(?P<operands>"""
+    | (?P<insn>(?:@(?P<negated>!?)(?P<guard>%[A-Za-z0-9_$]+|[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)\s+)?
+        (?P<opcode>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:\s+(?P<operands>"""
     + LAZY_OPERANDS_RE.pattern
-    + r"""))?)[^\S\n]*;
+    + r"""))?)\s*;
     | (?P<label>[A-Za-z_$%][A-Za-z0-9_$]*)\s*:(?!:)
     | (?P<linedir>\.(?:loc|file)(?![A-Za-z0-9_$])[^\n/"]*)(?://[^\n]*)?(?=\n|$)
     | (?P<reg>\.reg(?![A-Za-z0-9_$])[^;{}"/]*);
@@ -509,20 +507,21 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str |
     append = body.append
     lazy = scanner.lazy
     opcodes, guards = scanner.opcodes, scanner.guards
-    pos = scanner.pos
-    line = scanner.line_of(pos)  # the line `pos` is on
+    pos = line_pos = scanner.pos
+    line = scanner.line_of(pos)
     for token in BODY_TOKEN_RE.finditer(text, pos):
         if token.start() != pos:  # the regex skipped text it does not know
             break
         kind = token.lastindex
+        start = token.start(kind)
         written = token[0]
         end = pos + len(written)
+        line += text.count("\n", line_pos, start)
+        line_pos = start
         if kind == INSN:
             negated, guard_name, opcode_text, operand_text = token.group(*INSN_PARTS)
-            line += written.count("\n")  # now the line the instruction ends on
-            start_line = line - operand_text.count("\n") if operand_text and "\n" in operand_text else line
             if not lazy or (operand_text and opcode_text == "SAVE"):
-                stmt = parse_instruction(token.group(kind), scanner, token.start(kind))
+                stmt = parse_instruction(token.group(kind), scanner, start)
                 stmt.written = written
                 append(stmt)
                 pos = end
@@ -536,28 +535,25 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str |
             if opcode is None:
                 opcode = opcodes[opcode_text] = ir.opcode(opcode_text)
             if not operand_text:
-                append(ir.Instruction(opcode, (), guard, start_line, None, None, written))
+                append(ir.Instruction(opcode, (), guard, line, None, None, written))
             else:
                 if "\n" in operand_text:
                     operand_text = " ".join(operand_text.split())
-                append(ir.Instruction(opcode, None, guard, start_line, None, operand_text, written))
+                append(ir.Instruction(opcode, None, guard, line, None, operand_text, written))
             pos = end
             continue
-        start = token.start(kind)
         if kind == CLOSE:
             scanner.pos = end
             return text[pos:start]
-        start_line = line + text.count("\n", pos, start)
-        line += written.count("\n")
         if kind == LINEDIR:
-            stmt = ir.Directive(token.group(kind).rstrip(), start_line)
+            stmt = ir.Directive(token.group(kind).rstrip(), line)
         elif kind == COMMENT:
-            stmt = ir.Comment(token.group(kind), start_line)
+            stmt = ir.Comment(token.group(kind), line)
         elif kind == LABEL:
             name = token.group(kind)
             if name in ("_", "$", "%"):
                 break  # not an identifier: the careful path reports it
-            stmt = ir.Label(name, start_line)
+            stmt = ir.Label(name, line)
         elif kind == STMT:
             stmt = parse_instruction(token.group(kind), scanner, start)
         elif kind == REG:
@@ -566,7 +562,7 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str |
             directive = token.group(kind)
             if DIRECTIVE_WORD_RE.match(directive).group(0) in CAREFUL_DIRECTIVES:
                 break  # a malformed .reg, or a line directive that did not end at its line
-            stmt = ir.Directive(" ".join(directive.split()) + ";", start_line)
+            stmt = ir.Directive(" ".join(directive.split()) + ";", line)
         stmt.written = written
         append(stmt)
         pos = end
