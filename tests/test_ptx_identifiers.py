@@ -36,9 +36,13 @@ def roundtrips(text: str) -> ir.Module:
     module = parse_module(text, "k.ptx")
     assert parse_module(text, "k.ptx", lazy=False).structure() == module.structure()
     printed = print_module(module)
-    again = parse_module(printed)
+    assert printed == text
+    for stmt in (s for f in module.functions() for _, _, s in ir.walk(f.body or [])):
+        ir.drop_spelling(stmt)  # as if every statement were edited: the canonical forms
+    canonical = print_module(module)
+    again = parse_module(canonical)
     assert again.structure() == module.structure()
-    assert print_module(again) == printed
+    assert print_module(again) == canonical
     return module
 
 
@@ -163,7 +167,7 @@ def test_tokens_need_no_spacing():
     assert decls[-1].type == "v2 f32"
     load = instruction(module, "ld.global.v2.b32")
     assert load.operands[0] == ir.Vector((ir.Register("%r1"), ir.Register("%r2")))
-    assert "ld.global.v2.b32 \t{%r1, %r2}, [%rd2];" in print_module(module)
+    assert "ld.global.v2.b32 \t{%r1, %r2}, [%rd2];" in print_module(module)  # roundtrips() dropped the spellings
     assembles_probed(text)
 
 
@@ -282,7 +286,7 @@ def test_pruning_lineinfo_keeps_the_strings_that_loc_names():
         module = parse_module(pruned)
         assert [f.name for f in module.entries()] == [entry]
         assert "function_name $L__info_string0" in pruned  # inlining info kept ...
-        assert ".section .debug_str" in pruned  # ... with what defines its labels
+        assert re.search(r"\.section\s+\.debug_str", pruned)  # ... with what defines its labels, as written
         if HAVE_PTXAS:
             ptxas(pruned)
 

@@ -27,6 +27,8 @@ import pytest
 from neutrino.engine import instrument
 from neutrino.errors import NeutrinoError
 from neutrino.isa.ptx import parse_module, print_module
+from neutrino.passes import PassManager
+from neutrino.passes.manager import Context
 from neutrino.probefile import load_probes
 
 from helpers import DATA, HAVE_PTXAS, assert_keeps_original
@@ -56,15 +58,10 @@ COUNTING_REWRITE = "class 4: counting variant rewrites an instruction into illeg
 OLD_TARGET = "class 5: probe code newer than .version/.target, or ptxas flags"
 LINEINFO_PRUNE = "class 6: pruning drops debug sections the kept code needs (.loc function_name, .target debug)"
 HELPER_TYPES = "class 7: helper operands typed wrongly (u64/u32 instead of the site's type; packed bf16x2 read as 16-bit)"
-NOT_EXACT = "printer is not the exact inverse of the parser (whitespace, blank lines, trailing comments of .loc)"
 OTHER = "unclassified: see tests/realworld_src/census.py"
 THEN = "; behind it, "  # FIRST + THEN + NEXT: fails at FIRST today, at NEXT once FIRST is fixed
 
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    # The printer normalises blank lines, indentation and .loc trailing comments: the
-    # round trip is structural and idempotent (tests/test_ptx_roundtrip.py), not byte-exact.
-    ("*", "roundtrip"): NOT_EXACT,
-}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 
 def known_failure(fid: str, check: str) -> str | None:
@@ -266,16 +263,23 @@ def test_prints_back_the_same_structure(path, check):
 
 @pytest.mark.parametrize("path,check", cases(["roundtrip"]))
 def test_round_trips_exactly(path, check):
+    """Byte for byte, and again after a pipeline of no passes."""
     text = path.read_text()
-    printed = print_module(parse_module(text, str(path)))
+    module = parse_module(text, str(path))
+    assert_same_text(print_module(module), text)
+    PassManager([]).run(module, Context(probes_for(PRUNE_TOOL)))
+    assert_same_text(print_module(module), text)
+
+
+def assert_same_text(printed: str, text: str) -> None:
     if printed == text:
         return
     # Name the first difference; never let pytest diff megabytes of text.
-    got, want = printed.splitlines(), text.splitlines()
+    got, want = printed.splitlines(keepends=True), text.splitlines(keepends=True)
     for number, (a, b) in enumerate(zip(got, want), 1):
         if a != b:
             pytest.fail(f"first difference at line {number}: printed {a!r}, source {b!r}")
-    pytest.fail(f"{len(got)} printed lines vs {len(want)} source lines, or line endings differ")
+    pytest.fail(f"{len(got)} printed lines vs {len(want)} source lines")
 
 
 @pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not on PATH")

@@ -567,11 +567,13 @@ def _clone_body(body: list[ir.Statement]) -> list[ir.Statement]:
         kind = type(stmt)
         if kind is ir.Instruction:
             # the stored operands (None while unparsed) and their text, not the parsing property
-            append(ir.Instruction(stmt.opcode, stmt._operands, stmt.guard, stmt.line, stmt.origin, stmt.source_operands))
+            append(ir.Instruction(
+                stmt.opcode, stmt._operands, stmt.guard, stmt.line, stmt.origin, stmt.source_operands, stmt.written, stmt.leading
+            ))
         elif kind is ir.Scope:
-            append(ir.Scope(_clone_body(stmt.body), stmt.line))
+            append(ir.Scope(_clone_body(stmt.body), stmt.line, stmt.leading, stmt.closing))
         elif kind is ir.RegDecl:
-            append(ir.RegDecl(stmt.type, stmt.names, stmt.count, stmt.line, stmt.origin))
+            append(ir.RegDecl(stmt.type, stmt.names, stmt.count, stmt.line, stmt.origin, stmt.written, stmt.leading))
         else:
             append(copy.copy(stmt))
     return out

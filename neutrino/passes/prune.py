@@ -145,7 +145,7 @@ def _drop_sections(items: list[ir.TopLevel], sections: list[ir.Directive], symbo
             continue
         if dropped and isinstance(item, ir.Directive) and item.text.startswith(".target") and "debug" in item.text:
             words = [w.strip() for w in item.text[len(".target") :].split(",")]
-            item = ir.Directive(".target " + ", ".join(w for w in words if w != "debug"), item.line)
+            ir.edit(item, text=".target " + ", ".join(w for w in words if w != "debug"))
         out.append(item)
     for function in kept_functions:
         _drop_dangling_loc_attributes(function.body, defined)
@@ -154,13 +154,13 @@ def _drop_sections(items: list[ir.TopLevel], sections: list[ir.Directive], symbo
 
 def _drop_dangling_loc_attributes(body: list[ir.Statement], defined: set[str]) -> None:
     """`.loc` lines keep `function_name`/`inlined_at` only when the labels they name are still defined."""
-    for index, stmt in enumerate(body):
+    for stmt in body:
         kind = type(stmt)
         if kind is ir.Directive and stmt.text.startswith(".loc") and "," in stmt.text:
             m = LOC_ATTRIBUTES.match(stmt.text)
             labels = set(NAME.findall(stmt.text.split(",", 1)[1])) - {"function_name", "inlined_at"}
             if m and not labels <= defined:
-                body[index] = ir.Directive(m.group(1), stmt.line)
+                ir.edit(stmt, text=m.group(1))
         elif kind is ir.Scope:
             _drop_dangling_loc_attributes(stmt.body, defined)
 

@@ -98,7 +98,7 @@ class TargetFitting:
                         f"{module.source}:{insn.line}: error: the probes need {need}, but this module's .version "
                         f"{module.version} cannot be raised to {need.version_text}: {retired}"
                     )
-        directive.text = directive.text.replace(module.version, need.version_text, 1)
+        ir.edit(directive, text=directive.text.replace(module.version, need.version_text, 1))
 
 
 def probe_target_problems(ctx: Context, probe_names: set[str], target_text: str, target: int) -> list[Diagnostic]:

@@ -5,6 +5,15 @@ Statements (instructions, labels, declarations) are mutable and compared by
 identity: two `add` instructions with the same text are still two
 instructions. `structure()` gives a value-comparable picture of a whole module,
 which is what the round-trip tests compare.
+
+Trivia, as in LibCST: every parsed statement keeps its spelling, `written`,
+the whitespace before it and the statement exactly as it stood in the source;
+bodies keep the whitespace before their `}` (`closing`) and the module the
+text after its last item (`trailing`). The printer writes `written` as is, so
+an untouched module prints back byte for byte. Edits go through `edit` (or the
+`operands` setter), which drops `written` and keeps only the whitespace before
+the statement (`leading`): an edited or inserted statement prints in canonical
+form.
 """
 
 from __future__ import annotations
@@ -351,6 +360,8 @@ class Instruction:
     line: int = 0  # source line (1-based) where parsed; 0 when inserted
     origin: str | None = None  # who inserted it: "probe NAME" / pass name; None = original
     source_operands: str | None = attrs.field(default=None, repr=False)
+    written: str | None = attrs.field(default=None, repr=False)  # whitespace before + the statement as written
+    leading: str | None = attrs.field(default=None, repr=False)  # the whitespace before, once edited
 
     @property
     def operands(self) -> tuple[Operand, ...]:
@@ -364,6 +375,8 @@ class Instruction:
     def operands(self, value: tuple[Operand, ...]) -> None:
         self._operands = value
         self.source_operands = None  # the text no longer describes the operands
+        if self.written is not None:
+            drop_spelling(self)
 
     def symbol_names(self) -> Iterator[str]:
         """Names of the symbols (variables, functions, labels, params) the operands mention."""
@@ -382,6 +395,8 @@ class Instruction:
 class Label:
     name: str
     line: int = 0
+    written: str | None = attrs.field(default=None, repr=False)
+    leading: str | None = attrs.field(default=None, repr=False)
 
     def key(self) -> tuple:
         return ("label", self.name)
@@ -396,6 +411,8 @@ class RegDecl:
     count: int | None = None  # parameterized form %name<count>
     line: int = 0
     origin: str | None = None
+    written: str | None = attrs.field(default=None, repr=False)
+    leading: str | None = attrs.field(default=None, repr=False)
 
     def declared(self) -> Iterator[str]:
         if self.count is None:
@@ -412,8 +429,10 @@ class RegDecl:
 class Directive:
     """A directive or declaration we keep verbatim (`.loc`, `.pragma`, `.shared` vars)."""
 
-    text: str
+    text: str  # words joined by one space: what passes read; `written` has the spelling
     line: int = 0
+    written: str | None = attrs.field(default=None, repr=False)
+    leading: str | None = attrs.field(default=None, repr=False)
 
     def key(self) -> tuple:
         return ("dir", self.text)
@@ -423,6 +442,8 @@ class Directive:
 class Comment:
     text: str  # with its // or /* */ markers
     line: int = 0
+    written: str | None = attrs.field(default=None, repr=False)
+    leading: str | None = attrs.field(default=None, repr=False)
 
     def key(self) -> tuple:
         return ("comment", self.text)
@@ -434,6 +455,9 @@ class Scope:
 
     body: list["Statement"] = attrs.Factory(list)
     line: int = 0
+    leading: str | None = attrs.field(default=None, repr=False)  # the whitespace before '{'
+    closing: str | None = attrs.field(default=None, repr=False)  # the whitespace before '}'
+    written = None  # a scope has no spelling of its own: its braces print with its body
 
     def key(self) -> tuple:
         return ("scope", tuple(s.key() for s in self.body))
@@ -462,12 +486,18 @@ class Function:
     directives: list[str] = attrs.Factory(list)  # .reqntid 128, .maxnreg 32, ...
     body: list[Statement] | None = None  # None: a declaration (prototype)
     line: int = 0
+    # The head as written, from the whitespace before it to its '{' (or ';'), and the
+    # `head_key()` it was written for: passes change heads in place (a parameter
+    # appended), so the printer compares keys rather than trusting every edit to say so.
+    written_head: str | None = attrs.field(default=None, repr=False)
+    written_key: tuple | None = attrs.field(default=None, repr=False)
+    closing: str | None = attrs.field(default=None, repr=False)  # the whitespace before the body's '}'
 
     @property
     def is_entry(self) -> bool:
         return self.kind == "entry"
 
-    def key(self) -> tuple:
+    def head_key(self) -> tuple:
         return (
             "function",
             self.kind,
@@ -476,8 +506,11 @@ class Function:
             None if self.returns is None else tuple(p.text for p in self.returns),
             None if self.params is None else tuple(p.text for p in self.params),
             tuple(self.directives),
-            None if self.body is None else tuple(s.key() for s in self.body),
+            self.body is None,
         )
+
+    def key(self) -> tuple:
+        return (*self.head_key()[:-1], None if self.body is None else tuple(s.key() for s in self.body))
 
 
 TopLevel = Union[Function, Directive, Comment]
@@ -487,6 +520,7 @@ TopLevel = Union[Function, Directive, Comment]
 class Module:
     items: list[TopLevel] = attrs.Factory(list)
     source: str = "<ptx>"
+    trailing: str | None = attrs.field(default=None, repr=False)  # the text after the last item
 
     def functions(self) -> list[Function]:
         return [i for i in self.items if isinstance(i, Function)]
@@ -522,6 +556,37 @@ class Module:
 
     def structure(self) -> tuple:
         return tuple(item.key() for item in self.items)
+
+
+# ---------------------------------------------------------------- editing
+
+_LEADING_SPACE = re.compile(r"\s*")
+
+
+def leading_space(written: str) -> str:
+    """The whitespace a spelling starts with: what stood between the statement and the one before."""
+    return _LEADING_SPACE.match(written).group(0)
+
+
+def drop_spelling(stmt: Statement) -> None:
+    """The statement no longer prints as written; it keeps the whitespace before it."""
+    written = stmt.written
+    if written is not None:
+        stmt.leading = leading_space(written)
+        stmt.written = None
+
+
+def edit(stmt: Statement, **changes) -> Statement:
+    """Change fields of a parsed statement (`edit(directive, text=...)`): the rewriter's one way in.
+
+    The statement then prints in canonical form, where the whitespace before it
+    is kept; the rest of the module still prints as written. Assigning fields
+    directly would leave the old spelling in place.
+    """
+    for name, value in changes.items():
+        setattr(stmt, name, value)
+    drop_spelling(stmt)
+    return stmt
 
 
 # ---------------------------------------------------------------- walking

@@ -100,7 +100,7 @@ LAZY_OPERANDS_RE = _lazy_operands_re()
 # below sends the few names the grammar refuses to the careful path. An
 # instruction whose operands fit the lazy grammar is split by this one match.
 BODY_TOKEN_RE = re.compile(
-    r"""(?:
+    r"""\s*(?:
       (?P<comment>//[^\n]*)
     | (?P<close>\})
     | (?P<insn>(?:@(?P<negated>!?)(?P<guard>%[A-Za-z0-9_$]+|[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)\s+)?
@@ -112,7 +112,7 @@ BODY_TOKEN_RE = re.compile(
     | (?P<reg>\.reg(?![A-Za-z0-9_$])[^;{}"/]*);
     | (?P<directive>\.[A-Za-z_][^;{}"/]*);
     | (?P<stmt>[^;{}"/.\s][^;{}"/]*(?:\{[^;{}"/]*\}[^;{}"/]*)*);
-    )\s*""",  # whitespace after a statement, so that the next one starts where this match ends
+    )""",  # whitespace before a statement, so that a match is the statement's spelling (`written`)
     re.X,
 )
 _TOKEN = BODY_TOKEN_RE.groupindex
@@ -320,22 +320,32 @@ def parse_module(text: str, source: str = "<ptx>", lazy: bool = True) -> ir.Modu
     check_nesting(scanner, text)
     module = ir.Module(source=source)
     while True:
+        space = scanner.pos  # an item's spelling starts with the whitespace before it
         scanner.skip_space()
         if scanner.at_end():
+            module.trailing = text[space:]
             return module
         pos = scanner.pos
-        line = scanner.line_of(pos)
-        comment = scanner.read_comment()
-        if comment is not None:
-            module.items.append(ir.Comment(comment, line))
-            continue
-        word = WORD_RE.match(text, pos)
-        if word and word.group(0) in LINE_DIRECTIVES:
-            module.items.append(ir.Directive(scanner.read_line(), line))
-        elif word and word.group(0) == ".section":
-            module.items.append(ir.Directive(parse_section(scanner), line))
+        item = _top_level_item(scanner)
+        if type(item) is ir.Function:
+            item.written_head = text[space:pos] + item.written_head
         else:
-            module.items.append(parse_declaration(scanner))
+            item.written = text[space : scanner.pos]
+        module.items.append(item)
+
+
+def _top_level_item(scanner: Scanner) -> ir.TopLevel:
+    pos = scanner.pos
+    line = scanner.line_of(pos)
+    comment = scanner.read_comment()
+    if comment is not None:
+        return ir.Comment(comment, line)
+    word = WORD_RE.match(scanner.text, pos)
+    if word and word.group(0) in LINE_DIRECTIVES:
+        return ir.Directive(scanner.read_line(), line)
+    if word and word.group(0) == ".section":
+        return ir.Directive(parse_section(scanner), line)
+    return parse_declaration(scanner)
 
 
 def parse_section(scanner: Scanner) -> str:
@@ -392,12 +402,16 @@ def parse_function(scanner: Scanner) -> ir.Function:
     )
     if stop == ";":
         scanner.pos += 1
+        function.written_head = scanner.text[start : scanner.pos]
+        function.written_key = function.head_key()
         return function
     if stop != "{":
         raise scanner.error(start, f"function {name} has no body")
     scanner.pos += 1
+    function.written_head = scanner.text[start : scanner.pos]
     scanner.plain_registers = False
-    function.body = parse_body(scanner, start)
+    function.body, function.closing = parse_body(scanner, start)
+    function.written_key = function.head_key()
     if scanner.plain_registers:
         bind_plain_registers(function.body)
     return function
@@ -427,72 +441,90 @@ def split_perf_directives(text: str) -> list[str]:
 # ---------------------------------------------------------------- bodies
 
 
-def parse_body(scanner: Scanner, open_pos: int) -> list[ir.Statement]:
+def parse_body(scanner: Scanner, open_pos: int) -> tuple[list[ir.Statement], str]:
+    """The statements up to the '}' that closes the body, and the whitespace before that '}'."""
     body: list[ir.Statement] = []
+    text = scanner.text
     while True:
-        if _read_common_statements(scanner, body):
-            return body
+        closing = _read_common_statements(scanner, body)
+        if closing is not None:
+            return body, closing
+        space = scanner.pos  # the statement's spelling starts with the whitespace before it
         scanner.skip_space()
         if scanner.at_end():
             raise scanner.error(open_pos, "'{' is never closed")
         pos = scanner.pos
-        line = scanner.line_of(pos)
-        comment = scanner.read_comment()
-        if comment is not None:
-            body.append(ir.Comment(comment, line))
-            continue
         c = scanner.peek()
         if c == "}":
             scanner.pos += 1
-            return body
+            return body, text[space:pos]
         if c == "{":
+            line = scanner.line_of(pos)
             scanner.pos += 1
-            body.append(ir.Scope(parse_body(scanner, pos), line))
+            inner, closing = parse_body(scanner, pos)
+            body.append(ir.Scope(inner, line, leading=text[space:pos], closing=closing))
             continue
-        if c == ".":
-            body.append(parse_body_directive(scanner))
-            continue
-        label = LABEL_RE.match(scanner.text, pos)
-        if label:
-            scanner.pos = label.end()
-            body.append(ir.Label(label.group(1), line))
-            continue
-        fast = FAST_STATEMENT_RE.match(scanner.text, pos)
-        if fast:
-            text = fast.group(1)
-            scanner.pos = fast.end()
-        else:
-            text, stop = scanner.read_until(";}", nest=True)
-            if stop != ";":
-                raise scanner.error(pos, "instruction is missing its ';'")
-            scanner.pos += 1
-        body.append(parse_instruction(text, scanner, pos))
+        stmt = _careful_statement(scanner)
+        stmt.written = text[space : scanner.pos]
+        body.append(stmt)
 
 
-def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> bool:
-    """Reads statements of the common shapes, one regex match each; True after the body's '}'.
+def _careful_statement(scanner: Scanner) -> ir.Statement:
+    """One statement of a shape the body regex does not take, from `scanner.pos`."""
+    pos = scanner.pos
+    line = scanner.line_of(pos)
+    comment = scanner.read_comment()
+    if comment is not None:
+        return ir.Comment(comment, line)
+    if scanner.peek() == ".":
+        return parse_body_directive(scanner)
+    label = LABEL_RE.match(scanner.text, pos)
+    if label:
+        scanner.pos = label.end()
+        return ir.Label(label.group(1), line)
+    fast = FAST_STATEMENT_RE.match(scanner.text, pos)
+    if fast:
+        text = fast.group(1)
+        scanner.pos = fast.end()
+    else:
+        text, stop = scanner.read_until(";}", nest=True)
+        if stop != ";":
+            raise scanner.error(pos, "instruction is missing its ';'")
+        scanner.pos += 1
+    return parse_instruction(text, scanner, pos)
+
+
+def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str | None:
+    """Reads statements of the common shapes, one regex match each; after the body's '}', the whitespace before it.
 
     Stops at the first statement the body regex does not take (a gap before the
-    next match, or a directive that needs care), leaving `scanner.pos` there for
-    the careful path. This loop is most of the parser's time, hence its inlining.
+    next match, or a directive that needs care), leaving `scanner.pos` where the
+    whitespace before it starts, for the careful path. Each match is the
+    whitespace before a statement and the statement: its `written`. This loop
+    is most of the parser's time, hence its inlining.
     """
     text = scanner.text
     append = body.append
     lazy = scanner.lazy
     opcodes, guards = scanner.opcodes, scanner.guards
-    pos = line_pos = SPACE_RE.match(text, scanner.pos).end()
+    pos = line_pos = scanner.pos
     line = scanner.line_of(pos)
     for token in BODY_TOKEN_RE.finditer(text, pos):
         if token.start() != pos:  # the regex skipped text it does not know
             break
         kind = token.lastindex
-        line += text.count("\n", line_pos, pos)
-        line_pos = pos
+        start = token.start(kind)
+        written = token[0]
+        end = pos + len(written)
+        line += text.count("\n", line_pos, start)
+        line_pos = start
         if kind == INSN:
             negated, guard_name, opcode_text, operand_text = token.group(*INSN_PARTS)
             if not lazy or (operand_text and opcode_text == "SAVE"):
-                append(parse_instruction(token.group(kind), scanner, pos))
-                pos = token.end()
+                stmt = parse_instruction(token.group(kind), scanner, start)
+                stmt.written = written
+                append(stmt)
+                pos = end
                 continue
             guard = None
             if guard_name:
@@ -503,35 +535,39 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> bool:
             if opcode is None:
                 opcode = opcodes[opcode_text] = ir.opcode(opcode_text)
             if not operand_text:
-                append(ir.Instruction(opcode, (), guard, line))
+                append(ir.Instruction(opcode, (), guard, line, None, None, written))
             else:
                 if "\n" in operand_text:
                     operand_text = " ".join(operand_text.split())
-                append(ir.Instruction(opcode, None, guard, line, None, operand_text))
-        elif kind == LINEDIR:
-            append(ir.Directive(token.group(kind).rstrip(), line))
+                append(ir.Instruction(opcode, None, guard, line, None, operand_text, written))
+            pos = end
+            continue
+        if kind == CLOSE:
+            scanner.pos = end
+            return text[pos:start]
+        if kind == LINEDIR:
+            stmt = ir.Directive(token.group(kind).rstrip(), line)
         elif kind == COMMENT:
-            append(ir.Comment(token.group(kind), line))
+            stmt = ir.Comment(token.group(kind), line)
         elif kind == LABEL:
             name = token.group(kind)
             if name in ("_", "$", "%"):
                 break  # not an identifier: the careful path reports it
-            append(ir.Label(name, line))
+            stmt = ir.Label(name, line)
         elif kind == STMT:
-            append(parse_instruction(token.group(kind), scanner, pos))
+            stmt = parse_instruction(token.group(kind), scanner, start)
         elif kind == REG:
-            append(parse_reg_decl(token.group(kind), scanner, pos))
-        elif kind == CLOSE:
-            scanner.pos = token.end()
-            return True
+            stmt = parse_reg_decl(token.group(kind), scanner, start)
         else:
             directive = token.group(kind)
             if DIRECTIVE_WORD_RE.match(directive).group(0) in CAREFUL_DIRECTIVES:
                 break  # a malformed .reg, or a line directive that did not end at its line
-            append(ir.Directive(" ".join(directive.split()) + ";", line))
-        pos = token.end()
+            stmt = ir.Directive(" ".join(directive.split()) + ";", line)
+        stmt.written = written
+        append(stmt)
+        pos = end
     scanner.pos = pos
-    return False
+    return None
 
 
 def parse_body_directive(scanner: Scanner) -> ir.Statement:
@@ -801,7 +837,12 @@ def parse_address(inner: str) -> ir.Operand:
 def parse_statements(text: str, source: str = "<snippet>", first_line: int = 1) -> list[ir.Statement]:
     """A function body without its braces: how probe snippets are read."""
     scanner = Scanner(text + "\n}", source, first_line)
-    body = parse_body(scanner, 0)
+    body, _ = parse_body(scanner, 0)
     if scanner.plain_registers:
         bind_plain_registers(body)
+    for _, _, stmt in ir.walk(body):  # probe code prints in canonical form wherever it goes
+        ir.drop_spelling(stmt)
+        stmt.leading = None
+        if type(stmt) is ir.Scope:
+            stmt.closing = None
     return body

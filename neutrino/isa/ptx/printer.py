@@ -1,8 +1,12 @@
-"""`Module` → PTX text: the inverse of the parser.
+"""`Module` → PTX text: the exact inverse of the parser.
 
-Printing a parsed module and parsing the result gives the same structure;
-printing is idempotent. Original instructions keep their text apart from
-whitespace.
+A parsed statement prints as it was written (`written`: the whitespace before
+it and its own text, comments and spelling included), so
+`print_module(parse_module(text)) == text` byte for byte. A statement that a
+pass inserted or edited has no `written`; it prints in canonical form after
+the whitespace that stood before it (`leading`) or, for a new one, on a line
+of its own at its depth. Function heads print as written while their
+`head_key()` is the one they were parsed with.
 """
 
 from __future__ import annotations
@@ -13,31 +17,41 @@ from neutrino.isa.ptx import ir
 def print_module(module: ir.Module) -> str:
     out: list[str] = []
     for item in module.items:
-        if isinstance(item, ir.Function):
-            out.append(print_function(item))
-        elif isinstance(item, ir.Directive):
-            out.append(item.text)
+        if type(item) is ir.Function:
+            _print_function(item, out)
+        elif item.written is not None:
+            out.append(item.written)
         else:
+            out.append(_leading(item.leading, "\n" if out else ""))
             out.append(item.text)
-    return "\n".join(out) + "\n"
+    out.append("\n" if module.trailing is None else module.trailing)
+    return "".join(out)
 
 
-def print_function(function: ir.Function) -> str:
+def _print_function(function: ir.Function, out: list[str]) -> None:
+    written = function.written_head
+    if written is not None and function.written_key == function.head_key():
+        out.append(written)
+    else:
+        first = not out
+        out.append(_leading(None if written is None else ir.leading_space(written), "" if first else "\n"))
+        out.append(_canonical_head(function))
+        out.append(";" if function.body is None else "\n{")
+    if function.body is None:
+        return
+    _print_body(function.body, 1, out)
+    out.append("\n" if function.closing is None else function.closing)
+    out.append("}")
+
+
+def _canonical_head(function: ir.Function) -> str:
     head = " ".join([*function.linkage, "." + function.kind])
     if function.returns is not None:
         head += " " + _param_list(function.returns)
     head += " " + function.name
     if function.params is not None:
         head += _param_list(function.params)
-    lines = [head]
-    lines.extend(function.directives)
-    if function.body is None:
-        lines[-1] += ";"
-        return "\n".join(lines)
-    lines.append("{")
-    _print_body(function.body, 1, lines)
-    lines.append("}")
-    return "\n".join(lines)
+    return "\n".join([head, *function.directives])
 
 
 def _param_list(params: list[ir.Param]) -> str:
@@ -46,29 +60,32 @@ def _param_list(params: list[ir.Param]) -> str:
     return "(\n" + ",\n".join("\t" + p.text for p in params) + "\n)"
 
 
-def _print_body(body: list[ir.Statement], depth: int, lines: list[str]) -> None:
-    indent = "\t" * depth
-    append = lines.append
+def _leading(leading: str | None, default: str) -> str:
+    return default if leading is None else leading
+
+
+def _print_body(body: list[ir.Statement], depth: int, out: list[str]) -> None:
+    append = out.append
+    newline_indent = "\n" + "\t" * depth
     for stmt in body:
+        written = stmt.written
+        if written is not None:  # the common case: untouched since parsing
+            append(written)
+            continue
         kind = type(stmt)
-        if kind is ir.Instruction:
-            if stmt.guard is None and stmt.source_operands is not None:  # the common case, inline
-                append(f"{indent}{stmt.opcode.text} \t{stmt.source_operands};")
-            else:
-                append(indent + print_instruction(stmt))
-        elif kind is ir.Directive or kind is ir.Comment:
-            append(indent + stmt.text)
-        elif kind is ir.Label:
-            append(stmt.name + ":")
-        elif kind is ir.Scope:
-            append(indent + "{")
-            _print_body(stmt.body, depth + 1, lines)
-            append(indent + "}")
-        else:
-            append(indent + print_statement(stmt))
+        if kind is ir.Scope:
+            append(_leading(stmt.leading, newline_indent))
+            append("{")
+            _print_body(stmt.body, depth + 1, out)
+            append(_leading(stmt.closing, newline_indent))
+            append("}")
+            continue
+        append(_leading(stmt.leading, "\n" if kind is ir.Label else newline_indent))
+        append(print_statement(stmt))
 
 
 def print_statement(stmt: ir.Statement) -> str:
+    """The canonical text of one statement (no whitespace before it)."""
     if isinstance(stmt, ir.Instruction):
         return print_instruction(stmt)
     if isinstance(stmt, ir.RegDecl):
@@ -85,7 +102,7 @@ def print_statement(stmt: ir.Statement) -> str:
 def print_instruction(insn: ir.Instruction) -> str:
     guard = insn.guard
     head = insn.opcode.text if guard is None else f"@{'!' if guard.negated else ''}{guard.register.name} {insn.opcode.text}"
-    if insn.source_operands is not None:  # operands as written: untouched since parsing
+    if insn.source_operands is not None:  # operands as written: unchanged since parsing, or text a pass wrote
         return f"{head} \t{insn.source_operands};"
     if not insn.operands:
         return head + ";"
