@@ -42,7 +42,7 @@ typedef struct {
     uint32_t grid[3], block[3];
     uint32_t shared_bytes, kernel_id, frame_id, status;
     double duration_ns;
-    uint64_t reserved;
+    uint64_t graph;  /* graph id << 32 | node id of a graph replay; 0 otherwise (was `reserved`) */
 } nt_index_record;
 _Static_assert(sizeof(nt_index_record) == 96, "index record layout");
 
@@ -178,6 +178,16 @@ static void write_job(const nt_job *j, void **current_ctx) {
     r.shared_bytes = j->shared_bytes; r.kernel_id = j->kernel_id; r.frame_id = j->frame_id;
     r.status = j->status;
     r.duration_ns = -1.0;
+    r.graph = j->graph;
+    if (j->host_frame) { /* a graph replay's frame, copied out by its host node: only the file write */
+        int64_t off = append_frame(j, NULL);
+        if (off < 0) r.status = 3;
+        else { r.offset = (uint64_t)off; r.frame_size = j->frame_size; }
+        if (r.status) atomic_fetch_add(&neutrino_writer_errors, 1);
+        struct iovec iov = {&r, sizeof r};
+        if (index_fd >= 0) write_all(index_fd, &iov, 1);
+        return;
+    }
     if (j->ctx != *current_ctx && ctx_set && ctx_set(j->ctx) == 0) *current_ctx = j->ctx;
     void *ws = stream_for(j->ctx);
     char *data[NT_MAX_MAPS];
@@ -242,6 +252,7 @@ static void *loop(void *arg) {
         write_job(&nd->job, &ctx);
         if (nd->job.fast)
             neutrino_fast_job_done(nd->job.slots, nd->job.n_maps, nd->job.ctx, nd->job.ev_start, nd->job.ev_end);
+        if (nd->job.host_frame) neutrino_graph_job_done(nd->job.frame_size);
         if (nd->job.owns_header) free((void *)nd->job.header);
         atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
         free(nd);
