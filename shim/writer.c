@@ -241,6 +241,11 @@ void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end) {
 static void *loop(void *arg) {
     (void)arg;
     void *ctx = NULL;
+    /* This thread's pinned allocation and syncs must not be refused while the program captures
+     * a CUDA graph in global mode on another thread (graphs.c): relaxed capture mode, for good. */
+    CUresult (*exchange_mode)(int *) = (CUresult (*)(int *))neutrino_real_sym("cuThreadExchangeStreamCaptureMode");
+    int relaxed = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
+    if (exchange_mode) exchange_mode(&relaxed);
     for (;;) {
         pthread_mutex_lock(&lock);
         while (!head && !stopping) pthread_cond_wait(&more, &lock);

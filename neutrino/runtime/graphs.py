@@ -121,6 +121,7 @@ class GraphProbes:
         self._next_node = 1
         self.nodes_probed = 0
         self.freed_groups = 0
+        self._finished: list[dict] = []  # the summary rows of nodes already freed
 
     # ------------------------------------------------------------ capture
     def capture(self, rec, pk, req, ctx: int, stream: int) -> int:
@@ -336,6 +337,7 @@ class GraphProbes:
             node.reserved = False
         node.buffers, node.staging = [], None
         if node.record is not None:
+            self._finished.append(self._summary_row(node))
             self.sink.free_record(node.record)
             node.record = None
 
@@ -358,16 +360,15 @@ class GraphProbes:
     # ------------------------------------------------------------ exit
     def summary(self) -> list[dict]:
         """Per probed graph node: replays seen, written, dropped (by reason)."""
-        out = []
         with self._lock:
+            out = list(self._finished)
             groups = {id(g): g for g in [*self._by_graph.values(), *self._by_exec.values(), *self._by_capture.values()]}
             for group in groups.values():
-                for node in group.nodes:
-                    if node.record is None:
-                        continue
-                    out.append({"kernel": node.kernel, "graph": group.id, "graph_node": node.id,
-                                **self.sink.stats(node.record)})
+                out += [self._summary_row(node) for node in group.nodes if node.record is not None]
         return out
+
+    def _summary_row(self, node: GraphNode) -> dict:
+        return {"kernel": node.kernel, "graph": node.group.id, "graph_node": node.id, **self.sink.stats(node.record)}
 
 
 def _encode_header(grid, block, shared_bytes: int, layouts) -> tuple[bytes, list[int]]:
