@@ -275,7 +275,7 @@ CUresult cuGraphExecDestroy(void *exec) {
 typedef struct { void *func; unsigned dims[7]; void **params, **extra; void *kern, *ctx; } kernel_node_params;
 
 static void *node_function(const kernel_node_params *p, int version) {
-    return (version >= 2 && p->kern) ? p->kern : p->func;
+    return p->func ? p->func : version >= 2 ? p->kern : NULL; /* `kern` is used only when `func` is NULL */
 }
 
 typedef CUresult (*add_kernel_t)(void **, void *, void *const *, size_t, const void *);

@@ -72,6 +72,12 @@ def finish(rt, stream) -> None:
              result_bytes=rt.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors)
     stream.write(f"neutrino: {rt.probed_launches} probed launch(es), {_mib(rt.result_bytes)} of results, "
                  f"trace in {tr.path}\n")
+    graph_nodes = getattr(rt, "graph_summary", [])
+    if graph_nodes:
+        written = sum(n["written"] for n in graph_nodes)
+        replays = sum(n["replays"] for n in graph_nodes)
+        stream.write(f"neutrino: {len(graph_nodes)} probed CUDA graph node(s): {written} of {replays} replay "
+                     "result(s) written\n")
     if total_drops:
         stream.write(f"neutrino: {total_drops} launch(es) ran unprobed because a budget was full "
                      "(--buffer-budget, --trace-budget, --when-full=wait):\n")
