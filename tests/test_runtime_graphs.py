@@ -370,3 +370,17 @@ def test_native_host_function_and_writer(tmp_path, fakecuda, shim, monkeypatch, 
     (ex,) = [e for e in t.events if e["event"] == "exit"]
     assert ex["launches"] == len(t.launches) and ex["dropped"] == 0
     assert not [e for e in t.events if e["event"] in ("fallback", "result_error")]
+
+
+def test_context_teardown_forgets_graphs_but_keeps_their_counts(program):
+    drv, rt = program.drv, program.rt
+    graph, _ = program.capture()
+    exe = program.instantiate(graph)
+    program.replay(exe, 2)
+    held = len(drv.mem)
+    rt.on_teardown()  # the context's memory goes with it: nothing is freed later under a stale address
+    program.destroy(graph, exe)
+    assert len(drv.mem) == held
+    finish(rt)
+    (ex,) = events(rt, "exit")
+    assert ex["launches"] == 2

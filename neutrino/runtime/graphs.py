@@ -204,7 +204,9 @@ class GraphProbes:
     def _capture_copy_out(self, node: GraphNode, pk, stream: int) -> None:
         """After the kernel node: the copy to pinned memory and the host node, as leaves.
         The kernel is in the graph: a failure here loses this node's results, never the kernel."""
-        node.staging[1][: len(node.header)] = node.header
+        view = node.staging[1]
+        view[: node.frame_bytes] = bytes(node.frame_bytes)  # pinned memory comes uninitialised: no garbage padding
+        view[: len(node.header)] = node.header
         with self._lock:
             self.nodes_probed += 1
         try:
@@ -351,6 +353,8 @@ class GraphProbes:
         """A context is going away: its graphs' memory goes with it. Host-function records stay
         (a replay may still run one); nothing is freed later under a stale address."""
         with self._lock:
+            live = {id(g): g for g in [*self._by_graph.values(), *self._by_exec.values(), *self._by_capture.values()]}
+            self._finished += [self._summary_row(n) for g in live.values() for n in g.nodes if n.record is not None]
             self._by_graph.clear()
             self._by_exec.clear()
             self._by_capture.clear()
