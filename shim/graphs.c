@@ -140,8 +140,13 @@ void neutrino_graph_host_fn(void *arg) {
     atomic_fetch_add(&n->written, 1);
 }
 
+/* Captures begun and not yet ended in this process (cuStreamBeginCapture*, cuStreamEndCapture
+ * below): while there are none, a launch the filter skips costs no capture query. */
+static _Atomic long captures_active;
+
 /* 1 if `stream` (0: the default stream of the launch's kind) is being captured. */
 int neutrino_graph_stream_capturing(void *stream, int ptsz) {
+    if (atomic_load_explicit(&captures_active, memory_order_relaxed) <= 0) return 0;
     static CUresult (*_Atomic is_capturing)(void *, int *);
     CUresult (*fn)(void *, int *) = atomic_load(&is_capturing);
     if (!fn) {
@@ -177,7 +182,8 @@ static void *report(int kind, void *a, void *b, void *c, int version) {
 enum {
     GH_INSTANTIATE_V2, GH_INSTANTIATE_FLAGS, GH_INSTANTIATE_PARAMS, GH_INSTANTIATE_PARAMS_PTSZ, GH_CLONE,
     GH_EXEC_UPDATE, GH_EXEC_UPDATE_V2, GH_DESTROY, GH_EXEC_DESTROY, GH_ADD_KERNEL, GH_ADD_KERNEL_V2,
-    GH_SET_PARAMS, GH_SET_PARAMS_V2, GH_EXEC_SET_PARAMS, GH_EXEC_SET_PARAMS_V2, GH_COUNT
+    GH_SET_PARAMS, GH_SET_PARAMS_V2, GH_EXEC_SET_PARAMS, GH_EXEC_SET_PARAMS_V2,
+    GH_BEGIN, GH_BEGIN_PTSZ, GH_BEGIN_TO_GRAPH, GH_BEGIN_TO_GRAPH_PTSZ, GH_END, GH_END_PTSZ, GH_COUNT
 };
 
 static const char *const graph_hook_names[GH_COUNT] = {
@@ -185,7 +191,8 @@ static const char *const graph_hook_names[GH_COUNT] = {
     "cuGraphInstantiateWithParams_ptsz", "cuGraphClone", "cuGraphExecUpdate", "cuGraphExecUpdate_v2",
     "cuGraphDestroy", "cuGraphExecDestroy", "cuGraphAddKernelNode", "cuGraphAddKernelNode_v2",
     "cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams",
-    "cuGraphExecKernelNodeSetParams_v2",
+    "cuGraphExecKernelNodeSetParams_v2", "cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz",
+    "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz",
 };
 static void *_Atomic graph_real[GH_COUNT];
 
@@ -322,17 +329,59 @@ CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const void *p
     return fn ? fn(exec, node, node_params(exec, node, p, 2)) : CU_NOT_FOUND;
 }
 
+typedef CUresult (*begin_t)(void *, int);
+static CUresult begin_capture(int slot, void *stream, int mode) {
+    begin_t fn = GREAL(slot, begin_t);
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(stream, mode);
+    if (rc == 0) atomic_fetch_add(&captures_active, 1);
+    return rc;
+}
+CUresult cuStreamBeginCapture_v2(void *stream, int mode) { return begin_capture(GH_BEGIN, stream, mode); }
+CUresult cuStreamBeginCapture_v2_ptsz(void *stream, int mode) { return begin_capture(GH_BEGIN_PTSZ, stream, mode); }
+
+typedef CUresult (*begin_to_graph_t)(void *, void *, const void *, const void *, size_t, int);
+static CUresult begin_to_graph(int slot, void *stream, void *graph, const void *deps, const void *data, size_t n,
+                               int mode) {
+    begin_to_graph_t fn = GREAL(slot, begin_to_graph_t);
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(stream, graph, deps, data, n, mode);
+    if (rc == 0) atomic_fetch_add(&captures_active, 1);
+    return rc;
+}
+CUresult cuStreamBeginCaptureToGraph(void *stream, void *graph, const void *deps, const void *data, size_t n, int mode) {
+    return begin_to_graph(GH_BEGIN_TO_GRAPH, stream, graph, deps, data, n, mode);
+}
+CUresult cuStreamBeginCaptureToGraph_ptsz(void *stream, void *graph, const void *deps, const void *data, size_t n,
+                                          int mode) {
+    return begin_to_graph(GH_BEGIN_TO_GRAPH_PTSZ, stream, graph, deps, data, n, mode);
+}
+
+/* A capture ends whether or not EndCapture succeeds (an invalidated capture ends with an error). */
+static CUresult end_capture(int slot, void *stream, void **graph) {
+    CUresult (*fn)(void *, void **) = GREAL(slot, CUresult(*)(void *, void **));
+    if (!fn) return CU_NOT_FOUND;
+    int was = neutrino_graph_stream_capturing(stream, 0);
+    CUresult rc = fn(stream, graph);
+    if (was) atomic_fetch_sub(&captures_active, 1);
+    return rc;
+}
+CUresult cuStreamEndCapture(void *stream, void **graph) { return end_capture(GH_END, stream, graph); }
+CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_capture(GH_END_PTSZ, stream, graph); }
+
 static void *const graph_hook_fns[GH_COUNT] = {
     (void *)cuGraphInstantiate_v2, (void *)cuGraphInstantiateWithFlags, (void *)cuGraphInstantiateWithParams,
     (void *)cuGraphInstantiateWithParams_ptsz, (void *)cuGraphClone, (void *)cuGraphExecUpdate,
     (void *)cuGraphExecUpdate_v2, (void *)cuGraphDestroy, (void *)cuGraphExecDestroy, (void *)cuGraphAddKernelNode,
     (void *)cuGraphAddKernelNode_v2, (void *)cuGraphKernelNodeSetParams, (void *)cuGraphKernelNodeSetParams_v2,
     (void *)cuGraphExecKernelNodeSetParams, (void *)cuGraphExecKernelNodeSetParams_v2,
+    (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz, (void *)cuStreamBeginCaptureToGraph,
+    (void *)cuStreamBeginCaptureToGraph_ptsz, (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz,
 };
 
 /* Our wrapper for an exported libcuda name (the dlsym route), or NULL. */
 void *neutrino_graph_wrapper_named(const char *name) {
-    if (strncmp(name, "cuGraph", 7)) return NULL;
+    if (strncmp(name, "cuGraph", 7) && strncmp(name, "cuStream", 8)) return NULL;
     for (int i = 0; i < GH_COUNT; i++)
         if (!strcmp(name, graph_hook_names[i])) return graph_hook_fns[i];
     return NULL;
@@ -341,13 +390,17 @@ void *neutrino_graph_wrapper_named(const char *name) {
 /* Our wrapper for `symbol` asked through cuGetProcAddress at `version`, or NULL. From CUDA 12.0
  * the unsuffixed names resolve to the _v2 ABIs (and cuGraphInstantiate to cuGraphInstantiateWithFlags). */
 void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long long flags) {
+    int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    if (!strcmp(symbol, "cuStreamBeginCapture"))  /* version 10000 is the mode-less v1: not hooked */
+        return version >= 10010 ? graph_hook_fns[ptsz ? GH_BEGIN_PTSZ : GH_BEGIN] : NULL;
+    if (!strcmp(symbol, "cuStreamBeginCaptureToGraph")) return graph_hook_fns[ptsz ? GH_BEGIN_TO_GRAPH_PTSZ : GH_BEGIN_TO_GRAPH];
+    if (!strcmp(symbol, "cuStreamEndCapture")) return graph_hook_fns[ptsz ? GH_END_PTSZ : GH_END];
     if (strncmp(symbol, "cuGraph", 7)) return NULL;
     int v12 = version >= 12000;
     if (!strcmp(symbol, "cuGraphInstantiate"))
         return v12 ? graph_hook_fns[GH_INSTANTIATE_FLAGS] : version >= 11000 ? graph_hook_fns[GH_INSTANTIATE_V2] : NULL;
     if (!strcmp(symbol, "cuGraphInstantiateWithParams"))
-        return graph_hook_fns[(flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? GH_INSTANTIATE_PARAMS_PTSZ
-                                                                                     : GH_INSTANTIATE_PARAMS];
+        return graph_hook_fns[ptsz ? GH_INSTANTIATE_PARAMS_PTSZ : GH_INSTANTIATE_PARAMS];
     if (!strcmp(symbol, "cuGraphExecUpdate")) return graph_hook_fns[v12 ? GH_EXEC_UPDATE_V2 : GH_EXEC_UPDATE];
     if (!strcmp(symbol, "cuGraphAddKernelNode")) return graph_hook_fns[v12 ? GH_ADD_KERNEL_V2 : GH_ADD_KERNEL];
     if (!strcmp(symbol, "cuGraphKernelNodeSetParams")) return graph_hook_fns[v12 ? GH_SET_PARAMS_V2 : GH_SET_PARAMS];
