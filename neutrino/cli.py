@@ -48,8 +48,11 @@ def _read_ptx(path: str) -> tuple[str, str]:
 
 
 def cmd_print(args) -> int:
+    from neutrino import cli_gcn
     from neutrino.isa.ptx import parse_module, print_module
 
+    if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
+        return cli_gcn.cmd_print(args)
     text, source = _read_ptx(args.ptx)
     sys.stdout.write(print_module(parse_module(text, source)))
     return 0
@@ -88,10 +91,13 @@ def _missing_target(data: bytes, path: str) -> NeutrinoError | None:
 
 
 def cmd_instrument(args) -> int:
+    from neutrino import cli_gcn
     from neutrino.engine import instrument
     from neutrino.passes import default_pipeline
     from neutrino.probefile import load_probes
 
+    if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
+        return cli_gcn.cmd_instrument(args)
     probes = load_probes(args.probe)
     text, source = _read_ptx(args.ptx)
     pipeline = default_pipeline()

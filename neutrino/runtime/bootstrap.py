@@ -72,11 +72,22 @@ def _wire(opts, shim_path: str, embedded: bool):
     shim.set_launch_filter(f.start, f.stop, f.every)
     shim.register(hooks.make_callbacks(rt, shim, on_exit=rt.finish if embedded else None))
     shim.register_graph(hooks.make_graph_callback(rt))
+    _tap_compilers(rt, shim, embedded)
     if not embedded:
         atexit.register(_at_exit, rt, shim)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _disable_in_child(shim))
     return rt
+
+
+def _tap_compilers(rt, shim, embedded: bool) -> None:
+    """PTX compiled in the process (XLA's nvJitLink) becomes visible to module loads (compilers.py);
+    a JAX program gets the XLA flags that keep its launches where we can probe them (frameworks.py)."""
+    from neutrino.runtime import compilers, frameworks, hooks
+
+    shim.register_compiler(compilers.make_compiler_callback(rt.compiled, hooks.read_image))
+    if not embedded:
+        frameworks.watch_for_jax(rt.trace.event)
 
 
 def _at_exit(rt, shim) -> None:

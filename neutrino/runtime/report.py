@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import statistics
 
+from neutrino.runtime import frameworks
+
 
 def _spread(values: list[float]) -> tuple[float, float]:
     """Median and relative half-range (the noise of repeated runs)."""
@@ -78,6 +80,8 @@ def finish(rt, stream) -> None:
         replays = sum(n["replays"] for n in graph_nodes)
         stream.write(f"neutrino: {len(graph_nodes)} probed CUDA graph node(s): {written} of {replays} replay "
                      "result(s) written\n")
+    for line in frameworks.summary_lines(getattr(rt, "no_ptx", {}), getattr(rt, "no_ptx_examples", None)):
+        stream.write(line + "\n")
     if total_drops:
         stream.write(f"neutrino: {total_drops} launch(es) ran unprobed because a budget was full "
                      "(--buffer-budget, --trace-budget, --when-full=wait):\n")
