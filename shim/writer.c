@@ -380,6 +380,9 @@ static void *loop(void *arg) {
             pthread_mutex_unlock(&lock);
             write_host_frame(&nd->job);
             finish_job(nd);
+            pthread_mutex_lock(&lock);
+            pthread_cond_broadcast(&progress);  /* neutrino_writer_wait may be waiting for it */
+            pthread_mutex_unlock(&lock);
             continue;
         }
         unsigned n = 1;
