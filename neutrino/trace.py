@@ -81,7 +81,7 @@ INDEX_RECORD = np.dtype(
         ("frame_id", "<u4"),  # id of a `frame` event (0: none)
         ("status", "<u4"),  # 0 written; 1 failed on the launch path; 2 copy back failed; 3 file write failed
         ("duration_ns", "<f8"),  # < 0: unknown
-        ("reserved", "<u8"),
+        ("graph", "<u8"),  # graph id << 32 | node id of a CUDA graph replay; 0 otherwise (`reserved`, 0, before)
     ]
 )
 INDEX_HEADER_TAIL = np.array([INDEX_VERSION, INDEX_RECORD.itemsize], "<u4").tobytes()
@@ -655,6 +655,12 @@ class Launch:
     _result: ResultFile | None = None
 
     @property
+    def graph(self) -> tuple[int, int] | None:
+        """(graph id, node id) of a CUDA graph replay (its `graph_node` event), None for a stream launch."""
+        g, n = self.event.get("graph"), self.event.get("graph_node")
+        return (int(g), int(n)) if isinstance(g, int) and isinstance(n, int) else None
+
+    @property
     def maps(self) -> dict[str, MapData]:
         if self._result is None:
             self._result = read_result(self.result_path, self.result_offset)
@@ -759,12 +765,15 @@ def read_index(run: Path, events: list[dict]) -> list[dict]:
             continue
         kernel, rel = kernels[int(r["kernel_id"])]
         duration = float(r["duration_ns"])
+        graph = int(r["graph"])
         out.append({
             "event": "launch", "index": int(r["seq"]) - 1, "kernel": kernel, "grid": [int(v) for v in r["grid"]],
             "block": [int(v) for v in r["block"]], "shared_bytes": int(r["shared_bytes"]),
             "stream": hex(int(r["stream"])), "result": rel, "result_offset": int(r["offset"]),
             "frame": frames.get(int(r["frame_id"])), "duration_ns": duration if duration >= 0 else None,
             "kernel_launch": int(r["kernel_launch"]),
+            **({"graph": graph >> 32, "graph_node": graph & 0xFFFFFFFF, "replay": int(r["kernel_launch"])}
+               if graph else {}),
         })
     return out
 

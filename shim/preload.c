@@ -423,10 +423,20 @@ static inline uint64_t selected(void *f, int *yes) {
     if (!atomic_load_explicit(&cb_launch, memory_order_acquire)) return 0;
     uint64_t i = atomic_fetch_add_explicit(&e->launches, 1, memory_order_relaxed);
     uint64_t start = atomic_load(&sel_start), stop = atomic_load(&sel_stop), every = atomic_load(&sel_every);
-    if (i < start || i >= stop) return i;
-    if ((i - start) % every) return i;
+    if (i < start || i >= stop || (i - start) % every) {
+        *yes = -1; /* probed, not selected: unless it is being captured (see captured_anyway) */
+        return i;
+    }
     *yes = 1;
     return i;
+}
+
+int neutrino_graph_stream_capturing(void *stream, int ptsz); /* graphs.c */
+
+/* A launch the filter skips still goes to Python when its stream is being captured into a
+ * graph: --launches selects among the graph's replays (graphs.c), not among captures. */
+static inline int captured_anyway(int yes, void *stream, int ptsz) {
+    return yes >= 0 ? yes : neutrino_graph_stream_capturing(stream, ptsz);
 }
 
 static int to_python(int kind, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -447,6 +457,7 @@ static CUresult launch_common(int kind, int slot, void *f, unsigned gx, unsigned
                               unsigned by, unsigned bz, unsigned shmem, void *stream, void **params, void **extra) {
     int yes;
     uint64_t i = selected(f, &yes);
+    yes = captured_anyway(yes, stream, kind == L_KERNEL_PTSZ);
     if (yes && !extra) { /* a kernel with a registered plan: probed in C (fastlaunch.c) */
         in_callback = 1;
         int rc = neutrino_fast_launch(kind == L_KERNEL_PTSZ, NULL, f, gx, gy, gz, bx, by, bz, shmem, stream, params, i);
@@ -475,6 +486,7 @@ CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, uns
 static CUresult launch_ex_common(int kind, int slot, const CUlaunchConfig *c, void *f, void **params, void **extra) {
     int yes;
     uint64_t i = selected(f, &yes);
+    yes = c ? captured_anyway(yes, c->hStream, kind == L_EX_PTSZ) : (yes > 0);
     if (yes && c && !extra) { /* probed in C when the kernel has a plan (fastlaunch.c) */
         in_callback = 1;
         int rc = neutrino_fast_launch(kind == L_EX_PTSZ, c, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
@@ -504,6 +516,7 @@ static CUresult launch_coop_common(int kind, int slot, void *f, unsigned gx, uns
                                    unsigned by, unsigned bz, unsigned shmem, void *stream, void **params) {
     int yes;
     uint64_t i = selected(f, &yes);
+    yes = captured_anyway(yes, stream, kind == L_COOP_PTSZ);
     if (yes) {
         int rc = to_python(kind, f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL, NULL, i);
         if (rc >= 0) return rc;
@@ -555,8 +568,13 @@ CUresult cuDevicePrimaryCtxReset_v2(int dev) {
 
 /* ------------------------------------------------------------------ cuGetProcAddress */
 
+void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long long flags); /* graphs.c */
+void *neutrino_graph_wrapper_named(const char *name);
+
 /* Our wrapper for driver function `symbol` as asked through cuGetProcAddress, or NULL. */
 static void *wrapper_for(const char *symbol, int version, cuuint64_t flags) {
+    void *graph_hook = neutrino_graph_wrapper_for(symbol, version, flags);
+    if (graph_hook) return graph_hook;
     int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     if (!strcmp(symbol, "cuGetProcAddress")) return hook_fns[version >= 12000 ? H_GPA_V2 : H_GPA];
     if (!strcmp(symbol, "cuLaunchKernel")) return hook_fns[ptsz ? H_LAUNCH_PTSZ : H_LAUNCH];
@@ -640,6 +658,8 @@ void *dlsym(void *handle, const char *name) {
         ensure_runtime();
         return hook_fns[i];
     }
+    void *graph_hook = neutrino_graph_wrapper_named(name);
+    if (graph_hook && from_libcuda(p)) return graph_hook;
     return p;
 }
 
@@ -653,7 +673,7 @@ uint64_t neutrino_bench_lookup(void *f, uint64_t n) {
     for (uint64_t i = 0; i < n; i++) {
         int yes;
         selected((char *)f + (i & 1), &yes);
-        hits += yes;
+        hits += yes > 0;
     }
     return hits;
 }

@@ -43,7 +43,7 @@ typedef struct {
     uint32_t grid[3], block[3];
     uint32_t shared_bytes, kernel_id, frame_id, status;
     double duration_ns;
-    uint64_t reserved;
+    uint64_t graph;  /* graph id << 32 | node id of a graph replay; 0 otherwise (was `reserved`) */
 } nt_index_record;
 _Static_assert(sizeof(nt_index_record) == 96, "index record layout");
 
@@ -219,6 +219,20 @@ static void fill_record(nt_index_record *r, const nt_job *j) {
     r->shared_bytes = j->shared_bytes; r->kernel_id = j->kernel_id; r->frame_id = j->frame_id;
     r->status = j->status;
     r->duration_ns = -1.0;
+    r->graph = j->graph;
+}
+
+/* A CUDA graph replay's frame, copied out of its staging memory by the node's host function
+ * (graphs.c): nothing to wait for, copy back or zero; only the file write and its record. */
+static void write_host_frame(const nt_job *j) {
+    nt_index_record r;
+    fill_record(&r, j);
+    int64_t off = append_frame(j, NULL);
+    if (off < 0) r.status = 3;
+    else { r.offset = (uint64_t)off; r.frame_size = j->frame_size; }
+    if (r.status) atomic_fetch_add(&neutrino_writer_errors, 1);
+    struct iovec iov = {&r, sizeof r};
+    if (index_fd >= 0) write_all(index_fd, &iov, 1);
 }
 
 
@@ -324,6 +338,7 @@ static unsigned gather_batch(node *from, node **jobs) {
 static void finish_job(node *nd) {
     if (nd->job.fast)
         neutrino_fast_job_done(nd->job.slots, nd->job.n_maps, nd->job.ctx, nd->job.ev_start, nd->job.ev_end);
+    if (nd->job.host_frame) neutrino_graph_job_done(nd->job.frame_size);
     if (nd->job.owns_header) free((void *)nd->job.header);
     atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
     free(nd);
@@ -333,6 +348,11 @@ static void *loop(void *arg) {
     (void)arg;
     void *ctx = NULL;
     node *batch[BATCH_JOBS];
+    /* This thread's pinned allocation and syncs must not be refused while the program captures
+     * a CUDA graph in global mode on another thread (graphs.c): relaxed capture mode, for good. */
+    CUresult (*exchange_mode)(int *) = (CUresult (*)(int *))neutrino_real_sym("cuThreadExchangeStreamCaptureMode");
+    int relaxed = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
+    if (exchange_mode) exchange_mode(&relaxed);
     for (;;) {
         pthread_mutex_lock(&lock);
         for (unsigned idle = 0; !head && !stopping; idle++) {
@@ -353,6 +373,18 @@ static void *loop(void *arg) {
         if (!nd) return NULL;
         /* Only this thread removes from the list; the launch path appends at the tail. `next`
          * links are read under the lock so an append in progress is never seen half-done. */
+        if (nd->job.host_frame) {
+            pthread_mutex_lock(&lock);
+            head = nd->next;
+            if (!head) tail = NULL;
+            pthread_mutex_unlock(&lock);
+            write_host_frame(&nd->job);
+            finish_job(nd);
+            pthread_mutex_lock(&lock);
+            pthread_cond_broadcast(&progress);  /* neutrino_writer_wait may be waiting for it */
+            pthread_mutex_unlock(&lock);
+            continue;
+        }
         unsigned n = 1;
         batch[0] = nd;
         if (nd->job.status == 0) {

@@ -29,11 +29,16 @@ typedef struct {
     uint32_t fast;                  /* 1: from fastlaunch.c (slots and events go back there) */
     uint32_t owns_header;           /* 1: free(header) when written */
     uint32_t untimed;               /* 1: ev_start was not recorded (the kernel's time is not measured) */
+    /* CUDA graph replays (graphs.c): the whole frame is already on the host, in `header`
+     * (header_len = frame_size); nothing to wait for, copy or zero */
+    uint32_t host_frame;
+    uint64_t graph;                 /* graph id << 32 | node id (the index record's graph word); 0: not a graph */
 } nt_job;
 
 uint64_t neutrino_writer_submit(const nt_job *job);
 int neutrino_writer_take_events(void *ctx, void **ev2);
 void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end);
+void neutrino_graph_job_done(uint64_t frame_size);
 void neutrino_writer_print_profile(void);
 void neutrino_fast_job_done(void *const *slots, unsigned n, void *ctx, void *ev_start, void *ev_end);
 #endif

@@ -11,7 +11,24 @@ import ctypes as C
 import itertools
 import threading
 
-from neutrino.runtime.driver import DriverError
+from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CaptureInfo, DriverError
+
+
+class FakeGraph:
+    """A graph being captured or captured: nodes in capture order, each with its dependencies."""
+
+    def __init__(self, handle, capture_id):
+        self.handle, self.capture_id = handle, capture_id
+        self.nodes: list[dict] = []  # {"handle", "kind", "deps", "run", ...}
+
+    def dependents(self, node_handle):
+        return [n for n in self.nodes if node_handle in n["deps"]]
+
+
+class FakeCapture:
+    def __init__(self, graph, mode, thread):
+        self.graph, self.mode, self.thread = graph, mode, thread
+        self.deps: list[int] = []
 
 
 class FakeDriver:
@@ -26,9 +43,17 @@ class FakeDriver:
         self.globals: dict[tuple[int, str], object] = {}
         self.launches: list[tuple] = []  # (kind, func, grid, block, params addr)
         self.kernel_impl = {}  # name -> fn(driver, req, params_addr, func_name)
+        self.program_impl = {}  # name -> fn(driver, req, params_addr): the program's own work
         self.calls: list[str] = []
         self.fail: dict[str, str] = {}  # method -> error name to raise
         self.capturing = False
+        # stream capture and graphs: stream -> FakeCapture; graph and exec handles -> FakeGraph / node lists
+        self.captures: dict[int, FakeCapture] = {}
+        self.graphs: dict[int, FakeGraph] = {}
+        self.execs: dict[int, list[dict]] = {}
+        self._mode = threading.local()
+        self.allocations = 0
+        self.frees = 0
         self.launch_rc = 0
         self.links = 0
         self.syncs = 0
@@ -82,7 +107,8 @@ class FakeDriver:
             return C.addressof(self.globals[key]), 16
 
     def memcpy_dtod_async(self, dst, src, size, stream):
-        C.memmove(dst, src, size)
+        if not self._captured(stream, "memcpy", lambda: C.memmove(dst, src, size)):
+            C.memmove(dst, src, size)
 
     def kernel_get_function(self, kernel):
         return kernel
@@ -94,13 +120,92 @@ class FakeDriver:
         self.attrs[(func, attr)] = value
 
     def stream_is_capturing(self, stream):
-        return self.capturing
+        return self.capturing or stream in self.captures
+
+    # -- stream capture and graphs (the model the runtime's graphs.py is tested against)
+    def begin_capture(self, stream, mode=CAPTURE_MODE_GLOBAL):
+        graph = FakeGraph(self._new(), self._new())
+        self.graphs[graph.handle] = graph
+        self.captures[stream] = FakeCapture(graph, mode, threading.get_ident())
+
+    def end_capture(self, stream):
+        return self.captures.pop(stream).graph.handle
+
+    def _captured(self, stream, kind, run, **info):
+        """Add a node to the graph `stream` is capturing (True), or say it is not capturing (False)."""
+        cap = self.captures.get(stream)
+        if cap is None:
+            return False
+        node = {"handle": self._new(), "kind": kind, "deps": list(cap.deps), "run": run, **info}
+        cap.graph.nodes.append(node)
+        cap.deps = [node["handle"]]
+        return True
+
+    def _unsafe(self, what):
+        """Allocation while a capture forbids it (global mode: any thread; thread-local: the capturing one)."""
+        if getattr(self._mode, "mode", CAPTURE_MODE_GLOBAL) == CAPTURE_MODE_RELAXED:
+            return
+        me = threading.get_ident()
+        for cap in self.captures.values():
+            if cap.mode == CAPTURE_MODE_GLOBAL or (cap.mode != CAPTURE_MODE_RELAXED and cap.thread == me):
+                raise DriverError(what, 900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+
+    def exchange_capture_mode(self, mode):
+        self._check("exchange_capture_mode")
+        old = getattr(self._mode, "mode", CAPTURE_MODE_GLOBAL)
+        self._mode.mode = mode
+        return old
+
+    def stream_capture_info(self, stream):
+        self._check("stream_capture_info")
+        cap = self.captures[stream]
+        return CaptureInfo(cap.graph.capture_id, cap.graph.handle, tuple(cap.deps))
+
+    def update_capture_dependencies(self, stream, nodes):
+        self._check("update_capture_dependencies")
+        self.captures[stream].deps = list(nodes)
+
+    def launch_host_func(self, stream, fn, user_data):
+        self._check("launch_host_func")
+        if not self._captured(stream, "host", lambda: fn(user_data)):
+            fn(user_data)
+
+    def ctx_synchronize(self):
+        self._check("ctx_synchronize")
+        self._unsafe("ctx_synchronize")
+
+    def graph_instantiate(self, graph):
+        exe = self._new()
+        self.execs[exe] = [dict(n) for n in self.graphs[graph].nodes]  # parameters are copied
+        return exe
+
+    def graph_launch(self, exe):
+        """Run the nodes in capture order (a topological order of the graph)."""
+        for node in self.execs[exe]:
+            node["run"]()
+
+    def graph_destroy(self, graph):
+        del self.graphs[graph]
+
+    def exec_destroy(self, exe):
+        del self.execs[exe]
+
+    def exec_kernel_node_set_params(self, exe, node_handle, func, req, params):
+        """cuGraphExecKernelNodeSetParams: the exec's copy of the node runs `func` with `params`."""
+        for node in self.execs[exe]:
+            if node["handle"] == node_handle:
+                node["func"], node["run"] = func, self._kernel_run(func, req, params)
+
+    def _kernel_run(self, func, req, params, kind=0):
+        return lambda: self._run_kernel(func, req, params, kind)
 
     def stream_synchronize(self, stream):
         self.syncs += 1
 
     def mem_alloc(self, size, stream):
         self._check("mem_alloc")
+        self._unsafe("mem_alloc")
+        self.allocations += 1
         buf = (C.c_ubyte * max(size, 16))()
         C.memset(buf, 0xAB, len(buf))  # garbage, so a missing memset shows
         addr = C.addressof(buf)
@@ -119,6 +224,7 @@ class FakeDriver:
         pass
 
     def mem_free(self, ptr, stream):
+        self.frees += 1
         with self._lock:
             self.mem.pop(ptr)
 
@@ -126,13 +232,19 @@ class FakeDriver:
         self.mem_free(ptr, 0)
 
     def memset_async(self, ptr, size, stream):
-        C.memset(ptr, 0, size)
+        self._check("memset_async")
+        if not self._captured(stream, "memset", lambda: C.memset(ptr, 0, size)):
+            C.memset(ptr, 0, size)
 
     def memcpy_dtoh_async(self, host, ptr, size, stream):
         self._check("memcpy_dtoh_async")
-        C.memmove(host, ptr, size)
+        if not self._captured(stream, "memcpy", lambda: C.memmove(host, ptr, size)):
+            C.memmove(host, ptr, size)
 
     def host_alloc(self, size):
+        self._unsafe("host_alloc")
+        self._check("host_alloc")
+        self.allocations += 1
         self.host_allocs += 1
         buf = (C.c_ubyte * size)()
         with self._lock:
@@ -140,6 +252,7 @@ class FakeDriver:
         return C.addressof(buf), memoryview(buf).cast("B")
 
     def host_free(self, addr):
+        self.frees += 1
         with self._lock:
             self.mem.pop(addr)
 
@@ -160,15 +273,24 @@ class FakeDriver:
 
     def launch(self, kind, func, req, params):
         self._check("launch")
-        with self._lock:
-            self.launches.append((kind, func, req.grid, req.block, params))
         if self.launch_rc:
             return self.launch_rc
-        module, name = self.functions.get(func, (None, None))
-        impl = self.kernel_impl.get(name)
-        if impl is not None and b"__nt_buf" in self.modules.get(module, b""):  # only probed code writes maps
-            impl(self, req, params, name)
+        if self._captured(req.stream or 1, "kernel", self._kernel_run(func, req, params, kind), func=func):
+            return 0
+        self._run_kernel(func, req, params, kind)
         return 0
+
+    def _run_kernel(self, func, req, params, kind=0):
+        with self._lock:
+            self.launches.append((kind, func, req.grid, req.block, params))
+        module, name = self.functions.get(func, (None, None))
+        probed = b"__nt_buf" in self.modules.get(module, b"")
+        impl = self.kernel_impl.get(name)
+        if impl is not None and probed:  # only probed code writes maps
+            impl(self, req, params, name)
+        program = self.program_impl.get(name)
+        if program is not None:  # what the kernel computes for the program, probed or not
+            program(self, req, params)
 
 
 def param_u64(params_addr: int, i: int) -> int:

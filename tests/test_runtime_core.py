@@ -264,16 +264,6 @@ def test_copy_back_failure_after_launch_does_not_rerun(tmp_path):
     assert events(rt, "result_error")
 
 
-def test_capture_is_not_probed(tmp_path):
-    rt, drv, _ = make_runtime(tmp_path)
-    load_saxpy(rt)
-    drv.capturing = True
-    r, keep = req()
-    assert rt.on_launch(r) == NOT_HANDLED
-    finish(rt)
-    assert events(rt, "fallback")[0]["stage"] == "capture"
-
-
 def test_extra_params_refused(tmp_path):
     rt, drv, _ = make_runtime(tmp_path)
     load_saxpy(rt)

@@ -58,6 +58,7 @@ class Report:
     warnings: list = attrs.Factory(list)
     readable: int = 0  # launches whose result could be read
     launches: int = 0
+    graph_nodes: dict = attrs.Factory(dict)  # (graph id, node id) -> [kernel, replays probed, first, last replay]
 
     def results(self, tool) -> list:
         name = tool_name(tool)
@@ -89,6 +90,7 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
     for launch in launches:
         entry = report.kernels.setdefault(launch.kernel, KernelEntry(launch.kernel))
         entry.launches += 1
+        _count_graph_replay(report, launch)
         if launch.duration_ns:
             entry.duration_ns += float(launch.duration_ns)
             entry.timed_launches += 1
@@ -116,6 +118,30 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
     return report
 
 
+def _count_graph_replay(report: Report, launch) -> None:
+    """Launches that were replays of a CUDA graph node, grouped by graph and node."""
+    where = getattr(launch, "graph", None)
+    if where is None:
+        return
+    replay = int(launch.event.get("replay", launch.event.get("kernel_launch", 0)) or 0)
+    got = report.graph_nodes.get(where)
+    if got is None:
+        report.graph_nodes[where] = [launch.kernel, 1, replay, replay]
+    else:
+        got[1] += 1
+        got[2], got[3] = min(got[2], replay), max(got[3], replay)
+
+
+def _graph_table(report: Report) -> list[str]:
+    if not report.graph_nodes:
+        return []
+    rows = [[str(g), str(n), short(kernel), probed, f"{first}-{last}"]
+            for (g, n), (kernel, probed, first, last) in sorted(report.graph_nodes.items())]
+    in_graphs = sum(r[3] for r in rows)
+    return ["", f"[CUDA graphs] {in_graphs} of {report.launches} launches were graph replays",
+            format_table(["graph", "node", "kernel", "replays", "replay numbers"], rows, left=(2,))]
+
+
 def render(report: Report) -> str:
     out = [f"trace {report.trace_path}: {report.launches} launches, {len(report.kernels)} kernels", ""]
     rows = []
@@ -128,6 +154,7 @@ def render(report: Report) -> str:
     if any(k.dropped for k in report.kernels.values()):
         out.append("note: dropped records were counted but not saved (cap reached); tool numbers "
                    "cover the saved records only")
+    out += _graph_table(report)
     for tool in TOOLS:
         name = tool_name(tool)
         summaries = [(k.kernel, tool.kernel_summary(k.results[name]))

@@ -71,6 +71,7 @@ def _wire(opts, shim_path: str, embedded: bool):
     f = opts.launches
     shim.set_launch_filter(f.start, f.stop, f.every)
     shim.register(hooks.make_callbacks(rt, shim, on_exit=rt.finish if embedded else None))
+    shim.register_graph(hooks.make_graph_callback(rt))
     _tap_compilers(rt, shim, embedded)
     if not embedded:
         atexit.register(_at_exit, rt, shim)

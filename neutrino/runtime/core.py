@@ -44,6 +44,13 @@ from neutrino.runtime.driver import (
 from neutrino.runtime.drain import NativeWriter, ResultWriter
 from neutrino.runtime.compilers import CompiledIndex
 from neutrino.runtime.fastpath import FastPath
+from neutrino.runtime.graphs import (
+    G_ADD_KERNEL_NODE,
+    GraphProbes,
+    NativeGraphSink,
+    PythonGraphSink,
+    relaxed_capture,
+)
 from neutrino.runtime.frameworks import XLA, module_origin
 from neutrino.runtime.launch import Enqueuer
 from neutrino.runtime.options import RuntimeOptions
@@ -108,16 +115,28 @@ class Runtime:
         else:
             self.writer = ResultWriter(drv, trace, self.pool, self.enqueuer)
         self.attribution = Attributor()
+        self.graphs = self._graph_probes(native_writer)
         self._lock = threading.Lock()
         self.fallbacks: Counter = Counter()
         self.no_ptx: Counter = Counter()  # frameworks.Origin -> modules loaded without PTX
         self.no_ptx_examples: dict[str, str] = {}
         self.drops: Counter = Counter()  # (kernel, reason) -> launches run unprobed for lack of budget
         self.probed_launches = 0
+        self.graph_summary: list[dict] = []
         self.bench: dict[str, list[tuple[list[float], list[float]]]] = {}
         self.memusage: dict[str, dict] = {}
         self._callback = None
         self._closed = False
+
+    def _graph_probes(self, native_writer: str | None) -> GraphProbes:
+        """Kernels captured into CUDA graphs (graphs.py): their nodes' buffers are held against a
+        budget of --buffer-budget bytes of their own (they live as long as their graphs)."""
+        if native_writer:
+            sink = NativeGraphSink(native_writer, self.writer, self.opt.launches, self.opt.buffer_budget)
+        else:
+            sink = PythonGraphSink(self.trace, self.trace_budget, self.opt.launches)
+        return GraphProbes(self.drv, self.trace, sink, ByteBudget(self.opt.buffer_budget), self.enqueuer,
+                           self.attribution)
 
     # ------------------------------------------------------------ what exists
     @property
@@ -166,6 +185,8 @@ class Runtime:
             return NOT_HANDLED
         try:
             ctx = self.drv.ctx_get_current()
+            if not self.opt.memusage and self.drv.stream_is_capturing(req.our_stream):
+                return self._capture(rec, req, ctx)
             pk = self.kernels.get(rec, ctx, req.func)
             self.kernels.check_attrs(pk, req.func, req.shared_bytes)
             if self.opt.memusage:
@@ -186,8 +207,6 @@ class Runtime:
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
         stream = req.our_stream
-        if self.drv.stream_is_capturing(stream):
-            raise Fallback("capture", "the stream is being captured into a CUDA graph; launch not probed")
         caps = self._count(pk, req, stream, ctx) if pk.count_func else None
         shape = pk.shape(req.grid, req.block, caps)
         layouts, frame_bytes = shape.layouts, shape.frame_bytes
@@ -231,6 +250,25 @@ class Runtime:
             self.trace.event("result_error", kernel=rec.name, kernel_launch=req.index, reason=f"writer: {e}")
         return 0
 
+    def _capture(self, rec: FuncRec, req: LaunchRequest, ctx: int) -> int:
+        """A launch into a stream being captured: the probed kernel goes into the graph (graphs.py)."""
+        with relaxed_capture(self.drv):  # building the probed code loads a module: capture forbids it otherwise
+            pk = self.kernels.get(rec, ctx, req.func)
+            self.kernels.check_attrs(pk, req.func, req.shared_bytes)
+        return self.graphs.capture(rec, pk, req, ctx, req.our_stream)
+
+    def on_graph(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
+        """A graph API call the shim saw (shim/graphs.c): lifetimes of captured graphs, kernel nodes
+        added or changed with the graph API. Returns replacement kernel-node parameters or 0."""
+        if kind == G_ADD_KERNEL_NODE:
+            rec = self.registry.functions.get(b)
+            if rec is not None and not rec.failed and not self._closed:
+                self.graphs.unprobed_node(rec.name, "added with cuGraphAddKernelNode: kernel nodes built with the "
+                                          "graph API run unprobed (capture them from a stream to probe them)",
+                                          graph=hex(a), node=hex(c))
+            return 0
+        return self.graphs.on_graph_event(kind, a, b, c, version)
+
     def _plan_fast_path(self, req: LaunchRequest, ctx: int, pk: ProbedKernel, shape, flight) -> None:
         """Let the shim probe this kernel's later launches in C (fastpath.py)."""
         if self.fast is None or self.opt.benchmark or flight.error is not None:
@@ -245,6 +283,7 @@ class Runtime:
     def on_teardown(self) -> None:
         """A context is about to be destroyed: write what is in flight, forget plans made in it."""
         self.drain()
+        self.graphs.forget_all()
         if self.fast is not None:
             self.fast.reset()
 
@@ -312,6 +351,17 @@ class Runtime:
                     self.drops[(name, reason)] += n
                     self.trace.event("dropped", kernel=name, reason=reason, launches=n, path="c")
 
+    def _collect_graph_counts(self) -> None:
+        """Replays of probed graph nodes count as probed launches; their drops as drops."""
+        self.graph_summary = self.graphs.summary()
+        for node in self.graph_summary:
+            self.probed_launches += node["written"]
+            for reason, key in (("trace-budget", "dropped_trace"), ("writer-behind", "dropped_behind")):
+                if node[key]:
+                    self.drops[(node["kernel"], reason)] += node[key]
+                    self.trace.event("dropped", kernel=node["kernel"], reason=reason, launches=node[key],
+                                     graph=node["graph"], graph_node=node["graph_node"])
+
     def _record_benchmark(self, pk: ProbedKernel, req: LaunchRequest, bench) -> None:
         base, probed = bench
         with self._lock:
@@ -355,6 +405,7 @@ class Runtime:
         self.writer.stop(timeout=120)
         self.pool.close()
         self._collect_fast_path_counts()
+        self._collect_graph_counts()
         from neutrino.runtime import callback, report
 
         if self._callback is not None and self.trace.materialized:

@@ -139,6 +139,7 @@ class NtJob(C.Structure):
         ("offsets", C.c_uint64 * MAX_MAPS), ("device", C.c_uint64 * MAX_MAPS), ("sizes", C.c_uint64 * MAX_MAPS),
         ("zero_bytes", C.c_uint64 * MAX_MAPS), ("slots", C.c_void_p * MAX_MAPS), ("fast", C.c_uint32), ("owns_header", C.c_uint32),
         ("untimed", C.c_uint32),
+        ("host_frame", C.c_uint32), ("graph", C.c_uint64),  # graph replays (graphs.py)
     ]
 
 
@@ -230,6 +231,17 @@ class NativeWriter:
             self._inflight.append((seq, flight))
         if flight.error is not None:
             self.trace.event("result_error", kernel=flight.kernel, kernel_launch=req.index, reason=flight.error)
+
+    def kernel_file(self, kernel_dir: str) -> tuple[int, int]:
+        """(kernel id, result file descriptor) of a kernel: graph nodes' host functions write there too
+        (a kernel first launched inside a capture has had no job yet: the writer starts here)."""
+        with self._lock:
+            self._ensure_started()
+            return self._kernel(kernel_dir)
+
+    def frame_id(self, frame: str | None) -> int:
+        with self._lock:
+            return self._frame_id(frame)
 
     def plan_inputs(self, flight) -> tuple[int, int, bytes]:
         """(kernel id, result file descriptor, frame header) of a launch, for a fast-path plan."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes as C
 
+import attrs
+
 from neutrino.errors import NeutrinoError
 
 CUDA_SUCCESS = 0
@@ -30,6 +32,9 @@ CU_JIT_INPUT_PTX = 1
 CU_STREAM_LEGACY = 0x1
 CU_STREAM_PER_THREAD = 0x2
 CU_EVENT_DISABLE_TIMING = 0x2
+CAPTURE_MODE_GLOBAL, CAPTURE_MODE_THREAD_LOCAL, CAPTURE_MODE_RELAXED = range(3)  # CUstreamCaptureMode
+CAPTURE_STATUS_ACTIVE = 1
+SET_CAPTURE_DEPENDENCIES = 1  # CU_STREAM_SET_CAPTURE_DEPENDENCIES
 
 # Launch kinds, shared with shim/preload.c.
 LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ, LAUNCH_EX, LAUNCH_EX_PTSZ, LAUNCH_COOP, LAUNCH_COOP_PTSZ = range(6)
@@ -105,6 +110,14 @@ _SIGNATURES = {
     "cuLaunchKernelEx_ptsz": [P, P, P, P],
     "cuLaunchCooperativeKernel": [P, U, U, U, U, U, U, U, P, P],
     "cuLaunchCooperativeKernel_ptsz": [P, U, U, U, U, U, U, U, P, P],
+    # stream capture (CUDA graphs: graphs.py)
+    "cuThreadExchangeStreamCaptureMode": [C.POINTER(C.c_int)],
+    "cuStreamGetCaptureInfo_v2": [P, C.POINTER(C.c_int), C.POINTER(C.c_uint64), PP, C.POINTER(PP), C.POINTER(SZ)],
+    "cuStreamGetCaptureInfo_v3": [P, C.POINTER(C.c_int), C.POINTER(C.c_uint64), PP, C.POINTER(PP), PP, C.POINTER(SZ)],
+    "cuStreamUpdateCaptureDependencies": [P, P, SZ, U],
+    "cuStreamUpdateCaptureDependencies_v2": [P, P, P, SZ, U],
+    "cuLaunchHostFunc": [P, P, P],
+    "cuCtxSynchronize": [],
 }
 _FALLBACK_NAMES = {"cuEventElapsedTime": ("cuEventElapsedTime_v2",)}
 
@@ -117,6 +130,15 @@ _KEEP_GIL = frozenset({
     "cuCtxGetCurrent", "cuStreamIsCapturing", "cuFuncGetAttribute", "cuMemsetD8Async",
     "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuEventRecord", "cuStreamWaitEvent", "cuGetErrorName",
 })
+
+
+@attrs.frozen
+class CaptureInfo:
+    """What cuStreamGetCaptureInfo says about a capturing stream."""
+
+    capture_id: int
+    graph: int  # the CUgraph being built
+    dependencies: tuple[int, ...]  # the nodes the next captured node will depend on
 
 
 class RealDriver:
@@ -294,6 +316,47 @@ class RealDriver:
 
     def event_destroy(self, event: int) -> None:
         self._call("cuEventDestroy_v2", event)
+
+    # -- stream capture (graphs.py)
+    def exchange_capture_mode(self, mode: int) -> int:
+        """Set this thread's capture mode (cuThreadExchangeStreamCaptureMode); returns the previous one."""
+        m = C.c_int(mode)
+        self._call("cuThreadExchangeStreamCaptureMode", C.byref(m))
+        return m.value
+
+    def stream_capture_info(self, stream: int) -> CaptureInfo:
+        status, cid, graph = C.c_int(), C.c_uint64(), C.c_void_p()
+        deps, n = PP(), C.c_size_t()
+        try:
+            self._call("cuStreamGetCaptureInfo_v2", stream, C.byref(status), C.byref(cid), C.byref(graph),
+                       C.byref(deps), C.byref(n))
+        except DriverError as e:
+            if e.code != -1:  # the call failed (not missing): say so
+                raise
+            edges = C.c_void_p()
+            self._call("cuStreamGetCaptureInfo_v3", stream, C.byref(status), C.byref(cid), C.byref(graph),
+                       C.byref(deps), C.byref(edges), C.byref(n))
+        if status.value != CAPTURE_STATUS_ACTIVE:
+            raise DriverError("cuStreamGetCaptureInfo", -2, f"capture status {status.value}, not active")
+        return CaptureInfo(cid.value, graph.value or 0, tuple(deps[i] or 0 for i in range(n.value)))
+
+    def update_capture_dependencies(self, stream: int, nodes: tuple[int, ...]) -> None:
+        """Make `nodes` the capturing stream's dependency set (what the next captured work waits for)."""
+        arr = (C.c_void_p * max(len(nodes), 1))(*nodes)
+        try:
+            self._call("cuStreamUpdateCaptureDependencies", stream, arr, len(nodes), SET_CAPTURE_DEPENDENCIES)
+        except DriverError as e:
+            if e.code != -1:
+                raise
+            self._call("cuStreamUpdateCaptureDependencies_v2", stream, arr, None, len(nodes),
+                       SET_CAPTURE_DEPENDENCIES)
+
+    def launch_host_func(self, stream: int, fn: int, user_data: int) -> None:
+        """Enqueue a host function (captured as a host node): `fn` is a C function pointer."""
+        self._call("cuLaunchHostFunc", stream, fn, user_data)
+
+    def ctx_synchronize(self) -> None:
+        self._call("cuCtxSynchronize")
 
     # -- launches
     def launch(self, kind: int, func: int, req, params: int) -> int:

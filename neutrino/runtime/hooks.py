@@ -23,6 +23,7 @@ CB_LAUNCH = C.CFUNCTYPE(C.c_int, C.c_int, C.c_void_p, *([C.c_uint] * 7), C.c_voi
 CB_LINK = C.CFUNCTYPE(None, C.c_int, C.c_void_p, C.c_int, C.c_void_p, C.c_size_t)
 CB_EXIT = C.CFUNCTYPE(None)
 CB_TEARDOWN = C.CFUNCTYPE(None)
+CB_GRAPH = C.CFUNCTYPE(C.c_void_p, C.c_int, C.c_void_p, C.c_void_p, C.c_void_p, C.c_int)
 
 _MAGICS = {b"\x50\xed\x55\xba": "fatbin", b"\xb1\x43\x62\x46": "wrapper", b"\x7fELF": "elf"}
 MAX_IMAGE = 1 << 31
@@ -63,6 +64,12 @@ class Shim:
         self._keep = callbacks  # the CFUNCTYPE objects must outlive the process's use of them
         self.lib.neutrino_register_callbacks(*callbacks)
 
+    def register_graph(self, callback) -> None:
+        """The graph API callback of shim/graphs.c (make_graph_callback)."""
+        self._keep_graph = callback
+        self.lib.neutrino_graph_register_callback.argtypes = [CB_GRAPH]
+        self.lib.neutrino_graph_register_callback(callback)
+
     def register_compiler(self, callback) -> bool:
         """shim/compilers.c's callback (nvJitLink taps); False with a shim built before it existed."""
         fn = getattr(self.lib, "neutrino_register_compiler_callback", None)
@@ -73,6 +80,8 @@ class Shim:
         return True
 
     def unregister(self) -> None:
+        if getattr(self, "_keep_graph", None) is not None:
+            self.lib.neutrino_graph_register_callback(CB_GRAPH(0))
         self.lib.neutrino_register_callbacks(CB_MODULE(0), CB_FUNCTION(0), CB_LAUNCH(0), CB_LINK(0), CB_EXIT(0),
                                              CB_TEARDOWN(0))
         if self._keep_compiler is not None:
@@ -163,6 +172,19 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
     exit_fn = CB_EXIT(exit_cb) if on_exit is not None else CB_EXIT(0)
     return (CB_MODULE(module_cb), CB_FUNCTION(function_cb), CB_LAUNCH(launch_cb), CB_LINK(link_cb), exit_fn,
             CB_TEARDOWN(teardown_cb))
+
+
+def make_graph_callback(rt):
+    """Graph API calls (shim/graphs.c) → Runtime.on_graph; never raises into C."""
+
+    def graph_cb(kind, a, b, c, version):
+        try:
+            return rt.on_graph(kind, a or 0, b or 0, c or 0, version) or None
+        except BaseException as e:  # noqa: BLE001 - the program's graph call goes on as it was made
+            _safe_event(rt, "graph_error", kind=kind, reason=f"{type(e).__name__}: {e}")
+            return None
+
+    return CB_GRAPH(graph_cb)
 
 
 def _safe_event(rt, kind, **fields):

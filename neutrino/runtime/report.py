@@ -74,6 +74,12 @@ def finish(rt, stream) -> None:
              result_bytes=rt.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors)
     stream.write(f"neutrino: {rt.probed_launches} probed launch(es), {_mib(rt.result_bytes)} of results, "
                  f"trace in {tr.path}\n")
+    graph_nodes = getattr(rt, "graph_summary", [])
+    if graph_nodes:
+        written = sum(n["written"] for n in graph_nodes)
+        replays = sum(n["replays"] for n in graph_nodes)
+        stream.write(f"neutrino: {len(graph_nodes)} probed CUDA graph node(s): {written} of {replays} replay "
+                     "result(s) written\n")
     for line in frameworks.summary_lines(getattr(rt, "no_ptx", {}), getattr(rt, "no_ptx_examples", None)):
         stream.write(line + "\n")
     if total_drops:

@@ -67,18 +67,143 @@ CUresult cuLibraryGetKernel(void **k, void *lib, const char *name) { return cuMo
 CUresult cuKernelGetFunction(void **f, void *k) { *f = k; return 0; }
 CUresult cuFuncGetAttribute(int *v, int a, void *f) { *v = a == 8 ? ((Function *)f)->attr8 : 0; return 0; }
 CUresult cuFuncSetAttribute(void *f, int a, int v) { if (a == 8) ((Function *)f)->attr8 = v; return 0; }
-CUresult cuStreamIsCapturing(void *s, int *st) { (void)s; *st = 0; return 0; }
+/* ---- stream capture and graphs: nodes run in capture order at cuGraphLaunch ---- */
+enum { N_MEMSET, N_D2H, N_KERNEL, N_HOST };
+typedef struct Node {
+    int kind;
+    void *a, *b;               /* memset: ptr; d2h: host, dev; kernel: function, params; host: fn, data */
+    size_t n;
+    unsigned dims[6];
+    int probed_params;
+} Node;
+typedef struct { Node *nodes; unsigned n, cap; } Graph;
+static void *cap_stream;       /* the one stream being captured (or NULL) */
+static int cap_mode;           /* 0 global, 1 thread-local, 2 relaxed */
+static Graph *cap_graph;
+static unsigned long long cap_id;
+static Node *cap_dep;           /* the node the next captured one depends on (NULL: none) */
+static __thread int thread_mode; /* cuThreadExchangeStreamCaptureMode: 0 global (the default) */
+static long live_allocations;   /* device and pinned allocations not yet freed */
+static long graph_nodes_live;
+
+long fakecuda_live_allocations(void) { return live_allocations; }
+long fakecuda_graphs_live(void) { return graph_nodes_live; }
+
+static int alloc_refused(void) { return cap_stream && cap_mode != 2 && thread_mode != 2; }
+
+static Node *capture(void *stream, int kind) {
+    if (!cap_stream || stream != cap_stream) return NULL;
+    if (cap_graph->n == cap_graph->cap) {
+        cap_graph->cap = cap_graph->cap ? 2 * cap_graph->cap : 8;
+        cap_graph->nodes = realloc(cap_graph->nodes, cap_graph->cap * sizeof(Node));
+    }
+    Node *nd = &cap_graph->nodes[cap_graph->n++];
+    memset(nd, 0, sizeof *nd);
+    nd->kind = kind;
+    cap_dep = (Node *)(uintptr_t)(cap_graph->n); /* node handles: 1-based positions */
+    return nd;
+}
+
+CUresult cuStreamBeginCapture_v2(void *s, int mode) {
+    if (cap_stream) return 900;
+    cap_stream = s; cap_mode = mode; cap_id++;
+    cap_graph = calloc(1, sizeof(Graph));
+    graph_nodes_live++;
+    cap_dep = NULL;
+    return 0;
+}
+CUresult cuStreamEndCapture(void *s, void **graph) {
+    if (s != cap_stream) return 901;
+    *graph = cap_graph;
+    cap_stream = NULL; cap_graph = NULL;
+    return 0;
+}
+CUresult cuStreamIsCapturing(void *s, int *st) { *st = (cap_stream && s == cap_stream) ? 1 : 0; return 0; }
+CUresult cuStreamGetCaptureInfo_v2(void *s, int *st, unsigned long long *id, void **graph, void *const **deps,
+                                   size_t *n) {
+    static __thread void *dep;
+    *st = (cap_stream && s == cap_stream) ? 1 : 0;
+    if (!*st) return 0;
+    if (id) *id = cap_id;
+    if (graph) *graph = cap_graph;
+    dep = cap_dep;
+    if (deps) *deps = &dep;
+    if (n) *n = cap_dep ? 1 : 0;
+    return 0;
+}
+CUresult cuStreamUpdateCaptureDependencies(void *s, void **deps, size_t n, unsigned flags) {
+    (void)flags;
+    if (!cap_stream || s != cap_stream) return 401;
+    cap_dep = n ? deps[0] : NULL;
+    return 0;
+}
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = thread_mode; thread_mode = *mode; *mode = old; return 0; }
+CUresult cuCtxSynchronize(void) { return alloc_refused() ? 900 : 0; }
+CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) {
+    Node *nd = capture(s, N_HOST);
+    if (nd) { nd->a = (void *)fn; nd->b = data; return 0; }
+    fn(data);
+    return 0;
+}
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    (void)flags;
+    Graph *g = graph, *e = calloc(1, sizeof(Graph));
+    e->n = e->cap = g->n;
+    e->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
+    memcpy(e->nodes, g->nodes, g->n * sizeof(Node));
+    graph_nodes_live++;
+    *exec = e;
+    return 0;
+}
+static void free_graph(Graph *g) { free(g->nodes); free(g); graph_nodes_live--; }
+CUresult cuGraphDestroy(void *graph) { free_graph(graph); return 0; }
+CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }
+static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
+CUresult cuGraphLaunch(void *exec, void *stream) {
+    (void)stream;
+    Graph *e = exec;
+    for (unsigned i = 0; i < e->n; i++) {
+        Node *nd = &e->nodes[i];
+        if (nd->kind == N_MEMSET) memset(nd->a, (int)nd->dims[0], nd->n);
+        else if (nd->kind == N_D2H) memcpy(nd->a, nd->b, nd->n);
+        else if (nd->kind == N_HOST) ((void (*)(void *))nd->a)(nd->b);
+        else run(nd->a, nd->dims[0], nd->dims[1], nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], nd->b);
+    }
+    return 0;
+}
 CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
 CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = malloc(8); return 0; }
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
-CUresult cuMemAllocAsync(uint64_t *p, size_t n, void *s) { (void)s; void *m = malloc(n); memset(m, 0xAB, n); *p = (uintptr_t)m; return 0; }
-CUresult cuMemFreeAsync(uint64_t p, void *s) { (void)s; free((void *)(uintptr_t)p); return 0; }
+CUresult cuMemAllocAsync(uint64_t *p, size_t n, void *s) {
+    (void)s;
+    if (alloc_refused()) return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+    void *m = malloc(n); memset(m, 0xAB, n); *p = (uintptr_t)m;
+    live_allocations++;
+    return 0;
+}
+CUresult cuMemFreeAsync(uint64_t p, void *s) { (void)s; free((void *)(uintptr_t)p); live_allocations--; return 0; }
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) { return cuMemAllocAsync(p, n, 0); }
 CUresult cuMemFree_v2(uint64_t p) { return cuMemFreeAsync(p, 0); }
-CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) { (void)s; memset((void *)(uintptr_t)p, v, n); return 0; }
-CUresult cuMemcpyDtoHAsync_v2(void *h, uint64_t d, size_t n, void *s) { (void)s; memcpy(h, (void *)(uintptr_t)d, n); return 0; }
-CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) { (void)f; *p = calloc(1, n); return 0; }
-CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) {
+    Node *nd = capture(s, N_MEMSET);
+    if (nd) { nd->a = (void *)(uintptr_t)p; nd->n = n; nd->dims[0] = v; return 0; }
+    memset((void *)(uintptr_t)p, v, n);
+    return 0;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *h, uint64_t d, size_t n, void *s) {
+    Node *nd = capture(s, N_D2H);
+    if (nd) { nd->a = h; nd->b = (void *)(uintptr_t)d; nd->n = n; return 0; }
+    memcpy(h, (void *)(uintptr_t)d, n);
+    return 0;
+}
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) {
+    (void)f;
+    if (alloc_refused()) return 900;
+    *p = calloc(1, n);
+    live_allocations++;
+    return 0;
+}
+CUresult cuMemFreeHost(void *p) { free(p); live_allocations--; return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = malloc(8); return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
@@ -140,7 +265,13 @@ static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
 
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned sh, void *s, void **p, void **e) {
-    (void)sh; (void)s; (void)e;
+    (void)sh; (void)e;
+    Node *nd = capture(s, N_KERNEL);
+    if (nd) { /* the argument arrays are kept alive by their owners in these tests */
+        unsigned d[6] = {gx, gy, gz, bx, by, bz};
+        nd->a = f; nd->b = p; memcpy(nd->dims, d, sizeof d);
+        return 0;
+    }
     run(f, gx, gy, gz, bx, by, bz, p);
     return 0;
 }
@@ -149,9 +280,7 @@ CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, uns
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
 }
 CUresult cuLaunchKernelEx(const Config *c, void *f, void **p, void **e) {
-    (void)e;
-    run(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, p);
-    return 0;
+    return cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shmem, c->stream, p, e);
 }
 CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **p, void **e) { return cuLaunchKernelEx(c, f, p, e); }
 CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -172,7 +301,9 @@ CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long lo
 static const struct { const char *name; void *fn; } table[] = {
     E(cuInit), E(cuModuleLoadData), E(cuModuleLoadDataEx), E(cuModuleGetFunction), E(cuLibraryLoadData),
     E(cuLibraryGetKernel), E(cuKernelGetFunction), E(cuLaunchKernel), E(cuLaunchKernelEx),
-    E(cuLaunchCooperativeKernel), E(cuLinkComplete), E(cuCtxGetCurrent),
+    E(cuLaunchCooperativeKernel), E(cuLinkComplete), E(cuCtxGetCurrent), E(cuGraphInstantiateWithFlags),
+    E(cuGraphLaunch), E(cuGraphDestroy), E(cuGraphExecDestroy), E(cuLaunchHostFunc),
+    {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2}, E(cuStreamEndCapture),
     {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
 };
 static const struct { const char *name; void *fn; } ptsz[] = {

@@ -1,0 +1,414 @@
+/* Neutrino and CUDA graphs: the replay side of a probed graph node, and the graph API hooks.
+ *
+ * A probed kernel launched into a capturing stream is captured by Python
+ * (neutrino/runtime/graphs.py) as: memset → probed kernel → [D2H copy into a
+ * pinned staging frame → host node], the last two as leaves. The host node
+ * runs neutrino_graph_host_fn with the node's record, here: it counts the
+ * replay, and for a replay the launch filter selects (the same --launches,
+ * counted per node over replays) it copies the staging frame into memory of
+ * its own and queues it for the writer (writer.c), so the next replay cannot
+ * overwrite it unread. It never calls CUDA (host functions must not). When
+ * the writer is behind by more than `pending_limit` bytes, or the trace budget
+ * is spent, the replay's result is dropped and counted.
+ *
+ * The graph API hooks report what decides the lifetime of a node's memory
+ * (instantiate, clone, exec update, destroy) and kernel nodes made or changed
+ * with the graph API to Python through one callback; for new kernel-node
+ * parameters of a probed node, Python may answer with parameters to use instead.
+ */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "writer.h"
+
+typedef int CUresult;
+#define CU_NOT_FOUND 500
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 0x2
+
+void *neutrino_real_sym(const char *name);
+int neutrino_trace_reserve(uint64_t n);
+void neutrino_trace_give_back(uint64_t n);
+
+/* ------------------------------------------------------------------ replay records */
+
+typedef struct {
+    uint32_t graph_id, node_id, kernel_id;
+    int32_t fd;
+    const void *staging;  /* pinned: the frame of the last replay (header written once, sections by the copy) */
+    uint64_t frame_size;
+    uint64_t stream;
+    uint32_t grid[3], block[3];
+    uint32_t shared_bytes, frame_id;
+} nt_graph_desc;
+
+typedef struct {
+    nt_graph_desc d;
+    _Atomic int active;
+    _Atomic uint64_t replays, written, dropped_trace, dropped_behind, errors;
+} nt_graph_node;
+
+static _Atomic uint64_t sel_start, sel_stop = UINT64_MAX, sel_every = 1;
+static _Atomic uint64_t pending_limit = 1ull << 30, pending;
+
+void neutrino_graph_set_filter(uint64_t start, uint64_t stop, uint64_t every, uint64_t limit) {
+    atomic_store(&sel_start, start);
+    atomic_store(&sel_stop, stop);
+    atomic_store(&sel_every, every ? every : 1);
+    atomic_store(&pending_limit, limit);
+}
+
+void *neutrino_graph_node_new(const nt_graph_desc *d) {
+    nt_graph_node *n = calloc(1, sizeof *n);
+    if (!n) return NULL;
+    n->d = *d;
+    atomic_store(&n->active, 1);
+    return n;
+}
+
+/* Called once the device has finished with the node (its graphs are destroyed and the context synchronised). */
+void neutrino_graph_node_free(void *node) { free(node); }
+
+void neutrino_graph_node_set_active(void *node, int active) { atomic_store(&((nt_graph_node *)node)->active, active); }
+
+void neutrino_graph_node_stats(void *node, uint64_t out[5]) {
+    nt_graph_node *n = node;
+    out[0] = atomic_load(&n->replays);
+    out[1] = atomic_load(&n->written);
+    out[2] = atomic_load(&n->dropped_trace);
+    out[3] = atomic_load(&n->dropped_behind);
+    out[4] = atomic_load(&n->errors);
+}
+
+/* The writer wrote (or failed to write) a replay's frame: its bytes no longer wait. */
+void neutrino_graph_job_done(uint64_t frame_size) { atomic_fetch_sub(&pending, frame_size); }
+
+static inline int replay_selected(uint64_t r) {
+    uint64_t start = atomic_load_explicit(&sel_start, memory_order_relaxed);
+    uint64_t stop = atomic_load_explicit(&sel_stop, memory_order_relaxed);
+    uint64_t every = atomic_load_explicit(&sel_every, memory_order_relaxed);
+    return r >= start && r < stop && (r - start) % every == 0;
+}
+
+/* The host node of a probed graph node: runs once per replay, after the copy to staging. */
+void neutrino_graph_host_fn(void *arg) {
+    nt_graph_node *n = arg;
+    uint64_t r = atomic_fetch_add_explicit(&n->replays, 1, memory_order_relaxed);
+    if (!atomic_load_explicit(&n->active, memory_order_relaxed) || !replay_selected(r)) return;
+    uint64_t size = n->d.frame_size;
+    if (atomic_load(&pending) + size > atomic_load(&pending_limit)) {
+        atomic_fetch_add(&n->dropped_behind, 1);
+        return;
+    }
+    if (!neutrino_trace_reserve(size)) {
+        atomic_fetch_add(&n->dropped_trace, 1);
+        return;
+    }
+    void *copy = malloc(size);
+    if (!copy) {
+        neutrino_trace_give_back(size);
+        atomic_fetch_add(&n->errors, 1);
+        return;
+    }
+    memcpy(copy, n->d.staging, size);
+    nt_job job;
+    memset(&job, 0, sizeof job);
+    job.fd = n->d.fd;
+    job.kernel_id = n->d.kernel_id;
+    job.frame_id = n->d.frame_id;
+    job.stream = (void *)(uintptr_t)n->d.stream;
+    memcpy(job.grid, n->d.grid, sizeof job.grid);
+    memcpy(job.block, n->d.block, sizeof job.block);
+    job.shared_bytes = n->d.shared_bytes;
+    job.kernel_launch = r;
+    job.header = copy;
+    job.header_len = size;
+    job.frame_size = size;
+    job.owns_header = 1;
+    job.host_frame = 1;
+    job.graph = (uint64_t)n->d.graph_id << 32 | n->d.node_id;
+    atomic_fetch_add(&pending, size);
+    if (!neutrino_writer_submit(&job)) { /* the writer has stopped (exit) */
+        atomic_fetch_sub(&pending, size);
+        free(copy);
+        neutrino_trace_give_back(size);
+        atomic_fetch_add(&n->errors, 1);
+        return;
+    }
+    atomic_fetch_add(&n->written, 1);
+}
+
+/* Captures begun and not yet ended in this process (cuStreamBeginCapture*, cuStreamEndCapture
+ * below): while there are none, a launch the filter skips costs no capture query. */
+static _Atomic long captures_active;
+
+/* 1 if `stream` (0: the default stream of the launch's kind) is being captured. */
+int neutrino_graph_stream_capturing(void *stream, int ptsz) {
+    if (atomic_load_explicit(&captures_active, memory_order_relaxed) <= 0) return 0;
+    static CUresult (*_Atomic is_capturing)(void *, int *);
+    CUresult (*fn)(void *, int *) = atomic_load(&is_capturing);
+    if (!fn) {
+        fn = (CUresult (*)(void *, int *))neutrino_real_sym("cuStreamIsCapturing");
+        if (!fn) return 0;
+        atomic_store(&is_capturing, fn);
+    }
+    int status = 0;
+    void *s = stream ? stream : (void *)(uintptr_t)(ptsz ? 0x2 : 0x1);
+    return fn(s, &status) == 0 && status != 0;
+}
+
+/* ------------------------------------------------------------------ graph API hooks */
+
+/* what is reported (graphs.py: G_*) */
+enum { G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS };
+
+typedef void *(*cb_graph_t)(int kind, void *a, void *b, void *c, int version);
+static cb_graph_t _Atomic cb_graph;
+static __thread int in_graph_callback;
+
+void neutrino_graph_register_callback(cb_graph_t cb) { atomic_store(&cb_graph, cb); }
+
+static void *report(int kind, void *a, void *b, void *c, int version) {
+    cb_graph_t cb = atomic_load(&cb_graph);
+    if (!cb || in_graph_callback) return NULL;
+    in_graph_callback = 1;
+    void *out = cb(kind, a, b, c, version);
+    in_graph_callback = 0;
+    return out;
+}
+
+enum {
+    GH_INSTANTIATE_V2, GH_INSTANTIATE_FLAGS, GH_INSTANTIATE_PARAMS, GH_INSTANTIATE_PARAMS_PTSZ, GH_CLONE,
+    GH_EXEC_UPDATE, GH_EXEC_UPDATE_V2, GH_DESTROY, GH_EXEC_DESTROY, GH_ADD_KERNEL, GH_ADD_KERNEL_V2,
+    GH_SET_PARAMS, GH_SET_PARAMS_V2, GH_EXEC_SET_PARAMS, GH_EXEC_SET_PARAMS_V2,
+    GH_BEGIN, GH_BEGIN_PTSZ, GH_BEGIN_TO_GRAPH, GH_BEGIN_TO_GRAPH_PTSZ, GH_END, GH_END_PTSZ, GH_COUNT
+};
+
+static const char *const graph_hook_names[GH_COUNT] = {
+    "cuGraphInstantiate_v2", "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams",
+    "cuGraphInstantiateWithParams_ptsz", "cuGraphClone", "cuGraphExecUpdate", "cuGraphExecUpdate_v2",
+    "cuGraphDestroy", "cuGraphExecDestroy", "cuGraphAddKernelNode", "cuGraphAddKernelNode_v2",
+    "cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams",
+    "cuGraphExecKernelNodeSetParams_v2", "cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz",
+    "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz",
+};
+static void *_Atomic graph_real[GH_COUNT];
+
+static void *greal(int slot) {
+    void *p = atomic_load_explicit(&graph_real[slot], memory_order_acquire);
+    if (!p) {
+        p = neutrino_real_sym(graph_hook_names[slot]);
+        atomic_store_explicit(&graph_real[slot], p, memory_order_release);
+    }
+    return p;
+}
+#define GREAL(slot, type) ((type)greal(slot))
+
+CUresult cuGraphInstantiate_v2(void **exec, void *graph, void **err_node, char *log, size_t log_size) {
+    CUresult (*fn)(void **, void *, void **, char *, size_t) = GREAL(GH_INSTANTIATE_V2, CUresult(*)(void **, void *, void **, char *, size_t));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, err_node, log, log_size);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    CUresult (*fn)(void **, void *, unsigned long long) = GREAL(GH_INSTANTIATE_FLAGS, CUresult(*)(void **, void *, unsigned long long));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, flags);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphInstantiateWithParams(void **exec, void *graph, void *params) {
+    CUresult (*fn)(void **, void *, void *) = GREAL(GH_INSTANTIATE_PARAMS, CUresult(*)(void **, void *, void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, params);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphInstantiateWithParams_ptsz(void **exec, void *graph, void *params) {
+    CUresult (*fn)(void **, void *, void *) = GREAL(GH_INSTANTIATE_PARAMS_PTSZ, CUresult(*)(void **, void *, void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, params);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphClone(void **clone, void *graph) {
+    CUresult (*fn)(void **, void *) = GREAL(GH_CLONE, CUresult(*)(void **, void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(clone, graph);
+    if (rc == 0) report(G_CLONE, graph, *clone, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphExecUpdate(void *exec, void *graph, void **err_node, int *result) {
+    CUresult (*fn)(void *, void *, void **, int *) = GREAL(GH_EXEC_UPDATE, CUresult(*)(void *, void *, void **, int *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, err_node, result);
+    if (rc == 0) report(G_EXEC_UPDATE, exec, graph, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *result_info) {
+    CUresult (*fn)(void *, void *, void *) = GREAL(GH_EXEC_UPDATE_V2, CUresult(*)(void *, void *, void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, result_info);
+    if (rc == 0) report(G_EXEC_UPDATE, exec, graph, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphDestroy(void *graph) {
+    CUresult (*fn)(void *) = GREAL(GH_DESTROY, CUresult(*)(void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(graph);
+    if (rc == 0) report(G_GRAPH_DESTROY, graph, NULL, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphExecDestroy(void *exec) {
+    CUresult (*fn)(void *) = GREAL(GH_EXEC_DESTROY, CUresult(*)(void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec);
+    if (rc == 0) report(G_EXEC_DESTROY, exec, NULL, NULL, 0);
+    return rc;
+}
+
+/* CUDA_KERNEL_NODE_PARAMS: v1 starts with the CUfunction; v2 adds the CUkernel and the context */
+typedef struct { void *func; unsigned dims[7]; void **params, **extra; void *kern, *ctx; } kernel_node_params;
+
+static void *node_function(const kernel_node_params *p, int version) {
+    return p->func ? p->func : version >= 2 ? p->kern : NULL; /* `kern` is used only when `func` is NULL */
+}
+
+typedef CUresult (*add_kernel_t)(void **, void *, void *const *, size_t, const void *);
+static CUresult add_kernel(int slot, int version, void **node, void *graph, void *const *deps, size_t n,
+                           const kernel_node_params *p) {
+    add_kernel_t fn = GREAL(slot, add_kernel_t);
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(node, graph, deps, n, p);
+    if (rc == 0 && p) report(G_ADD_KERNEL_NODE, graph, node_function(p, version), *node, version);
+    return rc;
+}
+
+CUresult cuGraphAddKernelNode(void **node, void *graph, void *const *deps, size_t n, const void *p) {
+    return add_kernel(GH_ADD_KERNEL, 1, node, graph, deps, n, p);
+}
+
+CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void *const *deps, size_t n, const void *p) {
+    return add_kernel(GH_ADD_KERNEL_V2, 2, node, graph, deps, n, p);
+}
+
+/* New parameters for a kernel node: Python answers with the parameters of our probed node, or NULL (as given). */
+static const void *node_params(void *exec, void *node, const void *p, int version) {
+    const void *ours = report(G_SET_PARAMS, exec, node, (void *)p, version);
+    return ours ? ours : p;
+}
+
+CUresult cuGraphKernelNodeSetParams(void *node, const void *p) {
+    CUresult (*fn)(void *, const void *) = GREAL(GH_SET_PARAMS, CUresult(*)(void *, const void *));
+    return fn ? fn(node, node_params(NULL, node, p, 1)) : CU_NOT_FOUND;
+}
+
+CUresult cuGraphKernelNodeSetParams_v2(void *node, const void *p) {
+    CUresult (*fn)(void *, const void *) = GREAL(GH_SET_PARAMS_V2, CUresult(*)(void *, const void *));
+    return fn ? fn(node, node_params(NULL, node, p, 2)) : CU_NOT_FOUND;
+}
+
+CUresult cuGraphExecKernelNodeSetParams(void *exec, void *node, const void *p) {
+    CUresult (*fn)(void *, void *, const void *) = GREAL(GH_EXEC_SET_PARAMS, CUresult(*)(void *, void *, const void *));
+    return fn ? fn(exec, node, node_params(exec, node, p, 1)) : CU_NOT_FOUND;
+}
+
+CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const void *p) {
+    CUresult (*fn)(void *, void *, const void *) = GREAL(GH_EXEC_SET_PARAMS_V2, CUresult(*)(void *, void *, const void *));
+    return fn ? fn(exec, node, node_params(exec, node, p, 2)) : CU_NOT_FOUND;
+}
+
+typedef CUresult (*begin_t)(void *, int);
+static CUresult begin_capture(int slot, void *stream, int mode) {
+    begin_t fn = GREAL(slot, begin_t);
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(stream, mode);
+    if (rc == 0) atomic_fetch_add(&captures_active, 1);
+    return rc;
+}
+CUresult cuStreamBeginCapture_v2(void *stream, int mode) { return begin_capture(GH_BEGIN, stream, mode); }
+CUresult cuStreamBeginCapture_v2_ptsz(void *stream, int mode) { return begin_capture(GH_BEGIN_PTSZ, stream, mode); }
+
+typedef CUresult (*begin_to_graph_t)(void *, void *, const void *, const void *, size_t, int);
+static CUresult begin_to_graph(int slot, void *stream, void *graph, const void *deps, const void *data, size_t n,
+                               int mode) {
+    begin_to_graph_t fn = GREAL(slot, begin_to_graph_t);
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(stream, graph, deps, data, n, mode);
+    if (rc == 0) atomic_fetch_add(&captures_active, 1);
+    return rc;
+}
+CUresult cuStreamBeginCaptureToGraph(void *stream, void *graph, const void *deps, const void *data, size_t n, int mode) {
+    return begin_to_graph(GH_BEGIN_TO_GRAPH, stream, graph, deps, data, n, mode);
+}
+CUresult cuStreamBeginCaptureToGraph_ptsz(void *stream, void *graph, const void *deps, const void *data, size_t n,
+                                          int mode) {
+    return begin_to_graph(GH_BEGIN_TO_GRAPH_PTSZ, stream, graph, deps, data, n, mode);
+}
+
+/* A capture ends whether or not EndCapture succeeds (an invalidated capture ends with an error). */
+static CUresult end_capture(int slot, void *stream, void **graph) {
+    CUresult (*fn)(void *, void **) = GREAL(slot, CUresult(*)(void *, void **));
+    if (!fn) return CU_NOT_FOUND;
+    int was = neutrino_graph_stream_capturing(stream, 0);
+    CUresult rc = fn(stream, graph);
+    if (was) atomic_fetch_sub(&captures_active, 1);
+    return rc;
+}
+CUresult cuStreamEndCapture(void *stream, void **graph) { return end_capture(GH_END, stream, graph); }
+CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_capture(GH_END_PTSZ, stream, graph); }
+
+static void *const graph_hook_fns[GH_COUNT] = {
+    (void *)cuGraphInstantiate_v2, (void *)cuGraphInstantiateWithFlags, (void *)cuGraphInstantiateWithParams,
+    (void *)cuGraphInstantiateWithParams_ptsz, (void *)cuGraphClone, (void *)cuGraphExecUpdate,
+    (void *)cuGraphExecUpdate_v2, (void *)cuGraphDestroy, (void *)cuGraphExecDestroy, (void *)cuGraphAddKernelNode,
+    (void *)cuGraphAddKernelNode_v2, (void *)cuGraphKernelNodeSetParams, (void *)cuGraphKernelNodeSetParams_v2,
+    (void *)cuGraphExecKernelNodeSetParams, (void *)cuGraphExecKernelNodeSetParams_v2,
+    (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz, (void *)cuStreamBeginCaptureToGraph,
+    (void *)cuStreamBeginCaptureToGraph_ptsz, (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz,
+};
+
+/* Our wrapper for an exported libcuda name (the dlsym route), or NULL. */
+void *neutrino_graph_wrapper_named(const char *name) {
+    if (strncmp(name, "cuGraph", 7) && strncmp(name, "cuStream", 8)) return NULL;
+    for (int i = 0; i < GH_COUNT; i++)
+        if (!strcmp(name, graph_hook_names[i])) return graph_hook_fns[i];
+    return NULL;
+}
+
+/* Our wrapper for `symbol` asked through cuGetProcAddress at `version`, or NULL. From CUDA 12.0
+ * the unsuffixed names resolve to the _v2 ABIs (and cuGraphInstantiate to cuGraphInstantiateWithFlags). */
+void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long long flags) {
+    int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    if (!strcmp(symbol, "cuStreamBeginCapture"))  /* version 10000 is the mode-less v1: not hooked */
+        return version >= 10010 ? graph_hook_fns[ptsz ? GH_BEGIN_PTSZ : GH_BEGIN] : NULL;
+    if (!strcmp(symbol, "cuStreamBeginCaptureToGraph")) return graph_hook_fns[ptsz ? GH_BEGIN_TO_GRAPH_PTSZ : GH_BEGIN_TO_GRAPH];
+    if (!strcmp(symbol, "cuStreamEndCapture")) return graph_hook_fns[ptsz ? GH_END_PTSZ : GH_END];
+    if (strncmp(symbol, "cuGraph", 7)) return NULL;
+    int v12 = version >= 12000;
+    if (!strcmp(symbol, "cuGraphInstantiate"))
+        return v12 ? graph_hook_fns[GH_INSTANTIATE_FLAGS] : version >= 11000 ? graph_hook_fns[GH_INSTANTIATE_V2] : NULL;
+    if (!strcmp(symbol, "cuGraphInstantiateWithParams"))
+        return graph_hook_fns[ptsz ? GH_INSTANTIATE_PARAMS_PTSZ : GH_INSTANTIATE_PARAMS];
+    if (!strcmp(symbol, "cuGraphExecUpdate")) return graph_hook_fns[v12 ? GH_EXEC_UPDATE_V2 : GH_EXEC_UPDATE];
+    if (!strcmp(symbol, "cuGraphAddKernelNode")) return graph_hook_fns[v12 ? GH_ADD_KERNEL_V2 : GH_ADD_KERNEL];
+    if (!strcmp(symbol, "cuGraphKernelNodeSetParams")) return graph_hook_fns[v12 ? GH_SET_PARAMS_V2 : GH_SET_PARAMS];
+    if (!strcmp(symbol, "cuGraphExecKernelNodeSetParams"))
+        return graph_hook_fns[v12 ? GH_EXEC_SET_PARAMS_V2 : GH_EXEC_SET_PARAMS];
+    if (!strcmp(symbol, "cuGraphInstantiateWithFlags")) return graph_hook_fns[GH_INSTANTIATE_FLAGS];
+    if (!strcmp(symbol, "cuGraphClone")) return graph_hook_fns[GH_CLONE];
+    if (!strcmp(symbol, "cuGraphDestroy")) return graph_hook_fns[GH_DESTROY];
+    if (!strcmp(symbol, "cuGraphExecDestroy")) return graph_hook_fns[GH_EXEC_DESTROY];
+    return NULL;
+}

@@ -1,0 +1,386 @@
+"""CUDA graphs: capture, replay, update and destroy, against the fake driver's graph model (no GPU).
+
+The fake driver (tests/fakedriver.py) records work enqueued on a capturing
+stream as graph nodes with their dependencies, refuses allocation where a
+capture mode forbids it, and replays an executable graph's nodes in order.
+The "program" here launches saxpy4 into a capture the way the shim would:
+through `Runtime.on_launch`, and the original kernel itself when that returns
+NOT_HANDLED. Its own result is a counter of kernel runs (`program_impl`).
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import neutrino.trace as nt
+from neutrino.analysis import report as analysis_report
+from neutrino.runtime.core import NOT_HANDLED
+from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CAPTURE_MODE_THREAD_LOCAL
+from neutrino.runtime.graphs import (
+    G_ADD_KERNEL_NODE,
+    G_CLONE,
+    G_EXEC_DESTROY,
+    G_GRAPH_DESTROY,
+    G_INSTANTIATE,
+    G_SET_PARAMS,
+    KernelNodeParamsV2,
+)
+from neutrino.runtime.options import LaunchFilter
+
+from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
+from test_runtime_core import COUNT_PROBE, events, fake_block_sched, finish, load_saxpy, make_runtime, req
+
+STREAM = 0x5
+CYCLES = int(os.environ.get("NEUTRINO_GRAPH_CYCLES", "1000"))  # capture/replay/destroy cycles of the leak test
+
+
+class Program:
+    """A program that captures saxpy4 (probed) then `other` (never probed) into one graph."""
+
+    def __init__(self, tmp_path, **opts):
+        self.rt, self.drv, _ = make_runtime(tmp_path, **opts)
+        self.runs = {"saxpy4": 0, "other": 0}
+        for name in self.runs:
+            self.drv.program_impl[name] = self._counter(name)
+        load_saxpy(self.rt)
+        self.drv.functions[0x200] = (0x100, "saxpy4")  # the program's own (unprobed) saxpy4, as the driver knows it
+        self.other = self.drv.module_get_function(0x999, "other")
+        self.keep = []
+
+    def _counter(self, name):
+        def run(drv, req_, params):
+            self.runs[name] += 1
+        return run
+
+    def capture(self, mode=CAPTURE_MODE_GLOBAL, grid=(4, 1, 1)):
+        """Capture one graph; returns (graph handle, what on_launch answered)."""
+        self.drv.begin_capture(STREAM, mode)
+        r, params = req(grid=grid)
+        r = type(r)(r.kind, r.func, r.grid, r.block, r.shared_bytes, STREAM, r.params, index=r.index)
+        self.keep.append(params)
+        rc = self.rt.on_launch(r)
+        if rc == NOT_HANDLED:  # what the shim does: the original launch, captured
+            assert self.drv.launch(r.kind, r.func, r, r.params) == 0
+        self.drv.launch(r.kind, self.other, r, r.params)  # the program's next kernel
+        return self.drv.end_capture(STREAM), rc
+
+    def instantiate(self, graph):
+        exe = self.drv.graph_instantiate(graph)
+        self.rt.on_graph(G_INSTANTIATE, graph, exe)
+        return exe
+
+    def replay(self, exe, n):
+        for _ in range(n):
+            self.drv.graph_launch(exe)
+
+    def destroy(self, graph, exe):
+        self.drv.exec_destroy(exe)
+        self.rt.on_graph(G_EXEC_DESTROY, exe, 0)
+        self.drv.graph_destroy(graph)
+        self.rt.on_graph(G_GRAPH_DESTROY, graph, 0)
+
+
+@pytest.fixture
+def program(tmp_path):
+    p = Program(tmp_path)
+    p.drv.kernel_impl["saxpy4"] = fake_block_sched
+    return p
+
+
+def node_kinds(drv, graph):
+    return [(n["kind"], drv.functions.get(n.get("func"), (0, None))[1]) for n in drv.graphs[graph].nodes]
+
+
+@pytest.mark.parametrize("mode", [CAPTURE_MODE_GLOBAL, CAPTURE_MODE_THREAD_LOCAL, CAPTURE_MODE_RELAXED],
+                         ids=["global", "thread_local", "relaxed"])
+def test_capture_and_replay_one_result_per_replay(program, mode):
+    graph, rc = program.capture(mode)
+    assert rc == 0
+    drv = program.drv
+    kinds = [k for k, _ in node_kinds(drv, graph)]
+    assert kinds == ["memset", "kernel", "memcpy", "host", "kernel"]
+    memset, kernel, copy, host, other = drv.graphs[graph].nodes
+    assert kernel["deps"] == [memset["handle"]] and copy["deps"] == [kernel["handle"]]
+    # our copy and host node are leaves: the program's next kernel waits for the probed kernel only
+    assert other["deps"] == [kernel["handle"]] and not drv.graphs[graph].dependents(host["handle"])
+    assert getattr(drv._mode, "mode", CAPTURE_MODE_GLOBAL) == CAPTURE_MODE_GLOBAL  # mode given back
+    exe = program.instantiate(graph)
+    program.replay(exe, 5)
+    assert program.runs == {"saxpy4": 5, "other": 5}
+    finish(program.rt)
+    t = nt.load(program.rt.trace.path)
+    (node_ev,) = events(program.rt, "graph_node")
+    assert node_ev["kernel"] == "saxpy4" and node_ev["graph"] == 1 and node_ev["graph_node"] == 1
+    assert [la.event["replay"] for la in t.launches] == list(range(5))
+    assert {la.graph for la in t.launches} == {(1, 1)}
+    for la in t.launches:
+        v = la.maps["block_sched"].valid()
+        assert len(v) == 8 and list(v["unit"]) == list(range(8)) and set(v["elapse"]) == {5}
+    (ex,) = events(program.rt, "exit")
+    assert ex["launches"] == 5
+
+
+def test_replays_are_zeroed_between_runs(program):
+    """The memset node runs every replay: counts a replay does not write read 0."""
+    state = {"n": 0}
+
+    def half_the_time(drv, r, params, name):
+        fake_block_sched(drv, r, params, name)
+        state["n"] += 1
+        if state["n"] % 2 == 0:  # every other replay, only unit 0 saves
+            from fakedriver import param_u64
+
+            counts = (C.c_uint32 * 8).from_address(param_u64(params, 4))
+            for u in range(1, 8):
+                counts[u] = 0
+
+    program.drv.kernel_impl["saxpy4"] = half_the_time
+    graph, _ = program.capture()
+    exe = program.instantiate(graph)
+    program.replay(exe, 4)
+    finish(program.rt)
+    t = nt.load(program.rt.trace.path)
+    assert [len(la.maps["block_sched"].valid()) for la in t.launches] == [8, 1, 8, 1]
+
+
+def test_launch_filter_counts_replays(tmp_path):
+    p = Program(tmp_path, launches=LaunchFilter(start=2, every=3))
+    p.drv.kernel_impl["saxpy4"] = fake_block_sched
+    graph, rc = p.capture()
+    assert rc == 0
+    exe = p.instantiate(graph)
+    p.replay(exe, 10)
+    finish(p.rt)
+    t = nt.load(p.rt.trace.path)
+    assert [la.event["replay"] for la in t.launches] == [2, 5, 8]
+    assert p.runs["saxpy4"] == 10
+
+
+def test_trace_budget_drops_replays_and_counts_them(tmp_path):
+    frame = 512  # one saxpy4 block_sched frame
+    p = Program(tmp_path, trace_budget=3 * frame)
+    p.drv.kernel_impl["saxpy4"] = fake_block_sched
+    graph, _ = p.capture()
+    p.replay(p.instantiate(graph), 7)
+    err = finish(p.rt)
+    assert len(nt.load(p.rt.trace.path).launches) == 3
+    (ex,) = events(p.rt, "exit")
+    assert ex["dropped"] == 4 and ex["launches"] == 3
+    assert "trace-budget" in err
+
+
+BEFORE_KERNEL = ["stream_capture_info", "exchange_capture_mode", "mem_alloc", "host_alloc", "memset_async", "launch"]
+AFTER_KERNEL = ["memcpy_dtoh_async", "launch_host_func", "update_capture_dependencies"]
+
+
+@pytest.mark.parametrize("step", BEFORE_KERNEL + AFTER_KERNEL)
+def test_failure_at_each_capture_step_never_changes_results(program, step):
+    """Before the probed kernel node exists: the original is captured instead (a `fallback` event).
+    After: the probed kernel stays, its results are lost (a `result_error` event). Either way the
+    program's kernels run exactly once per replay."""
+    drv = program.drv
+    real_launch = drv.launch
+    if step == "launch":  # the probed kernel's launch is refused; the program's own are not
+        drv.launch = lambda kind, f, r, params: (real_launch(kind, f, r, params) if f in (0x200, program.other)
+                                                 else 719)
+    else:
+        drv.fail[step] = "CUDA_ERROR_UNKNOWN"
+    graph, rc = program.capture()
+    drv.launch = real_launch
+    drv.fail.clear()
+    kernels = [name for kind, name in node_kinds(drv, graph) if kind == "kernel"]
+    assert kernels == ["saxpy4", "other"]  # once each: never the probed and the original
+    exe = program.instantiate(graph)
+    program.replay(exe, 3)
+    assert program.runs == {"saxpy4": 3, "other": 3}
+    program.destroy(graph, exe)
+    finish(program.rt)
+    if step in BEFORE_KERNEL:
+        assert rc == NOT_HANDLED
+        (fb,) = events(program.rt, "fallback")
+        assert fb["stage"] in ("graph", "graph-alloc", "driver") and fb["kernel"] == "saxpy4"
+    else:
+        assert rc == 0 and events(program.rt, "result_error")
+    assert program.rt.graphs.budget.used == 0  # whatever was allocated is given back
+
+
+def test_count_maps_refused_inside_graphs(tmp_path):
+    p = Program(tmp_path, probe=COUNT_PROBE)
+    graph, rc = p.capture()
+    assert rc == NOT_HANDLED
+    finish(p.rt)
+    (fb,) = events(p.rt, "fallback")
+    assert fb["stage"] == "graph" and 'cap = "count"' in fb["reason"]
+
+
+def test_destroy_frees_everything_over_many_cycles(program):
+    """Many capture/replay/destroy cycles (1000; NEUTRINO_GRAPH_CYCLES for more) leave no allocation behind."""
+    drv = program.drv
+    graph, _ = program.capture()  # the first capture builds the probed code (allocations of its own)
+    exe = program.instantiate(graph)
+    program.replay(exe, 1)
+    program.destroy(graph, exe)
+    base = (len(drv.mem), drv.allocations - drv.frees)
+    for _ in range(CYCLES):
+        graph, rc = program.capture()
+        assert rc == 0
+        exe = program.instantiate(graph)
+        program.replay(exe, 2)
+        program.destroy(graph, exe)
+    assert (len(drv.mem), drv.allocations - drv.frees) == base
+    assert program.rt.graphs.budget.used == 0 and program.rt.graphs.freed_groups == CYCLES + 1
+    assert program.runs["saxpy4"] == 2 * CYCLES + 1
+    finish(program.rt)
+
+
+def test_memory_lives_until_the_last_graph_or_exec_is_destroyed(program):
+    drv, rt = program.drv, program.rt
+    graph, _ = program.capture()
+    held = len(drv.mem)
+    clone = drv._new()
+    rt.on_graph(G_CLONE, graph, clone)
+    exe = program.instantiate(graph)
+    rt.on_graph(G_GRAPH_DESTROY, graph, 0)
+    rt.on_graph(G_GRAPH_DESTROY, clone, 0)
+    assert len(drv.mem) == held  # the executable graph still replays into our buffers
+    program.replay(exe, 2)
+    rt.on_graph(G_EXEC_DESTROY, exe, 0)
+    assert held == 2 and len(drv.mem) == 0  # the map buffer and the staging frame, freed
+    finish(rt)
+
+
+def test_free_deferred_while_the_device_cannot_be_synchronised(program):
+    drv, rt = program.drv, program.rt
+    graph, _ = program.capture()
+    exe = program.instantiate(graph)
+    drv.fail["ctx_synchronize"] = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+    before = len(drv.mem)
+    program.destroy(graph, exe)
+    assert len(drv.mem) == before and events(rt, "graph_free_deferred")
+    drv.fail.clear()
+    graph2, _ = program.capture()
+    exe2 = program.instantiate(graph2)
+    program.destroy(graph2, exe2)  # frees both
+    assert len(drv.mem) < before and rt.graphs.budget.used == 0
+    finish(rt)
+
+
+def test_exec_kernel_node_set_params(program):
+    """Same kernel and shape: the node stays probed (our buffers appended again). Another shape:
+    the node runs as the program set it, unprobed, with one `graph_unprobed` event."""
+    drv, rt = program.drv, program.rt
+    graph, _ = program.capture()
+    exe = program.instantiate(graph)
+    (gnode,) = [n for g in rt.graphs._by_capture.values() for n in g.nodes]
+    vals = [C.c_uint64(7) for _ in range(4)]
+    user = (C.c_void_p * 4)(*[C.addressof(v) for v in vals])
+    p = KernelNodeParamsV2(func=0x200, gridDimX=4, gridDimY=1, gridDimZ=1, blockDimX=64, blockDimY=1, blockDimZ=1,
+                           kernelParams=C.cast(user, C.POINTER(C.c_void_p)))
+    ours = rt.on_graph(G_SET_PARAMS, exe, gnode.node, C.addressof(p), 2)
+    assert ours
+    new = KernelNodeParamsV2.from_address(ours)
+    assert new.func == gnode.probed_func
+    assert C.c_uint64.from_address(new.kernelParams[0]).value == 7  # the program's new argument
+    assert C.c_uint64.from_address(new.kernelParams[4]).value == gnode.buffers[0]  # and our buffer
+    r, _ = req()
+    drv.exec_kernel_node_set_params(exe, gnode.node, new.func, r, C.addressof(gnode.keep))
+    program.replay(exe, 2)
+    p.gridDimX = 8
+    assert rt.on_graph(G_SET_PARAMS, exe, gnode.node, C.addressof(p), 2) == 0
+    r8, _ = req(grid=(8, 1, 1))
+    drv.exec_kernel_node_set_params(exe, gnode.node, 0x200, r8, C.addressof(user))
+    program.replay(exe, 2)
+    assert program.runs["saxpy4"] == 4
+    finish(rt)
+    assert len(nt.load(rt.trace.path).launches) == 2  # the replays after the shape change are not probed
+    (ev,) = events(rt, "graph_unprobed")
+    assert ev["graph_node"] == gnode.id and "shape" in ev["reason"]
+
+
+def test_kernel_node_added_with_the_graph_api_is_reported(program):
+    rt = program.rt
+    assert rt.on_graph(G_ADD_KERNEL_NODE, 0x77, 0x200, 0x78) == 0
+    assert rt.on_graph(G_ADD_KERNEL_NODE, 0x77, 0x12345, 0x79) == 0  # not a probed kernel: nothing to say
+    finish(rt)
+    (ev,) = events(rt, "graph_unprobed")
+    assert ev["kernel"] == "saxpy4" and "cuGraphAddKernelNode" in ev["reason"] and ev["node"] == "0x78"
+
+
+def test_report_groups_graph_replays(program, capsys):
+    graph, _ = program.capture()
+    program.replay(program.instantiate(graph), 3)
+    finish(program.rt)
+    trace, launches = analysis_report.load_trace(str(program.rt.trace.path))
+    text = analysis_report.render(analysis_report.analyze(trace, launches))
+    assert "[CUDA graphs] 3 of 3 launches were graph replays" in text
+    assert any(line.split()[:4] == ["1", "1", "saxpy4", "3"] for line in text.splitlines())
+
+
+def test_index_records_carry_graph_and_node(tmp_path):
+    """The native writer's index: the graph word (was `reserved`) gives graph, node and replay."""
+    run = tmp_path / "run"
+    (run / "result").mkdir(parents=True)
+    (run / "kernel" / "0_abc").mkdir(parents=True)
+    (run / "event.log").write_text('{"event":"instrument","kernel":"k","kernel_dir":"kernel/0_abc"}\n')
+    recs = np.zeros(2, nt.INDEX_RECORD)
+    recs["seq"] = [1, 2]
+    recs["kernel_launch"] = [0, 41]
+    recs["graph"] = [0, (3 << 32) | 9]
+    (run / "result" / "index.bin").write_bytes(nt.INDEX_MAGIC + nt.INDEX_HEADER_TAIL + recs.tobytes())
+    plain, replay = nt.read_index(run, nt.read_events(run / "event.log"))
+    assert "graph" not in plain
+    assert (replay["graph"], replay["graph_node"], replay["replay"]) == (3, 9, 41)
+
+
+@pytest.mark.parametrize("launches", [None, "1:3"], ids=["every replay", "replays 1:3"])
+def test_native_host_function_and_writer(tmp_path, fakecuda, shim, monkeypatch, launches):
+    """The whole C path against the fake libcuda: capture through the shim (global mode), the
+    host node of shim/graphs.c, frames written by shim/writer.c with the graph word in the index;
+    graph destruction (hooked through dlsym) frees every allocation of ours."""
+    out = tmp_path / "app.out"
+    monkeypatch.setenv("GRAPH_APP_OUT", str(out))
+    cycles, replays = 8, 4
+    extra = ["--launches", launches] if launches else []
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4",
+                                                   str(cycles), str(replays)], *extra)
+    said = out.read_text().splitlines()
+    assert rc == 0 and said[-1] == "app done", said
+    # every replay runs the probed kernel; the eager launch 0 only when --launches selects it (with 1:3 the
+    # probed code is first built inside a capture, in relaxed mode)
+    eager = "saxpy4 probed=0 grid=4" if launches else "saxpy4 probed=1 grid=4"
+    assert log == [eager] + ["saxpy4 probed=1 grid=4"] * (cycles * replays)
+    # Allocations alive at the end: at most the eager launch's pool slot and the writer's staging buffer
+    # (made by the writer thread, whenever it gets there); each cycle's node allocates 2 and frees them.
+    end = said[1].split()
+    assert end[:3] == ["live", "at", "end"] and int(end[3]) <= 2 and end[4:] == ["graphs", "0"], said
+    t = nt.load(tmp_path / "trace")
+    graph_launches = [la for la in t.launches if la.graph is not None]
+    wanted = [1, 2] if launches else list(range(replays))
+    assert len({la.graph for la in graph_launches}) == cycles
+    assert [la.event["replay"] for la in graph_launches] == wanted * cycles
+    for la in graph_launches:
+        v = la.maps["block_sched"].valid()
+        assert len(v) == 8 and list(v["unit"]) == list(range(8)) and set(v["elapse"]) == {7}
+    assert len(t.launches) == (0 if launches else 1) + len(graph_launches)  # and the eager launch
+    (ex,) = [e for e in t.events if e["event"] == "exit"]
+    assert ex["launches"] == len(t.launches) and ex["dropped"] == 0
+    assert not [e for e in t.events if e["event"] in ("fallback", "result_error")]
+
+
+def test_context_teardown_forgets_graphs_but_keeps_their_counts(program):
+    drv, rt = program.drv, program.rt
+    graph, _ = program.capture()
+    exe = program.instantiate(graph)
+    program.replay(exe, 2)
+    held = len(drv.mem)
+    rt.on_teardown()  # the context's memory goes with it: nothing is freed later under a stale address
+    program.destroy(graph, exe)
+    assert len(drv.mem) == held
+    finish(rt)
+    (ex,) = events(rt, "exit")
+    assert ex["launches"] == 2
