@@ -43,7 +43,7 @@ class Program:
     """A program that captures saxpy4 (probed) then `other` (never probed) into one graph."""
 
     def __init__(self, tmp_path, **opts):
-        self.rt, self.drv, _ = make_runtime(tmp_path, **opts)
+        self.rt, self.drv, _ = make_runtime(tmp_path, **{"graphs": True, **opts})
         self.runs = {"saxpy4": 0, "other": 0}
         for name in self.runs:
             self.drv.program_impl[name] = self._counter(name)
@@ -123,6 +123,23 @@ def test_capture_and_replay_one_result_per_replay(program, mode):
         assert len(v) == 8 and list(v["unit"]) == list(range(8)) and set(v["elapse"]) == {5}
     (ex,) = events(program.rt, "exit")
     assert ex["launches"] == 5
+
+
+def test_without_graphs_option_captured_launches_run_unprobed(tmp_path):
+    """Graph probing is opt-in (--graphs): without it a captured launch is the program's own,
+    logged as a fallback, and every replay runs the original kernel only."""
+    p = Program(tmp_path, graphs=False)
+    p.drv.kernel_impl["saxpy4"] = fake_block_sched
+    graph, rc = p.capture()
+    assert rc == NOT_HANDLED
+    assert [k for k, _ in node_kinds(p.drv, graph)] == ["kernel", "kernel"]
+    exe = p.instantiate(graph)
+    p.replay(exe, 3)
+    assert p.runs == {"saxpy4": 3, "other": 3}
+    finish(p.rt)
+    (fb,) = events(p.rt, "fallback")
+    assert fb["stage"] == "capture" and "--graphs" in fb["reason"]
+    assert not nt.load(p.rt.trace.path).launches
 
 
 def test_replays_are_zeroed_between_runs(program):
@@ -345,7 +362,7 @@ def test_native_host_function_and_writer(tmp_path, fakecuda, shim, monkeypatch, 
     out = tmp_path / "app.out"
     monkeypatch.setenv("GRAPH_APP_OUT", str(out))
     cycles, replays = 8, 4
-    extra = ["--launches", launches] if launches else []
+    extra = ["--graphs"] + (["--launches", launches] if launches else [])
     rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4",
                                                    str(cycles), str(replays)], *extra)
     said = out.read_text().splitlines()

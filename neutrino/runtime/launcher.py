@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-every", type=int, default=DEFAULT_TIME_EVERY, metavar="N",
                    help="measure a probed kernel's own time (two CUDA events) on its first launch and then every "
                         f"N-th (default {DEFAULT_TIME_EVERY}; 1: every launch). The other launches record one event")
+    p.add_argument("--graphs", action="store_true",
+                   help="probe kernels launched into streams being captured into CUDA graphs, on every replay "
+                        "(new, not yet verified on a GPU; without it such launches run unprobed and are logged)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its arguments")
     return p
 
@@ -101,6 +104,7 @@ def make_options(ns: argparse.Namespace) -> RuntimeOptions:
         trace_budget=parse_size(ns.trace_budget, "--trace-budget") if ns.trace_budget else DEFAULT_TRACE_BUDGET,
         when_full=ns.when_full,
         time_every=ns.time_every,
+        graphs=ns.graphs,
     )
 
 

@@ -99,6 +99,7 @@ class RuntimeOptions:
     when_full: str = attrs.field(default="drop", validator=attrs.validators.in_(WHEN_FULL))
     callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
     time_every: int = attrs.field(default=DEFAULT_TIME_EVERY, validator=attrs.validators.ge(1))
+    graphs: bool = False  # probe kernels captured into CUDA graphs (opt-in until verified on a GPU)
 
     def wants(self, kernel: str) -> bool:
         if self.kernels and not any(k in kernel for k in self.kernels):
