@@ -1,4 +1,4 @@
-"""analyze_hook of the built-in block_sched probe: one summary line per kernel.
+"""analyze_hook of the built-in block_sched tool (neutrino/tools/block_sched.py): one summary line per kernel.
 
 The runtime calls analyze(result_path, launch) for every probed launch after the
 program has ended (never on its launch path), then finish(stream) once: that
