@@ -54,10 +54,12 @@ def _wire(opts, shim_path: str, embedded: bool):
 
     probes = load_probes(opts.probe)
     shim = hooks.Shim(shim_path)
-    trace = TraceDir.create(opts.tracedir, lazy=True)
+    run_dir = _claim_run_dir()
+    trace = TraceDir(run_dir) if run_dir is not None else TraceDir.create(opts.tracedir, lazy=True)
     trace.write_probe(probes.text)
     trace.event("start", pid=os.getpid(), argv=list(getattr(sys, "argv", []) or []), probe=opts.probe,
-                options=opts.to_json(), version=neutrino.__version__, embedded=embedded)
+                options=opts.to_json(), version=neutrino.__version__, embedded=embedded,
+                session=os.environ.get("NEUTRINO_SESSION"))
     rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
                  native_writer=shim_path)
     try:
@@ -76,6 +78,26 @@ def _wire(opts, shim_path: str, embedded: bool):
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _disable_in_child(shim))
     return rt
+
+
+def _claim_run_dir():
+    """`neutrino -o DIR`: the first profiled process to start writes DIR itself; any
+    other process of the program writes its own run directory inside it, DIR/<time>_<pid>."""
+    from pathlib import Path
+
+    run_dir = os.environ.get("NEUTRINO_RUN_DIR")
+    if not run_dir:
+        return None
+    try:
+        os.close(os.open(os.path.join(run_dir, ".owner"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        from neutrino.runtime.tracedir import run_dir_name
+        import time
+
+        return Path(run_dir) / run_dir_name(time.time(), os.getpid())
+    except OSError:
+        return None
+    return Path(run_dir)
 
 
 def _at_exit(rt, shim) -> None:
