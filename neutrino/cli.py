@@ -240,10 +240,8 @@ def cmd_demo(args) -> int:
 
 
 def offline_parser() -> argparse.ArgumentParser:
-    from neutrino.runtime.launcher import PROFILE_USAGE
-
     parser = console.ArgumentParser(prog="neutrino", description="eBPF-style probes for GPU kernels.",
-                            usage=f"{PROFILE_USAGE}\n       neutrino COMMAND ...",
+                                    usage=f"{console.PROFILE_USAGE}\n       neutrino COMMAND ...",
                             epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=console.ArgumentParser)

@@ -24,6 +24,8 @@ EXIT_BAD_INPUT = 1  # a probe, PTX, trace or other file we cannot use; a failure
 EXIT_USAGE = 2  # a command line we do not understand
 EXIT_INTERRUPTED = 130
 
+PROFILE_USAGE = "neutrino -p PROBE | -e 'PROBE TEXT' [options] [--] program [args...]"
+
 _LOCATED = re.compile(r"^(?P<loc>\S[^:\n]*(?::\d+(?::\d+)?)?): (?P<sev>error|warning|note): ")
 _SEVERITY_COLOUR = {"error": "1;31", "warning": "1;35", "note": "1;36"}
 

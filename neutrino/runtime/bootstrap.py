@@ -9,13 +9,15 @@ import sys
 import threading
 
 ENV_SHIM = "NEUTRINO_SHIM"
+ENV_OPTIONS = "NEUTRINO_OPTIONS"  # = options.ENV_OPTIONS (not imported: attrs loads with the runtime)
 
 _state: dict = {}
 _lock = threading.Lock()
 
 
 def start(embedded: bool = False):
-    """Create the runtime and register the shim callbacks. Idempotent; returns the Runtime or None."""
+    """Register the shim callbacks; the runtime is built on the first of them (DeferredRuntime).
+    Idempotent; returns the DeferredRuntime, or None when this process is not profiled."""
     with _lock:
         if "runtime" in _state:
             return _state["runtime"]
@@ -26,25 +28,99 @@ def start(embedded: bool = False):
 
 
 def _create(embedded: bool):
-    from neutrino.errors import NeutrinoError
-    from neutrino.runtime.options import ENV_OPTIONS, RuntimeOptions
-
     text = os.environ.get(ENV_OPTIONS)
     shim_path = os.environ.get(ENV_SHIM)
     if not text or not shim_path:
         return None
+    return _wire(text, shim_path, embedded)
+
+
+def _launch_filter(options_json: str) -> tuple[int, int, int]:
+    """--launches from the options, read without the options class (attrs loads with the runtime)."""
+    import json
+
     try:
-        opts = RuntimeOptions.from_json(text)
-        return _wire(opts, shim_path, embedded)
-    except NeutrinoError as e:
-        sys.stderr.write(f"neutrino: runtime not started: {e}\nneutrino: kernels run unprobed\n")
-    return None
+        launches = json.loads(options_json).get("launches") or {}
+        return int(launches.get("start", 0)), int(launches.get("stop", 2**64 - 1)), int(launches.get("every", 1))
+    except (ValueError, AttributeError, TypeError):
+        return 0, 2**64 - 1, 1  # the runtime reports the bad options when it starts
 
 
-def _wire(opts, shim_path: str, embedded: bool):
+def _wire(options_json: str, shim_path: str, embedded: bool):
+    """Register the shim's callbacks now; build the Runtime when the first of them comes.
+
+    Only what every profiled process needs runs at interpreter start: the shim's
+    ctypes glue and its callbacks. The probe, the engine, the trace writer and
+    numpy load with the first CUDA module (README, "Start-up"), so the many
+    processes of a program that never load one (compilers, data loaders, pip)
+    start almost as fast as without neutrino.
+    """
+    from neutrino.runtime import hooks
+
+    shim = hooks.Shim(shim_path)
+    rt = DeferredRuntime(lambda: _build_runtime(options_json, shim, shim_path, embedded))
+    shim.set_launch_filter(*_launch_filter(options_json))
+    shim.register(hooks.make_callbacks(rt, shim, on_exit=rt.finish if embedded else None))
+    if not embedded:
+        atexit.register(_at_exit, rt, shim)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: _disable_in_child(shim))
+    return rt
+
+
+class DeferredRuntime:
+    """The process's Runtime, built on first use by a shim callback; `finish` and
+    `on_teardown` do nothing when it was never built (no CUDA module was loaded)."""
+
+    def __init__(self, build):
+        self._build = build
+        self._runtime = None
+        self._failed = False
+        self._lock = threading.Lock()
+
+    @property
+    def started(self) -> bool:
+        return self._runtime is not None
+
+    def runtime(self):
+        if self._runtime is None and not self._failed:
+            with self._lock:
+                if self._runtime is None and not self._failed:
+                    self._runtime = self._start_once()
+        return self._runtime
+
+    def _start_once(self):
+        from neutrino.errors import NeutrinoError
+
+        try:
+            return self._build()
+        except NeutrinoError as e:
+            self._failed = True
+            sys.stderr.write(f"neutrino: runtime not started: {e}\nneutrino: kernels run unprobed\n")
+        except Exception as e:  # noqa: BLE001 - the program must run even if we cannot
+            self._failed = True
+            sys.stderr.write(f"neutrino: runtime not started ({type(e).__name__}: {e}); kernels run unprobed\n")
+        return None
+
+    def __getattr__(self, name):  # on_module, on_function, on_launch, on_link_*, trace: the callbacks' calls
+        rt = self.runtime()
+        if rt is None:
+            raise AttributeError(f"neutrino runtime not started ({name})")
+        return getattr(rt, name)
+
+    def finish(self, *args, **kwargs) -> None:
+        if self._runtime is not None:
+            self._runtime.finish(*args, **kwargs)
+
+    def on_teardown(self) -> None:
+        if self._runtime is not None:
+            self._runtime.on_teardown()
+
+
+def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool):
     from neutrino.errors import NeutrinoError
     from neutrino.probefile import load_probes
-    from neutrino.runtime import hooks
+    from neutrino.runtime.options import RuntimeOptions
     from neutrino.runtime.codecache import CodeCache, default_cache_dir
     from neutrino.runtime.core import Runtime
     from neutrino.runtime.driver import RealDriver
@@ -52,8 +128,8 @@ def _wire(opts, shim_path: str, embedded: bool):
 
     import neutrino
 
+    opts = RuntimeOptions.from_json(options_json)
     probes = load_probes(opts.probe)
-    shim = hooks.Shim(shim_path)
     run_dir = _claim_run_dir()
     trace = TraceDir(run_dir) if run_dir is not None else TraceDir.create(opts.tracedir, lazy=True)
     trace.write_probe(probes.text)
@@ -70,13 +146,6 @@ def _wire(opts, shim_path: str, embedded: bool):
         sys.stderr.write(f"neutrino: analysis callback disabled: {e}\n")
     if cb is not None:
         rt.set_callback(cb)
-    f = opts.launches
-    shim.set_launch_filter(f.start, f.stop, f.every)
-    shim.register(hooks.make_callbacks(rt, shim, on_exit=rt.finish if embedded else None))
-    if not embedded:
-        atexit.register(_at_exit, rt, shim)
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=lambda: _disable_in_child(shim))
     return rt
 
 

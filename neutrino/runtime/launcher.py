@@ -37,7 +37,7 @@ from neutrino.runtime.options import (
 
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
-PROFILE_USAGE = "neutrino -p PROBE | -e 'PROBE TEXT' [options] [--] program [args...]"
+PROFILE_USAGE = console.PROFILE_USAGE
 ENV_RUN_DIR = "NEUTRINO_RUN_DIR"  # -o DIR: the first profiled process writes DIR itself (bootstrap.py)
 ENV_SESSION = "NEUTRINO_SESSION"  # marks the run directories of one `neutrino` command
 

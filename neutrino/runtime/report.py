@@ -75,10 +75,9 @@ def _probed_kernel_names(run_dir) -> list[str]:
 
 def closing_line(rt, seen: int, probed: int, fell_back: int) -> str:
     """What happened, in one line: kernels seen, probed, fallen back, the results, where the trace is."""
-    parts = [f"{seen} kernel(s) seen", f"{probed} probed ({rt.probed_launches} launch(es))"]
-    if fell_back:
-        parts.append(f"{fell_back} fell back to the original")
-    return f"neutrino: {', '.join(parts)}; {_mib(rt.result_bytes)} of results; trace in {rt.trace.path}\n"
+    kernels = f"{seen} kernel(s) seen, {probed} probed" + (f", {fell_back} fell back to the original" if fell_back else "")
+    return (f"neutrino: {kernels}; {rt.probed_launches} probed launch(es), {_mib(rt.result_bytes)} of results; "
+            f"trace in {rt.trace.path}\n")
 
 
 def finish(rt, stream) -> None:
