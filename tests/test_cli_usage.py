@@ -95,10 +95,10 @@ def test_mistyped_probe_name_says_did_you_mean(tmp_path):
         assert "Traceback" not in proc.stderr
 
 
-def test_inline_probe_for_instrument():
-    proc = neutrino("instrument", VADD, "-e", INLINE, "--info", "/dev/stdout", "-o", "/dev/null")
+def test_inline_probe_for_instrument(tmp_path):
+    proc = neutrino("instrument", VADD, "-e", INLINE, "--info", tmp_path / "info.json", "-o", tmp_path / "out.ptx")
     assert proc.returncode == 0, proc.stderr
-    info = json.loads(proc.stdout)
+    info = json.loads((tmp_path / "info.json").read_text())
     (m,) = info["kernels"]["vadd"]["maps"]
     assert (m["name"], [f["name"] for f in m["fields"]]) == ("inline", ["smid", "laneid"])
     proc = neutrino("instrument", VADD, "-e", 'position = "kernel", before = "frobnicate %r1;"')
@@ -115,16 +115,18 @@ def test_k_selects_by_substring_or_exact_name(tmp_path):
     assert len(entries) >= 2
     part = entries[0][3:-3]
     chosen = [e for e in entries if part in e]
-    proc = neutrino("instrument", gemm, "-p", "block_sched", "-k", part, "--info", "/dev/stdout", "-o", "/dev/null")
+    info = tmp_path / "info.json"
+    proc = neutrino("instrument", gemm, "-p", "block_sched", "-k", part, "--info", info, "-o", tmp_path / "o.ptx")
     if len(chosen) == 1:
-        assert proc.returncode == 0 and list(json.loads(proc.stdout)["kernels"]) == chosen
+        assert proc.returncode == 0 and list(json.loads(info.read_text())["kernels"]) == chosen
     else:
         assert proc.returncode == 1 and f"selects {len(chosen)} entries" in proc.stderr
-    proc = neutrino("instrument", gemm, "-p", "block_sched", "-k", f"={entries[1]}", "--info", "/dev/stdout",
-                    "-o", "/dev/null")
-    assert proc.returncode == 0 and list(json.loads(proc.stdout)["kernels"]) == [entries[1]]
-    proc = neutrino("instrument", gemm, "-p", "block_sched", "-k", f"={entries[1][:-1]}")
-    assert proc.returncode == 1 and "no entry named" in proc.stderr
+    from neutrino.cli import main  # the same entry point, in this process: the other forms of -k
+
+    assert main(["instrument", str(gemm), "-p", "block_sched", "-k", f"={entries[1]}", "--info", str(info),
+                 "-o", str(tmp_path / "o.ptx")]) == 0
+    assert list(json.loads(info.read_text())["kernels"]) == [entries[1]]
+    assert main(["instrument", str(gemm), "-p", "block_sched", "-k", f"={entries[1][:-1]}"]) == 1
 
 
 def test_k_means_the_same_in_the_profiler():
@@ -155,7 +157,7 @@ def test_colour_on_a_terminal_and_no_color(tmp_path):
     def stderr_on_a_terminal(**env):
         leader, follower = pty.openpty()
         try:
-            neutrino("instrument", VADD, "-p", "block_shed", stderr=follower, **env)
+            neutrino("instrment", stderr=follower, **env)
             os.close(follower)
             chunks = []
             while True:
@@ -171,10 +173,14 @@ def test_colour_on_a_terminal_and_no_color(tmp_path):
             os.close(leader)
 
     coloured = stderr_on_a_terminal(TERM="xterm")
-    assert "\x1b[1;31merror:\x1b[0m" in coloured and "did you mean" in coloured
+    assert "neutrino: \x1b[1;31merror:\x1b[0m unknown command 'instrment'" in coloured
     plain = stderr_on_a_terminal(TERM="xterm", NO_COLOR="1")
-    assert "\x1b[" not in plain and "neutrino: block_shed: error: no such probe" in plain
-    assert "\x1b[" not in neutrino("instrument", VADD, "-p", "block_shed").stderr  # not a terminal
+    assert "\x1b[" not in plain and "neutrino: error: unknown command 'instrment'" in plain
+    assert "\x1b[" not in neutrino("instrment").stderr  # not a terminal
+    from neutrino.console import format_message
+
+    located = format_message("k.toml:3:7: error: [probe p] bad\n    x\n      ^\n    hint: h", colour=True)
+    assert located.splitlines()[0] == "neutrino: \x1b[1mk.toml:3:7:\x1b[0m \x1b[1;31merror:\x1b[0m [probe p] bad"
 
 
 def events(run_dir: Path) -> list[dict]:
