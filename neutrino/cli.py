@@ -147,7 +147,7 @@ def cmd_instrument(args) -> int:
         print(f"{ptxas_check(result.ptx, text)} ({len(result.kernels)} kernel(s))", file=sys.stderr)
     for name, info in result.kernels.items():
         for skip in info["skipped"]:
-            print(f"{source}:{skip['line']}: note: [probe {skip['probe']}] site in {name} skipped: {skip['reason']}", file=sys.stderr)
+            console.note(f"{source}:{skip['line']}: note: [probe {skip['probe']}] site in {name} skipped: {skip['reason']}")
     return 0
 
 
@@ -240,7 +240,9 @@ def cmd_demo(args) -> int:
 
 
 def offline_parser() -> argparse.ArgumentParser:
-    parser = console.ArgumentParser(prog="neutrino", description="eBPF-style probes for GPU kernels.",
+    parser = console.ArgumentParser(prog="neutrino",
+                                    description="eBPF-style probes for GPU kernels. The options of a profiled run "
+                                                "(-o, -k, --launches, budgets, ...): neutrino -p PROBE --help",
                                     usage=f"{console.PROFILE_USAGE}\n       neutrino COMMAND ...",
                             epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")

@@ -71,6 +71,11 @@ def warning(message: str, stream=None) -> None:
     stream.write(format_message(str(message), "warning", use_colour(stream)) + "\n")
 
 
+def note(message: str, stream=None) -> None:
+    stream = stream or sys.stderr
+    stream.write(format_message(str(message), "note", use_colour(stream)) + "\n")
+
+
 def did_you_mean(word: str, choices) -> str:
     """` (did you mean 'x'?)` for the closest of `choices`, or an empty string."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

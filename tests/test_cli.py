@@ -1,8 +1,10 @@
 """The offline commands: clear messages and exit codes, never a traceback."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,8 +13,13 @@ from helpers import CORPUS, DATA, HAVE_PTXAS
 VADD = DATA / "corpus" / "triton" / "vadd.sm90a.ptx"
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "neutrino.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "neutrino.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env)
 
 
 def test_print_roundtrips():
