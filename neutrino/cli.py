@@ -78,8 +78,11 @@ def _read_ptx(path: str) -> tuple[str, str]:
 
 
 def cmd_print(args) -> int:
+    from neutrino import cli_gcn
     from neutrino.isa.ptx import parse_module, print_module
 
+    if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
+        return cli_gcn.cmd_print(args)
     text, source = _read_ptx(args.ptx)
     sys.stdout.write(print_module(parse_module(text, source)))
     return 0
@@ -118,10 +121,16 @@ def _missing_target(data: bytes, path: str):
 
 
 def cmd_instrument(args) -> int:
+    from neutrino import cli_gcn
     from neutrino.engine import instrument
     from neutrino.passes import default_pipeline
     from neutrino.toolbox import load_probe_argument
 
+    if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
+        if args.expr is not None:
+            raise _error(f"{args.ptx}: -e is not supported for AMDGPU assembly yet: write the probe to a file")
+        args.kernel = args.kernel[-1].removeprefix("=") if args.kernel else None  # GCN: an exact entry name
+        return cli_gcn.cmd_instrument(args)
     probes = load_probe_argument(args.probe, args.expr)
     text, source = _read_ptx(args.ptx)
     kernel = select_entry(text, source, args.kernel) if args.kernel else None

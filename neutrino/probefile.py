@@ -25,6 +25,7 @@ LEVELS = ("thread", "warp", "block")
 MAP_TYPES = ("array", "sum", "hist")
 FIELD_TYPES = {"u32": 4, "u64": 8}
 TOOLS_DIR = Path(__file__).parent / "tools"
+GCN_PROBES_DIR = Path(__file__).parent / "probes" / "gcn"  # TOML probes in GCN assembly (spec/gcn.md)
 HELPERS = ("OUT", "IN1", "IN2", "IN3", "ADDR", "BYTES")
 SAVE = "SAVE"
 
@@ -108,7 +109,8 @@ class ProbeFile:
     registers: dict[str, str]  # probe register name → type, shared by all probes
     analyze_hook: str | None = None
     lines: list[str] = attrs.Factory(list)
-    verified: bool = False  # set once verify_probe_file found nothing: the pipeline need not check again
+    verified: bool = False
+    isa: str = "ptx"  # the assembly of the snippets: ptx, or gcn (neutrino/isa/gcn/snippets.py)  # set once verify_probe_file found nothing: the pipeline need not check again
 
     def location(self, line: int, token: str | None = None) -> Location:
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
@@ -119,13 +121,17 @@ class ProbeFile:
 # ---------------------------------------------------------------- loading
 
 
-def resolve_probe_path(name_or_path: str) -> Path:
-    """A path, or the name of a built-in tool (`block_sched`: neutrino/tools/block_sched.py)."""
+def resolve_probe_path(name_or_path: str, isa: str = "ptx") -> Path:
+    """A path, or the name of a built-in tool (`block_sched`: neutrino/tools/block_sched.py);
+    for AMDGPU assembly, a GCN TOML probe of that name (neutrino/probes/gcn/) comes first."""
     from neutrino import toolbox
 
     path = Path(name_or_path)
     if path.exists():
         return path
+    gcn = GCN_PROBES_DIR / f"{name_or_path}.toml"
+    if isa == "gcn" and gcn.exists():
+        return gcn
     builtin = toolbox.tool_path(name_or_path)
     if builtin is not None:
         return builtin
@@ -136,17 +142,17 @@ def resolve_probe_path(name_or_path: str) -> Path:
                                 hint="built-in tools (neutrino list): " + ", ".join(names)))
 
 
-def load_probes(name_or_path: str) -> ProbeFile:
-    path = resolve_probe_path(name_or_path)
+def load_probes(name_or_path: str, isa: str = "ptx") -> ProbeFile:
+    path = resolve_probe_path(name_or_path, isa)
     if path.suffix == ".py":
         from neutrino.language import compile_file
 
-        return parse_probes(compile_file(str(path)), str(path))
+        return parse_probes(compile_file(str(path), backend=isa), str(path), isa)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise ProbeError(Diagnostic(Location(str(path)), f"cannot read probe file: {e}")) from None
-    return parse_probes(text, str(path))
+    return parse_probes(text, str(path), isa)
 
 
 def _duplicate_key_line(lines: list[str], key: str) -> int:
@@ -163,7 +169,7 @@ def _duplicate_key_line(lines: list[str], key: str) -> int:
     return 0
 
 
-def parse_probes(text: str, path: str = "<probes>") -> ProbeFile:
+def parse_probes(text: str, path: str = "<probes>", isa: str = "ptx") -> ProbeFile:
     lines = text.splitlines()
     try:
         doc = tomlkit.parse(text).unwrap()
@@ -178,9 +184,15 @@ def parse_probes(text: str, path: str = "<probes>") -> ProbeFile:
         loc = Location(path, line, 1, lines[line - 1] if 0 < line <= len(lines) else "")
         raise ProbeError(Diagnostic(loc, f"invalid TOML: key {key!r} appears twice in the same table",
                                     hint="remove or rename one of them")) from None
-    loader = _Loader(path, text, lines)
+    if isa not in ("ptx", "gcn"):
+        raise ProbeError(Diagnostic(Location(path), f"unknown assembly {isa!r} (known: gcn, ptx)"))
+    loader = _Loader(path, text, lines, isa)
     probe_file = loader.load(doc)
-    from neutrino.passes.verify import verify_probe_file
+    probe_file.isa = isa
+    if isa == "gcn":
+        from neutrino.passes.gcn.verify import verify_probe_file
+    else:
+        from neutrino.passes.verify import verify_probe_file
 
     problems = loader.problems + verify_probe_file(probe_file)
     if problems:
@@ -192,8 +204,8 @@ def parse_probes(text: str, path: str = "<probes>") -> ProbeFile:
 class _Loader:
     """Reads the TOML document, collecting every structural problem."""
 
-    def __init__(self, path: str, text: str, lines: list[str]):
-        self.path, self.text, self.lines = path, text, lines
+    def __init__(self, path: str, text: str, lines: list[str], isa: str = "ptx"):
+        self.path, self.text, self.lines, self.isa = path, text, lines, isa
         self.problems: list[Diagnostic] = []
         self.registers: dict[str, str] = {}
         self.register_lines: dict[str, int] = {}
@@ -411,14 +423,19 @@ class _Loader:
 
     def parse_snippet(self, probe: str, where: str, text, key_line: int) -> Snippet | None:
         if not isinstance(text, str):
-            self.error(key_line, f"{where} must be a string of PTX", probe=probe)
+            self.error(key_line, f"{where} must be a string of {self.isa.upper()}", probe=probe)
             return None
         first_line = key_line
         raw = self.lines[key_line - 1] if 0 < key_line <= len(self.lines) else ""
         if re.search(r"=\s*(\"\"\"|''')\s*$", raw):
             first_line = key_line + 1  # TOML drops the newline right after an opening """
         try:
-            statements = parse_statements(text, self.path, first_line)
+            if self.isa == "gcn":
+                from neutrino.isa.gcn.snippets import parse_snippet
+
+                statements = parse_snippet(text, self.path, first_line)
+            else:
+                statements = parse_statements(text, self.path, first_line)
         except ParseError as e:
             for d in e.diagnostics:
                 loc = self.location_of(d.location.line, d.location.text.strip()[:20] or None)

@@ -95,14 +95,14 @@ def align(n: int, to: int) -> int:
     return (n + to - 1) // to * to
 
 
-def units_for(level: str, grid: Sequence[int], block: Sequence[int]) -> int:
-    """Number of units of a map of `level` for one launch (spec/kernel-json.md)."""
+def units_for(level: str, grid: Sequence[int], block: Sequence[int], lanes: int = 32) -> int:
+    """Number of units of a map of `level` for one launch (spec/kernel-json.md); `lanes`: 64 for AMD's wave64."""
     blocks = int(grid[0]) * int(grid[1]) * int(grid[2])
     threads = int(block[0]) * int(block[1]) * int(block[2])
     if level == "thread":
         return blocks * threads
     if level == "warp":
-        return blocks * ((threads + 31) // 32)
+        return blocks * ((threads + lanes - 1) // lanes)
     if level == "block":
         return blocks
     raise ValueError(f"unknown map level {level!r}")
@@ -141,7 +141,7 @@ def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], 
         return STRIPES, STRIPES * stripe_row_bytes(int(map_info["record_bytes"]))
     if cap is None:
         cap = map_info["cap"] if isinstance(map_info["cap"], int) else 1
-    units = units_for(map_info["level"], grid, block)
+    units = units_for(map_info["level"], grid, block, int(map_info.get("lanes", 32)))
     return units, buffer_bytes(units, cap, int(map_info["record_bytes"]))
 
 

@@ -105,6 +105,15 @@ class PTXBackend(Backend):
 BACKENDS: dict[str, type[Backend]] = {PTXBackend.name: PTXBackend}
 
 
+def _register_gcn() -> None:
+    from neutrino.language.backend_gcn import GCNBackend  # imports Backend from here: registered after it exists
+
+    BACKENDS[GCNBackend.name] = GCNBackend
+
+
+_register_gcn()
+
+
 def get_backend(name: str = "ptx") -> Backend:
     try:
         return BACKENDS[name]()

@@ -102,6 +102,7 @@ class PassManager:
     print_after: frozenset[str] = frozenset()
     verify_each: bool = False  # check the kernels' invariants after every pass, not only at `verify`
     dump: list[tuple[str, str]] = attrs.Factory(list)
+    printer: object = None  # module → text for --print-after; None: the PTX printer
 
     def add(self, p) -> "PassManager":
         self.passes.append(p)
@@ -139,11 +140,11 @@ class PassManager:
                 raise PassFailed(f"pass {p.name!r} failed: {type(e).__name__}: {e}") from e
             ctx.timings[p.name] = ctx.timings.get(p.name, 0.0) + time.perf_counter() - start
             done.add(p.name)
-            if self.verify_each:
+            if self.verify_each and self.printer is None:  # the PTX invariants; GCN checks at its `verify`
                 from neutrino.passes.verify import Verifier
 
                 for name, state in ctx.kernels.items():
                     Verifier.check_kernel(name, state, lowered="lower-save" in done)
             if p.name in self.print_after:
-                self.dump.append((p.name, print_module(module)))
+                self.dump.append((p.name, (self.printer or print_module)(module)))
         return module

@@ -56,11 +56,14 @@ def _wire(options_json: str, shim_path: str, embedded: bool):
     start almost as fast as without neutrino.
     """
     from neutrino.runtime import hooks
+    from neutrino.runtime.compilers import CompiledIndex
 
     shim = hooks.Shim(shim_path)
-    rt = DeferredRuntime(lambda: _build_runtime(options_json, shim, shim_path, embedded))
+    compiled = CompiledIndex()
+    rt = DeferredRuntime(lambda: _build_runtime(options_json, shim, shim_path, embedded, compiled), compiled)
     shim.set_launch_filter(*_launch_filter(options_json))
     shim.register(hooks.make_callbacks(rt, shim, on_exit=rt.finish if embedded else None))
+    _tap_compilers(rt, shim, embedded)
     if not embedded:
         atexit.register(_at_exit, rt, shim)
     if hasattr(os, "register_at_fork"):
@@ -72,8 +75,9 @@ class DeferredRuntime:
     """The process's Runtime, built on first use by a shim callback; `finish` and
     `on_teardown` do nothing when it was never built (no CUDA module was loaded)."""
 
-    def __init__(self, build):
+    def __init__(self, build, compiled):
         self._build = build
+        self.compiled = compiled  # cubins compiled in this process, before and after the runtime is built
         self._runtime = None
         self._failed = False
         self._lock = threading.Lock()
@@ -117,7 +121,7 @@ class DeferredRuntime:
             self._runtime.on_teardown()
 
 
-def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool):
+def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, compiled):
     from neutrino.errors import NeutrinoError
     from neutrino.probefile import load_probes
     from neutrino.runtime.options import RuntimeOptions
@@ -137,7 +141,7 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool):
                 options=opts.to_json(), version=neutrino.__version__, embedded=embedded,
                 session=os.environ.get("NEUTRINO_SESSION"))
     rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
-                 native_writer=shim_path)
+                 native_writer=shim_path, compiled=compiled)
     try:
         cb = _analysis_callback(opts, probes)
     except NeutrinoError as e:  # a missing or broken analysis hook never stops profiling
@@ -167,6 +171,18 @@ def _claim_run_dir():
     except OSError:
         return None
     return Path(run_dir)
+
+
+def _tap_compilers(rt, shim, embedded: bool) -> None:
+    """PTX compiled in the process (XLA's nvJitLink) becomes visible to module loads (compilers.py);
+    a JAX program gets the XLA flags that keep its launches where we can probe them (frameworks.py).
+    Both are set up at start (compilations come before the first module load); the index of
+    compiled cubins is handed to the runtime when it is built."""
+    from neutrino.runtime import compilers, frameworks, hooks
+
+    shim.register_compiler(compilers.make_compiler_callback(rt.compiled, hooks.read_image))
+    if not embedded:
+        frameworks.watch_for_jax(lambda *args, **fields: rt.trace.event(*args, **fields))
 
 
 def _at_exit(rt, shim) -> None:

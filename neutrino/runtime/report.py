@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import statistics
 
+from neutrino.runtime import frameworks
+
 
 def _spread(values: list[float]) -> tuple[float, float]:
     """Median and relative half-range (the noise of repeated runs)."""
@@ -106,6 +108,8 @@ def finish(rt, stream) -> None:
         tr.close()
         return
     stream.write(closing_line(rt, seen, probed, fell_back))
+    for line in frameworks.summary_lines(getattr(rt, "no_ptx", {}), getattr(rt, "no_ptx_examples", None)):
+        stream.write(line + "\n")
     if getattr(rt.opt, "verbosity", 0) > 0:
         for name in _probed_kernel_names(tr.path):
             stream.write(f"  probed {_short(name, 100)}\n")

@@ -20,11 +20,26 @@ def launch_all(ptx_path, kernel, n):
     cu.cuLaunchKernel.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
     cu.cuLaunchKernelEx.argtypes = [C.c_void_p] * 4
     config = Config((4, 1, 1), (64, 1, 1), 0, None, None, 0)
-    for i in range(n):
-        if os.environ.get("FAKEAPP_EX"):  # as Triton launches
-            assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
-        else:
-            assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, None, params, None) == 0
+
+    def launches(count):
+        for _ in range(count):
+            if os.environ.get("FAKEAPP_EX"):  # as Triton launches
+                assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
+            else:
+                assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, None, params, None) == 0
+
+    threads = int(os.environ.get("FAKEAPP_THREADS", "0"))
+    if not threads:
+        launches(n)
+        return
+    # FAKEAPP_THREADS=T: one launch, then T threads launching n each at once (ctypes drops the GIL)
+    import threading
+    launches(1)
+    workers = [threading.Thread(target=launches, args=(n,)) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
 
 
 if __name__ == "__main__":
