@@ -24,8 +24,8 @@ from neutrino.trace import Buckets
 LEVELS = ("thread", "warp", "block")
 MAP_TYPES = ("array", "sum", "hist")
 FIELD_TYPES = {"u32": 4, "u64": 8}
-BUILTIN_DIR = Path(__file__).parent / "probes"
 TOOLS_DIR = Path(__file__).parent / "tools"
+GCN_PROBES_DIR = Path(__file__).parent / "probes" / "gcn"  # TOML probes in GCN assembly (spec/gcn.md)
 HELPERS = ("OUT", "IN1", "IN2", "IN3", "ADDR", "BYTES")
 SAVE = "SAVE"
 
@@ -122,18 +122,24 @@ class ProbeFile:
 
 
 def resolve_probe_path(name_or_path: str, isa: str = "ptx") -> Path:
-    """A path, or the name of a built-in probe (`block_sched`): TOML of that assembly first, then the DSL tool."""
+    """A path, or the name of a built-in tool (`block_sched`: neutrino/tools/block_sched.py);
+    for AMDGPU assembly, a GCN TOML probe of that name (neutrino/probes/gcn/) comes first."""
+    from neutrino import toolbox
+
     path = Path(name_or_path)
     if path.exists():
         return path
-    toml_dir = BUILTIN_DIR / "gcn" if isa == "gcn" else BUILTIN_DIR
-    for candidate in (toml_dir / f"{name_or_path}.toml", TOOLS_DIR / f"{name_or_path}.py"):
-        if candidate.exists():
-            return candidate
-    builtins = sorted({p.stem for d in (BUILTIN_DIR, TOOLS_DIR) if d.exists() for p in d.glob("*.[tp][oy]*") if not p.stem.startswith("_")})
-    raise ProbeError(
-        Diagnostic(Location(name_or_path), "no such probe file or built-in probe", hint="built-in probes: " + ", ".join(builtins))
-    )
+    gcn = GCN_PROBES_DIR / f"{name_or_path}.toml"
+    if isa == "gcn" and gcn.exists():
+        return gcn
+    builtin = toolbox.tool_path(name_or_path)
+    if builtin is not None:
+        return builtin
+    from neutrino.console import did_you_mean
+
+    names = toolbox.tool_names()
+    raise ProbeError(Diagnostic(Location(name_or_path), "no such probe file or built-in tool" + did_you_mean(name_or_path, names),
+                                hint="built-in tools (neutrino list): " + ", ".join(names)))
 
 
 def load_probes(name_or_path: str, isa: str = "ptx") -> ProbeFile:

@@ -438,7 +438,7 @@ def test_report_warns_on_unreadable_map():
 def test_report_main_missing_directory(tmp_path, capsys):
     assert report.main(str(tmp_path / "nope")) == 1
     err = capsys.readouterr().err
-    assert err.startswith("neutrino report: error:") and "no such trace directory" in err
+    assert err.startswith("neutrino: error:") and "no such trace directory" in err
     assert "Traceback" not in err
 
 

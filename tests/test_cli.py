@@ -1,8 +1,10 @@
 """The offline commands: clear messages and exit codes, never a traceback."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,8 +13,13 @@ from helpers import CORPUS, DATA, HAVE_PTXAS
 VADD = DATA / "corpus" / "triton" / "vadd.sm90a.ptx"
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "neutrino.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "neutrino.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env)
 
 
 def test_print_roundtrips():
@@ -45,8 +52,8 @@ def test_instrument_one_kernel_by_name(tmp_path):
     "args, message",
     [
         (["instrument", "missing.ptx", "-p", "block_sched"], "missing.ptx: cannot read"),
-        (["instrument", VADD, "-p", "no_such_probe"], "no such probe file or built-in probe"),
-        (["instrument", VADD, "-p", "block_sched", "-k", "nope"], "no entry named 'nope' (entries: vadd)"),
+        (["instrument", VADD, "-p", "no_such_probe"], "no such probe file or built-in tool"),
+        (["instrument", VADD, "-p", "block_sched", "-k", "nope"], "no entry named 'nope' or containing it (entries: vadd)"),
     ],
 )
 def test_errors_are_messages(args, message):
@@ -68,10 +75,17 @@ def test_bad_ptx_and_bad_probe(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_demo_runs_without_gpu():
-    proc = cli("demo")
+def test_demo_runs_without_gpu(tmp_path):
+    """A few readable lines: what was done and where the files are; the PTX goes to files, not the terminal."""
+    proc = cli("demo", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "__nt_buf_block_sched" in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert len(lines) <= 8 and proc.stderr == ""
+    assert "instrumented the example kernel vadd with block_sched" in lines[0]
+    assert "map block_sched (array, warp level): start:u64, elapsed:u32, cuid:u32" in proc.stdout
+    assert "neutrino-demo/probed.ptx" in proc.stdout and ".entry" not in proc.stdout
+    assert "__nt_buf_block_sched" in (tmp_path / "neutrino-demo" / "probed.ptx").read_text()
+    assert json.loads((tmp_path / "neutrino-demo" / "kernel.json").read_text())["kernels"]["vadd"]["sites"] >= 2
 
 
 @pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not on PATH")

@@ -1,8 +1,8 @@
-"""The built-in gmem_bytes (TOML and DSL twin) matches every global-memory form the semantics table knows.
+"""The built-in gmem_bytes (and its per-thread form) matches every global-memory form the semantics table knows.
 
 A form is counted when the semantics table says it loads, stores or updates
 global memory (not a prefetch); the probe must match exactly those, in both
-of its forms, and its code must add the table's bytes at each site.
+tools, and its code must add the table's bytes at each site.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def counting_probe(probes):
     return probe
 
 
-@pytest.mark.parametrize("form", ["gmem_bytes", str(REPO / "neutrino" / "tools" / "gmem_bytes.py")], ids=["toml", "dsl"])
+@pytest.mark.parametrize("form", ["gmem_bytes", "gmem_bytes_thread"])
 def test_positions_are_the_global_forms_of_the_table(form):
     probe = counting_probe(load_probes(form))
     wrong = []
@@ -66,13 +66,20 @@ def test_positions_are_the_global_forms_of_the_table(form):
     assert sum(map(moves_global_memory, CATALOGUE)) > 150  # the catalogue is the whole table, not a sample
 
 
-def test_toml_and_dsl_match_the_same_instructions():
-    toml = counting_probe(load_probes("gmem_bytes")).position
-    dsl = counting_probe(load_probes(str(REPO / "neutrino" / "tools" / "gmem_bytes.py"))).position
-    assert sorted(toml) == sorted(dsl)
+def test_summed_and_per_thread_forms_match_the_same_instructions():
+    summed = counting_probe(load_probes("gmem_bytes")).position
+    per_thread = counting_probe(load_probes("gmem_bytes_thread")).position
+    assert sorted(summed) == sorted(per_thread)
 
 
-@pytest.mark.parametrize("form", ["gmem_bytes", str(REPO / "neutrino" / "tools" / "gmem_bytes.py")], ids=["toml", "dsl"])
+def test_a_tool_named_or_given_by_path_is_one_definition():
+    """`-p gmem_bytes` and the tool file's path load the same probe, with the fields of spec/tools.md."""
+    by_name, by_path = load_probes("gmem_bytes"), load_probes(str(REPO / "neutrino" / "tools" / "gmem_bytes.py"))
+    assert by_name.text == by_path.text
+    assert [f.name for f in by_name.maps["gmem_bytes"].fields] == ["bytes", "active_threads"]
+
+
+@pytest.mark.parametrize("form", ["gmem_bytes", "gmem_bytes_thread"])
 def test_gmem_exact_kernels_count_every_global_access(form):
     """The GPU test's kernels: every wmma fragment, cp.async and store is a site, with the table's bytes."""
     text = GMEM_EXACT.read_text()

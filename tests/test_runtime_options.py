@@ -69,10 +69,11 @@ def test_parse_args_with_and_without_separator():
     assert ns.benchmark and ns.memusage and ns.filter == ["a:b"] and ns.callback == "c.py" and cmd == ["prog"]
 
 
-def test_parse_args_missing_probe(capsys):
-    with pytest.raises(SystemExit):
-        parse_args(["python", "x.py"])
-    assert "--probe" in capsys.readouterr().err
+def test_parse_args_missing_probe():
+    from neutrino.runtime.launcher import UsageError
+
+    with pytest.raises(UsageError, match="no probe: give -p PROBE"):
+        parse_args(["--tracedir", "t", "python", "x.py"])
 
 
 def test_cache_key():

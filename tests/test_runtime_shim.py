@@ -175,7 +175,7 @@ def test_broken_probe_file_program_not_run(tmp_path, fakecuda, shim, capsys):
     probe = tmp_path / "bad.toml"
     probe.write_text("[p]\nposition = 'kernel'\nbefore = 'frobnicate %r1;'\n")
     rc = run_main(["-p", str(probe), sys.executable, "-c", "open('ran','w')"])
-    assert rc == 2 and not Path("ran").exists()
+    assert rc == 1 and not Path("ran").exists()
     assert "error" in capsys.readouterr().err
 
 

@@ -118,14 +118,14 @@ def test_malformed_files(text, message):
     assert message in refuse(text)
 
 
-def test_seed_probe_loads_verbatim():
+def test_builtin_block_sched_has_the_fields_of_spec_tools():
     from neutrino.probefile import load_probes
 
     probes = load_probes("block_sched")
     (spec,) = probes.maps.values()
     assert (spec.level, spec.record_bytes, spec.cap) == ("warp", 16, 1)
-    assert [(f.name, f.type, f.offset) for f in spec.fields] == [("lstart", "u64", 0), ("elapse", "u32", 8), ("smid", "u32", 12)]
-    assert probes.analyze_hook == "block_sched_local.py"
+    assert [(f.name, f.type, f.offset) for f in spec.fields] == [("start", "u64", 0), ("elapsed", "u32", 8), ("cuid", "u32", 12)]
+    assert probes.analyze_hook == "../analysis/block_sched_exit.py"
 
 
 HOSTILE = [

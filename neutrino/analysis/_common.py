@@ -30,9 +30,10 @@ def find_field(dtype: np.dtype, alternatives: Sequence[str], *, map_name: str = 
                required: bool = True) -> str | None:
     """The first of `alternatives` that is a field of `dtype`.
 
-    Built-in tools exist in several spellings (the DSL names fields `start`,
-    `elapsed`, `cuid`; the hand-written TOML probe `lstart`, `elapse`, `smid`),
-    so analyses look fields up by a list of accepted names.
+    The built-in tools name their fields as spec/tools.md says (`start`,
+    `elapsed`, `cuid`); a user's own probe for the same map may spell them
+    otherwise (a compact TOML probe names fields after registers: `lstart`,
+    `elapse`, `smid`), so analyses look fields up by a list of accepted names.
     """
     names = dtype.names or ()
     for name in alternatives:

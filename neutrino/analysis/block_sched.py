@@ -1,8 +1,8 @@
 """block_sched: how the blocks of a launch were scheduled on the SMs.
 
 Input: one record per warp with its start time, elapsed time and SM id
-(`start/elapsed/cuid` from the DSL tool, `lstart/elapse/smid` from the
-hand-written TOML probe). Output: a per-SM timeline of blocks and the
+(`start/elapsed/cuid` from the built-in tool; a user's probe may spell them
+`lstart/elapse/smid` and others, spec/analysis.md). Output: a per-SM timeline of blocks and the
 quantities defined in `spec/analysis.md` (idle gaps, refill gaps, tail effect,
 imbalance across SMs).
 

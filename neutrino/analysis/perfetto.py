@@ -169,7 +169,7 @@ def export(trace_dir: str, out_json: str, *, warps: bool = False, clock_ghz: flo
             else:
                 plain.append(launch)
         except NeutrinoError as e:  # one unreadable launch does not spoil the others
-            print(f"neutrino export: warning: launch {launch.index} ({launch.kernel}) left out: {e}",
+            print(f"neutrino: warning: launch {launch.index} ({launch.kernel}) left out: {e}",
                   file=sys.stderr)
     events, end = trace_events(results, clock_ghz=clock_ghz, warps=warps)
     events += launch_only_events(plain, offset_ns=end)

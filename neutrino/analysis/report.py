@@ -19,6 +19,7 @@ import attrs
 
 from neutrino.analysis import TOOLS, tool_for, tool_name
 from neutrino.analysis import _common as C
+from neutrino import console
 from neutrino.errors import NeutrinoError
 
 
@@ -167,6 +168,40 @@ def render(report: Report) -> str:
     return "\n".join(out)
 
 
+def kernel_rows(report: Report) -> list[dict]:
+    """One dict per kernel: the text report's columns, then each tool's as `tool.column` (for --format csv/json)."""
+    rows = []
+    for k in report.kernels.values():
+        row = {"kernel": k.kernel, "launches": k.launches, "maps": " ".join(k.maps), "records": k.records,
+               "dropped": k.dropped, "time_us": round(k.duration_ns / 1e3, 3) if k.timed_launches else None}
+        for tool in TOOLS:
+            name = tool_name(tool)
+            if k.results.get(name):
+                row.update({f"{name}.{col}": value for col, value in tool.kernel_summary(k.results[name]).items()})
+        rows.append(row)
+    return rows
+
+
+def render_csv(report: Report) -> str:
+    import csv
+    import io
+
+    rows = kernel_rows(report)
+    columns = list(dict.fromkeys(col for row in rows for col in row)) or ["kernel"]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def render_json(report: Report) -> str:
+    import json
+
+    return json.dumps({"trace": report.trace_path, "launches": report.launches, "kernels": kernel_rows(report),
+                       "warnings": list(report.warnings)}, indent=2) + "\n"
+
+
 def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list[str], int]:
     """Pictures of the first `per_kernel` launches of every kernel (0: all).
 
@@ -188,8 +223,11 @@ def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list
 
 
 def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
-         plots_per_kernel: int = 4, tool_options: dict | None = None) -> int:
+         plots_per_kernel: int = 4, tool_options: dict | None = None, output_format: str = "text") -> int:
     """Print the summary of `trace_dir` and write plots; the exit status.
+
+    `output_format` "csv" or "json" prints the per-kernel numbers for scripts
+    instead (one row per kernel, tool columns as `tool.column`), and no plots.
 
     `plots_per_kernel` limits the pictures to the first launches of each
     kernel (0: every launch). `tool_options` passes keyword options to a
@@ -199,13 +237,17 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
         trace, launches = load_trace(trace_dir)
         report = analyze(trace, launches, tool_options=tool_options)
     except NeutrinoError as e:
-        print(f"neutrino report: error: {e}", file=sys.stderr)
+        console.error(str(e))
         return 1
-    print(render(report))
+    if output_format != "text":
+        sys.stdout.write(render_csv(report) if output_format == "csv" else render_json(report))
+        plots = False
+    else:
+        print(render(report))
     for w in report.warnings:
-        print(f"neutrino report: warning: {w}", file=sys.stderr)
+        console.warning(str(w))
     if report.launches and not report.readable:
-        print(f"neutrino report: error: none of the {report.launches} launch result(s) could be read", file=sys.stderr)
+        console.error(f"{trace_dir}: none of the {report.launches} launch result(s) could be read")
         return 1
     if not plots:
         return 0
@@ -213,7 +255,7 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
     try:
         paths, skipped = write_plots(report, out_dir, plots_per_kernel)
     except OSError as e:
-        print(f"neutrino report: error: cannot write plots to {out_dir}: {e}", file=sys.stderr)
+        console.error(f"cannot write plots to {out_dir}: {e}")
         return 1
     if paths:
         print("\nwrote " + "\n      ".join(paths))

@@ -89,7 +89,7 @@ class LaunchRequest:
 
 class Runtime:
     def __init__(self, drv, shim, options: RuntimeOptions, probes, *, trace: TraceDir, cache,
-                 engine=None, ptx_finder=None, native_writer: str | None = None):
+                 engine=None, ptx_finder=None, native_writer: str | None = None, compiled: CompiledIndex | None = None):
         """`native_writer`: path of the loaded shim, whose C thread then writes results (drain.py)."""
         self.drv = drv
         self.shim = shim  # .probe_add(handle), .probe_remove(handle)
@@ -97,7 +97,8 @@ class Runtime:
         self.probes = probes
         self.trace = trace
         self._arch: tuple[int, int] | None = None
-        self.compiled = CompiledIndex()  # cubins the program compiled itself (XLA): content -> PTX
+        # cubins the program compiled itself (XLA): content -> PTX; bootstrap.py hands in the one it fills from start
+        self.compiled = compiled if compiled is not None else CompiledIndex()
         self.registry = Registry(ptx_finder or _default_ptx_finder(), self.arch, options.wants, self.compiled)
         self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.arch,
                                      benchmark=options.benchmark)

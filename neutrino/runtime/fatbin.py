@@ -134,9 +134,7 @@ class FatbinEntry:
                 data = decompress_zstd(self.payload, self.uncompressed_size)
             else:
                 data = decompress_lz4_block(self.payload, self.uncompressed_size)
-        # The pure-Python decoders check what they read, but corrupt input
-        # must never surface as an IndexError from deep inside them.
-        except (CorruptDataError, IndexError, ValueError, OverflowError) as exc:
+        except CorruptDataError as exc:
             raise BinaryFormatError(
                 f"{where}: {compression} payload does not decode: {exc}"
             ) from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-from neutrino.runtime.core import NOT_HANDLED, LaunchRequest
+NOT_HANDLED = -1  # the shim's "run the original launch yourself" (core.NOT_HANDLED); core loads with the runtime
 
 MODULE_KINDS = ("cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
                 "cuLibraryLoadData", "cuLibraryLoadFromFile")
@@ -139,6 +139,8 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
 
     def launch_cb(kind, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, config, index):
         try:
+            from neutrino.runtime.core import LaunchRequest  # loaded by then (with the runtime): a dict lookup
+
             req = LaunchRequest(kind, f or 0, (gx, gy, gz), (bx, by, bz), shmem, stream or 0, params or 0,
                                 extra or 0, config or 0, index)
             return rt.on_launch(req)

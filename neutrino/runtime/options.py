@@ -76,7 +76,8 @@ def parse_size(text: str, option: str) -> int:
     return value
 
 
-def _split(value) -> tuple[str, ...]:
+def split_patterns(value) -> tuple[str, ...]:
+    """-k / --filter values: repeatable, each a ':'-separated list of patterns."""
     if not value:
         return ()
     if isinstance(value, str):
@@ -84,12 +85,18 @@ def _split(value) -> tuple[str, ...]:
     return tuple(p for v in value for p in v.split(":") if p)
 
 
+def kernel_selected(name: str, patterns) -> bool:
+    """The one meaning of a kernel pattern, for every command (`-k`, `--filter`):
+    `=NAME` is the name exactly; any other pattern, a substring of the (mangled) name."""
+    return any(name == p[1:] if p.startswith("=") else p in name for p in patterns)
+
+
 @attrs.frozen
 class RuntimeOptions:
     probe: str  # resolved path of the probe file
     tracedir: str = "./trace"
-    kernels: tuple[str, ...] = attrs.field(default=(), converter=_split)  # include substrings
-    exclude: tuple[str, ...] = attrs.field(default=(), converter=_split)  # exclude substrings
+    kernels: tuple[str, ...] = attrs.field(default=(), converter=split_patterns)  # include patterns
+    exclude: tuple[str, ...] = attrs.field(default=(), converter=split_patterns)  # exclude patterns
     benchmark: bool = False
     memusage: bool = False
     launches: LaunchFilter = attrs.field(factory=LaunchFilter)
@@ -100,11 +107,12 @@ class RuntimeOptions:
     callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
     time_every: int = attrs.field(default=DEFAULT_TIME_EVERY, validator=attrs.validators.ge(1))
     graphs: bool = False  # probe kernels captured into CUDA graphs (opt-in until verified on a GPU)
+    verbosity: int = 0  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)
 
     def wants(self, kernel: str) -> bool:
-        if self.kernels and not any(k in kernel for k in self.kernels):
+        if self.kernels and not kernel_selected(kernel, self.kernels):
             return False
-        return not any(x in kernel for x in self.exclude)
+        return not kernel_selected(kernel, self.exclude)
 
     def to_json(self) -> str:
         d = attrs.asdict(self)

@@ -119,6 +119,11 @@ class Registry:
             self.functions[out] = rec
             return True
 
+    def kernels_seen(self) -> set[str]:
+        """Names of the kernels the program looked up in modules with PTX (probed or not): the exit summary."""
+        with self._lock:
+            return {name for _, name in self._by_name}
+
     def handles_of(self, rec: FuncRec) -> list[int]:
         with self._lock:
             return [h for h, r in self.functions.items() if r is rec]

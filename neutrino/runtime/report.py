@@ -54,11 +54,40 @@ def _short(name: str, width: int = 40) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+def _kernel_counts(rt) -> tuple[int, int, int]:
+    """Kernels the program looked up, kernels probed (instrumented), kernels with a fallback."""
+    seen = rt.registry.kernels_seen() if hasattr(rt.registry, "kernels_seen") else set()
+    kernel_dir = rt.trace.path / "kernel"
+    probed = sum(1 for _ in kernel_dir.iterdir()) if kernel_dir.is_dir() else 0
+    fell_back = len({kernel for kernel, _ in rt.fallbacks})
+    return len(seen), probed, fell_back
+
+
+def _probed_kernel_names(run_dir) -> list[str]:
+    import json
+
+    names = []
+    for info in sorted((run_dir / "kernel").glob("*/kernel.json")):
+        try:
+            names += list(json.loads(info.read_text()).get("kernels", {}))
+        except (OSError, ValueError):
+            continue
+    return names
+
+
+def closing_line(rt, seen: int, probed: int, fell_back: int) -> str:
+    """What happened, in one line: kernels seen, probed, fallen back, the results, where the trace is."""
+    kernels = f"{seen} kernel(s) seen, {probed} probed" + (f", {fell_back} fell back to the original" if fell_back else "")
+    return (f"neutrino: {kernels}; {rt.probed_launches} probed launch(es), {_mib(rt.result_bytes)} of results; "
+            f"trace in {rt.trace.path}\n")
+
+
 def finish(rt, stream) -> None:
     tr = rt.trace
     if not tr.materialized and not rt.bench and not rt.opt.memusage:
-        tr.close()  # this process never loaded a CUDA module: leave no directory, say nothing
+        tr.close()  # this process never loaded a CUDA module: leave no directory; the launcher says so
         return
+    quiet = getattr(rt.opt, "verbosity", 0) < 0
     if rt.bench:
         table = benchmark_table(rt.bench)
         tr.write_text("benchmark.txt", table)
@@ -69,11 +98,16 @@ def finish(rt, stream) -> None:
         stream.write("neutrino --memusage (buffer bytes probing would allocate):\n" + table)
     total_fb = sum(rt.fallbacks.values())
     total_drops = sum(rt.drops.values())
+    seen, probed, fell_back = _kernel_counts(rt)
     tr.event("exit", launches=rt.probed_launches, fallbacks=total_fb, dropped=total_drops,
+             kernels_seen=seen, kernels_probed=probed, kernels_fell_back=fell_back,
              dropped_by=[{"kernel": k, "reason": r, "launches": n} for (k, r), n in sorted(rt.drops.items())],
              result_bytes=rt.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors)
-    stream.write(f"neutrino: {rt.probed_launches} probed launch(es), {_mib(rt.result_bytes)} of results, "
-                 f"trace in {tr.path}\n")
+    if quiet:
+        stream.flush()
+        tr.close()
+        return
+    stream.write(closing_line(rt, seen, probed, fell_back))
     graph_nodes = getattr(rt, "graph_summary", [])
     if graph_nodes:
         written = sum(n["written"] for n in graph_nodes)
@@ -82,6 +116,9 @@ def finish(rt, stream) -> None:
                      "result(s) written\n")
     for line in frameworks.summary_lines(getattr(rt, "no_ptx", {}), getattr(rt, "no_ptx_examples", None)):
         stream.write(line + "\n")
+    if getattr(rt.opt, "verbosity", 0) > 0:
+        for name in _probed_kernel_names(tr.path):
+            stream.write(f"  probed {_short(name, 100)}\n")
     if total_drops:
         stream.write(f"neutrino: {total_drops} launch(es) ran unprobed because a budget was full "
                      "(--buffer-budget, --trace-budget, --when-full=wait):\n")

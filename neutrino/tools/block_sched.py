@@ -8,6 +8,9 @@ neutrino/analysis/block_sched.py (per-SM timeline, gaps, tail, imbalance).
 from neutrino import Map, probe
 import neutrino.language as nl
 
+# One summary line per kernel when the program ends (after harvesting, never on the launch path).
+analyze_hook = "../analysis/block_sched_exit.py"
+
 
 @Map(level="warp", type="array", size=16, cap=1)
 class block_sched:

@@ -7,7 +7,7 @@ to a per-thread register; when a thread leaves the kernel its total is added to
 the launch's counters, summed over the warp on the device first (a sum map: one
 atomic per warp, 16 bytes of result per launch). `active_threads` counts the
 threads that moved any byte. The positions are every form of those instructions
-that names the .global space, the same as neutrino/probes/gmem_bytes.toml.
+that names the .global space (tests/test_gmem_bytes.py checks them against the table).
 Shared-memory traffic, generic-address accesses and prefetches are not counted;
 TMA copies are matched and listed as skipped sites (their size is in the tensor
 map). Analysis: neutrino/analysis/gmem_bytes.py. gmem_bytes_thread keeps one

@@ -70,15 +70,15 @@ def main_trace(tracedir: Path) -> nt.Trace:
 
 
 def check_block_sched(trace: nt.Trace, sms: int) -> int:
-    """Every warp of every probed launch has exactly one record, elapsed > 0, smid < SM count."""
+    """Every warp of every probed launch has exactly one record, elapsed > 0, cuid < SM count."""
     assert trace.launches, "no probed launches"
     for la in trace.launches:
         m = la.maps["block_sched"]
         assert m.units == nt.units_for("warp", la.grid, la.block)
         assert (np.asarray(m.counts) == 1).all(), f"{la.kernel}: warps without exactly one record"
         v = m.valid()
-        assert (v["elapse"] > 0).all(), f"{la.kernel}: elapse 0"
-        assert (v["smid"] < sms).all(), f"{la.kernel}: smid >= {sms}"
+        assert (v["elapsed"] > 0).all(), f"{la.kernel}: elapsed 0"
+        assert (v["cuid"] < sms).all(), f"{la.kernel}: cuid >= {sms}"
     return len(trace.launches)
 
 
@@ -87,7 +87,7 @@ def gmem_bytes(trace: nt.Trace, kernel_substring: str) -> list[int]:
     for la in trace.launches:
         if kernel_substring in la.kernel:
             v = la.maps["gmem_bytes"].valid()
-            out.append(int(v["gmem_total"].astype(np.uint64).sum()))
+            out.append(int(v["bytes"].astype(np.uint64).sum()))
     return out
 
 

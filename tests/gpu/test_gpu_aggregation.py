@@ -51,15 +51,15 @@ def _thread_sums(trace: nt.Trace, map_name: str, field: str) -> dict[str, list[i
             for k, ls in per_kernel(trace).items()}
 
 
-@pytest.mark.parametrize("form", ["toml", "dsl"])
+@pytest.mark.parametrize("form", ["name", "path"])
 def test_summed_gmem_bytes_equal_per_thread_sums_on_the_nvcc_corpus(tmp_path, corpus_program, form):
     exe, plain, env = corpus_program
-    summed_probe, thread_probe = ("gmem_bytes", "gmem_bytes_thread") if form == "toml" else \
+    summed_probe, thread_probe = ("gmem_bytes", "gmem_bytes_thread") if form == "name" else \
         (str(TOOLS / "gmem_bytes.py"), str(TOOLS / "gmem_bytes_thread.py"))
     _, summed = run_probed(summed_probe, [str(exe), str(tmp_path / "s.bin")], tmp_path / "s", env)
     _, thread = run_probed(thread_probe, [str(exe), str(tmp_path / "t.bin")], tmp_path / "t", env)
     assert (tmp_path / "s.bin").read_bytes() == plain.read_bytes() == (tmp_path / "t.bin").read_bytes()
-    field = "gmem_total" if form == "toml" else "bytes"
+    field = "bytes"
     want = _thread_sums(thread, "gmem_bytes_thread", field)
     got = {k: [la.maps["gmem_bytes"].totals()[field] for la in ls] for k, ls in per_kernel(summed).items()}
     print(f"[{form}] device sums {got}")
@@ -68,7 +68,7 @@ def test_summed_gmem_bytes_equal_per_thread_sums_on_the_nvcc_corpus(tmp_path, co
     for la in summed.launches:
         m = la.maps["gmem_bytes"]
         assert m.type == "sum" and m.units == 1 and m.record_bytes == 8 * len(m.fields)  # counters, not records
-    if form == "dsl":
+    if form == "name":
         active = {k: [int(np.count_nonzero(la.maps["gmem_bytes_thread"].valid()["bytes"])) for la in ls]
                   for k, ls in per_kernel(thread).items()}
         assert {k: [la.maps["gmem_bytes"].totals()["active_threads"] for la in ls]
@@ -80,7 +80,7 @@ def test_hist_totals_equal_the_samples(tmp_path, corpus_program):
     _, trace = run_probed(str(WORKLOADS / "agg_hist.toml"), [str(exe), str(tmp_path / "h.bin")], tmp_path / "h", env)
     _, thread = run_probed("gmem_bytes_thread", [str(exe), str(tmp_path / "t.bin")], tmp_path / "t", env)
     assert (tmp_path / "h.bin").read_bytes() == plain.read_bytes()
-    bytes_per_thread = _thread_sums(thread, "gmem_bytes_thread", "gmem_total")
+    bytes_per_thread = _thread_sums(thread, "gmem_bytes_thread", "bytes")
     assert len(trace.launches) == 8
     for la in trace.launches:
         acc = la.maps["acc"].totals()
@@ -130,6 +130,6 @@ def test_summed_gmem_bytes_on_the_triton_vadd(tmp_path):
     cmd = [sys.executable, str(WORKLOADS / "w_triton.py")]
     _, summed = run_probed("gmem_bytes", cmd + [str(tmp_path / "s.npz")], tmp_path / "s", env)
     _, thread = run_probed("gmem_bytes_thread", cmd + [str(tmp_path / "t.npz")], tmp_path / "t", env)
-    want = _thread_sums(thread, "gmem_bytes_thread", "gmem_total")
-    got = {k: [la.maps["gmem_bytes"].totals()["gmem_total"] for la in ls] for k, ls in per_kernel(summed).items()}
+    want = _thread_sums(thread, "gmem_bytes_thread", "bytes")
+    got = {k: [la.maps["gmem_bytes"].totals()["bytes"] for la in ls] for k, ls in per_kernel(summed).items()}
     assert got == want and got["vadd"] == [3 * 4 * (1 << 20)]

@@ -30,7 +30,7 @@ def test_nvcc_program_with_device_function_and_printf(tmp_path):
         if tool == "block_sched":
             check_block_sched(trace, sm_count())
         else:  # two 4-byte loads and one 4-byte store per thread; thread 0 reads out[0] for printf
-            totals = [la.maps["gmem_bytes"].totals()["gmem_total"] for la in trace.launches]
+            totals = [la.maps["gmem_bytes"].totals()["bytes"] for la in trace.launches]
             assert totals == [12 * (1 << 16) + 4] * 3
 
 

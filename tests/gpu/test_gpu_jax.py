@@ -93,7 +93,7 @@ def test_gmem_bytes_exact_on_a_jitted_elementwise_function(tmp_path, jax_env):
     r, trace = run_both(tmp_path, jax_env, "elementwise", "gmem_bytes")
     assert not fallbacks(trace), fallbacks(trace)[:3]
     assert trace.launches, f"nothing probed:\n{r.stderr[-3000:]}"
-    moved = sum(int(la.maps["gmem_bytes"].valid()["gmem_total"].astype(np.uint64).sum()) for la in trace.launches)
+    moved = sum(int(la.maps["gmem_bytes"].valid()["bytes"].astype(np.uint64).sum()) for la in trace.launches)
     n = w_jax.N_ELEMENTWISE
     assert moved == 4 * n * 3, f"{[la.kernel for la in trace.launches]}: {moved} bytes, expected read x, y + write out"
 
@@ -114,5 +114,5 @@ def test_pallas_triton_kernel_is_probed(tmp_path, jax_env, probe):
     if probe == "block_sched":
         check_block_sched(trace, sms())
     else:
-        moved = sum(int(la.maps["gmem_bytes"].valid()["gmem_total"].astype(np.uint64).sum()) for la in ours)
+        moved = sum(int(la.maps["gmem_bytes"].valid()["bytes"].astype(np.uint64).sum()) for la in ours)
         assert moved == 3 * 4 * w_jax.PALLAS_N

@@ -2,7 +2,7 @@
 
 For each workload: outputs bitwise identical with and without probing; with
 block_sched every warp of every probed launch has exactly one record with
-elapse > 0 and smid < SM count; with gmem_bytes the vector-add kernels count
+elapsed > 0 and cuid < SM count; with gmem_bytes the vector-add kernels count
 exactly the bytes they must move.
 """
 

@@ -1,4 +1,4 @@
-"""analyze_hook of the built-in block_sched probe: one summary line per kernel.
+"""analyze_hook of the built-in block_sched tool (neutrino/tools/block_sched.py): one summary line per kernel.
 
 The runtime calls analyze(result_path, launch) for every probed launch after the
 program has ended (never on its launch path), then finish(stream) once: that
@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import sys
 
-from neutrino.analysis.block_sched import analyze_launch
-from neutrino.trace import Launch, read_result
 
 # Per-kernel running sums, kept between analyze() calls of one run (this module is loaded per run).
 _kernels: dict[str, dict] = {}
 
 
 def analyze(result_path: str, launch: dict) -> None:
+    # imported here: this hook is loaded when the runtime starts, the analysis (numpy) runs after the program
+    from neutrino.analysis.block_sched import analyze_launch
+    from neutrino.trace import Launch, read_result
+
     result = read_result(result_path, int(launch.get("result_offset", 0) or 0))
     md = result.maps.get("block_sched")
     if md is None:

@@ -1,0 +1,240 @@
+"""The command line as users meet it, through the real entry points: the `neutrino` script and `python -m neutrino`.
+
+Every test runs a subprocess with this checkout first on PYTHONPATH, so the
+installed console script imports the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data"
+VADD = DATA / "corpus" / "triton" / "vadd.sm90a.ptx"
+SCRIPT = shutil.which("neutrino")
+FORMS = ["module", pytest.param("script", marks=pytest.mark.skipif(SCRIPT is None, reason="no neutrino script"))]
+INLINE = 'position = "kernel", datamodel = "warp:8", after = "SAVE.u32 {%smid, %laneid};"'
+
+
+def environment(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    for key in ("NO_COLOR", "FORCE_COLOR", "NEUTRINO_OPTIONS"):
+        env.pop(key, None)
+    env.update(extra)
+    return env
+
+
+def neutrino(*args, form="module", cwd=None, stderr=subprocess.PIPE, **env) -> subprocess.CompletedProcess:
+    entry = [SCRIPT] if form == "script" else [sys.executable, "-m", "neutrino"]
+    return subprocess.run([*entry, *map(str, args)], stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=cwd,
+                          env=environment(**env), timeout=120)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_version_and_help(form):
+    from neutrino import __version__
+
+    proc = neutrino("--version", form=form)
+    assert (proc.returncode, proc.stdout) == (0, f"neutrino {__version__}\n")
+    proc = neutrino("--help", form=form)
+    assert proc.returncode == 0
+    text = proc.stdout
+    assert "examples:" in text and "neutrino -p block_sched -- python train.py" in text
+    assert "exit status: 0 ok; 1 bad input" in text and "2 usage error" in text
+    assert text.rstrip().endswith("(FORCE_COLOR: colour even when not on a terminal).")  # the examples come last
+
+
+def test_help_imports_neither_attrs_nor_numpy():
+    code = "import sys; from neutrino.cli import main; main(['--help']); print(sorted({'attrs', 'numpy'} & set(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment(), timeout=60)
+    assert proc.stdout.splitlines()[-1] == "[]"
+
+
+def test_list_names_every_tool_and_verbose_shows_fields():
+    from neutrino.toolbox import tool_names
+
+    proc = neutrino("list")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == tool_names()
+    assert "block_sched_local" not in proc.stdout and len(lines) == 7
+    proc = neutrino("list", "-v")
+    assert "map block_sched (array, warp, cap 1, 16 B): start:u64, elapsed:u32, cuid:u32" in proc.stdout
+    assert "map gmem_bytes (sum): bytes:u64, active_threads:u64" in proc.stdout
+
+
+def test_mistyped_command_says_did_you_mean():
+    proc = neutrino("instrment", VADD, "-p", "block_sched")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("neutrino: error: unknown command 'instrment'; did you mean 'instrument'?")
+    assert "--probe" not in proc.stderr and "required" not in proc.stderr
+
+
+def test_command_after_probe_option_is_not_run_as_a_program(tmp_path):
+    proc = neutrino("-p", "block_sched", "report", "trace", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "'report' is a neutrino command: commands come first (neutrino report trace)" in proc.stderr
+    assert not (tmp_path / "trace").exists()  # nothing was run
+
+
+def test_mistyped_probe_name_says_did_you_mean(tmp_path):
+    for args in (["instrument", VADD, "-p", "block_shed"], ["-p", "block_shed", "--", "true"]):
+        proc = neutrino(*args, cwd=tmp_path)
+        assert proc.returncode == 1, args
+        assert proc.stderr.startswith("neutrino: block_shed: error: no such probe file or built-in tool; "
+                                      "did you mean 'block_sched'?")
+        assert "Traceback" not in proc.stderr
+
+
+def test_inline_probe_for_instrument(tmp_path):
+    proc = neutrino("instrument", VADD, "-e", INLINE, "--info", tmp_path / "info.json", "-o", tmp_path / "out.ptx")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads((tmp_path / "info.json").read_text())
+    (m,) = info["kernels"]["vadd"]["maps"]
+    assert (m["name"], [f["name"] for f in m["fields"]]) == ("inline", ["smid", "laneid"])
+    proc = neutrino("instrument", VADD, "-e", 'position = "kernel", before = "frobnicate %r1;"')
+    assert proc.returncode == 1 and proc.stderr.startswith("neutrino: <-e>: error: [probe inline]")
+    proc = neutrino("instrument", VADD, "-e", INLINE, "-p", "block_sched")
+    assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
+
+
+def test_k_selects_by_substring_or_exact_name(tmp_path):
+    gemm = DATA / "corpus" / "nvcc" / "gemm.sm90.ptx"
+    from neutrino.engine import list_entries
+
+    entries = list_entries(gemm.read_text())
+    assert len(entries) >= 2
+    part = entries[0][3:-3]
+    chosen = [e for e in entries if part in e]
+    info = tmp_path / "info.json"
+    proc = neutrino("instrument", gemm, "-p", "block_sched", "-k", part, "--info", info, "-o", tmp_path / "o.ptx")
+    if len(chosen) == 1:
+        assert proc.returncode == 0 and list(json.loads(info.read_text())["kernels"]) == chosen
+    else:
+        assert proc.returncode == 1 and f"selects {len(chosen)} entries" in proc.stderr
+    from neutrino.cli import main  # the same entry point, in this process: the other forms of -k
+
+    assert main(["instrument", str(gemm), "-p", "block_sched", "-k", f"={entries[1]}", "--info", str(info),
+                 "-o", str(tmp_path / "o.ptx")]) == 0
+    assert list(json.loads(info.read_text())["kernels"]) == [entries[1]]
+    assert main(["instrument", str(gemm), "-p", "block_sched", "-k", f"={entries[1][:-1]}"]) == 1
+
+
+def test_k_means_the_same_in_the_profiler():
+    from neutrino.runtime.options import RuntimeOptions
+
+    opts = RuntimeOptions(probe="p", kernels=["gemm", "=vadd"], exclude=["=gemm_tail"])
+    assert opts.wants("sgemm_kernel") and opts.wants("vadd") and not opts.wants("vadd2")
+    assert not opts.wants("gemm_tail") and opts.wants("gemm_tail2")
+
+
+def test_exit_codes_and_error_format(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[p]\nposition = "kernel"\nbefore = "bra $L;"\n')
+    for args in (["instrument", VADD, "-p", bad], ["-p", bad, "--", "true"]):
+        proc = neutrino(*args, cwd=tmp_path)
+        assert proc.returncode == 1, args  # bad input, whichever command
+        assert proc.stderr.startswith(f"neutrino: {bad}:3:"), proc.stderr
+        assert ": error: [probe p]" in proc.stderr.splitlines()[0]
+    proc = neutrino("instrument", VADD, "--no-such-option", "-p", "block_sched")
+    assert proc.returncode == 2 and proc.stderr.startswith("neutrino: error: unrecognized arguments")
+    proc = neutrino("-p", "block_sched", "-q", "--", sys.executable, "-c", "raise SystemExit(7)", cwd=tmp_path)
+    assert proc.returncode == 7 and proc.stderr == ""  # the program's own status; -q: nothing of ours
+    proc = neutrino("-p", "block_sched", "-q", "--", "no-such-program-xyz", cwd=tmp_path)
+    assert proc.returncode == 127 and "neutrino: error: cannot run 'no-such-program-xyz'" in proc.stderr
+
+
+def test_colour_on_a_terminal_and_no_color(tmp_path):
+    def stderr_on_a_terminal(**env):
+        leader, follower = pty.openpty()
+        try:
+            neutrino("instrment", stderr=follower, **env)
+            os.close(follower)
+            chunks = []
+            while True:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            return b"".join(chunks).decode()
+        finally:
+            os.close(leader)
+
+    coloured = stderr_on_a_terminal(TERM="xterm")
+    assert "neutrino: \x1b[1;31merror:\x1b[0m unknown command 'instrment'" in coloured
+    plain = stderr_on_a_terminal(TERM="xterm", NO_COLOR="1")
+    assert "\x1b[" not in plain and "neutrino: error: unknown command 'instrment'" in plain
+    assert "\x1b[" not in neutrino("instrment").stderr  # not a terminal
+    from neutrino.console import format_message
+
+    located = format_message("k.toml:3:7: error: [probe p] bad\n    x\n      ^\n    hint: h", colour=True)
+    assert located.splitlines()[0] == "neutrino: \x1b[1mk.toml:3:7:\x1b[0m \x1b[1;31merror:\x1b[0m [probe p] bad"
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "event.log").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_run_without_cuda_leaves_a_trace_and_says_so(tmp_path, form):
+    proc = neutrino("-p", "block_sched", "--", sys.executable, "-c", "print('ran')", form=form, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "ran\n"
+    (run_dir,) = (tmp_path / "trace").iterdir()
+    assert proc.stderr == (f"neutrino: no kernel seen: no process of the program loaded a CUDA module (no GPU or CUDA "
+                           f"driver, or the program made no CUDA call); trace in {run_dir}\n")
+    start, end = events(run_dir)
+    assert start["event"] == "start" and start["argv"][1:] == ["-c", "print('ran')"]
+    assert end["event"] == "exit" and end["launches"] == 0 and end["exit_status"] == 0
+
+
+def test_output_names_the_trace_directory(tmp_path):
+    out = tmp_path / "my.trace"
+    for status in (0, 3):  # a second run replaces the first trace
+        proc = neutrino("-o", out, "-e", INLINE, "--", sys.executable, "-c", f"raise SystemExit({status})", cwd=tmp_path)
+        assert proc.returncode == status
+        assert proc.stderr.rstrip().endswith(f"trace in {out}")
+        assert [e["event"] for e in events(out)] == ["start", "exit"] and events(out)[1]["exit_status"] == status
+    assert not (tmp_path / "trace").exists()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    proc = neutrino("-o", tmp_path / "notes", "-p", "block_sched", "--", "true")
+    assert proc.returncode == 1 and "not a neutrino trace" in proc.stderr
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
+
+
+def test_report_formats_for_scripts(tmp_path):
+    from test_analysis_trace import BLOCK_SCHED, WARPS, section, write_trace
+
+    run = write_trace(tmp_path, [{"kernel": "vadd", "grid": (4, 1, 1), "block": (64, 1, 1), "duration_ns": 160.0,
+                                  "sections": [section("block_sched", "warp", BLOCK_SCHED, 16, [[w] for w in WARPS])]}])
+    proc = neutrino("report", run, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    (row,) = report["kernels"]
+    assert (row["kernel"], row["launches"], row["records"], row["time_us"]) == ("vadd", 1, 8, 0.16)
+    assert row["block_sched.blocks"] == "4"
+    proc = neutrino("report", run, "--format", "csv")
+    header, line = proc.stdout.splitlines()
+    assert header.startswith("kernel,launches,maps,records,dropped,time_us,block_sched.blocks")
+    assert line.startswith("vadd,1,block_sched,8,0,0.16,4")
+    assert not (run / "report").exists()  # no plots for scripts
+
+
+def test_demo_is_short_and_says_where_the_files_are(tmp_path):
+    proc = neutrino("demo", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert len(proc.stdout.splitlines()) <= 6
+    assert "files: neutrino-demo/original.ptx, neutrino-demo/probed.ptx, neutrino-demo/kernel.json" in proc.stdout
+    assert (tmp_path / "neutrino-demo" / "probed.ptx").read_text().count(".entry") == 1
