@@ -482,9 +482,10 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> bool:
     opcodes, guards = scanner.opcodes, scanner.guards
     pos = line_pos = SPACE_RE.match(text, scanner.pos).end()
     line = scanner.line_of(pos)
-    for token in BODY_TOKEN_RE.finditer(text, pos):
-        if token.start() != pos:  # the regex skipped text it does not know
-            break
+    # Anchored matches, each where the last ended (a scanner's match(), like \G): a search
+    # (finditer) would retry at every later position when a statement does not fit, which
+    # is quadratic on a long line without a ';'.
+    for token in iter(BODY_TOKEN_RE.scanner(text, pos).match, None):
         kind = token.lastindex
         line += text.count("\n", line_pos, pos)
         line_pos = pos
