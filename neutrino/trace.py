@@ -781,14 +781,15 @@ def _launches(run: Path, events: list[dict], problems: list[str] | None = None) 
     for ev in launch_events(run, events):
         if not isinstance(ev.get("result"), str):
             continue
-        p = run / ev["result"]
-        if not p.exists():
-            continue
         try:
+            p = run / ev["result"]
+            if not p.exists():  # raises for a name too long or holding a NUL
+                continue
             launch = _launch_of(ev, p)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, KeyError, OverflowError, OSError) as e:
             if problems is not None:
-                problems.append(f"{run / 'event.log'}: launch event {ev.get('index')!r} skipped: {e}")
+                reason = f"no {e}" if isinstance(e, KeyError) else str(e)[:200]
+                problems.append(f"{run / 'event.log'}: launch event {repr(ev.get('index'))[:40]} skipped: {reason}")
             continue
         out.append(launch)
     out.sort(key=lambda launch: launch.index)
