@@ -38,6 +38,8 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=15)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-count", type=int, default=20000, help="largest repetition or nesting a mutation uses")
+    parser.add_argument("--trace-max-count", type=int, default=300,
+                        help="the same for traces, where each repeated launch is read and analysed (linear, but slow)")
     parser.add_argument("--out", default="fuzz-campaign", help="where failing inputs are kept")
     parser.add_argument("--ptxas-every", type=int, default=1, help="assemble every Nth accepted module")
     args = parser.parse_args()
@@ -89,9 +91,9 @@ def main() -> int:
         else:
             if target == "trace":
                 file = rng.choice(fz.TRACE_FILES[1:])
-                muts = draw_mutations(rng, fz.BYTE_OPS + ("truncate", "dup_line", "flip"), args.max_count)
+                muts = draw_mutations(rng, fz.BYTE_OPS + ("truncate", "dup_line", "flip"), args.trace_max_count)
             else:
-                file, muts = "event.log", draw_mutations(rng, fz.JSON_OPS + fz.BYTE_OPS, args.max_count)
+                file, muts = "event.log", draw_mutations(rng, fz.JSON_OPS + fz.BYTE_OPS, args.trace_max_count)
             for what, outcome in fz.run_trace_case(base, tmp / "work", file, muts):
                 record(target, what, outcome, f"{file}: {muts!r}")
     started = time.monotonic()

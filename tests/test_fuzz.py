@@ -28,6 +28,7 @@ import fuzzing as fz
 LONG = os.environ.get("NEUTRINO_FUZZ") == "long"
 SCALE = 20 if LONG else 1
 MAX_COUNT = 20000 if LONG else 3000  # repetitions and nesting depth a mutation may use
+TRACE_MAX_COUNT = 2000 if LONG else 48  # in a trace, each repeated launch is read and analysed: linear, but slow
 PTXAS_SAMPLE = None if LONG else 24  # probed modules given to ptxas per test (all of them when long)
 
 
@@ -36,8 +37,9 @@ def fuzz_settings(examples: int):
                     suppress_health_check=list(HealthCheck), print_blob=True)
 
 
-def mutations(ops) -> st.SearchStrategy:
-    count = st.one_of(st.integers(0, 8), st.integers(0, MAX_COUNT))
+def mutations(ops, max_count: int = MAX_COUNT) -> st.SearchStrategy:
+    """One to four mutations; counts (repetitions, nesting depth) are mostly small, one draw in four up to max_count."""
+    count = st.one_of(st.integers(0, 8), st.integers(0, 64), st.integers(0, 8), st.integers(0, max_count))
     one = st.tuples(st.sampled_from(ops), st.floats(0, 1), st.floats(0, 1), count, st.integers(0, 1000))
     return st.lists(one, min_size=1, max_size=4)
 
@@ -148,7 +150,7 @@ def test_fuzz_result_files(base_trace, tmp_path, fast_argparse):
     """Result frames, the launch index and the probe copy, mutated bytewise and linewise."""
 
     @fuzz_settings(60)
-    @given(st.sampled_from(fz.TRACE_FILES[1:]), mutations(fz.BYTE_OPS + ("truncate", "dup_line", "flip")))
+    @given(st.sampled_from(fz.TRACE_FILES[1:]), mutations(fz.BYTE_OPS + ("truncate", "dup_line", "flip"), TRACE_MAX_COUNT))
     def case(target, muts):
         assert_clean(fz.run_trace_case(base_trace, tmp_path / "work", target, muts))
 
@@ -159,7 +161,7 @@ def test_fuzz_event_logs(base_trace, tmp_path, fast_argparse):
     """event.log: JSON values of other types, dropped keys, spliced, cut and binary lines."""
 
     @fuzz_settings(60)
-    @given(mutations(fz.JSON_OPS + fz.BYTE_OPS))
+    @given(mutations(fz.JSON_OPS + fz.BYTE_OPS, TRACE_MAX_COUNT))
     def case(muts):
         assert_clean(fz.run_trace_case(base_trace, tmp_path / "work", "event.log", muts))
 
