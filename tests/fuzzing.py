@@ -19,12 +19,14 @@ Mutations are plain tuples so that hypothesis can draw and shrink them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
 import os
 import shutil
 import signal
+import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -60,9 +62,9 @@ def dsl_seeds() -> list[tuple[str, str]]:
     return _texts([*PACKAGE.glob("tools/*.py"), *PACKAGE.glob("probes/*.py")])
 
 
-def ptx_seeds(max_bytes: int = 12000) -> list[tuple[str, str]]:
-    """The small PTX files of the corpora (the mutations, not the size, find the bugs)."""
-    files = [p for p in DATA.rglob("*.ptx") if p.stat().st_size <= max_bytes]
+def ptx_seeds(max_bytes: int | None = 12000) -> list[tuple[str, str]]:
+    """The small PTX files of the corpora (the mutations, not the size, find the bugs); every one with None."""
+    files = [p for p in DATA.rglob("*.ptx") if max_bytes is None or p.stat().st_size <= max_bytes]
     return [(str(p.relative_to(DATA)), p.read_text()) for p in sorted(files)]
 
 
@@ -248,6 +250,76 @@ def run_instrument(ptx_path: Path, probe_path: str) -> Outcome:
     return run_entry(cli, "instrument", str(ptx_path), "-p", str(probe_path))
 
 
+def library(function, *args) -> int:
+    """A library entry point run as the CLI runs it: our errors become a message and status 1."""
+    from neutrino.errors import NeutrinoError
+
+    try:
+        result = function(*args)
+    except NeutrinoError as e:
+        print(f"neutrino: {e}", file=sys.stderr)
+        return 1
+    if isinstance(result, str):
+        sys.stdout.write(result)
+    return 0
+
+
+def instrument_files(ptx_path: Path, probe: str) -> str:
+    """What `neutrino instrument PTX -p PROBE` does, without the argument parsing: the probed PTX."""
+    from neutrino.engine import instrument
+    from neutrino.probefile import load_probes
+
+    return instrument(Path(ptx_path).read_text(), load_probes(str(probe)), source=str(ptx_path)).ptx
+
+
+def instrument_text(ptx: str, probe: str) -> str:
+    from neutrino.engine import instrument
+
+    return instrument(ptx, cached_probes(probe), source="kernel.ptx").ptx
+
+
+@functools.lru_cache(maxsize=None)
+def cached_probes(probe: str):
+    """The built-in and test probes the PTX fuzzer uses, loaded once (the pipeline does not change them)."""
+    from neutrino.probefile import load_probes
+
+    return load_probes(probe)
+
+
+def instrument_probe_text(text: str, suffix: str, ptx_path: Path) -> str:
+    """`instrument_files` with the probe file's text in hand (as load_probes reads it): no file written."""
+    from neutrino.engine import instrument
+    from neutrino.language import compile_source
+    from neutrino.probefile import parse_probes
+
+    name = f"probe{suffix}"
+    toml = compile_source(text, name) if suffix == ".py" else text
+    return instrument(target_text(ptx_path), parse_probes(toml, name), source=str(ptx_path)).ptx
+
+
+@functools.lru_cache(maxsize=None)
+def target_text(path: Path) -> str:
+    return path.read_text()
+
+
+def run_probe_text(text: str, suffix: str, ptx_path: Path, via_cli: bool, tmp: Path) -> Outcome:
+    """A mutated probe file (.toml or .py) through `neutrino instrument`, or the functions it calls."""
+    if via_cli:
+        probe = tmp / f"probe{suffix}"
+        probe.write_bytes(text.encode("utf-8", "surrogatepass"))
+        return run_instrument(ptx_path, str(probe))
+    return run_entry(library, instrument_probe_text, text, suffix, ptx_path)
+
+
+def run_ptx_text(text: str, probe: str, via_cli: bool, tmp: Path) -> list[tuple[str, Outcome]]:
+    """A mutated PTX module through `neutrino instrument` and `neutrino print`, or the functions they call."""
+    if not via_cli:
+        return [("instrument", run_entry(library, instrument_text, text, probe))]
+    ptx = tmp / "kernel.ptx"
+    ptx.write_bytes(text.encode("utf-8", "surrogatepass"))
+    return [("instrument", run_instrument(ptx, probe)), ("print", run_entry(cli, "print", str(ptx)))]
+
+
 def load_trace_fully(path: Path) -> int:
     """`neutrino.trace.load` and every map of every launch read, as an analysis would; 0, or 1 on TraceError."""
     import neutrino.trace as nt
@@ -264,9 +336,9 @@ def load_trace_fully(path: Path) -> int:
                     elif data.type == "hist":
                         data.histogram().rows()
             except NeutrinoError as e:
-                print(f"neutrino: {e}", file=__import__("sys").stderr)
+                print(f"neutrino: {e}", file=sys.stderr)
     except NeutrinoError as e:
-        print(f"neutrino: {e}", file=__import__("sys").stderr)
+        print(f"neutrino: {e}", file=sys.stderr)
         return 1
     return 0
 
@@ -331,8 +403,21 @@ def _sections(grid, block, seed: int) -> list:
 TRACE_FILES = ("event.log", "result/0.bin", "result/1.bin", "result/3_abc.ntr", "result/index.bin", "probe.toml")
 
 
-def run_trace_case(base: Path, work: Path, target: str, mutations: list[tuple]) -> list[tuple[str, Outcome]]:
-    """Copy the base trace, mutate one of its files, and read it through load, report and export."""
+def report_without_plots(path: Path) -> int:
+    from neutrino.analysis.report import main as report_main
+
+    return report_main(str(path), plots=False)
+
+
+def export_perfetto(path: Path, out: Path) -> int:
+    from neutrino.analysis.perfetto import export
+
+    return library(export, str(path), str(out))
+
+
+def run_trace_case(base: Path, work: Path, target: str, mutations: list[tuple], via_cli: bool = True) -> list[tuple[str, Outcome]]:
+    """Copy the base trace, mutate one of its files, and read it through load, report and export
+    (the commands, or without the CLI's argument parsing and plots)."""
     if work.exists():
         shutil.rmtree(work)
     run = work / base.name
@@ -349,6 +434,9 @@ def run_trace_case(base: Path, work: Path, target: str, mutations: list[tuple]) 
         for m in mutations:
             data = mutate_bytes(data, m) if m[0] in BYTE_OPS else mutate_text(data.decode("latin-1"), m, []).encode("latin-1", "replace")
         path.write_bytes(data)
+    if not via_cli:
+        return [("load", run_entry(load_trace_fully, run)), ("report", run_entry(report_without_plots, run)),
+                ("export", run_entry(export_perfetto, run, work / "perfetto.json"))]
     return [
         ("load", run_entry(load_trace_fully, run)),
         ("report", run_entry(cli, "report", str(run), "--out", str(work / "report"))),

@@ -27,9 +27,15 @@ import fuzzing as fz
 
 LONG = os.environ.get("NEUTRINO_FUZZ") == "long"
 SCALE = 20 if LONG else 1
-MAX_COUNT = 20000 if LONG else 3000  # repetitions and nesting depth a mutation may use
+MAX_COUNT = 20000 if LONG else 400  # repetitions and nesting depth a mutation may use (larger ones: test_hardening*.py)
 TRACE_MAX_COUNT = 2000 if LONG else 48  # in a trace, each repeated launch is read and analysed: linear, but slow
 PTXAS_SAMPLE = None if LONG else 24  # probed modules given to ptxas per test (all of them when long)
+# Cases per test in the default profile (times SCALE): about 30 s in all on a 2-core machine.
+TOML_CASES, PTX_CASES, DSL_CASES, TRACE_CASES = 800, 800, 100, 100
+BATCH = 5
+# One case in eight runs the command itself (argument parsing, file output, the CLI's own error
+# handling); the others call the same functions without the argument parser, which costs more than the case.
+VIA_CLI = st.integers(0, 7).map(lambda n: n == 0)
 
 
 def fuzz_settings(examples: int):
@@ -65,49 +71,42 @@ def assert_ptxas_accepts(accepted: list[tuple[str, str]]) -> None:
 # ---------------------------------------------------------------- probe files
 
 
-def test_fuzz_toml_probe_files(tmp_path, fast_argparse):
-    seeds = fz.toml_seeds()
-    texts = [text for _, text in seeds]
+def batches(*case_strategies) -> st.SearchStrategy:
+    """BATCH cases per hypothesis example: hypothesis's own cost per example is several cases' worth."""
+    return st.lists(st.tuples(*case_strategies), min_size=BATCH, max_size=BATCH)
+
+
+def check_batch(runs, accepted: list, count: list) -> None:
+    """runs: (outcomes, original PTX) per case; the accepted probed modules are kept for ptxas."""
+    for outcomes, original in runs:
+        count.append(1)
+        assert_clean(outcomes)
+        first = outcomes[0][1]
+        if first.status == "ok":
+            accepted.append((first.stdout, original))
+
+
+@pytest.mark.parametrize("suffix,cases", [(".toml", TOML_CASES), (".py", DSL_CASES)])
+def test_fuzz_probe_files(tmp_path, fast_argparse, suffix, cases):
+    """TOML probe files (built-in, tests/data, the DSL tools compiled) and DSL probe files, mutated, instrumented."""
+    texts = [text for _, text in (fz.toml_seeds() if suffix == ".toml" else fz.dsl_seeds())]
+    ops = fz.TOML_OPS if suffix == ".toml" else fz.TEXT_OPS
     accepted: list[tuple[str, str]] = []
-    cases = []
+    count: list[int] = []
 
-    @fuzz_settings(400)
-    @given(st.sampled_from(range(len(seeds))), mutations(fz.TOML_OPS), st.sampled_from(fz.TARGET_PTX))
-    def case(seed, muts, target):
-        text = texts[seed]
-        for m in muts:
-            text = fz.mutate_text(text, m, texts)
-        probe = tmp_path / "probe.toml"
-        probe.write_bytes(text.encode("utf-8", "surrogatepass"))
-        outcome = fz.run_instrument(target, probe)
-        cases.append(1)
-        assert_clean([("instrument", outcome)])
-        if outcome.status == "ok":
-            accepted.append((outcome.stdout, target.read_text()))
+    @fuzz_settings(cases // BATCH)
+    @given(batches(st.sampled_from(range(len(texts))), mutations(ops), st.sampled_from(fz.TARGET_PTX), VIA_CLI))
+    def batch(drawn):
+        runs = []
+        for seed, muts, target, via_cli in drawn:
+            text = texts[seed]
+            for m in muts:
+                text = fz.mutate_text(text, m, texts)
+            runs.append(([("instrument", fz.run_probe_text(text, suffix, target, via_cli, tmp_path))], fz.target_text(target)))
+        check_batch(runs, accepted, count)
 
-    case()
-    assert len(cases) >= 400 * SCALE // 2
-    assert_ptxas_accepts(accepted)
-
-
-def test_fuzz_dsl_probe_files(tmp_path, fast_argparse):
-    seeds = [text for _, text in fz.dsl_seeds()]
-    accepted: list[tuple[str, str]] = []
-
-    @fuzz_settings(120)
-    @given(st.sampled_from(range(len(seeds))), mutations(fz.TEXT_OPS), st.sampled_from(fz.TARGET_PTX[:2]))
-    def case(seed, muts, target):
-        text = seeds[seed]
-        for m in muts:
-            text = fz.mutate_text(text, m, seeds)
-        probe = tmp_path / "probe.py"
-        probe.write_bytes(text.encode("utf-8", "surrogatepass"))
-        outcome = fz.run_instrument(target, probe)
-        assert_clean([("instrument", outcome)])
-        if outcome.status == "ok":
-            accepted.append((outcome.stdout, target.read_text()))
-
-    case()
+    batch()
+    assert len(count) >= cases * SCALE // 2
     assert_ptxas_accepts(accepted)
 
 
@@ -115,26 +114,24 @@ def test_fuzz_dsl_probe_files(tmp_path, fast_argparse):
 
 
 def test_fuzz_ptx_modules(tmp_path, fast_argparse):
-    seeds = fz.ptx_seeds()
-    texts = [text for _, text in seeds]
+    """PTX of the corpora (tests/data), mutated, instrumented with built-in and test probes, printed."""
+    texts = [text for _, text in fz.ptx_seeds(max_bytes=None if LONG else 6000)]
     accepted: list[tuple[str, str]] = []
+    count: list[int] = []
 
-    @fuzz_settings(400)
-    @given(st.sampled_from(range(len(seeds))), mutations(fz.TEXT_OPS), st.sampled_from(fz.PTX_PROBES), st.booleans())
-    def case(seed, muts, probe, also_print):
-        text = texts[seed]
-        for m in muts:
-            text = fz.mutate_text(text, m, texts)
-        ptx = tmp_path / "kernel.ptx"
-        ptx.write_bytes(text.encode("utf-8", "surrogatepass"))
-        outcomes = [("instrument", fz.run_instrument(ptx, probe))]
-        if also_print:
-            outcomes.append(("print", fz.run_entry(fz.cli, "print", str(ptx))))
-        assert_clean(outcomes)
-        if outcomes[0][1].status == "ok":
-            accepted.append((outcomes[0][1].stdout, text))
+    @fuzz_settings(PTX_CASES // BATCH)
+    @given(batches(st.sampled_from(range(len(texts))), mutations(fz.TEXT_OPS), st.sampled_from(fz.PTX_PROBES), VIA_CLI))
+    def batch(drawn):
+        runs = []
+        for seed, muts, probe, via_cli in drawn:
+            text = texts[seed]
+            for m in muts:
+                text = fz.mutate_text(text, m, texts)
+            runs.append((fz.run_ptx_text(text, probe, via_cli, tmp_path), text))
+        check_batch(runs, accepted, count)
 
-    case()
+    batch()
+    assert len(count) >= PTX_CASES * SCALE // 2
     assert_ptxas_accepts(accepted)
 
 
@@ -146,26 +143,24 @@ def base_trace(tmp_path_factory):
     return fz.write_base_trace(tmp_path_factory.mktemp("base"))
 
 
-def test_fuzz_result_files(base_trace, tmp_path, fast_argparse):
-    """Result frames, the launch index and the probe copy, mutated bytewise and linewise."""
-
-    @fuzz_settings(60)
-    @given(st.sampled_from(fz.TRACE_FILES[1:]), mutations(fz.BYTE_OPS + ("truncate", "dup_line", "flip"), TRACE_MAX_COUNT))
-    def case(target, muts):
-        assert_clean(fz.run_trace_case(base_trace, tmp_path / "work", target, muts))
-
-    case()
+TRACE_BYTE_OPS = fz.BYTE_OPS + ("truncate", "dup_line", "flip")
 
 
-def test_fuzz_event_logs(base_trace, tmp_path, fast_argparse):
-    """event.log: JSON values of other types, dropped keys, spliced, cut and binary lines."""
+@pytest.mark.parametrize("files,ops", [
+    (fz.TRACE_FILES[1:], TRACE_BYTE_OPS),  # result frames, the launch index, the probe copy: bytewise and linewise
+    (("event.log",), fz.JSON_OPS + fz.BYTE_OPS),  # JSON values of other types, dropped keys, spliced, cut, binary lines
+], ids=["result-files", "event-log"])
+def test_fuzz_trace_directories(base_trace, tmp_path, fast_argparse, files, ops):
+    count: list[int] = []
 
-    @fuzz_settings(60)
-    @given(mutations(fz.JSON_OPS + fz.BYTE_OPS, TRACE_MAX_COUNT))
-    def case(muts):
-        assert_clean(fz.run_trace_case(base_trace, tmp_path / "work", "event.log", muts))
+    @fuzz_settings(TRACE_CASES // BATCH)
+    @given(batches(st.sampled_from(files), mutations(ops, TRACE_MAX_COUNT), VIA_CLI))
+    def batch(drawn):
+        runs = [(fz.run_trace_case(base_trace, tmp_path / "work", target, muts, via_cli), "") for target, muts, via_cli in drawn]
+        check_batch(runs, [], count)
 
-    case()
+    batch()
+    assert len(count) >= TRACE_CASES * SCALE // 2
 
 
 # ---------------------------------------------------------------- the harness itself
