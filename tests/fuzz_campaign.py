@@ -65,7 +65,7 @@ def main() -> int:
             if key not in failures:
                 failures[key] = payload
                 (out / f"{len(failures):04d}.{target}.{outcome.status}.txt").write_text(
-                    f"{key}\n\n{outcome.detail}\n\n--- input ---\n{payload[:20000]}")
+                    f"{key}\n\n{outcome.detail}\n\n--- input ---\n{payload}")
 
     cases = 0
     while time.monotonic() < deadline:

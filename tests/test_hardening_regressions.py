@@ -255,3 +255,37 @@ def test_warp_reductions_are_refused_on_a_target_without_them():
 
     with pytest.raises(InstrumentError, match=r"targets sm_20, but the instrumentation needs sm_30 \(activemask"):
         instrument((DATA / "targets" / "sm20_v30.ptx").read_text(), load_probes("gmem_bytes"))
+
+
+# ---------------------------------------------------------------- operand counts
+
+
+@pytest.mark.parametrize("snippet,message", [
+    ("mov.u32 %r;", "mov.u32 takes 2 operands, not 1"),
+    ("add.u32 %r, %r, 1, 2;", "add.u32 takes 3 operands, not 4"),
+    ("selp.u32 %r, 1;", "selp.u32 takes 4 operands, not 2"),
+    ("setp.eq.u32 %p;", "setp.eq.u32 takes 3 operands, not 1"),
+    ("SAVE.u32;", "malformed SAVE"),
+    ("SAVE [ ] {%r};", "malformed SAVE"),
+])
+def test_snippet_instructions_with_too_few_or_too_many_operands_are_located(snippet, message):
+    rendered = refusal('[p]\nposition = "ld"\ndatamodel = "warp:8"\n'
+                       f'after = ".reg .u32 %r; .reg .pred %p; mov.u32 %r, IN1; {snippet}"\n')
+    assert rendered.startswith("p.toml:4:") and message in rendered
+
+
+MALFORMED_KERNEL = ["ld.global.f32 %f1;", "ld.global.f32;", "st.global.f32 [%rd1];", "st.global.f32;", "atom.global.add.u32 %r1;",
+                    "atom.global.add.u32;", "red.global.add.u32;", "ld.global.f32 %f1, [%rd1], 3;", "ld.global.v2.f32 {%f1}, [%rd1];",
+                    "cp.async.ca.shared.global [%r1];", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 %f1;"]
+
+
+@pytest.mark.parametrize("probe", ["gmem_bytes", "dmat", "tensorop", str(DATA / "probes" / "mem_trace.toml"),
+                                   str(DATA / "probes" / "in_operands.toml"), str(DATA / "probes" / "out_value.toml")])
+def test_kernel_instructions_with_too_few_or_too_many_operands(probe):
+    """Malformed kernel instructions at probed positions: instrumented around, or refused with our error; never IndexError."""
+    probes = load_probes(probe)
+    for insn in MALFORMED_KERNEL:
+        try:
+            instrument(VEC.read_text().replace("ret;", insn + "\n\tret;", 1), probes)
+        except NeutrinoError:
+            pass
