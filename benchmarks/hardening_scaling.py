@@ -66,9 +66,9 @@ def dsl_statements(n: int) -> None:
 
 
 def dsl_save_arguments(n: int) -> None:
-    """`nl.save(x, x, …)`: n fields of one name (the DSL's own deduplication)."""
-    compile_source(DSL_HEAD.replace("level='thread')", "level='thread', size=8)") + "    x = nl.clock()\n    nl.save("
-                   + ", ".join(["x"] * n) + ")\n", "p.py")
+    """`nl.save((x, x, …))`: n fields of one name (the DSL's own deduplication)."""
+    compile_source(DSL_HEAD.replace("level='thread')", "level='thread', size=8)") + "    x = nl.clock()\n    nl.save(("
+                   + ", ".join(["x"] * n) + "))\n", "p.py")
 
 
 def dsl_nested_expression(n: int) -> None:

@@ -173,7 +173,7 @@ def test_save_operands_grow_linearly():
 
 def test_dsl_save_arguments_grow_linearly():
     head = DSL.replace("level='thread')", "level='thread', size=8)") + "    x = nl.clock()\n    nl.save("
-    grows_linearly(lambda n: compile_source(head + ", ".join(["x"] * n) + ")\n", "p.py"), n=100)
+    grows_linearly(lambda n: compile_source(head + "(" + ", ".join(["x"] * n) + "))\n", "p.py"), n=100)
 
 
 def test_map_fields_grow_linearly():
@@ -289,3 +289,16 @@ def test_kernel_instructions_with_too_few_or_too_many_operands(probe):
             instrument(VEC.read_text().replace("ret;", insn + "\n\tret;", 1), probes)
         except NeutrinoError:
             pass
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "empty image"),
+    (bytes(range(200, 256)) * 4, "unrecognised image"),
+    (b"\x7fELF", "malformed host ELF"),
+])
+def test_unreadable_images_name_their_file(tmp_path, capsys, content, message):
+    path = tmp_path / "kernel.bin"
+    path.write_bytes(content)
+    assert main(["instrument", str(path), "-p", "block_sched"]) == 1
+    err = capsys.readouterr().err
+    assert f"neutrino: {path}: " in err and message in err
