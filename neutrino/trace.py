@@ -595,6 +595,8 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
             raise TraceError(f"{path}: map {name}: field width {width} is not 4 or 8")
         field = Field(_text(bytes(fd["name"]), path, f"field name of map {name}"), _TYPE_BY_WIDTH[width],
                       int(fd["offset"]))
+        if not field.name:
+            raise TraceError(f"{path}: map {name}: field {len(fields)} has no name: corrupt file")
         if field.name in seen:
             raise TraceError(f"{path}: map {name}: field {field.name} appears twice")
         seen.add(field.name)

@@ -84,7 +84,7 @@ def main() -> int:
             else:
                 kernel = rng.choice(fz.TARGET_PTX)
                 probe, original = path, kernel.read_text()
-            outcome = fz.run_instrument(kernel, probe)
+            outcome = fz.run_instrument(kernel, probe, fz.case_seconds(len(text)))
             record(target, "instrument", outcome, text)
             if outcome.status == "ok" and cases % args.ptxas_every == 0:
                 accepted.append((outcome.stdout, original))

@@ -39,6 +39,13 @@ DATA = ROOT / "tests" / "data"
 PACKAGE = ROOT / "neutrino"
 
 CASE_SECONDS = float(os.environ.get("NEUTRINO_FUZZ_CASE_SECONDS", "5"))
+# Mutations compound (a line of 3,000 tokens repeated 3,000 times): an input of megabytes may take
+# its time, linearly. Each case gets CASE_SECONDS plus one second per BYTES_PER_SECOND of input.
+BYTES_PER_SECOND = 50_000
+
+
+def case_seconds(size: int) -> float:
+    return CASE_SECONDS + size / BYTES_PER_SECOND
 UNLOCATED_MARKERS = ("internal compiler error", "(RecursionError)", "(MemoryError)", "Traceback (most recent call last)")
 
 
@@ -246,8 +253,8 @@ def cli(*argv: str) -> int:
     return main(list(argv))
 
 
-def run_instrument(ptx_path: Path, probe_path: str) -> Outcome:
-    return run_entry(cli, "instrument", str(ptx_path), "-p", str(probe_path))
+def run_instrument(ptx_path: Path, probe_path: str, seconds: float = CASE_SECONDS) -> Outcome:
+    return run_entry(cli, "instrument", str(ptx_path), "-p", str(probe_path), seconds=seconds)
 
 
 def library(function, *args) -> int:
@@ -304,20 +311,22 @@ def target_text(path: Path) -> str:
 
 def run_probe_text(text: str, suffix: str, ptx_path: Path, via_cli: bool, tmp: Path) -> Outcome:
     """A mutated probe file (.toml or .py) through `neutrino instrument`, or the functions it calls."""
+    seconds = case_seconds(len(text))
     if via_cli:
         probe = tmp / f"probe{suffix}"
         probe.write_bytes(text.encode("utf-8", "surrogatepass"))
-        return run_instrument(ptx_path, str(probe))
-    return run_entry(library, instrument_probe_text, text, suffix, ptx_path)
+        return run_instrument(ptx_path, str(probe), seconds)
+    return run_entry(library, instrument_probe_text, text, suffix, ptx_path, seconds=seconds)
 
 
 def run_ptx_text(text: str, probe: str, via_cli: bool, tmp: Path) -> list[tuple[str, Outcome]]:
     """A mutated PTX module through `neutrino instrument` and `neutrino print`, or the functions they call."""
+    seconds = case_seconds(len(text))
     if not via_cli:
-        return [("instrument", run_entry(library, instrument_text, text, probe))]
+        return [("instrument", run_entry(library, instrument_text, text, probe, seconds=seconds))]
     ptx = tmp / "kernel.ptx"
     ptx.write_bytes(text.encode("utf-8", "surrogatepass"))
-    return [("instrument", run_instrument(ptx, probe)), ("print", run_entry(cli, "print", str(ptx)))]
+    return [("instrument", run_instrument(ptx, probe, seconds)), ("print", run_entry(cli, "print", str(ptx), seconds=seconds))]
 
 
 def load_trace_fully(path: Path) -> int:
@@ -434,13 +443,14 @@ def run_trace_case(base: Path, work: Path, target: str, mutations: list[tuple], 
         for m in mutations:
             data = mutate_bytes(data, m) if m[0] in BYTE_OPS else mutate_text(data.decode("latin-1"), m, []).encode("latin-1", "replace")
         path.write_bytes(data)
+    s = case_seconds(path.stat().st_size)
     if not via_cli:
-        return [("load", run_entry(load_trace_fully, run)), ("report", run_entry(report_without_plots, run)),
-                ("export", run_entry(export_perfetto, run, work / "perfetto.json"))]
+        return [("load", run_entry(load_trace_fully, run, seconds=s)), ("report", run_entry(report_without_plots, run, seconds=s)),
+                ("export", run_entry(export_perfetto, run, work / "perfetto.json", seconds=s))]
     return [
-        ("load", run_entry(load_trace_fully, run)),
-        ("report", run_entry(cli, "report", str(run), "--out", str(work / "report"))),
-        ("export", run_entry(cli, "export", str(run), "--perfetto", str(work / "perfetto.json"))),
+        ("load", run_entry(load_trace_fully, run, seconds=s)),
+        ("report", run_entry(cli, "report", str(run), "--out", str(work / "report"), seconds=s)),
+        ("export", run_entry(cli, "export", str(run), "--perfetto", str(work / "perfetto.json"), seconds=s)),
     ]
 
 

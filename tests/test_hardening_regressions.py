@@ -302,3 +302,21 @@ def test_unreadable_images_name_their_file(tmp_path, capsys, content, message):
     assert main(["instrument", str(path), "-p", "block_sched"]) == 1
     err = capsys.readouterr().err
     assert f"neutrino: {path}: " in err and message in err
+
+
+def test_nested_braces_in_a_snippet_are_located():
+    """Fuzz regression: the nesting limits held in kernels but not in probe snippets (RecursionError)."""
+    rendered = refusal('[p]\nposition = "kernel"\nafter = """.reg .u32 %r;\nmov.u32 %r, 1;' + "{" * 3000 + '"""\n')
+    assert rendered.startswith("p.toml:4:") and "error: [probe p] braces nested more than 256 deep" in rendered
+
+
+def test_a_field_without_a_name_is_refused(tmp_path):
+    """Fuzz regression: a zeroed field name reached numpy ("no field of name")."""
+    run = _run(tmp_path, [])
+    raw = bytearray((run / "result" / "0.bin").read_bytes())
+    first_field = nt.FILE_HEADER.itemsize + nt.MAP_HEADER.itemsize
+    raw[first_field:first_field + 32] = bytes(32)
+    (run / "result" / "0.bin").write_bytes(bytes(raw))
+    (launch,) = nt.load(run).launches
+    with pytest.raises(nt.TraceError, match="field 0 has no name"):
+        launch.maps

@@ -802,6 +802,7 @@ def parse_address(inner: str) -> ir.Operand:
 def parse_statements(text: str, source: str = "<snippet>", first_line: int = 1) -> list[ir.Statement]:
     """A function body without its braces: how probe snippets are read."""
     scanner = Scanner(text + "\n}", source, first_line)
+    check_nesting(scanner, text)  # the limits of parse_module hold in probe snippets too
     body = parse_body(scanner, 0)
     if scanner.plain_registers:
         bind_plain_registers(body)
