@@ -30,8 +30,8 @@ SCALE = 20 if LONG else 1
 MAX_COUNT = 20000 if LONG else 400  # repetitions and nesting depth a mutation may use (larger ones: test_hardening*.py)
 TRACE_MAX_COUNT = 2000 if LONG else 48  # in a trace, each repeated launch is read and analysed: linear, but slow
 PTXAS_SAMPLE = None if LONG else 24  # probed modules given to ptxas per test (all of them when long)
-# Cases per test in the default profile (times SCALE): about 30 s in all on a 2-core machine.
-TOML_CASES, PTX_CASES, DSL_CASES, TRACE_CASES = 800, 800, 100, 100
+# Cases per test in the default profile (times SCALE): 1,380 cases, about 30 s in all on a 2-core machine.
+TOML_CASES, PTX_CASES, DSL_CASES, TRACE_CASES = 600, 600, 100, 40
 BATCH = 5
 # One case in eight runs the command itself (argument parsing, file output, the CLI's own error
 # handling); the others call the same functions without the argument parser, which costs more than the case.
