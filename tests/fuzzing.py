@@ -42,6 +42,7 @@ CASE_SECONDS = float(os.environ.get("NEUTRINO_FUZZ_CASE_SECONDS", "5"))
 # Mutations compound (a line of 3,000 tokens repeated 3,000 times): an input of megabytes may take
 # its time, linearly. Each case gets CASE_SECONDS plus one second per BYTES_PER_SECOND of input.
 BYTES_PER_SECOND = 50_000
+PTXAS_SECONDS = 120  # ptxas itself may take many minutes on a huge mutated module: not our bug
 
 
 def case_seconds(size: int) -> float:
@@ -472,7 +473,7 @@ def ptxas_rejections(pairs: list[tuple[str, str]], workers: int = 2) -> list[str
 
     def one(pair):
         probed, original = pair
-        result = ptxas.check(probed, parse_module(probed), original)
+        result = ptxas.check(probed, parse_module(probed), original, timeout=PTXAS_SECONDS)
         if result.ok or result.skipped:
             return None
         return result.stderr.strip()[:1500] + "\n--- probed PTX ---\n" + probed[:3000]
