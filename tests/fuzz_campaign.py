@@ -96,6 +96,7 @@ def main() -> int:
                 file, muts = "event.log", draw_mutations(rng, fz.JSON_OPS + fz.BYTE_OPS, args.trace_max_count)
             for what, outcome in fz.run_trace_case(base, tmp / "work", file, muts):
                 record(target, what, outcome, f"{file}: {muts!r}")
+    print(json.dumps({"cases": cases, "outcomes": {t: dict(c) for t, c in sorted(counts.items())}}), flush=True)
     started = time.monotonic()
     rejected = fz.ptxas_rejections(accepted)
     for i, text in enumerate(rejected):
