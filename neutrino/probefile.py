@@ -165,6 +165,17 @@ def _toml_error(e: tomllib.TOMLDecodeError, path: str, lines: list[str]) -> Prob
     return ProbeError(Diagnostic(Location(path, line, column, text), f"invalid TOML: {message}", hint=hint))
 
 
+def _first_deep_line(lines: list[str], limit: int = 100) -> int:
+    """The first line where `[`/`{` nest more than `limit` deep (strings not skipped: only to point at the line)."""
+    depth = 0
+    for number, line in enumerate(lines, 1):
+        for c in line:
+            depth += 1 if c in "[{" else -1 if c in "]}" else 0
+            if depth > limit:
+                return number
+    return 0
+
+
 def parse_probes(text: str, path: str = "<probes>") -> ProbeFile:
     # TOML lines end at "\n" only (splitlines would also split at \x0c, \x1c, \u2028, ...).
     lines = [line.removesuffix("\r") for line in text.split("\n")]
@@ -173,6 +184,10 @@ def parse_probes(text: str, path: str = "<probes>") -> ProbeFile:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise _toml_error(e, path, lines) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        line = _first_deep_line(lines)
+        raise ProbeError(Diagnostic(Location(path, line, 0, lines[line - 1] if 0 < line <= len(lines) else ""),
+                                    "invalid TOML: arrays or inline tables nested too deeply")) from None
     loader = _Loader(path, text, lines)
     probe_file = loader.load(doc)
     from neutrino.passes.verify import verify_probe_file

@@ -320,3 +320,9 @@ def test_a_field_without_a_name_is_refused(tmp_path):
     (launch,) = nt.load(run).launches
     with pytest.raises(nt.TraceError, match="field 0 has no name"):
         launch.maps
+
+
+def test_toml_nested_too_deeply_is_located():
+    """Fuzz regression: tomllib recursed on 3,000 nested arrays (RecursionError, the CLI's catch-all)."""
+    rendered = refusal('[p]\nposition = "kernel"\nbefore = ' + "[" * 3000 + "]" * 3000 + "\n")
+    assert rendered.startswith("p.toml:3: error: invalid TOML: arrays or inline tables nested too deeply")
