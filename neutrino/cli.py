@@ -66,7 +66,11 @@ def _read_ptx(path: str) -> tuple[str, str]:
     missing = _missing_target(data, path)
     if missing is not None:
         raise missing
-    if classify_image(data) is ImageKind.PTX:
+    try:
+        kind = classify_image(data)
+    except NeutrinoError as e:  # "empty image": say which file
+        raise NeutrinoError(f"{path}: {e}") from None
+    if kind is ImageKind.PTX:
         try:
             return data.rstrip(b"\0").decode(), path
         except UnicodeDecodeError:

@@ -81,16 +81,28 @@ def is_relocatable(module: ir.Module) -> bool:
     return False
 
 
-def _run(ptxas: str, ptx: str, arch: str, relocatable: bool) -> subprocess.CompletedProcess:
+def _run(ptxas: str, ptx: str, arch: str, relocatable: bool, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """ptxas on `ptx`; raises subprocess.TimeoutExpired after `timeout` seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "module.ptx"
         src.write_text(ptx)
         command = [ptxas, f"-arch={arch}", *(["-c"] if relocatable else []), str(src), "-o", str(Path(tmp) / "module.cubin")]
-        return subprocess.run(command, capture_output=True, text=True)
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
-def check(ptx: str, module: ir.Module, original: str | None = None, ptxas: str | None = None) -> CheckResult:
-    """Assemble `ptx` (whose parsed form is `module`); `original` is the unprobed text, tried on failure."""
+def check(ptx: str, module: ir.Module, original: str | None = None, ptxas: str | None = None,
+          timeout: float | None = None) -> CheckResult:
+    """Assemble `ptx` (whose parsed form is `module`); `original` is the unprobed text, tried on failure.
+
+    With `timeout`, a ptxas run that takes longer is a skipped check (the fuzz suite's huge modules).
+    """
+    try:
+        return _check(ptx, module, original, ptxas, timeout)
+    except subprocess.TimeoutExpired:
+        return CheckResult(False, None, is_relocatable(module), skipped=f"ptxas did not finish within {timeout} s")
+
+
+def _check(ptx: str, module: ir.Module, original: str | None, ptxas: str | None, timeout: float | None) -> CheckResult:
     ptxas = ptxas or shutil.which("ptxas")
     if ptxas is None:
         raise NeutrinoError("--check needs ptxas on the PATH")
@@ -102,10 +114,10 @@ def check(ptx: str, module: ir.Module, original: str | None = None, ptxas: str |
     if arch is None:
         listed = ", ".join(a for a in archs if _ARCH_RE.match(a) and not _ARCH_RE.match(a).group(2))
         return CheckResult(False, None, relocatable, skipped=f"this ptxas cannot assemble .target {module.target} (it builds {listed})")
-    proc = _run(ptxas, ptx, arch, relocatable)
+    proc = _run(ptxas, ptx, arch, relocatable, timeout)
     if proc.returncode == 0:
         return CheckResult(True, arch, relocatable, stderr=proc.stderr)
-    unprobed = _run(ptxas, original, arch, relocatable) if original is not None else None
+    unprobed = _run(ptxas, original, arch, relocatable, timeout) if original is not None else None
     if unprobed is not None and unprobed.returncode != 0:
         lines = unprobed.stderr.splitlines()
         first = next((line for line in lines if "error" in line or "fatal" in line), unprobed.stderr.strip())

@@ -18,6 +18,7 @@ unit), a `sum` (`MapData.totals()`) or a `hist` (`MapData.histogram()`);
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -587,15 +588,18 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
     if type_i >= len(MAP_TYPES):
         raise TraceError(f"{path}: map {name}: unknown map type {type_i} (a newer writer?)")
     kind = MAP_TYPES[type_i]
-    fields = []
+    fields, seen = [], set()
     for fd in fds:
         width = int(fd["width"])
         if width not in _TYPE_BY_WIDTH:
             raise TraceError(f"{path}: map {name}: field width {width} is not 4 or 8")
         field = Field(_text(bytes(fd["name"]), path, f"field name of map {name}"), _TYPE_BY_WIDTH[width],
                       int(fd["offset"]))
-        if any(f.name == field.name for f in fields):
+        if not field.name:
+            raise TraceError(f"{path}: map {name}: field {len(fields)} has no name: corrupt file")
+        if field.name in seen:
             raise TraceError(f"{path}: map {name}: field {field.name} appears twice")
+        seen.add(field.name)
         fields.append(field)
     units, cap, rb = int(mh["units"]), int(mh["cap"]), int(mh["record_bytes"])
     for f in fields:
@@ -607,8 +611,8 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
     buckets = None
     if kind == "array":
         dtype = record_dtype(fields, rb)
-        counts = _map_array(path, np.dtype("<u4"), offset, (units,))
-        records = _map_array(path, dtype, offset + align(4 * units, 16), (units, cap))
+        counts = _map_array(fh, path, np.dtype("<u4"), offset, (units,))
+        records = _map_array(fh, path, dtype, offset + align(4 * units, 16), (units, cap))
     else:
         # One row of u64 counters per launch: shown as one unit with one record.
         if kind == "hist":
@@ -621,7 +625,7 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
             fields, dtype = [], np.dtype([("buckets", "<u8", (buckets.count,))])
         else:
             dtype = record_dtype(fields, rb)
-        rows = _map_array(path, np.dtype("<u8"), offset, (units, stripe_row_bytes(rb) // 8))
+        rows = _map_array(fh, path, np.dtype("<u8"), offset, (units, stripe_row_bytes(rb) // 8))
         counts = np.ones(1, np.uint32)
         records = np.frombuffer(fold_rows(np.asarray(rows), rb).tobytes(), dtype).reshape(1, 1)
         units = 1  # the rows, added up: one unit with one record
@@ -629,10 +633,23 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
                    kind, buckets)
 
 
-def _map_array(path: Path, dtype: np.dtype, offset: int, shape: tuple) -> np.ndarray:
-    if int(np.prod(shape)) == 0:
+SMALL_SECTION = 1 << 20  # sections up to this size are read; larger ones memory-mapped
+
+
+def _map_array(fh, path: Path, dtype: np.dtype, offset: int, shape: tuple) -> np.ndarray:
+    """A section's array: read when small (a memmap costs about a millisecond to set up,
+    which thousands of small launches feel), else memory-mapped."""
+    count = math.prod(shape)
+    if count == 0:
         return np.zeros(shape, dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    nbytes = count * dtype.itemsize
+    if nbytes > SMALL_SECTION:
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    here = fh.tell()  # the caller reads the map headers sequentially
+    fh.seek(offset)
+    raw = fh.read(nbytes)
+    fh.seek(here)
+    return np.frombuffer(raw, dtype, count=count).reshape(shape)
 
 
 # --------------------------------------------------------------------- trace dir
@@ -790,14 +807,15 @@ def _launches(run: Path, events: list[dict], problems: list[str] | None = None) 
     for ev in launch_events(run, events):
         if not isinstance(ev.get("result"), str):
             continue
-        p = run / ev["result"]
-        if not p.exists():
-            continue
         try:
+            p = run / ev["result"]
+            if not p.exists():  # raises for a name too long or holding a NUL
+                continue
             launch = _launch_of(ev, p)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, KeyError, OverflowError, OSError) as e:
             if problems is not None:
-                problems.append(f"{run / 'event.log'}: launch event {ev.get('index')!r} skipped: {e}")
+                reason = f"no {e}" if isinstance(e, KeyError) else str(e)[:200]
+                problems.append(f"{run / 'event.log'}: launch event {repr(ev.get('index'))[:40]} skipped: {reason}")
             continue
         out.append(launch)
     out.sort(key=lambda launch: launch.index)

@@ -20,12 +20,15 @@ different statements are all reported.
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 
 import attrs
 from typing import Optional
 
 from neutrino.errors import Diagnostic, Location
+from neutrino.probefile import FieldNames
 from neutrino.trace import Buckets
 from neutrino.language.ir import (
     BITS,
@@ -124,12 +127,41 @@ def _join(a: Optional[str], b: Optional[str]) -> Optional[str]:
     return U64 if U64 in (a, b) else U32
 
 
+# Expressions nested deeper than this are refused, located, before lowering (which recurses
+# once per level). Probes nest a handful of levels; Python's own parser fails in the thousands.
+MAX_NESTING = 100
+
+
+def _first_too_deep(tree: ast.AST) -> ast.AST | None:
+    """The first expression node nested more than MAX_NESTING expressions deep; one iterative walk."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, ast.expr):
+            depth += 1
+            if depth > MAX_NESTING:
+                return node
+        stack.extend((child, depth) for child in ast.iter_child_nodes(node))
+    return None
+
+
 class _Source:
     """The text of the file being compiled, for locations."""
 
     def __init__(self, text: str, filename: str):
         self.filename = filename
-        self.lines = text.splitlines()
+        self.lines = re.split(r"\r\n|\r|\n", text)  # Python's line ends (splitlines also splits at \x0c)
+
+    def busiest_line(self, text: str) -> Location:
+        """The line with the most tokens: where an expression too deep for Python's parser must be."""
+        counts: dict[int, int] = {}
+        try:
+            for token in tokenize.generate_tokens(io.StringIO(text).readline):
+                counts[token.start[0]] = counts.get(token.start[0], 0) + 1
+        except (tokenize.TokenError, SyntaxError):
+            pass
+        line = max(counts, key=counts.get, default=0)
+        return Location(self.filename, line, 0, self.lines[line - 1] if 0 < line <= len(self.lines) else "")
 
     def location(self, node) -> Location:
         line = getattr(node, "lineno", 0) or 0
@@ -658,6 +690,7 @@ class _ProbeLowering(ast.NodeVisitor):
         )
         self.short_seen = 0
         self.short_fields: list[tuple[str, str]] = []
+        self.short_names = FieldNames()  # unique field names, in linear time
         self.short_regs: list[Reg] = []
         self.short_guard = None
 
@@ -905,11 +938,7 @@ class _ProbeLowering(ast.NodeVisitor):
             base = h[5:] if h and h.startswith("lang:") and h[5:] not in DTYPES else "value"
             if h and h[5:] in DTYPES and isinstance(node, ast.Call) and node.args:
                 return self.field_name(node.args[0])
-        taken = {n for n, _ in self.short_fields}
-        name, i = base, 1
-        while name in taken:
-            name, i = f"{base}{i}", i + 1
-        return name
+        return self.short_names.claim(base)
 
     def finish_short_map(self, call) -> None:
         d = self.decl
@@ -1219,6 +1248,12 @@ def lower_module(text: str, filename: str) -> tuple[Optional[ModuleIR], list[Dia
         line = e.lineno or 0
         loc = Location(filename, line, e.offset or 0, src.lines[line - 1] if 0 < line <= len(src.lines) else "")
         return None, [Diagnostic(loc, f"syntax error: {e.msg}")]
+    except (RecursionError, MemoryError):  # Python's own parser gives up (thousands of nested operators)
+        return None, [Diagnostic(src.busiest_line(text), f"expression nested too deeply (more than {MAX_NESTING} levels)")]
+    too_deep = _first_too_deep(tree)
+    if too_deep is not None:
+        return None, [Diagnostic(src.location(too_deep), f"expression nested too deeply (more than {MAX_NESTING} levels)",
+                                 hint="split it into several assignments")]
     scan = _ModuleScan(src, diags)
     scan.run(tree)
     if not scan.probes and not diags:

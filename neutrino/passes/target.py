@@ -78,7 +78,7 @@ class TargetFitting:
         where = _header(module, ".target")
         raise InstrumentError(
             f"{module.source}:{where.line if where else 0}: error: the module targets {module.target}, but the "
-            f"instrumentation needs sm_{need.sm} ({culprit.opcode} {', '.join(map(str, culprit.operands))}, from {culprit.origin})"
+            f"instrumentation needs sm_{formats.requirement(culprit).sm} ({culprit.opcode} {', '.join(map(str, culprit.operands))}, from {culprit.origin})"
         )
 
     # -- the version: raised when that is legal and enough

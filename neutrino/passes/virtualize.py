@@ -11,6 +11,7 @@ from neutrino.isa.ptx import ir
 from neutrino.passes.manager import Context
 
 BASE_PREFIX = "%nt"
+TAKEN_PREFIX = re.compile(re.escape(BASE_PREFIX) + r"([1-9][0-9]*)?_")  # %nt_…, %nt1_…: prefixes in use
 
 
 def used_register_names(function: ir.Function) -> set[str]:
@@ -28,12 +29,16 @@ def used_register_names(function: ir.Function) -> set[str]:
 
 def choose_prefix(function: ir.Function) -> str:
     """`%nt_`, or `%nt1_`, `%nt2_`, … if the kernel already uses names starting so."""
-    used = used_register_names(function)
-    candidate, n = f"{BASE_PREFIX}_", 0
-    while any(name.startswith(candidate) for name in used):
+    # One pass over the names (not one per candidate): which numbers are taken.
+    taken = set()
+    for name in used_register_names(function):
+        m = TAKEN_PREFIX.match(name)
+        if m:
+            taken.add(int(m.group(1) or 0))
+    n = 0
+    while n in taken:
         n += 1
-        candidate = f"{BASE_PREFIX}{n}_"
-    return candidate
+    return f"{BASE_PREFIX}_" if n == 0 else f"{BASE_PREFIX}{n}_"
 
 
 @attrs.frozen

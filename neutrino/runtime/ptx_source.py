@@ -167,9 +167,12 @@ def ptx_from_file(path: str, device_cc: tuple[int, int] | None = None) -> PtxIma
                 # Executables and libraries can be huge: read only the sections we need.
                 return _select(_host_elf_candidates(stream), device_cc)
             data = head + stream.read()
+        return extract_ptx(data, device_cc, path=path)
     except OSError as exc:
         raise BinaryFormatError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return extract_ptx(data, device_cc, path=path)
+    except BinaryFormatError as exc:  # say which file ("empty image" alone names none)
+        message = str(exc)
+        raise BinaryFormatError(message if str(path) in message else f"{path}: {message}") from None
 
 
 def select_ptx(

@@ -461,8 +461,14 @@ def immediate_problem(imm: ir.Immediate, wanted: str) -> str | None:
 # ---------------------------------------------------------------- version requirements
 
 # Opcode prefixes the engine itself emits (not probe vocabulary) that an old target lacks.
+# SAVE lowering's warp reductions (a sum or hist map) are among them: found by tests/test_fuzz.py,
+# whose ptxas oracle refused `activemask` in a `.version 5.0` module the engine had accepted.
 ENGINE_REQUIREMENTS: dict[tuple[str, ...], Requirement] = {
     ("cvta",): SM20,
+    ("activemask",): Requirement((6, 2), 30),
+    ("shfl", "sync"): Requirement((6, 0), 30),
+    ("match", "any", "sync"): Requirement((6, 0), 70),
+    ("redux", "sync"): Requirement((7, 0), 80),
 }
 
 

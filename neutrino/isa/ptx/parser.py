@@ -509,9 +509,10 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str |
     opcodes, guards = scanner.opcodes, scanner.guards
     pos = line_pos = scanner.pos
     line = scanner.line_of(pos)
-    for token in BODY_TOKEN_RE.finditer(text, pos):
-        if token.start() != pos:  # the regex skipped text it does not know
-            break
+    # Anchored matches, each where the last ended (a scanner's match(), like \G): a search
+    # (finditer) would retry at every later position when a statement does not fit, which
+    # is quadratic on a long line without a ';'.
+    for token in iter(BODY_TOKEN_RE.scanner(text, pos).match, None):
         kind = token.lastindex
         start = token.start(kind)
         written = token[0]
@@ -837,6 +838,7 @@ def parse_address(inner: str) -> ir.Operand:
 def parse_statements(text: str, source: str = "<snippet>", first_line: int = 1) -> list[ir.Statement]:
     """A function body without its braces: how probe snippets are read."""
     scanner = Scanner(text + "\n}", source, first_line)
+    check_nesting(scanner, text)  # the limits of parse_module hold in probe snippets too
     body, _ = parse_body(scanner, 0)
     if scanner.plain_registers:
         bind_plain_registers(body)
