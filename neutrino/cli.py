@@ -55,29 +55,40 @@ def _error(message: str):
     return NeutrinoError(message)
 
 
+def _file_error(path: str, message: str):
+    """An error about a whole file, in the one format: `neutrino: FILE: error: MESSAGE`."""
+    from neutrino.errors import Diagnostic, DiagnosticError, Location
+
+    return DiagnosticError(Diagnostic(Location(path), message))
+
+
 def _read_ptx(path: str) -> tuple[str, str]:
     """PTX text from a .ptx file, or from a fatbin/cubin/executable (the PTX inside it)."""
+    from neutrino.errors import NeutrinoError
     from neutrino.runtime.ptx_source import ImageKind, classify_image, ptx_from_file
 
     try:
         data = Path(path).read_bytes()
     except OSError as e:
-        raise _error(f"{path}: cannot read: {e.strerror}") from None
+        raise _file_error(path, f"cannot read: {e.strerror}") from None
     missing = _missing_target(data, path)
     if missing is not None:
         raise missing
     try:
         kind = classify_image(data)
     except NeutrinoError as e:  # "empty image": say which file
-        raise NeutrinoError(f"{path}: {e}") from None
+        raise _file_error(path, str(e)) from None
     if kind is ImageKind.PTX:
         try:
             return data.rstrip(b"\0").decode(), path
         except UnicodeDecodeError:
-            raise _error(f"{path}: not a PTX text file (not UTF-8)") from None
-    image = ptx_from_file(path)
+            raise _file_error(path, "not a PTX text file (not UTF-8)") from None
+    try:
+        image = ptx_from_file(path)
+    except NeutrinoError as e:
+        raise _file_error(path, str(e).removeprefix(f"{path}: ")) from None
     if image is None:
-        raise _error(f"{path}: contains no PTX (only SASS?): nothing to instrument")
+        raise _file_error(path, "contains no PTX (only SASS?): nothing to instrument")
     return image.text, f"{path}[{image.source}]"
 
 

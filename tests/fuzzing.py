@@ -363,7 +363,9 @@ def write_base_trace(root: Path) -> Path:
 
     run = root / "20260101-000000_1"
     (run / "result").mkdir(parents=True)
-    (run / "probe.toml").write_text((PACKAGE / "probes" / "block_sched.toml").read_text())
+    from neutrino.language import compile_file
+
+    (run / "probe.toml").write_text(compile_file(PACKAGE / "tools" / "block_sched.py"))
     events = [{"event": "start", "time": 0, "pid": 1, "argv": ["app"]},
               {"event": "instrument", "time": 0, "kernel": "vadd", "kernel_dir": "kernel/3_abc", "sites": 1}]
     for i, (grid, block) in enumerate((((2, 1, 1), (64, 1, 1)), ((1, 1, 1), (32, 1, 1)))):

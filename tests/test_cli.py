@@ -51,7 +51,7 @@ def test_instrument_one_kernel_by_name(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["instrument", "missing.ptx", "-p", "block_sched"], "missing.ptx: cannot read"),
+        (["instrument", "missing.ptx", "-p", "block_sched"], "missing.ptx: error: cannot read"),
         (["instrument", VADD, "-p", "no_such_probe"], "no such probe file or built-in tool"),
         (["instrument", VADD, "-p", "block_sched", "-k", "nope"], "no entry named 'nope' or containing it (entries: vadd)"),
     ],

@@ -301,7 +301,7 @@ def test_unreadable_images_name_their_file(tmp_path, capsys, content, message):
     path.write_bytes(content)
     assert main(["instrument", str(path), "-p", "block_sched"]) == 1
     err = capsys.readouterr().err
-    assert f"neutrino: {path}: " in err and message in err
+    assert f"neutrino: {path}: error: " in err and message in err
 
 
 def test_nested_braces_in_a_snippet_are_located():
