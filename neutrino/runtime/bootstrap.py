@@ -48,16 +48,16 @@ def _wire(opts, shim_path: str, embedded: bool):
     from neutrino.runtime.codecache import CodeCache, default_cache_dir
     from neutrino.runtime.core import Runtime
     from neutrino.runtime.driver import RealDriver
-    from neutrino.runtime.tracedir import TraceDir
+    from neutrino.runtime import rank
 
     import neutrino
 
     probes = load_probes(opts.probe)
     shim = hooks.Shim(shim_path)
-    trace = TraceDir.create(opts.tracedir, lazy=True)
+    trace = _trace_dir(opts)
     trace.write_probe(probes.text)
     trace.event("start", pid=os.getpid(), argv=list(getattr(sys, "argv", []) or []), probe=opts.probe,
-                options=opts.to_json(), version=neutrino.__version__, embedded=embedded)
+                options=opts.to_json(), version=neutrino.__version__, embedded=embedded, **rank.start_fields())
     rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
                  native_writer=shim_path)
     try:
@@ -76,6 +76,15 @@ def _wire(opts, shim_path: str, embedded: bool):
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _disable_in_child(shim))
     return rt
+
+
+def _trace_dir(opts):
+    """This process's run directory: per rank under the job's directory when a launcher set a rank."""
+    from neutrino.runtime import rank
+    from neutrino.runtime.tracedir import ENV_JOB, TraceDir
+
+    me = rank.rank_from_env()
+    return TraceDir.create(opts.tracedir, lazy=True, rank=None if me is None else me.rank, job=os.environ.get(ENV_JOB))
 
 
 def _at_exit(rt, shim) -> None:

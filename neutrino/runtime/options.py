@@ -98,6 +98,10 @@ class RuntimeOptions:
     when_full: str = attrs.field(default="drop", validator=attrs.validators.in_(WHEN_FULL))
     callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
 
+    def names(self, kernel: str) -> bool:
+        """Whether a -k substring matches the kernel (asked for kernels probed only on request)."""
+        return any(k in kernel for k in self.kernels)
+
     def wants(self, kernel: str) -> bool:
         if self.kernels and not any(k in kernel for k in self.kernels):
             return False
