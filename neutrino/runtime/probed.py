@@ -292,8 +292,8 @@ def ptx_refuses_arch(ptx, arch: tuple[int, int]) -> str | None:
     The PTX was picked when the module was loaded, for the device current then; a CUlibrary
     is context-independent and may be launched on a device of another architecture."""
     target = getattr(ptx, "arch", None)
-    if target is None:
-        return None
+    if not isinstance(target, int):
+        return None  # unknown: let the JIT decide
     device = arch[0] * 10 + arch[1]
     variant = getattr(ptx, "arch_variant", "") or ""
     fits = (target == device if variant == "a" else
