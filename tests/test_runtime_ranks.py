@@ -3,11 +3,9 @@ one run directory per rank, and report/export over a job (spec/runtime.md, "Seve
 
 from __future__ import annotations
 
-import ctypes as C
 import io
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 

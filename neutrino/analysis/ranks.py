@@ -74,7 +74,7 @@ def combined_table(reports: list[tuple[int, object]]) -> str:
 def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True, plots_per_kernel: int = 4,
                 tool_options: dict | None = None) -> int:
     """`neutrino report JOB_DIR`: each rank's report, then the combined table; the exit status."""
-    from neutrino.analysis.report import analyze, render, write_plots
+    from neutrino.analysis.report import analyze, render
 
     try:
         job = load_job(job_dir)
