@@ -177,6 +177,7 @@ void neutrino_fast_reset(void) {
             }
             pools[c].free[k] = NULL;
         }
+        pools[c].ctx = NULL;  /* contexts created later get the entry: FAST_CTXS bounds live contexts only */
     }
     pthread_mutex_unlock(&pool_lock);
 }
