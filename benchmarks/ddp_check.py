@@ -9,7 +9,7 @@ every probed CONFIG:
   `start` event that names its rank and a `context` event naming its GPU;
 * every probed launch written (index records with status 0; as many as the exit event
   counts); for block_sched, every launch's map complete: exactly one record per warp;
-* `neutrino report JOB` and `neutrino export JOB --perfetto` succeed; the JSON parses
+* the job report (`neutrino report JOB`, without plots) and `neutrino export JOB --perfetto` succeed; the JSON parses
   and has one process per rank.
 
 Prints one line per check and `ACCEPTANCE PASSED` or `ACCEPTANCE FAILED`; exit status 0 or 1.
@@ -17,6 +17,8 @@ Prints one line per check and `ACCEPTANCE PASSED` or `ACCEPTANCE FAILED`; exit s
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 import neutrino.trace as nt
+from neutrino.analysis import ranks as job_analysis
 
 FAILURES: list[str] = []
 
@@ -101,13 +104,14 @@ def check_job(out: Path, config: str, world: int) -> None:
           f"{config}: one trace per rank: {[p.name for _, p in ranks]}")
     for rank, run in ranks:
         check_rank(config, rank, run)
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):  # `neutrino report JOB` without its plots (minutes of PNGs)
+        rc = job_analysis.report_main(str(job), plots=False)
+    (out / f"report_{config}.txt").write_text(text.getvalue())
+    check(rc == 0 and "== all ranks" in text.getvalue(), f"{config}: neutrino report over the job (rc {rc}; "
+                                                         f"{out / f'report_{config}.txt'})")
+    print("\n".join("       " + line for line in text.getvalue().split("== all ranks", 1)[-1].splitlines()[:14]))
     cli = [sys.executable, "-m", "neutrino.cli"]
-    rep = subprocess.run(cli + ["report", str(job), "--out", str(out / f"report_{config}")], capture_output=True,
-                         text=True, timeout=300)
-    (out / f"report_{config}.txt").write_text(rep.stdout + rep.stderr)
-    check(rep.returncode == 0 and "== all ranks" in rep.stdout, f"{config}: neutrino report over the job (rc "
-                                                                 f"{rep.returncode}; {out / f'report_{config}.txt'})")
-    print("\n".join("       " + line for line in rep.stdout.split("== all ranks", 1)[-1].splitlines()[:12]))
     perfetto = out / f"{config}.perfetto.json"
     exp = subprocess.run(cli + ["export", str(job), "--perfetto", str(perfetto)], capture_output=True, text=True,
                          timeout=300)
