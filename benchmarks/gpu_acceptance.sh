@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# The final GPU run of 2026-11-23 (device tool: carry .whl, see /work/.library/device/README.md):
-# the overhead table (two parts, to fit a short lease) and pytest -m gpu; results under $OUT.
+# The GPU acceptance run of issue 9 (device tool: carry .whl, see /work/.library/device/README.md).
+# Part "bench": the overhead table (configurations interleaved over two rounds) and the MLP step.
+# Part "tests": the runtime's GPU tests. Results under $OUT.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tc TORCHINDUCTOR_CACHE_DIR=/tmp/ic
 nvidia-smi -L; date
-export TRITON_CACHE_DIR=/tmp/tc TORCHINDUCTOR_CACHE_DIR=/tmp/ic
-timeout 95 python3 benchmarks/overhead.py --no-warmup --iters 60 --tools "plain,block_sched,gmem_bytes,tensorop,dmat every:50,block_sched 0:1" --workloads stream,attention,launch --out $OUT/overhead_a.md > $OUT/overhead_a.log 2>&1
-tail -12 $OUT/overhead_a.md
-timeout 125 python3 benchmarks/overhead.py --no-warmup --iters 40 --tools "plain,block_sched,gmem_bytes,tensorop" --workloads mlp --out $OUT/overhead_b.md > $OUT/overhead_b.log 2>&1
-tail -8 $OUT/overhead_b.md
-date
-timeout 160 python3 -m pytest -m gpu -q -rA tests/gpu -p no:cacheprovider > $OUT/gpu_tests.log 2>&1
-grep -E "^(PASSED|FAILED|ERROR)|passed|failed" $OUT/gpu_tests.log | tail -40
+case "${1:-bench}" in
+bench)
+  timeout 300 python3 benchmarks/overhead.py --no-warmup --rounds 2 --iters 200 \
+    --tools "plain,block_sched,gmem_bytes,tensorop,dmat every:50,block_sched 0:1" --workloads stream,attention,launch \
+    --out $OUT/overhead_a.md > $OUT/overhead_a.log 2>&1
+  cat $OUT/overhead_a.md | head -30
+  timeout 260 python3 benchmarks/overhead.py --iters 40 --tools "plain,block_sched,gmem_bytes,tensorop,dmat every:50" \
+    --workloads mlp --out $OUT/overhead_b.md > $OUT/overhead_b.log 2>&1
+  head -12 $OUT/overhead_b.md ;;
+tests)
+  timeout 500 python3 -m pytest -m gpu -q -rA ${2:-tests/gpu} -p no:cacheprovider > $OUT/gpu_tests.log 2>&1
+  grep -E "^(PASSED|FAILED|ERROR)|passed|failed" $OUT/gpu_tests.log | tail -40 ;;
+esac
 date

@@ -13,7 +13,9 @@ compare like with like):
 * graph:     replay of a captured CUDA graph of 4 Triton launches (CUDA-event median)
 
 Each cell is `time (ratio to plain)`; `same` says whether every output hash
-equalled the plain run's. A configuration's trace summary (probed launches,
+equalled the plain run's. With `--rounds R` every configuration runs R times,
+the configurations interleaved round by round (the machine's speed drifts), and
+each cell is the median over the rounds. A configuration's trace summary (probed launches,
 drops) is printed below the table.
 """
 
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,6 +67,22 @@ def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: s
     return out
 
 
+def median_run(runs: list[dict]) -> dict:
+    """One configuration over several rounds: the median time per workload; outputs must agree."""
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[0]
+    out = dict(ok[0])
+    for w, first in ok[0].items():
+        if w.startswith("_") or not isinstance(first, dict):
+            continue
+        vals = [r[w] for r in ok if w in r]
+        out[w] = dict(first, us=statistics.median(v["us"] for v in vals),
+                      **({"host_us": statistics.median(v["host_us"] for v in vals)} if "host_us" in first else {}),
+                      hash=first["hash"] if all(v["hash"] == first["hash"] for v in vals) else "differs")
+    return out
+
+
 def table(results: dict[str, dict], workloads: list[str]) -> str:
     plain = results.get("plain", {})
     head = "| configuration | " + " | ".join(workloads) + " | same outputs |"
@@ -93,6 +112,7 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-warmup", action="store_true", help="skip the run that fills the compiler caches")
+    ap.add_argument("--rounds", type=int, default=1, help="run the configurations this many times, interleaved")
     args = ap.parse_args()
     workloads = args.workloads.split(",")
     results = {}
@@ -102,11 +122,19 @@ def main() -> None:
         # timings are taken after warm-up inside each process either way; this only saves wall time).
         if not args.no_warmup:
             run_config("warm-up", None, 20, tmp, args.workloads)
-        for name in args.tools.split(","):
-            results[name] = run_config(name, CONFIGS[name], args.iters, tmp, args.workloads)
-            print(f"{name}: {json.dumps({k: v for k, v in results[name].items() if not k.startswith('_')})}",
-                  file=sys.stderr, flush=True)
+        runs: dict[str, list[dict]] = {}
+        for _ in range(args.rounds):
+            for name in args.tools.split(","):
+                res = run_config(name, CONFIGS[name], args.iters, tmp, args.workloads)
+                runs.setdefault(name, []).append(res)
+                print(f"{name}: {json.dumps({k: v for k, v in res.items() if not k.startswith('_')})}",
+                      file=sys.stderr, flush=True)
+        results = {name: median_run(rs) for name, rs in runs.items()}
     text = table(results, workloads)
+    text += "\n\nHost time per loop iteration (µs; above the kernel's time the loop is host-bound):\n\n"
+    text += "\n".join(f"- {name}: " + ", ".join(f"{w} {res[w]['host_us']:.1f}" for w in workloads
+                                                if isinstance(res.get(w), dict) and "host_us" in res[w])
+                       for name, res in results.items() if "error" not in res)
     notes = [f"- {n}: {r.get('_summary') or r.get('error', '')}" for n, r in results.items() if n != "plain"]
     report = text + "\n\n" + "\n".join(notes) + "\n"
     print(report)

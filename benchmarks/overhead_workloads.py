@@ -73,18 +73,23 @@ def digest(*tensors) -> str:
     return h.hexdigest()[:16]
 
 
-def timed_loop(launch, iters: int, warmup: int) -> list[float]:
-    """Per-launch GPU time (µs) with CUDA events around every launch; no sync inside the loop."""
+def timed_loop(launch, iters: int, warmup: int) -> tuple[list[float], float]:
+    """Per-launch GPU time (µs) with CUDA events around every launch; no sync inside the loop.
+
+    Also the host time per iteration (µs): when it exceeds the kernel's time the loop is
+    host-bound and the events measure the host path, not the kernel."""
     for _ in range(warmup):
         launch()
     torch.cuda.synchronize()
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    t0 = time.perf_counter()
     for a, b in pairs:
         a.record()
         launch()
         b.record()
+    host = (time.perf_counter() - t0) / iters * 1e6
     torch.cuda.synchronize()
-    return [a.elapsed_time(b) * 1e3 for a, b in pairs]
+    return [a.elapsed_time(b) * 1e3 for a, b in pairs], host
 
 
 def stream_workload(iters: int) -> dict:
@@ -94,8 +99,8 @@ def stream_workload(iters: int) -> dict:
     y = torch.rand(n, device="cuda", generator=g)
     out = torch.empty_like(x)
     grid = (triton.cdiv(n, 1024),)
-    times = timed_loop(lambda: stream_kernel[grid](x, y, out, n, BLOCK=1024, num_warps=4), iters, 10)
-    return {"us": statistics.median(times), "hash": digest(out)}
+    times, host = timed_loop(lambda: stream_kernel[grid](x, y, out, n, BLOCK=1024, num_warps=4), iters, 10)
+    return {"us": statistics.median(times), "host_us": host, "hash": digest(out)}
 
 
 def attention_workload(iters: int) -> dict:
@@ -110,8 +115,8 @@ def attention_workload(iters: int) -> dict:
         attention_kernel[grid](q, k, v, o, scale, N_CTX=n_ctx, HEAD_DIM=d, BLOCK_M=128, BLOCK_N=64,
                                num_warps=8, num_stages=3)
 
-    times = timed_loop(launch, iters, 10)
-    return {"us": statistics.median(times), "hash": digest(o)}
+    times, host = timed_loop(launch, iters, 10)
+    return {"us": statistics.median(times), "host_us": host, "hash": digest(o)}
 
 
 def launch_workload(iters: int) -> dict:
@@ -182,8 +187,8 @@ def graph_workload(iters: int) -> dict:
     with torch.cuda.graph(g):
         for _ in range(4):
             stream_kernel[grid](x, y, out, n, BLOCK=1024)
-    times = timed_loop(g.replay, iters, 5)
-    return {"us": statistics.median(times), "hash": digest(out)}
+    times, host = timed_loop(g.replay, iters, 5)
+    return {"us": statistics.median(times), "host_us": host, "hash": digest(out)}
 
 
 WORKLOADS = {"stream": stream_workload, "attention": attention_workload, "mlp": mlp_workload,

@@ -22,7 +22,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "writer.h"
 
@@ -32,6 +34,12 @@ typedef int CUresult;
 #define FAST_CLASSES 48
 #define FAST_CTXS 8
 
+/* NEUTRINO_FAST_PROFILE=1: time each step of the launch path (printed at exit; a diagnostic
+ * for benchmarks/, two clock reads per step when on, one load when off). */
+enum { P_CTX, P_PLAN, P_CAPTURE, P_RESERVE, P_SLOTS, P_EVENTS, P_ZERO, P_EV_START, P_LAUNCH, P_EV_END, P_HEADER,
+       P_SUBMIT, P_STEPS };
+static const char *const step_names[P_STEPS] = {"ctx", "plan", "capture", "reserve", "slots", "events", "zero",
+                                                "ev_start", "launch", "ev_end", "header", "submit"};
 typedef struct {
     void *orig_func, *ctx, *probed_func;
     uint32_t n_params, n_maps, n_extra, max_shared;
@@ -57,6 +65,8 @@ typedef struct {
     nt_plan plan;
     unsigned char header[NT_MAX_HEADER];
     _Atomic int live;
+    _Atomic uint64_t fast_launches;  /* numbers this plan's launches, for --time-every */
+    uint64_t prof_ns[P_STEPS], prof_n;  /* NEUTRINO_FAST_PROFILE */
     nt_plan_stats stats;
 } plan_entry;
 
@@ -67,9 +77,19 @@ typedef struct slot {
     int fresh;  /* never used: must be zeroed on the launch path */
 } slot_t;
 
+/* Device memory comes in chunks carved into slots of one size class: a class grows by as
+ * many slots as it has (1, 1, 2, 4, ... up to 64 at a time), so a program whose host runs
+ * hundreds of launches ahead of its GPU pays a few allocations, not one per launch. */
+typedef struct chunk {
+    struct chunk *next;
+    uint64_t device, bytes;
+} chunk_t;
+
 typedef struct {
     void *ctx;
     slot_t *free[FAST_CLASSES];
+    uint32_t slots_of[FAST_CLASSES];
+    chunk_t *chunks;
 } ctx_pool;
 
 static plan_entry plans[FAST_PLANS];
@@ -78,6 +98,30 @@ static ctx_pool pools[FAST_CTXS];
 static uint64_t budget = 1ull << 30, held;
 static _Atomic uint64_t trace_limit = UINT64_MAX, trace_used;
 static _Atomic int enabled;
+static uint64_t time_every = 1;  /* the kernel's own time (two events) on every n-th fast launch */
+
+static int profiling;
+static uint64_t step_ns[P_STEPS], profiled_launches;
+
+static inline uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Mark the end of a step: add the time since the last mark. */
+#define STEP(id) do { if (profiling) { uint64_t t_ = now_ns(); lap[id] += t_ - mark; mark = t_; } } while (0)
+
+static void print_steps(const char *what, const uint64_t *ns, uint64_t n) {
+    uint64_t total = 0;
+    for (int i = 0; i < P_STEPS; i++) total += ns[i];
+    fprintf(stderr, "neutrino: fast path, %s, %llu probed launches, host ns per launch: total %.0f", what,
+            (unsigned long long)n, (double)total / n);
+    for (int i = 0; i < P_STEPS; i++) fprintf(stderr, " %s %.0f", step_names[i], (double)ns[i] / n);
+    fprintf(stderr, "\n");
+}
+
+static void print_profile(void);
 
 static CUresult (*p_ctx_get)(void **);
 static CUresult (*p_capturing)(void *, int *);
@@ -105,12 +149,15 @@ static int resolve(void) {
 }
 
 /* Turn the fast path on with the budgets (bytes). 0 on success. */
-int neutrino_fast_enable(uint64_t buffer_budget, uint64_t trace_budget) {
+int neutrino_fast_enable(uint64_t buffer_budget, uint64_t trace_budget, uint64_t timing_every) {
     if (resolve()) return -1;
     pthread_mutex_lock(&pool_lock);
     budget = buffer_budget;
+    time_every = timing_every ? timing_every : 1;
     pthread_mutex_unlock(&pool_lock);
     atomic_store(&trace_limit, trace_budget);
+    const char *prof = getenv("NEUTRINO_FAST_PROFILE");
+    if (prof && *prof && *prof != '0' && !profiling) { profiling = 1; atexit(print_profile); }
     atomic_store(&enabled, 1);
     return 0;
 }
@@ -168,15 +215,24 @@ void neutrino_fast_reset(void) {
     pthread_mutex_lock(&pool_lock);
     for (unsigned i = 0; i < FAST_PLANS; i++) atomic_store(&plans[i].live, 0);
     for (unsigned c = 0; c < FAST_CTXS; c++) {
+        /* Only when no slot of a context is out (in flight): its chunks are freed whole. */
+        uint64_t idle = 0, total = 0;
+        for (unsigned k = 0; k < FAST_CLASSES; k++)
+            for (slot_t *s = pools[c].free[k]; s; s = s->next) idle += s->cls;
+        for (chunk_t *ch = pools[c].chunks; ch; ch = ch->next) total += ch->bytes;
+        if (idle != total) continue;  /* launches of this context still out: it is not the one going away */
         for (unsigned k = 0; k < FAST_CLASSES; k++) {
-            for (slot_t *s = pools[c].free[k], *nx; s; s = nx) {
-                nx = s->next;
-                p_free(s->device);
-                held -= s->cls;
-                free(s);
-            }
+            for (slot_t *s = pools[c].free[k], *nx; s; s = nx) { nx = s->next; free(s); }
             pools[c].free[k] = NULL;
+            pools[c].slots_of[k] = 0;
         }
+        for (chunk_t *ch = pools[c].chunks, *nx; ch; ch = nx) {
+            nx = ch->next;
+            p_free(ch->device);
+            held -= ch->bytes;
+            free(ch);
+        }
+        pools[c].chunks = NULL;
         pools[c].ctx = NULL;  /* contexts created later get the entry: FAST_CTXS bounds live contexts only */
     }
     pthread_mutex_unlock(&pool_lock);
@@ -191,11 +247,29 @@ int neutrino_fast_stats(unsigned i, void **orig_func, uint32_t *kernel_id, nt_pl
     return 1;
 }
 
+static void print_profile(void) {
+    if (!profiled_launches) return;
+    print_steps("all kernels", step_ns, profiled_launches);
+    for (unsigned i = 0; i < FAST_PLANS; i++) {
+        if (!plans[i].prof_n) continue;
+        char what[32];
+        snprintf(what, sizeof what, "kernel %u", plans[i].plan.kernel_id);
+        print_steps(what, plans[i].prof_ns, plans[i].prof_n);
+    }
+    neutrino_writer_print_profile();
+}
+
 static ctx_pool *pool_of(void *ctx) {
     for (unsigned c = 0; c < FAST_CTXS; c++) {
         if (pools[c].ctx == ctx) return &pools[c];
         if (!pools[c].ctx) { pools[c].ctx = ctx; return &pools[c]; }
     }
+    return NULL;
+}
+
+static ctx_pool *existing_pool(void *ctx) {
+    for (unsigned c = 0; c < FAST_CTXS; c++)
+        if (pools[c].ctx == ctx) return &pools[c];
     return NULL;
 }
 
@@ -206,29 +280,55 @@ static unsigned class_of(uint64_t size, uint64_t *cls) {
     return k;
 }
 
-/* Slots for n buffers, or NULL with *why = 1 (budget) / 2 (error). Called with pool_lock held. */
-static int take_slots(ctx_pool *pool, const uint64_t *sizes, unsigned n, slot_t **out, int *why) {
-    uint64_t need = 0;
-    unsigned ks[NT_MAX_MAPS];
-    uint64_t cls[NT_MAX_MAPS];
-    for (unsigned m = 0; m < n; m++) {
-        ks[m] = class_of(sizes[m], &cls[m]);
-        if (ks[m] >= FAST_CLASSES) { *why = 1; return -1; }
-        if (!pool->free[ks[m]]) need += cls[m];
+/* Add slots of class k (cls bytes each) to the pool: one chunk of as many slots as the class
+ * has (at least one, at most 64), fewer when the budget has less room. 0 on success, else
+ * *why = 1 (budget) / 2 (allocation error). Called with pool_lock held. */
+static int grow_class(ctx_pool *pool, unsigned k, uint64_t cls, int *why) {
+    uint64_t n = pool->slots_of[k] ? pool->slots_of[k] : 1;
+    if (n > 64) n = 64;
+    while (n > 1 && held + n * cls > budget) n /= 2;
+    if (held + n * cls > budget) { *why = 1; return -1; }
+    chunk_t *ch = calloc(1, sizeof *ch);
+    slot_t *made[64];
+    unsigned got = 0;
+    if (!ch || p_alloc(&ch->device, n * cls) != 0) { free(ch); *why = 2; return -1; }
+    for (; got < n; got++) {
+        if (!(made[got] = calloc(1, sizeof(slot_t)))) break;
+        made[got]->device = ch->device + got * cls;
+        made[got]->cls = cls; made[got]->ctx = pool->ctx; made[got]->fresh = 1;
     }
-    if (held + need > budget) { *why = 1; return -1; }
-    for (unsigned m = 0; m < n; m++) {
-        slot_t *s = pool->free[ks[m]];
-        if (s) { pool->free[ks[m]] = s->next; out[m] = s; continue; }
-        s = calloc(1, sizeof *s);
-        if (!s || p_alloc(&s->device, cls[m]) != 0) { free(s); goto fail; }
-        s->cls = cls[m]; s->ctx = pool->ctx; s->fresh = 1;
-        held += cls[m];
-        out[m] = s;
-        continue;
-    fail:
-        for (unsigned j = 0; j < m; j++) { unsigned k = class_of(out[j]->cls, &cls[j]); out[j]->next = pool->free[k]; pool->free[k] = out[j]; }
+    if (got < n) {
+        for (unsigned i = 0; i < got; i++) free(made[i]);
+        p_free(ch->device);
+        free(ch);
         *why = 2;
+        return -1;
+    }
+    ch->bytes = n * cls;
+    ch->next = pool->chunks;
+    pool->chunks = ch;
+    held += ch->bytes;
+    pool->slots_of[k] += (uint32_t)n;
+    for (unsigned i = 0; i < n; i++) { made[i]->next = pool->free[k]; pool->free[k] = made[i]; }
+    return 0;
+}
+
+/* Slots for n buffers, or -1 with *why = 1 (budget) / 2 (error). Called with pool_lock held. */
+static int take_slots(ctx_pool *pool, const uint64_t *sizes, unsigned n, slot_t **out, int *why) {
+    for (unsigned m = 0; m < n; m++) {
+        uint64_t cls;
+        unsigned k = class_of(sizes[m], &cls);
+        if (k >= FAST_CLASSES) { *why = 1; goto undo; }
+        if (!pool->free[k] && grow_class(pool, k, cls, why) != 0) goto undo;
+        out[m] = pool->free[k];
+        pool->free[k] = out[m]->next;
+        continue;
+    undo:
+        for (unsigned j = 0; j < m; j++) {
+            unsigned kj = class_of(out[j]->cls, &cls);
+            out[j]->next = pool->free[kj];
+            pool->free[kj] = out[j];
+        }
         return -1;
     }
     return 0;
@@ -237,10 +337,11 @@ static int take_slots(ctx_pool *pool, const uint64_t *sizes, unsigned n, slot_t 
 static void give_slots(slot_t **slots, unsigned n) {
     pthread_mutex_lock(&pool_lock);
     for (unsigned m = 0; m < n; m++) {
-        ctx_pool *pool = pool_of(slots[m]->ctx);
+        ctx_pool *pool = existing_pool(slots[m]->ctx);
         uint64_t cls;
         unsigned k = class_of(slots[m]->cls, &cls);
         if (pool) { slots[m]->next = pool->free[k]; pool->free[k] = slots[m]; }
+
     }
     pthread_mutex_unlock(&pool_lock);
 }
@@ -259,15 +360,19 @@ static inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a
 int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                          unsigned by, unsigned bz, unsigned shmem, void *stream, void **params, uint64_t kernel_launch) {
     if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return -1;
+    uint64_t mark = profiling ? now_ns() : 0, lap[P_STEPS] = {0};
     void *ctx = NULL;
     if (p_ctx_get(&ctx) != 0 || !ctx) return -1;
+    STEP(P_CTX);
     plan_entry *e = find_plan(f, ctx);
     if (!e || !atomic_load_explicit(&e->live, memory_order_acquire)) return -1;
     const nt_plan *p = &e->plan;
     if (shmem > p->max_shared || (p->n_params && !params)) return -1;
+    STEP(P_PLAN);
     void *s = stream ? stream : (void *)(uintptr_t)(ptsz ? 0x2 : 0x1);
     int capturing = 0;
     if (p_capturing(s, &capturing) != 0 || capturing) return -1;
+    STEP(P_CAPTURE);
 
     nt_job job;
     memset(&job, 0, sizeof job);
@@ -288,6 +393,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     }
     job.frame_size = pos;
     if (!neutrino_trace_reserve(pos)) { atomic_fetch_add(&e->stats.dropped_trace, 1); return -2; }
+    STEP(P_RESERVE);
 
     slot_t *slots[NT_MAX_MAPS];
     int why = 0;
@@ -301,8 +407,10 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         atomic_fetch_add(&e->stats.handed_back, 1);
         return -1;
     }
+    STEP(P_SLOTS);
     void *ev[2];
     if (neutrino_writer_take_events(ctx, ev) != 0) { give_slots(slots, p->n_maps); neutrino_trace_give_back(pos); return -1; }
+    STEP(P_EVENTS);
 
     void *args[256 + 2 * NT_MAX_MAPS];
     uint64_t values[2 * NT_MAX_MAPS];
@@ -316,7 +424,12 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     int rc = 0;
     for (unsigned m = 0; m < p->n_maps && rc == 0; m++)
         if (slots[m]->fresh) rc = p_memset(slots[m]->device, 0, sizes[m], s);
-    if (rc == 0) rc = p_ev_record(ev[0], s);
+    STEP(P_ZERO);
+    /* The start event costs a driver call on the program's path: only every time_every-th launch
+     * measures the kernel's own time; the end event is what the writer waits for. */
+    int timed = atomic_fetch_add_explicit(&e->fast_launches, 1, memory_order_relaxed) % time_every == 0;
+    if (rc == 0 && timed) rc = p_ev_record(ev[0], s);
+    STEP(P_EV_START);
     if (rc == 0 && config) rc = (ptsz ? p_launch_ex_ptsz : p_launch_ex)(config, p->probed_func, args, NULL);
     else if (rc == 0) rc = (ptsz ? p_launch_ptsz : p_launch)(p->probed_func, gx, gy, gz, bx, by, bz, shmem, stream, args, NULL);
     if (rc != 0) {  /* the probed kernel did not run: Python takes it from here */
@@ -328,7 +441,9 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     }
     for (unsigned m = 0; m < p->n_maps; m++) slots[m]->fresh = 0;
     /* The probed kernel has run: from here on the launch is ours, whatever fails. */
+    STEP(P_LAUNCH);
     int status = p_ev_record(ev[1], s) != 0;
+    STEP(P_EV_END);
 
     /* the frame header of this launch: the template with grid, block and sizes filled in */
     unsigned char *hdr = malloc(p->header_len);
@@ -356,7 +471,16 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         job.slots[m] = slots[m];
     }
     job.fast = 1;
-    if (neutrino_writer_submit(&job)) { atomic_fetch_add(&e->stats.launches, 1); return 0; }
+    job.untimed = !timed;
+    STEP(P_HEADER);
+    uint64_t submitted = neutrino_writer_submit(&job);
+    STEP(P_SUBMIT);
+    if (profiling) {
+        profiled_launches++;
+        e->prof_n++;
+        for (int i = 0; i < P_STEPS; i++) { step_ns[i] += lap[i]; e->prof_ns[i] += lap[i]; }
+    }
+    if (submitted) { atomic_fetch_add(&e->stats.launches, 1); return 0; }
     /* the writer is gone (exit): the results are lost and the slots stay with the GPU; the launch happened */
     free(hdr);
     atomic_fetch_add(&e->stats.launches, 1);

@@ -620,6 +620,8 @@ __attribute__((constructor)) static void neutrino_shim_init(void) {
     pthread_once(&table_once, init_hook_table);
 }
 
+void *neutrino_compiler_tap(const char *name, void *real); /* compilers.c */
+
 static int from_libcuda(void *p) {
     Dl_info info;
     return dladdr(p, &info) && info.dli_fname && strstr(info.dli_fname, "libcuda.so");
@@ -629,6 +631,7 @@ void *dlsym(void *handle, const char *name) {
     init_real_dlsym();
     if (!real_dlsym) return NULL;
     void *p = real_dlsym(handle, name);
+    if (p && (name[0] == 'n' || name[0] == '_')) return neutrino_compiler_tap(name, p); /* compilers.c: nvJitLink */
     if (!p || name[0] != 'c' || name[1] != 'u') return p;
     pthread_once(&table_once, init_hook_table);
     for (int i = 0; i < H_COUNT; i++) {

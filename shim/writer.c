@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -51,6 +52,7 @@ typedef struct node { nt_job job; struct node *next; } node;
 void *neutrino_real_sym(const char *name);
 
 static CUresult (*ev_sync)(void *);
+static CUresult (*ev_query)(void *);
 static CUresult (*ev_elapsed)(float *, void *, void *);
 static CUresult (*stream_sync)(void *);
 static CUresult (*ctx_set)(void *);
@@ -72,6 +74,11 @@ static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
 static node *head, *tail;
 static pthread_t thread;
 static int running, stopping, index_fd = -1;
+/* The writer polls while launches keep coming (so submitting costs no wake-up call on the
+ * program's path) and sleeps on `more` after IDLE_POLLS empty polls; a submit wakes it then. */
+#define POLL_NS 200000
+#define IDLE_POLLS 500
+static int sleeping;
 static uint64_t next_seq = 1;
 
 /* Event pairs (start, end) for launches, per context. */
@@ -86,6 +93,25 @@ _Atomic uint64_t neutrino_writer_errors;     /* jobs whose frame could not be wr
 _Atomic uint64_t neutrino_writer_bytes;      /* bytes appended to result files */
 
 static const char zeros[NT_ALIGN];
+
+/* Where the writer's time goes (printed with the fast path's profile, NEUTRINO_FAST_PROFILE). */
+enum { W_WAIT_KERNEL, W_COPY, W_APPEND, W_STEPS };
+static uint64_t wstep_ns[W_STEPS], wjobs, wbatches;
+
+static inline uint64_t wnow(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+void neutrino_writer_print_profile(void) {
+    if (!wjobs) return;
+    static const char *const names[W_STEPS] = {"wait_kernel", "copy_and_zero", "append"};
+    fprintf(stderr, "neutrino: writer, %llu jobs in %llu batches, ns per job:", (unsigned long long)wjobs,
+            (unsigned long long)wbatches);
+    for (int i = 0; i < W_STEPS; i++) fprintf(stderr, " %s %.0f", names[i], (double)wstep_ns[i] / wjobs);
+    fprintf(stderr, "\n");
+}
 
 static int write_all(int fd, struct iovec *iov, int n) {
     while (n > 0) {
@@ -141,62 +167,113 @@ static void *stream_for(void *ctx) {
     return NULL;
 }
 
-/* Copy the job's buffers into the staging buffer; 0 on success, data[] set. */
-static int copy_back(const nt_job *j, void *ws, char **data) {
+/* At most this many jobs per batch (one sync each), and no more staged bytes than the staging
+ * buffer holds: it starts at STAGING_START and grows only for a single job larger than it
+ * (pinning memory is slow and holds the driver up for every thread of the program). */
+#define BATCH_JOBS 64
+#define STAGING_START (8ull << 20)
+
+static uint64_t batch_bytes(void) { return staging_size > STAGING_START ? staging_size : STAGING_START; }
+
+/* Staging room for `total` bytes (grown geometrically, pinned); 0 on success. */
+static int ensure_staging(uint64_t total) {
+    if (total <= staging_size) return 0;
+    uint64_t want = staging_size ? staging_size : STAGING_START;
+    while (want < total) want *= 2;
+    void *p = NULL;
+    if (host_alloc(&p, want, 1 /* portable: any context */) != 0) return -1;
+    if (staging) host_free(staging);
+    staging = p;
+    staging_size = want;
+    return 0;
+}
+
+static uint64_t staged_bytes(const nt_job *j) {
     uint64_t total = 0;
     for (uint32_t m = 0; m < j->n_maps; m++) total += (j->sizes[m] + NT_ALIGN - 1) / NT_ALIGN * NT_ALIGN;
-    if (total > staging_size) {
-        uint64_t want = staging_size ? staging_size : (1u << 20);
-        while (want < total) want *= 2;
-        void *p = NULL;
-        if (host_alloc(&p, want, 1 /* portable: any context */) != 0) return -1;
-        if (staging) host_free(staging);
-        staging = p;
-        staging_size = want;
-    }
-    uint64_t at = 0;
-    for (uint32_t m = 0; m < j->n_maps; m++) {
-        data[m] = (char *)staging + at;
-        if (j->sizes[m] && d2h_async(data[m], j->device[m], j->sizes[m], ws) != 0) return -1;
-        at += (j->sizes[m] + NT_ALIGN - 1) / NT_ALIGN * NT_ALIGN;
-    }
-    return stream_sync(ws);
+    return total;
 }
 
-/* Zero what the buffers' next launch needs zeroed, and wait for it: then they can go back to a pool. */
-static void zero_buffers(const nt_job *j, void *ws) {
+/* Enqueue the copy of the job's buffers into staging at `at`, then the zeroing its buffers' next
+ * launch needs (same stream: after the copy). 0 on success, data[] set. */
+static void enqueue_zero(const nt_job *j, void *ws) {
     for (uint32_t m = 0; m < j->n_maps; m++)
         if (j->zero_bytes[m]) memset_async(j->device[m], 0, j->zero_bytes[m], ws);
-    stream_sync(ws);
 }
 
-static void write_job(const nt_job *j, void **current_ctx) {
-    nt_index_record r;
-    memset(&r, 0, sizeof r);
-    r.seq = j->seq; r.kernel_launch = j->kernel_launch; r.stream = (uint64_t)(uintptr_t)j->stream;
-    memcpy(r.grid, j->grid, sizeof r.grid); memcpy(r.block, j->block, sizeof r.block);
-    r.shared_bytes = j->shared_bytes; r.kernel_id = j->kernel_id; r.frame_id = j->frame_id;
-    r.status = j->status;
-    r.duration_ns = -1.0;
-    if (j->ctx != *current_ctx && ctx_set && ctx_set(j->ctx) == 0) *current_ctx = j->ctx;
-    void *ws = stream_for(j->ctx);
-    char *data[NT_MAX_MAPS];
-    if (j->status != 0 || !ws) {
-        stream_sync(j->stream);  /* the kernel may still be writing the buffers */
-        if (!r.status) r.status = 2;
-    } else if (ev_sync(j->ev_end) != 0 || copy_back(j, ws, data) != 0) {
-        r.status = 2;  /* the kernel or the copy back failed */
-    } else {
-        float ms = 0;
-        if (ev_elapsed && ev_elapsed(&ms, j->ev_start, j->ev_end) == 0) r.duration_ns = (double)ms * 1e6;
-        int64_t off = append_frame(j, data);
-        if (off < 0) r.status = 3;  /* the file write failed */
-        else { r.offset = (uint64_t)off; r.frame_size = j->frame_size; }
+static int enqueue_copy_and_zero(const nt_job *j, void *ws, uint64_t at, char **data) {
+    int rc = 0;
+    for (uint32_t m = 0; m < j->n_maps; m++) {
+        data[m] = (char *)staging + at;
+        if (j->sizes[m] && d2h_async(data[m], j->device[m], j->sizes[m], ws) != 0) rc = -1;
+        at += (j->sizes[m] + NT_ALIGN - 1) / NT_ALIGN * NT_ALIGN;
     }
-    if (ws) zero_buffers(j, ws);
-    if (r.status) atomic_fetch_add(&neutrino_writer_errors, 1);
-    struct iovec iov = {&r, sizeof r};
+    enqueue_zero(j, ws);
+    return rc;
+}
+
+static void fill_record(nt_index_record *r, const nt_job *j) {
+    memset(r, 0, sizeof *r);
+    r->seq = j->seq; r->kernel_launch = j->kernel_launch; r->stream = (uint64_t)(uintptr_t)j->stream;
+    memcpy(r->grid, j->grid, sizeof r->grid); memcpy(r->block, j->block, sizeof r->block);
+    r->shared_bytes = j->shared_bytes; r->kernel_id = j->kernel_id; r->frame_id = j->frame_id;
+    r->status = j->status;
+    r->duration_ns = -1.0;
+}
+
+
+/* Write a batch of jobs of one context whose kernels have finished (the first may still be
+ * running: it is waited for). Their copies and zeroing share one stream and one sync, their
+ * index records one write. */
+static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
+    nt_index_record recs[BATCH_JOBS];
+    char *data[BATCH_JOBS][NT_MAX_MAPS];
+    int copied[BATCH_JOBS];
+    const nt_job *first = &jobs[0]->job;
+    if (first->ctx != *current_ctx && ctx_set && ctx_set(first->ctx) == 0) *current_ctx = first->ctx;
+    void *ws = stream_for(first->ctx);
+    uint64_t t0 = wnow(), t1, t2, t3;
+    uint64_t total = 0;
+    for (unsigned i = 0; i < n; i++) total += staged_bytes(&jobs[i]->job);
+    int staged = ws && ensure_staging(total) == 0;
+    if (first->status == 0 && ws) ev_sync(first->ev_end);
+    t1 = wnow();
+    uint64_t at = 0;
+    for (unsigned i = 0; i < n; i++) {
+        const nt_job *j = &jobs[i]->job;
+        fill_record(&recs[i], j);
+        copied[i] = 0;
+        if (j->status != 0 || !ws || !staged || (i > 0 && ev_sync(j->ev_end) != 0)) {
+            stream_sync(j->stream);  /* the kernel may still be writing the buffers */
+            if (!recs[i].status) recs[i].status = 2;
+            if (ws) enqueue_zero(j, ws);  /* its buffers go back to a pool: clean */
+        } else {
+            copied[i] = enqueue_copy_and_zero(j, ws, at, data[i]) == 0;
+            if (!copied[i]) recs[i].status = 2;  /* the copy back failed */
+            at += staged_bytes(j);
+        }
+    }
+    int synced = ws && stream_sync(ws) == 0;
+    t2 = wnow();
+    for (unsigned i = 0; i < n; i++) {
+        const nt_job *j = &jobs[i]->job;
+        if (!copied[i]) continue;
+        if (!synced) { recs[i].status = 2; continue; }
+        float ms = 0;
+        if (!j->untimed && ev_elapsed && ev_elapsed(&ms, j->ev_start, j->ev_end) == 0)
+            recs[i].duration_ns = (double)ms * 1e6;
+        int64_t off = append_frame(j, data[i]);
+        if (off < 0) recs[i].status = 3;  /* the file write failed */
+        else { recs[i].offset = (uint64_t)off; recs[i].frame_size = j->frame_size; }
+    }
+    for (unsigned i = 0; i < n; i++)
+        if (recs[i].status) atomic_fetch_add(&neutrino_writer_errors, 1);
+    struct iovec iov = {recs, n * sizeof *recs};
     if (index_fd >= 0) write_all(index_fd, &iov, 1);
+    t3 = wnow();
+    wstep_ns[W_WAIT_KERNEL] += t1 - t0; wstep_ns[W_COPY] += t2 - t1; wstep_ns[W_APPEND] += t3 - t2;
+    wjobs += n;
+    wbatches++;
 }
 
 /* Two timing events made in `ctx` (current on the calling thread): from the free list, or new. */
@@ -228,23 +305,71 @@ void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end) {
     pthread_mutex_unlock(&ev_lock);
 }
 
+/* The jobs after `from` that can join its batch: same context, already finished, room left. */
+static unsigned gather_batch(node *from, node **jobs) {
+    unsigned n = 0;
+    uint64_t bytes = 0;
+    for (node *nd = from; nd && n < BATCH_JOBS; nd = nd->next) {
+        const nt_job *j = &nd->job;
+        uint64_t b = staged_bytes(j);
+        if (n > 0 && (j->ctx != from->job.ctx || j->status != 0 || bytes + b > batch_bytes())) break;
+        if (n > 0 && (!ev_query || ev_query(j->ev_end) != 0)) break;  /* still running: next batch */
+        jobs[n++] = nd;
+        bytes += b;
+        if (j->status != 0) break;
+    }
+    return n;
+}
+
+static void finish_job(node *nd) {
+    if (nd->job.fast)
+        neutrino_fast_job_done(nd->job.slots, nd->job.n_maps, nd->job.ctx, nd->job.ev_start, nd->job.ev_end);
+    if (nd->job.owns_header) free((void *)nd->job.header);
+    atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
+    free(nd);
+}
+
 static void *loop(void *arg) {
     (void)arg;
     void *ctx = NULL;
+    node *batch[BATCH_JOBS];
     for (;;) {
         pthread_mutex_lock(&lock);
-        while (!head && !stopping) pthread_cond_wait(&more, &lock);
+        for (unsigned idle = 0; !head && !stopping; idle++) {
+            if (idle < IDLE_POLLS) {
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_nsec += POLL_NS;
+                if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+                pthread_cond_timedwait(&more, &lock, &until);
+            } else {
+                sleeping = 1;
+                pthread_cond_wait(&more, &lock);
+                sleeping = 0;
+            }
+        }
         node *nd = head;
-        if (!nd) { pthread_mutex_unlock(&lock); return NULL; }
-        head = nd->next;
-        if (!head) tail = NULL;
         pthread_mutex_unlock(&lock);
-        write_job(&nd->job, &ctx);
-        if (nd->job.fast)
-            neutrino_fast_job_done(nd->job.slots, nd->job.n_maps, nd->job.ctx, nd->job.ev_start, nd->job.ev_end);
-        if (nd->job.owns_header) free((void *)nd->job.header);
-        atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
-        free(nd);
+        if (!nd) return NULL;
+        /* Only this thread removes from the list; the launch path appends at the tail. `next`
+         * links are read under the lock so an append in progress is never seen half-done. */
+        unsigned n = 1;
+        batch[0] = nd;
+        if (nd->job.status == 0) {
+            if (nd->job.ctx && ev_sync) ev_sync(nd->job.ev_end);  /* wait outside the lock */
+            pthread_mutex_lock(&lock);
+            n = gather_batch(nd, batch);
+            head = batch[n - 1]->next;
+            if (!head) tail = NULL;
+            pthread_mutex_unlock(&lock);
+        } else {
+            pthread_mutex_lock(&lock);
+            head = nd->next;
+            if (!head) tail = NULL;
+            pthread_mutex_unlock(&lock);
+        }
+        write_batch(batch, n, &ctx);
+        for (unsigned i = 0; i < n; i++) finish_job(batch[i]);
         pthread_mutex_lock(&lock);
         pthread_cond_broadcast(&progress);
         pthread_mutex_unlock(&lock);
@@ -257,6 +382,7 @@ int neutrino_writer_start(int fd) {
     int rc = 0;
     if (!running) {
         ev_sync = (CUresult (*)(void *))neutrino_real_sym("cuEventSynchronize");
+        ev_query = (CUresult (*)(void *))neutrino_real_sym("cuEventQuery");
         ev_elapsed = (CUresult (*)(float *, void *, void *))neutrino_real_sym("cuEventElapsedTime");
         if (!ev_elapsed) ev_elapsed = (CUresult (*)(float *, void *, void *))neutrino_real_sym("cuEventElapsedTime_v2");
         stream_sync = (CUresult (*)(void *))neutrino_real_sym("cuStreamSynchronize");
@@ -291,7 +417,7 @@ uint64_t neutrino_writer_submit(const nt_job *job) {
     uint64_t seq = nd->job.seq = next_seq++;
     if (tail) tail->next = nd; else head = nd;
     tail = nd;
-    pthread_cond_signal(&more);
+    if (sleeping) pthread_cond_signal(&more);
     pthread_mutex_unlock(&lock);
     return seq;
 }

@@ -28,10 +28,12 @@ typedef struct {
     void *slots[NT_MAX_MAPS];       /* fast path: its pool slots, given back when written */
     uint32_t fast;                  /* 1: from fastlaunch.c (slots and events go back there) */
     uint32_t owns_header;           /* 1: free(header) when written */
+    uint32_t untimed;               /* 1: ev_start was not recorded (the kernel's time is not measured) */
 } nt_job;
 
 uint64_t neutrino_writer_submit(const nt_job *job);
 int neutrino_writer_take_events(void *ctx, void **ev2);
 void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end);
+void neutrino_writer_print_profile(void);
 void neutrino_fast_job_done(void *const *slots, unsigned n, void *ctx, void *ev_start, void *ev_end);
 #endif

@@ -213,6 +213,21 @@ def test_fast_path_probes_later_launches_in_c(tmp_path, fakecuda, shim, monkeypa
     assert ex["launches"] == 40 and ex["dropped"] == 0
 
 
+@pytest.mark.parametrize("every", [None, 1, 3])
+def test_fast_path_times_every_nth_launch(tmp_path, fakecuda, shim, every):
+    """The C path records the start event (the kernel's own time) on every N-th of its launches only."""
+    extra = () if every is None else ("--time-every", str(every))
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "20"],
+                              *extra)
+    assert rc == 0 and len(log) == 20
+    t = nt.load(tmp_path / "trace")
+    n = every or 8
+    timed = [la.duration_ns is not None for la in t.launches]
+    # launch 0 goes through Python (always timed); the C path numbers its own launches from 0
+    assert timed == [True] + [i % n == 0 for i in range(19)]
+    assert all(d == pytest.approx(4000.0) for d in (la.duration_ns for la in t.launches) if d is not None)
+
+
 def test_fast_path_trace_budget_drops_counted(tmp_path, fakecuda, shim):
     frame = 512  # one saxpy4 block_sched frame (header + 8 records), checked below
     rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "10"],
@@ -224,6 +239,21 @@ def test_fast_path_trace_budget_drops_counted(tmp_path, fakecuda, shim):
     assert {la.event["result_offset"] for la in t.launches} == {0, frame, 2 * frame, 3 * frame}
     (ex,) = [e for e in t.events if e["event"] == "exit"]
     assert ex["launches"] == 4 and ex["dropped"] == 6 and ex["result_bytes"] == 4 * frame
+
+
+def test_fast_path_buffer_budget_drops_counted_none_lost(tmp_path, fakecuda, shim):
+    """A buffer budget of two slots: launches the pool has no room for run unprobed and are
+    counted; every other launch is written; the program's launches all happen."""
+    n = 300
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", str(n)],
+                              "--buffer-budget", "8K")
+    assert rc == 0 and len(log) == n
+    probed = sum(line.split()[1] == "probed=1" for line in log)
+    t = nt.load(tmp_path / "trace")
+    (ex,) = [e for e in t.events if e["event"] == "exit"]
+    assert len(t.launches) == probed == ex["launches"] and ex["dropped"] == n - probed
+    for la in t.launches:
+        assert list(la.maps["block_sched"].valid()["unit"]) == list(range(8))
 
 
 def test_fast_path_buffers_come_back_zeroed(tmp_path, fakecuda, shim, monkeypatch):

@@ -44,11 +44,10 @@ def _create(embedded: bool):
 def _wire(opts, shim_path: str, embedded: bool):
     from neutrino.errors import NeutrinoError
     from neutrino.probefile import load_probes
-    from neutrino.runtime import hooks
+    from neutrino.runtime import hooks, rank
     from neutrino.runtime.codecache import CodeCache, default_cache_dir
     from neutrino.runtime.core import Runtime
     from neutrino.runtime.driver import RealDriver
-    from neutrino.runtime import rank
 
     import neutrino
 
@@ -71,6 +70,7 @@ def _wire(opts, shim_path: str, embedded: bool):
     f = opts.launches
     shim.set_launch_filter(f.start, f.stop, f.every)
     shim.register(hooks.make_callbacks(rt, shim, on_exit=rt.finish if embedded else None))
+    _tap_compilers(rt, shim, embedded)
     if not embedded:
         atexit.register(_at_exit, rt, shim)
     if hasattr(os, "register_at_fork"):
@@ -85,6 +85,16 @@ def _trace_dir(opts):
 
     me = rank.rank_from_env()
     return TraceDir.create(opts.tracedir, lazy=True, rank=None if me is None else me.rank, job=os.environ.get(ENV_JOB))
+
+
+def _tap_compilers(rt, shim, embedded: bool) -> None:
+    """PTX compiled in the process (XLA's nvJitLink) becomes visible to module loads (compilers.py);
+    a JAX program gets the XLA flags that keep its launches where we can probe them (frameworks.py)."""
+    from neutrino.runtime import compilers, frameworks, hooks
+
+    shim.register_compiler(compilers.make_compiler_callback(rt.compiled, hooks.read_image))
+    if not embedded:
+        frameworks.watch_for_jax(rt.trace.event)
 
 
 def _at_exit(rt, shim) -> None:

@@ -21,7 +21,7 @@ class ShimBuildError(NeutrinoError):
     """The shim could not be compiled."""
 
 
-SHIM_SOURCES = ("preload.c", "writer.c", "fastlaunch.c")
+SHIM_SOURCES = ("preload.c", "writer.c", "fastlaunch.c", "compilers.c")
 SHIM_HEADERS = ("writer.h",)
 
 

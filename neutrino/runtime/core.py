@@ -41,7 +41,9 @@ from neutrino.runtime.driver import (
 )
 from neutrino.runtime.devices import Devices
 from neutrino.runtime.drain import NativeWriter, ResultWriter
+from neutrino.runtime.compilers import CompiledIndex
 from neutrino.runtime.fastpath import FastPath
+from neutrino.runtime.frameworks import XLA, module_origin
 from neutrino.runtime.launch import Enqueuer
 from neutrino.runtime.options import RuntimeOptions
 from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
@@ -87,8 +89,9 @@ class Runtime:
         self.probes = probes
         self.trace = trace
         self.devices = Devices(drv, trace)
+        self.compiled = CompiledIndex()  # cubins the program compiled itself (XLA): content -> PTX
         self.registry = Registry(ptx_finder or _default_ptx_finder(), self.devices.current_arch, options.wants,
-                                 options.names)
+                                 self.compiled, named=options.names)
         self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.devices.arch,
                                      benchmark=options.benchmark)
         self.pool = BufferPool(drv, options.buffer_budget, host=not native_writer)
@@ -98,7 +101,8 @@ class Runtime:
         self.fast: FastPath | None = None
         if native_writer:
             self.writer = NativeWriter(native_writer, trace, self.pool, self.enqueuer)
-            self.fast = FastPath(native_writer, options.buffer_budget, options.trace_budget)
+            self.fast = FastPath(native_writer, options.buffer_budget, options.trace_budget,
+                                 options.time_every)
             if self.fast.enabled:
                 self.trace_budget = SharedTraceBudget(self.fast, options.trace_budget)
         else:
@@ -106,6 +110,8 @@ class Runtime:
         self.attribution = Attributor()
         self._lock = threading.Lock()
         self.fallbacks: Counter = Counter()
+        self.no_ptx: Counter = Counter()  # frameworks.Origin -> modules loaded without PTX
+        self.no_ptx_examples: dict[str, str] = {}
         self.drops: Counter = Counter()  # (kernel, reason) -> launches run unprobed for lack of budget
         self.probed_launches = 0
         self.bench: dict[str, list[tuple[list[float], list[float]]]] = {}
@@ -125,15 +131,25 @@ class Runtime:
     def on_module(self, kind: str, handle: int, image: bytes | None, path: str | None = None, image_addr: int = 0) -> None:
         rec, reason = self.registry.add_module(kind, handle, image, path, image_addr)
         if rec.ptx is None:
-            self.trace.event("no_ptx", module=hex(handle), kind=kind, path=path, reason=reason)
+            compiled = self.registry.compiled_reason(image)  # made in this process, from several inputs
+            origin = module_origin(image, path)
+            if compiled is None and origin is XLA and not self.compiled.links_seen:
+                compiled = "no nvJitLink link was seen in this process: XLA compiled with ptxas or the driver"
+            reason = compiled or reason
+            with self._lock:
+                self.no_ptx[origin] += 1
+                if compiled:
+                    self.no_ptx_examples.setdefault(origin.name, compiled)
+            self.trace.event("no_ptx", module=hex(handle), kind=kind, path=path, reason=reason, origin=origin.name,
+                             hint=origin.hint)
         else:
             self.trace.event("module", module=hex(handle), kind=kind, source=getattr(rec.ptx, "source", None))
 
     def on_link_add(self, state: int, ptx_text: str) -> None:
         self.registry.link_add(state, ptx_text)
 
-    def on_link_complete(self, state: int, cubin_addr: int) -> None:
-        self.registry.link_complete(state, cubin_addr)
+    def on_link_complete(self, state: int, cubin_addr: int, cubin: bytes | None = None) -> None:
+        self.registry.link_complete(state, cubin_addr, cubin)
 
     def on_function(self, kind: str, owner: int, name: str | None, out: int) -> bool:
         seen = len(self.registry.collectives)

@@ -138,6 +138,7 @@ class NtJob(C.Structure):
         ("header", C.c_char_p), ("header_len", C.c_uint64), ("frame_size", C.c_uint64),
         ("offsets", C.c_uint64 * MAX_MAPS), ("device", C.c_uint64 * MAX_MAPS), ("sizes", C.c_uint64 * MAX_MAPS),
         ("zero_bytes", C.c_uint64 * MAX_MAPS), ("slots", C.c_void_p * MAX_MAPS), ("fast", C.c_uint32), ("owns_header", C.c_uint32),
+        ("untimed", C.c_uint32),
     ]
 
 

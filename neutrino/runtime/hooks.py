@@ -42,6 +42,7 @@ class Shim:
         self.lib.neutrino_register_callbacks.argtypes = [CB_MODULE, CB_FUNCTION, CB_LAUNCH, CB_LINK, CB_EXIT,
                                                          CB_TEARDOWN]
         self._keep = None
+        self._keep_compiler = None
 
     def real_sym(self, name: str) -> int:
         return self.lib.neutrino_real_sym(name.encode()) or 0
@@ -62,9 +63,22 @@ class Shim:
         self._keep = callbacks  # the CFUNCTYPE objects must outlive the process's use of them
         self.lib.neutrino_register_callbacks(*callbacks)
 
+    def register_compiler(self, callback) -> bool:
+        """shim/compilers.c's callback (nvJitLink taps); False with a shim built before it existed."""
+        fn = getattr(self.lib, "neutrino_register_compiler_callback", None)
+        if fn is None:
+            return False
+        self._keep_compiler = callback
+        fn(callback)
+        return True
+
     def unregister(self) -> None:
         self.lib.neutrino_register_callbacks(CB_MODULE(0), CB_FUNCTION(0), CB_LAUNCH(0), CB_LINK(0), CB_EXIT(0),
                                              CB_TEARDOWN(0))
+        if self._keep_compiler is not None:
+            from neutrino.runtime.compilers import CB_COMPILED
+
+            self.lib.neutrino_register_compiler_callback(CB_COMPILED(0))
 
 
 def read_image(addr: int) -> tuple[bytes, int]:
@@ -128,7 +142,7 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
                 text = C.string_at(data, size).split(b"\0", 1)[0].decode(errors="replace")
                 rt.on_link_add(state or 0, text)
             elif kind == 1:
-                rt.on_link_complete(state or 0, data or 0)
+                rt.on_link_complete(state or 0, data or 0, C.string_at(data, size) if data and size else None)
         except Exception:  # noqa: BLE001
             pass
 

@@ -20,6 +20,7 @@ from neutrino.errors import NeutrinoError
 from neutrino.runtime.options import (
     DEFAULT_BUFFER_BUDGET,
     DEFAULT_TRACE_BUDGET,
+    DEFAULT_TIME_EVERY,
     ENV_OPTIONS,
     WHEN_FULL,
     LaunchFilter,
@@ -60,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--when-full", choices=WHEN_FULL, default="drop",
                    help="when the buffer budget is in use: run the launch unprobed and count it (drop, default) "
                         "or wait for earlier results to drain (wait)")
+    p.add_argument("--time-every", type=int, default=DEFAULT_TIME_EVERY, metavar="N",
+                   help="measure a probed kernel's own time (two CUDA events) on its first launch and then every "
+                        f"N-th (default {DEFAULT_TIME_EVERY}; 1: every launch). The other launches record one event")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its arguments")
     return p
 
@@ -99,6 +103,7 @@ def make_options(ns: argparse.Namespace) -> RuntimeOptions:
         buffer_budget=parse_size(ns.buffer_budget, "--buffer-budget") if ns.buffer_budget else DEFAULT_BUFFER_BUDGET,
         trace_budget=parse_size(ns.trace_budget, "--trace-budget") if ns.trace_budget else DEFAULT_TRACE_BUDGET,
         when_full=ns.when_full,
+        time_every=ns.time_every,
     )
 
 

@@ -58,6 +58,7 @@ class LaunchFilter:
 DEFAULT_BUFFER_BUDGET = 1 << 30  # device (and pinned host) bytes of map buffers held at once
 DEFAULT_TRACE_BUDGET = 8 << 30  # bytes of result frames written per process
 WHEN_FULL = ("drop", "wait")
+DEFAULT_TIME_EVERY = 8  # the kernel's own time: a start event on every 8th probed launch (C path)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -97,6 +98,7 @@ class RuntimeOptions:
     trace_budget: int = DEFAULT_TRACE_BUDGET
     when_full: str = attrs.field(default="drop", validator=attrs.validators.in_(WHEN_FULL))
     callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
+    time_every: int = attrs.field(default=DEFAULT_TIME_EVERY, validator=attrs.validators.ge(1))
 
     def names(self, kernel: str) -> bool:
         """Whether a -k substring matches the kernel (asked for kernels probed only on request)."""

@@ -49,19 +49,19 @@ class FuncRec:
 class Registry:
     """Modules by handle, probed functions by handle. Thread-safe."""
 
-    def __init__(self, find_ptx, arch, wants, named=lambda name: False):
+    def __init__(self, find_ptx, arch, wants, compiled=None, named=lambda name: False):
         self._find_ptx = find_ptx  # (image, arch, path=) -> PtxImage | None
         self._arch = arch  # () -> (major, minor) or None, asked only when an image needs it
         self._wants = wants  # kernel name -> bool (the -k / --filter options)
         self._named = named  # kernel name -> bool: -k names it explicitly
         self.collectives: set[str] = set()  # collective kernels seen and left untouched
-        self.no_ptx_modules = 0
         self._lock = threading.Lock()
         self.modules: dict[int, ModuleRec] = {}
         self.functions: dict[int, FuncRec] = {}
         self._by_name: dict[tuple[int, str], FuncRec] = {}
         self._linked: dict[int, str] = {}  # cubin address from cuLinkComplete -> PTX text
         self._link_ptx: dict[int, list[str]] = {}  # link state -> PTX added so far
+        self.compiled = compiled  # compilers.CompiledIndex: cubin content -> PTX compiled in-process
 
     # -- modules
     def add_module(self, kind: str, handle: int, image: bytes | None, path: str | None, image_addr: int) -> tuple[ModuleRec, str]:
@@ -75,7 +75,6 @@ class Registry:
         rec = ModuleRec(handle, kind, ptx, path)
         with self._lock:
             self.modules[handle] = rec
-            self.no_ptx_modules += ptx is None
         return rec, reason
 
     def _module_ptx(self, image, path, image_addr):
@@ -86,17 +85,27 @@ class Registry:
             image = Path(path).read_bytes()
         if image is None:
             return None
+        entry = self.compiled.lookup(image) if self.compiled is not None else None
+        if entry is not None and entry.ptx is not None:  # a cubin the program compiled itself (XLA: nvJitLink)
+            return SimplePtx(entry.ptx, entry.compiler)
         return self._find_ptx(image, self._arch(), path=path)
+
+    def compiled_reason(self, image: bytes | None) -> str | None:
+        """Why a cubin compiled in this process has no usable PTX (several link inputs), if we saw it made."""
+        entry = self.compiled.lookup(image) if self.compiled is not None and image else None
+        return entry.reason if entry is not None else None
 
     def link_add(self, state: int, ptx_text: str) -> None:
         with self._lock:
             self._link_ptx.setdefault(state, []).append(ptx_text)
 
-    def link_complete(self, state: int, cubin_addr: int) -> None:
+    def link_complete(self, state: int, cubin_addr: int, cubin: bytes | None = None) -> None:
         with self._lock:
             parts = self._link_ptx.pop(state, None)
             if parts and len(parts) == 1 and cubin_addr:
                 self._linked[cubin_addr] = parts[0]
+        if parts and cubin and self.compiled is not None:  # XLA's driver fallback copies the cubin first
+            self.compiled.record(cubin, "cuLinkAddData", parts)
 
     # -- functions
     def add_function(self, kind: str, owner: int, name: str | None, out: int) -> bool:

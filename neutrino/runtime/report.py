@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import statistics
 
+from neutrino.runtime import frameworks
+
 
 def _spread(values: list[float]) -> tuple[float, float]:
     """Median and relative half-range (the noise of repeated runs)."""
@@ -77,9 +79,11 @@ def finish(rt, stream) -> None:
     tr.event("exit", launches=rt.probed_launches, fallbacks=total_fb, dropped=total_drops,
              dropped_by=[{"kernel": k, "reason": r, "launches": n} for (k, r), n in sorted(rt.drops.items())],
              result_bytes=rt.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors,
-             collectives=len(rt.registry.collectives), no_ptx_modules=rt.registry.no_ptx_modules)
+             collectives=len(rt.registry.collectives))
     stream.write(f"neutrino: {rt.probed_launches} probed launch(es), {_mib(rt.result_bytes)} of results, "
                  f"trace in {tr.path}\n")
+    for line in frameworks.summary_lines(getattr(rt, "no_ptx", {}), getattr(rt, "no_ptx_examples", None)):
+        stream.write(line + "\n")
     if total_drops:
         stream.write(f"neutrino: {total_drops} launch(es) ran unprobed because a budget was full "
                      "(--buffer-budget, --trace-budget, --when-full=wait):\n")

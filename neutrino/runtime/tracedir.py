@@ -42,12 +42,17 @@ def name_hash(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:10]
 
 
+# Events that alone do not make a process worth a trace directory: written once something else happens.
+HELD_BACK_EVENTS = frozenset({"start", "framework_flags"})
+
+
 @attrs.define(eq=False)
 class TraceDir:
     """One run's directory. Every method is thread-safe.
 
     A lazy TraceDir creates nothing on disk until the first event other than
-    `start` (a process that never loads a CUDA module leaves no directory).
+    those of HELD_BACK_EVENTS (a process that never loads a CUDA module leaves
+    no directory).
     """
 
     path: Path
@@ -108,7 +113,7 @@ class TraceDir:
         rec = {"event": event, "time": round(time.time(), 6), **fields}
         line = json.dumps(rec, default=str, separators=(",", ":")) + "\n"
         with self._lock:
-            if self._log is None and event == "start":
+            if self._log is None and event in HELD_BACK_EVENTS:
                 self._pending.append(line)
                 return
             self._ensure()

@@ -101,6 +101,7 @@ CUresult cuMemFreeHost(void *p) { free(p); return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = malloc(8); return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
+CUresult cuEventQuery(void *e) { (void)e; return 0; }
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.004f; return 0; }
 CUresult cuEventDestroy_v2(void *e) { free(e); return 0; }
 

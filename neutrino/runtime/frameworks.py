@@ -1,0 +1,148 @@
+"""Which framework a module without PTX came from, what makes its kernels probe-able,
+and the environment a framework needs to hand its PTX (or its launches) to us.
+
+Only PTX can be probed. A module that reaches the driver as SASS alone runs
+unprobed; the exit summary groups those modules by their likely origin, guessed
+from the kernel names in the image (cuBLAS, cuDNN, NCCL, PyTorch's ATen, XLA
+fusions) and from the frameworks the process imported, with one line on what,
+if anything, would make them probe-able (spec/ptx-sources.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import attrs
+
+
+@attrs.frozen
+class Origin:
+    name: str
+    hint: str
+
+
+XLA = Origin("XLA (JAX)", "XLA compiled this PTX where we cannot see it (ptxas as a subprocess, or a cached "
+                          "executable); its kernels are probed when XLA compiles with libnvJitLink, the default "
+                          "when the nvidia-nvjitlink wheel is installed (pip install 'jax[cuda13]'), with JAX's "
+                          "persistent compilation cache off")
+CUBLAS = Origin("cuBLAS", "NVIDIA ships cuBLAS kernels as SASS only: never probed")
+CUDNN = Origin("cuDNN", "NVIDIA ships cuDNN kernels as SASS only: never probed")
+NCCL = Origin("NCCL", "NCCL ships its kernels as SASS only: never probed")
+CUFFT = Origin("cuFFT/cuRAND/cuSPARSE", "NVIDIA libraries ship SASS only: never probed")
+TORCH = Origin("PyTorch (ATen)", "PyTorch's precompiled kernels are SASS only: never probed (its Triton and "
+                                 "TorchInductor kernels are)")
+CUPY = Origin("CuPy", "CuPy hands PTX to the driver when CUPY_COMPILE_WITH_PTX=1 (neutrino sets it unless you "
+                      "did); modules loaded from cubin files stay SASS only")
+NVCC = Origin("a SASS-only build", "rebuild with a PTX target (nvcc -gencode arch=compute_XX,code=compute_XX, "
+                                   "or code=[sm_XX,compute_XX]) to probe its kernels")
+
+# Markers in kernel names (the image's string table), most specific first.
+_NAME_MARKERS: tuple[tuple[bytes, Origin], ...] = (
+    (rb"nccl(Dev)?Kernel|ncclFunction", NCCL),
+    (rb"cudnn|xmma_(fprop|dgrad|wgrad)|conv2d_grouped|fft2d_r2c", CUDNN),
+    (rb"cublas|xmma_gemm|nvjet_|sgemm|hgemm|gemv2[NT]_kernel|gemmSN_|gemmk1_kernel|splitKreduce", CUBLAS),
+    (rb"regular_fft|vector_fft|curand|cusparse|csrmv", CUFFT),
+    (rb"_ZN2at6native|at::native|_ZN3c10", TORCH),
+    (rb"(loop|input)_[A-Za-z0-9_]*fusion|_fusion(_[0-9]+)?\x00|wrapped_[a-z_]+|triton_gemm|gemm_fusion", XLA),
+)
+_NAME_RE = re.compile(b"|".join(b"(?:" + m + b")" for m, _ in _NAME_MARKERS))
+_PATH_MARKERS = (("libcublas", CUBLAS), ("libcudnn", CUDNN), ("libnccl", NCCL), ("libcufft", CUFFT),
+                 ("libcurand", CUFFT), ("libcusparse", CUFFT), ("libtorch", TORCH), ("xla_cuda", XLA),
+                 ("cupy", CUPY))
+
+
+def module_origin(image: bytes | None, path: str | None = None, modules=None) -> Origin:
+    """The likely origin of a module without PTX: its path, its kernel names, then the process's imports."""
+    low = (path or "").lower()
+    for marker, origin in _PATH_MARKERS:
+        if marker in low:
+            return origin
+    if image:
+        m = _NAME_RE.search(image)
+        if m is not None:
+            for marker, origin in _NAME_MARKERS:
+                if re.match(marker, m.group(0)):
+                    return origin
+    loaded = sys.modules if modules is None else modules
+    if "jaxlib" in loaded or "jax" in loaded:
+        return XLA
+    if "cupy" in loaded:
+        return CUPY
+    if "torch" in loaded:
+        return TORCH
+    return NVCC
+
+
+def summary_lines(counts, examples: dict[str, str] | None = None) -> list[str]:
+    """The exit summary's lines for modules that had no PTX: `counts` is Counter(Origin)."""
+    total = sum(counts.values())
+    if not total:
+        return []
+    lines = [f"neutrino: {total} module(s) had no PTX and ran unprobed (likely origin; what makes them probe-able):"]
+    for origin, n in counts.most_common():
+        lines.append(f"  {n:6d}  {origin.name}: {origin.hint}")
+        if examples and examples.get(origin.name):
+            lines.append(f"          e.g. {examples[origin.name]}")
+    return lines
+
+
+# ---------------------------------------------------------------- the child's environment
+
+XLA_FLAGS = "XLA_FLAGS"
+# XLA records runs of fusions into CUDA graphs built node by node (command buffers); launches
+# there never pass through cuLaunchKernel, so they could not be probed. Plain launches instead
+# change no result, only the launch overhead.
+XLA_PROBE_FLAGS = (("xla_gpu_enable_command_buffer", ""),)
+
+
+class BeforeJaxImport:
+    """A sys.meta_path entry that runs `action` once, when the program first imports jax, and then
+    steps aside. Programs commonly set XLA_FLAGS themselves just before `import jax`; our flags are
+    appended to theirs then (XLA reads the variable later, when JAX starts its backend)."""
+
+    def __init__(self, action):
+        self.action = action
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "jax":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        try:
+            self.action()
+        except Exception:  # noqa: BLE001 - never break the program's import
+            pass
+        return None  # the normal finders import jax
+
+
+def watch_for_jax(event=None, environ=None) -> BeforeJaxImport:
+    """Give a JAX program our XLA flags when it imports jax (or now, if it already has)."""
+    hook = BeforeJaxImport(lambda: prepare_jax(environ, event))
+    if "jax" in sys.modules:
+        hook.action()
+    else:
+        sys.meta_path.insert(0, hook)
+    return hook
+
+
+def xla_flags_for_probing(current: str) -> tuple[str, list[str]]:
+    """XLA_FLAGS with ours appended; a flag the user set is never overridden. Returns (value, added)."""
+    added = [f"--{name}={value}" for name, value in XLA_PROBE_FLAGS if f"--{name}" not in current]
+    return " ".join(p for p in [current.strip(), *added] if p), added
+
+
+def prepare_jax(environ=None, event=None) -> list[str]:
+    """In a JAX process, before JAX starts its backend: append our XLA flags. Returns the flags added."""
+    env = os.environ if environ is None else environ
+    value, added = xla_flags_for_probing(env.get(XLA_FLAGS, ""))
+    if added:
+        env[XLA_FLAGS] = value
+        if event is not None:
+            event("framework_flags", framework="jax", variable=XLA_FLAGS, added=added,
+                  why="XLA command buffers launch kernels from CUDA graphs built node by node, which are not "
+                      "probed; set the flag yourself to keep them")
+    return added

@@ -1,0 +1,223 @@
+"""PTX compiled inside the process (XLA's nvJitLink, the driver's linker) reaches the engine;
+modules without PTX are attributed to a framework; a JAX child gets its XLA flags.
+
+The end-to-end tests run a Python program that compiles PTX with a fake libnvJitLink
+(tests/fakecuda/fakenvjitlink.c) and loads the result with a fake libcuda, under the
+real shim, as XLA does on CUDA 13.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import sysconfig
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import neutrino.trace as nt
+from neutrino.runtime import compilers, frameworks
+from neutrino.runtime.compilers import CompiledIndex
+
+from test_runtime_core import VEC_PTX, events, finish, make_runtime, req
+from test_runtime_shim import FAKE, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
+
+VEC_PTX_FILE = FAKE.parent / "data" / "corpus" / "nvcc" / "vec.sm90.ptx"
+CUBIN = b"\x7fELF" + b"\x00" * 60 + b"loop_add_fusion\x00"
+
+
+# ---------------------------------------------------------------- the index
+
+
+def test_one_ptx_link_maps_its_cubin_to_that_ptx():
+    idx = CompiledIndex()
+    idx.add_input("nvJitLink", 1, "PTX-A")
+    idx.add_output("nvJitLink", 1, b"cubin-a")
+    hit = idx.lookup(b"cubin-a")
+    assert hit.ptx == "PTX-A" and hit.compiler == "nvJitLink" and hit.reason is None
+    assert idx.lookup(b"cubin-b") is None
+    assert idx.links_seen == {"nvJitLink": 1}
+
+
+def test_links_of_several_inputs_give_a_reason_not_ptx():
+    idx = CompiledIndex()
+    idx.add_input("nvJitLink", 1, "PTX-A")
+    idx.add_input("nvJitLink", 1, "PTX-B")
+    idx.add_input("nvJitLink", 2, "PTX-C")
+    idx.add_input("nvJitLink", 2, None, "cubin")
+    idx.add_output("nvJitLink", 1, b"ab")
+    idx.add_output("nvJitLink", 2, b"c")
+    assert idx.lookup(b"ab").ptx is None and "2 PTX" in idx.lookup(b"ab").reason
+    assert idx.lookup(b"c").ptx is None and "1 PTX, cubin" in idx.lookup(b"c").reason
+
+
+def test_handles_are_forgotten_and_reused():
+    idx = CompiledIndex()
+    idx.add_input("nvJitLink", 7, "OLD")
+    idx.forget("nvJitLink", 7)
+    idx.add_input("nvJitLink", 7, "NEW")  # the allocator gave the same address to a new link
+    idx.add_output("nvJitLink", 7, b"x")
+    assert idx.lookup(b"x").ptx == "NEW"
+
+
+def test_memory_is_bounded_oldest_first():
+    idx = CompiledIndex(max_bytes=25)
+    for i in range(5):
+        idx.add_input("nvJitLink", i, f"ptx-number-{i}")  # 12 characters each
+        idx.add_output("nvJitLink", i, f"cubin{i}".encode())
+    assert [idx.lookup(f"cubin{i}".encode()) is not None for i in range(5)] == [False, False, False, True, True]
+
+
+def test_compiler_callback_reads_what_the_shim_reports():
+    import ctypes as C
+
+    idx = CompiledIndex()
+    ptx = C.create_string_buffer(b".version 8.0\n.target sm_90\n")
+    out = C.create_string_buffer(b"cubin bytes")
+    cb = compilers.make_compiler_callback(idx, lambda addr: (C.string_at(addr), addr))
+    cb(compilers.TAP_INPUT_DATA, 0x10, compilers.NVJITLINK_INPUT_PTX, C.addressof(ptx), len(ptx.value))
+    cb(compilers.TAP_OUTPUT_CUBIN, 0x10, 0, C.addressof(out), 0)
+    cb(compilers.TAP_DESTROY, 0x10, 0, None, 0)
+    assert idx.lookup(b"cubin bytes").ptx == ".version 8.0\n.target sm_90\n"
+
+
+def test_compiler_callback_never_raises_into_c():
+    def unreadable(addr):
+        raise ValueError("image claims 1 TB")
+
+    cb = compilers.make_compiler_callback(CompiledIndex(), unreadable)
+    cb(compilers.TAP_OUTPUT_CUBIN, 0x11, 0, 0x1000, 0)  # swallowed: the program's compilation goes on
+
+
+# ---------------------------------------------------------------- the runtime
+
+
+def test_runtime_probes_a_cubin_compiled_by_nvjitlink(tmp_path):
+    rt, drv, _ = make_runtime(tmp_path)
+    rt.compiled.add_input("nvJitLink", 0x99, VEC_PTX)
+    rt.compiled.add_output("nvJitLink", 0x99, CUBIN)
+    rt.on_module("cuModuleLoadData", 0x100, CUBIN)
+    assert rt.on_function("module_function", 0x100, "saxpy4", 0x200)
+    r, keep = req()
+    assert rt.on_launch(r) == 0
+    finish(rt)
+    (mod,) = events(rt, "module")
+    assert mod["source"] == "nvJitLink"
+    assert not events(rt, "no_ptx")
+
+
+def test_runtime_finds_a_copied_driver_linked_cubin_by_content(tmp_path):
+    """XLA's driver fallback: cuLinkComplete's cubin is copied before cuModuleLoadData."""
+    rt, drv, _ = make_runtime(tmp_path)
+    rt.on_link_add(0x77, VEC_PTX)
+    rt.on_link_complete(0x77, 0xCAFE, CUBIN)
+    rt.on_module("cuModuleLoadData", 0x500, CUBIN, image_addr=0xBEEF)
+    assert rt.on_function("module_function", 0x500, "saxpy4", 0x501)
+    finish(rt)
+
+
+def test_no_ptx_summary_names_the_framework(tmp_path):
+    rt, drv, _ = make_runtime(tmp_path)
+    rt.on_module("cuModuleLoadData", 0x1, b"\x7fELF...sm90_xmma_gemm_f32f32\x00")
+    rt.on_module("cuModuleLoadData", 0x2, b"\x7fELF...ncclDevKernel_AllReduce\x00")
+    rt.compiled.add_input("nvJitLink", 5, "A")
+    rt.compiled.add_input("nvJitLink", 5, "B")
+    rt.compiled.add_output("nvJitLink", 5, b"\x7fELF..input_reduce_fusion\x00")
+    rt.on_module("cuModuleLoadData", 0x3, b"\x7fELF..input_reduce_fusion\x00")
+    out = finish(rt)
+    assert "3 module(s) had no PTX" in out
+    assert "cuBLAS: NVIDIA ships cuBLAS kernels as SASS only" in out and "NCCL:" in out
+    assert "XLA (JAX):" in out and "nvJitLink linked several inputs (2 PTX)" in out
+    origins = {e["origin"] for e in events(rt, "no_ptx")}
+    assert origins == {"cuBLAS", "NCCL", "XLA (JAX)"}
+
+
+def test_xla_modules_without_any_nvjitlink_link_say_so(tmp_path):
+    rt, drv, _ = make_runtime(tmp_path)
+    rt.on_module("cuModuleLoadData", 0x1, b"\x7fELF...loop_add_fusion\x00")
+    out = finish(rt)
+    assert "XLA (JAX):" in out and "no nvJitLink link was seen in this process" in out
+
+
+@pytest.mark.parametrize("image, path, modules, expected", [
+    (b"..cudnn_infer_sm90..", None, {}, frameworks.CUDNN),
+    (b"..._ZN2at6native29vectorized_elementwise_kernel..", None, {}, frameworks.TORCH),
+    (b"..loop_multiply_fusion\x00..", None, {}, frameworks.XLA),
+    (b"\x7fELF anonymous", None, {"jaxlib": 1}, frameworks.XLA),
+    (b"\x7fELF anonymous", None, {"torch": 1}, frameworks.TORCH),
+    (b"\x7fELF anonymous", None, {}, frameworks.NVCC),
+    (None, "/usr/lib/libcublasLt.so.13", {}, frameworks.CUBLAS),
+])
+def test_module_origin(image, path, modules, expected):
+    assert frameworks.module_origin(image, path, modules) == expected
+
+
+def test_summary_is_silent_without_ptx_less_modules():
+    assert frameworks.summary_lines(Counter()) == []
+
+
+# ---------------------------------------------------------------- XLA flags for a JAX child
+
+
+def test_xla_flags_appended_never_overriding():
+    value, added = frameworks.xla_flags_for_probing("--xla_dump_to=/tmp/d")
+    assert value == "--xla_dump_to=/tmp/d --xla_gpu_enable_command_buffer=" and added == [
+        "--xla_gpu_enable_command_buffer="]
+    value, added = frameworks.xla_flags_for_probing("--xla_gpu_enable_command_buffer=FUSION")
+    assert value == "--xla_gpu_enable_command_buffer=FUSION" and added == []
+
+
+def test_prepare_jax_notes_the_flags_in_the_event_log():
+    env, seen = {}, []
+    assert frameworks.prepare_jax(env, lambda kind, **f: seen.append((kind, f))) == ["--xla_gpu_enable_command_buffer="]
+    assert env["XLA_FLAGS"] == "--xla_gpu_enable_command_buffer="
+    (kind, fields), = seen
+    assert kind == "framework_flags" and fields["framework"] == "jax"
+    assert frameworks.prepare_jax(env, lambda kind, **f: seen.append(kind)) == [] and len(seen) == 1
+
+
+# ---------------------------------------------------------------- end to end: shim + fake nvJitLink
+
+
+@pytest.fixture(scope="module")
+def fakejitlink(fakecuda):  # noqa: F811
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(fakecuda / "libnvJitLink.so.13"),
+                    str(FAKE / "fakenvjitlink.c")], check=True)
+    return fakecuda
+
+
+def test_nvjitlink_compiled_kernel_is_probed(tmp_path, fakejitlink, shim):  # noqa: F811
+    rc, log = _run_under_fake(tmp_path, fakejitlink, [sys.executable, str(FAKE / "app_nvjitlink.py"),
+                                                      str(VEC_PTX_FILE), "saxpy4", "3"])
+    assert rc == 0
+    assert log == ["saxpy4 probed=1 grid=4"] * 3
+    t = nt.load(tmp_path / "trace")
+    assert len(t.launches) == 3 and len(t.launches[0].maps["block_sched"].valid()) == 8
+    mods = [e for e in nt.read_events(t.path / "event.log") if e["event"] == "module"]
+    assert [m["source"] for m in mods] == ["nvJitLink"]
+
+
+def real_nvjitlink() -> str | None:
+    """A real libnvJitLink: $NEUTRINO_TEST_NVJITLINK, or the nvidia-nvjitlink wheel's."""
+    if os.environ.get("NEUTRINO_TEST_NVJITLINK"):
+        return os.environ["NEUTRINO_TEST_NVJITLINK"]
+    site = sysconfig.get_paths()["purelib"]
+    hits = sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", "libnvJitLink.so.*")) +
+                  glob.glob(os.path.join(site, "nvidia", "nvjitlink", "lib", "libnvJitLink.so.*")))
+    return hits[-1] if hits else None
+
+
+def test_real_nvjitlink_is_tapped(tmp_path, shim):  # noqa: F811
+    """The real library (no GPU needed to compile), found by ctypes through dlsym as XLA's stubs do:
+    the cubin it returns is mapped to its PTX, sized exactly from its ELF headers."""
+    lib = real_nvjitlink()
+    if lib is None:
+        pytest.skip("no libnvJitLink (pip install nvidia-nvjitlink, or set NEUTRINO_TEST_NVJITLINK)")
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, LD_PRELOAD=str(shim), PYTHONPATH=os.pathsep.join([str(repo), str(FAKE)]))
+    r = subprocess.run([sys.executable, str(FAKE / "real_nvjitlink.py"), str(shim), lib, str(VEC_PTX_FILE), "sm_90"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "tapped:" in r.stdout, r.stderr[-2000:]
