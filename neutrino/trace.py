@@ -750,6 +750,21 @@ def load(path) -> Trace:
     return Trace(run, probe_text, events, _launches(run, events, problems), problems)
 
 
+def find_job_dir(path) -> Path | None:
+    """`path` if it is a job directory, or its only job subdirectory when it holds no run of its
+    own (a trace directory after one `neutrino ... -- torchrun ...`); else None."""
+    path = Path(path)
+    if find_rank_dirs(path):
+        return path
+    if not path.is_dir() or (path / "event.log").exists():
+        return None
+    subs = [p for p in path.iterdir() if p.is_dir()]
+    if any((p / "event.log").exists() for p in subs):
+        return None
+    jobs = [p for p in subs if find_rank_dirs(p)]
+    return jobs[0] if len(jobs) == 1 else None
+
+
 def load_job(path) -> list[tuple[int, Trace]]:
     """(rank, trace) of every rank of a job directory, ordered by rank."""
     ranks = find_rank_dirs(path)

@@ -240,7 +240,8 @@ def test_two_ranks_on_one_device_each_get_a_directory_and_report(tmp_path, fakec
     assert combined[3].split()[:2] == ["saxpy4", "10"]
 
     out_json = tmp_path / "job.json"
-    assert cli_main(["export", str(job), "--perfetto", str(out_json)]) == 0
+    assert nt.find_job_dir(tmp_path / "trace") == job  # the trace directory holds this job only
+    assert cli_main(["export", str(tmp_path / "trace"), "--perfetto", str(out_json)]) == 0
     doc = json.loads(out_json.read_text())
     names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     assert sorted(names) == [1, 2] and names[1].startswith("rank 0") and names[2].startswith("rank 1")

@@ -169,10 +169,11 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
     tool's `analyze_launch`, e.g. `{"dmat": {"time_base": "block", "granule": 32}}`.
     """
     from neutrino.analysis import ranks
-    from neutrino.trace import find_rank_dirs
+    from neutrino.trace import find_job_dir
 
-    if find_rank_dirs(trace_dir):  # a job of several ranks: spec/analysis.md, "Several ranks"
-        return ranks.report_main(trace_dir, out_dir, plots=plots, plots_per_kernel=plots_per_kernel,
+    job = find_job_dir(trace_dir)
+    if job is not None:  # a job of several ranks: spec/analysis.md, "Several ranks"
+        return ranks.report_main(str(job), out_dir, plots=plots, plots_per_kernel=plots_per_kernel,
                                  tool_options=tool_options)
     try:
         trace, launches = load_trace(trace_dir)
