@@ -712,10 +712,31 @@ def find_run_dir(path) -> Path:
     runs = sorted(p for p in path.iterdir() if (p / "event.log").exists())
     if len(runs) == 1:
         return runs[0]
+    ranks = find_rank_dirs(path)
+    if ranks and len(ranks) == len(runs):
+        raise TraceError(f"{path}: a job of {len(ranks)} rank(s) ({', '.join(p.name for _, p in ranks[:8])}): "
+                         "name one of them, or read them all with neutrino.trace.load_job")
     if not runs:
         raise TraceError(f"{path}: not a trace directory (no event.log here or in a subdirectory)")
     names = ", ".join(p.name for p in runs[-5:])
     raise TraceError(f"{path}: holds {len(runs)} runs ({names}); name one of them")
+
+
+_RANK_DIR = re.compile(r"rank(\d+)(?:\.(\d+))?")
+
+
+def find_rank_dirs(path) -> list[tuple[int, Path]]:
+    """(rank, run directory) of each rank of a job directory (`<tracedir>/<job>/rank<R>[.<pid>]`,
+    spec/trace-format.md), ordered by rank; [] when `path` is not a job directory."""
+    path = Path(path)
+    if not path.is_dir() or (path / "event.log").exists():
+        return []
+    found = []
+    for sub in path.iterdir():
+        m = _RANK_DIR.fullmatch(sub.name)
+        if m and (sub / "event.log").exists():
+            found.append((int(m.group(1)), int(m.group(2) or -1), sub))
+    return [(rank, sub) for rank, _, sub in sorted(found)]
 
 
 def read_events(path: Path) -> list[dict]:
@@ -750,6 +771,29 @@ def load(path) -> Trace:
             probe_text = (run / name).read_text()
     problems: list[str] = []
     return Trace(run, probe_text, events, _launches(run, events, problems), problems)
+
+
+def find_job_dir(path) -> Path | None:
+    """`path` if it is a job directory, or its only job subdirectory when it holds no run of its
+    own (a trace directory after one `neutrino ... -- torchrun ...`); else None."""
+    path = Path(path)
+    if find_rank_dirs(path):
+        return path
+    if not path.is_dir() or (path / "event.log").exists():
+        return None
+    subs = [p for p in path.iterdir() if p.is_dir()]
+    if any((p / "event.log").exists() for p in subs):
+        return None
+    jobs = [p for p in subs if find_rank_dirs(p)]
+    return jobs[0] if len(jobs) == 1 else None
+
+
+def load_job(path) -> list[tuple[int, Trace]]:
+    """(rank, trace) of every rank of a job directory, ordered by rank."""
+    ranks = find_rank_dirs(path)
+    if not ranks:
+        raise TraceError(f"{path}: not a job directory (no rank<R>/ run directory in it)")
+    return [(rank, load(run)) for rank, run in ranks]
 
 
 def read_index(run: Path, events: list[dict]) -> list[dict]:

@@ -233,6 +233,7 @@ void neutrino_fast_reset(void) {
             free(ch);
         }
         pools[c].chunks = NULL;
+        pools[c].ctx = NULL;  /* contexts created later get the entry: FAST_CTXS bounds live contexts only */
     }
     pthread_mutex_unlock(&pool_lock);
 }

@@ -31,9 +31,22 @@ class FakeCapture:
         self.deps: list[int] = []
 
 
+CTX0 = 0xC0  # the context of device 0; device d's is ctx_of(d)
+
+
+def ctx_of(device: int) -> int:
+    return CTX0 + 0x100 * device
+
+
 class FakeDriver:
-    def __init__(self, *, cc=(9, 0), sm_count=132):
-        self.cc, self.sm_count = cc, sm_count
+    """`devices`: the compute capability of each device (default: one device of `cc`). The current
+    context is per thread, as in CUDA, and starts as device 0's."""
+
+    def __init__(self, *, cc=(9, 0), sm_count=132, devices=None):
+        self.devices = list(devices) if devices else [cc]
+        self.cc, self.sm_count = self.devices[0], sm_count
+        self._tls = threading.local()
+        self.made_in: dict[int, int] = {}  # handle or address -> context current when it was made
         self._ids = itertools.count(0x1000, 0x10)
         self._lock = threading.Lock()
         self.mem: dict[int, object] = {}
@@ -42,6 +55,7 @@ class FakeDriver:
         self.attrs: dict[tuple[int, int], int] = {}
         self.globals: dict[tuple[int, str], object] = {}
         self.launches: list[tuple] = []  # (kind, func, grid, block, params addr)
+        self.launch_ctx: list[int] = []  # the context current at each launch
         self.kernel_impl = {}  # name -> fn(driver, req, params_addr, func_name)
         self.program_impl = {}  # name -> fn(driver, req, params_addr): the program's own work
         self.calls: list[str] = []
@@ -73,16 +87,32 @@ class FakeDriver:
         return {0: "CUDA_SUCCESS", 700: "CUDA_ERROR_ILLEGAL_ADDRESS", 701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"}.get(rc, "CUresult")
 
     def ctx_get_current(self):
-        return 0xC0
+        return getattr(self._tls, "ctx", CTX0)
+
     def ctx_set_current(self, ctx):
-        pass
+        assert (ctx - CTX0) % 0x100 == 0 and 0 <= (ctx - CTX0) // 0x100 < len(self.devices), hex(ctx)
+        self._tls.ctx = ctx
+
+    def ctx_device(self):
+        return (self.ctx_get_current() - CTX0) // 0x100
+
+    def device_attribute(self, device, attr):
+        cc = self.devices[device]
+        return {75: cc[0], 76: cc[1], 16: self.sm_count, 38: 1 << 20}[attr]
 
     def device_attr(self, attr):
-        return {75: self.cc[0], 76: self.cc[1], 16: self.sm_count, 38: 1 << 20}[attr]
+        return self.device_attribute(self.ctx_device(), attr)
+
+    def device_pci_bus_id(self, device):
+        return f"0000:{0x18 + device:02x}:00.0"
+
+    def _made(self, handle):
+        self.made_in[handle] = self.ctx_get_current()
+        return handle
 
     def module_load_data(self, image):
         self._check("module_load_data")
-        h = self._new()
+        h = self._made(self._new())
         self.modules[h] = image
         return h
 
@@ -93,7 +123,7 @@ class FakeDriver:
 
     def module_get_function(self, module, name):
         self._check("module_get_function")
-        h = self._new()
+        h = self._made(self._new())
         self.functions[h] = (module, name)
         return h
 
@@ -208,7 +238,7 @@ class FakeDriver:
         self.allocations += 1
         buf = (C.c_ubyte * max(size, 16))()
         C.memset(buf, 0xAB, len(buf))  # garbage, so a missing memset shows
-        addr = C.addressof(buf)
+        addr = self._made(C.addressof(buf))
         with self._lock:
             self.mem[addr] = buf
         return addr, True
@@ -218,7 +248,7 @@ class FakeDriver:
         return addr
 
     def stream_create_nonblocking(self):
-        return self._new()
+        return self._made(self._new())
 
     def stream_wait_event(self, stream, event):
         pass
@@ -257,7 +287,7 @@ class FakeDriver:
             self.mem.pop(addr)
 
     def event_create(self, timing=True):
-        return self._new()
+        return self._made(self._new())
 
     def event_record(self, ev, stream):
         pass
@@ -283,6 +313,7 @@ class FakeDriver:
     def _run_kernel(self, func, req, params, kind=0):
         with self._lock:
             self.launches.append((kind, func, req.grid, req.block, params))
+            self.launch_ctx.append(self.ctx_get_current())
         module, name = self.functions.get(func, (None, None))
         probed = b"__nt_buf" in self.modules.get(module, b"")
         impl = self.kernel_impl.get(name)

@@ -233,6 +233,13 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
     kernel (0: every launch). `tool_options` passes keyword options to a
     tool's `analyze_launch`, e.g. `{"dmat": {"time_base": "block", "granule": 32}}`.
     """
+    from neutrino.analysis import ranks
+    from neutrino.trace import find_job_dir
+
+    job = find_job_dir(trace_dir)
+    if job is not None:  # a job of several ranks: spec/analysis.md, "Several ranks"
+        return ranks.report_main(str(job), out_dir, plots=plots, plots_per_kernel=plots_per_kernel,
+                                 tool_options=tool_options)
     try:
         trace, launches = load_trace(trace_dir)
         report = analyze(trace, launches, tool_options=tool_options)

@@ -129,6 +129,7 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
     from neutrino.runtime.codecache import CodeCache, default_cache_dir
     from neutrino.runtime.core import Runtime
     from neutrino.runtime.driver import RealDriver
+    from neutrino.runtime import rank
     from neutrino.runtime.tracedir import TraceDir
 
     import neutrino
@@ -136,11 +137,11 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
     opts = RuntimeOptions.from_json(options_json)
     probes = load_probes(opts.probe)
     run_dir = _claim_run_dir()
-    trace = TraceDir(run_dir) if run_dir is not None else TraceDir.create(opts.tracedir, lazy=True)
+    trace = TraceDir(run_dir) if run_dir is not None else _trace_dir(opts)
     trace.write_probe(probes.text)
     trace.event("start", pid=os.getpid(), argv=list(getattr(sys, "argv", []) or []), probe=opts.probe,
                 options=opts.to_json(), version=neutrino.__version__, embedded=embedded,
-                session=os.environ.get("NEUTRINO_SESSION"))
+                session=os.environ.get("NEUTRINO_SESSION"), **rank.start_fields())
     rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
                  native_writer=shim_path, compiled=compiled)
     try:
@@ -172,6 +173,15 @@ def _claim_run_dir():
     except OSError:
         return None
     return Path(run_dir)
+
+
+def _trace_dir(opts):
+    """This process's run directory: per rank under the job's directory when a launcher set a rank."""
+    from neutrino.runtime import rank
+    from neutrino.runtime.tracedir import ENV_JOB, TraceDir
+
+    me = rank.rank_from_env()
+    return TraceDir.create(opts.tracedir, lazy=True, rank=None if me is None else me.rank, job=os.environ.get(ENV_JOB))
 
 
 def _tap_compilers(rt, shim, embedded: bool) -> None:

@@ -34,13 +34,12 @@ from neutrino.runtime.driver import (
     COPIED_FUNC_ATTRS,
     CU_STREAM_LEGACY,
     CU_STREAM_PER_THREAD,
-    DEV_ATTR_CC_MAJOR,
-    DEV_ATTR_CC_MINOR,
     LAUNCH_COOP_PTSZ,
     LAUNCH_EX_PTSZ,
     LAUNCH_KERNEL_PTSZ,
     DriverError,
 )
+from neutrino.runtime.devices import Devices
 from neutrino.runtime.drain import NativeWriter, ResultWriter
 from neutrino.runtime.compilers import CompiledIndex
 from neutrino.runtime.fastpath import FastPath
@@ -96,11 +95,12 @@ class Runtime:
         self.opt = options
         self.probes = probes
         self.trace = trace
-        self._arch: tuple[int, int] | None = None
+        self.devices = Devices(drv, trace)
         # cubins the program compiled itself (XLA): content -> PTX; bootstrap.py hands in the one it fills from start
         self.compiled = compiled if compiled is not None else CompiledIndex()
-        self.registry = Registry(ptx_finder or _default_ptx_finder(), self.arch, options.wants, self.compiled)
-        self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.arch,
+        self.registry = Registry(ptx_finder or _default_ptx_finder(), self.devices.current_arch, options.wants,
+                                 self.compiled, named=options.names)
+        self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.devices.arch,
                                      benchmark=options.benchmark)
         self.pool = BufferPool(drv, options.buffer_budget, host=not native_writer)
         self.wait_when_full = options.when_full == "wait"
@@ -172,12 +172,15 @@ class Runtime:
         self.registry.link_complete(state, cubin_addr, cubin)
 
     def on_function(self, kind: str, owner: int, name: str | None, out: int) -> bool:
-        return self.registry.add_function(kind, owner, name, out)
+        seen = len(self.registry.collectives)
+        probed = self.registry.add_function(kind, owner, name, out)
+        if not seen and self.registry.collectives:  # once per process; the exit event counts them all
+            self.trace.event("collective", kernel=name, reason="collective kernels run untouched unless -k names them")
+        return probed
 
-    def arch(self) -> tuple[int, int]:
-        if self._arch is None:
-            self._arch = (self.drv.device_attr(DEV_ATTR_CC_MAJOR), self.drv.device_attr(DEV_ATTR_CC_MINOR))
-        return self._arch
+    def arch(self) -> tuple[int, int] | None:
+        """The current context's device architecture (None without a current context)."""
+        return self.devices.current_arch()
 
     # ------------------------------------------------------------ launches
     def on_launch(self, req: LaunchRequest) -> int:
@@ -198,7 +201,7 @@ class Runtime:
                 return NOT_HANDLED
             return self._launch_probed(rec, pk, req, ctx)
         except Fallback as e:
-            self._fallback(rec, req, e.stage, e.reason, e.permanent)
+            self._fallback(rec, req, e.stage, e.reason, e.permanent, quiet=e.repeat)
         except DriverError as e:
             self._fallback(rec, req, "driver", str(e))
         except NeutrinoError as e:
@@ -290,6 +293,15 @@ class Runtime:
         self.graphs.forget_all()
         if self.fast is not None:
             self.fast.reset()
+        self.forget_contexts()
+
+    def forget_contexts(self) -> None:
+        """Drop what is keyed by context handle: a context created later may reuse a destroyed
+        one's handle, on another device (the shim does not say which context goes away)."""
+        self.kernels.forget_contexts()
+        self.devices.forget()
+        self.pool.close()
+        self.enqueuer.forget_contexts()
 
     def _acquire(self, ctx: int, classes) -> list:
         """Slots from the pool; when it is full, reclaim what the writer finished and try again
@@ -321,11 +333,13 @@ class Runtime:
         finally:
             self.pool.release(slots)
 
-    def _fallback(self, rec: FuncRec, req: LaunchRequest, stage: str, reason: str, permanent: bool = False) -> None:
+    def _fallback(self, rec: FuncRec, req: LaunchRequest, stage: str, reason: str, permanent: bool = False,
+                  quiet: bool = False) -> None:
         with self._lock:
             self.fallbacks[(rec.name, stage)] += 1
-        self.trace.event("fallback", kernel=rec.name, stage=stage, reason=reason, kernel_launch=req.index,
-                         permanent=permanent)
+        if not quiet:
+            self.trace.event("fallback", kernel=rec.name, stage=stage, reason=reason, kernel_launch=req.index,
+                             permanent=permanent)
         if permanent:
             rec.failed = reason
             for h in self.registry.handles_of(rec):

@@ -75,6 +75,7 @@ _SIGNATURES = {
     "cuCtxSetCurrent": [P],
     "cuCtxGetDevice": [C.POINTER(C.c_int)],
     "cuDeviceGetAttribute": [C.POINTER(C.c_int), C.c_int, C.c_int],
+    "cuDeviceGetPCIBusId": [C.c_char_p, C.c_int, C.c_int],
     "cuModuleLoadDataEx": [PP, P, U, P, P],
     "cuModuleGetFunction": [PP, P, C.c_char_p],
     "cuKernelGetFunction": [PP, P],
@@ -186,10 +187,25 @@ class RealDriver:
         self._call("cuCtxSetCurrent", ctx)
 
     def device_attr(self, attr: int) -> int:
-        dev, v = C.c_int(), C.c_int()
+        """An attribute of the current context's device."""
+        return self.device_attribute(self.ctx_device(), attr)
+
+    def ctx_device(self) -> int:
+        """The ordinal of the current context's device."""
+        dev = C.c_int()
         self._call("cuCtxGetDevice", C.byref(dev))
-        self._call("cuDeviceGetAttribute", C.byref(v), attr, dev.value)
+        return dev.value
+
+    def device_attribute(self, device: int, attr: int) -> int:
+        v = C.c_int()
+        self._call("cuDeviceGetAttribute", C.byref(v), attr, device)
         return v.value
+
+    def device_pci_bus_id(self, device: int) -> str:
+        """`domain:bus:device.function`, the name nvidia-smi and NCCL print."""
+        buf = C.create_string_buffer(32)
+        self._call("cuDeviceGetPCIBusId", buf, len(buf), device)
+        return buf.value.decode(errors="replace")
 
     # -- modules and functions
     def module_load_data(self, image: bytes) -> int:

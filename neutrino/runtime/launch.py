@@ -57,6 +57,13 @@ class Enqueuer:
         self._flush: dict[int, tuple[int, int]] = {}  # ctx -> (ptr, size) of the L2 flush buffer
         self._counts_host: tuple[int, memoryview] | None = None  # pinned memory the counting kernel's counts come back to
 
+    def forget_contexts(self) -> None:
+        """Contexts are going away, and their events and streams with them."""
+        with self._lock:
+            self._events.clear()
+            self._copy_streams.clear()
+            self._flush.clear()
+
     # -- resources kept for the process's life
     def event(self, ctx: int, timing: bool = True) -> int:
         with self._lock:

@@ -35,6 +35,8 @@ from neutrino.runtime.options import (
     RuntimeOptions,
     parse_size,
 )
+from neutrino.runtime.rank import set_collective_defaults
+from neutrino.runtime.tracedir import ENV_JOB, run_dir_name
 
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
@@ -185,6 +187,8 @@ def child_env(opts: RuntimeOptions, shim: Path, base: dict | None = None) -> dic
         env["NEUTRINO_LIBPYTHON"] = lib
         env["NEUTRINO_SYSPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     env.pop("NEUTRINO_EMBEDDED", None)
+    env[ENV_JOB] = run_dir_name(time.time(), os.getpid())  # ranks of a job share <tracedir>/<job>/
+    set_collective_defaults(env)
     # CuPy compiles RawModule/RawKernel code to SASS-only cubins unless told to keep PTX;
     # with PTX the driver JITs it (cached by the driver) and its kernels can be probed.
     env.setdefault("CUPY_COMPILE_WITH_PTX", "1")

@@ -109,6 +109,10 @@ class RuntimeOptions:
     graphs: bool = False  # probe kernels captured into CUDA graphs (opt-in until verified on a GPU)
     verbosity: int = 0  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)
 
+    def names(self, kernel: str) -> bool:
+        """Whether a -k substring matches the kernel (asked for kernels probed only on request)."""
+        return any(k in kernel for k in self.kernels)
+
     def wants(self, kernel: str) -> bool:
         if self.kernels and not kernel_selected(kernel, self.kernels):
             return False

@@ -27,8 +27,9 @@ MAX_LAYOUTS = 256  # launch shapes remembered per kernel; more are recomputed
 class Fallback(NeutrinoError):
     """Something on our side failed; the original kernel must run instead."""
 
-    def __init__(self, stage: str, reason: str, permanent: bool = False):
+    def __init__(self, stage: str, reason: str, permanent: bool = False, repeat: bool = False):
         self.stage, self.reason, self.permanent = stage, reason, permanent
+        self.repeat = repeat  # the same failure as an earlier launch's, already logged
         super().__init__(f"{stage}: {reason}")
 
 
@@ -135,14 +136,25 @@ class ProbedKernel:
 
 
 class KernelBuilder:
-    """Probed code per (context, kernel), built on first use, from the code cache when it can."""
+    """Probed code per (context, kernel), built on first use, from the code cache when it can.
+
+    Keyed by context: a kernel launched on two devices (a CUkernel handle is valid in
+    every context) is built, loaded and planned once per context, for that device's
+    architecture (`arch(ctx)`, part of the code cache key)."""
 
     def __init__(self, drv, engine, cache, trace, probes, arch, *, benchmark: bool = False):
         self.drv, self.engine, self.cache, self.trace, self.probes = drv, engine, cache, trace, probes
-        self.arch = arch
+        self.arch = arch  # ctx -> (major, minor) of its device
         self.benchmark = benchmark
         self._lock = threading.RLock()
         self._built: dict[tuple[int, int], ProbedKernel] = {}
+        self._refused: dict[tuple[int, int], str] = {}  # (ctx, kernel) whose PTX this device cannot run
+
+    def forget_contexts(self) -> None:
+        """Contexts are going away: their modules with them (a new context may reuse a handle)."""
+        with self._lock:
+            self._built.clear()
+            self._refused.clear()
 
     def get(self, rec, ctx: int, original_func: int) -> ProbedKernel:
         key = (ctx, id(rec))
@@ -151,8 +163,19 @@ class KernelBuilder:
             with self._lock:
                 pk = self._built.get(key)
                 if pk is None:
-                    pk = self._build(rec, ctx)
-                    self._built[key] = pk
+                    pk = self._build_in(key, rec, ctx)
+        return pk
+
+    def _build_in(self, key, rec, ctx: int) -> ProbedKernel:
+        if key in self._refused:  # not permanent: the kernel may still be probed on another device
+            raise Fallback("arch", self._refused[key], repeat=True)
+        try:
+            pk = self._build(rec, ctx)
+        except Fallback as e:
+            if e.stage == "arch":
+                self._refused[key] = e.reason
+            raise
+        self._built[key] = pk
         return pk
 
     def check_attrs(self, pk: ProbedKernel, original_func: int, shared_bytes: int) -> None:
@@ -164,7 +187,11 @@ class KernelBuilder:
     def _build(self, rec, ctx: int) -> ProbedKernel:
         t0 = time.perf_counter()
         ptx = rec.module.ptx.text
-        key = cache_key(ptx, self.probes.text, self.arch(), rec.name)
+        arch = self.arch(ctx)
+        refusal = ptx_refuses_arch(rec.module.ptx, arch)
+        if refusal is not None:
+            raise Fallback("arch", refusal)
+        key = cache_key(ptx, self.probes.text, arch, rec.name)
         entry, where = self.cache.get(key)
         if entry is None or entry.info is None:
             source = str(getattr(rec.module.ptx, "source", "<ptx>"))
@@ -187,7 +214,7 @@ class KernelBuilder:
                          sites=info.get("sites"), skipped=len(info.get("skipped", ())))
         pk = ProbedKernel(rec.name, func, count_func, info, kdir, ctx=ctx, globals=gvars)
         if self.benchmark:
-            pk.baseline, pk.baseline_globals = self._baseline(rec)
+            pk.baseline, pk.baseline_globals = self._baseline(rec, arch)
         return pk
 
     def _mirror_globals(self, rec, module: int) -> list[GlobalVar]:
@@ -222,9 +249,9 @@ class KernelBuilder:
         except DriverError as e:
             raise Fallback("jit", f"{link_error}; loading the PTX: {e}", permanent=True) from None
 
-    def _baseline(self, rec) -> tuple[int, list]:
+    def _baseline(self, rec, arch: tuple[int, int]) -> tuple[int, list]:
         ptx = rec.module.ptx.text
-        key = cache_key(ptx, "", self.arch(), rec.name, variant="pruned")
+        key = cache_key(ptx, "", arch, rec.name, variant="pruned")
         entry, where = self.cache.get(key)
         if entry is None:
             entry = CacheEntry(self.engine.prune(ptx, rec.name), None)
@@ -257,6 +284,23 @@ class KernelBuilder:
                         raise
             pk.attrs_seen[attr] = v
         pk.attrs_checked = True
+
+
+def ptx_refuses_arch(ptx, arch: tuple[int, int]) -> str | None:
+    """Why a module's PTX cannot be JIT-compiled for a device of compute capability `arch`, or None.
+
+    The PTX was picked when the module was loaded, for the device current then; a CUlibrary
+    is context-independent and may be launched on a device of another architecture."""
+    target = getattr(ptx, "arch", None)
+    if not isinstance(target, int):
+        return None  # unknown: let the JIT decide
+    device = arch[0] * 10 + arch[1]
+    variant = getattr(ptx, "arch_variant", "") or ""
+    fits = (target == device if variant == "a" else
+            target // 10 == device // 10 and target <= device if variant == "f" else target <= device)
+    if fits:
+        return None
+    return f"the module's PTX targets sm_{target}{variant}, which this device (sm_{device}) cannot run"
 
 
 def copy_globals_in(drv, gvars: list[GlobalVar], stream: int) -> None:

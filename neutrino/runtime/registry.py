@@ -12,6 +12,15 @@ from pathlib import Path
 
 import attrs
 
+# Collective-communication kernels (NCCL: `ncclDevKernel_AllReduce_Sum_f32_RING_LL`, older
+# `ncclKernel_...`) run untouched unless -k names them: they spin on peers' progress, and a
+# probed copy (more registers, buffers, a slower path) must never change or stall a collective.
+COLLECTIVE_PREFIXES = ("ncclDevKernel", "ncclKernel")
+
+
+def is_collective(name: str) -> bool:
+    return name.startswith(COLLECTIVE_PREFIXES)
+
 
 @attrs.frozen
 class SimplePtx:
@@ -40,10 +49,12 @@ class FuncRec:
 class Registry:
     """Modules by handle, probed functions by handle. Thread-safe."""
 
-    def __init__(self, find_ptx, arch, wants, compiled=None):
+    def __init__(self, find_ptx, arch, wants, compiled=None, named=lambda name: False):
         self._find_ptx = find_ptx  # (image, arch, path=) -> PtxImage | None
-        self._arch = arch  # () -> (major, minor), asked only when an image needs it
+        self._arch = arch  # () -> (major, minor) or None, asked only when an image needs it
         self._wants = wants  # kernel name -> bool (the -k / --filter options)
+        self._named = named  # kernel name -> bool: -k names it explicitly
+        self.collectives: set[str] = set()  # collective kernels seen and left untouched
         self._lock = threading.Lock()
         self.modules: dict[int, ModuleRec] = {}
         self.functions: dict[int, FuncRec] = {}
@@ -108,6 +119,9 @@ class Registry:
             if kind == "kernel_function":  # cuKernelGetFunction: same kernel as its CUkernel
                 rec = self.functions.get(owner)
             else:
+                if name is not None and is_collective(name) and not self._named(name):
+                    self.collectives.add(name)  # with or without PTX in its module
+                    return False
                 mod = self.modules.get(owner)
                 if mod is None or mod.ptx is None or name is None:
                     return False

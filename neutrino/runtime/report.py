@@ -82,6 +82,13 @@ def closing_line(rt, seen: int, probed: int, fell_back: int) -> str:
             f"trace in {rt.trace.path}\n")
 
 
+def _untouched(rt, stream) -> None:
+    """One line for the kernels we never touch (collectives), not one per launch or module."""
+    n = len(rt.registry.collectives)
+    if n:
+        stream.write(f"neutrino: {n} NCCL kernel(s) ran untouched (collectives are probed only when -k names them)\n")
+
+
 def finish(rt, stream) -> None:
     tr = rt.trace
     if not tr.materialized and not rt.bench and not rt.opt.memusage:
@@ -102,7 +109,8 @@ def finish(rt, stream) -> None:
     tr.event("exit", launches=rt.probed_launches, fallbacks=total_fb, dropped=total_drops,
              kernels_seen=seen, kernels_probed=probed, kernels_fell_back=fell_back,
              dropped_by=[{"kernel": k, "reason": r, "launches": n} for (k, r), n in sorted(rt.drops.items())],
-             result_bytes=rt.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors)
+             result_bytes=rt.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors,
+             collectives=len(rt.registry.collectives))
     if quiet:
         stream.flush()
         tr.close()
@@ -124,6 +132,7 @@ def finish(rt, stream) -> None:
                      "(--buffer-budget, --trace-budget, --when-full=wait):\n")
         for (kernel, reason), n in rt.drops.most_common(10):
             stream.write(f"  {n:6d}  {reason:14s} {_short(kernel, 60)}\n")
+    _untouched(rt, stream)
     if total_fb:
         stream.write(f"neutrino: {total_fb} launch(es) ran unprobed because of a failure on our side:\n")
         for (kernel, stage), n in rt.fallbacks.most_common(10):

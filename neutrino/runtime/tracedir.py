@@ -14,9 +14,28 @@ import attrs
 from neutrino import trace as tracefmt
 
 
+ENV_JOB = "NEUTRINO_JOB"  # set by the launcher for its children: the job directory's name
+
+
 def run_dir_name(start: float, pid: int) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(start))
     return f"{stamp}_{pid}"
+
+
+def rank_dir_name(rank: int) -> str:
+    return f"rank{rank}"
+
+
+def run_path(root, start: float, pid: int, rank: int | None = None, job: str | None = None) -> Path:
+    """Where a process's run directory goes (spec/trace-format.md): `<root>/<time>_<pid>` for a
+    plain process; `<root>/<job>/rank<R>` for rank R of a job the launcher named; and
+    `<root>/<time>_<pid>_rank<R>` for a rank whose launcher named no job."""
+    root = Path(root).expanduser().resolve()
+    if rank is None:
+        return root / run_dir_name(start, pid)
+    if job and "/" not in job and job not in (".", ".."):
+        return root / job / rank_dir_name(rank)
+    return root / f"{run_dir_name(start, pid)}_{rank_dir_name(rank)}"
 
 
 def name_hash(name: str) -> str:
@@ -45,21 +64,36 @@ class TraceDir:
     _closed: bool = False
     _results: dict = attrs.field(factory=dict, repr=False)  # kernel dir -> open per-kernel result file
     result_bytes: int = 0
+    _claim_pid: int | None = None  # a rank directory: claimed exclusively, `rank<R>.<pid>` if taken
 
     @classmethod
-    def create(cls, root, *, start: float | None = None, pid: int | None = None, lazy: bool = False) -> "TraceDir":
+    def create(cls, root, *, start: float | None = None, pid: int | None = None, lazy: bool = False,
+               rank: int | None = None, job: str | None = None) -> "TraceDir":
         start = time.time() if start is None else start
         pid = os.getpid() if pid is None else pid
-        path = Path(root).expanduser().resolve() / run_dir_name(start, pid)
-        td = cls(path)
+        td = cls(run_path(root, start, pid, rank, job))
+        if rank is not None and job:
+            td._claim_pid = pid
         if not lazy:
             td._ensure()
         return td
+
+    def _claim(self) -> None:
+        """Two processes of one job may say they are the same rank (a restarted worker, a helper
+        process that inherited RANK): the second takes `rank<R>.<pid>`."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir()
+        except FileExistsError:
+            self.path = self.path.with_name(f"{self.path.name}.{self._claim_pid}")
 
     def _ensure(self) -> None:
         with self._lock:
             if self._log is not None or self._closed:
                 return
+            if self._claim_pid is not None:
+                self._claim()
+                self._claim_pid = None
             (self.path / "result").mkdir(parents=True, exist_ok=True)
             (self.path / "kernel").mkdir(exist_ok=True)
             self._log = open(self.path / "event.log", "a", encoding="utf-8", buffering=1)

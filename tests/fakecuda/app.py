@@ -20,9 +20,14 @@ def launch_all(ptx_path, kernel, n):
     cu.cuLaunchKernel.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
     cu.cuLaunchKernelEx.argtypes = [C.c_void_p] * 4
     config = Config((4, 1, 1), (64, 1, 1), 0, None, None, 0)
+    devices = int(os.environ.get("FAKEAPP_DEVICES", "1"))  # launch on the devices in turn (contexts of fakecuda.c)
+    counter = iter(range(1 << 62))
 
     def launches(count):
         for _ in range(count):
+            i = next(counter)
+            if devices > 1:
+                assert cu.cuCtxSetCurrent(C.c_void_p(0xC0 + 0x100 * (i % devices))) == 0
             if os.environ.get("FAKEAPP_EX"):  # as Triton launches
                 assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
             else:

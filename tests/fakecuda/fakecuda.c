@@ -28,14 +28,33 @@ typedef struct { Module *mod; char name[256]; int attr8; } Function;
 
 CUresult cuInit(unsigned f) { (void)f; return 0; }
 CUresult cuGetErrorName(CUresult rc, const char **s) { *s = rc ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS"; return 0; }
-CUresult cuCtxGetCurrent(void **c) { *c = (void *)0xC0; return 0; }
-CUresult cuCtxSetCurrent(void *c) { (void)c; return 0; }
-CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
-CUresult cuDeviceGetAttribute(int *v, int a, int d) {
-    (void)d;
-    *v = a == 75 ? 9 : a == 76 ? 0 : a == 16 ? 132 : a == 38 ? (1 << 20) : 0;
+/* Devices: context 0xC0 + 0x100*d is device d's (current per thread, device 0's at first);
+ * FAKECUDA_CC="90,80" gives each device's compute capability (default: one sm_90). */
+static __thread uintptr_t current_ctx = 0xC0;
+static int device_cc(int d) {
+    const char *s = getenv("FAKECUDA_CC");
+    for (int i = 0; s && *s; i++) {
+        if (i == d) return atoi(s);
+        s = strchr(s, ',');
+        if (s) s++;
+    }
+    return d == 0 ? 90 : -1;
+}
+CUresult cuCtxGetCurrent(void **c) { *c = (void *)current_ctx; return 0; }
+CUresult cuCtxSetCurrent(void *c) {
+    uintptr_t v = (uintptr_t)c;
+    if (v < 0xC0 || (v - 0xC0) % 0x100 || device_cc((int)((v - 0xC0) / 0x100)) < 0) return 201; /* INVALID_CONTEXT */
+    current_ctx = v;
     return 0;
 }
+CUresult cuCtxGetDevice(int *d) { *d = (int)((current_ctx - 0xC0) / 0x100); return 0; }
+CUresult cuDeviceGetAttribute(int *v, int a, int d) {
+    int cc = device_cc(d);
+    if (cc < 0) return 101; /* INVALID_DEVICE */
+    *v = a == 75 ? cc / 10 : a == 76 ? cc % 10 : a == 16 ? 132 : a == 38 ? (1 << 20) : 0;
+    return 0;
+}
+CUresult cuDeviceGetPCIBusId(char *bus, int len, int d) { snprintf(bus, len, "0000:%02x:00.0", 0x18 + d); return 0; }
 
 static Module *new_module(const void *image) {
     Module *m = calloc(1, sizeof *m);
