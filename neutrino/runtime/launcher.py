@@ -267,6 +267,9 @@ def run_directories(session: str, tracedir: Path, run_dir: Path | None) -> list[
     candidates = [run_dir, *sorted(run_dir.iterdir())] if run_dir is not None else []
     if tracedir.is_dir():
         candidates += sorted(tracedir.iterdir())
+    # a job's ranks write <job>/rank<R> (spec/trace-format.md): one level further down
+    candidates += [sub for path in list(candidates) if path.is_dir() and not (path / "event.log").exists()
+                   for sub in sorted(path.iterdir()) if sub.is_dir()]
     found = []
     for path in candidates:
         try:
