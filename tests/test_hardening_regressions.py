@@ -326,3 +326,32 @@ def test_toml_nested_too_deeply_is_located():
     """Fuzz regression: tomllib recursed on 3,000 nested arrays (RecursionError, the CLI's catch-all)."""
     rendered = refusal('[p]\nposition = "kernel"\nbefore = ' + "[" * 3000 + "]" * 3000 + "\n")
     assert rendered.startswith("p.toml:3: error: invalid TOML: arrays or inline tables nested too deeply")
+
+
+def test_long_blank_run_inside_operands_is_refused_without_a_hang():
+    """A fuzz find: `cvta.to.global.u64 %rd3, %r` + a long run of blanks and newlines + more text made the
+    instruction regex retry the tail at every character (quadratic: 26 s for 67k characters). Refused,
+    located, with the operand shortened in the message; the alarm turns a relapse into a failure."""
+    import signal
+
+    from neutrino.errors import NeutrinoError
+    from neutrino.isa.ptx import parse_module
+
+    blank = " \n" * 100_000
+    text = (".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k(.param .u64 p)\n{\n"
+            ".reg .b64 %rd<4>;\n.reg .b32 %r<2>;\n"
+            f"\tcvta.to.global.u64 %rd3, %r{blank}\tmul.wide.s32 %rd2, %r1, 4;\n\tret;\n}}\n")
+
+    def hang(*_):
+        raise TimeoutError("parsing a long blank run took over 20 s")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(20)
+    try:
+        with pytest.raises(NeutrinoError) as err:
+            parse_module(text, "blank.ptx")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    message = str(err.value)
+    assert "blank.ptx:" in message and "cannot parse operand" in message and len(message) < 1000

@@ -48,7 +48,9 @@ RANGED_NAME_RE = re.compile(rf"({IDENT})\s*<\s*(\d+)\s*>")
 REG_NAME_RE = re.compile(IDENT)
 # An opcode may be followed directly by a vector operand: `ld.global.v2.b32{%r1, %r2}, [%rd1];`.
 INSTRUCTION_RE = re.compile(
-    rf"\s*(?:@(!?)({IDENT})\s+)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:(?:\s+|(?=\{{))(\S.*?))?\s*$", re.S
+    # the operands end at their last non-space character: a greedy `.*` backtracks over the trailing
+    # space only (a lazy `.*?\s*$` retries the tail at every character: quadratic in long blank runs)
+    rf"\s*(?:@(!?)({IDENT})\s+)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:(?:\s+|(?=\{{))(\S.*\S|\S))?\s*$", re.S
 )
 LINE_DIRECTIVE_RE = re.compile(r"\.(?:loc|file)\b")
 
@@ -797,7 +799,8 @@ def _offset_operand(text: str) -> ir.Offset:
     """`mt+4`, `%r2 + 4`: a name plus a constant outside brackets."""
     m = OFFSET_OPERAND_RE.match(text)
     if m is None:
-        raise ValueError(f"cannot parse operand {text!r}")
+        shown = text if len(text) <= 80 else f"{text[:60]}…({len(text)} characters)"
+        raise ValueError(f"cannot parse operand {shown!r}")
     base, sign, offset = m.groups()
     if sign == "-":
         offset = offset[1:] if offset.startswith("-") else "-" + offset.lstrip("+")
