@@ -184,7 +184,15 @@ def _first_deep_line(lines: list[str], limit: int = 100) -> int:
     return 0
 
 
+# Probe files are a few kilobytes; the TOML reader's time on megabytes of mutated text is not ours to
+# bound, so larger files are refused before reading (spec/probe-toml.md, "Errors").
+MAX_PROBE_FILE_BYTES = 1 << 20
+
+
 def parse_probes(text: str, path: str = "<probes>", isa: str = "ptx") -> ProbeFile:
+    if len(text) > MAX_PROBE_FILE_BYTES:
+        raise ProbeError(Diagnostic(Location(path), f"probe file of {len(text):,} characters: the limit is "
+                                    f"{MAX_PROBE_FILE_BYTES:,} (1 MiB)"))
     # TOML lines end at "\n" only (splitlines would also split at \x0c, \x1c, \u2028, ...).
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     try:

@@ -355,3 +355,13 @@ def test_long_blank_run_inside_operands_is_refused_without_a_hang():
         signal.signal(signal.SIGALRM, old)
     message = str(err.value)
     assert "blank.ptx:" in message and "cannot parse operand" in message and len(message) < 1000
+
+
+def test_probe_file_over_one_mebibyte_is_refused_before_reading(tmp_path):
+    from neutrino.errors import ProbeError
+    from neutrino.probefile import MAX_PROBE_FILE_BYTES, load_probes
+
+    path = tmp_path / "huge.toml"
+    path.write_text("# padding\n" * (MAX_PROBE_FILE_BYTES // 10 + 1))
+    with pytest.raises(ProbeError, match=r"huge.toml: error: probe file of [\d,]+ characters: the limit is 1,048,576"):
+        load_probes(str(path))
