@@ -12,6 +12,7 @@ import glob
 import os
 import subprocess
 import sys
+import shutil
 import sysconfig
 from collections import Counter
 from pathlib import Path
@@ -170,13 +171,61 @@ def test_xla_flags_appended_never_overriding():
     assert value == "--xla_gpu_enable_command_buffer=FUSION" and added == []
 
 
-def test_prepare_jax_notes_the_flags_in_the_event_log():
+def test_prepare_jax_notes_the_flags_in_the_event_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(frameworks, "route_ptxas_through_wrapper", lambda env, event=None: None)
     env, seen = {}, []
     assert frameworks.prepare_jax(env, lambda kind, **f: seen.append((kind, f))) == ["--xla_gpu_enable_command_buffer="]
     assert env["XLA_FLAGS"] == "--xla_gpu_enable_command_buffer="
     (kind, fields), = seen
-    assert kind == "framework_flags" and fields["framework"] == "jax"
+    assert kind == "framework_flags" and fields["framework"] == "jax" and fields["variable"] == "XLA_FLAGS"
     assert frameworks.prepare_jax(env, lambda kind, **f: seen.append(kind)) == [] and len(seen) == 1
+
+
+# ---------------------------------------------------------------- XLA's ptxas subprocess: the wrapper
+
+from neutrino.runtime import ptxas_wrapper  # noqa: E402
+
+HAVE_PTXAS = ptxas_wrapper.find_real_ptxas() is not None
+
+
+def test_ptxas_arguments_as_xla_writes_them():
+    assert ptxas_wrapper.split_arguments(["/tmp/x/m.ptx", "-o", "/tmp/x/m.cubin", "-arch=sm_90a", "--warn-on-spills"]) \
+        == ("/tmp/x/m.ptx", "/tmp/x/m.cubin")
+    assert ptxas_wrapper.split_arguments(["-arch=sm_90", "--output-file=/o.cubin", "/i.ptx"]) == ("/i.ptx", "/o.cubin")
+    assert ptxas_wrapper.split_arguments(["--version"]) == (None, None)
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="needs ptxas")
+def test_wrapper_runs_ptxas_unchanged_and_files_the_ptx_by_cubin_hash(tmp_path, monkeypatch):
+    """A JAX process: PATH leads XLA to the wrapper; its cubin is the real ptxas's, byte for byte, and the
+    index then answers a module load of that cubin with the PTX it came from."""
+    env, seen = {"PATH": os.environ["PATH"]}, []
+    bin_dir = frameworks.route_ptxas_through_wrapper(env, lambda kind, **f: seen.append(f), str(tmp_path / "idx"))
+    assert env["PATH"].split(os.pathsep)[0] == bin_dir and seen[0]["variable"] == "PATH"
+    assert shutil.which("ptxas", path=env["PATH"]) == os.path.join(bin_dir, "ptxas")
+    ptx = VEC_PTX_FILE.read_text()
+    (tmp_path / "m.ptx").write_text(ptx)
+    args = [str(tmp_path / "m.ptx"), "-arch=sm_90", "-o"]
+    clean_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    r = subprocess.run([os.path.join(bin_dir, "ptxas"), *args, str(tmp_path / "wrapped.cubin")],
+                       env=dict(clean_env, PATH=env["PATH"]), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    real = subprocess.run([ptxas_wrapper.find_real_ptxas(), *args, str(tmp_path / "real.cubin")], timeout=120)
+    assert real.returncode == 0
+    cubin = (tmp_path / "wrapped.cubin").read_bytes()
+    assert cubin == (tmp_path / "real.cubin").read_bytes()
+    monkeypatch.setenv(ptxas_wrapper.ENV_INDEX, env[ptxas_wrapper.ENV_INDEX])
+    found = compilers.CompiledIndex().lookup(cubin)
+    assert found is not None and found.compiler == "ptxas" and found.ptx == ptx
+    assert compilers.CompiledIndex().lookup(cubin + b"\0") is None
+    # a failing compile keeps ptxas's status and files nothing
+    (tmp_path / "bad.ptx").write_text(".version 8.0\n.target sm_90\nnot ptx;\n")
+    r = subprocess.run([os.path.join(bin_dir, "ptxas"), str(tmp_path / "bad.ptx"), "-arch=sm_90", "-o",
+                        str(tmp_path / "bad.cubin")], env=clean_env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "error" in r.stderr.lower()
+    assert len(list((tmp_path / "idx").glob("*.ptx"))) == 1
+    # a second JAX import in the same process (or a child) does not wrap the wrapper
+    assert frameworks.route_ptxas_through_wrapper(env) is None
 
 
 # ---------------------------------------------------------------- end to end: shim + fake nvJitLink

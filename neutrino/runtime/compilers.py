@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import ctypes as C
 import hashlib
+import os
 import threading
 from collections import OrderedDict
+from pathlib import Path
 
 import attrs
+
+from neutrino.runtime.ptxas_wrapper import ENV_INDEX
 
 NVJITLINK_INPUT_PTX = 2
 NVJITLINK_INPUT_NAMES = {1: "cubin", 2: "PTX", 3: "LTO-IR", 4: "fatbin", 5: "object", 6: "library", 7: "index"}
@@ -94,11 +98,15 @@ class CompiledIndex:
 
     # -- what module loads ask
     def lookup(self, image: bytes) -> Compiled | None:
-        if not self._by_cubin:
+        filed = os.environ.get(ENV_INDEX)  # PTX the ptxas wrapper filed by cubin hash (ptxas_wrapper.py)
+        if not self._by_cubin and not filed:
             return None
         key = cubin_key(image)
         with self._lock:
-            return self._by_cubin.get(key)
+            found = self._by_cubin.get(key)
+        if found is None and filed:
+            found = _filed_by_ptxas(Path(filed), key)
+        return found
 
     def _remember(self, key: str, entry: Compiled) -> None:
         old = self._by_cubin.pop(key, None)
@@ -109,6 +117,15 @@ class CompiledIndex:
         while self._held > self.max_bytes and len(self._by_cubin) > 1:
             _, gone = self._by_cubin.popitem(last=False)
             self._held -= len(gone.ptx or "")
+
+
+def _filed_by_ptxas(index_dir: Path, key: str) -> Compiled | None:
+    """The PTX a ptxas subprocess compiled into the cubin with this hash (XLA's route), or None."""
+    try:
+        raw = (index_dir / f"{key}.ptx").read_bytes()
+    except OSError:
+        return None
+    return Compiled(_ptx_text(raw), "ptxas")
 
 
 def _compiled_from(link: _Link, compiler: str) -> Compiled:

@@ -23,9 +23,9 @@ class Origin:
     hint: str
 
 
-XLA = Origin("XLA (JAX)", "XLA compiled this PTX where we cannot see it (ptxas as a subprocess, or a cached "
-                          "executable); its kernels are probed when XLA compiles with libnvJitLink, the default "
-                          "when the nvidia-nvjitlink wheel is installed (pip install 'jax[cuda13]'), with JAX's "
+XLA = Origin("XLA (JAX)", "XLA compiled this PTX where we cannot see it (a ptxas our PATH wrapper does not "
+                          "front, or an executable from JAX's persistent compilation cache); its kernels are probed "
+                          "when XLA compiles with libnvJitLink or with the ptxas first on PATH, with JAX's "
                           "persistent compilation cache off")
 CUBLAS = Origin("cuBLAS", "NVIDIA ships cuBLAS kernels as SASS only: never probed")
 CUDNN = Origin("cuDNN", "NVIDIA ships cuDNN kernels as SASS only: never probed")
@@ -135,9 +135,39 @@ def xla_flags_for_probing(current: str) -> tuple[str, list[str]]:
     return " ".join(p for p in [current.strip(), *added] if p), added
 
 
+def route_ptxas_through_wrapper(env, event=None, index_dir: str | None = None) -> str | None:
+    """XLA compiles PTX with a ptxas subprocess (jaxlib 0.11 without nvJitLink): put our wrapper
+    (ptxas_wrapper.py) first on PATH so the PTX of every cubin is filed by the cubin's hash.
+    Returns the wrapper's directory, or None (no real ptxas, or a wrapper is already in place)."""
+    import tempfile
+    from pathlib import Path
+
+    from neutrino.runtime import ptxas_wrapper
+
+    if env.get(ptxas_wrapper.ENV_INDEX):
+        return None
+    real = ptxas_wrapper.find_real_ptxas(env.get("PATH", ""))
+    if real is None:
+        return None
+    index = Path(index_dir or tempfile.mkdtemp(prefix="neutrino-xla-ptx-"))
+    bin_dir = ptxas_wrapper.install(index, real)
+    env[ptxas_wrapper.ENV_INDEX] = str(index)
+    env["PATH"] = os.pathsep.join(p for p in (str(bin_dir), env.get("PATH", "")) if p)
+    if event is not None:
+        event("framework_flags", framework="jax", variable="PATH", added=[str(bin_dir)], real_ptxas=real,
+              why="XLA compiles PTX with a ptxas subprocess; the wrapper runs it unchanged and files each "
+                  "module's PTX by its cubin's hash, so the modules XLA loads are probed from their own PTX")
+    return str(bin_dir)
+
+
 def prepare_jax(environ=None, event=None) -> list[str]:
-    """In a JAX process, before JAX starts its backend: append our XLA flags. Returns the flags added."""
+    """In a JAX process, before JAX starts its backend: append our XLA flags and route its ptxas
+    through our wrapper. Returns the flags added."""
     env = os.environ if environ is None else environ
+    try:
+        route_ptxas_through_wrapper(env, event)
+    except OSError:  # no room for the wrapper: XLA's modules stay unprobed, the program runs as it is
+        pass
     value, added = xla_flags_for_probing(env.get(XLA_FLAGS, ""))
     if added:
         env[XLA_FLAGS] = value
