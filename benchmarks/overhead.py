@@ -43,6 +43,7 @@ CONFIGS = {
     "block_sched every:50": ["-p", "block_sched", "--launches", "every:50"],
     "block_sched 0:1": ["-p", "block_sched", "--launches", "0:1"],
     "dmat": ["-p", "dmat"],
+    "block_sched graphs": ["-p", "block_sched", "--graphs"],  # the graph workload's replays probed
 }
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph")
 

@@ -54,7 +54,7 @@ def manual_plain(tmp_path):
 
 def test_manual_capture_block_sched(tmp_path, manual_plain):
     env, cmd = manual_plain
-    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env)
+    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env, "--graphs")
     _report("manual block_sched", r, trace)
     _npz_equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
     replays = _graph_launches(trace)
@@ -68,7 +68,7 @@ def test_manual_capture_block_sched(tmp_path, manual_plain):
 
 def test_manual_capture_gmem_bytes_exact_per_replay(tmp_path, manual_plain):
     env, cmd = manual_plain
-    r, trace = run_probed("gmem_bytes", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env)
+    r, trace = run_probed("gmem_bytes", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env, "--graphs")
     _report("manual gmem_bytes", r, trace)
     _npz_equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
     graph_vadd = [la for la in _graph_launches(trace) if la.kernel == "vadd"]
@@ -79,7 +79,7 @@ def test_manual_capture_gmem_bytes_exact_per_replay(tmp_path, manual_plain):
 
 def test_launch_filter_counts_replays(tmp_path, manual_plain):
     env, cmd = manual_plain
-    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env,
+    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env, "--graphs",
                           "--launches", "0:10")
     _report("manual 0:10", r, trace)
     _npz_equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
@@ -92,7 +92,7 @@ def test_reduce_overhead_training_loop(tmp_path):
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "ic")  # one cache: both runs run the same kernels
     cmd = [sys.executable, str(WORKLOADS / "w_graphs.py"), "compile"]
     run_plain(cmd + [str(tmp_path / "plain.npz")], env)
-    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz")], tmp_path / "t", env)
+    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz")], tmp_path / "t", env, "--graphs")
     _report("reduce-overhead block_sched", r, trace)
     _npz_equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
     replays = _graph_launches(trace)
