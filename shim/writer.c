@@ -153,18 +153,36 @@ static int64_t append_frame(const nt_job *j, char *const *data) {
     return (int64_t)start;
 }
 
+static pthread_mutex_t wstreams_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int contexts_forgotten;  /* the writer thread must set its context again */
+
 static void *stream_for(void *ctx) {
+    void *st = NULL;
+    pthread_mutex_lock(&wstreams_lock);
     for (unsigned i = 0; i < W_CTXS; i++) {
-        if (wstreams[i].ctx == ctx) return wstreams[i].stream;
+        if (wstreams[i].ctx == ctx) { st = wstreams[i].stream; break; }
         if (!wstreams[i].ctx) {
-            void *st = NULL;
-            if (stream_create(&st, 1 /* non-blocking */) != 0) return NULL;
+            if (stream_create(&st, 1 /* non-blocking */) != 0) { st = NULL; break; }
             wstreams[i].ctx = ctx;
             wstreams[i].stream = st;
-            return st;
+            break;
         }
     }
-    return NULL;
+    pthread_mutex_unlock(&wstreams_lock);
+    return st;
+}
+
+/* A context is going away (everything in flight is written by then): forget the streams and
+ * pooled events made in contexts, since a context created later may reuse a handle. They are
+ * not destroyed: the dying context takes its own with it, and the others keep a few idle ones. */
+void neutrino_writer_forget_contexts(void) {
+    pthread_mutex_lock(&wstreams_lock);
+    memset(wstreams, 0, sizeof wstreams);
+    atomic_store(&contexts_forgotten, 1);
+    pthread_mutex_unlock(&wstreams_lock);
+    pthread_mutex_lock(&ev_lock);
+    ev_n = 0;
+    pthread_mutex_unlock(&ev_lock);
 }
 
 /* At most this many jobs per batch (one sync each), and no more staged bytes than the staging
@@ -371,6 +389,7 @@ static void *loop(void *arg) {
         node *nd = head;
         pthread_mutex_unlock(&lock);
         if (!nd) return NULL;
+        if (atomic_exchange(&contexts_forgotten, 0)) ctx = NULL;  /* set the job's context again */
         /* Only this thread removes from the list; the launch path appends at the tail. `next`
          * links are read under the lock so an append in progress is never seen half-done. */
         if (nd->job.host_frame) {

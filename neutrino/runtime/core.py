@@ -302,6 +302,7 @@ class Runtime:
         self.devices.forget()
         self.pool.close()
         self.enqueuer.forget_contexts()
+        self.writer.forget_contexts()
 
     def _acquire(self, ctx: int, classes) -> list:
         """Slots from the pool; when it is full, reclaim what the writer finished and try again

@@ -106,6 +106,9 @@ class ResultWriter:
                     return not self._pending
         return True
 
+    def forget_contexts(self) -> None:
+        """Nothing is kept per context here (the Python writer copies on the launch's stream)."""
+
     def stop(self, timeout: float) -> bool:
         ok = self.wait_idle(timeout)
         if self._thread is not None:
@@ -158,6 +161,7 @@ class NativeWriter:
         self._wait = released.neutrino_writer_wait
         self._wait.argtypes = [C.c_uint64, C.c_int64]
         self._stop = released.neutrino_writer_stop
+        self._forget_contexts = released.neutrino_writer_forget_contexts
         self._next_seq = held.neutrino_writer_next_seq
         self._next_seq.restype = C.c_uint64
         self._completed = C.c_uint64.in_dll(held, "neutrino_writer_completed")
@@ -268,6 +272,11 @@ class NativeWriter:
         ok = not self._started or bool(self._wait(seq, int(timeout * 1000)))
         self.reclaim()
         return ok
+
+    def forget_contexts(self) -> None:
+        """After a drain, before a context goes away: the C writer drops its per-context streams and
+        pooled events (a later context may reuse the handle)."""
+        self._forget_contexts()
 
     def stop(self, timeout: float) -> bool:
         ok = self.wait_idle(timeout)
