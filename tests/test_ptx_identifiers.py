@@ -244,7 +244,7 @@ def _assemble(ptx: str, path: Path) -> None:
 @pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not on PATH")
 @pytest.mark.parametrize("probe", BUILTINS + [str(p) for p in PROBES], ids=lambda p: p.rsplit("/", 1)[-1])
 @pytest.mark.parametrize("path", FEATURES, ids=lambda p: p.name)
-def test_nvcc_output_instruments_with_every_probe(path, probe, request):
+def test_nvcc_output_instruments_with_every_probe(path, probe):
     if probe not in BUILTINS and ".sm90." not in path.name:
         pytest.skip("test probes run on the sm_90 builds only (time)")
     text = path.read_text()
