@@ -173,6 +173,9 @@ def test_gmem_bytes_known_total_and_bandwidth():
     r2 = gmem_bytes.LaunchResult(1, "vadd", None, gmem_bytes.ByteStats.of(np.array([400])))
     assert gmem_bytes.kernel_total([r, r2]) == (2000, pytest.approx(1.6))  # bandwidth over timed launches
     assert gmem_bytes.kernel_summary([r, r2])["bytes"] == "2000"
+    numbers = gmem_bytes.kernel_numbers([r, r2])  # what report --format csv|json writes
+    assert numbers["bytes"] == 2000 and numbers["bytes_per_launch"] == 1000 and numbers["active_threads"] == 201
+    assert numbers["gb_per_s"] == pytest.approx(1.6)
 
 
 def test_gmem_bytes_large_values_do_not_overflow():
@@ -286,6 +289,8 @@ def test_tensorop_thread_and_warp_counts():
     assert r.stats == tensorop.TensorStats(thread_instructions=160, warp_instructions=6, threads=64,
                                            active_threads=48, active_warps=2)
     assert tensorop.kernel_summary([r])["warp mma/us"] == "6"
+    assert tensorop.kernel_numbers([r]) == {"mma_threads": 160, "mma_warps": 6, "active_warps": 2,
+                                            "warp_mma_per_us": pytest.approx(6.0)}
 
 
 def test_tensorop_partial_warps_in_odd_blocks():
@@ -331,6 +336,8 @@ def test_program_progress_branch_counter_fields_of_the_tool():
     assert r.picture[200 * 512 // 701, 48] == 1  # warp 0 reaches 48 at x = 200
     row = program_progress.kernel_summary([r])
     assert row["warps"] == "2" and row["progress"] == "48..48"
+    numbers = program_progress.kernel_numbers([r])
+    assert numbers["warps"] == 2 and (numbers["progress_min"], numbers["progress_max"]) == (48, 48)
 
 
 # --- perfetto ----------------------------------------------------------------------------------

@@ -225,7 +225,8 @@ def test_report_formats_for_scripts(tmp_path):
     report = json.loads(proc.stdout)
     (row,) = report["kernels"]
     assert (row["kernel"], row["launches"], row["records"], row["time_us"]) == ("vadd", 1, 8, 0.16)
-    assert row["block_sched.blocks"] == "4"
+    assert row["block_sched.blocks"] == 4 and row["block_sched.sms"] >= 1  # numbers, not display strings
+    assert isinstance(row["block_sched.busy_imbalance"], float) and row["block_sched.span_unit"]
     proc = neutrino("report", run, "--format", "csv")
     header, line = proc.stdout.splitlines()
     assert header.startswith("kernel,launches,maps,records,dropped,time_us,block_sched.blocks")
@@ -239,3 +240,10 @@ def test_demo_is_short_and_says_where_the_files_are(tmp_path):
     assert len(proc.stdout.splitlines()) <= 6
     assert "files: neutrino-demo/original.ptx, neutrino-demo/probed.ptx, neutrino-demo/kernel.json" in proc.stdout
     assert (tmp_path / "neutrino-demo" / "probed.ptx").read_text().count(".entry") == 1
+
+
+def test_every_tool_gives_numbers_to_scripts():
+    """report --format csv|json takes each tool's kernel_numbers (quantities, not display strings)."""
+    from neutrino.analysis.report import TOOLS
+
+    assert TOOLS and all(callable(getattr(tool, "kernel_numbers", None)) for tool in TOOLS)

@@ -289,6 +289,26 @@ def _mean(values) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def kernel_numbers(results: list[LaunchResult]) -> dict[str, float | int | str | None]:
+    """The report row's quantities as numbers, for `report --format csv|json` (means over launches)."""
+    stats = [r.stats for r in results]
+    units = {s.time_unit for s in stats}
+    return {
+        "blocks": sum(s.blocks for s in stats),
+        "sms": max((len(s.sms) for s in stats), default=0),
+        "span": _mean([s.span for s in stats]),
+        "span_unit": units.pop() if len(units) == 1 else "mixed",
+        "busy_imbalance": _mean([s.busy_imbalance for s in stats]),
+        "blocks_per_sm_cv": _mean([s.blocks_per_sm_cv for s in stats]),
+        "tail_fraction": _mean([s.tail_fraction for s in stats]),
+        "idle_gaps": sum(s.gap_count for s in stats),
+        "idle_gap_max": max((s.gap_max for s in stats), default=None),
+        "refill_mean": _mean([s.refill_mean for s in stats]),
+        "clock_ghz": _mean([r.clock_ghz for r in results if r.clock_ghz is not None]),
+        "split_blocks": sum(s.split_blocks for s in stats),
+    }
+
+
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
     """Columns of the report row of one kernel (means over its launches)."""
     stats = [r.stats for r in results]

@@ -218,6 +218,14 @@ def analyze_launch(launch, md, probe_text: str | None = None, *, time_base: str 
                         hist=builder.result())
 
 
+def kernel_numbers(results: list[LaunchResult]) -> dict[str, int]:
+    """The report row's quantities as numbers, for `report --format csv|json`."""
+    return {"accesses": sum(r.hist.accesses for r in results),
+            "lines": max((len(r.hist.lines) for r in results), default=0),
+            "regions": max((len(r.hist.regions()) for r in results), default=0),
+            "clock_span": max((r.hist.t_span for r in results), default=0)}
+
+
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
     return {
         "accesses": C.fmt_num(sum(r.hist.accesses for r in results)),

@@ -104,6 +104,15 @@ def kernel_total(results: list[LaunchResult]) -> tuple[int, float | None]:
     return total, bw
 
 
+def kernel_numbers(results: list[LaunchResult]) -> dict[str, float | int | None]:
+    """The report row's quantities as numbers, for `report --format csv|json`."""
+    total, bw = kernel_total(results)
+    n = len(results)
+    return {"bytes": total, "bytes_per_launch": total / n if n else None,
+            "active_threads": _sum_known(r.stats.active for r in results),
+            "max_per_thread": _max_known(r.stats.max_per_record for r in results), "gb_per_s": bw}
+
+
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
     total, bw = kernel_total(results)
     n = len(results)

@@ -153,6 +153,18 @@ def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
     return LaunchResult(int(launch.index), launch.kernel, warps, counter_f, picture)
 
 
+def kernel_numbers(results: list[LaunchResult]) -> dict[str, float | int | None]:
+    """The report row's quantities as numbers, for `report --format csv|json`."""
+    warps = WarpProgress.concat([r.warps for r in results])
+    if len(warps) == 0:
+        return {"warps": 0}
+    return {"warps": len(warps), "samples": int(warps.samples.sum()),
+            "samples_per_warp_min": int(warps.samples.min()), "samples_per_warp_max": int(warps.samples.max()),
+            "progress_min": int(warps.progress.min()), "progress_max": int(warps.progress.max()),
+            "median_span": float(np.median(warps.span)), "max_span": int(warps.span.max()),
+            "straggler": warps.straggler_ratio}
+
+
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
     warps = WarpProgress.concat([r.warps for r in results])
     if len(warps) == 0:

@@ -169,7 +169,8 @@ def render(report: Report) -> str:
 
 
 def kernel_rows(report: Report) -> list[dict]:
-    """One dict per kernel: the text report's columns, then each tool's as `tool.column` (for --format csv/json)."""
+    """One dict per kernel: the text report's columns, then each tool's numbers as `tool.quantity`
+    (for --format csv/json: numbers, not the text report's display strings)."""
     rows = []
     for k in report.kernels.values():
         row = {"kernel": k.kernel, "launches": k.launches, "maps": " ".join(k.maps), "records": k.records,
@@ -177,9 +178,15 @@ def kernel_rows(report: Report) -> list[dict]:
         for tool in TOOLS:
             name = tool_name(tool)
             if k.results.get(name):
-                row.update({f"{name}.{col}": value for col, value in tool.kernel_summary(k.results[name]).items()})
+                numbers = getattr(tool, "kernel_numbers", tool.kernel_summary)(k.results[name])
+                row.update({f"{name}.{col}": _plain(value) for col, value in numbers.items()})
         rows.append(row)
     return rows
+
+
+def _plain(value):
+    """numpy scalars as Python numbers (json cannot write them); everything else as it is."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def render_csv(report: Report) -> str:

@@ -88,6 +88,18 @@ def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
                         duration_ns=launch.duration_ns, stats=stats)
 
 
+def kernel_numbers(results: list[LaunchResult]) -> dict[str, float | int | None]:
+    """The report row's quantities as numbers, for `report --format csv|json`."""
+    total = TensorStats(0, 0, 0, 0, 0)
+    for r in results:
+        total = total + r.stats
+    timed = [r for r in results if r.duration_ns]
+    rate = (sum(r.stats.warp_instructions for r in timed) / sum(r.duration_ns for r in timed) * 1e3
+            if timed else None)
+    return {"mma_threads": total.thread_instructions, "mma_warps": total.warp_instructions,
+            "active_warps": total.active_warps, "warp_mma_per_us": rate}
+
+
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
     total = TensorStats(0, 0, 0, 0, 0)
     for r in results:
