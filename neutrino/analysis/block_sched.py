@@ -310,27 +310,23 @@ def kernel_numbers(results: list[LaunchResult]) -> dict[str, float | int | str |
 
 
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
-    """Columns of the report row of one kernel (means over its launches)."""
-    stats = [r.stats for r in results]
-    units = {s.time_unit for s in stats}
-    unit = units.pop() if len(units) == 1 else "mixed"
-    tail = _mean([s.tail_fraction for s in stats])
+    """Columns of the report row of one kernel (means over its launches): kernel_numbers, for reading."""
+    n = kernel_numbers(results)
+    tail = n["tail_fraction"]
     row = {
-        "blocks": C.fmt_num(sum(s.blocks for s in stats)),
-        "SMs": C.fmt_num(max((len(s.sms) for s in stats), default=0)),
-        "span": f"{C.fmt_num(_mean([s.span for s in stats]))} {unit}",
-        "busy max/mean": C.fmt_num(_mean([s.busy_imbalance for s in stats])),
-        "blocks/SM cv": C.fmt_num(_mean([s.blocks_per_sm_cv for s in stats])),
+        "blocks": C.fmt_num(n["blocks"]),
+        "SMs": C.fmt_num(n["sms"]),
+        "span": f"{C.fmt_num(n['span'])} {n['span_unit']}",
+        "busy max/mean": C.fmt_num(n["busy_imbalance"]),
+        "blocks/SM cv": C.fmt_num(n["blocks_per_sm_cv"]),
         "tail": "-" if tail is None else f"{100 * tail:.1f}%",
-        "idle gaps": f"{sum(s.gap_count for s in stats)} (max {C.fmt_num(max(s.gap_max for s in stats))})",
-        "refill mean": C.fmt_num(_mean([s.refill_mean for s in stats])),
+        "idle gaps": f"{n['idle_gaps']} (max {C.fmt_num(n['idle_gap_max'])})",
+        "refill mean": C.fmt_num(n["refill_mean"]),
     }
-    ghz = _mean([r.clock_ghz for r in results if r.clock_ghz is not None])
-    if ghz is not None:
-        row["clock GHz"] = C.fmt_num(ghz)
-    split = sum(s.split_blocks for s in stats)
-    if split:
-        row["split blocks"] = str(split)
+    if n["clock_ghz"] is not None:
+        row["clock GHz"] = C.fmt_num(n["clock_ghz"])
+    if n["split_blocks"]:
+        row["split blocks"] = str(n["split_blocks"])
     return row
 
 

@@ -227,12 +227,10 @@ def kernel_numbers(results: list[LaunchResult]) -> dict[str, int]:
 
 
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
-    return {
-        "accesses": C.fmt_num(sum(r.hist.accesses for r in results)),
-        "lines": C.fmt_num(max((len(r.hist.lines) for r in results), default=0)),
-        "regions": C.fmt_num(max((len(r.hist.regions()) for r in results), default=0)),
-        "clock span": C.fmt_num(max((r.hist.t_span for r in results), default=0)),
-    }
+    """The report row: kernel_numbers, for reading."""
+    n = kernel_numbers(results)
+    return {"accesses": C.fmt_num(n["accesses"]), "lines": C.fmt_num(n["lines"]),
+            "regions": C.fmt_num(n["regions"]), "clock span": C.fmt_num(n["clock_span"])}
 
 
 def describe(r: LaunchResult) -> dict:

@@ -114,14 +114,14 @@ def kernel_numbers(results: list[LaunchResult]) -> dict[str, float | int | None]
 
 
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
-    total, bw = kernel_total(results)
-    n = len(results)
+    """The report row: kernel_numbers, for reading."""
+    n = kernel_numbers(results)
     return {
-        "bytes": str(total),  # exact: checked against what the kernel must move
-        "bytes/launch": C.fmt_num(total / n if n else None),
-        "active threads": C.fmt_num(_sum_known(r.stats.active for r in results)),
-        "max/thread": C.fmt_num(_max_known(r.stats.max_per_record for r in results)),
-        "GB/s": C.fmt_num(bw),
+        "bytes": str(n["bytes"]),  # exact: checked against what the kernel must move
+        "bytes/launch": C.fmt_num(n["bytes_per_launch"]),
+        "active threads": C.fmt_num(n["active_threads"]),
+        "max/thread": C.fmt_num(n["max_per_thread"]),
+        "GB/s": C.fmt_num(n["gb_per_s"]),
     }
 
 

@@ -166,17 +166,18 @@ def kernel_numbers(results: list[LaunchResult]) -> dict[str, float | int | None]
 
 
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
-    warps = WarpProgress.concat([r.warps for r in results])
-    if len(warps) == 0:
+    """The report row: kernel_numbers, for reading."""
+    n = kernel_numbers(results)
+    if not n["warps"]:
         return {"warps": "0"}
     return {
-        "warps": C.fmt_num(len(warps)),
-        "samples": C.fmt_num(int(warps.samples.sum())),
-        "samples/warp": f"{C.fmt_num(int(warps.samples.min()))}..{C.fmt_num(int(warps.samples.max()))}",
-        "progress": f"{C.fmt_num(int(warps.progress.min()))}..{C.fmt_num(int(warps.progress.max()))}",
-        "median span": C.fmt_num(float(np.median(warps.span))),
-        "max span": C.fmt_num(int(warps.span.max())),
-        "straggler": C.fmt_num(warps.straggler_ratio),
+        "warps": C.fmt_num(n["warps"]),
+        "samples": C.fmt_num(n["samples"]),
+        "samples/warp": f"{C.fmt_num(n['samples_per_warp_min'])}..{C.fmt_num(n['samples_per_warp_max'])}",
+        "progress": f"{C.fmt_num(n['progress_min'])}..{C.fmt_num(n['progress_max'])}",
+        "median span": C.fmt_num(n["median_span"]),
+        "max span": C.fmt_num(n["max_span"]),
+        "straggler": C.fmt_num(n["straggler"]),
     }
 
 

@@ -101,17 +101,13 @@ def kernel_numbers(results: list[LaunchResult]) -> dict[str, float | int | None]
 
 
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
-    total = TensorStats(0, 0, 0, 0, 0)
-    for r in results:
-        total = total + r.stats
-    timed = [r for r in results if r.duration_ns]
-    rate = (sum(r.stats.warp_instructions for r in timed) / sum(r.duration_ns for r in timed) * 1e3
-            if timed else None)
+    """The report row: kernel_numbers, for reading."""
+    n = kernel_numbers(results)
     return {
-        "mma (threads)": C.fmt_num(total.thread_instructions),
-        "mma (warps)": C.fmt_num(total.warp_instructions),
-        "active warps": C.fmt_num(total.active_warps),
-        "warp mma/us": C.fmt_num(rate),
+        "mma (threads)": C.fmt_num(n["mma_threads"]),
+        "mma (warps)": C.fmt_num(n["mma_warps"]),
+        "active warps": C.fmt_num(n["active_warps"]),
+        "warp mma/us": C.fmt_num(n["warp_mma_per_us"]),
     }
 
 
