@@ -254,9 +254,9 @@ static void write_host_frame(const nt_job *j) {
 }
 
 
-/* Write a batch of jobs of one context whose kernels have finished (the first may still be
- * running: it is waited for). Their copies and zeroing share one stream and one sync, their
- * index records one write. */
+/* Write a batch of jobs of one context whose kernels have finished (loop() waited for the
+ * first, gather_batch() saw the others' end events complete). Their copies and zeroing share
+ * one stream and one sync, their index records one write. */
 static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
     nt_index_record recs[BATCH_JOBS];
     char *data[BATCH_JOBS][NT_MAX_MAPS];
@@ -264,18 +264,16 @@ static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
     const nt_job *first = &jobs[0]->job;
     if (first->ctx != *current_ctx && ctx_set && ctx_set(first->ctx) == 0) *current_ctx = first->ctx;
     void *ws = stream_for(first->ctx);
-    uint64_t t0 = wnow(), t1, t2, t3;
+    uint64_t t1 = wnow(), t2, t3;
     uint64_t total = 0;
     for (unsigned i = 0; i < n; i++) total += staged_bytes(&jobs[i]->job);
     int staged = ws && ensure_staging(total) == 0;
-    if (first->status == 0 && ws) ev_sync(first->ev_end);
-    t1 = wnow();
     uint64_t at = 0;
     for (unsigned i = 0; i < n; i++) {
         const nt_job *j = &jobs[i]->job;
         fill_record(&recs[i], j);
         copied[i] = 0;
-        if (j->status != 0 || !ws || !staged || (i > 0 && ev_sync(j->ev_end) != 0)) {
+        if (j->status != 0 || !ws || !staged) {
             stream_sync(j->stream);  /* the kernel may still be writing the buffers */
             if (!recs[i].status) recs[i].status = 2;
             if (ws) enqueue_zero(j, ws);  /* its buffers go back to a pool: clean */
@@ -303,7 +301,7 @@ static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
     struct iovec iov = {recs, n * sizeof *recs};
     if (index_fd >= 0) write_all(index_fd, &iov, 1);
     t3 = wnow();
-    wstep_ns[W_WAIT_KERNEL] += t1 - t0; wstep_ns[W_COPY] += t2 - t1; wstep_ns[W_APPEND] += t3 - t2;
+    wstep_ns[W_COPY] += t2 - t1; wstep_ns[W_APPEND] += t3 - t2;
     wjobs += n;
     wbatches++;
 }
@@ -407,7 +405,9 @@ static void *loop(void *arg) {
         unsigned n = 1;
         batch[0] = nd;
         if (nd->job.status == 0) {
+            uint64_t t0 = wnow();
             if (nd->job.ctx && ev_sync) ev_sync(nd->job.ev_end);  /* wait outside the lock */
+            wstep_ns[W_WAIT_KERNEL] += wnow() - t0;
             pthread_mutex_lock(&lock);
             n = gather_batch(nd, batch);
             head = batch[n - 1]->next;
