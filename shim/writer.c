@@ -79,6 +79,13 @@ static int running, stopping, index_fd = -1;
 #define POLL_NS 200000
 #define IDLE_POLLS 500
 static int sleeping;
+/* Between batches the writer naps (NAP_NS) unless BATCH_JOBS jobs are queued or a launch found
+ * its ring short of room: fewer, larger batches mean fewer driver calls beside the program's. */
+#define NAP_NS 1000000
+static int napping;
+static unsigned queued;
+static _Atomic int hurry;
+void neutrino_writer_hurry(void) { atomic_store(&hurry, 1); }
 static uint64_t next_seq = 1;
 
 /* Event pairs (start, end) for launches, per context. */
@@ -96,6 +103,7 @@ static const char zeros[NT_ALIGN];
 
 /* Where the writer's time goes (printed with the fast path's profile, NEUTRINO_FAST_PROFILE). */
 enum { W_WAIT_KERNEL, W_COPY, W_APPEND, W_STEPS };
+static uint64_t wcalls;  /* driver calls the writer made for its batches (profile) */
 static uint64_t wstep_ns[W_STEPS], wjobs, wbatches;
 
 static inline uint64_t wnow(void) {
@@ -107,8 +115,8 @@ static inline uint64_t wnow(void) {
 void neutrino_writer_print_profile(void) {
     if (!wjobs) return;
     static const char *const names[W_STEPS] = {"wait_kernel", "copy_and_zero", "append"};
-    fprintf(stderr, "neutrino: writer, %llu jobs in %llu batches, ns per job:", (unsigned long long)wjobs,
-            (unsigned long long)wbatches);
+    fprintf(stderr, "neutrino: writer, %llu jobs in %llu batches, %.2f driver calls per job, ns per job:",
+            (unsigned long long)wjobs, (unsigned long long)wbatches, (double)wcalls / wjobs);
     for (int i = 0; i < W_STEPS; i++) fprintf(stderr, " %s %.0f", names[i], (double)wstep_ns[i] / wjobs);
     fprintf(stderr, "\n");
 }
@@ -188,7 +196,7 @@ void neutrino_writer_forget_contexts(void) {
 /* At most this many jobs per batch (one sync each), and no more staged bytes than the staging
  * buffer holds: it starts at STAGING_START and grows only for a single job larger than it
  * (pinning memory is slow and holds the driver up for every thread of the program). */
-#define BATCH_JOBS 64
+#define BATCH_JOBS 256
 #define STAGING_START (8ull << 20)
 
 static uint64_t batch_bytes(void) { return staging_size > STAGING_START ? staging_size : STAGING_START; }
@@ -269,7 +277,23 @@ static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
     for (unsigned i = 0; i < n; i++) total += staged_bytes(&jobs[i]->job);
     int staged = ws && ensure_staging(total) == 0;
     uint64_t at = 0;
-    for (unsigned i = 0; i < n; i++) {
+    if (first->ring && first->status == 0 && ws && staged) {
+        /* consecutive regions of one ring (gather_batch): one copy back, one memset */
+        const nt_job *last = &jobs[n - 1]->job;
+        uint64_t span = last->region + last->region_bytes - first->region;
+        int ok = d2h_async(staging, first->region, span, ws) == 0;
+        memset_async(first->region, 0, span, ws);
+        wcalls += 2;
+        for (unsigned i = 0; i < n; i++) {
+            const nt_job *j = &jobs[i]->job;
+            fill_record(&recs[i], j);
+            copied[i] = ok;
+            if (!ok) recs[i].status = 2;
+            for (uint32_t m = 0; m < j->n_maps; m++) data[i][m] = (char *)staging + (j->device[m] - first->region);
+        }
+        at = n;  /* the per-job loop below has nothing left to do */
+    }
+    for (unsigned i = (first->ring && at == n) ? n : 0; i < n; i++) {
         const nt_job *j = &jobs[i]->job;
         fill_record(&recs[i], j);
         copied[i] = 0;
@@ -279,18 +303,20 @@ static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
             if (ws) enqueue_zero(j, ws);  /* its buffers go back to a pool: clean */
         } else {
             copied[i] = enqueue_copy_and_zero(j, ws, at, data[i]) == 0;
+            wcalls += 2 * j->n_maps;
             if (!copied[i]) recs[i].status = 2;  /* the copy back failed */
             at += staged_bytes(j);
         }
     }
     int synced = ws && stream_sync(ws) == 0;
+    wcalls++;
     t2 = wnow();
     for (unsigned i = 0; i < n; i++) {
         const nt_job *j = &jobs[i]->job;
         if (!copied[i]) continue;
         if (!synced) { recs[i].status = 2; continue; }
         float ms = 0;
-        if (!j->untimed && ev_elapsed && ev_elapsed(&ms, j->ev_start, j->ev_end) == 0)
+        if (!j->untimed && ev_elapsed && (wcalls++, ev_elapsed(&ms, j->ev_start, j->ev_end) == 0))
             recs[i].duration_ns = (double)ms * 1e6;
         int64_t off = append_frame(j, data[i]);
         if (off < 0) recs[i].status = 3;  /* the file write failed */
@@ -320,7 +346,8 @@ int neutrino_writer_take_events(void *ctx, void **ev2) {
     }
     pthread_mutex_unlock(&ev_lock);
     if (!ev_create) ev_create = (CUresult (*)(void **, unsigned))neutrino_real_sym("cuEventCreate");
-    if (!ev_create || ev_create(&ev2[0], 0) || ev_create(&ev2[1], 0)) return -1;
+    unsigned flags = getenv("NEUTRINO_EXP_EVENT_NOTIMING") ? 2u : 0u;
+    if (!ev_create || ev_create(&ev2[0], flags) || ev_create(&ev2[1], flags)) return -1;
     return 0;
 }
 
@@ -335,15 +362,22 @@ void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end) {
     pthread_mutex_unlock(&ev_lock);
 }
 
-/* The jobs after `from` that can join its batch: same context, already finished, room left. */
-static unsigned gather_batch(node *from, node **jobs) {
+/* Can `j` follow `prev` in a batch without asking the driver whether it has finished? */
+static int contiguous(const nt_job *prev, const nt_job *j) {
+    return j->ring && j->ring == prev->ring && j->status == 0 && j->region == prev->region + prev->region_bytes;
+}
+
+/* The jobs from `from` (finished) on that may join its batch: same context, room left, and for
+ * the fast path's jobs consecutive regions of one ring. Called under `lock`; no driver call. */
+static unsigned gather_candidates(node *from, node **jobs) {
     unsigned n = 0;
     uint64_t bytes = 0;
     for (node *nd = from; nd && n < BATCH_JOBS; nd = nd->next) {
         const nt_job *j = &nd->job;
-        uint64_t b = staged_bytes(j);
+        uint64_t b = j->ring ? j->region_bytes : staged_bytes(j);
         if (n > 0 && (j->ctx != from->job.ctx || j->status != 0 || bytes + b > batch_bytes())) break;
-        if (n > 0 && (!ev_query || ev_query(j->ev_end) != 0)) break;  /* still running: next batch */
+        if (n > 0 && from->job.ring && !contiguous(&jobs[n - 1]->job, j)) break;
+        if (n > 0 && !from->job.ring && j->ring) break;
         jobs[n++] = nd;
         bytes += b;
         if (j->status != 0) break;
@@ -351,13 +385,54 @@ static unsigned gather_batch(node *from, node **jobs) {
     return n;
 }
 
+/* How many of the candidates have finished (the first has). A run on one stream needs one query,
+ * of its last job: a stream runs its kernels in order. Outside `lock`. */
+static unsigned finished_prefix(node *const *jobs, unsigned n) {
+    if (n < 2 || !ev_query) return 1;
+    int one_stream = 1;
+    for (unsigned i = 1; i < n; i++) one_stream &= jobs[i]->job.stream == jobs[0]->job.stream;
+    if (one_stream && (wcalls++, ev_query(jobs[n - 1]->job.ev_end) == 0)) return n;
+    unsigned done = 1;
+    while (done < n && (wcalls++, ev_query(jobs[done]->job.ev_end) == 0)) done++;
+    return done;
+}
+
+/* Wait for a job's end event without spinning in the driver: ask, then sleep a little longer
+ * each time (the writer's lateness costs nothing but buffer room). */
+static void wait_for(void *ev) {
+    uint64_t nap = 20000;
+    for (;;) {
+        wcalls++;
+        CUresult rc = ev_query(ev);
+        if (rc != 600 /* CUDA_ERROR_NOT_READY */) return;
+        struct timespec t = {0, (long)nap};
+        nanosleep(&t, NULL);
+        if (nap < 2000000) nap *= 2;
+    }
+}
+
 static void finish_job(node *nd) {
     if (nd->job.fast)
-        neutrino_fast_job_done(nd->job.slots, nd->job.n_maps, nd->job.ctx, nd->job.ev_start, nd->job.ev_end);
+        neutrino_fast_job_done(nd->job.ring, nd->job.ring_end, nd->job.ctx, nd->job.ev_start, nd->job.ev_end);
     if (nd->job.host_frame) neutrino_graph_job_done(nd->job.frame_size);
     if (nd->job.owns_header) free((void *)nd->job.header);
     atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
     free(nd);
+}
+
+/* After a batch: wait NAP_NS for more jobs to gather, unless enough are queued, a launch is short
+ * of ring room, someone waits for the writer, or it is stopping. Called under `lock`. */
+static void nap(void) {
+    if (stopping || queued >= BATCH_JOBS || atomic_exchange(&hurry, 0)) return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += NAP_NS;
+    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    napping = 1;
+    while (!stopping && queued < BATCH_JOBS && !atomic_load(&hurry))
+        if (pthread_cond_timedwait(&more, &lock, &until) == ETIMEDOUT) break;
+    napping = 0;
+    atomic_store(&hurry, 0);
 }
 
 static void *loop(void *arg) {
@@ -369,6 +444,11 @@ static void *loop(void *arg) {
     CUresult (*exchange_mode)(int *) = (CUresult (*)(int *))neutrino_real_sym("cuThreadExchangeStreamCaptureMode");
     int relaxed = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
     if (exchange_mode) exchange_mode(&relaxed);
+    if (getenv("NEUTRINO_EXP_WRITER_HOLD")) {  /* experiment: write nothing until the program ends */
+        pthread_mutex_lock(&lock);
+        while (!stopping) pthread_cond_wait(&more, &lock);
+        pthread_mutex_unlock(&lock);
+    }
     for (;;) {
         pthread_mutex_lock(&lock);
         for (unsigned idle = 0; !head && !stopping; idle++) {
@@ -394,6 +474,7 @@ static void *loop(void *arg) {
             pthread_mutex_lock(&lock);
             head = nd->next;
             if (!head) tail = NULL;
+            queued--;
             pthread_mutex_unlock(&lock);
             write_host_frame(&nd->job);
             finish_job(nd);
@@ -406,23 +487,30 @@ static void *loop(void *arg) {
         batch[0] = nd;
         if (nd->job.status == 0) {
             uint64_t t0 = wnow();
-            if (nd->job.ctx && ev_sync) ev_sync(nd->job.ev_end);  /* wait outside the lock */
+            if (nd->job.ctx && ev_query) wait_for(nd->job.ev_end);  /* outside the lock */
+            else if (nd->job.ctx && ev_sync) ev_sync(nd->job.ev_end);
             wstep_ns[W_WAIT_KERNEL] += wnow() - t0;
             pthread_mutex_lock(&lock);
-            n = gather_batch(nd, batch);
+            n = gather_candidates(nd, batch);
+            pthread_mutex_unlock(&lock);
+            n = finished_prefix(batch, n);  /* only this thread removes nodes: they stay valid */
+            pthread_mutex_lock(&lock);
             head = batch[n - 1]->next;
             if (!head) tail = NULL;
+            queued -= n;
             pthread_mutex_unlock(&lock);
         } else {
             pthread_mutex_lock(&lock);
             head = nd->next;
             if (!head) tail = NULL;
+            queued--;
             pthread_mutex_unlock(&lock);
         }
         write_batch(batch, n, &ctx);
         for (unsigned i = 0; i < n; i++) finish_job(batch[i]);
         pthread_mutex_lock(&lock);
         pthread_cond_broadcast(&progress);
+        nap();
         pthread_mutex_unlock(&lock);
     }
 }
@@ -468,7 +556,8 @@ uint64_t neutrino_writer_submit(const nt_job *job) {
     uint64_t seq = nd->job.seq = next_seq++;
     if (tail) tail->next = nd; else head = nd;
     tail = nd;
-    if (sleeping) pthread_cond_signal(&more);
+    queued++;
+    if (sleeping || (napping && (queued >= BATCH_JOBS || atomic_load(&hurry)))) pthread_cond_signal(&more);
     pthread_mutex_unlock(&lock);
     return seq;
 }
@@ -489,6 +578,8 @@ int neutrino_writer_wait(uint64_t seq, int64_t timeout_ms) {
     until.tv_nsec += (timeout_ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
     pthread_mutex_lock(&lock);
+    atomic_store(&hurry, 1);  /* somebody waits: no napping */
+    pthread_cond_signal(&more);
     while (atomic_load(&neutrino_writer_completed) < seq && running) {
         if (pthread_cond_timedwait(&progress, &lock, &until) == ETIMEDOUT) break;
     }

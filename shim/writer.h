@@ -25,7 +25,11 @@ typedef struct {
     uint64_t device[NT_MAX_MAPS];   /* the map buffers: copied back, then zeroed, by the writer */
     uint64_t sizes[NT_MAX_MAPS];
     uint64_t zero_bytes[NT_MAX_MAPS]; /* what the next launch needs zeroed (the counts, or all) */
-    void *slots[NT_MAX_MAPS];       /* fast path: its pool slots, given back when written */
+    /* fast path: the job's region of its context's device ring (fastlaunch.c), given back when
+     * written; consecutive jobs of one ring are copied back and zeroed together */
+    void *ring;
+    uint64_t ring_end;              /* the ring position after the region */
+    uint64_t region, region_bytes;  /* its device address and length */
     uint32_t fast;                  /* 1: from fastlaunch.c (slots and events go back there) */
     uint32_t owns_header;           /* 1: free(header) when written */
     uint32_t untimed;               /* 1: ev_start was not recorded (the kernel's time is not measured) */
@@ -39,6 +43,9 @@ uint64_t neutrino_writer_submit(const nt_job *job);
 int neutrino_writer_take_events(void *ctx, void **ev2);
 void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end);
 void neutrino_graph_job_done(uint64_t frame_size);
+void neutrino_writer_hurry(void);
+int neutrino_writer_wait(uint64_t seq, int64_t timeout_ms);
+uint64_t neutrino_writer_next_seq(void);
 void neutrino_writer_print_profile(void);
-void neutrino_fast_job_done(void *const *slots, unsigned n, void *ctx, void *ev_start, void *ev_end);
+void neutrino_fast_job_done(void *ring, uint64_t ring_end, void *ctx, void *ev_start, void *ev_end);
 #endif

@@ -110,7 +110,7 @@ class Runtime:
         if native_writer:
             self.writer = NativeWriter(native_writer, trace, self.pool, self.enqueuer)
             self.fast = FastPath(native_writer, options.buffer_budget, options.trace_budget,
-                                 options.time_every)
+                                 options.time_every, self.wait_when_full)
             if self.fast.enabled:
                 self.trace_budget = SharedTraceBudget(self.fast, options.trace_budget)
         else:

@@ -140,7 +140,8 @@ class NtJob(C.Structure):
         ("shared_bytes", C.c_uint32), ("n_maps", C.c_uint32), ("kernel_launch", C.c_uint64),
         ("header", C.c_char_p), ("header_len", C.c_uint64), ("frame_size", C.c_uint64),
         ("offsets", C.c_uint64 * MAX_MAPS), ("device", C.c_uint64 * MAX_MAPS), ("sizes", C.c_uint64 * MAX_MAPS),
-        ("zero_bytes", C.c_uint64 * MAX_MAPS), ("slots", C.c_void_p * MAX_MAPS), ("fast", C.c_uint32), ("owns_header", C.c_uint32),
+        ("zero_bytes", C.c_uint64 * MAX_MAPS), ("ring", C.c_void_p), ("ring_end", C.c_uint64),
+        ("region", C.c_uint64), ("region_bytes", C.c_uint64), ("fast", C.c_uint32), ("owns_header", C.c_uint32),
         ("untimed", C.c_uint32),
         ("host_frame", C.c_uint32), ("graph", C.c_uint64),  # graph replays (graphs.py)
     ]

@@ -47,7 +47,8 @@ class NtPlanStats(C.Structure):
 
 
 class FastPath:
-    def __init__(self, shim_path: str, buffer_budget: int, trace_budget: int, time_every: int = 1):
+    def __init__(self, shim_path: str, buffer_budget: int, trace_budget: int, time_every: int = 1,
+                 wait_when_full: bool = False):
         held = C.PyDLL(shim_path)  # none of these waits: keep the GIL
         self._plan = held.neutrino_fast_plan
         self._plan.argtypes = [C.POINTER(NtPlan)]
@@ -59,8 +60,8 @@ class FastPath:
         self.give_back_trace = held.neutrino_trace_give_back
         self.give_back_trace.argtypes = [C.c_uint64]
         enable = held.neutrino_fast_enable
-        enable.argtypes = [C.c_uint64, C.c_uint64, C.c_uint64]
-        self.enabled = enable(buffer_budget, trace_budget, time_every) == 0
+        enable.argtypes = [C.c_uint64, C.c_uint64, C.c_uint64, C.c_int]
+        self.enabled = enable(buffer_budget, trace_budget, time_every, int(wait_when_full)) == 0
         self._registered: dict[tuple[int, int], int] = {}  # (function handle, ctx) -> max shared bytes planned
 
     def wants_plan(self, func: int, ctx: int, max_shared: int) -> bool:
