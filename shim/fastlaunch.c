@@ -328,9 +328,9 @@ static int reserve_region(ctx_pool *pool, uint64_t bytes, uint64_t *pos, uint64_
     return -1;
 }
 
-/* Called by the writer when a fast job is written (in the ring's order): its region and events
- * come back. */
-void neutrino_fast_job_done(void *ring, uint64_t ring_end, void *ctx, void *ev_start, void *ev_end) {
+/* Called by the writer when fast jobs are written (in the ring's order): their regions, up to
+ * ring position `ring_end`, come back. */
+void neutrino_fast_ring_done(void *ring, uint64_t ring_end) {
     ring_t *r = ring;
     pthread_mutex_lock(&pool_lock);
     atomic_store(&r->tail, ring_end);
@@ -339,7 +339,6 @@ void neutrino_fast_job_done(void *ring, uint64_t ring_end, void *ctx, void *ev_s
         if (pool) sweep_retired(pool);
     }
     pthread_mutex_unlock(&pool_lock);
-    neutrino_writer_recycle_events(ctx, ev_start, ev_end);
 }
 
 static inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }

@@ -411,13 +411,33 @@ static void wait_for(void *ev) {
     }
 }
 
-static void finish_job(node *nd) {
-    if (nd->job.fast)
-        neutrino_fast_job_done(nd->job.ring, nd->job.ring_end, nd->job.ctx, nd->job.ev_start, nd->job.ev_end);
-    if (nd->job.host_frame) neutrino_graph_job_done(nd->job.frame_size);
-    if (nd->job.owns_header) free((void *)nd->job.header);
-    atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
-    free(nd);
+/* The batch is written: the fast path gets its ring room back (one call: the batch is one run
+ * of a ring) and its events (one lock), then the sequence numbers are published. */
+static void finish_batch(node *const *jobs, unsigned n) {
+    void *ring = NULL;
+    uint64_t ring_end = 0;
+    pthread_mutex_lock(&ev_lock);
+    for (unsigned i = 0; i < n; i++) {
+        const nt_job *j = &jobs[i]->job;
+        if (j->fast && ev_n < EV_POOL) {
+            ev_free[ev_n].ctx = j->ctx; ev_free[ev_n].ev[0] = j->ev_start; ev_free[ev_n].ev[1] = j->ev_end;
+            ev_n++;
+        }
+        if (j->ring && j->ring != ring) {
+            if (ring) neutrino_fast_ring_done(ring, ring_end);
+            ring = j->ring;
+        }
+        if (j->ring) ring_end = j->ring_end;
+    }
+    pthread_mutex_unlock(&ev_lock);
+    if (ring) neutrino_fast_ring_done(ring, ring_end);
+    for (unsigned i = 0; i < n; i++) {
+        node *nd = jobs[i];
+        if (nd->job.host_frame) neutrino_graph_job_done(nd->job.frame_size);
+        if (nd->job.owns_header) free((void *)nd->job.header);
+        atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
+        free(nd);
+    }
 }
 
 /* After a batch: wait NAP_NS for more jobs to gather, unless enough are queued, a launch is short
@@ -477,7 +497,7 @@ static void *loop(void *arg) {
             queued--;
             pthread_mutex_unlock(&lock);
             write_host_frame(&nd->job);
-            finish_job(nd);
+            finish_batch(&nd, 1);
             pthread_mutex_lock(&lock);
             pthread_cond_broadcast(&progress);  /* neutrino_writer_wait may be waiting for it */
             pthread_mutex_unlock(&lock);
@@ -507,7 +527,7 @@ static void *loop(void *arg) {
             pthread_mutex_unlock(&lock);
         }
         write_batch(batch, n, &ctx);
-        for (unsigned i = 0; i < n; i++) finish_job(batch[i]);
+        finish_batch(batch, n);
         pthread_mutex_lock(&lock);
         pthread_cond_broadcast(&progress);
         nap();

@@ -47,5 +47,5 @@ void neutrino_writer_hurry(void);
 int neutrino_writer_wait(uint64_t seq, int64_t timeout_ms);
 uint64_t neutrino_writer_next_seq(void);
 void neutrino_writer_print_profile(void);
-void neutrino_fast_job_done(void *ring, uint64_t ring_end, void *ctx, void *ev_start, void *ev_end);
+void neutrino_fast_ring_done(void *ring, uint64_t ring_end);
 #endif
