@@ -88,7 +88,6 @@ typedef struct ring {
     uint64_t head;             /* under pool_lock */
     _Atomic uint64_t tail;     /* moved by the writer only */
     int fresh;                 /* not yet zeroed (the first launch zeroes all of it on its stream) */
-    _Atomic int retired;
 } ring_t;
 
 typedef struct {
@@ -102,7 +101,8 @@ typedef struct {
 static plan_entry plans[FAST_PLANS];
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static ctx_pool pools[FAST_CTXS];
-static uint64_t budget = 1ull << 30, held;
+static uint64_t budget = 1ull << 30;
+static _Atomic uint64_t held;  /* device bytes of all rings, retired ones included */
 static _Atomic uint64_t trace_limit = UINT64_MAX, trace_used;
 static _Atomic int enabled;
 static uint64_t time_every = 1;
@@ -132,7 +132,8 @@ static void print_steps(const char *what, const uint64_t *ns, uint64_t n) {
 
 static void print_profile(void);
 static void free_ring(ring_t *r);
-static void sweep_retired(ctx_pool *pool);
+static ring_t *sweep_retired(ctx_pool *pool);
+static void free_rings(ring_t *r);
 
 static CUresult (*p_ctx_get)(void **);
 static CUresult (*p_capturing)(void *, int *);
@@ -229,7 +230,7 @@ void neutrino_fast_reset(void) {
     for (unsigned i = 0; i < FAST_PLANS; i++) atomic_store(&plans[i].live, 0);
     for (unsigned c = 0; c < FAST_CTXS; c++) {
         ctx_pool *pool = &pools[c];
-        sweep_retired(pool);
+        free_rings(sweep_retired(pool));
         /* Only a context with no launch out (in flight) is the one going away: its ring is freed. */
         if (pool->retired || (pool->ring && atomic_load(&pool->ring->tail) != pool->ring->head)) continue;
         if (pool->ring) free_ring(pool->ring);
@@ -276,35 +277,42 @@ static ctx_pool *existing_pool(void *ctx) {
 
 static void free_ring(ring_t *r) {
     p_free(r->device);
-    held -= r->size;
+    atomic_fetch_sub(&held, r->size);
     free(r);
 }
 
-/* Free the retired rings whose launches are all written. Called with pool_lock held. */
-static void sweep_retired(ctx_pool *pool) {
+/* Unlink the retired rings whose launches are all written; the caller frees them (free_rings)
+ * after dropping pool_lock: cuMemFree may wait for the device. Called with pool_lock held. */
+static ring_t *sweep_retired(ctx_pool *pool) {
+    ring_t *drained = NULL;
     for (ring_t **at = &pool->retired; *at;) {
         ring_t *r = *at;
-        if (atomic_load(&r->tail) == r->head) { *at = r->next; free_ring(r); }
+        if (atomic_load(&r->tail) == r->head) { *at = r->next; r->next = drained; drained = r; }
         else at = &r->next;
     }
+    return drained;
 }
 
-/* A new current ring with room for `bytes` (twice the last one, within the budget): 0 on
- * success, else *why = 1 (budget) / 2 (allocation error). Called with pool_lock held. */
+static void free_rings(ring_t *r) {
+    for (ring_t *nx; r; r = nx) { nx = r->next; free_ring(r); }
+}
+
+/* A new current ring with room for `bytes` (at least twice the last one and eight launches of
+ * this size, within the budget): 0 on success, else *why = 1 (budget) / 2 (allocation error).
+ * The old ring is retired: the writer frees it once drained (cuMemFree may wait for the device,
+ * which the launch path must not). Called with pool_lock held. */
 static int grow_ring(ctx_pool *pool, uint64_t bytes, int *why) {
     uint64_t want = pool->ring ? 2 * pool->ring->size : RING_START;
-    while (want < 2 * bytes) want *= 2;
-    uint64_t old = pool->ring && atomic_load(&pool->ring->tail) != pool->ring->head ? pool->ring->size : 0;
-    uint64_t room = budget > held - old ? budget - (held - old) : 0;  /* an idle old ring is freed now */
+    while (want < 8 * bytes) want *= 2;
+    uint64_t now = atomic_load(&held), room = budget > now ? budget - now : 0;
     if (want > room) want = room / REGION_ALIGN * REGION_ALIGN;
     if (want < bytes) { *why = 1; return -1; }
     ring_t *r = calloc(1, sizeof *r);
     if (!r || p_alloc(&r->device, want) != 0) { free(r); *why = 2; return -1; }
     r->size = want; r->ctx = pool->ctx; r->fresh = 1;
-    held += want;
-    if (pool->ring) { pool->ring->retired = 1; pool->ring->next = pool->retired; pool->retired = pool->ring; }
+    atomic_fetch_add(&held, want);
+    if (pool->ring) { pool->ring->next = pool->retired; pool->retired = pool->ring; }
     pool->ring = r;
-    sweep_retired(pool);
     return 0;
 }
 
@@ -332,13 +340,13 @@ static int reserve_region(ctx_pool *pool, uint64_t bytes, uint64_t *pos, uint64_
  * ring position `ring_end`, come back. */
 void neutrino_fast_ring_done(void *ring, uint64_t ring_end) {
     ring_t *r = ring;
+    ring_t *drained = NULL;
     pthread_mutex_lock(&pool_lock);
     atomic_store(&r->tail, ring_end);
-    if (r->retired) {
-        ctx_pool *pool = existing_pool(r->ctx);
-        if (pool) sweep_retired(pool);
-    }
+    ctx_pool *pool = existing_pool(r->ctx);
+    if (pool && pool->retired) drained = sweep_retired(pool);  /* this ring, or an older one retired idle */
     pthread_mutex_unlock(&pool_lock);
+    free_rings(drained);  /* on the writer's thread, outside the lock */
 }
 
 static inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }

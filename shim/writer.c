@@ -369,13 +369,17 @@ static int contiguous(const nt_job *prev, const nt_job *j) {
 
 /* The jobs from `from` (finished) on that may join its batch: same context, room left, and for
  * the fast path's jobs consecutive regions of one ring. Called under `lock`; no driver call. */
+static int batch_full;  /* the last batch stopped at a limit, not at the end of the queue: no nap */
+
 static unsigned gather_candidates(node *from, node **jobs) {
     unsigned n = 0;
     uint64_t bytes = 0;
-    for (node *nd = from; nd && n < BATCH_JOBS; nd = nd->next) {
+    batch_full = 0;
+    for (node *nd = from; nd; nd = nd->next) {
         const nt_job *j = &nd->job;
         uint64_t b = j->ring ? j->region_bytes : staged_bytes(j);
-        if (n > 0 && (j->ctx != from->job.ctx || j->status != 0 || bytes + b > batch_bytes())) break;
+        if (n == BATCH_JOBS || (n > 0 && bytes + b > batch_bytes())) { batch_full = 1; break; }
+        if (n > 0 && (j->ctx != from->job.ctx || j->status != 0)) break;
         if (n > 0 && from->job.ring && !contiguous(&jobs[n - 1]->job, j)) break;
         if (n > 0 && !from->job.ring && j->ring) break;
         jobs[n++] = nd;
@@ -443,7 +447,7 @@ static void finish_batch(node *const *jobs, unsigned n) {
 /* After a batch: wait NAP_NS for more jobs to gather, unless enough are queued, a launch is short
  * of ring room, someone waits for the writer, or it is stopping. Called under `lock`. */
 static void nap(void) {
-    if (stopping || queued >= BATCH_JOBS || atomic_exchange(&hurry, 0)) return;
+    if (stopping || batch_full || queued >= BATCH_JOBS || atomic_exchange(&hurry, 0)) return;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += NAP_NS;

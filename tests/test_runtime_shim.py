@@ -286,3 +286,29 @@ def test_fast_path_buffers_come_back_zeroed(tmp_path, fakecuda, shim, monkeypatc
     t = nt.load(tmp_path / "trace")
     assert [len(la.maps["block_sched"].valid()) for la in t.launches] == [8, 4] * 4
     assert all(int(la.maps["block_sched"].counts[4:].sum()) == 0 for la in t.launches[1::2])
+
+
+def test_fast_path_ring_grows_with_launches_in_flight(tmp_path, fakecuda, shim, monkeypatch):
+    """Launches larger than the first device ring: it is retired and replaced by a larger one while
+    earlier launches are still queued; every launch is written whole, in order, none dropped."""
+    monkeypatch.setenv("FAKEAPP_GRIDS", "4,3000,4,30000")  # 30000 blocks: a 15 MiB region (ring starts at 8 MiB)
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "12"])
+    assert rc == 0 and len(log) == 12
+    t = nt.load(tmp_path / "trace")
+    (ex,) = [e for e in t.events if e["event"] == "exit"]
+    assert ex["launches"] == 12 and ex["dropped"] == 0
+    for la, g in zip(t.launches, [4, 3000, 4, 30000] * 3):
+        v = la.maps["block_sched"].valid()
+        assert la.grid == (g, 1, 1) and list(v["unit"]) == list(range(2 * g)) and set(v["elapse"]) == {7}
+
+
+def test_fast_path_when_full_wait_drops_nothing(tmp_path, fakecuda, shim):
+    """--when-full=wait: a buffer budget of one launch makes launches wait for the writer, not drop."""
+    n = 200
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", str(n)],
+                              "--buffer-budget", "8K", "--when-full", "wait")
+    assert rc == 0 and log == ["saxpy4 probed=1 grid=4"] * n
+    t = nt.load(tmp_path / "trace")
+    (ex,) = [e for e in t.events if e["event"] == "exit"]
+    assert ex["launches"] == len(t.launches) == n and ex["dropped"] == 0
+    assert [la.index for la in t.launches] == list(range(n))
