@@ -48,7 +48,8 @@ CONFIGS = {
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph")
 
 
-def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: str) -> dict:
+def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: str,
+               cpus: set[int] | None = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.setdefault("NEUTRINO_CACHE_DIR", str(tmp / "ncache"))
@@ -58,7 +59,9 @@ def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: s
     tracedir = tmp / re.sub(r"\W", "_", name)
     if args is not None:
         cmd = [sys.executable, "-m", "neutrino.runtime.launcher", *args, "--tracedir", str(tracedir), "--", *cmd]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    # --cpus: every configuration on the same cores (a host-bound loop's time depends on where it runs)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, preexec_fn=pin)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("OVERHEAD_RESULT ")), None)
     if r.returncode != 0 or line is None:
         return {"error": f"rc={r.returncode}: {(r.stderr or r.stdout)[-1500:]}"}
@@ -114,8 +117,13 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-warmup", action="store_true", help="skip the run that fills the compiler caches")
     ap.add_argument("--rounds", type=int, default=1, help="run the configurations this many times, interleaved")
+    ap.add_argument("--cpus", default=None, help="pin every configuration to these cores, e.g. 2-5")
     args = ap.parse_args()
     workloads = args.workloads.split(",")
+    cpus = None
+    if args.cpus:
+        lo, _, hi = args.cpus.partition("-")
+        cpus = set(range(int(lo), int(hi or lo) + 1))
     results = {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
@@ -126,7 +134,7 @@ def main() -> None:
         runs: dict[str, list[dict]] = {}
         for _ in range(args.rounds):
             for name in args.tools.split(","):
-                res = run_config(name, CONFIGS[name], args.iters, tmp, args.workloads)
+                res = run_config(name, CONFIGS[name], args.iters, tmp, args.workloads, cpus)
                 runs.setdefault(name, []).append(res)
                 print(f"{name}: {json.dumps({k: v for k, v in res.items() if not k.startswith('_')})}",
                       file=sys.stderr, flush=True)

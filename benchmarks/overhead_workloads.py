@@ -7,6 +7,10 @@ the timings and a hash of every output, so the driver can check that probing
 changed no result.
 
     python benchmarks/overhead_workloads.py [--iters N] [--only stream,attention,mlp,launch,graph]
+
+With OVERHEAD_GPU_ONLY=1 the event loops keep the GPU busy (torch.cuda._sleep) while the host
+enqueues each launch and wait for it: the events then time the kernel alone (what the probe
+code costs on the GPU), not the host path.
 """
 
 from __future__ import annotations

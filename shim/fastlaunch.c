@@ -109,7 +109,6 @@ static uint64_t time_every = 1;
 static int wait_when_full;  /* --when-full=wait: a launch the buffer budget has no room for waits for the writer */  /* the kernel's own time (two events) on every n-th fast launch */
 
 static int profiling;
-static int exp_no_capture_check;  /* NEUTRINO_EXP_*: temporary experiment knobs */
 static uint64_t step_ns[P_STEPS], profiled_launches;
 
 static inline uint64_t now_ns(void) {
@@ -171,7 +170,6 @@ int neutrino_fast_enable(uint64_t buffer_budget, uint64_t trace_budget, uint64_t
     atomic_store(&trace_limit, trace_budget);
     const char *prof = getenv("NEUTRINO_FAST_PROFILE");
     if (prof && *prof && *prof != '0' && !profiling) { profiling = 1; atexit(print_profile); }
-    exp_no_capture_check = getenv("NEUTRINO_EXP_NO_CAPTURE_CHECK") != NULL;
     atomic_store(&enabled, 1);
     return 0;
 }
@@ -368,7 +366,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     STEP(P_PLAN);
     void *s = stream ? stream : (void *)(uintptr_t)(ptsz ? 0x2 : 0x1);
     int capturing = 0;
-    if (!exp_no_capture_check && (p_capturing(s, &capturing) != 0 || capturing)) return -1;
+    if (p_capturing(s, &capturing) != 0 || capturing) return -1;
     STEP(P_CAPTURE);
 
     nt_job job;

@@ -346,8 +346,7 @@ int neutrino_writer_take_events(void *ctx, void **ev2) {
     }
     pthread_mutex_unlock(&ev_lock);
     if (!ev_create) ev_create = (CUresult (*)(void **, unsigned))neutrino_real_sym("cuEventCreate");
-    unsigned flags = getenv("NEUTRINO_EXP_EVENT_NOTIMING") ? 2u : 0u;
-    if (!ev_create || ev_create(&ev2[0], flags) || ev_create(&ev2[1], flags)) return -1;
+    if (!ev_create || ev_create(&ev2[0], 0) || ev_create(&ev2[1], 0)) return -1;
     return 0;
 }
 
@@ -468,11 +467,6 @@ static void *loop(void *arg) {
     CUresult (*exchange_mode)(int *) = (CUresult (*)(int *))neutrino_real_sym("cuThreadExchangeStreamCaptureMode");
     int relaxed = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
     if (exchange_mode) exchange_mode(&relaxed);
-    if (getenv("NEUTRINO_EXP_WRITER_HOLD")) {  /* experiment: write nothing until the program ends */
-        pthread_mutex_lock(&lock);
-        while (!stopping) pthread_cond_wait(&more, &lock);
-        pthread_mutex_unlock(&lock);
-    }
     for (;;) {
         pthread_mutex_lock(&lock);
         for (unsigned idle = 0; !head && !stopping; idle++) {

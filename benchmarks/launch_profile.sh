@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Diagnosis (issue 9): where a probed launch's host time goes (NEUTRINO_FAST_PROFILE=1). Device tool, carry .whl.
+# Diagnosis: where a probed launch's host time goes (NEUTRINO_FAST_PROFILE=1). Device tool, carry .whl.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tc TORCHINDUCTOR_CACHE_DIR=/tmp/ic NEUTRINO_CACHE_DIR=/tmp/nc
 nvcc -O2 -arch=sm_90 -gencode arch=compute_90,code=compute_90 -o /tmp/bench_launch benchmarks/bench_launch.cu -cudart shared || exit 1
