@@ -450,8 +450,11 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     int status = p_ev_record(ev[1], s) != 0;
     STEP(P_EV_END);
 
-    /* the frame header of this launch: the template with grid, block and sizes filled in */
-    unsigned char *hdr = malloc(p->header_len);
+    /* the frame header of this launch: the template with grid, block and sizes filled in (on the
+     * stack when small: the writer copies it into its queue node) */
+    unsigned char small[NT_INLINE_HEADER];
+    int on_stack = p->header_len <= sizeof small;
+    unsigned char *hdr = on_stack ? small : malloc(p->header_len);
     if (!hdr) status = 1;
     else {
         memcpy(hdr, p->header_template, p->header_len);
@@ -469,7 +472,8 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     job.fd = p->fd; job.status = status; job.kernel_id = p->kernel_id; job.frame_id = 0;
     job.grid[0] = gx; job.grid[1] = gy; job.grid[2] = gz; job.block[0] = bx; job.block[1] = by; job.block[2] = bz;
     job.shared_bytes = shmem; job.n_maps = p->n_maps; job.kernel_launch = kernel_launch;
-    job.header = hdr; job.header_len = hdr ? p->header_len : 0; job.owns_header = 1;
+    job.header = hdr; job.header_len = hdr ? p->header_len : 0;
+    job.owns_header = !on_stack; job.copy_header = on_stack;
     for (unsigned m = 0; m < p->n_maps; m++) job.device[m] = base + region_off[m];
     job.ring = ring; job.ring_end = at + region; job.region = base; job.region_bytes = region;
     job.fast = 1;
@@ -484,7 +488,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         e->prof_n++;
         for (int i = 0; i < P_STEPS; i++) { step_ns[i] += lap[i]; e->prof_ns[i] += lap[i]; }
     }
-    if (!submitted) free(hdr);  /* the results are lost; the launch happened */
+    if (!submitted && !on_stack) free(hdr);  /* the results are lost; the launch happened */
     atomic_fetch_add(&e->stats.launches, 1);
     return 0;
 

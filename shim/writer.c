@@ -47,7 +47,10 @@ typedef struct {
 } nt_index_record;
 _Static_assert(sizeof(nt_index_record) == 96, "index record layout");
 
-typedef struct node { nt_job job; struct node *next; } node;
+/* A queued job. Nodes are recycled (`spare`), and a header of up to NT_INLINE_HEADER bytes travels
+ * inside its node: the launch path allocates nothing once the queue has been as long before. */
+#define SPARE_NODES 4096
+typedef struct node { nt_job job; struct node *next; unsigned char header[NT_INLINE_HEADER]; } node;
 
 void *neutrino_real_sym(const char *name);
 
@@ -72,6 +75,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t more = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
 static node *head, *tail;
+static node *spare;  /* under `lock` */
+static unsigned n_spare;
 static pthread_t thread;
 static int running, stopping, index_fd = -1;
 /* The writer polls while launches keep coming (so submitting costs no wake-up call on the
@@ -439,8 +444,13 @@ static void finish_batch(node *const *jobs, unsigned n) {
         if (nd->job.host_frame) neutrino_graph_job_done(nd->job.frame_size);
         if (nd->job.owns_header) free((void *)nd->job.header);
         atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
-        free(nd);
     }
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < n; i++) {
+        if (n_spare < SPARE_NODES) { jobs[i]->next = spare; spare = jobs[i]; n_spare++; }
+        else free(jobs[i]);
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 /* After a batch: wait NAP_NS for more jobs to gather, unless enough are queued, a launch is short
@@ -564,13 +574,19 @@ int neutrino_writer_start(int fd) {
 /* Queue one job (copied) and number it. Never blocks on the GPU or the disk.
  * Returns its sequence number (launch index + 1), 0 if the writer is not running. */
 uint64_t neutrino_writer_submit(const nt_job *job) {
-    if (job->n_maps > NT_MAX_MAPS) return 0;
-    node *nd = malloc(sizeof *nd);
-    if (!nd) return 0;
+    if (job->n_maps > NT_MAX_MAPS || (job->copy_header && job->header_len > NT_INLINE_HEADER)) return 0;
+    pthread_mutex_lock(&lock);
+    if (!running || stopping) { pthread_mutex_unlock(&lock); return 0; }
+    node *nd = spare;
+    if (nd) { spare = nd->next; n_spare--; }
+    else if (!(nd = malloc(sizeof *nd))) { pthread_mutex_unlock(&lock); return 0; }
     nd->job = *job;
     nd->next = NULL;
-    pthread_mutex_lock(&lock);
-    if (!running || stopping) { pthread_mutex_unlock(&lock); free(nd); return 0; }
+    if (job->copy_header) {
+        memcpy(nd->header, job->header, job->header_len);
+        nd->job.header = nd->header;
+        nd->job.owns_header = 0;
+    }
     uint64_t seq = nd->job.seq = next_seq++;
     if (tail) tail->next = nd; else head = nd;
     tail = nd;

@@ -6,6 +6,7 @@
 #define NT_MAX_MAPS 16
 #define NT_ALIGN 64
 #define NT_MAX_HEADER 65536
+#define NT_INLINE_HEADER 1024  /* a frame header this small travels inside the writer's queue node */
 
 typedef struct {
     uint64_t seq;            /* submission number (assigned by neutrino_writer_submit): launch index + 1 */
@@ -37,6 +38,7 @@ typedef struct {
      * (header_len = frame_size); nothing to wait for, copy or zero */
     uint32_t host_frame;
     uint64_t graph;                 /* graph id << 32 | node id (the index record's graph word); 0: not a graph */
+    uint32_t copy_header;           /* 1: `header` is the caller's (its stack): submit copies it */
 } nt_job;
 
 uint64_t neutrino_writer_submit(const nt_job *job);

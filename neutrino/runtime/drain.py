@@ -144,6 +144,7 @@ class NtJob(C.Structure):
         ("region", C.c_uint64), ("region_bytes", C.c_uint64), ("fast", C.c_uint32), ("owns_header", C.c_uint32),
         ("untimed", C.c_uint32),
         ("host_frame", C.c_uint32), ("graph", C.c_uint64),  # graph replays (graphs.py)
+        ("copy_header", C.c_uint32),
     ]
 
 
