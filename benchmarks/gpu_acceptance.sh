@@ -7,11 +7,11 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tc TOR
 nvidia-smi -L; date
 case "${1:-bench}" in
 bench)
-  timeout 330 python3 benchmarks/overhead.py --no-warmup --rounds 3 --cpus 2-5 --iters 200 \
-    --tools "plain,block_sched,gmem_bytes,tensorop,dmat every:50,block_sched 0:1" --workloads stream,attention,launch \
+  timeout 345 python3 benchmarks/overhead.py --no-warmup --rounds 3 --cpus 2-5 --iters 200 \
+    --tools "plain,block_sched,gmem_bytes,tensorop,dmat every:50,block_sched 0:1,block_sched every:2,gmem_bytes every:2" --workloads stream,attention,launch \
     --out $OUT/overhead_a.md > $OUT/overhead_a.log 2>&1
-  cat $OUT/overhead_a.md | head -30
-  timeout 240 python3 benchmarks/overhead.py --cpus 2-5 --iters 40 --tools "plain,block_sched,gmem_bytes,tensorop,dmat every:50" \
+  cat $OUT/overhead_a.md | head -40
+  timeout 200 python3 benchmarks/overhead.py --cpus 2-5 --iters 30 --tools "plain,block_sched,gmem_bytes,tensorop,dmat every:50" \
     --workloads mlp --out $OUT/overhead_b.md > $OUT/overhead_b.log 2>&1
   head -12 $OUT/overhead_b.md ;;
 tests)

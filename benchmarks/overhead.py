@@ -41,6 +41,9 @@ CONFIGS = {
     "tensorop": ["-p", "tensorop"],
     "dmat every:50": ["-p", "dmat", "--launches", "every:50"],
     "block_sched every:50": ["-p", "block_sched", "--launches", "every:50"],
+    # every other launch probed: probed and unprobed launches compared in one loop of one process
+    "block_sched every:2": ["-p", "block_sched", "--launches", "every:2"],
+    "gmem_bytes every:2": ["-p", "gmem_bytes", "--launches", "every:2"],
     "block_sched 0:1": ["-p", "block_sched", "--launches", "0:1"],
     "dmat": ["-p", "dmat"],
     "block_sched graphs": ["-p", "block_sched", "--graphs"],  # the graph workload's replays probed
@@ -83,6 +86,7 @@ def median_run(runs: list[dict]) -> dict:
         vals = [r[w] for r in ok if w in r]
         out[w] = dict(first, us=statistics.median(v["us"] for v in vals),
                       **({"host_us": statistics.median(v["host_us"] for v in vals)} if "host_us" in first else {}),
+                      **{k: statistics.median(v[k] for v in vals) for k in ("us_even", "us_odd") if k in first},
                       hash=first["hash"] if all(v["hash"] == first["hash"] for v in vals) else "differs")
     return out
 
@@ -144,6 +148,13 @@ def main() -> None:
     text += "\n".join(f"- {name}: " + ", ".join(f"{w} {res[w]['host_us']:.1f}" for w in workloads
                                                 if isinstance(res.get(w), dict) and "host_us" in res[w])
                        for name, res in results.items() if "error" not in res)
+    same_loop = [f"- {name}, {w}: probed launches {res[w]['us_even']:.1f} µs, unprobed {res[w]['us_odd']:.1f} µs "
+                 f"({res[w]['us_even'] / res[w]['us_odd']:.2f}x)"
+                 for name, res in results.items() if name.endswith("every:2") and "error" not in res
+                 for w in workloads if isinstance(res.get(w), dict) and "us_even" in res[w]]
+    if same_loop:
+        text += ("\n\nSame loop, same process (`--launches every:2`: even iterations probed, odd ones not; "
+                 "medians):\n\n" + "\n".join(same_loop))
     notes = [f"- {n}: {r.get('_summary') or r.get('error', '')}" for n, r in results.items() if n != "plain"]
     report = text + "\n\n" + "\n".join(notes) + "\n"
     print(report)

@@ -105,6 +105,12 @@ def timed_loop(launch, iters: int, warmup: int) -> tuple[list[float], float]:
     return [a.elapsed_time(b) * 1e3 for a, b in pairs], host
 
 
+def by_parity(times: list[float]) -> dict:
+    """Medians of the even and odd iterations: under `--launches every:2` (10 warm-up launches
+    before the loop) the even ones are probed and the odd ones not, in the same loop and process."""
+    return {"us_even": statistics.median(times[0::2]), "us_odd": statistics.median(times[1::2])}
+
+
 def stream_workload(iters: int) -> dict:
     n = 16 * 1024 * 1024
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -113,7 +119,7 @@ def stream_workload(iters: int) -> dict:
     out = torch.empty_like(x)
     grid = (triton.cdiv(n, 1024),)
     times, host = timed_loop(lambda: stream_kernel[grid](x, y, out, n, BLOCK=1024, num_warps=4), iters, 10)
-    return {"us": statistics.median(times), "host_us": host, "hash": digest(out)}
+    return {"us": statistics.median(times), "host_us": host, "hash": digest(out), **by_parity(times)}
 
 
 def attention_workload(iters: int) -> dict:
@@ -129,7 +135,7 @@ def attention_workload(iters: int) -> dict:
                                num_warps=8, num_stages=3)
 
     times, host = timed_loop(launch, iters, 10)
-    return {"us": statistics.median(times), "host_us": host, "hash": digest(o)}
+    return {"us": statistics.median(times), "host_us": host, "hash": digest(o), **by_parity(times)}
 
 
 def launch_workload(iters: int) -> dict:
