@@ -287,6 +287,20 @@ def test_free_deferred_while_the_device_cannot_be_synchronised(program):
     finish(rt)
 
 
+def test_replays_of_a_graph_whose_free_was_deferred_still_count(program):
+    """A retired group not yet freed (the device could not be synchronised) is in no handle map:
+    its nodes' replays still count at exit."""
+    graph, _ = program.capture()
+    exe = program.instantiate(graph)
+    program.replay(exe, 3)
+    program.drv.fail["ctx_synchronize"] = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+    program.destroy(graph, exe)
+    finish(program.rt)
+    assert [(n["graph_node"], n["replays"], n["written"]) for n in program.rt.graph_summary] == [(1, 3, 3)]
+    (ex,) = events(program.rt, "exit")
+    assert ex["launches"] == 3
+
+
 def test_exec_kernel_node_set_params(program):
     """Same kernel and shape: the node stays probed (our buffers appended again). Another shape:
     the node runs as the program set it, unprobed, with one `graph_unprobed` event."""
@@ -401,3 +415,38 @@ def test_context_teardown_forgets_graphs_but_keeps_their_counts(program):
     finish(rt)
     (ex,) = events(rt, "exit")
     assert ex["launches"] == 2
+
+
+def test_two_kernel_nodes_in_one_graph_native(tmp_path, fakecuda, shim, monkeypatch, capfd):
+    """Two probed launches captured into ONE graph (torch.cuda.graphs around two kernels), replayed
+    N times through the shim and shim/graphs.c: N results per node in the trace, two `graph_node`
+    events, the report's table one row per node, and the exit summary counting both nodes
+    (it once counted the first node of the destroyed graph only: 1 node, N of N)."""
+    out = tmp_path / "app.out"
+    monkeypatch.setenv("GRAPH_APP_OUT", str(out))
+    monkeypatch.setenv("GRAPH_APP_KERNELS", "2")
+    replays = 6
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4",
+                                                   "1", str(replays)], "--graphs")
+    err = capfd.readouterr().err
+    said = out.read_text().splitlines()
+    assert rc == 0 and said[-1] == "app done", said
+    assert log == ["saxpy4 probed=1 grid=4"] * (1 + 2 * replays)
+    # both nodes' buffers and staging frames are freed with the graph (the second one once leaked)
+    end = said[1].split()
+    assert end[:3] == ["live", "at", "end"] and int(end[3]) <= 2 and end[4:] == ["graphs", "0"], said
+    t = nt.load(tmp_path / "trace")
+    graph_launches = [la for la in t.launches if la.graph is not None]
+    assert sorted({la.graph for la in graph_launches}) == [(1, 1), (1, 2)]
+    for where in [(1, 1), (1, 2)]:
+        assert [la.event["replay"] for la in graph_launches if la.graph == where] == list(range(replays))
+    nodes = [e for e in t.events if e["event"] == "graph_node"]
+    assert [(e["graph"], e["graph_node"], e["kernel"]) for e in nodes] == [(1, 1, "saxpy4"), (1, 2, "saxpy4")]
+    (ex,) = [e for e in t.events if e["event"] == "exit"]
+    assert ex["launches"] == 1 + 2 * replays and ex["dropped"] == 0
+    assert f"neutrino: 2 probed CUDA graph node(s): {2 * replays} of {2 * replays} replay result(s) written" in err
+    trace, launches = analysis_report.load_trace(str(tmp_path / "trace"))
+    text = analysis_report.render(analysis_report.analyze(trace, launches))
+    assert f"[CUDA graphs] {2 * replays} of {1 + 2 * replays} launches were graph replays" in text
+    rows = [line.split()[:4] for line in text.splitlines()]
+    assert ["1", "1", "saxpy4", str(replays)] in rows and ["1", "2", "saxpy4", str(replays)] in rows

@@ -323,7 +323,10 @@ class GraphProbes:
             return
         retired, self._retired = self._retired, []
         for group in retired:
-            for node in group.nodes:
+            # over a copy: _forget_node removes the node from group.nodes, and removing while
+            # iterating skipped every other node (the second kernel node of a graph was never
+            # freed, and its replays were missing from the exit summary)
+            for node in list(group.nodes):
                 self._free_node_memory(node)
                 self._forget_node(node)
             self.freed_groups += 1
@@ -353,7 +356,7 @@ class GraphProbes:
         """A context is going away: its graphs' memory goes with it. Host-function records stay
         (a replay may still run one); nothing is freed later under a stale address."""
         with self._lock:
-            live = {id(g): g for g in [*self._by_graph.values(), *self._by_exec.values(), *self._by_capture.values()]}
+            live = {id(g): g for g in self._unfreed_groups()}
             self._finished += [self._summary_row(n) for g in live.values() for n in g.nodes if n.record is not None]
             self._by_graph.clear()
             self._by_exec.clear()
@@ -366,10 +369,15 @@ class GraphProbes:
         """Per probed graph node: replays seen, written, dropped (by reason)."""
         with self._lock:
             out = list(self._finished)
-            groups = {id(g): g for g in [*self._by_graph.values(), *self._by_exec.values(), *self._by_capture.values()]}
+            groups = {id(g): g for g in self._unfreed_groups()}
             for group in groups.values():
                 out += [self._summary_row(node) for node in group.nodes if node.record is not None]
         return out
+
+    def _unfreed_groups(self) -> list[GraphGroup]:
+        """Groups whose nodes still hold their records: the live ones, and the retired ones whose
+        freeing was deferred (graph_free_deferred), which no handle map reaches any more."""
+        return [*self._by_graph.values(), *self._by_exec.values(), *self._by_capture.values(), *self._retired]
 
     def _summary_row(self, node: GraphNode) -> dict:
         return {"kernel": node.kernel, "graph": node.group.id, "graph_node": node.id, **self.sink.stats(node.record)}

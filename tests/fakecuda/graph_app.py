@@ -3,7 +3,9 @@
 usage: graph_app.py PTXFILE KERNEL CYCLES REPLAYS
 One eager launch, then CYCLES times: capture one launch on a stream (global mode), instantiate,
 replay REPLAYS times, destroy the executable graph and the graph. Prints the fake driver's live
-allocations (device and pinned) after the first cycle and at the end, and the graphs alive."""
+allocations (device and pinned) after the first cycle and at the end, and the graphs alive.
+GRAPH_APP_KERNELS=K (default 1): K launches of the kernel inside each capture, K kernel nodes
+in one graph (torch.cuda.graphs capturing several kernels)."""
 import ctypes as C
 import os
 import sys
@@ -42,7 +44,8 @@ def main(ptx_path, kernel, cycles, replays):
     for cycle in range(cycles):
         graph, exe = P(), P()
         assert begin(stream, 0) == 0  # global mode, PyTorch's default
-        assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+        for _ in range(int(os.environ.get("GRAPH_APP_KERNELS", "1"))):
+            assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
         assert cu.cuStreamEndCapture(stream, C.byref(graph)) == 0
         assert cu.cuGraphInstantiateWithFlags(C.byref(exe), graph, 0) == 0
         for _ in range(replays):
