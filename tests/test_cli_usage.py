@@ -130,6 +130,39 @@ def test_k_selects_by_substring_or_exact_name(tmp_path):
     assert main(["instrument", str(gemm), "-p", "block_sched", "-k", f"={entries[1][:-1]}"]) == 1
 
 
+def test_gcn_instrument_takes_k_and_e_as_ptx_does(tmp_path):
+    """AMDGPU assembly: -k is the same matcher as for PTX (substring, =NAME, A:B), and -e is accepted."""
+    from neutrino.llvm_mc import find_llvm_mc
+
+    atomics = DATA / "gcn" / "atomics.gfx90a.s"
+    info, out = tmp_path / "info.json", tmp_path / "out.s"
+    check = ["--check"] if find_llvm_mc() else []
+    for pattern in ("tom", "=atomics", "nope:omi"):
+        proc = neutrino("instrument", atomics, "-p", "gmem_bytes", "-k", pattern, "--info", info, "-o", out, *check)
+        assert proc.returncode == 0, (pattern, proc.stderr)
+        assert list(json.loads(info.read_text())["kernels"]) == ["atomics"]
+    for pattern in ("=tom", "nope"):
+        proc = neutrino("instrument", atomics, "-p", "gmem_bytes", "-k", pattern)
+        assert proc.returncode == 1 and f"-k {pattern}: no entry" in proc.stderr and "(entries: atomics)" in proc.stderr
+    two = tmp_path / "two.s"  # two kernels (not a valid code object: -k refuses before instrumenting)
+    two.write_text(atomics.read_text() + (DATA / "gcn" / "vadd.gfx90a.s").read_text())
+    proc = neutrino("instrument", two, "-p", "gmem_bytes", "-k", "a")
+    assert proc.returncode == 1 and "-k a selects 2 entries (atomics, vadd)" in proc.stderr
+
+    # -e: the compact form (a GCN snippet's lines separated by \n: `;` starts a comment in GCN assembly)
+    proc = neutrino("instrument", atomics, "-e", r'position = "kernel", datamodel = "warp:8", after = ".reg .s32 %c\nCUID %c\nSAVE.u32 {%c}"',
+                    "--info", info, "-o", out, *check)
+    assert proc.returncode == 0, proc.stderr
+    kernel = json.loads(info.read_text())["kernels"]["atomics"]
+    assert kernel["sites"] == 1 and [m["name"] for m in kernel["maps"]] == ["inline"] and "nt_map_inline" in out.read_text()
+    proc = neutrino("instrument", atomics, "-e", '[p]\nposition = "global_load"\ndatamodel = "sum"\nbefore = "SAVE.u64 {BYTES}"')
+    assert proc.returncode == 0 and "BYTES" not in proc.stdout, proc.stderr
+    proc = neutrino("instrument", atomics, "-e", 'position = "kernel", after = "mov.u32 %r, 1;"')  # a PTX snippet
+    assert proc.returncode == 1 and re.match(r"neutrino: <-e>:1:\d+: error: \[probe inline\] mov.u32 is not allowed", proc.stderr)
+    proc = neutrino("instrument", atomics, "-p", "gmem_bytes", "-o", tmp_path / "no" / "out.s")
+    assert proc.returncode == 1 and "-o " in proc.stderr and "cannot write" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_k_means_the_same_in_the_profiler():
     from neutrino.runtime.options import RuntimeOptions
 
