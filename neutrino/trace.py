@@ -602,8 +602,8 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
         seen.add(field.name)
         fields.append(field)
     units, cap, rb = int(mh["units"]), int(mh["cap"]), int(mh["record_bytes"])
-    for f in fields:
-        if kind == "array" and f.offset + f.width > rb:
+    for f in fields:  # a hist map's fields name its buckets (checked below); the others lie in a record
+        if kind != "hist" and f.offset + f.width > rb:
             raise TraceError(f"{path}: map {name}: field {f.name} lies outside its {rb}-byte record")
     offset, size = base + int(mh["offset"]), int(mh["size"])
     if size != section_bytes(kind, units, cap, rb) or offset + size > file_size:

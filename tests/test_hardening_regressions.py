@@ -322,6 +322,25 @@ def test_a_field_without_a_name_is_refused(tmp_path):
         launch.maps
 
 
+def test_a_field_outside_the_record_of_a_sum_map_is_refused(tmp_path):
+    """Fuzz regression (a campaign with random seeds): a sum map's field offset past its record
+    reached numpy ("dtype descriptor requires 10512 bytes"); only array maps were checked."""
+    run = _run(tmp_path, [])
+    size = nt.section_bytes("sum", nt.STRIPES, 1, 16)
+    sums = nt.MapSection("counters", "thread", 16, 1, nt.STRIPES, [("a", "u64", 0), ("b", "u64", 8)],
+                         bytes(size), type="sum")
+    path = run / "result" / "0.bin"
+    nt.write_result(path, grid=(2, 1, 1), block=(32, 1, 1), shared_bytes=0, maps=[sums])
+    raw = bytearray(path.read_bytes())
+    second = nt.FILE_HEADER.itemsize + nt.MAP_HEADER.itemsize + nt.FIELD_DESC.itemsize  # field b
+    raw[second + 36:second + 40] = np.uint32(10504).tobytes()  # its offset
+    path.write_bytes(bytes(raw))
+    (launch,) = nt.load(run).launches
+    with pytest.raises(nt.TraceError, match="map counters: field b lies outside its 16-byte record"):
+        launch.maps
+    assert main(["report", str(run)]) == 1
+
+
 def test_toml_nested_too_deeply_is_located():
     """Fuzz regression: tomllib recursed on 3,000 nested arrays (RecursionError, the CLI's catch-all)."""
     rendered = refusal('[p]\nposition = "kernel"\nbefore = ' + "[" * 3000 + "]" * 3000 + "\n")
