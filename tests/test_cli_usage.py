@@ -267,6 +267,85 @@ def test_report_formats_for_scripts(tmp_path):
     assert not (run / "report").exists()  # no plots for scripts
 
 
+def output_of_two_processes(out: Path, first_wrote_out: bool = True) -> Path:
+    """An `-o OUT` trace of a program whose two processes were profiled (spec/trace-format.md): the
+    first wrote OUT itself (or, when it loaded no CUDA module, only claimed it), the second
+    OUT/<time>_<pid>; they ran different kernels."""
+    from test_analysis_trace import BLOCK_SCHED, GMEM_BYTES, WARPS, section, write_trace
+
+    def run(root: Path, kernel: str, pid: int, launches: int) -> Path:
+        sections = [section("block_sched", "warp", BLOCK_SCHED, 16, [[w] for w in WARPS]),
+                    section("gmem_bytes", "thread", GMEM_BYTES, 8, [[(12,)]] * 256)]
+        path = write_trace(root, [{"kernel": kernel, "grid": (4, 1, 1), "block": (64, 1, 1), "duration_ns": 100.0 * pid,
+                                   "sections": sections}] * launches)
+        log = path / "event.log"
+        log.write_text(log.read_text().replace('"pid": 1}', f'"pid": {pid}}}', 1))
+        return path
+
+    out.mkdir()
+    (out / ".owner").touch()
+    if first_wrote_out:
+        for item in run(out.parent / f"{out.name}.first", "first_kernel", 4242, 2).iterdir():
+            item.rename(out / item.name)
+    run(out.parent / f"{out.name}.second", "second_kernel", 4243, 3).rename(out / "20260101-000001_4243")
+    return out
+
+
+def test_report_and_export_cover_every_process_of_an_output_directory(tmp_path):
+    out = output_of_two_processes(tmp_path / "app.trace")
+    proc = neutrino("report", out, "--out", tmp_path / "plots")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"trace {out}: 2 processes")
+    assert "== process 0 (pid 4242)" in proc.stdout and "== process 1 (pid 4243)" in proc.stdout
+    combined = proc.stdout.split("== all processes", 1)[1].splitlines()
+    assert combined[1].split() == ["kernel", "launches", "process", "0", "(us)", "process", "1", "(us)", "max/min"]
+    assert [line.split()[:4] for line in combined[3:5]] == [["first_kernel", "2", "848.4", "-"],
+                                                            ["second_kernel", "3", "-", "1272.9"]]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["process0", "process1"]
+
+    proc = neutrino("report", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["launches"] == 5
+    assert [(row["process"], row["kernel"], row["launches"]) for row in doc["kernels"]] == [
+        (0, "first_kernel", 2), (1, "second_kernel", 3)]
+    proc = neutrino("report", out, "--format", "csv")
+    assert proc.stdout.startswith("process,kernel,launches,") and len(proc.stdout.splitlines()) == 3
+
+    proc = neutrino("export", out, "--perfetto", tmp_path / "app.json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "app.json").read_text())
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert names == {1: "process 0 (pid 4242)", 2: "process 1 (pid 4243)"}
+    assert doc["otherData"]["processes"] == [0, 1]
+    launches = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "launch"]
+    assert sorted((e["pid"], e["name"]) for e in launches) == [(1, "first_kernel")] * 2 + [(2, "second_kernel")] * 3
+
+
+def test_output_directory_whose_first_process_wrote_nothing(tmp_path):
+    """The first process claimed OUT and loaded no CUDA module; two children wrote OUT/<time>_<pid>."""
+    import neutrino.trace as nt
+
+    out = output_of_two_processes(tmp_path / "app.trace", first_wrote_out=False)
+    (out / "20260101-000001_4243").rename(out / "20260101-000002_99")
+    output_of_two_processes(tmp_path / "other.trace")
+    (tmp_path / "other.trace" / "20260101-000001_4243").rename(out / "20260101-000002_100")
+    proc = neutrino("report", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert [row["process"] for row in json.loads(proc.stdout)["kernels"]] == [0, 1]  # pid 99 started before 100
+    assert [len(t.launches) for _, t in nt.load_job(out)] == [3, 3]
+    with pytest.raises(nt.TraceError, match="the trace of 2 processes of one program"):
+        nt.load(out)
+    plain = tmp_path / "trace"  # a trace directory of two separate runs is no program's: name one
+    output_of_two_processes(tmp_path / "x.trace", first_wrote_out=False).rename(plain)
+    (plain / ".owner").unlink()
+    (plain / "20260101-000001_4243").rename(plain / "20260101-000001_7")
+    output_of_two_processes(tmp_path / "y.trace", first_wrote_out=False)
+    (tmp_path / "y.trace" / "20260101-000001_4243").rename(plain / "20260101-000001_8")
+    proc = neutrino("report", plain)
+    assert proc.returncode == 1 and "holds 2 runs" in proc.stderr
+
+
 def test_demo_is_short_and_says_where_the_files_are(tmp_path):
     proc = neutrino("demo", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""
