@@ -283,7 +283,7 @@ def offline_parser() -> argparse.ArgumentParser:
     console.add_probe_arguments(p)
     p.add_argument("-k", "--kernel", action="append", metavar="PATTERN",
                    help="instrument only the entry whose name contains PATTERN (=NAME: exactly NAME); "
-                        "the others are pruned")
+                        "the others are pruned (AMDGPU assembly: left unprobed)")
     p.add_argument("-o", "--output", help="write the probed PTX here (default: stdout)")
     p.add_argument("--info", help="write the kernel description JSON here")
     p.add_argument("--check", action="store_true", help="assemble the result with ptxas")
