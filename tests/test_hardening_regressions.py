@@ -341,6 +341,38 @@ def test_a_field_outside_the_record_of_a_sum_map_is_refused(tmp_path):
     assert main(["report", str(run)]) == 1
 
 
+def refusal_error(text: str) -> ProbeError:
+    with pytest.raises(ProbeError) as info:
+        parse_probes(text, "p.toml")
+    return info.value
+
+
+def test_thousands_of_errors_on_one_long_line_render_in_bounded_size():
+    """Fuzz regression (a hang in a campaign with random seeds): `SAVE.u32 the;the;…` 18,000 times
+    in one 72 KB snippet line gave 18,000 diagnostics, each showing the whole line: 1.3 GB of
+    message and 10 s. An error now shows 20 diagnostics and counts the rest; a line is shown
+    around its column."""
+    from neutrino.errors import SHOWN_DIAGNOSTICS
+
+    for n in (2_000, 20_000):
+        text = f'[p]\nposition = "kernel"\ndatamodel = "warp:8"\nbefore = "SAVE.u32 {"the;" * n}"\n'
+        error = refusal_error(text)
+        assert len(error.diagnostics) >= n  # every problem is still found (the verifier is linear)
+        message = str(error)
+        assert message.count("p.toml:4:") == SHOWN_DIAGNOSTICS and len(message) < 10_000
+        assert message.endswith(f"... and {len(error.diagnostics) - SHOWN_DIAGNOSTICS} more error(s) not shown "
+                                f"(the first {SHOWN_DIAGNOSTICS} are)")
+
+
+@pytest.mark.parametrize("column", [1, 5, 500, 9_990, 10_000])
+def test_a_long_line_is_shown_around_the_caret(column):
+    from neutrino.errors import Diagnostic, Location
+
+    text = "".join(chr(ord("a") + i % 26) for i in range(10_000))
+    _, shown, caret = Diagnostic(Location("f", 1, column, text), "bad").render().split("\n")
+    assert len(shown) < 200 and shown[len(caret) - 1] == text[column - 1]  # the caret under the same character
+
+
 def test_toml_nested_too_deeply_is_located():
     """Fuzz regression: tomllib recursed on 3,000 nested arrays (RecursionError, the CLI's catch-all)."""
     rendered = refusal('[p]\nposition = "kernel"\nbefore = ' + "[" * 3000 + "]" * 3000 + "\n")
