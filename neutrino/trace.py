@@ -628,7 +628,7 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
         rows = _map_array(fh, path, np.dtype("<u8"), offset, (units, stripe_row_bytes(rb) // 8))
         counts = np.ones(1, np.uint32)
         records = np.frombuffer(fold_rows(np.asarray(rows), rb).tobytes(), dtype).reshape(1, 1)
-        units = 1  # the rows, added up: one unit with one record
+        units = cap = 1  # the rows, added up: one unit with one record (whatever cap the header claims)
     return MapData(name, LEVELS[level_i], cap, rb, units, tuple(fields), bool(mh["cap_is_count"]), counts, records,
                    kind, buckets)
 

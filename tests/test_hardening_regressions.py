@@ -341,6 +341,24 @@ def test_a_field_outside_the_record_of_a_sum_map_is_refused(tmp_path):
     assert main(["report", str(run)]) == 1
 
 
+def test_the_cap_a_sum_map_header_claims_is_not_used(tmp_path):
+    """Fuzz regression (a hang in a campaign with random seeds): a sum map's header saying cap 2^31
+    made MapData.valid() build a 2^31-element mask (seconds, gigabytes) and then fail in numpy. Its
+    rows are added up into one record: cap 1 whatever the header says."""
+    run = _run(tmp_path, [])
+    sums = nt.MapSection("counters", "thread", 8, 1, nt.STRIPES, [("a", "u64", 0)],
+                         np.ones(nt.section_bytes("sum", nt.STRIPES, 1, 8) // 8, "<u8").tobytes(), type="sum")
+    path = run / "result" / "0.bin"
+    nt.write_result(path, grid=(2, 1, 1), block=(32, 1, 1), shared_bytes=0, maps=[sums])
+    raw = bytearray(path.read_bytes())
+    at = nt.FILE_HEADER.itemsize + nt.MAP_HEADER.fields["cap"][1]
+    raw[at:at + 4] = np.uint32(2**31).tobytes()
+    path.write_bytes(bytes(raw))
+    (launch,) = nt.load(run).launches
+    data = launch.maps["counters"]
+    assert data.cap == 1 and data.valid()["a"].tolist() == [nt.STRIPES] and data.totals() == {"a": nt.STRIPES}
+
+
 def refusal_error(text: str) -> ProbeError:
     with pytest.raises(ProbeError) as info:
         parse_probes(text, "p.toml")
