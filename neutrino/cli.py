@@ -137,18 +137,15 @@ def _missing_target(data: bytes, path: str):
 
 def cmd_instrument(args) -> int:
     from neutrino import cli_gcn
-    from neutrino.engine import instrument
+    from neutrino.engine import instrument, list_entries
     from neutrino.passes import default_pipeline
     from neutrino.toolbox import load_probe_argument
 
     if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
-        if args.expr is not None:
-            raise _error(f"{args.ptx}: -e is not supported for AMDGPU assembly yet: write the probe to a file")
-        args.kernel = args.kernel[-1].removeprefix("=") if args.kernel else None  # GCN: an exact entry name
         return cli_gcn.cmd_instrument(args)
     probes = load_probe_argument(args.probe, args.expr)
     text, source = _read_ptx(args.ptx)
-    kernel = select_entry(text, source, args.kernel) if args.kernel else None
+    kernel = select_entry(list_entries(text, source), source, args.kernel) if args.kernel else None
     pipeline = default_pipeline()
     pipeline.print_after = frozenset(args.print_after or ())
     pipeline.verify_each = args.verify_each
@@ -175,13 +172,12 @@ def cmd_instrument(args) -> int:
     return 0
 
 
-def select_entry(text: str, source: str, patterns: list[str]) -> str:
-    """The one entry that -k selects (instrument keeps one entry and prunes the rest)."""
-    from neutrino.engine import list_entries
+def select_entry(entries: list[str], source: str, patterns: list[str]) -> str:
+    """The one entry of `entries` that -k selects (instrument keeps one entry and prunes the rest;
+    for AMDGPU assembly, probes one and leaves the rest unprobed)."""
     from neutrino.errors import InstrumentError
     from neutrino.runtime.options import kernel_selected, split_patterns
 
-    entries = list_entries(text, source)
     wanted = split_patterns(patterns)
     chosen = [name for name in entries if kernel_selected(name, wanted)]
     if len(chosen) == 1:
@@ -287,7 +283,7 @@ def offline_parser() -> argparse.ArgumentParser:
     console.add_probe_arguments(p)
     p.add_argument("-k", "--kernel", action="append", metavar="PATTERN",
                    help="instrument only the entry whose name contains PATTERN (=NAME: exactly NAME); "
-                        "the others are pruned")
+                        "the others are pruned (AMDGPU assembly: left unprobed)")
     p.add_argument("-o", "--output", help="write the probed PTX here (default: stdout)")
     p.add_argument("--info", help="write the kernel description JSON here")
     p.add_argument("--check", action="store_true", help="assemble the result with ptxas")

@@ -47,29 +47,36 @@ def llvm_mc_check(text: str) -> str:
 
 
 def cmd_instrument(args) -> int:
+    """`neutrino instrument FILE.s`: -p/-e and -k as for PTX (the same loader and kernel matcher)."""
+    from neutrino.cli import _write, select_entry
     from neutrino.engine_gcn import instrument_gcn
+    from neutrino.isa.gcn import parse_module
     from neutrino.passes.gcn import gcn_pipeline
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probe_argument
 
-    probes = load_probes(args.probe, isa="gcn")
+    probes = load_probe_argument(args.probe, args.expr, isa="gcn")
     text = _read(args.ptx)
+    kernel = None
+    if args.kernel:
+        kernels = [k.name for k in parse_module(text, args.ptx).kernels()]
+        kernel = select_entry(kernels, args.ptx, args.kernel)
     pipeline = gcn_pipeline()
     pipeline.print_after = frozenset(args.print_after or ())
     unknown = pipeline.print_after - set(pipeline.names())
     if unknown:
         raise NeutrinoError(f"--print-after: no pass named {', '.join(sorted(unknown))} (passes: {', '.join(pipeline.names())})")
-    result = instrument_gcn(text, probes, kernel=args.kernel, source=args.ptx, pipeline=pipeline)
+    result = instrument_gcn(text, probes, kernel=kernel, source=args.ptx, pipeline=pipeline)
     for name, dumped in pipeline.dump:
         print(f"; ----- IR after {name} -----\n{dumped}", file=sys.stderr)
     if args.time_passes:
         for name, seconds in result.timings.items():
             print(f"{name:24s} {seconds * 1e3:8.3f} ms", file=sys.stderr)
     if args.output:
-        Path(args.output).write_text(result.ptx)
+        _write(args.output, result.ptx, "-o")
     else:
         sys.stdout.write(result.ptx)
     if args.info:
-        Path(args.info).write_text(json.dumps(result.info_json(), indent=2) + "\n")
+        _write(args.info, json.dumps(result.info_json(), indent=2) + "\n", "--info")
     if args.check:
         print(f"{llvm_mc_check(result.ptx)} ({len(result.kernels)} kernel(s))", file=sys.stderr)
     for name, info in result.kernels.items():

@@ -31,6 +31,23 @@ class Location:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+SHOWN_LINE = 160  # characters of a source line a diagnostic shows, around its column
+SHOWN_DIAGNOSTICS = 20  # an error lists this many problems, then counts the rest (clang's -ferror-limit)
+
+
+def excerpt(text: str, column: int) -> tuple[str, int]:
+    """The source line as shown and the caret's column in it: a long line (a generated or
+    mutated one can be megabytes) is cut to SHOWN_LINE characters around the column, so that
+    rendering stays linear in the input whatever the number of diagnostics on that line."""
+    text = text.rstrip("\n")
+    if len(text) <= SHOWN_LINE:
+        return text.expandtabs(1), column
+    start = max(0, min(column - 1 - SHOWN_LINE // 2, len(text) - SHOWN_LINE))
+    shown = text[start:start + SHOWN_LINE].expandtabs(1)
+    head, tail = ("..." if start else ""), ("..." if start + SHOWN_LINE < len(text) else "")
+    return head + shown + tail, column - start + len(head) if column > 0 else 0
+
+
 @attrs.frozen
 class Diagnostic:
     location: Location
@@ -42,9 +59,10 @@ class Diagnostic:
         lines = [f"{self.location}: {self.severity}: {self.message}"]
         loc = self.location
         if loc.text:
-            lines.append("    " + loc.text.rstrip("\n").expandtabs(1))
-            if loc.column > 0:
-                lines.append("    " + " " * (loc.column - 1) + "^")
+            shown, column = excerpt(loc.text, loc.column)
+            lines.append("    " + shown)
+            if column > 0:
+                lines.append("    " + " " * (column - 1) + "^")
         if self.hint:
             lines.append(f"    hint: {self.hint}")
         return "\n".join(lines)
@@ -64,7 +82,11 @@ class DiagnosticError(NeutrinoError):
         super().__init__(self.render())
 
     def render(self) -> str:
-        return "\n".join(d.render() for d in self.diagnostics)
+        shown = [d.render() for d in self.diagnostics[:SHOWN_DIAGNOSTICS]]
+        more = len(self.diagnostics) - len(shown)
+        if more > 0:
+            shown.append(f"... and {more} more error(s) not shown (the first {SHOWN_DIAGNOSTICS} are)")
+        return "\n".join(shown)
 
 
 class ParseError(DiagnosticError):

@@ -75,10 +75,10 @@ def inline_toml(text: str) -> str:
     return f"{INLINE_NAME} = {{ {text.strip()} }}"
 
 
-def load_probe_argument(probe: str | None, expression: str | None):
-    """The ProbeFile of `-p PROBE` (a file or a built-in tool) or of `-e TEXT`."""
+def load_probe_argument(probe: str | None, expression: str | None, isa: str = "ptx"):
+    """The ProbeFile of `-p PROBE` (a file or a built-in tool) or of `-e TEXT`, for `isa` (ptx or gcn)."""
     from neutrino.probefile import load_probes, parse_probes
 
     if expression is not None:
-        return parse_probes(inline_toml(expression), "<-e>")
-    return load_probes(probe)
+        return parse_probes(inline_toml(expression), "<-e>", isa)
+    return load_probes(probe, isa)

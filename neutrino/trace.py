@@ -602,8 +602,8 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
         seen.add(field.name)
         fields.append(field)
     units, cap, rb = int(mh["units"]), int(mh["cap"]), int(mh["record_bytes"])
-    for f in fields:
-        if kind == "array" and f.offset + f.width > rb:
+    for f in fields:  # a hist map's fields name its buckets (checked below); the others lie in a record
+        if kind != "hist" and f.offset + f.width > rb:
             raise TraceError(f"{path}: map {name}: field {f.name} lies outside its {rb}-byte record")
     offset, size = base + int(mh["offset"]), int(mh["size"])
     if size != section_bytes(kind, units, cap, rb) or offset + size > file_size:
@@ -628,7 +628,7 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
         rows = _map_array(fh, path, np.dtype("<u8"), offset, (units, stripe_row_bytes(rb) // 8))
         counts = np.ones(1, np.uint32)
         records = np.frombuffer(fold_rows(np.asarray(rows), rb).tobytes(), dtype).reshape(1, 1)
-        units = 1  # the rows, added up: one unit with one record
+        units = cap = 1  # the rows, added up: one unit with one record (whatever cap the header claims)
     return MapData(name, LEVELS[level_i], cap, rb, units, tuple(fields), bool(mh["cap_is_count"]), counts, records,
                    kind, buckets)
 
@@ -718,6 +718,9 @@ def find_run_dir(path) -> Path:
                          "name one of them, or read them all with neutrino.trace.load_job")
     if not runs:
         raise TraceError(f"{path}: not a trace directory (no event.log here or in a subdirectory)")
+    if len(find_process_dirs(path)) == len(runs):
+        raise TraceError(f"{path}: the trace of {len(runs)} processes of one program: name one of them, "
+                         "or read them all with neutrino.trace.load_job")
     names = ", ".join(p.name for p in runs[-5:])
     raise TraceError(f"{path}: holds {len(runs)} runs ({names}); name one of them")
 
@@ -737,6 +740,25 @@ def find_rank_dirs(path) -> list[tuple[int, Path]]:
         if m and (sub / "event.log").exists():
             found.append((int(m.group(1)), int(m.group(2) or -1), sub))
     return [(rank, sub) for rank, _, sub in sorted(found)]
+
+
+_PROCESS_DIR = re.compile(r"(\d{8}-\d{6})_(\d+)")
+
+
+def find_process_dirs(path) -> list[Path]:
+    """The run directories of an `-o DIR` trace (spec/trace-format.md): DIR itself when its first
+    process wrote it, then `DIR/<time>_<pid>` of every other process of the program, in order of
+    start. DIR is one when it holds an event.log or the `.owner` of `-o`; otherwise [] (a plain
+    trace directory holds separate runs, not one program's processes)."""
+    path = Path(path)
+    if not path.is_dir() or not ((path / "event.log").exists() or (path / ".owner").exists()):
+        return []
+    others = []
+    for sub in path.iterdir():
+        m = _PROCESS_DIR.fullmatch(sub.name)
+        if m and (sub / "event.log").exists():
+            others.append((m.group(1), int(m.group(2)), sub))
+    return [path] * (path / "event.log").exists() + [sub for *_, sub in sorted(others)]
 
 
 def read_events(path: Path) -> list[dict]:
@@ -789,8 +811,9 @@ def find_job_dir(path) -> Path | None:
 
 
 def load_job(path) -> list[tuple[int, Trace]]:
-    """(rank, trace) of every rank of a job directory, ordered by rank."""
-    ranks = find_rank_dirs(path)
+    """(rank, trace) of every rank of a job directory, ordered by rank; for an `-o` trace of several
+    processes (find_process_dirs), (i, trace) of each process in order of start."""
+    ranks = find_rank_dirs(path) or list(enumerate(find_process_dirs(path)))
     if not ranks:
         raise TraceError(f"{path}: not a job directory (no rank<R>/ run directory in it)")
     return [(rank, load(run)) for rank, run in ranks]

@@ -130,6 +130,39 @@ def test_k_selects_by_substring_or_exact_name(tmp_path):
     assert main(["instrument", str(gemm), "-p", "block_sched", "-k", f"={entries[1][:-1]}"]) == 1
 
 
+def test_gcn_instrument_takes_k_and_e_as_ptx_does(tmp_path):
+    """AMDGPU assembly: -k is the same matcher as for PTX (substring, =NAME, A:B), and -e is accepted."""
+    from neutrino.llvm_mc import find_llvm_mc
+
+    atomics = DATA / "gcn" / "atomics.gfx90a.s"
+    info, out = tmp_path / "info.json", tmp_path / "out.s"
+    check = ["--check"] if find_llvm_mc() else []
+    for pattern in ("tom", "=atomics", "nope:omi"):
+        proc = neutrino("instrument", atomics, "-p", "gmem_bytes", "-k", pattern, "--info", info, "-o", out, *check)
+        assert proc.returncode == 0, (pattern, proc.stderr)
+        assert list(json.loads(info.read_text())["kernels"]) == ["atomics"]
+    for pattern in ("=tom", "nope"):
+        proc = neutrino("instrument", atomics, "-p", "gmem_bytes", "-k", pattern)
+        assert proc.returncode == 1 and f"-k {pattern}: no entry" in proc.stderr and "(entries: atomics)" in proc.stderr
+    two = tmp_path / "two.s"  # two kernels (not a valid code object: -k refuses before instrumenting)
+    two.write_text(atomics.read_text() + (DATA / "gcn" / "vadd.gfx90a.s").read_text())
+    proc = neutrino("instrument", two, "-p", "gmem_bytes", "-k", "a")
+    assert proc.returncode == 1 and "-k a selects 2 entries (atomics, vadd)" in proc.stderr
+
+    # -e: the compact form (a GCN snippet's lines separated by \n: `;` starts a comment in GCN assembly)
+    proc = neutrino("instrument", atomics, "-e", r'position = "kernel", datamodel = "warp:8", after = ".reg .s32 %c\nCUID %c\nSAVE.u32 {%c}"',
+                    "--info", info, "-o", out, *check)
+    assert proc.returncode == 0, proc.stderr
+    kernel = json.loads(info.read_text())["kernels"]["atomics"]
+    assert kernel["sites"] == 1 and [m["name"] for m in kernel["maps"]] == ["inline"] and "nt_map_inline" in out.read_text()
+    proc = neutrino("instrument", atomics, "-e", '[p]\nposition = "global_load"\ndatamodel = "sum"\nbefore = "SAVE.u64 {BYTES}"')
+    assert proc.returncode == 0 and "BYTES" not in proc.stdout, proc.stderr
+    proc = neutrino("instrument", atomics, "-e", 'position = "kernel", after = "mov.u32 %r, 1;"')  # a PTX snippet
+    assert proc.returncode == 1 and re.match(r"neutrino: <-e>:1:\d+: error: \[probe inline\] mov.u32 is not allowed", proc.stderr)
+    proc = neutrino("instrument", atomics, "-p", "gmem_bytes", "-o", tmp_path / "no" / "out.s")
+    assert proc.returncode == 1 and "-o " in proc.stderr and "cannot write" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_k_means_the_same_in_the_profiler():
     from neutrino.runtime.options import RuntimeOptions
 
@@ -232,6 +265,85 @@ def test_report_formats_for_scripts(tmp_path):
     assert header.startswith("kernel,launches,maps,records,dropped,time_us,block_sched.blocks")
     assert line.startswith("vadd,1,block_sched,8,0,0.16,4")
     assert not (run / "report").exists()  # no plots for scripts
+
+
+def output_of_two_processes(out: Path, first_wrote_out: bool = True) -> Path:
+    """An `-o OUT` trace of a program whose two processes were profiled (spec/trace-format.md): the
+    first wrote OUT itself (or, when it loaded no CUDA module, only claimed it), the second
+    OUT/<time>_<pid>; they ran different kernels."""
+    from test_analysis_trace import BLOCK_SCHED, GMEM_BYTES, WARPS, section, write_trace
+
+    def run(root: Path, kernel: str, pid: int, launches: int) -> Path:
+        sections = [section("block_sched", "warp", BLOCK_SCHED, 16, [[w] for w in WARPS]),
+                    section("gmem_bytes", "thread", GMEM_BYTES, 8, [[(12,)]] * 256)]
+        path = write_trace(root, [{"kernel": kernel, "grid": (4, 1, 1), "block": (64, 1, 1), "duration_ns": 100.0 * pid,
+                                   "sections": sections}] * launches)
+        log = path / "event.log"
+        log.write_text(log.read_text().replace('"pid": 1}', f'"pid": {pid}}}', 1))
+        return path
+
+    out.mkdir()
+    (out / ".owner").touch()
+    if first_wrote_out:
+        for item in run(out.parent / f"{out.name}.first", "first_kernel", 4242, 2).iterdir():
+            item.rename(out / item.name)
+    run(out.parent / f"{out.name}.second", "second_kernel", 4243, 3).rename(out / "20260101-000001_4243")
+    return out
+
+
+def test_report_and_export_cover_every_process_of_an_output_directory(tmp_path):
+    out = output_of_two_processes(tmp_path / "app.trace")
+    proc = neutrino("report", out, "--out", tmp_path / "plots")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"trace {out}: 2 processes")
+    assert "== process 0 (pid 4242)" in proc.stdout and "== process 1 (pid 4243)" in proc.stdout
+    combined = proc.stdout.split("== all processes", 1)[1].splitlines()
+    assert combined[1].split() == ["kernel", "launches", "process", "0", "(us)", "process", "1", "(us)", "max/min"]
+    assert [line.split()[:4] for line in combined[3:5]] == [["first_kernel", "2", "848.4", "-"],
+                                                            ["second_kernel", "3", "-", "1272.9"]]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["process0", "process1"]
+
+    proc = neutrino("report", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["launches"] == 5
+    assert [(row["process"], row["kernel"], row["launches"]) for row in doc["kernels"]] == [
+        (0, "first_kernel", 2), (1, "second_kernel", 3)]
+    proc = neutrino("report", out, "--format", "csv")
+    assert proc.stdout.startswith("process,kernel,launches,") and len(proc.stdout.splitlines()) == 3
+
+    proc = neutrino("export", out, "--perfetto", tmp_path / "app.json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "app.json").read_text())
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert names == {1: "process 0 (pid 4242)", 2: "process 1 (pid 4243)"}
+    assert doc["otherData"]["processes"] == [0, 1]
+    launches = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "launch"]
+    assert sorted((e["pid"], e["name"]) for e in launches) == [(1, "first_kernel")] * 2 + [(2, "second_kernel")] * 3
+
+
+def test_output_directory_whose_first_process_wrote_nothing(tmp_path):
+    """The first process claimed OUT and loaded no CUDA module; two children wrote OUT/<time>_<pid>."""
+    import neutrino.trace as nt
+
+    out = output_of_two_processes(tmp_path / "app.trace", first_wrote_out=False)
+    (out / "20260101-000001_4243").rename(out / "20260101-000002_99")
+    output_of_two_processes(tmp_path / "other.trace")
+    (tmp_path / "other.trace" / "20260101-000001_4243").rename(out / "20260101-000002_100")
+    proc = neutrino("report", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert [row["process"] for row in json.loads(proc.stdout)["kernels"]] == [0, 1]  # pid 99 started before 100
+    assert [len(t.launches) for _, t in nt.load_job(out)] == [3, 3]
+    with pytest.raises(nt.TraceError, match="the trace of 2 processes of one program"):
+        nt.load(out)
+    plain = tmp_path / "trace"  # a trace directory of two separate runs is no program's: name one
+    output_of_two_processes(tmp_path / "x.trace", first_wrote_out=False).rename(plain)
+    (plain / ".owner").unlink()
+    (plain / "20260101-000001_4243").rename(plain / "20260101-000001_7")
+    output_of_two_processes(tmp_path / "y.trace", first_wrote_out=False)
+    (tmp_path / "y.trace" / "20260101-000001_4243").rename(plain / "20260101-000001_8")
+    proc = neutrino("report", plain)
+    assert proc.returncode == 1 and "holds 2 runs" in proc.stderr
 
 
 def test_demo_is_short_and_says_where_the_files_are(tmp_path):

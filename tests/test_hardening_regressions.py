@@ -322,6 +322,75 @@ def test_a_field_without_a_name_is_refused(tmp_path):
         launch.maps
 
 
+def test_a_field_outside_the_record_of_a_sum_map_is_refused(tmp_path):
+    """Fuzz regression (a campaign with random seeds): a sum map's field offset past its record
+    reached numpy ("dtype descriptor requires 10512 bytes"); only array maps were checked."""
+    run = _run(tmp_path, [])
+    size = nt.section_bytes("sum", nt.STRIPES, 1, 16)
+    sums = nt.MapSection("counters", "thread", 16, 1, nt.STRIPES, [("a", "u64", 0), ("b", "u64", 8)],
+                         bytes(size), type="sum")
+    path = run / "result" / "0.bin"
+    nt.write_result(path, grid=(2, 1, 1), block=(32, 1, 1), shared_bytes=0, maps=[sums])
+    raw = bytearray(path.read_bytes())
+    second = nt.FILE_HEADER.itemsize + nt.MAP_HEADER.itemsize + nt.FIELD_DESC.itemsize  # field b
+    raw[second + 36:second + 40] = np.uint32(10504).tobytes()  # its offset
+    path.write_bytes(bytes(raw))
+    (launch,) = nt.load(run).launches
+    with pytest.raises(nt.TraceError, match="map counters: field b lies outside its 16-byte record"):
+        launch.maps
+    assert main(["report", str(run)]) == 1
+
+
+def test_the_cap_a_sum_map_header_claims_is_not_used(tmp_path):
+    """Fuzz regression (a hang in a campaign with random seeds): a sum map's header saying cap 2^31
+    made MapData.valid() build a 2^31-element mask (seconds, gigabytes) and then fail in numpy. Its
+    rows are added up into one record: cap 1 whatever the header says."""
+    run = _run(tmp_path, [])
+    sums = nt.MapSection("counters", "thread", 8, 1, nt.STRIPES, [("a", "u64", 0)],
+                         np.ones(nt.section_bytes("sum", nt.STRIPES, 1, 8) // 8, "<u8").tobytes(), type="sum")
+    path = run / "result" / "0.bin"
+    nt.write_result(path, grid=(2, 1, 1), block=(32, 1, 1), shared_bytes=0, maps=[sums])
+    raw = bytearray(path.read_bytes())
+    at = nt.FILE_HEADER.itemsize + nt.MAP_HEADER.fields["cap"][1]
+    raw[at:at + 4] = np.uint32(2**31).tobytes()
+    path.write_bytes(bytes(raw))
+    (launch,) = nt.load(run).launches
+    data = launch.maps["counters"]
+    assert data.cap == 1 and data.valid()["a"].tolist() == [nt.STRIPES] and data.totals() == {"a": nt.STRIPES}
+
+
+def refusal_error(text: str) -> ProbeError:
+    with pytest.raises(ProbeError) as info:
+        parse_probes(text, "p.toml")
+    return info.value
+
+
+def test_thousands_of_errors_on_one_long_line_render_in_bounded_size():
+    """Fuzz regression (a hang in a campaign with random seeds): `SAVE.u32 the;the;…` 18,000 times
+    in one 72 KB snippet line gave 18,000 diagnostics, each showing the whole line: 1.3 GB of
+    message and 10 s. An error now shows 20 diagnostics and counts the rest; a line is shown
+    around its column."""
+    from neutrino.errors import SHOWN_DIAGNOSTICS
+
+    for n in (2_000, 20_000):
+        text = f'[p]\nposition = "kernel"\ndatamodel = "warp:8"\nbefore = "SAVE.u32 {"the;" * n}"\n'
+        error = refusal_error(text)
+        assert len(error.diagnostics) >= n  # every problem is still found (the verifier is linear)
+        message = str(error)
+        assert message.count("p.toml:4:") == SHOWN_DIAGNOSTICS and len(message) < 10_000
+        assert message.endswith(f"... and {len(error.diagnostics) - SHOWN_DIAGNOSTICS} more error(s) not shown "
+                                f"(the first {SHOWN_DIAGNOSTICS} are)")
+
+
+@pytest.mark.parametrize("column", [1, 5, 500, 9_990, 10_000])
+def test_a_long_line_is_shown_around_the_caret(column):
+    from neutrino.errors import Diagnostic, Location
+
+    text = "".join(chr(ord("a") + i % 26) for i in range(10_000))
+    _, shown, caret = Diagnostic(Location("f", 1, column, text), "bad").render().split("\n")
+    assert len(shown) < 200 and shown[len(caret) - 1] == text[column - 1]  # the caret under the same character
+
+
 def test_toml_nested_too_deeply_is_located():
     """Fuzz regression: tomllib recursed on 3,000 nested arrays (RecursionError, the CLI's catch-all)."""
     rendered = refusal('[p]\nposition = "kernel"\nbefore = ' + "[" * 3000 + "]" * 3000 + "\n")

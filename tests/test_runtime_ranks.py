@@ -238,6 +238,9 @@ def test_two_ranks_on_one_device_each_get_a_directory_and_report(tmp_path, fakec
     combined = out.split("== all ranks", 1)[1].splitlines()
     assert combined[1].split() == ["kernel", "launches", "rank", "0", "(us)", "rank", "1", "(us)", "max/min"]
     assert combined[3].split()[:2] == ["saxpy4", "10"]
+    assert cli_main(["report", str(job), "--format", "json"]) == 0  # for scripts: each rank's rows
+    rows = json.loads(capsys.readouterr().out)["kernels"]
+    assert [(r["rank"], r["kernel"], r["launches"]) for r in rows] == [(0, "saxpy4", 5), (1, "saxpy4", 5)]
 
     out_json = tmp_path / "job.json"
     assert nt.find_job_dir(tmp_path / "trace") == job  # the trace directory holds this job only

@@ -158,10 +158,9 @@ def export(trace_dir: str, out_json: str, *, warps: bool = False, clock_ghz: flo
     """
     from neutrino.analysis import ranks
     from neutrino.analysis.report import load_trace
-    from neutrino.trace import find_job_dir
 
-    job = find_job_dir(trace_dir)
-    if job is not None:  # a job: one process per rank (spec/analysis.md, "Several ranks")
+    job = ranks.find_group(trace_dir)
+    if job is not None:  # one Perfetto process per rank or profiled process (spec/analysis.md, "Several ranks")
         return ranks.export_job(str(job), out_json, warps=warps, clock_ghz=clock_ghz)
     trace, launches = load_trace(trace_dir)
     probe_text = getattr(trace, "probe_text", None)

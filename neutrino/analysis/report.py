@@ -5,7 +5,8 @@ launches, maps, valid and dropped records, then one table per built-in tool
 found in the trace (block_sched, gmem_bytes, dmat, tensorop,
 program_progress) with that tool's numbers, and writes the tools' pictures to
 `out_dir` (default: `report/` in the run directory, which is TRACE_DIR itself
-or the one run it holds). A trace that cannot be read gives a
+or the one run it holds; a job of ranks or an `-o` trace of several processes
+is reported per rank or process, neutrino.analysis.ranks). A trace that cannot be read gives a
 one-line error on stderr and exit status 1, never a traceback.
 """
 
@@ -189,11 +190,12 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def render_csv(report: Report) -> str:
+def render_csv(report: Report, rows: list[dict] | None = None) -> str:
+    """`rows`: kernel_rows(report) unless given (a job's rows, led by their rank)."""
     import csv
     import io
 
-    rows = kernel_rows(report)
+    rows = kernel_rows(report) if rows is None else rows
     columns = list(dict.fromkeys(col for row in rows for col in row)) or ["kernel"]
     out = io.StringIO()
     writer = csv.DictWriter(out, columns, lineterminator="\n")
@@ -202,10 +204,11 @@ def render_csv(report: Report) -> str:
     return out.getvalue()
 
 
-def render_json(report: Report) -> str:
+def render_json(report: Report, rows: list[dict] | None = None) -> str:
     import json
 
-    return json.dumps({"trace": report.trace_path, "launches": report.launches, "kernels": kernel_rows(report),
+    rows = kernel_rows(report) if rows is None else rows
+    return json.dumps({"trace": report.trace_path, "launches": report.launches, "kernels": rows,
                        "warnings": list(report.warnings)}, indent=2) + "\n"
 
 
@@ -241,12 +244,11 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
     tool's `analyze_launch`, e.g. `{"dmat": {"time_base": "block", "granule": 32}}`.
     """
     from neutrino.analysis import ranks
-    from neutrino.trace import find_job_dir
 
-    job = find_job_dir(trace_dir)
-    if job is not None:  # a job of several ranks: spec/analysis.md, "Several ranks"
+    job = ranks.find_group(trace_dir)
+    if job is not None:  # several ranks, or processes of one program: spec/analysis.md, "Several ranks"
         return ranks.report_main(str(job), out_dir, plots=plots, plots_per_kernel=plots_per_kernel,
-                                 tool_options=tool_options)
+                                 tool_options=tool_options, output_format=output_format)
     try:
         trace, launches = load_trace(trace_dir)
         report = analyze(trace, launches, tool_options=tool_options)
