@@ -8,6 +8,7 @@ end to end on a machine without a GPU.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -311,4 +312,21 @@ def test_fast_path_when_full_wait_drops_nothing(tmp_path, fakecuda, shim):
     t = nt.load(tmp_path / "trace")
     (ex,) = [e for e in t.events if e["event"] == "exit"]
     assert ex["launches"] == len(t.launches) == n and ex["dropped"] == 0
+    assert [la.index for la in t.launches] == list(range(n))
+
+
+def test_fast_path_writer_makes_few_driver_calls_per_launch(tmp_path, fakecuda, shim, monkeypatch, capfd):
+    """The writer copies back and zeroes a batch of consecutive ring regions with one call each and
+    asks the driver once per batch: well under one driver call per launch (it made four per launch
+    before the ring, which made the program's own driver calls wait on a GPU host)."""
+    monkeypatch.setenv("NEUTRINO_FAST_PROFILE", "1")
+    n = 400
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", str(n)])
+    assert rc == 0 and len(log) == n
+    m = re.search(r"writer, (\d+) jobs in (\d+) batches, ([\d.]+) driver calls per job", capfd.readouterr().err)
+    assert m, "NEUTRINO_FAST_PROFILE printed no writer line"
+    jobs, batches, calls = int(m[1]), int(m[2]), float(m[3])
+    assert jobs == n  # the first launch, taken by Python, is written by the same writer
+    assert batches <= jobs // 4 and calls < 1.0, (batches, calls)
+    t = nt.load(tmp_path / "trace")
     assert [la.index for la in t.launches] == list(range(n))
