@@ -474,7 +474,10 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     job.shared_bytes = shmem; job.n_maps = p->n_maps; job.kernel_launch = kernel_launch;
     job.header = hdr; job.header_len = hdr ? p->header_len : 0;
     job.owns_header = !on_stack; job.copy_header = on_stack;
-    for (unsigned m = 0; m < p->n_maps; m++) job.device[m] = base + region_off[m];
+    for (unsigned m = 0; m < p->n_maps; m++) {
+        job.device[m] = base + region_off[m];
+        job.zero_bytes[m] = sizes[m];  /* a job the writer takes alone (a failure) still leaves its region zeroed */
+    }
     job.ring = ring; job.ring_end = at + region; job.region = base; job.region_bytes = region;
     job.fast = 1;
     job.untimed = !timed;

@@ -279,11 +279,12 @@ static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
     void *ws = stream_for(first->ctx);
     uint64_t t1 = wnow(), t2, t3;
     uint64_t total = 0;
-    for (unsigned i = 0; i < n; i++) total += staged_bytes(&jobs[i]->job);
+    int ring_run = first->ring && first->status == 0;  /* consecutive regions of one ring (gather_candidates) */
+    if (ring_run) total = jobs[n - 1]->job.region + jobs[n - 1]->job.region_bytes - first->region;
+    else for (unsigned i = 0; i < n; i++) total += staged_bytes(&jobs[i]->job);
     int staged = ws && ensure_staging(total) == 0;
     uint64_t at = 0;
-    if (first->ring && first->status == 0 && ws && staged) {
-        /* consecutive regions of one ring (gather_batch): one copy back, one memset */
+    if (ring_run && ws && staged) {  /* one copy back, one memset */
         const nt_job *last = &jobs[n - 1]->job;
         uint64_t span = last->region + last->region_bytes - first->region;
         int ok = d2h_async(staging, first->region, span, ws) == 0;
@@ -298,7 +299,7 @@ static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
         }
         at = n;  /* the per-job loop below has nothing left to do */
     }
-    for (unsigned i = (first->ring && at == n) ? n : 0; i < n; i++) {
+    for (unsigned i = (ring_run && at == n) ? n : 0; i < n; i++) {
         const nt_job *j = &jobs[i]->job;
         fill_record(&recs[i], j);
         copied[i] = 0;
