@@ -87,7 +87,9 @@ typedef struct ring {
     uint64_t device, size;
     uint64_t head;             /* under pool_lock */
     _Atomic uint64_t tail;     /* moved by the writer only */
-    int fresh;                 /* not yet zeroed (the first launch zeroes all of it on its stream) */
+    uint64_t clean;            /* bytes [0, clean) of the ring have been zeroed once: a region beyond is
+                                * zeroed by its own launch, on its own stream (a launch on another stream
+                                * must not race with a memset of the whole ring) */
 } ring_t;
 
 typedef struct {
@@ -307,7 +309,7 @@ static int grow_ring(ctx_pool *pool, uint64_t bytes, int *why) {
     if (want < bytes) { *why = 1; return -1; }
     ring_t *r = calloc(1, sizeof *r);
     if (!r || p_alloc(&r->device, want) != 0) { free(r); *why = 2; return -1; }
-    r->size = want; r->ctx = pool->ctx; r->fresh = 1;
+    r->size = want; r->ctx = pool->ctx;
     atomic_fetch_add(&held, want);
     if (pool->ring) { pool->ring->next = pool->retired; pool->retired = pool->ring; }
     pool->ring = r;
@@ -430,7 +432,8 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         args[p->n_params + i] = &values[i];  /* a u32 cap is read from the first 4 bytes: little-endian */
     }
     int rc = 0;
-    if (ring->fresh) rc = p_memset(ring->device, 0, ring->size, s);  /* once per ring; the writer zeroes after */
+    uint64_t end_off = at % ring->size + region;
+    if (end_off > ring->clean) rc = p_memset(base, 0, region, s);  /* new memory; later the writer zeroes */
     STEP(P_ZERO);
     /* The start event costs a driver call on the program's path: only every time_every-th launch
      * measures the kernel's own time; the end event is what the writer waits for. */
@@ -444,7 +447,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         atomic_fetch_add(&e->stats.handed_back, 1);
         goto give_back_region;
     }
-    ring->fresh = 0;
+    if (end_off > ring->clean) ring->clean = end_off;
     /* The probed kernel has run: from here on the launch is ours, whatever fails. */
     STEP(P_LAUNCH);
     int status = p_ev_record(ev[1], s) != 0;
