@@ -330,3 +330,16 @@ def test_fast_path_writer_makes_few_driver_calls_per_launch(tmp_path, fakecuda, 
     assert batches <= jobs // 4 and calls < 1.0, (batches, calls)
     t = nt.load(tmp_path / "trace")
     assert [la.index for la in t.launches] == list(range(n))
+
+
+def test_fast_path_ring_regions_come_back_zeroed_after_laps(tmp_path, fakecuda, shim, monkeypatch):
+    """A ring of 19 regions (a 4864-byte budget, 256-byte regions) laps many times: a region used
+    again by a launch that saves less reads zero where it saved nothing (fake memory starts 0xAB)."""
+    monkeypatch.setenv("FAKECUDA_ALTERNATE", "1")
+    n = 40
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", str(n)],
+                              "--buffer-budget", "4864", "--when-full", "wait")
+    assert rc == 0 and log == ["saxpy4 probed=1 grid=4"] * n
+    t = nt.load(tmp_path / "trace")
+    assert [len(la.maps["block_sched"].valid()) for la in t.launches] == [8, 4] * (n // 2)
+    assert all(int(la.maps["block_sched"].counts[4:].sum()) == 0 for la in t.launches[1::2])
