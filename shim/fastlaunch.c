@@ -10,7 +10,7 @@
  *   → one job for the writer (writer.c), which copies the buffers back, writes
  *     the frame, zeroes the buffers for their next launch and returns them here.
  *
- * A buffer is zeroed on the launch path only when it is new.
+ * The launch path zeroes device memory only when a new ring is made (once per ring).
  *
  * Nothing waits for the GPU. Anything unusual (a plan's limits exceeded, a
  * capturing stream, an allocation or launch error) returns -1 and the launch
@@ -87,9 +87,12 @@ typedef struct ring {
     uint64_t device, size;
     uint64_t head;             /* under pool_lock */
     _Atomic uint64_t tail;     /* moved by the writer only */
-    uint64_t clean;            /* bytes [0, clean) of the ring have been zeroed once: a region beyond is
-                                * zeroed by its own launch, on its own stream (a launch on another stream
-                                * must not race with a memset of the whole ring) */
+    /* A new ring is zeroed whole by its first launch, on that launch's stream, then `zeroed_event`
+     * is recorded there. Until one of the ring's jobs is written (so the memset is done), a launch
+     * on another stream first waits for that event: it must not race with the memset. */
+    int fresh;
+    void *zeroed_on, *zeroed_event;
+    _Atomic int zeroed;
 } ring_t;
 
 typedef struct {
@@ -140,6 +143,9 @@ static CUresult (*p_ctx_get)(void **);
 static CUresult (*p_capturing)(void *, int *);
 static CUresult (*p_memset)(uint64_t, unsigned char, size_t, void *);
 static CUresult (*p_ev_record)(void *, void *);
+static CUresult (*p_ev_create)(void **, unsigned);
+static CUresult (*p_ev_destroy)(void *);
+static CUresult (*p_wait_event)(void *, void *, unsigned);
 static CUresult (*p_alloc)(uint64_t *, size_t);
 static CUresult (*p_free)(uint64_t);
 static CUresult (*p_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
@@ -155,6 +161,7 @@ static int resolve(void) {
 #define R(var, name) if (!(var = (__typeof__(var))neutrino_real_sym(name))) return -1
     R(p_ctx_get, "cuCtxGetCurrent"); R(p_capturing, "cuStreamIsCapturing"); R(p_memset, "cuMemsetD8Async");
     R(p_ev_record, "cuEventRecord"); R(p_alloc, "cuMemAlloc_v2"); R(p_free, "cuMemFree_v2");
+    R(p_ev_create, "cuEventCreate"); R(p_ev_destroy, "cuEventDestroy_v2"); R(p_wait_event, "cuStreamWaitEvent");
     R(p_launch, "cuLaunchKernel"); R(p_launch_ptsz, "cuLaunchKernel_ptsz");
     R(p_launch_ex, "cuLaunchKernelEx"); R(p_launch_ex_ptsz, "cuLaunchKernelEx_ptsz");
 #undef R
@@ -276,6 +283,7 @@ static ctx_pool *existing_pool(void *ctx) {
 }
 
 static void free_ring(ring_t *r) {
+    if (r->zeroed_event) p_ev_destroy(r->zeroed_event);
     p_free(r->device);
     atomic_fetch_sub(&held, r->size);
     free(r);
@@ -309,7 +317,7 @@ static int grow_ring(ctx_pool *pool, uint64_t bytes, int *why) {
     if (want < bytes) { *why = 1; return -1; }
     ring_t *r = calloc(1, sizeof *r);
     if (!r || p_alloc(&r->device, want) != 0) { free(r); *why = 2; return -1; }
-    r->size = want; r->ctx = pool->ctx;
+    r->size = want; r->ctx = pool->ctx; r->fresh = 1;
     atomic_fetch_add(&held, want);
     if (pool->ring) { pool->ring->next = pool->retired; pool->retired = pool->ring; }
     pool->ring = r;
@@ -341,6 +349,7 @@ static int reserve_region(ctx_pool *pool, uint64_t bytes, uint64_t *pos, uint64_
 void neutrino_fast_ring_done(void *ring, uint64_t ring_end) {
     ring_t *r = ring;
     ring_t *drained = NULL;
+    atomic_store_explicit(&r->zeroed, 1, memory_order_release);  /* a job of it ran: after the memset */
     pthread_mutex_lock(&pool_lock);
     atomic_store(&r->tail, ring_end);
     ctx_pool *pool = existing_pool(r->ctx);
@@ -432,8 +441,14 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         args[p->n_params + i] = &values[i];  /* a u32 cap is read from the first 4 bytes: little-endian */
     }
     int rc = 0;
-    uint64_t end_off = at % ring->size + region;
-    if (end_off > ring->clean) rc = p_memset(base, 0, region, s);  /* new memory; later the writer zeroes */
+    if (ring->fresh) {  /* once per ring; afterwards the writer zeroes what it copied back */
+        rc = p_memset(ring->device, 0, ring->size, s);
+        if (rc == 0 && !ring->zeroed_event) rc = p_ev_create(&ring->zeroed_event, 2 /* CU_EVENT_DISABLE_TIMING */);
+        if (rc == 0) rc = p_ev_record(ring->zeroed_event, s);
+        if (rc == 0) ring->zeroed_on = s;
+    } else if (!atomic_load_explicit(&ring->zeroed, memory_order_acquire) && s != ring->zeroed_on) {
+        rc = p_wait_event(s, ring->zeroed_event, 0);
+    }
     STEP(P_ZERO);
     /* The start event costs a driver call on the program's path: only every time_every-th launch
      * measures the kernel's own time; the end event is what the writer waits for. */
@@ -447,7 +462,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         atomic_fetch_add(&e->stats.handed_back, 1);
         goto give_back_region;
     }
-    if (end_off > ring->clean) ring->clean = end_off;
+    ring->fresh = 0;
     /* The probed kernel has run: from here on the launch is ours, whatever fails. */
     STEP(P_LAUNCH);
     int status = p_ev_record(ev[1], s) != 0;
