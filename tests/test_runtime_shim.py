@@ -343,3 +343,25 @@ def test_fast_path_ring_regions_come_back_zeroed_after_laps(tmp_path, fakecuda, 
     t = nt.load(tmp_path / "trace")
     assert [len(la.maps["block_sched"].valid()) for la in t.launches] == [8, 4] * (n // 2)
     assert all(int(la.maps["block_sched"].counts[4:].sum()) == 0 for la in t.launches[1::2])
+
+
+def test_fast_path_other_streams_wait_for_a_new_rings_memset(tmp_path, fakecuda, shim, monkeypatch):
+    """A new ring is zeroed on its first launch's stream; until one of its jobs is written, launches
+    on another stream wait for that memset's event first (no kernel races with it). Kernels are
+    slow here (events complete 300 ms after their record), so the window stays open."""
+    monkeypatch.setenv("FAKEAPP_STREAMS", "2")
+    monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
+    monkeypatch.setenv("FAKECUDA_EVENT_DELAY_MS", "300")
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"])
+    assert rc == 0
+    launches = [i for i, line in enumerate(log) if line.startswith("saxpy4 ")]
+    assert len(launches) == 6 and all(log[i] == "saxpy4 probed=1 grid=4" for i in launches)
+    # launch 0 (NULL stream) is Python's; launch 1 (the second stream) makes the ring and zeroes it;
+    # launches 2 and 4 (NULL stream) wait first; launches 3 and 5 (the ring's stream) do not
+    waited = [k for k, i in enumerate(launches) if i > 0 and log[i - 1].startswith("wait ")]
+    assert waited == [2, 4]
+    events = {log[launches[k] - 1].split("event=")[1] for k in waited}
+    assert len(events) == 1  # the ring's one zeroing event
+    t = nt.load(tmp_path / "trace")
+    assert [la.index for la in t.launches] == list(range(6))
+    assert all(list(la.maps["block_sched"].valid()["unit"]) == list(range(8)) for la in t.launches)

@@ -23,18 +23,24 @@ def launch_all(ptx_path, kernel, n):
     devices = int(os.environ.get("FAKEAPP_DEVICES", "1"))  # launch on the devices in turn (contexts of fakecuda.c)
     counter = iter(range(1 << 62))
     grids = [int(g) for g in os.environ.get("FAKEAPP_GRIDS", "4").split(",")]  # launch i: grids[i % len]
+    streams = [None]  # FAKEAPP_STREAMS=S: launch i on stream i % S (stream 0: the NULL stream)
+    for _ in range(int(os.environ.get("FAKEAPP_STREAMS", "1")) - 1):
+        st = C.c_void_p()
+        assert cu.cuStreamCreate(C.byref(st), 1) == 0
+        streams.append(st)
 
     def launches(count):
         for _ in range(count):
             i = next(counter)
             if devices > 1:
                 assert cu.cuCtxSetCurrent(C.c_void_p(0xC0 + 0x100 * (i % devices))) == 0
-            g = grids[i % len(grids)]
+            g, stream = grids[i % len(grids)], streams[i % len(streams)]
             if os.environ.get("FAKEAPP_EX"):  # as Triton launches
                 config.g[0] = g
+                config.stream = stream
                 assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
             else:
-                assert cu.cuLaunchKernel(fn, g, 1, 1, 64, 1, 1, 0, None, params, None) == 0
+                assert cu.cuLaunchKernel(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
 
     threads = int(os.environ.get("FAKEAPP_THREADS", "0"))
     if not threads:

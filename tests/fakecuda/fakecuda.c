@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int CUresult;
 typedef struct {
@@ -192,7 +193,15 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
 }
 CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
 CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = malloc(8); return 0; }
-CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) {
+    (void)f;
+    const char *log = getenv("FAKECUDA_LOG");
+    if (log && getenv("FAKECUDA_LOG_WAITS")) {  /* the fast path's wait for a new ring's memset */
+        FILE *fh = fopen(log, "a");
+        if (fh) { fprintf(fh, "wait stream=%p event=%p\n", s, e); fclose(fh); }
+    }
+    return 0;
+}
 CUresult cuMemAllocAsync(uint64_t *p, size_t n, void *s) {
     (void)s;
     if (alloc_refused()) return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
@@ -223,10 +232,24 @@ CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) {
     return 0;
 }
 CUresult cuMemFreeHost(void *p) { free(p); live_allocations--; return 0; }
-CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = malloc(8); return 0; }
-CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
-CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
-CUresult cuEventQuery(void *e) { (void)e; return 0; }
+/* An event holds the time it was recorded. FAKECUDA_EVENT_DELAY_MS=N: it completes N ms after
+ * its record (a slow kernel), so a test can see what happens while launches are in flight. */
+static uint64_t fake_now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = calloc(1, 8); return 0; }
+CUresult cuEventRecord(void *e, void *s) { (void)s; *(uint64_t *)e = fake_now_ns(); return 0; }
+CUresult cuEventQuery(void *e) {
+    const char *d = getenv("FAKECUDA_EVENT_DELAY_MS");
+    if (d && fake_now_ns() < *(uint64_t *)e + (uint64_t)atoi(d) * 1000000ull) return 600; /* NOT_READY */
+    return 0;
+}
+CUresult cuEventSynchronize(void *e) {
+    while (cuEventQuery(e) == 600) { struct timespec t = {0, 1000000}; nanosleep(&t, NULL); }
+    return 0;
+}
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.004f; return 0; }
 CUresult cuEventDestroy_v2(void *e) { free(e); return 0; }
 
