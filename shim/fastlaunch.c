@@ -35,9 +35,9 @@ typedef int CUresult;
 
 /* NEUTRINO_FAST_PROFILE=1: time each step of the launch path (printed at exit; a diagnostic
  * for benchmarks/, two clock reads per step when on, one load when off). */
-enum { P_CTX, P_PLAN, P_CAPTURE, P_RESERVE, P_SLOTS, P_EVENTS, P_ZERO, P_EV_START, P_LAUNCH, P_EV_END, P_HEADER,
+enum { P_CTX, P_PLAN, P_CAPTURE, P_RESERVE, P_REGION, P_EVENTS, P_ZERO, P_EV_START, P_LAUNCH, P_EV_END, P_HEADER,
        P_SUBMIT, P_STEPS };
-static const char *const step_names[P_STEPS] = {"ctx", "plan", "capture", "reserve", "slots", "events", "zero",
+static const char *const step_names[P_STEPS] = {"ctx", "plan", "capture", "reserve", "region", "events", "zero",
                                                 "ev_start", "launch", "ev_end", "header", "submit"};
 typedef struct {
     void *orig_func, *ctx, *probed_func;
@@ -426,7 +426,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     }
     ring_t *ring = pool->ring;
     uint64_t base = ring->device + at % ring->size;
-    STEP(P_SLOTS);
+    STEP(P_REGION);
     void *ev[2];
     if (neutrino_writer_take_events(ctx, ev) != 0) goto give_back_region;
     STEP(P_EVENTS);
