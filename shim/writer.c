@@ -423,8 +423,6 @@ static void wait_for(void *ev) {
 /* The batch is written: the fast path gets its ring room back (one call: the batch is one run
  * of a ring) and its events (one lock), then the sequence numbers are published. */
 static void finish_batch(node *const *jobs, unsigned n) {
-    void *ring = NULL;
-    uint64_t ring_end = 0;
     pthread_mutex_lock(&ev_lock);
     for (unsigned i = 0; i < n; i++) {
         const nt_job *j = &jobs[i]->job;
@@ -432,14 +430,13 @@ static void finish_batch(node *const *jobs, unsigned n) {
             ev_free[ev_n].ctx = j->ctx; ev_free[ev_n].ev[0] = j->ev_start; ev_free[ev_n].ev[1] = j->ev_end;
             ev_n++;
         }
-        if (j->ring && j->ring != ring) {
-            if (ring) neutrino_fast_ring_done(ring, ring_end);
-            ring = j->ring;
-        }
-        if (j->ring) ring_end = j->ring_end;
     }
     pthread_mutex_unlock(&ev_lock);
-    if (ring) neutrino_fast_ring_done(ring, ring_end);
+    /* outside ev_lock: the launch path takes ev_lock while holding the ring's lock */
+    for (unsigned i = 0; i < n; i++) {
+        const nt_job *j = &jobs[i]->job;
+        if (j->ring && (i + 1 == n || jobs[i + 1]->job.ring != j->ring)) neutrino_fast_ring_done(j->ring, j->ring_end);
+    }
     for (unsigned i = 0; i < n; i++) {
         node *nd = jobs[i];
         if (nd->job.host_frame) neutrino_graph_job_done(nd->job.frame_size);
