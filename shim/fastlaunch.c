@@ -16,6 +16,9 @@
  * capturing stream, an allocation or launch error) returns -1 and the launch
  * takes the Python path, which knows how to fall back and log. Launches the
  * budgets have no room for are dropped: run unprobed (return -2) and counted.
+ *
+ * Lock order: pool_lock (plans, rings), then the writer's ev_lock or queue lock. The writer
+ * takes pool_lock holding neither, and frees device memory holding none.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
