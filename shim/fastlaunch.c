@@ -48,7 +48,7 @@ typedef struct {
     uint32_t units_mode[NT_MAX_MAPS];   /* 0 thread, 1 warp, 2 block, 3 fixed (sum/hist maps) */
     uint64_t fixed_units[NT_MAX_MAPS];
     uint64_t fixed_size[NT_MAX_MAPS];   /* mode 3: the buffer's bytes */
-    uint32_t record_bytes[NT_MAX_MAPS], cap[NT_MAX_MAPS], zero_all[NT_MAX_MAPS];
+    uint32_t record_bytes[NT_MAX_MAPS], cap[NT_MAX_MAPS];
     uint32_t map_header_pos[NT_MAX_MAPS]; /* byte offset of each map header in the frame header */
     uint32_t extra_map[2 * NT_MAX_MAPS], extra_is_buffer[2 * NT_MAX_MAPS];
     int32_t fd;
@@ -113,8 +113,8 @@ static uint64_t budget = 1ull << 30;
 static _Atomic uint64_t held;  /* device bytes of all rings, retired ones included */
 static _Atomic uint64_t trace_limit = UINT64_MAX, trace_used;
 static _Atomic int enabled;
-static uint64_t time_every = 1;
-static int wait_when_full;  /* --when-full=wait: a launch the buffer budget has no room for waits for the writer */  /* the kernel's own time (two events) on every n-th fast launch */
+static uint64_t time_every = 1;  /* the kernel's own time (two events) on every n-th fast launch */
+static int wait_when_full;  /* --when-full=wait: a launch the buffer budget has no room for waits for the writer */
 
 static int profiling;
 static uint64_t step_ns[P_STEPS], profiled_launches;

@@ -111,6 +111,16 @@ enum { W_WAIT_KERNEL, W_COPY, W_APPEND, W_STEPS };
 static uint64_t wcalls;  /* driver calls the writer made for its batches (profile) */
 static uint64_t wstep_ns[W_STEPS], wjobs, wbatches;
 
+/* The CLOCK_REALTIME time `ns` from now (pthread_cond_timedwait's deadline). */
+static struct timespec deadline_after(uint64_t ns) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    ns += (uint64_t)t.tv_nsec;
+    t.tv_sec += (time_t)(ns / 1000000000ull);
+    t.tv_nsec = (long)(ns % 1000000000ull);
+    return t;
+}
+
 static inline uint64_t wnow(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -267,6 +277,25 @@ static void write_host_frame(const nt_job *j) {
 }
 
 
+/* A run of consecutive regions of one ring (gather_candidates): one copy back into staging and
+ * one memset, for all of them. Returns n: every job's data[] is set. */
+static unsigned copy_ring_run(node *const *jobs, unsigned n, void *ws, nt_index_record *recs,
+                              char *(*data)[NT_MAX_MAPS], int *copied) {
+    const nt_job *first = &jobs[0]->job, *last = &jobs[n - 1]->job;
+    uint64_t span = last->region + last->region_bytes - first->region;
+    int ok = d2h_async(staging, first->region, span, ws) == 0;
+    memset_async(first->region, 0, span, ws);
+    wcalls += 2;
+    for (unsigned i = 0; i < n; i++) {
+        const nt_job *j = &jobs[i]->job;
+        fill_record(&recs[i], j);
+        copied[i] = ok;
+        if (!ok) recs[i].status = 2;
+        for (uint32_t m = 0; m < j->n_maps; m++) data[i][m] = (char *)staging + (j->device[m] - first->region);
+    }
+    return n;
+}
+
 /* Write a batch of jobs of one context whose kernels have finished (loop() waited for the
  * first, gather_batch() saw the others' end events complete). Their copies and zeroing share
  * one stream and one sync, their index records one write. */
@@ -284,22 +313,8 @@ static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
     else for (unsigned i = 0; i < n; i++) total += staged_bytes(&jobs[i]->job);
     int staged = ws && ensure_staging(total) == 0;
     uint64_t at = 0;
-    if (ring_run && ws && staged) {  /* one copy back, one memset */
-        const nt_job *last = &jobs[n - 1]->job;
-        uint64_t span = last->region + last->region_bytes - first->region;
-        int ok = d2h_async(staging, first->region, span, ws) == 0;
-        memset_async(first->region, 0, span, ws);
-        wcalls += 2;
-        for (unsigned i = 0; i < n; i++) {
-            const nt_job *j = &jobs[i]->job;
-            fill_record(&recs[i], j);
-            copied[i] = ok;
-            if (!ok) recs[i].status = 2;
-            for (uint32_t m = 0; m < j->n_maps; m++) data[i][m] = (char *)staging + (j->device[m] - first->region);
-        }
-        at = n;  /* the per-job loop below has nothing left to do */
-    }
-    for (unsigned i = (ring_run && at == n) ? n : 0; i < n; i++) {
+    unsigned from = ring_run && ws && staged ? copy_ring_run(jobs, n, ws, recs, data, copied) : 0;
+    for (unsigned i = from; i < n; i++) {
         const nt_job *j = &jobs[i]->job;
         fill_record(&recs[i], j);
         copied[i] = 0;
@@ -455,10 +470,7 @@ static void finish_batch(node *const *jobs, unsigned n) {
  * of ring room, someone waits for the writer, or it is stopping. Called under `lock`. */
 static void nap(void) {
     if (stopping || batch_full || queued >= BATCH_JOBS || atomic_exchange(&hurry, 0)) return;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += NAP_NS;
-    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    struct timespec until = deadline_after(NAP_NS);
     napping = 1;
     while (!stopping && queued < BATCH_JOBS && !atomic_load(&hurry))
         if (pthread_cond_timedwait(&more, &lock, &until) == ETIMEDOUT) break;
@@ -479,10 +491,7 @@ static void *loop(void *arg) {
         pthread_mutex_lock(&lock);
         for (unsigned idle = 0; !head && !stopping; idle++) {
             if (idle < IDLE_POLLS) {
-                struct timespec until;
-                clock_gettime(CLOCK_REALTIME, &until);
-                until.tv_nsec += POLL_NS;
-                if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+                struct timespec until = deadline_after(POLL_NS);
                 pthread_cond_timedwait(&more, &lock, &until);
             } else {
                 sleeping = 1;
@@ -604,11 +613,7 @@ uint64_t neutrino_writer_next_seq(void) {
 
 /* Wait until job `seq` is written or `timeout_ms` passes; 1 if written. */
 int neutrino_writer_wait(uint64_t seq, int64_t timeout_ms) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    struct timespec until = deadline_after(timeout_ms > 0 ? (uint64_t)timeout_ms * 1000000ull : 0);
     pthread_mutex_lock(&lock);
     atomic_store(&hurry, 1);  /* somebody waits: no napping */
     pthread_cond_signal(&more);

@@ -34,7 +34,7 @@ class NtPlan(C.Structure):
         ("n_params", C.c_uint32), ("n_maps", C.c_uint32), ("n_extra", C.c_uint32), ("max_shared", C.c_uint32),
         ("units_mode", C.c_uint32 * MAX_MAPS), ("fixed_units", C.c_uint64 * MAX_MAPS),
         ("fixed_size", C.c_uint64 * MAX_MAPS),
-        ("record_bytes", C.c_uint32 * MAX_MAPS), ("cap", C.c_uint32 * MAX_MAPS), ("zero_all", C.c_uint32 * MAX_MAPS),
+        ("record_bytes", C.c_uint32 * MAX_MAPS), ("cap", C.c_uint32 * MAX_MAPS),
         ("map_header_pos", C.c_uint32 * MAX_MAPS),
         ("extra_map", C.c_uint32 * (2 * MAX_MAPS)), ("extra_is_buffer", C.c_uint32 * (2 * MAX_MAPS)),
         ("fd", C.c_int32), ("kernel_id", C.c_uint32), ("header_template", C.c_char_p), ("header_len", C.c_uint64),
@@ -83,7 +83,6 @@ class FastPath:
                 plan.units_mode[i], plan.fixed_units[i], plan.fixed_size[i] = FIXED, lay.units, lay.size
             plan.record_bytes[i] = lay.map["record_bytes"]
             plan.cap[i] = lay.cap
-            plan.zero_all[i] = int(lay.zero_bytes == lay.size)
             plan.map_header_pos[i] = shape.map_headers[i]
         _, extra = pk.param_plan()
         plan.n_extra = len(extra)
