@@ -183,16 +183,16 @@ def test_prepare_jax_notes_the_flags_in_the_event_log(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- XLA's ptxas subprocess: the wrapper
 
-from neutrino.runtime import ptxas_wrapper  # noqa: E402
+from neutrino.runtime import subprocess_compilers  # noqa: E402
 
-HAVE_PTXAS = ptxas_wrapper.find_real_ptxas() is not None
+HAVE_PTXAS = subprocess_compilers.find_real_ptxas() is not None
 
 
 def test_ptxas_arguments_as_xla_writes_them():
-    assert ptxas_wrapper.split_arguments(["/tmp/x/m.ptx", "-o", "/tmp/x/m.cubin", "-arch=sm_90a", "--warn-on-spills"]) \
+    assert subprocess_compilers.split_arguments(["/tmp/x/m.ptx", "-o", "/tmp/x/m.cubin", "-arch=sm_90a", "--warn-on-spills"]) \
         == ("/tmp/x/m.ptx", "/tmp/x/m.cubin")
-    assert ptxas_wrapper.split_arguments(["-arch=sm_90", "--output-file=/o.cubin", "/i.ptx"]) == ("/i.ptx", "/o.cubin")
-    assert ptxas_wrapper.split_arguments(["--version"]) == (None, None)
+    assert subprocess_compilers.split_arguments(["-arch=sm_90", "--output-file=/o.cubin", "/i.ptx"]) == ("/i.ptx", "/o.cubin")
+    assert subprocess_compilers.split_arguments(["--version"]) == (None, None)
 
 
 @pytest.mark.skipif(not HAVE_PTXAS, reason="needs ptxas")
@@ -210,11 +210,11 @@ def test_wrapper_runs_ptxas_unchanged_and_files_the_ptx_by_cubin_hash(tmp_path, 
     r = subprocess.run([os.path.join(bin_dir, "ptxas"), *args, str(tmp_path / "wrapped.cubin")],
                        env=dict(clean_env, PATH=env["PATH"]), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    real = subprocess.run([ptxas_wrapper.find_real_ptxas(), *args, str(tmp_path / "real.cubin")], timeout=120)
+    real = subprocess.run([subprocess_compilers.find_real_ptxas(), *args, str(tmp_path / "real.cubin")], timeout=120)
     assert real.returncode == 0
     cubin = (tmp_path / "wrapped.cubin").read_bytes()
     assert cubin == (tmp_path / "real.cubin").read_bytes()
-    monkeypatch.setenv(ptxas_wrapper.ENV_INDEX, env[ptxas_wrapper.ENV_INDEX])
+    monkeypatch.setenv(subprocess_compilers.ENV_INDEX, env[subprocess_compilers.ENV_INDEX])
     found = compilers.CompiledIndex().lookup(cubin)
     assert found is not None and found.compiler == "ptxas" and found.ptx == ptx
     assert compilers.CompiledIndex().lookup(cubin + b"\0") is None
@@ -226,6 +226,76 @@ def test_wrapper_runs_ptxas_unchanged_and_files_the_ptx_by_cubin_hash(tmp_path, 
     assert len(list((tmp_path / "idx").glob("*.ptx"))) == 1
     # a second JAX import in the same process (or a child) does not wrap the wrapper
     assert frameworks.route_ptxas_through_wrapper(env) is None
+
+
+def test_nvlink_arguments():
+    split = subprocess_compilers.split_link_arguments
+    assert split(["-arch=sm_90", "-o", "/t/out.cubin", "/t/a.o", "/t/b.o"]) == (["/t/a.o", "/t/b.o"], "/t/out.cubin")
+    assert split(["--arch", "sm_90a", "/t/a.cubin", "--output-file=/t/o", "-L", "/lib", "-lcudadevrt"]) \
+        == (["/t/a.cubin"], "/t/o")
+    assert split(["--version"]) == ([], None)
+
+
+HAVE_NVLINK = HAVE_PTXAS and subprocess_compilers.find_real("nvlink") is not None
+
+
+def _wrapped(bin_dir, tool, *args):
+    clean_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    return subprocess.run([os.path.join(bin_dir, tool), *map(str, args)], env=clean_env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _second_module(ptx: str) -> str:
+    """A PTX module with the same kernels under other names (a second part of one XLA module)."""
+    return ptx.replace("saxpy4", "saxpy4_part2").replace("hscale", "hscale_part2")
+
+
+@pytest.mark.skipif(not HAVE_NVLINK, reason="needs ptxas and nvlink")
+def test_nvlink_wrapper_files_the_ptx_of_a_one_part_link_and_a_reason_for_several(tmp_path, monkeypatch):
+    """XLA compiles a module in parts (ptxas -c) and links them with nvlink: a link of one part is that
+    part's PTX; a link of several parts is refused with the reason; the calls are summarised at exit."""
+    env, seen = {"PATH": os.environ["PATH"]}, []
+    bin_dir = frameworks.route_ptxas_through_wrapper(env, lambda kind, **f: seen.append(f), str(tmp_path / "idx"))
+    assert shutil.which("nvlink", path=env["PATH"]) == os.path.join(bin_dir, "nvlink")
+    assert seen[0]["real_nvlink"] == subprocess_compilers.find_real("nvlink")
+    ptx = VEC_PTX_FILE.read_text()
+    (tmp_path / "a.ptx").write_text(ptx)
+    (tmp_path / "b.ptx").write_text(_second_module(ptx))
+    for part in ("a", "b"):
+        r = _wrapped(bin_dir, "ptxas", "-c", "-arch=sm_90", tmp_path / f"{part}.ptx", "-o", tmp_path / f"{part}.o")
+        assert r.returncode == 0, r.stderr
+    r = _wrapped(bin_dir, "nvlink", "-arch=sm_90", "-o", tmp_path / "one.cubin", tmp_path / "a.o")
+    assert r.returncode == 0, r.stderr
+    r = _wrapped(bin_dir, "nvlink", "-arch=sm_90", "-o", tmp_path / "two.cubin", tmp_path / "a.o", tmp_path / "b.o")
+    assert r.returncode == 0, r.stderr
+    real = subprocess.run([subprocess_compilers.find_real("nvlink"), "-arch=sm_90", "-o", str(tmp_path / "real.cubin"),
+                           str(tmp_path / "a.o")], timeout=120)
+    assert real.returncode == 0
+    one = (tmp_path / "one.cubin").read_bytes()
+    assert one == (tmp_path / "real.cubin").read_bytes()  # the wrapper changes nothing nvlink writes
+    monkeypatch.setenv(subprocess_compilers.ENV_INDEX, env[subprocess_compilers.ENV_INDEX])
+    found = compilers.CompiledIndex().lookup(one)
+    assert found is not None and found.ptx == ptx
+    two = compilers.CompiledIndex().lookup((tmp_path / "two.cubin").read_bytes())
+    assert two is not None and two.ptx is None and "nvlink linked 2 relocatable cubins" in two.reason
+    # a failed link keeps nvlink's status and files nothing
+    r = _wrapped(bin_dir, "nvlink", "-arch=sm_90", "-o", tmp_path / "bad.cubin", tmp_path / "missing.o")
+    assert r.returncode != 0
+    index = compilers.CompiledIndex()
+    index.wrapper_dir = tmp_path / "idx"
+    events = []
+    index.close(lambda kind, **f: events.append((kind, f)))
+    (kind, fields), = events
+    assert kind == "subprocess_compilers"
+    assert fields == {"calls": {"ptxas": 2, "nvlink": 3}, "failed": 1, "nvlink_inputs": {"1": 2, "2": 1}}
+    assert not (tmp_path / "idx").exists()
+
+
+def test_an_unseen_xla_cubin_says_which_route_was_missing(monkeypatch):
+    monkeypatch.delenv(subprocess_compilers.ENV_INDEX, raising=False)
+    assert "ptxas wrapper is not in place" in compilers.unseen_xla_compile_reason()
+    monkeypatch.setenv(subprocess_compilers.ENV_INDEX, "/nonexistent")
+    assert "persistent compilation cache" in compilers.unseen_xla_compile_reason()
 
 
 # ---------------------------------------------------------------- end to end: shim + fake nvJitLink

@@ -169,11 +169,12 @@ def test_buffers_pooled_and_one_result_file_per_kernel(tmp_path):
 
 def test_module_without_ptx(tmp_path):
     rt, drv, shim = make_runtime(tmp_path)
-    rt.on_module("cuLibraryLoadData", 0x300, b"\x7fELF....")
+    rt.on_module("cuLibraryLoadData", 0x300, b"\x7fELF....\0.text.at_kernel\0.nv.info.at_kernel\0.text.other\0")
     assert rt.on_function("library_kernel", 0x300, "at_kernel", 0x301) is False
     finish(rt)
     (ev,) = events(rt, "no_ptx")
     assert ev["kind"] == "cuLibraryLoadData"
+    assert ev["kernels"] == ["at_kernel", "other"]  # which kernels run unprobed
 
 
 def test_kernel_filter(tmp_path):

@@ -193,7 +193,12 @@ def _tap_compilers(rt, shim, embedded: bool) -> None:
 
     shim.register_compiler(compilers.make_compiler_callback(rt.compiled, hooks.read_image))
     if not embedded:
-        frameworks.watch_for_jax(lambda *args, **fields: rt.trace.event(*args, **fields))
+        from pathlib import Path
+
+        def adopt(index_dir: str) -> None:  # ours to summarise and remove at exit
+            rt.compiled.wrapper_dir = Path(index_dir)
+
+        frameworks.watch_for_jax(lambda *args, **fields: rt.trace.event(*args, **fields), on_wrappers=adopt)
 
 
 def _at_exit(rt, shim) -> None:
@@ -203,6 +208,7 @@ def _at_exit(rt, shim) -> None:
         rt.finish()
     finally:
         shim.unregister()
+        rt.compiled.close()  # the wrappers' index, where no runtime was built to summarise it
 
 
 def _disable_in_child(shim) -> None:

@@ -20,13 +20,14 @@ from __future__ import annotations
 import ctypes as C
 import hashlib
 import os
+import shutil
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
 import attrs
 
-from neutrino.runtime.ptxas_wrapper import ENV_INDEX
+from neutrino.runtime.subprocess_compilers import ENV_INDEX
 
 NVJITLINK_INPUT_PTX = 2
 NVJITLINK_INPUT_NAMES = {1: "cubin", 2: "PTX", 3: "LTO-IR", 4: "fatbin", 5: "object", 6: "library", 7: "index"}
@@ -69,6 +70,7 @@ class CompiledIndex:
         self._by_cubin: OrderedDict[str, Compiled] = OrderedDict()
         self._held = 0
         self.links_seen: dict[str, int] = {}  # compiler -> outputs reported (for the exit summary)
+        self.wrapper_dir: Path | None = None  # the ptxas/nvlink wrappers' index this process made (removed at exit)
 
     # -- what the taps report
     def add_input(self, compiler: str, handle: int, ptx: str | None, other: str | None = None) -> None:
@@ -98,7 +100,7 @@ class CompiledIndex:
 
     # -- what module loads ask
     def lookup(self, image: bytes) -> Compiled | None:
-        filed = os.environ.get(ENV_INDEX)  # PTX the ptxas wrapper filed by cubin hash (ptxas_wrapper.py)
+        filed = os.environ.get(ENV_INDEX)  # what the ptxas/nvlink wrappers filed by cubin hash (subprocess_compilers.py)
         if not self._by_cubin and not filed:
             return None
         key = cubin_key(image)
@@ -107,6 +109,21 @@ class CompiledIndex:
         if found is None and filed:
             found = _filed_by_ptxas(Path(filed), key)
         return found
+
+    # -- exit
+    def close(self, event=None) -> None:
+        """Note what the subprocess wrappers compiled (one `subprocess_compilers` event), then remove
+        their index when this process made it. Idempotent; never raises."""
+        index, self.wrapper_dir = self.wrapper_dir, None
+        if index is None:
+            return
+        try:
+            counts = wrapper_call_counts(index / "calls.log")
+            if event is not None and counts:
+                event("subprocess_compilers", **counts)
+        except Exception:  # noqa: BLE001 - a summary, never a failure of the program
+            pass
+        shutil.rmtree(index, ignore_errors=True)
 
     def _remember(self, key: str, entry: Compiled) -> None:
         old = self._by_cubin.pop(key, None)
@@ -120,12 +137,50 @@ class CompiledIndex:
 
 
 def _filed_by_ptxas(index_dir: Path, key: str) -> Compiled | None:
-    """The PTX a ptxas subprocess compiled into the cubin with this hash (XLA's route), or None."""
+    """What a ptxas or nvlink subprocess made the cubin with this hash from (XLA's route): its PTX,
+    or why it has none; None when no wrapper wrote it."""
     try:
-        raw = (index_dir / f"{key}.ptx").read_bytes()
+        return Compiled(_ptx_text((index_dir / f"{key}.ptx").read_bytes()), "ptxas")
+    except OSError:
+        pass
+    try:
+        return Compiled(None, "nvlink", (index_dir / f"{key}.why").read_text(errors="replace").strip())
     except OSError:
         return None
-    return Compiled(_ptx_text(raw), "ptxas")
+
+
+def unseen_xla_compile_reason() -> str:
+    """Why an XLA cubin that no tap saw compiled has no PTX."""
+    if os.environ.get(ENV_INDEX):
+        return ("neither nvJitLink nor the ptxas/nvlink wrappers saw this cubin made: it came from JAX's persistent "
+                "compilation cache, or XLA ran a compiler that is not the one first on PATH")
+    return ("no nvJitLink link was seen in this process and the ptxas wrapper is not in place (no ptxas on PATH or "
+            "in /usr/local/cuda/bin)")
+
+
+def wrapper_call_counts(calls_log: Path) -> dict:
+    """From the wrappers' calls.log: calls per tool, failed calls, and nvlink calls by input count."""
+    from neutrino.runtime.subprocess_compilers import split_link_arguments
+    import shlex
+
+    calls: dict[str, int] = {}
+    failed = 0
+    link_inputs: dict[str, int] = {}
+    try:
+        lines = calls_log.read_text(errors="replace").splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        parts = line.split(" ", 4)
+        if len(parts) < 4:
+            continue
+        tool, status = parts[1], parts[2]
+        calls[tool] = calls.get(tool, 0) + 1
+        failed += status != "rc=0"
+        if tool == "nvlink" and len(parts) == 5:
+            n = str(len(split_link_arguments(shlex.split(parts[4]))[0]))
+            link_inputs[n] = link_inputs.get(n, 0) + 1
+    return {"calls": calls, "failed": failed, "nvlink_inputs": link_inputs} if calls else {}
 
 
 def _compiled_from(link: _Link, compiler: str) -> Compiled:

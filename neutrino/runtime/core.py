@@ -41,7 +41,7 @@ from neutrino.runtime.driver import (
 )
 from neutrino.runtime.devices import Devices
 from neutrino.runtime.drain import NativeWriter, ResultWriter
-from neutrino.runtime.compilers import CompiledIndex
+from neutrino.runtime.compilers import CompiledIndex, unseen_xla_compile_reason
 from neutrino.runtime.fastpath import FastPath
 from neutrino.runtime.graphs import (
     G_ADD_KERNEL_NODE,
@@ -50,7 +50,7 @@ from neutrino.runtime.graphs import (
     PythonGraphSink,
     relaxed_capture,
 )
-from neutrino.runtime.frameworks import XLA, module_origin
+from neutrino.runtime.frameworks import XLA, kernel_names, module_origin
 from neutrino.runtime.launch import Enqueuer
 from neutrino.runtime.options import RuntimeOptions
 from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
@@ -154,14 +154,14 @@ class Runtime:
             compiled = self.registry.compiled_reason(image)  # made in this process, from several inputs
             origin = module_origin(image, path)
             if compiled is None and origin is XLA and not self.compiled.links_seen:
-                compiled = "no nvJitLink link was seen in this process: XLA compiled with ptxas or the driver"
+                compiled = unseen_xla_compile_reason()
             reason = compiled or reason
             with self._lock:
                 self.no_ptx[origin] += 1
                 if compiled:
                     self.no_ptx_examples.setdefault(origin.name, compiled)
             self.trace.event("no_ptx", module=hex(handle), kind=kind, path=path, reason=reason, origin=origin.name,
-                             hint=origin.hint)
+                             hint=origin.hint, kernels=kernel_names(image))
         else:
             self.trace.event("module", module=hex(handle), kind=kind, source=getattr(rec.ptx, "source", None))
 
@@ -425,6 +425,7 @@ class Runtime:
         self.pool.close()
         self._collect_fast_path_counts()
         self._collect_graph_counts()
+        self.compiled.close(self.trace.event)
         from neutrino.runtime import callback, report
 
         if self._callback is not None and self.trace.materialized:

@@ -75,6 +75,21 @@ def module_origin(image: bytes | None, path: str | None = None, modules=None) ->
     return NVCC
 
 
+_TEXT_SECTION = re.compile(rb"\.text\.([A-Za-z_$][\w$.]*)\x00")
+
+
+def kernel_names(image: bytes | None, limit: int = 8) -> list[str]:
+    """The first `limit` kernel names of a cubin (its `.text.<kernel>` section names), for the event log."""
+    names: list[str] = []
+    for m in _TEXT_SECTION.finditer(image or b""):
+        name = m.group(1).decode(errors="replace")
+        if name not in names:
+            names.append(name)
+            if len(names) == limit:
+                break
+    return names
+
+
 def summary_lines(counts, examples: dict[str, str] | None = None) -> list[str]:
     """The exit summary's lines for modules that had no PTX: `counts` is Counter(Origin)."""
     total = sum(counts.values())
@@ -119,9 +134,10 @@ class BeforeJaxImport:
         return None  # the normal finders import jax
 
 
-def watch_for_jax(event=None, environ=None) -> BeforeJaxImport:
-    """Give a JAX program our XLA flags when it imports jax (or now, if it already has)."""
-    hook = BeforeJaxImport(lambda: prepare_jax(environ, event))
+def watch_for_jax(event=None, environ=None, on_wrappers=None) -> BeforeJaxImport:
+    """Give a JAX program our XLA flags when it imports jax (or now, if it already has).
+    `on_wrappers(index_dir)` is told where the compiler wrappers file their index."""
+    hook = BeforeJaxImport(lambda: prepare_jax(environ, event, on_wrappers))
     if "jax" in sys.modules:
         hook.action()
     else:
@@ -136,37 +152,43 @@ def xla_flags_for_probing(current: str) -> tuple[str, list[str]]:
 
 
 def route_ptxas_through_wrapper(env, event=None, index_dir: str | None = None) -> str | None:
-    """XLA compiles PTX with a ptxas subprocess (jaxlib 0.11 without nvJitLink): put our wrapper
-    (ptxas_wrapper.py) first on PATH so the PTX of every cubin is filed by the cubin's hash.
-    Returns the wrapper's directory, or None (no real ptxas, or a wrapper is already in place)."""
+    """XLA compiles PTX with a ptxas subprocess, and links parts with nvlink (jaxlib 0.11 without
+    nvJitLink): put our wrappers (subprocess_compilers.py) first on PATH so what every cubin was made
+    from is filed by the cubin's hash. Returns the wrappers' directory, or None (no real ptxas, or
+    wrappers already in place)."""
     import tempfile
     from pathlib import Path
 
-    from neutrino.runtime import ptxas_wrapper
+    from neutrino.runtime import subprocess_compilers
 
-    if env.get(ptxas_wrapper.ENV_INDEX):
+    if env.get(subprocess_compilers.ENV_INDEX):
         return None
-    real = ptxas_wrapper.find_real_ptxas(env.get("PATH", ""))
-    if real is None:
+    real = {tool: subprocess_compilers.find_real(tool, env.get("PATH", "")) for tool in subprocess_compilers.TOOLS}
+    if real["ptxas"] is None:
         return None
+    real = {tool: path for tool, path in real.items() if path is not None}
     index = Path(index_dir or tempfile.mkdtemp(prefix="neutrino-xla-ptx-"))
-    bin_dir = ptxas_wrapper.install(index, real)
-    env[ptxas_wrapper.ENV_INDEX] = str(index)
+    bin_dir = subprocess_compilers.install(index, real)
+    env[subprocess_compilers.ENV_INDEX] = str(index)
     env["PATH"] = os.pathsep.join(p for p in (str(bin_dir), env.get("PATH", "")) if p)
     if event is not None:
-        event("framework_flags", framework="jax", variable="PATH", added=[str(bin_dir)], real_ptxas=real,
-              why="XLA compiles PTX with a ptxas subprocess; the wrapper runs it unchanged and files each "
-                  "module's PTX by its cubin's hash, so the modules XLA loads are probed from their own PTX")
+        event("framework_flags", framework="jax", variable="PATH", added=[str(bin_dir)], real_ptxas=real["ptxas"],
+              real_nvlink=real.get("nvlink"),
+              why="XLA compiles PTX with a ptxas subprocess (and links parts with nvlink); the wrappers run them "
+                  "unchanged and file each module's PTX by its cubin's hash, so the modules XLA loads are probed "
+                  "from their own PTX")
     return str(bin_dir)
 
 
-def prepare_jax(environ=None, event=None) -> list[str]:
+def prepare_jax(environ=None, event=None, on_wrappers=None) -> list[str]:
     """In a JAX process, before JAX starts its backend: append our XLA flags and route its ptxas
-    through our wrapper. Returns the flags added."""
+    and nvlink through our wrappers. Returns the flags added."""
     env = os.environ if environ is None else environ
     try:
-        route_ptxas_through_wrapper(env, event)
-    except OSError:  # no room for the wrapper: XLA's modules stay unprobed, the program runs as it is
+        bin_dir = route_ptxas_through_wrapper(env, event)
+        if bin_dir is not None and on_wrappers is not None:
+            on_wrappers(os.path.dirname(bin_dir))
+    except OSError:  # no room for the wrappers: XLA's modules stay unprobed, the program runs as it is
         pass
     value, added = xla_flags_for_probing(env.get(XLA_FLAGS, ""))
     if added:

@@ -108,6 +108,11 @@ def summarise(out: Path) -> int:
         print(f"{run.name}: modules with PTX by source: {dict(sources)}")
         for (origin, reason), n in no_ptx.most_common(8):
             print(f"  no PTX: {n:4d} x {origin}: {reason}")
+        for e in [e for e in events if e.get("event") == "no_ptx"][:20]:
+            print(f"    unprobed module {e.get('module')}: {', '.join(e.get('kernels') or ['?'])}")
+        for e in events:
+            if e.get("event") == "subprocess_compilers":
+                print(f"  compiler subprocesses: {e['calls']}, failed {e['failed']}, nvlink inputs {e['nvlink_inputs']}")
         for e in events:
             if e.get("event") == "framework_flags":
                 print(f"  flags added for {e['framework']}: {e['variable']} += {e['added']}")

@@ -71,5 +71,5 @@ def test_report_json_of_a_gpu_trace(tmp_path):
     r = neutrino("report", out, "--format", "json", env=env)
     assert r.returncode == 0, r.stderr
     rows = {row["kernel"]: row for row in json.loads(r.stdout)["kernels"]}
-    assert rows["vadd"]["gmem_bytes.bytes"] == str(3 * 4 * (1 << 20))
+    assert rows["vadd"]["gmem_bytes.bytes"] == 3 * 4 * (1 << 20)  # a quantity (report --format json), not a display string
     assert np.isfinite(rows["vadd"]["launches"])
