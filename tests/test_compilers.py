@@ -151,9 +151,18 @@ def test_xla_modules_without_any_nvjitlink_link_say_so(tmp_path):
     (b"\x7fELF anonymous", None, {"torch": 1}, frameworks.TORCH),
     (b"\x7fELF anonymous", None, {}, frameworks.NVCC),
     (None, "/usr/lib/libcublasLt.so.13", {}, frameworks.CUBLAS),
+    # cuBLAS's CUTLASS instances, as XLA's GEMM autotuning loads them (seen on the GPU machine)
+    (b".text._ZN7cutlass7Kernel2I51cutlass_80_tensorop_s1688gemm_256x64_32x3_tt_align1EEvNT_6ParamsE\x00", None,
+     {"jax": 1}, frameworks.CUBLAS),
 ])
 def test_module_origin(image, path, modules, expected):
     assert frameworks.module_origin(image, path, modules) == expected
+
+
+def test_an_unnamed_module_in_a_jax_process_whose_compiles_we_see_is_a_library():
+    assert frameworks.module_origin(b"\x7fELF anonymous", None, {"jax": 1}, xla_compiles_seen=True) \
+        == frameworks.XLA_LIBRARY
+    assert frameworks.module_origin(b"..loop_add_fusion\x00", None, {"jax": 1}, xla_compiles_seen=True) == frameworks.XLA
 
 
 def test_summary_is_silent_without_ptx_less_modules():

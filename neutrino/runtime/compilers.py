@@ -110,6 +110,10 @@ class CompiledIndex:
             found = _filed_by_ptxas(Path(filed), key)
         return found
 
+    def sees_xla_compiles(self) -> bool:
+        """Whether in-process compilations reach us: the subprocess wrappers are in place, or nvJitLink links came."""
+        return bool(os.environ.get(ENV_INDEX)) or bool(self.links_seen)
+
     # -- exit
     def close(self, event=None) -> None:
         """Note what the subprocess wrappers compiled (one `subprocess_compilers` event), then remove

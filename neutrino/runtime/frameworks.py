@@ -27,6 +27,9 @@ XLA = Origin("XLA (JAX)", "XLA compiled this PTX where we cannot see it (a ptxas
                           "front, or an executable from JAX's persistent compilation cache); its kernels are probed "
                           "when XLA compiles with libnvJitLink or with the ptxas first on PATH, with JAX's "
                           "persistent compilation cache off")
+XLA_LIBRARY = Origin("a library XLA calls (cuBLAS, cuDNN, …)",
+                     "XLA's own kernels were compiled where we see their PTX, so an unnamed SASS-only module in a "
+                     "JAX process is one of NVIDIA's libraries: never probed")
 CUBLAS = Origin("cuBLAS", "NVIDIA ships cuBLAS kernels as SASS only: never probed")
 CUDNN = Origin("cuDNN", "NVIDIA ships cuDNN kernels as SASS only: never probed")
 NCCL = Origin("NCCL", "NCCL ships its kernels as SASS only: never probed")
@@ -42,7 +45,7 @@ NVCC = Origin("a SASS-only build", "rebuild with a PTX target (nvcc -gencode arc
 _NAME_MARKERS: tuple[tuple[bytes, Origin], ...] = (
     (rb"nccl(Dev)?Kernel|ncclFunction", NCCL),
     (rb"cudnn|xmma_(fprop|dgrad|wgrad)|conv2d_grouped|fft2d_r2c", CUDNN),
-    (rb"cublas|xmma_gemm|nvjet_|sgemm|hgemm|gemv2[NT]_kernel|gemmSN_|gemmk1_kernel|splitKreduce", CUBLAS),
+    (rb"cublas|xmma_gemm|nvjet_|cutlass_[0-9]+_(simt|tensorop|wmma)_|sgemm|hgemm|gemv2[NT]_kernel|gemmSN_|gemmk1_kernel|splitKreduce", CUBLAS),
     (rb"regular_fft|vector_fft|curand|cusparse|csrmv", CUFFT),
     (rb"_ZN2at6native|at::native|_ZN3c10", TORCH),
     (rb"(loop|input)_[A-Za-z0-9_]*fusion|_fusion(_[0-9]+)?\x00|wrapped_[a-z_]+|triton_gemm|gemm_fusion", XLA),
@@ -53,8 +56,10 @@ _PATH_MARKERS = (("libcublas", CUBLAS), ("libcudnn", CUDNN), ("libnccl", NCCL), 
                  ("cupy", CUPY))
 
 
-def module_origin(image: bytes | None, path: str | None = None, modules=None) -> Origin:
-    """The likely origin of a module without PTX: its path, its kernel names, then the process's imports."""
+def module_origin(image: bytes | None, path: str | None = None, modules=None, xla_compiles_seen: bool = False) -> Origin:
+    """The likely origin of a module without PTX: its path, its kernel names, then the process's imports.
+    `xla_compiles_seen`: XLA's compilations are visible to us (the subprocess wrappers are in place, or
+    nvJitLink links were seen), so an unrecognised module in a JAX process is a library's, not XLA's."""
     low = (path or "").lower()
     for marker, origin in _PATH_MARKERS:
         if marker in low:
@@ -67,7 +72,7 @@ def module_origin(image: bytes | None, path: str | None = None, modules=None) ->
                     return origin
     loaded = sys.modules if modules is None else modules
     if "jaxlib" in loaded or "jax" in loaded:
-        return XLA
+        return XLA_LIBRARY if xla_compiles_seen else XLA
     if "cupy" in loaded:
         return CUPY
     if "torch" in loaded:
