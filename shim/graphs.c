@@ -1,15 +1,16 @@
 /* Neutrino and CUDA graphs: the replay side of a probed graph node, and the graph API hooks.
  *
  * A probed kernel launched into a capturing stream is captured by Python
- * (neutrino/runtime/graphs.py) as: memset → probed kernel → [D2H copy into a
- * pinned staging frame → host node], the last two as leaves. The host node
- * runs neutrino_graph_host_fn with the node's record, here: it counts the
- * replay, and for a replay the launch filter selects (the same --launches,
- * counted per node over replays) it copies the staging frame into memory of
- * its own and queues it for the writer (writer.c), so the next replay cannot
- * overwrite it unread. It never calls CUDA (host functions must not). When
+ * (neutrino/runtime/graphs.py) as: memset → probed kernel → [append kernel],
+ * the last as a leaf. The append kernel (neutrino/runtime/graph_ring.py) copies
+ * each selected replay's maps into the next free slot of the node's ring, in
+ * pinned host memory mapped into the device, and sets the slot's flag to the
+ * replay number + 1 (a full ring: the replay is dropped and counted there).
+ * Here one thread polls every node's ring: it copies a filled slot's frame
+ * into memory of its own, queues it for the writer (writer.c) and clears the
+ * flag. No CUDA call, no host node: a replay never waits for the host. When
  * the writer is behind by more than `pending_limit` bytes, or the trace budget
- * is spent, the replay's result is dropped and counted.
+ * is spent, the frame is dropped and counted.
  *
  * The graph API hooks report what decides the lifetime of a node's memory
  * (instantiate, clone, exec update, destroy) and kernel nodes made or changed
@@ -17,10 +18,12 @@
  * parameters of a probed node, Python may answer with parameters to use instead.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "writer.h"
 
@@ -32,71 +35,47 @@ void *neutrino_real_sym(const char *name);
 int neutrino_trace_reserve(uint64_t n);
 void neutrino_trace_give_back(uint64_t n);
 
-/* ------------------------------------------------------------------ replay records */
+/* ------------------------------------------------------------------ replay rings */
 
 typedef struct {
     uint32_t graph_id, node_id, kernel_id;
     int32_t fd;
-    const void *staging;  /* pinned: the frame of the last replay (header written once, sections by the copy) */
+    void *ring;           /* pinned, mapped: counters, flags, slots (graph_ring.RingLayout) */
     uint64_t frame_size;
     uint64_t stream;
     uint32_t grid[3], block[3];
     uint32_t shared_bytes, frame_id;
+    uint64_t nslots, stride, slots;  /* slot count, bytes per slot, offset of slot 0 */
 } nt_graph_desc;
 
-typedef struct {
+enum { RING_REPLAYS, RING_WRITTEN, RING_DROPPED };  /* the ring's u64 counters */
+#define RING_FLAGS 64                                /* offset of the flags */
+#define POLL_NS 100000                               /* between polls of the rings */
+
+typedef struct nt_graph_node {
     nt_graph_desc d;
+    struct nt_graph_node *next;  /* the rings polled (under rings_lock) */
+    uint64_t next_read;          /* the next slot to drain, counted from the first */
+    int attached;                /* its ring is ours to read */
     _Atomic int active;
-    _Atomic uint64_t replays, written, dropped_trace, dropped_behind, errors;
+    _Atomic uint64_t written, dropped_trace, dropped_behind, errors;
+    uint64_t replays_kept, dropped_kept;  /* the ring's counters when it was let go */
 } nt_graph_node;
 
-static _Atomic uint64_t sel_start, sel_stop = UINT64_MAX, sel_every = 1;
+static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rings_changed = PTHREAD_COND_INITIALIZER;
+static nt_graph_node *rings;
+static int poller_started, poller_stopped;
 static _Atomic uint64_t pending_limit = 1ull << 30, pending;
 
-void neutrino_graph_set_filter(uint64_t start, uint64_t stop, uint64_t every, uint64_t limit) {
-    atomic_store(&sel_start, start);
-    atomic_store(&sel_stop, stop);
-    atomic_store(&sel_every, every ? every : 1);
-    atomic_store(&pending_limit, limit);
+void neutrino_graph_set_pending_limit(uint64_t limit) { atomic_store(&pending_limit, limit); }
+
+static uint64_t ring_counter(const nt_graph_node *n, int which) {
+    return atomic_load_explicit((_Atomic uint64_t *)n->d.ring + which, memory_order_relaxed);
 }
 
-void *neutrino_graph_node_new(const nt_graph_desc *d) {
-    nt_graph_node *n = calloc(1, sizeof *n);
-    if (!n) return NULL;
-    n->d = *d;
-    atomic_store(&n->active, 1);
-    return n;
-}
-
-/* Called once the device has finished with the node (its graphs are destroyed and the context synchronised). */
-void neutrino_graph_node_free(void *node) { free(node); }
-
-void neutrino_graph_node_set_active(void *node, int active) { atomic_store(&((nt_graph_node *)node)->active, active); }
-
-void neutrino_graph_node_stats(void *node, uint64_t out[5]) {
-    nt_graph_node *n = node;
-    out[0] = atomic_load(&n->replays);
-    out[1] = atomic_load(&n->written);
-    out[2] = atomic_load(&n->dropped_trace);
-    out[3] = atomic_load(&n->dropped_behind);
-    out[4] = atomic_load(&n->errors);
-}
-
-/* The writer wrote (or failed to write) a replay's frame: its bytes no longer wait. */
-void neutrino_graph_job_done(uint64_t frame_size) { atomic_fetch_sub(&pending, frame_size); }
-
-static inline int replay_selected(uint64_t r) {
-    uint64_t start = atomic_load_explicit(&sel_start, memory_order_relaxed);
-    uint64_t stop = atomic_load_explicit(&sel_stop, memory_order_relaxed);
-    uint64_t every = atomic_load_explicit(&sel_every, memory_order_relaxed);
-    return r >= start && r < stop && (r - start) % every == 0;
-}
-
-/* The host node of a probed graph node: runs once per replay, after the copy to staging. */
-void neutrino_graph_host_fn(void *arg) {
-    nt_graph_node *n = arg;
-    uint64_t r = atomic_fetch_add_explicit(&n->replays, 1, memory_order_relaxed);
-    if (!atomic_load_explicit(&n->active, memory_order_relaxed) || !replay_selected(r)) return;
+/* Hand one filled slot's frame (replay `r`) to the writer; every failure is counted. */
+static void submit_frame(nt_graph_node *n, const void *frame, uint64_t r) {
     uint64_t size = n->d.frame_size;
     if (atomic_load(&pending) + size > atomic_load(&pending_limit)) {
         atomic_fetch_add(&n->dropped_behind, 1);
@@ -112,7 +91,7 @@ void neutrino_graph_host_fn(void *arg) {
         atomic_fetch_add(&n->errors, 1);
         return;
     }
-    memcpy(copy, n->d.staging, size);
+    memcpy(copy, frame, size);
     nt_job job;
     memset(&job, 0, sizeof job);
     job.fd = n->d.fd;
@@ -139,6 +118,113 @@ void neutrino_graph_host_fn(void *arg) {
     }
     atomic_fetch_add(&n->written, 1);
 }
+
+/* Everything the device has put in one ring, in order. Called under rings_lock. */
+static void drain_ring(nt_graph_node *n) {
+    if (!n->attached) return;
+    char *ring = n->d.ring;
+    for (;;) {
+        uint64_t slot = n->next_read % n->d.nslots;
+        _Atomic uint64_t *flag = (_Atomic uint64_t *)(ring + RING_FLAGS) + slot;
+        uint64_t mark = atomic_load_explicit(flag, memory_order_acquire);
+        if (!mark) return;
+        if (atomic_load_explicit(&n->active, memory_order_relaxed))
+            submit_frame(n, ring + n->d.slots + slot * n->d.stride, mark - 1);
+        atomic_store_explicit(flag, 0, memory_order_release);  /* the device may fill it again */
+        n->next_read++;
+    }
+}
+
+void neutrino_graph_drain_all(void) {
+    pthread_mutex_lock(&rings_lock);
+    for (nt_graph_node *n = rings; n; n = n->next) drain_ring(n);
+    pthread_mutex_unlock(&rings_lock);
+}
+
+/* The poller: drains every ring each POLL_NS while there are any; sleeps while there are none. */
+static void *poll_rings(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&rings_lock);
+    while (!poller_stopped) {
+        if (!rings) {
+            pthread_cond_wait(&rings_changed, &rings_lock);
+            continue;
+        }
+        for (nt_graph_node *n = rings; n; n = n->next) drain_ring(n);
+        pthread_mutex_unlock(&rings_lock);
+        struct timespec t = {0, POLL_NS};
+        nanosleep(&t, NULL);
+        pthread_mutex_lock(&rings_lock);
+    }
+    pthread_mutex_unlock(&rings_lock);
+    return NULL;
+}
+
+/* At exit, after the last drain: the writer stops next, so nothing more is handed to it. */
+void neutrino_graph_stop_polling(void) {
+    pthread_mutex_lock(&rings_lock);
+    poller_stopped = 1;
+    pthread_cond_broadcast(&rings_changed);
+    pthread_mutex_unlock(&rings_lock);
+}
+
+void *neutrino_graph_node_new(const nt_graph_desc *d) {
+    if (!d->nslots || !d->ring) return NULL;
+    nt_graph_node *n = calloc(1, sizeof *n);
+    if (!n) return NULL;
+    n->d = *d;
+    n->attached = 1;
+    atomic_store(&n->active, 1);
+    pthread_mutex_lock(&rings_lock);
+    if (!poller_started) {
+        pthread_t t;
+        poller_started = pthread_create(&t, NULL, poll_rings, NULL) == 0;
+        if (poller_started) pthread_detach(t);
+    }
+    n->next = rings;
+    rings = n;
+    pthread_cond_broadcast(&rings_changed);
+    pthread_mutex_unlock(&rings_lock);
+    return n;
+}
+
+/* The ring's memory is about to go (its graphs are destroyed and the context synchronised, or the
+ * context goes): drain it, keep its counters, stop polling it. */
+void neutrino_graph_node_detach(void *node) {
+    nt_graph_node *n = node;
+    pthread_mutex_lock(&rings_lock);
+    if (n->attached) {
+        drain_ring(n);
+        n->replays_kept = ring_counter(n, RING_REPLAYS);
+        n->dropped_kept = ring_counter(n, RING_DROPPED);
+        n->attached = 0;
+        for (nt_graph_node **p = &rings; *p; p = &(*p)->next)
+            if (*p == n) { *p = n->next; break; }
+    }
+    pthread_mutex_unlock(&rings_lock);
+}
+
+void neutrino_graph_node_free(void *node) {
+    neutrino_graph_node_detach(node);
+    free(node);
+}
+
+void neutrino_graph_node_set_active(void *node, int active) { atomic_store(&((nt_graph_node *)node)->active, active); }
+
+void neutrino_graph_node_stats(void *node, uint64_t out[5]) {
+    nt_graph_node *n = node;
+    pthread_mutex_lock(&rings_lock);
+    int live = n->attached;
+    out[0] = live ? ring_counter(n, RING_REPLAYS) : n->replays_kept;
+    out[3] = atomic_load(&n->dropped_behind) + (live ? ring_counter(n, RING_DROPPED) : n->dropped_kept);
+    pthread_mutex_unlock(&rings_lock);
+    out[1] = atomic_load(&n->written);
+    out[2] = atomic_load(&n->dropped_trace);
+    out[4] = atomic_load(&n->errors);
+}
+
+/* The writer wrote (or failed to write) a replay's frame: its bytes no longer wait. */
+void neutrino_graph_job_done(uint64_t frame_size) { atomic_fetch_sub(&pending, frame_size); }
 
 /* Captures begun and not yet ended in this process (cuStreamBeginCapture*, cuStreamEndCapture
  * below): while there are none, a launch the filter skips costs no capture query. */

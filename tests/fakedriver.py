@@ -11,6 +11,7 @@ import ctypes as C
 import itertools
 import threading
 
+from neutrino.runtime import graph_ring
 from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CaptureInfo, DriverError
 
 
@@ -281,6 +282,16 @@ class FakeDriver:
             self.mem[C.addressof(buf)] = buf
         return C.addressof(buf), memoryview(buf).cast("B")
 
+    def host_alloc_mapped(self, size):
+        addr, view = self.host_alloc(size)
+        return addr, view, addr  # one address space, as with UVA
+
+    def launch_kernel(self, func, grid, block, stream, params):
+        """cuLaunchKernel of a kernel of ours (the graph append kernel)."""
+        self._check("launch_kernel")
+        req = _OwnLaunch(tuple(grid), tuple(block), 0, stream)
+        return self.launch(0, func, req, params)
+
     def host_free(self, addr):
         self.frees += 1
         with self._lock:
@@ -315,6 +326,9 @@ class FakeDriver:
             self.launches.append((kind, func, req.grid, req.block, params))
             self.launch_ctx.append(self.ctx_get_current())
         module, name = self.functions.get(func, (None, None))
+        if name == graph_ring.APPEND_KERNEL:
+            emulate_graph_append(params)
+            return
         probed = b"__nt_buf" in self.modules.get(module, b"")
         impl = self.kernel_impl.get(name)
         if impl is not None and probed:  # only probed code writes maps
@@ -322,6 +336,31 @@ class FakeDriver:
         program = self.program_impl.get(name)
         if program is not None:  # what the kernel computes for the program, probed or not
             program(self, req, params)
+
+
+class _OwnLaunch:
+    """The request fields the fake driver reads for a launch of ours."""
+
+    def __init__(self, grid, block, shared_bytes, stream):
+        self.grid, self.block, self.shared_bytes, self.stream = grid, block, shared_bytes, stream
+
+
+def emulate_graph_append(params_addr: int) -> None:
+    """What the append kernel (neutrino/runtime/graph_ring.py) does on the device, on host memory."""
+    a = graph_ring.AppendParams.from_address((C.c_void_p * 1).from_address(params_addr)[0])
+    counters = (C.c_uint64 * 3).from_address(a.ring)
+    replay, written = counters[0], counters[1]
+    counters[0] = replay + 1
+    if replay < a.start or replay >= a.stop or (replay - a.start) % a.every:
+        return
+    slot = written % a.nslots
+    flag = C.c_uint64.from_address(a.ring + graph_ring.COUNTERS_BYTES + 8 * slot)
+    if flag.value:
+        counters[2] += 1
+        return
+    C.memmove(a.slots + slot * a.stride + a.data_off, a.src, a.bytes)
+    flag.value = replay + 1
+    counters[1] = written + 1
 
 
 def param_u64(params_addr: int, i: int) -> int:

@@ -20,7 +20,7 @@ import pytest
 import neutrino.trace as nt
 from neutrino.analysis import report as analysis_report
 from neutrino.runtime.core import NOT_HANDLED
-from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CAPTURE_MODE_THREAD_LOCAL
+from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CAPTURE_MODE_THREAD_LOCAL, DriverError
 from neutrino.runtime.graphs import (
     G_ADD_KERNEL_NODE,
     G_CLONE,
@@ -30,6 +30,7 @@ from neutrino.runtime.graphs import (
     G_SET_PARAMS,
     KernelNodeParamsV2,
 )
+from neutrino.runtime.graph_ring import APPEND_KERNEL
 from neutrino.runtime.options import LaunchFilter
 
 from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
@@ -102,12 +103,12 @@ def test_capture_and_replay_one_result_per_replay(program, mode):
     graph, rc = program.capture(mode)
     assert rc == 0
     drv = program.drv
-    kinds = [k for k, _ in node_kinds(drv, graph)]
-    assert kinds == ["memset", "kernel", "memcpy", "host", "kernel"]
-    memset, kernel, copy, host, other = drv.graphs[graph].nodes
-    assert kernel["deps"] == [memset["handle"]] and copy["deps"] == [kernel["handle"]]
-    # our copy and host node are leaves: the program's next kernel waits for the probed kernel only
-    assert other["deps"] == [kernel["handle"]] and not drv.graphs[graph].dependents(host["handle"])
+    assert node_kinds(drv, graph) == [("memset", None), ("kernel", "saxpy4"), ("kernel", APPEND_KERNEL),
+                                      ("kernel", "other")]
+    memset, kernel, append, other = drv.graphs[graph].nodes
+    assert kernel["deps"] == [memset["handle"]] and append["deps"] == [kernel["handle"]]
+    # the append kernel is a leaf (no host node at all): the program's next kernel waits for the probed kernel only
+    assert other["deps"] == [kernel["handle"]] and not drv.graphs[graph].dependents(append["handle"])
     assert getattr(drv._mode, "mode", CAPTURE_MODE_GLOBAL) == CAPTURE_MODE_GLOBAL  # mode given back
     exe = program.instantiate(graph)
     program.replay(exe, 5)
@@ -191,8 +192,59 @@ def test_trace_budget_drops_replays_and_counts_them(tmp_path):
     assert "trace-budget" in err
 
 
-BEFORE_KERNEL = ["stream_capture_info", "exchange_capture_mode", "mem_alloc", "host_alloc", "memset_async", "launch"]
-AFTER_KERNEL = ["memcpy_dtoh_async", "launch_host_func", "update_capture_dependencies"]
+def test_a_full_ring_drops_replays_on_the_device_and_counts_them(program):
+    """The host drains a node's ring later than the device fills it: once every slot holds an
+    undrained replay, the append kernel drops further replays (counted, never overwriting one),
+    and the slots drained free take the next replays, in order."""
+    drv, rt = program.drv, program.rt
+    graph, _ = program.capture()
+    exe = program.instantiate(graph)
+    (gnode,) = [n for g in rt.graphs._by_graph.values() for n in g.nodes]  # noqa: SLF001
+    slots = gnode.ring_layout.nslots
+    program.replay(exe, slots + 3)  # nobody drains meanwhile: 3 find the ring full
+    assert rt.graphs.sink.stats(gnode.record) == {"replays": slots + 3, "written": 0, "dropped_trace": 0,
+                                                  "dropped_behind": 3, "errors": 0}
+    rt.graphs.drain()
+    program.replay(exe, 2)
+    assert program.runs == {"saxpy4": slots + 5, "other": slots + 5}
+    finish(rt)
+    t = nt.load(rt.trace.path)
+    assert [la.event["replay"] for la in t.launches] == [*range(slots), slots + 3, slots + 4]
+    (ex,) = events(rt, "exit")
+    assert ex["launches"] == slots + 2 and ex["dropped"] == 3
+
+
+def test_ring_layout_holds_a_frame_per_slot_aligned():
+    from neutrino.runtime import graph_ring
+
+    lay = graph_ring.ring_layout(1000)
+    assert lay.stride == 1024 and lay.slots % graph_ring.SLOT_ALIGN == 0 and lay.slots >= 64 + 8 * lay.nslots
+    assert 2 <= lay.nslots <= graph_ring.MAX_SLOTS and lay.total == lay.slots + lay.nslots * 1024
+    assert graph_ring.ring_layout(64 << 20).nslots == 2  # a huge frame still gets two slots
+    assert lay.slot(lay.nslots + 1) == lay.slot(1)
+
+
+def test_append_kernel_ptx_is_accepted_by_ptxas(tmp_path):
+    """The append kernel as the driver will JIT it, for the GPU machine's architecture and the oldest
+    target we emit (ptxas is our oracle for every PTX we produce)."""
+    import shutil
+    import subprocess
+
+    from neutrino.runtime import graph_ring
+
+    if shutil.which("ptxas") is None:
+        pytest.skip("needs ptxas")
+    for arch in ("sm_75", "sm_90"):
+        src = tmp_path / "append.ptx"
+        src.write_text(graph_ring.append_ptx((9, 0)))
+        r = subprocess.run(["ptxas", f"-arch={arch}", str(src), "-o", str(tmp_path / "a.cubin")],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+
+
+BEFORE_KERNEL = ["stream_capture_info", "exchange_capture_mode", "mem_alloc", "host_alloc", "append_module",
+                 "memset_async", "launch"]
+AFTER_KERNEL = ["launch_kernel", "update_capture_dependencies"]  # the append kernel, then the leaf
 
 
 @pytest.mark.parametrize("step", BEFORE_KERNEL + AFTER_KERNEL)
@@ -201,16 +253,22 @@ def test_failure_at_each_capture_step_never_changes_results(program, step):
     After: the probed kernel stays, its results are lost (a `result_error` event). Either way the
     program's kernels run exactly once per replay."""
     drv = program.drv
-    real_launch = drv.launch
+    real_launch, real_load = drv.launch, drv.module_load_data
     if step == "launch":  # the probed kernel's launch is refused; the program's own are not
         drv.launch = lambda kind, f, r, params: (real_launch(kind, f, r, params) if f in (0x200, program.other)
                                                  else 719)
+    elif step == "append_module":  # the append kernel's module does not load (the probed one does)
+        def load(image):
+            if APPEND_KERNEL.encode() in image:
+                raise DriverError("cuModuleLoadDataEx", 218, "CUDA_ERROR_INVALID_PTX")
+            return real_load(image)
+        drv.module_load_data = load
     else:
         drv.fail[step] = "CUDA_ERROR_UNKNOWN"
     graph, rc = program.capture()
-    drv.launch = real_launch
+    drv.launch, drv.module_load_data = real_launch, real_load
     drv.fail.clear()
-    kernels = [name for kind, name in node_kinds(drv, graph) if kind == "kernel"]
+    kernels = [name for kind, name in node_kinds(drv, graph) if kind == "kernel" and name != APPEND_KERNEL]
     assert kernels == ["saxpy4", "other"]  # once each: never the probed and the original
     exe = program.instantiate(graph)
     program.replay(exe, 3)

@@ -137,7 +137,7 @@ class Runtime:
         else:
             sink = PythonGraphSink(self.trace, self.trace_budget, self.opt.launches)
         return GraphProbes(self.drv, self.trace, sink, ByteBudget(self.opt.buffer_budget), self.enqueuer,
-                           self.attribution)
+                           self.attribution, arch_of=self.devices.arch)
 
     # ------------------------------------------------------------ what exists
     @property
@@ -421,6 +421,7 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        self.graphs.close()  # the graph rings' last frames go to the writer before it stops
         self.writer.stop(timeout=120)
         self.pool.close()
         self._collect_fast_path_counts()

@@ -63,6 +63,8 @@ class CUlaunchConfig(C.Structure):
     ]
 
 
+CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_DEVICEMAP = 0x01, 0x02
+
 P = C.c_void_p
 U = C.c_uint
 SZ = C.c_size_t
@@ -93,6 +95,7 @@ _SIGNATURES = {
     "cuMemcpyDtoHAsync_v2": [P, C.c_uint64, SZ, P],
     "cuMemHostAlloc": [PP, SZ, U],
     "cuMemFreeHost": [P],
+    "cuMemHostGetDevicePointer_v2": [C.POINTER(C.c_uint64), P, U],
     "cuEventCreate": [PP, U],
     "cuEventRecord": [P, P],
     "cuEventSynchronize": [P],
@@ -310,6 +313,23 @@ class RealDriver:
         self._call("cuMemHostAlloc", C.byref(p), max(size, 16), 0)
         view = memoryview((C.c_ubyte * max(size, 16)).from_address(p.value)).cast("B")
         return p.value, view
+
+    def host_alloc_mapped(self, size: int):
+        """Pinned host memory the device reads and writes too: (address, memoryview, device address)."""
+        p = C.c_void_p()
+        self._call("cuMemHostAlloc", C.byref(p), max(size, 16), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)
+        view = memoryview((C.c_ubyte * max(size, 16)).from_address(p.value)).cast("B")
+        dev = C.c_uint64()
+        try:
+            self._call("cuMemHostGetDevicePointer_v2", C.byref(dev), p, 0)
+        except DriverError:
+            self._call("cuMemFreeHost", p)
+            raise
+        return p.value, view, dev.value
+
+    def launch_kernel(self, func: int, grid, block, stream: int, params: int) -> int:
+        """A launch of a kernel of ours (cuLaunchKernel); returns the CUresult."""
+        return self._fn("cuLaunchKernel")(func, *grid, *block, 0, stream, params, None)
 
     def host_free(self, addr: int) -> None:
         self._call("cuMemFreeHost", addr)

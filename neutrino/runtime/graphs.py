@@ -6,21 +6,22 @@ capture), capture the probed kernel instead, with what gets its results out
 on every replay:
 
     memset node (zero the map buffers) → probed kernel node → the program's next nodes
-                                                       └→ D2H copy node → host node   (leaves)
+                                                       └→ append kernel node   (a leaf)
 
-The map buffers and the pinned staging frame belong to that graph node. They
-are allocated at capture time with the thread's capture mode switched to
-relaxed for the allocation (`cuThreadExchangeStreamCaptureMode`), so every
-capture mode PyTorch uses (global, its default; thread-local; relaxed) allows
-it, and freed when the graph, its clones and every executable graph
-instantiated from them are destroyed. The copy and the host node are leaves
-(`cuStreamUpdateCaptureDependencies` puts the stream's dependency set back):
-the program's later nodes wait for the kernel only, never for our host
-function. The host function (`neutrino_graph_host_fn` in shim/graphs.c; a
-Python function with the fake drivers of the tests) counts the replay, and
-for a replay that `--launches` selects copies the staging frame out and hands
-it to the writer; it never calls CUDA. Replays outside the selection cost the
-device its memset, kernel and copy, and the host one counter increment.
+The append kernel (graph_ring.py) copies the replay's maps into the next free
+slot of the node's ring in mapped host memory; a host thread drains the rings
+(shim/graphs.c; `PythonGraphSink` with the fake drivers of the tests) and
+hands the frames to the writer. No host node: a replay never waits for the
+host. The map buffers and the ring belong to that graph node. They are
+allocated at capture time with the thread's capture mode switched to relaxed
+for the allocation (`cuThreadExchangeStreamCaptureMode`), so every capture
+mode PyTorch uses (global, its default; thread-local; relaxed) allows it, and
+freed when the graph, its clones and every executable graph instantiated from
+them are destroyed. The append kernel is a leaf (`cuStreamUpdateCaptureDependencies`
+puts the stream's dependency set back): the program's later nodes wait for the
+probed kernel only. The kernel counts replays and applies `--launches` to the
+replay number; a replay outside the selection costs the device its memset,
+kernel and a one-thread check.
 
 `cap = "count"` maps are refused inside graphs (a counting run per replay would
 need the host between two kernels of the replay): a `fallback` event with
@@ -36,6 +37,7 @@ import threading
 import attrs
 
 from neutrino import trace as tracefmt
+from neutrino.runtime import graph_ring
 from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError
 from neutrino.runtime.pool import Slot
 from neutrino.runtime.probed import Fallback, copy_globals_in, copy_globals_out
@@ -74,18 +76,26 @@ class GraphNode:
     header: bytes
     offsets: tuple[int, ...]
     frame_bytes: int
-    buffers: list[int] = attrs.Factory(list)
-    staging: tuple | None = None  # (address, memoryview) of pinned memory: the frame of one replay
-    record: object = None  # the sink's per-node record (host function argument)
+    ring_layout: graph_ring.RingLayout
+    buffers: list[int] = attrs.Factory(list)  # each map's buffer: inside `device`, laid out like the frame
+    device: int = 0  # the one device allocation holding the maps
+    ring: tuple | None = None  # (host address, memoryview, device address) of the mapped ring
+    record: object = None  # the sink's per-node record (what drains the ring)
     node: int = 0  # the kernel node's CUgraphNode handle
     active: bool = False
     reserved: bool = False  # its bytes are held against the graphs' budget
     keep: object = None  # parameter arrays the driver may read again (fake drivers; set-params rewrites)
+    append_args: object = None  # the append kernel's arguments (the fake drivers read them at each replay)
     frame: str | None = None
 
     @property
+    def span(self) -> int:
+        """Bytes of the maps' device allocation: the frame from its first section on."""
+        return self.frame_bytes - self.offsets[0]
+
+    @property
     def held(self) -> int:
-        return sum(lay.size for lay in self.layouts) + self.frame_bytes
+        return self.span + self.ring_layout.total
 
 
 @attrs.define(eq=False)
@@ -108,9 +118,11 @@ class GraphGroup:
 class GraphProbes:
     """Capture-time probing and the graphs' lifetimes (the shim reports instantiate/destroy)."""
 
-    def __init__(self, drv, trace, sink, budget, enqueuer, attribution=None):
+    def __init__(self, drv, trace, sink, budget, enqueuer, attribution=None, arch_of=None):
         self.drv, self.trace, self.sink, self.budget, self.enqueuer = drv, trace, sink, budget, enqueuer
         self.attribution = attribution
+        self.arch_of = arch_of  # ctx -> compute capability (for the append kernel's PTX target)
+        self._append: dict[int, int] = {}  # ctx -> the append kernel's function
         self._lock = threading.RLock()
         self._by_graph: dict[int, GraphGroup] = {}
         self._by_exec: dict[int, GraphGroup] = {}
@@ -152,7 +164,7 @@ class GraphProbes:
         # From here on nodes of ours may be in the graph (a memset captured before a failed
         # launch): the node's memory stays with the graph whatever happens.
         self._capture_kernel(node, pk, req, stream, info.dependencies)
-        self._capture_copy_out(node, pk, stream)
+        self._capture_append(node, pk, stream)
         return 0
 
     def _new_node(self, rec, pk, req, ctx, stream, info, shape) -> GraphNode:
@@ -171,16 +183,26 @@ class GraphProbes:
         frame = self.attribution.frame() if self.attribution is not None else None
         node = GraphNode(nid, group, pk.name, pk.kernel_dir, req.func, pk.func, req.grid, req.block,
                          req.shared_bytes, stream, shape.layouts, pk.n_params, header, tuple(offsets),
-                         shape.frame_bytes, frame=frame)
+                         shape.frame_bytes, graph_ring.ring_layout(shape.frame_bytes), frame=frame)
         with self._lock:
             group.nodes.append(node)
         return node
 
     def _allocate(self, node: GraphNode, ctx: int) -> None:
         with relaxed_capture(self.drv):
-            for lay in node.layouts:
-                node.buffers.append(self.drv.mem_alloc_sync(lay.size))
-            node.staging = self.drv.host_alloc(node.frame_bytes)
+            self._append_function(ctx)
+            node.device = self.drv.mem_alloc_sync(node.span)
+            node.buffers = [node.device + off - node.offsets[0] for off in node.offsets]
+            node.ring = self.drv.host_alloc_mapped(node.ring_layout.total)
+
+    def _append_function(self, ctx: int) -> int:
+        """The append kernel in context `ctx`, loaded at its first graph node (relaxed capture mode)."""
+        func = self._append.get(ctx)
+        if func is None:
+            arch = self.arch_of(ctx) if self.arch_of is not None else None
+            module = self.drv.module_load_data(graph_ring.append_ptx(arch).encode() + b"\0")
+            func = self._append[ctx] = self.drv.module_get_function(module, graph_ring.APPEND_KERNEL)
+        return func
 
     def _capture_kernel(self, node: GraphNode, pk, req, stream: int, before: tuple[int, ...]) -> None:
         """Memset nodes, then the probed kernel node. A failure before the kernel node: the
@@ -201,12 +223,10 @@ class GraphProbes:
         node.keep = params
         node.active = True
 
-    def _capture_copy_out(self, node: GraphNode, pk, stream: int) -> None:
-        """After the kernel node: the copy to pinned memory and the host node, as leaves.
-        The kernel is in the graph: a failure here loses this node's results, never the kernel."""
-        view = node.staging[1]
-        view[: node.frame_bytes] = bytes(node.frame_bytes)  # pinned memory comes uninitialised: no garbage padding
-        view[: len(node.header)] = node.header
+    def _capture_append(self, node: GraphNode, pk, stream: int) -> None:
+        """After the kernel node: the append kernel, as a leaf. The kernel is in the graph: a
+        failure here loses this node's results, never the kernel."""
+        graph_ring.init_ring(node.ring[1], node.ring_layout, node.header)
         with self._lock:
             self.nodes_probed += 1
         try:
@@ -215,22 +235,27 @@ class GraphProbes:
             main = self.drv.stream_capture_info(stream).dependencies
             with self._lock:
                 self._by_node[node.node] = node
-            for lay, dev, off in zip(node.layouts, node.buffers, node.offsets):
-                self.drv.memcpy_dtoh_async(node.staging[0] + off, dev, lay.size, stream)
-            fn, arg, node.record = self.sink.new_record(node)
-            self.drv.launch_host_func(stream, fn, arg)
+            node.record = self.sink.new_record(node)
+            params = graph_ring.append_params(node.device, node.span, node.ring[2], node.ring_layout,
+                                              node.offsets[0], self.sink.filter)
+            args = params.pointers()
+            node.append_args = args
+            rc = self.drv.launch_kernel(self._append[node.group.ctx], (1, 1, 1), (graph_ring.APPEND_THREADS, 1, 1),
+                                        stream, C.addressof(args))
+            if rc != 0:
+                raise DriverError("cuLaunchKernel", rc, self.drv.error_name(rc))
             self.drv.update_capture_dependencies(stream, main)
         except Exception as e:  # noqa: BLE001 - the kernel node stays; its results are lost
             node.active = False
             if node.record is not None:
                 self.sink.set_active(node.record, False)
             self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
-                             reason=f"graph copy-out: {type(e).__name__}: {e}")
+                             reason=f"graph append: {type(e).__name__}: {e}")
             return
         self.trace.event("graph_node", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
                          capture_id=node.group.capture_id, grid=list(node.grid), block=list(node.block),
                          stream=hex(node.stream), frame_bytes=node.frame_bytes, buffer_bytes=node.held,
-                         frame=node.frame)
+                         ring_slots=node.ring_layout.nslots, frame=node.frame)
 
     # ------------------------------------------------------------ what the shim reports
     def on_graph_event(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
@@ -285,6 +310,7 @@ class GraphProbes:
                 and (p.blockDimX, p.blockDimY, p.blockDimZ) == node.block and not p.extra)
         if not same or not node.active or node.keep is None:
             if node.active:
+                self.drain()  # replays enqueued before the change ran the probed kernel: their results count
                 node.active = False
                 self.sink.set_active(node.record, False)
                 self.unprobed_node(node.kernel, "kernel node parameters set to another kernel or launch shape; "
@@ -332,17 +358,19 @@ class GraphProbes:
             self.freed_groups += 1
 
     def _free_node_memory(self, node: GraphNode) -> None:
+        if node.record is not None:  # the ring's last frames and counters, before its memory goes
+            self.sink.detach(node.record)
+            self._finished.append(self._summary_row(node))
         with contextlib.suppress(DriverError), relaxed_capture(self.drv):
-            for dev in node.buffers:
-                self.drv.mem_free_sync(dev)
-            if node.staging is not None:
-                self.drv.host_free(node.staging[0])
+            if node.device:
+                self.drv.mem_free_sync(node.device)
+            if node.ring is not None:
+                self.drv.host_free(node.ring[0])
         if node.reserved:
             self.budget.give_back(node.held)
             node.reserved = False
-        node.buffers, node.staging = [], None
+        node.buffers, node.device, node.ring = [], 0, None
         if node.record is not None:
-            self._finished.append(self._summary_row(node))
             self.sink.free_record(node.record)
             node.record = None
 
@@ -353,11 +381,15 @@ class GraphProbes:
                 node.group.nodes.remove(node)
 
     def forget_all(self) -> None:
-        """A context is going away: its graphs' memory goes with it. Host-function records stay
-        (a replay may still run one); nothing is freed later under a stale address."""
+        """A context is going away: its graphs' memory goes with it. Each ring is drained and let
+        go first (its counters kept); nothing is read or freed later under a stale address."""
+        self.drain()
         with self._lock:
             live = {id(g): g for g in self._unfreed_groups()}
-            self._finished += [self._summary_row(n) for g in live.values() for n in g.nodes if n.record is not None]
+            for node in [n for g in live.values() for n in g.nodes if n.record is not None]:
+                self.sink.detach(node.record)
+                self._finished.append(self._summary_row(node))
+            self._append.clear()
             self._by_graph.clear()
             self._by_exec.clear()
             self._by_capture.clear()
@@ -365,6 +397,21 @@ class GraphProbes:
             self._retired.clear()
 
     # ------------------------------------------------------------ exit
+    def drain(self) -> None:
+        """Write what the rings hold, after the replays in flight have finished (the exit, a
+        context's teardown)."""
+        with self._lock:
+            if not self._by_node:
+                return
+        with contextlib.suppress(DriverError), relaxed_capture(self.drv):
+            self.drv.ctx_synchronize()
+        self.sink.drain()
+
+    def close(self) -> None:
+        """At exit, before the writer stops: the rings' last frames go to it, and nothing after."""
+        self.drain()
+        self.sink.close()
+
     def summary(self) -> list[dict]:
         """Per probed graph node: replays seen, written, dropped (by reason)."""
         with self._lock:
@@ -411,41 +458,83 @@ class KernelNodeParamsV2(C.Structure):
 class PyRecord:
     node: GraphNode
     active: bool = True
-    replays: int = 0
+    attached: bool = True  # its ring is ours to read (until the node's memory or context goes)
+    next_read: int = 0  # the next slot to drain, counted from the first
     written: int = 0
     dropped_trace: int = 0
-    dropped_behind: int = 0
     errors: int = 0
+    counters: tuple = (0, 0)  # (replays, dropped by the device) when detached
+
+
+def _ring_u64(view, offset: int) -> int:
+    return int.from_bytes(view[offset: offset + 8], "little")
 
 
 class PythonGraphSink:
-    """Host functions in Python (the fake drivers of the tests): each selected replay's frame is
-    appended to its kernel's result file with a `launch` event carrying `graph` and `graph_node`."""
+    """The rings drained in Python (the fake drivers of the tests), at exit and when a node's memory
+    goes: each selected replay's frame is appended to its kernel's result file with a `launch` event
+    carrying `graph` and `graph_node`."""
 
     def __init__(self, trace, trace_budget, launch_filter):
         self.trace, self.trace_budget, self.filter = trace, trace_budget, launch_filter
+        self._records: list[PyRecord] = []
+        self._lock = threading.Lock()
 
-    def new_record(self, node: GraphNode):
+    def new_record(self, node: GraphNode) -> PyRecord:
         rec = PyRecord(node)
-        return self.host_fn, rec, rec
+        with self._lock:
+            self._records.append(rec)
+        return rec
 
-    def host_fn(self, rec: PyRecord) -> None:
-        r = rec.replays
-        rec.replays += 1
-        if not rec.active or not self.filter.selects(r):
-            return
+    def drain(self) -> None:
+        with self._lock:
+            for rec in list(self._records):
+                self._drain(rec)
+
+    def _drain(self, rec: PyRecord) -> None:
+        node, lay = rec.node, rec.node.ring_layout
+        view = node.ring[1]
+        while True:
+            flag = lay.flags + 8 * (rec.next_read % lay.nslots)
+            mark = _ring_u64(view, flag)
+            if not mark:
+                return
+            if rec.active:
+                start = lay.slot(rec.next_read)
+                self._write(rec, mark - 1, bytes(view[start: start + node.frame_bytes]))
+            view[flag: flag + 8] = bytes(8)
+            rec.next_read += 1
+
+    def _write(self, rec: PyRecord, replay: int, frame: bytes) -> None:
         node = rec.node
         if not self.trace_budget.reserve(node.frame_bytes):
             rec.dropped_trace += 1
             return
-        view = node.staging[1]
-        datas = [bytes(view[off: off + lay.size]) for off, lay in zip(node.offsets, node.layouts)]
+        datas = [frame[off: off + lay.size] for off, lay in zip(node.offsets, node.layouts)]
         index, rel, offset = self.trace.append_result(node.kernel_dir, node.header, node.offsets, datas)
         self.trace.event("launch", index=index, kernel=node.kernel, grid=list(node.grid), block=list(node.block),
                          shared_bytes=node.shared_bytes, stream=hex(node.stream), result=rel, result_offset=offset,
-                         frame=node.frame, duration_ns=None, kernel_launch=r, graph=node.group.id,
-                         graph_node=node.id, replay=r)
+                         frame=node.frame, duration_ns=None, kernel_launch=replay, graph=node.group.id,
+                         graph_node=node.id, replay=replay)
         rec.written += 1
+
+    def detach(self, rec: PyRecord) -> None:
+        """Drain the ring and keep its counters: its memory is about to go."""
+        with self._lock:
+            if not rec.attached:
+                return
+            self._drain(rec)
+            rec.counters = self._counters(rec)
+            rec.attached = False
+            self._records.remove(rec)
+
+    @staticmethod
+    def _counters(rec: PyRecord) -> tuple[int, int]:
+        view = rec.node.ring[1]
+        return _ring_u64(view, graph_ring.REPLAYS), _ring_u64(view, graph_ring.DROPPED)
+
+    def close(self) -> None:
+        pass
 
     def set_active(self, rec: PyRecord, active: bool) -> None:
         rec.active = active
@@ -454,53 +543,70 @@ class PythonGraphSink:
         rec.active = False
 
     def stats(self, rec: PyRecord) -> dict:
-        return {"replays": rec.replays, "written": rec.written, "dropped_trace": rec.dropped_trace,
-                "dropped_behind": rec.dropped_behind, "errors": rec.errors}
+        replays, dropped = self._counters(rec) if rec.attached else rec.counters
+        return {"replays": replays, "written": rec.written, "dropped_trace": rec.dropped_trace,
+                "dropped_behind": dropped, "errors": rec.errors}
 
 
 class NtGraphDesc(C.Structure):
     """`nt_graph_desc` of shim/graphs.c."""
 
     _fields_ = [("graph_id", C.c_uint32), ("node_id", C.c_uint32), ("kernel_id", C.c_uint32), ("fd", C.c_int32),
-                ("staging", C.c_void_p), ("frame_size", C.c_uint64), ("stream", C.c_uint64),
+                ("ring", C.c_void_p), ("frame_size", C.c_uint64), ("stream", C.c_uint64),
                 ("grid", C.c_uint32 * 3), ("block", C.c_uint32 * 3), ("shared_bytes", C.c_uint32),
-                ("frame_id", C.c_uint32)]
+                ("frame_id", C.c_uint32), ("nslots", C.c_uint64), ("stride", C.c_uint64), ("slots", C.c_uint64)]
 
 
 class NativeGraphSink:
-    """Host functions in C (shim/graphs.c): a selected replay's frame is copied out of the staging
-    memory and queued for shim/writer.c, which records it in result/index.bin with its graph and node."""
+    """The rings drained in C (shim/graphs.c, a thread polling every ring): a selected replay's frame
+    is copied out of its slot and queued for shim/writer.c, which records it in result/index.bin
+    with its graph and node."""
 
     STATS = ("replays", "written", "dropped_trace", "dropped_behind", "errors")
 
     def __init__(self, shim_path: str, writer, launch_filter, pending_limit: int):
-        lib = C.PyDLL(shim_path)  # none of these waits: keep the GIL
+        lib = C.PyDLL(shim_path)  # none of these waits for the GPU: keep the GIL
         self._new = lib.neutrino_graph_node_new
         self._new.argtypes = [C.POINTER(NtGraphDesc)]
         self._new.restype = C.c_void_p
         self._free = lib.neutrino_graph_node_free
         self._free.argtypes = [C.c_void_p]
+        self._detach = lib.neutrino_graph_node_detach
+        self._detach.argtypes = [C.c_void_p]
+        self._drain = lib.neutrino_graph_drain_all
+        self._stop = lib.neutrino_graph_stop_polling
         self._active = lib.neutrino_graph_node_set_active
         self._active.argtypes = [C.c_void_p, C.c_int]
         self._stats = lib.neutrino_graph_node_stats
         self._stats.argtypes = [C.c_void_p, C.c_uint64 * 5]
-        self.host_fn = C.cast(lib.neutrino_graph_host_fn, C.c_void_p).value
-        f = launch_filter
-        lib.neutrino_graph_set_filter.argtypes = [C.c_uint64] * 4
-        lib.neutrino_graph_set_filter(f.start, min(f.stop, 2**64 - 1), f.every, pending_limit)
+        lib.neutrino_graph_set_pending_limit.argtypes = [C.c_uint64]
+        lib.neutrino_graph_set_pending_limit(pending_limit)
+        self.filter = launch_filter
         self.writer = writer
 
     def new_record(self, node: GraphNode):
         kernel_id, fd = self.writer.kernel_file(node.kernel_dir)
+        lay = node.ring_layout
         desc = NtGraphDesc(graph_id=node.group.id, node_id=node.id, kernel_id=kernel_id, fd=fd,
-                           staging=node.staging[0], frame_size=node.frame_bytes, stream=node.stream,
-                           shared_bytes=node.shared_bytes, frame_id=self.writer.frame_id(node.frame))
+                           ring=node.ring[0], frame_size=node.frame_bytes, stream=node.stream,
+                           shared_bytes=node.shared_bytes, frame_id=self.writer.frame_id(node.frame),
+                           nslots=lay.nslots, stride=lay.stride, slots=lay.slots)
         desc.grid[:] = node.grid
         desc.block[:] = node.block
         rec = self._new(C.byref(desc))
         if not rec:
             raise MemoryError("no memory for a graph node record")
-        return self.host_fn, rec, rec
+        return rec
+
+    def drain(self) -> None:
+        self._drain()
+
+    def close(self) -> None:
+        self._stop()
+        self._drain()
+
+    def detach(self, rec: int) -> None:
+        self._detach(rec)
 
     def set_active(self, rec: int, active: bool) -> None:
         self._active(rec, int(active))

@@ -232,6 +232,7 @@ CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) {
     return 0;
 }
 CUresult cuMemFreeHost(void *p) { free(p); live_allocations--; return 0; }
+CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned f) { (void)f; *d = (uintptr_t)p; return 0; }
 /* An event holds the time it was recorded. FAKECUDA_EVENT_DELAY_MS=N: it completes N ms after
  * its record (a slow kernel), so a test can see what happens while launches are in flight. */
 static uint64_t fake_now_ns(void) {
@@ -279,8 +280,27 @@ CUresult cuLinkComplete(void *st, void **cubin, size_t *size) {
 }
 CUresult cuLinkDestroy(void *st) { Link *l = st; free(l->ptx); free(l); return 0; }
 
+/* The graph append kernel (neutrino/runtime/graph_ring.py), as the device runs it: count the
+ * replay; a selected one is copied into the next slot of the ring unless that slot is still full. */
+static void graph_append(void **params) {
+    uint64_t a[10];
+    for (int i = 0; i < 10; i++) a[i] = *(uint64_t *)params[i];
+    uint64_t src = a[0], bytes = a[1], nslots = a[3], slots = a[4], stride = a[5], off = a[6];
+    uint64_t start = a[7], stop = a[8], every = a[9];
+    uint64_t *counters = (uint64_t *)(uintptr_t)a[2], *flags = counters + 8;
+    uint64_t r = counters[0], w = counters[1];
+    counters[0] = r + 1;
+    if (r < start || r >= stop || (r - start) % every) return;
+    uint64_t slot = w % nslots;
+    if (flags[slot]) { counters[2]++; return; }
+    memcpy((char *)(uintptr_t)(slots + slot * stride + off), (void *)(uintptr_t)src, bytes);
+    __atomic_store_n(&flags[slot], r + 1, __ATOMIC_RELEASE);
+    counters[1] = w + 1;
+}
+
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params) {
     Function *fn = f;
+    if (!strcmp(fn->name, "__neutrino_graph_append")) { graph_append(params); return; }
     int probed = strstr(fn->mod->image, "__nt_buf") != NULL;
     const char *log = getenv("FAKECUDA_LOG");
     if (log) {

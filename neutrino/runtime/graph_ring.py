@@ -1,0 +1,200 @@
+"""Where a probed graph node's results go on every replay: a ring in mapped host memory, filled
+on the device by a kernel of ours, drained by a host thread. No host node in the graph.
+
+A host node (cuLaunchHostFunc) makes every replay wait for a round trip through the driver's
+callback thread: on the H100 a graph of 4 probed kernels replayed 6.9x slower than unprobed with
+one host node per kernel. Instead the capture adds, after the probed kernel and as a leaf, one
+launch of `APPEND_KERNEL` (one block). It counts the replay, applies `--launches` to the replay
+number, and for a selected replay copies the map buffers into the next free slot of the node's
+ring and then sets that slot's flag to replay + 1. A slot whose flag is still set has not been
+drained yet: the replay's result is dropped and counted (the writer is behind). The host side
+(shim/graphs.c; PythonGraphSink with fake drivers) drains slots in order, clears their flags and
+hands the frames to the writer. The ring and its counters live in pinned host memory mapped into
+the device's address space, so nothing ever needs a copy or a host callback.
+
+Ring layout (host memory; `RingLayout`):
+
+    [0, 64)             counters, u64: replays, written (slots filled), dropped (ring full)
+    [64, 64 + 8 K)      flags, u64 per slot: 0 free, else replay + 1
+    [slots, +K stride)  K slots of one frame each: the header (written at capture), then the
+                        sections at the frame's offsets (written by the kernel)
+
+The node's map buffers are one device allocation laid out like the frame's sections, so the
+kernel copies one contiguous span (a multiple of 64 bytes) with 16-byte loads and stores.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+
+import attrs
+
+APPEND_KERNEL = "__neutrino_graph_append"
+COUNTERS_BYTES = 64
+SLOT_ALIGN = 256
+MAX_SLOTS = 64
+RING_TARGET_BYTES = 8 << 20  # slots per node: as many frames as fit here, 2 to MAX_SLOTS
+APPEND_THREADS = 256
+REPLAYS, WRITTEN, DROPPED = 0, 8, 16  # counter offsets
+
+# Thread 0 decides (counters and the slot's flag are read at system scope: the host writes flags
+# back to 0); every thread copies 16 bytes per step; each fences its stores at system scope before
+# the barrier, and thread 0 fences again before publishing the flag (release at system scope).
+_APPEND_PTX = """\
+.version {version}
+.target {target}
+.address_size 64
+
+.visible .entry __neutrino_graph_append(
+    .param .u64 p_src, .param .u64 p_bytes, .param .u64 p_ring, .param .u64 p_nslots,
+    .param .u64 p_slots, .param .u64 p_stride, .param .u64 p_data_off,
+    .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every)
+{{
+    .reg .pred %p<8>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<32>;
+    .shared .align 8 .b64 dst_shared;
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p7, %r1, 0;
+    mov.u64 %rd20, 0;
+    @%p7 bra WAIT;
+    ld.param.u64 %rd1, [p_ring];
+    ld.volatile.global.u64 %rd2, [%rd1];
+    ld.volatile.global.u64 %rd3, [%rd1+8];
+    add.u64 %rd4, %rd2, 1;
+    st.volatile.global.u64 [%rd1], %rd4;
+    ld.param.u64 %rd5, [p_start];
+    ld.param.u64 %rd6, [p_stop];
+    ld.param.u64 %rd7, [p_every];
+    setp.lt.u64 %p1, %rd2, %rd5;
+    setp.ge.u64 %p2, %rd2, %rd6;
+    or.pred %p1, %p1, %p2;
+    sub.u64 %rd8, %rd2, %rd5;
+    rem.u64 %rd9, %rd8, %rd7;
+    setp.ne.u64 %p3, %rd9, 0;
+    or.pred %p1, %p1, %p3;
+    @%p1 bra DECIDED;
+    ld.param.u64 %rd10, [p_nslots];
+    rem.u64 %rd11, %rd3, %rd10;
+    shl.b64 %rd12, %rd11, 3;
+    add.u64 %rd13, %rd1, %rd12;
+    add.u64 %rd13, %rd13, 64;
+    ld.volatile.global.u64 %rd14, [%rd13];
+    setp.ne.u64 %p4, %rd14, 0;
+    @%p4 bra FULL;
+    ld.param.u64 %rd15, [p_slots];
+    ld.param.u64 %rd16, [p_stride];
+    ld.param.u64 %rd17, [p_data_off];
+    mad.lo.u64 %rd18, %rd11, %rd16, %rd15;
+    add.u64 %rd20, %rd18, %rd17;
+    bra DECIDED;
+FULL:
+    ld.volatile.global.u64 %rd19, [%rd1+16];
+    add.u64 %rd19, %rd19, 1;
+    st.volatile.global.u64 [%rd1+16], %rd19;
+DECIDED:
+    st.shared.u64 [dst_shared], %rd20;
+WAIT:
+    bar.sync 0;
+    ld.shared.u64 %rd21, [dst_shared];
+    setp.eq.u64 %p5, %rd21, 0;
+    @%p5 bra DONE;
+    cvt.u64.u32 %rd22, %r1;
+    shl.b64 %rd22, %rd22, 4;
+    mov.u32 %r2, %ntid.x;
+    cvt.u64.u32 %rd23, %r2;
+    shl.b64 %rd23, %rd23, 4;
+    ld.param.u64 %rd24, [p_src];
+    ld.param.u64 %rd25, [p_bytes];
+COPY:
+    setp.ge.u64 %p6, %rd22, %rd25;
+    @%p6 bra COPIED;
+    add.u64 %rd26, %rd24, %rd22;
+    ld.global.v4.u32 {{%r3, %r4, %r5, %r6}}, [%rd26];
+    add.u64 %rd27, %rd21, %rd22;
+    st.global.v4.u32 [%rd27], {{%r3, %r4, %r5, %r6}};
+    add.u64 %rd22, %rd22, %rd23;
+    bra COPY;
+COPIED:
+    membar.sys;
+    bar.sync 0;
+    @%p7 bra DONE;
+    membar.sys;
+    add.u64 %rd28, %rd3, 1;
+    st.volatile.global.u64 [%rd13], %rd4;
+    st.volatile.global.u64 [%rd1+8], %rd28;
+DONE:
+    ret;
+}}
+"""
+
+
+def append_ptx(arch: tuple[int, int] | None = None) -> str:
+    """The append kernel's PTX for a device of compute capability `arch` (sm_75 code JITs on any
+    newer device; older devices get their own target)."""
+    if arch is None or arch >= (7, 5):
+        return _APPEND_PTX.format(version="7.0", target="sm_75")
+    return _APPEND_PTX.format(version="6.0", target=f"sm_{arch[0]}{arch[1]}")
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+@attrs.frozen
+class RingLayout:
+    """Where the counters, flags and slots of one node's ring are (offsets from its start)."""
+
+    nslots: int
+    stride: int  # bytes per slot (a frame, rounded up)
+    frame_bytes: int
+
+    @property
+    def flags(self) -> int:
+        return COUNTERS_BYTES
+
+    @property
+    def slots(self) -> int:
+        return _align(COUNTERS_BYTES + 8 * self.nslots, SLOT_ALIGN)
+
+    @property
+    def total(self) -> int:
+        return self.slots + self.nslots * self.stride
+
+    def slot(self, i: int) -> int:
+        return self.slots + (i % self.nslots) * self.stride
+
+
+def ring_layout(frame_bytes: int, nslots: int | None = None) -> RingLayout:
+    stride = _align(frame_bytes, SLOT_ALIGN)
+    if nslots is None:
+        nslots = max(2, min(MAX_SLOTS, RING_TARGET_BYTES // stride))
+    return RingLayout(nslots, stride, frame_bytes)
+
+
+def init_ring(view, layout: RingLayout, header: bytes) -> None:
+    """Counters and flags zero, every slot's header written (pinned memory comes uninitialised)."""
+    view[: layout.total] = bytes(layout.total)
+    for i in range(layout.nslots):
+        start = layout.slot(i)
+        view[start: start + len(header)] = header
+
+
+class AppendParams(C.Structure):
+    """The append kernel's arguments, one u64 each, and the pointer array a launch takes."""
+
+    _fields_ = [(name, C.c_uint64) for name in ("src", "bytes", "ring", "nslots", "slots", "stride", "data_off",
+                                                "start", "stop", "every")]
+
+    def pointers(self):
+        base = C.addressof(self)
+        arr = (C.c_void_p * len(self._fields_))(*[base + 8 * i for i in range(len(self._fields_))])
+        arr._owner = self  # noqa: SLF001 - the values live as long as the array
+        return arr
+
+
+def append_params(src: int, span: int, ring_device: int, layout: RingLayout, data_off: int, launch_filter):
+    f = launch_filter
+    return AppendParams(src=src, bytes=span, ring=ring_device, nslots=layout.nslots,
+                        slots=ring_device + layout.slots, stride=layout.stride, data_off=data_off,
+                        start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every))
