@@ -351,16 +351,16 @@ def emulate_graph_append(params_addr: int) -> None:
     counters = (C.c_uint64 * 3).from_address(a.ring)
     replay, written = counters[0], counters[1]
     counters[0] = replay + 1
-    if replay < a.start or replay >= a.stop or (replay - a.start) % a.every:
-        return
-    slot = written % a.nslots
-    flag = C.c_uint64.from_address(a.ring + graph_ring.COUNTERS_BYTES + 8 * slot)
-    if flag.value:
-        counters[2] += 1
-        return
-    C.memmove(a.slots + slot * a.stride + a.data_off, a.src, a.bytes)
-    flag.value = replay + 1
-    counters[1] = written + 1
+    if not (replay < a.start or replay >= a.stop or (replay - a.start) % a.every):
+        slot = written % a.nslots
+        flag = C.c_uint64.from_address(a.ring + graph_ring.COUNTERS_BYTES + 8 * slot)
+        if flag.value:  # full (nothing drains concurrently here: waiting would only time out)
+            counters[2] += 1
+        else:
+            C.memmove(a.slots + slot * a.stride + a.data_off, a.src, a.bytes)
+            flag.value = replay + 1
+            counters[1] = written + 1
+    C.memset(a.src, 0, a.bytes)  # the maps read zero at the next replay
 
 
 def param_u64(params_addr: int, i: int) -> int:

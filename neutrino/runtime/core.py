@@ -43,6 +43,7 @@ from neutrino.runtime.devices import Devices
 from neutrino.runtime.drain import NativeWriter, ResultWriter
 from neutrino.runtime.compilers import CompiledIndex, unseen_xla_compile_reason
 from neutrino.runtime.fastpath import FastPath
+from neutrino.runtime import graph_ring
 from neutrino.runtime.graphs import (
     G_ADD_KERNEL_NODE,
     GraphProbes,
@@ -137,7 +138,8 @@ class Runtime:
         else:
             sink = PythonGraphSink(self.trace, self.trace_budget, self.opt.launches)
         return GraphProbes(self.drv, self.trace, sink, ByteBudget(self.opt.buffer_budget), self.enqueuer,
-                           self.attribution, arch_of=self.devices.arch)
+                           self.attribution, arch_of=self.devices.arch,
+                           wait_ns=graph_ring.WAIT_NS if self.opt.when_full == "wait" else 0)
 
     # ------------------------------------------------------------ what exists
     @property

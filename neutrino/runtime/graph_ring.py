@@ -34,12 +34,15 @@ COUNTERS_BYTES = 64
 SLOT_ALIGN = 256
 MAX_SLOTS = 64
 RING_TARGET_BYTES = 8 << 20  # slots per node: as many frames as fit here, 2 to MAX_SLOTS
-APPEND_THREADS = 256
+APPEND_THREADS = 1024
+WAIT_NS = 10_000_000_000  # --when-full=wait: as long as the C launch path waits for room
 REPLAYS, WRITTEN, DROPPED = 0, 8, 16  # counter offsets
 
 # Thread 0 decides (counters and the slot's flag are read at system scope: the host writes flags
-# back to 0); every thread copies 16 bytes per step; each fences its stores at system scope before
-# the barrier, and thread 0 fences again before publishing the flag (release at system scope).
+# back to 0; with p_wait_ns it waits that long for a full slot to be drained, `--when-full=wait`);
+# every thread copies 16 bytes per step, then zeroes what it copied (the maps must read zero at the
+# next replay: no memset node on the program's critical path); each fences its stores at system
+# scope before the barrier, and thread 0 fences again before publishing the flag (a release).
 _APPEND_PTX = """\
 .version {version}
 .target {target}
@@ -48,21 +51,21 @@ _APPEND_PTX = """\
 .visible .entry __neutrino_graph_append(
     .param .u64 p_src, .param .u64 p_bytes, .param .u64 p_ring, .param .u64 p_nslots,
     .param .u64 p_slots, .param .u64 p_stride, .param .u64 p_data_off,
-    .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every)
+    .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns)
 {{
-    .reg .pred %p<8>;
+    .reg .pred %p<10>;
     .reg .b32 %r<8>;
-    .reg .b64 %rd<32>;
+    .reg .b64 %rd<40>;
     .shared .align 8 .b64 dst_shared;
     mov.u32 %r1, %tid.x;
     setp.ne.u32 %p7, %r1, 0;
     mov.u64 %rd20, 0;
     @%p7 bra WAIT;
     ld.param.u64 %rd1, [p_ring];
-    ld.volatile.global.u64 %rd2, [%rd1];
-    ld.volatile.global.u64 %rd3, [%rd1+8];
+    ld.relaxed.sys.global.u64 %rd2, [%rd1];
+    ld.relaxed.sys.global.u64 %rd3, [%rd1+8];
     add.u64 %rd4, %rd2, 1;
-    st.volatile.global.u64 [%rd1], %rd4;
+    st.relaxed.sys.global.u64 [%rd1], %rd4;
     ld.param.u64 %rd5, [p_start];
     ld.param.u64 %rd6, [p_stop];
     ld.param.u64 %rd7, [p_every];
@@ -79,9 +82,24 @@ _APPEND_PTX = """\
     shl.b64 %rd12, %rd11, 3;
     add.u64 %rd13, %rd1, %rd12;
     add.u64 %rd13, %rd13, 64;
-    ld.volatile.global.u64 %rd14, [%rd13];
-    setp.ne.u64 %p4, %rd14, 0;
-    @%p4 bra FULL;
+    ld.relaxed.sys.global.u64 %rd14, [%rd13];
+    setp.eq.u64 %p4, %rd14, 0;
+    @%p4 bra FREE;
+    ld.param.u64 %rd29, [p_wait_ns];
+    setp.eq.u64 %p8, %rd29, 0;
+    @%p8 bra FULL;
+    mov.u64 %rd30, %globaltimer;
+    add.u64 %rd29, %rd29, %rd30;
+SPIN:
+    nanosleep.u32 2000;
+    ld.relaxed.sys.global.u64 %rd14, [%rd13];
+    setp.eq.u64 %p4, %rd14, 0;
+    @%p4 bra FREE;
+    mov.u64 %rd30, %globaltimer;
+    setp.lt.u64 %p9, %rd30, %rd29;
+    @%p9 bra SPIN;
+    bra FULL;
+FREE:
     ld.param.u64 %rd15, [p_slots];
     ld.param.u64 %rd16, [p_stride];
     ld.param.u64 %rd17, [p_data_off];
@@ -89,16 +107,15 @@ _APPEND_PTX = """\
     add.u64 %rd20, %rd18, %rd17;
     bra DECIDED;
 FULL:
-    ld.volatile.global.u64 %rd19, [%rd1+16];
+    ld.relaxed.sys.global.u64 %rd19, [%rd1+16];
     add.u64 %rd19, %rd19, 1;
-    st.volatile.global.u64 [%rd1+16], %rd19;
+    st.relaxed.sys.global.u64 [%rd1+16], %rd19;
 DECIDED:
     st.shared.u64 [dst_shared], %rd20;
 WAIT:
     bar.sync 0;
     ld.shared.u64 %rd21, [dst_shared];
-    setp.eq.u64 %p5, %rd21, 0;
-    @%p5 bra DONE;
+    setp.ne.u64 %p5, %rd21, 0;
     cvt.u64.u32 %rd22, %r1;
     shl.b64 %rd22, %rd22, 4;
     mov.u32 %r2, %ntid.x;
@@ -106,23 +123,28 @@ WAIT:
     shl.b64 %rd23, %rd23, 4;
     ld.param.u64 %rd24, [p_src];
     ld.param.u64 %rd25, [p_bytes];
-COPY:
+    mov.u32 %r7, 0;
+STEP:
     setp.ge.u64 %p6, %rd22, %rd25;
-    @%p6 bra COPIED;
+    @%p6 bra STEPPED;
     add.u64 %rd26, %rd24, %rd22;
+    @!%p5 bra ZERO;
     ld.global.v4.u32 {{%r3, %r4, %r5, %r6}}, [%rd26];
     add.u64 %rd27, %rd21, %rd22;
     st.global.v4.u32 [%rd27], {{%r3, %r4, %r5, %r6}};
+ZERO:
+    st.global.v4.u32 [%rd26], {{%r7, %r7, %r7, %r7}};
     add.u64 %rd22, %rd22, %rd23;
-    bra COPY;
-COPIED:
+    bra STEP;
+STEPPED:
+    @!%p5 bra DONE;
     membar.sys;
     bar.sync 0;
     @%p7 bra DONE;
     membar.sys;
     add.u64 %rd28, %rd3, 1;
-    st.volatile.global.u64 [%rd13], %rd4;
-    st.volatile.global.u64 [%rd1+8], %rd28;
+    st.relaxed.sys.global.u64 [%rd13], %rd4;
+    st.relaxed.sys.global.u64 [%rd1+8], %rd28;
 DONE:
     ret;
 }}
@@ -134,7 +156,7 @@ def append_ptx(arch: tuple[int, int] | None = None) -> str:
     newer device; older devices get their own target)."""
     if arch is None or arch >= (7, 5):
         return _APPEND_PTX.format(version="7.0", target="sm_75")
-    return _APPEND_PTX.format(version="6.0", target=f"sm_{arch[0]}{arch[1]}")
+    return _APPEND_PTX.format(version="6.0", target=f"sm_{arch[0]}{arch[1]}")  # sm_70: .relaxed.sys, nanosleep
 
 
 def _align(n: int, a: int) -> int:
@@ -184,7 +206,7 @@ class AppendParams(C.Structure):
     """The append kernel's arguments, one u64 each, and the pointer array a launch takes."""
 
     _fields_ = [(name, C.c_uint64) for name in ("src", "bytes", "ring", "nslots", "slots", "stride", "data_off",
-                                                "start", "stop", "every")]
+                                                "start", "stop", "every", "wait_ns")]
 
     def pointers(self):
         base = C.addressof(self)
@@ -193,8 +215,10 @@ class AppendParams(C.Structure):
         return arr
 
 
-def append_params(src: int, span: int, ring_device: int, layout: RingLayout, data_off: int, launch_filter):
+def append_params(src: int, span: int, ring_device: int, layout: RingLayout, data_off: int, launch_filter,
+                  wait_ns: int = 0):
+    """`wait_ns`: how long the kernel waits for a full slot to be drained before it drops (0: never)."""
     f = launch_filter
     return AppendParams(src=src, bytes=span, ring=ring_device, nslots=layout.nslots,
                         slots=ring_device + layout.slots, stride=layout.stride, data_off=data_off,
-                        start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every))
+                        start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every), wait_ns=wait_ns)

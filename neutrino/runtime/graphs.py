@@ -5,11 +5,13 @@ One job: when a probed kernel is launched into a stream that is being captured
 capture), capture the probed kernel instead, with what gets its results out
 on every replay:
 
-    memset node (zero the map buffers) → probed kernel node → the program's next nodes
-                                                       └→ append kernel node   (a leaf)
+    probed kernel node → the program's next nodes
+                     └→ append kernel node   (a leaf)
 
 The append kernel (graph_ring.py) copies the replay's maps into the next free
-slot of the node's ring in mapped host memory; a host thread drains the rings
+slot of the node's ring in mapped host memory and zeroes them for the next
+replay (they are zeroed once at capture, on a stream of ours, so no memset
+node sits on the program's path); a host thread drains the rings
 (shim/graphs.c; `PythonGraphSink` with the fake drivers of the tests) and
 hands the frames to the writer. No host node: a replay never waits for the
 host. The map buffers and the ring belong to that graph node. They are
@@ -20,8 +22,8 @@ freed when the graph, its clones and every executable graph instantiated from
 them are destroyed. The append kernel is a leaf (`cuStreamUpdateCaptureDependencies`
 puts the stream's dependency set back): the program's later nodes wait for the
 probed kernel only. The kernel counts replays and applies `--launches` to the
-replay number; a replay outside the selection costs the device its memset,
-kernel and a one-thread check.
+replay number; a replay outside the selection costs the device the probe in
+its kernel and the append kernel's zeroing.
 
 `cap = "count"` maps are refused inside graphs (a counting run per replay would
 need the host between two kernels of the replay): a `fallback` event with
@@ -118,11 +120,13 @@ class GraphGroup:
 class GraphProbes:
     """Capture-time probing and the graphs' lifetimes (the shim reports instantiate/destroy)."""
 
-    def __init__(self, drv, trace, sink, budget, enqueuer, attribution=None, arch_of=None):
+    def __init__(self, drv, trace, sink, budget, enqueuer, attribution=None, arch_of=None, wait_ns: int = 0):
         self.drv, self.trace, self.sink, self.budget, self.enqueuer = drv, trace, sink, budget, enqueuer
         self.attribution = attribution
         self.arch_of = arch_of  # ctx -> compute capability (for the append kernel's PTX target)
+        self.wait_ns = wait_ns  # --when-full=wait: how long a replay waits for a full ring's slot
         self._append: dict[int, int] = {}  # ctx -> the append kernel's function
+        self._zeroing: dict[int, int] = {}  # ctx -> a stream of ours that zeroes new nodes' maps once
         self._lock = threading.RLock()
         self._by_graph: dict[int, GraphGroup] = {}
         self._by_exec: dict[int, GraphGroup] = {}
@@ -194,6 +198,16 @@ class GraphProbes:
             node.device = self.drv.mem_alloc_sync(node.span)
             node.buffers = [node.device + off - node.offsets[0] for off in node.offsets]
             node.ring = self.drv.host_alloc_mapped(node.ring_layout.total)
+            self._zero_once(node, ctx)
+
+    def _zero_once(self, node: GraphNode, ctx: int) -> None:
+        """The maps read zero at the first replay; the append kernel zeroes them after each one.
+        On a non-blocking stream of ours, outside the capture: no memset node in the graph."""
+        stream = self._zeroing.get(ctx)
+        if stream is None:
+            stream = self._zeroing[ctx] = self.drv.stream_create_nonblocking()
+        self.drv.memset_async(node.device, node.span, stream)
+        self.drv.stream_synchronize(stream)
 
     def _append_function(self, ctx: int) -> int:
         """The append kernel in context `ctx`, loaded at its first graph node (relaxed capture mode)."""
@@ -205,13 +219,11 @@ class GraphProbes:
         return func
 
     def _capture_kernel(self, node: GraphNode, pk, req, stream: int, before: tuple[int, ...]) -> None:
-        """Memset nodes, then the probed kernel node. A failure before the kernel node: the
-        stream's dependencies go back to what they were, so the original can be captured."""
+        """The probed kernel node. A failure before the kernel node: the stream's dependencies go
+        back to what they were, so the original can be captured."""
         slots = [Slot(node.group.ctx, lay.size, dev) for lay, dev in zip(node.layouts, node.buffers)]
         params = self.enqueuer.params(pk, req, node.layouts, slots)
         try:
-            for lay, dev in zip(node.layouts, node.buffers):
-                self.drv.memset_async(dev, lay.zero_bytes, stream)
             copy_globals_in(self.drv, pk.globals, stream)
             rc = self.drv.launch(req.kind, pk.func, req, C.addressof(params))
             if rc != 0:
@@ -237,7 +249,7 @@ class GraphProbes:
                 self._by_node[node.node] = node
             node.record = self.sink.new_record(node)
             params = graph_ring.append_params(node.device, node.span, node.ring[2], node.ring_layout,
-                                              node.offsets[0], self.sink.filter)
+                                              node.offsets[0], self.sink.filter, self.wait_ns)
             args = params.pointers()
             node.append_args = args
             rc = self.drv.launch_kernel(self._append[node.group.ctx], (1, 1, 1), (graph_ring.APPEND_THREADS, 1, 1),
@@ -390,6 +402,7 @@ class GraphProbes:
                 self.sink.detach(node.record)
                 self._finished.append(self._summary_row(node))
             self._append.clear()
+            self._zeroing.clear()
             self._by_graph.clear()
             self._by_exec.clear()
             self._by_capture.clear()

@@ -282,20 +282,29 @@ CUresult cuLinkDestroy(void *st) { Link *l = st; free(l->ptx); free(l); return 0
 
 /* The graph append kernel (neutrino/runtime/graph_ring.py), as the device runs it: count the
  * replay; a selected one is copied into the next slot of the ring unless that slot is still full. */
+static uint64_t fake_now_ns(void);
 static void graph_append(void **params) {
-    uint64_t a[10];
-    for (int i = 0; i < 10; i++) a[i] = *(uint64_t *)params[i];
+    uint64_t a[11];
+    for (int i = 0; i < 11; i++) a[i] = *(uint64_t *)params[i];
     uint64_t src = a[0], bytes = a[1], nslots = a[3], slots = a[4], stride = a[5], off = a[6];
-    uint64_t start = a[7], stop = a[8], every = a[9];
+    uint64_t start = a[7], stop = a[8], every = a[9], wait_ns = a[10];
     uint64_t *counters = (uint64_t *)(uintptr_t)a[2], *flags = counters + 8;
     uint64_t r = counters[0], w = counters[1];
     counters[0] = r + 1;
-    if (r < start || r >= stop || (r - start) % every) return;
-    uint64_t slot = w % nslots;
-    if (flags[slot]) { counters[2]++; return; }
-    memcpy((char *)(uintptr_t)(slots + slot * stride + off), (void *)(uintptr_t)src, bytes);
-    __atomic_store_n(&flags[slot], r + 1, __ATOMIC_RELEASE);
-    counters[1] = w + 1;
+    if (!(r < start || r >= stop || (r - start) % every)) {
+        uint64_t slot = w % nslots, until = fake_now_ns() + wait_ns;
+        while (__atomic_load_n(&flags[slot], __ATOMIC_ACQUIRE) && wait_ns && fake_now_ns() < until) {
+            struct timespec t = {0, 50000};  /* --when-full=wait: the host's poller drains meanwhile */
+            nanosleep(&t, NULL);
+        }
+        if (__atomic_load_n(&flags[slot], __ATOMIC_ACQUIRE)) counters[2]++;
+        else {
+            memcpy((char *)(uintptr_t)(slots + slot * stride + off), (void *)(uintptr_t)src, bytes);
+            __atomic_store_n(&flags[slot], r + 1, __ATOMIC_RELEASE);
+            counters[1] = w + 1;
+        }
+    }
+    memset((void *)(uintptr_t)src, 0, bytes);  /* the maps read zero at the next replay */
 }
 
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params) {

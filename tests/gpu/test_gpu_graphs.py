@@ -54,7 +54,10 @@ def manual_plain(tmp_path):
 
 def test_manual_capture_block_sched(tmp_path, manual_plain):
     env, cmd = manual_plain
-    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env, "--graphs")
+    # --when-full=wait: the append kernel waits for the host to drain a slot, so every replay is written
+    # (by default a replay finding its node's ring full is dropped and counted)
+    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env, "--graphs",
+                          "--when-full", "wait")
     _report("manual block_sched", r, trace)
     _npz_equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
     replays = _graph_launches(trace)
