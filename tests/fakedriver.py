@@ -348,18 +348,19 @@ class _OwnLaunch:
 def emulate_graph_append(params_addr: int) -> None:
     """What the append kernel (neutrino/runtime/graph_ring.py) does on the device, on host memory."""
     a = graph_ring.AppendParams.from_address((C.c_void_p * 1).from_address(params_addr)[0])
-    counters = (C.c_uint64 * 3).from_address(a.ring)
-    replay, written = counters[0], counters[1]
-    counters[0] = replay + 1
+    state, mirror = (C.c_uint64 * 3).from_address(a.state), (C.c_uint64 * 3).from_address(a.ring)
+    replay, written = state[0], state[1]
+    state[0] = replay + 1
     if not (replay < a.start or replay >= a.stop or (replay - a.start) % a.every):
         slot = written % a.nslots
         flag = C.c_uint64.from_address(a.ring + graph_ring.COUNTERS_BYTES + 8 * slot)
         if flag.value:  # full (nothing drains concurrently here: waiting would only time out)
-            counters[2] += 1
+            state[2] += 1
         else:
             C.memmove(a.slots + slot * a.stride + a.data_off, a.src, a.bytes)
             flag.value = replay + 1
-            counters[1] = written + 1
+            state[1] = written + 1
+    mirror[:] = state[:]
     C.memset(a.src, 0, a.bytes)  # the maps read zero at the next replay
 
 

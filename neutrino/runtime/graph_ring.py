@@ -14,7 +14,8 @@ the device's address space, so nothing ever needs a copy or a host callback.
 
 Ring layout (host memory; `RingLayout`):
 
-    [0, 64)             counters, u64: replays, written (slots filled), dropped (ring full)
+    [0, 64)             counters, u64: replays, written (slots filled), dropped (ring full); a
+                        mirror of the kernel's own, which live in device memory after the maps
     [64, 64 + 8 K)      flags, u64 per slot: 0 free, else replay + 1
     [slots, +K stride)  K slots of one frame each: the header (written at capture), then the
                         sections at the frame's offsets (written by the kernel)
@@ -36,10 +37,12 @@ MAX_SLOTS = 64
 RING_TARGET_BYTES = 8 << 20  # slots per node: as many frames as fit here, 2 to MAX_SLOTS
 APPEND_THREADS = 1024
 WAIT_NS = 10_000_000_000  # --when-full=wait: as long as the C launch path waits for room
-REPLAYS, WRITTEN, DROPPED = 0, 8, 16  # counter offsets
+REPLAYS, WRITTEN, DROPPED = 0, 8, 16  # counter offsets (in the device state and its mirror in the ring)
+STATE_BYTES = 64  # the kernel's own counters, in device memory after the maps (read without a PCIe round trip)
 
-# Thread 0 decides (counters and the slot's flag are read at system scope: the host writes flags
-# back to 0; with p_wait_ns it waits that long for a full slot to be drained, `--when-full=wait`);
+# Thread 0 decides: its counters are in device memory (mirrored into the ring with posted stores
+# for the host to read); the slot's flag is read at system scope, the one PCIe round trip, since
+# the host writes flags back to 0; with p_wait_ns it waits that long for a full slot to be drained, `--when-full=wait`);
 # every thread copies 16 bytes per step, then zeroes what it copied (the maps must read zero at the
 # next replay: no memset node on the program's critical path); each fences its stores at system
 # scope before the barrier, and thread 0 fences again before publishing the flag (a release).
@@ -51,7 +54,8 @@ _APPEND_PTX = """\
 .visible .entry __neutrino_graph_append(
     .param .u64 p_src, .param .u64 p_bytes, .param .u64 p_ring, .param .u64 p_nslots,
     .param .u64 p_slots, .param .u64 p_stride, .param .u64 p_data_off,
-    .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns)
+    .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns,
+    .param .u64 p_state)
 {{
     .reg .pred %p<10>;
     .reg .b32 %r<8>;
@@ -62,9 +66,11 @@ _APPEND_PTX = """\
     mov.u64 %rd20, 0;
     @%p7 bra WAIT;
     ld.param.u64 %rd1, [p_ring];
-    ld.relaxed.sys.global.u64 %rd2, [%rd1];
-    ld.relaxed.sys.global.u64 %rd3, [%rd1+8];
+    ld.param.u64 %rd31, [p_state];
+    ld.global.u64 %rd2, [%rd31];
+    ld.global.u64 %rd3, [%rd31+8];
     add.u64 %rd4, %rd2, 1;
+    st.global.u64 [%rd31], %rd4;
     st.relaxed.sys.global.u64 [%rd1], %rd4;
     ld.param.u64 %rd5, [p_start];
     ld.param.u64 %rd6, [p_stop];
@@ -107,8 +113,9 @@ FREE:
     add.u64 %rd20, %rd18, %rd17;
     bra DECIDED;
 FULL:
-    ld.relaxed.sys.global.u64 %rd19, [%rd1+16];
+    ld.global.u64 %rd19, [%rd31+16];
     add.u64 %rd19, %rd19, 1;
+    st.global.u64 [%rd31+16], %rd19;
     st.relaxed.sys.global.u64 [%rd1+16], %rd19;
 DECIDED:
     st.shared.u64 [dst_shared], %rd20;
@@ -144,6 +151,7 @@ STEPPED:
     membar.sys;
     add.u64 %rd28, %rd3, 1;
     st.relaxed.sys.global.u64 [%rd13], %rd4;
+    st.global.u64 [%rd31+8], %rd28;
     st.relaxed.sys.global.u64 [%rd1+8], %rd28;
 DONE:
     ret;
@@ -206,7 +214,7 @@ class AppendParams(C.Structure):
     """The append kernel's arguments, one u64 each, and the pointer array a launch takes."""
 
     _fields_ = [(name, C.c_uint64) for name in ("src", "bytes", "ring", "nslots", "slots", "stride", "data_off",
-                                                "start", "stop", "every", "wait_ns")]
+                                                "start", "stop", "every", "wait_ns", "state")]
 
     def pointers(self):
         base = C.addressof(self)
@@ -217,8 +225,11 @@ class AppendParams(C.Structure):
 
 def append_params(src: int, span: int, ring_device: int, layout: RingLayout, data_off: int, launch_filter,
                   wait_ns: int = 0):
-    """`wait_ns`: how long the kernel waits for a full slot to be drained before it drops (0: never)."""
+    """`src`: the maps' device allocation, `span` bytes of maps then STATE_BYTES of the kernel's
+    counters. `wait_ns`: how long the kernel waits for a full slot to be drained before it drops
+    (0: never)."""
     f = launch_filter
     return AppendParams(src=src, bytes=span, ring=ring_device, nslots=layout.nslots,
                         slots=ring_device + layout.slots, stride=layout.stride, data_off=data_off,
-                        start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every), wait_ns=wait_ns)
+                        start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every), wait_ns=wait_ns,
+                        state=src + span)

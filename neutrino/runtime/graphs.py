@@ -97,7 +97,7 @@ class GraphNode:
 
     @property
     def held(self) -> int:
-        return self.span + self.ring_layout.total
+        return self.span + graph_ring.STATE_BYTES + self.ring_layout.total
 
 
 @attrs.define(eq=False)
@@ -195,7 +195,7 @@ class GraphProbes:
     def _allocate(self, node: GraphNode, ctx: int) -> None:
         with relaxed_capture(self.drv):
             self._append_function(ctx)
-            node.device = self.drv.mem_alloc_sync(node.span)
+            node.device = self.drv.mem_alloc_sync(node.span + graph_ring.STATE_BYTES)
             node.buffers = [node.device + off - node.offsets[0] for off in node.offsets]
             node.ring = self.drv.host_alloc_mapped(node.ring_layout.total)
             self._zero_once(node, ctx)
@@ -206,7 +206,7 @@ class GraphProbes:
         stream = self._zeroing.get(ctx)
         if stream is None:
             stream = self._zeroing[ctx] = self.drv.stream_create_nonblocking()
-        self.drv.memset_async(node.device, node.span, stream)
+        self.drv.memset_async(node.device, node.span + graph_ring.STATE_BYTES, stream)
         self.drv.stream_synchronize(stream)
 
     def _append_function(self, ctx: int) -> int:

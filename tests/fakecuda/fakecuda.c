@@ -284,11 +284,11 @@ CUresult cuLinkDestroy(void *st) { Link *l = st; free(l->ptx); free(l); return 0
  * replay; a selected one is copied into the next slot of the ring unless that slot is still full. */
 static uint64_t fake_now_ns(void);
 static void graph_append(void **params) {
-    uint64_t a[11];
-    for (int i = 0; i < 11; i++) a[i] = *(uint64_t *)params[i];
+    uint64_t a[12];
+    for (int i = 0; i < 12; i++) a[i] = *(uint64_t *)params[i];
     uint64_t src = a[0], bytes = a[1], nslots = a[3], slots = a[4], stride = a[5], off = a[6];
     uint64_t start = a[7], stop = a[8], every = a[9], wait_ns = a[10];
-    uint64_t *counters = (uint64_t *)(uintptr_t)a[2], *flags = counters + 8;
+    uint64_t *mirror = (uint64_t *)(uintptr_t)a[2], *flags = mirror + 8, *counters = (uint64_t *)(uintptr_t)a[11];
     uint64_t r = counters[0], w = counters[1];
     counters[0] = r + 1;
     if (!(r < start || r >= stop || (r - start) % every)) {
@@ -304,6 +304,7 @@ static void graph_append(void **params) {
             counters[1] = w + 1;
         }
     }
+    memcpy(mirror, counters, 3 * sizeof *counters);
     memset((void *)(uintptr_t)src, 0, bytes);  /* the maps read zero at the next replay */
 }
 
