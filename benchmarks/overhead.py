@@ -11,6 +11,7 @@ compare like with like):
 * mlp:       torch.compile 4-block MLP, forward + backward + SGD: wall time per step
 * launch:    host time per launch of a tiny kernel launched back to back
 * graph:     replay of a captured CUDA graph of 4 Triton launches (CUDA-event median)
+* graph_eager: the same 4 launches made eagerly, timed on the GPU alone (the probe code's own cost)
 
 Each cell is `time (ratio to plain)`; `same` says whether every output hash
 equalled the plain run's. With `--rounds R` every configuration runs R times,
@@ -48,7 +49,7 @@ CONFIGS = {
     "dmat": ["-p", "dmat"],
     "block_sched graphs": ["-p", "block_sched", "--graphs"],  # the graph workload's replays probed
 }
-WORKLOADS = ("stream", "attention", "mlp", "launch", "graph")
+WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager")
 
 
 def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: str,

@@ -210,8 +210,37 @@ def graph_workload(iters: int) -> dict:
     return {"us": statistics.median(times), "host_us": host, "hash": digest(out)}
 
 
+def graph_eager_workload(iters: int) -> dict:
+    """The graph workload's 4 launches made eagerly, timed on the GPU alone (the GPU kept busy while
+    the host enqueues, as with OVERHEAD_GPU_ONLY): what the probe code itself costs these kernels,
+    to tell it from what the graph machinery adds."""
+    n = 1 << 20
+    x = torch.rand(n, device="cuda")
+    y = torch.rand(n, device="cuda")
+    out = torch.empty_like(x)
+    grid = (triton.cdiv(n, 1024),)
+
+    def four():
+        for _ in range(4):
+            stream_kernel[grid](x, y, out, n, BLOCK=1024)
+
+    for _ in range(5):
+        four()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(200000)
+        a.record()
+        four()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return {"us": statistics.median(times), "host_us": 0.0, "hash": digest(out)}
+
+
 WORKLOADS = {"stream": stream_workload, "attention": attention_workload, "mlp": mlp_workload,
-             "launch": launch_workload, "graph": graph_workload}
+             "launch": launch_workload, "graph": graph_workload, "graph_eager": graph_eager_workload}
 
 
 def main() -> None:
