@@ -1,8 +1,9 @@
 /* Neutrino and CUDA graphs: the replay side of a probed graph node, and the graph API hooks.
  *
  * A probed kernel launched into a capturing stream is captured by Python
- * (neutrino/runtime/graphs.py) as: memset → probed kernel → [append kernel],
- * the last as a leaf. The append kernel (neutrino/runtime/graph_ring.py) copies
+ * (neutrino/runtime/graphs.py) as the probed kernel; when the capture ends, one
+ * append node after all of them, a leaf, is added to the graph. Its block for
+ * a node (neutrino/runtime/graph_ring.py) copies
  * each selected replay's maps into the next free slot of the node's ring, in
  * pinned host memory mapped into the device, and sets the slot's flag to the
  * replay number + 1 (a full ring: the replay is dropped and counted there).
@@ -248,7 +249,7 @@ int neutrino_graph_stream_capturing(void *stream, int ptsz) {
 /* ------------------------------------------------------------------ graph API hooks */
 
 /* what is reported (graphs.py: G_*) */
-enum { G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS };
+enum { G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS, G_END_CAPTURE };
 
 typedef void *(*cb_graph_t)(int kind, void *a, void *b, void *c, int version);
 static cb_graph_t _Atomic cb_graph;
@@ -443,13 +444,16 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(void *stream, void *graph, const void 
     return begin_to_graph(GH_BEGIN_TO_GRAPH_PTSZ, stream, graph, deps, data, n, mode);
 }
 
-/* A capture ends whether or not EndCapture succeeds (an invalidated capture ends with an error). */
+/* A capture ends whether or not EndCapture succeeds (an invalidated capture ends with an error).
+ * A graph it built gets, before the program instantiates it, the append node of its probed
+ * kernel nodes (Python adds it: graphs.py, end_capture). */
 static CUresult end_capture(int slot, void *stream, void **graph) {
     CUresult (*fn)(void *, void **) = GREAL(slot, CUresult(*)(void *, void **));
     if (!fn) return CU_NOT_FOUND;
     int was = neutrino_graph_stream_capturing(stream, 0);
     CUresult rc = fn(stream, graph);
     if (was) atomic_fetch_sub(&captures_active, 1);
+    if (rc == 0 && was && graph && *graph) report(G_END_CAPTURE, stream, *graph, NULL, 0);
     return rc;
 }
 CUresult cuStreamEndCapture(void *stream, void **graph) { return end_capture(GH_END, stream, graph); }

@@ -286,6 +286,19 @@ class FakeDriver:
         addr, view = self.host_alloc(size)
         return addr, view, addr  # one address space, as with UVA
 
+    def memcpy_htod_async(self, dst, src, size, stream):
+        self._check("memcpy_htod_async")
+        C.memmove(dst, src, size)
+
+    def graph_add_kernel_node(self, graph, deps, func, grid, block, params):
+        """cuGraphAddKernelNode after a capture ended: the node runs after `deps` (appended last, a
+        topological order of the fake's graph)."""
+        self._check("graph_add_kernel_node")
+        node = {"handle": self._new(), "kind": "kernel", "deps": list(deps), "func": func,
+                "run": self._kernel_run(func, _OwnLaunch(tuple(grid), tuple(block), 0, 0), params)}
+        self.graphs[graph].nodes.append(node)
+        return node["handle"]
+
     def launch_kernel(self, func, grid, block, stream, params):
         """cuLaunchKernel of a kernel of ours (the graph append kernel)."""
         self._check("launch_kernel")
@@ -327,7 +340,7 @@ class FakeDriver:
             self.launch_ctx.append(self.ctx_get_current())
         module, name = self.functions.get(func, (None, None))
         if name == graph_ring.APPEND_KERNEL:
-            emulate_graph_append(params)
+            emulate_graph_append(params, req.grid[0])
             return
         probed = b"__nt_buf" in self.modules.get(module, b"")
         impl = self.kernel_impl.get(name)
@@ -345,13 +358,19 @@ class _OwnLaunch:
         self.grid, self.block, self.shared_bytes, self.stream = grid, block, shared_bytes, stream
 
 
-def emulate_graph_append(params_addr: int) -> None:
-    """What the append kernel (neutrino/runtime/graph_ring.py) does on the device, on host memory."""
-    a = graph_ring.AppendParams.from_address((C.c_void_p * 1).from_address(params_addr)[0])
+def emulate_graph_append(params_addr: int, blocks: int) -> None:
+    """What the append kernel (neutrino/runtime/graph_ring.py) does on the device, on host memory:
+    block b serves the probed node of descriptor b."""
+    p = graph_ring.AppendParams.from_address((C.c_void_p * 1).from_address(params_addr)[0])
+    for b in range(blocks):
+        _append_one(graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES), p)
+
+
+def _append_one(a, p) -> None:
     state, mirror = (C.c_uint64 * 3).from_address(a.state), (C.c_uint64 * 3).from_address(a.ring)
     replay, written = state[0], state[1]
     state[0] = replay + 1
-    if not (replay < a.start or replay >= a.stop or (replay - a.start) % a.every):
+    if not (replay < p.start or replay >= p.stop or (replay - p.start) % p.every):
         slot = written % a.nslots
         flag = C.c_uint64.from_address(a.ring + graph_ring.COUNTERS_BYTES + 8 * slot)
         if flag.value:  # full (nothing drains concurrently here: waiting would only time out)

@@ -24,6 +24,7 @@ from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, C
 from neutrino.runtime.graphs import (
     G_ADD_KERNEL_NODE,
     G_CLONE,
+    G_END_CAPTURE,
     G_EXEC_DESTROY,
     G_GRAPH_DESTROY,
     G_INSTANTIATE,
@@ -68,7 +69,9 @@ class Program:
         if rc == NOT_HANDLED:  # what the shim does: the original launch, captured
             assert self.drv.launch(r.kind, r.func, r, r.params) == 0
         self.drv.launch(r.kind, self.other, r, r.params)  # the program's next kernel
-        return self.drv.end_capture(STREAM), rc
+        graph = self.drv.end_capture(STREAM)
+        self.rt.on_graph(G_END_CAPTURE, STREAM, graph)  # what the shim reports after cuStreamEndCapture
+        return graph, rc
 
     def instantiate(self, graph):
         exe = self.drv.graph_instantiate(graph)
@@ -103,12 +106,12 @@ def test_capture_and_replay_one_result_per_replay(program, mode):
     graph, rc = program.capture(mode)
     assert rc == 0
     drv = program.drv
-    # no memset node: the maps are zeroed once at capture (on a stream of ours) and then by the append kernel
-    assert node_kinds(drv, graph) == [("kernel", "saxpy4"), ("kernel", APPEND_KERNEL), ("kernel", "other")]
-    kernel, append, other = drv.graphs[graph].nodes
-    assert append["deps"] == [kernel["handle"]]
-    # the append kernel is a leaf (no host node at all): the program's next kernel waits for the probed kernel only
-    assert other["deps"] == [kernel["handle"]] and not drv.graphs[graph].dependents(append["handle"])
+    # no memset node: the maps are zeroed once at capture (on a stream of ours) and then by the append kernel,
+    # added when the capture ended, after the probed kernel, a leaf (no host node at all)
+    assert node_kinds(drv, graph) == [("kernel", "saxpy4"), ("kernel", "other"), ("kernel", APPEND_KERNEL)]
+    kernel, other, append = drv.graphs[graph].nodes
+    assert append["deps"] == [kernel["handle"]] and not drv.graphs[graph].dependents(append["handle"])
+    assert other["deps"] == [kernel["handle"]]  # the program's next kernel waits for the probed kernel only
     assert getattr(drv._mode, "mode", CAPTURE_MODE_GLOBAL) == CAPTURE_MODE_GLOBAL  # mode given back
     exe = program.instantiate(graph)
     program.replay(exe, 5)
@@ -244,7 +247,7 @@ def test_append_kernel_ptx_is_accepted_by_ptxas(tmp_path):
 
 BEFORE_KERNEL = ["stream_capture_info", "exchange_capture_mode", "mem_alloc", "host_alloc", "append_module",
                  "memset_async", "launch"]  # memset_async: the zeroing at capture, on our stream
-AFTER_KERNEL = ["launch_kernel", "update_capture_dependencies"]  # the append kernel, then the leaf
+AFTER_KERNEL = ["memcpy_htod_async", "graph_add_kernel_node"]  # the append node, at the capture's end
 
 
 @pytest.mark.parametrize("step", BEFORE_KERNEL + AFTER_KERNEL)
@@ -325,7 +328,7 @@ def test_memory_lives_until_the_last_graph_or_exec_is_destroyed(program):
     assert len(drv.mem) == held  # the executable graph still replays into our buffers
     program.replay(exe, 2)
     rt.on_graph(G_EXEC_DESTROY, exe, 0)
-    assert held == 2 and len(drv.mem) == 0  # the map buffer and the staging frame, freed
+    assert held == 3 and len(drv.mem) == 0  # the maps, the ring and the append node's descriptors, freed
     finish(rt)
 
 

@@ -65,6 +65,21 @@ class CUlaunchConfig(C.Structure):
 
 CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_DEVICEMAP = 0x01, 0x02
 
+class KernelNodeParams(C.Structure):
+    """CUDA_KERNEL_NODE_PARAMS (v1)."""
+
+    _fields_ = [("func", C.c_void_p), ("gridDimX", C.c_uint), ("gridDimY", C.c_uint), ("gridDimZ", C.c_uint),
+                ("blockDimX", C.c_uint), ("blockDimY", C.c_uint), ("blockDimZ", C.c_uint),
+                ("sharedMemBytes", C.c_uint), ("kernelParams", C.POINTER(C.c_void_p)),
+                ("extra", C.POINTER(C.c_void_p))]
+
+
+class KernelNodeParamsV2(C.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2: v1 and the CUkernel and context."""
+
+    _fields_ = [*KernelNodeParams._fields_, ("kern", C.c_void_p), ("ctx", C.c_void_p)]
+
+
 P = C.c_void_p
 U = C.c_uint
 SZ = C.c_size_t
@@ -96,6 +111,8 @@ _SIGNATURES = {
     "cuMemHostAlloc": [PP, SZ, U],
     "cuMemFreeHost": [P],
     "cuMemHostGetDevicePointer_v2": [C.POINTER(C.c_uint64), P, U],
+    "cuMemcpyHtoDAsync_v2": [C.c_uint64, P, SZ, P],
+    "cuGraphAddKernelNode_v2": [PP, P, P, SZ, P],
     "cuEventCreate": [PP, U],
     "cuEventRecord": [P, P],
     "cuEventSynchronize": [P],
@@ -326,6 +343,19 @@ class RealDriver:
             self._call("cuMemFreeHost", p)
             raise
         return p.value, view, dev.value
+
+    def memcpy_htod_async(self, dst: int, src: int, size: int, stream: int) -> None:
+        self._call("cuMemcpyHtoDAsync_v2", dst, src, size, stream)
+
+    def graph_add_kernel_node(self, graph: int, deps, func: int, grid, block, params: int) -> int:
+        """A kernel node of ours added to a graph (after its capture ended), after `deps`; its handle."""
+        p = KernelNodeParamsV2(func=func, gridDimX=grid[0], gridDimY=grid[1], gridDimZ=grid[2], blockDimX=block[0],
+                               blockDimY=block[1], blockDimZ=block[2], sharedMemBytes=0,
+                               kernelParams=C.cast(params, C.POINTER(C.c_void_p)))
+        arr = (C.c_void_p * max(1, len(deps)))(*deps)
+        node = C.c_void_p()
+        self._call("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, len(deps), C.byref(p))
+        return node.value
 
     def launch_kernel(self, func: int, grid, block, stream: int, params: int) -> int:
         """A launch of a kernel of ours (cuLaunchKernel); returns the CUresult."""

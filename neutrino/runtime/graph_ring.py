@@ -3,10 +3,11 @@ on the device by a kernel of ours, drained by a host thread. No host node in the
 
 A host node (cuLaunchHostFunc) makes every replay wait for a round trip through the driver's
 callback thread: on the H100 a graph of 4 probed kernels replayed 6.9x slower than unprobed with
-one host node per kernel. Instead the capture adds, after the probed kernel and as a leaf, one
-launch of `APPEND_KERNEL` (one block). It counts the replay, applies `--launches` to the replay
-number, and for a selected replay copies the map buffers into the next free slot of the node's
-ring and then sets that slot's flag to replay + 1. A slot whose flag is still set has not been
+one host node per kernel. Instead, when the capture ends, one node of `APPEND_KERNEL` is added
+to the graph, depending on every probed kernel node of the capture (a leaf: nothing of the
+program's waits for it), with one block per probed node. Block b counts node b's replay, applies
+`--launches` to the replay number, and for a selected replay copies the node's map buffers into
+the next free slot of its ring and then sets that slot's flag to replay + 1. A slot whose flag is still set has not been
 drained yet: the replay's result is dropped and counted (the writer is behind). The host side
 (shim/graphs.c; PythonGraphSink with fake drivers) drains slots in order, clears their flags and
 hands the frames to the writer. The ring and its counters live in pinned host memory mapped into
@@ -52,10 +53,7 @@ _APPEND_PTX = """\
 .address_size 64
 
 .visible .entry __neutrino_graph_append(
-    .param .u64 p_src, .param .u64 p_bytes, .param .u64 p_ring, .param .u64 p_nslots,
-    .param .u64 p_slots, .param .u64 p_stride, .param .u64 p_data_off,
-    .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns,
-    .param .u64 p_state)
+    .param .u64 p_desc, .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns)
 {{
     .reg .pred %p<10>;
     .reg .b32 %r<8>;
@@ -64,9 +62,13 @@ _APPEND_PTX = """\
     mov.u32 %r1, %tid.x;
     setp.ne.u32 %p7, %r1, 0;
     mov.u64 %rd20, 0;
+    ld.param.u64 %rd32, [p_desc];
+    mov.u32 %r2, %ctaid.x;
+    mul.wide.u32 %rd33, %r2, 64;
+    add.u64 %rd32, %rd32, %rd33;
     @%p7 bra WAIT;
-    ld.param.u64 %rd1, [p_ring];
-    ld.param.u64 %rd31, [p_state];
+    ld.global.u64 %rd1, [%rd32+16];
+    ld.global.u64 %rd31, [%rd32+56];
     ld.global.u64 %rd2, [%rd31];
     ld.global.u64 %rd3, [%rd31+8];
     add.u64 %rd4, %rd2, 1;
@@ -83,7 +85,7 @@ _APPEND_PTX = """\
     setp.ne.u64 %p3, %rd9, 0;
     or.pred %p1, %p1, %p3;
     @%p1 bra DECIDED;
-    ld.param.u64 %rd10, [p_nslots];
+    ld.global.u64 %rd10, [%rd32+24];
     rem.u64 %rd11, %rd3, %rd10;
     shl.b64 %rd12, %rd11, 3;
     add.u64 %rd13, %rd1, %rd12;
@@ -106,9 +108,9 @@ SPIN:
     @%p9 bra SPIN;
     bra FULL;
 FREE:
-    ld.param.u64 %rd15, [p_slots];
-    ld.param.u64 %rd16, [p_stride];
-    ld.param.u64 %rd17, [p_data_off];
+    ld.global.u64 %rd15, [%rd32+32];
+    ld.global.u64 %rd16, [%rd32+40];
+    ld.global.u64 %rd17, [%rd32+48];
     mad.lo.u64 %rd18, %rd11, %rd16, %rd15;
     add.u64 %rd20, %rd18, %rd17;
     bra DECIDED;
@@ -125,11 +127,11 @@ WAIT:
     setp.ne.u64 %p5, %rd21, 0;
     cvt.u64.u32 %rd22, %r1;
     shl.b64 %rd22, %rd22, 4;
-    mov.u32 %r2, %ntid.x;
-    cvt.u64.u32 %rd23, %r2;
+    mov.u32 %r3, %ntid.x;
+    cvt.u64.u32 %rd23, %r3;
     shl.b64 %rd23, %rd23, 4;
-    ld.param.u64 %rd24, [p_src];
-    ld.param.u64 %rd25, [p_bytes];
+    ld.global.u64 %rd24, [%rd32];
+    ld.global.u64 %rd25, [%rd32+8];
     mov.u32 %r7, 0;
 STEP:
     setp.ge.u64 %p6, %rd22, %rd25;
@@ -210,11 +212,26 @@ def init_ring(view, layout: RingLayout, header: bytes) -> None:
         view[start: start + len(header)] = header
 
 
+class NodeDesc(C.Structure):
+    """What the append kernel's block b knows of probed node b (64 bytes, in device memory)."""
+
+    _fields_ = [(name, C.c_uint64) for name in ("src", "bytes", "ring", "nslots", "slots", "stride", "data_off",
+                                                "state")]
+
+
+DESC_BYTES = C.sizeof(NodeDesc)
+
+
+def node_desc(src: int, span: int, ring_device: int, layout: RingLayout, data_off: int) -> NodeDesc:
+    """`src`: the node's maps (device), `span` bytes of them, then STATE_BYTES of the kernel's counters."""
+    return NodeDesc(src=src, bytes=span, ring=ring_device, nslots=layout.nslots, slots=ring_device + layout.slots,
+                    stride=layout.stride, data_off=data_off, state=src + span)
+
+
 class AppendParams(C.Structure):
     """The append kernel's arguments, one u64 each, and the pointer array a launch takes."""
 
-    _fields_ = [(name, C.c_uint64) for name in ("src", "bytes", "ring", "nslots", "slots", "stride", "data_off",
-                                                "start", "stop", "every", "wait_ns", "state")]
+    _fields_ = [(name, C.c_uint64) for name in ("desc", "start", "stop", "every", "wait_ns")]
 
     def pointers(self):
         base = C.addressof(self)
@@ -223,13 +240,9 @@ class AppendParams(C.Structure):
         return arr
 
 
-def append_params(src: int, span: int, ring_device: int, layout: RingLayout, data_off: int, launch_filter,
-                  wait_ns: int = 0):
-    """`src`: the maps' device allocation, `span` bytes of maps then STATE_BYTES of the kernel's
-    counters. `wait_ns`: how long the kernel waits for a full slot to be drained before it drops
-    (0: never)."""
+def append_params(desc_device: int, launch_filter, wait_ns: int = 0) -> AppendParams:
+    """`desc_device`: the nodes' descriptors (one block each). `wait_ns`: how long a block waits for a
+    full slot to be drained before it drops (0: never)."""
     f = launch_filter
-    return AppendParams(src=src, bytes=span, ring=ring_device, nslots=layout.nslots,
-                        slots=ring_device + layout.slots, stride=layout.stride, data_off=data_off,
-                        start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every), wait_ns=wait_ns,
-                        state=src + span)
+    return AppendParams(desc=desc_device, start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every),
+                        wait_ns=wait_ns)

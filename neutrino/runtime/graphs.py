@@ -6,7 +6,8 @@ capture), capture the probed kernel instead, with what gets its results out
 on every replay:
 
     probed kernel node → the program's next nodes
-                     └→ append kernel node   (a leaf)
+                     └→ append node (added when the capture ends: one for all the
+                                     capture's probed nodes, a leaf)
 
 The append kernel (graph_ring.py) copies the replay's maps into the next free
 slot of the node's ring in mapped host memory and zeroes them for the next
@@ -40,12 +41,13 @@ import attrs
 
 from neutrino import trace as tracefmt
 from neutrino.runtime import graph_ring
-from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError
+from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError, KernelNodeParams, KernelNodeParamsV2  # noqa: F401
 from neutrino.runtime.pool import Slot
 from neutrino.runtime.probed import Fallback, copy_globals_in, copy_globals_out
 
 # what the shim's graph hooks report (shim/graphs.c, enum graph_event)
-G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS = range(7)
+(G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS,
+ G_END_CAPTURE) = range(8)
 
 
 @contextlib.contextmanager
@@ -87,7 +89,7 @@ class GraphNode:
     active: bool = False
     reserved: bool = False  # its bytes are held against the graphs' budget
     keep: object = None  # parameter arrays the driver may read again (fake drivers; set-params rewrites)
-    append_args: object = None  # the append kernel's arguments (the fake drivers read them at each replay)
+    appended: bool = False  # the capture's append node serves it
     frame: str | None = None
 
     @property
@@ -111,6 +113,8 @@ class GraphGroup:
     handles: set = attrs.Factory(set)  # CUgraph handles (the captured one, clones)
     execs: set = attrs.Factory(set)
     nodes: list = attrs.Factory(list)
+    descs: list = attrs.Factory(list)  # device memory of the append nodes' descriptors (one per capture end)
+    append_args: list = attrs.Factory(list)  # their arguments (the fake drivers read them at each replay)
 
     @property
     def refs(self) -> int:
@@ -168,7 +172,7 @@ class GraphProbes:
         # From here on nodes of ours may be in the graph (a memset captured before a failed
         # launch): the node's memory stays with the graph whatever happens.
         self._capture_kernel(node, pk, req, stream, info.dependencies)
-        self._capture_append(node, pk, stream)
+        self._prepare_ring(node, pk, stream)
         return 0
 
     def _new_node(self, rec, pk, req, ctx, stream, info, shape) -> GraphNode:
@@ -200,12 +204,17 @@ class GraphProbes:
             node.ring = self.drv.host_alloc_mapped(node.ring_layout.total)
             self._zero_once(node, ctx)
 
-    def _zero_once(self, node: GraphNode, ctx: int) -> None:
-        """The maps read zero at the first replay; the append kernel zeroes them after each one.
-        On a non-blocking stream of ours, outside the capture: no memset node in the graph."""
+    def _our_stream(self, ctx: int) -> int:
+        """A non-blocking stream of ours in `ctx`, for work outside the capture (never in a graph)."""
         stream = self._zeroing.get(ctx)
         if stream is None:
             stream = self._zeroing[ctx] = self.drv.stream_create_nonblocking()
+        return stream
+
+    def _zero_once(self, node: GraphNode, ctx: int) -> None:
+        """The maps read zero at the first replay; the append kernel zeroes them after each one.
+        On a stream of ours, outside the capture: no memset node in the graph."""
+        stream = self._our_stream(ctx)
         self.drv.memset_async(node.device, node.span + graph_ring.STATE_BYTES, stream)
         self.drv.stream_synchronize(stream)
 
@@ -235,45 +244,69 @@ class GraphProbes:
         node.keep = params
         node.active = True
 
-    def _capture_append(self, node: GraphNode, pk, stream: int) -> None:
-        """After the kernel node: the append kernel, as a leaf. The kernel is in the graph: a
-        failure here loses this node's results, never the kernel."""
+    def _prepare_ring(self, node: GraphNode, pk, stream: int) -> None:
+        """After the kernel node: its ring, ready for the append node the capture's end adds. The
+        kernel is in the graph: a failure here loses this node's results, never the kernel."""
         graph_ring.init_ring(node.ring[1], node.ring_layout, node.header)
         with self._lock:
             self.nodes_probed += 1
         try:
             node.node = self.drv.stream_capture_info(stream).dependencies[0]
             copy_globals_out(self.drv, pk.globals, stream)
-            main = self.drv.stream_capture_info(stream).dependencies
             with self._lock:
                 self._by_node[node.node] = node
             node.record = self.sink.new_record(node)
-            params = graph_ring.append_params(node.device, node.span, node.ring[2], node.ring_layout,
-                                              node.offsets[0], self.sink.filter, self.wait_ns)
-            args = params.pointers()
-            node.append_args = args
-            rc = self.drv.launch_kernel(self._append[node.group.ctx], (1, 1, 1), (graph_ring.APPEND_THREADS, 1, 1),
-                                        stream, C.addressof(args))
-            if rc != 0:
-                raise DriverError("cuLaunchKernel", rc, self.drv.error_name(rc))
-            self.drv.update_capture_dependencies(stream, main)
         except Exception as e:  # noqa: BLE001 - the kernel node stays; its results are lost
-            node.active = False
-            if node.record is not None:
-                self.sink.set_active(node.record, False)
-            self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
-                             reason=f"graph append: {type(e).__name__}: {e}")
+            self._lose_results(node, f"graph ring: {type(e).__name__}: {e}")
             return
         self.trace.event("graph_node", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
                          capture_id=node.group.capture_id, grid=list(node.grid), block=list(node.block),
                          stream=hex(node.stream), frame_bytes=node.frame_bytes, buffer_bytes=node.held,
                          ring_slots=node.ring_layout.nslots, frame=node.frame)
 
+    def _lose_results(self, node: GraphNode, reason: str) -> None:
+        node.active = False
+        if node.record is not None:
+            self.sink.set_active(node.record, False)
+        self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id, reason=reason)
+
+    def end_capture(self, graph: int) -> None:
+        """The capture that built `graph` ended: add one append node after all its probed kernel
+        nodes (block b serves node b), a leaf. Failing, those nodes' results are lost, never a kernel."""
+        with self._lock:
+            group = self._by_graph.get(graph)
+            nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended] if group else []
+        if not nodes:
+            return
+        try:
+            with relaxed_capture(self.drv):
+                descs = (graph_ring.NodeDesc * len(nodes))(*[
+                    graph_ring.node_desc(n.device, n.span, n.ring[2], n.ring_layout, n.offsets[0]) for n in nodes])
+                desc = self.drv.mem_alloc_sync(C.sizeof(descs))
+                group.descs.append(desc)
+                stream = self._our_stream(group.ctx)
+                self.drv.memcpy_htod_async(desc, C.addressof(descs), C.sizeof(descs), stream)
+                self.drv.stream_synchronize(stream)
+                args = graph_ring.append_params(desc, self.sink.filter, self.wait_ns).pointers()
+                group.append_args.append(args)
+                self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], self._append[group.ctx],
+                                               (len(nodes), 1, 1), (graph_ring.APPEND_THREADS, 1, 1),
+                                               C.addressof(args))
+        except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
+            for n in nodes:
+                self._lose_results(n, f"graph append node: {type(e).__name__}: {e}")
+            return
+        for n in nodes:
+            n.appended = True
+
     # ------------------------------------------------------------ what the shim reports
     def on_graph_event(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
         """A graph API call seen by the shim; returns replacement kernel-node parameters (G_SET_PARAMS) or 0."""
         if kind == G_SET_PARAMS:
             return self.set_params(a, b, c, version)
+        if kind == G_END_CAPTURE:  # a: the stream, b: the graph it built
+            self.end_capture(b)
+            return 0
         with self._lock:
             if kind == G_INSTANTIATE:
                 self._add_exec(self._by_graph.get(a), b)
@@ -367,6 +400,10 @@ class GraphProbes:
             for node in list(group.nodes):
                 self._free_node_memory(node)
                 self._forget_node(node)
+            with contextlib.suppress(DriverError), relaxed_capture(self.drv):
+                for desc in group.descs:
+                    self.drv.mem_free_sync(desc)
+            group.descs, group.append_args = [], []
             self.freed_groups += 1
 
     def _free_node_memory(self, node: GraphNode) -> None:
@@ -447,21 +484,6 @@ def _encode_header(grid, block, shared_bytes: int, layouts) -> tuple[bytes, list
     """A node's frame header: fixed for the graph's life (its shape cannot change while probed)."""
     sections = [tracefmt.MapSection.of(lay.map, lay.units, lay.cap, bytes(lay.size)) for lay in layouts]
     return tracefmt.encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=sections)
-
-
-class KernelNodeParams(C.Structure):
-    """CUDA_KERNEL_NODE_PARAMS (v1)."""
-
-    _fields_ = [("func", C.c_void_p), ("gridDimX", C.c_uint), ("gridDimY", C.c_uint), ("gridDimZ", C.c_uint),
-                ("blockDimX", C.c_uint), ("blockDimY", C.c_uint), ("blockDimZ", C.c_uint),
-                ("sharedMemBytes", C.c_uint), ("kernelParams", C.POINTER(C.c_void_p)),
-                ("extra", C.POINTER(C.c_void_p))]
-
-
-class KernelNodeParamsV2(C.Structure):
-    """CUDA_KERNEL_NODE_PARAMS_v2: v1 and the CUkernel and context."""
-
-    _fields_ = [*KernelNodeParams._fields_, ("kern", C.c_void_p), ("ctx", C.c_void_p)]
 
 
 # ------------------------------------------------------------ sinks: where a replay's frame goes

@@ -165,6 +165,26 @@ CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) {
     fn(data);
     return 0;
 }
+/* A kernel node added after the capture (neutrino's append node): appended last, after its deps. */
+typedef struct { void *func; unsigned dims[7]; void **params, **extra; void *kern, *ctx; } KernelNodeParams;
+CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
+    (void)deps; (void)n;
+    Graph *g = graph;
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 8;
+        g->nodes = realloc(g->nodes, g->cap * sizeof(Node));
+    }
+    Node *nd = &g->nodes[g->n++];
+    memset(nd, 0, sizeof *nd);
+    nd->kind = N_KERNEL;
+    nd->a = p->func; nd->b = p->params;
+    memcpy(nd->dims, p->dims, sizeof nd->dims);
+    *node = (void *)(uintptr_t)g->n;
+    return 0;
+}
+CUresult cuGraphAddKernelNode(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
+    return cuGraphAddKernelNode_v2(node, graph, deps, n, p);
+}
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
     (void)flags;
     Graph *g = graph, *e = calloc(1, sizeof(Graph));
@@ -216,6 +236,11 @@ CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) {
     Node *nd = capture(s, N_MEMSET);
     if (nd) { nd->a = (void *)(uintptr_t)p; nd->n = n; nd->dims[0] = v; return 0; }
     memset((void *)(uintptr_t)p, v, n);
+    return 0;
+}
+CUresult cuMemcpyHtoDAsync_v2(uint64_t d, const void *h, size_t n, void *s) {
+    (void)s;
+    memcpy((void *)(uintptr_t)d, h, n);
     return 0;
 }
 CUresult cuMemcpyDtoHAsync_v2(void *h, uint64_t d, size_t n, void *s) {
@@ -283,12 +308,11 @@ CUresult cuLinkDestroy(void *st) { Link *l = st; free(l->ptx); free(l); return 0
 /* The graph append kernel (neutrino/runtime/graph_ring.py), as the device runs it: count the
  * replay; a selected one is copied into the next slot of the ring unless that slot is still full. */
 static uint64_t fake_now_ns(void);
-static void graph_append(void **params) {
-    uint64_t a[12];
-    for (int i = 0; i < 12; i++) a[i] = *(uint64_t *)params[i];
-    uint64_t src = a[0], bytes = a[1], nslots = a[3], slots = a[4], stride = a[5], off = a[6];
-    uint64_t start = a[7], stop = a[8], every = a[9], wait_ns = a[10];
-    uint64_t *mirror = (uint64_t *)(uintptr_t)a[2], *flags = mirror + 8, *counters = (uint64_t *)(uintptr_t)a[11];
+/* One block: the probed node of descriptor d (graph_ring.NodeDesc: src, bytes, ring, nslots, slots,
+ * stride, data_off, state), under the launch's filter and wait (graph_ring.AppendParams). */
+static void graph_append_one(const uint64_t *d, uint64_t start, uint64_t stop, uint64_t every, uint64_t wait_ns) {
+    uint64_t src = d[0], bytes = d[1], nslots = d[3], slots = d[4], stride = d[5], off = d[6];
+    uint64_t *mirror = (uint64_t *)(uintptr_t)d[2], *flags = mirror + 8, *counters = (uint64_t *)(uintptr_t)d[7];
     uint64_t r = counters[0], w = counters[1];
     counters[0] = r + 1;
     if (!(r < start || r >= stop || (r - start) % every)) {
@@ -308,9 +332,18 @@ static void graph_append(void **params) {
     memset((void *)(uintptr_t)src, 0, bytes);  /* the maps read zero at the next replay */
 }
 
+/* The graph append kernel (neutrino/runtime/graph_ring.py), as the device runs it: block b serves
+ * the probed node of descriptor b. */
+static void graph_append(void **params, unsigned blocks) {
+    uint64_t a[5];
+    for (int i = 0; i < 5; i++) a[i] = *(uint64_t *)params[i];
+    for (unsigned b = 0; b < blocks; b++)
+        graph_append_one((const uint64_t *)(uintptr_t)(a[0] + 64ull * b), a[1], a[2], a[3], a[4]);
+}
+
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params) {
     Function *fn = f;
-    if (!strcmp(fn->name, "__neutrino_graph_append")) { graph_append(params); return; }
+    if (!strcmp(fn->name, "__neutrino_graph_append")) { graph_append(params, gx); return; }
     int probed = strstr(fn->mod->image, "__nt_buf") != NULL;
     const char *log = getenv("FAKECUDA_LOG");
     if (log) {
