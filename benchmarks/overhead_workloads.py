@@ -193,9 +193,10 @@ def mlp_workload(iters: int) -> dict:
     return {"us": statistics.median(walls), "hash": digest(torch.stack(losses), *model.parameters())}
 
 
-def graph_workload(iters: int) -> dict:
-    """Replays of a captured graph of Triton kernels (every replay probed: spec/runtime.md, "CUDA graphs")."""
-    n = 1 << 20
+def graph_workload(iters: int, n: int = 1 << 20) -> dict:
+    """Replays of a captured graph of 4 Triton kernels of `n` elements each (every replay probed:
+    spec/runtime.md, "CUDA graphs"). 1M elements: about 4.5 µs per kernel on the H100, the worst case
+    for a fixed cost per replay; 16M: about 70 µs per kernel."""
     x = torch.rand(n, device="cuda")
     y = torch.rand(n, device="cuda")
     out = torch.empty_like(x)
@@ -240,7 +241,8 @@ def graph_eager_workload(iters: int) -> dict:
 
 
 WORKLOADS = {"stream": stream_workload, "attention": attention_workload, "mlp": mlp_workload,
-             "launch": launch_workload, "graph": graph_workload, "graph_eager": graph_eager_workload}
+             "launch": launch_workload, "graph": graph_workload, "graph_eager": graph_eager_workload,
+             "graph_16m": lambda iters: graph_workload(iters, 16 << 20)}
 
 
 def main() -> None:
