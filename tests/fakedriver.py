@@ -339,8 +339,11 @@ class FakeDriver:
             self.launches.append((kind, func, req.grid, req.block, params))
             self.launch_ctx.append(self.ctx_get_current())
         module, name = self.functions.get(func, (None, None))
+        if name == graph_ring.DECIDE_KERNEL:
+            emulate_graph_decide(params, req.grid[0])
+            return
         if name == graph_ring.APPEND_KERNEL:
-            emulate_graph_append(params, req.grid[0])
+            emulate_graph_append(params, req.grid[0], req.grid[1])
             return
         probed = b"__nt_buf" in self.modules.get(module, b"")
         impl = self.kernel_impl.get(name)
@@ -358,29 +361,47 @@ class _OwnLaunch:
         self.grid, self.block, self.shared_bytes, self.stream = grid, block, shared_bytes, stream
 
 
-def emulate_graph_append(params_addr: int, blocks: int) -> None:
-    """What the append kernel (neutrino/runtime/graph_ring.py) does on the device, on host memory:
-    block b serves the probed node of descriptor b."""
-    p = graph_ring.AppendParams.from_address((C.c_void_p * 1).from_address(params_addr)[0])
+def _params(params_addr: int, struct):
+    return struct.from_address((C.c_void_p * 1).from_address(params_addr)[0])
+
+
+def _node_state(desc):
+    return (C.c_uint64 * 7).from_address(desc.state), (C.c_uint64 * 3).from_address(desc.ring)
+
+
+def emulate_graph_decide(params_addr: int, blocks: int) -> None:
+    """What the decide kernel (neutrino/runtime/graph_ring.py) does: block b decides for node b."""
+    p = _params(params_addr, graph_ring.DecideParams)
     for b in range(blocks):
-        _append_one(graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES), p)
-
-
-def _append_one(a, p) -> None:
-    state, mirror = (C.c_uint64 * 3).from_address(a.state), (C.c_uint64 * 3).from_address(a.ring)
-    replay, written = state[0], state[1]
-    state[0] = replay + 1
-    if not (replay < p.start or replay >= p.stop or (replay - p.start) % p.every):
-        slot = written % a.nslots
-        flag = C.c_uint64.from_address(a.ring + graph_ring.COUNTERS_BYTES + 8 * slot)
-        if flag.value:  # full (nothing drains concurrently here: waiting would only time out)
+        d = graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES)
+        state, mirror = _node_state(d)
+        replay, written = state[0], state[1]
+        state[0] = mirror[0] = replay + 1
+        state[3] = 0
+        if replay < p.start or replay >= p.stop or (replay - p.start) % p.every:
+            continue
+        slot = written % d.nslots
+        flag = d.ring + graph_ring.COUNTERS_BYTES + 8 * slot
+        if C.c_uint64.from_address(flag).value:  # full (nothing drains concurrently here: waiting would time out)
             state[2] += 1
-        else:
-            C.memmove(a.slots + slot * a.stride + a.data_off, a.src, a.bytes)
-            flag.value = replay + 1
-            state[1] = written + 1
-    mirror[:] = state[:]
-    C.memset(a.src, 0, a.bytes)  # the maps read zero at the next replay
+            mirror[2] = state[2]
+            continue
+        state[3] = d.slots + slot * d.stride + d.data_off
+        state[5], state[6] = replay + 1, flag
+
+
+def emulate_graph_append(params_addr: int, chunks: int, blocks: int) -> None:
+    """What the append kernel does (all chunks of a node at once): copy, zero, publish the flag."""
+    p = _params(params_addr, graph_ring.AppendParams)
+    for b in range(blocks):
+        d = graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES)
+        state, mirror = _node_state(d)
+        if state[3]:
+            C.memmove(state[3], d.src, d.bytes)
+            C.c_uint64.from_address(state[6]).value = state[5]
+            state[1] += 1
+            mirror[1] = state[1]
+        C.memset(d.src, 0, d.bytes)  # the maps read zero at the next replay
 
 
 def param_u64(params_addr: int, i: int) -> int:

@@ -31,7 +31,7 @@ from neutrino.runtime.graphs import (
     G_SET_PARAMS,
     KernelNodeParamsV2,
 )
-from neutrino.runtime.graph_ring import APPEND_KERNEL
+from neutrino.runtime.graph_ring import APPEND_KERNEL, DECIDE_KERNEL
 from neutrino.runtime.options import LaunchFilter
 
 from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
@@ -106,11 +106,13 @@ def test_capture_and_replay_one_result_per_replay(program, mode):
     graph, rc = program.capture(mode)
     assert rc == 0
     drv = program.drv
-    # no memset node: the maps are zeroed once at capture (on a stream of ours) and then by the append kernel,
-    # added when the capture ended, after the probed kernel, a leaf (no host node at all)
-    assert node_kinds(drv, graph) == [("kernel", "saxpy4"), ("kernel", "other"), ("kernel", APPEND_KERNEL)]
-    kernel, other, append = drv.graphs[graph].nodes
-    assert append["deps"] == [kernel["handle"]] and not drv.graphs[graph].dependents(append["handle"])
+    # no memset node: the maps are zeroed once at capture (on a stream of ours) and then by the append kernel;
+    # the decide and append nodes, added when the capture ended after the probed kernel, are a leaf (no host node)
+    assert node_kinds(drv, graph) == [("kernel", "saxpy4"), ("kernel", "other"), ("kernel", DECIDE_KERNEL),
+                                      ("kernel", APPEND_KERNEL)]
+    kernel, other, decide, append = drv.graphs[graph].nodes
+    assert decide["deps"] == [kernel["handle"]] and append["deps"] == [decide["handle"]]
+    assert not drv.graphs[graph].dependents(append["handle"])
     assert other["deps"] == [kernel["handle"]]  # the program's next kernel waits for the probed kernel only
     assert getattr(drv._mode, "mode", CAPTURE_MODE_GLOBAL) == CAPTURE_MODE_GLOBAL  # mode given back
     exe = program.instantiate(graph)
@@ -225,6 +227,10 @@ def test_ring_layout_holds_a_frame_per_slot_aligned():
     assert 2 <= lay.nslots <= graph_ring.MAX_SLOTS and lay.total == lay.slots + lay.nslots * 1024
     assert graph_ring.ring_layout(64 << 20).nslots == 2  # a huge frame still gets two slots
     assert lay.slot(lay.nslots + 1) == lay.slot(1)
+    # the append kernel's blocks per node: a chunk of at most CHUNK_BYTES of the largest node's maps each
+    assert graph_ring.append_chunks([1000]) == 1
+    assert graph_ring.append_chunks([1000, 1 << 20]) == (1 << 20) // graph_ring.CHUNK_BYTES
+    assert graph_ring.append_chunks([1 << 40]) == graph_ring.MAX_CHUNKS
 
 
 def test_append_kernel_ptx_is_accepted_by_ptxas(tmp_path):
@@ -237,9 +243,9 @@ def test_append_kernel_ptx_is_accepted_by_ptxas(tmp_path):
 
     if shutil.which("ptxas") is None:
         pytest.skip("needs ptxas")
-    for arch in ("sm_75", "sm_90"):
+    for arch, cc in (("sm_75", (7, 5)), ("sm_90", (9, 0))):  # CUDA 13 ptxas has no sm_70 to check that target
         src = tmp_path / "append.ptx"
-        src.write_text(graph_ring.append_ptx((9, 0)))
+        src.write_text(graph_ring.append_ptx(cc))
         r = subprocess.run(["ptxas", f"-arch={arch}", str(src), "-o", str(tmp_path / "a.cubin")],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
@@ -271,7 +277,8 @@ def test_failure_at_each_capture_step_never_changes_results(program, step):
     graph, rc = program.capture()
     drv.launch, drv.module_load_data = real_launch, real_load
     drv.fail.clear()
-    kernels = [name for kind, name in node_kinds(drv, graph) if kind == "kernel" and name != APPEND_KERNEL]
+    kernels = [name for kind, name in node_kinds(drv, graph) if kind == "kernel" and name not in (APPEND_KERNEL,
+                                                                                                  DECIDE_KERNEL)]
     assert kernels == ["saxpy4", "other"]  # once each: never the probed and the original
     exe = program.instantiate(graph)
     program.replay(exe, 3)
@@ -328,7 +335,7 @@ def test_memory_lives_until_the_last_graph_or_exec_is_destroyed(program):
     assert len(drv.mem) == held  # the executable graph still replays into our buffers
     program.replay(exe, 2)
     rt.on_graph(G_EXEC_DESTROY, exe, 0)
-    assert held == 3 and len(drv.mem) == 0  # the maps, the ring and the append node's descriptors, freed
+    assert held == 3 and len(drv.mem) == 0  # the maps, the ring and the nodes' descriptors, freed
     finish(rt)
 
 

@@ -1,28 +1,36 @@
 """Where a probed graph node's results go on every replay: a ring in mapped host memory, filled
-on the device by a kernel of ours, drained by a host thread. No host node in the graph.
+on the device by kernels of ours, drained by a host thread. No host node in the graph.
 
 A host node (cuLaunchHostFunc) makes every replay wait for a round trip through the driver's
 callback thread: on the H100 a graph of 4 probed kernels replayed 6.9x slower than unprobed with
-one host node per kernel. Instead, when the capture ends, one node of `APPEND_KERNEL` is added
-to the graph, depending on every probed kernel node of the capture (a leaf: nothing of the
-program's waits for it), with one block per probed node. Block b counts node b's replay, applies
-`--launches` to the replay number, and for a selected replay copies the node's map buffers into
-the next free slot of its ring and then sets that slot's flag to replay + 1. A slot whose flag is still set has not been
-drained yet: the replay's result is dropped and counted (the writer is behind). The host side
-(shim/graphs.c; PythonGraphSink with fake drivers) drains slots in order, clears their flags and
-hands the frames to the writer. The ring and its counters live in pinned host memory mapped into
-the device's address space, so nothing ever needs a copy or a host callback.
+one host node per kernel. Instead, when the capture ends, two nodes of ours are added to the
+graph after every probed kernel node of the capture, as a leaf (nothing of the program's waits
+for them):
+
+* `DECIDE_KERNEL`, one block per probed node: counts the node's replay, applies `--launches` to
+  the replay number, and for a selected replay looks at the flag of the next slot of the node's
+  ring (the one read across PCIe). A free slot: the replay will be copied there. A full one (the
+  writer is behind): the replay is dropped and counted; with `--when-full=wait` it first waits
+  up to WAIT_NS for the host to drain it.
+* `APPEND_KERNEL`, a grid of chunks x probed nodes: every block copies its chunk of the node's
+  maps into the slot (when there is one) and zeroes it for the next replay; the last block of a
+  node to finish sets the slot's flag to replay + 1 (a release at system scope). Large frames
+  are copied by many SMs at once.
+
+The host side (shim/graphs.c; PythonGraphSink with fake drivers) drains slots in order, clears
+their flags and hands the frames to the writer. The host only clears flags and the device only
+sets them, so a slot seen free stays free until the device fills it.
 
 Ring layout (host memory; `RingLayout`):
 
     [0, 64)             counters, u64: replays, written (slots filled), dropped (ring full); a
-                        mirror of the kernel's own, which live in device memory after the maps
+                        mirror of the kernels' own, which live in device memory after the maps
     [64, 64 + 8 K)      flags, u64 per slot: 0 free, else replay + 1
     [slots, +K stride)  K slots of one frame each: the header (written at capture), then the
                         sections at the frame's offsets (written by the kernel)
 
 The node's map buffers are one device allocation laid out like the frame's sections, so the
-kernel copies one contiguous span (a multiple of 64 bytes) with 16-byte loads and stores.
+kernels copy one contiguous span (a multiple of 64 bytes) with 16-byte loads and stores.
 """
 
 from __future__ import annotations
@@ -32,41 +40,46 @@ import ctypes as C
 import attrs
 
 APPEND_KERNEL = "__neutrino_graph_append"
+DECIDE_KERNEL = "__neutrino_graph_decide"
 COUNTERS_BYTES = 64
 SLOT_ALIGN = 256
 MAX_SLOTS = 64
 RING_TARGET_BYTES = 8 << 20  # slots per node: as many frames as fit here, 2 to MAX_SLOTS
-APPEND_THREADS = 1024
+APPEND_THREADS = 256
+DECIDE_THREADS = 32
+CHUNK_BYTES = 32 << 10  # the append kernel's blocks per node: one per chunk of the largest node's maps
+MAX_CHUNKS = 256
 WAIT_NS = 10_000_000_000  # --when-full=wait: as long as the C launch path waits for room
 REPLAYS, WRITTEN, DROPPED = 0, 8, 16  # counter offsets (in the device state and its mirror in the ring)
-STATE_BYTES = 64  # the kernel's own counters, in device memory after the maps (read without a PCIe round trip)
+# the kernels' own state, in device memory after the maps (read without a PCIe round trip):
+# counters as above, then [24] where this replay is copied (0: not copied), [32] the blocks of the
+# append kernel done (u32), [40] the flag's value for this replay, [48] the flag's address
+STATE_BYTES = 64
 
-# Thread 0 decides: its counters are in device memory (mirrored into the ring with posted stores
-# for the host to read); the slot's flag is read at system scope, the one PCIe round trip, since
-# the host writes flags back to 0; with p_wait_ns it waits that long for a full slot to be drained, `--when-full=wait`);
-# every thread copies 16 bytes per step, then zeroes what it copied (the maps must read zero at the
-# next replay: no memset node on the program's critical path); each fences its stores at system
-# scope before the barrier, and thread 0 fences again before publishing the flag (a release).
-_APPEND_PTX = """\
+# DECIDE: thread 0 of block b decides for node b. The flag is read at system scope (the host writes
+# it back to 0); the counters are the kernels' own, mirrored into the ring with posted stores.
+# APPEND: block (c, b) copies chunk c of node b's maps into the slot decided, then zeroes it (the
+# maps must read zero at the next replay: no memset node on the program's path). Each copying
+# block fences its stores at system scope and counts itself done; the last one fences again and
+# publishes the flag, then the written counter.
+_PTX = """\
 .version {version}
 .target {target}
 .address_size 64
 
-.visible .entry __neutrino_graph_append(
+.visible .entry __neutrino_graph_decide(
     .param .u64 p_desc, .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns)
 {{
     .reg .pred %p<10>;
-    .reg .b32 %r<8>;
+    .reg .b32 %r<4>;
     .reg .b64 %rd<40>;
-    .shared .align 8 .b64 dst_shared;
     mov.u32 %r1, %tid.x;
     setp.ne.u32 %p7, %r1, 0;
-    mov.u64 %rd20, 0;
+    @%p7 bra DONE;
     ld.param.u64 %rd32, [p_desc];
     mov.u32 %r2, %ctaid.x;
     mul.wide.u32 %rd33, %r2, 64;
     add.u64 %rd32, %rd32, %rd33;
-    @%p7 bra WAIT;
     ld.global.u64 %rd1, [%rd32+16];
     ld.global.u64 %rd31, [%rd32+56];
     ld.global.u64 %rd2, [%rd31];
@@ -74,6 +87,7 @@ _APPEND_PTX = """\
     add.u64 %rd4, %rd2, 1;
     st.global.u64 [%rd31], %rd4;
     st.relaxed.sys.global.u64 [%rd1], %rd4;
+    mov.u64 %rd20, 0;
     ld.param.u64 %rd5, [p_start];
     ld.param.u64 %rd6, [p_stop];
     ld.param.u64 %rd7, [p_every];
@@ -113,6 +127,8 @@ FREE:
     ld.global.u64 %rd17, [%rd32+48];
     mad.lo.u64 %rd18, %rd11, %rd16, %rd15;
     add.u64 %rd20, %rd18, %rd17;
+    st.global.u64 [%rd31+40], %rd4;
+    st.global.u64 [%rd31+48], %rd13;
     bra DECIDED;
 FULL:
     ld.global.u64 %rd19, [%rd31+16];
@@ -120,27 +136,53 @@ FULL:
     st.global.u64 [%rd31+16], %rd19;
     st.relaxed.sys.global.u64 [%rd1+16], %rd19;
 DECIDED:
-    st.shared.u64 [dst_shared], %rd20;
-WAIT:
-    bar.sync 0;
-    ld.shared.u64 %rd21, [dst_shared];
+    st.global.u64 [%rd31+24], %rd20;
+DONE:
+    ret;
+}}
+
+.visible .entry __neutrino_graph_append(.param .u64 p_desc)
+{{
+    .reg .pred %p<8>;
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<40>;
+    ld.param.u64 %rd32, [p_desc];
+    mov.u32 %r2, %ctaid.y;
+    mul.wide.u32 %rd33, %r2, 64;
+    add.u64 %rd32, %rd32, %rd33;
+    ld.global.u64 %rd24, [%rd32];
+    ld.global.u64 %rd25, [%rd32+8];
+    ld.global.u64 %rd31, [%rd32+56];
+    ld.global.u64 %rd21, [%rd31+24];
     setp.ne.u64 %p5, %rd21, 0;
+    mov.u32 %r8, %nctaid.x;
+    cvt.u64.u32 %rd34, %r8;
+    shl.b64 %rd35, %rd34, 4;
+    add.u64 %rd36, %rd25, %rd35;
+    sub.u64 %rd36, %rd36, 1;
+    div.u64 %rd36, %rd36, %rd35;
+    shl.b64 %rd36, %rd36, 4;
+    mov.u32 %r9, %ctaid.x;
+    cvt.u64.u32 %rd37, %r9;
+    mul.lo.u64 %rd38, %rd37, %rd36;
+    add.u64 %rd39, %rd38, %rd36;
+    min.u64 %rd39, %rd39, %rd25;
+    mov.u32 %r1, %tid.x;
     cvt.u64.u32 %rd22, %r1;
     shl.b64 %rd22, %rd22, 4;
+    add.u64 %rd22, %rd22, %rd38;
     mov.u32 %r3, %ntid.x;
     cvt.u64.u32 %rd23, %r3;
     shl.b64 %rd23, %rd23, 4;
-    ld.global.u64 %rd24, [%rd32];
-    ld.global.u64 %rd25, [%rd32+8];
     mov.u32 %r7, 0;
 STEP:
-    setp.ge.u64 %p6, %rd22, %rd25;
+    setp.ge.u64 %p6, %rd22, %rd39;
     @%p6 bra STEPPED;
     add.u64 %rd26, %rd24, %rd22;
     @!%p5 bra ZERO;
-    ld.global.v4.u32 {{%r3, %r4, %r5, %r6}}, [%rd26];
+    ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
     add.u64 %rd27, %rd21, %rd22;
-    st.global.v4.u32 [%rd27], {{%r3, %r4, %r5, %r6}};
+    st.global.v4.u32 [%rd27], {{%r4, %r5, %r6, %r10}};
 ZERO:
     st.global.v4.u32 [%rd26], {{%r7, %r7, %r7, %r7}};
     add.u64 %rd22, %rd22, %rd23;
@@ -149,12 +191,22 @@ STEPPED:
     @!%p5 bra DONE;
     membar.sys;
     bar.sync 0;
+    setp.ne.u32 %p7, %r1, 0;
     @%p7 bra DONE;
+    atom.global.add.u32 %r11, [%rd31+32], 1;
+    rem.u32 %r11, %r11, %r8;
+    sub.u32 %r10, %r8, 1;
+    setp.ne.u32 %p4, %r11, %r10;
+    @%p4 bra DONE;
     membar.sys;
-    add.u64 %rd28, %rd3, 1;
+    ld.global.u64 %rd13, [%rd31+48];
+    ld.global.u64 %rd4, [%rd31+40];
     st.relaxed.sys.global.u64 [%rd13], %rd4;
-    st.global.u64 [%rd31+8], %rd28;
-    st.relaxed.sys.global.u64 [%rd1+8], %rd28;
+    ld.global.u64 %rd3, [%rd31+8];
+    add.u64 %rd3, %rd3, 1;
+    st.global.u64 [%rd31+8], %rd3;
+    ld.global.u64 %rd1, [%rd32+16];
+    st.relaxed.sys.global.u64 [%rd1+8], %rd3;
 DONE:
     ret;
 }}
@@ -162,11 +214,11 @@ DONE:
 
 
 def append_ptx(arch: tuple[int, int] | None = None) -> str:
-    """The append kernel's PTX for a device of compute capability `arch` (sm_75 code JITs on any
-    newer device; older devices get their own target)."""
+    """The module of both kernels for a device of compute capability `arch` (sm_75 code JITs on any
+    newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it)."""
     if arch is None or arch >= (7, 5):
-        return _APPEND_PTX.format(version="7.0", target="sm_75")
-    return _APPEND_PTX.format(version="6.0", target=f"sm_{arch[0]}{arch[1]}")  # sm_70: .relaxed.sys, nanosleep
+        return _PTX.format(version="7.0", target="sm_75")
+    return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}")
 
 
 def _align(n: int, a: int) -> int:
@@ -228,10 +280,8 @@ def node_desc(src: int, span: int, ring_device: int, layout: RingLayout, data_of
                     stride=layout.stride, data_off=data_off, state=src + span)
 
 
-class AppendParams(C.Structure):
-    """The append kernel's arguments, one u64 each, and the pointer array a launch takes."""
-
-    _fields_ = [(name, C.c_uint64) for name in ("desc", "start", "stop", "every", "wait_ns")]
+class _U64Args(C.Structure):
+    """Kernel arguments of one u64 each (the subclass lists them), and the pointer array a launch takes."""
 
     def pointers(self):
         base = C.addressof(self)
@@ -240,9 +290,23 @@ class AppendParams(C.Structure):
         return arr
 
 
-def append_params(desc_device: int, launch_filter, wait_ns: int = 0) -> AppendParams:
-    """`desc_device`: the nodes' descriptors (one block each). `wait_ns`: how long a block waits for a
-    full slot to be drained before it drops (0: never)."""
+class DecideParams(_U64Args):
+    _fields_ = [(name, C.c_uint64) for name in ("desc", "start", "stop", "every", "wait_ns")]
+
+
+class AppendParams(_U64Args):
+    _fields_ = [("desc", C.c_uint64)]
+
+
+def decide_params(desc_device: int, launch_filter, wait_ns: int = 0) -> DecideParams:
+    """`desc_device`: the nodes' descriptors (one block each). `wait_ns`: how long a full slot is
+    waited for before the replay is dropped (0: never)."""
     f = launch_filter
-    return AppendParams(desc=desc_device, start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every),
+    return DecideParams(desc=desc_device, start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every),
                         wait_ns=wait_ns)
+
+
+def append_chunks(spans) -> int:
+    """The append kernel's blocks per node: enough that each copies at most CHUNK_BYTES of the
+    largest node's maps, at most MAX_CHUNKS."""
+    return max(1, min(MAX_CHUNKS, -(-max(spans) // CHUNK_BYTES)))

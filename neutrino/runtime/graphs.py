@@ -6,11 +6,11 @@ capture), capture the probed kernel instead, with what gets its results out
 on every replay:
 
     probed kernel node → the program's next nodes
-                     └→ append node (added when the capture ends: one for all the
-                                     capture's probed nodes, a leaf)
+                     └→ decide node → append node (added when the capture ends: one
+                                                   pair for all the capture's probed nodes, a leaf)
 
-The append kernel (graph_ring.py) copies the replay's maps into the next free
-slot of the node's ring in mapped host memory and zeroes them for the next
+The two kernels (graph_ring.py) copy the replay's maps into the next free
+slot of the node's ring in mapped host memory and zero them for the next
 replay (they are zeroed once at capture, on a stream of ours, so no memset
 node sits on the program's path); a host thread drains the rings
 (shim/graphs.c; `PythonGraphSink` with the fake drivers of the tests) and
@@ -218,14 +218,16 @@ class GraphProbes:
         self.drv.memset_async(node.device, node.span + graph_ring.STATE_BYTES, stream)
         self.drv.stream_synchronize(stream)
 
-    def _append_function(self, ctx: int) -> int:
-        """The append kernel in context `ctx`, loaded at its first graph node (relaxed capture mode)."""
-        func = self._append.get(ctx)
-        if func is None:
+    def _append_function(self, ctx: int) -> tuple[int, int]:
+        """The decide and append kernels in context `ctx`, loaded at its first graph node (relaxed
+        capture mode)."""
+        funcs = self._append.get(ctx)
+        if funcs is None:
             arch = self.arch_of(ctx) if self.arch_of is not None else None
             module = self.drv.module_load_data(graph_ring.append_ptx(arch).encode() + b"\0")
-            func = self._append[ctx] = self.drv.module_get_function(module, graph_ring.APPEND_KERNEL)
-        return func
+            funcs = self._append[ctx] = (self.drv.module_get_function(module, graph_ring.DECIDE_KERNEL),
+                                         self.drv.module_get_function(module, graph_ring.APPEND_KERNEL))
+        return funcs
 
     def _capture_kernel(self, node: GraphNode, pk, req, stream: int, before: tuple[int, ...]) -> None:
         """The probed kernel node. A failure before the kernel node: the stream's dependencies go
@@ -271,8 +273,9 @@ class GraphProbes:
         self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id, reason=reason)
 
     def end_capture(self, graph: int) -> None:
-        """The capture that built `graph` ended: add one append node after all its probed kernel
-        nodes (block b serves node b), a leaf. Failing, those nodes' results are lost, never a kernel."""
+        """The capture that built `graph` ended: add the decide node after all its probed kernel
+        nodes, then the append node (graph_ring.py), a leaf. Failing, those nodes' results are lost,
+        never a kernel."""
         with self._lock:
             group = self._by_graph.get(graph)
             nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended] if group else []
@@ -287,11 +290,15 @@ class GraphProbes:
                 stream = self._our_stream(group.ctx)
                 self.drv.memcpy_htod_async(desc, C.addressof(descs), C.sizeof(descs), stream)
                 self.drv.stream_synchronize(stream)
-                args = graph_ring.append_params(desc, self.sink.filter, self.wait_ns).pointers()
-                group.append_args.append(args)
-                self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], self._append[group.ctx],
-                                               (len(nodes), 1, 1), (graph_ring.APPEND_THREADS, 1, 1),
-                                               C.addressof(args))
+                decide, append = self._append[group.ctx]
+                decide_args = graph_ring.decide_params(desc, self.sink.filter, self.wait_ns).pointers()
+                append_args = graph_ring.AppendParams(desc=desc).pointers()
+                group.append_args += [decide_args, append_args]
+                decided = self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], decide, (len(nodes), 1, 1),
+                                                         (graph_ring.DECIDE_THREADS, 1, 1), C.addressof(decide_args))
+                chunks = graph_ring.append_chunks([n.span for n in nodes])
+                self.drv.graph_add_kernel_node(graph, [decided], append, (chunks, len(nodes), 1),
+                                               (graph_ring.APPEND_THREADS, 1, 1), C.addressof(append_args))
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
                 self._lose_results(n, f"graph append node: {type(e).__name__}: {e}")
