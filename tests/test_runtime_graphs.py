@@ -45,7 +45,7 @@ class Program:
     """A program that captures saxpy4 (probed) then `other` (never probed) into one graph."""
 
     def __init__(self, tmp_path, **opts):
-        self.rt, self.drv, _ = make_runtime(tmp_path, **{"graphs": True, **opts})
+        self.rt, self.drv, _ = make_runtime(tmp_path, **opts)
         self.runs = {"saxpy4": 0, "other": 0}
         for name in self.runs:
             self.drv.program_impl[name] = self._counter(name)
@@ -131,9 +131,9 @@ def test_capture_and_replay_one_result_per_replay(program, mode):
     assert ex["launches"] == 5
 
 
-def test_without_graphs_option_captured_launches_run_unprobed(tmp_path):
-    """Graph probing is opt-in (--graphs): without it a captured launch is the program's own,
-    logged as a fallback, and every replay runs the original kernel only."""
+def test_no_graphs_option_leaves_captured_launches_unprobed(tmp_path):
+    """With --no-graphs a captured launch is the program's own, logged as a fallback, and every
+    replay runs the original kernel only."""
     p = Program(tmp_path, graphs=False)
     p.drv.kernel_impl["saxpy4"] = fake_block_sched
     graph, rc = p.capture()
@@ -144,7 +144,7 @@ def test_without_graphs_option_captured_launches_run_unprobed(tmp_path):
     assert p.runs == {"saxpy4": 3, "other": 3}
     finish(p.rt)
     (fb,) = events(p.rt, "fallback")
-    assert fb["stage"] == "capture" and "--graphs" in fb["reason"]
+    assert fb["stage"] == "capture" and "--no-graphs" in fb["reason"]
     assert not nt.load(p.rt.trace.path).launches
 
 
@@ -545,3 +545,11 @@ def test_native_rings_under_pressure(tmp_path, fakecuda, shim, monkeypatch, capf
     assert f"{written} of {2 * replays} replay result(s) written" in err
     if policy == "wait":
         assert ex["dropped"] == 0
+
+
+def test_graphs_are_probed_by_default_and_no_graphs_turns_it_off():
+    from neutrino.runtime.launcher import build_parser
+
+    assert build_parser().parse_args(["-p", "p.toml", "--", "x"]).graphs is True
+    assert build_parser().parse_args(["-p", "p.toml", "--no-graphs", "--", "x"]).graphs is False
+    assert build_parser().parse_args(["-p", "p.toml", "--graphs", "--", "x"]).graphs is True

@@ -193,8 +193,8 @@ class Runtime:
             ctx = self.drv.ctx_get_current()
             if not self.opt.memusage and self.drv.stream_is_capturing(req.our_stream):
                 if not self.opt.graphs:
-                    raise Fallback("capture", "the stream is being captured into a CUDA graph; launch not probed "
-                                   "(--graphs probes captured kernels on every replay)")
+                    raise Fallback("capture", "the stream is being captured into a CUDA graph and --no-graphs "
+                                   "was given; launch not probed")
                 return self._capture(rec, req, ctx)
             pk = self.kernels.get(rec, ctx, req.func)
             self.kernels.check_attrs(pk, req.func, req.shared_bytes)

@@ -86,9 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-every", type=int, default=DEFAULT_TIME_EVERY, metavar="N",
                    help="measure a probed kernel's own time (two CUDA events) on its first launch and then every "
                         f"N-th (default {DEFAULT_TIME_EVERY}; 1: every launch). The other launches record one event")
-    p.add_argument("--graphs", action="store_true",
+    p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="probe kernels launched into streams being captured into CUDA graphs, on every replay "
-                        "(new, not yet verified on a GPU; without it such launches run unprobed and are logged)")
+                        "(the default; --no-graphs: such launches run unprobed and are logged)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its arguments")
     return p
 

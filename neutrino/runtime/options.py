@@ -106,7 +106,7 @@ class RuntimeOptions:
     when_full: str = attrs.field(default="drop", validator=attrs.validators.in_(WHEN_FULL))
     callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
     time_every: int = attrs.field(default=DEFAULT_TIME_EVERY, validator=attrs.validators.ge(1))
-    graphs: bool = False  # probe kernels captured into CUDA graphs (opt-in until verified on a GPU)
+    graphs: bool = True  # probe kernels captured into CUDA graphs, on every replay (--no-graphs: leave them)
     verbosity: int = 0  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)
 
     def names(self, kernel: str) -> bool:

@@ -65,7 +65,7 @@ def install(index_dir: Path, real: dict[str, str]) -> Path:
         # LD_PRELOAD cleared: neither the wrapper's Python nor the tool is a program to profile
         script.write_text("#!/bin/sh\n"
                           f"export {ENV_REAL[tool]}={shlex.quote(path)} {ENV_INDEX}={shlex.quote(str(index_dir))}\n"
-                          f"LD_PRELOAD= exec {shlex.quote(sys.executable)} -c {shlex.quote(code)} \"$@\"\n")
+                          f"LD_PRELOAD= exec {shlex.quote(sys.executable)} -S -E -c {shlex.quote(code)} \"$@\"\n")
         script.chmod(0o755)
     return bin_dir
 
