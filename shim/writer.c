@@ -263,7 +263,7 @@ static void fill_record(nt_index_record *r, const nt_job *j) {
     r->graph = j->graph;
 }
 
-/* A CUDA graph replay's frame, copied out of its staging memory by the node's host function
+/* A CUDA graph replay's frame, copied out of its node's ring by the thread draining the rings
  * (graphs.c): nothing to wait for, copy back or zero; only the file write and its record. */
 static void write_host_frame(const nt_job *j) {
     nt_index_record r;

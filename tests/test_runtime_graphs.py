@@ -437,9 +437,9 @@ def test_index_records_carry_graph_and_node(tmp_path):
 
 
 @pytest.mark.parametrize("launches", [None, "1:3"], ids=["every replay", "replays 1:3"])
-def test_native_host_function_and_writer(tmp_path, fakecuda, shim, monkeypatch, launches):
+def test_native_rings_and_writer(tmp_path, fakecuda, shim, monkeypatch, launches):
     """The whole C path against the fake libcuda: capture through the shim (global mode), the
-    host node of shim/graphs.c, frames written by shim/writer.c with the graph word in the index;
+    rings drained by shim/graphs.c, frames written by shim/writer.c with the graph word in the index;
     graph destruction (hooked through dlsym) frees every allocation of ours."""
     out = tmp_path / "app.out"
     monkeypatch.setenv("GRAPH_APP_OUT", str(out))
@@ -500,7 +500,7 @@ def test_two_kernel_nodes_in_one_graph_native(tmp_path, fakecuda, shim, monkeypa
     said = out.read_text().splitlines()
     assert rc == 0 and said[-1] == "app done", said
     assert log == ["saxpy4 probed=1 grid=4"] * (1 + 2 * replays)
-    # both nodes' buffers and staging frames are freed with the graph (the second one once leaked)
+    # both nodes' maps and rings are freed with the graph (the second one once leaked)
     end = said[1].split()
     assert end[:3] == ["live", "at", "end"] and int(end[3]) <= 2 and end[4:] == ["graphs", "0"], said
     t = nt.load(tmp_path / "trace")

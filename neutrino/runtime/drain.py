@@ -239,7 +239,7 @@ class NativeWriter:
             self.trace.event("result_error", kernel=flight.kernel, kernel_launch=req.index, reason=flight.error)
 
     def kernel_file(self, kernel_dir: str) -> tuple[int, int]:
-        """(kernel id, result file descriptor) of a kernel: graph nodes' host functions write there too
+        """(kernel id, result file descriptor) of a kernel: the graph rings' frames go there too
         (a kernel first launched inside a capture has had no job yet: the writer starts here)."""
         with self._lock:
             self._ensure_started()
