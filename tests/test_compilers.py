@@ -349,3 +349,12 @@ def test_real_nvjitlink_is_tapped(tmp_path, shim):  # noqa: F811
     r = subprocess.run([sys.executable, str(FAKE / "real_nvjitlink.py"), str(shim), lib, str(VEC_PTX_FILE), "sm_90"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "tapped:" in r.stdout, r.stderr[-2000:]
+
+
+def test_wrapper_keeps_the_tools_exit_status_and_signals():
+    """What XLA sees of a wrapped tool is the tool's own status, a signal as a shell reports it."""
+    assert subprocess_compilers.run_tool("/bin/sh", ["-c", "exit 3"]) == 3
+    assert subprocess_compilers.run_tool("/bin/sh", ["-c", "kill -TERM $$"]) == 128 + 15
+    line = "1.0 nvlink rc=0 out=ab\t-arch=sm_90\t-o\t/t/x y.cubin\t/t/a.o"
+    assert subprocess_compilers.read_call(line) == ("nvlink", 0, ["-arch=sm_90", "-o", "/t/x y.cubin", "/t/a.o"])
+    assert subprocess_compilers.read_call("garbage") is None

@@ -164,8 +164,7 @@ def unseen_xla_compile_reason() -> str:
 
 def wrapper_call_counts(calls_log: Path) -> dict:
     """From the wrappers' calls.log: calls per tool, failed calls, and nvlink calls by input count."""
-    from neutrino.runtime.subprocess_compilers import split_link_arguments
-    import shlex
+    from neutrino.runtime.subprocess_compilers import read_call, split_link_arguments
 
     calls: dict[str, int] = {}
     failed = 0
@@ -175,14 +174,14 @@ def wrapper_call_counts(calls_log: Path) -> dict:
     except OSError:
         return {}
     for line in lines:
-        parts = line.split(" ", 4)
-        if len(parts) < 4:
+        call = read_call(line)
+        if call is None:
             continue
-        tool, status = parts[1], parts[2]
+        tool, rc, argv = call
         calls[tool] = calls.get(tool, 0) + 1
-        failed += status != "rc=0"
-        if tool == "nvlink" and len(parts) == 5:
-            n = str(len(split_link_arguments(shlex.split(parts[4]))[0]))
+        failed += rc != 0
+        if tool == "nvlink":
+            n = str(len(split_link_arguments(argv)[0]))
             link_inputs[n] = link_inputs.get(n, 0) + 1
     return {"calls": calls, "failed": failed, "nvlink_inputs": link_inputs} if calls else {}
 

@@ -19,14 +19,12 @@ line per call (tool, status, output hash, inputs): what `jax_diagnose.py` shows.
 
 from __future__ import annotations
 
+# Only what the wrappers need at every compile is imported here (each call starts a Python):
+# shutil, shlex and pathlib are imported where the index is set up, in the program's process.
 import hashlib
 import os
-import shlex
-import shutil
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 ENV_INDEX = "NEUTRINO_PTX_INDEX_DIR"  # where the wrappers file PTX by cubin hash
 ENV_REAL = {"ptxas": "NEUTRINO_REAL_PTXAS", "nvlink": "NEUTRINO_REAL_NVLINK"}  # the tools the wrappers run
@@ -41,6 +39,8 @@ NVLINK_VALUE_OPTIONS = frozenset({"-arch", "--arch", "-o", "--output-file", "-L"
 
 def find_real(tool: str, path: str | None = None, skip: str | None = None) -> str | None:
     """`tool` on PATH (without the directory `skip`, our wrappers'), else in the usual CUDA root."""
+    import shutil
+
     dirs = [d for d in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep) if d]
     if skip is not None:
         dirs = [d for d in dirs if os.path.realpath(d) != os.path.realpath(skip)]
@@ -52,10 +52,13 @@ def find_real_ptxas(path: str | None = None, skip: str | None = None) -> str | N
     return find_real("ptxas", path, skip)
 
 
-def install(index_dir: Path, real: dict[str, str]) -> Path:
+def install(index_dir, real: dict[str, str]):
     """Write `<index_dir>/bin/<tool>` for each tool in `real` (tool -> the real one's path): a shell
-    script running this module. Returns the bin directory."""
-    bin_dir = index_dir / "bin"
+    script running this module. Returns the bin directory (a Path)."""
+    import shlex
+    from pathlib import Path
+
+    bin_dir = Path(index_dir) / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     package_parent = str(Path(__file__).resolve().parent.parent.parent)
     for tool, path in real.items():
@@ -117,25 +120,30 @@ def cubin_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_entry(index_dir: Path, key: str, suffix: str, data: bytes) -> Path:
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def file_entry(index_dir, key: str, suffix: str, data: bytes) -> str:
     """`<index>/<key><suffix>`, written atomically: a reader sees all of it or nothing."""
-    target = index_dir / f"{key}{suffix}"
-    tmp = index_dir / f".{key}.{os.getpid()}.tmp"
-    tmp.write_bytes(data)
+    target = os.path.join(index_dir, f"{key}{suffix}")
+    tmp = os.path.join(index_dir, f".{key}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, target)
     return target
 
 
-def record(argv: list[str], index_dir: Path) -> Path | None:
+def record(argv: list[str], index_dir) -> str | None:
     """File the PTX of a successful ptxas compile under its cubin's hash; the path written, or None."""
     ptx_path, cubin_path = split_arguments(argv)
     if not ptx_path or not cubin_path:
         return None
-    ptx = Path(ptx_path).read_bytes()
-    return file_entry(index_dir, cubin_hash(Path(cubin_path).read_bytes()), ".ptx", ptx)
+    return file_entry(index_dir, cubin_hash(_read(cubin_path)), ".ptx", _read(ptx_path))
 
 
-def record_link(argv: list[str], index_dir: Path) -> Path | None:
+def record_link(argv: list[str], index_dir) -> str | None:
     """File what a successful nvlink's cubin was made from: the PTX of its one input, or why none."""
     inputs, output = split_link_arguments(argv)
     if not output or not inputs:
@@ -143,13 +151,13 @@ def record_link(argv: list[str], index_dir: Path) -> Path | None:
     known = []
     for name in inputs:
         try:
-            known.append(index_dir / f"{cubin_hash(Path(name).read_bytes())}.ptx")
+            known.append(os.path.join(index_dir, f"{cubin_hash(_read(name))}.ptx"))
         except OSError:
             known.append(None)
-    key = cubin_hash(Path(output).read_bytes())
-    if len(inputs) == 1 and known[0] is not None and known[0].exists():
-        return file_entry(index_dir, key, ".ptx", known[0].read_bytes())
-    with_ptx = sum(1 for k in known if k is not None and k.exists())
+    key = cubin_hash(_read(output))
+    if len(inputs) == 1 and known[0] is not None and os.path.exists(known[0]):
+        return file_entry(index_dir, key, ".ptx", _read(known[0]))
+    with_ptx = sum(1 for k in known if k is not None and os.path.exists(k))
     why = (f"nvlink linked {len(inputs)} relocatable cubins into this one ({with_ptx} compiled from PTX by the "
            "ptxas wrapper); only a cubin made from one PTX can be probed")
     if len(inputs) == 1:
@@ -157,15 +165,35 @@ def record_link(argv: list[str], index_dir: Path) -> Path | None:
     return file_entry(index_dir, key, ".why", why.encode())
 
 
-def log_call(index_dir: Path, tool: str, rc: int, argv: list[str], output: str | None) -> None:
+def log_call(index_dir, tool: str, rc: int, argv: list[str], output: str | None) -> None:
+    """One line per call: `time tool rc=N out=HASH16`, then the arguments, tab-separated."""
     key = "-"
     if rc == 0 and output:
         try:
-            key = cubin_hash(Path(output).read_bytes())[:16]
+            key = cubin_hash(_read(output))[:16]
         except OSError:
             pass
-    with open(index_dir / "calls.log", "a") as log:
-        log.write(f"{time.time():.3f} {tool} rc={rc} out={key} {shlex.join(argv)}\n")
+    with open(os.path.join(index_dir, "calls.log"), "a") as log:
+        log.write("\t".join([f"{time.time():.3f} {tool} rc={rc} out={key}", *argv]).replace("\n", " ") + "\n")
+
+
+def read_call(line: str) -> tuple[str, int, list[str]] | None:
+    """(tool, exit status, arguments) of a calls.log line, or None."""
+    head, *argv = line.rstrip("\n").split("\t")
+    parts = head.split(" ")
+    if len(parts) < 3 or not parts[2].startswith("rc="):
+        return None
+    try:
+        return parts[1], int(parts[2][3:]), argv
+    except ValueError:
+        return None
+
+
+def run_tool(real: str, argv: list[str]) -> int:
+    """Run the real tool with our arguments and environment; its exit status (as a shell gives it)."""
+    pid = os.posix_spawn(real, [real, *argv], os.environ)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) if status & 0x7F == 0 else 128 + (status & 0x7F)
 
 
 # ---------------------------------------------------------------- the wrappers
@@ -176,11 +204,10 @@ def main(tool: str = "ptxas", argv: list[str] | None = None) -> int:
     if not real:
         sys.stderr.write(f"neutrino: the {tool} wrapper found no real {tool}\n")
         return 127
-    rc = subprocess.call([real, *argv])
-    index = os.environ.get(ENV_INDEX)
-    if not index:
+    rc = run_tool(real, argv)
+    index_dir = os.environ.get(ENV_INDEX)
+    if not index_dir:
         return rc
-    index_dir = Path(index)
     try:
         output = split_arguments(argv)[1] if tool == "ptxas" else split_link_arguments(argv)[1]
         if rc == 0:
@@ -188,7 +215,7 @@ def main(tool: str = "ptxas", argv: list[str] | None = None) -> int:
         log_call(index_dir, tool, rc, argv, output)
     except Exception as e:  # noqa: BLE001 - recording never changes what the tool did
         try:
-            with open(index_dir / "errors.log", "a") as log:
+            with open(os.path.join(index_dir, "errors.log"), "a") as log:
                 log.write(f"{tool} {argv}: {type(e).__name__}: {e}\n")
         except OSError:
             pass
