@@ -111,16 +111,22 @@ long fakecuda_graphs_live(void) { return graph_nodes_live; }
 
 static int alloc_refused(void) { return cap_stream && cap_mode != 2 && thread_mode != 2; }
 
-static Node *capture(void *stream, int kind) {
-    if (!cap_stream || stream != cap_stream) return NULL;
-    if (cap_graph->n == cap_graph->cap) {
-        cap_graph->cap = cap_graph->cap ? 2 * cap_graph->cap : 8;
-        cap_graph->nodes = realloc(cap_graph->nodes, cap_graph->cap * sizeof(Node));
+/* A new node at the end of `g` (node handles: 1-based positions). */
+static Node *add_node(Graph *g, int kind) {
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 8;
+        g->nodes = realloc(g->nodes, g->cap * sizeof(Node));
     }
-    Node *nd = &cap_graph->nodes[cap_graph->n++];
+    Node *nd = &g->nodes[g->n++];
     memset(nd, 0, sizeof *nd);
     nd->kind = kind;
-    cap_dep = (Node *)(uintptr_t)(cap_graph->n); /* node handles: 1-based positions */
+    return nd;
+}
+
+static Node *capture(void *stream, int kind) {
+    if (!cap_stream || stream != cap_stream) return NULL;
+    Node *nd = add_node(cap_graph, kind);
+    cap_dep = (Node *)(uintptr_t)(cap_graph->n);
     return nd;
 }
 
@@ -170,13 +176,7 @@ typedef struct { void *func; unsigned dims[7]; void **params, **extra; void *ker
 CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
     (void)deps; (void)n;
     Graph *g = graph;
-    if (g->n == g->cap) {
-        g->cap = g->cap ? 2 * g->cap : 8;
-        g->nodes = realloc(g->nodes, g->cap * sizeof(Node));
-    }
-    Node *nd = &g->nodes[g->n++];
-    memset(nd, 0, sizeof *nd);
-    nd->kind = N_KERNEL;
+    Node *nd = add_node(g, N_KERNEL);
     nd->a = p->func; nd->b = p->params;
     memcpy(nd->dims, p->dims, sizeof nd->dims);
     *node = (void *)(uintptr_t)g->n;
