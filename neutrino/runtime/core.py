@@ -44,13 +44,8 @@ from neutrino.runtime.drain import NativeWriter, ResultWriter
 from neutrino.runtime.compilers import CompiledIndex, unseen_xla_compile_reason
 from neutrino.runtime.fastpath import FastPath
 from neutrino.runtime import graph_ring
-from neutrino.runtime.graphs import (
-    G_ADD_KERNEL_NODE,
-    GraphProbes,
-    NativeGraphSink,
-    PythonGraphSink,
-    relaxed_capture,
-)
+from neutrino.runtime.graph_sinks import NativeGraphSink, PythonGraphSink
+from neutrino.runtime.graphs import G_ADD_KERNEL_NODE, GraphProbes, relaxed_capture
 from neutrino.runtime.frameworks import XLA, kernel_names, module_origin
 from neutrino.runtime.launch import Enqueuer
 from neutrino.runtime.options import RuntimeOptions
