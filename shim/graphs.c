@@ -1,12 +1,12 @@
 /* Neutrino and CUDA graphs: the replay side of a probed graph node, and the graph API hooks.
  *
  * A probed kernel launched into a capturing stream is captured by Python
- * (neutrino/runtime/graphs.py) as the probed kernel; when the capture ends, one
- * append node after all of them, a leaf, is added to the graph. Its block for
- * a node (neutrino/runtime/graph_ring.py) copies
- * each selected replay's maps into the next free slot of the node's ring, in
- * pinned host memory mapped into the device, and sets the slot's flag to the
- * replay number + 1 (a full ring: the replay is dropped and counted there).
+ * (neutrino/runtime/graphs.py) as the probed kernel; when the capture ends, a
+ * decide node and an append node after all of them, a leaf, are added to the
+ * graph (neutrino/runtime/graph_ring.py). They copy each selected replay's maps
+ * into the next free slot of the node's ring, in pinned host memory mapped
+ * into the device, and set the slot's flag to the replay number + 1 (a full
+ * ring: the replay is dropped and counted there).
  * Here one thread polls every node's ring: it copies a filled slot's frame
  * into memory of its own, queues it for the writer (writer.c) and clears the
  * flag. No CUDA call, no host node: a replay never waits for the host. When

@@ -196,11 +196,6 @@ class FakeDriver:
         self._check("update_capture_dependencies")
         self.captures[stream].deps = list(nodes)
 
-    def launch_host_func(self, stream, fn, user_data):
-        self._check("launch_host_func")
-        if not self._captured(stream, "host", lambda: fn(user_data)):
-            fn(user_data)
-
     def ctx_synchronize(self):
         self._check("ctx_synchronize")
         self._unsafe("ctx_synchronize")
@@ -298,12 +293,6 @@ class FakeDriver:
                 "run": self._kernel_run(func, _OwnLaunch(tuple(grid), tuple(block), 0, 0), params)}
         self.graphs[graph].nodes.append(node)
         return node["handle"]
-
-    def launch_kernel(self, func, grid, block, stream, params):
-        """cuLaunchKernel of a kernel of ours (the graph append kernel)."""
-        self._check("launch_kernel")
-        req = _OwnLaunch(tuple(grid), tuple(block), 0, stream)
-        return self.launch(0, func, req, params)
 
     def host_free(self, addr):
         self.frees += 1

@@ -146,9 +146,8 @@ class Runtime:
         return self.registry.functions
 
     def on_module(self, kind: str, handle: int, image: bytes | None, path: str | None = None, image_addr: int = 0) -> None:
-        rec, reason = self.registry.add_module(kind, handle, image, path, image_addr)
+        rec, reason, compiled = self.registry.add_module(kind, handle, image, path, image_addr)
         if rec.ptx is None:
-            compiled = self.registry.compiled_reason(image)  # made in this process, from several inputs
             origin = module_origin(image, path, xla_compiles_seen=self.compiled.sees_xla_compiles())
             if compiled is None and origin is XLA and not self.compiled.links_seen:
                 compiled = unseen_xla_compile_reason()

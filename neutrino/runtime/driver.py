@@ -137,7 +137,6 @@ _SIGNATURES = {
     "cuStreamGetCaptureInfo_v3": [P, C.POINTER(C.c_int), C.POINTER(C.c_uint64), PP, C.POINTER(PP), PP, C.POINTER(SZ)],
     "cuStreamUpdateCaptureDependencies": [P, P, SZ, U],
     "cuStreamUpdateCaptureDependencies_v2": [P, P, P, SZ, U],
-    "cuLaunchHostFunc": [P, P, P],
     "cuCtxSynchronize": [],
 }
 _FALLBACK_NAMES = {"cuEventElapsedTime": ("cuEventElapsedTime_v2",)}
@@ -357,10 +356,6 @@ class RealDriver:
         self._call("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, len(deps), C.byref(p))
         return node.value
 
-    def launch_kernel(self, func: int, grid, block, stream: int, params: int) -> int:
-        """A launch of a kernel of ours (cuLaunchKernel); returns the CUresult."""
-        return self._fn("cuLaunchKernel")(func, *grid, *block, 0, stream, params, None)
-
     def host_free(self, addr: int) -> None:
         self._call("cuMemFreeHost", addr)
 
@@ -416,10 +411,6 @@ class RealDriver:
                 raise
             self._call("cuStreamUpdateCaptureDependencies_v2", stream, arr, None, len(nodes),
                        SET_CAPTURE_DEPENDENCIES)
-
-    def launch_host_func(self, stream: int, fn: int, user_data: int) -> None:
-        """Enqueue a host function (captured as a host node): `fn` is a C function pointer."""
-        self._call("cuLaunchHostFunc", stream, fn, user_data)
 
     def ctx_synchronize(self) -> None:
         self._call("cuCtxSynchronize")

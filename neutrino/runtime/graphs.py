@@ -20,11 +20,11 @@ allocated at capture time with the thread's capture mode switched to relaxed
 for the allocation (`cuThreadExchangeStreamCaptureMode`), so every capture
 mode PyTorch uses (global, its default; thread-local; relaxed) allows it, and
 freed when the graph, its clones and every executable graph instantiated from
-them are destroyed. The append kernel is a leaf (`cuStreamUpdateCaptureDependencies`
-puts the stream's dependency set back): the program's later nodes wait for the
-probed kernel only. The kernel counts replays and applies `--launches` to the
-replay number; a replay outside the selection costs the device the probe in
-its kernel and the append kernel's zeroing.
+them are destroyed. The decide and append nodes are added to the graph when
+its capture ends (`end_capture`), after the capture's probed kernel nodes, as
+a leaf: no node of the program's waits for them. The decide kernel counts replays and applies `--launches` to the replay
+number; a replay outside the selection costs the device the probe in its
+kernel and the append kernel's zeroing.
 
 `cap = "count"` maps are refused inside graphs (a counting run per replay would
 need the host between two kernels of the replay): a `fallback` event with
@@ -169,8 +169,8 @@ class GraphProbes:
             self._free_node_memory(node)
             self._forget_node(node)
             raise Fallback("graph-alloc", f"{node.held} bytes for a graph node: {e}") from None
-        # From here on nodes of ours may be in the graph (a memset captured before a failed
-        # launch): the node's memory stays with the graph whatever happens.
+        # From here on nodes of ours may be in the graph (a copy of module globals captured
+        # before a failed launch): the node's memory stays with the graph whatever happens.
         self._capture_kernel(node, pk, req, stream, info.dependencies)
         self._prepare_ring(node, pk, stream)
         return 0

@@ -64,10 +64,13 @@ class Registry:
         self.compiled = compiled  # compilers.CompiledIndex: cubin content -> PTX compiled in-process
 
     # -- modules
-    def add_module(self, kind: str, handle: int, image: bytes | None, path: str | None, image_addr: int) -> tuple[ModuleRec, str]:
-        """Record a loaded module; returns it and, when it has no PTX, why."""
+    def add_module(self, kind: str, handle: int, image: bytes | None, path: str | None,
+                   image_addr: int) -> tuple[ModuleRec, str, str | None]:
+        """Record a loaded module; returns it, why it has no PTX (when it has none), and, for a cubin
+        compiled in this process, why that compilation left no usable PTX (several link inputs)."""
+        compiled_reason = None
         try:
-            ptx = self._module_ptx(image, path, image_addr)
+            ptx, compiled_reason = self._module_ptx(image, path, image_addr)
         except Exception as e:  # noqa: BLE001 - never break the program's load
             ptx, reason = None, f"PTX extraction failed: {e}"
         else:
@@ -75,25 +78,22 @@ class Registry:
         rec = ModuleRec(handle, kind, ptx, path)
         with self._lock:
             self.modules[handle] = rec
-        return rec, reason
+        return rec, reason, compiled_reason
 
     def _module_ptx(self, image, path, image_addr):
+        """(the module's PTX or None, why a cubin compiled in this process has none or None): the
+        compiled index is asked once per load (it hashes the whole image)."""
         linked = self._linked.get(image_addr) if image_addr else None
         if linked is not None:
-            return SimplePtx(linked, "cuLinkAddData")
+            return SimplePtx(linked, "cuLinkAddData"), None
         if image is None and path:
             image = Path(path).read_bytes()
         if image is None:
-            return None
+            return None, None
         entry = self.compiled.lookup(image) if self.compiled is not None else None
         if entry is not None and entry.ptx is not None:  # a cubin the program compiled itself (XLA: nvJitLink)
-            return SimplePtx(entry.ptx, entry.compiler)
-        return self._find_ptx(image, self._arch(), path=path)
-
-    def compiled_reason(self, image: bytes | None) -> str | None:
-        """Why a cubin compiled in this process has no usable PTX (several link inputs), if we saw it made."""
-        entry = self.compiled.lookup(image) if self.compiled is not None and image else None
-        return entry.reason if entry is not None else None
+            return SimplePtx(entry.ptx, entry.compiler), None
+        return self._find_ptx(image, self._arch(), path=path), entry.reason if entry is not None else None
 
     def link_add(self, state: int, ptx_text: str) -> None:
         with self._lock:
