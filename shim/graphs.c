@@ -1,17 +1,18 @@
 /* Neutrino and CUDA graphs: the replay side of a probed graph node, and the graph API hooks.
  *
  * A probed kernel launched into a capturing stream is captured by Python
- * (neutrino/runtime/graphs.py) as the probed kernel; when the capture ends, a
- * decide node and an append node after all of them, a leaf, are added to the
- * graph (neutrino/runtime/graph_ring.py). They copy each selected replay's maps
- * into the next free slot of the node's ring, in pinned host memory mapped
- * into the device, and set the slot's flag to the replay number + 1 (a full
- * ring: the replay is dropped and counted there).
- * Here one thread polls every node's ring: it copies a filled slot's frame
- * into memory of its own, queues it for the writer (writer.c) and clears the
- * flag. No CUDA call, no host node: a replay never waits for the host. When
- * the writer is behind by more than `pending_limit` bytes, or the trace budget
- * is spent, the frame is dropped and counted.
+ * (neutrino/runtime/graphs.py) as the probed kernel; when the capture ends, an
+ * append node after all of them, a leaf, is added to the graph
+ * (neutrino/runtime/graph_ring.py). It copies each selected replay's maps into
+ * the next free slot of the node's ring in device memory and sets the slot's
+ * flag, in pinned host memory mapped into the device, to the replay number + 1
+ * (a full ring: the replay is dropped and counted there).
+ * Here one thread polls every node's flags: it copies the filled slots out on a
+ * stream of ours (the copy engine, beside the program's work), queues their
+ * frames for the writer (writer.c), clears the flags and writes how many slots
+ * it has consumed into the node's device state. No host node: a replay never
+ * waits for the host. When the writer is behind by more than `pending_limit`
+ * bytes, or the trace budget is spent, the frame is not copied, and counted.
  *
  * The graph API hooks report what decides the lifetime of a node's memory
  * (instantiate, clone, exec update, destroy) and kernel nodes made or changed
@@ -46,12 +47,18 @@ typedef struct {
     uint64_t stream;
     uint32_t grid[3], block[3];
     uint32_t shared_bytes, frame_id;
-    uint64_t nslots, stride, slots;  /* slot count, bytes per slot, offset of slot 0 */
+    uint64_t nslots, stride, slots;  /* host ring: slot count, bytes per slot, offset of slot 0 */
+    void *ctx, *copy_stream;         /* the node's context; a stream of ours in it */
+    uint64_t device_slots, device_stride, device_state;  /* device ring: slot 0, bytes per slot; the state */
+    uint64_t data_off, span;         /* where in a frame the maps start; their bytes */
 } nt_graph_desc;
 
-enum { RING_REPLAYS, RING_WRITTEN, RING_DROPPED };  /* the ring's u64 counters */
+enum { RING_REPLAYS, RING_WRITTEN, RING_DROPPED, RING_CONSUMED };  /* the ring's u64 counters */
 #define RING_FLAGS 64                                /* offset of the flags */
+#define STATE_CONSUMED 24                            /* the device state's consumed counter */
+#define MAX_SLOTS 64                                 /* graph_ring.MAX_SLOTS */
 #define POLL_NS 100000                               /* between polls of the rings */
+#define CAPTURE_MODE_RELAXED 2
 
 typedef struct nt_graph_node {
     nt_graph_desc d;
@@ -75,17 +82,24 @@ static uint64_t ring_counter(const nt_graph_node *n, int which) {
     return atomic_load_explicit((_Atomic uint64_t *)n->d.ring + which, memory_order_relaxed);
 }
 
-/* Hand one filled slot's frame (replay `r`) to the writer; every failure is counted. */
-static void submit_frame(nt_graph_node *n, const void *frame, uint64_t r) {
+/* Room for one more frame of node n, `ahead` bytes already admitted this round: the writer is not
+ * too far behind and the trace budget holds it (reserved). Every refusal is counted. */
+static int frame_room(nt_graph_node *n, uint64_t ahead) {
     uint64_t size = n->d.frame_size;
-    if (atomic_load(&pending) + size > atomic_load(&pending_limit)) {
+    if (atomic_load(&pending) + ahead + size > atomic_load(&pending_limit)) {
         atomic_fetch_add(&n->dropped_behind, 1);
-        return;
+        return 0;
     }
     if (!neutrino_trace_reserve(size)) {
         atomic_fetch_add(&n->dropped_trace, 1);
-        return;
+        return 0;
     }
+    return 1;
+}
+
+/* Hand one copied-out frame (replay `r`, its trace bytes reserved) to the writer. */
+static void submit_frame(nt_graph_node *n, const void *frame, uint64_t r) {
+    uint64_t size = n->d.frame_size;
     void *copy = malloc(size);
     if (!copy) {
         neutrino_trace_give_back(size);
@@ -120,20 +134,89 @@ static void submit_frame(nt_graph_node *n, const void *frame, uint64_t r) {
     atomic_fetch_add(&n->written, 1);
 }
 
+/* The driver calls of the copy-out (the real ones: nothing of ours is in between). */
+static struct {
+    CUresult (*ctx_get)(void **);
+    CUresult (*ctx_set)(void *);
+    CUresult (*dtoh)(void *, uint64_t, size_t, void *);
+    CUresult (*htod)(uint64_t, const void *, size_t, void *);
+    CUresult (*sync)(void *);
+    CUresult (*capture_mode)(int *);
+    int loaded;
+} cu;
+
+static int load_driver(void) {
+    if (!cu.loaded) {
+        cu.ctx_get = (CUresult (*)(void **))neutrino_real_sym("cuCtxGetCurrent");
+        cu.ctx_set = (CUresult (*)(void *))neutrino_real_sym("cuCtxSetCurrent");
+        cu.dtoh = (CUresult (*)(void *, uint64_t, size_t, void *))neutrino_real_sym("cuMemcpyDtoHAsync_v2");
+        cu.htod = (CUresult (*)(uint64_t, const void *, size_t, void *))neutrino_real_sym("cuMemcpyHtoDAsync_v2");
+        cu.sync = (CUresult (*)(void *))neutrino_real_sym("cuStreamSynchronize");
+        cu.capture_mode = (CUresult (*)(int *))neutrino_real_sym("cuThreadExchangeStreamCaptureMode");
+        cu.loaded = cu.ctx_get && cu.ctx_set && cu.dtoh && cu.htod && cu.sync && cu.capture_mode ? 1 : -1;
+    }
+    return cu.loaded == 1;
+}
+
+/* Copy the `k` filled slots from next_read on out of the device into the host ring's slots, those
+ * the writer has room for (ok[i] set); then tell the device that all k are consumed. In the node's
+ * context, this thread's capture mode relaxed (another thread may be capturing). */
+static void copy_out(nt_graph_node *n, uint64_t k, int ok[]) {
+    uint64_t *counters = (uint64_t *)n->d.ring;
+    void *before = NULL;
+    if (!load_driver() || cu.ctx_get(&before) || cu.ctx_set(n->d.ctx)) {
+        atomic_fetch_add(&n->errors, k);
+        return;
+    }
+    int mode = CAPTURE_MODE_RELAXED, any = 0;
+    cu.capture_mode(&mode);
+    uint64_t ahead = 0;
+    for (uint64_t i = 0; i < k && atomic_load_explicit(&n->active, memory_order_relaxed); i++) {
+        if (!frame_room(n, ahead)) continue;
+        uint64_t slot = (n->next_read + i) % n->d.nslots;
+        char *dst = (char *)n->d.ring + n->d.slots + slot * n->d.stride + n->d.data_off;
+        if (cu.dtoh(dst, n->d.device_slots + slot * n->d.device_stride, n->d.span, n->d.copy_stream)) {
+            neutrino_trace_give_back(n->d.frame_size);
+            atomic_fetch_add(&n->errors, 1);
+            continue;
+        }
+        ok[i] = any = 1;
+        ahead += n->d.frame_size;
+    }
+    if (any && cu.sync(n->d.copy_stream))
+        for (uint64_t i = 0; i < k; i++)
+            if (ok[i]) {
+                ok[i] = 0;
+                neutrino_trace_give_back(n->d.frame_size);
+                atomic_fetch_add(&n->errors, 1);
+            }
+    atomic_store_explicit((_Atomic uint64_t *)&counters[RING_CONSUMED], n->next_read + k, memory_order_relaxed);
+    if (cu.htod(n->d.device_state + STATE_CONSUMED, &counters[RING_CONSUMED], 8, n->d.copy_stream))
+        atomic_fetch_add(&n->errors, 1);
+    cu.capture_mode(&mode);
+    cu.ctx_set(before);
+}
+
 /* Everything the device has put in one ring, in order. Called under rings_lock. */
 static void drain_ring(nt_graph_node *n) {
     if (!n->attached) return;
     char *ring = n->d.ring;
-    for (;;) {
-        uint64_t slot = n->next_read % n->d.nslots;
-        _Atomic uint64_t *flag = (_Atomic uint64_t *)(ring + RING_FLAGS) + slot;
+    uint64_t marks[MAX_SLOTS], k = 0;
+    while (k < n->d.nslots) {
+        _Atomic uint64_t *flag = (_Atomic uint64_t *)(ring + RING_FLAGS) + (n->next_read + k) % n->d.nslots;
         uint64_t mark = atomic_load_explicit(flag, memory_order_acquire);
-        if (!mark) return;
-        if (atomic_load_explicit(&n->active, memory_order_relaxed))
-            submit_frame(n, ring + n->d.slots + slot * n->d.stride, mark - 1);
-        atomic_store_explicit(flag, 0, memory_order_release);  /* the device may fill it again */
-        n->next_read++;
+        if (!mark) break;
+        marks[k++] = mark;
     }
+    if (!k) return;
+    int ok[MAX_SLOTS] = {0};
+    copy_out(n, k, ok);
+    for (uint64_t i = 0; i < k; i++) {
+        uint64_t slot = (n->next_read + i) % n->d.nslots;
+        if (ok[i]) submit_frame(n, ring + n->d.slots + slot * n->d.stride, marks[i] - 1);
+        atomic_store_explicit((_Atomic uint64_t *)(ring + RING_FLAGS) + slot, 0, memory_order_release);
+    }
+    n->next_read += k;
 }
 
 void neutrino_graph_drain_all(void) {
@@ -170,7 +253,7 @@ void neutrino_graph_stop_polling(void) {
 }
 
 void *neutrino_graph_node_new(const nt_graph_desc *d) {
-    if (!d->nslots || !d->ring) return NULL;
+    if (!d->nslots || d->nslots > MAX_SLOTS || !d->ring) return NULL;
     nt_graph_node *n = calloc(1, sizeof *n);
     if (!n) return NULL;
     n->d = *d;

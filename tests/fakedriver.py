@@ -328,11 +328,8 @@ class FakeDriver:
             self.launches.append((kind, func, req.grid, req.block, params))
             self.launch_ctx.append(self.ctx_get_current())
         module, name = self.functions.get(func, (None, None))
-        if name == graph_ring.DECIDE_KERNEL:
-            emulate_graph_decide(params, req.grid[0])
-            return
         if name == graph_ring.APPEND_KERNEL:
-            emulate_graph_append(params, req.grid[0], req.grid[1])
+            emulate_graph_append(params, req.grid[1])
             return
         probed = b"__nt_buf" in self.modules.get(module, b"")
         impl = self.kernel_impl.get(name)
@@ -354,42 +351,25 @@ def _params(params_addr: int, struct):
     return struct.from_address((C.c_void_p * 1).from_address(params_addr)[0])
 
 
-def _node_state(desc):
-    return (C.c_uint64 * 7).from_address(desc.state), (C.c_uint64 * 3).from_address(desc.ring)
-
-
-def emulate_graph_decide(params_addr: int, blocks: int) -> None:
-    """What the decide kernel (neutrino/runtime/graph_ring.py) does: block b decides for node b."""
-    p = _params(params_addr, graph_ring.DecideParams)
-    for b in range(blocks):
-        d = graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES)
-        state, mirror = _node_state(d)
-        replay, written = state[0], state[1]
-        state[0] = mirror[0] = replay + 1
-        state[3] = 0
-        if replay < p.start or replay >= p.stop or (replay - p.start) % p.every:
-            continue
-        slot = written % d.nslots
-        flag = d.ring + graph_ring.COUNTERS_BYTES + 8 * slot
-        if C.c_uint64.from_address(flag).value:  # full (nothing drains concurrently here: waiting would time out)
-            state[2] += 1
-            mirror[2] = state[2]
-            continue
-        state[3] = d.slots + slot * d.stride + d.data_off
-        state[5], state[6] = replay + 1, flag
-
-
-def emulate_graph_append(params_addr: int, chunks: int, blocks: int) -> None:
-    """What the append kernel does (all chunks of a node at once): copy, zero, publish the flag."""
+def emulate_graph_append(params_addr: int, nodes: int) -> None:
+    """What the append kernel (neutrino/runtime/graph_ring.py) does, all chunks of a node at once:
+    count the replay; copy a selected one into the next device slot unless the ring is full (nothing
+    drains concurrently here: waiting would time out), publish its flag; zero the maps."""
     p = _params(params_addr, graph_ring.AppendParams)
-    for b in range(blocks):
+    for b in range(nodes):
         d = graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES)
-        state, mirror = _node_state(d)
-        if state[3]:
-            C.memmove(state[3], d.src, d.bytes)
-            C.c_uint64.from_address(state[6]).value = state[5]
-            state[1] += 1
-            mirror[1] = state[1]
+        state, mirror = (C.c_uint64 * 4).from_address(d.state), (C.c_uint64 * 3).from_address(d.ring)
+        replay, written, consumed = state[0], state[1], state[3]
+        state[0] = mirror[0] = replay + 1
+        if not (replay < p.start or replay >= p.stop or (replay - p.start) % p.every):
+            if written - consumed < d.nslots:
+                slot = written % d.nslots
+                C.memmove(d.slots + slot * d.stride, d.src, d.bytes)
+                C.c_uint64.from_address(d.ring + graph_ring.COUNTERS_BYTES + 8 * slot).value = replay + 1
+                state[1] = mirror[1] = written + 1
+            else:
+                state[2] += 1
+                mirror[2] = state[2]
         C.memset(d.src, 0, d.bytes)  # the maps read zero at the next replay
 
 

@@ -31,7 +31,7 @@ from neutrino.runtime.graphs import (
     G_SET_PARAMS,
     KernelNodeParamsV2,
 )
-from neutrino.runtime.graph_ring import APPEND_KERNEL, DECIDE_KERNEL
+from neutrino.runtime.graph_ring import APPEND_KERNEL
 from neutrino.runtime.options import LaunchFilter
 
 from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
@@ -107,11 +107,10 @@ def test_capture_and_replay_one_result_per_replay(program, mode):
     assert rc == 0
     drv = program.drv
     # no memset node: the maps are zeroed once at capture (on a stream of ours) and then by the append kernel;
-    # the decide and append nodes, added when the capture ended after the probed kernel, are a leaf (no host node)
-    assert node_kinds(drv, graph) == [("kernel", "saxpy4"), ("kernel", "other"), ("kernel", DECIDE_KERNEL),
-                                      ("kernel", APPEND_KERNEL)]
-    kernel, other, decide, append = drv.graphs[graph].nodes
-    assert decide["deps"] == [kernel["handle"]] and append["deps"] == [decide["handle"]]
+    # the append node, added when the capture ended after the probed kernel, is a leaf (no host node)
+    assert node_kinds(drv, graph) == [("kernel", "saxpy4"), ("kernel", "other"), ("kernel", APPEND_KERNEL)]
+    kernel, other, append = drv.graphs[graph].nodes
+    assert append["deps"] == [kernel["handle"]]
     assert not drv.graphs[graph].dependents(append["handle"])
     assert other["deps"] == [kernel["handle"]]  # the program's next kernel waits for the probed kernel only
     assert getattr(drv._mode, "mode", CAPTURE_MODE_GLOBAL) == CAPTURE_MODE_GLOBAL  # mode given back
@@ -277,8 +276,7 @@ def test_failure_at_each_capture_step_never_changes_results(program, step):
     graph, rc = program.capture()
     drv.launch, drv.module_load_data = real_launch, real_load
     drv.fail.clear()
-    kernels = [name for kind, name in node_kinds(drv, graph) if kind == "kernel" and name not in (APPEND_KERNEL,
-                                                                                                  DECIDE_KERNEL)]
+    kernels = [name for kind, name in node_kinds(drv, graph) if kind == "kernel" and name != APPEND_KERNEL]
     assert kernels == ["saxpy4", "other"]  # once each: never the probed and the original
     exe = program.instantiate(graph)
     program.replay(exe, 3)

@@ -131,7 +131,7 @@ class Runtime:
         if native_writer:
             sink = NativeGraphSink(native_writer, self.writer, self.opt.launches, self.opt.buffer_budget)
         else:
-            sink = PythonGraphSink(self.trace, self.trace_budget, self.opt.launches)
+            sink = PythonGraphSink(self.drv, self.trace, self.trace_budget, self.opt.launches)
         return GraphProbes(self.drv, self.trace, sink, ByteBudget(self.opt.buffer_budget), self.enqueuer,
                            self.attribution, arch_of=self.devices.arch,
                            wait_ns=graph_ring.WAIT_NS if self.opt.when_full == "wait" else 0)

@@ -1,36 +1,43 @@
-"""Where a probed graph node's results go on every replay: a ring in mapped host memory, filled
-on the device by kernels of ours, drained by a host thread. No host node in the graph.
+"""Where a probed graph node's results go on every replay: a ring of slots in device memory,
+filled by a kernel of ours at the end of each replay, copied out by a host thread with the copy
+engine. Nothing on the replay's path crosses PCIe.
 
 A host node (cuLaunchHostFunc) makes every replay wait for a round trip through the driver's
 callback thread: on the H100 a graph of 4 probed kernels replayed 6.9x slower than unprobed with
-one host node per kernel. Instead, when the capture ends, two nodes of ours are added to the
-graph after every probed kernel node of the capture, as a leaf (nothing of the program's waits
-for them):
+one host node per kernel. Copying each replay's maps across PCIe from a kernel node, or reading a
+flag across PCIe to find a free slot, still put microseconds per replay on the path (1.73x on the
+same graph). Instead, when the capture ends, one node of ours is added after every probed kernel
+node of the capture, as a leaf (nothing of the program's waits for it):
 
-* `DECIDE_KERNEL`, one block per probed node: counts the node's replay, applies `--launches` to
-  the replay number, and for a selected replay looks at the flag of the next slot of the node's
-  ring (the one read across PCIe). A free slot: the replay will be copied there. A full one (the
-  writer is behind): the replay is dropped and counted; with `--when-full=wait` it first waits
-  up to WAIT_NS for the host to drain it.
-* `APPEND_KERNEL`, a grid of chunks x probed nodes: every block copies its chunk of the node's
-  maps into the slot (when there is one) and zeroes it for the next replay; the last block of a
-  node to finish sets the slot's flag to replay + 1 (a release at system scope). Large frames
-  are copied by many SMs at once.
+* `APPEND_KERNEL`, a grid of chunks x probed nodes. Every block of node b reads the node's state
+  (device memory): the replay number, applies `--launches` to it, and finds whether the next slot
+  is free: slots written minus slots the host has consumed (a counter the host writes into device
+  memory with the copy engine) below the ring's size. A free slot: the block copies its chunk of
+  the maps into it. Either way it zeroes its chunk (the maps read zero at the next replay: no
+  memset node). The last block of the node to finish counts the replay and, when every chunk was
+  copied, publishes the slot: its flag in mapped host memory becomes replay + 1 (a posted store,
+  no round trip). A full ring (the host is behind) drops the replay and counts it; with
+  `--when-full=wait` the blocks first wait up to WAIT_NS for the host to consume a slot.
 
-The host side (shim/graphs.c; PythonGraphSink with fake drivers) drains slots in order, clears
-their flags and hands the frames to the writer. The host only clears flags and the device only
-sets them, so a slot seen free stays free until the device fills it.
+The host side (shim/graphs.c; PythonGraphSink with fake drivers) polls the flags, copies the
+filled slots into the host ring's slots on a stream of ours (cuMemcpyDtoHAsync: the copy engine,
+alongside the program's work), hands the frames to the writer, clears the flags and writes how
+many slots it has consumed into the node's device state. The device fills a slot only after the
+host consumed it, and the host clears a flag before it says so, so a flag seen set belongs to a
+filled slot.
 
-Ring layout (host memory; `RingLayout`):
+Host ring layout (mapped pinned memory; `RingLayout`):
 
-    [0, 64)             counters, u64: replays, written (slots filled), dropped (ring full); a
-                        mirror of the kernels' own, which live in device memory after the maps
+    [0, 64)             counters, u64: replays, written (slots filled), dropped (ring full): a
+                        mirror of the device state's; then consumed (the host's own count, the
+                        source of what it copies into the device state)
     [64, 64 + 8 K)      flags, u64 per slot: 0 free, else replay + 1
     [slots, +K stride)  K slots of one frame each: the header (written at capture), then the
-                        sections at the frame's offsets (written by the kernel)
+                        sections at the frame's offsets (copied in from the device slot)
 
-The node's map buffers are one device allocation laid out like the frame's sections, so the
-kernels copy one contiguous span (a multiple of 64 bytes) with 16-byte loads and stores.
+Device memory of a node (one allocation, `DeviceLayout`): the maps, laid out like the frame's
+sections (one contiguous span, a multiple of 64 bytes, copied with 16-byte loads and stores),
+then STATE_BYTES of state, then K device slots holding a span each.
 """
 
 from __future__ import annotations
@@ -40,53 +47,50 @@ import ctypes as C
 import attrs
 
 APPEND_KERNEL = "__neutrino_graph_append"
-DECIDE_KERNEL = "__neutrino_graph_decide"
 COUNTERS_BYTES = 64
 SLOT_ALIGN = 256
 MAX_SLOTS = 64
 RING_TARGET_BYTES = 8 << 20  # slots per node: as many frames as fit here, 2 to MAX_SLOTS
 APPEND_THREADS = 256
-DECIDE_THREADS = 32
 CHUNK_BYTES = 32 << 10  # the append kernel's blocks per node: one per chunk of the largest node's maps
 MAX_CHUNKS = 256
 WAIT_NS = 10_000_000_000  # --when-full=wait: as long as the C launch path waits for room
-REPLAYS, WRITTEN, DROPPED = 0, 8, 16  # counter offsets (in the device state and its mirror in the ring)
-# the kernels' own state, in device memory after the maps (read without a PCIe round trip):
-# counters as above, then [24] where this replay is copied (0: not copied), [32] the blocks of the
-# append kernel done (u32), [40] the flag's value for this replay, [48] the flag's address
+# counter offsets, in the device state and (the first three mirrored) in the host ring
+REPLAYS, WRITTEN, DROPPED, CONSUMED = 0, 8, 16, 24
+# the device state: the counters above, then [32] u64 blocks of this replay done (low half) and
+# blocks that copied (high half): one atomic tells the last block both
+DONE = 32
 STATE_BYTES = 64
 
-# DECIDE: thread 0 of block b decides for node b. The flag is read at system scope (the host writes
-# it back to 0); the counters are the kernels' own, mirrored into the ring with posted stores.
-# APPEND: block (c, b) copies chunk c of node b's maps into the slot decided, then zeroes it (the
-# maps must read zero at the next replay: no memset node on the program's path). Each copying
-# block fences its stores at system scope and counts itself done; the last one fences again and
-# publishes the flag, then the written counter.
+# Block (c, b): thread 0 decides for the block (state read at gpu scope, `consumed` written by the
+# copy engine), shares the slot's address (0: no copy) through shared memory; the block copies
+# chunk c of node b's maps there and zeroes the chunk; fences at gpu scope, then thread 0 adds
+# (copied << 32 | 1) to DONE. The block that completes the count fences at system scope, then
+# publishes the flag, the counters and their mirrors, and resets DONE for the next replay.
 _PTX = """\
 .version {version}
 .target {target}
 .address_size 64
 
-.visible .entry __neutrino_graph_decide(
+.visible .entry __neutrino_graph_append(
     .param .u64 p_desc, .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns)
 {{
-    .reg .pred %p<10>;
-    .reg .b32 %r<4>;
-    .reg .b64 %rd<40>;
+    .reg .pred %p<12>;
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<48>;
+    .shared .align 8 .u64 s_slot;
     mov.u32 %r1, %tid.x;
     setp.ne.u32 %p7, %r1, 0;
-    @%p7 bra DONE;
     ld.param.u64 %rd32, [p_desc];
-    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r2, %ctaid.y;
     mul.wide.u32 %rd33, %r2, 64;
     add.u64 %rd32, %rd32, %rd33;
-    ld.global.u64 %rd1, [%rd32+16];
-    ld.global.u64 %rd31, [%rd32+56];
-    ld.global.u64 %rd2, [%rd31];
-    ld.global.u64 %rd3, [%rd31+8];
-    add.u64 %rd4, %rd2, 1;
-    st.global.u64 [%rd31], %rd4;
-    st.relaxed.sys.global.u64 [%rd1], %rd4;
+    ld.global.u64 %rd24, [%rd32];
+    ld.global.u64 %rd25, [%rd32+8];
+    ld.global.u64 %rd31, [%rd32+48];
+    @%p7 bra SHARED;
+    ld.relaxed.gpu.global.u64 %rd2, [%rd31];
+    ld.relaxed.gpu.global.u64 %rd3, [%rd31+8];
     mov.u64 %rd20, 0;
     ld.param.u64 %rd5, [p_start];
     ld.param.u64 %rd6, [p_stop];
@@ -100,60 +104,35 @@ _PTX = """\
     or.pred %p1, %p1, %p3;
     @%p1 bra DECIDED;
     ld.global.u64 %rd10, [%rd32+24];
-    rem.u64 %rd11, %rd3, %rd10;
-    shl.b64 %rd12, %rd11, 3;
-    add.u64 %rd13, %rd1, %rd12;
-    add.u64 %rd13, %rd13, 64;
-    ld.relaxed.sys.global.u64 %rd14, [%rd13];
-    setp.eq.u64 %p4, %rd14, 0;
+    ld.relaxed.sys.global.u64 %rd14, [%rd31+24];
+    sub.u64 %rd15, %rd3, %rd14;
+    setp.lt.u64 %p4, %rd15, %rd10;
     @%p4 bra FREE;
     ld.param.u64 %rd29, [p_wait_ns];
     setp.eq.u64 %p8, %rd29, 0;
-    @%p8 bra FULL;
+    @%p8 bra DECIDED;
     mov.u64 %rd30, %globaltimer;
     add.u64 %rd29, %rd29, %rd30;
 SPIN:
     nanosleep.u32 2000;
-    ld.relaxed.sys.global.u64 %rd14, [%rd13];
-    setp.eq.u64 %p4, %rd14, 0;
+    ld.relaxed.sys.global.u64 %rd14, [%rd31+24];
+    sub.u64 %rd15, %rd3, %rd14;
+    setp.lt.u64 %p4, %rd15, %rd10;
     @%p4 bra FREE;
     mov.u64 %rd30, %globaltimer;
     setp.lt.u64 %p9, %rd30, %rd29;
     @%p9 bra SPIN;
-    bra FULL;
-FREE:
-    ld.global.u64 %rd15, [%rd32+32];
-    ld.global.u64 %rd16, [%rd32+40];
-    ld.global.u64 %rd17, [%rd32+48];
-    mad.lo.u64 %rd18, %rd11, %rd16, %rd15;
-    add.u64 %rd20, %rd18, %rd17;
-    st.global.u64 [%rd31+40], %rd4;
-    st.global.u64 [%rd31+48], %rd13;
     bra DECIDED;
-FULL:
-    ld.global.u64 %rd19, [%rd31+16];
-    add.u64 %rd19, %rd19, 1;
-    st.global.u64 [%rd31+16], %rd19;
-    st.relaxed.sys.global.u64 [%rd1+16], %rd19;
+FREE:
+    rem.u64 %rd11, %rd3, %rd10;
+    ld.global.u64 %rd16, [%rd32+32];
+    ld.global.u64 %rd17, [%rd32+40];
+    mad.lo.u64 %rd20, %rd11, %rd17, %rd16;
 DECIDED:
-    st.global.u64 [%rd31+24], %rd20;
-DONE:
-    ret;
-}}
-
-.visible .entry __neutrino_graph_append(.param .u64 p_desc)
-{{
-    .reg .pred %p<8>;
-    .reg .b32 %r<12>;
-    .reg .b64 %rd<40>;
-    ld.param.u64 %rd32, [p_desc];
-    mov.u32 %r2, %ctaid.y;
-    mul.wide.u32 %rd33, %r2, 64;
-    add.u64 %rd32, %rd32, %rd33;
-    ld.global.u64 %rd24, [%rd32];
-    ld.global.u64 %rd25, [%rd32+8];
-    ld.global.u64 %rd31, [%rd32+56];
-    ld.global.u64 %rd21, [%rd31+24];
+    st.shared.u64 [s_slot], %rd20;
+SHARED:
+    bar.sync 0;
+    ld.shared.u64 %rd21, [s_slot];
     setp.ne.u64 %p5, %rd21, 0;
     mov.u32 %r8, %nctaid.x;
     cvt.u64.u32 %rd34, %r8;
@@ -167,7 +146,6 @@ DONE:
     mul.lo.u64 %rd38, %rd37, %rd36;
     add.u64 %rd39, %rd38, %rd36;
     min.u64 %rd39, %rd39, %rd25;
-    mov.u32 %r1, %tid.x;
     cvt.u64.u32 %rd22, %r1;
     shl.b64 %rd22, %rd22, 4;
     add.u64 %rd22, %rd22, %rd38;
@@ -188,25 +166,41 @@ ZERO:
     add.u64 %rd22, %rd22, %rd23;
     bra STEP;
 STEPPED:
-    @!%p5 bra DONE;
-    membar.sys;
+    membar.gl;
     bar.sync 0;
-    setp.ne.u32 %p7, %r1, 0;
     @%p7 bra DONE;
-    atom.global.add.u32 %r11, [%rd31+32], 1;
-    rem.u32 %r11, %r11, %r8;
-    sub.u32 %r10, %r8, 1;
-    setp.ne.u32 %p4, %r11, %r10;
+    selp.u64 %rd40, 4294967297, 1, %p5;
+    atom.global.add.u64 %rd41, [%rd31+32], %rd40;
+    add.u64 %rd41, %rd41, %rd40;
+    cvt.u32.u64 %r11, %rd41;
+    setp.ne.u32 %p4, %r11, %r8;
     @%p4 bra DONE;
     membar.sys;
-    ld.global.u64 %rd13, [%rd31+48];
-    ld.global.u64 %rd4, [%rd31+40];
-    st.relaxed.sys.global.u64 [%rd13], %rd4;
-    ld.global.u64 %rd3, [%rd31+8];
-    add.u64 %rd3, %rd3, 1;
-    st.global.u64 [%rd31+8], %rd3;
     ld.global.u64 %rd1, [%rd32+16];
+    add.u64 %rd4, %rd2, 1;
+    shr.u64 %rd42, %rd41, 32;
+    setp.ne.u64 %p6, %rd42, %rd34;
+    @%p6 bra UNWRITTEN;
+    ld.global.u64 %rd10, [%rd32+24];
+    rem.u64 %rd11, %rd3, %rd10;
+    shl.b64 %rd12, %rd11, 3;
+    add.u64 %rd13, %rd1, %rd12;
+    st.relaxed.sys.global.u64 [%rd13+64], %rd4;
+    add.u64 %rd3, %rd3, 1;
+    st.relaxed.gpu.global.u64 [%rd31+8], %rd3;
     st.relaxed.sys.global.u64 [%rd1+8], %rd3;
+    bra COUNTED;
+UNWRITTEN:
+    @%p1 bra COUNTED;
+    ld.relaxed.gpu.global.u64 %rd19, [%rd31+16];
+    add.u64 %rd19, %rd19, 1;
+    st.relaxed.gpu.global.u64 [%rd31+16], %rd19;
+    st.relaxed.sys.global.u64 [%rd1+16], %rd19;
+COUNTED:
+    mov.u64 %rd43, 0;
+    st.relaxed.gpu.global.u64 [%rd31+32], %rd43;
+    st.relaxed.gpu.global.u64 [%rd31], %rd4;
+    st.relaxed.sys.global.u64 [%rd1], %rd4;
 DONE:
     ret;
 }}
@@ -214,7 +208,7 @@ DONE:
 
 
 def append_ptx(arch: tuple[int, int] | None = None) -> str:
-    """The module of both kernels for a device of compute capability `arch` (sm_75 code JITs on any
+    """The append kernel's module for a device of compute capability `arch` (sm_75 code JITs on any
     newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it)."""
     if arch is None or arch >= (7, 5):
         return _PTX.format(version="7.0", target="sm_75")
@@ -227,7 +221,7 @@ def _align(n: int, a: int) -> int:
 
 @attrs.frozen
 class RingLayout:
-    """Where the counters, flags and slots of one node's ring are (offsets from its start)."""
+    """Where the counters, flags and slots of one node's host ring are (offsets from its start)."""
 
     nslots: int
     stride: int  # bytes per slot (a frame, rounded up)
@@ -256,6 +250,33 @@ def ring_layout(frame_bytes: int, nslots: int | None = None) -> RingLayout:
     return RingLayout(nslots, stride, frame_bytes)
 
 
+@attrs.frozen
+class DeviceLayout:
+    """One node's device allocation: the maps (`span` bytes), the state, the device slots."""
+
+    span: int
+    nslots: int
+
+    @property
+    def state(self) -> int:
+        return self.span
+
+    @property
+    def stride(self) -> int:
+        return _align(self.span, SLOT_ALIGN)
+
+    @property
+    def slots(self) -> int:
+        return _align(self.span + STATE_BYTES, SLOT_ALIGN)
+
+    @property
+    def total(self) -> int:
+        return self.slots + self.nslots * self.stride
+
+    def slot(self, i: int) -> int:
+        return self.slots + (i % self.nslots) * self.stride
+
+
 def init_ring(view, layout: RingLayout, header: bytes) -> None:
     """Counters and flags zero, every slot's header written (pinned memory comes uninitialised)."""
     view[: layout.total] = bytes(layout.total)
@@ -265,23 +286,25 @@ def init_ring(view, layout: RingLayout, header: bytes) -> None:
 
 
 class NodeDesc(C.Structure):
-    """What the append kernel's block b knows of probed node b (64 bytes, in device memory)."""
+    """What the append kernel's blocks (c, b) know of probed node b (64 bytes, in device memory)."""
 
-    _fields_ = [(name, C.c_uint64) for name in ("src", "bytes", "ring", "nslots", "slots", "stride", "data_off",
-                                                "state")]
+    _fields_ = [(name, C.c_uint64) for name in ("src", "bytes", "ring", "nslots", "slots", "stride", "state",
+                                                "unused")]
 
 
 DESC_BYTES = C.sizeof(NodeDesc)
 
 
-def node_desc(src: int, span: int, ring_device: int, layout: RingLayout, data_off: int) -> NodeDesc:
-    """`src`: the node's maps (device), `span` bytes of them, then STATE_BYTES of the kernel's counters."""
-    return NodeDesc(src=src, bytes=span, ring=ring_device, nslots=layout.nslots, slots=ring_device + layout.slots,
-                    stride=layout.stride, data_off=data_off, state=src + span)
+def node_desc(device: int, dev: DeviceLayout, ring_device: int) -> NodeDesc:
+    """`device`: the node's allocation laid out as `dev`; `ring_device`: its host ring, mapped."""
+    return NodeDesc(src=device, bytes=dev.span, ring=ring_device, nslots=dev.nslots, slots=device + dev.slots,
+                    stride=dev.stride, state=device + dev.state)
 
 
-class _U64Args(C.Structure):
-    """Kernel arguments of one u64 each (the subclass lists them), and the pointer array a launch takes."""
+class AppendParams(C.Structure):
+    """The append kernel's arguments, and the pointer array a launch takes (`pointers`)."""
+
+    _fields_ = [(name, C.c_uint64) for name in ("desc", "start", "stop", "every", "wait_ns")]
 
     def pointers(self):
         base = C.addressof(self)
@@ -290,19 +313,11 @@ class _U64Args(C.Structure):
         return arr
 
 
-class DecideParams(_U64Args):
-    _fields_ = [(name, C.c_uint64) for name in ("desc", "start", "stop", "every", "wait_ns")]
-
-
-class AppendParams(_U64Args):
-    _fields_ = [("desc", C.c_uint64)]
-
-
-def decide_params(desc_device: int, launch_filter, wait_ns: int = 0) -> DecideParams:
-    """`desc_device`: the nodes' descriptors (one block each). `wait_ns`: how long a full slot is
-    waited for before the replay is dropped (0: never)."""
+def append_params(desc_device: int, launch_filter, wait_ns: int = 0) -> AppendParams:
+    """`desc_device`: the nodes' descriptors (grid row b: node b). `wait_ns`: how long a full ring
+    is waited on before the replay is dropped (0: never)."""
     f = launch_filter
-    return DecideParams(desc=desc_device, start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every),
+    return AppendParams(desc=desc_device, start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every),
                         wait_ns=wait_ns)
 
 

@@ -1,8 +1,9 @@
 """Where a probed graph node's replays go on the host: the sinks that drain the rings.
 
-One job: read each node's ring (graph_ring.py) in order, hand each filled slot's frame to the
-trace, clear the slot's flag, and keep the node's counters when its memory goes. `NativeGraphSink`
-does it in C (shim/graphs.c: a thread polling every ring, frames queued for shim/writer.c);
+One job: read each node's ring (graph_ring.py) in order, copy each filled device slot out (on a
+stream of ours), hand its frame to the trace, clear the slot's flag, tell the device how many
+slots are consumed, and keep the node's counters when its memory goes. `NativeGraphSink` does it
+in C (shim/graphs.c: a thread polling every ring, frames queued for shim/writer.c);
 `PythonGraphSink` in Python, for the fake drivers of the tests. graphs.py decides what is captured
 and when memory goes; it talks to a sink through new_record, drain, detach, set_active,
 free_record, stats and close.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from neutrino.runtime import graph_ring
+from neutrino.runtime.driver import DriverError
 
 if TYPE_CHECKING:
     from neutrino.runtime.graphs import GraphNode
@@ -43,8 +45,8 @@ class PythonGraphSink:
     goes: each selected replay's frame is appended to its kernel's result file with a `launch` event
     carrying `graph` and `graph_node`."""
 
-    def __init__(self, trace, trace_budget, launch_filter):
-        self.trace, self.trace_budget, self.filter = trace, trace_budget, launch_filter
+    def __init__(self, drv, trace, trace_budget, launch_filter):
+        self.drv, self.trace, self.trace_budget, self.filter = drv, trace, trace_budget, launch_filter
         self._records: list[PyRecord] = []
         self._lock = threading.Lock()
 
@@ -62,16 +64,46 @@ class PythonGraphSink:
     def _drain(self, rec: PyRecord) -> None:
         node, lay = rec.node, rec.node.ring_layout
         view = node.ring[1]
-        while True:
-            flag = lay.flags + 8 * (rec.next_read % lay.nslots)
-            mark = _ring_u64(view, flag)
+        marks = []  # the filled slots from next_read on, in order
+        while len(marks) < lay.nslots:
+            mark = _ring_u64(view, lay.flags + 8 * ((rec.next_read + len(marks)) % lay.nslots))
             if not mark:
-                return
-            if rec.active:
-                start = lay.slot(rec.next_read)
-                self._write(rec, mark - 1, bytes(view[start: start + node.frame_bytes]))
+                break
+            marks.append(mark)
+        if not marks:
+            return
+        copied = self._copy_out(rec, len(marks)) if rec.active else []
+        for k in copied:
+            start = lay.slot(rec.next_read + k)
+            self._write(rec, marks[k] - 1, bytes(view[start: start + node.frame_bytes]))
+        for k in range(len(marks)):
+            flag = lay.flags + 8 * ((rec.next_read + k) % lay.nslots)
             view[flag: flag + 8] = bytes(8)
-            rec.next_read += 1
+        rec.next_read += len(marks)
+        self._consumed(rec)
+
+    def _copy_out(self, rec: PyRecord, n: int) -> list[int]:
+        """Copy `n` filled device slots from next_read on into the host ring's slots; which ones were."""
+        node, lay, dev = rec.node, rec.node.ring_layout, rec.node.device_layout
+        try:
+            for k in range(n):
+                self.drv.memcpy_dtoh_async(node.ring[0] + lay.slot(rec.next_read + k) + node.offsets[0],
+                                           node.device + dev.slot(rec.next_read + k), dev.span, node.drain_stream)
+            self.drv.stream_synchronize(node.drain_stream)
+        except DriverError:
+            rec.errors += n
+            return []
+        return list(range(n))
+
+    def _consumed(self, rec: PyRecord) -> None:
+        """The device may fill the slots drained: their count goes into its state."""
+        node = rec.node
+        node.ring[1][graph_ring.CONSUMED: graph_ring.CONSUMED + 8] = rec.next_read.to_bytes(8, "little")
+        try:
+            self.drv.memcpy_htod_async(node.device + node.device_layout.state + graph_ring.CONSUMED,
+                                       node.ring[0] + graph_ring.CONSUMED, 8, node.drain_stream)
+        except DriverError:
+            rec.errors += 1
 
     def _write(self, rec: PyRecord, replay: int, frame: bytes) -> None:
         node = rec.node
@@ -122,13 +154,16 @@ class NtGraphDesc(C.Structure):
     _fields_ = [("graph_id", C.c_uint32), ("node_id", C.c_uint32), ("kernel_id", C.c_uint32), ("fd", C.c_int32),
                 ("ring", C.c_void_p), ("frame_size", C.c_uint64), ("stream", C.c_uint64),
                 ("grid", C.c_uint32 * 3), ("block", C.c_uint32 * 3), ("shared_bytes", C.c_uint32),
-                ("frame_id", C.c_uint32), ("nslots", C.c_uint64), ("stride", C.c_uint64), ("slots", C.c_uint64)]
+                ("frame_id", C.c_uint32), ("nslots", C.c_uint64), ("stride", C.c_uint64), ("slots", C.c_uint64),
+                ("ctx", C.c_void_p), ("copy_stream", C.c_void_p), ("device_slots", C.c_uint64),
+                ("device_stride", C.c_uint64), ("device_state", C.c_uint64), ("data_off", C.c_uint64),
+                ("span", C.c_uint64)]
 
 
 class NativeGraphSink:
     """The rings drained in C (shim/graphs.c, a thread polling every ring): a selected replay's frame
-    is copied out of its slot and queued for shim/writer.c, which records it in result/index.bin
-    with its graph and node."""
+    is copied out of its device slot on a stream of ours and queued for shim/writer.c, which records
+    it in result/index.bin with its graph and node."""
 
     STATS = ("replays", "written", "dropped_trace", "dropped_behind", "errors")
 
@@ -154,11 +189,14 @@ class NativeGraphSink:
 
     def new_record(self, node: GraphNode):
         kernel_id, fd = self.writer.kernel_file(node.kernel_dir)
-        lay = node.ring_layout
+        lay, dev = node.ring_layout, node.device_layout
         desc = NtGraphDesc(graph_id=node.group.id, node_id=node.id, kernel_id=kernel_id, fd=fd,
                            ring=node.ring[0], frame_size=node.frame_bytes, stream=node.stream,
                            shared_bytes=node.shared_bytes, frame_id=self.writer.frame_id(node.frame),
-                           nslots=lay.nslots, stride=lay.stride, slots=lay.slots)
+                           nslots=lay.nslots, stride=lay.stride, slots=lay.slots, ctx=node.group.ctx,
+                           copy_stream=node.drain_stream, device_slots=node.device + dev.slots,
+                           device_stride=dev.stride, device_state=node.device + dev.state,
+                           data_off=node.offsets[0], span=dev.span)
         desc.grid[:] = node.grid
         desc.block[:] = node.block
         rec = self._new(C.byref(desc))

@@ -6,25 +6,26 @@ capture), capture the probed kernel instead, with what gets its results out
 on every replay:
 
     probed kernel node → the program's next nodes
-                     └→ decide node → append node (added when the capture ends: one
-                                                   pair for all the capture's probed nodes, a leaf)
+                     └→ append node (added when the capture ends: one for all the
+                                     capture's probed nodes, a leaf)
 
-The two kernels (graph_ring.py) copy the replay's maps into the next free
-slot of the node's ring in mapped host memory and zero them for the next
-replay (they are zeroed once at capture, on a stream of ours, so no memset
-node sits on the program's path); a host thread drains the rings
-(graph_sinks.py: in C, shim/graphs.c; in Python with the fake drivers of the tests) and
-hands the frames to the writer. No host node: a replay never waits for the
-host. The map buffers and the ring belong to that graph node. They are
+The append kernel (graph_ring.py) copies each replay's maps into the next free
+slot of the node's ring in device memory and zeroes them for the next replay
+(they are zeroed once at capture, on a stream of ours, so no memset node sits
+on the program's path); a host thread (graph_sinks.py: in C, shim/graphs.c; in
+Python with the fake drivers of the tests) copies the filled slots out with
+the copy engine on a stream of ours and hands the frames to the writer. No
+host node, nothing across PCIe on the replay's path: a replay never waits for
+the host. The map buffers and the rings belong to that graph node. They are
 allocated at capture time with the thread's capture mode switched to relaxed
 for the allocation (`cuThreadExchangeStreamCaptureMode`), so every capture
 mode PyTorch uses (global, its default; thread-local; relaxed) allows it, and
 freed when the graph, its clones and every executable graph instantiated from
-them are destroyed. The decide and append nodes are added to the graph when
-its capture ends (`end_capture`), after the capture's probed kernel nodes, as
-a leaf: no node of the program's waits for them. The decide kernel counts replays and applies `--launches` to the replay
-number; a replay outside the selection costs the device the probe in its
-kernel and the append kernel's zeroing.
+them are destroyed. The append node is added to the graph when its capture
+ends (`end_capture`), after the capture's probed kernel nodes, as a leaf: no
+node of the program's waits for it. It counts replays and applies `--launches`
+to the replay number; a replay outside the selection costs the device the
+probe in its kernel and the append kernel's zeroing.
 
 `cap = "count"` maps are refused inside graphs (a counting run per replay would
 need the host between two kernels of the replay): a `fallback` event with
@@ -83,7 +84,8 @@ class GraphNode:
     ring_layout: graph_ring.RingLayout
     buffers: list[int] = attrs.Factory(list)  # each map's buffer: inside `device`, laid out like the frame
     device: int = 0  # the one device allocation holding the maps
-    ring: tuple | None = None  # (host address, memoryview, device address) of the mapped ring
+    ring: tuple | None = None  # (host address, memoryview, device address) of the mapped host ring
+    drain_stream: int = 0  # the stream of ours the host copies the device slots out on
     record: object = None  # the sink's per-node record (what drains the ring)
     node: int = 0  # the kernel node's CUgraphNode handle
     active: bool = False
@@ -98,8 +100,12 @@ class GraphNode:
         return self.frame_bytes - self.offsets[0]
 
     @property
+    def device_layout(self) -> graph_ring.DeviceLayout:
+        return graph_ring.DeviceLayout(self.span, self.ring_layout.nslots)
+
+    @property
     def held(self) -> int:
-        return self.span + graph_ring.STATE_BYTES + self.ring_layout.total
+        return self.device_layout.total + self.ring_layout.total
 
 
 @attrs.define(eq=False)
@@ -113,7 +119,7 @@ class GraphGroup:
     handles: set = attrs.Factory(set)  # CUgraph handles (the captured one, clones)
     execs: set = attrs.Factory(set)
     nodes: list = attrs.Factory(list)
-    descs: list = attrs.Factory(list)  # device memory of the append nodes' descriptors (one per capture end)
+    descs: list = attrs.Factory(list)  # device memory of the append node's descriptors (one per capture end)
     append_args: list = attrs.Factory(list)  # their arguments (the fake drivers read them at each replay)
 
     @property
@@ -130,7 +136,7 @@ class GraphProbes:
         self.arch_of = arch_of  # ctx -> compute capability (for the append kernel's PTX target)
         self.wait_ns = wait_ns  # --when-full=wait: how long a replay waits for a full ring's slot
         self._append: dict[int, int] = {}  # ctx -> the append kernel's function
-        self._zeroing: dict[int, int] = {}  # ctx -> a stream of ours that zeroes new nodes' maps once
+        self._ours: dict[int, int] = {}  # ctx -> a stream of ours: zeroing new nodes' maps, copying slots out
         self._lock = threading.RLock()
         self._by_graph: dict[int, GraphGroup] = {}
         self._by_exec: dict[int, GraphGroup] = {}
@@ -199,35 +205,34 @@ class GraphProbes:
     def _allocate(self, node: GraphNode, ctx: int) -> None:
         with relaxed_capture(self.drv):
             self._append_function(ctx)
-            node.device = self.drv.mem_alloc_sync(node.span + graph_ring.STATE_BYTES)
+            node.device = self.drv.mem_alloc_sync(node.device_layout.total)
             node.buffers = [node.device + off - node.offsets[0] for off in node.offsets]
             node.ring = self.drv.host_alloc_mapped(node.ring_layout.total)
+            node.drain_stream = self._our_stream(ctx)
             self._zero_once(node, ctx)
 
     def _our_stream(self, ctx: int) -> int:
         """A non-blocking stream of ours in `ctx`, for work outside the capture (never in a graph)."""
-        stream = self._zeroing.get(ctx)
+        stream = self._ours.get(ctx)
         if stream is None:
-            stream = self._zeroing[ctx] = self.drv.stream_create_nonblocking()
+            stream = self._ours[ctx] = self.drv.stream_create_nonblocking()
         return stream
 
     def _zero_once(self, node: GraphNode, ctx: int) -> None:
-        """The maps read zero at the first replay; the append kernel zeroes them after each one.
-        On a stream of ours, outside the capture: no memset node in the graph."""
+        """The maps and the state read zero at the first replay; the append kernel zeroes the maps
+        after each one. On a stream of ours, outside the capture: no memset node in the graph."""
         stream = self._our_stream(ctx)
-        self.drv.memset_async(node.device, node.span + graph_ring.STATE_BYTES, stream)
+        self.drv.memset_async(node.device, node.device_layout.slots, stream)
         self.drv.stream_synchronize(stream)
 
-    def _append_function(self, ctx: int) -> tuple[int, int]:
-        """The decide and append kernels in context `ctx`, loaded at its first graph node (relaxed
-        capture mode)."""
-        funcs = self._append.get(ctx)
-        if funcs is None:
+    def _append_function(self, ctx: int) -> int:
+        """The append kernel in context `ctx`, loaded at its first graph node (relaxed capture mode)."""
+        func = self._append.get(ctx)
+        if func is None:
             arch = self.arch_of(ctx) if self.arch_of is not None else None
             module = self.drv.module_load_data(graph_ring.append_ptx(arch).encode() + b"\0")
-            funcs = self._append[ctx] = (self.drv.module_get_function(module, graph_ring.DECIDE_KERNEL),
-                                         self.drv.module_get_function(module, graph_ring.APPEND_KERNEL))
-        return funcs
+            func = self._append[ctx] = self.drv.module_get_function(module, graph_ring.APPEND_KERNEL)
+        return func
 
     def _capture_kernel(self, node: GraphNode, pk, req, stream: int, before: tuple[int, ...]) -> None:
         """The probed kernel node. A failure before the kernel node: the stream's dependencies go
@@ -273,9 +278,8 @@ class GraphProbes:
         self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id, reason=reason)
 
     def end_capture(self, graph: int) -> None:
-        """The capture that built `graph` ended: add the decide node after all its probed kernel
-        nodes, then the append node (graph_ring.py), a leaf. Failing, those nodes' results are lost,
-        never a kernel."""
+        """The capture that built `graph` ended: add the append node (graph_ring.py) after all its
+        probed kernel nodes, a leaf. Failing, those nodes' results are lost, never a kernel."""
         with self._lock:
             group = self._by_graph.get(graph)
             nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended] if group else []
@@ -284,21 +288,18 @@ class GraphProbes:
         try:
             with relaxed_capture(self.drv):
                 descs = (graph_ring.NodeDesc * len(nodes))(*[
-                    graph_ring.node_desc(n.device, n.span, n.ring[2], n.ring_layout, n.offsets[0]) for n in nodes])
+                    graph_ring.node_desc(n.device, n.device_layout, n.ring[2]) for n in nodes])
                 desc = self.drv.mem_alloc_sync(C.sizeof(descs))
                 group.descs.append(desc)
                 stream = self._our_stream(group.ctx)
                 self.drv.memcpy_htod_async(desc, C.addressof(descs), C.sizeof(descs), stream)
                 self.drv.stream_synchronize(stream)
-                decide, append = self._append[group.ctx]
-                decide_args = graph_ring.decide_params(desc, self.sink.filter, self.wait_ns).pointers()
-                append_args = graph_ring.AppendParams(desc=desc).pointers()
-                group.append_args += [decide_args, append_args]
-                decided = self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], decide, (len(nodes), 1, 1),
-                                                         (graph_ring.DECIDE_THREADS, 1, 1), C.addressof(decide_args))
+                args = graph_ring.append_params(desc, self.sink.filter, self.wait_ns).pointers()
+                group.append_args.append(args)
                 chunks = graph_ring.append_chunks([n.span for n in nodes])
-                self.drv.graph_add_kernel_node(graph, [decided], append, (chunks, len(nodes), 1),
-                                               (graph_ring.APPEND_THREADS, 1, 1), C.addressof(append_args))
+                self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], self._append[group.ctx],
+                                               (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1),
+                                               C.addressof(args))
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
                 self._lose_results(n, f"graph append node: {type(e).__name__}: {e}")
@@ -446,7 +447,7 @@ class GraphProbes:
                 self.sink.detach(node.record)
                 self._finished.append(self._summary_row(node))
             self._append.clear()
-            self._zeroing.clear()
+            self._ours.clear()
             self._by_graph.clear()
             self._by_exec.clear()
             self._by_capture.clear()

@@ -305,43 +305,34 @@ CUresult cuLinkComplete(void *st, void **cubin, size_t *size) {
 }
 CUresult cuLinkDestroy(void *st) { Link *l = st; free(l->ptx); free(l); return 0; }
 
-/* The graph append kernel (neutrino/runtime/graph_ring.py), as the device runs it: count the
- * replay; a selected one is copied into the next slot of the ring unless that slot is still full. */
 static uint64_t fake_now_ns(void);
-/* The graph kernels of neutrino/runtime/graph_ring.py, as the device runs them. A descriptor d
- * (NodeDesc): src, bytes, ring, nslots, slots, stride, data_off, state; the state (u64):
- * replays, written, dropped, the slot's address (0: not copied), done, flag value, flag address. */
-static void graph_decide(void **params, unsigned blocks) {
+/* The graph append kernel of neutrino/runtime/graph_ring.py, as the device runs it (all chunks of
+ * a node at once). A descriptor d (NodeDesc): src, bytes, ring (host: counters, flags), nslots,
+ * device slots, their stride, state; the state (u64): replays, written, dropped, consumed (the
+ * host writes it). A full ring drops the replay, or waits for the host's poller to consume a slot. */
+static void graph_append(void **params, unsigned nodes) {
     uint64_t a[5];
     for (int i = 0; i < 5; i++) a[i] = *(uint64_t *)params[i];
     uint64_t start = a[1], stop = a[2], every = a[3], wait_ns = a[4];
-    for (unsigned b = 0; b < blocks; b++) {
+    for (unsigned b = 0; b < nodes; b++) {
         const uint64_t *d = (const uint64_t *)(uintptr_t)(a[0] + 64ull * b);
-        uint64_t *mirror = (uint64_t *)(uintptr_t)d[2], *flags = mirror + 8, *st = (uint64_t *)(uintptr_t)d[7];
+        uint64_t *mirror = (uint64_t *)(uintptr_t)d[2], *flags = mirror + 8, *st = (uint64_t *)(uintptr_t)d[6];
         uint64_t r = st[0], w = st[1];
         st[0] = mirror[0] = r + 1;
-        st[3] = 0;
-        if (r < start || r >= stop || (r - start) % every) continue;
-        uint64_t slot = w % d[3], until = fake_now_ns() + wait_ns;
-        while (__atomic_load_n(&flags[slot], __ATOMIC_ACQUIRE) && wait_ns && fake_now_ns() < until) {
-            struct timespec t = {0, 50000};  /* --when-full=wait: the host's poller drains meanwhile */
-            nanosleep(&t, NULL);
-        }
-        if (__atomic_load_n(&flags[slot], __ATOMIC_ACQUIRE)) { mirror[2] = ++st[2]; continue; }
-        st[3] = d[4] + slot * d[5] + d[6];
-        st[5] = r + 1;
-        st[6] = (uintptr_t)&flags[slot];
-    }
-}
-static void graph_append(void **params, unsigned nodes) {
-    uint64_t desc = *(uint64_t *)params[0];
-    for (unsigned b = 0; b < nodes; b++) {
-        const uint64_t *d = (const uint64_t *)(uintptr_t)(desc + 64ull * b);
-        uint64_t *mirror = (uint64_t *)(uintptr_t)d[2], *st = (uint64_t *)(uintptr_t)d[7];
-        if (st[3]) {
-            memcpy((void *)(uintptr_t)st[3], (void *)(uintptr_t)d[0], d[1]);
-            __atomic_store_n((uint64_t *)(uintptr_t)st[6], st[5], __ATOMIC_RELEASE);
-            mirror[1] = ++st[1];
+        if (!(r < start || r >= stop || (r - start) % every)) {
+            uint64_t until = fake_now_ns() + wait_ns;
+            while (w - __atomic_load_n(&st[3], __ATOMIC_ACQUIRE) >= d[3] && wait_ns && fake_now_ns() < until) {
+                struct timespec t = {0, 50000};  /* --when-full=wait: the host's poller drains meanwhile */
+                nanosleep(&t, NULL);
+            }
+            if (w - __atomic_load_n(&st[3], __ATOMIC_ACQUIRE) < d[3]) {
+                uint64_t slot = w % d[3];
+                memcpy((void *)(uintptr_t)(d[4] + slot * d[5]), (void *)(uintptr_t)d[0], d[1]);
+                __atomic_store_n(&flags[slot], r + 1, __ATOMIC_RELEASE);
+                mirror[1] = st[1] = w + 1;
+            } else {
+                mirror[2] = ++st[2];
+            }
         }
         memset((void *)(uintptr_t)d[0], 0, d[1]);  /* the maps read zero at the next replay */
     }
@@ -349,7 +340,6 @@ static void graph_append(void **params, unsigned nodes) {
 
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params) {
     Function *fn = f;
-    if (!strcmp(fn->name, "__neutrino_graph_decide")) { graph_decide(params, gx); return; }
     if (!strcmp(fn->name, "__neutrino_graph_append")) { graph_append(params, gy); return; }
     int probed = strstr(fn->mod->image, "__nt_buf") != NULL;
     const char *log = getenv("FAKECUDA_LOG");
