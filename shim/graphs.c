@@ -51,12 +51,14 @@ typedef struct {
     void *ctx, *copy_stream;         /* the node's context; a stream of ours in it */
     uint64_t device_slots, device_stride, device_state;  /* device ring: slot 0, bytes per slot; the state */
     uint64_t data_off, span;         /* where in a frame the maps start; their bytes */
+    uint64_t nstage;                 /* host slots (device slot i is copied into host slot i % nstage) */
 } nt_graph_desc;
 
 enum { RING_REPLAYS, RING_WRITTEN, RING_DROPPED, RING_CONSUMED };  /* the ring's u64 counters */
 #define RING_FLAGS 64                                /* offset of the flags */
 #define STATE_CONSUMED 24                            /* the device state's consumed counter */
-#define MAX_SLOTS 64                                 /* graph_ring.MAX_SLOTS */
+#define MAX_SLOTS 1024                               /* graph_ring.MAX_DEVICE_SLOTS */
+#define MAX_STAGE 64                                 /* graph_ring.MAX_HOST_SLOTS */
 #define POLL_NS 100000                               /* between polls of the rings */
 #define CAPTURE_MODE_RELAXED 2
 
@@ -158,65 +160,81 @@ static int load_driver(void) {
     return cu.loaded == 1;
 }
 
-/* Copy the `k` filled slots from next_read on out of the device into the host ring's slots, those
- * the writer has room for (ok[i] set); then tell the device that all k are consumed. In the node's
- * context, this thread's capture mode relaxed (another thread may be capturing). */
-static void copy_out(nt_graph_node *n, uint64_t k, int ok[]) {
-    uint64_t *counters = (uint64_t *)n->d.ring;
-    void *before = NULL;
-    if (!load_driver() || cu.ctx_get(&before) || cu.ctx_set(n->d.ctx)) {
-        atomic_fetch_add(&n->errors, k);
-        return;
-    }
-    int mode = CAPTURE_MODE_RELAXED, any = 0;
-    cu.capture_mode(&mode);
-    uint64_t ahead = 0;
-    for (uint64_t i = 0; i < k && atomic_load_explicit(&n->active, memory_order_relaxed); i++) {
-        if (!frame_room(n, ahead)) continue;
-        uint64_t slot = (n->next_read + i) % n->d.nslots;
-        char *dst = (char *)n->d.ring + n->d.slots + slot * n->d.stride + n->d.data_off;
-        if (cu.dtoh(dst, n->d.device_slots + slot * n->d.device_stride, n->d.span, n->d.copy_stream)) {
-            neutrino_trace_give_back(n->d.frame_size);
-            atomic_fetch_add(&n->errors, 1);
-            continue;
-        }
-        ok[i] = any = 1;
-        ahead += n->d.frame_size;
-    }
-    if (any && cu.sync(n->d.copy_stream))
-        for (uint64_t i = 0; i < k; i++)
-            if (ok[i]) {
-                ok[i] = 0;
-                neutrino_trace_give_back(n->d.frame_size);
-                atomic_fetch_add(&n->errors, 1);
-            }
-    atomic_store_explicit((_Atomic uint64_t *)&counters[RING_CONSUMED], n->next_read + k, memory_order_relaxed);
-    if (cu.htod(n->d.device_state + STATE_CONSUMED, &counters[RING_CONSUMED], 8, n->d.copy_stream))
-        atomic_fetch_add(&n->errors, 1);
+/* Make the node's context current on this thread, its capture mode relaxed (another thread may be
+ * capturing); 0 when the driver refuses. `leave_context` undoes it. */
+static int enter_context(nt_graph_node *n, void **before, int *mode) {
+    if (!load_driver() || cu.ctx_get(before) || cu.ctx_set(n->d.ctx)) return 0;
+    *mode = CAPTURE_MODE_RELAXED;
+    cu.capture_mode(mode);
+    return 1;
+}
+
+static void leave_context(void *before, int mode) {
     cu.capture_mode(&mode);
     cu.ctx_set(before);
 }
 
-/* Everything the device has put in one ring, in order. Called under rings_lock. */
+/* Write the frames of the filled slots [first, last) counted from next_read (marks[i]: replay + 1),
+ * those the writer has room for. A ring on the device (`entered`: in its context) is copied into
+ * the host slots first, on our stream; a ring in host memory was filled in place. */
+static void write_round(nt_graph_node *n, const uint64_t *marks, uint64_t first, uint64_t last, int entered) {
+    int on_device = n->d.device_slots != 0, ok[MAX_STAGE] = {0}, any = 0;
+    uint64_t ahead = 0, size = n->d.frame_size;
+    for (uint64_t i = first; i < last && atomic_load_explicit(&n->active, memory_order_relaxed); i++) {
+        if (!frame_room(n, ahead)) continue;
+        uint64_t slot = (n->next_read + i) % n->d.nslots;
+        char *host = (char *)n->d.ring + n->d.slots + (n->next_read + i) % n->d.nstage * n->d.stride;
+        if (on_device && (!entered || cu.dtoh(host + n->d.data_off, n->d.device_slots + slot * n->d.device_stride,
+                                               n->d.span, n->d.copy_stream))) {
+            neutrino_trace_give_back(size);
+            atomic_fetch_add(&n->errors, 1);
+            continue;
+        }
+        ok[i - first] = any = 1;
+        ahead += size;
+    }
+    int lost = on_device && any && cu.sync(n->d.copy_stream);
+    for (uint64_t i = first; i < last; i++) {
+        if (!ok[i - first]) continue;
+        if (lost) {
+            neutrino_trace_give_back(size);
+            atomic_fetch_add(&n->errors, 1);
+            continue;
+        }
+        char *host = (char *)n->d.ring + n->d.slots + (n->next_read + i) % n->d.nstage * n->d.stride;
+        submit_frame(n, host, marks[i] - 1);
+    }
+}
+
+/* Everything the device has put in one ring, in order; then the device is told the slots are free
+ * (the consumed count: in the host ring, and copied into the device state for a ring on the
+ * device). Called under rings_lock. */
 static void drain_ring(nt_graph_node *n) {
     if (!n->attached) return;
-    char *ring = n->d.ring;
-    uint64_t marks[MAX_SLOTS], k = 0;
+    static uint64_t marks[MAX_SLOTS];  /* under rings_lock */
+    _Atomic uint64_t *flags = (_Atomic uint64_t *)((char *)n->d.ring + RING_FLAGS);
+    uint64_t k = 0;
     while (k < n->d.nslots) {
-        _Atomic uint64_t *flag = (_Atomic uint64_t *)(ring + RING_FLAGS) + (n->next_read + k) % n->d.nslots;
-        uint64_t mark = atomic_load_explicit(flag, memory_order_acquire);
+        uint64_t mark = atomic_load_explicit(&flags[(n->next_read + k) % n->d.nslots], memory_order_acquire);
         if (!mark) break;
         marks[k++] = mark;
     }
     if (!k) return;
-    int ok[MAX_SLOTS] = {0};
-    copy_out(n, k, ok);
-    for (uint64_t i = 0; i < k; i++) {
-        uint64_t slot = (n->next_read + i) % n->d.nslots;
-        if (ok[i]) submit_frame(n, ring + n->d.slots + slot * n->d.stride, marks[i] - 1);
-        atomic_store_explicit((_Atomic uint64_t *)(ring + RING_FLAGS) + slot, 0, memory_order_release);
-    }
+    int on_device = n->d.device_slots != 0, mode = 0, entered = 0;
+    void *before = NULL;
+    if (on_device && !(entered = enter_context(n, &before, &mode))) atomic_fetch_add(&n->errors, k);
+    for (uint64_t first = 0; first < k; first += n->d.nstage)
+        write_round(n, marks, first, first + n->d.nstage < k ? first + n->d.nstage : k, entered);
+    for (uint64_t i = 0; i < k; i++)
+        atomic_store_explicit(&flags[(n->next_read + i) % n->d.nslots], 0, memory_order_release);
     n->next_read += k;
+    uint64_t *counters = (uint64_t *)n->d.ring;
+    atomic_store_explicit((_Atomic uint64_t *)&counters[RING_CONSUMED], n->next_read, memory_order_release);
+    if (entered) {
+        if (cu.htod(n->d.device_state + STATE_CONSUMED, &counters[RING_CONSUMED], 8, n->d.copy_stream))
+            atomic_fetch_add(&n->errors, 1);
+        leave_context(before, mode);
+    }
 }
 
 void neutrino_graph_drain_all(void) {
@@ -253,7 +271,7 @@ void neutrino_graph_stop_polling(void) {
 }
 
 void *neutrino_graph_node_new(const nt_graph_desc *d) {
-    if (!d->nslots || d->nslots > MAX_SLOTS || !d->ring) return NULL;
+    if (!d->nslots || d->nslots > MAX_SLOTS || !d->nstage || d->nstage > MAX_STAGE || !d->ring) return NULL;
     nt_graph_node *n = calloc(1, sizeof *n);
     if (!n) return NULL;
     n->d = *d;

@@ -358,8 +358,8 @@ def emulate_graph_append(params_addr: int, nodes: int) -> None:
     p = _params(params_addr, graph_ring.AppendParams)
     for b in range(nodes):
         d = graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES)
-        state, mirror = (C.c_uint64 * 4).from_address(d.state), (C.c_uint64 * 3).from_address(d.ring)
-        replay, written, consumed = state[0], state[1], state[3]
+        state, mirror = (C.c_uint64 * 3).from_address(d.state), (C.c_uint64 * 3).from_address(d.ring)
+        replay, written, consumed = state[0], state[1], C.c_uint64.from_address(d.consumed).value
         state[0] = mirror[0] = replay + 1
         if not (replay < p.start or replay >= p.stop or (replay - p.start) % p.every):
             if written - consumed < d.nslots:

@@ -222,10 +222,21 @@ def test_ring_layout_holds_a_frame_per_slot_aligned():
     from neutrino.runtime import graph_ring
 
     lay = graph_ring.ring_layout(1000)
-    assert lay.stride == 1024 and lay.slots % graph_ring.SLOT_ALIGN == 0 and lay.slots >= 64 + 8 * lay.nslots
-    assert 2 <= lay.nslots <= graph_ring.MAX_SLOTS and lay.total == lay.slots + lay.nslots * 1024
-    assert graph_ring.ring_layout(64 << 20).nslots == 2  # a huge frame still gets two slots
-    assert lay.slot(lay.nslots + 1) == lay.slot(1)
+    assert lay.on_device and lay.stride == 1024 and lay.slots % graph_ring.SLOT_ALIGN == 0
+    assert lay.slots >= 64 + 8 * lay.nslots  # a flag per device slot before the host slots
+    assert lay.nslots == graph_ring.MAX_DEVICE_SLOTS and lay.nstage == graph_ring.MAX_HOST_SLOTS
+    assert lay.total == lay.slots + lay.nstage * 1024 and lay.slot(lay.nstage + 1) == lay.slot(1)
+    big = graph_ring.ring_layout(64 << 20)  # a huge frame still gets two slots of each kind
+    assert (big.nslots, big.nstage) == (2, 2)
+    mid = graph_ring.ring_layout(1 << 20)
+    assert mid.nslots == graph_ring.DEVICE_RING_BYTES >> 20 and mid.nstage == graph_ring.HOST_RING_BYTES >> 20
+    # --when-full=wait: the host slots are the ring (the device fills them across PCIe)
+    host = graph_ring.ring_layout(1000, on_device=False)
+    assert not host.on_device and host.nslots == host.nstage == graph_ring.MAX_HOST_SLOTS
+    assert (graph_ring.ring_layout(1000, minimal=True).nslots, graph_ring.ring_layout(1000, minimal=True).nstage) == (2, 2)
+    dev = graph_ring.DeviceLayout(1000, 4)
+    assert dev.state == 1000 and dev.slots % graph_ring.SLOT_ALIGN == 0 and dev.slots >= 1000 + graph_ring.STATE_BYTES
+    assert dev.total == dev.slots + 4 * 1024 and dev.slot(5) == dev.slot(1)
     # the append kernel's blocks per node: a chunk of at most CHUNK_BYTES of the largest node's maps each
     assert graph_ring.append_chunks([1000]) == 1
     assert graph_ring.append_chunks([1000, 1 << 20]) == (1 << 20) // graph_ring.CHUNK_BYTES

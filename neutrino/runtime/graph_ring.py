@@ -26,18 +26,25 @@ many slots it has consumed into the node's device state. The device fills a slot
 host consumed it, and the host clears a flag before it says so, so a flag seen set belongs to a
 filled slot.
 
+With `--when-full=wait` the ring's slots are the host ring's own, filled across PCIe, and the
+consumed count is read from the host ring: a device waiting for the host must not depend on the
+host's driver calls, which block while the program's thread waits in a launch for room in a
+full queue (measured on the H100: a cuMemcpyDtoHAsync held 2.7 ms while 3,000 replays were
+enqueued). Slower per replay, and never a deadlock.
+
 Host ring layout (mapped pinned memory; `RingLayout`):
 
     [0, 64)             counters, u64: replays, written (slots filled), dropped (ring full): a
                         mirror of the device state's; then consumed (the host's own count, the
                         source of what it copies into the device state)
-    [64, 64 + 8 K)      flags, u64 per slot: 0 free, else replay + 1
-    [slots, +K stride)  K slots of one frame each: the header (written at capture), then the
-                        sections at the frame's offsets (copied in from the device slot)
+    [64, 64 + 8 K)      flags, u64 per ring slot: 0 free, else replay + 1
+    [slots, +S stride)  S host slots of one frame each: the header (written at capture), then the
+                        sections at the frame's offsets (copied in from device slot i into host
+                        slot i % S)
 
 Device memory of a node (one allocation, `DeviceLayout`): the maps, laid out like the frame's
 sections (one contiguous span, a multiple of 64 bytes, copied with 16-byte loads and stores),
-then STATE_BYTES of state, then K device slots holding a span each.
+then STATE_BYTES of state, then K device slots holding a span each (none with --when-full=wait).
 """
 
 from __future__ import annotations
@@ -49,8 +56,10 @@ import attrs
 APPEND_KERNEL = "__neutrino_graph_append"
 COUNTERS_BYTES = 64
 SLOT_ALIGN = 256
-MAX_SLOTS = 64
-RING_TARGET_BYTES = 8 << 20  # slots per node: as many frames as fit here, 2 to MAX_SLOTS
+DEVICE_RING_BYTES = 16 << 20  # device slots per node: as many frames as fit here, 2 to MAX_DEVICE_SLOTS
+MAX_DEVICE_SLOTS = 1024  # shim/graphs.c MAX_SLOTS
+HOST_RING_BYTES = 4 << 20  # host slots per node (where frames are copied out to): 2 to MAX_HOST_SLOTS
+MAX_HOST_SLOTS = 64
 APPEND_THREADS = 256
 CHUNK_BYTES = 32 << 10  # the append kernel's blocks per node: one per chunk of the largest node's maps
 MAX_CHUNKS = 256
@@ -104,7 +113,8 @@ _PTX = """\
     or.pred %p1, %p1, %p3;
     @%p1 bra DECIDED;
     ld.global.u64 %rd10, [%rd32+24];
-    ld.relaxed.sys.global.u64 %rd14, [%rd31+24];
+    ld.global.u64 %rd28, [%rd32+56];
+    ld.relaxed.sys.global.u64 %rd14, [%rd28];
     sub.u64 %rd15, %rd3, %rd14;
     setp.lt.u64 %p4, %rd15, %rd10;
     @%p4 bra FREE;
@@ -115,7 +125,7 @@ _PTX = """\
     add.u64 %rd29, %rd29, %rd30;
 SPIN:
     nanosleep.u32 2000;
-    ld.relaxed.sys.global.u64 %rd14, [%rd31+24];
+    ld.relaxed.sys.global.u64 %rd14, [%rd28];
     sub.u64 %rd15, %rd3, %rd14;
     setp.lt.u64 %p4, %rd15, %rd10;
     @%p4 bra FREE;
@@ -221,11 +231,15 @@ def _align(n: int, a: int) -> int:
 
 @attrs.frozen
 class RingLayout:
-    """Where the counters, flags and slots of one node's host ring are (offsets from its start)."""
+    """Where the counters, flags and slots of one node's host ring are (offsets from its start):
+    a flag per ring slot (`nslots`, the device's or, with `--when-full=wait`, these), and `nstage`
+    host slots that frames land in."""
 
     nslots: int
-    stride: int  # bytes per slot (a frame, rounded up)
+    nstage: int
+    stride: int  # bytes per host slot (a frame, rounded up)
     frame_bytes: int
+    on_device: bool = True  # the ring's slots are in device memory (else the host slots are the ring)
 
     @property
     def flags(self) -> int:
@@ -237,22 +251,34 @@ class RingLayout:
 
     @property
     def total(self) -> int:
-        return self.slots + self.nslots * self.stride
+        return self.slots + self.nstage * self.stride
 
     def slot(self, i: int) -> int:
-        return self.slots + (i % self.nslots) * self.stride
+        return self.slots + (i % self.nstage) * self.stride
 
 
-def ring_layout(frame_bytes: int, nslots: int | None = None) -> RingLayout:
+def _clamp(n: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, n))
+
+
+def ring_layout(frame_bytes: int, on_device: bool = True, minimal: bool = False) -> RingLayout:
+    """A node's ring for frames of `frame_bytes`. On the device (the default) it holds up to
+    DEVICE_RING_BYTES of frames, copied out through fewer host slots; with `--when-full=wait` the
+    device fills the host slots itself (a device that waits on the host must not need the host to
+    make driver calls: those can block behind a launch waiting for room in a full queue).
+    `minimal`: two slots, when the buffer budget holds no more."""
     stride = _align(frame_bytes, SLOT_ALIGN)
-    if nslots is None:
-        nslots = max(2, min(MAX_SLOTS, RING_TARGET_BYTES // stride))
-    return RingLayout(nslots, stride, frame_bytes)
+    nstage = 2 if minimal else _clamp(HOST_RING_BYTES // stride, 2, MAX_HOST_SLOTS)
+    if not on_device:
+        return RingLayout(nstage, nstage, stride, frame_bytes, on_device=False)
+    nslots = 2 if minimal else _clamp(DEVICE_RING_BYTES // stride, 2, MAX_DEVICE_SLOTS)
+    return RingLayout(nslots, min(nstage, nslots), stride, frame_bytes)
 
 
 @attrs.frozen
 class DeviceLayout:
-    """One node's device allocation: the maps (`span` bytes), the state, the device slots."""
+    """One node's device allocation: the maps (`span` bytes), the state, the device slots (none
+    when the ring is in host memory)."""
 
     span: int
     nslots: int
@@ -280,25 +306,32 @@ class DeviceLayout:
 def init_ring(view, layout: RingLayout, header: bytes) -> None:
     """Counters and flags zero, every slot's header written (pinned memory comes uninitialised)."""
     view[: layout.total] = bytes(layout.total)
-    for i in range(layout.nslots):
+    for i in range(layout.nstage):
         start = layout.slot(i)
         view[start: start + len(header)] = header
 
 
 class NodeDesc(C.Structure):
-    """What the append kernel's blocks (c, b) know of probed node b (64 bytes, in device memory)."""
+    """What the append kernel's blocks (c, b) know of probed node b (64 bytes, in device memory):
+    the maps, the host ring (counters, flags), the ring's slots (device or mapped host memory), the
+    state, and where the host's consumed count is read (the device state, or the host ring)."""
 
     _fields_ = [(name, C.c_uint64) for name in ("src", "bytes", "ring", "nslots", "slots", "stride", "state",
-                                                "unused")]
+                                                "consumed")]
 
 
 DESC_BYTES = C.sizeof(NodeDesc)
 
 
-def node_desc(device: int, dev: DeviceLayout, ring_device: int) -> NodeDesc:
-    """`device`: the node's allocation laid out as `dev`; `ring_device`: its host ring, mapped."""
-    return NodeDesc(src=device, bytes=dev.span, ring=ring_device, nslots=dev.nslots, slots=device + dev.slots,
-                    stride=dev.stride, state=device + dev.state)
+def node_desc(device: int, dev: DeviceLayout, ring_device: int, lay: RingLayout, data_off: int) -> NodeDesc:
+    """`device`: the node's allocation laid out as `dev`; `ring_device`: its host ring (`lay`),
+    mapped; `data_off`: where the maps start in a frame."""
+    if lay.on_device:
+        return NodeDesc(src=device, bytes=dev.span, ring=ring_device, nslots=lay.nslots, slots=device + dev.slots,
+                        stride=dev.stride, state=device + dev.state, consumed=device + dev.state + CONSUMED)
+    return NodeDesc(src=device, bytes=dev.span, ring=ring_device, nslots=lay.nslots,
+                    slots=ring_device + lay.slots + data_off, stride=lay.stride, state=device + dev.state,
+                    consumed=ring_device + CONSUMED)
 
 
 class AppendParams(C.Structure):

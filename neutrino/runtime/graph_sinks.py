@@ -34,6 +34,7 @@ class PyRecord:
     dropped_trace: int = 0
     errors: int = 0
     counters: tuple = (0, 0)  # (replays, dropped by the device) when detached
+    marks: list = attrs.Factory(list)  # the flags of the slots being drained (replay + 1)
 
 
 def _ring_u64(view, offset: int) -> int:
@@ -72,33 +73,48 @@ class PythonGraphSink:
             marks.append(mark)
         if not marks:
             return
-        copied = self._copy_out(rec, len(marks)) if rec.active else []
-        for k in copied:
-            start = lay.slot(rec.next_read + k)
-            self._write(rec, marks[k] - 1, bytes(view[start: start + node.frame_bytes]))
+        rec.marks = marks
+        if rec.active:
+            self._copy_out(rec, len(marks))
         for k in range(len(marks)):
             flag = lay.flags + 8 * ((rec.next_read + k) % lay.nslots)
             view[flag: flag + 8] = bytes(8)
         rec.next_read += len(marks)
         self._consumed(rec)
 
-    def _copy_out(self, rec: PyRecord, n: int) -> list[int]:
-        """Copy `n` filled device slots from next_read on into the host ring's slots; which ones were."""
+    def _write_slot(self, rec: PyRecord, k: int) -> None:
+        """Write the frame of filled slot next_read + k (in its host slot) to the trace."""
+        node = rec.node
+        start = node.ring_layout.slot(rec.next_read + k)
+        self._write(rec, rec.marks[k] - 1, bytes(node.ring[1][start: start + node.frame_bytes]))
+
+    def _copy_out(self, rec: PyRecord, n: int) -> None:
+        """Write the frames of the `n` filled slots from next_read on. A ring on the device is
+        copied into the host slots first (slot i into host slot i % nstage, a round of nstage at
+        a time); a ring in host memory was filled in place."""
         node, lay, dev = rec.node, rec.node.ring_layout, rec.node.device_layout
-        try:
-            for k in range(n):
-                self.drv.memcpy_dtoh_async(node.ring[0] + lay.slot(rec.next_read + k) + node.offsets[0],
-                                           node.device + dev.slot(rec.next_read + k), dev.span, node.drain_stream)
-            self.drv.stream_synchronize(node.drain_stream)
-        except DriverError:
-            rec.errors += n
-            return []
-        return list(range(n))
+        for first in range(0, n, lay.nstage):
+            batch = range(first, min(n, first + lay.nstage))
+            if lay.on_device:
+                try:
+                    for k in batch:
+                        self.drv.memcpy_dtoh_async(node.ring[0] + lay.slot(rec.next_read + k) + node.offsets[0],
+                                                   node.device + dev.slot(rec.next_read + k), dev.span,
+                                                   node.drain_stream)
+                    self.drv.stream_synchronize(node.drain_stream)
+                except DriverError:
+                    rec.errors += len(batch)
+                    continue
+            for k in batch:
+                self._write_slot(rec, k)
 
     def _consumed(self, rec: PyRecord) -> None:
-        """The device may fill the slots drained: their count goes into its state."""
+        """The device may fill the slots drained: their count goes where it reads it (the host ring,
+        and the device state when the ring is on the device)."""
         node = rec.node
         node.ring[1][graph_ring.CONSUMED: graph_ring.CONSUMED + 8] = rec.next_read.to_bytes(8, "little")
+        if not node.ring_layout.on_device:
+            return
         try:
             self.drv.memcpy_htod_async(node.device + node.device_layout.state + graph_ring.CONSUMED,
                                        node.ring[0] + graph_ring.CONSUMED, 8, node.drain_stream)
@@ -157,7 +173,7 @@ class NtGraphDesc(C.Structure):
                 ("frame_id", C.c_uint32), ("nslots", C.c_uint64), ("stride", C.c_uint64), ("slots", C.c_uint64),
                 ("ctx", C.c_void_p), ("copy_stream", C.c_void_p), ("device_slots", C.c_uint64),
                 ("device_stride", C.c_uint64), ("device_state", C.c_uint64), ("data_off", C.c_uint64),
-                ("span", C.c_uint64)]
+                ("span", C.c_uint64), ("nstage", C.c_uint64)]
 
 
 class NativeGraphSink:
@@ -194,9 +210,10 @@ class NativeGraphSink:
                            ring=node.ring[0], frame_size=node.frame_bytes, stream=node.stream,
                            shared_bytes=node.shared_bytes, frame_id=self.writer.frame_id(node.frame),
                            nslots=lay.nslots, stride=lay.stride, slots=lay.slots, ctx=node.group.ctx,
-                           copy_stream=node.drain_stream, device_slots=node.device + dev.slots,
+                           copy_stream=node.drain_stream,
+                           device_slots=node.device + dev.slots if lay.on_device else 0,
                            device_stride=dev.stride, device_state=node.device + dev.state,
-                           data_off=node.offsets[0], span=dev.span)
+                           data_off=node.offsets[0], span=dev.span, nstage=lay.nstage)
         desc.grid[:] = node.grid
         desc.block[:] = node.block
         rec = self._new(C.byref(desc))

@@ -101,7 +101,8 @@ class GraphNode:
 
     @property
     def device_layout(self) -> graph_ring.DeviceLayout:
-        return graph_ring.DeviceLayout(self.span, self.ring_layout.nslots)
+        lay = self.ring_layout
+        return graph_ring.DeviceLayout(self.span, lay.nslots if lay.on_device else 0)
 
     @property
     def held(self) -> int:
@@ -164,10 +165,12 @@ class GraphProbes:
         info = self.drv.stream_capture_info(stream)
         shape = pk.shape(req.grid, req.block)
         node = self._new_node(rec, pk, req, ctx, stream, info, shape)
-        if not self.budget.reserve(node.held):
-            self._forget_node(node)
-            raise Fallback("graph", f"the buffer budget of {self.budget.limit} bytes is held by other graphs' "
-                                    "nodes; this node runs unprobed")
+        if not self.budget.reserve(node.held):  # the smallest ring, rather than none
+            node.ring_layout = graph_ring.ring_layout(node.frame_bytes, self.wait_ns == 0, minimal=True)
+            if not self.budget.reserve(node.held):
+                self._forget_node(node)
+                raise Fallback("graph", f"the buffer budget of {self.budget.limit} bytes is held by other graphs' "
+                                        "nodes; this node runs unprobed")
         node.reserved = True
         try:
             self._allocate(node, ctx)
@@ -197,7 +200,7 @@ class GraphProbes:
         frame = self.attribution.frame() if self.attribution is not None else None
         node = GraphNode(nid, group, pk.name, pk.kernel_dir, req.func, pk.func, req.grid, req.block,
                          req.shared_bytes, stream, shape.layouts, pk.n_params, header, tuple(offsets),
-                         shape.frame_bytes, graph_ring.ring_layout(shape.frame_bytes), frame=frame)
+                         shape.frame_bytes, graph_ring.ring_layout(shape.frame_bytes, self.wait_ns == 0), frame=frame)
         with self._lock:
             group.nodes.append(node)
         return node
@@ -288,7 +291,8 @@ class GraphProbes:
         try:
             with relaxed_capture(self.drv):
                 descs = (graph_ring.NodeDesc * len(nodes))(*[
-                    graph_ring.node_desc(n.device, n.device_layout, n.ring[2]) for n in nodes])
+                    graph_ring.node_desc(n.device, n.device_layout, n.ring[2], n.ring_layout, n.offsets[0])
+                    for n in nodes])
                 desc = self.drv.mem_alloc_sync(C.sizeof(descs))
                 group.descs.append(desc)
                 stream = self._our_stream(group.ctx)

@@ -308,8 +308,8 @@ CUresult cuLinkDestroy(void *st) { Link *l = st; free(l->ptx); free(l); return 0
 static uint64_t fake_now_ns(void);
 /* The graph append kernel of neutrino/runtime/graph_ring.py, as the device runs it (all chunks of
  * a node at once). A descriptor d (NodeDesc): src, bytes, ring (host: counters, flags), nslots,
- * device slots, their stride, state; the state (u64): replays, written, dropped, consumed (the
- * host writes it). A full ring drops the replay, or waits for the host's poller to consume a slot. */
+ * the ring's slots, their stride, state, where the host's consumed count is; the state (u64):
+ * replays, written, dropped. A full ring drops the replay, or waits for the host's poller. */
 static void graph_append(void **params, unsigned nodes) {
     uint64_t a[5];
     for (int i = 0; i < 5; i++) a[i] = *(uint64_t *)params[i];
@@ -317,15 +317,16 @@ static void graph_append(void **params, unsigned nodes) {
     for (unsigned b = 0; b < nodes; b++) {
         const uint64_t *d = (const uint64_t *)(uintptr_t)(a[0] + 64ull * b);
         uint64_t *mirror = (uint64_t *)(uintptr_t)d[2], *flags = mirror + 8, *st = (uint64_t *)(uintptr_t)d[6];
+        uint64_t *consumed = (uint64_t *)(uintptr_t)d[7];
         uint64_t r = st[0], w = st[1];
         st[0] = mirror[0] = r + 1;
         if (!(r < start || r >= stop || (r - start) % every)) {
             uint64_t until = fake_now_ns() + wait_ns;
-            while (w - __atomic_load_n(&st[3], __ATOMIC_ACQUIRE) >= d[3] && wait_ns && fake_now_ns() < until) {
+            while (w - __atomic_load_n(consumed, __ATOMIC_ACQUIRE) >= d[3] && wait_ns && fake_now_ns() < until) {
                 struct timespec t = {0, 50000};  /* --when-full=wait: the host's poller drains meanwhile */
                 nanosleep(&t, NULL);
             }
-            if (w - __atomic_load_n(&st[3], __ATOMIC_ACQUIRE) < d[3]) {
+            if (w - __atomic_load_n(consumed, __ATOMIC_ACQUIRE) < d[3]) {
                 uint64_t slot = w % d[3];
                 memcpy((void *)(uintptr_t)(d[4] + slot * d[5]), (void *)(uintptr_t)d[0], d[1]);
                 __atomic_store_n(&flags[slot], r + 1, __ATOMIC_RELEASE);
