@@ -61,8 +61,10 @@ MAX_DEVICE_SLOTS = 1024  # shim/graphs.c MAX_SLOTS
 HOST_RING_BYTES = 4 << 20  # host slots per node (where frames are copied out to): 2 to MAX_HOST_SLOTS
 MAX_HOST_SLOTS = 64
 APPEND_THREADS = 256
-CHUNK_BYTES = 32 << 10  # the append kernel's blocks per node: one per chunk of the largest node's maps
-MAX_CHUNKS = 256
+# the append kernel's blocks per node: one per chunk of the largest node's maps, a chunk being what
+# its threads copy in one step (16 bytes each): a step costs a memory latency, blocks run at once
+CHUNK_BYTES = APPEND_THREADS * 16
+MAX_CHUNKS = 512
 WAIT_NS = 10_000_000_000  # --when-full=wait: as long as the C launch path waits for room
 # counter offsets, in the device state and (the first three mirrored) in the host ring
 REPLAYS, WRITTEN, DROPPED, CONSUMED = 0, 8, 16, 24
@@ -71,9 +73,10 @@ REPLAYS, WRITTEN, DROPPED, CONSUMED = 0, 8, 16, 24
 DONE = 32
 STATE_BYTES = 64
 
-# Block (c, b): thread 0 decides for the block (state read at gpu scope, `consumed` written by the
-# copy engine), shares the slot's address (0: no copy) through shared memory; the block copies
-# chunk c of node b's maps there and zeroes the chunk; fences at gpu scope, then thread 0 adds
+# Block (c, b): every thread loads its first 16 bytes of chunk c of node b's maps while thread 0
+# decides for the block (state read at gpu scope, `consumed` written by the copy engine or the
+# host) and shares the slot's address (0: no copy) through shared memory: the decision's latency
+# hides behind the load's. The block copies the chunk there and zeroes it; fences at gpu scope, then thread 0 adds
 # (copied << 32 | 1) to DONE. The block that completes the count fences at system scope, then
 # publishes the flag, the counters and their mirrors, and resets DONE for the next replay.
 _PTX = """\
@@ -97,6 +100,28 @@ _PTX = """\
     ld.global.u64 %rd24, [%rd32];
     ld.global.u64 %rd25, [%rd32+8];
     ld.global.u64 %rd31, [%rd32+48];
+    mov.u32 %r8, %nctaid.x;
+    cvt.u64.u32 %rd34, %r8;
+    shl.b64 %rd35, %rd34, 4;
+    add.u64 %rd36, %rd25, %rd35;
+    sub.u64 %rd36, %rd36, 1;
+    div.u64 %rd36, %rd36, %rd35;
+    shl.b64 %rd36, %rd36, 4;
+    mov.u32 %r9, %ctaid.x;
+    cvt.u64.u32 %rd37, %r9;
+    mul.lo.u64 %rd38, %rd37, %rd36;
+    add.u64 %rd39, %rd38, %rd36;
+    min.u64 %rd39, %rd39, %rd25;
+    cvt.u64.u32 %rd22, %r1;
+    shl.b64 %rd22, %rd22, 4;
+    add.u64 %rd22, %rd22, %rd38;
+    mov.u32 %r3, %ntid.x;
+    cvt.u64.u32 %rd23, %r3;
+    shl.b64 %rd23, %rd23, 4;
+    mov.u32 %r7, 0;
+    setp.lt.u64 %p10, %rd22, %rd39;
+    add.u64 %rd26, %rd24, %rd22;
+    @%p10 ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
     @%p7 bra SHARED;
     ld.relaxed.gpu.global.u64 %rd2, [%rd31];
     ld.relaxed.gpu.global.u64 %rd3, [%rd31+8];
@@ -144,35 +169,17 @@ SHARED:
     bar.sync 0;
     ld.shared.u64 %rd21, [s_slot];
     setp.ne.u64 %p5, %rd21, 0;
-    mov.u32 %r8, %nctaid.x;
-    cvt.u64.u32 %rd34, %r8;
-    shl.b64 %rd35, %rd34, 4;
-    add.u64 %rd36, %rd25, %rd35;
-    sub.u64 %rd36, %rd36, 1;
-    div.u64 %rd36, %rd36, %rd35;
-    shl.b64 %rd36, %rd36, 4;
-    mov.u32 %r9, %ctaid.x;
-    cvt.u64.u32 %rd37, %r9;
-    mul.lo.u64 %rd38, %rd37, %rd36;
-    add.u64 %rd39, %rd38, %rd36;
-    min.u64 %rd39, %rd39, %rd25;
-    cvt.u64.u32 %rd22, %r1;
-    shl.b64 %rd22, %rd22, 4;
-    add.u64 %rd22, %rd22, %rd38;
-    mov.u32 %r3, %ntid.x;
-    cvt.u64.u32 %rd23, %r3;
-    shl.b64 %rd23, %rd23, 4;
-    mov.u32 %r7, 0;
 STEP:
     setp.ge.u64 %p6, %rd22, %rd39;
     @%p6 bra STEPPED;
     add.u64 %rd26, %rd24, %rd22;
     @!%p5 bra ZERO;
-    ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
+    @!%p10 ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
     add.u64 %rd27, %rd21, %rd22;
     st.global.v4.u32 [%rd27], {{%r4, %r5, %r6, %r10}};
 ZERO:
     st.global.v4.u32 [%rd26], {{%r7, %r7, %r7, %r7}};
+    setp.ne.u32 %p10, %r7, %r7;
     add.u64 %rd22, %rd22, %rd23;
     bra STEP;
 STEPPED:
