@@ -218,6 +218,64 @@ def test_a_full_ring_drops_replays_on_the_device_and_counts_them(program):
     assert ex["launches"] == slots + 2 and ex["dropped"] == 3
 
 
+@pytest.mark.parametrize("when_full", ["drop", "wait"])
+def test_ring_on_the_device_or_with_wait_in_host_memory(tmp_path, when_full):
+    """By default the append kernel fills device slots the host copies out on a stream of ours
+    (more of them than host slots); with --when-full=wait it fills the host ring's slots itself
+    and reads the host's consumed count there (the device must not wait on the host's driver
+    calls). Both write every replay, in order, and reuse the slots drained."""
+    from neutrino.runtime import graph_ring
+
+    p = Program(tmp_path, when_full=when_full)
+    p.drv.kernel_impl["saxpy4"] = fake_block_sched
+    graph, _ = p.capture()
+    exe = p.instantiate(graph)
+    (gnode,) = [n for g in p.rt.graphs._by_graph.values() for n in g.nodes]  # noqa: SLF001
+    lay, dev = gnode.ring_layout, gnode.device_layout
+    (desc,) = p.drv.graphs[graph].nodes[-1:]  # the append node
+    d = graph_ring.NodeDesc.from_address(graph_ring.AppendParams.from_address(
+        (C.c_void_p * 1).from_address(C.addressof(p.rt.graphs._by_graph[graph].append_args[0]))[0]).desc)  # noqa: SLF001
+    assert desc["kind"] == "kernel"
+    if when_full == "drop":
+        assert lay.on_device and dev.nslots == lay.nslots > lay.nstage
+        assert d.slots == gnode.device + dev.slots and d.consumed == gnode.device + dev.state + graph_ring.CONSUMED
+    else:
+        assert not lay.on_device and dev.nslots == 0 and lay.nslots == lay.nstage
+        assert d.slots == gnode.ring[2] + lay.slots + gnode.offsets[0] and d.consumed == gnode.ring[2] + graph_ring.CONSUMED
+    n = min(lay.nslots, lay.nstage + 5)  # on the device: more than one round of host slots
+    p.replay(exe, n)
+    p.rt.graphs.drain()
+    p.replay(exe, 3)  # into slots drained free
+    p.rt.graphs.drain()
+    n += 3
+    assert int.from_bytes(gnode.ring[1][graph_ring.CONSUMED: graph_ring.CONSUMED + 8], "little") == n
+    if lay.on_device:  # the device reads the consumed count from its own state
+        assert C.c_uint64.from_address(gnode.device + dev.state + graph_ring.CONSUMED).value == n
+    finish(p.rt)
+    t = nt.load(p.rt.trace.path)
+    assert [la.event["replay"] for la in t.launches] == list(range(n))
+    for la in t.launches:
+        assert len(la.maps["block_sched"].valid()) == 8
+
+
+def test_a_node_the_budget_cannot_hold_whole_gets_the_smallest_ring(tmp_path):
+    from neutrino.runtime import graph_ring
+
+    full = graph_ring.ring_layout(512)
+    small = graph_ring.ring_layout(512, minimal=True)
+    assert (small.nslots, small.nstage) == (2, 2)
+    span_state = 4096  # more than the maps and state of saxpy4's node take
+    p = Program(tmp_path, buffer_budget=small.total + graph_ring.DeviceLayout(512, 2).total + span_state)
+    p.drv.kernel_impl["saxpy4"] = fake_block_sched
+    graph, rc = p.capture()
+    assert rc == 0
+    (gnode,) = [n for g in p.rt.graphs._by_graph.values() for n in g.nodes]  # noqa: SLF001
+    assert gnode.ring_layout.nslots == 2 < full.nslots
+    p.replay(p.instantiate(graph), 5)  # nobody drains meanwhile: 3 find the ring full
+    finish(p.rt)
+    assert [la.event["replay"] for la in nt.load(p.rt.trace.path).launches] == [0, 1]
+
+
 def test_ring_layout_holds_a_frame_per_slot_aligned():
     from neutrino.runtime import graph_ring
 
@@ -246,6 +304,7 @@ def test_ring_layout_holds_a_frame_per_slot_aligned():
 def test_append_kernel_ptx_is_accepted_by_ptxas(tmp_path):
     """The append kernel as the driver will JIT it, for the GPU machine's architecture and the oldest
     target we emit (ptxas is our oracle for every PTX we produce)."""
+    import itertools
     import shutil
     import subprocess
 
@@ -253,9 +312,10 @@ def test_append_kernel_ptx_is_accepted_by_ptxas(tmp_path):
 
     if shutil.which("ptxas") is None:
         pytest.skip("needs ptxas")
-    for arch, cc in (("sm_75", (7, 5)), ("sm_90", (9, 0))):  # CUDA 13 ptxas has no sm_70 to check that target
+    for (arch, cc), on_device in itertools.product((("sm_75", (7, 5)), ("sm_90", (9, 0))), (True, False)):
+        # CUDA 13 ptxas has no sm_70 to check that target
         src = tmp_path / "append.ptx"
-        src.write_text(graph_ring.append_ptx(cc))
+        src.write_text(graph_ring.append_ptx(cc, on_device))
         r = subprocess.run(["ptxas", f"-arch={arch}", str(src), "-o", str(tmp_path / "a.cubin")],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr

@@ -76,9 +76,11 @@ STATE_BYTES = 64
 # Block (c, b): every thread loads its first 16 bytes of chunk c of node b's maps while thread 0
 # decides for the block (state read at gpu scope, `consumed` written by the copy engine or the
 # host) and shares the slot's address (0: no copy) through shared memory: the decision's latency
-# hides behind the load's. The block copies the chunk there and zeroes it; fences at gpu scope, then thread 0 adds
-# (copied << 32 | 1) to DONE. The block that completes the count fences at system scope, then
-# publishes the flag, the counters and their mirrors, and resets DONE for the next replay.
+# hides behind the load's. The block copies the chunk there and zeroes it; after the barrier thread 0 fences at gpu scope
+# (cumulative: the block's stores before the barrier are ordered too) and adds (copied << 32 | 1)
+# to DONE. The block that completes the count fences (gpu scope for a ring on the device: the copy
+# engine reads device memory through L2; system scope for a ring in host memory, whose slots were
+# written across PCIe), then publishes the flag, the counters and their mirrors, and resets DONE.
 _PTX = """\
 .version {version}
 .target {target}
@@ -183,16 +185,16 @@ ZERO:
     add.u64 %rd22, %rd22, %rd23;
     bra STEP;
 STEPPED:
-    membar.gl;
     bar.sync 0;
     @%p7 bra DONE;
+    membar.gl;
     selp.u64 %rd40, 4294967297, 1, %p5;
     atom.global.add.u64 %rd41, [%rd31+32], %rd40;
     add.u64 %rd41, %rd41, %rd40;
     cvt.u32.u64 %r11, %rd41;
     setp.ne.u32 %p4, %r11, %r8;
     @%p4 bra DONE;
-    membar.sys;
+    {publish_fence};
     ld.global.u64 %rd1, [%rd32+16];
     add.u64 %rd4, %rd2, 1;
     shr.u64 %rd42, %rd41, 32;
@@ -224,12 +226,14 @@ DONE:
 """
 
 
-def append_ptx(arch: tuple[int, int] | None = None) -> str:
+def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True) -> str:
     """The append kernel's module for a device of compute capability `arch` (sm_75 code JITs on any
-    newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it)."""
+    newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it), for rings on the
+    device or (`on_device` false: --when-full=wait) in host memory."""
+    fence = "membar.gl" if on_device else "membar.sys"
     if arch is None or arch >= (7, 5):
-        return _PTX.format(version="7.0", target="sm_75")
-    return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}")
+        return _PTX.format(version="7.0", target="sm_75", publish_fence=fence)
+    return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}", publish_fence=fence)
 
 
 def _align(n: int, a: int) -> int:

@@ -233,7 +233,7 @@ class GraphProbes:
         func = self._append.get(ctx)
         if func is None:
             arch = self.arch_of(ctx) if self.arch_of is not None else None
-            module = self.drv.module_load_data(graph_ring.append_ptx(arch).encode() + b"\0")
+            module = self.drv.module_load_data(graph_ring.append_ptx(arch, self.wait_ns == 0).encode() + b"\0")
             func = self._append[ctx] = self.drv.module_get_function(module, graph_ring.APPEND_KERNEL)
         return func
 
