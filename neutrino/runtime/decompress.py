@@ -31,7 +31,13 @@ def decompress_zstd(data: bytes, uncompressed_size: int) -> bytes:
     """Decode one or more Zstandard frames, at most `uncompressed_size` bytes of output."""
     import zstandard
 
+    # A stream read bounded by the size we expect: a corrupt frame header declaring a huge content
+    # size must not make zstandard allocate it (a MemoryError found by fuzzing)
     try:
-        return zstandard.ZstdDecompressor().decompress(data, max_output_size=uncompressed_size)
+        with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
+            out = reader.read(uncompressed_size + 1)
     except zstandard.ZstdError as exc:
         raise CorruptDataError(f"zstd data does not decode: {exc}") from None
+    if len(out) > uncompressed_size:
+        raise CorruptDataError(f"zstd data decodes to more than the {uncompressed_size} bytes declared")
+    return out
