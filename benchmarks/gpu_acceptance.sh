@@ -15,8 +15,8 @@ mlp)  # ~5 min: the torch.compile training step
     --workloads mlp --out $OUT/overhead_b.md > $OUT/overhead_b.log 2>&1
   head -12 $OUT/overhead_b.md ;;
 graph)  # graph replays, every replay probed (issue 12)
-  timeout 540 python3 benchmarks/overhead.py --cpus 2-5 --rounds 3 --iters 1000 --tools "plain,block_sched graphs" \
-    --workloads graph,graph_16m,graph_eager --out $OUT/overhead_g.md > $OUT/overhead_g.log 2>&1
+  timeout 540 python3 benchmarks/overhead.py --cpus 2-5 --rounds 2 --iters 1000 --tools "plain,block_sched graphs" \
+    --workloads graph,graph_16m,graph_decode --out $OUT/overhead_g.md > $OUT/overhead_g.log 2>&1
   head -12 $OUT/overhead_g.md ;;
 tests)  # ~6 min for tests/gpu/test_gpu_{runtime,aggregation,gmem_exact,calls}.py; pass others as $2
   timeout 560 python3 -m pytest -m gpu -rA --timeout 170 -p no:cacheprovider ${2:-tests/gpu/test_gpu_runtime.py tests/gpu/test_gpu_aggregation.py tests/gpu/test_gpu_gmem_exact.py tests/gpu/test_gpu_calls.py} > $OUT/gpu_tests.log 2>&1

@@ -13,6 +13,8 @@ compare like with like):
 * graph:     replay of a captured CUDA graph of 4 Triton launches (CUDA-event median)
 * graph_eager: the same 4 launches made eagerly, timed on the GPU alone (the probe code's own cost)
 * graph_16m: the graph workload with 16M elements per kernel (about 70 µs each)
+* graph_decode: a decode step (8 MLP blocks, batch 8, fp16) under torch.compile(mode="reduce-overhead"):
+               one CUDA graph of cuBLAS GEMMs and Triton kernels replayed per call
 
 Each cell is `time (ratio to plain)`; `same` says whether every output hash
 equalled the plain run's. With `--rounds R` every configuration runs R times,
@@ -50,7 +52,7 @@ CONFIGS = {
     "dmat": ["-p", "dmat"],
     "block_sched graphs": ["-p", "block_sched", "--graphs"],  # the graph workload's replays probed
 }
-WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m")
+WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode")
 
 
 def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: str,

@@ -6,11 +6,11 @@ per training step after warm-up. Prints one line `OVERHEAD_RESULT {json}` with
 the timings and a hash of every output, so the driver can check that probing
 changed no result.
 
-    python benchmarks/overhead_workloads.py [--iters N] [--only stream,attention,mlp,launch,graph]
+    python benchmarks/overhead_workloads.py [--iters N] [--only stream,attention,mlp,launch,graph,...]
 
-With OVERHEAD_GPU_ONLY=1 the event loops keep the GPU busy (torch.cuda._sleep) while the host
-enqueues each launch and wait for it: the events then time the kernel alone (what the probe
-code costs on the GPU), not the host path.
+With OVERHEAD_GPU_ONLY=1 the event loops keep the GPU busy (torch.cuda._sleep, 200,000 cycles;
+OVERHEAD_GPU_ONLY=N > 1: N cycles) while the host enqueues each launch and wait for it: the
+events then time the kernel alone (what the probe code costs on the GPU), not the host path.
 """
 
 from __future__ import annotations
@@ -78,6 +78,13 @@ def digest(*tensors) -> str:
     return h.hexdigest()[:16]
 
 
+def gpu_only_sleep_cycles() -> int:
+    """OVERHEAD_GPU_ONLY=1: 200,000 cycles (~110 µs on the H100) of GPU sleep before each timed
+    launch; a larger value is the cycles, for work whose host path takes longer to enqueue."""
+    value = int(os.environ.get("OVERHEAD_GPU_ONLY", "1") or 1)
+    return value if value > 1 else 200000
+
+
 def timed_loop(launch, iters: int, warmup: int) -> tuple[list[float], float]:
     """Per-launch GPU time (µs) with CUDA events around every launch; no sync inside the loop.
 
@@ -88,8 +95,9 @@ def timed_loop(launch, iters: int, warmup: int) -> tuple[list[float], float]:
     torch.cuda.synchronize()
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     if os.environ.get("OVERHEAD_GPU_ONLY"):  # the kernel's GPU time alone: the GPU is kept busy while the host enqueues
+        cycles = gpu_only_sleep_cycles()
         for a, b in pairs:
-            torch.cuda._sleep(200000)
+            torch.cuda._sleep(cycles)
             a.record()
             launch()
             b.record()
@@ -211,6 +219,23 @@ def graph_workload(iters: int, n: int = 1 << 20) -> dict:
     return {"us": statistics.median(times), "host_us": host, "hash": digest(out)}
 
 
+def graph_decode_workload(iters: int) -> dict:
+    """A decode step as an inference server replays it: 8 transformer-style MLP blocks (LayerNorm,
+    up-projection, GELU, down-projection, residual; d = 1024, fp16) over a batch of 8 tokens,
+    compiled with torch.compile(mode="reduce-overhead"), so every call replays one CUDA graph of
+    cuBLAS GEMMs (no PTX: unprobed) and Inductor's Triton kernels (probed). CUDA events around
+    each call, after warm-up."""
+    torch.manual_seed(0)
+    d = 1024
+    model = torch.nn.Sequential(*[Block(d) for _ in range(8)]).cuda().half().eval()
+    x = torch.randn(8, d, device="cuda", dtype=torch.float16)
+    step = torch.compile(model, mode="reduce-overhead")
+    with torch.no_grad():
+        times, host = timed_loop(lambda: step(x), iters, 10)
+        out = step(x).clone()
+    return {"us": statistics.median(times), "host_us": host, "hash": digest(out)}
+
+
 def graph_eager_workload(iters: int) -> dict:
     """The graph workload's 4 launches made eagerly, timed on the GPU alone (the GPU kept busy while
     the host enqueues, as with OVERHEAD_GPU_ONLY): what the probe code itself costs these kernels,
@@ -242,7 +267,7 @@ def graph_eager_workload(iters: int) -> dict:
 
 WORKLOADS = {"stream": stream_workload, "attention": attention_workload, "mlp": mlp_workload,
              "launch": launch_workload, "graph": graph_workload, "graph_eager": graph_eager_workload,
-             "graph_16m": lambda iters: graph_workload(iters, 16 << 20)}
+             "graph_16m": lambda iters: graph_workload(iters, 16 << 20), "graph_decode": graph_decode_workload}
 
 
 def main() -> None:
