@@ -258,6 +258,24 @@ def test_ring_on_the_device_or_with_wait_in_host_memory(tmp_path, when_full):
         assert len(la.maps["block_sched"].valid()) == 8
 
 
+def test_a_failed_copy_out_loses_those_replays_only(program):
+    """The host's copy of device slots fails (the driver refuses): those replays are counted as
+    errors, their slots still go back to the device, and later replays are written."""
+    drv, rt = program.drv, program.rt
+    graph, _ = program.capture()
+    exe = program.instantiate(graph)
+    (gnode,) = [n for g in rt.graphs._by_graph.values() for n in g.nodes]  # noqa: SLF001
+    program.replay(exe, 3)
+    drv.fail["memcpy_dtoh_async"] = "CUDA_ERROR_UNKNOWN"
+    rt.graphs.drain()
+    drv.fail.clear()
+    assert rt.graphs.sink.stats(gnode.record)["errors"] == 3
+    program.replay(exe, 2)
+    finish(rt)
+    assert [la.event["replay"] for la in nt.load(rt.trace.path).launches] == [3, 4]
+    assert program.runs == {"saxpy4": 5, "other": 5}
+
+
 def test_a_node_the_budget_cannot_hold_whole_gets_the_smallest_ring(tmp_path):
     from neutrino.runtime import graph_ring
 

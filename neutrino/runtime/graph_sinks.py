@@ -34,7 +34,6 @@ class PyRecord:
     dropped_trace: int = 0
     errors: int = 0
     counters: tuple = (0, 0)  # (replays, dropped by the device) when detached
-    marks: list = attrs.Factory(list)  # the flags of the slots being drained (replay + 1)
 
 
 def _ring_u64(view, offset: int) -> int:
@@ -73,28 +72,21 @@ class PythonGraphSink:
             marks.append(mark)
         if not marks:
             return
-        rec.marks = marks
         if rec.active:
-            self._copy_out(rec, len(marks))
+            self._copy_out(rec, marks)
         for k in range(len(marks)):
             flag = lay.flags + 8 * ((rec.next_read + k) % lay.nslots)
             view[flag: flag + 8] = bytes(8)
         rec.next_read += len(marks)
         self._consumed(rec)
 
-    def _write_slot(self, rec: PyRecord, k: int) -> None:
-        """Write the frame of filled slot next_read + k (in its host slot) to the trace."""
-        node = rec.node
-        start = node.ring_layout.slot(rec.next_read + k)
-        self._write(rec, rec.marks[k] - 1, bytes(node.ring[1][start: start + node.frame_bytes]))
-
-    def _copy_out(self, rec: PyRecord, n: int) -> None:
-        """Write the frames of the `n` filled slots from next_read on. A ring on the device is
-        copied into the host slots first (slot i into host slot i % nstage, a round of nstage at
-        a time); a ring in host memory was filled in place."""
+    def _copy_out(self, rec: PyRecord, marks: list[int]) -> None:
+        """Write the frames of the filled slots from next_read on (`marks`: their flags, replay + 1).
+        A ring on the device is copied into the host slots first (slot i into host slot i % nstage,
+        a round of nstage at a time); a ring in host memory was filled in place."""
         node, lay, dev = rec.node, rec.node.ring_layout, rec.node.device_layout
-        for first in range(0, n, lay.nstage):
-            batch = range(first, min(n, first + lay.nstage))
+        for first in range(0, len(marks), lay.nstage):
+            batch = range(first, min(len(marks), first + lay.nstage))
             if lay.on_device:
                 try:
                     for k in batch:
@@ -106,7 +98,8 @@ class PythonGraphSink:
                     rec.errors += len(batch)
                     continue
             for k in batch:
-                self._write_slot(rec, k)
+                start = lay.slot(rec.next_read + k)
+                self._write(rec, marks[k] - 1, bytes(node.ring[1][start: start + node.frame_bytes]))
 
     def _consumed(self, rec: PyRecord) -> None:
         """The device may fill the slots drained: their count goes where it reads it (the host ring,
