@@ -174,6 +174,11 @@ static void leave_context(void *before, int mode) {
     cu.ctx_set(before);
 }
 
+/* Host slot of the i-th filled slot counted from next_read (device slot j lands in host slot j % nstage). */
+static char *host_slot(const nt_graph_node *n, uint64_t i) {
+    return (char *)n->d.ring + n->d.slots + (n->next_read + i) % n->d.nstage * n->d.stride;
+}
+
 /* Write the frames of the filled slots [first, last) counted from next_read (marks[i]: replay + 1),
  * those the writer has room for. A ring on the device (`entered`: in its context) is copied into
  * the host slots first, on our stream; a ring in host memory was filled in place. */
@@ -183,8 +188,7 @@ static void write_round(nt_graph_node *n, const uint64_t *marks, uint64_t first,
     for (uint64_t i = first; i < last && atomic_load_explicit(&n->active, memory_order_relaxed); i++) {
         if (!frame_room(n, ahead)) continue;
         uint64_t slot = (n->next_read + i) % n->d.nslots;
-        char *host = (char *)n->d.ring + n->d.slots + (n->next_read + i) % n->d.nstage * n->d.stride;
-        if (on_device && (!entered || cu.dtoh(host + n->d.data_off, n->d.device_slots + slot * n->d.device_stride,
+        if (on_device && (!entered || cu.dtoh(host_slot(n, i) + n->d.data_off, n->d.device_slots + slot * n->d.device_stride,
                                                n->d.span, n->d.copy_stream))) {
             neutrino_trace_give_back(size);
             atomic_fetch_add(&n->errors, 1);
@@ -201,8 +205,7 @@ static void write_round(nt_graph_node *n, const uint64_t *marks, uint64_t first,
             atomic_fetch_add(&n->errors, 1);
             continue;
         }
-        char *host = (char *)n->d.ring + n->d.slots + (n->next_read + i) % n->d.nstage * n->d.stride;
-        submit_frame(n, host, marks[i] - 1);
+        submit_frame(n, host_slot(n, i), marks[i] - 1);
     }
 }
 

@@ -194,7 +194,7 @@ def test_prepare_jax_notes_the_flags_in_the_event_log(tmp_path, monkeypatch):
 
 from neutrino.runtime import subprocess_compilers  # noqa: E402
 
-HAVE_PTXAS = subprocess_compilers.find_real_ptxas() is not None
+HAVE_PTXAS = subprocess_compilers.find_real("ptxas") is not None
 
 
 def test_ptxas_arguments_as_xla_writes_them():
@@ -219,7 +219,7 @@ def test_wrapper_runs_ptxas_unchanged_and_files_the_ptx_by_cubin_hash(tmp_path, 
     r = subprocess.run([os.path.join(bin_dir, "ptxas"), *args, str(tmp_path / "wrapped.cubin")],
                        env=dict(clean_env, PATH=env["PATH"]), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    real = subprocess.run([subprocess_compilers.find_real_ptxas(), *args, str(tmp_path / "real.cubin")], timeout=120)
+    real = subprocess.run([subprocess_compilers.find_real("ptxas"), *args, str(tmp_path / "real.cubin")], timeout=120)
     assert real.returncode == 0
     cubin = (tmp_path / "wrapped.cubin").read_bytes()
     assert cubin == (tmp_path / "real.cubin").read_bytes()

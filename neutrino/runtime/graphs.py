@@ -42,7 +42,7 @@ import attrs
 
 from neutrino import trace as tracefmt
 from neutrino.runtime import graph_ring
-from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError, KernelNodeParams, KernelNodeParamsV2  # noqa: F401
+from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError, KernelNodeParams, KernelNodeParamsV2
 from neutrino.runtime.pool import Slot
 from neutrino.runtime.probed import Fallback, copy_globals_in, copy_globals_out
 

@@ -48,10 +48,6 @@ def find_real(tool: str, path: str | None = None, skip: str | None = None) -> st
     return os.path.realpath(found) if found else None
 
 
-def find_real_ptxas(path: str | None = None, skip: str | None = None) -> str | None:
-    return find_real("ptxas", path, skip)
-
-
 def install(index_dir, real: dict[str, str]):
     """Write `<index_dir>/bin/<tool>` for each tool in `real` (tool -> the real one's path): a shell
     script running this module. Returns the bin directory (a Path)."""
@@ -135,18 +131,18 @@ def file_entry(index_dir, key: str, suffix: str, data: bytes) -> str:
     return target
 
 
-def record(argv: list[str], index_dir) -> str | None:
-    """File the PTX of a successful ptxas compile under its cubin's hash; the path written, or None."""
-    ptx_path, cubin_path = split_arguments(argv)
-    if not ptx_path or not cubin_path:
+def record(argv: list[str], index_dir, key: str) -> str | None:
+    """File the PTX of a successful ptxas compile under `key`, its cubin's hash; the path written, or None."""
+    ptx_path, _ = split_arguments(argv)
+    if not ptx_path:
         return None
-    return file_entry(index_dir, cubin_hash(_read(cubin_path)), ".ptx", _read(ptx_path))
+    return file_entry(index_dir, key, ".ptx", _read(ptx_path))
 
 
-def record_link(argv: list[str], index_dir) -> str | None:
-    """File what a successful nvlink's cubin was made from: the PTX of its one input, or why none."""
-    inputs, output = split_link_arguments(argv)
-    if not output or not inputs:
+def record_link(argv: list[str], index_dir, key: str) -> str | None:
+    """File what a successful nvlink's cubin (hash `key`) was made from: the PTX of its one input, or why none."""
+    inputs, _ = split_link_arguments(argv)
+    if not inputs:
         return None
     known = []
     for name in inputs:
@@ -154,7 +150,6 @@ def record_link(argv: list[str], index_dir) -> str | None:
             known.append(os.path.join(index_dir, f"{cubin_hash(_read(name))}.ptx"))
         except OSError:
             known.append(None)
-    key = cubin_hash(_read(output))
     if len(inputs) == 1 and known[0] is not None and os.path.exists(known[0]):
         return file_entry(index_dir, key, ".ptx", _read(known[0]))
     with_ptx = sum(1 for k in known if k is not None and os.path.exists(k))
@@ -165,16 +160,11 @@ def record_link(argv: list[str], index_dir) -> str | None:
     return file_entry(index_dir, key, ".why", why.encode())
 
 
-def log_call(index_dir, tool: str, rc: int, argv: list[str], output: str | None) -> None:
-    """One line per call: `time tool rc=N out=HASH16`, then the arguments, tab-separated."""
-    key = "-"
-    if rc == 0 and output:
-        try:
-            key = cubin_hash(_read(output))[:16]
-        except OSError:
-            pass
+def log_call(index_dir, tool: str, rc: int, argv: list[str], key: str | None) -> None:
+    """One line per call: `time tool rc=N out=HASH16` (`-`: no output), then the arguments, tab-separated."""
     with open(os.path.join(index_dir, "calls.log"), "a") as log:
-        log.write("\t".join([f"{time.time():.3f} {tool} rc={rc} out={key}", *argv]).replace("\n", " ") + "\n")
+        log.write("\t".join([f"{time.time():.3f} {tool} rc={rc} out={key[:16] if key else '-'}", *argv])
+                  .replace("\n", " ") + "\n")
 
 
 def read_call(line: str) -> tuple[str, int, list[str]] | None:
@@ -210,9 +200,15 @@ def main(tool: str = "ptxas", argv: list[str] | None = None) -> int:
         return rc
     try:
         output = split_arguments(argv)[1] if tool == "ptxas" else split_link_arguments(argv)[1]
-        if rc == 0:
-            (record if tool == "ptxas" else record_link)(argv, index_dir)
-        log_call(index_dir, tool, rc, argv, output)
+        key = None  # the output's hash, read once for the index and the log
+        if rc == 0 and output:
+            try:
+                key = cubin_hash(_read(output))
+            except OSError:
+                pass
+        if key is not None:
+            (record if tool == "ptxas" else record_link)(argv, index_dir, key)
+        log_call(index_dir, tool, rc, argv, key)
     except Exception as e:  # noqa: BLE001 - recording never changes what the tool did
         try:
             with open(os.path.join(index_dir, "errors.log"), "a") as log:
