@@ -1,0 +1,280 @@
+"""`neutrino report TRACE_DIR`: summary tables per kernel and the tools' plots.
+
+`main(trace_dir, out_dir=None)` prints, for every kernel of the trace, its
+launches, maps, valid and dropped records, then one table per built-in tool
+found in the trace (block_sched, gmem_bytes, dmat, tensorop,
+program_progress) with that tool's numbers, and writes the tools' pictures to
+`out_dir` (default: `report/` in the run directory, which is TRACE_DIR itself
+or the one run it holds; a job of ranks or an `-o` trace of several processes
+is reported per rank or process, neutrino.analysis.ranks). A trace that cannot be read gives a
+one-line error on stderr and exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import attrs
+
+from neutrino.analysis import TOOLS, tool_for, tool_name
+from neutrino.analysis import _common as C
+from neutrino import console
+from neutrino.errors import NeutrinoError
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> str:
+    """Columns padded to their widest cell; columns `left` left-aligned, others right."""
+    cells = [list(map(str, headers))] + [list(map(str, r)) for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r):
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
+
+
+def short(name: str, limit: int = 48) -> str:
+    return name if len(name) <= limit else name[:limit - 3] + "..."
+
+
+@attrs.define
+class KernelEntry:
+    """What the report gathers about one kernel over its launches."""
+
+    kernel: str
+    launches: int = 0
+    maps: list = attrs.Factory(list)
+    records: int = 0
+    dropped: int = 0
+    duration_ns: float = 0.0
+    timed_launches: int = 0
+    results: dict = attrs.Factory(dict)  # tool name -> [LaunchResult]
+
+
+@attrs.define
+class Report:
+    trace_path: str
+    kernels: dict = attrs.Factory(dict)  # kernel name -> KernelEntry, in order of first launch
+    warnings: list = attrs.Factory(list)
+    readable: int = 0  # launches whose result could be read
+    launches: int = 0
+    graph_nodes: dict = attrs.Factory(dict)  # (graph id, node id) -> [kernel, replays probed, first, last replay]
+
+    def results(self, tool) -> list:
+        name = tool_name(tool)
+        return [r for k in self.kernels.values() for r in k.results.get(name, [])]
+
+
+def load_trace(trace_dir: str):
+    """`neutrino.trace.load`, with every failure turned into an AnalysisError."""
+    if not os.path.exists(trace_dir):
+        raise C.AnalysisError(f"{trace_dir}: no such trace directory")
+    try:
+        from neutrino import trace as trace_mod
+
+        trace = trace_mod.load(trace_dir)
+        launches = list(trace.launches)
+    except NeutrinoError as e:
+        raise C.AnalysisError(f"{trace_dir}: cannot read trace: {e}") from e
+    except Exception as e:  # noqa: BLE001 - a bad trace must never show a traceback
+        raise C.AnalysisError(f"{trace_dir}: cannot read trace: {type(e).__name__}: {e}") from e
+    return trace, launches
+
+
+def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
+    """Run every matching tool analysis on every map of every launch."""
+    tool_options = tool_options or {}
+    report = Report(trace_path=str(getattr(trace, "path", "")), launches=len(launches))
+    report.warnings.extend(getattr(trace, "problems", ()))
+    probe_text = getattr(trace, "probe_text", None)
+    for launch in launches:
+        entry = report.kernels.setdefault(launch.kernel, KernelEntry(launch.kernel))
+        entry.launches += 1
+        _count_graph_replay(report, launch)
+        if launch.duration_ns:
+            entry.duration_ns += float(launch.duration_ns)
+            entry.timed_launches += 1
+        try:
+            maps = launch.maps  # result files are opened lazily: a bad one fails here
+        except NeutrinoError as e:
+            report.warnings.append(f"launch {launch.index} ({short(launch.kernel)}): {e}")
+            continue
+        report.readable += 1
+        for name, md in maps.items():
+            if name not in entry.maps:
+                entry.maps.append(name)
+            valid, dropped = C.record_stats(md)
+            entry.records += valid
+            entry.dropped += dropped
+            tool = tool_for(md)
+            if tool is None:
+                continue
+            try:
+                result = tool.analyze_launch(launch, md, probe_text, **tool_options.get(tool_name(tool), {}))
+            except (NeutrinoError, ValueError) as e:
+                report.warnings.append(f"launch {launch.index} ({short(launch.kernel)}), map {name}: {e}")
+                continue
+            entry.results.setdefault(tool_name(tool), []).append(result)
+    return report
+
+
+def _count_graph_replay(report: Report, launch) -> None:
+    """Launches that were replays of a CUDA graph node, grouped by graph and node."""
+    where = getattr(launch, "graph", None)
+    if where is None:
+        return
+    replay = int(launch.event.get("replay", launch.event.get("kernel_launch", 0)) or 0)
+    got = report.graph_nodes.get(where)
+    if got is None:
+        report.graph_nodes[where] = [launch.kernel, 1, replay, replay]
+    else:
+        got[1] += 1
+        got[2], got[3] = min(got[2], replay), max(got[3], replay)
+
+
+def _graph_table(report: Report) -> list[str]:
+    if not report.graph_nodes:
+        return []
+    rows = [[str(g), str(n), short(kernel), probed, f"{first}-{last}"]
+            for (g, n), (kernel, probed, first, last) in sorted(report.graph_nodes.items())]
+    in_graphs = sum(r[3] for r in rows)
+    return ["", f"[CUDA graphs] {in_graphs} of {report.launches} launches were graph replays",
+            format_table(["graph", "node", "kernel", "replays", "replay numbers"], rows, left=(2,))]
+
+
+def render(report: Report) -> str:
+    out = [f"trace {report.trace_path}: {report.launches} launches, {len(report.kernels)} kernels", ""]
+    rows = []
+    for k in report.kernels.values():
+        duration = f"{k.duration_ns / 1e3:.1f}" if k.timed_launches else "-"
+        rows.append([short(k.kernel), k.launches, ", ".join(k.maps) or "-", C.fmt_num(k.records),
+                     C.fmt_num(k.dropped), duration])
+    out.append(format_table(["kernel", "launches", "maps", "records", "dropped", "time (us)"], rows,
+                            left=(0, 2)))
+    if any(k.dropped for k in report.kernels.values()):
+        out.append("note: dropped records were counted but not saved (cap reached); tool numbers "
+                   "cover the saved records only")
+    out += _graph_table(report)
+    for tool in TOOLS:
+        name = tool_name(tool)
+        summaries = [(k.kernel, tool.kernel_summary(k.results[name]))
+                     for k in report.kernels.values() if k.results.get(name)]
+        if not summaries:
+            continue
+        headers = ["kernel"] + list(dict.fromkeys(col for _, s in summaries for col in s))
+        rows = [[short(kernel)] + [s.get(h, "-") for h in headers[1:]] for kernel, s in summaries]
+        out += ["", f"[{name}]", format_table(headers, rows)]
+    return "\n".join(out)
+
+
+def kernel_rows(report: Report) -> list[dict]:
+    """One dict per kernel: the text report's columns, then each tool's numbers as `tool.quantity`
+    (for --format csv/json: numbers, not the text report's display strings)."""
+    rows = []
+    for k in report.kernels.values():
+        row = {"kernel": k.kernel, "launches": k.launches, "maps": " ".join(k.maps), "records": k.records,
+               "dropped": k.dropped, "time_us": round(k.duration_ns / 1e3, 3) if k.timed_launches else None}
+        for tool in TOOLS:
+            name = tool_name(tool)
+            if k.results.get(name):
+                numbers = getattr(tool, "kernel_numbers", tool.kernel_summary)(k.results[name])
+                row.update({f"{name}.{col}": _plain(value) for col, value in numbers.items()})
+        rows.append(row)
+    return rows
+
+
+def _plain(value):
+    """numpy scalars as Python numbers (json cannot write them); everything else as it is."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def render_csv(report: Report, rows: list[dict] | None = None) -> str:
+    """`rows`: kernel_rows(report) unless given (a job's rows, led by their rank)."""
+    import csv
+    import io
+
+    rows = kernel_rows(report) if rows is None else rows
+    columns = list(dict.fromkeys(col for row in rows for col in row)) or ["kernel"]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def render_json(report: Report, rows: list[dict] | None = None) -> str:
+    import json
+
+    rows = kernel_rows(report) if rows is None else rows
+    return json.dumps({"trace": report.trace_path, "launches": report.launches, "kernels": rows,
+                       "warnings": list(report.warnings)}, indent=2) + "\n"
+
+
+def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list[str], int]:
+    """Pictures of the first `per_kernel` launches of every kernel (0: all).
+
+    Returns the paths written and the number of launches left without plots.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    paths, skipped = [], 0
+    for tool in (t for t in TOOLS if t.HAS_PLOTS):
+        name = tool_name(tool)
+        results = []
+        for k in report.kernels.values():
+            mine = k.results.get(name, [])
+            keep = mine if per_kernel <= 0 else mine[:per_kernel]
+            results += keep
+            skipped += len(mine) - len(keep)
+        if results:
+            paths += tool.write_plots(results, out_dir)
+    return paths, skipped
+
+
+def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
+         plots_per_kernel: int = 4, tool_options: dict | None = None, output_format: str = "text") -> int:
+    """Print the summary of `trace_dir` and write plots; the exit status.
+
+    `output_format` "csv" or "json" prints the per-kernel numbers for scripts
+    instead (one row per kernel, tool columns as `tool.column`), and no plots.
+
+    `plots_per_kernel` limits the pictures to the first launches of each
+    kernel (0: every launch). `tool_options` passes keyword options to a
+    tool's `analyze_launch`, e.g. `{"dmat": {"time_base": "block", "granule": 32}}`.
+    """
+    from neutrino.analysis import ranks
+
+    job = ranks.find_group(trace_dir)
+    if job is not None:  # several ranks, or processes of one program: spec/analysis.md, "Several ranks"
+        return ranks.report_main(str(job), out_dir, plots=plots, plots_per_kernel=plots_per_kernel,
+                                 tool_options=tool_options, output_format=output_format)
+    try:
+        trace, launches = load_trace(trace_dir)
+        report = analyze(trace, launches, tool_options=tool_options)
+    except NeutrinoError as e:
+        console.error(str(e))
+        return 1
+    if output_format != "text":
+        sys.stdout.write(render_csv(report) if output_format == "csv" else render_json(report))
+        plots = False
+    else:
+        print(render(report))
+    for w in report.warnings:
+        console.warning(str(w))
+    if report.launches and not report.readable:
+        console.error(f"{trace_dir}: none of the {report.launches} launch result(s) could be read")
+        return 1
+    if not plots:
+        return 0
+    out_dir = out_dir or os.path.join(report.trace_path or trace_dir, "report")  # in the run directory
+    try:
+        paths, skipped = write_plots(report, out_dir, plots_per_kernel)
+    except OSError as e:
+        console.error(f"cannot write plots to {out_dir}: {e}")
+        return 1
+    if paths:
+        print("\nwrote " + "\n      ".join(paths))
+    if skipped:
+        print(f"({skipped} more launches not plotted: at most {plots_per_kernel} per kernel per tool)")
+    return 0

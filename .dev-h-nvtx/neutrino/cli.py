@@ -1,0 +1,365 @@
+"""Command line: `neutrino -p PROBE [--] program args…` and the subcommands.
+
+    neutrino -p PROBE | -e 'PROBE TEXT' [options] [--] program args…   profile a program
+    neutrino list [-v]                  built-in tools (with -v: their maps and fields)
+    neutrino demo                       instrument an embedded kernel (no GPU needed)
+    neutrino print KERNEL.ptx
+    neutrino instrument KERNEL.ptx -p PROBE | -e TEXT [-k PATTERN] [-o OUT.ptx] [--info INFO.json] [--check]
+    neutrino report TRACE_DIR [--format text|csv|json]
+    neutrino export TRACE_DIR --perfetto OUT.json
+
+Messages, their format and the exit statuses are in neutrino/console.py: every
+error we can foresee is a message on stderr (`neutrino: FILE:LINE:COL: error: …`)
+and a non-zero exit status; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from neutrino import console
+
+SUBCOMMANDS = ("list", "demo", "print", "instrument", "report", "export")
+
+EXAMPLES = """\
+examples:
+  neutrino demo                                   what a probe does to a kernel (no GPU needed)
+  neutrino list -v                                built-in tools, their maps and fields
+  neutrino -p block_sched -- python train.py      probe every kernel launch; trace in ./trace/<time>_<pid>/
+  neutrino -p gmem_bytes -k gemm -o gemm.trace -- ./app
+                                                  only kernels whose name contains 'gemm'; trace in gemm.trace/
+  neutrino -e 'position = "kernel", datamodel = "warp:8", after = "SAVE.u32 {%smid, %laneid};"' -- ./app
+                                                  a one-off probe (TOML keys of one probe, on one line)
+  neutrino report trace/<time>_<pid>              summary per kernel, plots
+  neutrino report TRACE --format csv              the same numbers for scripts
+  neutrino instrument kernel.ptx -p block_sched -o out.ptx --check
+
+kernel names (-k, --filter): PATTERN selects the kernels whose (mangled) name contains it;
+  =NAME selects the kernel named exactly NAME; PATTERN:PATTERN… or -k repeated: any of them.
+
+exit status: 0 ok; 1 bad input (probe, PTX, trace) or a failure of ours; 2 usage error;
+  when profiling, the program's own status (126/127: it could not be run; 128+N: killed by signal N).
+  NO_COLOR set: no colour in messages (FORCE_COLOR: colour even when not on a terminal).
+"""
+
+
+def _error(message: str):
+    """A NeutrinoError (imported here: `neutrino --help` and `--version` need not load the error classes)."""
+    from neutrino.errors import NeutrinoError
+
+    return NeutrinoError(message)
+
+
+def _file_error(path: str, message: str):
+    """An error about a whole file, in the one format: `neutrino: FILE: error: MESSAGE`."""
+    from neutrino.errors import Diagnostic, DiagnosticError, Location
+
+    return DiagnosticError(Diagnostic(Location(path), message))
+
+
+def _read_ptx(path: str) -> tuple[str, str]:
+    """PTX text from a .ptx file, or from a fatbin/cubin/executable (the PTX inside it)."""
+    from neutrino.errors import NeutrinoError
+    from neutrino.runtime.ptx_source import ImageKind, classify_image, ptx_from_file
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise _file_error(path, f"cannot read: {e.strerror}") from None
+    missing = _missing_target(data, path)
+    if missing is not None:
+        raise missing
+    try:
+        kind = classify_image(data)
+    except NeutrinoError as e:  # "empty image": say which file
+        raise _file_error(path, str(e)) from None
+    if kind is ImageKind.PTX:
+        try:
+            return data.rstrip(b"\0").decode(), path
+        except UnicodeDecodeError:
+            raise _file_error(path, "not a PTX text file (not UTF-8)") from None
+    try:
+        image = ptx_from_file(path)
+    except NeutrinoError as e:
+        raise _file_error(path, str(e).removeprefix(f"{path}: ")) from None
+    if image is None:
+        raise _file_error(path, "contains no PTX (only SASS?): nothing to instrument")
+    return image.text, f"{path}[{image.source}]"
+
+
+def cmd_print(args) -> int:
+    from neutrino import cli_gcn
+    from neutrino.isa.ptx import parse_module, print_module
+
+    if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
+        return cli_gcn.cmd_print(args)
+    text, source = _read_ptx(args.ptx)
+    sys.stdout.write(print_module(parse_module(text, source)))
+    return 0
+
+
+def ptxas_check(ptx: str, original: str | None = None) -> str:
+    """Assemble the probed PTX (neutrino/ptxas.py picks the arch and -c); the line to print.
+
+    Raises when ptxas rejects what we produced; a check that cannot be made
+    (no arch fits, or the unprobed `original` is refused too) is reported as skipped.
+    """
+    from neutrino import ptxas
+    from neutrino.isa.ptx import parse_module
+
+    result = ptxas.check(ptx, parse_module(ptx), original)
+    if result.skipped:
+        return f"ptxas: check skipped: {result.skipped}"
+    how = f"{result.arch}{', relocatable (-c)' if result.relocatable else ''}"
+    if not result.ok:
+        raise _error(f"ptxas ({how}) rejected the probed PTX:\n" + result.stderr.strip())
+    return f"ptxas: ok for {how}"
+
+
+def _missing_target(data: bytes, path: str):
+    """PTX text that lacks the `.target` every module needs: say so, rather than 'unrecognised image'."""
+    text = data[:65536].decode("latin-1")
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    version = re.search(r"^\s*\.version\b", body, flags=re.M)
+    if version is None or body[: version.start()].strip() or re.search(r"^\s*\.target\b", body, flags=re.M):
+        return None
+    line = body.count("\n", 0, version.end()) + 1
+    return _error(
+        f"{path}:{line}: error: PTX module without a .target directive\n"
+        "    hint: every PTX module names its target after .version, e.g. `.target sm_80`"
+    )
+
+
+def cmd_instrument(args) -> int:
+    from neutrino import cli_gcn
+    from neutrino.engine import instrument, list_entries
+    from neutrino.passes import default_pipeline
+    from neutrino.toolbox import load_probe_argument
+
+    if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
+        return cli_gcn.cmd_instrument(args)
+    probes = load_probe_argument(args.probe, args.expr)
+    text, source = _read_ptx(args.ptx)
+    kernel = select_entry(list_entries(text, source), source, args.kernel) if args.kernel else None
+    pipeline = default_pipeline()
+    pipeline.print_after = frozenset(args.print_after or ())
+    pipeline.verify_each = args.verify_each
+    unknown = pipeline.print_after - set(pipeline.names())
+    if unknown:
+        raise _error(f"--print-after: no pass named {', '.join(sorted(unknown))} (passes: {', '.join(pipeline.names())})")
+    result = instrument(text, probes, kernel=kernel, source=source, pipeline=pipeline)
+    for name, dumped in pipeline.dump:
+        print(f"// ----- IR after {name} -----\n{dumped}", file=sys.stderr)
+    if args.time_passes:
+        for name, seconds in result.timings.items():
+            print(f"{name:24s} {seconds * 1e3:8.3f} ms", file=sys.stderr)
+    if args.output:
+        _write(args.output, result.ptx, "-o")
+    else:
+        sys.stdout.write(result.ptx)
+    if args.info:
+        _write(args.info, json.dumps(result.info_json(), indent=2) + "\n", "--info")
+    if args.check:
+        print(f"{ptxas_check(result.ptx, text)} ({len(result.kernels)} kernel(s))", file=sys.stderr)
+    for name, info in result.kernels.items():
+        for skip in info["skipped"]:
+            console.note(f"{source}:{skip['line']}: note: [probe {skip['probe']}] site in {name} skipped: {skip['reason']}")
+    return 0
+
+
+def select_entry(entries: list[str], source: str, patterns: list[str]) -> str:
+    """The one entry of `entries` that -k selects (instrument keeps one entry and prunes the rest;
+    for AMDGPU assembly, probes one and leaves the rest unprobed)."""
+    from neutrino.errors import InstrumentError
+    from neutrino.runtime.options import kernel_selected, split_patterns
+
+    wanted = split_patterns(patterns)
+    chosen = [name for name in entries if kernel_selected(name, wanted)]
+    if len(chosen) == 1:
+        return chosen[0]
+    shown = ", ".join(wanted)
+    if not chosen:
+        hint = console.did_you_mean(wanted[0].lstrip("="), entries) if len(wanted) == 1 else ""
+        raise InstrumentError(f"{source}: -k {shown}: no entry named {shown!r} or containing it{hint} "
+                              f"(entries: {', '.join(entries) or 'none'})")
+    raise InstrumentError(f"{source}: -k {shown} selects {len(chosen)} entries ({', '.join(chosen)}); "
+                          "instrument keeps one: give more of the name, or =NAME for an exact name")
+
+
+def cmd_report(args) -> int:
+    from neutrino.analysis.report import main as report_main
+
+    return report_main(args.trace, args.out, output_format=args.format)
+
+
+def cmd_list(args) -> int:
+    from neutrino.toolbox import listing
+
+    sys.stdout.write(listing(verbose=args.verbose))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from neutrino.analysis.perfetto import export
+
+    if not args.perfetto:
+        raise _error("export needs --perfetto OUT.json")
+    export(args.trace, args.perfetto, warps=args.warps, clock_ghz=args.clock_ghz)
+    print(f"wrote {args.perfetto}", file=sys.stderr)
+    return 0
+
+
+DEMO_PTX = Path(__file__).parent / "probes" / "demo_vadd.ptx"
+
+
+def cmd_demo(args) -> int:
+    """What `neutrino` does to a kernel, shown without a GPU: instrument an embedded vector add.
+
+    Says in a few lines what it did and where the files are; the probed PTX and
+    the kernel description go to files in --dir (default ./neutrino-demo).
+    """
+    from neutrino.engine import instrument
+    from neutrino.toolbox import load_probe_argument
+
+    if args.probe is None and args.expr is None:
+        args.probe = "block_sched"
+    probes = load_probe_argument(args.probe, args.expr)
+    original = DEMO_PTX.read_text()
+    result = instrument(original, probes, source=str(DEMO_PTX))
+    out = Path(args.dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _error(f"--dir {out}: cannot create: {e.strerror or e}") from None
+    _write(str(out / "original.ptx"), original, "--dir")
+    _write(str(out / "probed.ptx"), result.ptx, "--dir")
+    _write(str(out / "kernel.json"), json.dumps(result.info_json(), indent=2) + "\n", "--dir")
+    name = args.probe or "the -e probe"
+    print(f"neutrino demo: instrumented the example kernel vadd with {name} (no GPU needed)")
+    for kernel, info in result.kernels.items():
+        added = len(result.ptx.splitlines()) - len(original.splitlines())
+        for m in info["maps"]:
+            fields = ", ".join(f"{f['name']}:{f['type']}" for f in m["fields"])
+            print(f"  {kernel}: {info['sites']} probe site(s), +{added} PTX lines; map {m['name']} "
+                  f"({m['type']}, {m['level']} level): {fields}")
+        for skip in info["skipped"]:
+            print(f"  {kernel}: site at line {skip['line']} skipped: {skip['reason']}")
+    if shutil.which("ptxas"):
+        print(f"  {ptxas_check(result.ptx, original)}")
+    else:
+        print("  (ptxas not on PATH: the probed PTX was not assembled)")
+    print(f"  files: {out / 'original.ptx'}, {out / 'probed.ptx'}, {out / 'kernel.json'}")
+    print(f"next: diff {out / 'original.ptx'} {out / 'probed.ptx'}; on a GPU: neutrino -p {args.probe or 'block_sched'} "
+          "-- python your_program.py")
+    return 0
+
+
+def offline_parser() -> argparse.ArgumentParser:
+    parser = console.ArgumentParser(prog="neutrino",
+                                    description="eBPF-style probes for GPU kernels. The options of a profiled run "
+                                                "(-o, -k, --launches, budgets, ...): neutrino -p PROBE --help",
+                                    usage=f"{console.PROFILE_USAGE}\n       neutrino COMMAND ...",
+                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=console.ArgumentParser)
+    p = sub.add_parser("list", help="list the built-in tools (-v: their maps, fields and positions)")
+    p.add_argument("-v", "--verbose", action="store_true", help="also each tool's maps, fields and probes")
+    p.set_defaults(func=cmd_list)
+    p = sub.add_parser("demo", help="instrument an embedded example kernel, say what was done (no GPU needed)")
+    console.add_probe_arguments(p, required=False)
+    p.add_argument("--dir", default="neutrino-demo", help="where to write the PTX and kernel description "
+                                                          "(default ./neutrino-demo)")
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("print", help="parse a PTX file and print it back")
+    p.add_argument("ptx")
+    p.set_defaults(func=cmd_print)
+    p = sub.add_parser("instrument", help="instrument PTX (or a fatbin/cubin/executable) with a probe")
+    p.add_argument("ptx")
+    console.add_probe_arguments(p)
+    p.add_argument("-k", "--kernel", action="append", metavar="PATTERN",
+                   help="instrument only the entry whose name contains PATTERN (=NAME: exactly NAME); "
+                        "the others are pruned (AMDGPU assembly: left unprobed)")
+    p.add_argument("-o", "--output", help="write the probed PTX here (default: stdout)")
+    p.add_argument("--info", help="write the kernel description JSON here")
+    p.add_argument("--check", action="store_true", help="assemble the result with ptxas")
+    p.add_argument("--print-after", action="append", metavar="PASS", help="print the IR after this pass (repeatable)")
+    p.add_argument("--time-passes", action="store_true", help="print the time each pass took")
+    p.add_argument("--verify-each", action="store_true", help="check the kernels' invariants after every pass")
+    p.set_defaults(func=cmd_instrument)
+    p = sub.add_parser("report", help="summarise a trace directory and write plots")
+    p.add_argument("trace")
+    p.add_argument("--out", help="where to write plots (default: TRACE/report)")
+    p.add_argument("--format", choices=("text", "csv", "json"), default="text",
+                   help="text (tables and plots, default), or csv / json on stdout for scripts (no plots)")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("export", help="export a trace")
+    p.add_argument("trace")
+    p.add_argument("--perfetto", help="Chrome trace-event JSON for Perfetto")
+    p.add_argument("--warps", action="store_true", help="also one track per warp under its block")
+    p.add_argument("--clock-ghz", type=float, help="SM clock rate to convert cycles (default: fitted or 1 GHz)")
+    p.set_defaults(func=cmd_export)
+    return parser
+
+
+def _write(path: str, text: str, option: str) -> None:
+    """Write an output file; a path that cannot be written is a clear error, not a traceback."""
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise _error(f"{option} {path}: cannot write: {e.strerror or e}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return dispatch(argv)
+    except BrokenPipeError:
+        return console.EXIT_OK
+    except KeyboardInterrupt:
+        return console.EXIT_INTERRUPTED
+    except (RecursionError, MemoryError) as e:  # a limit we did not foresee: still no traceback
+        console.error(f"input too large or nested too deeply to process ({type(e).__name__})")
+        return console.EXIT_BAD_INPUT
+    except Exception as e:
+        from neutrino.errors import NeutrinoError
+
+        if not isinstance(e, NeutrinoError):
+            raise
+        console.error(str(e))
+        return console.EXIT_BAD_INPUT
+
+
+def dispatch(argv: list[str]) -> int:
+    """A subcommand, `--help`/`--version`, or a program to profile (anything starting with an option)."""
+    if not argv:
+        sys.stderr.write(offline_parser().format_usage() + "neutrino: try 'neutrino --help'\n")
+        return console.EXIT_USAGE
+    first = argv[0]
+    if first in ("-V", "--version"):
+        from neutrino import __version__
+
+        print(f"neutrino {__version__}")
+        return console.EXIT_OK
+    if first in ("-h", "--help"):
+        offline_parser().print_help()
+        return console.EXIT_OK
+    if first in SUBCOMMANDS:
+        args = offline_parser().parse_args(argv)
+        return args.func(args)
+    if not first.startswith("-"):
+        console.error(f"unknown command '{first}'{console.did_you_mean(first, SUBCOMMANDS)}\n"
+                      f"    hint: commands: {', '.join(SUBCOMMANDS)}; to profile a program: "
+                      f"neutrino -p PROBE -- {first} ...")
+        return console.EXIT_USAGE
+    from neutrino.runtime.launcher import run_main
+
+    return run_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""LLVM's AMDGPU assembler as the oracle for probed GCN (like ptxas for PTX).
+
+LLVM 19 is pinned (Debian's `llvm-19`): code-object directives differ between
+LLVM versions, and the corpus is generated with the same version's llc.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+CANDIDATES = ("llvm-mc-19",)
+
+
+def find_llvm_mc() -> str | None:
+    for name in CANDIDATES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def assemble(text: str, gfx: str, timeout: float = 60) -> tuple[bool, str]:
+    """(accepted, diagnostics) of `llvm-mc -triple=amdgcn-amd-amdhsa -mcpu=GFX -filetype=obj`."""
+    tool = find_llvm_mc()
+    if tool is None:
+        raise FileNotFoundError("llvm-mc-19 not found (Debian: apt-get install llvm-19)")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probed.s"
+        src.write_text(text)
+        proc = subprocess.run([tool, "-triple=amdgcn-amd-amdhsa", f"-mcpu={gfx}", "-filetype=obj", str(src), "-o", str(Path(tmp) / "probed.o")],
+                              capture_output=True, text=True, timeout=timeout)
+    return proc.returncode == 0, proc.stderr

@@ -1,0 +1,287 @@
+"""Buffer addressing: map parameters, unit indices, slot pointers, declarations.
+
+Appends one `.param .u64` per map (and a `.u32` cap for `count` maps) to the
+entry, and emits at kernel entry, ahead of every probe, the code computing
+what the other passes' code reads: the leader predicates, each array map's
+counts and records pointers for this thread's unit and its zeroed cursor, and
+each sum/hist map's counters pointer (layout in spec/kernel-json.md). Finally declares every register the probes and passes
+introduced, in one block at the top of the kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import ClassVar
+
+import attrs
+
+from neutrino.errors import InstrumentError
+from neutrino.isa.ptx import ir
+from neutrino.passes.build import entry_index, insn
+from neutrino.passes.lower_save import map_register
+from neutrino.passes.manager import Context, KernelState
+from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.trace import STRIPES, stripe_row_bytes
+
+ORIGIN = "buffer-addressing"
+
+
+def param_names(kernel: str, map_name: str) -> tuple[str, str]:
+    return f"{kernel}__nt_buf_{map_name}", f"{kernel}__nt_cap_{map_name}"
+
+
+def declarations(registers: dict[str, str]) -> list[ir.RegDecl]:
+    """One `.reg` per type, names in the order they were asked for."""
+    by_type: dict[str, list[str]] = {}
+    for name, rtype in registers.items():
+        by_type.setdefault(rtype, []).append(name)
+    return [ir.RegDecl(rtype, tuple(names), None, 0, ORIGIN) for rtype, names in by_type.items()]
+
+
+@attrs.define
+class _Prologue:
+    state: KernelState
+    code: list[ir.Instruction] = attrs.Factory(list)
+
+    def t(self, role: str, rtype: str) -> str:
+        return self.state.temp(role, rtype)
+
+    def emit(self, opcode: str, *operands, guard=None) -> None:
+        self.code.append(insn(opcode, *operands, origin=ORIGIN, guard=guard))
+
+    def zero_probe_registers(self) -> None:
+        """Probe registers start at zero (false), so counters need no initialisation."""
+        for name in self.state.renames.values():
+            rtype = self.state.temps[name]
+            if rtype == "pred":
+                self.emit("setp.ne.u32", name, 0, 0)
+            else:
+                bits = ir.TYPE_BYTES[rtype] * 8
+                self.emit(f"mov.b{bits}", name, 0)
+
+    def thread_geometry(self) -> None:
+        """Linear thread index in the block, threads per block, linear block index, blocks."""
+        tx, ty, tz = (self.t(f"tid_{d}", "b32") for d in "xyz")
+        nx, ny, nz = (self.t(f"ntid_{d}", "b32") for d in "xyz")
+        for reg, special in ((tx, "%tid.x"), (ty, "%tid.y"), (tz, "%tid.z"), (nx, "%ntid.x"), (ny, "%ntid.y"), (nz, "%ntid.z")):
+            self.emit("mov.u32", reg, special)
+        tlin, tpb = self.t("tlin", "b32"), self.t("tpb", "b32")
+        self.emit("mad.lo.u32", tlin, tz, ny, ty)
+        self.emit("mad.lo.u32", tlin, tlin, nx, tx)
+        self.emit("mul.lo.u32", tpb, nx, ny)
+        self.emit("mul.lo.u32", tpb, tpb, nz)
+        cx, cy, cz = (self.t(f"ctaid_{d}", "b32") for d in "xyz")
+        gx, gy, gz = (self.t(f"nctaid_{d}", "b32") for d in "xyz")
+        for reg, special in ((cx, "%ctaid.x"), (cy, "%ctaid.y"), (cz, "%ctaid.z"), (gx, "%nctaid.x"), (gy, "%nctaid.y"), (gz, "%nctaid.z")):
+            self.emit("mov.u32", reg, special)
+        blin, nblocks, w = self.t("blin", "b64"), self.t("nblocks", "b64"), self.t("w64", "b64")
+        # block_linear = (cz*gy + cy)*gx + cx and blocks = gx*gy*gz, in 64 bits: grids can exceed 2^32 threads.
+        self.emit("mul.wide.u32", blin, cz, gy)
+        self.emit("cvt.u64.u32", w, cy)
+        self.emit("add.u64", blin, blin, w)
+        self.emit("cvt.u64.u32", w, gx)
+        self.emit("mul.lo.u64", blin, blin, w)
+        self.emit("cvt.u64.u32", w, cx)
+        self.emit("add.u64", blin, blin, w)
+        self.emit("mul.wide.u32", nblocks, gx, gy)
+        self.emit("cvt.u64.u32", w, gz)
+        self.emit("mul.lo.u64", nblocks, nblocks, w)
+
+    def leaders(self) -> None:
+        tlin = self.t("tlin", "b32")
+        if "warp" in self.state.levels:
+            lane = self.t("lane", "b32")
+            self.emit("and.b32", lane, tlin, 31)
+            self.emit("setp.eq.u32", self.t(LEVEL_LEADER["warp"], "pred"), lane, 0)
+        if "block" in self.state.levels:
+            self.emit("setp.eq.u32", self.t(LEVEL_LEADER["block"], "pred"), tlin, 0)
+
+    def unit(self, level: str) -> tuple[str, str]:
+        """(this thread's unit index, number of units), both .u64."""
+        unit, units = self.t(f"unit_{level}", "b64"), self.t(f"units_{level}", "b64")
+        blin, nblocks, w = self.t("blin", "b64"), self.t("nblocks", "b64"), self.t("w64", "b64")
+        tlin, tpb = self.t("tlin", "b32"), self.t("tpb", "b32")
+        if level == "block":
+            self.emit("mov.b64", unit, blin)
+            self.emit("mov.b64", units, nblocks)
+            return unit, units
+        per_block, index = tpb, tlin
+        if level == "warp":
+            per_block, index = self.t("wpb", "b32"), self.t("warp", "b32")
+            self.emit("add.u32", per_block, tpb, 31)
+            self.emit("shr.u32", per_block, per_block, 5)
+            self.emit("shr.u32", index, tlin, 5)
+        self.emit("cvt.u64.u32", w, per_block)
+        self.emit("mul.lo.u64", units, nblocks, w)
+        self.emit("mul.lo.u64", unit, blin, w)
+        self.emit("cvt.u64.u32", w, index)
+        self.emit("add.u64", unit, unit, w)
+        return unit, units
+
+    def counters_pointer(self, spec, buffer_param: str) -> None:
+        """A sum or hist map: this warp's row of the launch's counters, row = %smid % STRIPES.
+
+        A warp stays on its SM, so the row is fixed at entry; warps of
+        different SMs add to different rows (trace.STRIPES; readers add them up).
+        """
+        buf = map_register(self.state, "buf", spec, "b64")
+        sm, w = self.t("stripe", "b32"), self.t("w64", "b64")
+        self.emit("ld.param.u64", buf, ir.Address(ir.Symbol(buffer_param)))
+        self.emit("cvta.to.global.u64", buf, buf)
+        self.emit("mov.u32", sm, "%smid")
+        self.emit("and.b32", sm, sm, STRIPES - 1)
+        self.emit("mul.wide.u32", w, sm, stripe_row_bytes(spec.record_bytes))
+        self.emit("add.u64", buf, buf, w)
+
+    def map_pointers(self, spec, buffer_param: str, cap_param: str, units_of) -> None:
+        unit, units = units_of(spec.level)
+        buf = map_register(self.state, "buf", spec, "b64")
+        cnt = map_register(self.state, "cnt", spec, "b64")
+        rec = map_register(self.state, "rec", spec, "b64")
+        w = self.t("w64", "b64")
+        self.emit("ld.param.u64", buf, ir.Address(ir.Symbol(buffer_param)))
+        self.emit("cvta.to.global.u64", buf, buf)
+        self.emit("mad.lo.u64", cnt, unit, 4, buf)
+        self.emit("mov.u32", map_register(self.state, "cur", spec, "b32"), 0)
+        if self.state.counting:
+            return
+        # records start after the counts, rounded up to 16 bytes
+        self.emit("mad.lo.u64", rec, units, 4, 15)
+        self.emit("and.b64", rec, rec, -16)
+        self.emit("add.u64", rec, rec, buf)
+        if spec.cap == "count":
+            cap = map_register(self.state, "cap", spec, "b32")
+            self.emit("ld.param.u32", cap, ir.Address(ir.Symbol(cap_param)))
+            self.emit("mul.wide.u32", w, cap, spec.record_bytes)
+        else:
+            self.emit("mov.u64", w, spec.cap * spec.record_bytes)
+        self.emit("mad.lo.u64", rec, unit, w, rec)
+
+
+@attrs.frozen
+class _MapShape:
+    """What the prologue needs of a map."""
+
+    name: str
+    level: str
+    cap: int | str
+    record_bytes: int
+    type: str = "array"
+
+
+@attrs.frozen
+class _PrologueShape:
+    """Everything the prologue's code depends on, but the kernel's name."""
+
+    prefix: str
+    probe_registers: tuple[tuple[str, str], ...]  # (renamed register, type), in order
+    levels: frozenset[str]
+    maps: tuple[_MapShape, ...]
+    counting: bool
+
+    @classmethod
+    def of(cls, state: KernelState, maps: list) -> "_PrologueShape":
+        return cls(
+            state.prefix,
+            tuple((name, state.temps[name]) for name in state.renames.values()),
+            frozenset(state.levels),
+            tuple(_MapShape(m.name, m.level, m.cap, m.record_bytes, m.type) for m in maps),
+            state.counting,
+        )
+
+
+@attrs.frozen
+class _PrologueTemplate:
+    code: tuple[ir.Instruction, ...]  # parameters named as for a kernel called ""
+    registers: tuple[tuple[str, str], ...]  # every register the code uses, in first-use order
+    param_loads: tuple[int, ...]  # indices of the instructions that name a parameter
+    operand_texts: tuple[str | None, ...]  # how each instruction's operands print: computed once, not per kernel
+
+    def instantiate(self, state: KernelState, owner: str) -> list[ir.Instruction]:
+        for name, rtype in self.registers:
+            old = state.temps.setdefault(name, rtype)
+            if old != rtype:
+                raise InstrumentError(f"internal: register {name} requested as .{rtype} and .{old}")
+        code = [
+            ir.Instruction(t.opcode, t.operands, t.guard, 0, ORIGIN, text)
+            for t, text in zip(self.code, self.operand_texts)
+        ]
+        for i in self.param_loads:
+            code[i].operands = _for_kernel(code[i].operands, owner)
+        return code
+
+
+def _names_parameter(insn: ir.Instruction) -> bool:
+    return any(type(o) is ir.Address and type(o.base) is ir.Symbol for o in insn.operands)
+
+
+def _for_kernel(operands: tuple[ir.Operand, ...], owner: str) -> tuple[ir.Operand, ...]:
+    """The template's only symbols are its parameters (`[__nt_buf_x]`): name them for `owner`."""
+    return tuple(
+        ir.Address(ir.Symbol(owner + o.base.name), o.offset) if type(o) is ir.Address and type(o.base) is ir.Symbol else o
+        for o in operands
+    )
+
+
+@functools.lru_cache(maxsize=256)  # a pure function of the shape: kernels of one probe file share it
+def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
+    scratch = KernelState(
+        ir.Function("entry", ""),
+        prefix=shape.prefix,
+        renames={name: name for name, _ in shape.probe_registers},
+        temps=dict(shape.probe_registers),
+        levels=set(shape.levels),
+        counting=shape.counting,
+    )
+    prologue = _Prologue(scratch)
+    prologue.zero_probe_registers()
+    if any(m.type == "array" for m in shape.maps) or shape.levels:
+        prologue.thread_geometry()
+        prologue.leaders()
+    units: dict[str, tuple[str, str]] = {}
+    for spec in shape.maps:
+        if spec.type != "array":
+            prologue.counters_pointer(spec, param_names("", spec.name)[0])
+            continue
+        if spec.level not in units:
+            units[spec.level] = prologue.unit(spec.level)
+        buf_param, cap_param = param_names("", spec.name)
+        prologue.map_pointers(spec, buf_param, cap_param, units.__getitem__)
+    code = tuple(prologue.code)
+    return _PrologueTemplate(
+        code,
+        tuple(scratch.temps.items()),
+        tuple(i for i, insn in enumerate(code) if _names_parameter(insn)),
+        tuple(", ".join(map(str, insn.operands)) or None for insn in code),
+    )
+
+
+@attrs.frozen
+class BufferAddressing:
+    name: ClassVar[str] = "buffer-addressing"
+    requires: ClassVar[tuple[str, ...]] = ("lower-save",)
+
+    def run(self, module: ir.Module, ctx: Context) -> None:
+        for name, state in ctx.kernels.items():
+            # The counting variant takes the parameters of the kernel it counts for.
+            owner = name[: -len("__nt_count")] if state.counting else name
+            self.add_params(state, owner, ctx)
+            shape = _PrologueShape.of(state, [ctx.probes.maps[m] for m in state.maps])
+            code = prologue_template(shape).instantiate(state, owner)
+            body = state.function.body
+            i = entry_index(body)
+            body[i:i] = code
+            body[0:0] = declarations(state.temps)
+
+    @staticmethod
+    def add_params(state: KernelState, owner: str, ctx: Context) -> None:
+        params = state.function.params if state.function.params is not None else []
+        for map_name in state.maps:
+            spec = ctx.probes.maps[map_name]
+            buf_param, cap_param = param_names(owner, map_name)
+            params.append(ir.Param(f".param .u64 {buf_param}"))
+            state.params.append({"name": buf_param, "type": "u64", "map": map_name, "role": "buffer"})
+            if spec.cap == "count":
+                params.append(ir.Param(f".param .u32 {cap_param}"))
+                state.params.append({"name": cap_param, "type": "u32", "map": map_name, "role": "cap"})
+        state.function.params = params

@@ -1,0 +1,80 @@
+"""Small constructors for the instructions passes insert.
+
+Inserted code is built as IR objects, never spliced as text; every inserted
+instruction records its origin (the probe or pass that asked for it).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from neutrino.isa.ptx import ir
+from neutrino.isa.ptx.parser import parse_operand
+
+
+def operand(value) -> ir.Operand:
+    if value.__class__ is str or value.__class__ is int:
+        return _operand_of(value)
+    return value
+
+
+# Operands and opcodes are immutable values, so passes can share one object per text.
+@functools.lru_cache(maxsize=4096)
+def _operand_of(value: int | str) -> ir.Operand:
+    if isinstance(value, int):
+        return ir.Immediate(str(value))
+    if value.startswith("%") and "." not in value and value not in ir.SPECIAL_REGISTERS:
+        return ir.Register(value)  # the common case, without the parser
+    return parse_operand(value)
+
+
+def insn(opcode_text: str, *operands, origin: str, guard: ir.Guard | str | None = None) -> ir.Instruction:
+    if isinstance(guard, str):
+        guard = ir.Guard(ir.Register(guard.lstrip("!")), negated=guard.startswith("!"))
+    return ir.Instruction(ir.opcode(opcode_text), tuple(map(operand, operands)), guard, 0, origin)
+
+
+def entry_index(body: list[ir.Statement]) -> int:
+    """Where code that must run first goes: after the leading declarations, before any label."""
+    for index, stmt in enumerate(body):
+        if isinstance(stmt, (ir.Instruction, ir.Label, ir.Scope)):
+            return index
+    return len(body)
+
+
+Edit = tuple  # (code before, replacement or None to keep the statement, code after)
+
+
+def splice(body: list[ir.Statement], edits: dict[int, Edit]) -> None:
+    """Applies edits keyed by `id(statement)` to the body and its scopes.
+
+    Finds the edited positions in one scan, then builds the new body in one
+    pass, copying the stretches between sites as slices (slice-assigning at
+    each site instead would move the rest of the body once per site:
+    quadratic in a kernel with a probe at every memory instruction).
+    """
+    if not edits:
+        return
+    positions = [i for i, key in enumerate(map(id, body)) if key in edits]
+    if ir.Scope in map(type, body):
+        for stmt in body:
+            if type(stmt) is ir.Scope:
+                splice(stmt.body, edits)
+    if not positions:
+        return
+    out: list[ir.Statement] = []
+    extend = out.extend
+    start = 0
+    for i in positions:
+        extend(body[start:i])
+        stmt = body[i]
+        before, replacement, after = edits[id(stmt)]
+        extend(before)
+        if replacement is None:
+            out.append(stmt)
+        else:
+            extend(replacement)
+        extend(after)
+        start = i + 1
+    extend(body[start:])
+    body[:] = out

@@ -1,0 +1,238 @@
+"""Buffer addressing on GCN: map pointers as extra kernel arguments, the entry code, the new counts.
+
+Each map the kernel's probes write gets an 8-byte `global_buffer` argument
+appended after the kernel's last argument (hidden ones included), so the
+runtime's own argument layout is untouched; `.amdhsa_kernarg_size` and the
+metadata's `.kernarg_segment_size` and `.args` grow by them. Code at kernel
+entry keeps the kernarg segment pointer, the workgroup ids and the packed
+work-item ids (registers the kernel may reuse later) in registers of ours,
+loads the map pointers and computes each unit's slot. Last, the descriptor's
+register counts are raised to cover every register the probes took, and all
+code is spliced in.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from neutrino.errors import InstrumentError
+from neutrino.isa.gcn import abi, ir, metadata
+from neutrino.passes.gcn.state import GcnKernelState, half, insn
+from neutrino.passes.manager import Context
+
+ORIGIN = "buffer-addressing"
+HIDDEN_NEEDED = ("hidden_block_count_x", "hidden_group_size_x")
+UNIFIED_VGPRS = 512  # gfx90a/gfx94x: arch VGPRs and AGPRs share one file of 512 per wave
+
+
+@attrs.frozen
+class GcnBufferAddressing:
+    name: ClassVar[str] = "buffer-addressing"
+    requires: ClassVar[tuple[str, ...]] = ("lower-save",)
+
+    def run(self, module: ir.Module, ctx: Context) -> None:
+        meta = module.metadata()
+        if meta is None:
+            raise InstrumentError(f"{module.source}: no .amdgpu_metadata block: cannot add kernel arguments")
+        for state in ctx.kernels.values():
+            if not state.sites:
+                continue
+            self.arguments(state, meta, ctx)
+            state.entry_code = self.entry_code(state, meta, ctx)
+            self.counts(state, meta)
+        splice(module, ctx)
+
+    @staticmethod
+    def arguments(state: GcnKernelState, meta: ir.Metadata, ctx: Context) -> None:
+        old = state.descriptor.get_int("kernarg_size")
+        offset = -(-old // 8) * 8
+        new = []
+        for name in state.maps:
+            new.append({".address_space": "global", ".name": f"nt_map_{name}", ".offset": str(offset), ".size": "8",
+                        ".value_kind": "global_buffer"})
+            state.params.append({"name": f"nt_map_{name}", "map": name, "offset": offset, "size": 8})
+            offset += 8
+        state.kernarg_size = offset
+        state.descriptor.set("kernarg_size", offset)
+        metadata.set_key(meta, state.name, "kernarg_segment_size", offset)
+        metadata.append_arguments(meta, state.name, [{k.lstrip("."): v for k, v in a.items()} for a in new])
+
+    def entry_code(self, state: GcnKernelState, meta: ir.Metadata, ctx: Context) -> list[ir.Instruction]:
+        desc, regs = state.descriptor, state.registers
+        kernarg = abi.kernarg_pointer(desc)
+        if kernarg is None:
+            raise InstrumentError(f"kernel {state.name}: takes no kernel arguments, so probes cannot be given buffers")
+        kptr = regs.sgprs("kernarg", 2)
+        code = [insn("s_mov_b64", kptr, ir.RegRange("s", kernarg, 2, True), origin=ORIGIN)]
+        if state.exit_code or any(site.kind == "exit" for site in state.sites):
+            code.append(insn("s_mov_b64", regs.sgprs("entry_exec", 2), "exec", origin=ORIGIN))
+        arrays = [ctx.probes.maps[m] for m in state.maps if ctx.probes.maps[m].type == "array"]
+        need_ids = bool(arrays) or "block" in state.levels
+        if need_ids:
+            code += self.capture_ids(state, desc)
+        for param in state.params:
+            code.append(insn("s_load_dwordx2", regs.sgprs(f"map_{param['map']}", 2), kptr, param["offset"], origin=ORIGIN))
+        if need_ids:
+            hidden = {a.get("value_kind"): int(a.get("offset", "0")) for a in metadata.arguments(meta, state.name)}
+            missing = [h for h in HIDDEN_NEEDED if h not in hidden]
+            if missing or hidden["hidden_group_size_x"] != hidden["hidden_block_count_x"] + 12:
+                raise InstrumentError(f"kernel {state.name}: its implicit arguments lack {', '.join(missing) or 'the v5 layout'}: "
+                                      "the grid shape is unknown (compile for code object v5 with implicit arguments)")
+            code.append(insn("s_load_dwordx8", regs.sgprs("grid", 8), kptr, hidden["hidden_block_count_x"], origin=ORIGIN))
+        code.append(insn("s_waitcnt", "lgkmcnt(0)", origin=ORIGIN))
+        if need_ids:
+            code += self.unit_indices(state)
+        for spec in arrays:
+            code += self.slot(state, spec)
+        if state.maps:
+            code.append(insn("v_mov_b32_e32", regs.vgprs("zero"), 0, origin=ORIGIN))
+        return code
+
+    @staticmethod
+    def capture_ids(state: GcnKernelState, desc: ir.Descriptor) -> list[ir.Instruction]:
+        regs = state.registers
+        code = []
+        for axis in "xyz":
+            sgpr = abi.system_sgpr(desc, f"workgroup_id_{axis}")
+            if sgpr is None:
+                raise InstrumentError(f"kernel {state.name}: does not receive workgroup_id_{axis}; its records cannot be placed")
+            code.append(insn("s_mov_b32", regs.sgprs(f"wg_{axis}"), ir.RegRange("s", sgpr), origin=ORIGIN))
+        code.append(insn("v_mov_b32_e32", regs.vgprs("tid_packed"), ir.RegRange("v", 0), origin=ORIGIN))
+        return code
+
+    @staticmethod
+    def unit_indices(state: GcnKernelState) -> list[ir.Instruction]:
+        """Linear workgroup id, threads per workgroup, flat work-item id; the wave's index when a map needs it."""
+        r = state.registers
+        g = r.sgprs("grid", 8)
+        bcx, bcy, sizes_xy, sizes_z = half(g, 0), half(g, 1), half(g, 3), half(g, 4)
+        wg, t, gx, gy, gz, tpw = (r.sgprs(n) for n in ("wg", "t", "gx", "gy", "gz", "tpw"))
+        vx, vy, vz, flat, tid = r.vgprs("vx"), r.vgprs("vy"), r.vgprs("vz"), r.vgprs("flat_tid"), r.vgprs("tid_packed")
+        code = [insn("s_mul_i32", t, bcy, r.sgprs("wg_z"), origin=ORIGIN), insn("s_add_u32", t, t, r.sgprs("wg_y"), origin=ORIGIN),
+                insn("s_mul_i32", t, t, bcx, origin=ORIGIN), insn("s_add_u32", wg, t, r.sgprs("wg_x"), origin=ORIGIN),
+                insn("s_and_b32", gx, sizes_xy, 0xffff, origin=ORIGIN), insn("s_lshr_b32", gy, sizes_xy, 16, origin=ORIGIN),
+                insn("s_and_b32", gz, sizes_z, 0xffff, origin=ORIGIN),
+                insn("s_mul_i32", tpw, gx, gy, origin=ORIGIN), insn("s_mul_i32", tpw, tpw, gz, origin=ORIGIN),
+                insn("s_mul_i32", r.sgprs("blocks"), bcx, bcy, origin=ORIGIN),
+                insn("s_mul_i32", r.sgprs("blocks"), r.sgprs("blocks"), half(g, 2), origin=ORIGIN),
+                # gfx90a/gfx942 pack the work-item ids into v0: x | y << 10 | z << 20
+                insn("v_and_b32_e32", vx, 0x3ff, tid, origin=ORIGIN), insn("v_bfe_u32", vy, tid, 10, 10, origin=ORIGIN),
+                insn("v_bfe_u32", vz, tid, 20, 10, origin=ORIGIN),
+                insn("v_mul_lo_u32", vz, vz, gy, origin=ORIGIN), insn("v_add_u32_e32", vz, vz, vy, origin=ORIGIN),
+                insn("v_mul_lo_u32", vz, vz, gx, origin=ORIGIN), insn("v_add_u32_e32", flat, vz, vx, origin=ORIGIN)]
+        wave, wpw, unit = r.sgprs("wave"), r.sgprs("waves_per_wg"), r.sgprs("unit_warp")
+        code += [insn("s_add_u32", wpw, tpw, 63, origin=ORIGIN), insn("s_lshr_b32", wpw, wpw, 6, origin=ORIGIN)]
+        if "warp" in state.levels:  # wave64: a wave's index in its workgroup is its first work-item's / 64
+            code += [insn("v_readfirstlane_b32", wave, flat, origin=ORIGIN), insn("s_lshr_b32", wave, wave, 6, origin=ORIGIN),
+                     insn("s_mul_i32", unit, wg, wpw, origin=ORIGIN), insn("s_add_u32", unit, unit, wave, origin=ORIGIN)]
+        return code
+
+    @staticmethod
+    def slot(state: GcnKernelState, spec) -> list[ir.Instruction]:
+        """This unit's count address and first record address in `spec`'s buffer, and its cursor set to 0.
+
+        The buffer is laid out as on PTX (spec/kernel-json.md): u32 counts[units], then the
+        records from align16(4 * units), `cap` records per unit.
+        """
+        r = state.registers
+        base, stride = r.sgprs(f"map_{spec.name}", 2), int(spec.cap) * spec.record_bytes
+        units, records = r.sgprs("units"), r.sgprs("records_at")
+        per_block = {"thread": r.sgprs("tpw"), "warp": r.sgprs("waves_per_wg")}.get(spec.level)
+        code = [insn("s_mul_i32", units, r.sgprs("blocks"), per_block, origin=ORIGIN) if per_block is not None
+                else insn("s_mov_b32", units, r.sgprs("blocks"), origin=ORIGIN),
+                insn("s_lshl_b32", records, units, 2, origin=ORIGIN),
+                insn("s_add_u32", records, records, 15, origin=ORIGIN),
+                insn("s_and_b32", records, records, 0xFFFFFFF0, origin=ORIGIN)]
+        if spec.level != "thread":
+            unit = r.sgprs("wg") if spec.level == "block" else r.sgprs("unit_warp")
+            slot, count, lo, hi = r.sgprs(f"slot_{spec.name}", 2), r.sgprs(f"count_{spec.name}", 2), r.sgprs("t"), r.sgprs("t_hi")
+            return code + [
+                insn("s_lshl_b32", lo, unit, 2, origin=ORIGIN),
+                insn("s_add_u32", half(count, 0), half(base, 0), lo, origin=ORIGIN),
+                insn("s_addc_u32", half(count, 1), half(base, 1), 0, origin=ORIGIN),
+                insn("s_mul_i32", lo, unit, stride, origin=ORIGIN), insn("s_mul_hi_u32", hi, unit, stride, origin=ORIGIN),
+                insn("s_add_u32", lo, lo, records, origin=ORIGIN), insn("s_addc_u32", hi, hi, 0, origin=ORIGIN),
+                insn("s_add_u32", half(slot, 0), half(base, 0), lo, origin=ORIGIN),
+                insn("s_addc_u32", half(slot, 1), half(base, 1), hi, origin=ORIGIN),
+                insn("s_mov_b32", r.sgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
+        slot, count, unit = r.vgprs(f"slot_{spec.name}", 2), r.vgprs(f"count_{spec.name}", 2), r.vgprs("unit_thread")
+        lo, hi, offset = r.vgprs("vx"), r.vgprs("vy"), r.vgprs("vz")
+        t, sstride, carry, sink = r.sgprs("t"), r.sgprs("stride"), r.sgprs("carry", 2), r.sgprs("carry_out", 2)
+        return code + [
+            insn("s_mul_i32", t, r.sgprs("wg"), r.sgprs("tpw"), origin=ORIGIN),
+            insn("v_add_u32_e32", unit, t, r.vgprs("flat_tid"), origin=ORIGIN),
+            # counts[unit]
+            insn("v_lshlrev_b32_e32", offset, 2, unit, origin=ORIGIN),
+            insn("v_add_co_u32_e64", half(count, 0), carry, half(base, 0), offset, origin=ORIGIN),
+            insn("v_mov_b32_e32", half(count, 1), half(base, 1), origin=ORIGIN),
+            insn("v_addc_co_u32_e64", half(count, 1), sink, 0, half(count, 1), carry, origin=ORIGIN),
+            # records + unit * stride
+            insn("s_mov_b32", sstride, stride, origin=ORIGIN),
+            insn("v_mul_lo_u32", lo, unit, sstride, origin=ORIGIN), insn("v_mul_hi_u32", hi, unit, sstride, origin=ORIGIN),
+            insn("v_add_co_u32_e64", lo, carry, records, lo, origin=ORIGIN),
+            insn("v_addc_co_u32_e64", hi, sink, 0, hi, carry, origin=ORIGIN),
+            insn("v_add_co_u32_e64", half(slot, 0), carry, half(base, 0), lo, origin=ORIGIN),
+            insn("v_mov_b32_e32", half(slot, 1), half(base, 1), origin=ORIGIN),
+            insn("v_addc_co_u32_e64", half(slot, 1), sink, half(slot, 1), hi, carry, origin=ORIGIN),
+            insn("v_mov_b32_e32", r.vgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
+
+    @staticmethod
+    def counts(state: GcnKernelState, meta: ir.Metadata) -> None:
+        """Raises the descriptor's register counts over every register the probes took (AGPRs move up with accum_offset)."""
+        desc, regs = state.descriptor, state.registers
+        old_sgpr, old_vgpr = desc.get_int("next_free_sgpr"), desc.get_int("next_free_vgpr")
+        state.old_counts = {"next_free_sgpr": old_sgpr, "next_free_vgpr": old_vgpr}
+        new_sgpr = max(old_sgpr, regs.next_s)
+        desc.set("next_free_sgpr", new_sgpr)
+        if desc.get("accum_offset") is not None:
+            accum = desc.get_int("accum_offset")
+            agprs = max(0, old_vgpr - accum)
+            new_accum = max(accum, -(-regs.next_v // 4) * 4)
+            desc.set("accum_offset", new_accum)
+            new_vgpr = new_accum + agprs if agprs else max(old_vgpr, regs.next_v)
+        else:
+            new_vgpr = max(old_vgpr, regs.next_v)
+        if new_vgpr > UNIFIED_VGPRS:
+            raise InstrumentError(f"kernel {state.name}: the probes need {new_vgpr} VGPRs with its AGPRs, more than "
+                                  f"the {UNIFIED_VGPRS} a wave can have")
+        desc.set("next_free_vgpr", new_vgpr)
+        for key in ("sgpr_count", "vgpr_count"):
+            old = next((a for a in [_meta_value(meta, state.name, "." + key)] if a is not None), None)
+            if old is not None:
+                grown = old + (new_sgpr - old_sgpr if key == "sgpr_count" else new_vgpr - old_vgpr)
+                metadata.set_key(meta, state.name, key, grown)
+
+
+def _meta_value(meta: ir.Metadata, kernel: str, key: str) -> int | None:
+    return metadata.get_int(meta, kernel, key.lstrip("."))
+
+
+def splice(module: ir.Module, ctx: Context) -> None:
+    """All sites' code and each kernel's entry code into the module, in one pass over it."""
+    before: dict[int, list] = {}
+    after: dict[int, list] = {}
+    for state in ctx.kernels.values():
+        if state.entry_code and state.originals:
+            before.setdefault(id(state.originals[0]), []).extend(state.entry_code)
+        entry = [c for s in state.sites if s.kind == "entry" for c in s.code]
+        if entry and state.originals:
+            before.setdefault(id(state.originals[0]), []).extend(entry)
+        for site in state.sites:
+            if site.kind == "entry":
+                continue
+            # code after the kernel's end runs before it: nothing runs after s_endpgm
+            target = before if site.where == "before" or site.kind == "exit" else after
+            target.setdefault(id(site.anchor), []).extend(site.code)
+        for anchor in state.exits if state.exit_code else ():
+            before.setdefault(id(anchor), []).extend(state.exit_code)
+    if not before and not after:
+        return
+    out: list[ir.Statement] = []
+    for item in module.items:
+        key = id(item)
+        out.extend(before.get(key, ()))
+        out.append(item)
+        out.extend(after.get(key, ()))
+    module.items[:] = out

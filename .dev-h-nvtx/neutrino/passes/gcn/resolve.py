@@ -1,0 +1,197 @@
+"""Operand resolution on GCN: each site's snippet with probe registers and helpers made physical.
+
+Helpers (spec/probe-toml.md, "GCN snippets"): BYTES is the access width of the
+matched instruction (semantics table); ADDR its 64-bit address, computed into
+a VGPR pair of ours; OUT and IN1..IN3 its first written and n-th read operand.
+A site whose instruction lacks what a helper needs is skipped and listed with
+the reason, never guessed. SAVE stays abstract (`SaveOp`) for SAVE lowering.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from neutrino.isa.gcn import ir
+from neutrino.isa.gcn.semantics import Access, registers, semantics
+from neutrino.isa.gcn.snippets import is_gcn
+from neutrino.isa.ptx import ir as ptx
+from neutrino.passes.gcn.state import GcnKernelState, GcnSite, SaveOp, half, insn
+from neutrino.passes.manager import Context
+
+ORIGIN = "resolve-operands"
+
+
+class Skip(Exception):
+    """This site cannot run its snippet; the message says why."""
+
+
+@attrs.frozen
+class GcnOperandResolution:
+    name: ClassVar[str] = "resolve-operands"
+    requires: ClassVar[tuple[str, ...]] = ("virtualize-registers",)
+
+    def run(self, module: ir.Module, ctx: Context) -> None:
+        probes = {p.name: p for p in ctx.probes.probes}
+        for state in ctx.kernels.values():
+            kept = []
+            for site in state.sites:
+                probe = probes[site.probe]
+                snippet = probe.before if site.where == "before" else probe.after
+                try:
+                    if site.kind == "instruction" and site.where == "after" and semantics(site.anchor).branch:
+                        raise Skip("after a branch: the code would run only when the branch is not taken")
+                    site.code = self.resolve_site(state, site, probe, snippet.statements, ctx, module.target)
+                except Skip as e:
+                    state.skipped.append({"probe": site.probe, "line": site.anchor.line if site.anchor else 0,
+                                          "instruction": site.anchor.mnemonic if site.anchor else "", "reason": str(e)})
+                    continue
+                kept.append(site)
+                if probe.map and probe.map not in state.maps:
+                    state.maps.append(probe.map)
+            state.sites = kept
+
+    def resolve_site(self, state: GcnKernelState, site: GcnSite, probe, statements: list, ctx: Context, target: str | None) -> list:
+        helpers = _Helpers(state, site)
+        code: list = []
+        pending: SaveOp | None = None
+        for stmt in statements:
+            if is_gcn(stmt) and stmt.mnemonic == "CUID":
+                code.extend(cuid(helpers.operand(stmt.operands[0]), target, state, site.probe))
+            elif is_gcn(stmt):
+                operands = tuple(helpers.operand(o) for o in stmt.operands)
+                code.append(ir.Instruction(stmt.mnemonic, operands, stmt.modifiers, origin=site.probe, line=stmt.line))
+            elif type(stmt) is ptx.Instruction and stmt.opcode.base == "SAVE":
+                save = self.save(state, stmt, probe, helpers, ctx)
+                compact = stmt.opcode.text != "SAVE"
+                if compact and pending is not None:  # the compact form's SAVEs of a snippet fill one record
+                    code.remove(pending)
+                    save = SaveOp(save.map, pending.values + save.values, pending.types + save.types, save.probe, save.guard)
+                pending = save if compact else None
+                code.append(save)
+        prologue = helpers.prologue
+        if site.kind == "exit":
+            # At s_endpgm every lane the wave started with has finished, including lanes the last
+            # branch turned off: exit code runs on all of them (nothing after it needs exec).
+            return [insn("s_mov_b64", "exec", state.registers.sgprs("entry_exec", 2), origin=ORIGIN), *prologue, *code]
+        if site.kind != "instruction":
+            return prologue + code
+        # Probe code must leave SCC as it found it: the kernel may compare before the site and branch after it.
+        scc = state.registers.sgprs("scc")
+        return [insn("s_cselect_b32", scc, 1, 0, origin=ORIGIN), *prologue, *code, insn("s_cmp_lg_u32", scc, 0, origin=ORIGIN)]
+
+    @staticmethod
+    def save(state: GcnKernelState, stmt, probe, helpers: "_Helpers", ctx: Context) -> SaveOp:
+        if stmt.operands and type(stmt.operands[0]) is ptx.Address:
+            map_name = stmt.operands[0].base.name
+            items = stmt.operands[1].items
+        else:
+            map_name = probe.map
+            items = stmt.operands[0].items
+        spec = ctx.probes.maps[map_name]
+        if stmt.opcode.text == "SAVE" or spec.type != "array":
+            types = tuple(f.type for f in spec.fields) if len(spec.fields) == len(items) else ("u64",) * len(items)
+        else:
+            types = (stmt.opcode.modifiers[-1],) * len(items)
+        values = tuple(helpers.operand(_as_gcn(item)) for item in items)
+        guard = helpers.operand(ir.ProbeReg(stmt.guard.register.name)) if stmt.guard is not None else None
+        return SaveOp(map_name, values, types, probe.name, guard)
+
+
+def cuid(dst: ir.RegRange, target: str | None, state: GcnKernelState, probe: str) -> list[ir.Instruction]:
+    """CUID: bits 8-15 of HW_ID (CU, shader array, shader engine); gfx94x also has several dies (XCCs): XCC_ID << 8 on top."""
+    code = [insn("s_getreg_b32", dst, "hwreg(HW_REG_HW_ID)", origin=probe),
+            insn("s_bfe_u32", dst, dst, 0x80008, origin=probe)]  # offset 8, width 8
+    if target and target.startswith("gfx94"):
+        xcc = state.registers.sgprs("xcc")
+        code += [insn("s_getreg_b32", xcc, "hwreg(HW_REG_XCC_ID)", origin=probe),
+                 insn("s_and_b32", xcc, xcc, 15, origin=probe),
+                 insn("s_lshl_b32", xcc, xcc, 8, origin=probe),
+                 insn("s_or_b32", dst, dst, xcc, origin=probe)]
+    return code
+
+
+def _as_gcn(item) -> ir.Operand:
+    """A SAVE operand (read as PTX) as the GCN snippet operand it stands for."""
+    if type(item) is ptx.Register:
+        return ir.ProbeReg(item.name)
+    if type(item) is ptx.Symbol:
+        return ir.ProbeReg(item.name)
+    if type(item) is ptx.Immediate:
+        return ir.Imm(item.text)
+    raise Skip(f"SAVE operand {item} is not a probe register, helper or integer")
+
+
+class _Helpers:
+    """Resolves the operands of one site; computes ADDR once, on first use."""
+
+    def __init__(self, state: GcnKernelState, site: GcnSite):
+        self.state, self.site = state, site
+        self.prologue: list[ir.Instruction] = []
+        self.info = semantics(site.anchor) if site.anchor is not None else None
+        self.addr: ir.RegRange | None = None
+
+    def operand(self, operand: ir.Operand) -> ir.Operand:
+        if type(operand) is not ir.ProbeReg:
+            return operand
+        name = operand.name
+        if name.startswith("%"):
+            reg = self.state.renames[name]
+        elif name == "BYTES":
+            return ir.Imm(str(self._access().bytes))
+        elif name == "ADDR":
+            reg = self._address()
+        else:
+            reg = self._operand_helper(name)
+        if operand.half is None:
+            return reg
+        if reg.count < 2:
+            raise Skip(f"{operand} names half of a 32-bit value")
+        return half(reg, 0 if operand.half == "lo" else 1)
+
+    def _access(self) -> Access:
+        if self.info is None or self.info.access is None:
+            raise Skip("the instruction does not access memory (BYTES/ADDR)")
+        return self.info.access
+
+    def _operand_helper(self, name: str) -> ir.RegRange:
+        if self.site.anchor is None:
+            raise Skip(f"{name} at kernel position")
+        indices = self.info.defs[:1] if name == "OUT" else self.info.uses[int(name[2]) - 1:int(name[2])]
+        regs = registers(self.site.anchor, indices)
+        if not regs:
+            raise Skip(f"{name}: the instruction has no such register operand")
+        if regs[0].file == "a":
+            raise Skip(f"{name} is an AGPR: probes read VGPRs and SGPRs only")
+        if name == "OUT" and self.site.where == "after":
+            # a load's result lands asynchronously; wait for it before reading it
+            self.prologue.insert(0, insn("s_waitcnt", "vmcnt(0) lgkmcnt(0)", origin=ORIGIN))
+        return regs[0]
+
+    def _address(self) -> ir.RegRange:
+        if self.addr is not None:
+            return self.addr
+        access = self._access()
+        if access.space not in ("global", "flat"):
+            raise Skip(f"ADDR of a {access.space} access is not a 64-bit address")
+        anchor = self.site.anchor
+        vaddr = next(ir.registers_in(anchor.operands[access.address[0]]), None)
+        saddr = next(ir.registers_in(anchor.operands[access.address[1]]), None) if len(access.address) > 1 else None
+        offset = next((int(m.split(":", 1)[1], 0) for m in anchor.modifiers if m.startswith("offset:")), 0)
+        regs = self.state.registers
+        out, carry, sink, tmp = regs.vgprs("addr", 2), regs.sgprs("carry", 2), regs.sgprs("carry_out", 2), regs.vgprs("tmp")
+        lo, hi = half(out, 0), half(out, 1)
+        code = self.prologue
+        if saddr is None:  # a 64-bit address in a VGPR pair
+            code += [insn("v_mov_b32_e32", lo, half(vaddr, 0), origin=ORIGIN), insn("v_mov_b32_e32", hi, half(vaddr, 1), origin=ORIGIN)]
+        else:  # SGPR base + 32-bit VGPR offset (gfx9 VOP3 reads at most one SGPR)
+            code += [insn("v_mov_b32_e32", hi, half(saddr, 1), origin=ORIGIN),
+                     insn("v_add_co_u32_e64", lo, carry, half(saddr, 0), vaddr, origin=ORIGIN),
+                     insn("v_addc_co_u32_e64", hi, sink, 0, hi, carry, origin=ORIGIN)]
+        if offset:
+            code += [insn("v_mov_b32_e32", tmp, offset, origin=ORIGIN),
+                     insn("v_add_co_u32_e64", lo, carry, lo, tmp, origin=ORIGIN),
+                     insn("v_addc_co_u32_e64", hi, sink, 0, hi, carry, origin=ORIGIN)]
+        self.addr = out
+        return out

@@ -1,0 +1,116 @@
+"""What the GCN passes learn and decide about one kernel, and the registers they take.
+
+Probe code may only write registers the kernel never touches: SGPRs and
+VGPRs from the first one above the kernel's own (its descriptor's counts and
+every register its code names). `Registers` hands them out, aligned as the
+hardware wants tuples (pairs even, quads on a multiple of 4), and the
+buffer-addressing pass writes the new counts back into the descriptor.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from neutrino.errors import InstrumentError
+from neutrino.isa.gcn import ir
+from neutrino.isa.gcn.parser import parse_operand
+
+#: highest SGPR count a gfx9 kernel may address (s0..s101), less vcc, flat_scratch and xnack_mask
+ADDRESSABLE_SGPRS = 102
+ARCH_VGPRS = 256
+ORIGIN_PASS = "gcn"
+
+
+@attrs.define(eq=False)
+class Registers:
+    """A bump allocator over the registers above the kernel's own."""
+
+    kernel: str
+    next_s: int
+    next_v: int
+    sgpr_limit: int
+    taken: dict[str, ir.RegRange] = attrs.Factory(dict)
+
+    def sgprs(self, role: str, count: int = 1) -> ir.RegRange:
+        return self._take(role, "s", count)
+
+    def vgprs(self, role: str, count: int = 1) -> ir.RegRange:
+        return self._take(role, "v", count)
+
+    def _take(self, role: str, file: str, count: int) -> ir.RegRange:
+        old = self.taken.get(role)
+        if old is not None:
+            if (old.file, old.count) != (file, count):
+                raise InstrumentError(f"internal: register {role} requested as {file}x{count} and {old.file}x{old.count}")
+            return old
+        align = 1 if count == 1 else (2 if count == 2 or file == "v" else 4)
+        first = -(-(self.next_s if file == "s" else self.next_v) // align) * align
+        end = first + count
+        limit = self.sgpr_limit if file == "s" else ARCH_VGPRS
+        if end > limit:
+            what = "SGPRs" if file == "s" else "VGPRs"
+            raise InstrumentError(f"kernel {self.kernel}: the probes need more {what} than are free "
+                                  f"({end} > {limit}); use fewer probe registers or probe a smaller kernel")
+        if file == "s":
+            self.next_s = end
+        else:
+            self.next_v = end
+        reg = self.taken[role] = ir.RegRange(file, first, count, bracketed=count > 1)
+        return reg
+
+
+@attrs.define(eq=False)
+class GcnSite:
+    probe: str
+    where: str  # before / after
+    kind: str  # entry / exit / instruction
+    anchor: ir.Instruction | None
+    code: list = attrs.Factory(list)  # filled by operand resolution: GCN instructions and abstract SAVEs
+
+
+@attrs.define(eq=False)
+class GcnKernelState:
+    name: str
+    descriptor: ir.Descriptor
+    label: ir.Label
+    originals: list[ir.Instruction]
+    registers: Registers
+    sites: list[GcnSite] = attrs.Factory(list)
+    skipped: list[dict] = attrs.Factory(list)
+    renames: dict[str, ir.RegRange] = attrs.Factory(dict)  # probe register → physical registers
+    maps: list[str] = attrs.Factory(list)
+    levels: set[str] = attrs.Factory(set)  # levels whose unit index the lowered SAVEs need
+    entry_code: list[ir.Instruction] = attrs.Factory(list)  # runs before the kernel's first instruction
+    exit_code: list[ir.Instruction] = attrs.Factory(list)  # runs before every s_endpgm, after the exit probes
+    exits: list[ir.Instruction] = attrs.Factory(list)  # the kernel's s_endpgm instructions
+    params: list[dict] = attrs.Factory(list)  # kernel arguments we append
+    kernarg_size: int = 0
+    old_counts: dict[str, int] = attrs.Factory(dict)
+
+
+def insn(mnemonic: str, *operands, origin: str, modifiers: tuple[str, ...] = ()) -> ir.Instruction:
+    """An instruction passes insert: operands as IR values, ints as literals, str as operand text (`exec`, `hwreg(...)`)."""
+    return ir.Instruction(mnemonic, tuple(map(operand, operands)), tuple(modifiers), origin=origin)
+
+
+def operand(value) -> ir.Operand:
+    if isinstance(value, int):
+        return ir.Imm(hex(value) if value > 64 else str(value))
+    if isinstance(value, str):
+        return parse_operand(value)
+    return value
+
+
+def half(reg: ir.RegRange, which: int) -> ir.RegRange:
+    return ir.RegRange(reg.file, reg.first + which)
+
+
+@attrs.define(eq=False)
+class SaveOp:
+    """An abstract SAVE after operand resolution: the values of one record of `map`, each with its field's type."""
+
+    map: str
+    values: tuple  # ir.RegRange or ir.Imm per field
+    types: tuple[str, ...]  # u32 / u64 per field
+    probe: str
+    guard: ir.RegRange | None = None  # a lane mask: only these lanes save

@@ -1,0 +1,632 @@
+"""SAVE lowering: pseudo-instructions → bounds-checked stores, or atomics into counters.
+
+`array` maps: a unit's leader keeps a cursor per map (`<prefix>cur_<map>`).
+One execution of a snippet writes one record: its SAVE operands are converted
+into field registers where they appear, and at the snippet's last SAVE the
+record is stored at `records + cursor * record_bytes` if `cursor < cap`; the
+cursor is then incremented either way, so dropped records are counted. Before
+every `ret`/`exit` the leader stores its cursor into the counts section
+(spec/kernel-json.md). The counting variant of a kernel keeps only the cursor
+arithmetic and the counts.
+
+`sum` maps: the SAVE's values are added to the launch's u64 counters (this
+warp's row of them, chosen at entry by buffer addressing). At thread level the
+lanes that run the SAVE together (`activemask`) first add their values up
+across the warp, then the lowest of them does one `red.global.add.u64` per
+non-zero sum; lanes whose guard is false add 0, so every present lane joins
+the warp operation wherever the SAVE sits (exits included, where some lanes
+may be gone). `hist` maps: the value's bucket is computed; lanes with the same
+bucket are grouped (`match.any.sync`) and one of each group adds the group's
+size. Neither has a cursor or counts, and the counting variant leaves them out.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from typing import ClassVar
+
+import attrs
+
+from neutrino.errors import InstrumentError
+from neutrino.isa.ptx import ir
+from neutrino.isa.ptx.semantics import access_spaces
+from neutrino.passes.build import insn, splice
+from neutrino.passes.manager import Context, KernelState
+from neutrino.passes.match import exits_of
+from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
+from neutrino.trace import Buckets
+
+ORIGIN = "save-lowering"
+COUNT_SUFFIX = "__nt_count"
+REDUX_SM = 80  # redux.sync needs sm_80; older targets reduce with shfl.sync.bfly
+MATCH_SM = 70  # match.any.sync (grouping a warp's lanes by hist bucket) needs sm_70
+ALL_LANES = 0xFFFFFFFF
+
+
+def sm_version(target: str | None) -> int:
+    """The SM number of a module's `.target` (`sm_90a` → 90); 0 when unknown."""
+    m = re.search(r"sm_(\d+)", target or "")
+    return int(m.group(1)) if m else 0
+
+
+def map_register(state: KernelState, role: str, spec: MapSpec, rtype: str) -> str:
+    return state.temp(f"{role}_{spec.name}", rtype)
+
+
+def store_chunks(spec: MapSpec) -> list[list[int]]:
+    """Field indices grouped into the widest aligned vector stores (at most 16 bytes)."""
+    fields = spec.fields
+    record_align = spec.record_bytes & -spec.record_bytes  # largest power of two dividing the size
+    chunks, i = [], 0
+    while i < len(fields):
+        size = 8 if fields[i].type == "u64" else 4
+        for n in (4, 2, 1):
+            width = n * size
+            if n > 1 and (width > 16 or fields[i].offset % width or record_align % width):
+                continue
+            run = fields[i : i + n]
+            if len(run) == n and all(f.type == fields[i].type and f.offset == fields[i].offset + k * size for k, f in enumerate(run)):
+                chunks.append(list(range(i, i + n)))
+                i += n
+                break
+    return chunks
+
+
+@attrs.define
+class _Lowerer:
+    state: KernelState
+    probes: ProbeFile
+    sm: int = 0  # the module's target, which decides how warps reduce
+
+    def emit(self, opcode: str, *operands, guard=None) -> ir.Instruction:
+        return insn(opcode, *operands, origin=ORIGIN, guard=guard)
+
+    def probe_type(self, operand: ir.Operand) -> str | None:
+        if isinstance(operand, ir.Register):
+            return self.state.temps.get(operand.name)
+        return None
+
+    def convert(self, dst: str, ftype: str, value: ir.Operand) -> list[ir.Instruction]:
+        """A SAVE operand → the field register (zero-extend or truncate)."""
+        if isinstance(value, ir.Immediate):
+            return [self.emit(f"mov.b{'64' if ftype == 'u64' else '32'}", dst, value)]
+        if isinstance(value, ir.SpecialRegister):
+            wide = value.name in ("%clock64", "%globaltimer", "%gridid")
+            if wide == (ftype == "u64"):
+                return [self.emit(f"mov.{ftype}", dst, value)]
+            if wide:
+                h = self.state.temp("sx64", "b64")
+                return [self.emit("mov.u64", h, value), self.emit("cvt.u32.u64", dst, h)]
+            h = self.state.temp("sx32", "b32")
+            return [self.emit("mov.u32", h, value), self.emit("cvt.u64.u32", dst, h)]
+        rtype = self.probe_type(value) or "b64"
+        if rtype == "pred":
+            return [self.emit(f"selp.{ftype}", dst, 1, 0, value)]
+        bits = ir.TYPE_BYTES[rtype] * 8
+        want = 64 if ftype == "u64" else 32
+        if bits == want:
+            return [self.emit(f"mov.b{bits}", dst, value)]
+        if rtype.startswith("f"):  # reinterpret float bits before resizing
+            h = self.state.temp(f"fbits{bits}", f"b{bits}")
+            return [self.emit(f"mov.b{bits}", h, value), self.emit(f"cvt.{ftype}.u{bits}", dst, h)]
+        return [self.emit(f"cvt.{ftype}.u{bits}", dst, value)]
+
+    def field_registers(self, spec: MapSpec) -> list[str]:
+        return [map_register(self.state, f"f{i}", spec, "b64" if f.type == "u64" else "b32") for i, f in enumerate(spec.fields)]
+
+    def store(self, spec: MapSpec | "_MapValue", guard: ir.Guard | None) -> list[ir.Instruction]:
+        """The code that writes a complete record (its fields are in the field registers)."""
+        if spec.type == "array":
+            return self.record_store(spec, guard)
+        if self.state.counting:
+            return []  # the counting kernel only sizes array maps
+        if spec.type == "sum":
+            return self.sum_store(spec, guard)
+        return self.hist_store(spec, guard)
+
+    def counter_address(self, spec, offset: int) -> ir.Address:
+        """[buf+offset]: a counter of an aggregation map (its buffer pointer is set up by buffer addressing)."""
+        buf = ir.Register(map_register(self.state, "buf", spec, "b64"))
+        return ir.Address(buf, ir.Immediate(str(offset)) if offset else None)
+
+    def masked(self, reg: str, guard: ir.Guard | None) -> list[ir.Instruction]:
+        """reg = 0 where the SAVE's guard is false: absent samples add nothing."""
+        if guard is None:
+            return []
+        g = guard.register
+        return [self.emit("selp.b64", reg, 0, reg, g) if guard.negated else self.emit("selp.b64", reg, reg, 0, g)]
+
+    def add_if_nonzero(self, address: ir.Address, value: str, guard: ir.Guard | str | None) -> list[ir.Instruction]:
+        """`red.global.add.u64 [address], value` where guard holds and value is not 0.
+
+        Adding 0 changes nothing, and counters that stay 0 (tensor-core
+        instructions in a kernel without any) then cost no atomic at all.
+        """
+        go = self.state.temp("agg_go", "pred")
+        code = [self.emit("setp.ne.u64", go, value, 0)]
+        if isinstance(guard, str):
+            guard = ir.Guard(ir.Register(guard.lstrip("!")), guard.startswith("!"))
+        if guard is not None and guard.negated:
+            off = self.state.temp("agg_off", "pred")
+            code += [self.emit("not.pred", off, guard.register), self.emit("and.pred", go, go, off)]
+        elif guard is not None:
+            code.append(self.emit("and.pred", go, go, guard.register))
+        return code + [self.emit("red.global.add.u64", address, value, guard=go)]
+
+    def sum_store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
+        regs = self.field_registers(spec)
+        if spec.level != "thread":
+            # One lane per warp or block runs it: nothing to aggregate.
+            return [i for f, r in zip(spec.fields, regs) for i in self.add_if_nonzero(self.counter_address(spec, f.offset), r, guard)]
+        mask, lt, lead = self.state.temp("agg_mask", "b32"), self.state.temp("agg_lt", "b32"), self.state.temp("agg_lead", "pred")
+        code = [
+            self.emit("activemask.b32", mask),
+            self.emit("mov.u32", lt, "%lanemask_lt"),
+            self.emit("and.b32", lt, lt, mask),
+            self.emit("setp.eq.u32", lead, lt, 0),  # the lowest present lane
+        ]
+        reduce = self.redux_sum if self.sm >= REDUX_SM else self.shfl_sum
+        if self.sm < REDUX_SM:
+            full = self.state.temp("agg_full", "pred")
+            code += [self.emit("setp.eq.u32", full, mask, ALL_LANES)]
+        for field, reg in zip(spec.fields, regs):
+            code += self.masked(reg, guard) + reduce(spec, field, reg, mask, lead)
+        return code
+
+    def redux_sum(self, spec, field: Field, reg: str, mask: str, lead: str) -> list[ir.Instruction]:
+        """sm_80+: redux.sync adds u32 only, so the u64 is cut into 16+16+32 bits.
+
+        Each low part sums to at most 21 bits over 32 lanes; the high word's sum
+        only matters modulo 2^32, as the counter wraps modulo 2^64 anyway.
+        """
+        lo, hi = self.state.temp("agg_lo", "b32"), self.state.temp("agg_hi", "b32")
+        a, b = self.state.temp("agg_a", "b32"), self.state.temp("agg_b", "b32")
+        total, part = self.state.temp("agg_total", "b64"), self.state.temp("agg_part", "b64")
+        return [
+            self.emit("mov.b64", ir.Vector((ir.Register(lo), ir.Register(hi))), reg),
+            self.emit("and.b32", a, lo, 0xFFFF),
+            self.emit("shr.u32", b, lo, 16),
+            self.emit("redux.sync.add.u32", a, a, mask),
+            self.emit("redux.sync.add.u32", b, b, mask),
+            self.emit("redux.sync.add.u32", hi, hi, mask),
+            self.emit("cvt.u64.u32", total, a),
+            self.emit("cvt.u64.u32", part, b),
+            self.emit("shl.b64", part, part, 16),
+            self.emit("add.u64", total, total, part),
+            self.emit("cvt.u64.u32", part, hi),
+            self.emit("shl.b64", part, part, 32),
+            self.emit("add.u64", total, total, part),
+            *self.add_if_nonzero(self.counter_address(spec, field.offset), total, lead),
+        ]
+
+    def shfl_sum(self, spec, field: Field, reg: str, mask: str, lead: str) -> list[ir.Instruction]:
+        """Before sm_80: a butterfly of shfl.sync when the whole warp is present, else one atomic per lane.
+
+        A butterfly reads lanes that may be absent, so its sum is only used
+        when all 32 lanes are there; the shuffles still name exactly the
+        present lanes, which keeps them legal in a partial warp.
+        """
+        lo, hi = self.state.temp("agg_lo", "b32"), self.state.temp("agg_hi", "b32")
+        total, part = self.state.temp("agg_total", "b64"), self.state.temp("agg_part", "b64")
+        full, first = self.state.temp("agg_full", "pred"), self.state.temp("agg_first", "pred")
+        pair = ir.Vector((ir.Register(lo), ir.Register(hi)))
+        code = [self.emit("mov.b64", total, reg)]
+        for distance in (16, 8, 4, 2, 1):
+            code += [
+                self.emit("mov.b64", pair, total),
+                self.emit("shfl.sync.bfly.b32", lo, lo, distance, 31, mask),
+                self.emit("shfl.sync.bfly.b32", hi, hi, distance, 31, mask),
+                self.emit("mov.b64", part, pair),
+                self.emit("add.u64", total, total, part),
+            ]
+        address = self.counter_address(spec, field.offset)
+        return (code + [self.emit("and.pred", first, full, lead)] + self.add_if_nonzero(address, total, first)
+                + self.add_if_nonzero(address, reg, "!" + full))
+
+    def hist_store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
+        """bucket = index of the value (trace.Buckets.index), then an atomic add to it.
+
+        At thread level from sm_70 on, the lanes present that fall in the same
+        bucket are counted together (`match.any.sync`) and the lowest of them
+        adds their number: one atomic per bucket per warp instead of per lane.
+        """
+        value = self.field_registers(spec)[0]
+        buckets: Buckets = spec.buckets
+        bucket = self.state.temp("hist_bucket", "b32")
+        if buckets.kind == "log2":
+            code = [self.emit("clz.b64", bucket, value), self.emit("sub.u32", bucket, 64, bucket)]
+        else:
+            code = self.linear_bucket(buckets, value, bucket)
+        offset, amount = map_register(self.state, "hoff", spec, "b64"), self.state.temp("hist_amount", "b64")
+        buf = map_register(self.state, "buf", spec, "b64")
+        code += [self.emit("mul.wide.u32", offset, bucket, 8), self.emit("add.u64", offset, offset, buf)]
+        if spec.level != "thread" or self.sm < MATCH_SM:
+            return code + [
+                self.emit("mov.u64", amount, 1),
+                self.emit("red.global.add.u64", ir.Address(ir.Register(offset)), amount, guard=guard),
+            ]
+        return code + self.grouped_increment(bucket, offset, amount, guard)
+
+    def grouped_increment(self, bucket: str, offset: str, amount: str, guard: ir.Guard | None) -> list[ir.Instruction]:
+        """Lanes with equal buckets add their count once; lanes whose guard is false join as a group of their own that adds nothing."""
+        mask, key, peers = self.state.temp("agg_mask", "b32"), self.state.temp("hist_key", "b32"), self.state.temp("hist_peers", "b32")
+        lt, first, n = self.state.temp("agg_lt", "b32"), self.state.temp("hist_first", "pred"), self.state.temp("hist_n", "b32")
+        code = [self.emit("activemask.b32", mask)]
+        if guard is None:
+            key = bucket
+        else:  # no bucket index reaches 2^32 - 1
+            code += [self.emit("mov.b32", key, bucket),
+                     self.emit("mov.b32", key, ALL_LANES, guard=ir.Guard(guard.register, not guard.negated))]
+        code += [
+            self.emit("match.any.sync.b32", peers, key, mask),
+            self.emit("mov.u32", lt, "%lanemask_lt"),
+            self.emit("and.b32", lt, lt, peers),
+            self.emit("setp.eq.u32", first, lt, 0),  # the lowest lane of its group
+            self.emit("popc.b32", n, peers),
+            self.emit("cvt.u64.u32", amount, n),
+        ]
+        if guard is not None:
+            counted = self.state.temp("hist_counted", "pred")
+            code += [self.emit("setp.ne.u32", counted, key, ALL_LANES), self.emit("and.pred", first, first, counted)]
+        return code + [self.emit("red.global.add.u64", ir.Address(ir.Register(offset)), amount, guard=first)]
+
+    def linear_bucket(self, buckets: Buckets, value: str, bucket: str) -> list[ir.Instruction]:
+        under, over = self.state.temp("hist_under", "pred"), self.state.temp("hist_over", "pred")
+        scaled = self.state.temp("hist_scaled", "b64")
+        step = buckets.step
+        code = []
+        if buckets.min:
+            code += [self.emit("setp.lt.u64", under, value, _u64(buckets.min)), self.emit("sub.u64", scaled, value, _u64(buckets.min))]
+        else:
+            code += [self.emit("mov.b64", scaled, value)]
+        code.append(self.emit("setp.ge.u64", over, value, _u64(buckets.max)))
+        if step & (step - 1) == 0:
+            if step > 1:
+                code.append(self.emit("shr.u64", scaled, scaled, step.bit_length() - 1))
+        else:
+            code.append(self.emit("div.u64", scaled, scaled, _u64(step)))
+        code += [self.emit("cvt.u32.u64", bucket, scaled), self.emit("add.u32", bucket, bucket, 1)]
+        if buckets.min:
+            code.append(self.emit("mov.u32", bucket, 0, guard=under))
+        code.append(self.emit("mov.u32", bucket, buckets.count - 1, guard=over))
+        return code
+
+    def record_store(self, spec: MapSpec, guard: ir.Guard | None) -> list[ir.Instruction]:
+        cur = map_register(self.state, "cur", spec, "b32")
+        bump = self.emit("add.u32", cur, cur, 1, guard=guard)
+        if self.state.counting:
+            return [bump]
+        ok = map_register(self.state, "ok", spec, "pred")
+        cap = map_register(self.state, "cap", spec, "b32") if spec.cap == "count" else spec.cap
+        code = [self.emit("setp.lt.u32", ok, cur, cap)]
+        if guard is not None:
+            g = guard.register
+            if guard.negated:
+                neg = map_register(self.state, "nok", spec, "pred")
+                code += [self.emit("not.pred", neg, g), self.emit("and.pred", ok, ok, neg)]
+            else:
+                code.append(self.emit("and.pred", ok, ok, g))
+        off = map_register(self.state, "off", spec, "b64")
+        ptr = map_register(self.state, "ptr", spec, "b64")
+        rec = map_register(self.state, "rec", spec, "b64")
+        code += [self.emit("mul.wide.u32", off, cur, spec.record_bytes), self.emit("add.u64", ptr, rec, off)]
+        regs = self.field_registers(spec)
+        for chunk in store_chunks(spec):
+            first = spec.fields[chunk[0]]
+            suffix = "b64" if first.type == "u64" else "b32"
+            vec = "" if len(chunk) == 1 else f".v{len(chunk)}"
+            value = ir.Register(regs[chunk[0]]) if len(chunk) == 1 else ir.Vector(tuple(ir.Register(regs[i]) for i in chunk))
+            address = ir.Address(ir.Register(ptr), ir.Immediate(str(first.offset)) if first.offset else None)
+            code.append(self.emit(f"st.global{vec}.{suffix}", address, value, guard=ir.Guard(ir.Register(ok))))
+        return code + [bump]
+
+    # -- a whole kernel
+    def lower(self) -> None:
+        body = self.state.function.body
+        edits: dict[int, tuple] = {}
+        groups: dict[str, list[ir.Instruction]] = {}
+        for stmt in ir.instructions(body):
+            if stmt.origin is not None and stmt.origin.startswith("probe ") and stmt.opcode.base == SAVE:
+                groups.setdefault(stmt.origin, []).append(stmt)
+        for origin, saves in groups.items():
+            self.lower_group(origin, saves, edits)
+        self.store_counts(edits)
+        splice(body, edits)
+
+    def lower_group(self, origin: str, saves: list[ir.Instruction], edits: dict[int, tuple]) -> None:
+        """Each SAVE of one snippet execution → its part of the record's code.
+
+        The code depends only on the SAVEs, the probe file and a few facts of
+        the kernel, so it is built once per such shape (`_lowered_group`) and
+        copied for every site and kernel that has the same.
+        """
+        probe_name = origin.split(" ", 1)[1].split("#")[0]
+        probe_map = next(p for p in self.probes.probes if p.name == probe_name).map
+        values = tuple(v for s in saves for v in s.operands[-1].items)
+        template = _lowered_group(
+            probe_name,
+            probe_map,
+            tuple(_MapValue.of(spec) for spec in self.probes.maps.values()),
+            self.state.prefix,
+            self.state.counting,
+            self.sm,
+            tuple((s.opcode, s.operands, s.guard) for s in saves),
+            tuple((v.name, self.state.temps[v.name]) for v in values if type(v) is ir.Register and v.name in self.state.temps),
+        )
+        for name, rtype in template.registers:
+            self.state.temp_named(name, rtype)
+        for save, code in zip(saves, template.code):
+            edits[id(save)] = ([], [ir.Instruction(t.opcode, t.operands, t.guard, 0, ORIGIN, text) for t, text in code], [])
+
+    def build_group(self, probe_name: str, probe_map: str | None, maps: dict, saves: list[ir.Instruction]) -> list[list[ir.Instruction]]:
+        """The code replacing each SAVE of `saves` (one snippet execution of probe `probe_name`)."""
+        out: list[list[ir.Instruction]] = []
+        explicit = isinstance(saves[0].operands[0], ir.Address)
+        records = [[s] for s in saves] if explicit else [saves]
+        for record in records:
+            spec = maps[record[0].operands[0].base.name if explicit else probe_map]
+            guards = {(s.guard.register.name, s.guard.negated) if s.guard else None for s in record}
+            if len(guards) > 1:
+                raise InstrumentError(f"probe {probe_name}: the SAVEs of one record must share one predicate")
+            regs = self.field_registers(spec)
+            k = 0
+            for position, save in enumerate(record):
+                values = save.operands[-1].items
+                code: list[ir.Instruction] = []
+                for value in values:
+                    code += self.convert(regs[k], spec.fields[k].type, value)
+                    k += 1
+                if position == len(record) - 1:
+                    code += self.store(spec, save.guard)
+                out.append(code)
+        return out
+
+    def store_counts(self, edits: dict[int, tuple]) -> None:
+        maps = [self.probes.maps[m] for m in self.state.maps if self.probes.maps[m].type == "array"]
+        if not maps:
+            return
+        for anchor in self.state.exits:
+            code: list[ir.Instruction] = []
+            for spec in maps:
+                guard, prep = self.leader_guard(spec.level, anchor.guard)
+                cnt = map_register(self.state, "cnt", spec, "b64")
+                cur = map_register(self.state, "cur", spec, "b32")
+                code += prep + [self.emit("st.global.u32", ir.Address(ir.Register(cnt)), cur, guard=guard)]
+            edits[id(anchor)] = (code, None, [])
+
+    def leader_guard(self, level: str, exit_guard: ir.Guard | None) -> tuple[ir.Guard | None, list[ir.Instruction]]:
+        leader = None
+        if level in LEVEL_LEADER:
+            leader = self.state.temp(LEVEL_LEADER[level], "pred")
+            self.state.levels.add(level)
+        if exit_guard is None:
+            return (ir.Guard(ir.Register(leader)) if leader else None), []
+        if leader is None:
+            return exit_guard, []
+        e = self.state.temp(f"exit_{level}", "pred")
+        first = self.emit("not.pred" if exit_guard.negated else "mov.pred", e, exit_guard.register)
+        return ir.Guard(ir.Register(e)), [first, self.emit("and.pred", e, e, leader)]
+
+
+@attrs.frozen
+class _MapValue:
+    """A map as the lowering sees it, as a value (MapSpec compares by identity)."""
+
+    name: str
+    cap: int | str
+    record_bytes: int
+    fields: tuple[Field, ...]
+    type: str
+    level: str
+    buckets: Buckets | None
+
+    @classmethod
+    def of(cls, spec: MapSpec) -> "_MapValue":
+        return cls(spec.name, spec.cap, spec.record_bytes, tuple(spec.fields), spec.type, spec.level, spec.buckets)
+
+
+@attrs.frozen
+class _GroupTemplate:
+    code: tuple[tuple[tuple[ir.Instruction, str | None], ...], ...]  # per SAVE: (instruction, operand text)
+    registers: tuple[tuple[str, str], ...]  # registers in first-use order
+
+
+@functools.lru_cache(maxsize=256)  # a pure function of its arguments: kernels and sites of one shape share it
+def _lowered_group(
+    probe_name: str, probe_map: str | None, maps: tuple[_MapValue, ...], prefix: str, counting: bool, sm: int, saves: tuple,
+    value_types: tuple,
+) -> _GroupTemplate:
+    scratch = KernelState(ir.Function("entry", ""), prefix=prefix, counting=counting, temps=dict(value_types))
+    origin = f"probe {probe_name}#0"
+    lowerer = _Lowerer(scratch, None, sm)
+    code = lowerer.build_group(
+        probe_name, probe_map, {m.name: m for m in maps}, [ir.Instruction(op, ops, guard, 0, origin) for op, ops, guard in saves]
+    )
+    printed = tuple(tuple((insn, ", ".join(map(str, insn.operands)) or None) for insn in part) for part in code)
+    return _GroupTemplate(printed, tuple(scratch.temps.items()))
+
+
+# Spaces a counting kernel must not write: the program's memory (generic may be global).
+_PROGRAM_SPACES = ("global", None)
+# Types `ld` takes (PTX ISA, ld): an atomic's packed or half types are loaded as bits of their width.
+_LOAD_TYPES = frozenset("b8 b16 b32 b64 b128 u8 u16 u32 u64 s8 s16 s32 s64 f32 f64".split())
+# The widest vector `ld` takes per element size below 4 bytes (`.v8` loads exist only for 32-bit elements).
+_MAX_LOAD_VECTOR = {1: 4, 2: 4}
+_COUNTING_ORIGIN = "counting-variant"
+
+
+def load_type(atomic_type: str) -> str:
+    """The `ld` type moving the bits of one element of an atomic's type."""
+    return atomic_type if atomic_type in _LOAD_TYPES else f"b{ir.TYPE_BYTES[atomic_type] * 8}"
+
+
+def _offset_address(address: ir.Address, delta: int) -> ir.Address:
+    if delta == 0:
+        return address
+    return ir.Address(address.base, ir.Immediate(str(address.offset_value + delta)))
+
+
+def atomic_as_load(atom: ir.Instruction) -> list[ir.Instruction]:
+    """The loads that put in an atomic's destination what it would have read, touching nothing.
+
+    `atom{.sem}{.scope}{.space}.op{.noftz}{.L2::cache_hint}{.vN}.type d, [a], b{, c}{, policy}`
+    becomes `ld{.space}{.vN}.T d, [a]`: the operation, its sources (`cas` has two), memory
+    ordering and cache policy go; T is the type itself where `ld` has it, else the bit type of
+    its width (`.bf16x2` → `.b32`, `.f16` → `.b16`). A vector keeps its shape, except
+    `.v8` of 16-bit elements, which `ld` lacks: two `.v4.b16` loads, 8 bytes apart.
+    An atomic whose result is thrown away (`_`) is dropped like a reduction.
+    """
+    destination, address = atom.operands[0], atom.operands[1]
+    if isinstance(destination, ir.Sink) or not isinstance(address, ir.Address):
+        return []
+    element = atom.opcode.types[-1] if atom.opcode.types else "b32"
+    space = atom.opcode.space
+    prefix = f"ld.{space}" if space else "ld"
+    ltype = load_type(element)
+    if not isinstance(destination, ir.Vector):
+        return [_counting_insn(f"{prefix}.{ltype}", (destination, address), atom)]
+    items = destination.items
+    size = ir.TYPE_BYTES[element]
+    step = min(len(items), _MAX_LOAD_VECTOR.get(size, len(items)))
+    loads = []
+    for first in range(0, len(items), step):
+        part = items[first : first + step]
+        shape = f".v{len(part)}" if len(part) > 1 else ""
+        value = ir.Vector(part) if len(part) > 1 else part[0]
+        loads.append(_counting_insn(f"{prefix}{shape}.{ltype}", (value, _offset_address(address, first * size)), atom))
+    return loads
+
+
+def _counting_insn(opcode: str, operands: tuple, original: ir.Instruction) -> ir.Instruction:
+    return ir.Instruction(ir.opcode(opcode), operands, original.guard, original.line, _COUNTING_ORIGIN)
+
+
+def _write_replacement(insn: ir.Instruction) -> list[ir.Instruction] | None:
+    """None to keep the instruction; otherwise what replaces a write to the program's memory.
+
+    Stores and reductions disappear; an atomic becomes a plain load of the same
+    location into its destination (`atomic_as_load`), so code that uses the old
+    value still runs.
+    """
+    writes = [i for i, access, space in access_spaces(insn.opcode) if access in ("store", "atomic") and space in _PROGRAM_SPACES]
+    if not writes or writes[0] >= len(insn.operands):
+        return None  # decided from the opcode alone for all but the writes themselves
+    if insn.opcode.base == "atom" and not isinstance(insn.operands[0], ir.Address):
+        return atomic_as_load(insn)
+    return []
+
+
+def drop_global_writes(function: ir.Function) -> None:
+    """The counting kernel runs before the real one: it must leave the program's memory alone.
+
+    One pass over each body, rebuilding it only where something changed: linear in its size.
+    """
+    _drop_writes_in(function.body or [])
+
+
+def _drop_writes_in(body: list[ir.Statement]) -> None:
+    rebuilt: list[ir.Statement] = []
+    changed = False
+    for stmt in body:
+        kind = type(stmt)
+        if kind is ir.Scope:
+            _drop_writes_in(stmt.body)
+        elif kind is ir.Instruction and stmt.origin is None:
+            replacement = _write_replacement(stmt)
+            if replacement is not None:
+                rebuilt.extend(replacement)
+                changed = True
+                continue
+        rebuilt.append(stmt)
+    if changed:
+        body[:] = rebuilt
+
+
+def clone_function(function: ir.Function) -> ir.Function:
+    """A copy of a function whose statements are new objects (passes edit statements in place).
+
+    Operands, opcodes and guards are immutable values, so the copies share them;
+    an unparsed instruction stays unparsed. `copy.deepcopy` did the same work
+    object by object, more than ten times slower on large kernels.
+    """
+    clone = copy.copy(function)
+    clone.returns = None if function.returns is None else [ir.Param(p.text) for p in function.returns]
+    clone.params = None if function.params is None else [ir.Param(p.text) for p in function.params]
+    clone.directives = list(function.directives)
+    clone.body = None if function.body is None else _clone_body(function.body)
+    return clone
+
+
+def _clone_body(body: list[ir.Statement]) -> list[ir.Statement]:
+    out: list[ir.Statement] = []
+    append = out.append
+    for stmt in body:
+        kind = type(stmt)
+        if kind is ir.Instruction:
+            # the stored operands (None while unparsed) and their text, not the parsing property
+            append(ir.Instruction(
+                stmt.opcode, stmt._operands, stmt.guard, stmt.line, stmt.origin, stmt.source_operands, stmt.written, stmt.leading
+            ))
+        elif kind is ir.Scope:
+            append(ir.Scope(_clone_body(stmt.body), stmt.line, stmt.leading, stmt.closing))
+        elif kind is ir.RegDecl:
+            append(ir.RegDecl(stmt.type, stmt.names, stmt.count, stmt.line, stmt.origin, stmt.written, stmt.leading))
+        else:
+            append(copy.copy(stmt))
+    return out
+
+
+@attrs.frozen
+class CountingVariant:
+    """For maps with cap = "count": a copy of the kernel that only counts records.
+
+    Made before lowering, from the kernel with its SAVE pseudo-instructions, so
+    that both copies see exactly the same probe code. The copy writes nothing to
+    global (or generic) memory: stores and reductions are dropped and atomics
+    become loads, so running it first leaves the program's data unchanged.
+    """
+
+    name: ClassVar[str] = "counting-variant"
+    requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
+
+    def run(self, module: ir.Module, ctx: Context) -> None:
+        if not any(m.cap == "count" for m in ctx.probes.maps.values()):
+            return
+        for name, state in list(ctx.kernels.items()):
+            clone = clone_function(state.function)
+            clone.name = name + COUNT_SUFFIX
+            drop_global_writes(clone)
+            module.items.insert(module.items.index(state.function) + 1, clone)
+            originals = [i for i in ir.instructions(clone.body) if i.origin is None]
+            ctx.kernels[clone.name] = attrs.evolve(
+                state,
+                function=clone,
+                counting=True,
+                original_ids=[id(i) for i in originals],
+                exits=exits_of(originals),
+                temps=dict(state.temps),
+                levels=set(state.levels),
+                sites=list(state.sites),
+                skipped=[],
+                params=[],
+            )
+            state.count_kernel = clone.name
+
+
+@attrs.frozen
+class SaveLowering:
+    name: ClassVar[str] = "lower-save"
+    requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
+
+    def run(self, module: ir.Module, ctx: Context) -> None:
+        sm = sm_version(module.target)
+        for state in ctx.kernels.values():
+            _Lowerer(state, ctx.probes, sm).lower()
+
+
+def _u64(value: int) -> ir.Immediate:
+    """A u64 immediate; hexadecimal, so values of 2^63 and above keep their bits."""
+    return ir.Immediate(str(value) if value < 1 << 31 else f"0x{value:X}")

@@ -1,0 +1,231 @@
+"""Starting the runtime inside the profiled process (called by startup/sitecustomize.py,
+or by the shim's embedded interpreter in a non-Python program)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+
+ENV_SHIM = "NEUTRINO_SHIM"
+ENV_OPTIONS = "NEUTRINO_OPTIONS"  # = options.ENV_OPTIONS (not imported: attrs loads with the runtime)
+
+_state: dict = {}
+_lock = threading.Lock()
+
+
+def start(embedded: bool = False):
+    """Register the shim callbacks; the runtime is built on the first of them (DeferredRuntime).
+    Idempotent; returns the DeferredRuntime, or None when this process is not profiled."""
+    with _lock:
+        if "runtime" in _state:
+            return _state["runtime"]
+        _state["runtime"] = None
+        rt = _create(embedded)
+        _state["runtime"] = rt
+        return rt
+
+
+def _create(embedded: bool):
+    text = os.environ.get(ENV_OPTIONS)
+    shim_path = os.environ.get(ENV_SHIM)
+    if not text or not shim_path:
+        return None
+    return _wire(text, shim_path, embedded)
+
+
+def _launch_filter(options_json: str) -> tuple[int, int, int]:
+    """--launches from the options, read without the options class (attrs loads with the runtime)."""
+    import json
+
+    try:
+        launches = json.loads(options_json).get("launches") or {}
+        return int(launches.get("start", 0)), int(launches.get("stop", 2**64 - 1)), int(launches.get("every", 1))
+    except (ValueError, AttributeError, TypeError):
+        return 0, 2**64 - 1, 1  # the runtime reports the bad options when it starts
+
+
+def _wire(options_json: str, shim_path: str, embedded: bool):
+    """Register the shim's callbacks now; build the Runtime when the first of them comes.
+
+    Only what every profiled process needs runs at interpreter start: the shim's
+    ctypes glue and its callbacks. The probe, the engine, the trace writer and
+    numpy load with the first CUDA module (README, "Start-up"), so the many
+    processes of a program that never load one (compilers, data loaders, pip)
+    start almost as fast as without neutrino.
+    """
+    from neutrino.runtime import hooks
+    from neutrino.runtime.compilers import CompiledIndex
+
+    shim = hooks.Shim(shim_path)
+    compiled = CompiledIndex()
+    rt = DeferredRuntime(lambda: _build_runtime(options_json, shim, shim_path, embedded, compiled), compiled)
+    shim.set_launch_filter(*_launch_filter(options_json))
+    shim.register(hooks.make_callbacks(rt, shim, on_exit=rt.finish if embedded else None))
+    shim.register_graph(hooks.make_graph_callback(rt))
+    _tap_compilers(rt, shim, embedded)
+    if not embedded:
+        atexit.register(_at_exit, rt, shim)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: _disable_in_child(shim))
+    return rt
+
+
+class DeferredRuntime:
+    """The process's Runtime, built on first use by a shim callback; `finish` and
+    `on_teardown` do nothing when it was never built (no CUDA module was loaded)."""
+
+    def __init__(self, build, compiled):
+        self._build = build
+        self.compiled = compiled  # cubins compiled in this process, before and after the runtime is built
+        self._runtime = None
+        self._failed = False
+        self._lock = threading.Lock()
+
+    @property
+    def started(self) -> bool:
+        return self._runtime is not None
+
+    def runtime(self):
+        if self._runtime is None and not self._failed:
+            with self._lock:
+                if self._runtime is None and not self._failed:
+                    self._runtime = self._start_once()
+        return self._runtime
+
+    def _start_once(self):
+        from neutrino.errors import NeutrinoError
+
+        try:
+            return self._build()
+        except NeutrinoError as e:
+            self._failed = True
+            sys.stderr.write(f"neutrino: runtime not started: {e}\nneutrino: kernels run unprobed\n")
+        except Exception as e:  # noqa: BLE001 - the program must run even if we cannot
+            self._failed = True
+            sys.stderr.write(f"neutrino: runtime not started ({type(e).__name__}: {e}); kernels run unprobed\n")
+        return None
+
+    def __getattr__(self, name):  # on_module, on_function, on_launch, on_link_*, trace: the callbacks' calls
+        rt = self.runtime()
+        if rt is None:
+            raise AttributeError(f"neutrino runtime not started ({name})")
+        return getattr(rt, name)
+
+    def finish(self, *args, **kwargs) -> None:
+        if self._runtime is not None:
+            self._runtime.finish(*args, **kwargs)
+
+    def on_teardown(self) -> None:
+        if self._runtime is not None:
+            self._runtime.on_teardown()
+
+
+def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, compiled):
+    from neutrino.errors import NeutrinoError
+    from neutrino.probefile import load_probes
+    from neutrino.runtime.options import RuntimeOptions
+    from neutrino.runtime.codecache import CodeCache, default_cache_dir
+    from neutrino.runtime.core import Runtime
+    from neutrino.runtime.driver import RealDriver
+    from neutrino.runtime import rank
+    from neutrino.runtime.tracedir import TraceDir
+
+    import neutrino
+
+    opts = RuntimeOptions.from_json(options_json)
+    probes = load_probes(opts.probe)
+    run_dir = _claim_run_dir()
+    trace = TraceDir(run_dir) if run_dir is not None else _trace_dir(opts)
+    trace.write_probe(probes.text)
+    trace.event("start", pid=os.getpid(), argv=list(getattr(sys, "argv", []) or []), probe=opts.probe,
+                options=opts.to_json(), version=neutrino.__version__, embedded=embedded,
+                session=os.environ.get("NEUTRINO_SESSION"), **rank.start_fields())
+    rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
+                 native_writer=shim_path, compiled=compiled)
+    try:
+        cb = _analysis_callback(opts, probes)
+    except NeutrinoError as e:  # a missing or broken analysis hook never stops profiling
+        cb = None
+        trace.event("callback_error", result=None, reason=str(e))
+        sys.stderr.write(f"neutrino: analysis callback disabled: {e}\n")
+    if cb is not None:
+        rt.set_callback(cb)
+    return rt
+
+
+def _claim_run_dir():
+    """`neutrino -o DIR`: the first profiled process to start writes DIR itself; any
+    other process of the program writes its own run directory inside it, DIR/<time>_<pid>."""
+    from pathlib import Path
+
+    run_dir = os.environ.get("NEUTRINO_RUN_DIR")
+    if not run_dir:
+        return None
+    try:
+        os.close(os.open(os.path.join(run_dir, ".owner"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        from neutrino.runtime.tracedir import run_dir_name
+        import time
+
+        return Path(run_dir) / run_dir_name(time.time(), os.getpid())
+    except OSError:
+        return None
+    return Path(run_dir)
+
+
+def _trace_dir(opts):
+    """This process's run directory: per rank under the job's directory when a launcher set a rank."""
+    from neutrino.runtime import rank
+    from neutrino.runtime.tracedir import ENV_JOB, TraceDir
+
+    me = rank.rank_from_env()
+    return TraceDir.create(opts.tracedir, lazy=True, rank=None if me is None else me.rank, job=os.environ.get(ENV_JOB))
+
+
+def _tap_compilers(rt, shim, embedded: bool) -> None:
+    """PTX compiled in the process (XLA's nvJitLink) becomes visible to module loads (compilers.py);
+    a JAX program gets the XLA flags that keep its launches where we can probe them (frameworks.py).
+    Both are set up at start (compilations come before the first module load); the index of
+    compiled cubins is handed to the runtime when it is built."""
+    from neutrino.runtime import compilers, frameworks, hooks
+
+    shim.register_compiler(compilers.make_compiler_callback(rt.compiled, hooks.read_image))
+    if not embedded:
+        from pathlib import Path
+
+        def adopt(index_dir: str) -> None:  # ours to summarise and remove at exit
+            rt.compiled.wrapper_dir = Path(index_dir)
+
+        frameworks.watch_for_jax(lambda *args, **fields: rt.trace.event(*args, **fields), on_wrappers=adopt)
+
+
+def _at_exit(rt, shim) -> None:
+    """Harvest and summarise, then stop the callbacks: launches made while the
+    interpreter shuts down go straight to the driver."""
+    try:
+        rt.finish()
+    finally:
+        shim.unregister()
+        rt.compiled.close()  # the wrappers' index, where no runtime was built to summarise it
+
+
+def _disable_in_child(shim) -> None:
+    """A forked child shares our trace directory and has no harvester thread: it runs unprobed."""
+    try:
+        shim.unregister()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _analysis_callback(opts, probes):
+    """--callback FILE[:FUNC] or the probe's analyze_hook: FUNC(result_path, launch_event)."""
+    from neutrino.runtime.callback import load_callback
+
+    spec = opts.callback
+    base = None
+    if not spec and getattr(probes, "analyze_hook", None):
+        spec = probes.analyze_hook
+        base = os.path.dirname(os.path.abspath(probes.path))
+    return load_callback(spec, base) if spec else None

@@ -1,0 +1,107 @@
+"""Code cache for instrumented kernels: in memory and on disk.
+
+Key: sha256 over the tool version, device arch, probe text, kernel name and
+the module's PTX. An entry holds the probed PTX, its kernel description and,
+once the driver has JIT-compiled it, the cubin, so a second run of the same
+program pays neither instrumentation nor JIT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+import attrs
+
+import neutrino
+
+ENV_CACHE_DIR = "NEUTRINO_CACHE_DIR"
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get(ENV_CACHE_DIR)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "neutrino"
+
+
+def cache_key(ptx: str, probe_text: str, arch: tuple[int, int], kernel: str, *, variant: str = "probed",
+              version: str = neutrino.__version__) -> str:
+    h = hashlib.sha256()
+    for part in (variant, version, f"sm_{arch[0]}{arch[1]}", kernel, probe_text, ptx):
+        data = part.encode()
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+@attrs.define(eq=False)
+class CacheEntry:
+    ptx: str
+    info: dict | None  # kernel description (None for pruned baselines)
+    cubin: bytes | None = None
+
+
+@attrs.define(eq=False)
+class CodeCache:
+    root: Path | None  # None: memory only
+    _mem: dict[str, CacheEntry] = attrs.field(factory=dict)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    def get(self, key: str) -> tuple[CacheEntry | None, str]:
+        """(entry, where) with where in 'memory', 'disk', 'miss'."""
+        with self._lock:
+            e = self._mem.get(key)
+        if e is not None:
+            return e, "memory"
+        e = self._read_disk(key)
+        if e is None:
+            return None, "miss"
+        with self._lock:
+            self._mem[key] = e
+        return e, "disk"
+
+    def put(self, key: str, entry: CacheEntry) -> None:
+        with self._lock:
+            self._mem[key] = entry
+        self._write_disk(key, entry)
+
+    def _dir(self, key: str) -> Path | None:
+        return None if self.root is None else self.root / "kernels" / key[:2] / key
+
+    def _read_disk(self, key: str) -> CacheEntry | None:
+        d = self._dir(key)
+        if d is None or not (d / "probed.ptx").exists():
+            return None
+        try:
+            ptx = (d / "probed.ptx").read_text()
+            info = json.loads((d / "kernel.json").read_text()) if (d / "kernel.json").exists() else None
+            cubin = (d / "probed.cubin").read_bytes() if (d / "probed.cubin").exists() else None
+        except (OSError, ValueError):
+            return None  # a damaged entry is a miss
+        return CacheEntry(ptx, info, cubin)
+
+    def _write_disk(self, key: str, e: CacheEntry) -> None:
+        """Best effort: a full or read-only disk only costs the next run its cache."""
+        d = self._dir(key)
+        if d is None:
+            return
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            _atomic_write(d / "probed.ptx", e.ptx.encode())
+            if e.info is not None:
+                _atomic_write(d / "kernel.json", json.dumps(e.info).encode())
+            if e.cubin is not None:
+                _atomic_write(d / "probed.cubin", e.cubin)
+        except OSError:
+            pass
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{threading.get_ident()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

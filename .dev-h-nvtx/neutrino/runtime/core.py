@@ -1,0 +1,487 @@
+"""The in-process runtime: the shim's entry points, wiring the launch path's stages.
+
+The shim (shim/preload.c) calls `Runtime.on_*` through `neutrino.runtime.hooks`
+for module loads, function lookups and launches of probed functions. Each
+stage of a probed launch has its own module:
+
+    registry.py  which modules and kernels exist, which handles are probed
+    probed.py    building and caching probed code (once per kernel and context)
+    pool.py      map buffers from a per-context pool, within a budget
+    launch.py    enqueueing: zero, launch, copy back; nothing waits
+    drain.py     the writer thread: results → per-kernel result files, event log
+    callback.py  analysis callbacks, run after the program's last launch
+
+Failure policy: every exception on our side before the probed kernel is
+launched turns into `NOT_HANDLED`, which makes the shim run the original
+launch with the original arguments; the event log gets one `fallback` line.
+A launch whose buffers or trace bytes do not fit in the budgets also runs
+unprobed and is counted as dropped (spec/runtime.md).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+
+import attrs
+
+from neutrino import trace as tracefmt
+from neutrino.errors import NeutrinoError
+from neutrino.runtime.attribution import Attributor
+from neutrino.runtime.driver import (
+    COPIED_FUNC_ATTRS,
+    CU_STREAM_LEGACY,
+    CU_STREAM_PER_THREAD,
+    LAUNCH_COOP_PTSZ,
+    LAUNCH_EX_PTSZ,
+    LAUNCH_KERNEL_PTSZ,
+    DriverError,
+)
+from neutrino.runtime.devices import Devices
+from neutrino.runtime.drain import NativeWriter, ResultWriter
+from neutrino.runtime.compilers import CompiledIndex, unseen_xla_compile_reason
+from neutrino.runtime.context import ContextTables
+from neutrino.runtime.fastpath import FastPath
+from neutrino.runtime import graph_ring
+from neutrino.runtime.graph_sinks import NativeGraphSink, PythonGraphSink
+from neutrino.runtime.graphs import G_ADD_KERNEL_NODE, GraphProbes, relaxed_capture
+from neutrino.runtime.frameworks import XLA, kernel_names, module_origin
+from neutrino.runtime.launch import Enqueuer
+from neutrino.runtime.options import RuntimeOptions
+from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
+from neutrino.runtime.probed import Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals  # noqa: F401
+from neutrino.runtime.registry import FuncRec, ModuleRec, Registry, SimplePtx
+from neutrino.runtime.tracedir import TraceDir
+
+NOT_HANDLED = -1  # tells the shim to run the original launch itself
+WAIT_WHEN_FULL = 60.0  # seconds --when-full=wait waits for buffers before dropping the launch
+_SimplePtx = SimplePtx  # the name tests and older callers use
+
+__all__ = ["NOT_HANDLED", "LaunchRequest", "Runtime", "Fallback", "FuncRec", "ModuleRec"]
+
+
+@attrs.frozen
+class LaunchRequest:
+    kind: int
+    func: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    stream: int
+    params: int  # address of the void* array (0 if none)
+    extra: int = 0
+    config: int = 0  # CUlaunchConfig* for cuLaunchKernelEx
+    index: int = 0  # launch number of this function (counted by the shim)
+
+    @property
+    def our_stream(self) -> int:
+        """The stream handle for our own async work, with the default stream made explicit."""
+        if self.stream:
+            return self.stream
+        return CU_STREAM_PER_THREAD if self.kind in (LAUNCH_KERNEL_PTSZ, LAUNCH_EX_PTSZ, LAUNCH_COOP_PTSZ) else CU_STREAM_LEGACY
+
+
+class Runtime:
+    def __init__(self, drv, shim, options: RuntimeOptions, probes, *, trace: TraceDir, cache,
+                 engine=None, ptx_finder=None, native_writer: str | None = None, compiled: CompiledIndex | None = None):
+        """`native_writer`: path of the loaded shim, whose C thread then writes results (drain.py)."""
+        self.drv = drv
+        self.shim = shim  # .probe_add(handle), .probe_remove(handle)
+        self.opt = options
+        self.probes = probes
+        self.trace = trace
+        self.devices = Devices(drv, trace)
+        # cubins the program compiled itself (XLA): content -> PTX; bootstrap.py hands in the one it fills from start
+        self.compiled = compiled if compiled is not None else CompiledIndex()
+        self.registry = Registry(ptx_finder or _default_ptx_finder(), self.devices.current_arch, options.wants,
+                                 self.compiled, named=options.names)
+        self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.devices.arch,
+                                     benchmark=options.benchmark)
+        self.pool = BufferPool(drv, options.buffer_budget, host=not native_writer)
+        self.wait_when_full = options.when_full == "wait"
+        self.trace_budget = ByteBudget(options.trace_budget)
+        self.enqueuer = Enqueuer(drv, copy_back=not native_writer)
+        self.fast: FastPath | None = None
+        if native_writer:
+            self.writer = NativeWriter(native_writer, trace, self.pool, self.enqueuer)
+            self.fast = FastPath(native_writer, options.buffer_budget, options.trace_budget,
+                                 options.time_every, self.wait_when_full)
+            if self.fast.enabled:
+                self.trace_budget = SharedTraceBudget(self.fast, options.trace_budget)
+        else:
+            self.writer = ResultWriter(drv, trace, self.pool, self.enqueuer)
+        self.attribution = Attributor()
+        self.context = _context_tables(native_writer, trace)
+        self.graphs = self._graph_probes(native_writer)
+        self._lock = threading.Lock()
+        self.fallbacks: Counter = Counter()
+        self.no_ptx: Counter = Counter()  # frameworks.Origin -> modules loaded without PTX
+        self.no_ptx_examples: dict[str, str] = {}
+        self.drops: Counter = Counter()  # (kernel, reason) -> launches run unprobed for lack of budget
+        self.probed_launches = 0
+        self.graph_summary: list[dict] = []
+        self.bench: dict[str, list[tuple[list[float], list[float]]]] = {}
+        self.memusage: dict[str, dict] = {}
+        self._callback = None
+        self._closed = False
+
+    def _graph_probes(self, native_writer: str | None) -> GraphProbes:
+        """Kernels captured into CUDA graphs (graphs.py): their nodes' buffers are held against a
+        budget of --buffer-budget bytes of their own (they live as long as their graphs)."""
+        if native_writer:
+            sink = NativeGraphSink(native_writer, self.writer, self.opt.launches, self.opt.buffer_budget)
+        else:
+            sink = PythonGraphSink(self.drv, self.trace, self.trace_budget, self.opt.launches)
+        return GraphProbes(self.drv, self.trace, sink, ByteBudget(self.opt.buffer_budget), self.enqueuer,
+                           self.attribution, arch_of=self.devices.arch,
+                           wait_ns=graph_ring.WAIT_NS if self.opt.when_full == "wait" else 0)
+
+    # ------------------------------------------------------------ what exists
+    @property
+    def modules(self) -> dict[int, ModuleRec]:
+        return self.registry.modules
+
+    @property
+    def functions(self) -> dict[int, FuncRec]:
+        return self.registry.functions
+
+    def on_module(self, kind: str, handle: int, image: bytes | None, path: str | None = None, image_addr: int = 0) -> None:
+        rec, reason, compiled = self.registry.add_module(kind, handle, image, path, image_addr)
+        if rec.ptx is None:
+            origin = module_origin(image, path, xla_compiles_seen=self.compiled.sees_xla_compiles())
+            if compiled is None and origin is XLA and not self.compiled.links_seen:
+                compiled = unseen_xla_compile_reason()
+            reason = compiled or reason
+            with self._lock:
+                self.no_ptx[origin] += 1
+                if compiled:
+                    self.no_ptx_examples.setdefault(origin.name, compiled)
+            self.trace.event("no_ptx", module=hex(handle), kind=kind, path=path, reason=reason, origin=origin.name,
+                             hint=origin.hint, kernels=kernel_names(image))
+        else:
+            self.trace.event("module", module=hex(handle), kind=kind, source=getattr(rec.ptx, "source", None))
+        if self.context is not None:
+            self.context.open_dir()  # the trace exists now: ranges and arguments are written there
+
+    def on_link_add(self, state: int, ptx_text: str) -> None:
+        self.registry.link_add(state, ptx_text)
+
+    def on_link_complete(self, state: int, cubin_addr: int, cubin: bytes | None = None) -> None:
+        self.registry.link_complete(state, cubin_addr, cubin)
+
+    def on_function(self, kind: str, owner: int, name: str | None, out: int) -> bool:
+        seen = len(self.registry.collectives)
+        probed = self.registry.add_function(kind, owner, name, out)
+        if not seen and self.registry.collectives:  # once per process; the exit event counts them all
+            self.trace.event("collective", kernel=name, reason="collective kernels run untouched unless -k names them")
+        return probed
+
+    def arch(self) -> tuple[int, int] | None:
+        """The current context's device architecture (None without a current context)."""
+        return self.devices.current_arch()
+
+    # ------------------------------------------------------------ launches
+    def on_launch(self, req: LaunchRequest) -> int:
+        rec = self.registry.functions.get(req.func)
+        if rec is None or rec.failed or self._closed:
+            return NOT_HANDLED
+        try:
+            ctx = self.drv.ctx_get_current()
+            if not self.opt.memusage and self.drv.stream_is_capturing(req.our_stream):
+                if not self.opt.graphs:
+                    raise Fallback("capture", "the stream is being captured into a CUDA graph and --no-graphs "
+                                   "was given; launch not probed")
+                return self._capture(rec, req, ctx)
+            pk = self.kernels.get(rec, ctx, req.func)
+            self.kernels.check_attrs(pk, req.func, req.shared_bytes)
+            if self.opt.memusage:
+                self._memusage(pk, req)
+                return NOT_HANDLED
+            return self._launch_probed(rec, pk, req, ctx)
+        except Fallback as e:
+            self._fallback(rec, req, e.stage, e.reason, e.permanent, quiet=e.repeat)
+        except DriverError as e:
+            self._fallback(rec, req, "driver", str(e))
+        except NeutrinoError as e:
+            self._fallback(rec, req, "instrument", str(e).splitlines()[0] if str(e) else type(e).__name__, True)
+        except Exception as e:  # noqa: BLE001 - our bug must not break the program
+            self._fallback(rec, req, "internal", f"{type(e).__name__}: {e}")
+        return NOT_HANDLED
+
+    def _launch_probed(self, rec: FuncRec, pk: ProbedKernel, req: LaunchRequest, ctx: int) -> int:
+        if req.extra and not req.params:
+            raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
+        stream = req.our_stream
+        caps = self._count(pk, req, stream, ctx) if pk.count_func else None
+        shape = pk.shape(req.grid, req.block, caps)
+        layouts, frame_bytes = shape.layouts, shape.frame_bytes
+        self.writer.reclaim()
+        if not self.trace_budget.reserve(frame_bytes):
+            return self._drop(rec, req, "trace-budget", f"the trace budget of {self.trace_budget.limit} bytes is spent")
+        try:
+            slots = self._acquire(ctx, shape.classes)
+        except PoolFull as e:
+            self.trace_budget.give_back(frame_bytes)
+            return self._drop(rec, req, "buffer-budget", e.reason)
+        except DriverError as e:
+            self.trace_budget.give_back(frame_bytes)
+            raise Fallback("alloc", f"{sum(lay.size for lay in layouts)} bytes of map buffers: {e}") from None
+        except BaseException:
+            self.trace_budget.give_back(frame_bytes)
+            raise
+        frame = self.attribution.frame()
+        try:
+            flight = self.enqueuer.launch(pk, req, layouts, slots, stream=stream, ctx=ctx, frame=frame,
+                                          frame_bytes=frame_bytes, benchmark=self.opt.benchmark)
+        except Fallback as e:
+            self.pool.release(slots)
+            self.trace_budget.give_back(frame_bytes)
+            if e.stage == "launch":
+                pk.attrs_checked = False  # the program may have changed the original's attributes since
+            raise
+        except BaseException:
+            self.pool.release(slots)
+            self.trace_budget.give_back(frame_bytes)
+            raise
+        # The probed kernel has run: from here on, never fall back (it would run twice).
+        with self._lock:
+            self.probed_launches += 1
+        if flight.bench is not None:
+            self._record_benchmark(pk, req, flight.bench)
+        try:
+            seq = self.writer.submit(flight)
+            self._plan_fast_path(req, ctx, pk, shape, flight)
+        except Exception as e:  # noqa: BLE001 - the result is lost; the launch happened
+            self.trace.event("result_error", kernel=rec.name, kernel_launch=req.index, reason=f"writer: {e}")
+            return 0
+        if self.context is not None and seq:
+            try:
+                self.context.record_launch(rec, req, ctx, seq - 1)
+            except Exception as e:  # noqa: BLE001 - the argument trace never touches the launch
+                self.trace.event("launch_args", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
+        return 0
+
+    def _capture(self, rec: FuncRec, req: LaunchRequest, ctx: int) -> int:
+        """A launch into a stream being captured: the probed kernel goes into the graph (graphs.py)."""
+        with relaxed_capture(self.drv):  # building the probed code loads a module: capture forbids it otherwise
+            pk = self.kernels.get(rec, ctx, req.func)
+            self.kernels.check_attrs(pk, req.func, req.shared_bytes)
+        return self.graphs.capture(rec, pk, req, ctx, req.our_stream)
+
+    def on_graph(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
+        """A graph API call the shim saw (shim/graphs.c): lifetimes of captured graphs, kernel nodes
+        added or changed with the graph API. Returns replacement kernel-node parameters or 0."""
+        if kind == G_ADD_KERNEL_NODE:
+            rec = self.registry.functions.get(b)
+            if rec is not None and not rec.failed and not self._closed:
+                self.graphs.unprobed_node(rec.name, "added with cuGraphAddKernelNode: kernel nodes built with the "
+                                          "graph API run unprobed (capture them from a stream to probe them)",
+                                          graph=hex(a), node=hex(c))
+            return 0
+        return self.graphs.on_graph_event(kind, a, b, c, version)
+
+    def _plan_fast_path(self, req: LaunchRequest, ctx: int, pk: ProbedKernel, shape, flight) -> None:
+        """Let the shim probe this kernel's later launches in C (fastpath.py)."""
+        if self.fast is None or self.opt.benchmark or flight.error is not None:
+            return
+        max_shared = max(pk.attrs_seen.get(COPIED_FUNC_ATTRS[0], 0), 48 * 1024)
+        if not self.fast.wants_plan(req.func, ctx, max_shared):
+            return
+        kernel_id, fd, header = self.writer.plan_inputs(flight)
+        if self.fast.register(req, ctx, pk, shape, kernel_id, fd, header, max_shared):
+            self.trace.event("fast_path", kernel=pk.name, function=hex(req.func), max_shared=max_shared)
+
+    def on_teardown(self) -> None:
+        """A context is about to be destroyed: write what is in flight, forget plans made in it."""
+        self.drain()
+        self.graphs.forget_all()
+        if self.fast is not None:
+            self.fast.reset()
+        self.forget_contexts()
+
+    def forget_contexts(self) -> None:
+        """Drop what is keyed by context handle: a context created later may reuse a destroyed
+        one's handle, on another device (the shim does not say which context goes away)."""
+        self.kernels.forget_contexts()
+        self.devices.forget()
+        self.pool.close()
+        self.enqueuer.forget_contexts()
+        self.writer.forget_contexts()
+
+    def _acquire(self, ctx: int, classes) -> list:
+        """Slots from the pool; when it is full, reclaim what the writer finished and try again
+        (with --when-full=wait, for up to WAIT_WHEN_FULL seconds)."""
+        try:
+            return self.pool.acquire(ctx, classes)
+        except PoolFull as e:
+            self.writer.reclaim()
+            if not self.wait_when_full or e.never:
+                return self.pool.acquire(ctx, classes)
+        deadline = time.monotonic() + WAIT_WHEN_FULL
+        while True:
+            self.writer.wait_idle(0.01)
+            try:
+                return self.pool.acquire(ctx, classes)
+            except PoolFull:
+                if time.monotonic() >= deadline:
+                    raise
+
+    def _count(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
+        layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})
+        classes = [size_class(tracefmt.align(4 * lay.units, 16)) for lay in layouts]
+        try:
+            slots = self._acquire(ctx, classes)
+        except PoolFull as e:
+            raise Fallback("count", f"no buffers for the counting kernel: {e.reason}") from None
+        try:
+            return self.enqueuer.count(pk, req, layouts, slots, stream, ctx)
+        finally:
+            self.pool.release(slots)
+
+    def _fallback(self, rec: FuncRec, req: LaunchRequest, stage: str, reason: str, permanent: bool = False,
+                  quiet: bool = False) -> None:
+        with self._lock:
+            self.fallbacks[(rec.name, stage)] += 1
+        if not quiet:
+            self.trace.event("fallback", kernel=rec.name, stage=stage, reason=reason, kernel_launch=req.index,
+                             permanent=permanent)
+        if permanent:
+            rec.failed = reason
+            for h in self.registry.handles_of(rec):
+                self.shim.probe_remove(h)
+
+    def _drop(self, rec: FuncRec, req: LaunchRequest, reason: str, detail: str) -> int:
+        """A launch the budgets have no room for: it runs unprobed, and is counted
+        (one `dropped` event at the first drop per kernel and reason; totals at exit)."""
+        with self._lock:
+            self.drops[(rec.name, reason)] += 1
+            first = self.drops[(rec.name, reason)] == 1
+        if first:
+            self.trace.event("dropped", kernel=rec.name, reason=reason, detail=detail, kernel_launch=req.index,
+                             first=True)
+        return NOT_HANDLED
+
+    def _collect_fast_path_counts(self) -> None:
+        """Launches the C path probed or dropped count in the summary like the others."""
+        if self.fast is None:
+            return
+        for func, _, st in self.fast.stats():
+            rec = self.registry.functions.get(func)
+            name = rec.name if rec is not None else hex(func)
+            self.probed_launches += st.launches
+            for reason, n in (("buffer-budget", st.dropped_buffer), ("trace-budget", st.dropped_trace)):
+                if n:
+                    self.drops[(name, reason)] += n
+                    self.trace.event("dropped", kernel=name, reason=reason, launches=n, path="c")
+
+    def _collect_graph_counts(self) -> None:
+        """Replays of probed graph nodes count as probed launches; their drops as drops."""
+        self.graph_summary = self.graphs.summary()
+        for node in self.graph_summary:
+            self.probed_launches += node["written"]
+            for reason, key in (("trace-budget", "dropped_trace"), ("writer-behind", "dropped_behind")):
+                if node[key]:
+                    self.drops[(node["kernel"], reason)] += node[key]
+                    self.trace.event("dropped", kernel=node["kernel"], reason=reason, launches=node[key],
+                                     graph=node["graph"], graph_node=node["graph_node"])
+
+    def _record_benchmark(self, pk: ProbedKernel, req: LaunchRequest, bench) -> None:
+        base, probed = bench
+        with self._lock:
+            self.bench.setdefault(pk.name, []).append((base, probed))
+        self.trace.event("benchmark", kernel=pk.name, kernel_launch=req.index, baseline_ns=base, probed_ns=probed)
+
+    @property
+    def result_bytes(self) -> int:
+        """Bytes of result frames written so far."""
+        native = getattr(self.writer, "result_bytes", None)
+        return native if native is not None else self.trace.result_bytes
+
+    def drain(self, timeout: float = 120.0) -> bool:
+        """Wait until every probed launch so far is written; False if that took too long."""
+        return self.writer.wait_idle(timeout)
+
+    # ------------------------------------------------------------ analysis
+    def set_callback(self, fn) -> None:
+        """FUNC(result_path, launch_event), run at exit over every probed launch (never on the launch path)."""
+        self._callback = fn
+
+    # ------------------------------------------------------------ memusage
+    def _memusage(self, pk: ProbedKernel, req: LaunchRequest) -> None:
+        layouts = pk.layouts(req.grid, req.block)
+        maps = {lay.map["name"]: (lay.size if lay.map["cap"] != "count" else None) for lay in layouts}
+        total = sum(v for v in maps.values() if v)
+        self.trace.event("memusage", kernel=pk.name, grid=list(req.grid), block=list(req.block), bytes=total, maps=maps)
+        with self._lock:
+            cur = self.memusage.setdefault(pk.name, {"launches": 0, "max_bytes": 0, "total_bytes": 0,
+                                                      "count_sized": any(v is None for v in maps.values())})
+            cur["launches"] += 1
+            cur["max_bytes"] = max(cur["max_bytes"], total)
+            cur["total_bytes"] += total
+
+    # ------------------------------------------------------------ exit
+    def finish(self, stream=sys.stderr) -> None:
+        """Drain the writer, run the analysis callback, write the tables, print the summary. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.graphs.close()  # the graph rings' last frames go to the writer before it stops
+        self.writer.stop(timeout=120)
+        self.pool.close()
+        if self.context is not None:
+            self.context.close()
+        self._collect_fast_path_counts()
+        self._collect_graph_counts()
+        self.compiled.close(self.trace.event)
+        from neutrino.runtime import callback, report
+
+        if self._callback is not None and self.trace.materialized:
+            callback.run_over_trace(self.trace, self._callback, self.opt.callback_seconds, stream)
+        report.finish(self, stream)
+
+
+class SharedTraceBudget:
+    """The trace budget kept by the shim, shared by the Python and the C launch paths."""
+
+    def __init__(self, fast: FastPath, limit: int):
+        self.fast, self.limit = fast, limit
+
+    def reserve(self, n: int) -> bool:
+        return bool(self.fast.reserve_trace(n))
+
+    def give_back(self, n: int) -> None:
+        self.fast.give_back_trace(n)
+
+
+def _context_tables(native_writer: str | None, trace) -> ContextTables | None:
+    """Ranges and argument tables, written by the shim (context.py); None without one."""
+    if not native_writer:
+        return None
+    try:
+        return ContextTables(native_writer, trace)
+    except (OSError, AttributeError) as e:  # a shim built before the tables existed
+        trace.event("context_tables", reason=f"not recorded: {e}")
+        return None
+
+
+def _default_engine():
+    import neutrino.engine as engine
+
+    return engine
+
+
+def _default_ptx_finder():
+    from neutrino.runtime import ptx_source
+
+    index = None
+
+    def find(image: bytes, arch, *, path=None):
+        nonlocal index
+        if index is None:
+            # Triton compiles and loads kernels seconds apart: look again on every miss.
+            index = ptx_source.TritonCacheIndex(None, min_rescan_interval=0.0)
+        return ptx_source.extract_ptx(image, arch, path=path, triton_index=index)
+
+    return find

@@ -1,0 +1,205 @@
+"""Which framework a module without PTX came from, what makes its kernels probe-able,
+and the environment a framework needs to hand its PTX (or its launches) to us.
+
+Only PTX can be probed. A module that reaches the driver as SASS alone runs
+unprobed; the exit summary groups those modules by their likely origin, guessed
+from the kernel names in the image (cuBLAS, cuDNN, NCCL, PyTorch's ATen, XLA
+fusions) and from the frameworks the process imported, with one line on what,
+if anything, would make them probe-able (spec/ptx-sources.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import attrs
+
+
+@attrs.frozen
+class Origin:
+    name: str
+    hint: str
+
+
+XLA = Origin("XLA (JAX)", "XLA compiled this PTX where we cannot see it (a ptxas our PATH wrapper does not "
+                          "front, or an executable from JAX's persistent compilation cache); its kernels are probed "
+                          "when XLA compiles with libnvJitLink or with the ptxas first on PATH, with JAX's "
+                          "persistent compilation cache off")
+XLA_LIBRARY = Origin("a library XLA calls (cuBLAS, cuDNN, …)",
+                     "XLA's own kernels were compiled where we see their PTX, so an unnamed SASS-only module in a "
+                     "JAX process is one of NVIDIA's libraries: never probed")
+CUBLAS = Origin("cuBLAS", "NVIDIA ships cuBLAS kernels as SASS only: never probed")
+CUDNN = Origin("cuDNN", "NVIDIA ships cuDNN kernels as SASS only: never probed")
+NCCL = Origin("NCCL", "NCCL ships its kernels as SASS only: never probed")
+CUFFT = Origin("cuFFT/cuRAND/cuSPARSE", "NVIDIA libraries ship SASS only: never probed")
+TORCH = Origin("PyTorch (ATen)", "PyTorch's precompiled kernels are SASS only: never probed (its Triton and "
+                                 "TorchInductor kernels are)")
+CUPY = Origin("CuPy", "CuPy hands PTX to the driver when CUPY_COMPILE_WITH_PTX=1 (neutrino sets it unless you "
+                      "did); modules loaded from cubin files stay SASS only")
+NVCC = Origin("a SASS-only build", "rebuild with a PTX target (nvcc -gencode arch=compute_XX,code=compute_XX, "
+                                   "or code=[sm_XX,compute_XX]) to probe its kernels")
+
+# Markers in kernel names (the image's string table), most specific first.
+_NAME_MARKERS: tuple[tuple[bytes, Origin], ...] = (
+    (rb"nccl(Dev)?Kernel|ncclFunction", NCCL),
+    (rb"cudnn|xmma_(fprop|dgrad|wgrad)|conv2d_grouped|fft2d_r2c", CUDNN),
+    (rb"cublas|xmma_gemm|nvjet_|cutlass_[0-9]+_(simt|tensorop|wmma)_|sgemm|hgemm|gemv2[NT]_kernel|gemmSN_|gemmk1_kernel|splitKreduce", CUBLAS),
+    (rb"regular_fft|vector_fft|curand|cusparse|csrmv", CUFFT),
+    (rb"_ZN2at6native|at::native|_ZN3c10", TORCH),
+    (rb"(loop|input)_[A-Za-z0-9_]*fusion|_fusion(_[0-9]+)?\x00|wrapped_[a-z_]+|triton_gemm|gemm_fusion", XLA),
+)
+_NAME_RE = re.compile(b"|".join(b"(?:" + m + b")" for m, _ in _NAME_MARKERS))
+_PATH_MARKERS = (("libcublas", CUBLAS), ("libcudnn", CUDNN), ("libnccl", NCCL), ("libcufft", CUFFT),
+                 ("libcurand", CUFFT), ("libcusparse", CUFFT), ("libtorch", TORCH), ("xla_cuda", XLA),
+                 ("cupy", CUPY))
+
+
+def module_origin(image: bytes | None, path: str | None = None, modules=None, xla_compiles_seen: bool = False) -> Origin:
+    """The likely origin of a module without PTX: its path, its kernel names, then the process's imports.
+    `xla_compiles_seen`: XLA's compilations are visible to us (the subprocess wrappers are in place, or
+    nvJitLink links were seen), so an unrecognised module in a JAX process is a library's, not XLA's."""
+    low = (path or "").lower()
+    for marker, origin in _PATH_MARKERS:
+        if marker in low:
+            return origin
+    if image:
+        m = _NAME_RE.search(image)
+        if m is not None:
+            for marker, origin in _NAME_MARKERS:
+                if re.match(marker, m.group(0)):
+                    return origin
+    loaded = sys.modules if modules is None else modules
+    if "jaxlib" in loaded or "jax" in loaded:
+        return XLA_LIBRARY if xla_compiles_seen else XLA
+    if "cupy" in loaded:
+        return CUPY
+    if "torch" in loaded:
+        return TORCH
+    return NVCC
+
+
+_TEXT_SECTION = re.compile(rb"\.text\.([A-Za-z_$][\w$.]*)\x00")
+
+
+def kernel_names(image: bytes | None, limit: int = 8) -> list[str]:
+    """The first `limit` kernel names of a cubin (its `.text.<kernel>` section names), for the event log."""
+    names: list[str] = []
+    for m in _TEXT_SECTION.finditer(image or b""):
+        name = m.group(1).decode(errors="replace")
+        if name not in names:
+            names.append(name)
+            if len(names) == limit:
+                break
+    return names
+
+
+def summary_lines(counts, examples: dict[str, str] | None = None) -> list[str]:
+    """The exit summary's lines for modules that had no PTX: `counts` is Counter(Origin)."""
+    total = sum(counts.values())
+    if not total:
+        return []
+    lines = [f"neutrino: {total} module(s) had no PTX and ran unprobed (likely origin; what makes them probe-able):"]
+    for origin, n in counts.most_common():
+        lines.append(f"  {n:6d}  {origin.name}: {origin.hint}")
+        if examples and examples.get(origin.name):
+            lines.append(f"          e.g. {examples[origin.name]}")
+    return lines
+
+
+# ---------------------------------------------------------------- the child's environment
+
+XLA_FLAGS = "XLA_FLAGS"
+# XLA records runs of fusions into CUDA graphs built node by node (command buffers); launches
+# there never pass through cuLaunchKernel, so they could not be probed. Plain launches instead
+# change no result, only the launch overhead.
+XLA_PROBE_FLAGS = (("xla_gpu_enable_command_buffer", ""),)
+
+
+class BeforeJaxImport:
+    """A sys.meta_path entry that runs `action` once, when the program first imports jax, and then
+    steps aside. Programs commonly set XLA_FLAGS themselves just before `import jax`; our flags are
+    appended to theirs then (XLA reads the variable later, when JAX starts its backend)."""
+
+    def __init__(self, action):
+        self.action = action
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "jax":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        try:
+            self.action()
+        except Exception:  # noqa: BLE001 - never break the program's import
+            pass
+        return None  # the normal finders import jax
+
+
+def watch_for_jax(event=None, environ=None, on_wrappers=None) -> BeforeJaxImport:
+    """Give a JAX program our XLA flags when it imports jax (or now, if it already has).
+    `on_wrappers(index_dir)` is told where the compiler wrappers file their index."""
+    hook = BeforeJaxImport(lambda: prepare_jax(environ, event, on_wrappers))
+    if "jax" in sys.modules:
+        hook.action()
+    else:
+        sys.meta_path.insert(0, hook)
+    return hook
+
+
+def xla_flags_for_probing(current: str) -> tuple[str, list[str]]:
+    """XLA_FLAGS with ours appended; a flag the user set is never overridden. Returns (value, added)."""
+    added = [f"--{name}={value}" for name, value in XLA_PROBE_FLAGS if f"--{name}" not in current]
+    return " ".join(p for p in [current.strip(), *added] if p), added
+
+
+def route_ptxas_through_wrapper(env, event=None, index_dir: str | None = None) -> str | None:
+    """XLA compiles PTX with a ptxas subprocess, and links parts with nvlink (jaxlib 0.11 without
+    nvJitLink): put our wrappers (subprocess_compilers.py) first on PATH so what every cubin was made
+    from is filed by the cubin's hash. Returns the wrappers' directory, or None (no real ptxas, or
+    wrappers already in place)."""
+    import tempfile
+    from pathlib import Path
+
+    from neutrino.runtime import subprocess_compilers
+
+    if env.get(subprocess_compilers.ENV_INDEX):
+        return None
+    real = {tool: subprocess_compilers.find_real(tool, env.get("PATH", "")) for tool in subprocess_compilers.TOOLS}
+    if real["ptxas"] is None:
+        return None
+    real = {tool: path for tool, path in real.items() if path is not None}
+    index = Path(index_dir or tempfile.mkdtemp(prefix="neutrino-xla-ptx-"))
+    bin_dir = subprocess_compilers.install(index, real)
+    env[subprocess_compilers.ENV_INDEX] = str(index)
+    env["PATH"] = os.pathsep.join(p for p in (str(bin_dir), env.get("PATH", "")) if p)
+    if event is not None:
+        event("framework_flags", framework="jax", variable="PATH", added=[str(bin_dir)], real_ptxas=real["ptxas"],
+              real_nvlink=real.get("nvlink"),
+              why="XLA compiles PTX with a ptxas subprocess (and links parts with nvlink); the wrappers run them "
+                  "unchanged and file each module's PTX by its cubin's hash, so the modules XLA loads are probed "
+                  "from their own PTX")
+    return str(bin_dir)
+
+
+def prepare_jax(environ=None, event=None, on_wrappers=None) -> list[str]:
+    """In a JAX process, before JAX starts its backend: append our XLA flags and route its ptxas
+    and nvlink through our wrappers. Returns the flags added."""
+    env = os.environ if environ is None else environ
+    try:
+        bin_dir = route_ptxas_through_wrapper(env, event)
+        if bin_dir is not None and on_wrappers is not None:
+            on_wrappers(os.path.dirname(bin_dir))
+    except OSError:  # no room for the wrappers: XLA's modules stay unprobed, the program runs as it is
+        pass
+    value, added = xla_flags_for_probing(env.get(XLA_FLAGS, ""))
+    if added:
+        env[XLA_FLAGS] = value
+        if event is not None:
+            event("framework_flags", framework="jax", variable=XLA_FLAGS, added=added,
+                  why="XLA command buffers launch kernels from CUDA graphs built node by node, which are not "
+                      "probed; set the flag yourself to keep them")
+    return added

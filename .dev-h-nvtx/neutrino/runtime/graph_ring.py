@@ -1,0 +1,371 @@
+"""Where a probed graph node's results go on every replay: a ring of slots in device memory,
+filled by a kernel of ours at the end of each replay, copied out by a host thread with the copy
+engine. Nothing on the replay's path crosses PCIe.
+
+A host node (cuLaunchHostFunc) makes every replay wait for a round trip through the driver's
+callback thread: on the H100 a graph of 4 probed kernels replayed 6.9x slower than unprobed with
+one host node per kernel. Copying each replay's maps across PCIe from a kernel node, or reading a
+flag across PCIe to find a free slot, still put microseconds per replay on the path (1.73x on the
+same graph). Instead, when the capture ends, one node of ours is added after every probed kernel
+node of the capture, as a leaf (nothing of the program's waits for it):
+
+* `APPEND_KERNEL`, a grid of chunks x probed nodes. Every block of node b reads the node's state
+  (device memory): the replay number, applies `--launches` to it, and finds whether the next slot
+  is free: slots written minus slots the host has consumed (a counter the host writes into device
+  memory with the copy engine) below the ring's size. A free slot: the block copies its chunk of
+  the maps into it. Either way it zeroes its chunk (the maps read zero at the next replay: no
+  memset node). The last block of the node to finish counts the replay and, when every chunk was
+  copied, publishes the slot: its flag in mapped host memory becomes replay + 1 (a posted store,
+  no round trip). A full ring (the host is behind) drops the replay and counts it; with
+  `--when-full=wait` the blocks first wait up to WAIT_NS for the host to consume a slot.
+
+The host side (shim/graphs.c; PythonGraphSink with fake drivers) polls the flags, copies the
+filled slots into the host ring's slots on a stream of ours (cuMemcpyDtoHAsync: the copy engine,
+alongside the program's work), hands the frames to the writer, clears the flags and writes how
+many slots it has consumed into the node's device state. The device fills a slot only after the
+host consumed it, and the host clears a flag before it says so, so a flag seen set belongs to a
+filled slot.
+
+With `--when-full=wait` the ring's slots are the host ring's own, filled across PCIe, and the
+consumed count is read from the host ring: a device waiting for the host must not depend on the
+host's driver calls, which block while the program's thread waits in a launch for room in a
+full queue (measured on the H100: a cuMemcpyDtoHAsync held 2.7 ms while 3,000 replays were
+enqueued). Slower per replay, and never a deadlock.
+
+Host ring layout (mapped pinned memory; `RingLayout`):
+
+    [0, 64)             counters, u64: replays, written (slots filled), dropped (ring full): a
+                        mirror of the device state's; then consumed (the host's own count, the
+                        source of what it copies into the device state)
+    [64, 64 + 8 K)      flags, u64 per ring slot: 0 free, else replay + 1
+    [slots, +S stride)  S host slots of one frame each: the header (written at capture), then the
+                        sections at the frame's offsets (copied in from device slot i into host
+                        slot i % S)
+
+Device memory of a node (one allocation, `DeviceLayout`): the maps, laid out like the frame's
+sections (one contiguous span, a multiple of 64 bytes, copied with 16-byte loads and stores),
+then STATE_BYTES of state, then K device slots holding a span each (none with --when-full=wait).
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+
+import attrs
+
+APPEND_KERNEL = "__neutrino_graph_append"
+COUNTERS_BYTES = 64
+SLOT_ALIGN = 256
+DEVICE_RING_BYTES = 16 << 20  # device slots per node: as many frames as fit here, 2 to MAX_DEVICE_SLOTS
+MAX_DEVICE_SLOTS = 1024  # shim/graphs.c MAX_SLOTS
+HOST_RING_BYTES = 4 << 20  # host slots per node (where frames are copied out to): 2 to MAX_HOST_SLOTS
+MAX_HOST_SLOTS = 64
+APPEND_THREADS = 256
+# the append kernel's blocks per node: one per chunk of the largest node's maps, a chunk being what
+# its threads copy in one step (16 bytes each): a step costs a memory latency, blocks run at once
+CHUNK_BYTES = APPEND_THREADS * 16
+MAX_CHUNKS = 512
+WAIT_NS = 10_000_000_000  # --when-full=wait: as long as the C launch path waits for room
+# counter offsets, in the device state and (the first three mirrored) in the host ring
+REPLAYS, WRITTEN, DROPPED, CONSUMED = 0, 8, 16, 24
+# the device state: the counters above, then [32] u64 blocks of this replay done (low half) and
+# blocks that copied (high half): one atomic tells the last block both
+DONE = 32
+STATE_BYTES = 64
+
+# Block (c, b): every thread loads its first 16 bytes of chunk c of node b's maps while thread 0
+# decides for the block (state read at gpu scope, `consumed` written by the copy engine or the
+# host) and shares the slot's address (0: no copy) through shared memory: the decision's latency
+# hides behind the load's. The block copies the chunk there and zeroes it; after the barrier thread 0 fences at gpu scope
+# (cumulative: the block's stores before the barrier are ordered too) and adds (copied << 32 | 1)
+# to DONE. The block that completes the count fences (gpu scope for a ring on the device: the copy
+# engine reads device memory through L2; system scope for a ring in host memory, whose slots were
+# written across PCIe), then publishes the flag, the counters and their mirrors, and resets DONE.
+_PTX = """\
+.version {version}
+.target {target}
+.address_size 64
+
+.visible .entry __neutrino_graph_append(
+    .param .u64 p_desc, .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns)
+{{
+    .reg .pred %p<12>;
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<48>;
+    .shared .align 8 .u64 s_slot;
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p7, %r1, 0;
+    ld.param.u64 %rd32, [p_desc];
+    mov.u32 %r2, %ctaid.y;
+    mul.wide.u32 %rd33, %r2, 64;
+    add.u64 %rd32, %rd32, %rd33;
+    ld.global.u64 %rd24, [%rd32];
+    ld.global.u64 %rd25, [%rd32+8];
+    ld.global.u64 %rd31, [%rd32+48];
+    mov.u32 %r8, %nctaid.x;
+    cvt.u64.u32 %rd34, %r8;
+    shl.b64 %rd35, %rd34, 4;
+    add.u64 %rd36, %rd25, %rd35;
+    sub.u64 %rd36, %rd36, 1;
+    div.u64 %rd36, %rd36, %rd35;
+    shl.b64 %rd36, %rd36, 4;
+    mov.u32 %r9, %ctaid.x;
+    cvt.u64.u32 %rd37, %r9;
+    mul.lo.u64 %rd38, %rd37, %rd36;
+    add.u64 %rd39, %rd38, %rd36;
+    min.u64 %rd39, %rd39, %rd25;
+    cvt.u64.u32 %rd22, %r1;
+    shl.b64 %rd22, %rd22, 4;
+    add.u64 %rd22, %rd22, %rd38;
+    mov.u32 %r3, %ntid.x;
+    cvt.u64.u32 %rd23, %r3;
+    shl.b64 %rd23, %rd23, 4;
+    mov.u32 %r7, 0;
+    setp.lt.u64 %p10, %rd22, %rd39;
+    add.u64 %rd26, %rd24, %rd22;
+    @%p10 ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
+    @%p7 bra SHARED;
+    ld.relaxed.gpu.global.u64 %rd2, [%rd31];
+    ld.relaxed.gpu.global.u64 %rd3, [%rd31+8];
+    mov.u64 %rd20, 0;
+    ld.param.u64 %rd5, [p_start];
+    ld.param.u64 %rd6, [p_stop];
+    ld.param.u64 %rd7, [p_every];
+    setp.lt.u64 %p1, %rd2, %rd5;
+    setp.ge.u64 %p2, %rd2, %rd6;
+    or.pred %p1, %p1, %p2;
+    sub.u64 %rd8, %rd2, %rd5;
+    rem.u64 %rd9, %rd8, %rd7;
+    setp.ne.u64 %p3, %rd9, 0;
+    or.pred %p1, %p1, %p3;
+    @%p1 bra DECIDED;
+    ld.global.u64 %rd10, [%rd32+24];
+    ld.global.u64 %rd28, [%rd32+56];
+    ld.relaxed.sys.global.u64 %rd14, [%rd28];
+    sub.u64 %rd15, %rd3, %rd14;
+    setp.lt.u64 %p4, %rd15, %rd10;
+    @%p4 bra FREE;
+    ld.param.u64 %rd29, [p_wait_ns];
+    setp.eq.u64 %p8, %rd29, 0;
+    @%p8 bra DECIDED;
+    mov.u64 %rd30, %globaltimer;
+    add.u64 %rd29, %rd29, %rd30;
+SPIN:
+    nanosleep.u32 2000;
+    ld.relaxed.sys.global.u64 %rd14, [%rd28];
+    sub.u64 %rd15, %rd3, %rd14;
+    setp.lt.u64 %p4, %rd15, %rd10;
+    @%p4 bra FREE;
+    mov.u64 %rd30, %globaltimer;
+    setp.lt.u64 %p9, %rd30, %rd29;
+    @%p9 bra SPIN;
+    bra DECIDED;
+FREE:
+    rem.u64 %rd11, %rd3, %rd10;
+    ld.global.u64 %rd16, [%rd32+32];
+    ld.global.u64 %rd17, [%rd32+40];
+    mad.lo.u64 %rd20, %rd11, %rd17, %rd16;
+DECIDED:
+    st.shared.u64 [s_slot], %rd20;
+SHARED:
+    bar.sync 0;
+    ld.shared.u64 %rd21, [s_slot];
+    setp.ne.u64 %p5, %rd21, 0;
+STEP:
+    setp.ge.u64 %p6, %rd22, %rd39;
+    @%p6 bra STEPPED;
+    add.u64 %rd26, %rd24, %rd22;
+    @!%p5 bra ZERO;
+    @!%p10 ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
+    add.u64 %rd27, %rd21, %rd22;
+    st.global.v4.u32 [%rd27], {{%r4, %r5, %r6, %r10}};
+ZERO:
+    st.global.v4.u32 [%rd26], {{%r7, %r7, %r7, %r7}};
+    setp.ne.u32 %p10, %r7, %r7;
+    add.u64 %rd22, %rd22, %rd23;
+    bra STEP;
+STEPPED:
+    bar.sync 0;
+    @%p7 bra DONE;
+    membar.gl;
+    selp.u64 %rd40, 4294967297, 1, %p5;
+    atom.global.add.u64 %rd41, [%rd31+32], %rd40;
+    add.u64 %rd41, %rd41, %rd40;
+    cvt.u32.u64 %r11, %rd41;
+    setp.ne.u32 %p4, %r11, %r8;
+    @%p4 bra DONE;
+    {publish_fence};
+    ld.global.u64 %rd1, [%rd32+16];
+    add.u64 %rd4, %rd2, 1;
+    shr.u64 %rd42, %rd41, 32;
+    setp.ne.u64 %p6, %rd42, %rd34;
+    @%p6 bra UNWRITTEN;
+    ld.global.u64 %rd10, [%rd32+24];
+    rem.u64 %rd11, %rd3, %rd10;
+    shl.b64 %rd12, %rd11, 3;
+    add.u64 %rd13, %rd1, %rd12;
+    st.relaxed.sys.global.u64 [%rd13+64], %rd4;
+    add.u64 %rd3, %rd3, 1;
+    st.relaxed.gpu.global.u64 [%rd31+8], %rd3;
+    st.relaxed.sys.global.u64 [%rd1+8], %rd3;
+    bra COUNTED;
+UNWRITTEN:
+    @%p1 bra COUNTED;
+    ld.relaxed.gpu.global.u64 %rd19, [%rd31+16];
+    add.u64 %rd19, %rd19, 1;
+    st.relaxed.gpu.global.u64 [%rd31+16], %rd19;
+    st.relaxed.sys.global.u64 [%rd1+16], %rd19;
+COUNTED:
+    mov.u64 %rd43, 0;
+    st.relaxed.gpu.global.u64 [%rd31+32], %rd43;
+    st.relaxed.gpu.global.u64 [%rd31], %rd4;
+    st.relaxed.sys.global.u64 [%rd1], %rd4;
+DONE:
+    ret;
+}}
+"""
+
+
+def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True) -> str:
+    """The append kernel's module for a device of compute capability `arch` (sm_75 code JITs on any
+    newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it), for rings on the
+    device or (`on_device` false: --when-full=wait) in host memory."""
+    fence = "membar.gl" if on_device else "membar.sys"
+    if arch is None or arch >= (7, 5):
+        return _PTX.format(version="7.0", target="sm_75", publish_fence=fence)
+    return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}", publish_fence=fence)
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+@attrs.frozen
+class RingLayout:
+    """Where the counters, flags and slots of one node's host ring are (offsets from its start):
+    a flag per ring slot (`nslots`, the device's or, with `--when-full=wait`, these), and `nstage`
+    host slots that frames land in."""
+
+    nslots: int
+    nstage: int
+    stride: int  # bytes per host slot (a frame, rounded up)
+    frame_bytes: int
+    on_device: bool = True  # the ring's slots are in device memory (else the host slots are the ring)
+
+    @property
+    def flags(self) -> int:
+        return COUNTERS_BYTES
+
+    @property
+    def slots(self) -> int:
+        return _align(COUNTERS_BYTES + 8 * self.nslots, SLOT_ALIGN)
+
+    @property
+    def total(self) -> int:
+        return self.slots + self.nstage * self.stride
+
+    def slot(self, i: int) -> int:
+        return self.slots + (i % self.nstage) * self.stride
+
+
+def _clamp(n: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, n))
+
+
+def ring_layout(frame_bytes: int, on_device: bool = True, minimal: bool = False) -> RingLayout:
+    """A node's ring for frames of `frame_bytes`. On the device (the default) it holds up to
+    DEVICE_RING_BYTES of frames, copied out through fewer host slots; with `--when-full=wait` the
+    device fills the host slots itself (a device that waits on the host must not need the host to
+    make driver calls: those can block behind a launch waiting for room in a full queue).
+    `minimal`: two slots, when the buffer budget holds no more."""
+    stride = _align(frame_bytes, SLOT_ALIGN)
+    nstage = 2 if minimal else _clamp(HOST_RING_BYTES // stride, 2, MAX_HOST_SLOTS)
+    if not on_device:
+        return RingLayout(nstage, nstage, stride, frame_bytes, on_device=False)
+    nslots = 2 if minimal else _clamp(DEVICE_RING_BYTES // stride, 2, MAX_DEVICE_SLOTS)
+    return RingLayout(nslots, min(nstage, nslots), stride, frame_bytes)
+
+
+@attrs.frozen
+class DeviceLayout:
+    """One node's device allocation: the maps (`span` bytes), the state, the device slots (none
+    when the ring is in host memory)."""
+
+    span: int
+    nslots: int
+
+    @property
+    def state(self) -> int:
+        return self.span
+
+    @property
+    def stride(self) -> int:
+        return _align(self.span, SLOT_ALIGN)
+
+    @property
+    def slots(self) -> int:
+        return _align(self.span + STATE_BYTES, SLOT_ALIGN)
+
+    @property
+    def total(self) -> int:
+        return self.slots + self.nslots * self.stride
+
+    def slot(self, i: int) -> int:
+        return self.slots + (i % self.nslots) * self.stride
+
+
+def init_ring(view, layout: RingLayout, header: bytes) -> None:
+    """Counters and flags zero, every slot's header written (pinned memory comes uninitialised)."""
+    view[: layout.total] = bytes(layout.total)
+    for i in range(layout.nstage):
+        start = layout.slot(i)
+        view[start: start + len(header)] = header
+
+
+class NodeDesc(C.Structure):
+    """What the append kernel's blocks (c, b) know of probed node b (64 bytes, in device memory):
+    the maps, the host ring (counters, flags), the ring's slots (device or mapped host memory), the
+    state, and where the host's consumed count is read (the device state, or the host ring)."""
+
+    _fields_ = [(name, C.c_uint64) for name in ("src", "bytes", "ring", "nslots", "slots", "stride", "state",
+                                                "consumed")]
+
+
+DESC_BYTES = C.sizeof(NodeDesc)
+
+
+def node_desc(device: int, dev: DeviceLayout, ring_device: int, lay: RingLayout, data_off: int) -> NodeDesc:
+    """`device`: the node's allocation laid out as `dev`; `ring_device`: its host ring (`lay`),
+    mapped; `data_off`: where the maps start in a frame."""
+    if lay.on_device:
+        return NodeDesc(src=device, bytes=dev.span, ring=ring_device, nslots=lay.nslots, slots=device + dev.slots,
+                        stride=dev.stride, state=device + dev.state, consumed=device + dev.state + CONSUMED)
+    return NodeDesc(src=device, bytes=dev.span, ring=ring_device, nslots=lay.nslots,
+                    slots=ring_device + lay.slots + data_off, stride=lay.stride, state=device + dev.state,
+                    consumed=ring_device + CONSUMED)
+
+
+class AppendParams(C.Structure):
+    """The append kernel's arguments, and the pointer array a launch takes (`pointers`)."""
+
+    _fields_ = [(name, C.c_uint64) for name in ("desc", "start", "stop", "every", "wait_ns")]
+
+    def pointers(self):
+        base = C.addressof(self)
+        arr = (C.c_void_p * len(self._fields_))(*[base + 8 * i for i in range(len(self._fields_))])
+        arr._owner = self  # noqa: SLF001 - the values live as long as the array
+        return arr
+
+
+def append_params(desc_device: int, launch_filter, wait_ns: int = 0) -> AppendParams:
+    """`desc_device`: the nodes' descriptors (grid row b: node b). `wait_ns`: how long a full ring
+    is waited on before the replay is dropped (0: never)."""
+    f = launch_filter
+    return AppendParams(desc=desc_device, start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every),
+                        wait_ns=wait_ns)
+
+
+def append_chunks(spans) -> int:
+    """The append kernel's blocks per node: enough that each copies at most CHUNK_BYTES of the
+    largest node's maps, at most MAX_CHUNKS."""
+    return max(1, min(MAX_CHUNKS, -(-max(spans) // CHUNK_BYTES)))

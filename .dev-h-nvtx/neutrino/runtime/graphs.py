@@ -1,0 +1,498 @@
+"""Probing kernels captured into CUDA graphs, and every replay of them.
+
+One job: when a probed kernel is launched into a stream that is being captured
+(`torch.cuda.graphs`, `torch.compile(mode="reduce-overhead")`, any stream
+capture), capture the probed kernel instead, with what gets its results out
+on every replay:
+
+    probed kernel node → the program's next nodes
+                     └→ append node (added when the capture ends: one for all the
+                                     capture's probed nodes, a leaf)
+
+The append kernel (graph_ring.py) copies each replay's maps into the next free
+slot of the node's ring in device memory and zeroes them for the next replay
+(they are zeroed once at capture, on a stream of ours, so no memset node sits
+on the program's path); a host thread (graph_sinks.py: in C, shim/graphs.c; in
+Python with the fake drivers of the tests) copies the filled slots out with
+the copy engine on a stream of ours and hands the frames to the writer. No
+host node, nothing across PCIe on the replay's path: a replay never waits for
+the host. The map buffers and the rings belong to that graph node. They are
+allocated at capture time with the thread's capture mode switched to relaxed
+for the allocation (`cuThreadExchangeStreamCaptureMode`), so every capture
+mode PyTorch uses (global, its default; thread-local; relaxed) allows it, and
+freed when the graph, its clones and every executable graph instantiated from
+them are destroyed. The append node is added to the graph when its capture
+ends (`end_capture`), after the capture's probed kernel nodes, as a leaf: no
+node of the program's waits for it. It counts replays and applies `--launches`
+to the replay number; a replay outside the selection costs the device the
+probe in its kernel and the append kernel's zeroing.
+
+`cap = "count"` maps are refused inside graphs (a counting run per replay would
+need the host between two kernels of the replay): a `fallback` event with
+stage `graph`, and the node runs unprobed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes as C
+import threading
+
+import attrs
+
+from neutrino import trace as tracefmt
+from neutrino.runtime import graph_ring
+from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError, KernelNodeParams, KernelNodeParamsV2
+from neutrino.runtime.pool import Slot
+from neutrino.runtime.probed import Fallback, copy_globals_in, copy_globals_out
+
+# what the shim's graph hooks report (shim/graphs.c, enum graph_event)
+(G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS,
+ G_END_CAPTURE) = range(8)
+
+
+@contextlib.contextmanager
+def relaxed_capture(drv):
+    """This thread may make calls stream capture forbids (allocation, module loads) while
+    another capture, or its own, is under way: the documented escape hatch of CUDA."""
+    old = drv.exchange_capture_mode(CAPTURE_MODE_RELAXED)
+    try:
+        yield
+    finally:
+        drv.exchange_capture_mode(old)
+
+
+@attrs.define(eq=False)
+class GraphNode:
+    """One probed kernel node of a captured graph, and the memory it owns."""
+
+    id: int
+    group: "GraphGroup"
+    kernel: str
+    kernel_dir: str
+    func: int  # the original function (what the program launched)
+    probed_func: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    stream: int
+    layouts: tuple
+    n_params: int
+    header: bytes
+    offsets: tuple[int, ...]
+    frame_bytes: int
+    ring_layout: graph_ring.RingLayout
+    buffers: list[int] = attrs.Factory(list)  # each map's buffer: inside `device`, laid out like the frame
+    device: int = 0  # the one device allocation holding the maps
+    ring: tuple | None = None  # (host address, memoryview, device address) of the mapped host ring
+    drain_stream: int = 0  # the stream of ours the host copies the device slots out on
+    record: object = None  # the sink's per-node record (what drains the ring)
+    node: int = 0  # the kernel node's CUgraphNode handle
+    active: bool = False
+    reserved: bool = False  # its bytes are held against the graphs' budget
+    keep: object = None  # parameter arrays the driver may read again (fake drivers; set-params rewrites)
+    appended: bool = False  # the capture's append node serves it
+    frame: str | None = None
+
+    @property
+    def span(self) -> int:
+        """Bytes of the maps' device allocation: the frame from its first section on."""
+        return self.frame_bytes - self.offsets[0]
+
+    @property
+    def device_layout(self) -> graph_ring.DeviceLayout:
+        lay = self.ring_layout
+        return graph_ring.DeviceLayout(self.span, lay.nslots if lay.on_device else 0)
+
+    @property
+    def held(self) -> int:
+        return self.device_layout.total + self.ring_layout.total
+
+
+@attrs.define(eq=False)
+class GraphGroup:
+    """A captured graph, with its clones and the executable graphs made from them: they
+    share the nodes' buffers, which live until the last of them is destroyed."""
+
+    id: int
+    ctx: int
+    capture_id: int
+    handles: set = attrs.Factory(set)  # CUgraph handles (the captured one, clones)
+    execs: set = attrs.Factory(set)
+    nodes: list = attrs.Factory(list)
+    descs: list = attrs.Factory(list)  # device memory of the append node's descriptors (one per capture end)
+    append_args: list = attrs.Factory(list)  # their arguments (the fake drivers read them at each replay)
+
+    @property
+    def refs(self) -> int:
+        return len(self.handles) + len(self.execs)
+
+
+class GraphProbes:
+    """Capture-time probing and the graphs' lifetimes (the shim reports instantiate/destroy)."""
+
+    def __init__(self, drv, trace, sink, budget, enqueuer, attribution=None, arch_of=None, wait_ns: int = 0):
+        self.drv, self.trace, self.sink, self.budget, self.enqueuer = drv, trace, sink, budget, enqueuer
+        self.attribution = attribution
+        self.arch_of = arch_of  # ctx -> compute capability (for the append kernel's PTX target)
+        self.wait_ns = wait_ns  # --when-full=wait: how long a replay waits for a full ring's slot
+        self._append: dict[int, int] = {}  # ctx -> the append kernel's function
+        self._ours: dict[int, int] = {}  # ctx -> a stream of ours: zeroing new nodes' maps, copying slots out
+        self._lock = threading.RLock()
+        self._by_graph: dict[int, GraphGroup] = {}
+        self._by_exec: dict[int, GraphGroup] = {}
+        self._by_capture: dict[int, GraphGroup] = {}
+        self._by_node: dict[int, GraphNode] = {}
+        self._retired: list[GraphGroup] = []  # unreferenced, not yet freed (the device was busy)
+        self._next_group = 1
+        self._next_node = 1
+        self.nodes_probed = 0
+        self.freed_groups = 0
+        self._finished: list[dict] = []  # the summary rows of nodes already freed
+
+    # ------------------------------------------------------------ capture
+    def capture(self, rec, pk, req, ctx: int, stream: int) -> int:
+        """Capture the probed kernel of launch `req` into the graph `stream` is building.
+
+        Raises Fallback while the original could still be captured instead; once the
+        probed kernel node is in the graph, never raises (returns 0)."""
+        if pk.count_sized:
+            raise Fallback("graph", 'cap = "count" maps are not supported inside CUDA graphs (spec/runtime.md)')
+        if pk.baseline is not None:
+            raise Fallback("graph", "--benchmark does not time launches captured into CUDA graphs")
+        if req.extra and not req.params:
+            raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
+        info = self.drv.stream_capture_info(stream)
+        shape = pk.shape(req.grid, req.block)
+        node = self._new_node(rec, pk, req, ctx, stream, info, shape)
+        if not self.budget.reserve(node.held):  # the smallest ring, rather than none
+            node.ring_layout = graph_ring.ring_layout(node.frame_bytes, self.wait_ns == 0, minimal=True)
+            if not self.budget.reserve(node.held):
+                self._forget_node(node)
+                raise Fallback("graph", f"the buffer budget of {self.budget.limit} bytes is held by other graphs' "
+                                        "nodes; this node runs unprobed")
+        node.reserved = True
+        try:
+            self._allocate(node, ctx)
+        except DriverError as e:
+            self._free_node_memory(node)
+            self._forget_node(node)
+            raise Fallback("graph-alloc", f"{node.held} bytes for a graph node: {e}") from None
+        # From here on nodes of ours may be in the graph (a copy of module globals captured
+        # before a failed launch): the node's memory stays with the graph whatever happens.
+        self._capture_kernel(node, pk, req, stream, info.dependencies)
+        self._prepare_ring(node, pk, stream)
+        return 0
+
+    def _new_node(self, rec, pk, req, ctx, stream, info, shape) -> GraphNode:
+        with self._lock:
+            group = self._by_capture.get(info.capture_id)
+            if group is None:
+                group = GraphGroup(self._next_group, ctx, info.capture_id)
+                self._next_group += 1
+                self._by_capture[info.capture_id] = group
+            if info.graph:
+                group.handles.add(info.graph)
+                self._by_graph[info.graph] = group
+            nid = self._next_node
+            self._next_node += 1
+        header, offsets = _encode_header(req.grid, req.block, req.shared_bytes, shape.layouts)
+        frame = self.attribution.frame() if self.attribution is not None else None
+        node = GraphNode(nid, group, pk.name, pk.kernel_dir, req.func, pk.func, req.grid, req.block,
+                         req.shared_bytes, stream, shape.layouts, pk.n_params, header, tuple(offsets),
+                         shape.frame_bytes, graph_ring.ring_layout(shape.frame_bytes, self.wait_ns == 0), frame=frame)
+        with self._lock:
+            group.nodes.append(node)
+        return node
+
+    def _allocate(self, node: GraphNode, ctx: int) -> None:
+        with relaxed_capture(self.drv):
+            self._append_function(ctx)
+            node.device = self.drv.mem_alloc_sync(node.device_layout.total)
+            node.buffers = [node.device + off - node.offsets[0] for off in node.offsets]
+            node.ring = self.drv.host_alloc_mapped(node.ring_layout.total)
+            node.drain_stream = self._our_stream(ctx)
+            self._zero_once(node, ctx)
+
+    def _our_stream(self, ctx: int) -> int:
+        """A non-blocking stream of ours in `ctx`, for work outside the capture (never in a graph)."""
+        stream = self._ours.get(ctx)
+        if stream is None:
+            stream = self._ours[ctx] = self.drv.stream_create_nonblocking()
+        return stream
+
+    def _zero_once(self, node: GraphNode, ctx: int) -> None:
+        """The maps and the state read zero at the first replay; the append kernel zeroes the maps
+        after each one. On a stream of ours, outside the capture: no memset node in the graph."""
+        stream = self._our_stream(ctx)
+        self.drv.memset_async(node.device, node.device_layout.slots, stream)
+        self.drv.stream_synchronize(stream)
+
+    def _append_function(self, ctx: int) -> int:
+        """The append kernel in context `ctx`, loaded at its first graph node (relaxed capture mode)."""
+        func = self._append.get(ctx)
+        if func is None:
+            arch = self.arch_of(ctx) if self.arch_of is not None else None
+            module = self.drv.module_load_data(graph_ring.append_ptx(arch, self.wait_ns == 0).encode() + b"\0")
+            func = self._append[ctx] = self.drv.module_get_function(module, graph_ring.APPEND_KERNEL)
+        return func
+
+    def _capture_kernel(self, node: GraphNode, pk, req, stream: int, before: tuple[int, ...]) -> None:
+        """The probed kernel node. A failure before the kernel node: the stream's dependencies go
+        back to what they were, so the original can be captured."""
+        slots = [Slot(node.group.ctx, lay.size, dev) for lay, dev in zip(node.layouts, node.buffers)]
+        params = self.enqueuer.params(pk, req, node.layouts, slots)
+        try:
+            copy_globals_in(self.drv, pk.globals, stream)
+            rc = self.drv.launch(req.kind, pk.func, req, C.addressof(params))
+            if rc != 0:
+                raise Fallback("graph", f"capturing the probed kernel failed: {self.drv.error_name(rc)}")
+        except BaseException:
+            with contextlib.suppress(DriverError):
+                self.drv.update_capture_dependencies(stream, before)
+            raise
+        node.keep = params
+        node.active = True
+
+    def _prepare_ring(self, node: GraphNode, pk, stream: int) -> None:
+        """After the kernel node: its ring, ready for the append node the capture's end adds. The
+        kernel is in the graph: a failure here loses this node's results, never the kernel."""
+        graph_ring.init_ring(node.ring[1], node.ring_layout, node.header)
+        with self._lock:
+            self.nodes_probed += 1
+        try:
+            node.node = self.drv.stream_capture_info(stream).dependencies[0]
+            copy_globals_out(self.drv, pk.globals, stream)
+            with self._lock:
+                self._by_node[node.node] = node
+            node.record = self.sink.new_record(node)
+        except Exception as e:  # noqa: BLE001 - the kernel node stays; its results are lost
+            self._lose_results(node, f"graph ring: {type(e).__name__}: {e}")
+            return
+        self.trace.event("graph_node", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
+                         capture_id=node.group.capture_id, grid=list(node.grid), block=list(node.block),
+                         stream=hex(node.stream), frame_bytes=node.frame_bytes, buffer_bytes=node.held,
+                         ring_slots=node.ring_layout.nslots, frame=node.frame)
+
+    def _lose_results(self, node: GraphNode, reason: str) -> None:
+        node.active = False
+        if node.record is not None:
+            self.sink.set_active(node.record, False)
+        self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id, reason=reason)
+
+    def end_capture(self, graph: int) -> None:
+        """The capture that built `graph` ended: add the append node (graph_ring.py) after all its
+        probed kernel nodes, a leaf. Failing, those nodes' results are lost, never a kernel."""
+        with self._lock:
+            group = self._by_graph.get(graph)
+            nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended] if group else []
+        if not nodes:
+            return
+        try:
+            with relaxed_capture(self.drv):
+                descs = (graph_ring.NodeDesc * len(nodes))(*[
+                    graph_ring.node_desc(n.device, n.device_layout, n.ring[2], n.ring_layout, n.offsets[0])
+                    for n in nodes])
+                desc = self.drv.mem_alloc_sync(C.sizeof(descs))
+                group.descs.append(desc)
+                stream = self._our_stream(group.ctx)
+                self.drv.memcpy_htod_async(desc, C.addressof(descs), C.sizeof(descs), stream)
+                self.drv.stream_synchronize(stream)
+                args = graph_ring.append_params(desc, self.sink.filter, self.wait_ns).pointers()
+                group.append_args.append(args)
+                chunks = graph_ring.append_chunks([n.span for n in nodes])
+                self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], self._append[group.ctx],
+                                               (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1),
+                                               C.addressof(args))
+        except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
+            for n in nodes:
+                self._lose_results(n, f"graph append node: {type(e).__name__}: {e}")
+            return
+        for n in nodes:
+            n.appended = True
+
+    # ------------------------------------------------------------ what the shim reports
+    def on_graph_event(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
+        """A graph API call seen by the shim; returns replacement kernel-node parameters (G_SET_PARAMS) or 0."""
+        if kind == G_SET_PARAMS:
+            return self.set_params(a, b, c, version)
+        if kind == G_END_CAPTURE:  # a: the stream, b: the graph it built
+            self.end_capture(b)
+            return 0
+        with self._lock:
+            if kind == G_INSTANTIATE:
+                self._add_exec(self._by_graph.get(a), b)
+            elif kind == G_CLONE:
+                group = self._by_graph.get(a)
+                if group is not None:
+                    group.handles.add(b)
+                    self._by_graph[b] = group
+            elif kind == G_EXEC_UPDATE:  # the executable graph now runs the nodes of graph b
+                old = self._by_exec.pop(a, None)
+                self._add_exec(self._by_graph.get(b), a)
+                if old is not None:
+                    old.execs.discard(a)
+                    self._release(old)
+            elif kind == G_GRAPH_DESTROY:
+                group = self._by_graph.pop(a, None)
+                if group is not None:
+                    group.handles.discard(a)
+                    self._release(group)
+            elif kind == G_EXEC_DESTROY:
+                group = self._by_exec.pop(a, None)
+                if group is not None:
+                    group.execs.discard(a)
+                    self._release(group)
+        return 0
+
+    def _add_exec(self, group: GraphGroup | None, exe: int) -> None:
+        if group is not None:
+            group.execs.add(exe)
+            self._by_exec[exe] = group
+
+    def unprobed_node(self, kernel: str, reason: str, **fields) -> None:
+        """A kernel node of a probed kernel that runs unprobed: one event per node."""
+        self.trace.event("graph_unprobed", kernel=kernel, reason=reason, **fields)
+
+    def set_params(self, exe: int, node_handle: int, params_addr: int, version: int) -> int:
+        """New parameters for one of our kernel nodes: keep it probed when they launch the same
+        kernel with the same shape (our buffers appended again); otherwise let them through and
+        stop producing results for the node (one `graph_unprobed` event)."""
+        node = self._by_node.get(node_handle)
+        if node is None or not params_addr:
+            return 0
+        struct_type = KernelNodeParamsV2 if version >= 2 else KernelNodeParams
+        p = struct_type.from_address(params_addr)
+        same = (p.func in (node.func, node.probed_func) and (p.gridDimX, p.gridDimY, p.gridDimZ) == node.grid
+                and (p.blockDimX, p.blockDimY, p.blockDimZ) == node.block and not p.extra)
+        if not same or not node.active or node.keep is None:
+            if node.active:
+                self.drain()  # replays enqueued before the change ran the probed kernel: their results count
+                node.active = False
+                self.sink.set_active(node.record, False)
+                self.unprobed_node(node.kernel, "kernel node parameters set to another kernel or launch shape; "
+                                   "the node runs as set, unprobed", graph=node.group.id, graph_node=node.id)
+            return 0
+        n = node.n_params
+        if n and p.kernelParams:
+            node.keep[:n] = (C.c_void_p * n).from_address(C.cast(p.kernelParams, C.c_void_p).value)
+        new = struct_type.from_buffer_copy(p)
+        new.func = node.probed_func
+        if version >= 2:
+            new.kern = None
+        new.kernelParams = C.cast(node.keep, C.POINTER(C.c_void_p))
+        node.keep._node_params = new  # noqa: SLF001 - alive as long as the node
+        return C.addressof(new)
+
+    # ------------------------------------------------------------ teardown
+    def _release(self, group: GraphGroup) -> None:
+        """Called with the lock held when a graph or executable graph of `group` is destroyed."""
+        if group.refs:
+            return
+        self._by_capture.pop(group.capture_id, None)
+        self._retired.append(group)
+        self._free_retired()
+
+    def _free_retired(self) -> None:
+        """Free retired groups' memory once the device has finished with it. Executable graphs
+        destroyed while in flight are freed by CUDA on completion: ours waits for that too."""
+        if not self._retired:
+            return
+        try:
+            with relaxed_capture(self.drv):
+                self.drv.ctx_synchronize()
+        except DriverError as e:
+            self.trace.event("graph_free_deferred", graphs=len(self._retired), reason=str(e))
+            return
+        retired, self._retired = self._retired, []
+        for group in retired:
+            # over a copy: _forget_node removes the node from group.nodes, and removing while
+            # iterating skipped every other node (the second kernel node of a graph was never
+            # freed, and its replays were missing from the exit summary)
+            for node in list(group.nodes):
+                self._free_node_memory(node)
+                self._forget_node(node)
+            with contextlib.suppress(DriverError), relaxed_capture(self.drv):
+                for desc in group.descs:
+                    self.drv.mem_free_sync(desc)
+            group.descs, group.append_args = [], []
+            self.freed_groups += 1
+
+    def _free_node_memory(self, node: GraphNode) -> None:
+        if node.record is not None:  # the ring's last frames and counters, before its memory goes
+            self.sink.detach(node.record)
+            self._finished.append(self._summary_row(node))
+        with contextlib.suppress(DriverError), relaxed_capture(self.drv):
+            if node.device:
+                self.drv.mem_free_sync(node.device)
+            if node.ring is not None:
+                self.drv.host_free(node.ring[0])
+        if node.reserved:
+            self.budget.give_back(node.held)
+            node.reserved = False
+        node.buffers, node.device, node.ring = [], 0, None
+        if node.record is not None:
+            self.sink.free_record(node.record)
+            node.record = None
+
+    def _forget_node(self, node: GraphNode) -> None:
+        with self._lock:
+            self._by_node.pop(node.node, None)
+            if node in node.group.nodes:
+                node.group.nodes.remove(node)
+
+    def forget_all(self) -> None:
+        """A context is going away: its graphs' memory goes with it. Each ring is drained and let
+        go first (its counters kept); nothing is read or freed later under a stale address."""
+        self.drain()
+        with self._lock:
+            live = {id(g): g for g in self._unfreed_groups()}
+            for node in [n for g in live.values() for n in g.nodes if n.record is not None]:
+                self.sink.detach(node.record)
+                self._finished.append(self._summary_row(node))
+            self._append.clear()
+            self._ours.clear()
+            self._by_graph.clear()
+            self._by_exec.clear()
+            self._by_capture.clear()
+            self._by_node.clear()
+            self._retired.clear()
+
+    # ------------------------------------------------------------ exit
+    def drain(self) -> None:
+        """Write what the rings hold, after the replays in flight have finished (the exit, a
+        context's teardown)."""
+        with self._lock:
+            if not self._by_node:
+                return
+        with contextlib.suppress(DriverError), relaxed_capture(self.drv):
+            self.drv.ctx_synchronize()
+        self.sink.drain()
+
+    def close(self) -> None:
+        """At exit, before the writer stops: the rings' last frames go to it, and nothing after."""
+        self.drain()
+        self.sink.close()
+
+    def summary(self) -> list[dict]:
+        """Per probed graph node: replays seen, written, dropped (by reason)."""
+        with self._lock:
+            out = list(self._finished)
+            groups = {id(g): g for g in self._unfreed_groups()}
+            for group in groups.values():
+                out += [self._summary_row(node) for node in group.nodes if node.record is not None]
+        return out
+
+    def _unfreed_groups(self) -> list[GraphGroup]:
+        """Groups whose nodes still hold their records: the live ones, and the retired ones whose
+        freeing was deferred (graph_free_deferred), which no handle map reaches any more."""
+        return [*self._by_graph.values(), *self._by_exec.values(), *self._by_capture.values(), *self._retired]
+
+    def _summary_row(self, node: GraphNode) -> dict:
+        return {"kernel": node.kernel, "graph": node.group.id, "graph_node": node.id, **self.sink.stats(node.record)}
+
+
+def _encode_header(grid, block, shared_bytes: int, layouts) -> tuple[bytes, list[int]]:
+    """A node's frame header: fixed for the graph's life (its shape cannot change while probed)."""
+    sections = [tracefmt.MapSection.of(lay.map, lay.units, lay.cap, bytes(lay.size)) for lay in layouts]
+    return tracefmt.encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=sections)

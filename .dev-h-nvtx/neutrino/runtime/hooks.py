@@ -1,0 +1,197 @@
+"""ctypes glue between the shim's C callbacks and `Runtime`.
+
+Each callback turns raw pointers into Python values and calls the runtime.
+No exception ever crosses back into C: a failure in a module or function
+callback only means the module is not probed; a failure in the launch
+callback returns NOT_HANDLED so the shim runs the original launch.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+
+NOT_HANDLED = -1  # the shim's "run the original launch yourself" (core.NOT_HANDLED); core loads with the runtime
+
+MODULE_KINDS = ("cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
+                "cuLibraryLoadData", "cuLibraryLoadFromFile")
+FUNCTION_KINDS = ("module_function", "library_kernel", "kernel_function", "library_module")
+
+CB_MODULE = C.CFUNCTYPE(None, C.c_int, C.c_void_p, C.c_void_p, C.c_char_p)
+CB_FUNCTION = C.CFUNCTYPE(C.c_int, C.c_int, C.c_void_p, C.c_char_p, C.c_void_p)
+CB_LAUNCH = C.CFUNCTYPE(C.c_int, C.c_int, C.c_void_p, *([C.c_uint] * 7), C.c_void_p, C.c_void_p, C.c_void_p,
+                        C.c_void_p, C.c_uint64)
+CB_LINK = C.CFUNCTYPE(None, C.c_int, C.c_void_p, C.c_int, C.c_void_p, C.c_size_t)
+CB_EXIT = C.CFUNCTYPE(None)
+CB_TEARDOWN = C.CFUNCTYPE(None)
+CB_GRAPH = C.CFUNCTYPE(C.c_void_p, C.c_int, C.c_void_p, C.c_void_p, C.c_void_p, C.c_int)
+
+_MAGICS = {b"\x50\xed\x55\xba": "fatbin", b"\xb1\x43\x62\x46": "wrapper", b"\x7fELF": "elf"}
+MAX_IMAGE = 1 << 31
+
+
+class Shim:
+    """The loaded shim library (the one LD_PRELOAD put in this process)."""
+
+    def __init__(self, path: str):
+        self.lib = C.CDLL(path)
+        self.lib.neutrino_real_sym.restype = C.c_void_p
+        self.lib.neutrino_real_sym.argtypes = [C.c_char_p]
+        self.lib.neutrino_probe_add.argtypes = [C.c_void_p]
+        self.lib.neutrino_probe_remove.argtypes = [C.c_void_p]
+        self.lib.neutrino_probe_contains.argtypes = [C.c_void_p]
+        self.lib.neutrino_set_launch_filter.argtypes = [C.c_uint64] * 3
+        self.lib.neutrino_register_callbacks.argtypes = [CB_MODULE, CB_FUNCTION, CB_LAUNCH, CB_LINK, CB_EXIT,
+                                                         CB_TEARDOWN]
+        self._keep = None
+        self._keep_compiler = None
+
+    def real_sym(self, name: str) -> int:
+        return self.lib.neutrino_real_sym(name.encode()) or 0
+
+    def probe_add(self, handle: int) -> bool:
+        return bool(self.lib.neutrino_probe_add(handle))
+
+    def probe_remove(self, handle: int) -> None:
+        self.lib.neutrino_probe_remove(handle)
+
+    def contains(self, handle: int) -> bool:
+        return bool(self.lib.neutrino_probe_contains(handle))
+
+    def set_launch_filter(self, start: int, stop: int, every: int) -> None:
+        self.lib.neutrino_set_launch_filter(start, min(stop, 2**64 - 1), every)
+
+    def register(self, callbacks: tuple) -> None:
+        self._keep = callbacks  # the CFUNCTYPE objects must outlive the process's use of them
+        self.lib.neutrino_register_callbacks(*callbacks)
+
+    def register_graph(self, callback) -> None:
+        """The graph API callback of shim/graphs.c (make_graph_callback)."""
+        self._keep_graph = callback
+        self.lib.neutrino_graph_register_callback.argtypes = [CB_GRAPH]
+        self.lib.neutrino_graph_register_callback(callback)
+
+    def register_compiler(self, callback) -> bool:
+        """shim/compilers.c's callback (nvJitLink taps); False with a shim built before it existed."""
+        fn = getattr(self.lib, "neutrino_register_compiler_callback", None)
+        if fn is None:
+            return False
+        self._keep_compiler = callback
+        fn(callback)
+        return True
+
+    def unregister(self) -> None:
+        if getattr(self, "_keep_graph", None) is not None:
+            self.lib.neutrino_graph_register_callback(CB_GRAPH(0))
+        self.lib.neutrino_register_callbacks(CB_MODULE(0), CB_FUNCTION(0), CB_LAUNCH(0), CB_LINK(0), CB_EXIT(0),
+                                             CB_TEARDOWN(0))
+        if self._keep_compiler is not None:
+            from neutrino.runtime.compilers import CB_COMPILED
+
+            self.lib.neutrino_register_compiler_callback(CB_COMPILED(0))
+
+
+def read_image(addr: int) -> tuple[bytes, int]:
+    """The bytes of an image given to the driver by address, and the address they start at.
+
+    PTX is NUL-terminated; fatbins and ELF images are sized from their headers
+    (neutrino.runtime.ptx_source.image_size_hint); a fatbin wrapper points at
+    its container.
+    """
+    from neutrino.runtime import fatbin, ptx_source
+
+    for _ in range(2):
+        kind = _MAGICS.get(C.string_at(addr, 4))
+        if kind is None:
+            return C.string_at(addr), addr
+        head = C.string_at(addr, 64)
+        if kind == "wrapper":
+            addr = fatbin.parse_fatbin_wrapper(head).fatbin_address
+            continue
+        size = ptx_source.image_size_hint(head) or 64
+        for _ in range(8):  # ELF: grows once the section table is in view
+            if size > MAX_IMAGE:
+                raise ValueError(f"image claims {size} bytes")
+            data = C.string_at(addr, size)
+            new = ptx_source.image_size_hint(data) or size
+            if new <= size:
+                return data, addr
+            size = new
+        return data, addr
+    raise ValueError("fatbin wrapper points at another wrapper")
+
+
+def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
+    def module_cb(kind, handle, image, path):
+        try:
+            p = path.decode(errors="replace") if path else None
+            data, addr = (read_image(image) if image else (None, 0))
+            rt.on_module(MODULE_KINDS[kind], handle or 0, data, p, image_addr=image or 0)
+        except Exception as e:  # noqa: BLE001
+            _safe_event(rt, "no_ptx", module=hex(handle or 0), kind=MODULE_KINDS[kind], reason=f"image unreadable: {e}")
+
+    def function_cb(kind, owner, name, out):
+        try:
+            n = name.decode(errors="replace") if name else None
+            return 1 if rt.on_function(FUNCTION_KINDS[kind], owner or 0, n, out or 0) else 0
+        except Exception as e:  # noqa: BLE001
+            _safe_event(rt, "fallback", kernel=str(name), stage="lookup", reason=f"{type(e).__name__}: {e}")
+            return 0
+
+    def launch_cb(kind, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, config, index):
+        try:
+            from neutrino.runtime.core import LaunchRequest  # loaded by then (with the runtime): a dict lookup
+
+            req = LaunchRequest(kind, f or 0, (gx, gy, gz), (bx, by, bz), shmem, stream or 0, params or 0,
+                                extra or 0, config or 0, index)
+            return rt.on_launch(req)
+        except BaseException:  # noqa: BLE001 - run the original, whatever happened
+            return NOT_HANDLED
+
+    def link_cb(kind, state, type_, data, size):
+        try:
+            if kind == 0 and type_ == 1 and data:  # CU_JIT_INPUT_PTX
+                text = C.string_at(data, size).split(b"\0", 1)[0].decode(errors="replace")
+                rt.on_link_add(state or 0, text)
+            elif kind == 1:
+                rt.on_link_complete(state or 0, data or 0, C.string_at(data, size) if data and size else None)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def exit_cb():
+        try:
+            if on_exit is not None:
+                on_exit()
+        except BaseException:  # noqa: BLE001
+            pass
+
+    def teardown_cb():
+        try:
+            rt.on_teardown()  # a context is about to be destroyed: write what is in flight first
+        except BaseException:  # noqa: BLE001
+            pass
+
+    # No exit callback in a Python process: Python's atexit finishes there, before C's exit handlers.
+    exit_fn = CB_EXIT(exit_cb) if on_exit is not None else CB_EXIT(0)
+    return (CB_MODULE(module_cb), CB_FUNCTION(function_cb), CB_LAUNCH(launch_cb), CB_LINK(link_cb), exit_fn,
+            CB_TEARDOWN(teardown_cb))
+
+
+def make_graph_callback(rt):
+    """Graph API calls (shim/graphs.c) → Runtime.on_graph; never raises into C."""
+
+    def graph_cb(kind, a, b, c, version):
+        try:
+            return rt.on_graph(kind, a or 0, b or 0, c or 0, version) or None
+        except BaseException as e:  # noqa: BLE001 - the program's graph call goes on as it was made
+            _safe_event(rt, "graph_error", kind=kind, reason=f"{type(e).__name__}: {e}")
+            return None
+
+    return CB_GRAPH(graph_cb)
+
+
+def _safe_event(rt, kind, **fields):
+    try:
+        rt.trace.event(kind, **fields)
+    except Exception:  # noqa: BLE001
+        pass
+

@@ -1,0 +1,334 @@
+"""`neutrino -p PROBE [options] [--] program args...`: run a program with probing.
+
+The launcher checks the probe and options, builds the shim, and runs the
+program with LD_PRELOAD=shim and our startup directory on PYTHONPATH; the
+profiled process writes the trace itself. The exit status is the program's.
+
+Afterwards the launcher makes sure the run left a trace directory and said what
+happened: when no process of the program loaded a CUDA module (no GPU, no CUDA
+call), it writes the run directory's event log itself and prints why it is empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from neutrino import console
+from neutrino.errors import NeutrinoError
+from neutrino.runtime.options import (
+    DEFAULT_BUFFER_BUDGET,
+    DEFAULT_TRACE_BUDGET,
+    DEFAULT_TIME_EVERY,
+    ENV_OPTIONS,
+    WHEN_FULL,
+    LaunchFilter,
+    RuntimeOptions,
+    parse_size,
+)
+from neutrino.runtime.rank import set_collective_defaults
+from neutrino.runtime.tracedir import ENV_JOB, run_dir_name
+
+STARTUP_DIR = Path(__file__).resolve().parent / "startup"
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
+PROFILE_USAGE = console.PROFILE_USAGE
+ENV_RUN_DIR = "NEUTRINO_RUN_DIR"  # -o DIR: the first profiled process writes DIR itself (bootstrap.py)
+ENV_SESSION = "NEUTRINO_SESSION"  # marks the run directories of one `neutrino` command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from neutrino.cli import EXAMPLES
+
+    p = console.ArgumentParser(
+        prog="neutrino",
+        description="Run a program and probe its GPU kernels.",
+        usage=PROFILE_USAGE,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    console.add_probe_arguments(p, required=False)
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="the trace directory of this run (default: TRACEDIR/<time>_<pid>); an earlier trace "
+                        "there is replaced")
+    p.add_argument("--tracedir", default="./trace", help="where run directories are written (default ./trace)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="say what is run and where the trace goes, and name the probed kernels at exit")
+    p.add_argument("-k", "--kernel", action="append", default=[], metavar="PATTERN",
+                   help="probe only kernels whose name contains PATTERN (=NAME: exactly NAME); "
+                        "repeatable, or PATTERN:PATTERN")
+    p.add_argument("--filter", action="append", default=[], metavar="PATTERN",
+                   help="do not probe kernels whose name contains PATTERN (=NAME: exactly NAME)")
+    p.add_argument("--benchmark", action="store_true",
+                   help="time each probed launch against the unprobed kernel (L2 flushed); re-runs kernels")
+    p.add_argument("--memusage", action="store_true", help="report the buffer memory probing needs; probe nothing")
+    p.add_argument("--launches", default=None, metavar="A:B|every:N",
+                   help="which launches of each kernel to probe (default: all)")
+    p.add_argument("--callback", default=None, metavar="FILE[:FUNC]",
+                   help="after the program ends, run FUNC(result_path, launch) of a Python file on every probed "
+                        "launch (default FUNC: analyze)")
+    p.add_argument("--buffer-budget", default=None, metavar="SIZE",
+                   help="device (and pinned host) memory for map buffers in flight (default 1G)")
+    p.add_argument("--trace-budget", default=None, metavar="SIZE",
+                   help="bytes of results written per process (default 8G); later launches run unprobed")
+    p.add_argument("--when-full", choices=WHEN_FULL, default="drop",
+                   help="when the buffer budget is in use: run the launch unprobed and count it (drop, default) "
+                        "or wait for earlier results to drain (wait)")
+    p.add_argument("--time-every", type=int, default=DEFAULT_TIME_EVERY, metavar="N",
+                   help="measure a probed kernel's own time (two CUDA events) on its first launch and then every "
+                        f"N-th (default {DEFAULT_TIME_EVERY}; 1: every launch). The other launches record one event")
+    p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
+                   help="probe kernels launched into streams being captured into CUDA graphs, on every replay "
+                        "(the default; --no-graphs: such launches run unprobed and are logged)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its arguments")
+    return p
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Options and the program's command line; `--` is optional before the program.
+
+    Without `--`, a program named like one of our commands (`neutrino -p P report
+    trace`) is a usage error: the command was meant, in the wrong place.
+    """
+    from neutrino.cli import SUBCOMMANDS
+
+    argv = list(argv)
+    explicit = "--" in argv
+    if explicit:
+        i = argv.index("--")
+        ns = build_parser().parse_args(argv[:i])
+        command = argv[i + 1:] + list(ns.command)
+    else:
+        ns = build_parser().parse_args(argv)
+        command = list(ns.command)
+    if command and command[0] == "--":
+        command, explicit = command[1:], True
+    if command and not explicit and command[0] in SUBCOMMANDS:
+        raise UsageError(f"'{command[0]}' is a neutrino command: commands come first "
+                         f"(neutrino {' '.join(command)}), and take no -p\n"
+                         f"    hint: to run a program named {command[0]}: neutrino ... -- {' '.join(command)}")
+    if ns.probe is None and ns.expr is None:
+        raise UsageError("no probe: give -p PROBE (a probe file or a built-in tool: neutrino list) "
+                         "or -e 'PROBE TEXT'")
+    if not command:
+        raise UsageError(f"no program to run\n    usage: {PROFILE_USAGE}")
+    return ns, command
+
+
+class UsageError(Exception):
+    """A command line we do not understand (exit status 2)."""
+
+
+def make_options(ns: argparse.Namespace) -> RuntimeOptions:
+    """Validate the options (loading the probe file) and resolve paths for the child."""
+    from neutrino.probefile import load_probes
+    from neutrino.runtime.callback import load_callback
+
+    probes = load_probes(ns.probe)  # raises ProbeError with every problem
+    if ns.callback:
+        load_callback(ns.callback)  # fail now, not silently in the program
+    return RuntimeOptions(
+        verbosity=-1 if ns.quiet else int(ns.verbose),
+        probe=str(Path(probes.path).resolve()) if probes.path and Path(probes.path).exists() else ns.probe,
+        tracedir=str(Path(ns.tracedir).expanduser().resolve()),
+        kernels=ns.kernel,
+        exclude=ns.filter,
+        benchmark=ns.benchmark,
+        memusage=ns.memusage,
+        launches=LaunchFilter.parse(ns.launches),
+        callback=_abs_callback(ns.callback),
+        buffer_budget=parse_size(ns.buffer_budget, "--buffer-budget") if ns.buffer_budget else DEFAULT_BUFFER_BUDGET,
+        trace_budget=parse_size(ns.trace_budget, "--trace-budget") if ns.trace_budget else DEFAULT_TRACE_BUDGET,
+        when_full=ns.when_full,
+        time_every=ns.time_every,
+        graphs=ns.graphs,
+    )
+
+
+def _abs_callback(spec: str | None) -> str | None:
+    if not spec:
+        return None
+    from neutrino.runtime.callback import split_spec
+
+    path, func = split_spec(spec)
+    return f"{Path(path).resolve()}:{func}"
+
+
+def libpython() -> str | None:
+    """The shared libpython of this interpreter, for the shim to embed in non-Python programs."""
+    names = [sysconfig.get_config_var(v) for v in ("INSTSONAME", "LDLIBRARY")]
+    dirs = [sysconfig.get_config_var("LIBDIR"), os.path.join(sys.base_prefix, "lib")]
+    for name in names:
+        if not name or ".so" not in name:
+            continue
+        for d in dirs:
+            if d and os.path.exists(os.path.join(d, name)):
+                return os.path.join(d, name)
+    return None
+
+
+def child_env(opts: RuntimeOptions, shim: Path, base: dict | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env["LD_PRELOAD"] = " ".join(p for p in (str(shim), env.get("LD_PRELOAD", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(STARTUP_DIR), str(PACKAGE_PARENT), env.get("PYTHONPATH", "")) if p)
+    env[ENV_OPTIONS] = opts.to_json()
+    env["NEUTRINO_SHIM"] = str(shim)
+    env.setdefault("NVTX_INJECTION64_PATH", str(shim))  # NVTX ranges (shim/nvtx.c); a tool's own injection is kept
+    lib = libpython()
+    if lib:
+        env["NEUTRINO_LIBPYTHON"] = lib
+        env["NEUTRINO_SYSPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    env.pop("NEUTRINO_EMBEDDED", None)
+    env[ENV_JOB] = run_dir_name(time.time(), os.getpid())  # ranks of a job share <tracedir>/<job>/
+    set_collective_defaults(env)
+    # CuPy compiles RawModule/RawKernel code to SASS-only cubins unless told to keep PTX;
+    # with PTX the driver JITs it (cached by the driver) and its kernels can be probed.
+    env.setdefault("CUPY_COMPILE_WITH_PTX", "1")
+    return env
+
+
+def run_main(argv: list[str]) -> int:
+    """Entry point for `neutrino -p PROBE ... [--] program args`; returns the program's exit status.
+
+    Before the program runs: 2 for a command line we do not understand, 1 for a
+    probe (or other input) we cannot use; then the program's own status.
+    """
+    try:
+        ns, command = parse_args(argv)
+    except SystemExit as e:  # argparse already printed the usage/error (or --help)
+        return int(e.code or 0)
+    except UsageError as e:
+        console.error(str(e))
+        return console.EXIT_USAGE
+    with tempfile.TemporaryDirectory(prefix="neutrino-") as scratch:
+        try:
+            if ns.expr is not None:
+                ns.probe = _inline_probe_file(ns.expr, Path(scratch))
+            opts = make_options(ns)
+            run_dir = _prepare_output(ns.output) if ns.output else None
+            from neutrino.runtime.build import build_shim
+
+            shim = build_shim()
+        except NeutrinoError as e:
+            console.error(str(e))
+            return console.EXIT_BAD_INPUT
+        session = f"{os.getpid()}-{time.time_ns()}"
+        env = child_env(opts, shim)
+        env[ENV_SESSION] = session
+        if run_dir is not None:
+            env[ENV_RUN_DIR] = str(run_dir)
+        if opts.verbosity > 0:
+            sys.stderr.write(f"neutrino: running {' '.join(command)} with probe {opts.probe}; "
+                             f"trace in {run_dir or opts.tracedir}\n")
+        started = time.time()
+        rc, pid = run_program(command, env)
+        close_run(session, Path(opts.tracedir), run_dir, command, opts, rc, pid, started)
+    return rc
+
+
+def _inline_probe_file(text: str, scratch: Path) -> str:
+    """-e TEXT: checked now (errors point into `<-e>`), and written as a probe file for the program."""
+    from neutrino.toolbox import load_probe_argument
+
+    probes = load_probe_argument(None, text)
+    path = scratch / "inline.toml"
+    path.write_text(probes.text)
+    return str(path)
+
+
+def _prepare_output(output: str) -> Path:
+    """-o DIR: an empty or missing directory, or an earlier trace (replaced); anything else is refused."""
+    path = Path(output).expanduser().resolve()
+    if path.exists():
+        if not path.is_dir():
+            raise NeutrinoError(f"-o {output}: exists and is not a directory")
+        if any(path.iterdir()):
+            if not ((path / "event.log").exists() or (path / ".owner").exists()):
+                raise NeutrinoError(f"-o {output}: a directory that is not a neutrino trace (no event.log); "
+                                    "name another one")
+            shutil.rmtree(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise NeutrinoError(f"-o {output}: cannot create: {e.strerror or e}") from None
+    return path
+
+
+def run_directories(session: str, tracedir: Path, run_dir: Path | None) -> list[Path]:
+    """The run directories the program's processes wrote for this command (their start event names it)."""
+    candidates = [run_dir, *sorted(run_dir.iterdir())] if run_dir is not None else []
+    if tracedir.is_dir():
+        candidates += sorted(tracedir.iterdir())
+    # a job's ranks write <job>/rank<R> (spec/trace-format.md): one level further down
+    candidates += [sub for path in list(candidates) if path.is_dir() and not (path / "event.log").exists()
+                   for sub in sorted(path.iterdir()) if sub.is_dir()]
+    found = []
+    for path in candidates:
+        try:
+            with open(path / "event.log", encoding="utf-8") as log:
+                first = json.loads(log.readline() or "{}")
+        except (OSError, ValueError):
+            continue
+        if isinstance(first, dict) and first.get("session") == session and path not in found:
+            found.append(path)
+    return found
+
+
+def close_run(session: str, tracedir: Path, run_dir: Path | None, command: list[str], opts: RuntimeOptions,
+              rc: int, pid: int | None, started: float) -> None:
+    """Every run leaves a trace directory and a closing line: when no process wrote one (no CUDA
+    module was loaded: no GPU, or no CUDA call), write the run directory's event log here."""
+    written = run_directories(session, tracedir, run_dir)
+    if len(written) > 1 and opts.verbosity >= 0:
+        sys.stderr.write(f"neutrino: {len(written)} processes wrote traces: " + ", ".join(map(str, written)) + "\n")
+    if written:
+        return
+    from neutrino import __version__
+    from neutrino.runtime.tracedir import TraceDir
+
+    trace = TraceDir(run_dir) if run_dir is not None else TraceDir.create(tracedir, start=started, pid=pid or os.getpid())
+    trace.event("start", pid=pid, argv=command, probe=opts.probe, options=opts.to_json(), version=__version__,
+                session=session, by="launcher")
+    reason = "the program could not be run" if pid is None else "no process of the program loaded a CUDA module"
+    trace.event("exit", launches=0, kernels_seen=0, kernels_probed=0, fallbacks=0, dropped=0, exit_status=rc,
+                reason=reason)
+    trace.close()
+    if opts.verbosity >= 0:
+        hint = "" if pid is None else " (no GPU or CUDA driver, or the program made no CUDA call)"
+        sys.stderr.write(f"neutrino: no kernel seen: {reason}{hint}; trace in {trace.path}\n")
+
+
+def run_program(command: list[str], env: dict[str, str]) -> tuple[int, int | None]:
+    """The program's exit status (128+N when killed by signal N) and its pid (None: it could not be run)."""
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except OSError as e:
+        console.error(f"cannot run {command[0]!r}: {e.strerror or e}")
+        return (127 if isinstance(e, FileNotFoundError) else 126), None
+    while True:
+        try:
+            rc = proc.wait()
+            break
+        except KeyboardInterrupt:  # the child got the same SIGINT; wait for it to finish its exit
+            continue
+    if rc < 0:
+        return 128 + (-rc), proc.pid
+    return rc, proc.pid
+
+
+def main() -> None:  # for `python -m neutrino.runtime.launcher`
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(run_main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

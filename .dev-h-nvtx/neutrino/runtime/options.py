@@ -1,0 +1,131 @@
+"""Runtime options: what the launcher parsed, handed to the profiled process as JSON."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+
+from neutrino.errors import NeutrinoError
+
+ENV_OPTIONS = "NEUTRINO_OPTIONS"
+U64_MAX = 2**64 - 1
+
+
+class OptionError(NeutrinoError):
+    """A command-line option with a bad value."""
+
+
+@attrs.frozen
+class LaunchFilter:
+    """Which launches of each kernel are probed: indices start <= i < stop, every `every`-th."""
+
+    start: int = 0
+    stop: int = U64_MAX
+    every: int = 1
+
+    def selects(self, index: int) -> bool:
+        if index < self.start or index >= self.stop:
+            return False
+        return (index - self.start) % self.every == 0
+
+    @classmethod
+    def parse(cls, text: str | None) -> "LaunchFilter":
+        """`A:B` (A..B-1), `A:` , `:B`, `N` (only launch N), `every:N`, or None/'' for all."""
+        if not text:
+            return cls()
+        text = text.strip()
+        try:
+            if text.startswith("every:"):
+                n = int(text[len("every:"):])
+                if n < 1:
+                    raise ValueError
+                return cls(every=n)
+            if ":" in text:
+                a, b = text.split(":", 1)
+                start = int(a) if a.strip() else 0
+                stop = int(b) if b.strip() else U64_MAX
+            else:
+                start = int(text)
+                stop = start + 1
+        except ValueError:
+            raise OptionError(f"--launches {text!r}: expected A:B, A:, :B, N or every:N (non-negative integers)") from None
+        if start < 0 or stop <= start:
+            raise OptionError(f"--launches {text!r}: the range is empty")
+        return cls(start=start, stop=stop)
+
+
+DEFAULT_BUFFER_BUDGET = 1 << 30  # device (and pinned host) bytes of map buffers held at once
+DEFAULT_TRACE_BUDGET = 8 << 30  # bytes of result frames written per process
+WHEN_FULL = ("drop", "wait")
+DEFAULT_TIME_EVERY = 8  # the kernel's own time: a start event on every 8th probed launch (C path)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str, option: str) -> int:
+    """`4096`, `64K`, `512M`, `8G` (binary units; a trailing `B`/`iB` is allowed)."""
+    t = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    number = t[: len(t) - len(unit)]
+    try:
+        value = int(float(number) * _UNITS[unit])
+    except ValueError:
+        raise OptionError(f"{option} {text!r}: expected a size such as 512M or 4G") from None
+    if value <= 0:
+        raise OptionError(f"{option} {text!r}: must be positive")
+    return value
+
+
+def split_patterns(value) -> tuple[str, ...]:
+    """-k / --filter values: repeatable, each a ':'-separated list of patterns."""
+    if not value:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    return tuple(p for v in value for p in v.split(":") if p)
+
+
+def kernel_selected(name: str, patterns) -> bool:
+    """The one meaning of a kernel pattern, for every command (`-k`, `--filter`):
+    `=NAME` is the name exactly; any other pattern, a substring of the (mangled) name."""
+    return any(name == p[1:] if p.startswith("=") else p in name for p in patterns)
+
+
+@attrs.frozen
+class RuntimeOptions:
+    probe: str  # resolved path of the probe file
+    tracedir: str = "./trace"
+    kernels: tuple[str, ...] = attrs.field(default=(), converter=split_patterns)  # include patterns
+    exclude: tuple[str, ...] = attrs.field(default=(), converter=split_patterns)  # exclude patterns
+    benchmark: bool = False
+    memusage: bool = False
+    launches: LaunchFilter = attrs.field(factory=LaunchFilter)
+    callback: str | None = None
+    buffer_budget: int = DEFAULT_BUFFER_BUDGET
+    trace_budget: int = DEFAULT_TRACE_BUDGET
+    when_full: str = attrs.field(default="drop", validator=attrs.validators.in_(WHEN_FULL))
+    callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
+    time_every: int = attrs.field(default=DEFAULT_TIME_EVERY, validator=attrs.validators.ge(1))
+    graphs: bool = True  # probe kernels captured into CUDA graphs, on every replay (--no-graphs: leave them)
+    verbosity: int = 0  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)
+
+    def names(self, kernel: str) -> bool:
+        """Whether a -k substring matches the kernel (asked for kernels probed only on request)."""
+        return any(k in kernel for k in self.kernels)
+
+    def wants(self, kernel: str) -> bool:
+        if self.kernels and not kernel_selected(kernel, self.kernels):
+            return False
+        return not kernel_selected(kernel, self.exclude)
+
+    def to_json(self) -> str:
+        d = attrs.asdict(self)
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RuntimeOptions":
+        d = json.loads(text)
+        d["launches"] = LaunchFilter(**d.get("launches", {}))
+        d["kernels"] = tuple(d.get("kernels", ()))
+        d["exclude"] = tuple(d.get("exclude", ()))
+        return cls(**d)

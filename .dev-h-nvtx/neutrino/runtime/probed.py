@@ -1,0 +1,333 @@
+"""Building and caching probed code: one `ProbedKernel` per (context, kernel).
+
+One job: turn a kernel's PTX into loaded, launchable probed code (engine →
+code cache → driver JIT/load), with its mirrored module globals, the
+attributes carried over from the original function, and the buffer layouts
+per launch shape. Everything here happens once per kernel, not per launch.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import re
+import threading
+import time
+
+import attrs
+
+from neutrino import trace as tracefmt
+from neutrino.errors import NeutrinoError
+from neutrino.runtime.codecache import CacheEntry, cache_key
+from neutrino.runtime.driver import COPIED_FUNC_ATTRS, DriverError
+from neutrino.runtime.pool import size_class
+
+MAX_LAYOUTS = 256  # launch shapes remembered per kernel; more are recomputed
+
+
+class Fallback(NeutrinoError):
+    """Something on our side failed; the original kernel must run instead."""
+
+    def __init__(self, stage: str, reason: str, permanent: bool = False, repeat: bool = False):
+        self.stage, self.reason, self.permanent = stage, reason, permanent
+        self.repeat = repeat  # the same failure as an earlier launch's, already logged
+        super().__init__(f"{stage}: {reason}")
+
+
+@attrs.frozen
+class GlobalVar:
+    """A module-scope variable (__constant__/__device__) mirrored between the
+    program's module and ours: each loaded module has its own copy."""
+
+    name: str
+    original: int
+    ours: int
+    size: int
+    writable: bool  # copied back after the launch
+
+
+@attrs.frozen
+class MapLayout:
+    """One map's buffer for one launch shape (spec/kernel-json.md)."""
+
+    map: dict
+    units: int
+    cap: int
+    size: int
+    zero_bytes: int  # what must be zero before the launch: the counts (array maps) or everything
+
+
+def map_layouts(maps: list[dict], grid, block, caps: dict[str, int]) -> tuple[MapLayout, ...]:
+    out = []
+    for m in maps:
+        cap = caps.get(m["name"], m["cap"])
+        if not isinstance(cap, int):
+            cap = 1
+        units, size = tracefmt.map_buffer_bytes(m, grid, block, cap)
+        # Records past a unit's count are never read: an array map needs only its counts zeroed.
+        zero = tracefmt.align(4 * units, 16) if m.get("type", "array") == "array" else size
+        out.append(MapLayout(m, units, cap, size, zero))
+    return tuple(out)
+
+
+@attrs.frozen(eq=False)
+class LaunchShape:
+    """Everything about a launch's buffers that depends only on its shape, computed once."""
+
+    layouts: tuple[MapLayout, ...]
+    classes: tuple[int, ...]  # pool size class of each map's buffer
+    frame_bytes: int  # what the writer appends for this launch
+    map_headers: tuple[int, ...]  # where each map's header lies in the frame (the C path patches them)
+
+
+def launch_shape(layouts: tuple[MapLayout, ...]) -> LaunchShape:
+    frame = tracefmt.frame_layout([tracefmt.MapSection.of(lay.map, lay.units, lay.cap, b"") for lay in layouts])
+    return LaunchShape(layouts, tuple(size_class(lay.size) for lay in layouts), frame.size, frame.map_headers)
+
+
+@attrs.define(eq=False)
+class ProbedKernel:
+    name: str
+    func: int
+    count_func: int | None
+    info: dict
+    kernel_dir: str
+    ctx: int = 0
+    baseline: int | None = None
+    globals: list = attrs.Factory(list)
+    baseline_globals: list = attrs.Factory(list)
+    attrs_seen: dict = attrs.Factory(dict)
+    attrs_checked: bool = False  # the original's attributes were copied at least once
+    _layouts: dict = attrs.Factory(dict)
+    _param_plan: tuple | None = None
+
+    @property
+    def n_params(self) -> int:
+        return int(self.info["original_params"])
+
+    @property
+    def count_sized(self) -> bool:
+        return any(m["cap"] == "count" for m in self.info["maps"])
+
+    @property
+    def original_params_type(self):
+        return C.c_void_p * self.n_params
+
+    def param_plan(self):
+        """(ctypes array type of the full parameter list, [(map index, is_buffer)] per parameter of ours)."""
+        if self._param_plan is None:
+            index = {m["name"]: i for i, m in enumerate(self.info["maps"])}
+            plan = [(index[p["map"]], p["role"] == "buffer") for p in self.info["params"]]
+            self._param_plan = (C.c_void_p * (self.n_params + len(plan) + 1), plan)
+        return self._param_plan
+
+    def layouts(self, grid, block, caps: dict[str, int] | None = None) -> tuple[MapLayout, ...]:
+        return self.shape(grid, block, caps).layouts
+
+    def shape(self, grid, block, caps: dict[str, int] | None = None) -> LaunchShape:
+        if caps:  # sized by a counting run: not worth remembering
+            return launch_shape(map_layouts(self.info["maps"], grid, block, caps))
+        key = (grid, block)
+        got = self._layouts.get(key)
+        if got is None:
+            if len(self._layouts) >= MAX_LAYOUTS:
+                self._layouts.clear()
+            got = self._layouts[key] = launch_shape(map_layouts(self.info["maps"], grid, block, {}))
+        return got
+
+
+class KernelBuilder:
+    """Probed code per (context, kernel), built on first use, from the code cache when it can.
+
+    Keyed by context: a kernel launched on two devices (a CUkernel handle is valid in
+    every context) is built, loaded and planned once per context, for that device's
+    architecture (`arch(ctx)`, part of the code cache key)."""
+
+    def __init__(self, drv, engine, cache, trace, probes, arch, *, benchmark: bool = False):
+        self.drv, self.engine, self.cache, self.trace, self.probes = drv, engine, cache, trace, probes
+        self.arch = arch  # ctx -> (major, minor) of its device
+        self.benchmark = benchmark
+        self._lock = threading.RLock()
+        self._built: dict[tuple[int, int], ProbedKernel] = {}
+        self._refused: dict[tuple[int, int], str] = {}  # (ctx, kernel) whose PTX this device cannot run
+
+    def forget_contexts(self) -> None:
+        """Contexts are going away: their modules with them (a new context may reuse a handle)."""
+        with self._lock:
+            self._built.clear()
+            self._refused.clear()
+
+    def get(self, rec, ctx: int, original_func: int) -> ProbedKernel:
+        key = (ctx, id(rec))
+        pk = self._built.get(key)
+        if pk is None:
+            with self._lock:
+                pk = self._built.get(key)
+                if pk is None:
+                    pk = self._build_in(key, rec, ctx)
+        return pk
+
+    def _build_in(self, key, rec, ctx: int) -> ProbedKernel:
+        if key in self._refused:  # not permanent: the kernel may still be probed on another device
+            raise Fallback("arch", self._refused[key], repeat=True)
+        try:
+            pk = self._build(rec, ctx)
+        except Fallback as e:
+            if e.stage == "arch":
+                self._refused[key] = e.reason
+            raise
+        self._built[key] = pk
+        return pk
+
+    def check_attrs(self, pk: ProbedKernel, original_func: int, shared_bytes: int) -> None:
+        """Copy the original's attributes at the first launch, after a refused launch, and when a
+        launch asks for more dynamic shared memory than the limit last copied (the program raised it)."""
+        if not pk.attrs_checked or shared_bytes > pk.attrs_seen.get(COPIED_FUNC_ATTRS[0], 0):
+            self.copy_attrs(original_func, pk)
+
+    def _build(self, rec, ctx: int) -> ProbedKernel:
+        t0 = time.perf_counter()
+        ptx = rec.module.ptx.text
+        arch = self.arch(ctx)
+        refusal = ptx_refuses_arch(rec.module.ptx, arch)
+        if refusal is not None:
+            raise Fallback("arch", refusal)
+        key = cache_key(ptx, self.probes.text, arch, rec.name)
+        entry, where = self.cache.get(key)
+        if entry is None or entry.info is None:
+            source = str(getattr(rec.module.ptx, "source", "<ptx>"))
+            inst = self.engine.instrument(ptx, self.probes, kernel=rec.name, source=source)
+            if rec.name not in inst.kernels:
+                raise Fallback("instrument", f"the engine did not instrument entry {rec.name}", permanent=True)
+            entry = CacheEntry(inst.ptx, inst.kernels[rec.name])
+        module, fresh_cubin = self._load(entry)
+        if fresh_cubin is not None:
+            entry.cubin = fresh_cubin
+        if where != "memory":
+            self.cache.put(key, entry)
+        info = entry.info
+        func = self.drv.module_get_function(module, rec.name)
+        gvars = self._mirror_globals(rec, module)
+        count_func = self.drv.module_get_function(module, info["count_kernel"]) if info.get("count_kernel") else None
+        kdir = self.trace.write_kernel(rec.name, ptx, entry.ptx, info)
+        seconds = time.perf_counter() - t0
+        self.trace.event("instrument", kernel=rec.name, kernel_dir=kdir, cache=where, seconds=round(seconds, 6),
+                         sites=info.get("sites"), skipped=len(info.get("skipped", ())))
+        pk = ProbedKernel(rec.name, func, count_func, info, kdir, ctx=ctx, globals=gvars)
+        if self.benchmark:
+            pk.baseline, pk.baseline_globals = self._baseline(rec, arch)
+        return pk
+
+    def _mirror_globals(self, rec, module: int) -> list[GlobalVar]:
+        out = []
+        library = rec.module.kind.startswith("cuLibrary")
+        for name, writable in module_globals(rec.module.ptx.text):
+            try:
+                orig, size = self.drv.module_get_global(rec.module.handle, name, library=library)
+                ours, size2 = self.drv.module_get_global(module, name)
+            except DriverError:
+                continue  # optimised away in one of the two modules
+            if size == size2 and size:
+                out.append(GlobalVar(name, orig, ours, size, writable))
+        return out
+
+    def _load(self, entry: CacheEntry) -> tuple[int, bytes | None]:
+        """Load a cache entry's code: its cubin if it has one, else JIT the PTX (and return the cubin)."""
+        if entry.cubin is not None:
+            try:
+                return self.drv.module_load_data(entry.cubin), None
+            except DriverError:
+                pass  # a cubin from another driver: JIT again
+        try:
+            cubin = self.drv.link_ptx(entry.ptx)
+            return self.drv.module_load_data(cubin), cubin
+        except DriverError as e:
+            link_error = e
+        # The linker compiles PTX as relocatable code, where calls the JIT resolves itself in a
+        # whole-program load (vprintf, other driver builtins) can stay unresolved: load the PTX.
+        try:
+            return self.drv.module_load_data(entry.ptx.encode() + b"\0"), None
+        except DriverError as e:
+            raise Fallback("jit", f"{link_error}; loading the PTX: {e}", permanent=True) from None
+
+    def _baseline(self, rec, arch: tuple[int, int]) -> tuple[int, list]:
+        ptx = rec.module.ptx.text
+        key = cache_key(ptx, "", arch, rec.name, variant="pruned")
+        entry, where = self.cache.get(key)
+        if entry is None:
+            entry = CacheEntry(self.engine.prune(ptx, rec.name), None)
+        module, cubin = self._load(entry)
+        if cubin is not None:
+            entry.cubin = cubin
+        if where != "memory":
+            self.cache.put(key, entry)
+        return self.drv.module_get_function(module, rec.name), self._mirror_globals(rec, module)
+
+    def copy_attrs(self, original: int, pk: ProbedKernel) -> None:
+        """Carry the original's settable attributes (dynamic shared memory limit...) over.
+
+        Done at the first launch and again after a probed launch is refused
+        (the program may have raised a limit since): not per launch, since each
+        query is a driver call on the launch path."""
+        targets = [f for f in (pk.func, pk.count_func, pk.baseline) if f]
+        for attr in COPIED_FUNC_ATTRS:
+            try:
+                v = self.drv.func_get_attribute(original, attr)
+            except DriverError:
+                continue
+            if pk.attrs_seen.get(attr) == v:
+                continue
+            for f in targets:
+                try:
+                    self.drv.func_set_attribute(f, attr, v)
+                except DriverError:
+                    if attr == COPIED_FUNC_ATTRS[0] and v > 48 * 1024:
+                        raise
+            pk.attrs_seen[attr] = v
+        pk.attrs_checked = True
+
+
+def ptx_refuses_arch(ptx, arch: tuple[int, int]) -> str | None:
+    """Why a module's PTX cannot be JIT-compiled for a device of compute capability `arch`, or None.
+
+    The PTX was picked when the module was loaded, for the device current then; a CUlibrary
+    is context-independent and may be launched on a device of another architecture."""
+    target = getattr(ptx, "arch", None)
+    if not isinstance(target, int):
+        return None  # unknown: let the JIT decide
+    device = arch[0] * 10 + arch[1]
+    variant = getattr(ptx, "arch_variant", "") or ""
+    fits = (target == device if variant == "a" else
+            target // 10 == device // 10 and target <= device if variant == "f" else target <= device)
+    if fits:
+        return None
+    return f"the module's PTX targets sm_{target}{variant}, which this device (sm_{device}) cannot run"
+
+
+def copy_globals_in(drv, gvars: list[GlobalVar], stream: int) -> None:
+    for g in gvars:
+        drv.memcpy_dtod_async(g.ours, g.original, g.size, stream)
+
+
+def copy_globals_out(drv, gvars: list[GlobalVar], stream: int) -> None:
+    for g in gvars:
+        if g.writable:
+            drv.memcpy_dtod_async(g.original, g.ours, g.size, stream)
+
+
+_GLOBAL_DECL = re.compile(
+    r"^[ \t]*(?:\.visible[ \t]+|\.weak[ \t]+)?\.(global|const)[ \t]+(?:\.align[ \t]+\d+[ \t]+)?(?:\.v\d[ \t]+)?"
+    r"\.[a-z]+\d*[ \t]+([A-Za-z_$%][\w$]*)[^;]*;", re.MULTILINE)
+
+
+def module_globals(ptx: str) -> list[tuple[str, bool]]:
+    """Module-scope .global/.const variables defined (not .extern) in a PTX module, with whether
+    the kernel may write them (.global without initializer)."""
+    out = []
+    depth = 0
+    pos = 0
+    for m in _GLOBAL_DECL.finditer(ptx):
+        depth += ptx.count("{", pos, m.start()) - ptx.count("}", pos, m.start())
+        pos = m.start()
+        if depth == 0:
+            out.append((m.group(2), m.group(1) == "global" and "=" not in m.group(0)))
+    return out

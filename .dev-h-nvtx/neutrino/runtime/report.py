@@ -1,0 +1,142 @@
+"""What the runtime prints and writes at exit: summary, benchmark and memusage tables."""
+
+from __future__ import annotations
+
+import statistics
+
+from neutrino.runtime import frameworks
+
+
+def _spread(values: list[float]) -> tuple[float, float]:
+    """Median and relative half-range (the noise of repeated runs)."""
+    med = statistics.median(values)
+    return med, ((max(values) - min(values)) / 2 / med if med > 0 else 0.0)
+
+
+def benchmark_table(bench: dict[str, list[tuple[list[float], list[float]]]]) -> str:
+    """Per kernel: every benchmarked launch's interleaved repetitions pooled; the
+    slowdown with its noise (the relative half-range of both timings added). A ratio
+    below 1 by more than the noise is not a speed-up: it is flagged as unreliable."""
+    rows = [f"{'kernel':40s} {'runs':>5s} {'baseline us':>12s} {'probed us':>12s} {'slowdown':>9s} {'noise':>7s}"]
+    notes = []
+    for name, reps in sorted(bench.items()):
+        base_all = [v for b, _ in reps for v in b]
+        probed_all = [v for _, p in reps for v in p]
+        if not base_all or not probed_all:
+            continue
+        base, nb = _spread(base_all)
+        probed, np_ = _spread(probed_all)
+        slow = probed / base if base > 0 else float("nan")
+        noise = nb + np_
+        flag = ""
+        if slow < 1.0 - noise:
+            flag = "  !"
+            notes.append(f"! {_short(name, 60)}: probed faster than unprobed beyond the noise: a measurement problem "
+                         f"(clock or cache state), not a speed-up")
+        rows.append(f"{_short(name):40s} {len(probed_all):5d} {base / 1e3:12.2f} {probed / 1e3:12.2f} {slow:8.2f}x "
+                    f"{noise:6.1%}{flag}")
+    return "\n".join(rows + notes) + "\n"
+
+
+def memusage_table(mem: dict[str, dict]) -> str:
+    rows = [f"{'kernel':40s} {'launches':>8s} {'max bytes':>14s} {'total bytes':>14s}"]
+    for name, m in sorted(mem.items()):
+        note = "  (+ count-sized maps: size known only after the counting kernel)" if m["count_sized"] else ""
+        rows.append(f"{_short(name):40s} {m['launches']:8d} {m['max_bytes']:14d} {m['total_bytes']:14d}{note}")
+    return "\n".join(rows) + "\n"
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _short(name: str, width: int = 40) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def _kernel_counts(rt) -> tuple[int, int, int]:
+    """Kernels the program looked up, kernels probed (instrumented), kernels with a fallback."""
+    seen = rt.registry.kernels_seen() if hasattr(rt.registry, "kernels_seen") else set()
+    kernel_dir = rt.trace.path / "kernel"
+    probed = sum(1 for _ in kernel_dir.iterdir()) if kernel_dir.is_dir() else 0
+    fell_back = len({kernel for kernel, _ in rt.fallbacks})
+    return len(seen), probed, fell_back
+
+
+def _probed_kernel_names(run_dir) -> list[str]:
+    import json
+
+    names = []
+    for info in sorted((run_dir / "kernel").glob("*/kernel.json")):
+        try:
+            names += list(json.loads(info.read_text()).get("kernels", {}))
+        except (OSError, ValueError):
+            continue
+    return names
+
+
+def closing_line(rt, seen: int, probed: int, fell_back: int) -> str:
+    """What happened, in one line: kernels seen, probed, fallen back, the results, where the trace is."""
+    kernels = f"{seen} kernel(s) seen, {probed} probed" + (f", {fell_back} fell back to the original" if fell_back else "")
+    return (f"neutrino: {kernels}; {rt.probed_launches} probed launch(es), {_mib(rt.result_bytes)} of results; "
+            f"trace in {rt.trace.path}\n")
+
+
+def _untouched(rt, stream) -> None:
+    """One line for the kernels we never touch (collectives), not one per launch or module."""
+    n = len(rt.registry.collectives)
+    if n:
+        stream.write(f"neutrino: {n} NCCL kernel(s) ran untouched (collectives are probed only when -k names them)\n")
+
+
+def finish(rt, stream) -> None:
+    tr = rt.trace
+    if not tr.materialized and not rt.bench and not rt.opt.memusage:
+        tr.close()  # this process never loaded a CUDA module: leave no directory; the launcher says so
+        return
+    quiet = getattr(rt.opt, "verbosity", 0) < 0
+    if rt.bench:
+        table = benchmark_table(rt.bench)
+        tr.write_text("benchmark.txt", table)
+        stream.write("neutrino --benchmark (median kernel time, L2 flushed):\n" + table)
+    if rt.opt.memusage:
+        table = memusage_table(rt.memusage)
+        tr.write_text("memusage.txt", table)
+        stream.write("neutrino --memusage (buffer bytes probing would allocate):\n" + table)
+    total_fb = sum(rt.fallbacks.values())
+    total_drops = sum(rt.drops.values())
+    seen, probed, fell_back = _kernel_counts(rt)
+    tr.event("exit", launches=rt.probed_launches, fallbacks=total_fb, dropped=total_drops,
+             kernels_seen=seen, kernels_probed=probed, kernels_fell_back=fell_back,
+             dropped_by=[{"kernel": k, "reason": r, "launches": n} for (k, r), n in sorted(rt.drops.items())],
+             result_bytes=rt.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors,
+             collectives=len(rt.registry.collectives))
+    if quiet:
+        stream.flush()
+        tr.close()
+        return
+    stream.write(closing_line(rt, seen, probed, fell_back))
+    graph_nodes = getattr(rt, "graph_summary", [])
+    if graph_nodes:
+        written = sum(n["written"] for n in graph_nodes)
+        replays = sum(n["replays"] for n in graph_nodes)
+        stream.write(f"neutrino: {len(graph_nodes)} probed CUDA graph node(s): {written} of {replays} replay "
+                     "result(s) written\n")
+    for line in frameworks.summary_lines(getattr(rt, "no_ptx", {}), getattr(rt, "no_ptx_examples", None)):
+        stream.write(line + "\n")
+    if getattr(rt.opt, "verbosity", 0) > 0:
+        for name in _probed_kernel_names(tr.path):
+            stream.write(f"  probed {_short(name, 100)}\n")
+    if total_drops:
+        stream.write(f"neutrino: {total_drops} launch(es) ran unprobed because a budget was full "
+                     "(--buffer-budget, --trace-budget, --when-full=wait):\n")
+        for (kernel, reason), n in rt.drops.most_common(10):
+            stream.write(f"  {n:6d}  {reason:14s} {_short(kernel, 60)}\n")
+    _untouched(rt, stream)
+    if total_fb:
+        stream.write(f"neutrino: {total_fb} launch(es) ran unprobed because of a failure on our side:\n")
+        for (kernel, stage), n in rt.fallbacks.most_common(10):
+            stream.write(f"  {n:6d}  {stage:10s} {_short(kernel, 60)}\n")
+        stream.write(f"  (reasons: grep fallback {tr.path / 'event.log'})\n")
+    stream.flush()
+    tr.close()

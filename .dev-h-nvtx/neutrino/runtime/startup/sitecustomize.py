@@ -1,0 +1,47 @@
+"""Started by Python at interpreter start-up in a program run under `neutrino`.
+
+The launcher puts this directory first on PYTHONPATH. We first run any other
+sitecustomize the environment has (so we never hide one), then start the
+runtime when the launcher asked for it.
+"""
+
+
+def _chain():
+    import importlib.util
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        if not entry or os.path.abspath(entry) == here:
+            continue
+        candidate = os.path.join(entry, "sitecustomize.py")
+        if os.path.isfile(candidate):
+            spec = importlib.util.spec_from_file_location("_neutrino_chained_sitecustomize", candidate)
+            mod = importlib.util.module_from_spec(spec)
+            try:
+                spec.loader.exec_module(mod)
+            except Exception as e:  # noqa: BLE001 - as Python itself would, report and go on
+                sys.stderr.write(f"Error in sitecustomize ({candidate}): {e}\n")
+            return
+
+
+def _start():
+    import os
+    import sys
+
+    if not os.environ.get("NEUTRINO_OPTIONS"):
+        return
+    extra = os.environ.get("NEUTRINO_SYSPATH", "")
+    if os.environ.get("NEUTRINO_EMBEDDED") and extra:
+        sys.path.extend(p for p in extra.split(os.pathsep) if p and p not in sys.path)
+    try:
+        from neutrino.runtime import bootstrap
+
+        bootstrap.start(embedded=bool(os.environ.get("NEUTRINO_EMBEDDED")))
+    except Exception as e:  # noqa: BLE001 - the program must run even if we cannot
+        sys.stderr.write(f"neutrino: runtime not started ({type(e).__name__}: {e}); kernels run unprobed\n")
+
+
+_chain()
+_start()

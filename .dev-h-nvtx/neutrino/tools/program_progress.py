@@ -1,0 +1,29 @@
+"""program_progress: sampled clock at branches, showing how far warps get over time.
+
+Every thread counts the branches (`bra`) it executes; at every SAMPLE-th one
+it records the SM clock, its branch count so far (`branch`, a progress index)
+and its SM. The map has a dynamic cap. Analysis:
+neutrino/analysis/program_progress.py (threads of a warp are merged there).
+"""
+
+from neutrino import Map, probe
+import neutrino.language as nl
+
+SAMPLE = 16  # record one branch in SAMPLE (a power of two)
+
+
+@Map(level="thread", type="array", size=16, cap="dynamic")
+class program_progress:
+    clock: nl.u64
+    branch: nl.u32
+    cuid: nl.u32
+
+
+branches: nl.u32 = 0
+
+
+@probe(pos="bra", level="thread", before=True)
+def branch():
+    branches += 1
+    if branches & (SAMPLE - 1) == 0:
+        program_progress.save(nl.clock(), branches, nl.cuid())

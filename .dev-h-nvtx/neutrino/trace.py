@@ -1,0 +1,915 @@
+"""Trace directories: the result-file format and a numpy-only reader.
+
+Normative description: ``spec/trace-format.md``. In short, a run leaves::
+
+    <tracedir>/<start-time>_<pid>/
+        event.log            one JSON object per line
+        probe.toml           the probe file used
+        kernel/<k>_<hash>/   original.ptx, probed.ptx, kernel.json
+        result/<k>_<hash>.ntr  per kernel: one frame per probed launch, appended
+        result/index.bin     one record per probed launch (native writer)
+
+``load(path)`` opens such a directory lazily: result files are memory-mapped
+when a launch's maps are first asked for. A map is an `array` (records per
+unit), a `sum` (`MapData.totals()`) or a `hist` (`MapData.histogram()`);
+``map_buffer_bytes`` is the one rule that sizes any map's device buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import attrs
+import numpy as np
+
+from neutrino.errors import NeutrinoError
+
+MAGIC = b"NTRESULT"
+VERSION = 1
+SECTION_ALIGN = 64
+
+LEVELS = ("thread", "warp", "block")
+MAP_TYPES = ("array", "sum", "hist")  # the code in a map header's `type` word is the index
+FIELD_TYPES = {"u32": 4, "u64": 8}
+_TYPE_BY_WIDTH = {4: "u32", 8: "u64"}
+
+FILE_HEADER = np.dtype(
+    [
+        ("magic", "S8"),
+        ("version", "<u4"),
+        ("n_maps", "<u4"),
+        ("grid", "<u4", (3,)),
+        ("block", "<u4", (3,)),
+        ("shared_bytes", "<u4"),
+        ("reserved", "<u4"),
+    ]
+)
+MAP_HEADER = np.dtype(
+    [
+        ("name", "S64"),
+        ("level", "<u4"),  # index into LEVELS
+        ("record_bytes", "<u4"),
+        ("cap", "<u4"),  # records per unit actually allocated
+        ("cap_is_count", "<u4"),  # 1 when the probe said cap = "count"
+        ("units", "<u8"),
+        ("n_fields", "<u4"),
+        ("type", "<u4"),  # index into MAP_TYPES; was `reserved` (0) in older files, which are all arrays
+        ("offset", "<u8"),  # absolute byte offset of the section
+        ("size", "<u8"),  # bytes of the section
+    ]
+)
+FIELD_DESC = np.dtype([("name", "S32"), ("width", "<u4"), ("offset", "<u4")])
+
+# result/index.bin: a 16-byte header, then one record per probed launch (written by shim/writer.c).
+INDEX_MAGIC = b"NTINDEX1"
+INDEX_VERSION = 1
+INDEX_RECORD = np.dtype(
+    [
+        ("seq", "<u8"),  # launch index + 1
+        ("kernel_launch", "<u8"),
+        ("stream", "<u8"),
+        ("offset", "<u8"),  # the launch's frame in its kernel's result file
+        ("frame_size", "<u8"),
+        ("grid", "<u4", (3,)),
+        ("block", "<u4", (3,)),
+        ("shared_bytes", "<u4"),
+        ("kernel_id", "<u4"),  # k of kernel/<k>_<hash>, result/<k>_<hash>.ntr
+        ("frame_id", "<u4"),  # id of a `frame` event (0: none)
+        ("status", "<u4"),  # 0 written; 1 failed on the launch path; 2 copy back failed; 3 file write failed
+        ("duration_ns", "<f8"),  # < 0: unknown
+        ("graph", "<u8"),  # graph id << 32 | node id of a CUDA graph replay; 0 otherwise (`reserved`, 0, before)
+    ]
+)
+INDEX_HEADER_TAIL = np.array([INDEX_VERSION, INDEX_RECORD.itemsize], "<u4").tobytes()
+
+
+class TraceError(NeutrinoError):
+    """A trace directory or result file that cannot be read."""
+
+
+def align(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+def units_for(level: str, grid: Sequence[int], block: Sequence[int], lanes: int = 32) -> int:
+    """Number of units of a map of `level` for one launch (spec/kernel-json.md); `lanes`: 64 for AMD's wave64."""
+    blocks = int(grid[0]) * int(grid[1]) * int(grid[2])
+    threads = int(block[0]) * int(block[1]) * int(block[2])
+    if level == "thread":
+        return blocks * threads
+    if level == "warp":
+        return blocks * ((threads + lanes - 1) // lanes)
+    if level == "block":
+        return blocks
+    raise ValueError(f"unknown map level {level!r}")
+
+
+def buffer_bytes(units: int, cap: int, record_bytes: int) -> int:
+    """Size of one `array` map buffer: counts (16-aligned) then records."""
+    return align(4 * units, 16) + units * cap * record_bytes
+
+
+# A sum/hist map's buffer holds STRIPES rows of counters; a warp adds to row
+# (%smid % STRIPES), so that the atomics of a launch spread over many addresses
+# (and L2 slices) instead of queueing on one. Rows start ROW_ALIGN apart. The
+# buffer is written to the result file as it is (units = rows there); readers
+# add the rows up. Old files keep their own row count, so STRIPES may change.
+STRIPES = 32
+ROW_ALIGN = 128
+
+
+def stripe_row_bytes(record_bytes: int) -> int:
+    """Distance between two rows of counters in a sum/hist map's device buffer."""
+    return align(record_bytes, ROW_ALIGN)
+
+
+def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], cap: int | None = None) -> tuple[int, int]:
+    """(units, bytes) of the device buffer of one map for one launch: THE sizing rule.
+
+    `map_info` is the map's entry in kernel.json (spec/kernel-json.md); `cap`
+    is the records per unit for an `array` map (for `cap = "count"` the
+    counted cap; None: the declared one, 1 when it is "count"). A `sum` or
+    `hist` map is STRIPES rows of u64 counters per launch, whatever the grid:
+    `units` is the number of rows.
+    """
+    kind = map_info.get("type", "array")
+    if kind != "array":
+        return STRIPES, STRIPES * stripe_row_bytes(int(map_info["record_bytes"]))
+    if cap is None:
+        cap = map_info["cap"] if isinstance(map_info["cap"], int) else 1
+    units = units_for(map_info["level"], grid, block, int(map_info.get("lanes", 32)))
+    return units, buffer_bytes(units, cap, int(map_info["record_bytes"]))
+
+
+def section_bytes(kind: str, units: int, cap: int, record_bytes: int) -> int:
+    """Bytes of a map's section in a result file (= its device buffer); `units` = rows for sum/hist."""
+    return buffer_bytes(units, cap, record_bytes) if kind == "array" else units * stripe_row_bytes(record_bytes)
+
+
+@attrs.frozen
+class Buckets:
+    """The buckets of a `hist` map: `log2`, or `linear:MIN:MAX:STEP` (unsigned values).
+
+    log2 (bpftrace's `hist()`): bucket 0 holds the value 0, bucket k >= 1 the
+    values [2^(k-1), 2^k); 65 buckets cover u64. linear (bpftrace's `lhist()`):
+    bucket 0 holds values < MIN, bucket 1 + (v - MIN) // STEP values in
+    [MIN, MAX), the last bucket values >= MAX.
+    """
+
+    kind: str  # log2 / linear
+    min: int = 0
+    max: int = 0
+    step: int = 1
+
+    LOG2_COUNT = 65
+
+    @classmethod
+    def parse(cls, text: str) -> "Buckets":
+        """The bucket spec of `text`; ValueError with a reason when malformed."""
+        text = str(text).strip()
+        if text == "log2":
+            return cls("log2")
+        m = re.fullmatch(r"linear:(\d+):(\d+):(\d+)", text)
+        if not m:
+            raise ValueError(f"malformed buckets {text!r}: write \"log2\" or \"linear:MIN:MAX:STEP\"")
+        lo, hi, step = (int(g) for g in m.groups())
+        if step <= 0 or lo >= hi or hi >= 1 << 64:
+            raise ValueError(f"buckets {text!r}: need 0 <= MIN < MAX < 2^64 and STEP > 0")
+        spec = cls("linear", lo, hi, step)
+        if spec.count > 4096:
+            raise ValueError(f"buckets {text!r} make {spec.count} buckets; at most 4096")
+        return spec
+
+    def __str__(self) -> str:
+        return "log2" if self.kind == "log2" else f"linear:{self.min}:{self.max}:{self.step}"
+
+    def header_names(self) -> tuple[str, ...]:
+        """How a result file's field table spells the spec: `log2`, or `linear`, `min=N`, `max=N`, `step=N`."""
+        return ("log2",) if self.kind == "log2" else ("linear", f"min={self.min}", f"max={self.max}", f"step={self.step}")
+
+    @classmethod
+    def from_header_names(cls, names: Sequence[str]) -> "Buckets":
+        if list(names[:1]) == ["linear"] and len(names) == 4:
+            return cls.parse("linear:" + ":".join(n.split("=", 1)[-1] for n in names[1:]))
+        return cls.parse(":".join(names))
+
+    @property
+    def linear_count(self) -> int:
+        return -(-(self.max - self.min) // self.step)
+
+    @property
+    def count(self) -> int:
+        return self.LOG2_COUNT if self.kind == "log2" else self.linear_count + 2
+
+    def index(self, value: int) -> int:
+        """The bucket of one value (the rule the lowered code implements)."""
+        if self.kind == "log2":
+            return int(value).bit_length()
+        if value < self.min:
+            return 0
+        if value >= self.max:
+            return self.count - 1
+        return 1 + (value - self.min) // self.step
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) of every bucket: bucket i holds low[i] <= v < high[i] (high of the last is 2^64)."""
+        top = 1 << 64
+        if self.kind == "log2":
+            low = [0] + [1 << (k - 1) for k in range(1, 65)]
+            high = [1] + [1 << k for k in range(1, 65)]
+        else:
+            edges = [min(self.min + k * self.step, self.max) for k in range(self.linear_count + 1)]
+            low, high = [0] + edges, [self.min] + edges[1:] + [top]
+        return np.array(low, dtype=object), np.array(high, dtype=object)
+
+
+@attrs.frozen
+class Field:
+    name: str
+    type: str = attrs.field(validator=attrs.validators.in_(FIELD_TYPES))
+    offset: int = attrs.field(validator=attrs.validators.ge(0))
+
+    @property
+    def width(self) -> int:
+        return FIELD_TYPES[self.type]
+
+
+def _fields(value: Iterable) -> tuple[Field, ...]:
+    out = []
+    for f in value:
+        if isinstance(f, Field):
+            out.append(f)
+        elif isinstance(f, dict):
+            out.append(Field(f["name"], f["type"], int(f["offset"])))
+        else:
+            out.append(Field(*f))
+    return tuple(out)
+
+
+@attrs.frozen
+class MapSection:
+    """One map of one launch, as written: its layout and its raw buffer.
+
+    `data` is the device buffer copied back (any object supporting the
+    buffer protocol), exactly `section_bytes(type, units, cap, record_bytes)`
+    long. For a `hist` map `buckets` is its bucket spec; its fields are not
+    written (the counters are the buckets).
+    """
+
+    name: str
+    level: str = attrs.field(validator=attrs.validators.in_(LEVELS))
+    record_bytes: int
+    cap: int
+    units: int
+    fields: tuple[Field, ...] = attrs.field(converter=_fields)
+    data: object = attrs.field(repr=False)
+    cap_is_count: bool = False
+    type: str = attrs.field(default="array", validator=attrs.validators.in_(MAP_TYPES))
+    buckets: str | None = None
+
+    @classmethod
+    def of(cls, map_info: dict, units: int, cap: int, data) -> "MapSection":
+        """The section of a map described by its kernel.json entry, `units` and `cap` as
+        `map_buffer_bytes` gave them; `data` is the device buffer, written as it is."""
+        return cls(map_info["name"], map_info["level"], map_info["record_bytes"], cap, units, map_info["fields"], data,
+                   cap_is_count=map_info["cap"] == "count", type=map_info.get("type", "array"),
+                   buckets=map_info.get("buckets"))
+
+    @property
+    def size(self) -> int:
+        return section_bytes(self.type, self.units, self.cap, self.record_bytes)
+
+    @property
+    def dropped(self) -> int:
+        """Records tried beyond the cap (always 0 for sum and hist maps: they cannot overflow)."""
+        if self.type != "array" or not self.units:
+            return 0
+        counts = np.frombuffer(self.data, "<u4", count=self.units).astype("i8")
+        return int(np.clip(counts - self.cap, 0, None).sum())
+
+    def header_fields(self) -> tuple[Field, ...]:
+        """The field table of the map header; a hist map's spells its bucket spec (Buckets.header_names)."""
+        if self.type == "hist":
+            return tuple(Field(name, "u64", 0) for name in Buckets.parse(self.buckets or "").header_names())
+        return self.fields
+
+
+def fold_rows(rows: np.ndarray, record_bytes: int) -> np.ndarray:
+    """The counters of a sum/hist map: its rows (u64, `rows x stripe_row_bytes/8`) added up modulo 2^64."""
+    return rows[:, : record_bytes // 8].sum(axis=0, dtype=np.uint64)
+
+
+def record_dtype(fields: Sequence[Field], record_bytes: int) -> np.dtype:
+    return np.dtype(
+        {
+            "names": [f.name for f in fields],
+            "formats": ["<u4" if f.type == "u32" else "<u8" for f in fields],
+            "offsets": [f.offset for f in fields],
+            "itemsize": record_bytes,
+        }
+    )
+
+
+# --------------------------------------------------------------------- writing
+
+
+@attrs.frozen
+class FrameLayout:
+    """Where everything of a result frame lies, from the maps' layouts alone (no data)."""
+
+    map_headers: tuple[int, ...]  # offset of each map header in the frame
+    offsets: tuple[int, ...]  # offset of each section
+    size: int  # the frame's bytes, padded to SECTION_ALIGN
+
+
+def frame_layout(maps: Sequence[MapSection]) -> FrameLayout:
+    """THE layout rule of a frame: file header, map headers with their field tables,
+    then each section at the next multiple of SECTION_ALIGN."""
+    headers, pos = [], FILE_HEADER.itemsize
+    for m in maps:
+        headers.append(pos)
+        pos += MAP_HEADER.itemsize + len(m.header_fields()) * FIELD_DESC.itemsize
+    offsets, pos = [], align(pos, SECTION_ALIGN)
+    for m in maps:
+        offsets.append(pos)
+        pos = align(pos + m.size, SECTION_ALIGN)
+    return FrameLayout(tuple(headers), tuple(offsets), pos)
+
+
+def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> tuple[bytes, list[int]]:
+    """The header bytes of a result file and the absolute offset of each section."""
+    head = np.zeros((), FILE_HEADER)
+    head["magic"] = MAGIC
+    head["version"] = VERSION
+    head["n_maps"] = len(maps)
+    head["grid"] = tuple(grid)
+    head["block"] = tuple(block)
+    head["shared_bytes"] = shared_bytes
+    descs: list[bytes] = []
+    layout = frame_layout(maps)
+    for m, pos in zip(maps, layout.offsets):
+        _check_section(m)
+        mh = np.zeros((), MAP_HEADER)
+        mh["name"] = m.name.encode()
+        mh["level"] = LEVELS.index(m.level)
+        mh["record_bytes"] = m.record_bytes
+        mh["cap"] = m.cap
+        mh["cap_is_count"] = int(m.cap_is_count)
+        mh["units"] = m.units
+        fields = m.header_fields()
+        mh["n_fields"] = len(fields)
+        mh["type"] = MAP_TYPES.index(m.type)
+        mh["offset"] = pos
+        mh["size"] = m.size
+        fd = np.zeros(len(fields), FIELD_DESC)
+        for i, f in enumerate(fields):
+            fd[i] = (f.name.encode(), f.width, f.offset)
+        descs.append(mh.tobytes() + fd.tobytes())
+    return head.tobytes() + b"".join(descs), list(layout.offsets)
+
+
+def _check_section(m: MapSection) -> None:
+    if len(m.name.encode()) > 63:
+        raise TraceError(f"map name too long for a result file: {m.name!r}")
+    for f in m.header_fields():
+        if len(f.name.encode()) > 31:
+            raise TraceError(f"field name too long for a result file: {f.name!r}")
+        if f.offset + f.width > m.record_bytes:
+            raise TraceError(f"field {f.name} of map {m.name} lies outside its {m.record_bytes}-byte record")
+    got = memoryview(m.data).nbytes
+    if got != m.size:
+        raise TraceError(f"map {m.name}: buffer has {got} bytes, layout needs {m.size}")
+
+
+def append_frame(fh, *, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> tuple[int, int]:
+    """Append one result frame (the layout of a result file) to an open binary file at a
+    multiple of SECTION_ALIGN; returns (offset, size). Offsets inside the frame are
+    relative to its start, so a reader maps the frame with `read_result(path, offset)`."""
+    header, offsets = encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
+    return append_encoded(fh, header, offsets, [m.data for m in maps])
+
+
+def append_encoded(fh, header: bytes, offsets: Sequence[int], datas: Sequence) -> tuple[int, int]:
+    """`append_frame` with the header already encoded (the writer caches it per launch shape)."""
+    start = fh.seek(0, os.SEEK_END)
+    pad = align(start, SECTION_ALIGN) - start
+    if pad:
+        fh.write(b"\0" * pad)
+        start += pad
+    fh.write(header)
+    pos = len(header)
+    for off, data in zip(offsets, datas):
+        if off > pos:
+            fh.write(b"\0" * (off - pos))
+        view = memoryview(data).cast("B")
+        fh.write(view)
+        pos = off + view.nbytes
+    end = align(pos, SECTION_ALIGN)
+    if end > pos:
+        fh.write(b"\0" * (end - pos))
+    return start, end
+
+
+def write_result(path, *, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> Path:
+    """Write one result file atomically (temporary file, then rename)."""
+    path = Path(path)
+    header, offsets = encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(header)
+        for m, off in zip(maps, offsets):
+            fh.write(b"\0" * (off - fh.tell()))
+            fh.write(memoryview(m.data).cast("B"))
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------- reading
+
+
+@attrs.frozen
+class Histogram:
+    """The buckets of one `hist` map of one launch."""
+
+    buckets: Buckets
+    counts: np.ndarray  # uint64, one per bucket
+
+    @property
+    def total(self) -> int:
+        """Samples recorded (the sum of the buckets)."""
+        return int(self.counts.sum(dtype=np.uint64))
+
+    def rows(self, nonzero: bool = True) -> list[tuple[int, int, int]]:
+        """(low, high, count) per bucket, values low <= v < high; empty buckets left out unless asked."""
+        low, high = self.buckets.bounds()
+        return [(int(lo), int(hi), int(c)) for lo, hi, c in zip(low, high, self.counts) if c or not nonzero]
+
+    def __str__(self) -> str:
+        rows = self.rows()
+        peak = max((c for _, _, c in rows), default=1)
+        return "\n".join(f"[{lo}, {hi}) {c:>12} |{'@' * max(1, 40 * c // peak) if c else ''}" for lo, hi, c in rows)
+
+
+@attrs.define(eq=False)
+class MapData:
+    """One map of one launch, read back. `counts` and `records` are memory-mapped.
+
+    An `array` map has `counts` (one per unit) and `records` `(units, cap)`.
+    A `sum` map reads as one unit holding one record, the launch's totals (its
+    rows added up; `totals()`); a `hist` map as one record with the field
+    `buckets`, an array of the bucket counters (`histogram()`).
+    """
+
+    name: str
+    level: str
+    cap: int
+    record_bytes: int
+    units: int
+    fields: tuple[Field, ...]
+    cap_is_count: bool
+    counts: np.ndarray
+    records: np.ndarray
+    type: str = "array"
+    buckets: Buckets | None = None
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.records.dtype
+
+    @property
+    def dropped(self) -> int:
+        if self.type != "array":
+            return 0
+        over = self.counts.astype(np.int64) - self.cap
+        return int(np.clip(over, 0, None).sum())
+
+    def totals(self) -> dict[str, int]:
+        """A sum map's counters: field name → total over the launch."""
+        if self.type != "sum":
+            raise TraceError(f"map {self.name} is a {self.type} map; totals() is for sum maps")
+        row = np.asarray(self.records)[0, 0]
+        return {f.name: int(row[f.name]) for f in self.fields}
+
+    def histogram(self) -> Histogram:
+        if self.type != "hist" or self.buckets is None:
+            raise TraceError(f"map {self.name} is a {self.type} map; histogram() is for hist maps")
+        return Histogram(self.buckets, np.array(np.asarray(self.records)[0, 0]["buckets"], dtype=np.uint64))
+
+    def valid(self) -> np.ndarray:
+        """The records actually written, one row each, with the extra field `unit`."""
+        n = np.minimum(self.counts, self.cap).astype(np.int64)
+        mask = np.arange(self.cap)[None, :] < n[:, None]
+        units = np.nonzero(mask)[0].astype(np.uint64)
+        recs = np.asarray(self.records)[mask]
+        names = self.records.dtype.names or ()
+        out_dtype = np.dtype([(name, self.records.dtype.fields[name][0]) for name in names] + [("unit", "<u8")])
+        out = np.empty(len(units), out_dtype)
+        for name in names:
+            out[name] = recs[name]
+        out["unit"] = units
+        return out
+
+
+@attrs.define(eq=False)
+class ResultFile:
+    path: Path
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    maps: dict[str, MapData]
+
+
+def read_result(path, offset: int = 0) -> ResultFile:
+    """Parse a result file, or the frame at `offset` of a per-kernel result file;
+    sections are memory-mapped, not read."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if offset < 0 or offset % SECTION_ALIGN or offset >= max(size, 1):
+            raise TraceError(f"{path}: no result frame at offset {offset}")
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            raw = fh.read(FILE_HEADER.itemsize)
+            head = _frombuffer(raw, FILE_HEADER, path, "file header")
+            if bytes(head["magic"]) != MAGIC:
+                raise TraceError(f"{path}: not a Neutrino result file (bad magic)")
+            if int(head["version"]) != VERSION:
+                raise TraceError(f"{path}: result format version {int(head['version'])}, this reader knows {VERSION}")
+            maps = {}
+            for _ in range(int(head["n_maps"])):
+                m = _read_map(fh, path, size, offset)
+                maps[m.name] = m
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read result file: {e.strerror or e}") from None
+    return ResultFile(
+        path=path,
+        grid=tuple(int(v) for v in head["grid"]),
+        block=tuple(int(v) for v in head["block"]),
+        shared_bytes=int(head["shared_bytes"]),
+        maps=maps,
+    )
+
+
+MAX_FIELDS = 4096
+
+
+def _text(raw: bytes, path: Path, what: str) -> str:
+    """A NUL-padded UTF-8 name of a result file."""
+    try:
+        return raw.rstrip(b"\0").decode()
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: {what} is not UTF-8: corrupt file") from None
+
+
+def _frombuffer(raw: bytes, dtype: np.dtype, path: Path, what: str, count: int = 1):
+    if len(raw) != dtype.itemsize * count:
+        raise TraceError(f"{path}: truncated {what}")
+    arr = np.frombuffer(raw, dtype, count=count)
+    return arr[0] if count == 1 else arr
+
+
+def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
+    mh = _frombuffer(fh.read(MAP_HEADER.itemsize), MAP_HEADER, path, "map header")
+    nf = int(mh["n_fields"])
+    if nf > MAX_FIELDS:  # a corrupt count must not become a huge read
+        raise TraceError(f"{path}: map header claims {nf} fields (at most {MAX_FIELDS}): corrupt file")
+    fds = _frombuffer(fh.read(FIELD_DESC.itemsize * nf), FIELD_DESC, path, "field table", nf) if nf else []
+    if nf == 1:
+        fds = [fds]
+    name = _text(bytes(mh["name"]), path, "map name")
+    level_i, type_i = int(mh["level"]), int(mh["type"])
+    if level_i >= len(LEVELS):
+        raise TraceError(f"{path}: map {name}: unknown level {level_i}")
+    if type_i >= len(MAP_TYPES):
+        raise TraceError(f"{path}: map {name}: unknown map type {type_i} (a newer writer?)")
+    kind = MAP_TYPES[type_i]
+    fields, seen = [], set()
+    for fd in fds:
+        width = int(fd["width"])
+        if width not in _TYPE_BY_WIDTH:
+            raise TraceError(f"{path}: map {name}: field width {width} is not 4 or 8")
+        field = Field(_text(bytes(fd["name"]), path, f"field name of map {name}"), _TYPE_BY_WIDTH[width],
+                      int(fd["offset"]))
+        if not field.name:
+            raise TraceError(f"{path}: map {name}: field {len(fields)} has no name: corrupt file")
+        if field.name in seen:
+            raise TraceError(f"{path}: map {name}: field {field.name} appears twice")
+        seen.add(field.name)
+        fields.append(field)
+    units, cap, rb = int(mh["units"]), int(mh["cap"]), int(mh["record_bytes"])
+    for f in fields:  # a hist map's fields name its buckets (checked below); the others lie in a record
+        if kind != "hist" and f.offset + f.width > rb:
+            raise TraceError(f"{path}: map {name}: field {f.name} lies outside its {rb}-byte record")
+    offset, size = base + int(mh["offset"]), int(mh["size"])
+    if size != section_bytes(kind, units, cap, rb) or offset + size > file_size:
+        raise TraceError(f"{path}: map {name}: section size/offset do not match its layout (truncated file?)")
+    buckets = None
+    if kind == "array":
+        dtype = record_dtype(fields, rb)
+        counts = _map_array(fh, path, np.dtype("<u4"), offset, (units,))
+        records = _map_array(fh, path, dtype, offset + align(4 * units, 16), (units, cap))
+    else:
+        # One row of u64 counters per launch: shown as one unit with one record.
+        if kind == "hist":
+            try:
+                buckets = Buckets.from_header_names([f.name for f in fields])
+            except ValueError as e:
+                raise TraceError(f"{path}: map {name}: {e}") from None
+            if buckets.count * 8 != rb:
+                raise TraceError(f"{path}: map {name}: {rb} bytes for {buckets.count} buckets")
+            fields, dtype = [], np.dtype([("buckets", "<u8", (buckets.count,))])
+        else:
+            dtype = record_dtype(fields, rb)
+        rows = _map_array(fh, path, np.dtype("<u8"), offset, (units, stripe_row_bytes(rb) // 8))
+        counts = np.ones(1, np.uint32)
+        records = np.frombuffer(fold_rows(np.asarray(rows), rb).tobytes(), dtype).reshape(1, 1)
+        units = cap = 1  # the rows, added up: one unit with one record (whatever cap the header claims)
+    return MapData(name, LEVELS[level_i], cap, rb, units, tuple(fields), bool(mh["cap_is_count"]), counts, records,
+                   kind, buckets)
+
+
+SMALL_SECTION = 1 << 20  # sections up to this size are read; larger ones memory-mapped
+
+
+def _map_array(fh, path: Path, dtype: np.dtype, offset: int, shape: tuple) -> np.ndarray:
+    """A section's array: read when small (a memmap costs about a millisecond to set up,
+    which thousands of small launches feel), else memory-mapped."""
+    count = math.prod(shape)
+    if count == 0:
+        return np.zeros(shape, dtype)
+    nbytes = count * dtype.itemsize
+    if nbytes > SMALL_SECTION:
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    here = fh.tell()  # the caller reads the map headers sequentially
+    fh.seek(offset)
+    raw = fh.read(nbytes)
+    fh.seek(here)
+    return np.frombuffer(raw, dtype, count=count).reshape(shape)
+
+
+# --------------------------------------------------------------------- trace dir
+
+
+@attrs.define(eq=False)
+class Launch:
+    """One probed launch: its event-log metadata and (lazily) its maps."""
+
+    index: int
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    duration_ns: float | None
+    frame: str | None
+    result_path: Path
+    event: dict
+    result_offset: int = 0  # the launch's frame in a per-kernel result file (0 for one file per launch)
+    _result: ResultFile | None = None
+
+    @property
+    def graph(self) -> tuple[int, int] | None:
+        """(graph id, node id) of a CUDA graph replay (its `graph_node` event), None for a stream launch."""
+        g, n = self.event.get("graph"), self.event.get("graph_node")
+        return (int(g), int(n)) if isinstance(g, int) and isinstance(n, int) else None
+
+    @property
+    def maps(self) -> dict[str, MapData]:
+        if self._result is None:
+            self._result = read_result(self.result_path, self.result_offset)
+        return self._result.maps
+
+
+@attrs.define(eq=False)
+class Trace:
+    path: Path
+    probe_text: str
+    events: list[dict]
+    launches: list[Launch]
+    problems: list[str] = attrs.Factory(list)  # what could not be read, named (corrupt lines, skipped launches)
+
+    def kernel_info(self, kernel: str) -> dict | None:
+        """The kernel.json entry of `kernel` (the first instrumented one of that name)."""
+        for ev in self.events:
+            if ev.get("event") == "instrument" and ev.get("kernel") == kernel and ev.get("kernel_dir"):
+                p = self.path / ev["kernel_dir"] / "kernel.json"
+                if p.exists():
+                    return json.loads(p.read_text())["kernels"].get(kernel)
+        return None
+
+
+def find_run_dir(path) -> Path:
+    """`path` itself if it is a run directory, else its only run subdirectory."""
+    path = Path(path)
+    if not path.is_dir():
+        raise TraceError(f"{path}: no such trace directory")
+    if (path / "event.log").exists():
+        return path
+    runs = sorted(p for p in path.iterdir() if (p / "event.log").exists())
+    if len(runs) == 1:
+        return runs[0]
+    ranks = find_rank_dirs(path)
+    if ranks and len(ranks) == len(runs):
+        raise TraceError(f"{path}: a job of {len(ranks)} rank(s) ({', '.join(p.name for _, p in ranks[:8])}): "
+                         "name one of them, or read them all with neutrino.trace.load_job")
+    if not runs:
+        raise TraceError(f"{path}: not a trace directory (no event.log here or in a subdirectory)")
+    if len(find_process_dirs(path)) == len(runs):
+        raise TraceError(f"{path}: the trace of {len(runs)} processes of one program: name one of them, "
+                         "or read them all with neutrino.trace.load_job")
+    names = ", ".join(p.name for p in runs[-5:])
+    raise TraceError(f"{path}: holds {len(runs)} runs ({names}); name one of them")
+
+
+_RANK_DIR = re.compile(r"rank(\d+)(?:\.(\d+))?")
+
+
+def find_rank_dirs(path) -> list[tuple[int, Path]]:
+    """(rank, run directory) of each rank of a job directory (`<tracedir>/<job>/rank<R>[.<pid>]`,
+    spec/trace-format.md), ordered by rank; [] when `path` is not a job directory."""
+    path = Path(path)
+    if not path.is_dir() or (path / "event.log").exists():
+        return []
+    found = []
+    for sub in path.iterdir():
+        m = _RANK_DIR.fullmatch(sub.name)
+        if m and (sub / "event.log").exists():
+            found.append((int(m.group(1)), int(m.group(2) or -1), sub))
+    return [(rank, sub) for rank, _, sub in sorted(found)]
+
+
+_PROCESS_DIR = re.compile(r"(\d{8}-\d{6})_(\d+)")
+
+
+def find_process_dirs(path) -> list[Path]:
+    """The run directories of an `-o DIR` trace (spec/trace-format.md): DIR itself when its first
+    process wrote it, then `DIR/<time>_<pid>` of every other process of the program, in order of
+    start. DIR is one when it holds an event.log or the `.owner` of `-o`; otherwise [] (a plain
+    trace directory holds separate runs, not one program's processes)."""
+    path = Path(path)
+    if not path.is_dir() or not ((path / "event.log").exists() or (path / ".owner").exists()):
+        return []
+    others = []
+    for sub in path.iterdir():
+        m = _PROCESS_DIR.fullmatch(sub.name)
+        if m and (sub / "event.log").exists():
+            others.append((m.group(1), int(m.group(2)), sub))
+    return [path] * (path / "event.log").exists() + [sub for *_, sub in sorted(others)]
+
+
+def read_events(path: Path) -> list[dict]:
+    """The JSON objects of an event log. A line that is not one (cut short by a crash) is
+    skipped; a log with lines but no event at all is not an event log and is refused."""
+    events = []
+    lines = 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            lines += 1
+            try:
+                value = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            if isinstance(value, dict) and isinstance(value.get("event"), str):
+                events.append(value)
+    if lines and not events:
+        raise TraceError(f"{path}: no event in {lines} line(s): not a Neutrino event log (binary or corrupt)")
+    return events
+
+
+def load(path) -> Trace:
+    """Open a trace directory (or a parent holding exactly one run)."""
+    run = find_run_dir(path)
+    events = read_events(run / "event.log")
+    probe_text = ""
+    for name in ("probe.toml",):
+        if (run / name).exists():
+            probe_text = (run / name).read_text()
+    problems: list[str] = []
+    return Trace(run, probe_text, events, _launches(run, events, problems), problems)
+
+
+def find_job_dir(path) -> Path | None:
+    """`path` if it is a job directory, or its only job subdirectory when it holds no run of its
+    own (a trace directory after one `neutrino ... -- torchrun ...`); else None."""
+    path = Path(path)
+    if find_rank_dirs(path):
+        return path
+    if not path.is_dir() or (path / "event.log").exists():
+        return None
+    subs = [p for p in path.iterdir() if p.is_dir()]
+    if any((p / "event.log").exists() for p in subs):
+        return None
+    jobs = [p for p in subs if find_rank_dirs(p)]
+    return jobs[0] if len(jobs) == 1 else None
+
+
+def load_job(path) -> list[tuple[int, Trace]]:
+    """(rank, trace) of every rank of a job directory, ordered by rank; for an `-o` trace of several
+    processes (find_process_dirs), (i, trace) of each process in order of start."""
+    ranks = find_rank_dirs(path) or list(enumerate(find_process_dirs(path)))
+    if not ranks:
+        raise TraceError(f"{path}: not a job directory (no rank<R>/ run directory in it)")
+    return [(rank, load(run)) for rank, run in ranks]
+
+
+def read_index(run: Path, events: list[dict]) -> list[dict]:
+    """`launch` events rebuilt from result/index.bin (runs written by the native writer)."""
+    path = run / "result" / "index.bin"
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    if len(raw) < 16 or raw[:8] != INDEX_MAGIC:
+        raise TraceError(f"{path}: not a Neutrino launch index (bad magic)")
+    version, rec_size = np.frombuffer(raw[8:16], "<u4")
+    if int(version) != INDEX_VERSION or int(rec_size) != INDEX_RECORD.itemsize:
+        raise TraceError(f"{path}: index version {int(version)} with {int(rec_size)}-byte records; "
+                         f"this reader knows version {INDEX_VERSION}")
+    n = (len(raw) - 16) // INDEX_RECORD.itemsize  # a record cut short by a crash is ignored
+    recs = np.frombuffer(raw, INDEX_RECORD, count=n, offset=16)
+    kernels: dict[int, tuple[str, str]] = {}
+    frames: dict[int, str] = {}
+    for ev in events:
+        if ev.get("event") == "instrument" and isinstance(ev.get("kernel_dir"), str):
+            name = ev["kernel_dir"].rsplit("/", 1)[-1]
+            k = name.split("_", 1)[0]
+            if k.isdigit():
+                kernels[int(k)] = (str(ev.get("kernel", "")), f"result/{name}.ntr")
+        elif ev.get("event") == "frame" and isinstance(ev.get("id"), int):
+            frames[ev["id"]] = ev.get("frame")
+    out = []
+    for r in recs:
+        if int(r["status"]) != 0 or int(r["kernel_id"]) not in kernels:
+            continue
+        kernel, rel = kernels[int(r["kernel_id"])]
+        duration = float(r["duration_ns"])
+        graph = int(r["graph"])
+        out.append({
+            "event": "launch", "index": int(r["seq"]) - 1, "kernel": kernel, "grid": [int(v) for v in r["grid"]],
+            "block": [int(v) for v in r["block"]], "shared_bytes": int(r["shared_bytes"]),
+            "stream": hex(int(r["stream"])), "result": rel, "result_offset": int(r["offset"]),
+            "frame": frames.get(int(r["frame_id"])), "duration_ns": duration if duration >= 0 else None,
+            "kernel_launch": int(r["kernel_launch"]),
+            **({"graph": graph >> 32, "graph_node": graph & 0xFFFFFFFF, "replay": int(r["kernel_launch"])}
+               if graph else {}),
+        })
+    return out
+
+
+def launch_events(run: Path, events: list[dict]) -> list[dict]:
+    """Every probed launch of a run: `launch` events of the event log, then those of the index."""
+    return [e for e in events if e.get("event") == "launch"] + read_index(run, events)
+
+
+def _launches(run: Path, events: list[dict], problems: list[str] | None = None) -> list[Launch]:
+    """The launches of a run; a launch event with values of the wrong kind is skipped and
+    described in `problems` (a corrupt event.log never raises a bare ValueError)."""
+    out = []
+    for ev in launch_events(run, events):
+        if not isinstance(ev.get("result"), str):
+            continue
+        try:
+            p = run / ev["result"]
+            if not p.exists():  # raises for a name too long or holding a NUL
+                continue
+            launch = _launch_of(ev, p)
+        except (TypeError, ValueError, KeyError, OverflowError, OSError) as e:
+            if problems is not None:
+                reason = f"no {e}" if isinstance(e, KeyError) else str(e)[:200]
+                problems.append(f"{run / 'event.log'}: launch event {repr(ev.get('index'))[:40]} skipped: {reason}")
+            continue
+        out.append(launch)
+    out.sort(key=lambda launch: launch.index)
+    return out
+
+
+def _dims(value) -> tuple[int, int, int]:
+    dims = tuple(int(v) for v in value)
+    if len(dims) != 3:
+        raise ValueError(f"{value!r} is not three dimensions")
+    return dims
+
+
+def _launch_of(ev: dict, path: Path) -> Launch:
+    duration = ev.get("duration_ns")
+    if duration is not None:
+        duration = float(duration)
+    frame = ev.get("frame")
+    return Launch(
+        index=int(ev["index"]),
+        kernel=str(ev.get("kernel", "")),
+        grid=_dims(ev.get("grid", (0, 0, 0))),
+        block=_dims(ev.get("block", (0, 0, 0))),
+        shared_bytes=int(ev.get("shared_bytes", 0)),
+        duration_ns=duration,
+        frame=frame if isinstance(frame, str) else None,
+        result_path=path,
+        event=ev,
+        result_offset=int(ev.get("result_offset", 0) or 0),
+    )

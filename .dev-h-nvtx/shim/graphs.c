@@ -1,0 +1,608 @@
+/* Neutrino and CUDA graphs: the replay side of a probed graph node, and the graph API hooks.
+ *
+ * A probed kernel launched into a capturing stream is captured by Python
+ * (neutrino/runtime/graphs.py) as the probed kernel; when the capture ends, an
+ * append node after all of them, a leaf, is added to the graph
+ * (neutrino/runtime/graph_ring.py). It copies each selected replay's maps into
+ * the next free slot of the node's ring in device memory and sets the slot's
+ * flag, in pinned host memory mapped into the device, to the replay number + 1
+ * (a full ring: the replay is dropped and counted there).
+ * Here one thread polls every node's flags: it copies the filled slots out on a
+ * stream of ours (the copy engine, beside the program's work), queues their
+ * frames for the writer (writer.c), clears the flags and writes how many slots
+ * it has consumed into the node's device state. No host node: a replay never
+ * waits for the host. When the writer is behind by more than `pending_limit`
+ * bytes, or the trace budget is spent, the frame is not copied, and counted.
+ *
+ * The graph API hooks report what decides the lifetime of a node's memory
+ * (instantiate, clone, exec update, destroy) and kernel nodes made or changed
+ * with the graph API to Python through one callback; for new kernel-node
+ * parameters of a probed node, Python may answer with parameters to use instead.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "writer.h"
+
+typedef int CUresult;
+#define CU_NOT_FOUND 500
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 0x2
+
+void *neutrino_real_sym(const char *name);
+int neutrino_trace_reserve(uint64_t n);
+void neutrino_trace_give_back(uint64_t n);
+
+/* ------------------------------------------------------------------ replay rings */
+
+typedef struct {
+    uint32_t graph_id, node_id, kernel_id;
+    int32_t fd;
+    void *ring;           /* pinned, mapped: counters, flags, slots (graph_ring.RingLayout) */
+    uint64_t frame_size;
+    uint64_t stream;
+    uint32_t grid[3], block[3];
+    uint32_t shared_bytes, frame_id;
+    uint64_t nslots, stride, slots;  /* host ring: slot count, bytes per slot, offset of slot 0 */
+    void *ctx, *copy_stream;         /* the node's context; a stream of ours in it */
+    uint64_t device_slots, device_stride, device_state;  /* device ring: slot 0, bytes per slot; the state */
+    uint64_t data_off, span;         /* where in a frame the maps start; their bytes */
+    uint64_t nstage;                 /* host slots (device slot i is copied into host slot i % nstage) */
+} nt_graph_desc;
+
+enum { RING_REPLAYS, RING_WRITTEN, RING_DROPPED, RING_CONSUMED };  /* the ring's u64 counters */
+#define RING_FLAGS 64                                /* offset of the flags */
+#define STATE_CONSUMED 24                            /* the device state's consumed counter */
+#define MAX_SLOTS 1024                               /* graph_ring.MAX_DEVICE_SLOTS */
+#define MAX_STAGE 64                                 /* graph_ring.MAX_HOST_SLOTS */
+#define POLL_NS 100000                               /* between polls of the rings */
+#define CAPTURE_MODE_RELAXED 2
+
+typedef struct nt_graph_node {
+    nt_graph_desc d;
+    struct nt_graph_node *next;  /* the rings polled (under rings_lock) */
+    uint64_t next_read;          /* the next slot to drain, counted from the first */
+    int attached;                /* its ring is ours to read */
+    _Atomic int active;
+    _Atomic uint64_t written, dropped_trace, dropped_behind, errors;
+    uint64_t replays_kept, dropped_kept;  /* the ring's counters when it was let go */
+} nt_graph_node;
+
+static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rings_changed = PTHREAD_COND_INITIALIZER;
+static nt_graph_node *rings;
+static int poller_started, poller_stopped;
+static _Atomic uint64_t pending_limit = 1ull << 30, pending;
+
+void neutrino_graph_set_pending_limit(uint64_t limit) { atomic_store(&pending_limit, limit); }
+
+static uint64_t ring_counter(const nt_graph_node *n, int which) {
+    return atomic_load_explicit((_Atomic uint64_t *)n->d.ring + which, memory_order_relaxed);
+}
+
+/* Room for one more frame of node n, `ahead` bytes already admitted this round: the writer is not
+ * too far behind and the trace budget holds it (reserved). Every refusal is counted. */
+static int frame_room(nt_graph_node *n, uint64_t ahead) {
+    uint64_t size = n->d.frame_size;
+    if (atomic_load(&pending) + ahead + size > atomic_load(&pending_limit)) {
+        atomic_fetch_add(&n->dropped_behind, 1);
+        return 0;
+    }
+    if (!neutrino_trace_reserve(size)) {
+        atomic_fetch_add(&n->dropped_trace, 1);
+        return 0;
+    }
+    return 1;
+}
+
+/* Hand one copied-out frame (replay `r`, its trace bytes reserved) to the writer. */
+static void submit_frame(nt_graph_node *n, const void *frame, uint64_t r) {
+    uint64_t size = n->d.frame_size;
+    void *copy = malloc(size);
+    if (!copy) {
+        neutrino_trace_give_back(size);
+        atomic_fetch_add(&n->errors, 1);
+        return;
+    }
+    memcpy(copy, frame, size);
+    nt_job job;
+    memset(&job, 0, sizeof job);
+    job.fd = n->d.fd;
+    job.kernel_id = n->d.kernel_id;
+    job.frame_id = n->d.frame_id;
+    job.stream = (void *)(uintptr_t)n->d.stream;
+    memcpy(job.grid, n->d.grid, sizeof job.grid);
+    memcpy(job.block, n->d.block, sizeof job.block);
+    job.shared_bytes = n->d.shared_bytes;
+    job.kernel_launch = r;
+    job.header = copy;
+    job.header_len = size;
+    job.frame_size = size;
+    job.owns_header = 1;
+    job.host_frame = 1;
+    job.graph = (uint64_t)n->d.graph_id << 32 | n->d.node_id;
+    atomic_fetch_add(&pending, size);
+    if (!neutrino_writer_submit(&job)) { /* the writer has stopped (exit) */
+        atomic_fetch_sub(&pending, size);
+        free(copy);
+        neutrino_trace_give_back(size);
+        atomic_fetch_add(&n->errors, 1);
+        return;
+    }
+    atomic_fetch_add(&n->written, 1);
+}
+
+/* The driver calls of the copy-out (the real ones: nothing of ours is in between). */
+static struct {
+    CUresult (*ctx_get)(void **);
+    CUresult (*ctx_set)(void *);
+    CUresult (*dtoh)(void *, uint64_t, size_t, void *);
+    CUresult (*htod)(uint64_t, const void *, size_t, void *);
+    CUresult (*sync)(void *);
+    CUresult (*capture_mode)(int *);
+    int loaded;
+} cu;
+
+static int load_driver(void) {
+    if (!cu.loaded) {
+        cu.ctx_get = (CUresult (*)(void **))neutrino_real_sym("cuCtxGetCurrent");
+        cu.ctx_set = (CUresult (*)(void *))neutrino_real_sym("cuCtxSetCurrent");
+        cu.dtoh = (CUresult (*)(void *, uint64_t, size_t, void *))neutrino_real_sym("cuMemcpyDtoHAsync_v2");
+        cu.htod = (CUresult (*)(uint64_t, const void *, size_t, void *))neutrino_real_sym("cuMemcpyHtoDAsync_v2");
+        cu.sync = (CUresult (*)(void *))neutrino_real_sym("cuStreamSynchronize");
+        cu.capture_mode = (CUresult (*)(int *))neutrino_real_sym("cuThreadExchangeStreamCaptureMode");
+        cu.loaded = cu.ctx_get && cu.ctx_set && cu.dtoh && cu.htod && cu.sync && cu.capture_mode ? 1 : -1;
+    }
+    return cu.loaded == 1;
+}
+
+/* Make the node's context current on this thread, its capture mode relaxed (another thread may be
+ * capturing); 0 when the driver refuses. `leave_context` undoes it. */
+static int enter_context(nt_graph_node *n, void **before, int *mode) {
+    if (!load_driver() || cu.ctx_get(before) || cu.ctx_set(n->d.ctx)) return 0;
+    *mode = CAPTURE_MODE_RELAXED;
+    cu.capture_mode(mode);
+    return 1;
+}
+
+static void leave_context(void *before, int mode) {
+    cu.capture_mode(&mode);
+    cu.ctx_set(before);
+}
+
+/* Host slot of the i-th filled slot counted from next_read (device slot j lands in host slot j % nstage). */
+static char *host_slot(const nt_graph_node *n, uint64_t i) {
+    return (char *)n->d.ring + n->d.slots + (n->next_read + i) % n->d.nstage * n->d.stride;
+}
+
+/* Write the frames of the filled slots [first, last) counted from next_read (marks[i]: replay + 1),
+ * those the writer has room for. A ring on the device (`entered`: in its context) is copied into
+ * the host slots first, on our stream; a ring in host memory was filled in place. */
+static void write_round(nt_graph_node *n, const uint64_t *marks, uint64_t first, uint64_t last, int entered) {
+    int on_device = n->d.device_slots != 0, ok[MAX_STAGE] = {0}, any = 0;
+    uint64_t ahead = 0, size = n->d.frame_size;
+    for (uint64_t i = first; i < last && atomic_load_explicit(&n->active, memory_order_relaxed); i++) {
+        if (!frame_room(n, ahead)) continue;
+        uint64_t slot = (n->next_read + i) % n->d.nslots;
+        if (on_device && (!entered || cu.dtoh(host_slot(n, i) + n->d.data_off, n->d.device_slots + slot * n->d.device_stride,
+                                               n->d.span, n->d.copy_stream))) {
+            neutrino_trace_give_back(size);
+            atomic_fetch_add(&n->errors, 1);
+            continue;
+        }
+        ok[i - first] = any = 1;
+        ahead += size;
+    }
+    int lost = on_device && any && cu.sync(n->d.copy_stream);
+    for (uint64_t i = first; i < last; i++) {
+        if (!ok[i - first]) continue;
+        if (lost) {
+            neutrino_trace_give_back(size);
+            atomic_fetch_add(&n->errors, 1);
+            continue;
+        }
+        submit_frame(n, host_slot(n, i), marks[i] - 1);
+    }
+}
+
+/* Everything the device has put in one ring, in order; then the device is told the slots are free
+ * (the consumed count: in the host ring, and copied into the device state for a ring on the
+ * device). Called under rings_lock. */
+static void drain_ring(nt_graph_node *n) {
+    if (!n->attached) return;
+    static uint64_t marks[MAX_SLOTS];  /* under rings_lock */
+    _Atomic uint64_t *flags = (_Atomic uint64_t *)((char *)n->d.ring + RING_FLAGS);
+    uint64_t k = 0;
+    while (k < n->d.nslots) {
+        uint64_t mark = atomic_load_explicit(&flags[(n->next_read + k) % n->d.nslots], memory_order_acquire);
+        if (!mark) break;
+        marks[k++] = mark;
+    }
+    if (!k) return;
+    int on_device = n->d.device_slots != 0, mode = 0, entered = 0;
+    void *before = NULL;
+    if (on_device && !(entered = enter_context(n, &before, &mode))) atomic_fetch_add(&n->errors, k);
+    for (uint64_t first = 0; first < k; first += n->d.nstage)
+        write_round(n, marks, first, first + n->d.nstage < k ? first + n->d.nstage : k, entered);
+    for (uint64_t i = 0; i < k; i++)
+        atomic_store_explicit(&flags[(n->next_read + i) % n->d.nslots], 0, memory_order_release);
+    n->next_read += k;
+    uint64_t *counters = (uint64_t *)n->d.ring;
+    atomic_store_explicit((_Atomic uint64_t *)&counters[RING_CONSUMED], n->next_read, memory_order_release);
+    if (entered) {
+        if (cu.htod(n->d.device_state + STATE_CONSUMED, &counters[RING_CONSUMED], 8, n->d.copy_stream))
+            atomic_fetch_add(&n->errors, 1);
+        leave_context(before, mode);
+    }
+}
+
+void neutrino_graph_drain_all(void) {
+    pthread_mutex_lock(&rings_lock);
+    for (nt_graph_node *n = rings; n; n = n->next) drain_ring(n);
+    pthread_mutex_unlock(&rings_lock);
+}
+
+/* The poller: drains every ring each POLL_NS while there are any; sleeps while there are none. */
+static void *poll_rings(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&rings_lock);
+    while (!poller_stopped) {
+        if (!rings) {
+            pthread_cond_wait(&rings_changed, &rings_lock);
+            continue;
+        }
+        for (nt_graph_node *n = rings; n; n = n->next) drain_ring(n);
+        pthread_mutex_unlock(&rings_lock);
+        struct timespec t = {0, POLL_NS};
+        nanosleep(&t, NULL);
+        pthread_mutex_lock(&rings_lock);
+    }
+    pthread_mutex_unlock(&rings_lock);
+    return NULL;
+}
+
+/* At exit, after the last drain: the writer stops next, so nothing more is handed to it. */
+void neutrino_graph_stop_polling(void) {
+    pthread_mutex_lock(&rings_lock);
+    poller_stopped = 1;
+    pthread_cond_broadcast(&rings_changed);
+    pthread_mutex_unlock(&rings_lock);
+}
+
+void *neutrino_graph_node_new(const nt_graph_desc *d) {
+    if (!d->nslots || d->nslots > MAX_SLOTS || !d->nstage || d->nstage > MAX_STAGE || !d->ring) return NULL;
+    nt_graph_node *n = calloc(1, sizeof *n);
+    if (!n) return NULL;
+    n->d = *d;
+    n->attached = 1;
+    atomic_store(&n->active, 1);
+    pthread_mutex_lock(&rings_lock);
+    if (!poller_started) {
+        pthread_t t;
+        poller_started = pthread_create(&t, NULL, poll_rings, NULL) == 0;
+        if (poller_started) pthread_detach(t);
+    }
+    n->next = rings;
+    rings = n;
+    pthread_cond_broadcast(&rings_changed);
+    pthread_mutex_unlock(&rings_lock);
+    return n;
+}
+
+/* The ring's memory is about to go (its graphs are destroyed and the context synchronised, or the
+ * context goes): drain it, keep its counters, stop polling it. */
+void neutrino_graph_node_detach(void *node) {
+    nt_graph_node *n = node;
+    pthread_mutex_lock(&rings_lock);
+    if (n->attached) {
+        drain_ring(n);
+        n->replays_kept = ring_counter(n, RING_REPLAYS);
+        n->dropped_kept = ring_counter(n, RING_DROPPED);
+        n->attached = 0;
+        for (nt_graph_node **p = &rings; *p; p = &(*p)->next)
+            if (*p == n) { *p = n->next; break; }
+    }
+    pthread_mutex_unlock(&rings_lock);
+}
+
+void neutrino_graph_node_free(void *node) {
+    neutrino_graph_node_detach(node);
+    free(node);
+}
+
+void neutrino_graph_node_set_active(void *node, int active) { atomic_store(&((nt_graph_node *)node)->active, active); }
+
+void neutrino_graph_node_stats(void *node, uint64_t out[5]) {
+    nt_graph_node *n = node;
+    pthread_mutex_lock(&rings_lock);
+    int live = n->attached;
+    out[0] = live ? ring_counter(n, RING_REPLAYS) : n->replays_kept;
+    out[3] = atomic_load(&n->dropped_behind) + (live ? ring_counter(n, RING_DROPPED) : n->dropped_kept);
+    pthread_mutex_unlock(&rings_lock);
+    out[1] = atomic_load(&n->written);
+    out[2] = atomic_load(&n->dropped_trace);
+    out[4] = atomic_load(&n->errors);
+}
+
+/* The writer wrote (or failed to write) a replay's frame: its bytes no longer wait. */
+void neutrino_graph_job_done(uint64_t frame_size) { atomic_fetch_sub(&pending, frame_size); }
+
+/* Captures begun and not yet ended in this process (cuStreamBeginCapture*, cuStreamEndCapture
+ * below): while there are none, a launch the filter skips costs no capture query. */
+static _Atomic long captures_active;
+
+/* 1 if `stream` (0: the default stream of the launch's kind) is being captured. */
+int neutrino_graph_stream_capturing(void *stream, int ptsz) {
+    if (atomic_load_explicit(&captures_active, memory_order_relaxed) <= 0) return 0;
+    static CUresult (*_Atomic is_capturing)(void *, int *);
+    CUresult (*fn)(void *, int *) = atomic_load(&is_capturing);
+    if (!fn) {
+        fn = (CUresult (*)(void *, int *))neutrino_real_sym("cuStreamIsCapturing");
+        if (!fn) return 0;
+        atomic_store(&is_capturing, fn);
+    }
+    int status = 0;
+    void *s = stream ? stream : (void *)(uintptr_t)(ptsz ? 0x2 : 0x1);
+    return fn(s, &status) == 0 && status != 0;
+}
+
+/* ------------------------------------------------------------------ graph API hooks */
+
+/* what is reported (graphs.py: G_*) */
+enum { G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS, G_END_CAPTURE };
+
+typedef void *(*cb_graph_t)(int kind, void *a, void *b, void *c, int version);
+static cb_graph_t _Atomic cb_graph;
+static __thread int in_graph_callback;
+
+void neutrino_graph_register_callback(cb_graph_t cb) { atomic_store(&cb_graph, cb); }
+
+static void *report(int kind, void *a, void *b, void *c, int version) {
+    cb_graph_t cb = atomic_load(&cb_graph);
+    if (!cb || in_graph_callback) return NULL;
+    in_graph_callback = 1;
+    void *out = cb(kind, a, b, c, version);
+    in_graph_callback = 0;
+    return out;
+}
+
+enum {
+    GH_INSTANTIATE_V2, GH_INSTANTIATE_FLAGS, GH_INSTANTIATE_PARAMS, GH_INSTANTIATE_PARAMS_PTSZ, GH_CLONE,
+    GH_EXEC_UPDATE, GH_EXEC_UPDATE_V2, GH_DESTROY, GH_EXEC_DESTROY, GH_ADD_KERNEL, GH_ADD_KERNEL_V2,
+    GH_SET_PARAMS, GH_SET_PARAMS_V2, GH_EXEC_SET_PARAMS, GH_EXEC_SET_PARAMS_V2,
+    GH_BEGIN, GH_BEGIN_PTSZ, GH_BEGIN_TO_GRAPH, GH_BEGIN_TO_GRAPH_PTSZ, GH_END, GH_END_PTSZ, GH_COUNT
+};
+
+static const char *const graph_hook_names[GH_COUNT] = {
+    "cuGraphInstantiate_v2", "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams",
+    "cuGraphInstantiateWithParams_ptsz", "cuGraphClone", "cuGraphExecUpdate", "cuGraphExecUpdate_v2",
+    "cuGraphDestroy", "cuGraphExecDestroy", "cuGraphAddKernelNode", "cuGraphAddKernelNode_v2",
+    "cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams",
+    "cuGraphExecKernelNodeSetParams_v2", "cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz",
+    "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz",
+};
+static void *_Atomic graph_real[GH_COUNT];
+
+static void *greal(int slot) {
+    void *p = atomic_load_explicit(&graph_real[slot], memory_order_acquire);
+    if (!p) {
+        p = neutrino_real_sym(graph_hook_names[slot]);
+        atomic_store_explicit(&graph_real[slot], p, memory_order_release);
+    }
+    return p;
+}
+#define GREAL(slot, type) ((type)greal(slot))
+
+CUresult cuGraphInstantiate_v2(void **exec, void *graph, void **err_node, char *log, size_t log_size) {
+    CUresult (*fn)(void **, void *, void **, char *, size_t) = GREAL(GH_INSTANTIATE_V2, CUresult(*)(void **, void *, void **, char *, size_t));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, err_node, log, log_size);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    CUresult (*fn)(void **, void *, unsigned long long) = GREAL(GH_INSTANTIATE_FLAGS, CUresult(*)(void **, void *, unsigned long long));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, flags);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphInstantiateWithParams(void **exec, void *graph, void *params) {
+    CUresult (*fn)(void **, void *, void *) = GREAL(GH_INSTANTIATE_PARAMS, CUresult(*)(void **, void *, void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, params);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphInstantiateWithParams_ptsz(void **exec, void *graph, void *params) {
+    CUresult (*fn)(void **, void *, void *) = GREAL(GH_INSTANTIATE_PARAMS_PTSZ, CUresult(*)(void **, void *, void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, params);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphClone(void **clone, void *graph) {
+    CUresult (*fn)(void **, void *) = GREAL(GH_CLONE, CUresult(*)(void **, void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(clone, graph);
+    if (rc == 0) report(G_CLONE, graph, *clone, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphExecUpdate(void *exec, void *graph, void **err_node, int *result) {
+    CUresult (*fn)(void *, void *, void **, int *) = GREAL(GH_EXEC_UPDATE, CUresult(*)(void *, void *, void **, int *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, err_node, result);
+    if (rc == 0) report(G_EXEC_UPDATE, exec, graph, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *result_info) {
+    CUresult (*fn)(void *, void *, void *) = GREAL(GH_EXEC_UPDATE_V2, CUresult(*)(void *, void *, void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, graph, result_info);
+    if (rc == 0) report(G_EXEC_UPDATE, exec, graph, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphDestroy(void *graph) {
+    CUresult (*fn)(void *) = GREAL(GH_DESTROY, CUresult(*)(void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(graph);
+    if (rc == 0) report(G_GRAPH_DESTROY, graph, NULL, NULL, 0);
+    return rc;
+}
+
+CUresult cuGraphExecDestroy(void *exec) {
+    CUresult (*fn)(void *) = GREAL(GH_EXEC_DESTROY, CUresult(*)(void *));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec);
+    if (rc == 0) report(G_EXEC_DESTROY, exec, NULL, NULL, 0);
+    return rc;
+}
+
+/* CUDA_KERNEL_NODE_PARAMS: v1 starts with the CUfunction; v2 adds the CUkernel and the context */
+typedef struct { void *func; unsigned dims[7]; void **params, **extra; void *kern, *ctx; } kernel_node_params;
+
+static void *node_function(const kernel_node_params *p, int version) {
+    return p->func ? p->func : version >= 2 ? p->kern : NULL; /* `kern` is used only when `func` is NULL */
+}
+
+typedef CUresult (*add_kernel_t)(void **, void *, void *const *, size_t, const void *);
+static CUresult add_kernel(int slot, int version, void **node, void *graph, void *const *deps, size_t n,
+                           const kernel_node_params *p) {
+    add_kernel_t fn = GREAL(slot, add_kernel_t);
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(node, graph, deps, n, p);
+    if (rc == 0 && p) report(G_ADD_KERNEL_NODE, graph, node_function(p, version), *node, version);
+    return rc;
+}
+
+CUresult cuGraphAddKernelNode(void **node, void *graph, void *const *deps, size_t n, const void *p) {
+    return add_kernel(GH_ADD_KERNEL, 1, node, graph, deps, n, p);
+}
+
+CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void *const *deps, size_t n, const void *p) {
+    return add_kernel(GH_ADD_KERNEL_V2, 2, node, graph, deps, n, p);
+}
+
+/* New parameters for a kernel node: Python answers with the parameters of our probed node, or NULL (as given). */
+static const void *node_params(void *exec, void *node, const void *p, int version) {
+    const void *ours = report(G_SET_PARAMS, exec, node, (void *)p, version);
+    return ours ? ours : p;
+}
+
+CUresult cuGraphKernelNodeSetParams(void *node, const void *p) {
+    CUresult (*fn)(void *, const void *) = GREAL(GH_SET_PARAMS, CUresult(*)(void *, const void *));
+    return fn ? fn(node, node_params(NULL, node, p, 1)) : CU_NOT_FOUND;
+}
+
+CUresult cuGraphKernelNodeSetParams_v2(void *node, const void *p) {
+    CUresult (*fn)(void *, const void *) = GREAL(GH_SET_PARAMS_V2, CUresult(*)(void *, const void *));
+    return fn ? fn(node, node_params(NULL, node, p, 2)) : CU_NOT_FOUND;
+}
+
+CUresult cuGraphExecKernelNodeSetParams(void *exec, void *node, const void *p) {
+    CUresult (*fn)(void *, void *, const void *) = GREAL(GH_EXEC_SET_PARAMS, CUresult(*)(void *, void *, const void *));
+    return fn ? fn(exec, node, node_params(exec, node, p, 1)) : CU_NOT_FOUND;
+}
+
+CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const void *p) {
+    CUresult (*fn)(void *, void *, const void *) = GREAL(GH_EXEC_SET_PARAMS_V2, CUresult(*)(void *, void *, const void *));
+    return fn ? fn(exec, node, node_params(exec, node, p, 2)) : CU_NOT_FOUND;
+}
+
+typedef CUresult (*begin_t)(void *, int);
+static CUresult begin_capture(int slot, void *stream, int mode) {
+    begin_t fn = GREAL(slot, begin_t);
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(stream, mode);
+    if (rc == 0) atomic_fetch_add(&captures_active, 1);
+    return rc;
+}
+CUresult cuStreamBeginCapture_v2(void *stream, int mode) { return begin_capture(GH_BEGIN, stream, mode); }
+CUresult cuStreamBeginCapture_v2_ptsz(void *stream, int mode) { return begin_capture(GH_BEGIN_PTSZ, stream, mode); }
+
+typedef CUresult (*begin_to_graph_t)(void *, void *, const void *, const void *, size_t, int);
+static CUresult begin_to_graph(int slot, void *stream, void *graph, const void *deps, const void *data, size_t n,
+                               int mode) {
+    begin_to_graph_t fn = GREAL(slot, begin_to_graph_t);
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(stream, graph, deps, data, n, mode);
+    if (rc == 0) atomic_fetch_add(&captures_active, 1);
+    return rc;
+}
+CUresult cuStreamBeginCaptureToGraph(void *stream, void *graph, const void *deps, const void *data, size_t n, int mode) {
+    return begin_to_graph(GH_BEGIN_TO_GRAPH, stream, graph, deps, data, n, mode);
+}
+CUresult cuStreamBeginCaptureToGraph_ptsz(void *stream, void *graph, const void *deps, const void *data, size_t n,
+                                          int mode) {
+    return begin_to_graph(GH_BEGIN_TO_GRAPH_PTSZ, stream, graph, deps, data, n, mode);
+}
+
+/* A capture ends whether or not EndCapture succeeds (an invalidated capture ends with an error).
+ * A graph it built gets, before the program instantiates it, the append node of its probed
+ * kernel nodes (Python adds it: graphs.py, end_capture). */
+static CUresult end_capture(int slot, void *stream, void **graph) {
+    CUresult (*fn)(void *, void **) = GREAL(slot, CUresult(*)(void *, void **));
+    if (!fn) return CU_NOT_FOUND;
+    int was = neutrino_graph_stream_capturing(stream, 0);
+    CUresult rc = fn(stream, graph);
+    if (was) atomic_fetch_sub(&captures_active, 1);
+    if (rc == 0 && was && graph && *graph) report(G_END_CAPTURE, stream, *graph, NULL, 0);
+    return rc;
+}
+CUresult cuStreamEndCapture(void *stream, void **graph) { return end_capture(GH_END, stream, graph); }
+CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_capture(GH_END_PTSZ, stream, graph); }
+
+static void *const graph_hook_fns[GH_COUNT] = {
+    (void *)cuGraphInstantiate_v2, (void *)cuGraphInstantiateWithFlags, (void *)cuGraphInstantiateWithParams,
+    (void *)cuGraphInstantiateWithParams_ptsz, (void *)cuGraphClone, (void *)cuGraphExecUpdate,
+    (void *)cuGraphExecUpdate_v2, (void *)cuGraphDestroy, (void *)cuGraphExecDestroy, (void *)cuGraphAddKernelNode,
+    (void *)cuGraphAddKernelNode_v2, (void *)cuGraphKernelNodeSetParams, (void *)cuGraphKernelNodeSetParams_v2,
+    (void *)cuGraphExecKernelNodeSetParams, (void *)cuGraphExecKernelNodeSetParams_v2,
+    (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz, (void *)cuStreamBeginCaptureToGraph,
+    (void *)cuStreamBeginCaptureToGraph_ptsz, (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz,
+};
+
+/* Our wrapper for an exported libcuda name (the dlsym route), or NULL. */
+void *neutrino_graph_wrapper_named(const char *name) {
+    if (strncmp(name, "cuGraph", 7) && strncmp(name, "cuStream", 8)) return NULL;
+    for (int i = 0; i < GH_COUNT; i++)
+        if (!strcmp(name, graph_hook_names[i])) return graph_hook_fns[i];
+    return NULL;
+}
+
+/* Our wrapper for `symbol` asked through cuGetProcAddress at `version`, or NULL. From CUDA 12.0
+ * the unsuffixed names resolve to the _v2 ABIs (and cuGraphInstantiate to cuGraphInstantiateWithFlags). */
+void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long long flags) {
+    int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    if (!strcmp(symbol, "cuStreamBeginCapture"))  /* version 10000 is the mode-less v1: not hooked */
+        return version >= 10010 ? graph_hook_fns[ptsz ? GH_BEGIN_PTSZ : GH_BEGIN] : NULL;
+    if (!strcmp(symbol, "cuStreamBeginCaptureToGraph")) return graph_hook_fns[ptsz ? GH_BEGIN_TO_GRAPH_PTSZ : GH_BEGIN_TO_GRAPH];
+    if (!strcmp(symbol, "cuStreamEndCapture")) return graph_hook_fns[ptsz ? GH_END_PTSZ : GH_END];
+    if (strncmp(symbol, "cuGraph", 7)) return NULL;
+    int v12 = version >= 12000;
+    if (!strcmp(symbol, "cuGraphInstantiate"))
+        return v12 ? graph_hook_fns[GH_INSTANTIATE_FLAGS] : version >= 11000 ? graph_hook_fns[GH_INSTANTIATE_V2] : NULL;
+    if (!strcmp(symbol, "cuGraphInstantiateWithParams"))
+        return graph_hook_fns[ptsz ? GH_INSTANTIATE_PARAMS_PTSZ : GH_INSTANTIATE_PARAMS];
+    if (!strcmp(symbol, "cuGraphExecUpdate")) return graph_hook_fns[v12 ? GH_EXEC_UPDATE_V2 : GH_EXEC_UPDATE];
+    if (!strcmp(symbol, "cuGraphAddKernelNode")) return graph_hook_fns[v12 ? GH_ADD_KERNEL_V2 : GH_ADD_KERNEL];
+    if (!strcmp(symbol, "cuGraphKernelNodeSetParams")) return graph_hook_fns[v12 ? GH_SET_PARAMS_V2 : GH_SET_PARAMS];
+    if (!strcmp(symbol, "cuGraphExecKernelNodeSetParams"))
+        return graph_hook_fns[v12 ? GH_EXEC_SET_PARAMS_V2 : GH_EXEC_SET_PARAMS];
+    if (!strcmp(symbol, "cuGraphInstantiateWithFlags")) return graph_hook_fns[GH_INSTANTIATE_FLAGS];
+    if (!strcmp(symbol, "cuGraphClone")) return graph_hook_fns[GH_CLONE];
+    if (!strcmp(symbol, "cuGraphDestroy")) return graph_hook_fns[GH_DESTROY];
+    if (!strcmp(symbol, "cuGraphExecDestroy")) return graph_hook_fns[GH_EXEC_DESTROY];
+    return NULL;
+}

@@ -1,0 +1,53 @@
+/* The result writer's job and the calls the fast launch path makes into it (writer.c). */
+#ifndef NEUTRINO_WRITER_H
+#define NEUTRINO_WRITER_H
+#include <stdint.h>
+
+#define NT_MAX_MAPS 16
+#define NT_ALIGN 64
+#define NT_MAX_HEADER 65536
+#define NT_INLINE_HEADER 1024  /* a frame header this small travels inside the writer's queue node */
+
+typedef struct {
+    uint64_t seq;            /* submission number (assigned by neutrino_writer_submit): launch index + 1 */
+    void *ctx;
+    void *ev_start, *ev_end;  /* timing events around the probed kernel on the program's stream */
+    void *stream;
+    int32_t fd;              /* the kernel's result file, opened O_APPEND by Python */
+    uint32_t status;         /* 0: results copied back; else the launch path failed after the launch */
+    uint32_t kernel_id, frame_id;
+    uint32_t grid[3], block[3];
+    uint32_t shared_bytes, n_maps;
+    uint64_t kernel_launch;
+    const void *header;
+    uint64_t header_len;
+    uint64_t frame_size;     /* header, sections and padding: what the frame occupies */
+    uint64_t offsets[NT_MAX_MAPS];  /* section offsets from the frame start */
+    uint64_t device[NT_MAX_MAPS];   /* the map buffers: copied back, then zeroed, by the writer */
+    uint64_t sizes[NT_MAX_MAPS];
+    uint64_t zero_bytes[NT_MAX_MAPS]; /* what the next launch needs zeroed (the counts, or all) */
+    /* fast path: the job's region of its context's device ring (fastlaunch.c), given back when
+     * written; consecutive jobs of one ring are copied back and zeroed together */
+    void *ring;
+    uint64_t ring_end;              /* the ring position after the region */
+    uint64_t region, region_bytes;  /* its device address and length */
+    uint32_t fast;                  /* 1: from fastlaunch.c (slots and events go back there) */
+    uint32_t owns_header;           /* 1: free(header) when written */
+    uint32_t untimed;               /* 1: ev_start was not recorded (the kernel's time is not measured) */
+    /* CUDA graph replays (graphs.c): the whole frame is already on the host, in `header`
+     * (header_len = frame_size); nothing to wait for, copy or zero */
+    uint32_t host_frame;
+    uint64_t graph;                 /* graph id << 32 | node id (the index record's graph word); 0: not a graph */
+    uint32_t copy_header;           /* 1: `header` is the caller's (its stack): submit copies it */
+} nt_job;
+
+uint64_t neutrino_writer_submit(const nt_job *job);
+int neutrino_writer_take_events(void *ctx, void **ev2);
+void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end);
+void neutrino_graph_job_done(uint64_t frame_size);
+void neutrino_writer_hurry(void);
+int neutrino_writer_wait(uint64_t seq, int64_t timeout_ms);
+uint64_t neutrino_writer_next_seq(void);
+void neutrino_writer_print_profile(void);
+void neutrino_fast_ring_done(void *ring, uint64_t ring_end);
+#endif

@@ -1,0 +1,431 @@
+/* A fake libcuda.so.1 for CPU-only tests of the shim + runtime chain.
+ *
+ * Device memory is host memory; a launch of a probed function (its module
+ * image mentions "__nt_buf") writes one record per warp into the buffer
+ * passed as parameter FAKECUDA_BUFPARAM (count = 1, lstart = unit, elapse = 7,
+ * smid = unit % 132), like the block_sched probe would. Every launch appends
+ * a line "<name> probed=<0|1> grid=<gx>" to the file FAKECUDA_LOG.
+ *
+ * cuGetProcAddress resolves from a static table (never dlsym, which the shim
+ * interposes).
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, shmem;
+    void *stream;
+    void *attrs;
+    unsigned nattrs;
+} Config;
+
+typedef struct { char *image; } Module;
+typedef struct { Module *mod; char name[256]; int attr8; } Function;
+
+CUresult cuInit(unsigned f) { (void)f; return 0; }
+CUresult cuGetErrorName(CUresult rc, const char **s) { *s = rc ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS"; return 0; }
+/* Devices: context 0xC0 + 0x100*d is device d's (current per thread, device 0's at first);
+ * FAKECUDA_CC="90,80" gives each device's compute capability (default: one sm_90). */
+static __thread uintptr_t current_ctx = 0xC0;
+static int device_cc(int d) {
+    const char *s = getenv("FAKECUDA_CC");
+    for (int i = 0; s && *s; i++) {
+        if (i == d) return atoi(s);
+        s = strchr(s, ',');
+        if (s) s++;
+    }
+    return d == 0 ? 90 : -1;
+}
+CUresult cuCtxGetCurrent(void **c) { *c = (void *)current_ctx; return 0; }
+CUresult cuCtxSetCurrent(void *c) {
+    uintptr_t v = (uintptr_t)c;
+    if (v < 0xC0 || (v - 0xC0) % 0x100 || device_cc((int)((v - 0xC0) / 0x100)) < 0) return 201; /* INVALID_CONTEXT */
+    current_ctx = v;
+    return 0;
+}
+CUresult cuCtxGetDevice(int *d) { *d = (int)((current_ctx - 0xC0) / 0x100); return 0; }
+CUresult cuDeviceGetAttribute(int *v, int a, int d) {
+    int cc = device_cc(d);
+    if (cc < 0) return 101; /* INVALID_DEVICE */
+    *v = a == 75 ? cc / 10 : a == 76 ? cc % 10 : a == 16 ? 132 : a == 38 ? (1 << 20) : 0;
+    return 0;
+}
+CUresult cuDeviceGetPCIBusId(char *bus, int len, int d) { snprintf(bus, len, "0000:%02x:00.0", 0x18 + d); return 0; }
+
+static Module *new_module(const void *image) {
+    Module *m = calloc(1, sizeof *m);
+    const char *s = image;
+    m->image = strdup(strncmp(s, "FAKECUBIN", 9) == 0 ? s + 10 : s);
+    return m;
+}
+CUresult cuModuleLoadData(void **mod, const void *image) { *mod = new_module(image); return 0; }
+CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n, void *o, void **v) {
+    (void)n; (void)o; (void)v;
+    *mod = new_module(image);
+    return 0;
+}
+CUresult cuLibraryLoadData(void **lib, const void *code, void *a, void **b, unsigned c, void *d, void **e, unsigned f) {
+    (void)a; (void)b; (void)c; (void)d; (void)e; (void)f;
+    *lib = new_module(code);
+    return 0;
+}
+CUresult cuModuleGetFunction(void **f, void *mod, const char *name) {
+    Module *m = mod;
+    if (!strstr(m->image, name)) return 500;
+    Function *fn = calloc(1, sizeof *fn);
+    fn->mod = m;
+    snprintf(fn->name, sizeof fn->name, "%s", name);
+    *f = fn;
+    return 0;
+}
+CUresult cuLibraryGetKernel(void **k, void *lib, const char *name) { return cuModuleGetFunction(k, lib, name); }
+CUresult cuKernelGetFunction(void **f, void *k) { *f = k; return 0; }
+CUresult cuFuncGetAttribute(int *v, int a, void *f) { *v = a == 8 ? ((Function *)f)->attr8 : 0; return 0; }
+CUresult cuFuncSetAttribute(void *f, int a, int v) { if (a == 8) ((Function *)f)->attr8 = v; return 0; }
+/* ---- stream capture and graphs: nodes run in capture order at cuGraphLaunch ---- */
+enum { N_MEMSET, N_D2H, N_KERNEL, N_HOST };
+typedef struct Node {
+    int kind;
+    void *a, *b;               /* memset: ptr; d2h: host, dev; kernel: function, params; host: fn, data */
+    size_t n;
+    unsigned dims[6];
+    int probed_params;
+} Node;
+typedef struct { Node *nodes; unsigned n, cap; } Graph;
+static void *cap_stream;       /* the one stream being captured (or NULL) */
+static int cap_mode;           /* 0 global, 1 thread-local, 2 relaxed */
+static Graph *cap_graph;
+static unsigned long long cap_id;
+static Node *cap_dep;           /* the node the next captured one depends on (NULL: none) */
+static __thread int thread_mode; /* cuThreadExchangeStreamCaptureMode: 0 global (the default) */
+static long live_allocations;   /* device and pinned allocations not yet freed */
+static long graph_nodes_live;
+
+long fakecuda_live_allocations(void) { return live_allocations; }
+long fakecuda_graphs_live(void) { return graph_nodes_live; }
+
+static int alloc_refused(void) { return cap_stream && cap_mode != 2 && thread_mode != 2; }
+
+/* A new node at the end of `g` (node handles: 1-based positions). */
+static Node *add_node(Graph *g, int kind) {
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 8;
+        g->nodes = realloc(g->nodes, g->cap * sizeof(Node));
+    }
+    Node *nd = &g->nodes[g->n++];
+    memset(nd, 0, sizeof *nd);
+    nd->kind = kind;
+    return nd;
+}
+
+static Node *capture(void *stream, int kind) {
+    if (!cap_stream || stream != cap_stream) return NULL;
+    Node *nd = add_node(cap_graph, kind);
+    cap_dep = (Node *)(uintptr_t)(cap_graph->n);
+    return nd;
+}
+
+CUresult cuStreamBeginCapture_v2(void *s, int mode) {
+    if (cap_stream) return 900;
+    cap_stream = s; cap_mode = mode; cap_id++;
+    cap_graph = calloc(1, sizeof(Graph));
+    graph_nodes_live++;
+    cap_dep = NULL;
+    return 0;
+}
+CUresult cuStreamEndCapture(void *s, void **graph) {
+    if (s != cap_stream) return 901;
+    *graph = cap_graph;
+    cap_stream = NULL; cap_graph = NULL;
+    return 0;
+}
+CUresult cuStreamIsCapturing(void *s, int *st) { *st = (cap_stream && s == cap_stream) ? 1 : 0; return 0; }
+CUresult cuStreamGetCaptureInfo_v2(void *s, int *st, unsigned long long *id, void **graph, void *const **deps,
+                                   size_t *n) {
+    static __thread void *dep;
+    *st = (cap_stream && s == cap_stream) ? 1 : 0;
+    if (!*st) return 0;
+    if (id) *id = cap_id;
+    if (graph) *graph = cap_graph;
+    dep = cap_dep;
+    if (deps) *deps = &dep;
+    if (n) *n = cap_dep ? 1 : 0;
+    return 0;
+}
+CUresult cuStreamUpdateCaptureDependencies(void *s, void **deps, size_t n, unsigned flags) {
+    (void)flags;
+    if (!cap_stream || s != cap_stream) return 401;
+    cap_dep = n ? deps[0] : NULL;
+    return 0;
+}
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = thread_mode; thread_mode = *mode; *mode = old; return 0; }
+CUresult cuCtxSynchronize(void) { return alloc_refused() ? 900 : 0; }
+CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) {
+    Node *nd = capture(s, N_HOST);
+    if (nd) { nd->a = (void *)fn; nd->b = data; return 0; }
+    fn(data);
+    return 0;
+}
+/* A kernel node added after the capture (neutrino's append node): appended last, after its deps. */
+typedef struct { void *func; unsigned dims[7]; void **params, **extra; void *kern, *ctx; } KernelNodeParams;
+CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
+    (void)deps; (void)n;
+    Graph *g = graph;
+    Node *nd = add_node(g, N_KERNEL);
+    nd->a = p->func; nd->b = p->params;
+    memcpy(nd->dims, p->dims, sizeof nd->dims);
+    *node = (void *)(uintptr_t)g->n;
+    return 0;
+}
+CUresult cuGraphAddKernelNode(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
+    return cuGraphAddKernelNode_v2(node, graph, deps, n, p);
+}
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    (void)flags;
+    Graph *g = graph, *e = calloc(1, sizeof(Graph));
+    e->n = e->cap = g->n;
+    e->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
+    memcpy(e->nodes, g->nodes, g->n * sizeof(Node));
+    graph_nodes_live++;
+    *exec = e;
+    return 0;
+}
+static void free_graph(Graph *g) { free(g->nodes); free(g); graph_nodes_live--; }
+CUresult cuGraphDestroy(void *graph) { free_graph(graph); return 0; }
+CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }
+static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
+CUresult cuGraphLaunch(void *exec, void *stream) {
+    (void)stream;
+    Graph *e = exec;
+    for (unsigned i = 0; i < e->n; i++) {
+        Node *nd = &e->nodes[i];
+        if (nd->kind == N_MEMSET) memset(nd->a, (int)nd->dims[0], nd->n);
+        else if (nd->kind == N_D2H) memcpy(nd->a, nd->b, nd->n);
+        else if (nd->kind == N_HOST) ((void (*)(void *))nd->a)(nd->b);
+        else run(nd->a, nd->dims[0], nd->dims[1], nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], nd->b);
+    }
+    return 0;
+}
+CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = malloc(8); return 0; }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) {
+    (void)f;
+    const char *log = getenv("FAKECUDA_LOG");
+    if (log && getenv("FAKECUDA_LOG_WAITS")) {  /* the fast path's wait for a new ring's memset */
+        FILE *fh = fopen(log, "a");
+        if (fh) { fprintf(fh, "wait stream=%p event=%p\n", s, e); fclose(fh); }
+    }
+    return 0;
+}
+CUresult cuMemAllocAsync(uint64_t *p, size_t n, void *s) {
+    (void)s;
+    if (alloc_refused()) return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+    void *m = malloc(n); memset(m, 0xAB, n); *p = (uintptr_t)m;
+    live_allocations++;
+    return 0;
+}
+CUresult cuMemFreeAsync(uint64_t p, void *s) { (void)s; free((void *)(uintptr_t)p); live_allocations--; return 0; }
+CUresult cuMemAlloc_v2(uint64_t *p, size_t n) { return cuMemAllocAsync(p, n, 0); }
+CUresult cuMemFree_v2(uint64_t p) { return cuMemFreeAsync(p, 0); }
+CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) {
+    Node *nd = capture(s, N_MEMSET);
+    if (nd) { nd->a = (void *)(uintptr_t)p; nd->n = n; nd->dims[0] = v; return 0; }
+    memset((void *)(uintptr_t)p, v, n);
+    return 0;
+}
+CUresult cuMemcpyHtoDAsync_v2(uint64_t d, const void *h, size_t n, void *s) {
+    (void)s;
+    memcpy((void *)(uintptr_t)d, h, n);
+    return 0;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *h, uint64_t d, size_t n, void *s) {
+    Node *nd = capture(s, N_D2H);
+    if (nd) { nd->a = h; nd->b = (void *)(uintptr_t)d; nd->n = n; return 0; }
+    memcpy(h, (void *)(uintptr_t)d, n);
+    return 0;
+}
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) {
+    (void)f;
+    if (alloc_refused()) return 900;
+    *p = calloc(1, n);
+    live_allocations++;
+    return 0;
+}
+CUresult cuMemFreeHost(void *p) { free(p); live_allocations--; return 0; }
+CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned f) { (void)f; *d = (uintptr_t)p; return 0; }
+/* An event holds the time it was recorded. FAKECUDA_EVENT_DELAY_MS=N: it completes N ms after
+ * its record (a slow kernel), so a test can see what happens while launches are in flight. */
+static uint64_t fake_now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = calloc(1, 8); return 0; }
+CUresult cuEventRecord(void *e, void *s) { (void)s; *(uint64_t *)e = fake_now_ns(); return 0; }
+CUresult cuEventQuery(void *e) {
+    const char *d = getenv("FAKECUDA_EVENT_DELAY_MS");
+    if (d && fake_now_ns() < *(uint64_t *)e + (uint64_t)atoi(d) * 1000000ull) return 600; /* NOT_READY */
+    return 0;
+}
+CUresult cuEventSynchronize(void *e) {
+    while (cuEventQuery(e) == 600) { struct timespec t = {0, 1000000}; nanosleep(&t, NULL); }
+    return 0;
+}
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.004f; return 0; }
+CUresult cuEventDestroy_v2(void *e) { free(e); return 0; }
+
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+    (void)dev;
+    const char *log = getenv("FAKECUDA_LOG");
+    FILE *fh = log ? fopen(log, "a") : NULL;
+    if (fh) { fprintf(fh, "primary context released\n"); fclose(fh); }
+    return 0;
+}
+
+typedef struct { char *ptx; } Link;
+CUresult cuLinkCreate_v2(unsigned n, void *o, void **v, void **state) { (void)n; (void)o; (void)v; *state = calloc(1, sizeof(Link)); return 0; }
+CUresult cuLinkAddData_v2(void *st, int type, void *data, size_t size, const char *name, unsigned n, void *o, void **v) {
+    (void)type; (void)name; (void)n; (void)o; (void)v;
+    Link *l = st;
+    l->ptx = calloc(1, size + 11);
+    memcpy(l->ptx, "FAKECUBIN\0", 10);
+    memcpy(l->ptx + 10, data, size);
+    return 0;
+}
+CUresult cuLinkComplete(void *st, void **cubin, size_t *size) {
+    Link *l = st;
+    *cubin = l->ptx;
+    *size = 10 + strlen(l->ptx + 10) + 1;
+    return 0;
+}
+CUresult cuLinkDestroy(void *st) { Link *l = st; free(l->ptx); free(l); return 0; }
+
+static uint64_t fake_now_ns(void);
+/* The graph append kernel of neutrino/runtime/graph_ring.py, as the device runs it (all chunks of
+ * a node at once). A descriptor d (NodeDesc): src, bytes, ring (host: counters, flags), nslots,
+ * the ring's slots, their stride, state, where the host's consumed count is; the state (u64):
+ * replays, written, dropped. A full ring drops the replay, or waits for the host's poller. */
+static void graph_append(void **params, unsigned nodes) {
+    uint64_t a[5];
+    for (int i = 0; i < 5; i++) a[i] = *(uint64_t *)params[i];
+    uint64_t start = a[1], stop = a[2], every = a[3], wait_ns = a[4];
+    for (unsigned b = 0; b < nodes; b++) {
+        const uint64_t *d = (const uint64_t *)(uintptr_t)(a[0] + 64ull * b);
+        uint64_t *mirror = (uint64_t *)(uintptr_t)d[2], *flags = mirror + 8, *st = (uint64_t *)(uintptr_t)d[6];
+        uint64_t *consumed = (uint64_t *)(uintptr_t)d[7];
+        uint64_t r = st[0], w = st[1];
+        st[0] = mirror[0] = r + 1;
+        if (!(r < start || r >= stop || (r - start) % every)) {
+            uint64_t until = fake_now_ns() + wait_ns;
+            while (w - __atomic_load_n(consumed, __ATOMIC_ACQUIRE) >= d[3] && wait_ns && fake_now_ns() < until) {
+                struct timespec t = {0, 50000};  /* --when-full=wait: the host's poller drains meanwhile */
+                nanosleep(&t, NULL);
+            }
+            if (w - __atomic_load_n(consumed, __ATOMIC_ACQUIRE) < d[3]) {
+                uint64_t slot = w % d[3];
+                memcpy((void *)(uintptr_t)(d[4] + slot * d[5]), (void *)(uintptr_t)d[0], d[1]);
+                __atomic_store_n(&flags[slot], r + 1, __ATOMIC_RELEASE);
+                mirror[1] = st[1] = w + 1;
+            } else {
+                mirror[2] = ++st[2];
+            }
+        }
+        memset((void *)(uintptr_t)d[0], 0, d[1]);  /* the maps read zero at the next replay */
+    }
+}
+
+static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params) {
+    Function *fn = f;
+    if (!strcmp(fn->name, "__neutrino_graph_append")) { graph_append(params, gy); return; }
+    int probed = strstr(fn->mod->image, "__nt_buf") != NULL;
+    const char *log = getenv("FAKECUDA_LOG");
+    if (log) {
+        FILE *fh = fopen(log, "a");
+        if (fh) { fprintf(fh, "%s probed=%d grid=%u\n", fn->name, probed, gx); fclose(fh); }
+    }
+    const char *bp = getenv("FAKECUDA_BUFPARAM");
+    if (!probed || !bp || !params) return;
+    uint64_t buf = *(uint64_t *)params[atoi(bp)];
+    unsigned warps = (bx * by * bz + 31) / 32, units = gx * gy * gz * warps;
+    uint32_t *counts = (uint32_t *)(uintptr_t)buf;
+    char *recs = (char *)(uintptr_t)buf + ((4 * units + 15) / 16) * 16;
+    static unsigned probed_runs;
+    /* FAKECUDA_ALTERNATE: every other probed launch only the first half of the warps save a record,
+     * like warps that exit early: their counts must read 0, not the last launch's */
+    unsigned saving = (getenv("FAKECUDA_ALTERNATE") && probed_runs++ % 2) ? units / 2 : units;
+    for (unsigned u = 0; u < saving; u++) {
+        counts[u] = 1;
+        *(uint64_t *)(recs + 16 * u) = u;
+        *(uint32_t *)(recs + 16 * u + 8) = 7;
+        *(uint32_t *)(recs + 16 * u + 12) = u % 132;
+    }
+}
+
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned sh, void *s, void **p, void **e) {
+    (void)sh; (void)e;
+    Node *nd = capture(s, N_KERNEL);
+    if (nd) { /* the argument arrays are kept alive by their owners in these tests */
+        unsigned d[6] = {gx, gy, gz, bx, by, bz};
+        nd->a = f; nd->b = p; memcpy(nd->dims, d, sizeof d);
+        return 0;
+    }
+    run(f, gx, gy, gz, bx, by, bz, p);
+    return 0;
+}
+CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                             unsigned sh, void *s, void **p, void **e) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+}
+CUresult cuLaunchKernelEx(const Config *c, void *f, void **p, void **e) {
+    return cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shmem, c->stream, p, e);
+}
+CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **p, void **e) { return cuLaunchKernelEx(c, f, p, e); }
+CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned sh, void *s, void **p) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, 0);
+}
+CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                        unsigned bz, unsigned sh, void *s, void **p) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, 0);
+}
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status);
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags) {
+    return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
+
+#define E(n) {#n, (void *)n}
+static const struct { const char *name; void *fn; } table[] = {
+    E(cuInit), E(cuModuleLoadData), E(cuModuleLoadDataEx), E(cuModuleGetFunction), E(cuLibraryLoadData),
+    E(cuLibraryGetKernel), E(cuKernelGetFunction), E(cuLaunchKernel), E(cuLaunchKernelEx),
+    E(cuLaunchCooperativeKernel), E(cuLinkComplete), E(cuCtxGetCurrent), E(cuGraphInstantiateWithFlags),
+    E(cuGraphLaunch), E(cuGraphDestroy), E(cuGraphExecDestroy), E(cuLaunchHostFunc),
+    {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2}, E(cuStreamEndCapture),
+    {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
+};
+static const struct { const char *name; void *fn; } ptsz[] = {
+    {"cuLaunchKernel", (void *)cuLaunchKernel_ptsz}, {"cuLaunchKernelEx", (void *)cuLaunchKernelEx_ptsz},
+    {"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel_ptsz},
+};
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status) {
+    (void)status;
+    *pfn = NULL;
+    if (!strcmp(sym, "cuGetProcAddress")) {
+        *pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+        return 0;
+    }
+    if (!strcmp(sym, "cuLinkAddData")) { *pfn = (void *)cuLinkAddData_v2; return 0; }
+    if (flags & 2)
+        for (unsigned i = 0; i < sizeof ptsz / sizeof *ptsz; i++)
+            if (!strcmp(sym, ptsz[i].name)) { *pfn = ptsz[i].fn; return 0; }
+    for (unsigned i = 0; i < sizeof table / sizeof *table; i++)
+        if (!strcmp(sym, table[i].name)) { *pfn = table[i].fn; return 0; }
+    return 500;
+}

@@ -1,0 +1,62 @@
+"""Captures a kernel into CUDA graphs like torch.cuda.graphs does (fake libcuda, through dlsym).
+
+usage: graph_app.py PTXFILE KERNEL CYCLES REPLAYS
+One eager launch, then CYCLES times: capture one launch on a stream (global mode), instantiate,
+replay REPLAYS times, destroy the executable graph and the graph. Prints the fake driver's live
+allocations (device and pinned) after the first cycle and at the end, and the graphs alive.
+GRAPH_APP_KERNELS=K (default 1): K launches of the kernel inside each capture, K kernel nodes
+in one graph (torch.cuda.graphs capturing several kernels)."""
+import ctypes as C
+import os
+import sys
+
+
+def say(*words):
+    """To $GRAPH_APP_OUT (the test reads it) or stdout."""
+    line = " ".join(map(str, words)) + "\n"
+    out = os.environ.get("GRAPH_APP_OUT")
+    if out:
+        with open(out, "a") as fh:
+            fh.write(line)
+    else:
+        sys.stdout.write(line)
+
+
+def main(ptx_path, kernel, cycles, replays):
+    cu = C.CDLL("libcuda.so.1")
+    P = C.c_void_p
+    cu.cuLaunchKernel.argtypes = [P] + [C.c_uint] * 7 + [P] * 3
+    begin = cu.cuStreamBeginCapture_v2
+    begin.argtypes = [P, C.c_int]
+    cu.cuGraphLaunch.argtypes = [P, P]
+    cu.cuGraphDestroy.argtypes = cu.cuGraphExecDestroy.argtypes = [P]
+    cu.cuStreamEndCapture.argtypes = [P, C.POINTER(P)]
+    cu.cuGraphInstantiateWithFlags.argtypes = [C.POINTER(P), P, C.c_ulonglong]
+    cu.fakecuda_live_allocations.restype = C.c_long
+    mod, fn, stream = P(), P(), P()
+    ptx = open(ptx_path, "rb").read() + b"\0"
+    assert cu.cuModuleLoadData(C.byref(mod), C.c_char_p(ptx)) == 0
+    assert cu.cuModuleGetFunction(C.byref(fn), mod, kernel.encode()) == 0
+    assert cu.cuStreamCreate(C.byref(stream), 1) == 0
+    vals = [C.c_uint64(i) for i in range(4)]
+    params = (P * 4)(*[C.addressof(v) for v in vals])
+    assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0  # eager: builds the probed code
+    for cycle in range(cycles):
+        graph, exe = P(), P()
+        assert begin(stream, 0) == 0  # global mode, PyTorch's default
+        for _ in range(int(os.environ.get("GRAPH_APP_KERNELS", "1"))):
+            assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+        assert cu.cuStreamEndCapture(stream, C.byref(graph)) == 0
+        assert cu.cuGraphInstantiateWithFlags(C.byref(exe), graph, 0) == 0
+        for _ in range(replays):
+            assert cu.cuGraphLaunch(exe, stream) == 0
+        assert cu.cuGraphExecDestroy(exe) == 0
+        assert cu.cuGraphDestroy(graph) == 0
+        if cycle == 0:
+            say("live after first cycle", cu.fakecuda_live_allocations())
+    say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
+    say("app done")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

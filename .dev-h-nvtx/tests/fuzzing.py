@@ -1,0 +1,484 @@
+"""Mutation fuzzing of Neutrino's inputs: the machinery shared by tests/test_fuzz.py and tests/fuzz_campaign.py.
+
+Seeds are the project's own files (built-in probes and tools, tests/data probes,
+PTX corpora) and small trace directories written with `neutrino.trace`. A case
+is a seed and a few mutations (byte flips, truncation, line duplication and
+splicing, token repetition, deep nesting, TOML/JSON value type swaps); it runs
+through a real entry point (`neutrino instrument`, `report`, `export`,
+`neutrino.trace.load`) in-process under a time limit and is classified:
+
+    ok          accepted (for `instrument`: the probed PTX is kept for ptxas)
+    refused     a non-zero exit with our own message
+    traceback   an exception escaped the entry point
+    unlocated   refused, but by a catch-all (internal compiler error, RecursionError, MemoryError)
+    hang        the time limit ran out
+
+Mutations are plain tuples so that hypothesis can draw and shrink them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import sys
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+PACKAGE = ROOT / "neutrino"
+
+CASE_SECONDS = float(os.environ.get("NEUTRINO_FUZZ_CASE_SECONDS", "5"))
+# Mutations compound (a line of 3,000 tokens repeated 3,000 times): an input of megabytes may take
+# its time, linearly. Each case gets CASE_SECONDS plus one second per BYTES_PER_SECOND of input.
+BYTES_PER_SECOND = 50_000
+PTXAS_SECONDS = 120  # ptxas itself may take many minutes on a huge mutated module: not our bug
+
+
+def case_seconds(size: int) -> float:
+    return CASE_SECONDS + size / BYTES_PER_SECOND
+UNLOCATED_MARKERS = ("internal compiler error", "(RecursionError)", "(MemoryError)", "Traceback (most recent call last)")
+
+
+# ---------------------------------------------------------------- seeds
+
+
+def _texts(paths) -> list[tuple[str, str]]:
+    return [(p.name, p.read_text()) for p in sorted(paths)]
+
+
+def toml_seeds() -> list[tuple[str, str]]:
+    """Every TOML probe file of the project, and the TOML the DSL tools compile to."""
+    from neutrino.language import compile_file
+
+    files = [*PACKAGE.glob("probes/*.toml"), *DATA.glob("probes/*.toml"), *DATA.glob("realworld/probes/*.toml")]
+    compiled = [(p.name + ".toml", compile_file(p)) for p in sorted(PACKAGE.glob("tools/*.py"))]
+    return _texts(files) + compiled
+
+
+def dsl_seeds() -> list[tuple[str, str]]:
+    return _texts([*PACKAGE.glob("tools/*.py"), *PACKAGE.glob("probes/*.py")])
+
+
+def ptx_seeds(max_bytes: int | None = 12000) -> list[tuple[str, str]]:
+    """The small PTX files of the corpora (the mutations, not the size, find the bugs); every one with None."""
+    files = [p for p in DATA.rglob("*.ptx") if max_bytes is None or p.stat().st_size <= max_bytes]
+    return [(str(p.relative_to(DATA)), p.read_text()) for p in sorted(files)]
+
+
+# Kernels the probe fuzzers instrument, and probes the PTX fuzzer uses.
+TARGET_PTX = [DATA / "corpus/nvcc/vec.sm90.ptx", DATA / "corpus/nvcc/histogram.sm80.ptx",
+              DATA / "corpus/llvm/scale_kernel.sm90.ptx", DATA / "corpus/triton/vadd.sm90a.ptx"]
+PTX_PROBES = ["block_sched", "gmem_bytes", "gmem_bytes_thread", str(DATA / "probes/mem_trace.toml"),
+              str(DATA / "probes/out_value.toml"), str(DATA / "probes/in_operands.toml"), str(DATA / "probes/agg_explicit.toml")]
+
+
+# ---------------------------------------------------------------- mutations
+
+# (operation, where: 0..1, other: 0..1, count, donor index)
+TEXT_OPS = ("flip", "truncate", "delete_lines", "dup_line", "swap_lines", "splice_line", "splice_token",
+            "repeat_token", "nest", "insert")
+TOML_OPS = TEXT_OPS + ("type_swap", "type_swap")
+BYTE_OPS = ("byte_flip", "byte_truncate", "byte_dup", "byte_zero", "word_set")
+JSON_OPS = TEXT_OPS + ("json_swap", "json_swap", "json_drop")
+
+FLIP_CHARS = list('{}[]()";,.%=:\n\t\\\'#@!-+0xX9_$/* ') + ["\x00", "\x0c", "\u00e9", "\u2028", "\ufffd", "\x1b", "\r"]
+INSERTS = ["{", "}", ";", "\n", "[p]\n", "[probe.p]\n", "[map.m]\n", '"""', "'''", "SAVE.u32 {%r};", "SAVE [ m ] {%r};",
+           ".reg .u32 %r;", "@%p ", "bra L;", "L:", "{ }", ".entry k() { ret; }", "// c\n", "/* ", "*/", "IN1", "OUT",
+           "ADDR", "BYTES", "%clock64", "%tid.x", "0x", "0f3F800000", "99999999999999999999", "-", "::", "nl.clock()",
+           "    ", "\tif x:\n", "def f():\n", "@probe(pos='kernel')\n", "lambda: ", "**", "not ", "\\", "\x00"]
+TOML_VALUES = ["true", "false", "0", "-1", "1.5", "nan", "inf", "1979-05-27", "07:32:00", '"x"', '""', "[]", '["a"]',
+               "[1, 2]", "[[1]]", "{}", '{a = 1}', '{position = "kernel"}', '"""\nmov.u32 %r, 1;\n"""', "'lit'",
+               '"kernel"', '"ld.global:st.global"', '"warp:16"', '"thread:8:count"', '"sum"', '"hist:log2"', '"count"',
+               "9223372036854775807", "-9223372036854775808", '"\\u0000"']
+JSON_VALUES = [None, True, False, 0, -1, 2**31, 2**64, 1.5, float("nan"), "x", "", [], [1], [1, 2], [1, 2, 3, 4],
+               [-1, 1, 1], [2**40, 1, 1], ["a", 1, 1], {}, {"a": 1}, "result/0.bin", "result/../../etc", "/abs/path"]
+INTERESTING_WORDS = [0, 1, 2, 0xFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 64, 4096, 10**9]
+
+
+def _at(length: int, where: float) -> int:
+    return min(int(where * length), max(length - 1, 0)) if length else 0
+
+
+def _tokens(text: str) -> list[str]:
+    return text.split() or [text]
+
+
+def mutate_text(text: str, mutation: tuple, donors: list[str]) -> str:
+    op, where, other, count, donor_index = mutation
+    donor = donors[donor_index % len(donors)] if donors else text
+    lines = text.split("\n")
+    i, j = _at(len(lines), where), _at(len(lines), other)
+    pos = _at(len(text) + 1, where)
+    if op == "flip" and text:
+        return text[:pos] + FLIP_CHARS[count % len(FLIP_CHARS)] + text[pos + 1:]
+    if op == "truncate":
+        return text[:pos]
+    if op == "delete_lines":
+        return "\n".join(lines[:i] + lines[i + 1 + count % 5:])
+    if op == "dup_line":
+        return "\n".join(lines[:i] + [lines[i]] * (count + 1) + lines[i:])
+    if op == "swap_lines":
+        lines[i], lines[j] = lines[j], lines[i]
+        return "\n".join(lines)
+    if op == "splice_line":
+        donor_lines = donor.split("\n")
+        return "\n".join(lines[:i] + [donor_lines[_at(len(donor_lines), other)]] + lines[i:])
+    if op == "splice_token":
+        tokens = _tokens(donor)
+        return text[:pos] + tokens[_at(len(tokens), other)] + " " + text[pos:]
+    if op == "repeat_token":
+        tokens = _tokens(text)
+        token = tokens[_at(len(tokens), other)]
+        separator = ("", " ", ", ", "+1", "\n", ";")[count % 6]
+        return text[:pos] + separator.join([token] * (count + 1)) + text[pos:]
+    if op == "nest":
+        opening, closing = ("{}", "()", "[]", "{}")[donor_index % 4]
+        inner = opening * count + (closing * count if other < 0.5 else "")
+        return text[:pos] + inner + text[pos:]
+    if op == "insert":
+        return text[:pos] + INSERTS[count % len(INSERTS)] + text[pos:]
+    if op == "type_swap":
+        keyed = [k for k, line in enumerate(lines) if "=" in line and not line.lstrip().startswith("#")]
+        if not keyed:
+            return text
+        k = keyed[_at(len(keyed), where)]
+        key = lines[k].split("=", 1)[0]
+        lines[k] = f"{key}= {TOML_VALUES[count % len(TOML_VALUES)]}"
+        return "\n".join(lines)
+    if op in ("json_swap", "json_drop"):
+        return _mutate_json_line(lines, i, other, count, op == "json_drop")
+    return text
+
+
+def _mutate_json_line(lines: list[str], i: int, other: float, count: int, drop: bool) -> str:
+    try:
+        value = json.loads(lines[i])
+    except ValueError:
+        return "\n".join(lines)
+    if isinstance(value, dict) and value:
+        keys = sorted(value)
+        key = keys[_at(len(keys), other)]
+        if drop:
+            del value[key]
+        else:
+            value[key] = JSON_VALUES[count % len(JSON_VALUES)]
+        lines[i] = json.dumps(value)
+    return "\n".join(lines)
+
+
+def mutate_bytes(data: bytes, mutation: tuple) -> bytes:
+    op, where, other, count, _ = mutation
+    raw = bytearray(data)
+    pos = _at(len(raw), where)
+    if op == "byte_flip" and raw:
+        raw[pos] = count % 256
+    elif op == "byte_truncate":
+        del raw[pos:]
+    elif op == "byte_dup":
+        end = pos + 1 + count % 256
+        raw[pos:pos] = raw[pos:end] * (1 + count % 3)
+    elif op == "byte_zero":
+        raw[pos:pos + 1 + count % 64] = bytes(len(raw[pos:pos + 1 + count % 64]))
+    elif op == "word_set" and len(raw) >= 4:
+        at = pos // 4 * 4
+        at = min(at, len(raw) - 4)
+        value = INTERESTING_WORDS[count % len(INTERESTING_WORDS)] if other < 0.7 else count
+        raw[at:at + 4] = (value % 2**32).to_bytes(4, "little")
+    return bytes(raw)
+
+
+# ---------------------------------------------------------------- running a case
+
+
+class Hang(BaseException):
+    """The case's time ran out (a BaseException: code under test must not catch it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    def expire(signum, frame):
+        raise Hang(f"no answer within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@attrs.define
+class Outcome:
+    status: str  # ok / refused / traceback / unlocated / hang
+    detail: str = ""
+    stdout: str = ""
+
+
+def run_entry(function, *args, seconds: float = CASE_SECONDS) -> Outcome:
+    """Call an entry point with stdout/stderr captured, under a time limit, and classify what happened."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with time_limit(seconds), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = function(*args)
+    except Hang as e:
+        return Outcome("hang", str(e))
+    except SystemExit as e:  # argparse
+        rc = e.code if isinstance(e.code, int) else 2
+    except Exception as e:  # noqa: BLE001 - what the fuzzer looks for
+        return Outcome("traceback", "".join(traceback.format_exception(e, limit=-4)))
+    message = err.getvalue()
+    if any(marker in message for marker in UNLOCATED_MARKERS):
+        return Outcome("unlocated", message[-2000:])
+    if rc == 0:
+        return Outcome("ok", message[-500:], out.getvalue())
+    if not message.strip():
+        return Outcome("unlocated", f"exit status {rc} without a message")
+    return Outcome("refused", message[-500:])
+
+
+def cli(*argv: str) -> int:
+    from neutrino.cli import main
+
+    return main(list(argv))
+
+
+def run_instrument(ptx_path: Path, probe_path: str, seconds: float = CASE_SECONDS) -> Outcome:
+    return run_entry(cli, "instrument", str(ptx_path), "-p", str(probe_path), seconds=seconds)
+
+
+def library(function, *args) -> int:
+    """A library entry point run as the CLI runs it: our errors become a message and status 1."""
+    from neutrino.errors import NeutrinoError
+
+    try:
+        result = function(*args)
+    except NeutrinoError as e:
+        print(f"neutrino: {e}", file=sys.stderr)
+        return 1
+    if isinstance(result, str):
+        sys.stdout.write(result)
+    return 0
+
+
+def instrument_files(ptx_path: Path, probe: str) -> str:
+    """What `neutrino instrument PTX -p PROBE` does, without the argument parsing: the probed PTX."""
+    from neutrino.engine import instrument
+    from neutrino.probefile import load_probes
+
+    return instrument(Path(ptx_path).read_text(), load_probes(str(probe)), source=str(ptx_path)).ptx
+
+
+def instrument_text(ptx: str, probe: str) -> str:
+    from neutrino.engine import instrument
+
+    return instrument(ptx, cached_probes(probe), source="kernel.ptx").ptx
+
+
+@functools.lru_cache(maxsize=None)
+def cached_probes(probe: str):
+    """The built-in and test probes the PTX fuzzer uses, loaded once (the pipeline does not change them)."""
+    from neutrino.probefile import load_probes
+
+    return load_probes(probe)
+
+
+def instrument_probe_text(text: str, suffix: str, ptx_path: Path) -> str:
+    """`instrument_files` with the probe file's text in hand (as load_probes reads it): no file written."""
+    from neutrino.engine import instrument
+    from neutrino.language import compile_source
+    from neutrino.probefile import parse_probes
+
+    name = f"probe{suffix}"
+    toml = compile_source(text, name) if suffix == ".py" else text
+    return instrument(target_text(ptx_path), parse_probes(toml, name), source=str(ptx_path)).ptx
+
+
+@functools.lru_cache(maxsize=None)
+def target_text(path: Path) -> str:
+    return path.read_text()
+
+
+def run_probe_text(text: str, suffix: str, ptx_path: Path, via_cli: bool, tmp: Path) -> Outcome:
+    """A mutated probe file (.toml or .py) through `neutrino instrument`, or the functions it calls."""
+    seconds = case_seconds(len(text))
+    if via_cli:
+        probe = tmp / f"probe{suffix}"
+        probe.write_bytes(text.encode("utf-8", "surrogatepass"))
+        return run_instrument(ptx_path, str(probe), seconds)
+    return run_entry(library, instrument_probe_text, text, suffix, ptx_path, seconds=seconds)
+
+
+def run_ptx_text(text: str, probe: str, via_cli: bool, tmp: Path) -> list[tuple[str, Outcome]]:
+    """A mutated PTX module through `neutrino instrument` and `neutrino print`, or the functions they call."""
+    seconds = case_seconds(len(text))
+    if not via_cli:
+        return [("instrument", run_entry(library, instrument_text, text, probe, seconds=seconds))]
+    ptx = tmp / "kernel.ptx"
+    ptx.write_bytes(text.encode("utf-8", "surrogatepass"))
+    return [("instrument", run_instrument(ptx, probe, seconds)), ("print", run_entry(cli, "print", str(ptx), seconds=seconds))]
+
+
+def load_trace_fully(path: Path) -> int:
+    """`neutrino.trace.load` and every map of every launch read, as an analysis would; 0, or 1 on TraceError."""
+    import neutrino.trace as nt
+    from neutrino.errors import NeutrinoError
+
+    try:
+        trace = nt.load(path)
+        for launch in trace.launches:
+            try:
+                for data in launch.maps.values():
+                    data.valid()
+                    if data.type == "sum":
+                        data.totals()
+                    elif data.type == "hist":
+                        data.histogram().rows()
+            except NeutrinoError as e:
+                print(f"neutrino: {e}", file=sys.stderr)
+    except NeutrinoError as e:
+        print(f"neutrino: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------- traces
+
+
+def write_base_trace(root: Path) -> Path:
+    """A small real trace: launch events with per-launch result files (block_sched, gmem_bytes, a sum and a
+    hist map), and a per-kernel result file with an index (the native writer's layout)."""
+    import neutrino.trace as nt
+
+    run = root / "20260101-000000_1"
+    (run / "result").mkdir(parents=True)
+    from neutrino.language import compile_file
+
+    (run / "probe.toml").write_text(compile_file(PACKAGE / "tools" / "block_sched.py"))
+    events = [{"event": "start", "time": 0, "pid": 1, "argv": ["app"]},
+              {"event": "instrument", "time": 0, "kernel": "vadd", "kernel_dir": "kernel/3_abc", "sites": 1}]
+    for i, (grid, block) in enumerate((((2, 1, 1), (64, 1, 1)), ((1, 1, 1), (32, 1, 1)))):
+        rel = f"result/{i}.bin"
+        nt.write_result(run / rel, grid=grid, block=block, shared_bytes=0, maps=_sections(grid, block, seed=i))
+        events.append({"event": "launch", "time": 1, "index": i, "kernel": "vadd", "grid": list(grid),
+                       "block": list(block), "shared_bytes": 0, "result": rel, "frame": "app.py:3 (main)",
+                       "duration_ns": 1000.0 + i})
+    records = np.zeros(2, nt.INDEX_RECORD)
+    with open(run / "result" / "3_abc.ntr", "ab") as fh:
+        for i in range(2):
+            grid, block = (1 + i, 1, 1), (32, 1, 1)
+            off, size = nt.append_frame(fh, grid=grid, block=block, shared_bytes=0, maps=_sections(grid, block, seed=5 + i))
+            records[i] = (3 + i, i, 7, off, size, grid, block, 0, 3, 0, 0, 500.0, 0)
+    (run / "result" / "index.bin").write_bytes(nt.INDEX_MAGIC + nt.INDEX_HEADER_TAIL + records.tobytes())
+    events.append({"event": "exit", "time": 2, "launches": 4})
+    (run / "event.log").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return run
+
+
+def _sections(grid, block, seed: int) -> list:
+    import neutrino.trace as nt
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for name, level, fields, record_bytes, cap in (
+        ("block_sched", "warp", [("lstart", "u64", 0), ("elapse", "u32", 8), ("smid", "u32", 12)], 16, 1),
+        ("gmem_bytes", "thread", [("bytes", "u64", 0)], 8, 2),
+    ):
+        units = nt.units_for(level, grid, block)
+        buf = np.zeros(nt.buffer_bytes(units, cap, record_bytes), np.uint8)
+        buf[: 4 * units].view("<u4")[:] = rng.integers(0, cap + 2, units)
+        body = buf[nt.align(4 * units, 16):]
+        body[:] = rng.integers(0, 256, body.size, dtype=np.uint8)
+        out.append(nt.MapSection(name, level, record_bytes, cap, units, fields, buf.tobytes()))
+    buckets = nt.Buckets.parse("log2")
+    for name, record_bytes, fields, kind, spec in (
+        ("counters", 16, [("a", "u64", 0), ("b", "u64", 8)], "sum", None),
+        ("sizes", 8 * buckets.count, [("value", "u64", 0)], "hist", "log2"),
+    ):
+        size = nt.section_bytes(kind, nt.STRIPES, 1, record_bytes)
+        data = rng.integers(0, 9, size // 8).astype("<u8").tobytes()
+        out.append(nt.MapSection(name, "thread", record_bytes, 1, nt.STRIPES, fields, data, type=kind, buckets=spec))
+    return out
+
+
+TRACE_FILES = ("event.log", "result/0.bin", "result/1.bin", "result/3_abc.ntr", "result/index.bin", "probe.toml")
+
+
+def report_without_plots(path: Path) -> int:
+    from neutrino.analysis.report import main as report_main
+
+    return report_main(str(path), plots=False)
+
+
+def export_perfetto(path: Path, out: Path) -> int:
+    from neutrino.analysis.perfetto import export
+
+    return library(export, str(path), str(out))
+
+
+def run_trace_case(base: Path, work: Path, target: str, mutations: list[tuple], via_cli: bool = True) -> list[tuple[str, Outcome]]:
+    """Copy the base trace, mutate one of its files, and read it through load, report and export
+    (the commands, or without the CLI's argument parsing and plots)."""
+    if work.exists():
+        shutil.rmtree(work)
+    run = work / base.name
+    shutil.copytree(base, run)
+    path = run / target
+    if target in ("event.log", "probe.toml"):
+        text = path.read_text()
+        donors = [path.read_text()]
+        for m in mutations:
+            text = mutate_text(text, m, donors) if m[0] not in BYTE_OPS else mutate_bytes(text.encode(), m).decode("latin-1")
+        path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    else:
+        data = path.read_bytes()
+        for m in mutations:
+            data = mutate_bytes(data, m) if m[0] in BYTE_OPS else mutate_text(data.decode("latin-1"), m, []).encode("latin-1", "replace")
+        path.write_bytes(data)
+    s = case_seconds(path.stat().st_size)
+    if not via_cli:
+        return [("load", run_entry(load_trace_fully, run, seconds=s)), ("report", run_entry(report_without_plots, run, seconds=s)),
+                ("export", run_entry(export_perfetto, run, work / "perfetto.json", seconds=s))]
+    return [
+        ("load", run_entry(load_trace_fully, run, seconds=s)),
+        ("report", run_entry(cli, "report", str(run), "--out", str(work / "report"), seconds=s)),
+        ("export", run_entry(cli, "export", str(run), "--perfetto", str(work / "perfetto.json"), seconds=s)),
+    ]
+
+
+# ---------------------------------------------------------------- the ptxas oracle
+
+
+def ptxas_rejections(pairs: list[tuple[str, str]], workers: int = 2) -> list[str]:
+    """(probed PTX, original PTX) pairs: ptxas's refusals of probed modules whose original it accepts.
+
+    Each pair is one ptxas run (two when the probed module fails: the original is
+    then tried, and a failure of both is not ours); runs go in parallel.
+    """
+    from neutrino import ptxas
+    from neutrino.isa.ptx import parse_module
+
+    if shutil.which("ptxas") is None:
+        return []
+    unique = {hashlib.sha256(p.encode()).hexdigest(): (p, o) for p, o in pairs}
+
+    def one(pair):
+        probed, original = pair
+        result = ptxas.check(probed, parse_module(probed), original, timeout=PTXAS_SECONDS)
+        if result.ok or result.skipped:
+            return None
+        return result.stderr.strip()[:1500] + "\n--- probed PTX ---\n" + probed[:3000]
+
+    with ThreadPoolExecutor(workers) as pool:
+        return [r for r in pool.map(one, unique.values()) if r is not None]

@@ -1,0 +1,59 @@
+"""Several ranks on the GPU: `neutrino -p block_sched -- torchrun --nproc_per_node=2 ...`.
+
+Runs with two GPUs (NCCL, a rank per GPU) or one (both ranks on it, gloo): every rank probed
+with its own run directory under one job directory, results identical to the unprobed run,
+every probed launch complete, and the combined Perfetto export has one process per rank.
+The full DDP + torch.compile acceptance is benchmarks/ddp_acceptance.sh.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import neutrino.trace as nt
+
+from gpuutil import WORKLOADS, base_env, gpu, run_plain, run_probed
+
+pytestmark = gpu
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+
+
+def test_two_ranks_each_probed_with_its_own_directory(tmp_path):
+    env = base_env(tmp_path)
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    env["NCCL_NVLS_ENABLE"] = "0"
+    for name in ("plain", "probed"):
+        (tmp_path / name).mkdir()
+    run_plain(TORCHRUN + [str(WORKLOADS / "w_ranks.py"), str(tmp_path / "plain")], env, timeout=300)
+    run_probed("block_sched", TORCHRUN + [str(WORKLOADS / "w_ranks.py"), str(tmp_path / "probed")],
+               tmp_path / "trace", env, timeout=300)
+    for rank in (0, 1):
+        plain, probed = np.load(tmp_path / "plain" / f"rank{rank}.npz"), np.load(tmp_path / "probed" / f"rank{rank}.npz")
+        for key in plain.files:
+            assert np.array_equal(plain[key], probed[key]), f"rank {rank}: {key} differs under probing"
+
+    (job,) = [p for p in (tmp_path / "trace").iterdir() if nt.find_rank_dirs(p)]
+    job_traces = nt.load_job(job)
+    assert [r for r, _ in job_traces] == [0, 1]
+    for rank, t in job_traces:
+        start = next(e for e in t.events if e["event"] == "start")
+        assert start["rank"] == rank and start["world_size"] == 2
+        assert any(e["event"] == "context" for e in t.events)
+        kernels = {la.kernel for la in t.launches}
+        assert {"vadd", "softmax"} <= kernels, kernels
+        for la in t.launches:
+            md = la.maps["block_sched"]
+            warps = int(np.prod(la.grid)) * -(-int(np.prod(la.block)) // 32)
+            assert md.units == warps and bool((np.asarray(md.counts) == 1).all()), (rank, la.kernel)
+
+    out = tmp_path / "job.json"
+    r = subprocess.run([sys.executable, "-m", "neutrino.cli", "export", str(job), "--perfetto", str(out)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    pids = sorted(e["pid"] for e in doc["traceEvents"] if e.get("ph") == "M" and e.get("name") == "process_name")
+    assert pids == [1, 2]

@@ -1,0 +1,88 @@
+"""Per-kernel result files with an index: frames appended, launches rebuilt from index records."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import neutrino.trace as nt
+
+
+def _section(units: int, value: int) -> nt.MapSection:
+    buf = np.zeros(nt.buffer_bytes(units, 1, 8), np.uint8)
+    buf[: 4 * units].view("<u4")[:] = 1
+    buf[nt.align(4 * units, 16):].view("<u8")[:] = value
+    return nt.MapSection("m", "block", 8, 1, units, [("v", "u64", 0)], buf.tobytes())
+
+
+def _run(tmp_path, frames: int, *, truncate: int = 0):
+    run = tmp_path / "run"
+    (run / "result").mkdir(parents=True)
+    events = [{"event": "instrument", "kernel": "k", "kernel_dir": "kernel/3_abc"},
+              {"event": "frame", "id": 1, "frame": "app.py:7 (main)"}]
+    records = np.zeros(frames, nt.INDEX_RECORD)
+    with open(run / "result" / "3_abc.ntr", "ab") as fh:
+        for i in range(frames):
+            sec = _section(2 + i, 100 + i)
+            off, size = nt.append_frame(fh, grid=(2 + i, 1, 1), block=(32, 1, 1), shared_bytes=0, maps=[sec])
+            records[i] = (i + 1, i, 7, off, size, (2 + i, 1, 1), (32, 1, 1), 0, 3, 1 if i == 0 else 0, 0, 1000.0 * i, 0)
+    raw = nt.INDEX_MAGIC + nt.INDEX_HEADER_TAIL + records.tobytes()
+    (run / "result" / "index.bin").write_bytes(raw[: len(raw) - truncate])
+    (run / "event.log").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return run
+
+
+def test_frames_are_aligned_and_read_back(tmp_path):
+    t = nt.load(_run(tmp_path, 4))
+    assert [la.index for la in t.launches] == [0, 1, 2, 3]
+    assert all(la.result_offset % nt.SECTION_ALIGN == 0 for la in t.launches)
+    assert len({la.result_path for la in t.launches}) == 1
+    for i, la in enumerate(t.launches):
+        v = la.maps["m"].valid()
+        assert la.grid == (2 + i, 1, 1) and len(v) == 2 + i and set(v["v"]) == {100 + i}
+        assert la.event["kernel_launch"] == i and la.duration_ns == 1000.0 * i
+    assert t.launches[0].frame == "app.py:7 (main)" and t.launches[1].frame is None
+
+
+def test_a_record_cut_short_is_ignored(tmp_path):
+    assert len(nt.load(_run(tmp_path, 3, truncate=10)).launches) == 2
+
+
+def test_bad_index_is_refused_with_its_name(tmp_path):
+    run = _run(tmp_path, 1)
+    (run / "result" / "index.bin").write_bytes(b"garbage!" + bytes(40))
+    with pytest.raises(nt.TraceError, match="index.bin: not a Neutrino launch index"):
+        nt.load(run)
+
+
+def test_offset_not_a_frame_is_refused(tmp_path):
+    run = _run(tmp_path, 2)
+    with pytest.raises(nt.TraceError, match="no result frame at offset"):
+        nt.read_result(run / "result" / "3_abc.ntr", 10)
+
+
+def test_frame_layout_is_what_append_writes_for_every_map_type(tmp_path):
+    """One layout rule: the frame size and header positions the C path uses are the written ones
+    (a hist map's field table is its bucket spec, not its fields)."""
+    maps = [
+        {"name": "h", "level": "thread", "type": "hist", "record_bytes": 8 * 10, "cap": 1, "buckets": "linear:0:80:10",
+         "fields": [{"name": "buckets", "type": "u64", "offset": 0}]},
+        {"name": "a", "level": "warp", "type": "array", "record_bytes": 16, "cap": 1,
+         "fields": [{"name": "x", "type": "u64", "offset": 0}, {"name": "y", "type": "u32", "offset": 8}]},
+    ]
+    sections = []
+    for m in maps:
+        units, size = nt.map_buffer_bytes(m, (3, 1, 1), (64, 1, 1))
+        sections.append(nt.MapSection.of(m, units, 1, bytes(size)))
+    layout = nt.frame_layout(sections)
+    with open(tmp_path / "f.ntr", "ab") as fh:
+        fh.write(b"x")
+        off, size = nt.append_frame(fh, grid=(3, 1, 1), block=(64, 1, 1), shared_bytes=0, maps=sections)
+    assert size == layout.size and (tmp_path / "f.ntr").stat().st_size == off + size
+    header, offsets = nt.encode_header(grid=(3, 1, 1), block=(64, 1, 1), shared_bytes=0, maps=sections)
+    assert tuple(offsets) == layout.offsets
+    assert layout.map_headers[1] != nt.FILE_HEADER.itemsize + nt.MAP_HEADER.itemsize + nt.FIELD_DESC.itemsize
+    for pos, m in zip(layout.map_headers, maps):
+        assert header[pos:pos + 64].rstrip(b"\0").decode() == m["name"]
