@@ -34,13 +34,6 @@ SM_FIELDS = ("cuid", "smid", "sm", "sm_id")
 GLOBAL_TIME_FIELDS = ("gstart", "gtime", "globaltimer")
 
 
-def matches(md) -> bool:
-    names = md.dtype.names or ()
-    if md.name in MAP_NAMES:
-        return True
-    return all(any(f in names for f in alts) for alts in (START_FIELDS, ELAPSED_FIELDS, SM_FIELDS))
-
-
 @attrs.frozen(eq=False)
 class BlockTimeline:
     """Blocks of one launch, sorted by (SM, start); times relative to `origin`.
@@ -258,8 +251,10 @@ class LaunchResult:
     stats: BlockSchedStats
 
     @property
-    def clock_ghz(self) -> float | None:
-        """Apparent clock rate: block span in cycles / launch duration (a lower bound)."""
+    def fit_ghz(self) -> float | None:
+        """Block span in cycles / measured launch duration: the scale that fits the blocks into the
+        launch's time on an export's timeline. Not a clock rate (the duration includes launch
+        overhead, and the span is measured on unaligned SM clocks): the report does not print it."""
         if self.timeline.time_unit != "cycles" or not self.duration_ns or self.stats.span <= 0:
             return None
         return self.stats.span / self.duration_ns
@@ -304,7 +299,6 @@ def kernel_numbers(results: list[LaunchResult]) -> dict[str, float | int | str |
         "idle_gaps": sum(s.gap_count for s in stats),
         "idle_gap_max": max((s.gap_max for s in stats), default=None),
         "refill_mean": _mean([s.refill_mean for s in stats]),
-        "clock_ghz": _mean([r.clock_ghz for r in results if r.clock_ghz is not None]),
         "split_blocks": sum(s.split_blocks for s in stats),
     }
 
@@ -323,8 +317,6 @@ def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
         "idle gaps": f"{n['idle_gaps']} (max {C.fmt_num(n['idle_gap_max'])})",
         "refill mean": C.fmt_num(n["refill_mean"]),
     }
-    if n["clock_ghz"] is not None:
-        row["clock GHz"] = C.fmt_num(n["clock_ghz"])
     if n["split_blocks"]:
         row["split blocks"] = str(n["split_blocks"])
     return row

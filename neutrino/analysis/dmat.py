@@ -34,13 +34,6 @@ CLOCK_FIELDS = ("clock", "clk", "time", "lclock", "start")
 ADDR_FIELDS = ("addr", "address")
 
 
-def matches(md) -> bool:
-    names = md.dtype.names or ()
-    if md.name in MAP_NAMES:
-        return True
-    return any(f in names for f in CLOCK_FIELDS) and any(f in names for f in ADDR_FIELDS)
-
-
 @attrs.frozen(eq=False)
 class DmatHistogram:
     counts: np.ndarray  # int64 [time_bins, addr_bins]

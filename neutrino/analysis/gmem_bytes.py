@@ -21,11 +21,6 @@ BYTES_FIELDS = ("bytes", "nbytes", "gmem_bytes", "size", "gmem_total")
 ACTIVE_FIELDS = ("active_threads", "active")
 
 
-def matches(md) -> bool:
-    names = md.dtype.names or ()
-    return md.name in MAP_NAMES or (len(names) == 1 and names[0] in BYTES_FIELDS)
-
-
 @attrs.frozen
 class ByteStats:
     total: int  # bytes summed over all records

@@ -31,13 +31,6 @@ COUNTER_FIELDS = ("branch", "branches", "progress")  # monotone progress counter
 PC_FIELDS = ("pc", "site")  # site ids: progress = samples passed
 
 
-def matches(md) -> bool:
-    names = md.dtype.names or ()
-    if md.name in MAP_NAMES:
-        return True
-    return any(f in names for f in CLOCK_FIELDS) and any(f in names for f in COUNTER_FIELDS + PC_FIELDS)
-
-
 def warp_samples(clock, value, warp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct (warp, clock, value) samples sorted by warp, clock, value (pure)."""
     warp = np.asarray(warp, dtype=np.int64)

@@ -18,7 +18,7 @@ import os
 import sys
 
 from neutrino.analysis import _common as C
-from neutrino.analysis import block_sched, tool_for
+from neutrino.analysis import block_sched, tool_for, writer_tool
 from neutrino.errors import NeutrinoError
 
 LAUNCH_TRACK = "launch"  # the thread name perfetto.launch_events gives a launch's own slice
@@ -180,9 +180,10 @@ def anchor_ns(trace) -> float:
 def _rank_launches(trace, launches, label: str):
     """block_sched results and the other launches of one rank (a bad launch is left out with a warning)."""
     results, plain = [], []
+    writer = writer_tool(trace)
     for launch in launches:
         try:
-            mds = [md for md in launch.maps.values() if tool_for(md) is block_sched]
+            mds = [md for md in launch.maps.values() if tool_for(md, writer) is block_sched]
             if mds:
                 results.append(block_sched.analyze_launch(launch, mds[0], trace.probe_text))
             else:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from neutrino.analysis import TOOLS, tool_for, tool_name
+from neutrino.analysis import TOOLS, tool_for, tool_name, writer_tool
 from neutrino.analysis import _common as C
 from neutrino import console
 from neutrino.errors import NeutrinoError
@@ -51,6 +51,7 @@ class KernelEntry:
     duration_ns: float = 0.0
     timed_launches: int = 0
     results: dict = attrs.Factory(dict)  # tool name -> [LaunchResult]
+    generic: dict = attrs.Factory(dict)  # map name -> generic.MapSummary: maps no built-in tool reads
 
 
 @attrs.define
@@ -61,6 +62,8 @@ class Report:
     readable: int = 0  # launches whose result could be read
     launches: int = 0
     graph_nodes: dict = attrs.Factory(dict)  # (graph id, node id) -> [kernel, replays probed, first, last replay]
+    writer: str | None = None  # the built-in tool that wrote the trace (None: a user's probe)
+    context: object = None  # neutrino.analysis.context.Context when the run has timeline.bin
 
     def results(self, tool) -> list:
         name = tool_name(tool)
@@ -86,7 +89,9 @@ def load_trace(trace_dir: str):
 def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
     """Run every matching tool analysis on every map of every launch."""
     tool_options = tool_options or {}
-    report = Report(trace_path=str(getattr(trace, "path", "")), launches=len(launches))
+    from neutrino.analysis import generic
+
+    report = Report(trace_path=str(getattr(trace, "path", "")), launches=len(launches), writer=writer_tool(trace))
     report.warnings.extend(getattr(trace, "problems", ()))
     probe_text = getattr(trace, "probe_text", None)
     for launch in launches:
@@ -108,8 +113,9 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
             valid, dropped = C.record_stats(md)
             entry.records += valid
             entry.dropped += dropped
-            tool = tool_for(md)
+            tool = tool_for(md, report.writer)
             if tool is None:
+                _add_generic(report, entry, launch, md, generic)
                 continue
             try:
                 result = tool.analyze_launch(launch, md, probe_text, **tool_options.get(tool_name(tool), {}))
@@ -118,6 +124,13 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
                 continue
             entry.results.setdefault(tool_name(tool), []).append(result)
     return report
+
+
+def _add_generic(report: Report, entry: KernelEntry, launch, md, generic) -> None:
+    try:
+        generic.add_launch_map(entry.generic, md)
+    except (NeutrinoError, ValueError) as e:
+        report.warnings.append(f"launch {launch.index} ({short(launch.kernel)}), map {md.name}: {e}")
 
 
 def _count_graph_replay(report: Report, launch) -> None:
@@ -166,6 +179,10 @@ def render(report: Report) -> str:
         headers = ["kernel"] + list(dict.fromkeys(col for _, s in summaries for col in s))
         rows = [[short(kernel)] + [s.get(h, "-") for h in headers[1:]] for kernel, s in summaries]
         out += ["", f"[{name}]", format_table(headers, rows)]
+    from neutrino.analysis import generic
+
+    for title, headers, rows in generic.tables(report.kernels.values()):
+        out += ["", f"[{title}]", format_table(headers, [[short(r[0])] + r[1:] for r in rows])]
     return "\n".join(out)
 
 
@@ -181,6 +198,8 @@ def kernel_rows(report: Report) -> list[dict]:
             if k.results.get(name):
                 numbers = getattr(tool, "kernel_numbers", tool.kernel_summary)(k.results[name])
                 row.update({f"{name}.{col}": _plain(value) for col, value in numbers.items()})
+        for map_name, summary in k.generic.items():
+            row.update({f"{map_name}.{col}": _plain(value) for col, value in summary.numbers().items()})
         rows.append(row)
     return rows
 

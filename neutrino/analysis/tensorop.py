@@ -21,11 +21,6 @@ HAS_PLOTS = False
 COUNT_FIELDS = ("count", "cnt", "tensorop", "mma")
 
 
-def matches(md) -> bool:
-    names = md.dtype.names or ()
-    return md.name in MAP_NAMES or (len(names) == 1 and names[0] in COUNT_FIELDS)
-
-
 @attrs.frozen
 class TensorStats:
     thread_instructions: int  # sum of per-thread counts
