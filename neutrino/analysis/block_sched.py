@@ -16,14 +16,11 @@ whole GPU) are taken relative to the launch's first start and are exact.
 from __future__ import annotations
 
 import bisect
-import os
 
 import attrs
 import numpy as np
 
 from neutrino.analysis import _common as C
-from neutrino.analysis.plot import labelled_density
-from neutrino.analysis.png import write_density_png
 
 MAP_NAMES = ("block_sched",)
 HAS_PLOTS = True
@@ -344,23 +341,24 @@ def occupancy_image(tl: BlockTimeline, bins: int = 512) -> np.ndarray:
     return image
 
 
-def write_plots(results: list[LaunchResult], out_dir: str) -> list[str]:
-    paths = []
-    for r in results:
-        if len(r.timeline) == 0:
-            continue
-        path = os.path.join(out_dir, f"{r.index:04d}_{C.safe_name(r.kernel)}_block_sched.png")
-        image = occupancy_image(r.timeline)
-        write_density_png(path, image, log=False, flip_rows=False)
-        paths.append(path)
-        labelled = path[:-len(".png")] + "_labelled.png"
-        sms = sorted(r.timeline.origin)
-        step = max(1, len(sms) // 16)
-        if labelled_density(labelled, image[:, ::-1], log=False, clabel="resident blocks (mean over bin)",
-                            title=f"resident blocks per SM: launch {r.index} {r.kernel[:60]}",
-                            xlabel=f"{r.timeline.time_unit} since the SM's first block"
-                            if not r.timeline.synchronized else "ns since the launch's first block",
-                            ylabel="SM", extent=(0, r.stats.span, 0, len(sms)),
-                            yticks=[(len(sms) - 1 - i + 0.5, str(sms[i])) for i in range(0, len(sms), step)]):
-            paths.append(labelled)
-    return paths
+def figure(r: LaunchResult):
+    """Resident blocks per SM over the launch (occupancy_image): one row per SM, lowest SM id at the
+    top, colour = mean resident blocks in the time bin. Raises plot.NoPlot when no block was recorded."""
+    from neutrino.analysis.plot import NoPlot, density_figure
+
+    if len(r.timeline) == 0:
+        raise NoPlot("no block recorded")
+    sms = sorted(r.timeline.origin)
+    step = max(1, len(sms) // 16)
+    t0 = int(r.timeline.start.min())
+    xlabel = ("ns since the launch's first block (%globaltimer)" if r.timeline.synchronized else
+              "cycles since each SM's first block (SM clocks, not aligned across SMs)")
+    return density_figure(occupancy_image(r.timeline), log=False, clabel="resident blocks (mean over the bin)",
+                          title=f"resident blocks per SM: launch {r.index} {r.kernel[:60]}", xlabel=xlabel,
+                          ylabel="SM", extent=(0, int(r.timeline.end.max()) - t0, len(sms), 0),
+                          yticks=[(i + 0.5, str(sms[i])) for i in range(0, len(sms), step)])
+
+
+def figures(r: LaunchResult) -> list[tuple[str, object]]:
+    """(file suffix, Figure) of one launch."""
+    return [("block_sched", figure(r))]

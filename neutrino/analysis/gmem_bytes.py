@@ -129,6 +129,3 @@ def _max_known(values) -> int | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None
 
-
-def write_plots(results: list[LaunchResult], out_dir: str) -> list[str]:
-    return []

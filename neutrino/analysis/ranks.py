@@ -147,12 +147,14 @@ def _plots(report, kind: str, rank: int, out_dir: str | None, per_kernel: int) -
 
     where = os.path.join(out_dir, f"{kind}{rank}") if out_dir else os.path.join(report.trace_path, "report")
     try:
-        paths, _ = write_plots(report, where, per_kernel)
+        paths, _, notes = write_plots(report, where, per_kernel)
     except OSError as e:
         print(f"neutrino report: error: cannot write plots to {where}: {e}", file=sys.stderr)
         return 1
     if paths:
         print(f"({kind} {rank}: {len(paths)} plot(s) in {where})")
+    for note in notes:
+        print(f"({kind} {rank}: plot skipped: {note})")
     return 0
 
 

@@ -231,24 +231,42 @@ def render_json(report: Report, rows: list[dict] | None = None) -> str:
                        "warnings": list(report.warnings)}, indent=2) + "\n"
 
 
-def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list[str], int]:
-    """Pictures of the first `per_kernel` launches of every kernel (0: all).
+def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list[str], int, list[str]]:
+    """Pictures of the first `per_kernel` launches of every kernel (0: all), drawn with matplotlib.
 
-    Returns the paths written and the number of launches left without plots.
+    Returns the paths written, the number of launches left without plots by
+    `per_kernel`, and one line per picture not drawn saying why.
     """
-    os.makedirs(out_dir, exist_ok=True)
-    paths, skipped = [], 0
+    from neutrino.analysis.plot import NoPlot, matplotlib_missing, save
+
+    chosen = []
+    skipped = 0
     for tool in (t for t in TOOLS if t.HAS_PLOTS):
-        name = tool_name(tool)
-        results = []
         for k in report.kernels.values():
-            mine = k.results.get(name, [])
+            mine = k.results.get(tool_name(tool), [])
             keep = mine if per_kernel <= 0 else mine[:per_kernel]
-            results += keep
+            chosen += [(tool, r) for r in keep]
             skipped += len(mine) - len(keep)
-        if results:
-            paths += tool.write_plots(results, out_dir)
-    return paths, skipped
+    if not chosen:
+        return [], skipped, []
+    missing = matplotlib_missing()
+    if missing:
+        return [], skipped, [f"{len(chosen)} picture(s) not drawn: {missing}"]
+    os.makedirs(out_dir, exist_ok=True)
+    paths, notes = [], []
+    for tool, r in chosen:
+        stem = os.path.join(out_dir, f"{r.index:04d}_{C.safe_name(r.kernel)}")
+        try:
+            figures = tool.figures(r)
+        except NoPlot as e:
+            notes.append(f"launch {r.index} ({short(r.kernel)}): no {tool_name(tool)} picture: {e}")
+            continue
+        for suffix, fig in figures:
+            save(fig, f"{stem}_{suffix}.png")
+            paths.append(f"{stem}_{suffix}.png")
+        if hasattr(tool, "write_description"):
+            paths.append(tool.write_description(r, out_dir))
+    return paths, skipped, notes
 
 
 def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
@@ -288,12 +306,14 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
         return 0
     out_dir = out_dir or os.path.join(report.trace_path or trace_dir, "report")  # in the run directory
     try:
-        paths, skipped = write_plots(report, out_dir, plots_per_kernel)
+        paths, skipped, notes = write_plots(report, out_dir, plots_per_kernel)
     except OSError as e:
         console.error(f"cannot write plots to {out_dir}: {e}")
         return 1
     if paths:
         print("\nwrote " + "\n      ".join(paths))
+    for note in notes:
+        print(f"plot skipped: {note}")
     if skipped:
         print(f"({skipped} more launches not plotted: at most {plots_per_kernel} per kernel per tool)")
     return 0

@@ -105,6 +105,3 @@ def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
         "warp mma/us": C.fmt_num(n["warp_mma_per_us"]),
     }
 
-
-def write_plots(results: list[LaunchResult], out_dir: str) -> list[str]:
-    return []
