@@ -123,7 +123,18 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
                 report.warnings.append(f"launch {launch.index} ({short(launch.kernel)}), map {name}: {e}")
                 continue
             entry.results.setdefault(tool_name(tool), []).append(result)
+    _load_context(report)
     return report
+
+
+def _load_context(report: Report) -> None:
+    """The run's timeline and ranges (spec/analysis.md, "Where GPU time went"), when it has them."""
+    from neutrino.analysis import context
+
+    try:
+        report.context = context.load(report.trace_path)
+    except (NeutrinoError, OSError, ValueError) as e:
+        report.warnings.append(f"context tables: {e}")
 
 
 def _add_generic(report: Report, entry: KernelEntry, launch, md, generic) -> None:
@@ -159,6 +170,10 @@ def _graph_table(report: Report) -> list[str]:
 
 def render(report: Report) -> str:
     out = [f"trace {report.trace_path}: {report.launches} launches, {len(report.kernels)} kernels", ""]
+    if report.context is not None:
+        from neutrino.analysis import context
+
+        out += context.render(report.context) + ["", "[probed launches]"]
     rows = []
     for k in report.kernels.values():
         duration = f"{k.duration_ns / 1e3:.1f}" if k.timed_launches else "-"
@@ -227,8 +242,14 @@ def render_json(report: Report, rows: list[dict] | None = None) -> str:
     import json
 
     rows = kernel_rows(report) if rows is None else rows
-    return json.dumps({"trace": report.trace_path, "launches": report.launches, "kernels": rows,
-                       "warnings": list(report.warnings)}, indent=2) + "\n"
+    doc = {"trace": report.trace_path, "launches": report.launches, "kernels": rows,
+           "warnings": list(report.warnings)}
+    if report.context is not None:
+        from neutrino.analysis import context
+
+        doc["gpu_time"] = {"busy_ns": report.context.busy_ns, "window_ns": report.context.window_ns,
+                           "rows": context.numbers(report.context)}
+    return json.dumps(doc, indent=2) + "\n"
 
 
 def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list[str], int, list[str]]:
