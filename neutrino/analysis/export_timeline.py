@@ -43,23 +43,21 @@ PLACED_SCALED = "cycles scaled into the kernel's timeline interval"
 PLACED_NO_TIMELINE = "laid out from the host clock (no timeline.bin: cycles shown at the fitted rate)"
 
 
-def block_clock(result: block_sched.LaunchResult, start_ns: int, end_ns: int | None) -> tuple[float, float, str]:
-    """(offset, scale, way): a block time t of `result.timeline` lies at offset + t * scale ns.
+def block_clock(result: block_sched.LaunchResult, start_ns: int, end_ns: int | None) -> tuple[int, int, float, str]:
+    """(anchor, first, scale, way): a block time t of `result.timeline` lies at
+    anchor + round((t - first) * scale) ns (integers: Unix-epoch ns do not fit a float's 53 bits).
     `end_ns` None: the kernel's interval is unknown (only its start)."""
     tl = result.timeline
     first = int(tl.start.min()) if len(tl) else 0
     span = (int(tl.end.max()) - first) if len(tl) else 0
     if tl.synchronized:
-        origin = min(tl.origin.values()) if tl.origin else 0
-        absolute = origin + first
+        absolute = int(min(tl.origin.values()) if tl.origin else 0) + first
         if end_ns is not None and start_ns - SLACK_NS <= absolute <= end_ns + SLACK_NS:
-            return float(origin), 1.0, PLACED_GLOBALTIMER
-        return float(start_ns - first), 1.0, PLACED_ANCHORED
+            return absolute, first, 1.0, PLACED_GLOBALTIMER
+        return int(start_ns), first, 1.0, PLACED_ANCHORED
     if end_ns is None:
-        scale = 1.0 / result.fit_ghz if result.fit_ghz else 1.0
-        return start_ns - first * scale, scale, PLACED_NO_TIMELINE
-    scale = (end_ns - start_ns) / span if span > 0 else 1.0
-    return start_ns - first * scale, scale, PLACED_SCALED
+        return int(start_ns), first, (1.0 / result.fit_ghz if result.fit_ghz else 1.0), PLACED_NO_TIMELINE
+    return int(start_ns), first, ((end_ns - start_ns) / span if span > 0 else 1.0), PLACED_SCALED
 
 
 class BlockTracks:
@@ -82,13 +80,14 @@ class BlockTracks:
         return self.uuids[key]
 
 
-def write_blocks(tracks: BlockTracks, parent: int, result: block_sched.LaunchResult, offset: float,
-                 scale: float) -> None:
-    """Each block on its SM slot's track, each warp on its rank's track under it."""
+def write_blocks(tracks: BlockTracks, parent: int, result: block_sched.LaunchResult,
+                 clock: tuple[int, int, float]) -> None:
+    """Each block on its SM slot's track, each warp on its rank's track under it; `clock` as block_clock."""
     tl = result.timeline
+    anchor, first, scale = clock
 
     def at(t) -> int:
-        return int(round(offset + int(t) * scale))
+        return anchor + int(round((int(t) - first) * scale))
 
     for i in range(len(tl)):
         sm, slot = int(tl.sm[i]), int(tl.slot[i])
@@ -164,9 +163,11 @@ class StreamTracks:
         return uuid
 
 
-def write_timeline(writer: ProtoWriter, process: int, timeline: np.ndarray | None) -> dict[int, tuple]:
-    """Every kernel, copy and memset on its stream's track. Returns probe launch index -> (stream
-    track, start_ns, end_ns) for the probed kernels."""
+def write_timeline(writer: ProtoWriter, process: int, timeline: np.ndarray | None,
+                   only_probed: bool = False) -> dict[int, tuple]:
+    """Every kernel, copy and memset on its stream's track (`only_probed`: the probed kernels only, when
+    the trace merged into already has the others). Returns probe launch index -> (stream track,
+    start_ns, end_ns) for the probed kernels."""
     probed: dict[int, tuple] = {}
     if timeline is None:
         return probed
@@ -174,6 +175,8 @@ def write_timeline(writer: ProtoWriter, process: int, timeline: np.ndarray | Non
     names = context.activity_names(timeline)
     for i in range(len(timeline)):
         rec = timeline[i]
+        if only_probed and int(rec["probe_launch"]) < 0:
+            continue
         start, end = int(rec["start_ns"]), max(int(rec["start_ns"]), int(rec["end_ns"]))
         track = streams.place(int(rec["device"]), int(rec["stream"]), start, end)
         args = {"correlation": int(rec["correlation"]), "tid": int(rec["tid"])}
@@ -212,8 +215,8 @@ def write_probed(writer: ProtoWriter, process: int, trace, launches, kernels: di
         known = kernels.get(int(launch.index))
         if known is not None:
             if result is not None and len(result.timeline):
-                offset, scale, way = block_clock(result, known[1], known[2])
-                write_blocks(tracks, known[0], result, offset, scale)
+                *clock, way = block_clock(result, known[1], known[2])
+                write_blocks(tracks, known[0], result, clock)
                 placement.ways[way] += 1
             continue
         has_blocks = result is not None and len(result.timeline) > 0
@@ -225,18 +228,20 @@ def write_probed(writer: ProtoWriter, process: int, trace, launches, kernels: di
                                     description="no timeline.bin record for these launches: laid out one after "
                                                 "another from the host time of the first instrumented kernel")
         if has_blocks:
-            offset, scale, way = block_clock(result, cursor, None)
-            span = int(round((int(result.timeline.end.max()) - int(result.timeline.start.min())) * scale))
+            *clock, way = block_clock(result, cursor, None)
+            span = int(round((int(result.timeline.end.max()) - int(result.timeline.start.min())) * clock[2]))
             duration = max(duration or 0, span)
-            write_blocks(tracks, fallback, result, offset, scale)
+            write_blocks(tracks, fallback, result, clock)
             placement.ways[way] += 1
         writer.slice(fallback, launch.kernel, cursor, cursor + duration,
                      {"launch": int(launch.index), "measured": launch.duration_ns is not None}, category="launch")
         cursor += duration + LAUNCH_GAP_NS
 
 
-def write_run(writer: ProtoWriter, pid: int, label: str, trace, launches, placement: Placement) -> dict:
-    """One run (a rank, a process, or the only run) as one Perfetto process. Returns its counts."""
+def write_run(writer: ProtoWriter, pid: int, label: str, trace, launches, placement: Placement,
+              only_probed: bool = False) -> dict:
+    """One run (a rank, a process, or the only run) as one Perfetto process. Returns its counts.
+    `writer`: a ProtoWriter, or anything with its `track` and `slice` (kineto.JsonWriter)."""
     process = writer.track(label, pid=pid, process_name=label)
     run_dir = str(getattr(trace, "path", ""))
     timeline = ranges = None
@@ -246,7 +251,7 @@ def write_run(writer: ProtoWriter, pid: int, label: str, trace, launches, placem
     except (NeutrinoError, OSError, ValueError) as e:
         warn(f"{label}: context tables left out: {e}")
     n_ranges = write_ranges(writer, pid, ranges)
-    kernels = write_timeline(writer, process, timeline)
+    kernels = write_timeline(writer, process, timeline, only_probed)
     write_probed(writer, process, trace, launches, kernels, placement)
     return {"timeline": 0 if timeline is None else len(timeline), "ranges": n_ranges}
 
