@@ -96,7 +96,7 @@ def test_report_end_to_end(vadd_trace, capsys):
     bs = dict(zip([h.strip() for h in bs_header.split("  ") if h.strip()],
                   [c.strip() for c in lines[lines.index("[block_sched]") + 3].split("  ") if c.strip()]))
     assert bs["busy max/mean"] == "1.5" and bs["blocks/SM cv"] == "0.5" and bs["tail"] == "68.8%"
-    assert bs["idle gaps"] == "4 (max 10)" and bs["blocks"] == "8"
+    assert bs["idle gaps"] == "4 (max 10 cycles)" and bs["blocks"] == "8" and bs["refill mean"] == "10 cycles"
     files = sorted(p.name for p in (vadd_trace / "report").iterdir())
     assert files == ["0000_vadd_block_sched.png", "0001_vadd_block_sched.png",
                      "0002_copy_dmat.json", "0002_copy_dmat.png"]

@@ -311,8 +311,8 @@ def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
         "busy max/mean": C.fmt_num(n["busy_imbalance"]),
         "blocks/SM cv": C.fmt_num(n["blocks_per_sm_cv"]),
         "tail": "-" if tail is None else f"{100 * tail:.1f}%",
-        "idle gaps": f"{n['idle_gaps']} (max {C.fmt_num(n['idle_gap_max'])})",
-        "refill mean": C.fmt_num(n["refill_mean"]),
+        "idle gaps": f"{n['idle_gaps']} (max {C.fmt_num(n['idle_gap_max'])} {n['span_unit']})",
+        "refill mean": f"{C.fmt_num(n['refill_mean'])} {n['span_unit']}" if n["refill_mean"] is not None else "-",
     }
     if n["split_blocks"]:
         row["split blocks"] = str(n["split_blocks"])

@@ -164,8 +164,8 @@ def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
         "samples": C.fmt_num(n["samples"]),
         "samples/warp": f"{C.fmt_num(n['samples_per_warp_min'])}..{C.fmt_num(n['samples_per_warp_max'])}",
         "progress": f"{C.fmt_num(n['progress_min'])}..{C.fmt_num(n['progress_max'])}",
-        "median span": C.fmt_num(n["median_span"]),
-        "max span": C.fmt_num(n["max_span"]),
+        "median span (cycles)": C.fmt_num(n["median_span"]),
+        "max span (cycles)": C.fmt_num(n["max_span"]),
         "straggler": C.fmt_num(n["straggler"]),
     }
 
