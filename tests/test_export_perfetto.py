@@ -175,3 +175,30 @@ def test_trace_processor_opens_it_when_its_shell_is_available(tmp_path):
                                           "on s.track_id = t.id group by t.name")}
     assert rows["GPU 0 stream 7"] == 4 and rows["SM 0"] == 6
     tp.close()
+
+
+def test_vectorised_slices_decode_like_the_slow_path():
+    import io
+
+    import numpy as np
+
+    from neutrino.analysis.perfetto_proto import write_slices
+
+    buf = io.BytesIO()
+    w = ProtoWriter(buf)
+    t = w.track("t", pid=3, process_name="p")
+    starts = np.array([0, 127, 128, 2**62, 10**18 + 7])
+    numbers = np.array([0, 9, 10, 12345678901234567890 // 10, 5])
+    write_slices(w, np.array([t] * 5), "warp ", numbers, starts, starts + np.array([1, 0, 300, 2**20, 5]),
+                 {"neg": np.array([-1, -2**40, 0, 1, 2**62]), "unit": numbers}, "warp")
+    trace = pb.Trace.FromString(buf.getvalue())
+    begins = [p for p in trace.packet if p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
+    ends = [p for p in trace.packet if p.track_event.type == pb.TrackEvent.TYPE_SLICE_END]
+    assert [p.track_event.name for p in begins] == [f"warp {n}" for n in numbers.tolist()]
+    assert [p.timestamp for p in begins] == starts.tolist()
+    assert [p.timestamp for p in ends] == (starts + np.array([1, 0, 300, 2**20, 5])).tolist()
+    assert [p.track_event.debug_annotations[0].int_value for p in begins] == [-1, -2**40, 0, 1, 2**62]
+    assert {p.track_event.track_uuid for p in begins + ends} == {t} and w.slices == 5
+    assert all(p.track_event.categories == ["warp"] for p in begins)
+    kinds = [p.track_event.type for p in trace.packet[1:]]
+    assert kinds == [1, 2] * 5  # each BEGIN right before its END

@@ -82,28 +82,37 @@ class BlockTracks:
 
 def write_blocks(tracks: BlockTracks, parent: int, result: block_sched.LaunchResult,
                  clock: tuple[int, int, float]) -> None:
-    """Each block on its SM slot's track, each warp on its rank's track under it; `clock` as block_clock."""
+    """Each block on its SM slot's track, each warp on its rank's track under it (the rank of the warp
+    in its block by start); `clock` as block_clock. Encoded a batch at a time (write_slices)."""
     tl = result.timeline
     anchor, first, scale = clock
 
-    def at(t) -> int:
-        return anchor + int(round((int(t) - first) * scale))
+    def at(t: np.ndarray) -> np.ndarray:
+        return anchor + np.rint((t.astype(np.int64) - first) * scale).astype(np.int64)
 
-    for i in range(len(tl)):
-        sm, slot = int(tl.sm[i]), int(tl.slot[i])
-        tracks.writer.slice(tracks.get(parent, sm, slot), f"block {int(tl.block[i])}", at(tl.start[i]), at(tl.end[i]),
-                            {"launch": result.index, "block": int(tl.block[i]), "sm": sm, "warps": int(tl.warps[i]),
-                             f"start ({tl.time_unit})": int(tl.start[i]), f"end ({tl.time_unit})": int(tl.end[i])},
-                            category="block")
-    rank, previous = 0, -1
-    for j in range(len(tl.warp_unit)):
-        i = int(tl.warp_block[j])
-        rank = rank + 1 if i == previous else 0  # warps of a block are sorted by start
-        previous = i
-        sm, slot = int(tl.sm[i]), int(tl.slot[i])
-        tracks.writer.slice(tracks.get(parent, sm, slot, rank), f"warp {int(tl.warp_unit[j])}", at(tl.warp_start[j]),
-                            at(tl.warp_end[j]), {"block": int(tl.block[i]), "unit": int(tl.warp_unit[j])},
-                            category="warp")
+    def uuids(keys: np.ndarray, make) -> np.ndarray:
+        """The track of each row of `keys` (rows of small non-negative ints: SM, slot, warp rank),
+        created once per distinct row; rows packed into one int64 (21 bits a column) to sort fast."""
+        packed = np.zeros(len(keys), dtype=np.int64)
+        for col in range(keys.shape[1]):
+            packed = (packed << 21) | keys[:, col]
+        distinct, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+        return np.array([make(*keys[i].tolist()) for i in first], dtype=np.int64)[inverse.reshape(-1)]
+
+    sm, slot = tl.sm.astype(np.int64), tl.slot.astype(np.int64)
+    block_track = uuids(np.stack([sm, slot], axis=1), lambda s, k: tracks.get(parent, s, k))
+    unit = "ns" if tl.time_unit == "ns" else "cycles"
+    tracks.writer.many(block_track, "block ", tl.block, at(tl.start), at(tl.end),
+                 {"launch": np.full(len(tl), result.index), "warps": tl.warps,
+                  f"start ({unit})": tl.start, f"end ({unit})": tl.end}, "block")
+    if not len(tl.warp_unit):
+        return
+    wb = tl.warp_block.astype(np.int64)
+    first_of_block = np.flatnonzero(np.r_[True, wb[1:] != wb[:-1]])
+    rank = np.arange(len(wb)) - np.repeat(first_of_block, np.diff(np.r_[first_of_block, len(wb)]))
+    warp_track = uuids(np.stack([sm[wb], slot[wb], rank], axis=1), lambda s, k, r: tracks.get(parent, s, k, r))
+    tracks.writer.many(warp_track, "warp ", tl.warp_unit, at(tl.warp_start), at(tl.warp_end),
+                 {"block": tl.block[wb]}, "warp")
 
 
 def write_ranges(writer: ProtoWriter, pid: int, ranges: np.ndarray | None) -> int:

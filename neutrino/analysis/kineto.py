@@ -84,6 +84,14 @@ class JsonWriter:
         self.slices += 1
 
 
+    def many(self, track, name_prefix: str, name_number, start_ns, end_ns, int_args: dict, category: str) -> None:
+        """ProtoWriter.many's interface, one event at a time."""
+        tracks = np.broadcast_to(np.asarray(track), (len(start_ns),))
+        for i in range(len(start_ns)):
+            self.slice(int(tracks[i]), f"{name_prefix}{int(name_number[i])}", int(start_ns[i]), int(end_ns[i]),
+                       {k: int(v[i]) for k, v in int_args.items()}, category)
+
+
 def load_kineto(path: str) -> dict:
     try:
         with open(path) as f:
