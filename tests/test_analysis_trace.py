@@ -84,7 +84,7 @@ def test_report_end_to_end(vadd_trace, capsys):
     out, err = capsys.readouterr()
     assert err == ""
     lines = out.splitlines()
-    assert lines[0].endswith(": 3 launches, 2 kernels")
+    assert lines[0].endswith(": 3 probed launches, 2 probed kernels")
     vadd = next(line for line in lines if line.startswith("vadd "))
     assert vadd.split()[:2] == ["vadd", "2"] and "block_sched, gmem_bytes" in vadd
     copy = next(line for line in lines if line.startswith("copy "))

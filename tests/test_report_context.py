@@ -101,3 +101,14 @@ def test_ranges_absent_is_said(tmp_path):
     assert "(no ranges recorded" in text and "100.0%" in text
     write_ranges(tmp_path, [range_record(0, 5, 0)], ["r"])
     assert context.load(tmp_path).rows[0].range == "r"
+
+
+def test_a_run_with_no_probed_launch_still_shows_where_time_went(tmp_path, capsys):
+    run = tmp_path / "run"
+    known_run(run)  # an eager PyTorch program: kernels on the timeline, none probed by us in the trace
+    (run / "event.log").write_text(json.dumps({"event": "start", "time": 0, "pid": 1}) + "\n")
+    assert report.main(str(run)) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(": 0 probed launches, 0 probed kernels")
+    assert "[where GPU time went] 4 kernel launch(es)" in out and "(no probed launch in this trace)" in out
+    assert "kernel  launches  maps" not in out

@@ -169,18 +169,21 @@ def _graph_table(report: Report) -> list[str]:
 
 
 def render(report: Report) -> str:
-    out = [f"trace {report.trace_path}: {report.launches} launches, {len(report.kernels)} kernels", ""]
+    out = [f"trace {report.trace_path}: {report.launches} probed launches, {len(report.kernels)} probed kernels", ""]
     if report.context is not None:
         from neutrino.analysis import context
 
         out += context.render(report.context) + ["", "[probed launches]"]
+    if not report.kernels:
+        out.append("(no probed launch in this trace)")
     rows = []
     for k in report.kernels.values():
         duration = f"{k.duration_ns / 1e3:.1f}" if k.timed_launches else "-"
         rows.append([short(k.kernel), k.launches, ", ".join(k.maps) or "-", C.fmt_num(k.records),
                      C.fmt_num(k.dropped), duration])
-    out.append(format_table(["kernel", "launches", "maps", "records", "dropped", "time (us)"], rows,
-                            left=(0, 2)))
+    if rows:
+        out.append(format_table(["kernel", "launches", "maps", "records", "dropped", "time (us)"], rows,
+                                left=(0, 2)))
     if any(k.dropped for k in report.kernels.values()):
         out.append("note: dropped records were counted but not saved (cap reached); tool numbers "
                    "cover the saved records only")
