@@ -14,6 +14,7 @@ kernel's GPU start: the records carry no host launch time).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections import Counter
@@ -135,7 +136,21 @@ _ORIGINS = (  # (origin, pattern on the mangled or plain name), first match wins
 
 
 def origin(name: str) -> str:
-    """The library a kernel comes from, by its name: cuBLAS, cuDNN, NCCL, ATen, Triton, XLA, CUTLASS or other."""
+    """The library a kernel comes from, by its name: cuBLAS, cuDNN, NCCL, ATen, Triton, XLA, CUTLASS or other
+    (`neutrino.timeline.origin`, the contract's classifier, when that module exists; else ours)."""
+    return _classifier()(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _classifier():
+    try:
+        from neutrino.timeline import origin as runtime_origin
+    except ImportError:
+        return _origin
+    return runtime_origin
+
+
+def _origin(name: str) -> str:
     for label, pattern in _ORIGINS:
         if pattern.search(name):
             return label
