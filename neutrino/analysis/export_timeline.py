@@ -207,9 +207,20 @@ def block_results(trace, launches):
     for launch in launches:
         try:
             mds = [md for md in launch.maps.values() if tool_for(md, writer) is block_sched]
-            yield launch, (block_sched.analyze_launch(launch, mds[0], trace.probe_text) if mds else None)
+            result = block_sched.analyze_launch(launch, mds[0], trace.probe_text) if mds else None
         except NeutrinoError as e:
             warn(f"launch {launch.index} ({launch.kernel}) left out: {e}")
+            continue
+        finally:
+            _release(launch)
+        yield launch, result
+
+
+def _release(launch) -> None:
+    """Forget the launch's result file once read: a Launch keeps it (and its memory maps) otherwise, and
+    memory would grow with the trace."""
+    if getattr(launch, "_result", None) is not None:
+        launch._result = None
 
 
 def write_probed(writer: ProtoWriter, process: int, trace, launches, kernels: dict[int, tuple],
