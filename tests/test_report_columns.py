@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
 from neutrino.analysis import (block_sched, dmat, generic, gmem_bytes, program_progress, ranks, report, tensorop,
@@ -167,5 +166,5 @@ def test_every_printed_column_is_defined_in_the_spec():
     assert {"launches", "maps", "records", "dropped", "time (us)"} <= cols
     assert {"launches", "maps", "records", "dropped", "time_us"} <= keys
     assert {"launches", "rank R (us)", "max/min"} <= spec["all ranks"][0]
-    assert "split blocks" in spec["block_sched"][0] and np  # shown only when > 0
+    assert "split blocks" in spec["block_sched"][0]  # shown only when > 0
     assert generic.MapSummary("sum").columns() == {}

@@ -23,8 +23,6 @@ import sys
 
 import numpy as np
 
-from neutrino.analysis import _common as C
-
 # Field numbers (perfetto/trace/trace_packet.proto and track_event/*.proto).
 TRACE_PACKET = 1
 PKT_TIMESTAMP, PKT_SEQ_ID, PKT_TRACK_EVENT, PKT_SEQ_FLAGS, PKT_TRACK_DESCRIPTOR = 8, 10, 11, 13, 60
@@ -240,4 +238,4 @@ def warn(message: str) -> None:
     print(f"neutrino export: warning: {message}", file=sys.stderr)
 
 
-__all__ = ["ProtoWriter", "write_slices", "warn", "C"]
+__all__ = ["ProtoWriter", "write_slices", "warn"]
