@@ -112,3 +112,15 @@ def test_a_run_with_no_probed_launch_still_shows_where_time_went(tmp_path, capsy
     assert out.splitlines()[0].endswith(": 0 probed launches, 0 probed kernels")
     assert "[where GPU time went] 4 kernel launch(es)" in out and "(no probed launch in this trace)" in out
     assert "kernel  launches  maps" not in out
+
+
+def test_a_probed_launch_uses_its_host_call_time_when_recorded(tmp_path):
+    known_run(tmp_path)
+    # the triton kernel (probed launch 0) ran at 3000 on the GPU, inside attn; its launch call was at 950,
+    # on thread 100, inside forward but not attn: the host time decides
+    (tmp_path / "launch_args.jsonl").write_text(
+        '{"argset": 0, "kernel": "triton_poi_fused_add_0", "args": []}\n'
+        '{"launch": 0, "argset": 0, "tid": 100, "host_ns": 950}\n{"launch": 1, "arg')
+    rows = {r.name: r for r in context.load(tmp_path).rows}
+    assert rows[TRITON].range == "forward"
+    assert context.read_launch_hosts(tmp_path) == {0: (100, 950)}

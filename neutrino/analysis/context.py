@@ -124,6 +124,43 @@ def read_ranges(run_dir) -> np.ndarray | None:
     return runtime_ranges.read_ranges(run_dir)
 
 
+def read_launch_hosts(run_dir) -> dict[int, tuple[int, int]]:
+    """probed launch index -> (tid, host_ns) of its launch call: the `tid` and `host_ns` of
+    launch_args.jsonl's use lines (`neutrino.ranges.read_launch_hosts` when that module exists)."""
+    try:
+        from neutrino import ranges as runtime_ranges
+        return runtime_ranges.read_launch_hosts(run_dir)
+    except (ImportError, AttributeError):
+        pass
+    path = Path(run_dir) / "launch_args.jsonl"
+    out: dict[int, tuple[int, int]] = {}
+    if not path.exists():
+        return out
+    import json
+
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a crash
+        if isinstance(value, dict) and all(isinstance(value.get(k), int) for k in ("launch", "tid", "host_ns")):
+            out[value["launch"]] = (value["tid"], value["host_ns"])
+    return out
+
+
+def query_points(timeline: np.ndarray, hosts: dict[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(tid, time) at which to look up each record's enclosing range: the launch call's thread and host
+    time when launch_args.jsonl has them (probed launches), else the record's tid and GPU start."""
+    tid = timeline["tid"].astype(np.int64).copy()
+    when = timeline["start_ns"].astype(np.int64).copy()
+    if hosts:
+        for i in np.flatnonzero(timeline["probe_launch"] >= 0).tolist():
+            host = hosts.get(int(timeline["probe_launch"][i]))
+            if host is not None:
+                tid[i], when[i] = host
+    return tid, when
+
+
 _ORIGINS = (  # (origin, pattern on the mangled or plain name), first match wins
     ("NCCL", re.compile(r"nccl", re.I)),
     ("cuDNN", re.compile(r"cudnn", re.I)),
@@ -238,8 +275,9 @@ def activity_names(timeline: np.ndarray) -> np.ndarray:
     return names
 
 
-def summarize(timeline: np.ndarray, ranges: np.ndarray | None) -> Context:
-    """The context table of one run (spec/analysis.md, "Where GPU time went")."""
+def summarize(timeline: np.ndarray, ranges: np.ndarray | None,
+              hosts: dict[int, tuple[int, int]] | None = None) -> Context:
+    """The context table of one run (spec/analysis.md, "Where GPU time went"); `hosts`: read_launch_hosts."""
     start = timeline["start_ns"].astype(np.int64)
     end = np.maximum(timeline["end_ns"].astype(np.int64), start)
     kind = timeline["kind"]
@@ -247,7 +285,7 @@ def summarize(timeline: np.ndarray, ranges: np.ndarray | None) -> Context:
         return Context(0, 0, 0, 0, 0, 0, 0, 0 if ranges is None else len(ranges), ())
     busy = busy_ns(start, end, timeline["device"])
     names = activity_names(timeline)
-    enclosing = innermost_ranges(ranges, timeline["tid"], start)
+    enclosing = innermost_ranges(ranges, *query_points(timeline, hosts or {}))
     range_names = ranges["name"] if ranges is not None and len(ranges) else np.zeros(0, dtype=object)
     groups: dict[str, list[int]] = {}
     for i, name in enumerate(names.tolist()):
@@ -278,7 +316,7 @@ def load(run_dir) -> Context | None:
     timeline = read_timeline(run_dir)
     if timeline is None:
         return None
-    return summarize(timeline, read_ranges(run_dir))
+    return summarize(timeline, read_ranges(run_dir), read_launch_hosts(run_dir))
 
 
 def render(ctx: Context, top: int = 15) -> list[str]:

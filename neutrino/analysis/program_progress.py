@@ -179,7 +179,8 @@ def figure(r: LaunchResult):
     return density_figure(r.picture, clabel="warp samples per cell (log scale)",
                           title=f"warp progress: launch {r.index} {r.kernel[:60]}",
                           xlabel="cycles since the warp's first sample (its SM's clock)",
-                          ylabel=f"progress ({r.counter}: branches executed)" if r.counter else "samples passed",
+                          ylabel=(f"progress ({r.counter}: branches executed)" if r.counter in ("branch", "branches")
+                                  else f"progress ({r.counter})" if r.counter else "samples passed"),
                           extent=(0, int(r.warps.span.max()) + 1, 0, int(r.warps.progress.max()) + 1))
 
 
