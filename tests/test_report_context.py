@@ -124,3 +124,14 @@ def test_a_probed_launch_uses_its_host_call_time_when_recorded(tmp_path):
     rows = {r.name: r for r in context.load(tmp_path).rows}
     assert rows[TRITON].range == "forward"
     assert context.read_launch_hosts(tmp_path) == {0: (100, 950)}
+
+
+def test_each_rank_of_a_job_opens_with_its_context(tmp_path, capsys):
+    for rank in (0, 1):
+        run = tmp_path / "job" / f"rank{rank}"
+        known_run(run)
+        (run / "event.log").write_text(json.dumps({"event": "start", "time": 0, "pid": 10 + rank}) + "\n")
+    assert report.main(str(tmp_path / "job"), plots=False) == 0
+    out = capsys.readouterr().out
+    assert out.count("[where GPU time went] 4 kernel launch(es)") == 2
+    assert "== rank 0 (pid 10)" in out and "== rank 1 (pid 11)" in out
