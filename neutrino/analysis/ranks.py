@@ -95,6 +95,18 @@ def combined_table(reports: list[tuple[int, object]], kind: str = "rank") -> str
     return format_table(headers, rows)
 
 
+def busy_line(reports: list[tuple[int, object]], kind: str = "rank") -> str | None:
+    """`GPU busy (us): rank 0 6.6, rank 1 7.1; max/min 1.08` from each rank's timeline (None when
+    no rank has one): the context section's busy time, side by side."""
+    busy = {rank: r.context.busy_ns for rank, r in reports if getattr(r, "context", None) is not None}
+    if not busy:
+        return None
+    cells = ", ".join(f"{kind} {rank} {ns / 1e3:.1f}" for rank, ns in busy.items())
+    spread = (f"; max/min {max(busy.values()) / min(busy.values()):.2f}"
+              if len(busy) == len(reports) and len(busy) > 1 and min(busy.values()) > 0 else "")
+    return f"GPU busy (us): {cells}{spread}"
+
+
 def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True, plots_per_kernel: int = 4,
                 tool_options: dict | None = None, output_format: str = "text") -> int:
     """`neutrino report DIR`: each rank's (or process's) report, then the combined table; the exit status.
@@ -125,6 +137,9 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
             status = max(status, _plots(report, kind, rank, out_dir, plots_per_kernel))
     if output_format == "text":
         print(f"\n== all {plural(kind)}\n{combined_table(reports, kind)}")
+        busy = busy_line(reports, kind)
+        if busy:
+            print(busy)
     else:
         sys.stdout.write(_rows(job_dir, kind, reports, output_format))
     return status
