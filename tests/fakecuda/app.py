@@ -37,19 +37,16 @@ def launch_all(ptx_path, kernel, n):
             i = next(counter)
             if cycle:
                 vals[0].value = i % cycle
+            if devices > 1:
+                assert cu.cuCtxSetCurrent(C.c_void_p(0xC0 + 0x100 * (i % devices))) == 0
+            g, stream = grids[i % len(grids)], streams[i % len(streams)]
             with ranged(i):
-                launch_one(i)
-
-    def launch_one(i):
-        if devices > 1:
-            assert cu.cuCtxSetCurrent(C.c_void_p(0xC0 + 0x100 * (i % devices))) == 0
-        g, stream = grids[i % len(grids)], streams[i % len(streams)]
-        if os.environ.get("FAKEAPP_EX"):  # as Triton launches
-            config.g[0] = g
-            config.stream = stream
-            assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
-        else:
-            assert cu.cuLaunchKernel(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+                if os.environ.get("FAKEAPP_EX"):  # as Triton launches
+                    config.g[0] = g
+                    config.stream = stream
+                    assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
+                else:
+                    assert cu.cuLaunchKernel(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
 
     threads = int(os.environ.get("FAKEAPP_THREADS", "0"))
     if not threads:
