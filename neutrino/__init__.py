@@ -17,5 +17,6 @@ def __getattr__(name):
     if name == "annotate":
         from neutrino.annotation import annotate
 
+        globals()["annotate"] = annotate  # later lookups skip this function
         return annotate
     raise AttributeError(f"module 'neutrino' has no attribute {name!r}")

@@ -23,9 +23,9 @@ import threading
 
 
 class _Backend:
-    """push(name: bytes, text: str) / pop(): where ranges go in this process."""
+    """push(annotation) / pop(): where ranges go in this process. This one: nowhere."""
 
-    def push(self, name: bytes, text: str) -> None:
+    def push(self, a: "annotate") -> None:
         """No-op: no neutrino and no NVTX in this process."""
 
     def pop(self) -> None:
@@ -34,25 +34,19 @@ class _Backend:
 
 class _ShimBackend(_Backend):
     def __init__(self, lib):
-        self.push_fn = lib.neutrino_annotate_push
-        self.pop_fn = lib.neutrino_annotate_pop
+        self.push_fn = lib.neutrino_annotate_push  # no argtypes: bytes pass as char * without a conversion step
+        self.pop = lib.neutrino_annotate_pop
 
-    def push(self, name: bytes, text: str) -> None:
-        self.push_fn(name)
-
-    def pop(self) -> None:
-        self.pop_fn()
+    def push(self, a: "annotate") -> None:
+        self.push_fn(a._bytes)
 
 
 class _NvtxBackend(_Backend):
     def __init__(self, push_range, pop_range):
-        self.push_range, self.pop_range = push_range, pop_range
+        self.push_range, self.pop = push_range, pop_range
 
-    def push(self, name: bytes, text: str) -> None:
-        self.push_range(text)
-
-    def pop(self) -> None:
-        self.pop_range()
+    def push(self, a: "annotate") -> None:
+        self.push_range(a.name)
 
 
 def _shim_backend() -> _Backend | None:
@@ -64,9 +58,6 @@ def _shim_backend() -> _Backend | None:
         import ctypes as C
 
         lib = C.PyDLL(path)  # already loaded: no new copy; PyDLL keeps the GIL (the calls never wait)
-        lib.neutrino_annotate_push.argtypes = [C.c_char_p]
-        lib.neutrino_annotate_push.restype = C.c_int
-        lib.neutrino_annotate_pop.restype = C.c_int
         return _ShimBackend(lib)
     except (OSError, AttributeError):
         return None
@@ -89,26 +80,26 @@ def _nvtx_backend() -> _Backend | None:
 
 
 class _Chosen:
-    """The backend of this process, chosen once (a forked child chooses again)."""
+    """The backend of this process, chosen at the first range (a forked child chooses again)."""
 
     lock = threading.Lock()
     backend: _Backend | None = None
-    pid = 0
 
 
-def _backend() -> _Backend:
-    b = _Chosen.backend
-    if b is not None and _Chosen.pid == os.getpid():
-        return b
+def _choose() -> _Backend:
     with _Chosen.lock:
-        b = _shim_backend() or _nvtx_backend() or _Backend()
-        _Chosen.backend, _Chosen.pid = b, os.getpid()
-    return b
+        if _Chosen.backend is None:
+            _Chosen.backend = _shim_backend() or _nvtx_backend() or _Backend()
+        return _Chosen.backend
 
 
 def _reset_backend() -> None:
-    """Choose again at the next use (tests; a program that imports torch after its first range)."""
+    """Choose again at the next use (a forked child; tests)."""
     _Chosen.backend = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_backend)
 
 
 class annotate:  # noqa: N801 - used like a function: `with neutrino.annotate("x")`
@@ -122,14 +113,14 @@ class annotate:  # noqa: N801 - used like a function: `with neutrino.annotate("x
 
     def __enter__(self):
         try:
-            _backend().push(self._bytes, self.name)
+            (_Chosen.backend or _choose()).push(self)
         except Exception:  # noqa: BLE001 - a range is never worth breaking the program
             pass
         return self
 
     def __exit__(self, *exc):
         try:
-            _backend().pop()
+            (_Chosen.backend or _choose()).pop()
         except Exception:  # noqa: BLE001
             pass
         return False

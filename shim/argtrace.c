@@ -105,18 +105,30 @@ static int same_params(const argset_slot *s, const args_plan *p, void **params) 
     return 1;
 }
 
+/* Each thread remembers the sets it met last (direct-mapped by hash): a hit compares the bytes with
+ * the set's copy, which never changes once made, and takes no lock. */
+#define THREAD_CACHE 64
+static __thread const argset_slot *seen[THREAD_CACHE];
+
 /* The argset number of these parameters (-1: too many sets); *fresh = 1 and *copy = its bytes when new. */
 static int32_t find_or_add(void *f, const args_plan *p, void **params, int *fresh, unsigned char **copy) {
     uint64_t h = hash_params(f, p, params);
     int32_t id = -1;
     *fresh = 0;
+    const argset_slot *mine = seen[h & (THREAD_CACHE - 1)];
+    if (mine && mine->hash == h && mine->func == f && mine->len == p->total && same_params(mine, p, params))
+        return mine->id;
     pthread_mutex_lock(&args_lock);
     if (!argsets) argsets = calloc(ARGSET_SLOTS, sizeof *argsets);
     for (uint32_t i = (uint32_t)h & (ARGSET_SLOTS - 1), n = 0; argsets && n < ARGSET_SLOTS;
          i = (i + 1) & (ARGSET_SLOTS - 1), n++) {
         argset_slot *s = &argsets[i];
         if (s->bytes) {
-            if (s->hash == h && s->func == f && s->len == p->total && same_params(s, p, params)) { id = s->id; break; }
+            if (s->hash == h && s->func == f && s->len == p->total && same_params(s, p, params)) {
+                id = s->id;
+                seen[h & (THREAD_CACHE - 1)] = s;
+                break;
+            }
             continue;
         }
         if (argset_count >= MAX_ARGSETS || !(s->bytes = malloc(p->total ? p->total : 1))) break;
@@ -125,6 +137,7 @@ static int32_t find_or_add(void *f, const args_plan *p, void **params, int *fres
         s->hash = h; s->func = f; s->len = p->total; s->id = id = (int32_t)argset_count++;
         *fresh = 1;
         *copy = s->bytes;  /* never freed or moved: safe to read after the lock */
+        seen[h & (THREAD_CACHE - 1)] = s;
         break;
     }
     pthread_mutex_unlock(&args_lock);
@@ -157,6 +170,19 @@ static void write_plain_argset(const args_plan *p, int32_t id, const unsigned ch
     free(line);
 }
 
+static char *put_text(char *at, const char *s) {
+    while (*s) *at++ = *s++;
+    return at;
+}
+
+static char *put_u64(char *at, uint64_t v) {
+    char digits[20];
+    int n = 0;
+    do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    while (n) *at++ = digits[--n];
+    return at;
+}
+
 /* A probed launch (index `launch` of result/index.bin) of `f` with parameters `params`. Returns its
  * argset, or -1 (no plan, tracing off, too many sets). */
 int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch) {
@@ -171,12 +197,17 @@ int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch)
         argset_resolver r = atomic_load(&resolver);
         if (!r || r(f, ctx, id, bytes, p->total) != 0) write_plain_argset(p, id, bytes);
     }
-    char use[160];
-    int n = id >= 0 ? snprintf(use, sizeof use, "{\"launch\":%llu,\"argset\":%d,\"tid\":%u,\"host_ns\":%llu}\n",
-                               (unsigned long long)launch, id, nt_thread_id(), (unsigned long long)host_ns)
-                    : snprintf(use, sizeof use, "{\"launch\":%llu,\"argset\":null,\"tid\":%u,\"host_ns\":%llu}\n",
-                               (unsigned long long)launch, nt_thread_id(), (unsigned long long)host_ns);
-    nt_sink_append(NT_SINK_ARGS, use, (size_t)n);
+    char use[160], *at = use;  /* formatted by hand: snprintf costs more than the rest of the call */
+    at = put_text(at, "{\"launch\":");
+    at = put_u64(at, launch);
+    at = put_text(at, ",\"argset\":");
+    at = id >= 0 ? put_u64(at, (uint64_t)id) : put_text(at, "null");
+    at = put_text(at, ",\"tid\":");
+    at = put_u64(at, nt_thread_id());
+    at = put_text(at, ",\"host_ns\":");
+    at = put_u64(at, host_ns);
+    at = put_text(at, "}\n");
+    nt_sink_append(NT_SINK_ARGS, use, (size_t)(at - use));
     return id;
 }
 

@@ -95,23 +95,35 @@ static void write_name_line(const char *text, size_t n) {
     nt_sink_append(NT_SINK_RANGE_NAMES, buf, k);
 }
 
+/* Each thread remembers the names it met last (direct-mapped by hash): a hit compares with the
+ * table's copy of the name, which never changes once made, and takes no lock. */
+#define THREAD_NAMES 64
+static __thread const name_slot *recent[THREAD_NAMES];
+
 /* The line of ranges_names.txt holding `text` (interned on first sight). */
 static uint32_t intern(const char *text, size_t n) {
     if (n > 4000) n = 4000;
     uint64_t h = hash_bytes(text, n);
+    const name_slot *mine = recent[h & (THREAD_NAMES - 1)];
+    if (mine && mine->hash == h && !strncmp(mine->text, text, n) && mine->text[n] == 0) return mine->id;
     uint32_t id = UNNAMED_ID;
     pthread_mutex_lock(&names_lock);
     if (!name_table) name_table = calloc(NAME_SLOTS, sizeof *name_table);
     for (uint32_t i = (uint32_t)h & (NAME_SLOTS - 1), probes = 0; name_table && probes < NAME_SLOTS;
          i = (i + 1) & (NAME_SLOTS - 1), probes++) {
         name_slot *s = &name_table[i];
-        if (s->text && s->hash == h && strlen(s->text) == n && !memcmp(s->text, text, n)) { id = s->id; break; }
+        if (s->text && s->hash == h && strlen(s->text) == n && !memcmp(s->text, text, n)) {
+            id = s->id;
+            recent[h & (THREAD_NAMES - 1)] = s;
+            break;
+        }
         if (s->text) continue;
         if (names_used >= NAME_SLOTS * 3 / 4 || !(s->text = malloc(n + 1))) break;
         memcpy(s->text, text, n);
         s->text[n] = 0;
         s->hash = h;
         s->id = id = names_used++;
+        recent[h & (THREAD_NAMES - 1)] = s;
         write_name_line(text, n);  /* under names_lock: lines in id order */
         break;
     }

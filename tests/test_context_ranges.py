@@ -345,7 +345,7 @@ def fake_torch(monkeypatch):
 
 
 INDUCTOR_CALL = """
-def call(resolver, pointers, args):
+def call(resolver, pointers, args, dead_proxy):
     primals_1, primals_2 = args
     args.clear()
     buf0 = primals_2
@@ -361,13 +361,23 @@ def _generated_call():
     return scope["call"]
 
 
+def _dead_proxy():
+    """A weak proxy whose object is gone (touching its __class__ raises ReferenceError)."""
+    import weakref
+
+    gone = _Tensor(1 << 20, (1,))
+    proxy = weakref.proxy(gone)
+    del gone
+    return proxy
+
+
 def test_tensor_resolution_names_parameters_generated_locals_and_offsets(fake_torch):
     weight = _Tensor(0x7F0000000000, (4, 8))
     model = _Module({}, kids=(_Module({"weight": weight}),))  # noqa: F841 - found by the gc walk
     activation = _Tensor(0x7F0000100000, (16,), "torch.float16", 2)
     other = _Tensor(0x7F0000200000, (2, 2))
     pointers = [weight.data_ptr(), activation.data_ptr() + 6, other.data_ptr(), 12345, 0x1000000]
-    found = _generated_call()(TensorResolver(), pointers, [weight, activation])
+    found = _generated_call()(TensorResolver(), pointers, [weight, activation], _dead_proxy())
     assert found[weight.data_ptr()] == {"name": "0.weight", "shape": [4, 8], "dtype": "float32", "strides": [8, 1],
                                         "offset_bytes": 0, "device": 0}  # the module's name, not the variable's
     inside = found[activation.data_ptr() + 6]

@@ -114,12 +114,13 @@ class TensorResolver:
                 items = list(f.f_locals.items()) if named or library else []
             except Exception:  # noqa: BLE001
                 items = []
-            for var, value in items:
-                if isinstance(value, tensor_type):
+            for var, value in items:  # type(), not isinstance(): a dead weak proxy raises on __class__
+                kind = type(value)
+                if issubclass(kind, tensor_type):
                     out.append((var if named else None, value))
-                elif isinstance(value, (list, tuple)) and len(value) <= 64:
+                elif (kind is list or kind is tuple) and len(value) <= 64:
                     out.extend((f"{var}[{i}]" if named else None, v) for i, v in enumerate(value)
-                               if isinstance(v, tensor_type))
+                               if issubclass(type(v), tensor_type))
             f = f.f_back
         return out
 
@@ -131,7 +132,8 @@ class TensorResolver:
         """Parameters and buffers of every root nn.Module alive, by data pointer."""
         t0 = time.monotonic()
         module_type = torch.nn.Module
-        modules = [o for o in gc.get_objects() if isinstance(o, module_type)]
+        # type(), not isinstance(): some objects' __class__ warns (torch.distributed.reduce_op) or raises
+        modules = [o for o in gc.get_objects() if issubclass(type(o), module_type)]
         children = {id(c) for m in modules for c in m.children()}
         params: dict[int, tuple[str, weakref.ref]] = {}
         for root in modules:
