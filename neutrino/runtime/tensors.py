@@ -134,7 +134,12 @@ class TensorResolver:
         module_type = torch.nn.Module
         # type(), not isinstance(): some objects' __class__ warns (torch.distributed.reduce_op) or raises
         modules = [o for o in gc.get_objects() if issubclass(type(o), module_type)]
-        children = {id(c) for m in modules for c in m.children()}
+        children: set[int] = set()
+        for m in modules:
+            try:
+                children.update(id(c) for c in m.children())
+            except Exception:  # noqa: BLE001 - a module half-built (inside its __init__)
+                continue
         params: dict[int, tuple[str, weakref.ref]] = {}
         for root in modules:
             if id(root) in children:
