@@ -354,10 +354,10 @@ def call(resolver, pointers, args, dead_proxy):
 """
 
 
-def _generated_call():
-    """A function compiled as if Inductor had generated it (its file in a torchinductor_ cache)."""
+def _generated_call(path="/tmp/torchinductor_user/ab/cabcdef.py"):
+    """A function compiled as if Inductor had generated it (its file in Inductor's cache)."""
     scope = {}
-    exec(compile(INDUCTOR_CALL, "/tmp/torchinductor_user/ab/cabcdef.py", "exec"), scope)
+    exec(compile(INDUCTOR_CALL, path, "exec"), scope)
     return scope["call"]
 
 
@@ -398,3 +398,14 @@ def test_tensor_resolution_never_keeps_parameters_alive(fake_torch):
     del model, weight
     gc.collect()
     assert gone() is None
+
+
+def test_tensor_resolution_reads_inductor_code_in_its_cache_dir(fake_torch, monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    weight, activation = _Tensor(0x7F0000000000, (4,)), _Tensor(0x7F0000100000, (16,))
+    call = _generated_call(str(tmp_path / "inductor" / "ab" / "cabcdef.py"))
+    found = call(TensorResolver(), [activation.data_ptr()], [weight, activation], None)
+    assert found[activation.data_ptr()]["name"] == "buf0"
+    found = _generated_call(str(tmp_path / "elsewhere.py"))(TensorResolver(), [activation.data_ptr()],
+                                                              [weight, activation], None)
+    assert (activation.data_ptr() in found) == READ_USER_FRAMES  # the program's own code: read from 3.13

@@ -24,6 +24,7 @@ exact data_ptr first. Nothing here imports torch: a process without it gets no t
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 import time
@@ -101,13 +102,14 @@ class TensorResolver:
     def _frame_tensors(self, tensor_type) -> list[tuple[str | None, object]]:
         """(variable name or None, tensor) from the calling thread's frames, innermost first."""
         dirs = _package_dirs()
+        generated_dirs = _inductor_dirs()
         out: list[tuple[str | None, object]] = []
         f = sys._getframe(1)
         for _ in range(MAX_FRAMES):
             if f is None:
                 break
             fname = f.f_code.co_filename
-            generated = "torchinductor_" in fname
+            generated = "torchinductor_" in fname or fname.startswith(generated_dirs)
             library = not generated and is_library_file(fname, dirs)
             named = generated or (not library and READ_USER_FRAMES)
             try:
@@ -158,3 +160,9 @@ class TensorResolver:
         self._params = params
         self._walked_at = time.monotonic()
         self._walk_seconds += self._walked_at - t0
+
+
+def _inductor_dirs() -> tuple[str, ...]:
+    """Where Inductor writes its generated code when not in the default `torchinductor_<user>` folder."""
+    d = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return (os.path.abspath(d) + os.sep,) if d else ()
