@@ -10,7 +10,9 @@
 enum { NT_SINK_RANGE_NAMES, NT_SINK_RANGES, NT_SINK_ARGS, NT_SINK_COUNT };
 
 #define NT_SINK_CHUNK (128u << 10)      /* bytes per buffer; one append never exceeds it */
-#define NT_SINK_LIMIT (64ull << 20)     /* bytes a sink holds before the files open or while behind */
+#define NT_SINK_LIMIT (64ull << 20)     /* bytes a sink holds while its writer is behind */
+#define NT_SINK_EARLY_LIMIT (8ull << 20) /* ... and before the run directory is known (it may never be:
+                                          * a process that loads no CUDA module, a child without the runtime) */
 
 /* Append n bytes to a sink: 0, or -1 when dropped (no room, too long, a forked child). Never blocks on I/O. */
 int nt_sink_append(int sink, const void *data, size_t n);

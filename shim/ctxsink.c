@@ -3,9 +3,9 @@
  * The program's threads append records (ranges, JSON lines) into per-table chunks of memory under
  * a short mutex; a thread of ours writes full chunks to the files every 200 ms or when a chunk
  * fills. The files live in the run directory, which Python names once the trace exists
- * (neutrino_context_open): until then, and whenever the writer falls behind, a table holds up to
- * NT_SINK_LIMIT bytes and counts what it drops beyond that. neutrino_context_close (the runtime's
- * exit) and a destructor (whatever came later) write the rest.
+ * (neutrino_context_open): until then a table holds up to NT_SINK_EARLY_LIMIT bytes, and up to
+ * NT_SINK_LIMIT while the writer is behind; it counts what it drops beyond that.
+ * neutrino_context_close (the runtime's exit) and a destructor (whatever came later) write the rest.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -86,7 +86,8 @@ int nt_sink_append(int which, const void *data, size_t n) {
             s->cur = NULL;
             woke = 1;
         }
-        chunk *c = s->held + sizeof(chunk) <= NT_SINK_LIMIT ? malloc(sizeof(chunk)) : NULL;
+        uint64_t limit = atomic_load_explicit(&have_dir, memory_order_relaxed) ? NT_SINK_LIMIT : NT_SINK_EARLY_LIMIT;
+        chunk *c = s->held + sizeof(chunk) <= limit ? malloc(sizeof(chunk)) : NULL;
         if (!c) {
             s->dropped++;
             pthread_mutex_unlock(&s->lock);

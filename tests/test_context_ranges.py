@@ -157,6 +157,34 @@ def test_nvtx_injection_records_ranges(tmp_path, shim, fakenvtx):
     assert len(names) == len(set(names))  # each name once
 
 
+BOUNDED_SCRIPT = textwrap.dedent('''
+    import ctypes as C, sys
+    shim, nvtx = C.CDLL(sys.argv[1]), C.CDLL(sys.argv[2])
+    for _ in range(int(sys.argv[4])):  # no run directory yet: held in memory, up to 8 MiB
+        nvtx.fake_nvtx_push(b"r"); nvtx.fake_nvtx_pop()
+    shim.neutrino_context_open(sys.argv[3].encode())
+    shim.neutrino_context_close()
+    written, dropped = (C.c_uint64 * 3)(), (C.c_uint64 * 3)()
+    shim.neutrino_context_stats(written, dropped)
+    print(written[1], dropped[1])
+''')
+
+
+def test_ranges_before_the_run_directory_are_bounded_and_counted(tmp_path, shim, fakenvtx):
+    script = tmp_path / "bounded.py"
+    script.write_text(BOUNDED_SCRIPT)
+    n = 250_000
+    env = dict(os.environ, NVTX_INJECTION64_PATH=str(shim))
+    r = subprocess.run([sys.executable, str(script), str(shim), str(fakenvtx), str(tmp_path), str(n)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    written, dropped = map(int, r.stdout.split())
+    per_chunk = (128 << 10) // 40
+    kept = ((8 << 20) // ((128 << 10) + 24)) * per_chunk  # whole 128 KiB buffers within 8 MiB
+    assert (written, dropped) == (kept * 40, n - kept)
+    assert len(nr.read_ranges(tmp_path)) == kept
+
+
 def test_no_injection_without_the_variable(tmp_path, shim, fakenvtx):
     env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
     code = f"import ctypes as C; n = C.CDLL({str(fakenvtx)!r}); print(n.fake_nvtx_attached(), n.fake_nvtx_push(b'x'))"
@@ -409,3 +437,13 @@ def test_tensor_resolution_reads_inductor_code_in_its_cache_dir(fake_torch, monk
     found = _generated_call(str(tmp_path / "elsewhere.py"))(TensorResolver(), [activation.data_ptr()],
                                                               [weight, activation], None)
     assert (activation.data_ptr() in found) == READ_USER_FRAMES  # the program's own code: read from 3.13
+
+
+def test_launcher_sets_the_nvtx_injection_unless_a_tool_did(tmp_path):
+    from neutrino.runtime.launcher import child_env
+    from neutrino.runtime.options import RuntimeOptions
+
+    opts = RuntimeOptions(probe="block_sched", tracedir=str(tmp_path))
+    assert child_env(opts, Path("/x/shim.so"), base={})["NVTX_INJECTION64_PATH"] == "/x/shim.so"
+    theirs = child_env(opts, Path("/x/shim.so"), base={"NVTX_INJECTION64_PATH": "/nsys/libToolsInjection64.so"})
+    assert theirs["NVTX_INJECTION64_PATH"] == "/nsys/libToolsInjection64.so"
