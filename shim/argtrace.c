@@ -156,7 +156,8 @@ static void write_plain_argset(const args_plan *p, int32_t id, const unsigned ch
         uint64_t v = 0;
         if (size == 1 || size == 2 || size == 4 || size == 8) memcpy(&v, bytes, size);  /* little-endian */
         k += (size_t)snprintf(line + k, cap - k, "%s{\"index\":%u,\"size\":%u,\"value\":", j ? "," : "", j, size);
-        if (size == 1 || size == 2 || size == 4 || size == 8) k += (size_t)snprintf(line + k, cap - k, "%llu", (unsigned long long)v);
+        int scalar = size == 1 || size == 2 || size == 4 || size == 8;
+        if (scalar) k += (size_t)snprintf(line + k, cap - k, "%llu", (unsigned long long)v);
         else k += (size_t)snprintf(line + k, cap - k, "null");
         k += (size_t)snprintf(line + k, cap - k, ",\"hex\":\"");
         for (uint32_t b = 0; b < size && k + 3 < cap; b++) k += (size_t)snprintf(line + k, cap - k, "%02x", bytes[b]);

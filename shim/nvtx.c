@@ -170,12 +170,14 @@ static _Atomic uint64_t nvtx_instances, ranges_closed;
 
 static void emit(uint64_t start, uint32_t tid, int at_depth, int source, uint32_t name, uint32_t domain) {
     range_record r = {start, nt_realtime_ns(), tid, (uint16_t)at_depth, (uint8_t)source, 0, name, domain, 0};
-    if (nt_sink_append(NT_SINK_RANGES, &r, sizeof r) == 0) atomic_fetch_add_explicit(&ranges_closed, 1, memory_order_relaxed);
+    if (nt_sink_append(NT_SINK_RANGES, &r, sizeof r) == 0)
+        atomic_fetch_add_explicit(&ranges_closed, 1, memory_order_relaxed);
 }
 
 static int push(int source, uint32_t name, uint32_t domain) {
     int level = depth++;
-    if (level < MAX_DEPTH) stack[level] = (open_range){nt_realtime_ns(), name, domain, (uint16_t)level, (uint8_t)source};
+    if (level < MAX_DEPTH)
+        stack[level] = (open_range){nt_realtime_ns(), name, domain, (uint16_t)level, (uint8_t)source};
     return level;
 }
 

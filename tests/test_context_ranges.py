@@ -41,7 +41,8 @@ def shim(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fakecuda(tmp_path_factory):
     d = tmp_path_factory.mktemp("fakecuda")
-    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(d / "libcuda.so.1"), str(FAKE / "fakecuda.c")], check=True)
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(d / "libcuda.so.1"), str(FAKE / "fakecuda.c")],
+                   check=True)
     return d
 
 
@@ -88,7 +89,8 @@ def test_ranges_record_cut_short_is_ignored_and_bad_magic_is_an_error(tmp_path):
 
 def test_launch_args_reader(tmp_path):
     lines = [{"argset": 0, "kernel": "k", "args": []}, {"launch": 0, "argset": 0, "tid": 5, "host_ns": 10},
-             {"launch": 1, "argset": None, "tid": 5, "host_ns": 20}, {"launch": 2, "argset": 0, "tid": 6, "host_ns": 30}]
+             {"launch": 1, "argset": None, "tid": 5, "host_ns": 20},
+             {"launch": 2, "argset": 0, "tid": 6, "host_ns": 30}]
     (tmp_path / "launch_args.jsonl").write_text("".join(json.dumps(v) + "\n" for v in lines) + '{"launch": 3, "arg')
     argsets, uses = nr.read_launch_args(tmp_path)
     assert list(argsets) == [0] and uses == {0: 0, 2: 0}
@@ -278,7 +280,8 @@ def test_launch_args_deduplicated_uses_per_launch_and_ranges_enclose(tmp_path, f
     monkeypatch.setenv("FAKEAPP_NVTX", str(fakenvtx))
     monkeypatch.setenv("PYTHONPATH", str(HERE.parent))
     n = 8
-    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", str(n)])
+    app = [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", str(n)]
+    rc, log = _run_under_fake(tmp_path, fakecuda, app)
     assert rc == 0 and len(log) == n
     (run,) = [p for p in (tmp_path / "trace").iterdir() if p.is_dir()]
     argsets, uses = nr.read_launch_args(run)

@@ -22,7 +22,8 @@ pytestmark = gpu
 def test_ranges_and_tensors_of_probed_launches(tmp_path):
     env = base_env(tmp_path)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
-    r, trace = run_probed("block_sched", [sys.executable, str(WORKLOADS / "w_context.py"), "check"], tmp_path / "t", env)
+    cmd = [sys.executable, str(WORKLOADS / "w_context.py"), "check"]
+    r, trace = run_probed("block_sched", cmd, tmp_path / "t", env)
     print(r.stdout[-800:], r.stderr[-1500:])
     run = trace.path
     ranges = nr.read_ranges(run)
