@@ -297,6 +297,17 @@ def test_launch_args_deduplicated_uses_per_launch_and_ranges_enclose(tmp_path, f
     assert ct["nvtx_injection"] == "neutrino"
 
 
+def test_launch_args_from_threads_carry_their_thread(tmp_path, fakecuda, shim, monkeypatch):
+    monkeypatch.setenv("FAKEAPP_THREADS", "3")  # one launch, then 3 threads launching 5 each
+    rc, _ = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"])
+    (run,) = [p for p in (tmp_path / "trace").iterdir() if p.is_dir()]
+    argsets, uses = nr.read_launch_args(run)
+    hosts = nr.read_launch_hosts(run)
+    assert rc == 0 and list(argsets) == [0] and uses == {i: 0 for i in range(16)}
+    tids = [tid for tid, _ in hosts.values()]
+    assert len(set(tids)) == 4 and sorted(tids.count(t) for t in set(tids)) == [1, 5, 5, 5]
+
+
 def test_launch_args_off(tmp_path, fakecuda, shim, monkeypatch):
     monkeypatch.setenv("NEUTRINO_ARGS", "0")
     rc, _ = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "3"])
