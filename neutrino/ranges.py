@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from neutrino.trace import TraceError
+
 RANGES_MAGIC = b"NTRANGE1"
 RANGES_VERSION = 1
 RANGE_RECORD_BYTES = 40
@@ -17,8 +19,8 @@ NO_DOMAIN = 0xFFFFFFFF
 SOURCES = {1: "nvtx", 2: "nvtx-start-end", 3: "annotate"}
 
 
-class RangesError(ValueError):
-    """A ranges table that is not one (bad magic, unknown version)."""
+class RangesError(TraceError):
+    """A ranges table that is not one (bad magic, unknown version): a bad trace, named by its file."""
 
 
 def record_dtype():
