@@ -212,6 +212,11 @@ int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch)
     return id;
 }
 
+/* A child forked while another thread held the lock must not wait for it forever. */
+static void lock_in_forked_child(void) { pthread_mutex_init(&args_lock, NULL); }
+
+__attribute__((constructor)) static void argtrace_init(void) { pthread_atfork(NULL, NULL, lock_in_forked_child); }
+
 /* Distinct argument sets recorded, and new sets beyond MAX_ARGSETS (written as null). */
 void neutrino_args_stats(uint64_t *sets, uint64_t *overflow) {
     pthread_mutex_lock(&args_lock);

@@ -299,6 +299,14 @@ int InitializeInjectionNvtx2(nvtx_get_export_table get) {
     return 1;
 }
 
+/* A child forked while another thread held one of these locks must not wait for it forever. */
+static void locks_in_forked_child(void) {
+    pthread_mutex_init(&names_lock, NULL);
+    pthread_mutex_init(&started_lock, NULL);
+}
+
+__attribute__((constructor)) static void nvtx_init(void) { pthread_atfork(NULL, NULL, locks_in_forked_child); }
+
 /* NVTX instances attached, ranges recorded (closed and appended). */
 void neutrino_ranges_stats(uint64_t *instances, uint64_t *closed) {
     *instances = atomic_load(&nvtx_instances);
