@@ -10,7 +10,7 @@ Under neutrino the range is recorded by the shim (ranges.bin, source 3, spec/tra
 the calling thread, nested with the program's NVTX ranges; it is *not* also sent to NVTX, which
 our own injection would record a second time. Outside neutrino it forwards to NVTX when the
 program already imported the `nvtx` package or `torch` (so Nsight Systems sees it), and is
-otherwise a no-op. Importing it costs about 2 ms (standard library only; ctypes at the first
+otherwise a no-op. It imports only the standard library (ctypes at the first
 range); the backend is chosen at the first range, once per process.
 """
 
