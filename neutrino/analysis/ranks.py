@@ -140,9 +140,21 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
         busy = busy_line(reports, kind)
         if busy:
             print(busy)
+        if len(job) > 1:
+            _cross_rank(job, reports, kind)
     else:
         sys.stdout.write(_rows(job_dir, kind, reports, output_format))
     return status
+
+
+def _cross_rank(job, reports, kind: str) -> None:
+    """Which rank is slow per kernel, which arrives late at collectives (neutrino.analysis.crossrank)."""
+    from neutrino.analysis import crossrank
+
+    result = crossrank.analyze_job(job, reports, kind)
+    print("\n" + "\n".join(crossrank.render(result)))
+    for w in result.warnings:
+        print(f"neutrino report: warning: {w}", file=sys.stderr)
 
 
 def _rows(job_dir: str, kind: str, reports, output_format: str) -> str:

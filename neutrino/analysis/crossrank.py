@@ -1,0 +1,443 @@
+"""Across the ranks of a job: which rank is slow at a kernel, and which rank arrives late at a collective.
+
+Part of `neutrino report JOB` (spec/analysis.md, "Several ranks"; every number in spec/tools.md,
+"Cross-rank analysis"):
+
+* **Stragglers**: per kernel (name, grid and block), each rank's median GPU duration (timeline.bin
+  when every rank has one, else the probed launches' measured duration or block_sched span); the
+  slowest rank against the median of the other ranks' medians, kept only when a one-sided
+  Mann-Whitney U test (Bonferroni-corrected for the kernels and ranks compared) says the slowest
+  rank's launches really are longer, and by at least `STRAGGLER_MIN_RATIO`.
+* **Late arrivals**: the k-th NCCL kernel of each rank's timeline is the same collective on every
+  rank (the names must agree). Its arrival on a rank is its GPU start; the rank arriving last makes
+  the others wait (their kernels run but cannot progress). A late arrival is reported when its lead
+  over the next-latest rank is above the noise of the ranks' arrivals (robust spread) and a floor.
+  Steps come from step-like ranges of ranges.bin, else from the collective sequence itself.
+
+Timestamps are Unix-epoch ns on one clock per machine (spec/trace-format.md): ranks of one host
+share it; comparing ranks on different hosts assumes their clocks are synchronized.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import attrs
+import numpy as np
+
+from neutrino.analysis import context
+
+STRAGGLER_MIN_RATIO = 1.10  # slowest rank's median / the others' median: below this, not reported
+STRAGGLER_ALPHA = 0.01  # family-wise significance level of the straggler tests
+STRAGGLER_MIN_LAUNCHES = 3  # launches a rank needs for its durations of a kernel to be compared
+LATE_FLOOR_NS = 10_000  # a lead below 10 us is never a late arrival
+LATE_NOISE_FACTOR = 10.0  # a lead must exceed this many times the arrival noise (sigma)
+MIN_COLLECTIVES_FOR_NOISE = 5  # fewer matched collectives: the floor alone decides
+NOISE_QUANTILE = 0.9  # the quantile of a rank's absolute arrival deviations that measures noise
+NORMAL_QUANTILE_90 = 1.6449  # that quantile of |N(0, sigma)| is 1.6449 sigma
+STEP_TABLE_ROWS = 20
+
+
+def is_collective(name: str) -> bool:
+    """An NCCL kernel (`ncclDevKernel_*`, `ncclKernel_*`): origin NCCL by the timeline's classifier."""
+    return context.origin(name) == "NCCL"
+
+
+# ------------------------------------------------------------------ per-kernel stragglers
+
+
+@attrs.frozen
+class Straggler:
+    kernel: str
+    grid: tuple
+    block: tuple
+    rank: int  # the slowest rank
+    median: float  # its median duration
+    others: float  # median over the other ranks of their median durations
+    ratio: float  # median / others
+    p_value: float  # one-sided Mann-Whitney p, Bonferroni-corrected (kernels compared x ranks)
+    launches: dict  # rank -> launches compared
+    unit: str  # "ns", or "cycles" (block_sched spans of probed launches without a measured duration)
+
+
+def timeline_samples(timeline: np.ndarray) -> dict:
+    """(kernel, grid, block) -> (durations in ns, "ns") of a rank's timeline kernels, collectives left out
+    (an NCCL kernel's duration includes its wait for the other ranks: see late arrivals)."""
+    kernels = timeline[timeline["kind"] == context.KIND_KERNEL]
+    names = kernels["name"].tolist()
+    durations = (kernels["end_ns"].astype(np.int64) - kernels["start_ns"].astype(np.int64)).clip(0)
+    collective = {n: is_collective(n) for n in set(names)}
+    groups: dict = {}
+    for i, (name, grid, block) in enumerate(zip(names, kernels["grid"].tolist(), kernels["block"].tolist())):
+        if not collective[name]:
+            groups.setdefault((name, tuple(grid), tuple(block)), []).append(i)
+    return {key: (durations[np.array(idx)].astype(float), "ns") for key, idx in groups.items()}
+
+
+def probed_samples(launches, spans: dict) -> dict:
+    """(kernel, grid, block) -> (values, unit) of a rank's probed launches: measured duration (ns), else
+    the block_sched span (`spans`: launch index -> (span, unit)); a kernel whose launches mix units is left out."""
+    groups: dict = {}
+    for launch in launches:
+        if launch.duration_ns:
+            value = (float(launch.duration_ns), "ns")
+        elif launch.index in spans:
+            value = spans[launch.index]
+        else:
+            continue
+        groups.setdefault((launch.kernel, tuple(launch.grid), tuple(launch.block)), []).append(value)
+    out = {}
+    for key, values in groups.items():
+        units = {u for _, u in values}
+        if len(units) == 1:
+            out[key] = (np.array([v for v, _ in values], dtype=float), units.pop())
+    return out
+
+
+def find_stragglers(samples_by_rank: dict) -> tuple[list[Straggler], int]:
+    """The kernels with a straggling rank, and how many kernels could be compared (on >= 2 ranks with
+    >= STRAGGLER_MIN_LAUNCHES launches each, one unit). `samples_by_rank`: rank -> {key: (values, unit)}."""
+    from scipy.stats import mannwhitneyu
+
+    keys: dict = {}
+    for rank, samples in samples_by_rank.items():
+        for key, (values, unit) in samples.items():
+            if len(values) >= STRAGGLER_MIN_LAUNCHES:
+                keys.setdefault(key, {})[rank] = (values, unit)
+    compared = {k: v for k, v in keys.items() if len(v) >= 2 and len({u for _, u in v.values()}) == 1}
+    out = []
+    for (kernel, grid, block), per_rank in compared.items():
+        medians = {r: float(np.median(v)) for r, (v, _) in per_rank.items()}
+        slow = max(sorted(medians), key=lambda r: medians[r])
+        others = float(np.median([m for r, m in medians.items() if r != slow]))
+        if others <= 0 or medians[slow] / others < STRAGGLER_MIN_RATIO:
+            continue
+        rest = np.concatenate([v for r, (v, _) in per_rank.items() if r != slow])
+        p = float(mannwhitneyu(per_rank[slow][0], rest, alternative="greater").pvalue)
+        p_corrected = min(1.0, p * len(compared) * len(per_rank))
+        if p_corrected < STRAGGLER_ALPHA:
+            out.append(Straggler(kernel, grid, block, slow, medians[slow], others, medians[slow] / others,
+                                 p_corrected, {r: len(v) for r, (v, _) in per_rank.items()},
+                                 next(iter(per_rank.values()))[1]))
+    out.sort(key=lambda s: (-s.ratio, s.kernel))
+    return out, len(compared)
+
+
+# ------------------------------------------------------------------ collectives and steps
+
+
+@attrs.frozen
+class Collectives:
+    """The matched collectives of a job: arrays of shape (collectives, ranks), ranks in `ranks` order."""
+
+    ranks: tuple
+    names: tuple  # the collective's kernel name
+    start: np.ndarray  # arrival: GPU start, ns
+    end: np.ndarray
+    tid: np.ndarray  # launching thread
+
+
+def rank_collectives(timeline: np.ndarray) -> np.ndarray:
+    """A rank's NCCL kernels, by GPU start."""
+    kernels = timeline[timeline["kind"] == context.KIND_KERNEL]
+    names = kernels["name"].tolist()
+    collective = {n: is_collective(n) for n in set(names)}
+    picked = kernels[np.array([collective[n] for n in names], dtype=bool)] if names else kernels
+    return picked[np.argsort(picked["start_ns"], kind="stable")]
+
+
+def match_collectives(per_rank: dict, kind: str = "rank") -> tuple[Collectives, list[str]]:
+    """Match the k-th collective of every rank; stop (with a warning) where the name sequences diverge."""
+    ranks = tuple(sorted(per_rank))
+    seqs = [per_rank[r] for r in ranks]
+    count, warnings = min(len(s) for s in seqs), []
+    for k in range(count):
+        names = [str(s["name"][k]) for s in seqs]
+        if len(set(names)) > 1:
+            which = ", ".join(f"{kind} {r} {context_short(n)}" for r, n in zip(ranks, names))
+            warnings.append(f"collective #{k}: the ranks ran different NCCL kernels ({which}): "
+                            f"the collective sequences diverge; {k} collective(s) matched, the rest not compared")
+            count = k
+            break
+    lengths = {r: len(s) for r, s in zip(ranks, seqs)}
+    if not warnings and len(set(lengths.values())) > 1:
+        warnings.append("the ranks ran different numbers of NCCL kernels ("
+                        + ", ".join(f"{kind} {r}: {n}" for r, n in lengths.items())
+                        + f"): the first {count} matched, the rest not compared")
+    cols = Collectives(ranks, tuple(str(n) for n in seqs[0]["name"][:count]) if count else (),
+                       *(np.stack([s[f][:count].astype(np.int64) for s in seqs], axis=1)
+                         for f in ("start_ns", "end_ns", "tid")))
+    return cols, warnings
+
+
+def context_short(name: str) -> str:
+    from neutrino.analysis.report import short
+
+    return short(name, 40)
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def step_family(ranges: np.ndarray, tids) -> str | None:
+    """The name pattern (digit runs as `#`) of the ranges that are steps, on the launching threads:
+    the outermost ranges whose name contains "step"; else the most frequent repeating depth-0 name."""
+    if ranges is None or not len(ranges):
+        return None
+    mine = ranges[np.isin(ranges["tid"].astype(np.int64), np.asarray(list(tids), dtype=np.int64))]
+    if not len(mine):
+        return None
+    keys = [_DIGITS.sub("#", str(n)) for n in mine["name"].tolist()]
+    depth = mine["depth"].tolist()
+    step_like = [(depth[i], -keys.count(keys[i]), i) for i in range(len(keys)) if "step" in keys[i].lower()]
+    if step_like:
+        return keys[min(step_like)[2]]
+    outer = Counter(k for k, d in zip(keys, depth) if d == 0)
+    repeating = [(-n, k) for k, n in outer.items() if n >= 2]
+    return min(repeating)[1] if repeating else None
+
+
+def range_steps(ranges: np.ndarray, family: str, tid: np.ndarray, start: np.ndarray) -> list:
+    """Per collective of a rank, the label of the step range holding its GPU start on its launching
+    thread (None outside any): the range's name, or `NAME #k` (k-th, from 0) when the names repeat."""
+    chosen = ranges[np.array([_DIGITS.sub("#", str(n)) == family for n in ranges["name"].tolist()], dtype=bool)]
+    chosen = chosen[np.argsort(chosen["start_ns"], kind="stable")]
+    names = [str(n) for n in chosen["name"].tolist()]
+    distinct = len(set(names)) == len(names)
+    labels = [n if distinct else f"{n} #{k}" for k, n in enumerate(names)]
+    hits = context.innermost_ranges(chosen, tid.astype(np.int64), start.astype(np.int64))
+    return [labels[h] if h >= 0 else None for h in hits.tolist()]
+
+
+def sequence_steps(names: tuple) -> list:
+    """Steps without step ranges: a new step begins at each occurrence of the first collective's name."""
+    out, step = [], -1
+    for name in names:
+        step += name == names[0]
+        out.append(f"step {step}")
+    return out
+
+
+# ------------------------------------------------------------------ late arrivals
+
+
+@attrs.frozen
+class StepRow:
+    step: str
+    collectives: int
+    late_rank: int | None  # None: no arrival above the threshold in this step
+    late_by_ns: float  # the largest lead among the step's collectives
+    wait_ns: float  # sum over its collectives and ranks of the wait for the last arrival
+    work_ns: float  # sum over its collectives of their duration on the last-arriving rank
+
+
+@attrs.frozen
+class LateArrivals:
+    ranks: tuple
+    matched: int  # collectives matched across the ranks
+    sigma_ns: float  # arrival noise: robust spread of a rank's arrival around the collective's median
+    threshold_ns: float  # a lead above this is a late arrival
+    steps_from: str  # how steps were found (for the report's note)
+    steps: tuple  # StepRow, in order of first collective
+    wait_by_rank: dict  # rank -> sum over collectives of its wait, ns
+    work_by_rank: dict  # rank -> sum over collectives of its duration minus its wait, ns
+    end_spread_ns: float  # median over collectives of (latest end - earliest end) across the ranks
+
+
+def arrival_noise(start: np.ndarray) -> float:
+    """sigma of the arrival noise (ns): per rank, its deviation from each collective's median arrival,
+    less its own median deviation (a rank always late by the same amount has no noise); the 90th
+    percentile of the absolute values over the collectives / 1.645 (sigma of a normal distribution,
+    robust to up to 10% of delayed collectives, and set by the noisier collectives where some follow
+    compute and others follow another collective directly); the median over the ranks."""
+    dev = start - np.median(start, axis=1, keepdims=True)
+    spread = np.quantile(np.abs(dev - np.median(dev, axis=0, keepdims=True)), NOISE_QUANTILE, axis=0)
+    return float(np.median(spread) / NORMAL_QUANTILE_90)
+
+
+def late_arrivals(cols: Collectives, steps: list, steps_from: str) -> LateArrivals:
+    """Per matched collective: last arrival, its lead over the next-latest, every rank's wait; per step."""
+    start, end = cols.start.astype(float), cols.end.astype(float)
+    duration = np.maximum(end - start, 0.0)
+    count, nranks = start.shape
+    late = np.argmax(start, axis=1)  # ties: the lowest rank
+    rows = np.arange(count)
+    latest = start[rows, late]
+    others = start.copy()
+    others[rows, late] = -np.inf
+    lead = latest - others.max(axis=1)
+    wait = np.clip(latest[:, None] - start, 0.0, duration)
+    work = duration[rows, late]
+    sigma = arrival_noise(start) if count >= MIN_COLLECTIVES_FOR_NOISE else 0.0
+    threshold = max(float(LATE_FLOOR_NS), LATE_NOISE_FACTOR * sigma)
+    order: dict = {}
+    for c, step in enumerate(steps):
+        order.setdefault(step, []).append(c)
+    step_rows = []
+    for step, members in order.items():
+        idx = np.array(members)
+        top = idx[np.argmax(lead[idx])]
+        step_rows.append(StepRow(step, len(idx), cols.ranks[late[top]] if lead[top] > threshold else None,
+                                 float(lead[top]), float(wait[idx].sum()), float(work[idx].sum())))
+    return LateArrivals(
+        ranks=cols.ranks, matched=count, sigma_ns=sigma, threshold_ns=threshold, steps_from=steps_from,
+        steps=tuple(step_rows),
+        wait_by_rank={r: float(wait[:, i].sum()) for i, r in enumerate(cols.ranks)},
+        work_by_rank={r: float((duration[:, i] - wait[:, i]).sum()) for i, r in enumerate(cols.ranks)},
+        end_spread_ns=float(np.median(end.max(axis=1) - end.min(axis=1))) if count else 0.0)
+
+
+def collective_steps(cols: Collectives, ranges_by_rank: dict) -> tuple[list, str]:
+    """Each matched collective's step, and how steps were found. With step ranges (`step_family`) the
+    step on the rank that arrived first (its kernel started soonest after its launch, so the range open
+    at its GPU start is the likeliest to have launched it); else groups of the collective sequence."""
+    family = None
+    for i, r in enumerate(cols.ranks):
+        family = family or step_family(ranges_by_rank.get(r), set(cols.tid[:, i].tolist()) - {0})
+    if family is None:
+        first = context_short(cols.names[0]) if cols.names else "-"
+        return sequence_steps(cols.names), (f"no step ranges in ranges.bin: a step is a group of collectives "
+                                            f"beginning at each {first}")
+    labels = []
+    for i, r in enumerate(cols.ranks):
+        ranges = ranges_by_rank.get(r)
+        labels.append(range_steps(ranges, family, cols.tid[:, i], cols.start[:, i]) if ranges is not None
+                      and len(ranges) else [None] * len(cols.names))
+    first = np.argmin(cols.start, axis=1) if len(cols.names) else []
+    out = []
+    for c, f in enumerate(first):
+        label = labels[f][c] or next((lab[c] for lab in labels if lab[c]), None)
+        out.append(label or "(outside steps)")
+    return out, f"steps are the ranges named like `{family}` (ranges.bin) holding the collective's GPU start"
+
+
+# ------------------------------------------------------------------ the job
+
+
+@attrs.frozen
+class CrossRank:
+    kind: str  # "rank" or "process"
+    source: str  # where the kernel durations come from: "timeline" or "probed launches"
+    stragglers: tuple
+    compared: int  # kernels compared across ranks
+    late: LateArrivals | None
+    notes: tuple  # why a part is absent
+    warnings: tuple
+
+
+def _block_sched_spans(report) -> dict:
+    spans = {}
+    for entry in getattr(report, "kernels", {}).values():
+        for result in entry.results.get("block_sched", []):
+            spans[int(result.index)] = (float(result.stats.span), result.timeline.time_unit)
+    return spans
+
+
+def analyze_job(job: list, reports: list, kind: str = "rank") -> CrossRank:
+    """`job`: [(rank, trace, launches)] (ranks.load_job); `reports`: [(rank, Report)] of the same ranks."""
+    from neutrino.errors import NeutrinoError
+
+    timelines, ranges, notes, warnings = {}, {}, [], []
+    for rank, trace, _ in job:
+        try:
+            timelines[rank] = context.read_timeline(trace.path)
+            ranges[rank] = context.read_ranges(trace.path)
+        except (NeutrinoError, OSError, ValueError) as e:
+            warnings.append(f"{kind} {rank}: context tables not used across {kind}s: {e}")
+            timelines[rank] = None
+    without = [r for r, t in timelines.items() if t is None]
+    by_report = dict(reports)
+    if not without:
+        source, samples = "timeline", {r: timeline_samples(t) for r, t in timelines.items()}
+    else:
+        source = "probed launches"
+        samples = {r: probed_samples(launches, _block_sched_spans(by_report.get(r))) for r, _, launches in job}
+    stragglers, compared = find_stragglers(samples)
+    late = None
+    if len(job) < 2:
+        notes.append(f"late arrivals need at least 2 {kind}s")
+    elif without:
+        notes.append(f"late arrivals at collectives need timeline.bin on every {kind}: "
+                     + ", ".join(f"{kind} {r}" for r in without) + " has none")
+    else:
+        per_rank = {r: rank_collectives(t) for r, t in timelines.items()}
+        if min(len(s) for s in per_rank.values()) == 0:
+            notes.append("no NCCL collective on every rank's timeline: no late arrival to measure")
+        else:
+            cols, problems = match_collectives(per_rank, kind)
+            warnings += problems
+            if len(cols.names):
+                steps, steps_from = collective_steps(cols, ranges)
+                late = late_arrivals(cols, steps, steps_from)
+    return CrossRank(kind, source, tuple(stragglers), compared, late, tuple(notes), tuple(warnings))
+
+
+# ------------------------------------------------------------------ text
+
+
+def duration_text(ns: float) -> str:
+    """`850.0 us` below 1 ms, else `4.10 ms`."""
+    return f"{ns / 1e3:.1f} us" if abs(ns) < 1e6 else f"{ns / 1e6:.2f} ms"
+
+
+def render(result: CrossRank) -> list[str]:
+    out = _render_stragglers(result)
+    if result.late is not None:
+        out += [""] + _render_late(result.late, result.kind)
+    out += [f"({note})" for note in result.notes]
+    return out
+
+
+def _render_stragglers(result: CrossRank) -> list[str]:
+    from neutrino.analysis.report import format_table, short
+
+    kind = result.kind
+    head = (f"[slow {kind}s per kernel] {result.compared} kernel(s) compared across {kind}s "
+            f"(durations from {result.source}; collectives left out)")
+    if not result.stragglers:
+        return [head, f"no kernel has a straggling {kind} (ratio >= {STRAGGLER_MIN_RATIO:.2f} and "
+                      f"Mann-Whitney p < {STRAGGLER_ALPHA} after correction)"]
+    rows = []
+    for s in result.stragglers:
+        scale, unit = (1e3, "us") if s.unit == "ns" else (1.0, s.unit)
+        shape = f"{'x'.join(map(str, s.grid))} / {'x'.join(map(str, s.block))}"
+        rows.append([short(s.kernel), shape, f"{kind} {s.rank}", f"{s.median / scale:.1f} {unit}",
+                     f"{s.others / scale:.1f} {unit}", f"{s.ratio:.2f}", f"{s.p_value:.1e}",
+                     "/".join(str(s.launches[r]) for r in sorted(s.launches))])
+    table = format_table(["kernel", "grid / block", f"slow {kind}", "its median", f"other {kind}s",
+                          "ratio", "p", "launches"], rows, left=(0, 1, 2))
+    return [head, table]
+
+
+def _render_late(late: LateArrivals, kind: str) -> list[str]:
+    from neutrino.analysis.report import format_table
+
+    out = [f"[late arrivals at collectives] {late.matched} NCCL collective(s) matched across {len(late.ranks)} "
+           f"{kind}s in {len(late.steps)} step(s); late = arriving last by more than "
+           f"{late.threshold_ns / 1e3:.1f} us (max of {LATE_FLOOR_NS / 1e3:.0f} us and {LATE_NOISE_FACTOR:g} x "
+           f"arrival noise {late.sigma_ns / 1e3:.1f} us)"]
+    late_steps = [s for s in late.steps if s.late_rank is not None]
+    shown = list(late.steps) if len(late.steps) <= STEP_TABLE_ROWS else late_steps[:STEP_TABLE_ROWS]
+    rows = [[s.step, str(s.collectives), "-" if s.late_rank is None else f"{kind} {s.late_rank}",
+             f"{s.late_by_ns / 1e3:.1f}", f"{s.wait_ns / 1e3:.1f}", f"{s.work_ns / 1e3:.1f}"] for s in shown]
+    if rows:
+        out.append(format_table(["step", "collectives", f"late {kind}", "late by (us)", "wait (us)", "work (us)"],
+                                rows, left=(0, 2)))
+    if len(shown) < len(late_steps) or len(late.steps) > STEP_TABLE_ROWS:
+        out.append(f"({len(late_steps)} step(s) with a late {kind}, {len(shown)} shown; "
+                   f"{len(late.steps) - len(late_steps)} step(s) without)")
+    counts = Counter(s.late_rank for s in late_steps)
+    for rank in sorted(counts):
+        mean = float(np.mean([s.late_by_ns for s in late_steps if s.late_rank == rank]))
+        out.append(f"{kind} {rank} arrives late at {counts[rank]} of {len(late.steps)} steps "
+                   f"(mean {duration_text(mean)})")
+    if not counts:
+        out.append(f"no {kind} arrives late at a collective beyond the noise")
+    out.append("at collectives: " + ", ".join(
+        f"{kind} {r} waits {late.wait_by_rank[r] / 1e3:.1f} us, works {late.work_by_rank[r] / 1e3:.1f} us"
+        for r in late.ranks))
+    out.append(f"({late.steps_from}; arrivals compared on one clock: ranks of one host share it, ranks on "
+               f"several hosts need synchronized clocks; collective ends agree within "
+               f"{late.end_spread_ns / 1e3:.1f} us (median spread))")
+    return out

@@ -1,0 +1,178 @@
+"""Across ranks (`neutrino report JOB`): the slow rank of a kernel and the rank that arrives late at a
+collective, on synthetic jobs whose timeline.bin / ranges.bin are written per the contract with a
+known injected delay (spec/analysis.md, "Several ranks"; spec/tools.md, "Cross-rank analysis")."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neutrino.analysis import crossrank
+from tests.context_tables import range_record, timeline_record, write_ranges, write_timeline
+
+REPO = Path(__file__).resolve().parent.parent
+GEMM, ELEMENTWISE = "sm90_xmma_gemm_f16f16_f32_tn_cublas", "triton_poi_fused_add_0"
+SPIN, ALLREDUCE = "spin_kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+ALLGATHER = "ncclDevKernel_AllGather_RING_LL"
+T0 = 1_764_000_000_000_000_000  # Unix-epoch ns, as the contract's clock
+TID = 100
+
+
+def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: float = 0.03,
+             delay: tuple | None = None, slow_kernel: tuple | None = None, step_ranges: bool = True) -> None:
+    """A job of `ranks` ranks, `steps` steps each: a GEMM (200 us) and 3 elementwise kernels (50 us),
+    then an all-reduce and an all-gather (100 us of work each, which start when a rank arrives and end when the last
+    rank has arrived and the work is done). Durations jitter by `noise` (lognormal sigma).
+    `delay` = (rank, step, ns): a spin kernel of `ns` on that rank before that step's first all-reduce.
+    `slow_kernel` = (rank, factor): that rank's elementwise kernels take `factor` times as long."""
+    rng = np.random.default_rng(seed)
+    names = [GEMM, ELEMENTWISE, SPIN, ALLREDUCE, ALLGATHER]
+    records = [[] for _ in range(ranks)]
+    step_spans = [[] for _ in range(ranks)]
+    now = np.full(ranks, T0 + 1_000_000, dtype=np.int64) + rng.integers(0, 2000, ranks)
+
+    def run(rank, name_id, ns, grid):
+        ns = int(ns * rng.lognormal(0.0, noise))
+        records[rank].append(timeline_record(1, int(now[rank]), int(now[rank]) + ns, name_id=name_id, tid=TID,
+                                             grid=grid, block=(128, 1, 1)))
+        now[rank] += ns + int(rng.integers(1000, 3000))  # launch gap
+
+    for step in range(steps):
+        begin = now.copy() - 500
+        for r in range(ranks):
+            run(r, 0, 200_000, (132, 1, 1))
+            for _ in range(3):
+                run(r, 1, 50_000 * (slow_kernel[1] if slow_kernel and slow_kernel[0] == r else 1), (1024, 1, 1))
+            if delay and (r, step) == delay[:2]:
+                run(r, 2, delay[2], (1, 1, 1))
+        for collective in (3, 4):
+            done = int(now.max()) + int(100_000 * rng.lognormal(0.0, noise))
+            for r in range(ranks):
+                end = done + int(rng.integers(0, 3000))
+                records[r].append(timeline_record(1, int(now[r]), end, name_id=collective, tid=TID, stream=9, grid=(4, 1, 1),
+                                                  block=(512, 1, 1)))
+                now[r] = end + int(rng.integers(1000, 3000))
+        for r in range(ranks):
+            step_spans[r].append((int(begin[r]), int(now[r]) + 500))  # the step waits for its GPU work
+    for r in range(ranks):
+        run_dir = job / f"rank{r}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "event.log").write_text(json.dumps({"event": "start", "time": T0 / 1e9, "pid": 1000 + r,
+                                                       "rank": r, "world_size": ranks}) + "\n")
+        write_timeline(run_dir, records[r], names)
+        if step_ranges:
+            write_ranges(run_dir, [range_record(s, e, k, tid=TID, source=3) for k, (s, e) in enumerate(step_spans[r])],
+                         [f"step {k}" for k in range(steps)])
+
+
+def report(job: Path) -> tuple[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "neutrino", "report", str(job)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    return r.stdout, r.stderr
+
+
+def late_steps(out: str) -> dict[str, str]:
+    """step -> late rank (`-` for none) from the report's step table."""
+    section = out.split("[late arrivals at collectives]", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"\s*(step \d+)\s+(\d+)\s+(rank \d+|-)\s", line)
+        if m:
+            rows[m.group(1)] = m.group(3)
+    return rows
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_delayed_rank_is_named_with_its_step(tmp_path, ranks):
+    simulate(tmp_path / "job", ranks, delay=(1, 3, 3_000_000))
+    out, _ = report(tmp_path / "job")
+    assert late_steps(out) == {f"step {k}": ("rank 1" if k == 3 else "-") for k in range(10)}
+    assert "rank 1 arrives late at 1 of 10 steps (mean 3." in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("step 3 "))
+    late_by = float(row.split()[5])
+    assert 2700 <= late_by <= 3300  # the spin kernel's 3 ms, with its noise
+    assert "no kernel has a straggling rank" in out  # the spin kernel ran on one rank only: not compared
+
+
+def test_delay_named_in_10_of_10_noisy_runs_and_no_false_late_rank(tmp_path):
+    named = 0
+    for seed in range(10):
+        job = tmp_path / f"job{seed}"
+        simulate(job, 2, seed=seed, noise=0.05, delay=(1, 3, 3_000_000))
+        steps = late_steps(report(job)[0])
+        assert {s: r for s, r in steps.items() if s != "step 3"} == {f"step {k}": "-" for k in range(10) if k != 3}, seed
+        named += steps["step 3"] == "rank 1"
+    assert named == 10
+
+
+def test_steps_without_ranges_are_collective_groups(tmp_path):
+    simulate(tmp_path / "job", 2, delay=(1, 3, 3_000_000), step_ranges=False)
+    out, _ = report(tmp_path / "job")
+    assert late_steps(out) == {f"step {k}": ("rank 1" if k == 3 else "-") for k in range(10)}
+    assert "a step is a group of collectives beginning at each ncclDevKernel_AllReduce" in out
+
+
+def test_a_slow_kernel_on_rank_2_is_named_with_its_ratio(tmp_path):
+    simulate(tmp_path / "job", 4, slow_kernel=(2, 1.5))
+    out, _ = report(tmp_path / "job")
+    section = out.split("[slow ranks per kernel]", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split() for line in section.splitlines() if line.strip().startswith("triton_")]
+    assert len(rows) == 1 and rows[0][:4] == [ELEMENTWISE, "1024x1x1", "/", "128x1x1"]
+    assert rows[0][4:6] == ["rank", "2"] and abs(float(rows[0][10]) - 1.5) < 0.05
+    assert GEMM[:20] not in section  # the GEMM runs equally long on every rank
+
+
+def test_identical_ranks_have_no_straggler_and_no_late_rank(tmp_path):
+    simulate(tmp_path / "job", 4, seed=7, noise=0.05)
+    out, _ = report(tmp_path / "job")
+    assert "no kernel has a straggling rank" in out
+    assert set(late_steps(out).values()) == {"-"} and "no rank arrives late at a collective beyond the noise" in out
+
+
+def test_wait_and_work_have_known_answers():
+    """Two ranks, one collective: rank 0 arrives at 0, rank 1 at 5000; both end at 9000."""
+    cols = crossrank.Collectives((0, 1), (ALLREDUCE,), np.array([[0, 5000]]), np.array([[9000, 9000]]),
+                                 np.array([[1, 1]]))
+    late = crossrank.late_arrivals(cols, ["step 0"], "test")
+    (row,) = late.steps
+    assert late.wait_by_rank == {0: 5000.0, 1: 0.0} and late.work_by_rank == {0: 4000.0, 1: 4000.0}
+    assert (row.late_rank, row.late_by_ns, row.wait_ns, row.work_ns) == (None, 5000.0, 5000.0, 4000.0)  # < floor
+    cols = crossrank.Collectives((0, 1), (ALLREDUCE,), np.array([[0, 50_000]]), np.array([[90_000, 90_000]]),
+                                 np.array([[1, 1]]))
+    (row,) = crossrank.late_arrivals(cols, ["step 0"], "test").steps
+    assert (row.late_rank, row.late_by_ns, row.wait_ns, row.work_ns) == (1, 50_000.0, 50_000.0, 40_000.0)
+
+
+def test_diverging_collective_sequences_are_matched_up_to_the_divergence(tmp_path):
+    simulate(tmp_path / "job", 2)
+    run1 = tmp_path / "job" / "rank1"
+    names = (run1 / "timeline_names.txt").read_text().splitlines()
+    names[3] = "ncclDevKernel_Broadcast_RING_LL"  # rank 1's all-reduces become broadcasts
+    (run1 / "timeline_names.txt").write_text("".join(n + "\n" for n in names))
+    out, err = report(tmp_path / "job")
+    assert "collective #0: the ranks ran different NCCL kernels" in err
+    assert "[late arrivals at collectives]" not in out
+
+
+def test_without_timelines_the_probed_launches_are_compared():
+    class Launch:
+        def __init__(self, index, kernel, duration):
+            self.index, self.kernel, self.grid, self.block, self.duration_ns = index, kernel, (8, 1, 1), (64, 1, 1), duration
+
+    rng = np.random.default_rng(3)
+    samples = {r: crossrank.probed_samples([Launch(i, "k", 1000 * (2 if r == 1 else 1) * rng.lognormal(0, 0.02))
+                                            for i in range(8)], {}) for r in range(3)}
+    (s,), compared = crossrank.find_stragglers(samples)
+    assert compared == 1 and s.rank == 1 and abs(s.ratio - 2) < 0.1 and s.unit == "ns" and s.p_value < 0.01
+    spans = crossrank.probed_samples([Launch(i, "k", None) for i in range(4)], {i: (100.0, "cycles") for i in range(4)})
+    assert spans[("k", (8, 1, 1), (64, 1, 1))][1] == "cycles"
