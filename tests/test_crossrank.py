@@ -176,3 +176,17 @@ def test_without_timelines_the_probed_launches_are_compared():
     assert compared == 1 and s.rank == 1 and abs(s.ratio - 2) < 0.1 and s.unit == "ns" and s.p_value < 0.01
     spans = crossrank.probed_samples([Launch(i, "k", None) for i in range(4)], {i: (100.0, "cycles") for i in range(4)})
     assert spans[("k", (8, 1, 1), (64, 1, 1))][1] == "cycles"
+
+
+def test_every_column_is_defined_in_the_spec(tmp_path):
+    from tests.test_report_columns import spec_columns
+
+    spec = spec_columns()
+    simulate(tmp_path / "job", 4, slow_kernel=(2, 1.5))
+    out, _ = report(tmp_path / "job")
+    slow = out.split("[slow ranks per kernel]", 1)[1].splitlines()[1]
+    late = out.split("[late arrivals at collectives]", 1)[1].splitlines()[1]
+    assert re.split(r"\s{2,}", slow.strip()) == ["kernel", "grid / block", "slow rank", "its median", "other ranks",
+                                                 "ratio", "p", "launches"]
+    assert set(re.split(r"\s{2,}", slow.strip())) <= spec["slow ranks"][0]
+    assert set(re.split(r"\s{2,}", late.strip())) <= spec["late arrivals"][0]

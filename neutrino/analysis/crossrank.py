@@ -344,7 +344,7 @@ def analyze_job(job: list, reports: list, kind: str = "rank") -> CrossRank:
             timelines[rank] = context.read_timeline(trace.path)
             ranges[rank] = context.read_ranges(trace.path)
         except (NeutrinoError, OSError, ValueError) as e:
-            warnings.append(f"{kind} {rank}: context tables not used across {kind}s: {e}")
+            warnings.append(f"{kind} {rank}: context tables not used across {plural(kind)}: {e}")
             timelines[rank] = None
     without = [r for r, t in timelines.items() if t is None]
     by_report = dict(reports)
@@ -356,14 +356,14 @@ def analyze_job(job: list, reports: list, kind: str = "rank") -> CrossRank:
     stragglers, compared = find_stragglers(samples)
     late = None
     if len(job) < 2:
-        notes.append(f"late arrivals need at least 2 {kind}s")
+        notes.append(f"late arrivals need at least 2 {plural(kind)}")
     elif without:
         notes.append(f"late arrivals at collectives need timeline.bin on every {kind}: "
                      + ", ".join(f"{kind} {r}" for r in without) + " has none")
     else:
         per_rank = {r: rank_collectives(t) for r, t in timelines.items()}
         if min(len(s) for s in per_rank.values()) == 0:
-            notes.append("no NCCL collective on every rank's timeline: no late arrival to measure")
+            notes.append(f"no NCCL collective on every {kind}'s timeline: no late arrival to measure")
         else:
             cols, problems = match_collectives(per_rank, kind)
             warnings += problems
@@ -374,6 +374,10 @@ def analyze_job(job: list, reports: list, kind: str = "rank") -> CrossRank:
 
 
 # ------------------------------------------------------------------ text
+
+
+def plural(kind: str) -> str:
+    return "processes" if kind == "process" else f"{kind}s"
 
 
 def duration_text(ns: float) -> str:
@@ -392,8 +396,8 @@ def render(result: CrossRank) -> list[str]:
 def _render_stragglers(result: CrossRank) -> list[str]:
     from neutrino.analysis.report import format_table, short
 
-    kind = result.kind
-    head = (f"[slow {kind}s per kernel] {result.compared} kernel(s) compared across {kind}s "
+    kind, kinds = result.kind, plural(result.kind)
+    head = (f"[slow {kinds} per kernel] {result.compared} kernel(s) compared across {kinds} "
             f"(durations from {result.source}; collectives left out)")
     if not result.stragglers:
         return [head, f"no kernel has a straggling {kind} (ratio >= {STRAGGLER_MIN_RATIO:.2f} and "
@@ -405,7 +409,7 @@ def _render_stragglers(result: CrossRank) -> list[str]:
         rows.append([short(s.kernel), shape, f"{kind} {s.rank}", f"{s.median / scale:.1f} {unit}",
                      f"{s.others / scale:.1f} {unit}", f"{s.ratio:.2f}", f"{s.p_value:.1e}",
                      "/".join(str(s.launches[r]) for r in sorted(s.launches))])
-    table = format_table(["kernel", "grid / block", f"slow {kind}", "its median", f"other {kind}s",
+    table = format_table(["kernel", "grid / block", f"slow {kind}", "its median", f"other {kinds}",
                           "ratio", "p", "launches"], rows, left=(0, 1, 2))
     return [head, table]
 
@@ -414,7 +418,7 @@ def _render_late(late: LateArrivals, kind: str) -> list[str]:
     from neutrino.analysis.report import format_table
 
     out = [f"[late arrivals at collectives] {late.matched} NCCL collective(s) matched across {len(late.ranks)} "
-           f"{kind}s in {len(late.steps)} step(s); late = arriving last by more than "
+           f"{plural(kind)} in {len(late.steps)} step(s); late = arriving last by more than "
            f"{late.threshold_ns / 1e3:.1f} us (max of {LATE_FLOOR_NS / 1e3:.0f} us and {LATE_NOISE_FACTOR:g} x "
            f"arrival noise {late.sigma_ns / 1e3:.1f} us)"]
     late_steps = [s for s in late.steps if s.late_rank is not None]
