@@ -20,20 +20,23 @@ from tests.context_tables import range_record, timeline_record, write_ranges, wr
 REPO = Path(__file__).resolve().parent.parent
 GEMM, ELEMENTWISE = "sm90_xmma_gemm_f16f16_f32_tn_cublas", "triton_poi_fused_add_0"
 SPIN, ALLREDUCE = "spin_kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
-ALLGATHER = "ncclDevKernel_AllGather_RING_LL"
+ALLGATHER, BARRIER = "ncclDevKernel_AllGather_RING_LL", "ncclDevKernel_AllReduce_Sum_u8_RING_LL"
 T0 = 1_764_000_000_000_000_000  # Unix-epoch ns, as the contract's clock
 TID = 100
 
 
 def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: float = 0.03,
-             delay: tuple | None = None, slow_kernel: tuple | None = None, step_ranges: bool = True) -> None:
+             delay: tuple | None = None, slow_kernel: tuple | None = None, step_ranges: bool = True,
+             barrier: bool = True) -> None:
     """A job of `ranks` ranks, `steps` steps each: a GEMM (200 us) and 3 elementwise kernels (50 us),
     then an all-reduce and an all-gather (100 us of work each, which start when a rank arrives and end when the last
     rank has arrived and the work is done). Durations jitter by `noise` (lognormal sigma).
     `delay` = (rank, step, ns): a spin kernel of `ns` on that rank before that step's first all-reduce.
-    `slow_kernel` = (rank, factor): that rank's elementwise kernels take `factor` times as long."""
+    `slow_kernel` = (rank, factor): that rank's elementwise kernels take `factor` times as long.
+    `barrier`: first a barrier (an all-reduce of its own name, outside the steps) that the ranks reach
+    up to 50 ms apart, as processes that started at different times do."""
     rng = np.random.default_rng(seed)
-    names = [GEMM, ELEMENTWISE, SPIN, ALLREDUCE, ALLGATHER]
+    names = [GEMM, ELEMENTWISE, SPIN, ALLREDUCE, ALLGATHER, BARRIER]
     records = [[] for _ in range(ranks)]
     step_spans = [[] for _ in range(ranks)]
     now = np.full(ranks, T0 + 1_000_000, dtype=np.int64) + rng.integers(0, 2000, ranks)
@@ -44,6 +47,17 @@ def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: fl
                                              grid=grid, block=(128, 1, 1)))
         now[rank] += ns + int(rng.integers(1000, 3000))  # launch gap
 
+    def collective(name_id):
+        done = int(now.max()) + int(100_000 * rng.lognormal(0.0, noise))
+        for r in range(ranks):
+            end = done + int(rng.integers(0, 3000))
+            records[r].append(timeline_record(1, int(now[r]), end, name_id=name_id, tid=TID, stream=9,
+                                              grid=(4, 1, 1), block=(512, 1, 1)))
+            now[r] = end + int(rng.integers(1000, 3000))
+
+    if barrier:
+        now += rng.integers(0, 50_000_000, ranks)
+        collective(5)
     for step in range(steps):
         begin = now.copy() - 500
         for r in range(ranks):
@@ -52,13 +66,8 @@ def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: fl
                 run(r, 1, 50_000 * (slow_kernel[1] if slow_kernel and slow_kernel[0] == r else 1), (1024, 1, 1))
             if delay and (r, step) == delay[:2]:
                 run(r, 2, delay[2], (1, 1, 1))
-        for collective in (3, 4):
-            done = int(now.max()) + int(100_000 * rng.lognormal(0.0, noise))
-            for r in range(ranks):
-                end = done + int(rng.integers(0, 3000))
-                records[r].append(timeline_record(1, int(now[r]), end, name_id=collective, tid=TID, stream=9, grid=(4, 1, 1),
-                                                  block=(512, 1, 1)))
-                now[r] = end + int(rng.integers(1000, 3000))
+        collective(3)
+        collective(4)
         for r in range(ranks):
             step_spans[r].append((int(begin[r]), int(now[r]) + 500))  # the step waits for its GPU work
     for r in range(ranks):
@@ -160,8 +169,9 @@ def test_diverging_collective_sequences_are_matched_up_to_the_divergence(tmp_pat
     names[3] = "ncclDevKernel_Broadcast_RING_LL"  # rank 1's all-reduces become broadcasts
     (run1 / "timeline_names.txt").write_text("".join(n + "\n" for n in names))
     out, err = report(tmp_path / "job")
-    assert "collective #0: the ranks ran different NCCL kernels" in err
-    assert "[late arrivals at collectives]" not in out
+    assert "collective #1: the ranks ran different NCCL kernels" in err  # #0 is the barrier
+    assert "1 collective(s) matched, the rest not compared" in err
+    assert "[late arrivals at collectives] 1 NCCL collective(s) matched across 2 ranks in 0 step(s)" in out
 
 
 def test_without_timelines_the_probed_launches_are_compared():

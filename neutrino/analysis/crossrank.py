@@ -32,10 +32,11 @@ STRAGGLER_MIN_RATIO = 1.10  # slowest rank's median / the others' median: below 
 STRAGGLER_ALPHA = 0.01  # family-wise significance level of the straggler tests
 STRAGGLER_MIN_LAUNCHES = 3  # launches a rank needs for its durations of a kernel to be compared
 LATE_FLOOR_NS = 10_000  # a lead below 10 us is never a late arrival
-LATE_NOISE_FACTOR = 10.0  # a lead must exceed this many times the arrival noise (sigma)
+LATE_NOISE_FACTOR = 20.0  # a lead must exceed this many times the arrival noise (sigma)
 MIN_COLLECTIVES_FOR_NOISE = 5  # fewer matched collectives: the floor alone decides
-NOISE_QUANTILE = 0.9  # the quantile of a rank's absolute arrival deviations that measures noise
-NORMAL_QUANTILE_90 = 1.6449  # that quantile of |N(0, sigma)| is 1.6449 sigma
+MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution x this = sigma
+NORMAL_QUANTILE_75 = 1.1503  # the 0.75 quantile of |N(0, sigma)| is 1.1503 sigma
+OUTSIDE_STEPS = "(outside steps)"
 STEP_TABLE_ROWS = 20
 
 
@@ -211,11 +212,15 @@ def range_steps(ranges: np.ndarray, family: str, tid: np.ndarray, start: np.ndar
 
 
 def sequence_steps(names: tuple) -> list:
-    """Steps without step ranges: a new step begins at each occurrence of the first collective's name."""
-    out, step = [], -1
+    """Steps without step ranges: a new step begins at each occurrence of the first collective name that
+    occurs more than once (a one-off collective such as an initial barrier does not define steps); the
+    collectives before its first occurrence are outside steps. No repeating name: all in `step 0`."""
+    counts = Counter(names)
+    first = next((n for n in names if counts[n] > 1), None)
+    out, step = [], -1 if first is not None else 0
     for name in names:
-        step += name == names[0]
-        out.append(f"step {step}")
+        step += name == first
+        out.append(OUTSIDE_STEPS if step < 0 else f"step {step}")
     return out
 
 
@@ -236,8 +241,8 @@ class StepRow:
 class LateArrivals:
     ranks: tuple
     matched: int  # collectives matched across the ranks
-    sigma_ns: float  # arrival noise: robust spread of a rank's arrival around the collective's median
-    threshold_ns: float  # a lead above this is a late arrival
+    sigma_ns: float  # arrival noise (median over the collectives): robust spread of a rank's arrival
+    threshold_ns: float  # median over the collectives of their threshold: a lead above it is a late arrival
     steps_from: str  # how steps were found (for the report's note)
     steps: tuple  # StepRow, in order of first collective
     wait_by_rank: dict  # rank -> sum over collectives of its wait, ns
@@ -245,15 +250,39 @@ class LateArrivals:
     end_spread_ns: float  # median over collectives of (latest end - earliest end) across the ranks
 
 
-def arrival_noise(start: np.ndarray) -> float:
-    """sigma of the arrival noise (ns): per rank, its deviation from each collective's median arrival,
-    less its own median deviation (a rank always late by the same amount has no noise); the 90th
-    percentile of the absolute values over the collectives / 1.645 (sigma of a normal distribution,
-    robust to up to 10% of delayed collectives, and set by the noisier collectives where some follow
-    compute and others follow another collective directly); the median over the ranks."""
+def collective_places(names, steps) -> list[tuple]:
+    """A collective's place in its step: (outside any step, name, k-th collective of that name in the step).
+    Collectives at one place in every step are comparable: they follow the same work."""
+    seen: Counter = Counter()
+    out = []
+    for name, step in zip(names, steps):
+        out.append((step == OUTSIDE_STEPS, name, seen[(step, name)]))
+        seen[(step, name)] += 1
+    return out
+
+
+def _rank_spread(dev: np.ndarray, quantile: float) -> float:
+    """Per rank (column), the `quantile` of |deviation - the rank's median deviation| over the collectives
+    (rows): a rank always late by the same amount has no noise; the median over the ranks."""
+    return float(np.median(np.quantile(np.abs(dev - np.median(dev, axis=0, keepdims=True)), quantile, axis=0)))
+
+
+def arrival_noise(start: np.ndarray, places: list) -> np.ndarray:
+    """Per collective, sigma of the arrival noise (ns), from d[c, r] = arrival - the collective's median
+    arrival. At a place seen in at least MIN_COLLECTIVES_FOR_NOISE steps: 1.4826 x the median absolute
+    deviation over those collectives (robust to up to half of them delayed). Elsewhere, over all
+    collectives: the 0.75 quantile / 1.1503 (robust to a quarter); 0 with fewer collectives."""
     dev = start - np.median(start, axis=1, keepdims=True)
-    spread = np.quantile(np.abs(dev - np.median(dev, axis=0, keepdims=True)), NOISE_QUANTILE, axis=0)
-    return float(np.median(spread) / NORMAL_QUANTILE_90)
+    count = len(start)
+    pooled = _rank_spread(dev, 0.75) / NORMAL_QUANTILE_75 if count >= MIN_COLLECTIVES_FOR_NOISE else 0.0
+    sigma = np.full(count, pooled)
+    members: dict = {}
+    for c, place in enumerate(places):
+        members.setdefault(place, []).append(c)
+    for idx in members.values():
+        if len(idx) >= MIN_COLLECTIVES_FOR_NOISE:
+            sigma[idx] = MAD_TO_SIGMA * _rank_spread(dev[idx], 0.5)
+    return sigma
 
 
 def late_arrivals(cols: Collectives, steps: list, steps_from: str) -> LateArrivals:
@@ -269,8 +298,8 @@ def late_arrivals(cols: Collectives, steps: list, steps_from: str) -> LateArriva
     lead = latest - others.max(axis=1)
     wait = np.clip(latest[:, None] - start, 0.0, duration)
     work = duration[rows, late]
-    sigma = arrival_noise(start) if count >= MIN_COLLECTIVES_FOR_NOISE else 0.0
-    threshold = max(float(LATE_FLOOR_NS), LATE_NOISE_FACTOR * sigma)
+    sigma = arrival_noise(start, collective_places(cols.names, steps))
+    threshold = np.maximum(float(LATE_FLOOR_NS), LATE_NOISE_FACTOR * sigma)
     order: dict = {}
     for c, step in enumerate(steps):
         order.setdefault(step, []).append(c)
@@ -278,10 +307,11 @@ def late_arrivals(cols: Collectives, steps: list, steps_from: str) -> LateArriva
     for step, members in order.items():
         idx = np.array(members)
         top = idx[np.argmax(lead[idx])]
-        step_rows.append(StepRow(step, len(idx), cols.ranks[late[top]] if lead[top] > threshold else None,
+        step_rows.append(StepRow(step, len(idx), cols.ranks[late[top]] if lead[top] > threshold[top] else None,
                                  float(lead[top]), float(wait[idx].sum()), float(work[idx].sum())))
     return LateArrivals(
-        ranks=cols.ranks, matched=count, sigma_ns=sigma, threshold_ns=threshold, steps_from=steps_from,
+        ranks=cols.ranks, matched=count, sigma_ns=float(np.median(sigma)), threshold_ns=float(np.median(threshold)),
+        steps_from=steps_from,
         steps=tuple(step_rows),
         wait_by_rank={r: float(wait[:, i].sum()) for i, r in enumerate(cols.ranks)},
         work_by_rank={r: float((duration[:, i] - wait[:, i]).sum()) for i, r in enumerate(cols.ranks)},
@@ -296,7 +326,8 @@ def collective_steps(cols: Collectives, ranges_by_rank: dict) -> tuple[list, str
     for i, r in enumerate(cols.ranks):
         family = family or step_family(ranges_by_rank.get(r), set(cols.tid[:, i].tolist()) - {0})
     if family is None:
-        first = context_short(cols.names[0]) if cols.names else "-"
+        counts = Counter(cols.names)
+        first = context_short(next((n for n in cols.names if counts[n] > 1), cols.names[0]))
         return sequence_steps(cols.names), (f"no step ranges in ranges.bin: a step is a group of collectives "
                                             f"beginning at each {first}")
     labels = []
@@ -308,7 +339,7 @@ def collective_steps(cols: Collectives, ranges_by_rank: dict) -> tuple[list, str
     out = []
     for c, f in enumerate(first):
         label = labels[f][c] or next((lab[c] for lab in labels if lab[c]), None)
-        out.append(label or "(outside steps)")
+        out.append(label or OUTSIDE_STEPS)
     return out, f"steps are the ranges named like `{family}` (ranges.bin) holding the collective's GPU start"
 
 
@@ -417,11 +448,12 @@ def _render_stragglers(result: CrossRank) -> list[str]:
 def _render_late(late: LateArrivals, kind: str) -> list[str]:
     from neutrino.analysis.report import format_table
 
+    steps = sum(s.step != OUTSIDE_STEPS for s in late.steps)
     out = [f"[late arrivals at collectives] {late.matched} NCCL collective(s) matched across {len(late.ranks)} "
-           f"{plural(kind)} in {len(late.steps)} step(s); late = arriving last by more than "
-           f"{late.threshold_ns / 1e3:.1f} us (max of {LATE_FLOOR_NS / 1e3:.0f} us and {LATE_NOISE_FACTOR:g} x "
-           f"arrival noise {late.sigma_ns / 1e3:.1f} us)"]
-    late_steps = [s for s in late.steps if s.late_rank is not None]
+           f"{plural(kind)} in {steps} step(s); late = arriving last by more than the larger of "
+           f"{LATE_FLOOR_NS / 1e3:.0f} us and {LATE_NOISE_FACTOR:g} x the arrival noise at the collective's place "
+           f"in the step (median noise {late.sigma_ns / 1e3:.1f} us, threshold {late.threshold_ns / 1e3:.1f} us)"]
+    late_steps = [s for s in late.steps if s.late_rank is not None and s.step != OUTSIDE_STEPS]
     shown = list(late.steps) if len(late.steps) <= STEP_TABLE_ROWS else late_steps[:STEP_TABLE_ROWS]
     rows = [[s.step, str(s.collectives), "-" if s.late_rank is None else f"{kind} {s.late_rank}",
              f"{s.late_by_ns / 1e3:.1f}", f"{s.wait_ns / 1e3:.1f}", f"{s.work_ns / 1e3:.1f}"] for s in shown]
@@ -434,7 +466,7 @@ def _render_late(late: LateArrivals, kind: str) -> list[str]:
     counts = Counter(s.late_rank for s in late_steps)
     for rank in sorted(counts):
         mean = float(np.mean([s.late_by_ns for s in late_steps if s.late_rank == rank]))
-        out.append(f"{kind} {rank} arrives late at {counts[rank]} of {len(late.steps)} steps "
+        out.append(f"{kind} {rank} arrives late at {counts[rank]} of {steps} steps "
                    f"(mean {duration_text(mean)})")
     if not counts:
         out.append(f"no {kind} arrives late at a collective beyond the noise")

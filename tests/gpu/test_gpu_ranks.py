@@ -57,3 +57,45 @@ def test_two_ranks_each_probed_with_its_own_directory(tmp_path):
     doc = json.loads(out.read_text())
     pids = sorted(e["pid"] for e in doc["traceEvents"] if e.get("ph") == "M" and e.get("name") == "process_name")
     assert pids == [1, 2]
+
+
+def test_report_names_the_rank_that_arrives_late_and_its_step(tmp_path):
+    """benchmarks/delayed_rank.py once: rank 1 spins 5 ms before its all-reduce of step 3 (of 10, each in
+    `neutrino.annotate(f"step {i}")`); the report's late-arrival table names rank 1 at step 3 and no other
+    step. Needs two GPUs (NCCL) and the CUPTI timeline (timeline.bin). The 10-run tally is the benchmark's."""
+    import importlib.util
+    import shutil
+    from types import SimpleNamespace
+
+    from gpuutil import REPO
+
+    gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout.count("GPU ")
+    if gpus < 2:
+        import pytest
+
+        pytest.skip("needs 2 GPUs: NCCL collectives between two ranks")
+    spec = importlib.util.spec_from_file_location("delayed_rank", REPO / "benchmarks" / "delayed_rank.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    env = base_env(tmp_path)
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    env["NCCL_NVLS_ENABLE"] = "0"
+    tracedir = tmp_path / "trace"
+    args = SimpleNamespace(steps=10, delay_step=3, delay_ms=5.0, work=str(tmp_path))
+    job = subprocess.run(bench.job_command(args, tracedir), env=env, capture_output=True, text=True, timeout=600)
+    assert job.returncode == 0, f"{job.stdout[-2000:]}\n{job.stderr[-3000:]}"
+    (job_dir,) = [p for p in tracedir.iterdir() if nt.find_rank_dirs(p)]
+    for rank, run in nt.find_rank_dirs(job_dir):
+        assert (run / "timeline.bin").exists(), f"rank {rank}: no timeline.bin in {run}: the CUPTI timeline is off"
+        assert (run / "ranges.bin").exists(), f"rank {rank}: no ranges.bin in {run}"
+    rep = subprocess.run([sys.executable, "-m", "neutrino", "report", str(tracedir)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    print(rep.stdout[-4000:], rep.stderr[-2000:])
+    assert rep.returncode == 0 and "Traceback" not in rep.stderr
+    steps = bench.late_steps(rep.stdout)
+    assert set(steps) == {f"step {i}" for i in range(10)}, steps
+    late_rank, late_by_us = steps["step 3"]
+    assert late_rank == "rank 1" and 3000 <= late_by_us <= 8000, steps
+    assert {s: r for s, (r, _) in steps.items() if s != "step 3"} == {f"step {i}": "-" for i in range(10) if i != 3}
+    assert "rank 1 arrives late at 1 of 10 steps" in rep.stdout
+    shutil.rmtree(tracedir, ignore_errors=True)

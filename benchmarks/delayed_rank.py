@@ -1,0 +1,161 @@
+"""Does `neutrino report JOB` name the rank that arrives late at a collective, and the step? (issue 26)
+
+Driver (default): runs a 2-rank job `--runs` times (default 10) under
+`neutrino -p block_sched -- torchrun --nproc_per_node=2 delayed_rank.py worker …` and reads each
+job's report: the delay is found when the step table names rank 1 at the delayed step and no
+other step has a late rank. Prints one line per run and the tally:
+
+    python benchmarks/delayed_rank.py [--runs 10] [--steps 10] [--delay-step 3] [--delay-ms 5] [--work DIR]
+
+Worker (started by torchrun): `--steps` steps, each inside `neutrino.annotate(f"step {i}")`: a
+matmul (cuBLAS), a Triton kernel of its own (probed by block_sched), an all-reduce (NCCL) and a
+synchronize (so each step range holds its GPU work). Rank 1 runs `torch.cuda._sleep` for
+`--delay-ms` ms (calibrated with CUDA events) just before its all-reduce of step `--delay-step`.
+Needs 2 GPUs (NCCL: one rank per GPU) and the CUPTI timeline (timeline.bin) in the trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def spin_cycles_per_ms() -> float:
+    """GPU clock cycles that torch.cuda._sleep spins per millisecond, measured with CUDA events."""
+    import torch
+
+    torch.cuda._sleep(1_000_000)  # warm-up
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(20_000_000)
+    end.record()
+    end.synchronize()
+    return 20_000_000 / start.elapsed_time(end)
+
+
+def worker(args) -> None:
+    sys.path.insert(0, str(REPO))
+    import torch
+    import torch.distributed as dist
+
+    import neutrino
+
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl")
+    scale = _triton_scale()
+    x = torch.randn(2048, 2048, device="cuda")
+    grad = torch.randn(1 << 22, device="cuda")
+    spin = int(args.delay_ms * spin_cycles_per_ms())
+    dist.barrier()
+    torch.cuda.synchronize()
+    for step in range(args.steps):
+        with neutrino.annotate(f"step {step}"):
+            y = x @ x
+            grad = scale(grad, 0.5) + y.view(-1)[: grad.numel()] * 1e-6
+            if rank == 1 and step == args.delay_step:
+                torch.cuda._sleep(spin)
+            dist.all_reduce(grad)
+            torch.cuda.synchronize()
+    dist.destroy_process_group()
+    print(f"rank {rank} done: {args.steps} steps, spin {spin} cycles ({args.delay_ms} ms) at step {args.delay_step}")
+
+
+def _triton_scale():
+    """x * factor by a Triton kernel of the program's own (block_sched probes it)."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _scale(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor, mask=mask)
+
+    def scale(x, factor):
+        out = torch.empty_like(x)
+        _scale[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), factor, BLOCK=1024)
+        return out
+
+    return scale
+
+
+def late_steps(report_text: str) -> dict[str, str]:
+    """step -> late rank (`-` for none), from the step table of `neutrino report JOB`."""
+    if "[late arrivals at collectives]" not in report_text:
+        return {}
+    section = report_text.split("[late arrivals at collectives]", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"\s*(step \d+)\s+(\d+)\s+(rank \d+|-)\s+([\d.]+)", line)
+        if m:
+            rows[m.group(1)] = (m.group(3), float(m.group(4)))
+    return rows
+
+
+def job_command(args, tracedir: Path) -> list[str]:
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    return ([sys.executable, "-m", "neutrino", "-p", "block_sched", "--tracedir", str(tracedir), "--"] + torchrun
+            + [str(Path(__file__).resolve()), "worker", "--steps", str(args.steps), "--delay-step",
+               str(args.delay_step), "--delay-ms", str(args.delay_ms)])
+
+
+def one_run(args, run: int, env: dict) -> tuple[bool, str]:
+    """Run the job once, report it; (delay found, a line about it)."""
+    tracedir = Path(args.work) / f"run{run}"
+    shutil.rmtree(tracedir, ignore_errors=True)  # one job per trace directory: the report reads that one
+    t0 = time.time()
+    job = subprocess.run(job_command(args, tracedir), env=env, capture_output=True, text=True, timeout=600)
+    if job.returncode != 0:
+        return False, f"run {run}: job failed (rc {job.returncode}): {job.stderr[-1500:]}"
+    rep = subprocess.run([sys.executable, "-m", "neutrino", "report", str(tracedir)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    Path(args.work, f"report{run}.txt").write_text(rep.stdout + rep.stderr)
+    steps = late_steps(rep.stdout)
+    want = f"step {args.delay_step}"
+    late = steps.get(want, ("?", 0.0))
+    false = {s: r for s, (r, _) in steps.items() if s != want and r != "-"}
+    found = late[0] == "rank 1" and not false
+    summary = next((line for line in rep.stdout.splitlines() if "arrives late at" in line), "(no late rank)")
+    return found, (f"run {run}: {'found' if found else 'MISSED'}: {want} late rank {late[0]} by {late[1]:.1f} us; "
+                   f"other steps late: {false or 'none'}; {summary.strip()}; {len(steps)} steps; "
+                   f"{time.time() - t0:.0f} s")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("mode", nargs="?", default="driver", choices=("driver", "worker"))
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--delay-step", type=int, default=3)
+    p.add_argument("--delay-ms", type=float, default=5.0)
+    p.add_argument("--work", default="/tmp/delayed_rank")
+    args = p.parse_args(argv)
+    if args.mode == "worker":
+        worker(args)
+        return 0
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off (the device tool's KINDS.md)
+    env.setdefault("TRITON_CACHE_DIR", str(Path(args.work) / "triton"))
+    env.setdefault("NEUTRINO_CACHE_DIR", str(Path(args.work) / "ncache"))
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    found = 0
+    for run in range(args.runs):
+        ok, line = one_run(args, run, env)
+        found += ok
+        print(line, flush=True)
+    print(f"delayed rank 1 named at step {args.delay_step} (and no other step) in {found}/{args.runs} runs")
+    return 0 if found == args.runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
