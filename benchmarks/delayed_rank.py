@@ -7,9 +7,9 @@ other step has a late rank. Prints one line per run and the tally:
 
     python benchmarks/delayed_rank.py [--runs 10] [--steps 10] [--delay-step 3] [--delay-ms 5] [--work DIR]
 
-Worker (started by torchrun): `--steps` steps, each inside `neutrino.annotate(f"step {i}")`: a
-matmul (cuBLAS), a Triton kernel of its own (probed by block_sched), an all-reduce (NCCL) and a
-synchronize (so each step range holds its GPU work). Rank 1 runs `torch.cuda._sleep` for
+Worker (started by torchrun): one warm-up step and a barrier, then `--steps` steps, each inside
+`neutrino.annotate(f"step {i}")`: a matmul (cuBLAS), a Triton kernel of its own (probed by
+block_sched), an all-reduce (NCCL) and a synchronize (so each step range holds its GPU work). Rank 1 runs `torch.cuda._sleep` for
 `--delay-ms` ms (calibrated with CUDA events) just before its all-reduce of step `--delay-step`.
 Needs 2 GPUs (NCCL: one rank per GPU) and the CUPTI timeline (timeline.bin) in the trace.
 """
@@ -55,16 +55,22 @@ def worker(args) -> None:
     x = torch.randn(2048, 2048, device="cuda")
     grad = torch.randn(1 << 22, device="cuda")
     spin = int(args.delay_ms * spin_cycles_per_ms())
+
+    def step_work(delay: bool):
+        nonlocal grad
+        y = x @ x
+        grad = scale(grad, 0.5) + y.view(-1)[: grad.numel()] * 1e-6
+        if delay:
+            torch.cuda._sleep(spin)
+        dist.all_reduce(grad)
+        torch.cuda.synchronize()
+
+    step_work(False)  # warm-up outside the steps: cuBLAS handles, Triton compile, probe instrumentation
     dist.barrier()
     torch.cuda.synchronize()
     for step in range(args.steps):
         with neutrino.annotate(f"step {step}"):
-            y = x @ x
-            grad = scale(grad, 0.5) + y.view(-1)[: grad.numel()] * 1e-6
-            if rank == 1 and step == args.delay_step:
-                torch.cuda._sleep(spin)
-            dist.all_reduce(grad)
-            torch.cuda.synchronize()
+            step_work(rank == 1 and step == args.delay_step)
     dist.destroy_process_group()
     print(f"rank {rank} done: {args.steps} steps, spin {spin} cycles ({args.delay_ms} ms) at step {args.delay_step}")
 

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -200,3 +201,20 @@ def test_every_column_is_defined_in_the_spec(tmp_path):
                                                  "ratio", "p", "launches"]
     assert set(re.split(r"\s{2,}", slow.strip())) <= spec["slow ranks"][0]
     assert set(re.split(r"\s{2,}", late.strip())) <= spec["late arrivals"][0]
+
+
+def test_the_gpu_benchmark_reads_the_report_it_checks(tmp_path):
+    """benchmarks/delayed_rank.py (run on the 2-GPU machine) parses the step table of this report."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("delayed_rank", REPO / "benchmarks" / "delayed_rank.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    simulate(tmp_path / "job", 2, delay=(1, 3, 5_000_000))
+    steps = bench.late_steps(report(tmp_path / "job")[0])
+    assert set(steps) == {f"step {k}" for k in range(10)}
+    assert steps["step 3"][0] == "rank 1" and 4500 < steps["step 3"][1] < 5500
+    assert {r for s, (r, _) in steps.items() if s != "step 3"} == {"-"}
+    cmd = bench.job_command(SimpleNamespace(steps=10, delay_step=3, delay_ms=5.0), tmp_path / "t")
+    assert cmd[1:6] == ["-m", "neutrino", "-p", "block_sched", "--tracedir"] and "--nproc_per_node=2" in cmd
+    assert cmd[-7:] == ["worker", "--steps", "10", "--delay-step", "3", "--delay-ms", "5.0"]
