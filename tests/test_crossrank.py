@@ -218,3 +218,18 @@ def test_the_gpu_benchmark_reads_the_report_it_checks(tmp_path):
     cmd = bench.job_command(SimpleNamespace(steps=10, delay_step=3, delay_ms=5.0), tmp_path / "t")
     assert cmd[1:6] == ["-m", "neutrino", "-p", "block_sched", "--tracedir"] and "--nproc_per_node=2" in cmd
     assert cmd[-7:] == ["worker", "--steps", "10", "--delay-step", "3", "--delay-ms", "5.0"]
+
+
+def test_json_carries_the_cross_rank_numbers(tmp_path):
+    simulate(tmp_path / "job", 2, delay=(1, 3, 3_000_000), slow_kernel=(0, 1.5))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "neutrino", "report", str(tmp_path / "job"), "--format", "json"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)["cross_rank"]
+    (s,) = doc["stragglers"]
+    assert (s["kernel"], s["rank"], s["grid"], s["launches"]) == (ELEMENTWISE, 0, [1024, 1, 1], {"0": 30, "1": 30})
+    assert abs(s["ratio"] - 1.5) < 0.05 and s["p"] < 0.01 and s["value_unit"] == "ns"
+    late = {row["step"]: row for row in doc["late_arrivals"]["steps"]}
+    assert late["step 3"]["late_rank"] == 1 and 2.7e6 < late["step 3"]["late_by_ns"] < 3.3e6
+    assert late["(outside steps)"]["collectives"] == 1  # the barrier

@@ -477,3 +477,22 @@ def _render_late(late: LateArrivals, kind: str) -> list[str]:
                f"several hosts need synchronized clocks; collective ends agree within "
                f"{late.end_spread_ns / 1e3:.1f} us (median spread))")
     return out
+
+
+def numbers(result: CrossRank) -> dict:
+    """The cross-rank numbers for `report --format json` (`cross_rank`): ns, ratios and ranks as numbers."""
+    late = result.late
+    return {
+        "unit": result.kind, "source": result.source, "compared": result.compared,
+        "stragglers": [{"kernel": s.kernel, "grid": list(s.grid), "block": list(s.block), result.kind: s.rank,
+                        "median": s.median, "others": s.others, "ratio": s.ratio, "p": s.p_value,
+                        "launches": {str(r): n for r, n in s.launches.items()}, "value_unit": s.unit}
+                       for s in result.stragglers],
+        "late_arrivals": None if late is None else {
+            "matched": late.matched, "sigma_ns": late.sigma_ns, "threshold_ns": late.threshold_ns,
+            "steps_from": late.steps_from, "end_spread_ns": late.end_spread_ns,
+            "steps": [{"step": s.step, "collectives": s.collectives, f"late_{result.kind}": s.late_rank,
+                       "late_by_ns": s.late_by_ns, "wait_ns": s.wait_ns, "work_ns": s.work_ns} for s in late.steps],
+            "wait_ns": {str(r): v for r, v in late.wait_by_rank.items()},
+            "work_ns": {str(r): v for r, v in late.work_by_rank.items()}},
+        "notes": list(result.notes)}

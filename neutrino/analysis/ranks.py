@@ -143,7 +143,9 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
         if len(job) > 1:
             _cross_rank(job, reports, kind)
     else:
-        sys.stdout.write(_rows(job_dir, kind, reports, output_format))
+        text = _rows(job_dir, kind, reports, output_format)
+        sys.stdout.write(_with_cross_rank(text, job, reports, kind) if output_format == "json" and len(job) > 1
+                         else text)
     return status
 
 
@@ -155,6 +157,18 @@ def _cross_rank(job, reports, kind: str) -> None:
     print("\n" + "\n".join(crossrank.render(result)))
     for w in result.warnings:
         print(f"neutrino report: warning: {w}", file=sys.stderr)
+
+
+def _with_cross_rank(text: str, job, reports, kind: str) -> str:
+    """--format json: the document with `cross_rank` added (crossrank.numbers); its warnings on stderr."""
+    from neutrino.analysis import crossrank
+
+    result = crossrank.analyze_job(job, reports, kind)
+    for w in result.warnings:
+        print(f"neutrino report: warning: {w}", file=sys.stderr)
+    doc = json.loads(text)
+    doc["cross_rank"] = crossrank.numbers(result)
+    return json.dumps(doc, indent=2) + "\n"
 
 
 def _rows(job_dir: str, kind: str, reports, output_format: str) -> str:
