@@ -185,8 +185,10 @@ def test_without_timelines_the_probed_launches_are_compared():
                                             for i in range(8)], {}) for r in range(3)}
     (s,), compared = crossrank.find_stragglers(samples)
     assert compared == 1 and s.rank == 1 and abs(s.ratio - 2) < 0.1 and s.unit == "ns" and s.p_value < 0.01
-    spans = crossrank.probed_samples([Launch(i, "k", None) for i in range(4)], {i: (100.0, "cycles") for i in range(4)})
-    assert spans[("k", (8, 1, 1), (64, 1, 1))][1] == "cycles"
+    spans = crossrank.probed_samples([Launch(i, "k", None if i > 1 else 5.0) for i in range(5)],
+                                     {i: (100.0 + i, "cycles") for i in range(5)})
+    values, unit = spans[("k", (8, 1, 1), (64, 1, 1))]
+    assert unit == "cycles" and values.tolist() == [102.0, 103.0, 104.0]  # most launches: their spans
 
 
 def test_every_column_is_defined_in_the_spec(tmp_path):

@@ -78,7 +78,8 @@ def timeline_samples(timeline: np.ndarray) -> dict:
 
 def probed_samples(launches, spans: dict) -> dict:
     """(kernel, grid, block) -> (values, unit) of a rank's probed launches: measured duration (ns), else
-    the block_sched span (`spans`: launch index -> (span, unit)); a kernel whose launches mix units is left out."""
+    the block_sched span (`spans`: launch index -> (span, unit)). Where a kernel's launches give both,
+    the unit of most of them is kept (ns on a tie): launches are timed by sampling, the same on every rank."""
     groups: dict = {}
     for launch in launches:
         if launch.duration_ns:
@@ -90,9 +91,9 @@ def probed_samples(launches, spans: dict) -> dict:
         groups.setdefault((launch.kernel, tuple(launch.grid), tuple(launch.block)), []).append(value)
     out = {}
     for key, values in groups.items():
-        units = {u for _, u in values}
-        if len(units) == 1:
-            out[key] = (np.array([v for v, _ in values], dtype=float), units.pop())
+        units = Counter(u for _, u in values)
+        unit = max(units, key=lambda u: (units[u], u == "ns"))
+        out[key] = (np.array([v for v, u in values if u == unit], dtype=float), unit)
     return out
 
 
@@ -390,7 +391,8 @@ def analyze_job(job: list, reports: list, kind: str = "rank") -> CrossRank:
         notes.append(f"late arrivals need at least 2 {plural(kind)}")
     elif without:
         notes.append(f"late arrivals at collectives need timeline.bin on every {kind}: "
-                     + ", ".join(f"{kind} {r}" for r in without) + " has none")
+                     + ", ".join(f"{kind} {r}" for r in without) + (" has" if len(without) == 1 else " have")
+                     + " none")
     else:
         per_rank = {r: rank_collectives(t) for r, t in timelines.items()}
         if min(len(s) for s in per_rank.values()) == 0:
