@@ -235,3 +235,13 @@ def test_json_carries_the_cross_rank_numbers(tmp_path):
     late = {row["step"]: row for row in doc["late_arrivals"]["steps"]}
     assert late["step 3"]["late_rank"] == 1 and 2.7e6 < late["step 3"]["late_by_ns"] < 3.3e6
     assert late["(outside steps)"]["collectives"] == 1  # the barrier
+
+
+def test_a_bad_or_missing_timeline_is_named_and_the_rest_reported(tmp_path):
+    simulate(tmp_path / "job", 3)
+    (tmp_path / "job" / "rank1" / "timeline.bin").write_bytes(b"garbage-garbage-garbage")
+    (tmp_path / "job" / "rank2" / "timeline.bin").unlink()
+    out, err = report(tmp_path / "job")
+    assert "rank 1: context tables not used across ranks" in err and "timeline.bin" in err
+    assert "(late arrivals at collectives need timeline.bin on every rank: rank 1, rank 2 have none)" in out
+    assert "durations from probed launches" in out and "[late arrivals at collectives]" not in out
