@@ -1,0 +1,105 @@
+"""Reading timeline.bin (every kernel, copy and memset of a run; spec/trace-format.md,
+"Context tables") and telling which library a kernel came from by its name."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from neutrino.trace import TraceError
+
+MAGIC = b"NTTIMEL1"
+HEADER_BYTES = 16
+VERSION = 1
+KERNEL, MEMCPY, MEMSET = 1, 2, 3
+FLAG_PROBED, FLAG_GRAPH = 1, 2
+NO_NAME = 0xFFFFFFFF
+
+RECORD = np.dtype([
+    ("kind", "<u1"), ("copy_kind", "<u1"), ("flags", "<u2"), ("device", "<u4"), ("stream", "<u4"),
+    ("tid", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8"), ("correlation", "<u8"), ("bytes", "<u8"),
+    ("name_id", "<u4"), ("probe_launch", "<i4"), ("grid", "<u4", (3,)), ("block", "<u4", (3,)),
+])
+assert RECORD.itemsize == 80
+
+ORIGINS = ("cuBLAS", "cuDNN", "NCCL", "ATen", "Triton", "XLA", "CUTLASS", "other")
+
+# First match wins (spec/trace-format.md, "Kernel origins"). Names are matched as the driver
+# knows them: mangled C++ (`_ZN2at6native...`) or plain (Triton, XLA).
+_ORIGIN_RULES: tuple[tuple[str, re.Pattern], ...] = (
+    ("NCCL", re.compile(r"ncclDevKernel|ncclKernel")),
+    ("cuDNN", re.compile(r"cudnn|_fprop_|_dgrad_|_wgrad_|convolve_", re.IGNORECASE)),
+    ("cuBLAS", re.compile(r"cublas|^(sm\d+|ampere|volta|turing|hopper)_|xmma_gemm|gemv|gemmSN|gemmk1|nvjet|splitKreduce",
+                          re.IGNORECASE)),
+    ("ATen", re.compile(r"at::|at_cuda_detail|_ZN2at|at6native")),
+    ("CUTLASS", re.compile(r"cutlass", re.IGNORECASE)),
+    ("Triton", re.compile(r"^triton_|triton")),
+    ("XLA", re.compile(r"^(loop_|input_|wrapped_|fusion)|_fusion(_\d+)?$|^(gemm|reduce|convert|transpose)_fusion")),
+)
+
+
+def origin(name: str) -> str:
+    """The library a kernel name comes from: one of ORIGINS (`other` when no rule matches)."""
+    for label, pattern in _ORIGIN_RULES:
+        if pattern.search(name):
+            return label
+    return "other"
+
+
+def read_header(data: bytes, path: Path) -> int:
+    """The record size the header declares; TraceError naming the file when it is not a timeline."""
+    if len(data) < HEADER_BYTES or data[:8] != MAGIC:
+        raise TraceError(f"{path}: not a timeline (expected the 16-byte header starting {MAGIC!r})")
+    version = int.from_bytes(data[8:12], "little")
+    size = int.from_bytes(data[12:16], "little")
+    if version != VERSION:
+        raise TraceError(f"{path}: timeline version {version}, this reader knows {VERSION}")
+    if size < RECORD.itemsize:
+        raise TraceError(f"{path}: record size {size} is smaller than the {RECORD.itemsize} bytes of version 1")
+    return size
+
+
+def _records(path: Path) -> np.ndarray:
+    raw = np.fromfile(path, dtype=np.uint8)
+    size = read_header(raw[:HEADER_BYTES].tobytes(), path)
+    body = raw[HEADER_BYTES:]
+    n = len(body) // size  # a record cut short at the end (a crash) is ignored
+    rows = body[: n * size].reshape(n, size)[:, : RECORD.itemsize]
+    return np.ascontiguousarray(rows).view(RECORD).reshape(n)
+
+
+def read_names(run_dir: Path) -> list[str]:
+    path = Path(run_dir) / "timeline_names.txt"
+    if not path.exists():
+        return []
+    return path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
+
+
+def read_timeline(run_dir) -> np.ndarray:
+    """Every record of run_dir/timeline.bin with its kernel `name` ("" for copies and memsets),
+    ordered by start_ns. FileNotFoundError when the run has no timeline."""
+    run_dir = Path(run_dir)
+    recs = _records(run_dir / "timeline.bin")
+    names = read_names(run_dir)
+    dtype = np.dtype(RECORD.descr + [("name", object)])
+    out = np.empty(len(recs), dtype=dtype)
+    for field in RECORD.names:
+        out[field] = recs[field]
+    lookup = np.array(names + [""], dtype=object)
+    ids = recs["name_id"].astype(np.int64)
+    ids[(ids < 0) | (ids >= len(names))] = len(names)  # copies, memsets, a name line lost
+    out["name"] = lookup[ids]
+    return out[np.argsort(out["start_ns"], kind="stable")]
+
+
+def kernels_by_origin(timeline: np.ndarray) -> dict[str, int]:
+    """Kernel records per origin, most first (one origin() call per distinct name)."""
+    kernels = timeline[timeline["kind"] == KERNEL]
+    ids, first, counts = np.unique(kernels["name_id"], return_index=True, return_counts=True)
+    totals: dict[str, int] = {}
+    for i, n in zip(first, counts):
+        label = origin(kernels["name"][i])
+        totals[label] = totals.get(label, 0) + int(n)
+    return dict(sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))
