@@ -104,8 +104,34 @@ static _Atomic int recording;      /* our kinds are enabled and records are writ
 static _Atomic int multiplexing;   /* our buffer callbacks are the registered ones */
 static pthread_mutex_t tl_lock = PTHREAD_MUTEX_INITIALIZER;  /* buffers are converted under it */
 static int timeline_fd = -1, names_fd = -1;
-static uint64_t counts[8];         /* records, kernels, memcpys, memsets, probed, dropped, names, pending_late */
-enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID };
+/* records written, kernels, memcpys, memsets, probed kernels, records CUPTI dropped, distinct names,
+ * records without a thread, API records seen, our external-correlation records seen, records
+ * copied to the program's profiler, records it had no room for */
+#define N_COUNTS 12
+static uint64_t counts[N_COUNTS];
+enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
+       N_FORWARD_LOST };
+
+/* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
+ * MEMSET), `api` (API records of the launch and copy calls: the launching thread), `api_all`
+ * (every driver and runtime API record), `ext` (external correlation: probed launches flagged).
+ * Default: copies,api,ext. Measured costs in spec/runtime.md. */
+enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8 };
+static int level = L_COPIES | L_API | L_EXT;
+
+static void read_level(void) {
+    const char *s = getenv("NEUTRINO_TIMELINE_LEVEL");
+    if (!s) return;
+    static const struct { const char *word; int bit; } words[] = {
+        {"copies", L_COPIES}, {"api", L_API}, {"api_all", L_API_ALL}, {"ext", L_EXT}};
+    level = 0;
+    for (const char *p = s; *p;) {
+        size_t n = strcspn(p, ",");
+        for (unsigned i = 0; i < sizeof words / sizeof *words; i++)
+            if (n == strlen(words[i].word) && !strncmp(p, words[i].word, n)) level |= words[i].bit;
+        p += n + (p[n] == ',');
+    }
+}
 
 static struct { uint32_t corr, tid; } tid_of[1u << TID_BITS];
 static struct { uint32_t corr; uint64_t token; } token_of[1u << PROBE_BITS];
@@ -305,9 +331,11 @@ static void convert_buffer(uint8_t *buf, size_t valid) {
         while (api.next_record(buf, valid, &rec) == NT_CUPTI_SUCCESS) {
             int kind = (int)nt_rd32(rec, 0);
             if (pass == 0 && (kind == NT_ACT_DRIVER || kind == NT_ACT_RUNTIME)) {
+                counts[N_API]++;
                 note_tid(nt_rd32(rec, A_CORRELATION), nt_rd32(rec, A_THREAD));
             } else if (pass == 0 && kind == NT_ACT_EXTERNAL_CORRELATION) {
                 if (nt_rd32(rec, X_KIND) == NT_EXT_CORRELATION_KIND) {
+                    counts[N_EXT]++;
                     uint32_t corr = nt_rd32(rec, X_CORRELATION);
                     unsigned i = corr & ((1u << PROBE_BITS) - 1);
                     token_of[i].corr = corr;
@@ -332,7 +360,30 @@ static uint8_t their_unflushed[KINDS]; /* kinds the program enabled since its la
 static uint8_t our_kinds[KINDS];
 static pthread_mutex_t their_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Copy the records of kinds the program asked for into buffers it hands us, as CUPTI would. */
+/* The program's profiler gets its records in buffers it hands us, as CUPTI would give them. One of
+ * its buffers is held open from its first Disable (or first copied record) until its FlushAll:
+ * Kineto flushes only while it has a buffer out (spec/runtime.md, "Coexistence"). */
+static pthread_mutex_t fwd_lock = PTHREAD_MUTEX_INITIALIZER;  /* held while calling the program */
+static uint8_t *open_buf;
+static size_t open_size, open_used;
+
+static int open_their_buffer(nt_buffer_requested_t req) {
+    if (open_buf) return 1;
+    size_t max_records = 0;
+    open_size = open_used = 0;
+    req(&open_buf, &open_size, &max_records);
+    if (open_buf && open_size) return 1;
+    open_buf = NULL;
+    return 0;
+}
+
+static void complete_their_buffer(nt_buffer_completed_t done) {
+    if (!open_buf) return;
+    uint8_t *b = open_buf;
+    open_buf = NULL;
+    done(NULL, 0, b, open_size, open_used);
+}
+
 static void forward_to_program(uint8_t *buf, size_t valid) {
     pthread_mutex_lock(&their_lock);
     nt_buffer_requested_t req = their_requested;
@@ -341,8 +392,9 @@ static void forward_to_program(uint8_t *buf, size_t valid) {
     memcpy(wanted, their_unflushed, sizeof wanted);
     pthread_mutex_unlock(&their_lock);
     if (!req || !done) return;
-    uint8_t *dst = NULL, *rec = NULL, *next = NULL;
-    size_t size = 0, used = 0, max_records = 0;
+    uint64_t forwarded = 0, lost = 0;
+    pthread_mutex_lock(&fwd_lock);
+    uint8_t *rec = NULL, *next = NULL;
     int more = api.next_record(buf, valid, &rec) == NT_CUPTI_SUCCESS;
     while (more) {
         next = rec;
@@ -351,21 +403,22 @@ static void forward_to_program(uint8_t *buf, size_t valid) {
         uint32_t kind = nt_rd32(rec, 0);
         int ours = kind == NT_ACT_EXTERNAL_CORRELATION && nt_rd32(rec, X_KIND) == NT_EXT_CORRELATION_KIND;
         if (kind < KINDS && wanted[kind] && !ours) {
-            if (dst && used + len > size) {
-                done(NULL, 0, dst, size, used);
-                dst = NULL;
+            if (open_buf && open_used + len > open_size) complete_their_buffer(done);
+            if (open_their_buffer(req) && open_used + len <= open_size) {
+                memcpy(open_buf + open_used, rec, len);
+                open_used += len;
+                forwarded++;
+            } else {
+                lost++;
             }
-            if (!dst) {
-                req(&dst, &size, &max_records);
-                used = 0;
-                if (!dst || size < len) return;  /* the program gave no room: its records are lost */
-            }
-            memcpy(dst + used, rec, len);
-            used += len;
         }
         rec = next;
     }
-    if (dst) done(NULL, 0, dst, size, used);
+    pthread_mutex_unlock(&fwd_lock);
+    pthread_mutex_lock(&tl_lock);
+    counts[N_FORWARDED] += forwarded;
+    counts[N_FORWARD_LOST] += lost;
+    pthread_mutex_unlock(&tl_lock);
 }
 
 static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
@@ -427,15 +480,21 @@ unsigned neutrino_timeline_profiler_calls(uint64_t *out_triples, unsigned n) {
 
 /* ------------------------------------------------------------------ start, stop */
 
-static void enable_api_records(void) {
+static unsigned enable_api_records(void) {
     unsigned n = 0;
+    if (level & L_API_ALL) {
+        n += api.enable(NT_ACT_DRIVER) == NT_CUPTI_SUCCESS;
+        n += api.enable(NT_ACT_RUNTIME) == NT_CUPTI_SUCCESS;
+        return n;
+    }
+    if (!(level & L_API)) return 0;
     if (api.enable_driver_api)
         for (unsigned i = 0; i < sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS; i++)
             n += api.enable_driver_api(NT_DRIVER_CBIDS[i], 1) == NT_CUPTI_SUCCESS;
     if (api.enable_runtime_api)
         for (unsigned i = 0; i < sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS; i++)
             n += api.enable_runtime_api(NT_RUNTIME_CBIDS[i], 1) == NT_CUPTI_SUCCESS;
-    (void)n;
+    return n;
 }
 
 static int open_outputs(const char *run_dir) {
@@ -457,9 +516,9 @@ static void close_outputs(void) {
     timeline_fd = names_fd = -1;
 }
 
-static const struct { int kind; const char *name; int required; } OUR_KINDS[] = {
-    {NT_ACT_CONCURRENT_KERNEL, "concurrent_kernel", 1}, {NT_ACT_MEMCPY, "memcpy", 0},
-    {NT_ACT_MEMSET, "memset", 0}, {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0},
+static const struct { int kind; const char *name; int required, level; } OUR_KINDS[] = {
+    {NT_ACT_CONCURRENT_KERNEL, "concurrent_kernel", 1, 0}, {NT_ACT_MEMCPY, "memcpy", 0, L_COPIES},
+    {NT_ACT_MEMSET, "memset", 0, L_COPIES}, {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0, L_EXT},
 };
 
 /* Start recording into run_dir/timeline.bin. 0 on success; `info` gets tab-separated
@@ -487,7 +546,9 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
     atomic_store(&multiplexing, 1);
     int n = snprintf(info, info_len, "library\t%s\nversion\t%u\nkinds", where.dli_fname ? where.dli_fname : "?",
                      version);
+    read_level();
     for (unsigned i = 0; i < sizeof OUR_KINDS / sizeof *OUR_KINDS; i++) {
+        if (OUR_KINDS[i].level && !(level & OUR_KINDS[i].level)) continue;
         rc = api.enable(OUR_KINDS[i].kind);
         if (rc == NT_CUPTI_SUCCESS) our_kinds[OUR_KINDS[i].kind] = 1;
         else if (OUR_KINDS[i].required) {
@@ -497,7 +558,8 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
         }
         if (rc == NT_CUPTI_SUCCESS && n < info_len) n += snprintf(info + n, info_len - n, "\t%s", OUR_KINDS[i].name);
     }
-    enable_api_records();
+    unsigned api_cbids = enable_api_records();
+    if (n < info_len) n += snprintf(info + n, info_len - n, "\napi_records\t%u\nlevel\t%d", api_cbids, level);
     uint64_t cupti_ns = 0, before = realtime_ns();
     if (api.get_timestamp) api.get_timestamp(&cupti_ns);
     uint64_t after = realtime_ns();
@@ -508,18 +570,18 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
     return 0;
 }
 
-/* Flush CUPTI, write what is left, close the files; counts[] gets (records, kernels, memcpys,
- * memsets, probed kernels, records CUPTI dropped, distinct names, records without a thread). */
+/* Flush CUPTI, write what is left, close the files; out_counts[] gets the N_COUNTS counters (their
+ * order: the enum above; neutrino/runtime/cupti.py names them). */
 void neutrino_timeline_stop(uint64_t *out_counts, int n) {
     if (atomic_load(&recording)) {
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
         for (unsigned i = 0; i < sizeof OUR_KINDS / sizeof *OUR_KINDS; i++) {
             int kind = OUR_KINDS[i].kind;
             pthread_mutex_lock(&their_lock);
-            int theirs = their_enabled[kind];
+            int theirs = their_enabled[kind], ours = our_kinds[kind];
             our_kinds[kind] = 0;
             pthread_mutex_unlock(&their_lock);
-            if (!theirs) api.disable(kind);
+            if (ours && !theirs) api.disable(kind);
         }
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
         pthread_mutex_lock(&tl_lock);
@@ -530,7 +592,7 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
         pthread_mutex_unlock(&tl_lock);
     }
     pthread_mutex_lock(&tl_lock);
-    for (int i = 0; i < n && i < 8; i++) out_counts[i] = counts[i];
+    for (int i = 0; i < n && i < N_COUNTS; i++) out_counts[i] = counts[i];
     pthread_mutex_unlock(&tl_lock);
 }
 
@@ -605,6 +667,12 @@ CUptiResult cuptiActivityDisable(int kind) {
         pthread_mutex_unlock(&their_lock);
     }
     log_call(P_DISABLE, kind);
+    nt_buffer_requested_t req = their_requested;
+    if (atomic_load(&multiplexing) && req) {  /* the program is stopping: let it see a buffer out */
+        pthread_mutex_lock(&fwd_lock);
+        open_their_buffer(req);
+        pthread_mutex_unlock(&fwd_lock);
+    }
     if (keep) return NT_CUPTI_SUCCESS;  /* still ours: the program gets no more of them */
     CUptiResult (*fn)(int) = real_cupti("cuptiActivityDisable");
     CUptiResult rc = fn ? fn(kind) : 1;
@@ -615,6 +683,11 @@ CUptiResult cuptiActivityDisable(int kind) {
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     CUptiResult (*fn)(uint32_t) = real_cupti("cuptiActivityFlushAll");
     CUptiResult rc = fn ? fn(flag) : 1;
+    if (atomic_load(&multiplexing) && their_completed) {  /* what was copied is the program's now */
+        pthread_mutex_lock(&fwd_lock);
+        complete_their_buffer(their_completed);
+        pthread_mutex_unlock(&fwd_lock);
+    }
     pthread_mutex_lock(&their_lock);
     memcpy(their_unflushed, their_enabled, sizeof their_unflushed);
     pthread_mutex_unlock(&their_lock);

@@ -12,7 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifndef NT_WITH_REAL_CUPTI_HEADERS /* tests/fakecuda/cupti_offsets.c compares with the real ones */
 typedef int CUptiResult;  /* CUPTI_SUCCESS 0 */
+#endif
 #define NT_CUPTI_SUCCESS 0
 #define NT_CUPTI_ERROR_MAX_LIMIT_REACHED 12
 #define NT_CUPTI_ERROR_INVALID_KIND 19  /* not used to decide anything: for messages */

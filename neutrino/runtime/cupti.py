@@ -17,7 +17,8 @@ from pathlib import Path
 ENV_CUPTI = "NEUTRINO_CUPTI"
 TOOLKIT_GLOBS = ("/usr/local/cuda*/targets/x86_64-linux/lib/libcupti.so*", "/usr/local/cuda*/extras/CUPTI/lib64/libcupti.so*")
 WHEEL_DIRS = ("nvidia/cu13/lib", "nvidia/cuda_cupti/lib")
-COUNT_NAMES = ("records", "kernels", "memcpys", "memsets", "probed", "dropped", "names", "no_thread")
+COUNT_NAMES = ("records", "kernels", "memcpys", "memsets", "probed", "dropped", "names", "no_thread", "api_records",
+               "probe_correlations", "forwarded_to_program", "program_had_no_room")
 PROFILER_CALLS = {1: "register_callbacks", 2: "enable", 3: "disable", 4: "flush_all", 5: "finalize"}
 INFO_BYTES = 4096
 
@@ -128,7 +129,9 @@ def start(shim_lib, trace, enabled: bool = True) -> Timeline | None:
     trace.event("timeline", enabled=True, library=fields.get("library"), found=where,
                 version=int(fields.get("version", 0) or 0), kinds=fields.get("kinds", "").split(),
                 clock="CLOCK_REALTIME (CUPTI's default on Linux)",
-                clock_offset_ns=int(fields.get("clock_offset_ns", 0) or 0))
+                clock_offset_ns=int(fields.get("clock_offset_ns", 0) or 0),
+                api_cbids=int(fields.get("api_records", 0) or 0), level=os.environ.get("NEUTRINO_TIMELINE_LEVEL",
+                                                                                         "copies,api,ext"))
     return Timeline(shim_lib, trace.path, fields)
 
 
