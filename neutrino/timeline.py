@@ -33,10 +33,12 @@ _ORIGIN_RULES: tuple[tuple[str, re.Pattern], ...] = (
     ("cuDNN", re.compile(r"cudnn|_fprop_|_dgrad_|_wgrad_|convolve_", re.IGNORECASE)),
     ("cuBLAS", re.compile(r"cublas|^(sm\d+|ampere|volta|turing|hopper)_|xmma_gemm|gemv|gemmSN|gemmk1|nvjet|splitKreduce",
                           re.IGNORECASE)),
-    ("ATen", re.compile(r"at::|at_cuda_detail|_ZN2at|at6native")),
+    ("ATen", re.compile(r"at::|at_cuda_detail|_ZN2at|at6native|cunn_|_GLOBAL__N__\w*_(SoftMax|Softmax|Reduce|"
+                        r"Normalization|layer_norm_kernel|Loss|Dropout|Indexing|Sort|Embedding|Activation)\w*_cu")),
     ("CUTLASS", re.compile(r"cutlass", re.IGNORECASE)),
     ("Triton", re.compile(r"^triton_|triton")),
-    ("XLA", re.compile(r"^(loop_|input_|wrapped_|fusion)|_fusion(_\d+)?$|^(gemm|reduce|convert|transpose)_fusion")),
+    ("XLA", re.compile(r"^(loop_|input_|wrapped_|fusion)|_fusion(_\d+)?$|^(gemm|reduce|convert|transpose)_fusion|"
+                       r"stream_executor")),
 )
 
 
@@ -77,9 +79,13 @@ def read_names(run_dir: Path) -> list[str]:
     return path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
 
 
-def read_timeline(run_dir) -> np.ndarray:
+CLOCK_KERNEL = "__neutrino_globaltimer"  # neutrino.runtime.clock's calibration kernel
+
+
+def read_timeline(run_dir, *, own: bool = False) -> np.ndarray:
     """Every record of run_dir/timeline.bin with its kernel `name` ("" for copies and memsets),
-    ordered by start_ns. FileNotFoundError when the run has no timeline."""
+    ordered by start_ns; Neutrino's own clock-calibration kernel only with own=True.
+    FileNotFoundError when the run has no timeline."""
     run_dir = Path(run_dir)
     recs = _records(run_dir / "timeline.bin")
     names = read_names(run_dir)
@@ -91,7 +97,30 @@ def read_timeline(run_dir) -> np.ndarray:
     ids = recs["name_id"].astype(np.int64)
     ids[(ids < 0) | (ids >= len(names))] = len(names)  # copies, memsets, a name line lost
     out["name"] = lookup[ids]
+    if not own:
+        out = out[out["name"] != CLOCK_KERNEL]
     return out[np.argsort(out["start_ns"], kind="stable")]
+
+
+def globaltimer_offset(run_dir) -> int | None:
+    """Nanoseconds to add to a probe's %globaltimer value to put it on the timeline's clock: the
+    median over the run's calibrations (`timeline_clock` events, each paired with the CUPTI record
+    of the same launch) of CUPTI's mid-time minus the kernel's %globaltimer. None without one."""
+    import json
+
+    run_dir = Path(run_dir)
+    reads = []
+    for line in (run_dir / "event.log").read_text(errors="replace").splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if ev.get("event") == "timeline_clock" and ev.get("globaltimer_ns"):
+            reads.append(ev["globaltimer_ns"])
+    tl = read_timeline(run_dir, own=True)
+    recs = tl[tl["name"] == CLOCK_KERNEL]
+    offsets = [(int(r["start_ns"]) + int(r["end_ns"])) // 2 - (int(g[0]) + int(g[1])) // 2 for g, r in zip(reads, recs)]
+    return int(np.median(offsets)) if offsets else None
 
 
 def kernels_by_origin(timeline: np.ndarray) -> dict[str, int]:

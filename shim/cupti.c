@@ -15,7 +15,7 @@
  *   - probed launches: the launch paths wrap the probed kernel's launch in an external
  *     correlation id of ours (kind CUSTOM2, a token); the result writer maps the token to the
  *     launch's sequence number when the job is submitted (probe_launch = seq - 1).
- * A GPU record whose API record has not arrived yet waits (PENDING_AGE buffers) for it.
+ * A GPU record whose API record has not arrived yet waits for it (PENDING_NS, or until the stop).
  *
  * Coexistence (spec/runtime.md): CUPTI has one set of buffer callbacks per process. The shim
  * exports cuptiActivityRegisterCallbacks, cuptiActivityEnable/Disable, cuptiActivityFlushAll
@@ -37,7 +37,7 @@
 #include "cupti_abi.h"
 
 #define BUFFER_BYTES (4u << 20)
-#define PENDING_AGE 4          /* buffers a GPU record waits for its API record */
+#define PENDING_NS 2000000000ull /* how long a GPU record waits for its API record */
 #define PENDING_MAX (1u << 20)
 #define TID_BITS 18            /* correlation -> tid, direct-mapped by the id's low bits */
 #define PROBE_BITS 16          /* correlation -> token and token -> seq, likewise */
@@ -140,8 +140,9 @@ static pthread_mutex_t seq_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t next_token;
 static __thread uint64_t thread_token;  /* the probed launch this thread is submitting */
 
-typedef struct { nt_timeline_record rec; uint32_t age; } pending_t;
+typedef struct { nt_timeline_record rec; uint64_t held_ns; } pending_t;
 static pending_t *pending;
+static uint64_t realtime_ns(void);
 static size_t n_pending, cap_pending;
 
 static nt_timeline_record out[OUT_RECORDS];
@@ -273,15 +274,16 @@ static void hold(const nt_timeline_record *r) {
         pending = p;
         cap_pending = cap;
     }
-    pending[n_pending++] = (pending_t){*r, 0};
+    pending[n_pending++] = (pending_t){*r, realtime_ns()};
 }
 
 /* Records waiting for their API record: out once it came, or once they waited long enough. */
 static void release_pending(int all) {
     size_t kept = 0;
+    uint64_t now = n_pending ? realtime_ns() : 0;
     for (size_t i = 0; i < n_pending; i++) {
         pending_t *p = &pending[i];
-        if (all || find_tid((uint32_t)p->rec.correlation) || ++p->age >= PENDING_AGE) emit(&p->rec);
+        if (all || find_tid((uint32_t)p->rec.correlation) || now - p->held_ns > PENDING_NS) emit(&p->rec);
         else pending[kept++] = *p;
     }
     n_pending = kept;
@@ -480,20 +482,33 @@ unsigned neutrino_timeline_profiler_calls(uint64_t *out_triples, unsigned n) {
 
 /* ------------------------------------------------------------------ start, stop */
 
+static int listed(const uint32_t *list, unsigned n, uint32_t cbid) {
+    for (unsigned i = 0; i < n; i++)
+        if (list[i] == cbid) return 1;
+    return 0;
+}
+
+/* API records of the launch and copy calls only: DRIVER and RUNTIME on, then every other callback
+ * id off (cuptiActivityEnableDriverApi/RuntimeApi; enabling single ids alone gave no records with
+ * CUPTI 13.0 on the H100). Returns the ids left on. */
 static unsigned enable_api_records(void) {
+    if (!(level & (L_API | L_API_ALL))) return 0;
     unsigned n = 0;
-    if (level & L_API_ALL) {
-        n += api.enable(NT_ACT_DRIVER) == NT_CUPTI_SUCCESS;
-        n += api.enable(NT_ACT_RUNTIME) == NT_CUPTI_SUCCESS;
-        return n;
+    static const struct { int kind; const uint32_t *ids; unsigned n_ids, size; } sets[] = {
+        {NT_ACT_DRIVER, NT_DRIVER_CBIDS, sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS, NT_DRIVER_CBID_SIZE},
+        {NT_ACT_RUNTIME, NT_RUNTIME_CBIDS, sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS, NT_RUNTIME_CBID_SIZE},
+    };
+    for (unsigned s = 0; s < 2; s++) {
+        if (api.enable(sets[s].kind) != NT_CUPTI_SUCCESS) continue;
+        our_kinds[sets[s].kind] = 1;
+        CUptiResult (*select)(uint32_t, uint8_t) = s == 0 ? api.enable_driver_api : api.enable_runtime_api;
+        if (!select || (level & L_API_ALL)) { n += sets[s].size; continue; }
+        for (uint32_t id = 1; id < sets[s].size; id++) {
+            int on = listed(sets[s].ids, sets[s].n_ids, id);
+            if (!on) select(id, 0);
+            n += on;
+        }
     }
-    if (!(level & L_API)) return 0;
-    if (api.enable_driver_api)
-        for (unsigned i = 0; i < sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS; i++)
-            n += api.enable_driver_api(NT_DRIVER_CBIDS[i], 1) == NT_CUPTI_SUCCESS;
-    if (api.enable_runtime_api)
-        for (unsigned i = 0; i < sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS; i++)
-            n += api.enable_runtime_api(NT_RUNTIME_CBIDS[i], 1) == NT_CUPTI_SUCCESS;
     return n;
 }
 
@@ -575,8 +590,7 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
 void neutrino_timeline_stop(uint64_t *out_counts, int n) {
     if (atomic_load(&recording)) {
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
-        for (unsigned i = 0; i < sizeof OUR_KINDS / sizeof *OUR_KINDS; i++) {
-            int kind = OUR_KINDS[i].kind;
+        for (int kind = 0; kind < KINDS; kind++) {
             pthread_mutex_lock(&their_lock);
             int theirs = their_enabled[kind], ours = our_kinds[kind];
             our_kinds[kind] = 0;
@@ -673,6 +687,7 @@ CUptiResult cuptiActivityDisable(int kind) {
         open_their_buffer(req);
         pthread_mutex_unlock(&fwd_lock);
     }
+    if (keep && (kind == NT_ACT_DRIVER || kind == NT_ACT_RUNTIME)) enable_api_records(); /* its Enable undid our selection */
     if (keep) return NT_CUPTI_SUCCESS;  /* still ours: the program gets no more of them */
     CUptiResult (*fn)(int) = real_cupti("cuptiActivityDisable");
     CUptiResult rc = fn ? fn(kind) : 1;

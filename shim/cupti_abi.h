@@ -82,6 +82,8 @@ static const uint32_t NT_DRIVER_CBIDS[] = {
     277, /* cuMemcpyHtoDAsync_v2 */ 278, /* cuMemcpyDtoH_v2 */ 279, /* cuMemcpyDtoHAsync_v2 */
     281, /* cuMemcpyDtoDAsync_v2 */ 216, /* cuMemsetD8Async */ 220, /* cuMemsetD32Async */
 };
+#define NT_DRIVER_CBID_SIZE 807   /* CUPTI_DRIVER_TRACE_CBID_SIZE */
+#define NT_RUNTIME_CBID_SIZE 523  /* CUPTI_RUNTIME_TRACE_CBID_SIZE */
 static const uint32_t NT_RUNTIME_CBIDS[] = {
     211, /* cudaLaunchKernel_v7000 */ 214, /* cudaLaunchKernel_ptsz_v7000 */
     430, /* cudaLaunchKernelExC_v11060 */ 431, /* ..._ptsz */ 269, /* cudaLaunchCooperativeKernel_v9000 */

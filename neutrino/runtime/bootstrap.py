@@ -163,6 +163,10 @@ def _start_timeline(rt, shim, opts, trace) -> None:
 
     try:
         rt.timeline = cupti.start(shim.lib, trace, getattr(opts, "timeline", True))
+        if rt.timeline is not None:
+            from neutrino.runtime.clock import calibrate
+
+            calibrate(rt.drv, trace, "start")
     except Exception as e:  # noqa: BLE001 - the timeline is context, never a reason to fail
         trace.event("timeline", enabled=False, reason=f"{type(e).__name__}: {e}")
 

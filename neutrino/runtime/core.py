@@ -440,6 +440,9 @@ class Runtime:
         """Flush CUPTI and close timeline.bin (after the writer: probed launches are numbered by then)."""
         if self.timeline is None:
             return
+        from neutrino.runtime.clock import calibrate
+
+        calibrate(self.drv, self.trace, "stop")
         try:
             self.timeline_summary = self.timeline.stop(self.trace)
         except Exception as e:  # noqa: BLE001 - the results are written; the timeline is context

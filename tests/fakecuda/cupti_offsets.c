@@ -37,5 +37,7 @@ int main(void) {
     printf("%-16s %4d %4d\n", "CBID_LAUNCH", 307, (int)CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
     printf("%-16s %4d %4d\n", "CBID_LAUNCH_EX", 652, (int)CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx);
     printf("%-16s %4d %4d\n", "RT_LAUNCH", 211, (int)CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
+    printf("%-16s %4d %4d\n", "DRIVER_CBIDS", NT_DRIVER_CBID_SIZE, (int)CUPTI_DRIVER_TRACE_CBID_SIZE);
+    printf("%-16s %4d %4d\n", "RUNTIME_CBIDS", NT_RUNTIME_CBID_SIZE, (int)CUPTI_RUNTIME_TRACE_CBID_SIZE);
     return 0;
 }

@@ -3,8 +3,9 @@
  * The fake driver (fakecuda.c) reports each launch, copy and memset here (fakecupti_kernel,
  * fakecupti_copy). Each gets a correlation id; with the kinds enabled, this library makes the
  * records CUPTI 13 would, laid out at the offsets of shim/cupti_abi.h: a DRIVER API record
- * (cuLaunchKernel's cbid, the Linux tid) when that cbid is enabled, an EXTERNAL_CORRELATION
- * record for each id pushed on the launching thread, and the GPU record. GPU records and API
+ * (cuLaunchKernel's cbid, the Linux tid) when that cbid is enabled, preceded by an
+ * EXTERNAL_CORRELATION record for each id pushed on the launching thread (as CUPTI does), and
+ * the GPU record. GPU records and API
  * records sit in two queues, and a flush delivers the GPU queue first: the shim must join
  * records whose API record comes in a later buffer, as real CUPTI's per-thread buffers do.
  *
@@ -68,19 +69,20 @@ static size_t record_size(uint32_t kind) {
 /* API-side records of one call: its API record and the external ids pushed on this thread. */
 static uint32_t api_call(uint32_t cbid) {
     uint32_t corr = ++next_corr;
-    if (cbid < 1024 && driver_cbids[cbid]) {
-        uint8_t *a = append(&api_q, API_SIZE);
-        nt_wr32(a, 0, NT_ACT_DRIVER);
-        nt_wr32(a, A_CBID, cbid);
-        nt_wr32(a, A_THREAD, (uint32_t)syscall(SYS_gettid));
-        nt_wr32(a, A_CORRELATION, corr);
-    }
-    for (int i = 0; enabled[NT_ACT_EXTERNAL_CORRELATION] && i < ext_depth; i++) {
+    int on = cbid < 1024 && (driver_cbids[cbid] == 1 || (enabled[NT_ACT_DRIVER] && driver_cbids[cbid] != 2));
+    for (int i = 0; on && enabled[NT_ACT_EXTERNAL_CORRELATION] && i < ext_depth; i++) {  /* before its API record */
         uint8_t *x = append(&api_q, EXTCORR_SIZE);
         nt_wr32(x, 0, NT_ACT_EXTERNAL_CORRELATION);
         nt_wr32(x, X_KIND, NT_EXT_CORRELATION_KIND);
         nt_wr64(x, X_ID, ext_stack[i]);
         nt_wr32(x, X_CORRELATION, corr);
+    }
+    if (on) {
+        uint8_t *a = append(&api_q, API_SIZE);
+        nt_wr32(a, 0, NT_ACT_DRIVER);
+        nt_wr32(a, A_CBID, cbid);
+        nt_wr32(a, A_THREAD, (uint32_t)syscall(SYS_gettid));
+        nt_wr32(a, A_CORRELATION, corr);
     }
     return corr;
 }
@@ -128,7 +130,7 @@ void fakecupti_copy(int kind, int copy_kind, uint64_t bytes) {
 /* Hand the queue to the registered callbacks in buffers of at most FAKECUPTI_BUFFER bytes. */
 static void deliver(queue *q) {
     const char *limit_env = getenv("FAKECUPTI_BUFFER");
-    size_t limit = limit_env ? strtoull(limit_env, NULL, 10) : SIZE_MAX;
+    size_t limit = limit_env && *limit_env ? strtoull(limit_env, NULL, 10) : SIZE_MAX;
     size_t pos = 0;
     while (pos < q->len && requested && completed) {
         uint8_t *buf = NULL;
@@ -155,9 +157,15 @@ CUptiResult cuptiActivityRegisterCallbacks(nt_buffer_requested_t r, nt_buffer_co
     completed = c;
     return 0;
 }
-CUptiResult cuptiActivityEnable(int kind) { if (kind < 0 || kind >= 64) return 19; enabled[kind] = 1; return 0; }
+CUptiResult cuptiActivityEnable(int kind) {
+    if (kind < 0 || kind >= 64) return 19;
+    enabled[kind] = 1;
+    if (kind == NT_ACT_DRIVER) memset(driver_cbids, 0, sizeof driver_cbids);  /* the kind overrides single ids */
+    return 0;
+}
 CUptiResult cuptiActivityDisable(int kind) { if (kind < 0 || kind >= 64) return 19; enabled[kind] = 0; return 0; }
-CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t on) { if (cbid < 1024) driver_cbids[cbid] = on; return 0; }
+/* 1 on, 2 off, 0 as the DRIVER kind says */
+CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t on) { if (cbid < 1024) driver_cbids[cbid] = on ? 1 : 2; return 0; }
 CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t on) { (void)cbid; (void)on; return 0; }
 CUptiResult cuptiSetThreadIdType(int type) { (void)type; return 0; }
 CUptiResult cuptiGetTimestamp(uint64_t *t) { *t = now_ns(); return 0; }

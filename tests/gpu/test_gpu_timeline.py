@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpuutil import WORKLOADS, base_env, gpu, run_plain, run_probed
-from neutrino.timeline import FLAG_PROBED, KERNEL, kernels_by_origin, read_timeline
+from neutrino.timeline import FLAG_PROBED, KERNEL, globaltimer_offset, kernels_by_origin, read_timeline
 
 pytestmark = gpu
 
@@ -145,11 +145,14 @@ def test_probe_globaltimer_inside_cupti_interval(tmp_path):
     r, trace = run_probed(str(probe), [sys.executable, str(WORKLOADS / "w_triton.py"), str(tmp_path / "o.npz"), "3"],
                           tmp_path / "tr", env)
     kernels = _kernels(trace.path)
+    offset = globaltimer_offset(trace.path)
+    assert offset is not None, _events(trace.path, "timeline_clock")
     early, late = [], []
     for la, k in _match_launches(trace.launches, kernels):
         v = la.maps["gt"].valid()
-        early.append(int(k["start_ns"]) - int(v["t0"].min()))  # > 0: a warp started before the kernel
-        late.append(int(v["t1"].max()) - int(k["end_ns"]))     # > 0: a warp ended after the kernel
-    print(f"\nclock skew over {len(early)} launches: warp start before kernel start max {max(early)} ns "
+        early.append(int(k["start_ns"]) - (int(v["t0"].min()) + offset))  # > 0: a warp started before the kernel
+        late.append(int(v["t1"].max()) + offset - int(k["end_ns"]))     # > 0: a warp ended after the kernel
+    print(f"\n%globaltimer + {offset} ns = CUPTI time (calibrations {_events(trace.path, 'timeline_clock')}); "
+          f"over {len(early)} launches: warp start before kernel start max {max(early)} ns "
           f"(median {int(np.median(early))}), warp end after kernel end max {max(late)} ns (median {int(np.median(late))})")
     assert max(early) <= 1000 and max(late) <= 1000
