@@ -102,10 +102,10 @@ def read_timeline(run_dir, *, own: bool = False) -> np.ndarray:
     return out[np.argsort(out["start_ns"], kind="stable")]
 
 
-def globaltimer_offset(run_dir) -> int | None:
-    """Nanoseconds to add to a probe's %globaltimer value to put it on the timeline's clock: the
-    median over the run's calibrations (`timeline_clock` events, each paired with the CUPTI record
-    of the same launch) of CUPTI's mid-time minus the kernel's %globaltimer. None without one."""
+def clock_calibrations(run_dir) -> list[tuple[int, int]]:
+    """(%globaltimer, CUPTI time) pairs of the run's calibration launches (neutrino.runtime.clock):
+    each `timeline_clock` event's reads paired, in order, with the CUPTI record of that launch
+    (mid-times of both)."""
     import json
 
     run_dir = Path(run_dir)
@@ -119,8 +119,27 @@ def globaltimer_offset(run_dir) -> int | None:
             reads.append(ev["globaltimer_ns"])
     tl = read_timeline(run_dir, own=True)
     recs = tl[tl["name"] == CLOCK_KERNEL]
-    offsets = [(int(r["start_ns"]) + int(r["end_ns"])) // 2 - (int(g[0]) + int(g[1])) // 2 for g, r in zip(reads, recs)]
-    return int(np.median(offsets)) if offsets else None
+    return [((int(g[0]) + int(g[1])) // 2, (int(r["start_ns"]) + int(r["end_ns"])) // 2) for g, r in zip(reads, recs)]
+
+
+def globaltimer_offset(run_dir) -> int | None:
+    """Nanoseconds to add to a %globaltimer value to put it on the timeline's clock: the median
+    over the run's calibrations. None without one. globaltimer_to_ns() follows the drift."""
+    pairs = clock_calibrations(run_dir)
+    return int(np.median([cupti - gt for gt, cupti in pairs])) if pairs else None
+
+
+def globaltimer_to_ns(values, run_dir) -> np.ndarray:
+    """%globaltimer values on the timeline's clock: the offset interpolated linearly between the
+    calibrations at timeline start and stop (the GPU timer drifts from CLOCK_REALTIME by ppm), held
+    constant outside them. ValueError without a calibration."""
+    pairs = sorted(clock_calibrations(run_dir))
+    if not pairs:
+        raise ValueError(f"{run_dir}: no clock calibration (timeline_clock events) in this run")
+    gts = np.array([gt for gt, _ in pairs], dtype=np.float64)
+    offsets = np.array([cupti - gt for gt, cupti in pairs], dtype=np.float64)
+    v = np.asarray(values, dtype=np.int64)
+    return v + np.rint(np.interp(v.astype(np.float64), gts, offsets)).astype(np.int64)
 
 
 def kernels_by_origin(timeline: np.ndarray) -> dict[str, int]:

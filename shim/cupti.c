@@ -40,7 +40,7 @@
 #define PENDING_NS 2000000000ull /* how long a GPU record waits for its API record */
 #define PENDING_MAX (1u << 20)
 #define TID_BITS 18            /* correlation -> tid, direct-mapped by the id's low bits */
-#define PROBE_BITS 16          /* correlation -> token and token -> seq, likewise */
+#define PROBE_BITS 18          /* correlation -> token and token -> seq, likewise */
 #define OUT_RECORDS 1024
 
 /* ------------------------------------------------------------------ the library */
@@ -512,8 +512,11 @@ static unsigned enable_api_records(void) {
     return n;
 }
 
+static char run_dir_kept[4096];
+
 static int open_outputs(const char *run_dir) {
-    char path[4096];
+    char path[4096 + 32];
+    snprintf(run_dir_kept, sizeof run_dir_kept, "%s", run_dir);
     snprintf(path, sizeof path, "%s/timeline.bin", run_dir);
     timeline_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     snprintf(path, sizeof path, "%s/timeline_names.txt", run_dir);
@@ -523,6 +526,38 @@ static int open_outputs(const char *run_dir) {
     nt_wr32(header, 8, 1);
     nt_wr32(header, 12, sizeof(nt_timeline_record));
     return write(timeline_fd, header, sizeof header) == (ssize_t)sizeof header ? 0 : -1;
+}
+
+/* External-correlation records can come after their kernel's record was written (CUPTI buffers
+ * them apart): at stop, kernel records not flagged yet whose correlation is a probed launch's get
+ * their flag and probe_launch in place. One pass over the file. */
+static void mark_late_probed(const char *run_dir) {
+    char path[4096 + 32];
+    snprintf(path, sizeof path, "%s/timeline.bin", run_dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return;
+    enum { CHUNK = 4096 };
+    static nt_timeline_record chunk[CHUNK];
+    off_t at = 16;
+    for (;;) {
+        ssize_t got = pread(fd, chunk, sizeof chunk, at);
+        if (got < (ssize_t)sizeof *chunk) break;
+        size_t n = (size_t)got / sizeof *chunk;
+        int changed = 0;
+        for (size_t i = 0; i < n; i++) {
+            nt_timeline_record *r = &chunk[i];
+            if (r->kind != 1 || (r->flags & 1)) continue;
+            uint64_t token = find_token((uint32_t)r->correlation);
+            if (!token) continue;
+            r->flags |= 1;
+            r->probe_launch = probe_launch_of(token);
+            counts[N_PROBED]++;
+            changed = 1;
+        }
+        if (changed && pwrite(fd, chunk, n * sizeof *chunk, at) != (ssize_t)(n * sizeof *chunk)) break;
+        at += (off_t)(n * sizeof *chunk);
+    }
+    close(fd);
 }
 
 static void close_outputs(void) {
@@ -602,6 +637,7 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
         release_pending(1);
         flush_out();
         close_outputs();
+        mark_late_probed(run_dir_kept);
         atomic_store(&recording, 0);
         pthread_mutex_unlock(&tl_lock);
     }

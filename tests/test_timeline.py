@@ -20,7 +20,7 @@ from neutrino.runtime.cupti import find_cupti, parse_info
 from neutrino.runtime.launcher import run_main
 from neutrino.runtime.report import launches_phrase
 from neutrino.timeline import (CLOCK_KERNEL, FLAG_GRAPH, FLAG_PROBED, MAGIC, RECORD, TraceError, globaltimer_offset,
-                               kernels_by_origin, origin, read_timeline)
+                               globaltimer_to_ns, kernels_by_origin, origin, read_timeline)
 
 HERE = Path(__file__).parent
 FAKE = HERE / "fakecuda"
@@ -102,6 +102,9 @@ def test_reader_hides_the_calibration_kernel_and_gives_the_offset(tmp_path):
     assert len(read_timeline(tmp_path, own=True)) == 3
     # mid-times: 1_001_000 - 600 and 9_001_000 - 8_001_000: the median of the two
     assert globaltimer_offset(tmp_path) == (1_000_400 + 1_000_000) // 2
+    # between the calibrations the offset moves linearly (the GPU timer's drift), outside it holds
+    assert globaltimer_to_ns([600, 4_000_800, 8_001_000, 9_000_000], tmp_path).tolist() == [
+        1_001_000, 5_001_000, 9_001_000, 10_000_000]
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -209,9 +212,12 @@ def _one(events, kind):
     return found[0]
 
 
-def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes):
+@pytest.mark.parametrize("ext_late", ["", "1"])
+def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, ext_late):
+    """Small buffers: API records come after their kernels; with FAKECUPTI_EXT_LATE the external
+    correlations come after everything (the kernels are flagged when the timeline stops)."""
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"],
-                       env={"FAKECUPTI_BUFFER": "300"})  # small buffers: API records come after their kernels
+                       env={"FAKECUPTI_BUFFER": "300", "FAKECUPTI_EXT_LATE": ext_late})
     start = _one(events, "timeline")
     assert start["enabled"] and start["version"] == 130001 and start["library"] == str(fakes / "libcupti.so.13")
     assert set(start["kinds"]) == {"concurrent_kernel", "memcpy", "memset", "external_correlation"}

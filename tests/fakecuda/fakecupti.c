@@ -33,7 +33,7 @@ static __thread uint64_t ext_stack[16];
 static __thread int ext_depth;
 
 typedef struct { uint8_t *data; size_t len, cap; } queue;
-static queue gpu_q, api_q;
+static queue gpu_q, api_q, ext_q;  /* ext_q: FAKECUPTI_EXT_LATE=1 delivers them after everything */
 static int drop_reported;
 
 static uint64_t now_ns(void) {
@@ -71,7 +71,7 @@ static uint32_t api_call(uint32_t cbid) {
     uint32_t corr = ++next_corr;
     int on = cbid < 1024 && (driver_cbids[cbid] == 1 || (enabled[NT_ACT_DRIVER] && driver_cbids[cbid] != 2));
     for (int i = 0; on && enabled[NT_ACT_EXTERNAL_CORRELATION] && i < ext_depth; i++) {  /* before its API record */
-        uint8_t *x = append(&api_q, EXTCORR_SIZE);
+        uint8_t *x = append(getenv("FAKECUPTI_EXT_LATE") ? &ext_q : &api_q, EXTCORR_SIZE);
         nt_wr32(x, 0, NT_ACT_EXTERNAL_CORRELATION);
         nt_wr32(x, X_KIND, NT_EXT_CORRELATION_KIND);
         nt_wr64(x, X_ID, ext_stack[i]);
@@ -174,14 +174,15 @@ CUptiResult cuptiFinalize(void) { return 0; }
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     (void)flag;
     pthread_mutex_lock(&lock);
-    queue gpu = gpu_q, apis = api_q;  /* delivered outside the lock: the callbacks may launch */
-    gpu_q = (queue){0};
-    api_q = (queue){0};
+    queue gpu = gpu_q, apis = api_q, ext = ext_q;  /* delivered outside the lock: the callbacks may launch */
+    gpu_q = api_q = ext_q = (queue){0};
     pthread_mutex_unlock(&lock);
     deliver(&gpu);
     deliver(&apis);
+    deliver(&ext);
     free(gpu.data);
     free(apis.data);
+    free(ext.data);
     return 0;
 }
 

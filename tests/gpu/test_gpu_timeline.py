@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from gpuutil import WORKLOADS, base_env, gpu, run_plain, run_probed
-from neutrino.timeline import FLAG_PROBED, KERNEL, globaltimer_offset, kernels_by_origin, read_timeline
+from neutrino.timeline import (FLAG_PROBED, KERNEL, clock_calibrations, globaltimer_offset, globaltimer_to_ns,
+                               kernels_by_origin, read_timeline)
 
 pytestmark = gpu
 
@@ -112,6 +113,12 @@ def test_torch_compile_step_probed_triton_flagged(tmp_path):
           f"counts {_events(trace.path, 'timeline_counts')}; start {_events(trace.path, 'timeline')}")
     print([line for line in r.stderr.splitlines() if "kernel launch" in line])
     assert origins.get("Triton", 0) > 0 and (origins.get("cuBLAS", 0) + origins.get("ATen", 0)) > 0, origins
+    missing = sorted({la.index for la in trace.launches} - set(probed["probe_launch"].tolist()))
+    unflagged = kernels[(kernels["flags"] & FLAG_PROBED) == 0]
+    unflagged = unflagged[[n.startswith("triton_") for n in unflagged["name"]]]
+    by_index = {la.index: la for la in trace.launches}
+    print(f"probe_launch missing {len(missing)}: {[(i, by_index[i].kernel[:40], by_index[i].event) for i in missing[:6]]}")
+    print(f"unflagged Triton records: {[(r['name'][:40], int(r['correlation']), int(r['tid'])) for r in unflagged[:6]]}")
     assert len(probed) == len(trace.launches)
     assert sorted(probed["probe_launch"].tolist()) == sorted(la.index for la in trace.launches)
     assert all(n.startswith("triton_") for n in probed["name"])
@@ -147,12 +154,15 @@ def test_probe_globaltimer_inside_cupti_interval(tmp_path):
     kernels = _kernels(trace.path)
     offset = globaltimer_offset(trace.path)
     assert offset is not None, _events(trace.path, "timeline_clock")
-    early, late = [], []
+    early, late, raw = [], [], []
     for la, k in _match_launches(trace.launches, kernels):
         v = la.maps["gt"].valid()
-        early.append(int(k["start_ns"]) - (int(v["t0"].min()) + offset))  # > 0: a warp started before the kernel
-        late.append(int(v["t1"].max()) + offset - int(k["end_ns"]))     # > 0: a warp ended after the kernel
-    print(f"\n%globaltimer + {offset} ns = CUPTI time (calibrations {_events(trace.path, 'timeline_clock')}); "
+        t0, t1 = globaltimer_to_ns([int(v["t0"].min()), int(v["t1"].max())], trace.path)
+        early.append(int(k["start_ns"]) - int(t0))  # > 0: a warp started before the kernel
+        late.append(int(t1) - int(k["end_ns"]))     # > 0: a warp ended after the kernel
+        raw.append(int(k["start_ns"]) - (int(v["t0"].min()) + offset))
+    print(f"\nmedian offset {offset} ns, calibrations (globaltimer, cupti) {clock_calibrations(trace.path)}; with one "
+          f"offset: warp start before kernel start max {max(raw)} ns; interpolated: "
           f"over {len(early)} launches: warp start before kernel start max {max(early)} ns "
           f"(median {int(np.median(early))}), warp end after kernel end max {max(late)} ns (median {int(np.median(late))})")
     assert max(early) <= 1000 and max(late) <= 1000
