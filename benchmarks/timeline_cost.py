@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "timeline_workload.py"
 CONFIGS = {"plain": None, "probed, no timeline": ["--no-timeline"], "probed + timeline": []}
 # --levels: the timeline with only some of what it enables (NEUTRINO_TIMELINE_LEVEL, shim/cupti.c)
-LEVELS = {"kernels only": "none", "+ copies": "copies", "+ copies, api": "copies,api", "+ api_all": "copies,api_all,ext"}
+LEVELS = {"kernels only": "none", "without ext": "copies,api"}
 
 
 def run(config: list[str] | None, mode: str, steps: int, env: dict, tracedir: str, level: str | None = None) -> list[float]:
