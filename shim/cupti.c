@@ -115,9 +115,9 @@ enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N
 /* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
  * MEMSET), `api` (API records of the launch and copy calls: the launching thread), `api_all`
  * (every driver and runtime API record), `ext` (external correlation: probed launches flagged).
- * Default: copies,api,ext. Measured costs in spec/runtime.md. */
+ * Default: copies (API records cost the most: spec/runtime.md, "Timeline"). */
 enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8 };
-static int level = L_COPIES | L_API | L_EXT;
+static int level = L_COPIES;
 
 static void read_level(void) {
     const char *s = getenv("NEUTRINO_TIMELINE_LEVEL");
@@ -258,7 +258,7 @@ static void emit(nt_timeline_record *r) {
 }
 
 static void hold(const nt_timeline_record *r) {
-    if (find_tid((uint32_t)r->correlation) || !r->correlation) {
+    if (!(level & (L_API | L_API_ALL)) || find_tid((uint32_t)r->correlation) || !r->correlation) {
         nt_timeline_record c = *r;
         emit(&c);
         return;

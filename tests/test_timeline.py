@@ -212,28 +212,36 @@ def _one(events, kind):
     return found[0]
 
 
-@pytest.mark.parametrize("ext_late", ["", "1"])
-def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, ext_late):
+@pytest.mark.parametrize("level, ext_late", [("copies,api,ext", ""), ("copies,api,ext", "1"), (None, "")])
+def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level, ext_late):
     """Small buffers: API records come after their kernels; with FAKECUPTI_EXT_LATE the external
-    correlations come after everything (the kernels are flagged when the timeline stops)."""
-    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"],
-                       env={"FAKECUPTI_BUFFER": "300", "FAKECUPTI_EXT_LATE": ext_late})
+    correlations come after everything (the kernels are flagged when the timeline stops). At the
+    default level (no API records) probed launches are joined by order at the stop."""
+    env = {"FAKECUPTI_BUFFER": "300", "FAKECUPTI_EXT_LATE": ext_late}
+    if level:
+        env["NEUTRINO_TIMELINE_LEVEL"] = level
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"], env=env)
     start = _one(events, "timeline")
     assert start["enabled"] and start["version"] == 130001 and start["library"] == str(fakes / "libcupti.so.13")
-    assert set(start["kinds"]) == {"concurrent_kernel", "memcpy", "memset", "external_correlation"}
+    full = {"concurrent_kernel", "memcpy", "memset", "external_correlation"}
+    assert set(start["kinds"]) == (full if level else full - {"external_correlation"})
     tl = read_timeline(run)
     kernels = tl[tl["kind"] == 1]
     assert kernels["name"].tolist() == ["saxpy4"] * 5
     assert (kernels["flags"] & FLAG_PROBED).all() and sorted(kernels["probe_launch"].tolist()) == [0, 1, 2, 3, 4]
-    assert (kernels["tid"] == int(_one(events, "start")["pid"])).all()  # launched by the app's main thread
+    if level:  # API records: launched by the app's main thread
+        assert (kernels["tid"] == int(_one(events, "start")["pid"])).all()
+    else:
+        assert (kernels["tid"] == 0).all()
     assert [tuple(g) for g in kernels["grid"]] == [(4, 1, 1)] * 5 and [tuple(b) for b in kernels["block"]] == [(64, 1, 1)] * 5
     assert (kernels["end_ns"] - kernels["start_ns"] == 1000).all()
     copies = tl[tl["kind"] != 1]
     assert len(copies) and set(copies["kind"]) <= {2, 3} and (copies["name_id"] == 0xFFFFFFFF).all()
     counts = _one(events, "timeline_counts")
-    assert counts["kernels"] == 5 and counts["probed"] == 5 and counts["by_origin"] == {"other": 5}
+    assert counts["kernels"] == 5 and counts["by_origin"] == {"other": 5} and counts["kernels_flagged_probed"] == 5
+    assert (counts["probed"], counts["probed_by_order"]) == ((5, 0) if level else (0, 5))
     assert counts["records"] == len(read_timeline(run, own=True)) == len(tl) + 2  # the clock calibrations
-    assert counts["no_thread"] == 0
+    assert counts["no_thread"] == (0 if level else counts["records"])
 
 
 def test_program_profiler_keeps_its_records(tmp_path, fakes):
@@ -267,3 +275,16 @@ def test_exit_line_counts_launches_and_kernels_apart(tmp_path, fakes, capfd):
     _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "3"])
     line = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("neutrino: ") and "seen" in ln][-1]
     assert line.startswith("neutrino: 3 kernel launch(es) ran (other 3), 3 probed; 1 kernel(s) seen, 1 probed; "), line
+
+
+def test_order_join_with_some_launches_unprobed(tmp_path, fakes):
+    """--launches 1:3 probes launches 1 and 2 of 5: at the default level the join pairs each
+    probed launch with the record of its kernel_launch; the others stay unflagged."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"],
+                       "--launches", "1:3")
+    tl = read_timeline(run)
+    kernels = tl[tl["kind"] == 1]
+    order = np.argsort(kernels["correlation"])
+    flags = (kernels["flags"][order] & FLAG_PROBED).tolist()
+    assert flags == [0, 1, 1, 0, 0]
+    assert kernels["probe_launch"][order].tolist() == [-1, 0, 1, -1, -1]

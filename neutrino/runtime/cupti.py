@@ -21,6 +21,7 @@ COUNT_NAMES = ("records", "kernels", "memcpys", "memsets", "probed", "dropped", 
                "probe_correlations", "forwarded_to_program", "program_had_no_room")
 PROFILER_CALLS = {1: "register_callbacks", 2: "enable", 3: "disable", 4: "flush_all", 5: "finalize"}
 INFO_BYTES = 4096
+DEFAULT_LEVEL = "copies"  # shim/cupti.c's default NEUTRINO_TIMELINE_LEVEL
 
 
 def _wheel_candidates() -> list[str]:
@@ -72,6 +73,7 @@ class Timeline:
         counts = (C.c_uint64 * len(COUNT_NAMES))()
         self.lib.neutrino_timeline_stop(counts, len(COUNT_NAMES))
         summary = dict(zip(COUNT_NAMES, (int(c) for c in counts)))
+        summary["probed_by_order"] = join_probed_by_order(self.run_dir)
         summary.update(_kernel_origins(self.run_dir))
         self.summary = summary
         _log_profiler_calls(self.lib, trace)
@@ -89,6 +91,55 @@ def _kernel_origins(run_dir: Path) -> dict:
     kernels = tl[tl["kind"] == 1]  # the reader leaves out our calibration kernel (clock.py)
     flagged = int(((kernels["flags"] & 1) != 0).sum())
     return {"kernels": len(kernels), "by_origin": kernels_by_origin(tl), "kernels_flagged_probed": flagged}
+
+
+def join_probed_by_order(run_dir: Path) -> int:
+    """Flag the probed launches that external correlation did not (its API records are off by
+    default, spec/runtime.md "Timeline"): per kernel name, the probed stream launches of the trace
+    (result/index.bin order) and the unflagged, non-graph kernel records of that name in
+    correlation order are paired in order when they are as many; else launch i of the kernel
+    (index.bin's `kernel_launch`) is the i-th record, when every launch is on the timeline.
+    Rewrites the records in place; returns how many it flagged."""
+    import numpy as np
+
+    from neutrino import trace as nt
+    from neutrino.timeline import HEADER_BYTES, RECORD, read_names
+
+    path = run_dir / "timeline.bin"
+    if not (run_dir / "result" / "index.bin").exists() or not path.exists():
+        return 0
+    names = read_names(run_dir)
+    n = (path.stat().st_size - HEADER_BYTES) // RECORD.itemsize
+    if n <= 0:
+        return 0
+    recs = np.memmap(path, dtype=RECORD, mode="r+", offset=HEADER_BYTES, shape=(n,))
+    joined = set(recs["probe_launch"][(recs["kind"] == 1) & ((recs["flags"] & 1) != 0)].tolist())
+    launches = [la for la in nt.load(run_dir).launches if la.graph is None and la.index not in joined]
+    if not launches:
+        return 0
+    free = np.flatnonzero((recs["kind"] == 1) & ((recs["flags"] & 3) == 0))
+    by_name: dict[str, list[int]] = {}
+    for i in free[np.argsort(recs["correlation"][free], kind="stable")]:
+        nid = int(recs["name_id"][i])
+        by_name.setdefault(names[nid] if nid < len(names) else "", []).append(int(i))
+    mine: dict[str, list] = {}
+    for la in sorted(launches, key=lambda la: la.index):
+        mine.setdefault(la.kernel, []).append(la)
+    flagged = 0
+    for kernel, las in mine.items():
+        rows = by_name.get(kernel, [])
+        if len(rows) == len(las):
+            pairs = zip(las, rows)
+        elif las and max(int(la.event.get("kernel_launch", -1)) for la in las) < len(rows):
+            pairs = ((la, rows[int(la.event["kernel_launch"])]) for la in las if la.event.get("kernel_launch", -1) >= 0)
+        else:
+            continue
+        for la, row in pairs:
+            recs["flags"][row] |= 1
+            recs["probe_launch"][row] = la.index
+            flagged += 1
+    recs.flush()
+    return flagged
 
 
 def _log_profiler_calls(lib, trace) -> None:
@@ -131,7 +182,7 @@ def start(shim_lib, trace, enabled: bool = True) -> Timeline | None:
                 clock="CLOCK_REALTIME (CUPTI's default on Linux)",
                 clock_offset_ns=int(fields.get("clock_offset_ns", 0) or 0),
                 api_cbids=int(fields.get("api_records", 0) or 0), level=os.environ.get("NEUTRINO_TIMELINE_LEVEL",
-                                                                                         "copies,api,ext"))
+                                                                                         DEFAULT_LEVEL))
     return Timeline(shim_lib, trace.path, fields)
 
 

@@ -70,7 +70,7 @@ def test_eager_program_every_kernel_with_times(tmp_path):
     print(f"origin 'other': {other}\ncounts {_events(trace.path, 'timeline_counts')}")
     assert len(kernels) == theirs["n_kernels"]
     assert len(set(kernels["name"])) == len(theirs["kernels"])
-    assert (kernels["end_ns"] > kernels["start_ns"]).all() and (kernels["tid"] > 0).all()
+    assert (kernels["end_ns"] > kernels["start_ns"]).all()
     assert not (kernels["flags"] & FLAG_PROBED).any()
     origins = kernels_by_origin(kernels)
     assert origins.get("ATen", 0) > 0 and origins.get("cuBLAS", 0) > 0, origins
@@ -97,11 +97,16 @@ def test_program_with_its_own_torch_profiler(tmp_path):
     assert len(kernels) >= per_step * theirs["steps_total"] - 1e-9
 
 
-def test_torch_compile_step_probed_triton_flagged(tmp_path):
+@pytest.mark.parametrize("level", ["copies,api,ext", None])
+def test_torch_compile_step_probed_triton_flagged(tmp_path, level):
     """A torch.compile step under block_sched: cuBLAS/ATen/Triton kernels on the timeline; every
-    probed launch of the trace is one Triton kernel record flagged probed, joined by probe_launch."""
+    probed launch of the trace is one Triton kernel record flagged probed, joined by probe_launch:
+    through CUPTI's external correlation (with API records: each kernel's thread too), or at the
+    default level by order when the timeline stops."""
     pytest.importorskip("triton")
     env = base_env(tmp_path)
+    if level:
+        env["NEUTRINO_TIMELINE_LEVEL"] = level
     env["TRITON_CACHE_DIR"] = str(tmp_path / "tc")
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "ic")
     r, trace = run_probed("block_sched", [sys.executable, str(WORKLOADS / "w_inductor.py"), str(tmp_path / "o.npz")],
@@ -126,6 +131,8 @@ def test_torch_compile_step_probed_triton_flagged(tmp_path):
     for rec in probed:
         la = by_index[int(rec["probe_launch"])]
         assert tuple(rec["grid"]) == tuple(la.grid) and tuple(rec["block"]) == tuple(la.block)
+    if level:
+        assert (kernels["tid"] > 0).all()
 
 
 def test_jax_step_has_xla_kernels(tmp_path):
