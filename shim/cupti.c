@@ -603,6 +603,7 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
         if (rc == NT_CUPTI_SUCCESS) our_kinds[OUR_KINDS[i].kind] = 1;
         else if (OUR_KINDS[i].required) {
             close_outputs();
+            atomic_store(&multiplexing, 0);  /* the program's own profiler talks to CUPTI directly again */
             return snprintf(info, info_len, "reason\tcuptiActivityEnable(CONCURRENT_KERNEL) failed (CUPTI error %d)\n",
                             rc), -1;
         }
