@@ -288,3 +288,14 @@ def test_order_join_with_some_launches_unprobed(tmp_path, fakes):
     flags = (kernels["flags"][order] & FLAG_PROBED).tolist()
     assert flags == [0, 1, 1, 0, 0]
     assert kernels["probe_launch"][order].tolist() == [-1, 0, 1, -1, -1]
+
+
+def test_program_profiler_alone_with_no_timeline(tmp_path, fakes):
+    """With --no-timeline the shim's CUPTI functions only pass the program's calls on: its
+    profiler gets exactly the kernels of its window, and no timeline is written."""
+    out = tmp_path / "theirs.json"
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
+                                         "2", "3", "4", str(out)], "--no-timeline")
+    assert json.loads(out.read_text())["kernels"] == ["saxpy4"] * 3
+    assert not (run / "timeline.bin").exists()
+    assert not [e for e in events if e["event"] == "timeline_profiler"]

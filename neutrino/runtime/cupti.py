@@ -73,7 +73,10 @@ class Timeline:
         counts = (C.c_uint64 * len(COUNT_NAMES))()
         self.lib.neutrino_timeline_stop(counts, len(COUNT_NAMES))
         summary = dict(zip(COUNT_NAMES, (int(c) for c in counts)))
-        summary["probed_by_order"] = join_probed_by_order(self.run_dir)
+        try:
+            summary["probed_by_order"] = join_probed_by_order(self.run_dir)
+        except Exception as e:  # noqa: BLE001 - an unreadable trace leaves the records unflagged
+            summary["probed_by_order"], summary["join_error"] = 0, f"{type(e).__name__}: {e}"
         summary.update(_kernel_origins(self.run_dir))
         self.summary = summary
         _log_profiler_calls(self.lib, trace)
