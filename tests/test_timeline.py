@@ -299,3 +299,19 @@ def test_program_profiler_alone_with_no_timeline(tmp_path, fakes):
     assert json.loads(out.read_text())["kernels"] == ["saxpy4"] * 3
     assert not (run / "timeline.bin").exists()
     assert not [e for e in events if e["event"] == "timeline_profiler"]
+
+
+def test_graph_replays_flagged_and_joined(tmp_path, fakes):
+    """A kernel captured into a CUDA graph and replayed: each replay's record carries the graph
+    flag, and the replays of the probed node are joined to their probed launches by order."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "3"])
+    tl = read_timeline(run)
+    kernels = tl[(tl["kind"] == 1) & (tl["name"] == "saxpy4")]
+    graph = kernels[(kernels["flags"] & FLAG_GRAPH) != 0]
+    assert len(graph) == 3 and (graph["flags"] & FLAG_PROBED).all()
+    from neutrino import trace as nt
+
+    replays = sorted(la.index for la in nt.load(run).launches if la.graph is not None)
+    assert sorted(graph["probe_launch"].tolist()) == replays and len(replays) == 3
+    stream = kernels[(kernels["flags"] & FLAG_GRAPH) == 0]
+    assert len(stream) == 1 and stream["flags"][0] & FLAG_PROBED  # the eager launch before the capture

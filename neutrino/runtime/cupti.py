@@ -98,15 +98,16 @@ def _kernel_origins(run_dir: Path) -> dict:
 
 def join_probed_by_order(run_dir: Path) -> int:
     """Flag the probed launches that external correlation did not (its API records are off by
-    default, spec/runtime.md "Timeline"): per kernel name, the probed stream launches of the trace
-    (result/index.bin order) and the unflagged, non-graph kernel records of that name in
-    correlation order are paired in order when they are as many; else launch i of the kernel
-    (index.bin's `kernel_launch`) is the i-th record, when every launch is on the timeline.
-    Rewrites the records in place; returns how many it flagged."""
+    default, spec/runtime.md "Timeline"). Per kernel name, apart for stream launches and graph
+    replays: the trace's probed launches (result/index.bin order) and the unflagged kernel records
+    of that name (correlation, then start order) are paired in order when they are as many; else,
+    for stream launches, launch i of the kernel (index.bin's `kernel_launch`) is the i-th record
+    when every launch of it is on the timeline. Rewrites the records in place; returns how many
+    it flagged."""
     import numpy as np
 
     from neutrino import trace as nt
-    from neutrino.timeline import HEADER_BYTES, RECORD, read_names
+    from neutrino.timeline import FLAG_GRAPH, FLAG_PROBED, HEADER_BYTES, RECORD, read_names
 
     path = run_dir / "timeline.bin"
     if not (run_dir / "result" / "index.bin").exists() or not path.exists():
@@ -116,33 +117,44 @@ def join_probed_by_order(run_dir: Path) -> int:
     if n <= 0:
         return 0
     recs = np.memmap(path, dtype=RECORD, mode="r+", offset=HEADER_BYTES, shape=(n,))
-    joined = set(recs["probe_launch"][(recs["kind"] == 1) & ((recs["flags"] & 1) != 0)].tolist())
-    launches = [la for la in nt.load(run_dir).launches if la.graph is None and la.index not in joined]
-    if not launches:
-        return 0
-    free = np.flatnonzero((recs["kind"] == 1) & ((recs["flags"] & 3) == 0))
-    by_name: dict[str, list[int]] = {}
-    for i in free[np.argsort(recs["correlation"][free], kind="stable")]:
-        nid = int(recs["name_id"][i])
-        by_name.setdefault(names[nid] if nid < len(names) else "", []).append(int(i))
-    mine: dict[str, list] = {}
-    for la in sorted(launches, key=lambda la: la.index):
-        mine.setdefault(la.kernel, []).append(la)
+    probed = (recs["kind"] == 1) & ((recs["flags"] & FLAG_PROBED) != 0)
+    joined = set(recs["probe_launch"][probed].tolist())
+    launches = [la for la in nt.load(run_dir).launches if la.index not in joined]
     flagged = 0
-    for kernel, las in mine.items():
-        rows = by_name.get(kernel, [])
-        if len(rows) == len(las):
-            pairs = zip(las, rows)
-        elif las and max(int(la.event.get("kernel_launch", -1)) for la in las) < len(rows):
-            pairs = ((la, rows[int(la.event["kernel_launch"])]) for la in las if la.event.get("kernel_launch", -1) >= 0)
-        else:
-            continue
-        for la, row in pairs:
-            recs["flags"][row] |= 1
+    for graph in (False, True):
+        free = (recs["kind"] == 1) & ~probed & (((recs["flags"] & FLAG_GRAPH) != 0) == graph)
+        rows = _rows_by_name(recs, np.flatnonzero(free), names)
+        for la, row in _pairs(launches, rows, graph):
+            recs["flags"][row] |= FLAG_PROBED
             recs["probe_launch"][row] = la.index
             flagged += 1
     recs.flush()
     return flagged
+
+
+def _rows_by_name(recs, rows, names: list[str]) -> dict[str, list[int]]:
+    import numpy as np
+
+    order = rows[np.lexsort((recs["start_ns"][rows], recs["correlation"][rows]))]
+    out: dict[str, list[int]] = {}
+    for i in order:
+        nid = int(recs["name_id"][i])
+        out.setdefault(names[nid] if nid < len(names) else "", []).append(int(i))
+    return out
+
+
+def _pairs(launches, rows: dict[str, list[int]], graph: bool):
+    """(launch, record row) pairs of one kind of launch (stream or graph replay), per kernel name."""
+    mine: dict[str, list] = {}
+    for la in sorted(launches, key=lambda la: la.index):
+        if (la.graph is not None) == graph:
+            mine.setdefault(la.kernel, []).append(la)
+    for kernel, las in mine.items():
+        recs = rows.get(kernel, [])
+        if len(recs) == len(las):
+            yield from zip(las, recs)
+        elif not graph and max(int(la.event.get("kernel_launch", -1)) for la in las) < len(recs):
+            yield from ((la, recs[int(la.event["kernel_launch"])]) for la in las if la.event.get("kernel_launch", -1) >= 0)
 
 
 def _log_profiler_calls(lib, trace) -> None:

@@ -32,8 +32,8 @@ CUresult cuInit(unsigned f) { (void)f; return 0; }
 
 /* The fake libcupti (fakecupti.c), once the shim loaded it: told of every launch, copy and memset. */
 static void *fakecupti(const char *name) {
-    static void *fns[2];
-    int i = name[10] == 'k' ? 0 : 1; /* fakecupti_kernel, fakecupti_copy */
+    static void *fns[3];
+    int i = name[10] == 'k' ? 0 : name[10] == 'g' ? 2 : 1; /* fakecupti_kernel, _copy, _graph_kernel */
     if (fns[i]) return fns[i];
     void *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
     if (!h) return NULL;
@@ -217,14 +217,21 @@ CUresult cuGraphDestroy(void *graph) { free_graph(graph); return 0; }
 CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
 CUresult cuGraphLaunch(void *exec, void *stream) {
-    (void)stream;
     Graph *e = exec;
     for (unsigned i = 0; i < e->n; i++) {
         Node *nd = &e->nodes[i];
         if (nd->kind == N_MEMSET) memset(nd->a, (int)nd->dims[0], nd->n);
         else if (nd->kind == N_D2H) memcpy(nd->a, nd->b, nd->n);
         else if (nd->kind == N_HOST) ((void (*)(void *))nd->a)(nd->b);
-        else run(nd->a, nd->dims[0], nd->dims[1], nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], nd->b);
+        else {
+            run(nd->a, nd->dims[0], nd->dims[1], nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], nd->b);
+            void (*note)(const char *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, uintptr_t, uint32_t) =
+                fakecupti("fakecupti_graph_kernel");
+            const char *name = ((Function *)nd->a)->name;
+            if (note && strcmp(name, "__neutrino_graph_append"))
+                note(name, nd->dims[0], nd->dims[1], nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], (uintptr_t)stream,
+                     (uint32_t)((uintptr_t)exec >> 4) | 1u);
+        }
     }
     return 0;
 }

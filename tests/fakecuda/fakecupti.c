@@ -87,10 +87,24 @@ static uint32_t api_call(uint32_t cbid) {
     return corr;
 }
 
+static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id);
+
 void fakecupti_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                       unsigned shmem, uintptr_t stream) {
+    kernel_record(name, gx, gy, gz, bx, by, bz, shmem, stream, 0);
+}
+
+/* A kernel node of a graph replay (graph_id != 0; its correlation is the cuGraphLaunch's). */
+void fakecupti_graph_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, uintptr_t stream, uint32_t graph_id) {
+    kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
+}
+
+static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id) {
     pthread_mutex_lock(&lock);
-    uint32_t corr = api_call(307 /* cuLaunchKernel */);
+    uint32_t corr = api_call(graph_id ? 514 /* cuGraphLaunch */ : 307 /* cuLaunchKernel */);
     if (enabled[NT_ACT_CONCURRENT_KERNEL]) {
         uint8_t *k = append(&gpu_q, K_SIZE);
         uint64_t t = now_ns();
@@ -103,6 +117,7 @@ void fakecupti_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, u
         for (int d = 0; d < 3; d++) nt_wr32(k, K_GRID + 4 * d, dims[d]), nt_wr32(k, K_BLOCK + 4 * d, dims[3 + d]);
         nt_wr32(k, K_DYN_SHARED, shmem);
         nt_wr32(k, K_CORRELATION, corr);
+        nt_wr32(k, K_GRAPH_ID, graph_id);
         char *copy = strdup(name);  /* CUPTI owns the name; it outlives the buffer */
         memcpy(k + K_NAME, &copy, sizeof copy);
     }
