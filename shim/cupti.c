@@ -651,7 +651,7 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
 
 /* Around the launch of a probed kernel (fastlaunch.c, and Python's launch path through ctypes). */
 uint64_t neutrino_timeline_begin_probed(void) {
-    if (!atomic_load_explicit(&recording, memory_order_relaxed) || !api.push_external) return 0;
+    if (!atomic_load_explicit(&recording, memory_order_relaxed) || !(level & L_EXT) || !api.push_external) return 0;
     uint64_t token = atomic_fetch_add(&next_token, 1) + 1;
     if (api.push_external(NT_EXT_CORRELATION_KIND, token) != NT_CUPTI_SUCCESS) return 0;
     thread_token = token;
