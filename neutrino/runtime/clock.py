@@ -5,7 +5,7 @@ clock). A probe's `%globaltimer` is the GPU's own nanosecond timer, which the dr
 host time but not on it: on the H100 it was 5.99 ms behind (spec/runtime.md, "Clock"). So the
 runtime launches one tiny kernel of its own when the timeline starts and again when it stops;
 it reads %globaltimer, and CUPTI records the same kernel: the difference is the offset, written
-as `timeline_clock` events. neutrino.timeline.globaltimer_offset() reads it back.
+as `timeline_clock` events. neutrino.timeline.globaltimer_to_ns() applies it.
 """
 
 from __future__ import annotations
@@ -35,27 +35,30 @@ _PTX = f"""//
 
 def read_globaltimer(drv) -> tuple[int, int] | None:
     """Two %globaltimer reads from one kernel launch on the current context (None without one).
-    The launch goes to the driver directly (not through the shim's hooks) on the legacy stream,
-    and waits for it: called at timeline start and stop only."""
+    The launch goes to the driver directly (not through the shim's hooks), on a non-blocking
+    stream of ours, in relaxed capture mode (a capture under way elsewhere is left alone), and
+    waits for it: called at timeline start and stop only."""
     from neutrino.runtime.driver import LAUNCH_KERNEL
+    from neutrino.runtime.graphs import relaxed_capture
 
     if not drv.ctx_get_current():
         return None
-    module = drv.module_load_data(_PTX.encode() + b"\0")
-    func = drv.module_get_function(module, CLOCK_KERNEL)
-    host, view, device = drv.host_alloc_mapped(16)
-    try:
-        arg = C.c_uint64(device)
-        params = (C.c_void_p * 1)(C.addressof(arg))
-        req = SimpleNamespace(grid=(1, 1, 1), block=(1, 1, 1), shared_bytes=0, stream=0)
-        rc = drv.launch(LAUNCH_KERNEL, func, req, C.addressof(params))
-        if rc != 0:
-            return None
-        drv.ctx_synchronize()
-        t0, t1 = struct.unpack("<QQ", bytes(view[:16]))
-        return t0, t1
-    finally:
-        drv.host_free(host)
+    with relaxed_capture(drv):
+        module = drv.module_load_data(_PTX.encode() + b"\0")
+        func = drv.module_get_function(module, CLOCK_KERNEL)
+        stream = drv.stream_create_nonblocking()
+        host, view, device = drv.host_alloc_mapped(16)
+        try:
+            arg = C.c_uint64(device)
+            params = (C.c_void_p * 1)(C.addressof(arg))
+            req = SimpleNamespace(grid=(1, 1, 1), block=(1, 1, 1), shared_bytes=0, stream=stream)
+            if drv.launch(LAUNCH_KERNEL, func, req, C.addressof(params)) != 0:
+                return None
+            drv.stream_synchronize(stream)
+            t0, t1 = struct.unpack("<QQ", bytes(view[:16]))
+            return t0, t1
+        finally:
+            drv.host_free(host)
 
 
 def calibrate(drv, trace, phase: str) -> None:
