@@ -31,6 +31,9 @@
 
 #include "writer.h"
 
+uint64_t neutrino_timeline_begin_probed(void); /* cupti.c */
+void neutrino_timeline_end_probed(uint64_t token);
+
 typedef int CUresult;
 
 #define FAST_PLANS 1024
@@ -459,8 +462,10 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     int timed = atomic_fetch_add_explicit(&e->fast_launches, 1, memory_order_relaxed) % time_every == 0;
     if (rc == 0 && timed) rc = p_ev_record(ev[0], s);
     STEP(P_EV_START);
+    uint64_t timeline_token = rc == 0 ? neutrino_timeline_begin_probed() : 0;  /* cupti.c: flags it probed */
     if (rc == 0 && config) rc = (ptsz ? p_launch_ex_ptsz : p_launch_ex)(config, p->probed_func, args, NULL);
     else if (rc == 0) rc = (ptsz ? p_launch_ptsz : p_launch)(p->probed_func, gx, gy, gz, bx, by, bz, shmem, stream, args, NULL);
+    neutrino_timeline_end_probed(timeline_token);
     if (rc != 0) {  /* the probed kernel did not run: Python takes it from here */
         neutrino_writer_recycle_events(ctx, ev[0], ev[1]);
         atomic_fetch_add(&e->stats.handed_back, 1);

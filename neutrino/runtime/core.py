@@ -126,6 +126,8 @@ class Runtime:
         self.memusage: dict[str, dict] = {}
         self._callback = None
         self._closed = False
+        self.timeline = None  # neutrino.runtime.cupti.Timeline, set by bootstrap when CUPTI runs
+        self.timeline_summary: dict | None = None
 
     def _graph_probes(self, native_writer: str | None) -> GraphProbes:
         """Kernels captured into CUDA graphs (graphs.py): their nodes' buffers are held against a
@@ -232,6 +234,7 @@ class Runtime:
             self.trace_budget.give_back(frame_bytes)
             raise
         frame = self.attribution.frame()
+        token = self.timeline.begin() if self.timeline is not None else 0  # marks the launch probed (cupti.c)
         try:
             flight = self.enqueuer.launch(pk, req, layouts, slots, stream=stream, ctx=ctx, frame=frame,
                                           frame_bytes=frame_bytes, benchmark=self.opt.benchmark)
@@ -245,6 +248,9 @@ class Runtime:
             self.pool.release(slots)
             self.trace_budget.give_back(frame_bytes)
             raise
+        finally:
+            if token:
+                self.timeline.end(token)
         # The probed kernel has run: from here on, never fall back (it would run twice).
         with self._lock:
             self.probed_launches += 1
@@ -429,6 +435,7 @@ class Runtime:
         self._closed = True
         self.graphs.close()  # the graph rings' last frames go to the writer before it stops
         self.writer.stop(timeout=120)
+        self._stop_timeline()
         self.pool.close()
         if self.context is not None:
             self.context.close()
@@ -440,6 +447,18 @@ class Runtime:
         if self._callback is not None and self.trace.materialized:
             callback.run_over_trace(self.trace, self._callback, self.opt.callback_seconds, stream)
         report.finish(self, stream)
+
+    def _stop_timeline(self) -> None:
+        """Flush CUPTI and close timeline.bin (after the writer: probed launches are numbered by then)."""
+        if self.timeline is None:
+            return
+        from neutrino.runtime.clock import calibrate
+
+        calibrate(self.drv, self.trace, "stop")
+        try:
+            self.timeline_summary = self.timeline.stop(self.trace)
+        except Exception as e:  # noqa: BLE001 - the results are written; the timeline is context
+            self.trace.event("timeline_counts", error=f"{type(e).__name__}: {e}")
 
 
 class SharedTraceBudget:

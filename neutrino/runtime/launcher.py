@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="probe kernels launched into streams being captured into CUDA graphs, on every replay "
                         "(the default; --no-graphs: such launches run unprobed and are logged)")
+    p.add_argument("--timeline", action=argparse.BooleanOptionalAction, default=True,
+                   help="record every kernel, copy and memset of the program, probed or not, through CUPTI "
+                        "(timeline.bin; the default; --no-timeline: off)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its arguments")
     return p
 
@@ -151,6 +154,7 @@ def make_options(ns: argparse.Namespace) -> RuntimeOptions:
         when_full=ns.when_full,
         time_every=ns.time_every,
         graphs=ns.graphs,
+        timeline=ns.timeline,
     )
 
 
