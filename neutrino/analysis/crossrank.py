@@ -158,13 +158,13 @@ def match_collectives(per_rank: dict, kind: str = "rank") -> tuple[Collectives, 
         names = [str(s["name"][k]) for s in seqs]
         if len(set(names)) > 1:
             which = ", ".join(f"{kind} {r} {context_short(n)}" for r, n in zip(ranks, names))
-            warnings.append(f"collective #{k}: the ranks ran different NCCL kernels ({which}): "
+            warnings.append(f"collective #{k}: the {plural(kind)} ran different NCCL kernels ({which}): "
                             f"the collective sequences diverge; {k} collective(s) matched, the rest not compared")
             count = k
             break
     lengths = {r: len(s) for r, s in zip(ranks, seqs)}
     if not warnings and len(set(lengths.values())) > 1:
-        warnings.append("the ranks ran different numbers of NCCL kernels ("
+        warnings.append(f"the {plural(kind)} ran different numbers of NCCL kernels ("
                         + ", ".join(f"{kind} {r}: {n}" for r, n in lengths.items())
                         + f"): the first {count} matched, the rest not compared")
     cols = Collectives(ranks, tuple(str(n) for n in seqs[0]["name"][:count]) if count else (),

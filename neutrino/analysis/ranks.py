@@ -7,8 +7,9 @@ profiled processes holds the first one's run in DIR and the others' in
 or by order of start. The report prints each member's summary (the
 single-run report, unchanged) and then one combined table: per kernel, the
 launches and GPU time of every member, and the ratio of the slowest to the
-fastest (a straggling rank shows there). The Perfetto export writes one process per
-member on one timeline (spec/analysis.md, "Several ranks").
+fastest (a straggling rank shows there), then the cross-rank analysis
+(neutrino.analysis.crossrank: the slow rank per kernel, late arrivals at collectives per step).
+The Perfetto export writes one process per member on one timeline (spec/analysis.md, "Several ranks").
 """
 
 from __future__ import annotations
