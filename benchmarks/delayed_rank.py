@@ -26,6 +26,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from neutrino.trace import find_rank_dirs  # noqa: E402
 
 
 def spin_cycles_per_ms() -> float:
@@ -42,7 +45,6 @@ def spin_cycles_per_ms() -> float:
 
 
 def worker(args) -> None:
-    sys.path.insert(0, str(REPO))
     import torch
     import torch.distributed as dist
 
@@ -123,7 +125,10 @@ def one_run(args, run: int, env: dict) -> tuple[bool, str]:
     job = subprocess.run(job_command(args, tracedir), env=env, capture_output=True, text=True, timeout=600)
     if job.returncode != 0:
         return False, f"run {run}: job failed (rc {job.returncode}): {job.stderr[-1500:]}"
-    rep = subprocess.run([sys.executable, "-m", "neutrino", "report", str(tracedir)], env=env, capture_output=True,
+    jobs = [d for d in tracedir.iterdir() if find_rank_dirs(d)]
+    if len(jobs) != 1:
+        return False, f"run {run}: expected one job directory under {tracedir}, found {[d.name for d in jobs]}"
+    rep = subprocess.run([sys.executable, "-m", "neutrino", "report", str(jobs[0])], env=env, capture_output=True,
                          text=True, timeout=600)
     Path(args.work, f"report{run}.txt").write_text(rep.stdout + rep.stderr)
     steps = late_steps(rep.stdout)

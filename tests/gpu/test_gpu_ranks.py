@@ -88,7 +88,7 @@ def test_report_names_the_rank_that_arrives_late_and_its_step(tmp_path):
     for rank, run in nt.find_rank_dirs(job_dir):
         assert (run / "timeline.bin").exists(), f"rank {rank}: no timeline.bin in {run}: the CUPTI timeline is off"
         assert (run / "ranges.bin").exists(), f"rank {rank}: no ranges.bin in {run}"
-    rep = subprocess.run([sys.executable, "-m", "neutrino", "report", str(tracedir)], env=env, capture_output=True,
+    rep = subprocess.run([sys.executable, "-m", "neutrino", "report", str(job_dir)], env=env, capture_output=True,
                          text=True, timeout=600)
     print(rep.stdout[-4000:], rep.stderr[-2000:])
     assert rep.returncode == 0 and "Traceback" not in rep.stderr
