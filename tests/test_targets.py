@@ -260,3 +260,39 @@ def test_old_modules_are_refused_or_assemble(module, reads, needy, saves):
         return
     event("raised .version" if parse_module(out).version != version else "kept .version")
     ptxas(out, "sm_75")
+
+
+# ---------------------------------------------------------------- sum maps on targets without warp operations
+
+
+@pytest.mark.parametrize("tool", ["gmem_bytes", "tensorop"])
+@pytest.mark.parametrize("name", ["sm20_v30.ptx", "sm20_v30_mad.ptx"])
+def test_sum_maps_add_lane_by_lane_before_sm_30(tool, name):
+    """activemask/shfl.sync need sm_30: an sm_2x module's sum map adds per lane, and .target/.version stay."""
+    original = parse_module((TARGETS / name).read_text())
+    out = instrument((TARGETS / name).read_text(), load_probes(tool), source=name).ptx
+    module = parse_module(out)
+    assert (module.version, module.target) == (original.version, original.target)
+    assert "activemask" not in out and "shfl.sync" not in out
+    assert "red.global.add.u64" in out
+    if HAVE_PTXAS:
+        ptxas(out, "sm_75")
+
+
+def test_sum_maps_add_lane_by_lane_when_the_version_cannot_be_raised():
+    """sm_30 has warp operations, but raising .version 3.0 to 6.2 would retire mad.f32: no warp code then."""
+    text = (TARGETS / "sm20_v30_mad.ptx").read_text().replace(".target sm_20", ".target sm_30")
+    out = instrument(text, load_probes("gmem_bytes"), source="m.ptx").ptx
+    assert parse_module(out).version == "3.0"
+    assert "activemask" not in out
+    if HAVE_PTXAS:
+        ptxas(out, "sm_75")
+
+
+def test_sum_maps_reduce_across_the_warp_from_sm_30():
+    text = (TARGETS / "sm20_v30.ptx").read_text().replace(".target sm_20", ".target sm_30")
+    out = instrument(text, load_probes("gmem_bytes"), source="m.ptx").ptx
+    assert parse_module(out).version == "6.2"  # activemask's version
+    assert "activemask.b32" in out and "shfl.sync.bfly.b32" in out
+    if HAVE_PTXAS:
+        ptxas(out, "sm_75")

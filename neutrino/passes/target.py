@@ -87,18 +87,38 @@ class TargetFitting:
         have = formats.parse_version(module.version)
         if directive is None or have is None or have >= need.ptx:
             return
-        target = formats.parse_target(module.target) or 0
-        for state in ctx.kernels.values():
-            for insn in ir.instructions(state.function.body):
-                if insn.origin is not None:
-                    continue
+        found = _retired_original(module, ctx, need)
+        if found is not None:
+            insn, retired = found
+            raise InstrumentError(
+                f"{module.source}:{insn.line}: error: the probes need {need}, but this module's .version "
+                f"{module.version} cannot be raised to {need.version_text}: {retired}"
+            )
+        ir.edit(directive, text=directive.text.replace(module.version, need.version_text, 1))
+
+
+def _retired_original(module: ir.Module, ctx: Context, need: formats.Requirement) -> tuple[ir.Instruction, str] | None:
+    """The first original instruction of a form that `.version` need.ptx retired, with why."""
+    target = formats.parse_target(module.target) or 0
+    for state in ctx.kernels.values():
+        for insn in ir.instructions(state.function.body):
+            if insn.origin is None:
                 retired = formats.retired_form(insn, target, need.ptx)
                 if retired is not None:
-                    raise InstrumentError(
-                        f"{module.source}:{insn.line}: error: the probes need {need}, but this module's .version "
-                        f"{module.version} cannot be raised to {need.version_text}: {retired}"
-                    )
-        ir.edit(directive, text=directive.text.replace(module.version, need.version_text, 1))
+                    return insn, retired
+    return None
+
+
+def version_reachable(module: ir.Module, ctx: Context, need: formats.Requirement) -> bool:
+    """Would this pass accept code needing `need`? (The target has it; `.version` has it or can be raised.)
+
+    Lowering asks before it emits optional code (warp aggregation), so that an
+    old module gets the plain form instead of a refusal.
+    """
+    target, version = formats.parse_target(module.target), formats.parse_version(module.version)
+    if target is None or target < need.sm:
+        return False
+    return (version is not None and version >= need.ptx) or _retired_original(module, ctx, need) is None
 
 
 def probe_target_problems(ctx: Context, probe_names: set[str], target_text: str, target: int) -> list[Diagnostic]:
