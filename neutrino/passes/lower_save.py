@@ -628,7 +628,7 @@ class SaveLowering:
 
     def run(self, module: ir.Module, ctx: Context) -> None:
         sm = sm_version(module.target)
-        if sm >= WARP_SM and not version_reachable(module, ctx, WARP_OPS):
+        if sm >= WARP_SM and not version_reachable(module, WARP_OPS):
             sm = 0  # .version cannot be raised to what activemask needs: warp operations are left out
         for state in ctx.kernels.values():
             _Lowerer(state, ctx.probes, sm).lower()
