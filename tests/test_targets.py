@@ -8,6 +8,8 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, event, given, note, settings
@@ -315,9 +317,6 @@ def text_sections(cubin: bytes) -> dict[str, bytes]:
 
 
 def machine_code(ptx: str) -> dict[str, bytes]:
-    import tempfile
-    from pathlib import Path
-
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "k.ptx").write_text(ptx)
         proc = subprocess.run(["ptxas", "-arch=sm_75", str(Path(tmp) / "k.ptx"), "-o", str(Path(tmp) / "k.cubin")],
@@ -408,3 +407,27 @@ def test_a_module_scoped_local_blocks_raising_the_version_past_the_abi():
         instrument(text, parse_probes(TIMER, "probe.toml"), source="m.ptx")
     out = instrument(text, load_probes("gmem_bytes"), source="m.ptx").ptx  # sum maps need nothing newer: kept as is
     assert parse_module(out).version == "2.3"
+
+
+# ---------------------------------------------------------------- real old-target PTX (issue 30 §3)
+
+OLD_CORPUS = Path(os.environ.get("NEUTRINO_OLD_TARGET_CORPUS", "/work/shared/corpus/old_targets"))
+OLD_FILES = sorted(OLD_CORPUS.glob("*.ptx")) if OLD_CORPUS.is_dir() else []
+# Files whose target cannot be raised, with the reason the refusal must give.
+OLD_REFUSED = {"tests_cuda3.2_data_simpleTexture_kernel.ptx": "its .tex variables are refused from PTX 1.5 on"}
+
+
+@pytest.mark.skipif(not OLD_FILES or not HAVE_PTXAS, reason="needs the old-target sample (README there) and ptxas")
+@pytest.mark.parametrize("tool", ["gmem_bytes", "tensorop", "block_sched", "dmat"])
+@pytest.mark.parametrize("path", OLD_FILES, ids=lambda p: p.name)
+def test_old_target_corpus_sample(path, tool):
+    """sm_10/sm_20 modules of nvcc 2.x-4.x instrument into PTX that ptxas accepts (sum maps included)."""
+    text = path.read_text()
+    if path.name in OLD_REFUSED:
+        with pytest.raises(InstrumentError, match=OLD_REFUSED[path.name]):
+            instrument(text, load_probes(tool), source=path.name)
+        return
+    out = instrument(text, load_probes(tool), source=path.name).ptx
+    ptxas(out, "sm_75")
+    before, after = formats.parse_target(parse_module(text).target), formats.parse_target(parse_module(out).target)
+    assert after == max(before, 20)  # sm_1x raised to what cvta/%clock64 need; sm_2x kept (sum maps add per lane)

@@ -146,13 +146,14 @@ def raise_target(module: ir.Module, need: formats.Requirement, inserted: list[ir
         )
     options = [o.strip() for o in directive.text.split(None, 1)[1].split(",")[1:]]
     if old < 20:
-        _refuse_tex(module, directive, need)
+        _refuse_tex(module, need)
         explicit_sm1x(module)
         options = [o for o in options if o != "map_f64_to_f32"]  # sm_13+ refuse it; ptxas 13 keeps f64 anyway
     ir.edit(directive, text=", ".join([f".target sm_{need.sm}", *options]))
 
 
-def _refuse_tex(module: ir.Module, directive: ir.Directive, need: formats.Requirement) -> None:
+def _refuse_tex(module: ir.Module, need: formats.Requirement) -> None:
+    """`.tex` (PTX 1.x texture variables) is refused from PTX 1.5 on, below every version a raised target needs."""
     for item in module.items:
         if isinstance(item, ir.Directive) and item.text.split()[:1] == [".tex"]:
             raise InstrumentError(
@@ -167,8 +168,8 @@ def explicit_sm1x(module: ir.Module) -> None:
 
     `.ftz` on every f32 instruction that takes it, except a cvt from an integer
     (nothing to flush) or between f32 and f64 in PTX 1.4 and older (those did
-    not flush); `mad.f32` without rounding
-    is `mad.rn.ftz.f32` (the form sm_20 and later require; ptxas compiles both alike).
+    not flush); `mad.f32` without rounding is `mad.rn.ftz.f32` (the form sm_20
+    and later require; ptxas compiles both alike).
     """
     legacy_cvt = (formats.parse_version(module.version) or (0, 0)) <= (1, 4)
     for item in module.items:
