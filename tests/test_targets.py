@@ -207,11 +207,11 @@ def test_module_without_target_is_named_clearly():
 
 # ---------------------------------------------------------------- generated: old modules never come out broken
 
-VERSIONS = ["2.3", "3.0", "3.1", "3.2", "4.0", "4.1", "4.3", "5.0", "6.0"]
-FIRST_VERSION = {"sm_13": "2.3", "sm_20": "2.3", "sm_30": "3.0", "sm_35": "3.1", "sm_50": "4.0"}  # that knows the target
+VERSIONS = ["1.4", "2.0", "2.3", "3.0", "3.1", "3.2", "4.0", "4.1", "4.3", "5.0", "6.0"]
+FIRST_VERSION = {"sm_10": "1.4", "sm_11": "1.4", "sm_13": "2.3", "sm_20": "2.3", "sm_30": "3.0", "sm_35": "3.1", "sm_50": "4.0"}  # that knows the target
 OLD_MODULES = [
     (base, version, target)
-    for base, targets in (("sm13_v23.ptx", ["sm_13"]), ("sm20_v30.ptx", ["sm_20", "sm_30", "sm_35", "sm_50"]),
+    for base, targets in (("sm10_v14.ptx", ["sm_10", "sm_11"]), ("sm13_v23.ptx", ["sm_13"]), ("sm20_v30.ptx", ["sm_20", "sm_30", "sm_35", "sm_50"]),
                           ("sm20_v30_mad.ptx", ["sm_20", "sm_30", "sm_35", "sm_50"]))
     for target in targets
     for version in VERSIONS
@@ -242,8 +242,8 @@ def _special_reads() -> list[str]:
 )
 def test_old_modules_are_refused_or_assemble(module, reads, needy, saves):
     base, version, target = module
-    text = re.sub(r"(?m)^\.version .*$", f".version {version}", (TARGETS / base).read_text())
-    text = re.sub(r"(?m)^\.target .*$", f".target {target}", text)
+    text = re.sub(r"(?m)^(\s*)\.version .*$", rf"\g<1>.version {version}", (TARGETS / base).read_text())
+    text = re.sub(r"(?m)^(\s*)\.target .*$", rf"\g<1>.target {target}", text)
     try:
         ptxas(text, "sm_75")
     except AssertionError:
@@ -259,6 +259,7 @@ def test_old_modules_are_refused_or_assemble(module, reads, needy, saves):
         event("refused")
         return
     event("raised .version" if parse_module(out).version != version else "kept .version")
+    event("raised .target" if parse_module(out).target != target else "kept .target")
     ptxas(out, "sm_75")
 
 
