@@ -90,7 +90,7 @@ def test_split_loc_is_one_directive():
 
 
 @pytest.mark.parametrize("name", ["pragma before an entry's {", "guard, spaces around !", ".loc split over two lines", "trailing Ctrl-Z"])
-@pytest.mark.parametrize("tool", ["block_sched", "gmem_bytes"])
+@pytest.mark.parametrize("tool", ["block_sched", "gmem_bytes", "program_progress"])  # the last: a counting copy of the head
 def test_instrumented_forms_assemble(name, tool):
     out = instrument(CASES[name], load_probes(tool), source="k.ptx").ptx
     if name == "pragma before an entry's {":
