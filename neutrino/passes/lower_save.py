@@ -16,9 +16,9 @@ across the warp, then the lowest of them does one `red.global.add.u64` per
 non-zero sum; lanes whose guard is false add 0, so every present lane joins
 the warp operation wherever the SAVE sits (exits included, where some lanes
 may be gone). Targets without warp operations (before sm_30, or a
-`.version` that cannot be raised to 6.2: see fit-target) add lane by lane. `hist` maps: the value's bucket is computed; lanes with the same
-bucket are grouped (`match.any.sync`) and one of each group adds the group's
-size. Neither has a cursor or counts, and the counting variant leaves them out.
+`.version` that cannot be raised to 6.2: see fit-target) add lane by lane.
+`hist` maps: the value's bucket is computed; lanes with the same bucket are
+grouped (`match.any.sync`) and one of each group adds the group's size. Neither has a cursor or counts, and the counting variant leaves them out.
 """
 
 from __future__ import annotations
