@@ -23,7 +23,6 @@ from typing import ClassVar
 import attrs
 
 from neutrino.isa.ptx import ir
-from neutrino.passes.lower_save import COUNT_SUFFIX
 from neutrino.passes.manager import Context
 
 DECLARED_NAME = re.compile(r"([A-Za-z_$][A-Za-z0-9_$]*)\s*(\[[^\]]*\])*\s*(=|;)")
@@ -173,4 +172,6 @@ class Pruning:
     def run(self, module: ir.Module, ctx: Context) -> None:
         if ctx.kernel is None:
             return
-        prune_module(module, {ctx.kernel, ctx.kernel + COUNT_SUFFIX})
+        state = ctx.kernels.get(ctx.kernel)
+        count_kernel = state.count_kernel if state is not None else None
+        prune_module(module, {ctx.kernel} | ({count_kernel} if count_kernel else set()))
