@@ -24,6 +24,7 @@ import re
 
 import attrs
 
+from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
 
 # A PTX identifier ([a-zA-Z][a-zA-Z0-9_$]* or [_$%][a-zA-Z0-9_$]+) not inside a
@@ -37,7 +38,7 @@ class NameSet:
     """The names one scope declares: exact names, register ranges, and reserved prefixes."""
 
     names: set[str] = attrs.Factory(set)
-    ranges: set[str] = attrs.Factory(set)  # `%r<33>` → `%r`: it declares `%r` + digits
+    ranges: dict[str, int] = attrs.Factory(dict)  # `%r<33>` → {`%r`: 33}: it declares %r0..%r32
     families: set[str] = attrs.Factory(set)  # prefixes of ours: every name starting so is taken
 
     def add_statement_names(self, body: list[ir.Statement]) -> None:
@@ -48,7 +49,10 @@ class NameSet:
             for stmt in stack.pop():
                 kind = type(stmt)
                 if kind is ir.RegDecl:
-                    (self.ranges if stmt.count is not None else self.names).update(stmt.names)
+                    if stmt.count is None:
+                        self.names.update(stmt.names)
+                    else:
+                        self.ranges[stmt.names[0]] = max(stmt.count, self.ranges.get(stmt.names[0], 0))
                 elif kind is ir.Label:
                     self.names.add(stmt.name)
                 elif kind is ir.Directive:
@@ -62,7 +66,7 @@ class NameSet:
             return True
         # `%r1<3>` declares %r10..%r12: try every split inside the trailing digits.
         stem = name.rstrip(DIGITS)
-        return any(name[:split] in self.ranges for split in range(len(stem), len(name)))
+        return any(int(name[split:]) < self.ranges.get(name[:split], 0) for split in range(len(stem), len(name)))
 
     def numbers_taken(self, pattern: re.Pattern) -> set[str]:
         """The `(\\d*)` group of every name or range that `pattern` matches at its start."""
@@ -121,6 +125,9 @@ class NameAllocator:
         return any(s.taken(name) for s in scopes)
 
     def _unique(self, wanted: str, scopes: list[NameSet]) -> str:
+        family = next((f for s in scopes for f in s.families if wanted.startswith(f)), None)
+        if family is not None:  # every suffixed form would be in the family too: a bug of ours, not a loop
+            raise InstrumentError(f"internal: the name {wanted} lies in the register family {family}")
         name, n = wanted, 0
         while self._taken_in(name, scopes):
             n += 1
