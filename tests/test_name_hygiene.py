@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import neutrino.trace as nt
-from helpers import HAVE_PTXAS, assert_keeps_original, ptxas
+import fuzzing as fz
+from helpers import HAVE_PTXAS, ptxas
 from neutrino.engine import instrument
 from neutrino.errors import InstrumentError, ProbeError
 from neutrino.isa.ptx import ir, parse_module
@@ -27,8 +28,6 @@ REPO = Path(__file__).resolve().parent.parent
 HEAD = ".version 8.0\n.target sm_80\n.address_size 64\n"
 TOOLS = ("block_sched", "dmat")
 needs_ptxas = pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not on PATH")
-# Every identifier of a PTX text (not after '.', not inside a number): a superset of what it declares.
-IDENTIFIER = re.compile(r"(?<![.\w$%])(?:[A-Za-z][\w$]*|[_$%][\w$]+)", re.ASCII)
 
 
 def kernel(params=(".param .u64 k_param_0",), body="", before="", name="k") -> str:
@@ -63,30 +62,15 @@ def tool(name: str):
     return load_probes(name)
 
 
-def ours(ptx: str, info: dict) -> set[str]:
-    """Every name the engine declared: registers of its declaration blocks, parameters, counting entries."""
-    module = parse_module(ptx)
-    names = set()
-    for function in module.functions():
-        for _, _, stmt in ir.walk(function.body or []):
-            if type(stmt) is ir.RegDecl and stmt.origin is not None:
-                names.update(stmt.names)
-    for desc in info.values():
-        names.update(p["name"] for p in desc["params"])
-        if desc["count_kernel"]:
-            names.add(desc["count_kernel"])
-    return names
-
-
 @pytest.mark.parametrize("probe", TOOLS)
 @pytest.mark.parametrize("case", sorted(REPRODUCERS))
 def test_engine_names_meet_none_of_the_programs(case, probe):
     ptx = REPRODUCERS[case]
+    module, kernels, text = fz.instrument_in_memory(ptx, tool(probe))
+    assert "k" in kernels
+    assert not fz.name_clashes(ptx, module, kernels)  # no shared name; the original instructions all kept, in order
     result = instrument(ptx, tool(probe), source=f"{case}.ptx")
-    assert "k" in result.kernels
-    clash = ours(result.ptx, result.kernels) & set(IDENTIFIER.findall(ptx))
-    assert not clash, f"engine names that the program already uses: {sorted(clash)}"
-    assert_keeps_original(ptx, result.ptx, ["k"])
+    assert result.ptx == text and result.kernels == kernels
     probed = parse_module(result.ptx)
     for name, desc in result.kernels.items():  # what kernel.json tells the runtime is what the module has
         params = [p.name for p in probed.function(name).params]
