@@ -600,7 +600,7 @@ class CountingVariant:
             clone = clone_function(state.function)
             # A fresh module-level name: the module may already define `k__nt_count` (kernel.json records ours).
             clone.name = names.fresh_global(name + COUNT_SUFFIX)
-            names.reserve_prefix(clone, state.prefix)
+            names.copy_scope(state.function, clone)
             drop_global_writes(clone)
             module.items.insert(module.items.index(state.function) + 1, clone)
             originals = [i for i in ir.instructions(clone.body) if i.origin is None]

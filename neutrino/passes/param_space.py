@@ -12,6 +12,7 @@ bytes from PTX ISA 8.1 on sm_70 and later targets.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from neutrino.errors import InstrumentError
@@ -33,6 +34,7 @@ def limit_for(version: str | None, target: str | None) -> int:
     return LARGE_LIMIT if have is not None and have >= LARGE_SINCE and sm >= LARGE_SM else SMALL_LIMIT
 
 
+@functools.lru_cache(maxsize=4096)  # a kernel and its counting copy, and launches of one program, repeat them
 def param_layout(text: str) -> tuple[int, int]:
     """(bytes, alignment) of one parameter declaration: `.param .align 8 .b8 p[24]` → (24, 8).
 
@@ -70,6 +72,8 @@ def check_param_space(module: ir.Module, function: ir.Function, original: int) -
     """Refuse, located, an entry whose parameters (its `original` first ones and ours) exceed the limit."""
     params = function.params or []
     total = params_bytes(params)
+    if total <= SMALL_LIMIT:  # every kernel fits this: no need to read the module's header
+        return
     limit = limit_for(module.version, module.target)
     if total <= limit:
         return

@@ -30,6 +30,10 @@ from neutrino.isa.ptx import ir
 # A PTX identifier ([a-zA-Z][a-zA-Z0-9_$]* or [_$%][a-zA-Z0-9_$]+) not inside a
 # longer word, a directive (`.u64`) or a number (0x10, 0f3F800000).
 IDENTIFIER = re.compile(r"(?<![.\w$%])(?:[A-Za-z][\w$]*|[_$%][\w$]+)", re.ASCII)
+REFERENCE_ONLY = (".loc", ".pragma", ".file")  # directives that name nothing new: one per line of -lineinfo code
+# A `.section` (DWARF) declares only the labels at its line starts; the rest refers to names
+# declared elsewhere. Its text can be most of a -G module, so only its labels are read.
+SECTION_LABEL = re.compile(r"^[ \t]*((?:[A-Za-z][\w$]*|[_$%][\w$]+))[ \t]*:(?!:)", re.M | re.ASCII)
 DIGITS = "0123456789"
 
 
@@ -56,7 +60,12 @@ class NameSet:
                 elif kind is ir.Label:
                     self.names.add(stmt.name)
                 elif kind is ir.Directive:
-                    texts.append(stmt.text)
+                    if stmt.text.startswith(REFERENCE_ONLY):
+                        continue
+                    if not stmt.text.startswith(".section"):
+                        texts.append(stmt.text)
+                    elif ":" in stmt.text:
+                        self.names.update(SECTION_LABEL.findall(stmt.text))
                 elif kind is ir.Scope:
                     stack.append(stmt.body)
         self.names.update(IDENTIFIER.findall("\n".join(texts)))
@@ -161,6 +170,7 @@ class NameAllocator:
         scope.families.add(prefix)
         return prefix
 
-    def reserve_prefix(self, function: ir.Function, prefix: str) -> None:
-        """A copy of a function (the counting variant) keeps its original's register family."""
-        self.scope(function).families.add(prefix)
+    def copy_scope(self, original: ir.Function, copy: ir.Function) -> None:
+        """A copy of a function (the counting variant) has its original's names and register family."""
+        scope = self.scope(original)
+        self.scopes[id(copy)] = NameSet(set(scope.names), dict(scope.ranges), set(scope.families))
