@@ -595,7 +595,7 @@ class _Loader:
                 field = names.claim(_field_base(operand))
                 problem = name_problem("field", field, FIELD_NAME_BYTES)
                 if problem:  # named after the register saved: the hint says what to rename
-                    self.error(insn.line, problem, probe=probe.name, token=str(operand), hint="save a register with a shorter name")
+                    self.error(insn.line, problem, probe=probe.name, token=str(operand), hint="the field is named after the saved register: rename the register")
                 fields.append((field, width))
         if datamodel.kind == "hist":
             if len(fields) != 1:

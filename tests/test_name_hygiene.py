@@ -283,6 +283,9 @@ def test_compact_form_names_checked():
     with pytest.raises(ProbeError) as e:
         parse_probes(field, "c.toml")
     assert str(e.value).startswith("c.toml:4:") and "field name 'rrrr" in str(e.value) and "40 bytes" in str(e.value)
+    dollar = field.replace(long_register, "%a$b")
+    with pytest.raises(ProbeError, match=r"c.toml:4:\d+: error: \[probe p\] field name 'a\$b' is not an identifier"):
+        parse_probes(dollar, "c.toml")
 
 
 DSL = '''from neutrino import Map, probe
