@@ -600,9 +600,12 @@ class CountingVariant:
     def run(self, module: ir.Module, ctx: Context) -> None:
         if not any(m.cap == "count" for m in ctx.probes.maps.values()):
             return
+        names = ctx.names(module)
         for name, state in list(ctx.kernels.items()):
             clone = clone_function(state.function)
-            clone.name = name + COUNT_SUFFIX
+            # A fresh module-level name: the module may already define `k__nt_count` (kernel.json records ours).
+            clone.name = names.fresh_global(name + COUNT_SUFFIX)
+            names.copy_scope(state.function, clone)
             drop_global_writes(clone)
             module.items.insert(module.items.index(state.function) + 1, clone)
             originals = [i for i in ir.instructions(clone.body) if i.origin is None]
