@@ -482,3 +482,107 @@ def ptxas_rejections(pairs: list[tuple[str, str]], workers: int = 2) -> list[str
 
     with ThreadPoolExecutor(workers) as pool:
         return [r for r in pool.map(one, unique.values()) if r is not None]
+
+
+# ---------------------------------------------------------------- name collisions (issue 30 §2)
+
+# Names the engine makes or wanted to make (registers of the %nt_ family, buffer parameters, counting
+# entries): a module declaring them in any symbol table must still instrument into valid PTX that keeps its meaning.
+ENGINE_LIKE_NAMES = (
+    "%nt_lane", "%nt_warp", "%nt_tid_x", "%nt_blin", "%nt_tlin", "%nt_w64", "%nt_buf_dmat", "%nt_cur_dmat",
+    "%nt_p_start", "%nt_exec", "%nt_g", "%nt_", "%nt1_", "%nt1_blin", "%nt2_tpb", "k__nt_buf_block_sched",
+    "k__nt_buf_dmat", "k__nt_cap_dmat", "k__nt_buf_gmem_bytes", "k__nt_buf_program_progress",
+    "k__nt_cap_program_progress", "k__nt_count", "k__nt_count_1", "k__nt_buf_dmat_1",
+)
+SYMBOL_TABLES = ("global", "const", "shared", "local_shared", "param", "label", "register", "register_range",
+                 "function", "entry")
+COLLISION_TOOLS = ("block_sched", "dmat", "gmem_bytes", "program_progress")
+
+
+def name_collision_module(symbols: list[tuple[str, str]]) -> str:
+    """A valid module where each (name, table) is declared in that symbol table and the kernel `k` uses it.
+
+    Tables: module variables (global, const, shared), a kernel-scope shared variable, a kernel
+    parameter, a label, a register or a register range (`NAME<2>`), a device function, an entry.
+    Every value read is added into one sum the kernel stores, so a read that went to an engine
+    register instead would change the result (and `name_clashes` sees the shadowing name).
+    """
+    top, params, decls, body = [], [".param .u64 k_param_0"], [], []
+    for i, (name, table) in enumerate(symbols):
+        if name.startswith("%") and table in ("function", "entry"):
+            table = "label"  # ptxas takes `.func %f`, our parser not yet (issue 30 §4): a label instead
+        if table in ("global", "const", "shared"):
+            top.append(f".{table} .u32 {name};")
+            body.append(f"ld.{table}.u32 %r1, [{name}];")
+        elif table == "local_shared":
+            decls.append(f".shared .u32 {name};")
+            body.append(f"ld.shared.u32 %r1, [{name}];")
+        elif table == "param":
+            params.append(f".param .u32 {name}")
+            body.append(f"ld.param.u32 %r1, [{name}];")
+        elif table == "label":
+            body.append(f"bra.uni {name};\n{name}:\n\tmov.u32 %r1, {i};")
+        elif table == "register":
+            decls.append(f".reg .b32 {name};")
+            body.append(f"mov.u32 {name}, {i};\n\tmov.u32 %r1, {name};")
+        elif table == "register_range":
+            decls.append(f".reg .b32 {name}<2>;")
+            body.append(f"mov.u32 {name}1, {i};\n\tmov.u32 %r1, {name}1;")
+        elif table == "function":
+            top.append(f".func {name}()\n{{\n\tret;\n}}")
+            body.append(f"call.uni {name}, ();\n\tmov.u32 %r1, {i};")
+        else:  # entry
+            top.append(f".visible .entry {name}(\n\t.param .u64 e{i}_param_0\n)\n{{\n\tret;\n}}")
+            body.append(f"mov.u32 %r1, {i};")
+        body.append("add.u32 %r2, %r2, %r1;")
+    lines = [".version 8.0", ".target sm_80", ".address_size 64", "", *top, "", ".visible .entry k(",
+             "\t" + ",\n\t".join(params), ")", "{", "\t.reg .b32 %r<3>;", "\t.reg .b64 %rd<3>;",
+             *("\t" + d for d in decls), "\tld.param.u64 %rd1, [k_param_0];", "\tcvta.to.global.u64 %rd2, %rd1;",
+             "\tld.global.u32 %r2, [%rd2];", *("\t" + b for b in body), "\tst.global.u32 [%rd2], %r2;", "\tret;", "}", ""]
+    return "\n".join(lines)
+
+
+def instrument_in_memory(ptx: str, probes, kernel: str | None = None):
+    """(probed module, kernel descriptions, probed PTX): the module keeps each statement's origin, which text loses."""
+    from neutrino.engine import instrument_module
+    from neutrino.isa.ptx import parse_module, print_module
+
+    module = parse_module(ptx)
+    ctx = instrument_module(module, probes, kernel)
+    return module, ctx.info(), print_module(module)
+
+
+def engine_names(probed, kernels: dict) -> set[str]:
+    """The names the engine declared in a probed module (in memory): its registers, the parameters and
+    counting entries kernel.json lists."""
+    from neutrino.isa.ptx import ir
+
+    names: set[str] = set()
+    for function in probed.functions():
+        for _, _, stmt in ir.walk(function.body or []):
+            if type(stmt) is ir.RegDecl and stmt.origin is not None:
+                names.update(stmt.declared())
+    for desc in kernels.values():
+        names.update(p["name"] for p in desc["params"])
+        names.update([desc["count_kernel"]] if desc.get("count_kernel") else [])
+    return names
+
+
+def name_clashes(original_ptx: str, probed, kernels: dict) -> list[str]:
+    """What breaks the program's meaning: engine names among the original's identifiers; original
+    instructions of an instrumented kernel missing, changed or reordered (`probed`: the module in memory)."""
+    import re
+
+    from neutrino.isa.ptx import ir, parse_module
+
+    # Every identifier but a range's stem (`.reg .b32 %x<2>` declares %x0 and %x1, not %x): a superset of the declared names.
+    identifiers = set(re.findall(r"(?<![.\w$%])(?:[A-Za-z][\w$]*|[_$%][\w$]+)(?![\w$]|\s*<)", original_ptx, re.ASCII))
+    ours = engine_names(probed, kernels)
+    assert any(n.startswith("%") for n in ours), "no engine register found: the check would be vacuous"
+    problems = [f"engine name {n} is also the program's" for n in sorted(ours & identifiers)]
+    before = parse_module(original_ptx)
+    for name in kernels:
+        kept = [i.key() for i in ir.instructions(probed.function(name).body) if i.origin is None]
+        if kept != [i.key() for i in ir.instructions(before.function(name).body)]:
+            problems.append(f"{name}: the original instructions changed")
+    return problems

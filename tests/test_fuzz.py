@@ -198,3 +198,33 @@ def test_the_ptxas_oracle_reports_a_rejection():
     broken = original.replace("ret;", "add.u32 %nosuch, 1, 2;\n\tret;", 1)
     assert fz.ptxas_rejections([(broken, original)])
     assert not fz.ptxas_rejections([(original, original)])
+
+
+# ---------------------------------------------------------------- name collisions (issue 30 §2)
+
+NAME_CASES = 12  # modules per run (times SCALE), each instrumented with every COLLISION_TOOLS tool
+
+
+def test_fuzz_name_collisions():
+    """Modules declaring engine-like names in random symbol tables: every tool accepts them, ptxas accepts
+    the result, and the program's own symbol references are unchanged."""
+    from neutrino.probefile import load_probes
+
+    tools = {name: load_probes(name) for name in fz.COLLISION_TOOLS}
+    accepted: list[tuple[str, str]] = []
+    symbol = st.tuples(st.sampled_from(fz.ENGINE_LIKE_NAMES), st.sampled_from(fz.SYMBOL_TABLES))
+
+    @fuzz_settings(NAME_CASES)
+    @given(st.lists(symbol, min_size=1, max_size=8, unique_by=lambda s: s[0]))
+    def case(symbols):
+        ptx = fz.name_collision_module(symbols)
+        for name, probes in tools.items():
+            module, kernels, probed = fz.instrument_in_memory(ptx, probes, kernel="k")
+            problems = fz.name_clashes(ptx, module, kernels)
+            assert not problems, f"{name} on {symbols}: {problems}"
+            accepted.append((probed, ptx))
+
+    case()
+    assert len(accepted) >= NAME_CASES * len(fz.COLLISION_TOOLS)
+    rejected = fz.ptxas_rejections(accepted)  # all of them: the generated modules are small
+    assert not rejected, f"ptxas rejected {len(rejected)} probed module(s):\n" + rejected[0]

@@ -15,9 +15,10 @@ lanes that run the SAVE together (`activemask`) first add their values up
 across the warp, then the lowest of them does one `red.global.add.u64` per
 non-zero sum; lanes whose guard is false add 0, so every present lane joins
 the warp operation wherever the SAVE sits (exits included, where some lanes
-may be gone). `hist` maps: the value's bucket is computed; lanes with the same
-bucket are grouped (`match.any.sync`) and one of each group adds the group's
-size. Neither has a cursor or counts, and the counting variant leaves them out.
+may be gone). Targets without warp operations (before sm_30, or a
+`.version` that cannot be raised to 6.2: see fit-target) add lane by lane.
+`hist` maps: the value's bucket is computed; lanes with the same bucket are
+grouped (`match.any.sync`) and one of each group adds the group's size. Neither has a cursor or counts, and the counting variant leaves them out.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from typing import ClassVar
 import attrs
 
 from neutrino.errors import InstrumentError
-from neutrino.isa.ptx import ir
+from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import access_spaces
 from neutrino.passes.build import insn, splice
 from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.match import exits_of
 from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.passes.target import version_reachable
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
 from neutrino.trace import Buckets
 
@@ -43,6 +45,8 @@ ORIGIN = "save-lowering"
 COUNT_SUFFIX = "__nt_count"
 REDUX_SM = 80  # redux.sync needs sm_80; older targets reduce with shfl.sync.bfly
 MATCH_SM = 70  # match.any.sync (grouping a warp's lanes by hist bucket) needs sm_70
+WARP_SM = 30  # activemask and shfl.sync need sm_30 (and PTX 6.2): older targets add lane by lane
+WARP_OPS = formats.Requirement((6, 2), WARP_SM)
 ALL_LANES = 0xFFFFFFFF
 
 
@@ -158,8 +162,9 @@ class _Lowerer:
 
     def sum_store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
         regs = self.field_registers(spec)
-        if spec.level != "thread":
-            # One lane per warp or block runs it: nothing to aggregate.
+        if spec.level != "thread" or self.sm < WARP_SM:
+            # One lane per warp or block runs it (nothing to aggregate), or the target has no warp
+            # operations: every lane adds its own value, as the hist map does before sm_70.
             return [i for f, r in zip(spec.fields, regs) for i in self.add_if_nonzero(self.counter_address(spec, f.offset), r, guard)]
         mask, lt, lead = self.state.temp("agg_mask", "b32"), self.state.temp("agg_lt", "b32"), self.state.temp("agg_lead", "pred")
         code = [
@@ -595,9 +600,12 @@ class CountingVariant:
     def run(self, module: ir.Module, ctx: Context) -> None:
         if not any(m.cap == "count" for m in ctx.probes.maps.values()):
             return
+        names = ctx.names(module)
         for name, state in list(ctx.kernels.items()):
             clone = clone_function(state.function)
-            clone.name = name + COUNT_SUFFIX
+            # A fresh module-level name: the module may already define `k__nt_count` (kernel.json records ours).
+            clone.name = names.fresh_global(name + COUNT_SUFFIX)
+            names.copy_scope(state.function, clone)
             drop_global_writes(clone)
             module.items.insert(module.items.index(state.function) + 1, clone)
             originals = [i for i in ir.instructions(clone.body) if i.origin is None]
@@ -623,6 +631,8 @@ class SaveLowering:
 
     def run(self, module: ir.Module, ctx: Context) -> None:
         sm = sm_version(module.target)
+        if sm >= WARP_SM and not version_reachable(module, WARP_OPS):
+            sm = 0  # .version cannot be raised to what activemask needs: warp operations are left out
         for state in ctx.kernels.values():
             _Lowerer(state, ctx.probes, sm).lower()
 
