@@ -245,3 +245,22 @@ def test_a_bad_or_missing_timeline_is_named_and_the_rest_reported(tmp_path):
     assert "rank 1: context tables not used across ranks" in err and "timeline.bin" in err
     assert "(late arrivals at collectives need timeline.bin on every rank: rank 1, rank 2 have none)" in out
     assert "durations from probed launches" in out and "[late arrivals at collectives]" not in out
+
+
+def test_step_ranges_are_found_by_name_or_by_repetition():
+    def ranges(rows):
+        out = np.zeros(len(rows), dtype=[("tid", "<u4"), ("depth", "<u2"), ("name", object), ("start_ns", "<u8"),
+                                         ("end_ns", "<u8")])
+        for i, (name, depth) in enumerate(rows):
+            out[i] = (TID, depth, name, 0, 0)
+        return out
+
+    nested = ranges([("epoch 0", 0), ("train_step 1", 1), ("optimizer_step", 2), ("train_step 2", 1)])
+    assert crossrank.step_family(nested, {TID}) == "train_step #"  # the outermost range named like a step
+    assert crossrank.step_family(nested, {TID + 1}) is None  # not on the collectives' thread
+    repeating = ranges([("iteration 0", 0), ("fwd", 1), ("iteration 1", 0), ("fwd", 1), ("setup", 0)])
+    assert crossrank.step_family(repeating, {TID}) == "iteration #"  # the most frequent depth-0 name
+    assert crossrank.step_family(ranges([("setup", 0), ("fwd", 1), ("fwd", 1)]), {TID}) is None
+    assert crossrank.sequence_steps(("b", "a", "x", "a", "x")) == ["(outside steps)", "step 0", "step 0", "step 1",
+                                                                   "step 1"]
+    assert crossrank.sequence_steps(("a", "b")) == ["step 0", "step 0"]  # no repeating name: one step
