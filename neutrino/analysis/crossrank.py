@@ -247,6 +247,7 @@ class StepRow:
     late_by_ns: float  # the largest lead among the step's collectives
     wait_ns: float  # sum over its collectives and ranks of the wait for the last arrival
     work_ns: float  # sum over its collectives of their duration on the last-arriving rank
+    last_rank: int = -1  # the rank arriving last at that collective, above the threshold or not
 
 
 @attrs.frozen
@@ -320,7 +321,8 @@ def late_arrivals(cols: Collectives, steps: list, steps_from: str) -> LateArriva
         idx = np.array(members)
         top = idx[np.argmax(lead[idx])]
         step_rows.append(StepRow(step, len(idx), cols.ranks[late[top]] if lead[top] > threshold[top] else None,
-                                 float(lead[top]), float(wait[idx].sum()), float(work[idx].sum())))
+                                 float(lead[top]), float(wait[idx].sum()), float(work[idx].sum()),
+                                 cols.ranks[late[top]]))
     return LateArrivals(
         ranks=cols.ranks, matched=count, sigma_ns=float(np.median(sigma)), threshold_ns=float(np.median(threshold)),
         steps_from=steps_from,
@@ -483,12 +485,32 @@ def _render_late(late: LateArrivals, kind: str) -> list[str]:
                    f"(mean {duration_text(mean)})")
     if not counts:
         out.append(f"no {kind} arrives late at a collective beyond the noise")
+    out += consistently_last(late, kind)
     out.append("at collectives: " + ", ".join(
         f"{kind} {r} waits {late.wait_by_rank[r] / 1e3:.1f} us, works {late.work_by_rank[r] / 1e3:.1f} us"
         for r in late.ranks))
     out.append(f"({late.steps_from}; arrivals compared on one clock: ranks of one host share it, ranks on "
                f"several hosts need synchronized clocks; collective ends agree within "
                f"{late.end_spread_ns / 1e3:.1f} us (median spread))")
+    return out
+
+
+def consistently_last(late: LateArrivals, kind: str) -> list[str]:
+    """A rank that is last at more steps than chance allows, each time by less than the threshold: a
+    one-sided binomial test of being last at k of N steps with probability 1/ranks each,
+    Bonferroni-corrected for the ranks; reported when p < STRAGGLER_ALPHA and N >= MIN_COLLECTIVES_FOR_NOISE."""
+    from scipy.stats import binomtest
+
+    steps = [s for s in late.steps if s.step != OUTSIDE_STEPS]
+    if len(steps) < MIN_COLLECTIVES_FOR_NOISE or len(late.ranks) < 2:
+        return []
+    out = []
+    for rank, k in sorted(Counter(s.last_rank for s in steps).items()):
+        p = min(1.0, binomtest(k, len(steps), 1 / len(late.ranks), alternative="greater").pvalue * len(late.ranks))
+        below = [s.late_by_ns for s in steps if s.last_rank == rank and s.late_rank is None]
+        if p < STRAGGLER_ALPHA and below:
+            out.append(f"{kind} {rank} arrives last at {k} of {len(steps)} steps (binomial p {p:.1e}), at "
+                       f"{len(below)} of them by less than the threshold (median {np.median(below) / 1e3:.1f} us)")
     return out
 
 
@@ -505,6 +527,7 @@ def numbers(result: CrossRank) -> dict:
             "matched": late.matched, "sigma_ns": late.sigma_ns, "threshold_ns": late.threshold_ns,
             "steps_from": late.steps_from, "end_spread_ns": late.end_spread_ns,
             "steps": [{"step": s.step, "collectives": s.collectives, f"late_{result.kind}": s.late_rank,
+                       f"last_{result.kind}": s.last_rank,
                        "late_by_ns": s.late_by_ns, "wait_ns": s.wait_ns, "work_ns": s.work_ns} for s in late.steps],
             "wait_ns": {str(r): v for r, v in late.wait_by_rank.items()},
             "work_ns": {str(r): v for r, v in late.work_by_rank.items()}},
