@@ -333,14 +333,15 @@ def _section_bytes(md) -> int:
     return int(np.asarray(md.counts).nbytes) + int(md.records.size) * int(md.records.dtype.itemsize)
 
 
-def _struct_batches(pa, recs: np.ndarray, extra: dict[str, np.ndarray], skip=("reserved", "reserved2")) -> list:
-    """Record batches of a structured array (u32[3] fields become NAME_x/_y/_z columns), in chunks."""
+def _struct_batches(pa, recs: np.ndarray, extra: dict[str, np.ndarray]) -> list:
+    """Record batches of a structured array (u32[3] fields become NAME_x/_y/_z columns; `reserved*`
+    fields are left out; `extra` string columns replace fields of those names), in chunks."""
     out = []
     for lo in range(0, len(recs), ROW_GROUP_ROWS):
         part = recs[lo:lo + ROW_GROUP_ROWS]
         columns = {}
         for name in part.dtype.names:
-            if name in skip or name in extra:
+            if name.startswith("reserved") or name in extra:
                 continue
             values = np.asarray(part[name])
             if values.ndim == 2:
@@ -358,7 +359,7 @@ def _context_timeline(dw: "DatasetWriter", pa, rank: int, run: Path) -> None:
     found = context_tables.read_timeline(run)
     if found is not None:
         recs, names = found
-        write_batches(dw, "timeline", rank, _struct_batches(pa, recs, {"name": names}, skip=("reserved",)))
+        write_batches(dw, "timeline", rank, _struct_batches(pa, recs, {"name": names}))
 
 
 def _context_ranges(dw: "DatasetWriter", pa, rank: int, run: Path) -> None:

@@ -144,3 +144,42 @@ def lognormal_warps(rng: np.random.Generator, grid, block, *, scale: float = 1.0
     start_w = np.repeat(start, warps).astype(np.uint64)
     elapsed_w = np.repeat(length, warps).astype(np.uint32)
     return start_w, elapsed_w, np.repeat(sm, warps).astype(np.uint32)
+
+
+def write_timeline(run: Path, kernels: Sequence[dict], names: Sequence[str]) -> Path:
+    """run/timeline.bin and timeline_names.txt (spec/trace-format.md, "Context tables"); each dict
+    gives fields of TIMELINE_RECORD (missing ones 0; name_id 0xFFFFFFFF, probe_launch -1 by default)."""
+    from neutrino.analysis.context_tables import TIMELINE_MAGIC, TIMELINE_RECORD
+
+    recs = np.zeros(len(kernels), TIMELINE_RECORD)
+    recs["name_id"], recs["probe_launch"] = 0xFFFFFFFF, -1
+    for i, k in enumerate(kernels):
+        for name, value in k.items():
+            recs[name][i] = value
+    header = TIMELINE_MAGIC + np.array([1, TIMELINE_RECORD.itemsize], "<u4").tobytes()
+    (Path(run) / "timeline.bin").write_bytes(header + recs.tobytes())
+    (Path(run) / "timeline_names.txt").write_text("".join(n + "\n" for n in names))
+    return Path(run) / "timeline.bin"
+
+
+def write_ranges(run: Path, ranges: Sequence[dict], names: Sequence[str]) -> Path:
+    """run/ranges.bin and ranges_names.txt; each dict gives fields of RANGE_RECORD."""
+    from neutrino.analysis.context_tables import RANGE_RECORD, RANGES_MAGIC
+
+    recs = np.zeros(len(ranges), RANGE_RECORD)
+    recs["domain_id"] = 0xFFFFFFFF
+    for i, r in enumerate(ranges):
+        for name, value in r.items():
+            recs[name][i] = value
+    header = RANGES_MAGIC + np.array([1, RANGE_RECORD.itemsize], "<u4").tobytes()
+    (Path(run) / "ranges.bin").write_bytes(header + recs.tobytes())
+    (Path(run) / "ranges_names.txt").write_text("".join(n.replace("\n", "\\n") + "\n" for n in names))
+    return Path(run) / "ranges.bin"
+
+
+def write_launch_args(run: Path, argsets: Sequence[dict], uses: dict[int, int]) -> Path:
+    """run/launch_args.jsonl: the argument sets, then one use line per probed launch."""
+    lines = [json.dumps(a) for a in argsets] + [json.dumps({"launch": k, "argset": v}) for k, v in uses.items()]
+    path = Path(run) / "launch_args.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
