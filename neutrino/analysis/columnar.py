@@ -34,7 +34,12 @@ SCHEMA_VERSION = 1
 SCHEMA_FILE = "_neutrino_schema.json"
 ROW_GROUP_ROWS = 1 << 20
 CHUNK_RECORDS = 1 << 21  # record slots of one map read at a time (a section may be GBs, memory-mapped)
-COMPRESSION = "snappy"
+COMPRESSION = "lz4"  # LZ4_RAW: read by DuckDB, Spark >= 3.4 and pyarrow; cheaper than snappy at about its ratio
+# Map tables: only the columns constant within a launch are dictionary-encoded (the record fields
+# are mostly distinct values: trying a dictionary first costs more than it saves); the unit column
+# rises by steps: delta-encoded.
+MAP_DICTIONARY = ["kernel", "launch", "kernel_launch"]
+MAP_ENCODING = {"unit": "DELTA_BINARY_PACKED"}
 SOURCE_FILES = ("event.log", "probe.toml", "timeline.bin", "timeline_names.txt", "ranges.bin", "ranges_names.txt",
                 "launch_args.jsonl")
 
@@ -85,8 +90,13 @@ class TableWriter:
             self.directory.mkdir(parents=True, exist_ok=True)
             schema = self.schema.with_metadata({"neutrino_schema_version": str(SCHEMA_VERSION),
                                                 "neutrino_table": self.table})
+            options = {}
+            if self.table.startswith("map_"):
+                names = set(schema.names)
+                options = {"use_dictionary": [c for c in MAP_DICTIONARY if c in names],
+                           "column_encoding": {c: e for c, e in MAP_ENCODING.items() if c in names}}
             self.writer = pa.parquet.ParquetWriter(self.directory / f"part-{self.parts}.parquet", schema,
-                                                   compression=COMPRESSION)
+                                                   compression=COMPRESSION, **options)
             self.parts += 1
         table = pa.Table.from_batches(self.batches).replace_schema_metadata(self.writer.schema.metadata)
         self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
@@ -109,13 +119,14 @@ class ExportSummary:
     problems: list[str] = attrs.Factory(list)  # what could not be read, named
 
 
-def _dict_column(pa, value: str, n: int):
-    """A string column holding one value n times (dictionary-encoded: no n copies of the string)."""
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
-
-
-def _field_columns(pa, recs: np.ndarray) -> dict:
-    return {name: pa.array(np.ascontiguousarray(recs[name])) for name in recs.dtype.names or ()}
+def _constant(pa, value, kind, zeros):
+    """A column holding one value on every row: dictionary-encoded (one value, `zeros` as indices),
+    so that neither memory nor the Parquet writer handle a value per row; None: null on every row."""
+    if value is None:
+        n = len(zeros)
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32), mask=np.ones(n, bool)),
+                                              pa.array([0], kind))
+    return pa.DictionaryArray.from_arrays(zeros, pa.array([value], kind))
 
 
 def _array_batches(pa, md, head: dict) -> list:
@@ -126,32 +137,33 @@ def _array_batches(pa, md, head: dict) -> list:
     out = []
     step = max(1, CHUNK_RECORDS // cap)
     slot = np.arange(cap, dtype=np.int32)
+    names = md.records.dtype.names or ()
     for lo in range(0, units, step):
         hi = min(units, lo + step)
         counts = np.minimum(np.asarray(md.counts[lo:hi], dtype=np.int64), cap)
         records = np.asarray(md.records[lo:hi])
         if (counts == cap).all():
-            recs, unit = records.reshape(-1), np.repeat(np.arange(lo, hi, dtype=np.int64), cap)
-            record = np.tile(slot, hi - lo)
+            fields = {name: np.ascontiguousarray(records[name]).reshape(-1) for name in names}
+            unit, record = np.repeat(np.arange(lo, hi, dtype=np.int64), cap), np.tile(slot, hi - lo)
         else:
             mask = slot[None, :] < counts[:, None]
             rows, record = np.nonzero(mask)
-            recs, unit, record = records[mask], rows.astype(np.int64) + lo, record.astype(np.int32)
-        if not len(recs):
+            fields = {name: records[name][mask] for name in names}  # one copy per field, contiguous
+            unit, record = rows + lo, record.astype(np.int32)
+        n = len(unit)
+        if not n:
             continue
-        n = len(recs)
         columns = {**_head_columns(pa, head, n), "unit": pa.array(unit), "record": pa.array(record),
-                   **_field_columns(pa, recs)}
+                   **{name: pa.array(values) for name, values in fields.items()}}
         out.append(pa.RecordBatch.from_pydict(columns))
     return out
 
 
 def _head_columns(pa, head: dict, n: int) -> dict:
-    kernel_launch = head["kernel_launch"]
-    return {"kernel": _dict_column(pa, head["kernel"], n),
-            "launch": pa.array(np.full(n, head["launch"], np.int64)),
-            "kernel_launch": pa.nulls(n, pa.int64()) if kernel_launch is None
-            else pa.array(np.full(n, kernel_launch, np.int64))}
+    zeros = pa.array(np.zeros(n, np.int32))
+    return {"kernel": _constant(pa, head["kernel"], pa.string(), zeros),
+            "launch": _constant(pa, head["launch"], pa.int64(), zeros),
+            "kernel_launch": _constant(pa, head["kernel_launch"], pa.int64(), zeros)}
 
 
 def _sum_batch(pa, md, head: dict):
@@ -473,8 +485,60 @@ def _schema_document(writer: DatasetWriter, runs, signature: str) -> dict:
             "source_signature": signature, "tables": tables, "problems": writer.problems[:100]}
 
 
-def export(trace_path, out_dir) -> ExportSummary:
-    """Write the dataset of a trace or job to `out_dir` (replacing a dataset already there)."""
+def _export_members(partial: Path, runs: list[tuple[int, Path]]) -> DatasetWriter:
+    """Write the tables of some runs into the dataset directory `partial` (one process's share)."""
+    writer = DatasetWriter(Path(partial))
+    for rank, run in runs:
+        writer.export_run(rank, Path(run))
+    writer.out = None  # what the parent merges: the counts, map names and problems
+    return writer
+
+
+def _merge(into: DatasetWriter, part: DatasetWriter) -> None:
+    for table, rows in part.summary.tables.items():
+        into.count(table, rows)
+    into.map_names.update(part.map_names)
+    into.map_types.update(part.map_types)
+    into.problems += part.problems
+    into.summary.launches += part.summary.launches
+    into.summary.map_bytes += part.summary.map_bytes
+
+
+def _write_runs(writer: DatasetWriter, runs: list[tuple[int, Path]], workers: int) -> None:
+    """Every run's tables; ranks are independent partitions, so several processes may share them
+    (forked: Arrow's thread pool and allocator survive a fork; a spawned process would re-run the
+    caller's main script). A pool that breaks is not trusted: the runs are written again here."""
+    import multiprocessing
+
+    if workers <= 1 or len(runs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        _merge(writer, _export_members(writer.out, runs))
+        return
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    shares = [runs[i::workers] for i in range(workers)]
+    parts = []
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            parts = list(pool.map(_export_members, [writer.out] * workers, shares))
+    except BrokenProcessPool:
+        for child in list(writer.out.iterdir()):
+            shutil.rmtree(child)
+        parts = [_export_members(writer.out, runs)]
+    for part in parts:
+        _merge(writer, part)
+
+
+def default_workers(runs: int) -> int:
+    """Processes for an export: one per CPU, at most one per run (NEUTRINO_EXPORT_WORKERS overrides)."""
+    wanted = os.environ.get("NEUTRINO_EXPORT_WORKERS", "")
+    count = int(wanted) if wanted.isdigit() and int(wanted) > 0 else (os.cpu_count() or 1)
+    return max(1, min(count, runs))
+
+
+def export(trace_path, out_dir, *, workers: int | None = None) -> ExportSummary:
+    """Write the dataset of a trace or job to `out_dir` (replacing a dataset already there); the runs
+    of a job are shared among `workers` processes (default_workers)."""
     _pa()
     runs = launch_stream.members(trace_path)
     out = Path(out_dir)
@@ -487,8 +551,7 @@ def export(trace_path, out_dir) -> ExportSummary:
     writer = DatasetWriter(partial)
     try:
         partial.mkdir(parents=True)
-        for rank, run in runs:
-            writer.export_run(rank, run)
+        _write_runs(writer, runs, default_workers(len(runs)) if workers is None else workers)
         (partial / SCHEMA_FILE).write_text(json.dumps(_schema_document(writer, runs, signature), indent=1) + "\n")
         if out.exists():
             shutil.rmtree(out)
