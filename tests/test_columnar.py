@@ -279,3 +279,22 @@ def test_duckdb_and_spark_agree_per_kernel_and_rank(tmp_path):
     for g, w in zip(got, want):
         assert g[:4] == w[:4] and g[4] == pytest.approx(w[4], rel=1e-12)
     assert pyspark.__version__
+
+
+def test_a_kernel_instrumented_twice_keeps_every_launch(tmp_path):
+    """Two kernel directories of one name (two modules) with another kernel between them: the
+    partition of that name is written in two groups, into two part files."""
+    b = S.RunBuilder(tmp_path / "run")
+    for name in ("dup", "other", "dup2"):
+        b.add_kernel(name, [WIDE])
+    for i, name in enumerate(("dup", "dup2", "other", "dup", "dup2")):
+        b.launch(name, (1, 1, 1), (64, 1, 1), [_wide(WIDE, 64, 3, np.full(64, 1), i)])
+    run = b.close()
+    log = (run / "event.log").read_text().replace('"kernel": "dup2"', '"kernel": "dup"')  # kernel/2_… is "dup" too
+    (run / "event.log").write_text(log)
+    ds = tmp_path / "ds"
+    columnar.export(run, ds)
+    scan = query.table_scan(ds, "map_wide")
+    assert _sql(f"SELECT kernel, count(DISTINCT launch), count(*) FROM {scan} GROUP BY ALL ORDER BY ALL") == [
+        ("dup", 4, 256), ("other", 1, 64)]
+    assert len(list((ds / "map_wide").rglob("*.parquet"))) == 3

@@ -95,6 +95,10 @@ class TableWriter:
                 names = set(schema.names)
                 options = {"use_dictionary": [c for c in MAP_DICTIONARY if c in names],
                            "column_encoding": {c: e for c, e in MAP_ENCODING.items() if c in names}}
+            # A kernel name met again later (instrumented in two modules, or in the event log and the
+            # index) reopens its partition: the next free part number, never an overwrite.
+            while (self.directory / f"part-{self.parts}.parquet").exists():
+                self.parts += 1
             self.writer = pa.parquet.ParquetWriter(self.directory / f"part-{self.parts}.parquet", schema,
                                                    compression=COMPRESSION, **options)
             self.parts += 1

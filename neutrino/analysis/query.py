@@ -93,6 +93,7 @@ def connect(dataset: Path):
         raise QueryError("neutrino query needs duckdb: pip install duckdb") from None
     schema = columnar.read_schema(dataset)
     con = duckdb.connect(":memory:")
+    con.execute("SET enable_progress_bar = false")  # it would draw on stdout, amid the result
     for view, table in view_names(schema).items():
         if (dataset / table).is_dir():
             con.execute(f"CREATE VIEW {_quote(view)} AS SELECT * FROM {table_scan(dataset, table)}")
