@@ -136,15 +136,28 @@ def _measure(job: Path, ds: Path, map_bytes: int, skip: list[str], workers: int)
                  f"{workers} process(es)",
                  f"{seconds:.1f} ({cpu:.1f} CPU)", f"{map_bytes / 1e6 / seconds:.0f} MB/s "
                  f"({map_bytes / 1e6 / cpu:.0f} MB/s per CPU second)", f"{rss:.0f}"])
-    sql = ("SELECT rank, kernel, count(*) AS n, sum(clock) AS s, avg(addr) AS mean FROM map_mem "
-           "GROUP BY rank, kernel ORDER BY rank, kernel")
-    code = ("import time; from pathlib import Path; from neutrino.analysis import query\n"
-            f"t = time.perf_counter(); cols, out = query.run_sql(Path({str(ds)!r}), {sql!r})\n"
-            "print(time.perf_counter() - t, len(out))")
-    seconds, rss, out, cpu = _child(code)
-    inner, groups = out.split()
-    rows.append(["query", f"per-kernel, per-rank count/sum/avg over map_mem ({groups} groups)", f"{float(inner):.2f}",
-                 f"{map_bytes / 1e6 / float(inner):.0f} MB/s of map records", f"{rss:.0f}"])
+    queries = (
+        ("query", "per-kernel, per-rank count/sum/avg of map_mem (a scan of every record)",
+         "SELECT rank, kernel, count(*) AS n, sum(clock) AS s, avg(addr) AS mean FROM map_mem "
+         "GROUP BY rank, kernel ORDER BY rank, kernel"),
+        ("query (field_stats)", "the same numbers from the per-launch field_stats table",
+         "SELECT rank, kernel, sum(records) FILTER (field = 'clock') AS n, sum(sum) FILTER (field = 'clock') AS s, "
+         "sum(sum) FILTER (field = 'addr') / sum(records) FILTER (field = 'addr') AS mean FROM field_stats "
+         "WHERE map = 'mem' GROUP BY rank, kernel ORDER BY rank, kernel"),
+    )
+    answers = []
+    for step, what, sql in queries:
+        code = ("import hashlib, time; from pathlib import Path; from neutrino.analysis import query\n"
+                f"t = time.perf_counter(); cols, out = query.run_sql(Path({str(ds)!r}), {sql!r})\n"
+                "print(time.perf_counter() - t, len(out), "
+                "hashlib.sha256(repr([(r[0], r[1], int(r[2]), int(r[3])) for r in out]).encode()).hexdigest())")
+        seconds, rss, out, cpu = _child(code)
+        inner, groups, answer = out.split()
+        answers.append(answer)
+        rows.append([step, f"{what} ({groups} groups)", f"{float(inner):.2f}",
+                     f"{map_bytes / 1e6 / float(inner):.0f} MB/s of map records", f"{rss:.0f}"])
+    if len(set(answers)) != 1:
+        raise SystemExit("the two queries disagree")
     for step in ("report", "diff"):
         if step in skip:
             continue

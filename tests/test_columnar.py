@@ -105,6 +105,14 @@ def test_round_trip_of_every_map_type(tmp_path):
         assert row[9] == launch.frame and row[10] == sum(md.dropped for md in launch.maps.values())
         assert row[11:] == (0, 4242)
     assert any(r[10] > 0 for r in rows)  # the over-full units were counted as dropped
+    # field_stats: per launch and field, what the full table gives (exact sums of u64 values above 2^63)
+    for table, field in (("wide", "a"), ("wide", "b"), ("counted", "c"), ("block_sched", "elapsed")):
+        full = con.execute(f"SELECT launch, count(*), sum({field}), min({field}), max({field}) FROM {table} "
+                           "GROUP BY launch ORDER BY launch").fetchall()
+        rolled = con.execute("SELECT launch, records, sum, min, max FROM field_stats WHERE map = ? AND field = ? "
+                             "ORDER BY launch", [table, field]).fetchall()
+        assert [tuple(int(v) for v in r) for r in rolled] == [tuple(int(v) for v in r) for r in full] and full
+    assert max(int(r[0]) for r in con.execute("SELECT sum FROM field_stats WHERE field = 'a'").fetchall()) > 2 ** 64
     schema = json.loads((ds / columnar.SCHEMA_FILE).read_text())
     assert schema["neutrino_schema_version"] == columnar.SCHEMA_VERSION
     assert schema["tables"]["map_counted"]["map_type"] == "array" and schema["tables"]["map_lat"]["map_type"] == "hist"

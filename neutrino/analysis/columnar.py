@@ -133,8 +133,30 @@ def _constant(pa, value, kind, zeros):
     return pa.DictionaryArray.from_arrays(zeros, pa.array([value], kind))
 
 
-def _array_batches(pa, md, head: dict) -> list:
-    """The valid records of an array map of one launch: (kernel, launch, kernel_launch, unit, record, fields…)."""
+def _exact_sum(values: np.ndarray) -> int:
+    """The sum of u32/u64 values as a Python int, exact (u64: high and low halves summed apart;
+    a chunk holds fewer than 2^32 values)."""
+    if values.dtype.itemsize <= 4:
+        return int(values.sum(dtype=np.uint64))
+    high = (values >> np.uint64(32)).sum(dtype=np.uint64)
+    low = (values & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64)
+    return (int(high) << 32) + int(low)
+
+
+def _add_stats(stats: dict, fields: dict[str, np.ndarray]) -> None:
+    """Fold one chunk into the launch's per-field [records, sum, min, max]."""
+    for name, values in fields.items():
+        entry = stats.setdefault(name, [0, 0, None, None])
+        entry[0] += len(values)
+        entry[1] += _exact_sum(values)
+        low, high = int(values.min()), int(values.max())
+        entry[2] = low if entry[2] is None else min(entry[2], low)
+        entry[3] = high if entry[3] is None else max(entry[3], high)
+
+
+def _array_batches(pa, md, head: dict, stats: dict | None = None) -> list:
+    """The valid records of an array map of one launch: (kernel, launch, kernel_launch, unit, record, fields…);
+    `stats` (when given) gathers each field's records, sum, min and max over the launch."""
     cap, units = int(md.cap), int(md.units)
     if cap <= 0 or units == 0:
         return []
@@ -157,6 +179,8 @@ def _array_batches(pa, md, head: dict) -> list:
         n = len(unit)
         if not n:
             continue
+        if stats is not None:
+            _add_stats(stats, fields)
         columns = {**_head_columns(pa, head, n), "unit": pa.array(unit), "record": pa.array(record),
                    **{name: pa.array(values) for name, values in fields.items()}}
         out.append(pa.RecordBatch.from_pydict(columns))
@@ -189,13 +213,13 @@ def _hist_batch(pa, md, head: dict):
     return pa.RecordBatch.from_pydict(columns)
 
 
-def map_batches(pa, md, head: dict) -> list:
+def map_batches(pa, md, head: dict, stats: dict | None = None) -> list:
     """The rows of one map of one launch (spec/trace-format.md, "Parquet dataset")."""
     if md.type == "sum":
         return [_sum_batch(pa, md, head)]
     if md.type == "hist":
         return [_hist_batch(pa, md, head)]
-    return _array_batches(pa, md, head)
+    return _array_batches(pa, md, head, stats)
 
 
 LAUNCH_COLUMNS = (
@@ -204,6 +228,17 @@ LAUNCH_COLUMNS = (
     ("block_y", "int64"), ("block_z", "int64"), ("shared_bytes", "int64"), ("stream", "string"),
     ("duration_ns", "float64"), ("graph", "int64"), ("graph_node", "int64"), ("replay", "int64"),
     ("frame", "string"), ("dropped", "int64"), ("maps", "int64"), ("result", "string"), ("result_offset", "int64"),
+)
+
+
+def _arrow_type(pa, kind: str):
+    return pa.decimal128(38, 0) if kind == "decimal" else getattr(pa, kind)()
+
+
+FIELD_STATS_COLUMNS = (
+    ("launch", "int64"), ("kernel", "string"), ("kernel_key", "string"), ("kernel_launch", "int64"),
+    ("map", "string"), ("field", "string"), ("records", "int64"), ("sum", "decimal"), ("min", "uint64"),
+    ("max", "uint64"),
 )
 
 
@@ -224,7 +259,7 @@ class RowBuffer:
         pa = _pa()
         if not self.values[self.columns[0][0]]:
             return
-        arrays = [pa.array(self.values[name], getattr(pa, kind)()) for name, kind in self.columns]
+        arrays = [pa.array(self.values[name], _arrow_type(pa, kind)) for name, kind in self.columns]
         self.writer.add(pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in self.columns]))
         self.values = {name: [] for name, _ in self.columns}
 
@@ -263,6 +298,7 @@ class DatasetWriter:
         self.map_names: dict[str, str] = {}  # table directory -> map name
         self.map_types: dict[str, str] = {}
         self.problems: list[str] = []
+        self.stat_rows: RowBuffer | None = None  # field_stats rows of the run being written
 
     def table_dir(self, table: str, rank: int, key: str | None = None) -> Path:
         path = self.out / table / f"rank={rank}"
@@ -302,6 +338,8 @@ class DatasetWriter:
         pa = _pa()
         launches = TableWriter(self.table_dir("launches", rank), "launches")
         rows = RowBuffer(launches, LAUNCH_COLUMNS)
+        stats_table = TableWriter(self.table_dir("field_stats", rank), "field_stats")
+        self.stat_rows = RowBuffer(stats_table, FIELD_STATS_COLUMNS)
         current, writers = None, {}
         for ev in launch_stream.launches_by_kernel(run, events):
             kernel = str(ev.get("kernel", ""))
@@ -322,7 +360,9 @@ class DatasetWriter:
             self.summary.launches += 1
         self._close(writers)
         rows.close()
+        self.stat_rows.close()
         self.count("launches", launches.rows)
+        self.count("field_stats", stats_table.rows)
 
     def _map(self, pa, writers: dict, rank: int, md, head: dict) -> None:
         table = "map_" + C.safe_name(md.name, 60)
@@ -334,8 +374,13 @@ class DatasetWriter:
         if writer is None:
             writer = writers[table] = TableWriter(self.table_dir(table, rank, launch_stream.kernel_key(head["kernel"])),
                                                   table)
-        for batch in map_batches(pa, md, head):
+        stats: dict = {}
+        for batch in map_batches(pa, md, head, stats):
             writer.add(batch)
+        key = launch_stream.kernel_key(head["kernel"])
+        for field, (records, total, low, high) in stats.items():
+            self.stat_rows.add({**head, "kernel_key": key, "map": md.name, "field": field, "records": records,
+                                "sum": total, "min": low, "max": high})
         self.summary.map_bytes += _section_bytes(md)
 
     def _close(self, writers: dict) -> None:
