@@ -123,3 +123,14 @@ def test_timeline_gpu_times_are_compared(tmp_path):
         runs.append(run)
     sig = [c for c in D.diff(*runs).significant if c.metric == "gpu_time_ns"]
     assert [(c.kernel, c.grid) for c in sig] == [("cublas_gemm", (8, 1, 1))] and 4 < sig[0].change < 8
+
+
+def test_kernels_of_one_side_only_are_listed(tmp_path, capsys):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=2, launches=4)
+    b = S.kernel_runs(tmp_path / "b", seed=2, kernels=3, launches=4, grid=(8, 1, 1))
+    result = D.diff(a, b)
+    assert not result.comparisons  # no shape in common: the grids differ
+    assert [k for k, _, _ in result.only_a] == ["k0", "k1"] and [k for k, _, _ in result.only_b] == ["k0", "k1", "k2"]
+    assert cli.main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "only in A: k0 16x1x1/64x1x1" in out and "only in B: k2 8x1x1/64x1x1" in out
