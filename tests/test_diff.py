@@ -134,3 +134,12 @@ def test_kernels_of_one_side_only_are_listed(tmp_path, capsys):
     assert cli.main(["diff", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "only in A: k0 16x1x1/64x1x1" in out and "only in B: k2 8x1x1/64x1x1" in out
+
+
+def test_more_bytes_per_launch(tmp_path):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=3, launches=10)
+    b = S.kernel_runs(tmp_path / "b", seed=2, kernels=3, launches=10, bytes_shift={"k2": 1.25})
+    sig = [c for c in D.diff(a, b).significant]
+    assert [(c.kernel, c.metric) for c in sig] == [("k2", "gmem_bytes")]
+    assert sig[0].change == pytest.approx(25.0) and sig[0].median_a == 3 * 4096
+    assert sig[0].reason.startswith("more bytes per launch: median bytes per launch +25.0%")

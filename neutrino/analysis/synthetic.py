@@ -186,10 +186,12 @@ def write_launch_args(run: Path, argsets: Sequence[dict], uses: dict[int, int]) 
 
 
 def kernel_runs(run: Path, *, seed: int, kernels: int = 10, launches: int = 30, shift: dict | None = None,
-                rank: int | None = None, spread: float = 0.015, grid=(16, 1, 1), block=(64, 1, 1)) -> Path:
+                rank: int | None = None, spread: float = 0.015, grid=(16, 1, 1), block=(64, 1, 1),
+                bytes_shift: dict | None = None) -> Path:
     """A run of `kernels` kernels (k0, k1, …), each launched `launches` times with a block_sched and a
     gmem_bytes map: block lengths and launch durations lognormal with `spread` (sigma of the log)
-    around a per-kernel base; `shift` = {kernel: factor} multiplies both for those kernels."""
+    around a per-kernel base; `shift` = {kernel: factor} multiplies both for those kernels,
+    `bytes_shift` = {kernel: factor} their bytes per launch (4096 × (i + 1) for kernel i)."""
     rng = np.random.default_rng(seed)
     shift = shift or {}
     b = RunBuilder(run, rank=rank)
@@ -200,7 +202,8 @@ def kernel_runs(run: Path, *, seed: int, kernels: int = 10, launches: int = 30, 
         for i, name in enumerate(names):
             scale = shift.get(name, 1.0)
             warps = lognormal_warps(rng, grid, block, scale=scale, spread=spread, warp_cycles=10_000.0 * (1 + i % 7))
-            maps = [block_sched_section(grid, block, *warps), counters_section(GMEM_BYTES, [4096 * (i + 1), 1024])]
+            moved = int(4096 * (i + 1) * (bytes_shift or {}).get(name, 1.0))
+            maps = [block_sched_section(grid, block, *warps), counters_section(GMEM_BYTES, [moved, 1024])]
             duration = float(rng.lognormal(np.log(1e5 * (1 + i % 7) * scale), spread))
             b.launch(name, grid, block, maps, duration_ns=duration)
     return b.close()
