@@ -38,7 +38,7 @@ def one_seed_samples(seed: int, args) -> tuple[bool, int]:
         a = rng.lognormal(np.log(base), args.spread, args.launches)
         b = rng.lognormal(np.log(base * (1 + args.shift if k == shifted else 1.0)), args.spread, args.launches)
         comparisons.append(D.compare_samples(("all", f"k{k}", (1, 1, 1), (1, 1, 1)), "duration_ns", a, b,
-                                             resamples=args.resamples))
+                                             resamples=args.resamples, test=args.test))
     significant = {c.kernel for c in D.decide(comparisons, args.alpha) if c.significant}
     return f"k{shifted}" in significant, len(significant - {f"k{shifted}"})
 
@@ -52,7 +52,7 @@ def one_seed_traces(seed: int, args) -> tuple[bool, int]:
                           spread=args.spread)
         b = S.kernel_runs(Path(tmp) / "b", seed=2 * seed + 1, kernels=args.kernels, launches=args.launches,
                           spread=args.spread, shift={shifted: 1 + args.shift})
-        result = D.diff(a, b, alpha=args.alpha, resamples=args.resamples)
+        result = D.diff(a, b, alpha=args.alpha, resamples=args.resamples, test=args.test)
     significant = {c.kernel for c in result.significant}
     return shifted in significant, len(significant - {shifted})
 
@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shift", type=float, default=0.03)
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--resamples", type=int, default=200, help="bootstrap resamples (the interval only)")
+    ap.add_argument("--test", choices=("mwu", "welch-log"), default="mwu", help="the p-value's test")
     ap.add_argument("--traces", action="store_true", help="through trace directories and every metric")
     args = ap.parse_args(argv)
     started = time.perf_counter()
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
         false += wrong
     others = (args.kernels - 1) * args.seeds
     print(f"{'traces' if args.traces else 'samples'}: {args.kernels} kernels x {args.launches} launches per side, "
-          f"noise {args.spread:.1%}, shift {args.shift:+.0%}, alpha {args.alpha}: found in {found}/{args.seeds} "
+          f"noise {args.spread:.1%}, shift {args.shift:+.0%}, {args.test}, alpha {args.alpha}: found in {found}/{args.seeds} "
           f"seeds; false positives {false}/{others} ({false / others:.3%}); {time.perf_counter() - started:.0f} s")
     return 0
 

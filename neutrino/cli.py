@@ -241,7 +241,7 @@ def cmd_diff(args) -> int:
     from neutrino.analysis.diff import main as diff_main
 
     return diff_main(args.a, args.b, output_format=args.format, fail_above=args.fail_above, alpha=args.alpha,
-                     show_all=args.all)
+                     show_all=args.all, test=args.test)
 
 
 DEMO_PTX = Path(__file__).parent / "probes" / "demo_vadd.ptx"
@@ -349,6 +349,9 @@ def offline_parser() -> argparse.ArgumentParser:
                    help="exit 1 when a significant regression is larger than PCT percent (a CI gate)")
     p.add_argument("--alpha", type=float, default=0.05, help="false discovery rate (Benjamini-Hochberg), default 0.05")
     p.add_argument("--all", action="store_true", help="text: also the comparisons that are not significant")
+    p.add_argument("--test", choices=("mwu", "welch-log"), default="mwu",
+                   help="p-values: Mann-Whitney U (default, robust to outliers) or Welch's t on log values "
+                        "(stronger under lognormal noise)")
     p.set_defaults(func=cmd_diff)
     return parser
 

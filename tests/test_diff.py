@@ -143,3 +143,17 @@ def test_more_bytes_per_launch(tmp_path):
     assert [(c.kernel, c.metric) for c in sig] == [("k2", "gmem_bytes")]
     assert sig[0].change == pytest.approx(25.0) and sig[0].median_a == 3 * 4096
     assert sig[0].reason.startswith("more bytes per launch: median bytes per launch +25.0%")
+
+
+def test_welch_on_logs_is_stronger_and_falls_back():
+    rng = np.random.default_rng(11)
+    a = rng.lognormal(np.log(1e4), 0.02, 30)
+    b = rng.lognormal(np.log(1.03e4), 0.02, 30)
+    key = ("all", "k", (1, 1, 1), (1, 1, 1))
+    mwu, logt = D.compare_samples(key, "duration_ns", a, b), D.compare_samples(key, "duration_ns", a, b, test="welch-log")
+    assert logt.test == "welch-log" and mwu.test == "mwu" and logt.p < mwu.p and logt.change == mwu.change
+    from scipy.stats import ttest_ind
+
+    assert logt.p == pytest.approx(ttest_ind(np.log(b), np.log(a), equal_var=False).pvalue)
+    zeros = D.compare_samples(key, "tail_share", np.r_[0.0, a[1:] / 1e5], b / 1e5, test="welch-log")
+    assert zeros.test == "mwu"  # a value of 0: no logarithm, Mann-Whitney answers

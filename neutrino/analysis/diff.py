@@ -200,6 +200,20 @@ def mann_whitney(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(res.pvalue), float(res.statistic) / (len(a) * len(b))
 
 
+TESTS = ("mwu", "welch-log")
+
+
+def welch_log(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Two-sided p-value of Welch's t-test on log(values) (the test of a ratio under lognormal noise,
+    stronger than Mann-Whitney in the far tail); None where it does not apply: a value <= 0, or
+    no spread on either side (Mann-Whitney answers those)."""
+    from scipy.stats import ttest_ind
+
+    if (a <= 0).any() or (b <= 0).any() or np.all(a == a[0]) or np.all(b == b[0]):
+        return None
+    return float(ttest_ind(np.log(b), np.log(a), equal_var=False).pvalue)
+
+
 def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
     """Adjusted p-values (q) of Benjamini-Hochberg: q_(i) = min over j >= i of p_(j) * m / j."""
     p = np.asarray(p, dtype=np.float64)
@@ -230,6 +244,7 @@ class Comparison:
     ci_high: float
     p: float
     auc: float  # P(B > A) + P(B = A) / 2
+    test: str = "mwu"  # the test that gave p
     q: float = float("nan")
     significant: bool = False
 
@@ -263,16 +278,20 @@ def seed_of(key: tuple, metric: str) -> int:
     return zlib.crc32(repr((key, metric)).encode())
 
 
-def compare_samples(key: tuple, metric: str, a, b, *, resamples: int = BOOTSTRAP) -> Comparison:
-    """One comparison of the values of A and B (q and significance are set over all comparisons)."""
+def compare_samples(key: tuple, metric: str, a, b, *, resamples: int = BOOTSTRAP, test: str = "mwu") -> Comparison:
+    """One comparison of the values of A and B (q and significance are set over all comparisons);
+    `test` "welch-log" takes p from welch_log where it applies, else Mann-Whitney's."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     m = METRICS[metric]
     med_a, med_b = float(np.median(a)), float(np.median(b))
     p, auc = mann_whitney(a, b)
+    p_log = welch_log(a, b) if test == "welch-log" else None
+    if p_log is not None:
+        p = p_log
     lo, hi = bootstrap_interval(m, a, b, np.random.default_rng(seed_of(key, metric)), resamples)
     rank, kernel, grid, block = key
     return Comparison(str(rank), kernel, grid, block, metric, len(a), len(b), med_a, med_b,
-                      float(effect_of(m, med_a, med_b)), lo, hi, p, auc)
+                      float(effect_of(m, med_a, med_b)), lo, hi, p, auc, "welch-log" if p_log is not None else "mwu")
 
 
 def decide(comparisons: list[Comparison], alpha: float) -> list[Comparison]:
@@ -323,9 +342,11 @@ class DiffResult:
         return [c for c in self.comparisons if c.significant]
 
 
-def diff(path_a, path_b, *, alpha: float = 0.05, resamples: int = BOOTSTRAP) -> DiffResult:
+def diff(path_a, path_b, *, alpha: float = 0.05, resamples: int = BOOTSTRAP, test: str = "mwu") -> DiffResult:
     if not 0 < alpha < 1:
         raise DiffError(f"--alpha {alpha}: must lie between 0 and 1")
+    if test not in TESTS:
+        raise DiffError(f"--test {test}: one of {', '.join(TESTS)}")
     a, b = collect(path_a), collect(path_b)
     comparisons = []
     only_a, only_b = set(), set()
@@ -334,7 +355,7 @@ def diff(path_a, path_b, *, alpha: float = 0.05, resamples: int = BOOTSTRAP) -> 
             for metric in METRICS:
                 va, vb = values_a[key].get(metric), values_b[key].get(metric)
                 if va is not None and vb is not None and len(va) >= MIN_LAUNCHES and len(vb) >= MIN_LAUNCHES:
-                    comparisons.append(compare_samples(key, metric, va, vb, resamples=resamples))
+                    comparisons.append(compare_samples(key, metric, va, vb, resamples=resamples, test=test))
         if values_a and next(iter(values_a))[0] == "all":
             only_a |= {key[1:] for key in values_a.keys() - values_b.keys()}
             only_b |= {key[1:] for key in values_b.keys() - values_a.keys()}
@@ -347,7 +368,7 @@ def _shape(grid, block) -> str:
 
 
 COLUMNS = ("rank", "kernel", "shape", "metric", "n_a", "n_b", "median_a", "median_b", "change", "change_unit",
-           "ci_low", "ci_high", "p", "q", "auc", "significant", "reason")
+           "ci_low", "ci_high", "p", "test", "q", "auc", "significant", "reason")
 
 
 def rows(result: DiffResult) -> list[dict]:
@@ -356,7 +377,7 @@ def rows(result: DiffResult) -> list[dict]:
         out.append({"rank": c.rank, "kernel": c.kernel, "shape": _shape(c.grid, c.block), "metric": c.metric,
                     "n_a": c.n_a, "n_b": c.n_b, "median_a": c.median_a, "median_b": c.median_b,
                     "change": _finite(c.change), "change_unit": c.change_unit, "ci_low": _finite(c.ci_low),
-                    "ci_high": _finite(c.ci_high), "p": c.p, "q": c.q, "auc": c.auc, "significant": c.significant,
+                    "ci_high": _finite(c.ci_high), "p": c.p, "test": c.test, "q": c.q, "auc": c.auc, "significant": c.significant,
                     "reason": c.reason})
     return out
 
@@ -402,9 +423,9 @@ def render(result: DiffResult, output_format: str, show_all: bool = False) -> st
 
 
 def main(path_a: str, path_b: str, *, output_format: str = "text", fail_above: float | None = None,
-         alpha: float = 0.05, show_all: bool = False) -> int:
+         alpha: float = 0.05, show_all: bool = False, test: str = "mwu") -> int:
     """`neutrino diff A B`: the comparisons on stdout; 1 when --fail-above finds a larger regression."""
-    result = diff(path_a, path_b, alpha=alpha)
+    result = diff(path_a, path_b, alpha=alpha, test=test)
     for problem in result.problems:
         print(f"neutrino diff: warning: {problem}", file=sys.stderr)
     sys.stdout.write(render(result, output_format, show_all))
