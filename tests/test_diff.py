@@ -157,3 +157,14 @@ def test_welch_on_logs_is_stronger_and_falls_back():
     assert logt.p == pytest.approx(ttest_ind(np.log(b), np.log(a), equal_var=False).pvalue)
     zeros = D.compare_samples(key, "tail_share", np.r_[0.0, a[1:] / 1e5], b / 1e5, test="welch-log")
     assert zeros.test == "mwu"  # a value of 0: no logarithm, Mann-Whitney answers
+
+
+def test_a_corrupt_launch_event_is_a_warning_not_a_traceback(tmp_path, capsys):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=2, launches=4)
+    with open(a / "event.log", "a") as fh:
+        fh.write('{"event": "launch", "index": "x", "kernel": "k0", "grid": [16, 1, 1], "block": [64, 1, 1], '
+                 '"result": "result/nope.bin", "duration_ns": 5}\n')
+    assert cli.main(["diff", str(a), str(a)]) == 0
+    assert "warning" in capsys.readouterr().err
+    assert cli.main(["export", str(a), "--parquet", str(tmp_path / "ds")]) == 0
+    assert "launch x of k0" in capsys.readouterr().err

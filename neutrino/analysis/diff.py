@@ -131,7 +131,7 @@ def collect(path, *, pooled_only: bool = False) -> Side:
             key = (rank, str(ev.get("kernel", "")), grid, block)
             duration = ev.get("duration_ns")
             side.add(key, "duration_ns", duration if isinstance(duration, (int, float)) else None)
-            view = _LaunchView(int(ev.get("index", -1)), key[1], grid, block, duration)
+            view = _LaunchView(launch_stream.as_int(ev.get("index")), key[1], grid, block, duration)
             try:
                 frame = launch_stream.read_frame(run, ev)
             except (nt.TraceError, OSError, ValueError) as e:

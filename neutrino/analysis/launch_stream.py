@@ -98,7 +98,7 @@ def _index_event(r, kernel: str, result: str, frames: dict[int, str]) -> dict:
 def launches_by_kernel(run: Path, events: list[dict]) -> Iterator[dict]:
     """Every probed launch event of a run, grouped by kernel, in launch order within a kernel."""
     logged = [e for e in events if e.get("event") == "launch" and isinstance(e.get("result"), str)]
-    logged.sort(key=lambda e: (str(e.get("kernel", "")), _int(e.get("index"))))
+    logged.sort(key=lambda e: (str(e.get("kernel", "")), as_int(e.get("index"))))
     yield from logged
     kernels, frames = _index_kernels(events)
     records = _index_records(Path(run))
@@ -115,7 +115,8 @@ def launches_by_kernel(run: Path, events: list[dict]) -> Iterator[dict]:
         yield _index_event(r, kernel, result, frames)
 
 
-def _int(value) -> int:
+def as_int(value) -> int:
+    """An event field as an int; -1 when it is not one (a corrupt event log)."""
     try:
         return int(value)
     except (TypeError, ValueError, OverflowError):
@@ -133,4 +134,4 @@ def dims(value) -> tuple[int, int, int]:
 
 def read_frame(run: Path, ev: dict):
     """The result frame of one launch event (`neutrino.trace.ResultFile`); never cached."""
-    return nt.read_result(Path(run) / ev["result"], _int(ev.get("result_offset", 0) or 0))
+    return nt.read_result(Path(run) / ev["result"], as_int(ev.get("result_offset", 0) or 0))
