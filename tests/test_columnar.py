@@ -201,8 +201,11 @@ def test_context_tables_parsed_without_the_readers(tmp_path, monkeypatch):
 
     run = _every_map_run(tmp_path / "run")
     S.write_timeline(run, [{"kind": 1, "start_ns": 5, "end_ns": 9, "name_id": 0, "grid": (1, 2, 3)}], ["k"])
-    monkeypatch.setitem(sys.modules, "neutrino.timeline", None)  # import fails: the fallback parses
-    monkeypatch.setitem(sys.modules, "neutrino.ranges", None)
+    import neutrino
+
+    for name in ("timeline", "ranges"):  # the import fails: the fallback parses
+        monkeypatch.setitem(sys.modules, f"neutrino.{name}", None)
+        monkeypatch.delattr(neutrino, name, raising=False)
     from neutrino.analysis import context_tables
 
     recs, names = context_tables.read_timeline(run)

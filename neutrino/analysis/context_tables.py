@@ -20,6 +20,7 @@ from neutrino.trace import TraceError
 TIMELINE_MAGIC = b"NTTIMEL1"
 RANGES_MAGIC = b"NTRANGE1"
 NO_NAME = 0xFFFFFFFF
+CLOCK_KERNEL = "__neutrino_globaltimer"  # neutrino.runtime.clock's calibration kernel (not the program's)
 
 TIMELINE_RECORD = np.dtype([
     ("kind", "u1"), ("copy_kind", "u1"), ("flags", "<u2"), ("device", "<u4"), ("stream", "<u4"), ("tid", "<u4"),
@@ -34,15 +35,18 @@ assert TIMELINE_RECORD.itemsize == 80 and RANGE_RECORD.itemsize == 40
 
 
 def _records(path: Path, magic: bytes, dtype: np.dtype) -> np.ndarray:
-    """The records of a context file after its 16-byte header; a record cut short is ignored."""
+    """The records of a context file after its 16-byte header; a record cut short is ignored, and
+    a longer record (a later writer's) read for its first `dtype.itemsize` bytes."""
     raw = path.read_bytes()
     if len(raw) < 16 or raw[:8] != magic:
         raise TraceError(f"{path}: not a {magic.decode()} file (bad magic)")
     version, size = (int(v) for v in np.frombuffer(raw[8:16], "<u4"))
-    if version != 1 or size != dtype.itemsize:
+    if version != 1 or size < dtype.itemsize:
         raise TraceError(f"{path}: version {version} with {size}-byte records; this reader knows version 1 "
                          f"with {dtype.itemsize}-byte records")
-    return np.frombuffer(raw, dtype, count=(len(raw) - 16) // dtype.itemsize, offset=16)
+    n = (len(raw) - 16) // size
+    rows = np.frombuffer(raw, np.uint8, count=n * size, offset=16).reshape(n, size)[:, : dtype.itemsize]
+    return np.ascontiguousarray(rows).view(dtype).reshape(n)
 
 
 def _names(path: Path) -> list[str]:
@@ -73,7 +77,9 @@ def read_timeline(run: Path) -> tuple[np.ndarray, np.ndarray] | None:
         return table, np.asarray(table["name"], dtype=object)
     recs = _records(run / "timeline.bin", TIMELINE_MAGIC, TIMELINE_RECORD)
     recs = recs[np.argsort(recs["start_ns"], kind="stable")]
-    return recs, _name_of(_names(run / "timeline_names.txt"), recs["name_id"])
+    names = _name_of(_names(run / "timeline_names.txt"), recs["name_id"])
+    ours = names == CLOCK_KERNEL  # the runtime's clock calibration, as the reader of record leaves it out
+    return recs[~ours], names[~ours]
 
 
 def read_ranges(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
