@@ -1,7 +1,9 @@
 """One rank of the DDP acceptance run (benchmarks/ddp_acceptance.sh), started by torchrun.
 
-A few training steps of a small torch.compile MLP under DistributedDataParallel;
-each rank trains on its own batch, the gradients are all-reduced. Writes
+A few training steps of a small MLP, compiled and then wrapped in DistributedDataParallel
+(`DDP(torch.compile(net))`: compiling the DDP wrapper graph-breaks inside DDP and compiles no
+Triton kernel at all), plus a hand-written Triton kernel of the program's own that scales each
+input batch; each rank trains on its own batch, the gradients are all-reduced. Writes
 OUT/losses.rank<R>.json: the loss of every step and a digest of the final
 parameters, as float.hex, so that runs can be compared bit for bit.
 
@@ -18,7 +20,24 @@ import os
 
 import torch
 import torch.distributed as dist
+import triton
+import triton.language as tl
 from torch.nn.parallel import DistributedDataParallel
+
+
+@triton.jit
+def _scale(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor, mask=mask)
+
+
+def scale(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """The program's own kernel: x * factor, elementwise."""
+    out = torch.empty_like(x)
+    n = x.numel()
+    _scale[(triton.cdiv(n, 1024),)](x, out, n, factor, BLOCK=1024)
+    return out
 
 
 def model(d: int) -> torch.nn.Module:
@@ -44,12 +63,12 @@ def main() -> None:
     dist.init_process_group(backend)
     torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     net = model(args.dim).to(device)
-    ddp = torch.compile(DistributedDataParallel(net, device_ids=[device.index]))
+    ddp = DistributedDataParallel(torch.compile(net), device_ids=[device.index])
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     gen = torch.Generator(device="cpu").manual_seed(1000 + rank)  # each rank its own data
     losses = []
     for _ in range(args.steps):
-        x = torch.randn(128, args.dim, generator=gen).to(device)
+        x = scale(torch.randn(128, args.dim, generator=gen).to(device), 0.5)
         y = torch.randint(0, 16, (128,), generator=gen).to(device)
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(ddp(x), y)

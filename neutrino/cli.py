@@ -208,14 +208,29 @@ def cmd_list(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from neutrino.analysis.perfetto import export
-
     if args.parquet:
         return cmd_export_parquet(args)
+    if args.merge_into:
+        return _export_merge(args)
     if not args.perfetto:
-        raise _error("export needs --perfetto OUT.json or --parquet DIR")
-    export(args.trace, args.perfetto, warps=args.warps, clock_ghz=args.clock_ghz)
-    print(f"wrote {args.perfetto}", file=sys.stderr)
+        raise _error("export needs --perfetto OUT, --parquet DIR or --merge-into KINETO.json")
+    if args.format == "json" or (args.format is None and args.perfetto.endswith(".json")):
+        from neutrino.analysis.perfetto import export
+
+        export(args.trace, args.perfetto, warps=args.warps, clock_ghz=args.clock_ghz)
+        print(f"wrote {args.perfetto} (Chrome trace-event JSON: probed launches only)", file=sys.stderr)
+        return 0
+    from neutrino.analysis.export_timeline import export_protobuf
+
+    print(export_protobuf(args.trace, args.perfetto), file=sys.stderr)
+    return 0
+
+
+def _export_merge(args) -> int:
+    """`export TRACE --merge-into KINETO.json [-o OUT]`: our tracks added to a torch.profiler trace."""
+    from neutrino.analysis.kineto import merge_into
+
+    print(merge_into(args.trace, args.merge_into, args.o), file=sys.stderr)
     return 0
 
 
@@ -329,9 +344,14 @@ def offline_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("export", help="export a trace")
     p.add_argument("trace")
-    p.add_argument("--perfetto", help="Chrome trace-event JSON for Perfetto")
-    p.add_argument("--warps", action="store_true", help="also one track per warp under its block")
-    p.add_argument("--clock-ghz", type=float, help="SM clock rate to convert cycles (default: fitted or 1 GHz)")
+    p.add_argument("--perfetto", metavar="OUT", help="Perfetto protobuf trace: host threads and ranges, GPU streams "
+                   "with every kernel and copy, probed launches' blocks and warps (JSON when OUT ends in .json)")
+    p.add_argument("--format", choices=("protobuf", "json"), help="--perfetto's format (default: protobuf, json for "
+                   "an OUT ending in .json: the Chrome trace-event JSON of the probed launches)")
+    p.add_argument("--merge-into", metavar="KINETO.json", help="add our tracks to a torch.profiler (Kineto) JSON trace")
+    p.add_argument("-o", metavar="OUT.json", help="with --merge-into: where to write (default: KINETO.neutrino.json)")
+    p.add_argument("--warps", action="store_true", help="JSON: also one track per warp under its block")
+    p.add_argument("--clock-ghz", type=float, help="JSON: SM clock rate to convert cycles (default: fitted or 1 GHz)")
     p.add_argument("--parquet", metavar="DIR", help="a Parquet dataset (tables partitioned by rank and kernel)")
     p.set_defaults(func=cmd_export)
     p = sub.add_parser("query", help="SQL over a trace, job or Parquet dataset (DuckDB)")

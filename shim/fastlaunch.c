@@ -159,6 +159,7 @@ static CUresult (*p_launch_ex)(const void *, void *, void **, void **);
 static CUresult (*p_launch_ex_ptsz)(const void *, void *, void **, void **);
 
 void *neutrino_real_sym(const char *name);
+int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch); /* argtrace.c */
 
 static int resolve(void) {
 #define R(var, name) if (!(var = (__typeof__(var))neutrino_real_sym(name))) return -1
@@ -513,6 +514,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         for (int i = 0; i < P_STEPS; i++) { step_ns[i] += lap[i]; e->prof_ns[i] += lap[i]; }
     }
     if (!submitted && !on_stack) free(hdr);  /* the results are lost; the launch happened */
+    if (submitted) neutrino_args_record(f, ctx, params, submitted - 1);  /* argtrace.c: launch_args.jsonl */
     atomic_fetch_add(&e->stats.launches, 1);
     return 0;
 

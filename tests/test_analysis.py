@@ -10,7 +10,6 @@ import pytest
 
 from neutrino.analysis import _common as C
 from neutrino.analysis import block_sched, dmat, gmem_bytes, perfetto, plot, program_progress, report, tensorop
-from neutrino.analysis.png import BACKGROUND, colorize, decode_png, encode_png, upscale
 
 U64, U32 = "<u8", "<u4"
 
@@ -121,7 +120,7 @@ def test_block_sched_globaltimer_is_synchronized():
     assert tl.synchronized and tl.time_unit == "ns"
     assert tl.start.tolist() == [0, 50] and tl.end.tolist() == [100, 300]
     assert (st.span, st.tail) == (300, 200)
-    assert r.clock_ghz is None
+    assert r.fit_ghz is None
 
 
 def test_block_sched_globaltimer_from_probe_text():
@@ -134,8 +133,9 @@ def test_block_sched_toml_field_names_and_clock_rate():
     md = block_sched_map(("lstart", "elapse", "smid"))
     r = block_sched.analyze_launch(make_launch(3, "vadd", [md], duration_ns=160.0), md)
     assert r.stats.busy_imbalance == pytest.approx(1.5)
-    assert r.clock_ghz == pytest.approx(2.0)  # 320 cycles in 160 ns
+    assert r.fit_ghz == pytest.approx(2.0)  # 320 cycles in 160 ns: a placement scale, not printed
     row = block_sched.kernel_summary([r])
+    assert "clock GHz" not in row and "clock_ghz" not in block_sched.kernel_numbers([r])
     assert row["blocks"] == "4" and row["tail"] == "68.8%" and row["busy max/mean"] == "1.5"
 
 
@@ -249,38 +249,66 @@ def test_dmat_analyze_launch_block_time_base():
         dmat.analyze_launch(launch, md, time_base="wall")
 
 
-def test_dmat_png_pixels_match_histogram(tmp_path):
+def image_of(fig):
+    """The heat map of a density figure: (axes, AxesImage, colour bar present)."""
+    ax = fig.axes[0]
+    (shown,) = ax.get_images()
+    return ax, shown, len(fig.axes) == 2  # the colour bar is the figure's second axes
+
+
+def test_dmat_figure_shows_the_histogram(tmp_path):
     clock = np.arange(1000)
     addr = 4 * np.arange(1000)
     h = dmat.dmat_histogram(clock, addr, time_bins=20, addr_bins=10, granule=4)
     r = dmat.LaunchResult(7, "vadd<float>", "raw", h)
-    paths = [p for p in dmat.write_plots([r], str(tmp_path)) if not p.endswith("_labelled.png")]
-    assert [p.rsplit("/", 1)[1] for p in paths] == ["0007_vadd_float_dmat.png", "0007_vadd_float_dmat.json"]
-    image = decode_png(open(paths[0], "rb").read())
-    fx, fy = image.shape[1] // 20, image.shape[0] // 10
-    assert image.shape == (10 * fy, 20 * fx, 3) and (fx, fy) == (16, 16)
-    coloured = (image[::fy, ::fx] != BACKGROUND).any(axis=2)
-    # x = time to the right, y = address upwards: the diagonal runs bottom-left to top-right
-    np.testing.assert_array_equal(coloured, (h.counts.T > 0)[::-1])
-    assert coloured[-1, 0] and coloured[0, -1] and not coloured[0, 0]
-    meta = json.load(open(paths[1]))
+    fig = dmat.figure(r)
+    ax, shown, colour_bar = image_of(fig)
+    assert colour_bar and fig.axes[1].get_ylabel() == "accesses per cell (log scale)"
+    assert ax.get_title() == "DMAT: launch 7 vadd<float>"
+    assert ax.get_xlabel().startswith("clock cycles since the first access")
+    assert ax.get_ylabel() == "address (4-byte lines, accessed lines only)"
+    # x = time to the right, y = address upwards: the drawn array is counts[address, time], origin below
+    np.testing.assert_array_equal(np.ma.filled(shown.get_array(), 0), h.counts.T)
+    assert shown.origin == "lower" and tuple(shown.get_extent()) == (0, 1000, 0, 10)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0x0"]  # one region
+    meta = json.load(open(dmat.write_description(r, str(tmp_path))))
     assert meta["accesses"] == 1000 and meta["regions"][0]["addr_lo"] == "0x0"
 
 
-# --- png ---------------------------------------------------------------------------------------
-def test_png_round_trip_and_colour_order():
-    rgb = np.random.default_rng(0).integers(0, 256, size=(7, 5, 3), dtype=np.uint8)
-    np.testing.assert_array_equal(decode_png(encode_png(rgb)), rgb)
-    img = colorize(np.array([[0, 1, 10, 1000]]))
-    assert tuple(img[0, 0]) == BACKGROUND
-    assert tuple(img[0, 1]) == (68, 1, 84) and tuple(img[0, 3]) == (253, 231, 37)
-    assert upscale(np.zeros((2, 3, 3), np.uint8)).shape == (2 * 16, 3 * 16, 3)  # at most 16x
-    assert upscale(np.zeros((4, 512, 3), np.uint8)).shape == (4 * 16, 512, 3)  # axes scale separately
-    with pytest.raises(ValueError):
-        encode_png(np.zeros((0, 3, 3), np.uint8))
+def test_dmat_figure_of_nothing_says_why():
+    from neutrino.analysis.plot import NoPlot
+
+    r = dmat.LaunchResult(1, "k", "raw", dmat.dmat_histogram(np.zeros(0), np.zeros(0)))
+    with pytest.raises(NoPlot, match="no access recorded"):
+        dmat.figure(r)
 
 
-# --- tensorop ----------------------------------------------------------------------------------
+def test_block_sched_figure_rows_are_sms_lowest_on_top():
+    md = block_sched_map()
+    r = block_sched.analyze_launch(make_launch(0, "vadd", [md]), md)
+    fig = block_sched.figure(r)
+    ax, shown, colour_bar = image_of(fig)
+    assert colour_bar and "resident blocks" in fig.axes[1].get_ylabel()
+    assert ax.get_ylabel() == "SM" and ax.get_xlabel().startswith("cycles since each SM's first block")
+    assert ax.get_title() == "resident blocks per SM: launch 0 vadd"
+    np.testing.assert_allclose(np.ma.filled(shown.get_array(), 0), block_sched.occupancy_image(r.timeline).T)
+    assert tuple(shown.get_extent()) == (0, 320, 2, 0)  # 320 cycles; SM 0 in [0, 1] at the top
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "1"]
+
+
+def test_program_progress_figure_labels():
+    warps = [[(100 + 10 * k, 16 * (k + 1)) for k in range(4)], [(500 + 20 * k, 16 * (k + 1)) for k in range(4)]]
+    md = make_map("program_progress", "warp", [("clock", U64), ("branch", U32), ("cuid", U32)],
+                  [[(c, b, 0) for c, b in w] for w in warps])
+    r = program_progress.analyze_launch(make_launch(0, "loop", [md]), md)
+    fig = program_progress.figure(r)
+    ax, shown, colour_bar = image_of(fig)
+    assert colour_bar and ax.get_ylabel() == "progress (branch: branches executed)"
+    assert ax.get_xlabel() == "cycles since the warp's first sample (its SM's clock)"
+    assert tuple(shown.get_extent()) == (0, 61, 0, 65)  # longest span 60 cycles, progress up to 64
+    assert np.ma.filled(shown.get_array(), 0).sum() == 8  # 8 distinct warp samples
+
+
 def test_tensorop_thread_and_warp_counts():
     # block of 64 threads: warp 0 all lanes 4 mma; warp 1 lanes 0-15 run 2, the rest none
     counts = [4] * 32 + [2] * 16 + [0] * 16
@@ -425,14 +453,13 @@ def test_report_tables_and_plots(tmp_path):
     gm_line = next(line for line in text.splitlines()[text.splitlines().index("[gmem_bytes]"):]
                    if line.startswith("vadd"))
     assert "3072" in gm_line and "0.768" in gm_line  # 2*128*12 bytes in 4000 ns
-    paths, skipped = report.write_plots(rep, str(tmp_path))
-    paths = [p for p in paths if not p.endswith("_labelled.png")]
-    assert skipped == 0
+    paths, skipped, notes = report.write_plots(rep, str(tmp_path))
+    assert skipped == 0 and notes == []
     assert sorted(p.rsplit("/", 1)[1] for p in paths) == [
         "0000_vadd_block_sched.png", "0002_copy_dmat.json", "0002_copy_dmat.png"]
     for p in paths:
         if p.endswith(".png"):
-            assert decode_png(open(p, "rb").read()).size > 0
+            assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_report_warns_on_unreadable_map():
@@ -454,17 +481,8 @@ def test_format_table_alignment():
     assert text.splitlines() == ["kernel       n", "---------  ---", "a            1", "long_name  100"]
 
 
-@pytest.mark.skipif(not plot.have_matplotlib(), reason="matplotlib not installed (optional)")
-def test_labelled_plots_with_matplotlib(tmp_path):
+def test_plots_skipped_without_matplotlib_are_said(tmp_path, monkeypatch):
+    monkeypatch.setattr(plot, "matplotlib_missing", lambda: "matplotlib cannot be imported (ImportError: x)")
     tr = fake_trace()
-    paths, _ = report.write_plots(report.analyze(tr, tr.launches), str(tmp_path))
-    labelled = sorted(p.rsplit("/", 1)[1] for p in paths if p.endswith("_labelled.png"))
-    assert labelled == ["0000_vadd_block_sched_labelled.png", "0002_copy_dmat_labelled.png"]
-    for name in labelled:
-        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
-
-
-def test_labelled_plots_skipped_without_matplotlib(tmp_path, monkeypatch):
-    monkeypatch.setattr(plot, "have_matplotlib", lambda: False)
-    assert not plot.labelled_density(str(tmp_path / "x.png"), np.ones((2, 2)), title="", xlabel="", ylabel="")
-    assert not (tmp_path / "x.png").exists()
+    paths, _, notes = report.write_plots(report.analyze(tr, tr.launches), str(tmp_path))
+    assert paths == [] and notes == ["2 picture(s) not drawn: matplotlib cannot be imported (ImportError: x)"]

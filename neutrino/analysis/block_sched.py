@@ -16,14 +16,11 @@ whole GPU) are taken relative to the launch's first start and are exact.
 from __future__ import annotations
 
 import bisect
-import os
 
 import attrs
 import numpy as np
 
 from neutrino.analysis import _common as C
-from neutrino.analysis.plot import labelled_density
-from neutrino.analysis.png import write_density_png
 
 MAP_NAMES = ("block_sched",)
 HAS_PLOTS = True
@@ -32,13 +29,6 @@ ELAPSED_FIELDS = ("elapsed", "elapse", "duration", "dur")
 SM_FIELDS = ("cuid", "smid", "sm", "sm_id")
 # Start fields that hold %globaltimer nanoseconds (synchronised across SMs).
 GLOBAL_TIME_FIELDS = ("gstart", "gtime", "globaltimer")
-
-
-def matches(md) -> bool:
-    names = md.dtype.names or ()
-    if md.name in MAP_NAMES:
-        return True
-    return all(any(f in names for f in alts) for alts in (START_FIELDS, ELAPSED_FIELDS, SM_FIELDS))
 
 
 @attrs.frozen(eq=False)
@@ -258,8 +248,10 @@ class LaunchResult:
     stats: BlockSchedStats
 
     @property
-    def clock_ghz(self) -> float | None:
-        """Apparent clock rate: block span in cycles / launch duration (a lower bound)."""
+    def fit_ghz(self) -> float | None:
+        """Block span in cycles / measured launch duration: the scale that fits the blocks into the
+        launch's time on an export's timeline. Not a clock rate (the duration includes launch
+        overhead, and the span is measured on unaligned SM clocks): the report does not print it."""
         if self.timeline.time_unit != "cycles" or not self.duration_ns or self.stats.span <= 0:
             return None
         return self.stats.span / self.duration_ns
@@ -304,7 +296,6 @@ def kernel_numbers(results: list[LaunchResult]) -> dict[str, float | int | str |
         "idle_gaps": sum(s.gap_count for s in stats),
         "idle_gap_max": max((s.gap_max for s in stats), default=None),
         "refill_mean": _mean([s.refill_mean for s in stats]),
-        "clock_ghz": _mean([r.clock_ghz for r in results if r.clock_ghz is not None]),
         "split_blocks": sum(s.split_blocks for s in stats),
     }
 
@@ -320,11 +311,9 @@ def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
         "busy max/mean": C.fmt_num(n["busy_imbalance"]),
         "blocks/SM cv": C.fmt_num(n["blocks_per_sm_cv"]),
         "tail": "-" if tail is None else f"{100 * tail:.1f}%",
-        "idle gaps": f"{n['idle_gaps']} (max {C.fmt_num(n['idle_gap_max'])})",
-        "refill mean": C.fmt_num(n["refill_mean"]),
+        "idle gaps": f"{n['idle_gaps']} (max {C.fmt_num(n['idle_gap_max'])} {n['span_unit']})",
+        "refill mean": f"{C.fmt_num(n['refill_mean'])} {n['span_unit']}" if n["refill_mean"] is not None else "-",
     }
-    if n["clock_ghz"] is not None:
-        row["clock GHz"] = C.fmt_num(n["clock_ghz"])
     if n["split_blocks"]:
         row["split blocks"] = str(n["split_blocks"])
     return row
@@ -352,23 +341,24 @@ def occupancy_image(tl: BlockTimeline, bins: int = 512) -> np.ndarray:
     return image
 
 
-def write_plots(results: list[LaunchResult], out_dir: str) -> list[str]:
-    paths = []
-    for r in results:
-        if len(r.timeline) == 0:
-            continue
-        path = os.path.join(out_dir, f"{r.index:04d}_{C.safe_name(r.kernel)}_block_sched.png")
-        image = occupancy_image(r.timeline)
-        write_density_png(path, image, log=False, flip_rows=False)
-        paths.append(path)
-        labelled = path[:-len(".png")] + "_labelled.png"
-        sms = sorted(r.timeline.origin)
-        step = max(1, len(sms) // 16)
-        if labelled_density(labelled, image[:, ::-1], log=False, clabel="resident blocks (mean over bin)",
-                            title=f"resident blocks per SM: launch {r.index} {r.kernel[:60]}",
-                            xlabel=f"{r.timeline.time_unit} since the SM's first block"
-                            if not r.timeline.synchronized else "ns since the launch's first block",
-                            ylabel="SM", extent=(0, r.stats.span, 0, len(sms)),
-                            yticks=[(len(sms) - 1 - i + 0.5, str(sms[i])) for i in range(0, len(sms), step)]):
-            paths.append(labelled)
-    return paths
+def figure(r: LaunchResult):
+    """Resident blocks per SM over the launch (occupancy_image): one row per SM, lowest SM id at the
+    top, colour = mean resident blocks in the time bin. Raises plot.NoPlot when no block was recorded."""
+    from neutrino.analysis.plot import NoPlot, density_figure
+
+    if len(r.timeline) == 0:
+        raise NoPlot("no block recorded")
+    sms = sorted(r.timeline.origin)
+    step = max(1, len(sms) // 16)
+    t0 = int(r.timeline.start.min())
+    xlabel = ("ns since the launch's first block (%globaltimer)" if r.timeline.synchronized else
+              "cycles since each SM's first block (SM clocks, not aligned across SMs)")
+    return density_figure(occupancy_image(r.timeline), log=False, clabel="resident blocks (mean over the bin)",
+                          title=f"resident blocks per SM: launch {r.index} {r.kernel[:60]}", xlabel=xlabel,
+                          ylabel="SM", extent=(0, int(r.timeline.end.max()) - t0, len(sms), 0),
+                          yticks=[(i + 0.5, str(sms[i])) for i in range(0, len(sms), step)])
+
+
+def figures(r: LaunchResult) -> list[tuple[str, object]]:
+    """(file suffix, Figure) of one launch."""
+    return [("block_sched", figure(r))]

@@ -25,20 +25,11 @@ import attrs
 import numpy as np
 
 from neutrino.analysis import _common as C
-from neutrino.analysis.plot import labelled_density
-from neutrino.analysis.png import write_density_png
 
 MAP_NAMES = ("dmat",)
 HAS_PLOTS = True
 CLOCK_FIELDS = ("clock", "clk", "time", "lclock", "start")
 ADDR_FIELDS = ("addr", "address")
-
-
-def matches(md) -> bool:
-    names = md.dtype.names or ()
-    if md.name in MAP_NAMES:
-        return True
-    return any(f in names for f in CLOCK_FIELDS) and any(f in names for f in ADDR_FIELDS)
 
 
 @attrs.frozen(eq=False)
@@ -246,29 +237,32 @@ def describe(r: LaunchResult) -> dict:
     }
 
 
-def write_plots(results: list[LaunchResult], out_dir: str) -> list[str]:
-    paths = []
-    for r in results:
-        if r.hist.accesses == 0:
-            continue
-        stem = os.path.join(out_dir, f"{r.index:04d}_{C.safe_name(r.kernel)}_dmat")
-        write_density_png(stem + ".png", r.hist.counts)
-        with open(stem + ".json", "w") as f:
-            json.dump(describe(r), f, indent=1)
-        paths += [stem + ".png", stem + ".json"]
-        if _labelled(r, stem + "_labelled.png"):
-            paths.append(stem + "_labelled.png")
-    return paths
+def figure(r: LaunchResult):
+    """The histogram: time to the right, address upwards, one tick and a grey line per address region,
+    colour = accesses per cell on a log scale (white = none)."""
+    from neutrino.analysis.plot import NoPlot, density_figure
 
-
-def _labelled(r: LaunchResult, path: str) -> bool:
-    """The picture with axes when matplotlib is there: one tick per address region."""
     h = r.hist
+    if h.accesses == 0:
+        raise NoPlot("no access recorded")
     regions = h.regions()
-    clock = "clock cycles since the first access" + (" of each block" if r.time_base == "block" else "")
-    return labelled_density(
-        path, h.counts, title=f"DMAT: launch {r.index} {r.kernel[:60]}", xlabel=clock,
-        ylabel="address (densified: accessed lines only)" if h.densified else "address",
+    clock = "clock cycles since the first access" + (" of each block" if r.time_base == "block" else
+                                                     " (SM clocks, not aligned across SMs)")
+    return density_figure(
+        h.counts, title=f"DMAT: launch {r.index} {r.kernel[:60]}", xlabel=clock, clabel="accesses per cell (log scale)",
+        ylabel=f"address ({h.granule}-byte lines{', accessed lines only' if h.densified else ''})",
         extent=(0, h.t_span, 0, h.counts.shape[1]),
         hlines=[g["bin_lo"] for g in regions[1:]][:64],
         yticks=[(g["bin_lo"], hex(g["addr_lo"])) for g in regions][:32])
+
+
+def figures(r: LaunchResult) -> list[tuple[str, object]]:
+    return [("dmat", figure(r))]
+
+
+def write_description(r: LaunchResult, out_dir: str) -> str:
+    """The JSON beside the picture: axes, bins, regions (describe)."""
+    path = os.path.join(out_dir, f"{r.index:04d}_{C.safe_name(r.kernel)}_dmat.json")
+    with open(path, "w") as f:
+        json.dump(describe(r), f, indent=1)
+    return path

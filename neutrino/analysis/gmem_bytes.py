@@ -21,11 +21,6 @@ BYTES_FIELDS = ("bytes", "nbytes", "gmem_bytes", "size", "gmem_total")
 ACTIVE_FIELDS = ("active_threads", "active")
 
 
-def matches(md) -> bool:
-    names = md.dtype.names or ()
-    return md.name in MAP_NAMES or (len(names) == 1 and names[0] in BYTES_FIELDS)
-
-
 @attrs.frozen
 class ByteStats:
     total: int  # bytes summed over all records
@@ -134,6 +129,3 @@ def _max_known(values) -> int | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None
 
-
-def write_plots(results: list[LaunchResult], out_dir: str) -> list[str]:
-    return []

@@ -27,7 +27,7 @@ import sys
 
 import numpy as np
 
-from neutrino.analysis import block_sched, tool_for
+from neutrino.analysis import block_sched, tool_for, writer_tool
 from neutrino.analysis import _common as C
 from neutrino.errors import NeutrinoError
 
@@ -48,8 +48,8 @@ def ns_per_unit(result: block_sched.LaunchResult, clock_ghz: float | None) -> tu
         return 1.0, "globaltimer"
     if clock_ghz:
         return 1.0 / clock_ghz, f"given clock {clock_ghz} GHz"
-    if result.clock_ghz:
-        return 1.0 / result.clock_ghz, f"fitted to launch duration: {result.clock_ghz:.3f} GHz"
+    if result.fit_ghz:
+        return 1.0 / result.fit_ghz, f"block span fitted to the launch duration: {result.fit_ghz:.3f} cycles/ns"
     return 1.0, "unknown clock: 1 cycle shown as 1 ns"
 
 
@@ -165,9 +165,10 @@ def export(trace_dir: str, out_json: str, *, warps: bool = False, clock_ghz: flo
     trace, launches = load_trace(trace_dir)
     probe_text = getattr(trace, "probe_text", None)
     results, plain = [], []
+    writer = writer_tool(trace)
     for launch in launches:
         try:
-            mds = [md for md in launch.maps.values() if tool_for(md) is block_sched]
+            mds = [md for md in launch.maps.values() if tool_for(md, writer) is block_sched]
             if mds:
                 results.append(block_sched.analyze_launch(launch, mds[0], probe_text))
             else:

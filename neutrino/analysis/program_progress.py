@@ -15,27 +15,16 @@ x = time since the warp's first sample, y = progress.
 
 from __future__ import annotations
 
-import os
-
 import attrs
 import numpy as np
 
 from neutrino.analysis import _common as C
-from neutrino.analysis.plot import labelled_density
-from neutrino.analysis.png import write_density_png
 
 MAP_NAMES = ("program_progress",)
 HAS_PLOTS = True
 CLOCK_FIELDS = ("clock", "clk", "time")
 COUNTER_FIELDS = ("branch", "branches", "progress")  # monotone progress counters
 PC_FIELDS = ("pc", "site")  # site ids: progress = samples passed
-
-
-def matches(md) -> bool:
-    names = md.dtype.names or ()
-    if md.name in MAP_NAMES:
-        return True
-    return any(f in names for f in CLOCK_FIELDS) and any(f in names for f in COUNTER_FIELDS + PC_FIELDS)
 
 
 def warp_samples(clock, value, warp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -175,24 +164,25 @@ def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
         "samples": C.fmt_num(n["samples"]),
         "samples/warp": f"{C.fmt_num(n['samples_per_warp_min'])}..{C.fmt_num(n['samples_per_warp_max'])}",
         "progress": f"{C.fmt_num(n['progress_min'])}..{C.fmt_num(n['progress_max'])}",
-        "median span": C.fmt_num(n["median_span"]),
-        "max span": C.fmt_num(n["max_span"]),
+        "median span (cycles)": C.fmt_num(n["median_span"]),
+        "max span (cycles)": C.fmt_num(n["max_span"]),
         "straggler": C.fmt_num(n["straggler"]),
     }
 
 
-def write_plots(results: list[LaunchResult], out_dir: str) -> list[str]:
-    paths = []
-    for r in results:
-        if r.picture.size == 0 or not r.picture.any():
-            continue
-        path = os.path.join(out_dir, f"{r.index:04d}_{C.safe_name(r.kernel)}_program_progress.png")
-        write_density_png(path, r.picture)
-        paths.append(path)
-        labelled = path[:-len(".png")] + "_labelled.png"
-        if labelled_density(labelled, r.picture, clabel="warp samples", title=f"warp progress: launch {r.index} {r.kernel[:60]}",
-                            xlabel="cycles since the warp's first sample",
-                            ylabel=f"progress ({r.counter})" if r.counter else "samples passed",
-                            extent=(0, int(r.warps.span.max()) + 1, 0, int(r.warps.progress.max()) + 1)):
-            paths.append(labelled)
-    return paths
+def figure(r: LaunchResult):
+    """Density of all warps' progress curves: x = cycles since the warp's first sample, y = progress."""
+    from neutrino.analysis.plot import NoPlot, density_figure
+
+    if r.picture.size == 0 or not r.picture.any():
+        raise NoPlot("no warp sample recorded")
+    return density_figure(r.picture, clabel="warp samples per cell (log scale)",
+                          title=f"warp progress: launch {r.index} {r.kernel[:60]}",
+                          xlabel="cycles since the warp's first sample (its SM's clock)",
+                          ylabel=(f"progress ({r.counter}: branches executed)" if r.counter in ("branch", "branches")
+                                  else f"progress ({r.counter})" if r.counter else "samples passed"),
+                          extent=(0, int(r.warps.span.max()) + 1, 0, int(r.warps.progress.max()) + 1))
+
+
+def figures(r: LaunchResult) -> list[tuple[str, object]]:
+    return [("program_progress", figure(r))]

@@ -18,7 +18,7 @@ import os
 import sys
 
 from neutrino.analysis import _common as C
-from neutrino.analysis import block_sched, tool_for
+from neutrino.analysis import block_sched, tool_for, writer_tool
 from neutrino.errors import NeutrinoError
 
 LAUNCH_TRACK = "launch"  # the thread name perfetto.launch_events gives a launch's own slice
@@ -95,6 +95,18 @@ def combined_table(reports: list[tuple[int, object]], kind: str = "rank") -> str
     return format_table(headers, rows)
 
 
+def busy_line(reports: list[tuple[int, object]], kind: str = "rank") -> str | None:
+    """`GPU busy (us): rank 0 6.6, rank 1 7.1; max/min 1.08` from each rank's timeline (None when
+    no rank has one): the context section's busy time, side by side."""
+    busy = {rank: r.context.busy_ns for rank, r in reports if getattr(r, "context", None) is not None}
+    if not busy:
+        return None
+    cells = ", ".join(f"{kind} {rank} {ns / 1e3:.1f}" for rank, ns in busy.items())
+    spread = (f"; max/min {max(busy.values()) / min(busy.values()):.2f}"
+              if len(busy) == len(reports) and len(busy) > 1 and min(busy.values()) > 0 else "")
+    return f"GPU busy (us): {cells}{spread}"
+
+
 def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True, plots_per_kernel: int = 4,
                 tool_options: dict | None = None, output_format: str = "text") -> int:
     """`neutrino report DIR`: each rank's (or process's) report, then the combined table; the exit status.
@@ -125,6 +137,9 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
             status = max(status, _plots(report, kind, rank, out_dir, plots_per_kernel))
     if output_format == "text":
         print(f"\n== all {plural(kind)}\n{combined_table(reports, kind)}")
+        busy = busy_line(reports, kind)
+        if busy:
+            print(busy)
     else:
         sys.stdout.write(_rows(job_dir, kind, reports, output_format))
     return status
@@ -147,12 +162,14 @@ def _plots(report, kind: str, rank: int, out_dir: str | None, per_kernel: int) -
 
     where = os.path.join(out_dir, f"{kind}{rank}") if out_dir else os.path.join(report.trace_path, "report")
     try:
-        paths, _ = write_plots(report, where, per_kernel)
+        paths, _, notes = write_plots(report, where, per_kernel)
     except OSError as e:
         print(f"neutrino report: error: cannot write plots to {where}: {e}", file=sys.stderr)
         return 1
     if paths:
         print(f"({kind} {rank}: {len(paths)} plot(s) in {where})")
+    for note in notes:
+        print(f"({kind} {rank}: plot skipped: {note})")
     return 0
 
 
@@ -180,9 +197,10 @@ def anchor_ns(trace) -> float:
 def _rank_launches(trace, launches, label: str):
     """block_sched results and the other launches of one rank (a bad launch is left out with a warning)."""
     results, plain = [], []
+    writer = writer_tool(trace)
     for launch in launches:
         try:
-            mds = [md for md in launch.maps.values() if tool_for(md) is block_sched]
+            mds = [md for md in launch.maps.values() if tool_for(md, writer) is block_sched]
             if mds:
                 results.append(block_sched.analyze_launch(launch, mds[0], trace.probe_text))
             else:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from neutrino.analysis import TOOLS, tool_for, tool_name
+from neutrino.analysis import TOOLS, tool_for, tool_name, writer_tool
 from neutrino.analysis import _common as C
 from neutrino import console
 from neutrino.errors import NeutrinoError
@@ -51,6 +51,7 @@ class KernelEntry:
     duration_ns: float = 0.0
     timed_launches: int = 0
     results: dict = attrs.Factory(dict)  # tool name -> [LaunchResult]
+    generic: dict = attrs.Factory(dict)  # map name -> generic.MapSummary: maps no built-in tool reads
 
 
 @attrs.define
@@ -61,6 +62,8 @@ class Report:
     readable: int = 0  # launches whose result could be read
     launches: int = 0
     graph_nodes: dict = attrs.Factory(dict)  # (graph id, node id) -> [kernel, replays probed, first, last replay]
+    writer: str | None = None  # the built-in tool that wrote the trace (None: a user's probe)
+    context: object = None  # neutrino.analysis.context.Context when the run has timeline.bin
 
     def results(self, tool) -> list:
         name = tool_name(tool)
@@ -86,7 +89,9 @@ def load_trace(trace_dir: str):
 def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
     """Run every matching tool analysis on every map of every launch."""
     tool_options = tool_options or {}
-    report = Report(trace_path=str(getattr(trace, "path", "")), launches=len(launches))
+    from neutrino.analysis import generic
+
+    report = Report(trace_path=str(getattr(trace, "path", "")), launches=len(launches), writer=writer_tool(trace))
     report.warnings.extend(getattr(trace, "problems", ()))
     probe_text = getattr(trace, "probe_text", None)
     for launch in launches:
@@ -108,8 +113,9 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
             valid, dropped = C.record_stats(md)
             entry.records += valid
             entry.dropped += dropped
-            tool = tool_for(md)
+            tool = tool_for(md, report.writer)
             if tool is None:
+                _add_generic(report, entry, launch, md, generic)
                 continue
             try:
                 result = tool.analyze_launch(launch, md, probe_text, **tool_options.get(tool_name(tool), {}))
@@ -117,7 +123,25 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
                 report.warnings.append(f"launch {launch.index} ({short(launch.kernel)}), map {name}: {e}")
                 continue
             entry.results.setdefault(tool_name(tool), []).append(result)
+    _load_context(report)
     return report
+
+
+def _load_context(report: Report) -> None:
+    """The run's timeline and ranges (spec/analysis.md, "Where GPU time went"), when it has them."""
+    from neutrino.analysis import context
+
+    try:
+        report.context = context.load(report.trace_path)
+    except (NeutrinoError, OSError, ValueError) as e:
+        report.warnings.append(f"context tables: {e}")
+
+
+def _add_generic(report: Report, entry: KernelEntry, launch, md, generic) -> None:
+    try:
+        generic.add_launch_map(entry.generic, md)
+    except (NeutrinoError, ValueError) as e:
+        report.warnings.append(f"launch {launch.index} ({short(launch.kernel)}), map {md.name}: {e}")
 
 
 def _count_graph_replay(report: Report, launch) -> None:
@@ -145,14 +169,21 @@ def _graph_table(report: Report) -> list[str]:
 
 
 def render(report: Report) -> str:
-    out = [f"trace {report.trace_path}: {report.launches} launches, {len(report.kernels)} kernels", ""]
+    out = [f"trace {report.trace_path}: {report.launches} probed launches, {len(report.kernels)} probed kernels", ""]
+    if report.context is not None:
+        from neutrino.analysis import context
+
+        out += context.render(report.context) + ["", "[probed launches]"]
+    if not report.kernels:
+        out.append("(no probed launch in this trace)")
     rows = []
     for k in report.kernels.values():
         duration = f"{k.duration_ns / 1e3:.1f}" if k.timed_launches else "-"
         rows.append([short(k.kernel), k.launches, ", ".join(k.maps) or "-", C.fmt_num(k.records),
                      C.fmt_num(k.dropped), duration])
-    out.append(format_table(["kernel", "launches", "maps", "records", "dropped", "time (us)"], rows,
-                            left=(0, 2)))
+    if rows:
+        out.append(format_table(["kernel", "launches", "maps", "records", "dropped", "time (us)"], rows,
+                                left=(0, 2)))
     if any(k.dropped for k in report.kernels.values()):
         out.append("note: dropped records were counted but not saved (cap reached); tool numbers "
                    "cover the saved records only")
@@ -166,6 +197,10 @@ def render(report: Report) -> str:
         headers = ["kernel"] + list(dict.fromkeys(col for _, s in summaries for col in s))
         rows = [[short(kernel)] + [s.get(h, "-") for h in headers[1:]] for kernel, s in summaries]
         out += ["", f"[{name}]", format_table(headers, rows)]
+    from neutrino.analysis import generic
+
+    for title, headers, rows in generic.tables(report.kernels.values()):
+        out += ["", f"[{title}]", format_table(headers, [[short(r[0])] + r[1:] for r in rows])]
     return "\n".join(out)
 
 
@@ -181,6 +216,8 @@ def kernel_rows(report: Report) -> list[dict]:
             if k.results.get(name):
                 numbers = getattr(tool, "kernel_numbers", tool.kernel_summary)(k.results[name])
                 row.update({f"{name}.{col}": _plain(value) for col, value in numbers.items()})
+        for map_name, summary in k.generic.items():
+            row.update({f"{map_name}.{col}": _plain(value) for col, value in summary.numbers().items()})
         rows.append(row)
     return rows
 
@@ -208,28 +245,52 @@ def render_json(report: Report, rows: list[dict] | None = None) -> str:
     import json
 
     rows = kernel_rows(report) if rows is None else rows
-    return json.dumps({"trace": report.trace_path, "launches": report.launches, "kernels": rows,
-                       "warnings": list(report.warnings)}, indent=2) + "\n"
+    doc = {"trace": report.trace_path, "launches": report.launches, "kernels": rows,
+           "warnings": list(report.warnings)}
+    if report.context is not None:
+        from neutrino.analysis import context
+
+        doc["gpu_time"] = {"busy_ns": report.context.busy_ns, "window_ns": report.context.window_ns,
+                           "rows": context.numbers(report.context)}
+    return json.dumps(doc, indent=2) + "\n"
 
 
-def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list[str], int]:
-    """Pictures of the first `per_kernel` launches of every kernel (0: all).
+def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list[str], int, list[str]]:
+    """Pictures of the first `per_kernel` launches of every kernel (0: all), drawn with matplotlib.
 
-    Returns the paths written and the number of launches left without plots.
+    Returns the paths written, the number of launches left without plots by
+    `per_kernel`, and one line per picture not drawn saying why.
     """
-    os.makedirs(out_dir, exist_ok=True)
-    paths, skipped = [], 0
+    from neutrino.analysis.plot import NoPlot, matplotlib_missing, save
+
+    chosen = []
+    skipped = 0
     for tool in (t for t in TOOLS if t.HAS_PLOTS):
-        name = tool_name(tool)
-        results = []
         for k in report.kernels.values():
-            mine = k.results.get(name, [])
+            mine = k.results.get(tool_name(tool), [])
             keep = mine if per_kernel <= 0 else mine[:per_kernel]
-            results += keep
+            chosen += [(tool, r) for r in keep]
             skipped += len(mine) - len(keep)
-        if results:
-            paths += tool.write_plots(results, out_dir)
-    return paths, skipped
+    if not chosen:
+        return [], skipped, []
+    missing = matplotlib_missing()
+    if missing:
+        return [], skipped, [f"{len(chosen)} picture(s) not drawn: {missing}"]
+    os.makedirs(out_dir, exist_ok=True)
+    paths, notes = [], []
+    for tool, r in chosen:
+        stem = os.path.join(out_dir, f"{r.index:04d}_{C.safe_name(r.kernel)}")
+        try:
+            figures = tool.figures(r)
+        except NoPlot as e:
+            notes.append(f"launch {r.index} ({short(r.kernel)}): no {tool_name(tool)} picture: {e}")
+            continue
+        for suffix, fig in figures:
+            save(fig, f"{stem}_{suffix}.png")
+            paths.append(f"{stem}_{suffix}.png")
+        if hasattr(tool, "write_description"):
+            paths.append(tool.write_description(r, out_dir))
+    return paths, skipped, notes
 
 
 def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
@@ -269,12 +330,14 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
         return 0
     out_dir = out_dir or os.path.join(report.trace_path or trace_dir, "report")  # in the run directory
     try:
-        paths, skipped = write_plots(report, out_dir, plots_per_kernel)
+        paths, skipped, notes = write_plots(report, out_dir, plots_per_kernel)
     except OSError as e:
         console.error(f"cannot write plots to {out_dir}: {e}")
         return 1
     if paths:
         print("\nwrote " + "\n      ".join(paths))
+    for note in notes:
+        print(f"plot skipped: {note}")
     if skipped:
         print(f"({skipped} more launches not plotted: at most {plots_per_kernel} per kernel per tool)")
     return 0

@@ -21,11 +21,6 @@ HAS_PLOTS = False
 COUNT_FIELDS = ("count", "cnt", "tensorop", "mma")
 
 
-def matches(md) -> bool:
-    names = md.dtype.names or ()
-    return md.name in MAP_NAMES or (len(names) == 1 and names[0] in COUNT_FIELDS)
-
-
 @attrs.frozen
 class TensorStats:
     thread_instructions: int  # sum of per-thread counts
@@ -110,6 +105,3 @@ def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
         "warp mma/us": C.fmt_num(n["warp_mma_per_us"]),
     }
 
-
-def write_plots(results: list[LaunchResult], out_dir: str) -> list[str]:
-    return []

@@ -21,8 +21,8 @@ class ShimBuildError(NeutrinoError):
     """The shim could not be compiled."""
 
 
-SHIM_SOURCES = ("preload.c", "writer.c", "fastlaunch.c", "compilers.c", "graphs.c")
-SHIM_HEADERS = ("writer.h",)
+SHIM_SOURCES = ("preload.c", "writer.c", "fastlaunch.c", "compilers.c", "graphs.c", "ctxsink.c", "nvtx.c", "argtrace.c")
+SHIM_HEADERS = ("writer.h", "context.h")
 
 
 def shim_sources() -> list[Path]:

@@ -182,6 +182,7 @@ def child_env(opts: RuntimeOptions, shim: Path, base: dict | None = None) -> dic
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(STARTUP_DIR), str(PACKAGE_PARENT), env.get("PYTHONPATH", "")) if p)
     env[ENV_OPTIONS] = opts.to_json()
     env["NEUTRINO_SHIM"] = str(shim)
+    env.setdefault("NVTX_INJECTION64_PATH", str(shim))  # NVTX ranges (shim/nvtx.c); a tool's own injection is kept
     lib = libpython()
     if lib:
         env["NEUTRINO_LIBPYTHON"] = lib

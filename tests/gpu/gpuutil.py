@@ -63,7 +63,9 @@ def run_probed(probe: str, cmd: list[str], tracedir: Path, env: dict, *extra: st
 
 def main_trace(tracedir: Path) -> nt.Trace:
     """The run directory with the most launches (compile workers leave none)."""
+    # a ranked job writes <tracedir>/<job>/rank<R>/event.log: one level deeper than a plain run
     runs = [p for p in tracedir.iterdir() if (p / "event.log").exists()]
+    runs += [r for p in tracedir.iterdir() if p.is_dir() for r in p.iterdir() if (r / "event.log").exists()]
     assert runs, f"no trace written under {tracedir}"
     traces = [nt.load(p) for p in runs]
     return max(traces, key=lambda t: (len(t.launches), len(t.events)))

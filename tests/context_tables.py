@@ -1,0 +1,58 @@
+"""Writers of the context tables (spec/trace-format.md, "Context tables") for tests: synthetic runs
+with known answers, written byte for byte as the contract says (not with the reader's dtype)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+NO_NAME = 0xFFFFFFFF
+
+
+def timeline_record(kind, start, end, *, name_id=NO_NAME, copy_kind=0, flags=0, device=0, stream=7, tid=100,
+                    correlation=0, nbytes=0, probe_launch=-1, grid=(0, 0, 0), block=(0, 0, 0)) -> bytes:
+    rec = struct.pack("<BBHIIIQQQQIi3I3I", kind, copy_kind, flags, device, stream, tid, start, end, correlation,
+                      nbytes, name_id, probe_launch, *grid, *block)
+    assert len(rec) == 80
+    return rec
+
+
+def write_timeline(run: Path, records: list[bytes], names: list[str], *, cut: int = 0) -> None:
+    data = b"NTTIMEL1" + struct.pack("<II", 1, 80) + b"".join(records)
+    (run / "timeline.bin").write_bytes(data[:len(data) - cut] if cut else data)
+    (run / "timeline_names.txt").write_text("".join(n + "\n" for n in names))
+
+
+def range_record(start, end, name_id, *, tid=100, depth=0, source=1, domain_id=NO_NAME) -> bytes:
+    rec = struct.pack("<QQIHBBIIQ", start, end, tid, depth, source, 0, name_id, domain_id, 0)
+    assert len(rec) == 40
+    return rec
+
+
+def write_ranges(run: Path, records: list[bytes], names: list[str]) -> None:
+    (run / "ranges.bin").write_bytes(b"NTRANGE1" + struct.pack("<II", 1, 40) + b"".join(records))
+    (run / "ranges_names.txt").write_text("".join(n + "\n" for n in names))
+
+
+GEMM = "sm90_xmma_gemm_f16f16_f32_tn_cublas"
+TRITON = "triton_poi_fused_add_0"
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def known_run(run: Path) -> None:
+    """Device 0; stream 7: memcpy HtoD [0, 500], gemm [1000, 3000], triton (probed, launch 0) [3000, 4000],
+    gemm [5000, 7000], memset [8000, 8100]; stream 9: NCCL [2000, 6000]. Busy (union) = 500 + 6000 + 100.
+    Ranges on tid 100: step [0, 10000] > forward [900, 5500] > attn [2900, 4100]."""
+    run.mkdir(parents=True, exist_ok=True)
+    names = [GEMM, TRITON, NCCL]
+    records = [
+        timeline_record(1, 5000, 7000, name_id=0, grid=(132, 1, 1), block=(128, 1, 1)),  # not in time order
+        timeline_record(2, 0, 500, copy_kind=1, nbytes=1024),
+        timeline_record(1, 1000, 3000, name_id=0, grid=(132, 1, 1), block=(128, 1, 1)),
+        timeline_record(1, 3000, 4000, name_id=1, flags=1, probe_launch=0, grid=(4, 1, 1), block=(64, 1, 1)),
+        timeline_record(1, 2000, 6000, name_id=2, stream=9),
+        timeline_record(3, 8000, 8100, nbytes=4096),
+    ]
+    write_timeline(run, records, names)
+    write_ranges(run, [range_record(2900, 4100, 2, depth=2), range_record(0, 10000, 0),
+                       range_record(900, 5500, 1, depth=1)], ["step", "forward", "attn"])

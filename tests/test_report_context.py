@@ -1,0 +1,138 @@
+"""The report's opening section: where GPU time went (timeline.bin, ranges.bin), with known answers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from neutrino.analysis import context, report
+from tests.context_tables import GEMM, NCCL, TRITON, known_run, range_record, timeline_record, write_ranges, \
+    write_timeline
+
+
+def test_reader_follows_the_contract(tmp_path):
+    known_run(tmp_path)
+    tl = context._read_timeline_file(tmp_path)
+    assert tl["start_ns"].tolist() == [0, 1000, 2000, 3000, 5000, 8000]  # ordered by start
+    assert tl["name"].tolist() == ["", GEMM, NCCL, TRITON, GEMM, ""]
+    assert tl["kind"].tolist() == [2, 1, 1, 1, 1, 3] and tl["stream"].tolist() == [7, 7, 9, 7, 7, 7]
+    assert tl["probe_launch"].tolist() == [-1, -1, -1, 0, -1, -1] and tl["grid"][1].tolist() == [132, 1, 1]
+    rg = context._read_ranges_file(tmp_path)
+    assert rg["name"].tolist() == ["attn", "step", "forward"] and rg["domain"].tolist() == ["", "", ""]
+    assert rg["depth"].tolist() == [2, 0, 1]
+
+
+def test_a_record_cut_short_is_ignored_and_a_bad_header_named(tmp_path):
+    write_timeline(tmp_path, [timeline_record(1, 1, 2, name_id=0)] * 2, ["k"], cut=30)
+    assert len(context._read_timeline_file(tmp_path)) == 1
+    (tmp_path / "timeline.bin").write_bytes(b"garbage-garbage-")
+    with pytest.raises(context.C.AnalysisError, match="timeline.bin: not a NTTIMEL file"):
+        context._read_timeline_file(tmp_path)
+
+
+def test_busy_time_is_the_union_per_device():
+    s, e = np.array([0, 1000, 2000, 3000, 10]), np.array([500, 3000, 6000, 4000, 20])
+    assert context.busy_ns(s, e, np.zeros(5, int)) == 500 + 5000
+    assert context.busy_ns(s, e, np.array([0, 0, 0, 0, 1])) == 500 + 5000 + 10  # devices add up
+
+
+def test_innermost_range_by_thread_and_time():
+    rg = np.zeros(4, dtype=context.RANGES_DTYPE)
+    rg["start_ns"], rg["end_ns"], rg["tid"] = [0, 10, 20, 0], [100, 50, 30, 100], [1, 1, 1, 2]
+    tid = np.array([1, 1, 1, 1, 2, 0, 3])
+    when = np.array([5, 15, 25, 60, 5, 5, 5])
+    assert context.innermost_ranges(rg, tid, when).tolist() == [0, 1, 2, 0, 3, -1, -1]
+    assert context.innermost_ranges(rg, tid, np.array([100, 50, 30, 0, 200, 5, 5])).tolist() == [-1, 0, 1, 0, -1, -1, -1]
+
+
+def test_origins_from_names():
+    assert [context._origin(n) for n in (GEMM, TRITON, NCCL, "_ZN2at6native29vectorized_elementwise_kernel",
+                                        "cutlass_80_tensorop_gemm", "loop_add_fusion", "cudnn::conv", "mykernel")] \
+        == ["cuBLAS", "Triton", "NCCL", "ATen", "CUTLASS", "XLA", "cuDNN", "other"]
+
+
+def test_context_rows_have_known_answers(tmp_path):
+    known_run(tmp_path)
+    ctx = context.load(tmp_path)
+    assert (ctx.kernels, ctx.probed, ctx.copies, ctx.memsets, ctx.devices, ctx.ranges) == (4, 1, 1, 1, 1, 3)
+    assert ctx.busy_ns == 6600 and ctx.window_ns == 8100
+    rows = {r.name: r for r in ctx.rows}
+    assert [r.name for r in ctx.rows] == [NCCL, GEMM, TRITON, "[memcpy HtoD]", "[memset]"]  # ties by name
+    g = rows[GEMM]
+    assert (g.origin, g.count, g.probed, g.total_ns, g.mean_ns) == ("cuBLAS", 2, 0, 4000, 2000.0)
+    assert g.share == pytest.approx(4000 / 6600) and (g.range, g.range_launches) == ("forward", 2)
+    t = rows[TRITON]
+    assert (t.origin, t.probed, t.range, t.total_ns) == ("Triton", 1, "attn", 1000)
+    assert (rows[NCCL].origin, rows[NCCL].range) == ("NCCL", "forward")
+    assert (rows["[memcpy HtoD]"].origin, rows["[memcpy HtoD]"].range) == ("copy", "step")
+    assert rows["[memset]"].total_ns == 100
+
+
+def test_report_opens_with_the_context(tmp_path, capsys):
+    run = tmp_path / "run"
+    known_run(run)
+    (run / "event.log").write_text(json.dumps({"event": "start", "time": 0, "pid": 1}) + "\n")
+    assert report.main(str(run), plots=False) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("[where GPU time went] 4 kernel launch(es) (1 probed), 1 copies, 1 memsets "
+                               "on 1 device(s): GPU busy 6.6 us of a 8.1 us window")
+    header = lines[3].split()
+    assert header[:4] == ["kernel", "origin", "count", "probed"]
+    gemm = next(line for line in lines if line.startswith(GEMM))
+    assert gemm.split()[1:] == ["cuBLAS", "2", "0", "4.0", "60.6%", "2.00", "forward"]
+    assert "[probed launches]" in lines
+
+
+def test_report_json_has_the_gpu_time(tmp_path, capsys):
+    run = tmp_path / "run"
+    known_run(run)
+    (run / "event.log").write_text(json.dumps({"event": "start", "time": 0, "pid": 1}) + "\n")
+    assert report.main(str(run), output_format="json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["gpu_time"]["busy_ns"] == 6600
+    assert doc["gpu_time"]["rows"][0]["name"] == NCCL and doc["gpu_time"]["rows"][0]["total_ns"] == 4000
+
+
+def test_ranges_absent_is_said(tmp_path):
+    write_timeline(tmp_path, [timeline_record(1, 0, 10, name_id=0)], ["k"])
+    text = "\n".join(context.render(context.load(tmp_path)))
+    assert "(no ranges recorded" in text and "100.0%" in text
+    write_ranges(tmp_path, [range_record(0, 5, 0)], ["r"])
+    assert context.load(tmp_path).rows[0].range == "r"
+
+
+def test_a_run_with_no_probed_launch_still_shows_where_time_went(tmp_path, capsys):
+    run = tmp_path / "run"
+    known_run(run)  # an eager PyTorch program: kernels on the timeline, none probed by us in the trace
+    (run / "event.log").write_text(json.dumps({"event": "start", "time": 0, "pid": 1}) + "\n")
+    assert report.main(str(run)) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(": 0 probed launches, 0 probed kernels")
+    assert "[where GPU time went] 4 kernel launch(es)" in out and "(no probed launch in this trace)" in out
+    assert "kernel  launches  maps" not in out
+
+
+def test_a_probed_launch_uses_its_host_call_time_when_recorded(tmp_path):
+    known_run(tmp_path)
+    # the triton kernel (probed launch 0) ran at 3000 on the GPU, inside attn; its launch call was at 950,
+    # on thread 100, inside forward but not attn: the host time decides
+    (tmp_path / "launch_args.jsonl").write_text(
+        '{"argset": 0, "kernel": "triton_poi_fused_add_0", "args": []}\n'
+        '{"launch": 0, "argset": 0, "tid": 100, "host_ns": 950}\n{"launch": 1, "arg')
+    rows = {r.name: r for r in context.load(tmp_path).rows}
+    assert rows[TRITON].range == "forward"
+    assert context.read_launch_hosts(tmp_path) == {0: (100, 950)}
+
+
+def test_each_rank_of_a_job_opens_with_its_context(tmp_path, capsys):
+    for rank in (0, 1):
+        run = tmp_path / "job" / f"rank{rank}"
+        known_run(run)
+        (run / "event.log").write_text(json.dumps({"event": "start", "time": 0, "pid": 10 + rank}) + "\n")
+    assert report.main(str(tmp_path / "job"), plots=False) == 0
+    out = capsys.readouterr().out
+    assert out.count("[where GPU time went] 4 kernel launch(es)") == 2
+    assert "== rank 0 (pid 10)" in out and "== rank 1 (pid 11)" in out
+    assert out.splitlines()[-1] == "GPU busy (us): rank 0 6.6, rank 1 6.6; max/min 1.00"
