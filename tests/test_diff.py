@@ -168,3 +168,23 @@ def test_a_corrupt_launch_event_is_a_warning_not_a_traceback(tmp_path, capsys):
     assert "warning" in capsys.readouterr().err
     assert cli.main(["export", str(a), "--parquet", str(tmp_path / "ds")]) == 0
     assert "launch x of k0" in capsys.readouterr().err
+
+
+def test_maps_of_other_names_are_not_compared(tmp_path):
+    """A user's own array map beside the tools' maps: found by name only, it is left out."""
+    wide = {"name": "wide", "level": "warp", "type": "array", "record_bytes": 16, "cap": 1,
+            "fields": [{"name": "start", "type": "u64", "offset": 0}, {"name": "elapsed", "type": "u32", "offset": 8},
+                       {"name": "cuid", "type": "u32", "offset": 12}]}
+    runs = []
+    for side in ("a", "b"):
+        b = S.RunBuilder(tmp_path / side)
+        b.add_kernel("k", [wide])
+        rng = np.random.default_rng(len(runs))
+        for _ in range(5):
+            st, el, cu = S.lognormal_warps(rng, (4, 1, 1), (32, 1, 1))
+            sec = S.block_sched_section((4, 1, 1), (32, 1, 1), st, el, cu)
+            sec = type(sec)("wide", sec.level, sec.record_bytes, sec.cap, sec.units, sec.fields, sec.data)
+            b.launch("k", (4, 1, 1), (32, 1, 1), [sec], duration_ns=float(rng.lognormal(10, 0.01)))
+        runs.append(b.close())
+    result = D.diff(*runs)
+    assert {c.metric for c in result.comparisons} == {"duration_ns"}

@@ -93,18 +93,19 @@ class _LaunchView:
 
 
 def frame_metrics(view: _LaunchView, frame, probe_text: str | None) -> dict[str, float]:
-    """The metrics one launch's maps give (spec/tools.md, "diff")."""
+    """The metrics one launch's maps give (spec/tools.md, "diff"); a tool's map is found by its
+    name (spec/analysis.md, "Finding a tool's map"), never by its fields."""
     out: dict[str, float] = {}
     for md in frame.maps.values():
         try:
-            if md.name in block_sched.MAP_NAMES or (md.type == "array" and block_sched.matches(md)):
+            if md.name in block_sched.MAP_NAMES:
                 out.update(_block_metrics(block_sched.analyze_launch(view, md, probe_text)))
-            elif md.name in gmem_bytes.MAP_NAMES or gmem_bytes.matches(md):
+            elif md.name in gmem_bytes.MAP_NAMES:
                 out["gmem_bytes"] = gmem_bytes.analyze_launch(view, md, probe_text).stats.total
-            elif md.name in tensorop.MAP_NAMES or tensorop.matches(md):
+            elif md.name in tensorop.MAP_NAMES:
                 out["tensor_ops"] = tensorop.analyze_launch(view, md, probe_text).stats.warp_instructions
         except C.AnalysisError:
-            continue  # a user's map that looks like a tool's but lacks a field: not compared
+            continue  # a map of a tool's name that lacks the tool's fields: not compared
     return out
 
 
