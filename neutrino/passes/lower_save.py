@@ -34,7 +34,6 @@ from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import access_spaces
 from neutrino.passes.build import insn, splice
 from neutrino.passes.manager import Context, KernelState
-from neutrino.passes.match import exits_of
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
 from neutrino.trace import Buckets
@@ -455,7 +454,7 @@ _PROGRAM_SPACES = ("global", None)
 _LOAD_TYPES = frozenset("b8 b16 b32 b64 b128 u8 u16 u32 u64 s8 s16 s32 s64 f32 f64".split())
 # The widest vector `ld` takes per element size below 4 bytes (`.v8` loads exist only for 32-bit elements).
 _MAX_LOAD_VECTOR = {1: 4, 2: 4}
-_COUNTING_ORIGIN = "counting-variant"
+COUNTING_ORIGIN = "counting-variant"
 
 
 def load_type(atomic_type: str) -> str:
@@ -501,7 +500,7 @@ def atomic_as_load(atom: ir.Instruction) -> list[ir.Instruction]:
 
 
 def _counting_insn(opcode: str, operands: tuple, original: ir.Instruction) -> ir.Instruction:
-    return ir.Instruction(ir.opcode(opcode), operands, original.guard, original.line, _COUNTING_ORIGIN)
+    return ir.Instruction(ir.opcode(opcode), operands, original.guard, original.line, COUNTING_ORIGIN)
 
 
 def _write_replacement(insn: ir.Instruction) -> list[ir.Instruction] | None:
@@ -577,43 +576,6 @@ def _clone_body(body: list[ir.Statement]) -> list[ir.Statement]:
         else:
             append(copy.copy(stmt))
     return out
-
-
-@attrs.frozen
-class CountingVariant:
-    """For maps with cap = "count": a copy of the kernel that only counts records.
-
-    Made before lowering, from the kernel with its SAVE pseudo-instructions, so
-    that both copies see exactly the same probe code. The copy writes nothing to
-    global (or generic) memory: stores and reductions are dropped and atomics
-    become loads, so running it first leaves the program's data unchanged.
-    """
-
-    name: ClassVar[str] = "counting-variant"
-    requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
-
-    def run(self, module: ir.Module, ctx: Context) -> None:
-        if not any(m.cap == "count" for m in ctx.probes.maps.values()):
-            return
-        for name, state in list(ctx.kernels.items()):
-            clone = clone_function(state.function)
-            clone.name = name + COUNT_SUFFIX
-            drop_global_writes(clone)
-            module.items.insert(module.items.index(state.function) + 1, clone)
-            originals = [i for i in ir.instructions(clone.body) if i.origin is None]
-            ctx.kernels[clone.name] = attrs.evolve(
-                state,
-                function=clone,
-                counting=True,
-                original_ids=[id(i) for i in originals],
-                exits=exits_of(originals),
-                temps=dict(state.temps),
-                levels=set(state.levels),
-                sites=list(state.sites),
-                skipped=[],
-                params=[],
-            )
-            state.count_kernel = clone.name
 
 
 @attrs.frozen
