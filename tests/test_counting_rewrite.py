@@ -158,3 +158,30 @@ def test_mbarrier_with_a_generic_address_is_kept():
     function = module.function("k")
     drop_global_writes(function)
     assert [i.opcode.base for i in ir.instructions(function.body)] == ["ld", "mbarrier", "mbarrier", "ret"]
+
+
+def test_generic_writes_into_shared_or_local_memory_are_kept():
+    """Generic addresses made by cvta.shared/cvta.local (and offsets from them) are the launch's own memory:
+    a cuda::barrier's arrival and a -G build's stack frame stay; a pointer that may be anything goes."""
+    lines = [
+        ".shared .align 8 .b8 bar[8];",
+        ".local .align 8 .b8 frame[16];",
+        "mov.u64 %rd2, bar;",
+        "cvta.shared.u64 %rd3, %rd2;",
+        "add.s64 %rd4, %rd3, 4;",
+        "atom.add.acquire.cta.u32 %r1, [%rd4], 1;",  # kept: a shared word
+        "mov.u64 %rd5, frame;",
+        "cvta.local.u64 %rd6, %rd5;",
+        "st.u32 [%rd6+8], %r1;",  # kept: the stack frame
+        "mov.u64 %rd7, %rd3;",
+        "@%p1 mov.u64 %rd7, %rd1;",  # sometimes the kernel's pointer: may be global
+        "st.u32 [%rd7], %r1;",
+        "st.u32 [%rd1], %r1;",  # the program's pointer
+    ]
+    module = parse_module(kernel(["\t.reg .pred %p<2>;"] + lines).replace("\t.reg .b16", ".reg .b16", 1))
+    function = module.function("k")
+    drop_global_writes(function)
+    kept = [f"{i.opcode} {', '.join(map(str, i.operands))}" for i in ir.instructions(function.body) if i.opcode.base in ("atom", "st", "ld")]
+    assert kept == ["ld.param.u64 %rd1, [p]", "atom.add.acquire.cta.u32 %r1, [%rd4], 1", "st.u32 [%rd6+8], %r1"]
+    if HAVE_PTXAS:
+        ptxas(print_module(module))

@@ -191,3 +191,85 @@ def test_runtime_falls_back_with_one_event(tmp_path):
     (fallback,) = events(rt, "fallback")
     assert fallback["stage"] == "instrument" and fallback["permanent"]
     assert "indirect call" in fallback["reason"] and "\n" not in fallback["reason"]
+
+
+REGIONS_PTX = """.version 8.0
+.target sm_90
+.address_size 64
+.global .align 4 .u32 counter;
+.shared .align 4 .u32 slot;
+
+.func keep_old()
+{
+	.local .align 4 .b8 frame_a[4];
+	.reg .b32 %r<2>;
+	.reg .b64 %rd<3>;
+	mov.u64 %rd1, counter;
+	atom.global.add.u32 %r1, [%rd1], 1;
+	mov.u64 %rd2, frame_a;
+	st.local.u32 [%rd2], %r1;
+	ret;
+}
+
+.func decide_on_own_frame()
+{
+	.local .align 4 .b8 frame_b[4];
+	.reg .pred %p<2>;
+	.reg .b32 %r<2>;
+	.reg .b64 %rd<3>;
+	mov.u64 %rd1, frame_b;
+	st.local.u32 [%rd1], 5;
+	ld.local.u32 %r1, [%rd1];
+	setp.eq.u32 %p1, %r1, 5;
+	@%p1 bra $L_done;
+	mov.u64 %rd2, counter;
+	ld.global.u32 %r1, [%rd2];
+$L_done:
+	ret;
+}
+
+.visible .entry frames(.param .u64 p)
+{
+	.reg .b32 %r<2>;
+	.reg .b64 %rd<2>;
+	call.uni keep_old;
+	call.uni decide_on_own_frame;
+	ld.param.u64 %rd1, [p];
+	ld.global.u32 %r1, [%rd1];
+	ret;
+}
+
+.visible .entry through_shared(.param .u64 p)
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<3>;
+	.reg .b64 %rd<3>;
+	ld.param.u64 %rd1, [p];
+	mov.u64 %rd2, counter;
+	atom.global.add.u32 %r1, [%rd2], 1;
+	st.shared.u32 [slot], %r1;
+	bar.sync 0;
+	ld.shared.u32 %r2, [slot];
+	setp.eq.u32 %p1, %r2, 0;
+	@%p1 bra $L_done;
+	ld.global.u32 %r1, [%rd1];
+$L_done:
+	ret;
+}
+"""
+
+
+def test_a_stand_in_in_one_frame_does_not_taint_another():
+    """keep_old stores an atomic's stand-in in its own frame; decide_on_own_frame branches on its own: accepted."""
+    module = parse_module(REGIONS_PTX, "regions.ptx")
+    instrument_module(module, load_probes(str(DATA / "probes" / "mem_count.toml")), "frames")
+    assert not program_writes(module.function("keep_old__nt_count"))
+    if HAVE_PTXAS:
+        assemble(print_module(module))
+
+
+def test_a_stand_in_through_shared_memory_deciding_a_branch_is_refused():
+    module = parse_module(REGIONS_PTX, "regions.ptx")
+    line = REGIONS_PTX.splitlines().index("\t@%p1 bra $L_done;", REGIONS_PTX.splitlines().index(".visible .entry through_shared(.param .u64 p)")) + 1
+    with pytest.raises(InstrumentError, match=rf"regions\.ptx:{line}: error: kernel through_shared: .*decides control flow at 'bra'"):
+        instrument_module(module, load_probes(str(DATA / "probes" / "mem_count.toml")), "through_shared")

@@ -39,10 +39,11 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import access_spaces, effects, lookup
+from neutrino.isa.ptx.semantics import access_spaces, defined_registers, effects, lookup
 from neutrino.passes.lower_save import COUNT_SUFFIX, COUNTING_ORIGIN, clone_function, drop_global_writes
 from neutrino.passes.manager import Context
 from neutrino.passes.match import exits_of
+from neutrino.passes.prune import declared_name
 from neutrino.probefile import SAVE
 
 # Body-less functions a counting variant may call, and what becomes of the call there.
@@ -205,7 +206,8 @@ def make_side_effect_free(module: ir.Module, kernel: str, counting_kernel: ir.Fu
     for function, insn, registers in rewriter.dropped_results:
         if _read_anywhere(function, registers):
             raise rewriter.refuse(function, insn, f"the result of {call_parts(insn).target} is read, and the call must go")
-    problem = stand_ins_deciding_control(_called_closure(counting_kernel, clones))
+    module_names = {name for item in module.items if isinstance(item, ir.Directive) and (name := declared_name(item))}
+    problem = stand_ins_deciding_control(_called_closure(counting_kernel, clones), module_names)
     if problem is not None:
         function, insn = problem
         raise rewriter.refuse(function, insn, f"a value an atomic would return decides control flow at '{insn.opcode}'")
@@ -286,9 +288,12 @@ class CountingVariant:
             )
             state.count_kernel = clone.name
 
+
+
 # -- does a stand-in value (an atomic turned into a load) decide control flow?
-# Memory the counting copy keeps writing: a stand-in stored there may come back through any load of it.
+# Memory the counting copy keeps writing: a stand-in stored there may come back through a load of it.
 _KEPT_SPACES = ("local", "shared", None)
+ANYWHERE = ("", "")  # the region of an address we cannot resolve: it may be any kept memory
 
 
 @attrs.define
@@ -297,10 +302,10 @@ class _Facts:
 
     params: dict[str, set[str]]  # function → its parameters that may receive a stand-in
     returns: set[str] = attrs.Factory(set)  # functions that may return one
-    memory: bool = False  # a stand-in was stored to local or shared memory
+    regions: set[tuple[str, str]] = attrs.Factory(set)  # kept memory a stand-in was stored to (`_region`)
 
-    def size(self) -> tuple[int, int, bool]:
-        return sum(map(len, self.params.values())), len(self.returns), self.memory
+    def size(self) -> tuple[int, int, int]:
+        return sum(map(len, self.params.values())), len(self.returns), len(self.regions)
 
 
 @attrs.define
@@ -327,13 +332,14 @@ class _Calls:
         return calls
 
 
-def stand_ins_deciding_control(functions: list[ir.Function]) -> tuple[ir.Function, ir.Instruction] | None:
+def stand_ins_deciding_control(functions: list[ir.Function], module_names: set[str]) -> tuple[ir.Function, ir.Instruction] | None:
     """The first place where a value an atomic's stand-in load gave may decide control flow, else None.
 
     Flow-insensitive taint over registers (a register is tainted if any definition of it reads a
     tainted one, or is guarded by one), across calls through parameters and return values, and
-    through the local and shared memory the copy keeps (any later load of them is tainted once a
-    tainted value is stored there). A sink is a control instruction (branch, call, return, exit,
+    through the local and shared memory the copy keeps: a store of a tainted value taints the
+    region it writes (a variable: a function's stack frame, a shared array), and loads from that
+    region, or from any region when either address is not known. A sink is a control instruction (branch, call, return, exit,
     barrier) reading a tainted register, its guard included, and a SAVE under a tainted guard.
     """
     if not any(_is_stand_in(i) for f in functions for i in ir.instructions(f.body or [])):
@@ -341,10 +347,12 @@ def stand_ins_deciding_control(functions: list[ir.Function]) -> tuple[ir.Functio
     by_name = {f.name: f for f in functions}
     facts = _Facts({f.name: set() for f in functions})
     calls = {f.name: _Calls.of(f, by_name) for f in functions}
+    roots = {f.name: _address_roots(f) for f in functions}
     while True:
         before = facts.size()
         for function in functions:
-            hit = _taint_function(function, facts, calls[function.name])
+            regions = _Regions(function.name, roots[function.name], module_names)
+            hit = _taint_function(function, facts, calls[function.name], regions)
             if hit is not None:
                 return function, hit
         if facts.size() == before:
@@ -365,7 +373,7 @@ def _param_base(insn: ir.Instruction, wanted: str) -> str | None:
     return None
 
 
-def _is_seed(insn: ir.Instruction, function: ir.Function, facts: _Facts, calls: _Calls) -> bool:
+def _is_seed(insn: ir.Instruction, function: ir.Function, facts: _Facts, calls: _Calls, regions: "_Regions") -> bool:
     if _is_stand_in(insn):
         return True
     spaces = access_spaces(insn.opcode)
@@ -374,10 +382,17 @@ def _is_seed(insn: ir.Instruction, function: ir.Function, facts: _Facts, calls: 
     param = _param_base(insn, "load")
     if param is not None:
         return param in facts.params[function.name] or bool(calls.returns.get(param, set()) & facts.returns)
-    return facts.memory and any(access == "load" and space in _KEPT_SPACES for _, access, space in spaces)
+    if not facts.regions:
+        return False
+    for index, access, space in spaces:
+        if access == "load" and space in _KEPT_SPACES and index < len(insn.operands):
+            region = regions.of(insn.operands[index])
+            if region == ANYWHERE or ANYWHERE in facts.regions or region in facts.regions:
+                return True
+    return False
 
 
-def _taint_function(function: ir.Function, facts: _Facts, calls: _Calls) -> ir.Instruction | None:
+def _taint_function(function: ir.Function, facts: _Facts, calls: _Calls, regions: "_Regions") -> ir.Instruction | None:
     """Propagate taint inside one function, updating `facts`; the sink reached, if any."""
     body = ir.instructions(function.body or [])
     users: dict[str, list[ir.Instruction]] = {}
@@ -385,7 +400,7 @@ def _taint_function(function: ir.Function, facts: _Facts, calls: _Calls) -> ir.I
         for reg in effects(insn).uses:
             users.setdefault(reg.name, []).append(insn)
     tainted: set[str] = set()
-    work = [insn for insn in body if _is_seed(insn, function, facts, calls)]
+    work = [insn for insn in body if _is_seed(insn, function, facts, calls, regions)]
     own_returns = {p.name for p in function.returns or []}
     while work:
         insn = work.pop()
@@ -399,17 +414,20 @@ def _taint_function(function: ir.Function, facts: _Facts, calls: _Calls) -> ir.I
                 tainted.add(reg.name)
                 work.extend(users.get(reg.name, ()))
         if reads_taint:
-            _taint_stores(insn, function.name, facts, calls, own_returns)
+            _taint_stores(insn, function.name, facts, calls, own_returns, regions)
     return None
 
 
-def _taint_stores(insn: ir.Instruction, function: str, facts: _Facts, calls: _Calls, own_returns: set[str]) -> None:
+def _taint_stores(
+    insn: ir.Instruction, function: str, facts: _Facts, calls: _Calls, own_returns: set[str], regions: "_Regions"
+) -> None:
     """A tainted store: into a call's argument, the function's result, or kept memory."""
-    for _, access, space in access_spaces(insn.opcode):
+    for index, access, space in access_spaces(insn.opcode):
         if access not in ("store", "atomic"):
             continue
         if space != "param":
-            facts.memory = facts.memory or space in _KEPT_SPACES
+            if space in _KEPT_SPACES and index < len(insn.operands):
+                facts.regions.add(regions.of(insn.operands[index]))
             continue
         param = _param_base(insn, access)
         if param in own_returns:
@@ -417,3 +435,45 @@ def _taint_stores(insn: ir.Instruction, function: str, facts: _Facts, calls: _Ca
         for callee, index in calls.args.get(param or "", ()):
             if callee.params and index < len(callee.params):
                 facts.params[callee.name].add(callee.params[index].name)
+
+
+@attrs.define
+class _Regions:
+    """The region of kept memory an address names: (scope, variable), scope '' for module variables
+    (shared arrays every function sees) and the function's name for its own (`.local` frames)."""
+
+    function: str
+    roots: dict[str, str]  # register → the variable it points into
+    module_names: set[str]
+
+    def of(self, address: ir.Operand) -> tuple[str, str]:
+        base = address.base if isinstance(address, ir.Address) else None
+        root = base.name if isinstance(base, ir.Symbol) else self.roots.get(base.name) if isinstance(base, ir.Register) else None
+        if root is None:
+            return ANYWHERE
+        return ("" if root in self.module_names else self.function, root)
+
+
+def _address_roots(function: ir.Function) -> dict[str, str]:
+    """Register → the variable whose address it holds (`mov r, var`, then conversions and offset
+    arithmetic), for registers every definition of which agrees; the others point anywhere."""
+    definitions: dict[str, list[ir.Instruction]] = {}
+    for insn in ir.instructions(function.body or []):
+        for reg in defined_registers(insn):
+            definitions.setdefault(reg.name, []).append(insn)
+    roots: dict[str, str | None] = {}
+    for _ in range(3):  # a chain in program order settles in one pass; loops' increments in the next
+        for name, defs in definitions.items():
+            found = {_root_of(d, roots) for d in defs}
+            roots[name] = found.pop() if len(found) == 1 else None
+    return {name: root for name, root in roots.items() if root is not None}
+
+
+def _root_of(insn: ir.Instruction, roots: dict[str, str | None]) -> str | None:
+    if insn.opcode.base not in ("mov", "cvta", "add", "sub"):
+        return None
+    named = [o.name for o in insn.operands[1:] if isinstance(o, ir.Symbol)]
+    pointers = [roots.get(o.name) for o in insn.operands[1:] if isinstance(o, ir.Register) and o.name in roots]
+    if len(named) + len([p for p in pointers if p]) != 1:
+        return None
+    return named[0] if named else next(p for p in pointers if p)

@@ -32,6 +32,7 @@ import attrs
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import access_spaces
+from neutrino.passes.address_spaces import generic_spaces
 from neutrino.passes.build import insn, splice
 from neutrino.passes.manager import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
@@ -503,16 +504,19 @@ def _counting_insn(opcode: str, operands: tuple, original: ir.Instruction) -> ir
     return ir.Instruction(ir.opcode(opcode), operands, original.guard, original.line, COUNTING_ORIGIN)
 
 
-def _write_replacement(insn: ir.Instruction) -> list[ir.Instruction] | None:
+def _write_replacement(insn: ir.Instruction, own: dict[str, str]) -> list[ir.Instruction] | None:
     """None to keep the instruction; otherwise what replaces a write to the program's memory.
 
     Stores and reductions disappear; an atomic becomes a plain load of the same
     location into its destination (`atomic_as_load`), so code that uses the old
-    value still runs.
+    value still runs. A generic address in `own` (registers pointing into shared
+    or local memory, `address_spaces.generic_spaces`) is the launch's own memory.
     """
     writes = [i for i, access, space in access_spaces(insn.opcode) if access in ("store", "atomic") and space in _PROGRAM_SPACES]
     if not writes or writes[0] >= len(insn.operands):
         return None  # decided from the opcode alone for all but the writes themselves
+    if own and all(_points_into_own_memory(insn.operands[i], own) for i in writes if i < len(insn.operands)):
+        return None
     if insn.opcode.base == "atom" and not isinstance(insn.operands[0], ir.Address):
         return atomic_as_load(insn)
     return []
@@ -523,18 +527,22 @@ def drop_global_writes(function: ir.Function) -> None:
 
     One pass over each body, rebuilding it only where something changed: linear in its size.
     """
-    _drop_writes_in(function.body or [])
+    _drop_writes_in(function.body or [], generic_spaces(function))
 
 
-def _drop_writes_in(body: list[ir.Statement]) -> None:
+def _points_into_own_memory(address: ir.Operand, own: dict[str, str]) -> bool:
+    return isinstance(address, ir.Address) and isinstance(address.base, ir.Register) and address.base.name in own
+
+
+def _drop_writes_in(body: list[ir.Statement], own: dict[str, str]) -> None:
     rebuilt: list[ir.Statement] = []
     changed = False
     for stmt in body:
         kind = type(stmt)
         if kind is ir.Scope:
-            _drop_writes_in(stmt.body)
+            _drop_writes_in(stmt.body, own)
         elif kind is ir.Instruction and stmt.origin is None:
-            replacement = _write_replacement(stmt)
+            replacement = _write_replacement(stmt, own)
             if replacement is not None:
                 rebuilt.extend(replacement)
                 changed = True
