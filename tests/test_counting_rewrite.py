@@ -185,3 +185,22 @@ def test_generic_writes_into_shared_or_local_memory_are_kept():
     assert kept == ["ld.param.u64 %rd1, [p]", "atom.add.acquire.cta.u32 %r1, [%rd4], 1", "st.u32 [%rd6+8], %r1"]
     if HAVE_PTXAS:
         ptxas(print_module(module))
+
+
+def test_multicast_and_tensor_map_writes_are_dropped():
+    """multimem.st/red write every GPU's copy of multicast memory, tensormap.replace/cp_fenceproxy a tensor
+    map in global memory: the semantics table calls them writes, so the counting variant drops them."""
+    lines = [
+        "multimem.st.relaxed.sys.global.f32 [%rd1], %f1;",
+        "multimem.red.relaxed.sys.global.add.f32 [%rd1], %f1;",
+        "multimem.ld_reduce.relaxed.sys.global.add.f32 %f2, [%rd1];",
+        "tensormap.replace.tile.global_address.global.b1024.b64 [%rd1], %rd2;",
+        "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%rd1], [%r1], 128;",
+    ]
+    module = parse_module(kernel(["\t.reg .f32 %f<4>;"] + lines).replace(".target sm_90", ".target sm_90a"))
+    function = module.function("k")
+    drop_global_writes(function)
+    assert [str(i.opcode) for i in ir.instructions(function.body)] == [
+        "ld.param.u64", "multimem.ld_reduce.relaxed.sys.global.add.f32", "ret"]
+    if HAVE_PTXAS:
+        ptxas(print_module(module))

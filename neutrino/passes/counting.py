@@ -102,16 +102,12 @@ class _Rewriter:
     def refuse(self, function: ir.Function, insn: ir.Instruction, why: str) -> InstrumentError:
         return _refuse(self.module.source, function, insn, self.kernel, why)
 
-    def run(self, counting_kernel: ir.Function) -> list[ir.Function]:
-        """Rewrite the kernel's calls; return the functions reached (the kernel first)."""
-        reached = [counting_kernel]
+    def run(self, counting_kernel: ir.Function) -> None:
+        """Rewrite the calls of the kernel and of every copy made on the way."""
         work = [counting_kernel]
         while work:
             function = work.pop()
-            for callee in self.rewrite_body(function, function.body or []):
-                reached.append(callee)
-                work.append(callee)
-        return reached
+            work += self.rewrite_body(function, function.body or [])
 
     def rewrite_body(self, function: ir.Function, body: list[ir.Statement]) -> list[ir.Function]:
         """Calls and traps of one body rewritten in place; the functions first cloned here."""
@@ -198,16 +194,19 @@ def place_clones(module: ir.Module, after: ir.Function, clones: list[ir.Function
     module.items[at:at] = clones
 
 
-def make_side_effect_free(module: ir.Module, kernel: str, counting_kernel: ir.Function, clones: dict[str, ir.Function]) -> None:
-    """Rewrite `counting_kernel` (already stripped of its own writes) and what it calls; refuse what cannot be."""
-    defined = {f.name: f for f in module.functions() if f.body is not None and not f.is_entry}
+def make_side_effect_free(
+    module: ir.Module, kernel: str, counting_kernel: ir.Function, clones: dict[str, ir.Function], defined: dict[str, ir.Function]
+) -> None:
+    """Rewrite `counting_kernel` (already stripped of its own writes) and what it calls; refuse what cannot be.
+
+    `clones`: the copies made so far in this module (filled in here); `defined`: its functions with a body.
+    """
     rewriter = _Rewriter(module, kernel, clones, defined)
-    reached = rewriter.run(counting_kernel)
+    rewriter.run(counting_kernel)
     for function, insn, registers in rewriter.dropped_results:
         if _read_anywhere(function, registers):
             raise rewriter.refuse(function, insn, f"the result of {call_parts(insn).target} is read, and the call must go")
-    module_names = {name for item in module.items if isinstance(item, ir.Directive) and (name := declared_name(item))}
-    problem = stand_ins_deciding_control(_called_closure(counting_kernel, clones), module_names)
+    problem = stand_ins_deciding_control(_called_closure(counting_kernel, clones), module)
     if problem is not None:
         function, insn = problem
         raise rewriter.refuse(function, insn, f"a value an atomic would return decides control flow at '{insn.opcode}'")
@@ -249,7 +248,6 @@ def _read_anywhere(function: ir.Function, registers: set[str]) -> bool:
     return any(r.name in registers for insn in ir.instructions(function.body or []) for r in effects(insn).uses)
 
 
-
 @attrs.frozen
 class CountingVariant:
     """For maps with cap = "count": a copy of each kernel that only counts records.
@@ -267,12 +265,13 @@ class CountingVariant:
         if not any(m.cap == "count" for m in ctx.probes.maps.values()):
             return
         clones: dict[str, ir.Function] = {}  # called functions' copies, shared by every kernel of the module
+        defined = {f.name: f for f in module.functions() if f.body is not None and not f.is_entry}
         for name, state in list(ctx.kernels.items()):
             clone = clone_function(state.function)
             clone.name = counting_name(name)
             drop_global_writes(clone)
             module.items.insert(module.items.index(state.function) + 1, clone)
-            make_side_effect_free(module, name, clone, clones)
+            make_side_effect_free(module, name, clone, clones, defined)
             originals = [i for i in ir.instructions(clone.body) if i.origin is None]
             ctx.kernels[clone.name] = attrs.evolve(
                 state,
@@ -332,7 +331,7 @@ class _Calls:
         return calls
 
 
-def stand_ins_deciding_control(functions: list[ir.Function], module_names: set[str]) -> tuple[ir.Function, ir.Instruction] | None:
+def stand_ins_deciding_control(functions: list[ir.Function], module: ir.Module) -> tuple[ir.Function, ir.Instruction] | None:
     """The first place where a value an atomic's stand-in load gave may decide control flow, else None.
 
     Flow-insensitive taint over registers (a register is tainted if any definition of it reads a
@@ -344,6 +343,7 @@ def stand_ins_deciding_control(functions: list[ir.Function], module_names: set[s
     """
     if not any(_is_stand_in(i) for f in functions for i in ir.instructions(f.body or [])):
         return None  # the common case: no atomic's result is used
+    module_names = {name for item in module.items if isinstance(item, ir.Directive) and (name := declared_name(item))}
     by_name = {f.name: f for f in functions}
     facts = _Facts({f.name: set() for f in functions})
     calls = {f.name: _Calls.of(f, by_name) for f in functions}
