@@ -17,7 +17,7 @@ register that ever holds anything else is not.
 from __future__ import annotations
 
 from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import defined_registers
+from neutrino.isa.ptx.semantics import access_spaces, defined_registers, lookup
 
 # Address arithmetic that keeps the space of its one address operand.
 _OFFSET_ARITHMETIC = frozenset({"mov", "add", "sub"})
@@ -34,18 +34,36 @@ def _conversion_space(insn: ir.Instruction) -> str | None:
 
 
 def generic_spaces(function: ir.Function) -> dict[str, str]:
-    """Register name → 'shared' or 'local', for registers that only ever hold generic addresses into it."""
+    """Register name → 'shared' or 'local', for the registers that address the function's generic
+    writes and only ever hold generic addresses into that space (and the registers they come from).
+
+    Operands are parsed only for the generic writes and the definitions their addresses come
+    from; every other instruction is looked at through its opcode and the text of its destination.
+    """
     body = ir.instructions(function.body or [])
     if not any(_conversion_space(insn) for insn in body):
         return {}  # the common case: no generic address into shared or local memory is made here
+    wanted = {
+        address.base.name
+        for insn in body
+        for index, access, space in access_spaces(insn.opcode)
+        if access in ("store", "atomic") and space is None and index < len(insn.operands)
+        and isinstance(address := insn.operands[index], ir.Address) and isinstance(address.base, ir.Register)
+    }
+    if not wanted:
+        return {}
     definitions: dict[str, list[ir.Instruction]] = {}
     for insn in body:
-        for reg in defined_registers(insn):
-            definitions.setdefault(reg.name, []).append(insn)
-    eligible = {
-        name: defs for name, defs in definitions.items()
-        if all(_conversion_space(d) is not None or d.opcode.base in _OFFSET_ARITHMETIC for d in defs)
-    }
+        for name in _defined_names(insn):
+            definitions.setdefault(name, []).append(insn)
+    eligible: dict[str, list[ir.Instruction]] = {}
+    while wanted:  # the writes' addresses, then what each of their definitions computes from
+        name = wanted.pop()
+        defs = definitions.get(name, [])
+        if name in eligible or not defs or not all(_conversion_space(d) or d.opcode.base in _OFFSET_ARITHMETIC for d in defs):
+            continue
+        eligible[name] = defs
+        wanted |= {o.name for d in defs for o in d.operands[1:] if isinstance(o, ir.Register)} - eligible.keys()
     candidates = _spaces_reaching(eligible)
     changed = True
     while changed:  # drop what some definition does not justify, until every one does
@@ -55,6 +73,19 @@ def generic_spaces(function: ir.Function) -> dict[str, str]:
                 del candidates[name]
                 changed = True
     return candidates
+
+
+def _defined_names(insn: ir.Instruction) -> list[str]:
+    """The registers `insn` writes; for an unparsed one with a plain register destination, from its text."""
+    row_defs = lookup(insn.opcode).defs
+    if not row_defs:
+        return []
+    text = insn.source_operands if insn._operands is None else None
+    if text is not None and row_defs == (0,):
+        first = text.split(",", 1)[0].strip()
+        if first.startswith("%") and not any(c in first for c in "{|[ "):
+            return [first]
+    return [reg.name for reg in defined_registers(insn)]
 
 
 def _spaces_reaching(eligible: dict[str, list[ir.Instruction]]) -> dict[str, str]:

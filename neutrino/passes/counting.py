@@ -33,6 +33,7 @@ are listed here, as they are no instructions.
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import attrs
@@ -46,6 +47,7 @@ from neutrino.passes.match import exits_of
 from neutrino.passes.prune import declared_name
 from neutrino.probefile import SAVE
 
+_REGISTER_TOKEN = re.compile(r"%[A-Za-z0-9_$]+")
 # Body-less functions a counting variant may call, and what becomes of the call there.
 DROP = "drop"  # the call goes; its result, if any, must not be read
 STOP = "stop"  # the thread ends there (`exit`): the function never returns
@@ -203,9 +205,10 @@ def make_side_effect_free(
     """
     rewriter = _Rewriter(module, kernel, clones, defined)
     rewriter.run(counting_kernel)
-    for function, insn, registers in rewriter.dropped_results:
-        if _read_anywhere(function, registers):
-            raise rewriter.refuse(function, insn, f"the result of {call_parts(insn).target} is read, and the call must go")
+    read = _dropped_result_read(rewriter.dropped_results)
+    if read is not None:
+        function, insn = read
+        raise rewriter.refuse(function, insn, f"the result of {call_parts(insn).target} is read, and the call must go")
     problem = stand_ins_deciding_control(_called_closure(counting_kernel, clones), module)
     if problem is not None:
         function, insn = problem
@@ -241,11 +244,32 @@ def _loads_from(rest: list[ir.Statement], params: set[str]) -> list[ir.Instructi
     return loads
 
 
-def _read_anywhere(function: ir.Function, registers: set[str]) -> bool:
-    """Whether an instruction of `function` reads one of `registers` (wherever: a sound over-approximation)."""
-    if not registers:
-        return False
-    return any(r.name in registers for insn in ir.instructions(function.body or []) for r in effects(insn).uses)
+def _dropped_result_read(
+    dropped: list[tuple[ir.Function, ir.Instruction, set[str]]]
+) -> tuple[ir.Function, ir.Instruction] | None:
+    """A dropped call whose result registers some instruction of its function reads (wherever: a
+    sound over-approximation), else None. One scan per function, however many calls it drops."""
+    by_function: dict[int, tuple[ir.Function, dict[str, ir.Instruction]]] = {}
+    for function, call, registers in dropped:
+        owners = by_function.setdefault(id(function), (function, {}))[1]
+        owners.update((r, call) for r in registers)
+    for function, owners in by_function.values():
+        if not owners:
+            continue
+        for insn in ir.instructions(function.body or []):
+            if insn.guard is not None and insn.guard.register.name in owners:
+                return function, owners[insn.guard.register.name]
+            if insn._operands is None and not _may_name(insn.source_operands or "", owners):
+                continue  # the text names none of them: no need to parse it
+            for reg in effects(insn).uses:
+                if reg.name in owners:
+                    return function, owners[reg.name]
+    return None
+
+
+def _may_name(text: str, registers: dict[str, ir.Instruction]) -> bool:
+    """Whether operand text mentions one of the registers (a superset: `%r1` also matches `%r12`)."""
+    return "%" in text and any(token in registers for token in _REGISTER_TOKEN.findall(text))
 
 
 @attrs.frozen
