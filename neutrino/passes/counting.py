@@ -372,11 +372,12 @@ def stand_ins_deciding_control(functions: list[ir.Function], module: ir.Module) 
     facts = _Facts({f.name: set() for f in functions})
     calls = {f.name: _Calls.of(f, by_name) for f in functions}
     roots = {f.name: _address_roots(f) for f in functions}
+    users = {f.name: _users(f) for f in functions}
     while True:
         before = facts.size()
         for function in functions:
             regions = _Regions(function.name, roots[function.name], module_names)
-            hit = _taint_function(function, facts, calls[function.name], regions)
+            hit = _taint_function(function, facts, calls[function.name], regions, users[function.name])
             if hit is not None:
                 return function, hit
         if facts.size() == before:
@@ -416,13 +417,20 @@ def _is_seed(insn: ir.Instruction, function: ir.Function, facts: _Facts, calls: 
     return False
 
 
-def _taint_function(function: ir.Function, facts: _Facts, calls: _Calls, regions: "_Regions") -> ir.Instruction | None:
-    """Propagate taint inside one function, updating `facts`; the sink reached, if any."""
-    body = ir.instructions(function.body or [])
+def _users(function: ir.Function) -> dict[str, list[ir.Instruction]]:
+    """Register → the instructions reading it (its guard included)."""
     users: dict[str, list[ir.Instruction]] = {}
-    for insn in body:
+    for insn in ir.instructions(function.body or []):
         for reg in effects(insn).uses:
             users.setdefault(reg.name, []).append(insn)
+    return users
+
+
+def _taint_function(
+    function: ir.Function, facts: _Facts, calls: _Calls, regions: "_Regions", users: dict[str, list[ir.Instruction]]
+) -> ir.Instruction | None:
+    """Propagate taint inside one function, updating `facts`; the sink reached, if any."""
+    body = ir.instructions(function.body or [])
     tainted: set[str] = set()
     work = [insn for insn in body if _is_seed(insn, function, facts, calls, regions)]
     own_returns = {p.name for p in function.returns or []}
@@ -433,7 +441,7 @@ def _taint_function(function: ir.Function, facts: _Facts, calls: _Calls, regions
         if reads_taint and (eff.control is not None or (insn.opcode.base == SAVE and insn.guard is not None
                                                         and insn.guard.register.name in tainted)):
             return insn
-        for reg in eff.defs:
+        for reg in () if insn.opcode.base == SAVE else eff.defs:  # a SAVE defines nothing (the table does not know it)
             if reg.name not in tainted:
                 tainted.add(reg.name)
                 work.extend(users.get(reg.name, ()))
