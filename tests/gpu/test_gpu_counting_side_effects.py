@@ -68,6 +68,7 @@ def test_counting_tools_leave_results_and_output_unchanged(program, tmp_path, to
     # Probed, not fallen back: the counting variant ran before each launch.
     assert not fallbacks(trace), fallbacks(trace)
     assert [la.kernel for la in trace.launches] == [KERNEL] * LAUNCHES
+    assert all(tool in la.maps for la in trace.launches)
     # Bitwise the plain run's results: the counter, the callee's array and the kernel's own.
     assert (tmp_path / f"{tool}.bin").read_bytes() == (tmp_path / "plain.bin").read_bytes()
     counter, _, seen = read_result(tmp_path / f"{tool}.bin")
@@ -78,3 +79,4 @@ def test_counting_tools_leave_results_and_output_unchanged(program, tmp_path, to
         for la in trace.launches:
             counts = np.asarray(la.maps["dmat"].counts)
             assert counts.size == N and (counts == 2).all(), np.unique(counts)
+            assert len(la.maps["dmat"].valid()) == 2 * N  # every record fitted: the counting run sized the buffer
