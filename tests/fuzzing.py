@@ -585,4 +585,135 @@ def name_clashes(original_ptx: str, probed, kernels: dict) -> list[str]:
         kept = [i.key() for i in ir.instructions(probed.function(name).body) if i.origin is None]
         if kept != [i.key() for i in ir.instructions(before.function(name).body)]:
             problems.append(f"{name}: the original instructions changed")
+
+
+# ---------------------------------------------------------------- counting variants: side-effect-bearing calls
+# Kernels whose device functions store, update atomics, reduce, printf and trap, at a random call depth
+# (issue 30, section 1). `side_effect_module` writes one from a plan; the plan says whether the counting
+# variant must be refused (an indirect call, an atomic's result or printf's deciding a branch, reachable
+# from the kernel) and `counting_violations` checks an accepted one.
+
+SAFE_OPS = ("store", "store_generic", "atom", "atom_sink", "red", "load", "printf", "trap", "call")
+POISON_OPS = ("indirect", "atom_decides", "printf_decides")
+
+
+@attrs.frozen
+class SideEffectPlan:
+    """functions[i]: the ops of f{i}; kernel: the kernel's. A `call` op is ("call", j)."""
+
+    functions: tuple[tuple[tuple[str, int], ...], ...]
+    kernel: tuple[tuple[str, int], ...]
+
+    def reachable(self) -> set[int]:
+        seen: set[int] = set()
+        work = [j for op, j in self.kernel if op in ("call", "indirect")]
+        while work:
+            i = work.pop()
+            if i not in seen:
+                seen.add(i)
+                work += [j for op, j in self.functions[i] if op in ("call", "indirect")]
+        return seen
+
+    def refused(self) -> bool:
+        bodies = [self.kernel] + [self.functions[i] for i in self.reachable()]
+        return any(op in POISON_OPS for body in bodies for op, _ in body)
+
+
+def side_effect_plan(rng, poison: bool) -> SideEffectPlan:
+    """A random plan: 1-5 functions of 1-6 ops, calls to any function (recursion and cycles too)."""
+    count = rng.randint(1, 5)
+    ops = SAFE_OPS + (POISON_OPS if poison else ())
+
+    def body(length: int) -> tuple[tuple[str, int], ...]:
+        return tuple((rng.choice(ops), rng.randrange(count)) for _ in range(length))
+
+    functions = tuple(body(rng.randint(1, 6)) for _ in range(count))
+    kernel = (("call", rng.randrange(count)),) + body(rng.randint(0, 4))
+    return SideEffectPlan(functions, kernel)
+
+
+_CALL_ARGS = "\t.param .b64 param0;\n\tst.param.b64 [param0], %rd1;\n\t.param .b32 param1;\n\tst.param.b32 [param1], %r1;\n\t.param .b32 retval0;\n"
+
+
+def _op_text(op: str, arg: int, n: int) -> str:
+    """PTX of one op; `n` makes its registers and labels unique in the function."""
+    r, rd, p = f"%r{n + 10}", f"%rd{n + 10}", f"%p{n + 1}"
+    address = f"\tmul.wide.u32 {rd}, %r1, 4;\n\tadd.s64 {rd}, %rd1, {rd};\n"
+    counter = f"\tmov.u64 {rd}, counter;\n"
+    printf = (f"\t{{\n\t.param .b64 param0;\n\tst.param.b64 [param0], %rd2;\n\t.param .b64 param1;\n\tst.param.b64 [param1], 0;\n"
+              f"\t.param .b32 retval0;\n\tcall.uni (retval0), vprintf, (param0, param1);\n\tld.param.b32 {r}, [retval0];\n\t}}\n")
+    return {
+        "store": address + f"\tst.global.u32 [{rd}], %r1;\n",
+        "store_generic": address + f"\tst.u32 [{rd}], %r1;\n",
+        "atom": counter + f"\tatom.global.add.u32 {r}, [{rd}], 1;\n",
+        "atom_sink": address + f"\tatom.exch.b32 _, [{rd}], %r1;\n",
+        "red": address + f"\tred.global.add.u32 [{rd}], %r1;\n",
+        "load": address + f"\tld.global.u32 {r}, [{rd}];\n",
+        "printf": printf,
+        "trap": f"\tsetp.eq.u32 {p}, %r1, 12345;\n\t@{p} trap;\n",
+        "call": f"\t{{\n{_CALL_ARGS}\tcall.uni (retval0), f{arg}, (param0, param1);\n\tld.param.b32 {r}, [retval0];\n\t}}\n",
+        "indirect": (f"\tmov.u64 {rd}, f{arg};\n\t{{\n{_CALL_ARGS}\tproto{n} : .callprototype (.param .b32 _) _ (.param .b64 _, .param .b32 _);\n"
+                     f"\tcall (retval0), {rd}, (param0, param1), proto{n};\n\tld.param.b32 {r}, [retval0];\n\t}}\n"),
+        "atom_decides": counter + f"\tatom.global.add.u32 {r}, [{rd}], 1;\n\tsetp.eq.u32 {p}, {r}, 7;\n\t@{p} bra $L_skip{n};\n"
+                        f"\tst.global.u32 [%rd1], %r1;\n$L_skip{n}:\n",
+        "printf_decides": printf + f"\tsetp.gt.s32 {p}, {r}, 2;\n\t@{p} bra $L_skip{n};\n\tst.global.u32 [%rd1], %r1;\n$L_skip{n}:\n",
+    }[op]
+
+
+def _body_text(ops: tuple[tuple[str, int], ...]) -> str:
+    return "".join(_op_text(op, arg, n) for n, (op, arg) in enumerate(ops))
+
+
+_REGISTERS = "\t.reg .pred %p<16>;\n\t.reg .b32 %r<32>;\n\t.reg .b64 %rd<32>;\n"
+_FORMAT = "\tmov.u64 %rd2, fmt;\n\tcvta.global.u64 %rd2, %rd2;\n"
+
+
+def side_effect_module(plan: SideEffectPlan) -> str:
+    """The plan as a PTX module with one entry `k` (ptxas accepts it)."""
+    heads = [f".func (.param .b32 f{i}_ret) f{i}(.param .b64 f{i}_p0, .param .b32 f{i}_p1)" for i in range(len(plan.functions))]
+    parts = [
+        ".version 8.0\n.target sm_90\n.address_size 64\n\n",
+        ".extern .func (.param .b32 func_retval0) vprintf(.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);\n",
+        ".global .align 1 .b8 fmt[4] = {37, 100, 10, 0};\n.global .align 4 .u32 counter;\n",
+        *(head + ";\n" for head in heads),
+    ]
+    for i, (head, ops) in enumerate(zip(heads, plan.functions)):
+        parts.append(f"\n{head}\n{{\n{_REGISTERS}\tld.param.u64 %rd1, [f{i}_p0];\n\tld.param.u32 %r1, [f{i}_p1];\n"
+                     f"{_FORMAT}{_body_text(ops)}\tst.param.b32 [f{i}_ret], %r1;\n\tret;\n}}\n")
+    parts.append(f"\n.visible .entry k(.param .u64 k_p0, .param .u32 k_p1)\n{{\n{_REGISTERS}\tld.param.u64 %rd1, [k_p0];\n"
+                 f"\tcvta.to.global.u64 %rd1, %rd1;\n\tmov.u32 %r1, %tid.x;\n{_FORMAT}{_body_text(plan.kernel)}"
+                 "\tld.global.u32 %r2, [%rd1];\n\tst.global.u32 [%rd1+4], %r2;\n\tret;\n}\n")
+    return "".join(parts)
+
+
+def counting_violations(module, entry: str) -> list[str]:
+    """What the counting variant of `entry` (and every function it reaches) still does to the program.
+
+    Writes to global or generic memory by the program's own instructions (probe code writes its
+    buffers), calls to body-less functions, indirect calls, traps: each is a violation.
+    """
+    from neutrino.isa.ptx import ir
+    from neutrino.isa.ptx.semantics import access_spaces, lookup
+    from neutrino.passes.counting import call_parts, counting_name
+
+    defined = {f.name: f for f in module.functions() if f.body is not None}
+    problems: list[str] = []
+    seen, work = {counting_name(entry)}, [defined[counting_name(entry)]]
+    while work:
+        function = work.pop()
+        for insn in ir.instructions(function.body):
+            program = insn.origin is None or insn.origin == "counting-variant"
+            control = lookup(insn.opcode).control
+            if program and any(a in ("store", "atomic") and s in ("global", None) for _, a, s in access_spaces(insn.opcode)):
+                problems.append(f"{function.name}: {insn.opcode} writes the program's memory")
+            if control == "trap":
+                problems.append(f"{function.name}: {insn.opcode}")
+            if control != "call":
+                continue
+            target = call_parts(insn).target
+            if not isinstance(target, ir.Symbol) or target.name not in defined:
+                problems.append(f"{function.name}: calls {target}")
+            elif target.name not in seen:
+                seen.add(target.name)
+                work.append(defined[target.name])
     return problems

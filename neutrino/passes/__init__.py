@@ -21,7 +21,8 @@ The default pipeline, in order, and why each step comes where it does:
 """
 
 from neutrino.passes.buffers import BufferAddressing
-from neutrino.passes.lower_save import CountingVariant, SaveLowering
+from neutrino.passes.counting import CountingVariant
+from neutrino.passes.lower_save import SaveLowering
 from neutrino.passes.manager import Context, KernelState, Pass, PassManager, Site
 from neutrino.passes.match import TracepointMatching
 from neutrino.passes.prune import Pruning

@@ -33,9 +33,9 @@ import attrs
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import access_spaces
+from neutrino.passes.address_spaces import generic_spaces
 from neutrino.passes.build import insn, splice
 from neutrino.passes.manager import Context, KernelState
-from neutrino.passes.match import exits_of
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.target import version_reachable
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
@@ -460,7 +460,7 @@ _PROGRAM_SPACES = ("global", None)
 _LOAD_TYPES = frozenset("b8 b16 b32 b64 b128 u8 u16 u32 u64 s8 s16 s32 s64 f32 f64".split())
 # The widest vector `ld` takes per element size below 4 bytes (`.v8` loads exist only for 32-bit elements).
 _MAX_LOAD_VECTOR = {1: 4, 2: 4}
-_COUNTING_ORIGIN = "counting-variant"
+COUNTING_ORIGIN = "counting-variant"
 
 
 def load_type(atomic_type: str) -> str:
@@ -506,19 +506,22 @@ def atomic_as_load(atom: ir.Instruction) -> list[ir.Instruction]:
 
 
 def _counting_insn(opcode: str, operands: tuple, original: ir.Instruction) -> ir.Instruction:
-    return ir.Instruction(ir.opcode(opcode), operands, original.guard, original.line, _COUNTING_ORIGIN)
+    return ir.Instruction(ir.opcode(opcode), operands, original.guard, original.line, COUNTING_ORIGIN)
 
 
-def _write_replacement(insn: ir.Instruction) -> list[ir.Instruction] | None:
+def _write_replacement(insn: ir.Instruction, own: dict[str, str]) -> list[ir.Instruction] | None:
     """None to keep the instruction; otherwise what replaces a write to the program's memory.
 
     Stores and reductions disappear; an atomic becomes a plain load of the same
     location into its destination (`atomic_as_load`), so code that uses the old
-    value still runs.
+    value still runs. A generic address in `own` (registers pointing into shared
+    or local memory, `address_spaces.generic_spaces`) is the launch's own memory.
     """
     writes = [i for i, access, space in access_spaces(insn.opcode) if access in ("store", "atomic") and space in _PROGRAM_SPACES]
     if not writes or writes[0] >= len(insn.operands):
         return None  # decided from the opcode alone for all but the writes themselves
+    if own and all(_points_into_own_memory(insn.operands[i], own) for i in writes if i < len(insn.operands)):
+        return None
     if insn.opcode.base == "atom" and not isinstance(insn.operands[0], ir.Address):
         return atomic_as_load(insn)
     return []
@@ -529,18 +532,22 @@ def drop_global_writes(function: ir.Function) -> None:
 
     One pass over each body, rebuilding it only where something changed: linear in its size.
     """
-    _drop_writes_in(function.body or [])
+    _drop_writes_in(function.body or [], generic_spaces(function))
 
 
-def _drop_writes_in(body: list[ir.Statement]) -> None:
+def _points_into_own_memory(address: ir.Operand, own: dict[str, str]) -> bool:
+    return isinstance(address, ir.Address) and isinstance(address.base, ir.Register) and address.base.name in own
+
+
+def _drop_writes_in(body: list[ir.Statement], own: dict[str, str]) -> None:
     rebuilt: list[ir.Statement] = []
     changed = False
     for stmt in body:
         kind = type(stmt)
         if kind is ir.Scope:
-            _drop_writes_in(stmt.body)
+            _drop_writes_in(stmt.body, own)
         elif kind is ir.Instruction and stmt.origin is None:
-            replacement = _write_replacement(stmt)
+            replacement = _write_replacement(stmt, own)
             if replacement is not None:
                 rebuilt.extend(replacement)
                 changed = True
@@ -582,46 +589,6 @@ def _clone_body(body: list[ir.Statement]) -> list[ir.Statement]:
         else:
             append(copy.copy(stmt))
     return out
-
-
-@attrs.frozen
-class CountingVariant:
-    """For maps with cap = "count": a copy of the kernel that only counts records.
-
-    Made before lowering, from the kernel with its SAVE pseudo-instructions, so
-    that both copies see exactly the same probe code. The copy writes nothing to
-    global (or generic) memory: stores and reductions are dropped and atomics
-    become loads, so running it first leaves the program's data unchanged.
-    """
-
-    name: ClassVar[str] = "counting-variant"
-    requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
-
-    def run(self, module: ir.Module, ctx: Context) -> None:
-        if not any(m.cap == "count" for m in ctx.probes.maps.values()):
-            return
-        names = ctx.names(module)
-        for name, state in list(ctx.kernels.items()):
-            clone = clone_function(state.function)
-            # A fresh module-level name: the module may already define `k__nt_count` (kernel.json records ours).
-            clone.name = names.fresh_global(name + COUNT_SUFFIX)
-            names.copy_scope(state.function, clone)
-            drop_global_writes(clone)
-            module.items.insert(module.items.index(state.function) + 1, clone)
-            originals = [i for i in ir.instructions(clone.body) if i.origin is None]
-            ctx.kernels[clone.name] = attrs.evolve(
-                state,
-                function=clone,
-                counting=True,
-                original_ids=[id(i) for i in originals],
-                exits=exits_of(originals),
-                temps=dict(state.temps),
-                levels=set(state.levels),
-                sites=list(state.sites),
-                skipped=[],
-                params=[],
-            )
-            state.count_kernel = clone.name
 
 
 @attrs.frozen
