@@ -17,10 +17,12 @@ unit), a `sum` (`MapData.totals()`) or a `hist` (`MapData.histogram()`);
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -505,7 +507,10 @@ class MapData:
             return len(self.counts), 0
         valid = dropped = 0
         for lo in range(0, len(self.counts), COUNT_CHUNK):
-            counts = read_rows(self.counts, lo, min(len(self.counts), lo + COUNT_CHUNK)).astype(np.int64)
+            counts = read_rows(self.counts, lo, min(len(self.counts), lo + COUNT_CHUNK))
+            if not counts.any():
+                continue
+            counts = counts.astype(np.int64)
             valid += int(np.minimum(counts, self.cap).sum())
             dropped += int(np.clip(counts - self.cap, 0, None).sum())
         return valid, dropped
@@ -539,9 +544,10 @@ class MapData:
         slot = np.arange(cap, dtype=np.int64) if whole else None
         for lo in range(0, units, step):
             hi = min(units, lo + step)
-            counts = np.minimum(read_rows(self.counts, lo, hi).astype(np.int64), cap)
+            counts = read_rows(self.counts, lo, hi)
             if not counts.any():
                 continue
+            counts = np.minimum(counts.astype(np.int64), cap)
             unit = np.repeat(np.arange(lo, hi, dtype=np.int64), counts)
             if slot is not None:  # read the chunk's slots, keep the valid ones
                 yield read_rows(self.records, lo, hi)[slot[None, :] < counts[:, None]], unit
@@ -594,16 +600,33 @@ def read_slots(records: np.ndarray, unit: int, count: int) -> np.ndarray:
 
 
 def _read_file(array: np.memmap, first: int, count: int) -> np.ndarray:
-    """`count` elements of a memory-mapped array from element `first` on, read with pread."""
+    """`count` elements of a memory-mapped array from element `first` on, read from the file.
+    A range that is a hole of a sparse file is zeros without a read (SEEK_DATA): time goes
+    with the bytes the file holds, not with the sizes its headers declare."""
     path = Path(array.filename)
     offset = int(array.offset) + first * array.dtype.itemsize
+    nbytes = count * array.dtype.itemsize
     try:
-        out = np.fromfile(path, array.dtype, count=count, offset=offset)
+        with open(path, "rb") as fh:
+            if _hole(fh.fileno(), offset, nbytes):
+                return np.zeros(count, array.dtype)
+            fh.seek(offset)
+            out = np.frombuffer(fh.read(nbytes), array.dtype)
     except OSError as e:
         raise TraceError(f"{path}: cannot read at offset {offset}: {e.strerror or e}") from None
     if len(out) != count:
         raise TraceError(f"{path}: cut short at offset {offset} (the file changed while it was read?)")
     return out
+
+
+def _hole(fd: int, offset: int, nbytes: int) -> bool:
+    """Whether bytes [offset, offset + nbytes) of a file are a hole (read as zeros)."""
+    try:
+        return os.lseek(fd, offset, os.SEEK_DATA) >= offset + nbytes
+    except OSError as e:
+        return e.errno == errno.ENXIO  # no data after offset; other errors: SEEK_DATA unsupported, read it
+    except AttributeError:  # no SEEK_DATA on this system
+        return False
 
 
 @attrs.define(eq=False)
@@ -615,16 +638,29 @@ class ResultFile:
     maps: dict[str, MapData]
 
 
+def open_regular(path: Path, what: str):
+    """`path` opened for reading in binary, if it is a regular file: a FIFO or a device named
+    by a corrupt trace would block the reader or never end. TraceError otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read {what}: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TraceError(f"{path}: {what} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def read_result(path, offset: int = 0) -> ResultFile:
     """Parse a result file, or the frame at `offset` of a per-kernel result file;
     large sections are memory-mapped, not read. TraceError (naming the file and the
     offset) for anything that does not hold together."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if not isinstance(offset, int) or offset < 0 or offset % SECTION_ALIGN or offset >= max(size, 1):
-            raise TraceError(f"{path}: no result frame at offset {offset}")
-        with open(path, "rb") as fh:
+        with open_regular(path, "a result file") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if not isinstance(offset, int) or offset < 0 or offset % SECTION_ALIGN or offset >= max(size, 1):
+                raise TraceError(f"{path}: no result frame at offset {offset}")
             fh.seek(offset)
             raw = fh.read(FILE_HEADER.itemsize)
             head = _frombuffer(raw, FILE_HEADER, path, f"file header at offset {offset}")
@@ -837,7 +873,7 @@ class Trace:
         for ev in self.events:
             if ev.get("event") == "instrument" and ev.get("kernel") == kernel and isinstance(ev.get("kernel_dir"), str):
                 try:
-                    p = self.path / ev["kernel_dir"] / "kernel.json"
+                    p = self.path / _inside_run(ev["kernel_dir"]) / "kernel.json"
                     if not p.exists():
                         continue
                 except (OSError, ValueError):  # a kernel_dir holding a NUL, or too long to be a path
@@ -853,7 +889,8 @@ def read_kernel_json(path: Path) -> dict:
     """A kernel/<k>_<hash>/kernel.json (spec/kernel-json.md) as a dict; TraceError with the file and the
     byte offset for one that cannot be read, is not UTF-8 or not a JSON object."""
     try:
-        raw = path.read_bytes()
+        with open_regular(path, "kernel.json") as fh:
+            raw = fh.read()
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
     try:
@@ -861,7 +898,7 @@ def read_kernel_json(path: Path) -> dict:
     except UnicodeDecodeError as e:
         raise TraceError(f"{path}: byte offset {e.start}: not UTF-8: corrupt kernel.json") from None
     except json.JSONDecodeError as e:
-        raise TraceError(f"{path}:{e.lineno}:{e.colno}: byte offset {e.pos}: {e.msg}: corrupt kernel.json") from None
+        raise TraceError(f"{path}:{e.lineno}:{e.colno}: byte offset {e.pos}: corrupt kernel.json: {e.msg}") from None
     except (ValueError, RecursionError) as e:
         raise TraceError(f"{path}: corrupt kernel.json: {str(e)[:200]}") from None
     if not isinstance(value, dict):
@@ -938,7 +975,7 @@ def read_events(path: Path, problems: list[str] | None = None) -> list[dict]:
     first_bad = None
     offset = 0
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "the event log") as fh:
             for raw in fh:
                 at, offset = offset, offset + len(raw)
                 line = raw.strip()
@@ -976,10 +1013,13 @@ def _event_of(line: bytes) -> dict | None:
     return _printable(value) if _SURROGATE_ESCAPE.search(line) else value
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _printable(value):
     """`value` with lone surrogates in its strings replaced (they cannot be encoded as UTF-8)."""
     if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return _LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, list):
         return [_printable(v) for v in value]
     if isinstance(value, dict):
@@ -993,10 +1033,12 @@ def read_probe_text(path: Path, problems: list[str] | None = None) -> str:
     try:
         if not path.exists():
             return ""
-        raw = path.read_bytes()
-    except OSError as e:
+        with open_regular(path, "the probe") as fh:
+            raw = fh.read()
+    except (OSError, TraceError) as e:
         if problems is not None:
-            problems.append(f"{path}: cannot read the probe: {e.strerror or e}; read the trace without it")
+            problems.append(f"{e if isinstance(e, TraceError) else f'{path}: {e.strerror or e}'}; "
+                            "the trace is read without its probe")
         return ""
     try:
         return raw.decode()
@@ -1047,7 +1089,8 @@ def read_index(run: Path, events: list[dict]) -> list[dict]:
     try:
         if not path.exists():
             return []
-        raw = path.read_bytes()
+        with open_regular(path, "the launch index") as fh:
+            raw = fh.read()
     except OSError as e:
         raise TraceError(f"{path}: cannot read the launch index: {e.strerror or e}") from None
     if len(raw) < 16 or raw[:8] != INDEX_MAGIC:
@@ -1102,9 +1145,10 @@ def _launches(run: Path, events: list[dict], problems: list[str] | None = None) 
         if not isinstance(ev.get("result"), str):
             continue
         try:
-            p = run / ev["result"]
-            if not p.exists():  # raises for a name too long or holding a NUL
-                raise FileNotFoundError(f"no result file {ev['result'][:200]}")
+            p = run / _inside_run(ev["result"])
+            if not p.is_file():  # raises for a name too long or holding a NUL
+                missing = "no result file" if not p.exists() else "not a regular file:"
+                raise FileNotFoundError(f"{missing} {ev['result'][:200]}")
             launch = _launch_of(ev, p)
             if launch.index in seen:
                 raise ValueError("an index seen before (a repeated event line)")
@@ -1121,6 +1165,13 @@ def _launches(run: Path, events: list[dict], problems: list[str] | None = None) 
             problems.append(f"{log}: {len(skipped) - MAX_NOTED} more launch event(s) skipped")
     out.sort(key=lambda launch: launch.index)
     return out
+
+
+def _inside_run(relative: str) -> str:
+    """A path named by an event, relative to the run directory; ValueError for one that leads out of it."""
+    if relative.startswith(("/", "\\")) or ".." in relative.replace("\\", "/").split("/"):
+        raise ValueError(f"path {relative[:200]!r} leads out of the run directory")
+    return relative
 
 
 MAX_NOTED = 20  # skipped launches described one by one in Trace.problems; the others are counted
