@@ -913,7 +913,7 @@ def find_run_dir(path) -> Path:
         raise TraceError(f"{path}: no such trace directory")
     if (path / "event.log").exists():
         return path
-    runs = sorted(p for p in path.iterdir() if (p / "event.log").exists())
+    runs = sorted(p for p in _entries(path) if (p / "event.log").exists())
     if len(runs) == 1:
         return runs[0]
     ranks = find_rank_dirs(path)
@@ -929,6 +929,14 @@ def find_run_dir(path) -> Path:
     raise TraceError(f"{path}: holds {len(runs)} runs ({names}); name one of them")
 
 
+def _entries(path: Path) -> list[Path]:
+    """The entries of a directory; TraceError (not OSError) when it cannot be listed."""
+    try:
+        return list(path.iterdir())
+    except OSError as e:
+        raise TraceError(f"{path}: cannot list the directory: {e.strerror or e}") from None
+
+
 _RANK_DIR = re.compile(r"rank(\d+)(?:\.(\d+))?")
 
 
@@ -939,7 +947,7 @@ def find_rank_dirs(path) -> list[tuple[int, Path]]:
     if not path.is_dir() or (path / "event.log").exists():
         return []
     found = []
-    for sub in path.iterdir():
+    for sub in _entries(path):
         m = _RANK_DIR.fullmatch(sub.name)
         if m and (sub / "event.log").exists():
             found.append((int(m.group(1)), int(m.group(2) or -1), sub))
@@ -958,7 +966,7 @@ def find_process_dirs(path) -> list[Path]:
     if not path.is_dir() or not ((path / "event.log").exists() or (path / ".owner").exists()):
         return []
     others = []
-    for sub in path.iterdir():
+    for sub in _entries(path):
         m = _PROCESS_DIR.fullmatch(sub.name)
         if m and (sub / "event.log").exists():
             others.append((m.group(1), int(m.group(2)), sub))
@@ -1067,7 +1075,7 @@ def find_job_dir(path) -> Path | None:
         return path
     if not path.is_dir() or (path / "event.log").exists():
         return None
-    subs = [p for p in path.iterdir() if p.is_dir()]
+    subs = [p for p in _entries(path) if p.is_dir()]
     if any((p / "event.log").exists() for p in subs):
         return None
     jobs = [p for p in subs if find_rank_dirs(p)]

@@ -34,7 +34,7 @@ def find_group(path):
     try:
         job = trace_mod.find_job_dir(path)
         return job if job is not None else Path(path) if len(trace_mod.find_process_dirs(path)) > 1 else None
-    except OSError:
+    except (OSError, NeutrinoError):
         return None  # the single-run reader says what is wrong with it
 
 
