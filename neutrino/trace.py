@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import mmap
 import os
 import re
 import stat
@@ -584,7 +585,7 @@ def read_rows(array: np.ndarray, lo: int, hi: int) -> np.ndarray:
     pages touched through a mapping stay resident while it lives, so a scan of a
     multi-GB section (a sparse file declaring 2^27 units) would end up holding all
     of it."""
-    if not isinstance(array, np.memmap) or not getattr(array, "filename", None) or array.base is None:
+    if not _mapped(array):
         return np.asarray(array[lo:hi])
     if lo >= hi:
         return np.asarray(array[0:0])
@@ -594,9 +595,15 @@ def read_rows(array: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 def read_slots(records: np.ndarray, unit: int, count: int) -> np.ndarray:
     """The first `count` records of `unit` of a `(units, cap)` records array, 1-D."""
-    if not isinstance(records, np.memmap) or not getattr(records, "filename", None) or records.base is None:
+    if not _mapped(records):
         return np.asarray(records[unit, :count])
     return _read_file(records, unit * records.shape[1], count)
+
+
+def _mapped(array: np.ndarray) -> bool:
+    """Whether `array` is a memory map of a file made by np.memmap itself (not a view of one,
+    whose `offset` would not be its own)."""
+    return isinstance(array, np.memmap) and bool(array.filename) and isinstance(array.base, mmap.mmap)
 
 
 def _read_file(array: np.memmap, first: int, count: int) -> np.ndarray:
@@ -717,7 +724,8 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
     nf = int(mh["n_fields"])
     if nf > MAX_FIELDS:  # a corrupt count must not become a huge read
         raise TraceError(f"{path}: map header at offset {at} claims {nf} fields (at most {MAX_FIELDS}): corrupt file")
-    fds = _frombuffer(fh.read(FIELD_DESC.itemsize * nf), FIELD_DESC, path, f"field table at offset {at}", nf) if nf else []
+    table = fh.read(FIELD_DESC.itemsize * nf)
+    fds = _frombuffer(table, FIELD_DESC, path, f"field table at offset {at}", nf) if nf else []
     if nf == 1:
         fds = [fds]
     name = _text(bytes(mh["name"]), path, "map name", at)

@@ -121,10 +121,11 @@ def progress_section(grid, block, rng, cap: int = 4) -> nt.MapSection:
 def _kernel_json(run: Path, k: int, kernel: str, sections) -> str:
     rel = f"kernel/{k}_{abs(hash(kernel)) % 10**10:010d}"
     (run / rel).mkdir(parents=True, exist_ok=True)
-    maps = [{"name": s.name, "level": s.level, "record_bytes": s.record_bytes, "cap": "count" if s.cap_is_count else s.cap,
-             "type": s.type, "fields": [{"name": f.name, "type": f.type, "offset": f.offset} for f in s.fields]}
+    maps = [{"name": s.name, "level": s.level, "record_bytes": s.record_bytes,
+             "cap": "count" if s.cap_is_count else s.cap, "type": s.type, "fields": [{"name": f.name, "type": f.type, "offset": f.offset} for f in s.fields]}
             for s in sections]
-    (run / rel / "kernel.json").write_text(json.dumps({"version": 1, "kernels": {kernel: {"name": kernel, "maps": maps}}}))
+    info = {"version": 1, "kernels": {kernel: {"name": kernel, "maps": maps}}}
+    (run / rel / "kernel.json").write_text(json.dumps(info))
     (run / rel / "original.ptx").write_text(".version 8.0\n.target sm_90\n")
     return rel
 
@@ -307,7 +308,8 @@ def huge_ids(root: Path, rng: random.Random) -> str:
             recs = np.frombuffer(raw, nt.INDEX_RECORD, count=n, offset=16).copy()
             field = rng.choice(["seq", "kernel_launch", "offset", "frame_size", "grid", "block", "kernel_id",
                                 "frame_id", "graph", "duration_ns"])
-            value = rng.choice([2**32 - 1, 2**64 - 1, 2**63]) if field != "duration_ns" else rng.choice([1e308, -1.0, float("nan")])
+            values = [1e308, -1.0, float("nan")] if field == "duration_ns" else [2**32 - 1, 2**64 - 1, 2**63]
+            value = rng.choice(values)
             with np.errstate(all="ignore"):
                 recs[field][rng.randrange(n)] = np.array(value).astype(recs.dtype[field].base)
             raw[16:16 + recs.nbytes] = recs.tobytes()
