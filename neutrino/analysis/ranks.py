@@ -192,6 +192,7 @@ def _rank_launches(trace, launches, label: str):
         except NeutrinoError as e:
             print(f"neutrino export: warning: {label}: launch {launch.index} ({launch.kernel}) left out: {e}",
                   file=sys.stderr)
+        getattr(launch, "release", lambda: None)()  # keep one launch's sections at a time
     return results, plain
 
 
