@@ -628,12 +628,21 @@ def _read_file(array: np.memmap, first: int, count: int) -> np.ndarray:
 
 def _hole(fd: int, offset: int, nbytes: int) -> bool:
     """Whether bytes [offset, offset + nbytes) of a file are a hole (read as zeros)."""
+    return _next_data(fd, offset) >= offset + nbytes
+
+
+def _next_data(fd: int, offset: int) -> int:
+    """Where the next bytes a file holds start at or after `offset` (SEEK_DATA): the file's
+    size when only a hole follows; `offset` itself when the system cannot tell."""
+    position = os.lseek(fd, 0, os.SEEK_CUR)  # restored: a buffered reader of `fd` relies on it
     try:
-        return os.lseek(fd, offset, os.SEEK_DATA) >= offset + nbytes
+        return os.lseek(fd, offset, os.SEEK_DATA)
     except OSError as e:
-        return e.errno == errno.ENXIO  # no data after offset; other errors: SEEK_DATA unsupported, read it
+        return max(offset, os.fstat(fd).st_size) if e.errno == errno.ENXIO else offset
     except AttributeError:  # no SEEK_DATA on this system
-        return False
+        return offset
+    finally:
+        os.lseek(fd, position, os.SEEK_SET)
 
 
 @attrs.define(eq=False)
@@ -989,19 +998,16 @@ def read_events(path: Path, problems: list[str] | None = None) -> list[dict]:
     events = []
     lines = skipped = 0
     first_bad = None
-    offset = 0
     try:
         with open_regular(path, "the event log") as fh:
-            for raw in fh:
-                at, offset = offset, offset + len(raw)
-                line = raw.strip()
-                if not line:
+            for at, line, complete in _log_lines(fh):
+                if line is not None and not line.strip():
                     continue
                 lines += 1
-                value = _event_of(line)
+                value = _event_of(line.strip()) if line is not None else None
                 if value is not None:
                     events.append(value)
-                elif raw.endswith(b"\n"):  # a last line without its newline is a crash's, not corruption
+                elif complete:  # a last line without its newline is a crash's, not corruption
                     skipped += 1
                     first_bad = at if first_bad is None else first_bad
     except OSError as e:
@@ -1012,6 +1018,42 @@ def read_events(path: Path, problems: list[str] | None = None) -> list[dict]:
         problems.append(f"{path}: {skipped} line(s) that are not JSON events skipped (the first at byte offset "
                         f"{first_bad})")
     return events
+
+
+MAX_EVENT_LINE = 16 << 20  # longer lines are no event of ours (a run of NULs left by a full disk)
+_BLOCK = 1 << 20
+
+
+def _log_lines(fh) -> Iterator[tuple[int, bytes | None, bool]]:
+    """(offset, line, ends with a newline) of each line of an event log; a line longer than
+    MAX_EVENT_LINE is None, and is never held whole (nor is a hole of a sparse file read)."""
+    at, pending, too_long = 0, [], False
+    pending_bytes = 0
+    while True:
+        here = fh.tell()
+        data = _next_data(fh.fileno(), here)
+        if data > here:  # a hole: zeros, part of one long line of NULs
+            fh.seek(data)
+            pending, pending_bytes, too_long = [], 0, True
+            continue
+        block = fh.read(_BLOCK)
+        if not block:
+            break
+        start = 0
+        while (end := block.find(b"\n", start)) >= 0:
+            if not too_long:
+                pending.append(block[start:end + 1])
+            line = None if too_long or pending_bytes + end + 1 - start > MAX_EVENT_LINE else b"".join(pending)
+            yield at, line, True
+            at = here + end + 1
+            pending, pending_bytes, too_long, start = [], 0, False, end + 1
+        if not too_long:
+            pending.append(block[start:])
+            pending_bytes += len(block) - start
+            if pending_bytes > MAX_EVENT_LINE:
+                pending, pending_bytes, too_long = [], 0, True
+    if pending_bytes or too_long:
+        yield at, None if too_long else b"".join(pending), False
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -1099,56 +1141,84 @@ def load_job(path) -> list[tuple[int, Trace]]:
     return [(rank, load(run)) for rank, run in ranks]
 
 
-def read_index(run: Path, events: list[dict]) -> list[dict]:
-    """`launch` events rebuilt from result/index.bin (runs written by the native writer)."""
+def read_index(run: Path, events: list[dict], problems: list[str] | None = None) -> list[dict]:
+    """`launch` events rebuilt from result/index.bin (runs written by the native writer). Records are
+    read in chunks, holes of a sparse file skipped; a record whose seq is 0 (zeros: a hole, a block
+    never written) is no launch and is counted in `problems`."""
     path = run / "result" / "index.bin"
     try:
         if not path.exists():
             return []
         with open_regular(path, "the launch index") as fh:
-            raw = fh.read()
+            kernels, frames = _index_names(events)
+            out, zeros = [], 0
+            for recs in _index_chunks(fh, path):
+                zeros += int(np.count_nonzero(recs["seq"] == 0))
+                keep = (recs["seq"] != 0) & (recs["status"] == 0) & np.isin(recs["kernel_id"], list(kernels))
+                out += [_index_launch(r, kernels, frames) for r in recs[keep]]
     except OSError as e:
         raise TraceError(f"{path}: cannot read the launch index: {e.strerror or e}") from None
-    if len(raw) < 16 or raw[:8] != INDEX_MAGIC:
+    if zeros and problems is not None:
+        problems.append(f"{path}: {zeros} record(s) of zeros (seq 0) skipped")
+    return out
+
+
+INDEX_CHUNK = 1 << 16  # index records read at a time
+
+
+def _index_chunks(fh, path: Path) -> Iterator[np.ndarray]:
+    head = fh.read(16)
+    if len(head) < 16 or head[:8] != INDEX_MAGIC:
         raise TraceError(f"{path}: not a Neutrino launch index (bad magic)")
-    version, rec_size = np.frombuffer(raw[8:16], "<u4")
+    version, rec_size = np.frombuffer(head[8:16], "<u4")
     if int(version) != INDEX_VERSION or int(rec_size) != INDEX_RECORD.itemsize:
         raise TraceError(f"{path}: index version {int(version)} with {int(rec_size)}-byte records; "
                          f"this reader knows version {INDEX_VERSION}")
-    n = (len(raw) - 16) // INDEX_RECORD.itemsize  # a record cut short by a crash is ignored
-    recs = np.frombuffer(raw, INDEX_RECORD, count=n, offset=16)
+    chunk = INDEX_CHUNK * INDEX_RECORD.itemsize
+    while True:
+        here = fh.tell()
+        if _hole(fh.fileno(), here, chunk) and here < os.fstat(fh.fileno()).st_size:
+            fh.seek(here + chunk)  # zeros: no launch recorded there
+            continue
+        raw = fh.read(chunk)
+        if len(raw) < INDEX_RECORD.itemsize:  # a record cut short by a crash is ignored
+            return
+        yield np.frombuffer(raw, INDEX_RECORD, count=len(raw) // INDEX_RECORD.itemsize)
+
+
+def _index_names(events: list[dict]) -> tuple[dict[int, tuple[str, str]], dict[int, str]]:
+    """kernel id -> (kernel name, result file), frame id -> frame, from the event log."""
     kernels: dict[int, tuple[str, str]] = {}
     frames: dict[int, str] = {}
     for ev in events:
         if ev.get("event") == "instrument" and isinstance(ev.get("kernel_dir"), str):
             name = ev["kernel_dir"].rsplit("/", 1)[-1]
             k = name.split("_", 1)[0]
-            if k.isdigit():
+            if k.isdigit() and int(k) < 1 << 32:
                 kernels[int(k)] = (str(ev.get("kernel", "")), f"result/{name}.ntr")
         elif ev.get("event") == "frame" and isinstance(ev.get("id"), int):
             frames[ev["id"]] = ev.get("frame")
-    out = []
-    for r in recs:
-        if int(r["status"]) != 0 or int(r["kernel_id"]) not in kernels:
-            continue
-        kernel, rel = kernels[int(r["kernel_id"])]
-        duration = float(r["duration_ns"])
-        graph = int(r["graph"])
-        out.append({
-            "event": "launch", "index": int(r["seq"]) - 1, "kernel": kernel, "grid": [int(v) for v in r["grid"]],
-            "block": [int(v) for v in r["block"]], "shared_bytes": int(r["shared_bytes"]),
-            "stream": hex(int(r["stream"])), "result": rel, "result_offset": int(r["offset"]),
-            "frame": frames.get(int(r["frame_id"])), "duration_ns": duration if duration >= 0 else None,
-            "kernel_launch": int(r["kernel_launch"]),
-            **({"graph": graph >> 32, "graph_node": graph & 0xFFFFFFFF, "replay": int(r["kernel_launch"])}
-               if graph else {}),
-        })
-    return out
+    return kernels, frames
 
 
-def launch_events(run: Path, events: list[dict]) -> list[dict]:
+def _index_launch(r, kernels: dict, frames: dict) -> dict:
+    kernel, rel = kernels[int(r["kernel_id"])]
+    duration = float(r["duration_ns"])
+    graph = int(r["graph"])
+    return {
+        "event": "launch", "index": int(r["seq"]) - 1, "kernel": kernel, "grid": [int(v) for v in r["grid"]],
+        "block": [int(v) for v in r["block"]], "shared_bytes": int(r["shared_bytes"]),
+        "stream": hex(int(r["stream"])), "result": rel, "result_offset": int(r["offset"]),
+        "frame": frames.get(int(r["frame_id"])), "duration_ns": duration if duration >= 0 else None,
+        "kernel_launch": int(r["kernel_launch"]),
+        **({"graph": graph >> 32, "graph_node": graph & 0xFFFFFFFF, "replay": int(r["kernel_launch"])}
+           if graph else {}),
+    }
+
+
+def launch_events(run: Path, events: list[dict], problems: list[str] | None = None) -> list[dict]:
     """Every probed launch of a run: `launch` events of the event log, then those of the index."""
-    return [e for e in events if e.get("event") == "launch"] + read_index(run, events)
+    return [e for e in events if e.get("event") == "launch"] + read_index(run, events, problems)
 
 
 def _launches(run: Path, events: list[dict], problems: list[str] | None = None) -> list[Launch]:
@@ -1157,7 +1227,7 @@ def _launches(run: Path, events: list[dict], problems: list[str] | None = None) 
     `problems`: the first MAX_NOTED one by one, the others counted (a corrupt event.log never
     raises a bare ValueError, nor floods the report)."""
     out, seen, skipped = [], set(), []
-    for ev in launch_events(run, events):
+    for ev in launch_events(run, events, problems):
         if not isinstance(ev.get("result"), str):
             continue
         try:

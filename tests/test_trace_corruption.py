@@ -321,6 +321,37 @@ def test_a_sparse_section_declaring_2_27_units_costs_no_gigabytes(tmp_path):
     assert rss < 400 << 20 and seconds < 20, (rss >> 20, seconds)
 
 
+def _peak_traced(function, *args):
+    """(result, peak bytes numpy and Python allocated while `function` ran)."""
+    tracemalloc.start()
+    try:
+        return function(*args), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_sparse_event_log_and_index_are_read_around_their_holes(tmp_path):
+    """A full disk leaves runs of NULs (holes): no line of them is held, no hole is read."""
+    run = _run(tmp_path, tf.seed_sums)
+    log, index = run / "event.log", run / "result" / "index.bin"
+    text = log.read_bytes()
+    with open(log, "r+b") as fh:
+        fh.seek(256 << 20)  # 256 MiB of NULs, then the events again
+        fh.write(b"\n" + text + b"{cut")
+    size = index.stat().st_size
+    with open(index, "r+b") as fh:
+        fh.seek(size + (64 << 20) // 96 * 96)
+        fh.write(index.read_bytes()[16:16 + 2 * 96])
+    began = time.monotonic()
+    trace, peak = _peak_traced(nt.load, run)
+    assert time.monotonic() - began < 10 and peak < 32 << 20, peak
+    assert sum(ev["event"] == "start" for ev in trace.events) == 2  # before and after the hole
+    assert [la.index for la in trace.launches] == [0, 1, 2]  # the copies after the hole: seen before
+    assert any("line(s) that are not JSON events skipped (the first at byte offset" in p for p in trace.problems)
+    assert any("record(s) of zeros (seq 0) skipped" in p for p in trace.problems)
+    assert sum("an index seen before" in p for p in trace.problems) == 2
+
+
 def _retained_by_report(tmp_path: Path, launches: int) -> int:
     """Bytes a report of `launches` dmat launches (one kernel) still holds when it is done."""
     from neutrino.analysis import report as R
