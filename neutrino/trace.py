@@ -902,14 +902,20 @@ class Trace:
         return None
 
 
+MAX_KERNEL_JSON_BYTES = 64 << 20  # one kernel's maps and sites: kilobytes
+MAX_PROBE_BYTES = 4 << 20  # a probe file is at most 1 MiB of text (spec/probe-toml.md)
+
+
 def read_kernel_json(path: Path) -> dict:
     """A kernel/<k>_<hash>/kernel.json (spec/kernel-json.md) as a dict; TraceError with the file and the
     byte offset for one that cannot be read, is not UTF-8 or not a JSON object."""
     try:
         with open_regular(path, "kernel.json") as fh:
-            raw = fh.read()
+            raw = fh.read(MAX_KERNEL_JSON_BYTES + 1)
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
+    if len(raw) > MAX_KERNEL_JSON_BYTES:
+        raise TraceError(f"{path}: more than {MAX_KERNEL_JSON_BYTES} bytes: not a kernel.json of ours")
     try:
         value = json.loads(raw.decode())
     except UnicodeDecodeError as e:
@@ -1092,7 +1098,9 @@ def read_probe_text(path: Path, problems: list[str] | None = None) -> str:
         if not path.exists():
             return ""
         with open_regular(path, "the probe") as fh:
-            raw = fh.read()
+            raw = fh.read(MAX_PROBE_BYTES + 1)
+        if len(raw) > MAX_PROBE_BYTES:
+            raise TraceError(f"{path}: more than {MAX_PROBE_BYTES} bytes: not a probe (at most 1 MiB of text)")
     except (OSError, TraceError) as e:
         if problems is not None:
             problems.append(f"{e if isinstance(e, TraceError) else f'{path}: {e.strerror or e}'}; "

@@ -228,8 +228,9 @@ SEEDS = {"block_sched": seed_block_sched, "sums": seed_sums, "dmat": seed_dmat, 
 # ---------------------------------------------------------------- corruptions
 
 
-def _files(root: Path, suffixes=None) -> list[Path]:
-    out = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+def _files(root: Path, suffixes=None, max_size: int = 32 << 20) -> list[Path]:
+    """The files under `root` (named by suffix or name); the large ones (sparse) left to truncate."""
+    out = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size <= max_size)
     return [p for p in out if suffixes is None or p.suffix in suffixes or p.name in suffixes]
 
 
@@ -238,7 +239,7 @@ def _pick(rng: random.Random, items):
 
 
 def truncate(root: Path, rng: random.Random) -> str:
-    p = _pick(rng, _files(root))
+    p = _pick(rng, _files(root, max_size=1 << 62))
     size = p.stat().st_size
     cut = rng.randrange(size + 1) if size else 0
     os.truncate(p, cut)
@@ -497,7 +498,17 @@ def odd_names(root: Path, rng: random.Random) -> str:
     return f"{q.relative_to(root)} renamed with a byte that is not UTF-8"
 
 
-CORRUPTIONS = [odd_names, truncate, flip_bytes, shuffle_events, file_to_directory, huge_ids, nul_names, not_utf8,
+def sparse_extend(root: Path, rng: random.Random) -> str:
+    """A file extended by a hole of 64 MiB to 1 GiB (a full disk's NULs), some of its bytes after it."""
+    p = _pick(rng, _files(root))
+    tail = p.read_bytes()[: rng.randrange(0, 4096)]
+    with open(p, "r+b") as fh:
+        fh.seek(p.stat().st_size + (rng.randrange(64, 1024) << 20))
+        fh.write(tail)
+    return f"{p.relative_to(root)} extended by a hole"
+
+
+CORRUPTIONS = [sparse_extend, odd_names, truncate, flip_bytes, shuffle_events, file_to_directory, huge_ids, nul_names, not_utf8,
                impossible_sizes, sparse_declaration, rename_field, drop_events, giant_numbers]
 
 
@@ -511,7 +522,7 @@ def corrupted_copy(seed_dir: Path, dest: Path, rng: random.Random, count: int) -
         corruption = rng.choice(CORRUPTIONS)
         try:
             done.append(corruption(dest, rng))
-        except (OSError, ValueError, IndexError, TypeError, RecursionError) as e:  # nothing left to work on
+        except (OSError, ValueError, IndexError, TypeError, AttributeError, RecursionError) as e:  # nothing left
             done.append(f"{corruption.__name__}: not applicable ({type(e).__name__})")
     return done
 
