@@ -58,6 +58,10 @@ def test_a_rank_without_its_start_event_is_reported(tmp_path, capsys):
     assert rc == 0 and "== rank 1\n" in out and "== rank 0 (pid 100)" in out
     rc, out, _ = _report(capsys, job, "--format", "csv")
     assert rc == 0 and out.startswith("rank,kernel")
+    assert cli(["export", str(job), "--perfetto", str(tmp_path / "job.json")]) == 0
+    names = [e["args"]["name"] for e in json.loads((tmp_path / "job.json").read_text())["traceEvents"]
+             if e.get("name") == "process_name"]
+    assert names == ["rank 0 (pid 100)", "rank 1"]
 
 
 def test_a_tensorop_counter_named_cnt_is_counted(tmp_path, capsys):
