@@ -386,6 +386,7 @@ def _write(path: str, text: str, option: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _printable_output()
     try:
         return dispatch(argv)
     except BrokenPipeError:
@@ -402,6 +403,16 @@ def main(argv: list[str] | None = None) -> int:
             raise
         console.error(str(e))
         return console.EXIT_BAD_INPUT
+
+
+def _printable_output() -> None:
+    """Names read from files (a trace's directory names, kernel names) may hold what UTF-8 cannot
+    encode (bytes that were not UTF-8): printed escaped, never a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a text file, or already written to
+            pass
 
 
 def dispatch(argv: list[str]) -> int:

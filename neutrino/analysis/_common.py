@@ -87,6 +87,9 @@ def iter_valid(md, max_records: int = DEFAULT_CHUNK_RECORDS,
     are never loaded whole. Chunk boundaries fall on multiples of `align`
     units (pass the units per block to never split a block or a warp).
     """
+    if hasattr(md, "iter_valid"):  # a map of neutrino.trace: reads large sections in chunks from the file
+        yield from md.iter_valid(max_records, align)
+        return
     cap = int(md.cap)
     counts_all = md.counts
     units = int(len(counts_all))
@@ -115,6 +118,8 @@ def read_valid(md) -> tuple[np.ndarray, np.ndarray]:
 
 def record_stats(md) -> tuple[int, int]:
     """(valid records, dropped records) of a map, from its counts alone."""
+    if hasattr(md, "record_stats"):  # a map of neutrino.trace: counts read in chunks
+        return md.record_stats()
     counts = np.asarray(md.counts, dtype=np.int64)
     cap = int(md.cap)
     valid = int(np.minimum(counts, cap).sum())

@@ -176,6 +176,7 @@ def export(trace_dir: str, out_json: str, *, warps: bool = False, clock_ghz: flo
         except NeutrinoError as e:  # one unreadable launch does not spoil the others
             print(f"neutrino: warning: launch {launch.index} ({launch.kernel}) left out: {e}",
                   file=sys.stderr)
+        getattr(launch, "release", lambda: None)()  # keep one launch's sections at a time
     events, end = trace_events(results, clock_ghz=clock_ghz, warps=warps)
     events += launch_only_events(plain, offset_ns=end)
     doc = {"traceEvents": events, "displayTimeUnit": "ns",

@@ -35,7 +35,7 @@ def find_group(path):
     try:
         job = trace_mod.find_job_dir(path)
         return job if job is not None else Path(path) if len(trace_mod.find_process_dirs(path)) > 1 else None
-    except OSError:
+    except (OSError, NeutrinoError):
         return None  # the single-run reader says what is wrong with it
 
 
@@ -72,7 +72,8 @@ def describe_rank(rank: int, trace, kind: str = "rank") -> str:
         if ev.get("event") == "context":
             bus = f" {ev['pci_bus_id']}" if ev.get("pci_bus_id") else ""
             devices.append(f"GPU {ev.get('device')} {ev.get('arch', '?')}{bus}")
-    where = ", ".join([f"pid {start['pid']}"] * ("pid" in start) + list(dict.fromkeys(devices)))
+    pid = [f"pid {start['pid']}"] if "pid" in start else []  # a log cut short may have lost its start event
+    where = ", ".join(pid + list(dict.fromkeys(devices)))
     return f"{kind} {rank}" + (f" ({where})" if where else "")
 
 
@@ -112,7 +113,7 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
                 tool_options: dict | None = None, output_format: str = "text") -> int:
     """`neutrino report DIR`: each rank's (or process's) report, then the combined table; the exit status.
     `output_format` csv or json: the single-run rows with the rank (or process) as their first column."""
-    from neutrino.analysis.report import analyze, render
+    from neutrino.analysis.report import analyze, plotted_per_kernel, render
 
     try:
         kind, job = load_job(job_dir)
@@ -123,7 +124,8 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
     if output_format == "text":
         print(f"{'job' if kind == 'rank' else 'trace'} {job_dir}: {len(job)} {kind if len(job) == 1 else plural(kind)}")
     for rank, trace, launches in job:
-        report = analyze(trace, launches, tool_options=tool_options)
+        report = analyze(trace, launches, tool_options=tool_options,
+                         keep_full=plotted_per_kernel(plots and output_format == "text", plots_per_kernel))
         reports.append((rank, report))
         if output_format == "text":
             print(f"\n== {describe_rank(rank, trace, kind)}")
@@ -235,6 +237,7 @@ def _rank_launches(trace, launches, label: str):
         except NeutrinoError as e:
             print(f"neutrino export: warning: {label}: launch {launch.index} ({launch.kernel}) left out: {e}",
                   file=sys.stderr)
+        getattr(launch, "release", lambda: None)()  # keep one launch's sections at a time
     return results, plain
 
 

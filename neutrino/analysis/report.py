@@ -20,6 +20,7 @@ import attrs
 
 from neutrino.analysis import TOOLS, tool_for, tool_name, writer_tool
 from neutrino.analysis import _common as C
+from neutrino.analysis.retain import summary_only
 from neutrino import console
 from neutrino.errors import NeutrinoError
 
@@ -86,8 +87,13 @@ def load_trace(trace_dir: str):
     return trace, launches
 
 
-def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
-    """Run every matching tool analysis on every map of every launch."""
+def analyze(trace, launches, *, tool_options: dict | None = None, keep_full: int | None = None) -> Report:
+    """Run every matching tool analysis on every map of every launch, one launch at a time.
+
+    Per kernel and tool, the first `keep_full` launches (None: all) keep their whole
+    result, for the pictures; the later ones only what the kernel's row needs
+    (retain.summary_only), and no launch keeps its maps: memory does not grow with
+    each launch's arrays."""
     tool_options = tool_options or {}
     from neutrino.analysis import generic
 
@@ -106,6 +112,7 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
         except NeutrinoError as e:
             report.warnings.append(f"launch {launch.index} ({short(launch.kernel)}): {e}")
             continue
+        getattr(launch, "release", lambda: None)()  # `maps` holds this launch's sections until the next one
         report.readable += 1
         for name, md in maps.items():
             if name not in entry.maps:
@@ -122,7 +129,8 @@ def analyze(trace, launches, *, tool_options: dict | None = None) -> Report:
             except (NeutrinoError, ValueError) as e:
                 report.warnings.append(f"launch {launch.index} ({short(launch.kernel)}), map {name}: {e}")
                 continue
-            entry.results.setdefault(tool_name(tool), []).append(result)
+            kept = entry.results.setdefault(tool_name(tool), [])
+            kept.append(result if keep_full is None or len(kept) < keep_full else summary_only(tool_name(tool), result))
     _load_context(report)
     return report
 
@@ -312,7 +320,8 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
                                  tool_options=tool_options, output_format=output_format)
     try:
         trace, launches = load_trace(trace_dir)
-        report = analyze(trace, launches, tool_options=tool_options)
+        report = analyze(trace, launches, tool_options=tool_options,
+                         keep_full=plotted_per_kernel(plots and output_format == "text", plots_per_kernel))
     except NeutrinoError as e:
         console.error(str(e))
         return 1
@@ -341,3 +350,10 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
     if skipped:
         print(f"({skipped} more launches not plotted: at most {plots_per_kernel} per kernel per tool)")
     return 0
+
+
+def plotted_per_kernel(plots: bool, plots_per_kernel: int) -> int | None:
+    """The launches per kernel and tool whose whole result `analyze` keeps: those plotted (None: all)."""
+    if not plots:
+        return 0
+    return plots_per_kernel if plots_per_kernel > 0 else None

@@ -33,9 +33,9 @@ class TensorStats:
         return TensorStats(*(_add(a, b) for a, b in zip(attrs.astuple(self), attrs.astuple(o))))
 
     @classmethod
-    def of_totals(cls, totals: dict[str, int]) -> "TensorStats":
-        """A sum map's counters (spec/tools.md, tensorop)."""
-        return cls(thread_instructions=totals["count"], warp_instructions=totals["warp_count"], threads=None,
+    def of_totals(cls, totals: dict[str, int], count_field: str = "count") -> "TensorStats":
+        """A sum map's counters (spec/tools.md, tensorop); `count_field`: the per-thread counter's name."""
+        return cls(thread_instructions=totals[count_field], warp_instructions=totals["warp_count"], threads=None,
                    active_threads=None, active_warps=totals.get("active_warps"))
 
 
@@ -72,8 +72,9 @@ class LaunchResult:
 def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
     if getattr(md, "type", "array") == "sum":
         C.find_field(md.dtype, ("warp_count",), map_name=md.name)
+        count = C.find_field(md.dtype, COUNT_FIELDS, map_name=md.name)
         return LaunchResult(index=int(launch.index), kernel=launch.kernel, duration_ns=launch.duration_ns,
-                            stats=TensorStats.of_totals(md.totals()))
+                            stats=TensorStats.of_totals(md.totals(), count))
     field = C.find_field(md.dtype, COUNT_FIELDS, map_name=md.name)
     stats = TensorStats(0, 0, 0, 0, 0)
     # Chunks of whole blocks, so that no warp is split between two chunks.

@@ -1,0 +1,66 @@
+"""What `neutrino report` keeps of a launch it does not plot: its kernel row's numbers, not its arrays.
+
+`report.analyze` keeps the whole result of the first launches of each kernel and
+tool (the ones `write_plots` draws) and, for every later launch,
+`summary_only(tool, result)`: the same kind of result without the arrays that only
+pictures use (dmat's time x address bins and accessed lines, block_sched's per-block
+and per-warp timeline and per-SM gaps, program_progress's picture). A tool's
+`kernel_numbers` gives the same numbers from either (tests/test_trace_corruption.py
+checks it on every tool that has a summary here), so the report's memory grows by
+a few hundred bytes per launch instead of by each launch's arrays (a megabyte per
+dmat launch before: issue 30 §6).
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+_NO_INTS = np.zeros(0, dtype=np.int64)
+
+
+@attrs.frozen
+class DmatNumbers:
+    """What a kernel's dmat row reads of a launch's DmatHistogram, without its bins or lines:
+    `accesses`, `t_span`, `len(lines)` (a range of that length) and `len(regions())`."""
+
+    accesses: int
+    t0: int
+    t_span: int
+    granule: int
+    densified: bool
+    lines: range
+    region_count: int
+
+    def regions(self) -> list[dict]:
+        return [{}] * self.region_count
+
+
+def _dmat(result):
+    h = result.hist
+    numbers = DmatNumbers(h.accesses, int(h.t0), int(h.t_span), h.granule, h.densified, range(len(h.lines)),
+                          len(h.regions()))
+    return attrs.evolve(result, hist=numbers)
+
+
+def _block_sched(result):
+    from neutrino.analysis import block_sched
+
+    tl, stats = result.timeline, result.stats
+    sms = tuple(attrs.evolve(s, gaps=_NO_INTS) for s in stats.sms)
+    return attrs.evolve(result, timeline=block_sched._empty_timeline(tl.time_unit, tl.synchronized),
+                        stats=attrs.evolve(stats, sms=sms))
+
+
+def _program_progress(result):
+    return attrs.evolve(result, picture=np.zeros((0, 0), dtype=np.int64))
+
+
+SUMMARIES = {"dmat": _dmat, "block_sched": _block_sched, "program_progress": _program_progress}
+
+
+def summary_only(tool_name: str, result):
+    """`result` of tool `tool_name` with only what its kernel row needs (itself for a tool whose
+    results are small already)."""
+    summary = SUMMARIES.get(tool_name)
+    return result if summary is None else summary(result)
