@@ -169,7 +169,21 @@ def cmd_instrument(args) -> int:
     for name, info in result.kernels.items():
         for skip in info["skipped"]:
             console.note(f"{source}:{skip['line']}: note: [probe {skip['probe']}] site in {name} skipped: {skip['reason']}")
+    for line in unmatched_positions(probes, result.kernels):
+        console.warning(f"{source}: warning: {line}")
     return 0
+
+
+def unmatched_positions(probes, kernels: dict[str, dict]) -> list[str]:
+    """One line per (probe, kernel) whose position matched no instruction: a probe that does nothing, said aloud."""
+    positions = {p.name: p.position for p in probes.probes if not p.at_kernel}
+    lines = []
+    for kernel, info in kernels.items():
+        for probe, count in info.get("matched", {}).items():
+            if count == 0 and probe in positions:
+                position = ":".join(".".join(prefix) for prefix in positions[probe])
+                lines.append(f"probe {probe}: position '{position}' matched 0 instructions in kernel {kernel}")
+    return lines
 
 
 def select_entry(entries: list[str], source: str, patterns: list[str]) -> str:
@@ -264,6 +278,8 @@ def cmd_demo(args) -> int:
                   f"({m['type']}, {m['level']} level): {fields}")
         for skip in info["skipped"]:
             print(f"  {kernel}: site at line {skip['line']} skipped: {skip['reason']}")
+    for line in unmatched_positions(probes, result.kernels):
+        console.warning(line)
     if shutil.which("ptxas"):
         print(f"  {ptxas_check(result.ptx, original)}")
     else:

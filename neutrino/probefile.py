@@ -480,7 +480,26 @@ class _Loader:
                 self.error(line, f"malformed position {part!r}", probe=probe, token=part or None, hint="e.g. ld.global:st.global")
                 return None
             prefixes.append(tuple(part.split(".")))
+        if self.isa == "ptx" and not self.known_position(prefixes, line, probe):
+            return None
         return tuple(prefixes)
+
+    def known_position(self, prefixes: list[tuple[str, ...]], line: int, probe: str) -> bool:
+        """Each prefix names a PTX opcode and modifiers that exist: a typo (`ld.globl`) would match nothing, silently."""
+        from neutrino.isa.ptx.semantics import closest_positions, unknown_position_part
+
+        known = True
+        for components in prefixes:
+            unknown = unknown_position_part(components)
+            if unknown is None:
+                continue
+            known = False
+            what = "instruction" if unknown == components[0] else "modifier"
+            close = closest_positions(components, unknown)
+            hint = ("did you mean " + " or ".join(f"'{c}'" for c in close) + "?") if close else "e.g. ld.global, st.shared, mma, kernel"
+            self.error(line, f"position {'.'.join(components)!r}: no PTX {what} {unknown!r}", probe=probe,
+                       token=".".join(components), hint=hint)
+        return known
 
     def parse_datamodel(self, text, line: int, probe: str) -> "_Datamodel | None":
         text = str(text).strip()

@@ -1,0 +1,100 @@
+"""What a new user meets in the first hour (issue 26, "The first hour of a new user"), through the real CLI.
+
+Each test runs `python -m neutrino ...` in a subprocess, as a user would, and checks what it prints
+and its exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_PTX = ROOT / "neutrino" / "probes" / "demo_vadd.ptx"
+FAKE = ROOT / "tests" / "fakecuda"
+VEC_PTX = ROOT / "tests" / "data" / "corpus" / "nvcc" / "vec.sm90.ptx"
+HAVE_PTXAS = shutil.which("ptxas") is not None
+
+
+def neutrino(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 120):
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "neutrino", *args], capture_output=True, text=True,
+                          cwd=cwd, env=environ, timeout=timeout)
+
+
+def inline(position: str) -> str:
+    return f'position = "{position}", datamodel = "sum", before = "SAVE.u64 {{BYTES}};"'
+
+
+# -- 1. a mistyped position is an error; a position that matches nothing is a warning
+
+
+@pytest.mark.parametrize("position, suggestion", [("ld.globl", "'ld.global'"), ("lds.global", "'ld.global'"),
+                                                   ("foo", None)])
+def test_mistyped_position_is_an_error_with_did_you_mean(tmp_path, position, suggestion):
+    run = neutrino("instrument", str(DEMO_PTX), "-e", inline(position), "-o", str(tmp_path / "out.ptx"))
+    assert run.returncode == 1, run.stderr
+    assert f"position '{position}': no PTX" in run.stderr
+    if suggestion:
+        assert f"did you mean {suggestion}" in run.stderr
+    assert not (tmp_path / "out.ptx").exists()
+
+
+def test_mistyped_position_in_a_probe_file_names_file_and_line(tmp_path):
+    probe = tmp_path / "p.toml"
+    probe.write_text('[p]\nposition = "ld.global:st.gloabl"\ndatamodel = "sum"\nbefore = "SAVE.u64 {BYTES};"\n')
+    run = neutrino("instrument", str(DEMO_PTX), "-p", str(probe))
+    assert run.returncode == 1
+    assert f"{probe}:2:" in run.stderr and "no PTX modifier 'gloabl'" in run.stderr
+    assert "did you mean 'st.global'" in run.stderr
+
+
+def test_position_matching_nothing_in_the_kernel_is_a_warning(tmp_path):
+    run = neutrino("instrument", str(DEMO_PTX), "-e", inline("st.shared:atom.global"), "-o", str(tmp_path / "o.ptx"))
+    assert run.returncode == 0, run.stderr
+    assert ("warning: probe inline: position 'st.shared:atom.global' matched 0 instructions in kernel vadd"
+            in run.stderr)
+    matched = neutrino("instrument", str(DEMO_PTX), "-e", inline("ld.global"), "-o", str(tmp_path / "o.ptx"))
+    assert matched.returncode == 0 and "matched 0" not in matched.stderr
+
+
+def test_demo_says_when_a_position_matched_nothing(tmp_path):
+    run = neutrino("demo", "-e", inline("st.shared"), "--dir", str(tmp_path / "demo"))
+    assert run.returncode == 0, run.stderr
+    assert "position 'st.shared' matched 0 instructions in kernel vadd" in run.stderr
+
+
+@pytest.fixture(scope="module")
+def fakecuda(tmp_path_factory):
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp("fakecuda")
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(d / "libcuda.so.1"), str(FAKE / "fakecuda.c")],
+                   check=True)
+    return d
+
+
+def profile(fakecuda: Path, tmp_path: Path, *args: str):
+    env = {"LD_LIBRARY_PATH": str(fakecuda), "FAKECUDA_BUFPARAM": "4", "NEUTRINO_CACHE_DIR": str(tmp_path / "cache")}
+    return neutrino(*args, "-o", str(tmp_path / "trace"), "--", sys.executable, str(FAKE / "app.py"), str(VEC_PTX),
+                    "saxpy4", "1", cwd=tmp_path, env=env, timeout=300)
+
+
+def test_a_run_whose_probe_matched_nothing_says_so(tmp_path, fakecuda):
+    run = profile(fakecuda, tmp_path, "-e", inline("st.shared"))
+    assert run.returncode == 0, run.stderr
+    assert "1 probed launch(es)" in run.stderr
+    assert ("warning: probe inline: position 'st.shared' matched 0 instructions in the 1 probed kernel(s)"
+            in run.stderr)
+
+
+def test_a_run_with_a_mistyped_position_refuses_to_start(tmp_path, fakecuda):
+    run = profile(fakecuda, tmp_path, "-e", inline("ld.globl"))
+    assert run.returncode == 1, run.stderr
+    assert "did you mean 'ld.global'" in run.stderr and "app done" not in run.stdout
