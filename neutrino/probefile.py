@@ -89,6 +89,7 @@ class Probe:
     after: Snippet | None
     map: str | None  # name of the map its SAVEs write
     line: int = 0
+    datamodel_reported: bool = False  # its missing or bad datamodel is reported already: SAVEs need not repeat it
 
     @property
     def at_kernel(self) -> bool:
@@ -360,7 +361,10 @@ class _Loader:
             return self.load_aggregate_map(name, table, line, kind)
         unknown = set(table) - {"level", "fields", "cap", "type"}
         for key in sorted(unknown):
-            self.error(self.key_line(line, key), f"[map {name}] unknown key {key!r}")
+            from neutrino.console import did_you_mean
+
+            self.error(self.key_line(line, key), f"[map {name}] unknown key {key!r}"
+                       f"{did_you_mean(key, ('level', 'fields', 'cap', 'type'))}", token=key)
         level = table.get("level")
         if level not in LEVELS:
             self.error(self.key_line(line, "level"), f"[map {name}] level must be one of {', '.join(LEVELS)}, not {level!r}")
@@ -391,9 +395,12 @@ class _Loader:
     def load_aggregate_map(self, name: str, table: dict, line: int, kind: str) -> MapSpec | None:
         """`type = "sum"` (u64 `fields`) or `type = "hist"` (`buckets`): counters per launch, no cap."""
         allowed = {"type", "level"} | ({"fields"} if kind == "sum" else {"buckets"})
+        from neutrino.console import did_you_mean
+
         for key in sorted(set(table) - allowed):
             hint = "sum and hist maps have no cap: they hold one set of counters per launch" if key == "cap" else ""
-            self.error(self.key_line(line, key), f"[map {name}] unknown key {key!r} for a {kind} map", hint=hint)
+            self.error(self.key_line(line, key), f"[map {name}] unknown key {key!r} for a {kind} map"
+                       + (did_you_mean(key, allowed) if key != "cap" else ""), hint=hint, token=key)
         level = table.get("level", "thread")
         if level not in LEVELS:
             self.error(self.key_line(line, "level"), f"[map {name}] level must be one of {', '.join(LEVELS)}, not {level!r}")
@@ -435,8 +442,12 @@ class _Loader:
             self.error(line, "a probe must be a table", probe=name, hint=f"write [probe.{name}] with position and before/after")
             return None
         allowed = {"position", "level", "before", "after"} | (set() if explicit else {"datamodel"})
-        for key in sorted(set(table) - allowed):
-            self.error(self.key_line(line, key), f"unknown key {key!r}", probe=name, hint="keys: " + ", ".join(sorted(allowed)))
+        from neutrino.console import did_you_mean
+
+        unknown = sorted(set(table) - allowed)
+        for key in unknown:
+            self.error(self.key_line(line, key), f"unknown key {key!r}{did_you_mean(key, allowed)}", probe=name,
+                       token=key, hint="keys: " + ", ".join(sorted(allowed)))
         position = self.parse_position(table.get("position"), self.key_line(line, "position"), name)
         level = table.get("level")
         datamodel = None
@@ -461,7 +472,11 @@ class _Loader:
         saves = [s for sn in probe.snippets() for s in ir.instructions(sn.statements) if s.opcode.base == SAVE]
         if not explicit:
             if saves and datamodel is None:
-                self.error(line, "SAVE needs a datamodel", probe=name, hint='add datamodel = "LEVEL:BYTES[:CAP]", "sum" or "hist:log2"')
+                # One error per cause: a malformed or misspelled datamodel was reported above already.
+                misspelled = any(did_you_mean(key, ["datamodel"]) for key in unknown)
+                if "datamodel" not in table and not misspelled:
+                    self.error(line, "SAVE needs a datamodel", probe=name, hint='add datamodel = "LEVEL:BYTES[:CAP]", "sum" or "hist:log2"')
+                probe.datamodel_reported = True
             if datamodel is not None:
                 probe.map = name
                 self._datamodel[name] = datamodel
@@ -510,7 +525,7 @@ class _Loader:
             return _Datamodel("hist", None, 0, 1, buckets) if buckets else None
         m = re.fullmatch(r"(thread|warp|block):(\d+)(?::(\d+|count))?", text)
         if not m:
-            self.error(line, f"malformed datamodel {text!r}", probe=probe,
+            self.error(line, f"malformed datamodel {text!r}", probe=probe, token=text or None,
                        hint="LEVEL:BYTES[:CAP] (LEVEL thread|warp|block), sum, hist:log2 or hist:linear:MIN:MAX:STEP")
             return None
         nbytes = int(m.group(2))

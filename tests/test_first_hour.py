@@ -98,3 +98,59 @@ def test_a_run_with_a_mistyped_position_refuses_to_start(tmp_path, fakecuda):
     run = profile(fakecuda, tmp_path, "-e", inline("ld.globl"))
     assert run.returncode == 1, run.stderr
     assert "did you mean 'ld.global'" in run.stderr and "app done" not in run.stdout
+
+
+# -- 3. one cause, one error; a misspelled key gets a "did you mean"
+
+
+def errors_of(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if ": error: " in line]
+
+
+def test_a_bad_datamodel_is_one_error(tmp_path):
+    run = neutrino("instrument", str(DEMO_PTX), "-e",
+                   'position = "kernel", datamodel = "wrp:8", after = "SAVE.u32 {%smid};"')
+    assert run.returncode == 1
+    assert len(errors_of(run.stderr)) == 1, run.stderr
+    assert "malformed datamodel 'wrp:8'" in run.stderr and "add a datamodel" not in run.stderr
+
+
+def test_a_misspelled_key_is_one_error_with_did_you_mean():
+    run = neutrino("instrument", str(DEMO_PTX), "-e",
+                   'position = "kernel", datamodell = "warp:8", after = "SAVE.u32 {%smid};"')
+    assert run.returncode == 1
+    assert errors_of(run.stderr) == [
+        "neutrino: <-e>:1:22: error: [probe inline] unknown key 'datamodell'; did you mean 'datamodel'?"], run.stderr
+
+
+def test_a_missing_datamodel_is_still_reported_once():
+    run = neutrino("instrument", str(DEMO_PTX), "-e", 'position = "kernel", after = "SAVE.u32 {%smid};"')
+    assert run.returncode == 1
+    assert len(errors_of(run.stderr)) == 1 and "SAVE needs a datamodel" in run.stderr
+
+
+def test_a_misspelled_map_key_in_a_file(tmp_path):
+    probe = tmp_path / "p.toml"
+    probe.write_text('[map.m]\ntype = "sum"\nfeilds = ["n:u64"]\n[probe.p]\nposition = "kernel"\n'
+                     'after = "SAVE [ m ] {1};"\n')
+    run = neutrino("instrument", str(DEMO_PTX), "-p", str(probe))
+    assert run.returncode == 1
+    assert f"{probe}:3:1: error: [map m] unknown key 'feilds' for a sum map; did you mean 'fields'?" in run.stderr
+
+
+# -- 4. -e errors count columns in what the user typed
+
+
+@pytest.mark.parametrize("text, token", [
+    ('position = "kernel", datamodel = "warp:8", after = "SAVE.u32 {%smid, %nope};"', "%nope"),
+    ('position = "ld.globl", datamodel = "sum", before = "SAVE.u64 {BYTES};"', "ld.globl"),
+    ('  position = "kernel", datamodel = "wrp:8", after = "SAVE.u32 {%smid};"', "wrp:8"),
+])
+def test_e_columns_point_into_what_was_typed(text, token):
+    run = neutrino("instrument", str(DEMO_PTX), "-e", text)
+    assert run.returncode == 1
+    first = errors_of(run.stderr)[0]
+    column = int(first.split("<-e>:1:")[1].split(":")[0])
+    assert column == text.index(token) + 1, run.stderr
+    assert f"    {text}\n" in run.stderr  # the line shown is the one typed, not the rewritten `inline = {{ ... }}`
+    assert "inline = {" not in run.stderr

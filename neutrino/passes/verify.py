@@ -261,7 +261,8 @@ class _SnippetChecker:
                 self.operand_error(insn, "malformed SAVE", "SAVE", hint="write SAVE.u32 {a, b} / SAVE.u64 {a}, or SAVE [ MAP ] {a, b} with [map.MAP]")
                 return
             if self.probe.map is None:
-                self.operand_error(insn, "SAVE needs a datamodel (or SAVE [ MAP ] in the explicit form)", "SAVE")
+                if not self.probe.datamodel_reported:
+                    self.operand_error(insn, "SAVE needs a datamodel (or SAVE [ MAP ] in the explicit form)", "SAVE")
                 return
             values = insn.operands[0]
         if not values.items:
