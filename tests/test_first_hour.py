@@ -154,3 +154,50 @@ def test_e_columns_point_into_what_was_typed(text, token):
     assert column == text.index(token) + 1, run.stderr
     assert f"    {text}\n" in run.stderr  # the line shown is the one typed, not the rewritten `inline = {{ ... }}`
     assert "inline = {" not in run.stderr
+
+
+# -- 5. a bad option value is a usage error (2); a --check that could not be made is not a pass
+
+
+@pytest.mark.parametrize("option", [["--launches", "every:0"], ["--buffer-budget", "1X"], ["--trace-budget", "0"],
+                                    ["--launches", "5:2"]])
+def test_bad_option_values_exit_2(tmp_path, option):
+    run = neutrino("-p", "block_sched", *option, "--", sys.executable, "-c", "open('ran', 'w')", cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith(f"neutrino: error: {option[0]} '{option[1]}'")
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="needs ptxas")
+def test_check_that_was_skipped_is_not_a_success(tmp_path):
+    old = ROOT / "tests" / "data" / "targets" / "sm10_v14_32bit.ptx"  # ptxas 13 refuses it, probed or not
+    count = 'position = "ld.global", before = ".reg .b32 %n; add.u32 %n, %n, 1;"'
+    run = neutrino("instrument", str(old), "-e", count, "--check", "-o", str(tmp_path / "o.ptx"))
+    assert run.returncode == 1, run.stderr
+    assert "error: --check: ptxas: check skipped: ptxas refuses the unprobed module as well" in run.stderr
+    assert (tmp_path / "o.ptx").exists()  # written, and said to be unchecked
+    unchecked = neutrino("instrument", str(old), "-e", count, "-o", str(tmp_path / "o.ptx"))
+    assert unchecked.returncode == 0, unchecked.stderr
+    ok = neutrino("instrument", str(DEMO_PTX), "-p", "block_sched", "--check", "-o", str(tmp_path / "v.ptx"))
+    assert ok.returncode == 0 and "ptxas: ok for" in ok.stderr
+
+
+# -- 6. each command's usage is its own; instrument's input is a FILE with help
+
+
+@pytest.mark.parametrize("command", ["instrument", "print", "report", "export", "demo", "list"])
+def test_subcommand_usage_names_the_command(command):
+    run = neutrino(command, "--help")
+    assert run.returncode == 0
+    assert run.stdout.startswith(f"usage: neutrino {command} ["), run.stdout[:200]
+    assert "COMMAND ..." not in run.stdout and "program [args...]" not in run.stdout
+
+
+def test_instrument_input_is_a_file_with_help():
+    run = neutrino("instrument", "--help")
+    assert "FILE" in run.stdout and "ptx\n" not in run.stdout
+    assert "fatbin, cubin or executable" in run.stdout and "AMDGPU" in run.stdout
+    missing = neutrino("instrument", "-p", "block_sched")
+    assert missing.returncode == 2
+    assert "the following arguments are required: FILE" in missing.stderr
+    assert "usage: neutrino instrument [-h]" in missing.stderr

@@ -219,7 +219,10 @@ def run_main(argv: list[str]) -> int:
             shim = build_shim()
         except NeutrinoError as e:
             console.error(str(e))
-            return console.EXIT_BAD_INPUT
+            from neutrino.runtime.options import OptionError
+
+            # a bad option value (--launches every:0, --buffer-budget 1X) is a command line we do not understand
+            return console.EXIT_USAGE if isinstance(e, OptionError) else console.EXIT_BAD_INPUT
         session = f"{os.getpid()}-{time.time_ns()}"
         env = child_env(opts, shim)
         env[ENV_SESSION] = session
