@@ -201,3 +201,57 @@ def test_instrument_input_is_a_file_with_help():
     assert missing.returncode == 2
     assert "the following arguments are required: FILE" in missing.stderr
     assert "usage: neutrino instrument [-h]" in missing.stderr
+
+
+# -- 7. tensorop counts every tensor-core class of the semantics table: mma, wmma.mma, wgmma.mma_async
+
+WMMA_PTX = ROOT / "tests" / "data" / "wmma" / "wmma_gemm.sm80.ptx"  # nvcc -ptx -arch=sm_80 wmma_gemm.cu
+
+
+def tensor_core_instructions(path: Path) -> dict[str, int]:
+    """Per entry, the original instructions whose opcode starts with mma, wmma.mma or wgmma.mma_async (by text)."""
+    import re
+
+    counts, entry = {}, None
+    for line in path.read_text().splitlines():
+        start = re.match(r"\.(?:visible\s+)?\.entry\s+(\w+)", line.strip())
+        if start:
+            entry = start.group(1)
+            counts[entry] = 0
+        elif entry and re.match(r"\s*(?:@!?%\w+\s+)?(?:mma|wmma\.mma|wgmma\.mma_async)\.", line):
+            counts[entry] += 1
+    return counts
+
+
+def test_tensorop_position_is_the_semantics_tables_tensor_core_classes():
+    from neutrino.isa.ptx.semantics import TABLE, TENSOR_CORE_POSITION
+    from neutrino.probefile import load_probes
+
+    assert set(TENSOR_CORE_POSITION.split(":")) == {"mma", "wmma.mma", "wgmma.mma_async"}
+    assert not TABLE[("wmma", "load")].tensor_core and not TABLE[("wgmma", "fence")].tensor_core
+    for tool in ("tensorop", "tensorop_thread"):
+        [counting] = [p for p in load_probes(tool).probes if not p.at_kernel]
+        assert {".".join(c) for c in counting.position} == set(TENSOR_CORE_POSITION.split(":")), tool
+
+
+@pytest.mark.parametrize("path", [WMMA_PTX, ROOT / "tests/data/realworld/nvcc/tensor_core.sm_80.ptx",
+                                  ROOT / "tests/data/corpus/triton/matmul.sm90a.ptx"], ids=lambda p: p.name)
+def test_tensorop_counts_wmma_mma_and_wgmma(tmp_path, path):
+    expected = tensor_core_instructions(path)
+    assert sum(expected.values()) > 0
+    check = ["--check"] if HAVE_PTXAS else []
+    run = neutrino("instrument", str(path), "-p", "tensorop", "--info", str(tmp_path / "info.json"),
+                   "-o", str(tmp_path / "out.ptx"), *check)
+    assert run.returncode == 0, run.stderr
+    kernels = json.loads((tmp_path / "info.json").read_text())["kernels"]
+    for entry, count in expected.items():
+        assert kernels[entry]["matched"] == {"count_mma": count}, entry
+    assert "matched 0 instructions" not in run.stderr or 0 in expected.values()
+
+
+def test_wmma_kernel_is_counted_by_tensorop_and_gmem_bytes_alike(tmp_path):
+    for tool, matched in (("tensorop", 5), ("gmem_bytes", 11)):  # 5 wmma.mma; 10 wmma.load.*.global + 1 wmma.store.d
+        run = neutrino("instrument", str(WMMA_PTX), "-p", tool, "--info", str(tmp_path / "i.json"), "-o", os.devnull)
+        assert run.returncode == 0, run.stderr
+        info = json.loads((tmp_path / "i.json").read_text())["kernels"]["wmma_gemm"]
+        assert sum(info["matched"].values()) == matched, (tool, info["matched"])

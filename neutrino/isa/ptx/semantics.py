@@ -174,6 +174,7 @@ class OpSemantics:
     space: str | None = None
     control: str | None = None
     also_reads_defs: bool = False  # accumulators (wgmma, mma with d==c) are read too
+    tensor_core: bool = False  # a warp-wide matrix multiply-accumulate on the tensor cores (what tensorop counts)
 
 
 _TMA_BYTES = "the box size of a tensor copy is in its tensor map, not in the instruction"
@@ -207,11 +208,12 @@ TABLE: dict[tuple[str, ...], OpSemantics] = {
     ("stmatrix",): OpSemantics(defs=(), addresses=((0, "store"),), bytes=_matrix_bytes),
     ("wmma", "load"): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_wmma_bytes),
     ("wmma", "store"): OpSemantics(defs=(), addresses=((0, "store"),), bytes=_wmma_bytes),
-    ("wgmma", "mma_async"): OpSemantics(defs=(0,), bytes=_wgmma_bytes, also_reads_defs=True),
+    ("wmma", "mma"): OpSemantics(defs=(0,), tensor_core=True),
+    ("wgmma", "mma_async"): OpSemantics(defs=(0,), bytes=_wgmma_bytes, also_reads_defs=True, tensor_core=True),
     ("wgmma", "fence"): OpSemantics(defs=(), control="barrier"),
     ("wgmma", "commit_group"): OpSemantics(defs=(), control="barrier"),
     ("wgmma", "wait_group"): OpSemantics(defs=(), control="barrier"),
-    ("mma",): OpSemantics(defs=(0,)),
+    ("mma",): OpSemantics(defs=(0,), tensor_core=True),
     ("tex",): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_by_vector),
     ("tld4",): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_by_vector),
     ("suld",): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_by_vector),
@@ -246,6 +248,8 @@ TABLE: dict[tuple[str, ...], OpSemantics] = {
     ("applypriority",): OpSemantics(defs=(), addresses=((0, "prefetch"),)),
 }
 DEFAULT = OpSemantics(defs=(0,))
+# The position of every tensor-core instruction class, for tools that count them (neutrino/tools/tensorop.py).
+TENSOR_CORE_POSITION = ":".join(".".join(key) for key, row in TABLE.items() if row.tensor_core)
 
 
 ENDS_KERNEL = ("return", "exit")
