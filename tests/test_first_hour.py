@@ -255,3 +255,50 @@ def test_wmma_kernel_is_counted_by_tensorop_and_gmem_bytes_alike(tmp_path):
         assert run.returncode == 0, run.stderr
         info = json.loads((tmp_path / "i.json").read_text())["kernels"]["wmma_gemm"]
         assert sum(info["matched"].values()) == matched, (tool, info["matched"])
+
+
+# -- 8. DSL helpers: nl.clock and nl.clock(), nl.addr and nl.addr() read the same value
+
+DSL_PROBE = '''
+from neutrino import probe, Map
+import neutrino.language as nl
+
+@Map(level="thread", type="array", size=16, cap=1)
+class rec:
+    when: nl.u64
+    where: nl.u64
+
+@probe(pos="ld.global", level="thread", before=True)
+def p():
+    rec.save({clock}, {addr})
+'''
+
+
+def test_dsl_helpers_accept_both_forms(tmp_path):
+    outputs = []
+    for clock, addr in (("nl.clock()", "nl.addr"), ("nl.clock", "nl.addr()")):
+        probe = tmp_path / "p.py"
+        probe.write_text(DSL_PROBE.format(clock=clock, addr=addr))
+        out = tmp_path / "out.ptx"
+        run = neutrino("instrument", str(DEMO_PTX), "-p", str(probe), "-o", str(out))
+        assert run.returncode == 0, run.stderr
+        outputs.append(out.read_text())
+    assert outputs[0] == outputs[1]
+    assert "%clock64" in outputs[0]
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("nl.u32", "'nl.u32' is a conversion: call it on a value, nl.u32(x)"),
+    ("nl.addr(1)", "nl.addr() takes no arguments\n        rec.save(nl.clock(), nl.addr(1))\n"),
+    ("nl.probe()", "'nl.probe' cannot be called here\n        rec.save(nl.clock(), nl.probe())\n"),
+])
+def test_dsl_helper_misuse_says_what_is_right(tmp_path, expression, message):
+    probe = tmp_path / "p.py"
+    probe.write_text(DSL_PROBE.format(clock="nl.clock()", addr=expression))
+    run = neutrino("instrument", str(DEMO_PTX), "-p", str(probe))
+    assert run.returncode == 1
+    assert message in run.stderr, run.stderr
+    if "takes no arguments" in message:
+        assert "hint: write nl.addr() or nl.addr: both read the same value" in run.stderr
+    if "cannot be called" in message:
+        assert "hint: calls: nl.clock(), nl.time()" in run.stderr
