@@ -302,3 +302,38 @@ def test_dsl_helper_misuse_says_what_is_right(tmp_path, expression, message):
         assert "hint: write nl.addr() or nl.addr: both read the same value" in run.stderr
     if "cannot be called" in message:
         assert "hint: calls: nl.clock(), nl.time()" in run.stderr
+
+
+# -- 9. the memory refusal says what is refused; event.log's options are an object; Trace's repr is one line
+
+
+@pytest.mark.parametrize("snippet, verb", [(".reg .b64 %a; ld.global.u64 %a, [%a];", "ld reads memory"),
+                                           (".reg .b64 %a; st.global.u64 [%a], %a;", "st writes memory"),
+                                           (".reg .b64 %a; atom.global.add.u64 %a, [%a], 1;",
+                                            "atom reads and writes memory")])
+def test_memory_refusal_says_what_is_refused(snippet, verb):
+    run = neutrino("instrument", str(DEMO_PTX), "-e", f'position = "kernel", before = "{snippet}"')
+    assert run.returncode == 1
+    assert (f"{verb}: probe code may neither read nor write memory; its results leave only through SAVE"
+            in run.stderr), run.stderr
+    assert "may only write memory" not in run.stderr
+
+
+def test_event_log_options_is_an_object_and_trace_repr_is_short(tmp_path, fakecuda):
+    run = profile(fakecuda, tmp_path, "-p", "block_sched", "--launches", "every:2")
+    assert run.returncode == 0, run.stderr
+    events = [json.loads(line) for line in (tmp_path / "trace" / "event.log").read_text().splitlines()]
+    [start] = [e for e in events if e["event"] == "start"]
+    assert isinstance(start["options"], dict) and start["options"]["launches"]["every"] == 2
+    from neutrino.runtime.options import RuntimeOptions, logged_options
+
+    old_form = json.dumps(start["options"])  # what logs before this change hold
+    assert logged_options(old_form) == logged_options(start["options"]) == start["options"]
+    assert RuntimeOptions.from_json(old_form) == RuntimeOptions.from_json(start["options"])
+    shown = subprocess.run([sys.executable, "-c", "import sys, neutrino.trace as t; print(repr(t.load(sys.argv[1])))",
+                            str(tmp_path / "trace")], capture_output=True, text=True, env={**os.environ,
+                                                                                            "PYTHONPATH": str(ROOT)})
+    assert shown.returncode == 0, shown.stderr
+    line = shown.stdout.strip()
+    assert line.startswith("<Trace ") and "1 launch(es) of 1 kernel(s)" in line and "probe block_sched" in line
+    assert "\n" not in line and "SAVE" not in line and len(line) < 300

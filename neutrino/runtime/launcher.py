@@ -298,7 +298,7 @@ def close_run(session: str, tracedir: Path, run_dir: Path | None, command: list[
     from neutrino.runtime.tracedir import TraceDir
 
     trace = TraceDir(run_dir) if run_dir is not None else TraceDir.create(tracedir, start=started, pid=pid or os.getpid())
-    trace.event("start", pid=pid, argv=command, probe=opts.probe, options=opts.to_json(), version=__version__,
+    trace.event("start", pid=pid, argv=command, probe=opts.probe, options=opts.to_dict(), version=__version__,
                 session=session, by="launcher")
     reason = "the program could not be run" if pid is None else "no process of the program loaded a CUDA module"
     trace.event("exit", launches=0, kernels_seen=0, kernels_probed=0, fallbacks=0, dropped=0, exit_status=rc,
