@@ -337,3 +337,25 @@ def test_event_log_options_is_an_object_and_trace_repr_is_short(tmp_path, fakecu
     line = shown.stdout.strip()
     assert line.startswith("<Trace ") and "1 launch(es) of 1 kernel(s)" in line and "probe block_sched" in line
     assert "\n" not in line and "SAVE" not in line and len(line) < 300
+
+
+# -- 2. the README's custom pass does what it says (tests/test_readme.py checks its PTX as well)
+
+
+def test_readme_custom_pass_probes_one_access_per_kernel(tmp_path):
+    import re
+
+    code = re.search(r"### A custom pass\n.*?```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    shutil.copy(VEC_PTX, tmp_path / "kernel.ptx")
+    (tmp_path / "example.py").write_text(code)
+    example = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert example.returncode == 0, example.stderr
+    cli = neutrino("instrument", str(VEC_PTX), "-p", "gmem_bytes", "--info", str(tmp_path / "all.json"), "-o", os.devnull)
+    assert cli.returncode == 0, cli.stderr
+    every = json.loads((tmp_path / "all.json").read_text())["kernels"]
+    shown = dict(line.split(": ", 1) for line in example.stdout.splitlines())
+    for kernel, info in every.items():
+        matched = info["matched"]["count_bytes"]
+        assert shown[kernel] == f"{matched} global accesses matched, {info['sites'] - matched + 1} sites kept, " \
+                                "maps ['gmem_bytes']"
