@@ -20,6 +20,7 @@ import json
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from neutrino import console
@@ -263,7 +264,8 @@ def cmd_demo(args) -> int:
     """What `neutrino` does to a kernel, shown without a GPU: instrument an embedded vector add.
 
     Says in a few lines what it did and where the files are; the probed PTX and
-    the kernel description go to files in --dir (default ./neutrino-demo).
+    the kernel description go to files in --dir (default: a new temporary directory,
+    so that running the demo in a checkout leaves nothing in it).
     """
     from neutrino.engine import instrument
     from neutrino.toolbox import load_probe_argument
@@ -273,11 +275,11 @@ def cmd_demo(args) -> int:
     probes = load_probe_argument(args.probe, args.expr)
     original = DEMO_PTX.read_text()
     result = instrument(original, probes, source=str(DEMO_PTX))
-    out = Path(args.dir)
     try:
+        out = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="neutrino-demo-"))
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise _error(f"--dir {out}: cannot create: {e.strerror or e}") from None
+        raise _error(f"--dir {args.dir or tempfile.gettempdir()}: cannot create: {e.strerror or e}") from None
     _write(str(out / "original.ptx"), original, "--dir")
     _write(str(out / "probed.ptx"), result.ptx, "--dir")
     _write(str(out / "kernel.json"), json.dumps(result.info_json(), indent=2) + "\n", "--dir")
@@ -317,8 +319,8 @@ def offline_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("demo", help="instrument an embedded example kernel, say what was done (no GPU needed)")
     console.add_probe_arguments(p, required=False)
-    p.add_argument("--dir", default="neutrino-demo", help="where to write the PTX and kernel description "
-                                                          "(default ./neutrino-demo)")
+    p.add_argument("--dir", help="where to write the PTX and kernel description "
+                                 "(default: a new directory under the system's temporary directory, printed)")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("print", help="parse a PTX file and print it back")
     p.add_argument("ptx", metavar="FILE", help="PTX text, or AMDGPU assembly (.s); fatbins, cubins and executables: "

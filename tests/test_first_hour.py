@@ -359,3 +359,20 @@ def test_readme_custom_pass_probes_one_access_per_kernel(tmp_path):
         matched = info["matched"]["count_bytes"]
         assert shown[kernel] == f"{matched} global accesses matched, {info['sites'] - matched + 1} sites kept, " \
                                 "maps ['gmem_bytes']"
+
+
+# -- 10. the demo leaves nothing where it runs; the README is a guide, its measurements are in docs/
+
+
+def test_demo_writes_outside_the_working_directory_and_says_where(tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "tmp").mkdir()
+    run = neutrino("demo", cwd=tmp_path / "work", env={"TMPDIR": str(tmp_path / "tmp")})
+    assert run.returncode == 0, run.stderr
+    assert not list((tmp_path / "work").iterdir())  # nothing in the checkout
+    [out] = list((tmp_path / "tmp").iterdir())
+    assert out.name.startswith("neutrino-demo-")
+    assert f"files: {out}/original.ptx, {out}/probed.ptx, {out}/kernel.json" in run.stdout
+    assert (out / "probed.ptx").exists() and json.loads((out / "kernel.json").read_text())["kernels"]["vadd"]
+    chosen = neutrino("demo", "--dir", str(tmp_path / "mine"), cwd=tmp_path / "work")
+    assert chosen.returncode == 0 and (tmp_path / "mine" / "probed.ptx").exists()
