@@ -376,3 +376,22 @@ def test_demo_writes_outside_the_working_directory_and_says_where(tmp_path):
     assert (out / "probed.ptx").exists() and json.loads((out / "kernel.json").read_text())["kernels"]["vadd"]
     chosen = neutrino("demo", "--dir", str(tmp_path / "mine"), cwd=tmp_path / "work")
     assert chosen.returncode == 0 and (tmp_path / "mine" / "probed.ptx").exists()
+
+
+def test_readme_is_a_guide_and_its_measurements_are_in_docs():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    for section in ("## Command line", "## Probes", "## Offline commands", "## Architecture", "## Where to read more"):
+        assert section in readme, section
+    assert "## Performance" not in readme
+    measured = [line for line in readme.splitlines() if re.search(r"\d\s*(µs|ms|ns)\b|\d\.\d+x\b", line)]
+    assert len(measured) <= 3, measured  # a guide: a figure or two, not tables of them
+    for doc in ("docs/overhead.md", "docs/cpu-performance.md"):
+        assert doc in readme and (ROOT / doc).exists(), doc
+    overhead = (ROOT / "docs" / "overhead.md").read_text()
+    assert "| plain | 70.7 µs |" in overhead and "benchmarks/overhead.py" in overhead
+    assert "benchmarks/engine.py" in (ROOT / "docs" / "cpu-performance.md").read_text()
+    help_text = neutrino("--help").stdout  # what the README's command table promises exists
+    for command in ("list", "demo", "instrument", "report", "export"):
+        assert f"neutrino {command}" in readme and command in help_text
