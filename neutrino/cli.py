@@ -7,6 +7,9 @@
     neutrino instrument KERNEL.ptx -p PROBE | -e TEXT [-k PATTERN] [-o OUT.ptx] [--info INFO.json] [--check]
     neutrino report TRACE_DIR [--format text|csv|json]
     neutrino export TRACE_DIR --perfetto OUT.json
+    neutrino export TRACE|JOB --parquet DIR
+    neutrino query TRACE|JOB|DATASET "SQL" [--format table|csv|json]
+    neutrino diff A B [--fail-above PCT] [--format text|csv|json]
 
 Messages, their format and the exit statuses are in neutrino/console.py: every
 error we can foresee is a message on stderr (`neutrino: FILE:LINE:COL: error: …`)
@@ -25,7 +28,7 @@ from pathlib import Path
 
 from neutrino import console
 
-SUBCOMMANDS = ("list", "demo", "print", "instrument", "report", "export")
+SUBCOMMANDS = ("list", "demo", "print", "instrument", "report", "export", "query", "diff")
 
 EXAMPLES = """\
 examples:
@@ -233,10 +236,12 @@ def cmd_list(args) -> int:
 
 
 def cmd_export(args) -> int:
+    if args.parquet:
+        return cmd_export_parquet(args)
     if args.merge_into:
         return _export_merge(args)
     if not args.perfetto:
-        raise _error("export needs --perfetto OUT (or --merge-into KINETO.json)")
+        raise _error("export needs --perfetto OUT, --parquet DIR or --merge-into KINETO.json")
     if args.format == "json" or (args.format is None and args.perfetto.endswith(".json")):
         from neutrino.analysis.perfetto import export
 
@@ -255,6 +260,31 @@ def _export_merge(args) -> int:
 
     print(merge_into(args.trace, args.merge_into, args.o), file=sys.stderr)
     return 0
+
+
+def cmd_export_parquet(args) -> int:
+    from neutrino.analysis.columnar import export
+
+    summary = export(args.trace, args.parquet)
+    for problem in summary.problems:
+        console.warning(problem)
+    rows = ", ".join(f"{table} {n}" for table, n in sorted(summary.tables.items()))
+    print(f"wrote {summary.out}: {summary.launches} launch(es), {summary.map_bytes / 1e6:.1f} MB of map records in "
+          f"{summary.seconds:.1f} s; rows: {rows or 'none'}", file=sys.stderr)
+    return 0
+
+
+def cmd_query(args) -> int:
+    from neutrino.analysis.query import main as query_main
+
+    return query_main(args.trace, args.sql, output_format=args.format, refresh=args.refresh)
+
+
+def cmd_diff(args) -> int:
+    from neutrino.analysis.diff import main as diff_main
+
+    return diff_main(args.a, args.b, output_format=args.format, fail_above=args.fail_above, alpha=args.alpha,
+                     show_all=args.all, test=args.test)
 
 
 DEMO_PTX = Path(__file__).parent / "probes" / "demo_vadd.ptx"
@@ -356,7 +386,27 @@ def offline_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", metavar="OUT.json", help="with --merge-into: where to write (default: KINETO.neutrino.json)")
     p.add_argument("--warps", action="store_true", help="JSON: also one track per warp under its block")
     p.add_argument("--clock-ghz", type=float, help="JSON: SM clock rate to convert cycles (default: fitted or 1 GHz)")
+    p.add_argument("--parquet", metavar="DIR", help="a Parquet dataset (tables partitioned by rank and kernel)")
     p.set_defaults(func=cmd_export)
+    p = sub.add_parser("query", help="SQL over a trace, job or Parquet dataset (DuckDB)")
+    p.add_argument("trace", metavar="TRACE|JOB|DATASET")
+    p.add_argument("sql", metavar="SQL", help="tables: launches, events, map_<name> (or <name>), timeline, ranges, "
+                                             "launch_args")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--refresh", action="store_true", help="export the trace again even when the cached dataset is current")
+    p.set_defaults(func=cmd_query)
+    p = sub.add_parser("diff", help="compare two traces or jobs kernel by kernel, with statistics")
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B")
+    p.add_argument("--format", choices=("text", "csv", "json"), default="text")
+    p.add_argument("--fail-above", type=float, metavar="PCT",
+                   help="exit 1 when a significant regression is larger than PCT percent (a CI gate)")
+    p.add_argument("--alpha", type=float, default=0.05, help="false discovery rate (Benjamini-Hochberg), default 0.05")
+    p.add_argument("--all", action="store_true", help="text: also the comparisons that are not significant")
+    p.add_argument("--test", choices=("mwu", "welch-log"), default="mwu",
+                   help="p-values: Mann-Whitney U (default, robust to outliers) or Welch's t on log values "
+                        "(stronger under lognormal noise)")
+    p.set_defaults(func=cmd_diff)
     return parser
 
 

@@ -26,6 +26,22 @@ TOOLS_DIR = Path(__file__).parent / "tools"
 GCN_PROBES_DIR = Path(__file__).parent / "probes" / "gcn"  # TOML probes in GCN assembly (spec/gcn.md)
 HELPERS = ("OUT", "IN1", "IN2", "IN3", "ADDR", "BYTES")
 SAVE = "SAVE"
+# Map and field names become part of PTX names (`%nt_buf_<map>`) and of result-file headers
+# (spec/trace-format.md: a map's name is 64 bytes, a field's 32, each NUL-padded).
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII letters, digits, '_'
+MAP_NAME_BYTES = 63
+FIELD_NAME_BYTES = 31
+SHOWN_NAME = 40  # characters of a refused name a message shows
+
+
+def name_problem(what: str, name: str, limit: int) -> str | None:
+    """Why `name` cannot name a map (`what` = "map", limit 63) or a field (31); None if it can."""
+    shown = repr(name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "...")
+    if not NAME.fullmatch(name):
+        return f"{what} name {shown} is not an identifier: ASCII letters, digits and '_', not starting with a digit"
+    if len(name) > limit:
+        return f"{what} name {shown} is {len(name)} bytes long: a result file holds at most {limit}"
+    return None
 
 
 @attrs.frozen
@@ -273,6 +289,11 @@ class _TomlLines:
 
 
 def _unquote(key: str) -> str:
+    if key[:1] == '"' and "\\" in key:  # a basic string with escapes ("m\u0000x"): as TOML reads it
+        try:
+            return tomllib.loads(f"k = {key}")["k"]
+        except (tomllib.TOMLDecodeError, KeyError):
+            pass
     return key[1:-1] if key[:1] in "\"'" and len(key) >= 2 else key
 
 
@@ -350,6 +371,10 @@ class _Loader:
 
     def load_map(self, name: str, table) -> MapSpec | None:
         line = self.table_line("map", name)
+        problem = name_problem("map", name, MAP_NAME_BYTES)
+        if problem:
+            self.error(line, problem, token=name)
+            return None
         if not isinstance(table, dict):
             self.error(line, f"map {name} must be a table")
             return None
@@ -385,6 +410,10 @@ class _Loader:
             m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*):(u32|u64)", str(f))
             if not m:
                 self.error(self.key_line(line, "fields"), f"[map {name}] malformed field {f!r}", hint='write "name:u32" or "name:u64"')
+                continue
+            problem = name_problem("field", m.group(1), FIELD_NAME_BYTES)
+            if problem:
+                self.error(self.key_line(line, "fields"), f"[map {name}] {problem}", token=m.group(1))
                 continue
             if m.group(1) in seen:
                 self.error(self.key_line(line, "fields"), f"[map {name}] duplicate field {m.group(1)!r}")
@@ -432,7 +461,7 @@ class _Loader:
             return "count"
         if isinstance(cap, int) and not isinstance(cap, bool) and 1 <= cap <= 1 << 24:
             return cap
-        if isinstance(cap, str) and cap.isdigit() and 1 <= int(cap) <= 1 << 24:
+        if isinstance(cap, str) and cap.isascii() and cap.isdigit() and 1 <= int(cap) <= 1 << 24:
             return int(cap)
         self.error(line, f"[{what}] cap must be a positive integer or \"count\", not {cap!r}")
         return None
@@ -523,9 +552,10 @@ class _Loader:
         if text.startswith("hist:"):
             buckets = self.parse_buckets(text[len("hist:"):], line, f"probe {probe}")
             return _Datamodel("hist", None, 0, 1, buckets) if buckets else None
-        m = re.fullmatch(r"(thread|warp|block):(\d+)(?::(\d+|count))?", text)
+        m = re.fullmatch(r"(thread|warp|block):([0-9]+)(?::([0-9]+|count))?", text)  # ASCII digits only
         if not m:
-            self.error(line, f"malformed datamodel {text!r}", probe=probe, token=text or None,
+            digits = "; numbers take the ASCII digits 0-9" if any(c.isdigit() and not c.isascii() for c in text) else ""
+            self.error(line, f"malformed datamodel {text!r}{digits}", probe=probe, token=text or None,
                        hint="LEVEL:BYTES[:CAP] (LEVEL thread|warp|block), sum, hist:log2 or hist:linear:MIN:MAX:STEP")
             return None
         nbytes = int(m.group(2))
@@ -577,6 +607,10 @@ class _Loader:
 
     def compact_map(self, probe: Probe, table) -> MapSpec | None:
         datamodel = self._datamodel.pop(probe.name)
+        problem = name_problem("map", probe.name, MAP_NAME_BYTES)
+        if problem:
+            self.error(probe.line, f"{problem} (a probe with a datamodel names its map)", probe=probe.name, token=probe.name)
+            return None
         saving = [sn for sn in probe.snippets() if any(i.opcode.base == SAVE for i in ir.instructions(sn.statements))]
         if len(saving) > 1:
             self.error(probe.line, "SAVE may appear in `before` or in `after`, not in both", probe=probe.name)
@@ -592,7 +626,11 @@ class _Loader:
             if datamodel.kind != "array" and width != "u64":
                 self.error(insn.line, f"a {datamodel.kind} datamodel takes SAVE.u64: it adds u64 values", probe=probe.name, token="SAVE")
             for operand in insn.operands[0].items:
-                fields.append((names.claim(_field_base(operand)), width))
+                field = names.claim(_field_base(operand))
+                problem = name_problem("field", field, FIELD_NAME_BYTES)
+                if problem:  # named after the register saved: the hint says what to rename
+                    self.error(insn.line, problem, probe=probe.name, token=str(operand), hint="the field is named after the saved register: rename the register")
+                fields.append((field, width))
         if datamodel.kind == "hist":
             if len(fields) != 1:
                 self.error(probe.line, f"a hist datamodel records one value per SAVE, not {len(fields)}", probe=probe.name)

@@ -174,7 +174,7 @@ class Buckets:
         text = str(text).strip()
         if text == "log2":
             return cls("log2")
-        m = re.fullmatch(r"linear:(\d+):(\d+):(\d+)", text)
+        m = re.fullmatch(r"linear:([0-9]+):([0-9]+):([0-9]+)", text)  # ASCII digits: \d takes any script's
         if not m:
             raise ValueError(f"malformed buckets {text!r}: write \"log2\" or \"linear:MIN:MAX:STEP\"")
         lo, hi, step = (int(g) for g in m.groups())

@@ -31,6 +31,9 @@
 
 #include "writer.h"
 
+uint64_t neutrino_timeline_begin_probed(void); /* cupti.c */
+void neutrino_timeline_end_probed(uint64_t token);
+
 typedef int CUresult;
 
 #define FAST_PLANS 1024
@@ -159,6 +162,7 @@ static CUresult (*p_launch_ex)(const void *, void *, void **, void **);
 static CUresult (*p_launch_ex_ptsz)(const void *, void *, void **, void **);
 
 void *neutrino_real_sym(const char *name);
+int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch); /* argtrace.c */
 
 static int resolve(void) {
 #define R(var, name) if (!(var = (__typeof__(var))neutrino_real_sym(name))) return -1
@@ -458,8 +462,10 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     int timed = atomic_fetch_add_explicit(&e->fast_launches, 1, memory_order_relaxed) % time_every == 0;
     if (rc == 0 && timed) rc = p_ev_record(ev[0], s);
     STEP(P_EV_START);
+    uint64_t timeline_token = rc == 0 ? neutrino_timeline_begin_probed() : 0;  /* cupti.c: flags it probed */
     if (rc == 0 && config) rc = (ptsz ? p_launch_ex_ptsz : p_launch_ex)(config, p->probed_func, args, NULL);
     else if (rc == 0) rc = (ptsz ? p_launch_ptsz : p_launch)(p->probed_func, gx, gy, gz, bx, by, bz, shmem, stream, args, NULL);
+    neutrino_timeline_end_probed(timeline_token);
     if (rc != 0) {  /* the probed kernel did not run: Python takes it from here */
         neutrino_writer_recycle_events(ctx, ev[0], ev[1]);
         atomic_fetch_add(&e->stats.handed_back, 1);
@@ -513,6 +519,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         for (int i = 0; i < P_STEPS; i++) { step_ns[i] += lap[i]; e->prof_ns[i] += lap[i]; }
     }
     if (!submitted && !on_stack) free(hdr);  /* the results are lost; the launch happened */
+    if (submitted) neutrino_args_record(f, ctx, params, submitted - 1);  /* argtrace.c: launch_args.jsonl */
     atomic_fetch_add(&e->stats.launches, 1);
     return 0;
 

@@ -639,6 +639,7 @@ __attribute__((constructor)) static void neutrino_shim_init(void) {
 }
 
 void *neutrino_compiler_tap(const char *name, void *real); /* compilers.c */
+void *neutrino_cupti_wrapper_named(const char *name);          /* cupti.c */
 
 static int from_libcuda(void *p) {
     Dl_info info;
@@ -657,6 +658,10 @@ void *dlsym(void *handle, const char *name) {
         if (!from_libcuda(p)) return p; /* ours already, or some other library's */
         ensure_runtime();
         return hook_fns[i];
+    }
+    if (name[2] == 'p' && !strncmp(name, "cupti", 5)) { /* a profiler reaching libcupti by dlsym: cupti.c */
+        void *w = neutrino_cupti_wrapper_named(name);
+        return w ? w : p;
     }
     void *graph_hook = neutrino_graph_wrapper_named(name);
     if (graph_hook && from_libcuda(p)) return graph_hook;

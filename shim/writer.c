@@ -35,6 +35,8 @@
 
 #include "writer.h"
 
+void neutrino_timeline_note_submit(uint64_t seq); /* cupti.c */
+
 typedef int CUresult;
 
 /* One record of result/index.bin (96 bytes, little-endian on every CUDA host). */
@@ -600,6 +602,7 @@ uint64_t neutrino_writer_submit(const nt_job *job) {
     queued++;
     if (sleeping || (napping && (queued >= BATCH_JOBS || atomic_load(&hurry)))) pthread_cond_signal(&more);
     pthread_mutex_unlock(&lock);
+    neutrino_timeline_note_submit(seq);  /* cupti.c: the timeline's probe_launch of this thread's launch */
     return seq;
 }
 

@@ -482,3 +482,238 @@ def ptxas_rejections(pairs: list[tuple[str, str]], workers: int = 2) -> list[str
 
     with ThreadPoolExecutor(workers) as pool:
         return [r for r in pool.map(one, unique.values()) if r is not None]
+
+
+# ---------------------------------------------------------------- name collisions (issue 30 §2)
+
+# Names the engine makes or wanted to make (registers of the %nt_ family, buffer parameters, counting
+# entries): a module declaring them in any symbol table must still instrument into valid PTX that keeps its meaning.
+ENGINE_LIKE_NAMES = (
+    "%nt_lane", "%nt_warp", "%nt_tid_x", "%nt_blin", "%nt_tlin", "%nt_w64", "%nt_buf_dmat", "%nt_cur_dmat",
+    "%nt_p_start", "%nt_exec", "%nt_g", "%nt_", "%nt1_", "%nt1_blin", "%nt2_tpb", "k__nt_buf_block_sched",
+    "k__nt_buf_dmat", "k__nt_cap_dmat", "k__nt_buf_gmem_bytes", "k__nt_buf_program_progress",
+    "k__nt_cap_program_progress", "k__nt_count", "k__nt_count_1", "k__nt_buf_dmat_1",
+)
+SYMBOL_TABLES = ("global", "const", "shared", "local_shared", "param", "label", "register", "register_range",
+                 "function", "entry")
+COLLISION_TOOLS = ("block_sched", "dmat", "gmem_bytes", "program_progress")
+
+
+def name_collision_module(symbols: list[tuple[str, str]]) -> str:
+    """A valid module where each (name, table) is declared in that symbol table and the kernel `k` uses it.
+
+    Tables: module variables (global, const, shared), a kernel-scope shared variable, a kernel
+    parameter, a label, a register or a register range (`NAME<2>`), a device function, an entry.
+    Every value read is added into one sum the kernel stores, so a read that went to an engine
+    register instead would change the result (and `name_clashes` sees the shadowing name).
+    """
+    top, params, decls, body = [], [".param .u64 k_param_0"], [], []
+    for i, (name, table) in enumerate(symbols):
+        if name.startswith("%") and table in ("function", "entry"):
+            table = "label"  # ptxas takes `.func %f`, our parser not yet (issue 30 §4): a label instead
+        if table in ("global", "const", "shared"):
+            top.append(f".{table} .u32 {name};")
+            body.append(f"ld.{table}.u32 %r1, [{name}];")
+        elif table == "local_shared":
+            decls.append(f".shared .u32 {name};")
+            body.append(f"ld.shared.u32 %r1, [{name}];")
+        elif table == "param":
+            params.append(f".param .u32 {name}")
+            body.append(f"ld.param.u32 %r1, [{name}];")
+        elif table == "label":
+            body.append(f"bra.uni {name};\n{name}:\n\tmov.u32 %r1, {i};")
+        elif table == "register":
+            decls.append(f".reg .b32 {name};")
+            body.append(f"mov.u32 {name}, {i};\n\tmov.u32 %r1, {name};")
+        elif table == "register_range":
+            decls.append(f".reg .b32 {name}<2>;")
+            body.append(f"mov.u32 {name}1, {i};\n\tmov.u32 %r1, {name}1;")
+        elif table == "function":
+            top.append(f".func {name}()\n{{\n\tret;\n}}")
+            body.append(f"call.uni {name}, ();\n\tmov.u32 %r1, {i};")
+        else:  # entry
+            top.append(f".visible .entry {name}(\n\t.param .u64 e{i}_param_0\n)\n{{\n\tret;\n}}")
+            body.append(f"mov.u32 %r1, {i};")
+        body.append("add.u32 %r2, %r2, %r1;")
+    lines = [".version 8.0", ".target sm_80", ".address_size 64", "", *top, "", ".visible .entry k(",
+             "\t" + ",\n\t".join(params), ")", "{", "\t.reg .b32 %r<3>;", "\t.reg .b64 %rd<3>;",
+             *("\t" + d for d in decls), "\tld.param.u64 %rd1, [k_param_0];", "\tcvta.to.global.u64 %rd2, %rd1;",
+             "\tld.global.u32 %r2, [%rd2];", *("\t" + b for b in body), "\tst.global.u32 [%rd2], %r2;", "\tret;", "}", ""]
+    return "\n".join(lines)
+
+
+def instrument_in_memory(ptx: str, probes, kernel: str | None = None):
+    """(probed module, kernel descriptions, probed PTX): the module keeps each statement's origin, which text loses."""
+    from neutrino.engine import instrument_module
+    from neutrino.isa.ptx import parse_module, print_module
+
+    module = parse_module(ptx)
+    ctx = instrument_module(module, probes, kernel)
+    return module, ctx.info(), print_module(module)
+
+
+def engine_names(probed, kernels: dict) -> set[str]:
+    """The names the engine declared in a probed module (in memory): its registers, the parameters and
+    counting entries kernel.json lists."""
+    from neutrino.isa.ptx import ir
+
+    names: set[str] = set()
+    for function in probed.functions():
+        for _, _, stmt in ir.walk(function.body or []):
+            if type(stmt) is ir.RegDecl and stmt.origin is not None:
+                names.update(stmt.declared())
+    for desc in kernels.values():
+        names.update(p["name"] for p in desc["params"])
+        names.update([desc["count_kernel"]] if desc.get("count_kernel") else [])
+    return names
+
+
+def name_clashes(original_ptx: str, probed, kernels: dict) -> list[str]:
+    """What breaks the program's meaning: engine names among the original's identifiers; original
+    instructions of an instrumented kernel missing, changed or reordered (`probed`: the module in memory)."""
+    import re
+
+    from neutrino.isa.ptx import ir, parse_module
+
+    # Every identifier but a range's stem (`.reg .b32 %x<2>` declares %x0 and %x1, not %x): a superset of the declared names.
+    identifiers = set(re.findall(r"(?<![.\w$%])(?:[A-Za-z][\w$]*|[_$%][\w$]+)(?![\w$]|\s*<)", original_ptx, re.ASCII))
+    ours = engine_names(probed, kernels)
+    assert any(n.startswith("%") for n in ours), "no engine register found: the check would be vacuous"
+    problems = [f"engine name {n} is also the program's" for n in sorted(ours & identifiers)]
+    before = parse_module(original_ptx)
+    for name in kernels:
+        kept = [i.key() for i in ir.instructions(probed.function(name).body) if i.origin is None]
+        if kept != [i.key() for i in ir.instructions(before.function(name).body)]:
+            problems.append(f"{name}: the original instructions changed")
+
+
+# ---------------------------------------------------------------- counting variants: side-effect-bearing calls
+# Kernels whose device functions store, update atomics, reduce, printf and trap, at a random call depth
+# (issue 30, section 1). `side_effect_module` writes one from a plan; the plan says whether the counting
+# variant must be refused (an indirect call, an atomic's result or printf's deciding a branch, reachable
+# from the kernel) and `counting_violations` checks an accepted one.
+
+SAFE_OPS = ("store", "store_generic", "atom", "atom_sink", "red", "load", "printf", "trap", "call")
+POISON_OPS = ("indirect", "atom_decides", "printf_decides")
+
+
+@attrs.frozen
+class SideEffectPlan:
+    """functions[i]: the ops of f{i}; kernel: the kernel's. A `call` op is ("call", j)."""
+
+    functions: tuple[tuple[tuple[str, int], ...], ...]
+    kernel: tuple[tuple[str, int], ...]
+
+    def reachable(self) -> set[int]:
+        seen: set[int] = set()
+        work = [j for op, j in self.kernel if op in ("call", "indirect")]
+        while work:
+            i = work.pop()
+            if i not in seen:
+                seen.add(i)
+                work += [j for op, j in self.functions[i] if op in ("call", "indirect")]
+        return seen
+
+    def refused(self) -> bool:
+        bodies = [self.kernel] + [self.functions[i] for i in self.reachable()]
+        return any(op in POISON_OPS for body in bodies for op, _ in body)
+
+
+def side_effect_plan(rng, poison: bool) -> SideEffectPlan:
+    """A random plan: 1-5 functions of 1-6 ops, calls to any function (recursion and cycles too)."""
+    count = rng.randint(1, 5)
+    ops = SAFE_OPS + (POISON_OPS if poison else ())
+
+    def body(length: int) -> tuple[tuple[str, int], ...]:
+        return tuple((rng.choice(ops), rng.randrange(count)) for _ in range(length))
+
+    functions = tuple(body(rng.randint(1, 6)) for _ in range(count))
+    kernel = (("call", rng.randrange(count)),) + body(rng.randint(0, 4))
+    return SideEffectPlan(functions, kernel)
+
+
+_CALL_ARGS = "\t.param .b64 param0;\n\tst.param.b64 [param0], %rd1;\n\t.param .b32 param1;\n\tst.param.b32 [param1], %r1;\n\t.param .b32 retval0;\n"
+
+
+def _op_text(op: str, arg: int, n: int) -> str:
+    """PTX of one op; `n` makes its registers and labels unique in the function."""
+    r, rd, p = f"%r{n + 10}", f"%rd{n + 10}", f"%p{n + 1}"
+    address = f"\tmul.wide.u32 {rd}, %r1, 4;\n\tadd.s64 {rd}, %rd1, {rd};\n"
+    counter = f"\tmov.u64 {rd}, counter;\n"
+    printf = (f"\t{{\n\t.param .b64 param0;\n\tst.param.b64 [param0], %rd2;\n\t.param .b64 param1;\n\tst.param.b64 [param1], 0;\n"
+              f"\t.param .b32 retval0;\n\tcall.uni (retval0), vprintf, (param0, param1);\n\tld.param.b32 {r}, [retval0];\n\t}}\n")
+    return {
+        "store": address + f"\tst.global.u32 [{rd}], %r1;\n",
+        "store_generic": address + f"\tst.u32 [{rd}], %r1;\n",
+        "atom": counter + f"\tatom.global.add.u32 {r}, [{rd}], 1;\n",
+        "atom_sink": address + f"\tatom.exch.b32 _, [{rd}], %r1;\n",
+        "red": address + f"\tred.global.add.u32 [{rd}], %r1;\n",
+        "load": address + f"\tld.global.u32 {r}, [{rd}];\n",
+        "printf": printf,
+        "trap": f"\tsetp.eq.u32 {p}, %r1, 12345;\n\t@{p} trap;\n",
+        "call": f"\t{{\n{_CALL_ARGS}\tcall.uni (retval0), f{arg}, (param0, param1);\n\tld.param.b32 {r}, [retval0];\n\t}}\n",
+        "indirect": (f"\tmov.u64 {rd}, f{arg};\n\t{{\n{_CALL_ARGS}\tproto{n} : .callprototype (.param .b32 _) _ (.param .b64 _, .param .b32 _);\n"
+                     f"\tcall (retval0), {rd}, (param0, param1), proto{n};\n\tld.param.b32 {r}, [retval0];\n\t}}\n"),
+        "atom_decides": counter + f"\tatom.global.add.u32 {r}, [{rd}], 1;\n\tsetp.eq.u32 {p}, {r}, 7;\n\t@{p} bra $L_skip{n};\n"
+                        f"\tst.global.u32 [%rd1], %r1;\n$L_skip{n}:\n",
+        "printf_decides": printf + f"\tsetp.gt.s32 {p}, {r}, 2;\n\t@{p} bra $L_skip{n};\n\tst.global.u32 [%rd1], %r1;\n$L_skip{n}:\n",
+    }[op]
+
+
+def _body_text(ops: tuple[tuple[str, int], ...]) -> str:
+    return "".join(_op_text(op, arg, n) for n, (op, arg) in enumerate(ops))
+
+
+_REGISTERS = "\t.reg .pred %p<16>;\n\t.reg .b32 %r<32>;\n\t.reg .b64 %rd<32>;\n"
+_FORMAT = "\tmov.u64 %rd2, fmt;\n\tcvta.global.u64 %rd2, %rd2;\n"
+
+
+def side_effect_module(plan: SideEffectPlan) -> str:
+    """The plan as a PTX module with one entry `k` (ptxas accepts it)."""
+    heads = [f".func (.param .b32 f{i}_ret) f{i}(.param .b64 f{i}_p0, .param .b32 f{i}_p1)" for i in range(len(plan.functions))]
+    parts = [
+        ".version 8.0\n.target sm_90\n.address_size 64\n\n",
+        ".extern .func (.param .b32 func_retval0) vprintf(.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);\n",
+        ".global .align 1 .b8 fmt[4] = {37, 100, 10, 0};\n.global .align 4 .u32 counter;\n",
+        *(head + ";\n" for head in heads),
+    ]
+    for i, (head, ops) in enumerate(zip(heads, plan.functions)):
+        parts.append(f"\n{head}\n{{\n{_REGISTERS}\tld.param.u64 %rd1, [f{i}_p0];\n\tld.param.u32 %r1, [f{i}_p1];\n"
+                     f"{_FORMAT}{_body_text(ops)}\tst.param.b32 [f{i}_ret], %r1;\n\tret;\n}}\n")
+    parts.append(f"\n.visible .entry k(.param .u64 k_p0, .param .u32 k_p1)\n{{\n{_REGISTERS}\tld.param.u64 %rd1, [k_p0];\n"
+                 f"\tcvta.to.global.u64 %rd1, %rd1;\n\tmov.u32 %r1, %tid.x;\n{_FORMAT}{_body_text(plan.kernel)}"
+                 "\tld.global.u32 %r2, [%rd1];\n\tst.global.u32 [%rd1+4], %r2;\n\tret;\n}\n")
+    return "".join(parts)
+
+
+def counting_violations(module, entry: str) -> list[str]:
+    """What the counting variant of `entry` (and every function it reaches) still does to the program.
+
+    Writes to global or generic memory by the program's own instructions (probe code writes its
+    buffers), calls to body-less functions, indirect calls, traps: each is a violation.
+    """
+    from neutrino.isa.ptx import ir
+    from neutrino.isa.ptx.semantics import access_spaces, lookup
+    from neutrino.passes.counting import call_parts, counting_name
+
+    defined = {f.name: f for f in module.functions() if f.body is not None}
+    problems: list[str] = []
+    seen, work = {counting_name(entry)}, [defined[counting_name(entry)]]
+    while work:
+        function = work.pop()
+        for insn in ir.instructions(function.body):
+            program = insn.origin is None or insn.origin == "counting-variant"
+            control = lookup(insn.opcode).control
+            if program and any(a in ("store", "atomic") and s in ("global", None) for _, a, s in access_spaces(insn.opcode)):
+                problems.append(f"{function.name}: {insn.opcode} writes the program's memory")
+            if control == "trap":
+                problems.append(f"{function.name}: {insn.opcode}")
+            if control != "call":
+                continue
+            target = call_parts(insn).target
+            if not isinstance(target, ir.Symbol) or target.name not in defined:
+                problems.append(f"{function.name}: calls {target}")
+            elif target.name not in seen:
+                seen.add(target.name)
+                work.append(defined[target.name])
+    return problems

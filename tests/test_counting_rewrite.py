@@ -158,3 +158,49 @@ def test_mbarrier_with_a_generic_address_is_kept():
     function = module.function("k")
     drop_global_writes(function)
     assert [i.opcode.base for i in ir.instructions(function.body)] == ["ld", "mbarrier", "mbarrier", "ret"]
+
+
+def test_generic_writes_into_shared_or_local_memory_are_kept():
+    """Generic addresses made by cvta.shared/cvta.local (and offsets from them) are the launch's own memory:
+    a cuda::barrier's arrival and a -G build's stack frame stay; a pointer that may be anything goes."""
+    lines = [
+        ".shared .align 8 .b8 bar[8];",
+        ".local .align 8 .b8 frame[16];",
+        "mov.u64 %rd2, bar;",
+        "cvta.shared.u64 %rd3, %rd2;",
+        "add.s64 %rd4, %rd3, 4;",
+        "atom.add.acquire.cta.u32 %r1, [%rd4], 1;",  # kept: a shared word
+        "mov.u64 %rd5, frame;",
+        "cvta.local.u64 %rd6, %rd5;",
+        "st.u32 [%rd6+8], %r1;",  # kept: the stack frame
+        "mov.u64 %rd7, %rd3;",
+        "@%p1 mov.u64 %rd7, %rd1;",  # sometimes the kernel's pointer: may be global
+        "st.u32 [%rd7], %r1;",
+        "st.u32 [%rd1], %r1;",  # the program's pointer
+    ]
+    module = parse_module(kernel(["\t.reg .pred %p<2>;"] + lines).replace("\t.reg .b16", ".reg .b16", 1))
+    function = module.function("k")
+    drop_global_writes(function)
+    kept = [f"{i.opcode} {', '.join(map(str, i.operands))}" for i in ir.instructions(function.body) if i.opcode.base in ("atom", "st", "ld")]
+    assert kept == ["ld.param.u64 %rd1, [p]", "atom.add.acquire.cta.u32 %r1, [%rd4], 1", "st.u32 [%rd6+8], %r1"]
+    if HAVE_PTXAS:
+        ptxas(print_module(module))
+
+
+def test_multicast_and_tensor_map_writes_are_dropped():
+    """multimem.st/red write every GPU's copy of multicast memory, tensormap.replace/cp_fenceproxy a tensor
+    map in global memory: the semantics table calls them writes, so the counting variant drops them."""
+    lines = [
+        "multimem.st.relaxed.sys.global.f32 [%rd1], %f1;",
+        "multimem.red.relaxed.sys.global.add.f32 [%rd1], %f1;",
+        "multimem.ld_reduce.relaxed.sys.global.add.f32 %f2, [%rd1];",
+        "tensormap.replace.tile.global_address.global.b1024.b64 [%rd1], %rd2;",
+        "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%rd1], [%r1], 128;",
+    ]
+    module = parse_module(kernel(["\t.reg .f32 %f<4>;"] + lines).replace(".target sm_90", ".target sm_90a"))
+    function = module.function("k")
+    drop_global_writes(function)
+    assert [str(i.opcode) for i in ir.instructions(function.body)] == [
+        "ld.param.u64", "multimem.ld_reduce.relaxed.sys.global.add.f32", "ret"]
+    if HAVE_PTXAS:
+        ptxas(print_module(module))

@@ -198,3 +198,81 @@ def test_the_ptxas_oracle_reports_a_rejection():
     broken = original.replace("ret;", "add.u32 %nosuch, 1, 2;\n\tret;", 1)
     assert fz.ptxas_rejections([(broken, original)])
     assert not fz.ptxas_rejections([(original, original)])
+
+
+# ---------------------------------------------------------------- name collisions (issue 30 §2)
+
+NAME_CASES = 12  # modules per run (times SCALE), each instrumented with every COLLISION_TOOLS tool
+
+
+def test_fuzz_name_collisions():
+    """Modules declaring engine-like names in random symbol tables: every tool accepts them, ptxas accepts
+    the result, and the program's own symbol references are unchanged."""
+    from neutrino.probefile import load_probes
+
+    tools = {name: load_probes(name) for name in fz.COLLISION_TOOLS}
+    accepted: list[tuple[str, str]] = []
+    symbol = st.tuples(st.sampled_from(fz.ENGINE_LIKE_NAMES), st.sampled_from(fz.SYMBOL_TABLES))
+
+    @fuzz_settings(NAME_CASES)
+    @given(st.lists(symbol, min_size=1, max_size=8, unique_by=lambda s: s[0]))
+    def case(symbols):
+        ptx = fz.name_collision_module(symbols)
+        for name, probes in tools.items():
+            module, kernels, probed = fz.instrument_in_memory(ptx, probes, kernel="k")
+            problems = fz.name_clashes(ptx, module, kernels)
+            assert not problems, f"{name} on {symbols}: {problems}"
+            accepted.append((probed, ptx))
+
+    case()
+    assert len(accepted) >= NAME_CASES * len(fz.COLLISION_TOOLS)
+    rejected = fz.ptxas_rejections(accepted)  # all of them: the generated modules are small
+    assert not rejected, f"ptxas rejected {len(rejected)} probed module(s):\n" + rejected[0]
+
+
+# ---------------------------------------------------------------- counting variants (issue 30, section 1)
+
+SIDE_EFFECT_CASES = 60
+
+
+@pytest.mark.parametrize("tool", ["dmat", "program_progress"])
+def test_fuzz_counting_variants_have_no_side_effects(tool):
+    """Generated kernels whose calls (random depth, cycles) store, update atomics, printf and trap: the
+    counting variant reaches none of it, or the kernel is refused when it cannot be made so; ptxas
+    accepts what we accept, and the real kernel keeps its calls."""
+    import random
+
+    from neutrino.engine import instrument_module
+    from neutrino.errors import InstrumentError
+    from neutrino.isa.ptx import ir, parse_module, print_module
+    from neutrino.passes.counting import is_call
+    from neutrino.probefile import load_probes
+
+    probes = load_probes(tool)
+    accepted: list[tuple[str, str]] = []
+    outcomes = {True: 0, False: 0}
+
+    @fuzz_settings(SIDE_EFFECT_CASES)
+    @given(st.integers(0, 2**32 - 1), st.booleans())
+    def case(seed, poison):
+        plan = fz.side_effect_plan(random.Random(seed), poison)
+        text = fz.side_effect_module(plan)
+        module = parse_module(text, "generated.ptx")
+        calls_before = sum(map(is_call, ir.instructions(module.function("k").body)))
+        try:
+            instrument_module(module, probes, "k")
+        except InstrumentError as e:
+            assert plan.refused(), f"refused a kernel that can be counted: {e}\n{text}"
+            assert str(e).startswith("generated.ptx:") and "no counting variant" in str(e)
+            outcomes[True] += 1
+            return
+        assert not plan.refused(), f"accepted a kernel that cannot be counted safely:\n{text}"
+        assert fz.counting_violations(module, "k") == [], text
+        assert sum(map(is_call, ir.instructions(module.function("k").body))) == calls_before
+        accepted.append((print_module(module), text))
+        outcomes[False] += 1
+
+    case()
+    assert outcomes[True] and outcomes[False], outcomes  # both kinds of kernel were seen
+    rejected = fz.ptxas_rejections(accepted)
+    assert not rejected, f"ptxas rejected {len(rejected)} counting variant(s):\n" + rejected[0]

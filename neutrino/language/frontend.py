@@ -28,7 +28,7 @@ import attrs
 from typing import Optional
 
 from neutrino.errors import Diagnostic, Location
-from neutrino.probefile import FieldNames
+from neutrino.probefile import FIELD_NAME_BYTES, MAP_NAME_BYTES, FieldNames, name_problem
 from neutrino.trace import Buckets
 from neutrino.language.ir import (
     BITS,
@@ -171,6 +171,12 @@ class _Source:
 
     def abort(self, node, message: str, hint: str = ""):
         raise CompileAbort(Diagnostic(self.location(node), message, hint=hint))
+
+    def check_name(self, node, what: str, name: str, limit: int, hint: str = "") -> None:
+        """Map and field names go into PTX names and result-file headers: the rules of spec/probe-toml.md."""
+        problem = name_problem(what, name, limit)
+        if problem:
+            self.abort(node, problem, hint=hint)
 
 
 # ------------------------------------------------------------------ module scan
@@ -345,6 +351,7 @@ class _ModuleScan:
     # ---- @Map classes
     def map_class(self, cls: ast.ClassDef) -> None:
         call = self.single_decorator(cls, "Map")
+        self.src.check_name(cls, "map", cls.name, MAP_NAME_BYTES)
         kw = self.decorator_args(call, ("level", "type", "size", "cap", "buckets"), ())
         level = self.level(kw.get("level"), call)
         kind, kind_node = kw.get("type", ("array", call))
@@ -404,6 +411,7 @@ class _ModuleScan:
             if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is None):
                 self.src.abort(item, f"map '{cls.name}' may only contain fields (name: nl.u32 or name: nl.u64)")
             fname = item.target.id
+            self.src.check_name(item.target, "field", fname, FIELD_NAME_BYTES)
             ty = self.dtype(item.annotation)
             if ty is None:
                 self.src.abort(item.annotation, f"field '{fname}' must be nl.u32 or nl.u64")
@@ -923,7 +931,9 @@ class _ProbeLowering(ast.NodeVisitor):
                 snap = self.temp(ty)
                 self.emit(Instr("mov", ty, snap, (op,)))
                 op = snap
-            self.short_fields.append((self.field_name(item), ty))
+            field = self.field_name(item)
+            self.src.check_name(item, "field", field, FIELD_NAME_BYTES, hint="the field is named after the value saved")
+            self.short_fields.append((field, ty))
             self.short_regs.append(op)
         self.short_seen += 1
         if self.short_seen == self.short_total:
@@ -942,6 +952,7 @@ class _ProbeLowering(ast.NodeVisitor):
 
     def finish_short_map(self, call) -> None:
         d = self.decl
+        self.src.check_name(d.node, "map", d.name, MAP_NAME_BYTES, hint="nl.save in a probe implies a map named after it")
         if d.name in self.scan.maps:
             self.src.abort(call, f"nl.save in probe '{d.name}' implies a map '{d.name}', but a @Map class of that name exists",
                            hint=f"use {d.name}.save(...) or rename the probe")

@@ -14,13 +14,15 @@ The default pipeline, in order, and why each step comes where it does:
 7. buffer-addressing: parameters, unit indices and pointers the lowered code reads,
    and the register declarations of all the above; last, because only now is the
    set of registers and maps known.
-8. fit-target: raise `.version` to what the inserted code needs, or refuse what
-   the module's `.target` lacks; after the last pass that inserts code.
+8. fit-target: raise `.target`/`.version` to what the inserted code needs (an
+   sm_1x module's f32 code keeps its meaning), or refuse with a location; after
+   the last pass that inserts code.
 9. prune: when one kernel was asked for, drop what it does not use.
 """
 
 from neutrino.passes.buffers import BufferAddressing
-from neutrino.passes.lower_save import CountingVariant, SaveLowering
+from neutrino.passes.counting import CountingVariant
+from neutrino.passes.lower_save import SaveLowering
 from neutrino.passes.manager import Context, KernelState, Pass, PassManager, Site
 from neutrino.passes.match import TracepointMatching
 from neutrino.passes.prune import Pruning

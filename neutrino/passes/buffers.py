@@ -17,9 +17,11 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
+from neutrino.isa.ptx.symbols import NameAllocator
 from neutrino.passes.build import entry_index, insn
 from neutrino.passes.lower_save import map_register
 from neutrino.passes.manager import Context, KernelState
+from neutrino.passes.param_space import check_param_space
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.trace import STRIPES, stripe_row_bytes
 
@@ -27,6 +29,7 @@ ORIGIN = "buffer-addressing"
 
 
 def param_names(kernel: str, map_name: str) -> tuple[str, str]:
+    """The names we want for a map's parameters; the allocator appends `_1`, … if the module has them."""
     return f"{kernel}__nt_buf_{map_name}", f"{kernel}__nt_cap_{map_name}"
 
 
@@ -197,7 +200,7 @@ class _PrologueTemplate:
     param_loads: tuple[int, ...]  # indices of the instructions that name a parameter
     operand_texts: tuple[str | None, ...]  # how each instruction's operands print: computed once, not per kernel
 
-    def instantiate(self, state: KernelState, owner: str) -> list[ir.Instruction]:
+    def instantiate(self, state: KernelState, params: dict[str, str]) -> list[ir.Instruction]:
         for name, rtype in self.registers:
             old = state.temps.setdefault(name, rtype)
             if old != rtype:
@@ -207,7 +210,7 @@ class _PrologueTemplate:
             for t, text in zip(self.code, self.operand_texts)
         ]
         for i in self.param_loads:
-            code[i].operands = _for_kernel(code[i].operands, owner)
+            code[i].operands = _for_kernel(code[i].operands, params)
         return code
 
 
@@ -215,10 +218,10 @@ def _names_parameter(insn: ir.Instruction) -> bool:
     return any(type(o) is ir.Address and type(o.base) is ir.Symbol for o in insn.operands)
 
 
-def _for_kernel(operands: tuple[ir.Operand, ...], owner: str) -> tuple[ir.Operand, ...]:
-    """The template's only symbols are its parameters (`[__nt_buf_x]`): name them for `owner`."""
+def _for_kernel(operands: tuple[ir.Operand, ...], params: dict[str, str]) -> tuple[ir.Operand, ...]:
+    """The template's only symbols are its parameters (`[__nt_buf_x]`): the names chosen for the kernel."""
     return tuple(
-        ir.Address(ir.Symbol(owner + o.base.name), o.offset) if type(o) is ir.Address and type(o.base) is ir.Symbol else o
+        ir.Address(ir.Symbol(params[o.base.name]), o.offset) if type(o) is ir.Address and type(o.base) is ir.Symbol else o
         for o in operands
     )
 
@@ -262,26 +265,44 @@ class BufferAddressing:
     requires: ClassVar[tuple[str, ...]] = ("lower-save",)
 
     def run(self, module: ir.Module, ctx: Context) -> None:
+        names = ctx.names(module)
+        # The counting variant takes the parameters of the kernel it counts for, names included.
+        owners = {state.count_kernel: name for name, state in ctx.kernels.items() if state.count_kernel}
+        chosen: dict[str, dict[str, str]] = {}  # owner → template placeholder → parameter name
         for name, state in ctx.kernels.items():
-            # The counting variant takes the parameters of the kernel it counts for.
-            owner = name[: -len("__nt_count")] if state.counting else name
-            self.add_params(state, owner, ctx)
+            owner = owners.get(name, name)
+            if owner not in chosen:
+                chosen[owner] = choose_param_names(ctx.kernels[owner], owner, names, ctx)
+            original = len(state.function.params or [])
+            self.add_params(state, chosen[owner], ctx)
+            check_param_space(module, state.function, original)
             shape = _PrologueShape.of(state, [ctx.probes.maps[m] for m in state.maps])
-            code = prologue_template(shape).instantiate(state, owner)
+            code = prologue_template(shape).instantiate(state, chosen[owner])
             body = state.function.body
             i = entry_index(body)
             body[i:i] = code
             body[0:0] = declarations(state.temps)
 
     @staticmethod
-    def add_params(state: KernelState, owner: str, ctx: Context) -> None:
+    def add_params(state: KernelState, params_named: dict[str, str], ctx: Context) -> None:
         params = state.function.params if state.function.params is not None else []
         for map_name in state.maps:
             spec = ctx.probes.maps[map_name]
-            buf_param, cap_param = param_names(owner, map_name)
+            buf_param, cap_param = (params_named.get(p) for p in param_names("", map_name))
             params.append(ir.Param(f".param .u64 {buf_param}"))
             state.params.append({"name": buf_param, "type": "u64", "map": map_name, "role": "buffer"})
             if spec.cap == "count":
                 params.append(ir.Param(f".param .u32 {cap_param}"))
                 state.params.append({"name": cap_param, "type": "u32", "map": map_name, "role": "cap"})
         state.function.params = params
+
+
+def choose_param_names(state: KernelState, owner: str, names: NameAllocator, ctx: Context) -> dict[str, str]:
+    """Template placeholder (`__nt_buf_m`) → a parameter name fresh in the owner's scope (`k__nt_buf_m`)."""
+    out = {}
+    for map_name in state.maps:
+        (buf, cap), (want_buf, want_cap) = param_names("", map_name), param_names(owner, map_name)
+        out[buf] = names.fresh_local(state.function, want_buf)
+        if ctx.probes.maps[map_name].cap == "count":
+            out[cap] = names.fresh_local(state.function, want_cap)
+    return out

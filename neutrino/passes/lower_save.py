@@ -15,9 +15,10 @@ lanes that run the SAVE together (`activemask`) first add their values up
 across the warp, then the lowest of them does one `red.global.add.u64` per
 non-zero sum; lanes whose guard is false add 0, so every present lane joins
 the warp operation wherever the SAVE sits (exits included, where some lanes
-may be gone). `hist` maps: the value's bucket is computed; lanes with the same
-bucket are grouped (`match.any.sync`) and one of each group adds the group's
-size. Neither has a cursor or counts, and the counting variant leaves them out.
+may be gone). Targets without warp operations (before sm_30, or a
+`.version` that cannot be raised to 6.2: see fit-target) add lane by lane.
+`hist` maps: the value's bucket is computed; lanes with the same bucket are
+grouped (`match.any.sync`) and one of each group adds the group's size. Neither has a cursor or counts, and the counting variant leaves them out.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from typing import ClassVar
 import attrs
 
 from neutrino.errors import InstrumentError
-from neutrino.isa.ptx import ir
+from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import access_spaces
+from neutrino.passes.address_spaces import generic_spaces
 from neutrino.passes.build import insn, splice
 from neutrino.passes.manager import Context, KernelState
-from neutrino.passes.match import exits_of
 from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.passes.target import version_reachable
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
 from neutrino.trace import Buckets
 
@@ -43,6 +45,8 @@ ORIGIN = "save-lowering"
 COUNT_SUFFIX = "__nt_count"
 REDUX_SM = 80  # redux.sync needs sm_80; older targets reduce with shfl.sync.bfly
 MATCH_SM = 70  # match.any.sync (grouping a warp's lanes by hist bucket) needs sm_70
+WARP_SM = 30  # activemask and shfl.sync need sm_30 (and PTX 6.2): older targets add lane by lane
+WARP_OPS = formats.Requirement((6, 2), WARP_SM)
 ALL_LANES = 0xFFFFFFFF
 
 
@@ -158,8 +162,9 @@ class _Lowerer:
 
     def sum_store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
         regs = self.field_registers(spec)
-        if spec.level != "thread":
-            # One lane per warp or block runs it: nothing to aggregate.
+        if spec.level != "thread" or self.sm < WARP_SM:
+            # One lane per warp or block runs it (nothing to aggregate), or the target has no warp
+            # operations: every lane adds its own value, as the hist map does before sm_70.
             return [i for f, r in zip(spec.fields, regs) for i in self.add_if_nonzero(self.counter_address(spec, f.offset), r, guard)]
         mask, lt, lead = self.state.temp("agg_mask", "b32"), self.state.temp("agg_lt", "b32"), self.state.temp("agg_lead", "pred")
         code = [
@@ -455,7 +460,7 @@ _PROGRAM_SPACES = ("global", None)
 _LOAD_TYPES = frozenset("b8 b16 b32 b64 b128 u8 u16 u32 u64 s8 s16 s32 s64 f32 f64".split())
 # The widest vector `ld` takes per element size below 4 bytes (`.v8` loads exist only for 32-bit elements).
 _MAX_LOAD_VECTOR = {1: 4, 2: 4}
-_COUNTING_ORIGIN = "counting-variant"
+COUNTING_ORIGIN = "counting-variant"
 
 
 def load_type(atomic_type: str) -> str:
@@ -501,19 +506,22 @@ def atomic_as_load(atom: ir.Instruction) -> list[ir.Instruction]:
 
 
 def _counting_insn(opcode: str, operands: tuple, original: ir.Instruction) -> ir.Instruction:
-    return ir.Instruction(ir.opcode(opcode), operands, original.guard, original.line, _COUNTING_ORIGIN)
+    return ir.Instruction(ir.opcode(opcode), operands, original.guard, original.line, COUNTING_ORIGIN)
 
 
-def _write_replacement(insn: ir.Instruction) -> list[ir.Instruction] | None:
+def _write_replacement(insn: ir.Instruction, own: dict[str, str]) -> list[ir.Instruction] | None:
     """None to keep the instruction; otherwise what replaces a write to the program's memory.
 
     Stores and reductions disappear; an atomic becomes a plain load of the same
     location into its destination (`atomic_as_load`), so code that uses the old
-    value still runs.
+    value still runs. A generic address in `own` (registers pointing into shared
+    or local memory, `address_spaces.generic_spaces`) is the launch's own memory.
     """
     writes = [i for i, access, space in access_spaces(insn.opcode) if access in ("store", "atomic") and space in _PROGRAM_SPACES]
     if not writes or writes[0] >= len(insn.operands):
         return None  # decided from the opcode alone for all but the writes themselves
+    if own and all(_points_into_own_memory(insn.operands[i], own) for i in writes if i < len(insn.operands)):
+        return None
     if insn.opcode.base == "atom" and not isinstance(insn.operands[0], ir.Address):
         return atomic_as_load(insn)
     return []
@@ -524,18 +532,22 @@ def drop_global_writes(function: ir.Function) -> None:
 
     One pass over each body, rebuilding it only where something changed: linear in its size.
     """
-    _drop_writes_in(function.body or [])
+    _drop_writes_in(function.body or [], generic_spaces(function))
 
 
-def _drop_writes_in(body: list[ir.Statement]) -> None:
+def _points_into_own_memory(address: ir.Operand, own: dict[str, str]) -> bool:
+    return isinstance(address, ir.Address) and isinstance(address.base, ir.Register) and address.base.name in own
+
+
+def _drop_writes_in(body: list[ir.Statement], own: dict[str, str]) -> None:
     rebuilt: list[ir.Statement] = []
     changed = False
     for stmt in body:
         kind = type(stmt)
         if kind is ir.Scope:
-            _drop_writes_in(stmt.body)
+            _drop_writes_in(stmt.body, own)
         elif kind is ir.Instruction and stmt.origin is None:
-            replacement = _write_replacement(stmt)
+            replacement = _write_replacement(stmt, own)
             if replacement is not None:
                 rebuilt.extend(replacement)
                 changed = True
@@ -580,49 +592,14 @@ def _clone_body(body: list[ir.Statement]) -> list[ir.Statement]:
 
 
 @attrs.frozen
-class CountingVariant:
-    """For maps with cap = "count": a copy of the kernel that only counts records.
-
-    Made before lowering, from the kernel with its SAVE pseudo-instructions, so
-    that both copies see exactly the same probe code. The copy writes nothing to
-    global (or generic) memory: stores and reductions are dropped and atomics
-    become loads, so running it first leaves the program's data unchanged.
-    """
-
-    name: ClassVar[str] = "counting-variant"
-    requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
-
-    def run(self, module: ir.Module, ctx: Context) -> None:
-        if not any(m.cap == "count" for m in ctx.probes.maps.values()):
-            return
-        for name, state in list(ctx.kernels.items()):
-            clone = clone_function(state.function)
-            clone.name = name + COUNT_SUFFIX
-            drop_global_writes(clone)
-            module.items.insert(module.items.index(state.function) + 1, clone)
-            originals = [i for i in ir.instructions(clone.body) if i.origin is None]
-            ctx.kernels[clone.name] = attrs.evolve(
-                state,
-                function=clone,
-                counting=True,
-                original_ids=[id(i) for i in originals],
-                exits=exits_of(originals),
-                temps=dict(state.temps),
-                levels=set(state.levels),
-                sites=list(state.sites),
-                skipped=[],
-                params=[],
-            )
-            state.count_kernel = clone.name
-
-
-@attrs.frozen
 class SaveLowering:
     name: ClassVar[str] = "lower-save"
     requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
 
     def run(self, module: ir.Module, ctx: Context) -> None:
         sm = sm_version(module.target)
+        if sm >= WARP_SM and not version_reachable(module, WARP_OPS):
+            sm = 0  # .version cannot be raised to what activemask needs: warp operations are left out
         for state in ctx.kernels.values():
             _Lowerer(state, ctx.probes, sm).lower()
 

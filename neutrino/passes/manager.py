@@ -14,6 +14,7 @@ import attrs
 
 from neutrino.errors import InstrumentError, NeutrinoError
 from neutrino.isa.ptx import ir, print_module
+from neutrino.isa.ptx.symbols import NameAllocator
 from neutrino.probefile import ProbeFile
 
 
@@ -64,6 +65,13 @@ class Context:
     kernel: str | None = None  # instrument only this entry (and prune the others)
     kernels: dict[str, KernelState] = attrs.Factory(dict)
     timings: dict[str, float] = attrs.Factory(dict)
+    allocator: NameAllocator | None = None  # every name a pass adds comes from here (spec/ir.md "Names")
+
+    def names(self, module: ir.Module) -> NameAllocator:
+        """The module's name allocator, read from its symbol tables when first asked for."""
+        if self.allocator is None or self.allocator.module is not module:
+            self.allocator = NameAllocator.of(module)
+        return self.allocator
 
     def info(self) -> dict[str, dict]:
         """The kernel descriptions of spec/kernel-json.md."""

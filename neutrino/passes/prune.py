@@ -23,11 +23,11 @@ from typing import ClassVar
 import attrs
 
 from neutrino.isa.ptx import ir
-from neutrino.passes.lower_save import COUNT_SUFFIX
 from neutrino.passes.manager import Context
 
-DECLARED_NAME = re.compile(r"([A-Za-z_$][A-Za-z0-9_$]*)\s*(\[[^\]]*\])*\s*(=|;)")
-NAME = re.compile(r"(?<![%.A-Za-z0-9_$])[A-Za-z_$][A-Za-z0-9_$]*")
+# A variable may be named like a register (`.global .u32 %x;`, read as `[%x]`): names may start with '%'.
+DECLARED_NAME = re.compile(r"(%[A-Za-z0-9_$]+|[A-Za-z_$][A-Za-z0-9_$]*)\s*(\[[^\]]*\])*\s*(=|;)")
+NAME = re.compile(r"(?<![%.A-Za-z0-9_$])(?:%[A-Za-z0-9_$]+|[A-Za-z_$][A-Za-z0-9_$]*)")
 SECTION_LABEL = re.compile(r"^\s*([A-Za-z_$][A-Za-z0-9_$]*)\s*:", re.M)
 # `.loc 1 3 71, function_name $L__info_string0, inlined_at 1 4 42`: the attributes after the position.
 LOC_ATTRIBUTES = re.compile(r"^(\.loc\s+\d+\s+\d+\s+\d+)\s*,.*$", re.S)
@@ -61,6 +61,7 @@ def referenced_symbols(function: ir.Function) -> set[str]:
                     seen.add(id(operands))
                     for operand in operands:
                         names.update(ir.symbols_in(operand))
+                        names.update(r.name for r in ir.registers_in(operand))  # `[%x]` may read a variable %x
             elif kind is ir.Directive:
                 texts.append(stmt.text)
             elif kind is ir.Scope:
@@ -173,4 +174,6 @@ class Pruning:
     def run(self, module: ir.Module, ctx: Context) -> None:
         if ctx.kernel is None:
             return
-        prune_module(module, {ctx.kernel, ctx.kernel + COUNT_SUFFIX})
+        state = ctx.kernels.get(ctx.kernel)
+        count_kernel = state.count_kernel if state is not None else None
+        prune_module(module, {ctx.kernel} | ({count_kernel} if count_kernel else set()))

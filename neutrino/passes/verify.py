@@ -107,6 +107,8 @@ class _SnippetChecker:
     # -- instructions
     def check_instruction(self, insn: ir.Instruction) -> None:
         token = insn.opcode.text
+        if self.check_ascii(insn):
+            return
         if insn.guard is not None:
             self.check_guard(insn)
         if insn.opcode.base == SAVE:
@@ -222,6 +224,21 @@ class _SnippetChecker:
         integer_only = insn.opcode.base == "mov" and formats.type_class(wanted) == "f"
         if wanted == "pred" or integer_only or formats.bits_of(wanted) != bits:
             self.operand_error(insn, f"type mismatch: {operand.name} is a {bits}-bit integer but {insn.opcode} expects a .{wanted} operand", operand.name)
+
+    def check_ascii(self, insn: ir.Instruction) -> bool:
+        """PTX is ASCII: a digit of another script (`٣`, `１２`) is refused, not copied into the kernel.
+
+        Python's int() and str.isdigit() take any script's digits, so this is checked
+        before any operand is read as a number. Returns True when it reported a problem.
+        """
+        text = "".join(map(str, insn.operands)) + (str(insn.guard.register) if insn.guard else "")
+        if text.isascii():
+            return False
+        bad = next(c for c in text if not c.isascii())
+        kind = "digit" if bad.isdigit() else "character"
+        hint = "write numbers with the ASCII digits 0-9" if bad.isdigit() else "PTX names and numbers are ASCII"
+        self.operand_error(insn, f"non-ASCII {kind} {bad!r} (U+{ord(bad):04X}) in {insn.opcode}: PTX is ASCII", bad, hint)
+        return True
 
     def check_guard(self, insn: ir.Instruction) -> None:
         name = insn.guard.register.name

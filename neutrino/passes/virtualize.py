@@ -10,36 +10,6 @@ import attrs
 from neutrino.isa.ptx import ir
 from neutrino.passes.manager import Context
 
-BASE_PREFIX = "%nt"
-TAKEN_PREFIX = re.compile(re.escape(BASE_PREFIX) + r"([1-9][0-9]*)?_")  # %nt_…, %nt1_…: prefixes in use
-
-
-def used_register_names(function: ir.Function) -> set[str]:
-    """Declared register names (ranges by their prefix): PTX registers must be declared."""
-    names: set[str] = set()
-    stack = [function.body or []]
-    while stack:
-        for stmt in stack.pop():
-            if type(stmt) is ir.RegDecl:
-                names.update(stmt.names)
-            elif type(stmt) is ir.Scope:
-                stack.append(stmt.body)
-    return names
-
-
-def choose_prefix(function: ir.Function) -> str:
-    """`%nt_`, or `%nt1_`, `%nt2_`, … if the kernel already uses names starting so."""
-    # One pass over the names (not one per candidate): which numbers are taken.
-    taken = set()
-    for name in used_register_names(function):
-        m = TAKEN_PREFIX.match(name)
-        if m:
-            taken.add(int(m.group(1) or 0))
-    n = 0
-    while n in taken:
-        n += 1
-    return f"{BASE_PREFIX}_" if n == 0 else f"{BASE_PREFIX}{n}_"
-
 
 @attrs.frozen
 class RegisterVirtualization:
@@ -54,8 +24,10 @@ class RegisterVirtualization:
 
     def run(self, module: ir.Module, ctx: Context) -> None:
         suffixes = probe_register_suffixes(list(ctx.probes.registers))
+        names = ctx.names(module)
         for state in ctx.kernels.values():
-            state.prefix = choose_prefix(state.function)
+            # Against every symbol table: a `.global %nt_x` would be shadowed by a register %nt_x.
+            state.prefix = names.fresh_prefix(state.function)
             for name, rtype in ctx.probes.registers.items():
                 renamed = state.prefix + suffixes[name]
                 state.renames[name] = renamed

@@ -144,6 +144,7 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
                 session=os.environ.get("NEUTRINO_SESSION"), **rank.start_fields())
     rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
                  native_writer=shim_path, compiled=compiled)
+    _start_timeline(rt, shim, opts, trace)
     try:
         cb = _analysis_callback(opts, probes)
     except NeutrinoError as e:  # a missing or broken analysis hook never stops profiling
@@ -153,6 +154,21 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
     if cb is not None:
         rt.set_callback(cb)
     return rt
+
+
+def _start_timeline(rt, shim, opts, trace) -> None:
+    """Every kernel of the process on the timeline (shim/cupti.c): started with the runtime, that is
+    at the first CUDA module load, before any kernel of it ran; never stops the program."""
+    from neutrino.runtime import cupti
+
+    try:
+        rt.timeline = cupti.start(shim.lib, trace, getattr(opts, "timeline", True))
+        if rt.timeline is not None:
+            from neutrino.runtime.clock import calibrate
+
+            calibrate(rt.drv, trace, "start")
+    except Exception as e:  # noqa: BLE001 - the timeline is context, never a reason to fail
+        trace.event("timeline", enabled=False, reason=f"{type(e).__name__}: {e}")
 
 
 def _claim_run_dir():

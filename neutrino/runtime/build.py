@@ -21,8 +21,9 @@ class ShimBuildError(NeutrinoError):
     """The shim could not be compiled."""
 
 
-SHIM_SOURCES = ("preload.c", "writer.c", "fastlaunch.c", "compilers.c", "graphs.c")
-SHIM_HEADERS = ("writer.h",)
+SHIM_SOURCES = ("preload.c", "writer.c", "fastlaunch.c", "compilers.c", "graphs.c", "ctxsink.c", "nvtx.c",
+               "argtrace.c", "cupti.c")
+SHIM_HEADERS = ("writer.h", "context.h", "cupti_abi.h")
 
 
 def shim_sources() -> list[Path]:

@@ -42,6 +42,7 @@ from neutrino.runtime.driver import (
 from neutrino.runtime.devices import Devices
 from neutrino.runtime.drain import NativeWriter, ResultWriter
 from neutrino.runtime.compilers import CompiledIndex, unseen_xla_compile_reason
+from neutrino.runtime.context import ContextTables
 from neutrino.runtime.fastpath import FastPath
 from neutrino.runtime import graph_ring
 from neutrino.runtime.graph_sinks import NativeGraphSink, PythonGraphSink
@@ -112,6 +113,7 @@ class Runtime:
         else:
             self.writer = ResultWriter(drv, trace, self.pool, self.enqueuer)
         self.attribution = Attributor()
+        self.context = _context_tables(native_writer, trace)
         self.graphs = self._graph_probes(native_writer)
         self._lock = threading.Lock()
         self.fallbacks: Counter = Counter()
@@ -124,6 +126,8 @@ class Runtime:
         self.memusage: dict[str, dict] = {}
         self._callback = None
         self._closed = False
+        self.timeline = None  # neutrino.runtime.cupti.Timeline, set by bootstrap when CUPTI runs
+        self.timeline_summary: dict | None = None
 
     def _graph_probes(self, native_writer: str | None) -> GraphProbes:
         """Kernels captured into CUDA graphs (graphs.py): their nodes' buffers are held against a
@@ -160,6 +164,8 @@ class Runtime:
                              hint=origin.hint, kernels=kernel_names(image))
         else:
             self.trace.event("module", module=hex(handle), kind=kind, source=getattr(rec.ptx, "source", None))
+        if self.context is not None:
+            self.context.open_dir()  # the trace exists now: ranges and arguments are written there
 
     def on_link_add(self, state: int, ptx_text: str) -> None:
         self.registry.link_add(state, ptx_text)
@@ -228,6 +234,7 @@ class Runtime:
             self.trace_budget.give_back(frame_bytes)
             raise
         frame = self.attribution.frame()
+        token = self.timeline.begin() if self.timeline is not None else 0  # marks the launch probed (cupti.c)
         try:
             flight = self.enqueuer.launch(pk, req, layouts, slots, stream=stream, ctx=ctx, frame=frame,
                                           frame_bytes=frame_bytes, benchmark=self.opt.benchmark)
@@ -241,16 +248,25 @@ class Runtime:
             self.pool.release(slots)
             self.trace_budget.give_back(frame_bytes)
             raise
+        finally:
+            if token:
+                self.timeline.end(token)
         # The probed kernel has run: from here on, never fall back (it would run twice).
         with self._lock:
             self.probed_launches += 1
         if flight.bench is not None:
             self._record_benchmark(pk, req, flight.bench)
         try:
-            self.writer.submit(flight)
+            seq = self.writer.submit(flight)
             self._plan_fast_path(req, ctx, pk, shape, flight)
         except Exception as e:  # noqa: BLE001 - the result is lost; the launch happened
             self.trace.event("result_error", kernel=rec.name, kernel_launch=req.index, reason=f"writer: {e}")
+            return 0
+        if self.context is not None and seq:
+            try:
+                self.context.record_launch(rec, req, ctx, seq - 1)
+            except Exception as e:  # noqa: BLE001 - the argument trace never touches the launch
+                self.trace.event("launch_args", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
         return 0
 
     def _capture(self, rec: FuncRec, req: LaunchRequest, ctx: int) -> int:
@@ -419,7 +435,10 @@ class Runtime:
         self._closed = True
         self.graphs.close()  # the graph rings' last frames go to the writer before it stops
         self.writer.stop(timeout=120)
+        self._stop_timeline()
         self.pool.close()
+        if self.context is not None:
+            self.context.close()
         self._collect_fast_path_counts()
         self._collect_graph_counts()
         self.compiled.close(self.trace.event)
@@ -428,6 +447,18 @@ class Runtime:
         if self._callback is not None and self.trace.materialized:
             callback.run_over_trace(self.trace, self._callback, self.opt.callback_seconds, stream)
         report.finish(self, stream)
+
+    def _stop_timeline(self) -> None:
+        """Flush CUPTI and close timeline.bin (after the writer: probed launches are numbered by then)."""
+        if self.timeline is None:
+            return
+        from neutrino.runtime.clock import calibrate
+
+        calibrate(self.drv, self.trace, "stop")
+        try:
+            self.timeline_summary = self.timeline.stop(self.trace)
+        except Exception as e:  # noqa: BLE001 - the results are written; the timeline is context
+            self.trace.event("timeline_counts", error=f"{type(e).__name__}: {e}")
 
 
 class SharedTraceBudget:
@@ -441,6 +472,17 @@ class SharedTraceBudget:
 
     def give_back(self, n: int) -> None:
         self.fast.give_back_trace(n)
+
+
+def _context_tables(native_writer: str | None, trace) -> ContextTables | None:
+    """Ranges and argument tables, written by the shim (context.py); None without one."""
+    if not native_writer:
+        return None
+    try:
+        return ContextTables(native_writer, trace)
+    except (OSError, AttributeError) as e:  # a shim built before the tables existed
+        trace.event("context_tables", reason=f"not recorded: {e}")
+        return None
 
 
 def _default_engine():

@@ -212,7 +212,8 @@ class NativeWriter:
             self.trace.event("frame", id=fid, frame=frame)
         return fid
 
-    def submit(self, flight) -> None:
+    def submit(self, flight) -> int:
+        """Queue the launch for the C writer; its sequence number (launch index + 1)."""
         req = flight.req
         with self._lock:
             self._ensure_started()
@@ -237,6 +238,7 @@ class NativeWriter:
             self._inflight.append((seq, flight))
         if flight.error is not None:
             self.trace.event("result_error", kernel=flight.kernel, kernel_launch=req.index, reason=flight.error)
+        return seq
 
     def kernel_file(self, kernel_dir: str) -> tuple[int, int]:
         """(kernel id, result file descriptor) of a kernel: the graph rings' frames go there too

@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="probe kernels launched into streams being captured into CUDA graphs, on every replay "
                         "(the default; --no-graphs: such launches run unprobed and are logged)")
+    p.add_argument("--timeline", action=argparse.BooleanOptionalAction, default=True,
+                   help="record every kernel, copy and memset of the program, probed or not, through CUPTI "
+                        "(timeline.bin; the default; --no-timeline: off)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its arguments")
     return p
 
@@ -151,6 +154,7 @@ def make_options(ns: argparse.Namespace) -> RuntimeOptions:
         when_full=ns.when_full,
         time_every=ns.time_every,
         graphs=ns.graphs,
+        timeline=ns.timeline,
     )
 
 
@@ -182,6 +186,7 @@ def child_env(opts: RuntimeOptions, shim: Path, base: dict | None = None) -> dic
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(STARTUP_DIR), str(PACKAGE_PARENT), env.get("PYTHONPATH", "")) if p)
     env[ENV_OPTIONS] = opts.to_json()
     env["NEUTRINO_SHIM"] = str(shim)
+    env.setdefault("NVTX_INJECTION64_PATH", str(shim))  # NVTX ranges (shim/nvtx.c); a tool's own injection is kept
     lib = libpython()
     if lib:
         env["NEUTRINO_LIBPYTHON"] = lib

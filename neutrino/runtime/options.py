@@ -107,6 +107,7 @@ class RuntimeOptions:
     callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
     time_every: int = attrs.field(default=DEFAULT_TIME_EVERY, validator=attrs.validators.ge(1))
     graphs: bool = True  # probe kernels captured into CUDA graphs, on every replay (--no-graphs: leave them)
+    timeline: bool = True  # every kernel, copy and memset through CUPTI (timeline.bin); --no-timeline: off
     verbosity: int = 0  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)
 
     def names(self, kernel: str) -> bool:

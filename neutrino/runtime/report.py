@@ -55,12 +55,12 @@ def _short(name: str, width: int = 40) -> str:
 
 
 def _kernel_counts(rt) -> tuple[int, int, int]:
-    """Kernels the program looked up, kernels probed (instrumented), kernels with a fallback."""
+    """Distinct kernels (by name): looked up by the program in modules with PTX, probed
+    (instrumented: the names in kernel/*/kernel.json), and fallen back at least once."""
     seen = rt.registry.kernels_seen() if hasattr(rt.registry, "kernels_seen") else set()
-    kernel_dir = rt.trace.path / "kernel"
-    probed = sum(1 for _ in kernel_dir.iterdir()) if kernel_dir.is_dir() else 0
+    probed = set(_probed_kernel_names(rt.trace.path))
     fell_back = len({kernel for kernel, _ in rt.fallbacks})
-    return len(seen), probed, fell_back
+    return len(seen | probed), len(probed), fell_back
 
 
 def _probed_kernel_names(run_dir) -> list[str]:
@@ -101,9 +101,25 @@ def unmatched_probe_lines(rt, run_dir) -> list[str]:
     return lines
 
 
+def launches_phrase(timeline: dict | None, probed_launches: int) -> str:
+    """`214 kernel launches ran (Triton 120, cuBLAS 60, ATen 34), 120 probed`: every kernel launch the
+    timeline recorded, per origin, and how many of them ran probed code. Empty without a timeline."""
+    if not timeline or "kernels" not in timeline:
+        return ""
+    origins = ", ".join(f"{k} {n}" for k, n in (timeline.get("by_origin") or {}).items())
+    return f"{timeline['kernels']} kernel launch(es) ran" + (f" ({origins})" if origins else "") + \
+        f", {probed_launches} probed"
+
+
 def closing_line(rt, seen: int, probed: int, fell_back: int) -> str:
-    """What happened, in one line: kernels seen, probed, fallen back, the results, where the trace is."""
+    """What happened, in one line, counting launches in launches and kernels in distinct kernels:
+    the launches that ran (with a timeline), the kernels seen and probed, the results, the trace."""
     kernels = f"{seen} kernel(s) seen, {probed} probed" + (f", {fell_back} fell back to the original" if fell_back else "")
+    timeline = getattr(rt, "timeline_summary", None)
+    launches = launches_phrase(timeline, rt.probed_launches)
+    if launches:
+        return (f"neutrino: {launches}; {kernels}; {_mib(rt.result_bytes)} of results; "
+                f"trace in {rt.trace.path}\n")
     return (f"neutrino: {kernels}; {rt.probed_launches} probed launch(es), {_mib(rt.result_bytes)} of results; "
             f"trace in {rt.trace.path}\n")
 

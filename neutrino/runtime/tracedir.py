@@ -104,6 +104,10 @@ class TraceDir:
                 else:
                     (self.path / item[0]).write_text(item[1])
 
+    def materialize(self) -> None:
+        """Create the directory now (a file written beside the event log needs it)."""
+        self._ensure()
+
     @property
     def materialized(self) -> bool:
         return self._log is not None

@@ -29,18 +29,24 @@ def launch_all(ptx_path, kernel, n):
         assert cu.cuStreamCreate(C.byref(st), 1) == 0
         streams.append(st)
 
+    cycle = int(os.environ.get("FAKEAPP_ARGS_CYCLE", "0"))  # launch i passes i % cycle as its first argument
+    ranged = _ranges()  # FAKEAPP_NVTX=libfakenvtx.so: launch i inside annotate("annot{i%2}") and NVTX "nvtx{i}"
+
     def launches(count):
         for _ in range(count):
             i = next(counter)
+            if cycle:
+                vals[0].value = i % cycle
             if devices > 1:
                 assert cu.cuCtxSetCurrent(C.c_void_p(0xC0 + 0x100 * (i % devices))) == 0
             g, stream = grids[i % len(grids)], streams[i % len(streams)]
-            if os.environ.get("FAKEAPP_EX"):  # as Triton launches
-                config.g[0] = g
-                config.stream = stream
-                assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
-            else:
-                assert cu.cuLaunchKernel(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+            with ranged(i):
+                if os.environ.get("FAKEAPP_EX"):  # as Triton launches
+                    config.g[0] = g
+                    config.stream = stream
+                    assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
+                else:
+                    assert cu.cuLaunchKernel(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
 
     threads = int(os.environ.get("FAKEAPP_THREADS", "0"))
     if not threads:
@@ -54,6 +60,29 @@ def launch_all(ptx_path, kernel, n):
         w.start()
     for w in workers:
         w.join()
+
+
+def _ranges():
+    import contextlib
+
+    path = os.environ.get("FAKEAPP_NVTX")
+    if not path:
+        return lambda i: contextlib.nullcontext()
+    import neutrino
+
+    nvtx = C.CDLL(path)
+    nvtx.fake_nvtx_push.argtypes = [C.c_char_p]
+
+    @contextlib.contextmanager
+    def ranged(i):
+        with neutrino.annotate(f"annot{i % 2}"):
+            nvtx.fake_nvtx_push(f"nvtx{i}".encode())
+            try:
+                yield
+            finally:
+                nvtx.fake_nvtx_pop()
+
+    return ranged
 
 
 if __name__ == "__main__":

@@ -436,7 +436,7 @@ def immediate_problem(imm: ir.Immediate, wanted: str) -> str | None:
     """Why the literal cannot stand for a `wanted`-typed operand, or None."""
     text = imm.text
     hex_float = text[:2] in ("0f", "0F", "0d", "0D")
-    decimal_float = bool(re.fullmatch(r"[-+]?\d+\.\d*", text))
+    decimal_float = bool(re.fullmatch(r"[-+]?[0-9]+\.[0-9]*", text))
     cls = type_class(wanted)
     if hex_float or decimal_float:
         if cls == "f":

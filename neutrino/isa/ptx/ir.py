@@ -74,6 +74,8 @@ class Immediate:
         t = self.text.rstrip("uU")
         neg = t.startswith("-")
         t = t.lstrip("-+")
+        if not t.isascii():  # int() and isdigit() take any script's digits ('٣', '１２'); PTX takes 0-9
+            return None
         try:
             if t[:2] in ("0x", "0X"):
                 v = int(t[2:], 16)

@@ -33,7 +33,8 @@ IMM_RE = re.compile(
 )
 SYMBOL_RE = re.compile(rf"{PLAIN_NAME}$")
 OPCODE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_:]+)*$")
-GUARD_RE = re.compile(rf"@(!?)({IDENT})\s+")
+# ptxas allows space around the guard's '!': `@ %p`, `@! %p`, `@ ! %p` (printed back as `@%p`, `@!%p`).
+GUARD_RE = re.compile(rf"@\s*(!?)\s*({IDENT})\s+")
 SPACE_RE = re.compile(r"\s*")
 _FLAT = r"(?:[^,{}\[\]()]|\{[^{}\[\]()]*\}|\[[^{}\[\]()]*\]|\([^{}\[\]()]*\))"
 FLAT_OPERAND_RE = re.compile(rf"({_FLAT}+)(?:,|$)")
@@ -50,7 +51,7 @@ REG_NAME_RE = re.compile(IDENT)
 INSTRUCTION_RE = re.compile(
     # the operands end at their last non-space character: a greedy `.*` backtracks over the trailing
     # space only (a lazy `.*?\s*$` retries the tail at every character: quadratic in long blank runs)
-    rf"\s*(?:@(!?)({IDENT})\s+)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:(?:\s+|(?=\{{))(\S.*\S|\S))?\s*$", re.S
+    rf"\s*(?:@\s*(!?)\s*({IDENT})\s+)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)(?:(?:\s+|(?=\{{))(\S.*\S|\S))?\s*$", re.S
 )
 LINE_DIRECTIVE_RE = re.compile(r"\.(?:loc|file)\b")
 
@@ -316,6 +317,11 @@ def check_nesting(scanner: "Scanner", text: str) -> None:
             parens = max(parens - 1, 0)
 
 
+# What may follow the last item: Ctrl-Z bytes (\x1a, the DOS end-of-file mark some old tools
+# append) and whitespace. ptxas skips \x1a like a space anywhere; we take it only here.
+END_OF_FILE_RE = re.compile(r"\x1a[\x1a\s]*")
+
+
 def parse_module(text: str, source: str = "<ptx>", lazy: bool = True) -> ir.Module:
     """With `lazy`, operands of well-formed instructions are parsed on first use (same result)."""
     scanner = Scanner(text, source, lazy=lazy)
@@ -324,8 +330,8 @@ def parse_module(text: str, source: str = "<ptx>", lazy: bool = True) -> ir.Modu
     while True:
         space = scanner.pos  # an item's spelling starts with the whitespace before it
         scanner.skip_space()
-        if scanner.at_end():
-            module.trailing = text[space:]
+        if scanner.at_end() or END_OF_FILE_RE.fullmatch(text, scanner.pos):
+            module.trailing = text[space:]  # with any Ctrl-Z (DOS end-of-file) bytes, which ptxas skips
             return module
         pos = scanner.pos
         item = _top_level_item(scanner)
@@ -397,8 +403,7 @@ def parse_function(scanner: Scanner) -> ir.Function:
         raise scanner.error(start, f"expected one function name after {kind_word}")
     name = rest[0]
     params = parse_params(scanner) if stop == "(" else None
-    directives_text, stop = scanner.read_until(";{")
-    directives = split_perf_directives(directives_text)
+    directives, stop = read_head_directives(scanner, kind_word == ".entry")
     function = ir.Function(
         kind=kind_word[1:], name=name, linkage=linkage, returns=returns, params=params, directives=directives, line=line
     )
@@ -428,6 +433,26 @@ def parse_params(scanner: Scanner) -> list[ir.Param]:
         raise scanner.error(open_pos, "unbalanced '(' in parameter list")
     scanner.pos += 1
     return [ir.Param(" ".join(p.split())) for p in text.split(",") if p.strip()]
+
+
+PRAGMA_RE = re.compile(r"\.pragma(?![A-Za-z0-9_$])")
+
+
+def read_head_directives(scanner: Scanner, entry: bool) -> tuple[list[str], str]:
+    """The directives between a function's parameters and its `{` or `;`, and that stop.
+
+    An entry may carry `.pragma "...";` there (ptxas takes `.pragma "nounroll";`
+    before a kernel's `{`, not before a `.func`'s): its ';' does not end the
+    head, and it stays a directive of its own, ';' included.
+    """
+    directives: list[str] = []
+    while True:
+        text, stop = scanner.read_until(";{")
+        pragma = PRAGMA_RE.search(text) if entry and stop == ";" else None
+        if pragma is None:
+            return directives + split_perf_directives(text), stop
+        directives += split_perf_directives(text[: pragma.start()]) + [" ".join(text[pragma.start() :].split()) + ";"]
+        scanner.pos += 1
 
 
 def split_perf_directives(text: str) -> list[str]:
@@ -549,7 +574,10 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str |
             scanner.pos = end
             return text[pos:start]
         if kind == LINEDIR:
-            stmt = ir.Directive(token.group(kind).rstrip(), line)
+            directive = token.group(kind).rstrip()
+            if directive.startswith(".loc") and loc_is_incomplete(directive):
+                break  # its position continues on the next line: the careful path joins them
+            stmt = ir.Directive(directive, line)
         elif kind == COMMENT:
             stmt = ir.Comment(token.group(kind), line)
         elif kind == LABEL:
@@ -573,11 +601,37 @@ def _read_common_statements(scanner: Scanner, body: list[ir.Statement]) -> str |
     return None
 
 
+# `.loc file line column` and its attributes (`, function_name L+4, inlined_at 1 2 3`).
+LOC_POSITION_RE = re.compile(r"\.loc\s+\d+\s+\d+\s+\d+(?![A-Za-z0-9_$])")
+LOC_CONTINUATION_RE = re.compile(r"\n[ \t]*(?=[0-9,]|function_name|inlined_at)")
+
+
+def loc_is_incomplete(text: str) -> bool:
+    """Does this `.loc` line lack part of its position, or end in a ','? (ptxas reads on over the newline.)"""
+    return LOC_POSITION_RE.match(text) is None or text.endswith(",")
+
+
+def read_loc(scanner: Scanner) -> str:
+    """A `.loc`, joined into one line when ptxas would read its operands from the lines after it."""
+    text = scanner.read_line()
+    joined = False
+    while loc_is_incomplete(text):
+        more = LOC_CONTINUATION_RE.match(scanner.text, scanner.pos)
+        if more is None:
+            break
+        scanner.pos = more.end()
+        text += " " + scanner.read_line()
+        joined = True
+    return " ".join(text.replace(",", ", ").split()).replace(" ,", ",") if joined else text
+
+
 def parse_body_directive(scanner: Scanner) -> ir.Statement:
     pos = scanner.pos
     line = scanner.line_of(pos)
     word_match = DIRECTIVE_WORD_RE.match(scanner.text, pos)
     word = word_match.group(0) if word_match else "."
+    if word == ".loc":
+        return ir.Directive(read_loc(scanner), line)
     if word in LINE_DIRECTIVES:
         return ir.Directive(scanner.read_line(), line)
     # Data directives may have initializers in braces (`.global .u32 t[2] = {1, 2};`).

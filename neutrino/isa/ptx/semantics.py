@@ -245,6 +245,12 @@ TABLE: dict[tuple[str, ...], OpSemantics] = {
     ("nanosleep",): OpSemantics(defs=(), control="barrier"),
     ("pmevent",): OpSemantics(defs=()),
     ("discard",): OpSemantics(defs=(), addresses=((0, "store"),)),
+    # Writes a counting variant must see as writes (multicast memory, tensor maps in memory).
+    ("multimem", "st"): OpSemantics(defs=(), addresses=((0, "store"),), bytes=_by_vector),
+    ("multimem", "red"): OpSemantics(defs=(), addresses=((0, "atomic"),), bytes=_by_vector),
+    ("multimem", "ld_reduce"): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_by_vector),
+    ("tensormap", "replace"): OpSemantics(defs=(), addresses=((0, "store"),), no_bytes="a tensor map field is replaced in place"),
+    ("tensormap", "cp_fenceproxy"): OpSemantics(defs=(), addresses=((0, "store"), (1, "load")), bytes=_bulk_bytes),
     ("applypriority",): OpSemantics(defs=(), addresses=((0, "prefetch"),)),
 }
 DEFAULT = OpSemantics(defs=(0,))

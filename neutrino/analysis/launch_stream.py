@@ -1,0 +1,137 @@
+"""The runs of a trace or job, and their probed launches streamed kernel by kernel.
+
+`members(path)` names the run directories of a trace (one run, a job of ranks, or an `-o`
+trace of several processes) with their rank. `launches_by_kernel(run, events)` yields the
+launch events of one run (the `launch` events of the event log, then the records of
+result/index.bin rebuilt as `neutrino.trace.read_index` does), grouped by kernel and in
+launch order within a kernel, without holding every launch: the index is memory-mapped and
+only its kernel-id column is sorted (12 bytes a launch). Used by the columnar export and
+`diff`, whose memory must not grow with the trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from neutrino import trace as nt
+from neutrino.analysis import _common as C
+
+
+def members(path) -> list[tuple[int, Path]]:
+    """(rank, run directory) of every run that `path` holds: the ranks of a job, the processes of
+    an `-o` trace (numbered in order of start), or one run (its `start` event's rank, else 0)."""
+    from neutrino.analysis.ranks import find_group
+
+    path = Path(path)
+    if not path.exists():
+        raise nt.TraceError(f"{path}: no such trace directory")
+    group = find_group(path)
+    if group is not None:
+        ranks = nt.find_rank_dirs(group)
+        return ranks or list(enumerate(nt.find_process_dirs(group)))
+    run = nt.find_run_dir(path)
+    start = next((e for e in nt.read_events(run / "event.log") if e.get("event") == "start"), {})
+    rank = start.get("rank")
+    return [(rank if isinstance(rank, int) and not isinstance(rank, bool) else 0, run)]
+
+
+def kernel_key(kernel: str) -> str:
+    """The partition value of a kernel: a readable prefix of its name and a hash that tells apart
+    names the prefix confuses (never a bare number, so that engines keep it a string)."""
+    digest = hashlib.sha256(kernel.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{C.safe_name(kernel, 40)}-{digest}"
+
+
+def _index_kernels(events: list[dict]) -> tuple[dict[int, tuple[str, str]], dict[int, str]]:
+    """kernel id -> (kernel name, result file), frame id -> frame text, from the event log."""
+    kernels: dict[int, tuple[str, str]] = {}
+    frames: dict[int, str] = {}
+    for ev in events:
+        if ev.get("event") == "instrument" and isinstance(ev.get("kernel_dir"), str):
+            name = ev["kernel_dir"].rsplit("/", 1)[-1]
+            k = name.split("_", 1)[0]
+            if k.isdigit():
+                kernels[int(k)] = (str(ev.get("kernel", "")), f"result/{name}.ntr")
+        elif ev.get("event") == "frame" and isinstance(ev.get("id"), int):
+            frames[ev["id"]] = ev.get("frame")
+    return kernels, frames
+
+
+def _index_records(run: Path) -> np.ndarray:
+    path = run / "result" / "index.bin"
+    if not path.exists() or path.stat().st_size < 16:
+        if path.exists():
+            raise nt.TraceError(f"{path}: not a Neutrino launch index (truncated header)")
+        return np.zeros(0, nt.INDEX_RECORD)
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if head[:8] != nt.INDEX_MAGIC:
+        raise nt.TraceError(f"{path}: not a Neutrino launch index (bad magic)")
+    version, size = (int(v) for v in np.frombuffer(head[8:16], "<u4"))
+    if version != nt.INDEX_VERSION or size != nt.INDEX_RECORD.itemsize:
+        raise nt.TraceError(f"{path}: index version {version} with {size}-byte records; "
+                            f"this reader knows version {nt.INDEX_VERSION}")
+    n = (path.stat().st_size - 16) // size  # a record cut short by a crash is ignored
+    if n == 0:
+        return np.zeros(0, nt.INDEX_RECORD)
+    return np.memmap(path, nt.INDEX_RECORD, mode="r", offset=16, shape=(n,))
+
+
+def _index_event(r, kernel: str, result: str, frames: dict[int, str]) -> dict:
+    """The launch event of one index record (the fields `neutrino.trace.read_index` gives)."""
+    duration = float(r["duration_ns"])
+    graph = int(r["graph"])
+    ev = {"event": "launch", "index": int(r["seq"]) - 1, "kernel": kernel, "grid": [int(v) for v in r["grid"]],
+          "block": [int(v) for v in r["block"]], "shared_bytes": int(r["shared_bytes"]),
+          "stream": hex(int(r["stream"])), "result": result, "result_offset": int(r["offset"]),
+          "frame": frames.get(int(r["frame_id"])), "duration_ns": duration if duration >= 0 else None,
+          "kernel_launch": int(r["kernel_launch"])}
+    if graph:
+        ev.update(graph=graph >> 32, graph_node=graph & 0xFFFFFFFF, replay=int(r["kernel_launch"]))
+    return ev
+
+
+def launches_by_kernel(run: Path, events: list[dict]) -> Iterator[dict]:
+    """Every probed launch event of a run, grouped by kernel, in launch order within a kernel."""
+    logged = [e for e in events if e.get("event") == "launch" and isinstance(e.get("result"), str)]
+    logged.sort(key=lambda e: (str(e.get("kernel", "")), as_int(e.get("index"))))
+    yield from logged
+    kernels, frames = _index_kernels(events)
+    records = _index_records(Path(run))
+    if not len(records):
+        return
+    kernel_id = np.asarray(records["kernel_id"])
+    ok = (np.asarray(records["status"]) == 0) & np.isin(kernel_id, np.fromiter(kernels, np.int64, len(kernels)))
+    chosen = np.flatnonzero(ok)
+    order = chosen[np.lexsort((np.asarray(records["seq"])[chosen], kernel_id[chosen]))]
+    del kernel_id, ok, chosen
+    for i in order:
+        r = records[i]
+        kernel, result = kernels[int(r["kernel_id"])]
+        yield _index_event(r, kernel, result, frames)
+
+
+def as_int(value) -> int:
+    """An event field as an int; -1 when it is not one (a corrupt event log)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+
+
+def dims(value) -> tuple[int, int, int]:
+    """Three launch dimensions of an event field; (0, 0, 0) when it is not three integers."""
+    try:
+        out = tuple(int(v) for v in value)
+    except (TypeError, ValueError, OverflowError):
+        return (0, 0, 0)
+    return out if len(out) == 3 else (0, 0, 0)
+
+
+def read_frame(run: Path, ev: dict):
+    """The result frame of one launch event (`neutrino.trace.ResultFile`); never cached."""
+    return nt.read_result(Path(run) / ev["result"], as_int(ev.get("result_offset", 0) or 0))

@@ -1,0 +1,153 @@
+"""Reading timeline.bin (every kernel, copy and memset of a run; spec/trace-format.md,
+"Context tables") and telling which library a kernel came from by its name."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from neutrino.trace import TraceError
+
+MAGIC = b"NTTIMEL1"
+HEADER_BYTES = 16
+VERSION = 1
+KERNEL, MEMCPY, MEMSET = 1, 2, 3
+FLAG_PROBED, FLAG_GRAPH = 1, 2
+NO_NAME = 0xFFFFFFFF
+
+RECORD = np.dtype([
+    ("kind", "<u1"), ("copy_kind", "<u1"), ("flags", "<u2"), ("device", "<u4"), ("stream", "<u4"),
+    ("tid", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8"), ("correlation", "<u8"), ("bytes", "<u8"),
+    ("name_id", "<u4"), ("probe_launch", "<i4"), ("grid", "<u4", (3,)), ("block", "<u4", (3,)),
+])
+assert RECORD.itemsize == 80
+
+ORIGINS = ("cuBLAS", "cuDNN", "NCCL", "ATen", "Triton", "XLA", "CUTLASS", "other")
+
+# First match wins (spec/trace-format.md, "Kernel origins"). Names are matched as the driver
+# knows them: mangled C++ (`_ZN2at6native...`) or plain (Triton, XLA).
+_ORIGIN_RULES: tuple[tuple[str, re.Pattern], ...] = (
+    ("NCCL", re.compile(r"ncclDevKernel|ncclKernel")),
+    ("cuDNN", re.compile(r"cudnn|_fprop_|_dgrad_|_wgrad_|convolve_", re.IGNORECASE)),
+    ("cuBLAS", re.compile(r"cublas|^(sm\d+|ampere|volta|turing|hopper)_|xmma_gemm|gemv|gemmSN|gemmk1|nvjet|splitKreduce",
+                          re.IGNORECASE)),
+    ("ATen", re.compile(r"at::|at_cuda_detail|_ZN2at|at6native|cunn_|_GLOBAL__N__\w*_(SoftMax|Softmax|Reduce|"
+                        r"Normalization|layer_norm_kernel|Loss|Dropout|Indexing|Sort|Embedding|Activation)\w*_cu")),
+    ("CUTLASS", re.compile(r"cutlass", re.IGNORECASE)),
+    ("Triton", re.compile(r"^triton_|triton")),
+    ("XLA", re.compile(r"^(loop_|input_|wrapped_|fusion)|_fusion(_\d+)?$|^(gemm|reduce|convert|transpose)_fusion|"
+                       r"stream_executor")),
+)
+
+
+def origin(name: str) -> str:
+    """The library a kernel name comes from: one of ORIGINS (`other` when no rule matches)."""
+    for label, pattern in _ORIGIN_RULES:
+        if pattern.search(name):
+            return label
+    return "other"
+
+
+def read_header(data: bytes, path: Path) -> int:
+    """The record size the header declares; TraceError naming the file when it is not a timeline."""
+    if len(data) < HEADER_BYTES or data[:8] != MAGIC:
+        raise TraceError(f"{path}: not a timeline (expected the 16-byte header starting {MAGIC!r})")
+    version = int.from_bytes(data[8:12], "little")
+    size = int.from_bytes(data[12:16], "little")
+    if version != VERSION:
+        raise TraceError(f"{path}: timeline version {version}, this reader knows {VERSION}")
+    if size < RECORD.itemsize:
+        raise TraceError(f"{path}: record size {size} is smaller than the {RECORD.itemsize} bytes of version 1")
+    return size
+
+
+def _records(path: Path) -> np.ndarray:
+    raw = np.fromfile(path, dtype=np.uint8)
+    size = read_header(raw[:HEADER_BYTES].tobytes(), path)
+    body = raw[HEADER_BYTES:]
+    n = len(body) // size  # a record cut short at the end (a crash) is ignored
+    rows = body[: n * size].reshape(n, size)[:, : RECORD.itemsize]
+    return np.ascontiguousarray(rows).view(RECORD).reshape(n)
+
+
+def read_names(run_dir: Path) -> list[str]:
+    path = Path(run_dir) / "timeline_names.txt"
+    if not path.exists():
+        return []
+    return path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
+
+
+CLOCK_KERNEL = "__neutrino_globaltimer"  # neutrino.runtime.clock's calibration kernel
+
+
+def read_timeline(run_dir, *, own: bool = False) -> np.ndarray:
+    """Every record of run_dir/timeline.bin with its kernel `name` ("" for copies and memsets),
+    ordered by start_ns; Neutrino's own clock-calibration kernel only with own=True.
+    FileNotFoundError when the run has no timeline."""
+    run_dir = Path(run_dir)
+    recs = _records(run_dir / "timeline.bin")
+    names = read_names(run_dir)
+    dtype = np.dtype(RECORD.descr + [("name", object)])
+    out = np.empty(len(recs), dtype=dtype)
+    for field in RECORD.names:
+        out[field] = recs[field]
+    lookup = np.array(names + [""], dtype=object)
+    ids = recs["name_id"].astype(np.int64)
+    ids[(ids < 0) | (ids >= len(names))] = len(names)  # copies, memsets, a name line lost
+    out["name"] = lookup[ids]
+    if not own:
+        out = out[out["name"] != CLOCK_KERNEL]
+    return out[np.argsort(out["start_ns"], kind="stable")]
+
+
+def clock_calibrations(run_dir) -> list[tuple[int, int]]:
+    """(%globaltimer, CUPTI time) pairs of the run's calibration launches (neutrino.runtime.clock):
+    each `timeline_clock` event's reads paired, in order, with the CUPTI record of that launch
+    (mid-times of both)."""
+    import json
+
+    run_dir = Path(run_dir)
+    reads = []
+    for line in (run_dir / "event.log").read_text(errors="replace").splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if ev.get("event") == "timeline_clock" and ev.get("globaltimer_ns"):
+            reads.append(ev["globaltimer_ns"])
+    tl = read_timeline(run_dir, own=True)
+    recs = tl[tl["name"] == CLOCK_KERNEL]
+    return [((int(g[0]) + int(g[1])) // 2, (int(r["start_ns"]) + int(r["end_ns"])) // 2) for g, r in zip(reads, recs)]
+
+
+def globaltimer_offset(run_dir) -> int | None:
+    """Nanoseconds to add to a %globaltimer value to put it on the timeline's clock: the median
+    over the run's calibrations. None without one. globaltimer_to_ns() follows the drift."""
+    pairs = clock_calibrations(run_dir)
+    return int(np.median([cupti - gt for gt, cupti in pairs])) if pairs else None
+
+
+def globaltimer_to_ns(values, run_dir) -> np.ndarray:
+    """%globaltimer values on the timeline's clock: the offset interpolated linearly between the
+    calibrations at timeline start and stop (the GPU timer drifts from CLOCK_REALTIME by ppm), held
+    constant outside them. ValueError without a calibration."""
+    pairs = sorted(clock_calibrations(run_dir))
+    if not pairs:
+        raise ValueError(f"{run_dir}: no clock calibration (timeline_clock events) in this run")
+    gts = np.array([gt for gt, _ in pairs], dtype=np.float64)
+    offsets = np.array([cupti - gt for gt, cupti in pairs], dtype=np.float64)
+    v = np.asarray(values, dtype=np.int64)
+    return v + np.rint(np.interp(v.astype(np.float64), gts, offsets)).astype(np.int64)
+
+
+def kernels_by_origin(timeline: np.ndarray) -> dict[str, int]:
+    """Kernel records per origin, most first (one origin() call per distinct name)."""
+    kernels = timeline[timeline["kind"] == KERNEL]
+    ids, first, counts = np.unique(kernels["name_id"], return_index=True, return_counts=True)
+    totals: dict[str, int] = {}
+    for i, n in zip(first, counts):
+        label = origin(kernels["name"][i])
+        totals[label] = totals.get(label, 0) + int(n)
+    return dict(sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -1,0 +1,772 @@
+/* The timeline: every kernel, copy and memset of the process, through CUPTI's Activity API.
+ *
+ * libcupti is dlopen()ed at run time (never linked: CI has no CUDA). The runtime starts the
+ * timeline when it is built (the first CUDA module load, before any kernel of that module can
+ * run) and stops it at exit (neutrino_timeline_stop flushes CUPTI's buffers first).
+ *
+ * CUPTI hands us filled buffers on its own thread (or on the thread that flushes); each is
+ * converted to timeline.bin records (80 bytes, spec/trace-format.md) and appended with one
+ * write(): the program's threads never wait for us. Kernel names go to timeline_names.txt,
+ * once each (a hash table of the names seen).
+ *
+ * Joins, by CUPTI correlation id:
+ *   - the launching thread: API records of the launch and copy calls only
+ *     (cuptiActivityEnableDriverApi/RuntimeApi), each giving (correlation, Linux tid);
+ *   - probed launches: the launch paths wrap the probed kernel's launch in an external
+ *     correlation id of ours (kind CUSTOM2, a token); the result writer maps the token to the
+ *     launch's sequence number when the job is submitted (probe_launch = seq - 1).
+ * A GPU record whose API record has not arrived yet waits for it (PENDING_NS, or until the stop).
+ *
+ * Coexistence (spec/runtime.md): CUPTI has one set of buffer callbacks per process. The shim
+ * exports cuptiActivityRegisterCallbacks, cuptiActivityEnable/Disable, cuptiActivityFlushAll
+ * and cuptiFinalize, so a profiler in the program (Kineto, through torch.profiler) reaches
+ * ours: while the timeline runs, our callbacks stay registered, the program's are kept, and
+ * every record of a kind the program enabled is copied into the program's own buffers.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cupti_abi.h"
+
+#define BUFFER_BYTES (4u << 20)
+#define PENDING_NS 2000000000ull /* how long a GPU record waits for its API record */
+#define PENDING_MAX (1u << 20)
+#define TID_BITS 18            /* correlation -> tid, direct-mapped by the id's low bits */
+#define PROBE_BITS 18          /* correlation -> token and token -> seq, likewise */
+#define OUT_RECORDS 1024
+
+/* ------------------------------------------------------------------ the library */
+
+static void *(*rdlsym)(void *, const char *);
+static void *lib;  /* the libcupti in use */
+
+static struct {
+    CUptiResult (*get_version)(uint32_t *);
+    CUptiResult (*register_callbacks)(nt_buffer_requested_t, nt_buffer_completed_t);
+    CUptiResult (*enable)(int);
+    CUptiResult (*disable)(int);
+    CUptiResult (*flush_all)(uint32_t);
+    CUptiResult (*next_record)(uint8_t *, size_t, uint8_t **);
+    CUptiResult (*dropped)(void *, uint32_t, size_t *);
+    CUptiResult (*enable_driver_api)(uint32_t, uint8_t);
+    CUptiResult (*enable_runtime_api)(uint32_t, uint8_t);
+    CUptiResult (*push_external)(int, uint64_t);
+    CUptiResult (*pop_external)(int, uint64_t *);
+    CUptiResult (*set_thread_id_type)(int);
+    CUptiResult (*get_timestamp)(uint64_t *);
+    CUptiResult (*finalize)(void);
+} api;
+
+static void init_rdlsym(void) {
+    if (rdlsym) return;
+    rdlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!rdlsym) rdlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+}
+
+/* A libcupti already in the process (PyTorch links one) is the one to use: two copies would
+ * both attach to the driver. Else the path the runtime found (neutrino/runtime/timeline.py). */
+static void *open_cupti(const char *path) {
+    static const char *const sonames[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so"};
+    for (unsigned i = 0; i < sizeof sonames / sizeof *sonames; i++) {
+        void *h = dlopen(sonames[i], RTLD_NOW | RTLD_NOLOAD);
+        if (h) return h;
+    }
+    return path && *path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+}
+
+static int resolve_api(void) {
+#define GET(field, name) (api.field = rdlsym(lib, name))
+    GET(get_version, "cuptiGetVersion"); GET(register_callbacks, "cuptiActivityRegisterCallbacks");
+    GET(enable, "cuptiActivityEnable"); GET(disable, "cuptiActivityDisable");
+    GET(flush_all, "cuptiActivityFlushAll"); GET(next_record, "cuptiActivityGetNextRecord");
+    GET(dropped, "cuptiActivityGetNumDroppedRecords"); GET(enable_driver_api, "cuptiActivityEnableDriverApi");
+    GET(enable_runtime_api, "cuptiActivityEnableRuntimeApi");
+    GET(push_external, "cuptiActivityPushExternalCorrelationId");
+    GET(pop_external, "cuptiActivityPopExternalCorrelationId");
+    GET(set_thread_id_type, "cuptiSetThreadIdType"); GET(get_timestamp, "cuptiGetTimestamp");
+    GET(finalize, "cuptiFinalize");
+#undef GET
+    return api.get_version && api.register_callbacks && api.enable && api.disable && api.flush_all &&
+           api.next_record;
+}
+
+/* ------------------------------------------------------------------ state */
+
+static _Atomic int recording;      /* our kinds are enabled and records are written */
+static _Atomic int multiplexing;   /* our buffer callbacks are the registered ones */
+static pthread_mutex_t tl_lock = PTHREAD_MUTEX_INITIALIZER;  /* buffers are converted under it */
+static int timeline_fd = -1, names_fd = -1;
+/* records written, kernels, memcpys, memsets, probed kernels, records CUPTI dropped, distinct names,
+ * records without a thread, API records seen, our external-correlation records seen, records
+ * copied to the program's profiler, records it had no room for */
+#define N_COUNTS 12
+static uint64_t counts[N_COUNTS];
+enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
+       N_FORWARD_LOST };
+
+/* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
+ * MEMSET), `api` (API records of the launch and copy calls: the launching thread), `api_all`
+ * (every driver and runtime API record), `ext` (external correlation: probed launches flagged).
+ * Default: copies (API records cost the most: spec/runtime.md, "Timeline"). */
+enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8 };
+static int level = L_COPIES;
+
+static void read_level(void) {
+    const char *s = getenv("NEUTRINO_TIMELINE_LEVEL");
+    if (!s) return;
+    static const struct { const char *word; int bit; } words[] = {
+        {"copies", L_COPIES}, {"api", L_API}, {"api_all", L_API_ALL}, {"ext", L_EXT}};
+    level = 0;
+    for (const char *p = s; *p;) {
+        size_t n = strcspn(p, ",");
+        for (unsigned i = 0; i < sizeof words / sizeof *words; i++)
+            if (n == strlen(words[i].word) && !strncmp(p, words[i].word, n)) level |= words[i].bit;
+        p += n + (p[n] == ',');
+    }
+}
+
+static struct { uint32_t corr, tid; } tid_of[1u << TID_BITS];
+static struct { uint32_t corr; uint64_t token; } token_of[1u << PROBE_BITS];
+static struct { uint64_t token, seq; } seq_of[1u << PROBE_BITS];
+static pthread_mutex_t seq_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t next_token;
+static __thread uint64_t thread_token;  /* the probed launch this thread is submitting */
+
+typedef struct { nt_timeline_record rec; uint64_t held_ns; } pending_t;
+static pending_t *pending;
+static uint64_t realtime_ns(void);
+static size_t n_pending, cap_pending;
+
+static nt_timeline_record out[OUT_RECORDS];
+static unsigned n_out;
+
+/* ------------------------------------------------------------------ names */
+
+typedef struct { char *name; uint32_t id; uint64_t hash; } name_slot;
+static name_slot *names;
+static size_t names_cap, names_used;
+
+static uint64_t hash_name(const char *s) {
+    uint64_t h = 1469598103934665603ull;  /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int names_grow(void) {
+    size_t cap = names_cap ? names_cap * 2 : 1024;
+    name_slot *t = calloc(cap, sizeof *t);
+    if (!t) return -1;
+    for (size_t i = 0; i < names_cap; i++) {
+        if (!names[i].name) continue;
+        size_t j = names[i].hash & (cap - 1);
+        while (t[j].name) j = (j + 1) & (cap - 1);
+        t[j] = names[i];
+    }
+    free(names);
+    names = t;
+    names_cap = cap;
+    return 0;
+}
+
+/* The line of timeline_names.txt holding `name`, appended when new. */
+static uint32_t name_id(const char *name) {
+    if (!name) name = "";
+    if ((names_used + 1) * 2 > names_cap && names_grow() != 0) return UINT32_MAX;
+    uint64_t h = hash_name(name);
+    size_t j = h & (names_cap - 1);
+    for (; names[j].name; j = (j + 1) & (names_cap - 1))
+        if (names[j].hash == h && !strcmp(names[j].name, name)) return names[j].id;
+    char *copy = strdup(name);
+    if (!copy) return UINT32_MAX;
+    for (char *c = copy; *c; c++)
+        if (*c == '\n' || *c == '\r') *c = ' ';  /* one name per line */
+    names[j] = (name_slot){copy, (uint32_t)names_used++, h};
+    size_t len = strlen(copy);
+    copy[len] = '\n';
+    ssize_t w = write(names_fd, copy, len + 1);
+    copy[len] = '\0';
+    (void)w;
+    counts[N_NAMES]++;
+    return names[j].id;
+}
+
+/* ------------------------------------------------------------------ joins */
+
+static void note_tid(uint32_t corr, uint32_t tid) {
+    unsigned i = corr & ((1u << TID_BITS) - 1);
+    tid_of[i].corr = corr;
+    tid_of[i].tid = tid;
+}
+
+static uint32_t find_tid(uint32_t corr) {
+    unsigned i = corr & ((1u << TID_BITS) - 1);
+    return corr && tid_of[i].corr == corr ? tid_of[i].tid : 0;
+}
+
+static uint64_t find_token(uint32_t corr) {
+    unsigned i = corr & ((1u << PROBE_BITS) - 1);
+    return corr && token_of[i].corr == corr ? token_of[i].token : 0;
+}
+
+static int32_t probe_launch_of(uint64_t token) {
+    pthread_mutex_lock(&seq_lock);
+    unsigned i = token & ((1u << PROBE_BITS) - 1);
+    int32_t launch = seq_of[i].token == token && seq_of[i].seq ? (int32_t)(seq_of[i].seq - 1) : -1;
+    pthread_mutex_unlock(&seq_lock);
+    return launch;
+}
+
+/* ------------------------------------------------------------------ records */
+
+static void flush_out(void) {
+    if (!n_out) return;
+    const char *p = (const char *)out;
+    size_t left = n_out * sizeof *out;
+    while (left) {
+        ssize_t w = write(timeline_fd, p, left);
+        if (w <= 0) break;
+        p += w;
+        left -= (size_t)w;
+    }
+    n_out = 0;
+}
+
+/* Out to timeline.bin, with the launching thread and probed launch when they are known. */
+static void emit(nt_timeline_record *r) {
+    r->tid = find_tid((uint32_t)r->correlation);
+    if (!r->tid) counts[N_NO_TID]++;
+    if (r->kind == 1) {
+        uint64_t token = find_token((uint32_t)r->correlation);
+        if (token) {
+            r->flags |= 1;
+            r->probe_launch = probe_launch_of(token);
+            counts[N_PROBED]++;
+        }
+    }
+    counts[N_RECORDS]++;
+    counts[r->kind == 1 ? N_KERNELS : r->kind == 2 ? N_MEMCPY : N_MEMSET]++;
+    out[n_out++] = *r;
+    if (n_out == OUT_RECORDS) flush_out();
+}
+
+static void hold(const nt_timeline_record *r) {
+    if (!(level & (L_API | L_API_ALL)) || find_tid((uint32_t)r->correlation) || !r->correlation) {
+        nt_timeline_record c = *r;
+        emit(&c);
+        return;
+    }
+    if (n_pending == cap_pending) {
+        size_t cap = cap_pending ? cap_pending * 2 : 4096;
+        pending_t *p = cap <= PENDING_MAX ? realloc(pending, cap * sizeof *p) : NULL;
+        if (!p) {
+            nt_timeline_record c = *r;
+            emit(&c);
+            return;
+        }
+        pending = p;
+        cap_pending = cap;
+    }
+    pending[n_pending++] = (pending_t){*r, realtime_ns()};
+}
+
+/* Records waiting for their API record: out once it came, or once they waited long enough. */
+static void release_pending(int all) {
+    size_t kept = 0;
+    uint64_t now = n_pending ? realtime_ns() : 0;
+    for (size_t i = 0; i < n_pending; i++) {
+        pending_t *p = &pending[i];
+        if (all || find_tid((uint32_t)p->rec.correlation) || now - p->held_ns > PENDING_NS) emit(&p->rec);
+        else pending[kept++] = *p;
+    }
+    n_pending = kept;
+}
+
+static void convert_kernel(const uint8_t *a) {
+    nt_timeline_record r = {0};
+    r.kind = 1;
+    r.flags = nt_rd32(a, K_GRAPH_ID) ? 2 : 0;
+    r.device = nt_rd32(a, K_DEVICE);
+    r.stream = nt_rd32(a, K_STREAM);
+    r.start_ns = nt_rd64(a, K_START);
+    r.end_ns = nt_rd64(a, K_END);
+    r.correlation = nt_rd32(a, K_CORRELATION);
+    r.bytes = nt_rd32(a, K_DYN_SHARED);
+    const char *name;
+    memcpy(&name, a + K_NAME, sizeof name);
+    r.name_id = name_id(name);
+    r.probe_launch = -1;
+    for (int d = 0; d < 3; d++) {
+        r.grid[d] = nt_rd32(a, K_GRID + 4 * d);
+        r.block[d] = nt_rd32(a, K_BLOCK + 4 * d);
+    }
+    hold(&r);
+}
+
+static void convert_copy(const uint8_t *a, int kind) {
+    nt_timeline_record r = {0};
+    r.kind = kind == NT_ACT_MEMCPY ? 2 : 3;
+    r.copy_kind = kind == NT_ACT_MEMCPY ? a[C_COPY_KIND] : 0;
+    r.flags = nt_rd32(a, C_GRAPH_ID) ? 2 : 0;
+    r.device = nt_rd32(a, C_DEVICE);
+    r.stream = nt_rd32(a, C_STREAM);
+    r.start_ns = nt_rd64(a, C_START);
+    r.end_ns = nt_rd64(a, C_END);
+    r.correlation = nt_rd32(a, C_CORRELATION);
+    r.bytes = nt_rd64(a, C_BYTES);
+    r.name_id = UINT32_MAX;
+    r.probe_launch = -1;
+    hold(&r);
+}
+
+/* First the joins (API and external-correlation records), then the GPU records. */
+static void convert_buffer(uint8_t *buf, size_t valid) {
+    for (int pass = 0; pass < 2; pass++) {
+        uint8_t *rec = NULL;
+        while (api.next_record(buf, valid, &rec) == NT_CUPTI_SUCCESS) {
+            int kind = (int)nt_rd32(rec, 0);
+            if (pass == 0 && (kind == NT_ACT_DRIVER || kind == NT_ACT_RUNTIME)) {
+                counts[N_API]++;
+                note_tid(nt_rd32(rec, A_CORRELATION), nt_rd32(rec, A_THREAD));
+            } else if (pass == 0 && kind == NT_ACT_EXTERNAL_CORRELATION) {
+                if (nt_rd32(rec, X_KIND) == NT_EXT_CORRELATION_KIND) {
+                    counts[N_EXT]++;
+                    uint32_t corr = nt_rd32(rec, X_CORRELATION);
+                    unsigned i = corr & ((1u << PROBE_BITS) - 1);
+                    token_of[i].corr = corr;
+                    token_of[i].token = nt_rd64(rec, X_ID);
+                }
+            } else if (pass == 1 && (kind == NT_ACT_CONCURRENT_KERNEL || kind == NT_ACT_KERNEL)) {
+                convert_kernel(rec);
+            } else if (pass == 1 && (kind == NT_ACT_MEMCPY || kind == NT_ACT_MEMSET)) {
+                convert_copy(rec, kind);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ the program's own profiler */
+
+#define KINDS 64
+static nt_buffer_requested_t their_requested;
+static nt_buffer_completed_t their_completed;
+static uint8_t their_enabled[KINDS];  /* kinds the program enabled, still on */
+static uint8_t their_unflushed[KINDS]; /* kinds the program enabled since its last flush */
+static uint8_t our_kinds[KINDS];
+static pthread_mutex_t their_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The program's profiler gets its records in buffers it hands us, as CUPTI would give them. One of
+ * its buffers is held open from its first Disable (or first copied record) until its FlushAll:
+ * Kineto flushes only while it has a buffer out (spec/runtime.md, "Coexistence"). */
+static pthread_mutex_t fwd_lock = PTHREAD_MUTEX_INITIALIZER;  /* held while calling the program */
+static uint8_t *open_buf;
+static size_t open_size, open_used;
+
+static int open_their_buffer(nt_buffer_requested_t req) {
+    if (open_buf) return 1;
+    size_t max_records = 0;
+    open_size = open_used = 0;
+    req(&open_buf, &open_size, &max_records);
+    if (open_buf && open_size) return 1;
+    open_buf = NULL;
+    return 0;
+}
+
+static void complete_their_buffer(nt_buffer_completed_t done) {
+    if (!open_buf) return;
+    uint8_t *b = open_buf;
+    open_buf = NULL;
+    done(NULL, 0, b, open_size, open_used);
+}
+
+static void forward_to_program(uint8_t *buf, size_t valid) {
+    pthread_mutex_lock(&their_lock);
+    nt_buffer_requested_t req = their_requested;
+    nt_buffer_completed_t done = their_completed;
+    uint8_t wanted[KINDS];
+    memcpy(wanted, their_unflushed, sizeof wanted);
+    pthread_mutex_unlock(&their_lock);
+    if (!req || !done) return;
+    uint64_t forwarded = 0, lost = 0;
+    pthread_mutex_lock(&fwd_lock);
+    uint8_t *rec = NULL, *next = NULL;
+    int more = api.next_record(buf, valid, &rec) == NT_CUPTI_SUCCESS;
+    while (more) {
+        next = rec;
+        more = api.next_record(buf, valid, &next) == NT_CUPTI_SUCCESS;
+        size_t len = more ? (size_t)(next - rec) : valid - (size_t)(rec - buf);
+        uint32_t kind = nt_rd32(rec, 0);
+        int ours = kind == NT_ACT_EXTERNAL_CORRELATION && nt_rd32(rec, X_KIND) == NT_EXT_CORRELATION_KIND;
+        if (kind < KINDS && wanted[kind] && !ours) {
+            if (open_buf && open_used + len > open_size) complete_their_buffer(done);
+            if (open_their_buffer(req) && open_used + len <= open_size) {
+                memcpy(open_buf + open_used, rec, len);
+                open_used += len;
+                forwarded++;
+            } else {
+                lost++;
+            }
+        }
+        rec = next;
+    }
+    pthread_mutex_unlock(&fwd_lock);
+    pthread_mutex_lock(&tl_lock);
+    counts[N_FORWARDED] += forwarded;
+    counts[N_FORWARD_LOST] += lost;
+    pthread_mutex_unlock(&tl_lock);
+}
+
+static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *buffer = aligned_alloc(8, BUFFER_BYTES);
+    *size = *buffer ? BUFFER_BYTES : 0;
+    *max_records = 0;
+}
+
+static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid) {
+    (void)ctx; (void)stream; (void)size;
+    if (buf && valid) {
+        if (atomic_load(&recording)) {
+            pthread_mutex_lock(&tl_lock);
+            if (timeline_fd >= 0) {
+                convert_buffer(buf, valid);
+                release_pending(0);
+                flush_out();
+            }
+            pthread_mutex_unlock(&tl_lock);
+        }
+        forward_to_program(buf, valid);
+    }
+    size_t dropped = 0;
+    if (api.dropped && api.dropped(ctx, stream, &dropped) == NT_CUPTI_SUCCESS && dropped) {
+        pthread_mutex_lock(&tl_lock);
+        counts[N_DROPPED] += dropped;
+        pthread_mutex_unlock(&tl_lock);
+    }
+    free(buf);
+}
+
+/* What the program's profiler did through us, for the event log (neutrino_timeline_profiler_calls). */
+#define CALL_LOG 256
+enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST };
+static struct { uint64_t time_ns; int32_t call, kind; } call_log[CALL_LOG];
+static _Atomic unsigned n_calls;
+
+static uint64_t realtime_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static void log_call(int call, int kind) {
+    unsigned i = atomic_fetch_add(&n_calls, 1);
+    if (i < CALL_LOG) call_log[i].time_ns = realtime_ns(), call_log[i].call = call, call_log[i].kind = kind;
+}
+
+/* The program's calls, `n` of them at most, as (time_ns, call, kind) triples; returns how many were made. */
+unsigned neutrino_timeline_profiler_calls(uint64_t *out_triples, unsigned n) {
+    unsigned made = atomic_load(&n_calls), k = made < CALL_LOG ? made : CALL_LOG;
+    for (unsigned i = 0; i < k && i < n; i++) {
+        out_triples[3 * i] = call_log[i].time_ns;
+        out_triples[3 * i + 1] = (uint64_t)call_log[i].call;
+        out_triples[3 * i + 2] = (uint64_t)(int64_t)call_log[i].kind;
+    }
+    return made;
+}
+
+/* ------------------------------------------------------------------ start, stop */
+
+static int listed(const uint32_t *list, unsigned n, uint32_t cbid) {
+    for (unsigned i = 0; i < n; i++)
+        if (list[i] == cbid) return 1;
+    return 0;
+}
+
+/* API records of the launch and copy calls only: DRIVER and RUNTIME on, then every other callback
+ * id off (cuptiActivityEnableDriverApi/RuntimeApi; enabling single ids alone gave no records with
+ * CUPTI 13.0 on the H100). Returns the ids left on. */
+static unsigned enable_api_records(void) {
+    if (!(level & (L_API | L_API_ALL))) return 0;
+    unsigned n = 0;
+    static const struct { int kind; const uint32_t *ids; unsigned n_ids, size; } sets[] = {
+        {NT_ACT_DRIVER, NT_DRIVER_CBIDS, sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS, NT_DRIVER_CBID_SIZE},
+        {NT_ACT_RUNTIME, NT_RUNTIME_CBIDS, sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS, NT_RUNTIME_CBID_SIZE},
+    };
+    for (unsigned s = 0; s < 2; s++) {
+        if (api.enable(sets[s].kind) != NT_CUPTI_SUCCESS) continue;
+        our_kinds[sets[s].kind] = 1;
+        CUptiResult (*select)(uint32_t, uint8_t) = s == 0 ? api.enable_driver_api : api.enable_runtime_api;
+        if (!select || (level & L_API_ALL)) { n += sets[s].size; continue; }
+        for (uint32_t id = 1; id < sets[s].size; id++) {
+            int on = listed(sets[s].ids, sets[s].n_ids, id);
+            if (!on) select(id, 0);
+            n += on;
+        }
+    }
+    return n;
+}
+
+static char run_dir_kept[4096];
+
+static int open_outputs(const char *run_dir) {
+    char path[4096 + 32];
+    snprintf(run_dir_kept, sizeof run_dir_kept, "%s", run_dir);
+    snprintf(path, sizeof path, "%s/timeline.bin", run_dir);
+    timeline_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    snprintf(path, sizeof path, "%s/timeline_names.txt", run_dir);
+    names_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (timeline_fd < 0 || names_fd < 0) return -1;
+    unsigned char header[16] = {'N', 'T', 'T', 'I', 'M', 'E', 'L', '1'};
+    nt_wr32(header, 8, 1);
+    nt_wr32(header, 12, sizeof(nt_timeline_record));
+    return write(timeline_fd, header, sizeof header) == (ssize_t)sizeof header ? 0 : -1;
+}
+
+/* External-correlation records can come after their kernel's record was written (CUPTI buffers
+ * them apart): at stop, kernel records not flagged yet whose correlation is a probed launch's get
+ * their flag and probe_launch in place. One pass over the file. */
+static void mark_late_probed(const char *run_dir) {
+    char path[4096 + 32];
+    snprintf(path, sizeof path, "%s/timeline.bin", run_dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return;
+    enum { CHUNK = 4096 };
+    static nt_timeline_record chunk[CHUNK];
+    off_t at = 16;
+    for (;;) {
+        ssize_t got = pread(fd, chunk, sizeof chunk, at);
+        if (got < (ssize_t)sizeof *chunk) break;
+        size_t n = (size_t)got / sizeof *chunk;
+        int changed = 0;
+        for (size_t i = 0; i < n; i++) {
+            nt_timeline_record *r = &chunk[i];
+            if (r->kind != 1 || (r->flags & 1)) continue;
+            uint64_t token = find_token((uint32_t)r->correlation);
+            if (!token) continue;
+            r->flags |= 1;
+            r->probe_launch = probe_launch_of(token);
+            counts[N_PROBED]++;
+            changed = 1;
+        }
+        if (changed && pwrite(fd, chunk, n * sizeof *chunk, at) != (ssize_t)(n * sizeof *chunk)) break;
+        at += (off_t)(n * sizeof *chunk);
+    }
+    close(fd);
+}
+
+static void close_outputs(void) {
+    if (timeline_fd >= 0) close(timeline_fd);
+    if (names_fd >= 0) close(names_fd);
+    timeline_fd = names_fd = -1;
+}
+
+static const struct { int kind; const char *name; int required, level; } OUR_KINDS[] = {
+    {NT_ACT_CONCURRENT_KERNEL, "concurrent_kernel", 1, 0}, {NT_ACT_MEMCPY, "memcpy", 0, L_COPIES},
+    {NT_ACT_MEMSET, "memset", 0, L_COPIES}, {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0, L_EXT},
+};
+
+/* Start recording into run_dir/timeline.bin. 0 on success; `info` gets tab-separated
+ * key/value lines (library, version, kinds, clock_offset_ns) or, on failure, `reason`. */
+int neutrino_timeline_start(const char *run_dir, const char *path, char *info, int info_len) {
+    init_rdlsym();
+    if (atomic_load(&recording)) return snprintf(info, info_len, "reason\tthe timeline is already on\n"), -1;
+    lib = open_cupti(path);
+    if (!lib) return snprintf(info, info_len, "reason\tcannot load libcupti: %s\n", dlerror()), -1;
+    if (!resolve_api()) return snprintf(info, info_len, "reason\tlibcupti lacks the Activity API functions\n"), -1;
+    uint32_t version = 0;
+    api.get_version(&version);
+    Dl_info where = {0};
+    dladdr((void *)api.enable, &where);
+    if (open_outputs(run_dir) != 0) {
+        close_outputs();
+        return snprintf(info, info_len, "reason\tcannot write %s/timeline.bin\n", run_dir), -1;
+    }
+    if (api.set_thread_id_type) api.set_thread_id_type(NT_THREAD_ID_TYPE_SYSTEM);
+    CUptiResult rc = api.register_callbacks(buffer_requested, buffer_completed);
+    if (rc != NT_CUPTI_SUCCESS) {
+        close_outputs();
+        return snprintf(info, info_len, "reason\tcuptiActivityRegisterCallbacks failed (CUPTI error %d)\n", rc), -1;
+    }
+    atomic_store(&multiplexing, 1);
+    int n = snprintf(info, info_len, "library\t%s\nversion\t%u\nkinds", where.dli_fname ? where.dli_fname : "?",
+                     version);
+    read_level();
+    for (unsigned i = 0; i < sizeof OUR_KINDS / sizeof *OUR_KINDS; i++) {
+        if (OUR_KINDS[i].level && !(level & OUR_KINDS[i].level)) continue;
+        rc = api.enable(OUR_KINDS[i].kind);
+        if (rc == NT_CUPTI_SUCCESS) our_kinds[OUR_KINDS[i].kind] = 1;
+        else if (OUR_KINDS[i].required) {
+            close_outputs();
+            atomic_store(&multiplexing, 0);  /* the program's own profiler talks to CUPTI directly again */
+            return snprintf(info, info_len, "reason\tcuptiActivityEnable(CONCURRENT_KERNEL) failed (CUPTI error %d)\n",
+                            rc), -1;
+        }
+        if (rc == NT_CUPTI_SUCCESS && n < info_len) n += snprintf(info + n, info_len - n, "\t%s", OUR_KINDS[i].name);
+    }
+    unsigned api_cbids = enable_api_records();
+    if (n < info_len) n += snprintf(info + n, info_len - n, "\napi_records\t%u\nlevel\t%d", api_cbids, level);
+    uint64_t cupti_ns = 0, before = realtime_ns();
+    if (api.get_timestamp) api.get_timestamp(&cupti_ns);
+    uint64_t after = realtime_ns();
+    if (n < info_len)
+        snprintf(info + n, info_len - n, "\nclock_offset_ns\t%lld\n",
+                 cupti_ns ? (long long)(cupti_ns - (before / 2 + after / 2)) : 0LL);
+    atomic_store(&recording, 1);
+    return 0;
+}
+
+/* Flush CUPTI, write what is left, close the files; out_counts[] gets the N_COUNTS counters (their
+ * order: the enum above; neutrino/runtime/cupti.py names them). */
+void neutrino_timeline_stop(uint64_t *out_counts, int n) {
+    if (atomic_load(&recording)) {
+        api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
+        for (int kind = 0; kind < KINDS; kind++) {
+            pthread_mutex_lock(&their_lock);
+            int theirs = their_enabled[kind], ours = our_kinds[kind];
+            our_kinds[kind] = 0;
+            pthread_mutex_unlock(&their_lock);
+            if (ours && !theirs) api.disable(kind);
+        }
+        api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
+        pthread_mutex_lock(&tl_lock);
+        release_pending(1);
+        flush_out();
+        close_outputs();
+        mark_late_probed(run_dir_kept);
+        atomic_store(&recording, 0);
+        pthread_mutex_unlock(&tl_lock);
+    }
+    pthread_mutex_lock(&tl_lock);
+    for (int i = 0; i < n && i < N_COUNTS; i++) out_counts[i] = counts[i];
+    pthread_mutex_unlock(&tl_lock);
+}
+
+/* ------------------------------------------------------------------ probed launches */
+
+/* Around the launch of a probed kernel (fastlaunch.c, and Python's launch path through ctypes). */
+uint64_t neutrino_timeline_begin_probed(void) {
+    if (!atomic_load_explicit(&recording, memory_order_relaxed) || !(level & L_EXT) || !api.push_external) return 0;
+    uint64_t token = atomic_fetch_add(&next_token, 1) + 1;
+    if (api.push_external(NT_EXT_CORRELATION_KIND, token) != NT_CUPTI_SUCCESS) return 0;
+    thread_token = token;
+    return token;
+}
+
+void neutrino_timeline_end_probed(uint64_t token) {
+    if (!token || !api.pop_external) return;
+    uint64_t last = 0;
+    api.pop_external(NT_EXT_CORRELATION_KIND, &last);
+}
+
+/* The result writer numbered this thread's probed launch: `seq` (writer.c). */
+void neutrino_timeline_note_submit(uint64_t seq) {
+    uint64_t token = thread_token;
+    if (!token || !seq) return;
+    thread_token = 0;
+    pthread_mutex_lock(&seq_lock);
+    unsigned i = token & ((1u << PROBE_BITS) - 1);
+    seq_of[i].token = token;
+    seq_of[i].seq = seq;
+    pthread_mutex_unlock(&seq_lock);
+}
+
+/* ------------------------------------------------------------------ the program's CUPTI calls */
+
+/* The library's own function `name`: from the libcupti in use, or the one the program loaded. */
+static void *real_cupti(const char *name) {
+    init_rdlsym();
+    void *h = lib ? lib : open_cupti(NULL);
+    void *p = h ? rdlsym(h, name) : NULL;
+    return p ? p : rdlsym(RTLD_NEXT, name);
+}
+
+CUptiResult cuptiActivityRegisterCallbacks(nt_buffer_requested_t requested, nt_buffer_completed_t completed) {
+    pthread_mutex_lock(&their_lock);
+    their_requested = requested;
+    their_completed = completed;
+    pthread_mutex_unlock(&their_lock);
+    log_call(P_REGISTER, -1);
+    if (atomic_load(&multiplexing)) return NT_CUPTI_SUCCESS;  /* ours stay: theirs get copies */
+    CUptiResult (*fn)(nt_buffer_requested_t, nt_buffer_completed_t) = real_cupti("cuptiActivityRegisterCallbacks");
+    return fn ? fn(requested, completed) : 1 /* CUPTI_ERROR_INVALID_PARAMETER */;
+}
+
+CUptiResult cuptiActivityEnable(int kind) {
+    CUptiResult (*fn)(int) = real_cupti("cuptiActivityEnable");
+    CUptiResult rc = fn ? fn(kind) : 1;
+    if (rc == NT_CUPTI_SUCCESS && kind >= 0 && kind < KINDS) {
+        pthread_mutex_lock(&their_lock);
+        their_enabled[kind] = their_unflushed[kind] = 1;
+        pthread_mutex_unlock(&their_lock);
+    }
+    log_call(P_ENABLE, kind);
+    return rc;
+}
+
+CUptiResult cuptiActivityDisable(int kind) {
+    int keep = 0;
+    if (kind >= 0 && kind < KINDS) {
+        pthread_mutex_lock(&their_lock);
+        their_enabled[kind] = 0;
+        keep = our_kinds[kind] && atomic_load(&recording);
+        pthread_mutex_unlock(&their_lock);
+    }
+    log_call(P_DISABLE, kind);
+    nt_buffer_requested_t req = their_requested;
+    if (atomic_load(&multiplexing) && req) {  /* the program is stopping: let it see a buffer out */
+        pthread_mutex_lock(&fwd_lock);
+        open_their_buffer(req);
+        pthread_mutex_unlock(&fwd_lock);
+    }
+    if (keep && (kind == NT_ACT_DRIVER || kind == NT_ACT_RUNTIME)) enable_api_records(); /* its Enable undid our selection */
+    if (keep) return NT_CUPTI_SUCCESS;  /* still ours: the program gets no more of them */
+    CUptiResult (*fn)(int) = real_cupti("cuptiActivityDisable");
+    CUptiResult rc = fn ? fn(kind) : 1;
+    if ((kind == NT_ACT_DRIVER || kind == NT_ACT_RUNTIME) && atomic_load(&recording)) enable_api_records();
+    return rc;
+}
+
+CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+    CUptiResult (*fn)(uint32_t) = real_cupti("cuptiActivityFlushAll");
+    CUptiResult rc = fn ? fn(flag) : 1;
+    if (atomic_load(&multiplexing) && their_completed) {  /* what was copied is the program's now */
+        pthread_mutex_lock(&fwd_lock);
+        complete_their_buffer(their_completed);
+        pthread_mutex_unlock(&fwd_lock);
+    }
+    pthread_mutex_lock(&their_lock);
+    memcpy(their_unflushed, their_enabled, sizeof their_unflushed);
+    pthread_mutex_unlock(&their_lock);
+    log_call(P_FLUSH, -1);
+    return rc;
+}
+
+CUptiResult cuptiFinalize(void) {
+    log_call(P_FINALIZE, -1);
+    if (atomic_load(&multiplexing)) {  /* it would end our timeline too: flush what the program waits for */
+        cuptiActivityFlushAll(NT_ACTIVITY_FLAG_FLUSH_FORCED);
+        return NT_CUPTI_SUCCESS;
+    }
+    CUptiResult (*fn)(void) = real_cupti("cuptiFinalize");
+    return fn ? fn() : 1;
+}
+
+/* dlsym(handle, name) of one of the functions above in a libcupti (preload.c): ours instead. */
+void *neutrino_cupti_wrapper_named(const char *name) {
+    static const struct { const char *name; void *fn; } wrappers[] = {
+        {"cuptiActivityRegisterCallbacks", (void *)cuptiActivityRegisterCallbacks},
+        {"cuptiActivityEnable", (void *)cuptiActivityEnable},
+        {"cuptiActivityDisable", (void *)cuptiActivityDisable},
+        {"cuptiActivityFlushAll", (void *)cuptiActivityFlushAll},
+        {"cuptiFinalize", (void *)cuptiFinalize},
+    };
+    for (unsigned i = 0; i < sizeof wrappers / sizeof *wrappers; i++)
+        if (!strcmp(name, wrappers[i].name)) return wrappers[i].fn;
+    return NULL;
+}

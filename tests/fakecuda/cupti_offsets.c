@@ -1,0 +1,43 @@
+/* Prints each shim/cupti_abi.h offset and size next to the real one, from the CUPTI headers
+ * (compiled by tests/test_timeline_shim.py wherever the headers are: -I<cuda>/include). */
+#include <stddef.h>
+#include <stdio.h>
+#include <cupti.h>
+#define NT_WITH_REAL_CUPTI_HEADERS
+#include "cupti_abi.h"
+
+#define CHECK(ours, type, field) printf("%-16s %4d %4zu\n", #ours, (int)(ours), offsetof(type, field))
+#define SIZE(ours, type) printf("%-16s %4d %4zu\n", #ours, (int)(ours), sizeof(type))
+
+int main(void) {
+    CHECK(K_START, CUpti_ActivityKernel10, start); CHECK(K_END, CUpti_ActivityKernel10, end);
+    CHECK(K_DEVICE, CUpti_ActivityKernel10, deviceId); CHECK(K_STREAM, CUpti_ActivityKernel10, streamId);
+    CHECK(K_GRID, CUpti_ActivityKernel10, gridX); CHECK(K_BLOCK, CUpti_ActivityKernel10, blockX);
+    CHECK(K_DYN_SHARED, CUpti_ActivityKernel10, dynamicSharedMemory);
+    CHECK(K_CORRELATION, CUpti_ActivityKernel10, correlationId); CHECK(K_NAME, CUpti_ActivityKernel10, name);
+    CHECK(K_GRAPH_ID, CUpti_ActivityKernel10, graphId); SIZE(K_SIZE, CUpti_ActivityKernel10);
+    CHECK(C_COPY_KIND, CUpti_ActivityMemcpy6, copyKind); CHECK(C_BYTES, CUpti_ActivityMemcpy6, bytes);
+    CHECK(C_START, CUpti_ActivityMemcpy6, start); CHECK(C_END, CUpti_ActivityMemcpy6, end);
+    CHECK(C_DEVICE, CUpti_ActivityMemcpy6, deviceId); CHECK(C_STREAM, CUpti_ActivityMemcpy6, streamId);
+    CHECK(C_CORRELATION, CUpti_ActivityMemcpy6, correlationId); CHECK(C_GRAPH_ID, CUpti_ActivityMemcpy6, graphId);
+    SIZE(MEMCPY_SIZE, CUpti_ActivityMemcpy6);
+    CHECK(C_BYTES, CUpti_ActivityMemset4, bytes); CHECK(C_START, CUpti_ActivityMemset4, start);
+    CHECK(C_END, CUpti_ActivityMemset4, end); CHECK(C_DEVICE, CUpti_ActivityMemset4, deviceId);
+    CHECK(C_STREAM, CUpti_ActivityMemset4, streamId); CHECK(C_CORRELATION, CUpti_ActivityMemset4, correlationId);
+    CHECK(C_GRAPH_ID, CUpti_ActivityMemset4, graphId); SIZE(MEMSET_SIZE, CUpti_ActivityMemset4);
+    CHECK(A_CBID, CUpti_ActivityAPI, cbid); CHECK(A_THREAD, CUpti_ActivityAPI, threadId);
+    CHECK(A_CORRELATION, CUpti_ActivityAPI, correlationId); SIZE(API_SIZE, CUpti_ActivityAPI);
+    CHECK(X_KIND, CUpti_ActivityExternalCorrelation, externalKind);
+    CHECK(X_ID, CUpti_ActivityExternalCorrelation, externalId);
+    CHECK(X_CORRELATION, CUpti_ActivityExternalCorrelation, correlationId);
+    SIZE(EXTCORR_SIZE, CUpti_ActivityExternalCorrelation);
+    printf("%-16s %4d %4d\n", "KIND_CONC_KERNEL", NT_ACT_CONCURRENT_KERNEL, (int)CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    printf("%-16s %4d %4d\n", "KIND_EXT_CORR", NT_ACT_EXTERNAL_CORRELATION, (int)CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+    printf("%-16s %4d %4d\n", "EXT_CUSTOM2", NT_EXT_CORRELATION_KIND, (int)CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2);
+    printf("%-16s %4d %4d\n", "CBID_LAUNCH", 307, (int)CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+    printf("%-16s %4d %4d\n", "CBID_LAUNCH_EX", 652, (int)CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx);
+    printf("%-16s %4d %4d\n", "RT_LAUNCH", 211, (int)CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
+    printf("%-16s %4d %4d\n", "DRIVER_CBIDS", NT_DRIVER_CBID_SIZE, (int)CUPTI_DRIVER_TRACE_CBID_SIZE);
+    printf("%-16s %4d %4d\n", "RUNTIME_CBIDS", NT_RUNTIME_CBID_SIZE, (int)CUPTI_RUNTIME_TRACE_CBID_SIZE);
+    return 0;
+}

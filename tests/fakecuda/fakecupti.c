@@ -1,0 +1,228 @@
+/* A fake libcupti.so.13 for CPU-only tests of the timeline (shim/cupti.c).
+ *
+ * The fake driver (fakecuda.c) reports each launch, copy and memset here (fakecupti_kernel,
+ * fakecupti_copy). Each gets a correlation id; with the kinds enabled, this library makes the
+ * records CUPTI 13 would, laid out at the offsets of shim/cupti_abi.h: a DRIVER API record
+ * (cuLaunchKernel's cbid, the Linux tid) when that cbid is enabled, preceded by an
+ * EXTERNAL_CORRELATION record for each id pushed on the launching thread (as CUPTI does), and
+ * the GPU record. GPU records and API
+ * records sit in two queues, and a flush delivers the GPU queue first: the shim must join
+ * records whose API record comes in a later buffer, as real CUPTI's per-thread buffers do.
+ *
+ * FAKECUPTI_DROP=N: report N dropped records once. FAKECUPTI_BUFFER=B: deliver at most B bytes
+ * per buffer.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cupti_abi.h"
+
+static nt_buffer_requested_t requested;
+static nt_buffer_completed_t completed;
+static uint8_t enabled[64];
+static uint8_t driver_cbids[1024];
+static uint32_t next_corr;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread uint64_t ext_stack[16];
+static __thread int ext_depth;
+
+typedef struct { uint8_t *data; size_t len, cap; } queue;
+static queue gpu_q, api_q, ext_q;  /* ext_q: FAKECUPTI_EXT_LATE=1 delivers them after everything */
+static int drop_reported;
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static uint8_t *append(queue *q, size_t n) {
+    if (q->len + n > q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 65536;
+        while (cap < q->len + n) cap *= 2;
+        q->data = realloc(q->data, cap);
+        q->cap = cap;
+    }
+    uint8_t *p = q->data + q->len;
+    memset(p, 0, n);
+    q->len += n;
+    return p;
+}
+
+static size_t record_size(uint32_t kind) {
+    switch (kind) {
+    case NT_ACT_CONCURRENT_KERNEL: case NT_ACT_KERNEL: return K_SIZE;
+    case NT_ACT_MEMCPY: return MEMCPY_SIZE;
+    case NT_ACT_MEMSET: return MEMSET_SIZE;
+    case NT_ACT_DRIVER: case NT_ACT_RUNTIME: return API_SIZE;
+    case NT_ACT_EXTERNAL_CORRELATION: return EXTCORR_SIZE;
+    default: return 0;
+    }
+}
+
+/* API-side records of one call: its API record and the external ids pushed on this thread. */
+static uint32_t api_call(uint32_t cbid) {
+    uint32_t corr = ++next_corr;
+    int on = cbid < 1024 && (driver_cbids[cbid] == 1 || (enabled[NT_ACT_DRIVER] && driver_cbids[cbid] != 2));
+    for (int i = 0; on && enabled[NT_ACT_EXTERNAL_CORRELATION] && i < ext_depth; i++) {  /* before its API record */
+        uint8_t *x = append(getenv("FAKECUPTI_EXT_LATE") ? &ext_q : &api_q, EXTCORR_SIZE);
+        nt_wr32(x, 0, NT_ACT_EXTERNAL_CORRELATION);
+        nt_wr32(x, X_KIND, NT_EXT_CORRELATION_KIND);
+        nt_wr64(x, X_ID, ext_stack[i]);
+        nt_wr32(x, X_CORRELATION, corr);
+    }
+    if (on) {
+        uint8_t *a = append(&api_q, API_SIZE);
+        nt_wr32(a, 0, NT_ACT_DRIVER);
+        nt_wr32(a, A_CBID, cbid);
+        nt_wr32(a, A_THREAD, (uint32_t)syscall(SYS_gettid));
+        nt_wr32(a, A_CORRELATION, corr);
+    }
+    return corr;
+}
+
+static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id);
+
+void fakecupti_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      unsigned shmem, uintptr_t stream) {
+    kernel_record(name, gx, gy, gz, bx, by, bz, shmem, stream, 0);
+}
+
+/* A kernel node of a graph replay (graph_id != 0; its correlation is the cuGraphLaunch's). */
+void fakecupti_graph_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, uintptr_t stream, uint32_t graph_id) {
+    kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
+}
+
+static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = api_call(graph_id ? 514 /* cuGraphLaunch */ : 307 /* cuLaunchKernel */);
+    if (enabled[NT_ACT_CONCURRENT_KERNEL]) {
+        uint8_t *k = append(&gpu_q, K_SIZE);
+        uint64_t t = now_ns();
+        unsigned dims[6] = {gx, gy, gz, bx, by, bz};
+        nt_wr32(k, 0, NT_ACT_CONCURRENT_KERNEL);
+        nt_wr64(k, K_START, t);
+        nt_wr64(k, K_END, t + 1000);
+        nt_wr32(k, K_DEVICE, 0);
+        nt_wr32(k, K_STREAM, stream ? 13 : 7);
+        for (int d = 0; d < 3; d++) nt_wr32(k, K_GRID + 4 * d, dims[d]), nt_wr32(k, K_BLOCK + 4 * d, dims[3 + d]);
+        nt_wr32(k, K_DYN_SHARED, shmem);
+        nt_wr32(k, K_CORRELATION, corr);
+        nt_wr32(k, K_GRAPH_ID, graph_id);
+        char *copy = strdup(name);  /* CUPTI owns the name; it outlives the buffer */
+        memcpy(k + K_NAME, &copy, sizeof copy);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* kind 1 memcpy (copy_kind 1 HtoD, 2 DtoH), kind 2 memset */
+void fakecupti_copy(int kind, int copy_kind, uint64_t bytes) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = api_call(kind == NT_ACT_MEMCPY ? 277 : 216);
+    if (enabled[kind]) {
+        uint8_t *c = append(&gpu_q, kind == NT_ACT_MEMCPY ? MEMCPY_SIZE : MEMSET_SIZE);
+        uint64_t t = now_ns();
+        nt_wr32(c, 0, (uint32_t)kind);
+        if (kind == NT_ACT_MEMCPY) c[C_COPY_KIND] = (uint8_t)copy_kind;
+        nt_wr64(c, C_BYTES, bytes);
+        nt_wr64(c, C_START, t);
+        nt_wr64(c, C_END, t + 500);
+        nt_wr32(c, C_STREAM, 7);
+        nt_wr32(c, C_CORRELATION, corr);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Hand the queue to the registered callbacks in buffers of at most FAKECUPTI_BUFFER bytes. */
+static void deliver(queue *q) {
+    const char *limit_env = getenv("FAKECUPTI_BUFFER");
+    size_t limit = limit_env && *limit_env ? strtoull(limit_env, NULL, 10) : SIZE_MAX;
+    size_t pos = 0;
+    while (pos < q->len && requested && completed) {
+        uint8_t *buf = NULL;
+        size_t size = 0, max_records = 0;
+        requested(&buf, &size, &max_records);
+        if (!buf) return;
+        size_t used = 0;
+        while (pos < q->len) {
+            size_t n = record_size(nt_rd32(q->data + pos, 0));
+            if (used + n > size || used + n > limit) break;
+            memcpy(buf + used, q->data + pos, n);
+            used += n;
+            pos += n;
+        }
+        completed(NULL, 0, buf, size, used);
+        if (!used) break;
+    }
+    q->len = 0;
+}
+
+CUptiResult cuptiGetVersion(uint32_t *v) { *v = 130001; return 0; }
+CUptiResult cuptiActivityRegisterCallbacks(nt_buffer_requested_t r, nt_buffer_completed_t c) {
+    requested = r;
+    completed = c;
+    return 0;
+}
+CUptiResult cuptiActivityEnable(int kind) {
+    if (kind < 0 || kind >= 64) return 19;
+    enabled[kind] = 1;
+    if (kind == NT_ACT_DRIVER) memset(driver_cbids, 0, sizeof driver_cbids);  /* the kind overrides single ids */
+    return 0;
+}
+CUptiResult cuptiActivityDisable(int kind) { if (kind < 0 || kind >= 64) return 19; enabled[kind] = 0; return 0; }
+/* 1 on, 2 off, 0 as the DRIVER kind says */
+CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t on) { if (cbid < 1024) driver_cbids[cbid] = on ? 1 : 2; return 0; }
+CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t on) { (void)cbid; (void)on; return 0; }
+CUptiResult cuptiSetThreadIdType(int type) { (void)type; return 0; }
+CUptiResult cuptiGetTimestamp(uint64_t *t) { *t = now_ns(); return 0; }
+CUptiResult cuptiFinalize(void) { return 0; }
+
+CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+    (void)flag;
+    pthread_mutex_lock(&lock);
+    queue gpu = gpu_q, apis = api_q, ext = ext_q;  /* delivered outside the lock: the callbacks may launch */
+    gpu_q = api_q = ext_q = (queue){0};
+    pthread_mutex_unlock(&lock);
+    deliver(&gpu);
+    deliver(&apis);
+    deliver(&ext);
+    free(gpu.data);
+    free(apis.data);
+    free(ext.data);
+    return 0;
+}
+
+CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, uint8_t **record) {
+    size_t pos = *record ? (size_t)(*record - buffer) + record_size(nt_rd32(*record, 0)) : 0;
+    if (pos + 4 > valid) return NT_CUPTI_ERROR_MAX_LIMIT_REACHED;
+    *record = buffer + pos;
+    return 0;
+}
+
+CUptiResult cuptiActivityGetNumDroppedRecords(void *ctx, uint32_t stream, size_t *dropped) {
+    (void)ctx; (void)stream;
+    const char *n = getenv("FAKECUPTI_DROP");
+    *dropped = (n && !drop_reported++) ? strtoull(n, NULL, 10) : 0;
+    return 0;
+}
+
+CUptiResult cuptiActivityPushExternalCorrelationId(int kind, uint64_t id) {
+    if (kind != NT_EXT_CORRELATION_KIND || ext_depth == 16) return 1;
+    ext_stack[ext_depth++] = id;
+    return 0;
+}
+
+CUptiResult cuptiActivityPopExternalCorrelationId(int kind, uint64_t *last) {
+    if (kind != NT_EXT_CORRELATION_KIND || !ext_depth) return 1;
+    *last = ext_stack[--ext_depth];
+    return 0;
+}

@@ -1,0 +1,190 @@
+"""`neutrino diff`: the statistics against known answers, injected shifts found, no false alarms,
+the --fail-above gate, jobs per rank and pooled, timeline GPU times."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("scipy")
+
+from neutrino import cli  # noqa: E402
+from neutrino.analysis import diff as D  # noqa: E402
+from neutrino.analysis import synthetic as S  # noqa: E402
+
+
+def test_benjamini_hochberg_known_values():
+    p = np.array([0.01, 0.04, 0.03, 0.005])
+    # sorted 0.005, 0.01, 0.03, 0.04 -> p*m/rank = 0.02, 0.02, 0.04, 0.04 (then running minimum from the top)
+    assert D.benjamini_hochberg(p).tolist() == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    from scipy.stats import false_discovery_control
+
+    p = np.random.default_rng(1).uniform(size=200) ** 3
+    assert D.benjamini_hochberg(p) == pytest.approx(false_discovery_control(p))
+
+
+def test_known_shift_and_its_interval():
+    rng = np.random.default_rng(3)
+    a = rng.lognormal(np.log(1000), 0.015, 60)
+    b = rng.lognormal(np.log(1050), 0.015, 60)
+    c = D.compare_samples(("all", "k", (1, 1, 1), (32, 1, 1)), "block_span", a, b)
+    assert c.ci_low < 5.0 < c.ci_high and c.change == pytest.approx(5.0, abs=0.8)
+    assert c.p < 1e-15 and c.auc > 0.97 and (c.n_a, c.n_b) == (60, 60)
+    c = D.compare_samples(("all", "k", (1, 1, 1), (32, 1, 1)), "tail_share", np.full(10, 0.10), np.full(10, 0.13))
+    assert c.change == pytest.approx(3.0) and c.change_unit == "pp" and c.p < 1e-3
+    same = D.compare_samples(("all", "k", (1, 1, 1), (32, 1, 1)), "gmem_bytes", np.full(5, 7.0), np.full(5, 7.0))
+    assert same.p == 1.0 and same.change == 0.0
+
+
+def test_a_three_percent_shift_in_one_kernel_of_many(tmp_path):
+    """The statistics layer alone (benchmarks/diff_power.py runs 1,000 kernels x 20 seeds): 100
+    kernels of 30 launches with 1.5% lognormal noise, one shifted by 3%, 5 seeds."""
+    found, false = 0, 0
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        comparisons = []
+        for k in range(100):
+            a = rng.lognormal(np.log(1e4), 0.015, 30)
+            b = rng.lognormal(np.log(1e4 * (1.03 if k == 7 else 1.0)), 0.015, 30)
+            comparisons.append(D.compare_samples(("all", f"k{k}", (1, 1, 1), (1, 1, 1)), "duration_ns", a, b,
+                                                 resamples=200))
+        sig = {c.kernel for c in D.decide(comparisons, 0.05) if c.significant}
+        found += "k7" in sig
+        false += len(sig - {"k7"})
+    assert found == 5 and false <= 5  # <= 1% of the 495 unshifted comparisons
+
+
+def test_trace_diff_names_the_shifted_kernel(tmp_path, capsys):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=8)
+    b = S.kernel_runs(tmp_path / "b", seed=2, kernels=8, shift={"k3": 1.03})
+    result = D.diff(a, b)
+    sig = result.significant
+    assert sig and {c.kernel for c in sig} == {"k3"}
+    assert {c.metric for c in sig} >= {"block_span", "warp_span", "duration_ns"}
+    top = sig[0]
+    assert top.reason.startswith("slower: median") and 1.5 < top.change < 4.5 and top.ci_low < 3.0 < top.ci_high + 0.5
+    assert not any(c.significant for c in result.comparisons if c.metric == "gmem_bytes")
+    assert cli.main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "k3" in out and "slower: median block span +" in out and "significant (Benjamini-Hochberg" in out
+
+
+def test_same_distribution_and_same_trace_show_nothing(tmp_path):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=8)
+    b = S.kernel_runs(tmp_path / "b", seed=5, kernels=8)
+    assert not D.diff(a, b).significant
+    same = D.diff(a, a)
+    assert not same.significant and all(c.p == 1.0 for c in same.comparisons)
+
+
+def test_fail_above_is_a_gate(tmp_path, capsys):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=4)
+    slower = S.kernel_runs(tmp_path / "slow", seed=2, kernels=4, shift={"k1": 1.05})
+    faster = S.kernel_runs(tmp_path / "fast", seed=3, kernels=4, shift={"k1": 0.95})
+    assert cli.main(["diff", str(a), str(slower), "--fail-above", "2"]) == 1
+    assert "regression above 2%" in capsys.readouterr().err
+    assert cli.main(["diff", str(a), str(slower), "--fail-above", "10"]) == 0
+    assert cli.main(["diff", str(a), str(faster), "--fail-above", "2"]) == 0  # faster is no regression
+    capsys.readouterr()
+    assert cli.main(["diff", str(a), str(tmp_path / "missing")]) == 1
+    assert "missing" in capsys.readouterr().err
+
+
+def test_jobs_per_rank_and_pooled(tmp_path, capsys):
+    for side, shift in (("a", {}), ("b", {"k2": 1.04})):
+        job = tmp_path / side / "20261126-120000_7"
+        for rank in (0, 1):
+            S.kernel_runs(job / f"rank{rank}", seed=10 * rank + (side == "b"), kernels=4, rank=rank,
+                          shift=shift if rank == 1 else {})
+    result = D.diff(tmp_path / "a", tmp_path / "b")
+    ranks = {c.rank for c in result.comparisons}
+    assert ranks == {"0", "1", "all"}
+    sig = {(c.rank, c.kernel) for c in result.significant}
+    assert ("1", "k2") in sig and ("0", "k2") not in sig and all(k == "k2" for _, k in sig)
+    assert cli.main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {r["rank"] for r in doc["comparisons"]} == {"0", "1", "all"}
+    assert cli.main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ",".join(D.COLUMNS) and len(lines) == len(doc["comparisons"]) + 1
+
+
+def test_timeline_gpu_times_are_compared(tmp_path):
+    rng = np.random.default_rng(0)
+    runs = []
+    for side, scale in (("a", 1.0), ("b", 1.06)):
+        run = S.kernel_runs(tmp_path / side, seed=len(runs), kernels=2, launches=5)
+        starts = np.arange(40) * 10_000
+        ends = starts + rng.lognormal(np.log(3000 * scale), 0.01, 40).astype(np.uint64)
+        S.write_timeline(run, [{"kind": 1, "start_ns": s, "end_ns": e, "name_id": 0, "grid": (8, 1, 1),
+                                "block": (128, 1, 1)} for s, e in zip(starts, ends)], ["cublas_gemm"])
+        runs.append(run)
+    sig = [c for c in D.diff(*runs).significant if c.metric == "gpu_time_ns"]
+    assert [(c.kernel, c.grid) for c in sig] == [("cublas_gemm", (8, 1, 1))] and 4 < sig[0].change < 8
+
+
+def test_kernels_of_one_side_only_are_listed(tmp_path, capsys):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=2, launches=4)
+    b = S.kernel_runs(tmp_path / "b", seed=2, kernels=3, launches=4, grid=(8, 1, 1))
+    result = D.diff(a, b)
+    assert not result.comparisons  # no shape in common: the grids differ
+    assert [k for k, _, _ in result.only_a] == ["k0", "k1"] and [k for k, _, _ in result.only_b] == ["k0", "k1", "k2"]
+    assert cli.main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "only in A: k0 16x1x1/64x1x1" in out and "only in B: k2 8x1x1/64x1x1" in out
+
+
+def test_more_bytes_per_launch(tmp_path):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=3, launches=10)
+    b = S.kernel_runs(tmp_path / "b", seed=2, kernels=3, launches=10, bytes_shift={"k2": 1.25})
+    sig = [c for c in D.diff(a, b).significant]
+    assert [(c.kernel, c.metric) for c in sig] == [("k2", "gmem_bytes")]
+    assert sig[0].change == pytest.approx(25.0) and sig[0].median_a == 3 * 4096
+    assert sig[0].reason.startswith("more bytes per launch: median bytes per launch +25.0%")
+
+
+def test_welch_on_logs_is_stronger_and_falls_back():
+    rng = np.random.default_rng(11)
+    a = rng.lognormal(np.log(1e4), 0.02, 30)
+    b = rng.lognormal(np.log(1.03e4), 0.02, 30)
+    key = ("all", "k", (1, 1, 1), (1, 1, 1))
+    mwu, logt = D.compare_samples(key, "duration_ns", a, b), D.compare_samples(key, "duration_ns", a, b, test="welch-log")
+    assert logt.test == "welch-log" and mwu.test == "mwu" and logt.p < mwu.p and logt.change == mwu.change
+    from scipy.stats import ttest_ind
+
+    assert logt.p == pytest.approx(ttest_ind(np.log(b), np.log(a), equal_var=False).pvalue)
+    zeros = D.compare_samples(key, "tail_share", np.r_[0.0, a[1:] / 1e5], b / 1e5, test="welch-log")
+    assert zeros.test == "mwu"  # a value of 0: no logarithm, Mann-Whitney answers
+
+
+def test_a_corrupt_launch_event_is_a_warning_not_a_traceback(tmp_path, capsys):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=2, launches=4)
+    with open(a / "event.log", "a") as fh:
+        fh.write('{"event": "launch", "index": "x", "kernel": "k0", "grid": [16, 1, 1], "block": [64, 1, 1], '
+                 '"result": "result/nope.bin", "duration_ns": 5}\n')
+    assert cli.main(["diff", str(a), str(a)]) == 0
+    assert "warning" in capsys.readouterr().err
+    assert cli.main(["export", str(a), "--parquet", str(tmp_path / "ds")]) == 0
+    assert "launch x of k0" in capsys.readouterr().err
+
+
+def test_maps_of_other_names_are_not_compared(tmp_path):
+    """A user's own array map beside the tools' maps: found by name only, it is left out."""
+    wide = {"name": "wide", "level": "warp", "type": "array", "record_bytes": 16, "cap": 1,
+            "fields": [{"name": "start", "type": "u64", "offset": 0}, {"name": "elapsed", "type": "u32", "offset": 8},
+                       {"name": "cuid", "type": "u32", "offset": 12}]}
+    runs = []
+    for side in ("a", "b"):
+        b = S.RunBuilder(tmp_path / side)
+        b.add_kernel("k", [wide])
+        rng = np.random.default_rng(len(runs))
+        for _ in range(5):
+            st, el, cu = S.lognormal_warps(rng, (4, 1, 1), (32, 1, 1))
+            sec = S.block_sched_section((4, 1, 1), (32, 1, 1), st, el, cu)
+            sec = type(sec)("wide", sec.level, sec.record_bytes, sec.cap, sec.units, sec.fields, sec.data)
+            b.launch("k", (4, 1, 1), (32, 1, 1), [sec], duration_ns=float(rng.lognormal(10, 0.01)))
+        runs.append(b.close())
+    result = D.diff(*runs)
+    assert {c.metric for c in result.comparisons} == {"duration_ns"}

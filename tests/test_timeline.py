@@ -1,0 +1,317 @@
+"""The timeline (spec/trace-format.md "Context tables", spec/runtime.md "Timeline"): the reader,
+kernel origins, and the shim's CUPTI recorder end to end against a fake libcuda and a fake
+libcupti (tests/fakecuda/fakecupti.c, records laid out as in shim/cupti_abi.h)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neutrino.runtime import build
+from neutrino.runtime.cupti import find_cupti, parse_info
+from neutrino.runtime.launcher import run_main
+from neutrino.runtime.report import launches_phrase
+from neutrino.timeline import (CLOCK_KERNEL, FLAG_GRAPH, FLAG_PROBED, MAGIC, RECORD, TraceError, globaltimer_offset,
+                               globaltimer_to_ns, kernels_by_origin, origin, read_timeline)
+
+HERE = Path(__file__).parent
+FAKE = HERE / "fakecuda"
+SHIM = HERE.parent / "shim"
+VEC_PTX = HERE / "data" / "corpus" / "nvcc" / "vec.sm90.ptx"
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+
+BLOCK_SCHED = '''
+[block_sched]
+position = "kernel"
+datamodel = "warp:16"
+before = """.reg .b64 %lstart; mov.u64 %lstart, %clock64;"""
+after = """.reg .b64 %lend; .reg .b64 %elapsed; .reg .b32 %elapse;
+mov.u64 %lend, %clock64; sub.u64 %elapsed, %lend, %lstart; cvt.u32.u64 %elapse, %elapsed;
+SAVE.u64 {%lstart}; SAVE.u32 {%elapse, %smid};"""
+'''
+
+
+# ------------------------------------------------------------------ reader
+
+def _write(run_dir: Path, records: list[dict], names: list[str], *, size: int = 80, tail: bytes = b"",
+           magic: bytes = MAGIC, version: int = 1) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    arr = np.zeros(len(records), dtype=RECORD)
+    for i, rec in enumerate(records):
+        for k, v in rec.items():
+            arr[i][k] = v
+    body = arr.tobytes()
+    if size > 80:  # a later version's longer records: the reader takes the first 80 bytes of each
+        body = b"".join(body[i * 80:(i + 1) * 80] + b"\xee" * (size - 80) for i in range(len(records)))
+    head = magic + version.to_bytes(4, "little") + size.to_bytes(4, "little")
+    (run_dir / "timeline.bin").write_bytes(head + body + tail)
+    (run_dir / "timeline_names.txt").write_text("".join(n + "\n" for n in names))
+
+
+def test_reader_fields_names_order(tmp_path):
+    recs = [dict(kind=1, start_ns=30, end_ns=40, name_id=1, probe_launch=-1, grid=(2, 1, 1), block=(64, 1, 1), tid=7),
+            dict(kind=2, copy_kind=1, start_ns=10, end_ns=20, name_id=0xFFFFFFFF, probe_launch=-1, bytes=4096),
+            dict(kind=1, start_ns=20, end_ns=25, name_id=0, flags=FLAG_PROBED | FLAG_GRAPH, probe_launch=3)]
+    _write(tmp_path, recs, ["triton_poi_fused_add_0", "_ZN2at6native18elementwise_kernel"])
+    tl = read_timeline(tmp_path)
+    assert tl["start_ns"].tolist() == [10, 20, 30]
+    assert tl["name"].tolist() == ["", "triton_poi_fused_add_0", "_ZN2at6native18elementwise_kernel"]
+    assert tl["probe_launch"].tolist() == [-1, 3, -1] and tl["flags"][1] == 3 and tl["bytes"][0] == 4096
+    assert tuple(tl["grid"][2]) == (2, 1, 1) and tl["tid"][2] == 7
+    assert kernels_by_origin(tl) == {"ATen": 1, "Triton": 1}
+
+
+def test_reader_ignores_a_cut_record_and_reads_longer_records(tmp_path):
+    recs = [dict(kind=1, start_ns=i, end_ns=i + 1, name_id=0, probe_launch=-1) for i in range(3)]
+    _write(tmp_path / "cut", recs, ["k"], tail=b"\x01" * 37)
+    assert len(read_timeline(tmp_path / "cut")) == 3
+    _write(tmp_path / "long", recs, ["k"], size=96)
+    tl = read_timeline(tmp_path / "long")
+    assert tl["start_ns"].tolist() == [0, 1, 2] and set(tl["name"]) == {"k"}
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(magic=b"NTRANGE1"), "not a timeline"), (dict(version=2), "version 2"), (dict(size=40), "smaller than"),
+])
+def test_reader_bad_header_names_the_file(tmp_path, change, message):
+    _write(tmp_path, [], [], **change)
+    with pytest.raises(TraceError, match=re.escape(str(tmp_path / "timeline.bin")) + ".*" + message):
+        read_timeline(tmp_path)
+    (tmp_path / "timeline.bin").write_bytes(b"NTTI")
+    with pytest.raises(TraceError, match="not a timeline"):
+        read_timeline(tmp_path)
+
+
+def test_reader_hides_the_calibration_kernel_and_gives_the_offset(tmp_path):
+    recs = [dict(kind=1, start_ns=1_000_000, end_ns=1_002_000, name_id=0, probe_launch=-1),
+            dict(kind=1, start_ns=1_100_000, end_ns=1_101_000, name_id=1, probe_launch=-1),
+            dict(kind=1, start_ns=9_000_000, end_ns=9_002_000, name_id=0, probe_launch=-1)]
+    _write(tmp_path, recs, [CLOCK_KERNEL, "k"])
+    events = [{"event": "timeline_clock", "phase": "start", "globaltimer_ns": [500, 700]},
+              {"event": "timeline_clock", "phase": "stop", "globaltimer_ns": [8_000_900, 8_001_100]}]
+    (tmp_path / "event.log").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert read_timeline(tmp_path)["name"].tolist() == ["k"]
+    assert len(read_timeline(tmp_path, own=True)) == 3
+    # mid-times: 1_001_000 - 600 and 9_001_000 - 8_001_000: the median of the two
+    assert globaltimer_offset(tmp_path) == (1_000_400 + 1_000_000) // 2
+    # between the calibrations the offset moves linearly (the GPU timer's drift), outside it holds
+    assert globaltimer_to_ns([600, 4_000_800, 8_001_000, 9_000_000], tmp_path).tolist() == [
+        1_001_000, 5_001_000, 9_001_000, 10_000_000]
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas", "cuBLAS"),
+    ("ampere_sgemm_128x64_tn", "cuBLAS"), ("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", "cuBLAS"),
+    ("_Z17gemv2T_kernel_valIiLi128ELi16ELi4ELi4ELb0ELb0EfffEv", "cuBLAS"), ("gemmSN_TN_kernel", "cuBLAS"),
+    ("_Z20magma_sgemmEx_kernelIfffLb0EEviii13BatchedTensor18cublasLtEpilogue_t", "cuBLAS"),
+    ("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_cudnn", "cuDNN"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "NCCL"), ("ncclKernel_AllGather_RING_LL_Sum_int8_t", "NCCL"),
+    ("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEE", "ATen"),
+    ("void at::native::reduce_kernel<512, 1>", "ATen"), ("_ZN14at_cuda_detail3cub11EmptyKernelIvEEvv", "ATen"),
+    ("_ZN43_GLOBAL__N__b6de9c8c_10_SoftMax_cu_9f978f6320softmax_warp_forwardIfffLi9ELb0ELb0EEEvPT0_PKT_iiiPKbib",
+     "ATen"),
+    ("_ZN7cutlass7Kernel2I50cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align1EEvNT_6ParamsE", "CUTLASS"),
+    ("triton_poi_fused_add_0", "Triton"), ("triton_per_fused_native_layer_norm_0", "Triton"),
+    ("triton_red_fused_sum_1", "Triton"), ("triton_tem_fused_mm_2", "Triton"),
+    ("loop_add_fusion", "XLA"), ("input_reduce_fusion_1", "XLA"), ("wrapped_concatenate", "XLA"),
+    ("fusion_12", "XLA"), ("gemm_fusion_dot_1", "XLA"),
+    ("_ZN15stream_executor3gpu26RedzoneAllocatorKernelImplEPhhmPj", "XLA"),
+    ("_Z6saxpy4PfS_fi", "other"), ("my_kernel", "other"),
+])
+def test_origin_of_real_names(name, expected):
+    assert origin(name) == expected
+
+
+def test_launches_phrase_counts_launches_per_origin():
+    summary = {"kernels": 214, "by_origin": {"Triton": 120, "cuBLAS": 60, "ATen": 34}}
+    assert launches_phrase(summary, 120) == "214 kernel launch(es) ran (Triton 120, cuBLAS 60, ATen 34), 120 probed"
+    assert launches_phrase(None, 5) == ""
+
+
+def test_find_cupti_order(tmp_path, monkeypatch):
+    lib = tmp_path / "libcupti.so.13"
+    lib.write_bytes(b"\x7fELF")
+    assert find_cupti({"NEUTRINO_CUPTI": str(lib)}) == (str(lib), "NEUTRINO_CUPTI")
+    path, why = find_cupti({"NEUTRINO_CUPTI": str(tmp_path / "missing.so")})
+    assert path is None and "missing.so is not a file" in why
+    wheel = tmp_path / "site" / "nvidia" / "cu13" / "lib"
+    wheel.mkdir(parents=True)
+    (wheel / "libcupti.so.13").write_bytes(b"\x7fELF")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "site")])
+    monkeypatch.setattr("neutrino.runtime.cupti._toolkit_candidates", lambda: [])
+    assert find_cupti({}) == (str(wheel / "libcupti.so.13"), "wheel")
+    monkeypatch.setattr(sys, "path", [])
+    path, why = find_cupti({})
+    assert path is None and "no libcupti found" in why
+    assert parse_info("library\t/x/libcupti.so\nversion\t130001\nkinds\tconcurrent_kernel\tmemcpy\n") == {
+        "library": "/x/libcupti.so", "version": "130001", "kinds": "concurrent_kernel memcpy"}
+
+
+@needs_cc
+def test_abi_offsets_match_the_cupti_headers(tmp_path):
+    """shim/cupti_abi.h's offsets against offsetof() in the real headers, wherever they are."""
+    include = next((p for p in [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include",
+                                Path("/usr/local/cuda-13.0/targets/x86_64-linux/include")]
+                    if (p / "cupti_activity.h").exists()), None)
+    if include is None:
+        pytest.skip("no CUPTI headers on this machine")
+    exe = tmp_path / "offsets"
+    subprocess.run(["cc", f"-I{include}", f"-I{SHIM}", str(FAKE / "cupti_offsets.c"), "-o", str(exe)], check=True)
+    rows = [line.split() for line in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()]
+    assert len(rows) > 40
+    assert [r for r in rows if r[1] != r[2]] == []
+
+
+# ------------------------------------------------------------------ the shim against fake libcuda + libcupti
+
+@pytest.fixture(scope="module")
+def fakes(tmp_path_factory):
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp("fakecupti")
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(d / "libcuda.so.1"), str(FAKE / "fakecuda.c")], check=True)
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", f"-I{SHIM}", "-Wl,-soname,libcupti.so.13", "-o",
+                    str(d / "libcupti.so.13"), str(FAKE / "fakecupti.c"), "-lpthread"], check=True)
+    build.build_shim(tmp_path_factory.mktemp("cache"))
+    return d
+
+
+def _run(tmp_path, fakes, command, *extra, env=None):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    probe = tmp_path / "bs.toml"
+    probe.write_text(BLOCK_SCHED)
+    base = {"LD_LIBRARY_PATH": str(fakes), "FAKECUDA_BUFPARAM": "4", "NEUTRINO_CACHE_DIR": str(tmp_path / "cache"),
+            "NEUTRINO_CUPTI": str(fakes / "libcupti.so.13"), **(env or {})}
+    old = {k: os.environ.get(k) for k in base}
+    os.environ.update(base)
+    try:
+        rc = run_main(["-p", str(probe), "--tracedir", str(tmp_path / "trace"), *extra, "--", *command])
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    runs = [p for p in (tmp_path / "trace").iterdir() if (p / "event.log").exists()]
+    assert rc == 0 and len(runs) == 1
+    events = [json.loads(line) for line in (runs[0] / "event.log").read_text().splitlines()]
+    return runs[0], events
+
+
+def _one(events, kind):
+    found = [e for e in events if e["event"] == kind]
+    assert len(found) == 1, (kind, found)
+    return found[0]
+
+
+@pytest.mark.parametrize("level, ext_late", [("copies,api,ext", ""), ("copies,api,ext", "1"), (None, "")])
+def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level, ext_late):
+    """Small buffers: API records come after their kernels; with FAKECUPTI_EXT_LATE the external
+    correlations come after everything (the kernels are flagged when the timeline stops). At the
+    default level (no API records) probed launches are joined by order at the stop."""
+    env = {"FAKECUPTI_BUFFER": "300", "FAKECUPTI_EXT_LATE": ext_late}
+    if level:
+        env["NEUTRINO_TIMELINE_LEVEL"] = level
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"], env=env)
+    start = _one(events, "timeline")
+    assert start["enabled"] and start["version"] == 130001 and start["library"] == str(fakes / "libcupti.so.13")
+    full = {"concurrent_kernel", "memcpy", "memset", "external_correlation"}
+    assert set(start["kinds"]) == (full if level else full - {"external_correlation"})
+    tl = read_timeline(run)
+    kernels = tl[tl["kind"] == 1]
+    assert kernels["name"].tolist() == ["saxpy4"] * 5
+    assert (kernels["flags"] & FLAG_PROBED).all() and sorted(kernels["probe_launch"].tolist()) == [0, 1, 2, 3, 4]
+    if level:  # API records: launched by the app's main thread
+        assert (kernels["tid"] == int(_one(events, "start")["pid"])).all()
+    else:
+        assert (kernels["tid"] == 0).all()
+    assert [tuple(g) for g in kernels["grid"]] == [(4, 1, 1)] * 5 and [tuple(b) for b in kernels["block"]] == [(64, 1, 1)] * 5
+    assert (kernels["end_ns"] - kernels["start_ns"] == 1000).all()
+    copies = tl[tl["kind"] != 1]
+    assert len(copies) and set(copies["kind"]) <= {2, 3} and (copies["name_id"] == 0xFFFFFFFF).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["kernels"] == 5 and counts["by_origin"] == {"other": 5} and counts["kernels_flagged_probed"] == 5
+    assert (counts["probed"], counts["probed_by_order"]) == ((5, 0) if level else (0, 5))
+    assert counts["records"] == len(read_timeline(run, own=True)) == len(tl) + 2  # the clock calibrations
+    assert counts["no_thread"] == (0 if level else counts["records"])
+
+
+def test_program_profiler_keeps_its_records(tmp_path, fakes):
+    """A program registering its own CUPTI buffers (as Kineto does) gets the kernel records of its
+    window, and the timeline keeps every launch before, inside and after it."""
+    out = tmp_path / "theirs.json"
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
+                                         "2", "3", "4", str(out)], "--no-graphs")
+    theirs = json.loads(out.read_text())
+    assert theirs["kernels"].count("saxpy4") >= 3 and theirs["open_buffers"] == 0
+    tl = read_timeline(run)
+    assert (tl["kind"] == 1).sum() == 9
+    calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
+    assert calls[:2] == ["register_callbacks", "enable"] and "flush_all" in calls
+    assert _one(events, "timeline_counts")["forwarded_to_program"] >= 3
+
+
+def test_no_timeline_and_missing_library(tmp_path, fakes):
+    run, events = _run(tmp_path / "off", fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "2"],
+                       "--no-timeline")
+    assert _one(events, "timeline") == {**_one(events, "timeline"), "enabled": False, "reason": "--no-timeline"}
+    assert not (run / "timeline.bin").exists()
+    run, events = _run(tmp_path / "missing", fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "2"],
+                       env={"NEUTRINO_CUPTI": str(tmp_path / "nowhere.so")})
+    start = _one(events, "timeline")
+    assert not start["enabled"] and "nowhere.so is not a file" in start["reason"]
+    assert _one(events, "exit")["launches"] == 2  # probing went on
+
+
+def test_exit_line_counts_launches_and_kernels_apart(tmp_path, fakes, capfd):
+    _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "3"])
+    line = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("neutrino: ") and "seen" in ln][-1]
+    assert line.startswith("neutrino: 3 kernel launch(es) ran (other 3), 3 probed; 1 kernel(s) seen, 1 probed; "), line
+
+
+def test_order_join_with_some_launches_unprobed(tmp_path, fakes):
+    """--launches 1:3 probes launches 1 and 2 of 5: at the default level the join pairs each
+    probed launch with the record of its kernel_launch; the others stay unflagged."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"],
+                       "--launches", "1:3")
+    tl = read_timeline(run)
+    kernels = tl[tl["kind"] == 1]
+    order = np.argsort(kernels["correlation"])
+    flags = (kernels["flags"][order] & FLAG_PROBED).tolist()
+    assert flags == [0, 1, 1, 0, 0]
+    assert kernels["probe_launch"][order].tolist() == [-1, 0, 1, -1, -1]
+
+
+def test_program_profiler_alone_with_no_timeline(tmp_path, fakes):
+    """With --no-timeline the shim's CUPTI functions only pass the program's calls on: its
+    profiler gets exactly the kernels of its window, and no timeline is written."""
+    out = tmp_path / "theirs.json"
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
+                                         "2", "3", "4", str(out)], "--no-timeline")
+    assert json.loads(out.read_text())["kernels"] == ["saxpy4"] * 3
+    assert not (run / "timeline.bin").exists()
+    assert not [e for e in events if e["event"] == "timeline_profiler"]
+
+
+def test_graph_replays_flagged_and_joined(tmp_path, fakes):
+    """A kernel captured into a CUDA graph and replayed: each replay's record carries the graph
+    flag, and the replays of the probed node are joined to their probed launches by order."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "3"])
+    tl = read_timeline(run)
+    kernels = tl[(tl["kind"] == 1) & (tl["name"] == "saxpy4")]
+    graph = kernels[(kernels["flags"] & FLAG_GRAPH) != 0]
+    assert len(graph) == 3 and (graph["flags"] & FLAG_PROBED).all()
+    from neutrino import trace as nt
+
+    replays = sorted(la.index for la in nt.load(run).launches if la.graph is not None)
+    assert sorted(graph["probe_launch"].tolist()) == replays and len(replays) == 3
+    stream = kernels[(kernels["flags"] & FLAG_GRAPH) == 0]
+    assert len(stream) == 1 and stream["flags"][0] & FLAG_PROBED  # the eager launch before the capture
