@@ -185,7 +185,7 @@ def test_check_that_was_skipped_is_not_a_success(tmp_path):
 # -- 6. each command's usage is its own; instrument's input is a FILE with help
 
 
-@pytest.mark.parametrize("command", ["instrument", "print", "report", "export", "demo", "list"])
+@pytest.mark.parametrize("command", ["instrument", "print", "report", "export", "demo", "list", "query", "diff"])
 def test_subcommand_usage_names_the_command(command):
     run = neutrino(command, "--help")
     assert run.returncode == 0
