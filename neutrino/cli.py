@@ -23,6 +23,7 @@ import json
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from neutrino import console
@@ -167,12 +168,39 @@ def cmd_instrument(args) -> int:
         sys.stdout.write(result.ptx)
     if args.info:
         _write(args.info, json.dumps(result.info_json(), indent=2) + "\n", "--info")
-    if args.check:
-        print(f"{ptxas_check(result.ptx, text)} ({len(result.kernels)} kernel(s))", file=sys.stderr)
+    checked = ptxas_check(result.ptx, text) if args.check else None
+    if checked is not None and not check_skipped(checked):
+        print(f"{checked} ({len(result.kernels)} kernel(s))", file=sys.stderr)
     for name, info in result.kernels.items():
         for skip in info["skipped"]:
             console.note(f"{source}:{skip['line']}: note: [probe {skip['probe']}] site in {name} skipped: {skip['reason']}")
-    return 0
+    for line in unmatched_positions(probes, result.kernels):
+        console.warning(f"{source}: warning: {line}")
+    return refuse_skipped_check(checked)
+
+
+def check_skipped(line: str) -> bool:
+    return ": check skipped: " in line
+
+
+def refuse_skipped_check(line: str | None) -> int:
+    """--check asked for an assembled result: a check that could not be made is not a success (README, --check)."""
+    if line is None or not check_skipped(line):
+        return console.EXIT_OK
+    console.error(f"--check: {line}\n    hint: the output was written but not checked; drop --check to accept it unchecked")
+    return console.EXIT_BAD_INPUT
+
+
+def unmatched_positions(probes, kernels: dict[str, dict]) -> list[str]:
+    """One line per (probe, kernel) whose position matched no instruction: a probe that does nothing, said aloud."""
+    positions = {p.name: p.position for p in probes.probes if not p.at_kernel}
+    lines = []
+    for kernel, info in kernels.items():
+        for probe, count in info.get("matched", {}).items():
+            if count == 0 and probe in positions:
+                position = ":".join(".".join(prefix) for prefix in positions[probe])
+                lines.append(f"probe {probe}: position '{position}' matched 0 instructions in kernel {kernel}")
+    return lines
 
 
 def select_entry(entries: list[str], source: str, patterns: list[str]) -> str:
@@ -266,7 +294,8 @@ def cmd_demo(args) -> int:
     """What `neutrino` does to a kernel, shown without a GPU: instrument an embedded vector add.
 
     Says in a few lines what it did and where the files are; the probed PTX and
-    the kernel description go to files in --dir (default ./neutrino-demo).
+    the kernel description go to files in --dir (default: a new temporary directory,
+    so that running the demo in a checkout leaves nothing in it).
     """
     from neutrino.engine import instrument
     from neutrino.toolbox import load_probe_argument
@@ -276,11 +305,11 @@ def cmd_demo(args) -> int:
     probes = load_probe_argument(args.probe, args.expr)
     original = DEMO_PTX.read_text()
     result = instrument(original, probes, source=str(DEMO_PTX))
-    out = Path(args.dir)
     try:
+        out = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="neutrino-demo-"))
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise _error(f"--dir {out}: cannot create: {e.strerror or e}") from None
+        raise _error(f"--dir {args.dir or tempfile.gettempdir()}: cannot create: {e.strerror or e}") from None
     _write(str(out / "original.ptx"), original, "--dir")
     _write(str(out / "probed.ptx"), result.ptx, "--dir")
     _write(str(out / "kernel.json"), json.dumps(result.info_json(), indent=2) + "\n", "--dir")
@@ -294,6 +323,8 @@ def cmd_demo(args) -> int:
                   f"({m['type']}, {m['level']} level): {fields}")
         for skip in info["skipped"]:
             print(f"  {kernel}: site at line {skip['line']} skipped: {skip['reason']}")
+    for line in unmatched_positions(probes, result.kernels):
+        console.warning(line)
     if shutil.which("ptxas"):
         print(f"  {ptxas_check(result.ptx, original)}")
     else:
@@ -311,20 +342,23 @@ def offline_parser() -> argparse.ArgumentParser:
                                     usage=f"{console.PROFILE_USAGE}\n       neutrino COMMAND ...",
                             epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=console.ArgumentParser)
+    # prog: each command's usage reads `neutrino instrument ...`, not the top-level usage followed by the command
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=console.ArgumentParser, prog="neutrino")
     p = sub.add_parser("list", help="list the built-in tools (-v: their maps, fields and positions)")
     p.add_argument("-v", "--verbose", action="store_true", help="also each tool's maps, fields and probes")
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("demo", help="instrument an embedded example kernel, say what was done (no GPU needed)")
     console.add_probe_arguments(p, required=False)
-    p.add_argument("--dir", default="neutrino-demo", help="where to write the PTX and kernel description "
-                                                          "(default ./neutrino-demo)")
+    p.add_argument("--dir", help="where to write the PTX and kernel description "
+                                 "(default: a new directory under the system's temporary directory, printed)")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("print", help="parse a PTX file and print it back")
-    p.add_argument("ptx")
+    p.add_argument("ptx", metavar="FILE", help="PTX text, or AMDGPU assembly (.s); fatbins, cubins and executables: "
+                                               "the PTX inside them")
     p.set_defaults(func=cmd_print)
     p = sub.add_parser("instrument", help="instrument PTX (or a fatbin/cubin/executable) with a probe")
-    p.add_argument("ptx")
+    p.add_argument("ptx", metavar="FILE", help="PTX text, a fatbin, cubin or executable with embedded PTX, "
+                                               "or AMDGPU (GCN) assembly (.s with .amdgcn_target)")
     console.add_probe_arguments(p)
     p.add_argument("-k", "--kernel", action="append", metavar="PATTERN",
                    help="instrument only the entry whose name contains PATTERN (=NAME: exactly NAME); "

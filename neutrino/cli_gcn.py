@@ -77,9 +77,12 @@ def cmd_instrument(args) -> int:
         sys.stdout.write(result.ptx)
     if args.info:
         _write(args.info, json.dumps(result.info_json(), indent=2) + "\n", "--info")
-    if args.check:
-        print(f"{llvm_mc_check(result.ptx)} ({len(result.kernels)} kernel(s))", file=sys.stderr)
+    from neutrino.cli import check_skipped, refuse_skipped_check
+
+    checked = llvm_mc_check(result.ptx) if args.check else None
+    if checked is not None and not check_skipped(checked):
+        print(f"{checked} ({len(result.kernels)} kernel(s))", file=sys.stderr)
     for name, info in result.kernels.items():
         for skip in info["skipped"]:
             print(f"{args.ptx}:{skip['line']}: note: [probe {skip['probe']}] site in {name} skipped: {skip['reason']}", file=sys.stderr)
-    return 0
+    return refuse_skipped_check(checked)

@@ -105,6 +105,7 @@ class Probe:
     after: Snippet | None
     map: str | None  # name of the map its SAVEs write
     line: int = 0
+    datamodel_reported: bool = False  # its missing or bad datamodel is reported already: SAVEs need not repeat it
 
     @property
     def at_kernel(self) -> bool:
@@ -385,7 +386,10 @@ class _Loader:
             return self.load_aggregate_map(name, table, line, kind)
         unknown = set(table) - {"level", "fields", "cap", "type"}
         for key in sorted(unknown):
-            self.error(self.key_line(line, key), f"[map {name}] unknown key {key!r}")
+            from neutrino.console import did_you_mean
+
+            self.error(self.key_line(line, key), f"[map {name}] unknown key {key!r}"
+                       f"{did_you_mean(key, ('level', 'fields', 'cap', 'type'))}", token=key)
         level = table.get("level")
         if level not in LEVELS:
             self.error(self.key_line(line, "level"), f"[map {name}] level must be one of {', '.join(LEVELS)}, not {level!r}")
@@ -420,9 +424,12 @@ class _Loader:
     def load_aggregate_map(self, name: str, table: dict, line: int, kind: str) -> MapSpec | None:
         """`type = "sum"` (u64 `fields`) or `type = "hist"` (`buckets`): counters per launch, no cap."""
         allowed = {"type", "level"} | ({"fields"} if kind == "sum" else {"buckets"})
+        from neutrino.console import did_you_mean
+
         for key in sorted(set(table) - allowed):
             hint = "sum and hist maps have no cap: they hold one set of counters per launch" if key == "cap" else ""
-            self.error(self.key_line(line, key), f"[map {name}] unknown key {key!r} for a {kind} map", hint=hint)
+            self.error(self.key_line(line, key), f"[map {name}] unknown key {key!r} for a {kind} map"
+                       + (did_you_mean(key, allowed) if key != "cap" else ""), hint=hint, token=key)
         level = table.get("level", "thread")
         if level not in LEVELS:
             self.error(self.key_line(line, "level"), f"[map {name}] level must be one of {', '.join(LEVELS)}, not {level!r}")
@@ -464,8 +471,12 @@ class _Loader:
             self.error(line, "a probe must be a table", probe=name, hint=f"write [probe.{name}] with position and before/after")
             return None
         allowed = {"position", "level", "before", "after"} | (set() if explicit else {"datamodel"})
-        for key in sorted(set(table) - allowed):
-            self.error(self.key_line(line, key), f"unknown key {key!r}", probe=name, hint="keys: " + ", ".join(sorted(allowed)))
+        from neutrino.console import did_you_mean
+
+        unknown = sorted(set(table) - allowed)
+        for key in unknown:
+            self.error(self.key_line(line, key), f"unknown key {key!r}{did_you_mean(key, allowed)}", probe=name,
+                       token=key, hint="keys: " + ", ".join(sorted(allowed)))
         position = self.parse_position(table.get("position"), self.key_line(line, "position"), name)
         level = table.get("level")
         datamodel = None
@@ -490,7 +501,11 @@ class _Loader:
         saves = [s for sn in probe.snippets() for s in ir.instructions(sn.statements) if s.opcode.base == SAVE]
         if not explicit:
             if saves and datamodel is None:
-                self.error(line, "SAVE needs a datamodel", probe=name, hint='add datamodel = "LEVEL:BYTES[:CAP]", "sum" or "hist:log2"')
+                # One error per cause: a malformed or misspelled datamodel was reported above already.
+                misspelled = any(did_you_mean(key, ["datamodel"]) for key in unknown)
+                if "datamodel" not in table and not misspelled:
+                    self.error(line, "SAVE needs a datamodel", probe=name, hint='add datamodel = "LEVEL:BYTES[:CAP]", "sum" or "hist:log2"')
+                probe.datamodel_reported = True
             if datamodel is not None:
                 probe.map = name
                 self._datamodel[name] = datamodel
@@ -509,7 +524,26 @@ class _Loader:
                 self.error(line, f"malformed position {part!r}", probe=probe, token=part or None, hint="e.g. ld.global:st.global")
                 return None
             prefixes.append(tuple(part.split(".")))
+        if self.isa == "ptx" and not self.known_position(prefixes, line, probe):
+            return None
         return tuple(prefixes)
+
+    def known_position(self, prefixes: list[tuple[str, ...]], line: int, probe: str) -> bool:
+        """Each prefix names a PTX opcode and modifiers that exist: a typo (`ld.globl`) would match nothing, silently."""
+        from neutrino.isa.ptx.semantics import closest_positions, unknown_position_part
+
+        known = True
+        for components in prefixes:
+            unknown = unknown_position_part(components)
+            if unknown is None:
+                continue
+            known = False
+            what = "instruction" if unknown == components[0] else "modifier"
+            close = closest_positions(components, unknown)
+            hint = ("did you mean " + " or ".join(f"'{c}'" for c in close) + "?") if close else "e.g. ld.global, st.shared, mma, kernel"
+            self.error(line, f"position {'.'.join(components)!r}: no PTX {what} {unknown!r}", probe=probe,
+                       token=".".join(components), hint=hint)
+        return known
 
     def parse_datamodel(self, text, line: int, probe: str) -> "_Datamodel | None":
         text = str(text).strip()
@@ -521,7 +555,7 @@ class _Loader:
         m = re.fullmatch(r"(thread|warp|block):([0-9]+)(?::([0-9]+|count))?", text)  # ASCII digits only
         if not m:
             digits = "; numbers take the ASCII digits 0-9" if any(c.isdigit() and not c.isascii() for c in text) else ""
-            self.error(line, f"malformed datamodel {text!r}{digits}", probe=probe,
+            self.error(line, f"malformed datamodel {text!r}{digits}", probe=probe, token=text or None,
                        hint="LEVEL:BYTES[:CAP] (LEVEL thread|warp|block), sum, hist:log2 or hist:linear:MIN:MAX:STEP")
             return None
         nbytes = int(m.group(2))

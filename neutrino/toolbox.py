@@ -80,5 +80,27 @@ def load_probe_argument(probe: str | None, expression: str | None, isa: str = "p
     from neutrino.probefile import load_probes, parse_probes
 
     if expression is not None:
-        return parse_probes(inline_toml(expression), "<-e>", isa)
+        from neutrino.errors import ProbeError
+
+        wrapped = inline_toml(expression)
+        try:
+            return parse_probes(wrapped, "<-e>", isa)
+        except ProbeError as e:
+            if wrapped == expression:
+                raise
+            raise ProbeError([_as_typed(d, expression, wrapped) for d in e.diagnostics]) from None
     return load_probes(probe, isa)
+
+
+def _as_typed(diagnostic, expression: str, wrapped: str):
+    """A diagnostic on the first line of `inline = { TEXT }` pointed at TEXT as the user typed it:
+    the line shown is theirs and the column counts in it (README, "One-off probes")."""
+    import attrs
+
+    location = diagnostic.location
+    if location.line != 1:
+        return diagnostic
+    shift = wrapped.index(expression.strip()) - (len(expression) - len(expression.lstrip()))
+    column = max(1, location.column - shift) if location.column > 0 else 0
+    typed = expression.split("\n", 1)[0]
+    return attrs.evolve(diagnostic, location=attrs.evolve(location, column=column, text=typed))

@@ -884,6 +884,15 @@ class Trace:
     launches: list[Launch]
     problems: list[str] = attrs.Factory(list)  # what could not be read, named (corrupt lines, skipped launches)
 
+    def __repr__(self) -> str:
+        """One line: where, how much, which probe; never the probe text or the events themselves."""
+        kernels = len({launch.kernel for launch in self.launches})
+        probe = next((ev.get("probe") for ev in self.events if ev.get("event") == "start" and ev.get("probe")), None)
+        probe_part = f", probe {Path(probe).name}" if probe else ""
+        problems = f", {len(self.problems)} problem(s)" if self.problems else ""
+        return (f"<Trace {self.path}: {len(self.launches)} launch(es) of {kernels} kernel(s){probe_part}, "
+                f"{len(self.events)} event(s){problems}>")
+
     def kernel_info(self, kernel: str) -> dict | None:
         """The kernel.json entry of `kernel` (the first instrumented one of that name); None when
         no kernel.json names it. TraceError (the file, the offset) for a kernel.json that is not one."""

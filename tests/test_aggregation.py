@@ -163,8 +163,8 @@ atom.global.add.u32 %r, [%a], 1;"""
     with pytest.raises(ProbeError) as e:
         parse_probes(text, "a.toml")
     msg = str(e.value)
-    assert "a.toml:4:1: error: [probe p] red accesses memory: probes may only write memory through SAVE" in msg
-    assert "a.toml:5:1: error: [probe p] atom accesses memory: probes may only write memory through SAVE" in msg
+    assert "a.toml:4:1: error: [probe p] red reads and writes memory: probe code may neither read nor write memory; its results leave only through SAVE" in msg
+    assert "a.toml:5:1: error: [probe p] atom reads and writes memory: probe code may neither read nor write memory; its results leave only through SAVE" in msg
 
 
 # ---------------------------------------------------------------- lowering (FileCheck)

@@ -8,13 +8,38 @@ from helpers import DATA
 README = Path(__file__).parent.parent / "README.md"
 
 
-def test_readme_custom_pass(monkeypatch):
-    code = re.search(r"### A custom pass\n\n```python\n(.*?)```", README.read_text(), re.S).group(1)
-    code = code.replace('open("kernel.ptx")', f'open("{DATA / "corpus" / "nvcc" / "vec.sm90.ptx"}")').replace("print(result.kernels)", "")
-    scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)
-    kernels = scope["result"].kernels
-    assert kernels and all(k["sites"] <= 2 for k in kernels.values())  # one gmem site plus at most the kernel-exit ones
+def test_readme_custom_pass(tmp_path):
+    """Run as a user would (a script next to kernel.ptx): one global access probed per kernel, its count still saved."""
+    import shutil
+    import subprocess
+    import sys
+
+    from neutrino.engine import instrument
+    from neutrino.probefile import load_probes
+
+    code = re.search(r"### A custom pass\n.*?```python\n(.*?)```", README.read_text(), re.S).group(1)
+    kernel = DATA / "corpus" / "nvcc" / "vec.sm90.ptx"
+    shutil.copy(kernel, tmp_path / "kernel.ptx")
+    (tmp_path / "example.py").write_text(code + "\nopen('probed.ptx', 'w').write(result.ptx)\n")
+    run = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(README.parent)})
+    assert run.returncode == 0, run.stderr
+    full = instrument(kernel.read_text(), load_probes("gmem_bytes")).kernels
+    lines = run.stdout.splitlines()
+    assert len(lines) == len(full) == 2
+    for line, (name, info) in zip(lines, full.items()):
+        matched = info["matched"]["count_bytes"]
+        assert matched > 1  # so that keeping one access is visible
+        kept = info["sites"] - matched + 1  # every instruction site but the first; the entry and exit sites stay
+        assert line == f"{name}: {matched} global accesses matched, {kept} sites kept, maps ['gmem_bytes']", line
+    probed = (tmp_path / "probed.ptx").read_text()
+    full_ptx = instrument(kernel.read_text(), load_probes("gmem_bytes")).ptx
+    assert len(kernel.read_text()) < len(probed) < len(full_ptx)
+    assert probed.count("red.global.add.u64") == full_ptx.count("red.global.add.u64") > 0  # the save is still there
+    if shutil.which("ptxas"):
+        from helpers import ptxas
+
+        ptxas(probed)
 
 
 def test_readme_starts_with_install_and_test_commands():

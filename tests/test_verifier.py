@@ -35,9 +35,9 @@ def kernel_probe(body: str, datamodel: str = "thread:16", position: str = "kerne
         ("trap;", "trap is not allowed in probes"),
         ("bar.sync 0;", "barriers and other synchronization are not allowed in probes"),
         ("membar.gl;", "barriers and other synchronization are not allowed in probes"),
-        (".reg .b64 %a; ld.global.u64 %a, [%a];", "ld accesses memory: probes may only write memory through SAVE"),
-        (".reg .b64 %a; st.global.u64 [%a], %a;", "st accesses memory: probes may only write memory through SAVE"),
-        (".reg .b64 %a; atom.global.add.u64 %a, [%a], 1;", "atom accesses memory"),
+        (".reg .b64 %a; ld.global.u64 %a, [%a];", "ld reads memory: probe code may neither read nor write memory; its results leave only through SAVE"),
+        (".reg .b64 %a; st.global.u64 [%a], %a;", "st writes memory: probe code may neither read nor write memory; its results leave only through SAVE"),
+        (".reg .b64 %a; atom.global.add.u64 %a, [%a], 1;", "atom reads and writes memory"),
         (".reg .b32 %a; mov.u32 %a, %r1;", "undeclared register %r1"),
         ("mov.u32 %r1, 0;", "undeclared register %r1"),
         (".reg .b32 %a; mov.u32 %tid.x, %a;", "special register %tid.x is read-only"),
@@ -88,7 +88,7 @@ after = "ld.global.u32 %x, [%y];"
     assert "p.toml:7:1: error: [probe a] barriers" in report
     assert "p.toml:10:" in report and "malformed position ''" in report
     assert "p.toml:11:" in report and "malformed datamodel 'warp:7'" not in report and "record size 7" in report
-    assert "p.toml:12:" in report and "ld accesses memory" in report
+    assert "p.toml:12:" in report and "ld reads memory" in report
     # a caret under the offending token
     lines = report.splitlines()
     i = lines.index("p.toml:6:10: error: [probe b] undeclared register %r1") if "p.toml:6:10: error: [probe b] undeclared register %r1" in lines else None

@@ -642,11 +642,11 @@ def _infer_types(scan: _ModuleScan) -> tuple[dict, set]:
                 h = scan.resolve_helper(target)
             except CompileAbort:
                 return None
-            if h in VALUE_HELPERS and isinstance(e, ast.Call):
+            if h in VALUE_HELPERS:  # nl.clock() or nl.clock: both forms are accepted
                 return VALUE_HELPERS[h][1]
             if h in DTYPES and isinstance(e, ast.Call):
                 return DTYPES[h]
-            if h in FIELD_HELPERS and isinstance(e, ast.Attribute):
+            if h in FIELD_HELPERS:  # nl.addr or nl.addr()
                 return FIELD_HELPERS[h][1]
         return None
 
@@ -1001,14 +1001,23 @@ class _ProbeLowering(ast.NodeVisitor):
         helper = self.scan.resolve_helper(node)
         if helper is None:
             self.src.abort(node, f"unknown name '{ast.unparse(node)}'")
-        return self.helper_value(node, helper)
+        return self.helper_value(node, helper, dst)
 
-    def helper_value(self, node, helper: str):
+    def helper_value(self, node, helper: str, dst=None):
         if helper in FIELD_HELPERS:
             return self.field(node, helper)
-        if helper in VALUE_HELPERS or helper in DTYPES:
-            self.src.abort(node, f"'{ast.unparse(node)}' is a function: call it, {ast.unparse(node)}(...)")
-        self.src.abort(node, f"'{ast.unparse(node)}' is not a value")
+        if helper in VALUE_HELPERS:  # `nl.clock` written without the call: the same value as nl.clock()
+            return self.read_register_helper(helper, dst)
+        if helper in DTYPES:
+            self.src.abort(node, f"'{ast.unparse(node)}' is a conversion: call it on a value, {ast.unparse(node)}(x)")
+        self.src.abort(node, f"'{ast.unparse(node)}' is not a value",
+                       hint=f"values: {', '.join(f'nl.{h}' for h in {**VALUE_HELPERS, **FIELD_HELPERS})}")
+
+    def read_register_helper(self, helper: str, dst):
+        op, ty = VALUE_HELPERS[helper]
+        out = dst if dst is not None and dst.type == ty else self.temp(ty)
+        self.emit(Instr(op, ty, out))
+        return out
 
     def field(self, node, helper: str) -> Field:
         fname, ty = FIELD_HELPERS[helper]
@@ -1029,13 +1038,12 @@ class _ProbeLowering(ast.NodeVisitor):
             self.src.abort(node, f"unknown function '{ast.unparse(func)}'",
                            hint="probe bodies can only call neutrino.language helpers and MAP.save(...)")
         text = ast.unparse(node.func)
-        if helper in VALUE_HELPERS:
+        if helper in VALUE_HELPERS or helper in FIELD_HELPERS:
             if node.args or node.keywords:
-                self.src.abort(node, f"{text}() takes no arguments")
-            op, ty = VALUE_HELPERS[helper]
-            out = dst if dst is not None and dst.type == ty else self.temp(ty)
-            self.emit(Instr(op, ty, out))
-            return out
+                self.src.abort(node, f"{text}() takes no arguments", hint=f"write {text}() or {text}: both read the same value")
+            if helper in FIELD_HELPERS:  # `nl.addr()`: the same value as nl.addr
+                return self.field(node.func, helper)
+            return self.read_register_helper(helper, dst)
         if helper in DTYPES:
             ty = DTYPES[helper]
             if len(node.args) != 1 or node.keywords:
@@ -1047,7 +1055,9 @@ class _ProbeLowering(ast.NodeVisitor):
             return self.coerce(op, ty, arg, truncate=True, dst=dst)
         if helper == "save":
             self.src.abort(node, "nl.save(...) is a statement, not a value")
-        self.src.abort(node, f"'{text}' cannot be called here")
+        self.src.abort(node, f"'{text}' cannot be called here",
+                       hint="calls: nl.clock(), nl.time(), nl.cuid(), nl.smid(), nl.laneid(), nl.u32(x), nl.u64(x), "
+                            "MAP.save(...)")
 
     def value_UnaryOp(self, node: ast.UnaryOp, hint, dst):
         if isinstance(node.op, ast.UAdd):

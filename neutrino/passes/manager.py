@@ -46,6 +46,7 @@ class KernelState:
     original_ids: list[int] = attrs.Factory(list)  # identities of the original instructions, in order
     exits: list[ir.Instruction] = attrs.Factory(list)  # the original ret/exit instructions
     levels: set[str] = attrs.Factory(set)  # levels whose leader predicate / unit index the code needs
+    matched: dict[str, int] = attrs.Factory(dict)  # instruction-position probe → instructions it matched
 
     def temp(self, role: str, rtype: str) -> str:
         """A register of ours, declared once per kernel by name and type."""
@@ -86,6 +87,7 @@ class Context:
                 "maps": [self.probes.maps[m].to_json() for m in state.maps],
                 "sites": len(state.sites),
                 "skipped": state.skipped,
+                "matched": dict(state.matched),
             }
         return out
 

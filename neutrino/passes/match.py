@@ -43,7 +43,10 @@ class TracepointMatching:
             originals = [i for i in ir.instructions(function.body) if i.origin is None]
             state = KernelState(function, original_ids=[id(i) for i in originals], exits=exits_of(originals))
             for probe in ctx.probes.probes:
-                state.sites.extend(self.sites_of(probe, function, originals, state.exits))
+                sites = self.sites_of(probe, function, originals, state.exits)
+                if not probe.at_kernel:  # how many instructions its position matched: 0 is worth a warning
+                    state.matched[probe.name] = len({id(site.anchor) for site in sites})
+                state.sites.extend(sites)
             ctx.kernels[function.name] = state
 
     @staticmethod

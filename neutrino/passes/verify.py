@@ -48,6 +48,23 @@ def type_bits(t: str) -> int | str:
     return "pred" if t == "pred" else ir.TYPE_BYTES.get(t, 0) * 8
 
 
+# What a probe may not do with memory, said once: it neither reads nor writes memory itself (an address the
+# verifier cannot bound could fault or corrupt the kernel's data); SAVE, into its own map, is its only way out.
+NO_MEMORY = "probe code may neither read nor write memory; its results leave only through SAVE"
+
+
+def _memory_verb(row) -> str:
+    """What an instruction does to memory, from its semantics row: `reads memory`, `writes memory`, ..."""
+    accesses = {access for _, access in row.addresses}
+    if "atomic" in accesses or {"load", "store"} <= accesses:
+        return "reads and writes memory"
+    if "store" in accesses:
+        return "writes memory"
+    if "load" in accesses:
+        return "reads memory"
+    return "accesses memory"
+
+
 @attrs.define
 class _SnippetChecker:
     probe_file: ProbeFile
@@ -102,14 +119,15 @@ class _SnippetChecker:
             if row.control:
                 reason = CONTROL_REASONS[row.control]
             elif row.addresses or insn.opcode.base in ("ld", "st", "atom", "red", "cp", "ldu", "prefetch"):
-                reason = f"{insn.opcode.base} accesses memory: probes may only write memory through SAVE"
+                reason = f"{insn.opcode.base} {_memory_verb(row)}: {NO_MEMORY}"
             else:
                 reason = f"instruction {insn.opcode.text} is not allowed in probes"
-            self.operand_error(insn, reason, token, hint="allowed: arithmetic, logic, cvt, setp/selp and SAVE")
+            self.operand_error(insn, reason, token, hint="allowed: arithmetic, logic, cvt, setp/selp and SAVE; "
+                               "the matched instruction's address and operands: ADDR, IN1, IN2, IN3, OUT")
             return
         for operand in insn.operands:
             if isinstance(operand, (ir.Address, ir.BracketList)):
-                self.operand_error(insn, "memory operands are not allowed: probes may only write memory through SAVE", "[")
+                self.operand_error(insn, f"memory operands are not allowed: {NO_MEMORY}", "[")
                 return
             if isinstance(operand, ir.ParenList):
                 self.operand_error(insn, "parenthesised operand lists are not allowed in probes", "(")
@@ -278,7 +296,8 @@ class _SnippetChecker:
                 self.operand_error(insn, "malformed SAVE", "SAVE", hint="write SAVE.u32 {a, b} / SAVE.u64 {a}, or SAVE [ MAP ] {a, b} with [map.MAP]")
                 return
             if self.probe.map is None:
-                self.operand_error(insn, "SAVE needs a datamodel (or SAVE [ MAP ] in the explicit form)", "SAVE")
+                if not self.probe.datamodel_reported:
+                    self.operand_error(insn, "SAVE needs a datamodel (or SAVE [ MAP ] in the explicit form)", "SAVE")
                 return
             values = insn.operands[0]
         if not values.items:

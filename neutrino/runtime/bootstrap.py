@@ -140,7 +140,7 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
     trace = TraceDir(run_dir) if run_dir is not None else _trace_dir(opts)
     trace.write_probe(probes.text)
     trace.event("start", pid=os.getpid(), argv=list(getattr(sys, "argv", []) or []), probe=opts.probe,
-                options=opts.to_json(), version=neutrino.__version__, embedded=embedded,
+                options=opts.to_dict(), version=neutrino.__version__, embedded=embedded,
                 session=os.environ.get("NEUTRINO_SESSION"), **rank.start_fields())
     rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
                  native_writer=shim_path, compiled=compiled)

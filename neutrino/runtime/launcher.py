@@ -224,7 +224,10 @@ def run_main(argv: list[str]) -> int:
             shim = build_shim()
         except NeutrinoError as e:
             console.error(str(e))
-            return console.EXIT_BAD_INPUT
+            from neutrino.runtime.options import OptionError
+
+            # a bad option value (--launches every:0, --buffer-budget 1X) is a command line we do not understand
+            return console.EXIT_USAGE if isinstance(e, OptionError) else console.EXIT_BAD_INPUT
         session = f"{os.getpid()}-{time.time_ns()}"
         env = child_env(opts, shim)
         env[ENV_SESSION] = session
@@ -300,7 +303,7 @@ def close_run(session: str, tracedir: Path, run_dir: Path | None, command: list[
     from neutrino.runtime.tracedir import TraceDir
 
     trace = TraceDir(run_dir) if run_dir is not None else TraceDir.create(tracedir, start=started, pid=pid or os.getpid())
-    trace.event("start", pid=pid, argv=command, probe=opts.probe, options=opts.to_json(), version=__version__,
+    trace.event("start", pid=pid, argv=command, probe=opts.probe, options=opts.to_dict(), version=__version__,
                 session=session, by="launcher")
     reason = "the program could not be run" if pid is None else "no process of the program loaded a CUDA module"
     trace.event("exit", launches=0, kernels_seen=0, kernels_probed=0, fallbacks=0, dropped=0, exit_status=rc,

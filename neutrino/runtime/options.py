@@ -120,13 +120,25 @@ class RuntimeOptions:
         return not kernel_selected(kernel, self.exclude)
 
     def to_json(self) -> str:
-        d = attrs.asdict(self)
-        return json.dumps(d)
+        return json.dumps(self.to_dict())
+
+    def to_dict(self) -> dict:
+        """The options as a JSON object (event.log's `start` event stores this, not a string of it)."""
+        return attrs.asdict(self)
 
     @classmethod
-    def from_json(cls, text: str) -> "RuntimeOptions":
-        d = json.loads(text)
+    def from_json(cls, text: "str | dict") -> "RuntimeOptions":
+        d = logged_options(text)
         d["launches"] = LaunchFilter(**d.get("launches", {}))
         d["kernels"] = tuple(d.get("kernels", ()))
         d["exclude"] = tuple(d.get("exclude", ()))
         return cls(**d)
+
+
+def logged_options(value: "str | dict") -> dict:
+    """The `options` of an event.log `start` event as a dict: an object now, a JSON string in older logs."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not isinstance(value, dict):
+        raise ValueError(f"options: expected a JSON object, not {type(value).__name__}")
+    return dict(value)

@@ -75,6 +75,32 @@ def _probed_kernel_names(run_dir) -> list[str]:
     return names
 
 
+def unmatched_probe_lines(rt, run_dir) -> list[str]:
+    """A warning per instruction-position probe that matched no instruction in any probed kernel
+    (kernel.json's `matched`): a mistyped or absent position must not pass for a quiet success."""
+    import json
+
+    matched: dict[str, int] = {}
+    kernels = 0
+    for info_file in sorted((run_dir / "kernel").glob("*/kernel.json")):
+        try:
+            infos = json.loads(info_file.read_text()).get("kernels", {})
+        except (OSError, ValueError):
+            continue
+        for info in infos.values():
+            kernels += 1
+            for probe, count in info.get("matched", {}).items():
+                matched[probe] = matched.get(probe, 0) + count
+    positions = {p.name: p.position for p in getattr(getattr(rt, "probes", None), "probes", ())}
+    lines = []
+    for probe, count in matched.items():
+        if count == 0:
+            position = ":".join(".".join(prefix) for prefix in positions.get(probe, ()))
+            lines.append(f"neutrino: warning: probe {probe}: position '{position}' matched 0 instructions "
+                         f"in the {kernels} probed kernel(s): it recorded nothing")
+    return lines
+
+
 def launches_phrase(timeline: dict | None, probed_launches: int) -> str:
     """`214 kernel launches ran (Triton 120, cuBLAS 60, ATen 34), 120 probed`: every kernel launch the
     timeline recorded, per origin, and how many of them ran probed code. Empty without a timeline."""
@@ -132,6 +158,8 @@ def finish(rt, stream) -> None:
         tr.close()
         return
     stream.write(closing_line(rt, seen, probed, fell_back))
+    for line in unmatched_probe_lines(rt, tr.path):
+        stream.write(line + "\n")
     graph_nodes = getattr(rt, "graph_summary", [])
     if graph_nodes:
         written = sum(n["written"] for n in graph_nodes)

@@ -1,7 +1,7 @@
-"""tensorop: tensor-core instructions (mma, wgmma.mma_async) executed, per launch.
+"""tensorop: tensor-core instructions (mma, wmma.mma, wgmma.mma_async) executed, per launch.
 
-A per-thread counter is bumped before every `mma*` and `wgmma.mma_async`
-instruction the thread executes; when the thread leaves the kernel, the
+A per-thread counter is bumped before every `mma*`, `wmma.mma` and
+`wgmma.mma_async` instruction the thread executes; when the thread leaves the kernel, the
 launch's counters get (summed over the warp on the device, one atomic per
 warp): `count`, the per-thread executions (every lane counts the warp-wide
 instruction once); `warp_count`, lane 0's count, which is the number of warp
@@ -24,7 +24,8 @@ class tensorop:
 count: nl.u64 = 0
 
 
-@probe(pos="mma:wgmma.mma_async", level="thread", before=True)
+# The tensor-core classes of the semantics table (semantics.TENSOR_CORE_POSITION; tests/test_first_hour.py checks).
+@probe(pos="mma:wmma.mma:wgmma.mma_async", level="thread", before=True)
 def count_mma():
     count += 1
 

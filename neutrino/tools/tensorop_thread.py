@@ -1,7 +1,7 @@
-"""tensorop_thread: tensor-core instructions (mma, wgmma.mma_async), one record per thread.
+"""tensorop_thread: tensor-core instructions (mma, wmma.mma, wgmma.mma_async), one record per thread.
 
-A per-thread counter is bumped before every `mma*` and `wgmma.mma_async`
-instruction the thread executes (warp-synchronous instructions: every lane
+A per-thread counter is bumped before every `mma*`, `wmma.mma` and
+`wgmma.mma_async` instruction the thread executes (warp-synchronous instructions: every lane
 counts its own execution) and saved when the thread leaves the kernel.
 Analysis: neutrino/analysis/tensorop.py. The per-thread form of `tensorop`
 (which sums on the device).
@@ -19,7 +19,8 @@ class tensorop_thread:
 count: nl.u64 = 0
 
 
-@probe(pos="mma:wgmma.mma_async", level="thread", before=True)
+# The tensor-core classes of the semantics table (semantics.TENSOR_CORE_POSITION; tests/test_first_hour.py checks).
+@probe(pos="mma:wmma.mma:wgmma.mma_async", level="thread", before=True)
 def count_mma():
     count += 1
 

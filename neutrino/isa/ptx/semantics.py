@@ -174,6 +174,7 @@ class OpSemantics:
     space: str | None = None
     control: str | None = None
     also_reads_defs: bool = False  # accumulators (wgmma, mma with d==c) are read too
+    tensor_core: bool = False  # a warp-wide matrix multiply-accumulate on the tensor cores (what tensorop counts)
 
 
 _TMA_BYTES = "the box size of a tensor copy is in its tensor map, not in the instruction"
@@ -207,11 +208,12 @@ TABLE: dict[tuple[str, ...], OpSemantics] = {
     ("stmatrix",): OpSemantics(defs=(), addresses=((0, "store"),), bytes=_matrix_bytes),
     ("wmma", "load"): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_wmma_bytes),
     ("wmma", "store"): OpSemantics(defs=(), addresses=((0, "store"),), bytes=_wmma_bytes),
-    ("wgmma", "mma_async"): OpSemantics(defs=(0,), bytes=_wgmma_bytes, also_reads_defs=True),
+    ("wmma", "mma"): OpSemantics(defs=(0,), tensor_core=True),
+    ("wgmma", "mma_async"): OpSemantics(defs=(0,), bytes=_wgmma_bytes, also_reads_defs=True, tensor_core=True),
     ("wgmma", "fence"): OpSemantics(defs=(), control="barrier"),
     ("wgmma", "commit_group"): OpSemantics(defs=(), control="barrier"),
     ("wgmma", "wait_group"): OpSemantics(defs=(), control="barrier"),
-    ("mma",): OpSemantics(defs=(0,)),
+    ("mma",): OpSemantics(defs=(0,), tensor_core=True),
     ("tex",): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_by_vector),
     ("tld4",): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_by_vector),
     ("suld",): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_by_vector),
@@ -252,6 +254,8 @@ TABLE: dict[tuple[str, ...], OpSemantics] = {
     ("applypriority",): OpSemantics(defs=(), addresses=((0, "prefetch"),)),
 }
 DEFAULT = OpSemantics(defs=(0,))
+# The position of every tensor-core instruction class, for tools that count them (neutrino/tools/tensorop.py).
+TENSOR_CORE_POSITION = ":".join(".".join(key) for key, row in TABLE.items() if row.tensor_core)
 
 
 ENDS_KERNEL = ("return", "exit")
@@ -368,3 +372,56 @@ def effects(insn: ir.Instruction) -> Effects:
     memory = tuple(MemoryAccess(ops[i], access, space) for i, access, space in access_spaces(insn.opcode) if i < len(ops))
     nbytes = row.bytes(insn) if row.bytes is not None else None
     return Effects(tuple(defs), tuple(uses), memory, nbytes, row.control)
+
+
+# -- which opcodes and modifiers exist: what a probe's `position` may name (spec/probe-toml.md, "position")
+
+# Every PTX instruction name (PTX ISA 9.0). The table above describes those that touch memory or
+# control; the rest act on registers only (its DEFAULT row) but are just as much instructions.
+OPCODES = frozenset("""
+abs activemask add addc alloca and applypriority atom bar barrier bfe bfi bfind bmsk bra brev brkpt brx
+call clusterlaunchcontrol clz cnot copysign cos cp createpolicy cvt cvta discard div dp2a dp4a elect ex2
+exit fence fma fns getctarank griddepcontrol isspacep istypeof ld ldmatrix ldu lg2 lop3 mad mad24 madc
+mapa match max mbarrier membar min mma mov movmatrix mul mul24 multimem nanosleep neg not or pmevent popc
+prefetch prefetchu prmt rcp red redux rem ret rsqrt sad selp set setmaxnreg setp shf shfl shl shr sin slct
+sqrt st stackrestore stacksave stmatrix sub subc suld suq sured sust szext tanh tcgen05 tensormap testp tex
+tld4 trap txq vabsdiff vabsdiff2 vabsdiff4 vadd vadd2 vadd4 vavrg2 vavrg4 vmad vmax vmax2 vmax4 vmin vmin2
+vmin4 vote vset vset2 vset4 vshl vshr vsub vsub2 vsub4 wgmma wmma xor
+""".split())
+
+# The modifiers that are plain words. Modifiers with a digit (types, shapes: u32, v4, m16n8k16, 2d)
+# or a `::` (shared::cta, L2::cache_hint) are taken as written: they are too many to list.
+MODIFIER_WORDS = frozenset(ir.STATE_SPACES) | frozenset("""
+a abs acq_rel acquire add aligned all alloc and any approx arrive arrive_drop async b ballot bfly box_dim
+bulk bulk_group c ca cas cc cg clamp col commit commit_group complete_tx cs cta cluster cv d dealloc dec
+down element_stride elemtype eq equ exch expect_tx fence fractional ftz full gather ge geu global_address
+global_dim global_stride gpu gt gtu hi hs idx im2col inc init inval kind l launch_dependents ld ld_reduce
+le leu lo load ls lt ltu lu max mbarrier min mma mma_async mmio multicast nan nc ne neu noftz noinc not num
+or parity pending_count pred prefetch proxy r rank read red reduce relaxed release relinquish_alloc_permit
+relu replace rm rmi rn rna rni rp rpi rs row rz rzi sat satfinite sc scatter shiftamt sp st store sum
+swizzle_mode sync sys tensor tensormap test_wait tile to trans try_wait uni up volatile wait wait_all
+wait_group warp wb weak wide wrap wt xor xorsign alias cp_fenceproxy mbarrier_init pack unpack shift ws
+collector fill use lastuse discard base dim cp evict_first evict_last evict_normal evict_unchanged no_allocate
+try_cancel query_cancel is_canceled get_first_ctaid bulk_wait_read sem cond ordered sreg_mask uniform
+f16 bf16 tf32 e4m3 e5m2 cta_group ignore
+""".split()) | frozenset(component for key in TABLE for component in key[1:])
+
+
+def unknown_position_part(components: tuple[str, ...]) -> str | None:
+    """The first component of a position prefix (`ld.globl` → `globl`) that names no PTX opcode or modifier."""
+    if components[0] not in OPCODES:
+        return components[0]
+    for modifier in components[1:]:
+        if modifier not in MODIFIER_WORDS and "::" not in modifier and not any(c.isdigit() for c in modifier):
+            return modifier
+    return None
+
+
+def closest_positions(components: tuple[str, ...], unknown: str, n: int = 3) -> list[str]:
+    """The spellings of a position closest to the mistyped one: `unknown` replaced by its nearest known words."""
+    import difflib
+
+    words = OPCODES if unknown == components[0] else MODIFIER_WORDS
+    index = components.index(unknown)
+    return [".".join(components[:index] + (word,) + components[index + 1:])
+            for word in difflib.get_close_matches(unknown, sorted(words), n=n, cutoff=0.6)]
