@@ -31,7 +31,8 @@ ORIGINS = ("cuBLAS", "cuDNN", "NCCL", "ATen", "Triton", "XLA", "CUTLASS", "other
 _ORIGIN_RULES: tuple[tuple[str, re.Pattern], ...] = (
     ("NCCL", re.compile(r"ncclDevKernel|ncclKernel")),
     ("cuDNN", re.compile(r"cudnn|_fprop_|_dgrad_|_wgrad_|convolve_", re.IGNORECASE)),
-    ("cuBLAS", re.compile(r"cublas|^(sm\d+|ampere|volta|turing|hopper)_|xmma_gemm|gemv|gemmSN|gemmk1|nvjet|splitKreduce",
+    ("cuBLAS", re.compile(r"cublas|^(sm\d+|ampere|volta|turing|hopper)_|xmma_gemm|gemv|gemmSN|gemmk1|nvjet|splitKreduce|"
+                          r"^_Z\d+[sdhcz]gemm_",
                           re.IGNORECASE)),
     ("ATen", re.compile(r"at::|at_cuda_detail|_ZN2at|at6native|cunn_|_GLOBAL__N__\w*_(SoftMax|Softmax|Reduce|"
                         r"Normalization|layer_norm_kernel|Loss|Dropout|Indexing|Sort|Embedding|Activation)\w*_cu")),

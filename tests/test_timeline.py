@@ -109,7 +109,7 @@ def test_reader_hides_the_calibration_kernel_and_gives_the_offset(tmp_path):
 
 @pytest.mark.parametrize("name, expected", [
     ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas", "cuBLAS"),
-    ("ampere_sgemm_128x64_tn", "cuBLAS"), ("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", "cuBLAS"),
+    ("ampere_sgemm_128x64_tn", "cuBLAS"), ("_Z18sgemm_largek_lds64ILb1ELb0ELi5ELi5ELi4ELi4ELi4ELi34EEvPfPKfS2_iiiiiiS2_S2_ffiiPiS3_", "cuBLAS"), ("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", "cuBLAS"),
     ("_Z17gemv2T_kernel_valIiLi128ELi16ELi4ELi4ELb0ELb0EfffEv", "cuBLAS"), ("gemmSN_TN_kernel", "cuBLAS"),
     ("_Z20magma_sgemmEx_kernelIfffLb0EEviii13BatchedTensor18cublasLtEpilogue_t", "cuBLAS"),
     ("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_cudnn", "cuDNN"),
