@@ -42,6 +42,9 @@ CASE_SECONDS = float(os.environ.get("NEUTRINO_FUZZ_CASE_SECONDS", "5"))
 # Mutations compound (a line of 3,000 tokens repeated 3,000 times): an input of megabytes may take
 # its time, linearly. Each case gets CASE_SECONDS plus one second per BYTES_PER_SECOND of input.
 BYTES_PER_SECOND = 50_000
+# `report` draws its matplotlib figures in-process (a second or more on a loaded 2-core machine): a hang
+# is still caught, well inside the 20 s issue 30 allows a corrupted trace.
+PLOT_REPORT_SECONDS = 15.0
 PTXAS_SECONDS = 120  # ptxas itself may take many minutes on a huge mutated module: not our bug
 
 
@@ -452,7 +455,7 @@ def run_trace_case(base: Path, work: Path, target: str, mutations: list[tuple], 
                 ("export", run_entry(export_perfetto, run, work / "perfetto.json", seconds=s))]
     return [
         ("load", run_entry(load_trace_fully, run, seconds=s)),
-        ("report", run_entry(cli, "report", str(run), "--out", str(work / "report"), seconds=s)),
+        ("report", run_entry(cli, "report", str(run), "--out", str(work / "report"), seconds=max(s, PLOT_REPORT_SECONDS))),
         ("export", run_entry(cli, "export", str(run), "--perfetto", str(work / "perfetto.json"), seconds=s)),
     ]
 
