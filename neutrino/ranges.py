@@ -36,8 +36,30 @@ def read_names(path: Path) -> list[str]:
     """ranges_names.txt: one name per line, `\\n` standing for a newline inside a name."""
     if not path.exists():
         return []
+    if not path.is_file() or path.stat().st_size > MAX_NAMES_BYTES:
+        raise RangesError(f"{path}: not a names table (not a regular file, or over {MAX_NAMES_BYTES >> 20} MiB)")
     text = path.read_text(encoding="utf-8", errors="replace")
     return [line.replace("\\n", "\n") for line in text.split("\n")[:-1]] if text else []
+
+
+CHUNK_RECORDS = 1 << 18
+MAX_NAMES_BYTES = 64 << 20
+
+
+def _valid_records(path: Path, dtype, n: int):
+    """The records of ranges.bin but all-zero ones (a hole of NULs: a full disk, a sparse copy), read a
+    chunk at a time so that memory follows the records kept, not the file's length."""
+    import numpy as np
+
+    if n <= 0:
+        return np.zeros(0, dtype)
+    body = np.memmap(path, dtype=dtype, mode="r", offset=16, shape=(n,))
+    kept = []
+    for at in range(0, n, CHUNK_RECORDS):
+        rows = np.array(body[at:at + CHUNK_RECORDS])
+        nonzero = rows.view(np.uint8).reshape(len(rows), dtype.itemsize).any(axis=1)
+        kept.append(rows[nonzero])
+    return np.concatenate(kept)
 
 
 def read_ranges(run_dir):
@@ -52,14 +74,17 @@ def read_ranges(run_dir):
     path = run / "ranges.bin"
     if not path.exists():
         return np.zeros(0, out_dtype)
-    raw = path.read_bytes()
-    if len(raw) < 16 or raw[:8] != RANGES_MAGIC:
-        raise RangesError(f"{path}: not a ranges table (magic {raw[:8]!r}, expected {RANGES_MAGIC!r})")
-    version, size = (int(v) for v in np.frombuffer(raw[8:16], "<u4"))
+    if not path.is_file():
+        raise RangesError(f"{path}: not a regular file")
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if len(head) < 16 or head[:8] != RANGES_MAGIC:
+        raise RangesError(f"{path}: not a ranges table (magic {head[:8]!r}, expected {RANGES_MAGIC!r})")
+    version, size = (int(v) for v in np.frombuffer(head[8:16], "<u4"))
     if version != RANGES_VERSION or size != RANGE_RECORD_BYTES:
         raise RangesError(f"{path}: version {version} with {size}-byte records; this reader knows version "
                           f"{RANGES_VERSION} with {RANGE_RECORD_BYTES}-byte records")
-    recs = np.frombuffer(raw, dtype, count=(len(raw) - 16) // size, offset=16)  # a record cut short is ignored
+    recs = _valid_records(path, dtype, (path.stat().st_size - 16) // size)  # a record cut short is ignored
     recs = recs[np.argsort(recs["start_ns"], kind="stable")]
     names = read_names(run / "ranges_names.txt")
     table = np.zeros(len(recs), out_dtype)
@@ -80,13 +105,24 @@ def enclosing(ranges, tid: int, time_ns: int):
     return found[order]
 
 
+MAX_LINE_BYTES = 16 << 20  # a longer "line" (a hole of NULs, binary garbage) is skipped, a piece at a time
+
+
 def _lines(path: Path):
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
+    """The JSON objects of a JSON-lines file; lines that are not one (cut short by a crash, over
+    MAX_LINE_BYTES) are skipped. RangesError when the path is not a regular file."""
+    if not path.is_file():
+        raise RangesError(f"{path}: not a regular file")
+    with open(path, "rb") as fh:
+        while line := fh.readline(MAX_LINE_BYTES):
+            if not line.endswith(b"\n") and len(line) == MAX_LINE_BYTES:
+                while (rest := fh.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                    pass  # the rest of an overlong line
+                continue
             try:
-                value = json.loads(line)
+                value = json.loads(line.decode("utf-8", errors="replace"))
             except (json.JSONDecodeError, RecursionError):
-                continue  # a line cut short by a crash
+                continue
             if isinstance(value, dict):
                 yield value
 

@@ -64,19 +64,34 @@ def read_header(data: bytes, path: Path) -> int:
     return size
 
 
+CHUNK_RECORDS = 1 << 18  # records read at a time: memory follows the valid records, not the file's length
+MAX_NAMES_BYTES = 64 << 20  # timeline_names.txt: distinct kernel names; more is not a timeline's
+
+
 def _records(path: Path) -> np.ndarray:
-    raw = np.fromfile(path, dtype=np.uint8)
-    size = read_header(raw[:HEADER_BYTES].tobytes(), path)
-    body = raw[HEADER_BYTES:]
-    n = len(body) // size  # a record cut short at the end (a crash) is ignored
-    rows = body[: n * size].reshape(n, size)[:, : RECORD.itemsize]
-    return np.ascontiguousarray(rows).view(RECORD).reshape(n)
+    """The valid records of a timeline file. A hole of NULs (a full disk, a sparse copy) has kind 0
+    and is skipped, a chunk at a time; a record cut short at the end (a crash) is ignored."""
+    if path.exists() and not path.is_file():
+        raise TraceError(f"{path}: not a regular file")
+    with open(path, "rb") as fh:
+        size = read_header(fh.read(HEADER_BYTES), path)
+    n = (path.stat().st_size - HEADER_BYTES) // size
+    if n <= 0:
+        return np.zeros(0, RECORD)
+    body = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_BYTES, shape=(n * size,)).reshape(n, size)
+    kept = []
+    for at in range(0, n, CHUNK_RECORDS):
+        rows = np.ascontiguousarray(body[at:at + CHUNK_RECORDS, : RECORD.itemsize]).view(RECORD).reshape(-1)
+        kept.append(rows[np.isin(rows["kind"], (KERNEL, MEMCPY, MEMSET))])
+    return np.concatenate(kept)
 
 
 def read_names(run_dir: Path) -> list[str]:
     path = Path(run_dir) / "timeline_names.txt"
     if not path.exists():
         return []
+    if not path.is_file() or path.stat().st_size > MAX_NAMES_BYTES:
+        raise TraceError(f"{path}: not a names table (not a regular file, or over {MAX_NAMES_BYTES >> 20} MiB)")
     return path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
 
 

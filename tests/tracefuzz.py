@@ -190,7 +190,20 @@ def seed_block_sched(root: Path, rng) -> Path:
     for grid in ((4, 1, 1), (2, 2, 1), (3, 1, 1)):
         block = (64, 1, 1)
         launches.append(("sched_kernel", grid, block, [block_sched_section(grid, block, rng)]))
-    return write_event_run(root / "20260101-000000_1", launches)
+    run = write_event_run(root / "20260101-000000_1", launches)
+    _context_tables(run)
+    return run
+
+
+def _context_tables(run: Path) -> None:
+    """The run's timeline, ranges and launch arguments (spec/trace-format.md, "Context tables")."""
+    from context_tables import known_run
+
+    known_run(run)
+    (run / "launch_args.jsonl").write_text(
+        json.dumps({"argset": 0, "kernel": "sched_kernel", "args": [{"index": 0, "size": 8, "value": 4096, "hex": "0010000000000000",
+                                                                    "tensor": None}]}) + "\n"
+        + json.dumps({"launch": 0, "argset": 0, "tid": 100, "host_ns": 950}) + "\n")
 
 
 def seed_sums(root: Path, rng) -> Path:
@@ -565,6 +578,7 @@ def read_everything(path: Path) -> int:
     for result in sorted(path.rglob("result/*"))[:16]:
         with contextlib.suppress(NeutrinoError):
             nt.read_result(result)
+    _read_context_tables(path)
     try:
         traces = [t for _, t in nt.load_job(path)] if nt.find_job_dir(path) else [nt.load(path)]
     except NeutrinoError as e:
@@ -591,6 +605,21 @@ def read_everything(path: Path) -> int:
                     data.histogram().rows()
             getattr(launch, "release", lambda: None)()  # (absent before issue 30)
     return 0
+
+
+def _read_context_tables(path: Path) -> None:
+    """neutrino.timeline and neutrino.ranges on every run directory: values or a TraceError, nothing else."""
+    from neutrino import ranges, timeline
+    from neutrino.errors import NeutrinoError
+
+    for log in sorted(path.rglob("event.log"))[:8]:
+        run = log.parent
+        if (run / "timeline.bin").exists():  # a run without one: FileNotFoundError, as documented
+            with contextlib.suppress(NeutrinoError):
+                timeline.read_timeline(run)
+        for reader in (ranges.read_ranges, ranges.read_launch_args, ranges.read_launch_hosts):
+            with contextlib.suppress(NeutrinoError):
+                reader(run)
 
 
 def _cli(*argv: str) -> int:
