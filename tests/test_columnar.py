@@ -187,6 +187,7 @@ def test_context_tables_per_the_spec(tmp_path):
     assert con.execute("SELECT kind, name, start_ns, end_ns, grid_x, block_x, probe_launch, correlation FROM timeline "
                        "ORDER BY start_ns").fetchall() == [(2, "", 1000, 1500, 0, 0, -1, 0),
                                                           (1, "gemm", 2000, 2600, 2, 64, 0, 5)]
+    assert con.execute("SELECT origin FROM timeline ORDER BY start_ns").fetchall() == [("copy",), ("other",)]
     assert con.execute("SELECT name, domain, depth, source FROM ranges ORDER BY start_ns").fetchall() == [
         ("step", "", 0, 3), ("attention\nblock", "mydomain", 1, 1)]
     got = con.execute("SELECT launch, arg, value, tensor_name, tensor_shape, tensor_dtype FROM launch_args "

@@ -420,7 +420,21 @@ def _context_timeline(dw: "DatasetWriter", pa, rank: int, run: Path) -> None:
     found = context_tables.read_timeline(run)
     if found is not None:
         recs, names = found
-        write_batches(dw, "timeline", rank, _struct_batches(pa, recs, {"name": names}))
+        origins = _origins(recs, names)
+        write_batches(dw, "timeline", rank, _struct_batches(pa, recs, {"name": names, "origin": origins}))
+
+
+def _origins(recs: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """neutrino.timeline.origin of each kernel (classified once per distinct name); `copy`/`memset` otherwise."""
+    from neutrino.timeline import KERNEL, MEMCPY, origin
+
+    by_name: dict[str, str] = {}
+    kinds = recs["kind"]
+    out = np.empty(len(recs), dtype=object)
+    for i, name in enumerate(names):
+        kind = kinds[i]
+        out[i] = (by_name.setdefault(name, origin(name)) if kind == KERNEL else "copy" if kind == MEMCPY else "memset")
+    return out
 
 
 def _context_ranges(dw: "DatasetWriter", pa, rank: int, run: Path) -> None:
