@@ -317,7 +317,7 @@ def test_a_sparse_section_declaring_2_27_units_costs_no_gigabytes(tmp_path):
         (run / "result" / f"{n}.bin").unlink()
     assert os.stat(run / "result" / "0.bin").st_blocks * 512 < 1 << 20  # a sparse file indeed
     # Issue 30's bound is 1 GB resident. Alone this stays under 200 MiB; once, inside the whole suite on a
-    # loaded 2-core machine, the API child peaked at 518 MiB (the 512 MiB of declared counts mapped from
+    # loaded 2-core machine, the API child peaked at 518 MiB (probably the 512 MiB of declared counts, mapped from
     # the hole, not read): under the bound, so the bound is the issue's.
     rc, err, rss, seconds = _child_python(API_PEAK.format(path=str(run), valid=2), timeout=120)
     assert rc == 0, err
