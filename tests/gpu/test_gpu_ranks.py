@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import neutrino.trace as nt
 
 from gpuutil import WORKLOADS, base_env, gpu, run_plain, run_probed
