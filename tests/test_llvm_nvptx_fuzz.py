@@ -243,7 +243,16 @@ def test_llvm_kernels_parse_and_print_back(module):
 def test_llvm_kernels_instrument_into_valid_ptx(module, tool):
     from neutrino.probefile import load_probes
 
+    from neutrino.errors import InstrumentError
+
     _, ptx = module
-    result = instrument(ptx, load_probes(tool))
+    try:
+        result = instrument(ptx, load_probes(tool))
+    except InstrumentError as e:
+        # A count-sized map's counting copy is refused where an atomic's result decides control flow
+        # (spec/pipeline.md, "The counting variant"): the generator makes such kernels on purpose.
+        assert "no counting variant" in str(e) and "an atomic would return decides control flow" in str(e), e
+        assert "atom." in ptx
+        return
     assert_keeps_original(ptx, result.ptx, ["fuzz_kernel"])
     ptxas(result.ptx)
