@@ -1167,7 +1167,7 @@ def read_index(run: Path, events: list[dict], problems: list[str] | None = None)
         if not path.exists():
             return []
         with open_regular(path, "the launch index") as fh:
-            kernels, frames = _index_names(events)
+            kernels, frames = index_names(events)
             out, zeros = [], 0
             for recs in _index_chunks(fh, path):
                 zeros += int(np.count_nonzero(recs["seq"] == 0))
@@ -1203,7 +1203,7 @@ def _index_chunks(fh, path: Path) -> Iterator[np.ndarray]:
         yield np.frombuffer(raw, INDEX_RECORD, count=len(raw) // INDEX_RECORD.itemsize)
 
 
-def _index_names(events: list[dict]) -> tuple[dict[int, tuple[str, str]], dict[int, str]]:
+def index_names(events: list[dict]) -> tuple[dict[int, tuple[str, str]], dict[int, str]]:
     """kernel id -> (kernel name, result file), frame id -> frame, from the event log."""
     kernels: dict[int, tuple[str, str]] = {}
     frames: dict[int, str] = {}

@@ -428,12 +428,11 @@ def _origins(recs: np.ndarray, names: np.ndarray) -> np.ndarray:
     """neutrino.timeline.origin of each kernel (classified once per distinct name); `copy`/`memset` otherwise."""
     from neutrino.timeline import KERNEL, MEMCPY, origin
 
-    by_name: dict[str, str] = {}
+    distinct, inverse = np.unique(np.asarray(names, dtype=str), return_inverse=True)
+    out = np.array([origin(n) for n in distinct] + ["copy", "memset"], dtype=object)[inverse.reshape(-1)]
     kinds = recs["kind"]
-    out = np.empty(len(recs), dtype=object)
-    for i, name in enumerate(names):
-        kind = kinds[i]
-        out[i] = (by_name.setdefault(name, origin(name)) if kind == KERNEL else "copy" if kind == MEMCPY else "memset")
+    out[kinds == MEMCPY] = "copy"
+    out[(kinds != KERNEL) & (kinds != MEMCPY)] = "memset"
     return out
 
 

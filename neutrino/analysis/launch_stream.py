@@ -46,21 +46,6 @@ def kernel_key(kernel: str) -> str:
     return f"{C.safe_name(kernel, 40)}-{digest}"
 
 
-def _index_kernels(events: list[dict]) -> tuple[dict[int, tuple[str, str]], dict[int, str]]:
-    """kernel id -> (kernel name, result file), frame id -> frame text, from the event log."""
-    kernels: dict[int, tuple[str, str]] = {}
-    frames: dict[int, str] = {}
-    for ev in events:
-        if ev.get("event") == "instrument" and isinstance(ev.get("kernel_dir"), str):
-            name = ev["kernel_dir"].rsplit("/", 1)[-1]
-            k = name.split("_", 1)[0]
-            if k.isdigit():
-                kernels[int(k)] = (str(ev.get("kernel", "")), f"result/{name}.ntr")
-        elif ev.get("event") == "frame" and isinstance(ev.get("id"), int):
-            frames[ev["id"]] = ev.get("frame")
-    return kernels, frames
-
-
 def _index_records(run: Path) -> np.ndarray:
     path = run / "result" / "index.bin"
     if not path.exists() or path.stat().st_size < 16:
@@ -100,7 +85,7 @@ def launches_by_kernel(run: Path, events: list[dict]) -> Iterator[dict]:
     logged = [e for e in events if e.get("event") == "launch" and isinstance(e.get("result"), str)]
     logged.sort(key=lambda e: (str(e.get("kernel", "")), as_int(e.get("index"))))
     yield from logged
-    kernels, frames = _index_kernels(events)
+    kernels, frames = nt.index_names(events)
     records = _index_records(Path(run))
     if not len(records):
         return
