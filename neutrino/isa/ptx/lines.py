@@ -17,6 +17,7 @@ trace's original PTX, so both sides number them with this one function.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Iterator
 
@@ -24,8 +25,8 @@ import attrs
 
 from neutrino.isa.ptx import ir
 
-# `.file 1 "path"` with an optional `, timestamp, size`.
-FILE_RE = re.compile(r'\.file\s+(\d+)\s+"((?:[^"\\]|\\.)*)"')
+# `.file 1 "path"` with an optional `, timestamp, size`; LLVM may write `.file 1 "directory" "name"`.
+FILE_RE = re.compile(r'\.file\s+(\d+)\s+"((?:[^"\\]|\\.)*)"(?:\s+"((?:[^"\\]|\\.)*)")?')
 LOC_RE = re.compile(r"\.loc\s+(\d+)\s+(\d+)\s+(\d+)")
 FUNCTION_NAME_RE = re.compile(r"function_name\s+([A-Za-z_$%][\w$]*)(?:\s*\+\s*(\d+))?")
 INLINED_AT_RE = re.compile(r"inlined_at\s+(\d+)\s+(\d+)\s+(\d+)")
@@ -124,7 +125,8 @@ def module_files(module: ir.Module) -> dict[int, str]:
         if isinstance(item, ir.Directive) and item.text.startswith(".file"):
             match = FILE_RE.match(item.text)
             if match:
-                files[int(match.group(1))] = match.group(2).encode().decode("unicode_escape")
+                path = match.group(2) if match.group(3) is None else os.path.join(match.group(2), match.group(3))
+                files[int(match.group(1))] = path.encode().decode("unicode_escape")
     return files
 
 
