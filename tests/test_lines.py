@@ -238,3 +238,18 @@ def test_lines_is_a_builtin_tool_with_an_analysis():
     for tool in ("lines", "lines_light"):
         maps = load_probes(tool).maps
         assert set(maps) <= set(la.MAP_NAMES) and maps["lines_blocks"].buckets.count == 256
+
+
+def test_every_printed_lines_column_is_defined_in_the_spec(tmp_path):
+    from tests.test_report_columns import spec_columns
+
+    spec = spec_columns()
+    path = loop_trace(tmp_path, 32, 3, {(1 + 1) * 4: 2})
+    trace, launches = report.load_trace(str(path))
+    results = report.analyze(trace, launches).kernels["loopk"].results["lines"]
+    cols, keys = spec["lines"]
+    assert set(la.kernel_summary(results)) <= cols and set(la.kernel_numbers(results)) <= keys
+    headers, _ = la.ranked_rows(la.combine(results))
+    detail_cols = spec["lines per kernel"][0]
+    for h in headers:
+        assert h in detail_cols or any(h in c.replace("`", "").split(", ") for c in detail_cols), h
