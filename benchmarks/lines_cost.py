@@ -1,7 +1,7 @@
 """Cost and honesty of the `lines` tools (issue 27): slowdown per kernel in full and light mode,
 and agreement of the line rankings with an unperturbed reference.
 
-    python benchmarks/lines_cost.py [--modes triton,matmul,cuda] [--out DIR] [--ncu]
+    python benchmarks/lines_cost.py [--modes cuda,triton,matmul] [--out DIR] [--ncu cuda,triton]
 
 For each kernel of tests/gpu/workloads/w_lines.py it runs the workload under `neutrino --benchmark`
 with `lines_light` and with `lines` (the runtime times the pruned unprobed kernel and the probed one,
@@ -124,11 +124,18 @@ def compare_with_ncu(k, ncu: dict[int, tuple[float, float]], own_file_suffix: st
     return time_rho, instr_rho
 
 
+def top_lines(k, values, n: int = 3) -> list[str]:
+    order = np.argsort(-np.asarray(values, float), kind="stable")[:n]
+    return [k.table.lines[i].label + (f" (in {k.table.lines[i].inlined_at})" if k.table.lines[i].inlined_at else "")
+            for i in order]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--modes", default="triton,matmul,cuda")
+    ap.add_argument("--modes", default="cuda,triton,matmul")
     ap.add_argument("--out")
-    ap.add_argument("--ncu", action="store_true", help="compare with Nsight Compute's source view when ncu runs")
+    ap.add_argument("--ncu", default="", metavar="MODES",
+                    help="kernels (e.g. cuda,triton) to compare with Nsight Compute's source view, when ncu runs")
     ap.add_argument("--timeout", type=int, default=120)
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="lines_cost_"))
@@ -148,10 +155,13 @@ def main(argv=None) -> int:
             continue
         row.update(light_x=light, full_x=full, lines=len(k_full.table.lines),
                    instr_rho_full_light=spearman(k_full.instructions, k_light.instructions),
-                   exact_full_light=bool(np.array_equal(k_full.instructions, k_light.instructions)))
-        if args.ncu and mode in ("triton", "cuda", "matmul"):
+                   exact_full_light=bool(np.array_equal(k_full.instructions, k_light.instructions)),
+                   top_time=top_lines(k_full, k_full.ticks[1:]), top_instr=top_lines(k_full, k_full.instructions))
+        print(json.dumps(row), flush=True)
+        if mode in args.ncu.split(","):
             ncu = ncu_lines(mode, kernel, env, args.timeout)
             if ncu:
+                row["ncu_top_stalls"] = [line for line, _ in sorted(ncu.items(), key=lambda kv: -kv[1][0])[:3]]
                 suffix = "expensive_line.cu" if mode == "cuda" else "w_lines.py"
                 row["time_rho_ncu_top10"], row["instr_rho_ncu"] = compare_with_ncu(k_full, ncu, suffix)
         rows.append(row)
