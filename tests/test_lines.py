@@ -253,3 +253,15 @@ def test_every_printed_lines_column_is_defined_in_the_spec(tmp_path):
     detail_cols = spec["lines per kernel"][0]
     for h in headers:
         assert h in detail_cols or any(h in c.replace("`", "").split(", ") for c in detail_cols), h
+
+
+def test_line_table_to_parquet(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = loop_trace(tmp_path, 32, 4, {(2 + 1) * 4 + 1: 3})
+    out = tmp_path / "lines.parquet"
+    assert la.main([str(path), "--parquet", str(out)]) == 0
+    rows = pq.read_table(out).to_pylist()
+    by_line = {r["line"]: r for r in rows}
+    assert by_line[13]["instructions"] == 4 * 4 * 32 and by_line[13]["thread_ticks"] == 6
+    assert by_line[13]["warp_cycles"] == 6 * 256 / 32 and by_line[0]["function"] == la.ENTRY_LABEL
+    assert la.main([str(tmp_path / "missing")]) == 1

@@ -323,3 +323,74 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
     if k.ticks is not None:
         out.append(PERTURBATION_NOTE)
     return out
+
+
+# ---------------------------------------------------------------- a table per line, for Parquet / CSV
+
+
+LINE_COLUMNS = ("kernel", "file", "line", "inlined_at", "function", "instructions", "thread_ticks", "warp_cycles",
+                "static_instructions", "perturbed")
+
+
+def line_records(report_) -> list[dict]:
+    """One row per kernel and line of a report (`neutrino.analysis.report.analyze`), columns LINE_COLUMNS;
+    `instructions` / `thread_ticks` are None when the trace has no such map; the kernel entry is line 0."""
+    rows = []
+    for entry in report_.kernels.values():
+        k = combine(entry.results.get("lines", []))
+        if k is None:
+            continue
+        if k.ticks is not None:
+            rows.append(dict(kernel=entry.kernel, file=None, line=0, inlined_at=None, function=ENTRY_LABEL,
+                             instructions=None, thread_ticks=int(k.ticks[0]), warp_cycles=float(warp_cycles(int(k.ticks[0]))),
+                             static_instructions=0, perturbed=False))
+        for i, info in enumerate(k.table.lines):
+            ticks = int(k.ticks[i + 1]) if k.ticks is not None else None
+            rows.append(dict(kernel=entry.kernel, file=info.file, line=info.line, inlined_at=info.inlined_at,
+                             function=info.function,
+                             instructions=int(k.instructions[i]) if k.instructions is not None else None,
+                             thread_ticks=ticks, warp_cycles=None if ticks is None else float(warp_cycles(ticks)),
+                             static_instructions=info.instructions, perturbed=info.perturbed))
+    return rows
+
+
+def main(argv=None) -> int:
+    """`python -m neutrino.analysis.lines TRACE [--parquet OUT.parquet | --csv OUT.csv]`: the per-line table."""
+    import argparse
+    import sys
+
+    from neutrino.analysis import report
+
+    ap = argparse.ArgumentParser(prog="python -m neutrino.analysis.lines", description=main.__doc__)
+    ap.add_argument("trace")
+    ap.add_argument("--parquet")
+    ap.add_argument("--csv")
+    args = ap.parse_args(argv)
+    try:
+        trace, launches = report.load_trace(args.trace)
+    except C.AnalysisError as e:
+        print(f"neutrino: {e}", file=sys.stderr)
+        return 1
+    rows = line_records(report.analyze(trace, launches))
+    if not rows:
+        print(f"neutrino: {args.trace}: no lines or lines_light map in this trace", file=sys.stderr)
+        return 1
+    if args.parquet:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), args.parquet)
+    if args.csv or not args.parquet:
+        import csv
+
+        out = open(args.csv, "w", newline="") if args.csv else sys.stdout
+        writer = csv.DictWriter(out, LINE_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+        if args.csv:
+            out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
