@@ -67,9 +67,20 @@ def kernel_result(tracedir: Path, kernel_part: str):
     trace = main_trace(tracedir)
     rep = report.analyze(trace, list(trace.launches))
     name = next(k for k in rep.kernels if kernel_part in k)
-    ratios = [ev["probed_ns"] / ev["baseline_ns"] for ev in trace.events
-              if ev.get("event") == "benchmark" and ev.get("kernel") == name and ev.get("baseline_ns")]
-    return (float(np.median(ratios)) if ratios else None), la.combine(rep.kernels[name].results["lines"])
+    return slowdown(trace.events, name), la.combine(rep.kernels[name].results["lines"])
+
+
+def slowdown(events: list[dict], kernel: str) -> float | None:
+    """Median over the kernel's launches of median(probed_ns) / median(baseline_ns) of its `benchmark`
+    event (each holds the 5 interleaved timings of both: spec/runtime.md, --benchmark)."""
+    ratios = []
+    for ev in events:
+        if ev.get("event") != "benchmark" or ev.get("kernel") != kernel:
+            continue
+        base, probed = np.atleast_1d(ev.get("baseline_ns") or []), np.atleast_1d(ev.get("probed_ns") or [])
+        if len(base) and len(probed) and np.median(base) > 0:
+            ratios.append(float(np.median(probed) / np.median(base)))
+    return float(np.median(ratios)) if ratios else None
 
 
 def ncu_lines(mode: str, kernel_part: str, env: dict, timeout: int) -> dict[int, tuple[float, float]] | None:
@@ -149,7 +160,7 @@ def main(argv=None) -> int:
         try:
             light, k_light = kernel_result(run_tool("lines_light", mode, work, env, args.timeout), kernel)
             full, k_full = kernel_result(run_tool("lines", mode, work, env, args.timeout), kernel)
-        except (RuntimeError, subprocess.TimeoutExpired, StopIteration) as e:
+        except (RuntimeError, subprocess.TimeoutExpired, StopIteration, KeyError, ValueError) as e:
             print(f"{mode}: {e}", file=sys.stderr)
             rows.append(row)
             continue
