@@ -265,3 +265,4 @@ def test_line_table_to_parquet(tmp_path):
     assert by_line[13]["instructions"] == 4 * 4 * 32 and by_line[13]["thread_ticks"] == 6
     assert by_line[13]["warp_cycles"] == 6 * 256 / 32 and by_line[0]["function"] == la.ENTRY_LABEL
     assert la.main([str(tmp_path / "missing")]) == 1
+
