@@ -146,6 +146,8 @@ def cmd_instrument(args) -> int:
     from neutrino.toolbox import load_probe_argument
 
     if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
+        if getattr(args, "lines", None):
+            raise _error("--lines selects by PTX .loc debug lines; AMDGPU assembly has none we read")
         return cli_gcn.cmd_instrument(args)
     probes = load_probe_argument(args.probe, args.expr)
     if getattr(args, "lines", None):

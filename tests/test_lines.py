@@ -266,3 +266,12 @@ def test_line_table_to_parquet(tmp_path):
     assert by_line[13]["warp_cycles"] == 6 * 256 / 32 and by_line[0]["function"] == la.ENTRY_LABEL
     assert la.main([str(tmp_path / "missing")]) == 1
 
+
+
+def test_kernel_without_debug_lines_says_how_to_get_them(tmp_path):
+    stripped = "\n".join(line for line in LOOP.read_text().splitlines() if ".loc" not in line and ".file" not in line)
+    path = loop_trace(tmp_path, 32, 2, {})
+    next((path / "kernel").glob("0_*")).joinpath("original.ptx").write_text(stripped)
+    trace, launches = report.load_trace(str(path))
+    text = report.render(report.analyze(trace, launches))
+    assert "no .loc debug lines: compile CUDA with -lineinfo" in text and "(no line)" in text

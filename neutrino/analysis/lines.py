@@ -312,6 +312,9 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
     headers, rows = ranked_rows(k, SourceFiles(search))
     out = ["", f"[lines: {kernel}] {k.launches} launch(es)"]
     out.append(format_table(headers, rows, left=(0, 7)) if rows else "(no line executed)")
+    if all(info.line == 0 for info in k.table.lines):
+        out.append("note: this kernel's PTX has no .loc debug lines: compile CUDA with -lineinfo "
+                   "(Triton always writes them); every instruction is under (no line)")
     if k.overflow:
         out.append(f"note: {C.fmt_num(k.overflow)} samples or threads had a block or line index past the map's "
                    "buckets (a kernel with over 254 blocks or 126 lines) and are not attributed")
