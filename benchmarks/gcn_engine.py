@@ -10,7 +10,8 @@ import statistics
 import time
 from pathlib import Path
 
-from neutrino.engine_gcn import instrument_gcn
+from neutrino.engine import instrument
+from neutrino.isa.gcn.target import GCN
 from neutrino.isa.gcn import parse_module, print_module
 from neutrino.probefile import load_probes
 
@@ -25,7 +26,7 @@ def main() -> None:
     rows = [("round trip (parse + print)", lambda t: print_module(parse_module(t)))]
     for name in ("block_sched", "gmem_bytes", "gmem_bytes_thread"):
         probes = load_probes(name, isa="gcn")
-        rows.append((name, lambda t, probes=probes: instrument_gcn(t, probes)))
+        rows.append((name, lambda t, probes=probes: instrument(t, probes, isa=GCN)))
     for label, fn in rows:
         per_file = []
         for text in texts:

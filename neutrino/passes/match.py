@@ -1,26 +1,14 @@
-"""Tracepoint matching: where does each probe run?"""
+"""Tracepoint matching on PTX: an entry's original instructions, its exits, and what a position names.
+
+The pass itself (which kernels, which sites, in what order) is ISA-neutral:
+passes/pipeline.py, TracepointMatching.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-import attrs
-
-from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import kernel_exits
-from neutrino.passes.manager import Context, KernelState, Site
-
-
-def selected_entries(module: ir.Module, kernel: str | None) -> list[ir.Function]:
-    entries = module.entries()
-    if kernel is None:
-        return entries
-    chosen = [f for f in entries if f.name == kernel]
-    if not chosen:
-        names = ", ".join(f.name for f in entries) or "none"
-        raise InstrumentError(f"{module.source}: no entry named {kernel!r} (entries: {names})")
-    return chosen
+from neutrino.passes.state import KernelState
 
 
 def exits_of(instructions: list[ir.Instruction]) -> list[ir.Instruction]:
@@ -28,48 +16,24 @@ def exits_of(instructions: list[ir.Instruction]) -> list[ir.Instruction]:
     return kernel_exits(instructions)
 
 
-@attrs.frozen
-class TracepointMatching:
-    """Creates a KernelState per entry and lists its sites, in probe-file order.
+def kernel_state(module: ir.Module, function: ir.Function) -> KernelState:
+    originals = [i for i in ir.instructions(function.body) if i.origin is None]
+    return KernelState(function, originals=originals, original_ids=[id(i) for i in originals], exits=exits_of(originals))
 
-    Only original instructions are matched, so probes never probe each other.
-    """
 
-    name: ClassVar[str] = "match-tracepoints"
-    requires: ClassVar[tuple[str, ...]] = ()
-
-    def run(self, module: ir.Module, ctx: Context) -> None:
-        for function in selected_entries(module, ctx.kernel):
-            originals = [i for i in ir.instructions(function.body) if i.origin is None]
-            state = KernelState(function, original_ids=[id(i) for i in originals], exits=exits_of(originals))
-            for probe in ctx.probes.probes:
-                sites = self.sites_of(probe, function, originals, state.exits)
-                if not probe.at_kernel:  # how many instructions its position matched: 0 is worth a warning
-                    state.matched[probe.name] = len({id(site.anchor) for site in sites})
-                state.sites.extend(sites)
-            ctx.kernels[function.name] = state
-
-    @staticmethod
-    def sites_of(probe, function: ir.Function, originals: list[ir.Instruction], exits: list[ir.Instruction]) -> list[Site]:
-        sites: list[Site] = []
-        if probe.at_kernel:
-            if probe.before:
-                sites.append(Site(probe.name, "before", "entry", None, function.name))
-            if probe.after:
-                sites.extend(Site(probe.name, "after", "exit", insn, function.name) for insn in exits)
-            return sites
-        snippets = probe.snippets()
-        matches: dict[str, bool] = {}  # opcode text → matched; a kernel repeats few opcodes
-        # A set lookup per prefix length, not a comparison per prefix: gmem_bytes lists ~150 of them.
-        prefixes = set(probe.position)
-        lengths = sorted({len(prefix) for prefix in prefixes})
-        for insn in originals:
-            opcode = insn.opcode
-            hit = matches.get(opcode.text)
-            if hit is None:
-                components = opcode.components
-                hit = matches[opcode.text] = any(components[:n] in prefixes for n in lengths)
-            if hit:
-                for snippet in snippets:
-                    sites.append(Site(probe.name, snippet.where, "instruction", insn, function.name))
-        return sites
+def instructions_at(position, originals: list[ir.Instruction]) -> list[ir.Instruction]:
+    """The original instructions whose opcode starts with one of the position's component prefixes."""
+    matches: dict[str, bool] = {}  # opcode text → matched; a kernel repeats few opcodes
+    # A set lookup per prefix length, not a comparison per prefix: gmem_bytes lists ~150 of them.
+    prefixes = set(position)
+    lengths = sorted({len(prefix) for prefix in prefixes})
+    out = []
+    for insn in originals:
+        opcode = insn.opcode
+        hit = matches.get(opcode.text)
+        if hit is None:
+            components = opcode.components
+            hit = matches[opcode.text] = any(components[:n] in prefixes for n in lengths)
+        if hit:
+            out.append(insn)
+    return out
