@@ -13,6 +13,7 @@ from neutrino.errors import InstrumentError, ParseError, ProbeError
 from neutrino.isa.gcn import ir, parse_module, print_module
 from neutrino.isa.gcn.semantics import semantics
 from neutrino.llvm_mc import assemble, find_llvm_mc
+from neutrino.passes import default_pipeline
 from neutrino.probefile import load_probes, parse_probes
 
 CORPUS = sorted((Path(__file__).parent / "data" / "gcn").glob("*.s"))
@@ -82,7 +83,9 @@ def test_mfma_semantics():
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: Path(p).stem)
 def test_probed_corpus_assembles(path, probe):
     original = parse_module(path.read_text()).kernels()[0].descriptor
-    result = instrument(path.read_text(), load_probes(probe, isa="gcn"), source=str(path), isa=GCN)
+    pipeline = default_pipeline(GCN)
+    pipeline.verify_each = True  # the kernels' invariants hold after every pass, not only at `verify`
+    result = instrument(path.read_text(), load_probes(probe, isa="gcn"), source=str(path), isa=GCN, pipeline=pipeline)
     ok, err = assemble(result.ptx, gfx(path))
     assert ok, err
     info = next(iter(result.kernels.values()))

@@ -34,6 +34,7 @@ class Isa(Protocol):
     # the IR: text → module → text; the printer is the parser's inverse
     def parse_module(self, text: str, source: str) -> Any: ...
     def print_module(self, module: Any) -> str: ...
+    def show(self, module: Any, ctx: Any) -> str: ...  # --print-after: the module with the code built so far
     def entries(self, module: Any) -> list: ...  # the kernels, each with a `.name`
 
     # match-tracepoints: a KernelState per kernel (its original instructions and exits), and what a position names

@@ -91,7 +91,7 @@ class PassManager:
             if self.verify_each:
                 self.verify(module, ctx, p.name, lowered="lower-save" in done)
             if p.name in self.print_after:
-                self.dump.append((p.name, isa.print_module(module)))
+                self.dump.append((p.name, isa.show(module, ctx)))
         return module
 
     @staticmethod

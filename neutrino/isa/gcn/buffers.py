@@ -209,20 +209,27 @@ def _meta_value(meta: ir.Metadata, kernel: str, key: str) -> int | None:
 
 def splice(module: ir.Module, ctx: Context) -> None:
     """All sites' code and each kernel's entry and exit code into the module, in one pass over it."""
+    insert_around(module.items, edits(ctx))
+    for state in ctx.kernels.values():
+        state.spliced = True
+
+
+def edits(ctx: Context, shown=lambda code: code) -> dict:
+    """id(statement) → (code before it, None, code after it), for passes/build.splice; `shown` maps each piece of code."""
     before: dict[int, list] = {}
     after: dict[int, list] = {}
     for state in ctx.kernels.values():
         first = id(state.originals[0]) if state.originals else None
         if first is not None:
-            before.setdefault(first, []).extend(state.entry_code)
-            before[first].extend(c for s in state.sites if s.kind == "entry" for c in s.code)
+            before.setdefault(first, []).extend(shown(state.entry_code))
+            before[first].extend(c for s in state.sites if s.kind == "entry" for c in shown(s.code))
         for site in state.sites:
             if site.kind == "entry":
                 continue
             # code after the kernel's end runs before it: nothing runs after s_endpgm
             target = before if site.where == "before" or site.kind == "exit" else after
-            target.setdefault(id(site.anchor), []).extend(site.code)
+            target.setdefault(id(site.anchor), []).extend(shown(site.code))
         for anchor in state.exits if state.exit_code else ():
-            before.setdefault(id(anchor), []).extend(state.exit_code)
+            before.setdefault(id(anchor), []).extend(shown(state.exit_code))
     keys = before.keys() | after.keys()
-    insert_around(module.items, {key: (before.get(key, ()), None, after.get(key, ())) for key in keys})
+    return {key: (before.get(key, ()), None, after.get(key, ())) for key in keys}

@@ -70,6 +70,7 @@ class GcnKernelState(KernelState):
     exit_code: list[ir.Instruction] = attrs.field(kw_only=True, factory=list)  # before every s_endpgm, after the exit probes
     kernarg_size: int = attrs.field(kw_only=True, default=0)
     old_counts: dict[str, int] = attrs.field(kw_only=True, factory=dict)
+    spliced: bool = attrs.field(kw_only=True, default=False)  # buffer addressing put the code into the module
 
 
 def insn(mnemonic: str, *operands, origin: str, modifiers: tuple[str, ...] = ()) -> ir.Instruction:

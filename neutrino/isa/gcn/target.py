@@ -16,13 +16,14 @@ import attrs
 
 from neutrino import llvm_mc
 from neutrino.isa.gcn import abi, ir, parse_module, print_module
-from neutrino.isa.gcn.buffers import GcnBufferAddressing
+from neutrino.isa.gcn.buffers import GcnBufferAddressing, edits
 from neutrino.isa.gcn.lower_save import GcnSaveLowering
-from neutrino.isa.gcn.registers import ADDRESSABLE_SGPRS, GcnKernelState, Registers
+from neutrino.isa.gcn.registers import ADDRESSABLE_SGPRS, GcnKernelState, Registers, SaveOp
 from neutrino.isa.gcn.resolve import GcnOperandResolution
 from neutrino.isa.gcn.semantics import kernel_exits
 from neutrino.isa.gcn.snippets import register_shape
 from neutrino.isa.gcn.verify import check, verify_probe_file
+from neutrino.passes.build import splice
 
 WAVE_LANES = 64  # gfx90a/gfx942 compute kernels run wave64: a `warp` unit is a wave of 64 lanes
 
@@ -103,6 +104,23 @@ def kernel_info(ctx) -> dict[str, dict]:
     return out
 
 
+def show(module: ir.Module, ctx) -> str:
+    """The module as --print-after shows it: GCN keeps each site's code on the site until buffer addressing
+    splices it, so before that it is shown in place in a copy (an abstract SAVE as a comment)."""
+    if not ctx.kernels or all(state.spliced for state in ctx.kernels.values()):
+        return print_module(module)
+    copy = ir.Module(list(module.items), module.source, module.trailing_newline)
+    splice(copy.items, edits(ctx, lambda code: [_shown(c) for c in code]))
+    return print_module(copy)
+
+
+def _shown(item):
+    if type(item) is not SaveOp:
+        return item
+    values = ", ".join(f"{v}:{t}" for v, t in zip(item.values, item.types))
+    return ir.Line(f"\t; SAVE [{item.map}] {{{values}}}" + (f" if {item.guard}" if item.guard is not None else "") + f" (probe {item.probe})")
+
+
 @attrs.frozen
 class GcnIsa:
     name: str = "gcn"
@@ -133,6 +151,7 @@ class GcnIsa:
     verify_probe_file = staticmethod(verify_probe_file)
     check = staticmethod(check)
     kernel_info = staticmethod(kernel_info)
+    show = staticmethod(show)
     check_assembles = staticmethod(llvm_mc.check)
 
 

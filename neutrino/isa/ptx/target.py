@@ -71,6 +71,10 @@ class PtxIsa:
         return print_module(module)
 
     @staticmethod
+    def show(module: ir.Module, ctx) -> str:
+        return print_module(module)  # every pass edits the module itself
+
+    @staticmethod
     def entries(module: ir.Module) -> list[ir.Function]:
         return module.entries()
 
