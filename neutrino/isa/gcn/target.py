@@ -118,11 +118,14 @@ def _shown(item):
     if type(item) is not SaveOp:
         return item
     values = ", ".join(f"{v}:{t}" for v, t in zip(item.values, item.types))
-    return ir.Line(f"\t; SAVE [{item.map}] {{{values}}}" + (f" if {item.guard}" if item.guard is not None else "") + f" (probe {item.probe})")
+    guard = f" if {item.guard}" if item.guard is not None else ""
+    return ir.Line(f"\t; SAVE [{item.map}] {{{values}}}{guard} (probe {item.probe})")
 
 
 @attrs.frozen
 class GcnIsa:
+    """GCN behind the Isa interface (neutrino/isa/interface.py): one instance, `GCN`."""
+
     name: str = "gcn"
     entry_words: tuple[str, str] = ("kernel", "kernels")  # what messages call a kernel, one and many
     comment: str = ";"

@@ -52,6 +52,8 @@ def kernel_info(ctx) -> dict[str, dict]:
 
 @attrs.frozen
 class PtxIsa:
+    """PTX behind the Isa interface (neutrino/isa/interface.py): one instance, `PTX`."""
+
     name: str = "ptx"
     entry_words: tuple[str, str] = ("entry", "entries")  # what messages call a kernel, one and many
     comment: str = "//"
