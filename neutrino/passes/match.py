@@ -21,19 +21,25 @@ def kernel_state(module: ir.Module, function: ir.Function) -> KernelState:
     return KernelState(function, originals=originals, original_ids=[id(i) for i in originals], exits=exits_of(originals))
 
 
-def instructions_at(position, originals: list[ir.Instruction]) -> list[ir.Instruction]:
-    """The original instructions whose opcode starts with one of the position's component prefixes."""
-    matches: dict[str, bool] = {}  # opcode text → matched; a kernel repeats few opcodes
-    # A set lookup per prefix length, not a comparison per prefix: gmem_bytes lists ~150 of them.
-    prefixes = set(position)
-    lengths = sorted({len(prefix) for prefix in prefixes})
-    out = []
-    for insn in originals:
-        opcode = insn.opcode
-        hit = matches.get(opcode.text)
-        if hit is None:
-            components = opcode.components
-            hit = matches[opcode.text] = any(components[:n] in prefixes for n in lengths)
-        if hit:
-            out.append(insn)
-    return out
+def matcher(module: ir.Module, state: KernelState):
+    """For one entry: probe → the original instructions its position names (opcode component prefixes)."""
+    originals = state.originals
+    matches: dict[tuple, dict[str, bool]] = {}  # position → opcode text → matched; a kernel repeats few opcodes
+
+    def instructions_at(probe) -> list[ir.Instruction]:
+        seen = matches.setdefault(probe.position, {})
+        # A set lookup per prefix length, not a comparison per prefix: gmem_bytes lists ~150 of them.
+        prefixes = set(probe.position)
+        lengths = sorted({len(prefix) for prefix in prefixes})
+        out = []
+        for insn in originals:
+            opcode = insn.opcode
+            hit = seen.get(opcode.text)
+            if hit is None:
+                components = opcode.components
+                hit = seen[opcode.text] = any(components[:n] in prefixes for n in lengths)
+            if hit:
+                out.append(insn)
+        return out
+
+    return instructions_at

@@ -43,15 +43,16 @@ class TracepointMatching:
         isa = ctx.isa
         for entry in selected_entries(isa, module, ctx.kernel):
             state = isa.kernel_state(module, entry)
+            instructions_at = isa.matcher(module, state)
             for probe in ctx.probes.probes:
-                sites = self.sites_of(isa, probe, state)
+                sites = self.sites_of(probe, state, instructions_at)
                 if not probe.at_kernel:  # how many instructions its position matched: 0 is worth a warning
                     state.matched[probe.name] = len({id(site.anchor) for site in sites})
                 state.sites.extend(sites)
             ctx.kernels[entry.name] = state
 
     @staticmethod
-    def sites_of(isa, probe, state: KernelState) -> list[Site]:
+    def sites_of(probe, state: KernelState, instructions_at) -> list[Site]:
         name = state.name
         if probe.at_kernel:
             sites = [Site(probe.name, "before", "entry", None, name)] if probe.before else []
@@ -60,7 +61,7 @@ class TracepointMatching:
             return sites
         snippets = probe.snippets()
         return [Site(probe.name, snippet.where, "instruction", insn, name)
-                for insn in isa.instructions_at(probe.position, state.originals) for snippet in snippets]
+                for insn in instructions_at(probe) for snippet in snippets]
 
 
 @attrs.frozen

@@ -46,9 +46,13 @@ def gcn_prefixes(position) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def instructions_at(position, originals: list[ir.Instruction]) -> list[ir.Instruction]:
-    prefixes = gcn_prefixes(position)
-    return [i for i in originals if i.mnemonic.startswith(prefixes)]
+def matcher(module: ir.Module, state: GcnKernelState):
+    """For one kernel: probe → the original instructions whose mnemonic starts with one of its position's prefixes."""
+    def instructions_at(probe) -> list[ir.Instruction]:
+        prefixes = gcn_prefixes(probe.position)
+        return [i for i in state.originals if i.mnemonic.startswith(prefixes)]
+
+    return instructions_at
 
 
 def kernel_state(module: ir.Module, kernel: ir.Kernel) -> GcnKernelState:
@@ -149,7 +153,7 @@ class GcnIsa:
         return module.kernels()
 
     kernel_state = staticmethod(kernel_state)
-    instructions_at = staticmethod(instructions_at)
+    matcher = staticmethod(matcher)
     virtualize = staticmethod(virtualize)
     verify_probe_file = staticmethod(verify_probe_file)
     check = staticmethod(check)

@@ -14,7 +14,7 @@ from neutrino.isa.ptx import ir, parse_module, print_module
 from neutrino.passes.buffers import PtxBufferAddressing
 from neutrino.passes.counting import PtxCountingVariant
 from neutrino.passes.lower_save import PtxSaveLowering
-from neutrino.passes.match import instructions_at, kernel_state
+from neutrino.passes.match import kernel_state, matcher
 from neutrino.passes.prune import PtxPruning
 from neutrino.passes.resolve import PtxOperandResolution
 from neutrino.passes.target import PtxTargetFitting
@@ -81,7 +81,7 @@ class PtxIsa:
         return module.entries()
 
     kernel_state = staticmethod(kernel_state)
-    instructions_at = staticmethod(instructions_at)
+    matcher = staticmethod(matcher)
     virtualize = staticmethod(virtualize)
     verify_probe_file = staticmethod(verify_probe_file)
     check = staticmethod(check)
