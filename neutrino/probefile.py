@@ -15,6 +15,7 @@ import attrs
 import tomllib
 
 from neutrino.errors import Diagnostic, Location, ProbeError
+from neutrino.isa.interface import HELPERS, SAVE  # the probe vocabulary every ISA shares; names kept here too
 from neutrino.isa.ptx import ir, parse_statements
 from neutrino.errors import ParseError
 from neutrino.trace import Buckets
@@ -24,8 +25,6 @@ MAP_TYPES = ("array", "sum", "hist")
 FIELD_TYPES = {"u32": 4, "u64": 8}
 TOOLS_DIR = Path(__file__).parent / "tools"
 GCN_PROBES_DIR = Path(__file__).parent / "probes" / "gcn"  # TOML probes in GCN assembly (spec/gcn.md)
-HELPERS = ("OUT", "IN1", "IN2", "IN3", "ADDR", "BYTES", "LINE", "BLOCK")  # LINE, BLOCK: neutrino/isa/ptx/lines.py
-SAVE = "SAVE"
 # Map and field names become part of PTX names (`%nt_buf_<map>`) and of result-file headers
 # (spec/trace-format.md: a map's name is 64 bytes, a field's 32, each NUL-padded).
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII letters, digits, '_'
@@ -228,7 +227,7 @@ def parse_probes(text: str, path: str = "<probes>", isa: str = "ptx") -> ProbeFi
     probe_file = loader.load(doc)
     probe_file.isa = isa
     if isa == "gcn":
-        from neutrino.passes.gcn.verify import verify_probe_file
+        from neutrino.isa.gcn.verify import verify_probe_file
     else:
         from neutrino.passes.verify import verify_probe_file
 

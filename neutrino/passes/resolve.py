@@ -26,7 +26,7 @@ from neutrino.errors import Diagnostic, ProbeError
 from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, effects, lookup, missing_bytes_reason
 from neutrino.passes.build import entry_index, insn, splice
-from neutrino.passes.manager import Context, KernelState, Site
+from neutrino.passes.state import Context, KernelState, Site
 from neutrino.passes.verify import WIDE_SPECIAL, expected_widths
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
@@ -491,7 +491,7 @@ class _SiteBuilder:
 
 
 @attrs.frozen
-class OperandResolution:
+class PtxOperandResolution:
     name: ClassVar[str] = "resolve-operands"
     requires: ClassVar[tuple[str, ...]] = ("match-tracepoints", "virtualize-registers")
 

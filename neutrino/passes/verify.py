@@ -18,8 +18,8 @@ import attrs
 from neutrino.errors import Diagnostic, InstrumentError, ProbeError
 from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import defined_registers, lookup
-from neutrino.passes.manager import Context
-from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
+from neutrino.passes.state import Context
+from neutrino.isa.interface import HELPERS, SAVE  # not from probefile, which runs this verifier when it loads a file
 
 LOWERING_ORIGIN = "save-lowering"  # lower_save.ORIGIN (not imported: lower_save imports resolve, which imports us)
 
@@ -68,9 +68,9 @@ def _memory_verb(row) -> str:
 
 @attrs.define
 class _SnippetChecker:
-    probe_file: ProbeFile
-    probe: Probe
-    snippet: Snippet
+    probe_file: "ProbeFile"  # noqa: F821 (neutrino.probefile)
+    probe: "Probe"  # noqa: F821
+    snippet: "Snippet"  # noqa: F821
     problems: list[Diagnostic]
 
     def error(self, line: int, message: str, token: str | None = None, hint: str = "", after: str | None = None) -> None:
@@ -316,7 +316,7 @@ def shape_of(form: formats.Format) -> str:
     return ", ".join("d" if slot.kind == "d" else ("{!}" if slot.kind == "n" else "") + next(names) for slot in form.operands)
 
 
-def verify_probe_file(probe_file: ProbeFile) -> list[Diagnostic]:
+def verify_probe_file(probe_file: "ProbeFile") -> list[Diagnostic]:  # noqa: F821
     """Every problem of every snippet of the file, in file order."""
     problems: list[Diagnostic] = []
     for probe in probe_file.probes:
@@ -327,7 +327,7 @@ def verify_probe_file(probe_file: ProbeFile) -> list[Diagnostic]:
 
 
 @attrs.frozen
-class Verifier:
+class PtxVerifier:
     """Re-checks the probe file and the instrumented kernels' invariants.
 
     Runs after SAVE lowering so that what it checks is what will be printed:
@@ -372,7 +372,7 @@ class Verifier:
 ATOMIC_OPCODES = frozenset({"atom", "red"})
 
 
-def check_engine_atomics(name: str, state, probe_file: ProbeFile) -> None:
+def check_engine_atomics(name: str, state, probe_file: "ProbeFile") -> None:
     """Atomics are admitted only where SAVE lowering put them: into a sum/hist map's counters.
 
     A probe snippet cannot contain `atom`/`red` (the snippet rules refuse them,
