@@ -187,6 +187,11 @@ def _check_counter(statements, loop: Loop, loops: list[Loop], problems: list[Loo
         return
     setp = statements[compares[0]]
     shape = _compare_shape(setp)
+    operands = setp.operands
+    if shape is None and setp.opcode.base == "setp" and len(operands) == 3 and all(isinstance(o, ir.Register) for o in operands[1:]):
+        refuse(setp.line, str(operands[2]), f"data-dependent bound: {setp.opcode} compares {operands[1]} with {operands[2]}, "
+               "a register, not with a constant", hint="compare the counter with a constant: the trip count must be known")
+        return
     if shape is None or setp.guard is not None or not _own_level(loop, loops, compares[0]):
         refuse(setp.line, setp.opcode.text, f"cannot bound the trip count: {predicate} must come from an unguarded "
                "setp.CMP.TYPE comparing a register with a constant, in the loop itself")
