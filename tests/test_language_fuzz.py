@@ -200,7 +200,8 @@ def test_generated_programs_verify_instrument_and_assemble(text):
 
 
 BAD_STATEMENTS = [
-    "for i in range(3):\n        pass", "while a:\n        pass", "a = [1, 2]", "a = 1 < 2 < nl.clock()", "return 1",
+    "for i in range(a):\n        pass", "while a:\n        pass", "while a < 3:\n        pass",
+    "for i in range(2000):\n        pass", "for i in x:\n        pass", "a = [1, 2]", "a = 1 < 2 < nl.clock()", "return 1",
     "a = nl.bogus()", "a = foo(1)", "a.y = 1", "a = 1.5", "a = 'str'", "import os", "a = lambda: 1",
     "del a", "a = 2 ** 3", "nl.save()", "a = (1, 2)", "assert a", "a, b = 1, 2",
     "a = b = 1", "m.save(1, 2, 3, 4, 5)", "nl.clock()", "a = {}",

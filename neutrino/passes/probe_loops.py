@@ -125,7 +125,8 @@ def _find_loops(statements, labels: dict[str, int], problems: list[LoopProblem])
                                         "a probe branches only with bra or bra.uni to a label of its own loop"))
             continue
         if name not in labels:
-            problems.append(LoopProblem(stmt.line, name, f"branch to {name}, which is not a label of this snippet"))
+            problems.append(LoopProblem(stmt.line, stmt.opcode.text, f"branches are not allowed in probes, except a bounded loop's "
+                                        f"branch back to its label: {name} is not a label of this snippet"))
             continue
         if labels[name] > index:
             problems.append(LoopProblem(stmt.line, name, f"forward branch to {name}: a probe branches only back, to the head of a bounded loop",
@@ -142,7 +143,7 @@ def _find_loops(statements, labels: dict[str, int], problems: list[LoopProblem])
         loops.append(Loop(name, labels[name], index, statements[labels[name]].line))
     for name, index in labels.items():
         if name not in targeted and not any(p.token == name for p in problems):
-            problems.append(LoopProblem(statements[index].line, name, f"label {name} is not the head of a loop",
+            problems.append(LoopProblem(statements[index].line, name, f"label {name} is not allowed: it is not the head of a bounded loop",
                                         hint="a probe's only label is the one its loop's backward branch returns to"))
     loops.sort(key=lambda loop: loop.head)
     return loops
