@@ -100,6 +100,7 @@ def analyse(statements: list[ir.Statement]) -> LoopAnalysis:
     _nest(loops, problems)
     for loop in loops:
         _check_counter(statements, loop, loops, problems)
+        _check_saves(statements, loop, problems)
     if problems:
         return LoopAnalysis([], problems, 0)
     length = _path_length(statements, loops)
@@ -219,6 +220,15 @@ def _check_counter(statements, loop: Loop, loops: list[Loop], problems: list[Loo
         return
     loop.trips = trips
     loop.control = [init_insn, update, setp, branch]
+
+
+def _check_saves(statements, loop: Loop, problems: list[LoopProblem]) -> None:
+    """The compact SAVE (SAVE.u32 {...}, a datamodel's) builds one record per run: not in a loop."""
+    for stmt in statements[loop.head:loop.tail]:
+        if isinstance(stmt, ir.Instruction) and stmt.opcode.base == "SAVE" and stmt.operands \
+                and not isinstance(stmt.operands[0], ir.Address):
+            problems.append(LoopProblem(stmt.line, "SAVE", f"loop {loop.label}: {stmt.opcode} builds one record per probe run, "
+                                        "so it cannot be in a loop", hint="declare a [map.NAME] and write SAVE [ NAME ] {...}: one record per trip"))
 
 
 def _compare_shape(setp) -> tuple[str, int, str, str] | None:
