@@ -501,3 +501,29 @@ def test_hostile_dsl_loops_refused_through_the_cli(tmp_path, name, body, offset,
     proc = cli("instrument", str(KERNELS["sm_80"]), "-p", str(probe), "-o", str(tmp_path / "o.ptx"))
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert re.search(rf"{re.escape(str(probe))}:{first + offset}:\d+: error: \[probe p\] {re.escape(message)}", proc.stderr), proc.stderr
+
+
+# ---------------------------------------------------------------- phase 2: a probe branch must be a loop's, to our label
+
+def test_phase_two_refuses_a_probe_branch_to_a_kernel_label():
+    from neutrino.engine import instrument_module
+    from neutrino.errors import InstrumentError
+    from neutrino.isa.ptx import parse_module
+    from neutrino.passes.verify import Verifier
+    from neutrino.probefile import parse_probes
+
+    probes = parse_probes(TOML_LOOPS, "loops.toml")
+    module = parse_module(KERNELS["sm_80"].read_text())
+    ctx = instrument_module(module, probes)
+    name, state = next(iter(ctx.kernels.items()))
+    Verifier.check_kernel(name, state)  # as instrumented: accepted
+    body = state.function.body
+    kernel_label = next(s.name for s in body if isinstance(s, ir.Label) and not s.name.startswith(state.prefix))
+    branch = next(s for s in ir.instructions(body) if s.origin and s.origin.startswith("probe ") and s.opcode.base == "bra")
+    branch.operands = (ir.Symbol(kernel_label),)
+    with pytest.raises(InstrumentError, match="which is not the backward branch of a bounded loop"):
+        Verifier.check_kernel(name, state)
+    branch.operands = (ir.Symbol(f"{state.prefix}L_0_0"),)
+    branch.guard = None  # unconditional: refused too
+    with pytest.raises(InstrumentError, match="not the backward branch of a bounded loop"):
+        Verifier.check_kernel(name, state)
