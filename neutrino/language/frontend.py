@@ -30,7 +30,7 @@ from typing import Optional
 from neutrino.errors import Diagnostic, Location
 from neutrino.probefile import FIELD_NAME_BYTES, MAP_NAME_BYTES, FieldNames, name_problem
 from neutrino.trace import Buckets
-from neutrino.language.loops import lower_for, lower_while
+from neutrino.language.loops import LoopState, lower_for, lower_while
 from neutrino.language.ir import (
     BITS,
     PRED,
@@ -692,8 +692,7 @@ class _ProbeLowering(ast.NodeVisitor):
         self.node = decl.node  # the statement being lowered, for instruction locations
         self.negations: dict[Reg, Reg] = {}
         self.dead = 0  # >0 while lowering a branch that a constant condition never takes
-        self.loop_names: dict = {}  # loop variables in scope: name -> constant (unrolled) or register (language/loops.py)
-        self.loop_depth = 0
+        self.loops = LoopState()  # loop variables in scope, nesting (language/loops.py)
         # the short form: nl.save(...) calls of this probe build one record
         self.short_total = sum(
             1 for n in ast.walk(decl.node)
@@ -992,8 +991,8 @@ class _ProbeLowering(ast.NodeVisitor):
 
     def value_Name(self, node, hint, dst):
         name = node.id
-        if name in self.loop_names:
-            return self.loop_names[name]
+        if name in self.loops.names:
+            return self.loops.names[name]
         if name in self.scan.constants:
             return _Const(self.scan.constants[name])
         if name in self.types and name in self.assigned:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import ast
 
+import attrs
+
 from neutrino.language.ir import BITS, PRED, U32, U64, Imm, Instr, Reg
 from neutrino.passes.probe_loops import MAX_LOOP_DEPTH, MAX_PATH_LENGTH, MAX_TRIP_COUNT
 
@@ -31,6 +33,18 @@ UNROLL_MAX_TRIPS = 8
 _CMP = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
         ast.GtE: lambda a, b: a >= b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}
 _MIRROR = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE, ast.Eq: ast.Eq, ast.NotEq: ast.NotEq}
+
+
+@attrs.define
+class LoopState:
+    """What one probe's lowering keeps about its loops (the frontend holds one per probe)."""
+
+    names: dict = attrs.Factory(dict)  # loop variables in scope: name -> constant (unrolled) or register
+    depth: int = 0
+    path_done: int = 0  # instructions of the body already counted (up to `path_index`), for a linear path check
+    path_index: int = 0
+    path_reported: bool = False
+    blocks: dict | None = None  # id(statement) -> the statement list holding it, built at the first while
 
 
 # ------------------------------------------------------------------ for
@@ -67,7 +81,7 @@ def lower_for(lw, node: ast.For, fold, constant) -> None:
     wide = any(not 0 <= v < 1 << 32 for v in (values.start, values[-1] if values else values.start))
 
     def bind(value):
-        lw.loop_names[name] = value
+        lw.loops.names[name] = value
 
     if len(values) <= UNROLL_MAX_TRIPS:
         _unrolled(lw, node, [lambda v=v: bind(constant(v)) for v in values] or [lambda: bind(constant(values.start))], name,
@@ -91,7 +105,7 @@ def lower_while(lw, node: ast.While, fold) -> None:
         src.abort(node.orelse[0], "while ... else is not supported in probes")
     name, cmp, bound = _while_condition(lw, node.test, fold)
     ty = lw.types.get(name)
-    if ty is None or name in lw.loop_names:
+    if ty is None or name in lw.loops.names:
         src.abort(node.test, f"the counter '{name}' of a while loop must be a variable of this probe file")
     step = _counter_step(lw, node, name, fold)
     init = _counter_init(lw, node, name, fold)
@@ -149,7 +163,7 @@ def _counter_step(lw, node: ast.While, name: str, fold) -> int:
 
 def _counter_init(lw, node: ast.While, name: str, fold) -> int:
     """The constant the last statement before the loop (in its block) that writes `name` sets it to."""
-    block = _block_of(lw.decl.node, node)
+    block = _block_of(lw, node)
     index = next(i for i, s in enumerate(block) if s is node)
     for stmt in reversed(block[:index]):
         if not any(_writes(n, name) for n in ast.walk(stmt)):
@@ -175,13 +189,17 @@ def _writes(node, name: str) -> bool:
     return False
 
 
-def _block_of(root, node) -> list:
-    for parent in ast.walk(root):
-        for field in ("body", "orelse"):
-            block = getattr(parent, field, None)
-            if isinstance(block, list) and any(s is node for s in block):
-                return block
-    return [node]
+def _block_of(lw, node) -> list:
+    """The statement list holding `node` (a map of the probe's blocks, built once per probe)."""
+    if lw.loops.blocks is None:
+        lw.loops.blocks = {}
+        for parent in ast.walk(lw.decl.node):
+            for field in ("body", "orelse"):
+                block = getattr(parent, field, None)
+                if isinstance(block, list):
+                    for stmt in block:
+                        lw.loops.blocks[id(stmt)] = block
+    return lw.loops.blocks.get(id(node), [node])
 
 
 # ------------------------------------------------------------------ shared
@@ -202,15 +220,15 @@ def _check_body(lw, node, variable, what: str) -> None:
 def _check_trips(lw, node, trips: int) -> None:
     if trips > MAX_TRIP_COUNT:
         lw.src.abort(node, f"trip count {trips} exceeds the limit of {MAX_TRIP_COUNT} trips per loop")
-    if lw.loop_depth + 1 > MAX_LOOP_DEPTH:
-        lw.src.abort(node, f"loops nested {lw.loop_depth + 1} deep; the limit is {MAX_LOOP_DEPTH}")
+    if lw.loops.depth + 1 > MAX_LOOP_DEPTH:
+        lw.src.abort(node, f"loops nested {lw.loops.depth + 1} deep; the limit is {MAX_LOOP_DEPTH}")
 
 
 def _unrolled(lw, node, bindings, variable, dead: bool) -> None:
     """The body once per trip (once, lowered but not emitted, when the loop makes none)."""
-    saved = lw.loop_names.get(variable) if variable else None
+    saved = lw.loops.names.get(variable) if variable else None
     errors = len(lw.diags)
-    lw.loop_depth += 1
+    lw.loops.depth += 1
     lw.dead += dead
     try:
         for bind in bindings:
@@ -220,21 +238,21 @@ def _unrolled(lw, node, bindings, variable, dead: bool) -> None:
                 break  # report a body's problems once, not once per trip
     finally:
         lw.dead -= dead
-        lw.loop_depth -= 1
+        lw.loops.depth -= 1
         _restore(lw, variable, saved)
     _check_path(lw, node)
 
 
 def _looped(lw, node, trips: int, variable, bind, after) -> None:
     counter, again = lw.temp(U32), lw.temp(PRED)
-    saved = lw.loop_names.get(variable) if variable else None
+    saved = lw.loops.names.get(variable) if variable else None
     lw.emit(Instr("loop", U32, counter, (Imm(trips, U32),)), guarded=False)
-    lw.loop_depth += 1
+    lw.loops.depth += 1
     try:
         bind()
         lw.statements(node.body)
     finally:
-        lw.loop_depth -= 1
+        lw.loops.depth -= 1
         _restore(lw, variable, saved)
     lw.node = node
     after()
@@ -246,16 +264,19 @@ def _restore(lw, variable, saved) -> None:
     if variable is None:
         return
     if saved is None:
-        lw.loop_names.pop(variable, None)
+        lw.loops.names.pop(variable, None)
     else:
-        lw.loop_names[variable] = saved
+        lw.loops.names[variable] = saved
 
 
 def _check_path(lw, node) -> None:
-    if lw.loop_depth:
+    if lw.loops.depth:
         return  # the outermost loop checks the whole probe
-    length = path_length(lw.body)
-    if length > MAX_PATH_LENGTH:
+    state = lw.loops  # outside loops the path is additive: count only what was emitted since the last check
+    length = state.path_done + path_length(lw.body[state.path_index:])
+    state.path_done, state.path_index = length, len(lw.body)
+    if length > MAX_PATH_LENGTH and not state.path_reported:
+        state.path_reported = True  # once per probe: every later loop is over the limit too
         lw.src.abort(node, f"path too long: with this loop one run of the probe executes up to {length} instructions; "
                      f"the limit is {MAX_PATH_LENGTH}", hint="make fewer trips or a shorter loop body")
 

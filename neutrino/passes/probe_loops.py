@@ -55,8 +55,11 @@ class Loop:
     tail: int  # index of the backward branch
     line: int
     depth: int = 1
+    parent: "Loop | None" = None
     trips: int = 0
     control: list = attrs.Factory(list)  # the counter's set/update, the compare, the branch
+    shape: tuple = ()  # (counter, bound, cmp, type, step, update index, compare index), once checked
+    init_index: int | None = None  # the counter's last write before the label
 
 
 @attrs.define(eq=False)
@@ -98,9 +101,16 @@ def analyse(statements: list[ir.Statement]) -> LoopAnalysis:
     if problems:
         return LoopAnalysis([], problems, 0)
     _nest(loops, problems)
+    if problems:
+        return LoopAnalysis([], problems, 0)
+    owner = _owners(len(statements), loops)
     for loop in loops:
-        _check_counter(statements, loop, loops, problems)
+        _check_shape(statements, loop, owner, problems)
         _check_saves(statements, loop, problems)
+    _last_writes_before_heads(statements, [loop for loop in loops if loop.shape])
+    for loop in loops:
+        if loop.shape:
+            _check_trips(statements, loop, owner, problems)
     if problems:
         return LoopAnalysis([], problems, 0)
     length = _path_length(statements, loops)
@@ -109,7 +119,8 @@ def analyse(statements: list[ir.Statement]) -> LoopAnalysis:
         problems.append(LoopProblem(
             first.line, first.label,
             f"path too long: one run of this probe executes up to {length} instructions with its loops "
-            f"(trip counts {', '.join(f'{loop.label}: {loop.trips}' for loop in loops)}); the limit is {MAX_PATH_LENGTH}",
+            f"(trip counts {', '.join(f'{loop.label}: {loop.trips}' for loop in loops[:4])}{', …' if len(loops) > 4 else ''}); "
+            f"the limit is {MAX_PATH_LENGTH}",
             hint="make fewer trips or a shorter loop body"))
     return LoopAnalysis(loops, problems, length)
 
@@ -142,8 +153,9 @@ def _find_loops(statements, labels: dict[str, int], problems: list[LoopProblem])
                                         hint="guard it with a predicate set from a counter: @%p bra LOOP;"))
             continue
         loops.append(Loop(name, labels[name], index, statements[labels[name]].line))
+    reported = {p.token for p in problems}
     for name, index in labels.items():
-        if name not in targeted and not any(p.token == name for p in problems):
+        if name not in targeted and name not in reported:
             problems.append(LoopProblem(statements[index].line, name, f"label {name} is not allowed: it is not the head of a bounded loop",
                                         hint="a probe's only label is the one its loop's backward branch returns to"))
     loops.sort(key=lambda loop: loop.head)
@@ -151,35 +163,42 @@ def _find_loops(statements, labels: dict[str, int], problems: list[LoopProblem])
 
 
 def _nest(loops: list[Loop], problems: list[LoopProblem]) -> None:
-    """Loops nest properly (one inside the other, or apart); depth within the limit."""
-    for i, outer in enumerate(loops):
-        for inner in loops[i + 1:]:
-            if inner.head < outer.tail < inner.tail:
-                problems.append(LoopProblem(inner.line, inner.label,
-                                            f"loops {outer.label} and {inner.label} overlap: a loop lies inside another or apart"))
-            elif inner.tail < outer.tail:
-                inner.depth = max(inner.depth, outer.depth + 1)
+    """Loops nest properly (one inside the other, or apart); depth within the limit. One pass, by head."""
+    open_loops: list[Loop] = []
     for loop in loops:
+        while open_loops and open_loops[-1].tail < loop.head:
+            open_loops.pop()
+        if open_loops and open_loops[-1].tail < loop.tail:
+            outer = open_loops[-1]
+            problems.append(LoopProblem(loop.line, loop.label,
+                                        f"loops {outer.label} and {loop.label} overlap: a loop lies inside another or apart"))
+            continue
+        loop.parent = open_loops[-1] if open_loops else None
+        loop.depth = len(open_loops) + 1
         if loop.depth > MAX_LOOP_DEPTH:
             problems.append(LoopProblem(loop.line, loop.label,
                                         f"loop {loop.label} is nested {loop.depth} deep; the limit is {MAX_LOOP_DEPTH}"))
+        open_loops.append(loop)
+
+
+def _owners(count: int, loops: list[Loop]) -> list:
+    """For each statement, the innermost loop holding it (None outside loops); inner loops come later."""
+    owner: list = [None] * count
+    for loop in loops:
+        owner[loop.head:loop.tail + 1] = [loop] * (loop.tail + 1 - loop.head)
+    return owner
 
 
 def _writes(insn: ir.Instruction, name: str) -> bool:
     return isinstance(insn, ir.Instruction) and not is_branch(insn) and any(r.name == name for r in defined_registers(insn))
 
 
-def _own_level(loop: Loop, loops: list[Loop], index: int) -> bool:
-    """Whether statement `index` of `loop`'s body lies outside every loop nested in it."""
-    return not any(loop.head < other.head and other.head <= index <= other.tail for other in loops if other is not loop)
-
-
-def _check_counter(statements, loop: Loop, loops: list[Loop], problems: list[LoopProblem]) -> None:
+def _check_shape(statements, loop: Loop, owner: list, problems: list[LoopProblem]) -> None:
+    """The branch's predicate from one setp of a counter against a constant; the counter stepped once by a constant."""
     branch = statements[loop.tail]
-    where = f"loop {loop.label}"
 
     def refuse(line, token, message, hint=""):
-        problems.append(LoopProblem(line, token, f"{where}: {message}", hint))
+        problems.append(LoopProblem(line, token, f"loop {loop.label}: {message}", hint))
 
     predicate = branch.guard.register.name
     compares = [i for i in range(loop.head, loop.tail) if _writes(statements[i], predicate)]
@@ -194,32 +213,59 @@ def _check_counter(statements, loop: Loop, loops: list[Loop], problems: list[Loo
         refuse(setp.line, str(operands[2]), f"data-dependent bound: {setp.opcode} compares {operands[1]} with {operands[2]}, "
                "a register, not with a constant", hint="compare the counter with a constant: the trip count must be known")
         return
-    if shape is None or setp.guard is not None or not _own_level(loop, loops, compares[0]):
+    if shape is None or setp.guard is not None or owner[compares[0]] is not loop:
         refuse(setp.line, setp.opcode.text, f"cannot bound the trip count: {predicate} must come from an unguarded "
                "setp.CMP.TYPE comparing a register with a constant, in the loop itself")
         return
-    counter, bound, cmp, type_ = shape
+    counter = shape[0]
     updates = [i for i in range(loop.head, loop.tail) if _writes(statements[i], counter)]
     update = statements[updates[0]] if len(updates) == 1 else None
     step = _step(update, counter) if update is not None else None
-    if step is None or update.guard is not None or not _own_level(loop, loops, updates[0]):
+    if step is None or update.guard is not None or owner[updates[0]] is not loop:
         line = statements[updates[1]].line if len(updates) > 1 else (update.line if update else branch.line)
         refuse(line, counter, f"counter {counter} must be written exactly once in the loop, unguarded, by add or sub "
                f"of a constant (it is written {len(updates)} times)" if step is None or len(updates) != 1 else
                f"counter {counter} must be updated unguarded and in the loop itself, not in a nested loop")
         return
-    init, init_insn = _initial_value(statements, loop, loops, counter)
-    if init is None:
-        refuse(loop.line, loop.label, f"counter {counter} is not set to a constant before the loop",
-               hint=f"mov.{type_} {counter}, N; right before {loop.label}:, unguarded")
+    loop.shape = (*shape, step, updates[0], compares[0])
+
+
+def _last_writes_before_heads(statements, loops: list[Loop]) -> None:
+    """Each loop's `init_index`: where its counter was last written before its label (one pass)."""
+    at_head = {loop.head: loop for loop in loops}
+    last: dict[str, int] = {}
+    for index, stmt in enumerate(statements):
+        loop = at_head.get(index)
+        if loop is not None:
+            loop.init_index = last.get(loop.shape[0])
+        if isinstance(stmt, ir.Instruction) and not is_branch(stmt) and stmt.opcode.base != "SAVE":
+            for reg in defined_registers(stmt):
+                last[reg.name] = index
+
+
+def _check_trips(statements, loop: Loop, owner: list, problems: list[LoopProblem]) -> None:
+    """The counter's start: the last write before the label, at the loop's own level (inside the enclosing loop,
+    outside sibling loops), an unguarded mov of a constant; then the trips, by running the counter."""
+    counter, bound, cmp, type_, step, update_at, compare_at = loop.shape
+    branch = statements[loop.tail]
+    index = loop.init_index
+    init_insn = statements[index] if index is not None else None
+    parent_head = loop.parent.head if loop.parent else -1
+    if index is None or index <= parent_head or owner[index] is not loop.parent or init_insn.guard is not None \
+            or init_insn.opcode.base != "mov" or len(init_insn.operands) != 2 \
+            or not isinstance(init_insn.operands[1], ir.Immediate) or init_insn.operands[1].value is None:
+        problems.append(LoopProblem(loop.line, loop.label, f"loop {loop.label}: counter {counter} is not set to a constant before the loop",
+                                    hint=f"mov.{type_} {counter}, N; right before {loop.label}:, unguarded"))
         return
-    trips = _run(init, step, bound, cmp, type_, update_first=updates[0] < compares[0], negated=branch.guard.negated)
+    init = init_insn.operands[1].value
+    trips = _run(init, step, bound, cmp, type_, update_first=update_at < compare_at, negated=branch.guard.negated)
     if trips is None:
-        refuse(branch.line, predicate, f"trip count not bounded: counter {counter} from {init} by {step:+d} while "
-               f"{'not ' if branch.guard.negated else ''}{cmp} {bound} runs more than {MAX_TRIP_COUNT} trips (or for ever)")
+        problems.append(LoopProblem(branch.line, branch.guard.register.name,
+                                    f"loop {loop.label}: trip count not bounded: counter {counter} from {init} by {step:+d} while "
+                                    f"{'not ' if branch.guard.negated else ''}{cmp} {bound} runs more than {MAX_TRIP_COUNT} trips (or for ever)"))
         return
     loop.trips = trips
-    loop.control = [init_insn, update, setp, branch]
+    loop.control = [init_insn, statements[update_at], statements[compare_at], branch]
 
 
 def _check_saves(statements, loop: Loop, problems: list[LoopProblem]) -> None:
@@ -261,23 +307,6 @@ def _step(update, counter: str) -> int | None:
     return None
 
 
-def _initial_value(statements, loop: Loop, loops: list[Loop], counter: str):
-    """The constant the counter holds on entering the loop: the last write before the label, at the
-    loop's own level (after the head of the loop around it, if any), an unguarded mov of a constant."""
-    parent_head = max((o.head for o in loops if o.head < loop.head and o.tail > loop.tail), default=-1)
-    for index in range(loop.head - 1, parent_head, -1):
-        insn = statements[index]
-        if not _writes(insn, counter):
-            continue
-        inside_other = any(o.head <= index <= o.tail for o in loops if o is not loop and not (o.head < loop.head and o.tail > loop.tail))
-        ops = insn.operands
-        if inside_other or insn.guard is not None or insn.opcode.base != "mov" or len(ops) != 2 \
-                or not isinstance(ops[1], ir.Immediate) or ops[1].value is None:
-            return None, None
-        return ops[1].value, insn
-    return None, None
-
-
 def _run(init: int, step: int, bound: int, cmp: str, type_: str, update_first: bool, negated: bool = False) -> int | None:
     """Trips the loop makes, by running its counter (wrapping in the type's width); None past MAX_TRIP_COUNT."""
     bits = int(type_[1:])
@@ -306,10 +335,12 @@ def _path_length(statements, loops: list[Loop]) -> int:
     """Instructions on the longest path: each loop body counted once per trip, nested loops multiplied."""
     weight = [1 if isinstance(s, ir.Instruction) else 0 for s in statements]
 
+    at_head = {loop.head: loop for loop in loops}
+
     def span(start: int, end: int) -> int:  # statements[start:end], loops inside counted with their trips
         total, index = 0, start
         while index < end:
-            inner = next((loop for loop in loops if loop.head == index), None)
+            inner = at_head.get(index)
             if inner is None:
                 total += weight[index]
                 index += 1
