@@ -527,3 +527,53 @@ def test_phase_two_refuses_a_probe_branch_to_a_kernel_label():
     branch.guard = None  # unconditional: refused too
     with pytest.raises(InstrumentError, match="not the backward branch of a bounded loop"):
         Verifier.check_kernel(name, state)
+
+
+# ---------------------------------------------------------------- loops at sites inside { } scopes and across a corpus
+
+PARAM_LOOP = TOML_LOOPS.split("[probe.walk]")[0] + '''
+[probe.params]
+position = "ld.param:st.param"
+level = "thread"
+after = """
+.reg .b32 %c;
+.reg .b64 %t;
+.reg .pred %p;
+mov.u64 %t, 0;
+mov.u32 %c, 10;
+LOOP:
+add.u64 %t, %t, 3;
+sub.u32 %c, %c, 1;
+setp.ne.u32 %p, %c, 0;
+@%p bra.uni LOOP;
+SAVE [ acc ] {%t};
+"""
+'''
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", sorted(KERNELS))
+def test_loops_at_sites_inside_call_scopes(tmp_path, arch):
+    """st.param/ld.param sit in the `{ // callseq }` scopes: the loop's labels land there, and phase 2 finds them."""
+    probe = tmp_path / "params.toml"
+    probe.write_text(PARAM_LOOP)
+    out = tmp_path / "out.ptx"
+    proc = cli("instrument", str(KERNELS[arch]), "-p", str(probe), "-o", str(out), "--check")
+    assert proc.returncode == 0, proc.stderr
+    _ptxas(out, arch)
+
+
+CORPUS = sorted((ROOT / "tests/data/corpus/nvcc").glob("*.ptx"))
+
+
+@needs_ptxas
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_loops_across_the_nvcc_corpus(tmp_path, path):
+    from neutrino.engine import instrument
+    from neutrino.probefile import parse_probes
+
+    result = instrument(path.read_text(), parse_probes(TOML_LOOPS, "loops.toml"), source=str(path))
+    out = tmp_path / "out.ptx"
+    out.write_text(result.ptx)
+    assert result.ptx.count("bra.uni") >= 1
+    _ptxas(out, "sm_80" if ".sm80." in path.name else "sm_90")

@@ -368,7 +368,7 @@ class Verifier:
             if insn.opcode.base == SAVE and not lowered:
                 continue
             if insn.opcode.base == "bra":
-                labels = labels if labels is not None else {s.name for s in state.function.body if isinstance(s, ir.Label)}
+                labels = labels if labels is not None else {s.name for _, _, s in ir.walk(state.function.body) if isinstance(s, ir.Label)}
                 check_probe_branch(name, state, insn, labels)
                 continue
             if insn.opcode.base not in ALLOWED_OPCODES:
