@@ -146,8 +146,12 @@ def cmd_instrument(args) -> int:
     from neutrino.toolbox import load_probe_argument
 
     if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
+        if getattr(args, "lines", None):
+            raise _error("--lines selects by PTX .loc debug lines; AMDGPU assembly has none we read")
         return cli_gcn.cmd_instrument(args)
     probes = load_probe_argument(args.probe, args.expr)
+    if getattr(args, "lines", None):
+        limit_to_lines(probes, args.lines)
     text, source = _read_ptx(args.ptx)
     kernel = select_entry(list_entries(text, source), source, args.kernel) if args.kernel else None
     pipeline = default_pipeline()
@@ -220,6 +224,35 @@ def select_entry(entries: list[str], source: str, patterns: list[str]) -> str:
                               f"(entries: {', '.join(entries) or 'none'})")
     raise InstrumentError(f"{source}: -k {shown} selects {len(chosen)} entries ({', '.join(chosen)}); "
                           "instrument keeps one: give more of the name, or =NAME for an exact name")
+
+
+def limit_to_lines(probes, text: str) -> None:
+    """`--lines [FILE:]A[-B],…`: every instruction-position probe matches only instructions of those
+    source lines (their `.loc`; spec/probe-toml.md "Positions"), on top of its own `@` ranges."""
+    from neutrino.isa.ptx.lines import parse_line_ranges
+
+    try:
+        ranges = parse_line_ranges(text)
+    except ValueError as e:
+        raise _error(f"--lines: {e}") from None
+    for probe in probes.probes:
+        if not probe.at_kernel:
+            probe.lines = tuple(probe.lines) + ranges if not probe.lines else _intersect(probe.lines, ranges)
+
+
+def _intersect(own: tuple, ranges: tuple) -> tuple:
+    """Ranges in both lists (same file or no file named), so --lines narrows a probe's own `@` ranges."""
+    from neutrino.isa.ptx.lines import LineRange
+
+    out = []
+    for a in own:
+        for b in ranges:
+            if a.file and b.file and a.file != b.file:
+                continue
+            first, last = max(a.first, b.first), min(a.last, b.last)
+            if first <= last:
+                out.append(LineRange(a.file or b.file, first, last))
+    return tuple(out) or (LineRange(None, 1, 0),)  # nothing in common: an empty range matches nothing
 
 
 def cmd_report(args) -> int:
@@ -369,6 +402,8 @@ def offline_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-after", action="append", metavar="PASS", help="print the IR after this pass (repeatable)")
     p.add_argument("--time-passes", action="store_true", help="print the time each pass took")
     p.add_argument("--verify-each", action="store_true", help="check the kernels' invariants after every pass")
+    p.add_argument("--lines", metavar="[FILE:]A[-B],...",
+                   help="probe only instructions of these source lines (.loc debug lines: Triton, nvcc -lineinfo)")
     p.set_defaults(func=cmd_instrument)
     p = sub.add_parser("report", help="summarise a trace directory and write plots")
     p.add_argument("trace")

@@ -24,7 +24,7 @@ MAP_TYPES = ("array", "sum", "hist")
 FIELD_TYPES = {"u32": 4, "u64": 8}
 TOOLS_DIR = Path(__file__).parent / "tools"
 GCN_PROBES_DIR = Path(__file__).parent / "probes" / "gcn"  # TOML probes in GCN assembly (spec/gcn.md)
-HELPERS = ("OUT", "IN1", "IN2", "IN3", "ADDR", "BYTES")
+HELPERS = ("OUT", "IN1", "IN2", "IN3", "ADDR", "BYTES", "LINE", "BLOCK")  # LINE, BLOCK: neutrino/isa/ptx/lines.py
 SAVE = "SAVE"
 # Map and field names become part of PTX names (`%nt_buf_<map>`) and of result-file headers
 # (spec/trace-format.md: a map's name is 64 bytes, a field's 32, each NUL-padded).
@@ -106,6 +106,7 @@ class Probe:
     map: str | None  # name of the map its SAVEs write
     line: int = 0
     datamodel_reported: bool = False  # its missing or bad datamodel is reported already: SAVEs need not repeat it
+    lines: tuple = ()  # source-line ranges its position is limited to (`POSITION @ FILE:A-B`; isa/ptx/lines.py)
 
     @property
     def at_kernel(self) -> bool:
@@ -315,6 +316,7 @@ class _Loader:
         self.registers: dict[str, str] = {}
         self.register_lines: dict[str, int] = {}
         self._datamodel: dict[str, _Datamodel] = {}  # probe name → its datamodel, compact form
+        self.line_ranges: dict[str, tuple] = {}  # probe name → its `@ lines` ranges, until its Probe exists
         self.index = _TomlLines(lines)
 
     # -- locations in the TOML text (an index built in one pass: lookups stay linear in the file)
@@ -498,6 +500,7 @@ class _Loader:
             self.error(line, "a probe needs a `before` or an `after` snippet", probe=name)
         # A probe with a bad position is kept (matching nothing) so that its snippets are still verified.
         probe = Probe(name, position if position is not None else (), level, snippets.get("before"), snippets.get("after"), None, line)
+        probe.lines = self.line_ranges.pop(name, ())
         saves = [s for sn in probe.snippets() for s in ir.instructions(sn.statements) if s.opcode.base == SAVE]
         if not explicit:
             if saves and datamodel is None:
@@ -515,6 +518,10 @@ class _Loader:
         if not isinstance(position, str) or not position.strip():
             self.error(line, "position is required: \"kernel\" or instruction prefixes joined by ':'", probe=probe)
             return None
+        if "@" in position:
+            position, ranges = self.parse_line_selection(position, line, probe)
+            if ranges is None:
+                return None
         if position == "kernel":
             return "kernel"
         prefixes = []
@@ -528,12 +535,32 @@ class _Loader:
             return None
         return tuple(prefixes)
 
+    def parse_line_selection(self, position: str, line: int, probe: str):
+        """`POSITION @ [FILE:]A[-B],…`: the position's instructions whose source line is in a range."""
+        from neutrino.isa.ptx.lines import parse_line_ranges
+
+        head, _, text = position.partition("@")
+        head = head.strip()
+        if head == "kernel":
+            self.error(line, "a line range selects instructions: not with position \"kernel\"", probe=probe, token=text.strip())
+            return head, None
+        try:
+            self.line_ranges[probe] = parse_line_ranges(text.strip())
+        except ValueError as e:
+            self.error(line, str(e), probe=probe, token=text.strip() or None)
+            return head, None
+        return head, self.line_ranges[probe]
+
     def known_position(self, prefixes: list[tuple[str, ...]], line: int, probe: str) -> bool:
         """Each prefix names a PTX opcode and modifiers that exist: a typo (`ld.globl`) would match nothing, silently."""
         from neutrino.isa.ptx.semantics import closest_positions, unknown_position_part
 
         known = True
+        from neutrino.isa.ptx.lines import LINE_POSITIONS
+
         for components in prefixes:
+            if len(components) == 1 and components[0] in LINE_POSITIONS:
+                continue
             unknown = unknown_position_part(components)
             if unknown is None:
                 continue

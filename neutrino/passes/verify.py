@@ -41,7 +41,8 @@ CONTROL_REASONS = {
 # spec/probe-toml.md "Helpers"); here only ADDR's is.
 HELPER_TYPES = {"ADDR": "b64"}
 # The widest register each helper can be materialised in (what a use may assume at most).
-HELPER_WIDEST = {"OUT": "b64", "IN1": "b64", "IN2": "b64", "IN3": "b64", "ADDR": "b64", "BYTES": "b64"}
+HELPER_WIDEST = {"OUT": "b64", "IN1": "b64", "IN2": "b64", "IN3": "b64", "ADDR": "b64", "BYTES": "b64",
+                  "LINE": "b64", "BLOCK": "b64"}
 
 
 def type_bits(t: str) -> int | str:
