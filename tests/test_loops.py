@@ -577,3 +577,20 @@ def test_loops_across_the_nvcc_corpus(tmp_path, path):
     out.write_text(result.ptx)
     assert result.ptx.count("bra.uni") >= 1
     _ptxas(out, "sm_80" if ".sm80." in path.name else "sm_90")
+
+
+def test_ir_verify_checks_loop_markers():
+    from neutrino.language import compile_to_ir
+    from neutrino.language.ir import IRVerifyError, verify
+
+    module = compile_to_ir(SUMS, "sums.py")
+    body = next(p for p in module.probes if p.name == "sums").body
+    assert str(next(i for i in body if i.op == "loop")).startswith("loop.u32 %_r")
+    verify(module)
+    last_end = max(i for i, ins in enumerate(body) if ins.op == "endloop")
+    removed = body.pop(last_end)
+    with pytest.raises(IRVerifyError, match="is not closed"):
+        verify(module)
+    body.insert(0, removed)
+    with pytest.raises(IRVerifyError, match="endloop without its loop"):
+        verify(module)
