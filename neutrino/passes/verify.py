@@ -4,7 +4,8 @@ Two phases, as in the eBPF verifier. `verify_probe_file` checks every snippet
 of a probe file against the rules of spec/verifier.md and returns every
 problem, located; the shape of each instruction (types, modifiers, operands,
 constants, special registers) is the instruction-format table's
-(neutrino/isa/ptx/formats.py), so what it admits assembles. The `Verifier` pass then checks, on the instrumented kernel,
+(neutrino/isa/ptx/formats.py), so what it admits assembles; labels and
+branches only as bounded loops (neutrino/passes/probe_loops.py). The `Verifier` pass then checks, on the instrumented kernel,
 that the original instructions are all still there in their order and that
 everything a probe contributed obeys the same rules after renaming.
 """
