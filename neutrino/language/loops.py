@@ -44,7 +44,7 @@ class LoopState:
     path_done: int = 0  # instructions of the body already counted (up to `path_index`), for a linear path check
     path_index: int = 0
     path_reported: bool = False
-    blocks: dict | None = None  # id(statement) -> the statement list holding it, built at the first while
+    blocks: dict | None = None  # id(statement) -> (the statement list holding it, its index), built at the first while
 
 
 # ------------------------------------------------------------------ for
@@ -163,8 +163,7 @@ def _counter_step(lw, node: ast.While, name: str, fold) -> int:
 
 def _counter_init(lw, node: ast.While, name: str, fold) -> int:
     """The constant the last statement before the loop (in its block) that writes `name` sets it to."""
-    block = _block_of(lw, node)
-    index = next(i for i, s in enumerate(block) if s is node)
+    block, index = _block_of(lw, node)
     for stmt in reversed(block[:index]):
         if not any(_writes(n, name) for n in ast.walk(stmt)):
             continue
@@ -189,17 +188,17 @@ def _writes(node, name: str) -> bool:
     return False
 
 
-def _block_of(lw, node) -> list:
-    """The statement list holding `node` (a map of the probe's blocks, built once per probe)."""
+def _block_of(lw, node) -> tuple[list, int]:
+    """The statement list holding `node` and its index there (a map of the probe's blocks, built once per probe)."""
     if lw.loops.blocks is None:
         lw.loops.blocks = {}
         for parent in ast.walk(lw.decl.node):
             for field in ("body", "orelse"):
                 block = getattr(parent, field, None)
                 if isinstance(block, list):
-                    for stmt in block:
-                        lw.loops.blocks[id(stmt)] = block
-    return lw.loops.blocks.get(id(node), [node])
+                    for index, stmt in enumerate(block):
+                        lw.loops.blocks[id(stmt)] = (block, index)
+    return lw.loops.blocks.get(id(node), ([node], 0))
 
 
 # ------------------------------------------------------------------ shared
