@@ -258,13 +258,25 @@ def _head_columns(pa, heads: list[dict], sizes: list[int]) -> dict:
     would decode and hash every row; LZ4 shrinks their runs of one value to almost nothing)."""
     kernels = [h["kernel"] for h in heads]
     distinct = list(dict.fromkeys(kernels))
-    codes = np.repeat(np.array([distinct.index(k) for k in kernels], np.int32), sizes)
+    codes = _runs([distinct.index(k) for k in kernels], sizes, np.int32)
     out = {"kernel": pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(distinct, pa.string()))}
     for name in ("launch", "kernel_launch"):
         values = [h[name] for h in heads]
-        known = np.repeat(np.array([v is not None for v in values]), sizes)
-        column = np.repeat(np.array([0 if v is None else v for v in values], np.int64), sizes)
-        out[name] = pa.array(column, mask=~known) if not known.all() else pa.array(column)
+        column = _runs([0 if v is None else v for v in values], sizes, np.int64)
+        if None in values:
+            out[name] = pa.array(column, mask=~_runs([v is not None for v in values], sizes, bool))
+        else:
+            out[name] = pa.array(column)
+    return out
+
+
+def _runs(values: list, sizes: list[int], dtype) -> np.ndarray:
+    """`values[i]` repeated `sizes[i]` times (a slice filled per value: np.repeat copies element by element)."""
+    out = np.empty(sum(sizes), dtype)
+    start = 0
+    for value, size in zip(values, sizes):
+        out[start:start + size] = value
+        start += size
     return out
 
 
