@@ -282,7 +282,8 @@ def _runs(values: list, sizes: list[int], dtype) -> np.ndarray:
 
 def _sum_batch(pa, md, head: dict):
     row = np.asarray(md.records)[0, 0]
-    columns = {**_head_columns(pa, [head], [1]), **{f.name: pa.array([int(row[f.name])], pa.uint64()) for f in md.fields}}
+    columns = {**_head_columns(pa, [head], [1]),
+               **{f.name: pa.array([int(row[f.name])], pa.uint64()) for f in md.fields}}
     return pa.RecordBatch.from_pydict(columns)
 
 
@@ -457,8 +458,8 @@ class DatasetWriter:
         kind = ArrayMapWriter if md.type == "array" else TableWriter
         writer = writers.get((table, kind))
         if writer is None:
-            writer = writers[(table, kind)] = kind(self.table_dir(table, rank, launch_stream.kernel_key(head["kernel"])),
-                                                   table)
+            directory = self.table_dir(table, rank, launch_stream.kernel_key(head["kernel"]))
+            writer = writers[(table, kind)] = kind(directory, table)
         if md.type != "array":
             for batch in map_batches(pa, md, head):
                 writer.add(batch)
