@@ -105,3 +105,64 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{threading.get_ident()}")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- compiled DSL tools
+#
+# A DSL probe file (the built-in tools, a user's .py probe) compiles to TOML text that depends
+# only on the file's text and path and on the compiler: cached like kernels, the launcher and
+# every profiled process read the TOML instead of compiling it again (spec/runtime.md,
+# "Start-up and exit phases").
+
+LANGUAGE_DIR = Path(neutrino.__file__).resolve().parent / "language"
+
+
+def _compiler_fingerprint() -> bytes:
+    """The DSL compiler's own version: the package version and each of its files' size and mtime
+    (a development checkout changes the compiler without changing the version)."""
+    parts = [neutrino.__version__]
+    try:
+        for entry in sorted(os.scandir(LANGUAGE_DIR), key=lambda e: e.name):
+            if entry.name.endswith(".py"):
+                st = entry.stat()
+                parts.append(f"{entry.name}:{st.st_size}:{st.st_mtime_ns}")
+    except OSError:
+        parts.append("unreadable")
+    return "\n".join(parts).encode()
+
+
+def tool_cache_key(path: str, source: str, backend: str) -> str:
+    h = hashlib.sha256()
+    for part in (b"tool", _compiler_fingerprint(), backend.encode(), path.encode(), source.encode()):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def compile_tool(path, backend: str = "ptx", root: Path | None = None) -> tuple[str, str]:
+    """(the TOML text of a DSL probe file, 'hit' or 'miss'). A file that does not compile raises
+    the compiler's error every time (errors are not cached); a cache that cannot be written
+    only costs the next run its compilation."""
+    from neutrino.errors import Diagnostic, Location, ProbeError
+
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProbeError(Diagnostic(Location(path), f"cannot read probe file: {e}")) from None
+    root = default_cache_dir() if root is None else root
+    entry = root / "tools" / f"{tool_cache_key(path, source, backend)}.toml"
+    try:
+        return entry.read_text(encoding="utf-8"), "hit"
+    except (OSError, UnicodeDecodeError):
+        pass
+    from neutrino.language import compile_source
+
+    text = compile_source(source, path, backend)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(entry, text.encode("utf-8"))
+    except OSError:
+        pass
+    return text, "miss"
