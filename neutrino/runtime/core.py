@@ -501,9 +501,18 @@ def _context_tables(native_writer: str | None, trace) -> ContextTables | None:
 
 
 def _default_engine():
-    import neutrino.engine as engine
+    return _EngineOnFirstUse()
 
-    return engine
+
+class _EngineOnFirstUse:
+    """neutrino.engine, imported when the first kernel is instrumented: the PTX parser and the
+    passes it loads cost a process that probes nothing (or finds every kernel in the code cache)
+    a few hundred milliseconds (spec/runtime.md, "Start-up and exit phases")."""
+
+    def __getattr__(self, name):
+        import neutrino.engine as engine
+
+        return getattr(engine, name)
 
 
 def _default_ptx_finder():

@@ -13,12 +13,10 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import NamedTuple
 
-import attrs
 
-
-@attrs.frozen
-class Origin:
+class Origin(NamedTuple):  # not attrs: loaded at interpreter start (compilers.py says why)
     name: str
     hint: str
 
