@@ -137,14 +137,15 @@ class UsageError(Exception):
 def make_options(ns: argparse.Namespace) -> RuntimeOptions:
     """Validate the options (loading the probe file) and resolve paths for the child."""
     from neutrino.runtime.callback import load_callback
-    from neutrino.runtime.probeload import load_checked
+    from neutrino.runtime import probeload
 
-    probes, _ = load_checked(ns.probe)  # raises ProbeError with every problem; DSL tools compiled once (cached)
+    # raises ProbeError with every problem; compiled and verified once per content (probeload.py)
+    probe_path, _ = probeload.check(ns.probe)
     if ns.callback:
         load_callback(ns.callback)  # fail now, not silently in the program
     return RuntimeOptions(
         verbosity=-1 if ns.quiet else int(ns.verbose),
-        probe=str(Path(probes.path).resolve()) if probes.path and Path(probes.path).exists() else ns.probe,
+        probe=str(Path(probe_path).resolve()),
         tracedir=str(Path(ns.tracedir).expanduser().resolve()),
         kernels=ns.kernel,
         exclude=ns.filter,

@@ -1,7 +1,7 @@
-"""The probe, loaded for a run: compiled once per content (the tool cache) and verified once.
+"""The probe, loaded for a run: compiled and verified once per content (codecache.checked_probe_text).
 
-The launcher checks the probe before the program starts (`load_checked`: compiled through
-the tool cache of codecache.py, then parsed and verified). A profiled process then needs only
+The launcher checks the probe before the program starts (`check`: on a cache miss the file is
+compiled, parsed and verified, and the verified text cached). A profiled process then needs only
 the probe's text until it instruments a kernel (`DeferredProbes`): the text names the code
 cache's entries and goes to the trace, and a warm code cache never needs more. The verified
 ProbeFile (and the parser, the verifier and the passes it imports) is built at the first
@@ -14,38 +14,45 @@ import os
 import threading
 import time
 
-from neutrino.runtime.codecache import compile_tool
+from neutrino.runtime.codecache import checked_probe_text
 
 
-def load_checked(name_or_path: str, isa: str = "ptx"):
-    """(the verified ProbeFile, how it was compiled: 'hit' / 'miss' of the tool cache, 'toml')."""
-    from neutrino.probefile import load_probes, parse_probes, resolve_probe_path
+def resolve(name_or_path: str, isa: str = "ptx") -> str:
+    """The absolute path of `-p`'s argument: a file, or a built-in tool's. Anything else goes to
+    probefile.resolve_probe_path, which says what is wrong (and loads the parser with it)."""
+    if os.path.isfile(name_or_path):
+        return os.path.abspath(name_or_path)
+    if isa == "ptx":
+        from neutrino import toolbox
 
-    path = resolve_probe_path(name_or_path, isa)
-    if path.suffix != ".py":
-        return load_probes(name_or_path, isa), "toml"
-    text, state = compile_tool(path, isa)
-    return parse_probes(text, str(path), isa), state
+        builtin = toolbox.tool_path(name_or_path)
+        if builtin is not None:
+            return os.path.abspath(builtin)
+    from neutrino.probefile import resolve_probe_path
+
+    return os.path.abspath(resolve_probe_path(name_or_path, isa))
+
+
+def check(name_or_path: str, isa: str = "ptx") -> tuple[str, str]:
+    """The launcher's check: (the probe's path, 'hit' / 'miss'). Compiled and verified on a miss
+    (raises ProbeError with every problem); a hit is a text verified by an earlier run."""
+    path = resolve(name_or_path, isa)
+
+    def verify(text: str) -> None:
+        from neutrino.probefile import parse_probes
+
+        parse_probes(text, path, isa)
+
+    _, state = checked_probe_text(path, isa, verify)
+    return path, state
 
 
 def probe_text(name_or_path: str, isa: str = "ptx") -> tuple[str, str, str]:
-    """(path, the probe's TOML text, 'hit' / 'miss' / 'toml'), without parsing or verifying it.
-    The launcher hands the profiled process a resolved path; a name is resolved as -p resolves it."""
-    path = name_or_path
-    if not os.path.isfile(path):
-        from neutrino.probefile import resolve_probe_path
-
-        path = str(resolve_probe_path(name_or_path, isa))
-    if path.endswith(".py"):
-        text, state = compile_tool(path, isa)
-        return path, text, state
-    from neutrino.errors import Diagnostic, Location, ProbeError
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            return path, f.read(), "toml"
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProbeError(Diagnostic(Location(path), f"cannot read probe file: {e}")) from None
+    """(path, the probe's TOML text, 'hit' / 'miss'), without parsing or verifying it: the profiled
+    process's start (the launcher checked the same file; DeferredProbes verifies when needed)."""
+    path = resolve(name_or_path, isa)
+    text, state = checked_probe_text(path, isa)
+    return path, text, state
 
 
 class DeferredProbes:
