@@ -81,6 +81,7 @@ def test_phase_events_cold_then_warm(tmp_path, fakecuda):
         assert 0 <= e["max_seconds"] <= e["seconds"] < wall and e["count"] >= 1, e
     assert set(cold) <= set(ph.PHASES)
     assert cold["module_ptx"]["count"] == 1 and cold["instrument"]["count"] == 1
+    assert cold["module_load"]["count"] == 1 and cold["jit"]["count"] == 1  # one kernel
     assert cold["tool"]["cache"] == "hit"  # the launcher compiled and verified it for the process
     assert sum(e["seconds"] for e in cold.values()) < wall
     rc, out, wall = _profiled(tmp_path, fakecuda)  # the same cache: nothing compiled, nothing instrumented
@@ -219,3 +220,39 @@ def test_block_sched_exit_hook_samples_each_kernel(tmp_path, capsys):
     hook.neutrino_finish(None)
     err = capsys.readouterr().err
     assert "block_sched k: 20 launch(es) (7 analysed: neutrino report for all), 2 blocks on up to 2 SMs" in err
+
+
+def test_origin_markers_found_as_the_regex_finds_them():
+    """frameworks.first_marker (anchors + windows) gives _NAME_RE.search's leftmost match."""
+    import random
+
+    from neutrino.runtime import frameworks as fw
+
+    names = [b"ncclDevKernel_AllReduce", b"ncclFoo", b"cudnn_x", b"xmma_fprop_k", b"xmma_gemm_q", b"nvjet_abc",
+             b"cutlass_80_tensorop_s", b"cutlass_x", b"sgemm_nn", b"gemv2N_kernel", b"gemv2X", b"_ZN2at6native1f",
+             b"at::native::x", b"loop_add_fusion", b"input_reduce_fusion", b"a_fusion_12\x00", b"wrapped_add",
+             b"wrapped_", b"triton_gemm_1", b"gemm_fusion", b"curand_k", b"csrmv_x", b"splitKreduce_k", b"_ZN3c10x"]
+    rng = random.Random(29)
+    for _ in range(1500):
+        parts = []
+        for _ in range(rng.randint(0, 6)):
+            parts += [rng.randbytes(rng.randint(0, 300)), rng.choice(names + [b"hello", b"fusio", b"ncc"])]
+        image = b"\0".join(parts)
+        expected, got = fw._NAME_RE.search(image), fw.first_marker(image)
+        assert (expected and expected.span()) == (got and got.span()), image
+    for marker, _ in fw._NAME_MARKERS:  # every top-level alternative holds an anchor (keep _ANCHORS in step)
+        for alternative in _top_level_alternatives(marker):
+            assert any(a in alternative for a in fw._ANCHORS), alternative
+
+
+def _top_level_alternatives(pattern: bytes) -> list[bytes]:
+    out, depth, current = [], 0, b""
+    for c in pattern:
+        ch = bytes([c])
+        depth += 1 if ch == b"(" else -1 if ch == b")" else 0
+        if ch == b"|" and depth == 0:
+            out.append(current)
+            current = b""
+        else:
+            current += ch
+    return out + [current]

@@ -36,22 +36,23 @@ class PhaseClock:
         self._open: dict[str, float] = {}  # phases begun and not yet ended (begin/end)
         self._emitted: set[str] = set()
 
-    def add(self, name: str, seconds: float, **note) -> None:
+    def add(self, name: str, seconds: float, *, runs: int = 1, **note) -> None:
+        """`runs` 0: more of a run already counted (a kernel's module load in two steps)."""
         with self._lock:
             total = self._totals.setdefault(name, [0.0, 0, 0.0])
             total[0] += seconds
-            total[1] += 1
+            total[1] += runs
             total[2] = max(total[2], seconds)
             if note:
                 self._notes.setdefault(name, {}).update(note)
 
     @contextmanager
-    def phase(self, name: str):
+    def phase(self, name: str, runs: int = 1):
         started = time.perf_counter()
         try:
             yield
         finally:
-            self.add(name, time.perf_counter() - started)
+            self.add(name, time.perf_counter() - started, runs=runs)
 
     def begin(self, name: str) -> None:
         """Start a phase that another function ends (end(name)), e.g. across modules."""
