@@ -256,3 +256,24 @@ def _top_level_alternatives(pattern: bytes) -> list[bytes]:
         else:
             current += ch
     return out + [current]
+
+
+def test_per_sm_statistics_at_once_equal_one_sm_at_a_time():
+    """block_sched's summary computes every SM's statistics in one pass (the exit hook runs it per
+    launch); the per-SM function (sm_stats) is the definition it must equal."""
+    import numpy as np
+
+    from neutrino.analysis import block_sched as bs
+
+    rng = np.random.default_rng(29)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        tl = bs.build_timeline(rng.integers(0, 10000, n), rng.integers(1, 3000, n),
+                               rng.integers(0, int(rng.integers(1, 20)), n), np.arange(n),
+                               units_per_block=int(rng.integers(1, 4)), synchronized=bool(rng.integers(0, 2)))
+        bounds = np.flatnonzero(np.r_[True, tl.sm[1:] != tl.sm[:-1], True])
+        one_by_one = [bs.sm_stats(tl.sm[lo], tl.start[lo:hi], tl.end[lo:hi], tl.slot[lo:hi])
+                      for lo, hi in zip(bounds[:-1], bounds[1:])]
+        at_once = bs._per_sm_stats(tl, bounds)
+        assert [(s.sm, s.blocks, s.span, s.busy, s.work, s.slots, s.gaps.tolist()) for s in one_by_one] == \
+               [(s.sm, s.blocks, s.span, s.busy, s.work, s.slots, s.gaps.tolist()) for s in at_once]
