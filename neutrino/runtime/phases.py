@@ -19,7 +19,7 @@ from contextlib import contextmanager
 # The phases, in the order the timings line names them, each with its group.
 START_PHASES = ("wire", "imports", "tool", "runtime")
 MODULE_PHASES = ("module_ptx",)
-KERNEL_PHASES = ("cache_lookup", "instrument", "jit", "module_load", "kernel_write")
+KERNEL_PHASES = ("verify", "cache_lookup", "instrument", "jit", "module_load", "kernel_write")
 EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary")
 PHASES = START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES
 LAUNCHER_PHASES = ("launcher_start", "launcher_check", "launcher_close")

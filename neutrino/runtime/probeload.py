@@ -57,7 +57,7 @@ def probe_text(name_or_path: str, isa: str = "ptx") -> tuple[str, str, str]:
 
 class DeferredProbes:
     """A probe's `path`, `text` and `analyze_hook` now; every other attribute of its ProbeFile
-    from `load()`, which parses and verifies the text once (timed as the `tool` phase)."""
+    from `load()`, which parses and verifies the text once (timed as the `verify` phase)."""
 
     def __init__(self, path: str, text: str, isa: str = "ptx", phases=None):
         self.path, self.text, self.isa = path, text, isa
@@ -75,7 +75,7 @@ class DeferredProbes:
 
                     self._loaded = parse_probes(self.text, self.path, self.isa)
                     if self._phases is not None:
-                        self._phases.add("tool", time.perf_counter() - started)
+                        self._phases.add("verify", time.perf_counter() - started)
         return self._loaded
 
     def __getattr__(self, name):  # probes, maps, registers...: the verified file's
