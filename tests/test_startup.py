@@ -277,3 +277,20 @@ def test_per_sm_statistics_at_once_equal_one_sm_at_a_time():
         at_once = bs._per_sm_stats(tl, bounds)
         assert [(s.sm, s.blocks, s.span, s.busy, s.work, s.slots, s.gaps.tolist()) for s in one_by_one] == \
                [(s.sm, s.blocks, s.span, s.busy, s.work, s.slots, s.gaps.tolist()) for s in at_once]
+
+
+def test_process_without_cuda_loads_neither_attrs_nor_numpy(tmp_path):
+    """The `wire` phase, paid by every Python process of a profiled program (compilers, data loaders)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    from neutrino.runtime.build import build_shim
+
+    env = child_env(RuntimeOptions(probe=str(TOOLS / "block_sched.py"), tracedir=str(tmp_path / "trace")),
+                    build_shim())
+    code = "import json, sys; print(json.dumps(sorted(sys.modules)))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    modules = set(json.loads(r.stdout))
+    assert "neutrino.runtime.hooks" in modules  # the runtime was wired
+    assert _loaded(modules, ("attr", "attrs", "numpy") + HEAVY) == []
+    assert not (tmp_path / "trace").exists()  # and left no trace directory
