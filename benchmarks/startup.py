@@ -1,7 +1,7 @@
 """What a profiled run costs beyond its kernels: start-up, first launches and exit (issue 29).
 
     python benchmarks/startup.py [--steps 50] [--repeat 2] [--tools block_sched,gmem_bytes] [--budget 600]
-                                 [--json FILE] [--process-start [-n 15]]
+                                 [--json FILE] [--keep DIR] [--process-start [-n 15]]
 
 Runs a torch.compile training program (benchmarks/startup_program.py: 5 warm-up + STEPS timed
 steps) as whole processes, one after another, and prints the issue's table: process wall time
@@ -74,6 +74,16 @@ def fresh_cache(scratch: Path, name: str, shim_from: Path) -> Path:
     return cache
 
 
+def keep_event_logs(trace: Path, keep: str | None, number: int) -> None:
+    """--keep DIR: each run's event logs (phase, module and no_ptx events) as DIR/run<N>[.<dir>].log."""
+    if not keep:
+        return
+    Path(keep).mkdir(parents=True, exist_ok=True)
+    for log in sorted(trace.rglob("event.log")):
+        part = "" if log.parent == trace else "." + log.parent.name
+        shutil.copy2(log, Path(keep) / f"run{number}{part}.log")
+
+
 def plan(tools: list[str], repeat: int) -> list[tuple[str, str, str, tuple[str, ...]]]:
     """(label, tool or '' for plain, cache name, extra options), in the order they run."""
     runs = [("plain", "", "", ())] * repeat
@@ -127,8 +137,9 @@ def program_table(args) -> None:
             if cache_name not in caches:
                 caches[cache_name] = fresh_cache(scratch, cache_name, shim_dir)
             run_env = dict(env, NEUTRINO_CACHE_DIR=str(caches[cache_name]))
-            rows.append(run_once(label, profiled_argv(tool, args.steps, scratch / f"trace{len(rows)}", *extra),
-                                 run_env))
+            trace = scratch / f"trace{len(rows)}"
+            rows.append(run_once(label, profiled_argv(tool, args.steps, trace, *extra), run_env))
+            keep_event_logs(trace, args.keep, len(rows) - 1)
         row = rows[-1]
         print(f"{row['run']}: {row['wall']:.2f} s" + (f"; {row['timings']}" if "timings" in row else "") +
               (f"\n{row.get('stderr_tail', '')}" if row["rc"] else ""), file=sys.stderr, flush=True)
@@ -191,6 +202,7 @@ def main() -> None:
                         type=lambda s: [t for t in s.split(",") if t], help="built-in tools, the first for -k/--launches")
     parser.add_argument("--budget", type=float, default=1800.0, help="seconds after which no run is started")
     parser.add_argument("--json", default=None, help="also write every run (timings line included) to this file")
+    parser.add_argument("--keep", default=None, metavar="DIR", help="copy each profiled run's event logs here")
     parser.add_argument("--process-start", action="store_true", help="no GPU: the start of a process without CUDA")
     parser.add_argument("-n", type=int, default=15, help="--process-start: runs per median")
     args = parser.parse_args()
