@@ -10,8 +10,13 @@
  * once each (a hash table of the names seen).
  *
  * Joins, by CUPTI correlation id:
- *   - the launching thread: API records of the launch and copy calls only
- *     (cuptiActivityEnableDriverApi/RuntimeApi), each giving (correlation, Linux tid);
+ *   - the launching thread and host time (default, level `host`): CUPTI's callback API, enabled
+ *     for the launch and copy calls only (cuptiEnableCallback per id); at each call's entry the
+ *     callback stores (Linux tid, CLOCK_REALTIME ns) under the call's correlation id, before the
+ *     GPU record can exist. CUPTI has one subscriber per process: when the program subscribes
+ *     (jax.profiler's XLA tracer, Kineto) we unsubscribe for its window and subscribe again after;
+ *   - the launching thread from API records of the launch and copy calls (level `api`:
+ *     cuptiActivityEnableDriverApi/RuntimeApi), each giving (correlation, Linux tid);
  *   - probed launches: the launch paths wrap the probed kernel's launch in an external
  *     correlation id of ours (kind CUSTOM2, a token); the result writer maps the token to the
  *     launch's sequence number when the job is submitted (probe_launch = seq - 1).
@@ -31,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,6 +69,9 @@ static struct {
     CUptiResult (*set_thread_id_type)(int);
     CUptiResult (*get_timestamp)(uint64_t *);
     CUptiResult (*finalize)(void);
+    CUptiResult (*subscribe)(nt_subscriber_t *, nt_callback_t, void *);
+    CUptiResult (*unsubscribe)(nt_subscriber_t);
+    CUptiResult (*enable_callback)(uint32_t, nt_subscriber_t, int, uint32_t);
 } api;
 
 static void init_rdlsym(void) {
@@ -92,7 +101,8 @@ static int resolve_api(void) {
     GET(push_external, "cuptiActivityPushExternalCorrelationId");
     GET(pop_external, "cuptiActivityPopExternalCorrelationId");
     GET(set_thread_id_type, "cuptiSetThreadIdType"); GET(get_timestamp, "cuptiGetTimestamp");
-    GET(finalize, "cuptiFinalize");
+    GET(finalize, "cuptiFinalize"); GET(subscribe, "cuptiSubscribe"); GET(unsubscribe, "cuptiUnsubscribe");
+    GET(enable_callback, "cuptiEnableCallback");
 #undef GET
     return api.get_version && api.register_callbacks && api.enable && api.disable && api.flush_all &&
            api.next_record;
@@ -106,24 +116,26 @@ static pthread_mutex_t tl_lock = PTHREAD_MUTEX_INITIALIZER;  /* buffers are conv
 static int timeline_fd = -1, names_fd = -1;
 /* records written, kernels, memcpys, memsets, probed kernels, records CUPTI dropped, distinct names,
  * records without a thread, API records seen, our external-correlation records seen, records
- * copied to the program's profiler, records it had no room for */
-#define N_COUNTS 12
+ * copied to the program's profiler, records it had no room for, records with a host time,
+ * launch/copy callbacks taken */
+#define N_COUNTS 14
 static uint64_t counts[N_COUNTS];
 enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
-       N_FORWARD_LOST };
+       N_FORWARD_LOST, N_HOST, N_CALLBACKS };
 
 /* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
- * MEMSET), `api` (API records of the launch and copy calls: the launching thread), `api_all`
- * (every driver and runtime API record), `ext` (external correlation: probed launches flagged).
- * Default: copies (API records cost the most: spec/runtime.md, "Timeline"). */
-enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8 };
-static int level = L_COPIES;
+ * MEMSET), `host` (launch/copy callbacks: each record's thread and host time), `api` (API records
+ * of the launch and copy calls: the launching thread), `api_all` (every driver and runtime API
+ * record), `ext` (external correlation: probed launches flagged).
+ * Default: copies,host (API records cost the most: spec/runtime.md, "Timeline"). */
+enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8, L_HOST = 16 };
+static int level = L_COPIES | L_HOST;
 
 static void read_level(void) {
     const char *s = getenv("NEUTRINO_TIMELINE_LEVEL");
     if (!s) return;
     static const struct { const char *word; int bit; } words[] = {
-        {"copies", L_COPIES}, {"api", L_API}, {"api_all", L_API_ALL}, {"ext", L_EXT}};
+        {"copies", L_COPIES}, {"api", L_API}, {"api_all", L_API_ALL}, {"ext", L_EXT}, {"host", L_HOST}};
     level = 0;
     for (const char *p = s; *p;) {
         size_t n = strcspn(p, ",");
@@ -134,6 +146,10 @@ static void read_level(void) {
 }
 
 static struct { uint32_t corr, tid; } tid_of[1u << TID_BITS];
+/* correlation -> (tid, host time) from the launch callbacks; written by the program's threads, read
+ * by the buffer thread: `corr` is stored last (release) and checked again after the read. */
+#define HOST_BITS 18
+static struct { _Atomic uint32_t corr; uint32_t tid; uint64_t host_ns; } host_of[1u << HOST_BITS];
 static struct { uint32_t corr; uint64_t token; } token_of[1u << PROBE_BITS];
 static struct { uint64_t token, seq; } seq_of[1u << PROBE_BITS];
 static pthread_mutex_t seq_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -240,8 +256,25 @@ static void flush_out(void) {
 }
 
 /* Out to timeline.bin, with the launching thread and probed launch when they are known. */
+static int find_host(uint32_t corr, uint32_t *tid, uint64_t *host_ns) {
+    unsigned i = corr & ((1u << HOST_BITS) - 1);
+    if (!corr || atomic_load_explicit(&host_of[i].corr, memory_order_acquire) != corr) return 0;
+    *tid = host_of[i].tid;
+    *host_ns = host_of[i].host_ns;
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&host_of[i].corr, memory_order_relaxed) == corr;
+}
+
 static void emit(nt_timeline_record *r) {
-    r->tid = find_tid((uint32_t)r->correlation);
+    uint32_t tid = 0;
+    uint64_t host_ns = 0;
+    if (find_host((uint32_t)r->correlation, &tid, &host_ns)) {
+        r->tid = tid;
+        r->host_ns = host_ns;
+        counts[N_HOST]++;
+    } else {
+        r->tid = find_tid((uint32_t)r->correlation);
+    }
     if (!r->tid) counts[N_NO_TID]++;
     if (r->kind == 1) {
         uint64_t token = find_token((uint32_t)r->correlation);
@@ -454,7 +487,7 @@ static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buf, size_t si
 
 /* What the program's profiler did through us, for the event log (neutrino_timeline_profiler_calls). */
 #define CALL_LOG 256
-enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST };
+enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST, P_SUBSCRIBE, P_UNSUBSCRIBE };
 static struct { uint64_t time_ns; int32_t call, kind; } call_log[CALL_LOG];
 static _Atomic unsigned n_calls;
 
@@ -510,6 +543,50 @@ static unsigned enable_api_records(void) {
         }
     }
     return n;
+}
+
+/* ------------------------------------------------------------------ host side of every launch */
+
+static nt_subscriber_t our_subscriber;   /* NULL: not subscribed (level without `host`, or stepped aside) */
+static pthread_mutex_t sub_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread uint32_t my_tid;
+
+/* At the entry of a launch or copy call: (tid, host time) under its correlation id. */
+static void on_launch_call(void *userdata, int domain, uint32_t cbid, const void *cbdata) {
+    (void)userdata; (void)domain; (void)cbid;
+    const uint8_t *d = cbdata;
+    if (!d || nt_rd32(d, CB_SITE) != NT_CB_SITE_ENTER) return;
+    uint32_t corr = nt_rd32(d, CB_CORRELATION);
+    if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
+    unsigned i = corr & ((1u << HOST_BITS) - 1);
+    atomic_store_explicit(&host_of[i].corr, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    host_of[i].tid = my_tid;
+    host_of[i].host_ns = realtime_ns();
+    atomic_store_explicit(&host_of[i].corr, corr, memory_order_release);
+    counts[N_CALLBACKS]++;  /* racy on purpose: a statistic, never a join */
+}
+
+/* Subscribe and enable the launch/copy callbacks; CUPTI's error (0: on). Under sub_lock. */
+static CUptiResult subscribe_ours(unsigned *n_cbids) {
+    if (our_subscriber) return NT_CUPTI_SUCCESS;
+    if (!api.subscribe || !api.enable_callback || !api.unsubscribe) return 1;
+    nt_subscriber_t sub = NULL;
+    CUptiResult rc = api.subscribe(&sub, on_launch_call, NULL);
+    if (rc != NT_CUPTI_SUCCESS) return rc;
+    unsigned n = 0;
+    for (unsigned i = 0; i < sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS; i++)
+        n += api.enable_callback(1, sub, NT_CB_DOMAIN_DRIVER, NT_DRIVER_CBIDS[i]) == NT_CUPTI_SUCCESS;
+    for (unsigned i = 0; i < sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS; i++)
+        n += api.enable_callback(1, sub, NT_CB_DOMAIN_RUNTIME, NT_RUNTIME_CBIDS[i]) == NT_CUPTI_SUCCESS;
+    our_subscriber = sub;
+    if (n_cbids) *n_cbids = n;
+    return NT_CUPTI_SUCCESS;
+}
+
+static void unsubscribe_ours(void) {
+    if (our_subscriber && api.unsubscribe) api.unsubscribe(our_subscriber);
+    our_subscriber = NULL;
 }
 
 static char run_dir_kept[4096];
@@ -611,6 +688,15 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
     }
     unsigned api_cbids = enable_api_records();
     if (n < info_len) n += snprintf(info + n, info_len - n, "\napi_records\t%u\nlevel\t%d", api_cbids, level);
+    if (level & L_HOST) {
+        unsigned host_cbids = 0;
+        pthread_mutex_lock(&sub_lock);
+        CUptiResult hrc = subscribe_ours(&host_cbids);
+        pthread_mutex_unlock(&sub_lock);
+        if (n < info_len)
+            n += hrc == NT_CUPTI_SUCCESS ? snprintf(info + n, info_len - n, "\nhost_callbacks\t%u", host_cbids)
+                                         : snprintf(info + n, info_len - n, "\nhost_error\t%d", hrc);
+    }
     uint64_t cupti_ns = 0, before = realtime_ns();
     if (api.get_timestamp) api.get_timestamp(&cupti_ns);
     uint64_t after = realtime_ns();
@@ -634,6 +720,9 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
             if (ours && !theirs) api.disable(kind);
         }
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
+        pthread_mutex_lock(&sub_lock);
+        unsubscribe_ours();
+        pthread_mutex_unlock(&sub_lock);
         pthread_mutex_lock(&tl_lock);
         release_pending(1);
         flush_out();
@@ -757,6 +846,50 @@ CUptiResult cuptiFinalize(void) {
     return fn ? fn() : 1;
 }
 
+/* The program subscribes (one subscriber per process): our launch callbacks step aside for its
+ * window. The call log's `kind` says what we did: 1 stepped aside, 0 were not subscribed. */
+static CUptiResult step_aside_for(CUptiResult (*call)(void *, void *, void *, void *), void *a, void *b, void *c,
+                                  void *d) {
+    pthread_mutex_lock(&sub_lock);
+    int aside = our_subscriber != NULL;
+    unsubscribe_ours();
+    CUptiResult rc = call(a, b, c, d);
+    pthread_mutex_unlock(&sub_lock);
+    log_call(P_SUBSCRIBE, aside);
+    return rc;
+}
+
+static CUptiResult call_subscribe(void *sub, void *cb, void *ud, void *unused) {
+    (void)unused;
+    CUptiResult (*fn)(void *, void *, void *) = real_cupti("cuptiSubscribe");
+    return fn ? fn(sub, cb, ud) : 1;
+}
+
+static CUptiResult call_subscribe_v2(void *sub, void *cb, void *ud, void *params) {
+    CUptiResult (*fn)(void *, void *, void *, void *) = real_cupti("cuptiSubscribe_v2");
+    return fn ? fn(sub, cb, ud, params) : 1;
+}
+
+CUptiResult cuptiSubscribe(nt_subscriber_t *subscriber, nt_callback_t callback, void *userdata) {
+    return step_aside_for(call_subscribe, subscriber, (void *)callback, userdata, NULL);
+}
+
+CUptiResult cuptiSubscribe_v2(nt_subscriber_t *subscriber, nt_callback_t callback, void *userdata, void *params) {
+    return step_aside_for(call_subscribe_v2, subscriber, (void *)callback, userdata, params);
+}
+
+/* The program's subscriber goes: ours comes back while the timeline records (kind 1: it did). */
+CUptiResult cuptiUnsubscribe(nt_subscriber_t subscriber) {
+    CUptiResult (*fn)(nt_subscriber_t) = real_cupti("cuptiUnsubscribe");
+    pthread_mutex_lock(&sub_lock);
+    CUptiResult rc = fn ? fn(subscriber) : 1;
+    int back = subscriber != our_subscriber && atomic_load(&recording) && (level & L_HOST) &&
+               subscribe_ours(NULL) == NT_CUPTI_SUCCESS;
+    pthread_mutex_unlock(&sub_lock);
+    log_call(P_UNSUBSCRIBE, back);
+    return rc;
+}
+
 /* dlsym(handle, name) of one of the functions above in a libcupti (preload.c): ours instead. */
 void *neutrino_cupti_wrapper_named(const char *name) {
     static const struct { const char *name; void *fn; } wrappers[] = {
@@ -765,6 +898,9 @@ void *neutrino_cupti_wrapper_named(const char *name) {
         {"cuptiActivityDisable", (void *)cuptiActivityDisable},
         {"cuptiActivityFlushAll", (void *)cuptiActivityFlushAll},
         {"cuptiFinalize", (void *)cuptiFinalize},
+        {"cuptiSubscribe", (void *)cuptiSubscribe},
+        {"cuptiSubscribe_v2", (void *)cuptiSubscribe_v2},
+        {"cuptiUnsubscribe", (void *)cuptiUnsubscribe},
     };
     for (unsigned i = 0; i < sizeof wrappers / sizeof *wrappers; i++)
         if (!strcmp(name, wrappers[i].name)) return wrappers[i].fn;
