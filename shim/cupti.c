@@ -159,6 +159,8 @@ static __thread uint64_t thread_token;  /* the probed launch this thread is subm
 typedef struct { nt_timeline_record rec; uint64_t held_ns; } pending_t;
 static pending_t *pending;
 static uint64_t realtime_ns(void);
+static uint64_t ticks_to_ns(uint64_t ticks);
+static void tsc_refresh(void);
 static size_t n_pending, cap_pending;
 
 static nt_timeline_record out[OUT_RECORDS];
@@ -270,7 +272,7 @@ static void emit(nt_timeline_record *r) {
     uint64_t host_ns = 0;
     if (find_host((uint32_t)r->correlation, &tid, &host_ns)) {
         r->tid = tid;
-        r->host_ns = host_ns;
+        r->host_ns = ticks_to_ns(host_ns);
         counts[N_HOST]++;
     } else {
         r->tid = find_tid((uint32_t)r->correlation);
@@ -361,6 +363,7 @@ static void convert_copy(const uint8_t *a, int kind) {
 
 /* First the joins (API and external-correlation records), then the GPU records. */
 static void convert_buffer(uint8_t *buf, size_t valid) {
+    tsc_refresh();
     for (int pass = 0; pass < 2; pass++) {
         uint8_t *rec = NULL;
         while (api.next_record(buf, valid, &rec) == NT_CUPTI_SUCCESS) {
@@ -550,19 +553,76 @@ static unsigned enable_api_records(void) {
 static nt_subscriber_t our_subscriber;   /* NULL: not subscribed (level without `host`, or stepped aside) */
 static pthread_mutex_t sub_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread uint32_t my_tid;
+static __thread int in_runtime_call;  /* inside a runtime launch/copy: its driver call is not the record's */
 
-/* At the entry of a launch or copy call: (tid, host time) under its correlation id. */
+/* Host time at a launch, cheaply: the TSC where it is invariant (x86-64 constant_tsc + nonstop_tsc),
+ * converted to CLOCK_REALTIME ns when the record is written (ticks_to_ns, from two (TSC, realtime)
+ * pairs: the timeline's start and the latest conversion); else clock_gettime. clock_gettime was the
+ * callback's whole cost on the H100 machine (spec/runtime.md, "Timeline"). */
+static int use_tsc;
+static struct { uint64_t ticks, ns; } tsc_first, tsc_last;
+
+static inline uint64_t host_ticks(void) {
+#if defined(__x86_64__)
+    if (use_tsc) return __builtin_ia32_rdtsc();
+#endif
+    return realtime_ns();
+}
+
+static int tsc_is_invariant(void) {
+#if defined(__x86_64__)
+    char buf[8192];
+    int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return strstr(buf, " constant_tsc") && strstr(buf, " nonstop_tsc") && !getenv("NEUTRINO_TIMELINE_NO_TSC");
+#else
+    return 0;
+#endif
+}
+
+/* A (TSC, realtime) pair, realtime taken on both sides of the TSC read. */
+static void tsc_pair(uint64_t *ticks, uint64_t *ns) {
+    uint64_t a = realtime_ns();
+    *ticks = host_ticks();
+    uint64_t b = realtime_ns();
+    *ns = a + (b - a) / 2;
+}
+
+/* Once per buffer converted (under tl_lock): the latest pair, for a longer base and a finer slope. */
+static void tsc_refresh(void) {
+    uint64_t t, ns;
+    if (!use_tsc) return;
+    tsc_pair(&t, &ns);
+    if (t > tsc_first.ticks + 1000000 && ns > tsc_first.ns) tsc_last.ticks = t, tsc_last.ns = ns;
+}
+
+static uint64_t ticks_to_ns(uint64_t ticks) {
+    if (!use_tsc) return ticks;
+    if (tsc_last.ticks <= tsc_first.ticks) return tsc_first.ns;
+    double per_tick = (double)(tsc_last.ns - tsc_first.ns) / (double)(tsc_last.ticks - tsc_first.ticks);
+    return tsc_last.ns - (uint64_t)((double)(int64_t)(tsc_last.ticks - ticks) * per_tick);
+}
+
+/* At the entry of a launch or copy call: (tid, host ticks) under its correlation id. A runtime call
+ * (cudaLaunchKernel) makes a driver call inside (cuLaunchKernel, its own correlation id): the GPU
+ * record carries the runtime call's id, so the inner driver call is skipped. */
 static void on_launch_call(void *userdata, int domain, uint32_t cbid, const void *cbdata) {
-    (void)userdata; (void)domain; (void)cbid;
+    (void)userdata; (void)cbid;
     const uint8_t *d = cbdata;
-    if (!d || nt_rd32(d, CB_SITE) != NT_CB_SITE_ENTER) return;
+    if (!d) return;
+    int enter = nt_rd32(d, CB_SITE) == NT_CB_SITE_ENTER;
+    if (domain == NT_CB_DOMAIN_RUNTIME) in_runtime_call += enter ? 1 : (in_runtime_call > 0 ? -1 : 0);
+    if (!enter || (domain == NT_CB_DOMAIN_DRIVER && in_runtime_call)) return;
     uint32_t corr = nt_rd32(d, CB_CORRELATION);
     if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
     unsigned i = corr & ((1u << HOST_BITS) - 1);
     atomic_store_explicit(&host_of[i].corr, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
     host_of[i].tid = my_tid;
-    host_of[i].host_ns = realtime_ns();
+    host_of[i].host_ns = host_ticks();
     atomic_store_explicit(&host_of[i].corr, corr, memory_order_release);
     counts[N_CALLBACKS]++;  /* racy on purpose: a statistic, never a join */
 }
@@ -689,12 +749,16 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
     unsigned api_cbids = enable_api_records();
     if (n < info_len) n += snprintf(info + n, info_len - n, "\napi_records\t%u\nlevel\t%d", api_cbids, level);
     if (level & L_HOST) {
+        use_tsc = tsc_is_invariant();
+        tsc_pair(&tsc_first.ticks, &tsc_first.ns);
+        tsc_last = tsc_first;
         unsigned host_cbids = 0;
         pthread_mutex_lock(&sub_lock);
         CUptiResult hrc = subscribe_ours(&host_cbids);
         pthread_mutex_unlock(&sub_lock);
         if (n < info_len)
-            n += hrc == NT_CUPTI_SUCCESS ? snprintf(info + n, info_len - n, "\nhost_callbacks\t%u", host_cbids)
+            n += hrc == NT_CUPTI_SUCCESS ? snprintf(info + n, info_len - n, "\nhost_callbacks\t%u\nhost_clock\t%s",
+                                                    host_cbids, use_tsc ? "tsc" : "clock_gettime")
                                          : snprintf(info + n, info_len - n, "\nhost_error\t%d", hrc);
     }
     uint64_t cupti_ns = 0, before = realtime_ns();

@@ -3,7 +3,10 @@
 A torch.profiler (Kineto) Chrome-trace JSON has `traceEvents` whose `ts`/`dur`
 are microseconds; since PyTorch 2.4 they are relative to the top-level
 `baseTimeNanoseconds` (absolute = baseTimeNanoseconds + ts × 1000, Unix-epoch
-nanoseconds), before that they were absolute Unix microseconds (base 0). Our
+nanoseconds), before that they were absolute Unix microseconds (base 0). Which one a
+trace uses is checked on the matched kernels: when adding the base puts Kineto's kernels
+more than a day away from ours and leaving it out does not, the base is left out
+(torch 2.11's traces have absolute `ts` beside a `baseTimeNanoseconds`). Our
 context tables are Unix-epoch nanoseconds too, so an event at `t` ns goes to
 `ts = (t − base) / 1000`. The clocks are checked: the n-th GPU kernel of a
 name in our timeline is matched with the n-th Kineto event of category
@@ -28,6 +31,7 @@ from neutrino.analysis import context
 from neutrino.errors import NeutrinoError
 
 ALIGN_TOLERANCE_NS = 1000
+ABSOLUTE_TS_NS = 86_400 * 10**9  # a clock shift above a day: Kineto's ts were not relative to its base
 
 
 class JsonWriter:
@@ -148,6 +152,10 @@ def merge_into(trace_dir: str, kineto_path: str, out_path: str | None = None) ->
     base = kineto_base_ns(doc)
     timelines = [tl for tl in (_timeline(t) for _, t, _ in runs) if tl is not None]
     shift, matched = clock_shift_ns(doc, base, timelines)
+    if matched and base and abs(shift) > ABSOLUTE_TS_NS:  # ts already absolute beside a base (torch 2.11 did)
+        shift0, matched0 = clock_shift_ns(doc, 0, timelines)
+        if abs(shift0) < abs(shift):
+            base, shift, matched = 0, shift0, matched0
     pids = [e.get("pid") for e in doc["traceEvents"] if isinstance(e, dict) and isinstance(e.get("pid"), int)]
     placement = Placement()
     try:
