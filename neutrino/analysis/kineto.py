@@ -112,6 +112,26 @@ def kineto_base_ns(doc: dict) -> int:
     return int(base) if isinstance(base, (int, float)) else 0
 
 
+MAX_ALIGNMENTS = 256  # offsets tried when one side has more kernels of a name than the other
+
+
+def matched_differences(ours: list, theirs: list) -> list:
+    """(theirs - ours) start differences of one kernel name's launches, both sorted. Kineto's window
+    usually holds fewer launches than ours (the program's profile covers some steps): the shorter list
+    is laid against each run of the longer (up to MAX_ALIGNMENTS offsets) and the run whose differences
+    spread least (max - min: one clock offset fits them) is kept."""
+    short, long_, sign = (theirs, ours, -1.0) if len(theirs) <= len(ours) else (ours, theirs, 1.0)
+    if not short:
+        return []
+    s = np.asarray(short, dtype=np.float64)
+    best = None
+    for k in range(min(len(long_) - len(s), MAX_ALIGNMENTS) + 1):
+        d = (np.asarray(long_[k:k + len(s)], dtype=np.float64) - s) * sign
+        if best is None or np.ptp(d) < np.ptp(best):
+            best = d
+    return best.tolist()
+
+
 def clock_shift_ns(doc: dict, base_ns: int, timelines: list[np.ndarray]) -> tuple[int, int]:
     """(shift to add to our times, kernels matched): the median start difference of kernels matched
     by name and order; 0 when none match or the clocks agree within ALIGN_TOLERANCE_NS."""
@@ -126,8 +146,7 @@ def clock_shift_ns(doc: dict, base_ns: int, timelines: list[np.ndarray]) -> tupl
             ours[str(name)].append(int(start))
     diffs = []
     for name, starts in ours.items():
-        other = sorted(theirs.get(name, ()))
-        diffs += [b - a for a, b in zip(sorted(starts), other)]
+        diffs += matched_differences(sorted(starts), sorted(theirs.get(name, ())))
     if not diffs:
         return 0, 0
     median = int(round(float(np.median(diffs))))
