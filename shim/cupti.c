@@ -555,6 +555,24 @@ static pthread_mutex_t sub_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread uint32_t my_tid;
 static __thread int in_runtime_call;  /* inside a runtime launch/copy: its driver call is not the record's */
 
+/* The program's subscriber, shared: while ours is subscribed, a program's cuptiSubscribe gets a handle
+ * of ours (their_handle) and its callback is called from ours for the (domain, cbid) it enabled; its
+ * enables are applied to our real subscriber. NEUTRINO_TIMELINE_SHARE_SUBSCRIBER=0: step aside instead. */
+#define CB_DOMAINS 8
+#define CB_IDS 1024
+static int share_subscriber = 1;
+static char their_handle;
+#define THEIR_SUBSCRIBER ((nt_subscriber_t)&their_handle)
+static nt_callback_t their_callback;
+static void *their_userdata;
+static uint8_t their_cb[CB_DOMAINS][CB_IDS], their_whole_domain[CB_DOMAINS];
+static uint8_t our_cb[CB_DOMAINS][CB_IDS];
+
+static int theirs_on(int domain, uint32_t cbid) {
+    if (domain <= 0 || domain >= CB_DOMAINS) return 0;
+    return cbid < CB_IDS ? their_cb[domain][cbid] : their_whole_domain[domain];
+}
+
 /* Host time at a launch, cheaply: the TSC where it is invariant (x86-64 constant_tsc + nonstop_tsc),
  * converted to CLOCK_REALTIME ns when the record is written (ticks_to_ns, from two (TSC, realtime)
  * pairs: the timeline's start and the latest conversion); else clock_gettime. clock_gettime was the
@@ -610,9 +628,11 @@ static uint64_t ticks_to_ns(uint64_t ticks) {
  * (cudaLaunchKernel) makes a driver call inside (cuLaunchKernel, its own correlation id): the GPU
  * record carries the runtime call's id, so the inner driver call is skipped. */
 static void on_launch_call(void *userdata, int domain, uint32_t cbid, const void *cbdata) {
-    (void)userdata; (void)cbid;
+    (void)userdata;
+    nt_callback_t theirs = their_callback;
+    if (theirs && theirs_on(domain, cbid)) theirs(their_userdata, domain, cbid, cbdata);
     const uint8_t *d = cbdata;
-    if (!d) return;
+    if (!d || domain <= 0 || domain >= CB_DOMAINS || cbid >= CB_IDS || !our_cb[domain][cbid]) return;
     int enter = nt_rd32(d, CB_SITE) == NT_CB_SITE_ENTER;
     if (domain == NT_CB_DOMAIN_RUNTIME) in_runtime_call += enter ? 1 : (in_runtime_call > 0 ? -1 : 0);
     if (!enter || (domain == NT_CB_DOMAIN_DRIVER && in_runtime_call)) return;
@@ -627,6 +647,20 @@ static void on_launch_call(void *userdata, int domain, uint32_t cbid, const void
     counts[N_CALLBACKS]++;  /* racy on purpose: a statistic, never a join */
 }
 
+/* Our launch/copy callback ids on (again: a program's domain-wide disable turns them off): how many. */
+static unsigned enable_ours(void) {
+    unsigned n = 0;
+    for (unsigned i = 0; i < sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS; i++) {
+        our_cb[NT_CB_DOMAIN_DRIVER][NT_DRIVER_CBIDS[i]] = 1;
+        n += api.enable_callback(1, our_subscriber, NT_CB_DOMAIN_DRIVER, NT_DRIVER_CBIDS[i]) == NT_CUPTI_SUCCESS;
+    }
+    for (unsigned i = 0; i < sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS; i++) {
+        our_cb[NT_CB_DOMAIN_RUNTIME][NT_RUNTIME_CBIDS[i]] = 1;
+        n += api.enable_callback(1, our_subscriber, NT_CB_DOMAIN_RUNTIME, NT_RUNTIME_CBIDS[i]) == NT_CUPTI_SUCCESS;
+    }
+    return n;
+}
+
 /* Subscribe and enable the launch/copy callbacks; CUPTI's error (0: on). Under sub_lock. */
 static CUptiResult subscribe_ours(unsigned *n_cbids) {
     if (our_subscriber) return NT_CUPTI_SUCCESS;
@@ -634,17 +668,15 @@ static CUptiResult subscribe_ours(unsigned *n_cbids) {
     nt_subscriber_t sub = NULL;
     CUptiResult rc = api.subscribe(&sub, on_launch_call, NULL);
     if (rc != NT_CUPTI_SUCCESS) return rc;
-    unsigned n = 0;
-    for (unsigned i = 0; i < sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS; i++)
-        n += api.enable_callback(1, sub, NT_CB_DOMAIN_DRIVER, NT_DRIVER_CBIDS[i]) == NT_CUPTI_SUCCESS;
-    for (unsigned i = 0; i < sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS; i++)
-        n += api.enable_callback(1, sub, NT_CB_DOMAIN_RUNTIME, NT_RUNTIME_CBIDS[i]) == NT_CUPTI_SUCCESS;
     our_subscriber = sub;
+    unsigned n = enable_ours();
     if (n_cbids) *n_cbids = n;
     return NT_CUPTI_SUCCESS;
 }
 
 static void unsubscribe_ours(void) {
+    memset(our_cb, 0, sizeof our_cb);
+    if (their_callback) return;  /* the program's callbacks go through our subscriber: it stays */
     if (our_subscriber && api.unsubscribe) api.unsubscribe(our_subscriber);
     our_subscriber = NULL;
 }
@@ -749,6 +781,8 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
     unsigned api_cbids = enable_api_records();
     if (n < info_len) n += snprintf(info + n, info_len - n, "\napi_records\t%u\nlevel\t%d", api_cbids, level);
     if (level & L_HOST) {
+        const char *share = getenv("NEUTRINO_TIMELINE_SHARE_SUBSCRIBER");
+        share_subscriber = !(share && !strcmp(share, "0"));
         use_tsc = tsc_is_invariant();
         tsc_pair(&tsc_first.ticks, &tsc_first.ns);
         tsc_last = tsc_first;
@@ -910,11 +944,26 @@ CUptiResult cuptiFinalize(void) {
     return fn ? fn() : 1;
 }
 
-/* The program subscribes (one subscriber per process): our launch callbacks step aside for its
- * window. The call log's `kind` says what we did: 1 stepped aside, 0 were not subscribed. */
+/* The program subscribes (one subscriber per process): it shares ours (kind 2), or our launch
+ * callbacks step aside for its window (kind 1; NEUTRINO_TIMELINE_SHARE_SUBSCRIBER=0); kind 0: we were
+ * not subscribed, its call went to CUPTI. */
 static CUptiResult step_aside_for(CUptiResult (*call)(void *, void *, void *, void *), void *a, void *b, void *c,
                                   void *d) {
     pthread_mutex_lock(&sub_lock);
+    if (our_subscriber && share_subscriber && !(level & L_API_ALL)) {
+        CUptiResult rc = NT_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS;
+        if (!their_callback && b) {
+            memset(their_cb, 0, sizeof their_cb);
+            memset(their_whole_domain, 0, sizeof their_whole_domain);
+            their_userdata = c;
+            their_callback = (nt_callback_t)b;
+            *(nt_subscriber_t *)a = THEIR_SUBSCRIBER;
+            rc = NT_CUPTI_SUCCESS;
+        }
+        pthread_mutex_unlock(&sub_lock);
+        log_call(P_SUBSCRIBE, 2);
+        return rc;
+    }
     int aside = our_subscriber != NULL;
     unsubscribe_ours();
     CUptiResult rc = call(a, b, c, d);
@@ -942,8 +991,93 @@ CUptiResult cuptiSubscribe_v2(nt_subscriber_t *subscriber, nt_callback_t callbac
     return step_aside_for(call_subscribe_v2, subscriber, (void *)callback, userdata, params);
 }
 
-/* The program's subscriber goes: ours comes back while the timeline records (kind 1: it did). */
+/* The program's enables on the shared subscriber: recorded as theirs and applied to ours (a disable
+ * only where we do not need the id). Under sub_lock. */
+static CUptiResult their_enable(uint32_t enable, int domain, int first, int last) {
+    if (domain <= 0 || domain >= CB_DOMAINS) return 1;
+    CUptiResult rc = NT_CUPTI_SUCCESS;
+    if (first < 0) {  /* the whole domain */
+        CUptiResult (*fn)(uint32_t, nt_subscriber_t, int) = real_cupti("cuptiEnableDomain");
+        their_whole_domain[domain] = (uint8_t)!!enable;
+        memset(their_cb[domain], !!enable, CB_IDS);
+        rc = fn ? fn(enable, our_subscriber, domain) : 1;
+        if (!enable) enable_ours();
+        return rc;
+    }
+    for (int id = first; id <= last && id < CB_IDS; id++) {
+        their_cb[domain][id] = (uint8_t)!!enable;
+        if (enable || !our_cb[domain][id]) rc = api.enable_callback(enable, our_subscriber, domain, (uint32_t)id);
+    }
+    return rc;
+}
+
+static void their_unsubscribe(void) {
+    their_callback = NULL;
+    for (int d = 1; d < CB_DOMAINS; d++) {
+        if (their_whole_domain[d]) their_enable(0, d, -1, -1);
+        for (int id = 0; id < CB_IDS; id++)
+            if (their_cb[d][id]) their_enable(0, d, id, id);
+    }
+    if (!atomic_load(&recording)) unsubscribe_ours();
+}
+
+CUptiResult cuptiEnableCallback(uint32_t enable, nt_subscriber_t subscriber, int domain, uint32_t cbid) {
+    if (subscriber != THEIR_SUBSCRIBER) {
+        CUptiResult (*fn)(uint32_t, nt_subscriber_t, int, uint32_t) = real_cupti("cuptiEnableCallback");
+        return fn ? fn(enable, subscriber, domain, cbid) : 1;
+    }
+    pthread_mutex_lock(&sub_lock);
+    CUptiResult rc = our_subscriber ? their_enable(enable, domain, (int)cbid, (int)cbid) : 1;
+    pthread_mutex_unlock(&sub_lock);
+    return rc;
+}
+
+CUptiResult cuptiEnableDomain(uint32_t enable, nt_subscriber_t subscriber, int domain) {
+    if (subscriber != THEIR_SUBSCRIBER) {
+        CUptiResult (*fn)(uint32_t, nt_subscriber_t, int) = real_cupti("cuptiEnableDomain");
+        return fn ? fn(enable, subscriber, domain) : 1;
+    }
+    pthread_mutex_lock(&sub_lock);
+    CUptiResult rc = our_subscriber ? their_enable(enable, domain, -1, -1) : 1;
+    pthread_mutex_unlock(&sub_lock);
+    return rc;
+}
+
+CUptiResult cuptiEnableAllDomains(uint32_t enable, nt_subscriber_t subscriber) {
+    if (subscriber != THEIR_SUBSCRIBER) {
+        CUptiResult (*fn)(uint32_t, nt_subscriber_t) = real_cupti("cuptiEnableAllDomains");
+        return fn ? fn(enable, subscriber) : 1;
+    }
+    pthread_mutex_lock(&sub_lock);
+    CUptiResult rc = NT_CUPTI_SUCCESS;
+    for (int d = 1; d < CB_DOMAINS && our_subscriber; d++) {
+        CUptiResult r = their_enable(enable, d, -1, -1);
+        if (d <= NT_CB_DOMAIN_RUNTIME) rc = r;  /* domains this CUPTI lacks may refuse: not an error */
+    }
+    pthread_mutex_unlock(&sub_lock);
+    return rc;
+}
+
+CUptiResult cuptiGetCallbackState(uint32_t *enable, nt_subscriber_t subscriber, int domain, uint32_t cbid) {
+    if (subscriber != THEIR_SUBSCRIBER) {
+        CUptiResult (*fn)(uint32_t *, nt_subscriber_t, int, uint32_t) = real_cupti("cuptiGetCallbackState");
+        return fn ? fn(enable, subscriber, domain, cbid) : 1;
+    }
+    if (!enable) return 1;
+    *enable = (uint32_t)theirs_on(domain, cbid);
+    return NT_CUPTI_SUCCESS;
+}
+
+/* The program's subscriber goes: a shared one is forgotten (kind 2); after a step aside ours comes
+ * back while the timeline records (kind 1: it did). */
 CUptiResult cuptiUnsubscribe(nt_subscriber_t subscriber) {
+    if (subscriber == THEIR_SUBSCRIBER) {
+        pthread_mutex_lock(&sub_lock);
+        their_unsubscribe();
+        pthread_mutex_unlock(&sub_lock);
+        log_call(P_UNSUBSCRIBE, 2);
+        return NT_CUPTI_SUCCESS;
+    }
     CUptiResult (*fn)(nt_subscriber_t) = real_cupti("cuptiUnsubscribe");
     pthread_mutex_lock(&sub_lock);
     CUptiResult rc = fn ? fn(subscriber) : 1;
@@ -965,6 +1099,10 @@ void *neutrino_cupti_wrapper_named(const char *name) {
         {"cuptiSubscribe", (void *)cuptiSubscribe},
         {"cuptiSubscribe_v2", (void *)cuptiSubscribe_v2},
         {"cuptiUnsubscribe", (void *)cuptiUnsubscribe},
+        {"cuptiEnableCallback", (void *)cuptiEnableCallback},
+        {"cuptiEnableDomain", (void *)cuptiEnableDomain},
+        {"cuptiEnableAllDomains", (void *)cuptiEnableAllDomains},
+        {"cuptiGetCallbackState", (void *)cuptiGetCallbackState},
     };
     for (unsigned i = 0; i < sizeof wrappers / sizeof *wrappers; i++)
         if (!strcmp(name, wrappers[i].name)) return wrappers[i].fn;

@@ -273,24 +273,32 @@ def test_program_profiler_keeps_its_records(tmp_path, fakes):
     assert _one(events, "timeline_counts")["forwarded_to_program"] >= 3
 
 
-def test_program_subscriber_gets_the_callbacks_and_we_step_aside(tmp_path, fakes):
-    """A program taking CUPTI's one callback subscriber (as jax.profiler's XLA tracer does): its
-    subscribe succeeds and its callback sees its window's launches; our launch callbacks step aside
-    for that window (its records have no host time, one `timeline_host_gap` event says so) and come
-    back after its unsubscribe (the launches after it have their host time again)."""
+@pytest.mark.parametrize("share", ["1", "0"])
+def test_program_subscriber_gets_the_callbacks(tmp_path, fakes, share):
+    """A program taking CUPTI's one callback subscriber (as jax.profiler's XLA tracer and Kineto do): its
+    subscribe succeeds and its callback sees exactly its window's launches. Shared (the default): it
+    gets a handle of ours, its enables go to our subscriber and our callback calls its callback; every
+    record keeps its host time. NEUTRINO_TIMELINE_SHARE_SUBSCRIBER=0: our launch callbacks step aside
+    for its window (those records have no host time, a `timeline_host_gap` event says so) and come back
+    after its unsubscribe."""
     out = tmp_path / "theirs.json"
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
-                                         "2", "3", "4", str(out), "subscribe"], "--no-graphs")
+                                         "2", "3", "4", str(out), "subscribe"], "--no-graphs",
+                       env={"NEUTRINO_TIMELINE_SHARE_SUBSCRIBER": share})
     theirs = json.loads(out.read_text())
     assert theirs["launch_entries"] == 3 and theirs["kernels"].count("saxpy4") >= 3
     kernels = read_timeline(run)
     kernels = kernels[kernels["kind"] == 1]
     kernels = kernels[np.argsort(kernels["correlation"])]
-    assert (kernels["host_ns"] > 0).astype(int).tolist() == [1, 1, 0, 0, 0, 1, 1, 1, 1]
-    (gap,) = [e for e in events if e["event"] == "timeline_host_gap"]
-    assert gap["start"] < gap["end"] and "stepped aside" in gap["note"]
-    calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
-    assert calls[0] == "subscribe" and "unsubscribe" in calls
+    gaps = [e for e in events if e["event"] == "timeline_host_gap"]
+    calls = _one(events, "timeline_profiler")["first"]
+    assert calls[0]["call"] == "subscribe" and "unsubscribe" in [c["call"] for c in calls]
+    if share == "1":
+        assert (kernels["host_ns"] > 0).all() and not gaps and calls[0]["kind"] == 2
+    else:
+        assert (kernels["host_ns"] > 0).astype(int).tolist() == [1, 1, 0, 0, 0, 1, 1, 1, 1]
+        (gap,) = gaps
+        assert gap["start"] < gap["end"] and "stepped aside" in gap["note"] and calls[0]["kind"] == 1
 
 
 def test_no_timeline_and_missing_library(tmp_path, fakes):

@@ -172,7 +172,8 @@ def _log_profiler_calls(lib, trace) -> None:
               "kind": C.c_int64(buf[3 * i + 2]).value} for i in range(min(made, n))]
     trace.event("timeline_profiler", calls=made, first=calls[:64],
                 note="the program's profiler shared CUPTI with the timeline: its buffers got copies of the "
-                     "records of the kinds it enabled; no gap in our records")
+                     "records of the kinds it enabled (no gap in our records); a subscribe of kind 2 shared "
+                     "our callback subscriber (its callbacks called from ours), kind 1 made ours step aside")
     for start, end in host_gaps(calls):
         trace.event("timeline_host_gap", start=start, end=end,
                     note="the program subscribed to CUPTI's callbacks (one subscriber per process): the launch "
