@@ -161,6 +161,8 @@ static pending_t *pending;
 static uint64_t realtime_ns(void);
 static uint64_t ticks_to_ns(uint64_t ticks);
 static void tsc_refresh(void);
+static uint64_t gpu_time_ns(uint64_t cupti_time);
+static void their_clock_refresh(void);
 static size_t n_pending, cap_pending;
 
 static nt_timeline_record out[OUT_RECORDS];
@@ -330,8 +332,8 @@ static void convert_kernel(const uint8_t *a) {
     r.flags = nt_rd32(a, K_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, K_DEVICE);
     r.stream = nt_rd32(a, K_STREAM);
-    r.start_ns = nt_rd64(a, K_START);
-    r.end_ns = nt_rd64(a, K_END);
+    r.start_ns = gpu_time_ns(nt_rd64(a, K_START));
+    r.end_ns = gpu_time_ns(nt_rd64(a, K_END));
     r.correlation = nt_rd32(a, K_CORRELATION);
     r.bytes = nt_rd32(a, K_DYN_SHARED);
     const char *name;
@@ -352,8 +354,8 @@ static void convert_copy(const uint8_t *a, int kind) {
     r.flags = nt_rd32(a, C_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, C_DEVICE);
     r.stream = nt_rd32(a, C_STREAM);
-    r.start_ns = nt_rd64(a, C_START);
-    r.end_ns = nt_rd64(a, C_END);
+    r.start_ns = gpu_time_ns(nt_rd64(a, C_START));
+    r.end_ns = gpu_time_ns(nt_rd64(a, C_END));
     r.correlation = nt_rd32(a, C_CORRELATION);
     r.bytes = nt_rd64(a, C_BYTES);
     r.name_id = UINT32_MAX;
@@ -364,6 +366,7 @@ static void convert_copy(const uint8_t *a, int kind) {
 /* First the joins (API and external-correlation records), then the GPU records. */
 static void convert_buffer(uint8_t *buf, size_t valid) {
     tsc_refresh();
+    their_clock_refresh();
     for (int pass = 0; pass < 2; pass++) {
         uint8_t *rec = NULL;
         while (api.next_record(buf, valid, &rec) == NT_CUPTI_SUCCESS) {
@@ -490,7 +493,7 @@ static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buf, size_t si
 
 /* What the program's profiler did through us, for the event log (neutrino_timeline_profiler_calls). */
 #define CALL_LOG 256
-enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST, P_SUBSCRIBE, P_UNSUBSCRIBE };
+enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST, P_SUBSCRIBE, P_UNSUBSCRIBE, P_TIMESTAMP };
 static struct { uint64_t time_ns; int32_t call, kind; } call_log[CALL_LOG];
 static _Atomic unsigned n_calls;
 
@@ -1088,6 +1091,66 @@ CUptiResult cuptiUnsubscribe(nt_subscriber_t subscriber) {
     return rc;
 }
 
+/* ------------------------------------------------------------------ the program's clock */
+
+/* cuptiActivityRegisterTimestampCallback: CUPTI then stamps every record, ours too, with the program's
+ * clock (Kineto registers its TSC-based one when torch.profiler starts, and keeps it). The program
+ * gets it (its profile is in its clock); our records' times in that clock are mapped back to
+ * CLOCK_REALTIME by (their clock, realtime) pairs: one at registration, one 2 ms later (the slope),
+ * one at each buffer converted. A time is taken to be in their clock when it is nearer their clock's
+ * latest value than realtime's (records are from the recent past; the two clocks differ by far more). */
+static uint64_t (*their_clock)(void);
+static struct { uint64_t theirs, ns; } clock_first, clock_last;
+static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void their_clock_pair(uint64_t *theirs, uint64_t *ns) {
+    uint64_t a = realtime_ns();
+    *theirs = their_clock();
+    uint64_t b = realtime_ns();
+    *ns = a + (b - a) / 2;
+}
+
+static void their_clock_refresh(void) {
+    pthread_mutex_lock(&clock_lock);
+    if (their_clock) {
+        uint64_t t, ns;
+        their_clock_pair(&t, &ns);
+        if (t > clock_last.theirs && ns > clock_last.ns) clock_last.theirs = t, clock_last.ns = ns;
+    }
+    pthread_mutex_unlock(&clock_lock);
+}
+
+static uint64_t distance(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+
+static uint64_t gpu_time_ns(uint64_t t) {
+    if (!their_clock || !t) return t;
+    pthread_mutex_lock(&clock_lock);
+    uint64_t out = t;
+    if (distance(t, clock_last.ns) > distance(t, clock_last.theirs)) {
+        double per_tick = clock_last.theirs > clock_first.theirs ? (double)(clock_last.ns - clock_first.ns) /
+                                                                     (double)(clock_last.theirs - clock_first.theirs)
+                                                                 : 1.0;
+        out = clock_last.ns + (uint64_t)(int64_t)((double)(int64_t)(t - clock_last.theirs) * per_tick);
+    }
+    pthread_mutex_unlock(&clock_lock);
+    return out;
+}
+
+CUptiResult cuptiActivityRegisterTimestampCallback(uint64_t (*fn)(void)) {
+    CUptiResult (*real)(uint64_t (*)(void)) = real_cupti("cuptiActivityRegisterTimestampCallback");
+    CUptiResult rc = real ? real(fn) : 1;
+    log_call(P_TIMESTAMP, rc);
+    if (rc != NT_CUPTI_SUCCESS || !fn) return rc;
+    pthread_mutex_lock(&clock_lock);
+    their_clock = fn;
+    their_clock_pair(&clock_first.theirs, &clock_first.ns);
+    for (uint64_t until = clock_first.ns + 2000000; realtime_ns() < until;) {
+    }
+    their_clock_pair(&clock_last.theirs, &clock_last.ns);
+    pthread_mutex_unlock(&clock_lock);
+    return rc;
+}
+
 /* dlsym(handle, name) of one of the functions above in a libcupti (preload.c): ours instead. */
 void *neutrino_cupti_wrapper_named(const char *name) {
     static const struct { const char *name; void *fn; } wrappers[] = {
@@ -1103,6 +1166,7 @@ void *neutrino_cupti_wrapper_named(const char *name) {
         {"cuptiEnableDomain", (void *)cuptiEnableDomain},
         {"cuptiEnableAllDomains", (void *)cuptiEnableAllDomains},
         {"cuptiGetCallbackState", (void *)cuptiGetCallbackState},
+        {"cuptiActivityRegisterTimestampCallback", (void *)cuptiActivityRegisterTimestampCallback},
     };
     for (unsigned i = 0; i < sizeof wrappers / sizeof *wrappers; i++)
         if (!strcmp(name, wrappers[i].name)) return wrappers[i].fn;

@@ -301,6 +301,25 @@ def test_program_subscriber_gets_the_callbacks(tmp_path, fakes, share):
         assert gap["start"] < gap["end"] and "stepped aside" in gap["note"] and calls[0]["kind"] == 1
 
 
+def test_program_clock_for_cupti_records_is_mapped_back(tmp_path, fakes):
+    """A program registering its own clock for CUPTI's records (Kineto's TSC clock, kept after
+    torch.profiler): CUPTI stamps our records with it too; the timeline maps them back to CLOCK_REALTIME
+    (here: 2 x CLOCK_MONOTONIC + 12345, so a 1000-unit record lasts 500 ns), and all lie within the run."""
+    out = tmp_path / "theirs.json"
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
+                                         "2", "3", "4", str(out), "timestamp"], "--no-graphs")
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    began, ended = _one(events, "start")["time"] * 1e9, _one(events, "exit")["time"] * 1e9
+    assert ((kernels["start_ns"] > began) & (kernels["start_ns"] < ended)).all(), kernels["start_ns"]
+    lasted = (kernels["end_ns"].astype(np.int64) - kernels["start_ns"].astype(np.int64)).tolist()
+    assert lasted[:2] == [1000, 1000] and all(abs(d - 500) <= 2 for d in lasted[2:]), lasted
+    assert (np.diff(kernels["start_ns"].astype(np.int64)) > 0).all()  # still in launch order
+    calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
+    assert "timestamp_callback" in calls
+
+
 def test_no_timeline_and_missing_library(tmp_path, fakes):
     run, events = _run(tmp_path / "off", fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "2"],
                        "--no-timeline")

@@ -46,6 +46,11 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+/* cuptiActivityRegisterTimestampCallback: records are stamped with it from then on (as CUPTI does) */
+static uint64_t (*stamp_fn)(void);
+static uint64_t stamp(void) { return stamp_fn ? stamp_fn() : now_ns(); }
+CUptiResult cuptiActivityRegisterTimestampCallback(uint64_t (*fn)(void)) { stamp_fn = fn; return 0; }
+
 static uint8_t *append(queue *q, size_t n) {
     if (q->len + n > q->cap) {
         size_t cap = q->cap ? q->cap * 2 : 65536;
@@ -126,7 +131,7 @@ static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned g
     uint32_t corr = api_call(graph_id ? 514 /* cuGraphLaunch */ : 307 /* cuLaunchKernel */);
     if (enabled[NT_ACT_CONCURRENT_KERNEL]) {
         uint8_t *k = append(&gpu_q, K_SIZE);
-        uint64_t t = now_ns();
+        uint64_t t = stamp();
         unsigned dims[6] = {gx, gy, gz, bx, by, bz};
         nt_wr32(k, 0, NT_ACT_CONCURRENT_KERNEL);
         nt_wr64(k, K_START, t);
@@ -149,7 +154,7 @@ void fakecupti_copy(int kind, int copy_kind, uint64_t bytes) {
     uint32_t corr = api_call(kind == NT_ACT_MEMCPY ? 277 : 216);
     if (enabled[kind]) {
         uint8_t *c = append(&gpu_q, kind == NT_ACT_MEMCPY ? MEMCPY_SIZE : MEMSET_SIZE);
-        uint64_t t = now_ns();
+        uint64_t t = stamp();
         nt_wr32(c, 0, (uint32_t)kind);
         if (kind == NT_ACT_MEMCPY) c[C_COPY_KIND] = (uint8_t)copy_kind;
         nt_wr64(c, C_BYTES, bytes);
