@@ -53,7 +53,11 @@ def test_jax_profiler_keeps_its_profile_under_neutrino(tmp_path):
           f"{int((kernels['host_ns'] > 0).sum())}; gaps {gaps}\ncalls {calls[:1]}\n"
           f"counts {_events(trace.path, 'timeline_counts')}")
     assert alone["xplane_files"] >= 1 and alone["gpu_stream_events"] > 0
-    assert under["xplane_files"] >= 1 and abs(under["gpu_stream_events"] - alone["gpu_stream_events"]) <= 2
+    # its own kernels on its compute stream as without neutrino (15 = 15 on the H200); the profile also
+    # shows neutrino's own copies and memsets (probe results) on other streams (4 there)
+    compute_alone = sum(n for line, n in alone["gpu_lines"].items() if "Compute" in line)
+    compute_under = sum(n for line, n in under["gpu_lines"].items() if "Compute" in line)
+    assert under["xplane_files"] >= 1 and compute_under == compute_alone > 0
     assert kernels_by_origin(kernels).get("XLA", 0) > 0
     assert calls and calls[0]["calls"] > 0
     # XLA's tracer shares our callback subscriber: no window without host times

@@ -145,6 +145,11 @@ def test_program_with_its_own_torch_profiler(tmp_path):
     # Kineto takes CUPTI's callback subscriber and keeps it: shared with ours, no kernel loses its host time
     assert not gaps and all(c["kind"] == 2 for c in subscribes)
     assert (kernels["host_ns"] > 0).all() and (kernels["tid"] > 0).all()
+    # one clock: Kineto stamps CUPTI's records with its TSC clock from its start on; ours are mapped back,
+    # so every kernel starts after its launch call and within a second of it
+    lag = kernels["start_ns"].astype(np.int64) - kernels["host_ns"].astype(np.int64)
+    print(f"GPU start - launch call: min {lag.min()} ns, max {lag.max()} ns")
+    assert (lag > 0).all() and (lag < 10**9).all()
 
 
 @pytest.mark.parametrize("level", ["copies,api,ext", None])
