@@ -231,6 +231,7 @@ def launch_ranges(run_dir) -> dict[int, list[str]]:
         from neutrino.timeline import read_timeline
 
         tl = read_timeline(run_dir)
-        for i in (j for j in range(len(tl)) if tl["probe_launch"][j] >= 0 and tl["host_ns"][j] > 0):
-            hosts.setdefault(int(tl["probe_launch"][i]), (int(tl["tid"][i]), int(tl["host_ns"][i])))
+        known = tl[(tl["probe_launch"] >= 0) & (tl["host_ns"] > 0)]
+        for launch, tid, t in zip(known["probe_launch"].tolist(), known["tid"].tolist(), known["host_ns"].tolist()):
+            hosts.setdefault(launch, (tid, t))
     return {launch: list(enclosing(ranges, tid, t)["name"]) for launch, (tid, t) in hosts.items()}

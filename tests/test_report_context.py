@@ -159,3 +159,16 @@ def test_each_rank_of_a_job_opens_with_its_context(tmp_path, capsys):
     assert out.count("[where GPU time went] 4 kernel launch(es)") == 2
     assert "== rank 0 (pid 10)" in out and "== rank 1 (pid 11)" in out
     assert "GPU busy (us): rank 0 6.6, rank 1 6.6; max/min 1.00" in out.splitlines()  # then the cross-rank part
+
+
+def test_probed_launch_ranges_from_the_timeline_host_time(tmp_path):
+    """A probed launch without a launch_args.jsonl use line (the argument trace off) gets its enclosing
+    ranges from its timeline record's host_ns; one with a use line keeps that line's host time."""
+    from neutrino import ranges as nr
+
+    write_timeline(tmp_path, [timeline_record(1, 6000, 6500, name_id=0, probe_launch=0, host_ns=3000),
+                              timeline_record(1, 7000, 7500, name_id=0, probe_launch=1, host_ns=3000)], [TRITON])
+    write_ranges(tmp_path, [range_record(2900, 4100, 2, depth=2), range_record(0, 10000, 0),
+                            range_record(900, 5500, 1, depth=1)], ["step", "forward", "attn"])
+    (tmp_path / "launch_args.jsonl").write_text('{"launch": 1, "argset": 0, "tid": 100, "host_ns": 950}\n')
+    assert nr.launch_ranges(tmp_path) == {0: ["step", "forward", "attn"], 1: ["step", "forward"]}
