@@ -71,7 +71,8 @@ class GcnOperandResolution:
         if site.kind == "exit":
             # At s_endpgm every lane the wave started with has finished, including lanes the last
             # branch turned off: exit code runs on all of them (nothing after it needs exec).
-            return [insn("s_mov_b64", "exec", state.registers.sgprs("entry_exec", 2), origin=ORIGIN), *prologue, *code]
+            d = state.dialect
+            return [insn(d.mask("s_mov"), d.exec, state.registers.sgprs("entry_exec", d.mask_sgprs), origin=ORIGIN), *prologue, *code]
         if site.kind != "instruction":
             return prologue + code
         # Probe code must leave SCC as it found it: the kernel may compare before the site and branch after it.
@@ -97,9 +98,11 @@ class GcnOperandResolution:
 
 
 def cuid(dst: ir.RegRange, target: str | None, state: GcnKernelState, probe: str) -> list[ir.Instruction]:
-    """CUID: bits 8-15 of HW_ID (CU, shader array, shader engine); gfx94x also has several dies (XCCs): XCC_ID << 8 on top."""
-    code = [insn("s_getreg_b32", dst, "hwreg(HW_REG_HW_ID)", origin=probe),
-            insn("s_bfe_u32", dst, dst, 0x80008, origin=probe)]  # offset 8, width 8
+    """CUID: bits 8-15 of HW_ID (CU, shader array, shader engine); gfx94x also has several dies (XCCs): XCC_ID << 8 on top.
+    gfx11: bits 10-20 of HW_ID1 (workgroup processor, shader array, shader engine; the dialect's table)."""
+    d = state.dialect
+    code = [insn("s_getreg_b32", dst, f"hwreg({d.hw_id})", origin=probe),
+            insn("s_bfe_u32", dst, dst, d.cu_field, origin=probe)]  # gfx9: offset 8, width 8
     if target and target.startswith("gfx94"):
         xcc = state.registers.sgprs("xcc")
         code += [insn("s_getreg_b32", xcc, "hwreg(HW_REG_XCC_ID)", origin=probe),
@@ -176,8 +179,8 @@ class _Helpers:
         vaddr = next(ir.registers_in(anchor.operands[access.address[0]]), None)
         saddr = next(ir.registers_in(anchor.operands[access.address[1]]), None) if len(access.address) > 1 else None
         offset = next((int(m.split(":", 1)[1], 0) for m in anchor.modifiers if m.startswith("offset:")), 0)
-        regs = self.state.registers
-        out, carry, sink, tmp = regs.vgprs("addr", 2), regs.sgprs("carry", 2), regs.sgprs("carry_out", 2), regs.vgprs("tmp")
+        regs, d = self.state.registers, self.state.dialect
+        out, carry, sink, tmp = regs.vgprs("addr", 2), regs.sgprs("carry", d.mask_sgprs), regs.sgprs("carry_out", d.mask_sgprs), regs.vgprs("tmp")
         lo, hi = half(out, 0), half(out, 1)
         code = self.prologue
         if saddr is None:  # a 64-bit address in a VGPR pair
@@ -185,10 +188,10 @@ class _Helpers:
         else:  # SGPR base + 32-bit VGPR offset (gfx9 VOP3 reads at most one SGPR)
             code += [insn("v_mov_b32_e32", hi, half(saddr, 1), origin=ORIGIN),
                      insn("v_add_co_u32_e64", lo, carry, half(saddr, 0), vaddr, origin=ORIGIN),
-                     insn("v_addc_co_u32_e64", hi, sink, 0, hi, carry, origin=ORIGIN)]
+                     insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN)]
         if offset:
             code += [insn("v_mov_b32_e32", tmp, offset, origin=ORIGIN),
                      insn("v_add_co_u32_e64", lo, carry, lo, tmp, origin=ORIGIN),
-                     insn("v_addc_co_u32_e64", hi, sink, 0, hi, carry, origin=ORIGIN)]
+                     insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN)]
         self.addr = out
         return out
