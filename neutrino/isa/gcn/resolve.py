@@ -45,8 +45,10 @@ class GcnOperandResolution:
                                           "instruction": site.anchor.mnemonic if site.anchor else "", "reason": str(e)})
                     continue
                 kept.append(site)
-                if probe.map and probe.map not in state.maps:
-                    state.maps.append(probe.map)
+                # the probe's map, and every map an explicit `SAVE [ MAP ]` names (the DSL's form): each gets its buffer
+                for name in [probe.map] + [c.map for c in site.code if type(c) is SaveOp]:
+                    if name and name not in state.maps:
+                        state.maps.append(name)
             state.sites = kept
 
     def resolve_site(self, state: GcnKernelState, site: Site, probe, statements: list, ctx: Context, target: str | None) -> list:

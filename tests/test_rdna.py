@@ -1,0 +1,238 @@
+"""RDNA 3 (gfx1100, wave32): round trip, the gfx11 dialect of the GCN steps, every AMDGPU tool, LLVM 19's assembler as the oracle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neutrino.engine import instrument, instrument_module
+from neutrino.errors import InstrumentError, ProbeError
+from neutrino.isa.gcn import ir, parse_module, print_module
+from neutrino.isa.gcn.semantics import semantics
+from neutrino.isa.gcn.target import GCN
+from neutrino.isa.registry import isa_of_file
+from neutrino.isa.rdna.target import RDNA
+from neutrino.llvm_mc import assemble, find_llvm_mc
+from neutrino.passes import default_pipeline
+from neutrino.probefile import load_probes, parse_probes
+from neutrino.trace import units_for
+
+CORPUS = sorted((Path(__file__).parent / "data" / "rdna").glob("*.s"))
+TOML_PROBES = ["block_sched", "gmem_bytes"]  # neutrino/probes/rdna/
+DSL_TOOLS = ["neutrino/tools/block_sched.py", "neutrino/tools/gmem_bytes.py", "gmem_bytes_thread", "tensorop", "tensorop_thread"]
+needs_mc = pytest.mark.skipif(find_llvm_mc() is None, reason="llvm-mc-19 not installed (apt-get install llvm-19): "
+                              "the RDNA oracle cannot run")
+WAVE64_ONLY = ("s_and_saveexec_b64", "s_ff1_i32_b64", "s_andn2_b64", "v_addc_co_u32", "s_memtime", "s_memrealtime", "global_store_dword")
+
+
+def test_corpus_present():
+    assert [p.name.split(".")[0] for p in CORPUS] == ["atomics", "calls", "lds_reduce", "loop_sum", "vadd", "wmma"]
+    assert all(p.name.endswith(".gfx1100.s") for p in CORPUS)
+    text = "".join(p.read_text() for p in CORPUS)
+    # what makes the corpus RDNA 3: wave32, dual-issue, ALU delay hints, clauses, the VGPR release, WMMA, a call
+    for word in (".amdhsa_wavefront_size32 1", "v_dual_", "s_delay_alu", "s_clause", "MSG_DEALLOC_VGPRS", "v_wmma_", "s_swappc_b64"):
+        assert word in text, word
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_round_trip(path):
+    text = path.read_text()
+    module = parse_module(text, str(path))
+    assert print_module(module) == text
+    for insn in ir.instructions(module.items):  # LLVM's own layout, rebuilt from the structure alone
+        insn.gap = insn.separators = insn.modifier_gaps = None
+    assert print_module(module) == text
+    assert module.target == "gfx1100" and len(module.kernels()) == 1
+    assert isa_of_file(str(path)) is RDNA
+
+
+def test_cdna_files_stay_gcn():
+    assert isa_of_file(str(Path(__file__).parent / "data" / "gcn" / "vadd.gfx90a.s")) is GCN
+
+
+def one(text: str) -> ir.Instruction:
+    return next(ir.instructions(parse_module(text + "\n").items))
+
+
+@pytest.mark.parametrize("text, space, kind, nbytes, address", [
+    ("\tglobal_load_b128 v[15:18], v[13:14], off offset:16", "global", "load", 16, (1, 2)),
+    ("\tglobal_store_b32 v[1:2], v0, off", "global", "store", 4, (0, 2)),
+    ("\tglobal_atomic_add_u32 v2, v2, v6, s[6:7] glc", "global", "atomic", 4, (1, 3)),
+    ("\tglobal_atomic_cmpswap_b64 v[0:1], v2, v[4:7], s[4:5] glc", "global", "atomic", 8, (1, 3)),
+    ("\tds_load_2addr_b32 v[0:1], v2 offset1:1", "lds", "load", 8, (1,)),
+    ("\tds_store_b32 v1, v2", "lds", "store", 4, (0,)),
+    ("\tbuffer_load_b32 v5, v0, s[0:3], 0 offen", "buffer", "load", 4, (1, 2, 3)),
+    ("\ts_load_b64 s[8:9], s[2:3], 0x10", "scalar", "load", 8, (1, 2)),
+])
+def test_gfx11_memory_semantics(text, space, kind, nbytes, address):
+    access = semantics(one(text)).access
+    assert (access.space, access.kind, access.bytes, access.address) == (space, kind, nbytes, address)
+
+
+def probed(path: Path, probes):
+    pipeline = default_pipeline(RDNA)
+    pipeline.verify_each = True
+    return instrument(path.read_text(), probes, source=str(path), isa=RDNA, pipeline=pipeline)
+
+
+def inserted_mnemonics(original: str, result: str) -> list[str]:
+    """The mnemonics of the instructions the probes added (the result less the original's, as multisets)."""
+    left = [i.mnemonic for i in ir.instructions(parse_module(original).items)]
+    out = []
+    for m in (i.mnemonic for i in ir.instructions(parse_module(result).items)):
+        if m in left:
+            left.remove(m)
+        else:
+            out.append(m)
+    return out
+
+
+@needs_mc
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+@pytest.mark.parametrize("probe", TOML_PROBES + DSL_TOOLS, ids=lambda p: Path(p).stem)
+def test_every_tool_instruments_the_corpus_into_code_llvm_mc_accepts(path, probe):
+    probes = load_probes(probe, isa="rdna")
+    result = probed(path, probes)
+    ok, err = assemble(result.ptx, "gfx1100")
+    assert ok, err
+    info = next(iter(result.kernels.values()))
+    assert info["isa"] == "rdna" and info["sites"] > 0
+    assert all("memory" in s["reason"] for s in info["skipped"])  # only gmem_bytes' WMMA site, which moves no memory
+    assert all(m["lanes"] == 32 for m in info["maps"])
+    before, after = parse_module(path.read_text()).kernels()[0].descriptor, parse_module(result.ptx).kernels()[0].descriptor
+    assert after.get_int("next_free_sgpr") > before.get_int("next_free_sgpr")
+    assert after.get_int("kernarg_size") == info["kernarg_size"] == info["params"][0]["offset"] + 8
+    assert after.get_int("wavefront_size32") == 1
+    added = inserted_mnemonics(path.read_text(), result.ptx)
+    assert added and not [m for m in added if m.startswith(WAVE64_ONLY)]
+    kept = iter(i.mnemonic for i in ir.instructions(parse_module(result.ptx).items))
+    assert all(m in kept for m in (i.mnemonic for i in ir.instructions(parse_module(path.read_text()).items)))
+
+
+@needs_mc
+def test_the_oracle_rejects_wave64_code_for_gfx11():
+    """Why the dialect exists: GCN's gfx9 code in a gfx1100 module is refused by llvm-mc (the oracle can fail)."""
+    path = CORPUS[-2]  # vadd
+    result = instrument(path.read_text(), load_probes("block_sched", isa="gcn"), isa=GCN)
+    ok, err = assemble(result.ptx, "gfx1100")
+    assert not ok and "not supported on this GPU" in err
+
+
+def instrumented_module(path: Path, probe: str) -> ir.Module:
+    module = parse_module(path.read_text(), str(path))
+    instrument_module(module, load_probes(probe, isa="rdna"), isa=RDNA)
+    return module
+
+
+def test_exit_code_runs_before_the_vgprs_are_released():
+    module = instrumented_module(next(p for p in CORPUS if p.name.startswith("wmma")), "block_sched")
+    insns = list(ir.instructions(module.items))
+    end = next(i for i, insn in enumerate(insns) if insn.mnemonic == "s_endpgm")
+    assert [i.mnemonic for i in insns[end - 2:end + 1]] == ["s_nop", "s_sendmsg", "s_endpgm"]
+    assert all(i.origin is None for i in insns[end - 2:end + 1])
+    assert insns[end - 3].origin is not None  # the last of our exit code, right before the epilogue
+    assert any(i.mnemonic.startswith("global_store") and i.origin for i in insns[:end])
+
+
+def test_no_probe_code_inside_a_clause_or_after_an_alu_hint():
+    module = instrumented_module(next(p for p in CORPUS if p.name.startswith("wmma")), "gmem_bytes")
+    insns = list(ir.instructions(module.items))
+    clauses = 0
+    for index, insn in enumerate(insns):
+        if insn.mnemonic == "s_clause":
+            members = insns[index + 1:index + 2 + int(str(insn.operands[0]), 0)]
+            assert all(m.origin is None and m.mnemonic.startswith(("global_", "s_load")) for m in members), members
+            clauses += 1
+        if insn.mnemonic == "s_delay_alu":
+            assert insns[index + 1].origin is None
+    assert clauses == 4 and sum(1 for i in insns if i.origin == "gmem_count") > 8
+
+
+def test_warp_units_are_waves_of_32():
+    module = instrumented_module(CORPUS[-2], "block_sched")
+    text = print_module(module)
+    assert "s_lshr_b32" in text and "s_ctz_i32_b32" in text and "s_and_saveexec_b32" in text
+    ours = [i for i in ir.instructions(module.items) if i.origin == "buffer-addressing"]
+    # waves per workgroup = (threads + 31) >> 5; a wave's index = its first work-item's >> 5
+    adds = [i for i in ours if i.mnemonic == "s_add_u32" and str(i.operands[2]) == "31"]
+    shifts = [i for i in ours if i.mnemonic == "s_lshr_b32" and str(i.operands[2]) == "5"]
+    assert len(adds) == 1 and len(shifts) == 2
+    assert units_for("warp", (4, 1, 1), (96, 1, 1), lanes=32) == 12 and units_for("warp", (4, 1, 1), (96, 1, 1), lanes=64) == 8
+
+
+def test_wave64_gfx11_kernels_refused():
+    text = CORPUS[-2].read_text().replace(".amdhsa_wavefront_size32 1", ".amdhsa_wavefront_size32 0")
+    with pytest.raises(InstrumentError, match="wave64 gfx11 kernel"):
+        instrument(text, load_probes("block_sched", isa="rdna"), isa=RDNA)
+
+
+HOSTILE = [
+    ("s_memtime %t", "s_memtime does not exist on RDNA", ".reg .s64 %t"),
+    ("s_memrealtime %t", "s_memrealtime does not exist on RDNA", ".reg .s64 %t"),
+    ("s_sendmsg_rtn_b64 %t, sendmsg(MSG_RTN_GET_DOORBELL)", "may only read the clock", ".reg .s64 %t"),
+    ("s_mov_b32 exec_lo, 0", "exec_lo is not a probe register", ""),
+    ("v_add_co_ci_u32_e32 %x, vcc_lo, 0, %x, vcc_lo", "implicitly", ".reg .v32 %x"),
+    ("global_store_b32 %x, %x, off", "not allowed in probes", ".reg .v32 %x"),
+]
+
+
+@pytest.mark.parametrize("line, message, decl", HOSTILE, ids=[m for _, m, _ in HOSTILE])
+def test_hostile_rdna_snippets_refused(line, message, decl):
+    text = f'[p]\nposition = "global_load"\nbefore = """\n{decl}\n{line}\n"""\n'
+    with pytest.raises(ProbeError) as e:
+        parse_probes(text, "evil.toml", isa="rdna")
+    assert message in str(e.value) and "evil.toml:5:" in str(e.value)
+
+
+def test_gfx11_clocks_admitted_for_rdna_only():
+    text = '[p]\nposition = "kernel"\nbefore = """\n.reg .s64 %t\ns_sendmsg_rtn_b64 %t, sendmsg(MSG_RTN_GET_REALTIME)\n"""\n'
+    assert parse_probes(text, "ok.toml", isa="rdna").isa == "rdna"
+    with pytest.raises(ProbeError, match="s_sendmsg_rtn_b64 does not exist on GCN"):
+        parse_probes(text, "ok.toml", isa="gcn")
+
+
+def test_probes_of_another_isa_refused():
+    with pytest.raises(InstrumentError, match="isa='rdna'"):
+        instrument(CORPUS[0].read_text(), load_probes("block_sched", isa="gcn"), isa=RDNA)
+
+
+def test_dsl_rdna_backend_output_shape():
+    from neutrino.language import compile_source
+
+    src = '''
+from neutrino import Map, probe
+import neutrino.language as nl
+
+@Map(level="thread", type="array", size=16, cap=2)
+class rec:
+    t: nl.u64
+    x: nl.u32
+
+@probe(pos="ld.global", level="thread", before=True)
+def on_load():
+    n: nl.u64 = nl.clock() + nl.time() * 3 + 1000
+    if n % 64 != 0:
+        rec.save(n >> 2, nl.laneid())
+'''
+    text = compile_source(src, "t.py", backend="rdna")
+    assert "hwreg(HW_REG_SHADER_CYCLES, 0, 20)" in text and "sendmsg(MSG_RTN_GET_REALTIME)" in text
+    assert "v_add_co_ci_u32_e64" in text and "v_mbcnt_hi" not in text
+    assert ".reg .s32" in text and "@%" in text  # the guard is a wave32 lane mask, one SGPR
+    assert not [w for w in WAVE64_ONLY if w in text] and "exec," not in text
+    probes = parse_probes(text, "t.toml", isa="rdna")
+    if find_llvm_mc():
+        result = instrument(CORPUS[-2].read_text(), probes, isa=RDNA)
+        ok, err = assemble(result.ptx, "gfx1100")
+        assert ok, err
+
+
+@pytest.mark.parametrize("isa", [GCN, RDNA], ids=lambda i: i.name)
+def test_maps_named_by_explicit_saves_get_their_buffers(isa):
+    """The DSL writes `SAVE [ MAP ] {...}` without a probe-level map: the map still gets its argument and slot
+    (before, its stores went through an SGPR pair nothing had set)."""
+    path = CORPUS[-2] if isa is RDNA else Path(__file__).parent / "data" / "gcn" / "vadd.gfx90a.s"
+    result = instrument(path.read_text(), load_probes("neutrino/tools/block_sched.py", isa=isa.name), isa=isa)
+    info = next(iter(result.kernels.values()))
+    assert [p["map"] for p in info["params"]] == ["block_sched"] and [m["name"] for m in info["maps"]] == ["block_sched"]
+    assert info["maps"][0]["lanes"] == isa.dialect.wave_lanes
