@@ -236,3 +236,67 @@ def test_maps_named_by_explicit_saves_get_their_buffers(isa):
     info = next(iter(result.kernels.values()))
     assert [p["map"] for p in info["params"]] == ["block_sched"] and [m["name"] for m in info["maps"]] == ["block_sched"]
     assert info["maps"][0]["lanes"] == isa.dialect.wave_lanes
+
+
+# Every map level and kind the GCN steps lower, a lane-mask guard, the realtime clock, ADDR, BYTES and OUT (of loads
+# up to 128 bits wide, whose first register an instruction reads) in one RDNA probe file.
+MIXED = '''
+[map.blk]
+level = "block"
+cap = 2
+fields = ["n:u32", "t:u64"]
+
+[map.lanes]
+level = "thread"
+cap = 4
+fields = ["addr:u64", "bytes:u32"]
+
+[map.total]
+type = "sum"
+level = "warp"
+fields = ["n:u64"]
+
+[probe.block_entry]
+position = "kernel"
+before = """
+.reg .s64 %t0
+s_sendmsg_rtn_b64 %t0, sendmsg(MSG_RTN_GET_REALTIME)
+s_waitcnt lgkmcnt(0)
+SAVE [ blk ] {7, %t0}
+"""
+
+[probe.loads]
+position = "global_load:global_atomic"
+before = """
+.reg .v64 %a
+.reg .v32 %lane
+.reg .s32 %odd
+v_mbcnt_lo_u32_b32 %lane, -1, 0
+v_and_b32_e64 %lane, 1, %lane
+v_cmp_eq_u32_e64 %odd, 1, %lane
+v_mov_b32_e32 %a.lo, ADDR.lo
+v_mov_b32_e32 %a.hi, ADDR.hi
+@%odd SAVE [ lanes ] {%a, BYTES}
+"""
+
+[probe.after_load]
+position = "global_load"
+after = """
+.reg .v64 %v
+v_mov_b32_e32 %v.lo, OUT
+v_mov_b32_e32 %v.hi, 0
+SAVE [ total ] {%v}
+"""
+'''
+
+
+@needs_mc
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_every_map_kind_guard_and_helper_assembles(path):
+    result = probed(path, parse_probes(MIXED, "mixed.toml", isa="rdna"))
+    ok, err = assemble(result.ptx, "gfx1100")
+    assert ok, err
+    info = next(iter(result.kernels.values()))
+    assert not info["skipped"]
+    expected = ["blk"] if path.name.startswith("calls") else ["blk", "lanes", "total"]  # calls: its load is in the callee
+    assert [m["name"] for m in info["maps"]] == expected

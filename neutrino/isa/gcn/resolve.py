@@ -94,7 +94,7 @@ class GcnOperandResolution:
             types = tuple(f.type for f in spec.fields) if len(spec.fields) == len(items) else ("u64",) * len(items)
         else:
             types = (stmt.opcode.modifiers[-1],) * len(items)
-        values = tuple(helpers.operand(_as_gcn(item)) for item in items)
+        values = tuple(helpers.operand(_as_gcn(item), whole=True) for item in items)
         guard = helpers.operand(ir.ProbeReg(stmt.guard.register.name)) if stmt.guard is not None else None
         return SaveOp(map_name, values, types, probe.name, guard)
 
@@ -134,7 +134,9 @@ class _Helpers:
         self.info = semantics(site.anchor) if site.anchor is not None else None
         self.addr: ir.RegRange | None = None
 
-    def operand(self, operand: ir.Operand) -> ir.Operand:
+    def operand(self, operand: ir.Operand, whole: bool = False) -> ir.Operand:
+        """The operand at this site; OUT/INn in an instruction are their first register (spec/gcn.md), in a SAVE
+        (`whole`) the whole value, so SAVE.u64 {OUT} of a 64-bit load saves both halves."""
         if type(operand) is not ir.ProbeReg:
             return operand
         name = operand.name
@@ -146,6 +148,8 @@ class _Helpers:
             reg = self._address()
         else:
             reg = self._operand_helper(name)
+            if operand.half is None and not whole and reg.count > 1:
+                return half(reg, 0)
         if operand.half is None:
             return reg
         if reg.count < 2:
