@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from neutrino.engine import instrument, instrument_module
 from neutrino.errors import InstrumentError, ProbeError
 from neutrino.isa.gcn import ir, parse_module, print_module
+from neutrino.isa.gcn.dialect import GFX9
 from neutrino.isa.gcn.semantics import semantics
 from neutrino.isa.gcn.target import GCN
 from neutrino.isa.registry import isa_of_file
@@ -113,10 +115,11 @@ def test_every_tool_instruments_the_corpus_into_code_llvm_mc_accepts(path, probe
 @needs_mc
 def test_the_oracle_rejects_wave64_code_for_gfx11():
     """Why the dialect exists: GCN's gfx9 code in a gfx1100 module is refused by llvm-mc (the oracle can fail)."""
-    path = CORPUS[-2]  # vadd
-    result = instrument(path.read_text(), load_probes("block_sched", isa="gcn"), isa=GCN)
+    wave64 = attrs.evolve(RDNA, dialect=GFX9)
+    result = instrument(CORPUS[-2].read_text(), load_probes("block_sched", isa="rdna"), isa=wave64)
     ok, err = assemble(result.ptx, "gfx1100")
     assert not ok and "not supported on this GPU" in err
+    assert assemble(instrument(CORPUS[-2].read_text(), load_probes("block_sched", isa="rdna"), isa=RDNA).ptx, "gfx1100")[0]
 
 
 def instrumented_module(path: Path, probe: str) -> ir.Module:
@@ -300,3 +303,8 @@ def test_every_map_kind_guard_and_helper_assembles(path):
     assert not info["skipped"]
     expected = ["blk"] if path.name.startswith("calls") else ["blk", "lanes", "total"]  # calls: its load is in the callee
     assert [m["name"] for m in info["maps"]] == expected
+
+
+def test_gcn_refuses_rdna_targets():
+    with pytest.raises(InstrumentError, match="gfx1100 is not a gfx9"):
+        instrument(CORPUS[-2].read_text(), load_probes("block_sched", isa="gcn"), isa=GCN)

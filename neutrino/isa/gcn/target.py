@@ -15,6 +15,7 @@ from __future__ import annotations
 import attrs
 
 from neutrino import llvm_mc
+from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, parse_module, print_module
 from neutrino.isa.gcn.buffers import GcnBufferAddressing, edits
 from neutrino.isa.gcn.dialect import GFX9, Dialect
@@ -160,6 +161,10 @@ class GcnIsa:
         return module.kernels()
 
     def kernel_state(self, module: ir.Module, kernel: ir.Kernel) -> GcnKernelState:
+        target = module.target or ""
+        if self.dialect is GFX9 and target.startswith("gfx1"):  # gfx10+: wave32 and other spellings
+            raise InstrumentError(f"{module.source}: {target} is not a gfx9 (CDNA) target: gfx11 (RDNA 3) is the ISA "
+                                  "'rdna'; gfx10 and gfx12 are not supported")
         return kernel_state(module, kernel, self.dialect)
 
     matcher = staticmethod(matcher)
