@@ -308,3 +308,21 @@ def test_every_map_kind_guard_and_helper_assembles(path):
 def test_gcn_refuses_rdna_targets():
     with pytest.raises(InstrumentError, match="gfx1100 is not a gfx9"):
         instrument(CORPUS[-2].read_text(), load_probes("block_sched", isa="gcn"), isa=GCN)
+
+
+def test_cli_instruments_a_gfx11_file_as_rdna(tmp_path, capsys):
+    """`neutrino instrument` tells gfx11 assembly by its .amdgcn_target: RDNA probes, -e in RDNA, --check with llvm-mc."""
+    import json
+
+    from neutrino.cli import main
+
+    info, out = tmp_path / "info.json", tmp_path / "out.s"
+    check = ["--check"] if find_llvm_mc() else []
+    vadd = str(CORPUS[-2])
+    assert main(["instrument", vadd, "-p", "block_sched", "--info", str(info), "-o", str(out), *check]) == 0
+    kernel = json.loads(info.read_text())["kernels"]["vadd"]
+    assert kernel["isa"] == "rdna" and kernel["maps"][0]["lanes"] == 32 and "HW_REG_HW_ID1" in out.read_text()
+    expr = r'position = "kernel", datamodel = "warp:8", after = ".reg .s64 %t\ns_sendmsg_rtn_b64 %t, sendmsg(MSG_RTN_GET_REALTIME)\nSAVE.u64 {%t}"'
+    assert main(["instrument", vadd, "-e", expr, "-o", str(out), *check]) == 0
+    assert main(["instrument", vadd, "-e", r'position = "kernel", after = ".reg .s64 %t\ns_memtime %t"']) == 1
+    assert "s_memtime does not exist on RDNA" in capsys.readouterr().err
