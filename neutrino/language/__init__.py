@@ -19,6 +19,9 @@
     def thread_end():
         block_sched.save(start, nl.clock() - start, nl.cuid())
 
+Probe bodies may loop a number of times known at compile time, `for i in
+range(N)` or a counted `while` (spec/ir.md, "Loops"; neutrino/language/loops.py).
+
 `compile_file(path)` reads such a file with `ast` and returns the explicit TOML
 form of spec/probe-toml.md. The names below exist so that the file imports and
 lints as ordinary Python: the decorators return what they decorate, the

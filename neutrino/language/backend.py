@@ -10,7 +10,8 @@ from __future__ import annotations
 import abc
 from typing import ClassVar, Sequence
 
-from neutrino.language.ir import BITS, PRED, U32, U64, Field, Imm, Instr, Reg
+from neutrino.language.ir import BITS, LOOP_OPS, PRED, U32, U64, Field, Imm, Instr, Reg
+from neutrino.language.loops import loop_label
 
 
 class Backend(abc.ABC):
@@ -36,8 +37,17 @@ class PTXBackend(Backend):
 
     def snippet(self, body: Sequence[Instr]) -> str:
         lines = self._declarations(body)
-        lines += [self.instruction(ins) for ins in body]
+        for ins in body:
+            lines += self.loop_lines(ins) if ins.op in LOOP_OPS else [self.instruction(ins)]
         return "\n".join(lines)
+
+    def loop_lines(self, ins: Instr) -> list[str]:
+        """A bounded loop in the verifier's shape (spec/verifier.md, "Loops"): the counter counts the trips down."""
+        counter, label = self.reg(ins.dst), loop_label(ins.dst)
+        if ins.op == "loop":
+            return [f"mov.u32 {counter}, {ins.srcs[0].value};", f"{label}:"]
+        again = self.reg(ins.srcs[0])
+        return [f"sub.u32 {counter}, {counter}, 1;", f"setp.ne.u32 {again}, {counter}, 0;", f"@{again} bra.uni {label};"]
 
     def _declarations(self, body: Sequence[Instr]) -> list[str]:
         seen: dict[str, Reg] = {}

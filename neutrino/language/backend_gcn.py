@@ -20,6 +20,7 @@ from neutrino.errors import Diagnostic, Location
 from neutrino.language.backend import Backend
 from neutrino.language.errors import DslError
 from neutrino.language.ir import PRED, U32, U64, Field, Imm, Instr, Reg
+from neutrino.language.loops import loop_tree
 
 KIND = {U32: "v32", U64: "v64", PRED: "s64"}
 CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
@@ -35,9 +36,21 @@ class GCNBackend(Backend):
 
     def snippet(self, body: Sequence[Instr]) -> str:
         emitter = self.emitter()
-        for ins in body:
-            emitter.instruction(ins)
+        self.emit_items(emitter, loop_tree(body))
         return emitter.text()
+
+    def emit_items(self, emitter: "_Emitter", items: list) -> None:
+        """GCN probes have no branches: a loop is unrolled (spec/language.md, "Loops"). The backend's
+        temporaries live within one IR instruction, so every trip reuses the first trip's."""
+        for item in items:
+            if isinstance(item, tuple):
+                trips, inner = item
+                first = emitter.temps
+                for _ in range(trips):
+                    emitter.temps = first
+                    self.emit_items(emitter, inner)
+            else:
+                emitter.instruction(item)
 
 
 class _Emitter:

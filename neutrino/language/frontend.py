@@ -30,6 +30,7 @@ from typing import Optional
 from neutrino.errors import Diagnostic, Location
 from neutrino.probefile import FIELD_NAME_BYTES, MAP_NAME_BYTES, FieldNames, name_problem
 from neutrino.trace import Buckets
+from neutrino.language.loops import LoopState, lower_for, lower_while
 from neutrino.language.ir import (
     BITS,
     PRED,
@@ -693,6 +694,7 @@ class _ProbeLowering(ast.NodeVisitor):
         self.node = decl.node  # the statement being lowered, for instruction locations
         self.negations: dict[Reg, Reg] = {}
         self.dead = 0  # >0 while lowering a branch that a constant condition never takes
+        self.loops = LoopState()  # loop variables in scope, nesting (language/loops.py)
         # the short form: nl.save(...) calls of this probe build one record
         self.short_total = sum(
             1 for n in ast.walk(decl.node)
@@ -847,6 +849,12 @@ class _ProbeLowering(ast.NodeVisitor):
             self.negations[pred] = t
         return self.negations[pred]
 
+    def visit_For(self, node: ast.For):
+        lower_for(self, node, _fold_constant, _Const)
+
+    def visit_While(self, node: ast.While):
+        lower_while(self, node, _fold_constant)
+
     def visit_Expr(self, node: ast.Expr):
         call = node.value
         if isinstance(call, ast.Constant) and isinstance(call.value, str):
@@ -985,6 +993,8 @@ class _ProbeLowering(ast.NodeVisitor):
 
     def value_Name(self, node, hint, dst):
         name = node.id
+        if name in self.loops.names:
+            return self.loops.names[name]
         if name in self.scan.constants:
             return _Const(self.scan.constants[name])
         if name in self.types and name in self.assigned:

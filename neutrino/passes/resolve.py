@@ -27,6 +27,7 @@ from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, effects, lookup, missing_bytes_reason
 from neutrino.passes.build import entry_index, insn, splice
 from neutrino.passes.state import Context, KernelState, Site
+from neutrino.passes.probe_loops import analyse as analyse_loops, has_control_flow
 from neutrino.passes.verify import WIDE_SPECIAL, expected_widths
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
@@ -164,6 +165,18 @@ class _SnippetCache:
     bodies: dict[tuple, list[ir.Instruction]] = attrs.Factory(dict)  # (id(snippet), site guard, helper operands) → code
     module: ir.Module | None = None  # for the line map's `.file`s and debug strings
     line_map: object = None  # neutrino.isa.ptx.lines.LineMap of the kernel, built on the first LINE/BLOCK
+    loop_control: dict[int, frozenset[int]] = attrs.Factory(dict)  # id(snippet) → ids of its loops' control instructions
+
+    def control_ids(self, snippet: Snippet) -> frozenset[int]:
+        """A bounded loop's counter, compare and branch (spec/verifier.md, "Loops"): they run in every
+        lane, outside the site's predicate, so that every lane makes the same trips and the branch is uniform."""
+        ids = self.loop_control.get(id(snippet))
+        if ids is None:
+            ids = frozenset()
+            if has_control_flow(snippet.statements):
+                ids = analyse_loops(snippet.statements).control_ids
+            self.loop_control[id(snippet)] = ids
+        return ids
 
     def helper_uses(self, snippet: Snippet) -> tuple[HelperUse, ...]:
         uses = self.uses.get(id(snippet))
@@ -458,14 +471,39 @@ class _SiteBuilder:
         if template is None:
             template = self.cache.bodies[key] = self.build_body(snippet, site_guard, helpers)
         origin = self.origin
-        return [ir.Instruction(t.opcode, t.operands, t.guard, 0, origin) for t in template]
+        if not self.cache.control_ids(snippet):
+            return [ir.Instruction(t.opcode, t.operands, t.guard, 0, origin) for t in template]
+        return self.site_labels(template)
+
+    def site_labels(self, template: list) -> list:
+        """A copy of the template whose loop labels are this site's own: `<prefix>L_<site>_<n>`."""
+        site = self.origin.rsplit("#", 1)[-1]
+        names = {t.name: f"{self.state.prefix}L_{site}_{n}" for n, t in enumerate(x for x in template if type(x) is ir.Label)}
+        out: list = []
+        for t in template:
+            if type(t) is ir.Label:
+                out.append(ir.Label(names[t.name]))
+            elif t.opcode.base == "bra":
+                out.append(ir.Instruction(t.opcode, (ir.Symbol(names[t.operands[0].name]),), t.guard, 0, self.origin))
+            else:
+                out.append(ir.Instruction(t.opcode, t.operands, t.guard, 0, self.origin))
+        return out
 
     def build_body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands) -> list[ir.Instruction]:
-        code: list[ir.Instruction] = []
-        for stmt in ir.instructions(snippet.statements):
+        code: list = []
+        control = self.cache.control_ids(snippet)
+        statements = [s for s in snippet.statements if type(s) in (ir.Label, ir.Instruction)] if control else ir.instructions(snippet.statements)
+        for stmt in statements:
+            if type(stmt) is ir.Label:
+                code.append(stmt)
+                continue
             own = None
             if stmt.guard is not None:
                 own = ir.Guard(ir.Register(self.state.renames[stmt.guard.register.name]), stmt.guard.negated)
+            if id(stmt) in control:  # unguarded by the site: the loop runs alike in every lane
+                operands = stmt.operands if stmt.opcode.base == "bra" else tuple(self.rename(o, None, helpers) for o in stmt.operands)
+                code.append(ir.Instruction(stmt.opcode, operands, own, 0, self.origin))
+                continue
             guard, prep = self.combine(own, site_guard)
             code += prep
             widths = operand_widths(stmt) if helpers and stmt.opcode.base != SAVE else [None] * len(stmt.operands)

@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeline", action=argparse.BooleanOptionalAction, default=True,
                    help="record every kernel, copy and memset of the program, probed or not, through CUPTI "
                         "(timeline.bin; the default; --no-timeline: off)")
+    p.add_argument("--timings", action="store_true",
+                   help="at exit, print one line of the seconds neutrino added: launcher, start-up, modules, "
+                        "kernels, exit (the `phase` events of spec/runtime.md)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its arguments")
     return p
 
@@ -129,15 +132,16 @@ class UsageError(Exception):
 
 def make_options(ns: argparse.Namespace) -> RuntimeOptions:
     """Validate the options (loading the probe file) and resolve paths for the child."""
-    from neutrino.probefile import load_probes
     from neutrino.runtime.callback import load_callback
+    from neutrino.runtime import probeload
 
-    probes = load_probes(ns.probe)  # raises ProbeError with every problem
+    # raises ProbeError with every problem; compiled and verified once per content (probeload.py)
+    probe_path, _ = probeload.check(ns.probe)
     if ns.callback:
         load_callback(ns.callback)  # fail now, not silently in the program
     return RuntimeOptions(
         verbosity=-1 if ns.quiet else int(ns.verbose),
-        probe=str(Path(probes.path).resolve()) if probes.path and Path(probes.path).exists() else ns.probe,
+        probe=str(Path(probe_path).resolve()),
         tracedir=str(Path(ns.tracedir).expanduser().resolve()),
         kernels=ns.kernel,
         exclude=ns.filter,
@@ -202,6 +206,10 @@ def run_main(argv: list[str]) -> int:
     Before the program runs: 2 for a command line we do not understand, 1 for a
     probe (or other input) we cannot use; then the program's own status.
     """
+    from neutrino.runtime.phases import process_age
+
+    entered = time.perf_counter()
+    launcher = {"launcher_start": process_age() or 0.0}  # the interpreter and our imports, before run_main
     try:
         ns, command = parse_args(argv)
     except SystemExit as e:  # argparse already printed the usage/error (or --help)
@@ -233,9 +241,24 @@ def run_main(argv: list[str]) -> int:
             sys.stderr.write(f"neutrino: running {' '.join(command)} with probe {opts.probe}; "
                              f"trace in {run_dir or opts.tracedir}\n")
         started = time.time()
+        launcher["launcher_check"] = time.perf_counter() - entered
+        program_started = time.perf_counter()
         rc, pid = run_program(command, env)
+        program_seconds = time.perf_counter() - program_started
         close_run(session, Path(opts.tracedir), run_dir, command, opts, rc, pid, started)
+        if ns.timings:
+            print_timings(session, Path(opts.tracedir), run_dir, launcher, program_seconds, program_started)
     return rc
+
+
+def print_timings(session: str, tracedir: Path, run_dir: Path | None, launcher: dict, program_seconds: float,
+                  program_started: float) -> None:
+    """--timings: one line summing the launcher's phases and those every process of the program logged."""
+    from neutrino.runtime.phases import read_phases, timings_line
+
+    processes = [read_phases(path / "event.log") for path in run_directories(session, tracedir, run_dir)]
+    launcher["launcher_close"] = time.perf_counter() - program_started - program_seconds
+    sys.stderr.write(timings_line(launcher, [p for p in processes if p], program_seconds))
 
 
 def _inline_probe_file(text: str, scratch: Path) -> str:
