@@ -393,3 +393,16 @@ def test_hip_hook_probes_a_gfx11_launch(tmp_path):
     records = t.launches[0].maps["block_sched"].valid()
     assert len(records) == 3 * 4  # 3 workgroups of 128 work-items: 4 wave32 units each
     assert "HW_REG_SHADER_CYCLES" in next(tracedir.glob("*/kernel/*/probed.ptx")).read_text()
+
+
+@needs_mc
+def test_dsl_loops_unroll_into_rdna_code_llvm_mc_accepts():
+    """The DSL's bounded loops (tests/test_loops.py) on RDNA: unrolled, no branch, wave32 masks, accepted by llvm-mc."""
+    from neutrino.language import compile_source
+    from tests.test_loops import SUMS
+
+    text = compile_source(SUMS, "sums.py", backend="rdna")
+    assert "s_cbranch" not in text and "s_branch" not in text and ".reg .s64 %_gcn_carry" not in text
+    result = probed(CORPUS[-2], parse_probes(text, "sums.toml", isa="rdna"))
+    ok, err = assemble(result.ptx, "gfx1100")
+    assert ok, err
