@@ -18,6 +18,7 @@ from neutrino.isa.rdna.target import RDNA
 from neutrino.llvm_mc import assemble, find_llvm_mc
 from neutrino.passes import default_pipeline
 from neutrino.probefile import load_probes, parse_probes
+from neutrino.runtime.hip import codeobj
 from neutrino.trace import units_for
 
 CORPUS = sorted((Path(__file__).parent / "data" / "rdna").glob("*.s"))
@@ -330,8 +331,7 @@ def test_cli_instruments_a_gfx11_file_as_rdna(tmp_path, capsys):
 
 # ---------------------------------------------------------------- code objects and the HIP hook (tests/fakehip)
 
-needs_tools = pytest.mark.skipif(not __import__("neutrino.runtime.hip.codeobj", fromlist=["x"]).tools_present(),
-                                 reason="LLVM 19 tools not installed (apt-get install llvm-19 lld-19)")
+needs_tools = pytest.mark.skipif(not codeobj.tools_present(), reason="LLVM 19 tools not installed (apt-get install llvm-19 lld-19)")
 
 
 @needs_tools
@@ -340,8 +340,6 @@ def test_gfx11_code_objects_rebuild_and_probe(path, tmp_path):
     """A gfx1100 code object disassembles into assembly that reassembles to the same code, and probes (calls: refused,
     it uses its own PC)."""
     import subprocess
-
-    from neutrino.runtime.hip import codeobj
 
     elf = codeobj.assemble(path.read_text(), "gfx1100")
     assert codeobj.elf_target(elf) == "gfx1100"
@@ -372,7 +370,6 @@ def test_hip_hook_probes_a_gfx11_launch(tmp_path):
     import sys
 
     from neutrino import trace
-    from neutrino.runtime.hip import codeobj
 
     here = Path(__file__).parent
     subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "libamdhip64.so"), str(here / "fakehip" / "fakehip.c")],

@@ -33,7 +33,7 @@ EXEC_WRITERS = frozenset({"save-lowering", "resolve-operands"})
 READ_ONLY = frozenset({"exec", "exec_lo", "exec_hi", "scc", "off"})
 #: per snippet language, admitted-looking instructions its generation lacks, with what to write instead
 #: (gfx11 has no s_memtime/s_memrealtime; s_sendmsg_rtn is gfx11's)
-CLOCKS_OF = {
+OTHER_GENERATION = {
     "gcn": {"s_sendmsg_rtn_b64": "on gfx9 read clocks with s_memtime / s_memrealtime"},
     "rdna": {"s_memtime": "on gfx11 read the shader clock with s_getreg_b32 %t, hwreg(HW_REG_SHADER_CYCLES, 0, 20)",
              "s_memrealtime": "on gfx11 read the 100 MHz clock with s_sendmsg_rtn_b64 %t, sendmsg(MSG_RTN_GET_REALTIME)"},
@@ -57,7 +57,7 @@ def check_instruction(probe_file: "ProbeFile",  # noqa: F821
     def error(message: str, token: str | None = None, hint: str = "") -> Diagnostic:
         return Diagnostic(probe_file.location(insn.line, token or insn.mnemonic), f"[probe {probe}] {message}", hint=hint)
 
-    lacking = CLOCKS_OF.get(getattr(probe_file, "isa", "gcn"), {}).get(insn.mnemonic)
+    lacking = OTHER_GENERATION.get(getattr(probe_file, "isa", "gcn"), {}).get(insn.mnemonic)
     if lacking:
         return [error(f"{insn.mnemonic} does not exist on {probe_file.isa.upper()}", hint=lacking)]
     if insn.mnemonic == "s_sendmsg_rtn_b64" and [str(o) for o in insn.operands[1:]] != [REALTIME]:
