@@ -27,8 +27,6 @@ from neutrino.isa.gcn.snippets import register_shape
 from neutrino.isa.gcn.verify import check, verify_probe_file
 from neutrino.passes.build import splice
 
-WAVE_LANES = GFX9.wave_lanes  # gfx90a/gfx942 compute kernels run wave64: a `warp` unit is a wave of 64 lanes (RDNA: 32)
-
 #: PTX positions a portable probe (the DSL's built-in tools) may name, and the GCN mnemonics they mean
 PORTABLE_POSITIONS = {
     "ld.global": ("global_load_",), "st.global": ("global_store_",),

@@ -29,7 +29,6 @@ from neutrino.isa.gcn.target import GcnIsa, kernel_state as gcn_kernel_state
 from neutrino.isa.rdna.dialect import GFX11
 
 HINTS = ("s_delay_alu",)
-EPILOGUE = ("s_nop", "s_sendmsg")  # s_nop 0; s_sendmsg sendmsg(MSG_DEALLOC_VGPRS) before s_endpgm
 
 
 def kernel_state(module: ir.Module, kernel: ir.Kernel, dialect: Dialect = GFX11) -> GcnKernelState:
