@@ -25,6 +25,8 @@ MAP_TYPES = ("array", "sum", "hist")
 FIELD_TYPES = {"u32": 4, "u64": 8}
 TOOLS_DIR = Path(__file__).parent / "tools"
 GCN_PROBES_DIR = Path(__file__).parent / "probes" / "gcn"  # TOML probes in GCN assembly (spec/gcn.md)
+#: snippet languages read as AMDGPU assembly (neutrino/isa/gcn/snippets.py): CDNA's gcn and RDNA's rdna
+AMDGPU_SNIPPETS = ("gcn", "rdna")
 # Map and field names become part of PTX names (`%nt_buf_<map>`) and of result-file headers
 # (spec/trace-format.md: a map's name is 64 bytes, a field's 32, each NUL-padded).
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII letters, digits, '_'
@@ -144,9 +146,9 @@ def resolve_probe_path(name_or_path: str, isa: str = "ptx") -> Path:
     path = Path(name_or_path)
     if path.exists():
         return path
-    gcn = GCN_PROBES_DIR / f"{name_or_path}.toml"
-    if isa == "gcn" and gcn.exists():
-        return gcn
+    own = GCN_PROBES_DIR.parent / isa / f"{name_or_path}.toml"  # neutrino/probes/gcn/, neutrino/probes/rdna/
+    if isa in AMDGPU_SNIPPETS and own.exists():
+        return own
     builtin = toolbox.tool_path(name_or_path)
     if builtin is not None:
         return builtin
@@ -221,12 +223,12 @@ def parse_probes(text: str, path: str = "<probes>", isa: str = "ptx") -> ProbeFi
         line = _first_deep_line(lines)
         raise ProbeError(Diagnostic(Location(path, line, 0, lines[line - 1] if 0 < line <= len(lines) else ""),
                                     "invalid TOML: arrays or inline tables nested too deeply")) from None
-    if isa not in ("ptx", "gcn"):
-        raise ProbeError(Diagnostic(Location(path), f"unknown assembly {isa!r} (known: gcn, ptx)"))
+    if isa not in ("ptx", *AMDGPU_SNIPPETS):
+        raise ProbeError(Diagnostic(Location(path), f"unknown assembly {isa!r} (known: gcn, ptx, rdna)"))
     loader = _Loader(path, text, lines, isa)
     probe_file = loader.load(doc)
     probe_file.isa = isa
-    if isa == "gcn":
+    if isa in AMDGPU_SNIPPETS:
         from neutrino.isa.gcn.verify import verify_probe_file
     else:
         from neutrino.passes.verify import verify_probe_file
@@ -600,7 +602,7 @@ class _Loader:
         if re.search(r"=\s*(\"\"\"|''')\s*$", raw):
             first_line = key_line + 1  # TOML drops the newline right after an opening """
         try:
-            if self.isa == "gcn":
+            if self.isa in AMDGPU_SNIPPETS:
                 from neutrino.isa.gcn.snippets import parse_snippet
 
                 statements = parse_snippet(text, self.path, first_line)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from neutrino.errors import NeutrinoError
 from neutrino.isa.gcn.target import GCN
 from neutrino.isa.ptx.target import PTX
+from neutrino.isa.rdna.target import RDNA
 
 #: every ISA, PTX first: it is the one a file is taken for when no other recognizes it
-ISAS = {isa.name: isa for isa in (PTX, GCN)}
+ISAS = {isa.name: isa for isa in (PTX, GCN, RDNA)}
 #: text near the start of an assembly file that names its ISA; PTX files (and binaries holding PTX) have none of these
-SIGNATURES = {b".amdgcn_target": GCN}
+SIGNATURES = {b"amdgcn-amd-amdhsa--gfx11": RDNA, b".amdgcn_target": GCN}  # the first that matches: gfx11 before other AMDGPU
 
 
 def isa_named(name: str):

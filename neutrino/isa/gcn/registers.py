@@ -13,6 +13,7 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import ir
+from neutrino.isa.gcn.dialect import GFX9, Dialect
 from neutrino.isa.gcn.parser import parse_operand
 from neutrino.passes.state import KernelState
 
@@ -71,6 +72,9 @@ class GcnKernelState(KernelState):
     kernarg_size: int = attrs.field(kw_only=True, default=0)
     old_counts: dict[str, int] = attrs.field(kw_only=True, factory=dict)
     spliced: bool = attrs.field(kw_only=True, default=False)  # buffer addressing put the code into the module
+    dialect: Dialect = attrs.field(kw_only=True, default=GFX9)  # what the steps emit for this kernel's target
+    before_point: dict = attrs.field(kw_only=True, factory=dict)  # id(insn) → where its before-code goes, when not before it
+    after_point: dict = attrs.field(kw_only=True, factory=dict)  # id(insn) → after which its after-code goes
 
 
 def insn(mnemonic: str, *operands, origin: str, modifiers: tuple[str, ...] = ()) -> ir.Instruction:

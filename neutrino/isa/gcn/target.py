@@ -15,17 +15,17 @@ from __future__ import annotations
 import attrs
 
 from neutrino import llvm_mc
+from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, parse_module, print_module
 from neutrino.isa.gcn.buffers import GcnBufferAddressing, edits
+from neutrino.isa.gcn.dialect import GFX9, Dialect
 from neutrino.isa.gcn.lower_save import GcnSaveLowering
-from neutrino.isa.gcn.registers import ADDRESSABLE_SGPRS, GcnKernelState, Registers, SaveOp
+from neutrino.isa.gcn.registers import GcnKernelState, Registers, SaveOp
 from neutrino.isa.gcn.resolve import GcnOperandResolution
 from neutrino.isa.gcn.semantics import kernel_exits
 from neutrino.isa.gcn.snippets import register_shape
 from neutrino.isa.gcn.verify import check, verify_probe_file
 from neutrino.passes.build import splice
-
-WAVE_LANES = 64  # gfx90a/gfx942 compute kernels run wave64: a `warp` unit is a wave of 64 lanes
 
 #: PTX positions a portable probe (the DSL's built-in tools) may name, and the GCN mnemonics they mean
 PORTABLE_POSITIONS = {
@@ -36,12 +36,14 @@ PORTABLE_POSITIONS = {
 }
 
 
-def gcn_prefixes(position) -> tuple[str, ...]:
-    """GCN mnemonic prefixes of a probe position: GCN prefixes as written, PTX ones through the table."""
+def gcn_prefixes(position, dialect: Dialect = GFX9) -> tuple[str, ...]:
+    """GCN mnemonic prefixes of a probe position: GCN prefixes as written, PTX ones through the table
+    (the matrix instructions are the dialect's: MFMA on CDNA, WMMA on RDNA)."""
     out: list[str] = []
     for components in position:
         text = ".".join(components)
-        mapped = [gcn for ptx, gcns in PORTABLE_POSITIONS.items() if text == ptx or text.startswith(ptx + ".") for gcn in gcns]
+        mapped = [dialect.mma_prefix if gcn == "v_mfma_" else gcn
+                  for ptx, gcns in PORTABLE_POSITIONS.items() if text == ptx or text.startswith(ptx + ".") for gcn in gcns]
         out.extend(mapped or ([text] if "." not in text else []))
     return tuple(dict.fromkeys(out))
 
@@ -49,19 +51,20 @@ def gcn_prefixes(position) -> tuple[str, ...]:
 def matcher(module: ir.Module, state: GcnKernelState):
     """For one kernel: probe → the original instructions whose mnemonic starts with one of its position's prefixes."""
     def instructions_at(probe) -> list[ir.Instruction]:
-        prefixes = gcn_prefixes(probe.position)
+        prefixes = gcn_prefixes(probe.position, state.dialect)
         return [i for i in state.originals if i.mnemonic.startswith(prefixes)]
 
     return instructions_at
 
 
-def kernel_state(module: ir.Module, kernel: ir.Kernel) -> GcnKernelState:
+def kernel_state(module: ir.Module, kernel: ir.Kernel, dialect: Dialect = GFX9) -> GcnKernelState:
     originals = list(ir.instructions(module.items[kernel.start:kernel.end]))
     return GcnKernelState(kernel, originals=originals, exits=kernel_exits(originals), descriptor=kernel.descriptor,
-                          label=module.items[kernel.start], registers=registers_above(kernel.name, kernel.descriptor, originals))
+                          label=module.items[kernel.start], dialect=dialect,
+                          registers=registers_above(kernel.name, kernel.descriptor, originals, dialect))
 
 
-def registers_above(kernel: str, desc: ir.Descriptor, originals: list[ir.Instruction]) -> Registers:
+def registers_above(kernel: str, desc: ir.Descriptor, originals: list[ir.Instruction], dialect: Dialect = GFX9) -> Registers:
     """The first SGPR and VGPR the kernel leaves free, from its descriptor and every register its code names."""
     # SGPRs the hardware fills at launch count as the kernel's even where its code never reads them
     top = {"s": max(desc.get_int("next_free_sgpr"), abi.launched_sgprs(desc)), "v": 0, "a": 0}
@@ -73,7 +76,9 @@ def registers_above(kernel: str, desc: ir.Descriptor, originals: list[ir.Instruc
     # With AGPRs in use, arch VGPRs are those below the accumulation offset; else every one below next_free_vgpr.
     arch = max(top["v"], desc.get_int("accum_offset")) if (top["a"] or agprs > 0) else max(top["v"], desc.get_int("next_free_vgpr"))
     extras = 2 * (desc.get_int("reserve_vcc", 1) + desc.get_int("reserve_flat_scratch", 0) + desc.get_int("reserve_xnack_mask", 0))
-    return Registers(kernel, top["s"], arch, ADDRESSABLE_SGPRS - extras)
+    if not dialect.reserved_in_sgprs:  # gfx10+: vcc and the others are registers of their own
+        extras = 0
+    return Registers(kernel, top["s"], arch, dialect.sgpr_limit - extras)
 
 
 def virtualize(module: ir.Module, ctx, state: GcnKernelState) -> None:
@@ -95,10 +100,10 @@ def kernel_info(ctx) -> dict[str, dict]:
         desc = state.descriptor
         out[name] = {
             "name": name,
-            "isa": "gcn",
+            "isa": ctx.isa.name if ctx.isa is not None else "gcn",
             "params": state.params,
             "kernarg_size": state.kernarg_size or desc.get_int("kernarg_size"),
-            "maps": [dict(ctx.probes.maps[m].to_json(), lanes=WAVE_LANES) for m in state.maps],
+            "maps": [dict(ctx.probes.maps[m].to_json(), lanes=state.dialect.wave_lanes) for m in state.maps],
             "sites": len(state.sites),
             "skipped": state.skipped,
             "matched": dict(state.matched),
@@ -131,6 +136,7 @@ class GcnIsa:
     """GCN behind the Isa interface (neutrino/isa/interface.py): one instance, `GCN`."""
 
     name: str = "gcn"
+    dialect: Dialect = GFX9  # what differs between the generations sharing these steps (RDNA: neutrino/isa/rdna/)
     entry_words: tuple[str, str] = ("kernel", "kernels")  # what messages call a kernel, one and many
     comment: str = ";"
     resolve_operands = GcnOperandResolution().run
@@ -152,7 +158,13 @@ class GcnIsa:
     def entries(module: ir.Module) -> list[ir.Kernel]:
         return module.kernels()
 
-    kernel_state = staticmethod(kernel_state)
+    def kernel_state(self, module: ir.Module, kernel: ir.Kernel) -> GcnKernelState:
+        target = module.target or ""
+        if self.dialect is GFX9 and target.startswith("gfx1"):  # gfx10+: wave32 and other spellings
+            raise InstrumentError(f"{module.source}: {target} is not a gfx9 (CDNA) target: gfx11 (RDNA 3) is the ISA "
+                                  "'rdna'; gfx10 and gfx12 are not supported")
+        return kernel_state(module, kernel, self.dialect)
+
     matcher = staticmethod(matcher)
     virtualize = staticmethod(virtualize)
     verify_probe_file = staticmethod(verify_probe_file)

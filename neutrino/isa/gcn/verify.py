@@ -22,8 +22,8 @@ from neutrino.isa.interface import HELPERS
 
 ALLOWED = re.compile(
     r"^(s_(mov|movk|cmov|cselect|add|addc|sub|subb|mul|mul_hi|and|or|xor|andn2|orn2|nand|nor|xnor|not|lshl|lshr|ashr|bfe|bfm|"
-    r"min|max|abs|ff0|ff1|flbit|bcnt0|bcnt1|brev|sext|cmp|cmpk|bitcmp|absdiff|lshl1_add|lshl2_add|lshl3_add|lshl4_add|pack)[a-z0-9_]*"
-    r"|s_memtime|s_memrealtime|s_getreg_b32|s_waitcnt|s_nop|CUID"
+    r"min|max|abs|ff0|ff1|ctz|clz|flbit|bcnt0|bcnt1|brev|sext|cmp|cmpk|bitcmp|absdiff|lshl1_add|lshl2_add|lshl3_add|lshl4_add|pack)[a-z0-9_]*"
+    r"|s_memtime|s_memrealtime|s_sendmsg_rtn_b64|s_getreg_b32|s_waitcnt|s_nop|CUID"
     r"|v_(mov|cndmask|add|sub|subrev|addc|subb|mul|mad|and|or|xor|not|lshl|lshr|ashr|lshlrev|lshrrev|ashrrev|bfe|bfi|bfm|"
     r"min|max|alignbit|mbcnt|bcnt|ffbh|ffbl|readfirstlane|readlane|cvt|add3|lshl_add|add_lshl|and_or|or3|xad|cmp_[a-z]+_[iu](32|64))[a-z0-9_]*)$"
 )
@@ -31,6 +31,14 @@ IMPLICIT_VCC = re.compile(r"(_co_|addc|subb|v_cmp|cndmask).*_e32$")
 #: our passes that set exec: leader predication (restored after the stores) and exit code (nothing runs after it)
 EXEC_WRITERS = frozenset({"save-lowering", "resolve-operands"})
 READ_ONLY = frozenset({"exec", "exec_lo", "exec_hi", "scc", "off"})
+#: per snippet language, admitted-looking instructions its generation lacks, with what to write instead
+#: (gfx11 has no s_memtime/s_memrealtime; s_sendmsg_rtn is gfx11's)
+OTHER_GENERATION = {
+    "gcn": {"s_sendmsg_rtn_b64": "on gfx9 read clocks with s_memtime / s_memrealtime"},
+    "rdna": {"s_memtime": "on gfx11 read the shader clock with s_getreg_b32 %t, hwreg(HW_REG_SHADER_CYCLES, 0, 20)",
+             "s_memrealtime": "on gfx11 read the 100 MHz clock with s_sendmsg_rtn_b64 %t, sendmsg(MSG_RTN_GET_REALTIME)"},
+}
+REALTIME = "sendmsg(MSG_RTN_GET_REALTIME)"  # the one message a probe may send
 
 
 def verify_probe_file(probe_file: "ProbeFile") -> list[Diagnostic]:  # noqa: F821 (neutrino.probefile, which calls this)
@@ -49,6 +57,11 @@ def check_instruction(probe_file: "ProbeFile",  # noqa: F821
     def error(message: str, token: str | None = None, hint: str = "") -> Diagnostic:
         return Diagnostic(probe_file.location(insn.line, token or insn.mnemonic), f"[probe {probe}] {message}", hint=hint)
 
+    lacking = OTHER_GENERATION.get(getattr(probe_file, "isa", "gcn"), {}).get(insn.mnemonic)
+    if lacking:
+        return [error(f"{insn.mnemonic} does not exist on {probe_file.isa.upper()}", hint=lacking)]
+    if insn.mnemonic == "s_sendmsg_rtn_b64" and [str(o) for o in insn.operands[1:]] != [REALTIME]:
+        return [error(f"s_sendmsg_rtn_b64 may only read the clock in probes ({REALTIME})")]
     if not ALLOWED.match(insn.mnemonic) or insn.mnemonic.startswith("v_cmpx"):
         return [error(f"{insn.mnemonic} is not allowed in probes",
                       hint="probes use scalar/vector ALU instructions, s_memtime, s_memrealtime, s_getreg_b32, s_waitcnt and s_nop; "
@@ -107,7 +120,7 @@ def check_inserted(kernel: str, insn: ir.Instruction, ours: set[tuple[str, int]]
     info = semantics(insn)
     for index in info.defs:
         operand = insn.operands[index]
-        if type(operand) is ir.Special and operand.name == "exec" and insn.origin in EXEC_WRITERS:
+        if type(operand) is ir.Special and operand.name in ("exec", "exec_lo") and insn.origin in EXEC_WRITERS:  # exec_lo: wave32
             continue
         for reg in ir.registers_in(operand):
             if any((reg.file, reg.first + k) not in ours for k in range(reg.count)):

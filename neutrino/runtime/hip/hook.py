@@ -35,6 +35,7 @@ from neutrino.engine import instrument
 from neutrino.errors import NeutrinoError
 from neutrino.isa.gcn import metadata, parse_module
 from neutrino.isa.gcn.target import GCN
+from neutrino.isa.rdna.target import RDNA
 from neutrino.probefile import ProbeFile
 from neutrino.runtime.build import ShimBuildError, compiler
 from neutrino.runtime.codecache import default_cache_dir
@@ -207,7 +208,7 @@ class HipHook:
         elf = codeobj.code_object_for(self.modules[module], self.target)
         target = codeobj.elf_target(elf)
         asm = codeobj.disassemble(elf)
-        result = instrument(asm, self.probes, kernel=kernel, source=f"<code object {kernel}>", isa=GCN)
+        result = instrument(asm, self.probes, kernel=kernel, source=f"<code object {kernel}>", isa=isa_for(target))
         info = result.kernels[kernel]
         image = codeobj.assemble(result.ptx, target)
         handle, fn = C.c_void_p(), C.c_void_p()
@@ -291,6 +292,11 @@ class HipHook:
                          result=rel)
 
 
+def isa_for(target: str | None):
+    """The ISA of a device's code: RDNA for gfx11 (wave32; probes loaded for it, --arch gfx11xx), else CDNA's GCN."""
+    return RDNA if (target or "").startswith("gfx11") else GCN
+
+
 def start(probes: ProbeFile, tracedir: str | os.PathLike, *, target: str | None = None,
           kernels: frozenset[str] | None = None) -> HipHook:
     """Hook HIP in this process: the shim must be LD_PRELOADed already (it is found by its exported symbol)."""
@@ -325,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, LD_PRELOAD=":".join(filter(None, [str(build_hip_shim()), os.environ.get("LD_PRELOAD")])))
         os.execve(sys.executable, [sys.executable, "-m", "neutrino.runtime.hip.hook", *(argv or sys.argv[1:])], env)
     try:
-        probes = load_probes(args.probe, isa="gcn")
+        probes = load_probes(args.probe, isa=isa_for(args.arch or os.environ.get("NEUTRINO_HIP_ARCH")).name)
     except NeutrinoError as e:
         print(f"neutrino: {e}", file=sys.stderr)
         return 2
