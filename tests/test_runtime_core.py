@@ -22,7 +22,7 @@ from neutrino.runtime.launch import BENCH_REPEATS
 from neutrino.runtime.options import RuntimeOptions
 from neutrino.runtime.tracedir import TraceDir
 
-from fakedriver import FakeDriver, FakeShim, param_u64
+from fakedriver import FakeDriver, FakeShim, param_u64, probe_buffer
 
 CORPUS = Path(__file__).parent / "data" / "corpus" / "nvcc"
 VEC_PTX = (CORPUS / "vec.sm90.ptx").read_text()
@@ -44,8 +44,10 @@ def find_ptx(image, arch, *, path=None):
 
 
 def fake_block_sched(drv, req, params, name):
-    """What the probed saxpy4 writes: one record per warp."""
-    buf = param_u64(params, 4)
+    """What the probed saxpy4 writes: one record per warp (nothing when its probe is gated off)."""
+    buf = probe_buffer(params, 4)
+    if buf is None:
+        return
     units = nt.units_for("warp", req.grid, req.block)
     counts = (C.c_uint32 * units).from_address(buf)
     rec_base = buf + nt.align(4 * units, 16)
