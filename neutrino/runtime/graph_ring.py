@@ -92,6 +92,9 @@ GATE_OFFSET = 8  # passes/lower_save.GATE_OFFSET: the gate is this many bytes be
 # to DONE. The block that completes the count fences (gpu scope for a ring on the device: the copy
 # engine reads device memory through L2; system scope for a ring in host memory, whose slots were
 # written across PCIe), then publishes the flag, the counters and their mirrors, and resets DONE.
+# A block whose replay ran with the probe gate set (%r12 != 0: the probe wrote nothing) copies and
+# zeroes nothing, and, having written nothing, skips the fences (%p12: the same in every block of a
+# replay). The last block writes the next replay's gate (COUNTED).
 _PTX = """\
 .version {version}
 .target {target}
@@ -100,7 +103,7 @@ _PTX = """\
 .visible .entry __neutrino_graph_append(
     .param .u64 p_desc, .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns)
 {{
-    .reg .pred %p<12>;
+    .reg .pred %p<14>;
     .reg .b32 %r<16>;
     .reg .b64 %rd<48>;
     .shared .align 8 .u64 s_slot;
@@ -184,8 +187,9 @@ SHARED:
     ld.shared.u64 %rd21, [s_slot];
     setp.ne.u64 %p5, %rd21, 0;
     setp.ne.u32 %p11, %r12, 0;
-    @%p5 bra STEP;
-    @%p11 bra STEPPED;
+    not.pred %p12, %p5;
+    and.pred %p12, %p12, %p11;
+    @%p12 bra STEPPED;
 STEP:
     setp.ge.u64 %p6, %rd22, %rd39;
     @%p6 bra STEPPED;
@@ -202,14 +206,14 @@ ZERO:
 STEPPED:
     bar.sync 0;
     @%p7 bra DONE;
-    membar.gl;
+    @!%p12 membar.gl;
     selp.u64 %rd40, 4294967297, 1, %p5;
     atom.global.add.u64 %rd41, [%rd31+32], %rd40;
     add.u64 %rd41, %rd41, %rd40;
     cvt.u32.u64 %r11, %rd41;
     setp.ne.u32 %p4, %r11, %r8;
     @%p4 bra DONE;
-    {publish_fence};
+    @!%p12 {publish_fence};
     ld.global.u64 %rd1, [%rd32+16];
     add.u64 %rd4, %rd2, 1;
     shr.u64 %rd42, %rd41, 32;
