@@ -15,13 +15,16 @@ issue-24 workload). It is instrumented here with the engine and loaded with the 
   atomics were (`st-not-red`: the atomics' own cost), without the warp reductions (`-redux`), with all warps adding
   into one row of counters instead of 32 (`one-row`: what the striping buys),
 * block_sched and gmem_bytes with the probe gate off (`gated`: the pointer tagged, the gate
-  set, as in a CUDA graph replay that `--launches` leaves out).
+  set, as in a CUDA graph replay that `--launches` leaves out),
+* gmem_bytes lowered as for older targets: a shuffle butterfly (sm_75) or one atomic per lane
+  (sm_2x: what the warp reduction saves), and a hist map whose bucket differs across the warp
+  (8 groups per warp access), grouped with match.any.sync or one atomic per lane (sm_6x).
 
 Measures, GPU alone (a spin kernel holds the GPU while the host enqueues everything, so the
 times are the GPU's): per-launch CUDA-event medians of eager launches (an event between every
 two launches), and per-replay medians of a captured graph of 8 launches. Also registers per
 thread and resident blocks per SM of each variant, and checks the gmem_bytes totals (exact:
-12 bytes per element) with the gate on and zero with it off.
+12 bytes per element) with the gate on and zero with it off, and the hist's samples (6 per thread).
 """
 
 from __future__ import annotations
@@ -70,11 +73,38 @@ def _drop(ptx: str, pattern: str) -> str:
     return "\n".join(line for line in ptx.splitlines() if not (rx.search(line) and "%nt_" in line)) + "\n"
 
 
+# A hist map whose bucket differs across a warp: the low 12 bits of each access's address in
+# buckets of 64 bytes, so 4 lanes (16 bytes each) share a bucket: 8 groups per warp access.
+HIST_PROBE = """
+[map.addr_hist]
+type = "hist"
+buckets = "linear:0:4096:64"
+
+[probe.where]
+position = "ld.global:st.global"
+before = \"\"\".reg .b64 %low; and.b64 %low, ADDR, 4095; SAVE [ addr_hist ] {%low};\"\"\"
+"""
+HIST_ROW = 640  # 66 buckets x 8 bytes, rows 128-byte aligned
+SAMPLES_PER_THREAD = 6  # vadd: 4 loads and 2 stores of 16 bytes per thread
+
+
+def lowered_for(ptx: str, target: str, probes) -> str:
+    """Instrumented as if the module targeted `target` (the lowering picks its warp operations by
+    target), then put back on sm_90a: an older lowering's code, timed on this GPU."""
+    out = instrument(ptx.replace(".target sm_90a", f".target {target}", 1), probes).ptx
+    raised = re.search(r"\.target (\S+)", out).group(1)
+    return out.replace(f".target {raised}", ".target sm_90a", 1)
+
+
 def variants() -> dict[str, tuple[str, str | None]]:
     """name -> (PTX, the map whose buffer is appended, or None)."""
+    from neutrino.probefile import parse_probes
+
     plain = VADD.read_text()
     bs = instrument(plain, load_probe_argument("block_sched", None)).ptx
-    gb = instrument(plain, load_probe_argument("gmem_bytes", None)).ptx
+    gmem = load_probe_argument("gmem_bytes", None)
+    gb = instrument(plain, gmem).ptx
+    hist = parse_probes(HIST_PROBE, "hist.toml")
     extra = plain.replace("\t.param .u64 .ptr .global .align 1 vadd_param_5\n",
                           "\t.param .u64 .ptr .global .align 1 vadd_param_5,\n\t.param .u64 vadd_unused\n", 1)
     return {
@@ -91,6 +121,10 @@ def variants() -> dict[str, tuple[str, str | None]]:
         "gmem_bytes one-row": (gb.replace("and.b32 \t%nt_stripe, %nt_stripe, 31;", "and.b32 \t%nt_stripe, %nt_stripe, 0;"),
                                "gmem_bytes"),
         "gmem_bytes gated": (gb, "gmem_bytes gated"),
+        "gmem_bytes shfl (sm_75 lowering)": (lowered_for(plain, "sm_75", gmem), "gmem_bytes"),
+        "gmem_bytes per lane (sm_2x lowering)": (lowered_for(plain, "sm_20", gmem), "gmem_bytes"),
+        "hist match.any": (instrument(plain, hist).ptx, "hist"),
+        "hist per lane (sm_6x lowering)": (lowered_for(plain, "sm_60", hist), "hist"),
     }
 
 
@@ -197,7 +231,8 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     values = [C.c_uint64(x), C.c_uint64(y), C.c_uint64(out), C.c_uint32(n), C.c_uint64(0), C.c_uint64(0)]
     head = None
     if buffer is not None:
-        size = STRIPES * 128 if buffer.startswith("gmem") else 16 * args.grid * 4 * 2 + 16 * args.grid * 4
+        size = {"gmem": STRIPES * 128, "hist": STRIPES * HIST_ROW}.get(buffer.split()[0].split("_")[0],
+                                                                      16 * args.grid * 4 * 2 + 16 * args.grid * 4)
         base = cuda.alloc(HEAD + size)
         head = base + HEAD
         pointer = head
@@ -221,7 +256,17 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
         words = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)]
         row["bytes"] = sum(words[r * 16] for r in range(STRIPES))
         row["active_threads"] = sum(words[r * 16 + 1] for r in range(STRIPES))
-        row["bytes_expected"] = 0 if buffer.endswith("gated") else (12 * n if name in ("gmem_bytes", "gmem_bytes one-row") else None)
+        exact = name in ("gmem_bytes", "gmem_bytes one-row") or "lowering" in name
+        row["bytes_expected"] = 0 if buffer.endswith("gated") else (12 * n if exact else None)
+    if buffer == "hist":
+        cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * HIST_ROW))
+        cuda.launch(f, args.grid, THREADS, params)
+        cuda.sync()
+        raw = cuda.read(head, STRIPES * HIST_ROW)
+        row["bytes"] = sum(int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8))  # samples
+        row["active_threads"] = 0
+        row["label"] = "samples"
+        row["bytes_expected"] = SAMPLES_PER_THREAD * args.grid * THREADS
     eager = timed(cuda, spin, lambda: cuda.launch(f, args.grid, THREADS, params), args.launches)
     exe = cuda.graph(lambda: [cuda.launch(f, args.grid, THREADS, params) for _ in range(8)])
     for _ in range(5):
@@ -264,7 +309,8 @@ def main() -> None:
         base = base or r
         check = ""
         if "bytes" in r:
-            check = f"bytes={r['bytes']} active={r['active_threads']}"
+            check = (f"{r.get('label', 'bytes')}={r['bytes']}"
+                     + (f" active={r['active_threads']}" if "label" not in r else ""))
             if r.get("bytes_expected") is not None:
                 check += " ok" if r["bytes"] == r["bytes_expected"] else f" WRONG (want {r['bytes_expected']})"
         print(f"| {name} | {r['registers']} | {r['blocks_per_sm']} | {r['eager_us']:.2f} "
