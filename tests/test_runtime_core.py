@@ -516,6 +516,55 @@ def test_count_sized_map(tmp_path):
     assert list(v["addr"][:3]) == [1000, 2000, 2001]
 
 
+def test_counted_caps_are_reused_and_overflow_is_counted(tmp_path):
+    """--recount-every 3: the counting kernel runs at the first launch of a grid and block and at
+    every third after; launches in between reuse its caps (no counting launch, no sync). A launch
+    that needs more records than the reused cap keeps cap records per unit and counts the rest as
+    dropped; a new grid is counted at once."""
+    rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE, recount_every=3)
+    block = (32, 1, 1)
+    extra = {"n": 0}  # records per thread beyond the counted u % 3 (the kernel's data changed)
+
+    def count_kernel(drv_, req_, params, name):
+        units = nt.units_for("thread", req_.grid, req_.block)
+        counts = (C.c_uint32 * units).from_address(param_u64(params, 4))
+        for u in range(units):
+            counts[u] = u % 3 + extra["n"]
+
+    def probed(drv_, req_, params, name):
+        from fakedriver import param_u32
+
+        units = nt.units_for("thread", req_.grid, req_.block)
+        buf, cap = param_u64(params, 4), param_u32(params, 5)
+        counts = (C.c_uint32 * units).from_address(buf)
+        recs = (C.c_uint64 * (units * cap)).from_address(buf + nt.align(4 * units, 16))
+        for u in range(units):
+            counts[u] = u % 3 + extra["n"]  # the cursor counts every record tried
+            for j in range(min(counts[u], cap)):
+                recs[u * cap + j] = 1000 * u + j
+
+    drv.kernel_impl["saxpy4__nt_count"] = count_kernel
+    drv.kernel_impl["saxpy4"] = probed
+    load_saxpy(rt)
+    keep = []
+    for i, grid in enumerate([(2, 1, 1)] * 4 + [(3, 1, 1)]):
+        extra["n"] = 1 if i == 1 else 0
+        r, params = req(grid=grid, block=block)
+        keep.append(params)
+        assert rt.on_launch(r) == 0
+    finish(rt)
+    names = [drv.functions[f][1] for _, f, *_ in drv.launches]
+    assert names == ["saxpy4__nt_count", "saxpy4", "saxpy4", "saxpy4", "saxpy4__nt_count", "saxpy4",
+                     "saxpy4__nt_count", "saxpy4"]
+    assert drv.syncs == 3
+    maps = [la.maps["mem"] for la in nt.load(rt.trace.path).launches]
+    assert [m.cap for m in maps] == [2, 2, 2, 2, 2]
+    units = nt.units_for("thread", (2, 1, 1), block)
+    # launch 1 tried u % 3 + 1 records per thread with room for 2: the threads with u % 3 == 2 lose one
+    assert [m.dropped for m in maps] == [0, sum(1 for u in range(units) if u % 3 == 2), 0, 0, 0]
+    assert len(maps[1].valid()) == sum(min(u % 3 + 1, 2) for u in range(units))
+
+
 def test_link_failure_loads_the_ptx_instead(tmp_path):
     """cuLink compiles relocatable code (vprintf and other builtins may stay unresolved there):
     the probed PTX is then loaded whole, and the launch is probed."""
