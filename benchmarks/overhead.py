@@ -56,6 +56,12 @@ CONFIGS = {
     # sampling inside graphs: a replay left out runs its probe gated off (issue 24)
     "block_sched graphs every:50": ["-p", "block_sched", "--graphs", "--launches", "every:50"],
     "gmem_bytes graphs every:50": ["-p", "gmem_bytes", "--graphs", "--launches", "every:50"],
+    # the same without the CUPTI timeline: what the timeline adds to a host-bound replay loop
+    "block_sched graphs no-timeline": ["-p", "block_sched", "--graphs", "--no-timeline"],
+    "block_sched graphs every:50 no-timeline": ["-p", "block_sched", "--graphs", "--launches", "every:50",
+                                                "--no-timeline"],
+    # cap = "count" sized before every launch (the counting launch and a sync each), as before issue 24
+    "dmat recount-every 1": ["-p", "dmat", "--recount-every", "1"],
 }
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")
 

@@ -14,6 +14,8 @@ issue-24 workload). It is instrumented here with the engine and loaded with the 
   beyond the warp can save; ptxas drops the reductions with them), with plain stores where the
   atomics were (`st-not-red`: the atomics' own cost), without the warp reductions (`-redux`), with all warps adding
   into one row of counters instead of 32 (`one-row`: what the striping buys),
+* block_sched and gmem_bytes with the gate's code removed (`no gate`: what it costs a launch
+  outside graphs, whose pointer is untagged),
 * block_sched and gmem_bytes with the probe gate off (`gated`: the pointer tagged, the gate
   set, as in a CUDA graph replay that `--launches` leaves out),
 * gmem_bytes lowered as for older targets: a shuffle butterfly (sm_75) or one atomic per lane
@@ -96,6 +98,12 @@ def lowered_for(ptx: str, target: str, probes) -> str:
     return out.replace(f".target {raised}", ".target sm_90a", 1)
 
 
+def ungated(ptx: str) -> str:
+    """The probed PTX with the probe gate constant (open): what the gate costs a launch outside graphs."""
+    ptx = _drop(ptx, r"@%nt_gated ld\.global\.u32")
+    return ptx.replace("setp.eq.u32 \t%nt_on, %nt_gate, 0;", "setp.eq.u32 \t%nt_on, 0, 0;")
+
+
 def variants() -> dict[str, tuple[str, str | None]]:
     """name -> (PTX, the map whose buffer is appended, or None)."""
     from neutrino.probefile import parse_probes
@@ -113,6 +121,7 @@ def variants() -> dict[str, tuple[str, str | None]]:
         "block_sched": (bs, "block_sched"),
         "block_sched -stores": (_drop(bs, r"\bst\.global"), "block_sched"),
         "block_sched -counts": (_drop(bs, r"\bst\.global\.u32 \t\[%nt_cnt"), "block_sched"),
+        "block_sched no gate": (ungated(bs), "block_sched"),
         "block_sched gated": (bs, "block_sched gated"),
         "gmem_bytes": (gb, "gmem_bytes"),
         "gmem_bytes -atomics": (_drop(gb, r"\bred\.global"), "gmem_bytes"),
@@ -120,6 +129,7 @@ def variants() -> dict[str, tuple[str, str | None]]:
         "gmem_bytes st-not-red": (gb.replace("red.global.add.u64", "st.global.u64"), "gmem_bytes"),
         "gmem_bytes one-row": (gb.replace("and.b32 \t%nt_stripe, %nt_stripe, 31;", "and.b32 \t%nt_stripe, %nt_stripe, 0;"),
                                "gmem_bytes"),
+        "gmem_bytes no gate": (ungated(gb), "gmem_bytes"),
         "gmem_bytes gated": (gb, "gmem_bytes gated"),
         "gmem_bytes shfl (sm_75 lowering)": (lowered_for(plain, "sm_75", gmem), "gmem_bytes"),
         "gmem_bytes per lane (sm_2x lowering)": (lowered_for(plain, "sm_20", gmem), "gmem_bytes"),
