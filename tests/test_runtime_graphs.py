@@ -211,6 +211,32 @@ def test_replays_left_out_by_launches_run_with_the_probe_gated_off(tmp_path):
     assert p.runs["saxpy4"] == 11
 
 
+def test_ten_thousand_replays_every_100_write_100_results(tmp_path):
+    """The acceptance shape on the fake driver: 10,000 replays with every:100, 100 results, in
+    order; the probed kernel ran with its gate open only on those replays."""
+    from fakedriver import probe_buffer
+
+    p = Program(tmp_path, launches=LaunchFilter(every=100))
+    opened = []
+
+    def kernel(drv, r, params, name):
+        if probe_buffer(params, 4) is not None:
+            opened.append(1)
+            fake_block_sched(drv, r, params, name)
+
+    p.drv.kernel_impl["saxpy4"] = kernel
+    graph, _ = p.capture()
+    exe = p.instantiate(graph)
+    opened.clear()
+    for _ in range(10):
+        p.replay(exe, 1000)
+        p.rt.graphs.drain()
+    finish(p.rt)
+    t = nt.load(p.rt.trace.path)
+    assert [la.event["replay"] for la in t.launches] == list(range(0, 10_000, 100))
+    assert len(opened) == 100 and p.runs["saxpy4"] == 10_000
+
+
 def test_trace_budget_drops_replays_and_counts_them(tmp_path):
     frame = 512  # one saxpy4 block_sched frame
     p = Program(tmp_path, trace_budget=3 * frame)
