@@ -15,6 +15,7 @@ import attrs
 import tomllib
 
 from neutrino.errors import Diagnostic, Location, ProbeError
+from neutrino.isa.interface import HELPERS, SAVE  # the probe vocabulary every ISA shares; names kept here too
 from neutrino.isa.ptx import ir, parse_statements
 from neutrino.errors import ParseError
 from neutrino.trace import Buckets
@@ -24,8 +25,6 @@ MAP_TYPES = ("array", "sum", "hist")
 FIELD_TYPES = {"u32": 4, "u64": 8}
 TOOLS_DIR = Path(__file__).parent / "tools"
 GCN_PROBES_DIR = Path(__file__).parent / "probes" / "gcn"  # TOML probes in GCN assembly (spec/gcn.md)
-HELPERS = ("OUT", "IN1", "IN2", "IN3", "ADDR", "BYTES")
-SAVE = "SAVE"
 # Map and field names become part of PTX names (`%nt_buf_<map>`) and of result-file headers
 # (spec/trace-format.md: a map's name is 64 bytes, a field's 32, each NUL-padded).
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII letters, digits, '_'
@@ -106,6 +105,7 @@ class Probe:
     map: str | None  # name of the map its SAVEs write
     line: int = 0
     datamodel_reported: bool = False  # its missing or bad datamodel is reported already: SAVEs need not repeat it
+    lines: tuple = ()  # source-line ranges its position is limited to (`POSITION @ FILE:A-B`; isa/ptx/lines.py)
 
     @property
     def at_kernel(self) -> bool:
@@ -227,7 +227,7 @@ def parse_probes(text: str, path: str = "<probes>", isa: str = "ptx") -> ProbeFi
     probe_file = loader.load(doc)
     probe_file.isa = isa
     if isa == "gcn":
-        from neutrino.passes.gcn.verify import verify_probe_file
+        from neutrino.isa.gcn.verify import verify_probe_file
     else:
         from neutrino.passes.verify import verify_probe_file
 
@@ -315,6 +315,7 @@ class _Loader:
         self.registers: dict[str, str] = {}
         self.register_lines: dict[str, int] = {}
         self._datamodel: dict[str, _Datamodel] = {}  # probe name → its datamodel, compact form
+        self.line_ranges: dict[str, tuple] = {}  # probe name → its `@ lines` ranges, until its Probe exists
         self.index = _TomlLines(lines)
 
     # -- locations in the TOML text (an index built in one pass: lookups stay linear in the file)
@@ -498,6 +499,7 @@ class _Loader:
             self.error(line, "a probe needs a `before` or an `after` snippet", probe=name)
         # A probe with a bad position is kept (matching nothing) so that its snippets are still verified.
         probe = Probe(name, position if position is not None else (), level, snippets.get("before"), snippets.get("after"), None, line)
+        probe.lines = self.line_ranges.pop(name, ())
         saves = [s for sn in probe.snippets() for s in ir.instructions(sn.statements) if s.opcode.base == SAVE]
         if not explicit:
             if saves and datamodel is None:
@@ -515,6 +517,10 @@ class _Loader:
         if not isinstance(position, str) or not position.strip():
             self.error(line, "position is required: \"kernel\" or instruction prefixes joined by ':'", probe=probe)
             return None
+        if "@" in position:
+            position, ranges = self.parse_line_selection(position, line, probe)
+            if ranges is None:
+                return None
         if position == "kernel":
             return "kernel"
         prefixes = []
@@ -528,12 +534,32 @@ class _Loader:
             return None
         return tuple(prefixes)
 
+    def parse_line_selection(self, position: str, line: int, probe: str):
+        """`POSITION @ [FILE:]A[-B],…`: the position's instructions whose source line is in a range."""
+        from neutrino.isa.ptx.lines import parse_line_ranges
+
+        head, _, text = position.partition("@")
+        head = head.strip()
+        if head == "kernel":
+            self.error(line, "a line range selects instructions: not with position \"kernel\"", probe=probe, token=text.strip())
+            return head, None
+        try:
+            self.line_ranges[probe] = parse_line_ranges(text.strip())
+        except ValueError as e:
+            self.error(line, str(e), probe=probe, token=text.strip() or None)
+            return head, None
+        return head, self.line_ranges[probe]
+
     def known_position(self, prefixes: list[tuple[str, ...]], line: int, probe: str) -> bool:
         """Each prefix names a PTX opcode and modifiers that exist: a typo (`ld.globl`) would match nothing, silently."""
         from neutrino.isa.ptx.semantics import closest_positions, unknown_position_part
 
         known = True
+        from neutrino.isa.ptx.lines import LINE_POSITIONS
+
         for components in prefixes:
+            if len(components) == 1 and components[0] in LINE_POSITIONS:
+                continue
             unknown = unknown_position_part(components)
             if unknown is None:
                 continue

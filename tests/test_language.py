@@ -524,7 +524,7 @@ ERRORS = [
      def p():
          x = nl.clocks()
      ''', "t.py:5:9: error: [probe p] unknown helper 'nl.clocks'\n        x = nl.clocks()\n            ^\n"
-          "    hint: known: Map, addr, bytes, clock, cuid, in1, in2, in3, laneid, out, probe, save, smid, time, u32, u64"),
+          "    hint: known: Map, addr, block, bytes, clock, cuid, in1, in2, in3, laneid, line, out, probe, save, smid, time, u32, u64"),
     ('''
      @probe(pos="kernel")
      def p():

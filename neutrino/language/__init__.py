@@ -32,7 +32,7 @@ from neutrino.language.errors import DslError
 
 __all__ = [
     "probe", "Map", "save", "clock", "time", "cuid", "smid", "laneid", "u32", "u64",
-    "addr", "bytes", "out", "in1", "in2", "in3",
+    "addr", "bytes", "out", "in1", "in2", "in3", "line", "block",
     "compile_file", "compile_source", "compile_to_ir", "DslError",
 ]
 
@@ -84,6 +84,8 @@ out = _FieldHelper("out")
 in1 = _FieldHelper("in1")
 in2 = _FieldHelper("in2")
 in3 = _FieldHelper("in3")
+line = _FieldHelper("line")  # the LINE helper: index of the site's source line (neutrino/isa/ptx/lines.py)
+block = _FieldHelper("block")  # the BLOCK helper: index of the site's basic block
 
 
 def probe(pos=None, level="thread", before=None, after=None, size=None, cap=None, position=None):

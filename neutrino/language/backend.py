@@ -2,7 +2,7 @@
 
 The frontend never sees a backend; a backend sees only the IR. Adding a
 target (e.g. AMD GCN) means one more `Backend` subclass registered in
-`BACKENDS`, nothing else.
+`BACKENDS` (language/backends.py), nothing else.
 """
 
 from __future__ import annotations
@@ -100,22 +100,3 @@ class PTXBackend(Backend):
             "selp": f"selp.b{bits}",
         }[op]
         return f"{mnemonic} {', '.join([dst, *ops])}"
-
-
-BACKENDS: dict[str, type[Backend]] = {PTXBackend.name: PTXBackend}
-
-
-def _register_gcn() -> None:
-    from neutrino.language.backend_gcn import GCNBackend  # imports Backend from here: registered after it exists
-
-    BACKENDS[GCNBackend.name] = GCNBackend
-
-
-_register_gcn()
-
-
-def get_backend(name: str = "ptx") -> Backend:
-    try:
-        return BACKENDS[name]()
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r} (known: {', '.join(sorted(BACKENDS))})") from None

@@ -48,12 +48,13 @@ from neutrino.language.ir import (
 
 #: what `neutrino.language` offers to probe files
 LANG_NAMES = frozenset(
-    "probe Map save clock time cuid smid laneid u32 u64 addr bytes out in1 in2 in3".split()
+    "probe Map save clock time cuid smid laneid u32 u64 addr bytes out in1 in2 in3 line block".split()
 )
 VALUE_HELPERS = {"clock": ("clock", U64), "time": ("time", U64), "cuid": ("cuid", U32), "smid": ("cuid", U32),
                  "laneid": ("laneid", U32)}
 FIELD_HELPERS = {"addr": ("ADDR", U64), "bytes": ("BYTES", U32), "out": ("OUT", U64),
-                 "in1": ("IN1", U64), "in2": ("IN2", U64), "in3": ("IN3", U64)}
+                 "in1": ("IN1", U64), "in2": ("IN2", U64), "in3": ("IN3", U64),
+                 "line": ("LINE", U32), "block": ("BLOCK", U32)}
 DTYPES = {"u32": U32, "u64": U64}
 # What a probe may call on a map, by map type: each call is one SAVE into it.
 MAP_METHODS_OF = {"array": ("save",), "sum": ("add", "save"), "hist": ("record",)}
@@ -65,7 +66,7 @@ RESERVED = frozenset(
     lanemask_lt lanemask_ge lanemask_gt clock clock_hi clock64 globaltimer globaltimer_lo
     globaltimer_hi total_smem_size aggr_smem_size dynamic_smem_size current_graph_exec
     is_explicit_cluster clusterid nclusterid cluster_ctaid cluster_nctaid cluster_ctarank
-    cluster_nctarank ADDR BYTES OUT IN1 IN2 IN3 SAVE""".split()
+    cluster_nctarank ADDR BYTES OUT IN1 IN2 IN3 LINE BLOCK SAVE""".split()
 ) | {f"pm{i}" for i in range(8)} | {f"pm{i}_64" for i in range(8)} | {f"envreg{i}" for i in range(32)} | {
     n for n in ("reserved_smem_offset_begin", "reserved_smem_offset_end", "reserved_smem_offset_cap",
                 "reserved_smem_offset_0", "reserved_smem_offset_1")
@@ -74,7 +75,8 @@ RESERVED = frozenset(
 INIT_PROBE = "__init"
 # Opcode prefixes joined by ':'; a modifier may carry '::' parts (shared::cluster), as in the TOML form.
 _POSITION_PART = r"[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*"
-POSITION_RE = re.compile(rf"{_POSITION_PART}(:{_POSITION_PART})*$")
+# An optional `@ [FILE:]A[-B],…` limits them to source lines (neutrino/isa/ptx/lines.py; the TOML loader checks it).
+POSITION_RE = re.compile(rf"{_POSITION_PART}(:{_POSITION_PART})*(\s*@\s*[^@]+)?$")
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div",
           ast.Mod: "rem", ast.LShift: "shl", ast.RShift: "shr", ast.BitAnd: "and",

@@ -30,7 +30,7 @@ BITS = {U32: 32, U64: 64}
 LEVELS = ("thread", "warp", "block")
 
 #: fields a matched instruction offers (spec/probe-toml.md "Helpers"), with the IR type they are read as
-FIELDS = ("ADDR", "BYTES", "OUT", "IN1", "IN2", "IN3")
+FIELDS = ("ADDR", "BYTES", "OUT", "IN1", "IN2", "IN3", "LINE", "BLOCK")
 
 BINARY_OPS = ("add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "shr")
 UNARY_OPS = ("neg", "not", "mov")

@@ -29,7 +29,7 @@ from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.symbols import NameAllocator
 from neutrino.passes.build import entry_index, insn
 from neutrino.passes.lower_save import GATE_OFFSET, GATE_REGISTER, map_register
-from neutrino.passes.manager import Context, KernelState
+from neutrino.passes.state import Context, KernelState
 from neutrino.passes.param_space import check_param_space
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.trace import STRIPES, stripe_row_bytes
@@ -283,7 +283,7 @@ def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
 
 
 @attrs.frozen
-class BufferAddressing:
+class PtxBufferAddressing:
     name: ClassVar[str] = "buffer-addressing"
     requires: ClassVar[tuple[str, ...]] = ("lower-save",)
 

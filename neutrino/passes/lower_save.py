@@ -40,7 +40,7 @@ from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import access_spaces
 from neutrino.passes.address_spaces import generic_spaces
 from neutrino.passes.build import insn, splice
-from neutrino.passes.manager import Context, KernelState
+from neutrino.passes.state import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.target import version_reachable
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
@@ -616,7 +616,7 @@ def _clone_body(body: list[ir.Statement]) -> list[ir.Statement]:
 
 
 @attrs.frozen
-class SaveLowering:
+class PtxSaveLowering:
     name: ClassVar[str] = "lower-save"
     requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
 

@@ -26,7 +26,7 @@ from neutrino.errors import Diagnostic, ProbeError
 from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, effects, lookup, missing_bytes_reason
 from neutrino.passes.build import entry_index, insn, splice
-from neutrino.passes.manager import Context, KernelState, Site
+from neutrino.passes.state import Context, KernelState, Site
 from neutrino.passes.verify import WIDE_SPECIAL, expected_widths
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
@@ -162,6 +162,8 @@ class _SnippetCache:
 
     uses: dict[int, tuple[HelperUse, ...]] = attrs.Factory(dict)  # id(snippet) → its helper reads
     bodies: dict[tuple, list[ir.Instruction]] = attrs.Factory(dict)  # (id(snippet), site guard, helper operands) → code
+    module: ir.Module | None = None  # for the line map's `.file`s and debug strings
+    line_map: object = None  # neutrino.isa.ptx.lines.LineMap of the kernel, built on the first LINE/BLOCK
 
     def helper_uses(self, snippet: Snippet) -> tuple[HelperUse, ...]:
         uses = self.uses.get(id(snippet))
@@ -245,6 +247,8 @@ class _SiteBuilder:
         """What OUT, IN1-3 or BYTES stands for at this site (ADDR is always the 64-bit address)."""
         if helper == "BYTES":
             return self.bytes_value(anchor)
+        if helper in ("LINE", "BLOCK"):
+            return self.line_value(helper, anchor)
         if helper == "OUT":
             return self.value_of(self.output(anchor))
         sources = self.sources(anchor)
@@ -254,6 +258,17 @@ class _SiteBuilder:
         if isinstance(sources[k], ir.Symbol) and anchor.opcode.base in CONTROL_TRANSFERS:
             raise SkipSite(f"{helper} of {anchor.opcode.base} is a branch target or callee, not a value")
         return self.value_of(sources[k])
+
+    def line_value(self, helper: str, anchor: ir.Instruction) -> SiteValue:
+        """LINE / BLOCK: the anchor's line or basic-block index in the kernel's line map (a constant)."""
+        from neutrino.isa.ptx.lines import build_line_map, helper_value
+
+        if self.cache.line_map is None:
+            self.cache.line_map = build_line_map(self.cache.module, self.state.function)
+        value = helper_value(self.cache.line_map, helper, anchor)
+        if value is None:
+            raise SkipSite(f"{helper} is only defined at the kernel's own instructions")
+        return SiteValue(ir.Immediate(str(value)), None, f"the constant {value}")
 
     def value_of(self, operand: ir.Operand) -> SiteValue:
         """An operand of the matched instruction with its type: a register's declared one."""
@@ -476,7 +491,7 @@ class _SiteBuilder:
 
 
 @attrs.frozen
-class OperandResolution:
+class PtxOperandResolution:
     name: ClassVar[str] = "resolve-operands"
     requires: ClassVar[tuple[str, ...]] = ("match-tracepoints", "virtualize-registers")
 
@@ -484,12 +499,13 @@ class OperandResolution:
         probes = {p.name: p for p in ctx.probes.probes}
         ledger = HelperTypeLedger(ctx.probes, module.source)
         for state in ctx.kernels.values():
-            self.splice_kernel(state, probes, ledger)
+            self.splice_kernel(state, probes, ledger, module)
             state.maps = list(ctx.probes.maps)
         if ledger.problems:
             raise ProbeError(ledger.problems)
 
-    def splice_kernel(self, state: KernelState, probes: dict[str, Probe], ledger: "HelperTypeLedger | None" = None) -> None:
+    def splice_kernel(self, state: KernelState, probes: dict[str, Probe], ledger: "HelperTypeLedger | None" = None,
+                      module: ir.Module | None = None) -> None:
         body = state.function.body
         types = _KernelRegisterTypes(state.function)
         entry_code: list[ir.Instruction] = []
@@ -498,7 +514,7 @@ class OperandResolution:
         anchors: dict[int, ir.Instruction] = {}
         counter = itertools.count()
         kept: list[Site] = []
-        cache = _SnippetCache()
+        cache = _SnippetCache(module=module)
         for site in state.sites:
             probe = probes[site.probe]
             snippet = probe.before if site.where == "before" else probe.after

@@ -18,8 +18,8 @@ import attrs
 from neutrino.errors import Diagnostic, InstrumentError, ProbeError
 from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import defined_registers, lookup
-from neutrino.passes.manager import Context
-from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
+from neutrino.passes.state import Context
+from neutrino.isa.interface import HELPERS, SAVE  # not from probefile, which runs this verifier when it loads a file
 
 LOWERING_ORIGIN = "save-lowering"  # lower_save.ORIGIN (not imported: lower_save imports resolve, which imports us)
 
@@ -40,7 +40,8 @@ CONTROL_REASONS = {
 # spec/probe-toml.md "Helpers"); here only ADDR's is.
 HELPER_TYPES = {"ADDR": "b64"}
 # The widest register each helper can be materialised in (what a use may assume at most).
-HELPER_WIDEST = {"OUT": "b64", "IN1": "b64", "IN2": "b64", "IN3": "b64", "ADDR": "b64", "BYTES": "b64"}
+HELPER_WIDEST = {"OUT": "b64", "IN1": "b64", "IN2": "b64", "IN3": "b64", "ADDR": "b64", "BYTES": "b64",
+                  "LINE": "b64", "BLOCK": "b64"}
 
 
 def type_bits(t: str) -> int | str:
@@ -67,9 +68,9 @@ def _memory_verb(row) -> str:
 
 @attrs.define
 class _SnippetChecker:
-    probe_file: ProbeFile
-    probe: Probe
-    snippet: Snippet
+    probe_file: "ProbeFile"  # noqa: F821 (neutrino.probefile)
+    probe: "Probe"  # noqa: F821
+    snippet: "Snippet"  # noqa: F821
     problems: list[Diagnostic]
 
     def error(self, line: int, message: str, token: str | None = None, hint: str = "", after: str | None = None) -> None:
@@ -315,7 +316,7 @@ def shape_of(form: formats.Format) -> str:
     return ", ".join("d" if slot.kind == "d" else ("{!}" if slot.kind == "n" else "") + next(names) for slot in form.operands)
 
 
-def verify_probe_file(probe_file: ProbeFile) -> list[Diagnostic]:
+def verify_probe_file(probe_file: "ProbeFile") -> list[Diagnostic]:  # noqa: F821
     """Every problem of every snippet of the file, in file order."""
     problems: list[Diagnostic] = []
     for probe in probe_file.probes:
@@ -326,7 +327,7 @@ def verify_probe_file(probe_file: ProbeFile) -> list[Diagnostic]:
 
 
 @attrs.frozen
-class Verifier:
+class PtxVerifier:
     """Re-checks the probe file and the instrumented kernels' invariants.
 
     Runs after SAVE lowering so that what it checks is what will be printed:
@@ -371,7 +372,7 @@ class Verifier:
 ATOMIC_OPCODES = frozenset({"atom", "red"})
 
 
-def check_engine_atomics(name: str, state, probe_file: ProbeFile) -> None:
+def check_engine_atomics(name: str, state, probe_file: "ProbeFile") -> None:
     """Atomics are admitted only where SAVE lowering put them: into a sum/hist map's counters.
 
     A probe snippet cannot contain `atom`/`red` (the snippet rules refuse them,

@@ -47,13 +47,11 @@ ENV_SESSION = "NEUTRINO_SESSION"  # marks the run directories of one `neutrino` 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from neutrino.cli import EXAMPLES
-
     p = console.ArgumentParser(
         prog="neutrino",
         description="Run a program and probe its GPU kernels.",
         usage=PROFILE_USAGE,
-        epilog=EXAMPLES,
+        epilog=console.EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     console.add_probe_arguments(p, required=False)
@@ -107,8 +105,6 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     Without `--`, a program named like one of our commands (`neutrino -p P report
     trace`) is a usage error: the command was meant, in the wrong place.
     """
-    from neutrino.cli import SUBCOMMANDS
-
     argv = list(argv)
     explicit = "--" in argv
     if explicit:
@@ -120,7 +116,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         command = list(ns.command)
     if command and command[0] == "--":
         command, explicit = command[1:], True
-    if command and not explicit and command[0] in SUBCOMMANDS:
+    if command and not explicit and command[0] in console.SUBCOMMANDS:
         raise UsageError(f"'{command[0]}' is a neutrino command: commands come first "
                          f"(neutrino {' '.join(command)}), and take no -p\n"
                          f"    hint: to run a program named {command[0]}: neutrino ... -- {' '.join(command)}")

@@ -5,7 +5,7 @@ launches of functions we asked for. A launch is probed synchronously, one
 stage after the other, each in its own function:
 
     build      the module's code object (bundle entry for the device) → assembly
-               (codeobj.disassemble) → instrument_gcn → code object, loaded with
+               (codeobj.disassemble) → engine.instrument → code object, loaded with
                the real hipModuleLoadData; once per function
     buffers    one device buffer per map, sized by neutrino.trace.map_buffer_bytes
                (wave64 units), zero-filled
@@ -31,9 +31,10 @@ from pathlib import Path
 import attrs
 
 from neutrino import trace as tracefmt
-from neutrino.engine_gcn import instrument_gcn
+from neutrino.engine import instrument
 from neutrino.errors import NeutrinoError
 from neutrino.isa.gcn import metadata, parse_module
+from neutrino.isa.gcn.target import GCN
 from neutrino.probefile import ProbeFile
 from neutrino.runtime.build import ShimBuildError, compiler
 from neutrino.runtime.codecache import default_cache_dir
@@ -206,7 +207,7 @@ class HipHook:
         elf = codeobj.code_object_for(self.modules[module], self.target)
         target = codeobj.elf_target(elf)
         asm = codeobj.disassemble(elf)
-        result = instrument_gcn(asm, self.probes, kernel=kernel, source=f"<code object {kernel}>")
+        result = instrument(asm, self.probes, kernel=kernel, source=f"<code object {kernel}>", isa=GCN)
         info = result.kernels[kernel]
         image = codeobj.assemble(result.ptx, target)
         handle, fn = C.c_void_p(), C.c_void_p()

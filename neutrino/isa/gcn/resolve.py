@@ -9,16 +9,14 @@ the reason, never guessed. SAVE stays abstract (`SaveOp`) for SAVE lowering.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import attrs
 
 from neutrino.isa.gcn import ir
 from neutrino.isa.gcn.semantics import Access, registers, semantics
 from neutrino.isa.gcn.snippets import is_gcn
 from neutrino.isa.ptx import ir as ptx
-from neutrino.passes.gcn.state import GcnKernelState, GcnSite, SaveOp, half, insn
-from neutrino.passes.manager import Context
+from neutrino.isa.gcn.registers import GcnKernelState, SaveOp, half, insn
+from neutrino.passes.state import Context, Site
 
 ORIGIN = "resolve-operands"
 
@@ -29,8 +27,7 @@ class Skip(Exception):
 
 @attrs.frozen
 class GcnOperandResolution:
-    name: ClassVar[str] = "resolve-operands"
-    requires: ClassVar[tuple[str, ...]] = ("virtualize-registers",)
+    """GCN's step of the resolve-operands pass (passes/pipeline.py)."""
 
     def run(self, module: ir.Module, ctx: Context) -> None:
         probes = {p.name: p for p in ctx.probes.probes}
@@ -52,7 +49,7 @@ class GcnOperandResolution:
                     state.maps.append(probe.map)
             state.sites = kept
 
-    def resolve_site(self, state: GcnKernelState, site: GcnSite, probe, statements: list, ctx: Context, target: str | None) -> list:
+    def resolve_site(self, state: GcnKernelState, site: Site, probe, statements: list, ctx: Context, target: str | None) -> list:
         helpers = _Helpers(state, site)
         code: list = []
         pending: SaveOp | None = None
@@ -126,7 +123,7 @@ def _as_gcn(item) -> ir.Operand:
 class _Helpers:
     """Resolves the operands of one site; computes ADDR once, on first use."""
 
-    def __init__(self, state: GcnKernelState, site: GcnSite):
+    def __init__(self, state: GcnKernelState, site: Site):
         self.state, self.site = state, site
         self.prologue: list[ir.Instruction] = []
         self.info = semantics(site.anchor) if site.anchor is not None else None

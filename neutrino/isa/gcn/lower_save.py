@@ -15,22 +15,19 @@ The values go through VGPRs of ours (a store's data is a VGPR).
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import ir
-from neutrino.passes.gcn.state import GcnKernelState, SaveOp, half, insn
-from neutrino.passes.manager import Context
+from neutrino.isa.gcn.registers import GcnKernelState, SaveOp, half, insn
+from neutrino.passes.state import Context
 
 ORIGIN = "save-lowering"
 
 
 @attrs.frozen
 class GcnSaveLowering:
-    name: ClassVar[str] = "lower-save"
-    requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
+    """GCN's step of the lower-save pass (passes/pipeline.py)."""
 
     def run(self, module: ir.Module, ctx: Context) -> None:
         for state in ctx.kernels.values():

@@ -13,14 +13,13 @@ code is spliced in.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, metadata
-from neutrino.passes.gcn.state import GcnKernelState, half, insn
-from neutrino.passes.manager import Context
+from neutrino.isa.gcn.registers import GcnKernelState, half, insn
+from neutrino.passes.build import splice as insert_around
+from neutrino.passes.state import Context
 
 ORIGIN = "buffer-addressing"
 HIDDEN_NEEDED = ("hidden_block_count_x", "hidden_group_size_x")
@@ -29,8 +28,7 @@ UNIFIED_VGPRS = 512  # gfx90a/gfx94x: arch VGPRs and AGPRs share one file of 512
 
 @attrs.frozen
 class GcnBufferAddressing:
-    name: ClassVar[str] = "buffer-addressing"
-    requires: ClassVar[tuple[str, ...]] = ("lower-save",)
+    """GCN's step of the buffer-addressing pass (passes/pipeline.py)."""
 
     def run(self, module: ir.Module, ctx: Context) -> None:
         meta = module.metadata()
@@ -210,29 +208,28 @@ def _meta_value(meta: ir.Metadata, kernel: str, key: str) -> int | None:
 
 
 def splice(module: ir.Module, ctx: Context) -> None:
-    """All sites' code and each kernel's entry code into the module, in one pass over it."""
+    """All sites' code and each kernel's entry and exit code into the module, in one pass over it."""
+    insert_around(module.items, edits(ctx))
+    for state in ctx.kernels.values():
+        state.spliced = True
+
+
+def edits(ctx: Context, shown=lambda code: code) -> dict:
+    """id(statement) → (code before it, None, code after it), for passes/build.splice; `shown` maps each piece of code."""
     before: dict[int, list] = {}
     after: dict[int, list] = {}
     for state in ctx.kernels.values():
-        if state.entry_code and state.originals:
-            before.setdefault(id(state.originals[0]), []).extend(state.entry_code)
-        entry = [c for s in state.sites if s.kind == "entry" for c in s.code]
-        if entry and state.originals:
-            before.setdefault(id(state.originals[0]), []).extend(entry)
+        first = id(state.originals[0]) if state.originals else None
+        if first is not None:
+            before.setdefault(first, []).extend(shown(state.entry_code))
+            before[first].extend(c for s in state.sites if s.kind == "entry" for c in shown(s.code))
         for site in state.sites:
             if site.kind == "entry":
                 continue
             # code after the kernel's end runs before it: nothing runs after s_endpgm
             target = before if site.where == "before" or site.kind == "exit" else after
-            target.setdefault(id(site.anchor), []).extend(site.code)
+            target.setdefault(id(site.anchor), []).extend(shown(site.code))
         for anchor in state.exits if state.exit_code else ():
-            before.setdefault(id(anchor), []).extend(state.exit_code)
-    if not before and not after:
-        return
-    out: list[ir.Statement] = []
-    for item in module.items:
-        key = id(item)
-        out.extend(before.get(key, ()))
-        out.append(item)
-        out.extend(after.get(key, ()))
-    module.items[:] = out
+            before.setdefault(id(anchor), []).extend(shown(state.exit_code))
+    keys = before.keys() | after.keys()
+    return {key: (before.get(key, ()), None, after.get(key, ())) for key in keys}
