@@ -224,7 +224,7 @@ class Runtime:
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
         stream = req.our_stream
-        caps = self._count(pk, req, stream, ctx) if pk.count_func else None
+        caps = self._caps(pk, req, stream, ctx) if pk.count_func else None
         shape = pk.shape(req.grid, req.block, caps)
         layouts, frame_bytes = shape.layouts, shape.frame_bytes
         self.writer.reclaim()
@@ -341,6 +341,20 @@ class Runtime:
             except PoolFull:
                 if time.monotonic() >= deadline:
                     raise
+
+    def _caps(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
+        """The caps of the count-sized maps: counted at this kernel's first launch with this grid and
+        block, then reused for --recount-every launches of them before counting again. A reused
+        launch has no counting launch and no synchronisation; where it needs more records than the
+        cap, the kernel drops the rest and its counts section says how many (the map's `dropped`)."""
+        key = (tuple(req.grid), tuple(req.block))
+        seen = pk.counted.get(key)
+        if seen is not None and seen[1] < self.opt.recount_every:
+            pk.counted[key] = (seen[0], seen[1] + 1)
+            return seen[0]
+        caps = self._count(pk, req, stream, ctx)
+        pk.counted[key] = (caps, 1)
+        return caps
 
     def _count(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
         layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})

@@ -28,6 +28,7 @@ from neutrino.errors import NeutrinoError
 from neutrino.runtime.options import (
     DEFAULT_BUFFER_BUDGET,
     DEFAULT_TRACE_BUDGET,
+    DEFAULT_RECOUNT_EVERY,
     DEFAULT_TIME_EVERY,
     ENV_OPTIONS,
     WHEN_FULL,
@@ -84,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-every", type=int, default=DEFAULT_TIME_EVERY, metavar="N",
                    help="measure a probed kernel's own time (two CUDA events) on its first launch and then every "
                         f"N-th (default {DEFAULT_TIME_EVERY}; 1: every launch). The other launches record one event")
+    p.add_argument("--recount-every", type=_positive, default=DEFAULT_RECOUNT_EVERY, metavar="N",
+                   help='cap = "count" maps: run the counting kernel for a kernel, grid and block once per N of its '
+                        f'launches and reuse its caps in between (default {DEFAULT_RECOUNT_EVERY}; 1: count every '
+                        "launch). A launch needing more records than the cap drops them, counted")
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="probe kernels launched into streams being captured into CUDA graphs, on every replay "
                         "(the default; --no-graphs: such launches run unprobed and are logged)")
@@ -153,9 +158,21 @@ def make_options(ns: argparse.Namespace) -> RuntimeOptions:
         trace_budget=parse_size(ns.trace_budget, "--trace-budget") if ns.trace_budget else DEFAULT_TRACE_BUDGET,
         when_full=ns.when_full,
         time_every=ns.time_every,
+        recount_every=ns.recount_every,
         graphs=ns.graphs,
         timeline=ns.timeline,
     )
+
+
+def _positive(text: str) -> int:
+    """An integer of at least 1 (argparse type: a bad value exits 2 with this message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
+    return value
 
 
 def _abs_callback(spec: str | None) -> str | None:

@@ -99,6 +99,7 @@ class ProbedKernel:
     baseline_globals: list = attrs.Factory(list)
     attrs_seen: dict = attrs.Factory(dict)
     attrs_checked: bool = False  # the original's attributes were copied at least once
+    counted: dict = attrs.Factory(dict)  # (grid, block) -> (caps of its last counting launch, launches sized by them)
     _layouts: dict = attrs.Factory(dict)
     _param_plan: tuple | None = None
 
