@@ -25,19 +25,21 @@
 
 typedef struct {
     _Atomic(void *) func;
-    void *ctx;
+    _Atomic(void *) ctx;  /* NULL: forgotten (neutrino_args_forget); the slot keeps its key for the chain */
+    uint32_t gen;         /* numbers the plans: a handle planned again for another kernel gets new sets */
     uint32_t n_params, total;
     uint16_t sizes[MAX_PARAMS];
     char *kernel_json;  /* the kernel's name as a JSON string, quotes included */
 } args_plan;
 
-typedef struct { uint64_t hash; void *func; uint32_t len; int32_t id; unsigned char *bytes; } argset_slot;
+typedef struct { uint64_t hash; void *func; uint32_t gen, len; int32_t id; unsigned char *bytes; } argset_slot;
 
 typedef int (*argset_resolver)(void *func, void *ctx, int64_t argset, const unsigned char *bytes, uint32_t len);
 
 static args_plan plans[ARG_PLANS];
 static argset_slot *argsets;
 static uint32_t argset_count;
+static uint32_t plan_gen;  /* under args_lock */
 static _Atomic uint64_t argsets_overflow;
 static pthread_mutex_t args_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(argset_resolver) resolver;
@@ -52,7 +54,7 @@ static args_plan *find_plan(void *f, void *ctx) {
     for (unsigned n = 0; n < ARG_PLANS; n++, i = (i + 1) & (ARG_PLANS - 1)) {
         void *k = atomic_load_explicit(&plans[i].func, memory_order_acquire);
         if (!k) return NULL;
-        if (k == f && plans[i].ctx == ctx) return &plans[i];
+        if (k == f && atomic_load_explicit(&plans[i].ctx, memory_order_acquire) == ctx) return &plans[i];
     }
     return NULL;
 }
@@ -68,15 +70,19 @@ int neutrino_args_plan(void *func, void *ctx, uint32_t n, const uint16_t *sizes,
     if (!func || n > MAX_PARAMS || !kernel_json) return -1;
     int rc = -1;
     pthread_mutex_lock(&args_lock);
-    if (find_plan(func, ctx)) rc = 0;  /* sizes never change for a handle */
+    if (find_plan(func, ctx)) rc = 0;  /* sizes never change for a handle, until it is forgotten */
     for (unsigned i = plan_index(func), k = 0; rc != 0 && k < ARG_PLANS; i = (i + 1) & (ARG_PLANS - 1), k++) {
-        if (atomic_load(&plans[i].func)) continue;
+        void *key = atomic_load(&plans[i].func);
+        int forgotten = key == func && !atomic_load(&plans[i].ctx);  /* this handle's old kernel: reused */
+        if (key && !forgotten) continue;
         args_plan *p = &plans[i];
-        p->ctx = ctx;
+        p->gen = ++plan_gen;
         p->n_params = n;
         p->total = 0;
         for (uint32_t j = 0; j < n; j++) { p->sizes[j] = sizes[j]; p->total += sizes[j]; }
+        free(p->kernel_json);  /* the old kernel's name: its module is gone, no launch reads it */
         p->kernel_json = strdup(kernel_json);
+        atomic_store_explicit(&p->ctx, ctx, memory_order_release);
         atomic_store_explicit(&p->func, func, memory_order_release);
         rc = 0;
     }
@@ -84,11 +90,24 @@ int neutrino_args_plan(void *func, void *ctx, uint32_t n, const uint16_t *sizes,
     return rc;
 }
 
+/* Kernel handle `func` no longer stands for the kernel its plans were made for (its module was
+ * unloaded, or the driver returned it for another kernel): its launches are not recorded until it
+ * is planned again, with the new kernel's sizes and name. */
+void neutrino_args_forget(void *func) {
+    pthread_mutex_lock(&args_lock);
+    for (unsigned i = plan_index(func), k = 0; k < ARG_PLANS; i = (i + 1) & (ARG_PLANS - 1), k++) {
+        void *key = atomic_load(&plans[i].func);
+        if (!key) break;  /* the end of func's probe chain */
+        if (key == func) atomic_store(&plans[i].ctx, NULL);
+    }
+    pthread_mutex_unlock(&args_lock);
+}
+
 /* Python's resolver writes its argset line (newline included) through here. */
 int neutrino_args_line(const char *line, size_t n) { return nt_sink_append(NT_SINK_ARGS, line, n); }
 
 static uint64_t hash_params(void *f, const args_plan *p, void **params) {
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)(uintptr_t)f;
+    uint64_t h = (1469598103934665603ull ^ (uint64_t)(uintptr_t)f) * 1099511628211ull ^ p->gen;
     for (uint32_t j = 0; j < p->n_params; j++) {
         const unsigned char *b = params[j];
         for (uint32_t k = 0; k < p->sizes[j]; k++) h = (h ^ b[k]) * 1099511628211ull;
@@ -116,7 +135,8 @@ static int32_t find_or_add(void *f, const args_plan *p, void **params, int *fres
     int32_t id = -1;
     *fresh = 0;
     const argset_slot *mine = seen[h & (THREAD_CACHE - 1)];
-    if (mine && mine->hash == h && mine->func == f && mine->len == p->total && same_params(mine, p, params))
+    if (mine && mine->hash == h && mine->func == f && mine->gen == p->gen && mine->len == p->total &&
+        same_params(mine, p, params))
         return mine->id;
     pthread_mutex_lock(&args_lock);
     if (!argsets) argsets = calloc(ARGSET_SLOTS, sizeof *argsets);
@@ -124,7 +144,7 @@ static int32_t find_or_add(void *f, const args_plan *p, void **params, int *fres
          i = (i + 1) & (ARGSET_SLOTS - 1), n++) {
         argset_slot *s = &argsets[i];
         if (s->bytes) {
-            if (s->hash == h && s->func == f && s->len == p->total && same_params(s, p, params)) {
+            if (s->hash == h && s->func == f && s->gen == p->gen && s->len == p->total && same_params(s, p, params)) {
                 id = s->id;
                 seen[h & (THREAD_CACHE - 1)] = s;
                 break;
@@ -134,7 +154,7 @@ static int32_t find_or_add(void *f, const args_plan *p, void **params, int *fres
         if (argset_count >= MAX_ARGSETS || !(s->bytes = malloc(p->total ? p->total : 1))) break;
         unsigned char *at = s->bytes;
         for (uint32_t j = 0; j < p->n_params; j++) { memcpy(at, params[j], p->sizes[j]); at += p->sizes[j]; }
-        s->hash = h; s->func = f; s->len = p->total; s->id = id = (int32_t)argset_count++;
+        s->hash = h; s->func = f; s->gen = p->gen; s->len = p->total; s->id = id = (int32_t)argset_count++;
         *fresh = 1;
         *copy = s->bytes;  /* never freed or moved: safe to read after the lock */
         seen[h & (THREAD_CACHE - 1)] = s;

@@ -254,6 +254,31 @@ void neutrino_fast_reset(void) {
     pthread_mutex_unlock(&pool_lock);
 }
 
+/* Function handle f no longer stands for the kernel its plans were made for (its module was
+ * unloaded, or the driver returned it for another kernel): stop using them in every context. Their
+ * counters are added to *out and zeroed, so that a plan made later for the handle's new kernel
+ * counts only its own launches. Returns how many plans it had. A slot keeps its key: probe chains
+ * stay intact and the next plan for f reuses it (neutrino_fast_plan). */
+int neutrino_fast_forget(void *f, nt_plan_stats *out) {
+    int n = 0;
+    pthread_mutex_lock(&pool_lock);
+    /* every plan of f (one per context) lies on f's probe chain, before its first empty slot */
+    for (unsigned i = plan_slot(f), k = 0; k < FAST_PLANS; i = (i + 1) & (FAST_PLANS - 1), k++) {
+        void *key = atomic_load(&plans[i].orig_func);
+        if (!key) break;
+        if (key != f) continue;
+        atomic_store(&plans[i].live, 0);
+        out->launches += plans[i].stats.launches;
+        out->dropped_buffer += plans[i].stats.dropped_buffer;
+        out->dropped_trace += plans[i].stats.dropped_trace;
+        out->handed_back += plans[i].stats.handed_back;
+        memset(&plans[i].stats, 0, sizeof plans[i].stats);
+        n++;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return n;
+}
+
 /* Per-plan counters, for the exit summary: 1 if entry i holds a plan. */
 int neutrino_fast_stats(unsigned i, void **orig_func, uint32_t *kernel_id, nt_plan_stats *out) {
     if (i >= FAST_PLANS || !atomic_load(&plans[i].orig_func)) return 0;

@@ -11,7 +11,10 @@
  *
  * Module loads and function lookups are forwarded to the driver first, then
  * reported to Python callbacks (registered through ctypes with
- * neutrino_register_callbacks). Launches of functions that Python marked as
+ * neutrino_register_callbacks). Module and library unloads are reported
+ * before the driver's (neutrino_register_unload_callback): the driver reuses
+ * the handles of an unloaded module for the next ones, so Python forgets
+ * every handle of the module first (neutrino_forget_function). Launches of functions that Python marked as
  * probed go to the Python launch callback; any other launch costs one
  * lock-free hash lookup and goes straight to the driver.
  *
@@ -50,6 +53,7 @@ enum {
     H_MODULE_LOAD, H_MODULE_LOAD_DATA, H_MODULE_LOAD_DATA_EX, H_MODULE_LOAD_FATBIN,
     H_LIBRARY_LOAD_DATA, H_LIBRARY_LOAD_FILE, H_LINK_ADD_DATA, H_LINK_COMPLETE,
     H_MODULE_GET_FUNCTION, H_LIBRARY_GET_KERNEL, H_KERNEL_GET_FUNCTION, H_LIBRARY_GET_MODULE,
+    H_MODULE_UNLOAD, H_LIBRARY_UNLOAD,
     H_LAUNCH, H_LAUNCH_PTSZ, H_LAUNCH_EX, H_LAUNCH_EX_PTSZ, H_LAUNCH_COOP, H_LAUNCH_COOP_PTSZ,
     H_CTX_DESTROY, H_PRIMARY_RELEASE, H_PRIMARY_RESET,
     H_COUNT
@@ -61,6 +65,7 @@ static const char *const hook_names[H_COUNT] = {
     "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
     "cuLibraryLoadData", "cuLibraryLoadFromFile", "cuLinkAddData_v2", "cuLinkComplete",
     "cuModuleGetFunction", "cuLibraryGetKernel", "cuKernelGetFunction", "cuLibraryGetModule",
+    "cuModuleUnload", "cuLibraryUnload",
     "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
     "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
     "cuCtxDestroy_v2", "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxReset_v2",
@@ -161,6 +166,16 @@ int neutrino_probe_add(void *handle) {
 void neutrino_probe_remove(void *handle) {
     entry_t *e = find((uintptr_t)handle);
     if (e) atomic_store(&e->live, 0);
+}
+
+/* The handle no longer stands for the kernel it was probed as (its module was unloaded, or the
+ * driver returned it for another kernel): its launches go straight to the driver, and its launch
+ * count restarts, for the kernel the handle is looked up as next (--launches counts per kernel). */
+void neutrino_forget_function(void *handle) {
+    entry_t *e = find((uintptr_t)handle);
+    if (!e) return;
+    atomic_store(&e->live, 0);
+    atomic_store(&e->launches, 0);
 }
 
 int neutrino_probe_contains(void *handle) {
@@ -404,6 +419,37 @@ CUresult cuLibraryGetModule(void **m, void *lib) {
     return rc;
 }
 
+/* ------------------------------------------------------------------ unloads */
+
+typedef void (*cb_unload_t)(int kind, void *handle);
+static cb_unload_t _Atomic cb_unload;
+
+void neutrino_register_unload_callback(cb_unload_t cb) { atomic_store(&cb_unload, cb); }
+
+enum { U_MODULE, U_LIBRARY };
+
+/* Before the driver unloads: Python forgets the module's handles (the next load may get them) and
+ * lets go of the probed code it built for its kernels. */
+static void report_unload(int kind, void *handle) {
+    cb_unload_t cb = atomic_load(&cb_unload);
+    if (!cb || in_callback || !handle) return;
+    in_callback = 1;
+    cb(kind, handle);
+    in_callback = 0;
+}
+
+CUresult cuModuleUnload(void *module) {
+    report_unload(U_MODULE, module);
+    CUresult (*fn)(void *) = REAL(H_MODULE_UNLOAD, CUresult(*)(void *));
+    return fn ? fn(module) : CU_NOT_FOUND;
+}
+
+CUresult cuLibraryUnload(void *lib) {
+    report_unload(U_LIBRARY, lib);
+    CUresult (*fn)(void *) = REAL(H_LIBRARY_UNLOAD, CUresult(*)(void *));
+    return fn ? fn(lib) : CU_NOT_FOUND;
+}
+
 /* ------------------------------------------------------------------ launches */
 
 enum { L_KERNEL, L_KERNEL_PTSZ, L_EX, L_EX_PTSZ, L_COOP, L_COOP_PTSZ };
@@ -626,6 +672,7 @@ static void init_hook_table(void) {
         (void *)cuModuleLoad, (void *)cuModuleLoadData, (void *)cuModuleLoadDataEx, (void *)cuModuleLoadFatBinary,
         (void *)cuLibraryLoadData, (void *)cuLibraryLoadFromFile, (void *)cuLinkAddData_v2, (void *)cuLinkComplete,
         (void *)cuModuleGetFunction, (void *)cuLibraryGetKernel, (void *)cuKernelGetFunction, (void *)cuLibraryGetModule,
+        (void *)cuModuleUnload, (void *)cuLibraryUnload,
         (void *)cuLaunchKernel, (void *)cuLaunchKernel_ptsz, (void *)cuLaunchKernelEx, (void *)cuLaunchKernelEx_ptsz,
         (void *)cuLaunchCooperativeKernel, (void *)cuLaunchCooperativeKernel_ptsz,
         (void *)cuCtxDestroy_v2, (void *)cuDevicePrimaryCtxRelease_v2, (void *)cuDevicePrimaryCtxReset_v2,

@@ -73,6 +73,8 @@ class FakeDriver:
         self.links = 0
         self.syncs = 0
         self.host_allocs = 0
+        self.unloaded: list[int] = []  # modules of ours unloaded (module_unload)
+        self.stale_launches = 0  # launches of a function whose module was unloaded: refused
 
     def _check(self, what):
         with self._lock:
@@ -116,6 +118,13 @@ class FakeDriver:
         h = self._made(self._new())
         self.modules[h] = image
         return h
+
+    def module_unload(self, module):
+        self._check("module_unload")
+        if module not in self.modules:
+            raise DriverError("module_unload", 400, "CUDA_ERROR_INVALID_HANDLE")
+        del self.modules[module]
+        self.unloaded.append(module)
 
     def link_ptx(self, ptx):
         self._check("link_ptx")
@@ -324,6 +333,10 @@ class FakeDriver:
         return 0
 
     def _run_kernel(self, func, req, params, kind=0):
+        module, _ = self.functions.get(func, (None, None))
+        if module is not None and module not in self.modules:
+            self.stale_launches += 1  # the real driver would fault or run another kernel's code
+            return
         with self._lock:
             self.launches.append((kind, func, req.grid, req.block, params))
             self.launch_ctx.append(self.ctx_get_current())
@@ -407,6 +420,7 @@ class FakeShim:
     def __init__(self):
         self.probed: set[int] = set()
         self.removed: list[int] = []
+        self.forgotten: list[int] = []
 
     def probe_add(self, h):
         self.probed.add(h)
@@ -414,3 +428,7 @@ class FakeShim:
     def probe_remove(self, h):
         self.probed.discard(h)
         self.removed.append(h)
+
+    def forget(self, h):
+        self.probed.discard(h)
+        self.forgotten.append(h)

@@ -33,7 +33,8 @@ EXPORTS = {
     "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel",
     "cuLaunchCooperativeKernel_ptsz", "neutrino_register_callbacks", "neutrino_real_sym", "neutrino_probe_add",
     "neutrino_probe_remove", "neutrino_set_launch_filter", "cuCtxDestroy_v2", "cuDevicePrimaryCtxRelease_v2",
-    "cuDevicePrimaryCtxReset_v2",
+    "cuDevicePrimaryCtxReset_v2", "cuModuleUnload", "cuLibraryUnload", "neutrino_forget_function",
+    "neutrino_register_unload_callback",
 }
 
 BLOCK_SCHED = '''
@@ -68,12 +69,12 @@ def test_shim_exports(shim):
     out = subprocess.run(["nm", "-D", "--defined-only", str(shim)], capture_output=True, text=True, check=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if " T " in line}
     assert EXPORTS <= names
-    # no generated forwarder per driver symbol: only what we hook (23, and 21 graph and capture calls: graphs.c)
+    # no generated forwarder per driver symbol: only what we hook (25, and 21 graph and capture calls: graphs.c)
     graph_calls = {n for n in names if n.startswith(("cuGraph", "cuStreamBeginCapture", "cuStreamEndCapture"))}
     cupti = {n for n in names if n.startswith("cupti")}  # cupti.c: the program's profiler reaches CUPTI through us
     assert cupti == {"cuptiActivityRegisterCallbacks", "cuptiActivityEnable", "cuptiActivityDisable",
                      "cuptiActivityFlushAll", "cuptiFinalize"}
-    assert len([n for n in names if n.startswith("cu") and n not in graph_calls | cupti]) == 23
+    assert len([n for n in names if n.startswith("cu") and n not in graph_calls | cupti]) == 25
     assert len(graph_calls) == 21
 
 

@@ -71,6 +71,7 @@ def _wire(options_json: str, shim_path: str, embedded: bool, phases):
     shim.set_launch_filter(*_launch_filter(options_json))
     shim.register(hooks.make_callbacks(rt, shim, on_exit=rt.finish if embedded else None))
     shim.register_graph(hooks.make_graph_callback(rt))
+    shim.register_unload(hooks.make_unload_callback(rt))
     _tap_compilers(rt, shim, embedded)
     if not embedded:
         atexit.register(_at_exit, rt, shim)
@@ -127,6 +128,10 @@ class DeferredRuntime:
     def on_teardown(self) -> None:
         if self._runtime is not None:
             self._runtime.on_teardown()
+
+    def on_unload(self, kind: str, handle: int) -> None:  # no runtime yet: no module of ours to forget
+        if self._runtime is not None:
+            self._runtime.on_unload(kind, handle)
 
 
 def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, compiled, phases):

@@ -77,10 +77,14 @@ class ContextTables:
         self._record.restype = C.c_int64
         self._line = lib.neutrino_args_line
         self._line.argtypes = [C.c_char_p, C.c_size_t]
+        self._forget = getattr(lib, "neutrino_args_forget", None)  # None: a shim built before it existed
+        if self._forget is not None:
+            self._forget.argtypes = [C.c_void_p]
         self.args_on = os.environ.get(ENV_ARGS, "1") != "0"
         self.tensors = TensorResolver()
         self._lock = threading.Lock()
         self._plans: dict[tuple[int, int], tuple[str, list[int]] | None] = {}
+        self._contexts_of: dict[int, set[int]] = {}  # function handle -> contexts it has a plan in
         self._resolved = 0
         self._failures = 0
         self._opened = False
@@ -113,9 +117,19 @@ class ContextTables:
                 plan = (rec.name, sizes)
         with self._lock:
             self._plans[key] = plan
+            self._contexts_of.setdefault(key[0], set()).add(key[1])
         if plan is None:
             self.trace.event("launch_args", kernel=rec.name, reason="the kernel's parameters could not be read "
                              "from its PTX (or more than 256): its launches have no argument trace")
+
+    def forget(self, func: int) -> None:
+        """The handle no longer stands for the kernel it was planned for (core.py, module unloads):
+        its next probed launch plans it again, with the new kernel's parameters and name."""
+        with self._lock:
+            for ctx in self._contexts_of.pop(func, ()):
+                self._plans.pop((func, ctx), None)
+        if self._forget is not None:
+            self._forget(func)
 
     def _resolve(self, func, ctx, argset: int, data, length: int) -> int:
         """shim/argtrace.c: a new argument set. Writes its line; 0, or 1 to let the shim write it raw."""

@@ -53,7 +53,7 @@ from neutrino.runtime.options import RuntimeOptions
 from neutrino.runtime.phases import PhaseClock
 from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
 from neutrino.runtime.probed import Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals  # noqa: F401
-from neutrino.runtime.registry import FuncRec, ModuleRec, Registry, SimplePtx
+from neutrino.runtime.registry import Forgotten, FuncRec, ModuleRec, Registry, SimplePtx
 from neutrino.runtime.tracedir import TraceDir
 
 NOT_HANDLED = -1  # tells the shim to run the original launch itself
@@ -132,6 +132,8 @@ class Runtime:
         self._closed = False
         self.timeline = None  # neutrino.runtime.cupti.Timeline, set by bootstrap when CUPTI runs
         self.timeline_summary: dict | None = None
+        self._retired: list[tuple[int, ProbedKernel]] = []  # (writer mark, probed code of an unloaded module)
+        self._fast_forgotten: list[tuple[str, object]] = []  # (kernel, C-path counters of a forgotten handle)
 
     def _graph_probes(self, native_writer: str | None) -> GraphProbes:
         """Kernels captured into CUDA graphs (graphs.py): their nodes' buffers are held against a
@@ -158,7 +160,10 @@ class Runtime:
             self._add_module(kind, handle, image, path, image_addr)
 
     def _add_module(self, kind: str, handle: int, image: bytes | None, path: str | None, image_addr: int) -> None:
-        rec, reason, compiled = self.registry.add_module(kind, handle, image, path, image_addr)
+        self._unload_retired()  # before forgetting more: what is retired now waits for the next call
+        rec, reason, compiled, replaced = self.registry.add_module(kind, handle, image, path, image_addr)
+        if replaced is not None:  # the handle's old module was unloaded where we did not see it
+            self._forget(replaced, "handle_reused")
         if rec.ptx is None:
             origin = module_origin(image, path, xla_compiles_seen=self.compiled.sees_xla_compiles())
             if compiled is None and origin is XLA and not self.compiled.links_seen:
@@ -183,10 +188,73 @@ class Runtime:
 
     def on_function(self, kind: str, owner: int, name: str | None, out: int) -> bool:
         seen = len(self.registry.collectives)
-        probed = self.registry.add_function(kind, owner, name, out)
+        probed, forgotten = self.registry.add_function(kind, owner, name, out)
+        if forgotten is not None:  # `out` stood for another kernel: nothing of it may stay keyed by `out`
+            self._forget(forgotten, "handle_reused")
         if not seen and self.registry.collectives:  # once per process; the exit event counts them all
             self.trace.event("collective", kernel=name, reason="collective kernels run untouched unless -k names them")
         return probed
+
+    # ------------------------------------------------------------ unloads
+    def on_unload(self, kind: str, handle: int) -> None:
+        """cuModuleUnload / cuLibraryUnload of `handle`, before the driver's: the driver gives the
+        module's handles to the modules and kernels loaded next (XLA's autotuner loads, runs and
+        unloads one candidate after another), so nothing of ours may stay keyed by them."""
+        self._unload_retired()  # before forgetting more: what is retired now waits for the next call
+        gone = self.registry.unload_module(handle)
+        if gone is not None:
+            self._forget(gone, kind)
+
+    def _forget(self, gone: Forgotten, call: str) -> None:
+        """Drop what the shim, the C launch path and the argument tables key by the forgotten
+        handles; retire the probed code built for the module's kernels. One `unload` event when
+        the module had probed kernels (spec/runtime.md, "Module unloads")."""
+        for handle, rec in gone.handles:
+            self.shim.forget(handle)
+            if self.fast is not None:
+                counts = self.fast.forget(handle)
+                if counts.launches or counts.dropped_buffer or counts.dropped_trace:
+                    with self._lock:
+                        self._fast_forgotten.append((rec.name, counts))
+            if self.context is not None:
+                self.context.forget(handle)
+        built = [pk for rec in gone.kernels for pk in self.kernels.forget(rec)]
+        retire, kept = [], []
+        for pk in built:
+            (kept if self.graphs.uses(pk.func) else retire).append(pk)  # a captured graph may still launch it
+        mark = self.writer.mark()  # every launch of the retired code was submitted before this
+        with self._lock:
+            self._retired.extend((mark, pk) for pk in retire)
+        if gone.handles or built:
+            names = sorted({rec.name for _, rec in gone.handles} | {pk.name for pk in built})
+            self.trace.event("unload", module=hex(gone.module.handle), call=call, kernels=names,
+                             handles=len(gone.handles), probed_modules=len(retire), kept=len(kept),
+                             **({"reason": "a captured CUDA graph still launches its probed code"} if kept else {}))
+
+    def _unload_retired(self) -> None:
+        """Unload our modules of forgotten kernels once no launch of them can be pending: every
+        launch submitted before they were retired is written (its kernel has finished). Never waits."""
+        if not self._retired:
+            return
+        with self._lock:
+            ready = [pk for mark, pk in self._retired if self.writer.passed(mark)]
+            self._retired = [(mark, pk) for mark, pk in self._retired if not self.writer.passed(mark)]
+        for pk in ready:
+            for module in pk.modules:
+                try:
+                    self._unload_ours(module, pk.ctx)
+                except DriverError as e:
+                    self.trace.event("unload_error", kernel=pk.name, module=hex(module), reason=str(e))
+
+    def _unload_ours(self, module: int, ctx: int) -> None:
+        current = self.drv.ctx_get_current()
+        if ctx and current != ctx:
+            self.drv.ctx_set_current(ctx)
+        try:
+            self.drv.module_unload(module)
+        finally:
+            if ctx and current != ctx and current:
+                self.drv.ctx_set_current(current)
 
     def arch(self) -> tuple[int, int] | None:
         """The current context's device architecture (None without a current context)."""
@@ -319,6 +387,8 @@ class Runtime:
         """Drop what is keyed by context handle: a context created later may reuse a destroyed
         one's handle, on another device (the shim does not say which context goes away)."""
         self.kernels.forget_contexts()
+        with self._lock:
+            self._retired.clear()  # our modules went with their contexts: their handles may be reused
         self.devices.forget()
         self.pool.close()
         self.enqueuer.forget_contexts()
@@ -395,9 +465,11 @@ class Runtime:
         """Launches the C path probed or dropped count in the summary like the others."""
         if self.fast is None:
             return
+        counts = []
         for func, _, st in self.fast.stats():
             rec = self.registry.functions.get(func)
-            name = rec.name if rec is not None else hex(func)
+            counts.append((rec.name if rec is not None else hex(func), st))
+        for name, st in counts + self._fast_forgotten:  # handles forgotten with their modules too
             self.probed_launches += st.launches
             for reason, n in (("buffer-budget", st.dropped_buffer), ("trace-budget", st.dropped_trace)):
                 if n:

@@ -39,12 +39,26 @@ class ResultWriter:
         self.written = 0
         self.write_errors = 0
         self._headers: dict = {}
+        self._submitted = 0
+        self._finished = 0  # launches done with, written or not: in submission order (one thread)
 
     def reclaim(self) -> None:
         """Nothing to do: this writer gives slots back itself."""
 
+    def mark(self) -> int:
+        """A mark for every launch submitted so far (see `passed`)."""
+        with self._lock:
+            return self._submitted
+
+    def passed(self, mark: int) -> bool:
+        """Whether every launch submitted before `mark` was made has finished on the GPU and been
+        handled: none of them can still be running the code it launched."""
+        with self._lock:
+            return self._finished >= mark
+
     def submit(self, flight) -> None:
         with self._lock:
+            self._submitted += 1
             self._pending += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="neutrino-writer", daemon=True)
@@ -73,6 +87,7 @@ class ResultWriter:
         self.pool.release(flight.slots)
         self.enqueuer.recycle(flight.ctx, flight.events)
         with self._lock:
+            self._finished += 1
             self._pending -= 1
             if not self._pending:
                 self._idle.notify_all()
@@ -269,6 +284,15 @@ class NativeWriter:
                 _, flight = inflight.popleft()
                 self.pool.release(flight.slots)
                 self.enqueuer.recycle(flight.ctx, flight.events)
+
+    def mark(self) -> int:
+        """A mark for every job submitted so far, by Python or by the C launch path (see `passed`)."""
+        return self._next_seq() - 1
+
+    def passed(self, mark: int) -> bool:
+        """Whether every job submitted before `mark` was made is written (its end event had passed:
+        its kernel has finished). Never waits."""
+        return not self._started or self._completed.value >= mark
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until every job submitted so far (by Python or by the C launch path) is written."""

@@ -95,6 +95,7 @@ _SIGNATURES = {
     "cuDeviceGetPCIBusId": [C.c_char_p, C.c_int, C.c_int],
     "cuModuleLoadDataEx": [PP, P, U, P, P],
     "cuModuleGetFunction": [PP, P, C.c_char_p],
+    "cuModuleUnload": [P],
     "cuKernelGetFunction": [PP, P],
     "cuModuleGetGlobal_v2": [C.POINTER(C.c_uint64), C.POINTER(SZ), P, C.c_char_p],
     "cuLibraryGetGlobal": [C.POINTER(C.c_uint64), C.POINTER(SZ), P, C.c_char_p],
@@ -231,6 +232,9 @@ class RealDriver:
         m = C.c_void_p()
         self._call("cuModuleLoadDataEx", C.byref(m), C.c_char_p(image), 0, None, None)
         return m.value
+
+    def module_unload(self, module: int) -> None:
+        self._call("cuModuleUnload", module)
 
     def link_ptx(self, ptx: str) -> bytes:
         """JIT PTX to a cubin (kept in the disk cache so later runs skip the JIT)."""

@@ -55,6 +55,9 @@ class FastPath:
         self._stats = held.neutrino_fast_stats
         self._stats.argtypes = [C.c_uint, C.POINTER(C.c_void_p), C.POINTER(C.c_uint32), C.POINTER(NtPlanStats)]
         self._reset = held.neutrino_fast_reset
+        self._forget = getattr(held, "neutrino_fast_forget", None)  # None: a shim built before it existed
+        if self._forget is not None:
+            self._forget.argtypes = [C.c_void_p, C.POINTER(NtPlanStats)]
         self.reserve_trace = held.neutrino_trace_reserve
         self.reserve_trace.argtypes = [C.c_uint64]
         self.give_back_trace = held.neutrino_trace_give_back
@@ -62,16 +65,16 @@ class FastPath:
         enable = held.neutrino_fast_enable
         enable.argtypes = [C.c_uint64, C.c_uint64, C.c_uint64, C.c_int]
         self.enabled = enable(buffer_budget, trace_budget, time_every, int(wait_when_full)) == 0
-        self._registered: dict[tuple[int, int], int] = {}  # (function handle, ctx) -> max shared bytes planned
+        self._registered: dict[int, dict[int, int]] = {}  # function handle -> ctx -> max shared bytes planned
 
     def wants_plan(self, func: int, ctx: int, max_shared: int) -> bool:
-        return self.enabled and self._registered.get((func, ctx)) != max_shared
+        return self.enabled and self._registered.get(func, {}).get(ctx) != max_shared
 
     def register(self, req, ctx: int, pk, shape, kernel_id: int, fd: int, header: bytes, max_shared: int) -> bool:
         """Describe `pk` to the shim; False when the kernel is not one the C path can launch."""
         reason = plan_refusal(req, pk, shape, header)
         if reason is not None:
-            self._registered[(req.func, ctx)] = max_shared  # do not ask again
+            self._registered.setdefault(req.func, {})[ctx] = max_shared  # do not ask again
             return False
         plan = NtPlan(orig_func=req.func, ctx=ctx, probed_func=pk.func, n_params=pk.n_params,
                       n_maps=len(shape.layouts), max_shared=max_shared, fd=fd, kernel_id=kernel_id,
@@ -89,7 +92,7 @@ class FastPath:
         for i, (which, is_buffer) in enumerate(extra):
             plan.extra_map[i], plan.extra_is_buffer[i] = which, int(is_buffer)
         ok = self._plan(C.byref(plan)) == 0
-        self._registered[(req.func, ctx)] = max_shared
+        self._registered.setdefault(req.func, {})[ctx] = max_shared
         return ok
 
     def stats(self) -> list[tuple[int, int, NtPlanStats]]:
@@ -100,6 +103,16 @@ class FastPath:
             if self._stats(i, C.byref(f), C.byref(k), C.byref(st)):
                 out.append((f.value or 0, k.value, st))
         return out
+
+    def forget(self, func: int) -> NtPlanStats:
+        """The handle no longer stands for the kernel its plans were made for (core.py, module
+        unloads): its later launches go through Python, which plans them anew. Returns the
+        counters of the plans forgotten (zeroed in the shim)."""
+        st = NtPlanStats()
+        if self._forget is not None:
+            self._forget(func, C.byref(st))
+        self._registered.pop(func, None)
+        return st
 
     def reset(self) -> None:
         """Forget every plan (a context is going away); later launches go through Python again."""

@@ -495,6 +495,12 @@ class GraphProbes:
                 out += [self._summary_row(node) for node in group.nodes if node.record is not None]
         return out
 
+    def uses(self, probed_func: int) -> bool:
+        """Whether a graph not yet freed may still launch this probed function (its module must
+        stay loaded: runtime/core.py, module unloads)."""
+        with self._lock:
+            return any(node.probed_func == probed_func for g in self._unfreed_groups() for node in g.nodes)
+
     def _unfreed_groups(self) -> list[GraphGroup]:
         """Groups whose nodes still hold their records: the live ones, and the retired ones whose
         freeing was deferred (graph_free_deferred), which no handle map reaches any more."""

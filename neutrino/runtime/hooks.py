@@ -15,6 +15,7 @@ NOT_HANDLED = -1  # the shim's "run the original launch yourself" (core.NOT_HAND
 MODULE_KINDS = ("cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
                 "cuLibraryLoadData", "cuLibraryLoadFromFile")
 FUNCTION_KINDS = ("module_function", "library_kernel", "kernel_function", "library_module")
+UNLOAD_KINDS = ("cuModuleUnload", "cuLibraryUnload")
 
 CB_MODULE = C.CFUNCTYPE(None, C.c_int, C.c_void_p, C.c_void_p, C.c_char_p)
 CB_FUNCTION = C.CFUNCTYPE(C.c_int, C.c_int, C.c_void_p, C.c_char_p, C.c_void_p)
@@ -24,6 +25,7 @@ CB_LINK = C.CFUNCTYPE(None, C.c_int, C.c_void_p, C.c_int, C.c_void_p, C.c_size_t
 CB_EXIT = C.CFUNCTYPE(None)
 CB_TEARDOWN = C.CFUNCTYPE(None)
 CB_GRAPH = C.CFUNCTYPE(C.c_void_p, C.c_int, C.c_void_p, C.c_void_p, C.c_void_p, C.c_int)
+CB_UNLOAD = C.CFUNCTYPE(None, C.c_int, C.c_void_p)
 
 _MAGICS = {b"\x50\xed\x55\xba": "fatbin", b"\xb1\x43\x62\x46": "wrapper", b"\x7fELF": "elf"}
 MAX_IMAGE = 1 << 31
@@ -39,6 +41,9 @@ class Shim:
         self.lib.neutrino_probe_add.argtypes = [C.c_void_p]
         self.lib.neutrino_probe_remove.argtypes = [C.c_void_p]
         self.lib.neutrino_probe_contains.argtypes = [C.c_void_p]
+        self._forget = getattr(self.lib, "neutrino_forget_function", None)  # None: a shim built before it
+        if self._forget is not None:
+            self._forget.argtypes = [C.c_void_p]
         self.lib.neutrino_set_launch_filter.argtypes = [C.c_uint64] * 3
         self.lib.neutrino_register_callbacks.argtypes = [CB_MODULE, CB_FUNCTION, CB_LAUNCH, CB_LINK, CB_EXIT,
                                                          CB_TEARDOWN]
@@ -53,6 +58,14 @@ class Shim:
 
     def probe_remove(self, handle: int) -> None:
         self.lib.neutrino_probe_remove(handle)
+
+    def forget(self, handle: int) -> None:
+        """The handle no longer stands for the kernel it was probed as: its launches go straight to
+        the driver and its launch count restarts (shim/preload.c, neutrino_forget_function)."""
+        if self._forget is not None:
+            self._forget(handle)
+        else:
+            self.probe_remove(handle)
 
     def contains(self, handle: int) -> bool:
         return bool(self.lib.neutrino_probe_contains(handle))
@@ -70,6 +83,16 @@ class Shim:
         self.lib.neutrino_graph_register_callback.argtypes = [CB_GRAPH]
         self.lib.neutrino_graph_register_callback(callback)
 
+    def register_unload(self, callback) -> bool:
+        """Module and library unloads (make_unload_callback); False with a shim built before them."""
+        fn = getattr(self.lib, "neutrino_register_unload_callback", None)
+        if fn is None:
+            return False
+        fn.argtypes = [CB_UNLOAD]
+        self._keep_unload = callback
+        fn(callback)
+        return True
+
     def register_compiler(self, callback) -> bool:
         """shim/compilers.c's callback (nvJitLink taps); False with a shim built before it existed."""
         fn = getattr(self.lib, "neutrino_register_compiler_callback", None)
@@ -82,6 +105,8 @@ class Shim:
     def unregister(self) -> None:
         if getattr(self, "_keep_graph", None) is not None:
             self.lib.neutrino_graph_register_callback(CB_GRAPH(0))
+        if getattr(self, "_keep_unload", None) is not None:
+            self.lib.neutrino_register_unload_callback(CB_UNLOAD(0))
         self.lib.neutrino_register_callbacks(CB_MODULE(0), CB_FUNCTION(0), CB_LAUNCH(0), CB_LINK(0), CB_EXIT(0),
                                              CB_TEARDOWN(0))
         if self._keep_compiler is not None:
@@ -187,6 +212,19 @@ def make_graph_callback(rt):
             return None
 
     return CB_GRAPH(graph_cb)
+
+
+def make_unload_callback(rt):
+    """cuModuleUnload / cuLibraryUnload (shim/preload.c), before the driver's → Runtime.on_unload;
+    never raises into C: the program's unload goes on as it was made."""
+
+    def unload_cb(kind, handle):
+        try:
+            rt.on_unload(UNLOAD_KINDS[kind], handle or 0)
+        except BaseException as e:  # noqa: BLE001
+            _safe_event(rt, "unload_error", module=hex(handle or 0), reason=f"{type(e).__name__}: {e}")
+
+    return CB_UNLOAD(unload_cb)
 
 
 def _safe_event(rt, event_name, **fields):  # not `kind`: the no_ptx event has a `kind` field

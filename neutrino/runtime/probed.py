@@ -100,6 +100,7 @@ class ProbedKernel:
     attrs_seen: dict = attrs.Factory(dict)
     attrs_checked: bool = False  # the original's attributes were copied at least once
     counted: dict = attrs.Factory(dict)  # (grid, block) -> (caps of its last counting launch, launches sized by them)
+    modules: tuple = ()  # the modules of ours it lives in (probed code, baseline): unloaded after the program's
     _layouts: dict = attrs.Factory(dict)
     _param_plan: tuple | None = None
 
@@ -143,7 +144,9 @@ class KernelBuilder:
 
     Keyed by context: a kernel launched on two devices (a CUkernel handle is valid in
     every context) is built, loaded and planned once per context, for that device's
-    architecture (`arch(ctx)`, part of the code cache key)."""
+    architecture (`arch(ctx)`, part of the code cache key). Keyed by the kernel's record
+    itself, not its id(): a record forgotten with its module (registry.py) must never
+    hand its probed code to a later record that got the same id."""
 
     def __init__(self, drv, engine, cache, trace, probes, arch, *, benchmark: bool = False, phases=None):
         self.drv, self.engine, self.cache, self.trace, self.probes = drv, engine, cache, trace, probes
@@ -151,17 +154,31 @@ class KernelBuilder:
         self.arch = arch  # ctx -> (major, minor) of its device
         self.benchmark = benchmark
         self._lock = threading.RLock()
-        self._built: dict[tuple[int, int], ProbedKernel] = {}
-        self._refused: dict[tuple[int, int], str] = {}  # (ctx, kernel) whose PTX this device cannot run
+        self._built: dict[tuple[int, object], ProbedKernel] = {}  # (ctx, FuncRec) -> its probed code
+        self._refused: dict[tuple[int, object], str] = {}  # (ctx, kernel) whose PTX this device cannot run
+        self._contexts: dict[object, set[int]] = {}  # FuncRec -> contexts it was built or refused in
 
     def forget_contexts(self) -> None:
         """Contexts are going away: their modules with them (a new context may reuse a handle)."""
         with self._lock:
             self._built.clear()
             self._refused.clear()
+            self._contexts.clear()
+
+    def forget(self, rec) -> list[ProbedKernel]:
+        """The kernel's module was unloaded: drop its probed code in every context and return it
+        (the caller unloads our modules once no launch of them is pending)."""
+        with self._lock:
+            out = []
+            for ctx in self._contexts.pop(rec, ()):
+                self._refused.pop((ctx, rec), None)
+                pk = self._built.pop((ctx, rec), None)
+                if pk is not None:
+                    out.append(pk)
+            return out
 
     def get(self, rec, ctx: int, original_func: int) -> ProbedKernel:
-        key = (ctx, id(rec))
+        key = (ctx, rec)
         pk = self._built.get(key)
         if pk is None:
             with self._lock:
@@ -171,6 +188,7 @@ class KernelBuilder:
         return pk
 
     def _build_in(self, key, rec, ctx: int) -> ProbedKernel:
+        self._contexts.setdefault(rec, set()).add(ctx)
         if key in self._refused:  # not permanent: the kernel may still be probed on another device
             raise Fallback("arch", self._refused[key], repeat=True)
         try:
@@ -221,9 +239,10 @@ class KernelBuilder:
         seconds = time.perf_counter() - t0
         self.trace.event("instrument", kernel=rec.name, kernel_dir=kdir, cache=where, seconds=round(seconds, 6),
                          sites=info.get("sites"), skipped=len(info.get("skipped", ())))
-        pk = ProbedKernel(rec.name, func, count_func, info, kdir, ctx=ctx, globals=gvars)
+        pk = ProbedKernel(rec.name, func, count_func, info, kdir, ctx=ctx, globals=gvars, modules=(module,))
         if self.benchmark:
-            pk.baseline, pk.baseline_globals = self._baseline(rec, arch)
+            pk.baseline, pk.baseline_globals, baseline_module = self._baseline(rec, arch)
+            pk.modules = (module, baseline_module)
         return pk
 
     def _mirror_globals(self, rec, module: int) -> list[GlobalVar]:
@@ -262,7 +281,7 @@ class KernelBuilder:
         except DriverError as e:
             raise Fallback("jit", f"{link_error}; loading the PTX: {e}", permanent=True) from None
 
-    def _baseline(self, rec, arch: tuple[int, int]) -> tuple[int, list]:
+    def _baseline(self, rec, arch: tuple[int, int]) -> tuple[int, list, int]:
         ptx = rec.module.ptx.text
         key = cache_key(ptx, "", arch, rec.name, variant="pruned")
         entry, where = self.cache.get(key)
@@ -273,7 +292,7 @@ class KernelBuilder:
             entry.cubin = cubin
         if where != "memory":
             self.cache.put(key, entry)
-        return self.drv.module_get_function(module, rec.name), self._mirror_globals(rec, module)
+        return self.drv.module_get_function(module, rec.name), self._mirror_globals(rec, module), module
 
     def copy_attrs(self, original: int, pk: ProbedKernel) -> None:
         """Carry the original's settable attributes (dynamic shared memory limit...) over.

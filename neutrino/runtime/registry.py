@@ -3,6 +3,13 @@
 One job: remember, per driver handle, the module's PTX and the kernel a
 function handle stands for, and say which handles should be probed. Nothing
 here touches the GPU or builds code.
+
+Handles are addresses the driver reuses: once a module is unloaded, the next
+load may get its module handle and the next lookups its function handles, for
+other kernels (XLA's autotuner loads, runs and unloads one candidate after
+another). So a module is forgotten when it is unloaded, when a new module gets
+its handle, and when one of its function handles is returned for another
+kernel: the caller (core.py) then drops everything keyed by those handles.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ class ModuleRec:
     kind: str
     ptx: object | None  # PtxImage (.text, .arch, .source) or None
     path: str | None = None
+    aliases: set = attrs.Factory(set)  # module handles of cuLibraryGetModule that stand for this library
+    kernels: dict = attrs.Factory(dict)  # kernel name -> FuncRec, the kernels looked up in it
 
 
 @attrs.define(eq=False)
@@ -44,6 +53,22 @@ class FuncRec:
     name: str
     module: ModuleRec
     failed: str | None = None  # permanent failure: never probed again
+    handles: set = attrs.Factory(set)  # function and kernel handles mapped to it (Registry.functions)
+
+
+@attrs.frozen
+class Forgotten:
+    """A module the program unloaded (or whose handles the driver gave to others): its kernels and
+    the function/kernel handles that were mapped to them, which launches no longer reach."""
+
+    module: ModuleRec
+    kernels: tuple[FuncRec, ...]
+    handles: tuple[tuple[int, FuncRec], ...]
+
+    @property
+    def probed(self) -> list[str]:
+        """Names of its kernels that had probed handles."""
+        return sorted({rec.name for _, rec in self.handles})
 
 
 class Registry:
@@ -58,16 +83,17 @@ class Registry:
         self._lock = threading.Lock()
         self.modules: dict[int, ModuleRec] = {}
         self.functions: dict[int, FuncRec] = {}
-        self._by_name: dict[tuple[int, str], FuncRec] = {}
+        self._seen: set[str] = set()  # names of kernels looked up in modules with PTX (the exit summary)
         self._linked: dict[int, str] = {}  # cubin address from cuLinkComplete -> PTX text
         self._link_ptx: dict[int, list[str]] = {}  # link state -> PTX added so far
         self.compiled = compiled  # compilers.CompiledIndex: cubin content -> PTX compiled in-process
 
     # -- modules
     def add_module(self, kind: str, handle: int, image: bytes | None, path: str | None,
-                   image_addr: int) -> tuple[ModuleRec, str, str | None]:
-        """Record a loaded module; returns it, why it has no PTX (when it has none), and, for a cubin
-        compiled in this process, why that compilation left no usable PTX (several link inputs)."""
+                   image_addr: int) -> tuple[ModuleRec, str, str | None, Forgotten | None]:
+        """Record a loaded module; returns it, why it has no PTX (when it has none), for a cubin
+        compiled in this process why that compilation left no usable PTX (several link inputs), and
+        the module that had this handle before (its unload was not seen), now forgotten."""
         compiled_reason = None
         try:
             ptx, compiled_reason = self._module_ptx(image, path, image_addr)
@@ -76,9 +102,12 @@ class Registry:
         else:
             reason = "no PTX in the image (SASS only)"
         rec = ModuleRec(handle, kind, ptx, path)
+        rec.aliases.add(handle)
         with self._lock:
+            old = self.modules.get(handle)
+            forgotten = self._forget_module(old) if old is not None else None
             self.modules[handle] = rec
-        return rec, reason, compiled_reason
+        return rec, reason, compiled_reason, forgotten
 
     def _module_ptx(self, image, path, image_addr):
         """(the module's PTX or None, why a cubin compiled in this process has none or None): the
@@ -108,36 +137,89 @@ class Registry:
             self.compiled.record(cubin, "cuLinkAddData", parts)
 
     # -- functions
-    def add_function(self, kind: str, owner: int, name: str | None, out: int) -> bool:
-        """A handle was looked up. Returns True when launches of `out` should come to us."""
+    def add_function(self, kind: str, owner: int, name: str | None, out: int) -> tuple[bool, Forgotten | None]:
+        """A handle was looked up. Returns whether launches of `out` should come to us, and the module
+        forgotten because `out` (or, for cuLibraryGetModule, the module handle) was its until now:
+        the driver reuses a handle only after its module is gone, so a lookup is authoritative."""
         with self._lock:
             if kind == "library_module":  # cuLibraryGetModule: the module shares the library's PTX
                 lib = self.modules.get(owner)
+                old = self.modules.get(out)
+                forgotten = self._forget_module(old) if old is not None and old is not lib else None
                 if lib is not None:
                     self.modules[out] = lib
-                return False
-            if kind == "kernel_function":  # cuKernelGetFunction: same kernel as its CUkernel
-                rec = self.functions.get(owner)
-            else:
-                if name is not None and is_collective(name) and not self._named(name):
-                    self.collectives.add(name)  # with or without PTX in its module
-                    return False
-                mod = self.modules.get(owner)
-                if mod is None or mod.ptx is None or name is None:
-                    return False
-                rec = self._by_name.get((id(mod), name))
-                if rec is None:
-                    rec = self._by_name[(id(mod), name)] = FuncRec(name, mod)
+                    lib.aliases.add(out)
+                return False, forgotten
+            rec = self._kernel_of(kind, owner, name)
+            old = self.functions.get(out)
+            forgotten = None
+            if old is not None and old is not rec:
+                forgotten = self._forget_handle(out, old, rec)
             if rec is None or rec.failed or not self._wants(rec.name):
-                return False
+                return False, forgotten
             self.functions[out] = rec
-            return True
+            rec.handles.add(out)
+            return True, forgotten
+
+    def _kernel_of(self, kind: str, owner: int, name: str | None) -> FuncRec | None:
+        """The kernel record a lookup names (made at its first lookup), or None (no PTX, a collective).
+        Called with the lock held."""
+        if kind == "kernel_function":  # cuKernelGetFunction: same kernel as its CUkernel
+            return self.functions.get(owner)
+        if name is not None and is_collective(name) and not self._named(name):
+            self.collectives.add(name)  # with or without PTX in its module
+            return None
+        mod = self.modules.get(owner)
+        if mod is None or mod.ptx is None or name is None:
+            return None
+        rec = mod.kernels.get(name)
+        if rec is None:
+            rec = mod.kernels[name] = FuncRec(name, mod)
+            self._seen.add(name)
+        return rec
+
+    def _forget_handle(self, handle: int, old: FuncRec, new: FuncRec | None) -> Forgotten:
+        """`handle` now stands for another kernel: its old module is gone (unless the new kernel is
+        in the same module, when only this mapping goes). Called with the lock held."""
+        if new is not None and new.module is old.module:
+            del self.functions[handle]
+            old.handles.discard(handle)
+            return Forgotten(old.module, (), ((handle, old),))
+        return self._forget_module(old.module)
+
+    def unload_module(self, handle: int) -> Forgotten | None:
+        """cuModuleUnload / cuLibraryUnload of `handle`: forget the module, its kernels and their
+        handles. None when the handle is not a module we know, or is a cuLibraryGetModule alias
+        (which the driver refuses to unload)."""
+        with self._lock:
+            mod = self.modules.get(handle)
+            if mod is None or mod.handle != handle:
+                return None
+            return self._forget_module(mod)
+
+    def _forget_module(self, mod: ModuleRec) -> Forgotten:
+        """Drop a module, its aliases, its kernels and every handle mapped to them: linear in what
+        it had. Called with the lock held."""
+        for h in mod.aliases:
+            if self.modules.get(h) is mod:
+                del self.modules[h]
+        mod.aliases.clear()
+        dropped = []
+        for rec in mod.kernels.values():
+            for h in rec.handles:
+                if self.functions.get(h) is rec:
+                    del self.functions[h]
+                    dropped.append((h, rec))
+            rec.handles.clear()
+        kernels = tuple(mod.kernels.values())
+        mod.kernels.clear()
+        return Forgotten(mod, kernels, tuple(dropped))
 
     def kernels_seen(self) -> set[str]:
         """Names of the kernels the program looked up in modules with PTX (probed or not): the exit summary."""
         with self._lock:
-            return {name for _, name in self._by_name}
+            return set(self._seen)
 
     def handles_of(self, rec: FuncRec) -> list[int]:
         with self._lock:
-            return [h for h, r in self.functions.items() if r is rec]
+            return sorted(rec.handles)

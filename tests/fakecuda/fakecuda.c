@@ -8,6 +8,13 @@
  *
  * cuGetProcAddress resolves from a static table (never dlsym, which the shim
  * interposes).
+ *
+ * Like the real driver, it reuses the handles of unloaded modules and their
+ * functions: cuModuleUnload / cuLibraryUnload put them on free lists (first in,
+ * first out), from which the next loads and lookups take theirs. A launch of a
+ * function whose module is gone logs "<unloaded> stale launch" and fails.
+ * fakecuda_unload_quietly(module) unloads as cuModuleUnload does under a name
+ * no profiler hooks (an unload the shim does not see).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -25,8 +32,13 @@ typedef struct {
     unsigned nattrs;
 } Config;
 
-typedef struct { char *image; } Module;
-typedef struct { Module *mod; char name[256]; int attr8; } Function;
+typedef struct Function Function;
+typedef struct Module { char *image; Function *funcs; struct Module *next_free; } Module;
+struct Function { Module *mod; char name[256]; int attr8; Function *next_in_module, *next_free; };
+
+/* free lists of unloaded modules and functions, reused first in, first out */
+static Module *free_modules, **free_modules_tail = &free_modules;
+static Function *free_funcs, **free_funcs_tail = &free_funcs;
 
 CUresult cuInit(unsigned f) { (void)f; return 0; }
 
@@ -75,7 +87,14 @@ CUresult cuDeviceGetAttribute(int *v, int a, int d) {
 CUresult cuDeviceGetPCIBusId(char *bus, int len, int d) { snprintf(bus, len, "0000:%02x:00.0", 0x18 + d); return 0; }
 
 static Module *new_module(const void *image) {
-    Module *m = calloc(1, sizeof *m);
+    Module *m = free_modules;
+    if (m) {
+        free_modules = m->next_free;
+        if (!free_modules) free_modules_tail = &free_modules;
+        memset(m, 0, sizeof *m);
+    } else {
+        m = calloc(1, sizeof *m);
+    }
     const char *s = image;
     m->image = strdup(strncmp(s, "FAKECUBIN", 9) == 0 ? s + 10 : s);
     return m;
@@ -93,13 +112,47 @@ CUresult cuLibraryLoadData(void **lib, const void *code, void *a, void **b, unsi
 }
 CUresult cuModuleGetFunction(void **f, void *mod, const char *name) {
     Module *m = mod;
+    if (!m->image) return 400; /* unloaded */
     if (!strstr(m->image, name)) return 500;
-    Function *fn = calloc(1, sizeof *fn);
+    Function *fn = free_funcs;
+    if (fn) {
+        free_funcs = fn->next_free;
+        if (!free_funcs) free_funcs_tail = &free_funcs;
+        memset(fn, 0, sizeof *fn);
+    } else {
+        fn = calloc(1, sizeof *fn);
+    }
     fn->mod = m;
     snprintf(fn->name, sizeof fn->name, "%s", name);
+    fn->next_in_module = m->funcs;
+    m->funcs = fn;
     *f = fn;
     return 0;
 }
+/* The module and its functions go on the free lists; their names say they are gone. (static: a call
+ * from inside this library must not go through the shim's cuModuleUnload) */
+static CUresult unload_module(void *mod) {
+    Module *m = mod;
+    if (!m || !m->image) return 400; /* CUDA_ERROR_INVALID_HANDLE */
+    for (Function *fn = m->funcs, *nx; fn; fn = nx) {
+        nx = fn->next_in_module;
+        snprintf(fn->name, sizeof fn->name, "<unloaded>");
+        fn->mod = m;
+        fn->next_free = NULL;
+        *free_funcs_tail = fn;
+        free_funcs_tail = &fn->next_free;
+    }
+    free(m->image);
+    m->image = NULL;
+    m->funcs = NULL;
+    m->next_free = NULL;
+    *free_modules_tail = m;
+    free_modules_tail = &m->next_free;
+    return 0;
+}
+CUresult cuModuleUnload(void *mod) { return unload_module(mod); }
+CUresult cuLibraryUnload(void *lib) { return unload_module(lib); }
+CUresult fakecuda_unload_quietly(void *mod) { return unload_module(mod); }
 CUresult cuLibraryGetKernel(void **k, void *lib, const char *name) { return cuModuleGetFunction(k, lib, name); }
 CUresult cuKernelGetFunction(void **f, void *k) { *f = k; return 0; }
 CUresult cuFuncGetAttribute(int *v, int a, void *f) { *v = a == 8 ? ((Function *)f)->attr8 : 0; return 0; }
@@ -402,9 +455,19 @@ static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
     }
 }
 
+static int stale(void *f) {
+    Function *fn = f;
+    if (fn->mod && fn->mod->image) return 0;
+    const char *log = getenv("FAKECUDA_LOG");
+    FILE *fh = log ? fopen(log, "a") : NULL;
+    if (fh) { fprintf(fh, "%s stale launch\n", fn->name); fclose(fh); }
+    return 1;
+}
+
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned sh, void *s, void **p, void **e) {
     (void)sh; (void)e;
+    if (stale(f)) return 400; /* the real driver: an invalid handle, or another kernel's code */
     Node *nd = capture(s, N_KERNEL);
     if (nd) { /* the argument arrays are kept alive by their owners in these tests */
         unsigned d[6] = {gx, gy, gz, bx, by, bz};
@@ -443,7 +506,7 @@ CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long lo
 static const struct { const char *name; void *fn; } table[] = {
     E(cuInit), E(cuModuleLoadData), E(cuModuleLoadDataEx), E(cuModuleGetFunction), E(cuLibraryLoadData),
     E(cuLibraryGetKernel), E(cuKernelGetFunction), E(cuLaunchKernel), E(cuLaunchKernelEx),
-    E(cuLaunchCooperativeKernel), E(cuLinkComplete), E(cuCtxGetCurrent), E(cuGraphInstantiateWithFlags),
+    E(cuLaunchCooperativeKernel), E(cuLinkComplete), E(cuModuleUnload), E(cuLibraryUnload), E(cuCtxGetCurrent), E(cuGraphInstantiateWithFlags),
     E(cuGraphLaunch), E(cuGraphDestroy), E(cuGraphExecDestroy), E(cuLaunchHostFunc),
     {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2}, E(cuStreamEndCapture),
     {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
