@@ -334,7 +334,7 @@ class FakeDriver:
 
     def _run_kernel(self, func, req, params, kind=0):
         module, _ = self.functions.get(func, (None, None))
-        if module is not None and module not in self.modules:
+        if module is not None and module in self.unloaded:
             self.stale_launches += 1  # the real driver would fault or run another kernel's code
             return
         with self._lock:

@@ -8,10 +8,12 @@ shim's probe set, fast-path plans, argument tables, probed code) and probe the n
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 import neutrino.trace as nt
+from neutrino import ranges as nr
 from neutrino.runtime.core import NOT_HANDLED
 
 from fakedriver import FakeDriver  # noqa: F401 - the runtime tests' driver (make_runtime)
@@ -115,6 +117,24 @@ def test_our_module_stays_loaded_while_a_launch_is_pending(tmp_path):
     finish(rt)
 
 
+def test_our_module_stays_loaded_while_a_captured_graph_uses_it(tmp_path):
+    from test_runtime_graphs import Program
+
+    program = Program(tmp_path)
+    graph, rc = program.capture()
+    assert rc == 0
+    exe = program.instantiate(graph)
+    program.rt.on_unload("cuModuleUnload", 0x100)
+    program.rt.drain()
+    program.rt.on_module("cuModuleLoadData", 0x101, VEC_PTX.encode())
+    assert program.drv.unloaded == []  # the graph's probed node still launches our code
+    program.replay(exe, 2)
+    assert program.runs["saxpy4"] == 2 and program.drv.stale_launches == 0
+    (ev,) = events(program.rt, "unload")
+    assert ev["kept"] == 1 and ev["probed_modules"] == 0 and "graph" in ev["reason"]
+    finish(program.rt)
+
+
 def test_unload_of_unknown_module_and_without_runtime_is_harmless(tmp_path):
     rt, drv, shim = make_runtime(tmp_path)
     rt.on_unload("cuModuleUnload", 0x999)
@@ -144,6 +164,20 @@ def test_shim_unload_then_reused_handles(tmp_path, fakecuda, shim, capfd, mode):
     assert unloads[0]["call"] == call and unloads[0]["kernels"] == ["saxpy4"]
     (ex,) = [e for e in t.events if e["event"] == "exit"]
     assert ex["launches"] == 2 * n and ex["dropped"] == 0
+    # the argument trace: each launch's argument set names its own kernel, with that kernel's sizes,
+    # though both kernels were launched with the same handle and the same argument bytes
+    argsets, uses = nr.read_launch_args(_run_dir(tmp_path / "trace"))
+    assert {argsets[uses[la.index]]["kernel"] for la in t.launches[:n]} == {"saxpy4"}
+    assert {argsets[uses[la.index]]["kernel"] for la in t.launches[n:]} == {"hscale"}
+    assert [a["size"] for a in argsets[uses[t.launches[-1].index]]["args"]] == [8, 8, 4, 4]
+
+
+def _run_dir(trace: Path) -> Path:
+    """Where the context tables are: the trace directory, or its one run directory."""
+    if (trace / "launch_args.jsonl").exists():
+        return trace
+    (run,) = [p for p in trace.iterdir() if p.is_dir() and (p / "launch_args.jsonl").exists()]
+    return run
 
 
 def test_shim_reused_handle_of_a_kernel_filtered_out(tmp_path, fakecuda, shim, capfd):  # noqa: F811
