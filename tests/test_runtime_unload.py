@@ -135,6 +135,19 @@ def test_our_module_stays_loaded_while_a_captured_graph_uses_it(tmp_path):
     finish(program.rt)
 
 
+def test_linked_cubin_address_reused_by_another_image_is_not_that_link(tmp_path):
+    rt, drv, _ = make_runtime(tmp_path)
+    rt.on_link_add(0x77, VEC_PTX)
+    rt.on_link_complete(0x77, 0xCAFE, b"\x7fELF the linked cubin")
+    rt.on_module("cuModuleLoadData", 0x500, b"\x7fELF the linked cubin", image_addr=0xCAFE)
+    assert rt.on_function("module_function", 0x500, "saxpy4", 0x501)
+    rt.on_module("cuModuleLoadData", 0x600, b"\x7fELF another cubin", image_addr=0xCAFE)
+    assert not rt.on_function("module_function", 0x600, "saxpy4", 0x601)
+    finish(rt)
+    (ev,) = events(rt, "no_ptx")
+    assert ev["module"] == "0x600"
+
+
 def test_unload_of_unknown_module_and_without_runtime_is_harmless(tmp_path):
     rt, drv, shim = make_runtime(tmp_path)
     rt.on_unload("cuModuleUnload", 0x999)

@@ -334,7 +334,7 @@ class Runtime:
             self._record_benchmark(pk, req, flight.bench)
         try:
             seq = self.writer.submit(flight)
-            self._plan_fast_path(req, ctx, pk, shape, flight)
+            self._plan_fast_path(rec, req, ctx, pk, shape, flight)
         except Exception as e:  # noqa: BLE001 - the result is lost; the launch happened
             self.trace.event("result_error", kernel=rec.name, kernel_launch=req.index, reason=f"writer: {e}")
             return 0
@@ -364,9 +364,11 @@ class Runtime:
             return 0
         return self.graphs.on_graph_event(kind, a, b, c, version)
 
-    def _plan_fast_path(self, req: LaunchRequest, ctx: int, pk: ProbedKernel, shape, flight) -> None:
+    def _plan_fast_path(self, rec: FuncRec, req: LaunchRequest, ctx: int, pk: ProbedKernel, shape, flight) -> None:
         """Let the shim probe this kernel's later launches in C (fastpath.py)."""
         if self.fast is None or self.opt.benchmark or flight.error is not None:
+            return
+        if self.registry.functions.get(req.func) is not rec:  # forgotten meanwhile: the handle is another's
             return
         max_shared = max(pk.attrs_seen.get(COPIED_FUNC_ATTRS[0], 0), 48 * 1024)
         if not self.fast.wants_plan(req.func, ctx, max_shared):

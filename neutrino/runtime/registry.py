@@ -14,6 +14,7 @@ kernel: the caller (core.py) then drops everything keyed by those handles.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from pathlib import Path
 
@@ -27,6 +28,10 @@ COLLECTIVE_PREFIXES = ("ncclDevKernel", "ncclKernel")
 
 def is_collective(name: str) -> bool:
     return name.startswith(COLLECTIVE_PREFIXES)
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 @attrs.frozen
@@ -84,7 +89,8 @@ class Registry:
         self.modules: dict[int, ModuleRec] = {}
         self.functions: dict[int, FuncRec] = {}
         self._seen: set[str] = set()  # names of kernels looked up in modules with PTX (the exit summary)
-        self._linked: dict[int, str] = {}  # cubin address from cuLinkComplete -> PTX text
+        self._linked: dict[int, tuple[str, bytes | None]] = {}  # cubin address from cuLinkComplete -> (PTX
+        # text, digest of the cubin when known: the address is reused once the link state is destroyed)
         self._link_ptx: dict[int, list[str]] = {}  # link state -> PTX added so far
         self.compiled = compiled  # compilers.CompiledIndex: cubin content -> PTX compiled in-process
 
@@ -114,7 +120,11 @@ class Registry:
         compiled index is asked once per load (it hashes the whole image)."""
         linked = self._linked.get(image_addr) if image_addr else None
         if linked is not None:
-            return SimplePtx(linked, "cuLinkAddData"), None
+            text, digest = linked
+            if digest is None or (image is not None and _digest(image) == digest):
+                return SimplePtx(text, "cuLinkAddData"), None
+            with self._lock:  # the address held that link's cubin once: this image is another
+                self._linked.pop(image_addr, None)
         if image is None and path:
             image = Path(path).read_bytes()
         if image is None:
@@ -132,7 +142,7 @@ class Registry:
         with self._lock:
             parts = self._link_ptx.pop(state, None)
             if parts and len(parts) == 1 and cubin_addr:
-                self._linked[cubin_addr] = parts[0]
+                self._linked[cubin_addr] = (parts[0], _digest(cubin) if cubin else None)
         if parts and cubin and self.compiled is not None:  # XLA's driver fallback copies the cubin first
             self.compiled.record(cubin, "cuLinkAddData", parts)
 
