@@ -74,6 +74,7 @@ class FakeDriver:
         self.syncs = 0
         self.host_allocs = 0
         self.unloaded: list[int] = []  # modules of ours unloaded (module_unload)
+        self.unloaded_in: list[int] = []  # the context current at each unload
         self.stale_launches = 0  # launches of a function whose module was unloaded: refused
 
     def _check(self, what):
@@ -125,6 +126,7 @@ class FakeDriver:
             raise DriverError("module_unload", 400, "CUDA_ERROR_INVALID_HANDLE")
         del self.modules[module]
         self.unloaded.append(module)
+        self.unloaded_in.append(self.ctx_get_current())
 
     def link_ptx(self, ptx):
         self._check("link_ptx")

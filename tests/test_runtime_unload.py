@@ -16,7 +16,7 @@ import neutrino.trace as nt
 from neutrino import ranges as nr
 from neutrino.runtime.core import NOT_HANDLED
 
-from fakedriver import FakeDriver  # noqa: F401 - the runtime tests' driver (make_runtime)
+from fakedriver import ctx_of
 from test_runtime_core import VEC_PTX, events, finish, make_runtime, req
 from test_runtime_shim import FAKE, VEC_PTX as VEC_PTX_FILE, _run_under_fake, fakecuda, shim  # noqa: F401
 
@@ -146,6 +146,23 @@ def test_linked_cubin_address_reused_by_another_image_is_not_that_link(tmp_path)
     finish(rt)
     (ev,) = events(rt, "no_ptx")
     assert ev["module"] == "0x600"
+
+
+def test_library_kernel_built_in_two_contexts_unloaded_in_each(tmp_path):
+    rt, drv, shim = make_runtime(tmp_path)
+    drv.devices = [(9, 0), (9, 0)]
+    rt.on_module("cuLibraryLoadData", 0x400, VEC_PTX.encode())
+    assert rt.on_function("library_kernel", 0x400, "saxpy4", 0x401)
+    for device in (0, 1):
+        drv.ctx_set_current(ctx_of(device))
+        assert launch(rt, 0x401) == 0
+    rt.on_unload("cuLibraryUnload", 0x400)
+    rt.on_module("cuModuleLoadData", 0x500, VEC_PTX.encode())  # a later call, device 1 current
+    assert len(drv.unloaded) == 2 and drv.ctx_get_current() == ctx_of(1)  # the program's context given back
+    assert [drv.made_in[m] for m in drv.unloaded] == drv.unloaded_in  # each unloaded in its own context
+    (ev,) = events(rt, "unload")
+    assert ev["probed_modules"] == 2
+    finish(rt)
 
 
 def test_unload_of_unknown_module_and_without_runtime_is_harmless(tmp_path):

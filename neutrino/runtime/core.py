@@ -233,27 +233,32 @@ class Runtime:
 
     def _unload_retired(self) -> None:
         """Unload our modules of forgotten kernels once no launch of them can be pending: every
-        launch submitted before they were retired is written (its kernel has finished). Never waits."""
+        launch submitted before they were retired is written (its kernel has finished). Never waits.
+        A module made in another context waits for a call made with some context current."""
         if not self._retired:
             return
+        current = self.drv.ctx_get_current()
         with self._lock:
-            ready = [pk for mark, pk in self._retired if self.writer.passed(mark)]
-            self._retired = [(mark, pk) for mark, pk in self._retired if not self.writer.passed(mark)]
+            ready = [pk for mark, pk in self._retired if self.writer.passed(mark) and (current or not pk.ctx)]
+            done = {id(pk) for pk in ready}
+            self._retired = [(mark, pk) for mark, pk in self._retired if id(pk) not in done]
         for pk in ready:
             for module in pk.modules:
                 try:
-                    self._unload_ours(module, pk.ctx)
+                    self._unload_ours(module, pk.ctx, current)
                 except DriverError as e:
                     self.trace.event("unload_error", kernel=pk.name, module=hex(module), reason=str(e))
 
-    def _unload_ours(self, module: int, ctx: int) -> None:
-        current = self.drv.ctx_get_current()
-        if ctx and current != ctx:
+    def _unload_ours(self, module: int, ctx: int, current: int) -> None:
+        """cuModuleUnload of one of our modules, in the context it was loaded in; the program's
+        thread gets its current context back."""
+        switch = bool(ctx) and ctx != current
+        if switch:
             self.drv.ctx_set_current(ctx)
         try:
             self.drv.module_unload(module)
         finally:
-            if ctx and current != ctx and current:
+            if switch:
                 self.drv.ctx_set_current(current)
 
     def arch(self) -> tuple[int, int] | None:
