@@ -3,7 +3,7 @@
 A per-thread counter is bumped before every `mma*`, `wmma.mma` and
 `wgmma.mma_async` instruction the thread executes (warp-synchronous instructions: every lane
 counts its own execution) and saved when the thread leaves the kernel.
-Analysis: neutrino/analysis/tensorop.py. The per-thread form of `tensorop`
+Analysis: neutrino/tools/tensorop/analysis.py. The per-thread form of `tensorop`
 (which sums on the device).
 """
 

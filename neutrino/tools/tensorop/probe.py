@@ -7,7 +7,7 @@ warp): `count`, the per-thread executions (every lane counts the warp-wide
 instruction once); `warp_count`, lane 0's count, which is the number of warp
 instructions, as these instructions are `.aligned` (all 32 lanes execute
 them); `active_warps`, the warps whose lane 0 executed any. Analysis:
-neutrino/analysis/tensorop.py. tensorop_thread keeps one record per thread.
+neutrino/tools/tensorop/analysis.py. tensorop_thread keeps one record per thread.
 """
 
 from neutrino import Map, probe

@@ -3,7 +3,7 @@
 Every thread records, before each global load, store, atomic or reduction it
 executes, the SM clock and the address it accesses. The map has a dynamic cap:
 the runtime first counts the records of every thread and sizes the buffer for
-the largest count. Analysis: neutrino/analysis/dmat.py (time x address density
+the largest count. Analysis: neutrino/tools/dmat/analysis.py (time x address density
 picture).
 
 For long kernels, sample: copy this file, count accesses in a register and

@@ -3,7 +3,7 @@
 Every matched instruction adds the bytes it moves for this thread (the PTX
 semantics table: vector width x element size, or the cp.async copy size) to a
 per-thread counter; each thread saves its total when it leaves the kernel.
-Shared-memory traffic is not counted. Analysis: neutrino/analysis/gmem_bytes.py.
+Shared-memory traffic is not counted. Analysis: neutrino/tools/gmem_bytes/analysis.py.
 
 The per-thread form of `gmem_bytes` (which sums on the device): a record per
 thread, megabytes per launch, for when the spread over threads matters.

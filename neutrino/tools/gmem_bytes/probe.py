@@ -10,7 +10,7 @@ threads that moved any byte. The positions are every form of those instructions
 that names the .global space (tests/test_gmem_bytes.py checks them against the table).
 Shared-memory traffic, generic-address accesses and prefetches are not counted;
 TMA copies are matched and listed as skipped sites (their size is in the tensor
-map). Analysis: neutrino/analysis/gmem_bytes.py. gmem_bytes_thread keeps one
+map). Analysis: neutrino/tools/gmem_bytes/analysis.py. gmem_bytes_thread keeps one
 record per thread.
 """
 

@@ -3,7 +3,7 @@
 Every thread counts the branches (`bra`) it executes; at every SAMPLE-th one
 it records the SM clock, its branch count so far (`branch`, a progress index)
 and its SM. The map has a dynamic cap. Analysis:
-neutrino/analysis/program_progress.py (threads of a warp are merged there).
+neutrino/tools/program_progress/analysis.py (threads of a warp are merged there).
 """
 
 from neutrino import Map, probe
