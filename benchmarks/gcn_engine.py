@@ -12,7 +12,7 @@ from pathlib import Path
 
 from neutrino.engine_gcn import instrument_gcn
 from neutrino.isa.gcn import parse_module, print_module
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 
 CORPUS = sorted((Path(__file__).parent.parent / "tests" / "data" / "gcn").glob("*.s"))
 

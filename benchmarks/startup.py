@@ -46,7 +46,7 @@ FIRST_MODULE = """
 import time
 wall, cpu = time.perf_counter(), time.process_time()
 from neutrino.runtime import core, drain, tracedir
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 load_probes({probe!r})
 import numpy
 print((time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3)

@@ -22,8 +22,6 @@ from neutrino.trace import Buckets
 LEVELS = ("thread", "warp", "block")
 MAP_TYPES = ("array", "sum", "hist")
 FIELD_TYPES = {"u32": 4, "u64": 8}
-TOOLS_DIR = Path(__file__).parent / "tools"
-GCN_PROBES_DIR = Path(__file__).parent / "probes" / "gcn"  # TOML probes in GCN assembly (spec/gcn.md)
 HELPERS = ("OUT", "IN1", "IN2", "IN3", "ADDR", "BYTES")
 SAVE = "SAVE"
 # Map and field names become part of PTX names (`%nt_buf_<map>`) and of result-file headers
@@ -111,6 +109,13 @@ class Probe:
     def at_kernel(self) -> bool:
         return self.position == "kernel"
 
+    def position_text(self, limit: int = 4) -> str:
+        """The position as written (`ld.global:st.global`), or how many forms it names past `limit`."""
+        if self.at_kernel:
+            return "kernel"
+        forms = [".".join(prefix) for prefix in self.position]
+        return ":".join(forms) if len(forms) <= limit else f"{len(forms)} instruction forms"
+
     def snippets(self) -> list[Snippet]:
         return [s for s in (self.before, self.after) if s is not None]
 
@@ -124,8 +129,9 @@ class ProbeFile:
     registers: dict[str, str]  # probe register name → type, shared by all probes
     analyze_hook: str | None = None
     lines: list[str] = attrs.Factory(list)
-    verified: bool = False
-    isa: str = "ptx"  # the assembly of the snippets: ptx, or gcn (neutrino/isa/gcn/snippets.py)  # set once verify_probe_file found nothing: the pipeline need not check again
+    verified: bool = False  # set once verify_probe_file found nothing: the pipeline need not check again
+    isa: str = "ptx"  # the assembly of the snippets: ptx, or gcn (neutrino/isa/gcn/snippets.py)
+    tool: str | None = None  # the registered tool it is (neutrino.toolbox), None for a user's own probe file
 
     def location(self, line: int, token: str | None = None) -> Location:
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
@@ -136,33 +142,9 @@ class ProbeFile:
 # ---------------------------------------------------------------- loading
 
 
-def resolve_probe_path(name_or_path: str, isa: str = "ptx") -> Path:
-    """A path, or the name of a built-in tool (`block_sched`: neutrino/tools/block_sched.py);
-    for AMDGPU assembly, a GCN TOML probe of that name (neutrino/probes/gcn/) comes first."""
-    from neutrino import toolbox
-
-    path = Path(name_or_path)
-    if path.exists():
-        return path
-    gcn = GCN_PROBES_DIR / f"{name_or_path}.toml"
-    if isa == "gcn" and gcn.exists():
-        return gcn
-    builtin = toolbox.tool_path(name_or_path)
-    if builtin is not None:
-        return builtin
-    from neutrino.console import did_you_mean
-
-    names = toolbox.tool_names()
-    raise ProbeError(Diagnostic(Location(name_or_path), "no such probe file or built-in tool" + did_you_mean(name_or_path, names),
-                                hint="built-in tools (neutrino list): " + ", ".join(names)))
-
-
-def load_probes(name_or_path: str, isa: str = "ptx") -> ProbeFile:
-    path = resolve_probe_path(name_or_path, isa)
-    if path.suffix == ".py":
-        from neutrino.language import compile_file
-
-        return parse_probes(compile_file(str(path), backend=isa), str(path), isa)
+def load_probe_file(path: str | Path, isa: str = "ptx") -> ProbeFile:
+    """The TOML probe file at `path` (a tool's name, or a DSL file: neutrino.toolbox.load_probes)."""
+    path = Path(path)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:

@@ -887,8 +887,9 @@ class Trace:
     def __repr__(self) -> str:
         """One line: where, how much, which probe; never the probe text or the events themselves."""
         kernels = len({launch.kernel for launch in self.launches})
-        probe = next((ev.get("probe") for ev in self.events if ev.get("event") == "start" and ev.get("probe")), None)
-        probe_part = f", probe {Path(probe).name}" if probe else ""
+        start = next((ev for ev in self.events if ev.get("event") == "start" and ev.get("probe")), {})
+        probe = start.get("tool") or (Path(start["probe"]).name if start else None)  # the tool's name, else the file's
+        probe_part = f", probe {probe}" if probe else ""
         problems = f", {len(self.problems)} problem(s)" if self.problems else ""
         return (f"<Trace {self.path}: {len(self.launches)} launch(es) of {kernels} kernel(s){probe_part}, "
                 f"{len(self.events)} event(s){problems}>")

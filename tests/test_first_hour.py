@@ -225,7 +225,7 @@ def tensor_core_instructions(path: Path) -> dict[str, int]:
 
 def test_tensorop_position_is_the_semantics_tables_tensor_core_classes():
     from neutrino.isa.ptx.semantics import TABLE, TENSOR_CORE_POSITION
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     assert set(TENSOR_CORE_POSITION.split(":")) == {"mma", "wmma.mma", "wgmma.mma_async"}
     assert not TABLE[("wmma", "load")].tensor_core and not TABLE[("wgmma", "fence")].tensor_core

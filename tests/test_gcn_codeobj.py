@@ -9,7 +9,7 @@ import pytest
 
 from neutrino.engine_gcn import instrument_gcn
 from neutrino.isa.gcn import parse_module
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 from neutrino.runtime.hip import codeobj
 
 CORPUS = sorted((Path(__file__).parent / "data" / "gcn").glob("*.s"))

@@ -119,7 +119,7 @@ def test_malformed_files(text, message):
 
 
 def test_builtin_block_sched_has_the_fields_of_spec_tools():
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     probes = load_probes("block_sched")
     (spec,) = probes.maps.values()

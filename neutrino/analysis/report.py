@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from neutrino.analysis import TOOLS, tool_for, tool_name, writer_tool
+from neutrino.analysis import analyses, tool_for, tool_name, writer_tool
 from neutrino.analysis import _common as C
 from neutrino.analysis.retain import summary_only
 from neutrino import console
@@ -196,7 +196,7 @@ def render(report: Report) -> str:
         out.append("note: dropped records were counted but not saved (cap reached); tool numbers "
                    "cover the saved records only")
     out += _graph_table(report)
-    for tool in TOOLS:
+    for tool in analyses():
         name = tool_name(tool)
         summaries = [(k.kernel, tool.kernel_summary(k.results[name]))
                      for k in report.kernels.values() if k.results.get(name)]
@@ -219,7 +219,7 @@ def kernel_rows(report: Report) -> list[dict]:
     for k in report.kernels.values():
         row = {"kernel": k.kernel, "launches": k.launches, "maps": " ".join(k.maps), "records": k.records,
                "dropped": k.dropped, "time_us": round(k.duration_ns / 1e3, 3) if k.timed_launches else None}
-        for tool in TOOLS:
+        for tool in analyses():
             name = tool_name(tool)
             if k.results.get(name):
                 numbers = getattr(tool, "kernel_numbers", tool.kernel_summary)(k.results[name])
@@ -273,7 +273,7 @@ def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list
 
     chosen = []
     skipped = 0
-    for tool in (t for t in TOOLS if t.HAS_PLOTS):
+    for tool in (t for t in analyses() if t.HAS_PLOTS):
         for k in report.kernels.values():
             mine = k.results.get(tool_name(tool), [])
             keep = mine if per_kernel <= 0 else mine[:per_kernel]

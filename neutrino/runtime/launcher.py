@@ -133,7 +133,7 @@ class UsageError(Exception):
 
 def make_options(ns: argparse.Namespace) -> RuntimeOptions:
     """Validate the options (loading the probe file) and resolve paths for the child."""
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
     from neutrino.runtime.callback import load_callback
 
     probes = load_probes(ns.probe)  # raises ProbeError with every problem

@@ -254,7 +254,7 @@ TABLE: dict[tuple[str, ...], OpSemantics] = {
     ("applypriority",): OpSemantics(defs=(), addresses=((0, "prefetch"),)),
 }
 DEFAULT = OpSemantics(defs=(0,))
-# The position of every tensor-core instruction class, for tools that count them (neutrino/tools/tensorop.py).
+# The position of every tensor-core instruction class, for tools that count them (neutrino/tools/tensorop/probe.py).
 TENSOR_CORE_POSITION = ":".join(".".join(key) for key, row in TABLE.items() if row.tensor_core)
 
 

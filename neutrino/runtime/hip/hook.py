@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     import runpy
     import sys
 
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     parser = argparse.ArgumentParser(prog="python -m neutrino.runtime.hip.hook")
     parser.add_argument("-p", "--probe", required=True)
