@@ -13,7 +13,7 @@ import pytest
 
 from neutrino.engine import instrument
 from neutrino.isa.ptx import parse_statements
-from neutrino.isa.ptx.semantics import effects
+from neutrino.isa.ptx.semantics import effects, position_matcher
 from neutrino.toolbox import load_probes
 
 from helpers import HAVE_PTXAS, ptxas
@@ -56,10 +56,11 @@ def counting_probe(probes):
 @pytest.mark.parametrize("form", ["gmem_bytes", "gmem_bytes_thread"])
 def test_positions_are_the_global_forms_of_the_table(form):
     probe = counting_probe(load_probes(form))
+    named = position_matcher(probe.position)
     wrong = []
     for text in CATALOGUE:
         (insn,) = parse_statements(text)
-        matched = any(insn.opcode.has_prefix(prefix) for prefix in probe.position)
+        matched = named(insn.opcode)
         if matched != moves_global_memory(text):
             wrong.append(f"{'matched' if matched else 'missed'}: {text}")
     assert not wrong, "\n".join(wrong)

@@ -73,7 +73,7 @@ RESERVED = frozenset(
 
 INIT_PROBE = "__init"
 # Opcode prefixes joined by ':'; a modifier may carry '::' parts (shared::cluster), as in the TOML form.
-_POSITION_PART = r"[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*"
+_POSITION_PART = r"@?[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*"  # an opcode prefix or a @selector
 POSITION_RE = re.compile(rf"{_POSITION_PART}(:{_POSITION_PART})*$")
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div",
@@ -424,6 +424,17 @@ class _ModuleScan:
         return fields
 
     # ---- @probe functions
+    def check_position(self, pos: str, node) -> None:
+        """Each part names a PTX opcode prefix or a selector (the portable names GCN maps too): did you mean."""
+        from neutrino.isa.ptx.semantics import position_problem
+
+        for part in ([] if pos == "kernel" else re.split(r"(?<!:):(?!:)", pos)):
+            found = position_problem(tuple(part.split(".")))
+            if found is not None:
+                message, close = found
+                self.src.abort(node, f"position {part!r}: {message}",
+                               hint="did you mean " + " or ".join(f"'{c}'" for c in close) + "?" if close else "")
+
     def probe_function(self, fn: ast.FunctionDef) -> None:
         call = self.single_decorator(fn, "probe")
         kw = self.decorator_args(call, ("pos", "level", "before", "after", "size", "cap", "position"), ("pos", "level"))
@@ -435,6 +446,7 @@ class _ModuleScan:
         if not isinstance(pos, str) or not POSITION_RE.match(pos):
             self.src.abort(pos_node, f"bad position {pos!r}",
                            hint="\"kernel\", or instruction prefixes joined by ':' such as \"ld.global:st.global\"")
+        self.check_position(pos, pos_node)
         level = self.level(kw.get("level"), call)
         when = self.when(fn, kw, call)
         a = fn.args

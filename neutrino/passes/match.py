@@ -8,7 +8,7 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
-from neutrino.isa.ptx.semantics import kernel_exits
+from neutrino.isa.ptx.semantics import kernel_exits, position_matcher
 from neutrino.passes.manager import Context, KernelState, Site
 
 
@@ -60,15 +60,12 @@ class TracepointMatching:
             return sites
         snippets = probe.snippets()
         matches: dict[str, bool] = {}  # opcode text → matched; a kernel repeats few opcodes
-        # A set lookup per prefix length, not a comparison per prefix: gmem_bytes lists ~150 of them.
-        prefixes = set(probe.position)
-        lengths = sorted({len(prefix) for prefix in prefixes})
+        named = position_matcher(probe.position)  # opcode prefixes and selectors (semantics table)
         for insn in originals:
             opcode = insn.opcode
             hit = matches.get(opcode.text)
             if hit is None:
-                components = opcode.components
-                hit = matches[opcode.text] = any(components[:n] in prefixes for n in lengths)
+                hit = matches[opcode.text] = named(opcode)
             if hit:
                 for snippet in snippets:
                     sites.append(Site(probe.name, snippet.where, "instruction", insn, function.name))

@@ -6,8 +6,9 @@ src-size at run time, the cp.async.bulk size, a thread's share of a wmma tile)
 to a per-thread register; when a thread leaves the kernel its total is added to
 the launch's counters, summed over the warp on the device first (a sum map: one
 atomic per warp, 16 bytes of result per launch). `active_threads` counts the
-threads that moved any byte. The positions are every form of those instructions
-that names the .global space (tests/test_gmem_bytes.py checks them against the table).
+threads that moved any byte. The position is two selectors of the semantics
+table: every load, store and atomic of global memory, and every async copy from
+or to it (spec/probe-toml.md, "Selectors").
 Shared-memory traffic, generic-address accesses and prefetches are not counted;
 TMA copies are matched and listed as skipped sites (their size is in the tensor
 map). Analysis: neutrino/tools/gmem_bytes/analysis.py. gmem_bytes_thread keeps one
@@ -27,19 +28,7 @@ class gmem_bytes:
 total: nl.u64 = 0
 
 
-@probe(pos=(
-       "ld.global:ld.volatile.global:ld.weak.global:ld.relaxed.cta.global:ld.relaxed.cluster.global:ld.relaxed.gpu.global:ld.relaxed.sys.global:ld.acquire.cta.global:ld.acquire.cluster.global:ld.acquire.gpu.global:ld.acquire.sys.global:ld.mmio.relaxed.sys.global:ldu.global:"
-       "st.global:st.volatile.global:st.weak.global:st.relaxed.cta.global:st.relaxed.cluster.global:st.relaxed.gpu.global:st.relaxed.sys.global:st.release.cta.global:st.release.cluster.global:st.release.gpu.global:st.release.sys.global:st.mmio.relaxed.sys.global:"
-       "atom.global:atom.cta.global:atom.cluster.global:atom.gpu.global:atom.sys.global:atom.relaxed.global:atom.acquire.global:atom.release.global:atom.acq_rel.global:atom.relaxed.cta.global:atom.relaxed.cluster.global:atom.relaxed.gpu.global:atom.relaxed.sys.global:atom.acquire.cta.global:atom.acquire.cluster.global:atom.acquire.gpu.global:atom.acquire.sys.global:atom.release.cta.global:atom.release.cluster.global:atom.release.gpu.global:atom.release.sys.global:atom.acq_rel.cta.global:atom.acq_rel.cluster.global:atom.acq_rel.gpu.global:atom.acq_rel.sys.global:"
-       "red.global:red.cta.global:red.cluster.global:red.gpu.global:red.sys.global:red.relaxed.global:red.release.global:red.relaxed.cta.global:red.relaxed.cluster.global:red.relaxed.gpu.global:red.relaxed.sys.global:red.release.cta.global:red.release.cluster.global:red.release.gpu.global:red.release.sys.global:"
-       "cp.async.ca.shared.global:cp.async.ca.shared::cta.global:cp.async.cg.shared.global:cp.async.cg.shared::cta.global:"
-       "cp.async.bulk.shared::cluster.global:cp.async.bulk.shared::cta.global:cp.async.bulk.global.shared::cta:cp.reduce.async.bulk.global.shared::cta:"
-       "cp.async.bulk.tensor.1d.shared::cluster.global:cp.async.bulk.tensor.1d.shared::cta.global:cp.async.bulk.tensor.1d.global.shared::cta:cp.async.bulk.tensor.2d.shared::cluster.global:cp.async.bulk.tensor.2d.shared::cta.global:cp.async.bulk.tensor.2d.global.shared::cta:cp.async.bulk.tensor.3d.shared::cluster.global:cp.async.bulk.tensor.3d.shared::cta.global:cp.async.bulk.tensor.3d.global.shared::cta:cp.async.bulk.tensor.4d.shared::cluster.global:cp.async.bulk.tensor.4d.shared::cta.global:cp.async.bulk.tensor.4d.global.shared::cta:cp.async.bulk.tensor.5d.shared::cluster.global:cp.async.bulk.tensor.5d.shared::cta.global:cp.async.bulk.tensor.5d.global.shared::cta:cp.reduce.async.bulk.tensor.1d.global.shared::cta:cp.reduce.async.bulk.tensor.2d.global.shared::cta:cp.reduce.async.bulk.tensor.3d.global.shared::cta:cp.reduce.async.bulk.tensor.4d.global.shared::cta:cp.reduce.async.bulk.tensor.5d.global.shared::cta:"
-       "wmma.load.a.sync.aligned.row.m16n16k16.global:wmma.load.a.sync.aligned.row.m32n8k16.global:wmma.load.a.sync.aligned.row.m8n32k16.global:wmma.load.a.sync.aligned.row.m16n16k8.global:wmma.load.a.sync.aligned.row.m8n8k4.global:wmma.load.a.sync.aligned.row.m8n8k32.global:wmma.load.a.sync.aligned.row.m8n8k128.global:wmma.load.a.sync.aligned.col.m16n16k16.global:wmma.load.a.sync.aligned.col.m32n8k16.global:wmma.load.a.sync.aligned.col.m8n32k16.global:wmma.load.a.sync.aligned.col.m16n16k8.global:wmma.load.a.sync.aligned.col.m8n8k4.global:wmma.load.a.sync.aligned.col.m8n8k32.global:wmma.load.a.sync.aligned.col.m8n8k128.global:"
-       "wmma.load.b.sync.aligned.row.m16n16k16.global:wmma.load.b.sync.aligned.row.m32n8k16.global:wmma.load.b.sync.aligned.row.m8n32k16.global:wmma.load.b.sync.aligned.row.m16n16k8.global:wmma.load.b.sync.aligned.row.m8n8k4.global:wmma.load.b.sync.aligned.row.m8n8k32.global:wmma.load.b.sync.aligned.row.m8n8k128.global:wmma.load.b.sync.aligned.col.m16n16k16.global:wmma.load.b.sync.aligned.col.m32n8k16.global:wmma.load.b.sync.aligned.col.m8n32k16.global:wmma.load.b.sync.aligned.col.m16n16k8.global:wmma.load.b.sync.aligned.col.m8n8k4.global:wmma.load.b.sync.aligned.col.m8n8k32.global:wmma.load.b.sync.aligned.col.m8n8k128.global:"
-       "wmma.load.c.sync.aligned.row.m16n16k16.global:wmma.load.c.sync.aligned.row.m32n8k16.global:wmma.load.c.sync.aligned.row.m8n32k16.global:wmma.load.c.sync.aligned.row.m16n16k8.global:wmma.load.c.sync.aligned.row.m8n8k4.global:wmma.load.c.sync.aligned.row.m8n8k32.global:wmma.load.c.sync.aligned.row.m8n8k128.global:wmma.load.c.sync.aligned.col.m16n16k16.global:wmma.load.c.sync.aligned.col.m32n8k16.global:wmma.load.c.sync.aligned.col.m8n32k16.global:wmma.load.c.sync.aligned.col.m16n16k8.global:wmma.load.c.sync.aligned.col.m8n8k4.global:wmma.load.c.sync.aligned.col.m8n8k32.global:wmma.load.c.sync.aligned.col.m8n8k128.global:"
-       "wmma.store.d.sync.aligned.row.m16n16k16.global:wmma.store.d.sync.aligned.row.m32n8k16.global:wmma.store.d.sync.aligned.row.m8n32k16.global:wmma.store.d.sync.aligned.row.m16n16k8.global:wmma.store.d.sync.aligned.row.m8n8k4.global:wmma.store.d.sync.aligned.row.m8n8k32.global:wmma.store.d.sync.aligned.row.m8n8k128.global:wmma.store.d.sync.aligned.col.m16n16k16.global:wmma.store.d.sync.aligned.col.m32n8k16.global:wmma.store.d.sync.aligned.col.m8n32k16.global:wmma.store.d.sync.aligned.col.m16n16k8.global:wmma.store.d.sync.aligned.col.m8n8k4.global:wmma.store.d.sync.aligned.col.m8n8k32.global:wmma.store.d.sync.aligned.col.m8n8k128.global"
-       ), level="thread", before=True)
+@probe(pos="@memory.global:@async_copy.global", level="thread", before=True)
 def count_bytes():
     total += nl.bytes
 

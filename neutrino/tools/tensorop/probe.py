@@ -24,8 +24,8 @@ class tensorop:
 count: nl.u64 = 0
 
 
-# The tensor-core classes of the semantics table (semantics.TENSOR_CORE_POSITION; tests/test_first_hour.py checks).
-@probe(pos="mma:wmma.mma:wgmma.mma_async", level="thread", before=True)
+# The semantics table's tensor-core class: its rows marked tensor_core (spec/probe-toml.md, "Selectors").
+@probe(pos="@tensor_core", level="thread", before=True)
 def count_mma():
     count += 1
 
