@@ -495,7 +495,7 @@ class _Loader:
 
     def parse_position(self, position, line: int, probe: str):
         if not isinstance(position, str) or not position.strip():
-            self.error(line, "position is required: \"kernel\", or instruction prefixes and @selectors joined by ':'",
+            self.error(line, "position is required: \"kernel\", or instruction prefixes and #selectors joined by ':'",
                        probe=probe)
             return None
         if position == "kernel":
@@ -503,9 +503,9 @@ class _Loader:
         prefixes = []
         # ':' separates prefixes; '::' belongs to a modifier (shared::cluster)
         for part in re.split(r"(?<!:):(?!:)", position):
-            if not re.fullmatch(r"@?[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*", part):
+            if not re.fullmatch(r"#?[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*", part):
                 self.error(line, f"malformed position {part!r}", probe=probe, token=part or None,
-                           hint="e.g. ld.global:st.global, or @memory.global")
+                           hint="e.g. ld.global:st.global, or #memory.global")
                 return None
             prefixes.append(tuple(part.split(".")))
         if self.isa == "ptx" and not self.known_position(prefixes, line, probe):
@@ -514,7 +514,7 @@ class _Loader:
 
     def known_position(self, prefixes: list[tuple[str, ...]], line: int, probe: str) -> bool:
         """Each part names a PTX opcode and modifiers that exist, or a selector of the semantics table:
-        a typo (`ld.globl`, `@memroy`) would match nothing, silently."""
+        a typo (`ld.globl`, `#memroy`) would match nothing, silently."""
         from neutrino.isa.ptx.semantics import SELECTORS, position_problem
 
         known = True
@@ -525,7 +525,7 @@ class _Loader:
             known = False
             message, close = found
             hint = ("did you mean " + " or ".join(f"'{c}'" for c in close) + "?") if close else \
-                "e.g. ld.global, st.shared, mma, kernel, or a selector: " + ", ".join("@" + s for s in SELECTORS)
+                "e.g. ld.global, st.shared, mma, kernel, or a selector: " + ", ".join("#" + s for s in SELECTORS)
             self.error(line, f"position {'.'.join(components)!r}: {message}", probe=probe,
                        token=".".join(components), hint=hint)
         return known

@@ -231,7 +231,7 @@ def test_tensorop_position_is_the_semantics_tables_tensor_core_classes():
     assert not TABLE[("wmma", "load")].tensor_core and not TABLE[("wgmma", "fence")].tensor_core
     for tool in ("tensorop", "tensorop_thread"):
         [counting] = [p for p in load_probes(tool).probes if not p.at_kernel]
-        assert counting.position == (("@tensor_core",),), tool  # the table's class, by name
+        assert counting.position == (("#tensor_core",),), tool  # the table's class, by name
 
 
 @pytest.mark.parametrize("path", [WMMA_PTX, ROOT / "tests/data/realworld/nvcc/tensor_core.sm_80.ptx",

@@ -440,7 +440,7 @@ def check_explicit_schema(text: str) -> dict:
     for name, p in doc["probe"].items():
         assert set(p) <= {"position", "level", "before", "after"} and ("before" in p or "after" in p)
         assert p["level"] in ("thread", "warp", "block")
-        assert p["position"] == "kernel" or re.fullmatch(r"@?[a-z][a-z0-9_.]*(::[a-z0-9_]+[a-z0-9_.]*)*(:@?[a-z][a-z0-9_.]*(::[a-z0-9_]+[a-z0-9_.]*)*)*", p["position"])
+        assert p["position"] == "kernel" or re.fullmatch(r"#?[a-z][a-z0-9_.]*(::[a-z0-9_]+[a-z0-9_.]*)*(:#?[a-z][a-z0-9_.]*(::[a-z0-9_]+[a-z0-9_.]*)*)*", p["position"])
         for snippet in (p.get("before"), p.get("after")):
             for save in SAVE_RE.finditer(snippet or ""):
                 m = maps[save.group(1)]

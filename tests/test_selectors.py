@@ -64,7 +64,7 @@ def site_list(probe, module: ir.Module) -> list[tuple[str, int, str]]:
 def test_builtin_tools_name_selectors_and_keep_their_sites_on_the_corpus(tool):
     assert len(CORPUS) >= 27, "the corpus is missing"
     probes = [p for p in load_probes(tool).probes if not p.at_kernel]
-    assert probes and all(all(part[0].startswith("@") for part in p.position) for p in probes), tool
+    assert probes and all(all(part[0].startswith("#") for part in p.position) for p in probes), tool
     modules = [parse_module(path.read_text(), str(path)) for path in CORPUS]
     total = 0
     for probe in probes:
@@ -81,27 +81,27 @@ def test_selectors_follow_the_table():
         (insn,) = parse_statements(text)
         return position_matcher(as_position(position))(insn.opcode)
 
-    assert named("@memory.global", "ld.relaxed.gpu.global.u32 %r1, [%rd1];")
-    assert named("@memory.shared", "st.shared::cta.u32 [%r1], %r2;")
-    assert not named("@memory.global", "ld.shared.u32 %r1, [%r2];")
-    assert named("@memory.generic", "ld.u32 %r1, [%rd1];") and not named("@memory.global", "ld.u32 %r1, [%rd1];")
-    assert not named("@memory.global", "cp.async.cg.shared.global [%r1], [%rd1], 16;")  # an async copy, not memory
-    assert named("@async_copy.global", "cp.async.cg.shared.global [%r1], [%rd1], 16;")
-    assert named("@async_copy.shared", "cp.async.cg.shared.global [%r1], [%rd1], 16;")
-    assert named("@load.global", "cp.async.cg.shared.global [%r1], [%rd1], 16;")  # load: by any instruction
-    assert not named("@memory.global", "prefetch.global.L2 [%rd1];") and named("@prefetch.global", "prefetch.global.L2 [%rd1];")
-    assert named("@atomic", "red.global.add.u32 [%rd1], 1;") and not named("@store", "red.global.add.u32 [%rd1], 1;")
-    assert named("@barrier", "bar.sync 0;") and named("@branch", "brx.idx %r1, $T;") and named("@exit", "exit;")
-    assert named("@tensor_core", "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%f1}, %rd1, %rd2, 1, 1, 1, 1, 1;")
-    assert not named("@tensor_core", "wmma.load.a.sync.aligned.row.m16n16k16.global.f16 {%r1}, [%rd1];")
+    assert named("#memory.global", "ld.relaxed.gpu.global.u32 %r1, [%rd1];")
+    assert named("#memory.shared", "st.shared::cta.u32 [%r1], %r2;")
+    assert not named("#memory.global", "ld.shared.u32 %r1, [%r2];")
+    assert named("#memory.generic", "ld.u32 %r1, [%rd1];") and not named("#memory.global", "ld.u32 %r1, [%rd1];")
+    assert not named("#memory.global", "cp.async.cg.shared.global [%r1], [%rd1], 16;")  # an async copy, not memory
+    assert named("#async_copy.global", "cp.async.cg.shared.global [%r1], [%rd1], 16;")
+    assert named("#async_copy.shared", "cp.async.cg.shared.global [%r1], [%rd1], 16;")
+    assert named("#load.global", "cp.async.cg.shared.global [%r1], [%rd1], 16;")  # load: by any instruction
+    assert not named("#memory.global", "prefetch.global.L2 [%rd1];") and named("#prefetch.global", "prefetch.global.L2 [%rd1];")
+    assert named("#atomic", "red.global.add.u32 [%rd1], 1;") and not named("#store", "red.global.add.u32 [%rd1], 1;")
+    assert named("#barrier", "bar.sync 0;") and named("#branch", "brx.idx %r1, $T;") and named("#exit", "exit;")
+    assert named("#tensor_core", "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%f1}, %rd1, %rd2, 1, 1, 1, 1, 1;")
+    assert not named("#tensor_core", "wmma.load.a.sync.aligned.row.m16n16k16.global.f16 {%r1}, [%rd1];")
     assert {key for key, row in TABLE.items() if row.tensor_core} == {("mma",), ("wmma", "mma"), ("wgmma", "mma_async")}
 
 
 @pytest.mark.parametrize("position, message, suggestion", [
-    ("@memroy.global", "no selector '@memroy'", "'@memory.global'"),
-    ("@memory.globl", "no state space 'globl'", "'@memory.global'"),
-    ("@tensor_core.global", "selector @tensor_core takes no property", "'@tensor_core'"),
-    ("@barier", "no selector '@barier'", "'@barrier'"),
+    ("#memroy.global", "no selector '#memroy'", "'#memory.global'"),
+    ("#memory.globl", "no state space 'globl'", "'#memory.global'"),
+    ("#tensor_core.global", "selector #tensor_core takes no property", "'#tensor_core'"),
+    ("#barier", "no selector '#barier'", "'#barrier'"),
     ("ld.globl", "no PTX modifier 'globl'", "'ld.global'"),
 ])
 def test_a_mistyped_selector_is_refused_with_did_you_mean(position, message, suggestion):
@@ -109,4 +109,4 @@ def test_a_mistyped_selector_is_refused_with_did_you_mean(position, message, sug
         parse_probes(f'[p]\nposition = "{position}"\nbefore = "add.u32 %r9, %r9, 1;"\n', "p.toml")
     text = str(e.value)
     assert "p.toml:2:" in text and message in text and f"did you mean {suggestion}" in text, text
-    assert selector_problem(as_position(position)[0]) is not None or not position.startswith("@")
+    assert selector_problem(as_position(position)[0]) is not None or not position.startswith("#")

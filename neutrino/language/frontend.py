@@ -73,7 +73,7 @@ RESERVED = frozenset(
 
 INIT_PROBE = "__init"
 # Opcode prefixes joined by ':'; a modifier may carry '::' parts (shared::cluster), as in the TOML form.
-_POSITION_PART = r"@?[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*"  # an opcode prefix or a @selector
+_POSITION_PART = r"#?[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*"  # an opcode prefix or a #selector
 POSITION_RE = re.compile(rf"{_POSITION_PART}(:{_POSITION_PART})*$")
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div",

@@ -430,40 +430,40 @@ def closest_positions(components: tuple[str, ...], unknown: str, n: int = 3) -> 
 
 # -- selectors: positions by class and property (spec/probe-toml.md, "Selectors")
 
-# `@CLASS[.SPACE]`: every instruction the table gives an access of that kind in that state space
+# `#CLASS[.SPACE]`: every instruction the table gives an access of that kind in that state space
 # (`generic`: an address written without one). `memory`: the loads, stores and atomics of instructions
 # that are not async copies; `async_copy`: the copies a thread starts and does not wait for (cp.async,
 # cp.async.bulk, cp.reduce.async.bulk and their tensor forms), by the spaces they read or write;
 # `load`, `store`, `atomic`, `prefetch`: that access, by any instruction.
 ACCESS_SELECTORS = {"memory": ("load", "store", "atomic"), "async_copy": ("load", "store", "atomic"),
                     "load": ("load",), "store": ("store",), "atomic": ("atomic",), "prefetch": ("prefetch",)}
-# `@CLASS`: every instruction of that control class, or the tensor cores' matrix multiply-accumulates.
+# `#CLASS`: every instruction of that control class, or the tensor cores' matrix multiply-accumulates.
 CONTROL_SELECTORS = ("barrier", "branch", "call", "return", "exit", "trap")
 SELECTOR_SPACES = tuple(dict.fromkeys(ir.STATE_SPACES + ("generic",)))
 SELECTORS = tuple(ACCESS_SELECTORS) + CONTROL_SELECTORS + ("tensor_core",)
 
 
 def is_selector(components: tuple[str, ...]) -> bool:
-    return components[0].startswith("@")
+    return components[0].startswith("#")
 
 
 def selector_problem(components: tuple[str, ...]) -> tuple[str, list[str]] | None:
-    """Why `@class.property` selects nothing the table knows, with the closest spellings; None if it is one."""
+    """Why `#class.property` selects nothing the table knows, with the closest spellings; None if it is one."""
     import difflib
 
     name = components[0][1:]
     if name not in SELECTORS:
         close = difflib.get_close_matches(name, SELECTORS, n=3, cutoff=0.5)
-        return f"no selector {components[0]!r}", ["@" + c + "".join("." + p for p in components[1:]) for c in close]
+        return f"no selector {components[0]!r}", ["#" + c + "".join("." + p for p in components[1:]) for c in close]
     properties = components[1:]
     if name not in ACCESS_SELECTORS and properties:
-        return f"selector @{name} takes no property ({'.'.join(properties)!r})", ["@" + name]
+        return f"selector #{name} takes no property ({'.'.join(properties)!r})", ["#" + name]
     if len(properties) > 1:
-        return f"selector @{name} takes one state space, not {len(properties)}", [f"@{name}.{properties[0]}"]
+        return f"selector #{name} takes one state space, not {len(properties)}", [f"#{name}.{properties[0]}"]
     if properties and properties[0] not in SELECTOR_SPACES:
         close = difflib.get_close_matches(properties[0], SELECTOR_SPACES, n=3, cutoff=0.5)
-        return f"no state space {properties[0]!r} (@{name}.SPACE: {', '.join(SELECTOR_SPACES)})", \
-            [f"@{name}.{c}" for c in close]
+        return f"no state space {properties[0]!r} (#{name}.SPACE: {', '.join(SELECTOR_SPACES)})", \
+            [f"#{name}.{c}" for c in close]
     return None
 
 
@@ -482,7 +482,7 @@ def _selects(components: tuple[str, ...], opcode: ir.Opcode) -> bool:
 
 
 def position_matcher(position: tuple[tuple[str, ...], ...]) -> Callable[[ir.Opcode], bool]:
-    """Whether an opcode is named by a position: an opcode prefix (`ld.global`) or a selector (`@memory.global`).
+    """Whether an opcode is named by a position: an opcode prefix (`ld.global`) or a selector (`#memory.global`).
 
     A set lookup per prefix length, not a comparison per prefix (a position may list many forms)."""
     prefixes = {p for p in position if not is_selector(p)}
@@ -497,7 +497,7 @@ def position_matcher(position: tuple[tuple[str, ...], ...]) -> Callable[[ir.Opco
 
 
 def position_problem(components: tuple[str, ...]) -> tuple[str, list[str]] | None:
-    """Why one part of a position names nothing of PTX (`ld.globl`, `@memroy`), with the closest
+    """Why one part of a position names nothing of PTX (`ld.globl`, `#memroy`), with the closest
     spellings for a "did you mean"; None when it names an opcode prefix or a selector."""
     if is_selector(components):
         return selector_problem(components)

@@ -21,7 +21,7 @@ class gmem_bytes_thread:
 total: nl.u64 = 0
 
 
-@probe(pos="@memory.global:@async_copy.global", level="thread", before=True)
+@probe(pos="#memory.global:#async_copy.global", level="thread", before=True)
 def count_bytes():
     total += nl.bytes
 

@@ -20,7 +20,7 @@ count: nl.u64 = 0
 
 
 # The semantics table's tensor-core class: its rows marked tensor_core (spec/probe-toml.md, "Selectors").
-@probe(pos="@tensor_core", level="thread", before=True)
+@probe(pos="#tensor_core", level="thread", before=True)
 def count_mma():
     count += 1
 
