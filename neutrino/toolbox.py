@@ -195,12 +195,8 @@ def load_tool(name_or_path: str, isa: str = "ptx"):
     this is the one place where a name becomes a file and a DSL file becomes TOML."""
     from neutrino.probefile import load_probe_file, parse_probes
 
-    path = Path(name_or_path)
-    tool = tool_of_path(path) if path.exists() else get(name_or_path)
-    if not path.exists():
-        if tool is None:
-            _no_such_tool(name_or_path)
-        path = tool.probe_for(isa)
+    path = resolve_probe_path(name_or_path, isa)
+    tool = tool_of_path(path)
     if path.suffix == ".py":
         from neutrino.language import compile_file
 
@@ -209,6 +205,32 @@ def load_tool(name_or_path: str, isa: str = "ptx"):
         probes = load_probe_file(path, isa)
     probes.tool = tool.name if tool is not None else None
     return probes
+
+
+def resolve_probe_path(name_or_path: str, isa: str = "ptx") -> Path:
+    """The file `-p NAME|FILE` stands for: the file itself, else the tool's probe for `isa`."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    tool = get(name_or_path)
+    if tool is None:
+        _no_such_tool(name_or_path)
+    return tool.probe_for(isa)
+
+
+def tool_record(path: str | os.PathLike, text: str) -> dict:
+    """The `start` event's `tool` and `tool_maps` (spec/trace-format.md) for the probe file at `path`
+    whose TOML is `text`: read without the probe parser, so a run that defers parsing can say it."""
+    tool = tool_of_path(path) if path else None
+    if tool is None:
+        return {"tool": None, "tool_maps": []}
+    try:
+        doc = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError):
+        doc = {}
+    maps = doc.get("map") if isinstance(doc.get("map"), dict) else {
+        name: table for name, table in doc.items() if isinstance(table, dict) and "datamodel" in table}
+    return {"tool": tool.name, "tool_maps": sorted(maps)}
 
 
 def _no_such_tool(name: str):

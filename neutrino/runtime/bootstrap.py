@@ -124,7 +124,7 @@ class DeferredRuntime:
 
 def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, compiled):
     from neutrino.errors import NeutrinoError
-    from neutrino.toolbox import load_probes
+    from neutrino import toolbox
     from neutrino.runtime.options import RuntimeOptions
     from neutrino.runtime.codecache import CodeCache, default_cache_dir
     from neutrino.runtime.core import Runtime
@@ -135,12 +135,12 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
     import neutrino
 
     opts = RuntimeOptions.from_json(options_json)
-    probes = load_probes(opts.probe)
+    probes = toolbox.load_probes(opts.probe)
     run_dir = _claim_run_dir()
     trace = TraceDir(run_dir) if run_dir is not None else _trace_dir(opts)
     trace.write_probe(probes.text)
     trace.event("start", pid=os.getpid(), argv=list(getattr(sys, "argv", []) or []), probe=opts.probe,
-                tool=probes.tool, tool_maps=sorted(probes.maps) if probes.tool else [],
+                **toolbox.tool_record(probes.path, probes.text),
                 options=opts.to_dict(), version=neutrino.__version__, embedded=embedded,
                 session=os.environ.get("NEUTRINO_SESSION"), **rank.start_fields())
     rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
