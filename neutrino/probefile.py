@@ -17,7 +17,7 @@ import tomllib
 from neutrino.errors import Diagnostic, Location, ProbeError
 from neutrino.isa.ptx import ir, parse_statements
 from neutrino.errors import ParseError
-from neutrino.trace import Buckets
+from neutrino.maps import Buckets
 
 LEVELS = ("thread", "warp", "block")
 MAP_TYPES = ("array", "sum", "hist")

@@ -29,7 +29,7 @@ from typing import Optional
 
 from neutrino.errors import Diagnostic, Location
 from neutrino.probefile import FIELD_NAME_BYTES, MAP_NAME_BYTES, FieldNames, name_problem
-from neutrino.trace import Buckets
+from neutrino.maps import Buckets
 from neutrino.language.ir import (
     BITS,
     PRED,

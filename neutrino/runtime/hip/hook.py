@@ -30,7 +30,7 @@ from pathlib import Path
 
 import attrs
 
-from neutrino import trace as tracefmt
+from neutrino import maps as tracefmt
 from neutrino.engine_gcn import instrument_gcn
 from neutrino.errors import NeutrinoError
 from neutrino.isa.gcn import metadata, parse_module
