@@ -15,7 +15,7 @@ import attrs
 from neutrino.errors import InstrumentError, NeutrinoError
 from neutrino.isa.ptx import ir, print_module
 from neutrino.isa.ptx.symbols import NameAllocator
-from neutrino.probefile import ProbeFile
+from neutrino.probe_model import ProbeFile
 
 
 @attrs.define(eq=False)

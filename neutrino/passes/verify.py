@@ -19,7 +19,7 @@ from neutrino.errors import Diagnostic, InstrumentError, ProbeError
 from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import defined_registers, lookup
 from neutrino.passes.manager import Context
-from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
+from neutrino.probe_model import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
 LOWERING_ORIGIN = "save-lowering"  # lower_save.ORIGIN (not imported: lower_save imports resolve, which imports us)
 

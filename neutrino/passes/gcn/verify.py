@@ -21,7 +21,7 @@ from neutrino.isa.gcn import ir
 from neutrino.isa.gcn.semantics import semantics
 from neutrino.isa.gcn.snippets import is_gcn
 from neutrino.passes.manager import Context
-from neutrino.probefile import HELPERS, ProbeFile
+from neutrino.probe_model import HELPERS, ProbeFile
 
 ALLOWED = re.compile(
     r"^(s_(mov|movk|cmov|cselect|add|addc|sub|subb|mul|mul_hi|and|or|xor|andn2|orn2|nand|nor|xnor|not|lshl|lshr|ashr|bfe|bfm|"
