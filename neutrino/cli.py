@@ -223,7 +223,7 @@ def select_entry(entries: list[str], source: str, patterns: list[str]) -> str:
 
 
 def cmd_report(args) -> int:
-    from neutrino.analysis.report import main as report_main
+    from neutrino.analysis.ranks import main as report_main  # one run, or the runs of a job
 
     return report_main(args.trace, args.out, output_format=args.format)
 
@@ -243,7 +243,7 @@ def cmd_export(args) -> int:
     if not args.perfetto:
         raise _error("export needs --perfetto OUT, --parquet DIR or --merge-into KINETO.json")
     if args.format == "json" or (args.format is None and args.perfetto.endswith(".json")):
-        from neutrino.analysis.perfetto import export
+        from neutrino.analysis.ranks import export  # one run, or the runs of a job
 
         export(args.trace, args.perfetto, warps=args.warps, clock_ghz=args.clock_ghz)
         print(f"wrote {args.perfetto} (Chrome trace-event JSON: probed launches only)", file=sys.stderr)

@@ -36,7 +36,7 @@ import numpy as np
 from neutrino.maps import (  # noqa: F401 - the layout's names, re-exported for callers of neutrino.trace
     FIELD_DESC, FIELD_TYPES, FILE_HEADER, INDEX_HEADER_TAIL, INDEX_MAGIC, INDEX_RECORD, INDEX_VERSION, LEVELS, MAGIC,
     MAP_HEADER, MAP_TYPES, ROW_ALIGN, SECTION_ALIGN, STRIPES, VERSION, _TYPE_BY_WIDTH, Buckets, Field, MapSection,
-    TraceError, align, buffer_bytes, fold_rows, map_buffer_bytes, record_dtype, section_bytes, stripe_row_bytes,
+    TraceError, _fields, align, buffer_bytes, fold_rows, map_buffer_bytes, record_dtype, section_bytes, stripe_row_bytes,
     units_for)
 from neutrino.rundirs import _entries, find_job_dir, find_process_dirs, find_rank_dirs, find_run_dir  # noqa: F401
 from neutrino.trace_writer import (  # noqa: F401 - re-exported for callers of neutrino.trace (tests)

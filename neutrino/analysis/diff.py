@@ -388,7 +388,7 @@ def _finite(v: float):
 
 
 def render_text(result: DiffResult, show_all: bool = False) -> str:
-    from neutrino.analysis.report import format_table, short
+    from neutrino.analysis.tables import format_table, short
 
     shapes = {(c.rank, c.kernel, c.grid, c.block) for c in result.comparisons}
     sig = result.significant

@@ -21,23 +21,9 @@ import attrs
 from neutrino.analysis import analyses, tool_for, tool_name, writer_tool
 from neutrino.analysis import _common as C
 from neutrino.analysis.retain import summary_only
+from neutrino.analysis.tables import format_table, load_trace, short  # noqa: F401 - also callers' names
 from neutrino import console
 from neutrino.errors import NeutrinoError
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> str:
-    """Columns padded to their widest cell; columns `left` left-aligned, others right."""
-    cells = [list(map(str, headers))] + [list(map(str, r)) for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(r):
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
-
-
-def short(name: str, limit: int = 48) -> str:
-    return name if len(name) <= limit else name[:limit - 3] + "..."
 
 
 @attrs.define
@@ -69,22 +55,6 @@ class Report:
     def results(self, tool) -> list:
         name = tool_name(tool)
         return [r for k in self.kernels.values() for r in k.results.get(name, [])]
-
-
-def load_trace(trace_dir: str):
-    """`neutrino.trace.load`, with every failure turned into an AnalysisError."""
-    if not os.path.exists(trace_dir):
-        raise C.AnalysisError(f"{trace_dir}: no such trace directory")
-    try:
-        from neutrino import trace as trace_mod
-
-        trace = trace_mod.load(trace_dir)
-        launches = list(trace.launches)
-    except NeutrinoError as e:
-        raise C.AnalysisError(f"{trace_dir}: cannot read trace: {e}") from e
-    except Exception as e:  # noqa: BLE001 - a bad trace must never show a traceback
-        raise C.AnalysisError(f"{trace_dir}: cannot read trace: {type(e).__name__}: {e}") from e
-    return trace, launches
 
 
 def analyze(trace, launches, *, tool_options: dict | None = None, keep_full: int | None = None) -> Report:
@@ -303,7 +273,8 @@ def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list
 
 def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
          plots_per_kernel: int = 4, tool_options: dict | None = None, output_format: str = "text") -> int:
-    """Print the summary of `trace_dir` and write plots; the exit status.
+    """Print the summary of one run, `trace_dir`, and write plots; the exit status (a job or the
+    processes of one program: neutrino.analysis.ranks.main, which `neutrino report` calls).
 
     `output_format` "csv" or "json" prints the per-kernel numbers for scripts
     instead (one row per kernel, tool columns as `tool.column`), and no plots.
@@ -312,12 +283,6 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
     kernel (0: every launch). `tool_options` passes keyword options to a
     tool's `analyze_launch`, e.g. `{"dmat": {"time_base": "block", "granule": 32}}`.
     """
-    from neutrino.analysis import ranks
-
-    job = ranks.find_group(trace_dir)
-    if job is not None:  # several ranks, or processes of one program: spec/analysis.md, "Several ranks"
-        return ranks.report_main(str(job), out_dir, plots=plots, plots_per_kernel=plots_per_kernel,
-                                 tool_options=tool_options, output_format=output_format)
     try:
         trace, launches = load_trace(trace_dir)
         report = analyze(trace, launches, tool_options=tool_options,
