@@ -46,7 +46,7 @@ ENV_SESSION = "NEUTRINO_SESSION"  # marks the run directories of one `neutrino` 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from neutrino.cli import EXAMPLES
+    from neutrino.usage import EXAMPLES
 
     p = console.ArgumentParser(
         prog="neutrino",
@@ -102,7 +102,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     Without `--`, a program named like one of our commands (`neutrino -p P report
     trace`) is a usage error: the command was meant, in the wrong place.
     """
-    from neutrino.cli import SUBCOMMANDS
+    from neutrino.usage import SUBCOMMANDS
 
     argv = list(argv)
     explicit = "--" in argv
