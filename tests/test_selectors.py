@@ -110,3 +110,33 @@ def test_a_mistyped_selector_is_refused_with_did_you_mean(position, message, sug
     text = str(e.value)
     assert "p.toml:2:" in text and message in text and f"did you mean {suggestion}" in text, text
     assert selector_problem(as_position(position)[0]) is not None or not position.startswith("#")
+
+
+@pytest.mark.parametrize("position, suggestion", [("#memroy.global", "'#memory.global'"), ("ld.globl", "'ld.global'")])
+def test_a_mistyped_position_in_the_dsl_is_refused_at_the_decorator(tmp_path, position, suggestion):
+    source = tmp_path / "tool.py"
+    source.write_text(f'''from neutrino import Map, probe
+import neutrino.language as nl
+
+
+@Map(type="sum")
+class loads:
+    n: nl.u64
+
+
+count: nl.u64 = 0
+
+
+@probe(pos="{position}", level="thread", before=True)
+def count_loads():
+    count += 1
+
+
+@probe(pos="kernel", level="thread", after=True)
+def save():
+    loads.add(count)
+''')
+    with pytest.raises(Exception) as e:
+        load_probes(str(source))
+    text = str(e.value)
+    assert f"tool.py:13:" in text and f"did you mean {suggestion}" in text, text
