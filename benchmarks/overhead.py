@@ -13,6 +13,7 @@ compare like with like):
 * graph:     replay of a captured CUDA graph of 4 Triton launches (CUDA-event median)
 * graph_eager: the same 4 launches made eagerly, timed on the GPU alone (the probe code's own cost)
 * graph_16m: the graph workload with 16M elements per kernel (about 70 µs each)
+* graph8:    a graph of 8 tiny Triton kernels (256 blocks x 4 warps, ~2 µs each; issue 24)
 * graph_decode: a decode step (8 MLP blocks, batch 8, fp16) under torch.compile(mode="reduce-overhead"):
                one CUDA graph of cuBLAS GEMMs and Triton kernels replayed per call
 
@@ -51,8 +52,18 @@ CONFIGS = {
     "block_sched 0:1": ["-p", "block_sched", "--launches", "0:1"],
     "dmat": ["-p", "dmat"],
     "block_sched graphs": ["-p", "block_sched", "--graphs"],  # the graph workload's replays probed
+    "gmem_bytes graphs": ["-p", "gmem_bytes", "--graphs"],
+    # sampling inside graphs: a replay left out runs its probe gated off (issue 24)
+    "block_sched graphs every:50": ["-p", "block_sched", "--graphs", "--launches", "every:50"],
+    "gmem_bytes graphs every:50": ["-p", "gmem_bytes", "--graphs", "--launches", "every:50"],
+    # the same without the CUPTI timeline: what the timeline adds to a host-bound replay loop
+    "block_sched graphs no-timeline": ["-p", "block_sched", "--graphs", "--no-timeline"],
+    "block_sched graphs every:50 no-timeline": ["-p", "block_sched", "--graphs", "--launches", "every:50",
+                                                "--no-timeline"],
+    # cap = "count" sized before every launch (the counting launch and a sync each), as before issue 24
+    "dmat recount-every 1": ["-p", "dmat", "--recount-every", "1"],
 }
-WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode")
+WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")
 
 
 def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: str,

@@ -219,6 +219,25 @@ def graph_workload(iters: int, n: int = 1 << 20) -> dict:
     return {"us": statistics.median(times), "host_us": host, "hash": digest(out)}
 
 
+def graph8_workload(iters: int) -> dict:
+    """Replays of a graph of 8 tiny Triton kernels (256 blocks of 4 warps, ~2 µs each on the H100):
+    the decode-loop shape where a fixed cost per kernel or per replay shows most (issue 24)."""
+    n = 256 * 1024
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.rand(n, device="cuda", generator=g)
+    y = torch.rand(n, device="cuda", generator=g)
+    outs = [torch.empty_like(x) for _ in range(8)]
+    grid = (triton.cdiv(n, 1024),)
+    stream_kernel[grid](x, y, outs[0], n, BLOCK=1024)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for out in outs:
+            stream_kernel[grid](x, y, out, n, BLOCK=1024)
+    times, host = timed_loop(g.replay, iters, 5)
+    return {"us": statistics.median(times), "host_us": host, "hash": digest(*outs)}
+
+
 def graph_decode_workload(iters: int) -> dict:
     """A decode step as an inference server replays it: 8 transformer-style MLP blocks (LayerNorm,
     up-projection, GELU, down-projection, residual; d = 1024, fp16) over a batch of 8 tokens,
@@ -267,7 +286,8 @@ def graph_eager_workload(iters: int) -> dict:
 
 WORKLOADS = {"stream": stream_workload, "attention": attention_workload, "mlp": mlp_workload,
              "launch": launch_workload, "graph": graph_workload, "graph_eager": graph_eager_workload,
-             "graph_16m": lambda iters: graph_workload(iters, 16 << 20), "graph_decode": graph_decode_workload}
+             "graph_16m": lambda iters: graph_workload(iters, 16 << 20), "graph_decode": graph_decode_workload,
+             "graph8": graph8_workload}
 
 
 def main() -> None:

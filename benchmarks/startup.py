@@ -1,19 +1,20 @@
-"""Start-up cost of neutrino: the command line, and the runtime's start inside every profiled process.
+"""What a profiled run costs beyond its kernels: start-up, first launches and exit (issue 29).
 
-    python benchmarks/startup.py [-n 15] [--repo PATH]
+    python benchmarks/startup.py [--steps 50] [--repeat 2] [--tools block_sched,gmem_bytes] [--budget 600]
+                                 [--json FILE] [--keep DIR] [--process-start [-n 15]]
 
-Measures, each as the median of N runs (wall time, this machine):
+Runs a torch.compile training program (benchmarks/startup_program.py: 5 warm-up + STEPS timed
+steps) as whole processes, one after another, and prints the issue's table: process wall time
+of the program plain, under each tool with the code cache cold (a fresh NEUTRINO_CACHE_DIR, the
+shim copied in) and warm (the same directory again), with nothing probed (`-k nomatchxyz`, warm),
+and with only each kernel's first launch probed (`--launches 0:1`, warm). A first plain run,
+not in the table's baseline, fills Inductor's and Triton's caches: every timed run has them warm.
+Each profiled run passes `--timings`; the table puts the phases' sum (spec/runtime.md,
+"Start-up and exit phases") beside the measured difference, and checks the program printed the
+same loss as the plain run. `--budget` stops starting runs after that many seconds.
 
-* `neutrino --help` and `neutrino --version`;
-* a profiled process that loads no CUDA module (`python -c pass` with the
-  environment `neutrino -p block_sched --` gives its program: LD_PRELOAD shim,
-  sitecustomize, options) against the same process unprofiled: what every
-  process of a profiled program pays at start;
-* the runtime's start alone (`sitecustomize`'s cumulative time under
-  `python -X importtime`), and whether it imported numpy or attrs.
-
-`--repo` measures another checkout (e.g. the main branch, for a before/after).
-No GPU is needed: the runtime's start does not touch CUDA.
+`--process-start` measures instead, with no GPU, what every profiled process pays at start when
+it loads no CUDA module (the `wire` phase) against the same process unprofiled.
 """
 
 from __future__ import annotations
@@ -21,14 +22,135 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
+PROGRAM = Path(__file__).resolve().parent / "startup_program.py"
+TIMINGS = re.compile(r"neutrino: timings: ([\d.]+) s added(?: in \d+ processes)?: (.*); program ([\d.]+) s")
+GROUP = re.compile(r"(launcher|start|modules|kernels|exit) ([\d.]+) s")
+KERNELS = re.compile(r"(\d+) kernel\(s\) seen, (\d+) probed")
+
+
+def run_once(label: str, argv: list[str], env: dict) -> dict:
+    """One whole process: wall seconds, the program's JSON line, the timings line's groups."""
+    started = time.perf_counter()
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    row = {"run": label, "wall": wall, "rc": r.returncode}
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    row["program"] = json.loads(lines[-1]) if lines else None
+    found = TIMINGS.search(r.stderr)
+    if found:
+        row["added"] = float(found.group(1))
+        row["groups"] = {g: float(s) for g, s in GROUP.findall(found.group(2))}
+        row["timings"] = found.group(0)
+    kernels = KERNELS.findall(r.stderr)
+    if kernels:
+        row["kernels_seen"], row["kernels_probed"] = (int(x) for x in kernels[-1])
+    if r.returncode != 0:
+        row["stderr_tail"] = r.stderr[-2000:]
+    return row
+
+
+def profiled_argv(tool: str, steps: int, trace: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "neutrino", "-p", tool, "--timings", "-o", str(trace), *extra, "--",
+            sys.executable, str(PROGRAM), str(steps)]
+
+
+def fresh_cache(scratch: Path, name: str, shim_from: Path) -> Path:
+    """A cold code cache with the shim already built (building it is an install cost, not a run's)."""
+    cache = scratch / name
+    cache.mkdir(parents=True, exist_ok=True)
+    for shim in shim_from.glob("shim-*.so"):
+        shutil.copy2(shim, cache / shim.name)
+    return cache
+
+
+def keep_event_logs(trace: Path, keep: str | None, number: int) -> None:
+    """--keep DIR: each run's event logs (phase, module and no_ptx events) as DIR/run<N>[.<dir>].log."""
+    if not keep:
+        return
+    Path(keep).mkdir(parents=True, exist_ok=True)
+    for log in sorted(trace.rglob("event.log")):
+        part = "" if log.parent == trace else "." + log.parent.name
+        shutil.copy2(log, Path(keep) / f"run{number}{part}.log")
+
+
+def plan(tools: list[str], repeat: int) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """(label, tool or '' for plain, cache name, extra options), in the order they run."""
+    runs = [("plain", "", "", ())] * repeat
+    for tool in tools:
+        runs.append((f"-p {tool}, code cache cold", tool, tool, ()))
+        runs += [(f"-p {tool}, code cache warm", tool, tool, ())] * repeat
+    first = tools[0]
+    runs += [(f"-p {first} -k nomatchxyz (nothing probed), warm", first, first, ("-k", "nomatchxyz"))] * repeat
+    runs.append((f"-p {first} --launches 0:1, warm", first, first, ("--launches", "0:1")))
+    return runs
+
+
+def table(rows: list[dict]) -> str:
+    plain = [r["wall"] for r in rows if r["run"] == "plain" and r["rc"] == 0]
+    base = statistics.median(plain) if plain else float("nan")
+    loss = next((r["program"]["loss"] for r in rows if r["run"] == "plain" and r.get("program")), None)
+    out = ["| run | wall s | over plain s | --timings added s | launcher | start | modules | kernels | exit "
+           "| kernels probed | same loss |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        g = r.get("groups", {})
+        cells = [f"{g[k]:.2f}" if k in g else "" for k in ("launcher", "start", "modules", "kernels", "exit")]
+        same = "" if not r.get("program") else ("yes" if r["program"]["loss"] == loss else f"no ({r['program']['loss']})")
+        added = f"{r['added']:.2f}" if "added" in r else ""
+        probed = f"{r.get('kernels_probed', '')}/{r.get('kernels_seen', '')}" if "kernels_seen" in r else ""
+        note = "" if r["rc"] == 0 else f" (exit {r['rc']})"
+        over = "" if r["run"].startswith("plain") else f"{r['wall'] - base:+.2f}"
+        out.append(f"| {r['run']}{note} | {r['wall']:.2f} | {over} | {added} | " + " | ".join(cells) +
+                   f" | {probed} | {same} |")
+    return "\n".join(out) + "\n"
+
+
+def program_table(args) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p))
+    env.pop("NEUTRINO_OPTIONS", None)
+    scratch = Path(tempfile.mkdtemp(prefix="neutrino-startup-"))
+    deadline = time.monotonic() + args.budget
+    warm_up = run_once("warm-up (fills Inductor/Triton caches; not in the baseline)",
+                       [sys.executable, str(PROGRAM), str(args.steps)], env)
+    rows = [warm_up]
+    from neutrino.runtime.build import build_shim
+
+    shim_dir = build_shim().parent
+    caches: dict[str, Path] = {}
+    for label, tool, cache_name, extra in plan(args.tools, args.repeat):
+        if time.monotonic() > deadline:
+            print(f"budget of {args.budget:.0f} s spent: later runs not made", file=sys.stderr)
+            break
+        if not tool:
+            rows.append(run_once(label, [sys.executable, str(PROGRAM), str(args.steps)], env))
+        else:
+            if cache_name not in caches:
+                caches[cache_name] = fresh_cache(scratch, cache_name, shim_dir)
+            run_env = dict(env, NEUTRINO_CACHE_DIR=str(caches[cache_name]))
+            trace = scratch / f"trace{len(rows)}"
+            rows.append(run_once(label, profiled_argv(tool, args.steps, trace, *extra), run_env))
+            keep_event_logs(trace, args.keep, len(rows) - 1)
+        row = rows[-1]
+        print(f"{row['run']}: {row['wall']:.2f} s" + (f"; {row['timings']}" if "timings" in row else "") +
+              (f"\n{row.get('stderr_tail', '')}" if row["rc"] else ""), file=sys.stderr, flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+    print(f"python {sys.version.split()[0]}, {args.steps} timed steps; wall = whole process, one after another\n")
+    print(table(rows))
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- --process-start (no GPU)
 
 PROFILED_ENV = """
 import json, sys
@@ -40,24 +162,9 @@ print(json.dumps(child_env(RuntimeOptions(probe={probe!r}, tracedir={trace!r}), 
 """
 
 
-# What the runtime loads when the program loads its first CUDA module: the runtime's
-# modules, the probe (compiled and verified), numpy. Timed in one fresh process.
-FIRST_MODULE = """
-import time
-wall, cpu = time.perf_counter(), time.process_time()
-from neutrino.runtime import core, drain, tracedir
-from neutrino.toolbox import load_probes
-load_probes({probe!r})
-import numpy
-print((time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3)
-"""
-
-
 def median_times(command: list[str], env: dict, n: int) -> tuple[float, float]:
-    """Median wall time and median CPU time (user + system) of the child, in seconds.
-
-    CPU time is what to compare on a shared machine: it does not grow when other
-    processes take the cores."""
+    """Median wall time and median CPU time (user + system) of the child, in seconds (CPU time
+    is what to compare on a shared machine: it does not grow when other processes take the cores)."""
     walls, cpus = [], []
     for _ in range(n):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -69,47 +176,37 @@ def median_times(command: list[str], env: dict, n: int) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(cpus)
 
 
-def start_import_ms(env: dict) -> float:
-    """Cumulative import time of sitecustomize (which starts the runtime), in ms."""
-    err = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], env=env, capture_output=True,
-                         text=True, check=True).stderr
-    lines = [line for line in err.splitlines() if line.count("|") == 2 and line.split("|")[2].strip() == "sitecustomize"]
-    return int(lines[-1].split("|")[1]) / 1000 if lines else float("nan")
+def process_start(args) -> None:
+    plain = dict(os.environ, PYTHONPATH=str(HERE))
+    plain.pop("NEUTRINO_OPTIONS", None)
+    code = PROFILED_ENV.format(repo=str(HERE), probe=args.tools[0], trace=str(Path(tempfile.gettempdir()) / "nst"))
+    profiled = json.loads(subprocess.run([sys.executable, "-c", code], env=plain, capture_output=True, text=True,
+                                         check=True).stdout)
+    rows = [("python -c pass (unprofiled)", median_times([sys.executable, "-c", "pass"], plain, args.n)),
+            ("python -c pass (profiled, no CUDA module)", median_times([sys.executable, "-c", "pass"], profiled, args.n))]
+    loaded = subprocess.run([sys.executable, "-c", "import sys; print(sorted({'numpy', 'attrs'} & set(sys.modules)))"],
+                            env=profiled, capture_output=True, text=True, check=True).stdout.strip()
+    print(f"Python {sys.version.split()[0]}, median of {args.n}")
+    for name, (wall, cpu) in rows:
+        print(f"{name:45s} {wall * 1e3:8.1f} ms wall {cpu * 1e3:8.1f} ms cpu")
+    print(f"{'added per profiled process':45s} {(rows[1][1][0] - rows[0][1][0]) * 1e3:8.1f} ms wall "
+          f"{(rows[1][1][1] - rows[0][1][1]) * 1e3:8.1f} ms cpu")
+    print(f"modules loaded at start: {loaded}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-n", type=int, default=15)
-    parser.add_argument("--repo", default=str(HERE), help="the checkout to measure (default: this one)")
-    parser.add_argument("-p", "--probe", default="block_sched", help="the probe, as -p takes it (default block_sched)")
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=2, help="runs of plain and of each warm configuration")
+    parser.add_argument("--tools", default="block_sched,gmem_bytes,program_progress",
+                        type=lambda s: [t for t in s.split(",") if t], help="built-in tools, the first for -k/--launches")
+    parser.add_argument("--budget", type=float, default=1800.0, help="seconds after which no run is started")
+    parser.add_argument("--json", default=None, help="also write every run (timings line included) to this file")
+    parser.add_argument("--keep", default=None, metavar="DIR", help="copy each profiled run's event logs here")
+    parser.add_argument("--process-start", action="store_true", help="no GPU: the start of a process without CUDA")
+    parser.add_argument("-n", type=int, default=15, help="--process-start: runs per median")
     args = parser.parse_args()
-    repo = str(Path(args.repo).resolve())
-    plain = dict(os.environ, PYTHONPATH=repo)
-    plain.pop("NEUTRINO_OPTIONS", None)
-    code = PROFILED_ENV.format(repo=repo, probe=args.probe, trace=str(Path("/tmp") / f"neutrino-startup-{os.getpid()}"))
-    profiled = json.loads(subprocess.run([sys.executable, "-c", code], env=plain, capture_output=True, text=True,
-                                         check=True).stdout)
-    cli = [sys.executable, "-m", "neutrino.cli"]
-    rows = [
-        ("neutrino --help", median_times(cli + ["--help"], plain, args.n)),
-        ("neutrino --version", median_times(cli + ["--version"], plain, args.n)),
-        ("python -c pass (unprofiled)", median_times([sys.executable, "-c", "pass"], plain, args.n)),
-        ("python -c pass (profiled, no CUDA module)", median_times([sys.executable, "-c", "pass"], profiled, args.n)),
-    ]
-    starts = sorted(start_import_ms(profiled) for _ in range(max(3, args.n // 3)))
-    build = subprocess.run([sys.executable, "-c", FIRST_MODULE.format(probe=args.probe)], env=plain,
-                           capture_output=True, text=True, check=True).stdout.split()
-    loaded = subprocess.run([sys.executable, "-c", "import sys; print(sorted({'numpy', 'attrs'} & set(sys.modules)))"],
-                            env=profiled, capture_output=True, text=True, check=True).stdout.strip()
-    print(f"checkout {repo}, Python {sys.version.split()[0]}, median of {args.n}")
-    print(f"{'':45s} {'wall':>8s}    {'cpu':>8s}")
-    for name, (wall, cpu) in rows:
-        print(f"{name:45s} {wall * 1e3:8.1f} ms {cpu * 1e3:8.1f} ms")
-    print(f"{'added per profiled process':45s} {(rows[3][1][0] - rows[2][1][0]) * 1e3:8.1f} ms "
-          f"{(rows[3][1][1] - rows[2][1][1]) * 1e3:8.1f} ms")
-    print(f"{'runtime start (sitecustomize, -X importtime)':45s} {statistics.median(starts):8.1f} ms")
-    print(f"{'runtime built at the first CUDA module (in-process)':45s} {float(build[0]):8.1f} ms {float(build[1]):8.1f} ms")
-    print(f"modules loaded at start: {loaded}")
+    process_start(args) if args.process_start else program_table(args)
 
 
 if __name__ == "__main__":

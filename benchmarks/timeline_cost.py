@@ -1,13 +1,26 @@
-"""Cost of the CUPTI timeline (issue 22 target: <= 1.03x per step): per-step wall time of an eager
-loop and of a torch.compile MLP training step, run plain, probed with -p block_sched --no-timeline,
-and probed with the timeline (the default). Runs are interleaved ROUNDS times; the table gives the
-median step time over all steps of all rounds and the ratios.
+"""Cost of the CUPTI timeline (issue 22 target: <= 1.03x per step) and the floor under it.
 
-usage: python benchmarks/timeline_cost.py [--steps N] [--rounds R]   (needs a GPU and torch)
+Per workload (timeline_workload.py: `eager`, 40 tiny ATen ops per step; `compile`, a torch.compile
+MLP training step), each configuration is one process, run in interleaved rounds (the order rotates
+each round). Per step: the GPU-event span of its launches (ms) and its wall time. The table gives
+the medians over all steps of all rounds, the ratios to plain and to probing without the timeline,
+and the event span per kernel (us) = median span / kernels per step (the timeline's kernel records
+of a traced run over its steps).
+
+configurations (--configs, comma list of the keys):
+  plain      the workload alone
+  floor      CUPTI alone (benchmarks/cupti_floor.c): CONCURRENT_KERNEL, buffers freed unread
+  floor_cb   CUPTI alone plus callbacks on the launch/copy calls that return at once
+  notl       neutrino -p block_sched --no-timeline
+  copies     neutrino -p block_sched, NEUTRINO_TIMELINE_LEVEL=copies (no host times)
+  default    neutrino -p block_sched (timeline at its default level: copies,host)
+
+usage: python benchmarks/timeline_cost.py [--steps N] [--rounds R] [--modes eager,compile] [--configs ...] [--json F]
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -18,49 +31,99 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "timeline_workload.py"
-CONFIGS = {"plain": None, "probed, no timeline": ["--no-timeline"], "probed + timeline": []}
-# --levels: the timeline with only some of what it enables (NEUTRINO_TIMELINE_LEVEL, shim/cupti.c)
-LEVELS = {"kernels only": "none", "without ext": "copies,api"}
+WARMUP = 10  # timeline_workload.WARMUP
+CONFIGS = {  # key: (label, neutrino options or None, NEUTRINO_TIMELINE_LEVEL, CUPTI floor callbacks)
+    "plain": ("plain", None, None, None),
+    "floor": ("CUPTI alone", None, None, "0"),
+    "floor_cb": ("CUPTI alone + launch callbacks", None, None, "1"),
+    "notl": ("probed, no timeline", ["--no-timeline"], None, None),
+    "copies": ("timeline copies (no host time)", [], "copies", None),
+    "default": ("timeline default (copies,host)", [], None, None),
+}
 
 
-def run(config: list[str] | None, mode: str, steps: int, env: dict, tracedir: str, level: str | None = None) -> list[float]:
+def find_cupti() -> str:
+    sys.path.insert(0, str(HERE.parent))
+    from neutrino.runtime.cupti import find_cupti as find
+
+    path, why = find()
+    if path is None:
+        raise SystemExit(why)
+    return path
+
+
+def build_floor(scratch: str) -> str:
+    out = f"{scratch}/cupti_floor.so"
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", f"-I{HERE.parent / 'shim'}", "-o", out,
+                    str(HERE / "cupti_floor.c"), "-ldl"], check=True)
+    return out
+
+
+def run(key: str, mode: str, steps: int, env: dict, tracedir: str, floor: str) -> dict:
+    _, options, level, callbacks = CONFIGS[key]
     cmd = [sys.executable, str(WORKLOAD), mode, str(steps)]
+    env = dict(env)
     if level is not None:
-        env = dict(env, NEUTRINO_TIMELINE_LEVEL=level)
-    if config is not None:
-        cmd = [sys.executable, "-m", "neutrino", "-p", "block_sched", "-q", "--tracedir", tracedir, *config, "--", *cmd]
+        env["NEUTRINO_TIMELINE_LEVEL"] = level
+    if callbacks is not None:
+        env["NEUTRINO_BENCH_CUPTI_FLOOR"] = f"{floor}:{find_cupti()}:{callbacks}"
+    if options is not None:
+        cmd = [sys.executable, "-m", "neutrino", "-p", "block_sched", "-q", "--tracedir", tracedir, *options, "--", *cmd]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1]
-    return json.loads(line)["step_ms"]
+    out = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])
+    if key == "default":
+        out["kernels"] = timeline_kernels(tracedir)
+    return out
+
+
+def timeline_kernels(tracedir: str) -> int | None:
+    for log in glob.glob(f"{tracedir}/**/event.log", recursive=True):
+        for line in open(log):
+            if '"timeline_counts"' in line:
+                return int(json.loads(line).get("kernels", 0))
+    return None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="eager,compile")
-    ap.add_argument("--levels", default="", help="modes also measured at each timeline level (e.g. eager)")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--json", help="write the samples here")
     args = ap.parse_args()
+    keys = args.configs.split(",")
     scratch = tempfile.mkdtemp(prefix="timeline_cost_")
+    floor = build_floor(scratch) if {"floor", "floor_cb"} & set(keys) else ""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{scratch}/inductor", TRITON_CACHE_DIR=f"{scratch}/triton",
                PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
-    print(f"{'workload':10s} {'config':28s} {'median ms':>10s} {'vs plain':>9s} {'vs no-timeline':>15s}")
+    report = {}
+    print(f"{'workload':8s} {'config':32s} {'event ms':>9s} {'wall ms':>8s} {'vs plain':>9s} {'vs notl':>8s} "
+          f"{'us/kernel':>9s}")
     for mode in args.modes.split(","):
-        run(None, mode, 5, env, scratch)  # compile caches warm before anything is timed
-        configs = {name: (config, None) for name, config in CONFIGS.items()}
-        if mode in args.levels.split(","):
-            configs.update({f"timeline {name}": ([], level) for name, level in LEVELS.items()})
-        samples: dict[str, list[float]] = {name: [] for name in configs}
-        for _ in range(args.rounds):
-            for name, (config, level) in configs.items():
-                samples[name] += run(config, mode, args.steps, env, f"{scratch}/trace", level)
-        med = {name: statistics.median(v) for name, v in samples.items()}
-        for name in configs:
-            base = med["probed, no timeline"]
-            vs_nt = f"{med[name] / base:14.3f}x" if "timeline" in name and name != "probed, no timeline" else f"{'':15s}"
-            print(f"{mode:10s} {name:28s} {med[name]:10.3f} {med[name] / med['plain']:8.3f}x {vs_nt}")
+        run("plain", mode, 5, env, scratch, floor)  # compile caches warm before anything is timed
+        samples: dict[str, dict[str, list]] = {k: {"event_ms": [], "step_ms": []} for k in keys}
+        kernels = None
+        for r in range(args.rounds):
+            for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+                out = run(key, mode, args.steps, env, f"{scratch}/trace-{mode}-{key}-{r}", floor)
+                samples[key]["event_ms"] += out["event_ms"]
+                samples[key]["step_ms"] += out["step_ms"]
+                kernels = out.get("kernels") or kernels
+        per_step = kernels / (WARMUP + args.steps) if kernels else None
+        med = {k: statistics.median(v["event_ms"]) for k, v in samples.items()}
+        wall = {k: statistics.median(v["step_ms"]) for k, v in samples.items()}
+        for k in keys:
+            vs_plain = f"{med[k] / med['plain']:8.3f}x" if "plain" in med else ""
+            vs_notl = f"{med[k] / med['notl']:7.3f}x" if "notl" in med else ""
+            per_kernel = f"{med[k] * 1e3 / per_step:9.2f}" if per_step else ""
+            print(f"{mode:8s} {CONFIGS[k][0]:32s} {med[k]:9.3f} {wall[k]:8.3f} {vs_plain:>9s} {vs_notl:>8s} {per_kernel}")
+        print(f"{mode:8s} kernels per step (timeline): {per_step and round(per_step, 1)}")
+        report[mode] = {"kernels_per_step": per_step, "median_event_ms": med, "median_wall_ms": wall}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

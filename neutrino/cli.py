@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from neutrino import console
-from neutrino.usage import EXAMPLES, SUBCOMMANDS  # also the launcher's (runtime/launcher.py)
+from neutrino.console import EXAMPLES, SUBCOMMANDS  # in console.py: the launcher's parser shows them too
 
 
 def _error(message: str):
@@ -75,32 +75,29 @@ def _read_ptx(path: str) -> tuple[str, str]:
 
 
 def cmd_print(args) -> int:
-    from neutrino import cli_gcn
-    from neutrino.isa.ptx import parse_module, print_module
+    from neutrino.isa.registry import isa_of_file
 
-    if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
-        return cli_gcn.cmd_print(args)
-    text, source = _read_ptx(args.ptx)
-    sys.stdout.write(print_module(parse_module(text, source)))
+    isa = isa_of_file(args.ptx)
+    text, source = _read_assembly(isa, args.ptx)
+    sys.stdout.write(isa.print_module(isa.parse_module(text, source)))
     return 0
 
 
+def _read_assembly(isa, path: str) -> tuple[str, str]:
+    """The text of an assembly file and the name its messages use; PTX may also come out of a fatbin/cubin/executable."""
+    if isa.name == "ptx":
+        return _read_ptx(path)
+    try:
+        return Path(path).read_text(), path
+    except (OSError, UnicodeDecodeError) as e:
+        raise _file_error(path, f"cannot read: {e}") from None
+
+
 def ptxas_check(ptx: str, original: str | None = None) -> str:
-    """Assemble the probed PTX (neutrino/ptxas.py picks the arch and -c); the line to print.
-
-    Raises when ptxas rejects what we produced; a check that cannot be made
-    (no arch fits, or the unprobed `original` is refused too) is reported as skipped.
-    """
+    """Assemble the probed PTX with ptxas; the line to print (neutrino/ptxas.py, check_assembles)."""
     from neutrino import ptxas
-    from neutrino.isa.ptx import parse_module
 
-    result = ptxas.check(ptx, parse_module(ptx), original)
-    if result.skipped:
-        return f"ptxas: check skipped: {result.skipped}"
-    how = f"{result.arch}{', relocatable (-c)' if result.relocatable else ''}"
-    if not result.ok:
-        raise _error(f"ptxas ({how}) rejected the probed PTX:\n" + result.stderr.strip())
-    return f"ptxas: ok for {how}"
+    return ptxas.check_assembles(ptx, original)
 
 
 def _missing_target(data: bytes, path: str):
@@ -118,25 +115,30 @@ def _missing_target(data: bytes, path: str):
 
 
 def cmd_instrument(args) -> int:
-    from neutrino import cli_gcn
-    from neutrino.engine import instrument, list_entries
+    """`neutrino instrument FILE`: PTX (text, or inside a binary) or AMD GCN assembly, told apart by the file's content."""
+    from neutrino.engine import instrument
+    from neutrino.isa.registry import isa_of_file
     from neutrino.passes import default_pipeline
     from neutrino.toolbox import load_probe_argument
 
-    if cli_gcn.is_gcn_file(args.ptx):  # AMDGPU assembly: neutrino/cli_gcn.py
-        return cli_gcn.cmd_instrument(args)
-    probes = load_probe_argument(args.probe, args.expr)
-    text, source = _read_ptx(args.ptx)
-    kernel = select_entry(list_entries(text, source), source, args.kernel) if args.kernel else None
-    pipeline = default_pipeline()
+    isa = isa_of_file(args.ptx)
+    if getattr(args, "lines", None) and isa.name != "ptx":
+        raise _error("--lines selects by PTX .loc debug lines; AMDGPU assembly has none we read")
+    probes = load_probe_argument(args.probe, args.expr, isa=isa.name)
+    if getattr(args, "lines", None):
+        limit_to_lines(probes, args.lines)
+    text, source = _read_assembly(isa, args.ptx)
+    entries = [e.name for e in isa.entries(isa.parse_module(text, source))] if args.kernel else []
+    kernel = select_entry(entries, source, args.kernel) if args.kernel else None
+    pipeline = default_pipeline(isa)
     pipeline.print_after = frozenset(args.print_after or ())
     pipeline.verify_each = args.verify_each
     unknown = pipeline.print_after - set(pipeline.names())
     if unknown:
         raise _error(f"--print-after: no pass named {', '.join(sorted(unknown))} (passes: {', '.join(pipeline.names())})")
-    result = instrument(text, probes, kernel=kernel, source=source, pipeline=pipeline)
+    result = instrument(text, probes, kernel=kernel, source=source, pipeline=pipeline, isa=isa)
     for name, dumped in pipeline.dump:
-        print(f"// ----- IR after {name} -----\n{dumped}", file=sys.stderr)
+        print(f"{isa.comment} ----- IR after {name} -----\n{dumped}", file=sys.stderr)
     if args.time_passes:
         for name, seconds in result.timings.items():
             print(f"{name:24s} {seconds * 1e3:8.3f} ms", file=sys.stderr)
@@ -146,7 +148,7 @@ def cmd_instrument(args) -> int:
         sys.stdout.write(result.ptx)
     if args.info:
         _write(args.info, json.dumps(result.info_json(), indent=2) + "\n", "--info")
-    checked = ptxas_check(result.ptx, text) if args.check else None
+    checked = isa.check_assembles(result.ptx, text) if args.check else None
     if checked is not None and not check_skipped(checked):
         print(f"{checked} ({len(result.kernels)} kernel(s))", file=sys.stderr)
     for name, info in result.kernels.items():
@@ -198,6 +200,35 @@ def select_entry(entries: list[str], source: str, patterns: list[str]) -> str:
                               f"(entries: {', '.join(entries) or 'none'})")
     raise InstrumentError(f"{source}: -k {shown} selects {len(chosen)} entries ({', '.join(chosen)}); "
                           "instrument keeps one: give more of the name, or =NAME for an exact name")
+
+
+def limit_to_lines(probes, text: str) -> None:
+    """`--lines [FILE:]A[-B],…`: every instruction-position probe matches only instructions of those
+    source lines (their `.loc`; spec/probe-toml.md "Positions"), on top of its own `@` ranges."""
+    from neutrino.isa.ptx.lines import parse_line_ranges
+
+    try:
+        ranges = parse_line_ranges(text)
+    except ValueError as e:
+        raise _error(f"--lines: {e}") from None
+    for probe in probes.probes:
+        if not probe.at_kernel:
+            probe.lines = tuple(probe.lines) + ranges if not probe.lines else _intersect(probe.lines, ranges)
+
+
+def _intersect(own: tuple, ranges: tuple) -> tuple:
+    """Ranges in both lists (same file or no file named), so --lines narrows a probe's own `@` ranges."""
+    from neutrino.isa.ptx.lines import LineRange
+
+    out = []
+    for a in own:
+        for b in ranges:
+            if a.file and b.file and a.file != b.file:
+                continue
+            first, last = max(a.first, b.first), min(a.last, b.last)
+            if first <= last:
+                out.append(LineRange(a.file or b.file, first, last))
+    return tuple(out) or (LineRange(None, 1, 0),)  # nothing in common: an empty range matches nothing
 
 
 def cmd_report(args) -> int:
@@ -347,6 +378,8 @@ def offline_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-after", action="append", metavar="PASS", help="print the IR after this pass (repeatable)")
     p.add_argument("--time-passes", action="store_true", help="print the time each pass took")
     p.add_argument("--verify-each", action="store_true", help="check the kernels' invariants after every pass")
+    p.add_argument("--lines", metavar="[FILE:]A[-B],...",
+                   help="probe only instructions of these source lines (.loc debug lines: Triton, nvcc -lineinfo)")
     p.set_defaults(func=cmd_instrument)
     p = sub.add_parser("report", help="summarise a trace directory and write plots")
     p.add_argument("trace")

@@ -1,4 +1,4 @@
-"""The probe engine's front door: PTX text + probes → probed PTX + kernel descriptions."""
+"""The probe engine's front door: assembly text (PTX by default, or GCN) + probes → probed assembly + kernel descriptions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Iterator
 
 import attrs
 
+from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir, parse_module, print_module
+from neutrino.isa.ptx.target import PTX
 from neutrino.passes import Context, PassManager, default_pipeline
 from neutrino.passes.prune import prune_module
 from neutrino.probefile import ProbeFile
@@ -42,17 +44,23 @@ def cycle_collection_paused() -> Iterator[None]:
             gc.enable()
 
 
-def instrument_module(module: ir.Module, probes: ProbeFile, kernel: str | None = None, pipeline: PassManager | None = None) -> Context:
-    ctx = Context(probes, kernel)
-    (pipeline or default_pipeline()).run(module, ctx)
+def instrument_module(module, probes: ProbeFile, kernel: str | None = None, pipeline: PassManager | None = None,
+                      isa=PTX) -> Context:
+    ctx = Context(probes, kernel, isa=isa)
+    (pipeline or default_pipeline(isa)).run(module, ctx)
     return ctx
 
 
-def instrument(ptx: str, probes: ProbeFile, kernel: str | None = None, source: str = "<ptx>", pipeline: PassManager | None = None) -> Instrumented:
+def instrument(text: str, probes: ProbeFile, kernel: str | None = None, source: str | None = None,
+               pipeline: PassManager | None = None, isa=PTX) -> Instrumented:
+    """`text` in `isa` (neutrino/isa/interface.py; PTX unless named) instrumented with `probes`, loaded for that ISA."""
+    if probes.isa != isa.name:
+        raise InstrumentError(f"{probes.path}: its snippets are {probes.isa.upper()}; "
+                              f"load it with isa={isa.name!r} for a {isa.name.upper()} module")
     with cycle_collection_paused():
-        module = parse_module(ptx, source)
-        ctx = instrument_module(module, probes, kernel, pipeline)
-        return Instrumented(print_module(module), ctx.info(), dict(ctx.timings))
+        module = isa.parse_module(text, source or f"<{isa.name}>")
+        ctx = instrument_module(module, probes, kernel, pipeline, isa)
+        return Instrumented(isa.print_module(module), ctx.info(), dict(ctx.timings))
 
 
 def prune(ptx: str, kernel: str, source: str = "<ptx>") -> str:
@@ -60,8 +68,6 @@ def prune(ptx: str, kernel: str, source: str = "<ptx>") -> str:
     with cycle_collection_paused():
         module = parse_module(ptx, source)
     if module.function(kernel) is None or not module.function(kernel).is_entry:
-        from neutrino.errors import InstrumentError
-
         names = ", ".join(f.name for f in module.entries())
         raise InstrumentError(f"{source}: no entry named {kernel!r} (entries: {names})")
     prune_module(module, {kernel})

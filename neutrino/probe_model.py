@@ -11,14 +11,13 @@ import re
 import attrs
 
 from neutrino.errors import Location
+from neutrino.isa.interface import HELPERS, SAVE  # noqa: F401 - the probe vocabulary every ISA shares, defined there
 from neutrino.isa.ptx import ir
 from neutrino.maps import Buckets
 
 LEVELS = ("thread", "warp", "block")
 MAP_TYPES = ("array", "sum", "hist")
 FIELD_TYPES = {"u32": 4, "u64": 8}
-HELPERS = ("OUT", "IN1", "IN2", "IN3", "ADDR", "BYTES")
-SAVE = "SAVE"
 # Map and field names become part of PTX names (`%nt_buf_<map>`) and of result-file headers
 # (spec/trace-format.md: a map's name is 64 bytes, a field's 32, each NUL-padded).
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII letters, digits, '_'
@@ -99,6 +98,7 @@ class Probe:
     map: str | None  # name of the map its SAVEs write
     line: int = 0
     datamodel_reported: bool = False  # its missing or bad datamodel is reported already: SAVEs need not repeat it
+    lines: tuple = ()  # source-line ranges its position is limited to (`POSITION @ FILE:A-B`; isa/ptx/lines.py)
 
     @property
     def at_kernel(self) -> bool:

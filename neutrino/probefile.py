@@ -15,12 +15,16 @@ import attrs
 import tomllib
 
 from neutrino.errors import Diagnostic, Location, ProbeError
+from neutrino.isa.interface import HELPERS, SAVE  # the probe vocabulary every ISA shares; names kept here too
 from neutrino.isa.ptx import ir, parse_statements
 from neutrino.errors import ParseError
 from neutrino.maps import Buckets
 from neutrino.probe_model import (  # noqa: F401 - the model's names, re-exported for callers of neutrino.probefile
     FIELD_NAME_BYTES, FIELD_TYPES, HELPERS, LEVELS, MAP_NAME_BYTES, MAP_TYPES, NAME, SAVE, SHOWN_NAME, Field,
     FieldNames, MapSpec, Probe, ProbeFile, Snippet, _field_base, layout, name_problem)
+
+#: snippet languages read as AMDGPU assembly (neutrino/isa/gcn/snippets.py): CDNA's gcn and RDNA's rdna
+AMDGPU_SNIPPETS = ("gcn", "rdna")
 
 # ---------------------------------------------------------------- loading
 
@@ -86,13 +90,13 @@ def parse_probes(text: str, path: str = "<probes>", isa: str = "ptx") -> ProbeFi
         line = _first_deep_line(lines)
         raise ProbeError(Diagnostic(Location(path, line, 0, lines[line - 1] if 0 < line <= len(lines) else ""),
                                     "invalid TOML: arrays or inline tables nested too deeply")) from None
-    if isa not in ("ptx", "gcn"):
-        raise ProbeError(Diagnostic(Location(path), f"unknown assembly {isa!r} (known: gcn, ptx)"))
+    if isa not in ("ptx", *AMDGPU_SNIPPETS):
+        raise ProbeError(Diagnostic(Location(path), f"unknown assembly {isa!r} (known: gcn, ptx, rdna)"))
     loader = _Loader(path, text, lines, isa)
     probe_file = loader.load(doc)
     probe_file.isa = isa
-    if isa == "gcn":
-        from neutrino.passes.gcn.verify import verify_probe_file
+    if isa in AMDGPU_SNIPPETS:
+        from neutrino.isa.gcn.verify import verify_probe_file
     else:
         from neutrino.passes.verify import verify_probe_file
 
@@ -180,6 +184,7 @@ class _Loader:
         self.registers: dict[str, str] = {}
         self.register_lines: dict[str, int] = {}
         self._datamodel: dict[str, _Datamodel] = {}  # probe name → its datamodel, compact form
+        self.line_ranges: dict[str, tuple] = {}  # probe name → its `@ lines` ranges, until its Probe exists
         self.index = _TomlLines(lines)
 
     # -- locations in the TOML text (an index built in one pass: lookups stay linear in the file)
@@ -363,6 +368,7 @@ class _Loader:
             self.error(line, "a probe needs a `before` or an `after` snippet", probe=name)
         # A probe with a bad position is kept (matching nothing) so that its snippets are still verified.
         probe = Probe(name, position if position is not None else (), level, snippets.get("before"), snippets.get("after"), None, line)
+        probe.lines = self.line_ranges.pop(name, ())
         saves = [s for sn in probe.snippets() for s in ir.instructions(sn.statements) if s.opcode.base == SAVE]
         if not explicit:
             if saves and datamodel is None:
@@ -381,6 +387,10 @@ class _Loader:
             self.error(line, "position is required: \"kernel\", or instruction prefixes and #selectors joined by ':'",
                        probe=probe)
             return None
+        if "@" in position:
+            position, ranges = self.parse_line_selection(position, line, probe)
+            if ranges is None:
+                return None
         if position == "kernel":
             return "kernel"
         prefixes = []
@@ -395,13 +405,33 @@ class _Loader:
             return None
         return tuple(prefixes)
 
+    def parse_line_selection(self, position: str, line: int, probe: str):
+        """`POSITION @ [FILE:]A[-B],…`: the position's instructions whose source line is in a range."""
+        from neutrino.isa.ptx.lines import parse_line_ranges
+
+        head, _, text = position.partition("@")
+        head = head.strip()
+        if head == "kernel":
+            self.error(line, "a line range selects instructions: not with position \"kernel\"", probe=probe, token=text.strip())
+            return head, None
+        try:
+            self.line_ranges[probe] = parse_line_ranges(text.strip())
+        except ValueError as e:
+            self.error(line, str(e), probe=probe, token=text.strip() or None)
+            return head, None
+        return head, self.line_ranges[probe]
+
     def known_position(self, prefixes: list[tuple[str, ...]], line: int, probe: str) -> bool:
         """Each part names a PTX opcode and modifiers that exist, or a selector of the semantics table:
         a typo (`ld.globl`, `#memroy`) would match nothing, silently."""
         from neutrino.isa.ptx.semantics import SELECTORS, position_problem
 
+        from neutrino.isa.ptx.lines import LINE_POSITIONS
+
         known = True
         for components in prefixes:
+            if len(components) == 1 and components[0] in LINE_POSITIONS:
+                continue
             found = position_problem(components)
             if found is None:
                 continue
@@ -442,7 +472,7 @@ class _Loader:
         if re.search(r"=\s*(\"\"\"|''')\s*$", raw):
             first_line = key_line + 1  # TOML drops the newline right after an opening """
         try:
-            if self.isa == "gcn":
+            if self.isa in AMDGPU_SNIPPETS:
                 from neutrino.isa.gcn.snippets import parse_snippet
 
                 statements = parse_snippet(text, self.path, first_line)

@@ -123,3 +123,20 @@ def _check(ptx: str, module: ir.Module, original: str | None, ptxas: str | None,
         first = next((line for line in lines if "error" in line or "fatal" in line), unprobed.stderr.strip())
         return CheckResult(False, arch, relocatable, skipped=f"ptxas refuses the unprobed module as well ({first.strip()})", stderr=proc.stderr)
     return CheckResult(False, arch, relocatable, stderr=proc.stderr)
+
+
+def check_assembles(ptx: str, original: str | None = None) -> str:
+    """Assemble the probed PTX (the arch and -c picked as by `check`); the line to print.
+
+    Raises when ptxas rejects what we produced; a check that cannot be made
+    (no arch fits, or the unprobed `original` is refused too) is reported as skipped.
+    """
+    from neutrino.isa.ptx import parse_module
+
+    result = check(ptx, parse_module(ptx), original)
+    if result.skipped:
+        return f"ptxas: check skipped: {result.skipped}"
+    how = f"{result.arch}{', relocatable (-c)' if result.relocatable else ''}"
+    if not result.ok:
+        raise NeutrinoError(f"ptxas ({how}) rejected the probed PTX:\n" + result.stderr.strip())
+    return f"ptxas: ok for {how}"

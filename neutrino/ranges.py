@@ -105,6 +105,70 @@ def enclosing(ranges, tid: int, time_ns: int):
     return found[order]
 
 
+def enclosing_all(ranges, tid, time_ns) -> list[tuple[int, ...]]:
+    """Per query (tid[i], time_ns[i]): the indices in `ranges` of the ranges of that thread whose
+    interval holds the time (start <= t <= end), outermost first; () for tid 0 (unknown) or none.
+    One sweep per thread over its ranges and queries sorted by time (linear after sorting), the
+    answer `enclosing` gives one query at a time."""
+    import numpy as np
+
+    tid, time_ns = np.asarray(tid, dtype=np.int64), np.asarray(time_ns, dtype=np.int64)
+    out: list[tuple[int, ...]] = [()] * len(tid)
+    if ranges is None or not len(ranges) or not len(tid):
+        return out
+    rtid = ranges["tid"].astype(np.int64)
+    for t in np.unique(tid):
+        mine = np.flatnonzero(rtid == t) if t else np.zeros(0, dtype=np.int64)
+        if not len(mine):
+            continue
+        mine = mine[np.lexsort((-ranges["end_ns"][mine].astype(np.int64), ranges["start_ns"][mine].astype(np.int64)))]
+        starts, ends = ranges["start_ns"][mine].astype(np.int64).tolist(), ranges["end_ns"][mine].astype(np.int64).tolist()
+        queries = np.flatnonzero(tid == t)
+        queries = queries[np.argsort(time_ns[queries], kind="stable")]
+        open_, k = [], 0  # the ranges open at the query's time, in start order: outermost first
+        for q, when in zip(queries.tolist(), time_ns[queries].tolist()):
+            while k < len(starts) and starts[k] <= when:
+                open_.append(k)
+                k += 1
+            open_ = [j for j in open_ if ends[j] >= when]  # closed before this query: before every later one
+            out[q] = tuple(int(mine[j]) for j in open_)
+    return out
+
+
+def timeline_query_points(timeline, hosts: dict[int, tuple[int, int]] | None = None):
+    """(tid, time_ns) at which each timeline record's enclosing ranges are looked up: its launch
+    call's thread and host time (`host_ns`, every kernel and copy at the default timeline level);
+    else, for a probed launch, those of launch_args.jsonl (`hosts`: read_launch_hosts); else the
+    record's tid and GPU start (an approximation: the GPU starts after the launch call)."""
+    import numpy as np
+
+    tid = timeline["tid"].astype(np.int64).copy()
+    when = timeline["start_ns"].astype(np.int64).copy()
+    if hosts:
+        for i in np.flatnonzero(timeline["probe_launch"] >= 0).tolist():
+            host = hosts.get(int(timeline["probe_launch"][i]))
+            if host is not None:
+                tid[i], when[i] = host
+    if "host_ns" in (timeline.dtype.names or ()):
+        known = timeline["host_ns"] > 0
+        when[known] = timeline["host_ns"][known].astype(np.int64)
+    return tid, when
+
+
+def timeline_ranges(run_dir) -> list[list[str]]:
+    """Per record of `neutrino.timeline.read_timeline(run_dir)` (in its order): the names of its
+    enclosing ranges, outermost first, found at timeline_query_points. Empty lists without ranges.bin."""
+    from neutrino.timeline import read_timeline
+
+    timeline = read_timeline(run_dir)
+    if not (Path(run_dir) / "ranges.bin").exists():
+        return [[] for _ in range(len(timeline))]
+    ranges = read_ranges(run_dir)
+    names = ranges["name"].tolist()
+    found = enclosing_all(ranges, *timeline_query_points(timeline, read_launch_hosts(run_dir)))
+    return [[str(names[j]) for j in hit] for hit in found]
+
+
 MAX_LINE_BYTES = 16 << 20  # a longer "line" (a hole of NULs, binary garbage) is skipped, a piece at a time
 
 
@@ -159,6 +223,15 @@ def read_launch_hosts(run_dir) -> dict[int, tuple[int, int]]:
 
 
 def launch_ranges(run_dir) -> dict[int, list[str]]:
-    """probed launch index -> names of its enclosing ranges, outermost first (launches with a host time)."""
+    """probed launch index -> names of its enclosing ranges, outermost first (launches with a host
+    time: from launch_args.jsonl, else from its timeline record's host_ns)."""
     ranges = read_ranges(run_dir)
-    return {launch: list(enclosing(ranges, tid, t)["name"]) for launch, (tid, t) in read_launch_hosts(run_dir).items()}
+    hosts = read_launch_hosts(run_dir)
+    if (Path(run_dir) / "timeline.bin").exists():
+        from neutrino.timeline import read_timeline
+
+        tl = read_timeline(run_dir)
+        known = tl[(tl["probe_launch"] >= 0) & (tl["host_ns"] > 0)]
+        for launch, tid, t in zip(known["probe_launch"].tolist(), known["tid"].tolist(), known["host_ns"].tolist()):
+            hosts.setdefault(launch, (tid, t))
+    return {launch: list(enclosing(ranges, tid, t)["name"]) for launch, (tid, t) in hosts.items()}

@@ -17,12 +17,23 @@ KERNEL, MEMCPY, MEMSET = 1, 2, 3
 FLAG_PROBED, FLAG_GRAPH = 1, 2
 NO_NAME = 0xFFFFFFFF
 
-RECORD = np.dtype([
+_FIELDS_80 = [
     ("kind", "<u1"), ("copy_kind", "<u1"), ("flags", "<u2"), ("device", "<u4"), ("stream", "<u4"),
     ("tid", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8"), ("correlation", "<u8"), ("bytes", "<u8"),
     ("name_id", "<u4"), ("probe_launch", "<i4"), ("grid", "<u4", (3,)), ("block", "<u4", (3,)),
-])
-assert RECORD.itemsize == 80
+]
+RECORD_MIN_BYTES = 80  # the first writers' records (no host_ns): read with host_ns 0
+RECORD = np.dtype(_FIELDS_80 + [("host_ns", "<u8")])  # host_ns appended at offset 80 (2026-11-26)
+assert RECORD.itemsize == 88
+
+
+def record_dtype(size: int) -> np.dtype:
+    """RECORD's fields laid over records of `size` bytes (the header's), for memory-mapping a file in
+    place; host_ns only when the records have it."""
+    fields = RECORD.descr if size >= RECORD.itemsize else _FIELDS_80
+    d = np.dtype(fields)
+    return np.dtype({"names": d.names, "formats": [d.fields[n][0] for n in d.names],
+                     "offsets": [d.fields[n][1] for n in d.names], "itemsize": size})
 
 ORIGINS = ("cuBLAS", "cuDNN", "NCCL", "ATen", "Triton", "XLA", "CUTLASS", "other")
 
@@ -59,8 +70,8 @@ def read_header(data: bytes, path: Path) -> int:
     size = int.from_bytes(data[12:16], "little")
     if version != VERSION:
         raise TraceError(f"{path}: timeline version {version}, this reader knows {VERSION}")
-    if size < RECORD.itemsize:
-        raise TraceError(f"{path}: record size {size} is smaller than the {RECORD.itemsize} bytes of version 1")
+    if size < RECORD_MIN_BYTES:
+        raise TraceError(f"{path}: record size {size} is smaller than the {RECORD_MIN_BYTES} bytes of version 1")
     return size
 
 
@@ -79,9 +90,12 @@ def _records(path: Path) -> np.ndarray:
     if n <= 0:
         return np.zeros(0, RECORD)
     body = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_BYTES, shape=(n * size,)).reshape(n, size)
-    kept = []
+    kept, width = [], min(size, RECORD.itemsize)
     for at in range(0, n, CHUNK_RECORDS):
-        rows = np.ascontiguousarray(body[at:at + CHUNK_RECORDS, : RECORD.itemsize]).view(RECORD).reshape(-1)
+        part = body[at:at + CHUNK_RECORDS]
+        raw = np.zeros((len(part), RECORD.itemsize), np.uint8)  # host_ns 0 in records without it
+        raw[:, :width] = part[:, :width]
+        rows = raw.view(RECORD).reshape(-1)
         kept.append(rows[np.isin(rows["kind"], (KERNEL, MEMCPY, MEMSET))])
     return np.concatenate(kept)
 

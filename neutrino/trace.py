@@ -688,31 +688,51 @@ def load_job(path) -> list[tuple[int, Trace]]:
 
 
 def read_index(run: Path, events: list[dict], problems: list[str] | None = None) -> list[dict]:
-    """`launch` events rebuilt from result/index.bin (runs written by the native writer). Records are
-    read in chunks, holes of a sparse file skipped; a record whose seq is 0 (zeros: a hole, a block
-    never written) is no launch and is counted in `problems`."""
-    path = run / "result" / "index.bin"
+    """`launch` events rebuilt from result/index.bin (runs written by the native writer), in file order."""
+    kernels, frames = index_names(events)
+    records, usable = index_records(run, kernels, problems)
+    return [index_launch(records[i], kernels, frames) for i in usable]
+
+
+INDEX_CHUNK = 1 << 16  # index records scanned at a time
+
+
+def index_records(run: Path, kernels, problems: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The one reader of result/index.bin: (its records, memory-mapped; the positions, in file order, of
+    those that are launches: status 0 and a kernel id in `kernels`). Records are scanned in chunks, holes
+    of a sparse file skipped; a record whose seq is 0 (zeros: a hole, a block never written) is no launch
+    and is counted in `problems`; a record cut short by a crash is ignored. TraceError for a file that is
+    not an index (naming it)."""
+    path = Path(run) / "result" / "index.bin"
+    none = (np.zeros(0, INDEX_RECORD), np.zeros(0, np.int64))
+    if not path.exists():
+        return none
     try:
-        if not path.exists():
-            return []
         with open_regular(path, "the launch index") as fh:
-            kernels, frames = index_names(events)
-            out, zeros = [], 0
-            for recs in _index_chunks(fh, path):
-                zeros += int(np.count_nonzero(recs["seq"] == 0))
-                keep = (recs["seq"] != 0) & (recs["status"] == 0) & np.isin(recs["kernel_id"], list(kernels))
-                out += [_index_launch(r, kernels, frames) for r in recs[keep]]
+            count = _index_header(fh, path)
+            if count == 0:
+                return none
+            records = np.memmap(path, INDEX_RECORD, mode="r", offset=16, shape=(count,))
+            known = np.fromiter((int(k) for k in kernels), np.int64)
+            usable, zeros = [], 0
+            for lo in range(0, count, INDEX_CHUNK):
+                hi = min(count, lo + INDEX_CHUNK)
+                if _hole(fh.fileno(), 16 + lo * INDEX_RECORD.itemsize, (hi - lo) * INDEX_RECORD.itemsize):
+                    continue  # zeros: no launch recorded there
+                chunk = records[lo:hi]
+                seq = np.asarray(chunk["seq"])
+                zeros += int(np.count_nonzero(seq == 0))
+                keep = (seq != 0) & (np.asarray(chunk["status"]) == 0) & np.isin(chunk["kernel_id"], known)
+                usable.append(np.flatnonzero(keep) + lo)
     except OSError as e:
         raise TraceError(f"{path}: cannot read the launch index: {e.strerror or e}") from None
     if zeros and problems is not None:
         problems.append(f"{path}: {zeros} record(s) of zeros (seq 0) skipped")
-    return out
+    return records, (np.concatenate(usable) if usable else none[1])
 
 
-INDEX_CHUNK = 1 << 16  # index records read at a time
-
-
-def _index_chunks(fh, path: Path) -> Iterator[np.ndarray]:
+def _index_header(fh, path: Path) -> int:
+    """Check the index header; the number of whole records that follow it."""
     head = fh.read(16)
     if len(head) < 16 or head[:8] != INDEX_MAGIC:
         raise TraceError(f"{path}: not a Neutrino launch index (bad magic)")
@@ -720,16 +740,7 @@ def _index_chunks(fh, path: Path) -> Iterator[np.ndarray]:
     if int(version) != INDEX_VERSION or int(rec_size) != INDEX_RECORD.itemsize:
         raise TraceError(f"{path}: index version {int(version)} with {int(rec_size)}-byte records; "
                          f"this reader knows version {INDEX_VERSION}")
-    chunk = INDEX_CHUNK * INDEX_RECORD.itemsize
-    while True:
-        here = fh.tell()
-        if _hole(fh.fileno(), here, chunk) and here < os.fstat(fh.fileno()).st_size:
-            fh.seek(here + chunk)  # zeros: no launch recorded there
-            continue
-        raw = fh.read(chunk)
-        if len(raw) < INDEX_RECORD.itemsize:  # a record cut short by a crash is ignored
-            return
-        yield np.frombuffer(raw, INDEX_RECORD, count=len(raw) // INDEX_RECORD.itemsize)
+    return (os.fstat(fh.fileno()).st_size - 16) // INDEX_RECORD.itemsize
 
 
 def index_names(events: list[dict]) -> tuple[dict[int, tuple[str, str]], dict[int, str]]:
@@ -747,7 +758,8 @@ def index_names(events: list[dict]) -> tuple[dict[int, tuple[str, str]], dict[in
     return kernels, frames
 
 
-def _index_launch(r, kernels: dict, frames: dict) -> dict:
+def index_launch(r, kernels: dict, frames: dict) -> dict:
+    """The launch event of one index record (kernel id -> (name, result file) and frame names: index_names)."""
     kernel, rel = kernels[int(r["kernel_id"])]
     duration = float(r["duration_ns"])
     graph = int(r["graph"])

@@ -10,8 +10,13 @@
  * once each (a hash table of the names seen).
  *
  * Joins, by CUPTI correlation id:
- *   - the launching thread: API records of the launch and copy calls only
- *     (cuptiActivityEnableDriverApi/RuntimeApi), each giving (correlation, Linux tid);
+ *   - the launching thread and host time (default, level `host`): CUPTI's callback API, enabled
+ *     for the launch and copy calls only (cuptiEnableCallback per id); at each call's entry the
+ *     callback stores (Linux tid, CLOCK_REALTIME ns) under the call's correlation id, before the
+ *     GPU record can exist. CUPTI has one subscriber per process: when the program subscribes
+ *     (jax.profiler's XLA tracer, Kineto) we unsubscribe for its window and subscribe again after;
+ *   - the launching thread from API records of the launch and copy calls (level `api`:
+ *     cuptiActivityEnableDriverApi/RuntimeApi), each giving (correlation, Linux tid);
  *   - probed launches: the launch paths wrap the probed kernel's launch in an external
  *     correlation id of ours (kind CUSTOM2, a token); the result writer maps the token to the
  *     launch's sequence number when the job is submitted (probe_launch = seq - 1).
@@ -31,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,6 +69,9 @@ static struct {
     CUptiResult (*set_thread_id_type)(int);
     CUptiResult (*get_timestamp)(uint64_t *);
     CUptiResult (*finalize)(void);
+    CUptiResult (*subscribe)(nt_subscriber_t *, nt_callback_t, void *);
+    CUptiResult (*unsubscribe)(nt_subscriber_t);
+    CUptiResult (*enable_callback)(uint32_t, nt_subscriber_t, int, uint32_t);
 } api;
 
 static void init_rdlsym(void) {
@@ -92,7 +101,8 @@ static int resolve_api(void) {
     GET(push_external, "cuptiActivityPushExternalCorrelationId");
     GET(pop_external, "cuptiActivityPopExternalCorrelationId");
     GET(set_thread_id_type, "cuptiSetThreadIdType"); GET(get_timestamp, "cuptiGetTimestamp");
-    GET(finalize, "cuptiFinalize");
+    GET(finalize, "cuptiFinalize"); GET(subscribe, "cuptiSubscribe"); GET(unsubscribe, "cuptiUnsubscribe");
+    GET(enable_callback, "cuptiEnableCallback");
 #undef GET
     return api.get_version && api.register_callbacks && api.enable && api.disable && api.flush_all &&
            api.next_record;
@@ -106,24 +116,26 @@ static pthread_mutex_t tl_lock = PTHREAD_MUTEX_INITIALIZER;  /* buffers are conv
 static int timeline_fd = -1, names_fd = -1;
 /* records written, kernels, memcpys, memsets, probed kernels, records CUPTI dropped, distinct names,
  * records without a thread, API records seen, our external-correlation records seen, records
- * copied to the program's profiler, records it had no room for */
-#define N_COUNTS 12
+ * copied to the program's profiler, records it had no room for, records with a host time,
+ * launch/copy callbacks taken */
+#define N_COUNTS 14
 static uint64_t counts[N_COUNTS];
 enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
-       N_FORWARD_LOST };
+       N_FORWARD_LOST, N_HOST, N_CALLBACKS };
 
 /* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
- * MEMSET), `api` (API records of the launch and copy calls: the launching thread), `api_all`
- * (every driver and runtime API record), `ext` (external correlation: probed launches flagged).
- * Default: copies (API records cost the most: spec/runtime.md, "Timeline"). */
-enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8 };
-static int level = L_COPIES;
+ * MEMSET), `host` (launch/copy callbacks: each record's thread and host time), `api` (API records
+ * of the launch and copy calls: the launching thread), `api_all` (every driver and runtime API
+ * record), `ext` (external correlation: probed launches flagged).
+ * Default: copies,host (API records cost the most: spec/runtime.md, "Timeline"). */
+enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8, L_HOST = 16 };
+static int level = L_COPIES | L_HOST;
 
 static void read_level(void) {
     const char *s = getenv("NEUTRINO_TIMELINE_LEVEL");
     if (!s) return;
     static const struct { const char *word; int bit; } words[] = {
-        {"copies", L_COPIES}, {"api", L_API}, {"api_all", L_API_ALL}, {"ext", L_EXT}};
+        {"copies", L_COPIES}, {"api", L_API}, {"api_all", L_API_ALL}, {"ext", L_EXT}, {"host", L_HOST}};
     level = 0;
     for (const char *p = s; *p;) {
         size_t n = strcspn(p, ",");
@@ -134,6 +146,10 @@ static void read_level(void) {
 }
 
 static struct { uint32_t corr, tid; } tid_of[1u << TID_BITS];
+/* correlation -> (tid, host time) from the launch callbacks; written by the program's threads, read
+ * by the buffer thread: `corr` is stored last (release) and checked again after the read. */
+#define HOST_BITS 18
+static struct { _Atomic uint32_t corr; uint32_t tid; uint64_t host_ns; } host_of[1u << HOST_BITS];
 static struct { uint32_t corr; uint64_t token; } token_of[1u << PROBE_BITS];
 static struct { uint64_t token, seq; } seq_of[1u << PROBE_BITS];
 static pthread_mutex_t seq_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -143,6 +159,10 @@ static __thread uint64_t thread_token;  /* the probed launch this thread is subm
 typedef struct { nt_timeline_record rec; uint64_t held_ns; } pending_t;
 static pending_t *pending;
 static uint64_t realtime_ns(void);
+static uint64_t ticks_to_ns(uint64_t ticks);
+static void tsc_refresh(void);
+static uint64_t gpu_time_ns(uint64_t cupti_time);
+static void their_clock_refresh(void);
 static size_t n_pending, cap_pending;
 
 static nt_timeline_record out[OUT_RECORDS];
@@ -240,8 +260,25 @@ static void flush_out(void) {
 }
 
 /* Out to timeline.bin, with the launching thread and probed launch when they are known. */
+static int find_host(uint32_t corr, uint32_t *tid, uint64_t *host_ns) {
+    unsigned i = corr & ((1u << HOST_BITS) - 1);
+    if (!corr || atomic_load_explicit(&host_of[i].corr, memory_order_acquire) != corr) return 0;
+    *tid = host_of[i].tid;
+    *host_ns = host_of[i].host_ns;
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&host_of[i].corr, memory_order_relaxed) == corr;
+}
+
 static void emit(nt_timeline_record *r) {
-    r->tid = find_tid((uint32_t)r->correlation);
+    uint32_t tid = 0;
+    uint64_t host_ns = 0;
+    if (find_host((uint32_t)r->correlation, &tid, &host_ns)) {
+        r->tid = tid;
+        r->host_ns = ticks_to_ns(host_ns);
+        counts[N_HOST]++;
+    } else {
+        r->tid = find_tid((uint32_t)r->correlation);
+    }
     if (!r->tid) counts[N_NO_TID]++;
     if (r->kind == 1) {
         uint64_t token = find_token((uint32_t)r->correlation);
@@ -295,8 +332,8 @@ static void convert_kernel(const uint8_t *a) {
     r.flags = nt_rd32(a, K_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, K_DEVICE);
     r.stream = nt_rd32(a, K_STREAM);
-    r.start_ns = nt_rd64(a, K_START);
-    r.end_ns = nt_rd64(a, K_END);
+    r.start_ns = gpu_time_ns(nt_rd64(a, K_START));
+    r.end_ns = gpu_time_ns(nt_rd64(a, K_END));
     r.correlation = nt_rd32(a, K_CORRELATION);
     r.bytes = nt_rd32(a, K_DYN_SHARED);
     const char *name;
@@ -317,8 +354,8 @@ static void convert_copy(const uint8_t *a, int kind) {
     r.flags = nt_rd32(a, C_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, C_DEVICE);
     r.stream = nt_rd32(a, C_STREAM);
-    r.start_ns = nt_rd64(a, C_START);
-    r.end_ns = nt_rd64(a, C_END);
+    r.start_ns = gpu_time_ns(nt_rd64(a, C_START));
+    r.end_ns = gpu_time_ns(nt_rd64(a, C_END));
     r.correlation = nt_rd32(a, C_CORRELATION);
     r.bytes = nt_rd64(a, C_BYTES);
     r.name_id = UINT32_MAX;
@@ -328,6 +365,8 @@ static void convert_copy(const uint8_t *a, int kind) {
 
 /* First the joins (API and external-correlation records), then the GPU records. */
 static void convert_buffer(uint8_t *buf, size_t valid) {
+    tsc_refresh();
+    their_clock_refresh();
     for (int pass = 0; pass < 2; pass++) {
         uint8_t *rec = NULL;
         while (api.next_record(buf, valid, &rec) == NT_CUPTI_SUCCESS) {
@@ -454,7 +493,7 @@ static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buf, size_t si
 
 /* What the program's profiler did through us, for the event log (neutrino_timeline_profiler_calls). */
 #define CALL_LOG 256
-enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST };
+enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST, P_SUBSCRIBE, P_UNSUBSCRIBE, P_TIMESTAMP };
 static struct { uint64_t time_ns; int32_t call, kind; } call_log[CALL_LOG];
 static _Atomic unsigned n_calls;
 
@@ -510,6 +549,139 @@ static unsigned enable_api_records(void) {
         }
     }
     return n;
+}
+
+/* ------------------------------------------------------------------ host side of every launch */
+
+static nt_subscriber_t our_subscriber;   /* NULL: not subscribed (level without `host`, or stepped aside) */
+static pthread_mutex_t sub_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread uint32_t my_tid;
+static __thread int in_runtime_call;  /* inside a runtime launch/copy: its driver call is not the record's */
+
+/* The program's subscriber, shared: while ours is subscribed, a program's cuptiSubscribe gets a handle
+ * of ours (their_handle) and its callback is called from ours for the (domain, cbid) it enabled; its
+ * enables are applied to our real subscriber. NEUTRINO_TIMELINE_SHARE_SUBSCRIBER=0: step aside instead. */
+#define CB_DOMAINS 8
+#define CB_IDS 1024
+static int share_subscriber = 1;
+static char their_handle;
+#define THEIR_SUBSCRIBER ((nt_subscriber_t)&their_handle)
+static nt_callback_t their_callback;
+static void *their_userdata;
+static uint8_t their_cb[CB_DOMAINS][CB_IDS], their_whole_domain[CB_DOMAINS];
+static uint8_t our_cb[CB_DOMAINS][CB_IDS];
+
+static int theirs_on(int domain, uint32_t cbid) {
+    if (domain <= 0 || domain >= CB_DOMAINS) return 0;
+    return cbid < CB_IDS ? their_cb[domain][cbid] : their_whole_domain[domain];
+}
+
+/* Host time at a launch, cheaply: the TSC where it is invariant (x86-64 constant_tsc + nonstop_tsc),
+ * converted to CLOCK_REALTIME ns when the record is written (ticks_to_ns, from two (TSC, realtime)
+ * pairs: the timeline's start and the latest conversion); else clock_gettime. clock_gettime was the
+ * callback's whole cost on the H100 machine (spec/runtime.md, "Timeline"). */
+static int use_tsc;
+static struct { uint64_t ticks, ns; } tsc_first, tsc_last;
+
+static inline uint64_t host_ticks(void) {
+#if defined(__x86_64__)
+    if (use_tsc) return __builtin_ia32_rdtsc();
+#endif
+    return realtime_ns();
+}
+
+static int tsc_is_invariant(void) {
+#if defined(__x86_64__)
+    char buf[8192];
+    int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return strstr(buf, " constant_tsc") && strstr(buf, " nonstop_tsc") && !getenv("NEUTRINO_TIMELINE_NO_TSC");
+#else
+    return 0;
+#endif
+}
+
+/* A (TSC, realtime) pair, realtime taken on both sides of the TSC read. */
+static void tsc_pair(uint64_t *ticks, uint64_t *ns) {
+    uint64_t a = realtime_ns();
+    *ticks = host_ticks();
+    uint64_t b = realtime_ns();
+    *ns = a + (b - a) / 2;
+}
+
+/* Once per buffer converted (under tl_lock): the latest pair, for a longer base and a finer slope. */
+static void tsc_refresh(void) {
+    uint64_t t, ns;
+    if (!use_tsc) return;
+    tsc_pair(&t, &ns);
+    if (t > tsc_first.ticks + 1000000 && ns > tsc_first.ns) tsc_last.ticks = t, tsc_last.ns = ns;
+}
+
+static uint64_t ticks_to_ns(uint64_t ticks) {
+    if (!use_tsc) return ticks;
+    if (tsc_last.ticks <= tsc_first.ticks) return tsc_first.ns;
+    double per_tick = (double)(tsc_last.ns - tsc_first.ns) / (double)(tsc_last.ticks - tsc_first.ticks);
+    return tsc_last.ns - (uint64_t)((double)(int64_t)(tsc_last.ticks - ticks) * per_tick);
+}
+
+/* At the entry of a launch or copy call: (tid, host ticks) under its correlation id. A runtime call
+ * (cudaLaunchKernel) makes a driver call inside (cuLaunchKernel, its own correlation id): the GPU
+ * record carries the runtime call's id, so the inner driver call is skipped. */
+static void on_launch_call(void *userdata, int domain, uint32_t cbid, const void *cbdata) {
+    (void)userdata;
+    nt_callback_t theirs = their_callback;
+    if (theirs && theirs_on(domain, cbid)) theirs(their_userdata, domain, cbid, cbdata);
+    const uint8_t *d = cbdata;
+    if (!d || domain <= 0 || domain >= CB_DOMAINS || cbid >= CB_IDS || !our_cb[domain][cbid]) return;
+    int enter = nt_rd32(d, CB_SITE) == NT_CB_SITE_ENTER;
+    if (domain == NT_CB_DOMAIN_RUNTIME) in_runtime_call += enter ? 1 : (in_runtime_call > 0 ? -1 : 0);
+    if (!enter || (domain == NT_CB_DOMAIN_DRIVER && in_runtime_call)) return;
+    uint32_t corr = nt_rd32(d, CB_CORRELATION);
+    if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
+    unsigned i = corr & ((1u << HOST_BITS) - 1);
+    atomic_store_explicit(&host_of[i].corr, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    host_of[i].tid = my_tid;
+    host_of[i].host_ns = host_ticks();
+    atomic_store_explicit(&host_of[i].corr, corr, memory_order_release);
+    counts[N_CALLBACKS]++;  /* racy on purpose: a statistic, never a join */
+}
+
+/* Our launch/copy callback ids on (again: a program's domain-wide disable turns them off): how many. */
+static unsigned enable_ours(void) {
+    unsigned n = 0;
+    for (unsigned i = 0; i < sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS; i++) {
+        our_cb[NT_CB_DOMAIN_DRIVER][NT_DRIVER_CBIDS[i]] = 1;
+        n += api.enable_callback(1, our_subscriber, NT_CB_DOMAIN_DRIVER, NT_DRIVER_CBIDS[i]) == NT_CUPTI_SUCCESS;
+    }
+    for (unsigned i = 0; i < sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS; i++) {
+        our_cb[NT_CB_DOMAIN_RUNTIME][NT_RUNTIME_CBIDS[i]] = 1;
+        n += api.enable_callback(1, our_subscriber, NT_CB_DOMAIN_RUNTIME, NT_RUNTIME_CBIDS[i]) == NT_CUPTI_SUCCESS;
+    }
+    return n;
+}
+
+/* Subscribe and enable the launch/copy callbacks; CUPTI's error (0: on). Under sub_lock. */
+static CUptiResult subscribe_ours(unsigned *n_cbids) {
+    if (our_subscriber) return NT_CUPTI_SUCCESS;
+    if (!api.subscribe || !api.enable_callback || !api.unsubscribe) return 1;
+    nt_subscriber_t sub = NULL;
+    CUptiResult rc = api.subscribe(&sub, on_launch_call, NULL);
+    if (rc != NT_CUPTI_SUCCESS) return rc;
+    our_subscriber = sub;
+    unsigned n = enable_ours();
+    if (n_cbids) *n_cbids = n;
+    return NT_CUPTI_SUCCESS;
+}
+
+static void unsubscribe_ours(void) {
+    memset(our_cb, 0, sizeof our_cb);
+    if (their_callback) return;  /* the program's callbacks go through our subscriber: it stays */
+    if (our_subscriber && api.unsubscribe) api.unsubscribe(our_subscriber);
+    our_subscriber = NULL;
 }
 
 static char run_dir_kept[4096];
@@ -611,6 +783,21 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
     }
     unsigned api_cbids = enable_api_records();
     if (n < info_len) n += snprintf(info + n, info_len - n, "\napi_records\t%u\nlevel\t%d", api_cbids, level);
+    if (level & L_HOST) {
+        const char *share = getenv("NEUTRINO_TIMELINE_SHARE_SUBSCRIBER");
+        share_subscriber = !(share && !strcmp(share, "0"));
+        use_tsc = tsc_is_invariant();
+        tsc_pair(&tsc_first.ticks, &tsc_first.ns);
+        tsc_last = tsc_first;
+        unsigned host_cbids = 0;
+        pthread_mutex_lock(&sub_lock);
+        CUptiResult hrc = subscribe_ours(&host_cbids);
+        pthread_mutex_unlock(&sub_lock);
+        if (n < info_len)
+            n += hrc == NT_CUPTI_SUCCESS ? snprintf(info + n, info_len - n, "\nhost_callbacks\t%u\nhost_clock\t%s",
+                                                    host_cbids, use_tsc ? "tsc" : "clock_gettime")
+                                         : snprintf(info + n, info_len - n, "\nhost_error\t%d", hrc);
+    }
     uint64_t cupti_ns = 0, before = realtime_ns();
     if (api.get_timestamp) api.get_timestamp(&cupti_ns);
     uint64_t after = realtime_ns();
@@ -634,6 +821,9 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
             if (ours && !theirs) api.disable(kind);
         }
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
+        pthread_mutex_lock(&sub_lock);
+        unsubscribe_ours();
+        pthread_mutex_unlock(&sub_lock);
         pthread_mutex_lock(&tl_lock);
         release_pending(1);
         flush_out();
@@ -757,6 +947,210 @@ CUptiResult cuptiFinalize(void) {
     return fn ? fn() : 1;
 }
 
+/* The program subscribes (one subscriber per process): it shares ours (kind 2), or our launch
+ * callbacks step aside for its window (kind 1; NEUTRINO_TIMELINE_SHARE_SUBSCRIBER=0); kind 0: we were
+ * not subscribed, its call went to CUPTI. */
+static CUptiResult step_aside_for(CUptiResult (*call)(void *, void *, void *, void *), void *a, void *b, void *c,
+                                  void *d) {
+    pthread_mutex_lock(&sub_lock);
+    if (our_subscriber && share_subscriber && !(level & L_API_ALL)) {
+        CUptiResult rc = NT_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS;
+        if (!their_callback && b) {
+            memset(their_cb, 0, sizeof their_cb);
+            memset(their_whole_domain, 0, sizeof their_whole_domain);
+            their_userdata = c;
+            their_callback = (nt_callback_t)b;
+            *(nt_subscriber_t *)a = THEIR_SUBSCRIBER;
+            rc = NT_CUPTI_SUCCESS;
+        }
+        pthread_mutex_unlock(&sub_lock);
+        log_call(P_SUBSCRIBE, 2);
+        return rc;
+    }
+    int aside = our_subscriber != NULL;
+    unsubscribe_ours();
+    CUptiResult rc = call(a, b, c, d);
+    pthread_mutex_unlock(&sub_lock);
+    log_call(P_SUBSCRIBE, aside);
+    return rc;
+}
+
+static CUptiResult call_subscribe(void *sub, void *cb, void *ud, void *unused) {
+    (void)unused;
+    CUptiResult (*fn)(void *, void *, void *) = real_cupti("cuptiSubscribe");
+    return fn ? fn(sub, cb, ud) : 1;
+}
+
+static CUptiResult call_subscribe_v2(void *sub, void *cb, void *ud, void *params) {
+    CUptiResult (*fn)(void *, void *, void *, void *) = real_cupti("cuptiSubscribe_v2");
+    return fn ? fn(sub, cb, ud, params) : 1;
+}
+
+CUptiResult cuptiSubscribe(nt_subscriber_t *subscriber, nt_callback_t callback, void *userdata) {
+    return step_aside_for(call_subscribe, subscriber, (void *)callback, userdata, NULL);
+}
+
+CUptiResult cuptiSubscribe_v2(nt_subscriber_t *subscriber, nt_callback_t callback, void *userdata, void *params) {
+    return step_aside_for(call_subscribe_v2, subscriber, (void *)callback, userdata, params);
+}
+
+/* The program's enables on the shared subscriber: recorded as theirs and applied to ours (a disable
+ * only where we do not need the id). Under sub_lock. */
+static CUptiResult their_enable(uint32_t enable, int domain, int first, int last) {
+    if (domain <= 0 || domain >= CB_DOMAINS) return 1;
+    CUptiResult rc = NT_CUPTI_SUCCESS;
+    if (first < 0) {  /* the whole domain */
+        CUptiResult (*fn)(uint32_t, nt_subscriber_t, int) = real_cupti("cuptiEnableDomain");
+        their_whole_domain[domain] = (uint8_t)!!enable;
+        memset(their_cb[domain], !!enable, CB_IDS);
+        rc = fn ? fn(enable, our_subscriber, domain) : 1;
+        if (!enable) enable_ours();
+        return rc;
+    }
+    for (int id = first; id <= last && id < CB_IDS; id++) {
+        their_cb[domain][id] = (uint8_t)!!enable;
+        if (enable || !our_cb[domain][id]) rc = api.enable_callback(enable, our_subscriber, domain, (uint32_t)id);
+    }
+    return rc;
+}
+
+static void their_unsubscribe(void) {
+    their_callback = NULL;
+    for (int d = 1; d < CB_DOMAINS; d++) {
+        if (their_whole_domain[d]) their_enable(0, d, -1, -1);
+        for (int id = 0; id < CB_IDS; id++)
+            if (their_cb[d][id]) their_enable(0, d, id, id);
+    }
+    if (!atomic_load(&recording)) unsubscribe_ours();
+}
+
+CUptiResult cuptiEnableCallback(uint32_t enable, nt_subscriber_t subscriber, int domain, uint32_t cbid) {
+    if (subscriber != THEIR_SUBSCRIBER) {
+        CUptiResult (*fn)(uint32_t, nt_subscriber_t, int, uint32_t) = real_cupti("cuptiEnableCallback");
+        return fn ? fn(enable, subscriber, domain, cbid) : 1;
+    }
+    pthread_mutex_lock(&sub_lock);
+    CUptiResult rc = our_subscriber ? their_enable(enable, domain, (int)cbid, (int)cbid) : 1;
+    pthread_mutex_unlock(&sub_lock);
+    return rc;
+}
+
+CUptiResult cuptiEnableDomain(uint32_t enable, nt_subscriber_t subscriber, int domain) {
+    if (subscriber != THEIR_SUBSCRIBER) {
+        CUptiResult (*fn)(uint32_t, nt_subscriber_t, int) = real_cupti("cuptiEnableDomain");
+        return fn ? fn(enable, subscriber, domain) : 1;
+    }
+    pthread_mutex_lock(&sub_lock);
+    CUptiResult rc = our_subscriber ? their_enable(enable, domain, -1, -1) : 1;
+    pthread_mutex_unlock(&sub_lock);
+    return rc;
+}
+
+CUptiResult cuptiEnableAllDomains(uint32_t enable, nt_subscriber_t subscriber) {
+    if (subscriber != THEIR_SUBSCRIBER) {
+        CUptiResult (*fn)(uint32_t, nt_subscriber_t) = real_cupti("cuptiEnableAllDomains");
+        return fn ? fn(enable, subscriber) : 1;
+    }
+    pthread_mutex_lock(&sub_lock);
+    CUptiResult rc = NT_CUPTI_SUCCESS;
+    for (int d = 1; d < CB_DOMAINS && our_subscriber; d++) {
+        CUptiResult r = their_enable(enable, d, -1, -1);
+        if (d <= NT_CB_DOMAIN_RUNTIME) rc = r;  /* domains this CUPTI lacks may refuse: not an error */
+    }
+    pthread_mutex_unlock(&sub_lock);
+    return rc;
+}
+
+CUptiResult cuptiGetCallbackState(uint32_t *enable, nt_subscriber_t subscriber, int domain, uint32_t cbid) {
+    if (subscriber != THEIR_SUBSCRIBER) {
+        CUptiResult (*fn)(uint32_t *, nt_subscriber_t, int, uint32_t) = real_cupti("cuptiGetCallbackState");
+        return fn ? fn(enable, subscriber, domain, cbid) : 1;
+    }
+    if (!enable) return 1;
+    *enable = (uint32_t)theirs_on(domain, cbid);
+    return NT_CUPTI_SUCCESS;
+}
+
+/* The program's subscriber goes: a shared one is forgotten (kind 2); after a step aside ours comes
+ * back while the timeline records (kind 1: it did). */
+CUptiResult cuptiUnsubscribe(nt_subscriber_t subscriber) {
+    if (subscriber == THEIR_SUBSCRIBER) {
+        pthread_mutex_lock(&sub_lock);
+        their_unsubscribe();
+        pthread_mutex_unlock(&sub_lock);
+        log_call(P_UNSUBSCRIBE, 2);
+        return NT_CUPTI_SUCCESS;
+    }
+    CUptiResult (*fn)(nt_subscriber_t) = real_cupti("cuptiUnsubscribe");
+    pthread_mutex_lock(&sub_lock);
+    CUptiResult rc = fn ? fn(subscriber) : 1;
+    int back = subscriber != our_subscriber && atomic_load(&recording) && (level & L_HOST) &&
+               subscribe_ours(NULL) == NT_CUPTI_SUCCESS;
+    pthread_mutex_unlock(&sub_lock);
+    log_call(P_UNSUBSCRIBE, back);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the program's clock */
+
+/* cuptiActivityRegisterTimestampCallback: CUPTI then stamps every record, ours too, with the program's
+ * clock (Kineto registers its TSC-based one when torch.profiler starts, and keeps it). The program
+ * gets it (its profile is in its clock); our records' times in that clock are mapped back to
+ * CLOCK_REALTIME by (their clock, realtime) pairs: one at registration, one 2 ms later (the slope),
+ * one at each buffer converted. A time is taken to be in their clock when it is nearer their clock's
+ * latest value than realtime's (records are from the recent past; the two clocks differ by far more). */
+static uint64_t (*their_clock)(void);
+static struct { uint64_t theirs, ns; } clock_first, clock_last;
+static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void their_clock_pair(uint64_t *theirs, uint64_t *ns) {
+    uint64_t a = realtime_ns();
+    *theirs = their_clock();
+    uint64_t b = realtime_ns();
+    *ns = a + (b - a) / 2;
+}
+
+static void their_clock_refresh(void) {
+    pthread_mutex_lock(&clock_lock);
+    if (their_clock) {
+        uint64_t t, ns;
+        their_clock_pair(&t, &ns);
+        if (t > clock_last.theirs && ns > clock_last.ns) clock_last.theirs = t, clock_last.ns = ns;
+    }
+    pthread_mutex_unlock(&clock_lock);
+}
+
+static uint64_t distance(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+
+static uint64_t gpu_time_ns(uint64_t t) {
+    if (!their_clock || !t) return t;
+    pthread_mutex_lock(&clock_lock);
+    uint64_t out = t;
+    if (distance(t, clock_last.ns) > distance(t, clock_last.theirs)) {
+        double per_tick = clock_last.theirs > clock_first.theirs ? (double)(clock_last.ns - clock_first.ns) /
+                                                                     (double)(clock_last.theirs - clock_first.theirs)
+                                                                 : 1.0;
+        out = clock_last.ns + (uint64_t)(int64_t)((double)(int64_t)(t - clock_last.theirs) * per_tick);
+    }
+    pthread_mutex_unlock(&clock_lock);
+    return out;
+}
+
+CUptiResult cuptiActivityRegisterTimestampCallback(uint64_t (*fn)(void)) {
+    CUptiResult (*real)(uint64_t (*)(void)) = real_cupti("cuptiActivityRegisterTimestampCallback");
+    CUptiResult rc = real ? real(fn) : 1;
+    log_call(P_TIMESTAMP, rc);
+    if (rc != NT_CUPTI_SUCCESS || !fn) return rc;
+    pthread_mutex_lock(&clock_lock);
+    their_clock = fn;
+    their_clock_pair(&clock_first.theirs, &clock_first.ns);
+    for (uint64_t until = clock_first.ns + 2000000; realtime_ns() < until;) {
+    }
+    their_clock_pair(&clock_last.theirs, &clock_last.ns);
+    pthread_mutex_unlock(&clock_lock);
+    return rc;
+}
+
 /* dlsym(handle, name) of one of the functions above in a libcupti (preload.c): ours instead. */
 void *neutrino_cupti_wrapper_named(const char *name) {
     static const struct { const char *name; void *fn; } wrappers[] = {
@@ -765,6 +1159,14 @@ void *neutrino_cupti_wrapper_named(const char *name) {
         {"cuptiActivityDisable", (void *)cuptiActivityDisable},
         {"cuptiActivityFlushAll", (void *)cuptiActivityFlushAll},
         {"cuptiFinalize", (void *)cuptiFinalize},
+        {"cuptiSubscribe", (void *)cuptiSubscribe},
+        {"cuptiSubscribe_v2", (void *)cuptiSubscribe_v2},
+        {"cuptiUnsubscribe", (void *)cuptiUnsubscribe},
+        {"cuptiEnableCallback", (void *)cuptiEnableCallback},
+        {"cuptiEnableDomain", (void *)cuptiEnableDomain},
+        {"cuptiEnableAllDomains", (void *)cuptiEnableAllDomains},
+        {"cuptiGetCallbackState", (void *)cuptiGetCallbackState},
+        {"cuptiActivityRegisterTimestampCallback", (void *)cuptiActivityRegisterTimestampCallback},
     };
     for (unsigned i = 0; i < sizeof wrappers / sizeof *wrappers; i++)
         if (!strcmp(name, wrappers[i].name)) return wrappers[i].fn;

@@ -93,6 +93,18 @@ static const uint32_t NT_RUNTIME_CBIDS[] = {
     235, /* cudaMemsetAsync_ptsz_v7000 */
 };
 
+/* The callback API (cupti_callbacks.h): CUpti_CallbackDomain values, CUpti_ApiCallbackSite ENTER,
+ * and the fields of CUpti_CallbackData (72 bytes) the launch callbacks read. */
+#define NT_CB_DOMAIN_DRIVER 1
+#define NT_CB_DOMAIN_RUNTIME 2
+#define NT_CB_SITE_ENTER 0
+#define CB_SITE 0          /* u32 */
+#define CB_CORRELATION 64  /* u32 */
+#define CB_DATA_SIZE 72
+#define NT_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS 39
+typedef void (*nt_callback_t)(void *userdata, int domain, uint32_t cbid, const void *cbdata);
+typedef void *nt_subscriber_t;
+
 typedef void (*nt_buffer_requested_t)(uint8_t **buffer, size_t *size, size_t *max_records);
 typedef void (*nt_buffer_completed_t)(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid);
 
@@ -101,7 +113,7 @@ static inline uint32_t nt_rd32(const uint8_t *p, size_t off) { uint32_t v; __bui
 static inline void nt_wr64(uint8_t *p, size_t off, uint64_t v) { __builtin_memcpy(p + off, &v, 8); }
 static inline void nt_wr32(uint8_t *p, size_t off, uint32_t v) { __builtin_memcpy(p + off, &v, 4); }
 
-/* One record of timeline.bin (spec/trace-format.md, "Context tables"), 80 bytes */
+/* One record of timeline.bin (spec/trace-format.md, "Context tables"), 88 bytes */
 typedef struct {
     uint8_t kind, copy_kind;
     uint16_t flags;
@@ -110,6 +122,7 @@ typedef struct {
     uint32_t name_id;
     int32_t probe_launch;
     uint32_t grid[3], block[3];
+    uint64_t host_ns; /* appended field (record size 88): host time of the launch or copy call, 0 unknown */
 } nt_timeline_record;
-_Static_assert(sizeof(nt_timeline_record) == 80, "timeline.bin record layout");
+_Static_assert(sizeof(nt_timeline_record) == 88, "timeline.bin record layout");
 #endif

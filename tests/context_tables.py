@@ -10,15 +10,19 @@ NO_NAME = 0xFFFFFFFF
 
 
 def timeline_record(kind, start, end, *, name_id=NO_NAME, copy_kind=0, flags=0, device=0, stream=7, tid=100,
-                    correlation=0, nbytes=0, probe_launch=-1, grid=(0, 0, 0), block=(0, 0, 0)) -> bytes:
+                    correlation=0, nbytes=0, probe_launch=-1, grid=(0, 0, 0), block=(0, 0, 0),
+                    host_ns=None) -> bytes:
+    """An 80-byte record (the first writers'), or 88 bytes with `host_ns` (the appended field)."""
     rec = struct.pack("<BBHIIIQQQQIi3I3I", kind, copy_kind, flags, device, stream, tid, start, end, correlation,
                       nbytes, name_id, probe_launch, *grid, *block)
     assert len(rec) == 80
-    return rec
+    return rec if host_ns is None else rec + struct.pack("<Q", host_ns)
 
 
 def write_timeline(run: Path, records: list[bytes], names: list[str], *, cut: int = 0) -> None:
-    data = b"NTTIMEL1" + struct.pack("<II", 1, 80) + b"".join(records)
+    size = len(records[0]) if records else 88
+    assert all(len(r) == size for r in records)
+    data = b"NTTIMEL1" + struct.pack("<II", 1, size) + b"".join(records)
     (run / "timeline.bin").write_bytes(data[:len(data) - cut] if cut else data)
     (run / "timeline_names.txt").write_text("".join(n + "\n" for n in names))
 

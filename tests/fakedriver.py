@@ -356,12 +356,20 @@ def emulate_graph_append(params_addr: int, nodes: int) -> None:
     count the replay; copy a selected one into the next device slot unless the ring is full (nothing
     drains concurrently here: waiting would time out), publish its flag; zero the maps."""
     p = _params(params_addr, graph_ring.AppendParams)
+
+    def selected(r):
+        return not (r < p.start or r >= p.stop or (r - p.start) % p.every)
+
     for b in range(nodes):
         d = graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES)
         state, mirror = (C.c_uint64 * 3).from_address(d.state), (C.c_uint64 * 3).from_address(d.ring)
         replay, written, consumed = state[0], state[1], C.c_uint64.from_address(d.consumed).value
         state[0] = mirror[0] = replay + 1
-        if not (replay < p.start or replay >= p.stop or (replay - p.start) % p.every):
+        gate = C.c_uint32.from_address(d.src - graph_ring.GATE_OFFSET)
+        ran_gated, gate.value = gate.value, 0 if selected(replay + 1) else 1  # the next replay's gate
+        if ran_gated and not selected(replay):
+            continue  # the probe wrote nothing: the maps are still zero
+        if selected(replay):
             if written - consumed < d.nslots:
                 slot = written % d.nslots
                 C.memmove(d.slots + slot * d.stride, d.src, d.bytes)
@@ -377,6 +385,17 @@ def param_u64(params_addr: int, i: int) -> int:
     """The u64 value of parameter i of a launch's params array."""
     arr = (C.c_void_p * (i + 1)).from_address(params_addr)
     return C.c_uint64.from_address(arr[i]).value
+
+
+def probe_buffer(params_addr: int, i: int) -> int | None:
+    """The map buffer parameter i as the probed kernel's prologue reads it (passes/buffers.py): bit 0
+    set means a graph node, whose gate (the u32 8 bytes before the buffer) is 0 when the replay
+    probes; None when the probe is gated off."""
+    value = param_u64(params_addr, i)
+    buf = value & ~1
+    if value & 1 and C.c_uint32.from_address(buf - graph_ring.GATE_OFFSET).value:
+        return None
+    return buf
 
 
 def param_u32(params_addr: int, i: int) -> int:

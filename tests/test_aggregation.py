@@ -175,7 +175,13 @@ def test_sum_lowering_sm80_reduces_with_redux_then_one_atomic_per_warp():
     filecheck(result.ptx, """
 CHECK: .param .u64 k__nt_buf_traffic
 CHECK: ld.param.u64 %nt_buf_traffic, [k__nt_buf_traffic];
+CHECK-NEXT: and.b64 %nt_gate_tag, %nt_buf_traffic, 1;
+CHECK-NEXT: xor.b64 %nt_buf_traffic, %nt_buf_traffic, %nt_gate_tag;
 CHECK-NEXT: cvta.to.global.u64 %nt_buf_traffic, %nt_buf_traffic;
+CHECK-NEXT: setp.ne.u64 %nt_gated, %nt_gate_tag, 0;
+CHECK-NEXT: mov.u32 %nt_gate, 0;
+CHECK-NEXT: @%nt_gated ld.global.u32 %nt_gate, [%nt_buf_traffic+-8];
+CHECK-NEXT: setp.eq.u32 %nt_on, %nt_gate, 0;
 CHECK-NEXT: mov.u32 %nt_stripe, %smid;
 CHECK-NEXT: and.b32 %nt_stripe, %nt_stripe, 31;
 CHECK-NEXT: mul.wide.u32 %nt_w64, %nt_stripe, 128;
@@ -194,7 +200,7 @@ CHECK-NEXT: redux.sync.add.u32 %nt_agg_b, %nt_agg_b, %nt_agg_mask;
 CHECK-NEXT: redux.sync.add.u32 %nt_agg_hi, %nt_agg_hi, %nt_agg_mask;
 CHECK: shl.b64 %nt_agg_part, %nt_agg_part, 32;
 CHECK-NEXT: add.u64 %nt_agg_total, %nt_agg_total, %nt_agg_part;
-CHECK-NEXT: setp.ne.u64 %nt_agg_go, %nt_agg_total, 0;
+CHECK-NEXT: setp.ne.and.u64 %nt_agg_go, %nt_agg_total, 0, %nt_on;
 CHECK-NEXT: and.pred %nt_agg_go, %nt_agg_go, %nt_agg_lead;
 CHECK-NEXT: @%nt_agg_go red.global.add.u64 [%nt_buf_traffic], %nt_agg_total;
 CHECK: @%nt_agg_go red.global.add.u64 [%nt_buf_traffic+8], %nt_agg_total;
@@ -222,10 +228,10 @@ CHECK: setp.eq.u32 %nt_agg_full, %nt_agg_mask, 4294967295;
 CHECK: shfl.sync.bfly.b32 %nt_agg_lo, %nt_agg_lo, 16, 31, %nt_agg_mask;
 CHECK: shfl.sync.bfly.b32 %nt_agg_hi, %nt_agg_hi, 1, 31, %nt_agg_mask;
 CHECK: and.pred %nt_agg_first, %nt_agg_full, %nt_agg_lead;
-CHECK-NEXT: setp.ne.u64 %nt_agg_go, %nt_agg_total, 0;
+CHECK-NEXT: setp.ne.and.u64 %nt_agg_go, %nt_agg_total, 0, %nt_on;
 CHECK-NEXT: and.pred %nt_agg_go, %nt_agg_go, %nt_agg_first;
 CHECK-NEXT: @%nt_agg_go red.global.add.u64 [%nt_buf_traffic], %nt_agg_total;
-CHECK-NEXT: setp.ne.u64 %nt_agg_go, %nt_f0_traffic, 0;
+CHECK-NEXT: setp.ne.and.u64 %nt_agg_go, %nt_f0_traffic, 0, %nt_on;
 CHECK-NEXT: not.pred %nt_agg_off, %nt_agg_full;
 CHECK-NEXT: and.pred %nt_agg_go, %nt_agg_go, %nt_agg_off;
 CHECK-NEXT: @%nt_agg_go red.global.add.u64 [%nt_buf_traffic], %nt_f0_traffic;
@@ -249,7 +255,7 @@ after = "SAVE [ w ] {1};"
     filecheck(result.ptx, """
 CHECK: and.pred %nt_exec, %nt_exec, %nt_lead_warp;
 CHECK: mov.b64 %nt_f0_w, 1;
-CHECK-NEXT: setp.ne.u64 %nt_agg_go, %nt_f0_w, 0;
+CHECK-NEXT: setp.ne.and.u64 %nt_agg_go, %nt_f0_w, 0, %nt_on;
 CHECK-NEXT: and.pred %nt_agg_go, %nt_agg_go, %nt_exec;
 CHECK-NEXT: @%nt_agg_go red.global.add.u64 [%nt_buf_w], %nt_f0_w;
 CHECK-NEXT: @%p1 ret;
@@ -272,7 +278,7 @@ CHECK-NEXT: @!%p1 mov.b32 %nt_hist_key, 4294967295;
 CHECK-NEXT: match.any.sync.b32 %nt_hist_peers, %nt_hist_key, %nt_agg_mask;
 CHECK-NEXT: mov.u32 %nt_agg_lt, %lanemask_lt;
 CHECK-NEXT: and.b32 %nt_agg_lt, %nt_agg_lt, %nt_hist_peers;
-CHECK-NEXT: setp.eq.u32 %nt_hist_first, %nt_agg_lt, 0;
+CHECK-NEXT: setp.eq.and.u32 %nt_hist_first, %nt_agg_lt, 0, %nt_on;
 CHECK-NEXT: popc.b32 %nt_hist_n, %nt_hist_peers;
 CHECK-NEXT: cvt.u64.u32 %nt_hist_amount, %nt_hist_n;
 CHECK-NEXT: setp.ne.u32 %nt_hist_counted, %nt_hist_key, 4294967295;
@@ -312,12 +318,14 @@ def test_hist_before_sm70_and_at_warp_level_adds_one_per_sample():
         assert "match.any" not in result.ptx
         assert result.ptx.count("mov.u64 \t%nt_hist_amount, 1;") == 6  # 3 maps x 2 sites
     filecheck(old.ptx, """
-CHECK: mov.u64 %nt_hist_amount, 1;
-CHECK-NEXT: @%p1 red.global.add.u64 [%nt_hoff_sizes], %nt_hist_amount;
+CHECK: and.pred %nt_hist_go, %p1, %nt_on;
+CHECK-NEXT: mov.u64 %nt_hist_amount, 1;
+CHECK-NEXT: @%nt_hist_go red.global.add.u64 [%nt_hoff_sizes], %nt_hist_amount;
 """)
     filecheck(warp.ptx, """
-CHECK: mov.u64 %nt_hist_amount, 1;
-CHECK-NEXT: @%nt_exec red.global.add.u64 [%nt_hoff_sizes], %nt_hist_amount;
+CHECK: and.pred %nt_hist_go, %nt_exec, %nt_on;
+CHECK-NEXT: mov.u64 %nt_hist_amount, 1;
+CHECK-NEXT: @%nt_hist_go red.global.add.u64 [%nt_hoff_sizes], %nt_hist_amount;
 """)
     if HAVE_PTXAS:  # (ptxas 13 knows no target below sm_75, so the sm_60 text is not assembled)
         ptxas(warp.ptx)

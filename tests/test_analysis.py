@@ -486,3 +486,30 @@ def test_plots_skipped_without_matplotlib_are_said(tmp_path, monkeypatch):
     tr = fake_trace()
     paths, _, notes = report.write_plots(report.analyze(tr, tr.launches), str(tmp_path))
     assert paths == [] and notes == ["2 picture(s) not drawn: matplotlib cannot be imported (ImportError: x)"]
+
+
+def test_dmat_globaltimer_time_axis_in_ns_across_sms():
+    """A %globaltimer time field: one clock for every SM, so the raw axis is ns since the launch's first
+    access, exact. Block b (on its own SM) accesses at 2000 + 250*b + 10*k ns: first access 2000 ns,
+    last 2000 + 750 + 20, span 771 ns; 4 time bins of 771/4 ns hold blocks 0, 1, 2, 3 in turn."""
+    per_unit = [[(2000 + 250 * b + 10 * k, 0x10000 + 4 * (b * 64 + t) + 4096 * k) for k in range(3)]
+                for b in range(4) for t in range(64)]
+    md = make_map("dmat", "thread", [("gtime", U64), ("addr", U64)], per_unit)
+    launch = make_launch(0, "k", [md], grid=(4, 1, 1), block=(64, 1, 1))
+    r = dmat.analyze_launch(launch, md, granule=4, time_bins=4)
+    assert r.time_unit == "ns" and r.synchronized and r.hist.t0 == 2000 and r.hist.t_span == 771
+    assert r.hist.counts.sum(axis=1).tolist() == [192, 192, 192, 192]
+    fig = dmat.figure(r)
+    ax, shown, _ = image_of(fig)
+    assert ax.get_xlabel() == "time since the launch's first access (ns, %globaltimer)"
+    assert tuple(shown.get_extent())[:2] == (0, 771)
+    assert dmat.describe(r)["time_unit"] == "ns" and "(ns, %globaltimer)" in dmat.describe(r)["x"]
+    blk = dmat.analyze_launch(launch, md, granule=4, time_base="block")
+    assert blk.hist.t_span == 21 and dmat.figure(blk).axes[0].get_xlabel().startswith("time since each block's")
+    # the same records under a field named `clock`: cycles, unless the probe says it loads %globaltimer
+    cyc = make_map("dmat", "thread", [("clock", U64), ("addr", U64)], per_unit)
+    assert dmat.analyze_launch(launch, cyc, granule=4).time_unit == "cycles"
+    loaded = dmat.analyze_launch(launch, cyc, "clock = nl.time()\ndmat.save(clock, nl.addr)", granule=4)
+    assert loaded.time_unit == "ns" and loaded.hist.t_span == 771
+    assert dmat.figure(dmat.analyze_launch(launch, cyc, granule=4)).axes[0].get_xlabel() == (
+        "clock cycles since the first access (%clock64 of each SM, not aligned across SMs)")

@@ -164,6 +164,25 @@ def test_row_groups_stream_and_hold_every_row(tmp_path, monkeypatch):
     assert pq.ParquetFile(part).metadata.num_row_groups > 1
     n = _sql(f"SELECT count(*) FROM {query.table_scan(ds, 'map_wide')}")[0][0]
     assert n == sum(len(la.maps["wide"].valid()) for la in nt.load(run).launches if "wide" in la.maps)
+    # pieces cut at row-group boundaries keep each row's launch, unit and fields
+    con = query.connect(ds)
+    for la in nt.load(run).launches:
+        if "wide" in la.maps:
+            got = con.execute("SELECT kernel, kernel_launch, unit, a, b, c FROM map_wide WHERE launch = ? "
+                              "ORDER BY unit, record", [la.index]).fetchall()
+            want = [(la.kernel, la.event["kernel_launch"], *(int(v[f]) for f in ("unit", "a", "b", "c")))
+                    for v in la.maps["wide"].valid()]
+            assert got == want
+
+
+def test_per_launch_columns_of_a_row_group():
+    """kernel: one dictionary for the row group; launch ids as int64 runs, null where the event had none."""
+    heads = [{"kernel": "k", "launch": 3, "kernel_launch": None}, {"kernel": "k2", "launch": 4, "kernel_launch": 1},
+             {"kernel": "k", "launch": 3, "kernel_launch": None}]
+    cols = columnar._head_columns(pa, heads, [2, 1, 3])
+    assert cols["kernel"].to_pylist() == ["k", "k", "k2", "k", "k", "k"] and len(cols["kernel"].dictionary) == 2
+    assert cols["launch"].type == pa.int64() and cols["launch"].to_pylist() == [3, 3, 4, 3, 3, 3]
+    assert cols["kernel_launch"].to_pylist() == [None, None, 1, None, None, None]
 
 
 def test_context_tables_per_the_spec(tmp_path):

@@ -28,24 +28,30 @@ TID = 100
 
 def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: float = 0.03,
              delay: tuple | None = None, slow_kernel: tuple | None = None, step_ranges: bool = True,
-             barrier: bool = True) -> None:
+             barrier: bool = True, host_lag_ns: int | None = None) -> None:
     """A job of `ranks` ranks, `steps` steps each: a GEMM (200 us) and 3 elementwise kernels (50 us),
     then an all-reduce and an all-gather (100 us of work each, which start when a rank arrives and end when the last
     rank has arrived and the work is done). Durations jitter by `noise` (lognormal sigma).
     `delay` = (rank, step, ns): a spin kernel of `ns` on that rank before that step's first all-reduce.
     `slow_kernel` = (rank, factor): that rank's elementwise kernels take `factor` times as long.
     `barrier`: first a barrier (an all-reduce of its own name, outside the steps) that the ranks reach
-    up to 50 ms apart, as processes that started at different times do."""
+    up to 50 ms apart, as processes that started at different times do.
+    `host_lag_ns`: the host runs that far ahead of the GPU (launches are asynchronous and NCCL kernels do
+    not block it): every record gets host_ns = its GPU start - lag, and the step ranges (host) end that
+    much earlier too. None: 80-byte records without host_ns."""
     rng = np.random.default_rng(seed)
     names = [GEMM, ELEMENTWISE, SPIN, ALLREDUCE, ALLGATHER, BARRIER]
     records = [[] for _ in range(ranks)]
     step_spans = [[] for _ in range(ranks)]
     now = np.full(ranks, T0 + 1_000_000, dtype=np.int64) + rng.integers(0, 2000, ranks)
 
+    def host(gpu_start):
+        return None if host_lag_ns is None else gpu_start - host_lag_ns
+
     def run(rank, name_id, ns, grid):
         ns = int(ns * rng.lognormal(0.0, noise))
         records[rank].append(timeline_record(1, int(now[rank]), int(now[rank]) + ns, name_id=name_id, tid=TID,
-                                             grid=grid, block=(128, 1, 1)))
+                                             grid=grid, block=(128, 1, 1), host_ns=host(int(now[rank]))))
         now[rank] += ns + int(rng.integers(1000, 3000))  # launch gap
 
     def collective(name_id):
@@ -53,7 +59,7 @@ def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: fl
         for r in range(ranks):
             end = done + int(rng.integers(0, 3000))
             records[r].append(timeline_record(1, int(now[r]), end, name_id=name_id, tid=TID, stream=9,
-                                              grid=(4, 1, 1), block=(512, 1, 1)))
+                                              grid=(4, 1, 1), block=(512, 1, 1), host_ns=host(int(now[r]))))
             now[r] = end + int(rng.integers(1000, 3000))
 
     if barrier:
@@ -70,7 +76,8 @@ def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: fl
         collective(3)
         collective(4)
         for r in range(ranks):
-            step_spans[r].append((int(begin[r]), int(now[r]) + 500))  # the step waits for its GPU work
+            lag = host_lag_ns or 0  # without a lag the step waits for its GPU work
+            step_spans[r].append((int(begin[r]) - lag, int(now[r]) + 500 - lag))
     for r in range(ranks):
         run_dir = job / f"rank{r}"
         run_dir.mkdir(parents=True)
@@ -112,6 +119,27 @@ def test_a_delayed_rank_is_named_with_its_step(tmp_path, ranks):
     late_by = float(row.split()[5])
     assert 2700 <= late_by <= 3300  # the spin kernel's 3 ms, with its noise
     assert "no kernel has a straggling rank" in out  # the spin kernel ran on one rank only: not compared
+
+
+def test_step_found_from_the_launch_host_time_when_the_host_runs_ahead(tmp_path):
+    """Issue 26 on the GPU: the host ran steps ahead of the GPU, so an NCCL kernel's GPU start lies in a
+    later step's host range. With host_ns (the launch call's host time, timeline.bin's appended field)
+    the delay is placed in step 3 and no other step is late; the same job without host_ns gets it wrong
+(steps from GPU starts): the test can fail."""
+    step_ns = 700_000  # about one simulated step on the GPU
+    simulate(tmp_path / "host", 2, delay=(1, 3, 3_000_000), host_lag_ns=2 * step_ns + 50_000)
+    out, _ = report(tmp_path / "host")
+    assert late_steps(out) == {f"step {k}": ("rank 1" if k == 3 else "-") for k in range(10)}
+    assert "holding the collective's launch call (host time)" in out
+    simulate(tmp_path / "gpu", 2, delay=(1, 3, 3_000_000), host_lag_ns=2 * step_ns + 50_000)
+    for r in range(2):  # the same job as the first writers wrote it: 80-byte records, no host_ns
+        path = tmp_path / "gpu" / f"rank{r}" / "timeline.bin"
+        data = path.read_bytes()
+        body = data[16:]
+        path.write_bytes(b"NTTIMEL1" + (1).to_bytes(4, "little") + (80).to_bytes(4, "little")
+                         + b"".join(body[i:i + 80] for i in range(0, len(body), 88)))
+    late = {s: r for s, r in late_steps(report(tmp_path / "gpu")[0]).items() if r != "-"}
+    assert late != {"step 3": "rank 1"}, late  # from GPU starts: another step, or a false late rank
 
 
 def test_delay_named_in_10_of_10_noisy_runs_and_no_false_late_rank(tmp_path):

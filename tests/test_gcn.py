@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from neutrino.engine_gcn import instrument_gcn
+from neutrino.engine import instrument
+from neutrino.isa.gcn.target import GCN
 from neutrino.errors import InstrumentError, ParseError, ProbeError
 from neutrino.isa.gcn import ir, parse_module, print_module
 from neutrino.isa.gcn.semantics import semantics
 from neutrino.llvm_mc import assemble, find_llvm_mc
+from neutrino.passes import default_pipeline
 from neutrino.probefile import parse_probes
 from neutrino.toolbox import load_probes
 
@@ -82,7 +84,9 @@ def test_mfma_semantics():
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: Path(p).stem)
 def test_probed_corpus_assembles(path, probe):
     original = parse_module(path.read_text()).kernels()[0].descriptor
-    result = instrument_gcn(path.read_text(), load_probes(probe, isa="gcn"), source=str(path))
+    pipeline = default_pipeline(GCN)
+    pipeline.verify_each = True  # the kernels' invariants hold after every pass, not only at `verify`
+    result = instrument(path.read_text(), load_probes(probe, isa="gcn"), source=str(path), isa=GCN, pipeline=pipeline)
     ok, err = assemble(result.ptx, gfx(path))
     assert ok, err
     info = next(iter(result.kernels.values()))
@@ -135,14 +139,14 @@ def test_helpers_that_do_not_apply_skip_the_site():
     probes = parse_probes('[p]\nposition = "ds_read"\nbefore = """\n.reg .v64 %a\n'
                           'v_mov_b32_e32 %a.lo, ADDR.lo\n"""\n', "p.toml", isa="gcn")
     path = next(p for p in CORPUS if p.name.startswith("lds_reduce"))
-    result = instrument_gcn(path.read_text(), probes)
+    result = instrument(path.read_text(), probes, isa=GCN)
     info = next(iter(result.kernels.values()))
     assert info["sites"] == 0 and info["skipped"] and "lds" in info["skipped"][0]["reason"]
 
 
 def test_ptx_probes_refused_for_gcn():
     with pytest.raises(InstrumentError, match="isa='gcn'"):
-        instrument_gcn(CORPUS[0].read_text(), load_probes("block_sched"))
+        instrument(CORPUS[0].read_text(), load_probes("block_sched"), isa=GCN)
 
 
 # ---------------------------------------------------------------- the DSL's GCN backend
@@ -158,7 +162,7 @@ def test_dsl_tools_compile_to_gcn_and_assemble(tool):
     probes = load_probes(tool, isa="gcn")
     assert probes.isa == "gcn"
     for path in DSL_CORPUS:
-        result = instrument_gcn(path.read_text(), probes, source=str(path))
+        result = instrument(path.read_text(), probes, source=str(path), isa=GCN)
         ok, err = assemble(result.ptx, gfx(path))
         assert ok, f"{path.name}: {err}"
         assert next(iter(result.kernels.values()))["sites"] > 0
@@ -167,7 +171,7 @@ def test_dsl_tools_compile_to_gcn_and_assemble(tool):
 def test_dsl_counting_maps_refused_on_gcn():
     probes = load_probes("dmat", isa="gcn")
     with pytest.raises(InstrumentError, match='cap = "count" is not supported on GCN'):
-        instrument_gcn(CORPUS[0].read_text(), probes)
+        instrument(CORPUS[0].read_text(), probes, isa=GCN)
 
 
 def test_dsl_backend_output_shape():
@@ -195,7 +199,7 @@ def on_load():
     probes = parse_probes(text, "t.toml", isa="gcn")
     if find_llvm_mc():
         path = next(p for p in CORPUS if p.name == "vadd.gfx90a.s")
-        result = instrument_gcn(path.read_text(), probes)
+        result = instrument(path.read_text(), probes, isa=GCN)
         ok, err = assemble(result.ptx, "gfx90a")
         assert ok, err
 
@@ -224,7 +228,7 @@ def fin():
 def test_cuid_per_target():
     probes = load_probes("block_sched", isa="gcn")
     for path in CORPUS[:2]:
-        text = instrument_gcn(path.read_text(), probes).ptx
+        text = instrument(path.read_text(), probes, isa=GCN).ptx
         assert "hwreg(HW_REG_HW_ID)" in text
         assert ("hwreg(HW_REG_XCC_ID)" in text) == (gfx(path) == "gfx942")
 
@@ -263,16 +267,16 @@ def spin():
 def test_kernel_selection_and_unknown_kernel():
     probes = load_probes("gmem_bytes", isa="gcn")
     path = next(p for p in CORPUS if p.name == "atomics.gfx90a.s")
-    assert list(instrument_gcn(path.read_text(), probes, kernel="atomics").kernels) == ["atomics"]
+    assert list(instrument(path.read_text(), probes, kernel="atomics", isa=GCN).kernels) == ["atomics"]
     with pytest.raises(InstrumentError, match="no kernel named 'nope' \\(kernels: atomics\\)"):
-        instrument_gcn(path.read_text(), probes, kernel="nope")
+        instrument(path.read_text(), probes, kernel="nope", isa=GCN)
 
 
 def test_skipped_after_branch_and_scc_kept():
     probes = parse_probes('[p]\nposition = "s_cbranch:global_load"\nafter = """\n.reg .s32 %n\ns_add_u32 %n, %n, 1\n"""\n',
                           "p.toml", isa="gcn")
     path = next(p for p in CORPUS if p.name == "loop_sum.gfx90a.s")
-    result = instrument_gcn(path.read_text(), probes)
+    result = instrument(path.read_text(), probes, isa=GCN)
     info = next(iter(result.kernels.values()))
     assert info["skipped"] and all("after a branch" in s["reason"] for s in info["skipped"])
     lines = result.ptx.splitlines()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from neutrino.engine_gcn import instrument_gcn
+from neutrino.engine import instrument
+from neutrino.isa.gcn.target import GCN
 from neutrino.isa.gcn import parse_module
 from neutrino.toolbox import load_probes
 from neutrino.runtime.hip import codeobj
@@ -48,7 +49,7 @@ def test_probed_code_object_from_a_bundle():
     assert codeobj.code_object_for(image, "gfx942") == elf
     with pytest.raises(codeobj.CodeObjectError, match="several targets"):
         codeobj.code_object_for(image)
-    result = instrument_gcn(codeobj.disassemble(elf), load_probes("block_sched", isa="gcn"))
+    result = instrument(codeobj.disassemble(elf), load_probes("block_sched", isa="gcn"), isa=GCN)
     probed = codeobj.assemble(result.ptx, "gfx942")
     assert codeobj.elf_target(probed) == "gfx942" and b"nt_map_block_sched" in probed
 

@@ -518,13 +518,15 @@ ERRORS = [
      def p():
          for i in x:
              pass
-     ''', "t.py:5:5: error: [probe p] unsupported construct: for loop\n        for i in x:\n        ^"),
+     ''', "t.py:5:14: error: [probe p] a probe loops only over range() of constants, not over 'x'\n"
+          "        for i in x:\n                 ^\n"
+          "    hint: for i in range(N), range(A, B) or range(A, B, STEP) with integer constants"),
     ('''
      @probe(pos="kernel")
      def p():
          x = nl.clocks()
      ''', "t.py:5:9: error: [probe p] unknown helper 'nl.clocks'\n        x = nl.clocks()\n            ^\n"
-          "    hint: known: Map, addr, bytes, clock, cuid, in1, in2, in3, laneid, out, probe, save, smid, time, u32, u64"),
+          "    hint: known: Map, addr, block, bytes, clock, cuid, in1, in2, in3, laneid, line, out, probe, save, smid, time, u32, u64"),
     ('''
      @probe(pos="kernel")
      def p():
@@ -627,7 +629,7 @@ def test_every_error_is_reported():
     ''')
     assert [line.split(": error: ")[1] for line in err.splitlines() if ": error: " in line] == [
         "[probe p] undefined variable 'b'",
-        "[probe p] unsupported construct: while loop",
+        "[probe p] a while loop's condition compares a counter with a constant: while i < N",
         "[probe p] unknown helper 'nl.nothing'",
     ]
 

@@ -29,7 +29,7 @@ HEADER = "from neutrino import probe, Map\nimport neutrino.language as nl\n"
 LOCALS = ["a", "b", "c", "smid", "_x", "tid", "ADDR", "clock", "_r0"]  # includes names that need mangling
 POSITIONS = ["kernel", "ld.global", "st.global", "ld.global:st.global", "bra"]
 #: what a generated program may legitimately be refused for (constant folding finds these)
-ACCEPTABLE = ("division by zero", "does not fit in")
+ACCEPTABLE = ("division by zero", "does not fit in", "path too long")
 
 
 class _Gen:
@@ -39,6 +39,8 @@ class _Gen:
         self.draw = draw
         self.regs: dict[str, str] = {}
         self.locals: list[str] = []
+        self.loop_vars: list[str] = []  # readable in the loop body, never assigned
+        self.loops = 0
 
     def const(self):
         return str(self.draw(st.integers(0, 1000) | st.sampled_from([0, 1, 31, 255, 4096])))
@@ -54,7 +56,7 @@ class _Gen:
         if kind == "const":
             return self.const()
         if kind == "var":
-            return d(st.sampled_from(sorted(self.regs) + self.locals))
+            return d(st.sampled_from(sorted(self.regs) + self.locals + self.loop_vars))
         if kind == "helper":
             return d(st.sampled_from(["nl.clock()", "nl.time()", "nl.cuid()", "nl.smid()"]))
         fields = ["nl.addr", "nl.bytes", "nl.in1"] + (["nl.out"] if probe["when"] == "after" else [])
@@ -98,7 +100,7 @@ class _Gen:
     def statements(self, probe, indent, depth, out, mp):
         d = self.draw
         for _ in range(d(st.integers(1, 4))):
-            kinds = ["assign", "assign", "aug"] + (["if"] if depth < 2 else [])
+            kinds = ["assign", "assign", "aug"] + (["if"] if depth < 2 else []) + (["for", "while"] if depth == 0 else [])
             if mp and mp["level"] == probe["level"]:
                 kinds.append("save")
             kind = d(st.sampled_from(kinds))
@@ -119,6 +121,18 @@ class _Gen:
                 if d(st.booleans()):
                     out.append(f"{pad}else:")
                     self.statements(probe, indent + 4, depth + 1, out, mp)
+            elif kind in ("for", "while"):  # bounded loops: unrolled (<= 8 trips) or loops
+                self.loops += 1
+                trips = d(st.sampled_from([0, 2, 9, 16]))
+                var = f"i{self.loops}"
+                if kind == "for":
+                    out.append(f"{pad}for {var} in range({trips}):")
+                    self.loop_vars.append(var)
+                else:
+                    out += [f"{pad}{var} = 0", f"{pad}while {var} < {trips}:", f"{pad}    {var} += 1"]
+                self.statements(probe, indent + 4, depth + 1, out, mp)
+                if kind == "for":
+                    self.loop_vars.remove(var)
             elif kind == "save":
                 args = ", ".join(self.expr(probe) for _ in mp["fields"])
                 out.append(f"{pad}m.save({args})")
@@ -200,7 +214,8 @@ def test_generated_programs_verify_instrument_and_assemble(text):
 
 
 BAD_STATEMENTS = [
-    "for i in range(3):\n        pass", "while a:\n        pass", "a = [1, 2]", "a = 1 < 2 < nl.clock()", "return 1",
+    "for i in range(a):\n        pass", "while a:\n        pass", "while a < 3:\n        pass",
+    "for i in range(2000):\n        pass", "for i in x:\n        pass", "a = [1, 2]", "a = 1 < 2 < nl.clock()", "return 1",
     "a = nl.bogus()", "a = foo(1)", "a.y = 1", "a = 1.5", "a = 'str'", "import os", "a = lambda: 1",
     "del a", "a = 2 ** 3", "nl.save()", "a = (1, 2)", "assert a", "a, b = 1, 2",
     "a = b = 1", "m.save(1, 2, 3, 4, 5)", "nl.clock()", "a = {}",

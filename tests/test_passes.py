@@ -150,7 +150,7 @@ CHECK-LABEL: .entry k(
 CHECK: mov.b64 %nt_f0_mem, %nt_h_addr;
 CHECK-NEXT: mov.b32 %nt_f1_mem, 8;
 CHECK-NEXT: mov.u32 %nt_f2_mem, %smid;
-CHECK-NEXT: setp.lt.u32 %nt_ok_mem, %nt_cur_mem, 4;
+CHECK-NEXT: setp.lt.and.u32 %nt_ok_mem, %nt_cur_mem, 4, %nt_on;
 CHECK-NEXT: and.pred %nt_ok_mem, %nt_ok_mem, %p1;
 CHECK-NEXT: mul.wide.u32 %nt_off_mem, %nt_cur_mem, 16;
 CHECK-NEXT: add.u64 %nt_ptr_mem, %nt_rec_mem, %nt_off_mem;
@@ -159,13 +159,16 @@ CHECK-NEXT: @%nt_ok_mem st.global.v2.b32 [%nt_ptr_mem+8], {%nt_f1_mem, %nt_f2_me
 CHECK-NEXT: @%p1 add.u32 %nt_cur_mem, %nt_cur_mem, 1;
 CHECK-NEXT: @%p1 ld.global.v2.u32
 CHECK: @%nt_ok_sched st.global.v2.b64 [%nt_ptr_sched], {%nt_f0_sched, %nt_f1_sched};
-CHECK: @%p1 st.global.u32 [%nt_cnt_mem], %nt_cur_mem;
+CHECK: and.pred %nt_count_go, %p1, %nt_on;
+CHECK-NEXT: @%nt_count_go st.global.u32 [%nt_cnt_mem], %nt_cur_mem;
 CHECK-NEXT: mov.pred %nt_exit_warp, %p1;
 CHECK-NEXT: and.pred %nt_exit_warp, %nt_exit_warp, %nt_lead_warp;
-CHECK-NEXT: @%nt_exit_warp st.global.u32 [%nt_cnt_sched], %nt_cur_sched;
+CHECK-NEXT: and.pred %nt_count_go, %nt_exit_warp, %nt_on;
+CHECK-NEXT: @%nt_count_go st.global.u32 [%nt_cnt_sched], %nt_cur_sched;
 CHECK-NEXT: @%p1 ret;
-CHECK: st.global.u32 [%nt_cnt_mem], %nt_cur_mem;
-CHECK-NEXT: @%nt_lead_warp st.global.u32 [%nt_cnt_sched], %nt_cur_sched;
+CHECK: @%nt_on st.global.u32 [%nt_cnt_mem], %nt_cur_mem;
+CHECK-NEXT: and.pred %nt_count_go, %nt_lead_warp, %nt_on;
+CHECK-NEXT: @%nt_count_go st.global.u32 [%nt_cnt_sched], %nt_cur_sched;
 CHECK-NEXT: ret;
 """)
 
@@ -184,7 +187,13 @@ CHECK: mad.lo.u32 %nt_tlin, %nt_tid_z, %nt_ntid_y, %nt_tid_y;
 CHECK: and.b32 %nt_lane, %nt_tlin, 31;
 CHECK-NEXT: setp.eq.u32 %nt_lead_warp, %nt_lane, 0;
 CHECK: ld.param.u64 %nt_buf_mem, [k__nt_buf_mem];
+CHECK-NEXT: and.b64 %nt_gate_tag, %nt_buf_mem, 1;
+CHECK-NEXT: xor.b64 %nt_buf_mem, %nt_buf_mem, %nt_gate_tag;
 CHECK-NEXT: cvta.to.global.u64 %nt_buf_mem, %nt_buf_mem;
+CHECK-NEXT: setp.ne.u64 %nt_gated, %nt_gate_tag, 0;
+CHECK-NEXT: mov.u32 %nt_gate, 0;
+CHECK-NEXT: @%nt_gated ld.global.u32 %nt_gate, [%nt_buf_mem+-8];
+CHECK-NEXT: setp.eq.u32 %nt_on, %nt_gate, 0;
 CHECK-NEXT: mad.lo.u64 %nt_cnt_mem, %nt_unit_thread, 4, %nt_buf_mem;
 CHECK-NEXT: mov.u32 %nt_cur_mem, 0;
 CHECK-NEXT: mad.lo.u64 %nt_rec_mem, %nt_units_thread, 4, 15;
@@ -193,6 +202,7 @@ CHECK-NEXT: add.u64 %nt_rec_mem, %nt_rec_mem, %nt_buf_mem;
 CHECK-NEXT: mov.u64 %nt_w64, 64;
 CHECK: shr.u32 %nt_warp, %nt_tlin, 5;
 CHECK: ld.param.u64 %nt_buf_sched, [k__nt_buf_sched];
+CHECK-NEXT: cvta.to.global.u64 %nt_buf_sched, %nt_buf_sched;
 CHECK: mov.u64 %nt_p_t0, %clock64;
 CHECK-NEXT: ld.param.u64 %rd1, [k_p0];
 """)
@@ -211,13 +221,13 @@ CHECK-LABEL: .entry k(
 CHECK: .param .u64 k__nt_buf_mem,
 CHECK-NEXT: .param .u32 k__nt_cap_mem,
 CHECK: ld.param.u32 %nt_cap_mem, [k__nt_cap_mem];
-CHECK: setp.lt.u32 %nt_ok_mem, %nt_cur_mem, %nt_cap_mem;
+CHECK: setp.lt.and.u32 %nt_ok_mem, %nt_cur_mem, %nt_cap_mem, %nt_on;
 CHECK-LABEL: .entry k__nt_count(
 CHECK: .param .u32 k__nt_cap_mem,
 CHECK-NOT: st.global.b64
 CHECK-NOT: st.global.u32 [%rd2], %r4;
 CHECK: @%p1 add.u32 %nt_cur_mem, %nt_cur_mem, 1;
-CHECK: st.global.u32 [%nt_cnt_mem], %nt_cur_mem;
+CHECK: @%nt_on st.global.u32 [%nt_cnt_mem], %nt_cur_mem;
 """)
     assert ctx.info()["k"]["count_kernel"] == "k__nt_count"
     assert "k__nt_count" not in ctx.info()

@@ -70,8 +70,13 @@ def test_dmat_columns():
     md = make_map("dmat", "thread", [("clock", U64), ("addr", U64)],
                   [[(100, 0x1000), (104, 0x1004)], [(109, 0x9000)]])
     numbers, text, _ = kernel_numbers(dmat, [make_launch(0, "k", [md])])
-    assert numbers == {"accesses": 3, "lines": 2, "regions": 2, "clock_span": 10}
-    assert text == {"accesses": "3", "lines": "2", "regions": "2", "clock span": "10"}
+    assert numbers == {"accesses": 3, "lines": 2, "regions": 2, "clock_span": 10, "span_ns": None}
+    assert text == {"accesses": "3", "lines": "2", "regions": "2", "clock span": "10", "span (ns)": "-"}
+    # a %globaltimer time field: the span is in ns (one clock for all SMs), not in the cycle column
+    timed = make_map("dmat", "thread", [("gtime", U64), ("addr", U64)],
+                     [[(5_000, 0x1000), (5_040, 0x1004)], [(5_900, 0x9000)]])
+    numbers, text, _ = kernel_numbers(dmat, [make_launch(0, "k", [timed])])
+    assert numbers["clock_span"] is None and numbers["span_ns"] == 901 and text["span (ns)"] == "901"
 
 
 def test_tensorop_columns():

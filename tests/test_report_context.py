@@ -126,6 +126,29 @@ def test_a_probed_launch_uses_its_host_call_time_when_recorded(tmp_path):
     assert context.read_launch_hosts(tmp_path) == {0: (100, 950)}
 
 
+def test_every_kernel_uses_its_launch_host_time_when_the_timeline_has_it(tmp_path):
+    """88-byte records with host_ns (the default timeline level): unprobed kernels too are placed by
+    their launch call's host time, not their GPU start; a record with host_ns 0 falls back to the
+    GPU start. Ranges on tid 100: step [0, 10000] > forward [900, 5500] > attn [2900, 4100]."""
+    from neutrino import ranges as nr
+
+    write_timeline(tmp_path, [
+        timeline_record(1, 3000, 3500, name_id=0, host_ns=950),   # GPU start in attn, launched in forward
+        timeline_record(1, 6000, 6500, name_id=0, host_ns=3000),  # GPU start in step only, launched in attn
+        timeline_record(1, 4000, 4100, name_id=1, host_ns=0),     # no host time: its GPU start, attn
+        timeline_record(1, 20000, 20100, name_id=2, host_ns=9999, tid=0),  # unknown thread: no range
+    ], [GEMM, TRITON, NCCL])
+    write_ranges(tmp_path, [range_record(2900, 4100, 2, depth=2), range_record(0, 10000, 0),
+                            range_record(900, 5500, 1, depth=1)], ["step", "forward", "attn"])
+    assert nr.timeline_ranges(tmp_path) == [["step", "forward"], ["step", "forward", "attn"],
+                                             ["step", "forward", "attn"], []]
+    rows = {r.name: r for r in context.load(tmp_path).rows}
+    assert (rows[GEMM].range, rows[GEMM].range_launches) == ("forward", 1)  # 1 of 2 under forward, 1 under attn
+    assert rows[TRITON].range == "attn" and rows[NCCL].range == ""
+    tl = context._read_timeline_file(tmp_path)
+    assert tl["host_ns"].tolist() == [950, 0, 3000, 9999]  # by GPU start
+
+
 def test_each_rank_of_a_job_opens_with_its_context(tmp_path, capsys):
     for rank in (0, 1):
         run = tmp_path / "job" / f"rank{rank}"
@@ -136,3 +159,16 @@ def test_each_rank_of_a_job_opens_with_its_context(tmp_path, capsys):
     assert out.count("[where GPU time went] 4 kernel launch(es)") == 2
     assert "== rank 0 (pid 10)" in out and "== rank 1 (pid 11)" in out
     assert "GPU busy (us): rank 0 6.6, rank 1 6.6; max/min 1.00" in out.splitlines()  # then the cross-rank part
+
+
+def test_probed_launch_ranges_from_the_timeline_host_time(tmp_path):
+    """A probed launch without a launch_args.jsonl use line (the argument trace off) gets its enclosing
+    ranges from its timeline record's host_ns; one with a use line keeps that line's host time."""
+    from neutrino import ranges as nr
+
+    write_timeline(tmp_path, [timeline_record(1, 6000, 6500, name_id=0, probe_launch=0, host_ns=3000),
+                              timeline_record(1, 7000, 7500, name_id=0, probe_launch=1, host_ns=3000)], [TRITON])
+    write_ranges(tmp_path, [range_record(2900, 4100, 2, depth=2), range_record(0, 10000, 0),
+                            range_record(900, 5500, 1, depth=1)], ["step", "forward", "attn"])
+    (tmp_path / "launch_args.jsonl").write_text('{"launch": 1, "argset": 0, "tid": 100, "host_ns": 950}\n')
+    assert nr.launch_ranges(tmp_path) == {0: ["step", "forward", "attn"], 1: ["step", "forward"]}

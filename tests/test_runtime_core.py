@@ -22,7 +22,7 @@ from neutrino.runtime.launch import BENCH_REPEATS
 from neutrino.runtime.options import RuntimeOptions
 from neutrino.runtime.tracedir import TraceDir
 
-from fakedriver import FakeDriver, FakeShim, param_u64
+from fakedriver import FakeDriver, FakeShim, param_u64, probe_buffer
 
 CORPUS = Path(__file__).parent / "data" / "corpus" / "nvcc"
 VEC_PTX = (CORPUS / "vec.sm90.ptx").read_text()
@@ -44,8 +44,10 @@ def find_ptx(image, arch, *, path=None):
 
 
 def fake_block_sched(drv, req, params, name):
-    """What the probed saxpy4 writes: one record per warp."""
-    buf = param_u64(params, 4)
+    """What the probed saxpy4 writes: one record per warp (nothing when its probe is gated off)."""
+    buf = probe_buffer(params, 4)
+    if buf is None:
+        return
     units = nt.units_for("warp", req.grid, req.block)
     counts = (C.c_uint32 * units).from_address(buf)
     rec_base = buf + nt.align(4 * units, 16)
@@ -512,6 +514,55 @@ def test_count_sized_map(tmp_path):
     v = m.valid()
     assert len(v) == sum(u % 3 for u in range(units))
     assert list(v["addr"][:3]) == [1000, 2000, 2001]
+
+
+def test_counted_caps_are_reused_and_overflow_is_counted(tmp_path):
+    """--recount-every 3: the counting kernel runs at the first launch of a grid and block and at
+    every third after; launches in between reuse its caps (no counting launch, no sync). A launch
+    that needs more records than the reused cap keeps cap records per unit and counts the rest as
+    dropped; a new grid is counted at once."""
+    rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE, recount_every=3)
+    block = (32, 1, 1)
+    extra = {"n": 0}  # records per thread beyond the counted u % 3 (the kernel's data changed)
+
+    def count_kernel(drv_, req_, params, name):
+        units = nt.units_for("thread", req_.grid, req_.block)
+        counts = (C.c_uint32 * units).from_address(param_u64(params, 4))
+        for u in range(units):
+            counts[u] = u % 3 + extra["n"]
+
+    def probed(drv_, req_, params, name):
+        from fakedriver import param_u32
+
+        units = nt.units_for("thread", req_.grid, req_.block)
+        buf, cap = param_u64(params, 4), param_u32(params, 5)
+        counts = (C.c_uint32 * units).from_address(buf)
+        recs = (C.c_uint64 * (units * cap)).from_address(buf + nt.align(4 * units, 16))
+        for u in range(units):
+            counts[u] = u % 3 + extra["n"]  # the cursor counts every record tried
+            for j in range(min(counts[u], cap)):
+                recs[u * cap + j] = 1000 * u + j
+
+    drv.kernel_impl["saxpy4__nt_count"] = count_kernel
+    drv.kernel_impl["saxpy4"] = probed
+    load_saxpy(rt)
+    keep = []
+    for i, grid in enumerate([(2, 1, 1)] * 4 + [(3, 1, 1)]):
+        extra["n"] = 1 if i == 1 else 0
+        r, params = req(grid=grid, block=block)
+        keep.append(params)
+        assert rt.on_launch(r) == 0
+    finish(rt)
+    names = [drv.functions[f][1] for _, f, *_ in drv.launches]
+    assert names == ["saxpy4__nt_count", "saxpy4", "saxpy4", "saxpy4", "saxpy4__nt_count", "saxpy4",
+                     "saxpy4__nt_count", "saxpy4"]
+    assert drv.syncs == 3
+    maps = [la.maps["mem"] for la in nt.load(rt.trace.path).launches]
+    assert [m.cap for m in maps] == [2, 2, 2, 2, 2]
+    units = nt.units_for("thread", (2, 1, 1), block)
+    # launch 1 tried u % 3 + 1 records per thread with room for 2: the threads with u % 3 == 2 lose one
+    assert [m.dropped for m in maps] == [0, sum(1 for u in range(units) if u % 3 == 2), 0, 0, 0]
+    assert len(maps[1].valid()) == sum(min(u % 3 + 1, 2) for u in range(units))
 
 
 def test_link_failure_loads_the_ptx_instead(tmp_path):

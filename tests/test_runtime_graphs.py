@@ -155,9 +155,9 @@ def test_replays_are_zeroed_between_runs(program):
         fake_block_sched(drv, r, params, name)
         state["n"] += 1
         if state["n"] % 2 == 0:  # every other replay, only unit 0 saves
-            from fakedriver import param_u64
+            from fakedriver import probe_buffer
 
-            counts = (C.c_uint32 * 8).from_address(param_u64(params, 4))
+            counts = (C.c_uint32 * 8).from_address(probe_buffer(params, 4))
             for u in range(1, 8):
                 counts[u] = 0
 
@@ -181,6 +181,60 @@ def test_launch_filter_counts_replays(tmp_path):
     t = nt.load(p.rt.trace.path)
     assert [la.event["replay"] for la in t.launches] == [2, 5, 8]
     assert p.runs["saxpy4"] == 10
+
+
+def test_replays_left_out_by_launches_run_with_the_probe_gated_off(tmp_path):
+    """Sampling inside a graph: the probed kernel of a replay that --launches leaves out finds its
+    gate set (the append kernel writes it for the next replay; the capture for replay 0) and writes
+    nothing; the append node neither copies nor zeroes it. Selected replays probe and are written."""
+    from fakedriver import probe_buffer
+
+    p = Program(tmp_path, launches=LaunchFilter(start=2, every=3))
+    probed = []
+
+    def kernel(drv, r, params, name):
+        probed.append(probe_buffer(params, 4) is not None)
+        fake_block_sched(drv, r, params, name)
+
+    p.drv.kernel_impl["saxpy4"] = kernel
+    graph, _ = p.capture()
+    exe = p.instantiate(graph)
+    probed.clear()  # the capture's own run
+    p.replay(exe, 11)
+    (gnode,) = [n for g in p.rt.graphs._by_graph.values() for n in g.nodes]  # noqa: SLF001
+    assert [i for i, on in enumerate(probed) if on] == [2, 5, 8]
+    assert C.c_uint32.from_address(gnode.device + gnode.device_layout.gate).value == 0  # replay 11 is selected
+    finish(p.rt)
+    t = nt.load(p.rt.trace.path)
+    assert [la.event["replay"] for la in t.launches] == [2, 5, 8]
+    assert all(len(la.maps["block_sched"].valid()) == 8 for la in t.launches)
+    assert p.runs["saxpy4"] == 11
+
+
+def test_ten_thousand_replays_every_100_write_100_results(tmp_path):
+    """The acceptance shape on the fake driver: 10,000 replays with every:100, 100 results, in
+    order; the probed kernel ran with its gate open only on those replays."""
+    from fakedriver import probe_buffer
+
+    p = Program(tmp_path, launches=LaunchFilter(every=100))
+    opened = []
+
+    def kernel(drv, r, params, name):
+        if probe_buffer(params, 4) is not None:
+            opened.append(1)
+            fake_block_sched(drv, r, params, name)
+
+    p.drv.kernel_impl["saxpy4"] = kernel
+    graph, _ = p.capture()
+    exe = p.instantiate(graph)
+    opened.clear()
+    for _ in range(10):
+        p.replay(exe, 1000)
+        p.rt.graphs.drain()
+    finish(p.rt)
+    t = nt.load(p.rt.trace.path)
+    assert [la.event["replay"] for la in t.launches] == list(range(0, 10_000, 100))
+    assert len(opened) == 100 and p.runs["saxpy4"] == 10_000
 
 
 def test_trace_budget_drops_replays_and_counts_them(tmp_path):
@@ -311,7 +365,9 @@ def test_ring_layout_holds_a_frame_per_slot_aligned():
     assert not host.on_device and host.nslots == host.nstage == graph_ring.MAX_HOST_SLOTS
     assert (graph_ring.ring_layout(1000, minimal=True).nslots, graph_ring.ring_layout(1000, minimal=True).nstage) == (2, 2)
     dev = graph_ring.DeviceLayout(1000, 4)
-    assert dev.state == 1000 and dev.slots % graph_ring.SLOT_ALIGN == 0 and dev.slots >= 1000 + graph_ring.STATE_BYTES
+    assert dev.maps == graph_ring.HEAD_BYTES and dev.gate == dev.maps - graph_ring.GATE_OFFSET
+    assert dev.state == dev.maps + 1000 and dev.slots % graph_ring.SLOT_ALIGN == 0
+    assert dev.slots >= dev.state + graph_ring.STATE_BYTES
     assert dev.total == dev.slots + 4 * 1024 and dev.slot(5) == dev.slot(1)
     # the append kernel's blocks per node: a chunk of at most CHUNK_BYTES of the largest node's maps each
     assert graph_ring.append_chunks([1000]) == 1
@@ -472,7 +528,7 @@ def test_exec_kernel_node_set_params(program):
     new = KernelNodeParamsV2.from_address(ours)
     assert new.func == gnode.probed_func
     assert C.c_uint64.from_address(new.kernelParams[0]).value == 7  # the program's new argument
-    assert C.c_uint64.from_address(new.kernelParams[4]).value == gnode.buffers[0]  # and our buffer
+    assert C.c_uint64.from_address(new.kernelParams[4]).value == gnode.buffers[0] | 1  # and our buffer, tagged: read the gate
     r, _ = req()
     drv.exec_kernel_node_set_params(exe, gnode.node, new.func, r, C.addressof(gnode.keep))
     program.replay(exe, 2)

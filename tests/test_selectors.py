@@ -10,7 +10,8 @@ import pytest
 
 from neutrino.isa.ptx import ir, parse_module, parse_statements
 from neutrino.isa.ptx.semantics import TABLE, position_matcher, selector_problem
-from neutrino.passes.match import TracepointMatching, exits_of
+from neutrino.passes.match import kernel_state, matcher
+from neutrino.passes.pipeline import TracepointMatching
 from neutrino.probefile import parse_probes
 from neutrino.errors import ProbeError
 from neutrino.toolbox import load_probes
@@ -53,9 +54,9 @@ def site_list(probe, module: ir.Module) -> list[tuple[str, int, str]]:
     """(kernel, instruction index, before/after) of every site of `probe` in `module`."""
     sites = []
     for function in module.entries():
-        originals = [i for i in ir.instructions(function.body) if i.origin is None]
-        index = {id(insn): n for n, insn in enumerate(originals)}
-        for site in TracepointMatching.sites_of(probe, function, originals, exits_of(originals)):
+        state = kernel_state(module, function)
+        index = {id(insn): n for n, insn in enumerate(state.originals)}
+        for site in TracepointMatching.sites_of(probe, state, matcher(module, state)):
             sites.append((function.name, index.get(id(site.anchor), -1), site.where))
     return sites
 

@@ -41,16 +41,15 @@ SAVE.u64 {%lstart}; SAVE.u32 {%elapse, %smid};"""
 
 # ------------------------------------------------------------------ reader
 
-def _write(run_dir: Path, records: list[dict], names: list[str], *, size: int = 80, tail: bytes = b"",
+def _write(run_dir: Path, records: list[dict], names: list[str], *, size: int = 88, tail: bytes = b"",
            magic: bytes = MAGIC, version: int = 1) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     arr = np.zeros(len(records), dtype=RECORD)
     for i, rec in enumerate(records):
         for k, v in rec.items():
             arr[i][k] = v
-    body = arr.tobytes()
-    if size > 80:  # a later version's longer records: the reader takes the first 80 bytes of each
-        body = b"".join(body[i * 80:(i + 1) * 80] + b"\xee" * (size - 80) for i in range(len(records)))
+    # 80: the first writers' records (no host_ns); above 88, a later writer's appended fields
+    body = b"".join(arr[i:i + 1].tobytes()[:size] + b"\xee" * (size - RECORD.itemsize) for i in range(len(records)))
     head = magic + version.to_bytes(4, "little") + size.to_bytes(4, "little")
     (run_dir / "timeline.bin").write_bytes(head + body + tail)
     (run_dir / "timeline_names.txt").write_text("".join(n + "\n" for n in names))
@@ -76,6 +75,17 @@ def test_reader_ignores_a_cut_record_and_reads_longer_records(tmp_path):
     _write(tmp_path / "long", recs, ["k"], size=96)
     tl = read_timeline(tmp_path / "long")
     assert tl["start_ns"].tolist() == [0, 1, 2] and set(tl["name"]) == {"k"}
+
+
+def test_reader_host_ns_appended_field(tmp_path):
+    """host_ns (offset 80) is read from 88-byte records and later, longer ones; 80-byte records (the
+    first writers') read as host_ns 0 = unknown."""
+    recs = [dict(kind=1, start_ns=100 + i, end_ns=101 + i, name_id=0, probe_launch=-1, tid=9, host_ns=50 + i)
+            for i in range(3)]
+    for size, expected in ((80, [0, 0, 0]), (88, [50, 51, 52]), (104, [50, 51, 52])):
+        _write(tmp_path / str(size), recs, ["k"], size=size)
+        tl = read_timeline(tmp_path / str(size))
+        assert tl["host_ns"].tolist() == expected and tl["tid"].tolist() == [9] * 3, size
 
 
 @pytest.mark.parametrize("change, message", [
@@ -229,10 +239,13 @@ def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level,
     kernels = tl[tl["kind"] == 1]
     assert kernels["name"].tolist() == ["saxpy4"] * 5
     assert (kernels["flags"] & FLAG_PROBED).all() and sorted(kernels["probe_launch"].tolist()) == [0, 1, 2, 3, 4]
-    if level:  # API records: launched by the app's main thread
-        assert (kernels["tid"] == int(_one(events, "start")["pid"])).all()
-    else:
-        assert (kernels["tid"] == 0).all()
+    # launched by the app's main thread: from API records (level api) or the launch callbacks (default)
+    assert (kernels["tid"] == int(_one(events, "start")["pid"])).all()
+    if level:  # no `host`: no host time
+        assert (tl["host_ns"] == 0).all() and start["host_callbacks"] == 0
+    else:  # the call's entry, before the (fake) GPU record's start, after the run began
+        assert start["host_callbacks"] > 0 and (tl["host_ns"] > 0).all() and (tl["host_ns"] <= tl["start_ns"]).all()
+        assert (tl["host_ns"] >= int(_one(events, "start")["time"] * 1e9) - 10**7).all()
     assert [tuple(g) for g in kernels["grid"]] == [(4, 1, 1)] * 5 and [tuple(b) for b in kernels["block"]] == [(64, 1, 1)] * 5
     assert (kernels["end_ns"] - kernels["start_ns"] == 1000).all()
     copies = tl[tl["kind"] != 1]
@@ -241,7 +254,8 @@ def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level,
     assert counts["kernels"] == 5 and counts["by_origin"] == {"other": 5} and counts["kernels_flagged_probed"] == 5
     assert (counts["probed"], counts["probed_by_order"]) == ((5, 0) if level else (0, 5))
     assert counts["records"] == len(read_timeline(run, own=True)) == len(tl) + 2  # the clock calibrations
-    assert counts["no_thread"] == (0 if level else counts["records"])
+    assert counts["no_thread"] == 0
+    assert counts["with_host_time"] == (0 if level else counts["records"])
 
 
 def test_program_profiler_keeps_its_records(tmp_path, fakes):
@@ -257,6 +271,53 @@ def test_program_profiler_keeps_its_records(tmp_path, fakes):
     calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
     assert calls[:2] == ["register_callbacks", "enable"] and "flush_all" in calls
     assert _one(events, "timeline_counts")["forwarded_to_program"] >= 3
+
+
+@pytest.mark.parametrize("share", ["1", "0"])
+def test_program_subscriber_gets_the_callbacks(tmp_path, fakes, share):
+    """A program taking CUPTI's one callback subscriber (as jax.profiler's XLA tracer and Kineto do): its
+    subscribe succeeds and its callback sees exactly its window's launches. Shared (the default): it
+    gets a handle of ours, its enables go to our subscriber and our callback calls its callback; every
+    record keeps its host time. NEUTRINO_TIMELINE_SHARE_SUBSCRIBER=0: our launch callbacks step aside
+    for its window (those records have no host time, a `timeline_host_gap` event says so) and come back
+    after its unsubscribe."""
+    out = tmp_path / "theirs.json"
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
+                                         "2", "3", "4", str(out), "subscribe"], "--no-graphs",
+                       env={"NEUTRINO_TIMELINE_SHARE_SUBSCRIBER": share})
+    theirs = json.loads(out.read_text())
+    assert theirs["launch_entries"] == 3 and theirs["kernels"].count("saxpy4") >= 3
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    gaps = [e for e in events if e["event"] == "timeline_host_gap"]
+    calls = _one(events, "timeline_profiler")["first"]
+    assert calls[0]["call"] == "subscribe" and "unsubscribe" in [c["call"] for c in calls]
+    if share == "1":
+        assert (kernels["host_ns"] > 0).all() and not gaps and calls[0]["kind"] == 2
+    else:
+        assert (kernels["host_ns"] > 0).astype(int).tolist() == [1, 1, 0, 0, 0, 1, 1, 1, 1]
+        (gap,) = gaps
+        assert gap["start"] < gap["end"] and "stepped aside" in gap["note"] and calls[0]["kind"] == 1
+
+
+def test_program_clock_for_cupti_records_is_mapped_back(tmp_path, fakes):
+    """A program registering its own clock for CUPTI's records (Kineto's TSC clock, kept after
+    torch.profiler): CUPTI stamps our records with it too; the timeline maps them back to CLOCK_REALTIME
+    (here: 2 x CLOCK_MONOTONIC + 12345, so a 1000-unit record lasts 500 ns), and all lie within the run."""
+    out = tmp_path / "theirs.json"
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
+                                         "2", "3", "4", str(out), "timestamp"], "--no-graphs")
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    began, ended = _one(events, "start")["time"] * 1e9, _one(events, "exit")["time"] * 1e9
+    assert ((kernels["start_ns"] > began) & (kernels["start_ns"] < ended)).all(), kernels["start_ns"]
+    lasted = (kernels["end_ns"].astype(np.int64) - kernels["start_ns"].astype(np.int64)).tolist()
+    assert lasted[:2] == [1000, 1000] and all(abs(d - 500) <= 2 for d in lasted[2:]), lasted
+    assert (np.diff(kernels["start_ns"].astype(np.int64)) > 0).all()  # still in launch order
+    calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
+    assert "timestamp_callback" in calls
 
 
 def test_no_timeline_and_missing_library(tmp_path, fakes):

@@ -86,3 +86,26 @@ def test_frame_layout_is_what_append_writes_for_every_map_type(tmp_path):
     assert layout.map_headers[1] != nt.FILE_HEADER.itemsize + nt.MAP_HEADER.itemsize + nt.FIELD_DESC.itemsize
     for pos, m in zip(layout.map_headers, maps):
         assert header[pos:pos + 64].rstrip(b"\0").decode() == m["name"]
+
+
+def test_one_reader_of_the_index_for_the_trace_and_the_stream(tmp_path):
+    """trace.read_index and launch_stream.launches_by_kernel read result/index.bin through one reader: the
+    same launches, a record of zeros (seq 0) and one of an unknown kernel left out by both."""
+    from neutrino.analysis import launch_stream
+
+    run = _run(tmp_path, 4)
+    path = run / "result" / "index.bin"
+    records = np.frombuffer(path.read_bytes(), nt.INDEX_RECORD, offset=16).copy()
+    records[1] = np.zeros(1, nt.INDEX_RECORD)[0]  # a block never written
+    records[2]["kernel_id"] = 9  # no instrument event names kernel 9
+    path.write_bytes(nt.INDEX_MAGIC + nt.INDEX_HEADER_TAIL + records.tobytes())
+    events = nt.read_events(run / "event.log")
+    problems: list[str] = []
+    from_trace = nt.read_index(run, events, problems)
+    streamed = list(launch_stream.launches_by_kernel(run, events))
+    assert [e["index"] for e in from_trace] == [0, 3] and streamed == from_trace
+    assert len(problems) == 1 and "1 record(s) of zeros" in problems[0]
+    path.write_bytes(b"NTINDEX")  # shorter than a header: refused with its name by both
+    for read in (lambda: nt.read_index(run, events), lambda: list(launch_stream.launches_by_kernel(run, events))):
+        with pytest.raises(nt.TraceError, match="index.bin: not a Neutrino launch index"):
+            read()

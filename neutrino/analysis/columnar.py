@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -33,13 +34,17 @@ from neutrino.errors import NeutrinoError
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "_neutrino_schema.json"
 ROW_GROUP_ROWS = 1 << 20
+WRITE_BATCH_ROWS = 1 << 16  # rows the Parquet writer encodes at a time (its default, 1024, costs a call per 1024 rows)
 CHUNK_RECORDS = 1 << 21  # record slots of one map read at a time (a section may be GBs, memory-mapped)
 COMPRESSION = "lz4"  # LZ4_RAW: read by DuckDB, Spark >= 3.4 and pyarrow; cheaper than snappy at about its ratio
-# Map tables: only the columns constant within a launch are dictionary-encoded (the record fields
-# are mostly distinct values: trying a dictionary first costs more than it saves); the unit column
-# rises by steps: delta-encoded.
-MAP_DICTIONARY = ["kernel", "launch", "kernel_launch"]
+# Map tables: only `kernel` is dictionary-encoded (the record fields are mostly distinct values:
+# trying a dictionary first costs more than it saves; `launch` and `kernel_launch` are runs of one
+# value that LZ4 shrinks for less than a dictionary costs); the unit column rises by steps: delta-encoded.
+MAP_DICTIONARY = ["kernel"]
 MAP_ENCODING = {"unit": "DELTA_BINARY_PACKED"}
+# No min/max statistics for `kernel` in map tables: a partition holds one kernel, and the statistics
+# of a dictionary column cost a hash of every row's index.
+MAP_NO_STATISTICS = ("kernel",)
 SOURCE_FILES = ("event.log", "probe.toml", "timeline.bin", "timeline_names.txt", "ranges.bin", "ranges_names.txt",
                 "launch_args.jsonl")
 
@@ -86,31 +91,96 @@ class TableWriter:
         if not self.batches:
             return
         pa = _pa()
-        if self.writer is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            schema = self.schema.with_metadata({"neutrino_schema_version": str(SCHEMA_VERSION),
-                                                "neutrino_table": self.table})
-            options = {}
-            if self.table.startswith("map_"):
-                names = set(schema.names)
-                options = {"use_dictionary": [c for c in MAP_DICTIONARY if c in names],
-                           "column_encoding": {c: e for c, e in MAP_ENCODING.items() if c in names}}
-            # A kernel name met again later (instrumented in two modules, or in the event log and the
-            # index) reopens its partition: the next free part number, never an overwrite.
-            while (self.directory / f"part-{self.parts}.parquet").exists():
-                self.parts += 1
-            self.writer = pa.parquet.ParquetWriter(self.directory / f"part-{self.parts}.parquet", schema,
-                                                   compression=COMPRESSION, **options)
-            self.parts += 1
-        table = pa.Table.from_batches(self.batches).replace_schema_metadata(self.writer.schema.metadata)
-        self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        writer = self._open(self.schema)
+        table = pa.Table.from_batches(self.batches).replace_schema_metadata(writer.schema.metadata)
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.batches, self.buffered = [], 0
+
+    def _open(self, schema):
+        """The part file being written (opened on first use with `schema`)."""
+        if self.writer is not None:
+            return self.writer
+        pa = _pa()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        schema = schema.with_metadata({"neutrino_schema_version": str(SCHEMA_VERSION), "neutrino_table": self.table})
+        options = {}
+        if self.table.startswith("map_"):
+            names = set(schema.names)
+            options = {"use_dictionary": [c for c in MAP_DICTIONARY if c in names],
+                       "column_encoding": {c: e for c, e in MAP_ENCODING.items() if c in names},
+                       "write_batch_size": WRITE_BATCH_ROWS,
+                       "write_statistics": [c for c in schema.names if c not in MAP_NO_STATISTICS]}
+        # A kernel name met again later (instrumented in two modules, or in the event log and the
+        # index) reopens its partition: the next free part number, never an overwrite.
+        while (self.directory / f"part-{self.parts}.parquet").exists():
+            self.parts += 1
+        self.writer = pa.parquet.ParquetWriter(self.directory / f"part-{self.parts}.parquet", schema,
+                                               compression=COMPRESSION, **options)
+        self.parts += 1
+        return self.writer
 
     def close(self) -> None:
         self.flush()
         if self.writer is not None:
             self.writer.close()
         self.writer = None
+
+
+class ArrayMapWriter(TableWriter):
+    """One partition of an array map's table, written from numpy columns.
+
+    The launches' pieces (`add_piece`) are gathered into row groups of ROW_GROUP_ROWS rows
+    (the last of a part file shorter), written as one table whose per-launch columns are built
+    once per row group (_head_columns: `kernel` one dictionary for the row group, which Parquet's
+    writer takes as it is, where a dictionary per launch makes it decode and hash every row again).
+    The record columns are never null and written as `required` (no definition levels to encode).
+    """
+
+    def __init__(self, directory: Path, table: str):
+        super().__init__(directory, table)
+        self.pieces: list[tuple[dict, int, dict[str, np.ndarray]]] = []  # (head, rows, columns)
+        self.layout: tuple | None = None  # (name, dtype) of the columns of the pending pieces
+
+    def add_piece(self, head: dict, rows: int, columns: dict[str, np.ndarray]) -> None:
+        layout = tuple((name, values.dtype.str) for name, values in columns.items())
+        if self.layout is not None and layout != self.layout:
+            self.close()  # fields that differ between two kernels of the partition: the next part file
+        self.layout = layout
+        self.pieces.append((head, rows, columns))
+        self.buffered += rows
+        self.rows += rows
+        while self.buffered >= ROW_GROUP_ROWS:
+            self._write_group(ROW_GROUP_ROWS)
+
+    def flush(self) -> None:
+        if self.buffered:
+            self._write_group(self.buffered)
+
+    def _take(self, rows: int) -> list[tuple[dict, int, dict[str, np.ndarray]]]:
+        """The first `rows` rows of the pending pieces (a piece cut in two when it straddles)."""
+        out = []
+        while rows:
+            head, n, columns = self.pieces.pop(0)
+            if n > rows:
+                self.pieces.insert(0, (head, n - rows, {k: v[rows:] for k, v in columns.items()}))
+                head, n, columns = head, rows, {k: v[:rows] for k, v in columns.items()}
+            out.append((head, n, columns))
+            rows -= n
+        return out
+
+    def _write_group(self, rows: int) -> None:
+        pa = _pa()
+        pieces = self._take(rows)
+        self.buffered -= rows
+        sizes = [n for _, n, _ in pieces]
+        arrays = _head_columns(pa, [head for head, _, _ in pieces], sizes)
+        for name, _ in self.layout:
+            arrays[name] = pa.chunked_array([pa.array(columns[name]) for _, _, columns in pieces])
+        schema = pa.schema([pa.field(name, array.type, nullable=name in ("launch", "kernel_launch"))
+                            for name, array in arrays.items()])
+        writer = self._open(schema)
+        table = pa.Table.from_arrays(list(arrays.values()), schema=writer.schema)
+        writer.write_table(table, row_group_size=rows)
 
 
 @attrs.define
@@ -123,24 +193,13 @@ class ExportSummary:
     problems: list[str] = attrs.Factory(list)  # what could not be read, named
 
 
-def _constant(pa, value, kind, zeros):
-    """A column holding one value on every row: dictionary-encoded (one value, `zeros` as indices),
-    so that neither memory nor the Parquet writer handle a value per row; None: null on every row."""
-    if value is None:
-        n = len(zeros)
-        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32), mask=np.ones(n, bool)),
-                                              pa.array([0], kind))
-    return pa.DictionaryArray.from_arrays(zeros, pa.array([value], kind))
-
-
 def _exact_sum(values: np.ndarray) -> int:
-    """The sum of u32/u64 values as a Python int, exact (u64: high and low halves summed apart;
-    a chunk holds fewer than 2^32 values)."""
+    """The sum of u32/u64 values as a Python int, exact (u64: the high and low 32-bit halves summed
+    apart, read through a view: no temporary; a chunk holds fewer than 2^32 values)."""
     if values.dtype.itemsize <= 4:
         return int(values.sum(dtype=np.uint64))
-    high = (values >> np.uint64(32)).sum(dtype=np.uint64)
-    low = (values & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64)
-    return (int(high) << 32) + int(low)
+    halves = np.ascontiguousarray(values).view("<u4").reshape(-1, 2)  # little-endian: [low, high]
+    return (int(halves[:, 1].sum(dtype=np.uint64)) << 32) + int(halves[:, 0].sum(dtype=np.uint64))
 
 
 def _add_stats(stats: dict, fields: dict[str, np.ndarray]) -> None:
@@ -154,49 +213,77 @@ def _add_stats(stats: dict, fields: dict[str, np.ndarray]) -> None:
         entry[3] = high if entry[3] is None else max(entry[3], high)
 
 
-def _array_batches(pa, md, head: dict, stats: dict | None = None) -> list:
-    """The valid records of an array map of one launch: (kernel, launch, kernel_launch, unit, record, fields…);
-    `stats` (when given) gathers each field's records, sum, min and max over the launch."""
+def _array_columns(md, stats: dict | None = None) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """The valid records of an array map of one launch, in pieces of at most CHUNK_RECORDS record
+    slots: (rows, {unit, record, fields…} as numpy columns); `stats` (when given) gathers each
+    field's records, sum, min and max over the launch."""
     cap, units = int(md.cap), int(md.units)
     if cap <= 0 or units == 0:
-        return []
-    out = []
+        return
     step = max(1, CHUNK_RECORDS // cap)
-    slot = np.arange(cap, dtype=np.int32)
     names = md.records.dtype.names or ()
     for lo in range(0, units, step):
         hi = min(units, lo + step)
-        counts = np.minimum(np.asarray(md.counts[lo:hi], dtype=np.int64), cap)
-        records = np.asarray(md.records[lo:hi])
+        counts = np.minimum(np.asarray(md.counts[lo:hi]), cap)
+        flat = np.asarray(md.records[lo:hi]).reshape(-1)  # one contiguous block of (hi - lo) * cap slots
         if (counts == cap).all():
-            fields = {name: np.ascontiguousarray(records[name]).reshape(-1) for name in names}
-            unit, record = np.repeat(np.arange(lo, hi, dtype=np.int64), cap), np.tile(slot, hi - lo)
+            fields = {name: np.ascontiguousarray(flat[name]) for name in names}
+            unit = np.repeat(np.arange(lo, hi, dtype=np.int64), cap)
+            record = np.tile(np.arange(cap, dtype=np.int32), hi - lo)
         else:
-            mask = slot[None, :] < counts[:, None]
-            rows, record = np.nonzero(mask)
-            fields = {name: records[name][mask] for name in names}  # one copy per field, contiguous
-            unit, record = rows + lo, record.astype(np.int32)
-        n = len(unit)
-        if not n:
+            slots = np.flatnonzero(np.arange(cap, dtype=np.int64)[None, :] < counts[:, None])  # ascending
+            fields = {name: flat[name].take(slots) for name in names}
+            unit, record = _unit_and_slot(slots, cap)
+            unit += lo
+        if not len(unit):
             continue
         if stats is not None:
             _add_stats(stats, fields)
-        columns = {**_head_columns(pa, head, n), "unit": pa.array(unit), "record": pa.array(record),
-                   **{name: pa.array(values) for name, values in fields.items()}}
-        out.append(pa.RecordBatch.from_pydict(columns))
+        yield len(unit), {"unit": unit, "record": record, **fields}
+
+
+def _unit_and_slot(slots: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """(unit, record slot) of flat record positions: a shift and a mask when cap is a power of two
+    (an integer division costs several times more)."""
+    if cap & (cap - 1) == 0:
+        return slots >> (cap.bit_length() - 1), (slots & (cap - 1)).astype(np.int32)
+    unit, record = np.divmod(slots, cap)
+    return unit, record.astype(np.int32)
+
+
+def _head_columns(pa, heads: list[dict], sizes: list[int]) -> dict:
+    """The per-launch columns of a map table's rows: `heads[i]` repeated `sizes[i]` times. `kernel` is
+    a dictionary array (its Parquet dictionary indices written as they are); `launch` and
+    `kernel_launch` plain int64 (the Parquet writer cannot take an integer dictionary as it is: it
+    would decode and hash every row; LZ4 shrinks their runs of one value to almost nothing)."""
+    kernels = [h["kernel"] for h in heads]
+    distinct = list(dict.fromkeys(kernels))
+    codes = _runs([distinct.index(k) for k in kernels], sizes, np.int32)
+    out = {"kernel": pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(distinct, pa.string()))}
+    for name in ("launch", "kernel_launch"):
+        values = [h[name] for h in heads]
+        column = _runs([0 if v is None else v for v in values], sizes, np.int64)
+        if None in values:
+            out[name] = pa.array(column, mask=~_runs([v is not None for v in values], sizes, bool))
+        else:
+            out[name] = pa.array(column)
     return out
 
 
-def _head_columns(pa, head: dict, n: int) -> dict:
-    zeros = pa.array(np.zeros(n, np.int32))
-    return {"kernel": _constant(pa, head["kernel"], pa.string(), zeros),
-            "launch": _constant(pa, head["launch"], pa.int64(), zeros),
-            "kernel_launch": _constant(pa, head["kernel_launch"], pa.int64(), zeros)}
+def _runs(values: list, sizes: list[int], dtype) -> np.ndarray:
+    """`values[i]` repeated `sizes[i]` times (a slice filled per value: np.repeat copies element by element)."""
+    out = np.empty(sum(sizes), dtype)
+    start = 0
+    for value, size in zip(values, sizes):
+        out[start:start + size] = value
+        start += size
+    return out
 
 
 def _sum_batch(pa, md, head: dict):
     row = np.asarray(md.records)[0, 0]
-    columns = {**_head_columns(pa, head, 1), **{f.name: pa.array([int(row[f.name])], pa.uint64()) for f in md.fields}}
+    columns = {**_head_columns(pa, [head], [1]),
+               **{f.name: pa.array([int(row[f.name])], pa.uint64()) for f in md.fields}}
     return pa.RecordBatch.from_pydict(columns)
 
 
@@ -206,20 +293,17 @@ def _hist_batch(pa, md, head: dict):
     keep = np.flatnonzero(hist.counts)
     n = len(keep)
     top = 1 << 64
-    columns = {**_head_columns(pa, head, n), "bucket": pa.array(keep.astype(np.int32)),
+    columns = {**_head_columns(pa, [head], [n]), "bucket": pa.array(keep.astype(np.int32)),
                "low": pa.array([int(low[i]) for i in keep], pa.uint64()),
                "high": pa.array([None if int(high[i]) >= top else int(high[i]) for i in keep], pa.uint64()),
                "count": pa.array(hist.counts[keep].astype(np.uint64))}
     return pa.RecordBatch.from_pydict(columns)
 
 
-def map_batches(pa, md, head: dict, stats: dict | None = None) -> list:
-    """The rows of one map of one launch (spec/trace-format.md, "Parquet dataset")."""
-    if md.type == "sum":
-        return [_sum_batch(pa, md, head)]
-    if md.type == "hist":
-        return [_hist_batch(pa, md, head)]
-    return _array_batches(pa, md, head, stats)
+def map_batches(pa, md, head: dict) -> list:
+    """The rows of one sum or hist map of one launch (spec/trace-format.md, "Parquet dataset");
+    array maps: _array_columns."""
+    return [_sum_batch(pa, md, head) if md.type == "sum" else _hist_batch(pa, md, head)]
 
 
 LAUNCH_COLUMNS = (
@@ -370,21 +454,26 @@ class DatasetWriter:
             table = "map_" + launch_stream.kernel_key(md.name)  # two map names that sanitise alike
             self.map_names.setdefault(table, md.name)
         self.map_types[table] = md.type
-        writer = writers.get(table)
+        self.summary.map_bytes += _section_bytes(md)
+        kind = ArrayMapWriter if md.type == "array" else TableWriter
+        writer = writers.get((table, kind))
         if writer is None:
-            writer = writers[table] = TableWriter(self.table_dir(table, rank, launch_stream.kernel_key(head["kernel"])),
-                                                  table)
+            directory = self.table_dir(table, rank, launch_stream.kernel_key(head["kernel"]))
+            writer = writers[(table, kind)] = kind(directory, table)
+        if md.type != "array":
+            for batch in map_batches(pa, md, head):
+                writer.add(batch)
+            return
         stats: dict = {}
-        for batch in map_batches(pa, md, head, stats):
-            writer.add(batch)
+        for rows, columns in _array_columns(md, stats):
+            writer.add_piece(head, rows, columns)
         key = launch_stream.kernel_key(head["kernel"])
         for field, (records, total, low, high) in stats.items():
             self.stat_rows.add({**head, "kernel_key": key, "map": md.name, "field": field, "records": records,
                                 "sum": total, "min": low, "max": high})
-        self.summary.map_bytes += _section_bytes(md)
 
     def _close(self, writers: dict) -> None:
-        for table, writer in writers.items():
+        for (table, _), writer in writers.items():
             writer.close()
             self.count(table, writer.rows)
 

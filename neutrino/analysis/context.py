@@ -9,7 +9,8 @@ The report's first section (spec/analysis.md, "Where GPU time went") groups
 every kernel, copy and memset of timeline.bin by name: count, total time,
 share of the GPU's busy time, mean, origin, and the innermost range that the
 launches ran under (the range on the launching thread that holds the
-kernel's GPU start: the records carry no host launch time).
+launch call's host time, `host_ns`; for records without one, the launch
+arguments' host time of a probed launch, else the kernel's GPU start).
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ FLAG_PROBED, FLAG_GRAPH = 1, 2
 TIMELINE_DTYPE = np.dtype([
     ("kind", "u1"), ("copy_kind", "u1"), ("flags", "<u2"), ("device", "<u4"), ("stream", "<u4"), ("tid", "<u4"),
     ("start_ns", "<u8"), ("end_ns", "<u8"), ("correlation", "<u8"), ("bytes", "<u8"), ("name_id", "<u4"),
-    ("probe_launch", "<i4"), ("grid", "<u4", (3,)), ("block", "<u4", (3,))])
+    ("probe_launch", "<i4"), ("grid", "<u4", (3,)), ("block", "<u4", (3,)), ("host_ns", "<u8")])
+TIMELINE_MIN_BYTES = 80  # records of the first writers end before host_ns
 RANGES_DTYPE = np.dtype([
     ("start_ns", "<u8"), ("end_ns", "<u8"), ("tid", "<u4"), ("depth", "<u2"), ("source", "u1"), ("reserved0", "u1"),
     ("name_id", "<u4"), ("domain_id", "<u4"), ("reserved", "<u8")])
-assert TIMELINE_DTYPE.itemsize == 80 and RANGES_DTYPE.itemsize == 40
+assert TIMELINE_DTYPE.itemsize == 88 and RANGES_DTYPE.itemsize == 40
 
 
 def _records(path: Path, magic: bytes, dtype: np.dtype) -> np.ndarray:
@@ -49,13 +51,24 @@ def _records(path: Path, magic: bytes, dtype: np.dtype) -> np.ndarray:
     if len(header) < 16 or header[:8] != magic:
         raise C.AnalysisError(f"{path}: not a {magic[:7].decode()} file (header {header[:8]!r})")
     version, record = int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little")
-    if version != 1 or record != dtype.itemsize:
+    smallest = TIMELINE_MIN_BYTES if magic == TIMELINE_MAGIC else dtype.itemsize
+    if version != 1 or record < smallest:
         raise C.AnalysisError(f"{path}: version {version}, record size {record}: this reader knows version 1, "
-                              f"{dtype.itemsize}-byte records")
+                              f"records of {smallest} bytes or more")
     count = (size - 16) // record
     if count == 0:
         return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=16, shape=(count,))
+    # fields past the record's end (host_ns of 80-byte records) are left out here and read as 0 below
+    kept = [n for n in dtype.names if dtype.fields[n][1] + dtype.fields[n][0].itemsize <= record]
+    laid = np.dtype({"names": kept, "formats": [dtype.fields[n][0] for n in kept],
+                     "offsets": [dtype.fields[n][1] for n in kept], "itemsize": record})
+    mapped = np.memmap(path, dtype=laid, mode="r", offset=16, shape=(count,))
+    if record == dtype.itemsize:
+        return mapped
+    out = np.zeros(count, dtype=dtype)
+    for n in kept:
+        out[n] = mapped[n]
+    return out
 
 
 def _names(path: Path) -> list[str]:
@@ -150,7 +163,8 @@ def read_launch_hosts(run_dir) -> dict[int, tuple[int, int]]:
 
 def query_points(timeline: np.ndarray, hosts: dict[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """(tid, time) at which to look up each record's enclosing range: the launch call's thread and host
-    time when launch_args.jsonl has them (probed launches), else the record's tid and GPU start."""
+    time (the record's `host_ns`, every kernel and copy at the default timeline level); else, for a
+    probed launch, those of launch_args.jsonl; else the record's tid and GPU start."""
     tid = timeline["tid"].astype(np.int64).copy()
     when = timeline["start_ns"].astype(np.int64).copy()
     if hosts:
@@ -158,6 +172,9 @@ def query_points(timeline: np.ndarray, hosts: dict[int, tuple[int, int]]) -> tup
             host = hosts.get(int(timeline["probe_launch"][i]))
             if host is not None:
                 tid[i], when[i] = host
+    if "host_ns" in (timeline.dtype.names or ()):
+        known = timeline["host_ns"] > 0
+        when[known] = timeline["host_ns"][known].astype(np.int64)
     return tid, when
 
 

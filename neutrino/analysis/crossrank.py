@@ -149,6 +149,7 @@ class Collectives:
     start: np.ndarray  # arrival: GPU start, ns
     end: np.ndarray
     tid: np.ndarray  # launching thread
+    host: np.ndarray | None = None  # host time of the launch call (timeline.bin host_ns), 0 unknown
 
 
 def rank_collectives(timeline: np.ndarray) -> np.ndarray:
@@ -178,9 +179,11 @@ def match_collectives(per_rank: dict, kind: str = "rank") -> tuple[Collectives, 
         warnings.append(f"the {plural(kind)} ran different numbers of NCCL kernels ("
                         + ", ".join(f"{kind} {r}: {n}" for r, n in lengths.items())
                         + f"): the first {count} matched, the rest not compared")
+    def column(s, f):
+        return s[f][:count].astype(np.int64) if f in (s.dtype.names or ()) else np.zeros(count, np.int64)
+
     cols = Collectives(ranks, tuple(str(n) for n in seqs[0]["name"][:count]) if count else (),
-                       *(np.stack([s[f][:count].astype(np.int64) for s in seqs], axis=1)
-                         for f in ("start_ns", "end_ns", "tid")))
+                       *(np.stack([column(s, f) for s in seqs], axis=1) for f in ("start_ns", "end_ns", "tid", "host_ns")))
     return cols, warnings
 
 
@@ -211,9 +214,14 @@ def step_family(ranges: np.ndarray, tids) -> str | None:
     return min(repeating)[1] if repeating else None
 
 
-def range_steps(ranges: np.ndarray, family: str, tid: np.ndarray, start: np.ndarray) -> list:
-    """Per collective of a rank, the label of the step range holding its GPU start on its launching
-    thread (None outside any): the range's name, or `NAME #k` (k-th, from 0) when the names repeat."""
+def range_steps(ranges: np.ndarray, family: str, tid: np.ndarray, start: np.ndarray,
+                host: np.ndarray | None = None) -> list:
+    """Per collective of a rank, the label of the step range on its launching thread holding its
+    launch call's host time (`host`, > 0 where known), else its GPU start (None outside any): the
+    range's name, or `NAME #k` (k-th, from 0) when the names repeat. The GPU start lags the host's
+    ranges when the host runs ahead (NCCL kernels do not block it): only the host time is exact."""
+    if host is not None:
+        start = np.where(host > 0, host, start)
     chosen = ranges[np.array([_DIGITS.sub("#", str(n)) == family for n in ranges["name"].tolist()], dtype=bool)]
     chosen = chosen[np.argsort(chosen["start_ns"], kind="stable")]
     names = [str(n) for n in chosen["name"].tolist()]
@@ -347,14 +355,17 @@ def collective_steps(cols: Collectives, ranges_by_rank: dict) -> tuple[list, str
     labels = []
     for i, r in enumerate(cols.ranks):
         ranges = ranges_by_rank.get(r)
-        labels.append(range_steps(ranges, family, cols.tid[:, i], cols.start[:, i]) if ranges is not None
+        host = cols.host[:, i] if cols.host is not None else None
+        labels.append(range_steps(ranges, family, cols.tid[:, i], cols.start[:, i], host) if ranges is not None
                       and len(ranges) else [None] * len(cols.names))
     first = np.argmin(cols.start, axis=1) if len(cols.names) else []
     out = []
     for c, f in enumerate(first):
         label = labels[f][c] or next((lab[c] for lab in labels if lab[c]), None)
         out.append(label or OUTSIDE_STEPS)
-    return out, f"steps are the ranges named like `{family}` (ranges.bin) holding the collective's GPU start"
+    known = cols.host is not None and bool((cols.host > 0).all())
+    held = "launch call (host time)" if known else "launch call where its host time is known, else its GPU start"
+    return out, f"steps are the ranges named like `{family}` (ranges.bin) holding the collective's {held}"
 
 
 # ------------------------------------------------------------------ the job

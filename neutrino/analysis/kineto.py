@@ -3,7 +3,10 @@
 A torch.profiler (Kineto) Chrome-trace JSON has `traceEvents` whose `ts`/`dur`
 are microseconds; since PyTorch 2.4 they are relative to the top-level
 `baseTimeNanoseconds` (absolute = baseTimeNanoseconds + ts × 1000, Unix-epoch
-nanoseconds), before that they were absolute Unix microseconds (base 0). Our
+nanoseconds), before that they were absolute Unix microseconds (base 0). Which one a
+trace uses is checked on the matched kernels: when adding the base puts Kineto's kernels
+more than a day away from ours and leaving it out does not, the base is left out
+(torch 2.11's traces have absolute `ts` beside a `baseTimeNanoseconds`). Our
 context tables are Unix-epoch nanoseconds too, so an event at `t` ns goes to
 `ts = (t − base) / 1000`. The clocks are checked: the n-th GPU kernel of a
 name in our timeline is matched with the n-th Kineto event of category
@@ -28,6 +31,7 @@ from neutrino.analysis import context
 from neutrino.errors import NeutrinoError
 
 ALIGN_TOLERANCE_NS = 1000
+ABSOLUTE_TS_NS = 86_400 * 10**9  # a clock shift above a day: Kineto's ts were not relative to its base
 
 
 class JsonWriter:
@@ -108,6 +112,26 @@ def kineto_base_ns(doc: dict) -> int:
     return int(base) if isinstance(base, (int, float)) else 0
 
 
+MAX_ALIGNMENTS = 256  # offsets tried when one side has more kernels of a name than the other
+
+
+def matched_differences(ours: list, theirs: list) -> list:
+    """(theirs - ours) start differences of one kernel name's launches, both sorted. Kineto's window
+    usually holds fewer launches than ours (the program's profile covers some steps): the shorter list
+    is laid against each run of the longer (up to MAX_ALIGNMENTS offsets) and the run whose differences
+    spread least (max - min: one clock offset fits them) is kept."""
+    short, long_, sign = (theirs, ours, -1.0) if len(theirs) <= len(ours) else (ours, theirs, 1.0)
+    if not short:
+        return []
+    s = np.asarray(short, dtype=np.float64)
+    best = None
+    for k in range(min(len(long_) - len(s), MAX_ALIGNMENTS) + 1):
+        d = (np.asarray(long_[k:k + len(s)], dtype=np.float64) - s) * sign
+        if best is None or np.ptp(d) < np.ptp(best):
+            best = d
+    return best.tolist()
+
+
 def clock_shift_ns(doc: dict, base_ns: int, timelines: list[np.ndarray]) -> tuple[int, int]:
     """(shift to add to our times, kernels matched): the median start difference of kernels matched
     by name and order; 0 when none match or the clocks agree within ALIGN_TOLERANCE_NS."""
@@ -122,8 +146,7 @@ def clock_shift_ns(doc: dict, base_ns: int, timelines: list[np.ndarray]) -> tupl
             ours[str(name)].append(int(start))
     diffs = []
     for name, starts in ours.items():
-        other = sorted(theirs.get(name, ()))
-        diffs += [b - a for a, b in zip(sorted(starts), other)]
+        diffs += matched_differences(sorted(starts), sorted(theirs.get(name, ())))
     if not diffs:
         return 0, 0
     median = int(round(float(np.median(diffs))))
@@ -148,6 +171,10 @@ def merge_into(trace_dir: str, kineto_path: str, out_path: str | None = None) ->
     base = kineto_base_ns(doc)
     timelines = [tl for tl in (_timeline(t) for _, t, _ in runs) if tl is not None]
     shift, matched = clock_shift_ns(doc, base, timelines)
+    if matched and base and abs(shift) > ABSOLUTE_TS_NS:  # ts already absolute beside a base (torch 2.11 did)
+        shift0, matched0 = clock_shift_ns(doc, 0, timelines)
+        if abs(shift0) < abs(shift):
+            base, shift, matched = 0, shift0, matched0
     pids = [e.get("pid") for e in doc["traceEvents"] if isinstance(e, dict) and isinstance(e.get("pid"), int)]
     placement = Placement()
     try:

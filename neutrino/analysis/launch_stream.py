@@ -3,9 +3,10 @@
 `members(path)` names the run directories of a trace (one run, a job of ranks, or an `-o`
 trace of several processes) with their rank. `launches_by_kernel(run, events)` yields the
 launch events of one run (the `launch` events of the event log, then the records of
-result/index.bin rebuilt as `neutrino.trace.read_index` does), grouped by kernel and in
-launch order within a kernel, without holding every launch: the index is memory-mapped and
-only its kernel-id column is sorted (12 bytes a launch). Used by the columnar export and
+result/index.bin, read by `neutrino.trace.index_records`, the one reader of that file), grouped
+by kernel and in launch order within a kernel, without holding every launch: the index is
+memory-mapped and only the positions of its launches and their kernel ids and sequence numbers
+are sorted (about 30 bytes a launch). Used by the columnar export and
 `diff`, whose memory must not grow with the trace.
 """
 
@@ -46,58 +47,19 @@ def kernel_key(kernel: str) -> str:
     return f"{C.safe_name(kernel, 40)}-{digest}"
 
 
-def _index_records(run: Path) -> np.ndarray:
-    path = run / "result" / "index.bin"
-    if not path.exists() or path.stat().st_size < 16:
-        if path.exists():
-            raise nt.TraceError(f"{path}: not a Neutrino launch index (truncated header)")
-        return np.zeros(0, nt.INDEX_RECORD)
-    with open(path, "rb") as fh:
-        head = fh.read(16)
-    if head[:8] != nt.INDEX_MAGIC:
-        raise nt.TraceError(f"{path}: not a Neutrino launch index (bad magic)")
-    version, size = (int(v) for v in np.frombuffer(head[8:16], "<u4"))
-    if version != nt.INDEX_VERSION or size != nt.INDEX_RECORD.itemsize:
-        raise nt.TraceError(f"{path}: index version {version} with {size}-byte records; "
-                            f"this reader knows version {nt.INDEX_VERSION}")
-    n = (path.stat().st_size - 16) // size  # a record cut short by a crash is ignored
-    if n == 0:
-        return np.zeros(0, nt.INDEX_RECORD)
-    return np.memmap(path, nt.INDEX_RECORD, mode="r", offset=16, shape=(n,))
-
-
-def _index_event(r, kernel: str, result: str, frames: dict[int, str]) -> dict:
-    """The launch event of one index record (the fields `neutrino.trace.read_index` gives)."""
-    duration = float(r["duration_ns"])
-    graph = int(r["graph"])
-    ev = {"event": "launch", "index": int(r["seq"]) - 1, "kernel": kernel, "grid": [int(v) for v in r["grid"]],
-          "block": [int(v) for v in r["block"]], "shared_bytes": int(r["shared_bytes"]),
-          "stream": hex(int(r["stream"])), "result": result, "result_offset": int(r["offset"]),
-          "frame": frames.get(int(r["frame_id"])), "duration_ns": duration if duration >= 0 else None,
-          "kernel_launch": int(r["kernel_launch"])}
-    if graph:
-        ev.update(graph=graph >> 32, graph_node=graph & 0xFFFFFFFF, replay=int(r["kernel_launch"]))
-    return ev
-
-
 def launches_by_kernel(run: Path, events: list[dict]) -> Iterator[dict]:
     """Every probed launch event of a run, grouped by kernel, in launch order within a kernel."""
     logged = [e for e in events if e.get("event") == "launch" and isinstance(e.get("result"), str)]
     logged.sort(key=lambda e: (str(e.get("kernel", "")), as_int(e.get("index"))))
     yield from logged
     kernels, frames = nt.index_names(events)
-    records = _index_records(Path(run))
-    if not len(records):
+    records, usable = nt.index_records(Path(run), kernels)
+    if not len(usable):
         return
-    kernel_id = np.asarray(records["kernel_id"])
-    ok = (np.asarray(records["status"]) == 0) & np.isin(kernel_id, np.fromiter(kernels, np.int64, len(kernels)))
-    chosen = np.flatnonzero(ok)
-    order = chosen[np.lexsort((np.asarray(records["seq"])[chosen], kernel_id[chosen]))]
-    del kernel_id, ok, chosen
+    order = usable[np.lexsort((np.asarray(records["seq"][usable]), np.asarray(records["kernel_id"][usable])))]
+    del usable
     for i in order:
-        r = records[i]
-        kernel, result = kernels[int(r["kernel_id"])]
-        yield _index_event(r, kernel, result, frames)
+        yield nt.index_launch(records[i], kernels, frames)
 
 
 def as_int(value) -> int:

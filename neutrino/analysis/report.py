@@ -175,6 +175,10 @@ def render(report: Report) -> str:
         headers = ["kernel"] + list(dict.fromkeys(col for _, s in summaries for col in s))
         rows = [[short(kernel)] + [s.get(h, "-") for h in headers[1:]] for kernel, s in summaries]
         out += ["", f"[{name}]", format_table(headers, rows)]
+        if hasattr(tool, "details"):  # a tool with a table of its own per kernel (lines: its ranked lines)
+            for k in report.kernels.values():
+                if k.results.get(name):
+                    out += tool.details(short(k.kernel), k.results[name], format_table)
     from neutrino.analysis import generic
 
     for title, headers, rows in generic.tables(report.kernels.values()):

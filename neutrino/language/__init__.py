@@ -19,6 +19,9 @@
     def thread_end():
         block_sched.save(start, nl.clock() - start, nl.cuid())
 
+Probe bodies may loop a number of times known at compile time, `for i in
+range(N)` or a counted `while` (spec/ir.md, "Loops"; neutrino/language/loops.py).
+
 `compile_file(path)` reads such a file with `ast` and returns the explicit TOML
 form of spec/probe-toml.md. The names below exist so that the file imports and
 lints as ordinary Python: the decorators return what they decorate, the
@@ -32,7 +35,7 @@ from neutrino.language.errors import DslError
 
 __all__ = [
     "probe", "Map", "save", "clock", "time", "cuid", "smid", "laneid", "u32", "u64",
-    "addr", "bytes", "out", "in1", "in2", "in3",
+    "addr", "bytes", "out", "in1", "in2", "in3", "line", "block",
     "compile_file", "compile_source", "compile_to_ir", "DslError",
 ]
 
@@ -84,6 +87,8 @@ out = _FieldHelper("out")
 in1 = _FieldHelper("in1")
 in2 = _FieldHelper("in2")
 in3 = _FieldHelper("in3")
+line = _FieldHelper("line")  # the LINE helper: index of the site's source line (neutrino/isa/ptx/lines.py)
+block = _FieldHelper("block")  # the BLOCK helper: index of the site's basic block
 
 
 def probe(pos=None, level="thread", before=None, after=None, size=None, cap=None, position=None):

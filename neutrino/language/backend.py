@@ -2,7 +2,7 @@
 
 The frontend never sees a backend; a backend sees only the IR. Adding a
 target (e.g. AMD GCN) means one more `Backend` subclass registered in
-`BACKENDS`, nothing else.
+`BACKENDS` (language/backends.py), nothing else.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import abc
 from typing import ClassVar, Sequence
 
-from neutrino.language.ir import BITS, PRED, U32, U64, Field, Imm, Instr, Reg
+from neutrino.language.ir import BITS, LOOP_OPS, PRED, U32, U64, Field, Imm, Instr, Reg
+from neutrino.language.loops import loop_label
 
 
 class Backend(abc.ABC):
@@ -36,8 +37,17 @@ class PTXBackend(Backend):
 
     def snippet(self, body: Sequence[Instr]) -> str:
         lines = self._declarations(body)
-        lines += [self.instruction(ins) for ins in body]
+        for ins in body:
+            lines += self.loop_lines(ins) if ins.op in LOOP_OPS else [self.instruction(ins)]
         return "\n".join(lines)
+
+    def loop_lines(self, ins: Instr) -> list[str]:
+        """A bounded loop in the verifier's shape (spec/verifier.md, "Loops"): the counter counts the trips down."""
+        counter, label = self.reg(ins.dst), loop_label(ins.dst)
+        if ins.op == "loop":
+            return [f"mov.u32 {counter}, {ins.srcs[0].value};", f"{label}:"]
+        again = self.reg(ins.srcs[0])
+        return [f"sub.u32 {counter}, {counter}, 1;", f"setp.ne.u32 {again}, {counter}, 0;", f"@{again} bra.uni {label};"]
 
     def _declarations(self, body: Sequence[Instr]) -> list[str]:
         seen: dict[str, Reg] = {}
@@ -100,22 +110,3 @@ class PTXBackend(Backend):
             "selp": f"selp.b{bits}",
         }[op]
         return f"{mnemonic} {', '.join([dst, *ops])}"
-
-
-BACKENDS: dict[str, type[Backend]] = {PTXBackend.name: PTXBackend}
-
-
-def _register_gcn() -> None:
-    from neutrino.language.backend_gcn import GCNBackend  # imports Backend from here: registered after it exists
-
-    BACKENDS[GCNBackend.name] = GCNBackend
-
-
-_register_gcn()
-
-
-def get_backend(name: str = "ptx") -> Backend:
-    try:
-        return BACKENDS[name]()
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r} (known: {', '.join(sorted(BACKENDS))})") from None

@@ -20,6 +20,7 @@ from neutrino.errors import Diagnostic, Location
 from neutrino.language.backend import Backend
 from neutrino.language.errors import DslError
 from neutrino.language.ir import PRED, U32, U64, Field, Imm, Instr, Reg
+from neutrino.language.loops import loop_tree
 
 KIND = {U32: "v32", U64: "v64", PRED: "s64"}
 CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
@@ -30,14 +31,35 @@ TEMP = "%_gcn_"  # prefix of the backend's own registers
 class GCNBackend(Backend):
     name = "gcn"
 
+    def emitter(self) -> "_Emitter":
+        return _Emitter()
+
     def snippet(self, body: Sequence[Instr]) -> str:
-        emitter = _Emitter()
-        for ins in body:
-            emitter.instruction(ins)
+        emitter = self.emitter()
+        self.emit_items(emitter, loop_tree(body))
         return emitter.text()
+
+    def emit_items(self, emitter: "_Emitter", items: list) -> None:
+        """GCN probes have no branches: a loop is unrolled (spec/language.md, "Loops"). The backend's
+        temporaries live within one IR instruction, so every trip reuses the first trip's."""
+        for item in items:
+            if isinstance(item, tuple):
+                trips, inner = item
+                first = emitter.temps
+                for _ in range(trips):
+                    emitter.temps = first
+                    self.emit_items(emitter, inner)
+            else:
+                emitter.instruction(item)
 
 
 class _Emitter:
+    # what a lane mask is on wave64 (gfx9); the RDNA backend (backend_rdna.py) narrows them to wave32
+    MASK = "s64"  # the probe register type of a predicate
+    EXEC = "exec"
+    AND, OR, ANDN2 = "s_and_b64", "s_or_b64", "s_andn2_b64"
+    ADDC, SUBB = "v_addc_co_u32_e64", "v_subb_co_u32_e64"  # the high half of a 64-bit add / subtract
+
     def __init__(self):
         self.decls: dict[str, str] = {}  # register → kind, in first-use order
         self.lines: list[str] = []
@@ -56,7 +78,7 @@ class _Emitter:
         return name
 
     def reg(self, r: Reg) -> str:
-        return self.declare(f"%{r.name}", KIND[r.type])
+        return self.declare(f"%{r.name}", self.MASK if r.type == PRED else KIND[r.type])
 
     def temp(self, kind: str) -> str:
         self.temps += 1
@@ -104,8 +126,8 @@ class _Emitter:
             if ins.guard is not None:
                 mask = self.reg(ins.guard.reg)
                 if ins.guard.negated:  # SAVE takes a lane mask: its complement within the active lanes
-                    mask = self.temp("s64")
-                    self.emit(f"s_andn2_b64 {mask}, exec, {self.reg(ins.guard.reg)}")
+                    mask = self.temp(self.MASK)
+                    self.emit(f"{self.ANDN2} {mask}, {self.EXEC}, {self.reg(ins.guard.reg)}")
                 guard = f"@{mask} "
             values = [self.save_value(s) for s in ins.srcs]
             self.emit(f"{guard}SAVE [ {ins.map} ] {{{', '.join(values)}}}")
@@ -115,16 +137,16 @@ class _Emitter:
             return
         # predication: compute into a temporary, keep the old value where the guard is false
         dst = self.reg(ins.dst)
-        kind = KIND[ins.dst.type]
+        kind = self.MASK if ins.dst.type == PRED else KIND[ins.dst.type]
         tmp = self.temp(kind)
         self.compute(ins, tmp)
         guard = self.reg(ins.guard.reg)
         old, new = (tmp, dst) if ins.guard.negated else (dst, tmp)
-        if kind == "s64":
-            keep = self.temp("s64")
-            self.emit(f"s_and_b64 {keep}, {new}, {guard}" if not ins.guard.negated else f"s_andn2_b64 {keep}, {old}, {guard}")
-            self.emit(f"s_andn2_b64 {dst}, {dst}, {guard}" if not ins.guard.negated else f"s_and_b64 {dst}, {dst}, {guard}")
-            self.emit(f"s_or_b64 {dst}, {dst}, {keep}")
+        if kind == self.MASK:
+            keep = self.temp(self.MASK)
+            self.emit(f"{self.AND} {keep}, {new}, {guard}" if not ins.guard.negated else f"{self.ANDN2} {keep}, {old}, {guard}")
+            self.emit(f"{self.ANDN2} {dst}, {dst}, {guard}" if not ins.guard.negated else f"{self.AND} {dst}, {dst}, {guard}")
+            self.emit(f"{self.OR} {dst}, {dst}, {keep}")
         elif kind == "v32":
             self.emit(f"v_cndmask_b32_e64 {dst}, {old}, {new}, {guard}")
         else:
@@ -192,7 +214,7 @@ class _Emitter:
         if not wide:
             self.emit(f"{plain} {d}, {self.part(a, 'lo')}, {self.part(b, 'lo')}")
             return
-        cy, sink = self.declare(f"{TEMP}carry", "s64"), self.declare(f"{TEMP}carry_out", "s64")
+        cy, sink = self.declare(f"{TEMP}carry", self.MASK), self.declare(f"{TEMP}carry_out", self.MASK)
         lo_a, lo_b, hi_a, hi_b = self.part(a, "lo"), self.part(b, "lo"), self.part(a, "hi"), self.part(b, "hi")
         t = self.temp("v32")  # the low half into a temporary: d may alias a source's high half
         self.emit(f"{first} {t}, {cy}, {lo_a}, {lo_b}")
@@ -200,10 +222,10 @@ class _Emitter:
         self.emit(f"v_mov_b32_e32 {d}.lo, {t}")
 
     def op_add(self, ins, d, wide):
-        self._carry_chain(ins, d, wide, "v_add_co_u32_e64", "v_addc_co_u32_e64", "v_add_u32_e64")
+        self._carry_chain(ins, d, wide, "v_add_co_u32_e64", self.ADDC, "v_add_u32_e64")
 
     def op_sub(self, ins, d, wide):
-        self._carry_chain(ins, d, wide, "v_sub_co_u32_e64", "v_subb_co_u32_e64", "v_sub_u32_e64")
+        self._carry_chain(ins, d, wide, "v_sub_co_u32_e64", self.SUBB, "v_sub_u32_e64")
 
     def op_neg(self, ins, d, wide):
         zero = Imm(0, ins.type)
@@ -278,10 +300,10 @@ class _Emitter:
             self.emit(f"v_cndmask_b32_e64 {dst}, {self.part(b, h)}, {self.part(a, h)}, {pred}")
 
     def op_pand(self, ins, d, wide):
-        self.emit(f"s_and_b64 {d}, {self.reg(ins.srcs[0])}, {self.reg(ins.srcs[1])}")
+        self.emit(f"{self.AND} {d}, {self.reg(ins.srcs[0])}, {self.reg(ins.srcs[1])}")
 
     def op_por(self, ins, d, wide):
-        self.emit(f"s_or_b64 {d}, {self.reg(ins.srcs[0])}, {self.reg(ins.srcs[1])}")
+        self.emit(f"{self.OR} {d}, {self.reg(ins.srcs[0])}, {self.reg(ins.srcs[1])}")
 
     def op_pnot(self, ins, d, wide):
-        self.emit(f"s_andn2_b64 {d}, exec, {self.reg(ins.srcs[0])}")
+        self.emit(f"{self.ANDN2} {d}, {self.EXEC}, {self.reg(ins.srcs[0])}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from neutrino.errors import Diagnostic, Location
-from neutrino.language.backend import get_backend
+from neutrino.language.backends import get_backend
 from neutrino.language.errors import DslError
 from neutrino.language.frontend import lower_module
 from neutrino.language.ir import ModuleIR, verify

@@ -30,6 +30,7 @@ from typing import Optional
 from neutrino.errors import Diagnostic, Location
 from neutrino.probefile import FIELD_NAME_BYTES, MAP_NAME_BYTES, FieldNames, name_problem
 from neutrino.maps import Buckets
+from neutrino.language.loops import LoopState, lower_for, lower_while
 from neutrino.language.ir import (
     BITS,
     PRED,
@@ -48,12 +49,13 @@ from neutrino.language.ir import (
 
 #: what `neutrino.language` offers to probe files
 LANG_NAMES = frozenset(
-    "probe Map save clock time cuid smid laneid u32 u64 addr bytes out in1 in2 in3".split()
+    "probe Map save clock time cuid smid laneid u32 u64 addr bytes out in1 in2 in3 line block".split()
 )
 VALUE_HELPERS = {"clock": ("clock", U64), "time": ("time", U64), "cuid": ("cuid", U32), "smid": ("cuid", U32),
                  "laneid": ("laneid", U32)}
 FIELD_HELPERS = {"addr": ("ADDR", U64), "bytes": ("BYTES", U32), "out": ("OUT", U64),
-                 "in1": ("IN1", U64), "in2": ("IN2", U64), "in3": ("IN3", U64)}
+                 "in1": ("IN1", U64), "in2": ("IN2", U64), "in3": ("IN3", U64),
+                 "line": ("LINE", U32), "block": ("BLOCK", U32)}
 DTYPES = {"u32": U32, "u64": U64}
 # What a probe may call on a map, by map type: each call is one SAVE into it.
 MAP_METHODS_OF = {"array": ("save",), "sum": ("add", "save"), "hist": ("record",)}
@@ -65,7 +67,7 @@ RESERVED = frozenset(
     lanemask_lt lanemask_ge lanemask_gt clock clock_hi clock64 globaltimer globaltimer_lo
     globaltimer_hi total_smem_size aggr_smem_size dynamic_smem_size current_graph_exec
     is_explicit_cluster clusterid nclusterid cluster_ctaid cluster_nctaid cluster_ctarank
-    cluster_nctarank ADDR BYTES OUT IN1 IN2 IN3 SAVE""".split()
+    cluster_nctarank ADDR BYTES OUT IN1 IN2 IN3 LINE BLOCK SAVE""".split()
 ) | {f"pm{i}" for i in range(8)} | {f"pm{i}_64" for i in range(8)} | {f"envreg{i}" for i in range(32)} | {
     n for n in ("reserved_smem_offset_begin", "reserved_smem_offset_end", "reserved_smem_offset_cap",
                 "reserved_smem_offset_0", "reserved_smem_offset_1")
@@ -74,7 +76,8 @@ RESERVED = frozenset(
 INIT_PROBE = "__init"
 # Opcode prefixes joined by ':'; a modifier may carry '::' parts (shared::cluster), as in the TOML form.
 _POSITION_PART = r"#?[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*"  # an opcode prefix or a #selector
-POSITION_RE = re.compile(rf"{_POSITION_PART}(:{_POSITION_PART})*$")
+# An optional `@ [FILE:]A[-B],…` limits them to source lines (neutrino/isa/ptx/lines.py; the TOML loader checks it).
+POSITION_RE = re.compile(rf"{_POSITION_PART}(:{_POSITION_PART})*(\s*@\s*[^@]+)?$")
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div",
           ast.Mod: "rem", ast.LShift: "shl", ast.RShift: "shr", ast.BitAnd: "and",
@@ -426,9 +429,13 @@ class _ModuleScan:
     # ---- @probe functions
     def check_position(self, pos: str, node) -> None:
         """Each part names a PTX opcode prefix or a selector (the portable names GCN maps too): did you mean."""
+        from neutrino.isa.ptx.lines import LINE_POSITIONS
         from neutrino.isa.ptx.semantics import position_problem
 
+        pos = pos.split("@", 1)[0].strip()  # an `@ lines` range is the TOML loader's to check
         for part in ([] if pos == "kernel" else re.split(r"(?<!:):(?!:)", pos)):
+            if part in LINE_POSITIONS:
+                continue
             found = position_problem(tuple(part.split(".")))
             if found is not None:
                 message, close = found
@@ -703,6 +710,7 @@ class _ProbeLowering(ast.NodeVisitor):
         self.node = decl.node  # the statement being lowered, for instruction locations
         self.negations: dict[Reg, Reg] = {}
         self.dead = 0  # >0 while lowering a branch that a constant condition never takes
+        self.loops = LoopState()  # loop variables in scope, nesting (language/loops.py)
         # the short form: nl.save(...) calls of this probe build one record
         self.short_total = sum(
             1 for n in ast.walk(decl.node)
@@ -857,6 +865,12 @@ class _ProbeLowering(ast.NodeVisitor):
             self.negations[pred] = t
         return self.negations[pred]
 
+    def visit_For(self, node: ast.For):
+        lower_for(self, node, _fold_constant, _Const)
+
+    def visit_While(self, node: ast.While):
+        lower_while(self, node, _fold_constant)
+
     def visit_Expr(self, node: ast.Expr):
         call = node.value
         if isinstance(call, ast.Constant) and isinstance(call.value, str):
@@ -995,6 +1009,8 @@ class _ProbeLowering(ast.NodeVisitor):
 
     def value_Name(self, node, hint, dst):
         name = node.id
+        if name in self.loops.names:
+            return self.loops.names[name]
         if name in self.scan.constants:
             return _Const(self.scan.constants[name])
         if name in self.types and name in self.assigned:

@@ -30,13 +30,14 @@ BITS = {U32: 32, U64: 64}
 LEVELS = ("thread", "warp", "block")
 
 #: fields a matched instruction offers (spec/probe-toml.md "Helpers"), with the IR type they are read as
-FIELDS = ("ADDR", "BYTES", "OUT", "IN1", "IN2", "IN3")
+FIELDS = ("ADDR", "BYTES", "OUT", "IN1", "IN2", "IN3", "LINE", "BLOCK")
 
 BINARY_OPS = ("add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "shr")
 UNARY_OPS = ("neg", "not", "mov")
 SPECIAL_OPS = {"clock": U64, "time": U64, "cuid": U32, "laneid": U32}  # op -> result type
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")  # unsigned
 PRED_OPS = ("pand", "por", "pnot")
+LOOP_OPS = ("loop", "endloop")
 
 
 def _check_type(_inst, attribute, value):
@@ -104,7 +105,10 @@ class Instr:
     `type`), ``cvt`` (`type` is the destination type, `src_type` the source),
     ``clock time cuid laneid`` (no sources), ``setp`` (`cmp` one of COMPARISONS,
     `type` the compared type, dst a pred), ``selp`` (srcs a, b, pred),
-    ``pand por pnot`` (predicates), ``save`` (`map` named, srcs one per field).
+    ``pand por pnot`` (predicates), ``save`` (`map` named, srcs one per field),
+    ``loop`` (dst the u32 trip counter, srcs (trips,)) and ``endloop`` (dst
+    the same counter, srcs (a pred for the backward branch,)) around a bounded
+    loop's body (neutrino/language/loops.py).
     """
 
     op: str
@@ -216,8 +220,15 @@ def verify(module: ModuleIR) -> None:
     """Check the typing rules of spec/ir.md; raises IRVerifyError."""
     maps = {m.name: m for m in module.maps}
     for probe in module.probes:
+        open_loops = []
         for ins in probe.body:
             _verify_instr(ins, maps, probe)
+            if ins.op == "loop":
+                open_loops.append(ins.dst)
+            elif ins.op == "endloop" and (not open_loops or open_loops.pop() != ins.dst):
+                raise IRVerifyError(f"[probe {probe.name}] {ins}: endloop without its loop")
+        if open_loops:
+            raise IRVerifyError(f"[probe {probe.name}] loop {open_loops[-1]} is not closed")
 
 
 def _verify_instr(ins: Instr, maps, probe: ProbeIR) -> None:
@@ -241,6 +252,14 @@ def _verify_instr(ins: Instr, maps, probe: ProbeIR) -> None:
         return
     if ins.dst is None:
         fail("no destination")
+    if op in LOOP_OPS:
+        if ins.guard is not None or ins.dst.type != U32 or len(ins.srcs) != 1:
+            fail("bad loop marker")
+        if op == "loop" and not (isinstance(ins.srcs[0], Imm) and ins.srcs[0].value > 0):
+            fail("a loop's trip count is a positive constant")
+        if op == "endloop" and _optype(ins.srcs[0]) != PRED:
+            fail("endloop takes a predicate")
+        return
     if op in SPECIAL_OPS:
         if ins.srcs or ins.dst.type != SPECIAL_OPS[op]:
             fail("bad special read")

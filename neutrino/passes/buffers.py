@@ -4,8 +4,17 @@ Appends one `.param .u64` per map (and a `.u32` cap for `count` maps) to the
 entry, and emits at kernel entry, ahead of every probe, the code computing
 what the other passes' code reads: the leader predicates, each array map's
 counts and records pointers for this thread's unit and its zeroed cursor, and
-each sum/hist map's counters pointer (layout in spec/kernel-json.md). Finally declares every register the probes and passes
-introduced, in one block at the top of the kernel.
+each sum/hist map's counters pointer (layout in spec/kernel-json.md), and
+the probe gate `on` (below). Finally declares every register the probes and
+passes introduced, in one block at the top of the kernel.
+
+The probe gate: every store and atomic of the SAVE lowering is predicated on
+`on`. A launch passes the first map's buffer pointer as it is (always
+16-byte aligned): `on` is true. A CUDA graph node passes it with bit 0 set:
+the u32 eight bytes before the buffer is then the gate its replays share,
+0 for a replay that probes, anything else for one `--launches` leaves out
+(the graph's append kernel writes it for the next replay: runtime/graph_ring.py).
+An unselected replay then writes nothing and leaves the maps zero.
 """
 
 from __future__ import annotations
@@ -19,8 +28,8 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.symbols import NameAllocator
 from neutrino.passes.build import entry_index, insn
-from neutrino.passes.lower_save import map_register
-from neutrino.passes.manager import Context, KernelState
+from neutrino.passes.lower_save import GATE_OFFSET, GATE_REGISTER, map_register
+from neutrino.passes.state import Context, KernelState
 from neutrino.passes.param_space import check_param_space
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.maps import STRIPES, stripe_row_bytes
@@ -121,7 +130,23 @@ class _Prologue:
         self.emit("add.u64", unit, unit, w)
         return unit, units
 
-    def counters_pointer(self, spec, buffer_param: str) -> None:
+    def load_buffer(self, buf: str, buffer_param: str, first: bool) -> None:
+        """buf = the map's buffer parameter, in the global window; for the first map, the gate too."""
+        self.emit("ld.param.u64", buf, ir.Address(ir.Symbol(buffer_param)))
+        if not first:
+            self.emit("cvta.to.global.u64", buf, buf)
+            return
+        tag, gated = self.t("gate_tag", "b64"), self.t("gated", "pred")
+        gate, on = self.t("gate", "b32"), self.t(GATE_REGISTER, "pred")
+        self.emit("and.b64", tag, buf, 1)
+        self.emit("xor.b64", buf, buf, tag)
+        self.emit("cvta.to.global.u64", buf, buf)
+        self.emit("setp.ne.u64", gated, tag, 0)
+        self.emit("mov.u32", gate, 0)
+        self.emit("ld.global.u32", gate, ir.Address(ir.Register(buf), ir.Immediate(str(-GATE_OFFSET))), guard=ir.Guard(ir.Register(gated)))
+        self.emit("setp.eq.u32", on, gate, 0)
+
+    def counters_pointer(self, spec, buffer_param: str, first: bool = False) -> None:
         """A sum or hist map: this warp's row of the launch's counters, row = %smid % STRIPES.
 
         A warp stays on its SM, so the row is fixed at entry; warps of
@@ -129,21 +154,19 @@ class _Prologue:
         """
         buf = map_register(self.state, "buf", spec, "b64")
         sm, w = self.t("stripe", "b32"), self.t("w64", "b64")
-        self.emit("ld.param.u64", buf, ir.Address(ir.Symbol(buffer_param)))
-        self.emit("cvta.to.global.u64", buf, buf)
+        self.load_buffer(buf, buffer_param, first)
         self.emit("mov.u32", sm, "%smid")
         self.emit("and.b32", sm, sm, STRIPES - 1)
         self.emit("mul.wide.u32", w, sm, stripe_row_bytes(spec.record_bytes))
         self.emit("add.u64", buf, buf, w)
 
-    def map_pointers(self, spec, buffer_param: str, cap_param: str, units_of) -> None:
+    def map_pointers(self, spec, buffer_param: str, cap_param: str, units_of, first: bool = False) -> None:
         unit, units = units_of(spec.level)
         buf = map_register(self.state, "buf", spec, "b64")
         cnt = map_register(self.state, "cnt", spec, "b64")
         rec = map_register(self.state, "rec", spec, "b64")
         w = self.t("w64", "b64")
-        self.emit("ld.param.u64", buf, ir.Address(ir.Symbol(buffer_param)))
-        self.emit("cvta.to.global.u64", buf, buf)
+        self.load_buffer(buf, buffer_param, first)
         self.emit("mad.lo.u64", cnt, unit, 4, buf)
         self.emit("mov.u32", map_register(self.state, "cur", spec, "b32"), 0)
         if self.state.counting:
@@ -242,14 +265,14 @@ def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
         prologue.thread_geometry()
         prologue.leaders()
     units: dict[str, tuple[str, str]] = {}
-    for spec in shape.maps:
+    for i, spec in enumerate(shape.maps):
         if spec.type != "array":
-            prologue.counters_pointer(spec, param_names("", spec.name)[0])
+            prologue.counters_pointer(spec, param_names("", spec.name)[0], first=i == 0)
             continue
         if spec.level not in units:
             units[spec.level] = prologue.unit(spec.level)
         buf_param, cap_param = param_names("", spec.name)
-        prologue.map_pointers(spec, buf_param, cap_param, units.__getitem__)
+        prologue.map_pointers(spec, buf_param, cap_param, units.__getitem__, first=i == 0)
     code = tuple(prologue.code)
     return _PrologueTemplate(
         code,
@@ -260,7 +283,7 @@ def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
 
 
 @attrs.frozen
-class BufferAddressing:
+class PtxBufferAddressing:
     name: ClassVar[str] = "buffer-addressing"
     requires: ClassVar[tuple[str, ...]] = ("lower-save",)
 

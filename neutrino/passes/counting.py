@@ -42,7 +42,7 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import access_spaces, defined_registers, effects, lookup
 from neutrino.passes.lower_save import COUNT_SUFFIX, COUNTING_ORIGIN, clone_function, drop_global_writes
-from neutrino.passes.manager import Context
+from neutrino.passes.state import Context
 from neutrino.passes.match import exits_of
 from neutrino.passes.prune import declared_name
 from neutrino.probefile import SAVE
@@ -275,7 +275,7 @@ def _may_name(text: str, registers: dict[str, ir.Instruction]) -> bool:
 
 
 @attrs.frozen
-class CountingVariant:
+class PtxCountingVariant:
     """For maps with cap = "count": a copy of each kernel that only counts records.
 
     Made before lowering, from the kernel with its SAVE pseudo-instructions, so
@@ -306,6 +306,7 @@ class CountingVariant:
                 state,
                 function=clone,
                 counting=True,
+                originals=originals,
                 original_ids=[id(i) for i in originals],
                 exits=exits_of(originals),
                 temps=dict(state.temps),

@@ -19,6 +19,11 @@ may be gone). Targets without warp operations (before sm_30, or a
 `.version` that cannot be raised to 6.2: see fit-target) add lane by lane.
 `hist` maps: the value's bucket is computed; lanes with the same bucket are
 grouped (`match.any.sync`) and one of each group adds the group's size. Neither has a cursor or counts, and the counting variant leaves them out.
+
+Every store and atomic written here (records, counts, counters) is also
+predicated on the probe gate `on` (buffer addressing sets it at entry:
+false only in a CUDA graph replay that `--launches` leaves out), so such a
+replay writes nothing; what remains of the probe is register arithmetic.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import access_spaces
 from neutrino.passes.address_spaces import generic_spaces
 from neutrino.passes.build import insn, splice
-from neutrino.passes.manager import Context, KernelState
+from neutrino.passes.state import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.target import version_reachable
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
@@ -48,6 +53,8 @@ MATCH_SM = 70  # match.any.sync (grouping a warp's lanes by hist bucket) needs s
 WARP_SM = 30  # activemask and shfl.sync need sm_30 (and PTX 6.2): older targets add lane by lane
 WARP_OPS = formats.Requirement((6, 2), WARP_SM)
 ALL_LANES = 0xFFFFFFFF
+GATE_REGISTER = "on"  # the probe gate (buffer addressing): false in a graph replay that is not selected
+GATE_OFFSET = 8  # the gate word sits this many bytes before the first map's buffer (graph nodes only)
 
 
 def sm_version(target: str | None) -> int:
@@ -143,14 +150,28 @@ class _Lowerer:
         g = guard.register
         return [self.emit("selp.b64", reg, 0, reg, g) if guard.negated else self.emit("selp.b64", reg, reg, 0, g)]
 
+    @property
+    def on(self) -> str:
+        """The probe gate's register (set at entry by buffer addressing)."""
+        return self.state.temp(GATE_REGISTER, "pred")
+
+    def gated(self, guard: ir.Guard | None, name: str = "gated") -> tuple[list[ir.Instruction], ir.Guard]:
+        """A guard that holds where `guard` does (always, for None) and the probe gate is on."""
+        if guard is None:
+            return [], ir.Guard(ir.Register(self.on))
+        g = self.state.temp(name, "pred")
+        if guard.negated:
+            return [self.emit("not.pred", g, guard.register), self.emit("and.pred", g, g, self.on)], ir.Guard(ir.Register(g))
+        return [self.emit("and.pred", g, guard.register, self.on)], ir.Guard(ir.Register(g))
+
     def add_if_nonzero(self, address: ir.Address, value: str, guard: ir.Guard | str | None) -> list[ir.Instruction]:
-        """`red.global.add.u64 [address], value` where guard holds and value is not 0.
+        """`red.global.add.u64 [address], value` where guard holds, value is not 0 and the gate is on.
 
         Adding 0 changes nothing, and counters that stay 0 (tensor-core
         instructions in a kernel without any) then cost no atomic at all.
         """
         go = self.state.temp("agg_go", "pred")
-        code = [self.emit("setp.ne.u64", go, value, 0)]
+        code = [self.emit("setp.ne.and.u64", go, value, 0, self.on)]
         if isinstance(guard, str):
             guard = ir.Guard(ir.Register(guard.lstrip("!")), guard.startswith("!"))
         if guard is not None and guard.negated:
@@ -249,9 +270,10 @@ class _Lowerer:
         buf = map_register(self.state, "buf", spec, "b64")
         code += [self.emit("mul.wide.u32", offset, bucket, 8), self.emit("add.u64", offset, offset, buf)]
         if spec.level != "thread" or self.sm < MATCH_SM:
-            return code + [
+            gate, go = self.gated(guard, "hist_go")
+            return code + gate + [
                 self.emit("mov.u64", amount, 1),
-                self.emit("red.global.add.u64", ir.Address(ir.Register(offset)), amount, guard=guard),
+                self.emit("red.global.add.u64", ir.Address(ir.Register(offset)), amount, guard=go),
             ]
         return code + self.grouped_increment(bucket, offset, amount, guard)
 
@@ -269,7 +291,7 @@ class _Lowerer:
             self.emit("match.any.sync.b32", peers, key, mask),
             self.emit("mov.u32", lt, "%lanemask_lt"),
             self.emit("and.b32", lt, lt, peers),
-            self.emit("setp.eq.u32", first, lt, 0),  # the lowest lane of its group
+            self.emit("setp.eq.and.u32", first, lt, 0, self.on),  # the lowest lane of its group
             self.emit("popc.b32", n, peers),
             self.emit("cvt.u64.u32", amount, n),
         ]
@@ -306,7 +328,7 @@ class _Lowerer:
             return [bump]
         ok = map_register(self.state, "ok", spec, "pred")
         cap = map_register(self.state, "cap", spec, "b32") if spec.cap == "count" else spec.cap
-        code = [self.emit("setp.lt.u32", ok, cur, cap)]
+        code = [self.emit("setp.lt.and.u32", ok, cur, cap, self.on)]
         if guard is not None:
             g = guard.register
             if guard.negated:
@@ -397,6 +419,8 @@ class _Lowerer:
             code: list[ir.Instruction] = []
             for spec in maps:
                 guard, prep = self.leader_guard(spec.level, anchor.guard)
+                gate, guard = self.gated(guard, "count_go")
+                prep += gate
                 cnt = map_register(self.state, "cnt", spec, "b64")
                 cur = map_register(self.state, "cur", spec, "b32")
                 code += prep + [self.emit("st.global.u32", ir.Address(ir.Register(cnt)), cur, guard=guard)]
@@ -592,7 +616,7 @@ def _clone_body(body: list[ir.Statement]) -> list[ir.Statement]:
 
 
 @attrs.frozen
-class SaveLowering:
+class PtxSaveLowering:
     name: ClassVar[str] = "lower-save"
     requires: ClassVar[tuple[str, ...]] = ("resolve-operands",)
 

@@ -1,26 +1,17 @@
-"""Tracepoint matching: where does each probe run?"""
+"""Tracepoint matching on PTX: an entry's original instructions, its exits, and what a position names.
+
+The pass itself (which kernels, which sites, in what order) is ISA-neutral:
+passes/pipeline.py, TracepointMatching.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import attrs
 
-from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
+from neutrino.isa.ptx.lines import LINE_POSITIONS, build_line_map, position_anchors, selected
 from neutrino.isa.ptx.semantics import kernel_exits, position_matcher
-from neutrino.passes.manager import Context, KernelState, Site
-
-
-def selected_entries(module: ir.Module, kernel: str | None) -> list[ir.Function]:
-    entries = module.entries()
-    if kernel is None:
-        return entries
-    chosen = [f for f in entries if f.name == kernel]
-    if not chosen:
-        names = ", ".join(f.name for f in entries) or "none"
-        raise InstrumentError(f"{module.source}: no entry named {kernel!r} (entries: {names})")
-    return chosen
+from neutrino.passes.state import KernelState
 
 
 def exits_of(instructions: list[ir.Instruction]) -> list[ir.Instruction]:
@@ -28,45 +19,65 @@ def exits_of(instructions: list[ir.Instruction]) -> list[ir.Instruction]:
     return kernel_exits(instructions)
 
 
-@attrs.frozen
-class TracepointMatching:
-    """Creates a KernelState per entry and lists its sites, in probe-file order.
+def kernel_state(module: ir.Module, function: ir.Function) -> KernelState:
+    originals = [i for i in ir.instructions(function.body) if i.origin is None]
+    return KernelState(function, originals=originals, original_ids=[id(i) for i in originals], exits=exits_of(originals))
 
-    Only original instructions are matched, so probes never probe each other.
-    """
 
-    name: ClassVar[str] = "match-tracepoints"
-    requires: ClassVar[tuple[str, ...]] = ()
+@attrs.define
+class _LazyLineMap:
+    """The entry's line map (neutrino/isa/ptx/lines.py), built only when a probe selects by line."""
 
-    def run(self, module: ir.Module, ctx: Context) -> None:
-        for function in selected_entries(module, ctx.kernel):
-            originals = [i for i in ir.instructions(function.body) if i.origin is None]
-            state = KernelState(function, original_ids=[id(i) for i in originals], exits=exits_of(originals))
-            for probe in ctx.probes.probes:
-                sites = self.sites_of(probe, function, originals, state.exits)
-                if not probe.at_kernel:  # how many instructions its position matched: 0 is worth a warning
-                    state.matched[probe.name] = len({id(site.anchor) for site in sites})
-                state.sites.extend(sites)
-            ctx.kernels[function.name] = state
+    module: ir.Module
+    function: ir.Function
+    _map: object = None
+    anchors: dict = attrs.Factory(dict)  # probe name → ids of the `block`/`line` anchors its position names
 
-    @staticmethod
-    def sites_of(probe, function: ir.Function, originals: list[ir.Instruction], exits: list[ir.Instruction]) -> list[Site]:
-        sites: list[Site] = []
-        if probe.at_kernel:
-            if probe.before:
-                sites.append(Site(probe.name, "before", "entry", None, function.name))
-            if probe.after:
-                sites.extend(Site(probe.name, "after", "exit", insn, function.name) for insn in exits)
-            return sites
-        snippets = probe.snippets()
-        matches: dict[str, bool] = {}  # opcode text → matched; a kernel repeats few opcodes
-        named = position_matcher(probe.position)  # opcode prefixes and selectors (semantics table)
+    def get(self):
+        if self._map is None:
+            self._map = build_line_map(self.module, self.function)
+        return self._map
+
+    def matched(self, probe, originals: list[ir.Instruction]) -> list[ir.Instruction]:
+        """The originals a probe with `@ lines` may match, and its `block`/`line` anchors noted."""
+        line_map = self.get()
+        words = [p[0] for p in probe.position if len(p) == 1 and p[0] in LINE_POSITIONS]
+        self.anchors[probe.name] = {id(line_map.instructions[i]) for w in words for i in position_anchors(line_map, w)}
+        if not probe.lines:
+            return originals
+        keep = {id(insn) for i, insn in enumerate(line_map.instructions) if selected(line_map, i, probe.lines)}
+        return [insn for insn in originals if id(insn) in keep]
+
+
+def _selects_by_line(probe) -> bool:
+    return bool(probe.lines) or any(len(p) == 1 and p[0] in LINE_POSITIONS for p in probe.position)
+
+
+def matcher(module: ir.Module, state: KernelState):
+    """For one entry: probe → the original instructions its position names (opcode component prefixes,
+    selectors of the semantics table, or source lines and line/block anchors of the entry's line map)."""
+    matches: dict[tuple, dict[str, bool]] = {}  # position → opcode text → matched; a kernel repeats few opcodes
+    named: dict[tuple, object] = {}  # position → its matcher (opcode prefixes and selectors: the semantics table)
+    lines = _LazyLineMap(module, state.function)
+
+    def instructions_at(probe) -> list[ir.Instruction]:
+        originals = state.originals
+        anchors = ()
+        if _selects_by_line(probe):
+            originals = lines.matched(probe, originals)
+            anchors = lines.anchors.get(probe.name, ())
+        seen = matches.setdefault(probe.position, {})
+        if probe.position not in named:
+            named[probe.position] = position_matcher(probe.position)
+        matches_opcode = named[probe.position]
+        out = []
         for insn in originals:
             opcode = insn.opcode
-            hit = matches.get(opcode.text)
+            hit = seen.get(opcode.text)
             if hit is None:
-                hit = matches[opcode.text] = named(opcode)
-            if hit:
-                for snippet in snippets:
-                    sites.append(Site(probe.name, snippet.where, "instruction", insn, function.name))
-        return sites
+                hit = seen[opcode.text] = matches_opcode(opcode)
+            if hit or id(insn) in anchors:
+                out.append(insn)
+        return out
+
+    return instructions_at

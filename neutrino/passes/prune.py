@@ -23,7 +23,7 @@ from typing import ClassVar
 import attrs
 
 from neutrino.isa.ptx import ir
-from neutrino.passes.manager import Context
+from neutrino.passes.state import Context
 
 # A variable may be named like a register (`.global .u32 %x;`, read as `[%x]`): names may start with '%'.
 DECLARED_NAME = re.compile(r"(%[A-Za-z0-9_$]+|[A-Za-z_$][A-Za-z0-9_$]*)\s*(\[[^\]]*\])*\s*(=|;)")
@@ -167,7 +167,7 @@ def _drop_dangling_loc_attributes(body: list[ir.Statement], defined: set[str]) -
 
 
 @attrs.frozen
-class Pruning:
+class PtxPruning:
     name: ClassVar[str] = "prune"
     requires: ClassVar[tuple[str, ...]] = ()
 

@@ -26,7 +26,8 @@ from neutrino.errors import Diagnostic, ProbeError
 from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, effects, lookup, missing_bytes_reason
 from neutrino.passes.build import entry_index, insn, splice
-from neutrino.passes.manager import Context, KernelState, Site
+from neutrino.passes.state import Context, KernelState, Site
+from neutrino.passes.probe_loops import analyse as analyse_loops, has_control_flow
 from neutrino.passes.verify import WIDE_SPECIAL, expected_widths
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
@@ -162,6 +163,20 @@ class _SnippetCache:
 
     uses: dict[int, tuple[HelperUse, ...]] = attrs.Factory(dict)  # id(snippet) → its helper reads
     bodies: dict[tuple, list[ir.Instruction]] = attrs.Factory(dict)  # (id(snippet), site guard, helper operands) → code
+    module: ir.Module | None = None  # for the line map's `.file`s and debug strings
+    line_map: object = None  # neutrino.isa.ptx.lines.LineMap of the kernel, built on the first LINE/BLOCK
+    loop_control: dict[int, frozenset[int]] = attrs.Factory(dict)  # id(snippet) → ids of its loops' control instructions
+
+    def control_ids(self, snippet: Snippet) -> frozenset[int]:
+        """A bounded loop's counter, compare and branch (spec/verifier.md, "Loops"): they run in every
+        lane, outside the site's predicate, so that every lane makes the same trips and the branch is uniform."""
+        ids = self.loop_control.get(id(snippet))
+        if ids is None:
+            ids = frozenset()
+            if has_control_flow(snippet.statements):
+                ids = analyse_loops(snippet.statements).control_ids
+            self.loop_control[id(snippet)] = ids
+        return ids
 
     def helper_uses(self, snippet: Snippet) -> tuple[HelperUse, ...]:
         uses = self.uses.get(id(snippet))
@@ -245,6 +260,8 @@ class _SiteBuilder:
         """What OUT, IN1-3 or BYTES stands for at this site (ADDR is always the 64-bit address)."""
         if helper == "BYTES":
             return self.bytes_value(anchor)
+        if helper in ("LINE", "BLOCK"):
+            return self.line_value(helper, anchor)
         if helper == "OUT":
             return self.value_of(self.output(anchor))
         sources = self.sources(anchor)
@@ -254,6 +271,17 @@ class _SiteBuilder:
         if isinstance(sources[k], ir.Symbol) and anchor.opcode.base in CONTROL_TRANSFERS:
             raise SkipSite(f"{helper} of {anchor.opcode.base} is a branch target or callee, not a value")
         return self.value_of(sources[k])
+
+    def line_value(self, helper: str, anchor: ir.Instruction) -> SiteValue:
+        """LINE / BLOCK: the anchor's line or basic-block index in the kernel's line map (a constant)."""
+        from neutrino.isa.ptx.lines import build_line_map, helper_value
+
+        if self.cache.line_map is None:
+            self.cache.line_map = build_line_map(self.cache.module, self.state.function)
+        value = helper_value(self.cache.line_map, helper, anchor)
+        if value is None:
+            raise SkipSite(f"{helper} is only defined at the kernel's own instructions")
+        return SiteValue(ir.Immediate(str(value)), None, f"the constant {value}")
 
     def value_of(self, operand: ir.Operand) -> SiteValue:
         """An operand of the matched instruction with its type: a register's declared one."""
@@ -443,14 +471,39 @@ class _SiteBuilder:
         if template is None:
             template = self.cache.bodies[key] = self.build_body(snippet, site_guard, helpers)
         origin = self.origin
-        return [ir.Instruction(t.opcode, t.operands, t.guard, 0, origin) for t in template]
+        if not self.cache.control_ids(snippet):
+            return [ir.Instruction(t.opcode, t.operands, t.guard, 0, origin) for t in template]
+        return self.site_labels(template)
+
+    def site_labels(self, template: list) -> list:
+        """A copy of the template whose loop labels are this site's own: `<prefix>L_<site>_<n>`."""
+        site = self.origin.rsplit("#", 1)[-1]
+        names = {t.name: f"{self.state.prefix}L_{site}_{n}" for n, t in enumerate(x for x in template if type(x) is ir.Label)}
+        out: list = []
+        for t in template:
+            if type(t) is ir.Label:
+                out.append(ir.Label(names[t.name]))
+            elif t.opcode.base == "bra":
+                out.append(ir.Instruction(t.opcode, (ir.Symbol(names[t.operands[0].name]),), t.guard, 0, self.origin))
+            else:
+                out.append(ir.Instruction(t.opcode, t.operands, t.guard, 0, self.origin))
+        return out
 
     def build_body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands) -> list[ir.Instruction]:
-        code: list[ir.Instruction] = []
-        for stmt in ir.instructions(snippet.statements):
+        code: list = []
+        control = self.cache.control_ids(snippet)
+        statements = [s for s in snippet.statements if type(s) in (ir.Label, ir.Instruction)] if control else ir.instructions(snippet.statements)
+        for stmt in statements:
+            if type(stmt) is ir.Label:
+                code.append(stmt)
+                continue
             own = None
             if stmt.guard is not None:
                 own = ir.Guard(ir.Register(self.state.renames[stmt.guard.register.name]), stmt.guard.negated)
+            if id(stmt) in control:  # unguarded by the site: the loop runs alike in every lane
+                operands = stmt.operands if stmt.opcode.base == "bra" else tuple(self.rename(o, None, helpers) for o in stmt.operands)
+                code.append(ir.Instruction(stmt.opcode, operands, own, 0, self.origin))
+                continue
             guard, prep = self.combine(own, site_guard)
             code += prep
             widths = operand_widths(stmt) if helpers and stmt.opcode.base != SAVE else [None] * len(stmt.operands)
@@ -476,7 +529,7 @@ class _SiteBuilder:
 
 
 @attrs.frozen
-class OperandResolution:
+class PtxOperandResolution:
     name: ClassVar[str] = "resolve-operands"
     requires: ClassVar[tuple[str, ...]] = ("match-tracepoints", "virtualize-registers")
 
@@ -484,12 +537,13 @@ class OperandResolution:
         probes = {p.name: p for p in ctx.probes.probes}
         ledger = HelperTypeLedger(ctx.probes, module.source)
         for state in ctx.kernels.values():
-            self.splice_kernel(state, probes, ledger)
+            self.splice_kernel(state, probes, ledger, module)
             state.maps = list(ctx.probes.maps)
         if ledger.problems:
             raise ProbeError(ledger.problems)
 
-    def splice_kernel(self, state: KernelState, probes: dict[str, Probe], ledger: "HelperTypeLedger | None" = None) -> None:
+    def splice_kernel(self, state: KernelState, probes: dict[str, Probe], ledger: "HelperTypeLedger | None" = None,
+                      module: ir.Module | None = None) -> None:
         body = state.function.body
         types = _KernelRegisterTypes(state.function)
         entry_code: list[ir.Instruction] = []
@@ -498,7 +552,7 @@ class OperandResolution:
         anchors: dict[int, ir.Instruction] = {}
         counter = itertools.count()
         kept: list[Site] = []
-        cache = _SnippetCache()
+        cache = _SnippetCache(module=module)
         for site in state.sites:
             probe = probes[site.probe]
             snippet = probe.before if site.where == "before" else probe.after

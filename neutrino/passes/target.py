@@ -30,7 +30,7 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import formats, ir
-from neutrino.passes.manager import Context
+from neutrino.passes.state import Context
 
 
 def _header(module: ir.Module, directive: str) -> ir.Directive | None:
@@ -41,7 +41,7 @@ def _header(module: ir.Module, directive: str) -> ir.Directive | None:
 
 
 @attrs.frozen
-class TargetFitting:
+class PtxTargetFitting:
     name: ClassVar[str] = "fit-target"
     requires: ClassVar[tuple[str, ...]] = ("buffer-addressing",)
 

@@ -4,7 +4,8 @@ Two phases, as in the eBPF verifier. `verify_probe_file` checks every snippet
 of a probe file against the rules of spec/verifier.md and returns every
 problem, located; the shape of each instruction (types, modifiers, operands,
 constants, special registers) is the instruction-format table's
-(neutrino/isa/ptx/formats.py), so what it admits assembles. The `Verifier` pass then checks, on the instrumented kernel,
+(neutrino/isa/ptx/formats.py), so what it admits assembles; labels and
+branches only as bounded loops (neutrino/passes/probe_loops.py). The `Verifier` pass then checks, on the instrumented kernel,
 that the original instructions are all still there in their order and that
 everything a probe contributed obeys the same rules after renaming.
 """
@@ -18,8 +19,9 @@ import attrs
 from neutrino.errors import Diagnostic, InstrumentError, ProbeError
 from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import defined_registers, lookup
-from neutrino.passes.manager import Context
-from neutrino.probe_model import HELPERS, SAVE, Probe, ProbeFile, Snippet
+from neutrino.passes.state import Context
+from neutrino.isa.interface import HELPERS, SAVE  # not from probefile, which runs this verifier when it loads a file
+from neutrino.passes.probe_loops import analyse as analyse_loops, has_control_flow
 
 LOWERING_ORIGIN = "save-lowering"  # lower_save.ORIGIN (not imported: lower_save imports resolve, which imports us)
 
@@ -40,7 +42,8 @@ CONTROL_REASONS = {
 # spec/probe-toml.md "Helpers"); here only ADDR's is.
 HELPER_TYPES = {"ADDR": "b64"}
 # The widest register each helper can be materialised in (what a use may assume at most).
-HELPER_WIDEST = {"OUT": "b64", "IN1": "b64", "IN2": "b64", "IN3": "b64", "ADDR": "b64", "BYTES": "b64"}
+HELPER_WIDEST = {"OUT": "b64", "IN1": "b64", "IN2": "b64", "IN3": "b64", "ADDR": "b64", "BYTES": "b64",
+                  "LINE": "b64", "BLOCK": "b64"}
 
 
 def type_bits(t: str) -> int | str:
@@ -67,9 +70,9 @@ def _memory_verb(row) -> str:
 
 @attrs.define
 class _SnippetChecker:
-    probe_file: ProbeFile
-    probe: Probe
-    snippet: Snippet
+    probe_file: "ProbeFile"  # noqa: F821 (neutrino.probefile)
+    probe: "Probe"  # noqa: F821
+    snippet: "Snippet"  # noqa: F821
     problems: list[Diagnostic]
 
     def error(self, line: int, message: str, token: str | None = None, hint: str = "", after: str | None = None) -> None:
@@ -86,8 +89,15 @@ class _SnippetChecker:
         self.error(insn.line, message, token, hint, after=insn.opcode.text)
 
     def check(self) -> None:
+        if has_control_flow(self.snippet.statements):
+            self.check_loops()
         for stmt in self.snippet.statements:
             self.check_statement(stmt)
+
+    def check_loops(self) -> None:
+        """Labels and branches only as bounded loops (spec/verifier.md, "Loops")."""
+        for problem in analyse_loops(self.snippet.statements).problems:
+            self.error(problem.line, problem.message, problem.token, problem.hint)
 
     def check_statement(self, stmt: ir.Statement) -> None:
         if isinstance(stmt, ir.Comment):
@@ -95,7 +105,7 @@ class _SnippetChecker:
         if isinstance(stmt, ir.Scope):
             self.error(stmt.line, "nested { } scopes are not allowed in probes", "{")
         elif isinstance(stmt, ir.Label):
-            self.error(stmt.line, f"label {stmt.name} is not allowed: probes have no control flow", stmt.name)
+            return  # check_loops: a label is the head of a bounded loop
         elif isinstance(stmt, ir.RegDecl):
             if stmt.type not in REGISTER_TYPES:
                 self.error(stmt.line, f"register type .{stmt.type} is not allowed", ".reg", hint="use .pred, .b16/.u16/.s16, .b32/.u32/.s32/.f32 or .b64/.u64/.s64/.f64")
@@ -114,6 +124,8 @@ class _SnippetChecker:
         if insn.opcode.base == SAVE:
             self.check_save(insn)
             return
+        if insn.opcode.base == "bra":
+            return  # check_loops: a branch is the backward branch of a bounded loop
         if insn.opcode.base not in ALLOWED_OPCODES:
             row = lookup(insn.opcode)
             if row.control:
@@ -315,7 +327,7 @@ def shape_of(form: formats.Format) -> str:
     return ", ".join("d" if slot.kind == "d" else ("{!}" if slot.kind == "n" else "") + next(names) for slot in form.operands)
 
 
-def verify_probe_file(probe_file: ProbeFile) -> list[Diagnostic]:
+def verify_probe_file(probe_file: "ProbeFile") -> list[Diagnostic]:  # noqa: F821
     """Every problem of every snippet of the file, in file order."""
     problems: list[Diagnostic] = []
     for probe in probe_file.probes:
@@ -326,7 +338,7 @@ def verify_probe_file(probe_file: ProbeFile) -> list[Diagnostic]:
 
 
 @attrs.frozen
-class Verifier:
+class PtxVerifier:
     """Re-checks the probe file and the instrumented kernels' invariants.
 
     Runs after SAVE lowering so that what it checks is what will be printed:
@@ -349,12 +361,17 @@ class Verifier:
     @staticmethod
     def check_kernel(name: str, state, lowered: bool = True) -> None:
         insns = ir.instructions(state.function.body)
+        labels = None  # the function's labels, gathered at the first probe branch
         if [id(i) for i in insns if i.origin is None] != state.original_ids:
             raise InstrumentError(f"{name}: the original instructions were changed by a pass")
         for insn in insns:
             if insn.origin is None or not insn.origin.startswith("probe "):
                 continue
             if insn.opcode.base == SAVE and not lowered:
+                continue
+            if insn.opcode.base == "bra":
+                labels = labels if labels is not None else {s.name for _, _, s in ir.walk(state.function.body) if isinstance(s, ir.Label)}
+                check_probe_branch(name, state, insn, labels)
                 continue
             if insn.opcode.base not in ALLOWED_OPCODES:
                 raise InstrumentError(f"{name}: probe code contains {insn.opcode} after lowering")
@@ -368,10 +385,19 @@ class Verifier:
                     raise InstrumentError(f"{name}: probe code writes kernel register {reg.name}")
 
 
+def check_probe_branch(name: str, state, insn: ir.Instruction, labels: set[str]) -> None:
+    """A probe's branch is a bounded loop's (phase 1 proved it): `bra`/`bra.uni`, guarded, back to a label of ours."""
+    target = insn.operands[0] if len(insn.operands) == 1 else None
+    if insn.opcode.text not in ("bra", "bra.uni") or insn.guard is None or not isinstance(target, ir.Symbol) \
+            or not target.name.startswith(state.prefix) or target.name not in labels:
+        raise InstrumentError(f"{name}: probe code contains {insn.opcode} {', '.join(map(str, insn.operands))}, "
+                              "which is not the backward branch of a bounded loop")
+
+
 ATOMIC_OPCODES = frozenset({"atom", "red"})
 
 
-def check_engine_atomics(name: str, state, probe_file: ProbeFile) -> None:
+def check_engine_atomics(name: str, state, probe_file: "ProbeFile") -> None:
     """Atomics are admitted only where SAVE lowering put them: into a sum/hist map's counters.
 
     A probe snippet cannot contain `atom`/`red` (the snippet rules refuse them,

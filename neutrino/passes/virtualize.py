@@ -1,37 +1,26 @@
-"""Register virtualization: probe registers get kernel-unique names."""
+"""Register virtualization on PTX: probe registers get kernel-unique names (the pass: passes/pipeline.py)."""
 
 from __future__ import annotations
 
 import re
-from typing import ClassVar
-
-import attrs
 
 from neutrino.isa.ptx import ir
-from neutrino.passes.manager import Context
+from neutrino.passes.state import Context, KernelState
 
 
-@attrs.frozen
-class RegisterVirtualization:
-    """Maps every `.reg` of the probe file to `<prefix>p_<name>` and declares them.
+def virtualize(module: ir.Module, ctx: Context, state: KernelState) -> None:
+    """Maps every `.reg` of the probe file to `<prefix>p_<name>` in this kernel.
 
     The declarations themselves are emitted by buffer addressing, together with
     the registers later passes add, so that each kernel gets one block of them.
     """
-
-    name: ClassVar[str] = "virtualize-registers"
-    requires: ClassVar[tuple[str, ...]] = ("match-tracepoints",)
-
-    def run(self, module: ir.Module, ctx: Context) -> None:
-        suffixes = probe_register_suffixes(list(ctx.probes.registers))
-        names = ctx.names(module)
-        for state in ctx.kernels.values():
-            # Against every symbol table: a `.global %nt_x` would be shadowed by a register %nt_x.
-            state.prefix = names.fresh_prefix(state.function)
-            for name, rtype in ctx.probes.registers.items():
-                renamed = state.prefix + suffixes[name]
-                state.renames[name] = renamed
-                state.temps[renamed] = rtype
+    suffixes = probe_register_suffixes(list(ctx.probes.registers))
+    # Against every symbol table: a `.global %nt_x` would be shadowed by a register %nt_x.
+    state.prefix = ctx.names(module).fresh_prefix(state.function)
+    for name, rtype in ctx.probes.registers.items():
+        renamed = state.prefix + suffixes[name]
+        state.renames[name] = renamed
+        state.temps[renamed] = rtype
 
 
 PLAIN_SUFFIX = re.compile(r"%[A-Za-z0-9_]+")

@@ -7,6 +7,7 @@ import atexit
 import os
 import sys
 import threading
+import time
 
 ENV_SHIM = "NEUTRINO_SHIM"
 ENV_OPTIONS = "NEUTRINO_OPTIONS"  # = options.ENV_OPTIONS (not imported: attrs loads with the runtime)
@@ -15,24 +16,30 @@ _state: dict = {}
 _lock = threading.Lock()
 
 
-def start(embedded: bool = False):
+def start(embedded: bool = False, started: float | None = None):
     """Register the shim callbacks; the runtime is built on the first of them (DeferredRuntime).
-    Idempotent; returns the DeferredRuntime, or None when this process is not profiled."""
+    Idempotent; returns the DeferredRuntime, or None when this process is not profiled.
+    `started`: time.perf_counter() when sitecustomize began (the `wire` phase counts from there)."""
     with _lock:
         if "runtime" in _state:
             return _state["runtime"]
         _state["runtime"] = None
-        rt = _create(embedded)
+        rt = _create(embedded, time.perf_counter() if started is None else started)
         _state["runtime"] = rt
         return rt
 
 
-def _create(embedded: bool):
+def _create(embedded: bool, started: float):
     text = os.environ.get(ENV_OPTIONS)
     shim_path = os.environ.get(ENV_SHIM)
     if not text or not shim_path:
         return None
-    return _wire(text, shim_path, embedded)
+    from neutrino.runtime.phases import PhaseClock
+
+    phases = PhaseClock()
+    rt = _wire(text, shim_path, embedded, phases)
+    phases.add("wire", time.perf_counter() - started)
+    return rt
 
 
 def _launch_filter(options_json: str) -> tuple[int, int, int]:
@@ -46,7 +53,7 @@ def _launch_filter(options_json: str) -> tuple[int, int, int]:
         return 0, 2**64 - 1, 1  # the runtime reports the bad options when it starts
 
 
-def _wire(options_json: str, shim_path: str, embedded: bool):
+def _wire(options_json: str, shim_path: str, embedded: bool, phases):
     """Register the shim's callbacks now; build the Runtime when the first of them comes.
 
     Only what every profiled process needs runs at interpreter start: the shim's
@@ -60,7 +67,7 @@ def _wire(options_json: str, shim_path: str, embedded: bool):
 
     shim = hooks.Shim(shim_path)
     compiled = CompiledIndex()
-    rt = DeferredRuntime(lambda: _build_runtime(options_json, shim, shim_path, embedded, compiled), compiled)
+    rt = DeferredRuntime(lambda: _build_runtime(options_json, shim, shim_path, embedded, compiled, phases), compiled)
     shim.set_launch_filter(*_launch_filter(options_json))
     shim.register(hooks.make_callbacks(rt, shim, on_exit=rt.finish if embedded else None))
     shim.register_graph(hooks.make_graph_callback(rt))
@@ -122,20 +129,27 @@ class DeferredRuntime:
             self._runtime.on_teardown()
 
 
-def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, compiled):
-    from neutrino.errors import NeutrinoError
-    from neutrino import toolbox
-    from neutrino.runtime.options import RuntimeOptions
-    from neutrino.runtime.codecache import CodeCache, default_cache_dir
-    from neutrino.runtime.core import Runtime
-    from neutrino.runtime.driver import RealDriver
-    from neutrino.runtime import rank
-    from neutrino.runtime.tracedir import TraceDir
+def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, compiled, phases):
+    """The Runtime, at the first CUDA call that needs it; its start-up phases timed (phases.py)."""
+    with phases.phase("imports"):
+        from neutrino.errors import NeutrinoError
+        from neutrino import toolbox
+        from neutrino.runtime.probeload import DeferredProbes, probe_text
+        from neutrino.runtime.options import RuntimeOptions
+        from neutrino.runtime.codecache import CodeCache, default_cache_dir
+        from neutrino.runtime.core import Runtime
+        from neutrino.runtime.driver import RealDriver
+        from neutrino.runtime import rank
+        from neutrino.runtime.tracedir import TraceDir
 
-    import neutrino
+        import neutrino
 
     opts = RuntimeOptions.from_json(options_json)
-    probes = toolbox.load_probes(opts.probe)
+    started = time.perf_counter()
+    path, text, compiled_from = probe_text(opts.probe)  # verified at the first kernel instrumented (probeload.py)
+    probes = DeferredProbes(path, text, phases=phases)
+    phases.add("tool", time.perf_counter() - started, cache=compiled_from)
+    phases.begin("runtime")
     run_dir = _claim_run_dir()
     trace = TraceDir(run_dir) if run_dir is not None else _trace_dir(opts)
     trace.write_probe(probes.text)
@@ -144,7 +158,7 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
                 options=opts.to_dict(), version=neutrino.__version__, embedded=embedded,
                 session=os.environ.get("NEUTRINO_SESSION"), **rank.start_fields())
     rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
-                 native_writer=shim_path, compiled=compiled)
+                 native_writer=shim_path, compiled=compiled, phases=phases)
     _start_timeline(rt, shim, opts, trace)
     try:
         cb = _analysis_callback(opts, probes)
@@ -154,6 +168,8 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
         sys.stderr.write(f"neutrino: analysis callback disabled: {e}\n")
     if cb is not None:
         rt.set_callback(cb)
+    phases.end("runtime")
+    phases.emit(trace.event, names=("wire", "imports", "tool", "runtime"))
     return rt
 
 

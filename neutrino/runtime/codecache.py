@@ -105,3 +105,76 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{threading.get_ident()}")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- checked probe files
+#
+# A probe file's TOML text (a DSL file's compiled: the built-in tools, a user's .py probe) depends
+# only on the file's text and path and on the compiler; whether it passes the verifier, on that
+# text and the verifier. Both are cached like kernels: an entry is written once the text was
+# compiled *and verified*, so the launcher and every profiled process of a later run read the
+# TOML instead of compiling and verifying it again (spec/runtime.md, "Start-up and exit phases").
+
+_PACKAGE = Path(neutrino.__file__).resolve().parent
+# The code a cached probe text depends on: the DSL compiler, the probe reader and the verifier.
+PROBE_CODE = (_PACKAGE / "language", _PACKAGE / "probefile.py", _PACKAGE / "probe_model.py",
+              _PACKAGE / "passes" / "verify.py", _PACKAGE / "isa" / "ptx" / "semantics.py")
+
+
+def _code_fingerprint() -> bytes:
+    """The package version and each file of PROBE_CODE's size and mtime (a development checkout
+    changes the compiler or the verifier without changing the version)."""
+    parts = [neutrino.__version__]
+    for root in PROBE_CODE:
+        try:
+            entries = sorted(os.scandir(root), key=lambda e: e.name) if root.is_dir() else [root]
+            for entry in entries:
+                if str(entry.name).endswith(".py"):
+                    st = entry.stat()
+                    parts.append(f"{entry.name}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{root.name}:unreadable")
+    return "\n".join(parts).encode()
+
+
+def probe_cache_key(path: str, source: str, backend: str) -> str:
+    h = hashlib.sha256()
+    for part in (b"probe", _code_fingerprint(), backend.encode(), path.encode(), source.encode()):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def checked_probe_text(path, backend: str = "ptx", verify=None, root: Path | None = None) -> tuple[str, str]:
+    """(a probe file's TOML text, 'hit' or 'miss'). On a miss a DSL file is compiled and the text
+    given to `verify` (which raises on a bad probe); only a verified text is stored. Without
+    `verify` nothing is stored (the caller verifies later). Errors are never cached: a bad file
+    raises every time. A cache that cannot be written only costs the next run its compilation."""
+    from neutrino.errors import Diagnostic, Location, ProbeError
+
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProbeError(Diagnostic(Location(path), f"cannot read probe file: {e}")) from None
+    root = default_cache_dir() if root is None else root
+    entry = root / "probes" / f"{probe_cache_key(path, source, backend)}.toml"
+    try:
+        return entry.read_text(encoding="utf-8"), "hit"
+    except (OSError, UnicodeDecodeError):
+        pass
+    text = source
+    if path.endswith(".py"):
+        from neutrino.language import compile_source
+
+        text = compile_source(source, path, backend)
+    if verify is None:
+        return text, "miss"
+    verify(text)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(entry, text.encode("utf-8"))
+    except OSError:
+        pass
+    return text, "miss"

@@ -24,8 +24,7 @@ import shutil
 import threading
 from collections import OrderedDict
 from pathlib import Path
-
-import attrs
+from typing import NamedTuple
 
 from neutrino.runtime.subprocess_compilers import ENV_INDEX
 
@@ -39,16 +38,19 @@ TAP_INPUT_DATA, TAP_INPUT_FILE, TAP_OUTPUT_CUBIN, TAP_DESTROY = range(4)
 CB_COMPILED = C.CFUNCTYPE(None, C.c_int, C.c_void_p, C.c_int, C.c_void_p, C.c_size_t)
 
 
-@attrs.define
+# Plain classes, not attrs: this module loads at interpreter start in every profiled process
+# (bootstrap.py), and attrs would cost each of them its import (spec/runtime.md, "Start-up").
 class _Link:
     """The inputs of one link (nvJitLink handle or driver link state) so far."""
 
-    ptx: list[str] = attrs.Factory(list)
-    others: list[str] = attrs.Factory(list)  # names of the other inputs' types
+    __slots__ = ("ptx", "others")
+
+    def __init__(self, ptx: list[str] | None = None, others: list[str] | None = None):
+        self.ptx = [] if ptx is None else ptx
+        self.others = [] if others is None else others  # names of the other inputs' types
 
 
-@attrs.frozen
-class Compiled:
+class Compiled(NamedTuple):
     """What one cubin was compiled from: PTX text, or why there is none."""
 
     ptx: str | None

@@ -50,6 +50,7 @@ from neutrino.runtime.graphs import G_ADD_KERNEL_NODE, GraphProbes, relaxed_capt
 from neutrino.runtime.frameworks import XLA, kernel_names, module_origin
 from neutrino.runtime.launch import Enqueuer
 from neutrino.runtime.options import RuntimeOptions
+from neutrino.runtime.phases import PhaseClock
 from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
 from neutrino.runtime.probed import Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals  # noqa: F401
 from neutrino.runtime.registry import FuncRec, ModuleRec, Registry, SimplePtx
@@ -85,8 +86,11 @@ class LaunchRequest:
 
 class Runtime:
     def __init__(self, drv, shim, options: RuntimeOptions, probes, *, trace: TraceDir, cache,
-                 engine=None, ptx_finder=None, native_writer: str | None = None, compiled: CompiledIndex | None = None):
-        """`native_writer`: path of the loaded shim, whose C thread then writes results (drain.py)."""
+                 engine=None, ptx_finder=None, native_writer: str | None = None, compiled: CompiledIndex | None = None,
+                 phases: PhaseClock | None = None):
+        """`native_writer`: path of the loaded shim, whose C thread then writes results (drain.py).
+        `phases`: the process's start-up and exit timings (phases.py; bootstrap.py hands in its own)."""
+        self.phases = phases if phases is not None else PhaseClock()
         self.drv = drv
         self.shim = shim  # .probe_add(handle), .probe_remove(handle)
         self.opt = options
@@ -98,7 +102,7 @@ class Runtime:
         self.registry = Registry(ptx_finder or _default_ptx_finder(), self.devices.current_arch, options.wants,
                                  self.compiled, named=options.names)
         self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.devices.arch,
-                                     benchmark=options.benchmark)
+                                     benchmark=options.benchmark, phases=self.phases)
         self.pool = BufferPool(drv, options.buffer_budget, host=not native_writer)
         self.wait_when_full = options.when_full == "wait"
         self.trace_budget = ByteBudget(options.trace_budget)
@@ -150,6 +154,10 @@ class Runtime:
         return self.registry.functions
 
     def on_module(self, kind: str, handle: int, image: bytes | None, path: str | None = None, image_addr: int = 0) -> None:
+        with self.phases.phase("module_ptx"):
+            self._add_module(kind, handle, image, path, image_addr)
+
+    def _add_module(self, kind: str, handle: int, image: bytes | None, path: str | None, image_addr: int) -> None:
         rec, reason, compiled = self.registry.add_module(kind, handle, image, path, image_addr)
         if rec.ptx is None:
             origin = module_origin(image, path, xla_compiles_seen=self.compiled.sees_xla_compiles())
@@ -216,7 +224,7 @@ class Runtime:
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
         stream = req.our_stream
-        caps = self._count(pk, req, stream, ctx) if pk.count_func else None
+        caps = self._caps(pk, req, stream, ctx) if pk.count_func else None
         shape = pk.shape(req.grid, req.block, caps)
         layouts, frame_bytes = shape.layouts, shape.frame_bytes
         self.writer.reclaim()
@@ -334,6 +342,20 @@ class Runtime:
                 if time.monotonic() >= deadline:
                     raise
 
+    def _caps(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
+        """The caps of the count-sized maps: counted at this kernel's first launch with this grid and
+        block, then reused for --recount-every launches of them before counting again. A reused
+        launch has no counting launch and no synchronisation; where it needs more records than the
+        cap, the kernel drops the rest and its counts section says how many (the map's `dropped`)."""
+        key = (tuple(req.grid), tuple(req.block))
+        seen = pk.counted.get(key)
+        if seen is not None and seen[1] < self.opt.recount_every:
+            pk.counted[key] = (seen[0], seen[1] + 1)
+            return seen[0]
+        caps = self._count(pk, req, stream, ctx)
+        pk.counted[key] = (caps, 1)
+        return caps
+
     def _count(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
         layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})
         classes = [size_class(tracefmt.align(4 * lay.units, 16)) for lay in layouts]
@@ -429,23 +451,30 @@ class Runtime:
 
     # ------------------------------------------------------------ exit
     def finish(self, stream=sys.stderr) -> None:
-        """Drain the writer, run the analysis callback, write the tables, print the summary. Idempotent."""
+        """Drain the writer, run the analysis callback, write the tables, print the summary. Idempotent.
+        Each step is an exit phase (phases.py); report.finish writes the `phase` events."""
         if self._closed:
             return
         self._closed = True
-        self.graphs.close()  # the graph rings' last frames go to the writer before it stops
-        self.writer.stop(timeout=120)
-        self._stop_timeline()
-        self.pool.close()
-        if self.context is not None:
-            self.context.close()
-        self._collect_fast_path_counts()
-        self._collect_graph_counts()
-        self.compiled.close(self.trace.event)
+        phase = self.phases.phase
+        with phase("exit_drain"):
+            self.graphs.close()  # the graph rings' last frames go to the writer before it stops
+            self.writer.stop(timeout=120)
+        with phase("exit_timeline"):
+            self._stop_timeline()
+        with phase("exit_tables"):
+            self.pool.close()
+            if self.context is not None:
+                self.context.close()
+            self._collect_fast_path_counts()
+            self._collect_graph_counts()
+            self.compiled.close(self.trace.event)
         from neutrino.runtime import callback, report
 
         if self._callback is not None and self.trace.materialized:
-            callback.run_over_trace(self.trace, self._callback, self.opt.callback_seconds, stream)
+            with phase("exit_hooks"):
+                callback.run_over_trace(self.trace, self._callback, self.opt.callback_seconds, stream)
+        self.phases.begin("exit_summary")
         report.finish(self, stream)
 
     def _stop_timeline(self) -> None:
@@ -486,9 +515,18 @@ def _context_tables(native_writer: str | None, trace) -> ContextTables | None:
 
 
 def _default_engine():
-    import neutrino.engine as engine
+    return _EngineOnFirstUse()
 
-    return engine
+
+class _EngineOnFirstUse:
+    """neutrino.engine, imported when the first kernel is instrumented: the PTX parser and the
+    passes it loads cost a process that probes nothing (or finds every kernel in the code cache)
+    a few hundred milliseconds (spec/runtime.md, "Start-up and exit phases")."""
+
+    def __getattr__(self, name):
+        import neutrino.engine as engine
+
+        return getattr(engine, name)
 
 
 def _default_ptx_finder():

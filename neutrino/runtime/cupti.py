@@ -18,10 +18,12 @@ ENV_CUPTI = "NEUTRINO_CUPTI"
 TOOLKIT_GLOBS = ("/usr/local/cuda*/targets/x86_64-linux/lib/libcupti.so*", "/usr/local/cuda*/extras/CUPTI/lib64/libcupti.so*")
 WHEEL_DIRS = ("nvidia/cu13/lib", "nvidia/cuda_cupti/lib")
 COUNT_NAMES = ("records", "kernels", "memcpys", "memsets", "probed", "dropped", "names", "no_thread", "api_records",
-               "probe_correlations", "forwarded_to_program", "program_had_no_room")
-PROFILER_CALLS = {1: "register_callbacks", 2: "enable", 3: "disable", 4: "flush_all", 5: "finalize"}
+               "probe_correlations", "forwarded_to_program", "program_had_no_room", "with_host_time",
+               "launch_callbacks")
+PROFILER_CALLS = {1: "register_callbacks", 2: "enable", 3: "disable", 4: "flush_all", 5: "finalize", 7: "subscribe",
+                  8: "unsubscribe", 9: "timestamp_callback"}
 INFO_BYTES = 4096
-DEFAULT_LEVEL = "copies"  # shim/cupti.c's default NEUTRINO_TIMELINE_LEVEL
+DEFAULT_LEVEL = "copies,host"  # shim/cupti.c's default NEUTRINO_TIMELINE_LEVEL
 
 
 def _wheel_candidates() -> list[str]:
@@ -107,16 +109,18 @@ def join_probed_by_order(run_dir: Path) -> int:
     import numpy as np
 
     from neutrino import trace as nt
-    from neutrino.timeline import FLAG_GRAPH, FLAG_PROBED, HEADER_BYTES, RECORD, read_names
+    from neutrino.timeline import FLAG_GRAPH, FLAG_PROBED, HEADER_BYTES, read_header, read_names, record_dtype
 
     path = run_dir / "timeline.bin"
     if not (run_dir / "result" / "index.bin").exists() or not path.exists():
         return 0
     names = read_names(run_dir)
-    n = (path.stat().st_size - HEADER_BYTES) // RECORD.itemsize
+    with open(path, "rb") as fh:
+        size = read_header(fh.read(HEADER_BYTES), path)
+    n = (path.stat().st_size - HEADER_BYTES) // size
     if n <= 0:
         return 0
-    recs = np.memmap(path, dtype=RECORD, mode="r+", offset=HEADER_BYTES, shape=(n,))
+    recs = np.memmap(path, dtype=record_dtype(size), mode="r+", offset=HEADER_BYTES, shape=(n,))
     probed = (recs["kind"] == 1) & ((recs["flags"] & FLAG_PROBED) != 0)
     joined = set(recs["probe_launch"][probed].tolist())
     launches = [la for la in nt.load(run_dir).launches if la.index not in joined]
@@ -168,7 +172,29 @@ def _log_profiler_calls(lib, trace) -> None:
               "kind": C.c_int64(buf[3 * i + 2]).value} for i in range(min(made, n))]
     trace.event("timeline_profiler", calls=made, first=calls[:64],
                 note="the program's profiler shared CUPTI with the timeline: its buffers got copies of the "
-                     "records of the kinds it enabled; no gap in ours")
+                     "records of the kinds it enabled (no gap in our records); a subscribe of kind 2 shared "
+                     "our callback subscriber (its callbacks called from ours), kind 1 made ours step aside")
+    for start, end in host_gaps(calls):
+        trace.event("timeline_host_gap", start=start, end=end,
+                    note="the program subscribed to CUPTI's callbacks (one subscriber per process): the launch "
+                         "callbacks stepped aside, so records of launches in this window have no host time or "
+                         "thread (tid 0); end null: until the timeline stopped")
+
+
+def host_gaps(calls: list[dict]) -> list[tuple[float, float | None]]:
+    """(start, end) of each window in which the program held CUPTI's subscriber and our launch
+    callbacks had stepped aside: a `subscribe` call with kind 1 up to the next `unsubscribe`
+    (end None when there was none)."""
+    gaps, opened = [], None
+    for c in calls:
+        if c["call"] == "subscribe" and c["kind"] == 1 and opened is None:
+            opened = c["time"]
+        elif c["call"] == "unsubscribe" and opened is not None:
+            gaps.append((opened, c["time"]))
+            opened = None
+    if opened is not None:
+        gaps.append((opened, None))
+    return gaps
 
 
 def start(shim_lib, trace, enabled: bool = True) -> Timeline | None:
@@ -196,7 +222,11 @@ def start(shim_lib, trace, enabled: bool = True) -> Timeline | None:
                 version=int(fields.get("version", 0) or 0), kinds=fields.get("kinds", "").split(),
                 clock="CLOCK_REALTIME (CUPTI's default on Linux)",
                 clock_offset_ns=int(fields.get("clock_offset_ns", 0) or 0),
-                api_cbids=int(fields.get("api_records", 0) or 0), level=os.environ.get("NEUTRINO_TIMELINE_LEVEL",
+                api_cbids=int(fields.get("api_records", 0) or 0),
+                host_callbacks=int(fields.get("host_callbacks", 0) or 0),
+                **({"host_error": f"cuptiSubscribe failed (CUPTI error {fields['host_error']}): records have no host "
+                                  f"time or thread"} if "host_error" in fields else {}),
+                level=os.environ.get("NEUTRINO_TIMELINE_LEVEL",
                                                                                          DEFAULT_LEVEL))
     return Timeline(shim_lib, trace.path, fields)
 

@@ -42,9 +42,18 @@ Host ring layout (mapped pinned memory; `RingLayout`):
                         sections at the frame's offsets (copied in from device slot i into host
                         slot i % S)
 
-Device memory of a node (one allocation, `DeviceLayout`): the maps, laid out like the frame's
-sections (one contiguous span, a multiple of 64 bytes, copied with 16-byte loads and stores),
-then STATE_BYTES of state, then K device slots holding a span each (none with --when-full=wait).
+Device memory of a node (one allocation, `DeviceLayout`): HEAD_BYTES whose last u32 is the
+probe gate, the maps, laid out like the frame's sections (one contiguous span, a multiple of 64
+bytes, copied with 16-byte loads and stores), then STATE_BYTES of state, then K device slots
+holding a span each (none with --when-full=wait).
+
+Sampling inside the graph (`--launches`): the probed kernel node gets its first map's buffer
+pointer with bit 0 set, which tells the probed kernel to read the gate, the u32 GATE_OFFSET bytes
+before its maps (passes/buffers.py): 0, the replay probes; else every store and atomic of the
+probe is predicated off, so the maps stay zero. The append kernel's last block of a replay writes
+the gate for the next replay (0 when `--launches` selects it; the runtime writes replay 0's at
+capture). Every block reads the gate its replay ran with: when it
+was set, the maps are still zero and the block neither copies nor zeroes.
 """
 
 from __future__ import annotations
@@ -72,6 +81,8 @@ REPLAYS, WRITTEN, DROPPED, CONSUMED = 0, 8, 16, 24
 # blocks that copied (high half): one atomic tells the last block both
 DONE = 32
 STATE_BYTES = 64
+HEAD_BYTES = 256  # before the maps: the gate (its last 8 bytes), keeping the maps 256-byte aligned
+GATE_OFFSET = 8  # passes/lower_save.GATE_OFFSET: the gate is this many bytes before the maps
 
 # Block (c, b): every thread loads its first 16 bytes of chunk c of node b's maps while thread 0
 # decides for the block (state read at gpu scope, `consumed` written by the copy engine or the
@@ -81,6 +92,9 @@ STATE_BYTES = 64
 # to DONE. The block that completes the count fences (gpu scope for a ring on the device: the copy
 # engine reads device memory through L2; system scope for a ring in host memory, whose slots were
 # written across PCIe), then publishes the flag, the counters and their mirrors, and resets DONE.
+# A block whose replay ran with the probe gate set (%r12 != 0: the probe wrote nothing) copies and
+# zeroes nothing, and, having written nothing, skips the fences (%p12: the same in every block of a
+# replay). The last block writes the next replay's gate (COUNTED).
 _PTX = """\
 .version {version}
 .target {target}
@@ -89,7 +103,7 @@ _PTX = """\
 .visible .entry __neutrino_graph_append(
     .param .u64 p_desc, .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns)
 {{
-    .reg .pred %p<12>;
+    .reg .pred %p<14>;
     .reg .b32 %r<16>;
     .reg .b64 %rd<48>;
     .shared .align 8 .u64 s_slot;
@@ -121,6 +135,7 @@ _PTX = """\
     cvt.u64.u32 %rd23, %r3;
     shl.b64 %rd23, %rd23, 4;
     mov.u32 %r7, 0;
+    ld.global.u32 %r12, [%rd24+-8];
     setp.lt.u64 %p10, %rd22, %rd39;
     add.u64 %rd26, %rd24, %rd22;
     @%p10 ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
@@ -171,6 +186,10 @@ SHARED:
     bar.sync 0;
     ld.shared.u64 %rd21, [s_slot];
     setp.ne.u64 %p5, %rd21, 0;
+    setp.ne.u32 %p11, %r12, 0;
+    not.pred %p12, %p5;
+    and.pred %p12, %p12, %p11;
+    @%p12 bra STEPPED;
 STEP:
     setp.ge.u64 %p6, %rd22, %rd39;
     @%p6 bra STEPPED;
@@ -187,14 +206,14 @@ ZERO:
 STEPPED:
     bar.sync 0;
     @%p7 bra DONE;
-    membar.gl;
+    @!%p12 membar.gl;
     selp.u64 %rd40, 4294967297, 1, %p5;
     atom.global.add.u64 %rd41, [%rd31+32], %rd40;
     add.u64 %rd41, %rd41, %rd40;
     cvt.u32.u64 %r11, %rd41;
     setp.ne.u32 %p4, %r11, %r8;
     @%p4 bra DONE;
-    {publish_fence};
+    @!%p12 {publish_fence};
     ld.global.u64 %rd1, [%rd32+16];
     add.u64 %rd4, %rd2, 1;
     shr.u64 %rd42, %rd41, 32;
@@ -216,6 +235,15 @@ UNWRITTEN:
     st.relaxed.gpu.global.u64 [%rd31+16], %rd19;
     st.relaxed.sys.global.u64 [%rd1+16], %rd19;
 COUNTED:
+    setp.lt.u64 %p2, %rd4, %rd5;
+    setp.ge.u64 %p3, %rd4, %rd6;
+    or.pred %p2, %p2, %p3;
+    sub.u64 %rd44, %rd4, %rd5;
+    rem.u64 %rd45, %rd44, %rd7;
+    setp.ne.u64 %p3, %rd45, 0;
+    or.pred %p2, %p2, %p3;
+    selp.u32 %r13, 1, 0, %p2;
+    st.relaxed.gpu.global.u32 [%rd24+-8], %r13;
     mov.u64 %rd43, 0;
     st.relaxed.gpu.global.u64 [%rd31+32], %rd43;
     st.relaxed.gpu.global.u64 [%rd31], %rd4;
@@ -288,15 +316,24 @@ def ring_layout(frame_bytes: int, on_device: bool = True, minimal: bool = False)
 
 @attrs.frozen
 class DeviceLayout:
-    """One node's device allocation: the maps (`span` bytes), the state, the device slots (none
-    when the ring is in host memory)."""
+    """One node's device allocation: the head (the gate), the maps (`span` bytes), the state, the
+    device slots (none when the ring is in host memory)."""
 
     span: int
     nslots: int
 
     @property
+    def maps(self) -> int:
+        """Where the maps start (the gate is the u32 GATE_OFFSET bytes before)."""
+        return HEAD_BYTES
+
+    @property
+    def gate(self) -> int:
+        return HEAD_BYTES - GATE_OFFSET
+
+    @property
     def state(self) -> int:
-        return self.span
+        return HEAD_BYTES + self.span
 
     @property
     def stride(self) -> int:
@@ -304,7 +341,7 @@ class DeviceLayout:
 
     @property
     def slots(self) -> int:
-        return _align(self.span + STATE_BYTES, SLOT_ALIGN)
+        return _align(HEAD_BYTES + self.span + STATE_BYTES, SLOT_ALIGN)
 
     @property
     def total(self) -> int:
@@ -338,9 +375,9 @@ def node_desc(device: int, dev: DeviceLayout, ring_device: int, lay: RingLayout,
     """`device`: the node's allocation laid out as `dev`; `ring_device`: its host ring (`lay`),
     mapped; `data_off`: where the maps start in a frame."""
     if lay.on_device:
-        return NodeDesc(src=device, bytes=dev.span, ring=ring_device, nslots=lay.nslots, slots=device + dev.slots,
+        return NodeDesc(src=device + dev.maps, bytes=dev.span, ring=ring_device, nslots=lay.nslots, slots=device + dev.slots,
                         stride=dev.stride, state=device + dev.state, consumed=device + dev.state + CONSUMED)
-    return NodeDesc(src=device, bytes=dev.span, ring=ring_device, nslots=lay.nslots,
+    return NodeDesc(src=device + dev.maps, bytes=dev.span, ring=ring_device, nslots=lay.nslots,
                     slots=ring_device + lay.slots + data_off, stride=lay.stride, state=device + dev.state,
                     consumed=ring_device + CONSUMED)
 

@@ -24,8 +24,10 @@ freed when the graph, its clones and every executable graph instantiated from
 them are destroyed. The append node is added to the graph when its capture
 ends (`end_capture`), after the capture's probed kernel nodes, as a leaf: no
 node of the program's waits for it. It counts replays and applies `--launches`
-to the replay number; a replay outside the selection costs the device the
-probe in its kernel and the append kernel's zeroing.
+to the replay number, and sets the probe gate of the next replay (graph_ring.py,
+"Sampling"): a replay outside the selection runs the probed kernel with every
+store and atomic of the probe predicated off, and the append kernel's blocks
+find the maps still zero and leave them.
 
 `cap = "count"` maps are refused inside graphs (a counting run per replay would
 need the host between two kernels of the replay): a `fallback` event with
@@ -210,7 +212,8 @@ class GraphProbes:
         with relaxed_capture(self.drv):
             self._append_function(ctx)
             node.device = self.drv.mem_alloc_sync(node.device_layout.total)
-            node.buffers = [node.device + off - node.offsets[0] for off in node.offsets]
+            maps = node.device + node.device_layout.maps
+            node.buffers = [maps + off - node.offsets[0] for off in node.offsets]
             node.ring = self.drv.host_alloc_mapped(node.ring_layout.total)
             node.drain_stream = self._our_stream(ctx)
             self._zero_once(node, ctx)
@@ -227,6 +230,11 @@ class GraphProbes:
         after each one. On a stream of ours, outside the capture: no memset node in the graph."""
         stream = self._our_stream(ctx)
         self.drv.memset_async(node.device, node.device_layout.slots, stream)
+        if not self.sink.filter.selects(0):  # the first replay's probe gate (later ones: the append kernel)
+            off = C.c_uint32(1)
+            self.drv.memcpy_htod_async(node.device + node.device_layout.gate, C.addressof(off), 4, stream)
+            self.drv.stream_synchronize(stream)
+            return
         self.drv.stream_synchronize(stream)
 
     def _append_function(self, ctx: int) -> int:
@@ -242,6 +250,10 @@ class GraphProbes:
         """The probed kernel node. A failure before the kernel node: the stream's dependencies go
         back to what they were, so the original can be captured."""
         slots = [Slot(node.group.ctx, lay.size, dev) for lay, dev in zip(node.layouts, node.buffers)]
+        _, plan = pk.param_plan()
+        first = next((which for which, is_buffer in plan if is_buffer), None)
+        if first is not None:  # bit 0 of the first buffer pointer: read the gate (graph_ring.py, "Sampling")
+            slots[first].device |= 1
         params = self.enqueuer.params(pk, req, node.layouts, slots)
         try:
             copy_globals_in(self.drv, pk.globals, stream)

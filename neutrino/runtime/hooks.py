@@ -189,9 +189,9 @@ def make_graph_callback(rt):
     return CB_GRAPH(graph_cb)
 
 
-def _safe_event(rt, kind, **fields):
+def _safe_event(rt, event_name, **fields):  # not `kind`: the no_ptx event has a `kind` field
     try:
-        rt.trace.event(kind, **fields)
+        rt.trace.event(event_name, **fields)
     except Exception:  # noqa: BLE001
         pass
 

@@ -28,6 +28,7 @@ from neutrino.errors import NeutrinoError
 from neutrino.runtime.options import (
     DEFAULT_BUFFER_BUDGET,
     DEFAULT_TRACE_BUDGET,
+    DEFAULT_RECOUNT_EVERY,
     DEFAULT_TIME_EVERY,
     ENV_OPTIONS,
     WHEN_FULL,
@@ -46,13 +47,11 @@ ENV_SESSION = "NEUTRINO_SESSION"  # marks the run directories of one `neutrino` 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from neutrino.usage import EXAMPLES
-
     p = console.ArgumentParser(
         prog="neutrino",
         description="Run a program and probe its GPU kernels.",
         usage=PROFILE_USAGE,
-        epilog=EXAMPLES,
+        epilog=console.EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     console.add_probe_arguments(p, required=False)
@@ -86,12 +85,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-every", type=int, default=DEFAULT_TIME_EVERY, metavar="N",
                    help="measure a probed kernel's own time (two CUDA events) on its first launch and then every "
                         f"N-th (default {DEFAULT_TIME_EVERY}; 1: every launch). The other launches record one event")
+    p.add_argument("--recount-every", type=_positive, default=DEFAULT_RECOUNT_EVERY, metavar="N",
+                   help='cap = "count" maps: run the counting kernel for a kernel, grid and block once per N of its '
+                        f'launches and reuse its caps in between (default {DEFAULT_RECOUNT_EVERY}; 1: count every '
+                        "launch). A launch needing more records than the cap drops them, counted")
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="probe kernels launched into streams being captured into CUDA graphs, on every replay "
                         "(the default; --no-graphs: such launches run unprobed and are logged)")
     p.add_argument("--timeline", action=argparse.BooleanOptionalAction, default=True,
                    help="record every kernel, copy and memset of the program, probed or not, through CUPTI "
                         "(timeline.bin; the default; --no-timeline: off)")
+    p.add_argument("--timings", action="store_true",
+                   help="at exit, print one line of the seconds neutrino added: launcher, start-up, modules, "
+                        "kernels, exit (the `phase` events of spec/runtime.md)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its arguments")
     return p
 
@@ -102,8 +108,6 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     Without `--`, a program named like one of our commands (`neutrino -p P report
     trace`) is a usage error: the command was meant, in the wrong place.
     """
-    from neutrino.usage import SUBCOMMANDS
-
     argv = list(argv)
     explicit = "--" in argv
     if explicit:
@@ -115,7 +119,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         command = list(ns.command)
     if command and command[0] == "--":
         command, explicit = command[1:], True
-    if command and not explicit and command[0] in SUBCOMMANDS:
+    if command and not explicit and command[0] in console.SUBCOMMANDS:
         raise UsageError(f"'{command[0]}' is a neutrino command: commands come first "
                          f"(neutrino {' '.join(command)}), and take no -p\n"
                          f"    hint: to run a program named {command[0]}: neutrino ... -- {' '.join(command)}")
@@ -133,15 +137,16 @@ class UsageError(Exception):
 
 def make_options(ns: argparse.Namespace) -> RuntimeOptions:
     """Validate the options (loading the probe file) and resolve paths for the child."""
-    from neutrino.toolbox import load_probes
     from neutrino.runtime.callback import load_callback
+    from neutrino.runtime import probeload
 
-    probes = load_probes(ns.probe)  # raises ProbeError with every problem
+    # raises ProbeError with every problem; compiled and verified once per content (probeload.py)
+    probe_path, _ = probeload.check(ns.probe)
     if ns.callback:
         load_callback(ns.callback)  # fail now, not silently in the program
     return RuntimeOptions(
         verbosity=-1 if ns.quiet else int(ns.verbose),
-        probe=str(Path(probes.path).resolve()) if probes.path and Path(probes.path).exists() else ns.probe,
+        probe=str(Path(probe_path).resolve()),
         tracedir=str(Path(ns.tracedir).expanduser().resolve()),
         kernels=ns.kernel,
         exclude=ns.filter,
@@ -153,9 +158,21 @@ def make_options(ns: argparse.Namespace) -> RuntimeOptions:
         trace_budget=parse_size(ns.trace_budget, "--trace-budget") if ns.trace_budget else DEFAULT_TRACE_BUDGET,
         when_full=ns.when_full,
         time_every=ns.time_every,
+        recount_every=ns.recount_every,
         graphs=ns.graphs,
         timeline=ns.timeline,
     )
+
+
+def _positive(text: str) -> int:
+    """An integer of at least 1 (argparse type: a bad value exits 2 with this message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
+    return value
 
 
 def _abs_callback(spec: str | None) -> str | None:
@@ -206,6 +223,10 @@ def run_main(argv: list[str]) -> int:
     Before the program runs: 2 for a command line we do not understand, 1 for a
     probe (or other input) we cannot use; then the program's own status.
     """
+    from neutrino.runtime.phases import process_age
+
+    entered = time.perf_counter()
+    launcher = {"launcher_start": process_age() or 0.0}  # the interpreter and our imports, before run_main
     try:
         ns, command = parse_args(argv)
     except SystemExit as e:  # argparse already printed the usage/error (or --help)
@@ -237,9 +258,24 @@ def run_main(argv: list[str]) -> int:
             sys.stderr.write(f"neutrino: running {' '.join(command)} with probe {opts.probe}; "
                              f"trace in {run_dir or opts.tracedir}\n")
         started = time.time()
+        launcher["launcher_check"] = time.perf_counter() - entered
+        program_started = time.perf_counter()
         rc, pid = run_program(command, env)
+        program_seconds = time.perf_counter() - program_started
         close_run(session, Path(opts.tracedir), run_dir, command, opts, rc, pid, started)
+        if ns.timings:
+            print_timings(session, Path(opts.tracedir), run_dir, launcher, program_seconds, program_started)
     return rc
+
+
+def print_timings(session: str, tracedir: Path, run_dir: Path | None, launcher: dict, program_seconds: float,
+                  program_started: float) -> None:
+    """--timings: one line summing the launcher's phases and those every process of the program logged."""
+    from neutrino.runtime.phases import read_phases, timings_line
+
+    processes = [read_phases(path / "event.log") for path in run_directories(session, tracedir, run_dir)]
+    launcher["launcher_close"] = time.perf_counter() - program_started - program_seconds
+    sys.stderr.write(timings_line(launcher, [p for p in processes if p], program_seconds))
 
 
 def _inline_probe_file(text: str, scratch: Path) -> str:

@@ -59,6 +59,10 @@ DEFAULT_BUFFER_BUDGET = 1 << 30  # device (and pinned host) bytes of map buffers
 DEFAULT_TRACE_BUDGET = 8 << 30  # bytes of result frames written per process
 WHEN_FULL = ("drop", "wait")
 DEFAULT_TIME_EVERY = 8  # the kernel's own time: a start event on every 8th probed launch (C path)
+# cap = "count" maps: the caps counted for a kernel, grid and block serve this many launches of them
+# before the counting kernel runs again (no counting launch or sync in between; a launch needing more
+# records than its cap drops the rest and its counts say how many: the trace's `dropped`)
+DEFAULT_RECOUNT_EVERY = 16
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -106,6 +110,7 @@ class RuntimeOptions:
     when_full: str = attrs.field(default="drop", validator=attrs.validators.in_(WHEN_FULL))
     callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
     time_every: int = attrs.field(default=DEFAULT_TIME_EVERY, validator=attrs.validators.ge(1))
+    recount_every: int = attrs.field(default=DEFAULT_RECOUNT_EVERY, validator=attrs.validators.ge(1))
     graphs: bool = True  # probe kernels captured into CUDA graphs, on every replay (--no-graphs: leave them)
     timeline: bool = True  # every kernel, copy and memset through CUPTI (timeline.bin); --no-timeline: off
     verbosity: int = 0  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)

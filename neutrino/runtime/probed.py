@@ -20,6 +20,8 @@ from neutrino import trace_writer
 from neutrino.errors import NeutrinoError
 from neutrino.runtime.codecache import CacheEntry, cache_key
 from neutrino.runtime.driver import COPIED_FUNC_ATTRS, DriverError
+from neutrino.runtime.phases import PhaseClock
+from neutrino.runtime.probeload import loaded
 from neutrino.runtime.pool import size_class
 
 MAX_LAYOUTS = 256  # launch shapes remembered per kernel; more are recomputed
@@ -98,6 +100,7 @@ class ProbedKernel:
     baseline_globals: list = attrs.Factory(list)
     attrs_seen: dict = attrs.Factory(dict)
     attrs_checked: bool = False  # the original's attributes were copied at least once
+    counted: dict = attrs.Factory(dict)  # (grid, block) -> (caps of its last counting launch, launches sized by them)
     _layouts: dict = attrs.Factory(dict)
     _param_plan: tuple | None = None
 
@@ -143,8 +146,9 @@ class KernelBuilder:
     every context) is built, loaded and planned once per context, for that device's
     architecture (`arch(ctx)`, part of the code cache key)."""
 
-    def __init__(self, drv, engine, cache, trace, probes, arch, *, benchmark: bool = False):
+    def __init__(self, drv, engine, cache, trace, probes, arch, *, benchmark: bool = False, phases=None):
         self.drv, self.engine, self.cache, self.trace, self.probes = drv, engine, cache, trace, probes
+        self.phases = phases if phases is not None else PhaseClock()  # cache_lookup, instrument, jit... (phases.py)
         self.arch = arch  # ctx -> (major, minor) of its device
         self.benchmark = benchmark
         self._lock = threading.RLock()
@@ -187,29 +191,34 @@ class KernelBuilder:
 
     def _build(self, rec, ctx: int) -> ProbedKernel:
         t0 = time.perf_counter()
+        phase = self.phases.phase
         ptx = rec.module.ptx.text
         arch = self.arch(ctx)
         refusal = ptx_refuses_arch(rec.module.ptx, arch)
         if refusal is not None:
             raise Fallback("arch", refusal)
-        key = cache_key(ptx, self.probes.text, arch, rec.name)
-        entry, where = self.cache.get(key)
+        with phase("cache_lookup"):
+            key = cache_key(ptx, self.probes.text, arch, rec.name)
+            entry, where = self.cache.get(key)
         if entry is None or entry.info is None:
             source = str(getattr(rec.module.ptx, "source", "<ptx>"))
-            inst = self.engine.instrument(ptx, self.probes, kernel=rec.name, source=source)
+            with phase("instrument"):
+                inst = self.engine.instrument(ptx, loaded(self.probes), kernel=rec.name, source=source)
             if rec.name not in inst.kernels:
                 raise Fallback("instrument", f"the engine did not instrument entry {rec.name}", permanent=True)
             entry = CacheEntry(inst.ptx, inst.kernels[rec.name])
         module, fresh_cubin = self._load(entry)
-        if fresh_cubin is not None:
-            entry.cubin = fresh_cubin
-        if where != "memory":
-            self.cache.put(key, entry)
-        info = entry.info
-        func = self.drv.module_get_function(module, rec.name)
-        gvars = self._mirror_globals(rec, module)
-        count_func = self.drv.module_get_function(module, info["count_kernel"]) if info.get("count_kernel") else None
-        kdir = self.trace.write_kernel(rec.name, ptx, entry.ptx, info)
+        with phase("module_load", runs=0):  # the same load as _load's: one run per kernel
+            info = entry.info
+            func = self.drv.module_get_function(module, rec.name)
+            gvars = self._mirror_globals(rec, module)
+            count_func = self.drv.module_get_function(module, info["count_kernel"]) if info.get("count_kernel") else None
+        with phase("kernel_write"):
+            if fresh_cubin is not None:
+                entry.cubin = fresh_cubin
+            if where != "memory":
+                self.cache.put(key, entry)
+            kdir = self.trace.write_kernel(rec.name, ptx, entry.ptx, info)
         seconds = time.perf_counter() - t0
         self.trace.event("instrument", kernel=rec.name, kernel_dir=kdir, cache=where, seconds=round(seconds, 6),
                          sites=info.get("sites"), skipped=len(info.get("skipped", ())))
@@ -235,18 +244,22 @@ class KernelBuilder:
         """Load a cache entry's code: its cubin if it has one, else JIT the PTX (and return the cubin)."""
         if entry.cubin is not None:
             try:
-                return self.drv.module_load_data(entry.cubin), None
+                with self.phases.phase("module_load"):
+                    return self.drv.module_load_data(entry.cubin), None
             except DriverError:
                 pass  # a cubin from another driver: JIT again
         try:
-            cubin = self.drv.link_ptx(entry.ptx)
-            return self.drv.module_load_data(cubin), cubin
+            with self.phases.phase("jit"):
+                cubin = self.drv.link_ptx(entry.ptx)
+            with self.phases.phase("module_load"):
+                return self.drv.module_load_data(cubin), cubin
         except DriverError as e:
             link_error = e
         # The linker compiles PTX as relocatable code, where calls the JIT resolves itself in a
         # whole-program load (vprintf, other driver builtins) can stay unresolved: load the PTX.
         try:
-            return self.drv.module_load_data(entry.ptx.encode() + b"\0"), None
+            with self.phases.phase("jit"):
+                return self.drv.module_load_data(entry.ptx.encode() + b"\0"), None
         except DriverError as e:
             raise Fallback("jit", f"{link_error}; loading the PTX: {e}", permanent=True) from None
 

@@ -426,6 +426,8 @@ def _ptx_for_cubin(
             return image
     # Whatever PTX made this cubin is the answer; whether the cubin suits the
     # device is the driver's business, so no selection by device here.
+    if b".version" not in data:
+        return None  # no section can hold PTX (_looks_like_ptx): a SASS-only cubin, not parsed as ELF
     with _elf_errors("cubin"):
         candidate = _cubin_section_candidate(_open_elf(io.BytesIO(data)))
     return candidate.image() if candidate else None

@@ -91,10 +91,11 @@ def unmatched_probe_lines(rt, run_dir) -> list[str]:
             kernels += 1
             for probe, count in info.get("matched", {}).items():
                 matched[probe] = matched.get(probe, 0) + count
-    positions = {p.name: p.position for p in getattr(getattr(rt, "probes", None), "probes", ())}
     lines = []
     for probe, count in matched.items():
         if count == 0:
+            # only now: the verified probe file is built at the first kernel instrumented (probeload.py)
+            positions = {p.name: p.position for p in getattr(getattr(rt, "probes", None), "probes", ())}
             position = ":".join(".".join(prefix) for prefix in positions.get(probe, ()))
             lines.append(f"neutrino: warning: probe {probe}: position '{position}' matched 0 instructions "
                          f"in the {kernels} probed kernel(s): it recorded nothing")
@@ -136,6 +137,24 @@ def finish(rt, stream) -> None:
     if not tr.materialized and not rt.bench and not rt.opt.memusage:
         tr.close()  # this process never loaded a CUDA module: leave no directory; the launcher says so
         return
+    try:
+        _summarise(rt, tr, stream)
+    finally:
+        _close(rt, tr)
+
+
+def _close(rt, tr) -> None:
+    """The `phase` events (exit_summary ends here), then the trace's files are closed."""
+    phases = getattr(rt, "phases", None)
+    if phases is not None:
+        try:
+            phases.emit(tr.event)
+        except Exception:  # noqa: BLE001 - timings never cost the trace its close
+            pass
+    tr.close()
+
+
+def _summarise(rt, tr, stream) -> None:
     quiet = getattr(rt.opt, "verbosity", 0) < 0
     if rt.bench:
         table = benchmark_table(rt.bench)
@@ -155,7 +174,6 @@ def finish(rt, stream) -> None:
              collectives=len(rt.registry.collectives))
     if quiet:
         stream.flush()
-        tr.close()
         return
     stream.write(closing_line(rt, seen, probed, fell_back))
     for line in unmatched_probe_lines(rt, tr.path):
@@ -183,4 +201,3 @@ def finish(rt, stream) -> None:
             stream.write(f"  {n:6d}  {stage:10s} {_short(kernel, 60)}\n")
         stream.write(f"  (reasons: grep fallback {tr.path / 'event.log'})\n")
     stream.flush()
-    tr.close()

@@ -44,7 +44,7 @@ def name_hash(name: str) -> str:
 
 
 # Events that alone do not make a process worth a trace directory: written once something else happens.
-HELD_BACK_EVENTS = frozenset({"start", "framework_flags"})
+HELD_BACK_EVENTS = frozenset({"start", "framework_flags", "phase"})
 
 
 @attrs.define(eq=False)

@@ -31,6 +31,12 @@ int main(void) {
     CHECK(X_ID, CUpti_ActivityExternalCorrelation, externalId);
     CHECK(X_CORRELATION, CUpti_ActivityExternalCorrelation, correlationId);
     SIZE(EXTCORR_SIZE, CUpti_ActivityExternalCorrelation);
+    CHECK(CB_SITE, CUpti_CallbackData, callbackSite); CHECK(CB_CORRELATION, CUpti_CallbackData, correlationId);
+    SIZE(CB_DATA_SIZE, CUpti_CallbackData);
+    printf("%-16s %4d %4d\n", "CB_DRIVER", NT_CB_DOMAIN_DRIVER, (int)CUPTI_CB_DOMAIN_DRIVER_API);
+    printf("%-16s %4d %4d\n", "CB_RUNTIME", NT_CB_DOMAIN_RUNTIME, (int)CUPTI_CB_DOMAIN_RUNTIME_API);
+    printf("%-16s %4d %4d\n", "MULTI_SUBSCR", NT_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS,
+           (int)CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
     printf("%-16s %4d %4d\n", "KIND_CONC_KERNEL", NT_ACT_CONCURRENT_KERNEL, (int)CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     printf("%-16s %4d %4d\n", "KIND_EXT_CORR", NT_ACT_EXTERNAL_CORRELATION, (int)CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
     printf("%-16s %4d %4d\n", "EXT_CUSTOM2", NT_EXT_CORRELATION_KIND, (int)CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2);

@@ -347,7 +347,12 @@ static void graph_append(void **params, unsigned nodes) {
         uint64_t *consumed = (uint64_t *)(uintptr_t)d[7];
         uint64_t r = st[0], w = st[1];
         st[0] = mirror[0] = r + 1;
-        if (!(r < start || r >= stop || (r - start) % every)) {
+        /* the probe gate, 8 bytes before the maps: what this replay ran with, then the next one's */
+        uint32_t *gate = (uint32_t *)(uintptr_t)(d[0] - 8), ran_gated = *gate;
+        int chosen = !(r < start || r >= stop || (r - start) % every);
+        *gate = (r + 1 < start || r + 1 >= stop || (r + 1 - start) % every) ? 1 : 0;
+        if (ran_gated && !chosen) continue;  /* the probe wrote nothing: the maps are still zero */
+        if (chosen) {
             uint64_t until = fake_now_ns() + wait_ns;
             while (w - __atomic_load_n(consumed, __ATOMIC_ACQUIRE) >= d[3] && wait_ns && fake_now_ns() < until) {
                 struct timespec t = {0, 50000};  /* --when-full=wait: the host's poller drains meanwhile */
@@ -378,6 +383,10 @@ static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
     const char *bp = getenv("FAKECUDA_BUFPARAM");
     if (!probed || !bp || !params) return;
     uint64_t buf = *(uint64_t *)params[atoi(bp)];
+    if (buf & 1) { /* a graph node's pointer: its probe gate is the u32 8 bytes before (passes/buffers.py) */
+        buf &= ~1ull;
+        if (*(uint32_t *)(uintptr_t)(buf - 8)) return;
+    }
     unsigned warps = (bx * by * bz + 31) / 32, units = gx * gy * gz * warps;
     uint32_t *counts = (uint32_t *)(uintptr_t)buf;
     char *recs = (char *)(uintptr_t)buf + ((4 * units + 15) / 16) * 16;

@@ -9,6 +9,10 @@
  * records sit in two queues, and a flush delivers the GPU queue first: the shim must join
  * records whose API record comes in a later buffer, as real CUPTI's per-thread buffers do.
  *
+ * The callback API: one subscriber at a time (a second gets CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+ * a driver-domain callback enabled for the call's cbid is called at its entry and exit with a
+ * CUpti_CallbackData laid out at cupti_abi.h's offsets (site, correlation id).
+ *
  * FAKECUPTI_DROP=N: report N dropped records once. FAKECUPTI_BUFFER=B: deliver at most B bytes
  * per buffer.
  */
@@ -42,6 +46,11 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+/* cuptiActivityRegisterTimestampCallback: records are stamped with it from then on (as CUPTI does) */
+static uint64_t (*stamp_fn)(void);
+static uint64_t stamp(void) { return stamp_fn ? stamp_fn() : now_ns(); }
+CUptiResult cuptiActivityRegisterTimestampCallback(uint64_t (*fn)(void)) { stamp_fn = fn; return 0; }
+
 static uint8_t *append(queue *q, size_t n) {
     if (q->len + n > q->cap) {
         size_t cap = q->cap ? q->cap * 2 : 65536;
@@ -66,9 +75,24 @@ static size_t record_size(uint32_t kind) {
     }
 }
 
+static nt_callback_t subscriber_fn;
+static void *subscriber_data;
+static uint8_t callback_on[1024];  /* driver-domain cbids enabled for the subscriber */
+static int subscriber_handle;      /* its address is the handle */
+
+static void call_back(uint32_t cbid, uint32_t corr, int site) {
+    if (!subscriber_fn || cbid >= 1024 || !callback_on[cbid]) return;
+    uint8_t data[CB_DATA_SIZE] = {0};
+    nt_wr32(data, CB_SITE, (uint32_t)site);
+    nt_wr32(data, CB_CORRELATION, corr);
+    subscriber_fn(subscriber_data, NT_CB_DOMAIN_DRIVER, cbid, data);
+}
+
 /* API-side records of one call: its API record and the external ids pushed on this thread. */
 static uint32_t api_call(uint32_t cbid) {
     uint32_t corr = ++next_corr;
+    call_back(cbid, corr, NT_CB_SITE_ENTER);
+    call_back(cbid, corr, 1);
     int on = cbid < 1024 && (driver_cbids[cbid] == 1 || (enabled[NT_ACT_DRIVER] && driver_cbids[cbid] != 2));
     for (int i = 0; on && enabled[NT_ACT_EXTERNAL_CORRELATION] && i < ext_depth; i++) {  /* before its API record */
         uint8_t *x = append(getenv("FAKECUPTI_EXT_LATE") ? &ext_q : &api_q, EXTCORR_SIZE);
@@ -107,7 +131,7 @@ static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned g
     uint32_t corr = api_call(graph_id ? 514 /* cuGraphLaunch */ : 307 /* cuLaunchKernel */);
     if (enabled[NT_ACT_CONCURRENT_KERNEL]) {
         uint8_t *k = append(&gpu_q, K_SIZE);
-        uint64_t t = now_ns();
+        uint64_t t = stamp();
         unsigned dims[6] = {gx, gy, gz, bx, by, bz};
         nt_wr32(k, 0, NT_ACT_CONCURRENT_KERNEL);
         nt_wr64(k, K_START, t);
@@ -130,7 +154,7 @@ void fakecupti_copy(int kind, int copy_kind, uint64_t bytes) {
     uint32_t corr = api_call(kind == NT_ACT_MEMCPY ? 277 : 216);
     if (enabled[kind]) {
         uint8_t *c = append(&gpu_q, kind == NT_ACT_MEMCPY ? MEMCPY_SIZE : MEMSET_SIZE);
-        uint64_t t = now_ns();
+        uint64_t t = stamp();
         nt_wr32(c, 0, (uint32_t)kind);
         if (kind == NT_ACT_MEMCPY) c[C_COPY_KIND] = (uint8_t)copy_kind;
         nt_wr64(c, C_BYTES, bytes);
@@ -212,6 +236,32 @@ CUptiResult cuptiActivityGetNumDroppedRecords(void *ctx, uint32_t stream, size_t
     (void)ctx; (void)stream;
     const char *n = getenv("FAKECUPTI_DROP");
     *dropped = (n && !drop_reported++) ? strtoull(n, NULL, 10) : 0;
+    return 0;
+}
+
+CUptiResult cuptiSubscribe(nt_subscriber_t *sub, nt_callback_t fn, void *data) {
+    pthread_mutex_lock(&lock);
+    int taken = subscriber_fn != NULL;
+    if (!taken) {
+        subscriber_fn = fn, subscriber_data = data;
+        memset(callback_on, 0, sizeof callback_on);
+        *sub = &subscriber_handle;
+    }
+    pthread_mutex_unlock(&lock);
+    return taken ? NT_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS : 0;
+}
+
+CUptiResult cuptiUnsubscribe(nt_subscriber_t sub) {
+    if (sub != &subscriber_handle || !subscriber_fn) return 1;
+    pthread_mutex_lock(&lock);
+    subscriber_fn = NULL;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+CUptiResult cuptiEnableCallback(uint32_t on, nt_subscriber_t sub, int domain, uint32_t cbid) {
+    if (sub != &subscriber_handle || !subscriber_fn) return 1;
+    if (domain == NT_CB_DOMAIN_DRIVER && cbid < 1024) callback_on[cbid] = on ? 1 : 0;
     return 0;
 }
 

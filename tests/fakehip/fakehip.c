@@ -3,7 +3,7 @@
  * Device memory is host memory. Modules keep a copy of their image (an ELF
  * code object or a clang offload bundle); a function exists when its name is
  * in the image. A launch of a probed function (its image names "nt_map_")
- * plays the block_sched probe: for every wave (64 lanes) of the grid it writes,
+ * plays the block_sched probe: for every wave (64 lanes, FAKEHIP_LANES) of the grid it writes,
  * into the map buffer passed as kernel parameter FAKEHIP_BUFPARAM, count = 1
  * and the record {lstart = unit, elapse = 7, cuid = unit % 104}, in the buffer
  * layout of spec/kernel-json.md (with an `extra` argument buffer: the pointer at
@@ -88,7 +88,9 @@ hipError_t hipModuleGetFunction(void **function, void *module, const char *name)
 }
 
 static void play_block_sched(void *buffer, unsigned blocks, unsigned threads) {
-    unsigned waves = (threads + 63) / 64, units = blocks * waves;
+    const char *lanes_env = getenv("FAKEHIP_LANES");  /* 32 for an RDNA (wave32) device */
+    unsigned lanes = lanes_env ? (unsigned)atoi(lanes_env) : 64;
+    unsigned waves = (threads + lanes - 1) / lanes, units = blocks * waves;
     unsigned char *base = buffer;
     size_t records = ((size_t)4 * units + 15) / 16 * 16;
     for (unsigned u = 0; u < units; u++) {

@@ -71,12 +71,54 @@ def test_eager_program_every_kernel_with_times(tmp_path):
     assert len(kernels) == theirs["n_kernels"]
     assert len(set(kernels["name"])) == len(theirs["kernels"])
     assert (kernels["end_ns"] > kernels["start_ns"]).all()
+    # the launch callbacks (default level): every kernel's thread, and its launch call before its GPU start
+    lag = kernels["start_ns"].astype(np.int64) - kernels["host_ns"].astype(np.int64)
+    print(f"host_ns known {int((kernels['host_ns'] > 0).sum())}/{len(kernels)}, tid known "
+          f"{int((kernels['tid'] > 0).sum())}; GPU start - launch call: median {int(np.median(lag))} ns, "
+          f"min {int(lag.min())} ns")
+    assert (kernels["tid"] > 0).all() and (kernels["host_ns"] > 0).all() and (lag > 0).all()
+    (counts,) = _events(trace.path, "timeline_counts")
+    assert counts["with_host_time"] == counts["records"]  # copies and memsets too
     assert not (kernels["flags"] & FLAG_PROBED).any()
     origins = kernels_by_origin(kernels)
     assert origins.get("ATen", 0) > 0 and origins.get("cuBLAS", 0) > 0, origins
     (start,) = _events(trace.path, "timeline")
     assert start["enabled"] and start["version"] >= 130000, start
     assert "kernel launch(es) ran (" in r.stderr
+
+
+def test_every_eager_kernel_knows_its_nvtx_range(tmp_path):
+    """Unprobed ATen/cuBLAS kernels of steps in torch.cuda.nvtx.range("eager_step") (host running
+    ahead: no synchronization between steps) are placed in their step by their launch call's host
+    time: every step holds as many kernels, and the report's range column names `eager_step` for
+    every launch of each kernel that runs only in steps."""
+    pytest.importorskip("torch")
+    from neutrino import ranges as nr
+    from neutrino.analysis import context
+
+    env = base_env(tmp_path)
+    steps = 6
+    r, trace = run_probed("block_sched", [sys.executable, str(WORKLOADS / "w_timeline.py"), "ranged",
+                                          str(tmp_path / "o.json"), str(steps)], tmp_path / "tr", env)
+    tl = read_timeline(trace.path)
+    ranges = nr.read_ranges(trace.path)
+    step_ranges = ranges[ranges["name"] == "eager_step"]
+    assert len(step_ranges) == steps, sorted(set(ranges["name"].tolist()))
+    around = nr.timeline_ranges(trace.path)
+    in_step = [i for i, names in enumerate(around) if names and names[-1] == "eager_step"]
+    per_step = np.bincount(np.searchsorted(np.sort(step_ranges["start_ns"].astype(np.int64)),
+                                           tl["host_ns"][in_step].astype(np.int64), side="right") - 1,
+                           minlength=steps)
+    by_gpu = nr.enclosing_all(ranges, tl["tid"][in_step], tl["start_ns"][in_step])
+    moved = sum(1 for hit in by_gpu if not hit or str(ranges["name"][hit[-1]]) != "eager_step")
+    print(f"\nkernels per step (host time) {per_step.tolist()}; of {len(in_step)} step kernels, {moved} have "
+          f"their GPU start outside any step range; all in `loop`: {all(a[:1] == ['loop'] for a in around if a)}")
+    assert per_step.min() == per_step.max() > 0
+    assert all(around[i][0] == "loop" for i in in_step)
+    rows = context.load(trace.path).rows
+    kernel_rows = [row for row in rows if row.origin in ("ATen", "cuBLAS") and row.count % steps == 0]
+    print([(row.name[:40], row.count, row.range, row.range_launches) for row in rows[:8]])
+    assert kernel_rows and all(row.range == "eager_step" and row.range_launches == row.count for row in kernel_rows)
 
 
 def test_program_with_its_own_torch_profiler(tmp_path):
@@ -95,6 +137,19 @@ def test_program_with_its_own_torch_profiler(tmp_path):
           f"{theirs['steps_total']} steps; counts {_events(trace.path, 'timeline_counts')}")
     assert theirs["n_kernels"] > 0 and theirs["chrome_kernels"] == theirs["n_kernels"] and theirs["key_averages"] > 0
     assert len(kernels) >= per_step * theirs["steps_total"] - 1e-9
+    gaps = _events(trace.path, "timeline_host_gap")
+    calls = _events(trace.path, "timeline_profiler")
+    subscribes = [c for c in calls[0]["first"] if c["call"] == "subscribe"] if calls else []
+    print(f"host gaps {gaps}; subscribes {subscribes}; host_ns known {int((kernels['host_ns'] > 0).sum())}/"
+          f"{len(kernels)}")
+    # Kineto takes CUPTI's callback subscriber and keeps it: shared with ours, no kernel loses its host time
+    assert not gaps and all(c["kind"] == 2 for c in subscribes)
+    assert (kernels["host_ns"] > 0).all() and (kernels["tid"] > 0).all()
+    # one clock: Kineto stamps CUPTI's records with its TSC clock from its start on; ours are mapped back,
+    # so every kernel starts after its launch call and within a second of it
+    lag = kernels["start_ns"].astype(np.int64) - kernels["host_ns"].astype(np.int64)
+    print(f"GPU start - launch call: min {lag.min()} ns, max {lag.max()} ns")
+    assert (lag > 0).all() and (lag < 10**9).all()
 
 
 @pytest.mark.parametrize("level", ["copies,api,ext", None])

@@ -125,7 +125,7 @@ def access_bytes(mnemonic: str) -> int:
         if word in WIDTH_WORDS:
             nbytes = WIDTH_WORDS[word]
             break
-    if mnemonic.startswith("ds_") and re.match(r"ds_(read|write|load|store)2", mnemonic):
+    if mnemonic.startswith("ds_") and re.match(r"ds_(read|write|load|store)_?2", mnemonic):  # gfx11: ds_load_2addr_b32
         nbytes *= 2
     return nbytes
 
@@ -156,7 +156,7 @@ def _memory(mnemonic: str, space: str, count: int, has_return: bool) -> Info:
 
 
 def _atomic(mnemonic: str, space: str, count: int, has_return: bool, nbytes: int) -> Info:
-    if "cmpswap" in mnemonic and nbytes in (8, 16) and not mnemonic.endswith("_x2"):
+    if "cmpswap" in mnemonic and nbytes in (8, 16) and not mnemonic.endswith(("_x2", "_b64")):  # gfx11: _b64 is one value's width
         nbytes = 4  # the compare and swap values together take two words
     elif "cmpswap" in mnemonic and mnemonic.endswith("_x2"):
         nbytes = 8

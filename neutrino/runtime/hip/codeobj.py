@@ -30,9 +30,10 @@ COMPRESSED_BUNDLE_MAGIC = b"CCOB"
 ELF_MAGIC = b"\x7fELF"
 EM_AMDGPU = 224
 #: EF_AMDGPU_MACH values of the targets we instrument (LLVM's AMDGPU ELF flags)
-MACH = {0x3F: "gfx90a", 0x40: "gfx940", 0x4B: "gfx941", 0x4C: "gfx942", 0x4F: "gfx950"}
+MACH = {0x3F: "gfx90a", 0x40: "gfx940", 0x4B: "gfx941", 0x4C: "gfx942", 0x4F: "gfx950",
+        0x41: "gfx1100", 0x46: "gfx1101", 0x47: "gfx1102", 0x44: "gfx1103", 0x43: "gfx1150", 0x4A: "gfx1151"}  # RDNA 3
 TOOLS = {"objdump": "llvm-objdump-19", "readelf": "llvm-readelf-19", "mc": "llvm-mc-19", "lld": "ld.lld-19"}
-OBJDUMP_LINE = re.compile(r"^\s+(\S.*?)\s+//\s+([0-9A-Fa-f]+):")
+OBJDUMP_LINE = re.compile(r"^\s+(\S.*?)\s*//\s+([0-9A-Fa-f]+):")  # \s*: a long line (gfx11's s_delay_alu) touches the //
 BRANCH = re.compile(r"^(s_branch|s_cbranch_\w+)\s+(\d+)$")
 
 
@@ -216,7 +217,9 @@ def _descriptor(path: Path, kernel: str) -> list[str]:
     # reserved explicitly so that raising the counts keeps room for them.
     body = []
     for line in lines[1:-1]:
-        key = line.split()[0]
+        key = line.split()[0] if line.strip() else ";"
+        if key.startswith(";"):
+            continue  # gfx11: fields the assembler does not take (`; SHARED_VGPR_COUNT 0`) are printed as comments
         if key == ".amdhsa_reserve_xnack_mask":
             continue  # the target id decides it; the disassembler's 0 contradicts an xnack-any target
         body.append("\t\t" + (".amdhsa_reserve_vcc 1" if key == ".amdhsa_reserve_vcc" else line.strip()))

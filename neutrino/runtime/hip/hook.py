@@ -5,7 +5,7 @@ launches of functions we asked for. A launch is probed synchronously, one
 stage after the other, each in its own function:
 
     build      the module's code object (bundle entry for the device) → assembly
-               (codeobj.disassemble) → instrument_gcn → code object, loaded with
+               (codeobj.disassemble) → engine.instrument → code object, loaded with
                the real hipModuleLoadData; once per function
     buffers    one device buffer per map, sized by neutrino.trace.map_buffer_bytes
                (wave64 units), zero-filled
@@ -31,10 +31,12 @@ from pathlib import Path
 import attrs
 
 from neutrino import maps as tracefmt
-from neutrino.engine_gcn import instrument_gcn
+from neutrino.engine import instrument
 from neutrino.errors import NeutrinoError
 from neutrino.isa.gcn import metadata, parse_module
-from neutrino.probefile import ProbeFile
+from neutrino.isa.gcn.target import GCN
+from neutrino.isa.rdna.target import RDNA
+from neutrino.probe_model import ProbeFile
 from neutrino.runtime.build import ShimBuildError, compiler
 from neutrino.runtime.codecache import default_cache_dir
 from neutrino.runtime.hip import codeobj
@@ -206,7 +208,7 @@ class HipHook:
         elf = codeobj.code_object_for(self.modules[module], self.target)
         target = codeobj.elf_target(elf)
         asm = codeobj.disassemble(elf)
-        result = instrument_gcn(asm, self.probes, kernel=kernel, source=f"<code object {kernel}>")
+        result = instrument(asm, self.probes, kernel=kernel, source=f"<code object {kernel}>", isa=isa_for(target))
         info = result.kernels[kernel]
         image = codeobj.assemble(result.ptx, target)
         handle, fn = C.c_void_p(), C.c_void_p()
@@ -290,6 +292,11 @@ class HipHook:
                          result=rel)
 
 
+def isa_for(target: str | None):
+    """The ISA of a device's code: RDNA for gfx11 (wave32; probes loaded for it, --arch gfx11xx), else CDNA's GCN."""
+    return RDNA if (target or "").startswith("gfx11") else GCN
+
+
 def start(probes: ProbeFile, tracedir: str | os.PathLike, *, target: str | None = None,
           kernels: frozenset[str] | None = None) -> HipHook:
     """Hook HIP in this process: the shim must be LD_PRELOADed already (it is found by its exported symbol)."""
@@ -324,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, LD_PRELOAD=":".join(filter(None, [str(build_hip_shim()), os.environ.get("LD_PRELOAD")])))
         os.execve(sys.executable, [sys.executable, "-m", "neutrino.runtime.hip.hook", *(argv or sys.argv[1:])], env)
     try:
-        probes = load_probes(args.probe, isa="gcn")
+        probes = load_probes(args.probe, isa=isa_for(args.arch or os.environ.get("NEUTRINO_HIP_ARCH")).name)
     except NeutrinoError as e:
         print(f"neutrino: {e}", file=sys.stderr)
         return 2

@@ -29,6 +29,9 @@ def _chain():
 def _start():
     import os
     import sys
+    import time
+
+    started = time.perf_counter()  # the `wire` phase counts from here (runtime/phases.py)
 
     if not os.environ.get("NEUTRINO_OPTIONS"):
         return
@@ -38,7 +41,7 @@ def _start():
     try:
         from neutrino.runtime import bootstrap
 
-        bootstrap.start(embedded=bool(os.environ.get("NEUTRINO_EMBEDDED")))
+        bootstrap.start(embedded=bool(os.environ.get("NEUTRINO_EMBEDDED")), started=started)
     except Exception as e:  # noqa: BLE001 - the program must run even if we cannot
         sys.stderr.write(f"neutrino: runtime not started ({type(e).__name__}: {e}); kernels run unprobed\n")
 

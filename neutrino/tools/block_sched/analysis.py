@@ -201,6 +201,33 @@ def sm_stats(sm: int, start: np.ndarray, end: np.ndarray, slot: np.ndarray) -> S
                    work=int((end - start).sum()), gaps=gaps, slots=int(slot.max()) + 1)
 
 
+def _per_sm_stats(tl: BlockTimeline, bounds: np.ndarray) -> list[SMStats]:
+    """sm_stats of every SM's run of blocks (tl sorted by SM, then start), computed for all SMs at once:
+    per-SM numpy calls on a few blocks each cost more than the work (the exit hook runs this per launch)."""
+    if len(tl) == 0:
+        return []
+    lo = bounds[:-1]
+    group = np.repeat(np.arange(len(lo)), np.diff(bounds))
+    start, end = tl.start.astype(np.int64), tl.end.astype(np.int64)
+    # The running max of end within each SM: offset each SM's values above every earlier SM's.
+    low, high = int(min(start.min(), end.min())), int(max(start.max(), end.max()))
+    offset = group * (high - low + 1)
+    reach = np.maximum.accumulate(end - low + offset) - offset + low
+    holes = start[1:] - reach[:-1]
+    inside = group[1:] == group[:-1]  # a hole between two blocks of one SM
+    gap_mask = inside & (holes > 0)
+    gaps_by_sm = np.split(holes[gap_mask].astype(np.int64), np.searchsorted(np.flatnonzero(gap_mask),
+                                                                             bounds[1:-1] - 1))
+    last = bounds[1:] - 1
+    spans = (reach[last] - start[lo]).tolist()
+    works = np.add.reduceat(end - start, lo).tolist()
+    slots = (np.maximum.reduceat(tl.slot, lo) + 1).tolist()
+    sms, counts = tl.sm[lo].tolist(), np.diff(bounds).tolist()
+    return [SMStats(sm=int(sms[i]), blocks=int(counts[i]), span=int(spans[i]),
+                    busy=int(spans[i]) - int(gaps_by_sm[i].sum()), work=int(works[i]), gaps=gaps_by_sm[i],
+                    slots=int(slots[i])) for i in range(len(lo))]
+
+
 def _ratio_to_mean(values: np.ndarray) -> float:
     mean = float(values.mean()) if len(values) else 0.0
     return float(values.max()) / mean if mean > 0 else float("nan")
@@ -208,10 +235,8 @@ def _ratio_to_mean(values: np.ndarray) -> float:
 
 def summarize(tl: BlockTimeline) -> BlockSchedStats:
     """The statistics of spec/analysis.md for one launch's timeline."""
-    per_sm = []
     bounds = np.flatnonzero(np.r_[True, tl.sm[1:] != tl.sm[:-1], True]) if len(tl) else np.zeros(1, int)
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        per_sm.append(sm_stats(tl.sm[lo], tl.start[lo:hi], tl.end[lo:hi], tl.slot[lo:hi]))
+    per_sm = _per_sm_stats(tl, bounds)
     nan = float("nan")
     if not per_sm:
         return BlockSchedStats(tl.time_unit, tl.synchronized, 0, 0, 0, (), 0, 0, nan, nan, nan, nan,
@@ -221,8 +246,9 @@ def summarize(tl: BlockTimeline) -> BlockSchedStats:
     counts = np.array([s.blocks for s in per_sm], dtype=np.float64)
     # The end of each SM's last block, on the common axis (exact when synchronized,
     # else assuming all SMs started together at their own origin).
-    last_end = np.array([int(tl.end[tl.sm == s.sm].max()) for s in per_sm], dtype=np.int64)
-    first_start = np.array([int(tl.start[tl.sm == s.sm].min()) for s in per_sm], dtype=np.int64)
+    # (the blocks are sorted by SM: one reduction per SM's run, not a mask over every block per SM)
+    last_end = np.maximum.reduceat(tl.end, bounds[:-1]).astype(np.int64)
+    first_start = np.minimum.reduceat(tl.start, bounds[:-1]).astype(np.int64)
     launch_start = int(first_start.min())
     span = int(last_end.max()) - launch_start
     tail = int(last_end.max() - last_end.min())

@@ -9,11 +9,15 @@ accessed at least once, in address order, so buffers that lie gigabytes apart
 sit next to each other instead of being squeezed into one pixel row each.
 `DmatHistogram.regions()` says which address ranges the rows show.
 
-Clocks are `%clock64` of the SM that ran the thread. With `time_base="raw"`
-(default) the time axis is the raw counter, which is only approximately
-aligned across SMs (see spec/analysis.md); `time_base="block"` measures each
-access from its block's first access, which is exact but folds all blocks
-onto one time origin.
+The time field is `%clock64` of the SM that ran the thread (the built-in
+tool), or `%globaltimer` nanoseconds (a field named `gtime`/`globaltimer`/
+`gstart`, or one the probe loads with `FIELD = nl.time()` / `mov.u64 %FIELD,
+%globaltimer`). With `time_base="raw"` (default) the time axis is measured
+from the launch's first recorded access: in ns on the GPU's one clock for
+%globaltimer (exact across SMs), in cycles of unaligned SM counters for
+%clock64 (approximate across SMs, see spec/analysis.md "Clocks");
+`time_base="block"` measures each access from its block's first access,
+which is exact for both but folds all blocks onto one time origin.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from neutrino.analysis import _common as C
 
 MAP_NAMES = ("dmat",)
 HAS_PLOTS = True
-CLOCK_FIELDS = ("clock", "clk", "time", "lclock", "start")
+CLOCK_FIELDS = ("clock", "clk", "time", "lclock", "start", "gtime", "globaltimer", "gstart")
+# Time fields that hold %globaltimer nanoseconds (one clock for the GPU) by their name.
+GLOBAL_TIME_FIELDS = ("gtime", "globaltimer", "gstart")
 ADDR_FIELDS = ("addr", "address")
 
 
@@ -170,7 +176,13 @@ class LaunchResult:
     index: int
     kernel: str
     time_base: str
-    hist: DmatHistogram
+    hist: DmatHistogram  # t0 and t_span in time_unit
+    time_unit: str = "cycles"  # "ns" when the time field is %globaltimer
+
+    @property
+    def synchronized(self) -> bool:
+        """Whether times of different SMs are on one clock (%globaltimer)."""
+        return self.time_unit == "ns"
 
 
 def _relative_to_block(clock: np.ndarray, block: np.ndarray, block_min: np.ndarray) -> np.ndarray:
@@ -184,6 +196,7 @@ def analyze_launch(launch, md, probe_text: str | None = None, *, time_base: str 
         raise C.AnalysisError(f"dmat: unknown time base {time_base!r} (raw or block)")
     clock_f = C.find_field(md.dtype, CLOCK_FIELDS, map_name=md.name)
     addr_f = C.find_field(md.dtype, ADDR_FIELDS, map_name=md.name)
+    time_unit = "ns" if clock_f in GLOBAL_TIME_FIELDS or C.field_is_globaltimer(probe_text, clock_f) else "cycles"
     upb = C.units_per_block(md.level, launch.block)
 
     block_min = None
@@ -206,30 +219,44 @@ def analyze_launch(launch, md, probe_text: str | None = None, *, time_base: str 
     for clock, addr in chunks():
         builder.add(clock, addr)
     return LaunchResult(index=int(launch.index), kernel=launch.kernel, time_base=time_base,
-                        hist=builder.result())
+                        hist=builder.result(), time_unit=time_unit)
 
 
-def kernel_numbers(results: list[LaunchResult]) -> dict[str, int]:
-    """The report row's quantities as numbers, for `report --format csv|json`."""
+def kernel_numbers(results: list[LaunchResult]) -> dict[str, int | None]:
+    """The report row's quantities as numbers, for `report --format csv|json` (a span is None when
+    no launch recorded that clock)."""
+    cycles = [r.hist.t_span for r in results if not r.synchronized]
+    ns = [r.hist.t_span for r in results if r.synchronized]
     return {"accesses": sum(r.hist.accesses for r in results),
             "lines": max((len(r.hist.lines) for r in results), default=0),
             "regions": max((len(r.hist.regions()) for r in results), default=0),
-            "clock_span": max((r.hist.t_span for r in results), default=0)}
+            "clock_span": max(cycles) if cycles else None, "span_ns": max(ns) if ns else None}
 
 
 def kernel_summary(results: list[LaunchResult]) -> dict[str, str]:
     """The report row: kernel_numbers, for reading."""
     n = kernel_numbers(results)
     return {"accesses": C.fmt_num(n["accesses"]), "lines": C.fmt_num(n["lines"]),
-            "regions": C.fmt_num(n["regions"]), "clock span": C.fmt_num(n["clock_span"])}
+            "regions": C.fmt_num(n["regions"]), "clock span": C.fmt_num(n["clock_span"]),
+            "span (ns)": C.fmt_num(n["span_ns"])}
+
+
+def time_label(r: LaunchResult) -> str:
+    """The time axis: its origin, its unit and its clock."""
+    if r.synchronized:
+        origin = "each block's first access" if r.time_base == "block" else "the launch's first access"
+        return f"time since {origin} (ns, %globaltimer)"
+    if r.time_base == "block":
+        return "clock cycles since the first access of each block (%clock64)"
+    return "clock cycles since the first access (%clock64 of each SM, not aligned across SMs)"
 
 
 def describe(r: LaunchResult) -> dict:
     """What the picture shows, written next to it as JSON."""
     h = r.hist
     return {
-        "kernel": r.kernel, "launch": r.index, "time_base": r.time_base,
-        "x": "time (clock cycles), left to right", "y": "address, bottom to top",
+        "kernel": r.kernel, "launch": r.index, "time_base": r.time_base, "time_unit": r.time_unit,
+        "x": f"{time_label(r)}, left to right", "y": "address, bottom to top",
         "time_bins": int(h.counts.shape[0]), "addr_bins": int(h.counts.shape[1]),
         "t0": int(h.t0), "t_span": int(h.t_span), "granule": h.granule, "densified": h.densified,
         "accesses": h.accesses, "lines": int(len(h.lines)),
@@ -238,18 +265,18 @@ def describe(r: LaunchResult) -> dict:
 
 
 def figure(r: LaunchResult):
-    """The histogram: time to the right, address upwards, one tick and a grey line per address region,
-    colour = accesses per cell on a log scale (white = none)."""
+    """The histogram: time to the right (from the origin time_label names, in the result's unit), address
+    upwards, one tick and a grey line per address region, colour = accesses per cell on a log scale
+    (white = none)."""
     from neutrino.analysis.plot import NoPlot, density_figure
 
     h = r.hist
     if h.accesses == 0:
         raise NoPlot("no access recorded")
     regions = h.regions()
-    clock = "clock cycles since the first access" + (" of each block" if r.time_base == "block" else
-                                                     " (SM clocks, not aligned across SMs)")
     return density_figure(
-        h.counts, title=f"DMAT: launch {r.index} {r.kernel[:60]}", xlabel=clock, clabel="accesses per cell (log scale)",
+        h.counts, title=f"DMAT: launch {r.index} {r.kernel[:60]}", xlabel=time_label(r),
+        clabel="accesses per cell (log scale)",
         ylabel=f"address ({h.granule}-byte lines{', accessed lines only' if h.densified else ''})",
         extent=(0, h.t_span, 0, h.counts.shape[1]),
         hlines=[g["bin_lo"] for g in regions[1:]][:64],

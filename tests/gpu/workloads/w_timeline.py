@@ -4,6 +4,8 @@ plain    STEPS steps
 profile  STEPS steps, all under torch.profiler: OUT.json gets the profile's kernels (name -> count)
 self     2 steps, then STEPS under torch.profiler, then 2 more: the program's own profile while
          Neutrino's timeline runs (OUT.json as for profile, plus the chrome trace's kernel count)
+ranged   STEPS steps, each in torch.cuda.nvtx.range("eager_step"), all in neutrino.annotate("loop"),
+         with no synchronization between steps (the host runs ahead of the GPU)
 """
 import json
 import sys
@@ -56,6 +58,14 @@ def main(mode, out, steps):
     if mode == "plain":
         for _ in range(steps):
             step(a, b)
+    elif mode == "ranged":
+        import neutrino
+
+        torch.cuda.synchronize()
+        with neutrino.annotate("loop"):
+            for _ in range(steps):
+                with torch.cuda.nvtx.range("eager_step"):
+                    step(a, b)
     elif mode == "self":
         for _ in range(2):
             step(a, b)

@@ -1,4 +1,4 @@
-"""What the GCN passes learn and decide about one kernel, and the registers they take.
+"""GCN's register model: what the passes learn about one kernel, and the registers they take.
 
 Probe code may only write registers the kernel never touches: SGPRs and
 VGPRs from the first one above the kernel's own (its descriptor's counts and
@@ -13,12 +13,13 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import ir
+from neutrino.isa.gcn.dialect import GFX9, Dialect
 from neutrino.isa.gcn.parser import parse_operand
+from neutrino.passes.state import KernelState
 
 #: highest SGPR count a gfx9 kernel may address (s0..s101), less vcc, flat_scratch and xnack_mask
 ADDRESSABLE_SGPRS = 102
 ARCH_VGPRS = 256
-ORIGIN_PASS = "gcn"
 
 
 @attrs.define(eq=False)
@@ -60,32 +61,20 @@ class Registers:
 
 
 @attrs.define(eq=False)
-class GcnSite:
-    probe: str
-    where: str  # before / after
-    kind: str  # entry / exit / instruction
-    anchor: ir.Instruction | None
-    code: list = attrs.Factory(list)  # filled by operand resolution: GCN instructions and abstract SAVEs
+class GcnKernelState(KernelState):
+    """A KernelState (`function` is the ir.Kernel view) with what GCN needs besides: descriptor, registers, entry/exit code."""
 
-
-@attrs.define(eq=False)
-class GcnKernelState:
-    name: str
-    descriptor: ir.Descriptor
-    label: ir.Label
-    originals: list[ir.Instruction]
-    registers: Registers
-    sites: list[GcnSite] = attrs.Factory(list)
-    skipped: list[dict] = attrs.Factory(list)
-    renames: dict[str, ir.RegRange] = attrs.Factory(dict)  # probe register → physical registers
-    maps: list[str] = attrs.Factory(list)
-    levels: set[str] = attrs.Factory(set)  # levels whose unit index the lowered SAVEs need
-    entry_code: list[ir.Instruction] = attrs.Factory(list)  # runs before the kernel's first instruction
-    exit_code: list[ir.Instruction] = attrs.Factory(list)  # runs before every s_endpgm, after the exit probes
-    exits: list[ir.Instruction] = attrs.Factory(list)  # the kernel's s_endpgm instructions
-    params: list[dict] = attrs.Factory(list)  # kernel arguments we append
-    kernarg_size: int = 0
-    old_counts: dict[str, int] = attrs.Factory(dict)
+    descriptor: ir.Descriptor = attrs.field(kw_only=True)
+    label: ir.Label = attrs.field(kw_only=True)
+    registers: Registers = attrs.field(kw_only=True)
+    entry_code: list[ir.Instruction] = attrs.field(kw_only=True, factory=list)  # runs before the kernel's first instruction
+    exit_code: list[ir.Instruction] = attrs.field(kw_only=True, factory=list)  # before every s_endpgm, after the exit probes
+    kernarg_size: int = attrs.field(kw_only=True, default=0)
+    old_counts: dict[str, int] = attrs.field(kw_only=True, factory=dict)
+    spliced: bool = attrs.field(kw_only=True, default=False)  # buffer addressing put the code into the module
+    dialect: Dialect = attrs.field(kw_only=True, default=GFX9)  # what the steps emit for this kernel's target
+    before_point: dict = attrs.field(kw_only=True, factory=dict)  # id(insn) → where its before-code goes, when not before it
+    after_point: dict = attrs.field(kw_only=True, factory=dict)  # id(insn) → after which its after-code goes
 
 
 def insn(mnemonic: str, *operands, origin: str, modifiers: tuple[str, ...] = ()) -> ir.Instruction:

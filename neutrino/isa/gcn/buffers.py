@@ -13,14 +13,13 @@ code is spliced in.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, metadata
-from neutrino.passes.gcn.state import GcnKernelState, half, insn
-from neutrino.passes.manager import Context
+from neutrino.isa.gcn.registers import GcnKernelState, half, insn
+from neutrino.passes.build import splice as insert_around
+from neutrino.passes.state import Context
 
 ORIGIN = "buffer-addressing"
 HIDDEN_NEEDED = ("hidden_block_count_x", "hidden_group_size_x")
@@ -29,8 +28,7 @@ UNIFIED_VGPRS = 512  # gfx90a/gfx94x: arch VGPRs and AGPRs share one file of 512
 
 @attrs.frozen
 class GcnBufferAddressing:
-    name: ClassVar[str] = "buffer-addressing"
-    requires: ClassVar[tuple[str, ...]] = ("lower-save",)
+    """GCN's step of the buffer-addressing pass (passes/pipeline.py)."""
 
     def run(self, module: ir.Module, ctx: Context) -> None:
         meta = module.metadata()
@@ -60,27 +58,27 @@ class GcnBufferAddressing:
         metadata.append_arguments(meta, state.name, [{k.lstrip("."): v for k, v in a.items()} for a in new])
 
     def entry_code(self, state: GcnKernelState, meta: ir.Metadata, ctx: Context) -> list[ir.Instruction]:
-        desc, regs = state.descriptor, state.registers
+        desc, regs, d = state.descriptor, state.registers, state.dialect
         kernarg = abi.kernarg_pointer(desc)
         if kernarg is None:
             raise InstrumentError(f"kernel {state.name}: takes no kernel arguments, so probes cannot be given buffers")
         kptr = regs.sgprs("kernarg", 2)
         code = [insn("s_mov_b64", kptr, ir.RegRange("s", kernarg, 2, True), origin=ORIGIN)]
         if state.exit_code or any(site.kind == "exit" for site in state.sites):
-            code.append(insn("s_mov_b64", regs.sgprs("entry_exec", 2), "exec", origin=ORIGIN))
+            code.append(insn(d.mask("s_mov"), regs.sgprs("entry_exec", d.mask_sgprs), d.exec, origin=ORIGIN))
         arrays = [ctx.probes.maps[m] for m in state.maps if ctx.probes.maps[m].type == "array"]
         need_ids = bool(arrays) or "block" in state.levels
         if need_ids:
             code += self.capture_ids(state, desc)
         for param in state.params:
-            code.append(insn("s_load_dwordx2", regs.sgprs(f"map_{param['map']}", 2), kptr, param["offset"], origin=ORIGIN))
+            code.append(insn(d.scalar_load[0], regs.sgprs(f"map_{param['map']}", 2), kptr, param["offset"], origin=ORIGIN))
         if need_ids:
             hidden = {a.get("value_kind"): int(a.get("offset", "0")) for a in metadata.arguments(meta, state.name)}
             missing = [h for h in HIDDEN_NEEDED if h not in hidden]
             if missing or hidden["hidden_group_size_x"] != hidden["hidden_block_count_x"] + 12:
                 raise InstrumentError(f"kernel {state.name}: its implicit arguments lack {', '.join(missing) or 'the v5 layout'}: "
                                       "the grid shape is unknown (compile for code object v5 with implicit arguments)")
-            code.append(insn("s_load_dwordx8", regs.sgprs("grid", 8), kptr, hidden["hidden_block_count_x"], origin=ORIGIN))
+            code.append(insn(d.scalar_load[1], regs.sgprs("grid", 8), kptr, hidden["hidden_block_count_x"], origin=ORIGIN))
         code.append(insn("s_waitcnt", "lgkmcnt(0)", origin=ORIGIN))
         if need_ids:
             code += self.unit_indices(state)
@@ -105,7 +103,7 @@ class GcnBufferAddressing:
     @staticmethod
     def unit_indices(state: GcnKernelState) -> list[ir.Instruction]:
         """Linear workgroup id, threads per workgroup, flat work-item id; the wave's index when a map needs it."""
-        r = state.registers
+        r, d = state.registers, state.dialect
         g = r.sgprs("grid", 8)
         bcx, bcy, sizes_xy, sizes_z = half(g, 0), half(g, 1), half(g, 3), half(g, 4)
         wg, t, gx, gy, gz, tpw = (r.sgprs(n) for n in ("wg", "t", "gx", "gy", "gz", "tpw"))
@@ -117,15 +115,15 @@ class GcnBufferAddressing:
                 insn("s_mul_i32", tpw, gx, gy, origin=ORIGIN), insn("s_mul_i32", tpw, tpw, gz, origin=ORIGIN),
                 insn("s_mul_i32", r.sgprs("blocks"), bcx, bcy, origin=ORIGIN),
                 insn("s_mul_i32", r.sgprs("blocks"), r.sgprs("blocks"), half(g, 2), origin=ORIGIN),
-                # gfx90a/gfx942 pack the work-item ids into v0: x | y << 10 | z << 20
+                # gfx90a/gfx942 and gfx11 pack the work-item ids into v0: x | y << 10 | z << 20
                 insn("v_and_b32_e32", vx, 0x3ff, tid, origin=ORIGIN), insn("v_bfe_u32", vy, tid, 10, 10, origin=ORIGIN),
                 insn("v_bfe_u32", vz, tid, 20, 10, origin=ORIGIN),
-                insn("v_mul_lo_u32", vz, vz, gy, origin=ORIGIN), insn("v_add_u32_e32", vz, vz, vy, origin=ORIGIN),
-                insn("v_mul_lo_u32", vz, vz, gx, origin=ORIGIN), insn("v_add_u32_e32", flat, vz, vx, origin=ORIGIN)]
+                insn("v_mul_lo_u32", vz, vz, gy, origin=ORIGIN), insn(d.add_u32, vz, vz, vy, origin=ORIGIN),
+                insn("v_mul_lo_u32", vz, vz, gx, origin=ORIGIN), insn(d.add_u32, flat, vz, vx, origin=ORIGIN)]
         wave, wpw, unit = r.sgprs("wave"), r.sgprs("waves_per_wg"), r.sgprs("unit_warp")
-        code += [insn("s_add_u32", wpw, tpw, 63, origin=ORIGIN), insn("s_lshr_b32", wpw, wpw, 6, origin=ORIGIN)]
-        if "warp" in state.levels:  # wave64: a wave's index in its workgroup is its first work-item's / 64
-            code += [insn("v_readfirstlane_b32", wave, flat, origin=ORIGIN), insn("s_lshr_b32", wave, wave, 6, origin=ORIGIN),
+        code += [insn("s_add_u32", wpw, tpw, d.wave_lanes - 1, origin=ORIGIN), insn("s_lshr_b32", wpw, wpw, d.wave_shift(), origin=ORIGIN)]
+        if "warp" in state.levels:  # a wave's index in its workgroup is its first work-item's / lanes per wave
+            code += [insn("v_readfirstlane_b32", wave, flat, origin=ORIGIN), insn("s_lshr_b32", wave, wave, d.wave_shift(), origin=ORIGIN),
                      insn("s_mul_i32", unit, wg, wpw, origin=ORIGIN), insn("s_add_u32", unit, unit, wave, origin=ORIGIN)]
         return code
 
@@ -136,7 +134,7 @@ class GcnBufferAddressing:
         The buffer is laid out as on PTX (spec/kernel-json.md): u32 counts[units], then the
         records from align16(4 * units), `cap` records per unit.
         """
-        r = state.registers
+        r, d = state.registers, state.dialect
         base, stride = r.sgprs(f"map_{spec.name}", 2), int(spec.cap) * spec.record_bytes
         units, records = r.sgprs("units"), r.sgprs("records_at")
         per_block = {"thread": r.sgprs("tpw"), "warp": r.sgprs("waves_per_wg")}.get(spec.level)
@@ -159,23 +157,23 @@ class GcnBufferAddressing:
                 insn("s_mov_b32", r.sgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
         slot, count, unit = r.vgprs(f"slot_{spec.name}", 2), r.vgprs(f"count_{spec.name}", 2), r.vgprs("unit_thread")
         lo, hi, offset = r.vgprs("vx"), r.vgprs("vy"), r.vgprs("vz")
-        t, sstride, carry, sink = r.sgprs("t"), r.sgprs("stride"), r.sgprs("carry", 2), r.sgprs("carry_out", 2)
+        t, sstride, carry, sink = r.sgprs("t"), r.sgprs("stride"), r.sgprs("carry", d.mask_sgprs), r.sgprs("carry_out", d.mask_sgprs)
         return code + [
             insn("s_mul_i32", t, r.sgprs("wg"), r.sgprs("tpw"), origin=ORIGIN),
-            insn("v_add_u32_e32", unit, t, r.vgprs("flat_tid"), origin=ORIGIN),
+            insn(d.add_u32, unit, t, r.vgprs("flat_tid"), origin=ORIGIN),
             # counts[unit]
             insn("v_lshlrev_b32_e32", offset, 2, unit, origin=ORIGIN),
             insn("v_add_co_u32_e64", half(count, 0), carry, half(base, 0), offset, origin=ORIGIN),
             insn("v_mov_b32_e32", half(count, 1), half(base, 1), origin=ORIGIN),
-            insn("v_addc_co_u32_e64", half(count, 1), sink, 0, half(count, 1), carry, origin=ORIGIN),
+            insn(d.add_carry_in, half(count, 1), sink, 0, half(count, 1), carry, origin=ORIGIN),
             # records + unit * stride
             insn("s_mov_b32", sstride, stride, origin=ORIGIN),
             insn("v_mul_lo_u32", lo, unit, sstride, origin=ORIGIN), insn("v_mul_hi_u32", hi, unit, sstride, origin=ORIGIN),
             insn("v_add_co_u32_e64", lo, carry, records, lo, origin=ORIGIN),
-            insn("v_addc_co_u32_e64", hi, sink, 0, hi, carry, origin=ORIGIN),
+            insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN),
             insn("v_add_co_u32_e64", half(slot, 0), carry, half(base, 0), lo, origin=ORIGIN),
             insn("v_mov_b32_e32", half(slot, 1), half(base, 1), origin=ORIGIN),
-            insn("v_addc_co_u32_e64", half(slot, 1), sink, half(slot, 1), hi, carry, origin=ORIGIN),
+            insn(d.add_carry_in, half(slot, 1), sink, half(slot, 1), hi, carry, origin=ORIGIN),
             insn("v_mov_b32_e32", r.vgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
 
     @staticmethod
@@ -210,29 +208,29 @@ def _meta_value(meta: ir.Metadata, kernel: str, key: str) -> int | None:
 
 
 def splice(module: ir.Module, ctx: Context) -> None:
-    """All sites' code and each kernel's entry code into the module, in one pass over it."""
+    """All sites' code and each kernel's entry and exit code into the module, in one pass over it."""
+    insert_around(module.items, edits(ctx))
+    for state in ctx.kernels.values():
+        state.spliced = True
+
+
+def edits(ctx: Context, shown=lambda code: code) -> dict:
+    """id(statement) → (code before it, None, code after it), for passes/build.splice; `shown` maps each piece of code."""
     before: dict[int, list] = {}
     after: dict[int, list] = {}
     for state in ctx.kernels.values():
-        if state.entry_code and state.originals:
-            before.setdefault(id(state.originals[0]), []).extend(state.entry_code)
-        entry = [c for s in state.sites if s.kind == "entry" for c in s.code]
-        if entry and state.originals:
-            before.setdefault(id(state.originals[0]), []).extend(entry)
+        first = id(state.originals[0]) if state.originals else None
+        if first is not None:
+            before.setdefault(first, []).extend(shown(state.entry_code))
+            before[first].extend(c for s in state.sites if s.kind == "entry" for c in shown(s.code))
         for site in state.sites:
             if site.kind == "entry":
                 continue
             # code after the kernel's end runs before it: nothing runs after s_endpgm
             target = before if site.where == "before" or site.kind == "exit" else after
-            target.setdefault(id(site.anchor), []).extend(site.code)
+            points = state.before_point if target is before else state.after_point  # an ISA may move code off its anchor
+            target.setdefault(id(points.get(id(site.anchor), site.anchor)), []).extend(shown(site.code))
         for anchor in state.exits if state.exit_code else ():
-            before.setdefault(id(anchor), []).extend(state.exit_code)
-    if not before and not after:
-        return
-    out: list[ir.Statement] = []
-    for item in module.items:
-        key = id(item)
-        out.extend(before.get(key, ()))
-        out.append(item)
-        out.extend(after.get(key, ()))
-    module.items[:] = out
+            before.setdefault(id(anchor), []).extend(shown(state.exit_code))
+    keys = before.keys() | after.keys()
+    return {key: (before.get(key, ()), None, after.get(key, ())) for key in keys}

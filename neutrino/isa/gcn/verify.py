@@ -3,7 +3,7 @@
 Phase 1 (`verify_probe_file`, when the probe file loads): every GCN line of a
 snippet is an admitted instruction whose operands are probe registers,
 helpers, literals or read-only words (`exec` as a source, `hwreg(...)`), and
-writes only probe registers. Phase 2 (`GcnVerifier`, after SAVE lowering):
+writes only probe registers. Phase 2 (`check`, at the verify pass and after every pass with --verify-each):
 the kernel's original instructions are untouched, and the code we insert
 writes only registers the allocator gave out, plus `exec` and SCC that our
 own code restores (spec/verifier.md, "GCN").
@@ -12,21 +12,18 @@ own code restores (spec/verifier.md, "GCN").
 from __future__ import annotations
 
 import re
-from typing import ClassVar
 
-import attrs
-
-from neutrino.errors import Diagnostic, InstrumentError, ProbeError
+from neutrino.errors import Diagnostic, InstrumentError
 from neutrino.isa.gcn import ir
 from neutrino.isa.gcn.semantics import semantics
 from neutrino.isa.gcn.snippets import is_gcn
-from neutrino.passes.manager import Context
-from neutrino.probe_model import HELPERS, ProbeFile
+from neutrino.isa.gcn.registers import SaveOp
+from neutrino.isa.interface import HELPERS
 
 ALLOWED = re.compile(
     r"^(s_(mov|movk|cmov|cselect|add|addc|sub|subb|mul|mul_hi|and|or|xor|andn2|orn2|nand|nor|xnor|not|lshl|lshr|ashr|bfe|bfm|"
-    r"min|max|abs|ff0|ff1|flbit|bcnt0|bcnt1|brev|sext|cmp|cmpk|bitcmp|absdiff|lshl1_add|lshl2_add|lshl3_add|lshl4_add|pack)[a-z0-9_]*"
-    r"|s_memtime|s_memrealtime|s_getreg_b32|s_waitcnt|s_nop|CUID"
+    r"min|max|abs|ff0|ff1|ctz|clz|flbit|bcnt0|bcnt1|brev|sext|cmp|cmpk|bitcmp|absdiff|lshl1_add|lshl2_add|lshl3_add|lshl4_add|pack)[a-z0-9_]*"
+    r"|s_memtime|s_memrealtime|s_sendmsg_rtn_b64|s_getreg_b32|s_waitcnt|s_nop|CUID"
     r"|v_(mov|cndmask|add|sub|subrev|addc|subb|mul|mad|and|or|xor|not|lshl|lshr|ashr|lshlrev|lshrrev|ashrrev|bfe|bfi|bfm|"
     r"min|max|alignbit|mbcnt|bcnt|ffbh|ffbl|readfirstlane|readlane|cvt|add3|lshl_add|add_lshl|and_or|or3|xad|cmp_[a-z]+_[iu](32|64))[a-z0-9_]*)$"
 )
@@ -34,9 +31,17 @@ IMPLICIT_VCC = re.compile(r"(_co_|addc|subb|v_cmp|cndmask).*_e32$")
 #: our passes that set exec: leader predication (restored after the stores) and exit code (nothing runs after it)
 EXEC_WRITERS = frozenset({"save-lowering", "resolve-operands"})
 READ_ONLY = frozenset({"exec", "exec_lo", "exec_hi", "scc", "off"})
+#: per snippet language, admitted-looking instructions its generation lacks, with what to write instead
+#: (gfx11 has no s_memtime/s_memrealtime; s_sendmsg_rtn is gfx11's)
+OTHER_GENERATION = {
+    "gcn": {"s_sendmsg_rtn_b64": "on gfx9 read clocks with s_memtime / s_memrealtime"},
+    "rdna": {"s_memtime": "on gfx11 read the shader clock with s_getreg_b32 %t, hwreg(HW_REG_SHADER_CYCLES, 0, 20)",
+             "s_memrealtime": "on gfx11 read the 100 MHz clock with s_sendmsg_rtn_b64 %t, sendmsg(MSG_RTN_GET_REALTIME)"},
+}
+REALTIME = "sendmsg(MSG_RTN_GET_REALTIME)"  # the one message a probe may send
 
 
-def verify_probe_file(probe_file: ProbeFile) -> list[Diagnostic]:
+def verify_probe_file(probe_file: "ProbeFile") -> list[Diagnostic]:  # noqa: F821 (neutrino.probefile, which calls this)
     problems: list[Diagnostic] = []
     for probe in probe_file.probes:
         for snippet in probe.snippets():
@@ -47,10 +52,16 @@ def verify_probe_file(probe_file: ProbeFile) -> list[Diagnostic]:
     return problems
 
 
-def check_instruction(probe_file: ProbeFile, probe: str, insn: ir.Instruction) -> list[Diagnostic]:
+def check_instruction(probe_file: "ProbeFile",  # noqa: F821
+                       probe: str, insn: ir.Instruction) -> list[Diagnostic]:
     def error(message: str, token: str | None = None, hint: str = "") -> Diagnostic:
         return Diagnostic(probe_file.location(insn.line, token or insn.mnemonic), f"[probe {probe}] {message}", hint=hint)
 
+    lacking = OTHER_GENERATION.get(getattr(probe_file, "isa", "gcn"), {}).get(insn.mnemonic)
+    if lacking:
+        return [error(f"{insn.mnemonic} does not exist on {probe_file.isa.upper()}", hint=lacking)]
+    if insn.mnemonic == "s_sendmsg_rtn_b64" and [str(o) for o in insn.operands[1:]] != [REALTIME]:
+        return [error(f"s_sendmsg_rtn_b64 may only read the clock in probes ({REALTIME})")]
     if not ALLOWED.match(insn.mnemonic) or insn.mnemonic.startswith("v_cmpx"):
         return [error(f"{insn.mnemonic} is not allowed in probes",
                       hint="probes use scalar/vector ALU instructions, s_memtime, s_memrealtime, s_getreg_b32, s_waitcnt and s_nop; "
@@ -81,20 +92,26 @@ def check_instruction(probe_file: ProbeFile, probe: str, insn: ir.Instruction) -
     return out
 
 
-@attrs.frozen
-class GcnVerifier:
-    name: ClassVar[str] = "verify"
-    requires: ClassVar[tuple[str, ...]] = ("lower-save",)
-
-    def run(self, module: ir.Module, ctx: Context) -> None:
-        problems = [] if ctx.probes.verified else verify_probe_file(ctx.probes)
-        if problems:
-            raise ProbeError(problems)
-        for state in ctx.kernels.values():
-            ours = {(r.file, r.first + k) for r in state.registers.taken.values() for k in range(r.count)}
-            for site in state.sites:
-                for insn in site.code:
-                    check_inserted(state.name, insn, ours)
+def check(module: ir.Module, ctx, lowered: bool) -> None:
+    """Phase 2, after any pass: each kernel's original instructions all there, in order, and none inside our code;
+    what we insert writes only registers the allocator gave out (SAVEs still abstract until lowered)."""
+    instruction = ir.Instruction
+    originals = [i for i in module.items if type(i) is instruction and i.origin is None]  # one scan for all kernels
+    for name, state in ctx.kernels.items():
+        mine = originals  # the common case, a module of one kernel: the module's instructions are the kernel's
+        if len(ctx.kernels) > 1 or len(originals) != len(state.originals):
+            own = {id(i) for i in state.originals}
+            mine = [i for i in originals if id(i) in own]
+        if mine != state.originals:  # identity: instructions compare as objects
+            raise InstrumentError(f"kernel {name}: the original instructions were changed by a pass")
+        ours = {(r.file, r.first + k) for r in state.registers.taken.values() for k in range(r.count)}
+        inserted = [c for site in state.sites for c in site.code] + state.entry_code + state.exit_code
+        for insn in inserted:
+            if type(insn) is SaveOp:
+                if lowered:
+                    raise InstrumentError(f"kernel {name}: a SAVE of probe {insn.probe} was not lowered")
+                continue
+            check_inserted(name, insn, ours)
 
 
 def check_inserted(kernel: str, insn: ir.Instruction, ours: set[tuple[str, int]]) -> None:
@@ -103,7 +120,7 @@ def check_inserted(kernel: str, insn: ir.Instruction, ours: set[tuple[str, int]]
     info = semantics(insn)
     for index in info.defs:
         operand = insn.operands[index]
-        if type(operand) is ir.Special and operand.name == "exec" and insn.origin in EXEC_WRITERS:
+        if type(operand) is ir.Special and operand.name in ("exec", "exec_lo") and insn.origin in EXEC_WRITERS:  # exec_lo: wave32
             continue
         for reg in ir.registers_in(operand):
             if any((reg.file, reg.first + k) not in ours for k in range(reg.count)):

@@ -9,16 +9,14 @@ the reason, never guessed. SAVE stays abstract (`SaveOp`) for SAVE lowering.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import attrs
 
 from neutrino.isa.gcn import ir
 from neutrino.isa.gcn.semantics import Access, registers, semantics
 from neutrino.isa.gcn.snippets import is_gcn
 from neutrino.isa.ptx import ir as ptx
-from neutrino.passes.gcn.state import GcnKernelState, GcnSite, SaveOp, half, insn
-from neutrino.passes.manager import Context
+from neutrino.isa.gcn.registers import GcnKernelState, SaveOp, half, insn
+from neutrino.passes.state import Context, Site
 
 ORIGIN = "resolve-operands"
 
@@ -29,8 +27,7 @@ class Skip(Exception):
 
 @attrs.frozen
 class GcnOperandResolution:
-    name: ClassVar[str] = "resolve-operands"
-    requires: ClassVar[tuple[str, ...]] = ("virtualize-registers",)
+    """GCN's step of the resolve-operands pass (passes/pipeline.py)."""
 
     def run(self, module: ir.Module, ctx: Context) -> None:
         probes = {p.name: p for p in ctx.probes.probes}
@@ -48,11 +45,13 @@ class GcnOperandResolution:
                                           "instruction": site.anchor.mnemonic if site.anchor else "", "reason": str(e)})
                     continue
                 kept.append(site)
-                if probe.map and probe.map not in state.maps:
-                    state.maps.append(probe.map)
+                # the probe's map, and every map an explicit `SAVE [ MAP ]` names (the DSL's form): each gets its buffer
+                for name in [probe.map] + [c.map for c in site.code if type(c) is SaveOp]:
+                    if name and name not in state.maps:
+                        state.maps.append(name)
             state.sites = kept
 
-    def resolve_site(self, state: GcnKernelState, site: GcnSite, probe, statements: list, ctx: Context, target: str | None) -> list:
+    def resolve_site(self, state: GcnKernelState, site: Site, probe, statements: list, ctx: Context, target: str | None) -> list:
         helpers = _Helpers(state, site)
         code: list = []
         pending: SaveOp | None = None
@@ -74,7 +73,8 @@ class GcnOperandResolution:
         if site.kind == "exit":
             # At s_endpgm every lane the wave started with has finished, including lanes the last
             # branch turned off: exit code runs on all of them (nothing after it needs exec).
-            return [insn("s_mov_b64", "exec", state.registers.sgprs("entry_exec", 2), origin=ORIGIN), *prologue, *code]
+            d = state.dialect
+            return [insn(d.mask("s_mov"), d.exec, state.registers.sgprs("entry_exec", d.mask_sgprs), origin=ORIGIN), *prologue, *code]
         if site.kind != "instruction":
             return prologue + code
         # Probe code must leave SCC as it found it: the kernel may compare before the site and branch after it.
@@ -94,15 +94,17 @@ class GcnOperandResolution:
             types = tuple(f.type for f in spec.fields) if len(spec.fields) == len(items) else ("u64",) * len(items)
         else:
             types = (stmt.opcode.modifiers[-1],) * len(items)
-        values = tuple(helpers.operand(_as_gcn(item)) for item in items)
+        values = tuple(helpers.operand(_as_gcn(item), whole=True) for item in items)
         guard = helpers.operand(ir.ProbeReg(stmt.guard.register.name)) if stmt.guard is not None else None
         return SaveOp(map_name, values, types, probe.name, guard)
 
 
 def cuid(dst: ir.RegRange, target: str | None, state: GcnKernelState, probe: str) -> list[ir.Instruction]:
-    """CUID: bits 8-15 of HW_ID (CU, shader array, shader engine); gfx94x also has several dies (XCCs): XCC_ID << 8 on top."""
-    code = [insn("s_getreg_b32", dst, "hwreg(HW_REG_HW_ID)", origin=probe),
-            insn("s_bfe_u32", dst, dst, 0x80008, origin=probe)]  # offset 8, width 8
+    """CUID: bits 8-15 of HW_ID (CU, shader array, shader engine); gfx94x also has several dies (XCCs): XCC_ID << 8 on top.
+    gfx11: bits 10-20 of HW_ID1 (workgroup processor, shader array, shader engine; the dialect's table)."""
+    d = state.dialect
+    code = [insn("s_getreg_b32", dst, f"hwreg({d.hw_id})", origin=probe),
+            insn("s_bfe_u32", dst, dst, d.cu_field, origin=probe)]  # gfx9: offset 8, width 8
     if target and target.startswith("gfx94"):
         xcc = state.registers.sgprs("xcc")
         code += [insn("s_getreg_b32", xcc, "hwreg(HW_REG_XCC_ID)", origin=probe),
@@ -126,13 +128,15 @@ def _as_gcn(item) -> ir.Operand:
 class _Helpers:
     """Resolves the operands of one site; computes ADDR once, on first use."""
 
-    def __init__(self, state: GcnKernelState, site: GcnSite):
+    def __init__(self, state: GcnKernelState, site: Site):
         self.state, self.site = state, site
         self.prologue: list[ir.Instruction] = []
         self.info = semantics(site.anchor) if site.anchor is not None else None
         self.addr: ir.RegRange | None = None
 
-    def operand(self, operand: ir.Operand) -> ir.Operand:
+    def operand(self, operand: ir.Operand, whole: bool = False) -> ir.Operand:
+        """The operand at this site; OUT/INn in an instruction are their first register (spec/gcn.md), in a SAVE
+        (`whole`) the whole value, so SAVE.u64 {OUT} of a 64-bit load saves both halves."""
         if type(operand) is not ir.ProbeReg:
             return operand
         name = operand.name
@@ -144,6 +148,8 @@ class _Helpers:
             reg = self._address()
         else:
             reg = self._operand_helper(name)
+            if operand.half is None and not whole and reg.count > 1:
+                return half(reg, 0)
         if operand.half is None:
             return reg
         if reg.count < 2:
@@ -179,8 +185,8 @@ class _Helpers:
         vaddr = next(ir.registers_in(anchor.operands[access.address[0]]), None)
         saddr = next(ir.registers_in(anchor.operands[access.address[1]]), None) if len(access.address) > 1 else None
         offset = next((int(m.split(":", 1)[1], 0) for m in anchor.modifiers if m.startswith("offset:")), 0)
-        regs = self.state.registers
-        out, carry, sink, tmp = regs.vgprs("addr", 2), regs.sgprs("carry", 2), regs.sgprs("carry_out", 2), regs.vgprs("tmp")
+        regs, d = self.state.registers, self.state.dialect
+        out, carry, sink, tmp = regs.vgprs("addr", 2), regs.sgprs("carry", d.mask_sgprs), regs.sgprs("carry_out", d.mask_sgprs), regs.vgprs("tmp")
         lo, hi = half(out, 0), half(out, 1)
         code = self.prologue
         if saddr is None:  # a 64-bit address in a VGPR pair
@@ -188,10 +194,10 @@ class _Helpers:
         else:  # SGPR base + 32-bit VGPR offset (gfx9 VOP3 reads at most one SGPR)
             code += [insn("v_mov_b32_e32", hi, half(saddr, 1), origin=ORIGIN),
                      insn("v_add_co_u32_e64", lo, carry, half(saddr, 0), vaddr, origin=ORIGIN),
-                     insn("v_addc_co_u32_e64", hi, sink, 0, hi, carry, origin=ORIGIN)]
+                     insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN)]
         if offset:
             code += [insn("v_mov_b32_e32", tmp, offset, origin=ORIGIN),
                      insn("v_add_co_u32_e64", lo, carry, lo, tmp, origin=ORIGIN),
-                     insn("v_addc_co_u32_e64", hi, sink, 0, hi, carry, origin=ORIGIN)]
+                     insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN)]
         self.addr = out
         return out

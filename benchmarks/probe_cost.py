@@ -1,0 +1,335 @@
+"""Where a probe's GPU time goes in a tiny kernel (run on the GPU machine; no torch needed).
+
+    python benchmarks/probe_cost.py [--launches 200] [--replays 200] [--grid 256] [--json OUT.json]
+
+The kernel is Triton's vector add from the corpus (tests/data/corpus/triton/vadd.sm90a.ptx:
+4 warps per block, 1,024 fp32 elements per block; 256 blocks take ~2 µs on an H100, the
+issue-24 workload). It is instrumented here with the engine and loaded with the driver API
+(ctypes), so every variant runs the same kernel through the same launch path:
+
+* plain, `+param` (an unused u64 parameter appended: what the extra parameter costs),
+* block_sched, and block_sched without the probe's global stores (`-stores`; ptxas then drops
+  the probe's arithmetic too) or without the count stores at exit (`-counts`),
+* gmem_bytes, without its global atomics (`-atomics`: an upper bound of what aggregating
+  beyond the warp can save; ptxas drops the reductions with them), with plain stores where the
+  atomics were (`st-not-red`: the atomics' own cost), without the warp reductions (`-redux`), with all warps adding
+  into one row of counters instead of 32 (`one-row`: what the striping buys),
+* block_sched and gmem_bytes with the gate's code removed (`no gate`: what it costs a launch
+  outside graphs, whose pointer is untagged),
+* block_sched and gmem_bytes with the probe gate off (`gated`: the pointer tagged, the gate
+  set, as in a CUDA graph replay that `--launches` leaves out),
+* gmem_bytes lowered as for older targets: a shuffle butterfly (sm_75) or one atomic per lane
+  (sm_2x: what the warp reduction saves), and a hist map whose bucket differs across the warp
+  (8 groups per warp access), grouped with match.any.sync or one atomic per lane (sm_6x).
+
+Measures, GPU alone (a spin kernel holds the GPU while the host enqueues everything, so the
+times are the GPU's): per-launch CUDA-event medians of eager launches (an event between every
+two launches), and per-replay medians of a captured graph of 8 launches. Also registers per
+thread and resident blocks per SM of each variant, and checks the gmem_bytes totals (exact:
+12 bytes per element) with the gate on and zero with it off, and the hist's samples (6 per thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes as C
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from neutrino.engine import instrument  # noqa: E402
+from neutrino.toolbox import load_probe_argument  # noqa: E402
+from neutrino.trace import STRIPES  # noqa: E402
+
+VADD = REPO / "tests" / "data" / "corpus" / "triton" / "vadd.sm90a.ptx"
+BLOCK_ELEMENTS, THREADS = 1024, 128
+HEAD = 256  # bytes before a gated buffer (runtime/graph_ring.HEAD_BYTES); the gate is its last u32 but one
+
+SPIN_PTX = """.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry spin(.param .u64 ns)
+{
+    .reg .b64 %rd<4>;
+    .reg .pred %p1;
+    ld.param.u64 %rd1, [ns];
+    mov.u64 %rd2, %globaltimer;
+    add.u64 %rd1, %rd1, %rd2;
+SPIN:
+    mov.u64 %rd3, %globaltimer;
+    setp.lt.u64 %p1, %rd3, %rd1;
+    @%p1 bra SPIN;
+    ret;
+}
+"""
+
+
+def _drop(ptx: str, pattern: str) -> str:
+    """The probed PTX without the engine's lines matching `pattern` (an ablation, not a tool)."""
+    rx = re.compile(pattern)
+    return "\n".join(line for line in ptx.splitlines() if not (rx.search(line) and "%nt_" in line)) + "\n"
+
+
+# A hist map whose bucket differs across a warp: the low 12 bits of each access's address in
+# buckets of 64 bytes, so 4 lanes (16 bytes each) share a bucket: 8 groups per warp access.
+HIST_PROBE = """
+[map.addr_hist]
+type = "hist"
+buckets = "linear:0:4096:64"
+
+[probe.where]
+position = "ld.global:st.global"
+before = \"\"\".reg .b64 %low; and.b64 %low, ADDR, 4095; SAVE [ addr_hist ] {%low};\"\"\"
+"""
+HIST_ROW = 640  # 66 buckets x 8 bytes, rows 128-byte aligned
+SAMPLES_PER_THREAD = 6  # vadd: 4 loads and 2 stores of 16 bytes per thread
+
+
+def lowered_for(ptx: str, target: str, probes) -> str:
+    """Instrumented as if the module targeted `target` (the lowering picks its warp operations by
+    target), then put back on sm_90a: an older lowering's code, timed on this GPU."""
+    out = instrument(ptx.replace(".target sm_90a", f".target {target}", 1), probes).ptx
+    raised = re.search(r"\.target (\S+)", out).group(1)
+    return out.replace(f".target {raised}", ".target sm_90a", 1)
+
+
+def ungated(ptx: str) -> str:
+    """The probed PTX with the probe gate constant (open): what the gate costs a launch outside graphs."""
+    ptx = _drop(ptx, r"@%nt_gated ld\.global\.u32")
+    return ptx.replace("setp.eq.u32 \t%nt_on, %nt_gate, 0;", "setp.eq.u32 \t%nt_on, 0, 0;")
+
+
+def variants() -> dict[str, tuple[str, str | None]]:
+    """name -> (PTX, the map whose buffer is appended, or None)."""
+    from neutrino.probefile import parse_probes
+
+    plain = VADD.read_text()
+    bs = instrument(plain, load_probe_argument("block_sched", None)).ptx
+    gmem = load_probe_argument("gmem_bytes", None)
+    gb = instrument(plain, gmem).ptx
+    hist = parse_probes(HIST_PROBE, "hist.toml")
+    extra = plain.replace("\t.param .u64 .ptr .global .align 1 vadd_param_5\n",
+                          "\t.param .u64 .ptr .global .align 1 vadd_param_5,\n\t.param .u64 vadd_unused\n", 1)
+    return {
+        "plain": (plain, None),
+        "+param": (extra, "none"),
+        "block_sched": (bs, "block_sched"),
+        "block_sched -stores": (_drop(bs, r"\bst\.global"), "block_sched"),
+        "block_sched -counts": (_drop(bs, r"\bst\.global\.u32 \t\[%nt_cnt"), "block_sched"),
+        "block_sched no gate": (ungated(bs), "block_sched"),
+        "block_sched gated": (bs, "block_sched gated"),
+        "gmem_bytes": (gb, "gmem_bytes"),
+        "gmem_bytes -atomics": (_drop(gb, r"\bred\.global"), "gmem_bytes"),
+        "gmem_bytes -redux": (_drop(gb, r"\bredux\.sync"), "gmem_bytes"),
+        "gmem_bytes st-not-red": (gb.replace("red.global.add.u64", "st.global.u64"), "gmem_bytes"),
+        "gmem_bytes one-row": (gb.replace("and.b32 \t%nt_stripe, %nt_stripe, 31;", "and.b32 \t%nt_stripe, %nt_stripe, 0;"),
+                               "gmem_bytes"),
+        "gmem_bytes no gate": (ungated(gb), "gmem_bytes"),
+        "gmem_bytes gated": (gb, "gmem_bytes gated"),
+        "gmem_bytes shfl (sm_75 lowering)": (lowered_for(plain, "sm_75", gmem), "gmem_bytes"),
+        "gmem_bytes per lane (sm_2x lowering)": (lowered_for(plain, "sm_20", gmem), "gmem_bytes"),
+        "hist match.any": (instrument(plain, hist).ptx, "hist"),
+        "hist per lane (sm_6x lowering)": (lowered_for(plain, "sm_60", hist), "hist"),
+    }
+
+
+class Cuda:
+    def __init__(self):
+        self.lib = C.CDLL("libcuda.so.1")
+        self.check("cuInit", 0)
+        dev, ctx = C.c_int(), C.c_void_p()
+        self.check("cuDeviceGet", C.byref(dev), 0)
+        self.check("cuDevicePrimaryCtxRetain", C.byref(ctx), dev)
+        self.check("cuCtxSetCurrent", ctx)
+        name = C.create_string_buffer(256)
+        self.check("cuDeviceGetName", name, 256, dev)
+        self.name = name.value.decode()
+        self.stream = C.c_void_p()
+        self.check("cuStreamCreate", C.byref(self.stream), 1)
+
+    def check(self, fn: str, *args) -> None:
+        rc = getattr(self.lib, fn)(*args)
+        if rc:
+            raise RuntimeError(f"{fn} failed: CUresult {rc}")
+
+    def function(self, ptx: str, name: str) -> C.c_void_p:
+        mod, f = C.c_void_p(), C.c_void_p()
+        self.check("cuModuleLoadData", C.byref(mod), C.c_char_p(ptx.encode() + b"\0"))
+        self.check("cuModuleGetFunction", C.byref(f), mod, name.encode())
+        return f
+
+    def alloc(self, size: int) -> int:
+        p = C.c_uint64()
+        self.check("cuMemAlloc_v2", C.byref(p), C.c_size_t(size))
+        self.check("cuMemsetD8_v2", p, C.c_ubyte(0), C.c_size_t(size))
+        return p.value
+
+    def attribute(self, f, attr: int) -> int:
+        v = C.c_int()
+        self.check("cuFuncGetAttribute", C.byref(v), attr, f)
+        return v.value
+
+    def occupancy(self, f, threads: int) -> int:
+        v = C.c_int()
+        self.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", C.byref(v), f, threads, C.c_size_t(0))
+        return v.value
+
+    def launch(self, f, grid: int, block: int, params) -> None:
+        self.check("cuLaunchKernel", f, grid, 1, 1, block, 1, 1, 0, self.stream, params, None)
+
+    def event(self) -> C.c_void_p:
+        e = C.c_void_p()
+        self.check("cuEventCreate", C.byref(e), 0)
+        return e
+
+    def record(self, e) -> None:
+        self.check("cuEventRecord", e, self.stream)
+
+    def elapsed_us(self, a, b) -> float:
+        ms = C.c_float()
+        self.check("cuEventElapsedTime", C.byref(ms), a, b)
+        return ms.value * 1e3
+
+    def sync(self) -> None:
+        self.check("cuStreamSynchronize", self.stream)
+
+    def graph(self, enqueue) -> C.c_void_p:
+        g, exe = C.c_void_p(), C.c_void_p()
+        self.check("cuStreamBeginCapture_v2", self.stream, 0)
+        enqueue()
+        self.check("cuStreamEndCapture", self.stream, C.byref(g))
+        self.check("cuGraphInstantiateWithFlags", C.byref(exe), g, C.c_ulonglong(0))
+        return exe
+
+    def replay(self, exe) -> None:
+        self.check("cuGraphLaunch", exe, self.stream)
+
+    def read(self, ptr: int, size: int) -> bytes:
+        buf = C.create_string_buffer(size)
+        self.check("cuMemcpyDtoH_v2", buf, C.c_uint64(ptr), C.c_size_t(size))
+        return buf.raw
+
+
+def pointer_array(values: list) -> C.Array:
+    arr = (C.c_void_p * len(values))(*[C.addressof(v) for v in values])
+    arr._keep = values  # noqa: SLF001 - the values live as long as the array
+    return arr
+
+
+def timed(cuda: Cuda, spin, step, n: int) -> list[float]:
+    """GPU time of each of n steps, the GPU held by a spin kernel while the host enqueues them."""
+    events = [cuda.event() for _ in range(n + 1)]
+    ns = C.c_uint64(2_000_000 + n * 40_000)
+    cuda.launch(spin, 1, 1, pointer_array([ns]))
+    cuda.record(events[0])
+    for i in range(n):
+        step()
+        cuda.record(events[i + 1])
+    cuda.sync()
+    return [cuda.elapsed_us(events[i], events[i + 1]) for i in range(n)]
+
+
+def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
+    f = cuda.function(ptx, "vadd")
+    n = args.grid * BLOCK_ELEMENTS
+    x, y, out = (cuda.alloc(4 * n) for _ in range(3))
+    values = [C.c_uint64(x), C.c_uint64(y), C.c_uint64(out), C.c_uint32(n), C.c_uint64(0), C.c_uint64(0)]
+    head = None
+    if buffer is not None:
+        size = {"gmem": STRIPES * 128, "hist": STRIPES * HIST_ROW}.get(buffer.split()[0].split("_")[0],
+                                                                      16 * args.grid * 4 * 2 + 16 * args.grid * 4)
+        base = cuda.alloc(HEAD + size)
+        head = base + HEAD
+        pointer = head
+        if buffer.endswith("gated"):  # a graph replay left out: tagged pointer, gate set
+            one = C.c_uint32(1)
+            cuda.check("cuMemcpyHtoD_v2", C.c_uint64(head - 8), C.byref(one), C.c_size_t(4))
+            pointer |= 1
+        values.append(C.c_uint64(pointer))
+    params = pointer_array(values)
+    spin = cuda.function(SPIN_PTX, "spin")
+    for _ in range(20):
+        cuda.launch(f, args.grid, THREADS, params)
+    cuda.sync()
+    row = {"variant": name, "registers": cuda.attribute(f, 4), "static_shared": cuda.attribute(f, 1),
+           "local_bytes": cuda.attribute(f, 3), "blocks_per_sm": cuda.occupancy(f, THREADS)}
+    if buffer is not None and buffer.startswith("gmem") and head is not None:
+        cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * 128))
+        cuda.launch(f, args.grid, THREADS, params)
+        cuda.sync()
+        raw = cuda.read(head, STRIPES * 128)
+        words = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)]
+        row["bytes"] = sum(words[r * 16] for r in range(STRIPES))
+        row["active_threads"] = sum(words[r * 16 + 1] for r in range(STRIPES))
+        exact = name in ("gmem_bytes", "gmem_bytes one-row") or "lowering" in name
+        row["bytes_expected"] = 0 if buffer.endswith("gated") else (12 * n if exact else None)
+    if buffer == "hist":
+        cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * HIST_ROW))
+        cuda.launch(f, args.grid, THREADS, params)
+        cuda.sync()
+        raw = cuda.read(head, STRIPES * HIST_ROW)
+        row["bytes"] = sum(int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8))  # samples
+        row["active_threads"] = 0
+        row["label"] = "samples"
+        row["bytes_expected"] = SAMPLES_PER_THREAD * args.grid * THREADS
+    eager = timed(cuda, spin, lambda: cuda.launch(f, args.grid, THREADS, params), args.launches)
+    exe = cuda.graph(lambda: [cuda.launch(f, args.grid, THREADS, params) for _ in range(8)])
+    for _ in range(5):
+        cuda.replay(exe)
+    cuda.sync()
+    graph = timed(cuda, spin, lambda: cuda.replay(exe), args.replays)
+    row["eager_us"] = statistics.median(eager)
+    row["graph8_us"] = statistics.median(graph)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--launches", type=int, default=200)
+    ap.add_argument("--replays", type=int, default=200)
+    ap.add_argument("--grid", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=2, help="all variants, interleaved, this many times (medians)")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    cuda = Cuda()
+    table = variants()
+    rows: dict[str, list[dict]] = {name: [] for name in table}
+    for _ in range(args.rounds):
+        for name, (ptx, buffer) in table.items():
+            try:
+                rows[name].append(measure(cuda, name, ptx, buffer, args))
+            except Exception as e:  # noqa: BLE001 - one variant failing leaves the others
+                print(f"{name}: {type(e).__name__}: {e}", flush=True)
+    out = []
+    base = None
+    print(f"device: {cuda.name}; grid {args.grid} x {THREADS} threads; medians of {args.rounds} rounds")
+    print("| variant | regs | blocks/SM | eager µs/launch | graph of 8, µs/replay | check |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for name, rs in rows.items():
+        if not rs:
+            continue
+        r = dict(rs[0])
+        r["eager_us"] = statistics.median(x["eager_us"] for x in rs)
+        r["graph8_us"] = statistics.median(x["graph8_us"] for x in rs)
+        base = base or r
+        check = ""
+        if "bytes" in r:
+            check = (f"{r.get('label', 'bytes')}={r['bytes']}"
+                     + (f" active={r['active_threads']}" if "label" not in r else ""))
+            if r.get("bytes_expected") is not None:
+                check += " ok" if r["bytes"] == r["bytes_expected"] else f" WRONG (want {r['bytes_expected']})"
+        print(f"| {name} | {r['registers']} | {r['blocks_per_sm']} | {r['eager_us']:.2f} "
+              f"({r['eager_us'] / base['eager_us']:.2f}x) | {r['graph8_us']:.2f} ({r['graph8_us'] / base['graph8_us']:.2f}x) "
+              f"| {check} |", flush=True)
+        out.append(r)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": cuda.name, "rows": out}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

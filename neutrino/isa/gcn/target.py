@@ -1,0 +1,180 @@
+"""AMD GCN (CDNA: gfx90a, gfx942) as the instrumentation core sees it (neutrino/isa/interface.py).
+
+Untested on AMD hardware: what is checked is that every probed kernel
+assembles with LLVM's AMDGPU assembler (`neutrino.llvm_mc`), with its
+descriptor's register counts and kernel arguments grown to match.
+
+GCN lacks three optional steps: a counting variant (`cap = "count"` maps are
+refused by SAVE lowering), target fitting (the inserted code is gfx9 code,
+valid on every target we parse) and pruning (`-k` instruments one kernel
+and leaves the others as they were).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from neutrino import llvm_mc
+from neutrino.errors import InstrumentError
+from neutrino.isa.gcn import abi, ir, parse_module, print_module
+from neutrino.isa.gcn.buffers import GcnBufferAddressing, edits
+from neutrino.isa.gcn.dialect import GFX9, Dialect
+from neutrino.isa.gcn.lower_save import GcnSaveLowering
+from neutrino.isa.gcn.registers import GcnKernelState, Registers, SaveOp
+from neutrino.isa.gcn.resolve import GcnOperandResolution
+from neutrino.isa.gcn.semantics import kernel_exits
+from neutrino.isa.gcn.snippets import register_shape
+from neutrino.isa.gcn.verify import check, verify_probe_file
+from neutrino.passes.build import splice
+
+#: PTX positions a portable probe (the DSL's built-in tools) may name, and the GCN mnemonics they mean
+PORTABLE_POSITIONS = {
+    "ld.global": ("global_load_",), "st.global": ("global_store_",),
+    "atom.global": ("global_atomic_",), "red.global": ("global_atomic_",),
+    "ld.shared": ("ds_read", "ds_load"), "st.shared": ("ds_write", "ds_store"),
+    "mma": ("v_mfma_",), "wgmma": ("v_mfma_",), "wmma": ("v_mfma_",), "bra": ("s_branch", "s_cbranch_"),
+    # selectors of the PTX semantics table (spec/probe-toml.md, "Selectors") the built-in tools name
+    "#memory.global": ("global_load_", "global_store_", "global_atomic_"), "#async_copy.global": (),
+    "#tensor_core": ("v_mfma_",), "#branch": ("s_branch", "s_cbranch_"),
+}
+
+
+def gcn_prefixes(position, dialect: Dialect = GFX9) -> tuple[str, ...]:
+    """GCN mnemonic prefixes of a probe position: GCN prefixes as written, PTX ones through the table
+    (the matrix instructions are the dialect's: MFMA on CDNA, WMMA on RDNA)."""
+    out: list[str] = []
+    for components in position:
+        text = ".".join(components)
+        mapped = [dialect.mma_prefix if gcn == "v_mfma_" else gcn
+                  for ptx, gcns in PORTABLE_POSITIONS.items() if text == ptx or text.startswith(ptx + ".") for gcn in gcns]
+        out.extend(mapped or ([text] if "." not in text else []))
+    return tuple(dict.fromkeys(out))
+
+
+def matcher(module: ir.Module, state: GcnKernelState):
+    """For one kernel: probe → the original instructions whose mnemonic starts with one of its position's prefixes."""
+    def instructions_at(probe) -> list[ir.Instruction]:
+        prefixes = gcn_prefixes(probe.position, state.dialect)
+        return [i for i in state.originals if i.mnemonic.startswith(prefixes)]
+
+    return instructions_at
+
+
+def kernel_state(module: ir.Module, kernel: ir.Kernel, dialect: Dialect = GFX9) -> GcnKernelState:
+    originals = list(ir.instructions(module.items[kernel.start:kernel.end]))
+    return GcnKernelState(kernel, originals=originals, exits=kernel_exits(originals), descriptor=kernel.descriptor,
+                          label=module.items[kernel.start], dialect=dialect,
+                          registers=registers_above(kernel.name, kernel.descriptor, originals, dialect))
+
+
+def registers_above(kernel: str, desc: ir.Descriptor, originals: list[ir.Instruction], dialect: Dialect = GFX9) -> Registers:
+    """The first SGPR and VGPR the kernel leaves free, from its descriptor and every register its code names."""
+    # SGPRs the hardware fills at launch count as the kernel's even where its code never reads them
+    top = {"s": max(desc.get_int("next_free_sgpr"), abi.launched_sgprs(desc)), "v": 0, "a": 0}
+    for insn in originals:
+        for operand in insn.operands:
+            for reg in ir.registers_in(operand):
+                top[reg.file] = max(top[reg.file], reg.last + 1)
+    agprs = desc.get_int("next_free_vgpr") - desc.get_int("accum_offset", 0) if desc.get("accum_offset") else 0
+    # With AGPRs in use, arch VGPRs are those below the accumulation offset; else every one below next_free_vgpr.
+    arch = max(top["v"], desc.get_int("accum_offset")) if (top["a"] or agprs > 0) else max(top["v"], desc.get_int("next_free_vgpr"))
+    extras = 2 * (desc.get_int("reserve_vcc", 1) + desc.get_int("reserve_flat_scratch", 0) + desc.get_int("reserve_xnack_mask", 0))
+    if not dialect.reserved_in_sgprs:  # gfx10+: vcc and the others are registers of their own
+        extras = 0
+    return Registers(kernel, top["s"], arch, dialect.sgpr_limit - extras)
+
+
+def virtualize(module: ir.Module, ctx, state: GcnKernelState) -> None:
+    """`.reg .s64 %t` → an aligned SGPR pair above the kernel's own, `.reg .v32 %x` → one free VGPR.
+
+    Probe registers are shared by name across the probes of a file (a `before`
+    at kernel entry hands values to an `after` at exit), so each gets one home per kernel.
+    """
+    for name, rtype in ctx.probes.registers.items():
+        file, count = register_shape(rtype)
+        take = state.registers.sgprs if file == "s" else state.registers.vgprs
+        state.renames[name] = take("probe" + name, count)
+
+
+def kernel_info(ctx) -> dict[str, dict]:
+    """Per kernel: appended arguments, maps, sites, skipped sites, old and new register counts."""
+    out = {}
+    for name, state in ctx.kernels.items():
+        desc = state.descriptor
+        out[name] = {
+            "name": name,
+            "isa": ctx.isa.name if ctx.isa is not None else "gcn",
+            "params": state.params,
+            "kernarg_size": state.kernarg_size or desc.get_int("kernarg_size"),
+            "maps": [dict(ctx.probes.maps[m].to_json(), lanes=state.dialect.wave_lanes) for m in state.maps],
+            "sites": len(state.sites),
+            "skipped": state.skipped,
+            "matched": dict(state.matched),
+            "registers": {"before": state.old_counts,
+                          "after": {k: desc.get_int(k) for k in ("next_free_sgpr", "next_free_vgpr")}},
+        }
+    return out
+
+
+def show(module: ir.Module, ctx) -> str:
+    """The module as --print-after shows it: GCN keeps each site's code on the site until buffer addressing
+    splices it, so before that it is shown in place in a copy (an abstract SAVE as a comment)."""
+    if not ctx.kernels or all(state.spliced for state in ctx.kernels.values()):
+        return print_module(module)
+    copy = ir.Module(list(module.items), module.source, module.trailing_newline)
+    splice(copy.items, edits(ctx, lambda code: [_shown(c) for c in code]))
+    return print_module(copy)
+
+
+def _shown(item):
+    if type(item) is not SaveOp:
+        return item
+    values = ", ".join(f"{v}:{t}" for v, t in zip(item.values, item.types))
+    guard = f" if {item.guard}" if item.guard is not None else ""
+    return ir.Line(f"\t; SAVE [{item.map}] {{{values}}}{guard} (probe {item.probe})")
+
+
+@attrs.frozen
+class GcnIsa:
+    """GCN behind the Isa interface (neutrino/isa/interface.py): one instance, `GCN`."""
+
+    name: str = "gcn"
+    dialect: Dialect = GFX9  # what differs between the generations sharing these steps (RDNA: neutrino/isa/rdna/)
+    entry_words: tuple[str, str] = ("kernel", "kernels")  # what messages call a kernel, one and many
+    comment: str = ";"
+    resolve_operands = GcnOperandResolution().run
+    lower_save = GcnSaveLowering().run
+    buffer_addressing = GcnBufferAddressing().run
+    counting_variant = None
+    fit_target = None
+    prune = None
+
+    @staticmethod
+    def parse_module(text: str, source: str = "<gcn>") -> ir.Module:
+        return parse_module(text, source)
+
+    @staticmethod
+    def print_module(module: ir.Module) -> str:
+        return print_module(module)
+
+    @staticmethod
+    def entries(module: ir.Module) -> list[ir.Kernel]:
+        return module.kernels()
+
+    def kernel_state(self, module: ir.Module, kernel: ir.Kernel) -> GcnKernelState:
+        target = module.target or ""
+        if self.dialect is GFX9 and target.startswith("gfx1"):  # gfx10+: wave32 and other spellings
+            raise InstrumentError(f"{module.source}: {target} is not a gfx9 (CDNA) target: gfx11 (RDNA 3) is the ISA "
+                                  "'rdna'; gfx10 and gfx12 are not supported")
+        return kernel_state(module, kernel, self.dialect)
+
+    matcher = staticmethod(matcher)
+    virtualize = staticmethod(virtualize)
+    verify_probe_file = staticmethod(verify_probe_file)
+    check = staticmethod(check)
+    kernel_info = staticmethod(kernel_info)
+    show = staticmethod(show)
+    check_assembles = staticmethod(llvm_mc.check)
+
+
+GCN = GcnIsa()

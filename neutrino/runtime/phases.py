@@ -1,0 +1,161 @@
+"""Where a profiled process's own seconds go: start-up, per-module and per-kernel work, exit.
+
+One `PhaseClock` per profiled process (made by bootstrap.py at interpreter start)
+adds up the wall time of each phase (spec/runtime.md, "Start-up and exit phases").
+At exit the runtime writes one `phase` event per phase that ran (spec/trace-format.md);
+with `--timings` the launcher reads them back and prints one line (`timings_line`).
+
+Imports nothing beyond the standard library: it is loaded at interpreter start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+
+# The phases, in the order the timings line names them, each with its group.
+START_PHASES = ("wire", "imports", "tool", "runtime")
+MODULE_PHASES = ("module_ptx",)
+KERNEL_PHASES = ("verify", "cache_lookup", "instrument", "jit", "module_load", "kernel_write")
+EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary")
+PHASES = START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES
+LAUNCHER_PHASES = ("launcher_start", "launcher_check", "launcher_close")
+
+
+class PhaseClock:
+    """Total seconds, count and longest single run per phase name. Thread-safe: module loads
+    and kernel builds may come from several of the program's threads."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._totals: dict[str, list] = {}  # name -> [seconds, count, max_seconds]
+        self._notes: dict[str, dict] = {}  # name -> extra fields of its event (the tool's cache state)
+        self._open: dict[str, float] = {}  # phases begun and not yet ended (begin/end)
+        self._emitted: set[str] = set()
+
+    def add(self, name: str, seconds: float, *, runs: int = 1, **note) -> None:
+        """`runs` 0: more of a run already counted (a kernel's module load in two steps)."""
+        with self._lock:
+            total = self._totals.setdefault(name, [0.0, 0, 0.0])
+            total[0] += seconds
+            total[1] += runs
+            total[2] = max(total[2], seconds)
+            if note:
+                self._notes.setdefault(name, {}).update(note)
+
+    @contextmanager
+    def phase(self, name: str, runs: int = 1):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - started, runs=runs)
+
+    def begin(self, name: str) -> None:
+        """Start a phase that another function ends (end(name)), e.g. across modules."""
+        self._open[name] = time.perf_counter()
+
+    def end(self, name: str) -> None:
+        started = self._open.pop(name, None)
+        if started is not None:
+            self.add(name, time.perf_counter() - started)
+
+    def seconds(self, name: str) -> float:
+        with self._lock:
+            return self._totals.get(name, [0.0])[0]
+
+    def totals(self) -> dict[str, dict]:
+        """name -> {seconds, count, max_seconds, ...notes}, in PHASES order."""
+        with self._lock:
+            names = sorted(self._totals, key=lambda n: PHASES.index(n) if n in PHASES else len(PHASES))
+            return {n: {"seconds": self._totals[n][0], "count": self._totals[n][1],
+                        "max_seconds": self._totals[n][2], **self._notes.get(n, {})} for n in names}
+
+    def emit(self, event, names=None) -> None:
+        """One `phase` event per phase (of `names`, default all) not emitted yet; phases still
+        open are ended first. `event` is TraceDir.event."""
+        for name in list(self._open):
+            if names is None or name in names:
+                self.end(name)
+        for name, fields in self.totals().items():
+            if name in self._emitted or (names is not None and name not in names):
+                continue
+            self._emitted.add(name)
+            event("phase", phase=name, seconds=round(fields.pop("seconds"), 6),
+                  max_seconds=round(fields.pop("max_seconds"), 6), **fields)
+
+
+def process_age(now: float | None = None) -> float | None:
+    """Seconds since this process started (Linux: /proc/self/stat), or None where unknown:
+    the interpreter's own start, before any of our code runs."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        started_ticks = int(fields[19])  # field 22 of proc(5), counted from the state, field 3
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - started_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(age, 0.0)
+
+
+def read_phases(event_log) -> dict[str, dict]:
+    """The `phase` events of one event.log: name -> its fields (plain JSON: no numpy in the launcher)."""
+    out: dict[str, dict] = {}
+    try:
+        with open(event_log, encoding="utf-8") as f:
+            for line in f:
+                if '"phase"' not in line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a truncated last line
+                if isinstance(rec, dict) and rec.get("event") == "phase" and isinstance(rec.get("phase"), str):
+                    out[rec["phase"]] = rec
+    except OSError:
+        pass
+    return out
+
+
+def _group(phases: dict[str, dict], names, label: str, short) -> tuple[float, str]:
+    present = [n for n in names if n in phases]
+    total = sum(float(phases[n].get("seconds", 0.0)) for n in present)
+    parts = ", ".join(f"{short(n)} {float(phases[n].get('seconds', 0.0)):.3f}" for n in present)
+    return total, (f"{label} {total:.3f} s ({parts})" if present else "")
+
+
+def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], program_seconds: float) -> str:
+    """`neutrino: timings: X s added: launcher ..., start ..., modules ..., kernels ..., exit ...; program Y s`.
+
+    X is the sum of every phase below (launcher and every process that wrote a trace);
+    a group lists its phases' seconds. Per-module and per-kernel groups say how many ran."""
+    merged: dict[str, dict] = {}
+    for phases in processes:
+        for name, fields in phases.items():
+            cur = merged.setdefault(name, {"seconds": 0.0, "count": 0})
+            cur["seconds"] += float(fields.get("seconds", 0.0))
+            cur["count"] += int(fields.get("count", 1))
+            if "cache" in fields:
+                cur["cache"] = fields["cache"]
+    merged.update({n: {"seconds": s, "count": 1} for n, s in launcher.items()})
+    groups = []
+    total = 0.0
+    for names, label, short in (
+        (LAUNCHER_PHASES, "launcher", lambda n: n.removeprefix("launcher_")),
+        (START_PHASES, "start", lambda n: n + (f" [{merged[n]['cache']}]" if "cache" in merged.get(n, {}) else "")),
+        (MODULE_PHASES, "modules", lambda n: f"ptx x{merged[n]['count']}"),
+        (KERNEL_PHASES, "kernels", lambda n: f"{n} x{merged[n]['count']}"),
+        (EXIT_PHASES, "exit", lambda n: n.removeprefix("exit_")),
+    ):
+        seconds, text = _group(merged, names, label, short)
+        total += seconds
+        if text:
+            groups.append(text)
+    extra = f" in {len(processes)} processes" if len(processes) > 1 else ""
+    return (f"neutrino: timings: {total:.3f} s added{extra}: " + "; ".join(groups) +
+            f"; program {program_seconds:.3f} s\n")

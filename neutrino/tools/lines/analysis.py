@@ -1,0 +1,399 @@
+"""lines: executed instructions and time per source line (spec/tools.md, "lines").
+
+Input: the hist maps of the `lines` / `lines_light` tools, keyed by indices of
+the kernel's line map, which is rebuilt here from the trace's original.ptx with
+the function the engine used (neutrino/isa/ptx/lines.py):
+
+* `lines_blocks`: bucket 1 + b = threads that executed basic block b. A block's
+  instructions all run when it is entered, so the thread-instructions of line L
+  are Σ_b threads[b] × (instructions of line L in block b): exact.
+* `lines_time`: bucket 1 + (L + 1) × 4 + c = samples of c + 1 clock ticks (c = 3:
+  four or more) spent after a region of line L started (L = -1: the kernel's
+  entry, before any region). One tick is 2^TICK_BITS cycles of %clock64.
+
+The numeric work is in `line_instructions` and `line_ticks` (pure, tested on
+hand-built inputs); `analyze_launch` reads the maps and the PTX.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from neutrino.analysis import _common as C
+
+MAP_NAMES = ("lines_blocks", "lines_time")
+HAS_PLOTS = False
+TICK_BITS = 8  # as neutrino/tools/lines/probe.py
+TICK_CLASSES = 4  # ticks 1, 2, 3, >= 4 per sample
+WARP = 32
+# A line with at least this many line-region probes per instruction of it has its time inflated by them.
+PERTURBED_SITES_PER_INSTRUCTION = 1 / 3
+ENTRY_LABEL = "(kernel entry)"
+
+
+@attrs.frozen
+class LineInfo:
+    label: str  # FILE:LINE
+    file: str | None
+    line: int
+    function: str | None  # the inlined function, when the line is inlined
+    inlined_at: str | None  # FILE:LINE of the outermost call site
+    instructions: int  # static: PTX instructions of the line in the kernel
+    regions: int  # static: line regions (one timing probe each in full mode)
+
+    @property
+    def perturbed(self) -> bool:
+        return self.instructions > 0 and self.regions / self.instructions >= PERTURBED_SITES_PER_INSTRUCTION
+
+
+@attrs.frozen
+class LineTable:
+    """The kernel's lines and, per block, its instructions per line (from the line map)."""
+
+    lines: tuple[LineInfo, ...]
+    block_lines: tuple[tuple[tuple[int, int], ...], ...]  # per block: (line index, instructions)
+    guarded_blocks: tuple[int, ...]  # blocks whose every instruction is guarded (counts filtered by that guard)
+
+
+@attrs.frozen
+class LaunchResult:
+    index: int
+    kernel: str
+    duration_ns: float | None
+    map: str
+    table: LineTable
+    instructions: tuple[int, ...] | None = None  # lines_blocks: thread-instructions per line
+    ticks: tuple[int, ...] | None = None  # lines_time: thread-ticks per line, index 0 = kernel entry
+    clamped: int = 0  # samples of 4 or more ticks (counted as 4)
+    overflow: int = 0  # samples whose key was beyond the map's buckets (not attributed)
+
+
+# ---------------------------------------------------------------- pure functions
+
+
+def line_instructions(block_threads: np.ndarray, table: LineTable) -> tuple[np.ndarray, int]:
+    """Thread-instructions per line from threads per block; also the threads of blocks past the table."""
+    out = np.zeros(len(table.lines), dtype=np.uint64)
+    block_threads = np.asarray(block_threads, dtype=np.uint64)
+    for block, pairs in enumerate(table.block_lines[: len(block_threads)]):
+        for line, count in pairs:
+            out[line] += block_threads[block] * np.uint64(count)
+    extra = int(block_threads[len(table.block_lines):].sum(dtype=np.uint64))
+    return out, extra
+
+
+def line_ticks(samples: np.ndarray, lines: int) -> tuple[np.ndarray, int, int]:
+    """Thread-ticks per line (index 0: kernel entry, 1 + L: line L) from the time map's values
+    (value v = (L + 1) × 4 + c, c + 1 ticks); also the clamped samples and those of keys past `lines`."""
+    samples = np.asarray(samples, dtype=np.uint64)
+    keys = lines + 1
+    usable = samples[: keys * TICK_CLASSES]
+    usable = np.pad(usable, (0, keys * TICK_CLASSES - len(usable)))
+    by_class = usable.reshape(keys, TICK_CLASSES)
+    weights = np.arange(1, TICK_CLASSES + 1, dtype=np.uint64)
+    ticks = (by_class * weights).sum(axis=1, dtype=np.uint64)
+    clamped = int(by_class[:, -1].sum(dtype=np.uint64))
+    overflow = int(samples[keys * TICK_CLASSES:].sum(dtype=np.uint64))
+    return ticks, clamped, overflow
+
+
+def warp_cycles(thread_ticks: int | np.ndarray):
+    """Thread-ticks → cycles of a 32-thread warp (spec/tools.md, lines: time)."""
+    return thread_ticks * (1 << TICK_BITS) / WARP
+
+
+# ---------------------------------------------------------------- the line table of a kernel
+
+
+def table_of(line_map) -> LineTable:
+    lines = []
+    for key, loc in zip(line_map.keys, line_map.key_loc):
+        file, line, site = key
+        label = f"{file or '?'}:{line}" if line else "(no line)"
+        lines.append(LineInfo(label, file, line, loc.function if loc is not None and loc.inlined_at else None,
+                              f"{site[0] or '?'}:{site[1]}" if site else None, 0, 0))
+    static = np.zeros(len(lines), dtype=np.int64)
+    regions = np.zeros(len(lines), dtype=np.int64)
+    for region in line_map.regions:
+        static[region.line] += region.stop - region.start
+        regions[region.line] += 1
+    lines = [attrs.evolve(info, instructions=int(static[i]), regions=int(regions[i])) for i, info in enumerate(lines)]
+    block_lines = tuple(tuple(sorted(line_map.line_counts(block).items())) for block in line_map.blocks)
+    guarded = tuple(b.index for b in line_map.blocks if b.guarded_anchor)
+    return LineTable(tuple(lines), block_lines, guarded)
+
+
+@functools.lru_cache(maxsize=16)
+def _table_cached(ptx_path: str, mtime: float, kernel: str) -> LineTable:
+    from neutrino.isa.ptx import parse_module
+    from neutrino.isa.ptx.lines import build_line_map
+
+    module = parse_module(Path(ptx_path).read_text(errors="replace"), ptx_path)
+    function = module.function(kernel)
+    if function is None or not function.is_entry:
+        raise ValueError(f"{ptx_path}: no entry {kernel!r} to rebuild the line map from")
+    return table_of(build_line_map(module, function))
+
+
+def kernel_ptx(launch) -> Path:
+    """The original.ptx of the launch's kernel: kernel/<k>_<hash>/ next to result/<k>_<hash>.ntr."""
+    result = Path(launch.result_path)
+    path = result.parent.parent / "kernel" / result.stem / "original.ptx"
+    if not path.exists():
+        raise ValueError(f"{path}: not found; the lines analysis rebuilds the kernel's line map from it")
+    return path
+
+
+def line_table(launch) -> LineTable:
+    path = kernel_ptx(launch)
+    return _table_cached(str(path), os.stat(path).st_mtime, launch.kernel)
+
+
+def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
+    if getattr(md, "type", "array") != "hist":
+        raise ValueError(f"map {md.name}: the lines analysis reads the hist map of the lines tool, not a {md.type} map")
+    table = line_table(launch)
+    counts = md.histogram().counts
+    values = counts[1:-1]  # linear:0:N:1: bucket 1 + v holds value v; bucket 0 (below 0) is always empty
+    base = LaunchResult(int(launch.index), launch.kernel, launch.duration_ns, md.name, table)
+    if md.name == "lines_blocks":
+        per_line, extra = line_instructions(values, table)
+        return attrs.evolve(base, instructions=tuple(int(v) for v in per_line), overflow=extra + int(counts[-1]))
+    ticks, clamped, overflow = line_ticks(values, len(table.lines))
+    return attrs.evolve(base, ticks=tuple(int(v) for v in ticks), clamped=clamped, overflow=overflow + int(counts[-1]))
+
+
+# ---------------------------------------------------------------- the kernel's lines, ranked
+
+
+@attrs.frozen
+class KernelLines:
+    table: LineTable
+    instructions: np.ndarray | None  # per line, Σ over launches
+    ticks: np.ndarray | None  # per line + entry, Σ over launches
+    clamped: int
+    overflow: int
+    launches: int
+
+
+def combine(results) -> KernelLines | None:
+    """The launches of one kernel added up (launches of another PTX of the same name are left out)."""
+    if not results:
+        return None
+    table = results[0].table
+    same = [r for r in results if r.table == table]
+    instr = [np.asarray(r.instructions, np.uint64) for r in same if r.instructions is not None]
+    ticks = [np.asarray(r.ticks, np.uint64) for r in same if r.ticks is not None]
+    return KernelLines(table, sum(instr) if instr else None, sum(ticks) if ticks else None,
+                       sum(r.clamped for r in same), sum(r.overflow for r in same),
+                       len({r.index for r in same}))
+
+
+def _share(value: float, total: float) -> str:
+    return f"{100.0 * value / total:.1f}%" if total else "-"
+
+
+def kernel_summary(results) -> dict[str, str]:
+    k = combine(results)
+    if k is None:
+        return {}
+    out = {"lines": str(len(k.table.lines))}
+    if k.instructions is not None:
+        total = int(k.instructions.sum())
+        top = int(np.argmax(k.instructions)) if len(k.instructions) else None
+        out["instructions (threads)"] = C.fmt_num(total)
+        if top is not None:
+            out["top line (instr)"] = f"{k.table.lines[top].label} {_share(int(k.instructions[top]), total)}"
+    if k.ticks is not None:
+        total = int(k.ticks.sum())
+        top = int(np.argmax(k.ticks[1:])) if len(k.ticks) > 1 else None
+        out["time (warp-cycles)"] = C.fmt_num(warp_cycles(total))
+        if top is not None:
+            out["top line (time)"] = f"{k.table.lines[top].label} {_share(int(k.ticks[top + 1]), total)}"
+    return out
+
+
+def kernel_numbers(results) -> dict:
+    k = combine(results)
+    if k is None:
+        return {}
+    out = {"lines": len(k.table.lines)}
+    if k.instructions is not None:
+        out["instructions"] = int(k.instructions.sum())
+    if k.ticks is not None:
+        out["warp_cycles"] = float(warp_cycles(int(k.ticks.sum())))
+    return out
+
+
+def ranked_rows(k: KernelLines, source=None, top: int = 20) -> tuple[list[str], list[list[str]]]:
+    """The report's line table: lines by time (when measured), else by executed instructions."""
+    n = len(k.table.lines)
+    instr = k.instructions if k.instructions is not None else np.zeros(n, np.uint64)
+    ticks = k.ticks if k.ticks is not None else np.zeros(n + 1, np.uint64)
+    total_i, total_t = int(instr.sum()), int(ticks.sum())
+    rank_t = _ranks(ticks[1:]) if k.ticks is not None else None
+    rank_i = _ranks(instr) if k.instructions is not None else None
+    order = np.argsort(-(ticks[1:].astype(np.float64) if k.ticks is not None else instr.astype(np.float64)), kind="stable")
+    headers = ["line", "time rank", "time %", "warp-cycles", "instr rank", "instr %", "instructions", "source"]
+    rows = []
+    for i in order[:top]:
+        info = k.table.lines[i]
+        if not instr[i] and not ticks[i + 1]:
+            continue
+        text = source(info) if source else ""
+        where = info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") + ("~" if info.perturbed and k.ticks is not None else "")
+        rows.append([where, str(rank_t[i]) if rank_t is not None else "-", _share(int(ticks[i + 1]), total_t) if rank_t is not None else "-",
+                     C.fmt_num(warp_cycles(int(ticks[i + 1]))) if rank_t is not None else "-",
+                     str(rank_i[i]) if rank_i is not None else "-", _share(int(instr[i]), total_i) if rank_i is not None else "-",
+                     C.fmt_num(int(instr[i])) if rank_i is not None else "-", text])
+    if k.ticks is not None and ticks[0]:
+        rows.append([ENTRY_LABEL, "-", _share(int(ticks[0]), total_t), C.fmt_num(warp_cycles(int(ticks[0]))), "-", "-", "-", ""])
+    return headers, rows
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """1 for the largest; ties share the best rank."""
+    values = np.asarray(values)
+    order = np.argsort(-values.astype(np.float64), kind="stable")
+    ranks = np.empty(len(values), dtype=np.int64)
+    ranks[order] = np.arange(1, len(values) + 1)
+    for v in np.unique(values):
+        same = values == v
+        ranks[same] = ranks[same].min()
+    return ranks
+
+
+class SourceFiles:
+    """Source lines read once per file; a file that cannot be read shows nothing."""
+
+    def __init__(self, search: tuple[str, ...] = ()):
+        self.search = search
+        self.files: dict[str, list[str] | None] = {}
+
+    def __call__(self, info: LineInfo) -> str:
+        if not info.file or info.line <= 0:
+            return ""
+        if info.file not in self.files:
+            self.files[info.file] = self._read(info.file)
+        lines = self.files[info.file]
+        if not lines or info.line > len(lines):
+            return ""
+        text = lines[info.line - 1].strip()
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    def _read(self, name: str) -> list[str] | None:
+        for base in ("", *self.search):
+            path = Path(base) / name if base else Path(name)
+            try:
+                return path.read_text(errors="replace").splitlines()
+            except (OSError, ValueError):
+                continue
+        return None
+
+
+PERTURBATION_NOTE = (
+    "note: time is sampled in the kernel: every line region reads %clock64 and adds the 256-cycle ticks that "
+    "passed since the previous region start to the line that was running (warp-cycles = thread-ticks x 256 / 32). "
+    "These probes sit between the line's instructions and change how the compiler schedules them: '~' marks lines "
+    "with a probe per 3 instructions or more, whose time is inflated most. Executed instructions are exact and "
+    "unperturbed (block-level counts); lines_light measures them alone at low cost.")
+
+
+def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) -> list[str]:
+    """The report's per-kernel line table (after the tool's summary row), with the perturbation note."""
+    k = combine(results)
+    if k is None:
+        return []
+    headers, rows = ranked_rows(k, SourceFiles(search))
+    out = ["", f"[lines: {kernel}] {k.launches} launch(es)"]
+    out.append(format_table(headers, rows, left=(0, 7)) if rows else "(no line executed)")
+    if all(info.line == 0 for info in k.table.lines):
+        out.append("note: this kernel's PTX has no .loc debug lines: compile CUDA with -lineinfo "
+                   "(Triton always writes them); every instruction is under (no line)")
+    if k.overflow:
+        out.append(f"note: {C.fmt_num(k.overflow)} samples or threads had a block or line index past the map's "
+                   "buckets (a kernel with over 254 blocks or 126 lines) and are not attributed")
+    if k.clamped:
+        out.append(f"note: {C.fmt_num(k.clamped)} time samples spanned 4 ticks or more and count as 4 (a lower bound)")
+    if k.table.guarded_blocks and k.instructions is not None:
+        out.append(f"note: {len(k.table.guarded_blocks)} block(s) have only guarded instructions: their threads are "
+                   "counted when the first one's guard holds")
+    if k.ticks is not None:
+        out.append(PERTURBATION_NOTE)
+    return out
+
+
+# ---------------------------------------------------------------- a table per line, for Parquet / CSV
+
+
+LINE_COLUMNS = ("kernel", "file", "line", "inlined_at", "function", "instructions", "thread_ticks", "warp_cycles",
+                "static_instructions", "perturbed")
+
+
+def line_records(report_) -> list[dict]:
+    """One row per kernel and line of a report (`neutrino.analysis.report.analyze`), columns LINE_COLUMNS;
+    `instructions` / `thread_ticks` are None when the trace has no such map; the kernel entry is line 0."""
+    rows = []
+    for entry in report_.kernels.values():
+        k = combine(entry.results.get("lines", []))
+        if k is None:
+            continue
+        if k.ticks is not None:
+            rows.append(dict(kernel=entry.kernel, file=None, line=0, inlined_at=None, function=ENTRY_LABEL,
+                             instructions=None, thread_ticks=int(k.ticks[0]), warp_cycles=float(warp_cycles(int(k.ticks[0]))),
+                             static_instructions=0, perturbed=False))
+        for i, info in enumerate(k.table.lines):
+            ticks = int(k.ticks[i + 1]) if k.ticks is not None else None
+            rows.append(dict(kernel=entry.kernel, file=info.file, line=info.line, inlined_at=info.inlined_at,
+                             function=info.function,
+                             instructions=int(k.instructions[i]) if k.instructions is not None else None,
+                             thread_ticks=ticks, warp_cycles=None if ticks is None else float(warp_cycles(ticks)),
+                             static_instructions=info.instructions, perturbed=info.perturbed))
+    return rows
+
+
+def main(argv=None) -> int:
+    """`python -m neutrino.tools.lines.analysis TRACE [--parquet OUT.parquet | --csv OUT.csv]`: the per-line table."""
+    import argparse
+    import sys
+
+    from neutrino.analysis import report
+
+    ap = argparse.ArgumentParser(prog="python -m neutrino.tools.lines.analysis", description=main.__doc__)
+    ap.add_argument("trace")
+    ap.add_argument("--parquet")
+    ap.add_argument("--csv")
+    args = ap.parse_args(argv)
+    try:
+        trace, launches = report.load_trace(args.trace)
+    except C.AnalysisError as e:
+        print(f"neutrino: {e}", file=sys.stderr)
+        return 1
+    rows = line_records(report.analyze(trace, launches))
+    if not rows:
+        print(f"neutrino: {args.trace}: no lines or lines_light map in this trace", file=sys.stderr)
+        return 1
+    if args.parquet:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), args.parquet)
+    if args.csv or not args.parquet:
+        import csv
+
+        out = open(args.csv, "w", newline="") if args.csv else sys.stdout
+        writer = csv.DictWriter(out, LINE_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+        if args.csv:
+            out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

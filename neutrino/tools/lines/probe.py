@@ -1,0 +1,71 @@
+"""lines: instructions executed and time spent per source line (.loc debug lines), per launch.
+
+Needs `.loc` lines in the PTX (Triton always; nvcc `-lineinfo`). Two hist maps,
+keyed by the indices of the kernel's line map (neutrino/isa/ptx/lines.py,
+rebuilt by the analysis from the trace's original.ptx):
+
+* `lines_blocks`: at each basic block's first unguarded instruction every thread
+  records `BLOCK` (the block's index): the threads that ran each block. The
+  analysis multiplies by the instructions of each line in the block: exact
+  per-line executed instructions, from one record per block execution.
+* `lines_time`: at the start of every line region (a run of one block with one
+  source line) every thread reads `%clock64` and counts how many multiples of
+  2^TICK_BITS cycles passed since the previous region start (`ticks`); when
+  some did, it records `(previous line + 1) * 4 + min(ticks, 4) - 1`. Summed
+  over threads, ticks x 2^TICK_BITS estimates the thread-cycles spent in each
+  line (line 0: before the first region). This is in-kernel sampling at a fixed
+  clock period, attributed to the region that was running.
+
+The probes at every region constrain scheduling: `lines_light` counts only
+(block-level probes, no clock). Analysis: neutrino/tools/lines/analysis.py.
+"""
+
+from neutrino import Map, probe
+import neutrino.language as nl
+
+TICK_BITS = 8  # one tick = 256 cycles (spec/tools.md, lines)
+
+
+@Map(type="hist", buckets="linear:0:254:1")
+class lines_blocks:
+    """threads that executed each basic block, by BLOCK"""
+
+
+@Map(type="hist", buckets="linear:0:510:1")
+class lines_time:
+    """clock ticks by (line + 1) * 4 + min(ticks, 4) - 1"""
+
+
+last_tick: nl.u64 = 0
+current_line: nl.u64 = 0
+
+
+@probe(pos="kernel", level="thread", before=True)
+def start_ticks():
+    last_tick = nl.clock() >> TICK_BITS
+
+
+@probe(pos="block", level="thread", before=True)
+def count_block():
+    lines_blocks.record(nl.block)
+
+
+@probe(pos="line", level="thread", before=True)
+def tick_line():
+    now: nl.u64 = nl.clock() >> TICK_BITS
+    ticks: nl.u64 = now - last_tick
+    if ticks != 0:
+        if ticks > 4:
+            ticks = 4
+        lines_time.record(current_line * 4 + ticks - 1)
+    last_tick = now
+    current_line = nl.line + 1
+
+
+@probe(pos="kernel", level="thread", after=True)
+def end_ticks():
+    ticks: nl.u64 = (nl.clock() >> TICK_BITS) - last_tick
+    if ticks != 0:
+        if ticks > 4:
+            ticks = 4
+        lines_time.record(current_line * 4 + ticks - 1)

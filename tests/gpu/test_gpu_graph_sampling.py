@@ -1,0 +1,64 @@
+"""Sampling inside CUDA graphs on the GPU (issue 24): `--launches every:K` over replays.
+
+A replay that --launches leaves out runs the probed kernel with its probe gate set
+(passes/buffers.py, runtime/graph_ring.py "Sampling"): it must write nothing, so the
+maps the append kernel leaves alone stay zero, and every selected replay's gmem_bytes
+total is exact (a gated replay that wrote would add its bytes to the next selected one).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import numpy as np
+
+from gpuutil import WORKLOADS, base_env, check_block_sched, gmem_bytes, gpu, run_plain, run_probed, sm_count
+
+pytestmark = gpu
+
+REPLAYS = 1000
+EVERY = 100
+N = 1 << 20
+
+
+def _equal(a, b):
+    x, y = np.load(a), np.load(b)
+    assert sorted(x.files) == sorted(y.files)
+    for k in x.files:
+        assert np.array_equal(x[k], y[k]), f"output {k} differs"
+
+
+def _setup(tmp_path):
+    env = base_env(tmp_path)
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "tc")
+    cmd = [sys.executable, str(WORKLOADS / "w_graphs.py"), "manual"]
+    run_plain(cmd + [str(tmp_path / "plain.npz"), str(REPLAYS)], env)
+    return env, cmd
+
+
+def test_every_kth_replay_is_written_exact(tmp_path):
+    env, cmd = _setup(tmp_path)
+    r, trace = run_probed("gmem_bytes", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env,
+                          "--graphs", "--launches", f"every:{EVERY}")
+    print(r.stderr[-1500:])
+    _equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
+    graph = [la for la in trace.launches if la.graph is not None]
+    per_node = Counter(la.graph for la in graph)
+    print(f"[every:{EVERY}] results per node: {dict(per_node)}")
+    assert len(per_node) == 2 and set(per_node.values()) == {REPLAYS // EVERY}, per_node
+    vadd = [la for la in graph if la.kernel == "vadd"]
+    assert sorted(la.event["replay"] for la in vadd) == list(range(0, REPLAYS, EVERY))
+    sub = type(trace)(trace.path, trace.probe_text, trace.events, vadd)
+    assert gmem_bytes(sub, "vadd") == [3 * 4 * N] * (REPLAYS // EVERY)
+
+
+def test_sampled_block_sched_records_complete(tmp_path):
+    env, cmd = _setup(tmp_path)
+    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env,
+                          "--graphs", "--launches", f"every:{EVERY}")
+    print(r.stderr[-1500:])
+    _equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
+    per_node = Counter(la.graph for la in trace.launches if la.graph is not None)
+    assert len(per_node) == 2 and set(per_node.values()) == {REPLAYS // EVERY}, per_node
+    check_block_sched(trace, sm_count())

@@ -1,0 +1,89 @@
+"""Issue 27 on the GPU: the `lines` tools count exactly and rank the expensive line first.
+
+* loop.ptx (tests/data/lines): per-line executed instructions are known by construction
+  (4, 2 x trips, 4 x trips and 2 instructions per thread on its four lines): `lines` and
+  `lines_light` must give exactly those;
+* a Triton kernel and an nvcc -lineinfo kernel with one deliberately expensive line
+  (marked EXPENSIVE in tests/gpu/workloads/w_lines.py): it is first by executed
+  instructions and by time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from gpuutil import WORKLOADS, base_env, gpu, run_probed
+
+pytestmark = gpu
+
+W_LINES = WORKLOADS / "w_lines.py"
+
+
+def kernel_lines(trace, kernel_part: str):
+    from neutrino.tools.lines import analysis as la
+    from neutrino.analysis import report
+
+    rep = report.analyze(trace, list(trace.launches))
+    names = [k for k in rep.kernels if kernel_part in k]
+    assert names, f"no probed kernel named like {kernel_part}: {list(rep.kernels)}"
+    k = la.combine(rep.kernels[names[0]].results["lines"])
+    assert k is not None, f"{names[0]}: no lines result ({rep.warnings})"
+    return k
+
+
+def expensive_line(mode: str) -> int:
+    """The marked line's number in its source: w_lines.py (Triton) or the .cu it writes (CUDA)."""
+    sys.path.insert(0, str(WORKLOADS))
+    import w_lines
+
+    src = (w_lines.CUDA_SOURCE if mode == "cuda" else W_LINES.read_text()).splitlines()
+    marker = "// EXPENSIVE" if mode == "cuda" else "# EXPENSIVE"
+    return [i + 1 for i, line in enumerate(src) if marker in line][0]
+
+
+@pytest.mark.parametrize("tool", ["lines", "lines_light"])
+def test_loop_counts_are_exact(tool, tmp_path):
+    sys.path.insert(0, str(WORKLOADS))
+    import w_lines
+
+    env = base_env(tmp_path)
+    _, trace = run_probed(tool, [sys.executable, str(W_LINES), "loop"], tmp_path / "t", env)
+    k = kernel_lines(trace, "loopk")
+    threads, trips = w_lines.LOOP_GRID * w_lines.LOOP_BLOCK, w_lines.LOOP_TRIPS
+    by_line = {info.line: int(n) for info, n in zip(k.table.lines, k.instructions)}
+    print(f"loopk {tool}: {by_line}")
+    assert by_line == {10: 4 * threads, 12: 2 * trips * threads, 13: 4 * trips * threads, 15: 2 * threads}
+    if tool == "lines":
+        assert k.ticks is not None and int(k.ticks.sum()) > 0
+        top = max(range(len(k.table.lines)), key=lambda i: k.ticks[i + 1])
+        print(f"loopk time by line: {[(i.line, int(t)) for i, t in zip(k.table.lines, k.ticks[1:])]}")
+        assert k.table.lines[top].line in (12, 13)  # the loop's lines
+
+
+@pytest.mark.parametrize("mode", ["triton", "cuda"])
+def test_expensive_line_is_ranked_first(mode, tmp_path):
+    env = base_env(tmp_path)
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "tc")
+    _, trace = run_probed("lines", [sys.executable, str(W_LINES), mode], tmp_path / "t", env)
+    k = kernel_lines(trace, "expensive_line")
+    labels = [info.label for info in k.table.lines]
+    ours = [i for i, info in enumerate(k.table.lines) if info.line == expensive_line(mode) and
+            (info.file or "").endswith(("w_lines.py", "expensive_line.cu"))]
+    inlined = [i for i, info in enumerate(k.table.lines) if info.inlined_at and info.inlined_at.endswith(f":{expensive_line(mode)}")]
+    print(f"{mode}: lines {labels}")
+    print(f"{mode}: instructions {[int(v) for v in k.instructions]}; ticks {[int(v) for v in k.ticks]}")
+    # the expensive line, or what the compiler inlined into it (sinf/cosf/expf), is first
+    line_rows = set(ours) | set(inlined)
+    assert line_rows, f"line {expensive_line(mode)} not in the line map: {labels}"
+    first_instr = max(range(len(labels)), key=lambda i: k.instructions[i])
+    first_time = max(range(len(labels)), key=lambda i: k.ticks[i + 1])
+    assert first_instr in line_rows, f"first by instructions: {labels[first_instr]}"
+    assert first_time in line_rows, f"first by time: {labels[first_time]}"
+    rep = subprocess.run([sys.executable, "-m", "neutrino.cli", "report", str(trace.path)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    print(rep.stdout[-3000:])
+    assert "[lines: " in rep.stdout and ("tl.sin(acc)" in rep.stdout or "sinf(acc)" in rep.stdout)  # its source text

@@ -1,0 +1,130 @@
+"""Kernels for the lines tool (tests/gpu/test_gpu_lines.py, benchmarks/lines_cost.py): argv[1] is one of
+
+* `loop`: tests/data/lines/loop.ptx (CuPy), whose per-line trip counts are known by construction:
+  LOOP_GRID x LOOP_BLOCK threads each run the loop LOOP_TRIPS times;
+* `triton`: a Triton kernel with one deliberately expensive line (marked EXPENSIVE) in a loop;
+* `cuda`: the same in CUDA C++, compiled here with `nvcc -lineinfo -ptx` and loaded with CuPy;
+* `matmul`: a Triton matmul (tl.dot), for the benchmark.
+
+Each kernel's result is checked against NumPy/PyTorch, so a probe that changed it fails the run.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+LOOP_PTX = HERE.parents[1] / "data" / "lines" / "loop.ptx"
+LOOP_GRID, LOOP_BLOCK, LOOP_TRIPS = 4, 128, 37
+N, ITERS, REPEAT = 1 << 16, 24, 3
+
+CUDA_SOURCE = r"""
+extern "C" __global__ void expensive_line(const float* x, float* y, int n, int iters) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float acc = x[i];
+  for (int k = 0; k < iters; ++k) {
+    acc = sinf(acc) * 0.999f + cosf(acc * 1.001f) + expf(-acc * acc);  // EXPENSIVE
+  }
+  y[i] = acc + x[i];
+}
+"""
+
+
+def reference(x: np.ndarray, iters: int) -> np.ndarray:
+    acc = x.astype(np.float64)
+    for _ in range(iters):
+        acc = np.sin(acc) * 0.999 + np.cos(acc * 1.001) + np.exp(-acc * acc)
+    return acc + x
+
+
+def run_loop():
+    import cupy as cp
+
+    out = cp.zeros(1, np.uint32)
+    cp.RawModule(path=str(LOOP_PTX)).get_function("loopk")((LOOP_GRID,), (LOOP_BLOCK,), (out, np.uint32(LOOP_TRIPS)))
+    cp.cuda.runtime.deviceSynchronize()
+    r2 = r3 = 0
+    while True:  # the kernel's loop, in Python: every thread computes the same value
+        r3 = (r3 + r2) & 0xFFFFFFFF
+        r3 = ((r3 * 3) & 0xFFFFFFFF) ^ r2
+        r2 += 1
+        if r2 >= LOOP_TRIPS:
+            break
+    assert int(out.get()[0]) == r3, "loopk is wrong"
+
+
+def run_cuda():
+    import cupy as cp
+
+    # kept after the run: the report shows the source text of the lines from this file
+    tmp = Path(os.environ.get("W_LINES_DIR") or tempfile.mkdtemp(prefix="w_lines_"))
+    src, ptx = tmp / "expensive_line.cu", tmp / "expensive_line.ptx"
+    src.write_text(CUDA_SOURCE)
+    subprocess.run(["nvcc", "-lineinfo", "-ptx", "-arch=sm_90", str(src), "-o", str(ptx)], check=True)
+    kernel = cp.RawModule(path=str(ptx)).get_function("expensive_line")
+    x = cp.asarray(np.random.RandomState(0).uniform(-1, 1, N).astype(np.float32))
+    y = cp.zeros(N, np.float32)
+    for _ in range(REPEAT):
+        kernel((N // 256,), (256,), (x, y, np.int32(N), np.int32(ITERS)))
+    cp.cuda.runtime.deviceSynchronize()
+    assert np.allclose(y.get(), reference(x.get(), ITERS), atol=1e-3), "expensive_line (CUDA) is wrong"
+
+
+def run_triton():
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def expensive_line_kernel(x_ptr, y_ptr, n, iters, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        acc = x
+        for _ in range(iters):
+            acc = tl.sin(acc) * 0.999 + tl.cos(acc * 1.001) + tl.exp(-acc * acc)  # EXPENSIVE
+        tl.store(y_ptr + offs, acc + x, mask=mask)
+
+    x = torch.rand(N, device="cuda") * 2 - 1
+    y = torch.empty_like(x)
+    for _ in range(REPEAT):
+        expensive_line_kernel[(N // 256,)](x, y, N, ITERS, BLOCK=256)
+    torch.cuda.synchronize()
+    assert np.allclose(y.cpu().numpy(), reference(x.cpu().numpy(), ITERS), atol=1e-3), "expensive_line (Triton) is wrong"
+
+
+def run_matmul():
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        pm, pn = tl.program_id(0), tl.program_id(1)
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+            acc += tl.dot(a, b)
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+    M = Nn = K = 1024
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, Nn, device="cuda", dtype=torch.float16)
+    c = torch.empty(M, Nn, device="cuda", dtype=torch.float32)
+    for _ in range(REPEAT):
+        matmul_kernel[(M // 64, Nn // 64)](a, b, c, M, Nn, K, BM=64, BN=64, BK=32)
+    torch.cuda.synchronize()
+    assert torch.allclose(c, a.float() @ b.float(), atol=1e-1, rtol=1e-2), "matmul is wrong"
+
+
+if __name__ == "__main__":
+    {"loop": run_loop, "cuda": run_cuda, "triton": run_triton, "matmul": run_matmul}[sys.argv[1]]()
+    print(f"w_lines {sys.argv[1]} done", flush=True)

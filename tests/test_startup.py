@@ -1,0 +1,296 @@
+"""Start-up and exit cost (issue 29): phase events, --timings, the checked-probe cache, and what a
+profiled process that probes nothing (or finds every kernel in the code cache) leaves unimported."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import neutrino.trace as nt
+from neutrino.errors import NeutrinoError
+from neutrino.runtime import phases as ph
+from neutrino.runtime.codecache import checked_probe_text
+from neutrino.runtime.launcher import child_env, run_main
+from neutrino.runtime.options import RuntimeOptions
+
+HERE = Path(__file__).parent
+FAKE = HERE / "fakecuda"
+VEC_PTX = HERE / "data" / "corpus" / "nvcc" / "vec.sm90.ptx"
+TOOLS = Path(ph.__file__).resolve().parent.parent / "tools"
+
+# Never loaded by a profiled process unless its analysis asks: the analysis libraries, and the
+# compiler, parser and passes when no kernel is instrumented (spec/runtime.md, "Start-up and exit phases").
+HEAVY = ("pyarrow", "duckdb", "matplotlib", "scipy", "perfetto", "pandas", "pyspark")
+INSTRUMENTATION = ("neutrino.engine", "neutrino.passes", "neutrino.language", "neutrino.isa.ptx.parser",
+                   "neutrino.probefile", "tomlkit")
+
+
+@pytest.fixture(scope="module")
+def fakecuda(tmp_path_factory):
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    from neutrino.runtime import build
+
+    build.build_shim(tmp_path_factory.mktemp("shimcache"))
+    d = tmp_path_factory.mktemp("fakecuda")
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(d / "libcuda.so.1"), str(FAKE / "fakecuda.c")], check=True)
+    return d
+
+
+def _profiled(tmp_path, fakecuda, *options, cache="cache", launches=3):
+    """run_main over the fake driver's Python app (block_sched, the DSL tool with an analyze hook)."""
+    env = {"LD_LIBRARY_PATH": str(fakecuda), "FAKECUDA_LOG": str(tmp_path / "fake.log"), "FAKECUDA_BUFPARAM": "4",
+           "NEUTRINO_CACHE_DIR": str(tmp_path / cache)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    out = tmp_path / f"trace{time.monotonic_ns()}"
+    started = time.perf_counter()
+    try:
+        rc = run_main(["-p", "block_sched", "-o", str(out), *options, "--", sys.executable, str(FAKE / "app.py"),
+                       str(VEC_PTX), "saxpy4", str(launches)])
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return rc, out, time.perf_counter() - started
+
+
+def _phase_events(out: Path) -> dict[str, dict]:
+    return {e["phase"]: e for e in nt.read_events(out / "event.log") if e["event"] == "phase"}
+
+
+def test_phase_events_cold_then_warm(tmp_path, fakecuda):
+    rc, out, wall = _profiled(tmp_path, fakecuda)
+    assert rc == 0
+    cold = _phase_events(out)
+    for name in ("wire", "imports", "tool", "runtime", "module_ptx", "verify", "cache_lookup", "instrument", "jit",
+                 "module_load", "kernel_write", "exit_drain", "exit_timeline", "exit_tables", "exit_hooks",
+                 "exit_summary"):
+        assert name in cold, name
+        e = cold[name]
+        assert 0 <= e["max_seconds"] <= e["seconds"] < wall and e["count"] >= 1, e
+    assert set(cold) <= set(ph.PHASES)
+    assert cold["module_ptx"]["count"] == 1 and cold["instrument"]["count"] == 1
+    assert cold["module_load"]["count"] == 1 and cold["jit"]["count"] == 1  # one kernel
+    assert cold["tool"]["cache"] == "hit"  # the launcher compiled and verified it for the process
+    assert sum(e["seconds"] for e in cold.values()) < wall
+    rc, out, wall = _profiled(tmp_path, fakecuda)  # the same cache: nothing compiled, nothing instrumented
+    warm = _phase_events(out)
+    assert "instrument" not in warm and "jit" not in warm and warm["cache_lookup"]["count"] == 1
+    assert warm["tool"]["cache"] == "hit" and "verify" not in warm  # nor verified again
+
+
+def test_timings_line_sums_the_phases(tmp_path, fakecuda, capfd):
+    rc, out, wall = _profiled(tmp_path, fakecuda, "--timings")
+    assert rc == 0
+    (line,) = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("neutrino: timings:")]
+    total = float(re.search(r"timings: ([\d.]+) s added", line).group(1))
+    parts = [float(x) for x in re.findall(r" ([\d.]+)(?=[,)])", line)]  # every phase's seconds
+    assert abs(sum(parts) - total) < 0.001 * len(parts) + 1e-9
+    logged = _phase_events(out)
+    assert abs(sum(e["seconds"] for e in logged.values()) - (total - sum(parts[:3]))) < 0.01  # all but the launcher's
+    assert "launcher" in line and "exit" in line and "kernels" in line
+    program = float(re.search(r"program ([\d.]+) s", line).group(1))
+    assert 0 < program < wall
+
+
+def test_without_timings_no_line(tmp_path, fakecuda, capfd):
+    rc, _, _ = _profiled(tmp_path, fakecuda, "-q")
+    assert rc == 0 and "timings" not in capfd.readouterr().err
+
+
+PROGRAM = """
+import runpy, sys
+sys.argv = [{app!r}, {ptx!r}, "saxpy4", "2"]
+runpy.run_path({app!r}, run_name="__main__")
+from neutrino.runtime import bootstrap
+bootstrap._state["runtime"].finish()  # the exit work (hooks, summary) before we look
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def _modules_after_run(tmp_path, fakecuda, kernels: tuple[str, ...]) -> set[str]:
+    from neutrino.runtime.build import build_shim
+
+    probe = str(TOOLS / "block_sched" / "probe.py")
+    from neutrino.probefile import parse_probes
+
+    # what the launcher does before the program starts: compile and verify the tool, once
+    checked_probe_text(probe, verify=lambda text: parse_probes(text, probe), root=tmp_path / "cache")
+    env = child_env(RuntimeOptions(probe=probe, tracedir=str(tmp_path / "trace"), kernels=kernels), build_shim())
+    env.update(LD_LIBRARY_PATH=str(fakecuda), FAKECUDA_LOG=str(tmp_path / "log"), FAKECUDA_BUFPARAM="4",
+               NEUTRINO_CACHE_DIR=str(tmp_path / "cache"))
+    code = "import json\n" + PROGRAM.format(app=str(FAKE / "app.py"), ptx=str(VEC_PTX))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return set(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+def _loaded(modules: set[str], names) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_nothing_probed_imports_nothing_heavy(tmp_path, fakecuda):
+    modules = _modules_after_run(tmp_path, fakecuda, ("nomatchxyz",))
+    assert "neutrino.runtime.core" in modules  # the runtime did start (a module was loaded)
+    assert _loaded(modules, HEAVY) == []
+    assert _loaded(modules, INSTRUMENTATION) == []
+
+
+def test_warm_code_cache_instruments_nothing_and_imports_no_compiler(tmp_path, fakecuda):
+    cold = _modules_after_run(tmp_path, fakecuda, ())
+    assert "neutrino.engine" in cold and _loaded(cold, HEAVY) == []  # instrumented once
+    warm = _modules_after_run(tmp_path, fakecuda, ())  # same cache directory
+    assert _loaded(warm, HEAVY) == []
+    assert _loaded(warm, INSTRUMENTATION) == []
+
+
+def test_checked_probe_cache(tmp_path):
+    tool = tmp_path / "mine.py"
+    tool.write_text((TOOLS / "block_sched" / "probe.py").read_text().replace('analyze_hook = "exit_hook.py"',
+                                                                  ""))
+    seen = []
+    text, state = checked_probe_text(tool, verify=seen.append, root=tmp_path / "c")
+    assert state == "miss" and seen == [text] and "block_sched" in text
+    again, state = checked_probe_text(tool, verify=seen.append, root=tmp_path / "c")
+    assert (again, state) == (text, "hit") and len(seen) == 1
+    tool.write_text(tool.read_text() + "\n# edited\n")  # another text: compiled and verified again
+    assert checked_probe_text(tool, verify=seen.append, root=tmp_path / "c")[1] == "miss" and len(seen) == 2
+
+
+def test_checked_probe_cache_never_stores_a_bad_probe(tmp_path):
+    probe = tmp_path / "bad.toml"
+    probe.write_text("[p]\nposition = 'kernel'\nbefore = 'frobnicate %r1;'\n")
+
+    def verify(text):
+        from neutrino.probefile import parse_probes
+
+        parse_probes(text, str(probe))
+
+    for _ in range(2):
+        with pytest.raises(NeutrinoError, match="frobnicate"):
+            checked_probe_text(probe, verify=verify, root=tmp_path / "c")
+    assert not any((tmp_path / "c").rglob("*.toml"))
+    # without a verifier (a profiled process), the text is handed back and nothing is stored
+    assert checked_probe_text(probe, root=tmp_path / "c") == (probe.read_text(), "miss")
+    assert not any((tmp_path / "c").rglob("*.toml"))
+
+
+def test_phase_clock_and_line_known_answer():
+    clock = ph.PhaseClock()
+    clock.add("module_ptx", 0.25)
+    clock.add("module_ptx", 0.75)
+    clock.add("tool", 0.5, cache="hit")
+    clock.begin("exit_summary")
+    events = []
+    clock.emit(lambda name, **fields: events.append(fields))
+    by = {e["phase"]: e for e in events}
+    assert by["module_ptx"] == {"phase": "module_ptx", "seconds": 1.0, "max_seconds": 0.75, "count": 2}
+    assert by["tool"]["cache"] == "hit" and "exit_summary" in by  # an open phase is ended by emit
+    clock.emit(lambda name, **fields: events.append(fields))
+    assert len(events) == 3  # each phase once
+    line = ph.timings_line({"launcher_start": 0.125, "launcher_check": 0.0625},
+                           [{"module_ptx": {"seconds": 1.0, "count": 2}, "tool": {"seconds": 0.5, "cache": "hit"}},
+                            {"module_ptx": {"seconds": 0.5, "count": 1}}], 10.0)
+    assert line.startswith("neutrino: timings: 2.188 s added in 2 processes: launcher 0.188 s (start 0.125, "
+                           "check 0.062); start 0.500 s (tool [hit] 0.500); modules 1.500 s (ptx x3 1.500); "
+                           "program 10.000 s")
+
+
+def test_block_sched_exit_hook_samples_each_kernel(tmp_path, capsys):
+    from neutrino.tools.block_sched import exit_hook as hook_module
+    from neutrino.runtime.callback import load_callback
+    from test_builtin_hook import block_sched_result
+
+    assert [n for n in range(40) if hook_module.sampled(n)] == [0, 1, 2, 3, 4, 8, 16, 32]
+    hook = load_callback(str(Path(hook_module.__file__)))
+    result = str(block_sched_result(tmp_path / "r.bin"))
+    for i in range(20):
+        hook(result, {"index": i, "kernel": "k"})
+    hook.neutrino_finish(None)
+    err = capsys.readouterr().err
+    assert "block_sched k: 20 launch(es) (7 analysed: neutrino report for all), 2 blocks on up to 2 SMs" in err
+
+
+def test_origin_markers_found_as_the_regex_finds_them():
+    """frameworks.first_marker (anchors + windows) gives _NAME_RE.search's leftmost match."""
+    import random
+
+    from neutrino.runtime import frameworks as fw
+
+    names = [b"ncclDevKernel_AllReduce", b"ncclFoo", b"cudnn_x", b"xmma_fprop_k", b"xmma_gemm_q", b"nvjet_abc",
+             b"cutlass_80_tensorop_s", b"cutlass_x", b"sgemm_nn", b"gemv2N_kernel", b"gemv2X", b"_ZN2at6native1f",
+             b"at::native::x", b"loop_add_fusion", b"input_reduce_fusion", b"a_fusion_12\x00", b"wrapped_add",
+             b"wrapped_", b"triton_gemm_1", b"gemm_fusion", b"curand_k", b"csrmv_x", b"splitKreduce_k", b"_ZN3c10x"]
+    rng = random.Random(29)
+    for _ in range(1500):
+        parts = []
+        for _ in range(rng.randint(0, 6)):
+            parts += [rng.randbytes(rng.randint(0, 300)), rng.choice(names + [b"hello", b"fusio", b"ncc"])]
+        image = b"\0".join(parts)
+        expected, got = fw._NAME_RE.search(image), fw.first_marker(image)
+        assert (expected and expected.span()) == (got and got.span()), image
+    for marker, _ in fw._NAME_MARKERS:  # every top-level alternative holds an anchor (keep _ANCHORS in step)
+        for alternative in _top_level_alternatives(marker):
+            assert any(a in alternative for a in fw._ANCHORS), alternative
+
+
+def _top_level_alternatives(pattern: bytes) -> list[bytes]:
+    out, depth, current = [], 0, b""
+    for c in pattern:
+        ch = bytes([c])
+        depth += 1 if ch == b"(" else -1 if ch == b")" else 0
+        if ch == b"|" and depth == 0:
+            out.append(current)
+            current = b""
+        else:
+            current += ch
+    return out + [current]
+
+
+def test_per_sm_statistics_at_once_equal_one_sm_at_a_time():
+    """block_sched's summary computes every SM's statistics in one pass (the exit hook runs it per
+    launch); the per-SM function (sm_stats) is the definition it must equal."""
+    import numpy as np
+
+    from neutrino.analysis import block_sched as bs
+
+    rng = np.random.default_rng(29)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        tl = bs.build_timeline(rng.integers(0, 10000, n), rng.integers(1, 3000, n),
+                               rng.integers(0, int(rng.integers(1, 20)), n), np.arange(n),
+                               units_per_block=int(rng.integers(1, 4)), synchronized=bool(rng.integers(0, 2)))
+        bounds = np.flatnonzero(np.r_[True, tl.sm[1:] != tl.sm[:-1], True])
+        one_by_one = [bs.sm_stats(tl.sm[lo], tl.start[lo:hi], tl.end[lo:hi], tl.slot[lo:hi])
+                      for lo, hi in zip(bounds[:-1], bounds[1:])]
+        at_once = bs._per_sm_stats(tl, bounds)
+        assert [(s.sm, s.blocks, s.span, s.busy, s.work, s.slots, s.gaps.tolist()) for s in one_by_one] == \
+               [(s.sm, s.blocks, s.span, s.busy, s.work, s.slots, s.gaps.tolist()) for s in at_once]
+
+
+def test_process_without_cuda_loads_neither_attrs_nor_numpy(tmp_path):
+    """The `wire` phase, paid by every Python process of a profiled program (compilers, data loaders)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    from neutrino.runtime.build import build_shim
+
+    env = child_env(RuntimeOptions(probe=str(TOOLS / "block_sched" / "probe.py"), tracedir=str(tmp_path / "trace")),
+                    build_shim())
+    code = "import json, sys; print(json.dumps(sorted(sys.modules)))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    modules = set(json.loads(r.stdout))
+    assert "neutrino.runtime.hooks" in modules  # the runtime was wired
+    assert _loaded(modules, ("attr", "attrs", "numpy") + HEAVY) == []
+    assert not (tmp_path / "trace").exists()  # and left no trace directory
