@@ -200,3 +200,95 @@ def test_maps_of_other_names_are_not_compared(tmp_path):
         runs.append(b.close())
     result = D.diff(*runs)
     assert {c.metric for c in result.comparisons} == {"duration_ns"}
+
+
+# --------------------------------------------------------------------- several runs per side
+
+
+def test_runs_test_is_welch_on_the_run_medians():
+    """Runs that differ far more than their launches: p is Welch's t on the log run medians."""
+    rng = np.random.default_rng(4)
+    runs_a = [rng.lognormal(np.log(1000 * f), 0.001, 41) for f in (1.00, 1.05, 0.97, 1.02)]
+    runs_b = [rng.lognormal(np.log(1000 * f), 0.001, 41) for f in (1.08, 1.12, 1.03)]
+    from scipy.stats import ttest_ind
+
+    want = ttest_ind([np.log(np.median(v)) for v in runs_b], [np.log(np.median(v)) for v in runs_a], equal_var=False)
+    assert D.runs_test(D.METRICS["block_span"], runs_a, runs_b) == pytest.approx(want.pvalue, rel=1e-9)
+    c = D.compare_runs(("all", "k", (1, 1, 1), (1, 1, 1)), "block_span", runs_a, runs_b)
+    assert (c.test, c.runs_a, c.runs_b, c.n_a, c.n_b) == ("runs", 4, 3, 164, 123)
+    assert c.ci_low < c.change < c.ci_high
+    # the launch test on the pooled launches calls the same data overwhelmingly significant
+    assert D.compare_samples(("all", "k", (1, 1, 1), (1, 1, 1)), "block_span", np.concatenate(runs_a),
+                             np.concatenate(runs_b)).p < 1e-10 < c.p
+
+
+def test_runs_that_agree_closer_than_their_launches_allow_are_not_believed():
+    """Two runs per side with identical medians: the within-run variance of the median is the floor."""
+    base = np.linspace(0.9, 1.1, 31)
+    runs_a, runs_b = [base * 100, base[::-1] * 100], [base * 101, base[::-1] * 101]
+    p = D.runs_test(D.METRICS["block_span"], runs_a, runs_b)
+    x = np.log(base)
+    sigma = 1.4826 * np.median(np.abs(x - np.median(x)))
+    var = 2 * (np.pi / 2 * sigma**2 / 31 * 2 / 4)  # per side: two runs' variances / 2^2
+    from scipy.stats import t
+
+    assert p == pytest.approx(2 * t.sf(np.log(1.01) / np.sqrt(var), 2), rel=1e-9)
+    assert D.runs_test(D.METRICS["block_span"], runs_a, runs_a) == 1.0
+    assert D.runs_test(D.METRICS["tail_share"], [np.full(4, 0.1)] * 2, [np.full(4, 0.2)] * 2) == 0.0
+
+
+def test_one_run_per_side_falls_back_to_the_launches():
+    rng = np.random.default_rng(2)
+    one, two = [rng.lognormal(5, 0.01, 20)], [rng.lognormal(5, 0.01, 20) for _ in range(2)]
+    c = D.compare_runs(("all", "k", (1, 1, 1), (1, 1, 1)), "block_span", one, two)
+    assert (c.test, c.runs_a, c.runs_b, c.n_b) == ("mwu", 1, 2, 40)
+    assert D.default_min_effect(c) == D.ONE_RUN_MIN_EFFECT
+    assert D.default_min_effect(D.compare_runs(("all", "k", (1, 1, 1), (1, 1, 1)), "block_span", two, two)) == 0
+
+
+def _runs(tmp_path, side, count, *, seed, run_spread, shift=None, kernels=6):
+    return [S.kernel_runs(tmp_path / f"{side}{r}", seed=100 * seed + r, kernels=kernels, launches=12,
+                          run_spread=run_spread, shift=shift) for r in range(count)]
+
+
+def test_a_a_with_run_to_run_noise_finds_nothing_with_several_runs(tmp_path, capsys):
+    """Runs drawn with a 4% per-run scale: several runs per side find nothing; one run per side,
+    launch test alone (--min-effect 0), calls the process noise significant; its default does not."""
+    a = _runs(tmp_path, "a", 4, seed=1, run_spread=0.04)
+    b = _runs(tmp_path, "b", 4, seed=2, run_spread=0.04)
+    several = D.diff(a, b)
+    assert several.comparisons and not several.significant and several.runs == (4, 4)
+    assert {c.test for c in several.comparisons} == {"runs"} and all(c.min_effect == 0 for c in several.comparisons)
+    alone = D.diff(a[0], b[0], min_effect=0)
+    assert len({c.kernel for c in alone.significant}) >= 3  # the failure several runs per side fixes
+    assert not D.diff(a[0], b[0]).significant
+    assert cli.main(["diff", *map(str, a), "--vs", *map(str, b), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["runs"] == [4, 4] and not any(r["significant"] for r in doc["comparisons"])
+    assert {(r["runs_a"], r["runs_b"]) for r in doc["comparisons"]} == {(4, 4)}
+    assert not [n for n in doc["notes"] if "one run" in n]
+
+
+def test_a_real_shift_is_found_with_several_runs(tmp_path, capsys):
+    a = _runs(tmp_path, "a", 5, seed=3, run_spread=0.01)
+    b = _runs(tmp_path, "b", 5, seed=4, run_spread=0.01, shift={"k2": 1.08})
+    result = D.diff(a, b)
+    sig = result.significant
+    assert sig and {c.kernel for c in sig} == {"k2"} and "block_span" in {c.metric for c in sig}
+    top = [c for c in sig if c.metric == "block_span"][0]
+    assert 5 < top.change < 11 and top.ci_low < 8 < top.ci_high and top.reason.startswith("slower")
+    assert cli.main(["diff", *map(str, a), "--vs", *map(str, b), "--fail-above", "3"]) == 1
+    captured = capsys.readouterr()
+    assert "runs A/B: 5/5" in captured.out and "k2" in captured.err
+    assert cli.main(["diff", str(a[0]), str(a[1]), str(b[0])]) == 2  # three paths without --vs
+    assert "--vs" in capsys.readouterr().err
+
+
+def test_warmup_leaves_out_each_shapes_first_launches(tmp_path):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=2, launches=6)
+    counts = {w: {c.n_a for c in D.diff(a, a, warmup=w).comparisons} for w in (0, 1, 2)}
+    assert counts == {0: {6}, 1: {5}, 2: {4}}
+    with pytest.raises(D.DiffError, match="--warmup"):
+        D.diff(a, a, warmup=-1)
+    with pytest.raises(D.DiffError, match="--min-effect"):
+        D.diff(a, a, min_effect=-3)

@@ -246,8 +246,9 @@ def on_log(metric: Metric, values: np.ndarray) -> bool:
 def runs_test(metric: Metric, runs_a: list[np.ndarray], runs_b: list[np.ndarray]) -> float:
     """Two-sided p of Welch's t on the runs' summaries (run_summary; log scale where both sides'
     values are > 0), each side's variance of its mean summary the larger of the between-run one
-    (sample variance / runs, df runs - 1) and the within-run one (sum of the runs' variances /
-    runs^2, df launches - runs); df Welch-Satterthwaite. 1 when both sides agree exactly."""
+    (sample variance / runs) and the within-run one (sum of the runs' variances / runs^2: runs
+    that agree by chance more closely than their launches allow are not believed), with runs - 1
+    degrees of freedom; df Welch-Satterthwaite. 1 when both sides agree exactly."""
     from scipy.stats import t as student_t
 
     log = all(on_log(metric, v) for v in runs_a + runs_b)
@@ -258,8 +259,7 @@ def runs_test(metric: Metric, runs_a: list[np.ndarray], runs_b: list[np.ndarray]
         mids = np.array([m for m, _, _ in summaries])
         k = len(mids)
         between, within = float(np.var(mids, ddof=1)) / k, sum(w for _, w, _ in summaries) / (k * k)
-        df = k - 1 if between >= within else max(1, sum(n for _, _, n in summaries) - k)
-        parts.append((float(mids.mean()), max(between, within), df))
+        parts.append((float(mids.mean()), max(between, within), k - 1))
     (mean_a, var_a, df_a), (mean_b, var_b, df_b) = parts
     delta, var = mean_b - mean_a, var_a + var_b
     if var == 0.0:
