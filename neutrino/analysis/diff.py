@@ -1,13 +1,17 @@
-"""`neutrino diff A B`: what changed inside each kernel between two traces or jobs.
+"""`neutrino diff A B` (or `A1 A2 ... --vs B1 B2 ...`): what changed inside each kernel between runs.
 
 Kernels are matched by name and launch shape (grid, block). For each match and each metric
 that both sides measured (spec/tools.md, "diff": launch duration, block and warp spans,
 tail share, busy imbalance over SMs, blocks per SM, bytes per launch, tensor ops, and the
 kernel's GPU time from timeline.bin) the per-launch values of A and B are compared: the
-relative change of the median with a bootstrap confidence interval, the Mann-Whitney U
-p-value, and the Benjamini-Hochberg adjusted p-value (q) over every comparison made, so
-that many kernels do not make false alarms. Jobs are compared rank by rank and pooled
-over ranks. Memory: one float per launch and metric; frames are read one at a time.
+relative change of the median with a confidence interval, a p-value, and the Benjamini-Hochberg
+adjusted p-value (q) over every comparison made, so that many kernels do not make false alarms.
+With several runs (processes) per side the p-value tests the runs' summaries and the interval
+resamples runs, then launches: two processes of one program differ more than launches of one
+process do. With one run on a side the launches are tested (Mann-Whitney U) and only a change
+of at least the minimum effect counts. Each shape's first launch per run is left out (warm-up).
+Jobs are compared rank by rank and pooled over ranks. Memory: one float per launch and metric;
+frames are read one at a time.
 """
 
 from __future__ import annotations
