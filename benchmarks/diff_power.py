@@ -1,6 +1,7 @@
 """Power and false positives of `neutrino diff`'s statistics (issue 23's target).
 
-    python benchmarks/diff_power.py                       # 1,000 kernels x 20 seeds, 3% shift, 1.5% noise
+    python benchmarks/diff_power.py --min-effect 0        # 1,000 kernels x 20 seeds, 3% shift, 1.5% noise
+    python benchmarks/diff_power.py                       # the same with diff's default: one run, 20% minimum
     python benchmarks/diff_power.py --spread 0.02 --launches 50
     python benchmarks/diff_power.py --traces --kernels 100 --seeds 3   # through real trace directories
     python benchmarks/diff_power.py --runs 10 --run-spread 0.01   # 10 runs per side, 1% between runs
@@ -12,8 +13,8 @@ Each seed draws, for every kernel, `launches` per-launch values of A and of B (l
 by its own factor, lognormal with sigma --run-spread (two processes of one program differ).
 The comparisons go through `neutrino.analysis.diff` (`compare_runs` and `decide`: with one run
 per side Mann-Whitney U on the launches, with several the test on run summaries; Benjamini-
-Hochberg at --alpha; --min-effect as `neutrino diff`'s, default: its default rule). With --traces, A and B are written as
-trace directories (neutrino.analysis.synthetic.kernel_runs) and compared with `diff.diff`,
+Hochberg at --alpha; --min-effect as `neutrino diff`'s, default: its default rule). With
+--traces, A and B are written as trace directories (neutrino.analysis.synthetic.kernel_runs) and compared with `diff.diff`,
 every metric included (durations, block and warp spans, ...): the shifted kernel counts as
 found when any of its metrics is significant, a false positive is any other kernel with a
 significant metric. Prints found / seeds and false positives / (other kernels x seeds): those
@@ -60,8 +61,9 @@ def one_seed_traces(seed: int, args) -> tuple[bool, int]:
 
     shifted = f"k{seed % args.kernels}"
     with tempfile.TemporaryDirectory() as tmp:
-        sides = [[S.kernel_runs(Path(tmp) / f"{side}{r}", seed=1000 * seed + 2 * r + (side == "b"), kernels=args.kernels,
-                                launches=args.launches, spread=args.spread, run_spread=args.run_spread,
+        sides = [[S.kernel_runs(Path(tmp) / f"{side}{r}", seed=1000 * seed + 2 * r + (side == "b"),
+                                kernels=args.kernels, launches=args.launches, spread=args.spread,
+                                run_spread=args.run_spread,
                                 shift={shifted: 1 + args.shift} if side == "b" else None)
                   for r in range(args.runs)] for side in "ab"]
         result = D.diff(*sides, alpha=args.alpha, resamples=args.resamples, test=args.test,

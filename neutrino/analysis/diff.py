@@ -521,7 +521,8 @@ def _shape(grid, block) -> str:
     return f"{'x'.join(map(str, grid))}/{'x'.join(map(str, block))}"
 
 
-COLUMNS = ("rank", "kernel", "shape", "metric", "runs_a", "runs_b", "n_a", "n_b", "median_a", "median_b", "change", "change_unit",
+COLUMNS = ("rank", "kernel", "shape", "metric", "runs_a", "runs_b", "n_a", "n_b", "median_a", "median_b", "change",
+           "change_unit",
            "ci_low", "ci_high", "p", "test", "q", "auc", "min_effect", "significant", "reason")
 
 
@@ -529,7 +530,8 @@ def rows(result: DiffResult) -> list[dict]:
     out = []
     for c in result.comparisons:
         out.append({"rank": c.rank, "kernel": c.kernel, "shape": _shape(c.grid, c.block), "metric": c.metric,
-                    "runs_a": c.runs_a, "runs_b": c.runs_b, "n_a": c.n_a, "n_b": c.n_b, "median_a": c.median_a, "median_b": c.median_b,
+                    "runs_a": c.runs_a, "runs_b": c.runs_b, "n_a": c.n_a, "n_b": c.n_b, "median_a": c.median_a,
+                    "median_b": c.median_b,
                     "change": _finite(c.change), "change_unit": c.change_unit, "ci_low": _finite(c.ci_low),
                     "ci_high": _finite(c.ci_high), "p": c.p, "test": c.test, "q": c.q, "auc": c.auc,
                     "min_effect": c.min_effect, "significant": c.significant,
@@ -557,7 +559,8 @@ def render_text(result: DiffResult, show_all: bool = False) -> str:
                   _num(c.median_b), "-" if c.change != c.change else f"{c.change:+.2f}{c.change_unit}",
                   "-" if c.ci_low != c.ci_low else f"[{c.ci_low:.2f}, {c.ci_high:.2f}]", f"{c.p:.2g}", f"{c.q:.2g}",
                   c.reason] for c in shown]
-        lines.append(format_table(["rank", "kernel", "grid/block", "metric", "runs A/B", "n A/B", "median A", "median B", "change",
+        lines.append(format_table(["rank", "kernel", "grid/block", "metric", "runs A/B", "n A/B", "median A",
+                                   "median B", "change",
                                    "95% CI", "p", "q", "reason"], table, left=(1, 2, 3, 12)))
     for label, keys in (("only in A", result.only_a), ("only in B", result.only_b)):
         for kernel, grid, block in keys:
