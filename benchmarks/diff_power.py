@@ -1,17 +1,24 @@
 """Power and false positives of `neutrino diff`'s statistics (issue 23's target).
 
-    python benchmarks/diff_power.py                       # 1,000 kernels x 20 seeds, 3% shift, 1.5% noise
+    python benchmarks/diff_power.py --min-effect 0        # 1,000 kernels x 20 seeds, 3% shift, 1.5% noise
+    python benchmarks/diff_power.py                       # the same with diff's default: one run, 20% minimum
     python benchmarks/diff_power.py --spread 0.02 --launches 50
     python benchmarks/diff_power.py --traces --kernels 100 --seeds 3   # through real trace directories
+    python benchmarks/diff_power.py --runs 10 --run-spread 0.01   # 10 runs per side, 1% between runs
+    python benchmarks/diff_power.py --runs 1 --run-spread 0.01    # the same noise, one run per side
 
 Each seed draws, for every kernel, `launches` per-launch values of A and of B (lognormal with
 `spread` as the sigma of the log, around a per-kernel base); one kernel's B is multiplied by
-1 + shift. The comparisons go through `neutrino.analysis.diff` (`compare_samples` and
-`decide`: Mann-Whitney U, Benjamini-Hochberg at --alpha). With --traces, A and B are written as
-trace directories (neutrino.analysis.synthetic.kernel_runs) and compared with `diff.diff`,
+1 + shift. With --runs K each side is K runs, and each run of each kernel is first multiplied
+by its own factor, lognormal with sigma --run-spread (two processes of one program differ).
+The comparisons go through `neutrino.analysis.diff` (`compare_runs` and `decide`: with one run
+per side Mann-Whitney U on the launches, with several the test on run summaries; Benjamini-
+Hochberg at --alpha; --min-effect as `neutrino diff`'s, default: its default rule). With
+--traces, A and B are written as trace directories (neutrino.analysis.synthetic.kernel_runs) and compared with `diff.diff`,
 every metric included (durations, block and warp spans, ...): the shifted kernel counts as
 found when any of its metrics is significant, a false positive is any other kernel with a
-significant metric. Prints found / seeds and false positives / (other kernels x seeds).
+significant metric. Prints found / seeds and false positives / (other kernels x seeds): those
+kernels are A/A comparisons (the same distribution on both sides, run-to-run noise included).
 """
 
 from __future__ import annotations
@@ -29,17 +36,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from neutrino.analysis import diff as D  # noqa: E402
 
 
+def one_run(rng: np.random.Generator, base: float, args) -> np.ndarray:
+    """The launches of one run: lognormal around base times this run's own factor."""
+    run_factor = rng.lognormal(0.0, args.run_spread) if args.run_spread > 0 else 1.0
+    return rng.lognormal(np.log(base * run_factor), args.spread, args.launches)
+
+
 def one_seed_samples(seed: int, args) -> tuple[bool, int]:
     rng = np.random.default_rng(seed)
     shifted = int(rng.integers(args.kernels))
     comparisons = []
     for k in range(args.kernels):
         base = 1e4 * (1 + k % 13)
-        a = rng.lognormal(np.log(base), args.spread, args.launches)
-        b = rng.lognormal(np.log(base * (1 + args.shift if k == shifted else 1.0)), args.spread, args.launches)
-        comparisons.append(D.compare_samples(("all", f"k{k}", (1, 1, 1), (1, 1, 1)), "duration_ns", a, b,
-                                             resamples=args.resamples, test=args.test))
-    significant = {c.kernel for c in D.decide(comparisons, args.alpha) if c.significant}
+        runs = [[one_run(rng, base * factor, args) for _ in range(args.runs)]
+                for factor in (1.0, 1 + args.shift if k == shifted else 1.0)]
+        comparisons.append(D.compare_runs(("all", f"k{k}", (1, 1, 1), (1, 1, 1)), "duration_ns", *runs,
+                                          resamples=args.resamples, test=args.test))
+    significant = {c.kernel for c in D.decide(comparisons, args.alpha, args.min_effect) if c.significant}
     return f"k{shifted}" in significant, len(significant - {f"k{shifted}"})
 
 
@@ -48,11 +61,13 @@ def one_seed_traces(seed: int, args) -> tuple[bool, int]:
 
     shifted = f"k{seed % args.kernels}"
     with tempfile.TemporaryDirectory() as tmp:
-        a = S.kernel_runs(Path(tmp) / "a", seed=2 * seed, kernels=args.kernels, launches=args.launches,
-                          spread=args.spread)
-        b = S.kernel_runs(Path(tmp) / "b", seed=2 * seed + 1, kernels=args.kernels, launches=args.launches,
-                          spread=args.spread, shift={shifted: 1 + args.shift})
-        result = D.diff(a, b, alpha=args.alpha, resamples=args.resamples, test=args.test)
+        sides = [[S.kernel_runs(Path(tmp) / f"{side}{r}", seed=1000 * seed + 2 * r + (side == "b"),
+                                kernels=args.kernels, launches=args.launches, spread=args.spread,
+                                run_spread=args.run_spread,
+                                shift={shifted: 1 + args.shift} if side == "b" else None)
+                  for r in range(args.runs)] for side in "ab"]
+        result = D.diff(*sides, alpha=args.alpha, resamples=args.resamples, test=args.test,
+                        min_effect=args.min_effect, warmup=0)
     significant = {c.kernel for c in result.significant}
     return shifted in significant, len(significant - {shifted})
 
@@ -68,6 +83,10 @@ def main(argv=None) -> int:
     ap.add_argument("--resamples", type=int, default=200, help="bootstrap resamples (the interval only)")
     ap.add_argument("--test", choices=("mwu", "welch-log"), default="mwu", help="the p-value's test")
     ap.add_argument("--traces", action="store_true", help="through trace directories and every metric")
+    ap.add_argument("--runs", type=int, default=1, help="runs per side")
+    ap.add_argument("--run-spread", type=float, default=0.0, help="sigma of log(a run's factor): between-run noise")
+    ap.add_argument("--min-effect", type=float, default=None,
+                    help="PCT, as neutrino diff's (default: its rule, 20 with one run per side, else 0)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     found = false = 0
@@ -76,9 +95,11 @@ def main(argv=None) -> int:
         found += hit
         false += wrong
     others = (args.kernels - 1) * args.seeds
-    print(f"{'traces' if args.traces else 'samples'}: {args.kernels} kernels x {args.launches} launches per side, "
-          f"noise {args.spread:.1%}, shift {args.shift:+.0%}, {args.test}, alpha {args.alpha}: found in {found}/{args.seeds} "
-          f"seeds; false positives {false}/{others} ({false / others:.3%}); {time.perf_counter() - started:.0f} s")
+    floor = "default" if args.min_effect is None else f"{args.min_effect:g}%"
+    print(f"{'traces' if args.traces else 'samples'}: {args.kernels} kernels x {args.runs} run(s) x {args.launches} "
+          f"launches per side, noise {args.spread:.1%} within and {args.run_spread:.1%} between runs, shift "
+          f"{args.shift:+.0%}, {args.test}, alpha {args.alpha}, min effect {floor}: found in {found}/{args.seeds} "
+          f"seeds; A/A false positives {false}/{others} ({false / others:.3%}); {time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from neutrino.engine import cycle_collection_paused, instrument_module
 from neutrino.isa.ptx import parse_module, print_module
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 
 CORPUS = sorted((Path(__file__).parent.parent / "tests" / "data" / "corpus").glob("*/*.ptx"))
 

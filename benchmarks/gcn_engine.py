@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from neutrino.isa.gcn import parse_module, print_module
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 
 CORPUS = sorted((Path(__file__).parent.parent / "tests" / "data" / "gcn").glob("*.s"))
 

@@ -61,7 +61,7 @@ def kernel_result(tracedir: Path, kernel_part: str):
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
     from gpuutil import main_trace
 
-    from neutrino.analysis import lines as la
+    from neutrino.tools.lines import analysis as la
     from neutrino.analysis import report
 
     trace = main_trace(tracedir)

@@ -10,6 +10,7 @@
     neutrino export TRACE|JOB --parquet DIR
     neutrino query TRACE|JOB|DATASET "SQL" [--format table|csv|json]
     neutrino diff A B [--fail-above PCT] [--format text|csv|json]
+    neutrino diff A1 A2 ... --vs B1 B2 ... [--min-effect PCT] [--warmup N]
 
 Messages, their format and the exit statuses are in neutrino/console.py: every
 error we can foresee is a message on stderr (`neutrino: FILE:LINE:COL: error: …`)
@@ -232,7 +233,7 @@ def _intersect(own: tuple, ranges: tuple) -> tuple:
 
 
 def cmd_report(args) -> int:
-    from neutrino.analysis.report import main as report_main
+    from neutrino.analysis.ranks import main as report_main  # one run, or the runs of a job
 
     return report_main(args.trace, args.out, output_format=args.format)
 
@@ -252,7 +253,7 @@ def cmd_export(args) -> int:
     if not args.perfetto:
         raise _error("export needs --perfetto OUT, --parquet DIR or --merge-into KINETO.json")
     if args.format == "json" or (args.format is None and args.perfetto.endswith(".json")):
-        from neutrino.analysis.perfetto import export
+        from neutrino.analysis.ranks import export  # one run, or the runs of a job
 
         export(args.trace, args.perfetto, warps=args.warps, clock_ghz=args.clock_ghz)
         print(f"wrote {args.perfetto} (Chrome trace-event JSON: probed launches only)", file=sys.stderr)
@@ -292,8 +293,12 @@ def cmd_query(args) -> int:
 def cmd_diff(args) -> int:
     from neutrino.analysis.diff import main as diff_main
 
-    return diff_main(args.a, args.b, output_format=args.format, fail_above=args.fail_above, alpha=args.alpha,
-                     show_all=args.all, test=args.test)
+    if args.vs is None and len(args.a) != 2:
+        print("neutrino diff: give A B, or A1 A2 ... --vs B1 B2 ... (several runs per side)", file=sys.stderr)
+        return 2
+    side_a, side_b = (args.a, args.vs) if args.vs is not None else ([args.a[0]], [args.a[1]])
+    return diff_main(side_a, side_b, output_format=args.format, fail_above=args.fail_above, alpha=args.alpha,
+                     show_all=args.all, test=args.test, min_effect=args.min_effect, warmup=args.warmup)
 
 
 DEMO_PTX = Path(__file__).parent / "probes" / "demo_vadd.ptx"
@@ -407,8 +412,12 @@ def offline_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", action="store_true", help="export the trace again even when the cached dataset is current")
     p.set_defaults(func=cmd_query)
     p = sub.add_parser("diff", help="compare two traces or jobs kernel by kernel, with statistics")
-    p.add_argument("a", metavar="A")
-    p.add_argument("b", metavar="B")
+    p.add_argument("a", metavar="A", nargs="+", help="A B, or the runs of A when --vs gives those of B")
+    p.add_argument("--vs", metavar="B", nargs="+", help="the runs of B (each side: several runs of one program)")
+    p.add_argument("--min-effect", type=float, metavar="PCT",
+                   help="smallest change (%% or pp) called significant; default 20 where a side has one run, else 0")
+    p.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="launches of each kernel shape left out at the start of each run (default 1)")
     p.add_argument("--format", choices=("text", "csv", "json"), default="text")
     p.add_argument("--fail-above", type=float, metavar="PCT",
                    help="exit 1 when a significant regression is larger than PCT percent (a CI gate)")

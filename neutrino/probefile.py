@@ -18,153 +18,20 @@ from neutrino.errors import Diagnostic, Location, ProbeError
 from neutrino.isa.interface import HELPERS, SAVE  # the probe vocabulary every ISA shares; names kept here too
 from neutrino.isa.ptx import ir, parse_statements
 from neutrino.errors import ParseError
-from neutrino.trace import Buckets
+from neutrino.maps import Buckets
+from neutrino.probe_model import (  # noqa: F401 - the model's names, re-exported for callers of neutrino.probefile
+    FIELD_NAME_BYTES, FIELD_TYPES, HELPERS, LEVELS, MAP_NAME_BYTES, MAP_TYPES, NAME, SAVE, SHOWN_NAME, Field,
+    FieldNames, MapSpec, Probe, ProbeFile, Snippet, _field_base, layout, name_problem)
 
-LEVELS = ("thread", "warp", "block")
-MAP_TYPES = ("array", "sum", "hist")
-FIELD_TYPES = {"u32": 4, "u64": 8}
-TOOLS_DIR = Path(__file__).parent / "tools"
-GCN_PROBES_DIR = Path(__file__).parent / "probes" / "gcn"  # TOML probes in GCN assembly (spec/gcn.md)
 #: snippet languages read as AMDGPU assembly (neutrino/isa/gcn/snippets.py): CDNA's gcn and RDNA's rdna
 AMDGPU_SNIPPETS = ("gcn", "rdna")
-# Map and field names become part of PTX names (`%nt_buf_<map>`) and of result-file headers
-# (spec/trace-format.md: a map's name is 64 bytes, a field's 32, each NUL-padded).
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII letters, digits, '_'
-MAP_NAME_BYTES = 63
-FIELD_NAME_BYTES = 31
-SHOWN_NAME = 40  # characters of a refused name a message shows
-
-
-def name_problem(what: str, name: str, limit: int) -> str | None:
-    """Why `name` cannot name a map (`what` = "map", limit 63) or a field (31); None if it can."""
-    shown = repr(name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "...")
-    if not NAME.fullmatch(name):
-        return f"{what} name {shown} is not an identifier: ASCII letters, digits and '_', not starting with a digit"
-    if len(name) > limit:
-        return f"{what} name {shown} is {len(name)} bytes long: a result file holds at most {limit}"
-    return None
-
-
-@attrs.frozen
-class Field:
-    name: str
-    type: str  # u32 / u64
-    offset: int
-
-
-@attrs.define(eq=False)
-class MapSpec:
-    """A map: per-unit records (`array`), or per-launch u64 counters (`sum`, `hist`).
-
-    A `sum` map's fields are its counters (all u64); a `hist` map has one
-    field, `value`, the sample a SAVE gives, and `record_bytes` = 8 per bucket.
-    """
-
-    name: str
-    level: str
-    cap: int | str  # an int, or "count"; 1 for sum and hist maps
-    fields: list[Field]
-    record_bytes: int
-    type: str = "array"  # one of MAP_TYPES
-    buckets: Buckets | None = None  # hist maps only
-
-    @classmethod
-    def aggregate(cls, name: str, level: str, kind: str, fields: list[str], buckets: Buckets | None = None) -> "MapSpec":
-        """A sum map with these counters, or a hist map (`fields` ignored) with these buckets."""
-        if kind == "hist":
-            return cls(name, level, 1, [Field("value", "u64", 0)], 8 * buckets.count, "hist", buckets)
-        return cls(name, level, 1, [Field(f, "u64", 8 * i) for i, f in enumerate(fields)], 8 * len(fields), "sum")
-
-    def to_json(self) -> dict:
-        out = {
-            "name": self.name,
-            "type": self.type,
-            "level": self.level,
-            "record_bytes": self.record_bytes,
-            "cap": self.cap,
-            "fields": [attrs.asdict(f) for f in self.fields],
-        }
-        if self.buckets is not None:
-            out["buckets"] = str(self.buckets)
-            out["bucket_count"] = self.buckets.count
-        return out
-
-
-@attrs.define(eq=False)
-class Snippet:
-    where: str  # "before" / "after"
-    statements: list[ir.Statement]
-    first_line: int  # file line of the snippet's first line
-
-
-@attrs.define(eq=False)
-class Probe:
-    name: str
-    position: str | tuple[tuple[str, ...], ...]  # "kernel" or opcode prefixes
-    level: str
-    before: Snippet | None
-    after: Snippet | None
-    map: str | None  # name of the map its SAVEs write
-    line: int = 0
-    datamodel_reported: bool = False  # its missing or bad datamodel is reported already: SAVEs need not repeat it
-    lines: tuple = ()  # source-line ranges its position is limited to (`POSITION @ FILE:A-B`; isa/ptx/lines.py)
-
-    @property
-    def at_kernel(self) -> bool:
-        return self.position == "kernel"
-
-    def snippets(self) -> list[Snippet]:
-        return [s for s in (self.before, self.after) if s is not None]
-
-
-@attrs.define(eq=False)
-class ProbeFile:
-    path: str
-    text: str
-    probes: list[Probe]
-    maps: dict[str, MapSpec]
-    registers: dict[str, str]  # probe register name → type, shared by all probes
-    analyze_hook: str | None = None
-    lines: list[str] = attrs.Factory(list)
-    verified: bool = False
-    isa: str = "ptx"  # the assembly of the snippets: ptx, or gcn (neutrino/isa/gcn/snippets.py)  # set once verify_probe_file found nothing: the pipeline need not check again
-
-    def location(self, line: int, token: str | None = None) -> Location:
-        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-        col = text.find(token) + 1 if token and token in text else (len(text) - len(text.lstrip()) + 1 if text else 0)
-        return Location(self.path, line, col, text)
-
 
 # ---------------------------------------------------------------- loading
 
 
-def resolve_probe_path(name_or_path: str, isa: str = "ptx") -> Path:
-    """A path, or the name of a built-in tool (`block_sched`: neutrino/tools/block_sched.py);
-    for AMDGPU assembly, a GCN TOML probe of that name (neutrino/probes/gcn/) comes first."""
-    from neutrino import toolbox
-
-    path = Path(name_or_path)
-    if path.exists():
-        return path
-    own = GCN_PROBES_DIR.parent / isa / f"{name_or_path}.toml"  # neutrino/probes/gcn/, neutrino/probes/rdna/
-    if isa in AMDGPU_SNIPPETS and own.exists():
-        return own
-    builtin = toolbox.tool_path(name_or_path)
-    if builtin is not None:
-        return builtin
-    from neutrino.console import did_you_mean
-
-    names = toolbox.tool_names()
-    raise ProbeError(Diagnostic(Location(name_or_path), "no such probe file or built-in tool" + did_you_mean(name_or_path, names),
-                                hint="built-in tools (neutrino list): " + ", ".join(names)))
-
-
-def load_probes(name_or_path: str, isa: str = "ptx") -> ProbeFile:
-    path = resolve_probe_path(name_or_path, isa)
-    if path.suffix == ".py":
-        from neutrino.language import compile_file
-
-        return parse_probes(compile_file(str(path), backend=isa), str(path), isa)
+def load_probe_file(path: str | Path, isa: str = "ptx") -> ProbeFile:
+    """The TOML probe file at `path` (a tool's name, or a DSL file: neutrino.toolbox.load_probes)."""
+    path = Path(path)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
@@ -517,7 +384,8 @@ class _Loader:
 
     def parse_position(self, position, line: int, probe: str):
         if not isinstance(position, str) or not position.strip():
-            self.error(line, "position is required: \"kernel\" or instruction prefixes joined by ':'", probe=probe)
+            self.error(line, "position is required: \"kernel\", or instruction prefixes and #selectors joined by ':'",
+                       probe=probe)
             return None
         if "@" in position:
             position, ranges = self.parse_line_selection(position, line, probe)
@@ -528,8 +396,9 @@ class _Loader:
         prefixes = []
         # ':' separates prefixes; '::' belongs to a modifier (shared::cluster)
         for part in re.split(r"(?<!:):(?!:)", position):
-            if not re.fullmatch(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*", part):
-                self.error(line, f"malformed position {part!r}", probe=probe, token=part or None, hint="e.g. ld.global:st.global")
+            if not re.fullmatch(r"#?[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*", part):
+                self.error(line, f"malformed position {part!r}", probe=probe, token=part or None,
+                           hint="e.g. ld.global:st.global, or #memory.global")
                 return None
             prefixes.append(tuple(part.split(".")))
         if self.isa == "ptx" and not self.known_position(prefixes, line, probe):
@@ -553,23 +422,24 @@ class _Loader:
         return head, self.line_ranges[probe]
 
     def known_position(self, prefixes: list[tuple[str, ...]], line: int, probe: str) -> bool:
-        """Each prefix names a PTX opcode and modifiers that exist: a typo (`ld.globl`) would match nothing, silently."""
-        from neutrino.isa.ptx.semantics import closest_positions, unknown_position_part
+        """Each part names a PTX opcode and modifiers that exist, or a selector of the semantics table:
+        a typo (`ld.globl`, `#memroy`) would match nothing, silently."""
+        from neutrino.isa.ptx.semantics import SELECTORS, position_problem
 
-        known = True
         from neutrino.isa.ptx.lines import LINE_POSITIONS
 
+        known = True
         for components in prefixes:
             if len(components) == 1 and components[0] in LINE_POSITIONS:
                 continue
-            unknown = unknown_position_part(components)
-            if unknown is None:
+            found = position_problem(components)
+            if found is None:
                 continue
             known = False
-            what = "instruction" if unknown == components[0] else "modifier"
-            close = closest_positions(components, unknown)
-            hint = ("did you mean " + " or ".join(f"'{c}'" for c in close) + "?") if close else "e.g. ld.global, st.shared, mma, kernel"
-            self.error(line, f"position {'.'.join(components)!r}: no PTX {what} {unknown!r}", probe=probe,
+            message, close = found
+            hint = ("did you mean " + " or ".join(f"'{c}'" for c in close) + "?") if close else \
+                "e.g. ld.global, st.shared, mma, kernel, or a selector: " + ", ".join("#" + s for s in SELECTORS)
+            self.error(line, f"position {'.'.join(components)!r}: {message}", probe=probe,
                        token=".".join(components), hint=hint)
         return known
 
@@ -684,51 +554,3 @@ class _Datamodel:
     nbytes: int
     cap: int | str
     buckets: Buckets | None = None
-
-
-class FieldNames:
-    """Names for a record's fields, unique within it: `r`, then `r1`, `r2`, … for repeats.
-
-    Linear in the number of fields: each base remembers the suffix it reached,
-    so a thousand saves of one register do not rescan the names given so far.
-    """
-
-    def __init__(self) -> None:
-        self.taken: set[str] = set()
-        self.next_suffix: dict[str, int] = {}
-
-    def claim(self, base: str) -> str:
-        name, n = base, self.next_suffix.get(base, 1)
-        if name in self.taken:
-            while f"{base}{n}" in self.taken:
-                n += 1
-            name, n = f"{base}{n}", n + 1
-        self.next_suffix[base] = n
-        self.taken.add(name)
-        return name
-
-
-def _field_base(operand: ir.Operand) -> str:
-    if isinstance(operand, (ir.Register, ir.SpecialRegister)):
-        return operand.name.lstrip("%").replace(".", "_")
-    if isinstance(operand, ir.Symbol):
-        return operand.name.lower()
-    return "f"
-
-
-def layout(fields: list[tuple[str, str]], packed: bool = False) -> tuple[list[Field], int]:
-    """Offsets of a record's fields.
-
-    Explicit maps align each field to its size; compact-form records are packed
-    in SAVE order, as the seed probes expect (`SAVE.u64 {a}; SAVE.u32 {b, c}`).
-    """
-    out, offset, widest = [], 0, 4
-    for name, ftype in fields:
-        size = FIELD_TYPES[ftype]
-        if not packed:
-            offset = (offset + size - 1) // size * size
-        out.append(Field(name, ftype, offset))
-        offset += size
-        widest = max(widest, size)
-    align = widest if not packed else 4
-    return out, (offset + align - 1) // align * align

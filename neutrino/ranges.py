@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from neutrino.trace import TraceError
+from neutrino.maps import TraceError
 
 RANGES_MAGIC = b"NTRANGE1"
 RANGES_VERSION = 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from neutrino.trace import TraceError
+from neutrino.maps import TraceError
 
 MAGIC = b"NTTIMEL1"
 HEADER_BYTES = 16

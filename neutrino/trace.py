@@ -1,4 +1,4 @@
-"""Trace directories: the result-file format and a numpy-only reader.
+"""Trace directories: a numpy-only reader of result files and of runs.
 
 Normative description: ``spec/trace-format.md``. In short, a run leaves::
 
@@ -12,7 +12,10 @@ Normative description: ``spec/trace-format.md``. In short, a run leaves::
 ``load(path)`` opens such a directory lazily: result files are memory-mapped
 when a launch's maps are first asked for. A map is an `array` (records per
 unit), a `sum` (`MapData.totals()`) or a `hist` (`MapData.histogram()`);
-``map_buffer_bytes`` is the one rule that sizes any map's device buffer.
+The layout is neutrino.maps' (``map_buffer_bytes`` is the one rule that sizes
+any map's device buffer); writing is neutrino.trace_writer's, finding run
+directories neutrino.rundirs'. Their names are also importable from here, as
+callers written before the split import them.
 """
 
 from __future__ import annotations
@@ -25,412 +28,19 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterator
 
 import attrs
 import numpy as np
 
-from neutrino.errors import NeutrinoError
-
-MAGIC = b"NTRESULT"
-VERSION = 1
-SECTION_ALIGN = 64
-
-LEVELS = ("thread", "warp", "block")
-MAP_TYPES = ("array", "sum", "hist")  # the code in a map header's `type` word is the index
-FIELD_TYPES = {"u32": 4, "u64": 8}
-_TYPE_BY_WIDTH = {4: "u32", 8: "u64"}
-
-FILE_HEADER = np.dtype(
-    [
-        ("magic", "S8"),
-        ("version", "<u4"),
-        ("n_maps", "<u4"),
-        ("grid", "<u4", (3,)),
-        ("block", "<u4", (3,)),
-        ("shared_bytes", "<u4"),
-        ("reserved", "<u4"),
-    ]
-)
-MAP_HEADER = np.dtype(
-    [
-        ("name", "S64"),
-        ("level", "<u4"),  # index into LEVELS
-        ("record_bytes", "<u4"),
-        ("cap", "<u4"),  # records per unit actually allocated
-        ("cap_is_count", "<u4"),  # 1 when the probe said cap = "count"
-        ("units", "<u8"),
-        ("n_fields", "<u4"),
-        ("type", "<u4"),  # index into MAP_TYPES; was `reserved` (0) in older files, which are all arrays
-        ("offset", "<u8"),  # absolute byte offset of the section
-        ("size", "<u8"),  # bytes of the section
-    ]
-)
-FIELD_DESC = np.dtype([("name", "S32"), ("width", "<u4"), ("offset", "<u4")])
-
-# result/index.bin: a 16-byte header, then one record per probed launch (written by shim/writer.c).
-INDEX_MAGIC = b"NTINDEX1"
-INDEX_VERSION = 1
-INDEX_RECORD = np.dtype(
-    [
-        ("seq", "<u8"),  # launch index + 1
-        ("kernel_launch", "<u8"),
-        ("stream", "<u8"),
-        ("offset", "<u8"),  # the launch's frame in its kernel's result file
-        ("frame_size", "<u8"),
-        ("grid", "<u4", (3,)),
-        ("block", "<u4", (3,)),
-        ("shared_bytes", "<u4"),
-        ("kernel_id", "<u4"),  # k of kernel/<k>_<hash>, result/<k>_<hash>.ntr
-        ("frame_id", "<u4"),  # id of a `frame` event (0: none)
-        ("status", "<u4"),  # 0 written; 1 failed on the launch path; 2 copy back failed; 3 file write failed
-        ("duration_ns", "<f8"),  # < 0: unknown
-        ("graph", "<u8"),  # graph id << 32 | node id of a CUDA graph replay; 0 otherwise (`reserved`, 0, before)
-    ]
-)
-INDEX_HEADER_TAIL = np.array([INDEX_VERSION, INDEX_RECORD.itemsize], "<u4").tobytes()
-
-
-class TraceError(NeutrinoError):
-    """A trace directory or result file that cannot be read."""
-
-
-def align(n: int, to: int) -> int:
-    return (n + to - 1) // to * to
-
-
-def units_for(level: str, grid: Sequence[int], block: Sequence[int], lanes: int = 32) -> int:
-    """Number of units of a map of `level` for one launch (spec/kernel-json.md); `lanes`: 64 for AMD's wave64."""
-    blocks = int(grid[0]) * int(grid[1]) * int(grid[2])
-    threads = int(block[0]) * int(block[1]) * int(block[2])
-    if level == "thread":
-        return blocks * threads
-    if level == "warp":
-        return blocks * ((threads + lanes - 1) // lanes)
-    if level == "block":
-        return blocks
-    raise ValueError(f"unknown map level {level!r}")
-
-
-def buffer_bytes(units: int, cap: int, record_bytes: int) -> int:
-    """Size of one `array` map buffer: counts (16-aligned) then records."""
-    return align(4 * units, 16) + units * cap * record_bytes
-
-
-# A sum/hist map's buffer holds STRIPES rows of counters; a warp adds to row
-# (%smid % STRIPES), so that the atomics of a launch spread over many addresses
-# (and L2 slices) instead of queueing on one. Rows start ROW_ALIGN apart. The
-# buffer is written to the result file as it is (units = rows there); readers
-# add the rows up. Old files keep their own row count, so STRIPES may change.
-STRIPES = 32
-ROW_ALIGN = 128
-
-
-def stripe_row_bytes(record_bytes: int) -> int:
-    """Distance between two rows of counters in a sum/hist map's device buffer."""
-    return align(record_bytes, ROW_ALIGN)
-
-
-def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], cap: int | None = None) -> tuple[int, int]:
-    """(units, bytes) of the device buffer of one map for one launch: THE sizing rule.
-
-    `map_info` is the map's entry in kernel.json (spec/kernel-json.md); `cap`
-    is the records per unit for an `array` map (for `cap = "count"` the
-    counted cap; None: the declared one, 1 when it is "count"). A `sum` or
-    `hist` map is STRIPES rows of u64 counters per launch, whatever the grid:
-    `units` is the number of rows.
-    """
-    kind = map_info.get("type", "array")
-    if kind != "array":
-        return STRIPES, STRIPES * stripe_row_bytes(int(map_info["record_bytes"]))
-    if cap is None:
-        cap = map_info["cap"] if isinstance(map_info["cap"], int) else 1
-    units = units_for(map_info["level"], grid, block, int(map_info.get("lanes", 32)))
-    return units, buffer_bytes(units, cap, int(map_info["record_bytes"]))
-
-
-def section_bytes(kind: str, units: int, cap: int, record_bytes: int) -> int:
-    """Bytes of a map's section in a result file (= its device buffer); `units` = rows for sum/hist."""
-    return buffer_bytes(units, cap, record_bytes) if kind == "array" else units * stripe_row_bytes(record_bytes)
-
-
-@attrs.frozen
-class Buckets:
-    """The buckets of a `hist` map: `log2`, or `linear:MIN:MAX:STEP` (unsigned values).
-
-    log2 (bpftrace's `hist()`): bucket 0 holds the value 0, bucket k >= 1 the
-    values [2^(k-1), 2^k); 65 buckets cover u64. linear (bpftrace's `lhist()`):
-    bucket 0 holds values < MIN, bucket 1 + (v - MIN) // STEP values in
-    [MIN, MAX), the last bucket values >= MAX.
-    """
-
-    kind: str  # log2 / linear
-    min: int = 0
-    max: int = 0
-    step: int = 1
-
-    LOG2_COUNT = 65
-
-    @classmethod
-    def parse(cls, text: str) -> "Buckets":
-        """The bucket spec of `text`; ValueError with a reason when malformed."""
-        text = str(text).strip()
-        if text == "log2":
-            return cls("log2")
-        m = re.fullmatch(r"linear:([0-9]+):([0-9]+):([0-9]+)", text)  # ASCII digits: \d takes any script's
-        if not m:
-            raise ValueError(f"malformed buckets {text!r}: write \"log2\" or \"linear:MIN:MAX:STEP\"")
-        lo, hi, step = (int(g) for g in m.groups())
-        if step <= 0 or lo >= hi or hi >= 1 << 64:
-            raise ValueError(f"buckets {text!r}: need 0 <= MIN < MAX < 2^64 and STEP > 0")
-        spec = cls("linear", lo, hi, step)
-        if spec.count > 4096:
-            raise ValueError(f"buckets {text!r} make {spec.count} buckets; at most 4096")
-        return spec
-
-    def __str__(self) -> str:
-        return "log2" if self.kind == "log2" else f"linear:{self.min}:{self.max}:{self.step}"
-
-    def header_names(self) -> tuple[str, ...]:
-        """How a result file's field table spells the spec: `log2`, or `linear`, `min=N`, `max=N`, `step=N`."""
-        return ("log2",) if self.kind == "log2" else ("linear", f"min={self.min}", f"max={self.max}", f"step={self.step}")
-
-    @classmethod
-    def from_header_names(cls, names: Sequence[str]) -> "Buckets":
-        if list(names[:1]) == ["linear"] and len(names) == 4:
-            return cls.parse("linear:" + ":".join(n.split("=", 1)[-1] for n in names[1:]))
-        return cls.parse(":".join(names))
-
-    @property
-    def linear_count(self) -> int:
-        return -(-(self.max - self.min) // self.step)
-
-    @property
-    def count(self) -> int:
-        return self.LOG2_COUNT if self.kind == "log2" else self.linear_count + 2
-
-    def index(self, value: int) -> int:
-        """The bucket of one value (the rule the lowered code implements)."""
-        if self.kind == "log2":
-            return int(value).bit_length()
-        if value < self.min:
-            return 0
-        if value >= self.max:
-            return self.count - 1
-        return 1 + (value - self.min) // self.step
-
-    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """(low, high) of every bucket: bucket i holds low[i] <= v < high[i] (high of the last is 2^64)."""
-        top = 1 << 64
-        if self.kind == "log2":
-            low = [0] + [1 << (k - 1) for k in range(1, 65)]
-            high = [1] + [1 << k for k in range(1, 65)]
-        else:
-            edges = [min(self.min + k * self.step, self.max) for k in range(self.linear_count + 1)]
-            low, high = [0] + edges, [self.min] + edges[1:] + [top]
-        return np.array(low, dtype=object), np.array(high, dtype=object)
-
-
-@attrs.frozen
-class Field:
-    name: str
-    type: str = attrs.field(validator=attrs.validators.in_(FIELD_TYPES))
-    offset: int = attrs.field(validator=attrs.validators.ge(0))
-
-    @property
-    def width(self) -> int:
-        return FIELD_TYPES[self.type]
-
-
-def _fields(value: Iterable) -> tuple[Field, ...]:
-    out = []
-    for f in value:
-        if isinstance(f, Field):
-            out.append(f)
-        elif isinstance(f, dict):
-            out.append(Field(f["name"], f["type"], int(f["offset"])))
-        else:
-            out.append(Field(*f))
-    return tuple(out)
-
-
-@attrs.frozen
-class MapSection:
-    """One map of one launch, as written: its layout and its raw buffer.
-
-    `data` is the device buffer copied back (any object supporting the
-    buffer protocol), exactly `section_bytes(type, units, cap, record_bytes)`
-    long. For a `hist` map `buckets` is its bucket spec; its fields are not
-    written (the counters are the buckets).
-    """
-
-    name: str
-    level: str = attrs.field(validator=attrs.validators.in_(LEVELS))
-    record_bytes: int
-    cap: int
-    units: int
-    fields: tuple[Field, ...] = attrs.field(converter=_fields)
-    data: object = attrs.field(repr=False)
-    cap_is_count: bool = False
-    type: str = attrs.field(default="array", validator=attrs.validators.in_(MAP_TYPES))
-    buckets: str | None = None
-
-    @classmethod
-    def of(cls, map_info: dict, units: int, cap: int, data) -> "MapSection":
-        """The section of a map described by its kernel.json entry, `units` and `cap` as
-        `map_buffer_bytes` gave them; `data` is the device buffer, written as it is."""
-        return cls(map_info["name"], map_info["level"], map_info["record_bytes"], cap, units, map_info["fields"], data,
-                   cap_is_count=map_info["cap"] == "count", type=map_info.get("type", "array"),
-                   buckets=map_info.get("buckets"))
-
-    @property
-    def size(self) -> int:
-        return section_bytes(self.type, self.units, self.cap, self.record_bytes)
-
-    @property
-    def dropped(self) -> int:
-        """Records tried beyond the cap (always 0 for sum and hist maps: they cannot overflow)."""
-        if self.type != "array" or not self.units:
-            return 0
-        counts = np.frombuffer(self.data, "<u4", count=self.units).astype("i8")
-        return int(np.clip(counts - self.cap, 0, None).sum())
-
-    def header_fields(self) -> tuple[Field, ...]:
-        """The field table of the map header; a hist map's spells its bucket spec (Buckets.header_names)."""
-        if self.type == "hist":
-            return tuple(Field(name, "u64", 0) for name in Buckets.parse(self.buckets or "").header_names())
-        return self.fields
-
-
-def fold_rows(rows: np.ndarray, record_bytes: int) -> np.ndarray:
-    """The counters of a sum/hist map: its rows (u64, `rows x stripe_row_bytes/8`) added up modulo 2^64."""
-    return rows[:, : record_bytes // 8].sum(axis=0, dtype=np.uint64)
-
-
-def record_dtype(fields: Sequence[Field], record_bytes: int) -> np.dtype:
-    return np.dtype(
-        {
-            "names": [f.name for f in fields],
-            "formats": ["<u4" if f.type == "u32" else "<u8" for f in fields],
-            "offsets": [f.offset for f in fields],
-            "itemsize": record_bytes,
-        }
-    )
-
-
-# --------------------------------------------------------------------- writing
-
-
-@attrs.frozen
-class FrameLayout:
-    """Where everything of a result frame lies, from the maps' layouts alone (no data)."""
-
-    map_headers: tuple[int, ...]  # offset of each map header in the frame
-    offsets: tuple[int, ...]  # offset of each section
-    size: int  # the frame's bytes, padded to SECTION_ALIGN
-
-
-def frame_layout(maps: Sequence[MapSection]) -> FrameLayout:
-    """THE layout rule of a frame: file header, map headers with their field tables,
-    then each section at the next multiple of SECTION_ALIGN."""
-    headers, pos = [], FILE_HEADER.itemsize
-    for m in maps:
-        headers.append(pos)
-        pos += MAP_HEADER.itemsize + len(m.header_fields()) * FIELD_DESC.itemsize
-    offsets, pos = [], align(pos, SECTION_ALIGN)
-    for m in maps:
-        offsets.append(pos)
-        pos = align(pos + m.size, SECTION_ALIGN)
-    return FrameLayout(tuple(headers), tuple(offsets), pos)
-
-
-def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> tuple[bytes, list[int]]:
-    """The header bytes of a result file and the absolute offset of each section."""
-    head = np.zeros((), FILE_HEADER)
-    head["magic"] = MAGIC
-    head["version"] = VERSION
-    head["n_maps"] = len(maps)
-    head["grid"] = tuple(grid)
-    head["block"] = tuple(block)
-    head["shared_bytes"] = shared_bytes
-    descs: list[bytes] = []
-    layout = frame_layout(maps)
-    for m, pos in zip(maps, layout.offsets):
-        _check_section(m)
-        mh = np.zeros((), MAP_HEADER)
-        mh["name"] = m.name.encode()
-        mh["level"] = LEVELS.index(m.level)
-        mh["record_bytes"] = m.record_bytes
-        mh["cap"] = m.cap
-        mh["cap_is_count"] = int(m.cap_is_count)
-        mh["units"] = m.units
-        fields = m.header_fields()
-        mh["n_fields"] = len(fields)
-        mh["type"] = MAP_TYPES.index(m.type)
-        mh["offset"] = pos
-        mh["size"] = m.size
-        fd = np.zeros(len(fields), FIELD_DESC)
-        for i, f in enumerate(fields):
-            fd[i] = (f.name.encode(), f.width, f.offset)
-        descs.append(mh.tobytes() + fd.tobytes())
-    return head.tobytes() + b"".join(descs), list(layout.offsets)
-
-
-def _check_section(m: MapSection) -> None:
-    if len(m.name.encode()) > 63:
-        raise TraceError(f"map name too long for a result file: {m.name!r}")
-    for f in m.header_fields():
-        if len(f.name.encode()) > 31:
-            raise TraceError(f"field name too long for a result file: {f.name!r}")
-        if f.offset + f.width > m.record_bytes:
-            raise TraceError(f"field {f.name} of map {m.name} lies outside its {m.record_bytes}-byte record")
-    got = memoryview(m.data).nbytes
-    if got != m.size:
-        raise TraceError(f"map {m.name}: buffer has {got} bytes, layout needs {m.size}")
-
-
-def append_frame(fh, *, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> tuple[int, int]:
-    """Append one result frame (the layout of a result file) to an open binary file at a
-    multiple of SECTION_ALIGN; returns (offset, size). Offsets inside the frame are
-    relative to its start, so a reader maps the frame with `read_result(path, offset)`."""
-    header, offsets = encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
-    return append_encoded(fh, header, offsets, [m.data for m in maps])
-
-
-def append_encoded(fh, header: bytes, offsets: Sequence[int], datas: Sequence) -> tuple[int, int]:
-    """`append_frame` with the header already encoded (the writer caches it per launch shape)."""
-    start = fh.seek(0, os.SEEK_END)
-    pad = align(start, SECTION_ALIGN) - start
-    if pad:
-        fh.write(b"\0" * pad)
-        start += pad
-    fh.write(header)
-    pos = len(header)
-    for off, data in zip(offsets, datas):
-        if off > pos:
-            fh.write(b"\0" * (off - pos))
-        view = memoryview(data).cast("B")
-        fh.write(view)
-        pos = off + view.nbytes
-    end = align(pos, SECTION_ALIGN)
-    if end > pos:
-        fh.write(b"\0" * (end - pos))
-    return start, end
-
-
-def write_result(path, *, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> Path:
-    """Write one result file atomically (temporary file, then rename)."""
-    path = Path(path)
-    header, offsets = encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(header)
-        for m, off in zip(maps, offsets):
-            fh.write(b"\0" * (off - fh.tell()))
-            fh.write(memoryview(m.data).cast("B"))
-    os.replace(tmp, path)
-    return path
-
+from neutrino.maps import (  # noqa: F401 - the layout's names, re-exported for callers of neutrino.trace
+    FIELD_DESC, FIELD_TYPES, FILE_HEADER, INDEX_HEADER_TAIL, INDEX_MAGIC, INDEX_RECORD, INDEX_VERSION, LEVELS, MAGIC,
+    MAP_HEADER, MAP_TYPES, ROW_ALIGN, SECTION_ALIGN, STRIPES, VERSION, _TYPE_BY_WIDTH, Buckets, Field, MapSection,
+    TraceError, _fields, align, buffer_bytes, fold_rows, map_buffer_bytes, record_dtype, section_bytes, stripe_row_bytes,
+    units_for)
+from neutrino.rundirs import _entries, find_job_dir, find_process_dirs, find_rank_dirs, find_run_dir  # noqa: F401
+from neutrino.trace_writer import (  # noqa: F401 - re-exported for callers of neutrino.trace (tests)
+    FrameLayout, append_encoded, append_frame, encode_header, frame_layout, write_result)
 
 # --------------------------------------------------------------------- reading
 
@@ -887,8 +497,9 @@ class Trace:
     def __repr__(self) -> str:
         """One line: where, how much, which probe; never the probe text or the events themselves."""
         kernels = len({launch.kernel for launch in self.launches})
-        probe = next((ev.get("probe") for ev in self.events if ev.get("event") == "start" and ev.get("probe")), None)
-        probe_part = f", probe {Path(probe).name}" if probe else ""
+        start = next((ev for ev in self.events if ev.get("event") == "start" and ev.get("probe")), {})
+        probe = start.get("tool") or (Path(start["probe"]).name if start else None)  # the tool's name, else the file's
+        probe_part = f", probe {probe}" if probe else ""
         problems = f", {len(self.problems)} problem(s)" if self.problems else ""
         return (f"<Trace {self.path}: {len(self.launches)} launch(es) of {kernels} kernel(s){probe_part}, "
                 f"{len(self.events)} event(s){problems}>")
@@ -936,73 +547,6 @@ def read_kernel_json(path: Path) -> dict:
     if not isinstance(value, dict):
         raise TraceError(f"{path}: not a JSON object: corrupt kernel.json")
     return value
-
-
-def find_run_dir(path) -> Path:
-    """`path` itself if it is a run directory, else its only run subdirectory."""
-    path = Path(path)
-    if not path.is_dir():
-        raise TraceError(f"{path}: no such trace directory")
-    if (path / "event.log").exists():
-        return path
-    runs = sorted(p for p in _entries(path) if (p / "event.log").exists())
-    if len(runs) == 1:
-        return runs[0]
-    ranks = find_rank_dirs(path)
-    if ranks and len(ranks) == len(runs):
-        raise TraceError(f"{path}: a job of {len(ranks)} rank(s) ({', '.join(p.name for _, p in ranks[:8])}): "
-                         "name one of them, or read them all with neutrino.trace.load_job")
-    if not runs:
-        raise TraceError(f"{path}: not a trace directory (no event.log here or in a subdirectory)")
-    if len(find_process_dirs(path)) == len(runs):
-        raise TraceError(f"{path}: the trace of {len(runs)} processes of one program: name one of them, "
-                         "or read them all with neutrino.trace.load_job")
-    names = ", ".join(p.name for p in runs[-5:])
-    raise TraceError(f"{path}: holds {len(runs)} runs ({names}); name one of them")
-
-
-def _entries(path: Path) -> list[Path]:
-    """The entries of a directory; TraceError (not OSError) when it cannot be listed."""
-    try:
-        return list(path.iterdir())
-    except OSError as e:
-        raise TraceError(f"{path}: cannot list the directory: {e.strerror or e}") from None
-
-
-_RANK_DIR = re.compile(r"rank(\d+)(?:\.(\d+))?")
-
-
-def find_rank_dirs(path) -> list[tuple[int, Path]]:
-    """(rank, run directory) of each rank of a job directory (`<tracedir>/<job>/rank<R>[.<pid>]`,
-    spec/trace-format.md), ordered by rank; [] when `path` is not a job directory."""
-    path = Path(path)
-    if not path.is_dir() or (path / "event.log").exists():
-        return []
-    found = []
-    for sub in _entries(path):
-        m = _RANK_DIR.fullmatch(sub.name)
-        if m and (sub / "event.log").exists():
-            found.append((int(m.group(1)), int(m.group(2) or -1), sub))
-    return [(rank, sub) for rank, _, sub in sorted(found)]
-
-
-_PROCESS_DIR = re.compile(r"(\d{8}-\d{6})_(\d+)")
-
-
-def find_process_dirs(path) -> list[Path]:
-    """The run directories of an `-o DIR` trace (spec/trace-format.md): DIR itself when its first
-    process wrote it, then `DIR/<time>_<pid>` of every other process of the program, in order of
-    start. DIR is one when it holds an event.log or the `.owner` of `-o`; otherwise [] (a plain
-    trace directory holds separate runs, not one program's processes)."""
-    path = Path(path)
-    if not path.is_dir() or not ((path / "event.log").exists() or (path / ".owner").exists()):
-        return []
-    others = []
-    for sub in _entries(path):
-        m = _PROCESS_DIR.fullmatch(sub.name)
-        if m and (sub / "event.log").exists():
-            others.append((m.group(1), int(m.group(2)), sub))
-    return [path] * (path / "event.log").exists() + [sub for *_, sub in sorted(others)]
 
 
 def read_events(path: Path, problems: list[str] | None = None) -> list[dict]:
@@ -1132,21 +676,6 @@ def load(path) -> Trace:
     events = read_events(run / "event.log", problems)
     probe_text = read_probe_text(run / "probe.toml", problems)
     return Trace(run, probe_text, events, _launches(run, events, problems), problems)
-
-
-def find_job_dir(path) -> Path | None:
-    """`path` if it is a job directory, or its only job subdirectory when it holds no run of its
-    own (a trace directory after one `neutrino ... -- torchrun ...`); else None."""
-    path = Path(path)
-    if find_rank_dirs(path):
-        return path
-    if not path.is_dir() or (path / "event.log").exists():
-        return None
-    subs = [p for p in _entries(path) if p.is_dir()]
-    if any((p / "event.log").exists() for p in subs):
-        return None
-    jobs = [p for p in subs if find_rank_dirs(p)]
-    return jobs[0] if len(jobs) == 1 else None
 
 
 def load_job(path) -> list[tuple[int, Trace]]:

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "shim.h"
 
 #define ARG_PLANS 1024
 #define ARGSET_SLOTS (1u << 17)

@@ -29,10 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "writer.h"
-
-uint64_t neutrino_timeline_begin_probed(void); /* cupti.c */
-void neutrino_timeline_end_probed(uint64_t token);
+#include "shim.h"
 
 typedef int CUresult;
 
@@ -45,25 +42,6 @@ enum { P_CTX, P_PLAN, P_CAPTURE, P_RESERVE, P_REGION, P_EVENTS, P_ZERO, P_EV_STA
        P_SUBMIT, P_STEPS };
 static const char *const step_names[P_STEPS] = {"ctx", "plan", "capture", "reserve", "region", "events", "zero",
                                                 "ev_start", "launch", "ev_end", "header", "submit"};
-typedef struct {
-    void *orig_func, *ctx, *probed_func;
-    uint32_t n_params, n_maps, n_extra, max_shared;
-    uint32_t units_mode[NT_MAX_MAPS];   /* 0 thread, 1 warp, 2 block, 3 fixed (sum/hist maps) */
-    uint64_t fixed_units[NT_MAX_MAPS];
-    uint64_t fixed_size[NT_MAX_MAPS];   /* mode 3: the buffer's bytes */
-    uint32_t record_bytes[NT_MAX_MAPS], cap[NT_MAX_MAPS];
-    uint32_t map_header_pos[NT_MAX_MAPS]; /* byte offset of each map header in the frame header */
-    uint32_t extra_map[2 * NT_MAX_MAPS], extra_is_buffer[2 * NT_MAX_MAPS];
-    int32_t fd;
-    uint32_t kernel_id;
-    const void *header_template;
-    uint64_t header_len;
-} nt_plan;
-
-typedef struct {
-    uint64_t launches, dropped_buffer, dropped_trace, handed_back;
-} nt_plan_stats;
-
 typedef struct {
     _Atomic(void *) orig_func;
     void *ctx;
@@ -161,8 +139,6 @@ static CUresult (*p_launch_ptsz)(void *, unsigned, unsigned, unsigned, unsigned,
 static CUresult (*p_launch_ex)(const void *, void *, void **, void **);
 static CUresult (*p_launch_ex_ptsz)(const void *, void *, void **, void **);
 
-void *neutrino_real_sym(const char *name);
-int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch); /* argtrace.c */
 
 static int resolve(void) {
 #define R(var, name) if (!(var = (__typeof__(var))neutrino_real_sym(name))) return -1

@@ -27,15 +27,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "writer.h"
+#include "shim.h"
 
 typedef int CUresult;
 #define CU_NOT_FOUND 500
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 0x2
-
-void *neutrino_real_sym(const char *name);
-int neutrino_trace_reserve(uint64_t n);
-void neutrino_trace_give_back(uint64_t n);
 
 /* ------------------------------------------------------------------ replay rings */
 

@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shim.h"
+
 typedef int CUresult;
 typedef unsigned long long cuuint64_t;
 #define CUDA_SUCCESS 0
@@ -477,8 +479,6 @@ static inline uint64_t selected(void *f, int *yes) {
     return i;
 }
 
-int neutrino_graph_stream_capturing(void *stream, int ptsz); /* graphs.c */
-
 /* A launch the filter skips still goes to Python when its stream is being captured into a
  * graph: --launches selects among the graph's replays (graphs.c), not among captures. */
 static inline int captured_anyway(int yes, void *stream, int ptsz) {
@@ -495,9 +495,6 @@ static int to_python(int kind, void *f, unsigned gx, unsigned gy, unsigned gz, u
     in_callback = 0;
     return rc; /* < 0: not handled, run the original */
 }
-
-int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                         unsigned by, unsigned bz, unsigned shmem, void *stream, void **params, uint64_t kernel_launch);
 
 static CUresult launch_common(int kind, int slot, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                               unsigned by, unsigned bz, unsigned shmem, void *stream, void **params, void **extra) {
@@ -613,9 +610,6 @@ CUresult cuDevicePrimaryCtxReset_v2(int dev) {
 }
 
 /* ------------------------------------------------------------------ cuGetProcAddress */
-
-void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long long flags); /* graphs.c */
-void *neutrino_graph_wrapper_named(const char *name);
 
 /* Our wrapper for driver function `symbol` as asked through cuGetProcAddress, or NULL. */
 static void *wrapper_for(const char *symbol, int version, cuuint64_t flags) {

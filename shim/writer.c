@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "writer.h"
+#include "shim.h"
 
 void neutrino_timeline_note_submit(uint64_t seq); /* cupti.c */
 
@@ -53,8 +53,6 @@ _Static_assert(sizeof(nt_index_record) == 96, "index record layout");
  * inside its node: the launch path allocates nothing once the queue has been as long before. */
 #define SPARE_NODES 4096
 typedef struct node { nt_job job; struct node *next; unsigned char header[NT_INLINE_HEADER]; } node;
-
-void *neutrino_real_sym(const char *name);
 
 static CUresult (*ev_sync)(void *);
 static CUresult (*ev_query)(void *);

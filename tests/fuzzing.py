@@ -65,12 +65,12 @@ def toml_seeds() -> list[tuple[str, str]]:
     from neutrino.language import compile_file
 
     files = [*PACKAGE.glob("probes/*.toml"), *DATA.glob("probes/*.toml"), *DATA.glob("realworld/probes/*.toml")]
-    compiled = [(p.name + ".toml", compile_file(p)) for p in sorted(PACKAGE.glob("tools/*.py"))]
+    compiled = [(p.parent.name + ".toml", compile_file(p)) for p in sorted(PACKAGE.glob("tools/*/probe.py"))]
     return _texts(files) + compiled
 
 
 def dsl_seeds() -> list[tuple[str, str]]:
-    return _texts([*PACKAGE.glob("tools/*.py"), *PACKAGE.glob("probes/*.py")])
+    return _texts([*PACKAGE.glob("tools/*/probe.py"), *PACKAGE.glob("probes/*.py")])
 
 
 def ptx_seeds(max_bytes: int | None = 12000) -> list[tuple[str, str]]:
@@ -278,7 +278,7 @@ def library(function, *args) -> int:
 def instrument_files(ptx_path: Path, probe: str) -> str:
     """What `neutrino instrument PTX -p PROBE` does, without the argument parsing: the probed PTX."""
     from neutrino.engine import instrument
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     return instrument(Path(ptx_path).read_text(), load_probes(str(probe)), source=str(ptx_path)).ptx
 
@@ -292,7 +292,7 @@ def instrument_text(ptx: str, probe: str) -> str:
 @functools.lru_cache(maxsize=None)
 def cached_probes(probe: str):
     """The built-in and test probes the PTX fuzzer uses, loaded once (the pipeline does not change them)."""
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     return load_probes(probe)
 
@@ -368,7 +368,7 @@ def write_base_trace(root: Path) -> Path:
     (run / "result").mkdir(parents=True)
     from neutrino.language import compile_file
 
-    (run / "probe.toml").write_text(compile_file(PACKAGE / "tools" / "block_sched.py"))
+    (run / "probe.toml").write_text(compile_file(PACKAGE / "tools" / "block_sched" / "probe.py"))
     events = [{"event": "start", "time": 0, "pid": 1, "argv": ["app"]},
               {"event": "instrument", "time": 0, "kernel": "vadd", "kernel_dir": "kernel/3_abc", "sites": 1}]
     for i, (grid, block) in enumerate((((2, 1, 1), (64, 1, 1)), ((1, 1, 1), (32, 1, 1)))):

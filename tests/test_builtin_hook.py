@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from neutrino.probefile import TOOLS_DIR, load_probes
+from neutrino.toolbox import TOOLS_DIR, load_probes
 from neutrino.runtime.callback import load_callback
 from neutrino.trace import MapSection, buffer_bytes, write_result
 
@@ -23,7 +23,7 @@ def block_sched_result(path):
 def test_block_sched_hook_summarises_per_kernel(tmp_path, capsys):
     """analyze() prints nothing per launch; finish() prints one line per kernel."""
     probes = load_probes("block_sched")
-    hook = load_callback(probes.analyze_hook, base=str(TOOLS_DIR))
+    hook = load_callback(probes.analyze_hook, base=str(TOOLS_DIR / "block_sched"))
     for i in range(3):
         hook(str(block_sched_result(tmp_path / f"{i}.bin")), {"index": i, "kernel": "k"})
     assert capsys.readouterr().err == ""

@@ -357,6 +357,6 @@ def test_demo_is_short_and_says_where_the_files_are(tmp_path):
 
 def test_every_tool_gives_numbers_to_scripts():
     """report --format csv|json takes each tool's kernel_numbers (quantities, not display strings)."""
-    from neutrino.analysis.report import TOOLS
+    from neutrino.analysis import analyses
 
-    assert TOOLS and all(callable(getattr(tool, "kernel_numbers", None)) for tool in TOOLS)
+    assert analyses() and all(callable(getattr(tool, "kernel_numbers", None)) for tool in analyses())

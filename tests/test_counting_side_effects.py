@@ -21,7 +21,7 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir, parse_module, print_module
 from neutrino.isa.ptx.semantics import access_spaces, lookup
 from neutrino.passes.counting import COUNT_SUFFIX, EXTERN_CALLS, call_parts, is_call
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 
 from helpers import DATA, HAVE_PTXAS
 

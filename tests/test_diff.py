@@ -40,7 +40,8 @@ def test_known_shift_and_its_interval():
 
 def test_a_three_percent_shift_in_one_kernel_of_many(tmp_path):
     """The statistics layer alone (benchmarks/diff_power.py runs 1,000 kernels x 20 seeds): 100
-    kernels of 30 launches with 1.5% lognormal noise, one shifted by 3%, 5 seeds."""
+    kernels of 30 launches with 1.5% lognormal noise, one shifted by 3%, 5 seeds. One run per side and
+    no run-to-run noise: the launch test alone, without the one-run minimum effect."""
     found, false = 0, 0
     for seed in range(5):
         rng = np.random.default_rng(seed)
@@ -50,7 +51,7 @@ def test_a_three_percent_shift_in_one_kernel_of_many(tmp_path):
             b = rng.lognormal(np.log(1e4 * (1.03 if k == 7 else 1.0)), 0.015, 30)
             comparisons.append(D.compare_samples(("all", f"k{k}", (1, 1, 1), (1, 1, 1)), "duration_ns", a, b,
                                                  resamples=200))
-        sig = {c.kernel for c in D.decide(comparisons, 0.05) if c.significant}
+        sig = {c.kernel for c in D.decide(comparisons, 0.05, min_effect=0) if c.significant}
         found += "k7" in sig
         false += len(sig - {"k7"})
     assert found == 5 and false <= 5  # <= 1% of the 495 unshifted comparisons
@@ -59,16 +60,24 @@ def test_a_three_percent_shift_in_one_kernel_of_many(tmp_path):
 def test_trace_diff_names_the_shifted_kernel(tmp_path, capsys):
     a = S.kernel_runs(tmp_path / "a", seed=1, kernels=8)
     b = S.kernel_runs(tmp_path / "b", seed=2, kernels=8, shift={"k3": 1.03})
-    result = D.diff(a, b)
+    result = D.diff(a, b, min_effect=0)
     sig = result.significant
     assert sig and {c.kernel for c in sig} == {"k3"}
     assert {c.metric for c in sig} >= {"block_span", "warp_span", "duration_ns"}
     top = sig[0]
     assert top.reason.startswith("slower: median") and 1.5 < top.change < 4.5 and top.ci_low < 3.0 < top.ci_high + 0.5
     assert not any(c.significant for c in result.comparisons if c.metric == "gmem_bytes")
-    assert cli.main(["diff", str(a), str(b)]) == 0
+    assert cli.main(["diff", str(a), str(b), "--min-effect", "0"]) == 0
     out = capsys.readouterr().out
     assert "k3" in out and "slower: median block span +" in out and "significant (Benjamini-Hochberg" in out
+    # by default one run per side needs a change of 20%: the 3% is reported, but not called significant
+    default = D.diff(a, b)
+    assert not default.significant and default.notes and "one run on a side" in default.notes[0]
+    k3 = [c for c in default.comparisons if c.kernel == "k3" and c.metric == "block_span"][0]
+    assert k3.q < 0.05 and k3.min_effect == D.ONE_RUN_MIN_EFFECT and k3.reason == "below --min-effect 20%"
+    assert cli.main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "0 significant" in out and "runs A/B: 1/1" in out and "note: one run on a side" in out
 
 
 def test_same_distribution_and_same_trace_show_nothing(tmp_path):
@@ -83,10 +92,12 @@ def test_fail_above_is_a_gate(tmp_path, capsys):
     a = S.kernel_runs(tmp_path / "a", seed=1, kernels=4)
     slower = S.kernel_runs(tmp_path / "slow", seed=2, kernels=4, shift={"k1": 1.05})
     faster = S.kernel_runs(tmp_path / "fast", seed=3, kernels=4, shift={"k1": 0.95})
-    assert cli.main(["diff", str(a), str(slower), "--fail-above", "2"]) == 1
+    assert cli.main(["diff", str(a), str(slower), "--fail-above", "2", "--min-effect", "0"]) == 1
     assert "regression above 2%" in capsys.readouterr().err
-    assert cli.main(["diff", str(a), str(slower), "--fail-above", "10"]) == 0
-    assert cli.main(["diff", str(a), str(faster), "--fail-above", "2"]) == 0  # faster is no regression
+    assert cli.main(["diff", str(a), str(slower), "--fail-above", "10", "--min-effect", "0"]) == 0
+    # faster is no regression
+    assert cli.main(["diff", str(a), str(faster), "--fail-above", "2", "--min-effect", "0"]) == 0
+    assert cli.main(["diff", str(a), str(slower), "--fail-above", "2"]) == 0  # one run per side: 5% < 20%
     capsys.readouterr()
     assert cli.main(["diff", str(a), str(tmp_path / "missing")]) == 1
     assert "missing" in capsys.readouterr().err
@@ -98,14 +109,16 @@ def test_jobs_per_rank_and_pooled(tmp_path, capsys):
         for rank in (0, 1):
             S.kernel_runs(job / f"rank{rank}", seed=10 * rank + (side == "b"), kernels=4, rank=rank,
                           shift=shift if rank == 1 else {})
-    result = D.diff(tmp_path / "a", tmp_path / "b")
+    result = D.diff(tmp_path / "a", tmp_path / "b", min_effect=0)
     ranks = {c.rank for c in result.comparisons}
     assert ranks == {"0", "1", "all"}
     sig = {(c.rank, c.kernel) for c in result.significant}
     assert ("1", "k2") in sig and ("0", "k2") not in sig and all(k == "k2" for _, k in sig)
+    assert {(c.rank, c.runs_a, c.runs_b, c.test) for c in result.comparisons if c.metric == "block_span"} == {
+        ("0", 1, 1, "mwu"), ("1", 1, 1, "mwu"), ("all", 2, 2, "runs")}  # pooled: each rank's process is a run
     assert cli.main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert {r["rank"] for r in doc["comparisons"]} == {"0", "1", "all"}
+    assert {r["rank"] for r in doc["comparisons"]} == {"0", "1", "all"} and doc["runs"] == [1, 1] and doc["notes"]
     assert cli.main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "csv"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == ",".join(D.COLUMNS) and len(lines) == len(doc["comparisons"]) + 1
@@ -121,7 +134,7 @@ def test_timeline_gpu_times_are_compared(tmp_path):
         S.write_timeline(run, [{"kind": 1, "start_ns": s, "end_ns": e, "name_id": 0, "grid": (8, 1, 1),
                                 "block": (128, 1, 1)} for s, e in zip(starts, ends)], ["cublas_gemm"])
         runs.append(run)
-    sig = [c for c in D.diff(*runs).significant if c.metric == "gpu_time_ns"]
+    sig = [c for c in D.diff(*runs, min_effect=0).significant if c.metric == "gpu_time_ns"]
     assert [(c.kernel, c.grid) for c in sig] == [("cublas_gemm", (8, 1, 1))] and 4 < sig[0].change < 8
 
 
@@ -139,7 +152,7 @@ def test_kernels_of_one_side_only_are_listed(tmp_path, capsys):
 def test_more_bytes_per_launch(tmp_path):
     a = S.kernel_runs(tmp_path / "a", seed=1, kernels=3, launches=10)
     b = S.kernel_runs(tmp_path / "b", seed=2, kernels=3, launches=10, bytes_shift={"k2": 1.25})
-    sig = [c for c in D.diff(a, b).significant]
+    sig = [c for c in D.diff(a, b).significant]  # 25%: above the one-run minimum of 20%
     assert [(c.kernel, c.metric) for c in sig] == [("k2", "gmem_bytes")]
     assert sig[0].change == pytest.approx(25.0) and sig[0].median_a == 3 * 4096
     assert sig[0].reason.startswith("more bytes per launch: median bytes per launch +25.0%")
@@ -164,7 +177,7 @@ def test_a_corrupt_launch_event_is_a_warning_not_a_traceback(tmp_path, capsys):
     with open(a / "event.log", "a") as fh:
         fh.write('{"event": "launch", "index": "x", "kernel": "k0", "grid": [16, 1, 1], "block": [64, 1, 1], '
                  '"result": "result/nope.bin", "duration_ns": 5}\n')
-    assert cli.main(["diff", str(a), str(a)]) == 0
+    assert cli.main(["diff", str(a), str(a), "--warmup", "0"]) == 0  # index "x" sorts first: a warm-up launch
     assert "warning" in capsys.readouterr().err
     assert cli.main(["export", str(a), "--parquet", str(tmp_path / "ds")]) == 0
     assert "launch x of k0" in capsys.readouterr().err
@@ -188,3 +201,95 @@ def test_maps_of_other_names_are_not_compared(tmp_path):
         runs.append(b.close())
     result = D.diff(*runs)
     assert {c.metric for c in result.comparisons} == {"duration_ns"}
+
+
+# --------------------------------------------------------------------- several runs per side
+
+
+def test_runs_test_is_welch_on_the_run_medians():
+    """Runs that differ far more than their launches: p is Welch's t on the log run medians."""
+    rng = np.random.default_rng(4)
+    runs_a = [rng.lognormal(np.log(1000 * f), 0.001, 41) for f in (1.00, 1.05, 0.97, 1.02)]
+    runs_b = [rng.lognormal(np.log(1000 * f), 0.001, 41) for f in (1.08, 1.12, 1.03)]
+    from scipy.stats import ttest_ind
+
+    want = ttest_ind([np.log(np.median(v)) for v in runs_b], [np.log(np.median(v)) for v in runs_a], equal_var=False)
+    assert D.runs_test(D.METRICS["block_span"], runs_a, runs_b) == pytest.approx(want.pvalue, rel=1e-9)
+    c = D.compare_runs(("all", "k", (1, 1, 1), (1, 1, 1)), "block_span", runs_a, runs_b)
+    assert (c.test, c.runs_a, c.runs_b, c.n_a, c.n_b) == ("runs", 4, 3, 164, 123)
+    assert c.ci_low < c.change < c.ci_high
+    # the launch test on the pooled launches calls the same data overwhelmingly significant
+    assert D.compare_samples(("all", "k", (1, 1, 1), (1, 1, 1)), "block_span", np.concatenate(runs_a),
+                             np.concatenate(runs_b)).p < 1e-10 < c.p
+
+
+def test_runs_that_agree_closer_than_their_launches_allow_are_not_believed():
+    """Two runs per side with identical medians: the within-run variance of the median is the floor."""
+    base = np.linspace(0.9, 1.1, 31)
+    runs_a, runs_b = [base * 100, base[::-1] * 100], [base * 101, base[::-1] * 101]
+    p = D.runs_test(D.METRICS["block_span"], runs_a, runs_b)
+    x = np.log(base)
+    sigma = 1.4826 * np.median(np.abs(x - np.median(x)))
+    var = 2 * (np.pi / 2 * sigma**2 / 31 * 2 / 4)  # per side: two runs' variances / 2^2
+    from scipy.stats import t
+
+    assert p == pytest.approx(2 * t.sf(np.log(1.01) / np.sqrt(var), 2), rel=1e-9)
+    assert D.runs_test(D.METRICS["block_span"], runs_a, runs_a) == 1.0
+    assert D.runs_test(D.METRICS["tail_share"], [np.full(4, 0.1)] * 2, [np.full(4, 0.2)] * 2) == 0.0
+
+
+def test_one_run_per_side_falls_back_to_the_launches():
+    rng = np.random.default_rng(2)
+    one, two = [rng.lognormal(5, 0.01, 20)], [rng.lognormal(5, 0.01, 20) for _ in range(2)]
+    c = D.compare_runs(("all", "k", (1, 1, 1), (1, 1, 1)), "block_span", one, two)
+    assert (c.test, c.runs_a, c.runs_b, c.n_b) == ("mwu", 1, 2, 40)
+    assert D.default_min_effect(c) == D.ONE_RUN_MIN_EFFECT
+    assert D.default_min_effect(D.compare_runs(("all", "k", (1, 1, 1), (1, 1, 1)), "block_span", two, two)) == 0
+
+
+def _runs(tmp_path, side, count, *, seed, run_spread, shift=None, kernels=6):
+    return [S.kernel_runs(tmp_path / f"{side}{r}", seed=100 * seed + r, kernels=kernels, launches=12,
+                          run_spread=run_spread, shift=shift) for r in range(count)]
+
+
+def test_a_a_with_run_to_run_noise_finds_nothing_with_several_runs(tmp_path, capsys):
+    """Runs drawn with a 4% per-run scale: several runs per side find nothing; one run per side,
+    launch test alone (--min-effect 0), calls the process noise significant; its default does not."""
+    a = _runs(tmp_path, "a", 4, seed=1, run_spread=0.04)
+    b = _runs(tmp_path, "b", 4, seed=2, run_spread=0.04)
+    several = D.diff(a, b)
+    assert several.comparisons and not several.significant and several.runs == (4, 4)
+    assert {c.test for c in several.comparisons} == {"runs"} and all(c.min_effect == 0 for c in several.comparisons)
+    alone = D.diff(a[0], b[0], min_effect=0)
+    assert len({c.kernel for c in alone.significant}) >= 3  # the failure several runs per side fixes
+    assert not D.diff(a[0], b[0]).significant
+    assert cli.main(["diff", *map(str, a), "--vs", *map(str, b), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["runs"] == [4, 4] and not any(r["significant"] for r in doc["comparisons"])
+    assert {(r["runs_a"], r["runs_b"]) for r in doc["comparisons"]} == {(4, 4)}
+    assert not [n for n in doc["notes"] if "one run" in n]
+
+
+def test_a_real_shift_is_found_with_several_runs(tmp_path, capsys):
+    a = _runs(tmp_path, "a", 5, seed=3, run_spread=0.01)
+    b = _runs(tmp_path, "b", 5, seed=4, run_spread=0.01, shift={"k2": 1.08})
+    result = D.diff(a, b)
+    sig = result.significant
+    assert sig and {c.kernel for c in sig} == {"k2"} and "block_span" in {c.metric for c in sig}
+    top = [c for c in sig if c.metric == "block_span"][0]
+    assert 5 < top.change < 11 and top.ci_low < 8 < top.ci_high and top.reason.startswith("slower")
+    assert cli.main(["diff", *map(str, a), "--vs", *map(str, b), "--fail-above", "3"]) == 1
+    captured = capsys.readouterr()
+    assert "runs A/B: 5/5" in captured.out and "k2" in captured.err
+    assert cli.main(["diff", str(a[0]), str(a[1]), str(b[0])]) == 2  # three paths without --vs
+    assert "--vs" in capsys.readouterr().err
+
+
+def test_warmup_leaves_out_each_shapes_first_launches(tmp_path):
+    a = S.kernel_runs(tmp_path / "a", seed=1, kernels=2, launches=6)
+    counts = {w: {c.n_a for c in D.diff(a, a, warmup=w).comparisons} for w in (0, 1, 2)}
+    assert counts == {0: {6}, 1: {5}, 2: {4}}
+    with pytest.raises(D.DiffError, match="--warmup"):
+        D.diff(a, a, warmup=-1)
+    with pytest.raises(D.DiffError, match="--min-effect"):
+        D.diff(a, a, min_effect=-3)

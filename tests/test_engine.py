@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from neutrino.engine import instrument
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 
 from helpers import CORPUS
 

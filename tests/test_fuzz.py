@@ -208,7 +208,7 @@ NAME_CASES = 12  # modules per run (times SCALE), each instrumented with every C
 def test_fuzz_name_collisions():
     """Modules declaring engine-like names in random symbol tables: every tool accepts them, ptxas accepts
     the result, and the program's own symbol references are unchanged."""
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     tools = {name: load_probes(name) for name in fz.COLLISION_TOOLS}
     accepted: list[tuple[str, str]] = []
@@ -246,7 +246,7 @@ def test_fuzz_counting_variants_have_no_side_effects(tool):
     from neutrino.errors import InstrumentError
     from neutrino.isa.ptx import ir, parse_module, print_module
     from neutrino.passes.counting import is_call
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     probes = load_probes(tool)
     accepted: list[tuple[str, str]] = []

@@ -14,10 +14,11 @@ from neutrino.isa.gcn import ir, parse_module, print_module
 from neutrino.isa.gcn.semantics import semantics
 from neutrino.llvm_mc import assemble, find_llvm_mc
 from neutrino.passes import default_pipeline
-from neutrino.probefile import load_probes, parse_probes
+from neutrino.probefile import parse_probes
+from neutrino.toolbox import load_probes
 
 CORPUS = sorted((Path(__file__).parent / "data" / "gcn").glob("*.s"))
-PROBES = ["neutrino/probes/gcn/block_sched.toml", "neutrino/probes/gcn/gmem_bytes.toml"]
+PROBES = ["neutrino/tools/block_sched/gcn.toml", "neutrino/tools/gmem_bytes/gcn.toml"]
 needs_mc = pytest.mark.skipif(find_llvm_mc() is None, reason="llvm-mc-19 not installed (apt-get install llvm-19)")
 
 
@@ -152,7 +153,7 @@ def test_ptx_probes_refused_for_gcn():
 
 # The DSL tools on two files (one per target) by default; on the whole corpus with NEUTRINO_GCN=full.
 DSL_CORPUS = CORPUS if os.environ.get("NEUTRINO_GCN") == "full" else [p for p in CORPUS if p.name.startswith("mfma.")]
-DSL_TOOLS = ["neutrino/tools/block_sched.py", "neutrino/tools/gmem_bytes.py", "gmem_bytes_thread", "tensorop", "tensorop_thread"]
+DSL_TOOLS = ["neutrino/tools/block_sched/probe.py", "neutrino/tools/gmem_bytes/probe.py", "gmem_bytes_thread", "tensorop", "tensorop_thread"]
 
 
 @needs_mc

@@ -10,7 +10,7 @@ import pytest
 from neutrino.engine import instrument
 from neutrino.isa.gcn.target import GCN
 from neutrino.isa.gcn import parse_module
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 from neutrino.runtime.hip import codeobj
 
 CORPUS = sorted((Path(__file__).parent / "data" / "gcn").glob("*.s"))

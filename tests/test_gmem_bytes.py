@@ -13,8 +13,8 @@ import pytest
 
 from neutrino.engine import instrument
 from neutrino.isa.ptx import parse_statements
-from neutrino.isa.ptx.semantics import effects
-from neutrino.probefile import load_probes
+from neutrino.isa.ptx.semantics import effects, position_matcher
+from neutrino.toolbox import load_probes
 
 from helpers import HAVE_PTXAS, ptxas
 from test_counting_rewrite import FORMS as ATOMIC_FORMS
@@ -56,10 +56,11 @@ def counting_probe(probes):
 @pytest.mark.parametrize("form", ["gmem_bytes", "gmem_bytes_thread"])
 def test_positions_are_the_global_forms_of_the_table(form):
     probe = counting_probe(load_probes(form))
+    named = position_matcher(probe.position)
     wrong = []
     for text in CATALOGUE:
         (insn,) = parse_statements(text)
-        matched = any(insn.opcode.has_prefix(prefix) for prefix in probe.position)
+        matched = named(insn.opcode)
         if matched != moves_global_memory(text):
             wrong.append(f"{'matched' if matched else 'missed'}: {text}")
     assert not wrong, "\n".join(wrong)
@@ -74,7 +75,7 @@ def test_summed_and_per_thread_forms_match_the_same_instructions():
 
 def test_a_tool_named_or_given_by_path_is_one_definition():
     """`-p gmem_bytes` and the tool file's path load the same probe, with the fields of spec/tools.md."""
-    by_name, by_path = load_probes("gmem_bytes"), load_probes(str(REPO / "neutrino" / "tools" / "gmem_bytes.py"))
+    by_name, by_path = load_probes("gmem_bytes"), load_probes(str(REPO / "neutrino" / "tools" / "gmem_bytes" / "probe.py"))
     assert by_name.text == by_path.text
     assert [f.name for f in by_name.maps["gmem_bytes"].fields] == ["bytes", "active_threads"]
 

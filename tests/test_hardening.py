@@ -140,7 +140,7 @@ def test_nesting_beyond_the_limits_is_located(tmp_path, capsys, inner, message, 
 
 def test_nesting_under_the_limit_instruments(tmp_path):
     from neutrino.engine import instrument
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     ptx = VEC.read_text()
     at = ptx.index("ret;")

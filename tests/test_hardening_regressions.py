@@ -18,7 +18,8 @@ from neutrino.engine import instrument
 from neutrino.errors import NeutrinoError, ProbeError
 from neutrino.language import compile_source
 from neutrino.language.errors import DslError
-from neutrino.probefile import FieldNames, load_probes, parse_probes
+from neutrino.probefile import FieldNames, parse_probes
+from neutrino.toolbox import load_probes
 
 DATA = Path(__file__).parent / "data"
 VEC = DATA / "corpus" / "nvcc" / "vec.sm90.ptx"
@@ -429,7 +430,8 @@ def test_long_blank_run_inside_operands_is_refused_without_a_hang():
 
 def test_probe_file_over_one_mebibyte_is_refused_before_reading(tmp_path):
     from neutrino.errors import ProbeError
-    from neutrino.probefile import MAX_PROBE_FILE_BYTES, load_probes
+    from neutrino.probefile import MAX_PROBE_FILE_BYTES
+    from neutrino.toolbox import load_probes
 
     path = tmp_path / "huge.toml"
     path.write_text("# padding\n" * (MAX_PROBE_FILE_BYTES // 10 + 1))

@@ -4,7 +4,7 @@ import pytest
 
 from neutrino.engine import instrument
 from neutrino.isa.ptx import parse_module
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 
 from helpers import CORPUS, HAVE_PTXAS, PROBES, assert_keeps_original, ptxas
 

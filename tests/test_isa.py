@@ -19,7 +19,7 @@ from neutrino.isa.registry import ISAS, isa_named, isa_of_file
 from neutrino.llvm_mc import find_llvm_mc
 from neutrino.passes import default_pipeline
 from neutrino.passes.manager import PassFailed
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 
 DATA = Path(__file__).parent / "data"
 GCN_FILE = DATA / "gcn" / "lds_reduce.gfx942.s"

@@ -440,7 +440,7 @@ def check_explicit_schema(text: str) -> dict:
     for name, p in doc["probe"].items():
         assert set(p) <= {"position", "level", "before", "after"} and ("before" in p or "after" in p)
         assert p["level"] in ("thread", "warp", "block")
-        assert p["position"] == "kernel" or re.fullmatch(r"[a-z][a-z0-9_.]*(::[a-z0-9_]+[a-z0-9_.]*)*(:[a-z][a-z0-9_.]*(::[a-z0-9_]+[a-z0-9_.]*)*)*", p["position"])
+        assert p["position"] == "kernel" or re.fullmatch(r"#?[a-z][a-z0-9_.]*(::[a-z0-9_]+[a-z0-9_.]*)*(:#?[a-z][a-z0-9_.]*(::[a-z0-9_]+[a-z0-9_.]*)*)*", p["position"])
         for snippet in (p.get("before"), p.get("after")):
             for save in SAVE_RE.finditer(snippet or ""):
                 m = maps[save.group(1)]
@@ -451,7 +451,7 @@ def check_explicit_schema(text: str) -> dict:
 
 @pytest.mark.parametrize("tool", TOOLS)
 def test_builtin_tool_compiles_to_explicit_form(tool):
-    text = nl.compile_file(TOOLS_DIR / f"{tool}.py")
+    text = nl.compile_file(TOOLS_DIR / tool / "probe.py")
     doc = check_explicit_schema(text)
     assert tool in doc["map"]
 
@@ -467,7 +467,7 @@ def test_builtin_tool_maps_match_spec_tools_md():
         "program_progress": ("array", "thread", "count", ["clock:u64", "branch:u32", "cuid:u32"]),
     }
     for tool, (kind, level, cap, fields) in expect.items():
-        m = tomlkit.parse(nl.compile_file(TOOLS_DIR / f"{tool}.py")).unwrap()["map"][tool]
+        m = tomlkit.parse(nl.compile_file(TOOLS_DIR / tool / "probe.py")).unwrap()["map"][tool]
         assert (m.get("type", "array"), m["level"], m.get("cap"), m["fields"]) == (kind, level, cap, fields), tool
 
 
@@ -496,7 +496,7 @@ def assemble_snippets(toml_text: str, tmp_path: Path) -> None:
 
 @pytest.mark.skipif(PTXAS is None, reason="ptxas not on PATH")
 def test_builtin_tool_snippets_assemble(tmp_path):
-    texts = [nl.compile_file(TOOLS_DIR / f"{t}.py") for t in TOOLS]
+    texts = [nl.compile_file(TOOLS_DIR / t / "probe.py") for t in TOOLS]
     for i, text in enumerate(texts):
         d = tmp_path / str(i)
         d.mkdir()

@@ -9,7 +9,7 @@ import pytest
 import neutrino.language as nl
 from neutrino.engine import instrument
 from neutrino.isa.ptx import parse_module
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 
 from helpers import CORPUS, HAVE_PTXAS, ptxas
 
@@ -19,7 +19,7 @@ TOOLS = ("block_sched", "gmem_bytes", "dmat", "tensorop", "program_progress")
 
 @pytest.fixture(scope="module", params=TOOLS)
 def tool(request):
-    return request.param, load_probes(str(TOOLS_DIR / f"{request.param}.py"))
+    return request.param, load_probes(str(TOOLS_DIR / request.param / "probe.py"))
 
 
 def test_corpus_is_there():
@@ -42,7 +42,7 @@ def test_language_tool_instruments_corpus(tool, path):
 
 def test_language_tools_load_through_the_engine():
     """load_probes on a .py path goes through compile_file; the maps keep the DSL's field names."""
-    pf = load_probes(str(TOOLS_DIR / "block_sched.py"))
+    pf = load_probes(str(TOOLS_DIR / "block_sched" / "probe.py"))
     m = pf.maps["block_sched"]
     assert (m.level, m.cap) == ("warp", 1)
     assert [f.name for f in m.fields] == ["start", "elapsed", "cuid"]
@@ -50,6 +50,6 @@ def test_language_tools_load_through_the_engine():
 
 def test_sampled_save_is_predicated_in_the_instrumented_kernel():
     path = next(p for p in CORPUS if p.name.startswith("reduce.sm90"))
-    result = instrument(path.read_text(), load_probes(str(TOOLS_DIR / "program_progress.py")))
+    result = instrument(path.read_text(), load_probes(str(TOOLS_DIR / "program_progress" / "probe.py")))
     assert "bra" in path.read_text()
     ptxas(result.ptx)

@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 
 from neutrino import analysis
-from neutrino.analysis import lines as la
+from neutrino.tools.lines import analysis as la
 from neutrino.analysis import report
 from neutrino.analysis.synthetic import RunBuilder, counters_section, hist_info
 from neutrino.engine import instrument
 from neutrino.errors import ProbeError
 from neutrino.isa.ptx import parse_module
 from neutrino.isa.ptx.lines import build_line_map, parse_line_ranges
-from neutrino.probefile import load_probes, parse_probes
+from neutrino.probefile import parse_probes
+from neutrino.toolbox import load_probes
 from tests.helpers import HAVE_PTXAS, ptxas
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "ptx"
@@ -234,7 +235,9 @@ def test_pure_functions_on_hand_built_inputs():
 
 
 def test_lines_is_a_builtin_tool_with_an_analysis():
-    assert analysis.BUILTIN_TOOLS["lines"] is la and analysis.BUILTIN_TOOLS["lines_light"] is la
+    from neutrino import toolbox
+
+    assert toolbox.analysis(toolbox.get("lines")) is la and toolbox.analysis(toolbox.get("lines_light")) is la
     for tool in ("lines", "lines_light"):
         maps = load_probes(tool).maps
         assert set(maps) <= set(la.MAP_NAMES) and maps["lines_blocks"].buckets.count == 256

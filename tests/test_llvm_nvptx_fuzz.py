@@ -241,7 +241,7 @@ def test_llvm_kernels_parse_and_print_back(module):
 @FUZZ
 @given(nvptx_modules(), st.sampled_from(TOOLS))
 def test_llvm_kernels_instrument_into_valid_ptx(module, tool):
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     from neutrino.errors import InstrumentError
 

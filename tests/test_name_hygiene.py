@@ -22,7 +22,8 @@ from neutrino.errors import InstrumentError, ProbeError
 from neutrino.isa.ptx import ir, parse_module
 from neutrino.isa.ptx.symbols import NameAllocator
 from neutrino.language import compile_source
-from neutrino.probefile import load_probes, parse_probes
+from neutrino.probefile import parse_probes
+from neutrino.toolbox import load_probes
 
 REPO = Path(__file__).resolve().parent.parent
 HEAD = ".version 8.0\n.target sm_80\n.address_size 64\n"

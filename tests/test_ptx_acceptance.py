@@ -12,7 +12,7 @@ from neutrino.engine import instrument
 from neutrino.errors import ParseError
 from neutrino.isa.ptx import ir, parse_module, print_module
 from neutrino.isa.ptx.printer import print_statement
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 
 from helpers import HAVE_PTXAS, ptxas
 from test_ptx_roundtrip import canonical

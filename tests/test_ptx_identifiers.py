@@ -19,7 +19,8 @@ from neutrino.isa.ptx.semantics import defined_registers, effects
 from neutrino.passes.build import splice
 from neutrino.passes.prune import prune_module
 from neutrino.passes.virtualize import probe_register_suffixes
-from neutrino.probefile import load_probes, parse_probes
+from neutrino.probefile import parse_probes
+from neutrino.toolbox import load_probes
 
 from helpers import HAVE_PTXAS, PROBES, assert_keeps_original, ptxas
 

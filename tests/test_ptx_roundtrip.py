@@ -260,7 +260,7 @@ def test_probe_snippets_carry_no_spelling():
 def test_instrumented_kernels_keep_their_original_text(path):
     """Every line of an instrumented kernel's body that the passes did not edit prints as it came in, in order."""
     from neutrino.engine import instrument
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     text = path.read_text()
     out = instrument(text, load_probes("block_sched")).ptx

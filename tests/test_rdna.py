@@ -17,13 +17,14 @@ from neutrino.isa.registry import isa_of_file
 from neutrino.isa.rdna.target import RDNA
 from neutrino.llvm_mc import assemble, find_llvm_mc
 from neutrino.passes import default_pipeline
-from neutrino.probefile import load_probes, parse_probes
+from neutrino.probefile import parse_probes
+from neutrino.toolbox import load_probes
 from neutrino.runtime.hip import codeobj
 from neutrino.trace import units_for
 
 CORPUS = sorted((Path(__file__).parent / "data" / "rdna").glob("*.s"))
-TOML_PROBES = ["block_sched", "gmem_bytes"]  # neutrino/probes/rdna/
-DSL_TOOLS = ["neutrino/tools/block_sched.py", "neutrino/tools/gmem_bytes.py", "gmem_bytes_thread", "tensorop", "tensorop_thread"]
+TOML_PROBES = ["block_sched", "gmem_bytes"]  # neutrino/tools/<tool>/rdna.toml
+DSL_TOOLS = ["neutrino/tools/block_sched/probe.py", "neutrino/tools/gmem_bytes/probe.py", "gmem_bytes_thread", "tensorop", "tensorop_thread"]
 needs_mc = pytest.mark.skipif(find_llvm_mc() is None, reason="llvm-mc-19 not installed (apt-get install llvm-19): "
                               "the RDNA oracle cannot run")
 WAVE64_ONLY = ("s_and_saveexec_b64", "s_ff1_i32_b64", "s_andn2_b64", "v_addc_co_u32", "s_memtime", "s_memrealtime", "global_store_dword")
@@ -236,7 +237,7 @@ def test_maps_named_by_explicit_saves_get_their_buffers(isa):
     """The DSL writes `SAVE [ MAP ] {...}` without a probe-level map: the map still gets its argument and slot
     (before, its stores went through an SGPR pair nothing had set)."""
     path = CORPUS[-2] if isa is RDNA else Path(__file__).parent / "data" / "gcn" / "vadd.gfx90a.s"
-    result = instrument(path.read_text(), load_probes("neutrino/tools/block_sched.py", isa=isa.name), isa=isa)
+    result = instrument(path.read_text(), load_probes("neutrino/tools/block_sched/probe.py", isa=isa.name), isa=isa)
     info = next(iter(result.kernels.values()))
     assert [p["map"] for p in info["params"]] == ["block_sched"] and [m["name"] for m in info["maps"]] == ["block_sched"]
     assert info["maps"][0]["lanes"] == isa.dialect.wave_lanes

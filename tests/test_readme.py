@@ -15,7 +15,7 @@ def test_readme_custom_pass(tmp_path):
     import sys
 
     from neutrino.engine import instrument
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     code = re.search(r"### A custom pass\n.*?```python\n(.*?)```", README.read_text(), re.S).group(1)
     kernel = DATA / "corpus" / "nvcc" / "vec.sm90.ptx"
@@ -53,7 +53,8 @@ def test_readme_starts_with_install_and_test_commands():
 
 def test_readme_toml_probe_records_what_the_builtin_tool_records(tmp_path):
     """The README's TOML probe and `-p block_sched` give the same map: one tool, one set of field names."""
-    from neutrino.probefile import load_probes, parse_probes
+    from neutrino.probefile import parse_probes
+    from neutrino.toolbox import load_probes
 
     toml = re.search(r"## Probes\n.*?```toml\n(.*?)```", README.read_text(), re.S).group(1)
     by_hand, builtin = parse_probes(toml, "README.md").maps["block_sched"], load_probes("block_sched").maps["block_sched"]

@@ -29,7 +29,7 @@ from neutrino.errors import NeutrinoError
 from neutrino.isa.ptx import parse_module, print_module
 from neutrino.passes import PassManager
 from neutrino.passes.manager import Context
-from neutrino.probefile import load_probes
+from neutrino.toolbox import load_probes
 
 from helpers import DATA, HAVE_PTXAS, assert_keeps_original
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from neutrino.analysis import (block_sched, dmat, generic, gmem_bytes, program_progress, ranks, report, tensorop,
-                               tool_for, writer_tool)
+                               tool_for, tool_name, writer_tool)
 from tests.test_analysis import U32, U64, block_sched_map, make_launch, make_map
 
 SPEC = Path(__file__).resolve().parents[1] / "spec" / "tools.md"
@@ -41,7 +41,7 @@ def kernel_numbers(tool, launches):
     trace = SimpleNamespace(path="", probe_text="", events=[], launches=launches)
     rep = report.analyze(trace, launches)
     (entry,) = rep.kernels.values()
-    name = tool.__name__.rsplit(".", 1)[-1]
+    name = tool_name(tool)
     results = entry.results[name]
     return tool.kernel_numbers(results), tool.kernel_summary(results), rep
 
@@ -163,7 +163,7 @@ def test_every_printed_column_is_defined_in_the_spec():
     }
     for tool, launches in samples.items():
         numbers, text, _ = kernel_numbers(tool, launches)
-        name = tool.__name__.rsplit(".", 1)[-1]
+        name = tool_name(tool)
         cols, keys = spec[name]
         assert set(text) <= cols, (name, set(text) - cols)
         assert set(numbers) <= keys, (name, set(numbers) - keys)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from neutrino.analysis import context, report
+from neutrino.analysis import context, ranks, report
 from tests.context_tables import GEMM, NCCL, TRITON, known_run, range_record, timeline_record, write_ranges, \
     write_timeline
 
@@ -154,7 +154,7 @@ def test_each_rank_of_a_job_opens_with_its_context(tmp_path, capsys):
         run = tmp_path / "job" / f"rank{rank}"
         known_run(run)
         (run / "event.log").write_text(json.dumps({"event": "start", "time": 0, "pid": 10 + rank}) + "\n")
-    assert report.main(str(tmp_path / "job"), plots=False) == 0
+    assert ranks.main(str(tmp_path / "job"), plots=False) == 0
     out = capsys.readouterr().out
     assert out.count("[where GPU time went] 4 kernel launch(es)") == 2
     assert "== rank 0 (pid 10)" in out and "== rank 1 (pid 11)" in out

@@ -122,7 +122,7 @@ print(json.dumps(sorted(sys.modules)))
 def _modules_after_run(tmp_path, fakecuda, kernels: tuple[str, ...]) -> set[str]:
     from neutrino.runtime.build import build_shim
 
-    probe = str(TOOLS / "block_sched.py")
+    probe = str(TOOLS / "block_sched" / "probe.py")
     from neutrino.probefile import parse_probes
 
     # what the launcher does before the program starts: compile and verify the tool, once
@@ -157,7 +157,7 @@ def test_warm_code_cache_instruments_nothing_and_imports_no_compiler(tmp_path, f
 
 def test_checked_probe_cache(tmp_path):
     tool = tmp_path / "mine.py"
-    tool.write_text((TOOLS / "block_sched.py").read_text().replace('analyze_hook = "../analysis/block_sched_exit.py"',
+    tool.write_text((TOOLS / "block_sched" / "probe.py").read_text().replace('analyze_hook = "exit_hook.py"',
                                                                   ""))
     seen = []
     text, state = checked_probe_text(tool, verify=seen.append, root=tmp_path / "c")
@@ -208,7 +208,7 @@ def test_phase_clock_and_line_known_answer():
 
 
 def test_block_sched_exit_hook_samples_each_kernel(tmp_path, capsys):
-    from neutrino.analysis import block_sched_exit as hook_module
+    from neutrino.tools.block_sched import exit_hook as hook_module
     from neutrino.runtime.callback import load_callback
     from test_builtin_hook import block_sched_result
 
@@ -285,7 +285,7 @@ def test_process_without_cuda_loads_neither_attrs_nor_numpy(tmp_path):
         pytest.skip("no C compiler")
     from neutrino.runtime.build import build_shim
 
-    env = child_env(RuntimeOptions(probe=str(TOOLS / "block_sched.py"), tracedir=str(tmp_path / "trace")),
+    env = child_env(RuntimeOptions(probe=str(TOOLS / "block_sched" / "probe.py"), tracedir=str(tmp_path / "trace")),
                     build_shim())
     code = "import json, sys; print(json.dumps(sorted(sys.modules)))"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

@@ -20,7 +20,8 @@ from neutrino import ptxas as assembler
 from neutrino.engine import instrument
 from neutrino.errors import InstrumentError, ProbeError
 from neutrino.isa.ptx import formats, ir, parse_module
-from neutrino.probefile import load_probes, parse_probes
+from neutrino.probefile import parse_probes
+from neutrino.toolbox import load_probes
 
 TARGETS = DATA / "targets"
 LONG = os.environ.get("NEUTRINO_HYPOTHESIS") == "long"

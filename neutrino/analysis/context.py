@@ -338,7 +338,7 @@ def load(run_dir) -> Context | None:
 
 def render(ctx: Context, top: int = 15) -> list[str]:
     """The report's opening section: a headline and the top rows by total GPU time."""
-    from neutrino.analysis.report import format_table, short
+    from neutrino.analysis.tables import format_table, short
 
     head = (f"[where GPU time went] {ctx.kernels} kernel launch(es) ({ctx.probed} probed), {ctx.copies} copies, "
             f"{ctx.memsets} memsets on {ctx.devices} device(s): GPU busy {ctx.busy_ns / 1e3:.1f} us "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from neutrino.trace import TraceError
+from neutrino.maps import TraceError
 
 TIMELINE_MAGIC = b"NTTIMEL1"
 RANGES_MAGIC = b"NTRANGE1"

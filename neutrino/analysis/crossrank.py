@@ -188,7 +188,7 @@ def match_collectives(per_rank: dict, kind: str = "rank") -> tuple[Collectives, 
 
 
 def context_short(name: str) -> str:
-    from neutrino.analysis.report import short
+    from neutrino.analysis.tables import short
 
     return short(name, 40)
 
@@ -451,7 +451,7 @@ def render(result: CrossRank) -> list[str]:
 
 
 def _render_stragglers(result: CrossRank) -> list[str]:
-    from neutrino.analysis.report import format_table, short
+    from neutrino.analysis.tables import format_table, short
 
     kind, kinds = result.kind, plural(result.kind)
     head = (f"[slow {kinds} per kernel] {result.compared} kernel(s) compared across {kinds} "
@@ -472,7 +472,7 @@ def _render_stragglers(result: CrossRank) -> list[str]:
 
 
 def _render_late(late: LateArrivals, kind: str) -> list[str]:
-    from neutrino.analysis.report import format_table
+    from neutrino.analysis.tables import format_table
 
     steps = sum(s.step != OUTSIDE_STEPS for s in late.steps)
     out = [f"[late arrivals at collectives] {late.matched} NCCL collective(s) matched across {len(late.ranks)} "

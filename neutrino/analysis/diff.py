@@ -1,13 +1,17 @@
-"""`neutrino diff A B`: what changed inside each kernel between two traces or jobs.
+"""`neutrino diff A B` (or `A1 A2 ... --vs B1 B2 ...`): what changed inside each kernel between runs.
 
 Kernels are matched by name and launch shape (grid, block). For each match and each metric
 that both sides measured (spec/tools.md, "diff": launch duration, block and warp spans,
 tail share, busy imbalance over SMs, blocks per SM, bytes per launch, tensor ops, and the
 kernel's GPU time from timeline.bin) the per-launch values of A and B are compared: the
-relative change of the median with a bootstrap confidence interval, the Mann-Whitney U
-p-value, and the Benjamini-Hochberg adjusted p-value (q) over every comparison made, so
-that many kernels do not make false alarms. Jobs are compared rank by rank and pooled
-over ranks. Memory: one float per launch and metric; frames are read one at a time.
+relative change of the median with a confidence interval, a p-value, and the Benjamini-Hochberg
+adjusted p-value (q) over every comparison made, so that many kernels do not make false alarms.
+With several runs (processes) per side the p-value tests the runs' summaries and the interval
+resamples runs, then launches: two processes of one program differ more than launches of one
+process do. With one run on a side the launches are tested (Mann-Whitney U) and only a change
+of at least the minimum effect counts. Each shape's first launch per run is left out (warm-up).
+Jobs are compared rank by rank and pooled over ranks. Memory: one float per launch and metric;
+frames are read one at a time.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from neutrino.errors import NeutrinoError
 BOOTSTRAP = 2000
 LEVEL = 0.95
 MIN_LAUNCHES = 3  # per side: fewer cannot give a p-value below any useful threshold
+WARMUP = 1  # launches of each kernel shape dropped at the start of each run (cold caches and TLBs, clocks)
+ONE_RUN_MIN_EFFECT = 20.0  # % (pp): the smallest change called significant with one run on a side (spec/tools.md)
 
 
 @attrs.frozen
@@ -118,8 +124,9 @@ def _block_metrics(result) -> dict[str, float]:
             "sm_busy_imbalance": stats.busy_imbalance, "blocks_per_sm": stats.blocks / max(1, len(stats.sms))}
 
 
-def collect(path, *, pooled_only: bool = False) -> Side:
-    """The per-launch metrics of every probed launch (and timeline kernel) of a trace or job."""
+def collect(path, *, warmup: int = WARMUP) -> Side:
+    """The per-launch metrics of every probed launch (and timeline kernel) of a trace or job, less
+    the first `warmup` launches of each kernel shape in each run (cold caches, clocks ramping up)."""
     side = Side(str(path))
     runs = launch_stream.members(path)
     side.ranks = [rank for rank, _ in runs]
@@ -127,9 +134,13 @@ def collect(path, *, pooled_only: bool = False) -> Side:
         events = nt.read_events(run / "event.log")
         probe = run / "probe.toml"
         probe_text = probe.read_text(errors="replace") if probe.exists() else None
+        seen: dict[tuple, int] = {}
         for ev in launch_stream.launches_by_kernel(run, events):
             grid, block = launch_stream.dims(ev.get("grid")), launch_stream.dims(ev.get("block"))
             key = (rank, str(ev.get("kernel", "")), grid, block)
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] <= warmup:
+                continue
             duration = ev.get("duration_ns")
             side.add(key, "duration_ns", duration if isinstance(duration, (int, float)) else None)
             view = _LaunchView(launch_stream.as_int(ev.get("index")), key[1], grid, block, duration)
@@ -140,11 +151,11 @@ def collect(path, *, pooled_only: bool = False) -> Side:
                 continue
             for metric, value in frame_metrics(view, frame, probe_text).items():
                 side.add(key, metric, value)
-        _timeline_metrics(side, rank, run)
+        _timeline_metrics(side, rank, run, warmup)
     return side
 
 
-def _timeline_metrics(side: Side, rank: int, run: Path) -> None:
+def _timeline_metrics(side: Side, rank: int, run: Path, warmup: int) -> None:
     try:
         found = context_tables.read_timeline(run)
     except (nt.TraceError, OSError, ValueError) as e:
@@ -154,9 +165,14 @@ def _timeline_metrics(side: Side, rank: int, run: Path) -> None:
         return
     recs, names = found
     kernels = np.flatnonzero(np.asarray(recs["kind"]) == 1)
+    kernels = kernels[np.argsort(np.asarray(recs["start_ns"])[kernels], kind="stable")]
+    seen: dict[tuple, int] = {}
     for i in kernels.tolist():
         r = recs[i]
         key = (rank, str(names[i]), tuple(int(v) for v in r["grid"]), tuple(int(v) for v in r["block"]))
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= warmup:
+            continue
         side.add(key, "gpu_time_ns", int(r["end_ns"]) - int(r["start_ns"]))
 
 
@@ -215,6 +231,74 @@ def welch_log(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(ttest_ind(np.log(b), np.log(a), equal_var=False).pvalue)
 
 
+def run_summary(metric: Metric, values: np.ndarray) -> tuple[float, float, int]:
+    """(summary, its within-run variance, launches) of one run's values: the median, of log values
+    for a ratio metric whose values are all > 0 (`on_log`), else of the values; its variance
+    (pi/2) * sigma^2 / n with sigma = 1.4826 * MAD (the sample standard deviation when MAD is 0)."""
+    x = np.log(values) if on_log(metric, values) else values
+    med = float(np.median(x))
+    sigma = 1.4826 * float(np.median(np.abs(x - med)))
+    if sigma == 0.0 and len(x) > 1:
+        sigma = float(np.std(x, ddof=1))
+    return med, math.pi / 2 * sigma * sigma / len(x), len(x)
+
+
+def on_log(metric: Metric, values: np.ndarray) -> bool:
+    return metric.kind == "ratio" and bool((values > 0).all())
+
+
+def runs_test(metric: Metric, runs_a: list[np.ndarray], runs_b: list[np.ndarray]) -> float:
+    """Two-sided p of Welch's t on the runs' summaries (run_summary; log scale where both sides'
+    values are > 0), each side's variance of its mean summary the larger of the between-run one
+    (sample variance / runs) and the within-run one (sum of the runs' variances / runs^2: runs
+    that agree by chance more closely than their launches allow are not believed), with runs - 1
+    degrees of freedom; df Welch-Satterthwaite. 1 when both sides agree exactly."""
+    from scipy.stats import t as student_t
+
+    log = all(on_log(metric, v) for v in runs_a + runs_b)
+    scale = metric if log else attrs.evolve(metric, kind="points")
+    parts = []
+    for runs in (runs_a, runs_b):
+        summaries = [run_summary(scale, v) for v in runs]
+        mids = np.array([m for m, _, _ in summaries])
+        k = len(mids)
+        between, within = float(np.var(mids, ddof=1)) / k, sum(w for _, w, _ in summaries) / (k * k)
+        parts.append((float(mids.mean()), max(between, within), k - 1))
+    (mean_a, var_a, df_a), (mean_b, var_b, df_b) = parts
+    delta, var = mean_b - mean_a, var_a + var_b
+    if var == 0.0:
+        return 1.0 if delta == 0.0 else 0.0
+    df = var * var / (var_a * var_a / df_a + var_b * var_b / df_b)
+    return float(2 * student_t.sf(abs(delta) / math.sqrt(var), df))
+
+
+def hierarchical_interval(metric: Metric, runs_a: list[np.ndarray], runs_b: list[np.ndarray],
+                          rng: np.random.Generator, resamples: int = BOOTSTRAP,
+                          level: float = LEVEL) -> tuple[float, float]:
+    """Percentile interval of the change of the pooled medians, resampling runs with replacement,
+    then launches within each drawn run (each drawn run gives its side's mean launch count)."""
+    medians = []
+    for runs in (runs_a, runs_b):
+        flat = np.concatenate(runs)
+        sizes = np.array([len(v) for v in runs])
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        per_run = max(1, int(round(sizes.mean())))
+        med = np.empty(resamples)
+        rows = max(1, (1 << 21) // (len(runs) * per_run))
+        for lo in range(0, resamples, rows):
+            n = min(rows, resamples - lo)
+            drawn = rng.integers(0, len(runs), (n, len(runs), 1))
+            within = (rng.random((n, len(runs), per_run)) * sizes[drawn]).astype(np.int64)
+            med[lo:lo + n] = np.median(flat[(offsets[drawn] + within).reshape(n, -1)], axis=1)
+        medians.append(med)
+    effects = effect_of(metric, medians[0], medians[1])
+    if np.isnan(effects).any():
+        return float("nan"), float("nan")
+    tail = (1.0 - level) / 2 * 100
+    lo_v, hi_v = np.percentile(effects, [tail, 100 - tail])
+    return float(lo_v), float(hi_v)
+
+
 def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
     """Adjusted p-values (q) of Benjamini-Hochberg: q_(i) = min over j >= i of p_(j) * m / j."""
     p = np.asarray(p, dtype=np.float64)
@@ -245,9 +329,12 @@ class Comparison:
     ci_high: float
     p: float
     auc: float  # P(B > A) + P(B = A) / 2
-    test: str = "mwu"  # the test that gave p
+    test: str = "mwu"  # the test that gave p: "mwu", "welch-log" (launches) or "runs" (runs_test)
     q: float = float("nan")
     significant: bool = False
+    runs_a: int = 1
+    runs_b: int = 1
+    min_effect: float = 0.0  # the smallest |change| (% or pp) that decide() called significant
 
     @property
     def change_unit(self) -> str:
@@ -258,10 +345,16 @@ class Comparison:
         m = METRICS[self.metric]
         return self.significant and m.worse == "up" and self.change == self.change and self.change > above
 
+    def large_enough(self, min_effect: float) -> bool:
+        """|change| >= min_effect; an undefined change passes only a minimum of 0."""
+        return min_effect <= 0 or (self.change == self.change and abs(self.change) >= min_effect)
+
     @property
     def reason(self) -> str:
         m = METRICS[self.metric]
         if not self.significant:
+            if self.q < 1.0 and self.q == self.q and not self.large_enough(self.min_effect):
+                return f"below --min-effect {self.min_effect:g}{self.change_unit}"
             return "no significant change"
         word = m.more if self.median_b > self.median_a or (self.median_b == self.median_a and self.auc > 0.5) else m.less
         if self.change != self.change:
@@ -295,36 +388,66 @@ def compare_samples(key: tuple, metric: str, a, b, *, resamples: int = BOOTSTRAP
                       float(effect_of(m, med_a, med_b)), lo, hi, p, auc, "welch-log" if p_log is not None else "mwu")
 
 
-def decide(comparisons: list[Comparison], alpha: float) -> list[Comparison]:
-    """Set q (Benjamini-Hochberg over all comparisons) and significance (q < alpha); sorted by
-    significance: q, then the size of the change."""
+def compare_runs(key: tuple, metric: str, runs_a: list, runs_b: list, *, resamples: int = BOOTSTRAP,
+                 test: str = "mwu") -> Comparison:
+    """One comparison of several runs per side (runs_test and hierarchical_interval) when both sides
+    have at least 2 runs; else of the pooled launches (compare_samples). Medians and change: of the
+    pooled launches."""
+    runs_a = [np.asarray(v, dtype=np.float64) for v in runs_a if len(v)]
+    runs_b = [np.asarray(v, dtype=np.float64) for v in runs_b if len(v)]
+    pooled_a, pooled_b = np.concatenate(runs_a), np.concatenate(runs_b)
+    if len(runs_a) < 2 or len(runs_b) < 2:
+        c = compare_samples(key, metric, pooled_a, pooled_b, resamples=resamples, test=test)
+    else:
+        m = METRICS[metric]
+        med_a, med_b = float(np.median(pooled_a)), float(np.median(pooled_b))
+        _, auc = mann_whitney(pooled_a, pooled_b)
+        lo, hi = hierarchical_interval(m, runs_a, runs_b, np.random.default_rng(seed_of(key, metric)), resamples)
+        rank, kernel, grid, block = key
+        c = Comparison(str(rank), kernel, grid, block, metric, len(pooled_a), len(pooled_b), med_a, med_b,
+                       float(effect_of(m, med_a, med_b)), lo, hi, runs_test(m, runs_a, runs_b), auc, "runs")
+    c.runs_a, c.runs_b = len(runs_a), len(runs_b)
+    return c
+
+
+def default_min_effect(c: Comparison) -> float:
+    """ONE_RUN_MIN_EFFECT where a side has one run (its launches cannot show process-to-process
+    variation), else 0."""
+    return ONE_RUN_MIN_EFFECT if min(c.runs_a, c.runs_b) < 2 else 0.0
+
+
+def decide(comparisons: list[Comparison], alpha: float, min_effect: float | None = None) -> list[Comparison]:
+    """Set q (Benjamini-Hochberg over all comparisons) and significance (q < alpha and |change| at
+    least min_effect; None: default_min_effect of each comparison); sorted by q, then the size of
+    the change."""
     q = benjamini_hochberg(np.array([c.p for c in comparisons]))
     for c, qi in zip(comparisons, q):
         c.q = float(qi)
-        c.significant = bool(qi < alpha)
+        c.min_effect = default_min_effect(c) if min_effect is None else float(min_effect)
+        c.significant = bool(qi < alpha) and c.large_enough(c.min_effect)
     return sorted(comparisons, key=lambda c: (c.q, -abs(c.change) if c.change == c.change else 0.0, c.kernel))
 
 
 # --------------------------------------------------------------------- matching and output
 
 
-def pooled(side: Side) -> dict[tuple, dict[str, np.ndarray]]:
-    """The values of every (kernel, grid, block) over all ranks, keyed with rank "all"."""
+def run_groups(sides: list[Side], per_rank: bool) -> dict[tuple, dict[str, list[np.ndarray]]]:
+    """key -> metric -> one array of values per run. Pooled (rank "all"): every process of every
+    trace given is a run; per rank: each trace's process of that rank is one run."""
     out: dict[tuple, dict[str, list]] = {}
-    for (rank, kernel, grid, block), metrics in side.values.items():
-        entry = out.setdefault(("all", kernel, grid, block), {})
-        for metric, values in metrics.items():
-            entry.setdefault(metric, []).append(np.frombuffer(values, dtype=np.float64))
-    return {key: {m: np.concatenate(v) for m, v in metrics.items()} for key, metrics in out.items()}
+    for side in sides:
+        for (rank, kernel, grid, block), metrics in side.values.items():
+            entry = out.setdefault((rank if per_rank else "all", kernel, grid, block), {})
+            for metric, values in metrics.items():
+                entry.setdefault(metric, []).append(np.frombuffer(values, dtype=np.float64))
+    return out
 
 
-def _groups(a: Side, b: Side) -> list[tuple[dict, dict]]:
-    """Keyed values to compare: per rank when either side is a job of several ranks, and pooled."""
-    groups = [(pooled(a), pooled(b))]
-    if len(a.ranks) > 1 or len(b.ranks) > 1:
-        as_arrays = [{key: {m: np.frombuffer(v, dtype=np.float64) for m, v in metrics.items()}
-                      for key, metrics in side.values.items()} for side in (a, b)]
-        groups.insert(0, tuple(as_arrays))
+def _groups(a: list[Side], b: list[Side]) -> list[tuple[dict, dict]]:
+    """Keyed runs to compare: per rank when either side holds a job of several ranks, and pooled."""
+    groups = [(run_groups(a, False), run_groups(b, False))]
+    if any(len(side.ranks) > 1 for side in a + b):
+        groups.insert(0, (run_groups(a, True), run_groups(b, True)))
     return groups
 
 
@@ -337,48 +460,81 @@ class DiffResult:
     only_b: list[tuple]
     alpha: float
     problems: list[str]
+    runs: tuple[int, int] = (1, 1)  # traces given per side
+    min_effect: float | None = None  # --min-effect; None: the default rule (default_min_effect)
+    warmup: int = WARMUP
 
     @property
     def significant(self) -> list[Comparison]:
         return [c for c in self.comparisons if c.significant]
 
+    @property
+    def notes(self) -> list[str]:
+        out = []
+        if any(min(c.runs_a, c.runs_b) < 2 for c in self.comparisons):
+            floor = (f"{ONE_RUN_MIN_EFFECT:g}% (pp) by default" if self.min_effect is None
+                     else f"{self.min_effect:g}% (pp), --min-effect")
+            out.append("one run on a side: its launches cannot show how much two processes of the same program "
+                       f"differ, so only changes of at least {floor} are called significant; give several runs "
+                       "per side (A1 A2 ... --vs B1 B2 ...) to test against run-to-run variation")
+        if self.warmup:
+            out.append(f"the first {self.warmup} launch(es) of each kernel shape in each run left out (--warmup)")
+        return out
 
-def diff(path_a, path_b, *, alpha: float = 0.05, resamples: int = BOOTSTRAP, test: str = "mwu") -> DiffResult:
+
+def _as_paths(paths) -> list:
+    return list(paths) if isinstance(paths, (list, tuple)) else [paths]
+
+
+def diff(paths_a, paths_b, *, alpha: float = 0.05, resamples: int = BOOTSTRAP, test: str = "mwu",
+         min_effect: float | None = None, warmup: int = WARMUP) -> DiffResult:
+    """Compare the traces (or jobs) of A with those of B: one path or a list of paths per side."""
     if not 0 < alpha < 1:
         raise DiffError(f"--alpha {alpha}: must lie between 0 and 1")
     if test not in TESTS:
         raise DiffError(f"--test {test}: one of {', '.join(TESTS)}")
-    a, b = collect(path_a), collect(path_b)
+    if min_effect is not None and not (min_effect >= 0 and math.isfinite(min_effect)):
+        raise DiffError(f"--min-effect {min_effect}: must be a percentage >= 0")
+    if warmup < 0:
+        raise DiffError(f"--warmup {warmup}: must be >= 0")
+    paths_a, paths_b = _as_paths(paths_a), _as_paths(paths_b)
+    a = [collect(p, warmup=warmup) for p in paths_a]
+    b = [collect(p, warmup=warmup) for p in paths_b]
     comparisons = []
     only_a, only_b = set(), set()
     for values_a, values_b in _groups(a, b):
         for key in sorted(values_a.keys() & values_b.keys(), key=repr):
             for metric in METRICS:
-                va, vb = values_a[key].get(metric), values_b[key].get(metric)
-                if va is not None and vb is not None and len(va) >= MIN_LAUNCHES and len(vb) >= MIN_LAUNCHES:
-                    comparisons.append(compare_samples(key, metric, va, vb, resamples=resamples, test=test))
+                ra, rb = values_a[key].get(metric), values_b[key].get(metric)
+                if ra is None or rb is None or sum(map(len, ra)) < MIN_LAUNCHES or sum(map(len, rb)) < MIN_LAUNCHES:
+                    continue
+                comparisons.append(compare_runs(key, metric, ra, rb, resamples=resamples, test=test))
         if values_a and next(iter(values_a))[0] == "all":
             only_a |= {key[1:] for key in values_a.keys() - values_b.keys()}
             only_b |= {key[1:] for key in values_b.keys() - values_a.keys()}
-    return DiffResult(str(path_a), str(path_b), decide(comparisons, alpha), sorted(only_a), sorted(only_b), alpha,
-                      a.problems + b.problems)
+    return DiffResult(" ".join(map(str, paths_a)), " ".join(map(str, paths_b)),
+                      decide(comparisons, alpha, min_effect), sorted(only_a), sorted(only_b), alpha,
+                      [p for side in a + b for p in side.problems], (len(paths_a), len(paths_b)), min_effect, warmup)
 
 
 def _shape(grid, block) -> str:
     return f"{'x'.join(map(str, grid))}/{'x'.join(map(str, block))}"
 
 
-COLUMNS = ("rank", "kernel", "shape", "metric", "n_a", "n_b", "median_a", "median_b", "change", "change_unit",
-           "ci_low", "ci_high", "p", "test", "q", "auc", "significant", "reason")
+COLUMNS = ("rank", "kernel", "shape", "metric", "runs_a", "runs_b", "n_a", "n_b", "median_a", "median_b", "change",
+           "change_unit",
+           "ci_low", "ci_high", "p", "test", "q", "auc", "min_effect", "significant", "reason")
 
 
 def rows(result: DiffResult) -> list[dict]:
     out = []
     for c in result.comparisons:
         out.append({"rank": c.rank, "kernel": c.kernel, "shape": _shape(c.grid, c.block), "metric": c.metric,
-                    "n_a": c.n_a, "n_b": c.n_b, "median_a": c.median_a, "median_b": c.median_b,
+                    "runs_a": c.runs_a, "runs_b": c.runs_b, "n_a": c.n_a, "n_b": c.n_b, "median_a": c.median_a,
+                    "median_b": c.median_b,
                     "change": _finite(c.change), "change_unit": c.change_unit, "ci_low": _finite(c.ci_low),
-                    "ci_high": _finite(c.ci_high), "p": c.p, "test": c.test, "q": c.q, "auc": c.auc, "significant": c.significant,
+                    "ci_high": _finite(c.ci_high), "p": c.p, "test": c.test, "q": c.q, "auc": c.auc,
+                    "min_effect": c.min_effect, "significant": c.significant,
                     "reason": c.reason})
     return out
 
@@ -388,20 +544,24 @@ def _finite(v: float):
 
 
 def render_text(result: DiffResult, show_all: bool = False) -> str:
-    from neutrino.analysis.report import format_table, short
+    from neutrino.analysis.tables import format_table, short
 
     shapes = {(c.rank, c.kernel, c.grid, c.block) for c in result.comparisons}
     sig = result.significant
     lines = [f"diff {result.a} -> {result.b}: {len(shapes)} kernel shape(s) compared, {len(result.comparisons)} "
-             f"comparison(s), {len(sig)} significant (Benjamini-Hochberg q < {result.alpha:g})"]
+             f"comparison(s), {len(sig)} significant (Benjamini-Hochberg q < {result.alpha:g}); runs A/B: "
+             f"{result.runs[0]}/{result.runs[1]}"]
+    lines += [f"note: {note}" for note in result.notes]
     shown = result.comparisons if show_all else sig
     if shown:
-        table = [[c.rank, short(c.kernel), _shape(c.grid, c.block), c.metric, f"{c.n_a}/{c.n_b}", _num(c.median_a),
+        table = [[c.rank, short(c.kernel), _shape(c.grid, c.block), c.metric, f"{c.runs_a}/{c.runs_b}",
+                  f"{c.n_a}/{c.n_b}", _num(c.median_a),
                   _num(c.median_b), "-" if c.change != c.change else f"{c.change:+.2f}{c.change_unit}",
                   "-" if c.ci_low != c.ci_low else f"[{c.ci_low:.2f}, {c.ci_high:.2f}]", f"{c.p:.2g}", f"{c.q:.2g}",
                   c.reason] for c in shown]
-        lines.append(format_table(["rank", "kernel", "grid/block", "metric", "n A/B", "median A", "median B", "change",
-                                   "95% CI", "p", "q", "reason"], table, left=(1, 2, 3, 11)))
+        lines.append(format_table(["rank", "kernel", "grid/block", "metric", "runs A/B", "n A/B", "median A",
+                                   "median B", "change",
+                                   "95% CI", "p", "q", "reason"], table, left=(1, 2, 3, 12)))
     for label, keys in (("only in A", result.only_a), ("only in B", result.only_b)):
         for kernel, grid, block in keys:
             lines.append(f"{label}: {short(kernel)} {_shape(grid, block)}")
@@ -410,7 +570,9 @@ def render_text(result: DiffResult, show_all: bool = False) -> str:
 
 def render(result: DiffResult, output_format: str, show_all: bool = False) -> str:
     if output_format == "json":
-        return json.dumps({"a": result.a, "b": result.b, "alpha": result.alpha, "comparisons": rows(result),
+        return json.dumps({"a": result.a, "b": result.b, "alpha": result.alpha, "runs": list(result.runs),
+                           "min_effect": result.min_effect, "warmup": result.warmup, "notes": result.notes,
+                           "comparisons": rows(result),
                            "only_in_a": [{"kernel": k, "shape": _shape(g, b)} for k, g, b in result.only_a],
                            "only_in_b": [{"kernel": k, "shape": _shape(g, b)} for k, g, b in result.only_b]},
                           indent=1) + "\n"
@@ -423,10 +585,12 @@ def render(result: DiffResult, output_format: str, show_all: bool = False) -> st
     return render_text(result, show_all)
 
 
-def main(path_a: str, path_b: str, *, output_format: str = "text", fail_above: float | None = None,
-         alpha: float = 0.05, show_all: bool = False, test: str = "mwu") -> int:
-    """`neutrino diff A B`: the comparisons on stdout; 1 when --fail-above finds a larger regression."""
-    result = diff(path_a, path_b, alpha=alpha, test=test)
+def main(path_a, path_b, *, output_format: str = "text", fail_above: float | None = None,
+         alpha: float = 0.05, show_all: bool = False, test: str = "mwu", min_effect: float | None = None,
+         warmup: int = WARMUP) -> int:
+    """`neutrino diff A B` (or A1 A2 ... --vs B1 B2 ...): the comparisons on stdout; 1 when
+    --fail-above finds a larger regression."""
+    result = diff(path_a, path_b, alpha=alpha, test=test, min_effect=min_effect, warmup=warmup)
     for problem in result.problems:
         print(f"neutrino diff: warning: {problem}", file=sys.stderr)
     sys.stdout.write(render(result, output_format, show_all))

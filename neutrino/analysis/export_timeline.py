@@ -281,7 +281,7 @@ def export_protobuf(trace_dir: str, out_path: str) -> str:
     returns the summary line. Raises AnalysisError for a bad trace or an unwritable file."""
     from neutrino.analysis import _common as C
     from neutrino.analysis import ranks
-    from neutrino.analysis.report import load_trace
+    from neutrino.analysis.tables import load_trace
 
     group = ranks.find_group(trace_dir)
     if group is not None:

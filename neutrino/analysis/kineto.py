@@ -157,7 +157,7 @@ def merge_into(trace_dir: str, kineto_path: str, out_path: str | None = None) ->
     """Write KINETO's events and ours to `out_path` (default: KINETO with `.neutrino.json`); the summary."""
     from neutrino.analysis import ranks
     from neutrino.analysis.export_timeline import Placement, write_run
-    from neutrino.analysis.report import load_trace
+    from neutrino.analysis.tables import load_trace
 
     doc = load_kineto(kineto_path)
     out_path = out_path or (kineto_path[:-5] if kineto_path.endswith(".json") else kineto_path) + ".neutrino.json"

@@ -150,18 +150,14 @@ def launch_only_events(launches, offset_ns: float = 0.0) -> list[dict]:
 
 
 def export(trace_dir: str, out_json: str, *, warps: bool = False, clock_ghz: float | None = None) -> None:
-    """Write the Perfetto/Chrome JSON of `trace_dir`.
+    """Write the Perfetto/Chrome JSON of one run, `trace_dir` (a job: neutrino.analysis.ranks.export).
 
     Raises AnalysisError (a NeutrinoError) when the trace cannot be read or the
     file written; a launch whose result file is unreadable is left out with a
     warning on stderr.
     """
-    from neutrino.analysis import ranks
-    from neutrino.analysis.report import load_trace
+    from neutrino.analysis.tables import load_trace
 
-    job = ranks.find_group(trace_dir)
-    if job is not None:  # one Perfetto process per rank or profiled process (spec/analysis.md, "Several ranks")
-        return ranks.export_job(str(job), out_json, warps=warps, clock_ghz=clock_ghz)
     trace, launches = load_trace(trace_dir)
     probe_text = getattr(trace, "probe_text", None)
     results, plain = [], []

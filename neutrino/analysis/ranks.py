@@ -43,7 +43,7 @@ def load_job(job_dir: str):
     """(kind, [(number, trace, launches)]): kind "rank" for a job of ranks, "process" for an `-o`
     trace of several processes (numbered from 0 in order of start); every failure an AnalysisError."""
     from neutrino import trace as trace_mod
-    from neutrino.analysis.report import load_trace
+    from neutrino.analysis.tables import load_trace
 
     try:
         kind, members = "rank", trace_mod.find_rank_dirs(job_dir)
@@ -79,7 +79,7 @@ def describe_rank(rank: int, trace, kind: str = "rank") -> str:
 
 def combined_table(reports: list[tuple[int, object]], kind: str = "rank") -> str:
     """Per kernel: launches over all ranks, GPU time (us) per rank, slowest / fastest rank."""
-    from neutrino.analysis.report import format_table, short
+    from neutrino.analysis.tables import format_table, short
 
     kernels: dict[str, dict[int, object]] = {}
     for rank, report in reports:
@@ -107,6 +107,28 @@ def busy_line(reports: list[tuple[int, object]], kind: str = "rank") -> str | No
     spread = (f"; max/min {max(busy.values()) / min(busy.values()):.2f}"
               if len(busy) == len(reports) and len(busy) > 1 and min(busy.values()) > 0 else "")
     return f"GPU busy (us): {cells}{spread}"
+
+
+def main(trace_dir: str, out_dir: str | None = None, **options) -> int:
+    """`neutrino report DIR`: the report of one run (neutrino.analysis.report.main), or of several
+    ranks or processes read together (report_main; spec/analysis.md, "Several ranks")."""
+    from neutrino.analysis import report
+
+    job = find_group(trace_dir)
+    if job is not None:
+        return report_main(str(job), out_dir, **options)
+    return report.main(trace_dir, out_dir, **options)
+
+
+def export(trace_dir: str, out_json: str, *, warps: bool = False, clock_ghz: float | None = None) -> None:
+    """`neutrino export --perfetto`: one run's JSON (neutrino.analysis.perfetto.export), or one
+    Perfetto process per rank or profiled process of a group (export_job)."""
+    from neutrino.analysis import perfetto
+
+    job = find_group(trace_dir)
+    if job is not None:
+        return export_job(str(job), out_json, warps=warps, clock_ghz=clock_ghz)
+    return perfetto.export(trace_dir, out_json, warps=warps, clock_ghz=clock_ghz)
 
 
 def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True, plots_per_kernel: int = 4,

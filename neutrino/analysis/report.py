@@ -18,26 +18,12 @@ from collections.abc import Sequence
 
 import attrs
 
-from neutrino.analysis import TOOLS, tool_for, tool_name, writer_tool
+from neutrino.analysis import analyses, tool_for, tool_name, writer_tool
 from neutrino.analysis import _common as C
 from neutrino.analysis.retain import summary_only
+from neutrino.analysis.tables import format_table, load_trace, short  # noqa: F401 - also callers' names
 from neutrino import console
 from neutrino.errors import NeutrinoError
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> str:
-    """Columns padded to their widest cell; columns `left` left-aligned, others right."""
-    cells = [list(map(str, headers))] + [list(map(str, r)) for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(r):
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
-
-
-def short(name: str, limit: int = 48) -> str:
-    return name if len(name) <= limit else name[:limit - 3] + "..."
 
 
 @attrs.define
@@ -69,22 +55,6 @@ class Report:
     def results(self, tool) -> list:
         name = tool_name(tool)
         return [r for k in self.kernels.values() for r in k.results.get(name, [])]
-
-
-def load_trace(trace_dir: str):
-    """`neutrino.trace.load`, with every failure turned into an AnalysisError."""
-    if not os.path.exists(trace_dir):
-        raise C.AnalysisError(f"{trace_dir}: no such trace directory")
-    try:
-        from neutrino import trace as trace_mod
-
-        trace = trace_mod.load(trace_dir)
-        launches = list(trace.launches)
-    except NeutrinoError as e:
-        raise C.AnalysisError(f"{trace_dir}: cannot read trace: {e}") from e
-    except Exception as e:  # noqa: BLE001 - a bad trace must never show a traceback
-        raise C.AnalysisError(f"{trace_dir}: cannot read trace: {type(e).__name__}: {e}") from e
-    return trace, launches
 
 
 def analyze(trace, launches, *, tool_options: dict | None = None, keep_full: int | None = None) -> Report:
@@ -196,7 +166,7 @@ def render(report: Report) -> str:
         out.append("note: dropped records were counted but not saved (cap reached); tool numbers "
                    "cover the saved records only")
     out += _graph_table(report)
-    for tool in TOOLS:
+    for tool in analyses():
         name = tool_name(tool)
         summaries = [(k.kernel, tool.kernel_summary(k.results[name]))
                      for k in report.kernels.values() if k.results.get(name)]
@@ -223,7 +193,7 @@ def kernel_rows(report: Report) -> list[dict]:
     for k in report.kernels.values():
         row = {"kernel": k.kernel, "launches": k.launches, "maps": " ".join(k.maps), "records": k.records,
                "dropped": k.dropped, "time_us": round(k.duration_ns / 1e3, 3) if k.timed_launches else None}
-        for tool in TOOLS:
+        for tool in analyses():
             name = tool_name(tool)
             if k.results.get(name):
                 numbers = getattr(tool, "kernel_numbers", tool.kernel_summary)(k.results[name])
@@ -277,7 +247,7 @@ def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list
 
     chosen = []
     skipped = 0
-    for tool in (t for t in TOOLS if t.HAS_PLOTS):
+    for tool in (t for t in analyses() if t.HAS_PLOTS):
         for k in report.kernels.values():
             mine = k.results.get(tool_name(tool), [])
             keep = mine if per_kernel <= 0 else mine[:per_kernel]
@@ -307,7 +277,8 @@ def write_plots(report: Report, out_dir: str, per_kernel: int = 4) -> tuple[list
 
 def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
          plots_per_kernel: int = 4, tool_options: dict | None = None, output_format: str = "text") -> int:
-    """Print the summary of `trace_dir` and write plots; the exit status.
+    """Print the summary of one run, `trace_dir`, and write plots; the exit status (a job or the
+    processes of one program: neutrino.analysis.ranks.main, which `neutrino report` calls).
 
     `output_format` "csv" or "json" prints the per-kernel numbers for scripts
     instead (one row per kernel, tool columns as `tool.column`), and no plots.
@@ -316,12 +287,6 @@ def main(trace_dir: str, out_dir: str | None = None, *, plots: bool = True,
     kernel (0: every launch). `tool_options` passes keyword options to a
     tool's `analyze_launch`, e.g. `{"dmat": {"time_base": "block", "granule": 32}}`.
     """
-    from neutrino.analysis import ranks
-
-    job = ranks.find_group(trace_dir)
-    if job is not None:  # several ranks, or processes of one program: spec/analysis.md, "Several ranks"
-        return ranks.report_main(str(job), out_dir, plots=plots, plots_per_kernel=plots_per_kernel,
-                                 tool_options=tool_options, output_format=output_format)
     try:
         trace, launches = load_trace(trace_dir)
         report = analyze(trace, launches, tool_options=tool_options,

@@ -187,13 +187,18 @@ def write_launch_args(run: Path, argsets: Sequence[dict], uses: dict[int, int]) 
 
 def kernel_runs(run: Path, *, seed: int, kernels: int = 10, launches: int = 30, shift: dict | None = None,
                 rank: int | None = None, spread: float = 0.015, grid=(16, 1, 1), block=(64, 1, 1),
-                bytes_shift: dict | None = None) -> Path:
+                bytes_shift: dict | None = None, run_spread: float = 0.0) -> Path:
     """A run of `kernels` kernels (k0, k1, …), each launched `launches` times with a block_sched and a
     gmem_bytes map: block lengths and launch durations lognormal with `spread` (sigma of the log)
     around a per-kernel base; `shift` = {kernel: factor} multiplies both for those kernels,
-    `bytes_shift` = {kernel: factor} their bytes per launch (4096 × (i + 1) for kernel i)."""
+    `bytes_shift` = {kernel: factor} their bytes per launch (4096 × (i + 1) for kernel i);
+    `run_spread` > 0 multiplies each kernel's times by a factor of this run, lognormal with that
+    sigma (what differs between two processes of the same program)."""
     rng = np.random.default_rng(seed)
-    shift = shift or {}
+    shift = dict(shift or {})
+    if run_spread > 0:
+        for i in range(kernels):
+            shift[f"k{i}"] = shift.get(f"k{i}", 1.0) * float(rng.lognormal(0.0, run_spread))
     b = RunBuilder(run, rank=rank)
     names = [f"k{i}" for i in range(kernels)]
     for name in names:

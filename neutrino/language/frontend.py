@@ -29,7 +29,7 @@ from typing import Optional
 
 from neutrino.errors import Diagnostic, Location
 from neutrino.probefile import FIELD_NAME_BYTES, MAP_NAME_BYTES, FieldNames, name_problem
-from neutrino.trace import Buckets
+from neutrino.maps import Buckets
 from neutrino.language.loops import LoopState, lower_for, lower_while
 from neutrino.language.ir import (
     BITS,
@@ -75,7 +75,7 @@ RESERVED = frozenset(
 
 INIT_PROBE = "__init"
 # Opcode prefixes joined by ':'; a modifier may carry '::' parts (shared::cluster), as in the TOML form.
-_POSITION_PART = r"[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*"
+_POSITION_PART = r"#?[a-z][a-z0-9_]*(\.[a-z0-9_]+(::[a-z0-9_]+)*)*"  # an opcode prefix or a #selector
 # An optional `@ [FILE:]A[-B],…` limits them to source lines (neutrino/isa/ptx/lines.py; the TOML loader checks it).
 POSITION_RE = re.compile(rf"{_POSITION_PART}(:{_POSITION_PART})*(\s*@\s*[^@]+)?$")
 
@@ -427,6 +427,21 @@ class _ModuleScan:
         return fields
 
     # ---- @probe functions
+    def check_position(self, pos: str, node) -> None:
+        """Each part names a PTX opcode prefix or a selector (the portable names GCN maps too): did you mean."""
+        from neutrino.isa.ptx.lines import LINE_POSITIONS
+        from neutrino.isa.ptx.semantics import position_problem
+
+        pos = pos.split("@", 1)[0].strip()  # an `@ lines` range is the TOML loader's to check
+        for part in ([] if pos == "kernel" else re.split(r"(?<!:):(?!:)", pos)):
+            if part in LINE_POSITIONS:
+                continue
+            found = position_problem(tuple(part.split(".")))
+            if found is not None:
+                message, close = found
+                self.src.abort(node, f"position {part!r}: {message}",
+                               hint="did you mean " + " or ".join(f"'{c}'" for c in close) + "?" if close else "")
+
     def probe_function(self, fn: ast.FunctionDef) -> None:
         call = self.single_decorator(fn, "probe")
         kw = self.decorator_args(call, ("pos", "level", "before", "after", "size", "cap", "position"), ("pos", "level"))
@@ -438,6 +453,7 @@ class _ModuleScan:
         if not isinstance(pos, str) or not POSITION_RE.match(pos):
             self.src.abort(pos_node, f"bad position {pos!r}",
                            hint="\"kernel\", or instruction prefixes joined by ':' such as \"ld.global:st.global\"")
+        self.check_position(pos, pos_node)
         level = self.level(kw.get("level"), call)
         when = self.when(fn, kw, call)
         a = fn.args

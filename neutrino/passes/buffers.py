@@ -32,7 +32,7 @@ from neutrino.passes.lower_save import GATE_OFFSET, GATE_REGISTER, map_register
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.param_space import check_param_space
 from neutrino.passes.resolve import LEVEL_LEADER
-from neutrino.trace import STRIPES, stripe_row_bytes
+from neutrino.maps import STRIPES, stripe_row_bytes
 
 ORIGIN = "buffer-addressing"
 

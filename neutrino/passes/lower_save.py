@@ -44,7 +44,7 @@ from neutrino.passes.state import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.target import version_reachable
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
-from neutrino.trace import Buckets
+from neutrino.maps import Buckets
 
 ORIGIN = "save-lowering"
 COUNT_SUFFIX = "__nt_count"

@@ -10,7 +10,7 @@ import attrs
 
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.lines import LINE_POSITIONS, build_line_map, position_anchors, selected
-from neutrino.isa.ptx.semantics import kernel_exits
+from neutrino.isa.ptx.semantics import kernel_exits, position_matcher
 from neutrino.passes.state import KernelState
 
 
@@ -55,8 +55,9 @@ def _selects_by_line(probe) -> bool:
 
 def matcher(module: ir.Module, state: KernelState):
     """For one entry: probe → the original instructions its position names (opcode component prefixes,
-    or source lines and line/block anchors of the entry's line map)."""
+    selectors of the semantics table, or source lines and line/block anchors of the entry's line map)."""
     matches: dict[tuple, dict[str, bool]] = {}  # position → opcode text → matched; a kernel repeats few opcodes
+    named: dict[tuple, object] = {}  # position → its matcher (opcode prefixes and selectors: the semantics table)
     lines = _LazyLineMap(module, state.function)
 
     def instructions_at(probe) -> list[ir.Instruction]:
@@ -66,16 +67,15 @@ def matcher(module: ir.Module, state: KernelState):
             originals = lines.matched(probe, originals)
             anchors = lines.anchors.get(probe.name, ())
         seen = matches.setdefault(probe.position, {})
-        # A set lookup per prefix length, not a comparison per prefix: gmem_bytes lists ~150 of them.
-        prefixes = set(probe.position)
-        lengths = sorted({len(prefix) for prefix in prefixes})
+        if probe.position not in named:
+            named[probe.position] = position_matcher(probe.position)
+        matches_opcode = named[probe.position]
         out = []
         for insn in originals:
             opcode = insn.opcode
             hit = seen.get(opcode.text)
             if hit is None:
-                components = opcode.components
-                hit = seen[opcode.text] = any(components[:n] in prefixes for n in lengths)
+                hit = seen[opcode.text] = matches_opcode(opcode)
             if hit or id(insn) in anchors:
                 out.append(insn)
         return out

@@ -138,6 +138,7 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
     """The Runtime, at the first CUDA call that needs it; its start-up phases timed (phases.py)."""
     with phases.phase("imports"):
         from neutrino.errors import NeutrinoError
+        from neutrino import toolbox
         from neutrino.runtime.probeload import DeferredProbes, probe_text
         from neutrino.runtime.options import RuntimeOptions
         from neutrino.runtime.codecache import CodeCache, default_cache_dir
@@ -158,6 +159,7 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
     trace = TraceDir(run_dir) if run_dir is not None else _trace_dir(opts)
     trace.write_probe(probes.text)
     trace.event("start", pid=os.getpid(), argv=list(getattr(sys, "argv", []) or []), probe=opts.probe,
+                **toolbox.tool_record(probes.path, probes.text),
                 options=opts.to_dict(), version=neutrino.__version__, embedded=embedded,
                 session=os.environ.get("NEUTRINO_SESSION"), **rank.start_fields())
     rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),

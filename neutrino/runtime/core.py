@@ -27,7 +27,7 @@ from collections import Counter
 
 import attrs
 
-from neutrino import trace as tracefmt
+from neutrino import maps as tracefmt
 from neutrino.errors import NeutrinoError
 from neutrino.runtime.attribution import Attributor
 from neutrino.runtime.driver import (

@@ -25,7 +25,8 @@ import queue
 import threading
 import time
 
-from neutrino import trace as tracefmt
+from neutrino import maps as tracefmt
+from neutrino import trace_writer
 
 
 class ResultWriter:
@@ -322,6 +323,6 @@ def _cached_header(cache: dict, flight) -> tuple[bytes, list[int]]:
         if len(cache) > 4096:
             cache.clear()
         sections = [tracefmt.MapSection.of(lay.map, lay.units, lay.cap, bytes(lay.size)) for lay in flight.layouts]
-        got = cache[key] = tracefmt.encode_header(grid=req.grid, block=req.block, shared_bytes=req.shared_bytes,
+        got = cache[key] = trace_writer.encode_header(grid=req.grid, block=req.block, shared_bytes=req.shared_bytes,
                                                   maps=sections)
     return got

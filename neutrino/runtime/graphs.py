@@ -42,7 +42,8 @@ import threading
 
 import attrs
 
-from neutrino import trace as tracefmt
+from neutrino import maps as tracefmt
+from neutrino import trace_writer
 from neutrino.runtime import graph_ring
 from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError, KernelNodeParams, KernelNodeParamsV2
 from neutrino.runtime.pool import Slot
@@ -513,4 +514,4 @@ class GraphProbes:
 def _encode_header(grid, block, shared_bytes: int, layouts) -> tuple[bytes, list[int]]:
     """A node's frame header: fixed for the graph's life (its shape cannot change while probed)."""
     sections = [tracefmt.MapSection.of(lay.map, lay.units, lay.cap, bytes(lay.size)) for lay in layouts]
-    return tracefmt.encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=sections)
+    return trace_writer.encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=sections)

@@ -15,7 +15,8 @@ import time
 
 import attrs
 
-from neutrino import trace as tracefmt
+from neutrino import maps as tracefmt
+from neutrino import trace_writer
 from neutrino.errors import NeutrinoError
 from neutrino.runtime.codecache import CacheEntry, cache_key
 from neutrino.runtime.driver import COPIED_FUNC_ATTRS, DriverError
@@ -82,7 +83,7 @@ class LaunchShape:
 
 
 def launch_shape(layouts: tuple[MapLayout, ...]) -> LaunchShape:
-    frame = tracefmt.frame_layout([tracefmt.MapSection.of(lay.map, lay.units, lay.cap, b"") for lay in layouts])
+    frame = trace_writer.frame_layout([tracefmt.MapSection.of(lay.map, lay.units, lay.cap, b"") for lay in layouts])
     return LaunchShape(layouts, tuple(size_class(lay.size) for lay in layouts), frame.size, frame.map_headers)
 
 

@@ -18,17 +18,9 @@ from neutrino.runtime.codecache import checked_probe_text
 
 
 def resolve(name_or_path: str, isa: str = "ptx") -> str:
-    """The absolute path of `-p`'s argument: a file, or a built-in tool's. Anything else goes to
-    probefile.resolve_probe_path, which says what is wrong (and loads the parser with it)."""
-    if os.path.isfile(name_or_path):
-        return os.path.abspath(name_or_path)
-    if isa == "ptx":
-        from neutrino import toolbox
-
-        builtin = toolbox.tool_path(name_or_path)
-        if builtin is not None:
-            return os.path.abspath(builtin)
-    from neutrino.probefile import resolve_probe_path
+    """The absolute path of `-p`'s argument: a file, or a registered tool's probe for `isa`
+    (neutrino.toolbox, which says what is wrong with anything else)."""
+    from neutrino.toolbox import resolve_probe_path
 
     return os.path.abspath(resolve_probe_path(name_or_path, isa))
 

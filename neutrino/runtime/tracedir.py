@@ -11,7 +11,8 @@ from pathlib import Path
 
 import attrs
 
-from neutrino import trace as tracefmt
+from neutrino import maps as tracefmt
+from neutrino import trace_writer
 
 
 ENV_JOB = "NEUTRINO_JOB"  # set by the launcher for its children: the job directory's name
@@ -168,7 +169,7 @@ class TraceDir:
     def write_result(self, index: int, *, grid, block, shared_bytes: int, maps) -> str:
         self._ensure()
         rel = f"result/{index}.bin"
-        tracefmt.write_result(self.path / rel, grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
+        trace_writer.write_result(self.path / rel, grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
         return rel
 
     def append_result(self, kernel_dir: str, header: bytes, offsets, datas) -> tuple[int, str, int]:
@@ -180,7 +181,7 @@ class TraceDir:
             fh = self._results.get(rel)
             if fh is None:
                 fh = self._results[rel] = open(self.path / rel, "ab")
-            offset, end = tracefmt.append_encoded(fh, header, offsets, datas)
+            offset, end = trace_writer.append_encoded(fh, header, offsets, datas)
             fh.flush()
             self.result_bytes += end
             index = self._next_launch

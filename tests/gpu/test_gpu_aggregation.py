@@ -55,7 +55,7 @@ def _thread_sums(trace: nt.Trace, map_name: str, field: str) -> dict[str, list[i
 def test_summed_gmem_bytes_equal_per_thread_sums_on_the_nvcc_corpus(tmp_path, corpus_program, form):
     exe, plain, env = corpus_program
     summed_probe, thread_probe = ("gmem_bytes", "gmem_bytes_thread") if form == "name" else \
-        (str(TOOLS / "gmem_bytes.py"), str(TOOLS / "gmem_bytes_thread.py"))
+        (str(TOOLS / "gmem_bytes" / "probe.py"), str(TOOLS / "gmem_bytes_thread" / "probe.py"))
     _, summed = run_probed(summed_probe, [str(exe), str(tmp_path / "s.bin")], tmp_path / "s", env)
     _, thread = run_probed(thread_probe, [str(exe), str(tmp_path / "t.bin")], tmp_path / "t", env)
     assert (tmp_path / "s.bin").read_bytes() == plain.read_bytes() == (tmp_path / "t.bin").read_bytes()
@@ -106,8 +106,8 @@ def test_tensorop_counters_equal_the_per_thread_analysis(tmp_path):
     env["TRITON_CACHE_DIR"] = str(tmp_path / "tc")
     cmd = [sys.executable, str(WORKLOADS / "w_triton.py")]
     run_plain(cmd + [str(tmp_path / "plain.npz")], env)
-    _, summed = run_probed(str(TOOLS / "tensorop.py"), cmd + [str(tmp_path / "s.npz")], tmp_path / "s", env)
-    _, thread = run_probed(str(TOOLS / "tensorop_thread.py"), cmd + [str(tmp_path / "t.npz")], tmp_path / "t", env)
+    _, summed = run_probed(str(TOOLS / "tensorop" / "probe.py"), cmd + [str(tmp_path / "s.npz")], tmp_path / "s", env)
+    _, thread = run_probed(str(TOOLS / "tensorop_thread" / "probe.py"), cmd + [str(tmp_path / "t.npz")], tmp_path / "t", env)
     for name in ("s", "t"):
         x, y = np.load(tmp_path / "plain.npz"), np.load(tmp_path / f"{name}.npz")
         assert all(np.array_equal(x[k], y[k]) for k in x.files)

@@ -20,7 +20,7 @@ pytestmark = gpu
 
 M, N, K = 64, 48, 128
 THREADS, BLOCKS, STAGES, LENGTH = 256, 8, 5, 30001
-PROBES = {"name": "gmem_bytes", "path": str(REPO / "neutrino" / "tools" / "gmem_bytes.py")}
+PROBES = {"name": "gmem_bytes", "path": str(REPO / "neutrino" / "tools" / "gmem_bytes" / "probe.py")}
 
 
 def expected_wmma_bytes() -> int:

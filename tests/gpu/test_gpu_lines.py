@@ -23,7 +23,7 @@ W_LINES = WORKLOADS / "w_lines.py"
 
 
 def kernel_lines(trace, kernel_part: str):
-    from neutrino.analysis import lines as la
+    from neutrino.tools.lines import analysis as la
     from neutrino.analysis import report
 
     rep = report.analyze(trace, list(trace.launches))

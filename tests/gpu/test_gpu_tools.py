@@ -23,7 +23,7 @@ from gpuutil import REPO, WORKLOADS, base_env, gpu, run_plain, run_probed
 pytestmark = gpu
 
 TOOLS = ["block_sched", "gmem_bytes", "dmat", "tensorop", "program_progress"]
-DSL = {t: str(REPO / "neutrino" / "tools" / f"{t}.py") for t in TOOLS}
+DSL = {t: str(REPO / "neutrino" / "tools" / t / "probe.py") for t in TOOLS}
 
 
 def _npz_equal(a, b):

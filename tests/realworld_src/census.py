@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import attrs  # noqa: E402
 import test_realworld_corpus as t  # noqa: E402
 from neutrino.isa.ptx import ir, parse_module, print_module, semantics  # noqa: E402
-from neutrino.probefile import load_probes  # noqa: E402
+from neutrino.toolbox import load_probes  # noqa: E402
 
 # First match wins: (pattern over the message, class constant of the test file).
 CLASSIFIERS = [

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from neutrino.engine import instrument  # noqa: E402
 from neutrino.errors import NeutrinoError  # noqa: E402
-from neutrino.probefile import load_probes  # noqa: E402
+from neutrino.toolbox import load_probes  # noqa: E402
 
 TARGET_RE = re.compile(rb"^\s*\.target\s+sm_(\d+)", re.M)
 

@@ -33,6 +33,9 @@ PORTABLE_POSITIONS = {
     "atom.global": ("global_atomic_",), "red.global": ("global_atomic_",),
     "ld.shared": ("ds_read", "ds_load"), "st.shared": ("ds_write", "ds_store"),
     "mma": ("v_mfma_",), "wgmma": ("v_mfma_",), "wmma": ("v_mfma_",), "bra": ("s_branch", "s_cbranch_"),
+    # selectors of the PTX semantics table (spec/probe-toml.md, "Selectors") the built-in tools name
+    "#memory.global": ("global_load_", "global_store_", "global_atomic_"), "#async_copy.global": (),
+    "#tensor_core": ("v_mfma_",), "#branch": ("s_branch", "s_cbranch_"),
 }
 
 

@@ -14,31 +14,19 @@ import re
 
 from neutrino.errors import Diagnostic, Location, ParseError
 from neutrino.isa.ptx import ir
+from neutrino.isa.ptx.operands import (  # noqa: F401 - the operand grammar, re-exported for the parser's callers
+    ADDRESS_RE, FLAT_OPERANDS_RE, FLAT_OPERAND_RE, IDENT, IMM_RE, LAZY_OPERAND_RE, OFFSET_OPERAND_RE,
+    PERCENT_NAME, PLAIN_ELEMENT_RE, PLAIN_NAME, REG_RE, SPECIAL_ELEMENTS, SYMBOL_RE, VECTOR_ELEMENTS, _FLAT,
+    _offset_operand, cached_operand, parse_address, parse_lazy_operands, parse_operand, parse_operand_list,
+    split_top)
 
 # Directives that end at the end of their line, not at a ';'.
 LINE_DIRECTIVES = (".version", ".target", ".address_size", ".file", ".loc")
-# The PTX ISA's identifiers: followsym [a-zA-Z0-9_$]; [a-zA-Z]{followsym}* | {[_$%]}{followsym}+.
-# Registers need no '%' (`.reg .pred p;`, `temp_param_reg`, `__$1`); `_`, `$` and `%` alone are not names.
-PLAIN_NAME = r"(?:[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)"
-PERCENT_NAME = r"%[A-Za-z0-9_$]+"
-IDENT = rf"(?:{PERCENT_NAME}|{PLAIN_NAME})"
 LABEL_RE = re.compile(rf"({IDENT})\s*:(?!:)")
-REG_RE = re.compile(rf"({PERCENT_NAME})(?:\.([A-Za-z]+))?$")
-VECTOR_ELEMENTS = frozenset("xyzwrgba")
-SPECIAL_ELEMENTS = frozenset("xyz")
-PLAIN_ELEMENT_RE = re.compile(rf"({PLAIN_NAME})\.([xyzwrgba])$")
-OFFSET_OPERAND_RE = re.compile(rf"({IDENT})\s*([-+])\s*([-+]?(?:0[xX][0-9a-fA-F]+|[0-9]+)[uU]?)$")
-IMM_RE = re.compile(
-    r"[-+]?(0[xX][0-9a-fA-F]+|0[bB][01]+|0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|\d+\.\d*(e[-+]?\d+)?|\d+)[uU]?$"
-)
-SYMBOL_RE = re.compile(rf"{PLAIN_NAME}$")
 OPCODE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_:]+)*$")
 # ptxas allows space around the guard's '!': `@ %p`, `@! %p`, `@ ! %p` (printed back as `@%p`, `@!%p`).
 GUARD_RE = re.compile(rf"@\s*(!?)\s*({IDENT})\s+")
 SPACE_RE = re.compile(r"\s*")
-_FLAT = r"(?:[^,{}\[\]()]|\{[^{}\[\]()]*\}|\[[^{}\[\]()]*\]|\([^{}\[\]()]*\))"
-FLAT_OPERAND_RE = re.compile(rf"({_FLAT}+)(?:,|$)")
-FLAT_OPERANDS_RE = re.compile(rf"{_FLAT}+(?:,{_FLAT}+)*")
 BALANCE_RE = re.compile(r'[{}]|"[^"\n]*"|//[^\n]*|/\*(?:.|\n)*?(?:\*/|$)')
 # A statement up to its ';' with at most one level of { } (vector operands), no comments or strings.
 FAST_STATEMENT_RE = re.compile(r"([^;{}\"/]*(?:\{[^;{}\"/]*\}[^;{}\"/]*)*);")
@@ -723,32 +711,6 @@ def parse_instruction(text: str, scanner: Scanner, pos: int) -> ir.Instruction:
     return ir.Instruction(opcode, operands, guard, line)
 
 
-def parse_operand_list(text: str) -> tuple[ir.Operand, ...]:
-    """`%r1, [%rd2+4], {%f1, %f2}` → operands; raises ValueError on malformed text."""
-    return tuple(cached_operand(o.strip()) for o in split_top(text, ","))
-
-
-# One operand of a list that matched LAZY_OPERANDS_RE, whose shapes need no general parser.
-LAZY_OPERAND_RE = re.compile(
-    r"\s*(?:\{(?P<vector>[^}]*)\}|\[\s*(?P<base>[^\s\]+-]+)\s*(?:(?P<sign>\+\s*-?|-)\s*(?P<offset>\w+)\s*)?\]|(?P<word>[^\s,]+))\s*(?:,|$)"
-)
-
-
-def parse_lazy_operands(text: str) -> tuple[ir.Operand, ...]:
-    """Operands of text the parser kept (it matched LAZY_OPERANDS_RE): the same as `parse_operand_list`, faster."""
-    out: list[ir.Operand] = []
-    for vector, base, sign, offset, word in LAZY_OPERAND_RE.findall(text):
-        if word:
-            out.append(cached_operand(word))
-        elif base:
-            # `[%rd1+-8]`, `[%rd1 - 8]` and `[%rd1+ -8]` all mean offset -8.
-            displacement = ir.Immediate("-" + offset if "-" in sign else offset) if offset else None
-            out.append(ir.Address(cached_operand(base), displacement))
-        else:
-            out.append(ir.Vector(tuple(cached_operand(item.strip()) for item in vector.split(","))))
-    return tuple(out)
-
-
 def _parse_operand_list(opcode_text: str, text: str, scanner: Scanner, pos: int) -> tuple[ir.Operand, ...]:
     if opcode_text == "SAVE":  # probe snippets: `SAVE [ map ] {a, b}` has no comma after the map
         text = re.sub(r"^(\s*\[[^\]]*\])\s*(?=\{)", r"\1, ", text)
@@ -766,127 +728,6 @@ def _instruction_error(text: str, scanner: Scanner, pos: int):
         raise scanner.error(pos, "malformed guard predicate", hint="expected `@%p` or `@!%p` before the opcode")
     word = GUARD_RE.sub("", body, count=1).split(None, 1)[0] if GUARD_RE.sub("", body, count=1).split() else body
     raise scanner.error(pos, f"malformed opcode {word!r}")
-
-
-@functools.lru_cache(maxsize=8192)  # operands are values: one object per text, shared by every module
-def cached_operand(text: str) -> ir.Operand:
-    return parse_operand(text)
-
-
-def split_top(text: str, sep: str) -> list[str]:
-    """Split at `sep` outside brackets; raises ValueError on unbalanced brackets."""
-    if not any(c in text for c in "{}[]()"):
-        parts = text.split(sep)
-        if any(not p.strip() for p in parts):
-            raise ValueError("empty operand")
-        return parts
-    if sep == "," and FLAT_OPERANDS_RE.fullmatch(text):  # one level of brackets: a regex does it
-        parts = [m.group(1) for m in FLAT_OPERAND_RE.finditer(text)]
-        if all(p.strip() for p in parts):
-            return parts
-    parts, depth, cur = [], 0, []
-    pairs = {"{": "}", "[": "]", "(": ")"}
-    stack: list[str] = []
-    for c in text:
-        if c in pairs:
-            stack.append(pairs[c])
-        elif c in pairs.values():
-            if not stack or stack.pop() != c:
-                raise ValueError(f"unbalanced {c!r} in operands")
-        if c == sep and not stack:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    if stack:
-        raise ValueError(f"unclosed bracket in operands (expected {stack[-1]!r})")
-    parts.append("".join(cur))
-    if any(not p.strip() for p in parts):
-        raise ValueError("empty operand")
-    return parts
-
-
-def parse_operand(text: str) -> ir.Operand:
-    t = text.strip()
-    if not t:
-        raise ValueError("empty operand")
-    if t[0] == "{" and t[-1] == "}":
-        inner = t[1:-1]
-        return ir.Vector(tuple(parse_operand(x) for x in split_top(inner, ","))) if inner.strip() else ir.Vector(())
-    if t[0] == "(" and t[-1] == ")":
-        inner = t[1:-1]
-        return ir.ParenList(tuple(parse_operand(x) for x in split_top(inner, ","))) if inner.strip() else ir.ParenList(())
-    if t[0] == "[" and t[-1] == "]":
-        return parse_address(t[1:-1])
-    if t[0] == "!":
-        return ir.Negated(parse_operand(t[1:]))
-    if "|" in t:
-        first, _, second = t.partition("|")
-        return ir.Pair(parse_operand(first), parse_operand(second))
-    if t == "_":
-        return ir.Sink()
-    if t[0] == "%":
-        m = REG_RE.match(t)
-        if m is None:
-            return _offset_operand(t)
-        name, element = m.groups()
-        if name in ir.SPECIAL_REGISTERS:
-            if element is not None and element not in SPECIAL_ELEMENTS:
-                raise ValueError(f"malformed special register {t!r}")
-            return ir.SpecialRegister(t)
-        if element is None:
-            return ir.Register(t)
-        if element not in VECTOR_ELEMENTS:
-            raise ValueError(f"malformed register {t!r}: a vector register's element is .x .y .z .w or .r .g .b .a")
-        return ir.VectorElement(ir.Register(name), element)
-    if IMM_RE.match(t):
-        return ir.Immediate(t)
-    if SYMBOL_RE.match(t):
-        return ir.Symbol(t)
-    element = PLAIN_ELEMENT_RE.match(t)
-    if element:  # only a vector register has elements, so no declaration is needed to tell
-        return ir.VectorElement(ir.Register(element.group(1)), element.group(2))
-    return _offset_operand(t)
-
-
-def _offset_operand(text: str) -> ir.Offset:
-    """`mt+4`, `%r2 + 4`: a name plus a constant outside brackets."""
-    m = OFFSET_OPERAND_RE.match(text)
-    if m is None:
-        shown = text if len(text) <= 80 else f"{text[:60]}…({len(text)} characters)"
-        raise ValueError(f"cannot parse operand {shown!r}")
-    base, sign, offset = m.groups()
-    if sign == "-":
-        offset = offset[1:] if offset.startswith("-") else "-" + offset.lstrip("+")
-    base_operand = parse_operand(base)
-    if not isinstance(base_operand, (ir.Register, ir.Symbol)):
-        raise ValueError(f"cannot add a constant to {base!r}")
-    return ir.Offset(base_operand, ir.Immediate(offset.lstrip("+")))
-
-
-ADDRESS_RE = re.compile(rf"({PERCENT_NAME}(?:\.[A-Za-z]+)?|{PLAIN_NAME}|[-+]?[0-9][0-9a-fA-FxX]*)(?:(\+|-)([-+]?[0-9][0-9a-fA-FxXuU]*))?")
-
-
-def parse_address(inner: str) -> ir.Operand:
-    items = split_top(inner, ",") if inner.strip() else []
-    if len(items) != 1:
-        return ir.BracketList(tuple(parse_operand(x) for x in items))
-    expr = "".join(inner.split())
-    m = ADDRESS_RE.fullmatch(expr)
-    if not m:
-        raise ValueError(f"cannot parse address [{inner.strip()}]")
-    base = parse_operand(m.group(1))
-    if not isinstance(base, (ir.Register, ir.Symbol, ir.Immediate)):
-        raise ValueError(f"address base must be a register, symbol or constant, not {m.group(1)!r}")
-    offset = None
-    if m.group(2):
-        off = m.group(3)
-        if m.group(2) == "-":
-            off = off[1:] if off.startswith("-") else "-" + off.lstrip("+")
-        offset = ir.Immediate(off.lstrip("+") if not off.startswith("-") else off)
-        if offset.value is None:
-            raise ValueError(f"address offset {m.group(3)!r} is not an integer")
-    return ir.Address(base, offset)
 
 
 # ---------------------------------------------------------------- snippets

@@ -175,6 +175,7 @@ class OpSemantics:
     control: str | None = None
     also_reads_defs: bool = False  # accumulators (wgmma, mma with d==c) are read too
     tensor_core: bool = False  # a warp-wide matrix multiply-accumulate on the tensor cores (what tensorop counts)
+    async_copy: bool = False  # a copy the thread starts and does not wait for (cp.async, the bulk and tensor copies)
 
 
 _TMA_BYTES = "the box size of a tensor copy is in its tensor map, not in the instruction"
@@ -191,19 +192,19 @@ TABLE: dict[tuple[str, ...], OpSemantics] = {
     ("prefetch",): OpSemantics(defs=(), addresses=((0, "prefetch"),)),
     ("prefetchu",): OpSemantics(defs=(), addresses=((0, "prefetch"),)),
     # cp.async.{ca,cg}.shared.global [dst], [src], cp-size{, src-size}: the global side is the source.
-    ("cp", "async"): OpSemantics(defs=(), addresses=((1, "load"), (0, "store")), bytes=_cp_async_bytes),
+    ("cp", "async"): OpSemantics(defs=(), addresses=((1, "load"), (0, "store")), bytes=_cp_async_bytes, async_copy=True),
     ("cp", "async", "commit_group"): OpSemantics(defs=()),
     ("cp", "async", "wait_group"): OpSemantics(defs=()),
     ("cp", "async", "wait_all"): OpSemantics(defs=()),
     ("cp", "async", "mbarrier"): OpSemantics(defs=(), addresses=((0, "atomic"),), space="shared"),
-    ("cp", "async", "bulk"): OpSemantics(defs=(), addresses=((1, "load"), (0, "store")), bytes=_bulk_bytes),
-    ("cp", "async", "bulk", "tensor"): OpSemantics(defs=(), addresses=((0, "store"), (1, "load")), no_bytes=_TMA_BYTES),
+    ("cp", "async", "bulk"): OpSemantics(defs=(), addresses=((1, "load"), (0, "store")), bytes=_bulk_bytes, async_copy=True),
+    ("cp", "async", "bulk", "tensor"): OpSemantics(defs=(), addresses=((0, "store"), (1, "load")), no_bytes=_TMA_BYTES, async_copy=True),
     ("cp", "async", "bulk", "commit_group"): OpSemantics(defs=()),
     ("cp", "async", "bulk", "wait_group"): OpSemantics(defs=()),
     ("cp", "async", "bulk", "prefetch"): OpSemantics(defs=(), addresses=((0, "prefetch"),), bytes=_bulk_prefetch_bytes),
     ("cp", "async", "bulk", "prefetch", "tensor"): OpSemantics(defs=(), addresses=((0, "prefetch"),), no_bytes=_TMA_BYTES),
-    ("cp", "reduce", "async", "bulk"): OpSemantics(defs=(), addresses=((0, "atomic"), (1, "load")), bytes=_bulk_bytes),
-    ("cp", "reduce", "async", "bulk", "tensor"): OpSemantics(defs=(), addresses=((0, "atomic"), (1, "load")), no_bytes=_TMA_BYTES),
+    ("cp", "reduce", "async", "bulk"): OpSemantics(defs=(), addresses=((0, "atomic"), (1, "load")), bytes=_bulk_bytes, async_copy=True),
+    ("cp", "reduce", "async", "bulk", "tensor"): OpSemantics(defs=(), addresses=((0, "atomic"), (1, "load")), no_bytes=_TMA_BYTES, async_copy=True),
     ("ldmatrix",): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_matrix_bytes),
     ("stmatrix",): OpSemantics(defs=(), addresses=((0, "store"),), bytes=_matrix_bytes),
     ("wmma", "load"): OpSemantics(defs=(0,), addresses=((1, "load"),), bytes=_wmma_bytes),
@@ -254,7 +255,7 @@ TABLE: dict[tuple[str, ...], OpSemantics] = {
     ("applypriority",): OpSemantics(defs=(), addresses=((0, "prefetch"),)),
 }
 DEFAULT = OpSemantics(defs=(0,))
-# The position of every tensor-core instruction class, for tools that count them (neutrino/tools/tensorop.py).
+# The position of every tensor-core instruction class, for tools that count them (neutrino/tools/tensorop/probe.py).
 TENSOR_CORE_POSITION = ":".join(".".join(key) for key, row in TABLE.items() if row.tensor_core)
 
 
@@ -425,3 +426,83 @@ def closest_positions(components: tuple[str, ...], unknown: str, n: int = 3) -> 
     index = components.index(unknown)
     return [".".join(components[:index] + (word,) + components[index + 1:])
             for word in difflib.get_close_matches(unknown, sorted(words), n=n, cutoff=0.6)]
+
+
+# -- selectors: positions by class and property (spec/probe-toml.md, "Selectors")
+
+# `#CLASS[.SPACE]`: every instruction the table gives an access of that kind in that state space
+# (`generic`: an address written without one). `memory`: the loads, stores and atomics of instructions
+# that are not async copies; `async_copy`: the copies a thread starts and does not wait for (cp.async,
+# cp.async.bulk, cp.reduce.async.bulk and their tensor forms), by the spaces they read or write;
+# `load`, `store`, `atomic`, `prefetch`: that access, by any instruction.
+ACCESS_SELECTORS = {"memory": ("load", "store", "atomic"), "async_copy": ("load", "store", "atomic"),
+                    "load": ("load",), "store": ("store",), "atomic": ("atomic",), "prefetch": ("prefetch",)}
+# `#CLASS`: every instruction of that control class, or the tensor cores' matrix multiply-accumulates.
+CONTROL_SELECTORS = ("barrier", "branch", "call", "return", "exit", "trap")
+SELECTOR_SPACES = tuple(dict.fromkeys(ir.STATE_SPACES + ("generic",)))
+SELECTORS = tuple(ACCESS_SELECTORS) + CONTROL_SELECTORS + ("tensor_core",)
+
+
+def is_selector(components: tuple[str, ...]) -> bool:
+    return components[0].startswith("#")
+
+
+def selector_problem(components: tuple[str, ...]) -> tuple[str, list[str]] | None:
+    """Why `#class.property` selects nothing the table knows, with the closest spellings; None if it is one."""
+    import difflib
+
+    name = components[0][1:]
+    if name not in SELECTORS:
+        close = difflib.get_close_matches(name, SELECTORS, n=3, cutoff=0.5)
+        return f"no selector {components[0]!r}", ["#" + c + "".join("." + p for p in components[1:]) for c in close]
+    properties = components[1:]
+    if name not in ACCESS_SELECTORS and properties:
+        return f"selector #{name} takes no property ({'.'.join(properties)!r})", ["#" + name]
+    if len(properties) > 1:
+        return f"selector #{name} takes one state space, not {len(properties)}", [f"#{name}.{properties[0]}"]
+    if properties and properties[0] not in SELECTOR_SPACES:
+        close = difflib.get_close_matches(properties[0], SELECTOR_SPACES, n=3, cutoff=0.5)
+        return f"no state space {properties[0]!r} (#{name}.SPACE: {', '.join(SELECTOR_SPACES)})", \
+            [f"#{name}.{c}" for c in close]
+    return None
+
+
+def _selects(components: tuple[str, ...], opcode: ir.Opcode) -> bool:
+    name = components[0][1:]
+    if name == "tensor_core":
+        return lookup(opcode).tensor_core
+    if name in CONTROL_SELECTORS:
+        return lookup(opcode).control == name
+    row = lookup(opcode)
+    if name in ("memory", "async_copy") and row.async_copy != (name == "async_copy"):
+        return False
+    kinds, space = ACCESS_SELECTORS[name], components[1] if len(components) > 1 else None
+    return any(access in kinds and (space is None or (found or "generic") == space)
+               for _, access, found in access_spaces(opcode))
+
+
+def position_matcher(position: tuple[tuple[str, ...], ...]) -> Callable[[ir.Opcode], bool]:
+    """Whether an opcode is named by a position: an opcode prefix (`ld.global`) or a selector (`#memory.global`).
+
+    A set lookup per prefix length, not a comparison per prefix (a position may list many forms)."""
+    prefixes = {p for p in position if not is_selector(p)}
+    selectors = [p for p in position if is_selector(p)]
+    lengths = sorted({len(p) for p in prefixes})
+
+    def matches(opcode: ir.Opcode) -> bool:
+        components = opcode.components
+        return any(components[:n] in prefixes for n in lengths) or any(_selects(s, opcode) for s in selectors)
+
+    return matches
+
+
+def position_problem(components: tuple[str, ...]) -> tuple[str, list[str]] | None:
+    """Why one part of a position names nothing of PTX (`ld.globl`, `#memroy`), with the closest
+    spellings for a "did you mean"; None when it names an opcode prefix or a selector."""
+    if is_selector(components):
+        return selector_problem(components)
+    unknown = unknown_position_part(components)
+    if unknown is None:
+        return None
+    what = "instruction" if unknown == components[0] else "modifier"
+    return f"no PTX {what} {unknown!r}", closest_positions(components, unknown)

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import attrs
 
-from neutrino import trace as tracefmt
+from neutrino import maps as tracefmt
 from neutrino.engine import instrument
 from neutrino.errors import NeutrinoError
 from neutrino.isa.gcn import metadata, parse_module
 from neutrino.isa.gcn.target import GCN
 from neutrino.isa.rdna.target import RDNA
-from neutrino.probefile import ProbeFile
+from neutrino.probe_model import ProbeFile
 from neutrino.runtime.build import ShimBuildError, compiler
 from neutrino.runtime.codecache import default_cache_dir
 from neutrino.runtime.hip import codeobj
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     import runpy
     import sys
 
-    from neutrino.probefile import load_probes
+    from neutrino.toolbox import load_probes
 
     parser = argparse.ArgumentParser(prog="python -m neutrino.runtime.hip.hook")
     parser.add_argument("-p", "--probe", required=True)

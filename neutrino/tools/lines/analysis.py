@@ -28,7 +28,7 @@ from neutrino.analysis import _common as C
 
 MAP_NAMES = ("lines_blocks", "lines_time")
 HAS_PLOTS = False
-TICK_BITS = 8  # as neutrino/tools/lines.py
+TICK_BITS = 8  # as neutrino/tools/lines/probe.py
 TICK_CLASSES = 4  # ticks 1, 2, 3, >= 4 per sample
 WARP = 32
 # A line with at least this many line-region probes per instruction of it has its time inflated by them.
@@ -358,13 +358,13 @@ def line_records(report_) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    """`python -m neutrino.analysis.lines TRACE [--parquet OUT.parquet | --csv OUT.csv]`: the per-line table."""
+    """`python -m neutrino.tools.lines.analysis TRACE [--parquet OUT.parquet | --csv OUT.csv]`: the per-line table."""
     import argparse
     import sys
 
     from neutrino.analysis import report
 
-    ap = argparse.ArgumentParser(prog="python -m neutrino.analysis.lines", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m neutrino.tools.lines.analysis", description=main.__doc__)
     ap.add_argument("trace")
     ap.add_argument("--parquet")
     ap.add_argument("--csv")

@@ -7,7 +7,7 @@ warp): `count`, the per-thread executions (every lane counts the warp-wide
 instruction once); `warp_count`, lane 0's count, which is the number of warp
 instructions, as these instructions are `.aligned` (all 32 lanes execute
 them); `active_warps`, the warps whose lane 0 executed any. Analysis:
-neutrino/analysis/tensorop.py. tensorop_thread keeps one record per thread.
+neutrino/tools/tensorop/analysis.py. tensorop_thread keeps one record per thread.
 """
 
 from neutrino import Map, probe
@@ -24,8 +24,8 @@ class tensorop:
 count: nl.u64 = 0
 
 
-# The tensor-core classes of the semantics table (semantics.TENSOR_CORE_POSITION; tests/test_first_hour.py checks).
-@probe(pos="mma:wmma.mma:wgmma.mma_async", level="thread", before=True)
+# The semantics table's tensor-core class: its rows marked tensor_core (spec/probe-toml.md, "Selectors").
+@probe(pos="#tensor_core", level="thread", before=True)
 def count_mma():
     count += 1
 

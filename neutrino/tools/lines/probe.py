@@ -17,7 +17,7 @@ rebuilt by the analysis from the trace's original.ptx):
   clock period, attributed to the region that was running.
 
 The probes at every region constrain scheduling: `lines_light` counts only
-(block-level probes, no clock). Analysis: neutrino/analysis/lines.py.
+(block-level probes, no clock). Analysis: neutrino/tools/lines/analysis.py.
 """
 
 from neutrino import Map, probe

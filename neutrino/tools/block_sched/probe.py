@@ -2,14 +2,14 @@
 
 One record per warp: start (SM clock at kernel entry), elapsed (cycles until
 the warp's ret/exit) and cuid (the SM it ran on). Analysis:
-neutrino/analysis/block_sched.py (per-SM timeline, gaps, tail, imbalance).
+neutrino/tools/block_sched/analysis.py (per-SM timeline, gaps, tail, imbalance).
 """
 
 from neutrino import Map, probe
 import neutrino.language as nl
 
 # One summary line per kernel when the program ends (after harvesting, never on the launch path).
-analyze_hook = "../analysis/block_sched_exit.py"
+analyze_hook = "exit_hook.py"
 
 
 @Map(level="warp", type="array", size=16, cap=1)

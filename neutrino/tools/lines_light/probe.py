@@ -2,7 +2,7 @@
 
 The `lines_blocks` map of the `lines` tool alone: at each basic block's first
 unguarded instruction every thread records `BLOCK`; the analysis
-(neutrino/analysis/lines.py) multiplies by the instructions of each source
+(neutrino/tools/lines/analysis.py) multiplies by the instructions of each source
 line in the block. No clock is read and no probe sits inside a block, so the
 kernel's schedule within blocks is left as compiled.
 """

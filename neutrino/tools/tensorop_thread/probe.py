@@ -3,7 +3,7 @@
 A per-thread counter is bumped before every `mma*`, `wmma.mma` and
 `wgmma.mma_async` instruction the thread executes (warp-synchronous instructions: every lane
 counts its own execution) and saved when the thread leaves the kernel.
-Analysis: neutrino/analysis/tensorop.py. The per-thread form of `tensorop`
+Analysis: neutrino/tools/tensorop/analysis.py. The per-thread form of `tensorop`
 (which sums on the device).
 """
 
@@ -19,8 +19,8 @@ class tensorop_thread:
 count: nl.u64 = 0
 
 
-# The tensor-core classes of the semantics table (semantics.TENSOR_CORE_POSITION; tests/test_first_hour.py checks).
-@probe(pos="mma:wmma.mma:wgmma.mma_async", level="thread", before=True)
+# The semantics table's tensor-core class: its rows marked tensor_core (spec/probe-toml.md, "Selectors").
+@probe(pos="#tensor_core", level="thread", before=True)
 def count_mma():
     count += 1
 

@@ -1,9 +1,9 @@
 """program_progress: sampled clock at branches, showing how far warps get over time.
 
-Every thread counts the branches (`bra`) it executes; at every SAMPLE-th one
+Every thread counts the branches (`bra`, `brx`: #branch) it executes; at every SAMPLE-th one
 it records the SM clock, its branch count so far (`branch`, a progress index)
 and its SM. The map has a dynamic cap. Analysis:
-neutrino/analysis/program_progress.py (threads of a warp are merged there).
+neutrino/tools/program_progress/analysis.py (threads of a warp are merged there).
 """
 
 from neutrino import Map, probe
@@ -22,7 +22,7 @@ class program_progress:
 branches: nl.u32 = 0
 
 
-@probe(pos="bra", level="thread", before=True)
+@probe(pos="#branch", level="thread", before=True)
 def branch():
     branches += 1
     if branches & (SAMPLE - 1) == 0:

@@ -1,9 +1,10 @@
 """dmat: densified memory access timeline (clock and address of every global access).
 
 Every thread records, before each global load, store, atomic or reduction it
-executes, the SM clock and the address it accesses. The map has a dynamic cap:
+executes (the selector #memory.global: every spelling, not the async copies),
+the SM clock and the address it accesses. The map has a dynamic cap:
 the runtime first counts the records of every thread and sizes the buffer for
-the largest count. Analysis: neutrino/analysis/dmat.py (time x address density
+the largest count. Analysis: neutrino/tools/dmat/analysis.py (time x address density
 picture).
 
 For long kernels, sample: copy this file, count accesses in a register and
@@ -20,6 +21,6 @@ class dmat:
     addr: nl.u64
 
 
-@probe(pos="ld.global:st.global:atom.global:red.global", level="thread", before=True)
+@probe(pos="#memory.global", level="thread", before=True)
 def access():
     dmat.save(nl.clock(), nl.addr)

@@ -1,4 +1,4 @@
-"""analyze_hook of the built-in block_sched tool (neutrino/tools/block_sched.py): one summary line per kernel.
+"""analyze_hook of the built-in block_sched tool (neutrino/tools/block_sched/): one summary line per kernel.
 
 The runtime calls analyze(result_path, launch) for every probed launch after the
 program has ended (never on its launch path), then finish(stream) once: that
@@ -25,7 +25,7 @@ def sampled(n: int) -> bool:
 
 def analyze(result_path: str, launch: dict) -> None:
     # imported here: this hook is loaded when the runtime starts, the analysis (numpy) runs after the program
-    from neutrino.analysis.block_sched import analyze_launch
+    from neutrino.tools.block_sched.analysis import analyze_launch
     from neutrino.trace import Launch, read_result
 
     name = str(launch.get("kernel", "?"))

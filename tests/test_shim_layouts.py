@@ -1,0 +1,78 @@
+"""The C structs Python hands to the shim, checked against the header they mirror.
+
+NtJob (neutrino/runtime/drain.py) is shim/writer.h's nt_job; NtPlan and NtPlanStats
+(neutrino/runtime/fastpath.py) are shim/shim.h's nt_plan and nt_plan_stats. A tiny C program
+compiled with the system compiler prints sizeof and offsetof of every field the ctypes class
+names; a field moved, resized or renamed on either side fails here, not in a profiled program.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from neutrino.runtime.drain import MAX_MAPS, NtJob
+from neutrino.runtime.fastpath import NtPlan, NtPlanStats
+
+SHIM = Path(__file__).resolve().parent.parent / "shim"
+MIRRORS = {"nt_job": NtJob, "nt_plan": NtPlan, "nt_plan_stats": NtPlanStats}
+
+
+def c_layouts(tmp_path: Path) -> dict[str, dict[str, int]]:
+    """{struct: {"sizeof": n, field: offset}} as the C compiler lays the header's structs out."""
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "shim.h"', "int main(void) {"]
+    for struct, mirror in MIRRORS.items():
+        lines.append(f'    printf("{struct} sizeof %zu\\n", sizeof({struct}));')
+        lines += [f'    printf("{struct} {name} %zu\\n", offsetof({struct}, {name}));' for name, _ in mirror._fields_]
+    lines += ["    return 0;", "}"]
+    source = tmp_path / "layouts.c"
+    source.write_text("\n".join(lines) + "\n")
+    program = tmp_path / "layouts"
+    built = subprocess.run(["cc", "-Wall", "-Werror", f"-I{SHIM}", "-o", str(program), str(source)],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr  # a field the ctypes class names and the header does not
+    out: dict[str, dict[str, int]] = {}
+    for line in subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout.splitlines():
+        struct, name, value = line.split()
+        out.setdefault(struct, {})[name] = int(value)
+    return out
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_ctypes_structs_match_the_shim_header(tmp_path):
+    layouts = c_layouts(tmp_path)
+    for struct, mirror in MIRRORS.items():
+        found = {name: getattr(mirror, name).offset for name, _ in mirror._fields_}
+        expected = {name: offset for name, offset in layouts[struct].items() if name != "sizeof"}
+        assert found == expected, f"{mirror.__name__} vs {struct}"
+        assert ctypes.sizeof(mirror) == layouts[struct]["sizeof"], f"{mirror.__name__} vs {struct}: size"
+
+
+def header_fields(text: str) -> dict[str, list[str]]:
+    """{struct: its member names in order} of every `typedef struct { ... } name;` (no nested braces)."""
+    import re
+
+    out = {}
+    for body, name in re.findall(r"typedef struct \{([^{}]*)\}\s*(\w+);", text):
+        body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+        members = []
+        for declaration in filter(None, (d.strip() for d in body.split(";"))):
+            declarators = re.sub(r"^(?:const\s+)?\w+\s+", "", declaration)  # the type, once
+            members += [re.match(r"\*?\s*(\w+)", d.strip()).group(1) for d in declarators.split(",")]
+        out[name] = members
+    return out
+
+
+def test_the_header_names_every_field_the_mirrors_name():
+    """Both ways, in order: a member the header has and the ctypes class lacks (or the reverse)."""
+    import re
+
+    text = (SHIM / "writer.h").read_text() + (SHIM / "shim.h").read_text()
+    fields = header_fields(text)
+    for struct, mirror in MIRRORS.items():
+        assert [n for n, _ in mirror._fields_] == fields[struct], struct
+    assert MAX_MAPS == int(re.search(r"#define NT_MAX_MAPS (\d+)", text).group(1))
