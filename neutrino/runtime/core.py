@@ -225,7 +225,7 @@ class Runtime:
         mark = self.writer.mark()  # every launch of the retired code was submitted before this
         with self._lock:
             self._retired.extend((mark, pk) for pk in retire)
-        if gone.handles or built:
+        if (gone.handles or built) and not self._closed:  # after exit, forgetting still matters; logging not
             names = sorted({rec.name for _, rec in gone.handles} | {pk.name for pk in built})
             self.trace.event("unload", module=hex(gone.module.handle), call=call, kernels=names,
                              handles=len(gone.handles), probed_modules=len(retire), kept=len(kept),
