@@ -237,7 +237,10 @@ class Runtime:
         A module made in another context waits for a call made with some context current."""
         if not self._retired:
             return
-        current = self.drv.ctx_get_current()
+        try:
+            current = self.drv.ctx_get_current()
+        except DriverError:
+            return  # the next call tries again
         with self._lock:
             ready = [pk for mark, pk in self._retired if self.writer.passed(mark) and (current or not pk.ctx)]
             done = {id(pk) for pk in ready}
