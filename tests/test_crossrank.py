@@ -350,14 +350,38 @@ def test_own_work_intervals_have_known_overlaps(tmp_path):
              {"event": "instrument", "time": 9.0, "seconds": 2.0, "cache": "disk"},  # [7, 9]: inside it
              {"event": "instrument", "time": 20.0, "seconds": 1.0, "cache": "memory"},  # [19, 20]
              {"event": "instrument", "time": 30.0, "seconds": 0.0},  # no duration: no interval
-             {"event": "module", "time": 15.0, "seconds": 3.0},  # not an instrument event
+             {"event": "module", "time": 15.0, "seconds": 3.0},  # [12, 15]: registering a loaded module
+             {"event": "launch", "time": 17.0, "seconds": 1.0},  # not our host work
              {"event": "instrument", "time": "x", "seconds": 1.0}]  # unreadable: skipped
     log.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"event": "instrument", "ti')
     work = crossrank.read_own_work(log)
     s = 1e9
-    assert work.within(0, 100 * s) == 5 * s and work.within(8 * s, 19.5 * s) == 2.5 * s
-    assert work.within(11 * s, 18 * s) == 0 and work.within(9 * s, 8 * s) == 0
+    assert work.within(0, 100 * s) == 8 * s and work.within(8 * s, 19.5 * s) == 5.5 * s
+    assert work.within(10 * s, 12 * s) == 0 and work.within(9 * s, 8 * s) == 0
     assert work.describe(5 * s, 21 * s) == "code cache (disk) of 1 kernel, instrumentation of 1 kernel, " \
-                                           "code cache (memory) of 1 kernel"  # in the order they ended
-    assert work.describe(11 * s, 18 * s) == ""
+                                           "module load of 1 module, code cache (memory) of 1 kernel"  # by end
+    assert work.describe(10.5 * s, 11.5 * s) == ""
     assert crossrank.read_own_work(tmp_path / "missing.log").within(0, 100 * s) == 0
+
+
+def test_the_gpu_benchmark_keeps_what_diagnoses_a_run(tmp_path):
+    """benchmarks/delayed_rank.py saves each run's own-work events and a digest (for $OUT): the step
+    ranges and the instrument interval, in ms from the first step, and the late-arrival section."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("delayed_rank", REPO / "benchmarks" / "delayed_rank.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    simulate(tmp_path / "job", 2, delay=(1, 3, 5_000_000), delays=[(0, 0, 29_000_000)],
+             own_work=[(0, 0, 27_000_000)])
+    events = bench.diagnostic_events(tmp_path / "job")
+    assert [(e["rank"], e["event"]) for e in events] == [(0, "start"), (0, "instrument"), (1, "start")]
+    text = report(tmp_path / "job")[0]
+    digest = bench.run_digest("run 0: found", text, tmp_path / "job", events).splitlines()
+    assert digest[0] == "run 0: found" and digest[2].startswith("[late arrivals at collectives]")
+    assert any(x.startswith("rank 0 late by") for x in digest)
+    steps = next(x for x in digest if x.startswith("rank 0 steps (ms): step 0 [0.00, "))
+    step0_end = float(steps.split("step 0 [0.00, ", 1)[1].split("]")[0])
+    (inst,) = [x for x in digest if x.startswith("rank 0 instrument k cache miss: [")]
+    lo, hi = (float(v) for v in inst.split("[", 1)[1].rstrip("] ms").split(", "))
+    assert abs(hi - lo - 27.0) < 0.01 and 0 < lo < hi < step0_end  # inside rank 0's step 0

@@ -312,13 +312,15 @@ def arrival_noise(start: np.ndarray, places: list) -> np.ndarray:
 
 
 OWN_WORK_LABELS = {"miss": "instrumentation", "memory": "code cache (memory)", "disk": "code cache (disk)"}
+OWN_WORK_EVENTS = {"instrument": None, "module": "module load", "no_ptx": "module load"}  # None: by its cache
 
 
 @attrs.frozen
 class OwnWork:
     """Neutrino's own host-side work in one process (its event.log): intervals [start_ns, end_ns] of
     `instrument` events (end = the event's `time`, start = end − `seconds`: verify, instrumentation,
-    ptxas/JIT, module load and kernel directory of one kernel), merged into disjoint, sorted intervals
+    ptxas/JIT, module load and kernel directory of one kernel) and of `module` / `no_ptx` events
+    (registering a loaded module: finding its PTX), merged into disjoint, sorted intervals
     (`starts`, `ends`, `covered` = total length before each) for linear-time overlap, with the events."""
 
     starts: np.ndarray
@@ -354,7 +356,8 @@ class OwnWork:
         counts: Counter = Counter()
         for start, _, label in self.events[first:]:
             counts[label] += start < hi
-        return ", ".join(f"{label} of {n} kernel{'s' if n > 1 else ''}" for label, n in counts.items() if n)
+        return ", ".join(f"{label} of {n} {'module' if label == 'module load' else 'kernel'}{'s' if n > 1 else ''}"
+                         for label, n in counts.items() if n)
 
 
 NO_OWN_WORK = OwnWork.from_intervals([])
@@ -368,15 +371,17 @@ def read_own_work(event_log) -> OwnWork:
     try:
         with open(event_log, encoding="utf-8", errors="replace") as f:
             for line in f:
-                if '"instrument"' not in line:
+                if '"instrument"' not in line and '"module"' not in line and '"no_ptx"' not in line:
                     continue
                 try:
                     rec = json.loads(line)
                     end, seconds = float(rec["time"]) * 1e9, float(rec.get("seconds") or 0.0)
                 except (ValueError, KeyError, TypeError):
                     continue
-                if rec.get("event") == "instrument" and seconds > 0:
-                    intervals.append((end - seconds * 1e9, end, OWN_WORK_LABELS.get(rec.get("cache"), "instrumentation")))
+                event = rec.get("event")
+                if event in OWN_WORK_EVENTS and seconds > 0:
+                    label = OWN_WORK_EVENTS[event] or OWN_WORK_LABELS.get(rec.get("cache"), "instrumentation")
+                    intervals.append((end - seconds * 1e9, end, label))
     except OSError:
         return NO_OWN_WORK
     return OwnWork.from_intervals(intervals)
