@@ -156,7 +156,7 @@ def one_run(args, run: int, env: dict) -> tuple[bool, str]:
 
 # event.log events that tell Neutrino's own host work and the trace's set-up (not per-launch events)
 DIAGNOSTIC_EVENTS = ("start", "instrument", "phase", "module", "no_ptx", "fallback", "dropped", "timeline",
-                     "timeline_counts", "timeline_host_gap", "context_tables", "launch_args", "exit")
+                     "timeline_counts", "timeline_host_gap", "context_tables", "launch_args", "tensor_walk", "exit")
 
 
 def diagnostic_events(job: Path) -> list[dict]:
@@ -174,8 +174,9 @@ def diagnostic_events(job: Path) -> list[dict]:
 
 
 def run_digest(line: str, report_text: str, job: Path, events: list[dict]) -> str:
-    """The run's line, the report's late-arrival section, and per rank its step ranges and its
-    instrument events as [start, end] ms from the earliest step start (host clock, Unix epoch)."""
+    """The run's line, the report's late-arrival section, and per rank its step ranges and its own-work
+    events (instrument, module, no_ptx, tensor_walk) as [start, end] ms from the earliest step start
+    (host clock, Unix epoch), and its phase totals."""
     from neutrino.analysis import context
 
     section = report_text.split("[late arrivals at collectives]", 1)
@@ -196,10 +197,12 @@ def run_digest(line: str, report_text: str, job: Path, events: list[dict]) -> st
         out.append(f"rank {rank} steps (ms): " + ", ".join(f"{n} [{(s - t0) / 1e6:.2f}, {(e - t0) / 1e6:.2f}]"
                                                           for n, s, e in rows))
     for e in events:
-        if e["event"] == "instrument" and t0:
+        if e["event"] in ("instrument", "module", "no_ptx", "tensor_walk") and t0 and e.get("seconds"):
             end = float(e["time"]) * 1e9 - t0
-            out.append(f"rank {e['rank']} instrument {e.get('kernel', '?')[:50]} cache {e.get('cache')}: "
-                       f"[{(end - float(e.get('seconds') or 0) * 1e9) / 1e6:.2f}, {end / 1e6:.2f}] ms")
+            what = {"instrument": f"{str(e.get('kernel', '?'))[:50]} cache {e.get('cache')}",
+                    "tensor_walk": f"{e.get('modules')} modules"}.get(e["event"], str(e.get("module")))
+            out.append(f"rank {e['rank']} {e['event']} {what}: "
+                       f"[{(end - float(e['seconds']) * 1e9) / 1e6:.2f}, {end / 1e6:.2f}] ms")
         elif e["event"] == "phase":
             out.append(f"rank {e['rank']} phase {e.get('phase')}: {e.get('seconds')} s ({e.get('count')} runs)")
     return "\n".join(out) + "\n"

@@ -352,11 +352,13 @@ def test_own_work_intervals_have_known_overlaps(tmp_path):
              {"event": "instrument", "time": 30.0, "seconds": 0.0},  # no duration: no interval
              {"event": "module", "time": 15.0, "seconds": 3.0},  # [12, 15]: registering a loaded module
              {"event": "launch", "time": 17.0, "seconds": 1.0},  # not our host work
+             {"event": "tensor_walk", "time": 40.0, "seconds": 0.5, "modules": 3},  # [39.5, 40]
              {"event": "instrument", "time": "x", "seconds": 1.0}]  # unreadable: skipped
     log.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"event": "instrument", "ti')
     work = crossrank.read_own_work(log)
     s = 1e9
-    assert work.within(0, 100 * s) == 8 * s and work.within(8 * s, 19.5 * s) == 5.5 * s
+    assert work.within(0, 100 * s) == 8.5 * s and work.describe(35 * s, 41 * s) == "tensor-naming walk x1"
+    assert work.within(8 * s, 19.5 * s) == 5.5 * s
     assert work.within(10 * s, 12 * s) == 0 and work.within(9 * s, 8 * s) == 0
     assert work.describe(5 * s, 21 * s) == "code cache (disk) of 1 kernel, instrumentation of 1 kernel, " \
                                            "module load of 1 module, code cache (memory) of 1 kernel"  # by end

@@ -312,15 +312,17 @@ def arrival_noise(start: np.ndarray, places: list) -> np.ndarray:
 
 
 OWN_WORK_LABELS = {"miss": "instrumentation", "memory": "code cache (memory)", "disk": "code cache (disk)"}
-OWN_WORK_EVENTS = {"instrument": None, "module": "module load", "no_ptx": "module load"}  # None: by its cache
+OWN_WORK_EVENTS = {"instrument": None, "module": "module load", "no_ptx": "module load",  # None: by its cache
+                   "tensor_walk": "tensor-naming walk"}
 
 
 @attrs.frozen
 class OwnWork:
     """Neutrino's own host-side work in one process (its event.log): intervals [start_ns, end_ns] of
     `instrument` events (end = the event's `time`, start = end − `seconds`: verify, instrumentation,
-    ptxas/JIT, module load and kernel directory of one kernel) and of `module` / `no_ptx` events
-    (registering a loaded module: finding its PTX), merged into disjoint, sorted intervals
+    ptxas/JIT, module load and kernel directory of one kernel), of `module` / `no_ptx` events
+    (registering a loaded module: finding its PTX) and of `tensor_walk` events (the tensor trace's walk
+    of the garbage collector's objects for module parameters, on the launching thread), merged into disjoint, sorted intervals
     (`starts`, `ends`, `covered` = total length before each) for linear-time overlap, with the events."""
 
     starts: np.ndarray
@@ -356,10 +358,11 @@ class OwnWork:
         counts: Counter = Counter()
         for start, _, label in self.events[first:]:
             counts[label] += start < hi
-        return ", ".join(f"{label} of {n} {'module' if label == 'module load' else 'kernel'}{'s' if n > 1 else ''}"
+        return ", ".join(f"{label}{OWN_WORK_UNITS.get(label, ' of {n} kernel{s}').format(n=n, s='s' if n > 1 else '')}"
                          for label, n in counts.items() if n)
 
 
+OWN_WORK_UNITS = {"module load": " of {n} module{s}", "tensor-naming walk": " x{n}"}
 NO_OWN_WORK = OwnWork.from_intervals([])
 
 
@@ -371,7 +374,7 @@ def read_own_work(event_log) -> OwnWork:
     try:
         with open(event_log, encoding="utf-8", errors="replace") as f:
             for line in f:
-                if '"instrument"' not in line and '"module"' not in line and '"no_ptx"' not in line:
+                if not any(f'"{name}"' in line for name in OWN_WORK_EVENTS):
                     continue
                 try:
                     rec = json.loads(line)
