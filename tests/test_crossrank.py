@@ -29,7 +29,7 @@ TID = 100
 def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: float = 0.03,
              delay: tuple | None = None, slow_kernel: tuple | None = None, step_ranges: bool = True,
              barrier: bool = True, host_lag_ns: int | None = None, delays: tuple = (),
-             own_work: tuple = ()) -> None:
+             host_delays: tuple = (), own_work: tuple = ()) -> None:
     """A job of `ranks` ranks, `steps` steps each: a GEMM (200 us) and 3 elementwise kernels (50 us),
     then an all-reduce and an all-gather (100 us of work each, which start when a rank arrives and end when the last
     rank has arrived and the work is done). Durations jitter by `noise` (lognormal sigma).
@@ -40,7 +40,8 @@ def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: fl
     `host_lag_ns`: the host runs that far ahead of the GPU (launches are asynchronous and NCCL kernels do
     not block it): every record gets host_ns = its GPU start - lag, and the step ranges (host) end that
     much earlier too. None: 80-byte records without host_ns.
-    `delays`: more (rank, step, ns) spin kernels. `own_work` = ((rank, step, ns), ...): an `instrument`
+    `delays`: more (rank, step, ns) spin kernels. `host_delays`: (rank, step, ns) of a host stall before
+    that step's first all-reduce: its GPU idles that long. `own_work` = ((rank, step, ns), ...): an `instrument`
     event (Neutrino's own host work) in that rank's event.log, ending where its spin kernel of that
     step ends (else where its step's first all-reduce starts), `ns` long, in host time."""
     rng = np.random.default_rng(seed)
@@ -80,6 +81,7 @@ def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: fl
             for d in spins:
                 if (r, step) == d[:2]:
                     run(r, 2, d[2], (1, 1, 1))
+            now[r] += sum(ns for rank, at, ns in host_delays if (rank, at) == (r, step))
             for rank, at, ns in own_work:
                 if (r, step) == (rank, at):
                     end = int(now[r]) - (host_lag_ns or 0)
@@ -316,7 +318,7 @@ def test_a_late_arrival_during_neutrinos_instrumentation_is_not_the_programs(tmp
     """Issue 26 on 2 GPUs: rank 0 arrived ~29 ms late at step 0 while Neutrino instrumented a kernel
     there (its event.log). That step is shown as Neutrino's, not counted; the program's genuine 5 ms
     delay of rank 1 at step 3 is still named, and the noise steps have no late rank."""
-    kw = dict(delay=(1, 3, 5_000_000), delays=[(0, 0, 29_000_000)], host_lag_ns=host_lag_ns)
+    kw = dict(delay=(1, 3, 5_000_000), host_delays=[(0, 0, 29_000_000)], host_lag_ns=host_lag_ns)
     simulate(tmp_path / "own", 2, own_work=[(0, 0, 27_000_000)], **kw)
     out, _ = report(tmp_path / "own")
     assert late_steps(out) == {f"step {k}": ("rank 1" if k == 3 else "-") for k in range(10)}
@@ -328,20 +330,27 @@ def test_a_late_arrival_during_neutrinos_instrumentation_is_not_the_programs(tmp
     assert "rank 0 arrives late" not in out
     row = next(x.split() for x in out.splitlines() if x.strip().startswith("step 0 "))
     assert row[3] == "-" and abs(float(row[-1]) - 27_000) < 1  # own work (us)
+    # the same host work while rank 0's GPU ran the program's 29 ms kernel: the GPU did not wait for it
+    simulate(tmp_path / "gpu", 2, own_work=[(0, 0, 27_000_000)], delay=(1, 3, 5_000_000),
+             delays=[(0, 0, 29_000_000)], host_lag_ns=host_lag_ns)
+    assert late_steps(report(tmp_path / "gpu")[0])["step 0"] == "rank 0"
     # the same job without the instrument event: rank 0's lateness is the program's (the test can fail)
     simulate(tmp_path / "plain", 2, **kw)
     assert late_steps(report(tmp_path / "plain")[0])["step 0"] == "rank 0"
 
 
 def test_own_work_must_be_most_of_the_lead_and_on_the_late_rank(tmp_path):
-    kw = dict(delays=[(0, 0, 29_000_000)])
+    kw = dict(host_delays=[(0, 0, 29_000_000)])
     simulate(tmp_path / "small", 2, own_work=[(0, 0, 5_000_000)], **kw)  # 5 ms of a 29 ms lead: the program's
     assert late_steps(report(tmp_path / "small")[0])["step 0"] == "rank 0"
     simulate(tmp_path / "other", 2, own_work=[(1, 0, 27_000_000)], **kw)  # on the rank that waited
     out = report(tmp_path / "other")[0]
     assert late_steps(out)["step 0"] == "rank 0" and "during Neutrino's own work" not in out
-    simulate(tmp_path / "both", 2, own_work=[(0, 0, 27_000_000), (1, 0, 20_000_000)], **kw)
-    assert late_steps(report(tmp_path / "both")[0])["step 0"] == "rank 0"  # 7 ms more on rank 0: < half of 29
+    # both ranks stall on Neutrino's work (27 and 20 ms): the lead (~9 ms) is the difference, 7 ms more on rank 0
+    simulate(tmp_path / "both", 2, own_work=[(0, 0, 27_000_000), (1, 0, 20_000_000)],
+             host_delays=[(0, 0, 29_000_000), (1, 0, 20_000_000)])
+    out = report(tmp_path / "both")[0]
+    assert late_steps(out)["step 0"] == "-" and "(instrumentation of 1 kernel: 7.00 ms more than on the next" in out
 
 
 def test_own_work_intervals_have_known_overlaps(tmp_path):
@@ -374,7 +383,7 @@ def test_the_gpu_benchmark_keeps_what_diagnoses_a_run(tmp_path):
     spec = importlib.util.spec_from_file_location("delayed_rank", REPO / "benchmarks" / "delayed_rank.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    simulate(tmp_path / "job", 2, delay=(1, 3, 5_000_000), delays=[(0, 0, 29_000_000)],
+    simulate(tmp_path / "job", 2, delay=(1, 3, 5_000_000), host_delays=[(0, 0, 29_000_000)],
              own_work=[(0, 0, 27_000_000)])
     events = bench.diagnostic_events(tmp_path / "job")
     assert [(e["rank"], e["event"]) for e in events] == [(0, "start"), (0, "instrument"), (1, "start")]

@@ -333,15 +333,8 @@ class OwnWork:
     @classmethod
     def from_intervals(cls, intervals: list) -> "OwnWork":
         intervals = sorted(intervals, key=lambda x: x[1])
-        merged: list = []
-        for start, end, _ in sorted(intervals):
-            if merged and start <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
-        arr = np.array(merged, dtype=np.float64).reshape(-1, 2)
-        covered = np.concatenate([[0.0], np.cumsum(arr[:, 1] - arr[:, 0])])
-        return cls(arr[:, 0], arr[:, 1], covered, tuple(intervals))
+        arr = np.array([x[:2] for x in intervals], dtype=np.float64).reshape(-1, 2)
+        return cls(*merge_intervals(arr[:, 0], arr[:, 1]), tuple(intervals))
 
     def before(self, t: float) -> float:
         """Total own work before time t, ns."""
@@ -360,6 +353,24 @@ class OwnWork:
             counts[label] += start < hi
         return ", ".join(f"{label}{OWN_WORK_UNITS.get(label, ' of {n} kernel{s}').format(n=n, s='s' if n > 1 else '')}"
                          for label, n in counts.items() if n)
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple:
+    """The union of intervals as (starts, ends, covered) of disjoint sorted intervals, covered[k] = total
+    length of the first k; numpy (one sort): a timeline has millions of records."""
+    if not len(starts):
+        return np.zeros(0), np.zeros(0), np.zeros(1)
+    order = np.argsort(starts, kind="stable")
+    lo, hi = starts[order].astype(np.float64), ends[order].astype(np.float64)
+    reach = np.maximum.accumulate(hi)
+    first = np.flatnonzero(np.concatenate([[True], lo[1:] > reach[:-1]]))
+    merged_lo, merged_hi = lo[first], np.maximum.reduceat(hi, first)
+    return merged_lo, merged_hi, np.concatenate([[0.0], np.cumsum(merged_hi - merged_lo)])
+
+
+def gpu_busy(timeline: np.ndarray) -> "OwnWork":
+    """A rank's GPU activity (every timeline record: kernels, copies, sets) as merged intervals, ns."""
+    return OwnWork(*merge_intervals(timeline["start_ns"], timeline["end_ns"]), ())
 
 
 OWN_WORK_UNITS = {"module load": " of {n} module{s}", "tensor-naming walk": " x{n}"}
@@ -390,21 +401,30 @@ def read_own_work(event_log) -> OwnWork:
     return OwnWork.from_intervals(intervals)
 
 
-def own_work_lead(cols: Collectives, own: dict, c: int, late: int, rival: int) -> tuple[float, tuple]:
-    """Neutrino's own work on the late rank (column `late`) between its launch of the previous matched
-    collective and its launch of collective c (host time, else GPU start; from the first collective:
-    since the start), minus the same on the next-latest rank `rival`; and (OwnWork, lo, hi) of the late rank."""
+def own_work_lead(cols: Collectives, own: dict, busy: dict, c: int, late: int, rival: int) -> tuple[float, tuple]:
+    """How much of collective c's lead Neutrino's own host work explains: per rank (the late one, column
+    `late`, and the next-latest, `rival`), its own work between its launch of the previous matched
+    collective and its launch of c (host time, else GPU start; before the first: since the start), but
+    at most its GPU's idle time between the previous collective's end and its arrival at c (host work
+    delays a rank only where its GPU waited for it; without the rank's busy intervals, not bounded);
+    the late rank's minus the rival's, at least 0; and (OwnWork, lo, hi) of the late rank's window."""
     when = np.where(cols.host > 0, cols.host, cols.start).astype(float) if cols.host is not None \
         else cols.start.astype(float)
     out = []
     for col in (late, rival):
-        work = own.get(cols.ranks[col], NO_OWN_WORK)
+        rank = cols.ranks[col]
+        work = own.get(rank, NO_OWN_WORK)
         lo = when[c - 1, col] if c > 0 else 0.0
-        out.append((work.within(lo, when[c, col]), (work, lo, when[c, col])))
+        host = work.within(lo, when[c, col])
+        if rank in busy:
+            gpu_lo, arrival = (float(cols.end[c - 1, col]) if c > 0 else 0.0), float(cols.start[c, col])
+            host = min(host, max(0.0, arrival - gpu_lo) - busy[rank].within(gpu_lo, arrival))
+        out.append((host, (work, lo, when[c, col])))
     return max(0.0, out[0][0] - out[1][0]), out[0][1]
 
 
-def late_arrivals(cols: Collectives, steps: list, steps_from: str, own: dict | None = None) -> LateArrivals:
+def late_arrivals(cols: Collectives, steps: list, steps_from: str, own: dict | None = None,
+                  busy: dict | None = None) -> LateArrivals:
     """Per matched collective: last arrival, its lead over the next-latest, every rank's wait; per step."""
     start, end = cols.start.astype(float), cols.end.astype(float)
     duration = np.maximum(end - start, 0.0)
@@ -427,7 +447,7 @@ def late_arrivals(cols: Collectives, steps: list, steps_from: str, own: dict | N
     for step, members in order.items():
         idx = np.array(members)
         top = idx[np.argmax(lead[idx])]
-        own_ns, window = own_work_lead(cols, own or {}, top, late[top], rival[top])
+        own_ns, window = own_work_lead(cols, own or {}, busy or {}, top, late[top], rival[top])
         above = lead[top] > threshold[top]
         profiler = bool(above and own_ns >= PROFILER_SHARE * lead[top])
         what = window[0].describe(*window[1:]) if profiler else ""
@@ -530,7 +550,8 @@ def analyze_job(job: list, reports: list, kind: str = "rank") -> CrossRank:
             if len(cols.names):
                 steps, steps_from = collective_steps(cols, ranges)
                 own = {rank: read_own_work(Path(trace.path) / "event.log") for rank, trace, _ in job}
-                late = late_arrivals(cols, steps, steps_from, own)
+                busy = {rank: gpu_busy(t) for rank, t in timelines.items()}
+                late = late_arrivals(cols, steps, steps_from, own, busy)
     return CrossRank(kind, source, tuple(stragglers), compared, late, tuple(notes), tuple(warnings))
 
 
