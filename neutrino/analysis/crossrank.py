@@ -322,7 +322,8 @@ class OwnWork:
     `instrument` events (end = the event's `time`, start = end − `seconds`: verify, instrumentation,
     ptxas/JIT, module load and kernel directory of one kernel), of `module` / `no_ptx` events
     (registering a loaded module: finding its PTX) and of `tensor_walk` events (the tensor trace's walk
-    of the garbage collector's objects for module parameters, on the launching thread), merged into disjoint, sorted intervals
+    of the garbage collector's objects for module parameters, on the launching thread), merged into
+    disjoint, sorted intervals
     (`starts`, `ends`, `covered` = total length before each) for linear-time overlap, with the events."""
 
     starts: np.ndarray
