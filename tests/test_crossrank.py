@@ -330,6 +330,11 @@ def test_a_late_arrival_during_neutrinos_instrumentation_is_not_the_programs(tmp
     assert "rank 0 arrives late" not in out
     row = next(x.split() for x in out.splitlines() if x.strip().startswith("step 0 "))
     assert row[3] == "-" and abs(float(row[-1]) - 27_000) < 1  # own work (us)
+    doc = subprocess.run([sys.executable, "-m", "neutrino", "report", str(tmp_path / "own"), "--format", "json"],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+    step0 = next(x for x in json.loads(doc.stdout)["cross_rank"]["late_arrivals"]["steps"] if x["step"] == "step 0")
+    assert (step0["late_rank"], step0["last_rank"], step0["profiler_late"]) == (None, 0, True)
+    assert abs(step0["own_work_ns"] - 27e6) < 1e3
     # the same host work while rank 0's GPU ran the program's 29 ms kernel: the GPU did not wait for it
     simulate(tmp_path / "gpu", 2, own_work=[(0, 0, 27_000_000)], delay=(1, 3, 5_000_000),
              delays=[(0, 0, 29_000_000)], host_lag_ns=host_lag_ns)
