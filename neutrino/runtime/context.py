@@ -78,7 +78,8 @@ class ContextTables:
         self._line = lib.neutrino_args_line
         self._line.argtypes = [C.c_char_p, C.c_size_t]
         self.args_on = os.environ.get(ENV_ARGS, "1") != "0"
-        self.tensors = TensorResolver()
+        self.tensors = TensorResolver(on_walk=lambda seconds, modules: self.trace.event(
+            "tensor_walk", seconds=round(seconds, 6), modules=modules))
         self._lock = threading.Lock()
         self._plans: dict[tuple[int, int], tuple[str, list[int]] | None] = {}
         self._resolved = 0

@@ -158,6 +158,7 @@ class Runtime:
             self._add_module(kind, handle, image, path, image_addr)
 
     def _add_module(self, kind: str, handle: int, image: bytes | None, path: str | None, image_addr: int) -> None:
+        started = time.perf_counter()  # the events' `seconds`: our host work on the load (cross-rank own work)
         rec, reason, compiled = self.registry.add_module(kind, handle, image, path, image_addr)
         if rec.ptx is None:
             origin = module_origin(image, path, xla_compiles_seen=self.compiled.sees_xla_compiles())
@@ -169,9 +170,11 @@ class Runtime:
                 if compiled:
                     self.no_ptx_examples.setdefault(origin.name, compiled)
             self.trace.event("no_ptx", module=hex(handle), kind=kind, path=path, reason=reason, origin=origin.name,
-                             hint=origin.hint, kernels=kernel_names(image))
+                             hint=origin.hint, kernels=kernel_names(image),
+                             seconds=round(time.perf_counter() - started, 6))
         else:
-            self.trace.event("module", module=hex(handle), kind=kind, source=getattr(rec.ptx, "source", None))
+            self.trace.event("module", module=hex(handle), kind=kind, source=getattr(rec.ptx, "source", None),
+                             seconds=round(time.perf_counter() - started, 6))
         if self.context is not None:
             self.context.open_dir()  # the trace exists now: ranges and arguments are written there
 
