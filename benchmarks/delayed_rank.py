@@ -3,7 +3,11 @@
 Driver (default): runs a 2-rank job `--runs` times (default 10) under
 `neutrino -p block_sched -- torchrun --nproc_per_node=2 delayed_rank.py worker …` and reads each
 job's report: the delay is found when the step table names rank 1 at the delayed step and no
-other step has a late rank. Prints one line per run and the tally:
+other step has a late rank. Prints one line per run and the tally. Each run leaves, under `--work`,
+`report<N>.txt` (the report) and `events<N>.jsonl` (its ranks' event.log events that tell Neutrino's
+own work: instrument, phase, module, ...; each with its `rank`); with `$OUT` set, a compact
+`$OUT/delayed_rank/run<N>.txt` (the run's line, the late-arrival section, each rank's step ranges and
+own-work events in ms from the first step) comes back with the device run for diagnosis:
 
     python benchmarks/delayed_rank.py [--runs 10] [--steps 10] [--delay-step 3] [--delay-ms 5] [--work DIR]
 
@@ -17,6 +21,7 @@ Needs 2 GPUs (NCCL: one rank per GPU) and the CUPTI timeline (timeline.bin) in t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -28,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from neutrino.errors import NeutrinoError  # noqa: E402
 from neutrino.trace import find_rank_dirs  # noqa: E402
 
 
@@ -131,15 +137,75 @@ def one_run(args, run: int, env: dict) -> tuple[bool, str]:
     rep = subprocess.run([sys.executable, "-m", "neutrino", "report", str(jobs[0])], env=env, capture_output=True,
                          text=True, timeout=600)
     Path(args.work, f"report{run}.txt").write_text(rep.stdout + rep.stderr)
+    events = diagnostic_events(jobs[0])
+    Path(args.work, f"events{run}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     steps = late_steps(rep.stdout)
     want = f"step {args.delay_step}"
     late = steps.get(want, ("?", 0.0))
     false = {s: r for s, (r, _) in steps.items() if s != want and r != "-"}
     found = late[0] == "rank 1" and not false
     summary = next((line for line in rep.stdout.splitlines() if "arrives late at" in line), "(no late rank)")
-    return found, (f"run {run}: {'found' if found else 'MISSED'}: {want} late rank {late[0]} by {late[1]:.1f} us; "
-                   f"other steps late: {false or 'none'}; {summary.strip()}; {len(steps)} steps; "
-                   f"{time.time() - t0:.0f} s")
+    line = (f"run {run}: {'found' if found else 'MISSED'}: {want} late rank {late[0]} by {late[1]:.1f} us; "
+            f"other steps late: {false or 'none'}; {summary.strip()}; {len(steps)} steps; {time.time() - t0:.0f} s")
+    if os.environ.get("OUT"):
+        out = Path(os.environ["OUT"], "delayed_rank")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"run{run}.txt").write_text(run_digest(line, rep.stdout, jobs[0], events))
+    return found, line
+
+
+# event.log events that tell Neutrino's own host work and the trace's set-up (not per-launch events)
+DIAGNOSTIC_EVENTS = ("start", "instrument", "phase", "module", "no_ptx", "fallback", "dropped", "timeline",
+                     "timeline_counts", "timeline_host_gap", "context_tables", "launch_args", "tensor_walk", "exit")
+
+
+def diagnostic_events(job: Path) -> list[dict]:
+    """The DIAGNOSTIC_EVENTS of every rank's event.log, each with its `rank` (unreadable lines skipped)."""
+    out = []
+    for rank, run_dir in find_rank_dirs(job):
+        for text in (run_dir / "event.log").read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") in DIAGNOSTIC_EVENTS:
+                out.append({"rank": rank, **event})
+    return out
+
+
+def run_digest(line: str, report_text: str, job: Path, events: list[dict]) -> str:
+    """The run's line, the report's late-arrival section, and per rank its step ranges and its own-work
+    events (instrument, module, no_ptx, tensor_walk) as [start, end] ms from the earliest step start
+    (host clock, Unix epoch), and its phase totals."""
+    from neutrino.analysis import context
+
+    section = report_text.split("[late arrivals at collectives]", 1)
+    out = [line, "", "[late arrivals at collectives]" + section[1].split("\n\n", 1)[0] if len(section) > 1
+           else "(no late-arrival section)", ""]
+    spans = {}
+    for rank, run_dir in find_rank_dirs(job):
+        try:
+            ranges = context.read_ranges(run_dir)
+        except (OSError, ValueError, NeutrinoError) as e:  # a diagnostic: say why, keep the rest
+            out.append(f"rank {rank}: ranges.bin not read: {e}")
+            continue
+        if ranges is not None:
+            spans[rank] = [(str(r["name"]), int(r["start_ns"]), int(r["end_ns"])) for r in ranges
+                           if str(r["name"]).startswith("step")]
+    t0 = min((s for rows in spans.values() for _, s, _ in rows), default=0)
+    for rank, rows in sorted(spans.items()):
+        out.append(f"rank {rank} steps (ms): " + ", ".join(f"{n} [{(s - t0) / 1e6:.2f}, {(e - t0) / 1e6:.2f}]"
+                                                          for n, s, e in rows))
+    for e in events:
+        if e["event"] in ("instrument", "module", "no_ptx", "tensor_walk") and t0 and e.get("seconds"):
+            end = float(e["time"]) * 1e9 - t0
+            what = {"instrument": f"{str(e.get('kernel', '?'))[:50]} cache {e.get('cache')}",
+                    "tensor_walk": f"{e.get('modules')} modules"}.get(e["event"], str(e.get("module")))
+            out.append(f"rank {e['rank']} {e['event']} {what}: "
+                       f"[{(end - float(e['seconds']) * 1e9) / 1e6:.2f}, {end / 1e6:.2f}] ms")
+        elif e["event"] == "phase":
+            out.append(f"rank {e['rank']} phase {e.get('phase')}: {e.get('seconds')} s ({e.get('count')} runs)")
+    return "\n".join(out) + "\n"
 
 
 def main(argv=None) -> int:

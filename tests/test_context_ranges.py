@@ -468,3 +468,16 @@ def test_launcher_sets_the_nvtx_injection_unless_a_tool_did(tmp_path):
     assert child_env(opts, Path("/x/shim.so"), base={})["NVTX_INJECTION64_PATH"] == "/x/shim.so"
     theirs = child_env(opts, Path("/x/shim.so"), base={"NVTX_INJECTION64_PATH": "/nsys/libToolsInjection64.so"})
     assert theirs["NVTX_INJECTION64_PATH"] == "/nsys/libToolsInjection64.so"
+
+
+def test_each_walk_for_module_parameters_is_told_with_its_seconds(fake_torch):
+    """The walk is our host time inside the program (event.log `tensor_walk`, cross-rank own work)."""
+    weight = _Tensor(0x7F0000000000, (4,))
+    model = _Module({"weight": weight})
+    walks = []
+    resolver = TensorResolver(on_walk=lambda seconds, modules: walks.append((seconds, modules)))
+    assert resolver.resolve([weight.data_ptr()])[weight.data_ptr()]["name"] == "weight"
+    assert len(walks) == 1 and walks[0][0] >= 0 and walks[0][1] >= 1
+    resolver.resolve([0x7E0000000000])  # not found, but within REWALK_SECONDS of the last walk: no walk
+    assert len(walks) == 1
+    del model

@@ -28,7 +28,8 @@ TID = 100
 
 def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: float = 0.03,
              delay: tuple | None = None, slow_kernel: tuple | None = None, step_ranges: bool = True,
-             barrier: bool = True, host_lag_ns: int | None = None) -> None:
+             barrier: bool = True, host_lag_ns: int | None = None, delays: tuple = (),
+             host_delays: tuple = (), own_work: tuple = ()) -> None:
     """A job of `ranks` ranks, `steps` steps each: a GEMM (200 us) and 3 elementwise kernels (50 us),
     then an all-reduce and an all-gather (100 us of work each, which start when a rank arrives and end when the last
     rank has arrived and the work is done). Durations jitter by `noise` (lognormal sigma).
@@ -38,12 +39,18 @@ def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: fl
     up to 50 ms apart, as processes that started at different times do.
     `host_lag_ns`: the host runs that far ahead of the GPU (launches are asynchronous and NCCL kernels do
     not block it): every record gets host_ns = its GPU start - lag, and the step ranges (host) end that
-    much earlier too. None: 80-byte records without host_ns."""
+    much earlier too. None: 80-byte records without host_ns.
+    `delays`: more (rank, step, ns) spin kernels. `host_delays`: (rank, step, ns) of a host stall before
+    that step's first all-reduce: its GPU idles that long. `own_work` = ((rank, step, ns), ...): an `instrument`
+    event (Neutrino's own host work) in that rank's event.log, ending where its spin kernel of that
+    step ends (else where its step's first all-reduce starts), `ns` long, in host time."""
     rng = np.random.default_rng(seed)
     names = [GEMM, ELEMENTWISE, SPIN, ALLREDUCE, ALLGATHER, BARRIER]
     records = [[] for _ in range(ranks)]
     step_spans = [[] for _ in range(ranks)]
     now = np.full(ranks, T0 + 1_000_000, dtype=np.int64) + rng.integers(0, 2000, ranks)
+    spins = ([delay] if delay else []) + list(delays)
+    instrument = [[] for _ in range(ranks)]
 
     def host(gpu_start):
         return None if host_lag_ns is None else gpu_start - host_lag_ns
@@ -71,8 +78,15 @@ def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: fl
             run(r, 0, 200_000, (132, 1, 1))
             for _ in range(3):
                 run(r, 1, 50_000 * (slow_kernel[1] if slow_kernel and slow_kernel[0] == r else 1), (1024, 1, 1))
-            if delay and (r, step) == delay[:2]:
-                run(r, 2, delay[2], (1, 1, 1))
+            for d in spins:
+                if (r, step) == d[:2]:
+                    run(r, 2, d[2], (1, 1, 1))
+            now[r] += sum(ns for rank, at, ns in host_delays if (rank, at) == (r, step))
+            for rank, at, ns in own_work:
+                if (r, step) == (rank, at):
+                    end = int(now[r]) - (host_lag_ns or 0)
+                    instrument[r].append({"event": "instrument", "time": end / 1e9, "kernel": "k", "cache": "miss",
+                                          "seconds": ns / 1e9, "sites": 3})
         collective(3)
         collective(4)
         for r in range(ranks):
@@ -82,7 +96,8 @@ def simulate(job: Path, ranks: int, *, steps: int = 10, seed: int = 0, noise: fl
         run_dir = job / f"rank{r}"
         run_dir.mkdir(parents=True)
         (run_dir / "event.log").write_text(json.dumps({"event": "start", "time": T0 / 1e9, "pid": 1000 + r,
-                                                       "rank": r, "world_size": ranks}) + "\n")
+                                                       "rank": r, "world_size": ranks}) + "\n"
+                                               + "".join(json.dumps(e) + "\n" for e in instrument[r]))
         write_timeline(run_dir, records[r], names)
         if step_ranges:
             write_ranges(run_dir, [range_record(s, e, k, tid=TID, source=3) for k, (s, e) in enumerate(step_spans[r])],
@@ -296,3 +311,93 @@ def test_step_ranges_are_found_by_name_or_by_repetition():
     assert crossrank.sequence_steps(("b", "a", "x", "a", "x")) == ["(outside steps)", "step 0", "step 0", "step 1",
                                                                    "step 1"]
     assert crossrank.sequence_steps(("a", "b")) == ["step 0", "step 0"]  # no repeating name: one step
+
+
+@pytest.mark.parametrize("host_lag_ns", [None, 1_400_000])
+def test_a_late_arrival_during_neutrinos_instrumentation_is_not_the_programs(tmp_path, host_lag_ns):
+    """Issue 26 on 2 GPUs: rank 0 arrived ~29 ms late at step 0 while Neutrino instrumented a kernel
+    there (its event.log). That step is shown as Neutrino's, not counted; the program's genuine 5 ms
+    delay of rank 1 at step 3 is still named, and the noise steps have no late rank."""
+    kw = dict(delay=(1, 3, 5_000_000), host_delays=[(0, 0, 29_000_000)], host_lag_ns=host_lag_ns)
+    simulate(tmp_path / "own", 2, own_work=[(0, 0, 27_000_000)], **kw)
+    out, _ = report(tmp_path / "own")
+    assert late_steps(out) == {f"step {k}": ("rank 1" if k == 3 else "-") for k in range(10)}
+    line = next(x for x in out.splitlines() if x.startswith("rank 0 late by"))
+    assert re.fullmatch(r"rank 0 late by (2[89]|30)\.\d\d ms at step 0 \u2014 during Neutrino's own work on rank 0 "
+                        r"\(instrumentation of 1 kernel: 27\.00 ms more than on the next-latest rank\): not counted "
+                        r"as the program's", line), line
+    assert re.search(r"rank 1 arrives late at 1 of 10 steps \(mean (4\.[5-9]|5\.[0-5])\d ms\)", out), out
+    assert "rank 0 arrives late" not in out
+    row = next(x.split() for x in out.splitlines() if x.strip().startswith("step 0 "))
+    assert row[3] == "-" and abs(float(row[-1]) - 27_000) < 1  # own work (us)
+    doc = subprocess.run([sys.executable, "-m", "neutrino", "report", str(tmp_path / "own"), "--format", "json"],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+    step0 = next(x for x in json.loads(doc.stdout)["cross_rank"]["late_arrivals"]["steps"] if x["step"] == "step 0")
+    assert (step0["late_rank"], step0["last_rank"], step0["profiler_late"]) == (None, 0, True)
+    assert abs(step0["own_work_ns"] - 27e6) < 1e3
+    # the same host work while rank 0's GPU ran the program's 29 ms kernel: the GPU did not wait for it
+    simulate(tmp_path / "gpu", 2, own_work=[(0, 0, 27_000_000)], delay=(1, 3, 5_000_000),
+             delays=[(0, 0, 29_000_000)], host_lag_ns=host_lag_ns)
+    assert late_steps(report(tmp_path / "gpu")[0])["step 0"] == "rank 0"
+    # the same job without the instrument event: rank 0's lateness is the program's (the test can fail)
+    simulate(tmp_path / "plain", 2, **kw)
+    assert late_steps(report(tmp_path / "plain")[0])["step 0"] == "rank 0"
+
+
+def test_own_work_must_be_most_of_the_lead_and_on_the_late_rank(tmp_path):
+    kw = dict(host_delays=[(0, 0, 29_000_000)])
+    simulate(tmp_path / "small", 2, own_work=[(0, 0, 5_000_000)], **kw)  # 5 ms of a 29 ms lead: the program's
+    assert late_steps(report(tmp_path / "small")[0])["step 0"] == "rank 0"
+    simulate(tmp_path / "other", 2, own_work=[(1, 0, 27_000_000)], **kw)  # on the rank that waited
+    out = report(tmp_path / "other")[0]
+    assert late_steps(out)["step 0"] == "rank 0" and "during Neutrino's own work" not in out
+    # both ranks stall on Neutrino's work (27 and 20 ms): the lead (~9 ms) is the difference, 7 ms more on rank 0
+    simulate(tmp_path / "both", 2, own_work=[(0, 0, 27_000_000), (1, 0, 20_000_000)],
+             host_delays=[(0, 0, 29_000_000), (1, 0, 20_000_000)])
+    out = report(tmp_path / "both")[0]
+    assert late_steps(out)["step 0"] == "-" and "(instrumentation of 1 kernel: 7.00 ms more than on the next" in out
+
+
+def test_own_work_intervals_have_known_overlaps(tmp_path):
+    log = tmp_path / "event.log"
+    lines = [{"event": "instrument", "time": 10.0, "seconds": 4.0, "cache": "miss"},  # [6, 10] s
+             {"event": "instrument", "time": 9.0, "seconds": 2.0, "cache": "disk"},  # [7, 9]: inside it
+             {"event": "instrument", "time": 20.0, "seconds": 1.0, "cache": "memory"},  # [19, 20]
+             {"event": "instrument", "time": 30.0, "seconds": 0.0},  # no duration: no interval
+             {"event": "module", "time": 15.0, "seconds": 3.0},  # [12, 15]: registering a loaded module
+             {"event": "launch", "time": 17.0, "seconds": 1.0},  # not our host work
+             {"event": "tensor_walk", "time": 40.0, "seconds": 0.5, "modules": 3},  # [39.5, 40]
+             {"event": "instrument", "time": "x", "seconds": 1.0}]  # unreadable: skipped
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"event": "instrument", "ti')
+    work = crossrank.read_own_work(log)
+    s = 1e9
+    assert work.within(0, 100 * s) == 8.5 * s and work.describe(35 * s, 41 * s) == "tensor-naming walk x1"
+    assert work.within(8 * s, 19.5 * s) == 5.5 * s
+    assert work.within(10 * s, 12 * s) == 0 and work.within(9 * s, 8 * s) == 0
+    assert work.describe(5 * s, 21 * s) == "code cache (disk) of 1 kernel, instrumentation of 1 kernel, " \
+                                           "module load of 1 module, code cache (memory) of 1 kernel"  # by end
+    assert work.describe(10.5 * s, 11.5 * s) == ""
+    assert crossrank.read_own_work(tmp_path / "missing.log").within(0, 100 * s) == 0
+
+
+def test_the_gpu_benchmark_keeps_what_diagnoses_a_run(tmp_path):
+    """benchmarks/delayed_rank.py saves each run's own-work events and a digest (for $OUT): the step
+    ranges and the instrument interval, in ms from the first step, and the late-arrival section."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("delayed_rank", REPO / "benchmarks" / "delayed_rank.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    simulate(tmp_path / "job", 2, delay=(1, 3, 5_000_000), host_delays=[(0, 0, 29_000_000)],
+             own_work=[(0, 0, 27_000_000)])
+    events = bench.diagnostic_events(tmp_path / "job")
+    assert [(e["rank"], e["event"]) for e in events] == [(0, "start"), (0, "instrument"), (1, "start")]
+    text = report(tmp_path / "job")[0]
+    digest = bench.run_digest("run 0: found", text, tmp_path / "job", events).splitlines()
+    assert digest[0] == "run 0: found" and digest[2].startswith("[late arrivals at collectives]")
+    assert any(x.startswith("rank 0 late by") for x in digest)
+    steps = next(x for x in digest if x.startswith("rank 0 steps (ms): step 0 [0.00, "))
+    step0_end = float(steps.split("step 0 [0.00, ", 1)[1].split("]")[0])
+    (inst,) = [x for x in digest if x.startswith("rank 0 instrument k cache miss: [")]
+    lo, hi = (float(v) for v in inst.split("[", 1)[1].rstrip("] ms").split(", "))
+    assert abs(hi - lo - 27.0) < 0.01 and 0 < lo < hi < step0_end  # inside rank 0's step 0

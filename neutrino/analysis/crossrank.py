@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 
 import attrs
 import numpy as np
@@ -36,6 +37,7 @@ LATE_NOISE_FACTOR = 20.0  # a lead must exceed this many times the arrival noise
 MIN_COLLECTIVES_FOR_NOISE = 5  # fewer matched collectives: the floor alone decides
 MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution x this = sigma
 NORMAL_QUANTILE_75 = 1.1503  # the 0.75 quantile of |N(0, sigma)| is 1.1503 sigma
+PROFILER_SHARE = 0.5  # Neutrino's own work covering at least this share of a lead: the lead is Neutrino's
 OUTSIDE_STEPS = "(outside steps)"
 STEP_TABLE_ROWS = 20
 
@@ -256,6 +258,9 @@ class StepRow:
     wait_ns: float  # sum over its collectives and ranks of the wait for the last arrival
     work_ns: float  # sum over its collectives of their duration on the last-arriving rank
     last_rank: int = -1  # the rank arriving last at that collective, above the threshold or not
+    own_work_ns: float = 0.0  # Neutrino's own host work on the last rank before that collective, minus the next rank's
+    profiler_late: bool = False  # late above the threshold, but by Neutrino's own work (late_rank is then None)
+    own_work_what: str = ""  # what that work was ("instrumentation of 1 kernel"), for the report
 
 
 @attrs.frozen
@@ -306,7 +311,121 @@ def arrival_noise(start: np.ndarray, places: list) -> np.ndarray:
     return sigma
 
 
-def late_arrivals(cols: Collectives, steps: list, steps_from: str) -> LateArrivals:
+OWN_WORK_LABELS = {"miss": "instrumentation", "memory": "code cache (memory)", "disk": "code cache (disk)"}
+OWN_WORK_EVENTS = {"instrument": None, "module": "module load", "no_ptx": "module load",  # None: by its cache
+                   "tensor_walk": "tensor-naming walk"}
+
+
+@attrs.frozen
+class OwnWork:
+    """Neutrino's own host-side work in one process (its event.log): intervals [start_ns, end_ns] of
+    `instrument` events (end = the event's `time`, start = end − `seconds`: verify, instrumentation,
+    ptxas/JIT, module load and kernel directory of one kernel), of `module` / `no_ptx` events
+    (registering a loaded module: finding its PTX) and of `tensor_walk` events (the tensor trace's walk
+    of the garbage collector's objects for module parameters, on the launching thread), merged into
+    disjoint, sorted intervals
+    (`starts`, `ends`, `covered` = total length before each) for linear-time overlap, with the events."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    covered: np.ndarray  # covered[k] = sum of the lengths of merged intervals 0..k-1 (length k+1)
+    events: tuple  # (start_ns, end_ns, label), by end
+
+    @classmethod
+    def from_intervals(cls, intervals: list) -> "OwnWork":
+        intervals = sorted(intervals, key=lambda x: x[1])
+        arr = np.array([x[:2] for x in intervals], dtype=np.float64).reshape(-1, 2)
+        return cls(*merge_intervals(arr[:, 0], arr[:, 1]), tuple(intervals))
+
+    def before(self, t: float) -> float:
+        """Total own work before time t, ns."""
+        k = int(np.searchsorted(self.ends, t, side="right"))
+        partial = max(0.0, t - self.starts[k]) if k < len(self.starts) else 0.0
+        return float(self.covered[k] + partial)
+
+    def within(self, lo: float, hi: float) -> float:
+        return self.before(hi) - self.before(lo) if hi > lo else 0.0
+
+    def describe(self, lo: float, hi: float) -> str:
+        """`instrumentation of 2 kernels, code cache (disk) of 1 kernel` for the events overlapping [lo, hi]."""
+        first = int(np.searchsorted(np.array([e for _, e, _ in self.events]), lo, side="right"))
+        counts: Counter = Counter()
+        for start, _, label in self.events[first:]:
+            counts[label] += start < hi
+        return ", ".join(f"{label}{OWN_WORK_UNITS.get(label, ' of {n} kernel{s}').format(n=n, s='s' if n > 1 else '')}"
+                         for label, n in counts.items() if n)
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple:
+    """The union of intervals as (starts, ends, covered) of disjoint sorted intervals, covered[k] = total
+    length of the first k; numpy (one sort): a timeline has millions of records."""
+    if not len(starts):
+        return np.zeros(0), np.zeros(0), np.zeros(1)
+    order = np.argsort(starts, kind="stable")
+    lo, hi = starts[order].astype(np.float64), ends[order].astype(np.float64)
+    reach = np.maximum.accumulate(hi)
+    first = np.flatnonzero(np.concatenate([[True], lo[1:] > reach[:-1]]))
+    merged_lo, merged_hi = lo[first], np.maximum.reduceat(hi, first)
+    return merged_lo, merged_hi, np.concatenate([[0.0], np.cumsum(merged_hi - merged_lo)])
+
+
+def gpu_busy(timeline: np.ndarray) -> "OwnWork":
+    """A rank's GPU activity (every timeline record: kernels, copies, sets) as merged intervals, ns."""
+    return OwnWork(*merge_intervals(timeline["start_ns"], timeline["end_ns"]), ())
+
+
+OWN_WORK_UNITS = {"module load": " of {n} module{s}", "tensor-naming walk": " x{n}"}
+NO_OWN_WORK = OwnWork.from_intervals([])
+
+
+def read_own_work(event_log) -> OwnWork:
+    """A rank's Neutrino host work from its event.log (unreadable lines skipped: a truncated last line)."""
+    import json
+
+    intervals = []
+    try:
+        with open(event_log, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not any(f'"{name}"' in line for name in OWN_WORK_EVENTS):
+                    continue
+                try:
+                    rec = json.loads(line)
+                    end, seconds = float(rec["time"]) * 1e9, float(rec.get("seconds") or 0.0)
+                except (ValueError, KeyError, TypeError):
+                    continue
+                event = rec.get("event")
+                if event in OWN_WORK_EVENTS and seconds > 0:
+                    label = OWN_WORK_EVENTS[event] or OWN_WORK_LABELS.get(rec.get("cache"), "instrumentation")
+                    intervals.append((end - seconds * 1e9, end, label))
+    except OSError:
+        return NO_OWN_WORK
+    return OwnWork.from_intervals(intervals)
+
+
+def own_work_lead(cols: Collectives, own: dict, busy: dict, c: int, late: int, rival: int) -> tuple[float, tuple]:
+    """How much of collective c's lead Neutrino's own host work explains: per rank (the late one, column
+    `late`, and the next-latest, `rival`), its own work between its launch of the previous matched
+    collective and its launch of c (host time, else GPU start; before the first: since the start), but
+    at most its GPU's idle time between the previous collective's end and its arrival at c (host work
+    delays a rank only where its GPU waited for it; without the rank's busy intervals, not bounded);
+    the late rank's minus the rival's, at least 0; and (OwnWork, lo, hi) of the late rank's window."""
+    when = np.where(cols.host > 0, cols.host, cols.start).astype(float) if cols.host is not None \
+        else cols.start.astype(float)
+    out = []
+    for col in (late, rival):
+        rank = cols.ranks[col]
+        work = own.get(rank, NO_OWN_WORK)
+        lo = when[c - 1, col] if c > 0 else 0.0
+        host = work.within(lo, when[c, col])
+        if rank in busy:
+            gpu_lo, arrival = (float(cols.end[c - 1, col]) if c > 0 else 0.0), float(cols.start[c, col])
+            host = min(host, max(0.0, arrival - gpu_lo) - busy[rank].within(gpu_lo, arrival))
+        out.append((host, (work, lo, when[c, col])))
+    return max(0.0, out[0][0] - out[1][0]), out[0][1]
+
+
+def late_arrivals(cols: Collectives, steps: list, steps_from: str, own: dict | None = None,
+                  busy: dict | None = None) -> LateArrivals:
     """Per matched collective: last arrival, its lead over the next-latest, every rank's wait; per step."""
     start, end = cols.start.astype(float), cols.end.astype(float)
     duration = np.maximum(end - start, 0.0)
@@ -324,13 +443,18 @@ def late_arrivals(cols: Collectives, steps: list, steps_from: str) -> LateArriva
     order: dict = {}
     for c, step in enumerate(steps):
         order.setdefault(step, []).append(c)
+    rival = np.argmax(others, axis=1)  # the next-latest rank
     step_rows = []
     for step, members in order.items():
         idx = np.array(members)
         top = idx[np.argmax(lead[idx])]
-        step_rows.append(StepRow(step, len(idx), cols.ranks[late[top]] if lead[top] > threshold[top] else None,
+        own_ns, window = own_work_lead(cols, own or {}, busy or {}, top, late[top], rival[top])
+        above = lead[top] > threshold[top]
+        profiler = bool(above and own_ns >= PROFILER_SHARE * lead[top])
+        what = window[0].describe(*window[1:]) if profiler else ""
+        step_rows.append(StepRow(step, len(idx), cols.ranks[late[top]] if above and not profiler else None,
                                  float(lead[top]), float(wait[idx].sum()), float(work[idx].sum()),
-                                 cols.ranks[late[top]]))
+                                 cols.ranks[late[top]], own_ns, profiler, what))
     return LateArrivals(
         ranks=cols.ranks, matched=count, sigma_ns=float(np.median(sigma)), threshold_ns=float(np.median(threshold)),
         steps_from=steps_from,
@@ -426,7 +550,9 @@ def analyze_job(job: list, reports: list, kind: str = "rank") -> CrossRank:
             warnings += problems
             if len(cols.names):
                 steps, steps_from = collective_steps(cols, ranges)
-                late = late_arrivals(cols, steps, steps_from)
+                own = {rank: read_own_work(Path(trace.path) / "event.log") for rank, trace, _ in job}
+                busy = {rank: gpu_busy(t) for rank, t in timelines.items()}
+                late = late_arrivals(cols, steps, steps_from, own, busy)
     return CrossRank(kind, source, tuple(stragglers), compared, late, tuple(notes), tuple(warnings))
 
 
@@ -482,10 +608,12 @@ def _render_late(late: LateArrivals, kind: str) -> list[str]:
     late_steps = [s for s in late.steps if s.late_rank is not None and s.step != OUTSIDE_STEPS]
     shown = list(late.steps) if len(late.steps) <= STEP_TABLE_ROWS else late_steps[:STEP_TABLE_ROWS]
     rows = [[s.step, str(s.collectives), "-" if s.late_rank is None else f"{kind} {s.late_rank}",
-             f"{s.late_by_ns / 1e3:.1f}", f"{s.wait_ns / 1e3:.1f}", f"{s.work_ns / 1e3:.1f}"] for s in shown]
+             f"{s.late_by_ns / 1e3:.1f}", f"{s.wait_ns / 1e3:.1f}", f"{s.work_ns / 1e3:.1f}",
+             f"{s.own_work_ns / 1e3:.1f}"] for s in shown]
     if rows:
-        out.append(format_table(["step", "collectives", f"late {kind}", "late by (us)", "wait (us)", "work (us)"],
-                                rows, left=(0, 2)))
+        out.append(format_table(["step", "collectives", f"late {kind}", "late by (us)", "wait (us)", "work (us)",
+                                 "own work (us)"], rows, left=(0, 2)))
+    out += profiler_late_lines(late, kind)
     if len(shown) < len(late_steps) or len(late.steps) > STEP_TABLE_ROWS:
         out.append(f"({len(late_steps)} step(s) with a late {kind}, {len(shown)} shown; "
                    f"{len(late.steps) - len(late_steps)} step(s) without)")
@@ -506,6 +634,14 @@ def _render_late(late: LateArrivals, kind: str) -> list[str]:
     return out
 
 
+def profiler_late_lines(late: LateArrivals, kind: str) -> list[str]:
+    """The steps whose late arrival was Neutrino's own work on the late rank (not the program's)."""
+    return [f"{kind} {s.last_rank} late by {duration_text(s.late_by_ns)} at {s.step} — during Neutrino's own "
+            f"work on {kind} {s.last_rank} ({s.own_work_what or 'instrumentation'}: {duration_text(s.own_work_ns)} "
+            f"more than on the next-latest {kind}): not counted as the program's"
+            for s in late.steps if s.profiler_late]
+
+
 def consistently_last(late: LateArrivals, kind: str) -> list[str]:
     """A rank that is last at more steps than chance allows, each time by less than the threshold: a
     one-sided binomial test of being last at k of N steps with probability 1/ranks each,
@@ -518,7 +654,7 @@ def consistently_last(late: LateArrivals, kind: str) -> list[str]:
     out = []
     for rank, k in sorted(Counter(s.last_rank for s in steps).items()):
         p = min(1.0, binomtest(k, len(steps), 1 / len(late.ranks), alternative="greater").pvalue * len(late.ranks))
-        below = [s.late_by_ns for s in steps if s.last_rank == rank and s.late_rank is None]
+        below = [s.late_by_ns for s in steps if s.last_rank == rank and s.late_rank is None and not s.profiler_late]
         if p < STRAGGLER_ALPHA and below:
             out.append(f"{kind} {rank} arrives last at {k} of {len(steps)} steps (binomial p {p:.1e}), at "
                        f"{len(below)} of them by less than the threshold (median {np.median(below) / 1e3:.1f} us)")
@@ -538,7 +674,8 @@ def numbers(result: CrossRank) -> dict:
             "matched": late.matched, "sigma_ns": late.sigma_ns, "threshold_ns": late.threshold_ns,
             "steps_from": late.steps_from, "end_spread_ns": late.end_spread_ns,
             "steps": [{"step": s.step, "collectives": s.collectives, f"late_{result.kind}": s.late_rank,
-                       f"last_{result.kind}": s.last_rank,
+                       f"last_{result.kind}": s.last_rank, "own_work_ns": s.own_work_ns,
+                       "profiler_late": s.profiler_late,
                        "late_by_ns": s.late_by_ns, "wait_ns": s.wait_ns, "work_ns": s.work_ns} for s in late.steps],
             "wait_ns": {str(r): v for r, v in late.wait_by_rank.items()},
             "work_ns": {str(r): v for r, v in late.work_by_rank.items()}},

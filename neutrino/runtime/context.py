@@ -81,7 +81,8 @@ class ContextTables:
         if self._forget is not None:
             self._forget.argtypes = [C.c_void_p]
         self.args_on = os.environ.get(ENV_ARGS, "1") != "0"
-        self.tensors = TensorResolver()
+        self.tensors = TensorResolver(on_walk=lambda seconds, modules: self.trace.event(
+            "tensor_walk", seconds=round(seconds, 6), modules=modules))
         self._lock = threading.Lock()
         self._plans: dict[tuple[int, int], tuple[str, list[int]] | None] = {}
         self._contexts_of: dict[int, set[int]] = {}  # function handle -> contexts it has a plan in

@@ -160,6 +160,7 @@ class Runtime:
             self._add_module(kind, handle, image, path, image_addr)
 
     def _add_module(self, kind: str, handle: int, image: bytes | None, path: str | None, image_addr: int) -> None:
+        started = time.perf_counter()  # the events' `seconds`: our host work on the load (cross-rank own work)
         self._unload_retired()  # before forgetting more: what is retired now waits for the next call
         rec, reason, compiled, replaced = self.registry.add_module(kind, handle, image, path, image_addr)
         if replaced is not None:  # the handle's old module was unloaded where we did not see it
@@ -174,9 +175,11 @@ class Runtime:
                 if compiled:
                     self.no_ptx_examples.setdefault(origin.name, compiled)
             self.trace.event("no_ptx", module=hex(handle), kind=kind, path=path, reason=reason, origin=origin.name,
-                             hint=origin.hint, kernels=kernel_names(image))
+                             hint=origin.hint, kernels=kernel_names(image),
+                             seconds=round(time.perf_counter() - started, 6))
         else:
-            self.trace.event("module", module=hex(handle), kind=kind, source=getattr(rec.ptx, "source", None))
+            self.trace.event("module", module=hex(handle), kind=kind, source=getattr(rec.ptx, "source", None),
+                             seconds=round(time.perf_counter() - started, 6))
         if self.context is not None:
             self.context.open_dir()  # the trace exists now: ranges and arguments are written there
 

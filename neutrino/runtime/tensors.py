@@ -60,7 +60,9 @@ def _span(t) -> tuple[int, int] | None:
 
 
 class TensorResolver:
-    def __init__(self):
+    def __init__(self, on_walk=None):
+        """`on_walk(seconds, modules)`: told after each walk (the event log's `tensor_walk`: our host time)."""
+        self._on_walk = on_walk
         self._lock = threading.Lock()
         self._params: dict[int, tuple[str, weakref.ref]] = {}  # data_ptr -> (name, tensor): never kept alive
         self._walked_at = float("-inf")
@@ -160,6 +162,8 @@ class TensorResolver:
         self._params = params
         self._walked_at = time.monotonic()
         self._walk_seconds += self._walked_at - t0
+        if self._on_walk is not None:
+            self._on_walk(self._walked_at - t0, len(modules))
 
 
 def _inductor_dirs() -> tuple[str, ...]:
