@@ -38,6 +38,7 @@ LEVEL = 0.95
 MIN_LAUNCHES = 3  # per side: fewer cannot give a p-value below any useful threshold
 WARMUP = 1  # launches of each kernel shape dropped at the start of each run (cold caches and TLBs, clocks)
 ONE_RUN_MIN_EFFECT = 20.0  # % (pp): with one run on a side and too few kernels, the smallest change called significant
+MAD_DF = 0.37  # efficiency of 1.4826 x MAD against the standard deviation (normal data): its degrees of freedom
 PEER_KERNELS = 8  # kernels of one metric (one run per side) that estimate the run-to-run variation (spec/tools.md)
 
 
@@ -334,15 +335,15 @@ class CommonShift:
     spread: float
 
     def z(self, alpha: float) -> float:
-        """Student t quantile at alpha / (2 kernels) with kernels - 1 degrees of freedom: were run-to-run
-        moves normal around the centre, the chance that any of the kernels lies beyond z x spread by that
-        noise alone would be at most about alpha (Bonferroni over the kernels, which is also Benjamini-
-        Hochberg's bar for the first discovery among them); t rather than the normal quantile because
-        the spread is estimated from those kernels (normal quantile 4.06, t 4.08 for 1,000 kernels;
-        2.81 and 3.69 for 10)."""
+        """Student t quantile at alpha / (2 kernels) with MAD_DF x (kernels - 1) degrees of freedom:
+        were run-to-run moves normal around the centre, the chance that any of the kernels lies beyond
+        z x spread by that noise alone would be at most about alpha (Bonferroni over the kernels,
+        which is also Benjamini-Hochberg's bar for the first discovery among them); t rather than
+        the normal quantile because the spread is estimated from those kernels, with the degrees of
+        freedom of a standard deviation as precise as their MAD (its efficiency, 0.37)."""
         from scipy.stats import t as student_t
 
-        return float(student_t.isf(alpha / (2 * self.kernels), self.kernels - 1))
+        return float(student_t.isf(alpha / (2 * self.kernels), MAD_DF * (self.kernels - 1)))
 
     def as_change(self, value: float) -> float:
         """A value on the log_change scale as a change (%, or pp for a points metric)."""
