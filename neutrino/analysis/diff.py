@@ -8,8 +8,9 @@ relative change of the median with a confidence interval, a p-value, and the Ben
 adjusted p-value (q) over every comparison made, so that many kernels do not make false alarms.
 With several runs (processes) per side the p-value tests the runs' summaries and the interval
 resamples runs, then launches: two processes of one program differ more than launches of one
-process do. With one run on a side the launches are tested (Mann-Whitney U) and only a change
-of at least the minimum effect counts. Each shape's first launch per run is left out (warm-up).
+process do. With one run on a side the launches are tested (Mann-Whitney U), each kernel against
+the shift common to all kernels of the two runs (the run-to-run variation they show), or, with
+fewer than PEER_KERNELS kernels, with a minimum effect. Each shape's first launch per run is left out (warm-up).
 Jobs are compared rank by rank and pooled over ranks. Memory: one float per launch and metric;
 frames are read one at a time.
 """
