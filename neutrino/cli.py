@@ -415,7 +415,8 @@ def offline_parser() -> argparse.ArgumentParser:
     p.add_argument("a", metavar="A", nargs="+", help="A B, or the runs of A when --vs gives those of B")
     p.add_argument("--vs", metavar="B", nargs="+", help="the runs of B (each side: several runs of one program)")
     p.add_argument("--min-effect", type=float, metavar="PCT",
-                   help="smallest change (%% or pp) called significant; default 20 where a side has one run, else 0")
+                   help="smallest change (%% or pp) called significant; default 0, but 20 where a side has one run "
+                        "and fewer than 8 kernels show the runs' common shift")
     p.add_argument("--warmup", type=int, default=1, metavar="N",
                    help="launches of each kernel shape left out at the start of each run (default 1)")
     p.add_argument("--format", choices=("text", "csv", "json"), default="text")

@@ -8,8 +8,9 @@ relative change of the median with a confidence interval, a p-value, and the Ben
 adjusted p-value (q) over every comparison made, so that many kernels do not make false alarms.
 With several runs (processes) per side the p-value tests the runs' summaries and the interval
 resamples runs, then launches: two processes of one program differ more than launches of one
-process do. With one run on a side the launches are tested (Mann-Whitney U) and only a change
-of at least the minimum effect counts. Each shape's first launch per run is left out (warm-up).
+process do. With one run on a side the launches are tested (Mann-Whitney U), each kernel against
+the shift common to all kernels of the two runs (the run-to-run variation they show), or, with
+fewer than PEER_KERNELS kernels, with a minimum effect. Each shape's first launch per run is left out (warm-up).
 Jobs are compared rank by rank and pooled over ranks. Memory: one float per launch and metric;
 frames are read one at a time.
 """
@@ -37,7 +38,9 @@ BOOTSTRAP = 2000
 LEVEL = 0.95
 MIN_LAUNCHES = 3  # per side: fewer cannot give a p-value below any useful threshold
 WARMUP = 1  # launches of each kernel shape dropped at the start of each run (cold caches and TLBs, clocks)
-ONE_RUN_MIN_EFFECT = 20.0  # % (pp): the smallest change called significant with one run on a side (spec/tools.md)
+ONE_RUN_MIN_EFFECT = 20.0  # % (pp): with one run on a side and too few kernels, the smallest change called significant
+MAD_DF = 0.37  # efficiency of 1.4826 x MAD against the standard deviation (normal data): its degrees of freedom
+PEER_KERNELS = 8  # kernels of one metric (one run per side) that estimate the run-to-run variation (spec/tools.md)
 
 
 @attrs.frozen
@@ -313,6 +316,100 @@ def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
     return out
 
 
+def log_change(metric: Metric, median_a: float, median_b: float) -> float:
+    """The change on the scale where run-to-run variation is additive: log(median B / median A) for
+    a ratio metric (NaN unless both are > 0), percentage points for a "points" metric."""
+    if metric.kind == "points":
+        return (median_b - median_a) * 100.0
+    return math.log(median_b / median_a) if median_a > 0 and median_b > 0 else float("nan")
+
+
+@attrs.frozen
+class CommonShift:
+    """How much every kernel of one metric (and rank) moved between the two runs: the median of the
+    kernels' log_change (`centre`) and its robust spread 1.4826 x MAD (`spread`), same scale."""
+
+    rank: str
+    metric: str
+    kernels: int
+    centre: float
+    spread: float
+
+    def z(self, alpha: float) -> float:
+        """Student t quantile at alpha / (2 kernels) with MAD_DF x (kernels - 1) degrees of freedom:
+        were run-to-run moves normal around the centre, the chance that any of the kernels lies beyond
+        z x spread by that noise alone would be at most about alpha (Bonferroni over the kernels,
+        which is also Benjamini-Hochberg's bar for the first discovery among them); t rather than
+        the normal quantile because the spread is estimated from those kernels, with the degrees of
+        freedom of a standard deviation as precise as their MAD (its efficiency, 0.37)."""
+        from scipy.stats import t as student_t
+
+        return float(student_t.isf(alpha / (2 * self.kernels), MAD_DF * (self.kernels - 1)))
+
+    def as_change(self, value: float) -> float:
+        """A value on the log_change scale as a change (%, or pp for a points metric)."""
+        return value if METRICS[self.metric].kind == "points" else (math.exp(value) - 1.0) * 100.0
+
+    def band(self, alpha: float) -> tuple[float, float]:
+        """The changes (% or pp) that this run-to-run variation explains: centre -/+ z x spread."""
+        half = self.z(alpha) * self.spread
+        return self.as_change(self.centre - half), self.as_change(self.centre + half)
+
+    def beyond(self, c: Comparison, alpha: float) -> bool:
+        """The kernel's log_change lies farther from the centre than z x spread."""
+        d = log_change(METRICS[self.metric], c.median_a, c.median_b)
+        return d == d and abs(d - self.centre) > self.z(alpha) * self.spread
+
+    def remove(self, b: np.ndarray) -> np.ndarray:
+        """B's values with the common shift taken out (what the kernel's own test compares with A)."""
+        if METRICS[self.metric].kind == "points":
+            return b - self.centre / 100.0
+        return b / math.exp(self.centre)
+
+
+def common_shifts(medians: list[tuple[str, str, float, float]]) -> dict[tuple[str, str], CommonShift]:
+    """(rank, metric) -> CommonShift from (rank, metric, median A, median B) of comparisons with one
+    run on a side, for each (rank, metric) with at least PEER_KERNELS defined log changes."""
+    changes: dict[tuple[str, str], list[float]] = {}
+    for rank, metric, med_a, med_b in medians:
+        d = log_change(METRICS[metric], med_a, med_b)
+        if d == d and math.isfinite(d):
+            changes.setdefault((rank, metric), []).append(d)
+    out = {}
+    for (rank, metric), values in changes.items():
+        if len(values) >= PEER_KERNELS:
+            x = np.asarray(values)
+            centre = float(np.median(x))
+            out[(rank, metric)] = CommonShift(rank, metric, len(x), centre,
+                                              1.4826 * float(np.median(np.abs(x - centre))))
+    return out
+
+
+def compare_many(items: list[tuple], *, resamples: int = BOOTSTRAP, test: str = "mwu") -> list[Comparison]:
+    """compare_runs of every (key, metric, runs A, runs B); comparisons with one run on a side of a
+    (rank, metric) with enough kernels are tested against that metric's common shift."""
+    one_run = [(str(key[0]), metric, float(np.median(np.concatenate(ra))), float(np.median(np.concatenate(rb))))
+               for key, metric, ra, rb in items if min(_runs_with_values(ra), _runs_with_values(rb)) < 2]
+    shifts = common_shifts(one_run)
+    out = []
+    for key, metric, ra, rb in items:
+        single = min(_runs_with_values(ra), _runs_with_values(rb)) < 2
+        common = shifts.get((str(key[0]), metric)) if single else None
+        if common is not None and not _defined_change(metric, ra, rb):
+            common = None  # a change without a log (a median <= 0): judged by the minimum effect
+        out.append(compare_runs(key, metric, ra, rb, resamples=resamples, test=test, common=common))
+    return out
+
+
+def _defined_change(metric: str, runs_a: list, runs_b: list) -> bool:
+    d = log_change(METRICS[metric], float(np.median(np.concatenate(runs_a))), float(np.median(np.concatenate(runs_b))))
+    return d == d and math.isfinite(d)
+
+
+def _runs_with_values(runs: list) -> int:
+    return sum(1 for v in runs if len(v))
+
+
 @attrs.define
 class Comparison:
     rank: str  # a rank number, or "all" (pooled over ranks)
@@ -335,6 +432,9 @@ class Comparison:
     runs_a: int = 1
     runs_b: int = 1
     min_effect: float = 0.0  # the smallest |change| (% or pp) that decide() called significant
+    common: CommonShift | None = None  # one run on a side, enough kernels: the run-to-run variation judged against
+    within_common: bool = False  # q < alpha, but the change lies inside the common band (CommonShift.band)
+    band: tuple[float, float] | None = None  # that band (% or pp), set by decide()
 
     @property
     def change_unit(self) -> str:
@@ -353,6 +453,9 @@ class Comparison:
     def reason(self) -> str:
         m = METRICS[self.metric]
         if not self.significant:
+            if self.within_common and self.band is not None:
+                return (f"within the run-to-run variation of all kernels [{self.band[0]:.1f}, {self.band[1]:.1f}]"
+                        f"{self.change_unit}")
             if self.q < 1.0 and self.q == self.q and not self.large_enough(self.min_effect):
                 return f"below --min-effect {self.min_effect:g}{self.change_unit}"
             return "no significant change"
@@ -372,24 +475,32 @@ def seed_of(key: tuple, metric: str) -> int:
     return zlib.crc32(repr((key, metric)).encode())
 
 
-def compare_samples(key: tuple, metric: str, a, b, *, resamples: int = BOOTSTRAP, test: str = "mwu") -> Comparison:
+def compare_samples(key: tuple, metric: str, a, b, *, resamples: int = BOOTSTRAP, test: str = "mwu",
+                    common: CommonShift | None = None) -> Comparison:
     """One comparison of the values of A and B (q and significance are set over all comparisons);
-    `test` "welch-log" takes p from welch_log where it applies, else Mann-Whitney's."""
+    `test` "welch-log" takes p from welch_log where it applies, else Mann-Whitney's. With `common`
+    the test (p) sees B without the common shift of all kernels (remove_common); medians,
+    change and interval are of the values as measured."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     m = METRICS[metric]
     med_a, med_b = float(np.median(a)), float(np.median(b))
     p, auc = mann_whitney(a, b)
-    p_log = welch_log(a, b) if test == "welch-log" else None
+    tested = b
+    if common is not None:
+        tested = common.remove(b)
+        p, _ = mann_whitney(a, tested)
+    p_log = welch_log(a, tested) if test == "welch-log" else None
     if p_log is not None:
         p = p_log
     lo, hi = bootstrap_interval(m, a, b, np.random.default_rng(seed_of(key, metric)), resamples)
     rank, kernel, grid, block = key
     return Comparison(str(rank), kernel, grid, block, metric, len(a), len(b), med_a, med_b,
-                      float(effect_of(m, med_a, med_b)), lo, hi, p, auc, "welch-log" if p_log is not None else "mwu")
+                      float(effect_of(m, med_a, med_b)), lo, hi, p, auc, "welch-log" if p_log is not None else "mwu",
+                      common=common)
 
 
 def compare_runs(key: tuple, metric: str, runs_a: list, runs_b: list, *, resamples: int = BOOTSTRAP,
-                 test: str = "mwu") -> Comparison:
+                 test: str = "mwu", common: CommonShift | None = None) -> Comparison:
     """One comparison of several runs per side (runs_test and hierarchical_interval) when both sides
     have at least 2 runs; else of the pooled launches (compare_samples). Medians and change: of the
     pooled launches."""
@@ -397,7 +508,7 @@ def compare_runs(key: tuple, metric: str, runs_a: list, runs_b: list, *, resampl
     runs_b = [np.asarray(v, dtype=np.float64) for v in runs_b if len(v)]
     pooled_a, pooled_b = np.concatenate(runs_a), np.concatenate(runs_b)
     if len(runs_a) < 2 or len(runs_b) < 2:
-        c = compare_samples(key, metric, pooled_a, pooled_b, resamples=resamples, test=test)
+        c = compare_samples(key, metric, pooled_a, pooled_b, resamples=resamples, test=test, common=common)
     else:
         m = METRICS[metric]
         med_a, med_b = float(np.median(pooled_a)), float(np.median(pooled_b))
@@ -412,19 +523,23 @@ def compare_runs(key: tuple, metric: str, runs_a: list, runs_b: list, *, resampl
 
 def default_min_effect(c: Comparison) -> float:
     """ONE_RUN_MIN_EFFECT where a side has one run (its launches cannot show process-to-process
-    variation), else 0."""
-    return ONE_RUN_MIN_EFFECT if min(c.runs_a, c.runs_b) < 2 else 0.0
+    variation) and too few kernels of its metric give that variation (no `common`), else 0."""
+    return ONE_RUN_MIN_EFFECT if min(c.runs_a, c.runs_b) < 2 and c.common is None else 0.0
 
 
 def decide(comparisons: list[Comparison], alpha: float, min_effect: float | None = None) -> list[Comparison]:
-    """Set q (Benjamini-Hochberg over all comparisons) and significance (q < alpha and |change| at
-    least min_effect; None: default_min_effect of each comparison); sorted by q, then the size of
-    the change."""
+    """Set q (Benjamini-Hochberg over all comparisons) and significance: q < alpha, |change| at least
+    min_effect (None: default_min_effect of each comparison) and, where the comparison has a common
+    shift, a change beyond its band (CommonShift.beyond); sorted by q, then the size of the change."""
     q = benjamini_hochberg(np.array([c.p for c in comparisons]))
     for c, qi in zip(comparisons, q):
         c.q = float(qi)
         c.min_effect = default_min_effect(c) if min_effect is None else float(min_effect)
         c.significant = bool(qi < alpha) and c.large_enough(c.min_effect)
+        if c.common is not None:
+            c.band = c.common.band(alpha)
+            c.within_common = c.significant and not c.common.beyond(c, alpha)
+            c.significant = c.significant and not c.within_common
     return sorted(comparisons, key=lambda c: (c.q, -abs(c.change) if c.change == c.change else 0.0, c.kernel))
 
 
@@ -469,16 +584,41 @@ class DiffResult:
         return [c for c in self.comparisons if c.significant]
 
     @property
+    def common_shifts(self) -> list[CommonShift]:
+        """The common shifts that judged comparisons, in order of rank and metric."""
+        found = {(c.common.rank, c.common.metric): c.common for c in self.comparisons if c.common is not None}
+        return [found[k] for k in sorted(found)]
+
+    @property
     def notes(self) -> list[str]:
         out = []
-        if any(min(c.runs_a, c.runs_b) < 2 for c in self.comparisons):
+        if any(min(c.runs_a, c.runs_b) < 2 and c.common is None for c in self.comparisons):
             floor = (f"{ONE_RUN_MIN_EFFECT:g}% (pp) by default" if self.min_effect is None
                      else f"{self.min_effect:g}% (pp), --min-effect")
-            out.append("one run on a side: its launches cannot show how much two processes of the same program "
-                       f"differ, so only changes of at least {floor} are called significant; give several runs "
-                       "per side (A1 A2 ... --vs B1 B2 ...) to test against run-to-run variation")
+            out.append(f"one run on a side and fewer than {PEER_KERNELS} kernels of a metric: the launches cannot "
+                       "show how much two processes of the same program differ, so only changes of at least "
+                       f"{floor} are called significant; give several runs per side (A1 A2 ... --vs B1 B2 ...) "
+                       "to test against run-to-run variation")
+        out += self._common_notes()
         if self.warmup:
             out.append(f"the first {self.warmup} launch(es) of each kernel shape in each run left out (--warmup)")
+        return out
+
+    def _common_notes(self) -> list[str]:
+        shifts = self.common_shifts
+        if not shifts:
+            return []
+        out = [f"one run on a side: the run-to-run variation of each metric is taken from its kernels (at least "
+               f"{PEER_KERNELS}): a kernel's change counts when it lies outside the common shift +/- z x spread "
+               f"(z for alpha / (2 kernels)), after its launch test without the common shift"]
+        for s in shifts:
+            lo, hi = s.band(self.alpha)
+            if lo > 0 or hi < 0:  # the common shift is beyond what one kernel's run-to-run noise makes
+                unit = "pp" if METRICS[s.metric].kind == "points" else "%"
+                shift = s.as_change(s.centre)
+                out.append(f"rank {s.rank} {s.metric}: all {s.kernels} kernels moved by {shift:+.1f}{unit} (median; "
+                           f"kernels within [{lo:.1f}, {hi:.1f}]{unit} not called changed): GPU clock or environment, "
+                           "or a change of every kernel, which one run per side cannot tell apart")
         return out
 
 
@@ -500,7 +640,7 @@ def diff(paths_a, paths_b, *, alpha: float = 0.05, resamples: int = BOOTSTRAP, t
     paths_a, paths_b = _as_paths(paths_a), _as_paths(paths_b)
     a = [collect(p, warmup=warmup) for p in paths_a]
     b = [collect(p, warmup=warmup) for p in paths_b]
-    comparisons = []
+    items = []
     only_a, only_b = set(), set()
     for values_a, values_b in _groups(a, b):
         for key in sorted(values_a.keys() & values_b.keys(), key=repr):
@@ -508,12 +648,12 @@ def diff(paths_a, paths_b, *, alpha: float = 0.05, resamples: int = BOOTSTRAP, t
                 ra, rb = values_a[key].get(metric), values_b[key].get(metric)
                 if ra is None or rb is None or sum(map(len, ra)) < MIN_LAUNCHES or sum(map(len, rb)) < MIN_LAUNCHES:
                     continue
-                comparisons.append(compare_runs(key, metric, ra, rb, resamples=resamples, test=test))
+                items.append((key, metric, ra, rb))
         if values_a and next(iter(values_a))[0] == "all":
             only_a |= {key[1:] for key in values_a.keys() - values_b.keys()}
             only_b |= {key[1:] for key in values_b.keys() - values_a.keys()}
     return DiffResult(" ".join(map(str, paths_a)), " ".join(map(str, paths_b)),
-                      decide(comparisons, alpha, min_effect), sorted(only_a), sorted(only_b), alpha,
+                      decide(compare_many(items, resamples=resamples, test=test), alpha, min_effect), sorted(only_a), sorted(only_b), alpha,
                       [p for side in a + b for p in side.problems], (len(paths_a), len(paths_b)), min_effect, warmup)
 
 
@@ -568,10 +708,17 @@ def render_text(result: DiffResult, show_all: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _shift_row(s: CommonShift, alpha: float) -> dict:
+    lo, hi = s.band(alpha)
+    return {"rank": s.rank, "metric": s.metric, "kernels": s.kernels, "shift": s.as_change(s.centre),
+            "centre": s.centre, "spread": s.spread, "z": s.z(alpha), "band_low": lo, "band_high": hi}
+
+
 def render(result: DiffResult, output_format: str, show_all: bool = False) -> str:
     if output_format == "json":
         return json.dumps({"a": result.a, "b": result.b, "alpha": result.alpha, "runs": list(result.runs),
                            "min_effect": result.min_effect, "warmup": result.warmup, "notes": result.notes,
+                           "common_shifts": [_shift_row(s, result.alpha) for s in result.common_shifts],
                            "comparisons": rows(result),
                            "only_in_a": [{"kernel": k, "shape": _shape(g, b)} for k, g, b in result.only_a],
                            "only_in_b": [{"kernel": k, "shape": _shape(g, b)} for k, g, b in result.only_b]},
