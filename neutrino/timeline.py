@@ -14,7 +14,7 @@ MAGIC = b"NTTIMEL1"
 HEADER_BYTES = 16
 VERSION = 1
 KERNEL, MEMCPY, MEMSET = 1, 2, 3
-FLAG_PROBED, FLAG_GRAPH = 1, 2
+FLAG_PROBED, FLAG_GRAPH, FLAG_NO_GPU_TIME = 1, 2, 4
 NO_NAME = 0xFFFFFFFF
 
 _FIELDS_80 = [
@@ -112,10 +112,18 @@ def read_names(run_dir: Path) -> list[str]:
 CLOCK_KERNEL = "__neutrino_globaltimer"  # neutrino.runtime.clock's calibration kernel
 
 
-def read_timeline(run_dir, *, own: bool = False) -> np.ndarray:
-    """Every record of run_dir/timeline.bin with its kernel `name` ("" for copies and memsets),
-    ordered by start_ns; Neutrino's own clock-calibration kernel only with own=True.
-    FileNotFoundError when the run has no timeline."""
+def has_gpu_time(records: np.ndarray) -> np.ndarray:
+    """Mask of the records with GPU times: not flagged "no GPU time", start and end not 0, end >= start
+    (CUPTI's 0 is "no timestamp", never a time; spec/trace-format.md, "timeline.bin")."""
+    start, end = records["start_ns"], records["end_ns"]
+    return ((records["flags"] & FLAG_NO_GPU_TIME) == 0) & (start > 0) & (end > 0) & (end >= start)
+
+
+def read_timeline(run_dir, *, own: bool = False, untimed: bool = False) -> np.ndarray:
+    """Every record of run_dir/timeline.bin with GPU times and its kernel `name` ("" for copies and
+    memsets), ordered by start_ns; Neutrino's own clock-calibration kernel only with own=True. With
+    untimed=True also the records without GPU time (has_gpu_time false), flagged FLAG_NO_GPU_TIME with
+    both times 0, first. FileNotFoundError when the run has no timeline."""
     run_dir = Path(run_dir)
     recs = _records(run_dir / "timeline.bin")
     names = read_names(run_dir)
@@ -129,6 +137,12 @@ def read_timeline(run_dir, *, own: bool = False) -> np.ndarray:
     out["name"] = lookup[ids]
     if not own:
         out = out[out["name"] != CLOCK_KERNEL]
+    timed = has_gpu_time(out)
+    if untimed:
+        out["flags"][~timed] |= FLAG_NO_GPU_TIME
+        out["start_ns"][~timed] = out["end_ns"][~timed] = 0
+    else:
+        out = out[timed]
     return out[np.argsort(out["start_ns"], kind="stable")]
 
 
@@ -181,3 +195,11 @@ def kernels_by_origin(timeline: np.ndarray) -> dict[str, int]:
         label = origin(kernels["name"][i])
         totals[label] = totals.get(label, 0) + int(n)
     return dict(sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def untimed_by_name(run_dir) -> dict[str, int]:
+    """Records of the run without GPU time (has_gpu_time false) per kernel name ("" for copies and
+    memsets), most first: counted, never placed in time."""
+    tl = read_timeline(run_dir, untimed=True)
+    names, counts = np.unique(tl["name"][~has_gpu_time(tl)].astype(str), return_counts=True)
+    return dict(sorted(zip(names.tolist(), (int(c) for c in counts)), key=lambda kv: (-kv[1], kv[0])))

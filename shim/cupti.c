@@ -117,11 +117,12 @@ static int timeline_fd = -1, names_fd = -1;
 /* records written, kernels, memcpys, memsets, probed kernels, records CUPTI dropped, distinct names,
  * records without a thread, API records seen, our external-correlation records seen, records
  * copied to the program's profiler, records it had no room for, records with a host time,
- * launch/copy callbacks taken */
-#define N_COUNTS 14
+ * launch/copy callbacks taken, kernel/copy records without GPU time (flags bit 2) */
+#define N_COUNTS 15
 static uint64_t counts[N_COUNTS];
 enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
-       N_FORWARD_LOST, N_HOST, N_CALLBACKS };
+       N_FORWARD_LOST, N_HOST, N_CALLBACKS, N_NO_GPU_TIME };
+#define FLAG_NO_GPU_TIME 4  /* timeline.bin flags bit 2 (spec/trace-format.md) */
 
 /* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
  * MEMSET), `host` (launch/copy callbacks: each record's thread and host time), `api` (API records
@@ -288,6 +289,7 @@ static void emit(nt_timeline_record *r) {
             counts[N_PROBED]++;
         }
     }
+    if (r->flags & FLAG_NO_GPU_TIME) counts[N_NO_GPU_TIME]++;
     counts[N_RECORDS]++;
     counts[r->kind == 1 ? N_KERNELS : r->kind == 2 ? N_MEMCPY : N_MEMSET]++;
     out[n_out++] = *r;
@@ -326,14 +328,24 @@ static void release_pending(int all) {
     n_pending = kept;
 }
 
+/* CUPTI gives 0 for a time it does not have (a record flushed incomplete, by a forced flush while the
+ * kernel ran): such a record is written with both times 0 and flags bit 2, never as time 0. */
+static void set_gpu_times(nt_timeline_record *r, uint64_t start, uint64_t end) {
+    if (!start || !end || end < start) {
+        r->flags |= FLAG_NO_GPU_TIME;
+        return;
+    }
+    r->start_ns = gpu_time_ns(start);
+    r->end_ns = gpu_time_ns(end);
+}
+
 static void convert_kernel(const uint8_t *a) {
     nt_timeline_record r = {0};
     r.kind = 1;
     r.flags = nt_rd32(a, K_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, K_DEVICE);
     r.stream = nt_rd32(a, K_STREAM);
-    r.start_ns = gpu_time_ns(nt_rd64(a, K_START));
-    r.end_ns = gpu_time_ns(nt_rd64(a, K_END));
+    set_gpu_times(&r, nt_rd64(a, K_START), nt_rd64(a, K_END));
     r.correlation = nt_rd32(a, K_CORRELATION);
     r.bytes = nt_rd32(a, K_DYN_SHARED);
     const char *name;
@@ -354,8 +366,7 @@ static void convert_copy(const uint8_t *a, int kind) {
     r.flags = nt_rd32(a, C_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, C_DEVICE);
     r.stream = nt_rd32(a, C_STREAM);
-    r.start_ns = gpu_time_ns(nt_rd64(a, C_START));
-    r.end_ns = gpu_time_ns(nt_rd64(a, C_END));
+    set_gpu_times(&r, nt_rd64(a, C_START), nt_rd64(a, C_END));
     r.correlation = nt_rd32(a, C_CORRELATION);
     r.bytes = nt_rd64(a, C_BYTES);
     r.name_id = UINT32_MAX;
@@ -923,6 +934,9 @@ CUptiResult cuptiActivityDisable(int kind) {
 }
 
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+    /* A forced flush hands out the records of kernels still running with no times, and CUPTI never
+     * completes them: while the timeline records, the program's flush takes the completed ones only. */
+    if (atomic_load(&recording)) flag &= ~(uint32_t)NT_ACTIVITY_FLAG_FLUSH_FORCED;
     CUptiResult (*fn)(uint32_t) = real_cupti("cuptiActivityFlushAll");
     CUptiResult rc = fn ? fn(flag) : 1;
     if (atomic_load(&multiplexing) && their_completed) {  /* what was copied is the program's now */
@@ -940,7 +954,7 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag) {
 CUptiResult cuptiFinalize(void) {
     log_call(P_FINALIZE, -1);
     if (atomic_load(&multiplexing)) {  /* it would end our timeline too: flush what the program waits for */
-        cuptiActivityFlushAll(NT_ACTIVITY_FLAG_FLUSH_FORCED);
+        cuptiActivityFlushAll(NT_ACTIVITY_FLAG_FLUSH_FORCED);  /* not forced while we record (above) */
         return NT_CUPTI_SUCCESS;
     }
     CUptiResult (*fn)(void) = real_cupti("cuptiFinalize");

@@ -44,14 +44,14 @@ NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 
 
 def known_run(run: Path) -> None:
-    """Device 0; stream 7: memcpy HtoD [0, 500], gemm [1000, 3000], triton (probed, launch 0) [3000, 4000],
+    """Device 0; stream 7: memcpy HtoD [100, 600] (not at 0: 0 is "no GPU time"), gemm [1000, 3000], triton (probed, launch 0) [3000, 4000],
     gemm [5000, 7000], memset [8000, 8100]; stream 9: NCCL [2000, 6000]. Busy (union) = 500 + 6000 + 100.
     Ranges on tid 100: step [0, 10000] > forward [900, 5500] > attn [2900, 4100]."""
     run.mkdir(parents=True, exist_ok=True)
     names = [GEMM, TRITON, NCCL]
     records = [
         timeline_record(1, 5000, 7000, name_id=0, grid=(132, 1, 1), block=(128, 1, 1)),  # not in time order
-        timeline_record(2, 0, 500, copy_kind=1, nbytes=1024),
+        timeline_record(2, 100, 600, copy_kind=1, nbytes=1024),
         timeline_record(1, 1000, 3000, name_id=0, grid=(132, 1, 1), block=(128, 1, 1)),
         timeline_record(1, 3000, 4000, name_id=1, flags=1, probe_launch=0, grid=(4, 1, 1), block=(64, 1, 1)),
         timeline_record(1, 2000, 6000, name_id=2, stream=9),

@@ -56,7 +56,7 @@ def vadd_run(root, with_timeline=True):
             timeline_record(1, 1000, 3000, name_id=0),
             timeline_record(1, 10_000, 10_160, name_id=1, flags=1, probe_launch=0, grid=(4, 1, 1), block=(64, 1, 1)),
             timeline_record(1, 20_000, 20_240, name_id=1, flags=1, probe_launch=1, grid=(4, 1, 1), block=(64, 1, 1)),
-            timeline_record(2, 0, 500, copy_kind=1, nbytes=1024),
+            timeline_record(2, 100, 600, copy_kind=1, nbytes=1024),
             timeline_record(3, 30_000, 30_100, stream=9),
         ], [GEMM, "vadd"])
         write_ranges(run, [range_record(0, 40_000, 0), range_record(900, 20_500, 1, depth=1),

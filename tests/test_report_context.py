@@ -15,7 +15,7 @@ from tests.context_tables import GEMM, NCCL, TRITON, known_run, range_record, ti
 def test_reader_follows_the_contract(tmp_path):
     known_run(tmp_path)
     tl = context._read_timeline_file(tmp_path)
-    assert tl["start_ns"].tolist() == [0, 1000, 2000, 3000, 5000, 8000]  # ordered by start
+    assert tl["start_ns"].tolist() == [100, 1000, 2000, 3000, 5000, 8000]  # ordered by start
     assert tl["name"].tolist() == ["", GEMM, NCCL, TRITON, GEMM, ""]
     assert tl["kind"].tolist() == [2, 1, 1, 1, 1, 3] and tl["stream"].tolist() == [7, 7, 9, 7, 7, 7]
     assert tl["probe_launch"].tolist() == [-1, -1, -1, 0, -1, -1] and tl["grid"][1].tolist() == [132, 1, 1]
@@ -57,7 +57,7 @@ def test_context_rows_have_known_answers(tmp_path):
     known_run(tmp_path)
     ctx = context.load(tmp_path)
     assert (ctx.kernels, ctx.probed, ctx.copies, ctx.memsets, ctx.devices, ctx.ranges) == (4, 1, 1, 1, 1, 3)
-    assert ctx.busy_ns == 6600 and ctx.window_ns == 8100
+    assert ctx.busy_ns == 6600 and ctx.window_ns == 8000
     rows = {r.name: r for r in ctx.rows}
     assert [r.name for r in ctx.rows] == [NCCL, GEMM, TRITON, "[memcpy HtoD]", "[memset]"]  # ties by name
     g = rows[GEMM]
@@ -77,7 +77,7 @@ def test_report_opens_with_the_context(tmp_path, capsys):
     assert report.main(str(run), plots=False) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].startswith("[where GPU time went] 4 kernel launch(es) (1 probed), 1 copies, 1 memsets "
-                               "on 1 device(s): GPU busy 6.6 us of a 8.1 us window")
+                               "on 1 device(s): GPU busy 6.6 us of a 8.0 us window")
     header = lines[3].split()
     assert header[:4] == ["kernel", "origin", "count", "probed"]
     gemm = next(line for line in lines if line.startswith(GEMM))
@@ -95,8 +95,28 @@ def test_report_json_has_the_gpu_time(tmp_path, capsys):
     assert doc["gpu_time"]["rows"][0]["name"] == NCCL and doc["gpu_time"]["rows"][0]["total_ns"] == 4000
 
 
+def test_records_without_gpu_time_are_counted_not_timed(tmp_path):
+    """known_run plus a gemm and a copy CUPTI gave no times (flags bit 2; a 0 start): counted in the
+    rows and the headline, left out of busy, window, totals and means, and said in a line."""
+    known_run(tmp_path)
+    records = [timeline_record(1, 5000, 7000, name_id=0), timeline_record(2, 100, 600, copy_kind=1, nbytes=1024),
+               timeline_record(1, 1000, 3000, name_id=0), timeline_record(1, 3000, 4000, name_id=1, flags=1,
+                                                                            probe_launch=0),
+               timeline_record(1, 2000, 6000, name_id=2, stream=9), timeline_record(3, 8000, 8100, nbytes=4096),
+               timeline_record(1, 0, 0, name_id=0, flags=4), timeline_record(2, 0, 900, copy_kind=1, nbytes=8)]
+    write_timeline(tmp_path, records, [GEMM, TRITON, NCCL])
+    ctx = context.load(tmp_path)
+    assert (ctx.kernels, ctx.copies, ctx.untimed) == (5, 2, 2)
+    assert ctx.busy_ns == 6600 and ctx.window_ns == 8000  # as without the two
+    gemm = next(r for r in ctx.rows if r.name == GEMM)
+    assert (gemm.count, gemm.total_ns, gemm.mean_ns) == (3, 4000, 2000.0)
+    copy = next(r for r in ctx.rows if r.name == "[memcpy HtoD]")
+    assert (copy.count, copy.total_ns, copy.mean_ns) == (2, 500, 500.0)
+    assert any(line.startswith("(2 record(s) without GPU time") for line in context.render(ctx))
+
+
 def test_ranges_absent_is_said(tmp_path):
-    write_timeline(tmp_path, [timeline_record(1, 0, 10, name_id=0)], ["k"])
+    write_timeline(tmp_path, [timeline_record(1, 1, 10, name_id=0)], ["k"])
     text = "\n".join(context.render(context.load(tmp_path)))
     assert "(no ranges recorded" in text and "100.0%" in text
     write_ranges(tmp_path, [range_record(0, 5, 0)], ["r"])

@@ -19,8 +19,9 @@ from neutrino.runtime import build
 from neutrino.runtime.cupti import find_cupti, parse_info
 from neutrino.runtime.launcher import run_main
 from neutrino.runtime.report import launches_phrase
-from neutrino.timeline import (CLOCK_KERNEL, FLAG_GRAPH, FLAG_PROBED, MAGIC, RECORD, TraceError, globaltimer_offset,
-                               globaltimer_to_ns, kernels_by_origin, origin, read_timeline)
+from neutrino.timeline import (CLOCK_KERNEL, FLAG_GRAPH, FLAG_NO_GPU_TIME, FLAG_PROBED, MAGIC, RECORD, TraceError,
+                               globaltimer_offset, globaltimer_to_ns, kernels_by_origin, origin, read_timeline,
+                               untimed_by_name)
 
 HERE = Path(__file__).parent
 FAKE = HERE / "fakecuda"
@@ -68,13 +69,31 @@ def test_reader_fields_names_order(tmp_path):
     assert kernels_by_origin(tl) == {"ATen": 1, "Triton": 1}
 
 
+def test_reader_never_takes_a_zero_time_for_a_time(tmp_path):
+    """CUPTI's 0 is "no timestamp": a record with a 0 start or end, end < start, or flags bit 2 is left
+    out of read_timeline, kept (first, times 0, bit 2 set) with untimed=True, and counted by name."""
+    _write(tmp_path, [dict(kind=1, name_id=0, start_ns=0, end_ns=0, host_ns=50, tid=7),
+                      dict(kind=1, name_id=1, start_ns=100, end_ns=200, host_ns=60, tid=7),
+                      dict(kind=1, name_id=0, start_ns=300, end_ns=250, host_ns=70, tid=7),
+                      dict(kind=2, copy_kind=1, name_id=0xFFFFFFFF, start_ns=400, end_ns=500, flags=FLAG_NO_GPU_TIME),
+                      dict(kind=1, name_id=1, start_ns=0, end_ns=900, host_ns=80, tid=7)], ["a", "b"])
+    timed = read_timeline(tmp_path)
+    assert timed["name"].tolist() == ["b"] and timed["start_ns"].tolist() == [100]
+    every = read_timeline(tmp_path, untimed=True)
+    assert len(every) == 5 and every["name"].tolist()[-1] == "b"
+    assert (every["flags"][:4] & FLAG_NO_GPU_TIME).all() and not every["flags"][4] & FLAG_NO_GPU_TIME
+    assert every["start_ns"][:4].tolist() == [0] * 4 and every["end_ns"][:4].tolist() == [0] * 4
+    assert every["host_ns"][:4].tolist() == [50, 70, 0, 80]  # kept as read, in file order
+    assert untimed_by_name(tmp_path) == {"a": 2, "": 1, "b": 1}
+
+
 def test_reader_ignores_a_cut_record_and_reads_longer_records(tmp_path):
-    recs = [dict(kind=1, start_ns=i, end_ns=i + 1, name_id=0, probe_launch=-1) for i in range(3)]
+    recs = [dict(kind=1, start_ns=i + 1, end_ns=i + 2, name_id=0, probe_launch=-1) for i in range(3)]
     _write(tmp_path / "cut", recs, ["k"], tail=b"\x01" * 37)
     assert len(read_timeline(tmp_path / "cut")) == 3
     _write(tmp_path / "long", recs, ["k"], size=96)
     tl = read_timeline(tmp_path / "long")
-    assert tl["start_ns"].tolist() == [0, 1, 2] and set(tl["name"]) == {"k"}
+    assert tl["start_ns"].tolist() == [1, 2, 3] and set(tl["name"]) == {"k"}
 
 
 def test_reader_host_ns_appended_field(tmp_path):
@@ -271,6 +290,28 @@ def test_program_profiler_keeps_its_records(tmp_path, fakes):
     calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
     assert calls[:2] == ["register_callbacks", "enable"] and "flush_all" in calls
     assert _one(events, "timeline_counts")["forwarded_to_program"] >= 3
+
+
+def test_program_forced_flush_leaves_no_kernel_without_time(tmp_path, fakes):
+    """The program disables CONCURRENT_KERNEL mid-run and flushes with FLUSH_FORCED (as Kineto does);
+    the fake then cuts the newest kernel (start, end 0) as CUPTI does one still running. The shim
+    passes the flush on unforced: no kernel of the program's window loses its times, our records keep
+    flowing after its Disable; only the runtime's own forced flush at exit cuts one, written flagged
+    and counted, never at time 0."""
+    out = tmp_path / "theirs.json"
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
+                                         "2", "3", "4", str(out)], "--no-graphs", env={"FAKECUPTI_INCOMPLETE": "1"})
+    every = read_timeline(run, untimed=True)
+    kernels = every[every["kind"] == 1]
+    untimed = (kernels["flags"] & FLAG_NO_GPU_TIME) != 0
+    assert len(kernels) == 9 and int(untimed.sum()) == 1
+    assert kernels["host_ns"][untimed][0] == kernels["host_ns"].max()  # the last launch, cut at exit
+    assert kernels["start_ns"][untimed][0] == 0 and (kernels["start_ns"][~untimed] > 0).all()
+    assert len(read_timeline(run)[read_timeline(run)["kind"] == 1]) == 8
+    counts = _one(events, "timeline_counts")
+    assert counts["no_gpu_time"] == 1 and counts["kernels"] == 9
+    calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
+    assert "disable" in calls and "flush_all" in calls
 
 
 @pytest.mark.parametrize("share", ["1", "0"])

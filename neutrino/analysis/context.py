@@ -116,15 +116,17 @@ def _read_ranges_file(run_dir) -> np.ndarray | None:
                                  "domain": _name_column(domains, names)})
 
 
-def read_timeline(run_dir) -> np.ndarray | None:
-    """The runtime's reader when it exists (neutrino.timeline), else ours."""
+def read_timeline(run_dir, *, untimed: bool = False) -> np.ndarray | None:
+    """The runtime's reader when it exists (neutrino.timeline), else ours; records without GPU time
+    only with untimed=True."""
     try:
         from neutrino import timeline as runtime_timeline  # written by the CUPTI work; may not exist yet
     except ImportError:
-        return _read_timeline_file(run_dir)
+        found = _read_timeline_file(run_dir)
+        return found if found is None or untimed else found[has_gpu_time(found)]
     if not (Path(run_dir) / "timeline.bin").exists():
         return None
-    return runtime_timeline.read_timeline(run_dir)
+    return runtime_timeline.read_timeline(run_dir, untimed=untimed)
 
 
 def read_ranges(run_dir) -> np.ndarray | None:
@@ -275,10 +277,11 @@ class Context:
     copies: int
     memsets: int
     busy_ns: int
-    window_ns: int  # last end - first start over all records
+    window_ns: int  # last end - first start over the records with GPU time
     devices: int
     ranges: int  # ranges in ranges.bin (0: none recorded)
     rows: tuple  # KernelTime, by total time, largest first
+    untimed: int = 0  # records without GPU time (flags bit 2, or a 0 time): counted, in no time sum
 
 
 def activity_names(timeline: np.ndarray) -> np.ndarray:
@@ -300,7 +303,9 @@ def summarize(timeline: np.ndarray, ranges: np.ndarray | None,
     kind = timeline["kind"]
     if len(timeline) == 0:
         return Context(0, 0, 0, 0, 0, 0, 0, 0 if ranges is None else len(ranges), ())
-    busy = busy_ns(start, end, timeline["device"])
+    timed = has_gpu_time(timeline)
+    end = np.where(timed, end, start)  # a record without GPU time adds 0 to every sum
+    busy = busy_ns(start[timed], end[timed], timeline["device"][timed])
     names = activity_names(timeline)
     enclosing = innermost_ranges(ranges, *query_points(timeline, hosts or {}))
     range_names = ranges["name"] if ranges is not None and len(ranges) else np.zeros(0, dtype=object)
@@ -311,26 +316,38 @@ def summarize(timeline: np.ndarray, ranges: np.ndarray | None,
     for name, members in groups.items():
         idx = np.array(members)
         total = int((end[idx] - start[idx]).sum())
+        n_timed = int(np.count_nonzero(timed[idx]))
         under = Counter(str(range_names[j]) if j >= 0 else "" for j in enclosing[idx].tolist())
         top, top_n = max(under.items(), key=lambda kv: (kv[1], kv[0] != ""))
         row_origin = origin(name) if kind[idx[0]] == KIND_KERNEL else ("copy" if kind[idx[0]] == KIND_MEMCPY else "memset")
         rows.append(KernelTime(name=name, origin=row_origin, count=len(idx),
                                probed=int(np.count_nonzero(timeline["flags"][idx] & FLAG_PROBED)),
                                total_ns=total, share=total / busy if busy else float("nan"),
-                               mean_ns=total / len(idx), range=top, range_launches=top_n))
+                               mean_ns=total / n_timed if n_timed else 0.0, range=top,
+                               range_launches=top_n))
     rows.sort(key=lambda r: (-r.total_ns, r.name))
     is_kernel = kind == KIND_KERNEL
     return Context(kernels=int(is_kernel.sum()), probed=int(np.count_nonzero(timeline["flags"][is_kernel] & FLAG_PROBED)),
                    copies=int((kind == KIND_MEMCPY).sum()), memsets=int((kind == KIND_MEMSET).sum()),
-                   busy_ns=busy, window_ns=int(end.max() - start.min()), devices=len(np.unique(timeline["device"])),
-                   ranges=0 if ranges is None else len(ranges), rows=tuple(rows))
+                   busy_ns=busy, window_ns=int(end[timed].max() - start[timed].min()) if timed.any() else 0,
+                   devices=len(np.unique(timeline["device"])), ranges=0 if ranges is None else len(ranges),
+                   rows=tuple(rows), untimed=int(np.count_nonzero(~timed)))
+
+
+FLAG_NO_GPU_TIME = 4  # timeline.bin flags bit 2 (spec/trace-format.md)
+
+
+def has_gpu_time(timeline: np.ndarray) -> np.ndarray:
+    """Records with GPU times: bit 2 clear, start and end not 0 (CUPTI's "no timestamp"), end >= start."""
+    start, end = timeline["start_ns"], timeline["end_ns"]
+    return ((timeline["flags"] & FLAG_NO_GPU_TIME) == 0) & (start > 0) & (end > 0) & (end >= start)
 
 
 def load(run_dir) -> Context | None:
     """The context of a run directory; None when it has no timeline.bin."""
     if not run_dir or not os.path.isdir(run_dir):
         return None
-    timeline = read_timeline(run_dir)
+    timeline = read_timeline(run_dir, untimed=True)
     if timeline is None:
         return None
     return summarize(timeline, read_ranges(run_dir), read_launch_hosts(run_dir))
@@ -354,6 +371,9 @@ def render(ctx: Context, top: int = 15) -> list[str]:
     if rest:
         out.append(f"({len(rest)} more: {sum(r.total_ns for r in rest) / 1e3:.1f} us, "
                    f"{100 * sum(r.total_ns for r in rest) / ctx.busy_ns:.1f}% of busy time)")
+    if ctx.untimed:
+        out.append(f"({ctx.untimed} record(s) without GPU time (CUPTI gave no timestamp): counted above, "
+                   "left out of every time, share and the window)")
     if not ctx.ranges:
         out.append("(no ranges recorded: ranges.bin is absent or empty)")
     return out

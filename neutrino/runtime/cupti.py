@@ -19,7 +19,7 @@ TOOLKIT_GLOBS = ("/usr/local/cuda*/targets/x86_64-linux/lib/libcupti.so*", "/usr
 WHEEL_DIRS = ("nvidia/cu13/lib", "nvidia/cuda_cupti/lib")
 COUNT_NAMES = ("records", "kernels", "memcpys", "memsets", "probed", "dropped", "names", "no_thread", "api_records",
                "probe_correlations", "forwarded_to_program", "program_had_no_room", "with_host_time",
-               "launch_callbacks")
+               "launch_callbacks", "no_gpu_time")
 PROFILER_CALLS = {1: "register_callbacks", 2: "enable", 3: "disable", 4: "flush_all", 5: "finalize", 7: "subscribe",
                   8: "unsubscribe", 9: "timestamp_callback"}
 INFO_BYTES = 4096
@@ -90,7 +90,7 @@ def _kernel_origins(run_dir: Path) -> dict:
     from neutrino.timeline import TraceError, kernels_by_origin, read_timeline
 
     try:
-        tl = read_timeline(run_dir)
+        tl = read_timeline(run_dir, untimed=True)  # a kernel without GPU time still ran: counted
     except (OSError, TraceError) as e:
         return {"by_origin": {}, "error": str(e)}
     kernels = tl[tl["kind"] == 1]  # the reader leaves out our calibration kernel (clock.py)
