@@ -355,7 +355,9 @@ def test_program_clock_for_cupti_records_is_mapped_back(tmp_path, fakes):
     began, ended = _one(events, "start")["time"] * 1e9, _one(events, "exit")["time"] * 1e9
     assert ((kernels["start_ns"] > began) & (kernels["start_ns"] < ended)).all(), kernels["start_ns"]
     lasted = (kernels["end_ns"].astype(np.int64) - kernels["start_ns"].astype(np.int64)).tolist()
-    assert lasted[:2] == [1000, 1000] and all(abs(d - 500) <= 2 for d in lasted[2:]), lasted
+    # the slope comes from two (their clock, realtime) pairs 2 ms apart: a loaded machine can skew it by a
+    # few per cent; unmapped, a record would last 1000
+    assert lasted[:2] == [1000, 1000] and all(abs(d - 500) <= 25 for d in lasted[2:]), lasted
     assert (np.diff(kernels["start_ns"].astype(np.int64)) > 0).all()  # still in launch order
     calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
     assert "timestamp_callback" in calls
