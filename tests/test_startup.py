@@ -294,3 +294,13 @@ def test_process_without_cuda_loads_neither_attrs_nor_numpy(tmp_path):
     assert "neutrino.runtime.hooks" in modules  # the runtime was wired
     assert _loaded(modules, ("attr", "attrs", "numpy") + HEAVY) == []
     assert not (tmp_path / "trace").exists()  # and left no trace directory
+
+
+def test_launcher_imports_neither_numpy_nor_the_trace_layout():
+    """The launcher runs before the program starts: what it imports is start-up every run pays
+    (the run directory's name comes from runtime/rundir_names.py, not from the trace layout)."""
+    code = ("import sys, neutrino.runtime.launcher; "
+            "print(sorted(m for m in ('numpy', 'neutrino.maps', 'neutrino.runtime.tracedir') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -37,7 +37,7 @@ from neutrino.runtime.options import (
     parse_size,
 )
 from neutrino.runtime.rank import set_collective_defaults
-from neutrino.runtime.tracedir import ENV_JOB, run_dir_name
+from neutrino.runtime.rundir_names import ENV_JOB, run_dir_name
 
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent

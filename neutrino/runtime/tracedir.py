@@ -15,16 +15,7 @@ from neutrino import maps as tracefmt
 from neutrino import trace_writer
 
 
-ENV_JOB = "NEUTRINO_JOB"  # set by the launcher for its children: the job directory's name
-
-
-def run_dir_name(start: float, pid: int) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(start))
-    return f"{stamp}_{pid}"
-
-
-def rank_dir_name(rank: int) -> str:
-    return f"rank{rank}"
+from neutrino.runtime.rundir_names import ENV_JOB, rank_dir_name, run_dir_name  # noqa: F401 (re-exported)
 
 
 def run_path(root, start: float, pid: int, rank: int | None = None, job: str | None = None) -> Path:
