@@ -1,6 +1,8 @@
 """JAX programs whose kernels XLA autotunes while compiling (tests/gpu/test_gpu_jax.py, issue 22).
-Each prints `result NAME SUM SHA256` lines: the output's sum (as JAX computes it) and the hash of its bytes, so
-plain and probed runs compare bit for bit.
+Each prints `result NAME SUM SHA256` lines: the output's sum (float64, on the host) and the hash of its
+bytes, so plain and probed runs compare bit for bit; and `jax_sum NAME SUM`, the sum as the issue's program
+printed it (`float(x.sum())`, a reduction XLA compiles and autotunes on its own: two plain runs on an H200
+host printed different values for one array, so the tests only report it).
 
 usage: w_xla_numerics.py f32|bf16conv
 
@@ -14,8 +16,9 @@ import numpy as np
 
 
 def result(name, array) -> None:
-    """`float(array.sum())` as the issue's program printed it (a JAX reduction), and the bytes' hash."""
-    print(f"result {name} {float(array.sum())!r} {hashlib.sha256(np.asarray(array).tobytes()).hexdigest()}")
+    host = np.asarray(array)
+    print(f"result {name} {float(host.astype(np.float64).sum())!r} {hashlib.sha256(host.tobytes()).hexdigest()}")
+    print(f"jax_sum {name} {float(array.sum())!r}")
 
 
 def f32() -> None:
