@@ -1,7 +1,7 @@
 """JAX programs whose kernels XLA autotunes while compiling (tests/gpu/test_gpu_jax.py, issue 22).
 Each prints `result NAME SUM SHA256` lines: the output's sum (float64, on the host) and the hash of its
 bytes, so plain and probed runs compare bit for bit; and `jax_sum NAME SUM`, the sum as the issue's program
-printed it (`float(x.sum())`, a reduction XLA compiles and autotunes on its own: two plain runs on an H200
+printed it (`float(x.sum())`, a reduction XLA compiles on its own: two plain runs on an H200
 host printed different values for one array, so the tests only report it).
 
 usage: w_xla_numerics.py f32|bf16conv
