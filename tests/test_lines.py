@@ -174,11 +174,16 @@ def test_dsl_position_with_lines():
 # ---------------------------------------------------------------- the analysis, known answers
 
 
-def loop_trace(tmp_path, threads: int, trips: int, time_values: dict[int, int]) -> Path:
-    """A run of the loop kernel: block 0 and 2 once per thread, block 1 `trips` times."""
+LINES_TOTAL = {"name": "lines_total", "level": "thread", "type": "sum", "record_bytes": 16, "cap": 1,
+               "fields": [{"name": "ticks", "type": "u64", "offset": 0}, {"name": "excess", "type": "u64", "offset": 8}]}
+
+
+def loop_trace(tmp_path, threads: int, trips: int, time_values: dict[int, int], totals=None) -> Path:
+    """A run of the loop kernel: block 0 and 2 once per thread, block 1 `trips` times; with
+    `totals` = (ticks, excess), a lines_total map too."""
     run = RunBuilder(tmp_path / "run")
     blocks_info, time_info = hist_info("lines_blocks", "linear:0:254:1"), hist_info("lines_time", "linear:0:510:1")
-    k = run.add_kernel("loopk", [blocks_info, time_info])
+    k = run.add_kernel("loopk", [blocks_info, time_info] + ([LINES_TOTAL] if totals else []))
     kdir = next((tmp_path / "run" / "kernel").glob(f"{k}_*"))
     (kdir / "original.ptx").write_text(LOOP.read_text())
     blocks = np.zeros(256, np.uint64)
@@ -187,8 +192,10 @@ def loop_trace(tmp_path, threads: int, trips: int, time_values: dict[int, int]) 
     for value, count in time_values.items():
         samples[1 + value] = count
     run.events[0]["probe"] = "lines"
-    run.launch("loopk", (1, 1, 1), (threads, 1, 1), [counters_section(blocks_info, blocks),
-                                                      counters_section(time_info, samples)], duration_ns=1000.0)
+    sections = [counters_section(blocks_info, blocks), counters_section(time_info, samples)]
+    if totals:
+        sections.append(counters_section(LINES_TOTAL, totals))
+    run.launch("loopk", (1, 1, 1), (threads, 1, 1), sections, duration_ns=1000.0)
     return run.close()
 
 
@@ -211,6 +218,21 @@ def test_instructions_per_line_are_exact(tmp_path):
     assert summary["top line (time)"] == f"kern.py:13 {100 * 140 / 153:.1f}%"
 
 
+def test_clamped_samples_excess_is_shared_and_the_total_is_exact(tmp_path):
+    # line 1 (index 1): 6 clamped samples, line 2: 3 clamped samples, entry: 3 samples of 1 tick.
+    # True ticks: line 1 six samples of 10 (60), line 2 three of 5 (15), entry 3: total 78.
+    # Counted as 4: 24 + 12 + 3 = 39; excess = 36 + 3 = 39, shared 6 : 3 → 26 and 13.
+    time_values = {(1 + 1) * 4 + 3: 6, (2 + 1) * 4 + 3: 3, 0: 3}
+    path = loop_trace(tmp_path, 32, 2, time_values, totals=(78, 39))
+    trace, launches = report.load_trace(str(path))
+    rep = report.analyze(trace, launches)
+    k = la.combine(rep.kernels["loopk"].results["lines"])
+    assert list(k.ticks) == [3, 0, 24 + 26, 12 + 13, 0]
+    assert int(k.ticks.sum()) == k.total_ticks == 78 and k.excess == 39 and k.clamped == 9
+    text = report.render(rep)
+    assert "their 39 ticks past 4 are shared among their lines" in text
+
+
 def test_report_ranks_lines_with_source_text(tmp_path, monkeypatch):
     path = loop_trace(tmp_path, 32, 5, {(1 + 1) * 4: 7, (2 + 1) * 4: 20})
     monkeypatch.chdir(tmp_path)
@@ -230,7 +252,10 @@ def test_pure_functions_on_hand_built_inputs():
     per_line, extra = la.line_instructions(np.array([3, 4, 9]), table)  # block 2 is past the table
     assert list(per_line) == [6, 3, 20] and extra == 9
     ticks, clamped, overflow = la.line_ticks(np.array([1, 0, 0, 2, 0, 1] + [0] * 10 + [7]), 3)
-    assert list(ticks) == [1 + 8, 2, 0, 0] and clamped == 2 and overflow == 7
+    assert list(ticks) == [1 + 8, 2, 0, 0] and list(clamped) == [2, 0, 0, 0] and overflow == 7
+    # 10 excess ticks over clamped samples 1 : 2 : 0 : 3 → 10/6 x (1, 2, 0, 3) = 1.67, 3.33, 0, 5 → 2, 3, 0, 5
+    assert list(la.share_excess(np.array([1, 2, 0, 3]), 10)) == [2, 3, 0, 5]
+    assert list(la.share_excess(np.array([0, 0]), 7)) == [0, 0] and list(la.share_excess(np.array([4, 1]), 0)) == [0, 0]
     assert list(la._ranks(np.array([5, 9, 5, 1]))) == [2, 1, 2, 4]
 
 
