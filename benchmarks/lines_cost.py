@@ -1,7 +1,7 @@
 """Cost and honesty of the `lines` tools (issue 27): slowdown per kernel in full and light mode, and
 agreement of the per-line figures with an unperturbed reference (Nsight Compute).
 
-    python benchmarks/lines_cost.py [--modes loop,cuda,triton,matmul] [--ncu cuda,triton] [--out DIR]
+    python benchmarks/lines_cost.py [--modes loop,call,cuda,triton,matmul] [--ncu cuda,triton] [--out DIR]
                                     [--reps 40] [--budget-s 150] [--dry-run]
 
 One process per run, no neutrino runtime: for each kernel of tests/gpu/workloads/w_lines.py it takes
@@ -13,8 +13,8 @@ CUDA events. Printed per kernel:
 * `plain us`: median plain launch time (microseconds, CUDA events around one launch);
 * `light x`, `full x`: median light / full launch time over median plain launch time;
 * `map KB`: bytes of map buffers one launch of the full / light tool needs (maps.map_buffer_bytes);
-* `exact`: both tools give the same per-line executed instructions (and, for `loop`, the ones known
-  by construction: spec/tools.md "lines");
+* `exact`: both tools give the same per-line executed instructions (and, for `loop` and `call`, the
+  ones known by construction: spec/tools.md "lines", spec/ir.md "Called functions");
 * `same out`: the probed launches left the kernel's outputs bit for bit as the plain one did;
 * with `--ncu MODES` and Nsight Compute on PATH: `instr rho` = Spearman correlation, over the source
   lines of the kernel's own file that both know, of our executed thread-instructions with ncu's
@@ -23,7 +23,7 @@ CUDA events. Printed per kernel:
 
 Spearman rho = Pearson correlation of the ranks (ties get their mean rank; scipy.stats.spearmanr).
 `--dry-run` (no GPU): builds, instruments and assembles (ptxas) every variant of the modes it can
-build on the CPU (loop, cuda) and prints the map bytes; timings are `-`. With --out it writes
+build on the CPU (loop, call, cuda) and prints the map bytes; timings are `-`. With --out it writes
 lines_cost.json (rows + per-line figures) and the raw ncu CSV pages there.
 """
 
@@ -51,7 +51,7 @@ WORKLOADS = REPO / "tests" / "gpu" / "workloads"
 W_LINES = WORKLOADS / "w_lines.py"
 TOOLS = ("lines_light", "lines")
 VARIANTS = ("plain",) + TOOLS
-OWN_FILE = {"loop": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py"}
+OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py"}
 NCU_KERNEL = {"cuda": "expensive_line", "triton": "expensive_line_kernel", "matmul": "matmul_kernel"}
 NCU_SECONDS = 45  # what one ncu run may take (its start, the workload's, the replays); skipped when short of budget
 
@@ -197,7 +197,7 @@ def entry_param_types(ptx: str, kernel: str) -> list[str]:
     return [p.text.split()[1].lstrip(".") for p in function.params or []]
 
 
-def build_variants(case: Case, one_row: bool = False) -> dict[str, tuple[str, dict | None]]:
+def build_variants(case: Case, row_counts: tuple = ()) -> dict[str, tuple[str, dict | None]]:
     """variant → (PTX, kernel description or None for plain)."""
     from neutrino.engine import instrument, prune
     from neutrino.toolbox import load_probes
@@ -206,19 +206,20 @@ def build_variants(case: Case, one_row: bool = False) -> dict[str, tuple[str, di
     for tool in TOOLS:
         done = instrument(case.ptx, load_probes(tool), kernel=case.kernel, source=f"{case.mode}.ptx")
         out[tool] = (done.ptx, done.kernels[case.kernel])
-    if one_row:
+    for rows in row_counts:
         for tool in TOOLS:
-            out[f"{tool}@1row"] = (one_row_ptx(out[tool][0]), out[tool][1])
+            out[f"{tool}@{rows}rows"] = (rows_ptx(out[tool][0], rows), out[tool][1])
     return out
 
 
 STRIPE_RE = re.compile(r"(mov\.u32\s+(%\w+),\s*%smid;\s*and\.b32\s+\2,\s*\2,\s*)31;")
 
 
-def one_row_ptx(ptx: str) -> str:
-    """An experiment for the map size (spec/tools.md, lines): every warp adds to row 0 of the
-    counters instead of row %smid % 32, as a one-row map would; the buffer keeps its 32 rows."""
-    patched, n = STRIPE_RE.subn(r"\g<1>0;", ptx)
+def rows_ptx(ptx: str, rows: int) -> str:
+    """An experiment for the map size (spec/tools.md, lines): every warp adds to row %smid % rows
+    of the counters instead of %smid % 32, as a map of `rows` rows would (a power of two); the
+    buffer keeps its 32 rows, the others stay 0."""
+    patched, n = STRIPE_RE.subn(rf"\g<1>{rows - 1};", ptx)
     if n == 0:
         raise ValueError("no %smid stripe selection found to patch")
     return patched
@@ -243,11 +244,12 @@ def map_layout(info: dict | None, grid, block) -> list[tuple[dict, int, int]]:
 
 def line_table(case: Case):
     from neutrino.isa.ptx import parse_module
-    from neutrino.isa.ptx.lines import build_line_map
+    from neutrino.isa.ptx.lines import build_line_map, called_lines
     from neutrino.tools.lines import analysis as la
 
     module = parse_module(case.ptx, case.mode)
-    return la.table_of(build_line_map(module, module.function(case.kernel)))
+    line_map = build_line_map(module, module.function(case.kernel))
+    return la.table_of(line_map, called_lines(module, line_map))
 
 
 def dry_run(case: Case, row: dict) -> None:
@@ -281,12 +283,24 @@ def build_case(mode: str, work: Path) -> Case:
         case = Case(mode, "loopk", w_lines.LOOP_PTX.read_text(), (w_lines.LOOP_GRID,), (w_lines.LOOP_BLOCK,),
                     [0, trips], known=known)
         return _with_arrays(case, [("out", 1, np.uint32)])
+    if mode == "call":
+        return _with_arrays(call_case(w_lines), [("out", 1, np.uint32)])
     if mode == "cuda":
         os.environ.setdefault("W_LINES_DIR", str(work))
         case = Case(mode, "expensive_line", w_lines.cuda_ptx().read_text(), (w_lines.N // 256,), (256,),
                     [0, 0, w_lines.N, w_lines.ITERS])
         return _with_arrays(case, [("x", w_lines.N, np.float32), ("y", w_lines.N, np.float32)], outputs=(1,))
     return _triton_case(mode, w_lines)
+
+
+def call_case(w_lines) -> Case:
+    """call.ptx: per-line thread-instructions known by construction, the called .funcs' lines
+    included (mix whole, clampv's first block: spec/ir.md "Called functions")."""
+    threads, n = w_lines.LOOP_GRID * w_lines.LOOP_BLOCK, w_lines.LOOP_TRIPS
+    known = {10: 4 * threads, 12: 7 * n * threads, 13: 3 * n * threads, 15: 2 * threads,
+             3: 3 * n * threads, 4: 3 * n * threads, 6: n * threads, 7: 2 * n * threads}
+    return Case("call", "callk", w_lines.CALL_PTX.read_text(), (w_lines.LOOP_GRID,), (w_lines.LOOP_BLOCK,), [0, n],
+                known=known)
 
 
 def _with_arrays(case: Case, arrays, outputs=(0,)) -> Case:
@@ -394,10 +408,12 @@ def outputs_of(case: Case) -> list[np.ndarray]:
     return [o.get().copy() for o in case.outputs]
 
 
-def measure(case: Case, work: Path, reps: int, row: dict, one_row: bool = False) -> dict:
+def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()) -> dict:
     """Time the three variants, check outputs and counts; fills `row`, returns the per-line figures."""
+    from neutrino.tools.lines import analysis as la
+
     table = line_table(case)
-    variants = build_variants(case, one_row)
+    variants = build_variants(case, row_counts)
     loaded = {name: load_variant(case, ptx, info, work, name) for name, (ptx, info) in variants.items()}
     launch(case, loaded["plain"])
     reference = outputs_of(case)
@@ -417,10 +433,13 @@ def measure(case: Case, work: Path, reps: int, row: dict, one_row: bool = False)
                overflow=int(counts["lines"].get("overflow", 0) + counts["lines_light"].get("overflow", 0)),
                **{f"map_bytes_{t}": sum(b.nbytes for _, _, b in loaded[t].buffers) for t in TOOLS})
     for name in loaded:
-        if "@" in name:  # the one-row experiment: its slowdown, and the same counts
+        if "@" in name:  # the rows experiment: its slowdown, and the same counts
             row[f"{name}_x"] = median_ratio(times, name)
             row[f"{name}_exact"] = counts_of(case, loaded[name], table)["instructions"] == tuple(light_i)
     ticks = counts["lines"].get("ticks")
+    if ticks is not None and counts["lines"].get("excess"):
+        ticks = np.asarray(ticks, np.uint64) + la.share_excess(counts["lines"]["clamped_by_key"], counts["lines"]["excess"])
+        row["total_ticks_exact"] = int(ticks.sum()) == counts["lines"]["total_ticks"]
     return {"labels": [info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") for info in table.lines],
             "instructions": [int(v) for v in full_i], "ticks": None if ticks is None else [int(v) for v in ticks],
             "times_us": times, "table": table}
@@ -493,6 +512,8 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
 
         if mode == "loop":
             case = Case(mode, "loopk", w_lines.LOOP_PTX.read_text(), (w_lines.LOOP_GRID,), (w_lines.LOOP_BLOCK,), [])
+        elif mode == "call":
+            case = call_case(w_lines)
         elif mode == "cuda":
             os.environ.setdefault("W_LINES_DIR", str(case_work))
             case = Case(mode, "expensive_line", w_lines.cuda_ptx().read_text(), (w_lines.N // 256,), (256,), [])
@@ -504,7 +525,7 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
         return row, {}
     case = build_case(mode, case_work)
     row["kernel"] = f"{mode}:{case.kernel}"
-    figures = measure(case, case_work, args.reps, row, args.one_row)
+    figures = measure(case, case_work, args.reps, row, tuple(int(r) for r in args.rows.split(',') if r))
     if mode in args.ncu.split(",") and mode in NCU_KERNEL:
         if time.monotonic() - started + NCU_SECONDS > args.budget_s:
             row["note"] = "ncu skipped: out of time budget"
@@ -520,12 +541,13 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--modes", default="loop,cuda,triton,matmul")
+    ap.add_argument("--modes", default="loop,call,cuda,triton,matmul")
     ap.add_argument("--ncu", default="", metavar="MODES", help="kernels (cuda, triton, matmul) to compare with ncu")
     ap.add_argument("--out")
     ap.add_argument("--reps", type=int, default=40, help="timed launches per variant (after 3 warm-up rounds)")
     ap.add_argument("--budget-s", type=float, default=150.0, help="skip ncu runs that would end past this")
-    ap.add_argument("--one-row", action="store_true", help="also time both tools with every warp on counter row 0")
+    ap.add_argument("--rows", default="", metavar="R,R", help="also time both tools with warps on R counter rows "
+                    "(%%smid %% R, R a power of two <= 32) instead of 32")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: instrument, assemble and size only")
     args = ap.parse_args(argv)
     started = time.monotonic()

@@ -62,6 +62,7 @@ class LineTable:
     lines: tuple[LineInfo, ...]
     block_lines: tuple[tuple[tuple[int, int], ...], ...]  # per block: (line index, instructions)
     guarded_blocks: tuple[int, ...]  # blocks whose every instruction is guarded (counts filtered by that guard)
+    partial_calls: tuple[str, ...] = ()  # called .funcs counted only in part (spec/ir.md "Called functions")
 
 
 @attrs.frozen
@@ -135,9 +136,14 @@ def warp_cycles(thread_ticks: int | np.ndarray):
 # ---------------------------------------------------------------- the line table of a kernel
 
 
-def table_of(line_map) -> LineTable:
+def table_of(line_map, calls=None) -> LineTable:
+    """The kernel's line table: its lines, then (with `calls`, neutrino.isa.ptx.lines.called_lines)
+    the lines of the .funcs it calls; per block, the instructions per line a thread entering it runs."""
+    key_locs = list(zip(line_map.keys, line_map.key_loc))
+    if calls is not None:
+        key_locs += list(zip(calls.keys, calls.key_loc))
     lines = []
-    for key, loc in zip(line_map.keys, line_map.key_loc):
+    for key, loc in key_locs:
         file, line, site = key
         label = f"{file or '?'}:{line}" if line else "(no line)"
         lines.append(LineInfo(label, file, line, loc.function if loc is not None and loc.inlined_at else None,
@@ -147,22 +153,30 @@ def table_of(line_map) -> LineTable:
     for region in line_map.regions:
         static[region.line] += region.stop - region.start
         regions[region.line] += 1
+    if calls is not None:
+        static[len(line_map.keys):] = calls.key_static
     lines = [attrs.evolve(info, instructions=int(static[i]), regions=int(regions[i])) for i, info in enumerate(lines)]
-    block_lines = tuple(tuple(sorted(line_map.line_counts(block).items())) for block in line_map.blocks)
+    block_lines = []
+    for block in line_map.blocks:
+        counts = line_map.line_counts(block)
+        for line, n in (calls.block_counts[block.index].items() if calls is not None else ()):
+            counts[line] = counts.get(line, 0) + n
+        block_lines.append(tuple(sorted(counts.items())))
     guarded = tuple(b.index for b in line_map.blocks if b.guarded_anchor)
-    return LineTable(tuple(lines), block_lines, guarded)
+    return LineTable(tuple(lines), tuple(block_lines), guarded, calls.partial if calls is not None else ())
 
 
 @functools.lru_cache(maxsize=16)
 def _table_cached(ptx_path: str, mtime: float, kernel: str) -> LineTable:
     from neutrino.isa.ptx import parse_module
-    from neutrino.isa.ptx.lines import build_line_map
+    from neutrino.isa.ptx.lines import build_line_map, called_lines
 
     module = parse_module(Path(ptx_path).read_text(errors="replace"), ptx_path)
     function = module.function(kernel)
     if function is None or not function.is_entry:
         raise ValueError(f"{ptx_path}: no entry {kernel!r} to rebuild the line map from")
-    return table_of(build_line_map(module, function))
+    line_map = build_line_map(module, function)
+    return table_of(line_map, called_lines(module, line_map))
 
 
 def kernel_ptx(launch) -> Path:
@@ -376,6 +390,10 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
         out.append(f"note: {C.fmt_num(k.clamped)} time samples spanned 4 ticks or more; their {C.fmt_num(k.excess)} "
                    "ticks past 4 are shared among their lines by clamped samples (an estimate per line; the total "
                    "is exact)")
+    if k.table.partial_calls and k.instructions is not None:
+        out.append(f"note: called {', '.join(k.table.partial_calls)}: counted only in part (the first basic block of "
+                   "each called .func runs once per unguarded call and is counted; its later blocks, guarded, "
+                   "indirect and recursive calls are not)")
     if k.table.guarded_blocks and k.instructions is not None:
         out.append(f"note: {len(k.table.guarded_blocks)} block(s) have only guarded instructions: their threads are "
                    "counted when the first one's guard holds")

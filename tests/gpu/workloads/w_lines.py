@@ -2,6 +2,7 @@
 
 * `loop`: tests/data/lines/loop.ptx (CuPy), whose per-line trip counts are known by construction:
   LOOP_GRID x LOOP_BLOCK threads each run the loop LOOP_TRIPS times;
+* `call`: tests/data/lines/call.ptx (CuPy), the same grid and trips, each trip calling two `.func`s;
 * `triton`: a Triton kernel with one deliberately expensive line (marked EXPENSIVE) in a loop;
 * `cuda`: the same in CUDA C++, compiled here with `nvcc -lineinfo -ptx` and loaded with CuPy;
 * `matmul`: a Triton matmul (tl.dot), for the benchmark.
@@ -18,6 +19,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 LOOP_PTX = HERE.parents[1] / "data" / "lines" / "loop.ptx"
+CALL_PTX = HERE.parents[1] / "data" / "lines" / "call.ptx"  # loop.ptx's shape, calling two .funcs
 LOOP_GRID, LOOP_BLOCK, LOOP_TRIPS = 4, 128, 37
 N, ITERS, REPEAT = 1 << 16, 24, 3
 MATMUL = 1024  # M = N = K
@@ -56,6 +58,24 @@ def run_loop():
         if r2 >= LOOP_TRIPS:
             break
     assert int(out.get()[0]) == r3, "loopk is wrong"
+
+
+def call_reference(trips: int) -> int:
+    """What every thread of call.ptx writes: r3 = clampv(mix(r3, r2)) for r2 = 0 .. trips - 1."""
+    r3 = 0
+    for r2 in range(trips):
+        mixed = ((r3 * 3 + r2) & 0xFFFFFFFF) ^ 1365
+        r3 = mixed if mixed < 1000 else mixed & 1023
+    return r3
+
+
+def run_call():
+    import cupy as cp
+
+    out = cp.zeros(1, np.uint32)
+    cp.RawModule(path=str(CALL_PTX)).get_function("callk")((LOOP_GRID,), (LOOP_BLOCK,), (out, np.uint32(LOOP_TRIPS)))
+    cp.cuda.runtime.deviceSynchronize()
+    assert int(out.get()[0]) == call_reference(LOOP_TRIPS), "callk is wrong"
 
 
 def cuda_ptx() -> Path:
@@ -145,5 +165,5 @@ def run_matmul():
 
 
 if __name__ == "__main__":
-    {"loop": run_loop, "cuda": run_cuda, "triton": run_triton, "matmul": run_matmul}[sys.argv[1]]()
+    {"loop": run_loop, "call": run_call, "cuda": run_cuda, "triton": run_triton, "matmul": run_matmul}[sys.argv[1]]()
     print(f"w_lines {sys.argv[1]} done", flush=True)
