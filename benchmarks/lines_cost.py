@@ -497,9 +497,10 @@ def print_table(rows: list[dict]) -> None:
     def fmt(v):
         return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
 
-    print("  ".join(COLUMNS))
+    extra = sorted({c for row in rows for c in row if c.endswith(("rows_x", "rows_exact")) or c == "total_ticks_exact"})
+    print("  ".join(COLUMNS + extra))
     for row in rows:
-        print("  ".join(fmt(row.get(c)) for c in COLUMNS))
+        print("  ".join(fmt(row.get(c)) for c in COLUMNS + extra))
 
 
 def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> tuple[dict, dict]:
