@@ -53,6 +53,7 @@ TOOLS = ("lines_light", "lines")
 VARIANTS = ("plain",) + TOOLS
 OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py"}
 NCU_KERNEL = {"cuda": "expensive_line", "triton": "expensive_line_kernel", "matmul": "matmul_kernel"}
+NCU_VIEWS = ("cuda", "cuda,sass", "sass")  # ncu 2025.3's `cuda` view printed no metric columns (docs/lines.md)
 NCU_SECONDS = 45  # what one ncu run may take (its start, the workload's, the replays); skipped when short of budget
 
 
@@ -119,8 +120,9 @@ def param_values(param_types: list[str], args: list) -> list:
 
 def parse_ncu_source(text: str) -> list[tuple[str | None, dict[int, tuple[float, float]]]]:
     """`ncu --page source --csv --print-source cuda` → per source file (None when unnamed):
-    line → (warp-stall samples, instructions executed). A header row names the columns; a
-    one-cell row before it names the file."""
+    line → (warp-stall samples, instructions executed). A header row names the columns (the line
+    number's is `#` or `Line No`); a `"File Name","PATH"` row, or a one-cell row, before it names
+    the file. A table without an `Instructions Executed` column gives nothing."""
     blocks: list[tuple[str | None, dict]] = []
     cols = None
     last_single = None
@@ -131,8 +133,12 @@ def parse_ncu_source(text: str) -> list[tuple[str | None, dict[int, tuple[float,
         instr = next((i for i, c in enumerate(cells) if c.startswith("Instructions Executed")), None)
         if "Source" in cells and instr is not None:
             stall = next((i for i, c in enumerate(cells) if c.startswith("Warp Stall Sampling (All")), None)
-            cols = (cells.index("#") if "#" in cells else 0, stall, instr)
+            line_col = next((cells.index(c) for c in ("#", "Line No") if c in cells), 0)
+            cols = (line_col, stall, instr)
             blocks.append((last_single, {}))
+            continue
+        if cells[0] == "File Name" and len(cells) >= 2:
+            last_single = cells[1]
             continue
         if len([c for c in cells if c]) == 1:
             last_single = next(c for c in cells if c)
@@ -461,20 +467,19 @@ def ncu_lines(mode: str, work: Path, out: Path | None, timeout: int) -> str | No
         if done.returncode != 0:
             print(f"ncu {mode}: rc {done.returncode}: {done.stderr[-800:]}{done.stdout[-800:]}", file=sys.stderr)
             return None
-        for view in ("cuda", "cuda,sass"):  # older ncu may not know a view: the next one is tried
+        pages = []
+        for view in NCU_VIEWS:  # the first whose table has metric columns is read; all are kept
             page = subprocess.run([ncu, "-i", f"{report}.ncu-rep", "--page", "source", "--csv", "--print-source", view],
                                   capture_output=True, text=True, timeout=60)
-            if page.returncode == 0 and "Source" in page.stdout:
+            pages.append(f"# --print-source {view}: rc {page.returncode}\n{page.stdout}{page.stderr}")
+            if page.returncode == 0 and any(blocks for _, blocks in parse_ncu_source(page.stdout)):
                 break
     except (OSError, subprocess.TimeoutExpired) as e:
         print(f"ncu {mode}: {e}", file=sys.stderr)
         return None
     if out is not None:
-        (out / f"ncu_{mode}_source.csv").write_text(page.stdout + ("\n# stderr\n" + page.stderr if page.stderr else ""))
-    if page.returncode != 0:
-        print(f"ncu {mode}: source page rc {page.returncode}: {page.stderr[-800:]}", file=sys.stderr)
-        return None
-    return page.stdout
+        (out / f"ncu_{mode}_source.csv").write_text("\n".join(pages))
+    return page.stdout if page.returncode == 0 else None
 
 
 def ncu_compare(mode: str, figures: dict, text: str, row: dict) -> None:

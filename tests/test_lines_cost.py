@@ -42,6 +42,15 @@ def test_ncu_source_page_is_read_per_file():
     assert lc.parse_ncu_source("no table here\n") == []
 
 
+def test_ncu_2025_cuda_view_without_metrics_gives_nothing():
+    # what ncu 2025.3.1 printed for `--page source --csv --print-source cuda` on the H200 (docs/lines.md)
+    page = '"File Name","/tmp/w/expensive_line.cu"\n"Line No","Source"\n"1",""\n"7","acc = sinf(acc);"\n'
+    assert lc.parse_ncu_source(page) == []
+    with_metrics = page.replace('"Line No","Source"', '"Line No","Source","Warp Stall Sampling (All Samples)",'
+                                '"Instructions Executed"').replace('"7","acc = sinf(acc);"', '"7","acc = sinf(acc);","90","4,096"')
+    assert lc.parse_ncu_source(with_metrics) == [("/tmp/w/expensive_line.cu", {7: (90.0, 4096.0)})]
+
+
 def test_spearman_against_ncu_on_known_ranks():
     ncu = {3: (12.0, 2048.0), 5: (40.0, 1024.0), 6: (300.0, 12288.0), 7: (1500.0, 98304.0)}
     same_order = {3: 20.0, 5: 10.0, 6: 120.0, 7: 960.0}
