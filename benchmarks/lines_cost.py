@@ -16,6 +16,11 @@ CUDA events. Printed per kernel:
 * `exact`: both tools give the same per-line executed instructions (and, for `loop` and `call`, the
   ones known by construction: spec/tools.md "lines", spec/ir.md "Called functions");
 * `same out`: the probed launches left the kernel's outputs bit for bit as the plain one did;
+* `total_ticks_exact` (when samples were clamped): the per-line ticks, the clamped samples' excess
+  shared back (analysis.share_excess), add up to lines_total's exact entry-to-exit ticks;
+* with `--rows R,...`: `TOOL@Rrows_x`, the slowdown of TOOL when its warps add to counter row
+  `%smid % R` instead of `% 32` (`rows_ptx`: what a map of R rows would cost), and `TOOL@Rrows_exact`,
+  its per-line instructions equal lines_light's;
 * with `--ncu MODES` and Nsight Compute on PATH: `instr rho` = Spearman correlation, over the source
   lines of the kernel's own file that both know, of our executed thread-instructions with ncu's
   per-line instructions executed; `time rho` = the same of our thread-ticks with ncu's warp-stall
