@@ -148,6 +148,7 @@ def test_torch_imported_first_walks_the_garbage_collector_once(monkeypatch):
     assert resolver._watcher is None
     assert resolver.resolve([early.data_ptr()])[early.data_ptr()]["name"] == "weight"
     assert builds == ["gc"] and _HOOKS["parameter"]  # the walk installed the hooks first
+    assert resolver._walk_seconds == 0  # the seeding walk happens once: outside the budget
     _no_gc_walk(monkeypatch)
     late = _Tensor(0x7F0000100000, (4,))
     model2 = _Module(weight=late)

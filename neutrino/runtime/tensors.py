@@ -15,9 +15,9 @@ never per launch. Candidates, best first:
    kept as a table of storage spans sorted by start (a lookup is a bisection), rebuilt from the
    known modules when a pointer is not found and either a module registered something since the
    last build or REBUILD_SECONDS have passed (a parameter's storage can move: `.cuda()`,
-   `load_state_dict(assign=True)`). Every build is timed (`on_walk`) and held to a budget:
-   BUDGET_FLOOR_SECONDS, plus BUDGET_FRACTION of the wall time since the resolver started, and
-   never more than MAX_WALK_SECONDS in all;
+   `load_state_dict(assign=True)`). Every build is timed (`on_walk`); all but the one walk that
+   seeds the registry are held to a budget: BUDGET_FLOOR_SECONDS, plus BUDGET_FRACTION of the
+   wall time since the resolver started, and never more than MAX_WALK_SECONDS in all;
 2. tensors held by local variables of the launching thread's Python frames: in Inductor's
    generated code (`buf0`, `primals_1`, `arg3_1`) and, from Python 3.13, in the program's own
    frames, named by their variable; tensors in library frames (Triton's launcher, torch) count
@@ -271,6 +271,7 @@ class TensorResolver:
         """The name table, from the registry's modules; from a garbage-collector walk (seeding the
         registry, whose hooks are installed first) while the registry may not know every module."""
         t0 = self._clock()
+        seeding = False
         if self._complete:
             modules, source = self.registry.modules(), "hooks"
         else:
@@ -279,12 +280,13 @@ class TensorResolver:
             if hooked:
                 for m in modules:
                     self.registry.add(m)
-                self._complete = True
+                self._complete = seeding = True
         self._built_changes = self.registry.changes
         self._table = name_table(modules)
         self._built_at = self._clock()
         seconds = self._built_at - t0
-        self._walk_seconds += seconds
+        if not seeding:  # the one walk that seeds the registry happens once: the budget is for what repeats
+            self._walk_seconds += seconds
         if self._on_walk is not None:
             self._on_walk(seconds, len(modules), source)
 
