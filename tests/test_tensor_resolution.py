@@ -280,3 +280,21 @@ def test_watch_torch_hooks_registration_when_torch_is_imported(tmp_path, monkeyp
     monkeypatch.delitem(sys.modules, "torch")
     for hooks in _HOOKS.values():
         hooks.clear()
+
+
+def test_after_import_of_a_missing_package_skips_no_finder(monkeypatch):
+    """Answering None it stays in sys.meta_path (the import system is walking that list)."""
+    seen = []
+
+    class Witness:
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname == "neutrino_no_such_pkg":
+                seen.append(fullname)
+            return None
+
+    hook = AfterImport("neutrino_no_such_pkg", lambda module: None)
+    monkeypatch.setattr(sys, "meta_path", [hook, Witness(), *sys.meta_path])
+    with pytest.raises(ImportError):
+        import neutrino_no_such_pkg  # noqa: F401
+    assert hook in sys.meta_path and hook._done
+    assert len(seen) == 2  # once through our own look-up, once in the import system's walk: not skipped

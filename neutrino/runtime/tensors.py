@@ -333,20 +333,32 @@ class AfterImport:
     """A sys.meta_path entry that runs `action(module)` once, right after the program's first
     import of the top-level package `name` has run the package's code, then steps aside. The
     normal finders find and load the package; we only wrap their loader's exec_module for that
-    one import. An action that raises is ignored: the program's import never fails through us."""
+    one import. An action that raises is ignored: the program's import never fails through us.
+    The import system walks sys.meta_path while we answer: we leave it only when we answer with a
+    spec (the walk stops there); answering None, we stay in it, done, so that no finder is skipped."""
 
     def __init__(self, name: str, action):
         self.name, self.action = name, action
+        self._busy = self._done = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
+        if fullname != self.name or self._busy or self._done:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)  # the finders after us (we answer None meanwhile)
+        except Exception:  # noqa: BLE001 - the import system will say what is wrong, not us
+            spec = None
+        finally:
+            self._busy = False
+        self._done = True
+        if spec is None:
             return None
         try:
             sys.meta_path.remove(self)
         except ValueError:
             pass
-        spec = importlib.util.find_spec(fullname)  # the finders after us
-        loader = getattr(spec, "loader", None)
+        loader = spec.loader
         run = getattr(loader, "exec_module", None)
         if run is None:
             return spec
@@ -355,7 +367,7 @@ class AfterImport:
             try:
                 run(module)
             finally:
-                loader.__dict__.pop("exec_module", None)
+                vars(loader).pop("exec_module", None)
             try:
                 self.action(module)
             except Exception:  # noqa: BLE001 - never break the program's import
