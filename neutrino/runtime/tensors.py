@@ -10,8 +10,10 @@ never per launch. Candidates, best first:
    the program builds them, from torch's global registration hooks
    (`torch.nn.modules.module.register_module_{parameter,buffer,module}_registration_hook`),
    installed right after the program imports torch (`watch_torch`): no walk of the garbage
-   collector's objects. Where torch came first (or has no such hooks), one walk of
-   `gc.get_objects()` finds the modules alive, and the hooks take over from there. The names are
+   collector's objects. Where torch came first (usual under neutrino: the runtime is built at
+   the program's first CUDA call), the first build installs the hooks and one walk of
+   `gc.get_objects()` finds the modules built before; the hooks take over from there (a torch
+   without the hooks gets a walk at every build). The names are
    kept as a table of storage spans sorted by start (a lookup is a bisection), rebuilt from the
    known modules when a pointer is not found and either a module registered something since the
    last build or REBUILD_SECONDS have passed (a parameter's storage can move: `.cuda()`,
