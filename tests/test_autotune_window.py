@@ -31,7 +31,8 @@ TESTS = Path(__file__).parent
 FAKE_FILES = {"triton.runtime.autotuner": TESTS / "faketriton" / "triton" / "runtime" / "autotuner.py",
               "torch._inductor.runtime.triton_heuristics":
                   TESTS / "faketorch" / "torch" / "_inductor" / "runtime" / "triton_heuristics.py",
-              "torch._inductor.select_algorithm": TESTS / "faketorch" / "torch" / "_inductor" / "select_algorithm.py"}
+              "torch._inductor.select_algorithm": TESTS / "faketorch" / "torch" / "_inductor" / "select_algorithm.py",
+              "torch._inductor.autotune_process": TESTS / "faketorch" / "torch" / "_inductor" / "autotune_process.py"}
 
 
 def load(name: str) -> types.ModuleType:
@@ -130,6 +131,15 @@ def test_select_algorithm_benchmarks_unprobed_and_its_classmethods_stay_classmet
     module.AlgorithmSelectorCache.benchmark_choices(choices[:1])  # called on its own: a window of its own
     assert [(f["function"].rsplit(".", 1)[1], f["configs"], f["launches"], f["chosen"]) for _, f in events] == [
         ("benchmark_in_current_process", 2, 2, "triton_mm_1"), ("benchmark_choices", 1, 1, "extern_mm")]
+
+
+def test_a_tuning_process_benchmarks_each_request_unprobed_through_the_base_class():
+    module, shim, events, wrapped = hooked(autotune.INDUCTOR_SUBPROCESS, "torch._inductor.autotune_process")
+    probed = []
+    request = module.TritonGPUBenchmarkRequest("triton_tem_fused_mm_0", lambda c: probed.append(shim.launch()))
+    assert request.benchmark() == 1.0 and probed == [False]
+    (kind, fields), = events
+    assert (kind, fields["kernel"], fields["launches"]) == ("autotune", "triton_tem_fused_mm_0", 1)
 
 
 def test_installing_twice_wraps_once():

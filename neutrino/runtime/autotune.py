@@ -98,7 +98,13 @@ INDUCTOR_SELECT = Hook("inductor max-autotune", "torch._inductor.select_algorith
     Target("torch._inductor.select_algorithm", "AlgorithmSelectorCache", "benchmark_choices",
            before=_choices, after=_best_choice),
 ))
-HOOKS = (TRITON, INDUCTOR, INDUCTOR_SELECT)
+# max-autotune's subprocess path (autotune_in_subproc): each choice is benchmarked in a tuning
+# process, a profiled process of its own; the in-process path reaches it too, nested (no event).
+INDUCTOR_SUBPROCESS = Hook("inductor max-autotune (tuning process)", "torch._inductor.autotune_process", (
+    Target("torch._inductor.autotune_process", "BenchmarkRequest", "benchmark",
+           before=lambda args, kwargs: {"kernel": str(getattr(args[0], "kernel_name", None)), "configs": 1}),
+))
+HOOKS = (TRITON, INDUCTOR, INDUCTOR_SELECT, INDUCTOR_SUBPROCESS)
 
 
 # ---------------------------------------------------------------- installing
