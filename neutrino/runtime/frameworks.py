@@ -15,7 +15,7 @@ import re
 import sys
 from typing import NamedTuple
 
-from neutrino.runtime.autotune_window import WRAPPED  # stdlib only: fine at interpreter start
+from neutrino.runtime.autotune_window import WRAPPED, SuspendWindow  # stdlib only: fine at interpreter start
 
 
 class Origin(NamedTuple):  # not attrs: loaded at interpreter start (compilers.py says why)
@@ -296,8 +296,6 @@ class CompileWindow:
     is autotune_window.SuspendWindow, shared with Triton's and TorchInductor's autotuners (autotune.py)."""
 
     def __init__(self, suspend, suspended):
-        from neutrino.runtime.autotune_window import SuspendWindow
-
         self.window = SuspendWindow(suspend, suspended)
 
     @property
