@@ -143,6 +143,25 @@ def test_a_tuning_process_benchmarks_each_request_unprobed_through_the_base_clas
     assert (kind, fields["kernel"], fields["launches"]) == ("autotune", "triton_tem_fused_mm_0", 1)
 
 
+@pytest.mark.parametrize("hook", autotune.HOOKS, ids=lambda hook: hook.framework)
+def test_every_benchmark_function_of_every_hook_runs_in_a_window(hook):
+    """Modules made from the hook's own names: each function it wraps for a window leaves the
+    launches inside it unprobed, whatever the framework's layout of classes."""
+    shim, events = FakeShim(), []
+    window = SuspendWindow(shim.suspend, shim.suspended, lambda kind, **fields: events.append((kind, fields)))
+    modules = {}
+    for target in hook.targets:
+        module = modules.setdefault(target.module, types.ModuleType(target.module))
+        owner = vars(module).setdefault(target.owner, type(target.owner, (), {}))
+        setattr(owner, target.attribute, lambda self, *args, **kwargs: shim.launch())
+    assert len(autotune.install(hook, window, modules)) == len(hook.targets)
+    for target in hook.targets:
+        instance = getattr(modules[target.module], target.owner)()
+        assert getattr(instance, target.attribute)() is target.tally  # a tally opens no window
+    assert shim.open_windows == 0
+    assert [kind for kind, _ in events] == ["autotune"] * sum(not t.tally for t in hook.targets)
+
+
 def test_installing_twice_wraps_once():
     module, shim, events, _ = hooked(autotune.INDUCTOR, "torch._inductor.runtime.triton_heuristics")
     first = vars(module.CachingAutotuner)["autotune_to_one_config"]

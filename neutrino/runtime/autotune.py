@@ -104,7 +104,26 @@ INDUCTOR_SUBPROCESS = Hook("inductor max-autotune (tuning process)", "torch._ind
     Target("torch._inductor.autotune_process", "BenchmarkRequest", "benchmark",
            before=lambda args, kwargs: {"kernel": str(getattr(args[0], "kernel_name", None)), "configs": 1}),
 ))
-HOOKS = (TRITON, INDUCTOR, INDUCTOR_SELECT, INDUCTOR_SUBPROCESS)
+# Compile-time fusion decisions (benchmark_fusion, benchmark_epilogue_fusion, benchmark_combo_kernel):
+# which nodes share a kernel changes what each kernel computes, and so can change the results.
+INDUCTOR_FUSION = Hook("inductor fusion", "torch._inductor.scheduler", tuple(
+    Target("torch._inductor.scheduler", "Scheduler", name, before=lambda args, kwargs: {"kernel": "fusion"})
+    for name in ("benchmark_fused_nodes", "benchmark_codegened_module", "benchmark_combo_kernel")))
+
+
+def _sub_kernel_chosen(args, kwargs, result) -> dict:
+    timings = list(result or ())
+    return {"chosen": f"sub-kernel {timings.index(min(timings))}"} if timings else {}
+
+
+# A multi-kernel (triton.multi_kernel) times its sub-kernels on its first call and keeps the fastest.
+INDUCTOR_MULTI_KERNEL = Hook("inductor multi-kernel", "torch._inductor.codegen.multi_kernel", (
+    Target("torch._inductor.codegen.multi_kernel", "MultiKernelCall", "benchmark_sub_kernels",
+           before=lambda args, kwargs: {"kernel": str(getattr(args[0], "multi_kernel_name", None)),
+                                        "configs": len(getattr(args[0], "kernels", ()) or ())},
+           after=_sub_kernel_chosen),
+))
+HOOKS = (TRITON, INDUCTOR, INDUCTOR_SELECT, INDUCTOR_SUBPROCESS, INDUCTOR_FUSION, INDUCTOR_MULTI_KERNEL)
 
 
 # ---------------------------------------------------------------- installing

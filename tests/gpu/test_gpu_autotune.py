@@ -39,6 +39,17 @@ def env(tmp_path):
     return base_env(tmp_path)
 
 
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> list[str]:
+    """One plain run's tuning, shared by the tests (a second plain run only where they differ)."""
+    ok, why = triton_gpu()
+    if not ok:
+        pytest.skip(f"triton with a CUDA device is not available: {why}")
+    lines = tuned_lines(run_plain(WORKLOAD + ["tuned"], base_env(tmp_path_factory.mktemp("plain"))).stdout)
+    assert len(lines) == 2, lines
+    return lines
+
+
 def tuned_lines(stdout: str) -> list[str]:
     """What decides the comparison: the config that won and the hash of the result's bytes."""
     return [line for line in stdout.splitlines() if line.startswith(("chosen ", "result "))]
@@ -53,12 +64,11 @@ def distinct_results_per_config() -> int:
 
 
 @pytest.mark.parametrize("probe", ["block_sched", "gmem_bytes"])
-def test_triton_autotuning_keeps_results_bitwise_identical(tmp_path, env, probe):
+def test_triton_autotuning_keeps_results_bitwise_identical(tmp_path, env, plain, probe):
     assert distinct_results_per_config() >= 2, "the configs give the same bits: the comparison would prove nothing"
-    plain = tuned_lines(run_plain(WORKLOAD + ["tuned"], env).stdout)
     r, trace = run_probed(probe, WORKLOAD + ["tuned"], tmp_path / "t", env)
     probed = tuned_lines(r.stdout)
-    assert len(plain) == 2 and len(probed) == 2, f"{plain}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    assert len(probed) == 2, f"{plain}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
     if probed != plain and tuned_lines(run_plain(WORKLOAD + ["tuned"], env).stdout) != plain:
         pytest.skip(f"the winning config differs between two plain runs on this machine: {plain}")
     assert probed == plain, f"the tuning changed under -p {probe}:\nplain  {plain}\nprobed {probed}"
@@ -74,10 +84,9 @@ def test_triton_autotuning_keeps_results_bitwise_identical(tmp_path, env, probe)
           f"in {tunings[0]['seconds']} s")
 
 
-def test_without_the_window_candidates_are_probed(tmp_path, env):
+def test_without_the_window_candidates_are_probed(tmp_path, env, plain):
     """Diagnostic for the fix: with the hooks taken off (as before it) every candidate launch is
     probed; what the tuning picks then is printed, not asserted (it depends on the probes' cost)."""
-    plain = tuned_lines(run_plain(WORKLOAD + ["tuned"], env).stdout)
     r, trace = run_probed("block_sched", WORKLOAD + ["tuned", "unhooked"], tmp_path / "t", env)
     assert "unhooked Autotuner._bench" in r.stdout, r.stdout[-2000:]
     assert not [e for e in trace.events if e.get("event") == "autotune"]
