@@ -1,8 +1,8 @@
 """Triton's and TorchInductor's autotuners time their candidates unprobed (issue 22).
 
 `@triton.autotune` benchmarks every config on the first call per key and keeps the fastest;
-TorchInductor does the same for its generated kernels (CachingAutotuner) and, under max-autotune,
-for its GEMM choices (select_algorithm). Probed, a candidate runs slower and another can win; a
+TorchInductor does the same for its generated kernels (CachingAutotuner, multi-kernels), for its
+fusion decisions and, under max-autotune, for its GEMM choices (select_algorithm). Probed, a candidate runs slower and another can win; a
 winner that reduces in another order (another BLOCK_K, split-K) changes the program's results in
 the last bits. So their benchmarking runs inside the suspend window XLA's compiles use
 (autotune_window.SuspendWindow): candidates run the original kernel, and each tuning writes one
