@@ -92,4 +92,6 @@ def test_without_the_window_candidates_are_probed(tmp_path, env, plain):
     assert not [e for e in trace.events if e.get("event") == "autotune"]
     ours = [la for la in trace.launches if "matmul_chunks" in la.kernel]
     assert len(ours) > 3, "the candidates' launches were probed too"
-    print(f"unhooked -p block_sched: plain {plain}, probed {tuned_lines(r.stdout)}; {len(ours)} launches probed")
+    timings = [line for line in r.stdout.splitlines() if line.startswith("timing ")]
+    print(f"unhooked -p block_sched: plain {plain}, probed {tuned_lines(r.stdout)}; {len(ours)} launches probed; "
+          f"{timings}")

@@ -96,6 +96,8 @@ def tuned(unhooked: bool):
     result = digest(c)
     want = a.float() @ b.float()
     assert torch.allclose(c, want, atol=0.5, rtol=1e-2), float((c - want).abs().max())
+    for config, timing in (getattr(kernel, "configs_timings", None) or {}).items():  # the margins, to read
+        print(f"timing {timing} ms: {config}")
     print(f"chosen {kernel.best_config}")
     print(f"result {result}")
 
