@@ -15,6 +15,8 @@ import re
 import sys
 from typing import NamedTuple
 
+from neutrino.runtime.autotune_window import WRAPPED, SuspendWindow  # stdlib only: fine at interpreter start
+
 
 class Origin(NamedTuple):  # not attrs: loaded at interpreter start (compilers.py says why)
     name: str
@@ -280,7 +282,6 @@ def prepare_jax(environ=None, event=None, on_wrappers=None) -> list[str]:
 COMPILE_FUNCTIONS = (("jax._src.compiler", "backend_compile_and_load"),  # jax >= 0.6
                      ("jax._src.compiler", "backend_compile"),  # jax 0.4.x-0.5: compile and load
                      ("jax._src.dispatch", "backend_compile"))  # jax < 0.4.6
-WRAPPED = "__neutrino_compile_window__"
 
 
 class CompileWindow:
@@ -291,22 +292,22 @@ class CompileWindow:
     compile leaves one `xla_compile` event (launches left unprobed, seconds).
 
     `suspend(open: bool)` opens or closes the shim's window (a count: compiles on several threads
-    overlap); `suspended()` is the shim's count of launches left unprobed so far."""
+    overlap); `suspended()` is the shim's count of launches left unprobed so far. The window itself
+    is autotune_window.SuspendWindow, shared with Triton's and TorchInductor's autotuners (autotune.py)."""
 
     def __init__(self, suspend, suspended):
-        import threading
+        self.window = SuspendWindow(suspend, suspended)
 
-        self.suspend = suspend
-        self.suspended = suspended
-        self._depth = threading.local()  # backend_compile inside backend_compile_and_load: one window
-        self.event = None
+    @property
+    def event(self):
+        return self.window.event
 
     def install(self, event=None, modules=None) -> list[str]:
         """Wrap JAX's compile functions (in `modules`, default sys.modules, importing the candidate
         modules); the names wrapped. None found: one `xla_compile_hook` event says so."""
         import importlib
 
-        self.event = event
+        self.window.event = event
         found, wrapped = (sys.modules if modules is None else modules), []
         for module_name, function_name in COMPILE_FUNCTIONS:
             module = found.get(module_name)
@@ -328,44 +329,4 @@ class CompileWindow:
         return wrapped
 
     def wrap(self, function, name: str):
-        import functools
-
-        @functools.wraps(function)
-        def compiling(*args, **kwargs):
-            if getattr(self._depth, "n", 0):
-                return function(*args, **kwargs)
-            opened = self._open()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                self._close(opened, name)
-
-        setattr(compiling, WRAPPED, True)
-        return compiling
-
-    def _open(self):
-        """(start time, launches left unprobed so far), or None when the shim could not be told."""
-        import time
-
-        self._depth.n = 1
-        try:
-            before = self.suspended()
-            self.suspend(True)
-            return time.perf_counter(), before
-        except Exception:  # noqa: BLE001 - never fail the program's compile
-            return None
-
-    def _close(self, opened, name: str) -> None:
-        import time
-
-        self._depth.n = 0
-        if opened is None:
-            return
-        try:
-            self.suspend(False)
-            started, before = opened
-            if self.event is not None:
-                self.event("xla_compile", function=name, launches=int(self.suspended() - before),
-                           seconds=round(time.perf_counter() - started, 6))
-        except Exception:  # noqa: BLE001
-            pass
+        return self.window.wrap(function, "xla_compile", name)

@@ -75,7 +75,8 @@ class Shim:
 
     def suspend_probing(self, open_window: bool) -> None:
         """Open or close a window in which launches of probed kernels run the original kernel
-        (a framework compiling: frameworks.CompileWindow). A shim built before it: nothing."""
+        (a framework compiling or autotuning: autotune_window.SuspendWindow). A shim built before
+        it: nothing."""
         fn = getattr(self.lib, "neutrino_suspend_probing", None)
         if fn is not None:
             fn.argtypes = [C.c_int]
