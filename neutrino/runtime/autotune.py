@@ -191,17 +191,18 @@ class ImportWatch:
         action = self.actions.pop(name, None)
         if action is None:
             return None
-        if not self.actions:
-            try:
-                sys.meta_path.remove(self)
-            except ValueError:
-                pass
         from neutrino.runtime.frameworks import spec_running_after
 
         try:
-            return spec_running_after(name, lambda module: action())
+            spec = spec_running_after(name, lambda module: action())
         except Exception:  # noqa: BLE001 - the normal finders import it, unhooked
             return None
+        if spec is not None and not self.actions:  # leave sys.meta_path only when answering with a spec:
+            try:  # the import system walks it while we answer, and would skip the next finder
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
+        return spec
 
 
 def watch_for_autotuners(window: SuspendWindow, event=None, hooks=HOOKS) -> ImportWatch | None:

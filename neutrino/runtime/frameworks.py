@@ -159,14 +159,14 @@ class BeforeJaxImport:
     def __init__(self, action, after=None):
         self.action = action
         self.after = after
+        self.done = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != "jax":
+        # The import system walks sys.meta_path while we answer: we leave it only when we answer
+        # with a spec (the walk stops there); answering None we stay in it, done, so no finder is skipped.
+        if name != "jax" or self.done:
             return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
+        self.done = True
         try:
             self.action()
         except Exception:  # noqa: BLE001 - never break the program's import
@@ -174,9 +174,15 @@ class BeforeJaxImport:
         if self.after is None:
             return None  # the normal finders import jax
         try:
-            return spec_running_after(name, self.after)
+            spec = spec_running_after(name, self.after)
         except Exception:  # noqa: BLE001 - the normal finders import jax, without `after`
             return None
+        if spec is not None:
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
+        return spec
 
 
 def spec_running_after(name: str, after):
