@@ -303,26 +303,47 @@ class GraphProbes:
             return
         try:
             with relaxed_capture(self.drv):
-                descs = (graph_ring.NodeDesc * len(nodes))(*[
-                    graph_ring.node_desc(n.device, n.device_layout, n.ring[2], n.ring_layout, n.offsets[0])
-                    for n in nodes])
-                desc = self.drv.mem_alloc_sync(C.sizeof(descs))
+                init = graph_ring.descriptors(
+                    [graph_ring.node_desc(n.device, n.device_layout, n.ring[2], n.ring_layout, n.offsets[0])
+                     for n in nodes], self.sink.filter)
+                desc = self.drv.mem_alloc_sync(C.sizeof(init))
                 group.descs.append(desc)
                 stream = self._our_stream(group.ctx)
-                self.drv.memcpy_htod_async(desc, C.addressof(descs), C.sizeof(descs), stream)
+                self.drv.memcpy_htod_async(desc, C.addressof(init), C.sizeof(init), stream)
                 self.drv.stream_synchronize(stream)
-                args = graph_ring.append_params(desc, self.sink.filter, self.wait_ns).pointers()
+                args = graph_ring.append_params(desc, self.sink.filter, self.wait_ns, len(nodes)).pointers()
                 group.append_args.append(args)
                 chunks = graph_ring.append_chunks([n.span for n in nodes])
-                self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], self._append[group.ctx],
-                                               (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1),
-                                               C.addressof(args))
+                self.drv.graph_add_kernel_node(graph, self._last_probed(graph, [n.node for n in nodes]),
+                                               self._append[group.ctx], (chunks, len(nodes), 1),
+                                               (graph_ring.APPEND_THREADS, 1, 1), C.addressof(args))
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
                 self._lose_results(n, f"graph append node: {type(e).__name__}: {e}")
             return
         for n in nodes:
             n.appended = True
+
+    def _last_probed(self, graph: int, probed: list[int]) -> list[int]:
+        """What the append node must wait for: the probed nodes no other probed node depends on,
+        directly or not. An edge from every probed node would make each of them fork (a node with
+        two successors), which the graph runs on more than one queue with a join per replay. If the
+        edges cannot be read, all of them."""
+        try:
+            edges = self.drv.graph_edges(graph)
+        except DriverError:
+            return probed
+        parents: dict[int, list[int]] = {}
+        for frm, to in edges:
+            parents.setdefault(to, []).append(frm)
+        ancestors: set[int] = set()  # of any probed node: one walk up from all of them
+        todo = [p for node in probed for p in parents.get(node, ())]
+        while todo:
+            node = todo.pop()
+            if node not in ancestors:
+                ancestors.add(node)
+                todo.extend(parents.get(node, ()))
+        return [node for node in probed if node not in ancestors]
 
     # ------------------------------------------------------------ what the shim reports
     def on_graph_event(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
