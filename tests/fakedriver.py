@@ -375,8 +375,9 @@ def emulate_graph_append(params_addr: int, nodes: int) -> None:
     a replay the control block says ran gated touches no node's maps or ring; a selected one is
     copied into each node's next device slot unless the ring is full (nothing drains concurrently
     here: waiting would time out), its flag published, its maps zeroed, the node's next gate written.
-    Then the replay is counted: the control block for the next replay, every node's mirror of the
-    count, and the nodes' gates opened when a gated replay is followed by a selected one."""
+    Then the replay is counted: the control block for the next replay (the count stays there: the
+    host copies it out when it needs it), and the nodes' gates opened when a gated replay is followed
+    by a selected one."""
     p = _params(params_addr, graph_ring.AppendParams)
 
     def selected(r):
@@ -398,10 +399,8 @@ def emulate_graph_append(params_addr: int, nodes: int) -> None:
             mirror[2] = state[2]
         C.memset(d.src, 0, d.bytes)  # the maps read zero at the next replay
         C.c_uint32.from_address(d.src - graph_ring.GATE_OFFSET).value = 0 if selected(replay + 1) else 1
-    for d in descs:
-        C.c_uint64.from_address(d.ring + graph_ring.REPLAYS).value = replay + 1
-        if ran_gated and selected(replay + 1):
-            C.c_uint32.from_address(d.src - graph_ring.GATE_OFFSET).value = 0
+    for d in descs if ran_gated and selected(replay + 1) else ():
+        C.c_uint32.from_address(d.src - graph_ring.GATE_OFFSET).value = 0
     ctl.gate, ctl.done, ctl.replay = 0 if selected(replay + 1) else 1, 0, replay + 1
 
 

@@ -91,10 +91,16 @@ GATE_OFFSET = 8  # passes/lower_save.GATE_OFFSET: the gate is this many bytes be
 # 16-byte load, shared through shared memory: a block's threads must not read a value the last
 # block of the replay already replaced).
 #
+# Every block issues its loads before its first barrier, so their latencies overlap: the node's
+# descriptor, its chunk of the maps, and (thread 0) the control block, the node's slots written and
+# the host's consumed count (read there only for a ring on the device: a ring in host memory is
+# read after the decision, across PCIe).
+#
 # A gated replay (the common case with --launches every:N): the maps are zero, so a block copies,
 # zeroes and fences nothing; thread 0 adds 1 to the replay's block count and, when its add
-# completes the count, its block finalizes the replay. Its cost: the control block's load, one
-# atomic, two barriers.
+# completes the count, its block finalizes the replay. Its cost: one round of loads, one atomic,
+# two barriers, and no access to host memory (stores there must reach the host before the kernel
+# counts as done).
 #
 # A selected replay: block (c, b) loads its 16 bytes of chunk c of node b's maps while thread 0
 # decides (state read at gpu scope, `consumed` written by the copy engine or the host) and shares
@@ -106,11 +112,11 @@ GATE_OFFSET = 8  # passes/lower_save.GATE_OFFSET: the gate is this many bytes be
 # across PCIe), publishes the flag and the counters and their mirrors, writes the node's gate for
 # the next replay, resets DONE, and adds the node's blocks to the replay's count.
 #
-# Finalizing (every thread of the block whose add completed the replay's count): the replay count
-# mirrored into every node's host ring (thread i: node i, its descriptor prefetched at entry), the
-# nodes' gates opened when a gated replay is followed by a selected one, and thread 0 writes the
-# control block for the next replay (gate, count 0, number + 1). The next replay's kernels start
-# after this kernel ends: no fence needed.
+# Finalizing (every thread of the block whose add completed the replay's count): the nodes' gates
+# opened when a gated replay is followed by a selected one (thread i: node i, its descriptor loaded
+# at entry), and thread 0 writes the control block for the next replay (gate, count 0, number + 1).
+# The next replay's kernels start after this kernel ends: no fence needed. The replay count stays
+# in device memory: the host reads it when it needs it (after a synchronisation: replay_counts).
 _SELECTED = """\
     setp.lt.u64 %p2, %rd4, %rd5;
     setp.ge.u64 %p3, %rd4, %rd6;
@@ -154,18 +160,7 @@ _PTX = """\
     setp.lt.u32 %p15, %r1, %r16;
     mul.wide.u32 %rd52, %r1, 64;
     add.u64 %rd52, %rd60, %rd52;
-    @%p15 ld.global.u64 %rd53, [%rd52+16];
     @%p15 ld.global.u64 %rd54, [%rd52];
-    @%p7 bra CTL;
-    ld.relaxed.gpu.global.v2.u64 {{%rd51, %rd2}}, [%rd50];
-    st.shared.v2.u64 [s_ctl], {{%rd51, %rd2}};
-CTL:
-    bar.sync 0;
-    ld.shared.v2.u64 {{%rd51, %rd2}}, [s_ctl];
-    add.u64 %rd4, %rd2, 1;
-    cvt.u32.u64 %r12, %rd51;
-    setp.ne.u32 %p11, %r12, 0;
-    @%p11 bra TICKET;
     cvt.u64.u32 %rd34, %r8;
     shl.b64 %rd35, %rd34, 4;
     add.u64 %rd36, %rd25, %rd35;
@@ -186,17 +181,28 @@ CTL:
     setp.lt.u64 %p10, %rd22, %rd39;
     add.u64 %rd26, %rd24, %rd22;
     @%p10 ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
-    @%p7 bra SHARED;
+    @%p7 bra CTL;
+    ld.relaxed.gpu.global.v2.u64 {{%rd51, %rd2}}, [%rd50];
     ld.relaxed.gpu.global.u64 %rd3, [%rd31+8];
-    mov.u64 %rd20, 0;
     ld.global.u64 %rd10, [%rd32+24];
     ld.global.u64 %rd28, [%rd32+56];
-    ld.relaxed.sys.global.u64 %rd14, [%rd28];
+    ld.param.u64 %rd29, [p_wait_ns];
+    setp.eq.u64 %p8, %rd29, 0;
+    @%p8 ld.relaxed.sys.global.u64 %rd14, [%rd28];
+    st.shared.v2.u64 [s_ctl], {{%rd51, %rd2}};
+CTL:
+    bar.sync 0;
+    ld.shared.v2.u64 {{%rd51, %rd2}}, [s_ctl];
+    add.u64 %rd4, %rd2, 1;
+    cvt.u32.u64 %r12, %rd51;
+    setp.ne.u32 %p11, %r12, 0;
+    @%p11 bra TICKET;
+    @%p7 bra SHARED;
+    mov.u64 %rd20, 0;
+    @!%p8 ld.relaxed.sys.global.u64 %rd14, [%rd28];
     sub.u64 %rd15, %rd3, %rd14;
     setp.lt.u64 %p4, %rd15, %rd10;
     @%p4 bra FREE;
-    ld.param.u64 %rd29, [p_wait_ns];
-    setp.eq.u64 %p8, %rd29, 0;
     @%p8 bra DECIDED;
     mov.u64 %rd30, %globaltimer;
     add.u64 %rd29, %rd29, %rd30;
@@ -298,9 +304,9 @@ VERDICT:
     setp.ne.u32 %p2, %r20, 0;
     not.pred %p16, %p2;
     and.pred %p16, %p16, %p11;
+    @!%p16 bra FINAL_CTL;
     @!%p15 bra FINAL_CTL;
-    st.relaxed.sys.global.u64 [%rd53], %rd4;
-    @%p16 st.relaxed.gpu.global.u32 [%rd54+-8], %r7;
+    st.relaxed.gpu.global.u32 [%rd54+-8], %r7;
     mov.u32 %r3, %ntid.x;
     add.u32 %r21, %r1, %r3;
 MORE:
@@ -308,10 +314,8 @@ MORE:
     @%p17 bra FINAL_CTL;
     mul.wide.u32 %rd56, %r21, 64;
     add.u64 %rd56, %rd60, %rd56;
-    ld.global.u64 %rd57, [%rd56+16];
-    st.relaxed.sys.global.u64 [%rd57], %rd4;
     ld.global.u64 %rd58, [%rd56];
-    @%p16 st.relaxed.gpu.global.u32 [%rd58+-8], %r7;
+    st.relaxed.gpu.global.u32 [%rd58+-8], %r7;
     add.u32 %r21, %r21, %r3;
     bra MORE;
 FINAL_CTL:
@@ -481,6 +485,7 @@ class Control(C.Structure):
 
 
 CONTROL_BYTES = C.sizeof(Control)
+CONTROL_REPLAY = Control.replay.offset
 
 
 def descriptors(descs: list, launch_filter) -> C.Array:

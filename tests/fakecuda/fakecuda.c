@@ -409,8 +409,8 @@ static uint64_t fake_now_ns(void);
  * replay's gate (u32), blocks counted (u32), the replay's number. A replay that ran gated touches
  * no node; a selected one is copied into each node's ring (a full ring drops the replay, or waits
  * for the host's poller), its maps zeroed and the node's next gate written. Then the replay is
- * counted: every node's mirror, gates opened when a gated replay is followed by a selected one,
- * the control block for the next replay. */
+ * counted: gates opened when a gated replay is followed by a selected one, the control block for
+ * the next replay (the count stays there: the host copies it out when it needs it). */
 static int fake_selected(uint64_t r, uint64_t start, uint64_t stop, uint64_t every) {
     return !(r < start || r >= stop || (r - start) % every);
 }
@@ -447,7 +447,6 @@ static void graph_append(void **params, unsigned nodes) {
         } else if (next) {
             *gate = 0;
         }
-        mirror[0] = r + 1;
     }
     ctl[0] = next ? 0 : 1;
     ctl[1] = 0;
