@@ -305,10 +305,6 @@ class FakeDriver:
         self.graphs[graph].nodes.append(node)
         return node["handle"]
 
-    def graph_edges(self, graph):
-        self._check("graph_edges")
-        return [(d, n["handle"]) for n in self.graphs[graph].nodes for d in n["deps"]]
-
     def host_free(self, addr):
         self.frees += 1
         with self._lock:
@@ -372,36 +368,32 @@ def _params(params_addr: int, struct):
 
 def emulate_graph_append(params_addr: int, nodes: int) -> None:
     """What the append kernel (neutrino/runtime/graph_ring.py) does, all chunks of a node at once:
-    a replay the control block says ran gated touches no node's maps or ring; a selected one is
-    copied into each node's next device slot unless the ring is full (nothing drains concurrently
-    here: waiting would time out), its flag published, its maps zeroed, the node's next gate written.
-    Then the replay is counted: the control block for the next replay (the count stays there: the
-    host copies it out when it needs it), and the nodes' gates opened when a gated replay is followed
-    by a selected one."""
+    count the replay; copy a selected one into the next device slot unless the ring is full (nothing
+    drains concurrently here: waiting would time out), publish its flag; zero the maps."""
     p = _params(params_addr, graph_ring.AppendParams)
 
     def selected(r):
         return not (r < p.start or r >= p.stop or (r - p.start) % p.every)
 
-    ctl = graph_ring.Control.from_address(p.ctl)
-    replay, ran_gated = ctl.replay, ctl.gate
-    descs = [graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES) for b in range(nodes)]
-    for d in descs if not ran_gated else ():
+    for b in range(nodes):
+        d = graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES)
         state, mirror = (C.c_uint64 * 3).from_address(d.state), (C.c_uint64 * 3).from_address(d.ring)
-        written, consumed = state[1], C.c_uint64.from_address(d.consumed).value
-        if written - consumed < d.nslots:
-            slot = written % d.nslots
-            C.memmove(d.slots + slot * d.stride, d.src, d.bytes)
-            C.c_uint64.from_address(d.ring + graph_ring.COUNTERS_BYTES + 8 * slot).value = replay + 1
-            state[1] = mirror[1] = written + 1
-        else:
-            state[2] += 1
-            mirror[2] = state[2]
+        replay, written, consumed = state[0], state[1], C.c_uint64.from_address(d.consumed).value
+        state[0] = mirror[0] = replay + 1
+        gate = C.c_uint32.from_address(d.src - graph_ring.GATE_OFFSET)
+        ran_gated, gate.value = gate.value, 0 if selected(replay + 1) else 1  # the next replay's gate
+        if ran_gated and not selected(replay):
+            continue  # the probe wrote nothing: the maps are still zero
+        if selected(replay):
+            if written - consumed < d.nslots:
+                slot = written % d.nslots
+                C.memmove(d.slots + slot * d.stride, d.src, d.bytes)
+                C.c_uint64.from_address(d.ring + graph_ring.COUNTERS_BYTES + 8 * slot).value = replay + 1
+                state[1] = mirror[1] = written + 1
+            else:
+                state[2] += 1
+                mirror[2] = state[2]
         C.memset(d.src, 0, d.bytes)  # the maps read zero at the next replay
-        C.c_uint32.from_address(d.src - graph_ring.GATE_OFFSET).value = 0 if selected(replay + 1) else 1
-    for d in descs if ran_gated and selected(replay + 1) else ():
-        C.c_uint32.from_address(d.src - graph_ring.GATE_OFFSET).value = 0
-    ctl.gate, ctl.done, ctl.replay = 0 if selected(replay + 1) else 1, 0, replay + 1
 
 
 def param_u64(params_addr: int, i: int) -> int:

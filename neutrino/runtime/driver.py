@@ -114,8 +114,6 @@ _SIGNATURES = {
     "cuMemHostGetDevicePointer_v2": [C.POINTER(C.c_uint64), P, U],
     "cuMemcpyHtoDAsync_v2": [C.c_uint64, P, SZ, P],
     "cuGraphAddKernelNode_v2": [PP, P, P, SZ, P],
-    "cuGraphGetEdges_v2": [P, P, P, P, C.POINTER(SZ)],
-    "cuGraphGetEdges": [P, P, P, C.POINTER(SZ)],
     "cuEventCreate": [PP, U],
     "cuEventRecord": [P, P],
     "cuEventSynchronize": [P],
@@ -361,21 +359,6 @@ class RealDriver:
         node = C.c_void_p()
         self._call("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, len(deps), C.byref(p))
         return node.value
-
-    def graph_edges(self, graph: int) -> list[tuple[int, int]]:
-        """Every edge (from, to) of a graph (cuGraphGetEdges: the count, then the edges)."""
-        def get(frm, to, n):
-            try:
-                self._call("cuGraphGetEdges_v2", graph, frm, to, None, C.byref(n))
-            except DriverError as e:
-                if e.code != -1:
-                    raise
-                self._call("cuGraphGetEdges", graph, frm, to, C.byref(n))
-        n = C.c_size_t(0)
-        get(None, None, n)
-        frm, to = (C.c_void_p * max(1, n.value))(), (C.c_void_p * max(1, n.value))()
-        get(frm, to, n)
-        return [(frm[i] or 0, to[i] or 0) for i in range(n.value)]
 
     def host_free(self, addr: int) -> None:
         self._call("cuMemFreeHost", addr)

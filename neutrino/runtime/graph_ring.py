@@ -75,8 +75,7 @@ APPEND_THREADS = 256
 CHUNK_BYTES = APPEND_THREADS * 16
 MAX_CHUNKS = 512
 WAIT_NS = 10_000_000_000  # --when-full=wait: as long as the C launch path waits for room
-# counter offsets, in the device state and (the first three mirrored) in the host ring; replays are
-# counted in the append node's control block (Control) and mirrored into every node's host ring
+# counter offsets, in the device state and (the first three mirrored) in the host ring
 REPLAYS, WRITTEN, DROPPED, CONSUMED = 0, 8, 16, 24
 # the device state: the counters above, then [32] u64 blocks of this replay done (low half) and
 # blocks that copied (high half): one atomic tells the last block both
@@ -85,82 +84,39 @@ STATE_BYTES = 64
 HEAD_BYTES = 256  # before the maps: the gate (its last 8 bytes), keeping the maps 256-byte aligned
 GATE_OFFSET = 8  # passes/lower_save.GATE_OFFSET: the gate is this many bytes before the maps
 
-# The replay's control block (CONTROL_BYTES, in device memory after the descriptors, one per append
-# node): [0] u32 this replay's gate (0: selected, else every probed node ran gated), [4] u32 blocks
-# of this replay counted, [8] u64 this replay's number. Every block's thread 0 reads it (one
-# 16-byte load, shared through shared memory: a block's threads must not read a value the last
-# block of the replay already replaced).
-#
-# Every block issues its loads before its first barrier, so their latencies overlap: the node's
-# descriptor, its chunk of the maps, and (thread 0) the control block, the node's slots written and
-# the host's consumed count (read there only for a ring on the device: a ring in host memory is
-# read after the decision, across PCIe).
-#
-# A gated replay (the common case with --launches every:N): the maps are zero, so a block copies,
-# zeroes and fences nothing; thread 0 adds 1 to the replay's block count and, when its add
-# completes the count, its block finalizes the replay. Its cost: one round of loads, one atomic,
-# two barriers, and no access to host memory (stores there must reach the host before the kernel
-# counts as done).
-#
-# A selected replay: block (c, b) loads its 16 bytes of chunk c of node b's maps while thread 0
-# decides (state read at gpu scope, `consumed` written by the copy engine or the host) and shares
-# the slot's address (0: no copy) through shared memory. The block copies the chunk there and
-# zeroes it; after the barrier thread 0 fences at gpu scope (cumulative: the block's stores before
-# the barrier are ordered too) and adds (copied << 32 | 1) to the node's DONE. The block that
-# completes the node's count fences (gpu scope for a ring on the device: the copy engine reads
-# device memory through L2; system scope for a ring in host memory, whose slots were written
-# across PCIe), publishes the flag and the counters and their mirrors, writes the node's gate for
-# the next replay, resets DONE, and adds the node's blocks to the replay's count.
-#
-# Finalizing (every thread of the block whose add completed the replay's count): the nodes' gates
-# opened when a gated replay is followed by a selected one (thread i: node i, its descriptor loaded
-# at entry), and thread 0 writes the control block for the next replay (gate, count 0, number + 1).
-# The next replay's kernels start after this kernel ends: no fence needed. The replay count stays
-# in device memory: the host reads it when it needs it (after a synchronisation: replay_counts).
-_SELECTED = """\
-    setp.lt.u64 %p2, %rd4, %rd5;
-    setp.ge.u64 %p3, %rd4, %rd6;
-    or.pred %p2, %p2, %p3;
-    sub.u64 %rd44, %rd4, %rd5;
-    rem.u64 %rd45, %rd44, %rd7;
-    setp.ne.u64 %p3, %rd45, 0;
-    or.pred %p2, %p2, %p3;"""  # %p2: replay %rd4 is left out by --launches (its gate is set)
-
+# Block (c, b): every thread loads its first 16 bytes of chunk c of node b's maps while thread 0
+# decides for the block (state read at gpu scope, `consumed` written by the copy engine or the
+# host) and shares the slot's address (0: no copy) through shared memory: the decision's latency
+# hides behind the load's. The block copies the chunk there and zeroes it; after the barrier thread 0 fences at gpu scope
+# (cumulative: the block's stores before the barrier are ordered too) and adds (copied << 32 | 1)
+# to DONE. The block that completes the count fences (gpu scope for a ring on the device: the copy
+# engine reads device memory through L2; system scope for a ring in host memory, whose slots were
+# written across PCIe), then publishes the flag, the counters and their mirrors, and resets DONE.
+# A block whose replay ran with the probe gate set (%r12 != 0: the probe wrote nothing) copies and
+# zeroes nothing, and, having written nothing, skips the fences (%p12: the same in every block of a
+# replay). The last block writes the next replay's gate (COUNTED).
 _PTX = """\
 .version {version}
 .target {target}
 .address_size 64
 
 .visible .entry __neutrino_graph_append(
-    .param .u64 p_desc, .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns,
-    .param .u64 p_ctl)
+    .param .u64 p_desc, .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns)
 {{
-    .reg .pred %p<20>;
-    .reg .b32 %r<24>;
-    .reg .b64 %rd<64>;
-    .shared .align 16 .b64 s_ctl[2];
+    .reg .pred %p<14>;
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<48>;
     .shared .align 8 .u64 s_slot;
-    .shared .align 4 .u32 s_last;
     mov.u32 %r1, %tid.x;
     setp.ne.u32 %p7, %r1, 0;
-    mov.u32 %r7, 0;
-    mov.u32 %r8, %nctaid.x;
-    mov.u32 %r16, %nctaid.y;
-    ld.param.u64 %rd50, [p_ctl];
-    ld.param.u64 %rd60, [p_desc];
-    ld.param.u64 %rd5, [p_start];
-    ld.param.u64 %rd6, [p_stop];
-    ld.param.u64 %rd7, [p_every];
+    ld.param.u64 %rd32, [p_desc];
     mov.u32 %r2, %ctaid.y;
     mul.wide.u32 %rd33, %r2, 64;
-    add.u64 %rd32, %rd60, %rd33;
+    add.u64 %rd32, %rd32, %rd33;
     ld.global.u64 %rd24, [%rd32];
     ld.global.u64 %rd25, [%rd32+8];
     ld.global.u64 %rd31, [%rd32+48];
-    setp.lt.u32 %p15, %r1, %r16;
-    mul.wide.u32 %rd52, %r1, 64;
-    add.u64 %rd52, %rd60, %rd52;
-    @%p15 ld.global.u64 %rd54, [%rd52];
+    mov.u32 %r8, %nctaid.x;
     cvt.u64.u32 %rd34, %r8;
     shl.b64 %rd35, %rd34, 4;
     add.u64 %rd36, %rd25, %rd35;
@@ -178,31 +134,34 @@ _PTX = """\
     mov.u32 %r3, %ntid.x;
     cvt.u64.u32 %rd23, %r3;
     shl.b64 %rd23, %rd23, 4;
+    mov.u32 %r7, 0;
+    ld.global.u32 %r12, [%rd24+-8];
     setp.lt.u64 %p10, %rd22, %rd39;
     add.u64 %rd26, %rd24, %rd22;
     @%p10 ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
-    @%p7 bra CTL;
-    ld.relaxed.gpu.global.v2.u64 {{%rd51, %rd2}}, [%rd50];
+    @%p7 bra SHARED;
+    ld.relaxed.gpu.global.u64 %rd2, [%rd31];
     ld.relaxed.gpu.global.u64 %rd3, [%rd31+8];
+    mov.u64 %rd20, 0;
+    ld.param.u64 %rd5, [p_start];
+    ld.param.u64 %rd6, [p_stop];
+    ld.param.u64 %rd7, [p_every];
+    setp.lt.u64 %p1, %rd2, %rd5;
+    setp.ge.u64 %p2, %rd2, %rd6;
+    or.pred %p1, %p1, %p2;
+    sub.u64 %rd8, %rd2, %rd5;
+    rem.u64 %rd9, %rd8, %rd7;
+    setp.ne.u64 %p3, %rd9, 0;
+    or.pred %p1, %p1, %p3;
+    @%p1 bra DECIDED;
     ld.global.u64 %rd10, [%rd32+24];
     ld.global.u64 %rd28, [%rd32+56];
-    ld.param.u64 %rd29, [p_wait_ns];
-    setp.eq.u64 %p8, %rd29, 0;
-    @%p8 ld.relaxed.sys.global.u64 %rd14, [%rd28];
-    st.shared.v2.u64 [s_ctl], {{%rd51, %rd2}};
-CTL:
-    bar.sync 0;
-    ld.shared.v2.u64 {{%rd51, %rd2}}, [s_ctl];
-    add.u64 %rd4, %rd2, 1;
-    cvt.u32.u64 %r12, %rd51;
-    setp.ne.u32 %p11, %r12, 0;
-    @%p11 bra TICKET;
-    @%p7 bra SHARED;
-    mov.u64 %rd20, 0;
-    @!%p8 ld.relaxed.sys.global.u64 %rd14, [%rd28];
+    ld.relaxed.sys.global.u64 %rd14, [%rd28];
     sub.u64 %rd15, %rd3, %rd14;
     setp.lt.u64 %p4, %rd15, %rd10;
     @%p4 bra FREE;
+    ld.param.u64 %rd29, [p_wait_ns];
+    setp.eq.u64 %p8, %rd29, 0;
     @%p8 bra DECIDED;
     mov.u64 %rd30, %globaltimer;
     add.u64 %rd29, %rd29, %rd30;
@@ -227,6 +186,10 @@ SHARED:
     bar.sync 0;
     ld.shared.u64 %rd21, [s_slot];
     setp.ne.u64 %p5, %rd21, 0;
+    setp.ne.u32 %p11, %r12, 0;
+    not.pred %p12, %p5;
+    and.pred %p12, %p12, %p11;
+    @%p12 bra STEPPED;
 STEP:
     setp.ge.u64 %p6, %rd22, %rd39;
     @%p6 bra STEPPED;
@@ -242,20 +205,21 @@ ZERO:
     bra STEP;
 STEPPED:
     bar.sync 0;
-    @%p7 bra VERDICT;
-    membar.gl;
+    @%p7 bra DONE;
+    @!%p12 membar.gl;
     selp.u64 %rd40, 4294967297, 1, %p5;
     atom.global.add.u64 %rd41, [%rd31+32], %rd40;
     add.u64 %rd41, %rd41, %rd40;
     cvt.u32.u64 %r11, %rd41;
-    mov.u32 %r17, 0;
     setp.ne.u32 %p4, %r11, %r8;
-    @%p4 bra COUNT;
-    {publish_fence};
+    @%p4 bra DONE;
+    @!%p12 {publish_fence};
     ld.global.u64 %rd1, [%rd32+16];
+    add.u64 %rd4, %rd2, 1;
     shr.u64 %rd42, %rd41, 32;
     setp.ne.u64 %p6, %rd42, %rd34;
     @%p6 bra UNWRITTEN;
+    ld.global.u64 %rd10, [%rd32+24];
     rem.u64 %rd11, %rd3, %rd10;
     shl.b64 %rd12, %rd11, 3;
     add.u64 %rd13, %rd1, %rd12;
@@ -263,65 +227,27 @@ STEPPED:
     add.u64 %rd3, %rd3, 1;
     st.relaxed.gpu.global.u64 [%rd31+8], %rd3;
     st.relaxed.sys.global.u64 [%rd1+8], %rd3;
-    bra NODE_DONE;
+    bra COUNTED;
 UNWRITTEN:
+    @%p1 bra COUNTED;
     ld.relaxed.gpu.global.u64 %rd19, [%rd31+16];
     add.u64 %rd19, %rd19, 1;
     st.relaxed.gpu.global.u64 [%rd31+16], %rd19;
     st.relaxed.sys.global.u64 [%rd1+16], %rd19;
-NODE_DONE:
-{selected}
+COUNTED:
+    setp.lt.u64 %p2, %rd4, %rd5;
+    setp.ge.u64 %p3, %rd4, %rd6;
+    or.pred %p2, %p2, %p3;
+    sub.u64 %rd44, %rd4, %rd5;
+    rem.u64 %rd45, %rd44, %rd7;
+    setp.ne.u64 %p3, %rd45, 0;
+    or.pred %p2, %p2, %p3;
     selp.u32 %r13, 1, 0, %p2;
     st.relaxed.gpu.global.u32 [%rd24+-8], %r13;
     mov.u64 %rd43, 0;
     st.relaxed.gpu.global.u64 [%rd31+32], %rd43;
-    mov.u32 %r17, %r8;
-    bra COUNT;
-TICKET:
-    @%p7 bra VERDICT;
-    mov.u32 %r17, 1;
-COUNT:
-    mov.u32 %r19, 0;
-    setp.eq.u32 %p13, %r17, 0;
-    @%p13 bra SAY;
-    atom.global.add.u32 %r15, [%rd50+4], %r17;
-{selected}
-    add.u32 %r15, %r15, %r17;
-    mul.lo.u32 %r18, %r8, %r16;
-    setp.eq.u32 %p13, %r15, %r18;
-    selp.u32 %r19, 1, 0, %p13;
-    selp.u32 %r20, 2, 0, %p2;
-    or.b32 %r19, %r19, %r20;
-SAY:
-    st.shared.u32 [s_last], %r19;
-VERDICT:
-    bar.sync 0;
-    ld.shared.u32 %r19, [s_last];
-    and.b32 %r20, %r19, 1;
-    setp.eq.u32 %p13, %r20, 0;
-    @%p13 bra DONE;
-    and.b32 %r20, %r19, 2;
-    setp.ne.u32 %p2, %r20, 0;
-    not.pred %p16, %p2;
-    and.pred %p16, %p16, %p11;
-    @!%p16 bra FINAL_CTL;
-    @!%p15 bra FINAL_CTL;
-    st.relaxed.gpu.global.u32 [%rd54+-8], %r7;
-    mov.u32 %r3, %ntid.x;
-    add.u32 %r21, %r1, %r3;
-MORE:
-    setp.ge.u32 %p17, %r21, %r16;
-    @%p17 bra FINAL_CTL;
-    mul.wide.u32 %rd56, %r21, 64;
-    add.u64 %rd56, %rd60, %rd56;
-    ld.global.u64 %rd58, [%rd56];
-    st.relaxed.gpu.global.u32 [%rd58+-8], %r7;
-    add.u32 %r21, %r21, %r3;
-    bra MORE;
-FINAL_CTL:
-    @%p7 bra DONE;
-    selp.u64 %rd55, 1, 0, %p2;
-    st.relaxed.gpu.global.v2.u64 [%rd50], {{%rd55, %rd4}};
+    st.relaxed.gpu.global.u64 [%rd31], %rd4;
+    st.relaxed.sys.global.u64 [%rd1], %rd4;
 DONE:
     ret;
 }}
@@ -334,8 +260,8 @@ def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True) -> s
     device or (`on_device` false: --when-full=wait) in host memory."""
     fence = "membar.gl" if on_device else "membar.sys"
     if arch is None or arch >= (7, 5):
-        return _PTX.format(version="7.0", target="sm_75", publish_fence=fence, selected=_SELECTED)
-    return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}", publish_fence=fence, selected=_SELECTED)
+        return _PTX.format(version="7.0", target="sm_75", publish_fence=fence)
+    return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}", publish_fence=fence)
 
 
 def _align(n: int, a: int) -> int:
@@ -459,7 +385,7 @@ def node_desc(device: int, dev: DeviceLayout, ring_device: int, lay: RingLayout,
 class AppendParams(C.Structure):
     """The append kernel's arguments, and the pointer array a launch takes (`pointers`)."""
 
-    _fields_ = [(name, C.c_uint64) for name in ("desc", "start", "stop", "every", "wait_ns", "ctl")]
+    _fields_ = [(name, C.c_uint64) for name in ("desc", "start", "stop", "every", "wait_ns")]
 
     def pointers(self):
         base = C.addressof(self)
@@ -468,36 +394,12 @@ class AppendParams(C.Structure):
         return arr
 
 
-def append_params(desc_device: int, launch_filter, wait_ns: int = 0, nodes: int = 1) -> AppendParams:
-    """`desc_device`: the nodes' descriptors (grid row b: node b), `nodes` of them, then the control
-    block. `wait_ns`: how long a full ring is waited on before the replay is dropped (0: never)."""
+def append_params(desc_device: int, launch_filter, wait_ns: int = 0) -> AppendParams:
+    """`desc_device`: the nodes' descriptors (grid row b: node b). `wait_ns`: how long a full ring
+    is waited on before the replay is dropped (0: never)."""
     f = launch_filter
     return AppendParams(desc=desc_device, start=f.start, stop=min(f.stop, 2**64 - 1), every=max(1, f.every),
-                        wait_ns=wait_ns, ctl=desc_device + nodes * DESC_BYTES)
-
-
-class Control(C.Structure):
-    """The replay's control block (CONTROL_BYTES, after an append node's descriptors): this
-    replay's gate (0: selected), the blocks of this replay counted, the replay's number."""
-
-    _fields_ = [("gate", C.c_uint32), ("done", C.c_uint32), ("replay", C.c_uint64),
-                ("_reserved", C.c_uint64 * 6)]
-
-
-CONTROL_BYTES = C.sizeof(Control)
-CONTROL_REPLAY = Control.replay.offset
-
-
-def descriptors(descs: list, launch_filter) -> C.Array:
-    """What an append node's device memory starts as: the nodes' descriptors, then the control
-    block for replay 0 (its gate: 0 when `--launches` selects replay 0, as the capture wrote the
-    nodes' gates)."""
-    buf = (C.c_ubyte * (len(descs) * DESC_BYTES + CONTROL_BYTES))()
-    for i, d in enumerate(descs):
-        C.memmove(C.addressof(buf) + i * DESC_BYTES, C.addressof(d), DESC_BYTES)
-    ctl = Control.from_buffer(buf, len(descs) * DESC_BYTES)
-    ctl.gate = 0 if launch_filter.selects(0) else 1
-    return buf
+                        wait_ns=wait_ns)
 
 
 def append_chunks(spans) -> int:

@@ -124,7 +124,6 @@ class GraphGroup:
     execs: set = attrs.Factory(set)
     nodes: list = attrs.Factory(list)
     descs: list = attrs.Factory(list)  # device memory of the append node's descriptors (one per capture end)
-    controls: list = attrs.Factory(list)  # (control block's device address, the nodes it counts), one per append node
     append_args: list = attrs.Factory(list)  # their arguments (the fake drivers read them at each replay)
 
     @property
@@ -304,48 +303,26 @@ class GraphProbes:
             return
         try:
             with relaxed_capture(self.drv):
-                init = graph_ring.descriptors(
-                    [graph_ring.node_desc(n.device, n.device_layout, n.ring[2], n.ring_layout, n.offsets[0])
-                     for n in nodes], self.sink.filter)
-                desc = self.drv.mem_alloc_sync(C.sizeof(init))
+                descs = (graph_ring.NodeDesc * len(nodes))(*[
+                    graph_ring.node_desc(n.device, n.device_layout, n.ring[2], n.ring_layout, n.offsets[0])
+                    for n in nodes])
+                desc = self.drv.mem_alloc_sync(C.sizeof(descs))
                 group.descs.append(desc)
-                group.controls.append((desc + len(nodes) * graph_ring.DESC_BYTES, tuple(nodes)))
                 stream = self._our_stream(group.ctx)
-                self.drv.memcpy_htod_async(desc, C.addressof(init), C.sizeof(init), stream)
+                self.drv.memcpy_htod_async(desc, C.addressof(descs), C.sizeof(descs), stream)
                 self.drv.stream_synchronize(stream)
-                args = graph_ring.append_params(desc, self.sink.filter, self.wait_ns, len(nodes)).pointers()
+                args = graph_ring.append_params(desc, self.sink.filter, self.wait_ns).pointers()
                 group.append_args.append(args)
                 chunks = graph_ring.append_chunks([n.span for n in nodes])
-                self.drv.graph_add_kernel_node(graph, self._last_probed(graph, [n.node for n in nodes]),
-                                               self._append[group.ctx], (chunks, len(nodes), 1),
-                                               (graph_ring.APPEND_THREADS, 1, 1), C.addressof(args))
+                self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], self._append[group.ctx],
+                                               (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1),
+                                               C.addressof(args))
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
                 self._lose_results(n, f"graph append node: {type(e).__name__}: {e}")
             return
         for n in nodes:
             n.appended = True
-
-    def _last_probed(self, graph: int, probed: list[int]) -> list[int]:
-        """What the append node must wait for: the probed nodes no other probed node depends on,
-        directly or not. An edge from every probed node would make each of them fork (a node with
-        two successors), which the graph runs on more than one queue with a join per replay. If the
-        edges cannot be read, all of them."""
-        try:
-            edges = self.drv.graph_edges(graph)
-        except DriverError:
-            return probed
-        parents: dict[int, list[int]] = {}
-        for frm, to in edges:
-            parents.setdefault(to, []).append(frm)
-        ancestors: set[int] = set()  # of any probed node: one walk up from all of them
-        todo = [p for node in probed for p in parents.get(node, ())]
-        while todo:
-            node = todo.pop()
-            if node not in ancestors:
-                ancestors.add(node)
-                todo.extend(parents.get(node, ()))
-        return [node for node in probed if node not in ancestors]
 
     # ------------------------------------------------------------ what the shim reports
     def on_graph_event(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
@@ -441,7 +418,6 @@ class GraphProbes:
             self.trace.event("graph_free_deferred", graphs=len(self._retired), reason=str(e))
             return
         retired, self._retired = self._retired, []
-        self._count_replays(retired)
         for group in retired:
             # over a copy: _forget_node removes the node from group.nodes, and removing while
             # iterating skipped every other node (the second kernel node of a graph was never
@@ -452,7 +428,7 @@ class GraphProbes:
             with contextlib.suppress(DriverError), relaxed_capture(self.drv):
                 for desc in group.descs:
                     self.drv.mem_free_sync(desc)
-            group.descs, group.append_args, group.controls = [], [], []
+            group.descs, group.append_args = [], []
             self.freed_groups += 1
 
     def _free_node_memory(self, node: GraphNode) -> None:
@@ -504,47 +480,7 @@ class GraphProbes:
                 return
         with contextlib.suppress(DriverError), relaxed_capture(self.drv):
             self.drv.ctx_synchronize()
-        with self._lock:
-            groups = list({id(g): g for g in self._unfreed_groups()}.values())
-        self._count_replays(groups)
         self.sink.drain()
-
-    def count_replays(self) -> None:
-        """Bring every node's replay count up to date (after the replays in flight finish)."""
-        with contextlib.suppress(DriverError), relaxed_capture(self.drv):
-            self.drv.ctx_synchronize()
-        with self._lock:
-            groups = list({id(g): g for g in self._unfreed_groups()}.values())
-        self._count_replays(groups)
-
-    def _count_replays(self, groups) -> None:
-        """Copy each append node's replay count (its control block, device memory) into its nodes'
-        host rings, where the sinks read it. The append kernel keeps it on the device: a store to
-        host memory on every replay would make every replay wait for it to cross PCIe. Called
-        after a synchronisation; a refused copy leaves the counts as they were."""
-        count = C.c_uint64()
-        for group in groups:
-            stream = self._ours.get(group.ctx)
-            if not stream or not group.controls:
-                continue
-            try:
-                with relaxed_capture(self.drv):
-                    before = self.drv.ctx_get_current()
-                    self.drv.ctx_set_current(group.ctx)  # the stream's context (several GPUs)
-                    try:
-                        counts = []
-                        for ctl, nodes in group.controls:
-                            self.drv.memcpy_dtoh_async(C.addressof(count), ctl + graph_ring.CONTROL_REPLAY, 8, stream)
-                            self.drv.stream_synchronize(stream)
-                            counts.append((nodes, count.value))
-                    finally:
-                        self.drv.ctx_set_current(before)
-            except DriverError:
-                continue
-            for nodes, value in counts:
-                for node in nodes:
-                    if node.ring is not None:
-                        node.ring[1][graph_ring.REPLAYS: graph_ring.REPLAYS + 8] = value.to_bytes(8, "little")
 
     def close(self) -> None:
         """At exit, before the writer stops: the rings' last frames go to it, and nothing after."""

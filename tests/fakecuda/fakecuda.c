@@ -405,31 +405,24 @@ static uint64_t fake_now_ns(void);
 /* The graph append kernel of neutrino/runtime/graph_ring.py, as the device runs it (all chunks of
  * a node at once). A descriptor d (NodeDesc): src, bytes, ring (host: counters, flags), nslots,
  * the ring's slots, their stride, state, where the host's consumed count is; the state (u64):
- * replays (unused), written, dropped. The control block (parameter 5, graph_ring.Control): this
- * replay's gate (u32), blocks counted (u32), the replay's number. A replay that ran gated touches
- * no node; a selected one is copied into each node's ring (a full ring drops the replay, or waits
- * for the host's poller), its maps zeroed and the node's next gate written. Then the replay is
- * counted: gates opened when a gated replay is followed by a selected one, the control block for
- * the next replay (the count stays there: the host copies it out when it needs it). */
-static int fake_selected(uint64_t r, uint64_t start, uint64_t stop, uint64_t every) {
-    return !(r < start || r >= stop || (r - start) % every);
-}
-
+ * replays, written, dropped. A full ring drops the replay, or waits for the host's poller. */
 static void graph_append(void **params, unsigned nodes) {
-    uint64_t a[6];
-    for (int i = 0; i < 6; i++) a[i] = *(uint64_t *)params[i];
+    uint64_t a[5];
+    for (int i = 0; i < 5; i++) a[i] = *(uint64_t *)params[i];
     uint64_t start = a[1], stop = a[2], every = a[3], wait_ns = a[4];
-    uint32_t *ctl = (uint32_t *)(uintptr_t)a[5];
-    uint64_t *ctl_replay = (uint64_t *)(uintptr_t)(a[5] + 8), r = *ctl_replay;
-    uint32_t ran_gated = ctl[0];
-    int next = fake_selected(r + 1, start, stop, every);
     for (unsigned b = 0; b < nodes; b++) {
         const uint64_t *d = (const uint64_t *)(uintptr_t)(a[0] + 64ull * b);
         uint64_t *mirror = (uint64_t *)(uintptr_t)d[2], *flags = mirror + 8, *st = (uint64_t *)(uintptr_t)d[6];
         uint64_t *consumed = (uint64_t *)(uintptr_t)d[7];
-        uint32_t *gate = (uint32_t *)(uintptr_t)(d[0] - 8);  /* the probe gate, 8 bytes before the maps */
-        if (!ran_gated) {
-            uint64_t w = st[1], until = fake_now_ns() + wait_ns;
+        uint64_t r = st[0], w = st[1];
+        st[0] = mirror[0] = r + 1;
+        /* the probe gate, 8 bytes before the maps: what this replay ran with, then the next one's */
+        uint32_t *gate = (uint32_t *)(uintptr_t)(d[0] - 8), ran_gated = *gate;
+        int chosen = !(r < start || r >= stop || (r - start) % every);
+        *gate = (r + 1 < start || r + 1 >= stop || (r + 1 - start) % every) ? 1 : 0;
+        if (ran_gated && !chosen) continue;  /* the probe wrote nothing: the maps are still zero */
+        if (chosen) {
+            uint64_t until = fake_now_ns() + wait_ns;
             while (w - __atomic_load_n(consumed, __ATOMIC_ACQUIRE) >= d[3] && wait_ns && fake_now_ns() < until) {
                 struct timespec t = {0, 50000};  /* --when-full=wait: the host's poller drains meanwhile */
                 nanosleep(&t, NULL);
@@ -442,15 +435,9 @@ static void graph_append(void **params, unsigned nodes) {
             } else {
                 mirror[2] = ++st[2];
             }
-            memset((void *)(uintptr_t)d[0], 0, d[1]);  /* the maps read zero at the next replay */
-            *gate = next ? 0 : 1;
-        } else if (next) {
-            *gate = 0;
         }
+        memset((void *)(uintptr_t)d[0], 0, d[1]);  /* the maps read zero at the next replay */
     }
-    ctl[0] = next ? 0 : 1;
-    ctl[1] = 0;
-    *ctl_replay = r + 1;
 }
 
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params) {
