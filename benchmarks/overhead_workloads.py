@@ -205,7 +205,7 @@ def graph_workload(iters: int, n: int = 1 << 20) -> dict:
     """Replays of a captured graph of 4 Triton kernels of `n` elements each (every replay probed:
     spec/runtime.md, "CUDA graphs"). 1M elements: about 4.5 µs per kernel on the H100, the worst case
     for a fixed cost per replay; 16M: about 70 µs per kernel."""
-    g = torch.Generator(device="cuda").manual_seed(3)  # torch seeds its default CUDA generator at random
+    g = torch.Generator(device="cuda").manual_seed(3)  # inputs that match between processes
     x = torch.rand(n, device="cuda", generator=g)
     y = torch.rand(n, device="cuda", generator=g)
     out = torch.empty_like(x)
@@ -261,7 +261,7 @@ def graph_eager_workload(iters: int) -> dict:
     the host enqueues, as with OVERHEAD_GPU_ONLY): what the probe code itself costs these kernels,
     to tell it from what the graph machinery adds."""
     n = 1 << 20
-    g = torch.Generator(device="cuda").manual_seed(3)  # torch seeds its default CUDA generator at random
+    g = torch.Generator(device="cuda").manual_seed(3)  # inputs that match between processes
     x = torch.rand(n, device="cuda", generator=g)
     y = torch.rand(n, device="cuda", generator=g)
     out = torch.empty_like(x)
