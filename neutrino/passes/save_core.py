@@ -73,16 +73,20 @@ def lower_exit_counts(prims, maps: list, exit_guard=None) -> list:
 
 
 def address_maps(prims, maps: list) -> list:
-    """Entry code: each map's buffer, and for array maps this unit's counts address, first record and zero cursor."""
+    """Entry code: each map's buffer, and for array maps this unit's counts address, first record and zero cursor.
+
+    The first map is told so (`first`): a launch's gate travels with its buffer pointer (PTX, spec/runtime.md).
+    """
     code: list = []
-    units: dict[str, object] = {}  # level → (unit index, units): computed once per level
+    units: dict[str, object] = {}  # level → (unit index, units): computed once per level, before the first map of it
     for i, spec in enumerate(maps):
-        code += prims.map_base(spec, first=i == 0)
         if spec.type != "array":
+            code += prims.map_base(spec, first=i == 0)
             code += prims.counters_address(spec)
             continue
         if spec.level not in units:
             units[spec.level], unit_code = prims.unit_index(spec.level)
             code += unit_code
+        code += prims.map_base(spec, first=i == 0)
         code += prims.unit_slot(spec, units[spec.level])
     return code
