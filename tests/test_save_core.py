@@ -110,6 +110,7 @@ def test_gcn_record_leaves_exec_as_it_found_it(isa, path, level):
     scc = str(ours[start].operands[0])  # the site keeps SCC here and restores it at its end
     end = next(k for k in range(saves[0], len(ours)) if ours[k].mnemonic == "s_cmp_lg_u32" and str(ours[k].operands[0]) == scc)
     writes = exec_writes(ours[start:end])
-    saving = next(i for i in ours[start:end] if "saveexec" in i.mnemonic or (i.mnemonic.startswith("s_mov") and str(i.operands[1]).startswith("exec")))
+    saving = next(i for i in ours[start:end]
+                  if "saveexec" in i.mnemonic or (i.mnemonic.startswith("s_mov") and str(i.operands[1]).startswith("exec")))
     assert writes and writes[-1].endswith(str(saving.operands[0])), writes
 

@@ -153,8 +153,9 @@ class GcnSavePrimitives:
         if spec.level != "thread":
             return [insn(d.mask("s_mov"), d.exec, regs.sgprs("leader", d.mask_sgprs), origin=ORIGIN)]
         address, carry, sink = regs.vgprs(f"slot_{spec.name}", 2), regs.sgprs("carry", d.mask_sgprs), regs.sgprs("carry_out", d.mask_sgprs)
+        size = self.inline("record_bytes", spec.record_bytes)
         return [*self.constant("record_bytes", spec.record_bytes),
-                insn("v_add_co_u32_e64", half(address, 0), carry, self.inline("record_bytes", spec.record_bytes), half(address, 0), origin=ORIGIN),
+                insn("v_add_co_u32_e64", half(address, 0), carry, size, half(address, 0), origin=ORIGIN),
                 insn(d.add_carry_in, half(address, 1), sink, 0, half(address, 1), carry, origin=ORIGIN),
                 insn(d.mask("s_mov"), d.exec, regs.sgprs("exec_saving", d.mask_sgprs), origin=ORIGIN)]
 
@@ -172,7 +173,8 @@ class GcnSavePrimitives:
         """The unit's cursor into its count (spec/kernel-json.md), by the saving lanes."""
         regs = self.state.registers
         if spec.level == "thread":
-            return [insn(self.state.dialect.store[0], regs.vgprs(f"count_{spec.name}", 2), regs.vgprs(f"cursor_{spec.name}"), "off", origin=ORIGIN)]
+            count, cursor = regs.vgprs(f"count_{spec.name}", 2), regs.vgprs(f"cursor_{spec.name}")
+            return [insn(self.state.dialect.store[0], count, cursor, "off", origin=ORIGIN)]
         value = regs.vgprs("count_value")
         return [insn("v_mov_b32_e32", value, regs.sgprs(f"cursor_{spec.name}"), origin=ORIGIN),
                 self.store(value, regs.vgprs("zero"), regs.sgprs(f"count_{spec.name}", 2), 0)]
