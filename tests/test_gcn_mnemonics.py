@@ -16,6 +16,7 @@ from neutrino.isa.gcn.mnemonics import PARSER_LIBRARY, accepted, candidates, is_
 from neutrino.isa.rdna.dialect import GFX11
 from neutrino.llvm_mc import find_llvm_mc
 from neutrino.probefile import parse_probes
+from neutrino.toolbox import load_probes
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
@@ -90,3 +91,19 @@ def test_lists_are_what_llvm_19_accepts():
     names = candidates()
     assert set().union(accepted(names, "gfx90a"), accepted(names, "gfx942")) == GFX9.mnemonics
     assert accepted(names, "gfx1100") == GFX11.mnemonics
+
+
+@pytest.mark.parametrize("isa", ["gcn", "rdna"])
+def test_source_line_positions_are_refused_as_ptx_only(isa):
+    """`block`/`line` (the lines tools) are no typo: GCN modules carry no source lines, so the message says so."""
+    message = refusal(probe_text("block", "s_mov_b64 %t, 0"), isa)
+    assert "position 'block': selects instructions by source line, which only PTX modules carry" in message
+    with pytest.raises(ProbeError, match="only PTX modules carry"):
+        load_probes("lines_light", isa=isa)
+
+
+@pytest.mark.parametrize("isa", ["gcn", "rdna"])
+@pytest.mark.parametrize("tool", ["block_sched", "gmem_bytes", "gmem_bytes_thread", "tensorop", "tensorop_thread",
+                                  "program_progress", "dmat"])
+def test_builtin_tools_positions_are_known_on_amd(isa, tool):
+    assert load_probes(tool, isa=isa).probes

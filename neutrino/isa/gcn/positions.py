@@ -13,6 +13,8 @@ from neutrino.isa.gcn.dialect import GFX9, Dialect
 from neutrino.isa.gcn.mnemonics import base, closest, prefix_known
 from neutrino.isa.rdna.dialect import GFX11
 
+#: the PTX positions that select by source line (neutrino/isa/ptx/lines.py): the lines tools
+LINE_POSITIONS = ("block", "line")
 #: the dialect of each AMDGPU snippet language (a probe file's `isa`)
 DIALECTS = {"gcn": GFX9, "rdna": GFX11}
 
@@ -46,6 +48,8 @@ def gcn_prefixes(position, dialect: Dialect = GFX9) -> tuple[str, ...]:
 def position_problem(components: tuple[str, ...], dialect: Dialect) -> tuple[str, list[str]] | None:
     """None when this part of a position names something on `dialect`; else (message, closest spellings)."""
     text = ".".join(components)
+    if text in LINE_POSITIONS:  # not a typo, and not a mnemonic: GCN modules carry no source lines to select by
+        return f"selects instructions by source line, which only PTX modules carry ({dialect.family} has none)", []
     if "." in text or text.startswith("#"):
         if _portable(text):
             return None
