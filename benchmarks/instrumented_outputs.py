@@ -2,6 +2,11 @@
 
     python benchmarks/instrumented_outputs.py OUT_DIR
     diff -r BEFORE_DIR AFTER_DIR
+    python benchmarks/instrumented_outputs.py --digests tests/data/instrumented_digests.json
+
+The last form records a SHA-256 prefix per output, which tests/test_instrumented_outputs.py
+compares with what the engine produces now: rerun it when a change of the
+output is intended (and say why in the commit).
 
 For refactorings of the passes that must not change what they produce: run
 it on the old checkout and on the new one and compare the two folders. PTX:
@@ -13,6 +18,8 @@ instead, so a change of refusal shows up too.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -43,16 +50,34 @@ def cases():
                 yield path, probe, isa
 
 
-def main(out_dir: str) -> int:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    count = 0
+def outputs(shared: bool = True):
+    """(case name, instrumented text or the refusal) for every case; `shared`: with /work/shared/corpus too."""
+    probes: dict[tuple[str, str], object] = {}
     for path, probe, isa in cases():
+        if not shared and SHARED in path.parents:
+            continue
         name = f"{path.parent.name}__{path.name}__{Path(probe).parent.name if '/' in probe else probe}__{Path(probe).stem}"
         try:
-            text = instrument(path.read_text(), load_probes(probe, isa=isa.name), source=path.name, isa=isa).ptx
+            loaded = probes.setdefault((probe, isa.name), load_probes(probe, isa=isa.name))
+            yield name, instrument(path.read_text(), loaded, source=path.name, isa=isa).ptx
         except NeutrinoError as e:
-            text = f"refused: {e}\n"
+            yield name, f"refused: {e}\n"
+
+
+def digests() -> dict[str, str]:
+    """SHA-256 of each output of the repository's own corpora (tests/data), by case name."""
+    return {name: hashlib.sha256(text.encode()).hexdigest()[:16] for name, text in outputs(shared=False)}
+
+
+def main(args: list[str]) -> int:
+    if args[0] == "--digests":
+        Path(args[1]).write_text(json.dumps(digests(), indent=0, sort_keys=True) + "\n")
+        print(f"digests in {args[1]}")
+        return 0
+    out = Path(args[0])
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for name, text in outputs():
         (out / name).write_text(text)
         count += 1
     print(f"{count} outputs in {out}")
@@ -60,4 +85,4 @@ def main(out_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))
