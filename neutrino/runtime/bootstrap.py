@@ -236,7 +236,9 @@ def _tap_compilers(rt, shim, embedded: bool) -> None:
         def adopt(index_dir: str) -> None:  # ours to summarise and remove at exit
             rt.compiled.wrapper_dir = Path(index_dir)
 
-        frameworks.watch_for_jax(lambda *args, **fields: rt.trace.event(*args, **fields), on_wrappers=adopt)
+        window = frameworks.CompileWindow(shim.suspend_probing, shim.suspended_launches)
+        frameworks.watch_for_jax(lambda *args, **fields: rt.trace.event(*args, **fields), on_wrappers=adopt,
+                                 compile_window=window)
 
 
 def _at_exit(rt, shim) -> None:
