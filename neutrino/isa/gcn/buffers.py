@@ -148,11 +148,10 @@ class GcnBufferAddressing:
             raise InstrumentError(f"kernel {state.name}: the probes need {new_vgpr} VGPRs with its AGPRs, more than "
                                   f"the {UNIFIED_VGPRS} a wave can have")
         desc.set("next_free_vgpr", new_vgpr)
-        for key in ("sgpr_count", "vgpr_count"):
-            old = next((a for a in [_meta_value(meta, state.name, "." + key)] if a is not None), None)
+        for key, growth in (("sgpr_count", new_sgpr - old_sgpr), ("vgpr_count", new_vgpr - old_vgpr)):
+            old = metadata.get_int(meta, state.name, key)
             if old is not None:
-                grown = old + (new_sgpr - old_sgpr if key == "sgpr_count" else new_vgpr - old_vgpr)
-                metadata.set_key(meta, state.name, key, grown)
+                metadata.set_key(meta, state.name, key, old + growth)
 
 
 @attrs.define
@@ -229,10 +228,6 @@ class GcnAddressPrimitives:
             insn("v_mov_b32_e32", half(slot, 1), half(base, 1), origin=ORIGIN),
             insn(d.add_carry_in, half(slot, 1), sink, half(slot, 1), hi, carry, origin=ORIGIN),
             insn("v_mov_b32_e32", r.vgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
-
-
-def _meta_value(meta: ir.Metadata, kernel: str, key: str) -> int | None:
-    return metadata.get_int(meta, kernel, key.lstrip("."))
 
 
 def splice(module: ir.Module, ctx: Context) -> None:

@@ -74,23 +74,14 @@ def virtualize(module: ir.Module, ctx, state: GcnKernelState) -> None:
 
 
 def kernel_info(ctx) -> dict[str, dict]:
-    """Per kernel: appended arguments, maps, sites, skipped sites, old and new register counts."""
-    out = {}
-    for name, state in ctx.kernels.items():
-        desc = state.descriptor
-        out[name] = {
-            "name": name,
-            "isa": ctx.isa.name if ctx.isa is not None else "gcn",
-            "params": state.params,
-            "kernarg_size": state.kernarg_size or desc.get_int("kernarg_size"),
-            "maps": [dict(ctx.probes.maps[m].to_json(), lanes=state.dialect.wave_lanes) for m in state.maps],
-            "sites": len(state.sites),
-            "skipped": state.skipped,
-            "matched": dict(state.matched),
-            "registers": {"before": state.old_counts,
-                          "after": {k: desc.get_int(k) for k in ("next_free_sgpr", "next_free_vgpr")}},
-        }
-    return out
+    """Per kernel: the ISA, the kernel argument segment's size, the maps' wave width, old and new register counts."""
+    return {name: ctx.describe(
+        state, isa=ctx.isa.name if ctx.isa is not None else "gcn",
+        kernarg_size=state.kernarg_size or state.descriptor.get_int("kernarg_size"),
+        maps=[dict(ctx.probes.maps[m].to_json(), lanes=state.dialect.wave_lanes) for m in state.maps],
+        registers={"before": state.old_counts,
+                   "after": {k: state.descriptor.get_int(k) for k in ("next_free_sgpr", "next_free_vgpr")}})
+        for name, state in ctx.kernels.items()}
 
 
 def show(module: ir.Module, ctx) -> str:
