@@ -7,8 +7,8 @@ neutrino/passes/gcn, plus neutrino/engine_gcn.py, neutrino/cli_gcn.py and the DS
 backend_gcn.py/backend_rdna.py, less the generated mnemonic lists (mnemonics_gfx*.py);
 "code" lines are those neither blank nor comment-only. The code generation subset is
 the steps of the pipeline (match, virtualize, resolve, lower-save, verify, buffers,
-registers, the ISA adapter, the dialect table); the rest is the IR, parser, printer,
-semantics table, ABI, metadata and the probe-language checks (mnemonics, positions).
+registers, the ISA adapter, the dialect table, what positions match); the rest is the IR, parser, printer,
+semantics table, ABI, metadata and the mnemonic lists' lookup.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 AREAS = ("neutrino/isa/gcn", "neutrino/isa/rdna", "neutrino/passes/gcn", "neutrino/engine_gcn.py", "neutrino/cli_gcn.py",
          "neutrino/language/backend_gcn.py", "neutrino/language/backend_rdna.py", "neutrino/passes/save_core.py")
 CODEGEN = ("buffers.py", "lower_save.py", "match.py", "resolve.py", "registers.py", "state.py", "target.py", "verify.py",
-           "virtualize.py", "dialect.py", "engine_gcn.py", "cli_gcn.py", "passes/gcn/__init__.py")
+           "virtualize.py", "dialect.py", "positions.py", "engine_gcn.py", "cli_gcn.py", "passes/gcn/__init__.py")
 
 
 def files(rev: str) -> list[str]:
