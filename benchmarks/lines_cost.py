@@ -48,7 +48,7 @@ def spearman(a, b) -> float | None:
 
 def run_tool(tool: str, mode: str, work: Path, env: dict, timeout: int) -> Path:
     tracedir = work / f"{mode}_{tool}"
-    cmd = [sys.executable, "-m", "neutrino.runtime.launcher", "-p", tool, "--benchmark", "--tracedir", str(tracedir),
+    cmd = [sys.executable, "-m", "neutrino.runtime.start.launcher", "-p", tool, "--benchmark", "--tracedir", str(tracedir),
            "--", sys.executable, str(W_LINES), mode]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:

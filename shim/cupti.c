@@ -820,7 +820,7 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
 }
 
 /* Flush CUPTI, write what is left, close the files; out_counts[] gets the N_COUNTS counters (their
- * order: the enum above; neutrino/runtime/cupti.py names them). */
+ * order: the enum above; neutrino/runtime/context_tables/cupti.py names them). */
 void neutrino_timeline_stop(uint64_t *out_counts, int n) {
     if (atomic_load(&recording)) {
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);

@@ -1,9 +1,9 @@
 /* Neutrino and CUDA graphs: the replay side of a probed graph node, and the graph API hooks.
  *
  * A probed kernel launched into a capturing stream is captured by Python
- * (neutrino/runtime/graphs.py) as the probed kernel; when the capture ends, an
+ * (neutrino/runtime/cudagraphs/capture.py) as the probed kernel; when the capture ends, an
  * append node after all of them, a leaf, is added to the graph
- * (neutrino/runtime/graph_ring.py). It copies each selected replay's maps into
+ * (neutrino/runtime/cudagraphs/ring.py). It copies each selected replay's maps into
  * the next free slot of the node's ring in device memory and sets the slot's
  * flag, in pinned host memory mapped into the device, to the replay number + 1
  * (a full ring: the replay is dropped and counted there).

@@ -20,7 +20,7 @@
  *
  * In a process without a Python interpreter (an nvcc-built program) the shim
  * embeds one: at the first intercepted driver call it dlopen()s the libpython
- * named by NEUTRINO_LIBPYTHON and runs neutrino.runtime.bootstrap.
+ * named by NEUTRINO_LIBPYTHON and runs neutrino.runtime.start.bootstrap.
  *
  * The shim includes no CUDA header: the few types it needs are declared here,
  * so header changes (versioned-API macros) cannot break its build.
@@ -253,7 +253,7 @@ static void embed_python(void) {
     if (!init || !run || !save) return;
     setenv("NEUTRINO_EMBEDDED", "1", 1);
     init(0);
-    run("import neutrino.runtime.bootstrap as _nb; _nb.start(embedded=True)");
+    run("import neutrino.runtime.start.bootstrap as _nb; _nb.start(embedded=True)");
     save(); /* release the GIL: callbacks take it from any thread */
 }
 

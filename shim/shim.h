@@ -1,5 +1,5 @@
 /* The shim's shared declarations: every function one file of shim/ defines and another calls, and the
- * fast path's plan, which neutrino/runtime/fastpath.py mirrors in ctypes (tests/test_shim_layouts.py
+ * fast path's plan, which neutrino/runtime/launch_path/fastpath.py mirrors in ctypes (tests/test_shim_layouts.py
  * holds the two against each other). A file includes this header instead of declaring by hand. */
 #ifndef NEUTRINO_SHIM_H
 #define NEUTRINO_SHIM_H
@@ -28,7 +28,7 @@ void neutrino_timeline_end_probed(uint64_t token);
 /* argtrace.c: the arguments of a probed launch (launch_args.jsonl). */
 int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch);
 
-/* fastlaunch.c's plan of one probed kernel, set from Python (neutrino/runtime/fastpath.py, NtPlan). */
+/* fastlaunch.c's plan of one probed kernel, set from Python (neutrino/runtime/launch_path/fastpath.py, NtPlan). */
 typedef struct {
     void *orig_func, *ctx, *probed_func;
     uint32_t n_params, n_maps, n_extra, max_shared;

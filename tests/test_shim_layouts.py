@@ -1,7 +1,7 @@
 """The C structs Python hands to the shim, checked against the header they mirror.
 
-NtJob (neutrino/runtime/drain.py) is shim/writer.h's nt_job; NtPlan and NtPlanStats
-(neutrino/runtime/fastpath.py) are shim/shim.h's nt_plan and nt_plan_stats. A tiny C program
+NtJob (neutrino/runtime/results/drain.py) is shim/writer.h's nt_job; NtPlan and NtPlanStats
+(neutrino/runtime/launch_path/fastpath.py) are shim/shim.h's nt_plan and nt_plan_stats. A tiny C program
 compiled with the system compiler prints sizeof and offsetof of every field the ctypes class
 names; a field moved, resized or renamed on either side fails here, not in a profiled program.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from neutrino.runtime.drain import MAX_MAPS, NtJob
-from neutrino.runtime.fastpath import NtPlan, NtPlanStats
+from neutrino.runtime.results.drain import MAX_MAPS, NtJob
+from neutrino.runtime.launch_path.fastpath import NtPlan, NtPlanStats
 
 SHIM = Path(__file__).resolve().parent.parent / "shim"
 MIRRORS = {"nt_job": NtJob, "nt_plan": NtPlan, "nt_plan_stats": NtPlanStats}

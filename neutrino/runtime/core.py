@@ -2,14 +2,15 @@
 
 The shim (shim/preload.c) calls `Runtime.on_*` through `neutrino.runtime.hooks`
 for module loads, function lookups and launches of probed functions. Each
-stage of a probed launch has its own module:
+stage of a probed launch has its own folder (one module per job inside it):
 
-    registry.py  which modules and kernels exist, which handles are probed
-    probed.py    building and caching probed code (once per kernel and context)
-    pool.py      map buffers from a per-context pool, within a budget
-    launch.py    enqueueing: zero, launch, copy back; nothing waits
-    drain.py     the writer thread: results → per-kernel result files, event log
-    callback.py  analysis callbacks, run after the program's last launch
+    start/           the launcher, options, rank, run directory, phase clock
+    modules/         where a module's PTX comes from; which modules and kernels exist
+    instrument/      the probe, the code cache, probed code (once per kernel and context)
+    launch_path/     device, buffers from the pool, enqueueing, the C fast path
+    cudagraphs/      probed kernels inside captured graphs, drained on every replay
+    results/         the drain to the trace, analysis callbacks, the exit report
+    context_tables/  ranges, launch arguments and tensors, the CUPTI timeline
 
 Failure policy: every exception on our side before the probed kernel is
 launched turns into `NOT_HANDLED`, which makes the shim run the original
@@ -29,7 +30,7 @@ import attrs
 
 from neutrino import maps as tracefmt
 from neutrino.errors import NeutrinoError
-from neutrino.runtime.attribution import Attributor
+from neutrino.runtime.launch_path.attribution import Attributor
 from neutrino.runtime.driver import (
     COPIED_FUNC_ATTRS,
     CU_STREAM_LEGACY,
@@ -39,22 +40,22 @@ from neutrino.runtime.driver import (
     LAUNCH_KERNEL_PTSZ,
     DriverError,
 )
-from neutrino.runtime.devices import Devices
-from neutrino.runtime.drain import NativeWriter, ResultWriter
-from neutrino.runtime.compilers import CompiledIndex, unseen_xla_compile_reason
-from neutrino.runtime.context import ContextTables
-from neutrino.runtime.fastpath import FastPath
-from neutrino.runtime import graph_ring
-from neutrino.runtime.graph_sinks import NativeGraphSink, PythonGraphSink
-from neutrino.runtime.graphs import G_ADD_KERNEL_NODE, GraphProbes, relaxed_capture
-from neutrino.runtime.frameworks import XLA, kernel_names, module_origin
-from neutrino.runtime.launch import Enqueuer
-from neutrino.runtime.options import RuntimeOptions
-from neutrino.runtime.phases import PhaseClock
-from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
-from neutrino.runtime.probed import Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals  # noqa: F401
-from neutrino.runtime.registry import Forgotten, FuncRec, ModuleRec, Registry, SimplePtx
-from neutrino.runtime.tracedir import TraceDir
+from neutrino.runtime.launch_path.devices import Devices
+from neutrino.runtime.results.drain import NativeWriter, ResultWriter
+from neutrino.runtime.modules.compilers import CompiledIndex, unseen_xla_compile_reason
+from neutrino.runtime.context_tables.tables import ContextTables
+from neutrino.runtime.launch_path.fastpath import FastPath
+from neutrino.runtime.cudagraphs import ring as graph_ring
+from neutrino.runtime.cudagraphs.sinks import NativeGraphSink, PythonGraphSink
+from neutrino.runtime.cudagraphs.capture import G_ADD_KERNEL_NODE, GraphProbes, relaxed_capture
+from neutrino.runtime.modules.frameworks import XLA, kernel_names, module_origin
+from neutrino.runtime.launch_path.enqueue import Enqueuer
+from neutrino.runtime.start.options import RuntimeOptions
+from neutrino.runtime.start.phases import PhaseClock
+from neutrino.runtime.launch_path.pool import BufferPool, ByteBudget, PoolFull, size_class
+from neutrino.runtime.instrument.probed import Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals  # noqa: F401
+from neutrino.runtime.modules.registry import Forgotten, FuncRec, ModuleRec, Registry, SimplePtx
+from neutrino.runtime.start.tracedir import TraceDir
 
 NOT_HANDLED = -1  # tells the shim to run the original launch itself
 WAIT_WHEN_FULL = 60.0  # seconds --when-full=wait waits for buffers before dropping the launch
@@ -130,7 +131,7 @@ class Runtime:
         self.memusage: dict[str, dict] = {}
         self._callback = None
         self._closed = False
-        self.timeline = None  # neutrino.runtime.cupti.Timeline, set by bootstrap when CUPTI runs
+        self.timeline = None  # neutrino.runtime.context_tables.cupti.Timeline, set by bootstrap when CUPTI runs
         self.timeline_summary: dict | None = None
         self._retired: list[tuple[int, ProbedKernel]] = []  # (writer mark, probed code of an unloaded module)
         self._fast_forgotten: list[tuple[str, object]] = []  # (kernel, C-path counters of a forgotten handle)
@@ -554,7 +555,7 @@ class Runtime:
             self._collect_fast_path_counts()
             self._collect_graph_counts()
             self.compiled.close(self.trace.event)
-        from neutrino.runtime import callback, report
+        from neutrino.runtime.results import callback, report
 
         if self._callback is not None and self.trace.materialized:
             with phase("exit_hooks"):
@@ -566,7 +567,7 @@ class Runtime:
         """Flush CUPTI and close timeline.bin (after the writer: probed launches are numbered by then)."""
         if self.timeline is None:
             return
-        from neutrino.runtime.clock import calibrate
+        from neutrino.runtime.context_tables.clock import calibrate
 
         calibrate(self.drv, self.trace, "stop")
         try:
@@ -615,7 +616,7 @@ class _EngineOnFirstUse:
 
 
 def _default_ptx_finder():
-    from neutrino.runtime import ptx_source
+    from neutrino.runtime.modules import ptx_source
 
     index = None
 

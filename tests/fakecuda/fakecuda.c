@@ -386,7 +386,7 @@ CUresult cuLinkComplete(void *st, void **cubin, size_t *size) {
 CUresult cuLinkDestroy(void *st) { Link *l = st; free(l->ptx); free(l); return 0; }
 
 static uint64_t fake_now_ns(void);
-/* The graph append kernel of neutrino/runtime/graph_ring.py, as the device runs it (all chunks of
+/* The graph append kernel of neutrino/runtime/cudagraphs/ring.py, as the device runs it (all chunks of
  * a node at once). A descriptor d (NodeDesc): src, bytes, ring (host: counters, flags), nslots,
  * the ring's slots, their stride, state, where the host's consumed count is; the state (u64):
  * replays, written, dropped. A full ring drops the replay, or waits for the host's poller. */

@@ -195,7 +195,7 @@ def route_ptxas_through_wrapper(env, event=None, index_dir: str | None = None) -
     import tempfile
     from pathlib import Path
 
-    from neutrino.runtime import subprocess_compilers
+    from neutrino.runtime.modules import subprocess_compilers
 
     if env.get(subprocess_compilers.ENV_INDEX):
         return None
