@@ -21,6 +21,8 @@ unprobed and is counted as dropped (spec/runtime.md).
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import sys
 import threading
 import time
@@ -62,6 +64,22 @@ WAIT_WHEN_FULL = 60.0  # seconds --when-full=wait waits for buffers before dropp
 _SimplePtx = SimplePtx  # the name tests and older callers use
 
 __all__ = ["NOT_HANDLED", "LaunchRequest", "Runtime", "Fallback", "FuncRec", "ModuleRec"]
+
+
+class LaunchWay(enum.Enum):
+    """What a launch handed to Python becomes, decided before any work (Runtime.on_launch)."""
+    CAPTURE = "capture"  # into a stream being captured: the probed kernel goes into the graph
+    MEMUSAGE = "memusage"  # --memusage: what its maps would take is recorded; the original runs
+    PROBE = "probe"  # probed now: buffers, enqueue, results handed to the writer
+
+
+class Dropped(Exception):
+    """A launch the budgets have no room for: it runs unprobed and is counted, like the BPF ring
+    buffer's failed reserve (not a failure: no fallback event)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
 
 
 @attrs.frozen
@@ -274,22 +292,31 @@ class Runtime:
 
     # ------------------------------------------------------------ launches
     def on_launch(self, req: LaunchRequest) -> int:
+        """A launch of a probed function, from the shim. What it becomes (`LaunchWay`) is decided
+        first, then its probed code is built or found; the answer is 0 (we launched it) or
+        NOT_HANDLED (the shim runs the original). A failure of ours on the way is a fallback, a
+        launch the budgets have no room for a drop; both run the original."""
         rec = self.registry.functions.get(req.func)
         if rec is None or rec.failed or self._closed:
             return NOT_HANDLED
         try:
             ctx = self.drv.ctx_get_current()
-            if not self.opt.memusage and self.drv.stream_is_capturing(req.our_stream):
-                if not self.opt.graphs:
-                    raise Fallback("capture", "the stream is being captured into a CUDA graph and --no-graphs "
-                                   "was given; launch not probed")
-                return self._capture(rec, req, ctx)
-            pk = self.kernels.get(rec, ctx, req.func)
-            self.kernels.check_attrs(pk, req.func, req.shared_bytes)
-            if self.opt.memusage:
-                self._memusage(pk, req)
-                return NOT_HANDLED
-            return self._launch_probed(rec, pk, req, ctx)
+            capturing = not self.opt.memusage and self.drv.stream_is_capturing(req.our_stream)
+            if capturing and not self.opt.graphs:
+                raise Fallback("capture", "the stream is being captured into a CUDA graph and --no-graphs "
+                               "was given; launch not probed")
+            way = LaunchWay.CAPTURE if capturing else LaunchWay.MEMUSAGE if self.opt.memusage else LaunchWay.PROBE
+            # building the probed code loads a module: a capture forbids it unless relaxed
+            with relaxed_capture(self.drv) if capturing else contextlib.nullcontext():
+                pk = self.kernels.get(rec, ctx, req.func)
+                self.kernels.check_attrs(pk, req.func, req.shared_bytes)
+            if way is LaunchWay.PROBE:
+                return self._launch_probed(rec, pk, req, ctx)
+            if way is LaunchWay.CAPTURE:  # the probed kernel goes into the graph (graphs.py)
+                return self.graphs.capture(rec, pk, req, ctx, req.our_stream)
+            self._memusage(pk, req)  # LaunchWay.MEMUSAGE: the original runs
+        except Dropped as e:
+            self._drop(rec, req, e.reason, e.detail)
         except Fallback as e:
             self._fallback(rec, req, e.stage, e.reason, e.permanent, quiet=e.repeat)
         except DriverError as e:
@@ -301,68 +328,66 @@ class Runtime:
         return NOT_HANDLED
 
     def _launch_probed(self, rec: FuncRec, pk: ProbedKernel, req: LaunchRequest, ctx: int) -> int:
+        """LaunchWay.PROBE: shape, budgets, enqueue; then the results are handed on (never a fallback
+        after the probed kernel has run: the original would run twice)."""
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
         stream = req.our_stream
         caps = self._caps(pk, req, stream, ctx) if pk.count_func else None
         shape = pk.shape(req.grid, req.block, caps)
-        layouts, frame_bytes = shape.layouts, shape.frame_bytes
         self.writer.reclaim()
-        if not self.trace_budget.reserve(frame_bytes):
-            return self._drop(rec, req, "trace-budget", f"the trace budget of {self.trace_budget.limit} bytes is spent")
-        try:
-            slots = self._acquire(ctx, shape.classes)
-        except PoolFull as e:
-            self.trace_budget.give_back(frame_bytes)
-            return self._drop(rec, req, "buffer-budget", e.reason)
-        except DriverError as e:
-            self.trace_budget.give_back(frame_bytes)
-            raise Fallback("alloc", f"{sum(lay.size for lay in layouts)} bytes of map buffers: {e}") from None
-        except BaseException:
-            self.trace_budget.give_back(frame_bytes)
-            raise
+        slots = self._reserve(ctx, shape)
         frame = self.attribution.frame()
         token = self.timeline.begin() if self.timeline is not None else 0  # marks the launch probed (cupti.c)
         try:
-            flight = self.enqueuer.launch(pk, req, layouts, slots, stream=stream, ctx=ctx, frame=frame,
-                                          frame_bytes=frame_bytes, benchmark=self.opt.benchmark)
-        except Fallback as e:
+            flight = self.enqueuer.launch(pk, req, shape.layouts, slots, stream=stream, ctx=ctx, frame=frame,
+                                          frame_bytes=shape.frame_bytes, benchmark=self.opt.benchmark)
+        except BaseException as e:
             self.pool.release(slots)
-            self.trace_budget.give_back(frame_bytes)
-            if e.stage == "launch":
+            self.trace_budget.give_back(shape.frame_bytes)
+            if isinstance(e, Fallback) and e.stage == "launch":
                 pk.attrs_checked = False  # the program may have changed the original's attributes since
-            raise
-        except BaseException:
-            self.pool.release(slots)
-            self.trace_budget.give_back(frame_bytes)
             raise
         finally:
             if token:
                 self.timeline.end(token)
-        # The probed kernel has run: from here on, never fall back (it would run twice).
         with self._lock:
             self.probed_launches += 1
         if flight.bench is not None:
             self._record_benchmark(pk, req, flight.bench)
+        self._hand_on(rec, pk, req, ctx, shape, flight)
+        return 0
+
+    def _reserve(self, ctx: int, shape) -> list:
+        """The launch's trace bytes and map buffers; `Dropped` when a budget has no room for them."""
+        if not self.trace_budget.reserve(shape.frame_bytes):
+            raise Dropped("trace-budget", f"the trace budget of {self.trace_budget.limit} bytes is spent")
+        try:
+            return self._acquire(ctx, shape.classes)
+        except PoolFull as e:
+            self.trace_budget.give_back(shape.frame_bytes)
+            raise Dropped("buffer-budget", e.reason) from None
+        except DriverError as e:
+            self.trace_budget.give_back(shape.frame_bytes)
+            raise Fallback("alloc", f"{sum(lay.size for lay in shape.layouts)} bytes of map buffers: {e}") from None
+        except BaseException:
+            self.trace_budget.give_back(shape.frame_bytes)
+            raise
+
+    def _hand_on(self, rec: FuncRec, pk: ProbedKernel, req: LaunchRequest, ctx: int, shape, flight) -> None:
+        """After the probed kernel was enqueued: results to the writer, a plan for the C path, the
+        launch's arguments. Never raises: the launch happened, only its records can be lost."""
         try:
             seq = self.writer.submit(flight)
             self._plan_fast_path(rec, req, ctx, pk, shape, flight)
         except Exception as e:  # noqa: BLE001 - the result is lost; the launch happened
             self.trace.event("result_error", kernel=rec.name, kernel_launch=req.index, reason=f"writer: {e}")
-            return 0
-        if self.context is not None and seq:
-            try:
-                self.context.record_launch(rec, req, ctx, seq - 1)
-            except Exception as e:  # noqa: BLE001 - the argument trace never touches the launch
-                self.trace.event("launch_args", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
-        return 0
-
-    def _capture(self, rec: FuncRec, req: LaunchRequest, ctx: int) -> int:
-        """A launch into a stream being captured: the probed kernel goes into the graph (graphs.py)."""
-        with relaxed_capture(self.drv):  # building the probed code loads a module: capture forbids it otherwise
-            pk = self.kernels.get(rec, ctx, req.func)
-            self.kernels.check_attrs(pk, req.func, req.shared_bytes)
-        return self.graphs.capture(rec, pk, req, ctx, req.our_stream)
+        else:
+            if self.context is not None and seq:
+                try:
+                    self.context.record_launch(rec, req, ctx, seq - 1)
+                except Exception as e:  # noqa: BLE001 - the argument trace never touches the launch
+                    self.trace.event("launch_args", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
 
     def on_graph(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
         """A graph API call the shim saw (shim/graphs.c): lifetimes of captured graphs, kernel nodes
@@ -378,16 +403,14 @@ class Runtime:
 
     def _plan_fast_path(self, rec: FuncRec, req: LaunchRequest, ctx: int, pk: ProbedKernel, shape, flight) -> None:
         """Let the shim probe this kernel's later launches in C (fastpath.py)."""
-        if self.fast is None or self.opt.benchmark or flight.error is not None:
-            return
-        if self.registry.functions.get(req.func) is not rec:  # forgotten meanwhile: the handle is another's
+        if (self.fast is None or self.opt.benchmark or flight.error is not None
+                or self.registry.functions.get(req.func) is not rec):  # forgotten meanwhile: the handle is another's
             return
         max_shared = max(pk.attrs_seen.get(COPIED_FUNC_ATTRS[0], 0), 48 * 1024)
-        if not self.fast.wants_plan(req.func, ctx, max_shared):
-            return
-        kernel_id, fd, header = self.writer.plan_inputs(flight)
-        if self.fast.register(req, ctx, pk, shape, kernel_id, fd, header, max_shared):
-            self.trace.event("fast_path", kernel=pk.name, function=hex(req.func), max_shared=max_shared)
+        if self.fast.wants_plan(req.func, ctx, max_shared):
+            kernel_id, fd, header = self.writer.plan_inputs(flight)
+            if self.fast.register(req, ctx, pk, shape, kernel_id, fd, header, max_shared):
+                self.trace.event("fast_path", kernel=pk.name, function=hex(req.func), max_shared=max_shared)
 
     def on_teardown(self) -> None:
         """A context is about to be destroyed: write what is in flight, forget plans made in it."""
@@ -411,20 +434,18 @@ class Runtime:
     def _acquire(self, ctx: int, classes) -> list:
         """Slots from the pool; when it is full, reclaim what the writer finished and try again
         (with --when-full=wait, for up to WAIT_WHEN_FULL seconds)."""
-        try:
-            return self.pool.acquire(ctx, classes)
-        except PoolFull as e:
-            self.writer.reclaim()
-            if not self.wait_when_full or e.never:
-                return self.pool.acquire(ctx, classes)
-        deadline = time.monotonic() + WAIT_WHEN_FULL
+        deadline = None
         while True:
-            self.writer.wait_idle(0.01)
             try:
                 return self.pool.acquire(ctx, classes)
-            except PoolFull:
-                if time.monotonic() >= deadline:
+            except PoolFull as e:
+                if deadline is None:  # the first refusal: once more after reclaiming, or until the deadline
+                    self.writer.reclaim()
+                    deadline = time.monotonic() + WAIT_WHEN_FULL if self.wait_when_full and not e.never else 0.0
+                elif time.monotonic() >= deadline:
                     raise
+                else:
+                    self.writer.wait_idle(0.01)
 
     def _caps(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
         """The caps of the count-sized maps: counted at this kernel's first launch with this grid and
@@ -433,24 +454,19 @@ class Runtime:
         cap, the kernel drops the rest and its counts section says how many (the map's `dropped`)."""
         key = (tuple(req.grid), tuple(req.block))
         seen = pk.counted.get(key)
-        if seen is not None and seen[1] < self.opt.recount_every:
-            pk.counted[key] = (seen[0], seen[1] + 1)
-            return seen[0]
-        caps = self._count(pk, req, stream, ctx)
-        pk.counted[key] = (caps, 1)
-        return caps
-
-    def _count(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
-        layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})
-        classes = [size_class(tracefmt.align(4 * lay.units, 16)) for lay in layouts]
-        try:
-            slots = self._acquire(ctx, classes)
-        except PoolFull as e:
-            raise Fallback("count", f"no buffers for the counting kernel: {e.reason}") from None
-        try:
-            return self.enqueuer.count(pk, req, layouts, slots, stream, ctx)
-        finally:
-            self.pool.release(slots)
+        if seen is None or seen[1] >= self.opt.recount_every:  # count now, with the counting kernel
+            layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})
+            classes = [size_class(tracefmt.align(4 * lay.units, 16)) for lay in layouts]
+            try:
+                slots = self._acquire(ctx, classes)
+            except PoolFull as e:
+                raise Fallback("count", f"no buffers for the counting kernel: {e.reason}") from None
+            try:
+                seen = (self.enqueuer.count(pk, req, layouts, slots, stream, ctx), 0)
+            finally:
+                self.pool.release(slots)
+        pk.counted[key] = (seen[0], seen[1] + 1)
+        return seen[0]
 
     def _fallback(self, rec: FuncRec, req: LaunchRequest, stage: str, reason: str, permanent: bool = False,
                   quiet: bool = False) -> None:
@@ -464,7 +480,7 @@ class Runtime:
             for h in self.registry.handles_of(rec):
                 self.shim.probe_remove(h)
 
-    def _drop(self, rec: FuncRec, req: LaunchRequest, reason: str, detail: str) -> int:
+    def _drop(self, rec: FuncRec, req: LaunchRequest, reason: str, detail: str) -> None:
         """A launch the budgets have no room for: it runs unprobed, and is counted
         (one `dropped` event at the first drop per kernel and reason; totals at exit)."""
         with self._lock:
@@ -473,7 +489,6 @@ class Runtime:
         if first:
             self.trace.event("dropped", kernel=rec.name, reason=reason, detail=detail, kernel_launch=req.index,
                              first=True)
-        return NOT_HANDLED
 
     def _collect_fast_path_counts(self) -> None:
         """Launches the C path probed or dropped count in the summary like the others."""
@@ -524,6 +539,7 @@ class Runtime:
 
     # ------------------------------------------------------------ memusage
     def _memusage(self, pk: ProbedKernel, req: LaunchRequest) -> None:
+        """LaunchWay.MEMUSAGE (--memusage): what the maps would take (the original runs unprobed)."""
         layouts = pk.layouts(req.grid, req.block)
         maps = {lay.map["name"]: (lay.size if lay.map["cap"] != "count" else None) for lay in layouts}
         total = sum(v for v in maps.values() if v)
@@ -534,6 +550,7 @@ class Runtime:
             cur["launches"] += 1
             cur["max_bytes"] = max(cur["max_bytes"], total)
             cur["total_bytes"] += total
+
 
     # ------------------------------------------------------------ exit
     def finish(self, stream=sys.stderr) -> None:
