@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "cupti_abi.h"
+#include "shim.h"
 
 #define BUFFER_BYTES (4u << 20)
 #define PENDING_NS 2000000000ull /* how long a GPU record waits for its API record */

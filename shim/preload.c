@@ -78,29 +78,10 @@ static void *_Atomic real_fns[H_COUNT];
 
 /* ------------------------------------------------------------------ real dlsym / libcuda */
 
-static void *(*real_dlsym)(void *, const char *);
-static void *_Atomic libcuda;
+static nt_dlsym_fn real_dlsym;  /* realsym.c's, kept here: our dlsym calls it on every lookup */
 
 static void init_real_dlsym(void) {
-    if (real_dlsym) return;
-    real_dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!real_dlsym) real_dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-}
-
-static void *cuda_handle(void) {
-    void *h = atomic_load(&libcuda);
-    if (h) return h;
-    h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_GLOBAL);
-    if (h) atomic_store(&libcuda, h);
-    return h;
-}
-
-/* The real driver function `name` (exported name), never one of our wrappers. */
-void *neutrino_real_sym(const char *name) {
-    init_real_dlsym();
-    void *h = cuda_handle();
-    return (h && real_dlsym) ? real_dlsym(h, name) : NULL;
+    if (!real_dlsym) real_dlsym = neutrino_real_dlsym();
 }
 
 static void *real(int slot) {
@@ -678,9 +659,6 @@ __attribute__((constructor)) static void neutrino_shim_init(void) {
     init_real_dlsym();
     pthread_once(&table_once, init_hook_table);
 }
-
-void *neutrino_compiler_tap(const char *name, void *real); /* compilers.c */
-void *neutrino_cupti_wrapper_named(const char *name);          /* cupti.c */
 
 static int from_libcuda(void *p) {
     Dl_info info;

@@ -22,8 +22,8 @@ class ShimBuildError(NeutrinoError):
 
 
 SHIM_SOURCES = ("preload.c", "writer.c", "fastlaunch.c", "compilers.c", "graphs.c", "ctxsink.c", "nvtx.c",
-               "argtrace.c", "cupti.c")
-SHIM_HEADERS = ("writer.h", "context.h", "cupti_abi.h")
+               "argtrace.c", "cupti.c", "realsym.c")
+SHIM_HEADERS = ("shim.h", "writer.h", "context.h", "cupti_abi.h")
 
 
 def shim_sources() -> list[Path]:
