@@ -55,7 +55,8 @@ from neutrino.runtime.launch_path.enqueue import Enqueuer
 from neutrino.runtime.start.options import RuntimeOptions
 from neutrino.runtime.start.phases import PhaseClock
 from neutrino.runtime.launch_path.pool import BufferPool, ByteBudget, PoolFull, size_class
-from neutrino.runtime.instrument.probed import Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals  # noqa: F401
+from neutrino.runtime.instrument.probed import (  # noqa: F401
+    Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals)
 from neutrino.runtime.modules.registry import Forgotten, FuncRec, ModuleRec, Registry, SimplePtx
 from neutrino.runtime.start.tracedir import TraceDir
 
@@ -155,7 +156,7 @@ class Runtime:
         self._fast_forgotten: list[tuple[str, object]] = []  # (kernel, C-path counters of a forgotten handle)
 
     def _graph_probes(self, native_writer: str | None) -> GraphProbes:
-        """Kernels captured into CUDA graphs (graphs.py): their nodes' buffers are held against a
+        """Kernels captured into CUDA graphs (cudagraphs/capture.py): their nodes' buffers are held against a
         budget of --buffer-budget bytes of their own (they live as long as their graphs)."""
         if native_writer:
             sink = NativeGraphSink(native_writer, self.writer, self.opt.launches, self.opt.buffer_budget)
@@ -312,7 +313,7 @@ class Runtime:
                 self.kernels.check_attrs(pk, req.func, req.shared_bytes)
             if way is LaunchWay.PROBE:
                 return self._launch_probed(rec, pk, req, ctx)
-            if way is LaunchWay.CAPTURE:  # the probed kernel goes into the graph (graphs.py)
+            if way is LaunchWay.CAPTURE:  # the probed kernel goes into the graph (cudagraphs/capture.py)
                 return self.graphs.capture(rec, pk, req, ctx, req.our_stream)
             self._memusage(pk, req)  # LaunchWay.MEMUSAGE: the original runs
         except Dropped as e:
@@ -607,7 +608,7 @@ class SharedTraceBudget:
 
 
 def _context_tables(native_writer: str | None, trace) -> ContextTables | None:
-    """Ranges and argument tables, written by the shim (context.py); None without one."""
+    """Ranges and argument tables, written by the shim (context_tables/tables.py); None without one."""
     if not native_writer:
         return None
     try:
