@@ -82,7 +82,7 @@ print(f"annotate_enter_exit {best:.1f}")
 
 
 def main(n: int = 200_000) -> None:
-    from neutrino.runtime import build
+    from neutrino.runtime.start import build
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

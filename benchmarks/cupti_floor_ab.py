@@ -35,7 +35,7 @@ def main() -> None:
     sys.path.insert(0, str(HERE.parent))
     import torch
 
-    from neutrino.runtime.cupti import find_cupti
+    from neutrino.runtime.context_tables.cupti import find_cupti
     from timeline_workload import eager_step
 
     lib_path = Path(tempfile.mkdtemp()) / "cupti_floor.so"

@@ -5,7 +5,7 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD NEUTRINO_CACHE_DIR=/tmp/nc
 nvcc -O2 -arch=sm_90 -gencode arch=compute_90,code=compute_90 -o /tmp/bench_launch benchmarks/bench_launch.cu -cudart shared || exit 1
-N="python3 -m neutrino.runtime.launcher -q --tracedir /tmp/lh"
+N="python3 -m neutrino.runtime.start.launcher -q --tracedir /tmp/lh"
 declare -A CFG=([plain]="" ["block_sched --launches 0:1 (not selected)"]="-p block_sched --launches 0:1"
                 [block_sched]="-p block_sched" [gmem_bytes]="-p gmem_bytes")
 for r in 1 2 3; do

@@ -76,7 +76,7 @@ def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: s
     cmd = [sys.executable, str(CHILD), "--iters", str(iters), "--only", only]
     tracedir = tmp / re.sub(r"\W", "_", name)
     if args is not None:
-        cmd = [sys.executable, "-m", "neutrino.runtime.launcher", *args, "--tracedir", str(tracedir), "--", *cmd]
+        cmd = [sys.executable, "-m", "neutrino.runtime.start.launcher", *args, "--tracedir", str(tracedir), "--", *cmd]
     # --cpus: every configuration on the same cores (a host-bound loop's time depends on where it runs)
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, preexec_fn=pin)

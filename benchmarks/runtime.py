@@ -50,7 +50,7 @@ def run(cmd, env, timeout=900) -> tuple[str, float]:
 
 
 def neutrino(probe, tracedir, *extra):
-    return [sys.executable, "-m", "neutrino.runtime.launcher", "-p", probe, "--tracedir", str(tracedir), *extra, "--"]
+    return [sys.executable, "-m", "neutrino.runtime.start.launcher", "-p", probe, "--tracedir", str(tracedir), *extra, "--"]
 
 
 def newest_run(tracedir: Path) -> nt.Trace:
@@ -87,7 +87,7 @@ def unprobed_launch(tmp: Path, quick: bool) -> list[str]:
 
 
 def lookup_ns() -> float:
-    from neutrino.runtime.build import build_shim
+    from neutrino.runtime.start.build import build_shim
 
     lib = ctypes.CDLL(str(build_shim()))
     lib.neutrino_probe_add.argtypes = [ctypes.c_void_p]

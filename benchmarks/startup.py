@@ -123,7 +123,7 @@ def program_table(args) -> None:
     warm_up = run_once("warm-up (fills Inductor/Triton caches; not in the baseline)",
                        [sys.executable, str(PROGRAM), str(args.steps)], env)
     rows = [warm_up]
-    from neutrino.runtime.build import build_shim
+    from neutrino.runtime.start.build import build_shim
 
     shim_dir = build_shim().parent
     caches: dict[str, Path] = {}
@@ -155,9 +155,9 @@ def program_table(args) -> None:
 PROFILED_ENV = """
 import json, sys
 sys.path.insert(0, {repo!r})
-from neutrino.runtime.build import build_shim
-from neutrino.runtime.launcher import child_env
-from neutrino.runtime.options import RuntimeOptions
+from neutrino.runtime.start.build import build_shim
+from neutrino.runtime.start.launcher import child_env
+from neutrino.runtime.start.options import RuntimeOptions
 print(json.dumps(child_env(RuntimeOptions(probe={probe!r}, tracedir={trace!r}), build_shim())))
 """
 

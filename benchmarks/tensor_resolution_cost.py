@@ -1,4 +1,4 @@
-"""Host cost of naming a probed launch's tensors (neutrino/runtime/tensors.py), before and after
+"""Host cost of naming a probed launch's tensors (neutrino/runtime/context_tables/tensors.py), before and after
 the registration hooks (spec/runtime.md, "Ranges and tensor trace").
 
     python benchmarks/tensor_resolution_cost.py [--torch] [--before OLD_TENSORS_PY] [--objects N]
@@ -12,7 +12,7 @@ argument sets are resolved, each of 4 pointers: two parameters' starts, one addr
 parameter, one address that no tensor holds (so every set misses and may rebuild).
 
 Configurations:
-  before        OLD_TENSORS_PY (e.g. `git show 00d43f5:neutrino/runtime/tensors.py`): a walk of
+  before        OLD_TENSORS_PY (e.g. `git show 00d43f5:neutrino/runtime/context_tables/tensors.py`): a walk of
                 the garbage collector's objects, at most every 2 s, and every parameter's span
                 recomputed at each resolution
   hooks         the hooks installed before the model is built (the runtime's path: torch is
@@ -108,7 +108,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--resolves", type=int, default=2000)
     args = ap.parse_args()
-    from neutrino.runtime import tensors
+    from neutrino.runtime.context_tables import tensors
 
     if args.torch:
         import torch

@@ -44,7 +44,7 @@ CONFIGS = {  # key: (label, neutrino options or None, NEUTRINO_TIMELINE_LEVEL, C
 
 def find_cupti() -> str:
     sys.path.insert(0, str(HERE.parent))
-    from neutrino.runtime.cupti import find_cupti as find
+    from neutrino.runtime.context_tables.cupti import find_cupti as find
 
     path, why = find()
     if path is None:

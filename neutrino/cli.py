@@ -48,7 +48,7 @@ def _file_error(path: str, message: str):
 def _read_ptx(path: str) -> tuple[str, str]:
     """PTX text from a .ptx file, or from a fatbin/cubin/executable (the PTX inside it)."""
     from neutrino.errors import NeutrinoError
-    from neutrino.runtime.ptx_source import ImageKind, classify_image, ptx_from_file
+    from neutrino.runtime.modules.ptx_source import ImageKind, classify_image, ptx_from_file
 
     try:
         data = Path(path).read_bytes()
@@ -188,7 +188,7 @@ def select_entry(entries: list[str], source: str, patterns: list[str]) -> str:
     """The one entry of `entries` that -k selects (instrument keeps one entry and prunes the rest;
     for AMDGPU assembly, probes one and leaves the rest unprobed)."""
     from neutrino.errors import InstrumentError
-    from neutrino.runtime.options import kernel_selected, split_patterns
+    from neutrino.runtime.start.options import kernel_selected, split_patterns
 
     wanted = split_patterns(patterns)
     chosen = [name for name in entries if kernel_selected(name, wanted)]
@@ -492,7 +492,7 @@ def dispatch(argv: list[str]) -> int:
                       f"    hint: commands: {', '.join(SUBCOMMANDS)}; to profile a program: "
                       f"neutrino -p PROBE -- {first} ...")
         return console.EXIT_USAGE
-    from neutrino.runtime.launcher import run_main
+    from neutrino.runtime.start.launcher import run_main
 
     return run_main(argv)
 

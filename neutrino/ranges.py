@@ -2,7 +2,7 @@
 
 Normative format: spec/trace-format.md, "Context tables" (ranges.bin + ranges_names.txt,
 launch_args.jsonl). The writers are the shim (shim/nvtx.c, shim/argtrace.c) and
-`neutrino.runtime.context`. numpy is imported when a table is read.
+`neutrino.runtime.context_tables.tables`. numpy is imported when a table is read.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def read_names(run_dir: Path) -> list[str]:
     return path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
 
 
-CLOCK_KERNEL = "__neutrino_globaltimer"  # neutrino.runtime.clock's calibration kernel
+CLOCK_KERNEL = "__neutrino_globaltimer"  # neutrino.runtime.context_tables.clock's calibration kernel
 
 
 def has_gpu_time(records: np.ndarray) -> np.ndarray:
@@ -147,7 +147,7 @@ def read_timeline(run_dir, *, own: bool = False, untimed: bool = False) -> np.nd
 
 
 def clock_calibrations(run_dir) -> list[tuple[int, int]]:
-    """(%globaltimer, CUPTI time) pairs of the run's calibration launches (neutrino.runtime.clock):
+    """(%globaltimer, CUPTI time) pairs of the run's calibration launches (neutrino.runtime.context_tables.clock):
     each `timeline_clock` event's reads paired, in order, with the CUPTI record of that launch
     (mid-times of both)."""
     import json

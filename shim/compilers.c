@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "shim.h"
+
 typedef int nvJitLinkResult;
 typedef void *nvJitLinkHandle;
 

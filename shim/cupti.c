@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "cupti_abi.h"
+#include "shim.h"
 
 #define BUFFER_BYTES (4u << 20)
 #define PENDING_NS 2000000000ull /* how long a GPU record waits for its API record */
@@ -820,7 +821,7 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
 }
 
 /* Flush CUPTI, write what is left, close the files; out_counts[] gets the N_COUNTS counters (their
- * order: the enum above; neutrino/runtime/cupti.py names them). */
+ * order: the enum above; neutrino/runtime/context_tables/cupti.py names them). */
 void neutrino_timeline_stop(uint64_t *out_counts, int n) {
     if (atomic_load(&recording)) {
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);

@@ -65,8 +65,8 @@ typedef struct {
  * and their jobs submitted under the pool's lock, so a ring's jobs reach the writer in the
  * order of their regions and it frees them by moving `tail` forward. A ring that is too small
  * is retired (freed by the writer once drained) and replaced by one twice as large. */
-typedef struct ring {
-    struct ring *next;         /* the pool's retired rings */
+typedef struct fast_ring {
+    struct fast_ring *next;    /* the pool's retired rings */
     void *ctx;
     uint64_t device, size;
     uint64_t head;             /* under pool_lock */
@@ -119,6 +119,7 @@ static void print_steps(const char *what, const uint64_t *ns, uint64_t n) {
 }
 
 static void print_profile(void);
+static void fast_ring_done(void *ring, uint64_t ring_end);
 static void free_ring(ring_t *r);
 static ring_t *sweep_retired(ctx_pool *pool);
 static void free_rings(ring_t *r);
@@ -154,6 +155,7 @@ static int resolve(void) {
 /* Turn the fast path on with the budgets (bytes). 0 on success. */
 int neutrino_fast_enable(uint64_t buffer_budget, uint64_t trace_budget, uint64_t timing_every, int wait_full) {
     if (resolve()) return -1;
+    neutrino_writer_on_ring_done(fast_ring_done);  /* before any fast job is submitted */
     pthread_mutex_lock(&pool_lock);
     budget = buffer_budget;
     time_every = timing_every ? timing_every : 1;
@@ -353,8 +355,8 @@ static int reserve_region(ctx_pool *pool, uint64_t bytes, uint64_t *pos, uint64_
 }
 
 /* Called by the writer when fast jobs are written (in the ring's order): their regions, up to
- * ring position `ring_end`, come back. */
-void neutrino_fast_ring_done(void *ring, uint64_t ring_end) {
+ * ring position `ring_end`, come back (registered with the writer by neutrino_fast_enable). */
+static void fast_ring_done(void *ring, uint64_t ring_end) {
     ring_t *r = ring;
     ring_t *drained = NULL;
     atomic_store_explicit(&r->zeroed, 1, memory_order_release);  /* a job of it ran: after the memset */

@@ -1,9 +1,9 @@
 /* Neutrino and CUDA graphs: the replay side of a probed graph node, and the graph API hooks.
  *
  * A probed kernel launched into a capturing stream is captured by Python
- * (neutrino/runtime/graphs.py) as the probed kernel; when the capture ends, an
+ * (neutrino/runtime/cudagraphs/capture.py) as the probed kernel; when the capture ends, an
  * append node after all of them, a leaf, is added to the graph
- * (neutrino/runtime/graph_ring.py). It copies each selected replay's maps into
+ * (neutrino/runtime/cudagraphs/ring.py). It copies each selected replay's maps into
  * the next free slot of the node's ring in device memory and sets the slot's
  * flag, in pinned host memory mapped into the device, to the replay number + 1
  * (a full ring: the replay is dropped and counted there).
@@ -35,21 +35,6 @@ typedef int CUresult;
 
 /* ------------------------------------------------------------------ replay rings */
 
-typedef struct {
-    uint32_t graph_id, node_id, kernel_id;
-    int32_t fd;
-    void *ring;           /* pinned, mapped: counters, flags, slots (graph_ring.RingLayout) */
-    uint64_t frame_size;
-    uint64_t stream;
-    uint32_t grid[3], block[3];
-    uint32_t shared_bytes, frame_id;
-    uint64_t nslots, stride, slots;  /* host ring: slot count, bytes per slot, offset of slot 0 */
-    void *ctx, *copy_stream;         /* the node's context; a stream of ours in it */
-    uint64_t device_slots, device_stride, device_state;  /* device ring: slot 0, bytes per slot; the state */
-    uint64_t data_off, span;         /* where in a frame the maps start; their bytes */
-    uint64_t nstage;                 /* host slots (device slot i is copied into host slot i % nstage) */
-} nt_graph_desc;
-
 enum { RING_REPLAYS, RING_WRITTEN, RING_DROPPED, RING_CONSUMED };  /* the ring's u64 counters */
 #define RING_FLAGS 64                                /* offset of the flags */
 #define STATE_CONSUMED 24                            /* the device state's consumed counter */
@@ -73,6 +58,10 @@ static pthread_cond_t rings_changed = PTHREAD_COND_INITIALIZER;
 static nt_graph_node *rings;
 static int poller_started, poller_stopped;
 static _Atomic uint64_t pending_limit = 1ull << 30, pending;
+
+/* The writer wrote (or failed to write) a replay's frame: its bytes no longer wait (registered
+ * with the writer when the first ring is polled). */
+static void graph_frame_done(uint64_t frame_size) { atomic_fetch_sub(&pending, frame_size); }
 
 void neutrino_graph_set_pending_limit(uint64_t limit) { atomic_store(&pending_limit, limit); }
 
@@ -411,6 +400,7 @@ void *neutrino_graph_node_new(const nt_graph_desc *d) {
     atomic_store(&n->active, 1);
     pthread_mutex_lock(&rings_lock);
     if (!poller_started) {
+        neutrino_writer_on_host_frame_done(graph_frame_done);  /* before the poller submits a frame */
         pthread_t t;
         poller_started = pthread_create(&t, NULL, poll_rings, NULL) == 0;
         if (poller_started) pthread_detach(t);
@@ -457,8 +447,6 @@ void neutrino_graph_node_stats(void *node, uint64_t out[5]) {
     out[4] = atomic_load(&n->errors);
 }
 
-/* The writer wrote (or failed to write) a replay's frame: its bytes no longer wait. */
-void neutrino_graph_job_done(uint64_t frame_size) { atomic_fetch_sub(&pending, frame_size); }
 
 /* Captures begun and not yet ended in this process (cuStreamBeginCapture*, cuStreamEndCapture
  * below): while there are none, a launch the filter skips costs no capture query. */

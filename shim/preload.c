@@ -20,7 +20,7 @@
  *
  * In a process without a Python interpreter (an nvcc-built program) the shim
  * embeds one: at the first intercepted driver call it dlopen()s the libpython
- * named by NEUTRINO_LIBPYTHON and runs neutrino.runtime.bootstrap.
+ * named by NEUTRINO_LIBPYTHON and runs neutrino.runtime.start.bootstrap.
  *
  * The shim includes no CUDA header: the few types it needs are declared here,
  * so header changes (versioned-API macros) cannot break its build.
@@ -78,29 +78,10 @@ static void *_Atomic real_fns[H_COUNT];
 
 /* ------------------------------------------------------------------ real dlsym / libcuda */
 
-static void *(*real_dlsym)(void *, const char *);
-static void *_Atomic libcuda;
+static nt_dlsym_fn real_dlsym;  /* realsym.c's, kept here: our dlsym calls it on every lookup */
 
 static void init_real_dlsym(void) {
-    if (real_dlsym) return;
-    real_dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!real_dlsym) real_dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-}
-
-static void *cuda_handle(void) {
-    void *h = atomic_load(&libcuda);
-    if (h) return h;
-    h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_GLOBAL);
-    if (h) atomic_store(&libcuda, h);
-    return h;
-}
-
-/* The real driver function `name` (exported name), never one of our wrappers. */
-void *neutrino_real_sym(const char *name) {
-    init_real_dlsym();
-    void *h = cuda_handle();
-    return (h && real_dlsym) ? real_dlsym(h, name) : NULL;
+    if (!real_dlsym) real_dlsym = neutrino_real_dlsym();
 }
 
 static void *real(int slot) {
@@ -197,7 +178,7 @@ void neutrino_set_launch_filter(uint64_t start, uint64_t stop, uint64_t every) {
 /* While a framework compiles (XLA autotuning its GEMMs, say), the launches it makes are candidates
  * it times, not the program's computation: probed, they would run slower and another candidate
  * could win, changing the program's results. Python opens a window around each compile
- * (runtime/frameworks.py); launches of probed kernels inside it run the original kernel and are
+ * (runtime/modules/frameworks.py); launches of probed kernels inside it run the original kernel and are
  * counted. A count, not a flag: compiles on two threads overlap. */
 static _Atomic int suspended_windows;
 static _Atomic uint64_t suspended_launches;
@@ -269,7 +250,7 @@ static void embed_python(void) {
     if (!init || !run || !save) return;
     setenv("NEUTRINO_EMBEDDED", "1", 1);
     init(0);
-    run("import neutrino.runtime.bootstrap as _nb; _nb.start(embedded=True)");
+    run("import neutrino.runtime.start.bootstrap as _nb; _nb.start(embedded=True)");
     save(); /* release the GIL: callbacks take it from any thread */
 }
 
@@ -698,9 +679,6 @@ __attribute__((constructor)) static void neutrino_shim_init(void) {
     init_real_dlsym();
     pthread_once(&table_once, init_hook_table);
 }
-
-void *neutrino_compiler_tap(const char *name, void *real); /* compilers.c */
-void *neutrino_cupti_wrapper_named(const char *name);          /* cupti.c */
 
 static int from_libcuda(void *p) {
     Dl_info info;

@@ -1,5 +1,5 @@
 /* The shim's shared declarations: every function one file of shim/ defines and another calls, and the
- * fast path's plan, which neutrino/runtime/fastpath.py mirrors in ctypes (tests/test_shim_layouts.py
+ * fast path's plan, which neutrino/runtime/launch_path/fastpath.py mirrors in ctypes (tests/test_shim_layouts.py
  * holds the two against each other). A file includes this header instead of declaring by hand. */
 #ifndef NEUTRINO_SHIM_H
 #define NEUTRINO_SHIM_H
@@ -7,8 +7,13 @@
 
 #include "writer.h"
 
-/* preload.c: the driver's own entry point for `name` (not ours). */
+/* realsym.c: the driver's own entry point for `name` (not ours); the real dlsym (preload.c interposes it). */
 void *neutrino_real_sym(const char *name);
+typedef void *(*nt_dlsym_fn)(void *handle, const char *name);
+nt_dlsym_fn neutrino_real_dlsym(void);
+
+/* compilers.c: our tap on an nvJitLink function found by dlsym (or `real` itself). */
+void *neutrino_compiler_tap(const char *name, void *real);
 
 /* fastlaunch.c: the probed launch in C (see there for the return values), the trace budget, the rings. */
 int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -21,14 +26,16 @@ int neutrino_graph_stream_capturing(void *stream, int ptsz);
 void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long long flags);
 void *neutrino_graph_wrapper_named(const char *name);
 
-/* cupti.c: a probed launch's place on the timeline. */
+/* cupti.c: a probed launch's place on the timeline; our wrapper of a libcupti function reached by dlsym. */
 uint64_t neutrino_timeline_begin_probed(void);
 void neutrino_timeline_end_probed(uint64_t token);
+void neutrino_timeline_note_submit(uint64_t seq);
+void *neutrino_cupti_wrapper_named(const char *name);
 
 /* argtrace.c: the arguments of a probed launch (launch_args.jsonl). */
 int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch);
 
-/* fastlaunch.c's plan of one probed kernel, set from Python (neutrino/runtime/fastpath.py, NtPlan). */
+/* fastlaunch.c's plan of one probed kernel, set from Python (neutrino/runtime/launch_path/fastpath.py, NtPlan). */
 typedef struct {
     void *orig_func, *ctx, *probed_func;
     uint32_t n_params, n_maps, n_extra, max_shared;
@@ -47,4 +54,38 @@ typedef struct {
 typedef struct {
     uint64_t launches, dropped_buffer, dropped_trace, handed_back;
 } nt_plan_stats;
+
+/* graphs.c's description of one probed graph node's ring, from Python
+ * (neutrino/runtime/cudagraphs/sinks.py, NtGraphDesc). */
+typedef struct {
+    uint32_t graph_id, node_id, kernel_id;
+    int32_t fd;
+    void *ring;           /* pinned, mapped: counters, flags, slots (cudagraphs/ring.py, RingLayout) */
+    uint64_t frame_size;
+    uint64_t stream;
+    uint32_t grid[3], block[3];
+    uint32_t shared_bytes, frame_id;
+    uint64_t nslots, stride, slots;  /* host ring: slot count, bytes per slot, offset of slot 0 */
+    void *ctx, *copy_stream;         /* the node's context; a stream of ours in it */
+    uint64_t device_slots, device_stride, device_state;  /* device ring: slot 0, bytes per slot; the state */
+    uint64_t data_off, span;         /* where in a frame the maps start; their bytes */
+    uint64_t nstage;                 /* host slots (device slot i is copied into host slot i % nstage) */
+} nt_graph_desc;
+
+/* What the graph append kernel (neutrino/runtime/cudagraphs/ring.py, NodeDesc, AppendParams) reads in
+ * device memory: one descriptor per probed node, and the kernel's arguments. No C of the shim reads
+ * them (the kernel is PTX); tests/fakecuda/fakecuda.c runs the kernel on the host with them. */
+typedef struct {
+    uint64_t src, bytes;      /* the node's maps, their bytes */
+    uint64_t ring;            /* the host ring (mapped): counters, flags */
+    uint64_t nslots, slots, stride;  /* the ring's slots (device, or mapped host memory) */
+    uint64_t state;           /* the node's device state: replays, written, dropped */
+    uint64_t consumed;        /* where the host's consumed count is read */
+} nt_graph_node_desc;
+
+typedef struct {
+    uint64_t desc;                   /* the nodes' descriptors (grid row b: node b) */
+    uint64_t start, stop, every;     /* --launches: the replays selected */
+    uint64_t wait_ns;                /* how long a full ring is waited on before the replay is dropped */
+} nt_graph_append_args;
 #endif

@@ -35,7 +35,6 @@
 
 #include "shim.h"
 
-void neutrino_timeline_note_submit(uint64_t seq); /* cupti.c */
 
 typedef int CUresult;
 
@@ -91,6 +90,12 @@ static int napping;
 static unsigned queued;
 static _Atomic int hurry;
 void neutrino_writer_hurry(void) { atomic_store(&hurry, 1); }
+
+/* What to call back when jobs are written (registered by their submitters: see writer.h). */
+static _Atomic(nt_ring_done_fn) ring_done;
+static _Atomic(nt_frame_done_fn) host_frame_done;
+void neutrino_writer_on_ring_done(nt_ring_done_fn fn) { atomic_store(&ring_done, fn); }
+void neutrino_writer_on_host_frame_done(nt_frame_done_fn fn) { atomic_store(&host_frame_done, fn); }
 static uint64_t next_seq = 1;
 
 /* Event pairs (start, end) for launches, per context. */
@@ -448,13 +453,15 @@ static void finish_batch(node *const *jobs, unsigned n) {
     }
     pthread_mutex_unlock(&ev_lock);
     /* outside ev_lock: the launch path takes ev_lock while holding the ring's lock */
+    nt_ring_done_fn rings_done = atomic_load(&ring_done);
+    nt_frame_done_fn frames_done = atomic_load(&host_frame_done);
     for (unsigned i = 0; i < n; i++) {
         const nt_job *j = &jobs[i]->job;
-        if (j->ring && (i + 1 == n || jobs[i + 1]->job.ring != j->ring)) neutrino_fast_ring_done(j->ring, j->ring_end);
+        if (j->ring && rings_done && (i + 1 == n || jobs[i + 1]->job.ring != j->ring)) rings_done(j->ring, j->ring_end);
     }
     for (unsigned i = 0; i < n; i++) {
         node *nd = jobs[i];
-        if (nd->job.host_frame) neutrino_graph_job_done(nd->job.frame_size);
+        if (nd->job.host_frame && frames_done) frames_done(nd->job.frame_size);
         if (nd->job.owns_header) free((void *)nd->job.header);
         atomic_store_explicit(&neutrino_writer_completed, nd->job.seq, memory_order_release);
     }

@@ -41,13 +41,20 @@ typedef struct {
     uint32_t copy_header;           /* 1: `header` is the caller's (its stack): submit copies it */
 } nt_job;
 
+/* Called on the writer's thread once jobs are written, for what their submitters take back: the fast
+ * path's ring regions (fastlaunch.c, consecutive jobs of one ring at once, up to `ring_end`) and the
+ * bytes of graph frames waiting (graphs.c). Each registers before submitting such a job, so the
+ * writer calls no other file of the shim by name. */
+typedef void (*nt_ring_done_fn)(void *ring, uint64_t ring_end);
+typedef void (*nt_frame_done_fn)(uint64_t frame_size);
+void neutrino_writer_on_ring_done(nt_ring_done_fn fn);
+void neutrino_writer_on_host_frame_done(nt_frame_done_fn fn);
+
 uint64_t neutrino_writer_submit(const nt_job *job);
 int neutrino_writer_take_events(void *ctx, void **ev2);
 void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end);
-void neutrino_graph_job_done(uint64_t frame_size);
 void neutrino_writer_hurry(void);
 int neutrino_writer_wait(uint64_t seq, int64_t timeout_ms);
 uint64_t neutrino_writer_next_seq(void);
 void neutrino_writer_print_profile(void);
-void neutrino_fast_ring_done(void *ring, uint64_t ring_end);
 #endif

@@ -11,7 +11,7 @@ import ctypes as C
 import itertools
 import threading
 
-from neutrino.runtime import graph_ring
+from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CaptureInfo, DriverError
 
 
@@ -367,7 +367,7 @@ def _params(params_addr: int, struct):
 
 
 def emulate_graph_append(params_addr: int, nodes: int) -> None:
-    """What the append kernel (neutrino/runtime/graph_ring.py) does, all chunks of a node at once:
+    """What the append kernel (neutrino/runtime/cudagraphs/ring.py) does, all chunks of a node at once:
     count the replay; copy a selected one into the next device slot unless the ring is full (nothing
     drains concurrently here: waiting would time out), publish its flag; zero the maps."""
     p = _params(params_addr, graph_ring.AppendParams)

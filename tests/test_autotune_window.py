@@ -2,8 +2,8 @@
 
 An autotuner launches every candidate config and keeps the fastest; probed, a candidate runs slower
 and another can win, and a winner with another reduction order changes the program's results.
-The runtime wraps their benchmarking functions (runtime/autotune.py) in the suspend window XLA's
-compiles use (runtime/autotune_window.py): inside it the shim runs probed kernels' launches
+The runtime wraps their benchmarking functions (runtime/modules/autotune.py) in the suspend window XLA's
+compiles use (runtime/modules/autotune_window.py): inside it the shim runs probed kernels' launches
 unprobed and counts them.
 
 Unit tests load the stand-in modules (tests/faketriton, tests/faketorch: the real layouts' names)
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 import neutrino.trace as nt
-from neutrino.runtime import autotune
-from neutrino.runtime.autotune_window import SuspendWindow
+from neutrino.runtime.modules import autotune
+from neutrino.runtime.modules.autotune_window import SuspendWindow
 
 from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
 from test_xla_compile_window import FakeShim

@@ -3,7 +3,7 @@
 import numpy as np
 
 from neutrino.toolbox import TOOLS_DIR, load_probes
-from neutrino.runtime.callback import load_callback
+from neutrino.runtime.results.callback import load_callback
 from neutrino.trace import MapSection, buffer_bytes, write_result
 
 

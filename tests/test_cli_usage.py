@@ -164,7 +164,7 @@ def test_gcn_instrument_takes_k_and_e_as_ptx_does(tmp_path):
 
 
 def test_k_means_the_same_in_the_profiler():
-    from neutrino.runtime.options import RuntimeOptions
+    from neutrino.runtime.start.options import RuntimeOptions
 
     opts = RuntimeOptions(probe="p", kernels=["gemm", "=vadd"], exclude=["=gemm_tail"])
     assert opts.wants("sgemm_kernel") and opts.wants("vadd") and not opts.wants("vadd2")

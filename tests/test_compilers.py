@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import neutrino.trace as nt
-from neutrino.runtime import compilers, frameworks
-from neutrino.runtime.compilers import CompiledIndex
+from neutrino.runtime.modules import compilers, frameworks
+from neutrino.runtime.modules.compilers import CompiledIndex
 
 from test_runtime_core import VEC_PTX, events, finish, make_runtime, req
 from test_runtime_shim import FAKE, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
@@ -192,7 +192,7 @@ def test_prepare_jax_notes_the_flags_in_the_event_log(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- XLA's ptxas subprocess: the wrapper
 
-from neutrino.runtime import subprocess_compilers  # noqa: E402
+from neutrino.runtime.modules import subprocess_compilers  # noqa: E402
 
 HAVE_PTXAS = subprocess_compilers.find_real("ptxas") is not None
 

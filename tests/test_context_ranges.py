@@ -22,9 +22,9 @@ import pytest
 
 from neutrino import ranges as nr
 from neutrino.annotation import _reset_backend, annotate
-from neutrino.runtime import build
-from neutrino.runtime.context import param_sizes
-from neutrino.runtime.tensors import READ_USER_FRAMES, TensorResolver
+from neutrino.runtime.start import build
+from neutrino.runtime.context_tables.tables import param_sizes
+from neutrino.runtime.context_tables.tensors import READ_USER_FRAMES, TensorResolver
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -461,8 +461,8 @@ def test_tensor_resolution_reads_inductor_code_in_its_cache_dir(fake_torch, monk
 
 
 def test_launcher_sets_the_nvtx_injection_unless_a_tool_did(tmp_path):
-    from neutrino.runtime.launcher import child_env
-    from neutrino.runtime.options import RuntimeOptions
+    from neutrino.runtime.start.launcher import child_env
+    from neutrino.runtime.start.options import RuntimeOptions
 
     opts = RuntimeOptions(probe="block_sched", tracedir=str(tmp_path))
     assert child_env(opts, Path("/x/shim.so"), base={})["NVTX_INJECTION64_PATH"] == "/x/shim.so"

@@ -325,7 +325,7 @@ def test_event_log_options_is_an_object_and_trace_repr_is_short(tmp_path, fakecu
     events = [json.loads(line) for line in (tmp_path / "trace" / "event.log").read_text().splitlines()]
     [start] = [e for e in events if e["event"] == "start"]
     assert isinstance(start["options"], dict) and start["options"]["launches"]["every"] == 2
-    from neutrino.runtime.options import RuntimeOptions, logged_options
+    from neutrino.runtime.start.options import RuntimeOptions, logged_options
 
     old_form = json.dumps(start["options"])  # what logs before this change hold
     assert logged_options(old_form) == logged_options(start["options"]) == start["options"]

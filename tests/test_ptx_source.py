@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from neutrino.errors import NeutrinoError
-from neutrino.runtime import decompress
-from neutrino.runtime.fatbin import (
+from neutrino.runtime.modules import decompress
+from neutrino.runtime.modules.fatbin import (
     FATBIN_MAGIC,
     FLAG_ARCH_SPECIFIC,
     FLAG_COMPRESSED_LZ4,
@@ -33,7 +33,7 @@ from neutrino.runtime.fatbin import (
     FLAG_FAMILY_SPECIFIC,
     parse_fatbin,
 )
-from neutrino.runtime.ptx_source import (
+from neutrino.runtime.modules.ptx_source import (
     BinaryFormatError,
     ImageKind,
     PtxImage,

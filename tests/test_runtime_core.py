@@ -15,12 +15,12 @@ from attrs import evolve as attrs_evolve
 import neutrino.trace as nt
 from neutrino.errors import InstrumentError
 from neutrino.probefile import parse_probes
-from neutrino.runtime.codecache import CodeCache
+from neutrino.runtime.instrument.codecache import CodeCache
 from neutrino.runtime.core import NOT_HANDLED, LaunchRequest, Runtime, _SimplePtx
 from neutrino.runtime.driver import LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ
-from neutrino.runtime.launch import BENCH_REPEATS
-from neutrino.runtime.options import RuntimeOptions
-from neutrino.runtime.tracedir import TraceDir
+from neutrino.runtime.launch_path.enqueue import BENCH_REPEATS
+from neutrino.runtime.start.options import RuntimeOptions
+from neutrino.runtime.start.tracedir import TraceDir
 
 from fakedriver import FakeDriver, FakeShim, param_u64, probe_buffer
 
@@ -410,7 +410,7 @@ def test_benchmark_table(tmp_path):
 
 
 def test_benchmark_table_flags_speedups_beyond_noise():
-    from neutrino.runtime.report import benchmark_table
+    from neutrino.runtime.results.report import benchmark_table
 
     noisy = {"k": [([100.0, 60.0, 140.0], [90.0, 95.0, 92.0])]}  # 0.92x, but the baseline swings ±40%
     assert "!" not in benchmark_table(noisy)

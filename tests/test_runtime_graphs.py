@@ -21,7 +21,7 @@ import neutrino.trace as nt
 from neutrino.analysis import report as analysis_report
 from neutrino.runtime.core import NOT_HANDLED
 from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CAPTURE_MODE_THREAD_LOCAL, DriverError
-from neutrino.runtime.graphs import (
+from neutrino.runtime.cudagraphs.capture import (
     G_ADD_KERNEL_NODE,
     G_CLONE,
     G_END_CAPTURE,
@@ -31,8 +31,8 @@ from neutrino.runtime.graphs import (
     G_SET_PARAMS,
     KernelNodeParamsV2,
 )
-from neutrino.runtime.graph_ring import APPEND_KERNEL
-from neutrino.runtime.options import LaunchFilter
+from neutrino.runtime.cudagraphs.ring import APPEND_KERNEL
+from neutrino.runtime.start.options import LaunchFilter
 
 from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
 from test_runtime_core import COUNT_PROBE, events, fake_block_sched, finish, load_saxpy, make_runtime, req
@@ -278,7 +278,7 @@ def test_ring_on_the_device_or_with_wait_in_host_memory(tmp_path, when_full):
     (more of them than host slots); with --when-full=wait it fills the host ring's slots itself
     and reads the host's consumed count there (the device must not wait on the host's driver
     calls). Both write every replay, in order, and reuse the slots drained."""
-    from neutrino.runtime import graph_ring
+    from neutrino.runtime.cudagraphs import ring as graph_ring
 
     p = Program(tmp_path, when_full=when_full)
     p.drv.kernel_impl["saxpy4"] = fake_block_sched
@@ -331,7 +331,7 @@ def test_a_failed_copy_out_loses_those_replays_only(program):
 
 
 def test_a_node_the_budget_cannot_hold_whole_gets_the_smallest_ring(tmp_path):
-    from neutrino.runtime import graph_ring
+    from neutrino.runtime.cudagraphs import ring as graph_ring
 
     full = graph_ring.ring_layout(512)
     small = graph_ring.ring_layout(512, minimal=True)
@@ -349,7 +349,7 @@ def test_a_node_the_budget_cannot_hold_whole_gets_the_smallest_ring(tmp_path):
 
 
 def test_ring_layout_holds_a_frame_per_slot_aligned():
-    from neutrino.runtime import graph_ring
+    from neutrino.runtime.cudagraphs import ring as graph_ring
 
     lay = graph_ring.ring_layout(1000)
     assert lay.on_device and lay.stride == 1024 and lay.slots % graph_ring.SLOT_ALIGN == 0
@@ -382,7 +382,7 @@ def test_append_kernel_ptx_is_accepted_by_ptxas(tmp_path):
     import shutil
     import subprocess
 
-    from neutrino.runtime import graph_ring
+    from neutrino.runtime.cudagraphs import ring as graph_ring
 
     if shutil.which("ptxas") is None:
         pytest.skip("needs ptxas")
@@ -694,7 +694,7 @@ def test_native_rings_under_pressure(tmp_path, fakecuda, shim, monkeypatch, capf
 
 
 def test_graphs_are_probed_by_default_and_no_graphs_turns_it_off():
-    from neutrino.runtime.launcher import build_parser
+    from neutrino.runtime.start.launcher import build_parser
 
     assert build_parser().parse_args(["-p", "p.toml", "--", "x"]).graphs is True
     assert build_parser().parse_args(["-p", "p.toml", "--no-graphs", "--", "x"]).graphs is False

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from neutrino.runtime import attribution
-from neutrino.runtime.callback import CallbackError, load_callback, split_spec
-from neutrino.runtime.codecache import CacheEntry, CodeCache, cache_key
+from neutrino.runtime.launch_path import attribution
+from neutrino.runtime.results.callback import CallbackError, load_callback, split_spec
+from neutrino.runtime.instrument.codecache import CacheEntry, CodeCache, cache_key
 from neutrino.runtime.hooks import read_image
-from neutrino.runtime.launcher import STARTUP_DIR, parse_args
-from neutrino.runtime.options import U64_MAX, LaunchFilter, OptionError, RuntimeOptions
+from neutrino.runtime.start.launcher import STARTUP_DIR, parse_args
+from neutrino.runtime.start.options import U64_MAX, LaunchFilter, OptionError, RuntimeOptions
 
 DATA = Path(__file__).parent / "data"
 
@@ -70,7 +70,7 @@ def test_parse_args_with_and_without_separator():
 
 
 def test_parse_args_missing_probe():
-    from neutrino.runtime.launcher import UsageError
+    from neutrino.runtime.start.launcher import UsageError
 
     with pytest.raises(UsageError, match="no probe: give -p PROBE"):
         parse_args(["--tracedir", "t", "python", "x.py"])
@@ -167,7 +167,7 @@ def test_sitecustomize_chains_and_stays_quiet(tmp_path):
     (other / "sitecustomize.py").write_text("import builtins\nbuiltins.CHAINED = True\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(STARTUP_DIR), str(other)]))
     env.pop("NEUTRINO_OPTIONS", None)
-    r = subprocess.run([sys.executable, "-c", "import builtins, sys; print(builtins.CHAINED, 'neutrino.runtime.bootstrap' in sys.modules)"],
+    r = subprocess.run([sys.executable, "-c", "import builtins, sys; print(builtins.CHAINED, 'neutrino.runtime.start.bootstrap' in sys.modules)"],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == ["True", "False"], r.stderr
 
@@ -186,7 +186,7 @@ def test_user_frame_of_worker_thread_falls_back_to_main(monkeypatch, tmp_path):
     got = []
     gen = tmp_path / "generated.py"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    gen.write_text("import neutrino.runtime.attribution as a\ndef call(out):\n    out.append(a.user_frame())\n")
+    gen.write_text("import neutrino.runtime.launch_path.attribution as a\ndef call(out):\n    out.append(a.user_frame())\n")
     ns = {}
     exec(compile(gen.read_text(), str(gen), "exec"), ns)
     t = threading.Thread(target=ns["call"], args=(got,))

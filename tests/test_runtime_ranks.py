@@ -15,13 +15,13 @@ import neutrino.trace as nt
 from neutrino.analysis.ranks import describe_rank
 from neutrino.cli import main as cli_main
 from neutrino.probefile import parse_probes
-from neutrino.runtime.codecache import CodeCache
+from neutrino.runtime.instrument.codecache import CodeCache
 from neutrino.runtime.core import NOT_HANDLED, Runtime
-from neutrino.runtime.launcher import child_env
-from neutrino.runtime.options import RuntimeOptions
-from neutrino.runtime.ptx_source import PtxImage
-from neutrino.runtime.rank import COLLECTIVE_DEFAULTS, ENV_DEFAULTS, rank_from_env, start_fields
-from neutrino.runtime.tracedir import ENV_JOB, TraceDir, run_path
+from neutrino.runtime.start.launcher import child_env
+from neutrino.runtime.start.options import RuntimeOptions
+from neutrino.runtime.modules.ptx_source import PtxImage
+from neutrino.runtime.start.rank import COLLECTIVE_DEFAULTS, ENV_DEFAULTS, rank_from_env, start_fields
+from neutrino.runtime.start.tracedir import ENV_JOB, TraceDir, run_path
 
 from fakedriver import FakeDriver, FakeShim, ctx_of, param_u64
 from test_runtime_core import BLOCK_SCHED, VEC_PTX, fake_block_sched, req

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import neutrino.trace as nt
-from neutrino.runtime import build
-from neutrino.runtime.launcher import libpython, run_main
+from neutrino.runtime.start import build
+from neutrino.runtime.start.launcher import libpython, run_main
 
 HERE = Path(__file__).parent
 FAKE = HERE / "fakecuda"
@@ -188,8 +188,8 @@ def test_broken_probe_file_program_not_run(tmp_path, fakecuda, shim, capsys):
 
 
 def test_c_program_without_libpython_runs_unprobed(tmp_path, fakecuda, shim):
-    from neutrino.runtime.launcher import child_env
-    from neutrino.runtime.options import RuntimeOptions
+    from neutrino.runtime.start.launcher import child_env
+    from neutrino.runtime.start.options import RuntimeOptions
 
     probe = tmp_path / "bs.toml"
     probe.write_text(BLOCK_SCHED)

@@ -1,7 +1,10 @@
 """The C structs Python hands to the shim, checked against the header they mirror.
 
-NtJob (neutrino/runtime/drain.py) is shim/writer.h's nt_job; NtPlan and NtPlanStats
-(neutrino/runtime/fastpath.py) are shim/shim.h's nt_plan and nt_plan_stats. A tiny C program
+NtJob (neutrino/runtime/results/drain.py) is shim/writer.h's nt_job; NtPlan and NtPlanStats
+(neutrino/runtime/launch_path/fastpath.py) are shim/shim.h's nt_plan and nt_plan_stats; NtGraphDesc
+(neutrino/runtime/cudagraphs/sinks.py) is shim.h's nt_graph_desc, and NodeDesc and AppendParams
+(cudagraphs/ring.py: what the graph append kernel reads) are nt_graph_node_desc and
+nt_graph_append_args, which tests/fakecuda/fakecuda.c runs the kernel with. A tiny C program
 compiled with the system compiler prints sizeof and offsetof of every field the ctypes class
 names; a field moved, resized or renamed on either side fails here, not in a profiled program.
 """
@@ -15,11 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from neutrino.runtime.drain import MAX_MAPS, NtJob
-from neutrino.runtime.fastpath import NtPlan, NtPlanStats
+from neutrino.runtime.results.drain import MAX_MAPS, NtJob
+from neutrino.runtime.launch_path.fastpath import NtPlan, NtPlanStats
+from neutrino.runtime.cudagraphs.ring import AppendParams, NodeDesc
+from neutrino.runtime.cudagraphs.sinks import NtGraphDesc
 
 SHIM = Path(__file__).resolve().parent.parent / "shim"
-MIRRORS = {"nt_job": NtJob, "nt_plan": NtPlan, "nt_plan_stats": NtPlanStats}
+MIRRORS = {"nt_job": NtJob, "nt_plan": NtPlan, "nt_plan_stats": NtPlanStats, "nt_graph_desc": NtGraphDesc,
+           "nt_graph_node_desc": NodeDesc, "nt_graph_append_args": AppendParams}
 
 
 def c_layouts(tmp_path: Path) -> dict[str, dict[str, int]]:
@@ -76,3 +82,49 @@ def test_the_header_names_every_field_the_mirrors_name():
     for struct, mirror in MIRRORS.items():
         assert [n for n, _ in mirror._fields_] == fields[struct], struct
     assert MAX_MAPS == int(re.search(r"#define NT_MAX_MAPS (\d+)", text).group(1))
+
+
+def shim_sources_and_headers() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(SHIM.glob("*.[ch]"))}
+
+
+def test_shim_files_declare_nothing_of_each_other_by_hand():
+    """Every function one file of shim/ defines and another calls is declared once, in a header
+    (shim.h, writer.h, context.h): no .c file declares another's function itself, and every
+    declaration in shim.h has its definition in exactly one .c file."""
+    import re
+
+    files = shim_sources_and_headers()
+    defined: dict[str, list[str]] = {}
+    for name, text in files.items():
+        if name.endswith(".c"):
+            for fn in re.findall(r"^[A-Za-z_][\w \*]*?\b((?:neutrino|nt)_\w+)\([^;{]*\)\s*\{", text, re.M):
+                defined.setdefault(fn, []).append(name)
+    for name, text in files.items():
+        if name.endswith(".c"):
+            # a file-scope prototype of a neutrino_/nt_ function that is not static
+            hand = [fn for fn in re.findall(r"^(?!static)[A-Za-z_][\w \*]*?\b((?:neutrino|nt)_\w+)\([^;{]*\);", text, re.M)
+                    if fn in defined and name not in defined[fn]]
+            assert not hand, f"{name} declares {hand} by hand: put them in shim.h"
+    declared = re.findall(r"^[A-Za-z_][\w \*]*?\b(neutrino_\w+)\([^;{]*\);", files["shim.h"], re.M)
+    assert declared
+    for fn in declared:
+        assert len(defined.get(fn, [])) == 1, f"shim.h declares {fn}: defined in {defined.get(fn)}"
+
+
+def test_the_writer_calls_no_other_file_of_the_shim():
+    """The writer is below the fast path and the graph poller: what it gives back when a job is
+    written goes through the callbacks they register (writer.h), so there is no call circle between
+    writer.c, fastlaunch.c and graphs.c; and realsym.c, the bottom, calls none of the others."""
+    import re
+
+    files = shim_sources_and_headers()
+    defined = {}
+    for name, text in files.items():
+        if name.endswith(".c"):
+            for fn in re.findall(r"^[A-Za-z_][\w \*]*?\b(neutrino_\w+)\([^;{]*\)\s*\{", text, re.M):
+                defined[fn] = name
+    for caller, allowed in (("writer.c", {"writer.c", "realsym.c", "cupti.c"}), ("realsym.c", {"realsym.c"})):
+        body = re.sub(r"/\*.*?\*/", "", files[caller], flags=re.S)
+        called = {defined[fn] for fn in re.findall(r"\b(neutrino_\w+)\s*\(", body) if fn in defined}
+        assert called <= allowed, f"{caller} calls into {sorted(called - allowed)}"

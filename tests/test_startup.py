@@ -16,15 +16,15 @@ import pytest
 
 import neutrino.trace as nt
 from neutrino.errors import NeutrinoError
-from neutrino.runtime import phases as ph
-from neutrino.runtime.codecache import checked_probe_text
-from neutrino.runtime.launcher import child_env, run_main
-from neutrino.runtime.options import RuntimeOptions
+from neutrino.runtime.start import phases as ph
+from neutrino.runtime.instrument.codecache import checked_probe_text
+from neutrino.runtime.start.launcher import child_env, run_main
+from neutrino.runtime.start.options import RuntimeOptions
 
 HERE = Path(__file__).parent
 FAKE = HERE / "fakecuda"
 VEC_PTX = HERE / "data" / "corpus" / "nvcc" / "vec.sm90.ptx"
-TOOLS = Path(ph.__file__).resolve().parent.parent / "tools"
+TOOLS = Path(ph.__file__).resolve().parents[2] / "tools"
 
 # Never loaded by a profiled process unless its analysis asks: the analysis libraries, and the
 # compiler, parser and passes when no kernel is instrumented (spec/runtime.md, "Start-up and exit phases").
@@ -37,7 +37,7 @@ INSTRUMENTATION = ("neutrino.engine", "neutrino.passes", "neutrino.language", "n
 def fakecuda(tmp_path_factory):
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
-    from neutrino.runtime import build
+    from neutrino.runtime.start import build
 
     build.build_shim(tmp_path_factory.mktemp("shimcache"))
     d = tmp_path_factory.mktemp("fakecuda")
@@ -113,14 +113,14 @@ PROGRAM = """
 import runpy, sys
 sys.argv = [{app!r}, {ptx!r}, "saxpy4", "2"]
 runpy.run_path({app!r}, run_name="__main__")
-from neutrino.runtime import bootstrap
+from neutrino.runtime.start import bootstrap
 bootstrap._state["runtime"].finish()  # the exit work (hooks, summary) before we look
 print(json.dumps(sorted(sys.modules)))
 """
 
 
 def _modules_after_run(tmp_path, fakecuda, kernels: tuple[str, ...]) -> set[str]:
-    from neutrino.runtime.build import build_shim
+    from neutrino.runtime.start.build import build_shim
 
     probe = str(TOOLS / "block_sched" / "probe.py")
     from neutrino.probefile import parse_probes
@@ -209,7 +209,7 @@ def test_phase_clock_and_line_known_answer():
 
 def test_block_sched_exit_hook_samples_each_kernel(tmp_path, capsys):
     from neutrino.tools.block_sched import exit_hook as hook_module
-    from neutrino.runtime.callback import load_callback
+    from neutrino.runtime.results.callback import load_callback
     from test_builtin_hook import block_sched_result
 
     assert [n for n in range(40) if hook_module.sampled(n)] == [0, 1, 2, 3, 4, 8, 16, 32]
@@ -226,7 +226,7 @@ def test_origin_markers_found_as_the_regex_finds_them():
     """frameworks.first_marker (anchors + windows) gives _NAME_RE.search's leftmost match."""
     import random
 
-    from neutrino.runtime import frameworks as fw
+    from neutrino.runtime.modules import frameworks as fw
 
     names = [b"ncclDevKernel_AllReduce", b"ncclFoo", b"cudnn_x", b"xmma_fprop_k", b"xmma_gemm_q", b"nvjet_abc",
              b"cutlass_80_tensorop_s", b"cutlass_x", b"sgemm_nn", b"gemv2N_kernel", b"gemv2X", b"_ZN2at6native1f",
@@ -283,7 +283,7 @@ def test_process_without_cuda_loads_neither_attrs_nor_numpy(tmp_path):
     """The `wire` phase, paid by every Python process of a profiled program (compilers, data loaders)."""
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
-    from neutrino.runtime.build import build_shim
+    from neutrino.runtime.start.build import build_shim
 
     env = child_env(RuntimeOptions(probe=str(TOOLS / "block_sched" / "probe.py"), tracedir=str(tmp_path / "trace")),
                     build_shim())
@@ -298,9 +298,9 @@ def test_process_without_cuda_loads_neither_attrs_nor_numpy(tmp_path):
 
 def test_launcher_imports_neither_numpy_nor_the_trace_layout():
     """The launcher runs before the program starts: what it imports is start-up every run pays
-    (the run directory's name comes from runtime/rundir_names.py, not from the trace layout)."""
-    code = ("import sys, neutrino.runtime.launcher; "
-            "print(sorted(m for m in ('numpy', 'neutrino.maps', 'neutrino.runtime.tracedir') if m in sys.modules))")
+    (the run directory's name comes from runtime/start/rundir_names.py, not from the trace layout)."""
+    code = ("import sys, neutrino.runtime.start.launcher; "
+            "print(sorted(m for m in ('numpy', 'neutrino.maps', 'neutrino.runtime.start.tracedir') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(HERE.parent)})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

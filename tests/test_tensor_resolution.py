@@ -1,4 +1,4 @@
-"""The tensor trace's names without walking the garbage collector (neutrino/runtime/tensors.py).
+"""The tensor trace's names without walking the garbage collector (neutrino/runtime/context_tables/tensors.py).
 
 A stand-in torch whose modules call global registration hooks the way torch's `nn.Module` does
 (`register_parameter`, `register_buffer`, `add_module` / attribute assignment): the resolver
@@ -16,8 +16,8 @@ import weakref
 
 import pytest
 
-from neutrino.runtime import tensors
-from neutrino.runtime.tensors import (BUDGET_FLOOR_SECONDS, BUDGET_FRACTION, REBUILD_SECONDS, AfterImport, NameTable,
+from neutrino.runtime.context_tables import tensors
+from neutrino.runtime.context_tables.tensors import (BUDGET_FLOOR_SECONDS, BUDGET_FRACTION, REBUILD_SECONDS, AfterImport, NameTable,
                                       TensorResolver)
 
 

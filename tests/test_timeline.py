@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from neutrino.runtime import build
-from neutrino.runtime.cupti import find_cupti, parse_info
-from neutrino.runtime.launcher import run_main
-from neutrino.runtime.report import launches_phrase
+from neutrino.runtime.start import build
+from neutrino.runtime.context_tables.cupti import find_cupti, parse_info
+from neutrino.runtime.start.launcher import run_main
+from neutrino.runtime.results.report import launches_phrase
 from neutrino.timeline import (CLOCK_KERNEL, FLAG_GRAPH, FLAG_NO_GPU_TIME, FLAG_PROBED, MAGIC, RECORD, TraceError,
                                globaltimer_offset, globaltimer_to_ns, kernels_by_origin, origin, read_timeline,
                                untimed_by_name)
@@ -175,7 +175,7 @@ def test_find_cupti_order(tmp_path, monkeypatch):
     wheel.mkdir(parents=True)
     (wheel / "libcupti.so.13").write_bytes(b"\x7fELF")
     monkeypatch.setattr(sys, "path", [str(tmp_path / "site")])
-    monkeypatch.setattr("neutrino.runtime.cupti._toolkit_candidates", lambda: [])
+    monkeypatch.setattr("neutrino.runtime.context_tables.cupti._toolkit_candidates", lambda: [])
     assert find_cupti({}) == (str(wheel / "libcupti.so.13"), "wheel")
     monkeypatch.setattr(sys, "path", [])
     path, why = find_cupti({})

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import neutrino.trace as nt
-from neutrino.runtime.tracedir import TraceDir
+from neutrino.runtime.start.tracedir import TraceDir
 
 BLOCK_SCHED_FIELDS = [("lstart", "u64", 0), ("elapse", "u32", 8), ("smid", "u32", 12)]
 

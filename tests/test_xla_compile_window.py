@@ -19,7 +19,7 @@ import types
 import pytest
 
 import neutrino.trace as nt
-from neutrino.runtime import frameworks
+from neutrino.runtime.modules import frameworks
 
 from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
 

@@ -20,7 +20,7 @@ from neutrino.maps import TraceError
 TIMELINE_MAGIC = b"NTTIMEL1"
 RANGES_MAGIC = b"NTRANGE1"
 NO_NAME = 0xFFFFFFFF
-CLOCK_KERNEL = "__neutrino_globaltimer"  # neutrino.runtime.clock's calibration kernel (not the program's)
+CLOCK_KERNEL = "__neutrino_globaltimer"  # neutrino.runtime.context_tables.clock's calibration kernel (not the program's)
 
 TIMELINE_RECORD = np.dtype([
     ("kind", "u1"), ("copy_kind", "u1"), ("flags", "<u2"), ("device", "<u4"), ("stream", "<u4"), ("tid", "<u4"),

@@ -13,7 +13,7 @@ The probe gate: every store and atomic of the SAVE lowering is predicated on
 16-byte aligned): `on` is true. A CUDA graph node passes it with bit 0 set:
 the u32 eight bytes before the buffer is then the gate its replays share,
 0 for a replay that probes, anything else for one `--launches` leaves out
-(the graph's append kernel writes it for the next replay: runtime/graph_ring.py).
+(the graph's append kernel writes it for the next replay: runtime/cudagraphs/ring.py).
 An unselected replay then writes nothing and leaves the maps zero.
 """
 

@@ -2,14 +2,15 @@
 
 The shim (shim/preload.c) calls `Runtime.on_*` through `neutrino.runtime.hooks`
 for module loads, function lookups and launches of probed functions. Each
-stage of a probed launch has its own module:
+stage of a probed launch has its own folder (one module per job inside it):
 
-    registry.py  which modules and kernels exist, which handles are probed
-    probed.py    building and caching probed code (once per kernel and context)
-    pool.py      map buffers from a per-context pool, within a budget
-    launch.py    enqueueing: zero, launch, copy back; nothing waits
-    drain.py     the writer thread: results → per-kernel result files, event log
-    callback.py  analysis callbacks, run after the program's last launch
+    start/           the launcher, options, rank, run directory, phase clock
+    modules/         where a module's PTX comes from; which modules and kernels exist
+    instrument/      the probe, the code cache, probed code (once per kernel and context)
+    launch_path/     device, buffers from the pool, enqueueing, the C fast path
+    cudagraphs/      probed kernels inside captured graphs, drained on every replay
+    results/         the drain to the trace, analysis callbacks, the exit report
+    context_tables/  ranges, launch arguments and tensors, the CUPTI timeline
 
 Failure policy: every exception on our side before the probed kernel is
 launched turns into `NOT_HANDLED`, which makes the shim run the original
@@ -20,6 +21,8 @@ unprobed and is counted as dropped (spec/runtime.md).
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import sys
 import threading
 import time
@@ -29,7 +32,7 @@ import attrs
 
 from neutrino import maps as tracefmt
 from neutrino.errors import NeutrinoError
-from neutrino.runtime.attribution import Attributor
+from neutrino.runtime.launch_path.attribution import Attributor
 from neutrino.runtime.driver import (
     COPIED_FUNC_ATTRS,
     CU_STREAM_LEGACY,
@@ -39,28 +42,45 @@ from neutrino.runtime.driver import (
     LAUNCH_KERNEL_PTSZ,
     DriverError,
 )
-from neutrino.runtime.devices import Devices
-from neutrino.runtime.drain import NativeWriter, ResultWriter
-from neutrino.runtime.compilers import CompiledIndex, unseen_xla_compile_reason
-from neutrino.runtime.context import ContextTables
-from neutrino.runtime.fastpath import FastPath
-from neutrino.runtime import graph_ring
-from neutrino.runtime.graph_sinks import NativeGraphSink, PythonGraphSink
-from neutrino.runtime.graphs import G_ADD_KERNEL_NODE, GraphProbes, relaxed_capture
-from neutrino.runtime.frameworks import XLA, kernel_names, module_origin
-from neutrino.runtime.launch import Enqueuer
-from neutrino.runtime.options import RuntimeOptions
-from neutrino.runtime.phases import PhaseClock
-from neutrino.runtime.pool import BufferPool, ByteBudget, PoolFull, size_class
-from neutrino.runtime.probed import Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals  # noqa: F401
-from neutrino.runtime.registry import Forgotten, FuncRec, ModuleRec, Registry, SimplePtx
-from neutrino.runtime.tracedir import TraceDir
+from neutrino.runtime.launch_path.devices import Devices
+from neutrino.runtime.results.drain import NativeWriter, ResultWriter
+from neutrino.runtime.modules.compilers import CompiledIndex, unseen_xla_compile_reason
+from neutrino.runtime.context_tables.tables import ContextTables
+from neutrino.runtime.launch_path.fastpath import FastPath
+from neutrino.runtime.cudagraphs import ring as graph_ring
+from neutrino.runtime.cudagraphs.sinks import NativeGraphSink, PythonGraphSink
+from neutrino.runtime.cudagraphs.capture import G_ADD_KERNEL_NODE, GraphProbes, relaxed_capture
+from neutrino.runtime.modules.frameworks import XLA, kernel_names, module_origin
+from neutrino.runtime.launch_path.enqueue import Enqueuer
+from neutrino.runtime.start.options import RuntimeOptions
+from neutrino.runtime.start.phases import PhaseClock
+from neutrino.runtime.launch_path.pool import BufferPool, ByteBudget, PoolFull, size_class
+from neutrino.runtime.instrument.probed import (  # noqa: F401
+    Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals)
+from neutrino.runtime.modules.registry import Forgotten, FuncRec, ModuleRec, Registry, SimplePtx
+from neutrino.runtime.start.tracedir import TraceDir
 
 NOT_HANDLED = -1  # tells the shim to run the original launch itself
 WAIT_WHEN_FULL = 60.0  # seconds --when-full=wait waits for buffers before dropping the launch
 _SimplePtx = SimplePtx  # the name tests and older callers use
 
 __all__ = ["NOT_HANDLED", "LaunchRequest", "Runtime", "Fallback", "FuncRec", "ModuleRec"]
+
+
+class LaunchWay(enum.Enum):
+    """What a launch handed to Python becomes, decided before any work (Runtime.on_launch)."""
+    CAPTURE = "capture"  # into a stream being captured: the probed kernel goes into the graph
+    MEMUSAGE = "memusage"  # --memusage: what its maps would take is recorded; the original runs
+    PROBE = "probe"  # probed now: buffers, enqueue, results handed to the writer
+
+
+class Dropped(Exception):
+    """A launch the budgets have no room for: it runs unprobed and is counted, like the BPF ring
+    buffer's failed reserve (not a failure: no fallback event)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
 
 
 @attrs.frozen
@@ -130,13 +150,13 @@ class Runtime:
         self.memusage: dict[str, dict] = {}
         self._callback = None
         self._closed = False
-        self.timeline = None  # neutrino.runtime.cupti.Timeline, set by bootstrap when CUPTI runs
+        self.timeline = None  # neutrino.runtime.context_tables.cupti.Timeline, set by bootstrap when CUPTI runs
         self.timeline_summary: dict | None = None
         self._retired: list[tuple[int, ProbedKernel]] = []  # (writer mark, probed code of an unloaded module)
         self._fast_forgotten: list[tuple[str, object]] = []  # (kernel, C-path counters of a forgotten handle)
 
     def _graph_probes(self, native_writer: str | None) -> GraphProbes:
-        """Kernels captured into CUDA graphs (graphs.py): their nodes' buffers are held against a
+        """Kernels captured into CUDA graphs (cudagraphs/capture.py): their nodes' buffers are held against a
         budget of --buffer-budget bytes of their own (they live as long as their graphs)."""
         if native_writer:
             sink = NativeGraphSink(native_writer, self.writer, self.opt.launches, self.opt.buffer_budget)
@@ -273,22 +293,31 @@ class Runtime:
 
     # ------------------------------------------------------------ launches
     def on_launch(self, req: LaunchRequest) -> int:
+        """A launch of a probed function, from the shim. What it becomes (`LaunchWay`) is decided
+        first, then its probed code is built or found; the answer is 0 (we launched it) or
+        NOT_HANDLED (the shim runs the original). A failure of ours on the way is a fallback, a
+        launch the budgets have no room for a drop; both run the original."""
         rec = self.registry.functions.get(req.func)
         if rec is None or rec.failed or self._closed:
             return NOT_HANDLED
         try:
             ctx = self.drv.ctx_get_current()
-            if not self.opt.memusage and self.drv.stream_is_capturing(req.our_stream):
-                if not self.opt.graphs:
-                    raise Fallback("capture", "the stream is being captured into a CUDA graph and --no-graphs "
-                                   "was given; launch not probed")
-                return self._capture(rec, req, ctx)
-            pk = self.kernels.get(rec, ctx, req.func)
-            self.kernels.check_attrs(pk, req.func, req.shared_bytes)
-            if self.opt.memusage:
-                self._memusage(pk, req)
-                return NOT_HANDLED
-            return self._launch_probed(rec, pk, req, ctx)
+            capturing = not self.opt.memusage and self.drv.stream_is_capturing(req.our_stream)
+            if capturing and not self.opt.graphs:
+                raise Fallback("capture", "the stream is being captured into a CUDA graph and --no-graphs "
+                               "was given; launch not probed")
+            way = LaunchWay.CAPTURE if capturing else LaunchWay.MEMUSAGE if self.opt.memusage else LaunchWay.PROBE
+            # building the probed code loads a module: a capture forbids it unless relaxed
+            with relaxed_capture(self.drv) if capturing else contextlib.nullcontext():
+                pk = self.kernels.get(rec, ctx, req.func)
+                self.kernels.check_attrs(pk, req.func, req.shared_bytes)
+            if way is LaunchWay.PROBE:
+                return self._launch_probed(rec, pk, req, ctx)
+            if way is LaunchWay.CAPTURE:  # the probed kernel goes into the graph (cudagraphs/capture.py)
+                return self.graphs.capture(rec, pk, req, ctx, req.our_stream)
+            self._memusage(pk, req)  # LaunchWay.MEMUSAGE: the original runs
+        except Dropped as e:
+            self._drop(rec, req, e.reason, e.detail)
         except Fallback as e:
             self._fallback(rec, req, e.stage, e.reason, e.permanent, quiet=e.repeat)
         except DriverError as e:
@@ -300,68 +329,66 @@ class Runtime:
         return NOT_HANDLED
 
     def _launch_probed(self, rec: FuncRec, pk: ProbedKernel, req: LaunchRequest, ctx: int) -> int:
+        """LaunchWay.PROBE: shape, budgets, enqueue; then the results are handed on (never a fallback
+        after the probed kernel has run: the original would run twice)."""
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
         stream = req.our_stream
         caps = self._caps(pk, req, stream, ctx) if pk.count_func else None
         shape = pk.shape(req.grid, req.block, caps)
-        layouts, frame_bytes = shape.layouts, shape.frame_bytes
         self.writer.reclaim()
-        if not self.trace_budget.reserve(frame_bytes):
-            return self._drop(rec, req, "trace-budget", f"the trace budget of {self.trace_budget.limit} bytes is spent")
-        try:
-            slots = self._acquire(ctx, shape.classes)
-        except PoolFull as e:
-            self.trace_budget.give_back(frame_bytes)
-            return self._drop(rec, req, "buffer-budget", e.reason)
-        except DriverError as e:
-            self.trace_budget.give_back(frame_bytes)
-            raise Fallback("alloc", f"{sum(lay.size for lay in layouts)} bytes of map buffers: {e}") from None
-        except BaseException:
-            self.trace_budget.give_back(frame_bytes)
-            raise
+        slots = self._reserve(ctx, shape)
         frame = self.attribution.frame()
         token = self.timeline.begin() if self.timeline is not None else 0  # marks the launch probed (cupti.c)
         try:
-            flight = self.enqueuer.launch(pk, req, layouts, slots, stream=stream, ctx=ctx, frame=frame,
-                                          frame_bytes=frame_bytes, benchmark=self.opt.benchmark)
-        except Fallback as e:
+            flight = self.enqueuer.launch(pk, req, shape.layouts, slots, stream=stream, ctx=ctx, frame=frame,
+                                          frame_bytes=shape.frame_bytes, benchmark=self.opt.benchmark)
+        except BaseException as e:
             self.pool.release(slots)
-            self.trace_budget.give_back(frame_bytes)
-            if e.stage == "launch":
+            self.trace_budget.give_back(shape.frame_bytes)
+            if isinstance(e, Fallback) and e.stage == "launch":
                 pk.attrs_checked = False  # the program may have changed the original's attributes since
-            raise
-        except BaseException:
-            self.pool.release(slots)
-            self.trace_budget.give_back(frame_bytes)
             raise
         finally:
             if token:
                 self.timeline.end(token)
-        # The probed kernel has run: from here on, never fall back (it would run twice).
         with self._lock:
             self.probed_launches += 1
         if flight.bench is not None:
             self._record_benchmark(pk, req, flight.bench)
+        self._hand_on(rec, pk, req, ctx, shape, flight)
+        return 0
+
+    def _reserve(self, ctx: int, shape) -> list:
+        """The launch's trace bytes and map buffers; `Dropped` when a budget has no room for them."""
+        if not self.trace_budget.reserve(shape.frame_bytes):
+            raise Dropped("trace-budget", f"the trace budget of {self.trace_budget.limit} bytes is spent")
+        try:
+            return self._acquire(ctx, shape.classes)
+        except PoolFull as e:
+            self.trace_budget.give_back(shape.frame_bytes)
+            raise Dropped("buffer-budget", e.reason) from None
+        except DriverError as e:
+            self.trace_budget.give_back(shape.frame_bytes)
+            raise Fallback("alloc", f"{sum(lay.size for lay in shape.layouts)} bytes of map buffers: {e}") from None
+        except BaseException:
+            self.trace_budget.give_back(shape.frame_bytes)
+            raise
+
+    def _hand_on(self, rec: FuncRec, pk: ProbedKernel, req: LaunchRequest, ctx: int, shape, flight) -> None:
+        """After the probed kernel was enqueued: results to the writer, a plan for the C path, the
+        launch's arguments. Never raises: the launch happened, only its records can be lost."""
         try:
             seq = self.writer.submit(flight)
             self._plan_fast_path(rec, req, ctx, pk, shape, flight)
         except Exception as e:  # noqa: BLE001 - the result is lost; the launch happened
             self.trace.event("result_error", kernel=rec.name, kernel_launch=req.index, reason=f"writer: {e}")
-            return 0
-        if self.context is not None and seq:
-            try:
-                self.context.record_launch(rec, req, ctx, seq - 1)
-            except Exception as e:  # noqa: BLE001 - the argument trace never touches the launch
-                self.trace.event("launch_args", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
-        return 0
-
-    def _capture(self, rec: FuncRec, req: LaunchRequest, ctx: int) -> int:
-        """A launch into a stream being captured: the probed kernel goes into the graph (graphs.py)."""
-        with relaxed_capture(self.drv):  # building the probed code loads a module: capture forbids it otherwise
-            pk = self.kernels.get(rec, ctx, req.func)
-            self.kernels.check_attrs(pk, req.func, req.shared_bytes)
-        return self.graphs.capture(rec, pk, req, ctx, req.our_stream)
+        else:
+            if self.context is not None and seq:
+                try:
+                    self.context.record_launch(rec, req, ctx, seq - 1)
+                except Exception as e:  # noqa: BLE001 - the argument trace never touches the launch
+                    self.trace.event("launch_args", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
 
     def on_graph(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
         """A graph API call the shim saw (shim/graphs.c): lifetimes of captured graphs, kernel nodes
@@ -377,16 +404,14 @@ class Runtime:
 
     def _plan_fast_path(self, rec: FuncRec, req: LaunchRequest, ctx: int, pk: ProbedKernel, shape, flight) -> None:
         """Let the shim probe this kernel's later launches in C (fastpath.py)."""
-        if self.fast is None or self.opt.benchmark or flight.error is not None:
-            return
-        if self.registry.functions.get(req.func) is not rec:  # forgotten meanwhile: the handle is another's
+        if (self.fast is None or self.opt.benchmark or flight.error is not None
+                or self.registry.functions.get(req.func) is not rec):  # forgotten meanwhile: the handle is another's
             return
         max_shared = max(pk.attrs_seen.get(COPIED_FUNC_ATTRS[0], 0), 48 * 1024)
-        if not self.fast.wants_plan(req.func, ctx, max_shared):
-            return
-        kernel_id, fd, header = self.writer.plan_inputs(flight)
-        if self.fast.register(req, ctx, pk, shape, kernel_id, fd, header, max_shared):
-            self.trace.event("fast_path", kernel=pk.name, function=hex(req.func), max_shared=max_shared)
+        if self.fast.wants_plan(req.func, ctx, max_shared):
+            kernel_id, fd, header = self.writer.plan_inputs(flight)
+            if self.fast.register(req, ctx, pk, shape, kernel_id, fd, header, max_shared):
+                self.trace.event("fast_path", kernel=pk.name, function=hex(req.func), max_shared=max_shared)
 
     def on_teardown(self) -> None:
         """A context is about to be destroyed: write what is in flight, forget plans made in it."""
@@ -410,20 +435,18 @@ class Runtime:
     def _acquire(self, ctx: int, classes) -> list:
         """Slots from the pool; when it is full, reclaim what the writer finished and try again
         (with --when-full=wait, for up to WAIT_WHEN_FULL seconds)."""
-        try:
-            return self.pool.acquire(ctx, classes)
-        except PoolFull as e:
-            self.writer.reclaim()
-            if not self.wait_when_full or e.never:
-                return self.pool.acquire(ctx, classes)
-        deadline = time.monotonic() + WAIT_WHEN_FULL
+        deadline = None
         while True:
-            self.writer.wait_idle(0.01)
             try:
                 return self.pool.acquire(ctx, classes)
-            except PoolFull:
-                if time.monotonic() >= deadline:
+            except PoolFull as e:
+                if deadline is None:  # the first refusal: once more after reclaiming, or until the deadline
+                    self.writer.reclaim()
+                    deadline = time.monotonic() + WAIT_WHEN_FULL if self.wait_when_full and not e.never else 0.0
+                elif time.monotonic() >= deadline:
                     raise
+                else:
+                    self.writer.wait_idle(0.01)
 
     def _caps(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
         """The caps of the count-sized maps: counted at this kernel's first launch with this grid and
@@ -432,24 +455,19 @@ class Runtime:
         cap, the kernel drops the rest and its counts section says how many (the map's `dropped`)."""
         key = (tuple(req.grid), tuple(req.block))
         seen = pk.counted.get(key)
-        if seen is not None and seen[1] < self.opt.recount_every:
-            pk.counted[key] = (seen[0], seen[1] + 1)
-            return seen[0]
-        caps = self._count(pk, req, stream, ctx)
-        pk.counted[key] = (caps, 1)
-        return caps
-
-    def _count(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
-        layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})
-        classes = [size_class(tracefmt.align(4 * lay.units, 16)) for lay in layouts]
-        try:
-            slots = self._acquire(ctx, classes)
-        except PoolFull as e:
-            raise Fallback("count", f"no buffers for the counting kernel: {e.reason}") from None
-        try:
-            return self.enqueuer.count(pk, req, layouts, slots, stream, ctx)
-        finally:
-            self.pool.release(slots)
+        if seen is None or seen[1] >= self.opt.recount_every:  # count now, with the counting kernel
+            layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})
+            classes = [size_class(tracefmt.align(4 * lay.units, 16)) for lay in layouts]
+            try:
+                slots = self._acquire(ctx, classes)
+            except PoolFull as e:
+                raise Fallback("count", f"no buffers for the counting kernel: {e.reason}") from None
+            try:
+                seen = (self.enqueuer.count(pk, req, layouts, slots, stream, ctx), 0)
+            finally:
+                self.pool.release(slots)
+        pk.counted[key] = (seen[0], seen[1] + 1)
+        return seen[0]
 
     def _fallback(self, rec: FuncRec, req: LaunchRequest, stage: str, reason: str, permanent: bool = False,
                   quiet: bool = False) -> None:
@@ -463,7 +481,7 @@ class Runtime:
             for h in self.registry.handles_of(rec):
                 self.shim.probe_remove(h)
 
-    def _drop(self, rec: FuncRec, req: LaunchRequest, reason: str, detail: str) -> int:
+    def _drop(self, rec: FuncRec, req: LaunchRequest, reason: str, detail: str) -> None:
         """A launch the budgets have no room for: it runs unprobed, and is counted
         (one `dropped` event at the first drop per kernel and reason; totals at exit)."""
         with self._lock:
@@ -472,7 +490,6 @@ class Runtime:
         if first:
             self.trace.event("dropped", kernel=rec.name, reason=reason, detail=detail, kernel_launch=req.index,
                              first=True)
-        return NOT_HANDLED
 
     def _collect_fast_path_counts(self) -> None:
         """Launches the C path probed or dropped count in the summary like the others."""
@@ -523,6 +540,7 @@ class Runtime:
 
     # ------------------------------------------------------------ memusage
     def _memusage(self, pk: ProbedKernel, req: LaunchRequest) -> None:
+        """LaunchWay.MEMUSAGE (--memusage): what the maps would take (the original runs unprobed)."""
         layouts = pk.layouts(req.grid, req.block)
         maps = {lay.map["name"]: (lay.size if lay.map["cap"] != "count" else None) for lay in layouts}
         total = sum(v for v in maps.values() if v)
@@ -533,6 +551,7 @@ class Runtime:
             cur["launches"] += 1
             cur["max_bytes"] = max(cur["max_bytes"], total)
             cur["total_bytes"] += total
+
 
     # ------------------------------------------------------------ exit
     def finish(self, stream=sys.stderr) -> None:
@@ -554,7 +573,7 @@ class Runtime:
             self._collect_fast_path_counts()
             self._collect_graph_counts()
             self.compiled.close(self.trace.event)
-        from neutrino.runtime import callback, report
+        from neutrino.runtime.results import callback, report
 
         if self._callback is not None and self.trace.materialized:
             with phase("exit_hooks"):
@@ -566,7 +585,7 @@ class Runtime:
         """Flush CUPTI and close timeline.bin (after the writer: probed launches are numbered by then)."""
         if self.timeline is None:
             return
-        from neutrino.runtime.clock import calibrate
+        from neutrino.runtime.context_tables.clock import calibrate
 
         calibrate(self.drv, self.trace, "stop")
         try:
@@ -589,7 +608,7 @@ class SharedTraceBudget:
 
 
 def _context_tables(native_writer: str | None, trace) -> ContextTables | None:
-    """Ranges and argument tables, written by the shim (context.py); None without one."""
+    """Ranges and argument tables, written by the shim (context_tables/tables.py); None without one."""
     if not native_writer:
         return None
     try:
@@ -615,7 +634,7 @@ class _EngineOnFirstUse:
 
 
 def _default_ptx_finder():
-    from neutrino.runtime import ptx_source
+    from neutrino.runtime.modules import ptx_source
 
     index = None
 

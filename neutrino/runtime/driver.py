@@ -132,7 +132,7 @@ _SIGNATURES = {
     "cuLaunchKernelEx_ptsz": [P, P, P, P],
     "cuLaunchCooperativeKernel": [P, U, U, U, U, U, U, U, P, P],
     "cuLaunchCooperativeKernel_ptsz": [P, U, U, U, U, U, U, U, P, P],
-    # stream capture (CUDA graphs: graphs.py)
+    # stream capture (CUDA graphs: cudagraphs/capture.py)
     "cuThreadExchangeStreamCaptureMode": [C.POINTER(C.c_int)],
     "cuStreamGetCaptureInfo_v2": [P, C.POINTER(C.c_int), C.POINTER(C.c_uint64), PP, C.POINTER(PP), C.POINTER(SZ)],
     "cuStreamGetCaptureInfo_v3": [P, C.POINTER(C.c_int), C.POINTER(C.c_uint64), PP, C.POINTER(PP), PP, C.POINTER(SZ)],
@@ -382,7 +382,7 @@ class RealDriver:
     def event_destroy(self, event: int) -> None:
         self._call("cuEventDestroy_v2", event)
 
-    # -- stream capture (graphs.py)
+    # -- stream capture (cudagraphs/capture.py)
     def exchange_capture_mode(self, mode: int) -> int:
         """Set this thread's capture mode (cuThreadExchangeStreamCaptureMode); returns the previous one."""
         m = C.c_int(mode)

@@ -127,7 +127,7 @@ class Shim:
         self.lib.neutrino_register_callbacks(CB_MODULE(0), CB_FUNCTION(0), CB_LAUNCH(0), CB_LINK(0), CB_EXIT(0),
                                              CB_TEARDOWN(0))
         if self._keep_compiler is not None:
-            from neutrino.runtime.compilers import CB_COMPILED
+            from neutrino.runtime.modules.compilers import CB_COMPILED
 
             self.lib.neutrino_register_compiler_callback(CB_COMPILED(0))
 
@@ -136,10 +136,10 @@ def read_image(addr: int) -> tuple[bytes, int]:
     """The bytes of an image given to the driver by address, and the address they start at.
 
     PTX is NUL-terminated; fatbins and ELF images are sized from their headers
-    (neutrino.runtime.ptx_source.image_size_hint); a fatbin wrapper points at
+    (neutrino.runtime.modules.ptx_source.image_size_hint); a fatbin wrapper points at
     its container.
     """
-    from neutrino.runtime import fatbin, ptx_source
+    from neutrino.runtime.modules import fatbin, ptx_source
 
     for _ in range(2):
         kind = _MAGICS.get(C.string_at(addr, 4))

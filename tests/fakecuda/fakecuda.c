@@ -24,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../../shim/shim.h"  /* the graph append kernel's descriptors */
+
 typedef int CUresult;
 typedef struct {
     unsigned gx, gy, gz, bx, by, bz, shmem;
@@ -402,41 +404,42 @@ CUresult cuLinkComplete(void *st, void **cubin, size_t *size) {
 CUresult cuLinkDestroy(void *st) { Link *l = st; free(l->ptx); free(l); return 0; }
 
 static uint64_t fake_now_ns(void);
-/* The graph append kernel of neutrino/runtime/graph_ring.py, as the device runs it (all chunks of
- * a node at once). A descriptor d (NodeDesc): src, bytes, ring (host: counters, flags), nslots,
- * the ring's slots, their stride, state, where the host's consumed count is; the state (u64):
- * replays, written, dropped. A full ring drops the replay, or waits for the host's poller. */
+/* The graph append kernel of neutrino/runtime/cudagraphs/ring.py, as the device runs it (all chunks of
+ * a node at once), reading the descriptors and arguments laid out as shim/shim.h says
+ * (nt_graph_node_desc, nt_graph_append_args; tests/test_shim_layouts.py holds ring.py's ctypes to
+ * them). The node's state (u64): replays, written, dropped. A full ring drops the replay, or waits
+ * for the host's poller. */
 static void graph_append(void **params, unsigned nodes) {
-    uint64_t a[5];
-    for (int i = 0; i < 5; i++) a[i] = *(uint64_t *)params[i];
-    uint64_t start = a[1], stop = a[2], every = a[3], wait_ns = a[4];
+    nt_graph_append_args a;
+    uint64_t *args = (uint64_t *)&a;  /* the launch passes each argument by its own pointer */
+    for (size_t i = 0; i < sizeof a / sizeof(uint64_t); i++) args[i] = *(uint64_t *)params[i];
     for (unsigned b = 0; b < nodes; b++) {
-        const uint64_t *d = (const uint64_t *)(uintptr_t)(a[0] + 64ull * b);
-        uint64_t *mirror = (uint64_t *)(uintptr_t)d[2], *flags = mirror + 8, *st = (uint64_t *)(uintptr_t)d[6];
-        uint64_t *consumed = (uint64_t *)(uintptr_t)d[7];
+        const nt_graph_node_desc *d = (const nt_graph_node_desc *)(uintptr_t)(a.desc + sizeof *d * b);
+        uint64_t *mirror = (uint64_t *)(uintptr_t)d->ring, *flags = mirror + 8, *st = (uint64_t *)(uintptr_t)d->state;
+        uint64_t *consumed = (uint64_t *)(uintptr_t)d->consumed;
         uint64_t r = st[0], w = st[1];
         st[0] = mirror[0] = r + 1;
         /* the probe gate, 8 bytes before the maps: what this replay ran with, then the next one's */
-        uint32_t *gate = (uint32_t *)(uintptr_t)(d[0] - 8), ran_gated = *gate;
-        int chosen = !(r < start || r >= stop || (r - start) % every);
-        *gate = (r + 1 < start || r + 1 >= stop || (r + 1 - start) % every) ? 1 : 0;
+        uint32_t *gate = (uint32_t *)(uintptr_t)(d->src - 8), ran_gated = *gate;
+        int chosen = !(r < a.start || r >= a.stop || (r - a.start) % a.every);
+        *gate = (r + 1 < a.start || r + 1 >= a.stop || (r + 1 - a.start) % a.every) ? 1 : 0;
         if (ran_gated && !chosen) continue;  /* the probe wrote nothing: the maps are still zero */
         if (chosen) {
-            uint64_t until = fake_now_ns() + wait_ns;
-            while (w - __atomic_load_n(consumed, __ATOMIC_ACQUIRE) >= d[3] && wait_ns && fake_now_ns() < until) {
+            uint64_t until = fake_now_ns() + a.wait_ns;
+            while (w - __atomic_load_n(consumed, __ATOMIC_ACQUIRE) >= d->nslots && a.wait_ns && fake_now_ns() < until) {
                 struct timespec t = {0, 50000};  /* --when-full=wait: the host's poller drains meanwhile */
                 nanosleep(&t, NULL);
             }
-            if (w - __atomic_load_n(consumed, __ATOMIC_ACQUIRE) < d[3]) {
-                uint64_t slot = w % d[3];
-                memcpy((void *)(uintptr_t)(d[4] + slot * d[5]), (void *)(uintptr_t)d[0], d[1]);
+            if (w - __atomic_load_n(consumed, __ATOMIC_ACQUIRE) < d->nslots) {
+                uint64_t slot = w % d->nslots;
+                memcpy((void *)(uintptr_t)(d->slots + slot * d->stride), (void *)(uintptr_t)d->src, d->bytes);
                 __atomic_store_n(&flags[slot], r + 1, __ATOMIC_RELEASE);
                 mirror[1] = st[1] = w + 1;
             } else {
                 mirror[2] = ++st[2];
             }
         }
-        memset((void *)(uintptr_t)d[0], 0, d[1]);  /* the maps read zero at the next replay */
+        memset((void *)(uintptr_t)d->src, 0, d->bytes);  /* the maps read zero at the next replay */
     }
 }
 

@@ -4,8 +4,9 @@ usage: real_nvjitlink.py SHIM LIBNVJITLINK PTXFILE ARCH"""
 import ctypes as C
 import sys
 
-from neutrino.runtime import compilers, hooks, ptx_source
-from neutrino.runtime.compilers import CompiledIndex
+from neutrino.runtime.modules import compilers, ptx_source
+from neutrino.runtime import hooks
+from neutrino.runtime.modules.compilers import CompiledIndex
 
 
 def main(shim_path, lib, ptx_path, arch):

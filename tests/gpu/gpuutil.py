@@ -55,7 +55,7 @@ def run_plain(cmd: list[str], env: dict, timeout: int = 600) -> subprocess.Compl
 
 
 def run_probed(probe: str, cmd: list[str], tracedir: Path, env: dict, *extra: str, timeout: int = 600):
-    full = [sys.executable, "-m", "neutrino.runtime.launcher", "-p", probe, "--tracedir", str(tracedir), *extra, "--", *cmd]
+    full = [sys.executable, "-m", "neutrino.runtime.start.launcher", "-p", probe, "--tracedir", str(tracedir), *extra, "--", *cmd]
     r = subprocess.run(full, env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"probed run failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r, main_trace(tracedir)

@@ -78,7 +78,7 @@ def run_probed(probe: str, out: Path) -> tuple[int, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
     env.setdefault("TF_CPP_VMODULE", "assemble_compilation_provider=4,nvptx_compiler=1")
-    cmd = [sys.executable, "-m", "neutrino.runtime.launcher", "-p", probe, "--tracedir", str(out), "--",
+    cmd = [sys.executable, "-m", "neutrino.runtime.start.launcher", "-p", probe, "--tracedir", str(out), "--",
            sys.executable, "-c", PROGRAM]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     text = r.stdout + r.stderr

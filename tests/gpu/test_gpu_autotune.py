@@ -1,4 +1,4 @@
-"""Issue 22 for Triton: `@triton.autotune` times its configs unprobed (runtime/autotune.py), so a
+"""Issue 22 for Triton: `@triton.autotune` times its configs unprobed (runtime/modules/autotune.py), so a
 probed program picks the config it picks without us, and its results keep their bits.
 
 The workload (workloads/w_triton_autotune.py) is a matmul whose bits depend on BLOCK_K, tuned over

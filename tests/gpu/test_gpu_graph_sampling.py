@@ -1,7 +1,7 @@
 """Sampling inside CUDA graphs on the GPU (issue 24): `--launches every:K` over replays.
 
 A replay that --launches leaves out runs the probed kernel with its probe gate set
-(passes/buffers.py, runtime/graph_ring.py "Sampling"): it must write nothing, so the
+(passes/buffers.py, runtime/cudagraphs/ring.py "Sampling"): it must write nothing, so the
 maps the append kernel leaves alone stay zero, and every selected replay's gmem_bytes
 total is exact (a gated replay that wrote would add its bytes to the next selected one).
 """

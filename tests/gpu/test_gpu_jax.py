@@ -2,7 +2,7 @@
 
 XLA compiles its PTX with libnvJitLink, or with a ptxas subprocess, and loads SASS-only cubins;
 the shim taps nvJitLink (shim/compilers.c) and a ptxas wrapper first on PATH files each
-module's PTX by its cubin's hash (runtime/subprocess_compilers.py), so those cubins are probed from
+module's PTX by its cubin's hash (runtime/modules/subprocess_compilers.py), so those cubins are probed from
 their PTX. The
 workloads are in workloads/w_jax.py. XLA times its autotuning candidates unprobed
 (frameworks.CompileWindow, issue 22), but some of its choices (reduction emitters) vary from

@@ -37,10 +37,10 @@ from neutrino.isa.gcn import metadata, parse_module
 from neutrino.isa.gcn.target import GCN
 from neutrino.isa.rdna.target import RDNA
 from neutrino.probe_model import ProbeFile
-from neutrino.runtime.build import ShimBuildError, compiler
-from neutrino.runtime.codecache import default_cache_dir
+from neutrino.runtime.start.build import ShimBuildError, compiler
+from neutrino.runtime.instrument.codecache import default_cache_dir
 from neutrino.runtime.hip import codeobj
-from neutrino.runtime.tracedir import TraceDir
+from neutrino.runtime.start.tracedir import TraceDir
 
 HIP_LAUNCH_PARAM_BUFFER_POINTER, HIP_LAUNCH_PARAM_BUFFER_SIZE, HIP_LAUNCH_PARAM_END = 1, 2, 3
 HIP_MEMCPY_DEVICE_TO_HOST = 2

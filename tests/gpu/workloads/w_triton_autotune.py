@@ -76,7 +76,7 @@ def digest(c) -> str:
 
 
 def take_hooks_off():
-    """Neutrino's wrappers around Triton's Autotuner (runtime/autotune.py) undone, if present."""
+    """Neutrino's wrappers around Triton's Autotuner (runtime/modules/autotune.py) undone, if present."""
     from triton.runtime.autotuner import Autotuner
 
     for name in ("run", "_bench"):

@@ -1,4 +1,4 @@
-"""JAX's compile entry points, by name (neutrino/runtime/frameworks.py COMPILE_FUNCTIONS).
+"""JAX's compile entry points, by name (neutrino/runtime/modules/frameworks.py COMPILE_FUNCTIONS).
 FAKEJAX_LAYOUT=old: only `backend_compile` (jax 0.4.x); =none: neither."""
 import os
 

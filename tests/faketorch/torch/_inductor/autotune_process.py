@@ -1,4 +1,4 @@
-"""TorchInductor's benchmark requests, by their names (neutrino/runtime/autotune.py
+"""TorchInductor's benchmark requests, by their names (neutrino/runtime/modules/autotune.py
 INDUCTOR_SUBPROCESS): `BenchmarkRequest.benchmark` times one choice; subclasses inherit it."""
 
 

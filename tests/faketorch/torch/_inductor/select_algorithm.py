@@ -1,4 +1,4 @@
-"""TorchInductor's max-autotune choice benchmarking, by its names (neutrino/runtime/autotune.py
+"""TorchInductor's max-autotune choice benchmarking, by its names (neutrino/runtime/modules/autotune.py
 INDUCTOR_SELECT): classmethods that time each choice in this process."""
 
 

@@ -1,4 +1,4 @@
-"""Triton's Autotuner, by its names (neutrino/runtime/autotune.py TRITON): `run` benchmarks every
+"""Triton's Autotuner, by its names (neutrino/runtime/modules/autotune.py TRITON): `run` benchmarks every
 config with `_bench` on the first call per key, keeps the fastest, then launches it.
 FAKETRITON_LAYOUT=none: the benchmark function has another name (a Triton we do not know)."""
 import os

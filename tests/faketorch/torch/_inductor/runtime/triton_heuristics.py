@@ -1,4 +1,4 @@
-"""TorchInductor's CachingAutotuner, by its names (neutrino/runtime/autotune.py INDUCTOR): `run`
+"""TorchInductor's CachingAutotuner, by its names (neutrino/runtime/modules/autotune.py INDUCTOR): `run`
 autotunes to one launcher (benchmarking each) on its first call, then launches it."""
 
 

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import NamedTuple
 
-from neutrino.runtime.subprocess_compilers import ENV_INDEX
+from neutrino.runtime.modules.subprocess_compilers import ENV_INDEX
 
 NVJITLINK_INPUT_PTX = 2
 NVJITLINK_INPUT_NAMES = {1: "cubin", 2: "PTX", 3: "LTO-IR", 4: "fatbin", 5: "object", 6: "library", 7: "index"}
@@ -166,7 +166,7 @@ def unseen_xla_compile_reason() -> str:
 
 def wrapper_call_counts(calls_log: Path) -> dict:
     """From the wrappers' calls.log: calls per tool, failed calls, and nvlink calls by input count."""
-    from neutrino.runtime.subprocess_compilers import read_call, split_link_arguments
+    from neutrino.runtime.modules.subprocess_compilers import read_call, split_link_arguments
 
     calls: dict[str, int] = {}
     failed = 0

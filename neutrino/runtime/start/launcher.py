@@ -25,7 +25,7 @@ from pathlib import Path
 
 from neutrino import console
 from neutrino.errors import NeutrinoError
-from neutrino.runtime.options import (
+from neutrino.runtime.start.options import (
     DEFAULT_BUFFER_BUDGET,
     DEFAULT_TRACE_BUDGET,
     DEFAULT_RECOUNT_EVERY,
@@ -36,11 +36,11 @@ from neutrino.runtime.options import (
     RuntimeOptions,
     parse_size,
 )
-from neutrino.runtime.rank import set_collective_defaults
-from neutrino.runtime.rundir_names import ENV_JOB, run_dir_name
+from neutrino.runtime.start.rank import set_collective_defaults
+from neutrino.runtime.start.rundir_names import ENV_JOB, run_dir_name
 
-STARTUP_DIR = Path(__file__).resolve().parent / "startup"
-PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
+STARTUP_DIR = Path(__file__).resolve().parent / "site"
+PACKAGE_PARENT = Path(__file__).resolve().parents[3]
 PROFILE_USAGE = console.PROFILE_USAGE
 ENV_RUN_DIR = "NEUTRINO_RUN_DIR"  # -o DIR: the first profiled process writes DIR itself (bootstrap.py)
 ENV_SESSION = "NEUTRINO_SESSION"  # marks the run directories of one `neutrino` command
@@ -137,8 +137,8 @@ class UsageError(Exception):
 
 def make_options(ns: argparse.Namespace) -> RuntimeOptions:
     """Validate the options (loading the probe file) and resolve paths for the child."""
-    from neutrino.runtime.callback import load_callback
-    from neutrino.runtime import probeload
+    from neutrino.runtime.results.callback import load_callback
+    from neutrino.runtime.instrument import probeload
 
     # raises ProbeError with every problem; compiled and verified once per content (probeload.py)
     probe_path, _ = probeload.check(ns.probe)
@@ -178,7 +178,7 @@ def _positive(text: str) -> int:
 def _abs_callback(spec: str | None) -> str | None:
     if not spec:
         return None
-    from neutrino.runtime.callback import split_spec
+    from neutrino.runtime.results.callback import split_spec
 
     path, func = split_spec(spec)
     return f"{Path(path).resolve()}:{func}"
@@ -223,7 +223,7 @@ def run_main(argv: list[str]) -> int:
     Before the program runs: 2 for a command line we do not understand, 1 for a
     probe (or other input) we cannot use; then the program's own status.
     """
-    from neutrino.runtime.phases import process_age
+    from neutrino.runtime.start.phases import process_age
 
     entered = time.perf_counter()
     launcher = {"launcher_start": process_age() or 0.0}  # the interpreter and our imports, before run_main
@@ -240,12 +240,12 @@ def run_main(argv: list[str]) -> int:
                 ns.probe = _inline_probe_file(ns.expr, Path(scratch))
             opts = make_options(ns)
             run_dir = _prepare_output(ns.output) if ns.output else None
-            from neutrino.runtime.build import build_shim
+            from neutrino.runtime.start.build import build_shim
 
             shim = build_shim()
         except NeutrinoError as e:
             console.error(str(e))
-            from neutrino.runtime.options import OptionError
+            from neutrino.runtime.start.options import OptionError
 
             # a bad option value (--launches every:0, --buffer-budget 1X) is a command line we do not understand
             return console.EXIT_USAGE if isinstance(e, OptionError) else console.EXIT_BAD_INPUT
@@ -271,7 +271,7 @@ def run_main(argv: list[str]) -> int:
 def print_timings(session: str, tracedir: Path, run_dir: Path | None, launcher: dict, program_seconds: float,
                   program_started: float) -> None:
     """--timings: one line summing the launcher's phases and those every process of the program logged."""
-    from neutrino.runtime.phases import read_phases, timings_line
+    from neutrino.runtime.start.phases import read_phases, timings_line
 
     processes = [read_phases(path / "event.log") for path in run_directories(session, tracedir, run_dir)]
     launcher["launcher_close"] = time.perf_counter() - program_started - program_seconds
@@ -336,7 +336,7 @@ def close_run(session: str, tracedir: Path, run_dir: Path | None, command: list[
     if written:
         return
     from neutrino import __version__
-    from neutrino.runtime.tracedir import TraceDir
+    from neutrino.runtime.start.tracedir import TraceDir
 
     trace = TraceDir(run_dir) if run_dir is not None else TraceDir.create(tracedir, start=started, pid=pid or os.getpid())
     trace.event("start", pid=pid, argv=command, probe=opts.probe, options=opts.to_dict(), version=__version__,
@@ -368,7 +368,7 @@ def run_program(command: list[str], env: dict[str, str]) -> tuple[int, int | Non
     return rc, proc.pid
 
 
-def main() -> None:  # for `python -m neutrino.runtime.launcher`
+def main() -> None:  # for `python -m neutrino.runtime.start.launcher`
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sys.exit(run_main(sys.argv[1:]))
 

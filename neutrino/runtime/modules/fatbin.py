@@ -43,7 +43,7 @@ import struct
 import attrs
 
 from neutrino.errors import NeutrinoError
-from neutrino.runtime.decompress import (
+from neutrino.runtime.modules.decompress import (
     CorruptDataError,
     decompress_lz4_block,
     decompress_zstd,

@@ -15,7 +15,7 @@ from neutrino import maps as tracefmt
 from neutrino import trace_writer
 
 
-from neutrino.runtime.rundir_names import ENV_JOB, rank_dir_name, run_dir_name  # noqa: F401 (re-exported)
+from neutrino.runtime.start.rundir_names import ENV_JOB, rank_dir_name, run_dir_name  # noqa: F401 (re-exported)
 
 
 def run_path(root, start: float, pid: int, rank: int | None = None, job: str | None = None) -> Path:

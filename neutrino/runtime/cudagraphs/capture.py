@@ -44,10 +44,10 @@ import attrs
 
 from neutrino import maps as tracefmt
 from neutrino import trace_writer
-from neutrino.runtime import graph_ring
+from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError, KernelNodeParams, KernelNodeParamsV2
-from neutrino.runtime.pool import Slot
-from neutrino.runtime.probed import Fallback, copy_globals_in, copy_globals_out
+from neutrino.runtime.launch_path.pool import Slot
+from neutrino.runtime.instrument.probed import Fallback, copy_globals_in, copy_globals_out
 
 # what the shim's graph hooks report (shim/graphs.c, enum graph_event)
 (G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS,

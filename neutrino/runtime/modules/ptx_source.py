@@ -29,7 +29,7 @@ from typing import BinaryIO, Protocol
 
 import attrs
 
-from neutrino.runtime.fatbin import (
+from neutrino.runtime.modules.fatbin import (
     FATBIN_MAGIC,
     FATBIN_WRAPPER_SIZE,
     BinaryFormatError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from neutrino.runtime import frameworks
+from neutrino.runtime.modules import frameworks
 
 
 def _spread(values: list[float]) -> tuple[float, float]:

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from neutrino.runtime import graph_ring
+from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.driver import DriverError
 
 if TYPE_CHECKING:
-    from neutrino.runtime.graphs import GraphNode
+    from neutrino.runtime.cudagraphs.capture import GraphNode
 
 
 @attrs.define(eq=False)

@@ -31,7 +31,7 @@ def _start():
     import sys
     import time
 
-    started = time.perf_counter()  # the `wire` phase counts from here (runtime/phases.py)
+    started = time.perf_counter()  # the `wire` phase counts from here (runtime/start/phases.py)
 
     if not os.environ.get("NEUTRINO_OPTIONS"):
         return
@@ -39,7 +39,7 @@ def _start():
     if os.environ.get("NEUTRINO_EMBEDDED") and extra:
         sys.path.extend(p for p in extra.split(os.pathsep) if p and p not in sys.path)
     try:
-        from neutrino.runtime import bootstrap
+        from neutrino.runtime.start import bootstrap
 
         bootstrap.start(embedded=bool(os.environ.get("NEUTRINO_EMBEDDED")), started=started)
     except Exception as e:  # noqa: BLE001 - the program must run even if we cannot

@@ -20,8 +20,8 @@ import threading
 import attrs
 
 from neutrino.runtime.driver import DEV_ATTR_L2_SIZE, DriverError
-from neutrino.runtime.pool import Slot
-from neutrino.runtime.probed import Fallback, MapLayout, ProbedKernel, copy_globals_in, copy_globals_out
+from neutrino.runtime.launch_path.pool import Slot
+from neutrino.runtime.instrument.probed import Fallback, MapLayout, ProbedKernel, copy_globals_in, copy_globals_out
 
 BENCH_REPEATS = 5  # timed pairs of (baseline, probed) per benchmarked launch, after one warm pair
 

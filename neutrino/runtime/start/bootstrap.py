@@ -34,7 +34,7 @@ def _create(embedded: bool, started: float):
     shim_path = os.environ.get(ENV_SHIM)
     if not text or not shim_path:
         return None
-    from neutrino.runtime.phases import PhaseClock
+    from neutrino.runtime.start.phases import PhaseClock
 
     phases = PhaseClock()
     rt = _wire(text, shim_path, embedded, phases)
@@ -63,7 +63,7 @@ def _wire(options_json: str, shim_path: str, embedded: bool, phases):
     start almost as fast as without neutrino.
     """
     from neutrino.runtime import hooks
-    from neutrino.runtime.compilers import CompiledIndex
+    from neutrino.runtime.modules.compilers import CompiledIndex
 
     shim = hooks.Shim(shim_path)
     compiled = CompiledIndex()
@@ -139,13 +139,13 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
     with phases.phase("imports"):
         from neutrino.errors import NeutrinoError
         from neutrino import toolbox
-        from neutrino.runtime.probeload import DeferredProbes, probe_text
-        from neutrino.runtime.options import RuntimeOptions
-        from neutrino.runtime.codecache import CodeCache, default_cache_dir
+        from neutrino.runtime.instrument.probeload import DeferredProbes, probe_text
+        from neutrino.runtime.start.options import RuntimeOptions
+        from neutrino.runtime.instrument.codecache import CodeCache, default_cache_dir
         from neutrino.runtime.core import Runtime
         from neutrino.runtime.driver import RealDriver
-        from neutrino.runtime import rank
-        from neutrino.runtime.tracedir import TraceDir
+        from neutrino.runtime.start import rank
+        from neutrino.runtime.start.tracedir import TraceDir
 
         import neutrino
 
@@ -181,12 +181,12 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
 def _start_timeline(rt, shim, opts, trace) -> None:
     """Every kernel of the process on the timeline (shim/cupti.c): started with the runtime, that is
     at the first CUDA module load, before any kernel of it ran; never stops the program."""
-    from neutrino.runtime import cupti
+    from neutrino.runtime.context_tables import cupti
 
     try:
         rt.timeline = cupti.start(shim.lib, trace, getattr(opts, "timeline", True))
         if rt.timeline is not None:
-            from neutrino.runtime.clock import calibrate
+            from neutrino.runtime.context_tables.clock import calibrate
 
             calibrate(rt.drv, trace, "start")
     except Exception as e:  # noqa: BLE001 - the timeline is context, never a reason to fail
@@ -204,7 +204,7 @@ def _claim_run_dir():
     try:
         os.close(os.open(os.path.join(run_dir, ".owner"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
     except FileExistsError:
-        from neutrino.runtime.tracedir import run_dir_name
+        from neutrino.runtime.start.tracedir import run_dir_name
         import time
 
         return Path(run_dir) / run_dir_name(time.time(), os.getpid())
@@ -215,8 +215,8 @@ def _claim_run_dir():
 
 def _trace_dir(opts):
     """This process's run directory: per rank under the job's directory when a launcher set a rank."""
-    from neutrino.runtime import rank
-    from neutrino.runtime.tracedir import ENV_JOB, TraceDir
+    from neutrino.runtime.start import rank
+    from neutrino.runtime.start.tracedir import ENV_JOB, TraceDir
 
     me = rank.rank_from_env()
     return TraceDir.create(opts.tracedir, lazy=True, rank=None if me is None else me.rank, job=os.environ.get(ENV_JOB))
@@ -228,7 +228,8 @@ def _tap_compilers(rt, shim, embedded: bool) -> None:
     XLA's compiles and Triton's/TorchInductor's autotuning run unprobed (autotune.py).
     Both are set up at start (compilations come before the first module load); the index of
     compiled cubins is handed to the runtime when it is built."""
-    from neutrino.runtime import compilers, frameworks, hooks
+    from neutrino.runtime.modules import compilers, frameworks
+    from neutrino.runtime import hooks
 
     shim.register_compiler(compilers.make_compiler_callback(rt.compiled, hooks.read_image))
     if not embedded:
@@ -237,7 +238,7 @@ def _tap_compilers(rt, shim, embedded: bool) -> None:
         def adopt(index_dir: str) -> None:  # ours to summarise and remove at exit
             rt.compiled.wrapper_dir = Path(index_dir)
 
-        from neutrino.runtime import autotune
+        from neutrino.runtime.modules import autotune
 
         event = lambda *args, **fields: rt.trace.event(*args, **fields)  # noqa: E731
         window = frameworks.CompileWindow(shim.suspend_probing, shim.suspended_launches)
@@ -265,7 +266,7 @@ def _disable_in_child(shim) -> None:
 
 def _analysis_callback(opts, probes):
     """--callback FILE[:FUNC] or the probe's analyze_hook: FUNC(result_path, launch_event)."""
-    from neutrino.runtime.callback import load_callback
+    from neutrino.runtime.results.callback import load_callback
 
     spec = opts.callback
     base = None

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from neutrino.errors import NeutrinoError
-from neutrino.runtime.codecache import default_cache_dir
+from neutrino.runtime.instrument.codecache import default_cache_dir
 
 CFLAGS = ("-O2", "-fPIC", "-shared", "-Wall", "-fvisibility=default")
 LIBS = ("-ldl", "-lpthread")
@@ -22,18 +22,18 @@ class ShimBuildError(NeutrinoError):
 
 
 SHIM_SOURCES = ("preload.c", "writer.c", "fastlaunch.c", "compilers.c", "graphs.c", "ctxsink.c", "nvtx.c",
-               "argtrace.c", "cupti.c")
-SHIM_HEADERS = ("writer.h", "context.h", "cupti_abi.h")
+               "argtrace.c", "cupti.c", "realsym.c")
+SHIM_HEADERS = ("shim.h", "writer.h", "context.h", "cupti_abi.h")
 
 
 def shim_sources() -> list[Path]:
     """shim/preload.c and shim/writer.c of this checkout (or installed copies beside the package)."""
     here = Path(__file__).resolve().parent
-    for folder in (here.parent.parent / "shim", here):
+    for folder in (here.parents[2] / "shim", here):
         paths = [folder / name for name in SHIM_SOURCES]
         if all(p.is_file() for p in paths):
             return paths
-    raise ShimBuildError(f"shim sources {', '.join(SHIM_SOURCES)} not found (looked in {here.parent.parent / 'shim'} "
+    raise ShimBuildError(f"shim sources {', '.join(SHIM_SOURCES)} not found (looked in {here.parents[2] / 'shim'} "
                          f"and {here})")
 
 

@@ -39,7 +39,7 @@ def read_globaltimer(drv) -> tuple[int, int] | None:
     stream of ours, in relaxed capture mode (a capture under way elsewhere is left alone), and
     waits for it: called at timeline start and stop only."""
     from neutrino.runtime.driver import LAUNCH_KERNEL
-    from neutrino.runtime.graphs import relaxed_capture
+    from neutrino.runtime.cudagraphs.capture import relaxed_capture
 
     if not drv.ctx_get_current():
         return None

@@ -2,7 +2,7 @@
 
 One job: given the 8-byte argument values of a new argument set, find the PyTorch tensors they
 point into, on the launching thread, while those tensors are alive. Called once per distinct
-(kernel, argument bytes) by the shim (shim/argtrace.c, through `neutrino.runtime.context`),
+(kernel, argument bytes) by the shim (shim/argtrace.c, through `neutrino.runtime.context_tables.tables`),
 never per launch. Candidates, best first:
 
 1. parameters and buffers of the `nn.Module`s alive, named as in their root module's
@@ -42,7 +42,7 @@ import threading
 import time
 import weakref
 
-from neutrino.runtime.attribution import _package_dirs, is_library_file
+from neutrino.runtime.launch_path.attribution import _package_dirs, is_library_file
 
 REBUILD_SECONDS = 2.0  # a name table built from unchanged modules is rebuilt at most this often
 BUDGET_FLOOR_SECONDS = 0.05  # building the name table may always take this much in all ...

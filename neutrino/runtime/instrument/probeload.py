@@ -14,7 +14,7 @@ import os
 import threading
 import time
 
-from neutrino.runtime.codecache import checked_probe_text
+from neutrino.runtime.instrument.codecache import checked_probe_text
 
 
 def resolve(name_or_path: str, isa: str = "ptx") -> str:

@@ -21,7 +21,7 @@ import os
 import re
 import threading
 
-from neutrino.runtime.tensors import TensorResolver
+from neutrino.runtime.context_tables.tensors import TensorResolver
 
 CB_ARGSET = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_uint32)
 MAX_RESOLVED = 20000  # argument sets resolved to tensors per process; later ones keep raw values only

@@ -56,10 +56,10 @@ def install(index_dir, real: dict[str, str]):
 
     bin_dir = Path(index_dir) / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    package_parent = str(Path(__file__).resolve().parent.parent.parent)
+    package_parent = str(Path(__file__).resolve().parents[3])
     for tool, path in real.items():
         code = f"import sys; sys.path.insert(0, {package_parent!r}); " \
-               f"from neutrino.runtime.subprocess_compilers import main; sys.exit(main({tool!r}))"
+               f"from neutrino.runtime.modules.subprocess_compilers import main; sys.exit(main({tool!r}))"
         script = bin_dir / tool
         # LD_PRELOAD cleared: neither the wrapper's Python nor the tool is a program to profile
         script.write_text("#!/bin/sh\n"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, NamedTuple
 
-from neutrino.runtime.autotune_window import WRAPPED, SuspendWindow
+from neutrino.runtime.modules.autotune_window import WRAPPED, SuspendWindow
 
 EVENT = "autotune"
 
@@ -191,7 +191,7 @@ class ImportWatch:
         action = self.actions.pop(name, None)
         if action is None:
             return None
-        from neutrino.runtime.frameworks import spec_running_after
+        from neutrino.runtime.modules.frameworks import spec_running_after
 
         try:
             spec = spec_running_after(name, lambda module: action())

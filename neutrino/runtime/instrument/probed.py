@@ -18,11 +18,11 @@ import attrs
 from neutrino import maps as tracefmt
 from neutrino import trace_writer
 from neutrino.errors import NeutrinoError
-from neutrino.runtime.codecache import CacheEntry, cache_key
+from neutrino.runtime.instrument.codecache import CacheEntry, cache_key
 from neutrino.runtime.driver import COPIED_FUNC_ATTRS, DriverError
-from neutrino.runtime.phases import PhaseClock
-from neutrino.runtime.probeload import loaded
-from neutrino.runtime.pool import size_class
+from neutrino.runtime.start.phases import PhaseClock
+from neutrino.runtime.instrument.probeload import loaded
+from neutrino.runtime.launch_path.pool import size_class
 
 MAX_LAYOUTS = 256  # launch shapes remembered per kernel; more are recomputed
 

@@ -15,7 +15,7 @@ import re
 import sys
 from typing import NamedTuple
 
-from neutrino.runtime.autotune_window import WRAPPED, SuspendWindow  # stdlib only: fine at interpreter start
+from neutrino.runtime.modules.autotune_window import WRAPPED, SuspendWindow  # stdlib only: fine at interpreter start
 
 
 class Origin(NamedTuple):  # not attrs: loaded at interpreter start (compilers.py says why)
@@ -240,7 +240,7 @@ def route_ptxas_through_wrapper(env, event=None, index_dir: str | None = None) -
     import tempfile
     from pathlib import Path
 
-    from neutrino.runtime import subprocess_compilers
+    from neutrino.runtime.modules import subprocess_compilers
 
     if env.get(subprocess_compilers.ENV_INDEX):
         return None

@@ -1,0 +1,2 @@
+"""Probed kernels inside CUDA graphs: capture, the device ring each replay fills, and the host sinks
+that drain it."""
