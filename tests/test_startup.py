@@ -70,7 +70,7 @@ def _phase_events(out: Path) -> dict[str, dict]:
 
 
 def test_phase_events_cold_then_warm(tmp_path, fakecuda):
-    rc, out, wall = _profiled(tmp_path, fakecuda)
+    rc, out, wall = _profiled(tmp_path, fakecuda, "--build-threads", "0")  # built at the first launch
     assert rc == 0
     cold = _phase_events(out)
     for name in ("wire", "imports", "tool", "runtime", "module_ptx", "verify", "cache_lookup", "instrument", "jit",
@@ -84,10 +84,24 @@ def test_phase_events_cold_then_warm(tmp_path, fakecuda):
     assert cold["module_load"]["count"] == 1 and cold["jit"]["count"] == 1  # one kernel
     assert cold["tool"]["cache"] == "hit"  # the launcher compiled and verified it for the process
     assert sum(e["seconds"] for e in cold.values()) < wall
-    rc, out, wall = _profiled(tmp_path, fakecuda)  # the same cache: nothing compiled, nothing instrumented
+    rc, out, wall = _profiled(tmp_path, fakecuda, "--build-threads", "0")  # the same cache: nothing compiled
     warm = _phase_events(out)
     assert "instrument" not in warm and "jit" not in warm and warm["cache_lookup"]["count"] == 1
     assert warm["tool"]["cache"] == "hit" and "verify" not in warm  # nor verified again
+
+
+def test_phase_events_built_in_background(tmp_path, fakecuda):
+    rc, out, wall = _profiled(tmp_path, fakecuda)  # the default: built by a thread at the kernel's lookup
+    assert rc == 0
+    cold = _phase_events(out)
+    assert set(cold) <= set(ph.PHASES)
+    for name in ("background_lookup", "background_instrument", "background_jit", "build_wait", "module_load"):
+        assert cold[name]["count"] == 1, name
+    assert not {"cache_lookup", "instrument", "jit"} & set(cold)  # none of it on the launching thread
+    rc, out, wall = _profiled(tmp_path, fakecuda)
+    warm = _phase_events(out)
+    assert warm["background_lookup"]["count"] == 1 and "background_instrument" not in warm
+    assert "background_jit" not in warm  # the cubin came from the code cache
 
 
 def test_timings_line_sums_the_phases(tmp_path, fakecuda, capfd):
@@ -95,10 +109,13 @@ def test_timings_line_sums_the_phases(tmp_path, fakecuda, capfd):
     assert rc == 0
     (line,) = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("neutrino: timings:")]
     total = float(re.search(r"timings: ([\d.]+) s added", line).group(1))
-    parts = [float(x) for x in re.findall(r" ([\d.]+)(?=[,)])", line)]  # every phase's seconds
+    added, beside = line.split("; program ")
+    parts = [float(x) for x in re.findall(r" ([\d.]+)(?=[,)])", added)]  # every phase's seconds
+    assert "beside the program" in beside  # the build threads' work (default --build-threads), not added
     assert abs(sum(parts) - total) < 0.001 * len(parts) + 1e-9
     logged = _phase_events(out)
-    assert abs(sum(e["seconds"] for e in logged.values()) - (total - sum(parts[:3]))) < 0.01  # all but the launcher's
+    on_path = sum(e["seconds"] for name, e in logged.items() if name not in ph.BACKGROUND_PHASES)
+    assert abs(on_path - (total - sum(parts[:3]))) < 0.01  # all but the launcher's
     assert "launcher" in line and "exit" in line and "kernels" in line
     program = float(re.search(r"program ([\d.]+) s", line).group(1))
     assert 0 < program < wall

@@ -1,0 +1,140 @@
+"""Probed code built off the launch path (runtime/prebuild.py), on the fake driver (no GPU)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from neutrino.errors import InstrumentError
+from neutrino.runtime.core import NOT_HANDLED
+
+from test_runtime_core import CountingEngine, events, finish, load_saxpy, make_runtime, req
+
+
+class GatedEngine(CountingEngine):
+    """The real engine, run only once `gate` is set; records which threads instrumented."""
+
+    def __init__(self, fail=None):
+        super().__init__(fail)
+        self.gate = threading.Event()
+        self.threads: list[str] = []
+
+    def instrument(self, *a, **k):
+        self.threads.append(threading.current_thread().name)
+        assert self.gate.wait(30), "the test never opened the gate"
+        return super().instrument(*a, **k)
+
+
+def wait_built(rt, timeout=30.0):
+    """Until no queued build is running (the test's own polling; the runtime never polls)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = list(rt.kernels.prebuild._jobs.values())
+        if all(job.done() for job in jobs):
+            return
+        time.sleep(0.01)
+    raise AssertionError("build did not finish")
+
+
+def test_lookup_builds_on_a_worker_and_the_launch_only_loads(tmp_path):
+    engine = GatedEngine()
+    engine.gate.set()
+    rt, drv, _ = make_runtime(tmp_path, engine=engine)
+    assert load_saxpy(rt)  # the lookup queues the build
+    wait_built(rt)
+    assert engine.calls == 1 and engine.threads[0].startswith("neutrino-build")
+    assert drv.links == 1  # JIT-compiled on the worker too
+    r, keep = req()
+    assert rt.on_launch(r) == 0
+    assert engine.calls == 1 and drv.links == 1  # nothing built again on the launching thread
+    (inst,) = events(rt, "instrument")
+    assert inst["cache"] == "miss" and inst["built_in_background"] > 0
+    finish(rt)
+    phases = {e["phase"] for e in events(rt, "phase")}
+    assert {"background_instrument", "background_jit"} <= phases and "instrument" not in phases
+    assert "jit" not in phases
+
+
+def test_wait_mode_waits_for_the_build_and_probes_the_first_launch(tmp_path):
+    engine = GatedEngine()
+    rt, drv, _ = make_runtime(tmp_path, engine=engine)
+    assert load_saxpy(rt)
+    threading.Timer(0.2, engine.gate.set).start()
+    r, keep = req()
+    assert rt.on_launch(r) == 0  # probed: the launch waited
+    assert not events(rt, "fallback")
+    finish(rt)
+    (wait,) = [e for e in events(rt, "phase") if e["phase"] == "build_wait"]
+    assert 0.1 < wait["seconds"] < 30
+
+
+def test_original_mode_runs_the_original_until_the_code_is_ready(tmp_path):
+    engine = GatedEngine()
+    rt, drv, _ = make_runtime(tmp_path, engine=engine, while_building="original")
+    assert load_saxpy(rt)
+    for i in range(2):
+        r, keep = req(index=i)
+        assert rt.on_launch(r) == NOT_HANDLED  # the shim runs the original kernel
+    (fb,) = events(rt, "fallback")  # said once per kernel
+    assert fb["stage"] == "building" and not fb["permanent"] and "original" in fb["reason"]
+    engine.gate.set()
+    wait_built(rt)
+    r, keep = req(index=2)
+    assert rt.on_launch(r) == 0  # probed once ready
+    out = finish(rt)
+    assert rt.fallbacks[("saxpy4", "building")] == 2
+    assert "1 probed launch" in out and engine.calls == 1
+
+
+def test_a_bounded_wait_runs_the_original_and_tries_again(tmp_path):
+    engine = GatedEngine()
+    rt, drv, _ = make_runtime(tmp_path, engine=engine)
+    rt.kernels.prebuild.wait_seconds = 0.05
+    assert load_saxpy(rt)
+    r, keep = req()
+    assert rt.on_launch(r) == NOT_HANDLED
+    (fb,) = events(rt, "fallback")
+    assert fb["stage"] == "building" and "0 s of waiting" in fb["reason"]
+    engine.gate.set()
+    r, keep = req(index=1)
+    assert rt.on_launch(r) == 0
+    finish(rt)
+    assert engine.calls == 1
+
+
+def test_a_failed_build_is_the_same_permanent_fallback(tmp_path):
+    engine = GatedEngine(fail=InstrumentError("boom"))
+    engine.gate.set()
+    rt, drv, shim = make_runtime(tmp_path, engine=engine)
+    assert load_saxpy(rt)
+    for i in range(2):
+        r, keep = req(index=i)
+        assert rt.on_launch(r) == NOT_HANDLED
+    (fb,) = events(rt, "fallback")
+    assert fb["stage"] == "instrument" and fb["permanent"] and "boom" in fb["reason"]
+    assert 0x200 in shim.removed
+    finish(rt)
+
+
+def test_no_threads_builds_at_the_first_launch(tmp_path):
+    engine = GatedEngine()
+    engine.gate.set()
+    rt, drv, _ = make_runtime(tmp_path, engine=engine, build_threads=0)
+    assert rt.kernels.prebuild is None
+    assert load_saxpy(rt)
+    assert engine.calls == 0
+    r, keep = req()
+    assert rt.on_launch(r) == 0
+    assert engine.threads == [threading.current_thread().name]
+    finish(rt)
+
+
+def test_an_unloaded_kernels_build_is_dropped(tmp_path):
+    engine = GatedEngine()
+    rt, drv, _ = make_runtime(tmp_path, engine=engine, build_threads=1)
+    assert load_saxpy(rt)
+    rt.on_unload("cuModuleUnload", 0x100)
+    assert not rt.kernels.prebuild._jobs
+    engine.gate.set()
+    finish(rt)
+    assert not events(rt, "instrument")
