@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from pathlib import Path
 
+from neutrino.engine import instrument, list_entries
 from neutrino.errors import InstrumentError
 from neutrino.runtime.core import NOT_HANDLED
+from neutrino.runtime.prebuild import entry_only
+from neutrino.toolbox import load_probes
 
 from test_runtime_core import CountingEngine, events, finish, load_saxpy, make_runtime, req
 
@@ -138,3 +143,52 @@ def test_an_unloaded_kernels_build_is_dropped(tmp_path):
     engine.gate.set()
     finish(rt)
     assert not events(rt, "instrument")
+
+
+# ---------------------------------------------------------------- one entry's text
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+
+
+def _many_kernel_module(copies: int) -> tuple[str, list[str]]:
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from build_parallel import many_kernel_module
+
+    return many_kernel_module(copies)
+
+
+def _modules_with_entries():
+    for path in sorted(CORPUS.glob("*/*.ptx")):
+        text = path.read_text()
+        yield path.name, text, list_entries(text)
+    text, names = _many_kernel_module(2)
+    yield "many", text, names
+
+
+def _no_blank_lines(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.strip())
+
+
+def test_entry_only_instruments_exactly_like_the_whole_module():
+    probes = load_probes("block_sched")
+    cut = 0
+    for label, text, names in _modules_with_entries():
+        for name in names:
+            alone = entry_only(text, name)
+            assert alone.count("\n") == text.count("\n"), label  # line numbers kept
+            cut += alone != text
+            whole, part = instrument(text, probes, kernel=name), instrument(alone, probes, kernel=name)
+            assert part.kernels == whole.kernels, (label, name)  # skipped sites' lines included
+            assert _no_blank_lines(part.ptx) == _no_blank_lines(whole.ptx), (label, name)
+    assert cut >= 16 + 6  # the many-kernel module's entries, and the corpus's modules of two
+
+
+def test_entry_only_keeps_the_text_where_cutting_is_not_safe():
+    vec = (CORPUS / "nvcc" / "vec.sm90.ptx").read_text()
+    assert ".entry hscale" not in entry_only(vec, "saxpy4") and ".entry saxpy4" in entry_only(vec, "saxpy4")
+    assert entry_only(vec, "nosuchkernel") == vec
+    assert entry_only(vec + "\n.section .debug_info { }\n", "saxpy4").endswith("{ }\n")  # kept whole
+    address_taken = vec.replace("ret;", "mov.u64 %rd1, hscale;\nret;", 1)
+    assert entry_only(address_taken, "saxpy4") == address_taken
+    unclosed = vec[: vec.rindex("}")]
+    assert entry_only(unclosed, "saxpy4") == unclosed

@@ -18,11 +18,13 @@ built in the background"):
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
 import attrs
 
+from neutrino.errors import InstrumentError
 from neutrino.runtime.codecache import CacheEntry, cache_key
 from neutrino.runtime.driver import DriverError
 from neutrino.runtime.options import DEFAULT_BUILD_THREADS, WHILE_BUILDING
@@ -146,12 +148,10 @@ class Prebuilder:
             entry, where = self.cache.get(key)
         if entry is None or entry.info is None:
             with self.phases.phase("background_instrument"):
-                inst = self.engine.instrument(ptx.text, loaded(self.probes), kernel=rec.name,
+                inst = self.engine.instrument(entry_only(ptx.text, rec.name), loaded(self.probes), kernel=rec.name,
                                               source=str(getattr(ptx, "source", "<ptx>")))
-            if rec.name not in inst.kernels:
-                from neutrino.runtime.probed import Fallback
-
-                raise Fallback("instrument", f"the engine did not instrument entry {rec.name}", permanent=True)
+            if rec.name not in inst.kernels:  # the launch's permanent `instrument` fallback (core.py)
+                raise InstrumentError(f"the engine did not instrument entry {rec.name}")
             entry = CacheEntry(inst.ptx, inst.kernels[rec.name])
         compiled = None
         if entry.cubin is None:
@@ -171,3 +171,61 @@ class Prebuilder:
                 return self.drv.link_ptx(ptx)
             except DriverError:
                 return None
+
+
+# ---------------------------------------------------------------- one entry's text
+#
+# A job instruments one kernel; the engine parses the whole module and prunes the other entries
+# afterwards. In a module of N kernels that is N parses of it: cut the other entries out of the
+# text first (a linear scan at string speed), so that each job parses about one kernel.
+
+_ENTRY = re.compile(r"^[ \t]*(?:\.(?:visible|weak)[ \t]+)?\.entry[ \t]+([A-Za-z_$%][\w$]*)", re.MULTILINE)
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+_BRACE_OR_COMMENT = re.compile(r"[{}]|//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+def entry_only(ptx: str, kernel: str) -> str:
+    """The module's text with its other `.entry` definitions blanked out (their lines left empty),
+    or the text as it is where that
+    cannot be done safely: no entry named `kernel`, debug sections (they name every function's
+    labels), an entry whose body does not close, or a removed entry's name used elsewhere."""
+    if ".section" in ptx:
+        return ptx
+    cuts, kept = [], False
+    for m in _ENTRY.finditer(ptx):
+        if m.group(1) == kernel:
+            kept = True
+            continue
+        end = _body_end(ptx, m.end())
+        if end is None:
+            return ptx
+        cuts.append((m.start(), end, m.group(1)))
+    if not kept or not cuts:
+        return ptx
+    parts, pos = [], 0
+    for start, end, _ in cuts:  # each cut leaves its newlines: line numbers (skipped sites, line maps) stay
+        parts += (ptx[pos:start], "\n" * ptx.count("\n", start, end))
+        pos = end
+    parts.append(ptx[pos:])
+    out = "".join(parts)
+    code = _COMMENT.sub("", out)  # nvcc names every entry in a `// .globl` comment
+    for _, _, name in cuts:
+        if re.search(rf"(?<![\w$]){re.escape(name)}(?![\w$])", code):
+            return ptx  # another function takes its address (dynamic parallelism...)
+    return out
+
+
+def _body_end(ptx: str, pos: int) -> int | None:
+    """The index after the `}` closing the body that starts at the first `{` after `pos`."""
+    depth = 0
+    for m in _BRACE_OR_COMMENT.finditer(ptx, pos):
+        token = m.group(0)
+        if token == "{":
+            depth += 1
+        elif token == "}":
+            depth -= 1
+            if depth == 0:
+                return m.end()
+            if depth < 0:
+                return None
+    return None

@@ -21,6 +21,7 @@ from neutrino.errors import NeutrinoError
 from neutrino.runtime.codecache import CacheEntry, cache_key
 from neutrino.runtime.driver import COPIED_FUNC_ATTRS, DriverError
 from neutrino.runtime.phases import PhaseClock
+from neutrino.runtime.prebuild import entry_only
 from neutrino.runtime.probeload import loaded
 from neutrino.runtime.pool import size_class
 
@@ -242,7 +243,8 @@ class KernelBuilder:
         if entry is None or entry.info is None:
             source = str(getattr(rec.module.ptx, "source", "<ptx>"))
             with phase("instrument"):
-                inst = self.engine.instrument(ptx, loaded(self.probes), kernel=rec.name, source=source)
+                inst = self.engine.instrument(entry_only(ptx, rec.name), loaded(self.probes), kernel=rec.name,
+                                              source=source)
             if rec.name not in inst.kernels:
                 raise Fallback("instrument", f"the engine did not instrument entry {rec.name}", permanent=True)
             entry = CacheEntry(inst.ptx, inst.kernels[rec.name])
