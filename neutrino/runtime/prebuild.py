@@ -21,6 +21,7 @@ import os
 import re
 import threading
 import time
+import weakref
 
 import attrs
 
@@ -70,6 +71,7 @@ class Prebuilder:
         self._lock = threading.Lock()
         self._jobs: dict[tuple[int, object], object] = {}  # (ctx, FuncRec) -> concurrent.futures.Future
         self._pool = None  # ThreadPoolExecutor, made at the first job
+        self._spans = weakref.WeakKeyDictionary()  # ModuleRec -> entry_spans of its PTX, found once
         self._closed = False
 
     @property
@@ -148,7 +150,7 @@ class Prebuilder:
             entry, where = self.cache.get(key)
         if entry is None or entry.info is None:
             with self.phases.phase("background_instrument"):
-                inst = self.engine.instrument(entry_only(ptx.text, rec.name), loaded(self.probes), kernel=rec.name,
+                inst = self.engine.instrument(self._entry_text(rec), loaded(self.probes), kernel=rec.name,
                                               source=str(getattr(ptx, "source", "<ptx>")))
             if rec.name not in inst.kernels:  # the launch's permanent `instrument` fallback (core.py)
                 raise InstrumentError(f"the engine did not instrument entry {rec.name}")
@@ -160,6 +162,16 @@ class Prebuilder:
         if where == "miss" or compiled is not None:
             self.cache.put(key, entry)  # the launch finds it in memory; a later run on disk
         return Built(key, entry, where, time.perf_counter() - started)
+
+    def _entry_text(self, rec) -> str:
+        """The kernel's module with its other entries blanked out; the entries found once per module."""
+        with self._lock:
+            spans = self._spans.get(rec.module)
+        if spans is None:
+            spans = entry_spans(rec.module.ptx.text)
+            with self._lock:
+                self._spans[rec.module] = spans
+        return entry_only(rec.module.ptx.text, rec.name, spans)
 
     def _compile(self, ptx: str, ctx: int) -> bytes | None:
         """The PTX JIT-compiled to a cubin in `ctx` (made current on this worker thread), or None
@@ -180,27 +192,19 @@ class Prebuilder:
 # text first (a linear scan at string speed), so that each job parses about one kernel.
 
 _ENTRY = re.compile(r"^[ \t]*(?:\.(?:visible|weak)[ \t]+)?\.entry[ \t]+([A-Za-z_$%][\w$]*)", re.MULTILINE)
+_IDENTIFIER = re.compile(r"[A-Za-z_$%][\w$]*")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _BRACE_OR_COMMENT = re.compile(r"[{}]|//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
-def entry_only(ptx: str, kernel: str) -> str:
+def entry_only(ptx: str, kernel: str, spans: "list[tuple[int, int, str]] | None" = None) -> str:
     """The module's text with its other `.entry` definitions blanked out (their lines left empty),
-    or the text as it is where that
-    cannot be done safely: no entry named `kernel`, debug sections (they name every function's
-    labels), an entry whose body does not close, or a removed entry's name used elsewhere."""
-    if ".section" in ptx:
-        return ptx
-    cuts, kept = [], False
-    for m in _ENTRY.finditer(ptx):
-        if m.group(1) == kernel:
-            kept = True
-            continue
-        end = _body_end(ptx, m.end())
-        if end is None:
-            return ptx
-        cuts.append((m.start(), end, m.group(1)))
-    if not kept or not cuts:
+    or the text as it is where that cannot be done safely: no entry named `kernel`, debug sections
+    (they name every function's labels), an entry whose body does not close, or a removed entry's
+    name used in what is left. `spans`: entry_spans(ptx), when the caller keeps them per module."""
+    spans = entry_spans(ptx) if spans is None else spans
+    cuts = [span for span in spans if span[2] != kernel]
+    if not cuts or len(cuts) == len(spans):
         return ptx
     parts, pos = [], 0
     for start, end, _ in cuts:  # each cut leaves its newlines: line numbers (skipped sites, line maps) stay
@@ -208,11 +212,24 @@ def entry_only(ptx: str, kernel: str) -> str:
         pos = end
     parts.append(ptx[pos:])
     out = "".join(parts)
-    code = _COMMENT.sub("", out)  # nvcc names every entry in a `// .globl` comment
-    for _, _, name in cuts:
-        if re.search(rf"(?<![\w$]){re.escape(name)}(?![\w$])", code):
-            return ptx  # another function takes its address (dynamic parallelism...)
+    used = set(_IDENTIFIER.findall(_COMMENT.sub("", out)))  # nvcc names every entry in a `// .globl` comment
+    if any(name in used for _, _, name in cuts):
+        return ptx  # what is left takes a removed entry's address (dynamic parallelism...)
     return out
+
+
+def entry_spans(ptx: str) -> list[tuple[int, int, str]]:
+    """(start, end, name) of each `.entry` definition of the module; none where the module has
+    debug sections or an entry whose body does not close (entry_only then keeps the text)."""
+    if ".section" in ptx:
+        return []
+    spans = []
+    for m in _ENTRY.finditer(ptx):
+        end = _body_end(ptx, m.end())
+        if end is None:
+            return []
+        spans.append((m.start(), end, m.group(1)))
+    return spans
 
 
 def _body_end(ptx: str, pos: int) -> int | None:
