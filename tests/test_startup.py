@@ -257,6 +257,12 @@ def test_origin_markers_found_as_the_regex_finds_them():
         image = b"\0".join(parts)
         expected, got = fw._NAME_RE.search(image), fw.first_marker(image)
         assert (expected and expected.span()) == (got and got.span()), image
+        fw_bound, fw._FIRST_BOUND = fw._FIRST_BOUND, rng.randint(1, 200)  # the prefix grown many times
+        try:
+            got = fw.first_marker(image)
+        finally:
+            fw._FIRST_BOUND = fw_bound
+        assert (expected and expected.span()) == (got and got.span()), image
     for marker, _ in fw._NAME_MARKERS:  # every top-level alternative holds an anchor (keep _ANCHORS in step)
         for alternative in _top_level_alternatives(marker):
             assert any(a in alternative for a in fw._ANCHORS), alternative

@@ -156,9 +156,12 @@ class Runtime:
     def functions(self) -> dict[int, FuncRec]:
         return self.registry.functions
 
-    def on_module(self, kind: str, handle: int, image: bytes | None, path: str | None = None, image_addr: int = 0) -> None:
+    def on_module(self, kind: str, handle: int, image: bytes | None, path: str | None = None, image_addr: int = 0,
+                  read_seconds: float = 0.0) -> None:
+        """`read_seconds`: what copying the image out of the program took (hooks.read_image)."""
         with self.phases.phase("module_ptx"):
             self._add_module(kind, handle, image, path, image_addr)
+        self.phases.add("module_ptx", read_seconds, runs=0)
 
     def _add_module(self, kind: str, handle: int, image: bytes | None, path: str | None, image_addr: int) -> None:
         started = time.perf_counter()  # the events' `seconds`: our host work on the load (cross-rank own work)
