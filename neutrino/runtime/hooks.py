@@ -152,8 +152,8 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
             p = path.decode(errors="replace") if path else None
             started = time.perf_counter()
             data, addr = (read_image(image) if image else (None, 0))
-            rt.on_module(MODULE_KINDS[kind], handle or 0, data, p, image_addr=image or 0,
-                         read_seconds=time.perf_counter() - started)  # the copy is part of module_ptx
+            read = time.perf_counter() - started  # before `rt.on_module`, which may build the runtime first
+            rt.on_module(MODULE_KINDS[kind], handle or 0, data, p, image_addr=image or 0, read_seconds=read)
         except Exception as e:  # noqa: BLE001
             _safe_event(rt, "no_ptx", module=hex(handle or 0), kind=MODULE_KINDS[kind], reason=f"image unreadable: {e}")
 
