@@ -192,3 +192,33 @@ def test_entry_only_keeps_the_text_where_cutting_is_not_safe():
     assert entry_only(address_taken, "saxpy4") == address_taken
     unclosed = vec[: vec.rindex("}")]
     assert entry_only(unclosed, "saxpy4") == unclosed
+
+
+def test_options_reach_the_profiled_process():
+    from neutrino.runtime.launcher import parse_args
+    from neutrino.runtime.options import RuntimeOptions
+
+    ns, _ = parse_args(["-p", "block_sched", "--build-threads", "2", "--while-building", "original", "--", "prog"])
+    assert (ns.build_threads, ns.while_building) == (2, "original")
+    opts = RuntimeOptions(probe="p", build_threads=2, while_building="original")
+    assert RuntimeOptions.from_json(opts.to_json()) == opts
+    assert RuntimeOptions.from_json('{"probe": "p"}').build_threads == 4  # an older log's options
+    ns, _ = parse_args(["-p", "block_sched", "--", "prog"])
+    assert (ns.build_threads, ns.while_building) == (4, "wait")
+
+
+def test_a_forked_child_gets_its_own_build_threads(tmp_path):
+    engine = GatedEngine()
+    engine.gate.set()
+    rt, drv, _ = make_runtime(tmp_path, engine=engine)
+    assert load_saxpy(rt)
+    wait_built(rt)
+    prebuild = rt.kernels.prebuild
+    prebuild._pool_pid = -1  # as a forked child sees the parent's pool
+    rec = rt.registry.functions[0x200]
+    rt.kernels._built.clear()
+    assert prebuild.schedule(rec, drv.ctx_get_current())  # a new pool, not the parent's dead threads
+    wait_built(rt)
+    r, keep = req()
+    assert rt.on_launch(r) == 0
+    finish(rt)

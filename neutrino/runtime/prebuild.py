@@ -71,6 +71,7 @@ class Prebuilder:
         self._lock = threading.Lock()
         self._jobs: dict[tuple[int, object], object] = {}  # (ctx, FuncRec) -> concurrent.futures.Future
         self._pool = None  # ThreadPoolExecutor, made at the first job
+        self._pool_pid = 0  # the process that made it
         self._spans = weakref.WeakKeyDictionary()  # ModuleRec -> entry_spans of its PTX, found once
         self._closed = False
 
@@ -84,12 +85,16 @@ class Prebuilder:
         if not self.enabled or not ctx or rec.module.ptx is None:
             return False
         with self._lock:
-            if self._closed or (ctx, rec) in self._jobs:
+            if self._closed:
                 return False
-            if self._pool is None:
+            if self._pool is None or self._pool_pid != os.getpid():  # a forked child has none of the threads
                 from concurrent.futures import ThreadPoolExecutor
 
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="neutrino-build")
+                self._pool_pid = os.getpid()
+                self._jobs.clear()  # a parent's jobs never end here
+            if (ctx, rec) in self._jobs:
+                return False
             self._jobs[(ctx, rec)] = self._pool.submit(self._job, rec, ctx)
         return True
 
@@ -105,10 +110,12 @@ class Prebuilder:
             if not (self.wait if wait is None else wait):
                 raise NotReady("its probed code is still being built (--while-building=original): "
                                "the original kernel ran")
+            from concurrent.futures import TimeoutError as NotYet  # the builtin's alias from Python 3.11 on
+
             started = time.perf_counter()
             try:
                 job.result(timeout=self.wait_seconds)
-            except TimeoutError:
+            except NotYet:
                 raise NotReady(f"its probed code was not built after {self.wait_seconds:.0f} s of waiting: "
                                "the original kernel ran") from None
             except Exception:  # noqa: BLE001 - raised again below, from the job itself
