@@ -136,7 +136,9 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
     """`neutrino: timings: X s added: launcher ..., start ..., modules ..., kernels ..., exit ...; program Y s`.
 
     X is the sum of every phase below (launcher and every process that wrote a trace);
-    a group lists its phases' seconds. Per-module and per-kernel groups say how many ran."""
+    a group lists its phases' seconds. Per-module and per-kernel groups say how many ran.
+    The build threads' work follows the program's seconds (`beside the program B s (...)`): it
+    ran beside the program, so it is not in X (the launches' wait for it is `build_wait`)."""
     merged: dict[str, dict] = {}
     for phases in processes:
         for name, fields in phases.items():
