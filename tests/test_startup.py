@@ -327,3 +327,12 @@ def test_launcher_imports_neither_numpy_nor_the_trace_layout():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(HERE.parent)})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_timings_line_keeps_the_build_threads_work_out_of_the_sum():
+    process = {"wire": {"seconds": 0.1, "count": 1}, "build_wait": {"seconds": 0.5, "count": 2},
+               "background_instrument": {"seconds": 2.0, "count": 3}, "background_jit": {"seconds": 1.0, "count": 3}}
+    line = ph.timings_line({"launcher_start": 0.2}, [process], 10.0)
+    assert line.startswith("neutrino: timings: 0.800 s added:")  # 0.2 + 0.1 + 0.5
+    assert "kernels 0.500 s (build_wait x2 0.500)" in line
+    assert line.rstrip().endswith("program 10.000 s; beside the program 3.000 s (instrument x3 2.000, jit x3 1.000)")
