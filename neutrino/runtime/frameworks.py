@@ -58,7 +58,7 @@ _ANCHORS = (b"nccl", b"cudnn", b"xmma_", b"conv2d_grouped", b"fft2d_r2c", b"cubl
 _WINDOW = 512  # bytes searched either side of an anchor: longer than the kernel names we classify by
 
 
-_FIRST_BOUND = 1 << 16  # anchors are first looked for in the image's first 64 KiB, then 4x further each time
+_FIRST_BOUND = 1 << 12  # anchors are first looked for in the image's first 4 KiB, then 4x further each time
 
 
 def first_marker(image: bytes):
