@@ -222,3 +222,21 @@ def test_a_forked_child_gets_its_own_build_threads(tmp_path):
     r, keep = req()
     assert rt.on_launch(r) == 0
     finish(rt)
+
+
+def test_a_failure_to_queue_is_logged_and_the_launch_builds(tmp_path):
+    engine = GatedEngine()
+    engine.gate.set()
+    rt, drv, _ = make_runtime(tmp_path, engine=engine)
+
+    def broken(rec, ctx):
+        raise RuntimeError("no threads")
+
+    rt.kernels.prepare = broken
+    assert load_saxpy(rt)  # the lookup itself is unaffected
+    r, keep = req()
+    assert rt.on_launch(r) == 0
+    assert engine.threads == [threading.current_thread().name]  # built at the first launch
+    (ev,) = events(rt, "prebuild")
+    assert ev["kernel"] == "saxpy4" and "no threads" in ev["reason"]
+    finish(rt)
