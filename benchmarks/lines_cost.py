@@ -1,21 +1,35 @@
-"""Cost and honesty of the `lines` tools (issue 27): slowdown per kernel in full and light mode,
-and agreement of the line rankings with an unperturbed reference.
+"""Cost and honesty of the `lines` tools (issue 27): slowdown per kernel in full and light mode, and
+agreement of the per-line figures with an unperturbed reference (Nsight Compute).
 
-    python benchmarks/lines_cost.py [--modes cuda,triton,matmul] [--out DIR] [--ncu cuda,triton]
+    python benchmarks/lines_cost.py [--modes loop,call,cuda,triton,matmul] [--ncu cuda,triton] [--out DIR]
+                                    [--reps 40] [--budget-s 150] [--dry-run]
 
-For each kernel of tests/gpu/workloads/w_lines.py it runs the workload under `neutrino --benchmark`
-with `lines_light` and with `lines` (the runtime times the pruned unprobed kernel and the probed one,
-interleaved, after L2 flushes: spec/runtime.md), and prints per kernel:
+One process per run, no neutrino runtime: for each kernel of tests/gpu/workloads/w_lines.py it takes
+the kernel's PTX (loop.ptx; nvcc -lineinfo; Triton's compiled PTX), builds three modules with the
+engine (the pruned unprobed kernel, `lines_light`, `lines`), loads them with CuPy and launches them
+interleaved (plain, light, full, rotating the order) with the same arguments, each launch timed with
+CUDA events. Printed per kernel:
 
-* `light x`, `full x`: median over launches of probed / unprobed kernel time;
-* `instr rho (full vs light)`: Spearman correlation of executed instructions per line between the
-  two modes (both exact: 1.0 unless something is wrong);
-* `time rho (full vs ncu)`, `instr rho (ncu)`: with --ncu and Nsight Compute reachable, Spearman
-  correlation over the lines both know of our time and of ncu's per-line warp-stall samples (the
-  top 10 lines by ncu samples) and of ncu's per-line instructions executed; `-` otherwise.
+* `plain us`: median plain launch time (microseconds, CUDA events around one launch);
+* `light x`, `full x`: median light / full launch time over median plain launch time;
+* `map KB`: bytes of map buffers one launch of the full / light tool needs (maps.map_buffer_bytes);
+* `exact`: both tools give the same per-line executed instructions (and, for `loop` and `call`, the
+  ones known by construction: spec/tools.md "lines", spec/ir.md "Called functions");
+* `same out`: the probed launches left the kernel's outputs bit for bit as the plain one did;
+* `total_ticks_exact` (when samples were clamped): the per-line ticks, the clamped samples' excess
+  shared back (analysis.share_excess), add up to lines_total's exact entry-to-exit ticks;
+* with `--rows R,...`: `TOOL@Rrows_x`, the slowdown of TOOL when its warps add to counter row
+  `%smid % R` instead of `% 32` (`rows_ptx`: what a map of R rows would cost), and `TOOL@Rrows_exact`,
+  its per-line instructions equal lines_light's;
+* with `--ncu MODES` and Nsight Compute on PATH: `instr rho` = Spearman correlation, over the source
+  lines of the kernel's own file that both know, of our executed thread-instructions with ncu's
+  per-line instructions executed; `time rho` = the same of our thread-ticks with ncu's warp-stall
+  samples, over ncu's 10 lines with the most samples (inlined code folded into its call site).
 
-Spearman rho = Pearson correlation of the ranks (ties get their mean rank), scipy.stats.spearmanr.
-Writes the table to stdout and, with --out, lines_cost.json there.
+Spearman rho = Pearson correlation of the ranks (ties get their mean rank; scipy.stats.spearmanr).
+`--dry-run` (no GPU): builds, instruments and assembles (ptxas) every variant of the modes it can
+build on the CPU (loop, call, cuda) and prints the map bytes; timings are `-`. With --out it writes
+lines_cost.json (rows + per-line figures) and the raw ncu CSV pages there.
 """
 
 from __future__ import annotations
@@ -25,168 +39,551 @@ import csv
 import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import attrs
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-W_LINES = REPO / "tests" / "gpu" / "workloads" / "w_lines.py"
-KERNEL_OF = {"triton": "expensive_line", "cuda": "expensive_line", "matmul": "matmul", "loop": "loopk"}
+sys.path.insert(0, str(REPO))
+WORKLOADS = REPO / "tests" / "gpu" / "workloads"
+W_LINES = WORKLOADS / "w_lines.py"
+TOOLS = ("lines_light", "lines")
+VARIANTS = ("plain",) + TOOLS
+OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py"}
+NCU_KERNEL = {"cuda": "expensive_line", "triton": "expensive_line_kernel", "matmul": "matmul_kernel"}
+NCU_VIEWS = ("cuda", "cuda,sass", "sass")  # ncu 2025.3's `cuda` view printed no metric columns (docs/lines.md)
+NCU_SECONDS = 45  # what one ncu run may take (its start, the workload's, the replays); skipped when short of budget
+
+
+@attrs.define
+class Case:
+    """One kernel to launch: its PTX, launch shape and arguments (by the PTX's parameter types)."""
+
+    mode: str
+    kernel: str
+    ptx: str
+    grid: tuple
+    block: tuple
+    args: list  # the kernel's own arguments: device pointers as ints, scalars as Python numbers
+    outputs: list = attrs.Factory(list)  # CuPy views of what the kernel writes (compared across variants)
+    shared: int = 0
+    known: dict | None = None  # line → thread-instructions, when known by construction
+    keep: list = attrs.Factory(list)  # objects whose memory the arguments point into
+
+
+# ---------------------------------------------------------------- pure helpers (tested in tests/test_lines_cost.py)
 
 
 def spearman(a, b) -> float | None:
-    from scipy.stats import spearmanr
-
+    """Spearman's rho: Pearson correlation of the ranks, ties sharing their mean rank (as
+    scipy.stats.spearmanr; written out so the GPU machine needs no SciPy). None when undefined."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     if len(a) < 3 or np.all(a == a[0]) or np.all(b == b[0]):
         return None
-    return float(spearmanr(a, b).statistic)
+    ra, rb = _mean_ranks(a), _mean_ranks(b)
+    return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def run_tool(tool: str, mode: str, work: Path, env: dict, timeout: int) -> Path:
-    tracedir = work / f"{mode}_{tool}"
-    cmd = [sys.executable, "-m", "neutrino.runtime.launcher", "-p", tool, "--benchmark", "--tracedir", str(tracedir),
-           "--", sys.executable, str(W_LINES), mode]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"{mode} under {tool} failed:\n{done.stderr[-2000:]}")
-    return tracedir
+def _mean_ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(1, len(values) + 1)
+    for v in np.unique(values):
+        same = values == v
+        ranks[same] = ranks[same].mean()
+    return ranks
 
 
-def kernel_result(tracedir: Path, kernel_part: str):
-    """(slowdown median, KernelLines) of the kernel named like kernel_part in the trace."""
-    sys.path.insert(0, str(REPO / "tests" / "gpu"))
-    from gpuutil import main_trace
-
-    from neutrino.tools.lines import analysis as la
-    from neutrino.analysis import report
-
-    trace = main_trace(tracedir)
-    rep = report.analyze(trace, list(trace.launches))
-    name = next(k for k in rep.kernels if kernel_part in k)
-    return slowdown(trace.events, name), la.combine(rep.kernels[name].results["lines"])
-
-
-def slowdown(events: list[dict], kernel: str) -> float | None:
-    """Median over the kernel's launches of median(probed_ns) / median(baseline_ns) of its `benchmark`
-    event (each holds the 5 interleaved timings of both: spec/runtime.md, --benchmark)."""
-    ratios = []
-    for ev in events:
-        if ev.get("event") != "benchmark" or ev.get("kernel") != kernel:
-            continue
-        base, probed = np.atleast_1d(ev.get("baseline_ns") or []), np.atleast_1d(ev.get("probed_ns") or [])
-        if len(base) and len(probed) and np.median(base) > 0:
-            ratios.append(float(np.median(probed) / np.median(base)))
-    return float(np.median(ratios)) if ratios else None
-
-
-def ncu_lines(mode: str, kernel_part: str, env: dict, timeout: int) -> dict[int, tuple[float, float]] | None:
-    """line → (warp-stall samples, instructions executed) from `ncu --page source`, or None."""
-    cmd = ["ncu", "--set", "full", "--import-source", "yes", "-k", f"regex:{kernel_part}", "-c", "1",
-           "--page", "source", "--print-source", "cuda", "--csv", sys.executable, str(W_LINES), mode]
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        print(f"ncu: not usable here ({e})", file=sys.stderr)
+def median_ratio(times: dict[str, list[float]], variant: str) -> float | None:
+    """median(times[variant]) / median(times['plain']): the slowdown of one variant."""
+    base, probed = times.get("plain") or [], times.get(variant) or []
+    if not base or not probed or np.median(base) <= 0:
         return None
-    rows = [r for r in csv.reader(io.StringIO(done.stdout)) if r]
-    header_at = next((i for i, r in enumerate(rows) if "Source" in r and any("Instructions Executed" in c for c in r)), None)
-    if done.returncode != 0 or header_at is None:
-        print(f"ncu: no source table (rc {done.returncode}): {done.stderr[-600:]}{done.stdout[-600:]}", file=sys.stderr)
-        return None
-    header = rows[header_at]
-    line_col = header.index("#") if "#" in header else 0
-    stall_col = next((i for i, c in enumerate(header) if c.startswith("Warp Stall Sampling (All")), None)
-    instr_col = next(i for i, c in enumerate(header) if c.startswith("Instructions Executed"))
-    out = {}
-    for r in rows[header_at + 1:]:
-        try:
-            line = int(r[line_col])
-            stall = float(r[stall_col].replace(",", "")) if stall_col is not None and r[stall_col] else 0.0
-            instr = float(r[instr_col].replace(",", "")) if r[instr_col] else 0.0
-        except (ValueError, IndexError):
-            continue
-        out[line] = (stall, instr)
+    return float(np.median(probed) / np.median(base))
+
+
+def param_values(param_types: list[str], args: list) -> list:
+    """The kernel's arguments as NumPy scalars of its PTX parameter types; parameters past `args`
+    (Triton's scratch pointers) get 0."""
+    convert = {"u64": np.uint64, "b64": np.uint64, "s64": np.int64, "u32": np.uint32, "b32": np.uint32,
+               "s32": np.int32, "f32": np.float32, "f64": np.float64}
+    out = []
+    for i, kind in enumerate(param_types):
+        if kind not in convert:
+            raise ValueError(f"parameter {i}: type .{kind} is not handled by this benchmark")
+        value = args[i] if i < len(args) else 0
+        out.append(convert[kind](value & 0xFFFFFFFF if kind in ("u32", "b32") and isinstance(value, int) else value))
     return out
 
 
-def compare_with_ncu(k, ncu: dict[int, tuple[float, float]], own_file_suffix: str) -> tuple[float | None, float | None]:
-    """Spearman of our per-line time (top 10 lines by ncu samples) and instructions with ncu's, lines of
-    the kernel's own source file; inlined lines are folded into their call site, as ncu's cuda view does."""
-    ours_t: dict[int, float] = {}
-    ours_i: dict[int, float] = {}
-    for i, info in enumerate(k.table.lines):
+def parse_ncu_source(text: str) -> list[tuple[str | None, dict[int, tuple[float, float]]]]:
+    """`ncu --page source --csv --print-source cuda` → per source file (None when unnamed):
+    line → (warp-stall samples, instructions executed). A header row names the columns (the line
+    number's is `#` or `Line No`); a `"File Name","PATH"` row, or a one-cell row, before it names
+    the file. A table without an `Instructions Executed` column gives nothing."""
+    blocks: list[tuple[str | None, dict]] = []
+    cols = None
+    last_single = None
+    for row in csv.reader(io.StringIO(text)):
+        cells = [c.strip() for c in row]
+        if not any(cells):
+            continue
+        instr = next((i for i, c in enumerate(cells) if c.startswith("Instructions Executed")), None)
+        if "Source" in cells and instr is not None:
+            stall = next((i for i, c in enumerate(cells) if c.startswith("Warp Stall Sampling (All")), None)
+            line_col = next((cells.index(c) for c in ("#", "Line No") if c in cells), 0)
+            cols = (line_col, stall, instr)
+            blocks.append((last_single, {}))
+            continue
+        if cells[0] == "File Name" and len(cells) >= 2:
+            last_single = cells[1]
+            continue
+        if len([c for c in cells if c]) == 1:
+            last_single = next(c for c in cells if c)
+            continue
+        if cols is None:
+            continue
+        try:
+            line = int(cells[cols[0]])
+            stall = _number(cells[cols[1]]) if cols[1] is not None else 0.0
+            blocks[-1][1][line] = (stall, _number(cells[cols[2]]))
+        except (ValueError, IndexError):
+            continue
+    return blocks
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", "")) if text else 0.0
+
+
+def own_file_lines(blocks, suffix: str) -> dict[int, tuple[float, float]] | None:
+    named = [b for f, b in blocks if f and (f == suffix or f.endswith("/" + suffix) or f.endswith(suffix))]
+    if named:
+        return named[0]
+    return blocks[0][1] if len(blocks) == 1 else None
+
+
+def our_lines(table, instructions, ticks, suffix: str) -> tuple[dict[int, float], dict[int, float]]:
+    """Our thread-instructions and thread-ticks per line of the file ending in `suffix`; inlined
+    lines are folded into their outermost call site."""
+    by_instr: dict[int, float] = {}
+    by_ticks: dict[int, float] = {}
+    for i, info in enumerate(table.lines):
         if info.inlined_at:
             file, line = info.inlined_at.rsplit(":", 1)
             line = int(line)
         else:
             file, line = info.file or "", info.line
-        if not file.endswith(own_file_suffix) or line <= 0:
+        if line <= 0 or not file.endswith(suffix):
             continue
-        ours_t[line] = ours_t.get(line, 0.0) + float(k.ticks[i + 1]) if k.ticks is not None else 0.0
-        ours_i[line] = ours_i.get(line, 0.0) + float(k.instructions[i])
-    common = sorted(set(ours_t) & set(ncu))
-    top = sorted(common, key=lambda line: -ncu[line][0])[:10]
-    time_rho = spearman([ours_t[line] for line in top], [ncu[line][0] for line in top])
-    instr_rho = spearman([ours_i[line] for line in common], [ncu[line][1] for line in common])
+        by_instr[line] = by_instr.get(line, 0.0) + float(instructions[i])
+        if ticks is not None:
+            by_ticks[line] = by_ticks.get(line, 0.0) + float(ticks[i + 1])
+    return by_instr, by_ticks
+
+
+def compare_with_ncu(ours_instr: dict, ours_ticks: dict, ncu: dict) -> tuple[float | None, float | None]:
+    """(time rho over ncu's top 10 lines by stall samples, instruction rho over the common lines)."""
+    common = sorted(set(ours_instr) & set(ncu))
+    top = sorted((line for line in common if line in ours_ticks), key=lambda line: -ncu[line][0])[:10]
+    time_rho = spearman([ours_ticks[line] for line in top], [ncu[line][0] for line in top]) if ours_ticks else None
+    instr_rho = spearman([ours_instr[line] for line in common], [ncu[line][1] for line in common])
     return time_rho, instr_rho
 
 
-def top_lines(k, values, n: int = 3) -> list[str]:
-    order = np.argsort(-np.asarray(values, float), kind="stable")[:n]
-    return [k.table.lines[i].label + (f" (in {k.table.lines[i].inlined_at})" if k.table.lines[i].inlined_at else "")
-            for i in order]
+# ---------------------------------------------------------------- building the variants (CPU)
+
+
+def entry_param_types(ptx: str, kernel: str) -> list[str]:
+    from neutrino.isa.ptx import parse_module
+
+    function = parse_module(ptx, kernel).function(kernel)
+    return [p.text.split()[1].lstrip(".") for p in function.params or []]
+
+
+def build_variants(case: Case, row_counts: tuple = ()) -> dict[str, tuple[str, dict | None]]:
+    """variant → (PTX, kernel description or None for plain)."""
+    from neutrino.engine import instrument, prune
+    from neutrino.toolbox import load_probes
+
+    out = {"plain": (prune(case.ptx, case.kernel, case.mode), None)}
+    for tool in TOOLS:
+        done = instrument(case.ptx, load_probes(tool), kernel=case.kernel, source=f"{case.mode}.ptx")
+        out[tool] = (done.ptx, done.kernels[case.kernel])
+    for rows in row_counts:
+        for tool in TOOLS:
+            out[f"{tool}@{rows}rows"] = (rows_ptx(out[tool][0], rows), out[tool][1])
+    return out
+
+
+STRIPE_RE = re.compile(r"(mov\.u32\s+(%\w+),\s*%smid;\s*and\.b32\s+\2,\s*\2,\s*)31;")
+
+
+def rows_ptx(ptx: str, rows: int) -> str:
+    """An experiment for the map size (spec/tools.md, lines): every warp adds to row %smid % rows
+    of the counters instead of %smid % 32, as a map of `rows` rows would (a power of two); the
+    buffer keeps its 32 rows, the others stay 0."""
+    patched, n = STRIPE_RE.subn(rf"\g<1>{rows - 1};", ptx)
+    if n == 0:
+        raise ValueError("no %smid stripe selection found to patch")
+    return patched
+
+
+def map_layout(info: dict | None, grid, block) -> list[tuple[dict, int, int]]:
+    """(map entry, units, bytes) of every appended buffer parameter, in parameter order."""
+    from neutrino.maps import map_buffer_bytes
+
+    if info is None:
+        return []
+    maps = {m["name"]: m for m in info["maps"]}
+    out = []
+    for param in info["params"]:
+        if param["role"] != "buffer":
+            raise ValueError(f"{info['name']}: parameter {param['name']} ({param['role']}) is not handled here")
+        entry = maps[param["map"]]
+        units, size = map_buffer_bytes(entry, tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block)))
+        out.append((entry, units, size))
+    return out
+
+
+def line_table(case: Case):
+    from neutrino.isa.ptx import parse_module
+    from neutrino.isa.ptx.lines import build_line_map, called_lines
+    from neutrino.tools.lines import analysis as la
+
+    module = parse_module(case.ptx, case.mode)
+    line_map = build_line_map(module, module.function(case.kernel))
+    return la.table_of(line_map, called_lines(module, line_map))
+
+
+def dry_run(case: Case, row: dict) -> None:
+    """Instrument and assemble every variant (ptxas for sm_90); the map bytes per launch."""
+    variants = build_variants(case)
+    for name, (ptx, info) in variants.items():
+        if shutil.which("ptxas"):
+            with tempfile.TemporaryDirectory() as tmp:
+                src = Path(tmp) / "k.ptx"
+                src.write_text(ptx)
+                done = subprocess.run(["ptxas", "-arch=sm_90", str(src), "-o", str(Path(tmp) / "k.cubin")],
+                                      capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"{case.mode} {name}: ptxas refused the module:\n{done.stderr[-1500:]}")
+        if info is not None:
+            row[f"map_bytes_{name}"] = sum(size for _, _, size in map_layout(info, case.grid, case.block))
+    row["lines"] = len(line_table(case).lines)
+
+
+# ---------------------------------------------------------------- the kernels (GPU)
+
+
+def build_case(mode: str, work: Path) -> Case:
+    sys.path.insert(0, str(WORKLOADS))
+    import w_lines
+
+    if mode == "loop":
+        threads = w_lines.LOOP_GRID * w_lines.LOOP_BLOCK
+        trips = w_lines.LOOP_TRIPS
+        known = {10: 4 * threads, 12: 2 * trips * threads, 13: 4 * trips * threads, 15: 2 * threads}
+        case = Case(mode, "loopk", w_lines.LOOP_PTX.read_text(), (w_lines.LOOP_GRID,), (w_lines.LOOP_BLOCK,),
+                    [0, trips], known=known)
+        return _with_arrays(case, [("out", 1, np.uint32)])
+    if mode == "call":
+        return _with_arrays(call_case(w_lines), [("out", 1, np.uint32)])
+    if mode == "cuda":
+        os.environ.setdefault("W_LINES_DIR", str(work))
+        case = Case(mode, "expensive_line", w_lines.cuda_ptx().read_text(), (w_lines.N // 256,), (256,),
+                    [0, 0, w_lines.N, w_lines.ITERS])
+        return _with_arrays(case, [("x", w_lines.N, np.float32), ("y", w_lines.N, np.float32)], outputs=(1,))
+    return _triton_case(mode, w_lines)
+
+
+def call_case(w_lines) -> Case:
+    """call.ptx: per-line thread-instructions known by construction, the called .funcs' lines
+    included (mix whole, clampv's first block: spec/ir.md "Called functions")."""
+    threads, n = w_lines.LOOP_GRID * w_lines.LOOP_BLOCK, w_lines.LOOP_TRIPS
+    known = {10: 4 * threads, 12: 7 * n * threads, 13: 3 * n * threads, 15: 2 * threads,
+             3: 3 * n * threads, 4: 3 * n * threads, 6: n * threads, 7: 2 * n * threads}
+    return Case("call", "callk", w_lines.CALL_PTX.read_text(), (w_lines.LOOP_GRID,), (w_lines.LOOP_BLOCK,), [0, n],
+                known=known)
+
+
+def _with_arrays(case: Case, arrays, outputs=(0,)) -> Case:
+    """CuPy arrays for the pointer arguments (filled with a fixed pseudo-random pattern)."""
+    import cupy as cp
+
+    rng = np.random.RandomState(0)
+    for i, (_, n, dtype) in enumerate(arrays):
+        host = rng.uniform(-1, 1, n).astype(dtype) if dtype != np.uint32 else np.zeros(n, dtype)
+        dev = cp.asarray(host)
+        case.keep.append(dev)
+        case.args[i] = int(dev.data.ptr)
+        if i in outputs:
+            case.outputs.append(dev)
+    return case
+
+
+def _triton_case(mode: str, w_lines) -> Case:
+    """Triton compiles the kernel (one real launch); its PTX, warps and shared memory make the case."""
+    import cupy as cp
+    import torch
+
+    expensive, matmul = w_lines.triton_kernels()
+    (x, y), (a, b, c) = w_lines.triton_inputs()
+    if mode == "triton":
+        grid, compiled = (w_lines.N // 256,), expensive[(w_lines.N // 256,)](x, y, w_lines.N, w_lines.ITERS, BLOCK=256)
+        args, keep, outs = [x.data_ptr(), y.data_ptr(), w_lines.N, w_lines.ITERS], [x, y], [y]
+    else:
+        n = w_lines.MATMUL
+        grid = (n // 64, n // 64)
+        compiled = matmul[grid](a, b, c, n, n, n, BM=64, BN=64, BK=32)
+        args, keep, outs = [a.data_ptr(), b.data_ptr(), c.data_ptr(), n, n, n], [a, b, c], [c]
+    torch.cuda.synchronize()
+    md = compiled.metadata
+    name = getattr(md, "name", None) or compiled.name
+    case = Case(mode, name, compiled.asm["ptx"], grid, (32 * md.num_warps,), args, shared=int(md.shared), keep=keep)
+    case.outputs = [cp.asarray(t) for t in outs]  # zero-copy views (__cuda_array_interface__)
+    return case
+
+
+@attrs.define
+class Loaded:
+    """One variant, loaded: the CuPy function, its full argument tuple and its map buffers."""
+
+    function: object
+    args: tuple
+    buffers: list  # (map entry, units, CuPy uint8 array)
+
+
+def load_variant(case: Case, ptx: str, info: dict | None, work: Path, name: str) -> Loaded:
+    import cupy as cp
+
+    path = work / f"{case.mode}_{name}.ptx"
+    path.write_text(ptx)
+    function = cp.RawModule(path=str(path)).get_function(case.kernel)
+    if case.shared > 48 * 1024:
+        function.max_dynamic_shared_size_bytes = case.shared
+    values = param_values(entry_param_types(case.ptx, case.kernel), case.args)
+    buffers = [(entry, units, cp.zeros(size, np.uint8)) for entry, units, size in map_layout(info, case.grid, case.block)]
+    return Loaded(function, tuple(values) + tuple(np.uint64(buf.data.ptr) for _, _, buf in buffers), buffers)
+
+
+def launch(case: Case, loaded: Loaded) -> None:
+    loaded.function(case.grid, case.block, loaded.args, shared_mem=case.shared)
+
+
+def time_variants(case: Case, loaded: dict[str, Loaded], reps: int, warmup: int = 3) -> dict[str, list[float]]:
+    """Per-launch times (microseconds, CUDA events), the variants interleaved in rotating order."""
+    import cupy as cp
+
+    times: dict[str, list[float]] = {v: [] for v in loaded}
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    names = list(loaded)
+    for r in range(warmup + reps):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            start.record()
+            launch(case, loaded[name])
+            stop.record()
+            stop.synchronize()
+            if r >= warmup:
+                times[name].append(1000.0 * cp.cuda.get_elapsed_time(start, stop))
+    return times
+
+
+def counts_of(case: Case, loaded: Loaded, table) -> dict:
+    """One launch with zeroed maps, read back and analysed: per-line instructions and ticks."""
+    import cupy as cp
+
+    from neutrino.maps import fold_rows
+    from neutrino.tools.lines import analysis as la
+
+    for _, _, buf in loaded.buffers:
+        buf.fill(0)
+    launch(case, loaded)
+    cp.cuda.runtime.deviceSynchronize()
+    out: dict = {}
+    for entry, units, buf in loaded.buffers:
+        rows = buf.get().view("<u8").reshape(units, -1)
+        result = la.counters_result(entry["name"], fold_rows(rows, int(entry["record_bytes"])), table)
+        out.update({k: v for k, v in result.items() if v is not None})
+    return out
+
+
+def outputs_of(case: Case) -> list[np.ndarray]:
+    return [o.get().copy() for o in case.outputs]
+
+
+def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()) -> dict:
+    """Time the three variants, check outputs and counts; fills `row`, returns the per-line figures."""
+    from neutrino.tools.lines import analysis as la
+
+    table = line_table(case)
+    variants = build_variants(case, row_counts)
+    loaded = {name: load_variant(case, ptx, info, work, name) for name, (ptx, info) in variants.items()}
+    launch(case, loaded["plain"])
+    reference = outputs_of(case)
+    same = True
+    for tool in TOOLS:
+        launch(case, loaded[tool])
+        same = same and all(np.array_equal(a, b) for a, b in zip(reference, outputs_of(case)))
+    times = time_variants(case, loaded, reps)
+    counts = {tool: counts_of(case, loaded[tool], table) for tool in TOOLS}
+    light_i, full_i = counts["lines_light"]["instructions"], counts["lines"]["instructions"]
+    exact = bool(np.array_equal(light_i, full_i))
+    if case.known is not None:
+        exact = exact and {info.line: int(n) for info, n in zip(table.lines, full_i)} == case.known
+    row.update(plain_us=float(np.median(times["plain"])), light_x=median_ratio(times, "lines_light"),
+               full_x=median_ratio(times, "lines"), lines=len(table.lines), exact=exact, same_output=same,
+               clamped=int(counts["lines"].get("clamped", 0)),
+               overflow=int(counts["lines"].get("overflow", 0) + counts["lines_light"].get("overflow", 0)),
+               **{f"map_bytes_{t}": sum(b.nbytes for _, _, b in loaded[t].buffers) for t in TOOLS})
+    for name in loaded:
+        if "@" in name:  # the rows experiment: its slowdown, and the same counts
+            row[f"{name}_x"] = median_ratio(times, name)
+            row[f"{name}_exact"] = counts_of(case, loaded[name], table)["instructions"] == tuple(light_i)
+    ticks = counts["lines"].get("ticks")
+    if ticks is not None and counts["lines"].get("excess"):
+        ticks = np.asarray(ticks, np.uint64) + la.share_excess(counts["lines"]["clamped_by_key"], counts["lines"]["excess"])
+        row["total_ticks_exact"] = int(ticks.sum()) == counts["lines"]["total_ticks"]
+    return {"labels": [info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") for info in table.lines],
+            "instructions": [int(v) for v in full_i], "ticks": None if ticks is None else [int(v) for v in ticks],
+            "times_us": times, "table": table}
+
+
+def ncu_lines(mode: str, work: Path, out: Path | None, timeout: int) -> str | None:
+    """The unprobed workload under Nsight Compute (one launch of the kernel); its source page as CSV."""
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        print("ncu: not on PATH", file=sys.stderr)
+        return None
+    report = work / f"ncu_{mode}"
+    env = dict(os.environ, W_LINES_DIR=str(work / f"ncu_src_{mode}"), TRITON_CACHE_DIR=str(work / f"tc_ncu_{mode}"))
+    Path(env["W_LINES_DIR"]).mkdir(parents=True, exist_ok=True)
+    profile = [ncu, "--section", "SourceCounters", "--section", "WarpStateStats", "--import-source", "yes",
+               "-k", f"regex:{NCU_KERNEL[mode]}", "-c", "1", "-f", "-o", str(report), sys.executable, str(W_LINES), mode]
+    try:
+        done = subprocess.run(profile, env=env, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            print(f"ncu {mode}: rc {done.returncode}: {done.stderr[-800:]}{done.stdout[-800:]}", file=sys.stderr)
+            return None
+        pages = []
+        for view in NCU_VIEWS:  # the first whose table has metric columns is read; all are kept
+            page = subprocess.run([ncu, "-i", f"{report}.ncu-rep", "--page", "source", "--csv", "--print-source", view],
+                                  capture_output=True, text=True, timeout=60)
+            pages.append(f"# --print-source {view}: rc {page.returncode}\n{page.stdout}{page.stderr}")
+            if page.returncode == 0 and any(blocks for _, blocks in parse_ncu_source(page.stdout)):
+                break
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"ncu {mode}: {e}", file=sys.stderr)
+        return None
+    if out is not None:
+        (out / f"ncu_{mode}_source.csv").write_text("\n".join(pages))
+    return page.stdout if page.returncode == 0 else None
+
+
+def ncu_compare(mode: str, figures: dict, text: str, row: dict) -> None:
+    lines = own_file_lines(parse_ncu_source(text), OWN_FILE[mode])
+    if not lines:
+        print(f"ncu {mode}: no per-line table for {OWN_FILE[mode]} in its source page", file=sys.stderr)
+        return
+    ours_i, ours_t = our_lines(figures["table"], figures["instructions"], figures["ticks"], OWN_FILE[mode])
+    row["time_rho_ncu_top10"], row["instr_rho_ncu"] = compare_with_ncu(ours_i, ours_t, lines)
+    row["ncu_lines"] = len(lines)
+    figures["ncu"] = {str(k): v for k, v in sorted(lines.items())}
+    figures["ours_by_line"] = {str(k): [ours_i[k], ours_t.get(k)] for k in sorted(ours_i)}
+
+
+COLUMNS = ["kernel", "plain_us", "light_x", "full_x", "map_bytes_lines_light", "map_bytes_lines", "lines", "exact",
+           "same_output", "time_rho_ncu_top10", "instr_rho_ncu"]
+
+
+def print_table(rows: list[dict]) -> None:
+    def fmt(v):
+        return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    extra = sorted({c for row in rows for c in row if c.endswith(("rows_x", "rows_exact")) or c == "total_ticks_exact"})
+    print("  ".join(COLUMNS + extra))
+    for row in rows:
+        print("  ".join(fmt(row.get(c)) for c in COLUMNS + extra))
+
+
+def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> tuple[dict, dict]:
+    case_work = work / mode
+    case_work.mkdir(parents=True, exist_ok=True)
+    row: dict = {"kernel": mode}
+    if args.dry_run:
+        sys.path.insert(0, str(WORKLOADS))
+        import w_lines
+
+        if mode == "loop":
+            case = Case(mode, "loopk", w_lines.LOOP_PTX.read_text(), (w_lines.LOOP_GRID,), (w_lines.LOOP_BLOCK,), [])
+        elif mode == "call":
+            case = call_case(w_lines)
+        elif mode == "cuda":
+            os.environ.setdefault("W_LINES_DIR", str(case_work))
+            case = Case(mode, "expensive_line", w_lines.cuda_ptx().read_text(), (w_lines.N // 256,), (256,), [])
+        else:
+            row["note"] = "needs the GPU (Triton compiles there)"
+            return row, {}
+        row["kernel"] = f"{mode}:{case.kernel}"
+        dry_run(case, row)
+        return row, {}
+    case = build_case(mode, case_work)
+    row["kernel"] = f"{mode}:{case.kernel}"
+    figures = measure(case, case_work, args.reps, row, tuple(int(r) for r in args.rows.split(',') if r))
+    if mode in args.ncu.split(",") and mode in NCU_KERNEL:
+        if time.monotonic() - started + NCU_SECONDS > args.budget_s:
+            row["note"] = "ncu skipped: out of time budget"
+        else:
+            try:
+                text = ncu_lines(mode, case_work, out, NCU_SECONDS)
+                if text:
+                    ncu_compare(mode, figures, text, row)
+            except Exception as e:  # noqa: BLE001 - the measurement above stays
+                row["note"] = f"ncu comparison failed: {type(e).__name__}: {e}"[:300]
+    return row, figures
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--modes", default="cuda,triton,matmul")
+    ap.add_argument("--modes", default="loop,call,cuda,triton,matmul")
+    ap.add_argument("--ncu", default="", metavar="MODES", help="kernels (cuda, triton, matmul) to compare with ncu")
     ap.add_argument("--out")
-    ap.add_argument("--ncu", default="", metavar="MODES",
-                    help="kernels (e.g. cuda,triton) to compare with Nsight Compute's source view, when ncu runs")
-    ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--reps", type=int, default=40, help="timed launches per variant (after 3 warm-up rounds)")
+    ap.add_argument("--budget-s", type=float, default=150.0, help="skip ncu runs that would end past this")
+    ap.add_argument("--rows", default="", metavar="R,R", help="also time both tools with warps on R counter rows "
+                    "(%%smid %% R, R a power of two <= 32) instead of 32")
+    ap.add_argument("--dry-run", action="store_true", help="no GPU: instrument, assemble and size only")
     args = ap.parse_args(argv)
+    started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="lines_cost_"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-               TRITON_CACHE_DIR=str(work / "tc"), NEUTRINO_CACHE_DIR=str(work / "nc"), W_LINES_DIR=str(work),
-               PYTHONUNBUFFERED="1")
-    rows = []
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TRITON_CACHE_DIR", str(work / "tc"))
+    rows, per_line = [], {}
     for mode in args.modes.split(","):
-        kernel = KERNEL_OF[mode]
-        row = {"kernel": f"{mode}:{kernel}"}
         try:
-            light, k_light = kernel_result(run_tool("lines_light", mode, work, env, args.timeout), kernel)
-            full, k_full = kernel_result(run_tool("lines", mode, work, env, args.timeout), kernel)
-        except (RuntimeError, subprocess.TimeoutExpired, StopIteration, KeyError, ValueError) as e:
-            print(f"{mode}: {e}", file=sys.stderr)
-            rows.append(row)
-            continue
-        row.update(light_x=light, full_x=full, lines=len(k_full.table.lines),
-                   instr_rho_full_light=spearman(k_full.instructions, k_light.instructions),
-                   exact_full_light=bool(np.array_equal(k_full.instructions, k_light.instructions)),
-                   top_time=top_lines(k_full, k_full.ticks[1:]), top_instr=top_lines(k_full, k_full.instructions))
-        print(json.dumps(row), flush=True)
-        if mode in args.ncu.split(","):
-            ncu = ncu_lines(mode, kernel, env, args.timeout)
-            if ncu:
-                row["ncu_top_stalls"] = [line for line, _ in sorted(ncu.items(), key=lambda kv: -kv[1][0])[:3]]
-                suffix = "expensive_line.cu" if mode == "cuda" else "w_lines.py"
-                row["time_rho_ncu_top10"], row["instr_rho_ncu"] = compare_with_ncu(k_full, ncu, suffix)
+            row, figures = run_mode(mode, args, work, out, started)
+        except Exception as e:  # noqa: BLE001 - one kernel's failure is reported, the others still run
+            import traceback
+
+            traceback.print_exc()
+            row, figures = {"kernel": mode, "error": f"{type(e).__name__}: {e}"[:500]}, {}
         rows.append(row)
+        figures.pop("table", None)
+        per_line[mode] = figures
         print(json.dumps(row), flush=True)
-    fmt = lambda v: "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
-    cols = ["kernel", "light_x", "full_x", "lines", "instr_rho_full_light", "exact_full_light", "time_rho_ncu_top10",
-            "instr_rho_ncu"]
-    print("  ".join(cols))
-    for row in rows:
-        print("  ".join(fmt(row.get(c)) for c in cols))
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "lines_cost.json").write_text(json.dumps(rows, indent=1))
-    return 0
+    print_table(rows)
+    if out is not None:
+        (out / "lines_cost.json").write_text(json.dumps({"rows": rows, "per_line": per_line}, indent=1, default=str))
+    return 0 if all("error" not in r for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -205,8 +205,9 @@ def graph_workload(iters: int, n: int = 1 << 20) -> dict:
     """Replays of a captured graph of 4 Triton kernels of `n` elements each (every replay probed:
     spec/runtime.md, "CUDA graphs"). 1M elements: about 4.5 µs per kernel on the H100, the worst case
     for a fixed cost per replay; 16M: about 70 µs per kernel."""
-    x = torch.rand(n, device="cuda")
-    y = torch.rand(n, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(3)  # inputs that match between processes
+    x = torch.rand(n, device="cuda", generator=g)
+    y = torch.rand(n, device="cuda", generator=g)
     out = torch.empty_like(x)
     grid = (triton.cdiv(n, 1024),)
     stream_kernel[grid](x, y, out, n, BLOCK=1024)
@@ -260,8 +261,9 @@ def graph_eager_workload(iters: int) -> dict:
     the host enqueues, as with OVERHEAD_GPU_ONLY): what the probe code itself costs these kernels,
     to tell it from what the graph machinery adds."""
     n = 1 << 20
-    x = torch.rand(n, device="cuda")
-    y = torch.rand(n, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(3)  # inputs that match between processes
+    x = torch.rand(n, device="cuda", generator=g)
+    y = torch.rand(n, device="cuda", generator=g)
     out = torch.empty_like(x)
     grid = (triton.cdiv(n, 1024),)
 

@@ -3,8 +3,8 @@
 Per workload (timeline_workload.py: `eager`, 40 tiny ATen ops per step; `compile`, a torch.compile
 MLP training step), each configuration is one process, run in interleaved rounds (the order rotates
 each round). Per step: the GPU-event span of its launches (ms) and its wall time. The table gives
-the medians over all steps of all rounds, the ratios to plain and to probing without the timeline,
-and the event span per kernel (us) = median span / kernels per step (the timeline's kernel records
+the medians over all steps of all rounds, the ratios to plain and to probing without the timeline
+(of the event span, then of the wall time), and the event span per kernel (us) = median span / kernels per step (the timeline's kernel records
 of a traced run over its steps).
 
 configurations (--configs, comma list of the keys):
@@ -101,7 +101,7 @@ def main() -> None:
                PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
     report = {}
     print(f"{'workload':8s} {'config':32s} {'event ms':>9s} {'wall ms':>8s} {'vs plain':>9s} {'vs notl':>8s} "
-          f"{'us/kernel':>9s}")
+          f"{'us/kernel':>9s} {'wall/plain':>10s} {'wall/notl':>9s}")
     for mode in args.modes.split(","):
         run("plain", mode, 5, env, scratch, floor)  # compile caches warm before anything is timed
         samples: dict[str, dict[str, list]] = {k: {"event_ms": [], "step_ms": []} for k in keys}
@@ -109,6 +109,8 @@ def main() -> None:
         for r in range(args.rounds):
             for key in keys[r % len(keys):] + keys[:r % len(keys)]:
                 out = run(key, mode, args.steps, env, f"{scratch}/trace-{mode}-{key}-{r}", floor)
+                print(f"  {mode} round {r} {key}: wall ms median {statistics.median(out['step_ms']):.3f}, "
+                      f"event ms median {statistics.median(out['event_ms']):.3f}", flush=True)  # a cut-off run keeps these
                 samples[key]["event_ms"] += out["event_ms"]
                 samples[key]["step_ms"] += out["step_ms"]
                 kernels = out.get("kernels") or kernels
@@ -119,7 +121,10 @@ def main() -> None:
             vs_plain = f"{med[k] / med['plain']:8.3f}x" if "plain" in med else ""
             vs_notl = f"{med[k] / med['notl']:7.3f}x" if "notl" in med else ""
             per_kernel = f"{med[k] * 1e3 / per_step:9.2f}" if per_step else ""
-            print(f"{mode:8s} {CONFIGS[k][0]:32s} {med[k]:9.3f} {wall[k]:8.3f} {vs_plain:>9s} {vs_notl:>8s} {per_kernel}")
+            wall_plain = f"{wall[k] / wall['plain']:9.3f}x" if "plain" in wall else ""
+            wall_notl = f"{wall[k] / wall['notl']:8.3f}x" if "notl" in wall else ""
+            print(f"{mode:8s} {CONFIGS[k][0]:32s} {med[k]:9.3f} {wall[k]:8.3f} {vs_plain:>9s} {vs_notl:>8s} "
+                  f"{per_kernel:>9s} {wall_plain:>10s} {wall_notl:>9s}")
         print(f"{mode:8s} kernels per step (timeline): {per_step and round(per_step, 1)}")
         report[mode] = {"kernels_per_step": per_step, "median_event_ms": med, "median_wall_ms": wall}
     if args.json:

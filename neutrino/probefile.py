@@ -403,6 +403,8 @@ class _Loader:
             prefixes.append(tuple(part.split(".")))
         if self.isa == "ptx" and not self.known_position(prefixes, line, probe):
             return None
+        if self.isa in AMDGPU_SNIPPETS and not self.known_amdgpu_position(prefixes, line, probe):
+            return None
         return tuple(prefixes)
 
     def parse_line_selection(self, position: str, line: int, probe: str):
@@ -442,6 +444,18 @@ class _Loader:
             self.error(line, f"position {'.'.join(components)!r}: {message}", probe=probe,
                        token=".".join(components), hint=hint)
         return known
+
+    def known_amdgpu_position(self, prefixes: list[tuple[str, ...]], line: int, probe: str) -> bool:
+        """Each part starts a mnemonic of the generation or is a portable PTX position (isa/gcn/positions.py)."""
+        from neutrino.isa.gcn.positions import DIALECTS, position_problem
+
+        problems = [(c, found) for c in prefixes if (found := position_problem(c, DIALECTS[self.isa])) is not None]
+        for components, (message, close) in problems:
+            hint = ("did you mean " + " or ".join(f"'{c}'" for c in close) + "?") if close else \
+                "e.g. global_load_, ds_write, v_mfma_, s_cbranch_, kernel, or a portable ld.global, #memory.global"
+            self.error(line, f"position {'.'.join(components)!r}: {message}", probe=probe,
+                       token=".".join(components), hint=hint)
+        return not problems
 
     def parse_datamodel(self, text, line: int, probe: str) -> "_Datamodel | None":
         text = str(text).strip()

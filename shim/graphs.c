@@ -136,7 +136,7 @@ static void submit_frame(nt_graph_node *n, const void *frame, uint64_t r) {
 static struct {
     CUresult (*ctx_get)(void **);
     CUresult (*ctx_set)(void *);
-    CUresult (*dtoh)(void *, uint64_t, size_t, void *);
+    CUresult (*copy2d)(const void *, void *);
     CUresult (*htod)(uint64_t, const void *, size_t, void *);
     CUresult (*sync)(void *);
     CUresult (*capture_mode)(int *);
@@ -147,27 +147,70 @@ static int load_driver(void) {
     if (!cu.loaded) {
         cu.ctx_get = (CUresult (*)(void **))neutrino_real_sym("cuCtxGetCurrent");
         cu.ctx_set = (CUresult (*)(void *))neutrino_real_sym("cuCtxSetCurrent");
-        cu.dtoh = (CUresult (*)(void *, uint64_t, size_t, void *))neutrino_real_sym("cuMemcpyDtoHAsync_v2");
+        cu.copy2d = (CUresult (*)(const void *, void *))neutrino_real_sym("cuMemcpy2DAsync_v2");
         cu.htod = (CUresult (*)(uint64_t, const void *, size_t, void *))neutrino_real_sym("cuMemcpyHtoDAsync_v2");
         cu.sync = (CUresult (*)(void *))neutrino_real_sym("cuStreamSynchronize");
         cu.capture_mode = (CUresult (*)(int *))neutrino_real_sym("cuThreadExchangeStreamCaptureMode");
-        cu.loaded = cu.ctx_get && cu.ctx_set && cu.dtoh && cu.htod && cu.sync && cu.capture_mode ? 1 : -1;
+        cu.loaded = cu.ctx_get && cu.ctx_set && cu.copy2d && cu.htod && cu.sync && cu.capture_mode ? 1 : -1;
     }
     return cu.loaded == 1;
 }
 
-/* Make the node's context current on this thread, its capture mode relaxed (another thread may be
- * capturing); 0 when the driver refuses. `leave_context` undoes it. */
-static int enter_context(nt_graph_node *n, void **before, int *mode) {
-    if (!load_driver() || cu.ctx_get(before) || cu.ctx_set(n->d.ctx)) return 0;
-    *mode = CAPTURE_MODE_RELAXED;
-    cu.capture_mode(mode);
+/* CUDA_MEMCPY2D (cuda.h): device memory to host memory, row by row with a pitch on each side. */
+typedef struct {
+    size_t src_x, src_y;
+    int src_type;
+    const void *src_host;
+    uint64_t src_device;
+    void *src_array;
+    size_t src_pitch;
+    size_t dst_x, dst_y;
+    int dst_type;
+    void *dst_host;
+    uint64_t dst_device;
+    void *dst_array;
+    size_t dst_pitch;
+    size_t width, height;
+} nt_memcpy2d;
+#define MEMORYTYPE_HOST 1
+#define MEMORYTYPE_DEVICE 2
+
+/* The driver state of one pass over the rings: the context made current (and its capture mode
+ * relaxed: another thread may be capturing) once for all the rings of that context, and what to
+ * give back when the pass ends. The driver serialises our calls with the program's, so a pass
+ * makes few: per context, two to enter, one synchronisation, two to leave; per ring, one copy
+ * per run of slots and one for the consumed count. */
+typedef struct {
+    void *ctx, *before;
+    int mode, entered;
+} nt_pass;
+
+static _Atomic uint64_t poller_calls, poller_frames;  /* driver calls of the copy-out, and frames it wrote */
+
+static int pass_enter(nt_pass *p, void *ctx) {
+    if (p->entered && p->ctx == ctx) return 1;
+    if (!load_driver()) return 0;
+    if (!p->entered) {
+        if (cu.ctx_get(&p->before)) return 0;
+        p->mode = CAPTURE_MODE_RELAXED;
+        cu.capture_mode(&p->mode);
+        atomic_fetch_add(&poller_calls, 2);
+    }
+    p->entered = 1;  /* from here on pass_leave gives the mode and context back */
+    p->ctx = NULL;
+    atomic_fetch_add(&poller_calls, 1);
+    if (cu.ctx_set(ctx)) return 0;
+    p->ctx = ctx;
     return 1;
 }
 
-static void leave_context(void *before, int mode) {
-    cu.capture_mode(&mode);
-    cu.ctx_set(before);
+static void pass_leave(nt_pass *p) {
+    if (!p->entered) return;
+    cu.capture_mode(&p->mode);
+    cu.ctx_set(p->before);
+    atomic_fetch_add(&poller_calls, 2);
+    p->entered = 0;
+    p->ctx = NULL;
 }
 
 /* Host slot of the i-th filled slot counted from next_read (device slot j lands in host slot j % nstage). */
@@ -175,71 +218,161 @@ static char *host_slot(const nt_graph_node *n, uint64_t i) {
     return (char *)n->d.ring + n->d.slots + (n->next_read + i) % n->d.nstage * n->d.stride;
 }
 
-/* Write the frames of the filled slots [first, last) counted from next_read (marks[i]: replay + 1),
- * those the writer has room for. A ring on the device (`entered`: in its context) is copied into
- * the host slots first, on our stream; a ring in host memory was filled in place. */
-static void write_round(nt_graph_node *n, const uint64_t *marks, uint64_t first, uint64_t last, int entered) {
-    int on_device = n->d.device_slots != 0, ok[MAX_STAGE] = {0}, any = 0;
-    uint64_t ahead = 0, size = n->d.frame_size;
-    for (uint64_t i = first; i < last && atomic_load_explicit(&n->active, memory_order_relaxed); i++) {
-        if (!frame_room(n, ahead)) continue;
-        uint64_t slot = (n->next_read + i) % n->d.nslots;
-        if (on_device && (!entered || cu.dtoh(host_slot(n, i) + n->d.data_off, n->d.device_slots + slot * n->d.device_stride,
-                                               n->d.span, n->d.copy_stream))) {
-            neutrino_trace_give_back(size);
-            atomic_fetch_add(&n->errors, 1);
-            continue;
-        }
-        ok[i - first] = any = 1;
-        ahead += size;
-    }
-    int lost = on_device && any && cu.sync(n->d.copy_stream);
+/* One ring's share of a pass: its filled slots [0, k) counted from next_read (marks[i]: replay + 1,
+ * k <= nstage), which of them the writer has room for (ok), and whether a copy is in flight. */
+typedef struct {
+    nt_graph_node *n;
+    uint64_t k;
+    uint64_t marks[MAX_STAGE];
+    unsigned char ok[MAX_STAGE];
+} nt_round;
+
+/* Copy the admitted slots [first, last) of a round, all in one run of device and host slots (neither
+ * wraps inside it), with one 2D copy: rows of `span` bytes, the device ring's stride apart, into
+ * host slots the host ring's stride apart. A refused copy loses those frames (counted). */
+static void copy_run(nt_round *r, uint64_t first, uint64_t last) {
+    nt_graph_node *n = r->n;
+    if (first == last) return;
+    uint64_t slot = (n->next_read + first) % n->d.nslots;
+    nt_memcpy2d c;
+    memset(&c, 0, sizeof c);
+    c.src_type = MEMORYTYPE_DEVICE;
+    c.src_device = n->d.device_slots + slot * n->d.device_stride;
+    c.src_pitch = n->d.device_stride;
+    c.dst_type = MEMORYTYPE_HOST;
+    c.dst_host = host_slot(n, first) + n->d.data_off;
+    c.dst_pitch = n->d.stride;
+    c.width = n->d.span;
+    c.height = last - first;
+    atomic_fetch_add(&poller_calls, 1);
+    if (!cu.copy2d(&c, n->d.copy_stream)) return;
     for (uint64_t i = first; i < last; i++) {
-        if (!ok[i - first]) continue;
-        if (lost) {
-            neutrino_trace_give_back(size);
-            atomic_fetch_add(&n->errors, 1);
-            continue;
-        }
-        submit_frame(n, host_slot(n, i), marks[i] - 1);
+        r->ok[i] = 0;
+        neutrino_trace_give_back(n->d.frame_size);
+        atomic_fetch_add(&n->errors, 1);
     }
 }
 
-/* Everything the device has put in one ring, in order; then the device is told the slots are free
- * (the consumed count: in the host ring, and copied into the device state for a ring on the
- * device). Called under rings_lock. */
-static void drain_ring(nt_graph_node *n) {
-    if (!n->attached) return;
-    static uint64_t marks[MAX_SLOTS];  /* under rings_lock */
+/* Read a ring's filled slots (at most one round of host slots), admit the frames the writer has
+ * room for and, for a ring on the device, enqueue their copies: one per run of consecutive admitted
+ * slots that wraps neither ring. Returns 1 when the ring may hold more than this round. */
+static int round_start(nt_round *r, nt_pass *p) {
+    nt_graph_node *n = r->n;
     _Atomic uint64_t *flags = (_Atomic uint64_t *)((char *)n->d.ring + RING_FLAGS);
-    uint64_t k = 0;
-    while (k < n->d.nslots) {
+    uint64_t k = 0, ahead = 0;
+    while (k < n->d.nstage) {
         uint64_t mark = atomic_load_explicit(&flags[(n->next_read + k) % n->d.nslots], memory_order_acquire);
         if (!mark) break;
-        marks[k++] = mark;
+        r->marks[k++] = mark;
     }
-    if (!k) return;
-    int on_device = n->d.device_slots != 0, mode = 0, entered = 0;
-    void *before = NULL;
-    if (on_device && !(entered = enter_context(n, &before, &mode))) atomic_fetch_add(&n->errors, k);
-    for (uint64_t first = 0; first < k; first += n->d.nstage)
-        write_round(n, marks, first, first + n->d.nstage < k ? first + n->d.nstage : k, entered);
-    for (uint64_t i = 0; i < k; i++)
+    r->k = k;
+    int on_device = n->d.device_slots != 0, entered = !on_device || (k && pass_enter(p, n->d.ctx));
+    for (uint64_t i = 0; i < k; i++) {
+        r->ok[i] = entered && atomic_load_explicit(&n->active, memory_order_relaxed) && frame_room(n, ahead);
+        if (r->ok[i]) ahead += n->d.frame_size;
+        else if (!entered) atomic_fetch_add(&n->errors, 1);
+    }
+    if (on_device && entered) {
+        uint64_t first = 0;
+        for (uint64_t i = 0; i <= k; i++) {  /* a run ends at a refused slot, a wrap of either ring, or k */
+            int wraps = i < k && i > first && ((n->next_read + i) % n->d.nslots == 0 || (n->next_read + i) % n->d.nstage == 0);
+            if (i == k || !r->ok[i] || wraps) {
+                copy_run(r, first, i);
+                first = i < k && r->ok[i] ? i : i + 1;
+            }
+        }
+    }
+    return k == n->d.nstage;
+}
+
+/* After the pass's copies are done (`lost`: their synchronisation failed): hand the frames to the
+ * writer, clear the flags, and tell the device the slots are free (the consumed count: in the host
+ * ring, and copied into the device state for a ring on the device). */
+static void round_finish(nt_round *r, int lost, nt_pass *p) {
+    nt_graph_node *n = r->n;
+    _Atomic uint64_t *flags = (_Atomic uint64_t *)((char *)n->d.ring + RING_FLAGS);
+    for (uint64_t i = 0; i < r->k; i++) {
+        if (!r->ok[i]) continue;
+        if (lost) {
+            neutrino_trace_give_back(n->d.frame_size);
+            atomic_fetch_add(&n->errors, 1);
+            continue;
+        }
+        submit_frame(n, host_slot(n, i), r->marks[i] - 1);
+        atomic_fetch_add(&poller_frames, 1);
+    }
+    for (uint64_t i = 0; i < r->k; i++)
         atomic_store_explicit(&flags[(n->next_read + i) % n->d.nslots], 0, memory_order_release);
-    n->next_read += k;
+    n->next_read += r->k;
     uint64_t *counters = (uint64_t *)n->d.ring;
     atomic_store_explicit((_Atomic uint64_t *)&counters[RING_CONSUMED], n->next_read, memory_order_release);
-    if (entered) {
+    if (n->d.device_slots && p->entered && p->ctx == n->d.ctx) {
+        atomic_fetch_add(&poller_calls, 1);
         if (cu.htod(n->d.device_state + STATE_CONSUMED, &counters[RING_CONSUMED], 8, n->d.copy_stream))
             atomic_fetch_add(&n->errors, 1);
-        leave_context(before, mode);
     }
 }
+
+#define PASS_ROUNDS 64  /* rings whose copies one synchronisation covers */
+
+/* Wait for the copies of the rounds gathered (one synchronisation per stream of ours: they are all
+ * in the pass's current context), then finish them. */
+static void pass_flush(nt_round *rounds, int *count, nt_pass *p) {
+    void *synced = NULL;
+    int lost = 0;
+    for (int i = 0; i < *count; i++) {
+        nt_graph_node *n = rounds[i].n;
+        int copied = 0;
+        for (uint64_t j = 0; j < rounds[i].k; j++) copied |= rounds[i].ok[j];
+        if (n->d.device_slots && copied && n->d.copy_stream != synced) {
+            atomic_fetch_add(&poller_calls, 1);
+            lost = cu.sync(n->d.copy_stream) != 0;
+            synced = n->d.copy_stream;
+        }
+        round_finish(&rounds[i], n->d.device_slots && lost, p);
+    }
+    *count = 0;
+}
+
+/* One pass over the rings (`only`: that ring alone), each at most one round of host slots; returns
+ * 1 when a ring may hold more. Called under rings_lock. */
+static int drain_pass(nt_graph_node *only) {
+    static nt_round rounds[PASS_ROUNDS];  /* under rings_lock */
+    int count = 0, more = 0;
+    nt_pass p = {0};
+    for (nt_graph_node *n = only ? only : rings; n; n = only ? NULL : n->next) {
+        if (!n->attached) continue;
+        if (count && (count == PASS_ROUNDS || (n->d.device_slots && p.entered && p.ctx != n->d.ctx)))
+            pass_flush(rounds, &count, &p);  /* before the pass leaves this context for another */
+        nt_round *r = &rounds[count];
+        r->n = n;
+        more |= round_start(r, &p);
+        if (r->k) count++;
+    }
+    pass_flush(rounds, &count, &p);
+    pass_leave(&p);
+    return more;
+}
+
+/* What the device has put in the rings (`only`: one ring), in order: all of it, or what `passes`
+ * passes take (a device that keeps filling a ring must not keep the poller, and rings_lock, for
+ * ever). Called under rings_lock. */
+static void drain_rings(nt_graph_node *only, int passes) {
+    while (passes-- > 0 && drain_pass(only)) {}
+}
+#define ALL_PASSES (MAX_SLOTS + 1)  /* a pass takes at least two slots of a ring that has more */
+#define POLL_PASSES 4
 
 void neutrino_graph_drain_all(void) {
     pthread_mutex_lock(&rings_lock);
-    for (nt_graph_node *n = rings; n; n = n->next) drain_ring(n);
+    drain_rings(NULL, ALL_PASSES);
     pthread_mutex_unlock(&rings_lock);
+}
+
+/* The copy-out's driver calls and the frames it wrote, so far (NEUTRINO_FAST_PROFILE, tests). */
+void neutrino_graph_poller_counts(uint64_t out[2]) {
+    out[0] = atomic_load(&poller_calls);
+    out[1] = atomic_load(&poller_frames);
 }
 
 /* The poller: drains every ring each POLL_NS while there are any; sleeps while there are none. */
@@ -251,7 +384,7 @@ static void *poll_rings(void *arg) {
             pthread_cond_wait(&rings_changed, &rings_lock);
             continue;
         }
-        for (nt_graph_node *n = rings; n; n = n->next) drain_ring(n);
+        drain_rings(NULL, POLL_PASSES);
         pthread_mutex_unlock(&rings_lock);
         struct timespec t = {0, POLL_NS};
         nanosleep(&t, NULL);
@@ -295,7 +428,7 @@ void neutrino_graph_node_detach(void *node) {
     nt_graph_node *n = node;
     pthread_mutex_lock(&rings_lock);
     if (n->attached) {
-        drain_ring(n);
+        drain_rings(n, ALL_PASSES);
         n->replays_kept = ring_counter(n, RING_REPLAYS);
         n->dropped_kept = ring_counter(n, RING_DROPPED);
         n->attached = 0;

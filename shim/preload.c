@@ -194,6 +194,22 @@ void neutrino_set_launch_filter(uint64_t start, uint64_t stop, uint64_t every) {
     atomic_store(&sel_every, every ? every : 1);
 }
 
+/* While a framework compiles (XLA autotuning its GEMMs, say), the launches it makes are candidates
+ * it times, not the program's computation: probed, they would run slower and another candidate
+ * could win, changing the program's results. Python opens a window around each compile
+ * (runtime/frameworks.py); launches of probed kernels inside it run the original kernel and are
+ * counted. A count, not a flag: compiles on two threads overlap. */
+static _Atomic int suspended_windows;
+static _Atomic uint64_t suspended_launches;
+
+void neutrino_suspend_probing(int open) {
+    atomic_fetch_add(&suspended_windows, open ? 1 : -1);
+}
+
+uint64_t neutrino_suspended_launches(void) {
+    return atomic_load(&suspended_launches);
+}
+
 /* ------------------------------------------------------------------ callbacks */
 
 typedef void (*cb_module_t)(int kind, void *handle, const void *image, const char *path);
@@ -469,6 +485,10 @@ static inline uint64_t selected(void *f, int *yes) {
     entry_t *e = find((uintptr_t)f);
     if (!e || !atomic_load_explicit(&e->live, memory_order_relaxed)) return 0;
     if (!atomic_load_explicit(&cb_launch, memory_order_acquire)) return 0;
+    if (atomic_load_explicit(&suspended_windows, memory_order_relaxed)) { /* a compile's launch: the original */
+        atomic_fetch_add_explicit(&suspended_launches, 1, memory_order_relaxed); /* kernel, not one --launches counts */
+        return 0;
+    }
     uint64_t i = atomic_fetch_add_explicit(&e->launches, 1, memory_order_relaxed);
     uint64_t start = atomic_load(&sel_start), stop = atomic_load(&sel_stop), every = atomic_load(&sel_every);
     if (i < start || i >= stop || (i - start) % every) {

@@ -475,9 +475,9 @@ def test_each_walk_for_module_parameters_is_told_with_its_seconds(fake_torch):
     weight = _Tensor(0x7F0000000000, (4,))
     model = _Module({"weight": weight})
     walks = []
-    resolver = TensorResolver(on_walk=lambda seconds, modules: walks.append((seconds, modules)))
+    resolver = TensorResolver(on_walk=lambda seconds, modules, source: walks.append((seconds, modules, source)))
     assert resolver.resolve([weight.data_ptr()])[weight.data_ptr()]["name"] == "weight"
-    assert len(walks) == 1 and walks[0][0] >= 0 and walks[0][1] >= 1
-    resolver.resolve([0x7E0000000000])  # not found, but within REWALK_SECONDS of the last walk: no walk
+    assert len(walks) == 1 and walks[0][0] >= 0 and walks[0][1] >= 1 and walks[0][2] == "gc"  # no hooks here
+    resolver.resolve([0x7E0000000000])  # not found, but within REBUILD_SECONDS of the last walk: no walk
     assert len(walks) == 1
     del model

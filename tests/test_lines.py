@@ -174,11 +174,16 @@ def test_dsl_position_with_lines():
 # ---------------------------------------------------------------- the analysis, known answers
 
 
-def loop_trace(tmp_path, threads: int, trips: int, time_values: dict[int, int]) -> Path:
-    """A run of the loop kernel: block 0 and 2 once per thread, block 1 `trips` times."""
+LINES_TOTAL = {"name": "lines_total", "level": "thread", "type": "sum", "record_bytes": 16, "cap": 1,
+               "fields": [{"name": "ticks", "type": "u64", "offset": 0}, {"name": "excess", "type": "u64", "offset": 8}]}
+
+
+def loop_trace(tmp_path, threads: int, trips: int, time_values: dict[int, int], totals=None) -> Path:
+    """A run of the loop kernel: block 0 and 2 once per thread, block 1 `trips` times; with
+    `totals` = (ticks, excess), a lines_total map too."""
     run = RunBuilder(tmp_path / "run")
     blocks_info, time_info = hist_info("lines_blocks", "linear:0:254:1"), hist_info("lines_time", "linear:0:510:1")
-    k = run.add_kernel("loopk", [blocks_info, time_info])
+    k = run.add_kernel("loopk", [blocks_info, time_info] + ([LINES_TOTAL] if totals else []))
     kdir = next((tmp_path / "run" / "kernel").glob(f"{k}_*"))
     (kdir / "original.ptx").write_text(LOOP.read_text())
     blocks = np.zeros(256, np.uint64)
@@ -187,8 +192,10 @@ def loop_trace(tmp_path, threads: int, trips: int, time_values: dict[int, int]) 
     for value, count in time_values.items():
         samples[1 + value] = count
     run.events[0]["probe"] = "lines"
-    run.launch("loopk", (1, 1, 1), (threads, 1, 1), [counters_section(blocks_info, blocks),
-                                                      counters_section(time_info, samples)], duration_ns=1000.0)
+    sections = [counters_section(blocks_info, blocks), counters_section(time_info, samples)]
+    if totals:
+        sections.append(counters_section(LINES_TOTAL, totals))
+    run.launch("loopk", (1, 1, 1), (threads, 1, 1), sections, duration_ns=1000.0)
     return run.close()
 
 
@@ -211,6 +218,21 @@ def test_instructions_per_line_are_exact(tmp_path):
     assert summary["top line (time)"] == f"kern.py:13 {100 * 140 / 153:.1f}%"
 
 
+def test_clamped_samples_excess_is_shared_and_the_total_is_exact(tmp_path):
+    # line 1 (index 1): 6 clamped samples, line 2: 3 clamped samples, entry: 3 samples of 1 tick.
+    # True ticks: line 1 six samples of 10 (60), line 2 three of 5 (15), entry 3: total 78.
+    # Counted as 4: 24 + 12 + 3 = 39; excess = 36 + 3 = 39, shared 6 : 3 → 26 and 13.
+    time_values = {(1 + 1) * 4 + 3: 6, (2 + 1) * 4 + 3: 3, 0: 3}
+    path = loop_trace(tmp_path, 32, 2, time_values, totals=(78, 39))
+    trace, launches = report.load_trace(str(path))
+    rep = report.analyze(trace, launches)
+    k = la.combine(rep.kernels["loopk"].results["lines"])
+    assert list(k.ticks) == [3, 0, 24 + 26, 12 + 13, 0]
+    assert int(k.ticks.sum()) == k.total_ticks == 78 and k.excess == 39 and k.clamped == 9
+    text = report.render(rep)
+    assert "their 39 ticks past 4 are shared among their lines" in text
+
+
 def test_report_ranks_lines_with_source_text(tmp_path, monkeypatch):
     path = loop_trace(tmp_path, 32, 5, {(1 + 1) * 4: 7, (2 + 1) * 4: 20})
     monkeypatch.chdir(tmp_path)
@@ -230,7 +252,10 @@ def test_pure_functions_on_hand_built_inputs():
     per_line, extra = la.line_instructions(np.array([3, 4, 9]), table)  # block 2 is past the table
     assert list(per_line) == [6, 3, 20] and extra == 9
     ticks, clamped, overflow = la.line_ticks(np.array([1, 0, 0, 2, 0, 1] + [0] * 10 + [7]), 3)
-    assert list(ticks) == [1 + 8, 2, 0, 0] and clamped == 2 and overflow == 7
+    assert list(ticks) == [1 + 8, 2, 0, 0] and list(clamped) == [2, 0, 0, 0] and overflow == 7
+    # 10 excess ticks over clamped samples 1 : 2 : 0 : 3 → 10/6 x (1, 2, 0, 3) = 1.67, 3.33, 0, 5 → 2, 3, 0, 5
+    assert list(la.share_excess(np.array([1, 2, 0, 3]), 10)) == [2, 3, 0, 5]
+    assert list(la.share_excess(np.array([0, 0]), 7)) == [0, 0] and list(la.share_excess(np.array([4, 1]), 0)) == [0, 0]
     assert list(la._ranks(np.array([5, 9, 5, 1]))) == [2, 1, 2, 4]
 
 
@@ -278,3 +303,88 @@ def test_kernel_without_debug_lines_says_how_to_get_them(tmp_path):
     trace, launches = report.load_trace(str(path))
     text = report.render(report.analyze(trace, launches))
     assert "no .loc debug lines: compile CUDA with -lineinfo" in text and "(no line)" in text
+
+
+# ---------------------------------------------------------------- instructions of called .funcs
+
+CALL = Path(__file__).parent / "data" / "lines" / "call.ptx"
+NOINLINE = Path(__file__).parent / "data" / "lines" / "noinline_lineinfo.ptx"  # nvcc -lineinfo of noinline.cu
+
+
+def call_table(path: Path, entry: str):
+    from neutrino.isa.ptx.lines import called_lines
+
+    module = parse_module(path.read_text(), str(path))
+    lm = build_line_map(module, module.function(entry))
+    return lm, la.table_of(lm, called_lines(module, lm))
+
+
+def test_called_funcs_are_counted_at_their_own_lines():
+    lm, table = call_table(CALL, "callk")
+    assert [info.line for info in table.lines] == [10, 12, 13, 15, 3, 4, 6, 7]  # the entry's, then the callees'
+    # block 1 (the loop) calls mix (whole: lines 3 and 4) and clampv's first block (lines 6, 7)
+    assert dict(table.block_lines[1]) == {1: 7, 2: 3, 4: 3, 5: 3, 6: 1, 7: 2}
+    assert table.partial_calls == ("clampv",)  # its blocks after the branch are not counted
+    assert [info.instructions for info in table.lines[4:]] == [3, 3, 1, 2]
+    threads, trips = 512, 37
+    per_line, extra = la.line_instructions(np.array([threads, threads * trips, threads]), table)
+    by_line = {info.line: int(n) for info, n in zip(table.lines, per_line)}
+    assert extra == 0 and by_line == {10: 4 * threads, 12: 7 * trips * threads, 13: 3 * trips * threads,
+                                      15: 2 * threads, 3: 3 * trips * threads, 4: 3 * trips * threads,
+                                      6: trips * threads, 7: 2 * trips * threads}
+
+
+def test_nvcc_noinline_funcs_are_counted_per_call():
+    lm, table = call_table(NOINLINE, "callk")
+    labels = [info.label for info in table.lines]
+    assert {"noinline.cu:2", "noinline.cu:3", "noinline.cu:7", "noinline.cu:8"} <= set(labels)
+    assert table.partial_calls == ()  # nvcc made both straight-line (selp): counted whole
+    # every block with calls of mix (lines 1-4: 2, 2, 3, 2 instructions) runs them once per call
+    line_of = {info.label: i for i, info in enumerate(table.lines)}
+    for block in lm.blocks:
+        calls = sum(1 for insn in lm.instructions[block.start:block.stop]
+                    if insn.opcode.base == "call" and "_Z3mixfi" in str(insn.operands))
+        counts = dict(table.block_lines[block.index])
+        assert counts.get(line_of["noinline.cu:3"], 0) == 3 * calls and counts.get(line_of["noinline.cu:2"], 0) == 2 * calls
+
+
+def test_recursion_and_guarded_calls_are_not_counted(tmp_path):
+    text = CALL.read_text().replace("call.uni (retval0), mix, (param0, param1);", "@%p2 call.uni (retval0), mix, (param0, param1);")
+    text = text.replace("\tmad.lo.s32 \t%r3, %r1, 3, %r2;", "\tmad.lo.s32 \t%r3, %r1, 3, %r2;\n\t{\n\t.param .b32 p;\n"
+                        "\tst.param.b32 \t[p+0], %r3;\n\t.param .b32 r;\n\tcall.uni (r), clampv, (p);\n\t}")
+    text = text.replace("\tld.param.u32 \t%r1, [clampv_param_0];", "\tld.param.u32 \t%r1, [clampv_param_0];\n\t{\n\t.param .b32 q;\n"
+                        "\tst.param.b32 \t[q+0], %r1;\n\t.param .b32 s;\n\tcall.uni (s), clampv, (q);\n\t}")
+    path = tmp_path / "call_variants.ptx"
+    path.write_text(text)
+    _, table = call_table(path, "callk")
+    assert set(table.partial_calls) == {"mix", "clampv"}  # mix: a guarded call; clampv: it calls itself
+    line_of = {info.line: i for i, info in enumerate(table.lines)}
+    assert 3 not in line_of  # the guarded call of mix adds nothing
+    # clampv counted once per call of the entry: its first block, the recursive call's callee left out
+    assert dict(table.block_lines[1])[line_of[6]] == 3  # ld.param, st.param, call (the callee's own: left out)
+
+
+@pytest.mark.parametrize("tool", ["lines", "lines_light"])
+@pytest.mark.parametrize("path", [CALL, NOINLINE], ids=lambda p: p.name)
+def test_tools_assemble_on_kernels_that_call_funcs(tool, path):
+    result = instrument(path.read_text(), load_probes(tool), source=str(path))
+    assert result.kernels["callk"]["matched"]["count_block"] == len(line_map_of(path, 0)[1].blocks)
+    assert ".func" in result.ptx and not result.kernels["callk"]["skipped"]
+    if HAVE_PTXAS:
+        ptxas(result.ptx)
+
+
+def test_report_notes_partly_counted_calls(tmp_path):
+    run = RunBuilder(tmp_path / "run")
+    blocks_info = hist_info("lines_blocks", "linear:0:254:1")
+    k = run.add_kernel("callk", [blocks_info])
+    (next((tmp_path / "run" / "kernel").glob(f"{k}_*")) / "original.ptx").write_text(CALL.read_text())
+    blocks = np.zeros(256, np.uint64)
+    blocks[1], blocks[2], blocks[3] = 32, 32 * 5, 32
+    run.events[0]["probe"] = "lines_light"
+    run.launch("callk", (1, 1, 1), (32, 1, 1), [counters_section(blocks_info, blocks)], duration_ns=1000.0)
+    trace, launches = report.load_trace(str(run.close()))
+    rep = report.analyze(trace, launches)
+    k = la.combine(rep.kernels["callk"].results["lines"])
+    assert {info.line: int(n) for info, n in zip(k.table.lines, k.instructions)}[3] == 3 * 5 * 32
+    assert "note: called clampv: counted only in part" in report.render(rep)

@@ -683,6 +683,9 @@ def test_native_rings_under_pressure(tmp_path, fakecuda, shim, monkeypatch, capf
         assert got == sorted(set(got))  # in order, none twice
         if policy == "wait":
             assert got == list(range(replays))
+    for la in t.launches:  # every frame whole: slots copied out in runs, one 2D copy per run (shim/graphs.c)
+        v = la.maps["block_sched"].valid()
+        assert len(v) == 8 and list(v["unit"]) == list(range(8)) and set(v["elapse"]) == {7}
     written = sum(la.graph is not None for la in t.launches)
     assert written + ex["dropped"] == 2 * replays
     assert f"{written} of {2 * replays} replay result(s) written" in err

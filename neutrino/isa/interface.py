@@ -24,6 +24,35 @@ SAVE = "SAVE"
 Step = Callable[[Any, Any], None]
 
 
+class SavePrimitives(Protocol):
+    """The steps of the ISA-neutral SAVE lowering and buffer addressing (passes/save_core.py), per kernel.
+
+    Each returns the ISA's code for its step (a list of the ISA's instructions);
+    `spec` is a map (probefile.MapSpec or a value with its name, type, level,
+    cap and record_bytes), `guard` the ISA's predicate or lane mask, or None.
+    PTX: passes/lower_save.py `_Lowerer` and passes/buffers.py `_Prologue`;
+    GCN and RDNA: isa/gcn/lower_save.py and isa/gcn/buffers.py.
+    """
+
+    # SAVE lowering: the lanes that save, a record of an array map, a sum map's counters, a unit's count at exit
+    def saving_lanes(self, level: str, guard: Any, at_exit: bool = False) -> list: ...  # unit leader ∧ guard (∧ gate)
+    def end_saving(self, level: str) -> list: ...
+    def below_cap(self, spec: Any, guard: Any) -> list: ...  # of those, the lanes whose unit cursor is below cap
+    def record_address(self, spec: Any) -> list: ...  # this thread's record address: the unit's slot + cursor * size
+    def store_chunks(self, spec: Any, count: int) -> list[list[int]]: ...  # field indices stored together
+    def store_fields(self, spec: Any, values: list, first: int) -> list: ...  # N bytes at the record address + offset
+    def end_below_cap(self, spec: Any) -> list: ...
+    def bump_cursor(self, spec: Any, guard: Any) -> list: ...  # every attempt counts, stored or not
+    def counter_add(self, spec: Any, index: int, value: Any, guard: Any) -> list: ...  # atomic add to counter `index`
+    def store_count(self, spec: Any) -> list: ...  # the unit's cursor into its count
+
+    # buffer addressing, at kernel entry
+    def map_base(self, spec: Any, first: bool) -> list: ...  # the map's buffer pointer (PTX: and the probe gate)
+    def counters_address(self, spec: Any) -> list: ...  # a sum/hist map's counters for this thread
+    def unit_index(self, level: str) -> tuple[Any, list]: ...  # ((unit, units) of the level, code): special registers read
+    def unit_slot(self, spec: Any, unit_and_units: Any) -> list: ...  # counts address, first record, cursor = 0
+
+
 class Isa(Protocol):
     """One instruction set, as the passes see it. `module` is the ISA's own IR module; `ctx` a passes.state.Context."""
 
@@ -45,6 +74,7 @@ class Isa(Protocol):
     def virtualize(self, module: Any, ctx: Any, state: Any) -> None: ...
 
     # the steps that build code: snippets made concrete, SAVE lowered to stores, map buffers addressed and spliced
+    # (lower_save and buffer_addressing run passes/save_core.py on the ISA's SavePrimitives)
     resolve_operands: Step
     lower_save: Step
     buffer_addressing: Step

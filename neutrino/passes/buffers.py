@@ -32,6 +32,7 @@ from neutrino.passes.lower_save import GATE_OFFSET, GATE_REGISTER, map_register
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.param_space import check_param_space
 from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.passes.save_core import COUNT_BYTES, RECORDS_ALIGN, address_maps, record_stride
 from neutrino.maps import STRIPES, stripe_row_bytes
 
 ORIGIN = "buffer-addressing"
@@ -146,7 +147,7 @@ class _Prologue:
         self.emit("ld.global.u32", gate, ir.Address(ir.Register(buf), ir.Immediate(str(-GATE_OFFSET))), guard=ir.Guard(ir.Register(gated)))
         self.emit("setp.eq.u32", on, gate, 0)
 
-    def counters_pointer(self, spec, buffer_param: str, first: bool = False) -> None:
+    def counters_pointer(self, spec) -> None:
         """A sum or hist map: this warp's row of the launch's counters, row = %smid % STRIPES.
 
         A warp stays on its SM, so the row is fixed at entry; warps of
@@ -154,34 +155,61 @@ class _Prologue:
         """
         buf = map_register(self.state, "buf", spec, "b64")
         sm, w = self.t("stripe", "b32"), self.t("w64", "b64")
-        self.load_buffer(buf, buffer_param, first)
         self.emit("mov.u32", sm, "%smid")
         self.emit("and.b32", sm, sm, STRIPES - 1)
         self.emit("mul.wide.u32", w, sm, stripe_row_bytes(spec.record_bytes))
         self.emit("add.u64", buf, buf, w)
 
-    def map_pointers(self, spec, buffer_param: str, cap_param: str, units_of, first: bool = False) -> None:
-        unit, units = units_of(spec.level)
+    def map_pointers(self, spec, unit: str, units: str) -> None:
+        """An array map: this unit's counts pointer, records pointer and zero cursor (the buffer is loaded)."""
         buf = map_register(self.state, "buf", spec, "b64")
         cnt = map_register(self.state, "cnt", spec, "b64")
         rec = map_register(self.state, "rec", spec, "b64")
         w = self.t("w64", "b64")
-        self.load_buffer(buf, buffer_param, first)
-        self.emit("mad.lo.u64", cnt, unit, 4, buf)
+        self.emit("mad.lo.u64", cnt, unit, COUNT_BYTES, buf)
         self.emit("mov.u32", map_register(self.state, "cur", spec, "b32"), 0)
         if self.state.counting:
             return
         # records start after the counts, rounded up to 16 bytes
-        self.emit("mad.lo.u64", rec, units, 4, 15)
-        self.emit("and.b64", rec, rec, -16)
+        self.emit("mad.lo.u64", rec, units, COUNT_BYTES, RECORDS_ALIGN - 1)
+        self.emit("and.b64", rec, rec, -RECORDS_ALIGN)
         self.emit("add.u64", rec, rec, buf)
         if spec.cap == "count":
             cap = map_register(self.state, "cap", spec, "b32")
-            self.emit("ld.param.u32", cap, ir.Address(ir.Symbol(cap_param)))
+            self.emit("ld.param.u32", cap, ir.Address(ir.Symbol(param_names("", spec.name)[1])))
             self.emit("mul.wide.u32", w, cap, spec.record_bytes)
         else:
-            self.emit("mov.u64", w, spec.cap * spec.record_bytes)
+            self.emit("mov.u64", w, record_stride(spec))
         self.emit("mad.lo.u64", rec, unit, w, rec)
+
+    # -- the primitives of passes/save_core.address_maps: each returns the code it emitted
+    def _emitted(self, emit, *args):
+        """What `emit(*args)` returns, and the code it appended, taken back out of self.code."""
+        start = len(self.code)
+        result = emit(*args)
+        out = self.code[start:]
+        del self.code[start:]
+        return result, out
+
+    def map_base(self, spec, first: bool) -> list[ir.Instruction]:
+        buf = map_register(self.state, "buf", spec, "b64")
+        # the registers of its pointers are declared with its buffer's, ahead of the gate's
+        if spec.type == "array":
+            map_register(self.state, "cnt", spec, "b64")
+            map_register(self.state, "rec", spec, "b64")
+        else:
+            self.t("stripe", "b32")
+            self.t("w64", "b64")
+        return self._emitted(self.load_buffer, buf, param_names("", spec.name)[0], first)[1]
+
+    def counters_address(self, spec) -> list[ir.Instruction]:
+        return self._emitted(self.counters_pointer, spec)[1]
+
+    def unit_index(self, level: str) -> tuple[tuple[str, str], list[ir.Instruction]]:
+        return self._emitted(self.unit, level)
+
+    def unit_slot(self, spec, unit_and_units: tuple[str, str]) -> list[ir.Instruction]:
+        return self._emitted(self.map_pointers, spec, *unit_and_units)[1]
 
 
 @attrs.frozen
@@ -264,15 +292,7 @@ def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
     if any(m.type == "array" for m in shape.maps) or shape.levels:
         prologue.thread_geometry()
         prologue.leaders()
-    units: dict[str, tuple[str, str]] = {}
-    for i, spec in enumerate(shape.maps):
-        if spec.type != "array":
-            prologue.counters_pointer(spec, param_names("", spec.name)[0], first=i == 0)
-            continue
-        if spec.level not in units:
-            units[spec.level] = prologue.unit(spec.level)
-        buf_param, cap_param = param_names("", spec.name)
-        prologue.map_pointers(spec, buf_param, cap_param, units.__getitem__, first=i == 0)
+    prologue.code += address_maps(prologue, list(shape.maps))
     code = tuple(prologue.code)
     return _PrologueTemplate(
         code,

@@ -42,6 +42,7 @@ from neutrino.passes.address_spaces import generic_spaces
 from neutrino.passes.build import insn, splice
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.passes.save_core import lower_exit_counts, lower_record, lower_sum
 from neutrino.passes.target import version_reachable
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
 from neutrino.maps import Buckets
@@ -91,6 +92,7 @@ class _Lowerer:
     state: KernelState
     probes: ProbeFile
     sm: int = 0  # the module's target, which decides how warps reduce
+    saving_guard: ir.Guard | None = attrs.field(default=None, init=False)  # the predicate of the record being lowered
 
     def emit(self, opcode: str, *operands, guard=None) -> ir.Instruction:
         return insn(opcode, *operands, origin=ORIGIN, guard=guard)
@@ -182,25 +184,28 @@ class _Lowerer:
         return code + [self.emit("red.global.add.u64", address, value, guard=go)]
 
     def sum_store(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
-        regs = self.field_registers(spec)
+        return lower_sum(self, spec, self.field_registers(spec), guard)
+
+    def counter_add(self, spec, index: int, value: str, guard: ir.Guard | None) -> list[ir.Instruction]:
+        """Field `index`'s value added to its counter: at thread level from sm_30 on, summed across the warp first."""
+        field = spec.fields[index]
         if spec.level != "thread" or self.sm < WARP_SM:
             # One lane per warp or block runs it (nothing to aggregate), or the target has no warp
             # operations: every lane adds its own value, as the hist map does before sm_70.
-            return [i for f, r in zip(spec.fields, regs) for i in self.add_if_nonzero(self.counter_address(spec, f.offset), r, guard)]
+            return self.add_if_nonzero(self.counter_address(spec, field.offset), value, guard)
         mask, lt, lead = self.state.temp("agg_mask", "b32"), self.state.temp("agg_lt", "b32"), self.state.temp("agg_lead", "pred")
-        code = [
-            self.emit("activemask.b32", mask),
-            self.emit("mov.u32", lt, "%lanemask_lt"),
-            self.emit("and.b32", lt, lt, mask),
-            self.emit("setp.eq.u32", lead, lt, 0),  # the lowest present lane
-        ]
+        code = []
+        if index == 0:  # the warp's lanes that run the SAVE, and the lowest of them, once for all fields
+            code = [
+                self.emit("activemask.b32", mask),
+                self.emit("mov.u32", lt, "%lanemask_lt"),
+                self.emit("and.b32", lt, lt, mask),
+                self.emit("setp.eq.u32", lead, lt, 0),  # the lowest present lane
+            ]
+            if self.sm < REDUX_SM:
+                code.append(self.emit("setp.eq.u32", self.state.temp("agg_full", "pred"), mask, ALL_LANES))
         reduce = self.redux_sum if self.sm >= REDUX_SM else self.shfl_sum
-        if self.sm < REDUX_SM:
-            full = self.state.temp("agg_full", "pred")
-            code += [self.emit("setp.eq.u32", full, mask, ALL_LANES)]
-        for field, reg in zip(spec.fields, regs):
-            code += self.masked(reg, guard) + reduce(spec, field, reg, mask, lead)
-        return code
+        return code + self.masked(value, guard) + reduce(spec, field, value, mask, lead)
 
     def redux_sum(self, spec, field: Field, reg: str, mask: str, lead: str) -> list[ir.Instruction]:
         """sm_80+: redux.sync adds u32 only, so the u64 is cut into 16+16+32 bits.
@@ -322,10 +327,26 @@ class _Lowerer:
         return code
 
     def record_store(self, spec: MapSpec, guard: ir.Guard | None) -> list[ir.Instruction]:
+        return lower_record(self, spec, self.field_registers(spec), guard)
+
+    # -- the primitives of the ISA-neutral SAVE lowering (passes/save_core.py, isa/interface.py SavePrimitives).
+    # PTX predicates each store and bump instead of narrowing the lanes that run: choosing lanes costs nothing here.
+    def saving_lanes(self, level: str, guard: ir.Guard | None, at_exit: bool = False) -> list[ir.Instruction]:
+        if not at_exit:
+            self.saving_guard = guard  # the resolver folded the unit's leader into the SAVE's guard
+            return []
+        leader, prep = self.leader_guard(level, guard)
+        gate, self.saving_guard = self.gated(leader, "count_go")
+        return prep + gate
+
+    def end_saving(self, level: str) -> list[ir.Instruction]:
+        return []
+
+    def below_cap(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
+        """`ok` = the cursor is below cap, the gate is on and the guard holds: the stores' predicate."""
         cur = map_register(self.state, "cur", spec, "b32")
-        bump = self.emit("add.u32", cur, cur, 1, guard=guard)
         if self.state.counting:
-            return [bump]
+            return []
         ok = map_register(self.state, "ok", spec, "pred")
         cap = map_register(self.state, "cap", spec, "b32") if spec.cap == "count" else spec.cap
         code = [self.emit("setp.lt.and.u32", ok, cur, cap, self.on)]
@@ -336,19 +357,41 @@ class _Lowerer:
                 code += [self.emit("not.pred", neg, g), self.emit("and.pred", ok, ok, neg)]
             else:
                 code.append(self.emit("and.pred", ok, ok, g))
+        return code
+
+    def record_address(self, spec) -> list[ir.Instruction]:
+        """`ptr` = this unit's records + cursor * record bytes."""
+        if self.state.counting:
+            return []
+        cur = map_register(self.state, "cur", spec, "b32")
         off = map_register(self.state, "off", spec, "b64")
         ptr = map_register(self.state, "ptr", spec, "b64")
         rec = map_register(self.state, "rec", spec, "b64")
-        code += [self.emit("mul.wide.u32", off, cur, spec.record_bytes), self.emit("add.u64", ptr, rec, off)]
-        regs = self.field_registers(spec)
-        for chunk in store_chunks(spec):
-            first = spec.fields[chunk[0]]
-            suffix = "b64" if first.type == "u64" else "b32"
-            vec = "" if len(chunk) == 1 else f".v{len(chunk)}"
-            value = ir.Register(regs[chunk[0]]) if len(chunk) == 1 else ir.Vector(tuple(ir.Register(regs[i]) for i in chunk))
-            address = ir.Address(ir.Register(ptr), ir.Immediate(str(first.offset)) if first.offset else None)
-            code.append(self.emit(f"st.global{vec}.{suffix}", address, value, guard=ir.Guard(ir.Register(ok))))
-        return code + [bump]
+        return [self.emit("mul.wide.u32", off, cur, spec.record_bytes), self.emit("add.u64", ptr, rec, off)]
+
+    def store_chunks(self, spec, count: int) -> list[list[int]]:
+        return [] if self.state.counting else store_chunks(spec)
+
+    def store_fields(self, spec, values: list[str], first: int) -> list[ir.Instruction]:
+        """The fields from index `first` in one (vector) store at [ptr + offset], where `ok`."""
+        field = spec.fields[first]
+        suffix = "b64" if field.type == "u64" else "b32"
+        vec = "" if len(values) == 1 else f".v{len(values)}"
+        value = ir.Register(values[0]) if len(values) == 1 else ir.Vector(tuple(ir.Register(v) for v in values))
+        ptr, ok = map_register(self.state, "ptr", spec, "b64"), map_register(self.state, "ok", spec, "pred")
+        address = ir.Address(ir.Register(ptr), ir.Immediate(str(field.offset)) if field.offset else None)
+        return [self.emit(f"st.global{vec}.{suffix}", address, value, guard=ir.Guard(ir.Register(ok)))]
+
+    def end_below_cap(self, spec) -> list[ir.Instruction]:
+        return []
+
+    def bump_cursor(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
+        cur = map_register(self.state, "cur", spec, "b32")
+        return [self.emit("add.u32", cur, cur, 1, guard=guard)]
+
+    def store_count(self, spec) -> list[ir.Instruction]:
+        cnt, cur = map_register(self.state, "cnt", spec, "b64"), map_register(self.state, "cur", spec, "b32")
+        return [self.emit("st.global.u32", ir.Address(ir.Register(cnt)), cur, guard=self.saving_guard)]
 
     # -- a whole kernel
     def lower(self) -> None:
@@ -416,15 +459,7 @@ class _Lowerer:
         if not maps:
             return
         for anchor in self.state.exits:
-            code: list[ir.Instruction] = []
-            for spec in maps:
-                guard, prep = self.leader_guard(spec.level, anchor.guard)
-                gate, guard = self.gated(guard, "count_go")
-                prep += gate
-                cnt = map_register(self.state, "cnt", spec, "b64")
-                cur = map_register(self.state, "cur", spec, "b32")
-                code += prep + [self.emit("st.global.u32", ir.Address(ir.Register(cnt)), cur, guard=guard)]
-            edits[id(anchor)] = (code, None, [])
+            edits[id(anchor)] = (lower_exit_counts(self, maps, anchor.guard), None, [])
 
     def leader_guard(self, level: str, exit_guard: ir.Guard | None) -> tuple[ir.Guard | None, list[ir.Instruction]]:
         leader = None

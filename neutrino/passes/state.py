@@ -79,3 +79,9 @@ class Context:
     def info(self) -> dict[str, dict]:
         """The kernel descriptions of spec/kernel-json.md, as the ISA writes them."""
         return self.isa.kernel_info(self)
+
+    def describe(self, state: KernelState, **own) -> dict:
+        """What every ISA's description of a kernel holds (spec/kernel-json.md), then the ISA's own fields (`own`,
+        which may also replace one: GCN's maps carry their wave width)."""
+        return {"name": state.name, "params": state.params, "maps": [self.probes.maps[m].to_json() for m in state.maps],
+                "sites": len(state.sites), "skipped": state.skipped, "matched": dict(state.matched), **own}

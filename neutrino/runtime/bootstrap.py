@@ -224,7 +224,8 @@ def _trace_dir(opts):
 
 def _tap_compilers(rt, shim, embedded: bool) -> None:
     """PTX compiled in the process (XLA's nvJitLink) becomes visible to module loads (compilers.py);
-    a JAX program gets the XLA flags that keep its launches where we can probe them (frameworks.py).
+    a JAX program gets the XLA flags that keep its launches where we can probe them (frameworks.py);
+    XLA's compiles and Triton's/TorchInductor's autotuning run unprobed (autotune.py).
     Both are set up at start (compilations come before the first module load); the index of
     compiled cubins is handed to the runtime when it is built."""
     from neutrino.runtime import compilers, frameworks, hooks
@@ -236,7 +237,12 @@ def _tap_compilers(rt, shim, embedded: bool) -> None:
         def adopt(index_dir: str) -> None:  # ours to summarise and remove at exit
             rt.compiled.wrapper_dir = Path(index_dir)
 
-        frameworks.watch_for_jax(lambda *args, **fields: rt.trace.event(*args, **fields), on_wrappers=adopt)
+        from neutrino.runtime import autotune
+
+        event = lambda *args, **fields: rt.trace.event(*args, **fields)  # noqa: E731
+        window = frameworks.CompileWindow(shim.suspend_probing, shim.suspended_launches)
+        frameworks.watch_for_jax(event, on_wrappers=adopt, compile_window=window)
+        autotune.watch_for_autotuners(window.window, event)  # Triton's, TorchInductor's: the same window
 
 
 def _at_exit(rt, shim) -> None:

@@ -81,8 +81,8 @@ class ContextTables:
         if self._forget is not None:
             self._forget.argtypes = [C.c_void_p]
         self.args_on = os.environ.get(ENV_ARGS, "1") != "0"
-        self.tensors = TensorResolver(on_walk=lambda seconds, modules: self.trace.event(
-            "tensor_walk", seconds=round(seconds, 6), modules=modules))
+        self.tensors = TensorResolver(on_walk=lambda seconds, modules, source: self.trace.event(
+            "tensor_walk", seconds=round(seconds, 6), modules=modules, source=source))
         self._lock = threading.Lock()
         self._plans: dict[tuple[int, int], tuple[str, list[int]] | None] = {}
         self._contexts_of: dict[int, set[int]] = {}  # function handle -> contexts it has a plan in
@@ -92,6 +92,7 @@ class ContextTables:
         self._callback = CB_ARGSET(self._resolve)  # kept alive as long as the shim may call it
         if self.args_on:
             self._enable(1, self._callback)
+            self.tensors.watch_torch()  # learn the program's modules as it builds them (tensors.py)
 
     def open_dir(self) -> None:
         """The trace directory exists: the shim writes the tables there from now on."""

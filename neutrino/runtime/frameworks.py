@@ -15,6 +15,8 @@ import re
 import sys
 from typing import NamedTuple
 
+from neutrino.runtime.autotune_window import WRAPPED, SuspendWindow  # stdlib only: fine at interpreter start
+
 
 class Origin(NamedTuple):  # not attrs: loaded at interpreter start (compilers.py says why)
     name: str
@@ -171,31 +173,74 @@ XLA_PROBE_FLAGS = (("xla_gpu_enable_command_buffer", ""),)
 class BeforeJaxImport:
     """A sys.meta_path entry that runs `action` once, when the program first imports jax, and then
     steps aside. Programs commonly set XLA_FLAGS themselves just before `import jax`; our flags are
-    appended to theirs then (XLA reads the variable later, when JAX starts its backend)."""
+    appended to theirs then (XLA reads the variable later, when JAX starts its backend).
+    `after(module)`, if given, runs once jax's package has been executed (its modules are loaded)."""
 
-    def __init__(self, action):
+    def __init__(self, action, after=None):
         self.action = action
+        self.after = after
+        self.done = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != "jax":
+        # The import system walks sys.meta_path while we answer: we leave it only when we answer
+        # with a spec (the walk stops there); answering None we stay in it, done, so no finder is skipped.
+        if name != "jax" or self.done:
             return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
+        self.done = True
         try:
             self.action()
         except Exception:  # noqa: BLE001 - never break the program's import
             pass
-        return None  # the normal finders import jax
+        if self.after is None:
+            return None  # the normal finders import jax
+        try:
+            spec = spec_running_after(name, self.after)
+        except Exception:  # noqa: BLE001 - the normal finders import jax, without `after`
+            return None
+        if spec is not None:
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
+        return spec
 
 
-def watch_for_jax(event=None, environ=None, on_wrappers=None) -> BeforeJaxImport:
+def spec_running_after(name: str, after):
+    """The spec the other finders give `name`, its loader made to call `after(module)` once the module
+    has executed (the loader itself is kept: jax reads its resources through it). None: not found."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    loader = getattr(spec, "loader", None)
+    if loader is None or not hasattr(loader, "exec_module"):
+        return None
+    execute = loader.exec_module
+
+    def exec_then_after(module):
+        try:
+            del loader.exec_module  # back to the class's method: a reload runs no `after`
+        except AttributeError:
+            pass
+        execute(module)
+        try:
+            after(module)
+        except Exception:  # noqa: BLE001 - our hook never breaks the program's import
+            pass
+
+    loader.exec_module = exec_then_after
+    return spec
+
+
+def watch_for_jax(event=None, environ=None, on_wrappers=None, compile_window=None) -> BeforeJaxImport:
     """Give a JAX program our XLA flags when it imports jax (or now, if it already has).
-    `on_wrappers(index_dir)` is told where the compiler wrappers file their index."""
-    hook = BeforeJaxImport(lambda: prepare_jax(environ, event, on_wrappers))
+    `on_wrappers(index_dir)` is told where the compiler wrappers file their index.
+    `compile_window` (a CompileWindow): wrapped around JAX's compile functions once jax is loaded."""
+    after = None if compile_window is None else (lambda module: compile_window.install(event))
+    hook = BeforeJaxImport(lambda: prepare_jax(environ, event, on_wrappers), after)
     if "jax" in sys.modules:
         hook.action()
+        if after is not None:
+            after(sys.modules["jax"])
     else:
         sys.meta_path.insert(0, hook)
     return hook
@@ -254,3 +299,60 @@ def prepare_jax(environ=None, event=None, on_wrappers=None) -> list[str]:
                   why="XLA command buffers launch kernels from CUDA graphs built node by node, which are not "
                       "probed; set the flag yourself to keep them")
     return added
+
+
+# ---------------------------------------------------------------- XLA's compile window
+
+# Where JAX hands a computation to XLA to compile, newest first: (module, function). Each is
+# looked up by name; a JAX without any of them is said once in the event log.
+COMPILE_FUNCTIONS = (("jax._src.compiler", "backend_compile_and_load"),  # jax >= 0.6
+                     ("jax._src.compiler", "backend_compile"),  # jax 0.4.x-0.5: compile and load
+                     ("jax._src.dispatch", "backend_compile"))  # jax < 0.4.6
+
+
+class CompileWindow:
+    """No probing while XLA compiles. XLA's autotuner times candidate kernels (Triton GEMM configs,
+    cuBLAS algorithms) and keeps the fastest; probed, a candidate runs slower and another could win,
+    changing the program's results in the last bits (issue 22). Launches XLA makes while compiling
+    are not the program's computation: inside the window they run the original kernel, and each
+    compile leaves one `xla_compile` event (launches left unprobed, seconds).
+
+    `suspend(open: bool)` opens or closes the shim's window (a count: compiles on several threads
+    overlap); `suspended()` is the shim's count of launches left unprobed so far. The window itself
+    is autotune_window.SuspendWindow, shared with Triton's and TorchInductor's autotuners (autotune.py)."""
+
+    def __init__(self, suspend, suspended):
+        self.window = SuspendWindow(suspend, suspended)
+
+    @property
+    def event(self):
+        return self.window.event
+
+    def install(self, event=None, modules=None) -> list[str]:
+        """Wrap JAX's compile functions (in `modules`, default sys.modules, importing the candidate
+        modules); the names wrapped. None found: one `xla_compile_hook` event says so."""
+        import importlib
+
+        self.window.event = event
+        found, wrapped = (sys.modules if modules is None else modules), []
+        for module_name, function_name in COMPILE_FUNCTIONS:
+            module = found.get(module_name)
+            if module is None and modules is None:
+                try:
+                    module = importlib.import_module(module_name)
+                except Exception:  # noqa: BLE001 - another JAX layout: try the next name
+                    continue
+            function = getattr(module, function_name, None)
+            if not callable(function):
+                continue
+            if not getattr(function, WRAPPED, False):
+                setattr(module, function_name, self.wrap(function, f"{module_name}.{function_name}"))
+            wrapped.append(f"{module_name}.{function_name}")
+        if not wrapped and event is not None:
+            event("xla_compile_hook", found=False, tried=[".".join(c) for c in COMPILE_FUNCTIONS],
+                  why="none of JAX's compile functions was found by name: launches XLA makes while compiling "
+                      "(autotuning) are probed, and can change which kernels XLA picks")
+        return wrapped
+
+    def wrap(self, function, name: str):
+        return self.window.wrap(function, "xla_compile", name)

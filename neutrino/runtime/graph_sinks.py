@@ -12,6 +12,8 @@ free_record, stats and close.
 from __future__ import annotations
 
 import ctypes as C
+import os
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -191,6 +193,8 @@ class NativeGraphSink:
         self._active.argtypes = [C.c_void_p, C.c_int]
         self._stats = lib.neutrino_graph_node_stats
         self._stats.argtypes = [C.c_void_p, C.c_uint64 * 5]
+        self._counts = lib.neutrino_graph_poller_counts
+        self._counts.argtypes = [C.c_uint64 * 2]
         lib.neutrino_graph_set_pending_limit.argtypes = [C.c_uint64]
         lib.neutrino_graph_set_pending_limit(pending_limit)
         self.filter = launch_filter
@@ -220,6 +224,16 @@ class NativeGraphSink:
     def close(self) -> None:
         self._stop()
         self._drain()
+        if os.environ.get("NEUTRINO_FAST_PROFILE", "0") not in ("", "0"):
+            calls, frames = self.poller_counts()
+            print(f"neutrino: graph rings copied out with {calls} driver calls for {frames} frames "
+                  f"({calls / max(frames, 1):.2f} per frame)", file=sys.stderr)
+
+    def poller_counts(self) -> tuple[int, int]:
+        """The copy-out's driver calls so far, and the frames it handed to the writer."""
+        out = (C.c_uint64 * 2)()
+        self._counts(out)
+        return int(out[0]), int(out[1])
 
     def detach(self, rec: int) -> None:
         self._detach(rec)

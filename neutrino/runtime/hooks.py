@@ -74,6 +74,23 @@ class Shim:
     def set_launch_filter(self, start: int, stop: int, every: int) -> None:
         self.lib.neutrino_set_launch_filter(start, min(stop, 2**64 - 1), every)
 
+    def suspend_probing(self, open_window: bool) -> None:
+        """Open or close a window in which launches of probed kernels run the original kernel
+        (a framework compiling or autotuning: autotune_window.SuspendWindow). A shim built before
+        it: nothing."""
+        fn = getattr(self.lib, "neutrino_suspend_probing", None)
+        if fn is not None:
+            fn.argtypes = [C.c_int]
+            fn(1 if open_window else 0)
+
+    def suspended_launches(self) -> int:
+        """Launches of probed kernels left unprobed inside such windows so far."""
+        fn = getattr(self.lib, "neutrino_suspended_launches", None)
+        if fn is None:
+            return 0
+        fn.restype = C.c_uint64
+        return int(fn())
+
     def register(self, callbacks: tuple) -> None:
         self._keep = callbacks  # the CFUNCTYPE objects must outlive the process's use of them
         self.lib.neutrino_register_callbacks(*callbacks)

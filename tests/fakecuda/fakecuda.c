@@ -329,6 +329,22 @@ CUresult cuMemcpyDtoHAsync_v2(void *h, uint64_t d, size_t n, void *s) {
     note_copy(1, 2, n);
     return 0;
 }
+/* CUDA_MEMCPY2D: host or device memory (one address space here), row by row with a pitch each side. */
+typedef struct {
+    size_t src_x, src_y; int src_type; const void *src_host; uint64_t src_device; void *src_array; size_t src_pitch;
+    size_t dst_x, dst_y; int dst_type; void *dst_host; uint64_t dst_device; void *dst_array; size_t dst_pitch;
+    size_t width, height;
+} FakeCopy2D;
+CUresult cuMemcpy2DAsync_v2(const FakeCopy2D *c, void *s) {
+    (void)s;
+    const char *src = c->src_type == 1 ? (const char *)c->src_host : (const char *)(uintptr_t)c->src_device;
+    char *dst = c->dst_type == 1 ? (char *)c->dst_host : (char *)(uintptr_t)c->dst_device;
+    if (c->width > c->src_pitch || c->width > c->dst_pitch) return 1; /* CUDA_ERROR_INVALID_VALUE */
+    for (size_t y = 0; y < c->height; y++)
+        memcpy(dst + c->dst_x + (c->dst_y + y) * c->dst_pitch, src + c->src_x + (c->src_y + y) * c->src_pitch, c->width);
+    note_copy(1, 2, c->width * c->height);
+    return 0;
+}
 CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) {
     (void)f;
     if (alloc_refused()) return 900;

@@ -2,7 +2,8 @@
 
 `torch.cuda.nvtx.range`, `range_push/pop`, `emit_nvtx()` (torch's own bundled NVTX) and
 `neutrino.annotate` reach ranges.bin with the probed launches inside them; a Triton kernel
-reading an nn.Linear's weight gets that argument named `weight` with its shape and dtype; a
+reading an nn.Linear's weight gets that argument named `weight` with its shape and dtype (the
+garbage collector walked at most once: tensors.py); a
 torch.compile'd step's Triton kernel gets its arguments resolved too. The cost of the argument
 trace per launch is measured (printed, never asserted).
 """
@@ -55,6 +56,11 @@ def test_ranges_and_tensors_of_probed_launches(tmp_path):
     (ct,) = [e for e in trace.events if e["event"] == "context_tables"]
     print("context_tables:", ct)
     assert ct["nvtx_injection"] == "neutrino" and ct["resolution_failures"] == 0
+    walks = [e for e in trace.events if e["event"] == "tensor_walk"]
+    print("tensor_walk:", walks)
+    # torch was imported before the runtime started (at the first CUDA call): one garbage-collector
+    # walk at most, every later build from the modules torch's registration hooks told
+    assert walks and sum(1 for w in walks if w["source"] == "gc") <= 1
 
 
 def test_cost_of_argument_trace_per_launch(tmp_path):

@@ -87,3 +87,22 @@ def test_expensive_line_is_ranked_first(mode, tmp_path):
     assert rep.returncode == 0, rep.stderr
     print(rep.stdout[-3000:])
     assert "[lines: " in rep.stdout and ("tl.sin(acc)" in rep.stdout or "sinf(acc)" in rep.stdout)  # its source text
+
+
+@pytest.mark.parametrize("tool", ["lines", "lines_light"])
+def test_called_funcs_are_counted_exactly(tool, tmp_path):
+    """call.ptx: the loop calls mix (counted whole) and clampv (its first block) once per trip."""
+    sys.path.insert(0, str(WORKLOADS))
+    import w_lines
+
+    env = base_env(tmp_path)
+    _, trace = run_probed(tool, [sys.executable, str(W_LINES), "call"], tmp_path / "t", env)
+    k = kernel_lines(trace, "callk")
+    threads, n = w_lines.LOOP_GRID * w_lines.LOOP_BLOCK, w_lines.LOOP_TRIPS
+    by_line = {info.line: int(v) for info, v in zip(k.table.lines, k.instructions)}
+    print(f"callk {tool}: {by_line}")
+    assert by_line == {10: 4 * threads, 12: 7 * n * threads, 13: 3 * n * threads, 15: 2 * threads,
+                       3: 3 * n * threads, 4: 3 * n * threads, 6: n * threads, 7: 2 * n * threads}
+    assert k.table.partial_calls == ("clampv",)
+    if tool == "lines":
+        assert k.total_ticks is not None and int(k.ticks.sum()) == k.total_ticks  # the time total is exact

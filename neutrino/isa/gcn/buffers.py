@@ -19,6 +19,7 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, metadata
 from neutrino.isa.gcn.registers import GcnKernelState, half, insn
 from neutrino.passes.build import splice as insert_around
+from neutrino.passes.save_core import RECORDS_ALIGN, address_maps, record_stride
 from neutrino.passes.state import Context
 
 ORIGIN = "buffer-addressing"
@@ -58,6 +59,7 @@ class GcnBufferAddressing:
         metadata.append_arguments(meta, state.name, [{k.lstrip("."): v for k, v in a.items()} for a in new])
 
     def entry_code(self, state: GcnKernelState, meta: ir.Metadata, ctx: Context) -> list[ir.Instruction]:
+        """The kernel arguments and ids the probes read, kept in registers of ours, then passes/save_core.address_maps."""
         desc, regs, d = state.descriptor, state.registers, state.dialect
         kernarg = abi.kernarg_pointer(desc)
         if kernarg is None:
@@ -66,27 +68,31 @@ class GcnBufferAddressing:
         code = [insn("s_mov_b64", kptr, ir.RegRange("s", kernarg, 2, True), origin=ORIGIN)]
         if state.exit_code or any(site.kind == "exit" for site in state.sites):
             code.append(insn(d.mask("s_mov"), regs.sgprs("entry_exec", d.mask_sgprs), d.exec, origin=ORIGIN))
-        arrays = [ctx.probes.maps[m] for m in state.maps if ctx.probes.maps[m].type == "array"]
-        need_ids = bool(arrays) or "block" in state.levels
+        maps = [ctx.probes.maps[m] for m in state.maps]
+        need_ids = any(spec.type == "array" for spec in maps) or "block" in state.levels
         if need_ids:
             code += self.capture_ids(state, desc)
-        for param in state.params:
+        for param in state.params:  # every map's buffer, loaded together: one wait for all
             code.append(insn(d.scalar_load[0], regs.sgprs(f"map_{param['map']}", 2), kptr, param["offset"], origin=ORIGIN))
         if need_ids:
-            hidden = {a.get("value_kind"): int(a.get("offset", "0")) for a in metadata.arguments(meta, state.name)}
-            missing = [h for h in HIDDEN_NEEDED if h not in hidden]
-            if missing or hidden["hidden_group_size_x"] != hidden["hidden_block_count_x"] + 12:
-                raise InstrumentError(f"kernel {state.name}: its implicit arguments lack {', '.join(missing) or 'the v5 layout'}: "
-                                      "the grid shape is unknown (compile for code object v5 with implicit arguments)")
-            code.append(insn(d.scalar_load[1], regs.sgprs("grid", 8), kptr, hidden["hidden_block_count_x"], origin=ORIGIN))
+            code.append(insn(d.scalar_load[1], regs.sgprs("grid", 8), kptr, self.grid_offset(state, meta), origin=ORIGIN))
         code.append(insn("s_waitcnt", "lgkmcnt(0)", origin=ORIGIN))
         if need_ids:
-            code += self.unit_indices(state)
-        for spec in arrays:
-            code += self.slot(state, spec)
+            code += self.geometry(state)
+        code += address_maps(GcnAddressPrimitives(state), maps)
         if state.maps:
             code.append(insn("v_mov_b32_e32", regs.vgprs("zero"), 0, origin=ORIGIN))
         return code
+
+    @staticmethod
+    def grid_offset(state: GcnKernelState, meta: ir.Metadata) -> int:
+        """Where the implicit arguments' grid shape starts (block counts, then group sizes: code object v5)."""
+        hidden = {a.get("value_kind"): int(a.get("offset", "0")) for a in metadata.arguments(meta, state.name)}
+        missing = [h for h in HIDDEN_NEEDED if h not in hidden]
+        if missing or hidden["hidden_group_size_x"] != hidden["hidden_block_count_x"] + 12:
+            raise InstrumentError(f"kernel {state.name}: its implicit arguments lack {', '.join(missing) or 'the v5 layout'}: "
+                                  "the grid shape is unknown (compile for code object v5 with implicit arguments)")
+        return hidden["hidden_block_count_x"]
 
     @staticmethod
     def capture_ids(state: GcnKernelState, desc: ir.Descriptor) -> list[ir.Instruction]:
@@ -101,14 +107,14 @@ class GcnBufferAddressing:
         return code
 
     @staticmethod
-    def unit_indices(state: GcnKernelState) -> list[ir.Instruction]:
-        """Linear workgroup id, threads per workgroup, flat work-item id; the wave's index when a map needs it."""
+    def geometry(state: GcnKernelState) -> list[ir.Instruction]:
+        """Linear workgroup id, workgroups, work-items per workgroup, waves per workgroup, flat work-item id."""
         r, d = state.registers, state.dialect
         g = r.sgprs("grid", 8)
         bcx, bcy, sizes_xy, sizes_z = half(g, 0), half(g, 1), half(g, 3), half(g, 4)
-        wg, t, gx, gy, gz, tpw = (r.sgprs(n) for n in ("wg", "t", "gx", "gy", "gz", "tpw"))
+        wg, t, gx, gy, gz, tpw, wpw = (r.sgprs(n) for n in ("wg", "t", "gx", "gy", "gz", "tpw", "waves_per_wg"))
         vx, vy, vz, flat, tid = r.vgprs("vx"), r.vgprs("vy"), r.vgprs("vz"), r.vgprs("flat_tid"), r.vgprs("tid_packed")
-        code = [insn("s_mul_i32", t, bcy, r.sgprs("wg_z"), origin=ORIGIN), insn("s_add_u32", t, t, r.sgprs("wg_y"), origin=ORIGIN),
+        return [insn("s_mul_i32", t, bcy, r.sgprs("wg_z"), origin=ORIGIN), insn("s_add_u32", t, t, r.sgprs("wg_y"), origin=ORIGIN),
                 insn("s_mul_i32", t, t, bcx, origin=ORIGIN), insn("s_add_u32", wg, t, r.sgprs("wg_x"), origin=ORIGIN),
                 insn("s_and_b32", gx, sizes_xy, 0xffff, origin=ORIGIN), insn("s_lshr_b32", gy, sizes_xy, 16, origin=ORIGIN),
                 insn("s_and_b32", gz, sizes_z, 0xffff, origin=ORIGIN),
@@ -119,62 +125,8 @@ class GcnBufferAddressing:
                 insn("v_and_b32_e32", vx, 0x3ff, tid, origin=ORIGIN), insn("v_bfe_u32", vy, tid, 10, 10, origin=ORIGIN),
                 insn("v_bfe_u32", vz, tid, 20, 10, origin=ORIGIN),
                 insn("v_mul_lo_u32", vz, vz, gy, origin=ORIGIN), insn(d.add_u32, vz, vz, vy, origin=ORIGIN),
-                insn("v_mul_lo_u32", vz, vz, gx, origin=ORIGIN), insn(d.add_u32, flat, vz, vx, origin=ORIGIN)]
-        wave, wpw, unit = r.sgprs("wave"), r.sgprs("waves_per_wg"), r.sgprs("unit_warp")
-        code += [insn("s_add_u32", wpw, tpw, d.wave_lanes - 1, origin=ORIGIN), insn("s_lshr_b32", wpw, wpw, d.wave_shift(), origin=ORIGIN)]
-        if "warp" in state.levels:  # a wave's index in its workgroup is its first work-item's / lanes per wave
-            code += [insn("v_readfirstlane_b32", wave, flat, origin=ORIGIN), insn("s_lshr_b32", wave, wave, d.wave_shift(), origin=ORIGIN),
-                     insn("s_mul_i32", unit, wg, wpw, origin=ORIGIN), insn("s_add_u32", unit, unit, wave, origin=ORIGIN)]
-        return code
-
-    @staticmethod
-    def slot(state: GcnKernelState, spec) -> list[ir.Instruction]:
-        """This unit's count address and first record address in `spec`'s buffer, and its cursor set to 0.
-
-        The buffer is laid out as on PTX (spec/kernel-json.md): u32 counts[units], then the
-        records from align16(4 * units), `cap` records per unit.
-        """
-        r, d = state.registers, state.dialect
-        base, stride = r.sgprs(f"map_{spec.name}", 2), int(spec.cap) * spec.record_bytes
-        units, records = r.sgprs("units"), r.sgprs("records_at")
-        per_block = {"thread": r.sgprs("tpw"), "warp": r.sgprs("waves_per_wg")}.get(spec.level)
-        code = [insn("s_mul_i32", units, r.sgprs("blocks"), per_block, origin=ORIGIN) if per_block is not None
-                else insn("s_mov_b32", units, r.sgprs("blocks"), origin=ORIGIN),
-                insn("s_lshl_b32", records, units, 2, origin=ORIGIN),
-                insn("s_add_u32", records, records, 15, origin=ORIGIN),
-                insn("s_and_b32", records, records, 0xFFFFFFF0, origin=ORIGIN)]
-        if spec.level != "thread":
-            unit = r.sgprs("wg") if spec.level == "block" else r.sgprs("unit_warp")
-            slot, count, lo, hi = r.sgprs(f"slot_{spec.name}", 2), r.sgprs(f"count_{spec.name}", 2), r.sgprs("t"), r.sgprs("t_hi")
-            return code + [
-                insn("s_lshl_b32", lo, unit, 2, origin=ORIGIN),
-                insn("s_add_u32", half(count, 0), half(base, 0), lo, origin=ORIGIN),
-                insn("s_addc_u32", half(count, 1), half(base, 1), 0, origin=ORIGIN),
-                insn("s_mul_i32", lo, unit, stride, origin=ORIGIN), insn("s_mul_hi_u32", hi, unit, stride, origin=ORIGIN),
-                insn("s_add_u32", lo, lo, records, origin=ORIGIN), insn("s_addc_u32", hi, hi, 0, origin=ORIGIN),
-                insn("s_add_u32", half(slot, 0), half(base, 0), lo, origin=ORIGIN),
-                insn("s_addc_u32", half(slot, 1), half(base, 1), hi, origin=ORIGIN),
-                insn("s_mov_b32", r.sgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
-        slot, count, unit = r.vgprs(f"slot_{spec.name}", 2), r.vgprs(f"count_{spec.name}", 2), r.vgprs("unit_thread")
-        lo, hi, offset = r.vgprs("vx"), r.vgprs("vy"), r.vgprs("vz")
-        t, sstride, carry, sink = r.sgprs("t"), r.sgprs("stride"), r.sgprs("carry", d.mask_sgprs), r.sgprs("carry_out", d.mask_sgprs)
-        return code + [
-            insn("s_mul_i32", t, r.sgprs("wg"), r.sgprs("tpw"), origin=ORIGIN),
-            insn(d.add_u32, unit, t, r.vgprs("flat_tid"), origin=ORIGIN),
-            # counts[unit]
-            insn("v_lshlrev_b32_e32", offset, 2, unit, origin=ORIGIN),
-            insn("v_add_co_u32_e64", half(count, 0), carry, half(base, 0), offset, origin=ORIGIN),
-            insn("v_mov_b32_e32", half(count, 1), half(base, 1), origin=ORIGIN),
-            insn(d.add_carry_in, half(count, 1), sink, 0, half(count, 1), carry, origin=ORIGIN),
-            # records + unit * stride
-            insn("s_mov_b32", sstride, stride, origin=ORIGIN),
-            insn("v_mul_lo_u32", lo, unit, sstride, origin=ORIGIN), insn("v_mul_hi_u32", hi, unit, sstride, origin=ORIGIN),
-            insn("v_add_co_u32_e64", lo, carry, records, lo, origin=ORIGIN),
-            insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN),
-            insn("v_add_co_u32_e64", half(slot, 0), carry, half(base, 0), lo, origin=ORIGIN),
-            insn("v_mov_b32_e32", half(slot, 1), half(base, 1), origin=ORIGIN),
-            insn(d.add_carry_in, half(slot, 1), sink, half(slot, 1), hi, carry, origin=ORIGIN),
-            insn("v_mov_b32_e32", r.vgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
+                insn("v_mul_lo_u32", vz, vz, gx, origin=ORIGIN), insn(d.add_u32, flat, vz, vx, origin=ORIGIN),
+                insn("s_add_u32", wpw, tpw, d.wave_lanes - 1, origin=ORIGIN), insn("s_lshr_b32", wpw, wpw, d.wave_shift(), origin=ORIGIN)]
 
     @staticmethod
     def counts(state: GcnKernelState, meta: ir.Metadata) -> None:
@@ -196,15 +148,86 @@ class GcnBufferAddressing:
             raise InstrumentError(f"kernel {state.name}: the probes need {new_vgpr} VGPRs with its AGPRs, more than "
                                   f"the {UNIFIED_VGPRS} a wave can have")
         desc.set("next_free_vgpr", new_vgpr)
-        for key in ("sgpr_count", "vgpr_count"):
-            old = next((a for a in [_meta_value(meta, state.name, "." + key)] if a is not None), None)
+        for key, growth in (("sgpr_count", new_sgpr - old_sgpr), ("vgpr_count", new_vgpr - old_vgpr)):
+            old = metadata.get_int(meta, state.name, key)
             if old is not None:
-                grown = old + (new_sgpr - old_sgpr if key == "sgpr_count" else new_vgpr - old_vgpr)
-                metadata.set_key(meta, state.name, key, grown)
+                metadata.set_key(meta, state.name, key, old + growth)
 
 
-def _meta_value(meta: ir.Metadata, kernel: str, key: str) -> int | None:
-    return metadata.get_int(meta, kernel, key.lstrip("."))
+@attrs.define
+class GcnAddressPrimitives:
+    """The entry steps of passes/save_core.address_maps in GCN: a unit's index (SGPR, or VGPR for a lane), its slot."""
+
+    state: GcnKernelState
+
+    def map_base(self, spec, first: bool) -> list[ir.Instruction]:
+        return []  # loaded with the other kernel arguments, before one s_waitcnt
+
+    def counters_address(self, spec) -> list[ir.Instruction]:
+        return []  # one row of counters per launch: the buffer itself
+
+    def unit_index(self, level: str) -> tuple[tuple, list[ir.Instruction]]:
+        """(unit, units) of `level`: a workgroup's linear id, a wave's (workgroup * waves + its index), a lane's (VGPR)."""
+        r, d = self.state.registers, self.state.dialect
+        if level == "block":
+            return (r.sgprs("wg"), r.sgprs("blocks")), []
+        units = r.sgprs(f"units_{level}")
+        per_block = r.sgprs("tpw" if level == "thread" else "waves_per_wg")
+        code = [insn("s_mul_i32", units, r.sgprs("blocks"), per_block, origin=ORIGIN),
+                insn("s_mul_i32", r.sgprs("t"), r.sgprs("wg"), per_block, origin=ORIGIN)]
+        if level == "thread":
+            unit = r.vgprs("unit_thread")
+            return (unit, units), code + [insn(d.add_u32, unit, r.sgprs("t"), r.vgprs("flat_tid"), origin=ORIGIN)]
+        wave, unit = r.sgprs("wave"), r.sgprs("unit_warp")  # a wave's index in its workgroup: its first work-item's / lanes
+        return (unit, units), code + [insn("v_readfirstlane_b32", wave, r.vgprs("flat_tid"), origin=ORIGIN),
+                                      insn("s_lshr_b32", wave, wave, d.wave_shift(), origin=ORIGIN),
+                                      insn("s_add_u32", unit, r.sgprs("t"), wave, origin=ORIGIN)]
+
+    def unit_slot(self, spec, unit_and_units: tuple) -> list[ir.Instruction]:
+        """This unit's count address (buffer + 4 * unit) and first record (records at align16(4 * units), `cap`
+        records per unit) in `spec`'s buffer, and its cursor set to 0 (layout: spec/kernel-json.md)."""
+        r = self.state.registers
+        unit, units = unit_and_units
+        records = r.sgprs("records_at")
+        code = [insn("s_lshl_b32", records, units, 2, origin=ORIGIN),  # COUNT_BYTES * units, aligned up
+                insn("s_add_u32", records, records, RECORDS_ALIGN - 1, origin=ORIGIN),
+                insn("s_and_b32", records, records, -RECORDS_ALIGN & 0xFFFFFFFF, origin=ORIGIN)]
+        if spec.level == "thread":
+            return code + self.lane_slot(spec, unit, records)
+        base, stride = r.sgprs(f"map_{spec.name}", 2), record_stride(spec)
+        slot, count, lo, hi = r.sgprs(f"slot_{spec.name}", 2), r.sgprs(f"count_{spec.name}", 2), r.sgprs("t"), r.sgprs("t_hi")
+        return code + [
+            insn("s_lshl_b32", lo, unit, 2, origin=ORIGIN),
+            insn("s_add_u32", half(count, 0), half(base, 0), lo, origin=ORIGIN),
+            insn("s_addc_u32", half(count, 1), half(base, 1), 0, origin=ORIGIN),
+            insn("s_mul_i32", lo, unit, stride, origin=ORIGIN), insn("s_mul_hi_u32", hi, unit, stride, origin=ORIGIN),
+            insn("s_add_u32", lo, lo, records, origin=ORIGIN), insn("s_addc_u32", hi, hi, 0, origin=ORIGIN),
+            insn("s_add_u32", half(slot, 0), half(base, 0), lo, origin=ORIGIN),
+            insn("s_addc_u32", half(slot, 1), half(base, 1), hi, origin=ORIGIN),
+            insn("s_mov_b32", r.sgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
+
+    def lane_slot(self, spec, unit: ir.RegRange, records: ir.RegRange) -> list[ir.Instruction]:
+        """unit_slot of a lane: 64-bit address arithmetic in VGPRs, the carries in lane masks."""
+        r, d = self.state.registers, self.state.dialect
+        base, stride = r.sgprs(f"map_{spec.name}", 2), record_stride(spec)
+        slot, count = r.vgprs(f"slot_{spec.name}", 2), r.vgprs(f"count_{spec.name}", 2)
+        lo, hi, offset = r.vgprs("vx"), r.vgprs("vy"), r.vgprs("vz")
+        sstride, carry, sink = r.sgprs("stride"), r.sgprs("carry", d.mask_sgprs), r.sgprs("carry_out", d.mask_sgprs)
+        return [
+            # counts[unit]
+            insn("v_lshlrev_b32_e32", offset, 2, unit, origin=ORIGIN),
+            insn("v_add_co_u32_e64", half(count, 0), carry, half(base, 0), offset, origin=ORIGIN),
+            insn("v_mov_b32_e32", half(count, 1), half(base, 1), origin=ORIGIN),
+            insn(d.add_carry_in, half(count, 1), sink, 0, half(count, 1), carry, origin=ORIGIN),
+            # records + unit * stride
+            insn("s_mov_b32", sstride, stride, origin=ORIGIN),
+            insn("v_mul_lo_u32", lo, unit, sstride, origin=ORIGIN), insn("v_mul_hi_u32", hi, unit, sstride, origin=ORIGIN),
+            insn("v_add_co_u32_e64", lo, carry, records, lo, origin=ORIGIN),
+            insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN),
+            insn("v_add_co_u32_e64", half(slot, 0), carry, half(base, 0), lo, origin=ORIGIN),
+            insn("v_mov_b32_e32", half(slot, 1), half(base, 1), origin=ORIGIN),
+            insn(d.add_carry_in, half(slot, 1), sink, half(slot, 1), hi, carry, origin=ORIGIN),
+            insn("v_mov_b32_e32", r.vgprs(f"cursor_{spec.name}"), 0, origin=ORIGIN)]
 
 
 def splice(module: ir.Module, ctx: Context) -> None:

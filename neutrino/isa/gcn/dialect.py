@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import attrs
 
+from neutrino.isa.gcn.mnemonics_gfx9 import MNEMONICS as GFX9_MNEMONICS
+
 
 @attrs.frozen
 class Dialect:
@@ -40,6 +42,7 @@ class Dialect:
     hw_id: str  # the getreg name of the hardware ID register
     cu_field: int  # s_bfe_u32 operand (width << 16 | offset) of the compute-unit bits in it
     mma_prefix: str  # the matrix instructions the portable positions mma/wmma/wgmma name
+    mnemonics: frozenset[str] = attrs.field(repr=False)  # every base mnemonic the generation has (isa/gcn/mnemonics.py)
 
     @property
     def mask_sgprs(self) -> int:
@@ -65,4 +68,5 @@ GFX9 = Dialect(
     store=("global_store_dword", "global_store_dwordx2"), atomic_add_u64="global_atomic_add_x2",
     scalar_load=("s_load_dwordx2", "s_load_dwordx8"), first_one="s_ff1_i32_b64", and_not="s_andn2_b64",
     sgpr_limit=102, reserved_in_sgprs=True, hw_id="HW_REG_HW_ID", cu_field=0x80008, mma_prefix="v_mfma_",
+    mnemonics=GFX9_MNEMONICS,
 )

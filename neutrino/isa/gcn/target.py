@@ -20,36 +20,13 @@ from neutrino.isa.gcn import abi, ir, parse_module, print_module
 from neutrino.isa.gcn.buffers import GcnBufferAddressing, edits
 from neutrino.isa.gcn.dialect import GFX9, Dialect
 from neutrino.isa.gcn.lower_save import GcnSaveLowering
+from neutrino.isa.gcn.positions import gcn_prefixes
 from neutrino.isa.gcn.registers import GcnKernelState, Registers, SaveOp
 from neutrino.isa.gcn.resolve import GcnOperandResolution
 from neutrino.isa.gcn.semantics import kernel_exits
 from neutrino.isa.gcn.snippets import register_shape
 from neutrino.isa.gcn.verify import check, verify_probe_file
 from neutrino.passes.build import splice
-
-#: PTX positions a portable probe (the DSL's built-in tools) may name, and the GCN mnemonics they mean
-PORTABLE_POSITIONS = {
-    "ld.global": ("global_load_",), "st.global": ("global_store_",),
-    "atom.global": ("global_atomic_",), "red.global": ("global_atomic_",),
-    "ld.shared": ("ds_read", "ds_load"), "st.shared": ("ds_write", "ds_store"),
-    "mma": ("v_mfma_",), "wgmma": ("v_mfma_",), "wmma": ("v_mfma_",), "bra": ("s_branch", "s_cbranch_"),
-    # selectors of the PTX semantics table (spec/probe-toml.md, "Selectors") the built-in tools name
-    "#memory.global": ("global_load_", "global_store_", "global_atomic_"), "#async_copy.global": (),
-    "#tensor_core": ("v_mfma_",), "#branch": ("s_branch", "s_cbranch_"),
-}
-
-
-def gcn_prefixes(position, dialect: Dialect = GFX9) -> tuple[str, ...]:
-    """GCN mnemonic prefixes of a probe position: GCN prefixes as written, PTX ones through the table
-    (the matrix instructions are the dialect's: MFMA on CDNA, WMMA on RDNA)."""
-    out: list[str] = []
-    for components in position:
-        text = ".".join(components)
-        mapped = [dialect.mma_prefix if gcn == "v_mfma_" else gcn
-                  for ptx, gcns in PORTABLE_POSITIONS.items() if text == ptx or text.startswith(ptx + ".") for gcn in gcns]
-        out.extend(mapped or ([text] if "." not in text else []))
-    return tuple(dict.fromkeys(out))
-
 
 def matcher(module: ir.Module, state: GcnKernelState):
     """For one kernel: probe → the original instructions whose mnemonic starts with one of its position's prefixes."""
@@ -97,23 +74,14 @@ def virtualize(module: ir.Module, ctx, state: GcnKernelState) -> None:
 
 
 def kernel_info(ctx) -> dict[str, dict]:
-    """Per kernel: appended arguments, maps, sites, skipped sites, old and new register counts."""
-    out = {}
-    for name, state in ctx.kernels.items():
-        desc = state.descriptor
-        out[name] = {
-            "name": name,
-            "isa": ctx.isa.name if ctx.isa is not None else "gcn",
-            "params": state.params,
-            "kernarg_size": state.kernarg_size or desc.get_int("kernarg_size"),
-            "maps": [dict(ctx.probes.maps[m].to_json(), lanes=state.dialect.wave_lanes) for m in state.maps],
-            "sites": len(state.sites),
-            "skipped": state.skipped,
-            "matched": dict(state.matched),
-            "registers": {"before": state.old_counts,
-                          "after": {k: desc.get_int(k) for k in ("next_free_sgpr", "next_free_vgpr")}},
-        }
-    return out
+    """Per kernel: the ISA, the kernel argument segment's size, the maps' wave width, old and new register counts."""
+    return {name: ctx.describe(
+        state, isa=ctx.isa.name if ctx.isa is not None else "gcn",
+        kernarg_size=state.kernarg_size or state.descriptor.get_int("kernarg_size"),
+        maps=[dict(ctx.probes.maps[m].to_json(), lanes=state.dialect.wave_lanes) for m in state.maps],
+        registers={"before": state.old_counts,
+                   "after": {k: state.descriptor.get_int(k) for k in ("next_free_sgpr", "next_free_vgpr")}})
+        for name, state in ctx.kernels.items()}
 
 
 def show(module: ir.Module, ctx) -> str:

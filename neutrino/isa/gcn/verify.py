@@ -15,6 +15,8 @@ import re
 
 from neutrino.errors import Diagnostic, InstrumentError
 from neutrino.isa.gcn import ir
+from neutrino.isa.gcn.mnemonics import closest, did_you_mean, is_known
+from neutrino.isa.gcn.positions import DIALECTS
 from neutrino.isa.gcn.semantics import semantics
 from neutrino.isa.gcn.snippets import is_gcn
 from neutrino.isa.gcn.registers import SaveOp
@@ -57,9 +59,16 @@ def check_instruction(probe_file: "ProbeFile",  # noqa: F821
     def error(message: str, token: str | None = None, hint: str = "") -> Diagnostic:
         return Diagnostic(probe_file.location(insn.line, token or insn.mnemonic), f"[probe {probe}] {message}", hint=hint)
 
-    lacking = OTHER_GENERATION.get(getattr(probe_file, "isa", "gcn"), {}).get(insn.mnemonic)
+    isa = getattr(probe_file, "isa", "gcn")
+    lacking = OTHER_GENERATION.get(isa, {}).get(insn.mnemonic)
     if lacking:
-        return [error(f"{insn.mnemonic} does not exist on {probe_file.isa.upper()}", hint=lacking)]
+        return [error(f"{insn.mnemonic} does not exist on {isa.upper()}", hint=lacking)]
+    known = DIALECTS[isa].mnemonics
+    # a typo (not PTX, whose dotted opcodes the next check refuses): the admitted spellings nearest it
+    if insn.mnemonic != "CUID" and "." not in insn.mnemonic and not is_known(insn.mnemonic, known):
+        admitted = [m for m in known if ALLOWED.match(m) and not m.startswith("v_cmpx")]
+        return [error(f"unknown {isa.upper()} mnemonic {insn.mnemonic}",
+                      hint=did_you_mean(closest(insn.mnemonic, admitted) or closest(insn.mnemonic, known)))]
     if insn.mnemonic == "s_sendmsg_rtn_b64" and [str(o) for o in insn.operands[1:]] != [REALTIME]:
         return [error(f"s_sendmsg_rtn_b64 may only read the clock in probes ({REALTIME})")]
     if not ALLOWED.match(insn.mnemonic) or insn.mnemonic.startswith("v_cmpx"):

@@ -310,3 +310,93 @@ def helper_value(line_map: LineMap, helper: str, instruction: ir.Instruction) ->
     if index is None:
         return None
     return (line_map.block_of if helper == "BLOCK" else line_map.line_of)[index]
+
+
+# ---------------------------------------------------------------- instructions of called .funcs
+
+
+@attrs.frozen
+class CalledLines:
+    """What the calls of an entry execute in the `.func`s they call, per thread and call
+    (spec/ir.md "Line map", "Called functions")."""
+
+    keys: list[tuple]  # line keys of the callees not already among the entry's, appended after them
+    key_loc: list[Loc | None]
+    key_static: list[int]  # per appended key: its instructions in one call's counted code
+    block_counts: list[dict[int, int]]  # per entry block: line index → instructions run per thread entering it
+    partial: tuple[str, ...]  # callees (or calls) of which only a part is counted: see `callee_counts`
+
+
+def call_target(instruction: ir.Instruction) -> str | None:
+    """The function a `call` names (None for an indirect call through a register)."""
+    if instruction.opcode.base != "call":
+        return None
+    for operand in instruction.operands:
+        if isinstance(operand, ir.Symbol):
+            return operand.name
+    return None
+
+
+def called_lines(module: ir.Module, line_map: LineMap) -> CalledLines:
+    """Per block of the entry, the callee instructions each thread runs through its calls: of every
+    called `.func`, its first basic block (which runs once per call), and the same of the functions
+    that block calls. Calls under a guard, indirect calls, recursion and the blocks after a callee's
+    first are not counted; their callees are listed in `partial`."""
+    files, strings = module_files(module), module_strings(module)
+    key_index = {key: i for i, key in enumerate(line_map.keys)}
+    result = CalledLines([], [], [], [{} for _ in line_map.blocks], ())
+    partial: set[str] = set()
+    memo: dict[str, dict[tuple, tuple[int, Loc | None]]] = {}
+    for index, instruction in enumerate(line_map.instructions):
+        target = call_target(instruction)
+        if instruction.opcode.base != "call":
+            continue
+        if target is None or instruction.guard is not None:
+            partial.add(target or "(indirect call)")
+            continue
+        counts = _callee_counts(module, target, files, strings, memo, partial, ())
+        block = result.block_counts[line_map.block_of[index]]
+        for key, (n, loc) in counts.items():
+            if key not in key_index:
+                key_index[key] = len(line_map.keys) + len(result.keys)
+                result.keys.append(key)
+                result.key_loc.append(loc)
+                result.key_static.append(n)
+            block[key_index[key]] = block.get(key_index[key], 0) + n
+    return attrs.evolve(result, partial=tuple(sorted(partial)))
+
+
+def _callee_counts(module, name: str, files, strings, memo, partial: set, active: tuple) -> dict[tuple, tuple[int, Loc | None]]:
+    """Line key → (instructions, a Loc) that one call of `name` runs for sure: its first block and,
+    recursively, what that block's calls run."""
+    if name in memo:
+        return memo[name]
+    function = module.function(name)
+    if function is None or function.body is None or name in active:
+        partial.add(name)
+        return {}
+    starts_with_label = next((type(s) is ir.Label for s in _walk(function.body) if type(s) in (ir.Label, ir.Instruction)), True)
+    callee_map = build_line_map(module, function)
+    if starts_with_label or not callee_map.blocks:
+        partial.add(name)  # its first block may run more than once per call (a loop back to the entry)
+        memo[name] = {}
+        return {}
+    first = callee_map.blocks[0]
+    if len(callee_map.blocks) > 1:
+        partial.add(name)
+    out: dict[tuple, tuple[int, Loc | None]] = {}
+    for i in range(first.start, first.stop):
+        key = _key(callee_map.locs[i])
+        n, loc = out.get(key, (0, callee_map.locs[i]))
+        out[key] = (n + 1, loc)
+        instruction = callee_map.instructions[i]
+        if instruction.opcode.base == "call":
+            target = call_target(instruction)
+            if target is None or instruction.guard is not None:
+                partial.add(target or "(indirect call)")
+                continue
+            for k, (m, inner_loc) in _callee_counts(module, target, files, strings, memo, partial, active + (name,)).items():
+                n2, loc2 = out.get(k, (0, inner_loc))
+                out[k] = (n2 + m, loc2)
+    memo[name] = out
+    return out

@@ -32,22 +32,10 @@ def check(module: ir.Module, ctx, lowered: bool) -> None:
 
 
 def kernel_info(ctx) -> dict[str, dict]:
-    """The kernel descriptions of spec/kernel-json.md."""
-    out = {}
-    for name, state in ctx.kernels.items():
-        if state.counting:
-            continue
-        out[name] = {
-            "name": name,
-            "original_params": len(state.function.params or []) - len(state.params),
-            "params": state.params,
-            "count_kernel": state.count_kernel,
-            "maps": [ctx.probes.maps[m].to_json() for m in state.maps],
-            "sites": len(state.sites),
-            "skipped": state.skipped,
-            "matched": dict(state.matched),
-        }
-    return out
+    """The kernel descriptions of spec/kernel-json.md: the parameters the kernel had, and its counting variant."""
+    return {name: ctx.describe(state, original_params=len(state.function.params or []) - len(state.params),
+                               count_kernel=state.count_kernel)
+            for name, state in ctx.kernels.items() if not state.counting}
 
 
 @attrs.frozen

@@ -9,6 +9,7 @@ processor, shader array, shader engine); WMMA as the matrix instructions.
 from __future__ import annotations
 
 from neutrino.isa.gcn.dialect import Dialect
+from neutrino.isa.rdna.mnemonics_gfx11 import MNEMONICS as GFX11_MNEMONICS
 
 GFX11 = Dialect(
     family="gfx11", wave_lanes=32, exec="exec_lo",
@@ -16,4 +17,5 @@ GFX11 = Dialect(
     store=("global_store_b32", "global_store_b64"), atomic_add_u64="global_atomic_add_u64",
     scalar_load=("s_load_b64", "s_load_b256"), first_one="s_ctz_i32_b32", and_not="s_and_not1_b32",
     sgpr_limit=106, reserved_in_sgprs=False, hw_id="HW_REG_HW_ID1", cu_field=0xB000A, mma_prefix="v_wmma_",
+    mnemonics=GFX11_MNEMONICS,
 )

@@ -10,6 +10,10 @@ the function the engine used (neutrino/isa/ptx/lines.py):
 * `lines_time`: bucket 1 + (L + 1) × 4 + c = samples of c + 1 clock ticks (c = 3:
   four or more) spent after a region of line L started (L = -1: the kernel's
   entry, before any region). One tick is 2^TICK_BITS cycles of %clock64.
+* `lines_total` (sum): `ticks`, Σ over threads of the ticks from entry to exit,
+  and `excess`, Σ of the ticks past 4 of the samples counted as 4: the time
+  total stays exact; `excess` is shared among the lines by their clamped samples
+  (`share_excess`: an estimate per line).
 
 The numeric work is in `line_instructions` and `line_ticks` (pure, tested on
 hand-built inputs); `analyze_launch` reads the maps and the PTX.
@@ -26,7 +30,7 @@ import numpy as np
 
 from neutrino.analysis import _common as C
 
-MAP_NAMES = ("lines_blocks", "lines_time")
+MAP_NAMES = ("lines_blocks", "lines_time", "lines_total")
 HAS_PLOTS = False
 TICK_BITS = 8  # as neutrino/tools/lines/probe.py
 TICK_CLASSES = 4  # ticks 1, 2, 3, >= 4 per sample
@@ -58,6 +62,7 @@ class LineTable:
     lines: tuple[LineInfo, ...]
     block_lines: tuple[tuple[tuple[int, int], ...], ...]  # per block: (line index, instructions)
     guarded_blocks: tuple[int, ...]  # blocks whose every instruction is guarded (counts filtered by that guard)
+    partial_calls: tuple[str, ...] = ()  # called .funcs counted only in part (spec/ir.md "Called functions")
 
 
 @attrs.frozen
@@ -71,6 +76,9 @@ class LaunchResult:
     ticks: tuple[int, ...] | None = None  # lines_time: thread-ticks per line, index 0 = kernel entry
     clamped: int = 0  # samples of 4 or more ticks (counted as 4)
     overflow: int = 0  # samples whose key was beyond the map's buckets (not attributed)
+    clamped_by_key: tuple[int, ...] | None = None  # lines_time: clamped samples per key (0: kernel entry)
+    total_ticks: int | None = None  # lines_total: thread-ticks from entry to exit, exact
+    excess: int | None = None  # lines_total: ticks past 4 of the clamped samples
 
 
 # ---------------------------------------------------------------- pure functions
@@ -87,9 +95,10 @@ def line_instructions(block_threads: np.ndarray, table: LineTable) -> tuple[np.n
     return out, extra
 
 
-def line_ticks(samples: np.ndarray, lines: int) -> tuple[np.ndarray, int, int]:
+def line_ticks(samples: np.ndarray, lines: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Thread-ticks per line (index 0: kernel entry, 1 + L: line L) from the time map's values
-    (value v = (L + 1) × 4 + c, c + 1 ticks); also the clamped samples and those of keys past `lines`."""
+    (value v = (L + 1) × 4 + c, c + 1 ticks, a clamped sample counting 4); also the clamped
+    samples per key and the samples of keys past `lines`."""
     samples = np.asarray(samples, dtype=np.uint64)
     keys = lines + 1
     usable = samples[: keys * TICK_CLASSES]
@@ -97,9 +106,26 @@ def line_ticks(samples: np.ndarray, lines: int) -> tuple[np.ndarray, int, int]:
     by_class = usable.reshape(keys, TICK_CLASSES)
     weights = np.arange(1, TICK_CLASSES + 1, dtype=np.uint64)
     ticks = (by_class * weights).sum(axis=1, dtype=np.uint64)
-    clamped = int(by_class[:, -1].sum(dtype=np.uint64))
+    clamped = by_class[:, -1].copy()
     overflow = int(samples[keys * TICK_CLASSES:].sum(dtype=np.uint64))
     return ticks, clamped, overflow
+
+
+def share_excess(clamped_by_key: np.ndarray, excess: int) -> np.ndarray:
+    """`excess` ticks shared among the keys in proportion to their clamped samples, in whole ticks
+    (largest remainders first, ties to the lower key): the shares add up to `excess` exactly."""
+    clamped = np.asarray(clamped_by_key, dtype=np.float64)
+    out = np.zeros(len(clamped), dtype=np.uint64)
+    total = clamped.sum()
+    if not excess or total == 0:
+        return out
+    exact = clamped * (excess / total)
+    out[:] = np.floor(exact).astype(np.uint64)
+    left = int(excess - int(out.sum(dtype=np.uint64)))
+    if left > 0:
+        order = np.argsort(-(exact - np.floor(exact)), kind="stable")[:left]
+        out[order] += np.uint64(1)
+    return out
 
 
 def warp_cycles(thread_ticks: int | np.ndarray):
@@ -110,9 +136,14 @@ def warp_cycles(thread_ticks: int | np.ndarray):
 # ---------------------------------------------------------------- the line table of a kernel
 
 
-def table_of(line_map) -> LineTable:
+def table_of(line_map, calls=None) -> LineTable:
+    """The kernel's line table: its lines, then (with `calls`, neutrino.isa.ptx.lines.called_lines)
+    the lines of the .funcs it calls; per block, the instructions per line a thread entering it runs."""
+    key_locs = list(zip(line_map.keys, line_map.key_loc))
+    if calls is not None:
+        key_locs += list(zip(calls.keys, calls.key_loc))
     lines = []
-    for key, loc in zip(line_map.keys, line_map.key_loc):
+    for key, loc in key_locs:
         file, line, site = key
         label = f"{file or '?'}:{line}" if line else "(no line)"
         lines.append(LineInfo(label, file, line, loc.function if loc is not None and loc.inlined_at else None,
@@ -122,22 +153,30 @@ def table_of(line_map) -> LineTable:
     for region in line_map.regions:
         static[region.line] += region.stop - region.start
         regions[region.line] += 1
+    if calls is not None:
+        static[len(line_map.keys):] = calls.key_static
     lines = [attrs.evolve(info, instructions=int(static[i]), regions=int(regions[i])) for i, info in enumerate(lines)]
-    block_lines = tuple(tuple(sorted(line_map.line_counts(block).items())) for block in line_map.blocks)
+    block_lines = []
+    for block in line_map.blocks:
+        counts = line_map.line_counts(block)
+        for line, n in (calls.block_counts[block.index].items() if calls is not None else ()):
+            counts[line] = counts.get(line, 0) + n
+        block_lines.append(tuple(sorted(counts.items())))
     guarded = tuple(b.index for b in line_map.blocks if b.guarded_anchor)
-    return LineTable(tuple(lines), block_lines, guarded)
+    return LineTable(tuple(lines), tuple(block_lines), guarded, calls.partial if calls is not None else ())
 
 
 @functools.lru_cache(maxsize=16)
 def _table_cached(ptx_path: str, mtime: float, kernel: str) -> LineTable:
     from neutrino.isa.ptx import parse_module
-    from neutrino.isa.ptx.lines import build_line_map
+    from neutrino.isa.ptx.lines import build_line_map, called_lines
 
     module = parse_module(Path(ptx_path).read_text(errors="replace"), ptx_path)
     function = module.function(kernel)
     if function is None or not function.is_entry:
         raise ValueError(f"{ptx_path}: no entry {kernel!r} to rebuild the line map from")
-    return table_of(build_line_map(module, function))
+    line_map = build_line_map(module, function)
+    return table_of(line_map, called_lines(module, line_map))
 
 
 def kernel_ptx(launch) -> Path:
@@ -154,18 +193,37 @@ def line_table(launch) -> LineTable:
     return _table_cached(str(path), os.stat(path).st_mtime, launch.kernel)
 
 
-def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
-    if getattr(md, "type", "array") != "hist":
-        raise ValueError(f"map {md.name}: the lines analysis reads the hist map of the lines tool, not a {md.type} map")
-    table = line_table(launch)
-    counts = md.histogram().counts
-    values = counts[1:-1]  # linear:0:N:1: bucket 1 + v holds value v; bucket 0 (below 0) is always empty
-    base = LaunchResult(int(launch.index), launch.kernel, launch.duration_ns, md.name, table)
-    if md.name == "lines_blocks":
+def counters_result(map_name: str, counts: np.ndarray, table: LineTable) -> dict:
+    """The figures of one map's folded counters (a hist's buckets, linear:0:N:1; a sum's fields):
+    `instructions` (lines_blocks), `ticks` and `clamped` (lines_time), with `overflow` (not
+    attributed); `total_ticks` and `excess` (lines_total)."""
+    counts = np.asarray(counts, dtype=np.uint64)
+    values = counts[1:-1]  # bucket 1 + v holds value v; bucket 0 (below 0) is always empty
+    if map_name == "lines_blocks":
         per_line, extra = line_instructions(values, table)
-        return attrs.evolve(base, instructions=tuple(int(v) for v in per_line), overflow=extra + int(counts[-1]))
-    ticks, clamped, overflow = line_ticks(values, len(table.lines))
-    return attrs.evolve(base, ticks=tuple(int(v) for v in ticks), clamped=clamped, overflow=overflow + int(counts[-1]))
+        return {"instructions": tuple(int(v) for v in per_line), "overflow": extra + int(counts[-1])}
+    if map_name == "lines_time":
+        ticks, clamped, overflow = line_ticks(values, len(table.lines))
+        return {"ticks": tuple(int(v) for v in ticks), "clamped": int(clamped.sum()),
+                "clamped_by_key": tuple(int(v) for v in clamped), "overflow": overflow + int(counts[-1])}
+    if map_name == "lines_total":  # a sum map: its counters are the fields in order
+        return {"total_ticks": int(counts[0]), "excess": int(counts[1])}
+    raise ValueError(f"map {map_name}: not a map of the lines tools ({', '.join(MAP_NAMES)})")
+
+
+def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
+    kind = getattr(md, "type", "array")
+    if kind != ("sum" if md.name == "lines_total" else "hist"):
+        raise ValueError(f"map {md.name}: the lines analysis reads the hist maps and the lines_total sum map of "
+                         f"the lines tools, not a {kind} map")
+    table = line_table(launch)
+    if kind == "sum":
+        totals = md.totals()
+        counts = np.array([totals.get("ticks", 0), totals.get("excess", 0)], dtype=np.uint64)
+    else:
+        counts = md.histogram().counts
+    figures = counters_result(md.name, counts, table)
+    return LaunchResult(int(launch.index), launch.kernel, launch.duration_ns, md.name, table, **figures)
 
 
 # ---------------------------------------------------------------- the kernel's lines, ranked
@@ -175,10 +233,12 @@ def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
 class KernelLines:
     table: LineTable
     instructions: np.ndarray | None  # per line, Σ over launches
-    ticks: np.ndarray | None  # per line + entry, Σ over launches
+    ticks: np.ndarray | None  # per line + entry, Σ over launches, the clamped samples' excess shared in
     clamped: int
     overflow: int
     launches: int
+    excess: int | None = None  # ticks past 4 of the clamped samples (None: a trace without lines_total)
+    total_ticks: int | None = None  # thread-ticks from entry to exit, exact (None: no lines_total)
 
 
 def combine(results) -> KernelLines | None:
@@ -189,9 +249,15 @@ def combine(results) -> KernelLines | None:
     same = [r for r in results if r.table == table]
     instr = [np.asarray(r.instructions, np.uint64) for r in same if r.instructions is not None]
     ticks = [np.asarray(r.ticks, np.uint64) for r in same if r.ticks is not None]
-    return KernelLines(table, sum(instr) if instr else None, sum(ticks) if ticks else None,
+    totals = [r for r in same if r.total_ticks is not None]
+    excess = sum(r.excess for r in totals) if totals else None
+    ticks_sum = sum(ticks) if ticks else None
+    if ticks_sum is not None and excess:
+        clamped = sum(np.asarray(r.clamped_by_key, np.uint64) for r in same if r.clamped_by_key is not None)
+        ticks_sum = ticks_sum + share_excess(clamped, excess)
+    return KernelLines(table, sum(instr) if instr else None, ticks_sum,
                        sum(r.clamped for r in same), sum(r.overflow for r in same),
-                       len({r.index for r in same}))
+                       len({r.index for r in same}), excess, sum(r.total_ticks for r in totals) if totals else None)
 
 
 def _share(value: float, total: float) -> str:
@@ -318,8 +384,16 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
     if k.overflow:
         out.append(f"note: {C.fmt_num(k.overflow)} samples or threads had a block or line index past the map's "
                    "buckets (a kernel with over 254 blocks or 126 lines) and are not attributed")
-    if k.clamped:
+    if k.clamped and k.excess is None:
         out.append(f"note: {C.fmt_num(k.clamped)} time samples spanned 4 ticks or more and count as 4 (a lower bound)")
+    elif k.clamped:
+        out.append(f"note: {C.fmt_num(k.clamped)} time samples spanned 4 ticks or more; their {C.fmt_num(k.excess)} "
+                   "ticks past 4 are shared among their lines by clamped samples (an estimate per line; the total "
+                   "is exact)")
+    if k.table.partial_calls and k.instructions is not None:
+        out.append(f"note: called {', '.join(k.table.partial_calls)}: counted only in part (the first basic block of "
+                   "each called .func runs once per unguarded call and is counted; its later blocks, guarded, "
+                   "indirect and recursive calls are not)")
     if k.table.guarded_blocks and k.instructions is not None:
         out.append(f"note: {len(k.table.guarded_blocks)} block(s) have only guarded instructions: their threads are "
                    "counted when the first one's guard holds")

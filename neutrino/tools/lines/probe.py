@@ -15,6 +15,10 @@ rebuilt by the analysis from the trace's original.ptx):
   over threads, ticks x 2^TICK_BITS estimates the thread-cycles spent in each
   line (line 0: before the first region). This is in-kernel sampling at a fixed
   clock period, attributed to the region that was running.
+* `lines_total` (a sum map): per thread, the ticks from kernel entry to exit
+  (`ticks`, exact) and the ticks past 4 of the samples that counted as 4
+  (`excess`), added at exit: the analysis keeps the time total exact and shares
+  `excess` among the lines by their clamped samples.
 
 The probes at every region constrain scheduling: `lines_light` counts only
 (block-level probes, no clock). Analysis: neutrino/tools/lines/analysis.py.
@@ -36,13 +40,22 @@ class lines_time:
     """clock ticks by (line + 1) * 4 + min(ticks, 4) - 1"""
 
 
+@Map(type="sum")
+class lines_total:
+    ticks: nl.u64
+    excess: nl.u64
+
+
 last_tick: nl.u64 = 0
+first_tick: nl.u64 = 0
 current_line: nl.u64 = 0
+excess_ticks: nl.u64 = 0
 
 
 @probe(pos="kernel", level="thread", before=True)
 def start_ticks():
     last_tick = nl.clock() >> TICK_BITS
+    first_tick = last_tick
 
 
 @probe(pos="block", level="thread", before=True)
@@ -56,6 +69,7 @@ def tick_line():
     ticks: nl.u64 = now - last_tick
     if ticks != 0:
         if ticks > 4:
+            excess_ticks += ticks - 4
             ticks = 4
         lines_time.record(current_line * 4 + ticks - 1)
     last_tick = now
@@ -64,8 +78,11 @@ def tick_line():
 
 @probe(pos="kernel", level="thread", after=True)
 def end_ticks():
-    ticks: nl.u64 = (nl.clock() >> TICK_BITS) - last_tick
+    now: nl.u64 = nl.clock() >> TICK_BITS
+    ticks: nl.u64 = now - last_tick
     if ticks != 0:
         if ticks > 4:
+            excess_ticks += ticks - 4
             ticks = 4
         lines_time.record(current_line * 4 + ticks - 1)
+    lines_total.add(now - first_tick, excess_ticks)

@@ -2,6 +2,7 @@
 
 * `loop`: tests/data/lines/loop.ptx (CuPy), whose per-line trip counts are known by construction:
   LOOP_GRID x LOOP_BLOCK threads each run the loop LOOP_TRIPS times;
+* `call`: tests/data/lines/call.ptx (CuPy), the same grid and trips, each trip calling two `.func`s;
 * `triton`: a Triton kernel with one deliberately expensive line (marked EXPENSIVE) in a loop;
 * `cuda`: the same in CUDA C++, compiled here with `nvcc -lineinfo -ptx` and loaded with CuPy;
 * `matmul`: a Triton matmul (tl.dot), for the benchmark.
@@ -18,8 +19,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 LOOP_PTX = HERE.parents[1] / "data" / "lines" / "loop.ptx"
+CALL_PTX = HERE.parents[1] / "data" / "lines" / "call.ptx"  # loop.ptx's shape, calling two .funcs
 LOOP_GRID, LOOP_BLOCK, LOOP_TRIPS = 4, 128, 37
 N, ITERS, REPEAT = 1 << 16, 24, 3
+MATMUL = 1024  # M = N = K
 
 CUDA_SOURCE = r"""
 extern "C" __global__ void expensive_line(const float* x, float* y, int n, int iters) {
@@ -57,15 +60,38 @@ def run_loop():
     assert int(out.get()[0]) == r3, "loopk is wrong"
 
 
-def run_cuda():
+def call_reference(trips: int) -> int:
+    """What every thread of call.ptx writes: r3 = clampv(mix(r3, r2)) for r2 = 0 .. trips - 1."""
+    r3 = 0
+    for r2 in range(trips):
+        mixed = ((r3 * 3 + r2) & 0xFFFFFFFF) ^ 1365
+        r3 = mixed if mixed < 1000 else mixed & 1023
+    return r3
+
+
+def run_call():
     import cupy as cp
 
-    # kept after the run: the report shows the source text of the lines from this file
+    out = cp.zeros(1, np.uint32)
+    cp.RawModule(path=str(CALL_PTX)).get_function("callk")((LOOP_GRID,), (LOOP_BLOCK,), (out, np.uint32(LOOP_TRIPS)))
+    cp.cuda.runtime.deviceSynchronize()
+    assert int(out.get()[0]) == call_reference(LOOP_TRIPS), "callk is wrong"
+
+
+def cuda_ptx() -> Path:
+    """CUDA_SOURCE compiled with `nvcc -lineinfo -ptx` into W_LINES_DIR (kept after the run: the report
+    shows the source text of the lines from that .cu file); the .ptx path."""
     tmp = Path(os.environ.get("W_LINES_DIR") or tempfile.mkdtemp(prefix="w_lines_"))
     src, ptx = tmp / "expensive_line.cu", tmp / "expensive_line.ptx"
     src.write_text(CUDA_SOURCE)
     subprocess.run(["nvcc", "-lineinfo", "-ptx", "-arch=sm_90", str(src), "-o", str(ptx)], check=True)
-    kernel = cp.RawModule(path=str(ptx)).get_function("expensive_line")
+    return ptx
+
+
+def run_cuda():
+    import cupy as cp
+
+    kernel = cp.RawModule(path=str(cuda_ptx())).get_function("expensive_line")
     x = cp.asarray(np.random.RandomState(0).uniform(-1, 1, N).astype(np.float32))
     y = cp.zeros(N, np.float32)
     for _ in range(REPEAT):
@@ -74,8 +100,8 @@ def run_cuda():
     assert np.allclose(y.get(), reference(x.get(), ITERS), atol=1e-3), "expensive_line (CUDA) is wrong"
 
 
-def run_triton():
-    import torch
+def triton_kernels():
+    """The Triton kernels (defined here, so that their .loc lines point into this file)."""
     import triton
     import triton.language as tl
 
@@ -88,19 +114,6 @@ def run_triton():
         for _ in range(iters):
             acc = tl.sin(acc) * 0.999 + tl.cos(acc * 1.001) + tl.exp(-acc * acc)  # EXPENSIVE
         tl.store(y_ptr + offs, acc + x, mask=mask)
-
-    x = torch.rand(N, device="cuda") * 2 - 1
-    y = torch.empty_like(x)
-    for _ in range(REPEAT):
-        expensive_line_kernel[(N // 256,)](x, y, N, ITERS, BLOCK=256)
-    torch.cuda.synchronize()
-    assert np.allclose(y.cpu().numpy(), reference(x.cpu().numpy(), ITERS), atol=1e-3), "expensive_line (Triton) is wrong"
-
-
-def run_matmul():
-    import torch
-    import triton
-    import triton.language as tl
 
     @triton.jit
     def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
@@ -115,16 +128,42 @@ def run_matmul():
             acc += tl.dot(a, b)
         tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
 
-    M = Nn = K = 1024
-    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    b = torch.randn(K, Nn, device="cuda", dtype=torch.float16)
-    c = torch.empty(M, Nn, device="cuda", dtype=torch.float32)
+    return expensive_line_kernel, matmul_kernel
+
+
+def triton_inputs():
+    """(x, y) of the expensive-line kernel, (a, b, c) of the matmul: torch tensors on the GPU."""
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(N, device="cuda", generator=gen) * 2 - 1
+    a = torch.randn(MATMUL, MATMUL, device="cuda", dtype=torch.float16, generator=gen)
+    b = torch.randn(MATMUL, MATMUL, device="cuda", dtype=torch.float16, generator=gen)
+    return (x, torch.empty_like(x)), (a, b, torch.empty(MATMUL, MATMUL, device="cuda", dtype=torch.float32))
+
+
+def run_triton():
+    import torch
+
+    expensive_line_kernel, _ = triton_kernels()
+    (x, y), _ = triton_inputs()
     for _ in range(REPEAT):
-        matmul_kernel[(M // 64, Nn // 64)](a, b, c, M, Nn, K, BM=64, BN=64, BK=32)
+        expensive_line_kernel[(N // 256,)](x, y, N, ITERS, BLOCK=256)
+    torch.cuda.synchronize()
+    assert np.allclose(y.cpu().numpy(), reference(x.cpu().numpy(), ITERS), atol=1e-3), "expensive_line (Triton) is wrong"
+
+
+def run_matmul():
+    import torch
+
+    _, matmul_kernel = triton_kernels()
+    _, (a, b, c) = triton_inputs()
+    for _ in range(REPEAT):
+        matmul_kernel[(MATMUL // 64, MATMUL // 64)](a, b, c, MATMUL, MATMUL, MATMUL, BM=64, BN=64, BK=32)
     torch.cuda.synchronize()
     assert torch.allclose(c, a.float() @ b.float(), atol=1e-1, rtol=1e-2), "matmul is wrong"
 
 
 if __name__ == "__main__":
-    {"loop": run_loop, "cuda": run_cuda, "triton": run_triton, "matmul": run_matmul}[sys.argv[1]]()
+    {"loop": run_loop, "call": run_call, "cuda": run_cuda, "triton": run_triton, "matmul": run_matmul}[sys.argv[1]]()
     print(f"w_lines {sys.argv[1]} done", flush=True)

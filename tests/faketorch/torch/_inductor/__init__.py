@@ -1,0 +1,1 @@
+"""TorchInductor: its runtime and select_algorithm are imported on demand, as in torch."""

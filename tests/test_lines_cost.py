@@ -1,0 +1,112 @@
+"""benchmarks/lines_cost.py's pure parts on hand-built inputs with known answers (the GPU part runs on the
+device: docs/lines.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neutrino.tools.lines import analysis as la
+from tests.helpers import HAVE_PTXAS
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("lines_cost", ROOT / "benchmarks" / "lines_cost.py")
+lc = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lc)
+
+NCU_PAGE = '''"Kernel Name","expensive_line"
+"/tmp/w/expensive_line.cu"
+"#","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","Instructions Executed"
+"1","extern ""C"" __global__ void","0","0","0"
+"3","int i = ...","12","3","2,048"
+"7","acc = sinf(acc)","1,500","200","98,304"
+"5","float acc = x[i];","40","4","1,024"
+"6","for (...)","300","20","12,288"
+"/usr/include/math.h"
+"#","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","Instructions Executed"
+"7","inline float f()","9","9","9"
+'''
+
+
+def test_ncu_source_page_is_read_per_file():
+    blocks = lc.parse_ncu_source(NCU_PAGE)
+    assert [f for f, _ in blocks] == ["/tmp/w/expensive_line.cu", "/usr/include/math.h"]
+    own = lc.own_file_lines(blocks, "expensive_line.cu")
+    assert own == {1: (0.0, 0.0), 3: (12.0, 2048.0), 7: (1500.0, 98304.0), 5: (40.0, 1024.0), 6: (300.0, 12288.0)}
+    assert lc.own_file_lines(blocks, "other.cu") is None
+    assert lc.parse_ncu_source("no table here\n") == []
+
+
+def test_ncu_2025_cuda_view_without_metrics_gives_nothing():
+    # what ncu 2025.3.1 printed for `--page source --csv --print-source cuda` on the H200 (docs/lines.md)
+    page = '"File Name","/tmp/w/expensive_line.cu"\n"Line No","Source"\n"1",""\n"7","acc = sinf(acc);"\n'
+    assert lc.parse_ncu_source(page) == []
+    with_metrics = page.replace('"Line No","Source"', '"Line No","Source","Warp Stall Sampling (All Samples)",'
+                                '"Instructions Executed"').replace('"7","acc = sinf(acc);"', '"7","acc = sinf(acc);","90","4,096"')
+    assert lc.parse_ncu_source(with_metrics) == [("/tmp/w/expensive_line.cu", {7: (90.0, 4096.0)})]
+
+
+def test_spearman_against_ncu_on_known_ranks():
+    ncu = {3: (12.0, 2048.0), 5: (40.0, 1024.0), 6: (300.0, 12288.0), 7: (1500.0, 98304.0)}
+    same_order = {3: 20.0, 5: 10.0, 6: 120.0, 7: 960.0}
+    time_rho, instr_rho = lc.compare_with_ncu(same_order, {3: 1.0, 5: 2.0, 6: 3.0, 7: 4.0}, ncu)
+    assert instr_rho == pytest.approx(1.0) and time_rho == pytest.approx(1.0)
+    reversed_ticks = {3: 4.0, 5: 3.0, 6: 2.0, 7: 1.0}
+    assert lc.compare_with_ncu(same_order, reversed_ticks, ncu)[0] == pytest.approx(-1.0)
+    assert lc.spearman([1, 1, 1], [1, 2, 3]) is None  # constant: undefined, not 0
+
+
+def test_our_lines_fold_inlined_code_into_its_call_site():
+    info = lambda label, file, line, site: la.LineInfo(label, file, line, "f" if site else None, site, 1, 1)  # noqa: E731
+    table = la.LineTable((info("k.cu:7", "k.cu", 7, None), info("math.h:9", "math.h", 9, "k.cu:7"),
+                          info("k.cu:6", "k.cu", 6, None), info("other.h:2", "other.h", 2, None)), (), ())
+    instr, ticks = lc.our_lines(table, [10, 5, 3, 100], [0, 1, 2, 4, 8], "k.cu")
+    assert instr == {7: 15.0, 6: 3.0} and ticks == {7: 3.0, 6: 4.0}
+
+
+def test_slowdown_and_parameter_values():
+    times = {"plain": [10.0, 12.0, 11.0], "lines": [30.0, 33.0, 36.0], "lines_light": []}
+    assert lc.median_ratio(times, "lines") == pytest.approx(3.0)
+    assert lc.median_ratio(times, "lines_light") is None
+    values = lc.param_values(["u64", "u32", "s32", "u64"], [0x7F0000001000, 2**32 + 5, -3])
+    assert [type(v) for v in values] == [np.uint64, np.uint32, np.int32, np.uint64]
+    assert [int(v) for v in values] == [0x7F0000001000, 5, -3, 0]  # Triton's trailing scratch pointer: 0
+    with pytest.raises(ValueError, match="parameter 0: type .pred"):
+        lc.param_values(["pred"], [1])
+
+
+def test_counters_result_reads_both_maps():
+    table = la.LineTable(tuple(la.LineInfo(f"f:{i}", "f", i, None, None, 1, 1) for i in range(2)), (((0, 2),), ((1, 3),)), ())
+    blocks = np.zeros(256, np.uint64)
+    blocks[1], blocks[2], blocks[-1] = 10, 4, 1
+    assert la.counters_result("lines_blocks", blocks, table) == {"instructions": (20, 12), "overflow": 1}
+    samples = np.zeros(512, np.uint64)
+    samples[1 + 4 * 2 + 3] = 2  # line 1: two samples of 4+ ticks
+    assert la.counters_result("lines_time", samples, table) == {"ticks": (0, 0, 8), "clamped": 2,
+                                                                "clamped_by_key": (0, 0, 2), "overflow": 0}
+    assert la.counters_result("lines_total", np.array([40, 3], np.uint64), table) == {"total_ticks": 40, "excess": 3}
+    with pytest.raises(ValueError, match="not a map of the lines tools"):
+        la.counters_result("other", blocks, table)
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not on PATH")
+def test_dry_run_builds_and_assembles_every_variant(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lines_cost.py"), "--dry-run", "--modes", "loop",
+                           "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    row = __import__("json").loads((tmp_path / "lines_cost.json").read_text())["rows"][0]
+    assert row["kernel"] == "loop:loopk" and row["lines"] == 4
+    assert row["map_bytes_lines"] > row["map_bytes_lines_light"] > 0
+
+
+def test_spearman_matches_scipy_with_ties():
+    from scipy.stats import spearmanr
+
+    rng = np.random.RandomState(3)
+    a, b = rng.randint(0, 5, 40), rng.randint(0, 5, 40)
+    assert lc.spearman(a, b) == pytest.approx(spearmanr(a, b).statistic)
