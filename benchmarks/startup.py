@@ -1,6 +1,7 @@
 """What a profiled run costs beyond its kernels: start-up, first launches and exit (issue 29).
 
     python benchmarks/startup.py [--steps 50] [--repeat 2] [--tools block_sched,gmem_bytes] [--budget 600]
+                                 [--program torch|light] [--rows plain,cold,warm,nomatch,launches]
                                  [--json FILE] [--keep DIR] [--process-start [-n 15]]
 
 Runs a torch.compile training program (benchmarks/startup_program.py: 5 warm-up + STEPS timed
@@ -12,6 +13,12 @@ not in the table's baseline, fills Inductor's and Triton's caches: every timed r
 Each profiled run passes `--timings`; the table puts the phases' sum (spec/runtime.md,
 "Start-up and exit phases") beside the measured difference, and checks the program printed the
 same loss as the plain run. `--budget` stops starting runs after that many seconds.
+
+`--rows` runs only those rows of the first tool, `--repeat` rounds of them interleaved, and adds
+a table of medians per row: median wall over the plain runs' median beside the median `--timings`
+sum (their ratio: the acceptance's "phases add up to the measured difference within 10%").
+`--program light` runs benchmarks/startup_light.py (CuPy, one PTX module, STEPS launches, about a
+second) instead: enough rounds fit in a device call to resolve the fixed costs.
 
 `--process-start` measures instead, with no GPU, what every profiled process pays at start when
 it loads no CUDA module (the `wire` phase) against the same process unprofiled.
@@ -34,6 +41,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 PROGRAM = Path(__file__).resolve().parent / "startup_program.py"
+PROGRAMS = {"torch": PROGRAM, "light": Path(__file__).resolve().parent / "startup_light.py"}
+BESIDE = re.compile(r"beside the program ([\d.]+) s")
 TIMINGS = re.compile(r"neutrino: timings: ([\d.]+) s added(?: in \d+ processes)?: (.*); program ([\d.]+) s")
 GROUP = re.compile(r"(launcher|start|modules|kernels|exit) ([\d.]+) s")
 KERNELS = re.compile(r"(\d+) kernel\(s\) seen, (\d+) probed")
@@ -52,6 +61,8 @@ def run_once(label: str, argv: list[str], env: dict) -> dict:
         row["added"] = float(found.group(1))
         row["groups"] = {g: float(s) for g, s in GROUP.findall(found.group(2))}
         row["timings"] = found.group(0)
+        beside = BESIDE.search(r.stderr)
+        row["beside"] = float(beside.group(1)) if beside else 0.0
     kernels = KERNELS.findall(r.stderr)
     if kernels:
         row["kernels_seen"], row["kernels_probed"] = (int(x) for x in kernels[-1])
@@ -60,9 +71,9 @@ def run_once(label: str, argv: list[str], env: dict) -> dict:
     return row
 
 
-def profiled_argv(tool: str, steps: int, trace: Path, *extra: str) -> list[str]:
+def profiled_argv(tool: str, steps: int, trace: Path, *extra: str, program: Path = PROGRAM) -> list[str]:
     return [sys.executable, "-m", "neutrino", "-p", tool, "--timings", "-o", str(trace), *extra, "--",
-            sys.executable, str(PROGRAM), str(steps)]
+            sys.executable, str(program), str(steps)]
 
 
 def fresh_cache(scratch: Path, name: str, shim_from: Path) -> Path:
@@ -82,6 +93,29 @@ def keep_event_logs(trace: Path, keep: str | None, number: int) -> None:
     for log in sorted(trace.rglob("event.log")):
         part = "" if log.parent == trace else "." + log.parent.name
         shutil.copy2(log, Path(keep) / f"run{number}{part}.log")
+
+
+ROWS = ("plain", "cold", "warm", "nomatch", "launches")
+FILL = "-p {tool}, fills the code cache (not a row)"
+
+
+def row_plan(rows: list[str], tool: str, rounds: int) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """--rows: `rounds` rounds, each running every row once in the order given (interleaved, so a
+    slow spell of the machine touches every row alike). A cold row gets a fresh code cache each
+    round; the others use the tool's cache (which the first cold row, or warm row, fills)."""
+    profiled = [row for row in rows if row != "plain"]
+    cold_first = bool(profiled) and profiled[0] == "cold"  # round 0's cold run fills the tool's cache
+    runs = [] if cold_first or not profiled else [(FILL.format(tool=tool), tool, tool, ())]
+    for r in range(rounds):
+        for row in rows:
+            runs.append({
+                "plain": ("plain", "", "", ()),
+                "cold": (f"-p {tool}, code cache cold", tool, tool if cold_first and r == 0 else f"{tool}-cold{r}", ()),
+                "warm": (f"-p {tool}, code cache warm", tool, tool, ()),
+                "nomatch": (f"-p {tool} -k nomatchxyz (nothing probed), warm", tool, tool, ("-k", "nomatchxyz")),
+                "launches": (f"-p {tool} --launches 0:1, warm", tool, tool, ("--launches", "0:1")),
+            }[row])
+    return runs
 
 
 def plan(tools: list[str], repeat: int) -> list[tuple[str, str, str, tuple[str, ...]]]:
@@ -115,30 +149,58 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def medians(rows: list[dict]) -> str:
+    """Per configuration: runs, median wall, median wall minus the plain runs' median, median
+    --timings sum, and that sum over the measured difference (the acceptance asks 0.9-1.1)."""
+    plain = [r["wall"] for r in rows if r["run"] == "plain" and r["rc"] == 0]
+    base = statistics.median(plain) if plain else float("nan")
+    spread = (max(plain) - min(plain)) if len(plain) > 1 else float("nan")
+    out = [f"plain: median {base:.3f} s over {len(plain)} runs (max - min {spread:.3f} s)", "",
+           "| run | runs | median wall s | over plain s | median --timings added s | added / over plain "
+           "| median beside the program s |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    fill = FILL.split(", ", 1)[1]
+    for label in dict.fromkeys(r["run"] for r in rows if not r["run"].startswith(("plain", "warm-up"))):
+        if label.endswith(fill):
+            continue
+        mine = [r for r in rows if r["run"] == label and r["rc"] == 0]
+        if not mine:
+            continue
+        wall = statistics.median(r["wall"] for r in mine)
+        added = [r["added"] for r in mine if "added" in r]
+        beside = [r.get("beside", 0.0) for r in mine]
+        added_s = f"{statistics.median(added):.3f}" if added else ""
+        ratio = f"{statistics.median(added) / (wall - base):.2f}" if added and wall - base > 0 else ""
+        out.append(f"| {label} | {len(mine)} | {wall:.3f} | {wall - base:+.3f} | {added_s} | {ratio} | "
+                   f"{statistics.median(beside):.3f} |")
+    return "\n".join(out) + "\n"
+
+
 def program_table(args) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p))
     env.pop("NEUTRINO_OPTIONS", None)
     scratch = Path(tempfile.mkdtemp(prefix="neutrino-startup-"))
     deadline = time.monotonic() + args.budget
+    program = PROGRAMS[args.program]
     warm_up = run_once("warm-up (fills Inductor/Triton caches; not in the baseline)",
-                       [sys.executable, str(PROGRAM), str(args.steps)], env)
+                       [sys.executable, str(program), str(args.steps)], env)
     rows = [warm_up]
     from neutrino.runtime.start.build import build_shim
 
     shim_dir = build_shim().parent
     caches: dict[str, Path] = {}
-    for label, tool, cache_name, extra in plan(args.tools, args.repeat):
+    runs = row_plan(args.rows, args.tools[0], args.repeat) if args.rows else plan(args.tools, args.repeat)
+    for label, tool, cache_name, extra in runs:
         if time.monotonic() > deadline:
             print(f"budget of {args.budget:.0f} s spent: later runs not made", file=sys.stderr)
             break
         if not tool:
-            rows.append(run_once(label, [sys.executable, str(PROGRAM), str(args.steps)], env))
+            rows.append(run_once(label, [sys.executable, str(program), str(args.steps)], env))
         else:
             if cache_name not in caches:
                 caches[cache_name] = fresh_cache(scratch, cache_name, shim_dir)
             run_env = dict(env, NEUTRINO_CACHE_DIR=str(caches[cache_name]))
             trace = scratch / f"trace{len(rows)}"
-            rows.append(run_once(label, profiled_argv(tool, args.steps, trace, *extra), run_env))
+            rows.append(run_once(label, profiled_argv(tool, args.steps, trace, *extra, program=program), run_env))
             keep_event_logs(trace, args.keep, len(rows) - 1)
         row = rows[-1]
         print(f"{row['run']}: {row['wall']:.2f} s" + (f"; {row['timings']}" if "timings" in row else "") +
@@ -147,6 +209,7 @@ def program_table(args) -> None:
             Path(args.json).write_text(json.dumps(rows, indent=1))
     print(f"python {sys.version.split()[0]}, {args.steps} timed steps; wall = whole process, one after another\n")
     print(table(rows))
+    print(medians(rows))
     shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -201,6 +264,12 @@ def main() -> None:
     parser.add_argument("--tools", default="block_sched,gmem_bytes,program_progress",
                         type=lambda s: [t for t in s.split(",") if t], help="built-in tools, the first for -k/--launches")
     parser.add_argument("--budget", type=float, default=1800.0, help="seconds after which no run is started")
+    parser.add_argument("--program", choices=sorted(PROGRAMS), default="torch",
+                        help="torch: the torch.compile script (STEPS timed steps); light: startup_light.py, "
+                             "a CuPy PTX program of about a second (STEPS launches)")
+    parser.add_argument("--rows", default=None, type=lambda s: [r for r in s.split(",") if r],
+                        help=f"instead of the full table: these rows of the first tool ({', '.join(ROWS)}), "
+                             "--repeat rounds of them interleaved")
     parser.add_argument("--json", default=None, help="also write every run (timings line included) to this file")
     parser.add_argument("--keep", default=None, metavar="DIR", help="copy each profiled run's event logs here")
     parser.add_argument("--process-start", action="store_true", help="no GPU: the start of a process without CUDA")

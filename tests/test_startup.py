@@ -70,7 +70,7 @@ def _phase_events(out: Path) -> dict[str, dict]:
 
 
 def test_phase_events_cold_then_warm(tmp_path, fakecuda):
-    rc, out, wall = _profiled(tmp_path, fakecuda)
+    rc, out, wall = _profiled(tmp_path, fakecuda, "--build-threads", "0")  # built at the first launch
     assert rc == 0
     cold = _phase_events(out)
     for name in ("wire", "imports", "tool", "runtime", "module_ptx", "verify", "cache_lookup", "instrument", "jit",
@@ -84,21 +84,38 @@ def test_phase_events_cold_then_warm(tmp_path, fakecuda):
     assert cold["module_load"]["count"] == 1 and cold["jit"]["count"] == 1  # one kernel
     assert cold["tool"]["cache"] == "hit"  # the launcher compiled and verified it for the process
     assert sum(e["seconds"] for e in cold.values()) < wall
-    rc, out, wall = _profiled(tmp_path, fakecuda)  # the same cache: nothing compiled, nothing instrumented
+    rc, out, wall = _profiled(tmp_path, fakecuda, "--build-threads", "0")  # the same cache: nothing compiled
     warm = _phase_events(out)
     assert "instrument" not in warm and "jit" not in warm and warm["cache_lookup"]["count"] == 1
     assert warm["tool"]["cache"] == "hit" and "verify" not in warm  # nor verified again
 
 
+def test_phase_events_built_in_background(tmp_path, fakecuda):
+    rc, out, wall = _profiled(tmp_path, fakecuda, "--build-threads", "4")  # built by a thread at the lookup
+    assert rc == 0
+    cold = _phase_events(out)
+    assert set(cold) <= set(ph.PHASES)
+    for name in ("background_lookup", "background_instrument", "background_jit", "build_wait", "module_load"):
+        assert cold[name]["count"] == 1, name
+    assert not {"cache_lookup", "instrument", "jit"} & set(cold)  # none of it on the launching thread
+    rc, out, wall = _profiled(tmp_path, fakecuda, "--build-threads", "4")
+    warm = _phase_events(out)
+    assert warm["background_lookup"]["count"] == 1 and "background_instrument" not in warm
+    assert "background_jit" not in warm  # the cubin came from the code cache
+
+
 def test_timings_line_sums_the_phases(tmp_path, fakecuda, capfd):
-    rc, out, wall = _profiled(tmp_path, fakecuda, "--timings")
+    rc, out, wall = _profiled(tmp_path, fakecuda, "--timings", "--build-threads", "4")
     assert rc == 0
     (line,) = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("neutrino: timings:")]
     total = float(re.search(r"timings: ([\d.]+) s added", line).group(1))
-    parts = [float(x) for x in re.findall(r" ([\d.]+)(?=[,)])", line)]  # every phase's seconds
+    added, beside = line.split("; program ")
+    parts = [float(x) for x in re.findall(r" ([\d.]+)(?=[,)])", added)]  # every phase's seconds
+    assert "beside the program" in beside  # the build threads' work (--build-threads 4), not added
     assert abs(sum(parts) - total) < 0.001 * len(parts) + 1e-9
     logged = _phase_events(out)
-    assert abs(sum(e["seconds"] for e in logged.values()) - (total - sum(parts[:3]))) < 0.01  # all but the launcher's
+    on_path = sum(e["seconds"] for name, e in logged.items() if name not in ph.BACKGROUND_PHASES)
+    assert abs(on_path - (total - sum(parts[:3]))) < 0.01  # all but the launcher's
     assert "launcher" in line and "exit" in line and "kernels" in line
     program = float(re.search(r"program ([\d.]+) s", line).group(1))
     assert 0 < program < wall
@@ -240,6 +257,12 @@ def test_origin_markers_found_as_the_regex_finds_them():
         image = b"\0".join(parts)
         expected, got = fw._NAME_RE.search(image), fw.first_marker(image)
         assert (expected and expected.span()) == (got and got.span()), image
+        fw_bound, fw._FIRST_BOUND = fw._FIRST_BOUND, rng.randint(1, 200)  # the prefix grown many times
+        try:
+            got = fw.first_marker(image)
+        finally:
+            fw._FIRST_BOUND = fw_bound
+        assert (expected and expected.span()) == (got and got.span()), image
     for marker, _ in fw._NAME_MARKERS:  # every top-level alternative holds an anchor (keep _ANCHORS in step)
         for alternative in _top_level_alternatives(marker):
             assert any(a in alternative for a in fw._ANCHORS), alternative
@@ -304,3 +327,12 @@ def test_launcher_imports_neither_numpy_nor_the_trace_layout():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(HERE.parent)})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_timings_line_keeps_the_build_threads_work_out_of_the_sum():
+    process = {"wire": {"seconds": 0.1, "count": 1}, "build_wait": {"seconds": 0.5, "count": 2},
+               "background_instrument": {"seconds": 2.0, "count": 3}, "background_jit": {"seconds": 1.0, "count": 3}}
+    line = ph.timings_line({"launcher_start": 0.2}, [process], 10.0)
+    assert line.startswith("neutrino: timings: 0.800 s added:")  # 0.2 + 0.1 + 0.5
+    assert "kernels 0.500 s (build_wait x2 0.500)" in line
+    assert line.rstrip().endswith("program 10.000 s; beside the program 3.000 s (instrument x3 2.000, jit x3 1.000)")

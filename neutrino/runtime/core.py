@@ -123,6 +123,7 @@ class Runtime:
                                  self.compiled, named=options.names)
         self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.devices.arch,
                                      benchmark=options.benchmark, phases=self.phases)
+        self.kernels.prebuild = _prebuilder(drv, self.kernels, options)
         self.pool = BufferPool(drv, options.buffer_budget, host=not native_writer)
         self.wait_when_full = options.when_full == "wait"
         self.trace_budget = ByteBudget(options.trace_budget)
@@ -175,9 +176,12 @@ class Runtime:
     def functions(self) -> dict[int, FuncRec]:
         return self.registry.functions
 
-    def on_module(self, kind: str, handle: int, image: bytes | None, path: str | None = None, image_addr: int = 0) -> None:
+    def on_module(self, kind: str, handle: int, image: bytes | None, path: str | None = None, image_addr: int = 0,
+                  read_seconds: float = 0.0) -> None:
+        """`read_seconds`: what copying the image out of the program took (hooks.read_image)."""
         with self.phases.phase("module_ptx"):
             self._add_module(kind, handle, image, path, image_addr)
+        self.phases.add("module_ptx", read_seconds, runs=0)
 
     def _add_module(self, kind: str, handle: int, image: bytes | None, path: str | None, image_addr: int) -> None:
         started = time.perf_counter()  # the events' `seconds`: our host work on the load (cross-rank own work)
@@ -214,9 +218,20 @@ class Runtime:
         probed, forgotten = self.registry.add_function(kind, owner, name, out)
         if forgotten is not None:  # `out` stood for another kernel: nothing of it may stay keyed by `out`
             self._forget(forgotten, "handle_reused")
+        if probed and self.kernels.prebuild is not None:
+            self._prebuild(out)
         if not seen and self.registry.collectives:  # once per process; the exit event counts them all
             self.trace.event("collective", kernel=name, reason="collective kernels run untouched unless -k names them")
         return probed
+
+    def _prebuild(self, handle: int) -> None:
+        """Queue the build of a kernel just looked up (prebuild.py); never fails the lookup."""
+        rec = self.registry.functions.get(handle)
+        try:
+            if rec is not None and not self._closed:
+                self.kernels.prepare(rec, self.drv.ctx_get_current())
+        except Exception as e:  # noqa: BLE001 - the launch builds it itself then
+            self.trace.event("prebuild", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
 
     # ------------------------------------------------------------ unloads
     def on_unload(self, kind: str, handle: int) -> None:
@@ -309,7 +324,7 @@ class Runtime:
             way = LaunchWay.CAPTURE if capturing else LaunchWay.MEMUSAGE if self.opt.memusage else LaunchWay.PROBE
             # building the probed code loads a module: a capture forbids it unless relaxed
             with relaxed_capture(self.drv) if capturing else contextlib.nullcontext():
-                pk = self.kernels.get(rec, ctx, req.func)
+                pk = self.kernels.get(rec, ctx, req.func, wait=True if capturing else None)  # a graph keeps what is captured
                 self.kernels.check_attrs(pk, req.func, req.shared_bytes)
             if way is LaunchWay.PROBE:
                 return self._launch_probed(rec, pk, req, ctx)
@@ -562,6 +577,8 @@ class Runtime:
         self._closed = True
         phase = self.phases.phase
         with phase("exit_drain"):
+            if self.kernels.prebuild is not None:
+                self.kernels.prebuild.close()  # queued builds are dropped; running ones end unused
             self.graphs.close()  # the graph rings' last frames go to the writer before it stops
             self.writer.stop(timeout=120)
         with phase("exit_timeline"):
@@ -616,6 +633,16 @@ def _context_tables(native_writer: str | None, trace) -> ContextTables | None:
     except (OSError, AttributeError) as e:  # a shim built before the tables existed
         trace.event("context_tables", reason=f"not recorded: {e}")
         return None
+
+
+def _prebuilder(drv, kernels: KernelBuilder, options: RuntimeOptions):
+    """Probed code built off the launch path (--build-threads, --while-building), or None (0 threads)."""
+    if options.build_threads <= 0:
+        return None
+    from neutrino.runtime.instrument.prebuild import Prebuilder
+
+    return Prebuilder(drv, kernels.engine, kernels.cache, kernels.probes, kernels.arch, kernels.phases,
+                      threads=options.build_threads, while_building=options.while_building)
 
 
 def _default_engine():

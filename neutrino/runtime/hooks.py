@@ -9,6 +9,7 @@ callback returns NOT_HANDLED so the shim runs the original launch.
 from __future__ import annotations
 
 import ctypes as C
+import time
 
 NOT_HANDLED = -1  # the shim's "run the original launch yourself" (core.NOT_HANDLED); core loads with the runtime
 
@@ -166,8 +167,10 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
     def module_cb(kind, handle, image, path):
         try:
             p = path.decode(errors="replace") if path else None
+            started = time.perf_counter()
             data, addr = (read_image(image) if image else (None, 0))
-            rt.on_module(MODULE_KINDS[kind], handle or 0, data, p, image_addr=image or 0)
+            read = time.perf_counter() - started  # before `rt.on_module`, which may build the runtime first
+            rt.on_module(MODULE_KINDS[kind], handle or 0, data, p, image_addr=image or 0, read_seconds=read)
         except Exception as e:  # noqa: BLE001
             _safe_event(rt, "no_ptx", module=hex(handle or 0), kind=MODULE_KINDS[kind], reason=f"image unreadable: {e}")
 

@@ -21,6 +21,7 @@ from neutrino.errors import NeutrinoError
 from neutrino.runtime.instrument.codecache import CacheEntry, cache_key
 from neutrino.runtime.driver import COPIED_FUNC_ATTRS, DriverError
 from neutrino.runtime.start.phases import PhaseClock
+from neutrino.runtime.instrument.prebuild import entry_only
 from neutrino.runtime.instrument.probeload import loaded
 from neutrino.runtime.launch_path.pool import size_class
 
@@ -158,6 +159,8 @@ class KernelBuilder:
         self._built: dict[tuple[int, object], ProbedKernel] = {}  # (ctx, FuncRec) -> its probed code
         self._refused: dict[tuple[int, object], str] = {}  # (ctx, kernel) whose PTX this device cannot run
         self._contexts: dict[object, set[int]] = {}  # FuncRec -> contexts it was built or refused in
+        self.prebuild = None  # prebuild.Prebuilder: probed code built off the launch path (Runtime sets it)
+        self._not_ready_said: set = set()  # kernels whose launch ran the original while their code was built
 
     def forget_contexts(self) -> None:
         """Contexts are going away: their modules with them (a new context may reuse a handle)."""
@@ -165,10 +168,15 @@ class KernelBuilder:
             self._built.clear()
             self._refused.clear()
             self._contexts.clear()
+        if self.prebuild is not None:
+            self.prebuild.forget_contexts()
 
     def forget(self, rec) -> list[ProbedKernel]:
         """The kernel's module was unloaded: drop its probed code in every context and return it
         (the caller unloads our modules once no launch of them is pending)."""
+        if self.prebuild is not None:
+            self.prebuild.forget(rec)
+        self._not_ready_said.discard(rec)
         with self._lock:
             out = []
             for ctx in self._contexts.pop(rec, ()):
@@ -178,22 +186,32 @@ class KernelBuilder:
                     out.append(pk)
             return out
 
-    def get(self, rec, ctx: int, original_func: int) -> ProbedKernel:
+    def prepare(self, rec, ctx: int) -> bool:
+        """The program looked a probed kernel up: have its probed code built in the background
+        (prebuild.py) unless it is built, or its device cannot run its PTX. Whether a job was queued."""
+        if self.prebuild is None or not ctx or (ctx, rec) in self._built or rec.module.ptx is None:
+            return False
+        if ptx_refuses_arch(rec.module.ptx, self.arch(ctx)) is not None:
+            return False
+        return self.prebuild.schedule(rec, ctx)
+
+    def get(self, rec, ctx: int, original_func: int, *, wait: bool | None = None) -> ProbedKernel:
+        """`wait`: whether to wait for code being built in the background (None: as --while-building says)."""
         key = (ctx, rec)
         pk = self._built.get(key)
         if pk is None:
             with self._lock:
                 pk = self._built.get(key)
                 if pk is None:
-                    pk = self._build_in(key, rec, ctx)
+                    pk = self._build_in(key, rec, ctx, wait)
         return pk
 
-    def _build_in(self, key, rec, ctx: int) -> ProbedKernel:
+    def _build_in(self, key, rec, ctx: int, wait: bool | None = None) -> ProbedKernel:
         self._contexts.setdefault(rec, set()).add(ctx)
         if key in self._refused:  # not permanent: the kernel may still be probed on another device
             raise Fallback("arch", self._refused[key], repeat=True)
         try:
-            pk = self._build(rec, ctx)
+            pk = self._build(rec, ctx, wait)
         except Fallback as e:
             if e.stage == "arch":
                 self._refused[key] = e.reason
@@ -207,7 +225,7 @@ class KernelBuilder:
         if not pk.attrs_checked or shared_bytes > pk.attrs_seen.get(COPIED_FUNC_ATTRS[0], 0):
             self.copy_attrs(original_func, pk)
 
-    def _build(self, rec, ctx: int) -> ProbedKernel:
+    def _build(self, rec, ctx: int, wait: bool | None = None) -> ProbedKernel:
         t0 = time.perf_counter()
         phase = self.phases.phase
         ptx = rec.module.ptx.text
@@ -215,13 +233,18 @@ class KernelBuilder:
         refusal = ptx_refuses_arch(rec.module.ptx, arch)
         if refusal is not None:
             raise Fallback("arch", refusal)
-        with phase("cache_lookup"):
-            key = cache_key(ptx, self.probes.text, arch, rec.name)
-            entry, where = self.cache.get(key)
+        built = self._prebuilt(rec, ctx, wait)
+        if built is not None:  # built off the launch path (prebuild.py): already in the code cache
+            key, entry, where = built.key, built.entry, "prebuilt"
+        else:
+            with phase("cache_lookup"):
+                key = cache_key(ptx, self.probes.text, arch, rec.name)
+                entry, where = self.cache.get(key)
         if entry is None or entry.info is None:
             source = str(getattr(rec.module.ptx, "source", "<ptx>"))
             with phase("instrument"):
-                inst = self.engine.instrument(ptx, loaded(self.probes), kernel=rec.name, source=source)
+                inst = self.engine.instrument(entry_only(ptx, rec.name), loaded(self.probes), kernel=rec.name,
+                                              source=source)
             if rec.name not in inst.kernels:
                 raise Fallback("instrument", f"the engine did not instrument entry {rec.name}", permanent=True)
             entry = CacheEntry(inst.ptx, inst.kernels[rec.name])
@@ -234,17 +257,34 @@ class KernelBuilder:
         with phase("kernel_write"):
             if fresh_cubin is not None:
                 entry.cubin = fresh_cubin
-            if where != "memory":
+            if where not in ("memory", "prebuilt") or (built is not None and fresh_cubin is not None):
                 self.cache.put(key, entry)
             kdir = self.trace.write_kernel(rec.name, ptx, entry.ptx, info)
         seconds = time.perf_counter() - t0
-        self.trace.event("instrument", kernel=rec.name, kernel_dir=kdir, cache=where, seconds=round(seconds, 6),
-                         sites=info.get("sites"), skipped=len(info.get("skipped", ())))
+        background = {} if built is None else {"built_in_background": round(built.seconds, 6)}
+        self.trace.event("instrument", kernel=rec.name, kernel_dir=kdir, cache=built.where if built else where,
+                         seconds=round(seconds, 6), sites=info.get("sites"), skipped=len(info.get("skipped", ())),
+                         **background)
         pk = ProbedKernel(rec.name, func, count_func, info, kdir, ctx=ctx, globals=gvars, modules=(module,))
         if self.benchmark:
             pk.baseline, pk.baseline_globals, baseline_module = self._baseline(rec, arch)
             pk.modules = (module, baseline_module)
         return pk
+
+    def _prebuilt(self, rec, ctx: int, wait: bool | None):
+        """The kernel's code built in the background (prebuild.py), None where none was queued;
+        a launch that may not wait (longer) for it gets Fallback("building"), once logged per kernel.
+        `wait`: None for --while-building, True for a launch that must be probed (a graph capture)."""
+        if self.prebuild is None:
+            return None
+        from neutrino.runtime.instrument.prebuild import NotReady
+
+        try:
+            return self.prebuild.take(rec, ctx, wait=wait)
+        except NotReady as e:
+            first = rec not in self._not_ready_said
+            self._not_ready_said.add(rec)
+            raise Fallback("building", e.reason, repeat=not first) from None
 
     def _mirror_globals(self, rec, module: int) -> list[GlobalVar]:
         out = []

@@ -60,16 +60,34 @@ _ANCHORS = (b"nccl", b"cudnn", b"xmma_", b"conv2d_grouped", b"fft2d_r2c", b"cubl
 _WINDOW = 512  # bytes searched either side of an anchor: longer than the kernel names we classify by
 
 
+_FIRST_BOUND = 1 << 12  # anchors are first looked for in the image's first 4 KiB, then 4x further each time
+
+
 def first_marker(image: bytes):
     """_NAME_RE's leftmost match in the image, as `_NAME_RE.search(image)` finds it for names shorter
     than _WINDOW, in time linear in the image at memchr speed: the regex alone scans a large fatbin
-    at well under 10 MB/s (seconds per module load of a big library; issue 29)."""
+    at well under 10 MB/s (seconds per module load of a big library; issue 29). The anchors are
+    looked for in a prefix that grows until a match is found: a match near the start (a library's
+    first kernel names) costs no scan of the whole image per anchor absent from it."""
     import heapq
 
-    heap = [(at, anchor) for anchor in _ANCHORS if (at := image.find(anchor)) >= 0]
-    heapq.heapify(heap)
+    heap: list = []  # (position, anchor) of every anchor occurrence known before `bound`
+    pending = {anchor: 0 for anchor in _ANCHORS}  # anchors with no occurrence before `bound`: searched from
+    bound = 0
     searched_to = 0
-    while heap:
+    while heap or pending:
+        if (not heap or heap[0][0] >= bound) and bound < len(image):
+            bound = min(len(image), max(_FIRST_BOUND, 4 * bound))
+            for anchor, since in list(pending.items()):  # occurrences starting before the new bound
+                at = image.find(anchor, since, bound + len(anchor) - 1)
+                if at >= 0:
+                    heapq.heappush(heap, (at, anchor))
+                    del pending[anchor]
+                else:
+                    pending[anchor] = bound
+            continue
+        if not heap:
+            return None
         at, anchor = heapq.heappop(heap)
         start = max(at - _WINDOW, searched_to)
         end = at + len(anchor) + _WINDOW
@@ -78,9 +96,11 @@ def first_marker(image: bytes):
             if m is not None:
                 return m
             searched_to = max(searched_to, end - _WINDOW)  # a later match may still start before `end`
-        following = image.find(anchor, at + 1)
+        following = image.find(anchor, at + 1, bound + len(anchor) - 1)
         if following >= 0:
             heapq.heappush(heap, (following, anchor))
+        else:
+            pending[anchor] = max(at + 1, bound)
     return None
 
 

@@ -27,11 +27,13 @@ from neutrino import console
 from neutrino.errors import NeutrinoError
 from neutrino.runtime.start.options import (
     DEFAULT_BUFFER_BUDGET,
+    DEFAULT_BUILD_THREADS,
     DEFAULT_TRACE_BUDGET,
     DEFAULT_RECOUNT_EVERY,
     DEFAULT_TIME_EVERY,
     ENV_OPTIONS,
     WHEN_FULL,
+    WHILE_BUILDING,
     LaunchFilter,
     RuntimeOptions,
     parse_size,
@@ -95,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeline", action=argparse.BooleanOptionalAction, default=True,
                    help="record every kernel, copy and memset of the program, probed or not, through CUPTI "
                         "(timeline.bin; the default; --no-timeline: off)")
+    p.add_argument("--build-threads", type=int, default=DEFAULT_BUILD_THREADS, metavar="N",
+                   help="threads that instrument and JIT-compile probed kernels when the program looks them up, "
+                        f"in parallel and off the launch path (default {DEFAULT_BUILD_THREADS}; 0: at each kernel's "
+                        "first launch, on its thread)")
+    p.add_argument("--while-building", choices=WHILE_BUILDING, default="wait",
+                   help="a launch whose probed code is still being built: wait for it (wait, default) or run the "
+                        "original kernel, logged, and probe later launches (original)")
     p.add_argument("--timings", action="store_true",
                    help="at exit, print one line of the seconds neutrino added: launcher, start-up, modules, "
                         "kernels, exit (the `phase` events of spec/runtime.md)")
@@ -161,6 +170,8 @@ def make_options(ns: argparse.Namespace) -> RuntimeOptions:
         recount_every=ns.recount_every,
         graphs=ns.graphs,
         timeline=ns.timeline,
+        build_threads=max(ns.build_threads, 0),
+        while_building=ns.while_building,
     )
 
 

@@ -63,6 +63,10 @@ DEFAULT_TIME_EVERY = 8  # the kernel's own time: a start event on every 8th prob
 # before the counting kernel runs again (no counting launch or sync in between; a launch needing more
 # records than its cap drops the rest and its counts say how many: the trace's `dropped`)
 DEFAULT_RECOUNT_EVERY = 16
+# the launch of a kernel whose probed code is still being built in the background (prebuild.py):
+# waits for it (wait) or runs the original kernel (original)
+WHILE_BUILDING = ("wait", "original")
+DEFAULT_BUILD_THREADS = 0  # opt-in until measured on GPU programs that look up many kernels and launch few
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -114,6 +118,9 @@ class RuntimeOptions:
     graphs: bool = True  # probe kernels captured into CUDA graphs, on every replay (--no-graphs: leave them)
     timeline: bool = True  # every kernel, copy and memset through CUPTI (timeline.bin); --no-timeline: off
     verbosity: int = 0  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)
+    # probed code built off the launch path by this many threads (0: at the first launch, on its thread)
+    build_threads: int = attrs.field(default=DEFAULT_BUILD_THREADS, validator=attrs.validators.ge(0))
+    while_building: str = attrs.field(default="wait", validator=attrs.validators.in_(WHILE_BUILDING))
 
     def names(self, kernel: str) -> bool:
         """Whether a -k substring matches the kernel (asked for kernels probed only on request)."""

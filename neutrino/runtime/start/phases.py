@@ -19,9 +19,12 @@ from contextlib import contextmanager
 # The phases, in the order the timings line names them, each with its group.
 START_PHASES = ("wire", "imports", "tool", "runtime")
 MODULE_PHASES = ("module_ptx",)
-KERNEL_PHASES = ("verify", "cache_lookup", "instrument", "jit", "module_load", "kernel_write")
+KERNEL_PHASES = ("verify", "cache_lookup", "instrument", "jit", "build_wait", "module_load", "kernel_write")
 EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary")
-PHASES = START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES
+# Work of the build threads (prebuild.py), beside the program: listed, not added to the time it waited
+# (that is `build_wait`, the launches' wait for it). Summed over threads: it may exceed the wall time.
+BACKGROUND_PHASES = ("background_lookup", "background_instrument", "background_jit")
+PHASES = START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES + BACKGROUND_PHASES
 LAUNCHER_PHASES = ("launcher_start", "launcher_check", "launcher_close")
 
 
@@ -133,7 +136,9 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
     """`neutrino: timings: X s added: launcher ..., start ..., modules ..., kernels ..., exit ...; program Y s`.
 
     X is the sum of every phase below (launcher and every process that wrote a trace);
-    a group lists its phases' seconds. Per-module and per-kernel groups say how many ran."""
+    a group lists its phases' seconds. Per-module and per-kernel groups say how many ran.
+    The build threads' work follows the program's seconds (`beside the program B s (...)`): it
+    ran beside the program, so it is not in X (the launches' wait for it is `build_wait`)."""
     merged: dict[str, dict] = {}
     for phases in processes:
         for name, fields in phases.items():
@@ -157,5 +162,7 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
         if text:
             groups.append(text)
     extra = f" in {len(processes)} processes" if len(processes) > 1 else ""
+    _, background = _group(merged, BACKGROUND_PHASES, "beside the program",
+                           lambda n: f"{n.removeprefix('background_')} x{merged[n]['count']}")
     return (f"neutrino: timings: {total:.3f} s added{extra}: " + "; ".join(groups) +
-            f"; program {program_seconds:.3f} s\n")
+            f"; program {program_seconds:.3f} s" + (f"; {background}" if background else "") + "\n")
