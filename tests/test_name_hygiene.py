@@ -212,18 +212,29 @@ def test_runtime_falls_back_when_parameters_do_not_fit(tmp_path):
     assert "\n" not in fallback["reason"]
 
 
-def test_runtime_launches_the_counting_entry_it_was_told(tmp_path):
-    """The module already has `saxpy4__nt_count`: ours is `saxpy4__nt_count_1`, found through kernel.json."""
+@pytest.mark.parametrize("taken_by", ["global", "entry"])
+def test_runtime_launches_the_counting_entry_it_was_told(tmp_path, taken_by):
+    """The module already has a `saxpy4__nt_count`: ours is `saxpy4__nt_count_1`, found through kernel.json.
+    An entry of that name is left out of the text instrumented for saxpy4 (entry_only): ours may
+    then take the name, and is still the one launched."""
     from test_runtime_core import COUNT_PROBE, VEC_PTX, finish, make_runtime, req
 
     rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE)
-    ptx = VEC_PTX + "\n.visible .entry saxpy4__nt_count(\n\t.param .u64 x\n)\n{\n\tret;\n}\n"
+    if taken_by == "global":
+        ptx = VEC_PTX + "\n.visible .global .u32 saxpy4__nt_count;\n"
+    else:
+        ptx = VEC_PTX + "\n.visible .entry saxpy4__nt_count(\n\t.param .u64 x\n)\n{\n\tret;\n}\n"
     rt.on_module("cuModuleLoadData", 0x100, ptx.encode())
     assert rt.on_function("module_function", 0x100, "saxpy4", 0x200)
     r, keep = req()
     assert rt.on_launch(r) == 0
     finish(rt)
-    assert [drv.functions[f][1] for _, f, *_ in drv.launches] == ["saxpy4__nt_count_1", "saxpy4"]
+    counting, probed = (drv.functions[f] for _, f, *_ in drv.launches)
+    assert probed[1] == "saxpy4" and counting[0] == probed[0] != 0x100  # both from our module, never the program's
+    if taken_by == "global":
+        assert counting[1] == "saxpy4__nt_count_1"
+    else:  # the program's entry of that name is not in the text instrumented for saxpy4
+        assert counting[1] in ("saxpy4__nt_count", "saxpy4__nt_count_1")
 
 
 # ---------------------------------------------------------------- map and field names
