@@ -136,6 +136,7 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
     """`neutrino report DIR`: each rank's (or process's) report, then the combined table; the exit status.
     `output_format` csv or json: the single-run rows with the rank (or process) as their first column."""
     from neutrino.analysis.report import analyze, plotted_per_kernel, render
+    from neutrino.analysis.retain import summaries_only
 
     try:
         kind, job = load_job(job_dir)
@@ -160,6 +161,7 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
             status = 1
         if plots and output_format == "text":
             status = max(status, _plots(report, kind, rank, out_dir, plots_per_kernel))
+        summaries_only(report)  # its pictures are drawn: what the next ranks' reports need is its rows
     if output_format == "text":
         print(f"\n== all {plural(kind)}\n{combined_table(reports, kind)}")
         busy = busy_line(reports, kind)

@@ -13,6 +13,8 @@ dmat launch before: issue 30 §6).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 import numpy as np
 
@@ -43,11 +45,33 @@ def _dmat(result):
     return attrs.evolve(result, hist=numbers)
 
 
+class SmCount(Sequence):
+    """What a kernel's block_sched row reads of a launch's per-SM statistics: how many SMs ran
+    blocks (`len`). Its items are one SMStats with only the count of SMs meaningful (no gaps):
+    a launch kept this way costs a few dozen bytes instead of one SMStats per SM (26 KB per
+    launch on 132 SMs, what made `report` grow with the trace)."""
+
+    __slots__ = ("count", "_item")
+
+    def __init__(self, count: int, item):
+        self.count, self._item = count, item
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._item] * len(range(*i.indices(self.count)))
+        if not -self.count <= i < self.count:
+            raise IndexError(i)
+        return self._item
+
+
 def _block_sched(result):
     from neutrino.analysis import block_sched
 
     tl, stats = result.timeline, result.stats
-    sms = tuple(attrs.evolve(s, gaps=_NO_INTS) for s in stats.sms)
+    sms = SmCount(len(stats.sms), attrs.evolve(stats.sms[0], gaps=_NO_INTS)) if len(stats.sms) else ()
     return attrs.evolve(result, timeline=block_sched._empty_timeline(tl.time_unit, tl.synchronized),
                         stats=attrs.evolve(stats, sms=sms))
 
@@ -57,6 +81,14 @@ def _program_progress(result):
 
 
 SUMMARIES = {"dmat": _dmat, "block_sched": _block_sched, "program_progress": _program_progress}
+
+
+def summaries_only(report) -> None:
+    """Every result `report` keeps reduced to summary_only (after its pictures are drawn: a job's
+    report then holds no rank's pictures while it reads the next rank)."""
+    for entry in report.kernels.values():
+        for name, results in entry.results.items():
+            results[:] = [summary_only(name, r) for r in results]
 
 
 def summary_only(tool_name: str, result):
