@@ -88,3 +88,24 @@ def test_old_dmat_traces_read_on_a_cycle_axis(tmp_path, capsys):
     assert row["dmat.clock_span"] == 915 and row["dmat.span_ns"] is None
     assert described["time_unit"] == "cycles" and described["t_span"] == 915
     assert "%clock64" in described["x"]
+
+
+def test_time_bins_are_whole_timer_ticks():
+    """%globaltimer steps by 32 ns (an H200, 2026-11-26): 1,000 ticks in at most 512 bins are 500 bins
+    of 2 ticks (64 ns), each holding the same accesses; bins of t_span / 512 = 62.4 ns would hold
+    one tick or two, in stripes. A single time off the step makes the tick 1 again."""
+    from neutrino.tools.dmat import analysis as dmat
+
+    times = 5_000_000 + 32 * np.repeat(np.arange(1000), 3)
+    addrs = np.full(len(times), 0x1000, np.uint64)
+    h = dmat.dmat_histogram(times, addrs)
+    assert (h.tick, h.bin_width, h.counts.shape[0], h.t_span, h.time_extent) == (32, 64, 500, 31_969, 32_000)
+    assert h.counts.sum(axis=1).tolist() == [6] * 500
+    assert h.time_edges[1] - h.time_edges[0] == 64
+    odd = dmat.dmat_histogram(np.r_[times, times[-1] + 5], np.r_[addrs, addrs[:1]])
+    assert odd.tick == 1 and odd.bin_width == -(-31_974 // 512) and odd.counts.sum() == 3001
+    # a tick found on the first chunk and broken by a later one: the gcd over both
+    builder = dmat.DmatBuilder()
+    for chunk in (times[:1500], np.r_[times[1500:], times[-1] + 16]):
+        builder.scan(chunk, np.full(len(chunk), 0x1000, np.uint64))
+    assert builder.result().tick == 16
