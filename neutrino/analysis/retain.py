@@ -8,7 +8,8 @@ and per-warp timeline and per-SM gaps, program_progress's picture). A tool's
 `kernel_numbers` gives the same numbers from either (tests/test_trace_corruption.py
 checks it on every tool that has a summary here), so the report's memory grows by
 a few hundred bytes per launch instead of by each launch's arrays (a megabyte per
-dmat launch before: issue 30 §6).
+dmat launch before: issue 30 §6; 26 KB per block_sched launch on 132 SMs before
+SmCount: issue 23).
 """
 
 from __future__ import annotations
