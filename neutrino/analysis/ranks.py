@@ -145,7 +145,6 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
     """`neutrino report DIR`: each rank's (or process's) report, then the combined table; the exit status.
     `output_format` csv or json: the single-run rows with the rank (or process) as their first column."""
     from neutrino.analysis.report import analyze, kernel_rows, plotted_per_kernel, render
-    from neutrino.analysis.retain import summaries_only
     from neutrino.analysis.tables import load_trace
 
     try:
@@ -181,7 +180,6 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
             status = max(status, _plots(report, kind, rank, out_dir, plots_per_kernel))
         samples[rank] = _rank_samples(launches, report)
         rows[rank] = kernel_rows(report) if output_format != "text" else []
-        summaries_only(report)
         _forget_launches(report)
         job.append((rank, attrs.evolve(trace, launches=[]), []))
         del trace, launches

@@ -85,8 +85,9 @@ SUMMARIES = {"dmat": _dmat, "block_sched": _block_sched, "program_progress": _pr
 
 
 def summaries_only(report) -> None:
-    """Every result `report` keeps reduced to summary_only (after its pictures are drawn: a job's
-    report then holds no rank's pictures while it reads the next rank)."""
+    """Every result `report` keeps reduced to summary_only: its rows' numbers without its pictures
+    (for a caller that keeps a report after drawing it; a job's report drops a reported rank's
+    results altogether: ranks.report_main)."""
     for entry in report.kernels.values():
         for name, results in entry.results.items():
             results[:] = [summary_only(name, r) for r in results]
