@@ -14,6 +14,7 @@ SmCount: issue 23).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import attrs
@@ -68,12 +69,19 @@ class SmCount(Sequence):
         return self._item
 
 
-def _block_sched(result):
+@functools.cache
+def _empty_timeline(time_unit: str, synchronized: bool):
+    """One empty block_sched timeline per clock kind, shared by every summary (a memo of constants:
+    about 400 bytes per launch otherwise)."""
     from neutrino.analysis import block_sched
 
+    return block_sched._empty_timeline(time_unit, synchronized)
+
+
+def _block_sched(result):
     tl, stats = result.timeline, result.stats
     sms = SmCount(len(stats.sms), attrs.evolve(stats.sms[0], gaps=_NO_INTS)) if len(stats.sms) else ()
-    return attrs.evolve(result, timeline=block_sched._empty_timeline(tl.time_unit, tl.synchronized),
+    return attrs.evolve(result, timeline=_empty_timeline(tl.time_unit, tl.synchronized),
                         stats=attrs.evolve(stats, sms=sms))
 
 
