@@ -461,7 +461,7 @@ def test_builtin_tool_maps_match_spec_tools_md():
         "block_sched": ("array", "warp", 1, ["start:u64", "elapsed:u32", "cuid:u32"]),
         "gmem_bytes": ("sum", "thread", None, ["bytes:u64", "active_threads:u64"]),
         "gmem_bytes_thread": ("array", "thread", 1, ["bytes:u64"]),
-        "dmat": ("array", "thread", "count", ["clock:u64", "addr:u64"]),
+        "dmat": ("array", "thread", "count", ["gtime:u64", "addr:u64"]),
         "tensorop": ("sum", "thread", None, ["count:u64", "warp_count:u64", "active_warps:u64"]),
         "tensorop_thread": ("array", "thread", 1, ["count:u64"]),
         "program_progress": ("array", "thread", "count", ["clock:u64", "branch:u32", "cuid:u32"]),

@@ -514,8 +514,9 @@ def _block_sched_spans(report) -> dict:
     return spans
 
 
-def analyze_job(job: list, reports: list, kind: str = "rank") -> CrossRank:
-    """`job`: [(rank, trace, launches)] (ranks.load_job); `reports`: [(rank, Report)] of the same ranks."""
+def analyze_job(job: list, reports: list, kind: str = "rank", samples: dict | None = None) -> CrossRank:
+    """`job`: [(rank, trace, launches)] (ranks.load_job); `reports`: [(rank, Report)] of the same ranks;
+    `samples`: rank -> probed_samples of its launches, when taken already (the launches then unused)."""
     from neutrino.errors import NeutrinoError
 
     timelines, ranges, notes, warnings = {}, {}, [], []
@@ -532,7 +533,8 @@ def analyze_job(job: list, reports: list, kind: str = "rank") -> CrossRank:
         source, samples = "timeline", {r: timeline_samples(t) for r, t in timelines.items()}
     else:
         source = "probed launches"
-        samples = {r: probed_samples(launches, _block_sched_spans(by_report.get(r))) for r, _, launches in job}
+        if samples is None:
+            samples = {r: probed_samples(launches, _block_sched_spans(by_report.get(r))) for r, _, launches in job}
     stragglers, compared = find_stragglers(samples)
     late = None
     if len(job) < 2:

@@ -18,6 +18,8 @@ import json
 import os
 import sys
 
+import attrs
+
 from neutrino.analysis import _common as C
 from neutrino.analysis import block_sched, tool_for, writer_tool
 from neutrino.errors import NeutrinoError
@@ -42,8 +44,19 @@ def find_group(path):
 def load_job(job_dir: str):
     """(kind, [(number, trace, launches)]): kind "rank" for a job of ranks, "process" for an `-o`
     trace of several processes (numbered from 0 in order of start); every failure an AnalysisError."""
-    from neutrino import trace as trace_mod
     from neutrino.analysis.tables import load_trace
+
+    kind, members = job_members(job_dir)
+    out = []
+    for number, run in members:
+        trace, launches = load_trace(str(run))
+        out.append((number, trace, launches))
+    return kind, out
+
+
+def job_members(job_dir: str):
+    """(kind, [(number, run directory)]) of a job, nothing read yet (load_job reads them all)."""
+    from neutrino import trace as trace_mod
 
     try:
         kind, members = "rank", trace_mod.find_rank_dirs(job_dir)
@@ -53,11 +66,7 @@ def load_job(job_dir: str):
         raise C.AnalysisError(f"{job_dir}: cannot read: {e}") from e
     if not members:
         raise C.AnalysisError(f"{job_dir}: not a job directory (no rank<R>/ run directory in it)")
-    out = []
-    for number, run in members:
-        trace, launches = load_trace(str(run))
-        out.append((number, trace, launches))
-    return kind, out
+    return kind, members
 
 
 def plural(kind: str) -> str:
@@ -135,17 +144,26 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
                 tool_options: dict | None = None, output_format: str = "text") -> int:
     """`neutrino report DIR`: each rank's (or process's) report, then the combined table; the exit status.
     `output_format` csv or json: the single-run rows with the rank (or process) as their first column."""
-    from neutrino.analysis.report import analyze, plotted_per_kernel, render
+    from neutrino.analysis.report import analyze, kernel_rows, plotted_per_kernel, render
+    from neutrino.analysis.tables import load_trace
 
     try:
-        kind, job = load_job(job_dir)
+        kind, members = job_members(job_dir)
     except NeutrinoError as e:
         print(f"neutrino report: error: {e}", file=sys.stderr)
         return 1
-    reports, status = [], 0
+    # One rank's launches and results at a time: what the job's tables need of a rank is kept
+    # (its rows, its launches' durations for the cross-rank tests), the rest dropped before the next.
+    reports, job, samples, rows, status = [], [], {}, {}, 0
     if output_format == "text":
-        print(f"{'job' if kind == 'rank' else 'trace'} {job_dir}: {len(job)} {kind if len(job) == 1 else plural(kind)}")
-    for rank, trace, launches in job:
+        print(f"{'job' if kind == 'rank' else 'trace'} {job_dir}: {len(members)} "
+              f"{kind if len(members) == 1 else plural(kind)}")
+    for rank, run in members:
+        try:
+            trace, launches = load_trace(str(run))
+        except NeutrinoError as e:
+            print(f"neutrino report: error: {e}", file=sys.stderr)
+            return 1
         report = analyze(trace, launches, tool_options=tool_options,
                          keep_full=plotted_per_kernel(plots and output_format == "text", plots_per_kernel))
         reports.append((rank, report))
@@ -160,35 +178,55 @@ def report_main(job_dir: str, out_dir: str | None = None, *, plots: bool = True,
             status = 1
         if plots and output_format == "text":
             status = max(status, _plots(report, kind, rank, out_dir, plots_per_kernel))
+        samples[rank] = _rank_samples(launches, report)
+        rows[rank] = kernel_rows(report) if output_format != "text" else []
+        _forget_launches(report)
+        job.append((rank, attrs.evolve(trace, launches=[]), []))
+        del trace, launches
     if output_format == "text":
         print(f"\n== all {plural(kind)}\n{combined_table(reports, kind)}")
         busy = busy_line(reports, kind)
         if busy:
             print(busy)
         if len(job) > 1:
-            _cross_rank(job, reports, kind)
+            _cross_rank(job, reports, kind, samples)
     else:
-        text = _rows(job_dir, kind, reports, output_format)
-        sys.stdout.write(_with_cross_rank(text, job, reports, kind) if output_format == "json" and len(job) > 1
-                         else text)
+        text = _rows(job_dir, kind, reports, output_format, rows)
+        sys.stdout.write(_with_cross_rank(text, job, reports, kind, samples)
+                         if output_format == "json" and len(job) > 1 else text)
     return status
 
 
-def _cross_rank(job, reports, kind: str) -> None:
+def _rank_samples(launches, report) -> dict:
+    """What the cross-rank straggler test reads of a rank's launches (crossrank.probed_samples)."""
+    from neutrino.analysis import crossrank
+
+    return crossrank.probed_samples(launches, crossrank._block_sched_spans(report))
+
+
+def _forget_launches(report) -> None:
+    """Drop a rank's per-launch results once its rows and samples are taken (the combined table
+    reads the kernels' launch counts and durations only)."""
+    for entry in report.kernels.values():
+        entry.results = {}
+        entry.generic = {}
+
+
+def _cross_rank(job, reports, kind: str, samples: dict | None = None) -> None:
     """Which rank is slow per kernel, which arrives late at collectives (neutrino.analysis.crossrank)."""
     from neutrino.analysis import crossrank
 
-    result = crossrank.analyze_job(job, reports, kind)
+    result = crossrank.analyze_job(job, reports, kind, samples=samples)
     print("\n" + "\n".join(crossrank.render(result)))
     for w in result.warnings:
         print(f"neutrino report: warning: {w}", file=sys.stderr)
 
 
-def _with_cross_rank(text: str, job, reports, kind: str) -> str:
+def _with_cross_rank(text: str, job, reports, kind: str, samples: dict | None = None) -> str:
     """--format json: the document with `cross_rank` added (crossrank.numbers); its warnings on stderr."""
     from neutrino.analysis import crossrank
 
-    result = crossrank.analyze_job(job, reports, kind)
+    result = crossrank.analyze_job(job, reports, kind, samples=samples)
     for w in result.warnings:
         print(f"neutrino report: warning: {w}", file=sys.stderr)
     doc = json.loads(text)
@@ -196,14 +234,15 @@ def _with_cross_rank(text: str, job, reports, kind: str) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def _rows(job_dir: str, kind: str, reports, output_format: str) -> str:
-    """--format csv|json: the single run's document (spec/analysis.md), each row led by its rank or process."""
-    from neutrino.analysis.report import Report, kernel_rows, render_csv, render_json
+def _rows(job_dir: str, kind: str, reports, output_format: str, kernel_rows_of: dict) -> str:
+    """--format csv|json: the single run's document (spec/analysis.md), each row led by its rank or
+    process; `kernel_rows_of`: rank -> report.kernel_rows of its report, taken before its results were dropped."""
+    from neutrino.analysis.report import Report, render_csv, render_json
 
     merged = Report(trace_path=str(job_dir), launches=sum(r.launches for _, r in reports))
     rows = []
     for number, report in reports:
-        rows += [{kind: number, **row} for row in kernel_rows(report)]
+        rows += [{kind: number, **row} for row in kernel_rows_of[number]]
         merged.warnings += [f"{kind} {number}: {w}" for w in report.warnings]
     return render_csv(merged, rows) if output_format == "csv" else render_json(merged, rows)
 

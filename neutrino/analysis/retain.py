@@ -8,10 +8,14 @@ and per-warp timeline and per-SM gaps, program_progress's picture). A tool's
 `kernel_numbers` gives the same numbers from either (tests/test_trace_corruption.py
 checks it on every tool that has a summary here), so the report's memory grows by
 a few hundred bytes per launch instead of by each launch's arrays (a megabyte per
-dmat launch before: issue 30 §6).
+dmat launch before: issue 30 §6; 26 KB per block_sched launch on 132 SMs before
+SmCount: issue 23).
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
 
 import attrs
 import numpy as np
@@ -43,12 +47,41 @@ def _dmat(result):
     return attrs.evolve(result, hist=numbers)
 
 
-def _block_sched(result):
+class SmCount(Sequence):
+    """What a kernel's block_sched row reads of a launch's per-SM statistics: how many SMs ran
+    blocks (`len`). Its items are one SMStats with only the count of SMs meaningful (no gaps):
+    a launch kept this way costs a few dozen bytes instead of one SMStats per SM (26 KB per
+    launch on 132 SMs, what made `report` grow with the trace)."""
+
+    __slots__ = ("count", "_item")
+
+    def __init__(self, count: int, item):
+        self.count, self._item = count, item
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._item] * len(range(*i.indices(self.count)))
+        if not -self.count <= i < self.count:
+            raise IndexError(i)
+        return self._item
+
+
+@functools.cache
+def _empty_timeline(time_unit: str, synchronized: bool):
+    """One empty block_sched timeline per clock kind, shared by every summary (a memo of constants:
+    about 400 bytes per launch otherwise)."""
     from neutrino.analysis import block_sched
 
+    return block_sched._empty_timeline(time_unit, synchronized)
+
+
+def _block_sched(result):
     tl, stats = result.timeline, result.stats
-    sms = tuple(attrs.evolve(s, gaps=_NO_INTS) for s in stats.sms)
-    return attrs.evolve(result, timeline=block_sched._empty_timeline(tl.time_unit, tl.synchronized),
+    sms = SmCount(len(stats.sms), attrs.evolve(stats.sms[0], gaps=_NO_INTS)) if len(stats.sms) else ()
+    return attrs.evolve(result, timeline=_empty_timeline(tl.time_unit, tl.synchronized),
                         stats=attrs.evolve(stats, sms=sms))
 
 
@@ -57,6 +90,15 @@ def _program_progress(result):
 
 
 SUMMARIES = {"dmat": _dmat, "block_sched": _block_sched, "program_progress": _program_progress}
+
+
+def summaries_only(report) -> None:
+    """Every result `report` keeps reduced to summary_only: its rows' numbers without its pictures
+    (for a caller that keeps a report after drawing it; a job's report drops a reported rank's
+    results altogether: ranks.report_main)."""
+    for entry in report.kernels.values():
+        for name, results in entry.results.items():
+            results[:] = [summary_only(name, r) for r in results]
 
 
 def summary_only(tool_name: str, result):

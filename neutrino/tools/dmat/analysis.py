@@ -48,6 +48,8 @@ class DmatHistogram:
     lines: np.ndarray  # densified: the sorted distinct line numbers (addr // granule)
     addr_lo: int  # not densified: first address covered
     addr_span: int  # not densified: addresses covered: [addr_lo, addr_lo + addr_span)
+    tick: int = 1  # the time field's step: gcd of the differences of its values (%globaltimer: 32 ns on an H200)
+    bin_width: int = 0  # time per time bin: a whole number of ticks (0: t_span / time bins, before ticks)
 
     @property
     def accesses(self) -> int:
@@ -55,7 +57,13 @@ class DmatHistogram:
 
     @property
     def time_edges(self) -> np.ndarray:
-        return self.t0 + np.arange(self.counts.shape[0] + 1) * (self.t_span / max(1, self.counts.shape[0]))
+        width = self.bin_width or self.t_span / max(1, self.counts.shape[0])
+        return self.t0 + np.arange(self.counts.shape[0] + 1) * width
+
+    @property
+    def time_extent(self) -> int:
+        """Time the bins cover from t0 (>= t_span: the last bin is whole)."""
+        return self.bin_width * self.counts.shape[0] if self.bin_width else self.t_span
 
     def regions(self) -> list[dict]:
         """Contiguous accessed address ranges and the address bins that show them."""
@@ -90,6 +98,7 @@ class DmatBuilder:
         self.time_bins, self.addr_bins, self.granule, self.densify = time_bins, addr_bins, granule, densify
         self._tmin = self._amin = None
         self._tmax = self._amax = None
+        self._ref, self._tick = None, 0  # a time seen, and the gcd of every time's difference to it
         self._lines = np.zeros(0, dtype=np.uint64)
         self._counts = None
 
@@ -99,6 +108,7 @@ class DmatBuilder:
         if len(clock) == 0:
             return
         lo, hi = int(clock.min()), int(clock.max())
+        self._scan_tick(clock)
         self._tmin = lo if self._tmin is None else min(self._tmin, lo)
         self._tmax = hi if self._tmax is None else max(self._tmax, hi)
         alo, ahi = int(addr.min()), int(addr.max())
@@ -107,10 +117,29 @@ class DmatBuilder:
         if self.densify:
             self._lines = _sorted_unique(np.concatenate([self._lines, addr // np.uint64(self.granule)]))
 
+    def _scan_tick(self, clock: np.ndarray) -> None:
+        """Fold a chunk into the tick: a remainder test against the tick so far (cheap), the gcd
+        only over a chunk that breaks it. A timer that counts in steps (%globaltimer: 32 ns) then
+        gets bins of whole steps: a bin of 1.4 steps would hold one or two of them, in stripes."""
+        if self._ref is None:
+            self._ref = int(clock[0])
+        if self._tick == 1:
+            return
+        diff = clock - self._ref
+        if self._tick and not (diff % self._tick).any():
+            return
+        self._tick = int(np.gcd.reduce(np.abs(diff), initial=self._tick))
+
+    def _ticks_per_bin(self) -> int:
+        tick = max(1, self._tick)
+        ticks = (self._tmax - self._tmin) // tick + 1
+        return -(-ticks // self.time_bins)
+
     def _shape(self) -> tuple[int, int]:
         if self._tmin is None:
             return 0, 0
-        nt = min(self.time_bins, self._tmax - self._tmin + 1)
+        ticks = (self._tmax - self._tmin) // max(1, self._tick) + 1
+        nt = -(-ticks // self._ticks_per_bin())
         if self.densify:
             na = min(self.addr_bins, len(self._lines))
         else:
@@ -124,8 +153,7 @@ class DmatBuilder:
         if len(clock) == 0:
             return
         t = np.asarray(clock, dtype=np.int64) - self._tmin
-        t_span = self._tmax - self._tmin + 1
-        tb = np.minimum((t.astype(np.float64) * (nt / t_span)).astype(np.int64), nt - 1)
+        tb = np.minimum(t // (max(1, self._tick) * self._ticks_per_bin()), nt - 1)
         addr = np.asarray(addr, dtype=np.uint64)
         if self.densify:
             # line of dense index d goes to bin d * na // n; bin b starts at dense index
@@ -148,7 +176,8 @@ class DmatBuilder:
             counts=counts, t0=0 if empty else self._tmin,
             t_span=0 if empty else self._tmax - self._tmin + 1, granule=self.granule,
             densified=self.densify, lines=self._lines,
-            addr_lo=0 if empty else self._amin, addr_span=0 if empty else self._amax - self._amin + 1)
+            addr_lo=0 if empty else self._amin, addr_span=0 if empty else self._amax - self._amin + 1,
+            tick=max(1, self._tick), bin_width=0 if empty else max(1, self._tick) * self._ticks_per_bin())
 
 
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
@@ -161,8 +190,9 @@ def dmat_histogram(clock, addr, *, time_bins: int = 512, addr_bins: int = 256, g
                    densify: bool = True) -> DmatHistogram:
     """Histogram of accesses over (time bins x address bins); pure.
 
-    Time bins split `[min clock, max clock]` evenly (fewer bins when the range
-    has fewer ticks); address bins split the accessed lines (densified) or the
+    Time bins split `[min clock, max clock]` into bins of a whole number of the
+    time field's ticks (the gcd of its differences), at most `time_bins` of them;
+    address bins split the accessed lines (densified) or the
     address range evenly. `counts[i, j]` = accesses in time bin i, address bin j.
     """
     builder = DmatBuilder(time_bins=time_bins, addr_bins=addr_bins, granule=granule, densify=densify)
@@ -258,7 +288,8 @@ def describe(r: LaunchResult) -> dict:
         "kernel": r.kernel, "launch": r.index, "time_base": r.time_base, "time_unit": r.time_unit,
         "x": f"{time_label(r)}, left to right", "y": "address, bottom to top",
         "time_bins": int(h.counts.shape[0]), "addr_bins": int(h.counts.shape[1]),
-        "t0": int(h.t0), "t_span": int(h.t_span), "granule": h.granule, "densified": h.densified,
+        "t0": int(h.t0), "t_span": int(h.t_span), "tick": int(h.tick), "bin_width": int(h.bin_width),
+        "granule": h.granule, "densified": h.densified,
         "accesses": h.accesses, "lines": int(len(h.lines)),
         "regions": [{**g, "addr_lo": hex(g["addr_lo"]), "addr_hi": hex(g["addr_hi"])} for g in h.regions()],
     }
@@ -278,7 +309,7 @@ def figure(r: LaunchResult):
         h.counts, title=f"DMAT: launch {r.index} {r.kernel[:60]}", xlabel=time_label(r),
         clabel="accesses per cell (log scale)",
         ylabel=f"address ({h.granule}-byte lines{', accessed lines only' if h.densified else ''})",
-        extent=(0, h.t_span, 0, h.counts.shape[1]),
+        extent=(0, h.time_extent, 0, h.counts.shape[1]),
         hlines=[g["bin_lo"] for g in regions[1:]][:64],
         yticks=[(g["bin_lo"], hex(g["addr_lo"])) for g in regions][:32])
 
