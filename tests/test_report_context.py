@@ -8,28 +8,29 @@ import numpy as np
 import pytest
 
 from neutrino.analysis import context, ranks, report
+from neutrino.maps import TraceError
 from tests.context_tables import GEMM, NCCL, TRITON, known_run, range_record, timeline_record, write_ranges, \
     write_timeline
 
 
 def test_reader_follows_the_contract(tmp_path):
     known_run(tmp_path)
-    tl = context._read_timeline_file(tmp_path)
+    tl = context.read_timeline(tmp_path)
     assert tl["start_ns"].tolist() == [100, 1000, 2000, 3000, 5000, 8000]  # ordered by start
     assert tl["name"].tolist() == ["", GEMM, NCCL, TRITON, GEMM, ""]
     assert tl["kind"].tolist() == [2, 1, 1, 1, 1, 3] and tl["stream"].tolist() == [7, 7, 9, 7, 7, 7]
     assert tl["probe_launch"].tolist() == [-1, -1, -1, 0, -1, -1] and tl["grid"][1].tolist() == [132, 1, 1]
-    rg = context._read_ranges_file(tmp_path)
-    assert rg["name"].tolist() == ["attn", "step", "forward"] and rg["domain"].tolist() == ["", "", ""]
-    assert rg["depth"].tolist() == [2, 0, 1]
+    rg = context.read_ranges(tmp_path)
+    assert rg["name"].tolist() == ["step", "forward", "attn"] and rg["domain"].tolist() == ["", "", ""]  # by start
+    assert rg["depth"].tolist() == [0, 1, 2]
 
 
 def test_a_record_cut_short_is_ignored_and_a_bad_header_named(tmp_path):
     write_timeline(tmp_path, [timeline_record(1, 1, 2, name_id=0)] * 2, ["k"], cut=30)
-    assert len(context._read_timeline_file(tmp_path)) == 1
+    assert len(context.read_timeline(tmp_path)) == 1
     (tmp_path / "timeline.bin").write_bytes(b"garbage-garbage-")
-    with pytest.raises(context.C.AnalysisError, match="timeline.bin: not a NTTIMEL file"):
-        context._read_timeline_file(tmp_path)
+    with pytest.raises(TraceError, match="timeline.bin: not a timeline"):
+        context.read_timeline(tmp_path)
 
 
 def test_busy_time_is_the_union_per_device():
@@ -165,7 +166,7 @@ def test_every_kernel_uses_its_launch_host_time_when_the_timeline_has_it(tmp_pat
     rows = {r.name: r for r in context.load(tmp_path).rows}
     assert (rows[GEMM].range, rows[GEMM].range_launches) == ("forward", 1)  # 1 of 2 under forward, 1 under attn
     assert rows[TRITON].range == "attn" and rows[NCCL].range == ""
-    tl = context._read_timeline_file(tmp_path)
+    tl = context.read_timeline(tmp_path)
     assert tl["host_ns"].tolist() == [950, 0, 3000, 9999]  # by GPU start
 
 

@@ -24,160 +24,31 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from neutrino.analysis import _common as C
+from neutrino import ranges as run_ranges  # the one reader of ranges.bin and launch_args.jsonl
+from neutrino import timeline as run_timeline  # the one reader of timeline.bin
 
-TIMELINE_MAGIC, RANGES_MAGIC = b"NTTIMEL1", b"NTRANGE1"
-NO_NAME = 0xFFFFFFFF
-KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = 1, 2, 3
+KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = run_timeline.KERNEL, run_timeline.MEMCPY, run_timeline.MEMSET
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 10: "PtoP"}
-FLAG_PROBED, FLAG_GRAPH = 1, 2
-
-TIMELINE_DTYPE = np.dtype([
-    ("kind", "u1"), ("copy_kind", "u1"), ("flags", "<u2"), ("device", "<u4"), ("stream", "<u4"), ("tid", "<u4"),
-    ("start_ns", "<u8"), ("end_ns", "<u8"), ("correlation", "<u8"), ("bytes", "<u8"), ("name_id", "<u4"),
-    ("probe_launch", "<i4"), ("grid", "<u4", (3,)), ("block", "<u4", (3,)), ("host_ns", "<u8")])
-TIMELINE_MIN_BYTES = 80  # records of the first writers end before host_ns
-RANGES_DTYPE = np.dtype([
-    ("start_ns", "<u8"), ("end_ns", "<u8"), ("tid", "<u4"), ("depth", "<u2"), ("source", "u1"), ("reserved0", "u1"),
-    ("name_id", "<u4"), ("domain_id", "<u4"), ("reserved", "<u8")])
-assert TIMELINE_DTYPE.itemsize == 88 and RANGES_DTYPE.itemsize == 40
-
-
-def _records(path: Path, magic: bytes, dtype: np.dtype) -> np.ndarray:
-    """The records of a context table, memory-mapped (a record cut short at the end is ignored)."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        header = f.read(16)
-    if len(header) < 16 or header[:8] != magic:
-        raise C.AnalysisError(f"{path}: not a {magic[:7].decode()} file (header {header[:8]!r})")
-    version, record = int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little")
-    smallest = TIMELINE_MIN_BYTES if magic == TIMELINE_MAGIC else dtype.itemsize
-    if version != 1 or record < smallest:
-        raise C.AnalysisError(f"{path}: version {version}, record size {record}: this reader knows version 1, "
-                              f"records of {smallest} bytes or more")
-    count = (size - 16) // record
-    if count == 0:
-        return np.zeros(0, dtype=dtype)
-    # fields past the record's end (host_ns of 80-byte records) are left out here and read as 0 below
-    kept = [n for n in dtype.names if dtype.fields[n][1] + dtype.fields[n][0].itemsize <= record]
-    laid = np.dtype({"names": kept, "formats": [dtype.fields[n][0] for n in kept],
-                     "offsets": [dtype.fields[n][1] for n in kept], "itemsize": record})
-    mapped = np.memmap(path, dtype=laid, mode="r", offset=16, shape=(count,))
-    if record == dtype.itemsize:
-        return mapped
-    out = np.zeros(count, dtype=dtype)
-    for n in kept:
-        out[n] = mapped[n]
-    return out
-
-
-def _names(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    return [line.replace("\\n", "\n") for line in path.read_text(encoding="utf-8", errors="replace").split("\n")]
-
-
-def _name_column(ids: np.ndarray, names: list[str]) -> np.ndarray:
-    table = np.array(names + [""], dtype=object)
-    ids = np.asarray(ids, dtype=np.int64)
-    return table[np.where((ids >= 0) & (ids < len(names)), ids, len(names))]
-
-
-def _with_names(records: np.ndarray, columns: dict[str, np.ndarray]) -> np.ndarray:
-    out = np.zeros(len(records), dtype=np.dtype(records.dtype.descr + [(k, object) for k in columns]))
-    for field in records.dtype.names:
-        out[field] = records[field]
-    for k, v in columns.items():
-        out[k] = v
-    return out
-
-
-def _read_timeline_file(run_dir) -> np.ndarray | None:
-    """timeline.bin of `run_dir` as the contract's structured array (+ `name`), by start_ns; None if absent."""
-    path = Path(run_dir) / "timeline.bin"
-    if not path.exists():
-        return None
-    records = _records(path, TIMELINE_MAGIC, TIMELINE_DTYPE)
-    names = _names(Path(run_dir) / "timeline_names.txt")
-    ids = np.where(records["name_id"] == NO_NAME, -1, records["name_id"].astype(np.int64))
-    out = _with_names(records, {"name": _name_column(ids, names)})
-    return out[np.argsort(out["start_ns"], kind="stable")]
-
-
-def _read_ranges_file(run_dir) -> np.ndarray | None:
-    """ranges.bin of `run_dir` as the contract's structured array (+ `name`, `domain`); None if absent."""
-    path = Path(run_dir) / "ranges.bin"
-    if not path.exists():
-        return None
-    records = _records(path, RANGES_MAGIC, RANGES_DTYPE)
-    names = _names(Path(run_dir) / "ranges_names.txt")
-    domains = np.where(records["domain_id"] == NO_NAME, -1, records["domain_id"].astype(np.int64))
-    return _with_names(records, {"name": _name_column(records["name_id"], names),
-                                 "domain": _name_column(domains, names)})
+FLAG_PROBED, FLAG_GRAPH = run_timeline.FLAG_PROBED, run_timeline.FLAG_GRAPH
+RANGES_DTYPE = run_ranges.record_dtype()
+has_gpu_time = run_timeline.has_gpu_time
+query_points = run_ranges.timeline_query_points
+read_launch_hosts = run_ranges.read_launch_hosts
 
 
 def read_timeline(run_dir, *, untimed: bool = False) -> np.ndarray | None:
-    """The runtime's reader when it exists (neutrino.timeline), else ours; records without GPU time
-    only with untimed=True."""
-    try:
-        from neutrino import timeline as runtime_timeline  # written by the CUPTI work; may not exist yet
-    except ImportError:
-        found = _read_timeline_file(run_dir)
-        return found if found is None or untimed else found[has_gpu_time(found)]
+    """neutrino.timeline's records of the run (records without GPU time only with untimed=True); None
+    when the run has no timeline.bin."""
     if not (Path(run_dir) / "timeline.bin").exists():
         return None
-    return runtime_timeline.read_timeline(run_dir, untimed=untimed)
+    return run_timeline.read_timeline(run_dir, untimed=untimed)
 
 
 def read_ranges(run_dir) -> np.ndarray | None:
-    try:
-        from neutrino import ranges as runtime_ranges
-    except ImportError:
-        return _read_ranges_file(run_dir)
+    """neutrino.ranges' records of the run; None when the run has no ranges.bin."""
     if not (Path(run_dir) / "ranges.bin").exists():
         return None
-    return runtime_ranges.read_ranges(run_dir)
-
-
-def read_launch_hosts(run_dir) -> dict[int, tuple[int, int]]:
-    """probed launch index -> (tid, host_ns) of its launch call: the `tid` and `host_ns` of
-    launch_args.jsonl's use lines (`neutrino.ranges.read_launch_hosts` when that module exists)."""
-    try:
-        from neutrino import ranges as runtime_ranges
-        return runtime_ranges.read_launch_hosts(run_dir)
-    except (ImportError, AttributeError):
-        pass
-    path = Path(run_dir) / "launch_args.jsonl"
-    out: dict[int, tuple[int, int]] = {}
-    if not path.exists():
-        return out
-    import json
-
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a crash
-        if isinstance(value, dict) and all(isinstance(value.get(k), int) for k in ("launch", "tid", "host_ns")):
-            out[value["launch"]] = (value["tid"], value["host_ns"])
-    return out
-
-
-def query_points(timeline: np.ndarray, hosts: dict[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """(tid, time) at which to look up each record's enclosing range: the launch call's thread and host
-    time (the record's `host_ns`, every kernel and copy at the default timeline level); else, for a
-    probed launch, those of launch_args.jsonl; else the record's tid and GPU start."""
-    tid = timeline["tid"].astype(np.int64).copy()
-    when = timeline["start_ns"].astype(np.int64).copy()
-    if hosts:
-        for i in np.flatnonzero(timeline["probe_launch"] >= 0).tolist():
-            host = hosts.get(int(timeline["probe_launch"][i]))
-            if host is not None:
-                tid[i], when[i] = host
-    if "host_ns" in (timeline.dtype.names or ()):
-        known = timeline["host_ns"] > 0
-        when[known] = timeline["host_ns"][known].astype(np.int64)
-    return tid, when
+    return run_ranges.read_ranges(run_dir)
 
 
 _ORIGINS = (  # (origin, pattern on the mangled or plain name), first match wins
@@ -332,15 +203,6 @@ def summarize(timeline: np.ndarray, ranges: np.ndarray | None,
                    busy_ns=busy, window_ns=int(end[timed].max() - start[timed].min()) if timed.any() else 0,
                    devices=len(np.unique(timeline["device"])), ranges=0 if ranges is None else len(ranges),
                    rows=tuple(rows), untimed=int(np.count_nonzero(~timed)))
-
-
-FLAG_NO_GPU_TIME = 4  # timeline.bin flags bit 2 (spec/trace-format.md)
-
-
-def has_gpu_time(timeline: np.ndarray) -> np.ndarray:
-    """Records with GPU times: bit 2 clear, start and end not 0 (CUPTI's "no timestamp"), end >= start."""
-    start, end = timeline["start_ns"], timeline["end_ns"]
-    return ((timeline["flags"] & FLAG_NO_GPU_TIME) == 0) & (start > 0) & (end > 0) & (end >= start)
 
 
 def load(run_dir) -> Context | None:
