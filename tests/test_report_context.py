@@ -49,7 +49,7 @@ def test_innermost_range_by_thread_and_time():
 
 
 def test_origins_from_names():
-    assert [context._origin(n) for n in (GEMM, TRITON, NCCL, "_ZN2at6native29vectorized_elementwise_kernel",
+    assert [context.origin(n) for n in (GEMM, TRITON, NCCL, "_ZN2at6native29vectorized_elementwise_kernel",
                                         "cutlass_80_tensorop_gemm", "loop_add_fusion", "cudnn::conv", "mykernel")] \
         == ["cuBLAS", "Triton", "NCCL", "ATen", "CUTLASS", "XLA", "cuDNN", "other"]
 

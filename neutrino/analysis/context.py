@@ -15,9 +15,7 @@ arguments' host time of a probed launch, else the kernel's GPU start).
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -51,37 +49,10 @@ def read_ranges(run_dir) -> np.ndarray | None:
     return run_ranges.read_ranges(run_dir)
 
 
-_ORIGINS = (  # (origin, pattern on the mangled or plain name), first match wins
-    ("NCCL", re.compile(r"nccl", re.I)),
-    ("cuDNN", re.compile(r"cudnn", re.I)),
-    ("CUTLASS", re.compile(r"cutlass", re.I)),
-    ("cuBLAS", re.compile(r"cublas|^(sm\d+|ampere|volta|turing|hopper|blackwell)_.*(gemm|xmma)|gemv|gemmSN|gemmk1", re.I)),
-    ("ATen", re.compile(r"at::native|at6native|^_ZN2at|c10::|3c10")),
-    ("Triton", re.compile(r"^triton_|^_?triton", re.I)),
-    ("XLA", re.compile(r"(^|_)fusion(_\d+)?$|^wrapped_|^loop_.*fusion|^input_.*fusion|^gemm_fusion")),
-)
-
-
 def origin(name: str) -> str:
     """The library a kernel comes from, by its name: cuBLAS, cuDNN, NCCL, ATen, Triton, XLA, CUTLASS or other
-    (`neutrino.timeline.origin`, the contract's classifier, when that module exists; else ours)."""
-    return _classifier()(name)
-
-
-@functools.lru_cache(maxsize=1)
-def _classifier():
-    try:
-        from neutrino.timeline import origin as runtime_origin
-    except ImportError:
-        return _origin
-    return runtime_origin
-
-
-def _origin(name: str) -> str:
-    for label, pattern in _ORIGINS:
-        if pattern.search(name):
-            return label
-    return "other"
+    (`neutrino.timeline.origin`, the contract's classifier)."""
+    return run_timeline.origin(name)
 
 
 def busy_ns(start: np.ndarray, end: np.ndarray, device: np.ndarray) -> int:
