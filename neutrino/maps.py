@@ -299,3 +299,26 @@ def record_dtype(fields: Sequence[Field], record_bytes: int) -> np.dtype:
             "itemsize": record_bytes,
         }
     )
+
+
+@attrs.frozen
+class FrameLayout:
+    """Where everything of a result frame lies, from the maps' layouts alone (no data)."""
+
+    map_headers: tuple[int, ...]  # offset of each map header in the frame
+    offsets: tuple[int, ...]  # offset of each section
+    size: int  # the frame's bytes, padded to SECTION_ALIGN
+
+
+def frame_layout(maps: Sequence[MapSection]) -> FrameLayout:
+    """THE layout rule of a frame: file header, map headers with their field tables,
+    then each section at the next multiple of SECTION_ALIGN."""
+    headers, pos = [], FILE_HEADER.itemsize
+    for m in maps:
+        headers.append(pos)
+        pos += MAP_HEADER.itemsize + len(m.header_fields()) * FIELD_DESC.itemsize
+    offsets, pos = [], align(pos, SECTION_ALIGN)
+    for m in maps:
+        offsets.append(pos)
+        pos = align(pos + m.size, SECTION_ALIGN)
+    return FrameLayout(tuple(headers), tuple(offsets), pos)
