@@ -154,8 +154,9 @@ class GraphProbes:
         self._finished: list[dict] = []  # the summary rows of nodes already freed
 
     # ------------------------------------------------------------ capture
-    def capture(self, rec, pk, req, ctx: int, stream: int) -> int:
-        """Capture the probed kernel of launch `req` into the graph `stream` is building.
+    def capture(self, rec, pk, req, ctx: int, stream: int, shape) -> int:
+        """Capture the probed kernel of launch `req` into the graph `stream` is building (`shape`:
+        its maps' layouts, probed.py).
 
         Raises Fallback while the original could still be captured instead; once the
         probed kernel node is in the graph, never raises (returns 0)."""
@@ -166,7 +167,6 @@ class GraphProbes:
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
         info = self.drv.stream_capture_info(stream)
-        shape = pk.shape(req.grid, req.block)
         node = self._new_node(rec, pk, req, ctx, stream, info, shape)
         if not self.budget.reserve(node.held):  # the smallest ring, rather than none
             node.ring_layout = graph_ring.ring_layout(node.frame_bytes, self.wait_ns == 0, minimal=True)
