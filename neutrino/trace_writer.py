@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-import attrs
 import numpy as np
 
 # FrameLayout and frame_layout (the layout rule of a frame) live with the trace layout, in neutrino.maps.
