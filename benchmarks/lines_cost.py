@@ -56,8 +56,10 @@ WORKLOADS = REPO / "tests" / "gpu" / "workloads"
 W_LINES = WORKLOADS / "w_lines.py"
 TOOLS = ("lines_light", "lines")
 VARIANTS = ("plain",) + TOOLS
-OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py"}
-NCU_KERNEL = {"cuda": "expensive_line", "triton": "expensive_line_kernel", "matmul": "matmul_kernel"}
+OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py",
+            "attention": "w_lines.py"}
+NCU_KERNEL = {"cuda": "expensive_line", "triton": "expensive_line_kernel", "matmul": "matmul_kernel",
+              "attention": "attention_fwd_kernel"}
 NCU_VIEWS = ("cuda", "cuda,sass", "sass")  # ncu 2025.3's `cuda` view printed no metric columns (docs/lines.md)
 NCU_SECONDS = 45  # what one ncu run may take (its start, the workload's, the replays); skipped when short of budget
 
@@ -217,10 +219,19 @@ def build_variants(case: Case, row_counts: tuple = ()) -> dict[str, tuple[str, d
     for tool in TOOLS:
         done = instrument(case.ptx, load_probes(tool), kernel=case.kernel, source=f"{case.mode}.ptx")
         out[tool] = (done.ptx, done.kernels[case.kernel])
+    for tool in TOOLS:  # the same tool without staging: every add a global atomic, warps spread over 32 rows
+        done = instrument(case.ptx, unstaged(load_probes(tool)), kernel=case.kernel, source=f"{case.mode}.ptx")
+        out[f"{tool}@global"] = (done.ptx, done.kernels[case.kernel])
     for rows in row_counts:
         for tool in TOOLS:
-            out[f"{tool}@{rows}rows"] = (rows_ptx(out[tool][0], rows), out[tool][1])
+            out[f"{tool}@global{rows}rows"] = (rows_ptx(out[f"{tool}@global"][0], rows), out[f"{tool}@global"][1])
     return out
+
+
+def unstaged(probes):
+    """The probe file with its maps' `stage` dropped (spec/probe-toml.md): what the tools did before staging."""
+    probes.maps = {name: attrs.evolve(spec, stage=None) for name, spec in probes.maps.items()}
+    return probes
 
 
 STRIPE_RE = re.compile(r"(mov\.u32\s+(%\w+),\s*%smid;\s*and\.b32\s+\2,\s*\2,\s*)31;")
@@ -336,7 +347,13 @@ def _triton_case(mode: str, w_lines) -> Case:
 
     expensive, matmul = w_lines.triton_kernels()
     (x, y), (a, b, c) = w_lines.triton_inputs()
-    if mode == "triton":
+    if mode == "attention":
+        q, k, v, o, scale = w_lines.attention_inputs()
+        grid, d = w_lines.attention_grid(), w_lines.ATTN_D
+        compiled = w_lines.attention_kernel()[grid](q, k, v, o, w_lines.ATTN_CTX, scale, BM=w_lines.ATTN_BLOCK,
+                                                     BN=w_lines.ATTN_BLOCK, D=d)
+        args, keep, outs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), w_lines.ATTN_CTX, scale], [q, k, v, o], [o]
+    elif mode == "triton":
         grid, compiled = (w_lines.N // 256,), expensive[(w_lines.N // 256,)](x, y, w_lines.N, w_lines.ITERS, BLOCK=256)
         args, keep, outs = [x.data_ptr(), y.data_ptr(), w_lines.N, w_lines.ITERS], [x, y], [y]
     else:
@@ -472,6 +489,12 @@ def ncu_lines(mode: str, work: Path, out: Path | None, timeout: int) -> str | No
         if done.returncode != 0:
             print(f"ncu {mode}: rc {done.returncode}: {done.stderr[-800:]}{done.stdout[-800:]}", file=sys.stderr)
             return None
+        try:  # the per-PC metrics and their source lines, from the report itself
+            blocks, metrics = ncu_report_lines(Path(f"{report}.ncu-rep"), ncu, out, mode)
+            print(f"ncu {mode}: per-line figures from ncu_report ({metrics})", file=sys.stderr)
+            return blocks
+        except Exception as e:  # noqa: BLE001 - then the CLI's source page
+            print(f"ncu {mode}: ncu_report: {type(e).__name__}: {e}"[:600], file=sys.stderr)
         pages = []
         for view in NCU_VIEWS:  # the first whose table has metric columns is read; all are kept
             page = subprocess.run([ncu, "-i", f"{report}.ncu-rep", "--page", "source", "--csv", "--print-source", view],
@@ -487,8 +510,76 @@ def ncu_lines(mode: str, work: Path, out: Path | None, timeout: int) -> str | No
     return page.stdout if page.returncode == 0 else None
 
 
-def ncu_compare(mode: str, figures: dict, text: str, row: dict) -> None:
-    lines = own_file_lines(parse_ncu_source(text), OWN_FILE[mode])
+# Per-PC metrics of the SourceCounters section, by preference: instructions executed (warp level), and
+# warp-stall samples (all reasons). The first name a report has is read; the others stay for other ncu versions.
+NCU_INSTR_METRICS = ("inst_executed", "smsp__sass_inst_executed", "sass__inst_executed")
+NCU_SAMPLE_METRICS = ("smsp__pcsamp_sample_count", "smsp__pcsamp_warps_issue_stalled_all")
+
+
+def ncu_python_dirs(ncu: str) -> list[Path]:
+    """Where Nsight Compute keeps its Python report module (extras/python), next to the ncu it runs."""
+    real = Path(os.path.realpath(ncu))
+    out = [parent / "extras" / "python" for parent in (real.parent, real.parent.parent)]
+    out += sorted(Path("/usr/local/cuda/").glob("nsight-compute*/extras/python"))
+    out += sorted(Path("/opt/nvidia").glob("nsight-compute/*/extras/python"))
+    return [d for d in out if (d / "ncu_report.py").exists()]
+
+
+def by_source_line(pcs, instructions, samples, where) -> list[tuple[str | None, dict[int, tuple[float, float]]]]:
+    """Per-PC values → per source file, line → (samples, instructions): the shape of parse_ncu_source.
+    `where(pc)` gives (file, line) or None for a PC without a source line."""
+    files: dict[str | None, dict[int, list[float]]] = {}
+    for pc, instr, sample in zip(pcs, instructions, samples):
+        place = where(pc)
+        if place is None or place[1] <= 0:
+            continue
+        entry = files.setdefault(place[0], {}).setdefault(place[1], [0.0, 0.0])
+        entry[0] += sample
+        entry[1] += instr
+    return [(f, {line: (v[0], v[1]) for line, v in sorted(table.items())}) for f, table in files.items()]
+
+
+def ncu_report_lines(report: Path, ncu: str, out: Path | None, mode: str):
+    """The report's per-PC SourceCounters metrics, through Nsight Compute's own Python module, per source line."""
+    dirs = ncu_python_dirs(ncu)
+    if not dirs:
+        raise RuntimeError(f"no extras/python/ncu_report.py next to {ncu}")
+    sys.path.insert(0, str(dirs[0]))
+    import ncu_report
+
+    action = ncu_report.load_report(str(report)).range_by_idx(0).action_by_idx(0)
+    names = list(action.metric_names())
+    per_pc = {}
+    for name in names:
+        metric = action.metric_by_name(name)
+        if metric is not None and metric.num_instances() > 1 and metric.has_correlation_ids():
+            per_pc[name] = metric
+    if out is not None:
+        (out / f"ncu_{mode}_metrics.txt").write_text("\n".join(f"{n} {per_pc[n].num_instances()}" for n in sorted(per_pc)))
+    instr_name = next((n for n in NCU_INSTR_METRICS if n in per_pc), None)
+    sample_name = next((n for n in NCU_SAMPLE_METRICS if n in per_pc), None)
+    if instr_name is None:
+        raise RuntimeError(f"no per-PC instructions-executed metric among {sorted(per_pc)[:40]}")
+    instr = per_pc[instr_name]
+    ids = instr.correlation_ids()
+    pcs = [ids.as_uint64(i) for i in range(instr.num_instances())]
+    counts = [instr.as_double(i) for i in range(instr.num_instances())]
+    samples = [0.0] * len(pcs)
+    if sample_name is not None:
+        sm = per_pc[sample_name]
+        sids = sm.correlation_ids()
+        by_pc = {sids.as_uint64(i): sm.as_double(i) for i in range(sm.num_instances())}
+        samples = [by_pc.get(pc, 0.0) for pc in pcs]
+
+    def where(pc):
+        info = action.source_info(pc)
+        return None if info is None else (info.file_name(), int(info.line()))
+
+    return by_source_line(pcs, counts, samples, where), f"{instr_name} / {sample_name}"
+
+
+def ncu_compare(mode: str, figures: dict, text, row: dict) -> None:
+    lines = own_file_lines(parse_ncu_source(text) if isinstance(text, str) else text, OWN_FILE[mode])
     if not lines:
         print(f"ncu {mode}: no per-line table for {OWN_FILE[mode]} in its source page", file=sys.stderr)
         return
@@ -507,7 +598,7 @@ def print_table(rows: list[dict]) -> None:
     def fmt(v):
         return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
 
-    extra = sorted({c for row in rows for c in row if c.endswith(("rows_x", "rows_exact")) or c == "total_ticks_exact"})
+    extra = sorted({c for row in rows for c in row if c.endswith(("_x", "_exact")) and "@" in c or c == "total_ticks_exact"})
     print("  ".join(COLUMNS + extra))
     for row in rows:
         print("  ".join(fmt(row.get(c)) for c in COLUMNS + extra))
@@ -552,7 +643,7 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--modes", default="loop,call,cuda,triton,matmul")
+    ap.add_argument("--modes", default="loop,call,cuda,triton,matmul,attention")
     ap.add_argument("--ncu", default="", metavar="MODES", help="kernels (cuda, triton, matmul) to compare with ncu")
     ap.add_argument("--out")
     ap.add_argument("--reps", type=int, default=40, help="timed launches per variant (after 3 warm-up rounds)")
