@@ -492,6 +492,10 @@ def ncu_lines(mode: str, work: Path, out: Path | None, timeout: int) -> str | No
         try:  # the per-PC metrics and their source lines, from the report itself
             blocks, metrics = ncu_report_lines(Path(f"{report}.ncu-rep"), ncu, out, mode)
             print(f"ncu {mode}: per-line figures from ncu_report ({metrics})", file=sys.stderr)
+            if out is not None:  # the CLI's view of the same report, kept beside the figures
+                page = subprocess.run([ncu, "-i", f"{report}.ncu-rep", "--page", "source", "--csv", "--print-source",
+                                       "cuda,sass"], capture_output=True, text=True, timeout=60)
+                (out / f"ncu_{mode}_source.csv").write_text(page.stdout[:400_000] + page.stderr[-2000:])
             return blocks
         except Exception as e:  # noqa: BLE001 - then the CLI's source page
             print(f"ncu {mode}: ncu_report: {type(e).__name__}: {e}"[:600], file=sys.stderr)
