@@ -172,13 +172,13 @@ def own_file_lines(blocks, suffix: str) -> dict[int, tuple[float, float]] | None
     return blocks[0][1] if len(blocks) == 1 else None
 
 
-def our_lines(table, instructions, ticks, suffix: str) -> tuple[dict[int, float], dict[int, float]]:
+def our_lines(table, instructions, ticks, suffix: str, fold: bool = True) -> tuple[dict[int, float], dict[int, float]]:
     """Our thread-instructions and thread-ticks per line of the file ending in `suffix`; inlined
-    lines are folded into their outermost call site."""
+    lines are folded into their outermost call site (`fold`), or left at their own line and file."""
     by_instr: dict[int, float] = {}
     by_ticks: dict[int, float] = {}
     for i, info in enumerate(table.lines):
-        if info.inlined_at:
+        if info.inlined_at and fold:
             file, line = info.inlined_at.rsplit(":", 1)
             line = int(line)
         else:
@@ -482,8 +482,10 @@ def ncu_lines(mode: str, work: Path, out: Path | None, timeout: int) -> str | No
     report = work / f"ncu_{mode}"
     env = dict(os.environ, W_LINES_DIR=str(work / f"ncu_src_{mode}"), TRITON_CACHE_DIR=str(work / f"tc_ncu_{mode}"))
     Path(env["W_LINES_DIR"]).mkdir(parents=True, exist_ok=True)
+    # every launch of the workload (REPEAT), warp states sampled every 2^5 cycles (the shortest interval)
     profile = [ncu, "--section", "SourceCounters", "--section", "WarpStateStats", "--import-source", "yes",
-               "-k", f"regex:{NCU_KERNEL[mode]}", "-c", "1", "-f", "-o", str(report), sys.executable, str(W_LINES), mode]
+               "--warp-sampling-interval", "0", "-k", f"regex:{NCU_KERNEL[mode]}", "-c", "3", "-f", "-o", str(report),
+               sys.executable, str(W_LINES), mode]
     try:
         done = subprocess.run(profile, env=env, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
@@ -551,11 +553,11 @@ def ncu_report_lines(report: Path, ncu: str, out: Path | None, mode: str):
     sys.path.insert(0, str(dirs[0]))
     import ncu_report
 
-    action = ncu_report.load_report(str(report)).range_by_idx(0).action_by_idx(0)
-    names = list(action.metric_names())
+    rng = ncu_report.load_report(str(report)).range_by_idx(0)
+    actions = [rng.action_by_idx(i) for i in range(rng.num_actions())]  # the profiled launches (same code)
     per_pc = {}
-    for name in names:
-        metric = action.metric_by_name(name)
+    for name in actions[0].metric_names():
+        metric = actions[0].metric_by_name(name)
         if metric is not None and metric.num_instances() > 1 and metric.has_correlation_ids():
             per_pc[name] = metric
     if out is not None:
@@ -564,26 +566,31 @@ def ncu_report_lines(report: Path, ncu: str, out: Path | None, mode: str):
     sample_name = next((n for n in NCU_SAMPLE_METRICS if n in per_pc), None)
     if instr_name is None:
         raise RuntimeError(f"no per-PC instructions-executed metric among {sorted(per_pc)[:40]}")
-    instr = per_pc[instr_name]
-    ids = instr.correlation_ids()
-    pcs = [ids.as_uint64(i) for i in range(instr.num_instances())]
-    counts = [instr.as_double(i) for i in range(instr.num_instances())]
-    samples = [0.0] * len(pcs)
-    if sample_name is not None:
-        sm = per_pc[sample_name]
-        sids = sm.correlation_ids()
-        by_pc = {sids.as_uint64(i): sm.as_double(i) for i in range(sm.num_instances())}
-        samples = [by_pc.get(pc, 0.0) for pc in pcs]
+    counts: dict[int, float] = {}
+    samples: dict[int, float] = {}
+    for action in actions:  # summed over the launches
+        for name, into in ((instr_name, counts), (sample_name, samples)):
+            metric = action.metric_by_name(name) if name else None
+            if metric is None:
+                continue
+            ids = metric.correlation_ids()
+            for i in range(metric.num_instances()):
+                pc = ids.as_uint64(i)
+                into[pc] = into.get(pc, 0.0) + metric.as_double(i)
+    pcs = sorted(counts)
 
     def where(pc):
-        info = action.source_info(pc)
+        info = actions[0].source_info(pc)
         return None if info is None else (info.file_name(), int(info.line()))
 
-    return by_source_line(pcs, counts, samples, where), f"{instr_name} / {sample_name}"
+    blocks = by_source_line(pcs, [counts[pc] for pc in pcs], [samples.get(pc, 0.0) for pc in pcs], where)
+    return blocks, f"{instr_name} / {sample_name}, {len(actions)} launches"
 
 
 def ncu_compare(mode: str, figures: dict, text, row: dict) -> None:
-    lines = own_file_lines(parse_ncu_source(text) if isinstance(text, str) else text, OWN_FILE[mode])
+    blocks = parse_ncu_source(text) if isinstance(text, str) else text
+    figures["ncu_files"] = {str(f): len(b) for f, b in blocks}
+    lines = own_file_lines(blocks, OWN_FILE[mode])
     if not lines:
         print(f"ncu {mode}: no per-line table for {OWN_FILE[mode]} in its source page", file=sys.stderr)
         return
@@ -592,6 +599,10 @@ def ncu_compare(mode: str, figures: dict, text, row: dict) -> None:
     row["ncu_lines"] = len(lines)
     figures["ncu"] = {str(k): v for k, v in sorted(lines.items())}
     figures["ours_by_line"] = {str(k): [ours_i[k], ours_t.get(k)] for k in sorted(ours_i)}
+    # the same with inlined code left at its own file and line, as a source view that shows the innermost line does
+    inner_i, inner_t = our_lines(figures["table"], figures["instructions"], figures["ticks"], OWN_FILE[mode], fold=False)
+    row["time_rho_ncu_top10_innermost"], row["instr_rho_ncu_innermost"] = compare_with_ncu(inner_i, inner_t, lines)
+    figures["ncu_all"] = {str(f): {str(k): v for k, v in sorted(b.items())} for f, b in blocks}
 
 
 COLUMNS = ["kernel", "plain_us", "light_x", "full_x", "map_bytes_lines_light", "map_bytes_lines", "lines", "exact",

@@ -7,10 +7,10 @@ mkdir -p "$out/lc"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu_tests.log"
 (ncu --version 2>&1 | tail -1) | tee -a "$out/gpu_tests.log"
-timeout 60 python -m pytest -m gpu tests/gpu/test_gpu_lines.py -rA -s -q -p no:cacheprovider >> "$out/gpu_tests.log" 2>&1
+timeout 55 python -m pytest -m gpu tests/gpu/test_gpu_lines.py -rA -s -q -p no:cacheprovider >> "$out/gpu_tests.log" 2>&1
 echo "gpu tests rc $?" | tee -a "$out/gpu_tests.log"
 tail -5 "$out/gpu_tests.log"
-timeout 125 python benchmarks/lines_cost.py --modes loop,call,cuda,triton,matmul,attention --ncu "$ncu_modes" \
-    --reps "$reps" --budget-s 118 --out "$out/lc" > "$out/lines_cost.log" 2>&1
+timeout 140 python benchmarks/lines_cost.py --modes cuda,matmul,attention,loop,call,triton --ncu "$ncu_modes" \
+    --reps "$reps" --budget-s 135 --out "$out/lc" > "$out/lines_cost.log" 2>&1
 echo "lines_cost rc $?" | tee -a "$out/lines_cost.log"
 tail -25 "$out/lines_cost.log"

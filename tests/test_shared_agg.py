@@ -44,13 +44,18 @@ def probed(ptx: str, probes) -> tuple[str, dict]:
 
 def test_lines_light_adds_into_shared_memory_and_copies_out_at_exit():
     ptx, kernels = probed(LOOP, load_probes("lines_light"))
-    assert re.search(r"\.shared \.align 8 \.b64 %nt_stg_counters\[257\];", ptx)  # 256 buckets + the exit counter
+    # 256 buckets + the exit counter, rounded up to whole KB (dynamic shared memory keeps its alignment)
+    assert re.search(r"\.shared \.align 8 \.b64 %nt_stg_counters\[384\];", ptx)
     entry_barrier = ptx.index("bar.sync \t0;")
     assert ptx.index("ld.param.u64 \t%nt_buf_lines_blocks") < ptx.index("mov.u64 \t%nt_stg_base, %nt_stg_counters") < entry_barrier
     assert entry_barrier < ptx.index("add.s32 \t%r3")  # the kernel's own code starts after the zeroed array
-    assert ptx.count("atom.shared.add.u32 \t%nt_stg_old, [%nt_hoff_lines_blocks]") == 3  # one per basic block
+    assert ptx.count("@%nt_stg_staged red.shared.add.u32 \t[%nt_hoff_lines_blocks], %nt_stg_lo;") == 3  # per block
     globals_ = [line for line in ptx.splitlines() if "red.global" in line or "atom.global" in line]
-    assert globals_ == ["\t@%nt_stg_go red.global.add.u64 \t[%nt_stg_gptr], %nt_stg_v;"]  # only the copy-out
+    # past THREAD_STAGED_LIMIT a thread adds to its global row directly (3 sites); the copy-out at the exit
+    assert globals_ == ["\t@%nt_stg_direct red.global.add.u64 \t[%nt_stg_gptr], %nt_hist_amount;"] * 3 + \
+        ["\t@%nt_stg_go red.global.add.u64 \t[%nt_stg_gptr], %nt_stg_v;"]
+    assert "setp.lt.u32 \t%nt_stg_staged, %nt_stg_after, 4194304;" in ptx
+    assert "@%nt_stg_staged mov.u32 \t%nt_stg_mine, %nt_stg_after;" in ptx  # only what it staged counts
     exit_code = ptx[ptx.index("activemask.b32 \t%nt_stg_active"):ptx.index("\tret;")]
     assert "bar.sync" not in exit_code and "membar.cta" in exit_code and "bar.warp.sync" in exit_code
     assert kernels["loopk"]["maps"][0]["stage"] == "block" and kernels["loopk"]["maps"][0]["rows"] == 1
@@ -109,7 +114,7 @@ def test_other_maps_and_array_maps_are_left_alone():
     ptx, _ = probed(LOOP, parse_probes(unstaged, "p.toml"))
     assert "stg_" not in ptx and "atom.shared" not in ptx and "red.global.add.u64" in ptx
     ptx, kernels = probed(LOOP, parse_probes(STAGED_HIST, "p.toml"))
-    assert "stg_counters[11]" in ptx  # 10 buckets + the exit counter
+    assert "stg_counters[128]" in ptx  # 10 buckets + the exit counter, in one KB
     assert kernels["loopk"]["maps"][0]["rows"] == 1
 
 

@@ -49,6 +49,10 @@ LOWERING_ORIGIN = "save-lowering"  # passes/lower_save.ORIGIN (not imported: low
 GATE_REGISTER = "on"  # passes/lower_save.GATE_REGISTER
 STAGE_SM = 70  # independent thread scheduling: the exit protocol below is written for it
 STATIC_SHARED_LIMIT = 48 * 1024  # static shared memory a block may declare
+DYNAMIC_ALIGN_WORDS = 1024 // 8  # the array is a whole number of KB (see stage)
+#: a thread adds to the staged hist counters until its own adds reach this, then to global memory: the
+#: block's ≤ 1024 threads thus add < 2^32 to each 32-bit counter word, which never wraps
+THREAD_STAGED_LIMIT = 1 << 22
 ROW_STRIPES = 32  # neutrino.maps.STRIPES: rows the prologue spreads warps over, undone here
 ROW_ALIGN = 128  # neutrino.maps.ROW_ALIGN
 #: the registers whose atomics this step adds (passes/verify.py admits them): the exit counter and a global counter
@@ -104,7 +108,8 @@ def why_not_staged(module: ir.Module, state: KernelState, maps: list, sm: int) -
     callee = func_with_exit(module)
     if callee is not None:
         return f".func {callee} has an exit: a thread could leave without passing the kernel's exits"
-    total = module_static_shared(module, state.function) + counters_bytes(maps) + 8
+    words = counters_bytes(maps) // 8 + 1
+    total = module_static_shared(module, state.function) + -(-words // DYNAMIC_ALIGN_WORDS) * DYNAMIC_ALIGN_WORDS * 8
     if total > STATIC_SHARED_LIMIT:
         return f"static shared memory would be {total} bytes, over the {STATIC_SHARED_LIMIT} a block may declare"
     return None
@@ -179,7 +184,10 @@ class _Stager:
         body = self.state.function.body
         array = f"{self.state.prefix}stg_counters"
         words = counters_bytes(self.maps) // 8 + 1  # the counters, then the exit counter (u32 in a u64 word)
-        body.insert(0, ir.Directive(f".shared .align 8 .b64 {array}[{words}];", 0))
+        # Whole KB: dynamic shared memory (after the static) keeps the 1024-byte alignment that swizzled
+        # tensor-core layouts assume of it (Triton's `.extern .shared .align 16` buffer is read that way).
+        declared = -(-words // DYNAMIC_ALIGN_WORDS) * DYNAMIC_ALIGN_WORDS
+        body.insert(0, ir.Directive(f".shared .align 8 .b64 {array}[{declared}];", 0))
         self.entry_code(ir.Symbol(array), words)
         self.insert_at_entry()
         edits = {id(i): ([], self.staged_add(i), []) for i in ir.instructions(body) if self.is_map_add(i)}
@@ -212,6 +220,7 @@ class _Stager:
             self.emit("add.u64", self.buf(spec), base, offset)
             offset += spec.record_bytes
         self.emit("add.u64", self.t(EXIT_COUNTER, "b64"), base, offset)
+        self.emit("mov.u32", self.t("stg_mine", "b32"), 0)
         i, done, a, w = self.t("stg_i", "b32"), self.t("stg_done", "pred"), self.t("stg_a", "b64"), self.t("stg_w", "b64")
         self.emit("mov.u32", i, tlin)
         zero = self.label("stg_zero")
@@ -233,6 +242,39 @@ class _Stager:
         return isinstance(address, ir.Address) and isinstance(address.base, ir.Register) and address.base.name in bases
 
     def staged_add(self, red: ir.Instruction) -> list[ir.Instruction]:
+        address = red.operands[0]
+        spec = next((m for m in self.maps if address.base.name == self.t(f"hoff_{m.name}", "b64")), None)
+        return self.counted_add(red, spec) if spec is not None else self.carried_add(red)
+
+    def counted_add(self, red: ir.Instruction, spec) -> list[ir.Instruction]:
+        """A hist bucket's add (≤ 32 at a time): `red.shared.add.u32`, no result awaited, while this thread's own
+        adds stay below THREAD_STAGED_LIMIT; past it, the add goes to the map's global row as before staging."""
+        address, amount = red.operands
+        lo, hi, mine, after = (self.t(f"stg_{r}", "b32") for r in ("lo", "hi", "mine", "after"))
+        staged, direct, out = self.t("stg_staged", "pred"), self.t("stg_direct", "pred"), self.t(GLOBAL_COUNTER, "b64")
+        code = [
+            insn("mov.b64", ir.Vector((ir.Register(lo), ir.Register(hi))), amount, origin=LOWERING_ORIGIN),
+            insn("add.u32", after, mine, lo, origin=LOWERING_ORIGIN),
+            insn("setp.lt.u32", staged, after, THREAD_STAGED_LIMIT, origin=LOWERING_ORIGIN),
+            insn("not.pred", direct, staged, origin=LOWERING_ORIGIN),
+        ]
+        if red.guard is not None:
+            g = red.guard.register
+            if red.guard.negated:
+                code += [insn("and.pred", staged, staged, ir.Negated(g), origin=LOWERING_ORIGIN),
+                         insn("and.pred", direct, direct, ir.Negated(g), origin=LOWERING_ORIGIN)]
+            else:
+                code += [insn("and.pred", staged, staged, g, origin=LOWERING_ORIGIN),
+                         insn("and.pred", direct, direct, g, origin=LOWERING_ORIGIN)]
+        return code + [
+            insn("mov.u32", mine, after, origin=LOWERING_ORIGIN, guard=staged),  # counts only what it staged
+            insn("red.shared.add.u32", address, lo, origin=LOWERING_ORIGIN, guard=staged),
+            insn("sub.u64", out, address.base, self.buf(spec), origin=ORIGIN, guard=direct),
+            insn("add.u64", out, out, self.gbuf(spec), origin=ORIGIN, guard=direct),
+            insn("red.global.add.u64", ir.Address(ir.Register(out), address.offset), amount, origin=ORIGIN, guard=direct),
+        ]
+
+    def carried_add(self, red: ir.Instruction) -> list[ir.Instruction]:
         """`red.global.add.u64 [a], v` → the same u64 add into shared memory, as two 32-bit adds with carry."""
         address, value = red.operands
         lo, hi, old, new = (self.t(f"stg_{r}", "b32") for r in ("lo", "hi", "old", "new"))

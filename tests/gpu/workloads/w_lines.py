@@ -46,18 +46,24 @@ def reference(x: np.ndarray, iters: int) -> np.ndarray:
     return acc + x
 
 
+def loop_trips() -> int:
+    """LOOP_TRIPS, or W_LINES_TRIPS when set (a long loop: threads past the staging limit, passes/shared_agg.py)."""
+    return int(os.environ.get("W_LINES_TRIPS", LOOP_TRIPS))
+
+
 def run_loop():
     import cupy as cp
 
+    trips = loop_trips()
     out = cp.zeros(1, np.uint32)
-    cp.RawModule(path=str(LOOP_PTX)).get_function("loopk")((LOOP_GRID,), (LOOP_BLOCK,), (out, np.uint32(LOOP_TRIPS)))
+    cp.RawModule(path=str(LOOP_PTX)).get_function("loopk")((LOOP_GRID,), (LOOP_BLOCK,), (out, np.uint32(trips)))
     cp.cuda.runtime.deviceSynchronize()
     r2 = r3 = 0
     while True:  # the kernel's loop, in Python: every thread computes the same value
         r3 = (r3 + r2) & 0xFFFFFFFF
         r3 = ((r3 * 3) & 0xFFFFFFFF) ^ r2
         r2 += 1
-        if r2 >= LOOP_TRIPS:
+        if r2 >= trips:
             break
     assert int(out.get()[0]) == r3, "loopk is wrong"
 
