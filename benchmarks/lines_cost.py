@@ -1,14 +1,14 @@
 """Cost and honesty of the `lines` tools (issue 27): slowdown per kernel in full and light mode, and
 agreement of the per-line figures with an unperturbed reference (Nsight Compute).
 
-    python benchmarks/lines_cost.py [--modes loop,call,cuda,triton,matmul] [--ncu cuda,triton] [--out DIR]
-                                    [--reps 40] [--budget-s 150] [--dry-run]
+    python benchmarks/lines_cost.py [--modes loop,call,cuda,triton,matmul,attention] [--ncu cuda,matmul,attention]
+                                    [--out DIR] [--reps 40] [--budget-s 150] [--rows R,R] [--dry-run]
 
 One process per run, no neutrino runtime: for each kernel of tests/gpu/workloads/w_lines.py it takes
-the kernel's PTX (loop.ptx; nvcc -lineinfo; Triton's compiled PTX), builds three modules with the
-engine (the pruned unprobed kernel, `lines_light`, `lines`), loads them with CuPy and launches them
-interleaved (plain, light, full, rotating the order) with the same arguments, each launch timed with
-CUDA events. Printed per kernel:
+the kernel's PTX (loop.ptx; nvcc -lineinfo; Triton's compiled PTX), builds five modules with the
+engine (the pruned unprobed kernel, `lines_light`, `lines`, and both tools unstaged: `@global`), loads
+them with CuPy and launches them interleaved (rotating the order) with the same arguments, each launch
+timed with CUDA events. Printed per kernel:
 
 * `plain us`: median plain launch time (microseconds, CUDA events around one launch);
 * `light x`, `full x`: median light / full launch time over median plain launch time;
@@ -18,13 +18,21 @@ CUDA events. Printed per kernel:
 * `same out`: the probed launches left the kernel's outputs bit for bit as the plain one did;
 * `total_ticks_exact` (when samples were clamped): the per-line ticks, the clamped samples' excess
   shared back (analysis.share_excess), add up to lines_total's exact entry-to-exit ticks;
-* with `--rows R,...`: `TOOL@Rrows_x`, the slowdown of TOOL when its warps add to counter row
-  `%smid % R` instead of `% 32` (`rows_ptx`: what a map of R rows would cost), and `TOOL@Rrows_exact`,
-  its per-line instructions equal lines_light's;
+* `TOOL@global_x`, `TOOL@global_exact`: the same tool with its maps' `stage` dropped (every add a
+  `red.global` into 32 rows, as before staging, spec/probe-toml.md "Aggregation maps"): its slowdown,
+  and whether its per-line instructions equal lines_light's;
+* with `--rows R,...`: `TOOL@globalRrows_x`, the slowdown of the unstaged TOOL when its warps add to
+  counter row `%smid % R` instead of `% 32` (`rows_ptx`: what a global map of R rows would cost), and
+  `TOOL@globalRrows_exact`;
 * with `--ncu MODES` and Nsight Compute on PATH: `instr rho` = Spearman correlation, over the source
   lines of the kernel's own file that both know, of our executed thread-instructions with ncu's
   per-line instructions executed; `time rho` = the same of our thread-ticks with ncu's warp-stall
-  samples, over ncu's 10 lines with the most samples (inlined code folded into its call site).
+  samples, over ncu's 10 lines with the most samples (inlined code folded into its call site; the
+  `_innermost` columns: left at its own line). ncu profiles every launch of the unprobed workload
+  (SourceCounters, WarpStateStats, densest warp sampling); the per-address `inst_executed` and
+  `smsp__pcsamp_sample_count` are read with Nsight Compute's Python module (extras/python/ncu_report)
+  and placed at their source lines (`ncu_report_lines`); without it, the CLI's
+  `--page source --csv --print-source cuda,sass` page is parsed.
 
 Spearman rho = Pearson correlation of the ranks (ties get their mean rank; scipy.stats.spearmanr).
 `--dry-run` (no GPU): builds, instruments and assembles (ptxas) every variant of the modes it can
@@ -60,7 +68,7 @@ OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "
             "attention": "w_lines.py"}
 NCU_KERNEL = {"cuda": "expensive_line", "triton": "expensive_line_kernel", "matmul": "matmul_kernel",
               "attention": "attention_fwd_kernel"}
-NCU_VIEWS = ("cuda", "cuda,sass", "sass")  # ncu 2025.3's `cuda` view printed no metric columns (docs/lines.md)
+NCU_VIEWS = ("cuda,sass", "cuda", "sass")  # ncu 2025.3's `cuda` view alone prints no metric columns (docs/lines.md)
 NCU_SECONDS = 45  # what one ncu run may take (its start, the workload's, the replays); skipped when short of budget
 
 
