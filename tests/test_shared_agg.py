@@ -59,6 +59,7 @@ def test_lines_light_adds_into_shared_memory_and_copies_out_at_exit():
     exit_code = ptx[ptx.index("activemask.b32 \t%nt_stg_active"):ptx.index("\tret;")]
     assert "bar.sync" not in exit_code and "membar.cta" in exit_code and "bar.warp.sync" in exit_code
     assert kernels["loopk"]["maps"][0]["stage"] == "block" and kernels["loopk"]["maps"][0]["rows"] == 1
+    assert "%smid" not in ptx and "mov.b64 \t%nt_gbuf_lines_blocks, %nt_buf_lines_blocks;" in ptx
 
 
 def test_staged_map_is_one_row_and_others_keep_their_stripes():
@@ -96,9 +97,8 @@ def test_guarded_exit_counts_only_the_leaving_lanes():
 ])
 def test_kernels_that_cannot_stage_add_globally_into_row_zero(change, reason):
     ptx, _ = probed(change(LOOP), load_probes("lines_light"))
-    assert "stg_counters" not in ptx and "atom.shared" not in ptx
-    assert "sub.u64 \t%nt_gbuf_lines_blocks, %nt_buf_lines_blocks, %nt_stg_w;" in ptx  # the prologue's row undone
-    assert "mov.b64 \t%nt_buf_lines_blocks, %nt_gbuf_lines_blocks;" in ptx
+    assert "stg_" not in ptx and "atom.shared" not in ptx
+    assert "%smid" not in ptx  # the map's one row: no stripe
     assert ptx.count("red.global.add.u64 \t[%nt_hoff_lines_blocks]") == 3
 
 
@@ -113,6 +113,7 @@ def test_other_maps_and_array_maps_are_left_alone():
     unstaged = STAGED_HIST.replace('stage = "block"\n', "")
     ptx, _ = probed(LOOP, parse_probes(unstaged, "p.toml"))
     assert "stg_" not in ptx and "atom.shared" not in ptx and "red.global.add.u64" in ptx
+    assert "and.b32 \t%nt_stripe, %nt_stripe, 31;" in ptx  # unstaged maps keep their 32 rows
     ptx, kernels = probed(LOOP, parse_probes(STAGED_HIST, "p.toml"))
     assert "stg_counters[128]" in ptx  # 10 buckets + the exit counter, in one KB
     assert kernels["loopk"]["maps"][0]["rows"] == 1

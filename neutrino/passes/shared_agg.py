@@ -7,14 +7,18 @@ out as the map's row (u64 counters); its global buffer has one row
 `red.global.add.u64` into the map's pointer registers (`buf_<map>`, `hoff_<map>`);
 this step, run right after it, makes of them:
 
-    entry     the prologue's row pointer is brought back to row 0 (`gbuf_<map>`),
-              `buf_<map>` points at the map's part of the shared array, the block's
+    entry     the map's global row is kept (`gbuf_<map>`: buffer addressing gives staged maps
+              no stripe row), `buf_<map>` points at the map's part of the shared array, the block's
               threads zero the array (and the exit counter after it), then `bar.sync 0`
               (every thread of the block reaches the kernel's first instruction)
-    each add  `atom.shared.add.u32` of the low word, and of the high word plus the
-              carry out of the low one (`red.shared.add.u32`, only when non-zero): an
-              exact u64 add out of 32-bit shared atomics, whatever the hardware has for
-              64-bit ones; the add keeps its predicate (gate, guard, leader)
+    hist add  (at most 32 at a time) `red.shared.add.u32`, no result awaited, while the
+              adding thread's own staged adds stay below THREAD_STAGED_LIMIT; past it the
+              add goes to the global row as without staging; so no 32-bit word of a block
+              of at most 1024 threads wraps (the high word stays 0)
+    sum add   `atom.shared.add.u32` of the low word, then the high word plus the carry
+              out of the low one (`red.shared.add.u32`, only when non-zero): an exact u64
+              add out of 32-bit shared atomics (64-bit shared adds are compare-and-swap
+              loops in SASS); every add keeps its predicate (gate, guard, leader)
     each exit before the `ret`/`exit` (under its guard): the warp's leaving lanes make
               their shared adds visible (`membar.cta`, `bar.warp.sync`), the lowest adds
               their number to the block's exit counter; the lanes that bring it to the
@@ -53,8 +57,6 @@ DYNAMIC_ALIGN_WORDS = 1024 // 8  # the array is a whole number of KB (see stage)
 #: a thread adds to the staged hist counters until its own adds reach this, then to global memory: the
 #: block's ≤ 1024 threads thus add < 2^32 to each 32-bit counter word, which never wraps
 THREAD_STAGED_LIMIT = 1 << 22
-ROW_STRIPES = 32  # neutrino.maps.STRIPES: rows the prologue spreads warps over, undone here
-ROW_ALIGN = 128  # neutrino.maps.ROW_ALIGN
 #: the registers whose atomics this step adds (passes/verify.py admits them): the exit counter and a global counter
 EXIT_COUNTER, GLOBAL_COUNTER = "stg_exitp", "stg_gptr"
 
@@ -123,12 +125,9 @@ def stage_counters(module: ir.Module, ctx: Context, sm: int) -> None:
         maps = staged_maps(state, ctx.probes)
         if not maps:
             continue
-        stager = _Stager(state, maps)
-        reason = why_not_staged(module, state, maps, sm)
-        if reason is not None:
-            stager.global_row_only()
-        else:
-            stager.stage()
+        if why_not_staged(module, state, maps, sm) is None:
+            _Stager(state, maps).stage()
+        # else the adds stay global, into the map's one row (buffer addressing gives it no stripe)
 
 
 @attrs.define
@@ -164,21 +163,9 @@ class _Stager:
         body[i:i] = self.take()
 
     def row_zero(self) -> None:
-        """gbuf = the prologue's row pointer less its row offset: row 0, the map's only row."""
-        sm, w = self.t("stg_smid", "b32"), self.t("stg_w", "b64")
-        self.emit("mov.u32", sm, "%smid")
-        self.emit("and.b32", sm, sm, ROW_STRIPES - 1)
+        """gbuf = the map's one row: its buffer as buffer addressing loads it (no stripe for staged maps)."""
         for spec in self.maps:
-            row_bytes = -(-spec.record_bytes // ROW_ALIGN) * ROW_ALIGN
-            self.emit("mul.wide.u32", w, sm, row_bytes)
-            self.emit("sub.u64", self.gbuf(spec), self.buf(spec), w)
-
-    def global_row_only(self) -> None:
-        """The fallback: the adds stay global, into row 0."""
-        self.row_zero()
-        for spec in self.maps:
-            self.emit("mov.b64", self.buf(spec), self.gbuf(spec))
-        self.insert_at_entry()
+            self.emit("mov.b64", self.gbuf(spec), self.buf(spec))
 
     def stage(self) -> None:
         body = self.state.function.body
