@@ -237,9 +237,12 @@ def build_variants(case: Case, row_counts: tuple = ()) -> dict[str, tuple[str, d
 
 
 def unstaged(probes):
-    """The probe file with its maps' `stage` dropped (spec/probe-toml.md): what the tools did before staging."""
-    probes.maps = {name: attrs.evolve(spec, stage=None) for name, spec in probes.maps.items()}
-    return probes
+    """A copy of the probe file with its maps' `stage` dropped (spec/probe-toml.md): the tools before staging."""
+    import copy
+
+    out = copy.copy(probes)
+    out.maps = {name: attrs.evolve(spec, stage=None) for name, spec in probes.maps.items()}
+    return out
 
 
 STRIPE_RE = re.compile(r"(mov\.u32\s+(%\w+),\s*%smid;\s*and\.b32\s+\2,\s*\2,\s*)31;")
