@@ -120,12 +120,14 @@ def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], 
     `map_info` is the map's entry in kernel.json (spec/kernel-json.md); `cap`
     is the records per unit for an `array` map (for `cap = "count"` the
     counted cap; None: the declared one, 1 when it is "count"). A `sum` or
-    `hist` map is STRIPES rows of u64 counters per launch, whatever the grid:
-    `units` is the number of rows.
+    `hist` map is STRIPES rows of u64 counters per launch, whatever the grid
+    (`rows` of kernel.json when given: 1 for a map staged per block in shared
+    memory): `units` is the number of rows.
     """
     kind = map_info.get("type", "array")
     if kind != "array":
-        return STRIPES, STRIPES * stripe_row_bytes(int(map_info["record_bytes"]))
+        rows = int(map_info.get("rows", STRIPES))
+        return rows, rows * stripe_row_bytes(int(map_info["record_bytes"]))
     if cap is None:
         cap = map_info["cap"] if isinstance(map_info["cap"], int) else 1
     units = units_for(map_info["level"], grid, block, int(map_info.get("lanes", 32)))
