@@ -16,6 +16,8 @@ from neutrino.isa.gcn.semantics import Access, registers, semantics
 from neutrino.isa.gcn.snippets import is_gcn
 from neutrino.isa.ptx import ir as ptx
 from neutrino.isa.gcn.registers import GcnKernelState, SaveOp, half, insn
+from neutrino.isa.gcn.translate import GcnTranslation
+from neutrino.passes.neutral_ops import Op, Val
 from neutrino.passes.state import Context, Site
 
 ORIGIN = "resolve-operands"
@@ -185,19 +187,9 @@ class _Helpers:
         vaddr = next(ir.registers_in(anchor.operands[access.address[0]]), None)
         saddr = next(ir.registers_in(anchor.operands[access.address[1]]), None) if len(access.address) > 1 else None
         offset = next((int(m.split(":", 1)[1], 0) for m in anchor.modifiers if m.startswith("offset:")), 0)
-        regs, d = self.state.registers, self.state.dialect
-        out, carry, sink, tmp = regs.vgprs("addr", 2), regs.sgprs("carry", d.mask_sgprs), regs.sgprs("carry_out", d.mask_sgprs), regs.vgprs("tmp")
-        lo, hi = half(out, 0), half(out, 1)
-        code = self.prologue
-        if saddr is None:  # a 64-bit address in a VGPR pair
-            code += [insn("v_mov_b32_e32", lo, half(vaddr, 0), origin=ORIGIN), insn("v_mov_b32_e32", hi, half(vaddr, 1), origin=ORIGIN)]
-        else:  # SGPR base + 32-bit VGPR offset (gfx9 VOP3 reads at most one SGPR)
-            code += [insn("v_mov_b32_e32", hi, half(saddr, 1), origin=ORIGIN),
-                     insn("v_add_co_u32_e64", lo, carry, half(saddr, 0), vaddr, origin=ORIGIN),
-                     insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN)]
-        if offset:
-            code += [insn("v_mov_b32_e32", tmp, offset, origin=ORIGIN),
-                     insn("v_add_co_u32_e64", lo, carry, lo, tmp, origin=ORIGIN),
-                     insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN)]
-        self.addr = out
-        return out
+        # a VGPR pair, or an SGPR base + a 32-bit VGPR offset; then the instruction's own offset
+        out = Val("addr", 2, lane=True)
+        ops = [Op("mov", out, vaddr)] if saddr is None else [Op("add", out, saddr, vaddr)]
+        self.prologue += GcnTranslation(self.state, ORIGIN).translate(ops + ([Op("add", out, out, offset)] if offset else []))
+        self.addr = self.state.registers.vgprs("addr", 2)
+        return self.addr

@@ -1,0 +1,200 @@
+"""The neutral operations (neutrino/passes/neutral_ops.py) as GCN/RDNA instructions, in the kernel's dialect.
+
+What is GCN's here: a one-per-wave value lives in SGPRs, a per-lane one in
+VGPRs, a predicate in a lane mask (an SGPR pair on wave64, one SGPR on
+wave32); a per-lane operation takes its VOP3 form, where gfx9 reads at most
+one SGPR (a carry in counts) and no literal, so further SGPRs and literals are
+first moved into VGPRs of ours; 64-bit arithmetic is a carry chain; a value
+that a scalar load fills is waited for (`s_waitcnt lgkmcnt(0)`) before it is
+used; `lanes` narrows `exec` (the old mask saved in one register per depth)
+and `end` restores it; memory is `global_` instructions with an SGPR base
+and a VGPR offset, or a VGPR address.
+"""
+
+from __future__ import annotations
+
+from neutrino.isa.gcn import ir
+from neutrino.isa.gcn.registers import GcnKernelState, half, insn
+from neutrino.passes.neutral_ops import ACTIVE, Op, Pred, Val
+
+INLINE = range(-16, 65)  # integers every operand slot takes as they are
+SHIFTS = {"shl": ("s_lshl_b32", "v_lshlrev_b32_e64"), "shr": ("s_lshr_b32", "v_lshrrev_b32_e64")}
+
+
+def words(x) -> int:
+    if type(x) is Val:
+        return 1 if x.part is not None else x.words
+    return x.count if type(x) is ir.RegRange else 1
+
+
+def is_lane(x) -> bool:
+    return x.lane if type(x) is Val else type(x) is ir.RegRange and x.file != "s"
+
+
+class GcnTranslation:
+    """Translates neutral operations for one kernel; `params`: the kernel parameters `param` reads, name → kernarg offset."""
+
+    def __init__(self, state: GcnKernelState, origin: str, params: dict[str, int] | None = None):
+        self.regs, self.d, self.origin, self.params = state.registers, state.dialect, origin, params or {}
+        self.pending: set[str] = set()  # roles a scalar load fills, not yet waited for
+        self.depth = 0  # `lanes` not yet ended
+        self.out: list = []
+
+    def translate(self, ops: list) -> list:
+        """The instructions of `ops` (instructions among them are kept as they are)."""
+        self.out = []
+        for op in ops:
+            if type(op) is not Op:
+                self.out.append(op)
+                continue
+            if self.pending and any(type(x) is Val and x.role in self.pending for x in op[1:]):
+                self.emit("s_waitcnt", "lgkmcnt(0)")
+                self.pending.clear()
+            getattr(self, "op_" + op.name)(*op[1:])
+        return self.out
+
+    def emit(self, mnemonic: str, *operands, offset: int = 0) -> None:
+        self.out.append(insn(mnemonic, *map(self.reg, operands), origin=self.origin,
+                             modifiers=(f"offset:{offset}",) if offset else ()))
+
+    def reg(self, x):
+        """The instruction operand of a neutral one."""
+        kind = type(x)
+        if kind is Val:
+            whole = (self.regs.vgprs if x.lane else self.regs.sgprs)(x.role, x.words)
+            return whole if x.part is None else half(whole, x.part)
+        if kind is Pred:
+            return self.regs.sgprs(x.role, self.d.mask_sgprs)
+        return self.d.exec if x is ACTIVE else x
+
+    def word(self, x, index: int):
+        """32-bit word `index` of an operand; past its width 0 (an integer: its sign)."""
+        if type(x) is int:
+            return x if index == 0 else -(x < 0)
+        if index >= words(x):
+            return 0
+        reg = self.reg(x)
+        return reg if type(reg) is not ir.RegRange or reg.count == 1 else half(reg, index)
+
+    def vop3(self, *sources, sgprs: int = 1) -> list:
+        """Sources a VOP3 takes: literals and SGPRs past the first `sgprs` moved into VGPRs."""
+        out = []
+        for i, x in enumerate(map(self.reg, sources)):
+            literal = (type(x) is int and x not in INLINE) or (type(x) is ir.Imm and x.value not in INLINE)
+            scalar = literal or (type(x) is ir.RegRange and x.file == "s") or isinstance(x, str)
+            if literal or (scalar and sgprs == 0):
+                tmp = self.regs.vgprs(f"op_tmp{i}")
+                self.emit("v_mov_b32_e32", tmp, x)
+                x = tmp
+            elif scalar:
+                sgprs -= 1
+            out.append(x)
+        return out
+
+    # -- arithmetic
+    def op_mov(self, d, a, *_) -> None:
+        for i in range(words(d)):
+            mnemonic = "v_mov_b32_e32" if is_lane(d) else "v_readfirstlane_b32" if is_lane(a) else "s_mov_b32"
+            self.emit(mnemonic, self.word(d, i), self.word(a, i))
+
+    def op_add(self, d, a, b, *_) -> None:
+        if words(d) == 1 and is_lane(d):
+            self.emit(self.d.add_u32.replace("_e32", "_e64"), d, *self.vop3(a, b))
+        elif words(d) == 1:
+            self.emit("s_add_u32", d, a, b)
+        elif not is_lane(d):
+            self.emit("s_add_u32", self.word(d, 0), self.word(a, 0), self.word(b, 0))
+            self.emit("s_addc_u32", self.word(d, 1), self.word(a, 1), self.word(b, 1))
+        else:
+            carry, sink = self.regs.sgprs("carry", self.d.mask_sgprs), self.regs.sgprs("carry_out", self.d.mask_sgprs)
+            self.emit("v_add_co_u32_e64", self.word(d, 0), carry, *self.vop3(self.word(a, 0), self.word(b, 0)))
+            self.emit(self.d.add_carry_in, self.word(d, 1), sink, *self.vop3(self.word(a, 1), self.word(b, 1), sgprs=0), carry)
+
+    def op_mul(self, d, a, b, *_) -> None:
+        """The low word; a 64-bit d also the high one (32-bit a and b)."""
+        lo, hi = ("v_mul_lo_u32", "v_mul_hi_u32") if is_lane(d) else ("s_mul_i32", "s_mul_hi_u32")
+        sources = self.vop3(a, b) if is_lane(d) else (a, b)
+        if words(d) == 2:
+            self.emit(hi, self.word(d, 1), *sources)
+        self.emit(lo, self.word(d, 0), *sources)
+
+    def op_shl(self, d, a, n, *_, name: str = "shl") -> None:
+        scalar, vector = SHIFTS[name]
+        if is_lane(d):
+            self.emit(vector, d, *self.vop3(n, a))
+        else:
+            self.emit(scalar, d, a, n)
+
+    def op_shr(self, d, a, n, *_) -> None:
+        self.op_shl(d, a, n, name="shr")
+
+    def op_and(self, d, a, b, *_) -> None:
+        if is_lane(d):
+            self.emit("v_and_b32_e64", d, *self.vop3(a, b))
+        else:
+            self.emit("s_and_b32", d, a, b)
+
+    def op_bfe(self, d, a, at, width) -> None:
+        if is_lane(d):
+            self.emit("v_bfe_u32", d, *self.vop3(a, at, width))
+        else:
+            self.emit("s_bfe_u32", d, a, width << 16 | at)
+
+    # -- lanes
+    def op_cmp(self, p, cond, a, b) -> None:
+        if is_lane(a) or is_lane(b):
+            self.emit(f"v_cmp_{cond}_u32_e64", p, *self.vop3(a, b))
+        else:  # one answer for the wave: all running lanes or none
+            self.emit(f"s_cmp_{cond}_u32", a, b)
+            self.emit(self.d.mask("s_cselect"), p, self.d.exec, 0)
+
+    def op_pand(self, p, a, b, *_) -> None:
+        self.emit(self.d.mask("s_and"), p, a, b)
+
+    def op_first(self, p, a, *_) -> None:
+        """p = the lowest running lane of a, or no lane (s_ff1 of none is -1, and 1 << -1 meets no candidate)."""
+        candidates, lane, d = Pred("candidates"), Val("leader_lane"), self.d
+        self.emit(d.mask("s_and"), candidates, d.exec, a)
+        self.emit(d.first_one, lane, candidates)
+        self.emit(d.mask("s_lshl"), p, 1, lane)
+        self.emit(d.mask("s_and"), p, p, candidates)
+
+    def op_lanes(self, p, *_) -> None:
+        self.emit(self.d.mask("s_and_saveexec"), Pred(f"exec_saved{self.depth}"), p)
+        self.depth += 1
+
+    def op_end(self, *_) -> None:
+        self.depth -= 1
+        self.emit(self.d.mask("s_mov"), self.d.exec, Pred(f"exec_saved{self.depth}"))
+
+    def op_count(self, d, *_) -> None:
+        if is_lane(d):
+            self.op_add(d, d, 1)
+        else:  # SCC = some lane runs; add it
+            self.emit(self.d.compare_mask(), self.d.exec, 0)
+            self.emit("s_addc_u32", d, d, 0)
+
+    # -- memory
+    def op_param(self, d, name, *_) -> None:
+        self.emit(self.d.scalar_load[0 if words(d) == 2 else 1], d, Val("kernarg", 2), self.params[name])
+        self.pending.add(d.role)
+
+    def op_store(self, base, index, offset, value) -> None:
+        self.memory(self.d.store[words(value) - 1], base, index, offset, value)
+
+    def op_atomic_add(self, base, index, offset, value) -> None:
+        self.memory(self.d.atomic_add_u64, base, index, offset, value)
+
+    def memory(self, mnemonic: str, base, index, offset: int, value) -> None:
+        """A global access: an SGPR base with a VGPR offset (`zero`, set at entry, when none), or a VGPR address."""
+        if not is_lane(value) or (type(value) is Val and value.part is not None):
+            data = Val(f"store_data{words(value)}", words(value), lane=True)
+            self.op_mov(data, value)
+            value = data
+        if is_lane(base):
+            self.emit(mnemonic, base, value, "off", offset=offset)
+            return
+        if index is not None and not is_lane(index):
+            self.op_mov(Val("store_offset", lane=True), index)
+            index = Val("store_offset", lane=True)
+        self.emit(mnemonic, index if index is not None else Val("zero", lane=True), value, base, offset=offset)
