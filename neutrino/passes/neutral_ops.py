@@ -45,19 +45,17 @@ import attrs
 from neutrino.passes.save_core import COUNT_BYTES, RECORDS_ALIGN, lower_record, lower_sum, packed_offsets, record_stride
 
 
-@attrs.frozen
-class Val:
+class Val(NamedTuple):
     role: str
     words: int = 1
     lane: bool = False
     part: int | None = None  # one 32-bit word of the value
 
     def word(self, index: int) -> "Val":
-        return attrs.evolve(self, part=index)
+        return self._replace(part=index)
 
 
-@attrs.frozen
-class Pred:
+class Pred(NamedTuple):
     """A set of lanes of ours (GCN: a lane mask)."""
 
     role: str
@@ -115,14 +113,15 @@ class NeutralSteps:
     narrowed: bool = False  # saving_lanes narrowed the running lanes: end_saving widens them again
     offsets: list[int] = attrs.Factory(list)  # byte offset of each field of the record being lowered
 
-    def lower(self, spec, values: tuple, types: tuple[str, ...], guard) -> list[Op]:
-        """One SAVE of `values` (ISA operands, one per field, of `types`) into map `spec` (array or sum)."""
+    def lower(self, spec, values: tuple, types: tuple[str, ...], guard) -> tuple[list[Op], list[Op]]:
+        """One SAVE of `values` (ISA operands, one per field, of `types`) into map `spec` (array or sum): the moves
+        of the values into the fields (one site's own operands), then the record's code (the same at every site)."""
         fields = [Val(f"save_data{i}_{t}", 2 if t == "u64" else 1, lane=True) for i, t in enumerate(types)]
-        code = [Op("mov", field, value) for field, value in zip(fields, values)]
+        moves = [Op("mov", field, value) for field, value in zip(fields, values)]
         if spec.type == "sum":
-            return code + lower_sum(self, spec, fields, guard)
+            return moves, lower_sum(self, spec, fields, guard)
         self.offsets = [f.offset for f in spec.fields] if len(spec.fields) == len(types) else packed_offsets(types)
-        return code + lower_record(self, spec, fields, guard)
+        return moves, lower_record(self, spec, fields, guard)
 
     # -- the lanes that save: at thread level the guard's (all, unguarded), else the unit's leader
     def saving_lanes(self, level: str, guard, at_exit: bool = False) -> list[Op]:

@@ -35,7 +35,11 @@ class GcnSaveLowering:
             for site in state.sites:
                 code: list = []
                 for item in site.code:
-                    code.extend(gcn.translate(lowered(steps, ctx.probes.maps, item, state)) if type(item) is SaveOp else [item])
+                    if type(item) is not SaveOp:
+                        code.append(item)
+                        continue
+                    moves, record = lowered(steps, ctx.probes.maps, item, state)
+                    code += gcn.translate(moves, shared=False) + gcn.translate(record)
                 site.code = code
             exit_code = gcn.translate(lower_exit_counts(steps, [ctx.probes.maps[name] for name in state.maps]))
             if exit_code:  # at s_endpgm every lane the wave started with counts, whatever the last branch left in exec
@@ -44,8 +48,8 @@ class GcnSaveLowering:
             state.exit_code = exit_code
 
 
-def lowered(steps: NeutralSteps, maps: dict, save: SaveOp, state) -> list:
-    """The neutral operations of one SAVE, or the refusal of a map GCN cannot fill yet."""
+def lowered(steps: NeutralSteps, maps: dict, save: SaveOp, state) -> tuple[list, list]:
+    """The neutral operations of one SAVE (NeutralSteps.lower), or the refusal of a map GCN cannot fill yet."""
     spec = maps[save.map]
     if spec.type == "hist":
         raise InstrumentError(f"[probe {save.probe}] hist maps are not supported on GCN yet (map {save.map})")

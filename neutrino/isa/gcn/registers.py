@@ -9,6 +9,8 @@ buffer-addressing pass writes the new counts back into the descriptor.
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 
 from neutrino.errors import InstrumentError
@@ -83,13 +85,17 @@ def insn(mnemonic: str, *operands, origin: str, modifiers: tuple[str, ...] = ())
 
 
 def operand(value) -> ir.Operand:
+    return _literal(value) if isinstance(value, (int, str)) else value
+
+
+@functools.lru_cache(maxsize=1024)  # operands are values: the few literals and words passes use, parsed once
+def _literal(value: int | str) -> ir.Operand:
     if isinstance(value, int):
         return ir.Imm(hex(value) if value > 64 else str(value))
-    if isinstance(value, str):
-        return parse_operand(value)
-    return value
+    return parse_operand(value)
 
 
+@functools.lru_cache(maxsize=4096)
 def half(reg: ir.RegRange, which: int) -> ir.RegRange:
     return ir.RegRange(reg.file, reg.first + which)
 

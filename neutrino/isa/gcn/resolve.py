@@ -190,6 +190,6 @@ class _Helpers:
         # a VGPR pair, or an SGPR base + a 32-bit VGPR offset; then the instruction's own offset
         out = Val("addr", 2, lane=True)
         ops = [Op("mov", out, vaddr)] if saddr is None else [Op("add", out, saddr, vaddr)]
-        self.prologue += GcnTranslation(self.state, ORIGIN).translate(ops + ([Op("add", out, out, offset)] if offset else []))
+        self.prologue += GcnTranslation(self.state, ORIGIN).translate(ops + ([Op("add", out, out, offset)] if offset else []), shared=False)
         self.addr = self.state.registers.vgprs("addr", 2)
         return self.addr

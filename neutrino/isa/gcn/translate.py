@@ -13,6 +13,10 @@ and a VGPR offset, or a VGPR address.
 
 from __future__ import annotations
 
+import functools
+
+import attrs
+
 from neutrino.isa.gcn import ir
 from neutrino.isa.gcn.registers import GcnKernelState, half, insn
 from neutrino.passes.neutral_ops import ACTIVE, Op, Pred, Val
@@ -32,26 +36,95 @@ def is_lane(x) -> bool:
 
 
 class GcnTranslation:
-    """Translates neutral operations for one kernel; `params`: the kernel parameters `param` reads, name → kernarg offset."""
+    """Translates neutral operations for one kernel; `params`: the kernel parameters `param` reads, name → kernarg offset.
+
+    A list of operations is translated once per dialect (`_template`, with registers standing for roles) and each
+    kernel gets it with its own registers, taken in the same order: kernels and sites of one shape share the work."""
 
     def __init__(self, state: GcnKernelState, origin: str, params: dict[str, int] | None = None):
-        self.regs, self.d, self.origin, self.params = state.registers, state.dialect, origin, params or {}
+        self.state, self.origin, self.params = state, origin, tuple(sorted((params or {}).items()))
+        self.pending = False  # the last translation left a scalar load not waited for
+
+    def translate(self, ops: list, shared: bool = True) -> list[ir.Instruction]:
+        """The instructions of `ops`; `shared=False` for operations on one site's own operands (no template)."""
+        if not shared:
+            writer = _write(_Writer(self.state.registers, self.state.dialect, self.origin, dict(self.params)), ops)
+            self.pending = bool(writer.pending)
+            return writer.out
+        template = _template(tuple(ops), self.state.dialect, self.origin, self.params)
+        self.pending = template.pending
+        return template.instantiate(self.state.registers, self.origin)
+
+
+ROLE_BASE, ROLE_SPAN = 1 << 20, 64  # a role's stand-in registers: far above any real one, `span` apart
+
+
+class _Roles:
+    """An allocator of stand-ins: role k's registers start at ROLE_BASE + ROLE_SPAN * k, in its file."""
+
+    def __init__(self):
+        self.taken: dict[str, ir.RegRange] = {}
+        self.order: list[tuple[str, str, int]] = []  # (role, file, count), in first-use order
+
+    def sgprs(self, role: str, count: int = 1) -> ir.RegRange:
+        return self._take(role, "s", count)
+
+    def vgprs(self, role: str, count: int = 1) -> ir.RegRange:
+        return self._take(role, "v", count)
+
+    def _take(self, role: str, file: str, count: int) -> ir.RegRange:
+        if role not in self.taken:
+            self.taken[role] = ir.RegRange(file, ROLE_BASE + ROLE_SPAN * len(self.order), count, bracketed=count > 1)
+            self.order.append((role, file, count))
+        return self.taken[role]
+
+
+@attrs.frozen
+class _Template:
+    code: tuple  # (mnemonic, operands, modifiers); an int operand is an index into `slots`
+    slots: tuple[tuple[str, int, int, int, bool], ...]  # (file, role index, word, count, bracketed) of each stand-in
+    roles: tuple[tuple[str, str, int], ...]  # (role, file, count) in first-use order: the order registers are taken in
+    pending: bool
+
+    def instantiate(self, registers, origin: str) -> list[ir.Instruction]:
+        homes = [(registers.sgprs if file == "s" else registers.vgprs)(role, count) for role, file, count in self.roles]
+        real = [ir.RegRange(file, homes[k].first + word, count, bracketed) for file, k, word, count, bracketed in self.slots]
+        return [ir.Instruction(m, tuple(real[o] if type(o) is int else o for o in operands), modifiers, origin=origin)
+                for m, operands, modifiers in self.code]
+
+
+@functools.lru_cache(maxsize=512)  # a pure function of its arguments: kernels and sites of one shape share it
+def _template(ops: tuple, dialect, origin: str, params: tuple) -> _Template:
+    writer = _write(_Writer(_Roles(), dialect, origin, dict(params)), ops)
+    slots: dict[ir.RegRange, int] = {}
+
+    def slot(o):
+        if type(o) is not ir.RegRange or o.first < ROLE_BASE:
+            return o
+        return slots.setdefault(o, len(slots))
+
+    code = tuple((i.mnemonic, tuple(map(slot, i.operands)), i.modifiers) for i in writer.out)
+    stand_ins = tuple((o.file, *divmod(o.first - ROLE_BASE, ROLE_SPAN), o.count, o.bracketed) for o in slots)
+    return _Template(code, stand_ins, tuple(writer.regs.order), bool(writer.pending))
+
+
+def _write(writer: "_Writer", ops) -> "_Writer":
+    for op in ops:
+        if writer.pending and any(type(x) is Val and x.role in writer.pending for x in op[1:]):
+            writer.emit("s_waitcnt", "lgkmcnt(0)")
+            writer.pending.clear()
+        getattr(writer, "op_" + op.name)(*op[1:])
+    return writer
+
+
+class _Writer:
+    """The instructions of each operation, on stand-in registers."""
+
+    def __init__(self, regs: _Roles, dialect, origin: str, params: dict[str, int]):
+        self.regs, self.d, self.origin, self.params = regs, dialect, origin, params
         self.pending: set[str] = set()  # roles a scalar load fills, not yet waited for
         self.depth = 0  # `lanes` not yet ended
         self.out: list = []
-
-    def translate(self, ops: list) -> list:
-        """The instructions of `ops` (instructions among them are kept as they are)."""
-        self.out = []
-        for op in ops:
-            if type(op) is not Op:
-                self.out.append(op)
-                continue
-            if self.pending and any(type(x) is Val and x.role in self.pending for x in op[1:]):
-                self.emit("s_waitcnt", "lgkmcnt(0)")
-                self.pending.clear()
-            getattr(self, "op_" + op.name)(*op[1:])
-        return self.out
 
     def emit(self, mnemonic: str, *operands, offset: int = 0) -> None:
         self.out.append(insn(mnemonic, *map(self.reg, operands), origin=self.origin,
