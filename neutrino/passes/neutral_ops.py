@@ -29,8 +29,8 @@ Operations, `Op(name, dst, a, b, c)` (spec/pipeline.md, "The neutral operations"
     param d, name        d = the kernel's parameter `name` (a map's buffer, the launch geometry)
     lanes p / end        from here the running lanes are those of p among the running ones / as before
     count d              d += 1: in each running lane (a per-lane d) or once if any lane runs (one per wave)
-    store b, i, o, v     [b + i + o] = v (global memory; i a 32-bit offset or None)
-    atomic_add b, i, o, v
+    store b, o, v        [b + o] = v (global memory, a 64-bit address b and a constant offset o)
+    atomic_add b, o, v   [b + o] += v (u64)
 
 Per-lane operations and memory run in the running lanes only; one-per-wave
 operations run once for the wave whatever lanes run (that is why `count` exists).
@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 import attrs
 
+from neutrino.isa.ptx import ir as ptx
 from neutrino.passes.save_core import COUNT_BYTES, RECORDS_ALIGN, lower_record, lower_sum, packed_offsets, record_stride
 
 
@@ -70,6 +71,39 @@ class Op(NamedTuple):
 
 
 ACTIVE = "active"  # the predicate of every running lane
+
+
+@attrs.define(eq=False)
+class SaveOp:
+    """A SAVE after operand resolution, until SAVE lowering: the values of one record of `map`, each with its field's type."""
+
+    map: str
+    values: tuple  # the ISA's operands, one per field
+    types: tuple[str, ...]  # u32 / u64 per field
+    probe: str
+    guard: object = None  # the ISA's lane predicate: only those lanes save
+
+    def joined(self, earlier: "SaveOp | None") -> "SaveOp":
+        """The compact form's SAVEs of one snippet fill one record: this one's values after `earlier`'s."""
+        if earlier is None:
+            return self
+        return SaveOp(self.map, earlier.values + self.values, earlier.types + self.types, self.probe, self.guard)
+
+
+def save_of(stmt, probe, maps: dict, operand) -> SaveOp:
+    """A snippet's SAVE statement (read as PTX whatever the ISA: `SAVE [ m ] {a, b}` or `SAVE.u32 {a}` into the
+    probe's map) as a SaveOp; `operand(item, None)` is a value item, `operand(register, "guard")` the guard's predicate.
+    Field types: the map's, for the explicit form and aggregation maps; else the compact form's type for every value."""
+    explicit = bool(stmt.operands) and type(stmt.operands[0]) is ptx.Address
+    map_name = stmt.operands[0].base.name if explicit else probe.map
+    items = stmt.operands[1 if explicit else 0].items
+    spec = maps[map_name]
+    if stmt.opcode.text == "SAVE" or spec.type != "array":
+        types = tuple(f.type for f in spec.fields) if len(spec.fields) == len(items) else ("u64",) * len(items)
+    else:
+        types = (stmt.opcode.modifiers[-1],) * len(items)
+    guard = operand(stmt.guard.register, "guard") if stmt.guard is not None else None
+    return SaveOp(map_name, tuple(operand(item, None) for item in items), types, probe.name, guard)
 
 # the entry's geometry (one per wave unless `lane`)
 WG, BLOCKS, TPB, WPB, T = Val("wg"), Val("blocks"), Val("tpw"), Val("waves_per_wg"), Val("t")
@@ -153,7 +187,7 @@ class NeutralSteps:
         return [[i] for i in range(count)]  # one store per field
 
     def store_fields(self, spec, values: list, first: int) -> list[Op]:
-        return [Op("store", _level_val("record", spec.level == "thread"), None, self.offsets[first], values[0])]
+        return [Op("store", _level_val("record", spec.level == "thread"), self.offsets[first], values[0])]
 
     def end_below_cap(self, spec) -> list[Op]:
         return [Op("end")]
@@ -162,11 +196,11 @@ class NeutralSteps:
         return [Op("count", _map_val("cursor", spec))]  # every attempt counts, stored or not
 
     def store_count(self, spec) -> list[Op]:
-        return [Op("store", _map_val("count", spec, 2), None, 0, _map_val("cursor", spec))]
+        return [Op("store", _map_val("count", spec, 2), 0, _map_val("cursor", spec))]
 
     def counter_add(self, spec, index: int, value, guard) -> list[Op]:
         """Each saving lane adds its value to the launch's u64 counter `index`."""
-        return [Op("atomic_add", Val(f"map_{spec.name}", 2), None, 8 * index, value)]
+        return [Op("atomic_add", Val(f"map_{spec.name}", 2), 8 * index, value)]
 
     # -- entry: the units and their slots
     def map_base(self, spec, first: bool) -> list[Op]:

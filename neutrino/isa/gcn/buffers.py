@@ -19,7 +19,7 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, metadata
 from neutrino.isa.gcn.registers import GcnKernelState, insn
 from neutrino.isa.gcn.translate import GcnTranslation
-from neutrino.passes.build import splice as insert_around
+from neutrino.passes.build import site_edits, splice as insert_around
 from neutrino.passes.neutral_ops import NeutralSteps, Op, Val, geometry
 from neutrino.passes.save_core import address_maps
 from neutrino.passes.state import Context
@@ -144,28 +144,6 @@ class GcnBufferAddressing:
 
 def splice(module: ir.Module, ctx: Context) -> None:
     """All sites' code and each kernel's entry and exit code into the module, in one pass over it."""
-    insert_around(module.items, edits(ctx))
+    insert_around(module.items, site_edits(ctx))
     for state in ctx.kernels.values():
         state.spliced = True
-
-
-def edits(ctx: Context, shown=lambda code: code) -> dict:
-    """id(statement) → (code before it, None, code after it), for passes/build.splice; `shown` maps each piece of code."""
-    before: dict[int, list] = {}
-    after: dict[int, list] = {}
-    for state in ctx.kernels.values():
-        first = id(state.originals[0]) if state.originals else None
-        if first is not None:
-            before.setdefault(first, []).extend(shown(state.entry_code))
-            before[first].extend(c for s in state.sites if s.kind == "entry" for c in shown(s.code))
-        for site in state.sites:
-            if site.kind == "entry":
-                continue
-            # code after the kernel's end runs before it: nothing runs after s_endpgm
-            target = before if site.where == "before" or site.kind == "exit" else after
-            points = state.before_point if target is before else state.after_point  # an ISA may move code off its anchor
-            target.setdefault(id(points.get(id(site.anchor), site.anchor)), []).extend(shown(site.code))
-        for anchor in state.exits if state.exit_code else ():
-            before.setdefault(id(anchor), []).extend(shown(state.exit_code))
-    keys = before.keys() | after.keys()
-    return {key: (before.get(key, ()), None, after.get(key, ())) for key in keys}

@@ -16,9 +16,9 @@ import attrs
 
 from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import ir
-from neutrino.isa.gcn.registers import SaveOp, insn
+from neutrino.isa.gcn.registers import insn
 from neutrino.isa.gcn.translate import GcnTranslation
-from neutrino.passes.neutral_ops import NeutralSteps
+from neutrino.passes.neutral_ops import NeutralSteps, SaveOp
 from neutrino.passes.save_core import lower_exit_counts
 from neutrino.passes.state import Context
 

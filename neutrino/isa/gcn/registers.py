@@ -98,14 +98,3 @@ def _literal(value: int | str) -> ir.Operand:
 @functools.lru_cache(maxsize=4096)
 def half(reg: ir.RegRange, which: int) -> ir.RegRange:
     return ir.RegRange(reg.file, reg.first + which)
-
-
-@attrs.define(eq=False)
-class SaveOp:
-    """An abstract SAVE after operand resolution: the values of one record of `map`, each with its field's type."""
-
-    map: str
-    values: tuple  # ir.RegRange or ir.Imm per field
-    types: tuple[str, ...]  # u32 / u64 per field
-    probe: str
-    guard: ir.RegRange | None = None  # a lane mask: only these lanes save

@@ -22,7 +22,10 @@ from neutrino.isa.gcn.registers import GcnKernelState, half, insn
 from neutrino.passes.neutral_ops import ACTIVE, Op, Pred, Val
 
 INLINE = range(-16, 65)  # integers every operand slot takes as they are
-SHIFTS = {"shl": ("s_lshl_b32", "v_lshlrev_b32_e64"), "shr": ("s_lshr_b32", "v_lshrrev_b32_e64")}
+#: 32-bit operations: (SALU, VALU) mnemonics (None: the dialect's add)
+ALU = {"add": ("s_add_u32", None), "mul": ("s_mul_i32", "v_mul_lo_u32"), "and": ("s_and_b32", "v_and_b32_e64"),
+       "shl": ("s_lshl_b32", "v_lshlrev_b32_e64"), "shr": ("s_lshr_b32", "v_lshrrev_b32_e64")}
+SHIFTS = ("shl", "shr")
 
 
 def words(x) -> int:
@@ -164,48 +167,47 @@ class _Writer:
             out.append(x)
         return out
 
-    # -- arithmetic
+    # -- arithmetic: one-per-wave values in SALU instructions, per-lane ones in VALU (VOP3)
     def op_mov(self, d, a, *_) -> None:
         for i in range(words(d)):
             mnemonic = "v_mov_b32_e32" if is_lane(d) else "v_readfirstlane_b32" if is_lane(a) else "s_mov_b32"
             self.emit(mnemonic, self.word(d, i), self.word(a, i))
 
-    def op_add(self, d, a, b, *_) -> None:
-        if words(d) == 1 and is_lane(d):
-            self.emit(self.d.add_u32.replace("_e32", "_e64"), d, *self.vop3(a, b))
-        elif words(d) == 1:
-            self.emit("s_add_u32", d, a, b)
-        elif not is_lane(d):
-            self.emit("s_add_u32", self.word(d, 0), self.word(a, 0), self.word(b, 0))
-            self.emit("s_addc_u32", self.word(d, 1), self.word(a, 1), self.word(b, 1))
+    def alu(self, name: str, d, a, b) -> None:
+        """A 32-bit operation of ALU (the vector shifts take the amount first)."""
+        scalar, vector = ALU[name]
+        if not is_lane(d):
+            self.emit(scalar, d, a, b)
         else:
-            carry, sink = self.regs.sgprs("carry", self.d.mask_sgprs), self.regs.sgprs("carry_out", self.d.mask_sgprs)
-            self.emit("v_add_co_u32_e64", self.word(d, 0), carry, *self.vop3(self.word(a, 0), self.word(b, 0)))
-            self.emit(self.d.add_carry_in, self.word(d, 1), sink, *self.vop3(self.word(a, 1), self.word(b, 1), sgprs=0), carry)
+            self.emit(vector or self.d.add_u32.replace("_e32", "_e64"), d, *self.vop3(*((b, a) if name in SHIFTS else (a, b))))
+
+    def op_add(self, d, a, b, *_) -> None:
+        if words(d) == 1:
+            return self.alu("add", d, a, b)
+        w = self.word
+        if not is_lane(d):
+            self.emit("s_add_u32", w(d, 0), w(a, 0), w(b, 0))
+            self.emit("s_addc_u32", w(d, 1), w(a, 1), w(b, 1))
+            return
+        carry, sink = self.regs.sgprs("carry", self.d.mask_sgprs), self.regs.sgprs("carry_out", self.d.mask_sgprs)
+        self.emit("v_add_co_u32_e64", w(d, 0), carry, *self.vop3(w(a, 0), w(b, 0)))
+        self.emit(self.d.add_carry_in, w(d, 1), sink, *self.vop3(w(a, 1), w(b, 1), sgprs=0), carry)
 
     def op_mul(self, d, a, b, *_) -> None:
         """The low word; a 64-bit d also the high one (32-bit a and b)."""
-        lo, hi = ("v_mul_lo_u32", "v_mul_hi_u32") if is_lane(d) else ("s_mul_i32", "s_mul_hi_u32")
-        sources = self.vop3(a, b) if is_lane(d) else (a, b)
+        a, b = self.vop3(a, b) if is_lane(d) else (a, b)
         if words(d) == 2:
-            self.emit(hi, self.word(d, 1), *sources)
-        self.emit(lo, self.word(d, 0), *sources)
+            self.emit("v_mul_hi_u32" if is_lane(d) else "s_mul_hi_u32", self.word(d, 1), a, b)
+        self.alu("mul", self.word(d, 0), a, b)
 
-    def op_shl(self, d, a, n, *_, name: str = "shl") -> None:
-        scalar, vector = SHIFTS[name]
-        if is_lane(d):
-            self.emit(vector, d, *self.vop3(n, a))
-        else:
-            self.emit(scalar, d, a, n)
+    def op_shl(self, d, a, n, *_) -> None:
+        self.alu("shl", d, a, n)
 
     def op_shr(self, d, a, n, *_) -> None:
-        self.op_shl(d, a, n, name="shr")
+        self.alu("shr", d, a, n)
 
     def op_and(self, d, a, b, *_) -> None:
-        if is_lane(d):
-            self.emit("v_and_b32_e64", d, *self.vop3(a, b))
-        else:
-            self.emit("s_and_b32", d, a, b)
+        self.alu("and", d, a, b)
 
     def op_bfe(self, d, a, at, width) -> None:
         if is_lane(d):
@@ -213,7 +215,7 @@ class _Writer:
         else:
             self.emit("s_bfe_u32", d, a, width << 16 | at)
 
-    # -- lanes
+    # -- lanes: a predicate is a lane mask; `lanes` narrows exec
     def op_cmp(self, p, cond, a, b) -> None:
         if is_lane(a) or is_lane(b):
             self.emit(f"v_cmp_{cond}_u32_e64", p, *self.vop3(a, b))
@@ -242,32 +244,24 @@ class _Writer:
 
     def op_count(self, d, *_) -> None:
         if is_lane(d):
-            self.op_add(d, d, 1)
-        else:  # SCC = some lane runs; add it
-            self.emit(self.d.compare_mask(), self.d.exec, 0)
-            self.emit("s_addc_u32", d, d, 0)
+            return self.op_add(d, d, 1)
+        self.emit(self.d.compare_mask(), self.d.exec, 0)  # SCC = some lane runs; add it
+        self.emit("s_addc_u32", d, d, 0)
 
     # -- memory
     def op_param(self, d, name, *_) -> None:
         self.emit(self.d.scalar_load[0 if words(d) == 2 else 1], d, Val("kernarg", 2), self.params[name])
         self.pending.add(d.role)
 
-    def op_store(self, base, index, offset, value) -> None:
-        self.memory(self.d.store[words(value) - 1], base, index, offset, value)
-
-    def op_atomic_add(self, base, index, offset, value) -> None:
-        self.memory(self.d.atomic_add_u64, base, index, offset, value)
-
-    def memory(self, mnemonic: str, base, index, offset: int, value) -> None:
-        """A global access: an SGPR base with a VGPR offset (`zero`, set at entry, when none), or a VGPR address."""
-        if not is_lane(value) or (type(value) is Val and value.part is not None):
+    def op_store(self, base, offset, value, *_, mnemonic: str = "") -> None:
+        """A global access: a VGPR address, or an SGPR one with `zero` (a VGPR of ours set at entry) as its offset."""
+        if not is_lane(value):  # data is VGPRs
             data = Val(f"store_data{words(value)}", words(value), lane=True)
             self.op_mov(data, value)
             value = data
-        if is_lane(base):
-            self.emit(mnemonic, base, value, "off", offset=offset)
-            return
-        if index is not None and not is_lane(index):
-            self.op_mov(Val("store_offset", lane=True), index)
-            index = Val("store_offset", lane=True)
-        self.emit(mnemonic, index if index is not None else Val("zero", lane=True), value, base, offset=offset)
+        mnemonic = mnemonic or self.d.store[words(value) - 1]
+        address = (base, value, "off") if is_lane(base) else (Val("zero", lane=True), value, base)
+        self.emit(mnemonic, *address, offset=offset)
+
+    def op_atomic_add(self, base, offset, value, *_) -> None:
+        self.op_store(base, offset, value, mnemonic=self.d.atomic_add_u64)
