@@ -71,6 +71,9 @@ class Op(NamedTuple):
 
 
 ACTIVE = "active"  # the predicate of every running lane
+#: every operation, as the table above lists them: what an ISA's translation implements
+OPERATIONS = ("mov", "add", "mul", "shl", "shr", "and", "bfe", "cmp", "pand", "first", "param", "lanes", "end", "count",
+              "store", "atomic_add")
 
 
 @attrs.define(eq=False)
