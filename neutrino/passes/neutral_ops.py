@@ -136,7 +136,7 @@ def _map_val(kind: str, spec, words: int = 1) -> Val:
 
 def _level_val(role: str, lane: bool) -> Val:
     """A 64-bit value per lane at thread level, else one per wave: two roles, as they live in different registers.
-    (`offset` serves the entry's slots and each record's address: the two are never live together.)"""
+    (`record` also holds the entry's offsets into a map: the two are never live together.)"""
     return Val(role + ("_lane" if lane else ""), 2, lane)
 
 
@@ -180,11 +180,10 @@ class NeutralSteps:
         return [Op("cmp", below, "lt", _map_val("cursor", spec), int(spec.cap)), Op("lanes", below)]
 
     def record_address(self, spec) -> list[Op]:
-        """The record's address: the unit's slot + cursor * record bytes."""
-        lane = spec.level == "thread"
-        offset, record = _level_val("offset", lane), _level_val("record", lane)
-        return [Op("mul", offset, _map_val("cursor", spec), spec.record_bytes),
-                Op("add", record, _map_val("slot", spec, 2), offset)]
+        """The record's address (`record`): the unit's slot + cursor * record bytes."""
+        record = _level_val("record", spec.level == "thread")
+        return [Op("mul", record, _map_val("cursor", spec), spec.record_bytes),
+                Op("add", record, _map_val("slot", spec, 2), record)]
 
     def store_chunks(self, spec, count: int) -> list[list[int]]:
         return [[i] for i in range(count)]  # one store per field
@@ -230,7 +229,7 @@ class NeutralSteps:
         """This unit's count address (buffer + 4 * unit) and first record (records at align16(4 * units),
         `cap` records per unit) in `spec`'s buffer, and its cursor set to 0 (layout: spec/kernel-json.md)."""
         unit, units = unit_and_units
-        records, offset, base = Val("records_at"), _level_val("offset", unit.lane), Val(f"map_{spec.name}", 2)
+        records, offset, base = Val("records_at"), _level_val("record", unit.lane), Val(f"map_{spec.name}", 2)
         return [Op("mul", records, units, COUNT_BYTES), Op("add", records, records, RECORDS_ALIGN - 1),
                 Op("and", records, records, -RECORDS_ALIGN & 0xFFFFFFFF),
                 Op("mul", offset, unit, COUNT_BYTES), Op("add", _map_val("count", spec, 2), base, offset),
