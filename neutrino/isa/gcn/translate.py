@@ -91,9 +91,14 @@ class _Template:
 
     def instantiate(self, registers, origin: str) -> list[ir.Instruction]:
         homes = [(registers.sgprs if file == "s" else registers.vgprs)(role, count) for role, file, count in self.roles]
-        real = [ir.RegRange(file, homes[k].first + word, count, bracketed) for file, k, word, count, bracketed in self.slots]
+        real = [_register(file, homes[k].first + word, count, bracketed) for file, k, word, count, bracketed in self.slots]
         return [ir.Instruction(m, tuple(real[o] if type(o) is int else o for o in operands), modifiers, origin=origin)
                 for m, operands, modifiers in self.code]
+
+
+@functools.lru_cache(maxsize=4096)  # registers are values: kernels share the few they are given
+def _register(file: str, first: int, count: int, bracketed: bool) -> ir.RegRange:
+    return ir.RegRange(file, first, count, bracketed)
 
 
 @functools.lru_cache(maxsize=512)  # a pure function of its arguments: kernels and sites of one shape share it
