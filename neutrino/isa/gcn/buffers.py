@@ -5,8 +5,9 @@ appended after the kernel's last argument (hidden ones included), so the
 runtime's own argument layout is untouched; `.amdhsa_kernarg_size` and the
 metadata's `.kernarg_segment_size` and `.args` grow by them. Code at kernel
 entry keeps the kernarg segment pointer, the workgroup ids and the packed
-work-item ids (registers the kernel may reuse later) in registers of ours,
-loads the map pointers and computes each unit's slot. Last, the descriptor's
+work-item ids (registers the kernel may reuse later) in registers of ours;
+the launch geometry, the map pointers and each unit's slot are the neutral
+programs of passes/neutral_ops.py, translated. Last, the descriptor's
 register counts are raised to cover every register the probes took, and all
 code is spliced in.
 """
