@@ -19,8 +19,6 @@ from neutrino.isa.gcn.dialect import GFX9, Dialect
 from neutrino.isa.gcn.parser import parse_operand
 from neutrino.passes.state import KernelState
 
-#: highest SGPR count a gfx9 kernel may address (s0..s101), less vcc, flat_scratch and xnack_mask
-ADDRESSABLE_SGPRS = 102
 ARCH_VGPRS = 256
 
 
