@@ -47,6 +47,8 @@ from neutrino.passes.save_core import COUNT_BYTES, RECORDS_ALIGN, lower_record, 
 
 
 class Val(NamedTuple):
+    """A value of ours (see above): tuples, so that programs of them hash fast as the translations' cache keys."""
+
     role: str
     words: int = 1
     lane: bool = False
@@ -107,6 +109,7 @@ def save_of(stmt, probe, maps: dict, operand) -> SaveOp:
         types = (stmt.opcode.modifiers[-1],) * len(items)
     guard = operand(stmt.guard.register, "guard") if stmt.guard is not None else None
     return SaveOp(map_name, tuple(operand(item, None) for item in items), types, probe.name, guard)
+
 
 # the entry's geometry (one per wave unless `lane`)
 WG, BLOCKS, TPB, WPB, T = Val("wg"), Val("blocks"), Val("tpw"), Val("waves_per_wg"), Val("t")

@@ -19,7 +19,7 @@ import attrs
 
 from neutrino.isa.gcn import ir
 from neutrino.isa.gcn.registers import GcnKernelState, half, insn
-from neutrino.passes.neutral_ops import ACTIVE, Op, Pred, Val
+from neutrino.passes.neutral_ops import ACTIVE, Pred, Val
 
 INLINE = range(-16, 65)  # integers every operand slot takes as they are
 #: 32-bit operations: (SALU, VALU) mnemonics (None: the dialect's add)
