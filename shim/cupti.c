@@ -331,9 +331,16 @@ static void release_pending(int all) {
 
 /* CUPTI gives 0 for a time it does not have (a record flushed incomplete, by a forced flush while the
  * kernel ran): such a record is written with both times 0 and flags bit 2, never as time 0. */
+static int debug_untimed = -1;  /* NEUTRINO_TIMELINE_DEBUG=1: CUPTI's raw times of such records to stderr */
+
 static void set_gpu_times(nt_timeline_record *r, uint64_t start, uint64_t end) {
     if (!start || !end || end < start) {
         r->flags |= FLAG_NO_GPU_TIME;
+        if (debug_untimed < 0) debug_untimed = getenv("NEUTRINO_TIMELINE_DEBUG") != NULL;
+        if (debug_untimed && counts[N_NO_GPU_TIME] < 64)
+            fprintf(stderr, "neutrino: timeline: kind %u correlation %u without GPU time: CUPTI start %llu end %llu, "
+                    "now %llu\n", r->kind, (unsigned)r->correlation, (unsigned long long)start,
+                    (unsigned long long)end, (unsigned long long)realtime_ns());
         return;
     }
     r->start_ns = gpu_time_ns(start);
@@ -346,8 +353,8 @@ static void convert_kernel(const uint8_t *a) {
     r.flags = nt_rd32(a, K_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, K_DEVICE);
     r.stream = nt_rd32(a, K_STREAM);
-    set_gpu_times(&r, nt_rd64(a, K_START), nt_rd64(a, K_END));
     r.correlation = nt_rd32(a, K_CORRELATION);
+    set_gpu_times(&r, nt_rd64(a, K_START), nt_rd64(a, K_END));
     r.bytes = nt_rd32(a, K_DYN_SHARED);
     const char *name;
     memcpy(&name, a + K_NAME, sizeof name);
@@ -367,8 +374,8 @@ static void convert_copy(const uint8_t *a, int kind) {
     r.flags = nt_rd32(a, C_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, C_DEVICE);
     r.stream = nt_rd32(a, C_STREAM);
-    set_gpu_times(&r, nt_rd64(a, C_START), nt_rd64(a, C_END));
     r.correlation = nt_rd32(a, C_CORRELATION);
+    set_gpu_times(&r, nt_rd64(a, C_START), nt_rd64(a, C_END));
     r.bytes = nt_rd64(a, C_BYTES);
     r.name_id = UINT32_MAX;
     r.probe_launch = -1;
@@ -505,7 +512,8 @@ static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buf, size_t si
 
 /* What the program's profiler did through us, for the event log (neutrino_timeline_profiler_calls). */
 #define CALL_LOG 256
-enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST, P_SUBSCRIBE, P_UNSUBSCRIBE, P_TIMESTAMP };
+enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST, P_SUBSCRIBE, P_UNSUBSCRIBE, P_TIMESTAMP,
+       P_CLOCK_FLUSH };
 static struct { uint64_t time_ns; int32_t call, kind; } call_log[CALL_LOG];
 static _Atomic unsigned n_calls;
 
@@ -849,6 +857,31 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
     pthread_mutex_unlock(&tl_lock);
 }
 
+/* Pause (1) or resume (0) the recording: our activity kinds (those the program has not enabled) and our
+ * launch callbacks off, then on again; records of the paused window are not written. For measuring the
+ * timeline's cost inside one process (benchmarks/timeline_cost.py --ab); returns the kinds switched. */
+int neutrino_timeline_pause(int paused) {
+    if (!atomic_load(&recording)) return -1;
+    int switched = 0;
+    for (int kind = 0; kind < KINDS; kind++) {
+        pthread_mutex_lock(&their_lock);
+        int ours = our_kinds[kind], theirs = their_enabled[kind];
+        pthread_mutex_unlock(&their_lock);
+        if (!ours || theirs) continue;
+        switched += (paused ? api.disable(kind) : api.enable(kind)) == NT_CUPTI_SUCCESS;
+    }
+    pthread_mutex_lock(&sub_lock);
+    if (our_subscriber && paused) {
+        for (int d = 1; d < CB_DOMAINS; d++)
+            for (uint32_t id = 0; id < CB_IDS; id++)
+                if (our_cb[d][id] && !their_cb[d][id]) api.enable_callback(0, our_subscriber, d, id);
+    } else if (our_subscriber) {
+        enable_ours();
+    }
+    pthread_mutex_unlock(&sub_lock);
+    return switched;
+}
+
 /* ------------------------------------------------------------------ probed launches */
 
 /* Around the launch of a probed kernel (fastlaunch.c, and Python's launch path through ctypes). */
@@ -1151,7 +1184,23 @@ static uint64_t gpu_time_ns(uint64_t t) {
     return out;
 }
 
+/* Before the program's clock replaces CUPTI's: CUPTI converts a kernel's GPU times when it hands the
+ * record out, with the clock registered then, and gave no times (start and end 0) to the records of
+ * kernels that ran before the change but were still in its buffers (H200, torch.profiler: the kernels
+ * of the steps before the profiler started). So the work already launched is waited for (the current
+ * context) and every record flushed, forced, in the clock it ran under. NEUTRINO_TIMELINE_CLOCK_FLUSH=0
+ * leaves this out (to measure the gap). */
+static void flush_before_clock_change(void) {
+    const char *env = getenv("NEUTRINO_TIMELINE_CLOCK_FLUSH");
+    if (!atomic_load(&recording) || (env && !strcmp(env, "0"))) return;
+    int (*sync)(void) = (int (*)(void))neutrino_real_sym("cuCtxSynchronize");
+    int synced = sync && sync() == 0;
+    api.flush_all(synced ? NT_ACTIVITY_FLAG_FLUSH_FORCED : 0);  /* unsynchronised: completed records only */
+    log_call(P_CLOCK_FLUSH, synced);
+}
+
 CUptiResult cuptiActivityRegisterTimestampCallback(uint64_t (*fn)(void)) {
+    if (fn) flush_before_clock_change();
     CUptiResult (*real)(uint64_t (*)(void)) = real_cupti("cuptiActivityRegisterTimestampCallback");
     CUptiResult rc = real ? real(fn) : 1;
     log_call(P_TIMESTAMP, rc);

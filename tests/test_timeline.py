@@ -363,6 +363,30 @@ def test_program_clock_for_cupti_records_is_mapped_back(tmp_path, fakes):
     assert "timestamp_callback" in calls
 
 
+@pytest.mark.parametrize("flush", ["1", "0"])
+def test_records_held_when_the_program_changes_clock_keep_their_times(tmp_path, fakes, flush):
+    """CUPTI converts a kernel's GPU times when it hands the record out, in the clock registered then:
+    records of kernels that ran before the program registered its clock (Kineto at torch.profiler's
+    start) and were still in CUPTI's buffers came without times (the fake, FAKECUPTI_CLOCK_CUTS=1, does
+    the same). The shim flushes CUPTI before passing the registration on: every kernel keeps its times.
+    NEUTRINO_TIMELINE_CLOCK_FLUSH=0 leaves the flush out: the 2 kernels launched before lose them."""
+    out = tmp_path / "theirs.json"
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
+                                         "2", "3", "4", str(out), "timestamp"], "--no-graphs",
+                       env={"FAKECUPTI_CLOCK_CUTS": "1", "NEUTRINO_TIMELINE_CLOCK_FLUSH": flush})
+    every = read_timeline(run, untimed=True)
+    kernels = every[every["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    untimed = (kernels["flags"] & FLAG_NO_GPU_TIME) != 0
+    assert len(kernels) == 9
+    assert untimed.astype(int).tolist() == ([0] * 9 if flush == "1" else [1, 1] + [0] * 7)
+    no_time = _one(events, "timeline_counts")["no_gpu_time"]  # copies too: the fake's held ones lose theirs
+    assert no_time == 0 if flush == "1" else no_time >= 2
+    calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
+    assert ("clock_flush" in calls) == (flush == "1")
+    assert calls.index("timestamp_callback") > calls.index("clock_flush") if flush == "1" else True
+
+
 def test_no_timeline_and_missing_library(tmp_path, fakes):
     run, events = _run(tmp_path / "off", fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "2"],
                        "--no-timeline")
