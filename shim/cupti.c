@@ -152,7 +152,9 @@ static struct { uint32_t corr, tid; } tid_of[1u << TID_BITS];
  * by the buffer thread: `corr` is stored last (release) and checked again after the read. */
 #define HOST_BITS 18
 static struct { _Atomic uint32_t corr; uint32_t tid; uint64_t host_ns; } host_of[1u << HOST_BITS];
-static struct { uint32_t corr; uint64_t token; } token_of[1u << PROBE_BITS];
+/* correlation -> token of a probed launch: from our external-correlation records (buffer thread) or the
+ * launch callback at the probed launch's entry (the launching thread): `corr` stored last (release). */
+static struct { _Atomic uint32_t corr; uint64_t token; } token_of[1u << PROBE_BITS];
 static struct { uint64_t token, seq; } seq_of[1u << PROBE_BITS];
 static pthread_mutex_t seq_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t next_token;
@@ -233,9 +235,20 @@ static uint32_t find_tid(uint32_t corr) {
     return corr && tid_of[i].corr == corr ? tid_of[i].tid : 0;
 }
 
+static void note_token(uint32_t corr, uint64_t token) {
+    unsigned i = corr & ((1u << PROBE_BITS) - 1);
+    atomic_store_explicit(&token_of[i].corr, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    token_of[i].token = token;
+    atomic_store_explicit(&token_of[i].corr, corr, memory_order_release);
+}
+
 static uint64_t find_token(uint32_t corr) {
     unsigned i = corr & ((1u << PROBE_BITS) - 1);
-    return corr && token_of[i].corr == corr ? token_of[i].token : 0;
+    if (!corr || atomic_load_explicit(&token_of[i].corr, memory_order_acquire) != corr) return 0;
+    uint64_t token = token_of[i].token;
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&token_of[i].corr, memory_order_relaxed) == corr ? token : 0;
 }
 
 static int32_t probe_launch_of(uint64_t token) {
@@ -396,10 +409,7 @@ static void convert_buffer(uint8_t *buf, size_t valid) {
             } else if (pass == 0 && kind == NT_ACT_EXTERNAL_CORRELATION) {
                 if (nt_rd32(rec, X_KIND) == NT_EXT_CORRELATION_KIND) {
                     counts[N_EXT]++;
-                    uint32_t corr = nt_rd32(rec, X_CORRELATION);
-                    unsigned i = corr & ((1u << PROBE_BITS) - 1);
-                    token_of[i].corr = corr;
-                    token_of[i].token = nt_rd64(rec, X_ID);
+                    note_token(nt_rd32(rec, X_CORRELATION), nt_rd64(rec, X_ID));
                 }
             } else if (pass == 1 && (kind == NT_ACT_CONCURRENT_KERNEL || kind == NT_ACT_KERNEL)) {
                 convert_kernel(rec);
@@ -577,6 +587,8 @@ static nt_subscriber_t our_subscriber;   /* NULL: not subscribed (level without 
 static pthread_mutex_t sub_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread uint32_t my_tid;
 static __thread int in_runtime_call;  /* inside a runtime launch/copy: its driver call is not the record's */
+static __thread uint32_t outer_corr;  /* the correlation id of the runtime call this thread is inside */
+static __thread uint64_t pending_token;  /* a probed launch of this thread about to reach the driver */
 
 /* The program's subscriber, shared: while ours is subscribed, a program's cuptiSubscribe gets a handle
  * of ours (their_handle) and its callback is called from ours for the (domain, cbid) it enabled; its
@@ -647,6 +659,14 @@ static uint64_t ticks_to_ns(uint64_t ticks) {
     return tsc_last.ns - (uint64_t)((double)(int64_t)(tsc_last.ticks - ticks) * per_tick);
 }
 
+/* cuLaunchKernel(_ptsz), cuLaunchKernelEx(_ptsz), cuLaunchCooperativeKernel(_ptsz): the first six ids of
+ * NT_DRIVER_CBIDS. */
+static int is_kernel_launch(uint32_t cbid) {
+    for (unsigned i = 0; i < 6; i++)
+        if (NT_DRIVER_CBIDS[i] == cbid) return 1;
+    return 0;
+}
+
 /* At the entry of a launch or copy call: (tid, host ticks) under its correlation id. A runtime call
  * (cudaLaunchKernel) makes a driver call inside (cuLaunchKernel, its own correlation id): the GPU
  * record carries the runtime call's id, so the inner driver call is skipped. */
@@ -658,8 +678,14 @@ static void on_launch_call(void *userdata, int domain, uint32_t cbid, const void
     if (!d || domain <= 0 || domain >= CB_DOMAINS || cbid >= CB_IDS || !our_cb[domain][cbid]) return;
     int enter = nt_rd32(d, CB_SITE) == NT_CB_SITE_ENTER;
     if (domain == NT_CB_DOMAIN_RUNTIME) in_runtime_call += enter ? 1 : (in_runtime_call > 0 ? -1 : 0);
-    if (!enter || (domain == NT_CB_DOMAIN_DRIVER && in_runtime_call)) return;
+    if (!enter) return;
     uint32_t corr = nt_rd32(d, CB_CORRELATION);
+    if (domain == NT_CB_DOMAIN_RUNTIME && in_runtime_call == 1) outer_corr = corr;
+    if (pending_token && domain == NT_CB_DOMAIN_DRIVER && is_kernel_launch(cbid)) {  /* the probed kernel's launch */
+        note_token(in_runtime_call ? outer_corr : corr, pending_token);
+        pending_token = 0;
+    }
+    if (domain == NT_CB_DOMAIN_DRIVER && in_runtime_call) return;
     if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
     unsigned i = corr & ((1u << HOST_BITS) - 1);
     atomic_store_explicit(&host_of[i].corr, 0, memory_order_relaxed);
@@ -721,8 +747,9 @@ static int open_outputs(const char *run_dir) {
 }
 
 /* External-correlation records can come after their kernel's record was written (CUPTI buffers
- * them apart): at stop, kernel records not flagged yet whose correlation is a probed launch's get
- * their flag and probe_launch in place. One pass over the file. */
+ * them apart), and a record can be written before the writer numbered its launch: at stop, kernel
+ * records not flagged yet (or flagged with no probe_launch) whose correlation is a probed launch's
+ * get their flag and probe_launch in place. One pass over the file. */
 static void mark_late_probed(const char *run_dir) {
     char path[4096 + 32];
     snprintf(path, sizeof path, "%s/timeline.bin", run_dir);
@@ -738,12 +765,13 @@ static void mark_late_probed(const char *run_dir) {
         int changed = 0;
         for (size_t i = 0; i < n; i++) {
             nt_timeline_record *r = &chunk[i];
-            if (r->kind != 1 || (r->flags & 1)) continue;
+            /* a record flagged before the writer numbered its launch has no probe_launch yet: again */
+            if (r->kind != 1 || ((r->flags & 1) && r->probe_launch >= 0)) continue;
             uint64_t token = find_token((uint32_t)r->correlation);
             if (!token) continue;
+            counts[N_PROBED] += !(r->flags & 1);
             r->flags |= 1;
             r->probe_launch = probe_launch_of(token);
-            counts[N_PROBED]++;
             changed = 1;
         }
         if (changed && pwrite(fd, chunk, n * sizeof *chunk, at) != (ssize_t)(n * sizeof *chunk)) break;
@@ -884,17 +912,29 @@ int neutrino_timeline_pause(int paused) {
 
 /* ------------------------------------------------------------------ probed launches */
 
-/* Around the launch of a probed kernel (fastlaunch.c, and Python's launch path through ctypes). */
+/* Around the launch of a probed kernel (fastlaunch.c, and Python's launch path through ctypes): a token
+ * that marks its record probed, through our launch callback at the driver launch's entry (level `host`,
+ * subscribed: exact and free) and/or an external correlation id (level `ext`). */
+static __thread int ext_pushed;
+
 uint64_t neutrino_timeline_begin_probed(void) {
-    if (!atomic_load_explicit(&recording, memory_order_relaxed) || !(level & L_EXT) || !api.push_external) return 0;
+    if (!atomic_load_explicit(&recording, memory_order_relaxed)) return 0;
+    int by_callback = (level & L_HOST) && our_subscriber != NULL;
+    int by_ext = (level & L_EXT) && api.push_external;
+    if (!by_callback && !by_ext) return 0;
     uint64_t token = atomic_fetch_add(&next_token, 1) + 1;
-    if (api.push_external(NT_EXT_CORRELATION_KIND, token) != NT_CUPTI_SUCCESS) return 0;
+    ext_pushed = by_ext && api.push_external(NT_EXT_CORRELATION_KIND, token) == NT_CUPTI_SUCCESS;
+    if (!by_callback && !ext_pushed) return 0;
+    pending_token = by_callback ? token : 0;
     thread_token = token;
     return token;
 }
 
 void neutrino_timeline_end_probed(uint64_t token) {
-    if (!token || !api.pop_external) return;
+    if (!token) return;
+    pending_token = 0;  /* the launch did not reach the driver (or was noted): nothing else gets it */
+    if (!ext_pushed || !api.pop_external) return;
+    ext_pushed = 0;
     uint64_t last = 0;
     api.pop_external(NT_EXT_CORRELATION_KIND, &last);
 }
