@@ -17,9 +17,11 @@
  *     (jax.profiler's XLA tracer, Kineto) we unsubscribe for its window and subscribe again after;
  *   - the launching thread from API records of the launch and copy calls (level `api`:
  *     cuptiActivityEnableDriverApi/RuntimeApi), each giving (correlation, Linux tid);
- *   - probed launches: the launch paths wrap the probed kernel's launch in an external
- *     correlation id of ours (kind CUSTOM2, a token); the result writer maps the token to the
- *     launch's sequence number when the job is submitted (probe_launch = seq - 1).
+ *   - probed launches: the launch paths take a token around the probed kernel's launch
+ *     (neutrino_timeline_begin_probed); the launch callback at its driver entry stores the token
+ *     under the call's correlation id (level `host`), and/or it is pushed as an external correlation
+ *     id of ours (kind CUSTOM2, level `ext`); the result writer maps the token to the launch's
+ *     sequence number when the job is submitted (probe_launch = seq - 1).
  * A GPU record whose API record has not arrived yet waits for it (PENDING_NS, or until the stop).
  *
  * Coexistence (spec/runtime.md): CUPTI has one set of buffer callbacks per process. The shim
