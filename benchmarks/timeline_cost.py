@@ -14,8 +14,17 @@ configurations (--configs, comma list of the keys):
   notl       neutrino -p block_sched --no-timeline
   copies     neutrino -p block_sched, NEUTRINO_TIMELINE_LEVEL=copies (no host times)
   default    neutrino -p block_sched (timeline at its default level: copies,host)
+  ab         neutrino -p block_sched, one process: the timeline paused and on in alternating phases
+             (--phase-steps steps each, --cycles cycles after one of warm-up; timeline_workload.py,
+             NEUTRINO_BENCH_AB): the timeline's cost without the spread between processes
+  floor_ab   CUPTI alone, one process: no records / kernel records / kernel records + launch callbacks
 
-usage: python benchmarks/timeline_cost.py [--steps N] [--rounds R] [--modes eager,compile] [--configs ...] [--json F]
+For the two A/B configurations the table gives, per phase, the median and mean GPU-event span and
+wall time per step (ms), and each phase's ratio to the first phase (timeline paused, or no CUPTI
+records) of the median span and of the mean wall time; they run once per workload (not per round).
+
+usage: python benchmarks/timeline_cost.py [--steps N] [--rounds R] [--modes eager,compile] [--configs ...]
+       [--phase-steps N] [--cycles C] [--json F]
 """
 from __future__ import annotations
 
@@ -39,7 +48,10 @@ CONFIGS = {  # key: (label, neutrino options or None, NEUTRINO_TIMELINE_LEVEL, C
     "notl": ("probed, no timeline", ["--no-timeline"], None, None),
     "copies": ("timeline copies (no host time)", [], "copies", None),
     "default": ("timeline default (copies,host)", [], None, None),
+    "ab": ("probed, timeline paused/on", [], None, None),
+    "floor_ab": ("CUPTI alone, phases", None, None, "0"),
 }
+AB = {"ab": "timeline", "floor_ab": "floor"}
 
 
 def find_cupti() -> str:
@@ -59,10 +71,12 @@ def build_floor(scratch: str) -> str:
     return out
 
 
-def run(key: str, mode: str, steps: int, env: dict, tracedir: str, floor: str) -> dict:
+def run(key: str, mode: str, steps: int, env: dict, tracedir: str, floor: str, ab: str = "") -> dict:
     _, options, level, callbacks = CONFIGS[key]
     cmd = [sys.executable, str(WORKLOAD), mode, str(steps)]
     env = dict(env)
+    if key in AB:
+        env["NEUTRINO_BENCH_AB"] = f"{AB[key]}:{ab}"
     if level is not None:
         env["NEUTRINO_TIMELINE_LEVEL"] = level
     if callbacks is not None:
@@ -86,17 +100,37 @@ def timeline_kernels(tracedir: str) -> int | None:
     return None
 
 
+def ab_table(mode: str, key: str, phases: dict) -> dict:
+    """Print one A/B process's phases; their medians and means."""
+    rows, first = {}, None
+    for name, v in phases.items():
+        ev, wall = v["event_ms"], v["step_ms"]
+        row = {"median_event_ms": statistics.median(ev), "mean_event_ms": statistics.fmean(ev),
+               "median_wall_ms": statistics.median(wall), "mean_wall_ms": statistics.fmean(wall), "steps": len(ev)}
+        first = first or row
+        print(f"{mode:8s} {key:9s} {name:34s} span med {row['median_event_ms']:7.3f} mean "
+              f"{row['mean_event_ms']:7.3f}  wall med {row['median_wall_ms']:7.3f} mean {row['mean_wall_ms']:7.3f}  "
+              f"x span med {row['median_event_ms'] / first['median_event_ms']:6.3f}  "
+              f"x wall mean {row['mean_wall_ms'] / first['mean_wall_ms']:6.3f}  ({row['steps']} steps)", flush=True)
+        rows[name] = row
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="eager,compile")
     ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--phase-steps", type=int, default=25)
+    ap.add_argument("--cycles", type=int, default=12)
     ap.add_argument("--json", help="write the samples here")
     args = ap.parse_args()
     keys = args.configs.split(",")
+    ab_keys = [k for k in keys if k in AB]
+    keys = [k for k in keys if k not in AB]
     scratch = tempfile.mkdtemp(prefix="timeline_cost_")
-    floor = build_floor(scratch) if {"floor", "floor_cb"} & set(keys) else ""
+    floor = build_floor(scratch) if {"floor", "floor_cb", "floor_ab"} & set(keys + ab_keys) else ""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{scratch}/inductor", TRITON_CACHE_DIR=f"{scratch}/triton",
                PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
     report = {}
@@ -104,6 +138,11 @@ def main() -> None:
           f"{'us/kernel':>9s} {'wall/plain':>10s} {'wall/notl':>9s}")
     for mode in args.modes.split(","):
         run("plain", mode, 5, env, scratch, floor)  # compile caches warm before anything is timed
+        report[f"{mode}_ab"] = {key: ab_table(mode, key, run(key, mode, 0, env, f"{scratch}/trace-{mode}-{key}", floor,
+                                                         f"{args.phase_steps}:{args.cycles}")["phases"])
+                                for key in ab_keys}
+        if not keys:
+            continue
         samples: dict[str, dict[str, list]] = {k: {"event_ms": [], "step_ms": []} for k in keys}
         kernels = None
         for r in range(args.rounds):

@@ -10,6 +10,13 @@ stream: the span of the step's launches as the GPU saw them).
 
 NEUTRINO_BENCH_CUPTI_FLOOR=LIB:LIBCUPTI:CALLBACKS loads benchmarks/cupti_floor.c's library and
 starts CUPTI alone (no Neutrino) before the first step: CALLBACKS 1 adds the launch callbacks.
+
+NEUTRINO_BENCH_AB=WHAT:PHASE_STEPS:CYCLES: after the warm-up, phases of PHASE_STEPS steps cycle
+CYCLES times inside this one process (the first cycle is warm-up, not counted), and the JSON line
+gets `phases` (name -> step_ms, event_ms). WHAT `timeline`: under neutrino, the timeline paused and
+on (the shim's neutrino_timeline_pause); `floor`: CUPTI alone (NEUTRINO_BENCH_CUPTI_FLOOR's LIB and
+LIBCUPTI, its callbacks ignored): no records, kernel records, kernel records + launch callbacks that
+read the TSC (what the shim's callbacks do).
 """
 import ctypes
 import json
@@ -62,26 +69,74 @@ def cupti_floor():
         raise SystemExit(f"cupti_floor_start failed at step {rc}")
 
 
+def ab_phases():
+    """[(name, switch)] for NEUTRINO_BENCH_AB, or None."""
+    spec = os.environ.get("NEUTRINO_BENCH_AB")
+    if not spec:
+        return None
+    what = spec.split(":")[0]
+    if what == "timeline":
+        pause = ctypes.CDLL(None).neutrino_timeline_pause  # the shim, preloaded by neutrino
+        pause.argtypes = [ctypes.c_int]
+        if pause(0) < 0:
+            raise SystemExit("NEUTRINO_BENCH_AB=timeline: the timeline is not recording")
+        return [("timeline paused", lambda: pause(1)), ("timeline on", lambda: pause(0))]
+    lib_path, cupti, _ = os.environ["NEUTRINO_BENCH_CUPTI_FLOOR"].split(":")
+    lib = ctypes.CDLL(lib_path)
+    rc = lib.cupti_floor_init(cupti.encode())
+    if rc:
+        raise SystemExit(f"cupti_floor_init failed at step {rc}")
+    return [("no CUPTI records", lambda: lib.cupti_floor_phase(0, 0)),
+            ("CUPTI kernel records", lambda: lib.cupti_floor_phase(1, 0)),
+            ("CUPTI kernel records + callbacks", lambda: lib.cupti_floor_phase(1, 3))]
+
+
+def timed_step(step, x, begin, end):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    begin.record()
+    step(x)
+    end.record()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3, begin.elapsed_time(end)
+
+
+def run_ab(step, x, phases):
+    _, phase_steps, cycles = os.environ["NEUTRINO_BENCH_AB"].split(":")
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = {name: {"step_ms": [], "event_ms": []} for name, _ in phases}
+    for cycle in range(int(cycles) + 1):
+        for name, switch in phases:
+            switch()
+            for _ in range(int(phase_steps)):
+                wall, span = timed_step(step, x, begin, end)
+                if cycle:
+                    out[name]["step_ms"].append(wall)
+                    out[name]["event_ms"].append(span)
+    phases[0][1]()
+    return out
+
+
 def main(mode, steps):
     torch.zeros(1, device="cuda")
-    cupti_floor()
+    phases = ab_phases()
+    if phases is None:
+        cupti_floor()
     if mode == "eager":
         step, x = eager_step, torch.randn(256, 256, device="cuda")
     else:
         step, x = make_compile_step()
     times, gpu = [], []
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for i in range(WARMUP + steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        begin.record()
-        step(x)
-        end.record()
-        torch.cuda.synchronize()
+    for i in range(WARMUP + (steps if phases is None else 0)):
+        wall, span = timed_step(step, x, begin, end)
         if i >= WARMUP:
-            times.append((time.perf_counter() - t0) * 1e3)
-            gpu.append(begin.elapsed_time(end))
-    print(json.dumps({"mode": mode, "step_ms": times, "event_ms": gpu}))
+            times.append(wall)
+            gpu.append(span)
+    result = {"mode": mode, "step_ms": times, "event_ms": gpu}
+    if phases is not None:
+        result["phases"] = run_ab(step, x, phases)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

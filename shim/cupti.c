@@ -17,9 +17,11 @@
  *     (jax.profiler's XLA tracer, Kineto) we unsubscribe for its window and subscribe again after;
  *   - the launching thread from API records of the launch and copy calls (level `api`:
  *     cuptiActivityEnableDriverApi/RuntimeApi), each giving (correlation, Linux tid);
- *   - probed launches: the launch paths wrap the probed kernel's launch in an external
- *     correlation id of ours (kind CUSTOM2, a token); the result writer maps the token to the
- *     launch's sequence number when the job is submitted (probe_launch = seq - 1).
+ *   - probed launches: the launch paths take a token around the probed kernel's launch
+ *     (neutrino_timeline_begin_probed); the launch callback at its driver entry stores the token
+ *     under the call's correlation id (level `host`), and/or it is pushed as an external correlation
+ *     id of ours (kind CUSTOM2, level `ext`); the result writer maps the token to the launch's
+ *     sequence number when the job is submitted (probe_launch = seq - 1).
  * A GPU record whose API record has not arrived yet waits for it (PENDING_NS, or until the stop).
  *
  * Coexistence (spec/runtime.md): CUPTI has one set of buffer callbacks per process. The shim
@@ -152,7 +154,9 @@ static struct { uint32_t corr, tid; } tid_of[1u << TID_BITS];
  * by the buffer thread: `corr` is stored last (release) and checked again after the read. */
 #define HOST_BITS 18
 static struct { _Atomic uint32_t corr; uint32_t tid; uint64_t host_ns; } host_of[1u << HOST_BITS];
-static struct { uint32_t corr; uint64_t token; } token_of[1u << PROBE_BITS];
+/* correlation -> token of a probed launch: from our external-correlation records (buffer thread) or the
+ * launch callback at the probed launch's entry (the launching thread): `corr` stored last (release). */
+static struct { _Atomic uint32_t corr; uint64_t token; } token_of[1u << PROBE_BITS];
 static struct { uint64_t token, seq; } seq_of[1u << PROBE_BITS];
 static pthread_mutex_t seq_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t next_token;
@@ -233,9 +237,20 @@ static uint32_t find_tid(uint32_t corr) {
     return corr && tid_of[i].corr == corr ? tid_of[i].tid : 0;
 }
 
+static void note_token(uint32_t corr, uint64_t token) {
+    unsigned i = corr & ((1u << PROBE_BITS) - 1);
+    atomic_store_explicit(&token_of[i].corr, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    token_of[i].token = token;
+    atomic_store_explicit(&token_of[i].corr, corr, memory_order_release);
+}
+
 static uint64_t find_token(uint32_t corr) {
     unsigned i = corr & ((1u << PROBE_BITS) - 1);
-    return corr && token_of[i].corr == corr ? token_of[i].token : 0;
+    if (!corr || atomic_load_explicit(&token_of[i].corr, memory_order_acquire) != corr) return 0;
+    uint64_t token = token_of[i].token;
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&token_of[i].corr, memory_order_relaxed) == corr ? token : 0;
 }
 
 static int32_t probe_launch_of(uint64_t token) {
@@ -331,9 +346,16 @@ static void release_pending(int all) {
 
 /* CUPTI gives 0 for a time it does not have (a record flushed incomplete, by a forced flush while the
  * kernel ran): such a record is written with both times 0 and flags bit 2, never as time 0. */
+static int debug_untimed = -1;  /* NEUTRINO_TIMELINE_DEBUG=1: CUPTI's raw times of such records to stderr */
+
 static void set_gpu_times(nt_timeline_record *r, uint64_t start, uint64_t end) {
     if (!start || !end || end < start) {
         r->flags |= FLAG_NO_GPU_TIME;
+        if (debug_untimed < 0) debug_untimed = getenv("NEUTRINO_TIMELINE_DEBUG") != NULL;
+        if (debug_untimed && counts[N_NO_GPU_TIME] < 64)
+            fprintf(stderr, "neutrino: timeline: kind %u correlation %u without GPU time: CUPTI start %llu end %llu, "
+                    "now %llu\n", r->kind, (unsigned)r->correlation, (unsigned long long)start,
+                    (unsigned long long)end, (unsigned long long)realtime_ns());
         return;
     }
     r->start_ns = gpu_time_ns(start);
@@ -346,8 +368,8 @@ static void convert_kernel(const uint8_t *a) {
     r.flags = nt_rd32(a, K_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, K_DEVICE);
     r.stream = nt_rd32(a, K_STREAM);
-    set_gpu_times(&r, nt_rd64(a, K_START), nt_rd64(a, K_END));
     r.correlation = nt_rd32(a, K_CORRELATION);
+    set_gpu_times(&r, nt_rd64(a, K_START), nt_rd64(a, K_END));
     r.bytes = nt_rd32(a, K_DYN_SHARED);
     const char *name;
     memcpy(&name, a + K_NAME, sizeof name);
@@ -367,8 +389,8 @@ static void convert_copy(const uint8_t *a, int kind) {
     r.flags = nt_rd32(a, C_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, C_DEVICE);
     r.stream = nt_rd32(a, C_STREAM);
-    set_gpu_times(&r, nt_rd64(a, C_START), nt_rd64(a, C_END));
     r.correlation = nt_rd32(a, C_CORRELATION);
+    set_gpu_times(&r, nt_rd64(a, C_START), nt_rd64(a, C_END));
     r.bytes = nt_rd64(a, C_BYTES);
     r.name_id = UINT32_MAX;
     r.probe_launch = -1;
@@ -389,10 +411,7 @@ static void convert_buffer(uint8_t *buf, size_t valid) {
             } else if (pass == 0 && kind == NT_ACT_EXTERNAL_CORRELATION) {
                 if (nt_rd32(rec, X_KIND) == NT_EXT_CORRELATION_KIND) {
                     counts[N_EXT]++;
-                    uint32_t corr = nt_rd32(rec, X_CORRELATION);
-                    unsigned i = corr & ((1u << PROBE_BITS) - 1);
-                    token_of[i].corr = corr;
-                    token_of[i].token = nt_rd64(rec, X_ID);
+                    note_token(nt_rd32(rec, X_CORRELATION), nt_rd64(rec, X_ID));
                 }
             } else if (pass == 1 && (kind == NT_ACT_CONCURRENT_KERNEL || kind == NT_ACT_KERNEL)) {
                 convert_kernel(rec);
@@ -505,7 +524,8 @@ static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buf, size_t si
 
 /* What the program's profiler did through us, for the event log (neutrino_timeline_profiler_calls). */
 #define CALL_LOG 256
-enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST, P_SUBSCRIBE, P_UNSUBSCRIBE, P_TIMESTAMP };
+enum { P_REGISTER = 1, P_ENABLE, P_DISABLE, P_FLUSH, P_FINALIZE, P_LOST, P_SUBSCRIBE, P_UNSUBSCRIBE, P_TIMESTAMP,
+       P_CLOCK_FLUSH };
 static struct { uint64_t time_ns; int32_t call, kind; } call_log[CALL_LOG];
 static _Atomic unsigned n_calls;
 
@@ -569,6 +589,8 @@ static nt_subscriber_t our_subscriber;   /* NULL: not subscribed (level without 
 static pthread_mutex_t sub_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread uint32_t my_tid;
 static __thread int in_runtime_call;  /* inside a runtime launch/copy: its driver call is not the record's */
+static __thread uint32_t outer_corr;  /* the correlation id of the runtime call this thread is inside */
+static __thread uint64_t pending_token;  /* a probed launch of this thread about to reach the driver */
 
 /* The program's subscriber, shared: while ours is subscribed, a program's cuptiSubscribe gets a handle
  * of ours (their_handle) and its callback is called from ours for the (domain, cbid) it enabled; its
@@ -639,6 +661,14 @@ static uint64_t ticks_to_ns(uint64_t ticks) {
     return tsc_last.ns - (uint64_t)((double)(int64_t)(tsc_last.ticks - ticks) * per_tick);
 }
 
+/* cuLaunchKernel(_ptsz), cuLaunchKernelEx(_ptsz), cuLaunchCooperativeKernel(_ptsz): the first six ids of
+ * NT_DRIVER_CBIDS. */
+static int is_kernel_launch(uint32_t cbid) {
+    for (unsigned i = 0; i < 6; i++)
+        if (NT_DRIVER_CBIDS[i] == cbid) return 1;
+    return 0;
+}
+
 /* At the entry of a launch or copy call: (tid, host ticks) under its correlation id. A runtime call
  * (cudaLaunchKernel) makes a driver call inside (cuLaunchKernel, its own correlation id): the GPU
  * record carries the runtime call's id, so the inner driver call is skipped. */
@@ -650,8 +680,14 @@ static void on_launch_call(void *userdata, int domain, uint32_t cbid, const void
     if (!d || domain <= 0 || domain >= CB_DOMAINS || cbid >= CB_IDS || !our_cb[domain][cbid]) return;
     int enter = nt_rd32(d, CB_SITE) == NT_CB_SITE_ENTER;
     if (domain == NT_CB_DOMAIN_RUNTIME) in_runtime_call += enter ? 1 : (in_runtime_call > 0 ? -1 : 0);
-    if (!enter || (domain == NT_CB_DOMAIN_DRIVER && in_runtime_call)) return;
+    if (!enter) return;
     uint32_t corr = nt_rd32(d, CB_CORRELATION);
+    if (domain == NT_CB_DOMAIN_RUNTIME && in_runtime_call == 1) outer_corr = corr;
+    if (pending_token && domain == NT_CB_DOMAIN_DRIVER && is_kernel_launch(cbid)) {  /* the probed kernel's launch */
+        note_token(in_runtime_call ? outer_corr : corr, pending_token);
+        pending_token = 0;
+    }
+    if (domain == NT_CB_DOMAIN_DRIVER && in_runtime_call) return;
     if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
     unsigned i = corr & ((1u << HOST_BITS) - 1);
     atomic_store_explicit(&host_of[i].corr, 0, memory_order_relaxed);
@@ -713,8 +749,9 @@ static int open_outputs(const char *run_dir) {
 }
 
 /* External-correlation records can come after their kernel's record was written (CUPTI buffers
- * them apart): at stop, kernel records not flagged yet whose correlation is a probed launch's get
- * their flag and probe_launch in place. One pass over the file. */
+ * them apart), and a record can be written before the writer numbered its launch: at stop, kernel
+ * records not flagged yet (or flagged with no probe_launch) whose correlation is a probed launch's
+ * get their flag and probe_launch in place. One pass over the file. */
 static void mark_late_probed(const char *run_dir) {
     char path[4096 + 32];
     snprintf(path, sizeof path, "%s/timeline.bin", run_dir);
@@ -730,12 +767,13 @@ static void mark_late_probed(const char *run_dir) {
         int changed = 0;
         for (size_t i = 0; i < n; i++) {
             nt_timeline_record *r = &chunk[i];
-            if (r->kind != 1 || (r->flags & 1)) continue;
+            /* a record flagged before the writer numbered its launch has no probe_launch yet: again */
+            if (r->kind != 1 || ((r->flags & 1) && r->probe_launch >= 0)) continue;
             uint64_t token = find_token((uint32_t)r->correlation);
             if (!token) continue;
+            counts[N_PROBED] += !(r->flags & 1);
             r->flags |= 1;
             r->probe_launch = probe_launch_of(token);
-            counts[N_PROBED]++;
             changed = 1;
         }
         if (changed && pwrite(fd, chunk, n * sizeof *chunk, at) != (ssize_t)(n * sizeof *chunk)) break;
@@ -849,19 +887,56 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
     pthread_mutex_unlock(&tl_lock);
 }
 
+/* Pause (1) or resume (0) the recording: our activity kinds (those the program has not enabled) and our
+ * launch callbacks off, then on again; records of the paused window are not written. For measuring the
+ * timeline's cost inside one process (benchmarks/timeline_cost.py --ab); returns the kinds switched. */
+int neutrino_timeline_pause(int paused) {
+    if (!atomic_load(&recording)) return -1;
+    int switched = 0;
+    for (int kind = 0; kind < KINDS; kind++) {
+        pthread_mutex_lock(&their_lock);
+        int ours = our_kinds[kind], theirs = their_enabled[kind];
+        pthread_mutex_unlock(&their_lock);
+        if (!ours || theirs) continue;
+        switched += (paused ? api.disable(kind) : api.enable(kind)) == NT_CUPTI_SUCCESS;
+    }
+    pthread_mutex_lock(&sub_lock);
+    if (our_subscriber && paused) {
+        for (int d = 1; d < CB_DOMAINS; d++)
+            for (uint32_t id = 0; id < CB_IDS; id++)
+                if (our_cb[d][id] && !their_cb[d][id]) api.enable_callback(0, our_subscriber, d, id);
+    } else if (our_subscriber) {
+        enable_ours();
+    }
+    pthread_mutex_unlock(&sub_lock);
+    return switched;
+}
+
 /* ------------------------------------------------------------------ probed launches */
 
-/* Around the launch of a probed kernel (fastlaunch.c, and Python's launch path through ctypes). */
+/* Around the launch of a probed kernel (fastlaunch.c, and Python's launch path through ctypes): a token
+ * that marks its record probed, through our launch callback at the driver launch's entry (level `host`,
+ * subscribed: exact and free) and/or an external correlation id (level `ext`). */
+static __thread int ext_pushed;
+
 uint64_t neutrino_timeline_begin_probed(void) {
-    if (!atomic_load_explicit(&recording, memory_order_relaxed) || !(level & L_EXT) || !api.push_external) return 0;
+    if (!atomic_load_explicit(&recording, memory_order_relaxed)) return 0;
+    int by_callback = (level & L_HOST) && our_subscriber != NULL;
+    int by_ext = (level & L_EXT) && api.push_external;
+    if (!by_callback && !by_ext) return 0;
     uint64_t token = atomic_fetch_add(&next_token, 1) + 1;
-    if (api.push_external(NT_EXT_CORRELATION_KIND, token) != NT_CUPTI_SUCCESS) return 0;
+    ext_pushed = by_ext && api.push_external(NT_EXT_CORRELATION_KIND, token) == NT_CUPTI_SUCCESS;
+    if (!by_callback && !ext_pushed) return 0;
+    pending_token = by_callback ? token : 0;
     thread_token = token;
     return token;
 }
 
 void neutrino_timeline_end_probed(uint64_t token) {
-    if (!token || !api.pop_external) return;
+    if (!token) return;
+    pending_token = 0;  /* the launch did not reach the driver (or was noted): nothing else gets it */
+    if (!ext_pushed || !api.pop_external) return;
+    ext_pushed = 0;
     uint64_t last = 0;
     api.pop_external(NT_EXT_CORRELATION_KIND, &last);
 }
@@ -1151,7 +1226,23 @@ static uint64_t gpu_time_ns(uint64_t t) {
     return out;
 }
 
+/* Before the program's clock replaces CUPTI's: CUPTI converts a kernel's GPU times when it hands the
+ * record out, with the clock registered then, and gave no times (start and end 0) to the records of
+ * kernels that ran before the change but were still in its buffers (H200, torch.profiler: the kernels
+ * of the steps before the profiler started). So the work already launched is waited for (the current
+ * context) and every record flushed, forced, in the clock it ran under. NEUTRINO_TIMELINE_CLOCK_FLUSH=0
+ * leaves this out (to measure the gap). */
+static void flush_before_clock_change(void) {
+    const char *env = getenv("NEUTRINO_TIMELINE_CLOCK_FLUSH");
+    if (!atomic_load(&recording) || (env && !strcmp(env, "0"))) return;
+    int (*sync)(void) = (int (*)(void))neutrino_real_sym("cuCtxSynchronize");
+    int synced = sync && sync() == 0;
+    api.flush_all(synced ? NT_ACTIVITY_FLAG_FLUSH_FORCED : 0);  /* unsynchronised: completed records only */
+    log_call(P_CLOCK_FLUSH, synced);
+}
+
 CUptiResult cuptiActivityRegisterTimestampCallback(uint64_t (*fn)(void)) {
+    if (fn) flush_before_clock_change();
     CUptiResult (*real)(uint64_t (*)(void)) = real_cupti("cuptiActivityRegisterTimestampCallback");
     CUptiResult rc = real ? real(fn) : 1;
     log_call(P_TIMESTAMP, rc);

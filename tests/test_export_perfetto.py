@@ -161,8 +161,11 @@ def test_varints_and_negative_ints_decode():
 
 def trace_processor_shell() -> str | None:
     """A trace_processor_shell binary: $NEUTRINO_TRACE_PROCESSOR, one the perfetto package downloaded
-    before (its cache), or one on PATH; None when there is none (no registry ships it: the package
-    downloads it from Perfetto's artifact host on first use, which this machine and CI cannot reach)."""
+    before (its cache), or one on PATH; None when there is none. No package registry reachable here
+    ships it (checked 2026-11-27): the `perfetto` package (0.59.1) fetches it on first use from
+    Perfetto's artifact host (perfetto.prebuilts, a URL and sha256 per platform), which this machine and
+    CI cannot reach; Debian 12 has no perfetto package; the PyPI packages around it (perfetto-extras
+    0.3.4, perfetto-cli 0.3.0) are pure Python and ship no binary; npm has no package named perfetto."""
     import glob
     import shutil
 
@@ -179,8 +182,9 @@ def test_trace_processor_opens_it_when_its_shell_is_available(tmp_path):
     spec/analysis.md, "Perfetto"). Skipped without the shell binary."""
     shell = trace_processor_shell()
     if not shell:
-        pytest.skip("no trace_processor_shell: set NEUTRINO_TRACE_PROCESSOR to one (the perfetto package's "
-                    "download from Perfetto's artifact host is not reachable here)")
+        pytest.skip("no trace_processor_shell: set NEUTRINO_TRACE_PROCESSOR to one (the perfetto package "
+                    "downloads it from Perfetto's artifact host, not reachable here; no pip, npm or apt package "
+                    "ships it)")
     from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 
     run = vadd_run(tmp_path)

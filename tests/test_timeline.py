@@ -245,7 +245,8 @@ def _one(events, kind):
 def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level, ext_late):
     """Small buffers: API records come after their kernels; with FAKECUPTI_EXT_LATE the external
     correlations come after everything (the kernels are flagged when the timeline stops). At the
-    default level (no API records) probed launches are joined by order at the stop."""
+    default level (no API records) the launch callback at each probed launch's driver entry marks
+    its correlation id: joined exactly, none left for the order join at the stop."""
     env = {"FAKECUPTI_BUFFER": "300", "FAKECUPTI_EXT_LATE": ext_late}
     if level:
         env["NEUTRINO_TIMELINE_LEVEL"] = level
@@ -271,7 +272,7 @@ def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level,
     assert len(copies) and set(copies["kind"]) <= {2, 3} and (copies["name_id"] == 0xFFFFFFFF).all()
     counts = _one(events, "timeline_counts")
     assert counts["kernels"] == 5 and counts["by_origin"] == {"other": 5} and counts["kernels_flagged_probed"] == 5
-    assert (counts["probed"], counts["probed_by_order"]) == ((5, 0) if level else (0, 5))
+    assert (counts["probed"], counts["probed_by_order"]) == (5, 0)
     assert counts["records"] == len(read_timeline(run, own=True)) == len(tl) + 2  # the clock calibrations
     assert counts["no_thread"] == 0
     assert counts["with_host_time"] == (0 if level else counts["records"])
@@ -363,6 +364,30 @@ def test_program_clock_for_cupti_records_is_mapped_back(tmp_path, fakes):
     assert "timestamp_callback" in calls
 
 
+@pytest.mark.parametrize("flush", ["1", "0"])
+def test_records_held_when_the_program_changes_clock_keep_their_times(tmp_path, fakes, flush):
+    """CUPTI converts a kernel's GPU times when it hands the record out, in the clock registered then:
+    records of kernels that ran before the program registered its clock (Kineto at torch.profiler's
+    start) and were still in CUPTI's buffers came without times (the fake, FAKECUPTI_CLOCK_CUTS=1, does
+    the same). The shim flushes CUPTI before passing the registration on: every kernel keeps its times.
+    NEUTRINO_TIMELINE_CLOCK_FLUSH=0 leaves the flush out: the 2 kernels launched before lose them."""
+    out = tmp_path / "theirs.json"
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
+                                         "2", "3", "4", str(out), "timestamp"], "--no-graphs",
+                       env={"FAKECUPTI_CLOCK_CUTS": "1", "NEUTRINO_TIMELINE_CLOCK_FLUSH": flush})
+    every = read_timeline(run, untimed=True)
+    kernels = every[every["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    untimed = (kernels["flags"] & FLAG_NO_GPU_TIME) != 0
+    assert len(kernels) == 9
+    assert untimed.astype(int).tolist() == ([0] * 9 if flush == "1" else [1, 1] + [0] * 7)
+    no_time = _one(events, "timeline_counts")["no_gpu_time"]  # copies too: the fake's held ones lose theirs
+    assert no_time == 0 if flush == "1" else no_time >= 2
+    calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
+    assert ("clock_flush" in calls) == (flush == "1")
+    assert calls.index("timestamp_callback") > calls.index("clock_flush") if flush == "1" else True
+
+
 def test_no_timeline_and_missing_library(tmp_path, fakes):
     run, events = _run(tmp_path / "off", fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "2"],
                        "--no-timeline")
@@ -381,17 +406,21 @@ def test_exit_line_counts_launches_and_kernels_apart(tmp_path, fakes, capfd):
     assert line.startswith("neutrino: 3 kernel launch(es) ran (other 3), 3 probed; 1 kernel(s) seen, 1 probed; "), line
 
 
-def test_order_join_with_some_launches_unprobed(tmp_path, fakes):
-    """--launches 1:3 probes launches 1 and 2 of 5: at the default level the join pairs each
-    probed launch with the record of its kernel_launch; the others stay unflagged."""
+@pytest.mark.parametrize("level", ["copies", None])
+def test_order_join_with_some_launches_unprobed(tmp_path, fakes, level):
+    """--launches 1:3 probes launches 1 and 2 of 5. Without launch callbacks (level `copies`) the
+    join at the stop pairs each probed launch with the record of its kernel_launch; at the default
+    level the callbacks mark them as they launch. The others stay unflagged either way."""
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"],
-                       "--launches", "1:3")
+                       "--launches", "1:3", env={"NEUTRINO_TIMELINE_LEVEL": level} if level else None)
     tl = read_timeline(run)
     kernels = tl[tl["kind"] == 1]
     order = np.argsort(kernels["correlation"])
     flags = (kernels["flags"][order] & FLAG_PROBED).tolist()
     assert flags == [0, 1, 1, 0, 0]
     assert kernels["probe_launch"][order].tolist() == [-1, 0, 1, -1, -1]
+    counts = _one(events, "timeline_counts")
+    assert (counts["probed"], counts["probed_by_order"]) == ((0, 2) if level else (2, 0))
 
 
 def test_program_profiler_alone_with_no_timeline(tmp_path, fakes):

@@ -37,7 +37,7 @@ static __thread uint64_t ext_stack[16];
 static __thread int ext_depth;
 
 typedef struct { uint8_t *data; size_t len, cap; } queue;
-static queue gpu_q, api_q, ext_q;  /* ext_q: FAKECUPTI_EXT_LATE=1 delivers them after everything */
+static queue api_q, ext_q;  /* ext_q: FAKECUPTI_EXT_LATE=1 delivers them after everything */
 static int drop_reported;
 
 static uint64_t now_ns(void) {
@@ -46,10 +46,25 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* cuptiActivityRegisterTimestampCallback: records are stamped with it from then on (as CUPTI does) */
+/* cuptiActivityRegisterTimestampCallback: records are stamped with it from then on (as CUPTI does).
+ * FAKECUPTI_CLOCK_CUTS=1: the GPU records still queued lose their times (start, end 0), as CUPTI 13 gave
+ * the kernels that ran before Kineto registered its clock (it converts GPU times when it hands a
+ * record out). */
 static uint64_t (*stamp_fn)(void);
 static uint64_t stamp(void) { return stamp_fn ? stamp_fn() : now_ns(); }
-CUptiResult cuptiActivityRegisterTimestampCallback(uint64_t (*fn)(void)) { stamp_fn = fn; return 0; }
+static queue gpu_q;
+static size_t record_size(uint32_t kind);
+CUptiResult cuptiActivityRegisterTimestampCallback(uint64_t (*fn)(void)) {
+    stamp_fn = fn;
+    for (size_t pos = 0; getenv("FAKECUPTI_CLOCK_CUTS") && pos + 4 <= gpu_q.len;) {
+        uint8_t *r = gpu_q.data + pos;
+        uint32_t kind = nt_rd32(r, 0);
+        if (kind == NT_ACT_CONCURRENT_KERNEL) nt_wr64(r, K_START, 0), nt_wr64(r, K_END, 0);
+        if (kind == NT_ACT_MEMCPY || kind == NT_ACT_MEMSET) nt_wr64(r, C_START, 0), nt_wr64(r, C_END, 0);
+        pos += record_size(kind);
+    }
+    return 0;
+}
 
 static uint8_t *append(queue *q, size_t n) {
     if (q->len + n > q->cap) {

@@ -121,11 +121,16 @@ def test_every_eager_kernel_knows_its_nvtx_range(tmp_path):
     assert kernel_rows and all(row.range == "eager_step" and row.range_launches == row.count for row in kernel_rows)
 
 
-def test_program_with_its_own_torch_profiler(tmp_path):
-    """torch.profiler inside the program (Kineto registers its own CUPTI buffers): its profile keeps
-    its kernels, and the timeline keeps every kernel, inside the profiler's window and outside."""
+@pytest.mark.parametrize("clock_flush", ["1", "0"])
+def test_program_with_its_own_torch_profiler(tmp_path, clock_flush):
+    """torch.profiler inside the program (Kineto registers its own CUPTI buffers and its clock): its
+    profile keeps its kernels, and the timeline keeps every kernel, inside the profiler's window and
+    outside, each with its GPU times (the shim flushes CUPTI before Kineto's clock replaces CUPTI's:
+    spec/runtime.md, "Coexistence"). NEUTRINO_TIMELINE_CLOCK_FLUSH=0 shows the gap that flush closes:
+    the kernels of the steps before the profiler came without GPU times."""
     pytest.importorskip("torch")
     env = base_env(tmp_path)
+    env.update(NEUTRINO_TIMELINE_CLOCK_FLUSH=clock_flush, NEUTRINO_TIMELINE_DEBUG="1")
     out = tmp_path / "self.json"
     r, trace = run_probed("block_sched", [sys.executable, str(WORKLOADS / "w_timeline.py"), "self", str(out), "5"],
                           tmp_path / "tr", env, timeout=120)
@@ -138,18 +143,28 @@ def test_program_with_its_own_torch_profiler(tmp_path):
     print(f"\nprogram's profile: {theirs['n_kernels']} kernels ({theirs['chrome_kernels']} in its chrome trace, "
           f"{theirs['key_averages']} key averages); timeline: {len(every)} kernels over "
           f"{theirs['steps_total']} steps, {len(untimed)} without GPU time; counts {counts}")
-    if len(untimed):  # where they are: by launch order among all kernels, and their names
+    calls = _events(trace.path, "timeline_profiler")
+    first = calls[0]["first"] if calls else []
+    clock_at = [c["time"] * 1e9 for c in first if c["call"] == "timestamp_callback"]
+    if len(untimed):  # where they are: by launch order among all kernels, their names, launched before the clock?
         order = np.argsort(every["host_ns"], kind="stable")
         rank = {int(i): r for r, i in enumerate(order)}
         print("without GPU time (launch rank / total, name):",
               [(rank[int(i)], len(every), str(every["name"][i])[:40]) for i in np.flatnonzero(~timed)[:20]])
+        if clock_at:
+            before = int((untimed["host_ns"].astype(np.float64) < clock_at[0]).sum())
+            print(f"launched before the program registered its clock: {before} of {len(untimed)} without GPU time, "
+                  f"{int((every['host_ns'].astype(np.float64) < clock_at[0]).sum())} of {len(every)} in all")
+    print("program's CUPTI calls:", [(c["call"], c.get("kind")) for c in first][:40])
+    print("\n".join(line for line in r.stderr.splitlines() if "without GPU time" in line)[:3000])
     assert theirs["n_kernels"] > 0 and theirs["chrome_kernels"] == theirs["n_kernels"] and theirs["key_averages"] > 0
     # every kernel is on the timeline; those CUPTI gave no time are the stated gap (flags bit 2, counted)
     assert len(every) >= per_step * theirs["steps_total"] - 1e-9
     assert counts["no_gpu_time"] >= len(untimed)
+    if clock_flush == "1":
+        assert len(untimed) == 0 and "clock_flush" in [c["call"] for c in first]
     gaps = _events(trace.path, "timeline_host_gap")
-    calls = _events(trace.path, "timeline_profiler")
-    subscribes = [c for c in calls[0]["first"] if c["call"] == "subscribe"] if calls else []
+    subscribes = [c for c in first if c["call"] == "subscribe"]
     print(f"host gaps {gaps}; subscribes {subscribes}; host_ns known {int((every['host_ns'] > 0).sum())}/"
           f"{len(every)}")
     # Kineto takes CUPTI's callback subscriber and keeps it: shared with ours, no kernel loses its host time
