@@ -18,7 +18,7 @@ for r in $(seq "$rounds"); do
     echo "== round $r: $tree (graph8, GPU alone)"
     (cd "$tree" && PYTHONPATH="$PWD:${PYTHONPATH:-}" OVERHEAD_GPU_ONLY=1 NEUTRINO_FAST_PROFILE=1 \
       python benchmarks/overhead.py --no-warmup --workloads graph8 --iters 300 \
-      --tools "plain,block_sched graphs,block_sched graphs every:50")
+      --tools "plain,block_sched graphs,gmem_bytes graphs,block_sched graphs every:50,gmem_bytes graphs every:50")
   done
 done
 if [ "$eager" = eager ]; then

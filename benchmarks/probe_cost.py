@@ -133,6 +133,12 @@ def variants() -> dict[str, tuple[str, str | None]]:
         "gmem_bytes gated": (gb, "gmem_bytes gated"),
         "gmem_bytes shfl (sm_75 lowering)": (lowered_for(plain, "sm_75", gmem), "gmem_bytes"),
         "gmem_bytes per lane (sm_2x lowering)": (lowered_for(plain, "sm_20", gmem), "gmem_bytes"),
+        "block_sched graph variant": (instrument(plain, load_probe_argument("block_sched", None), graph_exit=True).ptx,
+                                      "block_sched graphx"),
+        "block_sched graph variant gate shut": (
+            instrument(plain, load_probe_argument("block_sched", None), graph_exit=True).ptx, "block_sched graphx gated"),
+        "gmem_bytes graph variant": (instrument(plain, gmem, graph_exit=True).ptx, "gmem_bytes graphx"),
+        "gmem_bytes graph variant gate shut": (instrument(plain, gmem, graph_exit=True).ptx, "gmem_bytes graphx gated"),
         "hist match.any": (instrument(plain, hist).ptx, "hist"),
         "hist per lane (sm_6x lowering)": (lowered_for(plain, "sm_60", hist), "hist"),
     }
@@ -234,6 +240,36 @@ def timed(cuda: Cuda, spin, step, n: int) -> list[float]:
     return [cuda.elapsed_us(events[i], events[i + 1]) for i in range(n)]
 
 
+GRAPH_SLOTS = 8
+
+
+def graph_variant_head(cuda: Cuda, size: int, selected: bool) -> int:
+    """A graph node's memory for the graph variant (passes/graph_exit.py; runtime/cudagraphs/ring.py
+    control_block): the head's control block, the state, GRAPH_SLOTS device slots, and the host ring
+    (flags, counters) in mapped pinned memory. `consumed` points at `written`, so a slot is always
+    free (a host that keeps up); `selected`: every launch probes, else none (the gate shut).
+    Returns the tagged pointer the kernel gets."""
+    from neutrino.runtime.cudagraphs import ring as graph_ring
+
+    stride = -(-size // 256) * 256
+    state = HEAD + stride
+    slots = state + 256
+    base = cuda.alloc(slots + GRAPH_SLOTS * stride)
+    host, ring = C.c_void_p(), C.c_uint64()
+    cuda.check("cuMemHostAlloc", C.byref(host), C.c_size_t(64 + 8 * GRAPH_SLOTS), 2)  # CU_MEMHOSTALLOC_DEVICEMAP
+    C.memset(host, 0, 64 + 8 * GRAPH_SLOTS)
+    cuda.check("cuMemHostGetDevicePointer_v2", C.byref(ring), host, 0)
+    words = {"ring": ring.value, "nslots": GRAPH_SLOTS, "slots": base + slots, "stride": stride, "state": base + state,
+             "consumed": base + state + 8, "start": 0, "stop": 2**64 - 1 if selected else 0, "every": 1,
+             "span": -(-size // 16) * 16, "ticket": 0, "slot": base + slots if selected else 0}
+    block = bytearray(HEAD)
+    for name, value in words.items():
+        block[HEAD + graph_ring.CONTROL[name]: HEAD + graph_ring.CONTROL[name] + 8] = value.to_bytes(8, "little")
+    raw = C.create_string_buffer(bytes(block), HEAD)
+    cuda.check("cuMemcpyHtoD_v2", C.c_uint64(base), raw, C.c_size_t(HEAD))
+    return (base + HEAD) | 1
+
+
 def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     f = cuda.function(ptx, "vadd")
     n = args.grid * BLOCK_ELEMENTS
@@ -246,7 +282,9 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
         base = cuda.alloc(HEAD + size)
         head = base + HEAD
         pointer = head
-        if buffer.endswith("gated"):  # a graph replay left out: tagged pointer, gate set
+        if "graphx" in buffer:  # the graph variant: its control block, slots and a ring in mapped host memory
+            pointer = graph_variant_head(cuda, size, selected=not buffer.endswith("gated"))
+        elif buffer.endswith("gated"):  # a graph replay left out: tagged pointer, gate set
             one = C.c_uint32(1)
             cuda.check("cuMemcpyHtoD_v2", C.c_uint64(head - 8), C.byref(one), C.c_size_t(4))
             pointer |= 1
@@ -258,7 +296,7 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     cuda.sync()
     row = {"variant": name, "registers": cuda.attribute(f, 4), "static_shared": cuda.attribute(f, 1),
            "local_bytes": cuda.attribute(f, 3), "blocks_per_sm": cuda.occupancy(f, THREADS)}
-    if buffer is not None and buffer.startswith("gmem") and head is not None:
+    if buffer is not None and buffer.startswith("gmem") and "graphx" not in buffer:
         cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * 128))
         cuda.launch(f, args.grid, THREADS, params)
         cuda.sync()
@@ -295,9 +333,12 @@ def main() -> None:
     ap.add_argument("--grid", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=2, help="all variants, interleaved, this many times (medians)")
     ap.add_argument("--json")
+    ap.add_argument("--only", help="comma-separated variant names to run (default: all)")
     args = ap.parse_args()
     cuda = Cuda()
     table = variants()
+    if args.only:
+        table = {name: table[name] for name in args.only.split(",")}
     rows: dict[str, list[dict]] = {name: [] for name in table}
     for _ in range(args.rounds):
         for name, (ptx, buffer) in table.items():
