@@ -240,27 +240,26 @@ def timed(cuda: Cuda, spin, step, n: int) -> list[float]:
     return [cuda.elapsed_us(events[i], events[i + 1]) for i in range(n)]
 
 
-GRAPH_SLOTS = 8
+GRAPH_SLOTS = 4096  # flags in the host ring: more than the launches of one measure() (~1,700)
 
 
 def graph_variant_head(cuda: Cuda, size: int, selected: bool) -> int:
     """A graph node's memory for the graph variant (passes/graph_exit.py; runtime/cudagraphs/ring.py
-    control_block): the head's control block, the state, GRAPH_SLOTS device slots, and the host ring
-    (flags, counters) in mapped pinned memory. `consumed` points at `written`, so a slot is always
-    free (a host that keeps up); `selected`: every launch probes, else none (the gate shut).
-    Returns the tagged pointer the kernel gets."""
+    control_block): the head's control block and state, one device slot that every launch reuses
+    (stride 0) and the host ring (flags, counters) in mapped pinned memory, with more flags than
+    launches here, so the ring never fills (a host that keeps up). `selected`: every launch
+    probes, else none (the gate shut). Returns the tagged pointer the kernel gets."""
     from neutrino.runtime.cudagraphs import ring as graph_ring
 
-    stride = -(-size // 256) * 256
-    state = HEAD + stride
-    slots = state + 256
-    base = cuda.alloc(slots + GRAPH_SLOTS * stride)
+    slots = HEAD + -(-size // 256) * 256
+    base = cuda.alloc(slots + -(-size // 256) * 256)
     host, ring = C.c_void_p(), C.c_uint64()
     cuda.check("cuMemHostAlloc", C.byref(host), C.c_size_t(64 + 8 * GRAPH_SLOTS), 2)  # CU_MEMHOSTALLOC_DEVICEMAP
     C.memset(host, 0, 64 + 8 * GRAPH_SLOTS)
     cuda.check("cuMemHostGetDevicePointer_v2", C.byref(ring), host, 0)
-    words = {"ring": ring.value, "nslots": GRAPH_SLOTS, "slots": base + slots, "stride": stride, "state": base + state,
-             "consumed": base + state + 8, "start": 0, "stop": 2**64 - 1 if selected else 0, "every": 1,
+    state = base + HEAD + graph_ring.GRAPH_STATE_OFFSET
+    words = {"ring": ring.value, "nslots": GRAPH_SLOTS, "slots": base + slots, "stride": 0, "state": state,
+             "consumed": state + graph_ring.CONSUMED, "start": 0, "stop": 2**64 - 1 if selected else 0, "every": 1,
              "span": -(-size // 16) * 16, "ticket": 0, "slot": base + slots if selected else 0}
     block = bytearray(HEAD)
     for name, value in words.items():

@@ -38,6 +38,7 @@ def test_control_block_offsets_are_the_runtimes():
     assert graph_exit.CONTROL == graph_ring.CONTROL
     assert (graph_exit.REPLAYS, graph_exit.WRITTEN) == (graph_ring.REPLAYS, graph_ring.WRITTEN)
     assert graph_exit.DROPPED == graph_ring.DROPPED and graph_exit.FLAGS == graph_ring.COUNTERS_BYTES
+    assert graph_exit.CONSUMED == graph_ring.CONSUMED and graph_exit.STATE_OFFSET == graph_ring.GRAPH_STATE_OFFSET
 
 
 @pytest.mark.parametrize("tool", ["block_sched", "gmem_bytes", "tensorop"])

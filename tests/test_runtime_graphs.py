@@ -294,7 +294,8 @@ def test_ring_on_the_device_or_with_wait_in_host_memory(tmp_path, when_full):
         assert lay.on_device and dev.nslots == lay.nslots > lay.nstage
         word = {name: C.c_uint64.from_address(gnode.device + dev.maps + off).value
                 for name, off in graph_ring.CONTROL.items()}
-        assert word["slots"] == gnode.device + dev.slots and word["consumed"] == gnode.device + dev.state + graph_ring.CONSUMED
+        assert word["slots"] == gnode.device + dev.slots and word["consumed"] == gnode.state_address + graph_ring.CONSUMED
+        assert word["state"] == gnode.state_address == gnode.device + dev.maps + graph_ring.GRAPH_STATE_OFFSET
         assert word["ring"] == gnode.ring[2] and word["nslots"] == lay.nslots and word["stride"] == dev.stride
     else:
         (desc,) = p.drv.graphs[graph].nodes[-1:]  # the append node
@@ -311,7 +312,7 @@ def test_ring_on_the_device_or_with_wait_in_host_memory(tmp_path, when_full):
     n += 3
     assert int.from_bytes(gnode.ring[1][graph_ring.CONSUMED: graph_ring.CONSUMED + 8], "little") == n
     if lay.on_device:  # the device reads the consumed count from its own state
-        assert C.c_uint64.from_address(gnode.device + dev.state + graph_ring.CONSUMED).value == n
+        assert C.c_uint64.from_address(gnode.state_address + graph_ring.CONSUMED).value == n
     finish(p.rt)
     t = nt.load(p.rt.trace.path)
     assert [la.event["replay"] for la in t.launches] == list(range(n))

@@ -53,8 +53,11 @@ CONTROL = {
     "ticket": -24,  # threads of this replay that have left
     "slot": -16,  # this replay's slot address; 0: the gate is shut
 }
-# The state's counters (runtime/cudagraphs/ring.py REPLAYS, WRITTEN, DROPPED) and the host ring's mirror.
-REPLAYS, WRITTEN, DROPPED = 0, 8, 16
+#: the node's device state lives in the head too (the `state` word points there): its counters
+#: and the host's consumed count are then read with the control block, in one round trip
+STATE_OFFSET = -64
+# The state's counters (runtime/cudagraphs/ring.py REPLAYS, WRITTEN, DROPPED, CONSUMED) and the host ring's mirror.
+REPLAYS, WRITTEN, DROPPED, CONSUMED = 0, 8, 16, 24
 FLAGS = 64
 
 _REGISTERS = {
@@ -62,7 +65,7 @@ _REGISTERS = {
     "gx_n64": "b64", "gx_old": "b64", "gx_total": "b64", "gx_w": "b64", "gx_last": "pred", "gx_lastw": "b32",
     "gx_src": "b32", "gx_grp": "pred", "gx_rank": "b32", "gx_g": "pred",
     "ga_cur": "b64", "ga_ring": "b64", "ga_k": "b64", "ga_slots": "b64", "ga_stride": "b64", "ga_state": "b64",
-    "ga_cons": "b64", "ga_start": "b64", "ga_stop": "b64", "ga_every": "b64", "ga_span": "b64", "ga_r": "b64",
+"ga_start": "b64", "ga_stop": "b64", "ga_every": "b64", "ga_span": "b64", "ga_r": "b64",
     "ga_wr": "b64", "ga_c": "b64", "ga_t": "b64", "ga_u": "b64", "ga_next": "b64", "ga_off": "b64",
     "ga_lead": "pred", "ga_had": "pred", "ga_sel": "pred", "ga_x": "pred", "ga_y": "pred", "ga_z": "b32",
 }
@@ -136,6 +139,7 @@ class GraphExit:
     ld.param.u64 %gx_p, [PARAM];
     and.b64 %gx_p, %gx_p, -2;
     cvta.to.global.u64 %gx_p, %gx_p;
+LOADS
     @%gx_go membar.gl;
     cvt.u64.u32 %gx_n64, %gx_n;
     mov.u64 %gx_old, 0;
@@ -171,22 +175,30 @@ class GraphExit:
         else:
             text += "\n    mov.pred %gx_grp, %gx_last;"
         text += "\n    @%gx_grp bra $L_APPEND;"
-        return self._code(text)
+        return self._code(text.replace("LOADS", self.prefetch(g)))
+
+    @staticmethod
+    def prefetch(g: str) -> str:
+        """What the appender reads, loaded by every leaving group before its ticket: the group that
+        turns out last finds it there when its atomic returns (the loads' latency hides behind the
+        atomic's). The counters are the previous replay's (nothing writes them during a launch); the
+        consumed count may be older than the host's latest, which only makes the ring look fuller."""
+        guard = f"@{g} " if g else ""
+        c = CONTROL
+        loads = [(name, c[key]) for name, key in (
+            ("cur", "slot"), ("ring", "ring"), ("k", "nslots"), ("slots", "slots"), ("stride", "stride"),
+            ("start", "start"), ("stop", "stop"), ("every", "every"), ("span", "span"))]
+        loads += [("r", STATE_OFFSET + REPLAYS), ("wr", STATE_OFFSET + WRITTEN)]
+        text = "\n".join(f"    {guard}ld.global.u64 %ga_{name}, [%gx_p+{off}];" for name, off in loads)
+        return text + f"\n    {guard}ld.volatile.global.u64 %ga_c, [%gx_p+{STATE_OFFSET + CONSUMED}];"
 
     def appender(self) -> list[ir.Statement]:
         """Once per launch, the last group of threads (%gx_p, %gx_m, %gx_rank, %gx_n set at their exit)."""
         c = CONTROL
-        loads = "\n".join(f"    ld.global.u64 %ga_{name}, [%gx_p+{c[key]}];" for name, key in (
-            ("cur", "slot"), ("ring", "ring"), ("k", "nslots"), ("slots", "slots"), ("stride", "stride"),
-            ("state", "state"), ("cons", "consumed"), ("start", "start"), ("stop", "stop"), ("every", "every"),
-            ("span", "span")))
         sync = "    bar.warp.sync %gx_m;" if self.warp_ops else ""
         text = f"""
 $L_APPEND:
-{loads}
-    ld.volatile.global.u64 %ga_r, [%ga_state+{REPLAYS}];
-    ld.volatile.global.u64 %ga_wr, [%ga_state+{WRITTEN}];
-    ld.volatile.global.u64 %ga_c, [%ga_cons];
+    add.u64 %ga_state, %gx_p, {STATE_OFFSET};
     setp.eq.u32 %ga_lead, %gx_rank, 0;
     setp.ne.and.u64 %ga_had, %ga_cur, 0, %ga_lead;
     @%ga_had membar.gl;

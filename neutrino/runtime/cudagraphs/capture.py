@@ -110,6 +110,14 @@ class GraphNode:
         return graph_ring.DeviceLayout(self.span, lay.nslots if lay.on_device else 0)
 
     @property
+    def state_address(self) -> int:
+        """The node's device state (its counters; the host writes its consumed count there): in
+        the head for the graph variant, after the maps for the append kernel."""
+        if self.in_kernel:
+            return self.device + graph_ring.HEAD_BYTES + graph_ring.GRAPH_STATE_OFFSET
+        return self.device + self.device_layout.state
+
+    @property
     def held(self) -> int:
         return self.device_layout.total + self.ring_layout.total
 

@@ -258,6 +258,7 @@ DONE:
 # u64 words at these offsets from the maps, in the head; written at capture.
 CONTROL = {"ring": -256, "nslots": -248, "slots": -240, "stride": -232, "state": -224, "consumed": -216,
            "start": -208, "stop": -200, "every": -192, "span": -184, "ticket": -24, "slot": -16}
+GRAPH_STATE_OFFSET = -64  # such a node's device state (replays, written, dropped, consumed): in the head too
 
 
 def control_block(device: int, dev: "DeviceLayout", ring_device: int, lay: "RingLayout", launch_filter) -> bytes:
@@ -265,8 +266,9 @@ def control_block(device: int, dev: "DeviceLayout", ring_device: int, lay: "Ring
     where its ring, slots and state are, `--launches`, and replay 0's slot (slot 0, zeroed at
     capture) when the filter selects replay 0, else 0 (the gate shut)."""
     f = launch_filter
+    state = device + HEAD_BYTES + GRAPH_STATE_OFFSET
     words = {"ring": ring_device, "nslots": lay.nslots, "slots": device + dev.slots, "stride": dev.stride,
-             "state": device + dev.state, "consumed": device + dev.state + CONSUMED, "start": f.start,
+             "state": state, "consumed": state + CONSUMED, "start": f.start,
              "stop": min(f.stop, 2**64 - 1), "every": max(1, f.every), "span": _align(dev.span, 16), "ticket": 0,
              "slot": device + dev.slots if f.selects(0) else 0}
     head = bytearray(HEAD_BYTES)
