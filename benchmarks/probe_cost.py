@@ -104,6 +104,16 @@ def ungated(ptx: str) -> str:
     return ptx.replace("setp.eq.u32 \t%nt_on, %nt_gate, 0;", "setp.eq.u32 \t%nt_on, 0, 0;")
 
 
+def ticket_as(ptx: str, how: str) -> str:
+    """The graph variant with its exit ticket replaced (an ablation: the appender then never runs, so
+    only with the gate shut): `ld`, a plain load of the counter; `red`, an atomic add without return."""
+    atom = "atom.global.add.u64 \t%nt_gx_old, [%nt_gx_p+-24], %nt_gx_n64;"
+    assert atom in ptx
+    new = {"ld": "ld.global.u64 \t%nt_gx_old, [%nt_gx_p+-24];",
+           "red": "red.global.add.u64 \t[%nt_gx_p+-24], %nt_gx_n64;"}[how]
+    return ptx.replace(atom, new)
+
+
 def variants() -> dict[str, tuple[str, str | None]]:
     """name -> (PTX, the map whose buffer is appended, or None)."""
     from neutrino.probefile import parse_probes
@@ -113,6 +123,7 @@ def variants() -> dict[str, tuple[str, str | None]]:
     gmem = load_probe_argument("gmem_bytes", None)
     gb = instrument(plain, gmem).ptx
     hist = parse_probes(HIST_PROBE, "hist.toml")
+    bsg = instrument(plain, load_probe_argument("block_sched", None), graph_exit=True).ptx
     extra = plain.replace("\t.param .u64 .ptr .global .align 1 vadd_param_5\n",
                           "\t.param .u64 .ptr .global .align 1 vadd_param_5,\n\t.param .u64 vadd_unused\n", 1)
     return {
@@ -137,6 +148,10 @@ def variants() -> dict[str, tuple[str, str | None]]:
                                       "block_sched graphx"),
         "block_sched graph variant gate shut": (
             instrument(plain, load_probe_argument("block_sched", None), graph_exit=True).ptx, "block_sched graphx gated"),
+        "bsg shut ticket-ld": (ticket_as(bsg, "ld"), "block_sched graphx gated"),
+        "bsg shut ticket-red": (ticket_as(bsg, "red"), "block_sched graphx gated"),
+        "bsg shut ticket-ld no-prefetch": (
+            _drop(ticket_as(bsg, "ld"), r"ld\.(volatile\.)?global\.u64 \t%nt_ga_"), "block_sched graphx gated"),
         "gmem_bytes graph variant": (instrument(plain, gmem, graph_exit=True).ptx, "gmem_bytes graphx"),
         "gmem_bytes graph variant gate shut": (instrument(plain, gmem, graph_exit=True).ptx, "gmem_bytes graphx gated"),
         "hist match.any": (instrument(plain, hist).ptx, "hist"),
