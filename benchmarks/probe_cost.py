@@ -104,16 +104,6 @@ def ungated(ptx: str) -> str:
     return ptx.replace("setp.eq.u32 \t%nt_on, %nt_gate, 0;", "setp.eq.u32 \t%nt_on, 0, 0;")
 
 
-def ticket_as(ptx: str, how: str) -> str:
-    """The graph variant with its exit ticket replaced (an ablation: the appender then never runs, so
-    only with the gate shut): `ld`, a plain load of the counter; `red`, an atomic add without return."""
-    atom = "atom.global.add.u64 \t%nt_gx_old, [%nt_gx_p+-24], %nt_gx_n64;"
-    assert atom in ptx
-    new = {"ld": "ld.global.u64 \t%nt_gx_old, [%nt_gx_p+-24];",
-           "red": "red.global.add.u64 \t[%nt_gx_p+-24], %nt_gx_n64;"}[how]
-    return ptx.replace(atom, new)
-
-
 def variants() -> dict[str, tuple[str, str | None]]:
     """name -> (PTX, the map whose buffer is appended, or None)."""
     from neutrino.probefile import parse_probes
@@ -123,7 +113,6 @@ def variants() -> dict[str, tuple[str, str | None]]:
     gmem = load_probe_argument("gmem_bytes", None)
     gb = instrument(plain, gmem).ptx
     hist = parse_probes(HIST_PROBE, "hist.toml")
-    bsg = instrument(plain, load_probe_argument("block_sched", None), graph_exit=True).ptx
     extra = plain.replace("\t.param .u64 .ptr .global .align 1 vadd_param_5\n",
                           "\t.param .u64 .ptr .global .align 1 vadd_param_5,\n\t.param .u64 vadd_unused\n", 1)
     return {
@@ -144,16 +133,6 @@ def variants() -> dict[str, tuple[str, str | None]]:
         "gmem_bytes gated": (gb, "gmem_bytes gated"),
         "gmem_bytes shfl (sm_75 lowering)": (lowered_for(plain, "sm_75", gmem), "gmem_bytes"),
         "gmem_bytes per lane (sm_2x lowering)": (lowered_for(plain, "sm_20", gmem), "gmem_bytes"),
-        "block_sched graph variant": (instrument(plain, load_probe_argument("block_sched", None), graph_exit=True).ptx,
-                                      "block_sched graphx"),
-        "block_sched graph variant gate shut": (
-            instrument(plain, load_probe_argument("block_sched", None), graph_exit=True).ptx, "block_sched graphx gated"),
-        "bsg shut ticket-ld": (ticket_as(bsg, "ld"), "block_sched graphx gated"),
-        "bsg shut ticket-red": (ticket_as(bsg, "red"), "block_sched graphx gated"),
-        "bsg shut ticket-ld no-prefetch": (
-            _drop(ticket_as(bsg, "ld"), r"ld\.(volatile\.)?global\.u64 \t%nt_ga_"), "block_sched graphx gated"),
-        "gmem_bytes graph variant": (instrument(plain, gmem, graph_exit=True).ptx, "gmem_bytes graphx"),
-        "gmem_bytes graph variant gate shut": (instrument(plain, gmem, graph_exit=True).ptx, "gmem_bytes graphx gated"),
         "hist match.any": (instrument(plain, hist).ptx, "hist"),
         "hist per lane (sm_6x lowering)": (lowered_for(plain, "sm_60", hist), "hist"),
     }
@@ -255,35 +234,6 @@ def timed(cuda: Cuda, spin, step, n: int) -> list[float]:
     return [cuda.elapsed_us(events[i], events[i + 1]) for i in range(n)]
 
 
-GRAPH_SLOTS = 4096  # flags in the host ring: more than the launches of one measure() (~1,700)
-
-
-def graph_variant_head(cuda: Cuda, size: int, selected: bool) -> int:
-    """A graph node's memory for the graph variant (passes/graph_exit.py; runtime/cudagraphs/ring.py
-    control_block): the head's control block and state, one device slot that every launch reuses
-    (stride 0) and the host ring (flags, counters) in mapped pinned memory, with more flags than
-    launches here, so the ring never fills (a host that keeps up). `selected`: every launch
-    probes, else none (the gate shut). Returns the tagged pointer the kernel gets."""
-    from neutrino.runtime.cudagraphs import ring as graph_ring
-
-    slots = HEAD + -(-size // 256) * 256
-    base = cuda.alloc(slots + -(-size // 256) * 256)
-    host, ring = C.c_void_p(), C.c_uint64()
-    cuda.check("cuMemHostAlloc", C.byref(host), C.c_size_t(64 + 8 * GRAPH_SLOTS), 2)  # CU_MEMHOSTALLOC_DEVICEMAP
-    C.memset(host, 0, 64 + 8 * GRAPH_SLOTS)
-    cuda.check("cuMemHostGetDevicePointer_v2", C.byref(ring), host, 0)
-    state = base + HEAD + graph_ring.GRAPH_STATE_OFFSET
-    words = {"ring": ring.value, "nslots": GRAPH_SLOTS, "slots": base + slots, "stride": 0, "state": state,
-             "consumed": state + graph_ring.CONSUMED, "start": 0, "stop": 2**64 - 1 if selected else 0, "every": 1,
-             "span": -(-size // 16) * 16, "ticket": 0, "slot": base + slots if selected else 0}
-    block = bytearray(HEAD)
-    for name, value in words.items():
-        block[HEAD + graph_ring.CONTROL[name]: HEAD + graph_ring.CONTROL[name] + 8] = value.to_bytes(8, "little")
-    raw = C.create_string_buffer(bytes(block), HEAD)
-    cuda.check("cuMemcpyHtoD_v2", C.c_uint64(base), raw, C.c_size_t(HEAD))
-    return (base + HEAD) | 1
-
-
 def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     f = cuda.function(ptx, "vadd")
     n = args.grid * BLOCK_ELEMENTS
@@ -296,9 +246,7 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
         base = cuda.alloc(HEAD + size)
         head = base + HEAD
         pointer = head
-        if "graphx" in buffer:  # the graph variant: its control block, slots and a ring in mapped host memory
-            pointer = graph_variant_head(cuda, size, selected=not buffer.endswith("gated"))
-        elif buffer.endswith("gated"):  # a graph replay left out: tagged pointer, gate set
+        if buffer.endswith("gated"):  # a graph replay left out: tagged pointer, gate set
             one = C.c_uint32(1)
             cuda.check("cuMemcpyHtoD_v2", C.c_uint64(head - 8), C.byref(one), C.c_size_t(4))
             pointer |= 1
@@ -310,7 +258,7 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     cuda.sync()
     row = {"variant": name, "registers": cuda.attribute(f, 4), "static_shared": cuda.attribute(f, 1),
            "local_bytes": cuda.attribute(f, 3), "blocks_per_sm": cuda.occupancy(f, THREADS)}
-    if buffer is not None and buffer.startswith("gmem") and "graphx" not in buffer:
+    if buffer is not None and buffer.startswith("gmem") and head is not None:
         cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * 128))
         cuda.launch(f, args.grid, THREADS, params)
         cuda.sync()
@@ -347,12 +295,9 @@ def main() -> None:
     ap.add_argument("--grid", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=2, help="all variants, interleaved, this many times (medians)")
     ap.add_argument("--json")
-    ap.add_argument("--only", help="comma-separated variant names to run (default: all)")
     args = ap.parse_args()
     cuda = Cuda()
     table = variants()
-    if args.only:
-        table = {name: table[name] for name in args.only.split(",")}
     rows: dict[str, list[dict]] = {name: [] for name in table}
     for _ in range(args.rounds):
         for name, (ptx, buffer) in table.items():

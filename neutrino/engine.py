@@ -45,26 +45,21 @@ def cycle_collection_paused() -> Iterator[None]:
 
 
 def instrument_module(module, probes: ProbeFile, kernel: str | None = None, pipeline: PassManager | None = None,
-                      isa=PTX, graph_exit: bool = False) -> Context:
-    ctx = Context(probes, kernel, isa=isa, graph_exit=graph_exit)
+                      isa=PTX) -> Context:
+    ctx = Context(probes, kernel, isa=isa)
     (pipeline or default_pipeline(isa)).run(module, ctx)
     return ctx
 
 
 def instrument(text: str, probes: ProbeFile, kernel: str | None = None, source: str | None = None,
-               pipeline: PassManager | None = None, isa=PTX, graph_exit: bool = False) -> Instrumented:
-    """`text` in `isa` (neutrino/isa/interface.py; PTX unless named) instrumented with `probes`, loaded for that ISA.
-
-    `graph_exit`: the graph variant (PTX only; passes/graph_exit.py): the code a CUDA graph node
-    runs, which appends each replay's results itself."""
-    if graph_exit and isa is not PTX:
-        raise InstrumentError(f"{isa.name}: no graph variant (PTX only)")
+               pipeline: PassManager | None = None, isa=PTX) -> Instrumented:
+    """`text` in `isa` (neutrino/isa/interface.py; PTX unless named) instrumented with `probes`, loaded for that ISA."""
     if probes.isa != isa.name:
         raise InstrumentError(f"{probes.path}: its snippets are {probes.isa.upper()}; "
                               f"load it with isa={isa.name!r} for a {isa.name.upper()} module")
     with cycle_collection_paused():
         module = isa.parse_module(text, source or f"<{isa.name}>")
-        ctx = instrument_module(module, probes, kernel, pipeline, isa, graph_exit)
+        ctx = instrument_module(module, probes, kernel, pipeline, isa)
         return Instrumented(isa.print_module(module), ctx.info(), dict(ctx.timings))
 
 

@@ -8,7 +8,6 @@ supplies, which may write the map buffers like the probed kernel would.
 from __future__ import annotations
 
 import ctypes as C
-import re
 import itertools
 import threading
 
@@ -347,18 +346,10 @@ class FakeDriver:
         if name == graph_ring.APPEND_KERNEL:
             emulate_graph_append(params, req.grid[1])
             return
-        text = self.modules.get(module, b"")
-        probed = b"__nt_buf" in text
+        probed = b"__nt_buf" in self.modules.get(module, b"")
         impl = self.kernel_impl.get(name)
-        variant = graph_variant_buffer(text, name, params) if probed else None
-        _running_variant[0] = variant
-        try:
-            if impl is not None and probed:  # only probed code writes maps
-                impl(self, req, params, name)
-        finally:
-            _running_variant[0] = None
-        if variant is not None:
-            emulate_graph_exit(variant)
+        if impl is not None and probed:  # only probed code writes maps
+            impl(self, req, params, name)
         program = self.program_impl.get(name)
         if program is not None:  # what the kernel computes for the program, probed or not
             program(self, req, params)
@@ -405,51 +396,6 @@ def emulate_graph_append(params_addr: int, nodes: int) -> None:
         C.memset(d.src, 0, d.bytes)  # the maps read zero at the next replay
 
 
-_running_variant = [None]  # the first map's buffer of the graph variant running now (probe_buffer follows its slot)
-
-
-def graph_variant_buffer(text: bytes, name: str, params_addr: int) -> int | None:
-    """The first map's buffer (untagged) when module `text` is the graph variant of kernel `name`
-    (passes/graph_exit.py: its appender's label), else None."""
-    if b"$nt_graph_append" not in text or not params_addr:
-        return None
-    m = re.search(rb"\.entry\s+" + re.escape(name.encode()) + rb"\s*\((.*?)\)", text, re.S)
-    if m is None:
-        return None
-    index = next(i for i, p in enumerate(m.group(1).split(b",")) if b"__nt_buf" in p)
-    return param_u64(params_addr, index) & ~1
-
-
-def _control(first: int, name: str):
-    return C.c_uint64.from_address(first + graph_ring.CONTROL[name])
-
-
-def emulate_graph_exit(first: int) -> None:
-    """What the graph variant's last threads do (passes/graph_exit.py, the appender): publish this
-    replay's slot or count it dropped, count the replay, choose and zero the next replay's slot."""
-    w = {name: _control(first, name).value for name in graph_ring.CONTROL}
-
-    def selected(r):
-        return not (r < w["start"] or r >= w["stop"] or (r - w["start"]) % w["every"])
-
-    state, mirror = (C.c_uint64 * 3).from_address(w["state"]), (C.c_uint64 * 3).from_address(w["ring"])
-    replay, written, consumed = state[0], state[1], C.c_uint64.from_address(w["consumed"]).value
-    _control(first, "ticket").value = 0
-    if w["slot"]:
-        C.c_uint64.from_address(w["ring"] + graph_ring.COUNTERS_BYTES + 8 * (written % w["nslots"])).value = replay + 1
-        written += 1
-        state[1] = mirror[1] = written
-    elif selected(replay):
-        state[2] += 1
-        mirror[2] = state[2]
-    state[0] = mirror[0] = replay + 1
-    nxt = 0
-    if selected(replay + 1) and written - consumed < w["nslots"]:
-        nxt = w["slots"] + (written % w["nslots"]) * w["stride"]
-        C.memset(nxt, 0, w["span"])
-    _control(first, "slot").value = nxt
-
-
 def param_u64(params_addr: int, i: int) -> int:
     """The u64 value of parameter i of a launch's params array."""
     arr = (C.c_void_p * (i + 1)).from_address(params_addr)
@@ -462,10 +408,6 @@ def probe_buffer(params_addr: int, i: int) -> int | None:
     probes; None when the probe is gated off."""
     value = param_u64(params_addr, i)
     buf = value & ~1
-    first = _running_variant[0]
-    if first is not None:  # the graph variant: every map moves into this replay's slot; none, the gate is shut
-        slot = _control(first, "slot").value
-        return buf - first + slot if slot else None
     if value & 1 and C.c_uint32.from_address(buf - graph_ring.GATE_OFFSET).value:
         return None
     return buf

@@ -44,10 +44,8 @@ CYCLES = int(os.environ.get("NEUTRINO_GRAPH_CYCLES", "1000"))  # capture/replay/
 class Program:
     """A program that captures saxpy4 (probed) then `other` (never probed) into one graph."""
 
-    def __init__(self, tmp_path, variant=True, **opts):
+    def __init__(self, tmp_path, **opts):
         self.rt, self.drv, _ = make_runtime(tmp_path, **opts)
-        if not variant:  # no graph variant: the probed kernel and an append node (what a refused variant gets)
-            self.rt.graphs.variant = None
         self.runs = {"saxpy4": 0, "other": 0}
         for name in self.runs:
             self.drv.program_impl[name] = self._counter(name)
@@ -108,11 +106,12 @@ def test_capture_and_replay_one_result_per_replay(program, mode):
     graph, rc = program.capture(mode)
     assert rc == 0
     drv = program.drv
-    # no memset node, no host node and no append node: the kernel node runs the graph variant, which
-    # appends each replay itself (passes/graph_exit.py); slot 0 is zeroed at capture on a stream of ours
-    assert node_kinds(drv, graph) == [("kernel", "saxpy4"), ("kernel", "other")]
-    kernel, other = drv.graphs[graph].nodes
-    assert b"$nt_graph_append" in drv.modules[drv.functions[kernel["func"]][0]]
+    # no memset node: the maps are zeroed once at capture (on a stream of ours) and then by the append kernel;
+    # the append node, added when the capture ended after the probed kernel, is a leaf (no host node)
+    assert node_kinds(drv, graph) == [("kernel", "saxpy4"), ("kernel", "other"), ("kernel", APPEND_KERNEL)]
+    kernel, other, append = drv.graphs[graph].nodes
+    assert append["deps"] == [kernel["handle"]]
+    assert not drv.graphs[graph].dependents(append["handle"])
     assert other["deps"] == [kernel["handle"]]  # the program's next kernel waits for the probed kernel only
     assert getattr(drv._mode, "mode", CAPTURE_MODE_GLOBAL) == CAPTURE_MODE_GLOBAL  # mode given back
     exe = program.instantiate(graph)
@@ -268,11 +267,9 @@ def test_a_full_ring_drops_replays_on_the_device_and_counts_them(program):
     assert program.runs == {"saxpy4": slots + 5, "other": slots + 5}
     finish(rt)
     t = nt.load(rt.trace.path)
-    # the graph variant decides a replay's slot at the previous replay's end: replay slots + 3 was
-    # decided while the ring was still full (spec/runtime.md, "Replays")
-    assert [la.event["replay"] for la in t.launches] == [*range(slots), slots + 4]
+    assert [la.event["replay"] for la in t.launches] == [*range(slots), slots + 3, slots + 4]
     (ex,) = events(rt, "exit")
-    assert ex["launches"] == slots + 1 and ex["dropped"] == 4
+    assert ex["launches"] == slots + 2 and ex["dropped"] == 3
 
 
 @pytest.mark.parametrize("when_full", ["drop", "wait"])
@@ -289,19 +286,14 @@ def test_ring_on_the_device_or_with_wait_in_host_memory(tmp_path, when_full):
     exe = p.instantiate(graph)
     (gnode,) = [n for g in p.rt.graphs._by_graph.values() for n in g.nodes]  # noqa: SLF001
     lay, dev = gnode.ring_layout, gnode.device_layout
-    if when_full == "drop":  # the graph variant: its control block, in the head, says where the ring is
-        assert gnode.in_kernel and len(p.drv.graphs[graph].nodes) == 2  # no append node
+    (desc,) = p.drv.graphs[graph].nodes[-1:]  # the append node
+    d = graph_ring.NodeDesc.from_address(graph_ring.AppendParams.from_address(
+        (C.c_void_p * 1).from_address(C.addressof(p.rt.graphs._by_graph[graph].append_args[0]))[0]).desc)  # noqa: SLF001
+    assert desc["kind"] == "kernel"
+    if when_full == "drop":
         assert lay.on_device and dev.nslots == lay.nslots > lay.nstage
-        word = {name: C.c_uint64.from_address(gnode.device + dev.maps + off).value
-                for name, off in graph_ring.CONTROL.items()}
-        assert word["slots"] == gnode.device + dev.slots and word["consumed"] == gnode.state_address + graph_ring.CONSUMED
-        assert word["state"] == gnode.state_address == gnode.device + dev.maps + graph_ring.GRAPH_STATE_OFFSET
-        assert word["ring"] == gnode.ring[2] and word["nslots"] == lay.nslots and word["stride"] == dev.stride
+        assert d.slots == gnode.device + dev.slots and d.consumed == gnode.device + dev.state + graph_ring.CONSUMED
     else:
-        (desc,) = p.drv.graphs[graph].nodes[-1:]  # the append node
-        d = graph_ring.NodeDesc.from_address(graph_ring.AppendParams.from_address(
-            (C.c_void_p * 1).from_address(C.addressof(p.rt.graphs._by_graph[graph].append_args[0]))[0]).desc)  # noqa: SLF001
-        assert desc["kind"] == "kernel" and not gnode.in_kernel
         assert not lay.on_device and dev.nslots == 0 and lay.nslots == lay.nstage
         assert d.slots == gnode.ring[2] + lay.slots + gnode.offsets[0] and d.consumed == gnode.ring[2] + graph_ring.CONSUMED
     n = min(lay.nslots, lay.nstage + 5)  # on the device: more than one round of host slots
@@ -312,7 +304,7 @@ def test_ring_on_the_device_or_with_wait_in_host_memory(tmp_path, when_full):
     n += 3
     assert int.from_bytes(gnode.ring[1][graph_ring.CONSUMED: graph_ring.CONSUMED + 8], "little") == n
     if lay.on_device:  # the device reads the consumed count from its own state
-        assert C.c_uint64.from_address(gnode.state_address + graph_ring.CONSUMED).value == n
+        assert C.c_uint64.from_address(gnode.device + dev.state + graph_ring.CONSUMED).value == n
     finish(p.rt)
     t = nt.load(p.rt.trace.path)
     assert [la.event["replay"] for la in t.launches] == list(range(n))
@@ -404,17 +396,15 @@ def test_append_kernel_ptx_is_accepted_by_ptxas(tmp_path):
 
 
 BEFORE_KERNEL = ["stream_capture_info", "exchange_capture_mode", "mem_alloc", "host_alloc", "append_module",
-                 "memset_async", "launch", "memcpy_htod_async"]  # the zeroing and control block at capture, on our stream
-AFTER_KERNEL = ["graph_add_kernel_node"]  # the append node (kernels without a graph variant), at the capture's end
+                 "memset_async", "launch"]  # memset_async: the zeroing at capture, on our stream
+AFTER_KERNEL = ["memcpy_htod_async", "graph_add_kernel_node"]  # the append node, at the capture's end
 
 
 @pytest.mark.parametrize("step", BEFORE_KERNEL + AFTER_KERNEL)
-def test_failure_at_each_capture_step_never_changes_results(tmp_path, step):
+def test_failure_at_each_capture_step_never_changes_results(program, step):
     """Before the probed kernel node exists: the original is captured instead (a `fallback` event).
     After: the probed kernel stays, its results are lost (a `result_error` event). Either way the
     program's kernels run exactly once per replay."""
-    program = Program(tmp_path, **({"variant": False} if step in AFTER_KERNEL else {}))
-    program.drv.kernel_impl["saxpy4"] = fake_block_sched
     drv = program.drv
     real_launch, real_load = drv.launch, drv.module_load_data
     if step == "launch":  # the probed kernel's launch is refused; the program's own are not
@@ -488,7 +478,7 @@ def test_memory_lives_until_the_last_graph_or_exec_is_destroyed(program):
     assert len(drv.mem) == held  # the executable graph still replays into our buffers
     program.replay(exe, 2)
     rt.on_graph(G_EXEC_DESTROY, exe, 0)
-    assert held == 2 and len(drv.mem) == 0  # the node's memory and its ring, freed (no append node's descriptors)
+    assert held == 3 and len(drv.mem) == 0  # the maps, the ring and the nodes' descriptors, freed
     finish(rt)
 
 

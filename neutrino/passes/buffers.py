@@ -28,7 +28,6 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.symbols import NameAllocator
 from neutrino.passes.build import entry_index, insn
-from neutrino.passes.graph_exit import CONTROL, add_graph_exits, graph_warp_ops
 from neutrino.passes.lower_save import GATE_OFFSET, GATE_REGISTER, map_register
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.param_space import check_param_space
@@ -37,7 +36,6 @@ from neutrino.passes.save_core import COUNT_BYTES, RECORDS_ALIGN, address_maps, 
 from neutrino.maps import STRIPES, stripe_row_bytes
 
 ORIGIN = "buffer-addressing"
-GRAPH_SLOT_OFFSET = CONTROL["slot"]  # the graph variant's slot word, before the first buffer
 
 
 def param_names(kernel: str, map_name: str) -> tuple[str, str]:
@@ -57,7 +55,6 @@ def declarations(registers: dict[str, str]) -> list[ir.RegDecl]:
 class _Prologue:
     state: KernelState
     code: list[ir.Instruction] = attrs.Factory(list)
-    graph: bool = False  # the graph variant's buffers (graph_buffer)
 
     def t(self, role: str, rtype: str) -> str:
         return self.state.temp(role, rtype)
@@ -137,9 +134,6 @@ class _Prologue:
     def load_buffer(self, buf: str, buffer_param: str, first: bool) -> None:
         """buf = the map's buffer parameter, in the global window; for the first map, the gate too."""
         self.emit("ld.param.u64", buf, ir.Address(ir.Symbol(buffer_param)))
-        if self.graph:
-            self.graph_buffer(buf, first)
-            return
         if not first:
             self.emit("cvta.to.global.u64", buf, buf)
             return
@@ -152,22 +146,6 @@ class _Prologue:
         self.emit("mov.u32", gate, 0)
         self.emit("ld.global.u32", gate, ir.Address(ir.Register(buf), ir.Immediate(str(-GATE_OFFSET))), guard=ir.Guard(ir.Register(gated)))
         self.emit("setp.eq.u32", on, gate, 0)
-
-    def graph_buffer(self, buf: str, first: bool) -> None:
-        """The graph variant (passes/graph_exit.py): this replay's slot address is read from the first
-        buffer's head; 0 shuts the gate, else every map's buffer moves by (slot - first buffer)."""
-        delta = self.t("gx_delta", "b64")
-        if not first:
-            self.emit("cvta.to.global.u64", buf, buf)
-            self.emit("add.u64", buf, buf, delta)
-            return
-        slot, on = self.t("gx_slot", "b64"), self.t(GATE_REGISTER, "pred")
-        self.emit("and.b64", buf, buf, -2)
-        self.emit("cvta.to.global.u64", buf, buf)
-        self.emit("ld.global.u64", slot, ir.Address(ir.Register(buf), ir.Immediate(str(GRAPH_SLOT_OFFSET))))
-        self.emit("setp.ne.u64", on, slot, 0)
-        self.emit("sub.u64", delta, slot, buf)
-        self.emit("mov.b64", buf, slot)
 
     def counters_pointer(self, spec) -> None:
         """A sum or hist map: this warp's row of the launch's counters, row = %smid % STRIPES.
@@ -254,17 +232,15 @@ class _PrologueShape:
     levels: frozenset[str]
     maps: tuple[_MapShape, ...]
     counting: bool
-    graph: bool = False
 
     @classmethod
-    def of(cls, state: KernelState, maps: list, graph: bool = False) -> "_PrologueShape":
+    def of(cls, state: KernelState, maps: list) -> "_PrologueShape":
         return cls(
             state.prefix,
             tuple((name, state.temps[name]) for name in state.renames.values()),
             frozenset(state.levels),
             tuple(_MapShape(m.name, m.level, m.cap, m.record_bytes, m.type) for m in maps),
             state.counting,
-            graph,
         )
 
 
@@ -311,7 +287,7 @@ def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
         levels=set(shape.levels),
         counting=shape.counting,
     )
-    prologue = _Prologue(scratch, graph=shape.graph)
+    prologue = _Prologue(scratch)
     prologue.zero_probe_registers()
     if any(m.type == "array" for m in shape.maps) or shape.levels:
         prologue.thread_geometry()
@@ -343,15 +319,11 @@ class PtxBufferAddressing:
             original = len(state.function.params or [])
             self.add_params(state, chosen[owner], ctx)
             check_param_space(module, state.function, original)
-            graph = ctx.graph_exit and not state.counting
-            shape = _PrologueShape.of(state, [ctx.probes.maps[m] for m in state.maps], graph)
+            shape = _PrologueShape.of(state, [ctx.probes.maps[m] for m in state.maps])
             code = prologue_template(shape).instantiate(state, chosen[owner])
             body = state.function.body
             i = entry_index(body)
             body[i:i] = code
-            if graph:
-                first = chosen[owner][param_names("", state.maps[0])[0]] if state.maps else ""
-                add_graph_exits(module, ctx, state, first, graph_warp_ops(module))
             body[0:0] = declarations(state.temps)
 
     @staticmethod

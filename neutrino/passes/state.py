@@ -69,7 +69,6 @@ class Context:
     timings: dict[str, float] = attrs.Factory(dict)
     allocator: NameAllocator | None = None  # every name a pass adds comes from here (spec/ir.md "Names")
     isa: object = None  # neutrino.isa.interface.Isa; the pass manager sets PTX when none was given
-    graph_exit: bool = False  # build the graph variant (PTX: passes/graph_exit.py), not the eager code
 
     def names(self, module) -> NameAllocator:
         """The module's name allocator, read from its symbol tables when first asked for (PTX)."""

@@ -165,8 +165,7 @@ class Runtime:
             sink = PythonGraphSink(self.drv, self.trace, self.trace_budget, self.opt.launches)
         return GraphProbes(self.drv, self.trace, sink, ByteBudget(self.opt.buffer_budget), self.enqueuer,
                            self.attribution, arch_of=self.devices.arch,
-                           wait_ns=graph_ring.WAIT_NS if self.opt.when_full == "wait" else 0,
-                           variant=lambda rec, pk, req: self.kernels.graph_variant(rec, pk, req.func, req.shared_bytes))
+                           wait_ns=graph_ring.WAIT_NS if self.opt.when_full == "wait" else 0)
 
     # ------------------------------------------------------------ what exists
     @property

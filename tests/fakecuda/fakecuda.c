@@ -270,43 +270,6 @@ CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long lon
 static void free_graph(Graph *g) { free(g->nodes); free(g); graph_nodes_live--; }
 CUresult cuGraphDestroy(void *graph) { free_graph(graph); return 0; }
 CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }
-static void fake_records(uint64_t buf, unsigned blocks, unsigned threads);
-
-/* The graph variant's control block: u64 words at these offsets before the first map's buffer
- * (passes/graph_exit.py CONTROL, runtime/cudagraphs/ring.py CONTROL). */
-enum { C_RING = -256, C_NSLOTS = -248, C_SLOTS = -240, C_STRIDE = -232, C_STATE = -224, C_CONSUMED = -216,
-       C_START = -208, C_STOP = -200, C_EVERY = -192, C_SPAN = -184, C_TICKET = -24, C_SLOT = -16 };
-static uint64_t *control(uint64_t first, int off) { return (uint64_t *)(uintptr_t)(first + off); }
-static int chosen(uint64_t first, uint64_t r) {
-    uint64_t start = *control(first, C_START), stop = *control(first, C_STOP), every = *control(first, C_EVERY);
-    return !(r < start || r >= stop || (r - start) % every);
-}
-
-/* The graph variant as the device runs it: the probe writes into this replay's slot (0: the gate
- * is shut), then the last threads publish it or count it dropped, count the replay, and choose
- * and zero the next replay's slot. */
-static void graph_variant_run(uint64_t first, unsigned blocks, unsigned threads) {
-    uint64_t slot = *control(first, C_SLOT);
-    if (slot) fake_records(slot, blocks, threads);
-    uint64_t *st = (uint64_t *)(uintptr_t)*control(first, C_STATE), *mirror = (uint64_t *)(uintptr_t)*control(first, C_RING);
-    uint64_t k = *control(first, C_NSLOTS), r = st[0], w = st[1];
-    uint64_t consumed = __atomic_load_n((uint64_t *)(uintptr_t)*control(first, C_CONSUMED), __ATOMIC_ACQUIRE);
-    *control(first, C_TICKET) = 0;
-    if (slot) {
-        __atomic_store_n(&mirror[8 + w % k], r + 1, __ATOMIC_RELEASE);
-        mirror[1] = st[1] = ++w;
-    } else if (chosen(first, r)) {
-        mirror[2] = ++st[2];
-    }
-    mirror[0] = st[0] = ++r;
-    uint64_t next = 0;
-    if (chosen(first, r) && w - consumed < k) {
-        next = *control(first, C_SLOTS) + w % k * *control(first, C_STRIDE);
-        memset((void *)(uintptr_t)next, 0, *control(first, C_SPAN));
-    }
-    *control(first, C_SLOT) = next;
-}
-
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
 CUresult cuGraphLaunch(void *exec, void *stream) {
     Graph *e = exec;
@@ -492,21 +455,10 @@ static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
     const char *bp = getenv("FAKECUDA_BUFPARAM");
     if (!probed || !bp || !params) return;
     uint64_t buf = *(uint64_t *)params[atoi(bp)];
-    if (strstr(fn->mod->image, "$nt_graph_append")) { /* the graph variant (passes/graph_exit.py) */
-        graph_variant_run(buf & ~1ull, gx * gy * gz, bx * by * bz);
-        return;
-    }
     if (buf & 1) { /* a graph node's pointer: its probe gate is the u32 8 bytes before (passes/buffers.py) */
         buf &= ~1ull;
         if (*(uint32_t *)(uintptr_t)(buf - 8)) return;
     }
-    fake_records(buf, gx * gy * gz, bx * by * bz);
-}
-
-/* What the fake block_sched probe saves: one record per warp (FAKECUDA_ALTERNATE: every other
- * probed launch only the first half of the warps save one). */
-static void fake_records(uint64_t buf, unsigned blocks, unsigned threads) {
-    unsigned gx = blocks, gy = 1, gz = 1, bx = threads, by = 1, bz = 1;
     unsigned warps = (bx * by * bz + 31) / 32, units = gx * gy * gz * warps;
     uint32_t *counts = (uint32_t *)(uintptr_t)buf;
     char *recs = (char *)(uintptr_t)buf + ((4 * units + 15) / 16) * 16;

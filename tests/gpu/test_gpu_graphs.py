@@ -80,24 +80,6 @@ def test_manual_capture_gmem_bytes_exact_per_replay(tmp_path, manual_plain):
     assert gmem_bytes(sub, "vadd") == [3 * 4 * N] * REPLAYS
 
 
-def test_graph_variant_block_sched_every_replay(tmp_path, manual_plain):
-    """The default ring (--when-full=drop): both nodes run the graph variant, which appends each
-    replay itself (no append node): every replay written holds exactly one record per warp, each
-    replay at most once, in order."""
-    env, cmd = manual_plain
-    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env, "--graphs")
-    _report("manual block_sched, graph variant", r, trace)
-    _npz_equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
-    assert not [e for e in trace.events if e.get("event") == "graph_append_node"]  # no node fell back to one
-    replays = _graph_launches(trace)
-    per_node = Counter(la.graph for la in replays)
-    assert len(per_node) == 2 and min(per_node.values()) > REPLAYS // 10, per_node
-    for node in per_node:
-        numbers = [la.event["replay"] for la in replays if la.graph == node]
-        assert numbers == sorted(set(numbers)) and numbers[-1] < REPLAYS
-    check_block_sched(trace, sm_count())
-
-
 def test_launch_filter_counts_replays(tmp_path, manual_plain):
     env, cmd = manual_plain
     r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env, "--graphs",

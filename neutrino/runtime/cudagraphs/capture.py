@@ -95,8 +95,6 @@ class GraphNode:
     reserved: bool = False  # its bytes are held against the graphs' budget
     keep: object = None  # parameter arrays the driver may read again (fake drivers; set-params rewrites)
     appended: bool = False  # the capture's append node serves it
-    in_kernel: bool = False  # its kernel is the graph variant, which appends itself (no append node)
-    globals: list = attrs.Factory(list)  # the probed module's mirrored globals (of the variant, when it runs)
     frame: str | None = None
 
     @property
@@ -108,14 +106,6 @@ class GraphNode:
     def device_layout(self) -> graph_ring.DeviceLayout:
         lay = self.ring_layout
         return graph_ring.DeviceLayout(self.span, lay.nslots if lay.on_device else 0)
-
-    @property
-    def state_address(self) -> int:
-        """The node's device state (its counters; the host writes its consumed count there): in
-        the head for the graph variant, after the maps for the append kernel."""
-        if self.in_kernel:
-            return self.device + graph_ring.HEAD_BYTES + graph_ring.GRAPH_STATE_OFFSET
-        return self.device + self.device_layout.state
 
     @property
     def held(self) -> int:
@@ -144,11 +134,8 @@ class GraphGroup:
 class GraphProbes:
     """Capture-time probing and the graphs' lifetimes (the shim reports instantiate/destroy)."""
 
-    def __init__(self, drv, trace, sink, budget, enqueuer, attribution=None, arch_of=None, wait_ns: int = 0,
-                 variant=None):
+    def __init__(self, drv, trace, sink, budget, enqueuer, attribution=None, arch_of=None, wait_ns: int = 0):
         self.drv, self.trace, self.sink, self.budget, self.enqueuer = drv, trace, sink, budget, enqueuer
-        # (rec, pk, req) -> (function, globals) of the kernel's graph variant, or raises Fallback
-        self.variant = variant
         self.attribution = attribution
         self.arch_of = arch_of  # ctx -> compute capability (for the append kernel's PTX target)
         self.wait_ns = wait_ns  # --when-full=wait: how long a replay waits for a full ring's slot
@@ -178,11 +165,9 @@ class GraphProbes:
             raise Fallback("graph", "--benchmark does not time launches captured into CUDA graphs")
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
-        func, gvars, in_kernel = self._variant(rec, pk, req)
         info = self.drv.stream_capture_info(stream)
         shape = pk.shape(req.grid, req.block)
         node = self._new_node(rec, pk, req, ctx, stream, info, shape)
-        node.probed_func, node.globals, node.in_kernel = func, gvars, in_kernel
         if not self.budget.reserve(node.held):  # the smallest ring, rather than none
             node.ring_layout = graph_ring.ring_layout(node.frame_bytes, self.wait_ns == 0, minimal=True)
             if not self.budget.reserve(node.held):
@@ -201,22 +186,6 @@ class GraphProbes:
         self._capture_kernel(node, pk, req, stream, info.dependencies)
         self._prepare_ring(node, pk, stream)
         return 0
-
-    def _variant(self, rec, pk, req) -> tuple[int, list, bool]:
-        """The code the node runs: the graph variant (it appends each replay itself) when there is
-        one and the ring is on the device; else the probed kernel, served by an append node."""
-        if self.variant is None or self.wait_ns:
-            return pk.func, pk.globals, False
-        try:
-            with relaxed_capture(self.drv):  # building it loads a module
-                func, gvars = self.variant(rec, pk, req)
-            return func, gvars, True
-        except Fallback as e:
-            if not e.repeat:
-                self.trace.event("graph_append_node", kernel=pk.name, reason=e.reason)
-        except DriverError as e:
-            self.trace.event("graph_append_node", kernel=pk.name, reason=f"loading the graph variant: {e}")
-        return pk.func, pk.globals, False
 
     def _new_node(self, rec, pk, req, ctx, stream, info, shape) -> GraphNode:
         with self._lock:
@@ -260,14 +229,6 @@ class GraphProbes:
         """The maps and the state read zero at the first replay; the append kernel zeroes the maps
         after each one. On a stream of ours, outside the capture: no memset node in the graph."""
         stream = self._our_stream(ctx)
-        dev = node.device_layout
-        if node.in_kernel:  # the head holds the control block; slot 0 reads zero (later ones: the appender)
-            self.drv.memset_async(node.device, dev.slots + dev.stride, stream)
-            head = graph_ring.control_block(node.device, dev, node.ring[2], node.ring_layout, self.sink.filter)
-            buf = C.create_string_buffer(head, len(head))
-            self.drv.memcpy_htod_async(node.device, C.addressof(buf), len(head), stream)
-            self.drv.stream_synchronize(stream)
-            return
         self.drv.memset_async(node.device, node.device_layout.slots, stream)
         if not self.sink.filter.selects(0):  # the first replay's probe gate (later ones: the append kernel)
             off = C.c_uint32(1)
@@ -295,8 +256,8 @@ class GraphProbes:
             slots[first].device |= 1
         params = self.enqueuer.params(pk, req, node.layouts, slots)
         try:
-            copy_globals_in(self.drv, node.globals, stream)
-            rc = self.drv.launch(req.kind, node.probed_func, req, C.addressof(params))
+            copy_globals_in(self.drv, pk.globals, stream)
+            rc = self.drv.launch(req.kind, pk.func, req, C.addressof(params))
             if rc != 0:
                 raise Fallback("graph", f"capturing the probed kernel failed: {self.drv.error_name(rc)}")
         except BaseException:
@@ -314,7 +275,7 @@ class GraphProbes:
             self.nodes_probed += 1
         try:
             node.node = self.drv.stream_capture_info(stream).dependencies[0]
-            copy_globals_out(self.drv, node.globals, stream)
+            copy_globals_out(self.drv, pk.globals, stream)
             with self._lock:
                 self._by_node[node.node] = node
             node.record = self.sink.new_record(node)
@@ -337,8 +298,7 @@ class GraphProbes:
         probed kernel nodes, a leaf. Failing, those nodes' results are lost, never a kernel."""
         with self._lock:
             group = self._by_graph.get(graph)
-            nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended and not n.in_kernel
-                     ] if group else []
+            nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended] if group else []
         if not nodes:
             return
         try:

@@ -254,30 +254,6 @@ DONE:
 """
 
 
-# The graph variant's control block (passes/graph_exit.py CONTROL, kept equal by tests/test_graph_exit.py):
-# u64 words at these offsets from the maps, in the head; written at capture.
-CONTROL = {"ring": -256, "nslots": -248, "slots": -240, "stride": -232, "state": -224, "consumed": -216,
-           "start": -208, "stop": -200, "every": -192, "span": -184, "ticket": -24, "slot": -16}
-GRAPH_STATE_OFFSET = -64  # such a node's device state (replays, written, dropped, consumed): in the head too
-
-
-def control_block(device: int, dev: "DeviceLayout", ring_device: int, lay: "RingLayout", launch_filter) -> bytes:
-    """The head of a node whose kernel is the graph variant (HEAD_BYTES, to be written at `device`):
-    where its ring, slots and state are, `--launches`, and replay 0's slot (slot 0, zeroed at
-    capture) when the filter selects replay 0, else 0 (the gate shut)."""
-    f = launch_filter
-    state = device + HEAD_BYTES + GRAPH_STATE_OFFSET
-    words = {"ring": ring_device, "nslots": lay.nslots, "slots": device + dev.slots, "stride": dev.stride,
-             "state": state, "consumed": state + CONSUMED, "start": f.start,
-             "stop": min(f.stop, 2**64 - 1), "every": max(1, f.every), "span": _align(dev.span, 16), "ticket": 0,
-             "slot": device + dev.slots if f.selects(0) else 0}
-    head = bytearray(HEAD_BYTES)
-    for name, value in words.items():
-        at = HEAD_BYTES + CONTROL[name]
-        head[at: at + 8] = int(value).to_bytes(8, "little")
-    return bytes(head)
-
-
 def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True) -> str:
     """The append kernel's module for a device of compute capability `arch` (sm_75 code JITs on any
     newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it), for rings on the

@@ -111,7 +111,7 @@ class PythonGraphSink:
         if not node.ring_layout.on_device:
             return
         try:
-            self.drv.memcpy_htod_async(node.state_address + graph_ring.CONSUMED,
+            self.drv.memcpy_htod_async(node.device + node.device_layout.state + graph_ring.CONSUMED,
                                        node.ring[0] + graph_ring.CONSUMED, 8, node.drain_stream)
         except DriverError:
             rec.errors += 1
@@ -209,7 +209,7 @@ class NativeGraphSink:
                            nslots=lay.nslots, stride=lay.stride, slots=lay.slots, ctx=node.group.ctx,
                            copy_stream=node.drain_stream,
                            device_slots=node.device + dev.slots if lay.on_device else 0,
-                           device_stride=dev.stride, device_state=node.state_address,
+                           device_stride=dev.stride, device_state=node.device + dev.state,
                            data_off=node.offsets[0], span=dev.span, nstage=lay.nstage)
         desc.grid[:] = node.grid
         desc.block[:] = node.block

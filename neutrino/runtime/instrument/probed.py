@@ -103,9 +103,6 @@ class ProbedKernel:
     attrs_checked: bool = False  # the original's attributes were copied at least once
     counted: dict = attrs.Factory(dict)  # (grid, block) -> (caps of its last counting launch, launches sized by them)
     modules: tuple = ()  # the modules of ours it lives in (probed code, baseline): unloaded after the program's
-    graph_func: int | None = None  # the graph variant (passes/graph_exit.py), built at the kernel's first capture
-    graph_globals: list = attrs.Factory(list)  # the variant module's mirrored globals
-    graph_refused: str | None = None  # why the kernel has no graph variant
     _layouts: dict = attrs.Factory(dict)
     _param_plan: tuple | None = None
 
@@ -338,52 +335,13 @@ class KernelBuilder:
             self.cache.put(key, entry)
         return self.drv.module_get_function(module, rec.name), self._mirror_globals(rec, module), module
 
-    def graph_variant(self, rec, pk: ProbedKernel, original_func: int, shared_bytes: int) -> tuple[int, list]:
-        """The kernel's graph variant (passes/graph_exit.py: it appends each replay's results
-        itself) and its mirrored globals, built and loaded at its first capture (the original's
-        attributes copied to it); Fallback("graph") when the engine refuses it (the caller keeps
-        the append node)."""
-        with self._lock:
-            if pk.graph_func is None:
-                self._build_graph_variant(rec, pk)
-            self.check_attrs(pk, original_func, shared_bytes)
-            return pk.graph_func, pk.graph_globals
-
-    def _build_graph_variant(self, rec, pk: ProbedKernel) -> None:
-        with self._lock:
-            if pk.graph_refused is not None:
-                raise Fallback("graph", pk.graph_refused, repeat=True)
-            ptx = rec.module.ptx.text
-            key = cache_key(ptx, self.probes.text, self.arch(pk.ctx), rec.name, variant="graph")
-            entry, where = self.cache.get(key)
-            if entry is None or entry.info is None:
-                source = str(getattr(rec.module.ptx, "source", "<ptx>"))
-                try:
-                    with self.phases.phase("instrument"):
-                        inst = self.engine.instrument(entry_only(ptx, rec.name), loaded(self.probes), kernel=rec.name,
-                                                      source=source, graph_exit=True)
-                except NeutrinoError as e:
-                    pk.graph_refused = f"no graph variant: {e}"
-                    raise Fallback("graph", pk.graph_refused) from None
-                entry = CacheEntry(inst.ptx, inst.kernels[rec.name])
-            module, cubin = self._load(entry)
-            if cubin is not None:
-                entry.cubin = cubin
-            if where != "memory":
-                self.cache.put(key, entry)
-            pk.graph_func = self.drv.module_get_function(module, rec.name)
-            pk.graph_globals = self._mirror_globals(rec, module)
-            pk.modules = (*pk.modules, module)
-            pk.attrs_seen.clear()  # the variant gets the original's attributes at the next check
-            pk.attrs_checked = False
-
     def copy_attrs(self, original: int, pk: ProbedKernel) -> None:
         """Carry the original's settable attributes (dynamic shared memory limit...) over.
 
         Done at the first launch and again after a probed launch is refused
         (the program may have raised a limit since): not per launch, since each
         query is a driver call on the launch path."""
-        targets = [f for f in (pk.func, pk.count_func, pk.baseline, pk.graph_func) if f]
+        targets = [f for f in (pk.func, pk.count_func, pk.baseline) if f]
         for attr in COPIED_FUNC_ATTRS:
             try:
                 v = self.drv.func_get_attribute(original, attr)
