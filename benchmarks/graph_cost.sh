@@ -5,7 +5,7 @@
 #
 # For each tree (a checkout with benchmarks/overhead.py), alternating, ROUNDS times: the graph of 8
 # tiny Triton kernels (`graph8`) timed on the GPU alone (OVERHEAD_GPU_ONLY=1: per-replay CUDA-event
-# medians), plain, block_sched on every replay and block_sched with `--launches every:50`, all in
+# medians), plain, block_sched and gmem_bytes on every replay and with `--launches every:50`, all in
 # one overhead.py run (ratios compare like with like). With `eager`: the eager tiny-kernel loops
 # too (`launch`: host time per launch; `graph_eager`: the same kernels launched eagerly, GPU alone),
 # plain vs block_sched. NEUTRINO_FAST_PROFILE=1 makes the graph runs print the poller's driver
