@@ -5,7 +5,7 @@
 #
 # For each tree (a checkout with benchmarks/overhead.py), alternating, ROUNDS times: the graph of 8
 # tiny Triton kernels (`graph8`) timed on the GPU alone (OVERHEAD_GPU_ONLY=1: per-replay CUDA-event
-# medians), plain, block_sched on every replay and block_sched with `--launches every:50`, all in
+# medians), plain, block_sched and gmem_bytes on every replay and with `--launches every:50`, all in
 # one overhead.py run (ratios compare like with like). With `eager`: the eager tiny-kernel loops
 # too (`launch`: host time per launch; `graph_eager`: the same kernels launched eagerly, GPU alone),
 # plain vs block_sched. NEUTRINO_FAST_PROFILE=1 makes the graph runs print the poller's driver
@@ -18,7 +18,7 @@ for r in $(seq "$rounds"); do
     echo "== round $r: $tree (graph8, GPU alone)"
     (cd "$tree" && PYTHONPATH="$PWD:${PYTHONPATH:-}" OVERHEAD_GPU_ONLY=1 NEUTRINO_FAST_PROFILE=1 \
       python benchmarks/overhead.py --no-warmup --workloads graph8 --iters 300 \
-      --tools "plain,block_sched graphs,block_sched graphs every:50")
+      --tools "plain,block_sched graphs,gmem_bytes graphs,block_sched graphs every:50,gmem_bytes graphs every:50")
   done
 done
 if [ "$eager" = eager ]; then
