@@ -55,6 +55,7 @@ from neutrino.runtime.launch_path.enqueue import Enqueuer
 from neutrino.runtime.start.options import RuntimeOptions
 from neutrino.runtime.start.phases import PhaseClock
 from neutrino.runtime.launch_path.pool import BufferPool, ByteBudget, PoolFull, size_class
+from neutrino.runtime.instrument import probe_cost
 from neutrino.runtime.instrument.probed import (  # noqa: F401
     Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals)
 from neutrino.runtime.modules.registry import Forgotten, FuncRec, ModuleRec, Registry, SimplePtx
@@ -326,6 +327,8 @@ class Runtime:
             with relaxed_capture(self.drv) if capturing else contextlib.nullcontext():
                 pk = self.kernels.get(rec, ctx, req.func, wait=True if capturing else None)  # a graph keeps what is captured
                 self.kernels.check_attrs(pk, req.func, req.shared_bytes)
+                if not pk.cost_recorded:  # once per kernel and context: what probing added (probe_cost.py)
+                    probe_cost.record(self.drv, self.trace, pk, req)
             if way is LaunchWay.PROBE:
                 return self._launch_probed(rec, pk, req, ctx)
             if way is LaunchWay.CAPTURE:  # the probed kernel goes into the graph (cudagraphs/capture.py)
