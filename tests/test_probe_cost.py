@@ -240,3 +240,18 @@ def test_every_probe_cost_column_is_defined_in_the_spec():
     assert set(cost_report.HEADERS) <= cols
     (row,) = cost_report.numbers([cost_event("k")])
     assert set(row) - {"kernel", "error"} <= keys, set(row) - keys
+
+
+def test_report_of_a_benchmarked_run_written_by_the_runtime(tmp_path, capsys):
+    """End to end on the fake driver: `neutrino report` of the run directory shows the section, with the
+    slowdown of the fake's constant event times (5 us baseline and probed: 1.00x)."""
+    rt, drv, _ = make_runtime(tmp_path, benchmark=True)
+    set_resources(drv)
+    assert load_saxpy(rt)
+    r, keep = req(block=(256, 1, 1))
+    assert rt.on_launch(r) == 0
+    finish(rt)
+    assert report.main(str(rt.trace.path), plots=False) == 0
+    out = capsys.readouterr().out
+    row = out[out.index("[probe cost]"):].splitlines()[3]
+    assert row.split()[:2] == ["saxpy4", "256"] and "32 -> 40" in row and row.endswith("1.00x")
