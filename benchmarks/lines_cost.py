@@ -1,14 +1,14 @@
 """Cost and honesty of the `lines` tools (issue 27): slowdown per kernel in full and light mode, and
 agreement of the per-line figures with an unperturbed reference (Nsight Compute).
 
-    python benchmarks/lines_cost.py [--modes loop,call,cuda,triton,matmul] [--ncu cuda,triton] [--out DIR]
-                                    [--reps 40] [--budget-s 150] [--dry-run]
+    python benchmarks/lines_cost.py [--modes loop,call,cuda,triton,matmul,attention] [--ncu cuda,matmul,attention]
+                                    [--out DIR] [--reps 40] [--budget-s 150] [--rows R,R] [--dry-run]
 
 One process per run, no neutrino runtime: for each kernel of tests/gpu/workloads/w_lines.py it takes
-the kernel's PTX (loop.ptx; nvcc -lineinfo; Triton's compiled PTX), builds three modules with the
-engine (the pruned unprobed kernel, `lines_light`, `lines`), loads them with CuPy and launches them
-interleaved (plain, light, full, rotating the order) with the same arguments, each launch timed with
-CUDA events. Printed per kernel:
+the kernel's PTX (loop.ptx; nvcc -lineinfo; Triton's compiled PTX), builds five modules with the
+engine (the pruned unprobed kernel, `lines_light`, `lines`, and both tools unstaged: `@global`), loads
+them with CuPy and launches them interleaved (rotating the order) with the same arguments, each launch
+timed with CUDA events. Printed per kernel:
 
 * `plain us`: median plain launch time (microseconds, CUDA events around one launch);
 * `light x`, `full x`: median light / full launch time over median plain launch time;
@@ -18,13 +18,21 @@ CUDA events. Printed per kernel:
 * `same out`: the probed launches left the kernel's outputs bit for bit as the plain one did;
 * `total_ticks_exact` (when samples were clamped): the per-line ticks, the clamped samples' excess
   shared back (analysis.share_excess), add up to lines_total's exact entry-to-exit ticks;
-* with `--rows R,...`: `TOOL@Rrows_x`, the slowdown of TOOL when its warps add to counter row
-  `%smid % R` instead of `% 32` (`rows_ptx`: what a map of R rows would cost), and `TOOL@Rrows_exact`,
-  its per-line instructions equal lines_light's;
+* `TOOL@global_x`, `TOOL@global_exact`: the same tool with its maps' `stage` dropped (every add a
+  `red.global` into 32 rows, as before staging, spec/probe-toml.md "Aggregation maps"): its slowdown,
+  and whether its per-line instructions equal lines_light's;
+* with `--rows R,...`: `TOOL@globalRrows_x`, the slowdown of the unstaged TOOL when its warps add to
+  counter row `%smid % R` instead of `% 32` (`rows_ptx`: what a global map of R rows would cost), and
+  `TOOL@globalRrows_exact`;
 * with `--ncu MODES` and Nsight Compute on PATH: `instr rho` = Spearman correlation, over the source
   lines of the kernel's own file that both know, of our executed thread-instructions with ncu's
   per-line instructions executed; `time rho` = the same of our thread-ticks with ncu's warp-stall
-  samples, over ncu's 10 lines with the most samples (inlined code folded into its call site).
+  samples, over ncu's 10 lines with the most samples (inlined code folded into its call site; the
+  `_innermost` columns: left at its own line). ncu profiles every launch of the unprobed workload
+  (SourceCounters, WarpStateStats, densest warp sampling); the per-address `inst_executed` and
+  `smsp__pcsamp_sample_count` are read with Nsight Compute's Python module (extras/python/ncu_report)
+  and placed at their source lines (`ncu_report_lines`); without it, the CLI's
+  `--page source --csv --print-source cuda,sass` page is parsed.
 
 Spearman rho = Pearson correlation of the ranks (ties get their mean rank; scipy.stats.spearmanr).
 `--dry-run` (no GPU): builds, instruments and assembles (ptxas) every variant of the modes it can
@@ -56,9 +64,11 @@ WORKLOADS = REPO / "tests" / "gpu" / "workloads"
 W_LINES = WORKLOADS / "w_lines.py"
 TOOLS = ("lines_light", "lines")
 VARIANTS = ("plain",) + TOOLS
-OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py"}
-NCU_KERNEL = {"cuda": "expensive_line", "triton": "expensive_line_kernel", "matmul": "matmul_kernel"}
-NCU_VIEWS = ("cuda", "cuda,sass", "sass")  # ncu 2025.3's `cuda` view printed no metric columns (docs/lines.md)
+OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py",
+            "attention": "w_lines.py"}
+NCU_KERNEL = {"cuda": "expensive_line", "triton": "expensive_line_kernel", "matmul": "matmul_kernel",
+              "attention": "attention_fwd_kernel"}
+NCU_VIEWS = ("cuda,sass", "cuda", "sass")  # ncu 2025.3's `cuda` view alone prints no metric columns (docs/lines.md)
 NCU_SECONDS = 45  # what one ncu run may take (its start, the workload's, the replays); skipped when short of budget
 
 
@@ -170,13 +180,13 @@ def own_file_lines(blocks, suffix: str) -> dict[int, tuple[float, float]] | None
     return blocks[0][1] if len(blocks) == 1 else None
 
 
-def our_lines(table, instructions, ticks, suffix: str) -> tuple[dict[int, float], dict[int, float]]:
+def our_lines(table, instructions, ticks, suffix: str, fold: bool = True) -> tuple[dict[int, float], dict[int, float]]:
     """Our thread-instructions and thread-ticks per line of the file ending in `suffix`; inlined
-    lines are folded into their outermost call site."""
+    lines are folded into their outermost call site (`fold`), or left at their own line and file."""
     by_instr: dict[int, float] = {}
     by_ticks: dict[int, float] = {}
     for i, info in enumerate(table.lines):
-        if info.inlined_at:
+        if info.inlined_at and fold:
             file, line = info.inlined_at.rsplit(":", 1)
             line = int(line)
         else:
@@ -217,9 +227,21 @@ def build_variants(case: Case, row_counts: tuple = ()) -> dict[str, tuple[str, d
     for tool in TOOLS:
         done = instrument(case.ptx, load_probes(tool), kernel=case.kernel, source=f"{case.mode}.ptx")
         out[tool] = (done.ptx, done.kernels[case.kernel])
+    for tool in TOOLS:  # the same tool without staging: every add a global atomic, warps spread over 32 rows
+        done = instrument(case.ptx, unstaged(load_probes(tool)), kernel=case.kernel, source=f"{case.mode}.ptx")
+        out[f"{tool}@global"] = (done.ptx, done.kernels[case.kernel])
     for rows in row_counts:
         for tool in TOOLS:
-            out[f"{tool}@{rows}rows"] = (rows_ptx(out[tool][0], rows), out[tool][1])
+            out[f"{tool}@global{rows}rows"] = (rows_ptx(out[f"{tool}@global"][0], rows), out[f"{tool}@global"][1])
+    return out
+
+
+def unstaged(probes):
+    """A copy of the probe file with its maps' `stage` dropped (spec/probe-toml.md): the tools before staging."""
+    import copy
+
+    out = copy.copy(probes)
+    out.maps = {name: attrs.evolve(spec, stage=None) for name, spec in probes.maps.items()}
     return out
 
 
@@ -336,7 +358,13 @@ def _triton_case(mode: str, w_lines) -> Case:
 
     expensive, matmul = w_lines.triton_kernels()
     (x, y), (a, b, c) = w_lines.triton_inputs()
-    if mode == "triton":
+    if mode == "attention":
+        q, k, v, o, scale = w_lines.attention_inputs()
+        grid, d = w_lines.attention_grid(), w_lines.ATTN_D
+        compiled = w_lines.attention_kernel()[grid](q, k, v, o, w_lines.ATTN_CTX, scale, BM=w_lines.ATTN_BLOCK,
+                                                     BN=w_lines.ATTN_BLOCK, D=d)
+        args, keep, outs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), w_lines.ATTN_CTX, scale], [q, k, v, o], [o]
+    elif mode == "triton":
         grid, compiled = (w_lines.N // 256,), expensive[(w_lines.N // 256,)](x, y, w_lines.N, w_lines.ITERS, BLOCK=256)
         args, keep, outs = [x.data_ptr(), y.data_ptr(), w_lines.N, w_lines.ITERS], [x, y], [y]
     else:
@@ -465,13 +493,25 @@ def ncu_lines(mode: str, work: Path, out: Path | None, timeout: int) -> str | No
     report = work / f"ncu_{mode}"
     env = dict(os.environ, W_LINES_DIR=str(work / f"ncu_src_{mode}"), TRITON_CACHE_DIR=str(work / f"tc_ncu_{mode}"))
     Path(env["W_LINES_DIR"]).mkdir(parents=True, exist_ok=True)
+    # every launch of the workload (REPEAT), warp states sampled every 2^5 cycles (the shortest interval)
     profile = [ncu, "--section", "SourceCounters", "--section", "WarpStateStats", "--import-source", "yes",
-               "-k", f"regex:{NCU_KERNEL[mode]}", "-c", "1", "-f", "-o", str(report), sys.executable, str(W_LINES), mode]
+               "--warp-sampling-interval", "0", "-k", f"regex:{NCU_KERNEL[mode]}", "-c", "3", "-f", "-o", str(report),
+               sys.executable, str(W_LINES), mode]
     try:
         done = subprocess.run(profile, env=env, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             print(f"ncu {mode}: rc {done.returncode}: {done.stderr[-800:]}{done.stdout[-800:]}", file=sys.stderr)
             return None
+        try:  # the per-PC metrics and their source lines, from the report itself
+            blocks, metrics = ncu_report_lines(Path(f"{report}.ncu-rep"), ncu, out, mode)
+            print(f"ncu {mode}: per-line figures from ncu_report ({metrics})", file=sys.stderr)
+            if out is not None:  # the CLI's view of the same report, kept beside the figures
+                page = subprocess.run([ncu, "-i", f"{report}.ncu-rep", "--page", "source", "--csv", "--print-source",
+                                       "cuda,sass"], capture_output=True, text=True, timeout=60)
+                (out / f"ncu_{mode}_source.csv").write_text(page.stdout[:400_000] + page.stderr[-2000:])
+            return blocks
+        except Exception as e:  # noqa: BLE001 - then the CLI's source page
+            print(f"ncu {mode}: ncu_report: {type(e).__name__}: {e}"[:600], file=sys.stderr)
         pages = []
         for view in NCU_VIEWS:  # the first whose table has metric columns is read; all are kept
             page = subprocess.run([ncu, "-i", f"{report}.ncu-rep", "--page", "source", "--csv", "--print-source", view],
@@ -487,8 +527,81 @@ def ncu_lines(mode: str, work: Path, out: Path | None, timeout: int) -> str | No
     return page.stdout if page.returncode == 0 else None
 
 
-def ncu_compare(mode: str, figures: dict, text: str, row: dict) -> None:
-    lines = own_file_lines(parse_ncu_source(text), OWN_FILE[mode])
+# Per-PC metrics of the SourceCounters section, by preference: instructions executed (warp level), and
+# warp-stall samples (all reasons). The first name a report has is read; the others stay for other ncu versions.
+NCU_INSTR_METRICS = ("inst_executed", "smsp__sass_inst_executed", "sass__inst_executed")
+NCU_SAMPLE_METRICS = ("smsp__pcsamp_sample_count", "smsp__pcsamp_warps_issue_stalled_all")
+
+
+def ncu_python_dirs(ncu: str) -> list[Path]:
+    """Where Nsight Compute keeps its Python report module (extras/python), next to the ncu it runs."""
+    real = Path(os.path.realpath(ncu))
+    out = [parent / "extras" / "python" for parent in (real.parent, real.parent.parent)]
+    out += sorted(Path("/usr/local/cuda/").glob("nsight-compute*/extras/python"))
+    out += sorted(Path("/opt/nvidia").glob("nsight-compute/*/extras/python"))
+    return [d for d in out if (d / "ncu_report.py").exists()]
+
+
+def by_source_line(pcs, instructions, samples, where) -> list[tuple[str | None, dict[int, tuple[float, float]]]]:
+    """Per-PC values → per source file, line → (samples, instructions): the shape of parse_ncu_source.
+    `where(pc)` gives (file, line) or None for a PC without a source line."""
+    files: dict[str | None, dict[int, list[float]]] = {}
+    for pc, instr, sample in zip(pcs, instructions, samples):
+        place = where(pc)
+        if place is None or place[1] <= 0:
+            continue
+        entry = files.setdefault(place[0], {}).setdefault(place[1], [0.0, 0.0])
+        entry[0] += sample
+        entry[1] += instr
+    return [(f, {line: (v[0], v[1]) for line, v in sorted(table.items())}) for f, table in files.items()]
+
+
+def ncu_report_lines(report: Path, ncu: str, out: Path | None, mode: str):
+    """The report's per-PC SourceCounters metrics, through Nsight Compute's own Python module, per source line."""
+    dirs = ncu_python_dirs(ncu)
+    if not dirs:
+        raise RuntimeError(f"no extras/python/ncu_report.py next to {ncu}")
+    sys.path.insert(0, str(dirs[0]))
+    import ncu_report
+
+    rng = ncu_report.load_report(str(report)).range_by_idx(0)
+    actions = [rng.action_by_idx(i) for i in range(rng.num_actions())]  # the profiled launches (same code)
+    per_pc = {}
+    for name in actions[0].metric_names():
+        metric = actions[0].metric_by_name(name)
+        if metric is not None and metric.num_instances() > 1 and metric.has_correlation_ids():
+            per_pc[name] = metric
+    if out is not None:
+        (out / f"ncu_{mode}_metrics.txt").write_text("\n".join(f"{n} {per_pc[n].num_instances()}" for n in sorted(per_pc)))
+    instr_name = next((n for n in NCU_INSTR_METRICS if n in per_pc), None)
+    sample_name = next((n for n in NCU_SAMPLE_METRICS if n in per_pc), None)
+    if instr_name is None:
+        raise RuntimeError(f"no per-PC instructions-executed metric among {sorted(per_pc)[:40]}")
+    counts: dict[int, float] = {}
+    samples: dict[int, float] = {}
+    for action in actions:  # summed over the launches
+        for name, into in ((instr_name, counts), (sample_name, samples)):
+            metric = action.metric_by_name(name) if name else None
+            if metric is None:
+                continue
+            ids = metric.correlation_ids()
+            for i in range(metric.num_instances()):
+                pc = ids.as_uint64(i)
+                into[pc] = into.get(pc, 0.0) + metric.as_double(i)
+    pcs = sorted(counts)
+
+    def where(pc):
+        info = actions[0].source_info(pc)
+        return None if info is None else (info.file_name(), int(info.line()))
+
+    blocks = by_source_line(pcs, [counts[pc] for pc in pcs], [samples.get(pc, 0.0) for pc in pcs], where)
+    return blocks, f"{instr_name} / {sample_name}, {len(actions)} launches"
+
+
+def ncu_compare(mode: str, figures: dict, text, row: dict) -> None:
+    blocks = parse_ncu_source(text) if isinstance(text, str) else text
+    figures["ncu_files"] = {str(f): len(b) for f, b in blocks}
+    lines = own_file_lines(blocks, OWN_FILE[mode])
     if not lines:
         print(f"ncu {mode}: no per-line table for {OWN_FILE[mode]} in its source page", file=sys.stderr)
         return
@@ -497,6 +610,10 @@ def ncu_compare(mode: str, figures: dict, text: str, row: dict) -> None:
     row["ncu_lines"] = len(lines)
     figures["ncu"] = {str(k): v for k, v in sorted(lines.items())}
     figures["ours_by_line"] = {str(k): [ours_i[k], ours_t.get(k)] for k in sorted(ours_i)}
+    # the same with inlined code left at its own file and line, as a source view that shows the innermost line does
+    inner_i, inner_t = our_lines(figures["table"], figures["instructions"], figures["ticks"], OWN_FILE[mode], fold=False)
+    row["time_rho_ncu_top10_innermost"], row["instr_rho_ncu_innermost"] = compare_with_ncu(inner_i, inner_t, lines)
+    figures["ncu_all"] = {str(f): {str(k): v for k, v in sorted(b.items())} for f, b in blocks}
 
 
 COLUMNS = ["kernel", "plain_us", "light_x", "full_x", "map_bytes_lines_light", "map_bytes_lines", "lines", "exact",
@@ -507,7 +624,7 @@ def print_table(rows: list[dict]) -> None:
     def fmt(v):
         return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
 
-    extra = sorted({c for row in rows for c in row if c.endswith(("rows_x", "rows_exact")) or c == "total_ticks_exact"})
+    extra = sorted({c for row in rows for c in row if c.endswith(("_x", "_exact")) and "@" in c or c == "total_ticks_exact"})
     print("  ".join(COLUMNS + extra))
     for row in rows:
         print("  ".join(fmt(row.get(c)) for c in COLUMNS + extra))
@@ -552,7 +669,7 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--modes", default="loop,call,cuda,triton,matmul")
+    ap.add_argument("--modes", default="loop,call,cuda,triton,matmul,attention")
     ap.add_argument("--ncu", default="", metavar="MODES", help="kernels (cuda, triton, matmul) to compare with ncu")
     ap.add_argument("--out")
     ap.add_argument("--reps", type=int, default=40, help="timed launches per variant (after 3 warm-up rounds)")

@@ -120,12 +120,14 @@ def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], 
     `map_info` is the map's entry in kernel.json (spec/kernel-json.md); `cap`
     is the records per unit for an `array` map (for `cap = "count"` the
     counted cap; None: the declared one, 1 when it is "count"). A `sum` or
-    `hist` map is STRIPES rows of u64 counters per launch, whatever the grid:
-    `units` is the number of rows.
+    `hist` map is STRIPES rows of u64 counters per launch, whatever the grid
+    (`rows` of kernel.json when given: 1 for a map staged per block in shared
+    memory): `units` is the number of rows.
     """
     kind = map_info.get("type", "array")
     if kind != "array":
-        return STRIPES, STRIPES * stripe_row_bytes(int(map_info["record_bytes"]))
+        rows = int(map_info.get("rows", STRIPES))
+        return rows, rows * stripe_row_bytes(int(map_info["record_bytes"]))
     if cap is None:
         cap = map_info["cap"] if isinstance(map_info["cap"], int) else 1
     units = units_for(map_info["level"], grid, block, int(map_info.get("lanes", 32)))
@@ -299,3 +301,26 @@ def record_dtype(fields: Sequence[Field], record_bytes: int) -> np.dtype:
             "itemsize": record_bytes,
         }
     )
+
+
+@attrs.frozen
+class FrameLayout:
+    """Where everything of a result frame lies, from the maps' layouts alone (no data)."""
+
+    map_headers: tuple[int, ...]  # offset of each map header in the frame
+    offsets: tuple[int, ...]  # offset of each section
+    size: int  # the frame's bytes, padded to SECTION_ALIGN
+
+
+def frame_layout(maps: Sequence[MapSection]) -> FrameLayout:
+    """THE layout rule of a frame: file header, map headers with their field tables,
+    then each section at the next multiple of SECTION_ALIGN."""
+    headers, pos = [], FILE_HEADER.itemsize
+    for m in maps:
+        headers.append(pos)
+        pos += MAP_HEADER.itemsize + len(m.header_fields()) * FIELD_DESC.itemsize
+    offsets, pos = [], align(pos, SECTION_ALIGN)
+    for m in maps:
+        offsets.append(pos)
+        pos = align(pos + m.size, SECTION_ALIGN)
+    return FrameLayout(tuple(headers), tuple(offsets), pos)

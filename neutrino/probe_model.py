@@ -58,6 +58,7 @@ class MapSpec:
     record_bytes: int
     type: str = "array"  # one of MAP_TYPES
     buckets: Buckets | None = None  # hist maps only
+    stage: str | None = None  # sum/hist maps: "block" = summed per block in shared memory, one global row (passes/shared_agg.py)
 
     @classmethod
     def aggregate(cls, name: str, level: str, kind: str, fields: list[str], buckets: Buckets | None = None) -> "MapSpec":
@@ -78,6 +79,9 @@ class MapSpec:
         if self.buckets is not None:
             out["buckets"] = str(self.buckets)
             out["bucket_count"] = self.buckets.count
+        if self.stage is not None:
+            out["stage"] = self.stage
+            out["rows"] = 1
         return out
 
 

@@ -293,7 +293,7 @@ class _Loader:
 
     def load_aggregate_map(self, name: str, table: dict, line: int, kind: str) -> MapSpec | None:
         """`type = "sum"` (u64 `fields`) or `type = "hist"` (`buckets`): counters per launch, no cap."""
-        allowed = {"type", "level"} | ({"fields"} if kind == "sum" else {"buckets"})
+        allowed = {"type", "level", "stage"} | ({"fields"} if kind == "sum" else {"buckets"})
         from neutrino.console import did_you_mean
 
         for key in sorted(set(table) - allowed):
@@ -304,6 +304,17 @@ class _Loader:
         if level not in LEVELS:
             self.error(self.key_line(line, "level"), f"[map {name}] level must be one of {', '.join(LEVELS)}, not {level!r}")
             return None
+        stage = table.get("stage")
+        if stage is not None and stage != "block":
+            self.error(self.key_line(line, "stage"), f"[map {name}] stage must be \"block\" (counters summed per block in "
+                       f"shared memory), not {stage!r}", token="stage")
+            return None
+        spec = self.aggregate_spec(name, table, line, kind, level)
+        if spec is not None:
+            spec.stage = stage
+        return spec
+
+    def aggregate_spec(self, name: str, table: dict, line: int, kind: str, level: str) -> MapSpec | None:
         if kind == "hist":
             buckets = self.parse_buckets(table.get("buckets"), self.key_line(line, "buckets"), f"map {name}")
             return MapSpec.aggregate(name, level, "hist", [], buckets) if buckets else None

@@ -10,33 +10,11 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-import attrs
 import numpy as np
 
-from neutrino.maps import (FIELD_DESC, FILE_HEADER, LEVELS, MAGIC, MAP_HEADER, MAP_TYPES, SECTION_ALIGN, VERSION,
-                           MapSection, TraceError, align)
-
-@attrs.frozen
-class FrameLayout:
-    """Where everything of a result frame lies, from the maps' layouts alone (no data)."""
-
-    map_headers: tuple[int, ...]  # offset of each map header in the frame
-    offsets: tuple[int, ...]  # offset of each section
-    size: int  # the frame's bytes, padded to SECTION_ALIGN
-
-
-def frame_layout(maps: Sequence[MapSection]) -> FrameLayout:
-    """THE layout rule of a frame: file header, map headers with their field tables,
-    then each section at the next multiple of SECTION_ALIGN."""
-    headers, pos = [], FILE_HEADER.itemsize
-    for m in maps:
-        headers.append(pos)
-        pos += MAP_HEADER.itemsize + len(m.header_fields()) * FIELD_DESC.itemsize
-    offsets, pos = [], align(pos, SECTION_ALIGN)
-    for m in maps:
-        offsets.append(pos)
-        pos = align(pos + m.size, SECTION_ALIGN)
-    return FrameLayout(tuple(headers), tuple(offsets), pos)
+# FrameLayout and frame_layout (the layout rule of a frame) live with the trace layout, in neutrino.maps.
+from neutrino.maps import (FIELD_DESC, FILE_HEADER, LEVELS, MAGIC, MAP_HEADER, MAP_TYPES,  # noqa: F401
+                           SECTION_ALIGN, VERSION, FrameLayout, MapSection, TraceError, align, frame_layout)
 
 
 def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection]) -> tuple[bytes, list[int]]:

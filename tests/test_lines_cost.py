@@ -110,3 +110,10 @@ def test_spearman_matches_scipy_with_ties():
     rng = np.random.RandomState(3)
     a, b = rng.randint(0, 5, 40), rng.randint(0, 5, 40)
     assert lc.spearman(a, b) == pytest.approx(spearmanr(a, b).statistic)
+
+
+def test_ncu_per_pc_values_are_summed_per_source_line():
+    places = {0x10: ("k.cu", 7), 0x20: ("k.cu", 7), 0x30: ("k.cu", 9), 0x40: None, 0x50: ("other.h", 3), 0x60: ("k.cu", 0)}
+    blocks = lc.by_source_line([0x10, 0x20, 0x30, 0x40, 0x50, 0x60], [4, 6, 1, 99, 2, 5], [3, 1, 0, 7, 1, 1], places.get)
+    assert dict(blocks) == {"k.cu": {7: (4.0, 10.0), 9: (0.0, 1.0)}, "other.h": {3: (1.0, 2.0)}}
+    assert lc.own_file_lines(blocks, "k.cu") == {7: (4.0, 10.0), 9: (0.0, 1.0)}

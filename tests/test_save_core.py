@@ -10,13 +10,12 @@ import pytest
 from neutrino.engine import instrument
 from neutrino.isa.gcn import ir as gcn_ir
 from neutrino.isa.gcn import parse_module as parse_gcn
-from neutrino.isa.gcn.buffers import GcnAddressPrimitives
-from neutrino.isa.gcn.lower_save import GcnSavePrimitives
 from neutrino.isa.gcn.target import GCN
 from neutrino.isa.interface import SavePrimitives
 from neutrino.isa.rdna.target import RDNA
 from neutrino.passes.buffers import _Prologue
 from neutrino.passes.lower_save import _Lowerer
+from neutrino.passes.neutral_ops import NeutralSteps
 from neutrino.passes.save_core import address_maps, lower_exit_counts, lower_record, lower_sum, packed_offsets
 from neutrino.probefile import parse_probes
 
@@ -31,8 +30,8 @@ def test_the_protocol_lists_every_step():
     assert declared == SAVE_STEPS | ADDRESS_STEPS
 
 
-@pytest.mark.parametrize("cls, steps", [(_Lowerer, SAVE_STEPS), (GcnSavePrimitives, SAVE_STEPS),
-                                        (_Prologue, ADDRESS_STEPS), (GcnAddressPrimitives, ADDRESS_STEPS)],
+@pytest.mark.parametrize("cls, steps", [(_Lowerer, SAVE_STEPS), (NeutralSteps, SAVE_STEPS | ADDRESS_STEPS),
+                                        (_Prologue, ADDRESS_STEPS)],
                          ids=lambda c: getattr(c, "__name__", ""))
 def test_every_isa_supplies_the_steps(cls, steps):
     assert [s for s in sorted(steps) if not callable(getattr(cls, s, None))] == []

@@ -239,7 +239,7 @@ def test_after_import_runs_its_action_once_the_package_ran(tmp_path, monkeypatch
     (pkg / "__init__.py").write_text("READY = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     seen = []
-    hook = AfterImport("neutrino_fake_pkg", lambda module: seen.append(module.READY))
+    hook = AfterImport({"neutrino_fake_pkg": lambda module: seen.append(module.READY)})
     monkeypatch.setattr(sys, "meta_path", [hook, *sys.meta_path])
     import neutrino_fake_pkg  # noqa: F401
 
@@ -254,7 +254,7 @@ def test_after_import_action_that_raises_never_breaks_the_import(tmp_path, monke
 
     def broken(_module):
         raise RuntimeError("ours")
-    monkeypatch.setattr(sys, "meta_path", [AfterImport("neutrino_fake_mod", broken), *sys.meta_path])
+    monkeypatch.setattr(sys, "meta_path", [AfterImport({"neutrino_fake_mod": broken}), *sys.meta_path])
     import neutrino_fake_mod
 
     assert neutrino_fake_mod.VALUE == 7
@@ -292,9 +292,9 @@ def test_after_import_of_a_missing_package_skips_no_finder(monkeypatch):
                 seen.append(fullname)
             return None
 
-    hook = AfterImport("neutrino_no_such_pkg", lambda module: None)
+    hook = AfterImport({"neutrino_no_such_pkg": lambda module: None})
     monkeypatch.setattr(sys, "meta_path", [hook, Witness(), *sys.meta_path])
     with pytest.raises(ImportError):
         import neutrino_no_such_pkg  # noqa: F401
-    assert hook in sys.meta_path and hook._done
+    assert hook in sys.meta_path and hook.done
     assert len(seen) == 2  # once through our own look-up, once in the import system's walk: not skipped

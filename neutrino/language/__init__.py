@@ -104,17 +104,18 @@ def probe(pos=None, level="thread", before=None, after=None, size=None, cap=None
     return mark
 
 
-def Map(level="thread", type="array", size=None, cap=1, buckets=None):  # noqa: N802 - the DSL's spelling
+def Map(level="thread", type="array", size=None, cap=1, buckets=None, stage=None):  # noqa: N802 - the DSL's spelling
     """Marks a map class; returns it with placeholders for what probes call on it.
 
     type="array": records per unit, `MAP.save(values...)`; type="sum": u64
     counters per launch, `MAP.add(values...)` (or `MAP.add(field=value)`, or
     `MAP.save(...)`, the same); type="hist": buckets per launch ("log2" or
-    "linear:MIN:MAX:STEP"), `MAP.record(value)`.
+    "linear:MIN:MAX:STEP"), `MAP.record(value)`. stage="block" (sum and hist):
+    summed per block in shared memory, then added to one global row.
     """
 
     def mark(cls):
-        cls.__neutrino_map__ = dict(level=level, type=type, size=size, cap=cap, buckets=buckets)
+        cls.__neutrino_map__ = dict(level=level, type=type, size=size, cap=cap, buckets=buckets, stage=stage)
         for method in ("save", "add", "record"):
             setattr(cls, method, staticmethod(_compiled_only(f"{cls.__name__}.{method}")))
         return cls

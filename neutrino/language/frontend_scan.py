@@ -318,7 +318,7 @@ class ModuleScan:
     def map_class(self, cls: ast.ClassDef) -> None:
         call = self.single_decorator(cls, "Map")
         self.src.check_name(cls, "map", cls.name, MAP_NAME_BYTES)
-        kw = self.decorator_args(call, ("level", "type", "size", "cap", "buckets"), ())
+        kw = self.decorator_args(call, ("level", "type", "size", "cap", "buckets", "stage"), ())
         level = self.level(kw.get("level"), call)
         kind, kind_node = kw.get("type", ("array", call))
         if kind not in ("array", "sum", "hist"):
@@ -328,6 +328,8 @@ class ModuleScan:
             return
         if "buckets" in kw:
             self.src.abort(kw["buckets"][1], "buckets= is for type=\"hist\" maps")
+        if "stage" in kw:
+            self.src.abort(kw["stage"][1], "stage= is for type=\"sum\" and type=\"hist\" maps")
         cap = self.cap(kw.get("cap"))
         fields = self.map_fields(cls)
         if "size" in kw:
@@ -362,8 +364,11 @@ class ModuleScan:
             for item, (fname, ty) in zip([i for i in cls.body if isinstance(i, ast.AnnAssign)], fields):
                 if ty != U64:
                     self.src.abort(item.annotation, f"field '{fname}' of sum map '{cls.name}' must be nl.u64: counters are 64-bit")
+        stage, stage_node = kw.get("stage", (None, call))
+        if stage is not None and stage != "block":
+            self.src.abort(stage_node, f"stage={stage!r}: the one stage is \"block\" (counters summed per block in shared memory)")
         self._define(cls.name, cls)
-        self.maps[cls.name] = MapIR(cls.name, level, 1, fields, self.src.location(cls), kind, buckets)
+        self.maps[cls.name] = MapIR(cls.name, level, 1, fields, self.src.location(cls), kind, buckets, stage)
         self.map_nodes[cls.name] = cls
 
     def map_fields(self, cls: ast.ClassDef) -> list:

@@ -157,6 +157,7 @@ class MapIR:
     loc: Optional[Location] = None
     type: str = "array"  # array / sum / hist (spec/probe-toml.md)
     buckets: Optional[str] = None  # hist maps: "log2" or "linear:MIN:MAX:STEP"
+    stage: Optional[str] = None  # sum and hist maps: "block" (spec/probe-toml.md, "Aggregation maps")
 
     @property
     def record_bytes(self) -> int:

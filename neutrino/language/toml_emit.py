@@ -22,6 +22,8 @@ def emit_toml(module: ModuleIR, backend: Backend) -> str:
             if m.type != "array":
                 t["type"] = m.type
             t["level"] = m.level
+            if m.stage is not None:
+                t["stage"] = m.stage
             if m.type == "hist":
                 t["buckets"] = m.buckets
             else:

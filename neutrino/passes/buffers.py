@@ -154,6 +154,8 @@ class _Prologue:
         different SMs add to different rows (trace.STRIPES; readers add them up).
         """
         buf = map_register(self.state, "buf", spec, "b64")
+        if getattr(spec, "stage", None) == "block":
+            return  # one row (passes/shared_agg.py): the buffer itself
         sm, w = self.t("stripe", "b32"), self.t("w64", "b64")
         self.emit("mov.u32", sm, "%smid")
         self.emit("and.b32", sm, sm, STRIPES - 1)
@@ -221,6 +223,7 @@ class _MapShape:
     cap: int | str
     record_bytes: int
     type: str = "array"
+    stage: str | None = None  # "block": staged per block, one row (no stripe)
 
 
 @attrs.frozen
@@ -239,7 +242,7 @@ class _PrologueShape:
             state.prefix,
             tuple((name, state.temps[name]) for name in state.renames.values()),
             frozenset(state.levels),
-            tuple(_MapShape(m.name, m.level, m.cap, m.record_bytes, m.type) for m in maps),
+            tuple(_MapShape(m.name, m.level, m.cap, m.record_bytes, m.type, getattr(m, "stage", None)) for m in maps),
             state.counting,
         )
 

@@ -78,3 +78,28 @@ def splice(body: list[ir.Statement], edits: dict[int, Edit]) -> None:
         start = i + 1
     extend(body[start:])
     body[:] = out
+
+
+def site_edits(ctx, shown=lambda code: code) -> dict:
+    """For ISAs that splice late (GCN): id(statement) → (code before it, None, code after it), for `splice`, from the
+    code each site, and each kernel's entry and exit code (`state.entry_code`, `state.exit_code`) keep until then.
+    Entry code and entry sites go before the kernel's first instruction, exit code before each exit; `shown` maps
+    each piece of code (--print-after shows it before it is spliced)."""
+    before: dict[int, list] = {}
+    after: dict[int, list] = {}
+    for state in ctx.kernels.values():
+        first = id(state.originals[0]) if state.originals else None
+        if first is not None:
+            before.setdefault(first, []).extend(shown(state.entry_code))
+            before[first].extend(c for s in state.sites if s.kind == "entry" for c in shown(s.code))
+        for site in state.sites:
+            if site.kind == "entry":
+                continue
+            # exit code runs before the exit instruction: nothing runs after it
+            target = before if site.where == "before" or site.kind == "exit" else after
+            points = state.before_point if target is before else state.after_point  # an ISA may move code off its anchor
+            target.setdefault(id(points.get(id(site.anchor), site.anchor)), []).extend(shown(site.code))
+        for anchor in state.exits if state.exit_code else ():
+            before.setdefault(id(anchor), []).extend(shown(state.exit_code))
+    keys = before.keys() | after.keys()
+    return {key: (before.get(key, ()), None, after.get(key, ())) for key in keys}

@@ -43,6 +43,7 @@ from neutrino.passes.build import insn, splice
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.save_core import lower_exit_counts, lower_record, lower_sum
+from neutrino.passes.shared_agg import stage_counters
 from neutrino.passes.target import version_reachable
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
 from neutrino.maps import Buckets
@@ -661,6 +662,7 @@ class PtxSaveLowering:
             sm = 0  # .version cannot be raised to what activemask needs: warp operations are left out
         for state in ctx.kernels.values():
             _Lowerer(state, ctx.probes, sm).lower()
+        stage_counters(module, ctx, sm)  # maps with stage = "block": their adds into shared memory (passes/shared_agg.py)
 
 
 def _u64(value: int) -> ir.Immediate:

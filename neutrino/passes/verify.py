@@ -24,6 +24,8 @@ from neutrino.isa.interface import HELPERS, SAVE  # not from probefile, which ru
 from neutrino.passes.probe_loops import analyse as analyse_loops, has_control_flow
 
 LOWERING_ORIGIN = "save-lowering"  # lower_save.ORIGIN (not imported: lower_save imports resolve, which imports us)
+# shared_agg.ORIGIN and the registers through which it counts exits and copies staged counters out
+STAGING_ORIGIN, STAGING_REGISTERS = "shared-aggregation", ("stg_exitp", "stg_gptr")
 
 # Probes may use exactly the opcodes the instruction-format table describes.
 ALLOWED_OPCODES = frozenset(formats.FORMATS)
@@ -416,6 +418,8 @@ def check_engine_atomics(name: str, state, probe_file: "ProbeFile") -> None:
             continue
         address = insn.operands[0] if insn.opcode.base == "red" else insn.operands[1]
         base = address.base.name if isinstance(address, ir.Address) and isinstance(address.base, ir.Register) else None
+        if insn.origin == STAGING_ORIGIN and base in {state.prefix + r for r in STAGING_REGISTERS}:
+            continue  # the staging step's exit counter and its copy of a staged map's counters into that map's row
         if insn.origin != LOWERING_ORIGIN or base not in allowed:  # only SAVE lowering emits atomics
             raise InstrumentError(f"{name}: {insn.opcode} from {insn.origin} writes {address}, which is not the counters of a sum or hist map")
 

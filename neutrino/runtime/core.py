@@ -7,7 +7,7 @@ stage of a probed launch has its own folder (one module per job inside it):
     start/           the launcher, options, rank, run directory, phase clock
     modules/         where a module's PTX comes from; which modules and kernels exist
     instrument/      the probe, the code cache, probed code (once per kernel and context)
-    launch_path/     device, buffers from the pool, enqueueing, the C fast path
+    launch_path/     device, buffers from the pool, enqueueing, the C fast path; a probed launch's steps
     cudagraphs/      probed kernels inside captured graphs, drained on every replay
     results/         the drain to the trace, analysis callbacks, the exit report
     context_tables/  ranges, launch arguments and tensors, the CUPTI timeline
@@ -30,11 +30,9 @@ from collections import Counter
 
 import attrs
 
-from neutrino import maps as tracefmt
 from neutrino.errors import NeutrinoError
 from neutrino.runtime.launch_path.attribution import Attributor
 from neutrino.runtime.driver import (
-    COPIED_FUNC_ATTRS,
     CU_STREAM_LEGACY,
     CU_STREAM_PER_THREAD,
     LAUNCH_COOP_PTSZ,
@@ -54,15 +52,15 @@ from neutrino.runtime.modules.frameworks import XLA, kernel_names, module_origin
 from neutrino.runtime.launch_path.enqueue import Enqueuer
 from neutrino.runtime.start.options import RuntimeOptions
 from neutrino.runtime.start.phases import PhaseClock
-from neutrino.runtime.launch_path.pool import BufferPool, ByteBudget, PoolFull, size_class
+from neutrino.runtime.launch_path.launches import Dropped, ProbedLaunches
+from neutrino.runtime.launch_path.pool import BufferPool, ByteBudget
 from neutrino.runtime.instrument import probe_cost
 from neutrino.runtime.instrument.probed import (  # noqa: F401
-    Fallback, KernelBuilder, ProbedKernel, map_layouts, module_globals)
+    Fallback, KernelBuilder, ProbedKernel, module_globals)
 from neutrino.runtime.modules.registry import Forgotten, FuncRec, ModuleRec, Registry, SimplePtx
 from neutrino.runtime.start.tracedir import TraceDir
 
 NOT_HANDLED = -1  # tells the shim to run the original launch itself
-WAIT_WHEN_FULL = 60.0  # seconds --when-full=wait waits for buffers before dropping the launch
 _SimplePtx = SimplePtx  # the name tests and older callers use
 
 __all__ = ["NOT_HANDLED", "LaunchRequest", "Runtime", "Fallback", "FuncRec", "ModuleRec"]
@@ -73,15 +71,6 @@ class LaunchWay(enum.Enum):
     CAPTURE = "capture"  # into a stream being captured: the probed kernel goes into the graph
     MEMUSAGE = "memusage"  # --memusage: what its maps would take is recorded; the original runs
     PROBE = "probe"  # probed now: buffers, enqueue, results handed to the writer
-
-
-class Dropped(Exception):
-    """A launch the budgets have no room for: it runs unprobed and is counted, like the BPF ring
-    buffer's failed reserve (not a failure: no fallback event)."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason, self.detail = reason, detail
 
 
 @attrs.frozen
@@ -126,14 +115,13 @@ class Runtime:
                                      benchmark=options.benchmark, phases=self.phases)
         self.kernels.prebuild = _prebuilder(drv, self.kernels, options)
         self.pool = BufferPool(drv, options.buffer_budget, host=not native_writer)
-        self.wait_when_full = options.when_full == "wait"
         self.trace_budget = ByteBudget(options.trace_budget)
         self.enqueuer = Enqueuer(drv, copy_back=not native_writer)
         self.fast: FastPath | None = None
         if native_writer:
             self.writer = NativeWriter(native_writer, trace, self.pool, self.enqueuer)
             self.fast = FastPath(native_writer, options.buffer_budget, options.trace_budget,
-                                 options.time_every, self.wait_when_full)
+                                 options.time_every, options.when_full == "wait")
             if self.fast.enabled:
                 self.trace_budget = SharedTraceBudget(self.fast, options.trace_budget)
         else:
@@ -141,18 +129,18 @@ class Runtime:
         self.attribution = Attributor()
         self.context = _context_tables(native_writer, trace)
         self.graphs = self._graph_probes(native_writer)
+        self.probing = ProbedLaunches(trace, options, self.registry, self.pool, self.writer, self.enqueuer,
+                                      self.trace_budget, self.attribution, fast=self.fast, context=self.context)
         self._lock = threading.Lock()
         self.fallbacks: Counter = Counter()
         self.no_ptx: Counter = Counter()  # frameworks.Origin -> modules loaded without PTX
         self.no_ptx_examples: dict[str, str] = {}
         self.drops: Counter = Counter()  # (kernel, reason) -> launches run unprobed for lack of budget
-        self.probed_launches = 0
+        self._exit_launches = 0  # launches the C path and the graph rings probed, counted at exit
         self.graph_summary: list[dict] = []
-        self.bench: dict[str, list[tuple[list[float], list[float]]]] = {}
         self.memusage: dict[str, dict] = {}
         self._callback = None
         self._closed = False
-        self.timeline = None  # neutrino.runtime.context_tables.cupti.Timeline, set by bootstrap when CUPTI runs
         self.timeline_summary: dict | None = None
         self._retired: list[tuple[int, ProbedKernel]] = []  # (writer mark, probed code of an unloaded module)
         self._fast_forgotten: list[tuple[str, object]] = []  # (kernel, C-path counters of a forgotten handle)
@@ -309,31 +297,30 @@ class Runtime:
 
     # ------------------------------------------------------------ launches
     def on_launch(self, req: LaunchRequest) -> int:
-        """A launch of a probed function, from the shim. What it becomes (`LaunchWay`) is decided
-        first, then its probed code is built or found; the answer is 0 (we launched it) or
-        NOT_HANDLED (the shim runs the original). A failure of ours on the way is a fallback, a
-        launch the budgets have no room for a drop; both run the original."""
+        """A launch of a probed function, from the shim. It flows one way: what it becomes
+        (`LaunchWay`) is decided first, then its probed code and its shape are found (or built),
+        then the way's stage takes it. The answer is 0 (we launched it) or NOT_HANDLED (the shim
+        runs the original). A failure of ours on the way is a fallback, a launch the budgets have
+        no room for a drop; both run the original."""
         rec = self.registry.functions.get(req.func)
         if rec is None or rec.failed or self._closed:
             return NOT_HANDLED
         try:
             ctx = self.drv.ctx_get_current()
-            capturing = not self.opt.memusage and self.drv.stream_is_capturing(req.our_stream)
-            if capturing and not self.opt.graphs:
-                raise Fallback("capture", "the stream is being captured into a CUDA graph and --no-graphs "
-                               "was given; launch not probed")
-            way = LaunchWay.CAPTURE if capturing else LaunchWay.MEMUSAGE if self.opt.memusage else LaunchWay.PROBE
+            way = self._way(req)
+            capturing = way is LaunchWay.CAPTURE
             # building the probed code loads a module: a capture forbids it unless relaxed
             with relaxed_capture(self.drv) if capturing else contextlib.nullcontext():
                 pk = self.kernels.get(rec, ctx, req.func, wait=True if capturing else None)  # a graph keeps what is captured
                 self.kernels.check_attrs(pk, req.func, req.shared_bytes)
                 if not pk.cost_recorded:  # once per kernel and context: what probing added (probe_cost.py)
                     probe_cost.record(self.drv, self.trace, pk, req)
-            if way is LaunchWay.PROBE:
-                return self._launch_probed(rec, pk, req, ctx)
+            shape = pk.shape(req.grid, req.block)  # count-sized maps: what their counting launch needs
+            if way is LaunchWay.PROBE:  # buffers, enqueue, results handed on (launch_path/launches.py)
+                return self.probing.launch_probed(rec, pk, req, ctx, shape)
             if way is LaunchWay.CAPTURE:  # the probed kernel goes into the graph (cudagraphs/capture.py)
-                return self.graphs.capture(rec, pk, req, ctx, req.our_stream)
-            self._memusage(pk, req)  # LaunchWay.MEMUSAGE: the original runs
+                return self.graphs.capture(rec, pk, req, ctx, req.our_stream, shape)
+            self._memusage(pk, req, shape)  # LaunchWay.MEMUSAGE: the original runs
         except Dropped as e:
             self._drop(rec, req, e.reason, e.detail)
         except Fallback as e:
@@ -346,67 +333,17 @@ class Runtime:
             self._fallback(rec, req, "internal", f"{type(e).__name__}: {e}")
         return NOT_HANDLED
 
-    def _launch_probed(self, rec: FuncRec, pk: ProbedKernel, req: LaunchRequest, ctx: int) -> int:
-        """LaunchWay.PROBE: shape, budgets, enqueue; then the results are handed on (never a fallback
-        after the probed kernel has run: the original would run twice)."""
-        if req.extra and not req.params:
-            raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
-        stream = req.our_stream
-        caps = self._caps(pk, req, stream, ctx) if pk.count_func else None
-        shape = pk.shape(req.grid, req.block, caps)
-        self.writer.reclaim()
-        slots = self._reserve(ctx, shape)
-        frame = self.attribution.frame()
-        token = self.timeline.begin() if self.timeline is not None else 0  # marks the launch probed (cupti.c)
-        try:
-            flight = self.enqueuer.launch(pk, req, shape.layouts, slots, stream=stream, ctx=ctx, frame=frame,
-                                          frame_bytes=shape.frame_bytes, benchmark=self.opt.benchmark)
-        except BaseException as e:
-            self.pool.release(slots)
-            self.trace_budget.give_back(shape.frame_bytes)
-            if isinstance(e, Fallback) and e.stage == "launch":
-                pk.attrs_checked = False  # the program may have changed the original's attributes since
-            raise
-        finally:
-            if token:
-                self.timeline.end(token)
-        with self._lock:
-            self.probed_launches += 1
-        if flight.bench is not None:
-            self._record_benchmark(pk, req, flight.bench)
-        self._hand_on(rec, pk, req, ctx, shape, flight)
-        return 0
-
-    def _reserve(self, ctx: int, shape) -> list:
-        """The launch's trace bytes and map buffers; `Dropped` when a budget has no room for them."""
-        if not self.trace_budget.reserve(shape.frame_bytes):
-            raise Dropped("trace-budget", f"the trace budget of {self.trace_budget.limit} bytes is spent")
-        try:
-            return self._acquire(ctx, shape.classes)
-        except PoolFull as e:
-            self.trace_budget.give_back(shape.frame_bytes)
-            raise Dropped("buffer-budget", e.reason) from None
-        except DriverError as e:
-            self.trace_budget.give_back(shape.frame_bytes)
-            raise Fallback("alloc", f"{sum(lay.size for lay in shape.layouts)} bytes of map buffers: {e}") from None
-        except BaseException:
-            self.trace_budget.give_back(shape.frame_bytes)
-            raise
-
-    def _hand_on(self, rec: FuncRec, pk: ProbedKernel, req: LaunchRequest, ctx: int, shape, flight) -> None:
-        """After the probed kernel was enqueued: results to the writer, a plan for the C path, the
-        launch's arguments. Never raises: the launch happened, only its records can be lost."""
-        try:
-            seq = self.writer.submit(flight)
-            self._plan_fast_path(rec, req, ctx, pk, shape, flight)
-        except Exception as e:  # noqa: BLE001 - the result is lost; the launch happened
-            self.trace.event("result_error", kernel=rec.name, kernel_launch=req.index, reason=f"writer: {e}")
-        else:
-            if self.context is not None and seq:
-                try:
-                    self.context.record_launch(rec, req, ctx, seq - 1)
-                except Exception as e:  # noqa: BLE001 - the argument trace never touches the launch
-                    self.trace.event("launch_args", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
+    def _way(self, req: LaunchRequest) -> LaunchWay:
+        """What the launch becomes: --memusage records sizes; a launch into a stream being captured
+        goes into the graph (unless --no-graphs: then it is not probed); any other is probed now."""
+        if self.opt.memusage:
+            return LaunchWay.MEMUSAGE
+        if not self.drv.stream_is_capturing(req.our_stream):
+            return LaunchWay.PROBE
+        if not self.opt.graphs:
+            raise Fallback("capture", "the stream is being captured into a CUDA graph and --no-graphs "
+                           "was given; launch not probed")
+        return LaunchWay.CAPTURE
 
     def on_graph(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
         """A graph API call the shim saw (shim/graphs.c): lifetimes of captured graphs, kernel nodes
@@ -419,17 +356,6 @@ class Runtime:
                                           graph=hex(a), node=hex(c))
             return 0
         return self.graphs.on_graph_event(kind, a, b, c, version)
-
-    def _plan_fast_path(self, rec: FuncRec, req: LaunchRequest, ctx: int, pk: ProbedKernel, shape, flight) -> None:
-        """Let the shim probe this kernel's later launches in C (fastpath.py)."""
-        if (self.fast is None or self.opt.benchmark or flight.error is not None
-                or self.registry.functions.get(req.func) is not rec):  # forgotten meanwhile: the handle is another's
-            return
-        max_shared = max(pk.attrs_seen.get(COPIED_FUNC_ATTRS[0], 0), 48 * 1024)
-        if self.fast.wants_plan(req.func, ctx, max_shared):
-            kernel_id, fd, header = self.writer.plan_inputs(flight)
-            if self.fast.register(req, ctx, pk, shape, kernel_id, fd, header, max_shared):
-                self.trace.event("fast_path", kernel=pk.name, function=hex(req.func), max_shared=max_shared)
 
     def on_teardown(self) -> None:
         """A context is about to be destroyed: write what is in flight, forget plans made in it."""
@@ -449,43 +375,6 @@ class Runtime:
         self.pool.close()
         self.enqueuer.forget_contexts()
         self.writer.forget_contexts()
-
-    def _acquire(self, ctx: int, classes) -> list:
-        """Slots from the pool; when it is full, reclaim what the writer finished and try again
-        (with --when-full=wait, for up to WAIT_WHEN_FULL seconds)."""
-        deadline = None
-        while True:
-            try:
-                return self.pool.acquire(ctx, classes)
-            except PoolFull as e:
-                if deadline is None:  # the first refusal: once more after reclaiming, or until the deadline
-                    self.writer.reclaim()
-                    deadline = time.monotonic() + WAIT_WHEN_FULL if self.wait_when_full and not e.never else 0.0
-                elif time.monotonic() >= deadline:
-                    raise
-                else:
-                    self.writer.wait_idle(0.01)
-
-    def _caps(self, pk: ProbedKernel, req: LaunchRequest, stream: int, ctx: int) -> dict[str, int]:
-        """The caps of the count-sized maps: counted at this kernel's first launch with this grid and
-        block, then reused for --recount-every launches of them before counting again. A reused
-        launch has no counting launch and no synchronisation; where it needs more records than the
-        cap, the kernel drops the rest and its counts section says how many (the map's `dropped`)."""
-        key = (tuple(req.grid), tuple(req.block))
-        seen = pk.counted.get(key)
-        if seen is None or seen[1] >= self.opt.recount_every:  # count now, with the counting kernel
-            layouts = map_layouts(pk.info["maps"], req.grid, req.block, {})
-            classes = [size_class(tracefmt.align(4 * lay.units, 16)) for lay in layouts]
-            try:
-                slots = self._acquire(ctx, classes)
-            except PoolFull as e:
-                raise Fallback("count", f"no buffers for the counting kernel: {e.reason}") from None
-            try:
-                seen = (self.enqueuer.count(pk, req, layouts, slots, stream, ctx), 0)
-            finally:
-                self.pool.release(slots)
-        pk.counted[key] = (seen[0], seen[1] + 1)
-        return seen[0]
 
     def _fallback(self, rec: FuncRec, req: LaunchRequest, stage: str, reason: str, permanent: bool = False,
                   quiet: bool = False) -> None:
@@ -518,7 +407,7 @@ class Runtime:
             rec = self.registry.functions.get(func)
             counts.append((rec.name if rec is not None else hex(func), st))
         for name, st in counts + self._fast_forgotten:  # handles forgotten with their modules too
-            self.probed_launches += st.launches
+            self._exit_launches += st.launches
             for reason, n in (("buffer-budget", st.dropped_buffer), ("trace-budget", st.dropped_trace)):
                 if n:
                     self.drops[(name, reason)] += n
@@ -528,18 +417,31 @@ class Runtime:
         """Replays of probed graph nodes count as probed launches; their drops as drops."""
         self.graph_summary = self.graphs.summary()
         for node in self.graph_summary:
-            self.probed_launches += node["written"]
+            self._exit_launches += node["written"]
             for reason, key in (("trace-budget", "dropped_trace"), ("writer-behind", "dropped_behind")):
                 if node[key]:
                     self.drops[(node["kernel"], reason)] += node[key]
                     self.trace.event("dropped", kernel=node["kernel"], reason=reason, launches=node[key],
                                      graph=node["graph"], graph_node=node["graph_node"])
 
-    def _record_benchmark(self, pk: ProbedKernel, req: LaunchRequest, bench) -> None:
-        base, probed = bench
-        with self._lock:
-            self.bench.setdefault(pk.name, []).append((base, probed))
-        self.trace.event("benchmark", kernel=pk.name, kernel_launch=req.index, baseline_ns=base, probed_ns=probed)
+    @property
+    def probed_launches(self) -> int:
+        """Launches probed so far by the Python path, and (after exit) by the C path and the graph rings."""
+        return self.probing.launches + self._exit_launches
+
+    @property
+    def bench(self) -> dict[str, list[tuple[list[float], list[float]]]]:
+        """--benchmark: kernel -> (baseline ns, probed ns) per repetition, per timed launch."""
+        return self.probing.bench
+
+    @property
+    def timeline(self):
+        """neutrino.runtime.context_tables.cupti.Timeline, set by bootstrap when CUPTI runs (or None)."""
+        return self.probing.timeline
+
+    @timeline.setter
+    def timeline(self, timeline) -> None:
+        self.probing.timeline = timeline
 
     @property
     def result_bytes(self) -> int:
@@ -557,9 +459,9 @@ class Runtime:
         self._callback = fn
 
     # ------------------------------------------------------------ memusage
-    def _memusage(self, pk: ProbedKernel, req: LaunchRequest) -> None:
+    def _memusage(self, pk: ProbedKernel, req: LaunchRequest, shape) -> None:
         """LaunchWay.MEMUSAGE (--memusage): what the maps would take (the original runs unprobed)."""
-        layouts = pk.layouts(req.grid, req.block)
+        layouts = shape.layouts
         maps = {lay.map["name"]: (lay.size if lay.map["cap"] != "count" else None) for lay in layouts}
         total = sum(v for v in maps.values() if v)
         self.trace.event("memusage", kernel=pk.name, grid=list(req.grid), block=list(req.block), bytes=total, maps=maps)

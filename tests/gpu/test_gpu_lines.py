@@ -63,6 +63,24 @@ def test_loop_counts_are_exact(tool, tmp_path):
         assert k.table.lines[top].line in (12, 13)  # the loop's lines
 
 
+def test_threads_past_the_staging_limit_stay_exact(tmp_path):
+    """200,000 trips: each warp's counting lane stages 32 per trip in shared memory until its own adds
+    reach THREAD_STAGED_LIMIT (2^22, after 131,072 trips), then adds to global memory: the counts stay exact."""
+    sys.path.insert(0, str(WORKLOADS))
+    import w_lines
+    from neutrino.passes.shared_agg import THREAD_STAGED_LIMIT
+
+    trips = 200_000
+    assert trips * 32 > THREAD_STAGED_LIMIT
+    env = dict(base_env(tmp_path), W_LINES_TRIPS=str(trips))
+    _, trace = run_probed("lines_light", [sys.executable, str(W_LINES), "loop"], tmp_path / "t", env)
+    k = kernel_lines(trace, "loopk")
+    threads = w_lines.LOOP_GRID * w_lines.LOOP_BLOCK
+    by_line = {info.line: int(n) for info, n in zip(k.table.lines, k.instructions)}
+    print(f"loopk, {trips} trips: {by_line}")
+    assert by_line == {10: 4 * threads, 12: 2 * trips * threads, 13: 4 * trips * threads, 15: 2 * threads}
+
+
 @pytest.mark.parametrize("mode", ["triton", "cuda"])
 def test_expensive_line_is_ranked_first(mode, tmp_path):
     env = base_env(tmp_path)

@@ -31,12 +31,10 @@ class Dialect:
     exec: str  # the lane mask register as an operand: exec (an SGPR pair) or exec_lo
     add_u32: str  # VOP2 32-bit add without carry
     add_carry_in: str  # VOP3 add with carry in and out (the high half of a 64-bit add)
-    sub_carry_in: str  # VOP3 subtract with borrow in and out
     store: tuple[str, str]  # global stores of 4 and 8 bytes
     atomic_add_u64: str  # global 64-bit atomic add, no return
     scalar_load: tuple[str, str]  # scalar loads of 2 and 8 dwords
     first_one: str  # index of the lowest set bit of a lane mask
-    and_not: str  # mask & ~mask
     sgpr_limit: int  # SGPRs a kernel may name (s0..s[limit-1]), before the reserved ones
     reserved_in_sgprs: bool  # vcc / flat_scratch / xnack_mask taken from the top of the SGPRs (gfx9), or separate (gfx10+)
     hw_id: str  # the getreg name of the hardware ID register
@@ -57,16 +55,12 @@ class Dialect:
         """Scalar compare of a lane mask with 0 (sets SCC)."""
         return f"s_cmp_lg_u{self.wave_lanes}"
 
-    def wave_shift(self) -> int:
-        """log2(lanes per wave): a work-item index >> this is its wave's index in the workgroup."""
-        return self.wave_lanes.bit_length() - 1
-
 
 GFX9 = Dialect(
     family="gfx9", wave_lanes=64, exec="exec",
-    add_u32="v_add_u32_e32", add_carry_in="v_addc_co_u32_e64", sub_carry_in="v_subb_co_u32_e64",
+    add_u32="v_add_u32_e32", add_carry_in="v_addc_co_u32_e64",
     store=("global_store_dword", "global_store_dwordx2"), atomic_add_u64="global_atomic_add_x2",
-    scalar_load=("s_load_dwordx2", "s_load_dwordx8"), first_one="s_ff1_i32_b64", and_not="s_andn2_b64",
+    scalar_load=("s_load_dwordx2", "s_load_dwordx8"), first_one="s_ff1_i32_b64",
     sgpr_limit=102, reserved_in_sgprs=True, hw_id="HW_REG_HW_ID", cu_field=0x80008, mma_prefix="v_mfma_",
     mnemonics=GFX9_MNEMONICS,
 )

@@ -9,6 +9,8 @@ buffer-addressing pass writes the new counts back into the descriptor.
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 
 from neutrino.errors import InstrumentError
@@ -17,8 +19,6 @@ from neutrino.isa.gcn.dialect import GFX9, Dialect
 from neutrino.isa.gcn.parser import parse_operand
 from neutrino.passes.state import KernelState
 
-#: highest SGPR count a gfx9 kernel may address (s0..s101), less vcc, flat_scratch and xnack_mask
-ADDRESSABLE_SGPRS = 102
 ARCH_VGPRS = 256
 
 
@@ -83,23 +83,16 @@ def insn(mnemonic: str, *operands, origin: str, modifiers: tuple[str, ...] = ())
 
 
 def operand(value) -> ir.Operand:
+    return _literal(value) if isinstance(value, (int, str)) else value
+
+
+@functools.lru_cache(maxsize=1024)  # operands are values: the few literals and words passes use, parsed once
+def _literal(value: int | str) -> ir.Operand:
     if isinstance(value, int):
         return ir.Imm(hex(value) if value > 64 else str(value))
-    if isinstance(value, str):
-        return parse_operand(value)
-    return value
+    return parse_operand(value)
 
 
+@functools.lru_cache(maxsize=4096)
 def half(reg: ir.RegRange, which: int) -> ir.RegRange:
     return ir.RegRange(reg.file, reg.first + which)
-
-
-@attrs.define(eq=False)
-class SaveOp:
-    """An abstract SAVE after operand resolution: the values of one record of `map`, each with its field's type."""
-
-    map: str
-    values: tuple  # ir.RegRange or ir.Imm per field
-    types: tuple[str, ...]  # u32 / u64 per field
-    probe: str
-    guard: ir.RegRange | None = None  # a lane mask: only these lanes save

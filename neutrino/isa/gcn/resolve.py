@@ -15,7 +15,9 @@ from neutrino.isa.gcn import ir
 from neutrino.isa.gcn.semantics import Access, registers, semantics
 from neutrino.isa.gcn.snippets import is_gcn
 from neutrino.isa.ptx import ir as ptx
-from neutrino.isa.gcn.registers import GcnKernelState, SaveOp, half, insn
+from neutrino.isa.gcn.registers import GcnKernelState, half, insn
+from neutrino.isa.gcn.translate import GcnTranslation
+from neutrino.passes.neutral_ops import Op, SaveOp, Val, save_of
 from neutrino.passes.state import Context, Site
 
 ORIGIN = "resolve-operands"
@@ -62,11 +64,11 @@ class GcnOperandResolution:
                 operands = tuple(helpers.operand(o) for o in stmt.operands)
                 code.append(ir.Instruction(stmt.mnemonic, operands, stmt.modifiers, origin=site.probe, line=stmt.line))
             elif type(stmt) is ptx.Instruction and stmt.opcode.base == "SAVE":
-                save = self.save(state, stmt, probe, helpers, ctx)
+                save = save_of(stmt, probe, ctx.probes.maps, helpers.save_operand)
                 compact = stmt.opcode.text != "SAVE"
                 if compact and pending is not None:  # the compact form's SAVEs of a snippet fill one record
                     code.remove(pending)
-                    save = SaveOp(save.map, pending.values + save.values, pending.types + save.types, save.probe, save.guard)
+                    save = save.joined(pending)
                 pending = save if compact else None
                 code.append(save)
         prologue = helpers.prologue
@@ -80,23 +82,6 @@ class GcnOperandResolution:
         # Probe code must leave SCC as it found it: the kernel may compare before the site and branch after it.
         scc = state.registers.sgprs("scc")
         return [insn("s_cselect_b32", scc, 1, 0, origin=ORIGIN), *prologue, *code, insn("s_cmp_lg_u32", scc, 0, origin=ORIGIN)]
-
-    @staticmethod
-    def save(state: GcnKernelState, stmt, probe, helpers: "_Helpers", ctx: Context) -> SaveOp:
-        if stmt.operands and type(stmt.operands[0]) is ptx.Address:
-            map_name = stmt.operands[0].base.name
-            items = stmt.operands[1].items
-        else:
-            map_name = probe.map
-            items = stmt.operands[0].items
-        spec = ctx.probes.maps[map_name]
-        if stmt.opcode.text == "SAVE" or spec.type != "array":
-            types = tuple(f.type for f in spec.fields) if len(spec.fields) == len(items) else ("u64",) * len(items)
-        else:
-            types = (stmt.opcode.modifiers[-1],) * len(items)
-        values = tuple(helpers.operand(_as_gcn(item), whole=True) for item in items)
-        guard = helpers.operand(ir.ProbeReg(stmt.guard.register.name)) if stmt.guard is not None else None
-        return SaveOp(map_name, values, types, probe.name, guard)
 
 
 def cuid(dst: ir.RegRange, target: str | None, state: GcnKernelState, probe: str) -> list[ir.Instruction]:
@@ -133,6 +118,10 @@ class _Helpers:
         self.prologue: list[ir.Instruction] = []
         self.info = semantics(site.anchor) if site.anchor is not None else None
         self.addr: ir.RegRange | None = None
+
+    def save_operand(self, item, role: str | None):
+        """A SAVE's value (its whole value) or guard (a probe register's lane mask), read as PTX."""
+        return self.operand(ir.ProbeReg(item.name) if role else _as_gcn(item), whole=True)
 
     def operand(self, operand: ir.Operand, whole: bool = False) -> ir.Operand:
         """The operand at this site; OUT/INn in an instruction are their first register (spec/gcn.md), in a SAVE
@@ -185,19 +174,9 @@ class _Helpers:
         vaddr = next(ir.registers_in(anchor.operands[access.address[0]]), None)
         saddr = next(ir.registers_in(anchor.operands[access.address[1]]), None) if len(access.address) > 1 else None
         offset = next((int(m.split(":", 1)[1], 0) for m in anchor.modifiers if m.startswith("offset:")), 0)
-        regs, d = self.state.registers, self.state.dialect
-        out, carry, sink, tmp = regs.vgprs("addr", 2), regs.sgprs("carry", d.mask_sgprs), regs.sgprs("carry_out", d.mask_sgprs), regs.vgprs("tmp")
-        lo, hi = half(out, 0), half(out, 1)
-        code = self.prologue
-        if saddr is None:  # a 64-bit address in a VGPR pair
-            code += [insn("v_mov_b32_e32", lo, half(vaddr, 0), origin=ORIGIN), insn("v_mov_b32_e32", hi, half(vaddr, 1), origin=ORIGIN)]
-        else:  # SGPR base + 32-bit VGPR offset (gfx9 VOP3 reads at most one SGPR)
-            code += [insn("v_mov_b32_e32", hi, half(saddr, 1), origin=ORIGIN),
-                     insn("v_add_co_u32_e64", lo, carry, half(saddr, 0), vaddr, origin=ORIGIN),
-                     insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN)]
-        if offset:
-            code += [insn("v_mov_b32_e32", tmp, offset, origin=ORIGIN),
-                     insn("v_add_co_u32_e64", lo, carry, lo, tmp, origin=ORIGIN),
-                     insn(d.add_carry_in, hi, sink, 0, hi, carry, origin=ORIGIN)]
-        self.addr = out
-        return out
+        # a VGPR pair, or an SGPR base + a 32-bit VGPR offset; then the instruction's own offset
+        out = Val("addr", 2, lane=True)
+        ops = [Op("mov", out, vaddr)] if saddr is None else [Op("add", out, saddr, vaddr)]
+        self.prologue += GcnTranslation(self.state, ORIGIN).translate(ops + ([Op("add", out, out, offset)] if offset else []), shared=False)
+        self.addr = self.state.registers.vgprs("addr", 2)
+        return self.addr

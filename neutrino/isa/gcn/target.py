@@ -17,16 +17,17 @@ import attrs
 from neutrino import llvm_mc
 from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, parse_module, print_module
-from neutrino.isa.gcn.buffers import GcnBufferAddressing, edits
+from neutrino.isa.gcn.buffers import GcnBufferAddressing
 from neutrino.isa.gcn.dialect import GFX9, Dialect
 from neutrino.isa.gcn.lower_save import GcnSaveLowering
 from neutrino.isa.gcn.positions import gcn_prefixes
-from neutrino.isa.gcn.registers import GcnKernelState, Registers, SaveOp
+from neutrino.isa.gcn.registers import GcnKernelState, Registers
 from neutrino.isa.gcn.resolve import GcnOperandResolution
 from neutrino.isa.gcn.semantics import kernel_exits
 from neutrino.isa.gcn.snippets import register_shape
 from neutrino.isa.gcn.verify import check, verify_probe_file
-from neutrino.passes.build import splice
+from neutrino.passes.build import site_edits, splice
+from neutrino.passes.neutral_ops import SaveOp
 
 def matcher(module: ir.Module, state: GcnKernelState):
     """For one kernel: probe → the original instructions whose mnemonic starts with one of its position's prefixes."""
@@ -90,7 +91,7 @@ def show(module: ir.Module, ctx) -> str:
     if not ctx.kernels or all(state.spliced for state in ctx.kernels.values()):
         return print_module(module)
     copy = ir.Module(list(module.items), module.source, module.trailing_newline)
-    splice(copy.items, edits(ctx, lambda code: [_shown(c) for c in code]))
+    splice(copy.items, site_edits(ctx, lambda code: [_shown(c) for c in code]))
     return print_module(copy)
 
 

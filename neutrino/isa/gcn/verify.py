@@ -19,8 +19,8 @@ from neutrino.isa.gcn.mnemonics import closest, did_you_mean, is_known
 from neutrino.isa.gcn.positions import DIALECTS
 from neutrino.isa.gcn.semantics import semantics
 from neutrino.isa.gcn.snippets import is_gcn
-from neutrino.isa.gcn.registers import SaveOp
 from neutrino.isa.interface import HELPERS
+from neutrino.passes.neutral_ops import SaveOp
 
 ALLOWED = re.compile(
     r"^(s_(mov|movk|cmov|cselect|add|addc|sub|subb|mul|mul_hi|and|or|xor|andn2|orn2|nand|nor|xnor|not|lshl|lshr|ashr|bfe|bfm|"

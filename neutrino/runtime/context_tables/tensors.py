@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import bisect
 import gc
-import importlib.util
 import os
 import sys
 import threading
@@ -43,6 +42,7 @@ import time
 import weakref
 
 from neutrino.runtime.launch_path.attribution import _package_dirs, is_library_file
+from neutrino.runtime.modules.import_hooks import AfterImport
 
 REBUILD_SECONDS = 2.0  # a name table built from unchanged modules is rebuilt at most this often
 BUDGET_FLOOR_SECONDS = 0.05  # building the name table may always take this much in all ...
@@ -222,7 +222,7 @@ class TensorResolver:
         module. If torch is imported already, the first build walks the garbage collector once."""
         if "torch" in sys.modules or self._watcher is not None:
             return
-        self._watcher = AfterImport("torch", self._torch_imported)
+        self._watcher = AfterImport({"torch": self._torch_imported})
         sys.meta_path.insert(0, self._watcher)
 
     def _torch_imported(self, torch) -> None:
@@ -329,57 +329,6 @@ class TensorResolver:
             if len(self._kinds) < 4096:
                 self._kinds[filename] = kind
         return kind
-
-
-class AfterImport:
-    """A sys.meta_path entry that runs `action(module)` once, right after the program's first
-    import of the top-level package `name` has run the package's code, then steps aside. The
-    normal finders find and load the package; we only wrap their loader's exec_module for that
-    one import. An action that raises is ignored: the program's import never fails through us.
-    The import system walks sys.meta_path while we answer: we leave it only when we answer with a
-    spec (the walk stops there); answering None, we stay in it, done, so that no finder is skipped."""
-
-    def __init__(self, name: str, action):
-        self.name, self.action = name, action
-        self._busy = self._done = False
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name or self._busy or self._done:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec(fullname)  # the finders after us (we answer None meanwhile)
-        except Exception:  # noqa: BLE001 - the import system will say what is wrong, not us
-            spec = None
-        finally:
-            self._busy = False
-        self._done = True
-        if spec is None:
-            return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        loader = spec.loader
-        run = getattr(loader, "exec_module", None)
-        if run is None:
-            return spec
-
-        def exec_then_act(module):
-            try:
-                run(module)
-            finally:
-                vars(loader).pop("exec_module", None)
-            try:
-                self.action(module)
-            except Exception:  # noqa: BLE001 - never break the program's import
-                pass
-
-        try:
-            loader.exec_module = exec_then_act
-        except (AttributeError, TypeError):  # a loader that takes no attributes: no action
-            pass
-        return spec
 
 
 def _inductor_dirs() -> tuple[str, ...]:

@@ -154,8 +154,9 @@ class GraphProbes:
         self._finished: list[dict] = []  # the summary rows of nodes already freed
 
     # ------------------------------------------------------------ capture
-    def capture(self, rec, pk, req, ctx: int, stream: int) -> int:
-        """Capture the probed kernel of launch `req` into the graph `stream` is building.
+    def capture(self, rec, pk, req, ctx: int, stream: int, shape) -> int:
+        """Capture the probed kernel of launch `req` into the graph `stream` is building (`shape`:
+        its maps' layouts, probed.py).
 
         Raises Fallback while the original could still be captured instead; once the
         probed kernel node is in the graph, never raises (returns 0)."""
@@ -166,28 +167,22 @@ class GraphProbes:
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
         info = self.drv.stream_capture_info(stream)
-        shape = pk.shape(req.grid, req.block)
-        node = self._new_node(rec, pk, req, ctx, stream, info, shape)
+        node = self._new_node(pk, req, ctx, stream, info, shape)  # not one of its graph's nodes yet
         if not self.budget.reserve(node.held):  # the smallest ring, rather than none
             node.ring_layout = graph_ring.ring_layout(node.frame_bytes, self.wait_ns == 0, minimal=True)
             if not self.budget.reserve(node.held):
-                self._forget_node(node)
                 raise Fallback("graph", f"the buffer budget of {self.budget.limit} bytes is held by other graphs' "
                                         "nodes; this node runs unprobed")
         node.reserved = True
-        try:
-            self._allocate(node, ctx)
-        except DriverError as e:
-            self._free_node_memory(node)
-            self._forget_node(node)
-            raise Fallback("graph-alloc", f"{node.held} bytes for a graph node: {e}") from None
+        self._allocate(node, ctx)
         # From here on nodes of ours may be in the graph (a copy of module globals captured
         # before a failed launch): the node's memory stays with the graph whatever happens.
+        with self._lock:
+            node.group.nodes.append(node)
         self._capture_kernel(node, pk, req, stream, info.dependencies)
-        self._prepare_ring(node, pk, stream)
         return 0
 
-    def _new_node(self, rec, pk, req, ctx, stream, info, shape) -> GraphNode:
+    def _new_node(self, pk, req, ctx, stream, info, shape) -> GraphNode:
         with self._lock:
             group = self._by_capture.get(info.capture_id)
             if group is None:
@@ -201,22 +196,39 @@ class GraphProbes:
             self._next_node += 1
         header, offsets = _encode_header(req.grid, req.block, req.shared_bytes, shape.layouts)
         frame = self.attribution.frame() if self.attribution is not None else None
-        node = GraphNode(nid, group, pk.name, pk.kernel_dir, req.func, pk.func, req.grid, req.block,
+        return GraphNode(nid, group, pk.name, pk.kernel_dir, req.func, pk.func, req.grid, req.block,
                          req.shared_bytes, stream, shape.layouts, pk.n_params, header, tuple(offsets),
                          shape.frame_bytes, graph_ring.ring_layout(shape.frame_bytes, self.wait_ns == 0), frame=frame)
-        with self._lock:
-            group.nodes.append(node)
-        return node
 
     def _allocate(self, node: GraphNode, ctx: int) -> None:
-        with relaxed_capture(self.drv):
-            self._append_function(ctx)
-            node.device = self.drv.mem_alloc_sync(node.device_layout.total)
-            maps = node.device + node.device_layout.maps
-            node.buffers = [maps + off - node.offsets[0] for off in node.offsets]
-            node.ring = self.drv.host_alloc_mapped(node.ring_layout.total)
-            node.drain_stream = self._our_stream(ctx)
-            self._zero_once(node, ctx)
+        """The node's maps in device memory and its ring in mapped host memory, zeroed; a failure
+        gives back what was taken (memory, budget) and raises Fallback: the original is captured.
+
+        The maps and the state read zero at the first replay; the append kernel zeroes the maps
+        after each one. On a stream of ours, outside the capture: no memset node in the graph."""
+        try:
+            with relaxed_capture(self.drv):
+                self._append_function(ctx)
+                node.device = self.drv.mem_alloc_sync(node.device_layout.total)
+                maps = node.device + node.device_layout.maps
+                node.buffers = [maps + off - node.offsets[0] for off in node.offsets]
+                node.ring = self.drv.host_alloc_mapped(node.ring_layout.total)
+                stream = node.drain_stream = self._our_stream(ctx)
+                self.drv.memset_async(node.device, node.device_layout.slots, stream)
+                if not self.sink.filter.selects(0):  # the first replay's probe gate (later ones: the append kernel)
+                    off = C.c_uint32(1)
+                    self.drv.memcpy_htod_async(node.device + node.device_layout.gate, C.addressof(off), 4, stream)
+                self.drv.stream_synchronize(stream)
+        except DriverError as e:
+            with contextlib.suppress(DriverError), relaxed_capture(self.drv):
+                if node.device:
+                    self.drv.mem_free_sync(node.device)
+                if node.ring is not None:
+                    self.drv.host_free(node.ring[0])
+            node.buffers, node.device, node.ring = [], 0, None
+            self.budget.give_back(node.held)
+            node.reserved = False
+            raise Fallback("graph-alloc", f"{node.held} bytes for a graph node: {e}") from None
 
     def _our_stream(self, ctx: int) -> int:
         """A non-blocking stream of ours in `ctx`, for work outside the capture (never in a graph)."""
@@ -224,18 +236,6 @@ class GraphProbes:
         if stream is None:
             stream = self._ours[ctx] = self.drv.stream_create_nonblocking()
         return stream
-
-    def _zero_once(self, node: GraphNode, ctx: int) -> None:
-        """The maps and the state read zero at the first replay; the append kernel zeroes the maps
-        after each one. On a stream of ours, outside the capture: no memset node in the graph."""
-        stream = self._our_stream(ctx)
-        self.drv.memset_async(node.device, node.device_layout.slots, stream)
-        if not self.sink.filter.selects(0):  # the first replay's probe gate (later ones: the append kernel)
-            off = C.c_uint32(1)
-            self.drv.memcpy_htod_async(node.device + node.device_layout.gate, C.addressof(off), 4, stream)
-            self.drv.stream_synchronize(stream)
-            return
-        self.drv.stream_synchronize(stream)
 
     def _append_function(self, ctx: int) -> int:
         """The append kernel in context `ctx`, loaded at its first graph node (relaxed capture mode)."""
@@ -247,8 +247,8 @@ class GraphProbes:
         return func
 
     def _capture_kernel(self, node: GraphNode, pk, req, stream: int, before: tuple[int, ...]) -> None:
-        """The probed kernel node. A failure before the kernel node: the stream's dependencies go
-        back to what they were, so the original can be captured."""
+        """The probed kernel node, then its ring. A failure before the kernel node: the stream's
+        dependencies go back to what they were, so the original can be captured."""
         slots = [Slot(node.group.ctx, lay.size, dev) for lay, dev in zip(node.layouts, node.buffers)]
         _, plan = pk.param_plan()
         first = next((which for which, is_buffer in plan if is_buffer), None)
@@ -266,10 +266,8 @@ class GraphProbes:
             raise
         node.keep = params
         node.active = True
-
-    def _prepare_ring(self, node: GraphNode, pk, stream: int) -> None:
-        """After the kernel node: its ring, ready for the append node the capture's end adds. The
-        kernel is in the graph: a failure here loses this node's results, never the kernel."""
+        # After the kernel node: its ring, ready for the append node the capture's end adds. The
+        # kernel is in the graph: a failure from here on loses this node's results, never the kernel.
         graph_ring.init_ring(node.ring[1], node.ring_layout, node.header)
         with self._lock:
             self.nodes_probed += 1
@@ -279,8 +277,10 @@ class GraphProbes:
             with self._lock:
                 self._by_node[node.node] = node
             node.record = self.sink.new_record(node)
-        except Exception as e:  # noqa: BLE001 - the kernel node stays; its results are lost
-            self._lose_results(node, f"graph ring: {type(e).__name__}: {e}")
+        except Exception as e:  # noqa: BLE001 - the kernel node stays; its results are lost (no record yet)
+            node.active = False
+            self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
+                             reason=f"graph ring: {type(e).__name__}: {e}")
             return
         self.trace.event("graph_node", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
                          capture_id=node.group.capture_id, grid=list(node.grid), block=list(node.block),

@@ -201,7 +201,6 @@ class Prebuilder:
 _ENTRY = re.compile(r"^[ \t]*(?:\.(?:visible|weak)[ \t]+)?\.entry[ \t]+([A-Za-z_$%][\w$]*)", re.MULTILINE)
 _IDENTIFIER = re.compile(r"[A-Za-z_$%][\w$]*")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-_BRACE_OR_COMMENT = re.compile(r"[{}]|//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def entry_only(ptx: str, kernel: str, spans: "list[tuple[int, int, str]] | None" = None) -> str:
@@ -240,16 +239,19 @@ def entry_spans(ptx: str) -> list[tuple[int, int, str]]:
 
 
 def _body_end(ptx: str, pos: int) -> int | None:
-    """The index after the `}` closing the body that starts at the first `{` after `pos`."""
-    depth = 0
-    for m in _BRACE_OR_COMMENT.finditer(ptx, pos):
-        token = m.group(0)
-        if token == "{":
-            depth += 1
-        elif token == "}":
-            depth -= 1
-            if depth == 0:
-                return m.end()
-            if depth < 0:
-                return None
-    return None
+    """The index after the `}` closing the body that starts at the first `{` after `pos` (None where
+    it does not close): the PTX parser's own scan, comment- and string-aware. Imported here, not at
+    start-up: the engine that instruments the entry next loads the parser anyway."""
+    from neutrino.errors import ParseError
+    from neutrino.isa.ptx.parser import BALANCE_RE, Scanner
+
+    brace = next((m for m in BALANCE_RE.finditer(ptx, pos) if m.group(0) in "{}"), None)  # past comments
+    if brace is None or brace.group(0) != "{":
+        return None
+    scanner = Scanner(ptx, "<ptx>")
+    scanner.pos = brace.start()
+    try:
+        scanner.read_balanced()
+    except ParseError:
+        return None
+    return scanner.pos

@@ -83,7 +83,10 @@ class LaunchShape:
     map_headers: tuple[int, ...]  # where each map's header lies in the frame (the C path patches them)
 
 
-def launch_shape(layouts: tuple[MapLayout, ...]) -> LaunchShape:
+def launch_shape(maps: list[dict], grid, block, caps: dict[str, int]) -> LaunchShape:
+    """The maps' layouts for one launch shape, then the frame they make (one way down: the layout
+    maths is the trace's, neutrino.maps and neutrino.trace_writer)."""
+    layouts = map_layouts(maps, grid, block, caps)
     frame = trace_writer.frame_layout([tracefmt.MapSection.of(lay.map, lay.units, lay.cap, b"") for lay in layouts])
     return LaunchShape(layouts, tuple(size_class(lay.size) for lay in layouts), frame.size, frame.map_headers)
 
@@ -131,14 +134,14 @@ class ProbedKernel:
         return self.shape(grid, block, caps).layouts
 
     def shape(self, grid, block, caps: dict[str, int] | None = None) -> LaunchShape:
-        if caps:  # sized by a counting run: not worth remembering
-            return launch_shape(map_layouts(self.info["maps"], grid, block, caps))
         key = (grid, block)
-        got = self._layouts.get(key)
+        got = None if caps else self._layouts.get(key)  # sized by a counting run: not worth remembering
         if got is None:
-            if len(self._layouts) >= MAX_LAYOUTS:
-                self._layouts.clear()
-            got = self._layouts[key] = launch_shape(map_layouts(self.info["maps"], grid, block, {}))
+            got = launch_shape(self.info["maps"], grid, block, caps or {})
+            if not caps:
+                if len(self._layouts) >= MAX_LAYOUTS:
+                    self._layouts.clear()
+                self._layouts[key] = got
         return got
 
 

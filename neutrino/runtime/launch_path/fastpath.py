@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-from neutrino.runtime.driver import LAUNCH_EX, LAUNCH_EX_PTSZ, LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ
+from neutrino.runtime.driver import COPIED_FUNC_ATTRS, LAUNCH_EX, LAUNCH_EX_PTSZ, LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ
 
 MAX_MAPS = 16  # NT_MAX_MAPS of shim/writer.h
 MAX_HEADER = 65536
@@ -69,6 +69,15 @@ class FastPath:
 
     def wants_plan(self, func: int, ctx: int, max_shared: int) -> bool:
         return self.enabled and self._registered.get(func, {}).get(ctx) != max_shared
+
+    def plan_later_launches(self, req, ctx: int, pk, shape, flight, writer) -> int | None:
+        """After a probed launch of the Python path: let the shim probe the kernel's later launches in
+        C. The dynamic shared memory limit the plan was made for, or None when none was made."""
+        max_shared = max(pk.attrs_seen.get(COPIED_FUNC_ATTRS[0], 0), 48 * 1024)
+        if not self.wants_plan(req.func, ctx, max_shared):
+            return None
+        kernel_id, fd, header = writer.plan_inputs(flight)
+        return max_shared if self.register(req, ctx, pk, shape, kernel_id, fd, header, max_shared) else None
 
     def register(self, req, ctx: int, pk, shape, kernel_id: int, fd: int, header: bytes, max_shared: int) -> bool:
         """Describe `pk` to the shim; False when the kernel is not one the C path can launch."""

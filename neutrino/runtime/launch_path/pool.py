@@ -6,8 +6,10 @@ memory of a power-of-two size class (and, for the Python writer, pinned host
 memory of the same size to copy into). Slots go back to the pool when the
 writer has drained them, and are reused by the next launch of that size. The pool never holds more than `budget` bytes of device
 memory (and as much pinned host memory); when a launch's buffers do not fit,
-`acquire` returns None (the launch runs unprobed and is counted as dropped) or,
-with `wait=True`, blocks until the writer gives slots back.
+`acquire` raises PoolFull (the launch runs unprobed and is counted as dropped);
+`acquire_reclaiming` first has the writer give finished slots back and tries
+again (with --when-full=wait, until the writer has given enough back or a
+deadline passes).
 
 Like the BPF ring buffer: a producer that finds no room does not block the
 traced code; the loss is counted.
@@ -16,6 +18,7 @@ traced code; the loss is counted.
 from __future__ import annotations
 
 import threading
+import time
 
 import attrs
 
@@ -84,6 +87,23 @@ class BufferPool:
             self.in_use += need
             self.peak = max(self.peak, self.in_use)
             return slots
+
+    def acquire_reclaiming(self, ctx: int, classes, writer, wait_seconds: float = 0.0) -> list[Slot]:
+        """`acquire`; when the pool is full, the writer gives back what it finished (`reclaim`) and
+        the pool tries once more, or until `wait_seconds` have passed (--when-full=wait), waiting on
+        the writer meanwhile. Raises PoolFull when the slots never came."""
+        deadline = None
+        while True:
+            try:
+                return self.acquire(ctx, classes)
+            except PoolFull as e:
+                if deadline is None:  # the first refusal: once more after reclaiming, or until the deadline
+                    writer.reclaim()
+                    deadline = time.monotonic() + wait_seconds if wait_seconds and not e.never else 0.0
+                elif time.monotonic() >= deadline:
+                    raise
+                else:
+                    writer.wait_idle(0.01)
 
     def _missing(self, ctx: int, classes: list[int]) -> int:
         """Bytes that must be newly allocated for these classes."""

@@ -20,6 +20,7 @@ import sys
 from typing import Callable, NamedTuple
 
 from neutrino.runtime.modules.autotune_window import WRAPPED, SuspendWindow
+from neutrino.runtime.modules.import_hooks import AfterImport
 
 EVENT = "autotune"
 
@@ -180,32 +181,7 @@ def _static_attribute(owner, attribute: str):
     return getattr(owner, attribute, None)
 
 
-class ImportWatch:
-    """A sys.meta_path entry that installs hooks once their module has first executed, then steps
-    aside when every watched module has been seen. Other imports cost one dict look-up."""
-
-    def __init__(self, actions: dict[str, Callable]):
-        self.actions = dict(actions)
-
-    def find_spec(self, name, path=None, target=None):
-        action = self.actions.pop(name, None)
-        if action is None:
-            return None
-        from neutrino.runtime.modules.frameworks import spec_running_after
-
-        try:
-            spec = spec_running_after(name, lambda module: action())
-        except Exception:  # noqa: BLE001 - the normal finders import it, unhooked
-            return None
-        if spec is not None and not self.actions:  # leave sys.meta_path only when answering with a spec:
-            try:  # the import system walks it while we answer, and would skip the next finder
-                sys.meta_path.remove(self)
-            except ValueError:
-                pass
-        return spec
-
-
-def watch_for_autotuners(window: SuspendWindow, event=None, hooks=HOOKS) -> ImportWatch | None:
+def watch_for_autotuners(window: SuspendWindow, event=None, hooks=HOOKS) -> AfterImport | None:
     """Install each hook now if its module is loaded, else when the program first imports it."""
     if event is not None:
         window.event = event
@@ -220,6 +196,6 @@ def watch_for_autotuners(window: SuspendWindow, event=None, hooks=HOOKS) -> Impo
             actions[hook.watch] = action
     if not actions:
         return None
-    watch = ImportWatch(actions)
+    watch = AfterImport({name: (lambda module, action=action: action()) for name, action in actions.items()})
     sys.meta_path.insert(0, watch)
     return watch

@@ -16,6 +16,7 @@ import sys
 from typing import NamedTuple
 
 from neutrino.runtime.modules.autotune_window import WRAPPED, SuspendWindow  # stdlib only: fine at interpreter start
+from neutrino.runtime.modules.import_hooks import AfterImport, spec_running_after  # noqa: F401 - stdlib only
 
 
 class Origin(NamedTuple):  # not attrs: loaded at interpreter start (compilers.py says why)
@@ -170,79 +171,23 @@ XLA_FLAGS = "XLA_FLAGS"
 XLA_PROBE_FLAGS = (("xla_gpu_enable_command_buffer", ""),)
 
 
-class BeforeJaxImport:
-    """A sys.meta_path entry that runs `action` once, when the program first imports jax, and then
-    steps aside. Programs commonly set XLA_FLAGS themselves just before `import jax`; our flags are
-    appended to theirs then (XLA reads the variable later, when JAX starts its backend).
-    `after(module)`, if given, runs once jax's package has been executed (its modules are loaded)."""
+def watch_for_jax(event=None, environ=None, on_wrappers=None, compile_window=None) -> AfterImport | None:
+    """Give a JAX program our XLA flags when it imports jax (or now, if it already has): programs
+    commonly set XLA_FLAGS themselves just before `import jax`; ours are appended to theirs then
+    (XLA reads the variable later, when JAX starts its backend). `on_wrappers(index_dir)` is told
+    where the compiler wrappers file their index. `compile_window` (a CompileWindow): wrapped
+    around JAX's compile functions once jax's package has run. The import hook, or None (jax was loaded)."""
+    def prepare():
+        prepare_jax(environ, event, on_wrappers)
 
-    def __init__(self, action, after=None):
-        self.action = action
-        self.after = after
-        self.done = False
-
-    def find_spec(self, name, path=None, target=None):
-        # The import system walks sys.meta_path while we answer: we leave it only when we answer
-        # with a spec (the walk stops there); answering None we stay in it, done, so no finder is skipped.
-        if name != "jax" or self.done:
-            return None
-        self.done = True
-        try:
-            self.action()
-        except Exception:  # noqa: BLE001 - never break the program's import
-            pass
-        if self.after is None:
-            return None  # the normal finders import jax
-        try:
-            spec = spec_running_after(name, self.after)
-        except Exception:  # noqa: BLE001 - the normal finders import jax, without `after`
-            return None
-        if spec is not None:
-            try:
-                sys.meta_path.remove(self)
-            except ValueError:
-                pass
-        return spec
-
-
-def spec_running_after(name: str, after):
-    """The spec the other finders give `name`, its loader made to call `after(module)` once the module
-    has executed (the loader itself is kept: jax reads its resources through it). None: not found."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(name)
-    loader = getattr(spec, "loader", None)
-    if loader is None or not hasattr(loader, "exec_module"):
-        return None
-    execute = loader.exec_module
-
-    def exec_then_after(module):
-        try:
-            del loader.exec_module  # back to the class's method: a reload runs no `after`
-        except AttributeError:
-            pass
-        execute(module)
-        try:
-            after(module)
-        except Exception:  # noqa: BLE001 - our hook never breaks the program's import
-            pass
-
-    loader.exec_module = exec_then_after
-    return spec
-
-
-def watch_for_jax(event=None, environ=None, on_wrappers=None, compile_window=None) -> BeforeJaxImport:
-    """Give a JAX program our XLA flags when it imports jax (or now, if it already has).
-    `on_wrappers(index_dir)` is told where the compiler wrappers file their index.
-    `compile_window` (a CompileWindow): wrapped around JAX's compile functions once jax is loaded."""
-    after = None if compile_window is None else (lambda module: compile_window.install(event))
-    hook = BeforeJaxImport(lambda: prepare_jax(environ, event, on_wrappers), after)
+    after = {} if compile_window is None else {"jax": lambda module: compile_window.install(event)}
     if "jax" in sys.modules:
-        hook.action()
-        if after is not None:
-            after(sys.modules["jax"])
-    else:
-        sys.meta_path.insert(0, hook)
+        prepare()
+        for action in after.values():
+            action(sys.modules["jax"])
+        return None
+    hook = AfterImport(after, before={"jax": prepare})
+    sys.meta_path.insert(0, hook)
     return hook
 
 

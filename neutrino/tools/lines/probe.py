@@ -30,17 +30,17 @@ import neutrino.language as nl
 TICK_BITS = 8  # one tick = 256 cycles (spec/tools.md, lines)
 
 
-@Map(type="hist", buckets="linear:0:254:1")
+@Map(type="hist", buckets="linear:0:254:1", stage="block")
 class lines_blocks:
     """threads that executed each basic block, by BLOCK"""
 
 
-@Map(type="hist", buckets="linear:0:510:1")
+@Map(type="hist", buckets="linear:0:510:1", stage="block")
 class lines_time:
     """clock ticks by (line + 1) * 4 + min(ticks, 4) - 1"""
 
 
-@Map(type="sum")
+@Map(type="sum", stage="block")
 class lines_total:
     ticks: nl.u64
     excess: nl.u64

@@ -11,7 +11,7 @@ from neutrino import Map, probe
 import neutrino.language as nl
 
 
-@Map(type="hist", buckets="linear:0:254:1")
+@Map(type="hist", buckets="linear:0:254:1", stage="block")
 class lines_blocks:
     """threads that executed each basic block, by BLOCK"""
 

@@ -5,7 +5,8 @@
 * `call`: tests/data/lines/call.ptx (CuPy), the same grid and trips, each trip calling two `.func`s;
 * `triton`: a Triton kernel with one deliberately expensive line (marked EXPENSIVE) in a loop;
 * `cuda`: the same in CUDA C++, compiled here with `nvcc -lineinfo -ptx` and loaded with CuPy;
-* `matmul`: a Triton matmul (tl.dot), for the benchmark.
+* `matmul`: a Triton matmul (tl.dot), for the benchmark;
+* `attention`: a Triton attention forward pass (online softmax over key blocks), for the benchmark.
 
 Each kernel's result is checked against NumPy/PyTorch, so a probe that changed it fails the run.
 """
@@ -23,6 +24,7 @@ CALL_PTX = HERE.parents[1] / "data" / "lines" / "call.ptx"  # loop.ptx's shape, 
 LOOP_GRID, LOOP_BLOCK, LOOP_TRIPS = 4, 128, 37
 N, ITERS, REPEAT = 1 << 16, 24, 3
 MATMUL = 1024  # M = N = K
+ATTN_HEADS, ATTN_CTX, ATTN_D, ATTN_BLOCK = 16, 1024, 64, 64  # batch x heads, sequence, head size, tile
 
 CUDA_SOURCE = r"""
 extern "C" __global__ void expensive_line(const float* x, float* y, int n, int iters) {
@@ -44,18 +46,24 @@ def reference(x: np.ndarray, iters: int) -> np.ndarray:
     return acc + x
 
 
+def loop_trips() -> int:
+    """LOOP_TRIPS, or W_LINES_TRIPS when set (a long loop: threads past the staging limit, passes/shared_agg.py)."""
+    return int(os.environ.get("W_LINES_TRIPS", LOOP_TRIPS))
+
+
 def run_loop():
     import cupy as cp
 
+    trips = loop_trips()
     out = cp.zeros(1, np.uint32)
-    cp.RawModule(path=str(LOOP_PTX)).get_function("loopk")((LOOP_GRID,), (LOOP_BLOCK,), (out, np.uint32(LOOP_TRIPS)))
+    cp.RawModule(path=str(LOOP_PTX)).get_function("loopk")((LOOP_GRID,), (LOOP_BLOCK,), (out, np.uint32(trips)))
     cp.cuda.runtime.deviceSynchronize()
     r2 = r3 = 0
     while True:  # the kernel's loop, in Python: every thread computes the same value
         r3 = (r3 + r2) & 0xFFFFFFFF
         r3 = ((r3 * 3) & 0xFFFFFFFF) ^ r2
         r2 += 1
-        if r2 >= LOOP_TRIPS:
+        if r2 >= trips:
             break
     assert int(out.get()[0]) == r3, "loopk is wrong"
 
@@ -164,6 +172,65 @@ def run_matmul():
     assert torch.allclose(c, a.float() @ b.float(), atol=1e-1, rtol=1e-2), "matmul is wrong"
 
 
+def attention_kernel():
+    """A Triton attention forward kernel (flash-attention's online softmax), one program per query tile and head."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_ctx, scale, BM: tl.constexpr, BN: tl.constexpr,
+                             D: tl.constexpr):
+        pm, head = tl.program_id(0), tl.program_id(1)
+        base = head * n_ctx * D
+        rm = pm * BM + tl.arange(0, BM)
+        rd = tl.arange(0, D)
+        q = tl.load(q_ptr + base + rm[:, None] * D + rd[None, :])
+        m_i = tl.full((BM,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BM,), tl.float32)
+        acc = tl.zeros((BM, D), tl.float32)
+        for start in range(0, n_ctx, BN):
+            rn = start + tl.arange(0, BN)
+            k = tl.load(k_ptr + base + rn[None, :] * D + rd[:, None])
+            s = tl.dot(q, k) * scale
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.exp(s - m_new[:, None])
+            alpha = tl.exp(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_ptr + base + rn[:, None] * D + rd[None, :])
+            acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)
+            m_i = m_new
+        tl.store(o_ptr + base + rm[:, None] * D + rd[None, :], acc / l_i[:, None])
+
+    return attention_fwd_kernel
+
+
+def attention_inputs():
+    """q, k, v (fp16) and o (fp32), each ATTN_HEADS x ATTN_CTX x ATTN_D, on the GPU; the softmax scale."""
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    shape = (ATTN_HEADS, ATTN_CTX, ATTN_D)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3))
+    return q, k, v, torch.empty(shape, device="cuda", dtype=torch.float32), ATTN_D ** -0.5
+
+
+def attention_grid():
+    return (ATTN_CTX // ATTN_BLOCK, ATTN_HEADS)
+
+
+def run_attention():
+    import torch
+
+    kernel = attention_kernel()
+    q, k, v, o, scale = attention_inputs()
+    for _ in range(REPEAT):
+        kernel[attention_grid()](q, k, v, o, ATTN_CTX, scale, BM=ATTN_BLOCK, BN=ATTN_BLOCK, D=ATTN_D)
+    torch.cuda.synchronize()
+    ref = torch.softmax(q.float() @ k.float().transpose(1, 2) * scale, -1) @ v.float()
+    assert torch.allclose(o, ref, atol=2e-2, rtol=2e-2), "attention is wrong"
+
+
 if __name__ == "__main__":
-    {"loop": run_loop, "call": run_call, "cuda": run_cuda, "triton": run_triton, "matmul": run_matmul}[sys.argv[1]]()
+    {"loop": run_loop, "call": run_call, "cuda": run_cuda, "triton": run_triton, "matmul": run_matmul,
+     "attention": run_attention}[sys.argv[1]]()
     print(f"w_lines {sys.argv[1]} done", flush=True)

@@ -1,0 +1,240 @@
+"""The ISA-neutral operations that SAVE lowering and buffer addressing are written in, and the programs written in them.
+
+An ISA that translates these operations (`translate(ops) -> instructions`: GCN
+and RDNA, neutrino/isa/gcn/translate.py) gets the steps of passes/save_core.py,
+the thread geometry and the units' slots from here, written once; what it keeps
+to itself is how each operation is spelled: which register file a value lives
+in, literals and operand limits, waits for loads, the lane mask. PTX supplies
+the same steps as instructions of its own (passes/lower_save.py, passes/buffers.py).
+
+Values. A value of ours is a `Val`: a role (its name: the same role is the same
+register everywhere in a kernel), a width in 32-bit words, and whether it may
+differ between the lanes of a wave (`lane`: a per-thread register; GCN: VGPRs)
+or is one value per wave (GCN: SGPRs). Operands are Vals, one word of a Val
+(`v.word(i)`), integers (sign-extended to the destination's width), predicates
+(lane sets: `ACTIVE`, a `Pred`) and the ISA's own operands (a snippet's registers),
+which the translation reads as they are.
+
+Operations, `Op(name, dst, a, b, c)` (spec/pipeline.md, "The neutral operations"):
+
+    mov d, a             d = a, zero-extended; a one-per-wave d of a per-lane a: the first running lane's
+    add d, a, b          d = a + b (a 64-bit d adds b zero-extended, or sign-extended when an integer)
+    mul d, a, b          d = a * b; a 64-bit d of 32-bit a, b: the whole product
+    shl/shr d, a, n      shifts by a constant
+    and d, a, b          bitwise and
+    bfe d, a, at, width  the `width` bits of a from bit `at`
+    cmp p, cond, a, b    p = the running lanes where a cond b (cond: lt, eq; unsigned)
+    pand p, a, b         p = a ∧ b
+    first p, a           p = the lowest running lane of a
+    param d, name        d = the kernel's parameter `name` (a map's buffer, the launch geometry)
+    lanes p / end        from here the running lanes are those of p among the running ones / as before
+    count d              d += 1: in each running lane (a per-lane d) or once if any lane runs (one per wave)
+    store b, o, v        [b + o] = v (global memory, a 64-bit address b and a constant offset o)
+    atomic_add b, o, v   [b + o] += v (u64)
+
+Per-lane operations and memory run in the running lanes only; one-per-wave
+operations run once for the wave whatever lanes run (that is why `count` exists).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import attrs
+
+from neutrino.isa.ptx import ir as ptx
+from neutrino.passes.save_core import COUNT_BYTES, RECORDS_ALIGN, lower_record, lower_sum, packed_offsets, record_stride
+
+
+class Val(NamedTuple):
+    """A value of ours (see above): tuples, so that programs of them hash fast as the translations' cache keys."""
+
+    role: str
+    words: int = 1
+    lane: bool = False
+    part: int | None = None  # one 32-bit word of the value
+
+    def word(self, index: int) -> "Val":
+        return self._replace(part=index)
+
+
+class Pred(NamedTuple):
+    """A set of lanes of ours (GCN: a lane mask)."""
+
+    role: str
+
+
+class Op(NamedTuple):
+    name: str
+    dst: object = None
+    a: object = None
+    b: object = None
+    c: object = None
+
+
+ACTIVE = "active"  # the predicate of every running lane
+#: every operation, as the table above lists them: what an ISA's translation implements
+OPERATIONS = ("mov", "add", "mul", "shl", "shr", "and", "bfe", "cmp", "pand", "first", "param", "lanes", "end", "count",
+              "store", "atomic_add")
+
+
+@attrs.define(eq=False)
+class SaveOp:
+    """A SAVE after operand resolution, until SAVE lowering: the values of one record of `map`, each with its field's type."""
+
+    map: str
+    values: tuple  # the ISA's operands, one per field
+    types: tuple[str, ...]  # u32 / u64 per field
+    probe: str
+    guard: object = None  # the ISA's lane predicate: only those lanes save
+
+    def joined(self, earlier: "SaveOp | None") -> "SaveOp":
+        """The compact form's SAVEs of one snippet fill one record: this one's values after `earlier`'s."""
+        if earlier is None:
+            return self
+        return SaveOp(self.map, earlier.values + self.values, earlier.types + self.types, self.probe, self.guard)
+
+
+def save_of(stmt, probe, maps: dict, operand) -> SaveOp:
+    """A snippet's SAVE statement (read as PTX whatever the ISA: `SAVE [ m ] {a, b}` or `SAVE.u32 {a}` into the
+    probe's map) as a SaveOp; `operand(item, None)` is a value item, `operand(register, "guard")` the guard's predicate.
+    Field types: the map's, for the explicit form and aggregation maps; else the compact form's type for every value."""
+    explicit = bool(stmt.operands) and type(stmt.operands[0]) is ptx.Address
+    map_name = stmt.operands[0].base.name if explicit else probe.map
+    items = stmt.operands[1 if explicit else 0].items
+    spec = maps[map_name]
+    if stmt.opcode.text == "SAVE" or spec.type != "array":
+        types = tuple(f.type for f in spec.fields) if len(spec.fields) == len(items) else ("u64",) * len(items)
+    else:
+        types = (stmt.opcode.modifiers[-1],) * len(items)
+    guard = operand(stmt.guard.register, "guard") if stmt.guard is not None else None
+    return SaveOp(map_name, tuple(operand(item, None) for item in items), types, probe.name, guard)
+
+
+# the entry's geometry (one per wave unless `lane`)
+WG, BLOCKS, TPB, WPB, T = Val("wg"), Val("blocks"), Val("tpw"), Val("waves_per_wg"), Val("t")
+FLAT = Val("flat_tid", lane=True)
+SPECIALS = ("ctaid.x", "ctaid.y", "ctaid.z", "nctaid.x", "nctaid.y", "nctaid.z", "tid.x", "tid.y", "tid.z",
+            "ntid.x", "ntid.y", "ntid.z")
+
+
+def geometry(special: dict, lanes: int) -> list[Op]:
+    """Linear block index and blocks, threads per block, linear thread index in the block, warps per block.
+
+    `special` names the operand of each of SPECIALS (the ISA's registers, or Vals it computed)."""
+    s = special
+    return [Op("mul", T, s["nctaid.y"], s["ctaid.z"]), Op("add", T, T, s["ctaid.y"]), Op("mul", T, T, s["nctaid.x"]),
+            Op("add", WG, T, s["ctaid.x"]),
+            Op("mul", TPB, s["ntid.x"], s["ntid.y"]), Op("mul", TPB, TPB, s["ntid.z"]),
+            Op("mul", BLOCKS, s["nctaid.x"], s["nctaid.y"]), Op("mul", BLOCKS, BLOCKS, s["nctaid.z"]),
+            Op("mul", FLAT, s["tid.z"], s["ntid.y"]), Op("add", FLAT, FLAT, s["tid.y"]),
+            Op("mul", FLAT, FLAT, s["ntid.x"]), Op("add", FLAT, FLAT, s["tid.x"]),
+            Op("add", WPB, TPB, lanes - 1), Op("shr", WPB, WPB, lanes.bit_length() - 1)]
+
+
+def _map_val(kind: str, spec, words: int = 1) -> Val:
+    """A register of map `spec`: per lane for a thread-level map, else one per wave."""
+    return Val(f"{kind}_{spec.name}", words, lane=spec.level == "thread")
+
+
+def _level_val(role: str, lane: bool) -> Val:
+    """A 64-bit value per lane at thread level, else one per wave: two roles, as they live in different registers.
+    (`record` also holds the entry's offsets into a map: the two are never live together.)"""
+    return Val(role + ("_lane" if lane else ""), 2, lane)
+
+
+@attrs.define
+class NeutralSteps:
+    """The steps of passes/save_core.py (isa/interface.py `SavePrimitives`) in neutral operations.
+
+    `lanes`: lanes per wave (a `warp` unit); `guard` arguments are the ISA's lane predicates."""
+
+    lanes: int
+    narrowed: bool = False  # saving_lanes narrowed the running lanes: end_saving widens them again
+    offsets: list[int] = attrs.Factory(list)  # byte offset of each field of the record being lowered
+
+    def lower(self, spec, values: tuple, types: tuple[str, ...], guard) -> tuple[list[Op], list[Op]]:
+        """One SAVE of `values` (ISA operands, one per field, of `types`) into map `spec` (array or sum): the moves
+        of the values into the fields (one site's own operands), then the record's code (the same at every site)."""
+        fields = [Val(f"save_data{i}_{t}", 2 if t == "u64" else 1, lane=True) for i, t in enumerate(types)]
+        moves = [Op("mov", field, value) for field, value in zip(fields, values)]
+        if spec.type == "sum":
+            return moves, lower_sum(self, spec, fields, guard)
+        self.offsets = [f.offset for f in spec.fields] if len(spec.fields) == len(types) else packed_offsets(types)
+        return moves, lower_record(self, spec, fields, guard)
+
+    # -- the lanes that save: at thread level the guard's (all, unguarded), else the unit's leader
+    def saving_lanes(self, level: str, guard, at_exit: bool = False) -> list[Op]:
+        self.narrowed = level != "thread" or guard is not None
+        if level == "thread":
+            return [Op("lanes", guard)] if guard is not None else []
+        leader = Pred("leader")
+        if level == "warp":
+            return [Op("first", leader, guard if guard is not None else ACTIVE), Op("lanes", leader)]
+        code = [Op("cmp", leader, "eq", FLAT, 0)]  # the lane holding thread (0,0,0)
+        return code + ([Op("pand", leader, leader, guard)] if guard is not None else []) + [Op("lanes", leader)]
+
+    def end_saving(self, level: str) -> list[Op]:
+        return [Op("end")] if self.narrowed else []
+
+    # -- a record of an array map
+    def below_cap(self, spec, guard) -> list[Op]:
+        below = Pred("below_cap")
+        return [Op("cmp", below, "lt", _map_val("cursor", spec), int(spec.cap)), Op("lanes", below)]
+
+    def record_address(self, spec) -> list[Op]:
+        """The record's address (`record`): the unit's slot + cursor * record bytes."""
+        record = _level_val("record", spec.level == "thread")
+        return [Op("mul", record, _map_val("cursor", spec), spec.record_bytes),
+                Op("add", record, _map_val("slot", spec, 2), record)]
+
+    def store_chunks(self, spec, count: int) -> list[list[int]]:
+        return [[i] for i in range(count)]  # one store per field
+
+    def store_fields(self, spec, values: list, first: int) -> list[Op]:
+        return [Op("store", _level_val("record", spec.level == "thread"), self.offsets[first], values[0])]
+
+    def end_below_cap(self, spec) -> list[Op]:
+        return [Op("end")]
+
+    def bump_cursor(self, spec, guard) -> list[Op]:
+        return [Op("count", _map_val("cursor", spec))]  # every attempt counts, stored or not
+
+    def store_count(self, spec) -> list[Op]:
+        return [Op("store", _map_val("count", spec, 2), 0, _map_val("cursor", spec))]
+
+    def counter_add(self, spec, index: int, value, guard) -> list[Op]:
+        """Each saving lane adds its value to the launch's u64 counter `index`."""
+        return [Op("atomic_add", Val(f"map_{spec.name}", 2), 8 * index, value)]
+
+    # -- entry: the units and their slots
+    def map_base(self, spec, first: bool) -> list[Op]:
+        return [Op("param", Val(f"map_{spec.name}", 2), spec.name)]
+
+    def counters_address(self, spec) -> list[Op]:
+        return []  # one row of counters per launch: the buffer itself
+
+    def unit_index(self, level: str) -> tuple[tuple[Val, Val], list[Op]]:
+        """(unit, units) of `level` and the code computing them: a block's linear index, a warp's
+        (block * warps per block + its index in the block), a thread's (per lane)."""
+        if level == "block":
+            return (WG, BLOCKS), []
+        units, per_block = Val(f"units_{level}"), TPB if level == "thread" else WPB
+        code = [Op("mul", units, BLOCKS, per_block), Op("mul", T, WG, per_block)]
+        if level == "thread":
+            unit = Val("unit_thread", lane=True)
+            return (unit, units), code + [Op("add", unit, T, FLAT)]
+        wave, unit = Val("wave"), Val("unit_warp")  # a warp's index in its block: its first thread's / lanes
+        return (unit, units), code + [Op("mov", wave, FLAT), Op("shr", wave, wave, self.lanes.bit_length() - 1),
+                                      Op("add", unit, T, wave)]
+
+    def unit_slot(self, spec, unit_and_units: tuple[Val, Val]) -> list[Op]:
+        """This unit's count address (buffer + 4 * unit) and first record (records at align16(4 * units),
+        `cap` records per unit) in `spec`'s buffer, and its cursor set to 0 (layout: spec/kernel-json.md)."""
+        unit, units = unit_and_units
+        records, offset, base = Val("records_at"), _level_val("record", unit.lane), Val(f"map_{spec.name}", 2)
+        return [Op("mul", records, units, COUNT_BYTES), Op("add", records, records, RECORDS_ALIGN - 1),
+                Op("and", records, records, -RECORDS_ALIGN & 0xFFFFFFFF),
+                Op("mul", offset, unit, COUNT_BYTES), Op("add", _map_val("count", spec, 2), base, offset),
+                Op("mul", offset, unit, record_stride(spec)), Op("add", offset, offset, records),
+                Op("add", _map_val("slot", spec, 2), base, offset), Op("mov", _map_val("cursor", spec), 0)]
