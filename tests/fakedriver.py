@@ -32,6 +32,10 @@ class FakeCapture:
         self.deps: list[int] = []
 
 
+# The per-SM limits an H100 (sm_90) reports (CUdevice_attribute number -> value): threads, registers per SM
+# and per block, shared bytes per SM, blocks per SM, the driver's reserved shared bytes per block, warp size.
+H100_SM_LIMITS = {39: 2048, 82: 65536, 12: 65536, 81: 233472, 106: 32, 111: 1024, 10: 32}
+
 CTX0 = 0xC0  # the context of device 0; device d's is ctx_of(d)
 
 
@@ -54,6 +58,10 @@ class FakeDriver:
         self.functions: dict[int, tuple[int, str]] = {}  # handle -> (module, name)
         self.modules: dict[int, bytes] = {}
         self.attrs: dict[tuple[int, int], int] = {}
+        # attributes of the functions it loaded, by (kernel name, probed module?) -> {CUfunction_attribute: value}
+        self.resources: dict[tuple[str, bool], dict[int, int]] = {}
+        # occupancy_max_blocks answers: ((name, probed) or a program's handle, threads, dynamic bytes) -> blocks
+        self.occupancy: dict[tuple, int] = {}
         self.globals: dict[tuple[int, str], object] = {}
         self.launches: list[tuple] = []  # (kind, func, grid, block, params addr)
         self.launch_ctx: list[int] = []  # the context current at each launch
@@ -102,7 +110,7 @@ class FakeDriver:
 
     def device_attribute(self, device, attr):
         cc = self.devices[device]
-        return {75: cc[0], 76: cc[1], 16: self.sm_count, 38: 1 << 20}[attr]
+        return {75: cc[0], 76: cc[1], 16: self.sm_count, 38: 1 << 20, **H100_SM_LIMITS}[attr]
 
     def device_attr(self, attr):
         return self.device_attribute(self.ctx_device(), attr)
@@ -156,7 +164,23 @@ class FakeDriver:
         return kernel
 
     def func_get_attribute(self, func, attr):
-        return self.attrs.get((func, attr), 0)
+        if (func, attr) in self.attrs:
+            return self.attrs[(func, attr)]
+        module, name = self.functions.get(func, (None, None))
+        if name is None:
+            return 0
+        probed = b"__nt_buf" in self.modules.get(module, b"")
+        return self.resources.get((name, probed), {}).get(attr, 0)
+
+    def occupancy_max_blocks(self, func, threads, dynamic_shared):
+        """The answer set in `occupancy` for (function, threads, dynamic bytes), else the driver's refusal."""
+        self._check("occupancy_max_blocks")
+        module, name = self.functions.get(func, (None, None))
+        key = (name, b"__nt_buf" in self.modules.get(module, b"")) if name is not None else func
+        got = self.occupancy.get((key, threads, dynamic_shared))
+        if got is None:
+            raise DriverError("cuOccupancyMaxActiveBlocksPerMultiprocessor", 801, "CUDA_ERROR_NOT_SUPPORTED")
+        return got
 
     def func_set_attribute(self, func, attr, value):
         self.attrs[(func, attr)] = value

@@ -51,6 +51,7 @@ class Report:
     graph_nodes: dict = attrs.Factory(dict)  # (graph id, node id) -> [kernel, replays probed, first, last replay]
     writer: str | None = None  # the built-in tool that wrote the trace (None: a user's probe)
     context: object = None  # neutrino.analysis.context.Context when the run has timeline.bin
+    events: list = attrs.Factory(list)  # the run's event log (the probe cost section reads it)
 
     def results(self, tool) -> list:
         name = tool_name(tool)
@@ -69,6 +70,7 @@ def analyze(trace, launches, *, tool_options: dict | None = None, keep_full: int
 
     report = Report(trace_path=str(getattr(trace, "path", "")), launches=len(launches), writer=writer_tool(trace))
     report.warnings.extend(getattr(trace, "problems", ()))
+    report.events = list(getattr(trace, "events", None) or ())
     probe_text = getattr(trace, "probe_text", None)
     for launch in launches:
         entry = report.kernels.setdefault(launch.kernel, KernelEntry(launch.kernel))
@@ -183,13 +185,24 @@ def render(report: Report) -> str:
 
     for title, headers, rows in generic.tables(report.kernels.values()):
         out += ["", f"[{title}]", format_table(headers, [[short(r[0])] + r[1:] for r in rows])]
+    out += _probe_cost_lines(report)
     return "\n".join(out)
+
+
+def _probe_cost_lines(report: Report) -> list[str]:
+    """The "probe cost" section (neutrino.analysis.probe_cost); its failures become warnings."""
+    from neutrino.analysis import probe_cost
+
+    lines, warnings = probe_cost.section(report.events, format_table, short)
+    report.warnings.extend(w for w in warnings if w not in report.warnings)
+    return lines
 
 
 def kernel_rows(report: Report) -> list[dict]:
     """One dict per kernel: the text report's columns, then each tool's numbers as `tool.quantity`
     (for --format csv/json: numbers, not the text report's display strings)."""
     rows = []
+    cost = _probe_cost_columns(report)
     for k in report.kernels.values():
         row = {"kernel": k.kernel, "launches": k.launches, "maps": " ".join(k.maps), "records": k.records,
                "dropped": k.dropped, "time_us": round(k.duration_ns / 1e3, 3) if k.timed_launches else None}
@@ -200,8 +213,20 @@ def kernel_rows(report: Report) -> list[dict]:
                 row.update({f"{name}.{col}": _plain(value) for col, value in numbers.items()})
         for map_name, summary in k.generic.items():
             row.update({f"{map_name}.{col}": _plain(value) for col, value in summary.numbers().items()})
+        row.update(cost.get(k.kernel, {}))
         rows.append(row)
     return rows
+
+
+def _probe_cost_columns(report: Report) -> dict[str, dict]:
+    """kernel -> its `probe_cost.KEY` columns (the first context's, for a kernel probed in several)."""
+    from neutrino.analysis import probe_cost
+
+    out: dict[str, dict] = {}
+    for row in probe_cost.numbers(report.events):
+        out.setdefault(row["kernel"], {f"probe_cost.{key}": value for key, value in row.items()
+                                       if key not in ("kernel", "error")})
+    return out
 
 
 def _plain(value):

@@ -54,6 +54,7 @@ from neutrino.runtime.start.options import RuntimeOptions
 from neutrino.runtime.start.phases import PhaseClock
 from neutrino.runtime.launch_path.launches import Dropped, ProbedLaunches
 from neutrino.runtime.launch_path.pool import BufferPool, ByteBudget
+from neutrino.runtime.instrument import probe_cost
 from neutrino.runtime.instrument.probed import (  # noqa: F401
     Fallback, KernelBuilder, ProbedKernel, module_globals)
 from neutrino.runtime.modules.registry import Forgotten, FuncRec, ModuleRec, Registry, SimplePtx
@@ -312,6 +313,8 @@ class Runtime:
             with relaxed_capture(self.drv) if capturing else contextlib.nullcontext():
                 pk = self.kernels.get(rec, ctx, req.func, wait=True if capturing else None)  # a graph keeps what is captured
                 self.kernels.check_attrs(pk, req.func, req.shared_bytes)
+                if not pk.cost_recorded:  # once per kernel and context: what probing added (probe_cost.py)
+                    probe_cost.record(self.drv, self.trace, pk, req)
             shape = pk.shape(req.grid, req.block)  # count-sized maps: what their counting launch needs
             if way is LaunchWay.PROBE:  # buffers, enqueue, results handed on (launch_path/launches.py)
                 return self.probing.launch_probed(rec, pk, req, ctx, shape)

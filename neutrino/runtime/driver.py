@@ -102,6 +102,7 @@ _SIGNATURES = {
     "cuMemcpyDtoDAsync_v2": [C.c_uint64, C.c_uint64, SZ, P],
     "cuFuncGetAttribute": [C.POINTER(C.c_int), C.c_int, P],
     "cuFuncSetAttribute": [P, C.c_int, C.c_int],
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor": [C.POINTER(C.c_int), P, C.c_int, SZ],
     "cuStreamIsCapturing": [P, C.POINTER(C.c_int)],
     "cuMemAllocAsync": [C.POINTER(C.c_uint64), SZ, P],
     "cuMemFreeAsync": [C.c_uint64, P],
@@ -276,6 +277,13 @@ class RealDriver:
 
     def func_set_attribute(self, func: int, attr: int, value: int) -> None:
         self._call("cuFuncSetAttribute", func, attr, value)
+
+    def occupancy_max_blocks(self, func: int, threads: int, dynamic_shared: int) -> int:
+        """Resident blocks per SM of `func` for a block of `threads` and `dynamic_shared` bytes
+        (the driver's own occupancy calculation; probe cost, spec/tools.md)."""
+        n = C.c_int()
+        self._call("cuOccupancyMaxActiveBlocksPerMultiprocessor", C.byref(n), func, threads, dynamic_shared)
+        return n.value
 
     # -- streams, memory, events
     def stream_is_capturing(self, stream: int) -> bool:

@@ -34,8 +34,14 @@ def check(module: ir.Module, ctx, lowered: bool) -> None:
 def kernel_info(ctx) -> dict[str, dict]:
     """The kernel descriptions of spec/kernel-json.md: the parameters the kernel had, and its counting variant."""
     return {name: ctx.describe(state, original_params=len(state.function.params or []) - len(state.params),
-                               count_kernel=state.count_kernel)
+                               count_kernel=state.count_kernel, instructions=instruction_counts(state))
             for name, state in ctx.kernels.items() if not state.counting}
+
+
+def instruction_counts(state) -> dict[str, int]:
+    """Static PTX instructions of the entry before and after probing (nested scopes included): the
+    `instructions` of spec/kernel-json.md, read by the probe cost report."""
+    return {"original": len(state.original_ids), "probed": len(ir.instructions(state.function.body or []))}
 
 
 @attrs.frozen

@@ -104,6 +104,7 @@ class ProbedKernel:
     baseline_globals: list = attrs.Factory(list)
     attrs_seen: dict = attrs.Factory(dict)
     attrs_checked: bool = False  # the original's attributes were copied at least once
+    cost_recorded: bool = False  # its `probe_cost` event was written (probe_cost.py)
     counted: dict = attrs.Factory(dict)  # (grid, block) -> (caps of its last counting launch, launches sized by them)
     modules: tuple = ()  # the modules of ours it lives in (probed code, baseline): unloaded after the program's
     _layouts: dict = attrs.Factory(dict)
