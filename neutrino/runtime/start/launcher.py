@@ -273,18 +273,27 @@ def run_main(argv: list[str]) -> int:
         program_started = time.perf_counter()
         rc, pid = run_program(command, env)
         program_seconds = time.perf_counter() - program_started
+        program_ended = time.time()  # the child's exit, on the clock its `ended_at` uses
         close_run(session, Path(opts.tracedir), run_dir, command, opts, rc, pid, started)
         if ns.timings:
-            print_timings(session, Path(opts.tracedir), run_dir, launcher, program_seconds, program_started)
+            print_timings(session, Path(opts.tracedir), run_dir, launcher, program_seconds, program_started,
+                          (pid, program_ended))
     return rc
 
 
 def print_timings(session: str, tracedir: Path, run_dir: Path | None, launcher: dict, program_seconds: float,
-                  program_started: float) -> None:
-    """--timings: one line summing the launcher's phases and those every process of the program logged."""
-    from neutrino.runtime.start.phases import read_phases, timings_line
+                  program_started: float, child_exit: tuple[int | None, float] = (None, 0.0)) -> None:
+    """--timings: one line summing the launcher's phases and those every process of the program logged.
+    `child_exit`: (pid, wall time) of the program's exit as seen here: its `exit_process` phase."""
+    from neutrino.runtime.start.phases import add_process_exit, read_phases, timings_line
 
-    processes = [read_phases(path / "event.log") for path in run_directories(session, tracedir, run_dir)]
+    processes = []
+    for path in run_directories(session, tracedir, run_dir):
+        phases = read_phases(path / "event.log")
+        if phases.get("start", {}).get("pid") == child_exit[0]:
+            add_process_exit(phases, child_exit[1])
+        phases.pop("start", None)
+        processes.append(phases)
     launcher["launcher_close"] = time.perf_counter() - program_started - program_seconds
     sys.stderr.write(timings_line(launcher, [p for p in processes if p], program_seconds))
 

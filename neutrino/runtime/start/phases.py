@@ -20,7 +20,8 @@ from contextlib import contextmanager
 START_PHASES = ("wire", "imports", "tool", "runtime")
 MODULE_PHASES = ("module_ptx",)
 KERNEL_PHASES = ("verify", "cache_lookup", "instrument", "jit", "build_wait", "module_load", "kernel_write")
-EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary")
+EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary", "exit_close",
+               "exit_process")
 # Work of the build threads (prebuild.py), beside the program: listed, not added to the time it waited
 # (that is `build_wait`, the launches' wait for it). Summed over threads: it may exceed the wall time.
 BACKGROUND_PHASES = ("background_lookup", "background_instrument", "background_jit")
@@ -107,11 +108,17 @@ def process_age(now: float | None = None) -> float | None:
 
 
 def read_phases(event_log) -> dict[str, dict]:
-    """The `phase` events of one event.log: name -> its fields (plain JSON: no numpy in the launcher)."""
+    """The `phase` events of one event.log: name -> its fields (plain JSON: no numpy in the launcher);
+    also "start": the fields of its first line (the `start` event: pid), which is no phase."""
     out: dict[str, dict] = {}
     try:
         with open(event_log, encoding="utf-8") as f:
-            for line in f:
+            for number, line in enumerate(f):
+                if number == 0 and '"start"' in line:
+                    try:
+                        out["start"] = {"pid": json.loads(line).get("pid")}
+                    except (ValueError, AttributeError):
+                        pass
                 if '"phase"' not in line:
                     continue
                 try:
@@ -123,6 +130,17 @@ def read_phases(event_log) -> dict[str, dict]:
     except OSError:
         pass
     return out
+
+
+def add_process_exit(phases: dict[str, dict], exited_at: float) -> None:
+    """`exit_process`: from the end of our exit handler (`exit_close`'s `ended_at`, wall clock) to
+    the process's exit as the launcher saw it (`exited_at`): the interpreter's and the driver's
+    teardown after our handler (our modules, threads and CUPTI included; so is the program's own
+    teardown after its last exit handler, which a plain run pays too). Only for the launcher's
+    own child, and only when that process logged `exit_close`."""
+    ended = phases.get("exit_close", {}).get("ended_at")
+    if isinstance(ended, (int, float)) and exited_at >= ended:
+        phases["exit_process"] = {"phase": "exit_process", "seconds": exited_at - ended, "count": 1}
 
 
 def _group(phases: dict[str, dict], names, label: str, short) -> tuple[float, str]:
