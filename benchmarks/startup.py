@@ -41,7 +41,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 PROGRAM = Path(__file__).resolve().parent / "startup_program.py"
-PROGRAMS = {"torch": PROGRAM, "light": Path(__file__).resolve().parent / "startup_light.py"}
+PROGRAMS = {"torch": PROGRAM, "light": Path(__file__).resolve().parent / "startup_light.py",
+            "many": Path(__file__).resolve().parent / "startup_many.py"}
 BESIDE = re.compile(r"beside the program ([\d.]+) s")
 TIMINGS = re.compile(r"neutrino: timings: ([\d.]+) s added(?: in \d+ processes)?: (.*); program ([\d.]+) s")
 GROUP = re.compile(r"(launcher|start|modules|kernels|exit) ([\d.]+) s")
@@ -118,6 +119,21 @@ def row_plan(rows: list[str], tool: str, rounds: int) -> list[tuple[str, str, st
     return runs
 
 
+def per_thread_count(runs: list, counts: list[int] | None) -> list:
+    """--build-threads A,B: each profiled run once per count, one after the other (`--build-threads N`
+    in its label and options); a cold run's cache is fresh per count, a warm one shared per count."""
+    if not counts:
+        return runs
+    out = []
+    for label, tool, cache, extra in runs:
+        if not tool:
+            out.append((label, tool, cache, extra))
+            continue
+        for n in counts:
+            out.append((f"{label}, --build-threads {n}", tool, f"{cache}-bt{n}", (*extra, "--build-threads", str(n))))
+    return out
+
+
 def plan(tools: list[str], repeat: int) -> list[tuple[str, str, str, tuple[str, ...]]]:
     """(label, tool or '' for plain, cache name, extra options), in the order they run."""
     runs = [("plain", "", "", ())] * repeat
@@ -135,7 +151,8 @@ def table(rows: list[dict]) -> str:
     base = statistics.median(plain) if plain else float("nan")
     loss = next((r["program"]["loss"] for r in rows if r["run"] == "plain" and r.get("program")), None)
     out = ["| run | wall s | over plain s | --timings added s | launcher | start | modules | kernels | exit "
-           "| kernels probed | same loss |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+           "| beside the program | kernels probed | same loss |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         g = r.get("groups", {})
         cells = [f"{g[k]:.2f}" if k in g else "" for k in ("launcher", "start", "modules", "kernels", "exit")]
@@ -144,8 +161,9 @@ def table(rows: list[dict]) -> str:
         probed = f"{r.get('kernels_probed', '')}/{r.get('kernels_seen', '')}" if "kernels_seen" in r else ""
         note = "" if r["rc"] == 0 else f" (exit {r['rc']})"
         over = "" if r["run"].startswith("plain") else f"{r['wall'] - base:+.2f}"
+        beside = f"{r['beside']:.2f}" if r.get("beside") else ""
         out.append(f"| {r['run']}{note} | {r['wall']:.2f} | {over} | {added} | " + " | ".join(cells) +
-                   f" | {probed} | {same} |")
+                   f" | {beside} | {probed} | {same} |")
     return "\n".join(out) + "\n"
 
 
@@ -160,7 +178,7 @@ def medians(rows: list[dict]) -> str:
            "| median beside the program s |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     fill = FILL.split(", ", 1)[1]
     for label in dict.fromkeys(r["run"] for r in rows if not r["run"].startswith(("plain", "warm-up"))):
-        if label.endswith(fill):
+        if fill in label:
             continue
         mine = [r for r in rows if r["run"] == label and r["rc"] == 0]
         if not mine:
@@ -189,6 +207,7 @@ def program_table(args) -> None:
     shim_dir = build_shim().parent
     caches: dict[str, Path] = {}
     runs = row_plan(args.rows, args.tools[0], args.repeat) if args.rows else plan(args.tools, args.repeat)
+    runs = per_thread_count(runs, args.build_threads)
     for label, tool, cache_name, extra in runs:
         if time.monotonic() > deadline:
             print(f"budget of {args.budget:.0f} s spent: later runs not made", file=sys.stderr)
@@ -266,10 +285,13 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=1800.0, help="seconds after which no run is started")
     parser.add_argument("--program", choices=sorted(PROGRAMS), default="torch",
                         help="torch: the torch.compile script (STEPS timed steps); light: startup_light.py, "
-                             "a CuPy PTX program of about a second (STEPS launches)")
+                             "a CuPy PTX program of about a second (STEPS launches); many: startup_many.py, "
+                             "64 kernels looked up, STEPS of them launched")
     parser.add_argument("--rows", default=None, type=lambda s: [r for r in s.split(",") if r],
                         help=f"instead of the full table: these rows of the first tool ({', '.join(ROWS)}), "
                              "--repeat rounds of them interleaved")
+    parser.add_argument("--build-threads", default=None, type=lambda s: [int(n) for n in s.split(",") if n],
+                        metavar="A,B", help="run each profiled row once per build-thread count (labels say which)")
     parser.add_argument("--json", default=None, help="also write every run (timings line included) to this file")
     parser.add_argument("--keep", default=None, metavar="DIR", help="copy each profiled run's event logs here")
     parser.add_argument("--process-start", action="store_true", help="no GPU: the start of a process without CUDA")
