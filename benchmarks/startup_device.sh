@@ -8,7 +8,10 @@
 MODE=${1:-table}
 LIMIT=${LIMIT:-190}
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; date -u; python3 -V
+# as an installed package has them: byte code compiled once (a checkout under PYTHONDONTWRITEBYTECODE
+# would compile every module in every profiled process)
+python3 -m compileall -q -j 0 neutrino benchmarks /tmp/site > /dev/null 2>&1
+{ env | grep -E '^PYTHON|^CUDA|^NEUTRINO' ; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; date -u; python3 -V
   python3 -c 'import torch, cupy; print("torch", torch.__version__, "cupy", cupy.__version__)'
   timeout 20 python3 benchmarks/launcher_start.py -n 5; } > $OUT/diag.txt 2>&1
 echo "diag done at $SECONDS s"
