@@ -401,3 +401,36 @@ def test_teardown_after_our_exit_handler_is_a_phase(tmp_path, fakecuda, capfd, m
     line = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("neutrino: timings:")][0]
     teardown = float(re.search(r"process ([\d.]+)\)", line).group(1))
     assert 0.3 <= teardown < 0.3 + 1.0, line
+
+
+def test_kernel_names_found_as_the_regex_finds_them():
+    """frameworks.kernel_names (bytes.find, then the regex at each `.text.`) lists what the regex's
+    finditer lists, on random images with names, overlaps and truncated names."""
+    import random
+
+    from neutrino.runtime.modules import frameworks as fw
+
+    rng = random.Random(29)
+    parts = [b".text.", b".text.k", b"_Z3foo", b"\x00", b"a.b", b".text..text.x", b"$", b"\xff", b"nccl"]
+    for _ in range(300):
+        image = b"".join(rng.choice(parts) for _ in range(rng.randrange(0, 40)))
+        expected = []
+        for m in fw._TEXT_SECTION.finditer(image):
+            name = m.group(1).decode(errors="replace")
+            if name not in expected:
+                expected.append(name)
+        assert fw.kernel_names(image, limit=1000) == expected, image
+
+
+def test_origin_of_a_sass_only_module_reads_its_kernel_names_not_the_whole_image():
+    """The origin is looked for in the first kernel names (or, with none visible, the first 64 KiB):
+    a marker deep inside a large image's code is not read, and a load costs a bounded search."""
+    from neutrino.runtime.modules import frameworks as fw
+
+    named = b"\x7fELF" + b".text.sgemm_128x64_nn\x00" + b"\x00" * (1 << 20)
+    assert fw.module_origin(named, None, {}) == fw.CUBLAS
+    unnamed = b".text.my_kernel\x00" + b"\x00" * (1 << 20) + b"cublas_gemm"  # a stray marker in code bytes
+    assert fw.module_origin(unnamed, None, {}) == fw.NVCC
+    compressed = b"\x01" * (1 << 17) + b"_ZN2at6native_kernel"  # no visible names: the first 64 KiB only
+    assert fw.module_origin(compressed, None, {"torch": 1}) == fw.TORCH  # from the process's imports
+    assert fw.module_origin(b"\x01" * 100 + b"_ZN2at6native_kernel", None, {}) == fw.TORCH
