@@ -2,8 +2,9 @@
 # Issue 29 on the GPU machine, in one device call of at most ~200 s (run from the checkout's root;
 # carry .whl). MODE threads: the --build-threads default measured (startup_many.py: 64 kernels looked
 # up, 1 launched; the torch.compile program), and the light program's phase accounting.
-# MODE table: the re-measured table (the torch.compile program: plain, nothing probed, block_sched cold
-# and warm; the light program: every built-in tool cold then warm, and the phase accounting).
+# MODE table: the re-measured table (the light program's phase accounting, 4 interleaved rounds; the
+# torch.compile program: plain, nothing probed, block_sched cold and warm; the light program: the other
+# built-in tools cold then warm, as many as the time left allows).
 # Writes to $OUT: diag.txt, <part>.txt/.json per part, logs.tgz (the event logs).
 MODE=${1:-table}
 LIMIT=${LIMIT:-190}
@@ -27,10 +28,9 @@ if [ "$MODE" = threads ]; then
   part torch $((LIMIT - SECONDS - 35)) --steps 20 --rows cold,warm --repeat 1 --build-threads 0,4 \
     --tools block_sched
 else
-  part light 50 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 5 --tools block_sched
-  part tools 35 --program light --steps 20 --repeat 1 \
-    --tools gmem_bytes,gmem_bytes_thread,program_progress,lines,lines_light,tensorop,tensorop_thread,dmat
-  part torch $((LIMIT - SECONDS - 35)) --steps 20 --rows plain,nomatch,cold,warm,plain,warm --repeat 1 \
-    --tools block_sched
+  part light 36 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 4 --tools block_sched
+  part torch $((LIMIT - SECONDS - 70)) --steps 20 --rows cold,plain,nomatch,warm --repeat 1 --tools block_sched
+  part tools $((LIMIT - SECONDS - 25)) --program light --steps 20 --repeat 1 \
+    --tools gmem_bytes,program_progress,tensorop,dmat,gmem_bytes_thread,tensorop_thread,lines_light,lines
 fi
 tar czf $OUT/logs.tgz -C /tmp logs 2>/dev/null
