@@ -2,7 +2,7 @@
 # Issue 29 on the GPU machine, in one device call of at most ~200 s (run from the checkout's root;
 # carry .whl). MODE threads: the --build-threads default measured (startup_many.py: 64 kernels looked
 # up, 1 launched; the torch.compile program), and the light program's phase accounting.
-# MODE table: the re-measured table (the light program's phase accounting, 4 interleaved rounds; the
+# MODE table: the re-measured table (the light program's phase accounting, 3 interleaved rounds; the
 # torch.compile program: plain, nothing probed, block_sched cold and warm; the light program: the other
 # built-in tools cold then warm, as many as the time left allows).
 # Writes to $OUT: diag.txt, <part>.txt/.json per part, logs.tgz (the event logs).
@@ -28,9 +28,9 @@ if [ "$MODE" = threads ]; then
   part torch $((LIMIT - SECONDS - 35)) --steps 20 --rows cold,warm --repeat 1 --build-threads 0,4 \
     --tools block_sched
 else
-  part light 36 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 4 --tools block_sched
-  part torch $((LIMIT - SECONDS - 70)) --steps 20 --rows cold,plain,nomatch,warm --repeat 1 --tools block_sched
-  part tools $((LIMIT - SECONDS - 25)) --program light --steps 20 --repeat 1 \
+  part light 30 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 3 --tools block_sched
+  part torch $((LIMIT - SECONDS - 55)) --steps 20 --rows cold,plain,nomatch,warm --repeat 1 --tools block_sched
+  part tools $((LIMIT - SECONDS - 12)) --program light --steps 20 --repeat 1 \
     --tools gmem_bytes,program_progress,tensorop,dmat,gmem_bytes_thread,tensorop_thread,lines_light,lines
 fi
 tar czf $OUT/logs.tgz -C /tmp logs 2>/dev/null
