@@ -29,7 +29,7 @@ AFTER_PHASES = ("exit_process",)
 # (that is `build_wait`, the launches' wait for it). Summed over threads: it may exceed the wall time.
 BACKGROUND_PHASES = ("background_lookup", "background_instrument", "background_jit")
 PHASES = START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES + AFTER_PHASES + BACKGROUND_PHASES
-LAUNCHER_PHASES = ("launcher_start", "launcher_check", "launcher_close")
+LAUNCHER_PHASES = ("launcher_start", "launcher_check", "launcher_spawn", "launcher_close")
 
 
 class PhaseClock:
