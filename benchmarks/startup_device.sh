@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
 # Issue 29 on the GPU machine, in one device call of at most ~200 s (run from the checkout's root;
-# carry .whl). Writes to $OUT: diag.txt (device, launcher start), pytest.txt (tests/gpu/test_gpu_prebuild.py),
-# build_parallel.txt (the host's cores, real ptxas), light.txt/.json (startup.py --program light,
-# interleaved rounds), torch.txt/.json (the torch.compile rows the remaining time allows), logs.tgz.
-LIMIT=${LIMIT:-195}
+# carry .whl). MODE threads: the --build-threads default measured (startup_many.py: 64 kernels looked
+# up, 1 launched; the torch.compile program), and the light program's phase accounting.
+# MODE table: the re-measured table (the light program's phase accounting, 3 interleaved rounds; the
+# torch.compile program: plain, nothing probed, block_sched cold and warm; the light program: the other
+# built-in tools cold then warm, as many as the time left allows).
+# Writes to $OUT: diag.txt, <part>.txt/.json per part, logs.tgz (the event logs).
+MODE=${1:-table}
+LIMIT=${LIMIT:-190}
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; date -u; git log -1 --format=%h 2>/dev/null
-  timeout 25 python3 benchmarks/launcher_start.py -n 5; } > $OUT/diag.txt 2>&1
+# as an installed package has them: byte code compiled once (a checkout under PYTHONDONTWRITEBYTECODE
+# would compile every module in every profiled process)
+python3 -m compileall -q -j 0 neutrino benchmarks /tmp/site > /dev/null 2>&1
+{ env | grep -E '^PYTHON|^CUDA|^NEUTRINO' ; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; date -u; python3 -V
+  python3 -c 'import torch, cupy; print("torch", torch.__version__, "cupy", cupy.__version__)'
+  timeout 20 python3 benchmarks/launcher_start.py -n 5; } > $OUT/diag.txt 2>&1
 echo "diag done at $SECONDS s"
-timeout 30 python3 -m pytest -x -q tests/gpu/test_gpu_prebuild.py -k original -s -p no:cacheprovider \
-  > $OUT/pytest.txt 2>&1
-echo "pytest done at $SECONDS s: $(tail -1 $OUT/pytest.txt)"
-timeout 30 python3 benchmarks/build_parallel.py --copies 6 --rounds 2 --threads 0,8 > $OUT/build_parallel.txt 2>&1
-echo "build_parallel done at $SECONDS s"
-timeout 45 python3 benchmarks/startup.py --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 3 \
-  --tools block_sched --budget 38 --json $OUT/light.json > $OUT/light.txt 2>&1
-echo "light done at $SECONDS s"
-LEFT=$((LIMIT - SECONDS - 8))
-timeout $LEFT python3 benchmarks/startup.py --steps 50 --rows cold,nomatch,warm,plain,launches --repeat 1 \
-  --tools block_sched --budget $((LEFT - 30)) --json $OUT/torch.json --keep /tmp/logs > $OUT/torch.txt 2>&1
-echo "torch done at $SECONDS s"
+part() {  # part NAME SECONDS startup.py-args...: one startup.py run, its tables to $OUT/NAME.txt
+  local name=$1 budget=$2; shift 2
+  timeout $((budget + 25)) python3 benchmarks/startup.py --budget $budget --json $OUT/$name.json \
+    --keep /tmp/logs/$name "$@" > $OUT/$name.txt 2>&1
+  echo "$name done at $SECONDS s"
+}
+if [ "$MODE" = threads ]; then
+  part many 45 --program many --steps 1 --rows plain,cold,warm --repeat 3 --build-threads 0,4 --tools block_sched
+  part light 30 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 3 --tools block_sched
+  part torch $((LIMIT - SECONDS - 35)) --steps 20 --rows cold,warm --repeat 1 --build-threads 0,4 \
+    --tools block_sched
+else
+  part light 30 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 3 --tools block_sched
+  part torch $((LIMIT - SECONDS - 55)) --steps 20 --rows cold,plain,nomatch,warm --repeat 1 --tools block_sched
+  part tools $((LIMIT - SECONDS - 12)) --program light --steps 20 --repeat 1 \
+    --tools gmem_bytes,program_progress,tensorop,dmat,gmem_bytes_thread,tensorop_thread,lines_light,lines
+fi
 tar czf $OUT/logs.tgz -C /tmp logs 2>/dev/null

@@ -240,3 +240,26 @@ def test_a_failure_to_queue_is_logged_and_the_launch_builds(tmp_path):
     (ev,) = events(rt, "prebuild")
     assert ev["kernel"] == "saxpy4" and "no threads" in ev["reason"]
     finish(rt)
+
+
+def test_a_launch_whose_build_is_still_queued_builds_it_itself(tmp_path):
+    """One build thread busy with another kernel's build: the launch of a kernel whose job has not
+    started takes the job back and builds on its own thread (cache_lookup, instrument: on the
+    launch path, no build_wait), instead of waiting behind the queue."""
+    engine = GatedEngine()
+    rt, drv, _ = make_runtime(tmp_path, engine=engine, build_threads=1)
+    prebuild = rt.kernels.prebuild
+    assert load_saxpy(rt)  # saxpy4's build runs on the one worker, held at the gate
+    (running_rec,) = [rec for (_, rec) in prebuild._jobs]
+    other = type(running_rec)(running_rec.name, running_rec.module)  # another kernel record of the module
+    ctx = next(iter(prebuild._jobs))[0]
+    assert prebuild.schedule(other, ctx)  # queued behind it
+    threading.Timer(5.0, engine.gate.set).start()  # the test never hangs if the take waited
+    started = time.perf_counter()
+    engine.threads.clear()
+    assert prebuild.take(other, ctx) is None  # not started: handed back to the caller
+    assert time.perf_counter() - started < 1.0
+    assert (ctx, other) not in prebuild._jobs
+    engine.gate.set()
+    wait_built(rt)
+    finish(rt)

@@ -512,3 +512,28 @@ def test_fuzz_decoders_roundtrip_and_reject(payload, zstd, draw):
         pass
     assert decompress.decompress_lz4_block(lz4_literals_only(payload), len(payload)) == payload
     assert decompress.decompress_zstd(zstd_raw_frame(payload), len(payload)) == payload
+
+
+def test_triton_index_rescan_lists_only_the_directories_that_changed(tmp_path, cubin_bytes):
+    """A rescan (every miss: each SASS-only module) reuses the listing of a directory whose mtime is
+    unchanged and old; a cubin added to an existing entry, or a new entry, is still found."""
+    import os
+
+    for i in range(20):
+        make_cache_entry(tmp_path, f"OLD{i}", b"\x7fELF other" + bytes(i), "x")
+    old = 1_000_000_000  # every directory last changed long ago (a listing of it is complete)
+    for directory, _, _ in os.walk(tmp_path):
+        os.utime(directory, ns=(old, old))
+    index = TritonCacheIndex([str(tmp_path)], min_rescan_interval=0.0)
+    assert index.find_ptx(cubin_bytes) is None
+    first = index.listings
+    assert first == 21  # the root and its 20 entries
+    assert index.find_ptx(cubin_bytes) is None
+    assert index.listings == first  # nothing changed: one stat per directory, no listing
+    entry = tmp_path / "OLD7"  # Triton writes into an entry's directory after creating it
+    (entry / "kern.cubin").write_bytes(cubin_bytes)
+    (entry / "kern.ptx").write_text(TRITON_PTX)
+    assert index.find_ptx(cubin_bytes) == str(entry / "kern.ptx")
+    assert index.listings == first + 1  # only the entry that changed was listed again
+    new = make_cache_entry(tmp_path, "NEW", cubin_bytes + b"\0", TRITON_PTX)
+    assert index.find_ptx(cubin_bytes + b"\0") == str(new / "add.ptx")  # a new entry: the root changed

@@ -497,7 +497,7 @@ class Runtime:
             self.compiled.close(self.trace.event)
         from neutrino.runtime.results import callback, report
 
-        if self._callback is not None and self.trace.materialized:
+        if self._callback is not None and self.trace.materialized and self.probed_launches:  # nothing to analyse
             with phase("exit_hooks"):
                 callback.run_over_trace(self.trace, self._callback, self.opt.callback_seconds, stream)
         self.phases.begin("exit_summary")

@@ -99,9 +99,12 @@ class Prebuilder:
         return True
 
     def take(self, rec, ctx: int, *, wait: bool | None = None) -> Built | None:
-        """The built code of `rec` in `ctx`, None where no job was queued for it. Raises the job's
-        own exception (the caller's failure policy applies as if it had built it), or NotReady
-        when the code is not ready and the launch is not to wait (longer)."""
+        """The built code of `rec` in `ctx`, None where no job was queued for it, or where its job
+        had not started yet and the launch waits: the job is dropped and the launching thread builds
+        the kernel itself, as with no build threads, instead of waiting behind the builds of the
+        kernels looked up before it (a program that looks many up and launches few).
+        Raises the job's own exception (the caller's failure policy applies as if it had built it),
+        or NotReady when the code is not ready and the launch is not to wait (longer)."""
         with self._lock:
             job = self._jobs.get((ctx, rec))
         if job is None:
@@ -110,6 +113,10 @@ class Prebuilder:
             if not (self.wait if wait is None else wait):
                 raise NotReady("its probed code is still being built (--while-building=original): "
                                "the original kernel ran")
+            if job.cancel():  # still queued: no worker has it
+                with self._lock:
+                    self._jobs.pop((ctx, rec), None)
+                return None
             from concurrent.futures import TimeoutError as NotYet  # the builtin's alias from Python 3.11 on
 
             started = time.perf_counter()

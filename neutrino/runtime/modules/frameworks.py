@@ -119,7 +119,7 @@ def module_origin(image: bytes | None, path: str | None = None, modules=None, xl
         if marker in low:
             return origin
     if image:
-        m = first_marker(image)
+        m = _marker_in_kernel_names(image)
         if m is not None:
             for marker, origin in _NAME_MARKERS:
                 if re.match(marker, m.group(0)):
@@ -135,12 +135,35 @@ def module_origin(image: bytes | None, path: str | None = None, modules=None, xl
 
 
 _TEXT_SECTION = re.compile(rb"\.text\.([A-Za-z_$][\w$.]*)\x00")
+_NAMES_LOOKED_AT = 256  # kernel names searched for an origin marker: a library names its kernels alike
+_PREFIX_WITHOUT_NAMES = 1 << 16  # no visible names (compressed cubins): markers looked for this far only
+
+
+def _text_sections(image: bytes):
+    """`_TEXT_SECTION.finditer(image)`'s matches, found with bytes.find (memchr speed: a large
+    SASS-only image without names, compressed, is passed over in milliseconds, not a regex scan)."""
+    at = image.find(b".text.")
+    while at >= 0:
+        m = _TEXT_SECTION.match(image, at)
+        at = image.find(b".text.", m.end() if m else at + 1)
+        if m is not None:
+            yield m
+
+
+def _marker_in_kernel_names(image: bytes):
+    """_NAME_RE's first match in the image's first kernel names (`.text.<kernel>` sections), or where
+    it shows none (compressed cubins, a bare string) in its first 64 KiB: a SASS-only module's load
+    costs a bounded search, not a scan of a many-megabyte library image per name anchor (issue 29)."""
+    names = [m.group(1) for _, m in zip(range(_NAMES_LOOKED_AT), _text_sections(image))]
+    if names:
+        return _NAME_RE.search(b"\x00".join(names) + b"\x00")
+    return first_marker(image[:_PREFIX_WITHOUT_NAMES])
 
 
 def kernel_names(image: bytes | None, limit: int = 8) -> list[str]:
     """The first `limit` kernel names of a cubin (its `.text.<kernel>` section names), for the event log."""
     names: list[str] = []
-    for m in _TEXT_SECTION.finditer(image or b""):
+    for m in _text_sections(image or b""):
         name = m.group(1).decode(errors="replace")
         if name not in names:
             names.append(name)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import statistics
-
 from neutrino.runtime.modules import frameworks
 
 
 def _spread(values: list[float]) -> tuple[float, float]:
     """Median and relative half-range (the noise of repeated runs)."""
+    import statistics  # here: every profiled process imports this module at exit, few print a benchmark
+
     med = statistics.median(values)
     return med, ((max(values) - min(values)) / 2 / med if med > 0 else 0.0)
 

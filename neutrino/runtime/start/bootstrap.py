@@ -133,6 +133,16 @@ class DeferredRuntime:
         if self._runtime is not None:
             self._runtime.on_unload(kind, handle)
 
+    def log_exit_close(self, seconds: float) -> None:
+        """The last `phase` event (exit_close), after the trace is closed; `ended_at`: the wall time
+        our exit handler ended, from which the launcher times the process's own teardown."""
+        trace = getattr(self._runtime, "trace", None)
+        if trace is not None and getattr(trace, "path", None) is not None:
+            from neutrino.runtime.start.tracedir import append_closed_event
+
+            append_closed_event(trace, "phase", phase="exit_close", seconds=round(seconds, 6), count=1,
+                                max_seconds=round(seconds, 6), ended_at=round(time.time(), 6))
+
 
 def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, compiled, phases):
     """The Runtime, at the first CUDA call that needs it; its start-up phases timed (phases.py)."""
@@ -248,12 +258,15 @@ def _tap_compilers(rt, shim, embedded: bool) -> None:
 
 def _at_exit(rt, shim) -> None:
     """Harvest and summarise, then stop the callbacks: launches made while the
-    interpreter shuts down go straight to the driver."""
+    interpreter shuts down go straight to the driver. What follows the summary is the phase
+    `exit_close`, logged last with the wall time it ended (the launcher times the rest: phases.py)."""
     try:
         rt.finish()
     finally:
+        started = time.perf_counter()
         shim.unregister()
         rt.compiled.close()  # the wrappers' index, where no runtime was built to summarise it
+        rt.log_exit_close(time.perf_counter() - started)
 
 
 def _disable_in_child(shim) -> None:

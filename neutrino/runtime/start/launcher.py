@@ -271,21 +271,31 @@ def run_main(argv: list[str]) -> int:
         started = time.time()
         launcher["launcher_check"] = time.perf_counter() - entered
         program_started = time.perf_counter()
-        rc, pid = run_program(command, env)
-        program_seconds = time.perf_counter() - program_started
+        rc, pid = run_program(command, env, launcher)
+        program_seconds = time.perf_counter() - program_started - launcher.get("launcher_spawn", 0.0)
+        program_ended = time.time()  # the child's exit, on the clock its `ended_at` uses
         close_run(session, Path(opts.tracedir), run_dir, command, opts, rc, pid, started)
         if ns.timings:
-            print_timings(session, Path(opts.tracedir), run_dir, launcher, program_seconds, program_started)
+            print_timings(session, Path(opts.tracedir), run_dir, launcher, program_seconds, program_started,
+                          (pid, program_ended))
     return rc
 
 
 def print_timings(session: str, tracedir: Path, run_dir: Path | None, launcher: dict, program_seconds: float,
-                  program_started: float) -> None:
-    """--timings: one line summing the launcher's phases and those every process of the program logged."""
-    from neutrino.runtime.start.phases import read_phases, timings_line
+                  program_started: float, child_exit: tuple[int | None, float] = (None, 0.0)) -> None:
+    """--timings: one line summing the launcher's phases and those every process of the program logged.
+    `child_exit`: (pid, wall time) of the program's exit as seen here: its `exit_process` phase."""
+    from neutrino.runtime.start.phases import add_process_exit, read_phases, timings_line
 
-    processes = [read_phases(path / "event.log") for path in run_directories(session, tracedir, run_dir)]
-    launcher["launcher_close"] = time.perf_counter() - program_started - program_seconds
+    processes = []
+    for path in run_directories(session, tracedir, run_dir):
+        phases = read_phases(path / "event.log")
+        if phases.get("start", {}).get("pid") == child_exit[0]:
+            add_process_exit(phases, child_exit[1])
+        phases.pop("start", None)
+        processes.append(phases)
+    launcher["launcher_close"] = (time.perf_counter() - program_started - program_seconds -
+                                  launcher.get("launcher_spawn", 0.0))
     sys.stderr.write(timings_line(launcher, [p for p in processes if p], program_seconds))
 
 
@@ -361,10 +371,15 @@ def close_run(session: str, tracedir: Path, run_dir: Path | None, command: list[
         sys.stderr.write(f"neutrino: no kernel seen: {reason}{hint}; trace in {trace.path}\n")
 
 
-def run_program(command: list[str], env: dict[str, str]) -> tuple[int, int | None]:
-    """The program's exit status (128+N when killed by signal N) and its pid (None: it could not be run)."""
+def run_program(command: list[str], env: dict[str, str], phases: dict | None = None) -> tuple[int, int | None]:
+    """The program's exit status (128+N when killed by signal N) and its pid (None: it could not be run).
+    `phases["launcher_spawn"]`: starting the child (fork and exec: Popen returns once exec succeeded),
+    a process a plain run does not start."""
     try:
+        started = time.perf_counter()
         proc = subprocess.Popen(command, env=env)
+        if phases is not None:
+            phases["launcher_spawn"] = time.perf_counter() - started
     except OSError as e:
         console.error(f"cannot run {command[0]!r}: {e.strerror or e}")
         return (127 if isinstance(e, FileNotFoundError) else 126), None

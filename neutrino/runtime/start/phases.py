@@ -20,12 +20,16 @@ from contextlib import contextmanager
 START_PHASES = ("wire", "imports", "tool", "runtime")
 MODULE_PHASES = ("module_ptx",)
 KERNEL_PHASES = ("verify", "cache_lookup", "instrument", "jit", "build_wait", "module_load", "kernel_write")
-EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary")
+EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary", "exit_close")
+# Timed by the launcher after our exit handler: the process's teardown, the program's own (a plain run
+# pays it: seconds for torch) with ours. Listed after the program's seconds, not added (as the build
+# threads' work); benchmarks/startup.py takes the plain run's teardown from it to account for ours.
+AFTER_PHASES = ("exit_process",)
 # Work of the build threads (prebuild.py), beside the program: listed, not added to the time it waited
 # (that is `build_wait`, the launches' wait for it). Summed over threads: it may exceed the wall time.
 BACKGROUND_PHASES = ("background_lookup", "background_instrument", "background_jit")
-PHASES = START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES + BACKGROUND_PHASES
-LAUNCHER_PHASES = ("launcher_start", "launcher_check", "launcher_close")
+PHASES = START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES + AFTER_PHASES + BACKGROUND_PHASES
+LAUNCHER_PHASES = ("launcher_start", "launcher_check", "launcher_spawn", "launcher_close")
 
 
 class PhaseClock:
@@ -107,11 +111,17 @@ def process_age(now: float | None = None) -> float | None:
 
 
 def read_phases(event_log) -> dict[str, dict]:
-    """The `phase` events of one event.log: name -> its fields (plain JSON: no numpy in the launcher)."""
+    """The `phase` events of one event.log: name -> its fields (plain JSON: no numpy in the launcher);
+    also "start": the fields of its first line (the `start` event: pid), which is no phase."""
     out: dict[str, dict] = {}
     try:
         with open(event_log, encoding="utf-8") as f:
-            for line in f:
+            for number, line in enumerate(f):
+                if number == 0 and '"start"' in line:
+                    try:
+                        out["start"] = {"pid": json.loads(line).get("pid")}
+                    except (ValueError, AttributeError):
+                        pass
                 if '"phase"' not in line:
                     continue
                 try:
@@ -123,6 +133,17 @@ def read_phases(event_log) -> dict[str, dict]:
     except OSError:
         pass
     return out
+
+
+def add_process_exit(phases: dict[str, dict], exited_at: float) -> None:
+    """`exit_process`: from the end of our exit handler (`exit_close`'s `ended_at`, wall clock) to
+    the process's exit as the launcher saw it (`exited_at`): the interpreter's and the driver's
+    teardown after our handler (our modules, threads and CUPTI included; so is the program's own
+    teardown after its last exit handler, which a plain run pays too). Only for the launcher's
+    own child, and only when that process logged `exit_close`."""
+    ended = phases.get("exit_close", {}).get("ended_at")
+    if isinstance(ended, (int, float)) and exited_at >= ended:
+        phases["exit_process"] = {"phase": "exit_process", "seconds": exited_at - ended, "count": 1}
 
 
 def _group(phases: dict[str, dict], names, label: str, short) -> tuple[float, str]:
@@ -138,7 +159,8 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
     X is the sum of every phase below (launcher and every process that wrote a trace);
     a group lists its phases' seconds. Per-module and per-kernel groups say how many ran.
     The build threads' work follows the program's seconds (`beside the program B s (...)`): it
-    ran beside the program, so it is not in X (the launches' wait for it is `build_wait`)."""
+    ran beside the program, so it is not in X (the launches' wait for it is `build_wait`). So does
+    `exit_process` (`after our exit handler T s`): the program's own teardown is most of it."""
     merged: dict[str, dict] = {}
     for phases in processes:
         for name, fields in phases.items():
@@ -164,5 +186,8 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
     extra = f" in {len(processes)} processes" if len(processes) > 1 else ""
     _, background = _group(merged, BACKGROUND_PHASES, "beside the program",
                            lambda n: f"{n.removeprefix('background_')} x{merged[n]['count']}")
+    after = merged.get("exit_process")
+    teardown = (f"; after our exit handler {after['seconds']:.3f} s (the process's teardown, the program's own "
+                "included)") if after else ""
     return (f"neutrino: timings: {total:.3f} s added{extra}: " + "; ".join(groups) +
-            f"; program {program_seconds:.3f} s" + (f"; {background}" if background else "") + "\n")
+            f"; program {program_seconds:.3f} s" + (f"; {background}" if background else "") + teardown + "\n")

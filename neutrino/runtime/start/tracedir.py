@@ -18,6 +18,20 @@ from neutrino import trace_writer
 from neutrino.runtime.start.rundir_names import ENV_JOB, rank_dir_name, run_dir_name  # noqa: F401 (re-exported)
 
 
+def append_closed_event(trace: "TraceDir", event: str, **fields) -> None:
+    """One event after `trace` was closed (the exit handler's last phase): appended to its
+    event.log when the process wrote one; never raises (timings never cost the program its exit)."""
+    with trace._lock:
+        if not trace._closed or not (trace.path / "event.log").is_file():
+            return
+        rec = {"event": event, "time": round(time.time(), 6), **fields}
+        try:
+            with open(trace.path / "event.log", "a", encoding="utf-8") as log:
+                log.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        except OSError:
+            pass
+
+
 def run_path(root, start: float, pid: int, rank: int | None = None, job: str | None = None) -> Path:
     """Where a process's run directory goes (spec/trace-format.md): `<root>/<time>_<pid>` for a
     plain process; `<root>/<job>/rank<R>` for rank R of a job the launcher named; and
