@@ -385,6 +385,9 @@ def _median_walls(tmp_path, fakecuda, program: Path, rounds: int) -> tuple[float
             statistics.median(a + t - ours for a, t in zip(added, teardown)))
 
 
+@pytest.mark.skipif(os.environ.get("NEUTRINO_TIMING_TESTS") != "1",
+                    reason="wall-time comparison of 14 processes: set NEUTRINO_TIMING_TESTS=1 on an idle machine "
+                           "(a shared CI machine's load moves it by more than the 10% it checks)")
 def test_phases_add_up_to_the_measured_difference(tmp_path, fakecuda):
     """The acceptance of issue 29 on the fake driver: the `--timings` sum, with our share of the
     teardown after the exit handlers, is the profiled process's wall time minus the plain one's
