@@ -122,6 +122,21 @@ RING_HEADER = 16  # head u64 (records reserved: every attempt), then 8 bytes res
 RING_LAYOUT = "ring"
 
 
+RING_RECORDS_PER_UNIT = 16  # default slots of a launch's ring per unit of the launch (--ring-records)
+RING_BUDGET_SHARE = 4  # a launch's ring takes at most this fraction of the buffer budget: launches overlap
+
+
+def ring_slots(units: int, record_bytes: int, per_unit: int, limit_bytes: int) -> int:
+    """Slots of a launch's ring: `per_unit` per unit of the launch, at most what `limit_bytes` hold
+    (and 2^32 - 1: the cap is a u32 parameter), at least 1. shim/fastlaunch.c computes the same."""
+    return max(1, min(per_unit * units, ring_slot_limit(record_bytes, limit_bytes)))
+
+
+def ring_slot_limit(record_bytes: int, limit_bytes: int) -> int:
+    """The most slots a ring of `limit_bytes` holds (a slot: its record and its u32 unit tag)."""
+    return max(1, min((limit_bytes - RING_HEADER - 16) // (record_bytes + 4), (1 << 32) - 1))
+
+
 def is_ring(map_info: dict) -> bool:
     """Whether a kernel.json map entry is a count-sized map written as a device ring."""
     return map_info.get("layout") == RING_LAYOUT

@@ -122,7 +122,8 @@ class Runtime:
         self.registry = Registry(ptx_finder or _default_ptx_finder(), self.devices.current_arch, options.wants,
                                  self.compiled, named=options.names)
         self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.devices.arch,
-                                     benchmark=options.benchmark, phases=self.phases)
+                                     benchmark=options.benchmark, phases=self.phases,
+                                     ring=(options.ring_records, options.buffer_budget // tracefmt.RING_BUDGET_SHARE))
         self.kernels.prebuild = _prebuilder(drv, self.kernels, options)
         self.pool = BufferPool(drv, options.buffer_budget, host=not native_writer)
         self.wait_when_full = options.when_full == "wait"
@@ -349,7 +350,7 @@ class Runtime:
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
         stream = req.our_stream
-        caps = self._caps(pk, req, stream, ctx) if pk.count_func else None
+        caps = self._caps(pk, req, stream, ctx) if pk.needs_counting else None  # rings need no counting
         shape = pk.shape(req.grid, req.block, caps)
         self.writer.reclaim()
         slots = self._reserve(ctx, shape)

@@ -60,15 +60,23 @@ class MapLayout:
     zero_bytes: int  # what must be zero before the launch: the counts (array maps) or everything
 
 
-def map_layouts(maps: list[dict], grid, block, caps: dict[str, int]) -> tuple[MapLayout, ...]:
+def map_layouts(maps: list[dict], grid, block, caps: dict[str, int],
+                ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28)) -> tuple[MapLayout, ...]:
+    """The buffers of one launch; `ring`: (slots per unit, most bytes) of a count-sized map's ring."""
     out = []
     for m in maps:
         cap = caps.get(m["name"], m["cap"])
-        if not isinstance(cap, int):
+        if tracefmt.is_ring(m):
+            units = tracefmt.units_for(m["level"], grid, block, int(m.get("lanes", 32)))
+            cap = tracefmt.ring_slots(units, int(m["record_bytes"]), *ring)
+        elif not isinstance(cap, int):
             cap = 1
         units, size = tracefmt.map_buffer_bytes(m, grid, block, cap)
-        # Records past a unit's count are never read: an array map needs only its counts zeroed.
+        # Records past a unit's count are never read: an array map needs only its counts zeroed
+        # (a ring's slots past its head likewise, but the C path zeroes whole regions anyway).
         zero = tracefmt.align(4 * units, 16) if m.get("type", "array") == "array" else size
+        if tracefmt.is_ring(m):
+            zero = tracefmt.RING_HEADER
         out.append(MapLayout(m, units, cap, size, zero))
     return tuple(out)
 
@@ -102,6 +110,7 @@ class ProbedKernel:
     attrs_seen: dict = attrs.Factory(dict)
     attrs_checked: bool = False  # the original's attributes were copied at least once
     counted: dict = attrs.Factory(dict)  # (grid, block) -> (caps of its last counting launch, launches sized by them)
+    ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28)  # count-sized maps' rings: slots per unit, most bytes
     modules: tuple = ()  # the modules of ours it lives in (probed code, baseline): unloaded after the program's
     _layouts: dict = attrs.Factory(dict)
     _param_plan: tuple | None = None
@@ -113,6 +122,12 @@ class ProbedKernel:
     @property
     def count_sized(self) -> bool:
         return any(m["cap"] == "count" for m in self.info["maps"])
+
+    @property
+    def needs_counting(self) -> bool:
+        """Whether a launch is sized by the counting kernel first: count-sized maps of code built
+        before the device ring (kernel.json without `layout: "ring"`); rings need none."""
+        return bool(self.count_func) and any(m["cap"] == "count" and not tracefmt.is_ring(m) for m in self.info["maps"])
 
     @property
     def original_params_type(self):
@@ -131,13 +146,13 @@ class ProbedKernel:
 
     def shape(self, grid, block, caps: dict[str, int] | None = None) -> LaunchShape:
         if caps:  # sized by a counting run: not worth remembering
-            return launch_shape(map_layouts(self.info["maps"], grid, block, caps))
+            return launch_shape(map_layouts(self.info["maps"], grid, block, caps, self.ring))
         key = (grid, block)
         got = self._layouts.get(key)
         if got is None:
             if len(self._layouts) >= MAX_LAYOUTS:
                 self._layouts.clear()
-            got = self._layouts[key] = launch_shape(map_layouts(self.info["maps"], grid, block, {}))
+            got = self._layouts[key] = launch_shape(map_layouts(self.info["maps"], grid, block, {}, self.ring))
         return got
 
 
@@ -150,11 +165,13 @@ class KernelBuilder:
     itself, not its id(): a record forgotten with its module (registry.py) must never
     hand its probed code to a later record that got the same id."""
 
-    def __init__(self, drv, engine, cache, trace, probes, arch, *, benchmark: bool = False, phases=None):
+    def __init__(self, drv, engine, cache, trace, probes, arch, *, benchmark: bool = False, phases=None,
+                 ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28)):
         self.drv, self.engine, self.cache, self.trace, self.probes = drv, engine, cache, trace, probes
         self.phases = phases if phases is not None else PhaseClock()  # cache_lookup, instrument, jit... (phases.py)
         self.arch = arch  # ctx -> (major, minor) of its device
         self.benchmark = benchmark
+        self.ring = ring  # count-sized maps' rings: (slots per unit of a launch, most bytes of one)
         self._lock = threading.RLock()
         self._built: dict[tuple[int, object], ProbedKernel] = {}  # (ctx, FuncRec) -> its probed code
         self._refused: dict[tuple[int, object], str] = {}  # (ctx, kernel) whose PTX this device cannot run
@@ -265,7 +282,8 @@ class KernelBuilder:
         self.trace.event("instrument", kernel=rec.name, kernel_dir=kdir, cache=built.where if built else where,
                          seconds=round(seconds, 6), sites=info.get("sites"), skipped=len(info.get("skipped", ())),
                          **background)
-        pk = ProbedKernel(rec.name, func, count_func, info, kdir, ctx=ctx, globals=gvars, modules=(module,))
+        pk = ProbedKernel(rec.name, func, count_func, info, kdir, ctx=ctx, globals=gvars, modules=(module,),
+                          ring=self.ring)
         if self.benchmark:
             pk.baseline, pk.baseline_globals, baseline_module = self._baseline(rec, arch)
             pk.modules = (module, baseline_module)
