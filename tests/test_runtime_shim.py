@@ -122,9 +122,9 @@ def test_preload_without_cuda_is_harmless(shim):
     assert r.returncode == 0 and r.stdout.strip() == "None"
 
 
-def _run_under_fake(tmp_path, fakecuda, command, *extra):
+def _run_under_fake(tmp_path, fakecuda, command, *extra, probe_text=BLOCK_SCHED):
     probe = tmp_path / "bs.toml"
-    probe.write_text(BLOCK_SCHED)
+    probe.write_text(probe_text)
     log = tmp_path / "fake.log"
     env = {"LD_LIBRARY_PATH": str(fakecuda), "FAKECUDA_LOG": str(log), "FAKECUDA_BUFPARAM": "4",
            "NEUTRINO_CACHE_DIR": str(tmp_path / "cache")}
@@ -372,3 +372,42 @@ def test_fast_path_other_streams_wait_for_a_new_rings_memset(tmp_path, fakecuda,
     t = nt.load(tmp_path / "trace")
     assert [la.index for la in t.launches] == list(range(6))
     assert all(list(la.maps["block_sched"].valid()["unit"]) == list(range(8)) for la in t.launches)
+
+
+COUNT_PROBE = '''
+[map.mem]
+level = "thread"
+cap = "count"
+fields = ["addr:u64"]
+
+[probe.rec]
+position = "ld.global"
+level = "thread"
+before = """SAVE [ mem ] {ADDR};"""
+'''
+
+
+@pytest.mark.parametrize("tries, per_unit", [(3, 4), (3, 2)], ids=["fits", "full"])
+def test_fast_path_count_sized_ring(tmp_path, fakecuda, shim, monkeypatch, tries, per_unit):
+    """A count-sized map takes the C path (no counting kernel): it sizes each launch's ring as
+    neutrino.maps.ring_slots does (--ring-records per unit), passes its slots as the cap, and the
+    writer hands the ring back zeroed, so every launch's head starts at 0. A ring that fits reads
+    back exactly; a full one keeps the first `cap` reservations and counts the rest as dropped."""
+    monkeypatch.setenv("FAKECUDA_RING", str(tries))
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                              "--ring-records", str(per_unit), probe_text=COUNT_PROBE)
+    assert rc == 0 and log == ["saxpy4 probed=1 grid=4"] * 6
+    t = nt.load(tmp_path / "trace")
+    assert [e["kernel"] for e in t.events if e["event"] == "fast_path"] == ["saxpy4"]
+    units = 4 * 64
+    cap = nt.ring_slots(units, 8, per_unit, 1 << 28)
+    lost = max(tries * units - cap, 0)
+    for la in t.launches:
+        m = la.maps["mem"]
+        assert m.dropped == lost and len(m.valid()) == min(cap, tries * units)
+        v = m.valid()
+        for u in (0, 1, units - 1):
+            got = list(v["addr"][v["unit"] == u])
+            assert got == [1000 * u + j for j in range(len(got))]
+        if not lost:
+            assert list(m.counts) == [tries] * units
