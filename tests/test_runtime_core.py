@@ -477,6 +477,14 @@ before = """SAVE [ mem ] {ADDR};"""
 '''
 
 
+def without_ring_layout(monkeypatch):
+    """kernel.json as code built before the device ring wrote it: count-sized maps without `layout`."""
+    from neutrino.probe_model import MapSpec
+
+    to_json = MapSpec.to_json
+    monkeypatch.setattr(MapSpec, "to_json", lambda self: {k: v for k, v in to_json(self).items() if k != "layout"})
+
+
 def ring_kernel(tries, launched=None):
     """A fake probed kernel writing a count-sized map's ring as the device does (passes/ring.py):
     unit u tries `tries(u, grid)` records 1000 * u + j, the units' reservations interleaved (round
@@ -573,10 +581,7 @@ def test_code_built_before_the_ring_still_counts(tmp_path, monkeypatch):
     """kernel.json without `layout: "ring"` (probed code from before the device ring, from the code
     cache): the counting kernel sizes its launches as before, --recount-every N of them; a reused
     cap that is too small keeps cap records per unit and counts the rest as dropped."""
-    from neutrino.probe_model import MapSpec
-
-    to_json = MapSpec.to_json
-    monkeypatch.setattr(MapSpec, "to_json", lambda self: {k: v for k, v in to_json(self).items() if k != "layout"})
+    without_ring_layout(monkeypatch)
     rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE, recount_every=3)
     block = (32, 1, 1)
     extra = {"n": 0}  # records per thread beyond the counted u % 3 (the kernel's data changed)
@@ -649,10 +654,7 @@ def test_count_sized_maps_with_device_only_buffers(tmp_path, monkeypatch, ring):
     the host before the launch (no sync); code from before the ring (no `layout` in kernel.json)
     gets its counting kernel's counts back through a staging buffer of the enqueuer's."""
     if not ring:
-        from neutrino.probe_model import MapSpec
-
-        to_json = MapSpec.to_json
-        monkeypatch.setattr(MapSpec, "to_json", lambda self: {k: v for k, v in to_json(self).items() if k != "layout"})
+        without_ring_layout(monkeypatch)
     rt, drv, _ = make_runtime(tmp_path, probe=MEM_COUNT)
     rt.pool.host = False
     rt.enqueuer.copy_back = False
