@@ -411,3 +411,9 @@ def test_fast_path_count_sized_ring(tmp_path, fakecuda, shim, monkeypatch, tries
             assert got == [1000 * u + j for j in range(len(got))]
         if not lost:
             assert list(m.counts) == [tries] * units
+    # the writer writes only the slots a launch used (writer.c, trim_rings): a frame holds a ring of
+    # min(head, cap) slots, not the whole device ring
+    used = min(cap, tries * units)
+    (result,) = (tmp_path / "trace").glob("*/result/*.ntr")
+    frame = nt.align(256 + nt.ring_bytes(used, 8), 64)
+    assert result.stat().st_size <= 6 * frame < 6 * nt.align(256 + nt.ring_bytes(cap, 8), 64) or used == cap
