@@ -122,7 +122,8 @@ RING_HEADER = 16  # head u64 (records reserved: every attempt), then 8 bytes res
 RING_LAYOUT = "ring"
 
 
-RING_RECORDS_PER_UNIT = 16  # default slots of a launch's ring per unit of the launch (--ring-records)
+RING_RECORDS_PER_UNIT = 1024  # slots per unit of a kernel's first ring, before its need is known (--ring-records)
+RING_LEARN_LAUNCHES = 4  # launches whose rings' heads are read back (one sync each) until one saved records
 RING_BUDGET_SHARE = 4  # a launch's ring takes at most this fraction of the buffer budget: launches overlap
 
 
@@ -130,6 +131,13 @@ def ring_slots(units: int, record_bytes: int, per_unit: int, limit_bytes: int) -
     """Slots of a launch's ring: `per_unit` per unit of the launch, at most what `limit_bytes` hold
     (and 2^32 - 1: the cap is a u32 parameter), at least 1. shim/fastlaunch.c computes the same."""
     return max(1, min(per_unit * units, ring_slot_limit(record_bytes, limit_bytes)))
+
+
+def learned_slots_per_unit(head: int, units: int) -> int:
+    """Slots per unit for a kernel's later launches, from a launch that tried `head` records with
+    `units` units: a quarter more than it needed per unit, and one."""
+    need = -(-head // max(units, 1))
+    return need + need // 4 + 1
 
 
 def ring_slot_limit(record_bytes: int, limit_bytes: int) -> int:

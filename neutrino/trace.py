@@ -38,7 +38,7 @@ from neutrino.maps import (  # noqa: F401 - the layout's names, re-exported for 
     MAP_HEADER, MAP_TYPES, ROW_ALIGN, SECTION_ALIGN, STRIPES, VERSION, _TYPE_BY_WIDTH, Buckets, Field, MapSection,
     TraceError, _fields, align, buffer_bytes, fold_rows, map_buffer_bytes, record_dtype, section_bytes, stripe_row_bytes,
     units_for, RING_BUDGET_SHARE, RING_HEADER, RING_RECORDS_PER_UNIT, RING_SECTION, ring_bytes, ring_records_offset,
-    ring_slot_limit, ring_slots)
+    ring_slot_limit, ring_slots, learned_slots_per_unit, RING_LEARN_LAUNCHES)
 from neutrino.rundirs import _entries, find_job_dir, find_process_dirs, find_rank_dirs, find_run_dir  # noqa: F401
 from neutrino.trace_writer import (  # noqa: F401 - re-exported for callers of neutrino.trace (tests)
     FrameLayout, append_encoded, append_frame, encode_header, frame_layout, write_result)

@@ -511,34 +511,42 @@ def ring_kernel(tries, launched=None):
 
 
 def test_count_sized_map_writes_a_ring_without_counting(tmp_path):
-    """cap = "count": no counting launch and no synchronisation; the kernel reserves slots in the
-    launch's ring (slots = --ring-records per unit); records that fit read back exactly, each unit's
-    in the order it wrote them, and nothing is dropped."""
+    """cap = "count": no counting launch; the kernel reserves slots in the launch's ring. The first
+    launch's ring has --ring-records slots per unit and its head is read back (the one
+    synchronisation): the next launches' rings have a quarter more than it needed per unit, and no
+    synchronisation. Records that fit read back exactly, each unit's in the order it wrote them."""
     rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE)
     grid, block = (2, 1, 1), (32, 1, 1)
     units = nt.units_for("thread", grid, block)
     caps = []
     drv.kernel_impl["saxpy4"] = ring_kernel(lambda u, g: u % 3, caps)
     load_saxpy(rt)
-    r, keep = req(grid=grid, block=block)
-    assert rt.on_launch(r) == 0
+    keep = []
+    for _ in range(3):
+        r, params = req(grid=grid, block=block)
+        keep.append(params)
+        assert rt.on_launch(r) == 0
     finish(rt)
     names = [drv.functions[f][1] for _, f, *_ in drv.launches]
-    assert names == ["saxpy4"] and drv.syncs == 0
-    assert caps == [nt.RING_RECORDS_PER_UNIT * units]
-    m = nt.load(rt.trace.path).launches[0].maps["mem"]
-    assert m.cap_is_count and m.dropped == 0 and m.cap == 2
-    assert list(m.counts) == [u % 3 for u in range(units)]
-    v = m.valid()
-    assert len(v) == sum(u % 3 for u in range(units))
-    assert list(v["addr"][:3]) == [1000, 2000, 2001] and list(v["unit"][:3]) == [1, 2, 2]
-    assert [e["dropped"] for e in events(rt, "launch")] == [{"mem": 0}]
+    assert names == ["saxpy4"] * 3 and drv.syncs == 1
+    need = sum(u % 3 for u in range(units))
+    assert caps == [nt.RING_RECORDS_PER_UNIT * units] + [nt.learned_slots_per_unit(need, units) * units] * 2
+    (sizing,) = events(rt, "ring_sizing")
+    assert sizing["slots_per_unit"] == {"mem": nt.learned_slots_per_unit(need, units)}
+    for la in nt.load(rt.trace.path).launches:
+        m = la.maps["mem"]
+        assert m.cap_is_count and m.dropped == 0 and m.cap == 2
+        assert list(m.counts) == [u % 3 for u in range(units)]
+        v = m.valid()
+        assert len(v) == need
+        assert list(v["addr"][:3]) == [1000, 2000, 2001] and list(v["unit"][:3]) == [1, 2, 2]
+    assert [e["dropped"] for e in events(rt, "launch")] == [{"mem": 0}] * 3
 
 
 def test_full_ring_counts_the_loss_and_never_waits(tmp_path):
     """A launch trying more records than its ring holds writes the first `cap` reservations, drops
-    the rest and counts them (head - cap), without a sync or a retry; each unit keeps a prefix of
-    its records. The next launch gets a fresh ring (the head starts at 0 again)."""
+    the rest and counts them (head - cap), without waiting or retrying; each unit keeps a prefix of
+    its records. Its head still says what it needed: the next launch's ring holds everything."""
     rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE, ring_records=1)
     grid, block = (2, 1, 1), (32, 1, 1)
     units = nt.units_for("thread", grid, block)
@@ -550,15 +558,15 @@ def test_full_ring_counts_the_loss_and_never_waits(tmp_path):
         keep.append(params)
         assert rt.on_launch(r) == 0
     finish(rt)
-    assert drv.syncs == 0
-    for m in (la.maps["mem"] for la in nt.load(rt.trace.path).launches):
-        assert m.dropped == 3 * 40 - units and m.record_stats() == (units, 3 * 40 - units)
-        v = m.valid()
-        assert len(v) == units  # slots are taken round by round: units 0..39 get 2 records, the rest of round 2 is lost
-        for u in range(40):
-            got = list(v["addr"][v["unit"] == u])
-            assert got == [1000 * u + j for j in range(len(got))]  # a prefix, in order
-    assert [e["dropped"] for e in events(rt, "launch")] == [{"mem": 3 * 40 - units}] * 2
+    first, second = (la.maps["mem"] for la in nt.load(rt.trace.path).launches)
+    assert first.dropped == 3 * 40 - units and first.record_stats() == (units, 3 * 40 - units)
+    v = first.valid()
+    assert len(v) == units  # slots are taken round by round: units 0..39 get 2 records, the rest of round 2 is lost
+    for u in range(40):
+        got = list(v["addr"][v["unit"] == u])
+        assert got == [1000 * u + j for j in range(len(got))]  # a prefix, in order
+    assert second.dropped == 0 and len(second.valid()) == 3 * 40
+    assert [e["dropped"] for e in events(rt, "launch")] == [{"mem": 3 * 40 - units}, {"mem": 0}]
 
 
 def test_ring_is_bounded_by_the_buffer_budget(tmp_path):
@@ -575,6 +583,35 @@ def test_ring_is_bounded_by_the_buffer_budget(tmp_path):
     assert nt.ring_bytes(caps[0], 8) <= budget // nt.RING_BUDGET_SHARE
     m = nt.load(rt.trace.path).launches[0].maps["mem"]
     assert m.dropped == 64 * 256 - caps[0] and len(m.valid()) == caps[0]
+
+
+def test_ring_sizing_waits_for_a_launch_with_records(tmp_path):
+    """A first launch that saved nothing says nothing about the need: the heads of the next
+    launches are read back, up to RING_LEARN_LAUNCHES of them, until one saved records."""
+    rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE)
+    grid, block = (2, 1, 1), (32, 1, 1)
+    units = nt.units_for("thread", grid, block)
+    caps, calls = [], {"n": 0}
+
+    def tries(u, g):
+        return 0 if calls["n"] < 2 * units else 2
+
+    probed = ring_kernel(tries, caps)
+
+    def kernel(drv_, req_, params, name):
+        probed(drv_, req_, params, name)
+        calls["n"] += units
+    drv.kernel_impl["saxpy4"] = kernel
+    load_saxpy(rt)
+    keep = []
+    for _ in range(4):
+        r, params = req(grid=grid, block=block)
+        keep.append(params)
+        assert rt.on_launch(r) == 0
+    finish(rt)
+    assert drv.syncs == 3  # launches 0 and 1 saved nothing; launch 2 did
+    first = nt.RING_RECORDS_PER_UNIT * units
+    assert caps == [first] * 3 + [nt.learned_slots_per_unit(2 * units, units) * units]
 
 
 def test_code_built_before_the_ring_still_counts(tmp_path, monkeypatch):
@@ -650,9 +687,9 @@ before = "SAVE.u64 {ADDR, ADDR};"
 
 @pytest.mark.parametrize("ring", [True, False])
 def test_count_sized_maps_with_device_only_buffers(tmp_path, monkeypatch, ring):
-    """With the native writer the pool's buffers have no pinned memory: a ring needs nothing on
-    the host before the launch (no sync); code from before the ring (no `layout` in kernel.json)
-    gets its counting kernel's counts back through a staging buffer of the enqueuer's."""
+    """With the native writer the pool's buffers have no pinned memory: the first launch's ring
+    heads, and the counting kernel's counts of code from before the ring (no `layout` in
+    kernel.json), come back through a staging buffer of the enqueuer's, after one sync."""
     if not ring:
         without_ring_layout(monkeypatch)
     rt, drv, _ = make_runtime(tmp_path, probe=MEM_COUNT)
@@ -662,6 +699,6 @@ def test_count_sized_maps_with_device_only_buffers(tmp_path, monkeypatch, ring):
     r, keep = req()
     assert rt.on_launch(r) == 0
     assert not events(rt, "fallback")
-    assert drv.syncs == (0 if ring else 1)  # the counting kernel's one synchronisation
+    assert drv.syncs == 1  # the ring heads' or the counting kernel's one synchronisation
     rt.writer.submit = lambda flight: rt.pool.release(flight.slots)  # no host copies to write here
     finish(rt)

@@ -389,10 +389,13 @@ before = """SAVE [ mem ] {ADDR};"""
 
 @pytest.mark.parametrize("tries, per_unit", [(3, 4), (3, 2)], ids=["fits", "full"])
 def test_fast_path_count_sized_ring(tmp_path, fakecuda, shim, monkeypatch, tries, per_unit):
-    """A count-sized map takes the C path (no counting kernel): it sizes each launch's ring as
-    neutrino.maps.ring_slots does (--ring-records per unit), passes its slots as the cap, and the
-    writer hands the ring back zeroed, so every launch's head starts at 0. A ring that fits reads
-    back exactly; a full one keeps the first `cap` reservations and counts the rest as dropped."""
+    """A count-sized map takes the C path (no counting kernel). The first launch (Python) has
+    --ring-records slots per unit; its head, read back once, sizes the plan's rings (a quarter more
+    than needed per unit: neutrino.maps.learned_slots_per_unit), which the C path computes per
+    launch as neutrino.maps.ring_slots does and passes as the cap; the writer hands each ring back
+    zeroed, so every launch's head starts at 0. A ring that fits reads back exactly; a full one keeps
+    the first `cap` reservations and counts the rest as dropped. The writer writes only the slots
+    a launch used."""
     monkeypatch.setenv("FAKECUDA_RING", str(tries))
     rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
                               "--ring-records", str(per_unit), probe_text=COUNT_PROBE)
@@ -400,10 +403,11 @@ def test_fast_path_count_sized_ring(tmp_path, fakecuda, shim, monkeypatch, tries
     t = nt.load(tmp_path / "trace")
     assert [e["kernel"] for e in t.events if e["event"] == "fast_path"] == ["saxpy4"]
     units = 4 * 64
-    cap = nt.ring_slots(units, 8, per_unit, 1 << 28)
-    lost = max(tries * units - cap, 0)
-    for la in t.launches:
+    first = nt.ring_slots(units, 8, per_unit, 1 << 28)
+    later = nt.ring_slots(units, 8, nt.learned_slots_per_unit(tries * units, units), 1 << 28)
+    for la, cap in zip(t.launches, [first] + [later] * 5):
         m = la.maps["mem"]
+        lost = max(tries * units - cap, 0)
         assert m.dropped == lost and len(m.valid()) == min(cap, tries * units)
         v = m.valid()
         for u in (0, 1, units - 1):
@@ -411,9 +415,8 @@ def test_fast_path_count_sized_ring(tmp_path, fakecuda, shim, monkeypatch, tries
             assert got == [1000 * u + j for j in range(len(got))]
         if not lost:
             assert list(m.counts) == [tries] * units
-    # the writer writes only the slots a launch used (writer.c, trim_rings): a frame holds a ring of
-    # min(head, cap) slots, not the whole device ring
-    used = min(cap, tries * units)
+    # trim_rings (writer.c): a frame holds a ring of min(head, cap) slots, not the whole device ring
     (result,) = (tmp_path / "trace").glob("*/result/*.ntr")
-    frame = nt.align(256 + nt.ring_bytes(used, 8), 64)
-    assert result.stat().st_size <= 6 * frame < 6 * nt.align(256 + nt.ring_bytes(cap, 8), 64) or used == cap
+    used = tries * units
+    frames = [nt.align(256 + nt.ring_bytes(min(used, cap), 8), 64) for cap in [first] + [later] * 5]
+    assert result.stat().st_size <= sum(frames) < 6 * nt.align(256 + nt.ring_bytes(later, 8), 64)

@@ -370,10 +370,24 @@ class Runtime:
                 self.timeline.end(token)
         with self._lock:
             self.probed_launches += 1
+        if pk.sizing_rings and flight.error is None:
+            self._learn_rings(pk, shape, slots, stream)
         if flight.bench is not None:
             self._record_benchmark(pk, req, flight.bench)
         self._hand_on(rec, pk, req, ctx, shape, flight)
         return 0
+
+    def _learn_rings(self, pk: ProbedKernel, shape, slots, stream: int) -> None:
+        """A kernel's first launch (or first with records) sizes the rings of its next ones: its
+        heads are read back once it is done (one synchronisation; later launches have none)."""
+        try:
+            pk.learn_rings(self.enqueuer.ring_heads(shape.layouts, slots, stream), shape.layouts)
+        except Exception as e:  # noqa: BLE001 - the launch happened: its next rings keep the first size
+            pk.ring_learning = tracefmt.RING_LEARN_LAUNCHES
+            self.trace.event("ring_sizing", kernel=pk.name, reason=f"{type(e).__name__}: {e}")
+        else:
+            if pk.ring_learned:
+                self.trace.event("ring_sizing", kernel=pk.name, slots_per_unit=pk.ring_learned)
 
     def _reserve(self, ctx: int, shape) -> list:
         """The launch's trace bytes and map buffers; `Dropped` when a budget has no room for them."""
@@ -420,7 +434,7 @@ class Runtime:
 
     def _plan_fast_path(self, rec: FuncRec, req: LaunchRequest, ctx: int, pk: ProbedKernel, shape, flight) -> None:
         """Let the shim probe this kernel's later launches in C (fastpath.py)."""
-        if (self.fast is None or self.opt.benchmark or flight.error is not None
+        if (self.fast is None or self.opt.benchmark or flight.error is not None or pk.sizing_rings
                 or self.registry.functions.get(req.func) is not rec):  # forgotten meanwhile: the handle is another's
             return
         max_shared = max(pk.attrs_seen.get(COPIED_FUNC_ATTRS[0], 0), 48 * 1024)

@@ -61,14 +61,17 @@ class MapLayout:
 
 
 def map_layouts(maps: list[dict], grid, block, caps: dict[str, int],
-                ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28)) -> tuple[MapLayout, ...]:
-    """The buffers of one launch; `ring`: (slots per unit, most bytes) of a count-sized map's ring."""
+                ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28),
+                learned: dict[str, int] | None = None) -> tuple[MapLayout, ...]:
+    """The buffers of one launch; `ring`: (slots per unit, most bytes) of a count-sized map's ring,
+    `learned`: slots per unit of the rings whose need an earlier launch showed (map name → slots)."""
     out = []
     for m in maps:
         cap = caps.get(m["name"], m["cap"])
         if tracefmt.is_ring(m):
             units = tracefmt.units_for(m["level"], grid, block, int(m.get("lanes", 32)))
-            cap = tracefmt.ring_slots(units, int(m["record_bytes"]), *ring)
+            per_unit = (learned or {}).get(m["name"], ring[0])
+            cap = tracefmt.ring_slots(units, int(m["record_bytes"]), per_unit, ring[1])
         elif not isinstance(cap, int):
             cap = 1
         units, size = tracefmt.map_buffer_bytes(m, grid, block, cap)
@@ -111,6 +114,8 @@ class ProbedKernel:
     attrs_checked: bool = False  # the original's attributes were copied at least once
     counted: dict = attrs.Factory(dict)  # (grid, block) -> (caps of its last counting launch, launches sized by them)
     ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28)  # count-sized maps' rings: slots per unit, most bytes
+    ring_learned: dict = attrs.Factory(dict)  # map name → slots per unit, from a launch's head (core._learn_rings)
+    ring_learning: int = 0  # launches whose ring heads were read back so far
     modules: tuple = ()  # the modules of ours it lives in (probed code, baseline): unloaded after the program's
     _layouts: dict = attrs.Factory(dict)
     _param_plan: tuple | None = None
@@ -122,6 +127,25 @@ class ProbedKernel:
     @property
     def count_sized(self) -> bool:
         return any(m["cap"] == "count" for m in self.info["maps"])
+
+    @property
+    def has_rings(self) -> bool:
+        return any(tracefmt.is_ring(m) for m in self.info["maps"])
+
+    @property
+    def sizing_rings(self) -> bool:
+        """Whether this launch's ring heads are read back to size the next launches: until a launch
+        saved records, at most RING_LEARN_LAUNCHES launches (one synchronisation each)."""
+        return self.has_rings and not self.ring_learned and self.ring_learning < tracefmt.RING_LEARN_LAUNCHES
+
+    def learn_rings(self, heads: dict[str, int], layouts) -> None:
+        """Size the next launches' rings from this one's heads (when it saved any record)."""
+        self.ring_learning += 1
+        if not any(heads.values()):
+            return
+        units = {lay.map["name"]: lay.units for lay in layouts}
+        self.ring_learned = {name: tracefmt.learned_slots_per_unit(head, units[name]) for name, head in heads.items()}
+        self._layouts.clear()
 
     @property
     def needs_counting(self) -> bool:
@@ -146,13 +170,14 @@ class ProbedKernel:
 
     def shape(self, grid, block, caps: dict[str, int] | None = None) -> LaunchShape:
         if caps:  # sized by a counting run: not worth remembering
-            return launch_shape(map_layouts(self.info["maps"], grid, block, caps, self.ring))
+            return launch_shape(map_layouts(self.info["maps"], grid, block, caps, self.ring, self.ring_learned))
         key = (grid, block)
         got = self._layouts.get(key)
         if got is None:
             if len(self._layouts) >= MAX_LAYOUTS:
                 self._layouts.clear()
-            got = self._layouts[key] = launch_shape(map_layouts(self.info["maps"], grid, block, {}, self.ring))
+            got = self._layouts[key] = launch_shape(map_layouts(self.info["maps"], grid, block, {}, self.ring,
+                                                                self.ring_learned))
         return got
 
 

@@ -90,7 +90,7 @@ class FastPath:
             else:  # sum/hist: a fixed buffer whatever the grid
                 plan.units_mode[i], plan.fixed_units[i], plan.fixed_size[i] = FIXED, lay.units, lay.size
             plan.record_bytes[i] = lay.map["record_bytes"]
-            plan.cap[i] = pk.ring[0] if tracefmt.is_ring(lay.map) else lay.cap
+            plan.cap[i] = pk.ring_learned.get(lay.map["name"], pk.ring[0]) if tracefmt.is_ring(lay.map) else lay.cap
             plan.map_header_pos[i] = shape.map_headers[i]
         _, extra = pk.param_plan()
         plan.n_extra = len(extra)
