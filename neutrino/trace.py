@@ -411,6 +411,8 @@ def _ring_map(fh, path: Path, name: str, mh, fields: list[Field], offset: int, a
     any unit has, `counts` = each unit's records; the reservations past the ring's end are `lost`."""
     units, slots, rb = int(mh["units"]), int(mh["cap"]), int(mh["record_bytes"])
     where = f"{path}: map {name}"
+    if units > 1 << 32:  # a unit tag is a u32
+        raise TraceError(f"{where}: a ring of {units} units (at most 2^32): corrupt file (map header at offset {at})")
     head = int(_map_array(fh, path, np.dtype("<u8"), offset, (1,))[0])
     written = min(head, slots)
     tags = np.asarray(_map_array(fh, path, np.dtype("<u4"), offset + RING_HEADER, (slots,))[:written])
