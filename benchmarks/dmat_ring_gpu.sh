@@ -11,19 +11,20 @@ set -u
 OUT=${OUT:-/tmp/dmat_ring_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+export PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda-13.0/bin
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 start=$SECONDS
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/device.txt" 2>&1
-timeout 75 python benchmarks/dmat_ring.py --iters 100 > "$OUT/bench.txt" 2>&1
+timeout 70 python benchmarks/dmat_ring.py --iters 100 > "$OUT/bench.txt" 2>&1
 echo "rc=$? after $((SECONDS - start)) s" >> "$OUT/bench.txt"
-timeout 60 python -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_counting_side_effects.py \
+timeout 70 python -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_counting_side_effects.py \
     tests/gpu/test_gpu_dmat_ns.py > "$OUT/gputests.txt" 2>&1
 echo "rc=$? after $((SECONDS - start)) s" >> "$OUT/gputests.txt"
 {
     san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     work=$(mktemp -d)
     nvcc -gencode arch=compute_90,code=compute_90 -o "$work/cse" tests/gpu/workloads/counting_side_effects.cu
-    NEUTRINO_CACHE_DIR=$work/nc timeout 45 "$san" --tool memcheck --target-processes all --error-exitcode 9 \
+    NEUTRINO_CACHE_DIR=$work/nc timeout 40 "$san" --tool memcheck --target-processes all --error-exitcode 9 \
         python -m neutrino.runtime.start.launcher -p dmat --tracedir "$work/t" -- "$work/cse" "$work/out.bin" 2>&1 | tail -25
     echo "sanitizer rc=${PIPESTATUS[0]}"
     python - "$work/t" <<'EOF'
@@ -38,7 +39,7 @@ for la in t.launches:
 EOF
     echo "after $((SECONDS - start)) s"
 } > "$OUT/sanitizer.txt" 2>&1
-left=$((190 - (SECONDS - start)))
+left=$((180 - (SECONDS - start)))
 if [ "$left" -gt 30 ]; then
     timeout $((left - 5)) python benchmarks/dmat_ring.py --iters 100 --gpu-only > "$OUT/gpuonly.txt" 2>&1
     echo "rc=$? after $((SECONDS - start)) s" >> "$OUT/gpuonly.txt"
