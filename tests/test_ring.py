@@ -113,3 +113,10 @@ def test_without_warp_operations_each_lane_reserves(monkeypatch):
     assert re.search(r"@%nt_ring_go atom\.global\.add\.u64\s+%nt_ring_slot, \[%nt_buf_dmat\], 1;", ptx)
     if HAVE_PTXAS:
         ptxas(ptx)
+
+
+def test_the_launchers_default_is_the_layouts():
+    from neutrino.runtime.start import options
+
+    assert options.RING_RECORDS_PER_UNIT == nt.RING_RECORDS_PER_UNIT
+    assert options.RuntimeOptions(probe="p.toml").ring_records == nt.RING_RECORDS_PER_UNIT

@@ -7,7 +7,6 @@ import json
 import attrs
 
 from neutrino.errors import NeutrinoError
-from neutrino.maps import RING_RECORDS_PER_UNIT  # noqa: F401 - re-exported for the launcher
 
 ENV_OPTIONS = "NEUTRINO_OPTIONS"
 U64_MAX = 2**64 - 1
@@ -64,6 +63,9 @@ DEFAULT_TIME_EVERY = 8  # the kernel's own time: a start event on every 8th prob
 # before the counting kernel runs again (no counting launch or sync in between; a launch needing more
 # records than its cap drops the rest and its counts say how many: the trace's `dropped`)
 DEFAULT_RECOUNT_EVERY = 16  # only code built before the device ring still counts (passes/ring.py)
+# slots per unit of a kernel's first ring (neutrino.maps.RING_RECORDS_PER_UNIT, which the launcher
+# must not import: it loads numpy; tests/test_ring.py checks they agree)
+RING_RECORDS_PER_UNIT = 1024
 # the launch of a kernel whose probed code is still being built in the background (prebuild.py):
 # waits for it (wait) or runs the original kernel (original)
 WHILE_BUILDING = ("wait", "original")
