@@ -302,7 +302,7 @@ def read_result(path, offset: int = 0) -> ResultFile:
                                  f"the file cannot hold their headers (truncated or corrupt)")
             maps = {}
             for _ in range(n_maps):
-                m = _read_map(fh, path, size, offset)
+                m = _read_map(fh, path, size, offset, launch=(head["grid"], head["block"]))
                 if m.name in maps:
                     raise TraceError(f"{path}: frame at offset {offset}: map {m.name} appears twice")
                 maps[m.name] = m
@@ -339,7 +339,8 @@ def _frombuffer(raw: bytes, dtype: np.dtype, path: Path, what: str, count: int =
     return arr[0] if count == 1 else arr
 
 
-def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
+def _read_map(fh, path: Path, file_size: int, base: int = 0, launch=None) -> MapData:
+    """One map header and its section; `launch`: the frame's (grid, block), which a ring's units must match."""
     at = fh.tell()
     mh = _frombuffer(fh.read(MAP_HEADER.itemsize), MAP_HEADER, path, f"map header at offset {at}")
     nf = int(mh["n_fields"])
@@ -372,6 +373,9 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
         raise TraceError(f"{where}: section size/offset do not match its layout (truncated file?) "
                          f"(map header at offset {at})")
     if ring:
+        if launch is not None and units != units_for(LEVELS[level_i], *launch):
+            raise TraceError(f"{where}: a ring of {units} units in a launch of {units_for(LEVELS[level_i], *launch)}: "
+                             f"corrupt file (map header at offset {at})")
         return _ring_map(fh, path, name, mh, fields, offset, at)
     if kind == "array":
         return _array_map(fh, path, name, mh, fields, offset)
@@ -421,7 +425,10 @@ def _ring_map(fh, path: Path, name: str, mh, fields: list[Field], offset: int, a
                          f"(map header at offset {at})")
     dtype = record_dtype(fields, rb)
     ring = np.asarray(_map_array(fh, path, dtype, offset + ring_records_offset(slots), (slots,))[:written])
-    counts = np.bincount(tags, minlength=units).astype(np.uint32) if units else np.zeros(0, np.uint32)
+    counts = np.zeros(units, np.uint32)
+    if written:
+        seen = np.bincount(tags)
+        counts[: len(seen)] = seen
     cap = int(counts.max()) if written else 0
     order = np.argsort(tags, kind="stable")  # a unit's slots in the order it reserved them
     starts = np.cumsum(counts, dtype=np.int64) - counts

@@ -120,3 +120,12 @@ def test_the_launchers_default_is_the_layouts():
 
     assert options.RING_RECORDS_PER_UNIT == nt.RING_RECORDS_PER_UNIT
     assert options.RuntimeOptions(probe="p.toml").ring_records == nt.RING_RECORDS_PER_UNIT
+
+
+def test_a_ring_whose_units_are_not_its_launchs_is_refused(tmp_path):
+    """A ring's units are not bounded by its section's size: they must be the launch's (a corrupt
+    header could otherwise make a reader allocate per-unit arrays of any size)."""
+    section = MapSection.of(DMAT, 1 << 30, 4, ring_buffer(4, [0, 1]))
+    path = nt.write_result(tmp_path / "r.ntr", grid=(1, 1, 1), block=(4, 1, 1), shared_bytes=0, maps=[section])
+    with pytest.raises(nt.TraceError, match=r"a ring of 1073741824 units in a launch of 4: corrupt file"):
+        nt.read_result(path)
