@@ -60,7 +60,8 @@ CONFIGS = {
     "block_sched graphs no-timeline": ["-p", "block_sched", "--graphs", "--no-timeline"],
     "block_sched graphs every:50 no-timeline": ["-p", "block_sched", "--graphs", "--launches", "every:50",
                                                 "--no-timeline"],
-    # cap = "count" sized before every launch (the counting launch and a sync each), as before issue 24
+    # cap = "count" sized before every launch (the counting launch and a sync each), as before issue 24;
+    # with the device ring (count maps of code built since) the option changes nothing: the same as "dmat"
     "dmat recount-every 1": ["-p", "dmat", "--recount-every", "1"],
 }
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")

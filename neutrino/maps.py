@@ -41,7 +41,7 @@ MAP_HEADER = np.dtype(
         ("level", "<u4"),  # index into LEVELS
         ("record_bytes", "<u4"),
         ("cap", "<u4"),  # records per unit actually allocated
-        ("cap_is_count", "<u4"),  # 1 when the probe said cap = "count"
+        ("cap_is_count", "<u4"),  # 1 when the probe said cap = "count"; RING_SECTION: its section is a ring
         ("units", "<u8"),
         ("n_fields", "<u4"),
         ("type", "<u4"),  # index into MAP_TYPES; was `reserved` (0) in older files, which are all arrays
@@ -114,6 +114,52 @@ def stripe_row_bytes(record_bytes: int) -> int:
     return align(record_bytes, ROW_ALIGN)
 
 
+# A `cap = "count"` map built with `layout: "ring"` (spec/kernel-json.md, "Ring of a count-sized
+# map") has one ring of `cap` record slots per launch, shared by all its units: a warp reserves
+# slots by adding to the head, so no unit needs a cap of its own and no counting launch sizes it.
+RING_SECTION = 2  # the map header's cap_is_count word for a ring section
+RING_HEADER = 16  # head u64 (records reserved: every attempt), then 8 bytes reserved (0)
+RING_LAYOUT = "ring"
+
+
+RING_RECORDS_PER_UNIT = 1024  # slots per unit of a kernel's first ring, before its need is known (--ring-records)
+RING_LEARN_LAUNCHES = 4  # launches whose rings' heads are read back (one sync each) until one saved records
+RING_BUDGET_SHARE = 4  # a launch's ring takes at most this fraction of the buffer budget: launches overlap
+
+
+def ring_slots(units: int, record_bytes: int, per_unit: int, limit_bytes: int) -> int:
+    """Slots of a launch's ring: `per_unit` per unit of the launch, at most what `limit_bytes` hold
+    (and 2^32 - 1: the cap is a u32 parameter), at least 1. shim/fastlaunch.c computes the same."""
+    return max(1, min(per_unit * units, ring_slot_limit(record_bytes, limit_bytes)))
+
+
+def learned_slots_per_unit(head: int, units: int) -> int:
+    """Slots per unit for a kernel's later launches, from a launch that tried `head` records with
+    `units` units: a quarter more than it needed per unit, and one."""
+    need = -(-head // max(units, 1))
+    return need + need // 4 + 1
+
+
+def ring_slot_limit(record_bytes: int, limit_bytes: int) -> int:
+    """The most slots a ring of `limit_bytes` holds (a slot: its record and its u32 unit tag)."""
+    return max(1, min((limit_bytes - RING_HEADER - 16) // (record_bytes + 4), (1 << 32) - 1))
+
+
+def is_ring(map_info: dict) -> bool:
+    """Whether a kernel.json map entry is a count-sized map written as a device ring."""
+    return map_info.get("layout") == RING_LAYOUT
+
+
+def ring_records_offset(cap: int) -> int:
+    """Where a ring's records start: after its header and its u32 unit tags, 16-aligned."""
+    return align(RING_HEADER + 4 * cap, 16)
+
+
+def ring_bytes(cap: int, record_bytes: int) -> int:
+    """Size of a ring of `cap` slots: header, unit tags u32[cap], records [cap][record_bytes]."""
+    return ring_records_offset(cap) + cap * record_bytes
+
+
 def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], cap: int | None = None) -> tuple[int, int]:
     """(units, bytes) of the device buffer of one map for one launch: THE sizing rule.
 
@@ -131,12 +177,21 @@ def map_buffer_bytes(map_info: dict, grid: Sequence[int], block: Sequence[int], 
     if cap is None:
         cap = map_info["cap"] if isinstance(map_info["cap"], int) else 1
     units = units_for(map_info["level"], grid, block, int(map_info.get("lanes", 32)))
+    if is_ring(map_info):  # `cap` is the ring's slots, shared by the launch's units
+        return units, ring_bytes(cap, int(map_info["record_bytes"]))
     return units, buffer_bytes(units, cap, int(map_info["record_bytes"]))
 
 
-def section_bytes(kind: str, units: int, cap: int, record_bytes: int) -> int:
+def section_bytes(kind: str, units: int, cap: int, record_bytes: int, ring: bool = False) -> int:
     """Bytes of a map's section in a result file (= its device buffer); `units` = rows for sum/hist."""
+    if ring:
+        return ring_bytes(cap, record_bytes)
     return buffer_bytes(units, cap, record_bytes) if kind == "array" else units * stripe_row_bytes(record_bytes)
+
+
+def ring_head(data) -> int:
+    """A ring section's head: the records its launch tried to reserve (written or not)."""
+    return int(np.frombuffer(data, "<u8", count=1)[0]) if memoryview(data).nbytes >= 8 else 0
 
 
 @attrs.frozen
@@ -259,6 +314,7 @@ class MapSection:
     cap_is_count: bool = False
     type: str = attrs.field(default="array", validator=attrs.validators.in_(MAP_TYPES))
     buckets: str | None = None
+    ring: bool = False  # a count-sized map's ring (`cap` slots for all units), not per-unit records
 
     @classmethod
     def of(cls, map_info: dict, units: int, cap: int, data) -> "MapSection":
@@ -266,15 +322,23 @@ class MapSection:
         `map_buffer_bytes` gave them; `data` is the device buffer, written as it is."""
         return cls(map_info["name"], map_info["level"], map_info["record_bytes"], cap, units, map_info["fields"], data,
                    cap_is_count=map_info["cap"] == "count", type=map_info.get("type", "array"),
-                   buckets=map_info.get("buckets"))
+                   buckets=map_info.get("buckets"), ring=is_ring(map_info))
 
     @property
     def size(self) -> int:
-        return section_bytes(self.type, self.units, self.cap, self.record_bytes)
+        return section_bytes(self.type, self.units, self.cap, self.record_bytes, self.ring)
+
+    @property
+    def header_cap_word(self) -> int:
+        """The map header's cap_is_count word: 0, 1 (cap = "count"), or RING_SECTION."""
+        return RING_SECTION if self.ring else int(self.cap_is_count)
 
     @property
     def dropped(self) -> int:
-        """Records tried beyond the cap (always 0 for sum and hist maps: they cannot overflow)."""
+        """Records tried beyond the cap (always 0 for sum and hist maps: they cannot overflow);
+        for a ring, the reservations past its last slot."""
+        if self.ring:
+            return max(ring_head(self.data) - self.cap, 0)
         if self.type != "array" or not self.units:
             return 0
         counts = np.frombuffer(self.data, "<u4", count=self.units).astype("i8")

@@ -76,6 +76,8 @@ class MapSpec:
             "cap": self.cap,
             "fields": [attrs.asdict(f) for f in self.fields],
         }
+        if self.type == "array" and self.cap == "count":
+            out["layout"] = "ring"  # one device ring per launch, no counting launch (neutrino.maps.is_ring)
         if self.buckets is not None:
             out["buckets"] = str(self.buckets)
             out["bucket_count"] = self.buckets.count

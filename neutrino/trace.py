@@ -37,7 +37,8 @@ from neutrino.maps import (  # noqa: F401 - the layout's names, re-exported for 
     FIELD_DESC, FIELD_TYPES, FILE_HEADER, INDEX_HEADER_TAIL, INDEX_MAGIC, INDEX_RECORD, INDEX_VERSION, LEVELS, MAGIC,
     MAP_HEADER, MAP_TYPES, ROW_ALIGN, SECTION_ALIGN, STRIPES, VERSION, _TYPE_BY_WIDTH, Buckets, Field, MapSection,
     TraceError, _fields, align, buffer_bytes, fold_rows, map_buffer_bytes, record_dtype, section_bytes, stripe_row_bytes,
-    units_for)
+    units_for, RING_BUDGET_SHARE, RING_HEADER, RING_RECORDS_PER_UNIT, RING_SECTION, ring_bytes, ring_records_offset,
+    ring_slot_limit, ring_slots, learned_slots_per_unit, RING_LEARN_LAUNCHES)
 from neutrino.rundirs import _entries, find_job_dir, find_process_dirs, find_rank_dirs, find_run_dir  # noqa: F401
 from neutrino.trace_writer import (  # noqa: F401 - re-exported for callers of neutrino.trace (tests)
     FrameLayout, append_encoded, append_frame, encode_header, frame_layout, write_result)
@@ -93,6 +94,7 @@ class MapData:
     records: np.ndarray
     type: str = "array"
     buckets: Buckets | None = None
+    lost: int = 0  # a ring's reservations past its last slot (records never written): part of `dropped`
 
     @property
     def dtype(self) -> np.dtype:
@@ -116,7 +118,7 @@ class MapData:
         """(valid records, dropped records), from the counts alone, read in chunks."""
         if self.type != "array":
             return len(self.counts), 0
-        valid = dropped = 0
+        valid, dropped = 0, int(self.lost)
         for lo in range(0, len(self.counts), COUNT_CHUNK):
             counts = read_rows(self.counts, lo, min(len(self.counts), lo + COUNT_CHUNK))
             if not counts.any():
@@ -300,7 +302,7 @@ def read_result(path, offset: int = 0) -> ResultFile:
                                  f"the file cannot hold their headers (truncated or corrupt)")
             maps = {}
             for _ in range(n_maps):
-                m = _read_map(fh, path, size, offset)
+                m = _read_map(fh, path, size, offset, launch=(head["grid"], head["block"]))
                 if m.name in maps:
                     raise TraceError(f"{path}: frame at offset {offset}: map {m.name} appears twice")
                 maps[m.name] = m
@@ -337,7 +339,8 @@ def _frombuffer(raw: bytes, dtype: np.dtype, path: Path, what: str, count: int =
     return arr[0] if count == 1 else arr
 
 
-def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
+def _read_map(fh, path: Path, file_size: int, base: int = 0, launch=None) -> MapData:
+    """One map header and its section; `launch`: the frame's (grid, block), which a ring's units must match."""
     at = fh.tell()
     mh = _frombuffer(fh.read(MAP_HEADER.itemsize), MAP_HEADER, path, f"map header at offset {at}")
     nf = int(mh["n_fields"])
@@ -365,9 +368,15 @@ def _read_map(fh, path: Path, file_size: int, base: int = 0) -> MapData:
         if kind != "hist" and f.offset + f.width > rb:
             raise TraceError(f"{where}: field {f.name} lies outside its {rb}-byte record (map header at offset {at})")
     offset, size = base + int(mh["offset"]), int(mh["size"])
-    if size != section_bytes(kind, units, cap, rb) or offset + size > file_size:
+    ring = kind == "array" and int(mh["cap_is_count"]) == RING_SECTION
+    if size != section_bytes(kind, units, cap, rb, ring) or offset + size > file_size:
         raise TraceError(f"{where}: section size/offset do not match its layout (truncated file?) "
                          f"(map header at offset {at})")
+    if ring:
+        if launch is not None and units != units_for(LEVELS[level_i], *launch):
+            raise TraceError(f"{where}: a ring of {units} units in a launch of {units_for(LEVELS[level_i], *launch)}: "
+                             f"corrupt file (map header at offset {at})")
+        return _ring_map(fh, path, name, mh, fields, offset, at)
     if kind == "array":
         return _array_map(fh, path, name, mh, fields, offset)
     return _counter_map(fh, path, name, mh, fields, offset, at)
@@ -398,6 +407,36 @@ def _array_map(fh, path: Path, name: str, mh, fields: list[Field], offset: int) 
     records = _map_array(fh, path, dtype, offset + align(4 * units, 16), (units, cap))
     return MapData(name, LEVELS[int(mh["level"])], cap, rb, units, tuple(fields), bool(mh["cap_is_count"]), counts,
                    records)
+
+
+def _ring_map(fh, path: Path, name: str, mh, fields: list[Field], offset: int, at: int) -> MapData:
+    """A count-sized map's ring, read as the per-unit layout every reader knows: unit u's records in
+    the order the unit reserved them (a stable sort of the slots by their unit tag), `cap` = the most
+    any unit has, `counts` = each unit's records; the reservations past the ring's end are `lost`."""
+    units, slots, rb = int(mh["units"]), int(mh["cap"]), int(mh["record_bytes"])
+    where = f"{path}: map {name}"
+    if units > 1 << 32:  # a unit tag is a u32
+        raise TraceError(f"{where}: a ring of {units} units (at most 2^32): corrupt file (map header at offset {at})")
+    head = int(_map_array(fh, path, np.dtype("<u8"), offset, (1,))[0])
+    written = min(head, slots)
+    tags = np.asarray(_map_array(fh, path, np.dtype("<u4"), offset + RING_HEADER, (slots,))[:written])
+    if written and int(tags.max()) >= units:
+        raise TraceError(f"{where}: a ring slot names unit {int(tags.max())} of {units}: corrupt file "
+                         f"(map header at offset {at})")
+    dtype = record_dtype(fields, rb)
+    ring = np.asarray(_map_array(fh, path, dtype, offset + ring_records_offset(slots), (slots,))[:written])
+    counts = np.zeros(units, np.uint32)
+    if written:
+        seen = np.bincount(tags)
+        counts[: len(seen)] = seen
+    cap = int(counts.max()) if written else 0
+    order = np.argsort(tags, kind="stable")  # a unit's slots in the order it reserved them
+    starts = np.cumsum(counts, dtype=np.int64) - counts
+    column = np.arange(written, dtype=np.int64) - np.repeat(starts, counts)
+    records = np.zeros((units, cap), dtype)
+    records[tags[order].astype(np.int64), column] = ring[order]
+    return MapData(name, LEVELS[int(mh["level"])], cap, rb, units, tuple(fields), True, counts, records,
+                   lost=head - written)
 
 
 def _counter_map(fh, path: Path, name: str, mh, fields: list[Field], offset: int, at: int) -> MapData:

@@ -35,7 +35,7 @@ def encode_header(*, grid, block, shared_bytes: int, maps: Sequence[MapSection])
         mh["level"] = LEVELS.index(m.level)
         mh["record_bytes"] = m.record_bytes
         mh["cap"] = m.cap
-        mh["cap_is_count"] = int(m.cap_is_count)
+        mh["cap_is_count"] = m.header_cap_word
         mh["units"] = m.units
         fields = m.header_fields()
         mh["n_fields"] = len(fields)

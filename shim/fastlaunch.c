@@ -394,14 +394,22 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     memset(&job, 0, sizeof job);
     uint64_t blocks = (uint64_t)gx * gy * gz, threads = (uint64_t)bx * by * bz;
     uint64_t sizes[NT_MAX_MAPS], units[NT_MAX_MAPS], region_off[NT_MAX_MAPS];
+    uint32_t caps[NT_MAX_MAPS];
     uint64_t pos = align_up(p->header_len, NT_ALIGN), region = 0;
     for (unsigned m = 0; m < p->n_maps; m++) {
-        uint64_t u = p->units_mode[m] == 0 ? blocks * threads
-                   : p->units_mode[m] == 1 ? blocks * ((threads + 31) / 32)
-                   : p->units_mode[m] == 2 ? blocks : p->fixed_units[m];
+        unsigned mode = p->units_mode[m], level = mode >= 4 ? mode - 4 : mode;
+        uint64_t u = level == 0 ? blocks * threads
+                   : level == 1 ? blocks * ((threads + 31) / 32)
+                   : level == 2 ? blocks : p->fixed_units[m];
         units[m] = u;
         uint64_t counts = align_up(4 * u, 16);
-        sizes[m] = p->units_mode[m] == 3 ? p->fixed_size[m] : counts + u * p->cap[m] * p->record_bytes[m];
+        caps[m] = p->cap[m];
+        if (mode >= 4) {  /* a count-sized map's ring: cap slots per unit, at most fixed_units (maps.ring_slots) */
+            uint64_t slots = p->cap[m] && u > p->fixed_units[m] / p->cap[m] ? p->fixed_units[m] : u * p->cap[m];
+            caps[m] = (uint32_t)(slots ? slots : 1);
+            sizes[m] = align_up(16 + 4 * (uint64_t)caps[m], 16) + (uint64_t)caps[m] * p->record_bytes[m];
+        } else
+            sizes[m] = mode == 3 ? p->fixed_size[m] : counts + u * p->cap[m] * p->record_bytes[m];
         job.offsets[m] = pos;
         job.sizes[m] = sizes[m];
         pos = align_up(pos + sizes[m], NT_ALIGN);
@@ -447,7 +455,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     if (p->n_params) memcpy(args, params, p->n_params * sizeof(void *));
     for (unsigned i = 0; i < p->n_extra; i++) {
         unsigned m = p->extra_map[i];
-        values[i] = p->extra_is_buffer[i] ? base + region_off[m] : (uint64_t)p->cap[m];
+        values[i] = p->extra_is_buffer[i] ? base + region_off[m] : (uint64_t)caps[m];
         args[p->n_params + i] = &values[i];  /* a u32 cap is read from the first 4 bytes: little-endian */
     }
     int rc = 0;
@@ -492,7 +500,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         memcpy(hdr + 16, dims, sizeof dims);
         for (unsigned m = 0; m < p->n_maps; m++) {
             unsigned char *mh = hdr + p->map_header_pos[m];
-            memcpy(mh + 72, &p->cap[m], 4);
+            memcpy(mh + 72, &caps[m], 4);
             memcpy(mh + 80, &units[m], 8);
             memcpy(mh + 96, &job.offsets[m], 8);
             memcpy(mh + 104, &sizes[m], 8);

@@ -39,7 +39,8 @@ int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch)
 typedef struct {
     void *orig_func, *ctx, *probed_func;
     uint32_t n_params, n_maps, n_extra, max_shared;
-    uint32_t units_mode[NT_MAX_MAPS];   /* 0 thread, 1 warp, 2 block, 3 fixed (sum/hist maps) */
+    uint32_t units_mode[NT_MAX_MAPS];   /* 0 thread, 1 warp, 2 block, 3 fixed (sum/hist maps), 4 + level: a ring
+                                         * (cap = slots per unit, fixed_units = most slots: neutrino.maps.ring_slots) */
     uint64_t fixed_units[NT_MAX_MAPS];
     uint64_t fixed_size[NT_MAX_MAPS];   /* mode 3: the buffer's bytes */
     uint32_t record_bytes[NT_MAX_MAPS], cap[NT_MAX_MAPS];

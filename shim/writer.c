@@ -181,6 +181,59 @@ static int64_t append_frame(const nt_job *j, char *const *data) {
     return (int64_t)start;
 }
 
+/* A count-sized map's ring (map header word cap_is_count = 2, neutrino.maps.RING_SECTION) holds
+ * records only in its first min(head, cap) slots: the frame gets the ring of that many slots (its
+ * tags and records moved together in the staged copy, the header's cap, offsets and sizes
+ * rewritten), not the whole device ring. The head stays, so dropped = head - cap still holds.
+ * Returns `j` itself when it has no ring, else `c` (a copy of it whose header is `hdr`). */
+#define FRAME_HEADER 48
+#define MAP_HEADER 112
+#define FIELD_DESC 40
+#define RING_SECTION 2
+static uint64_t ring_records_at(uint64_t slots) { return (16 + 4 * slots + 15) / 16 * 16; }
+
+static const nt_job *trim_rings(const nt_job *j, char *const *data, nt_job *c, unsigned char *hdr) {
+    const unsigned char *h = j->header;
+    uint64_t at_header[NT_MAX_MAPS], pos = FRAME_HEADER;
+    int rings = 0;
+    if (!h || !data || j->n_maps > NT_MAX_MAPS || j->header_len > NT_MAX_HEADER) return j;
+    for (uint32_t m = 0; m < j->n_maps; m++) {
+        uint32_t n_fields, word;
+        if (pos + MAP_HEADER > j->header_len) return j;
+        memcpy(&word, h + pos + 76, 4);
+        memcpy(&n_fields, h + pos + 88, 4);
+        rings |= word == RING_SECTION;
+        at_header[m] = pos;
+        pos += MAP_HEADER + (uint64_t)FIELD_DESC * n_fields;
+    }
+    if (!rings) return j;
+    *c = *j;
+    memcpy(hdr, h, j->header_len);
+    c->header = hdr;
+    uint64_t at = j->n_maps ? j->offsets[0] : 0;
+    for (uint32_t m = 0; m < j->n_maps; m++) {
+        unsigned char *mh = hdr + at_header[m];
+        uint32_t word, cap, record_bytes;
+        memcpy(&word, mh + 76, 4);
+        memcpy(&cap, mh + 72, 4);
+        memcpy(&record_bytes, mh + 68, 4);
+        if (word == RING_SECTION && j->sizes[m] == ring_records_at(cap) + (uint64_t)cap * record_bytes) {
+            uint64_t head;
+            memcpy(&head, data[m], 8);
+            uint32_t slots = head < cap ? (uint32_t)head : cap;
+            memmove(data[m] + ring_records_at(slots), data[m] + ring_records_at(cap), (uint64_t)slots * record_bytes);
+            c->sizes[m] = ring_records_at(slots) + (uint64_t)slots * record_bytes;
+            memcpy(mh + 72, &slots, 4);
+        }
+        c->offsets[m] = at;
+        memcpy(mh + 96, &at, 8);
+        memcpy(mh + 104, &c->sizes[m], 8);
+        at = (at + c->sizes[m] + NT_ALIGN - 1) / NT_ALIGN * NT_ALIGN;
+    }
+    c->frame_size = at;
+    return c;
+}
+
 static pthread_mutex_t wstreams_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int contexts_forgotten;  /* the writer thread must set its context again */
 
@@ -337,6 +390,8 @@ static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
     int synced = ws && stream_sync(ws) == 0;
     wcalls++;
     t2 = wnow();
+    static unsigned char trimmed_header[NT_MAX_HEADER];  /* the writer's thread only */
+    nt_job trimmed;
     for (unsigned i = 0; i < n; i++) {
         const nt_job *j = &jobs[i]->job;
         if (!copied[i]) continue;
@@ -344,6 +399,7 @@ static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
         float ms = 0;
         if (!j->untimed && ev_elapsed && (wcalls++, ev_elapsed(&ms, j->ev_start, j->ev_end) == 0))
             recs[i].duration_ns = (double)ms * 1e6;
+        j = trim_rings(j, data[i], &trimmed, trimmed_header);
         int64_t off = append_frame(j, data[i]);
         if (off < 0) recs[i].status = 3;  /* the file write failed */
         else { recs[i].offset = (uint64_t)off; recs[i].frame_size = j->frame_size; }

@@ -213,11 +213,14 @@ def test_runtime_falls_back_when_parameters_do_not_fit(tmp_path):
 
 
 @pytest.mark.parametrize("taken_by", ["global", "entry"])
-def test_runtime_launches_the_counting_entry_it_was_told(tmp_path, taken_by):
+def test_runtime_launches_the_counting_entry_it_was_told(tmp_path, monkeypatch, taken_by):
     """The module already has a `saxpy4__nt_count`: ours is `saxpy4__nt_count_1`, found through kernel.json.
     An entry of that name is left out of the text instrumented for saxpy4 (entry_only): ours may
-    then take the name, and is still the one launched."""
-    from test_runtime_core import COUNT_PROBE, VEC_PTX, finish, make_runtime, req
+    then take the name, and is still the one launched (code of the counting protocol: kernel.json
+    without the ring layout)."""
+    from test_runtime_core import COUNT_PROBE, VEC_PTX, finish, make_runtime, req, without_ring_layout
+
+    without_ring_layout(monkeypatch)
 
     rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE)
     if taken_by == "global":

@@ -477,50 +477,148 @@ before = """SAVE [ mem ] {ADDR};"""
 '''
 
 
-def test_count_sized_map(tmp_path):
-    """cap = "count": the counting kernel runs first, the buffer gets cap = max(counts)."""
-    rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE)
-    grid, block = (2, 1, 1), (32, 1, 1)
-    units = nt.units_for("thread", grid, block)
+def without_ring_layout(monkeypatch):
+    """kernel.json as code built before the device ring wrote it: count-sized maps without `layout`."""
+    from neutrino.probe_model import MapSpec
 
-    def count_kernel(drv_, req_, params, name):
-        counts = (C.c_uint32 * units).from_address(param_u64(params, 4))
-        for u in range(units):
-            counts[u] = u % 3
+    to_json = MapSpec.to_json
+    monkeypatch.setattr(MapSpec, "to_json", lambda self: {k: v for k, v in to_json(self).items() if k != "layout"})
 
+
+def ring_kernel(tries, launched=None):
+    """A fake probed kernel writing a count-sized map's ring as the device does (passes/ring.py):
+    unit u tries `tries(u, grid)` records 1000 * u + j, the units' reservations interleaved (round
+    by round), each a slot from the head; a slot past `cap` is not written, only counted in the head."""
     def probed(drv_, req_, params, name):
         from fakedriver import param_u32
 
+        units = nt.units_for("thread", req_.grid, req_.block)
         buf, cap = param_u64(params, 4), param_u32(params, 5)
-        assert cap == 2
-        counts = (C.c_uint32 * units).from_address(buf)
-        recs = (C.c_uint64 * (units * cap)).from_address(buf + nt.align(4 * units, 16))
-        for u in range(units):
-            counts[u] = u % 3
-            for j in range(min(u % 3, cap)):
-                recs[u * cap + j] = 1000 * u + j
+        head = C.c_uint64.from_address(buf)
+        tags = (C.c_uint32 * cap).from_address(buf + nt.RING_HEADER)
+        recs = (C.c_uint64 * cap).from_address(buf + nt.ring_records_offset(cap))
+        want = [tries(u, req_.grid) for u in range(units)]
+        for j in range(max(want, default=0)):
+            for u in range(units):
+                if j < want[u]:
+                    slot = head.value
+                    head.value += 1
+                    if slot < cap:
+                        tags[slot], recs[slot] = u, 1000 * u + j
+        if launched is not None:
+            launched.append(cap)
+    return probed
 
-    drv.kernel_impl["saxpy4__nt_count"] = count_kernel
-    drv.kernel_impl["saxpy4"] = probed
+
+def test_count_sized_map_writes_a_ring_without_counting(tmp_path):
+    """cap = "count": no counting launch; the kernel reserves slots in the launch's ring. The first
+    launch's ring has --ring-records slots per unit and its head is read back (the one
+    synchronisation): the next launches' rings have a quarter more than it needed per unit, and no
+    synchronisation. Records that fit read back exactly, each unit's in the order it wrote them."""
+    rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE)
+    grid, block = (2, 1, 1), (32, 1, 1)
+    units = nt.units_for("thread", grid, block)
+    caps = []
+    drv.kernel_impl["saxpy4"] = ring_kernel(lambda u, g: u % 3, caps)
     load_saxpy(rt)
-    r, keep = req(grid=grid, block=block)
-    assert rt.on_launch(r) == 0
+    keep = []
+    for _ in range(3):
+        r, params = req(grid=grid, block=block)
+        keep.append(params)
+        assert rt.on_launch(r) == 0
     finish(rt)
     names = [drv.functions[f][1] for _, f, *_ in drv.launches]
-    assert names == ["saxpy4__nt_count", "saxpy4"]
-    assert drv.syncs == 1  # sizing needs the counts on the host: one stream sync
+    assert names == ["saxpy4"] * 3 and drv.syncs == 1
+    need = sum(u % 3 for u in range(units))
+    assert caps == [nt.RING_RECORDS_PER_UNIT * units] + [nt.learned_slots_per_unit(need, units) * units] * 2
+    (sizing,) = events(rt, "ring_sizing")
+    assert sizing["slots_per_unit"] == {"mem": nt.learned_slots_per_unit(need, units)}
+    for la in nt.load(rt.trace.path).launches:
+        m = la.maps["mem"]
+        assert m.cap_is_count and m.dropped == 0 and m.cap == 2
+        assert list(m.counts) == [u % 3 for u in range(units)]
+        v = m.valid()
+        assert len(v) == need
+        assert list(v["addr"][:3]) == [1000, 2000, 2001] and list(v["unit"][:3]) == [1, 2, 2]
+    assert [e["dropped"] for e in events(rt, "launch")] == [{"mem": 0}] * 3
+
+
+def test_full_ring_counts_the_loss_and_never_waits(tmp_path):
+    """A launch trying more records than its ring holds writes the first `cap` reservations, drops
+    the rest and counts them (head - cap), without waiting or retrying; each unit keeps a prefix of
+    its records. Its head still says what it needed: the next launch's ring holds everything."""
+    rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE, ring_records=1)
+    grid, block = (2, 1, 1), (32, 1, 1)
+    units = nt.units_for("thread", grid, block)
+    drv.kernel_impl["saxpy4"] = ring_kernel(lambda u, g: 3 if u < 40 else 0)
+    load_saxpy(rt)
+    keep = []
+    for _ in range(2):
+        r, params = req(grid=grid, block=block)
+        keep.append(params)
+        assert rt.on_launch(r) == 0
+    finish(rt)
+    first, second = (la.maps["mem"] for la in nt.load(rt.trace.path).launches)
+    assert first.dropped == 3 * 40 - units and first.record_stats() == (units, 3 * 40 - units)
+    v = first.valid()
+    assert len(v) == units  # slots are taken round by round: units 0..39 get 2 records, the rest of round 2 is lost
+    for u in range(40):
+        got = list(v["addr"][v["unit"] == u])
+        assert got == [1000 * u + j for j in range(len(got))]  # a prefix, in order
+    assert second.dropped == 0 and len(second.valid()) == 3 * 40
+    assert [e["dropped"] for e in events(rt, "launch")] == [{"mem": 3 * 40 - units}, {"mem": 0}]
+
+
+def test_ring_is_bounded_by_the_buffer_budget(tmp_path):
+    """A ring takes at most a quarter of the buffer budget, however many units the launch has."""
+    budget = 64 << 10
+    rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE, buffer_budget=budget)
+    caps = []
+    drv.kernel_impl["saxpy4"] = ring_kernel(lambda u, g: 1, caps)
+    load_saxpy(rt)
+    r, keep = req(grid=(64, 1, 1), block=(256, 1, 1))
+    assert rt.on_launch(r) == 0
+    finish(rt)
+    assert caps == [nt.ring_slot_limit(8, budget // nt.RING_BUDGET_SHARE)]
+    assert nt.ring_bytes(caps[0], 8) <= budget // nt.RING_BUDGET_SHARE
     m = nt.load(rt.trace.path).launches[0].maps["mem"]
-    assert m.cap == 2 and m.cap_is_count and m.dropped == 0
-    v = m.valid()
-    assert len(v) == sum(u % 3 for u in range(units))
-    assert list(v["addr"][:3]) == [1000, 2000, 2001]
+    assert m.dropped == 64 * 256 - caps[0] and len(m.valid()) == caps[0]
 
 
-def test_counted_caps_are_reused_and_overflow_is_counted(tmp_path):
-    """--recount-every 3: the counting kernel runs at the first launch of a grid and block and at
-    every third after; launches in between reuse its caps (no counting launch, no sync). A launch
-    that needs more records than the reused cap keeps cap records per unit and counts the rest as
-    dropped; a new grid is counted at once."""
+def test_ring_sizing_waits_for_a_launch_with_records(tmp_path):
+    """A first launch that saved nothing says nothing about the need: the heads of the next
+    launches are read back, up to RING_LEARN_LAUNCHES of them, until one saved records."""
+    rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE)
+    grid, block = (2, 1, 1), (32, 1, 1)
+    units = nt.units_for("thread", grid, block)
+    caps, calls = [], {"n": 0}
+
+    def tries(u, g):
+        return 0 if calls["n"] < 2 * units else 2
+
+    probed = ring_kernel(tries, caps)
+
+    def kernel(drv_, req_, params, name):
+        probed(drv_, req_, params, name)
+        calls["n"] += units
+    drv.kernel_impl["saxpy4"] = kernel
+    load_saxpy(rt)
+    keep = []
+    for _ in range(4):
+        r, params = req(grid=grid, block=block)
+        keep.append(params)
+        assert rt.on_launch(r) == 0
+    finish(rt)
+    assert drv.syncs == 3  # launches 0 and 1 saved nothing; launch 2 did
+    first = nt.RING_RECORDS_PER_UNIT * units
+    assert caps == [first] * 3 + [nt.learned_slots_per_unit(2 * units, units) * units]
+
+
+def test_code_built_before_the_ring_still_counts(tmp_path, monkeypatch):
+    """kernel.json without `layout: "ring"` (probed code from before the device ring, from the code
+    cache): the counting kernel sizes its launches as before, --recount-every N of them; a reused
+    cap that is too small keeps cap records per unit and counts the rest as dropped."""
+    without_ring_layout(monkeypatch)
     rt, drv, _ = make_runtime(tmp_path, probe=COUNT_PROBE, recount_every=3)
     block = (32, 1, 1)
     extra = {"n": 0}  # records per thread beyond the counted u % 3 (the kernel's data changed)
@@ -587,9 +685,13 @@ before = "SAVE.u64 {ADDR, ADDR};"
 '''
 
 
-def test_count_sized_maps_with_device_only_buffers(tmp_path):
-    """With the native writer the pool's buffers have no pinned memory: the counting
-    kernel's counts come back through a staging buffer of the enqueuer's."""
+@pytest.mark.parametrize("ring", [True, False])
+def test_count_sized_maps_with_device_only_buffers(tmp_path, monkeypatch, ring):
+    """With the native writer the pool's buffers have no pinned memory: the first launch's ring
+    heads, and the counting kernel's counts of code from before the ring (no `layout` in
+    kernel.json), come back through a staging buffer of the enqueuer's, after one sync."""
+    if not ring:
+        without_ring_layout(monkeypatch)
     rt, drv, _ = make_runtime(tmp_path, probe=MEM_COUNT)
     rt.pool.host = False
     rt.enqueuer.copy_back = False
@@ -597,6 +699,6 @@ def test_count_sized_maps_with_device_only_buffers(tmp_path):
     r, keep = req()
     assert rt.on_launch(r) == 0
     assert not events(rt, "fallback")
-    assert drv.syncs == 1  # the counting kernel's one synchronisation
+    assert drv.syncs == 1  # the ring heads' or the counting kernel's one synchronisation
     rt.writer.submit = lambda flight: rt.pool.release(flight.slots)  # no host copies to write here
     finish(rt)

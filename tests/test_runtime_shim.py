@@ -122,9 +122,9 @@ def test_preload_without_cuda_is_harmless(shim):
     assert r.returncode == 0 and r.stdout.strip() == "None"
 
 
-def _run_under_fake(tmp_path, fakecuda, command, *extra):
+def _run_under_fake(tmp_path, fakecuda, command, *extra, probe_text=BLOCK_SCHED):
     probe = tmp_path / "bs.toml"
-    probe.write_text(BLOCK_SCHED)
+    probe.write_text(probe_text)
     log = tmp_path / "fake.log"
     env = {"LD_LIBRARY_PATH": str(fakecuda), "FAKECUDA_LOG": str(log), "FAKECUDA_BUFPARAM": "4",
            "NEUTRINO_CACHE_DIR": str(tmp_path / "cache")}
@@ -372,3 +372,51 @@ def test_fast_path_other_streams_wait_for_a_new_rings_memset(tmp_path, fakecuda,
     t = nt.load(tmp_path / "trace")
     assert [la.index for la in t.launches] == list(range(6))
     assert all(list(la.maps["block_sched"].valid()["unit"]) == list(range(8)) for la in t.launches)
+
+
+COUNT_PROBE = '''
+[map.mem]
+level = "thread"
+cap = "count"
+fields = ["addr:u64"]
+
+[probe.rec]
+position = "ld.global"
+level = "thread"
+before = """SAVE [ mem ] {ADDR};"""
+'''
+
+
+@pytest.mark.parametrize("tries, per_unit", [(3, 4), (3, 2)], ids=["fits", "full"])
+def test_fast_path_count_sized_ring(tmp_path, fakecuda, shim, monkeypatch, tries, per_unit):
+    """A count-sized map takes the C path (no counting kernel). The first launch (Python) has
+    --ring-records slots per unit; its head, read back once, sizes the plan's rings (a quarter more
+    than needed per unit: neutrino.maps.learned_slots_per_unit), which the C path computes per
+    launch as neutrino.maps.ring_slots does and passes as the cap; the writer hands each ring back
+    zeroed, so every launch's head starts at 0. A ring that fits reads back exactly; a full one keeps
+    the first `cap` reservations and counts the rest as dropped. The writer writes only the slots
+    a launch used."""
+    monkeypatch.setenv("FAKECUDA_RING", str(tries))
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                              "--ring-records", str(per_unit), probe_text=COUNT_PROBE)
+    assert rc == 0 and log == ["saxpy4 probed=1 grid=4"] * 6
+    t = nt.load(tmp_path / "trace")
+    assert [e["kernel"] for e in t.events if e["event"] == "fast_path"] == ["saxpy4"]
+    units = 4 * 64
+    first = nt.ring_slots(units, 8, per_unit, 1 << 28)
+    later = nt.ring_slots(units, 8, nt.learned_slots_per_unit(tries * units, units), 1 << 28)
+    for la, cap in zip(t.launches, [first] + [later] * 5):
+        m = la.maps["mem"]
+        lost = max(tries * units - cap, 0)
+        assert m.dropped == lost and len(m.valid()) == min(cap, tries * units)
+        v = m.valid()
+        for u in (0, 1, units - 1):
+            got = list(v["addr"][v["unit"] == u])
+            assert got == [1000 * u + j for j in range(len(got))]
+        if not lost:
+            assert list(m.counts) == [tries] * units
+    # trim_rings (writer.c): a frame holds a ring of min(head, cap) slots, not the whole device ring
+    (result,) = (tmp_path / "trace").glob("*/result/*.ntr")
+    used = tries * units
+    frames = [nt.align(256 + nt.ring_bytes(min(used, cap), 8), 64) for cap in [first] + [later] * 5]
+    assert result.stat().st_size <= sum(frames) < 6 * nt.align(256 + nt.ring_bytes(later, 8), 64)

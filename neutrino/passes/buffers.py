@@ -32,6 +32,7 @@ from neutrino.passes.lower_save import GATE_OFFSET, GATE_REGISTER, map_register
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.param_space import check_param_space
 from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.passes.ring import is_ring_map, ring_pointers
 from neutrino.passes.save_core import COUNT_BYTES, RECORDS_ALIGN, address_maps, record_stride
 from neutrino.maps import STRIPES, stripe_row_bytes
 
@@ -164,6 +165,9 @@ class _Prologue:
 
     def map_pointers(self, spec, unit: str, units: str) -> None:
         """An array map: this unit's counts pointer, records pointer and zero cursor (the buffer is loaded)."""
+        if is_ring_map(spec, self.state.counting):  # cap = "count": one ring for the launch (passes/ring.py)
+            ring_pointers(self, spec, unit, param_names("", spec.name)[1])
+            return
         buf = map_register(self.state, "buf", spec, "b64")
         cnt = map_register(self.state, "cnt", spec, "b64")
         rec = map_register(self.state, "rec", spec, "b64")

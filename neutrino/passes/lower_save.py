@@ -42,6 +42,7 @@ from neutrino.passes.address_spaces import generic_spaces
 from neutrino.passes.build import insn, splice
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
+from neutrino.passes.ring import is_ring_map, ring_record
 from neutrino.passes.save_core import lower_exit_counts, lower_record, lower_sum
 from neutrino.passes.shared_agg import stage_counters
 from neutrino.passes.target import version_reachable
@@ -328,6 +329,8 @@ class _Lowerer:
         return code
 
     def record_store(self, spec: MapSpec, guard: ir.Guard | None) -> list[ir.Instruction]:
+        if is_ring_map(spec, self.state.counting):  # cap = "count": the launch's ring (passes/ring.py)
+            return ring_record(self, spec, self.field_registers(spec), guard, self.sm >= WARP_SM)
         return lower_record(self, spec, self.field_registers(spec), guard)
 
     # -- the primitives of the ISA-neutral SAVE lowering (passes/save_core.py, isa/interface.py SavePrimitives).
@@ -456,7 +459,8 @@ class _Lowerer:
         return out
 
     def store_counts(self, edits: dict[int, tuple]) -> None:
-        maps = [self.probes.maps[m] for m in self.state.maps if self.probes.maps[m].type == "array"]
+        maps = [self.probes.maps[m] for m in self.state.maps
+                if self.probes.maps[m].type == "array" and not is_ring_map(self.probes.maps[m], self.state.counting)]
         if not maps:
             return
         for anchor in self.state.exits:

@@ -400,7 +400,8 @@ ATOMIC_OPCODES = frozenset({"atom", "red"})
 
 
 def check_engine_atomics(name: str, state, probe_file: "ProbeFile") -> None:
-    """Atomics are admitted only where SAVE lowering put them: into a sum/hist map's counters.
+    """Atomics are admitted only where SAVE lowering put them: into a sum/hist map's counters, or
+    the head of a count-sized map's ring (passes/ring.py).
 
     A probe snippet cannot contain `atom`/`red` (the snippet rules refuse them,
     located); this checks the lowered kernel: every atomic we added must come
@@ -413,6 +414,8 @@ def check_engine_atomics(name: str, state, probe_file: "ProbeFile") -> None:
         if spec.type != "array":
             allowed.add(f"{state.prefix}buf_{spec.name}")
             allowed.add(f"{state.prefix}hoff_{spec.name}")
+        elif spec.cap == "count" and not state.counting:  # the ring's head, at the buffer's start
+            allowed.add(f"{state.prefix}buf_{spec.name}")
     for insn in ir.instructions(state.function.body):
         if insn.origin is None or insn.opcode.base not in ATOMIC_OPCODES:
             continue
@@ -421,7 +424,7 @@ def check_engine_atomics(name: str, state, probe_file: "ProbeFile") -> None:
         if insn.origin == STAGING_ORIGIN and base in {state.prefix + r for r in STAGING_REGISTERS}:
             continue  # the staging step's exit counter and its copy of a staged map's counters into that map's row
         if insn.origin != LOWERING_ORIGIN or base not in allowed:  # only SAVE lowering emits atomics
-            raise InstrumentError(f"{name}: {insn.opcode} from {insn.origin} writes {address}, which is not the counters of a sum or hist map")
+            raise InstrumentError(f"{name}: {insn.opcode} from {insn.origin} writes {address}, which is not the counters of a sum or hist map nor a ring's head")
 
 
 def expected_widths(insn: ir.Instruction) -> list[tuple[ir.Operand, int | str | None]]:

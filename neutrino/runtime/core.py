@@ -30,6 +30,7 @@ from collections import Counter
 
 import attrs
 
+from neutrino import maps as tracefmt
 from neutrino.errors import NeutrinoError
 from neutrino.runtime.launch_path.attribution import Attributor
 from neutrino.runtime.driver import (
@@ -112,7 +113,8 @@ class Runtime:
         self.registry = Registry(ptx_finder or _default_ptx_finder(), self.devices.current_arch, options.wants,
                                  self.compiled, named=options.names)
         self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.devices.arch,
-                                     benchmark=options.benchmark, phases=self.phases)
+                                     benchmark=options.benchmark, phases=self.phases,
+                                     ring=(options.ring_records, options.buffer_budget // tracefmt.RING_BUDGET_SHARE))
         self.kernels.prebuild = _prebuilder(drv, self.kernels, options)
         self.pool = BufferPool(drv, options.buffer_budget, host=not native_writer)
         self.trace_budget = ByteBudget(options.trace_budget)

@@ -459,6 +459,21 @@ static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
         buf &= ~1ull;
         if (*(uint32_t *)(uintptr_t)(buf - 8)) return;
     }
+    const char *ring = getenv("FAKECUDA_RING");
+    if (ring) { /* a count-sized thread map's ring (passes/ring.py): each thread tries FAKECUDA_RING records,
+                 * u64 1000 * unit + j, reserved round by round from the head; slots past cap are lost */
+        uint32_t cap = *(uint32_t *)params[atoi(bp) + 1];
+        unsigned threads = gx * gy * gz * bx * by * bz, tries = (unsigned)atoi(ring);
+        uint64_t *head = (uint64_t *)(uintptr_t)buf;
+        uint32_t *tags = (uint32_t *)(uintptr_t)(buf + 16);
+        uint64_t *rrecs = (uint64_t *)(uintptr_t)(buf + (16 + 4 * (uint64_t)cap + 15) / 16 * 16);
+        for (unsigned j = 0; j < tries; j++)
+            for (unsigned u = 0; u < threads; u++) {
+                uint64_t slot = (*head)++;
+                if (slot < cap) { tags[slot] = u; rrecs[slot] = 1000ull * u + j; }
+            }
+        return;
+    }
     unsigned warps = (bx * by * bz + 31) / 32, units = gx * gy * gz * warps;
     uint32_t *counts = (uint32_t *)(uintptr_t)buf;
     char *recs = (char *)(uintptr_t)buf + ((4 * units + 15) / 16) * 16;

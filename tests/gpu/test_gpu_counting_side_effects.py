@@ -3,8 +3,8 @@
 workloads/counting_side_effects.cu: three launches of a kernel that calls a
 `__noinline__` device function doing an atomicAdd on a global counter, a global
 read-modify-write and printf (thread 0), and does a read-modify-write of its
-own. Run plain and under dmat and program_progress (whose maps are sized by a
-counting launch before each real one): the counter and both arrays must be
+own. Run plain and under dmat and program_progress (count-sized maps: once sized by a
+counting launch before each real one, now written into a device ring): the counter and both arrays must be
 bitwise identical to the plain run's, and printf's lines must appear exactly
 as often, once per launch.
 """
@@ -65,7 +65,7 @@ def test_counting_tools_leave_results_and_output_unchanged(program, tmp_path, to
     plain = run_plain([str(program), str(tmp_path / "plain.bin")], env)
     r, trace = run_probed(tool, [str(program), str(tmp_path / f"{tool}.bin")], tmp_path / tool, env)
     print(f"[counting_side_effects {tool}] {len(trace.launches)} launches, fallbacks {fallbacks(trace)}")
-    # Probed, not fallen back: the counting variant ran before each launch.
+    # Probed, not fallen back.
     assert not fallbacks(trace), fallbacks(trace)
     assert [la.kernel for la in trace.launches] == [KERNEL] * LAUNCHES
     assert all(tool in la.maps for la in trace.launches)
@@ -79,4 +79,5 @@ def test_counting_tools_leave_results_and_output_unchanged(program, tmp_path, to
         for la in trace.launches:
             counts = np.asarray(la.maps["dmat"].counts)
             assert counts.size == N and (counts == 2).all(), np.unique(counts)
-            assert len(la.maps["dmat"].valid()) == 2 * N  # every record fitted: the counting run sized the buffer
+            assert len(la.maps["dmat"].valid()) == 2 * N  # every record fitted in the launch's ring
+            assert la.maps["dmat"].dropped == 0

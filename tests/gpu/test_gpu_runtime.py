@@ -165,7 +165,7 @@ def test_launch_filter_and_memusage(tmp_path):
 
 
 def test_count_sized_map_nvcc(tmp_path, nvcc_programs):
-    """cap = "count": counting kernel first, then every load address of saxpy4 recorded, none dropped."""
+    """cap = "count": one device ring per launch (no counting kernel), every load address of saxpy4 recorded, none dropped."""
     env = base_env(tmp_path)
     exe = str(nvcc_programs["static"])
     run_plain([exe, str(tmp_path / "plain.bin")], env)

@@ -60,15 +60,26 @@ class MapLayout:
     zero_bytes: int  # what must be zero before the launch: the counts (array maps) or everything
 
 
-def map_layouts(maps: list[dict], grid, block, caps: dict[str, int]) -> tuple[MapLayout, ...]:
+def map_layouts(maps: list[dict], grid, block, caps: dict[str, int],
+                ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28),
+                learned: dict[str, int] | None = None) -> tuple[MapLayout, ...]:
+    """The buffers of one launch; `ring`: (slots per unit, most bytes) of a count-sized map's ring,
+    `learned`: slots per unit of the rings whose need an earlier launch showed (map name → slots)."""
     out = []
     for m in maps:
         cap = caps.get(m["name"], m["cap"])
-        if not isinstance(cap, int):
+        if tracefmt.is_ring(m):
+            units = tracefmt.units_for(m["level"], grid, block, int(m.get("lanes", 32)))
+            per_unit = (learned or {}).get(m["name"], ring[0])
+            cap = tracefmt.ring_slots(units, int(m["record_bytes"]), per_unit, ring[1])
+        elif not isinstance(cap, int):
             cap = 1
         units, size = tracefmt.map_buffer_bytes(m, grid, block, cap)
-        # Records past a unit's count are never read: an array map needs only its counts zeroed.
+        # Records past a unit's count are never read: an array map needs only its counts zeroed
+        # (a ring's slots past its head likewise, but the C path zeroes whole regions anyway).
         zero = tracefmt.align(4 * units, 16) if m.get("type", "array") == "array" else size
+        if tracefmt.is_ring(m):
+            zero = tracefmt.RING_HEADER
         out.append(MapLayout(m, units, cap, size, zero))
     return tuple(out)
 
@@ -83,10 +94,12 @@ class LaunchShape:
     map_headers: tuple[int, ...]  # where each map's header lies in the frame (the C path patches them)
 
 
-def launch_shape(maps: list[dict], grid, block, caps: dict[str, int]) -> LaunchShape:
+def launch_shape(maps: list[dict], grid, block, caps: dict[str, int], ring=None, ring_learned=None) -> LaunchShape:
     """The maps' layouts for one launch shape, then the frame they make (one way down: the layout
-    maths is the trace's, neutrino.maps and neutrino.trace_writer)."""
-    layouts = map_layouts(maps, grid, block, caps)
+    maths is the trace's, neutrino.maps and neutrino.trace_writer). `ring`, `ring_learned`: how
+    count-sized maps' device rings are sized (neutrino.maps.map_layouts)."""
+    layouts = (map_layouts(maps, grid, block, caps) if ring is None
+               else map_layouts(maps, grid, block, caps, ring, ring_learned))
     frame = trace_writer.frame_layout([tracefmt.MapSection.of(lay.map, lay.units, lay.cap, b"") for lay in layouts])
     return LaunchShape(layouts, tuple(size_class(lay.size) for lay in layouts), frame.size, frame.map_headers)
 
@@ -106,6 +119,9 @@ class ProbedKernel:
     attrs_checked: bool = False  # the original's attributes were copied at least once
     cost_recorded: bool = False  # its `probe_cost` event was written (probe_cost.py)
     counted: dict = attrs.Factory(dict)  # (grid, block) -> (caps of its last counting launch, launches sized by them)
+    ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28)  # count-sized maps' rings: slots per unit, most bytes
+    ring_learned: dict = attrs.Factory(dict)  # map name → slots per unit, from a launch's head (core._learn_rings)
+    ring_learning: int = 0  # launches whose ring heads were read back so far
     modules: tuple = ()  # the modules of ours it lives in (probed code, baseline): unloaded after the program's
     _layouts: dict = attrs.Factory(dict)
     _param_plan: tuple | None = None
@@ -117,6 +133,31 @@ class ProbedKernel:
     @property
     def count_sized(self) -> bool:
         return any(m["cap"] == "count" for m in self.info["maps"])
+
+    @property
+    def has_rings(self) -> bool:
+        return any(tracefmt.is_ring(m) for m in self.info["maps"])
+
+    @property
+    def sizing_rings(self) -> bool:
+        """Whether this launch's ring heads are read back to size the next launches: until a launch
+        saved records, at most RING_LEARN_LAUNCHES launches (one synchronisation each)."""
+        return self.has_rings and not self.ring_learned and self.ring_learning < tracefmt.RING_LEARN_LAUNCHES
+
+    def learn_rings(self, heads: dict[str, int], layouts) -> None:
+        """Size the next launches' rings from this one's heads (when it saved any record)."""
+        self.ring_learning += 1
+        if not any(heads.values()):
+            return
+        units = {lay.map["name"]: lay.units for lay in layouts}
+        self.ring_learned = {name: tracefmt.learned_slots_per_unit(head, units[name]) for name, head in heads.items()}
+        self._layouts.clear()
+
+    @property
+    def needs_counting(self) -> bool:
+        """Whether a launch is sized by the counting kernel first: count-sized maps of code built
+        before the device ring (kernel.json without `layout: "ring"`); rings need none."""
+        return bool(self.count_func) and any(m["cap"] == "count" and not tracefmt.is_ring(m) for m in self.info["maps"])
 
     @property
     def original_params_type(self):
@@ -137,7 +178,7 @@ class ProbedKernel:
         key = (grid, block)
         got = None if caps else self._layouts.get(key)  # sized by a counting run: not worth remembering
         if got is None:
-            got = launch_shape(self.info["maps"], grid, block, caps or {})
+            got = launch_shape(self.info["maps"], grid, block, caps or {}, self.ring, self.ring_learned)
             if not caps:
                 if len(self._layouts) >= MAX_LAYOUTS:
                     self._layouts.clear()
@@ -154,11 +195,13 @@ class KernelBuilder:
     itself, not its id(): a record forgotten with its module (registry.py) must never
     hand its probed code to a later record that got the same id."""
 
-    def __init__(self, drv, engine, cache, trace, probes, arch, *, benchmark: bool = False, phases=None):
+    def __init__(self, drv, engine, cache, trace, probes, arch, *, benchmark: bool = False, phases=None,
+                 ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28)):
         self.drv, self.engine, self.cache, self.trace, self.probes = drv, engine, cache, trace, probes
         self.phases = phases if phases is not None else PhaseClock()  # cache_lookup, instrument, jit... (phases.py)
         self.arch = arch  # ctx -> (major, minor) of its device
         self.benchmark = benchmark
+        self.ring = ring  # count-sized maps' rings: (slots per unit of a launch, most bytes of one)
         self._lock = threading.RLock()
         self._built: dict[tuple[int, object], ProbedKernel] = {}  # (ctx, FuncRec) -> its probed code
         self._refused: dict[tuple[int, object], str] = {}  # (ctx, kernel) whose PTX this device cannot run
@@ -269,7 +312,8 @@ class KernelBuilder:
         self.trace.event("instrument", kernel=rec.name, kernel_dir=kdir, cache=built.where if built else where,
                          seconds=round(seconds, 6), sites=info.get("sites"), skipped=len(info.get("skipped", ())),
                          **background)
-        pk = ProbedKernel(rec.name, func, count_func, info, kdir, ctx=ctx, globals=gvars, modules=(module,))
+        pk = ProbedKernel(rec.name, func, count_func, info, kdir, ctx=ctx, globals=gvars, modules=(module,),
+                          ring=self.ring)
         if self.benchmark:
             pk.baseline, pk.baseline_globals, baseline_module = self._baseline(rec, arch)
             pk.modules = (module, baseline_module)

@@ -19,6 +19,7 @@ import threading
 
 import attrs
 
+from neutrino import maps as tracefmt
 from neutrino.runtime.driver import DEV_ATTR_L2_SIZE, DriverError
 from neutrino.runtime.launch_path.pool import Slot
 from neutrino.runtime.instrument.probed import Fallback, MapLayout, ProbedKernel, copy_globals_in, copy_globals_out
@@ -190,6 +191,17 @@ class Enqueuer:
             caps[lay.map["name"]] = max(max(counts) if lay.units else 1, 1)
             at += 4 * lay.units
         return caps
+
+    def ring_heads(self, layouts, slots, stream: int) -> dict[str, int]:
+        """The heads of a launch's rings (records each tried to reserve), once its stream is done:
+        a kernel's first launch sizes its next ones with them (core.py, `_learn_rings`). Synchronises."""
+        rings = [(lay, slot) for lay, slot in zip(layouts, slots) if tracefmt.is_ring(lay.map)]
+        addr, view = self._counts_staging(8 * len(rings))
+        for i, (_, slot) in enumerate(rings):
+            self.drv.memcpy_dtoh_async(addr + 8 * i, slot.device, 8, stream)
+        self.drv.stream_synchronize(stream)
+        heads = view[: 8 * len(rings)].cast("Q")
+        return {lay.map["name"]: int(heads[i]) for i, (lay, _) in enumerate(rings)}
 
     def _counts_staging(self, size: int) -> tuple[int, memoryview]:
         """Pinned memory for the counting kernel's counts (pool slots may have none), grown by doubling.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes as C
 
+from neutrino import maps as tracefmt
 from neutrino.runtime.driver import COPIED_FUNC_ATTRS, LAUNCH_EX, LAUNCH_EX_PTSZ, LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ
 
 MAX_MAPS = 16  # NT_MAX_MAPS of shim/writer.h
@@ -24,6 +25,7 @@ MAX_HEADER = 65536
 MAX_PARAMS = 256
 UNITS_MODE = {"thread": 0, "warp": 1, "block": 2}
 FIXED = 3
+RING = 4  # + the level's mode: a count-sized map's ring, `cap` slots per unit, at most `fixed_units` slots
 
 
 class NtPlan(C.Structure):
@@ -89,12 +91,15 @@ class FastPath:
                       n_maps=len(shape.layouts), max_shared=max_shared, fd=fd, kernel_id=kernel_id,
                       header_template=header, header_len=len(header))
         for i, lay in enumerate(shape.layouts):
-            if lay.map.get("type", "array") == "array":
+            if tracefmt.is_ring(lay.map):  # the C path sizes the ring per launch as ring_slots does
+                plan.units_mode[i] = RING + UNITS_MODE[lay.map["level"]]
+                plan.fixed_units[i] = tracefmt.ring_slot_limit(lay.map["record_bytes"], pk.ring[1])
+            elif lay.map.get("type", "array") == "array":
                 plan.units_mode[i] = UNITS_MODE[lay.map["level"]]
             else:  # sum/hist: a fixed buffer whatever the grid
                 plan.units_mode[i], plan.fixed_units[i], plan.fixed_size[i] = FIXED, lay.units, lay.size
             plan.record_bytes[i] = lay.map["record_bytes"]
-            plan.cap[i] = lay.cap
+            plan.cap[i] = pk.ring_learned.get(lay.map["name"], pk.ring[0]) if tracefmt.is_ring(lay.map) else lay.cap
             plan.map_header_pos[i] = shape.map_headers[i]
         _, extra = pk.param_plan()
         plan.n_extra = len(extra)
@@ -133,11 +138,11 @@ def plan_refusal(req, pk, shape, header: bytes) -> str | None:
     """Why a kernel cannot take the C path, or None."""
     if req.kind not in (LAUNCH_KERNEL, LAUNCH_KERNEL_PTSZ, LAUNCH_EX, LAUNCH_EX_PTSZ):
         return "a cooperative launch"
-    if pk.count_func or pk.globals or pk.baseline:
+    if pk.needs_counting or pk.globals or pk.baseline:
         return "needs a counting kernel, mirrored globals or a baseline"
     if pk.n_params > MAX_PARAMS or len(shape.layouts) > MAX_MAPS or len(header) > MAX_HEADER:
         return "too many parameters or maps"
     for lay in shape.layouts:
-        if lay.map["level"] not in UNITS_MODE or not isinstance(lay.map["cap"], int):
+        if lay.map["level"] not in UNITS_MODE or not (isinstance(lay.map["cap"], int) or tracefmt.is_ring(lay.map)):
             return f"map {lay.map['name']} is not sized by the grid"
     return None

@@ -82,12 +82,14 @@ class ProbedLaunches:
             self.launches += 1
             if flight.bench is not None:
                 self.bench.setdefault(pk.name, []).append(flight.bench)
+        if pk.sizing_rings and flight.error is None:
+            self._learn_rings(pk, shape, slots, stream)
         if flight.bench is not None:
             self.trace.event("benchmark", kernel=pk.name, kernel_launch=req.index, baseline_ns=flight.bench[0],
                              probed_ns=flight.bench[1])
         try:  # results to the writer, a plan for the C path
             seq = self.writer.submit(flight)
-            if (self.fast is not None and not self.opt.benchmark and flight.error is None
+            if (self.fast is not None and not self.opt.benchmark and flight.error is None and not pk.sizing_rings
                     and self.registry.functions.get(req.func) is rec):  # not forgotten meanwhile
                 max_shared = self.fast.plan_later_launches(req, ctx, pk, shape, flight, self.writer)
                 if max_shared is not None:
@@ -102,10 +104,22 @@ class ProbedLaunches:
                 self.trace.event("launch_args", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
         return 0
 
+    def _learn_rings(self, pk, shape, slots, stream: int) -> None:
+        """A kernel's first launch (or first with records) sizes the rings of its next ones: its
+        heads are read back once it is done (one synchronisation; later launches have none)."""
+        try:
+            pk.learn_rings(self.enqueuer.ring_heads(shape.layouts, slots, stream), shape.layouts)
+        except Exception as e:  # noqa: BLE001 - the launch happened: its next rings keep the first size
+            pk.ring_learning = tracefmt.RING_LEARN_LAUNCHES
+            self.trace.event("ring_sizing", kernel=pk.name, reason=f"{type(e).__name__}: {e}")
+        else:
+            if pk.ring_learned:
+                self.trace.event("ring_sizing", kernel=pk.name, slots_per_unit=pk.ring_learned)
+
     def _reserve(self, pk, req, shape, stream: int, ctx: int):
         """(the launch's shape, its map buffers), with its trace bytes held: count-sized maps are
         sized by counting first (`_caps`). `Dropped` when a budget has no room for them."""
-        if pk.count_func:
+        if pk.needs_counting:  # code built before the device ring: count first
             shape = pk.shape(req.grid, req.block, self._caps(pk, req, shape, stream, ctx))
         self.writer.reclaim()
         if not self.trace_budget.reserve(shape.frame_bytes):

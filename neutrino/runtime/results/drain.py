@@ -134,7 +134,10 @@ class ResultWriter:
 
 
 def _records_dropped(lay, data) -> int:
-    """Records a map's units could not store (count beyond cap): the map's own lost counter."""
+    """Records a map's units could not store (count beyond cap): the map's own lost counter; for a
+    count-sized map's ring, the reservations past its last slot (its head beyond `cap`)."""
+    if tracefmt.is_ring(lay.map):
+        return max(tracefmt.ring_head(data) - lay.cap, 0)
     if not lay.units or lay.map.get("type", "array") != "array":
         return 0
     counts = tracefmt.np.frombuffer(data, "<u4", count=lay.units)

@@ -41,7 +41,7 @@ def benchmark_table(bench: dict[str, list[tuple[list[float], list[float]]]]) -> 
 def memusage_table(mem: dict[str, dict]) -> str:
     rows = [f"{'kernel':40s} {'launches':>8s} {'max bytes':>14s} {'total bytes':>14s}"]
     for name, m in sorted(mem.items()):
-        note = "  (+ count-sized maps: size known only after the counting kernel)" if m["count_sized"] else ""
+        note = "  (+ count-sized maps: their rings are sized at the launch)" if m["count_sized"] else ""
         rows.append(f"{_short(name):40s} {m['launches']:8d} {m['max_bytes']:14d} {m['total_bytes']:14d}{note}")
     return "\n".join(rows) + "\n"
 

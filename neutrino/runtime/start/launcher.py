@@ -31,6 +31,7 @@ from neutrino.runtime.start.options import (
     DEFAULT_TRACE_BUDGET,
     DEFAULT_RECOUNT_EVERY,
     DEFAULT_TIME_EVERY,
+    RING_RECORDS_PER_UNIT,
     ENV_OPTIONS,
     WHEN_FULL,
     WHILE_BUILDING,
@@ -90,7 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recount-every", type=_positive, default=DEFAULT_RECOUNT_EVERY, metavar="N",
                    help='cap = "count" maps: run the counting kernel for a kernel, grid and block once per N of its '
                         f'launches and reuse its caps in between (default {DEFAULT_RECOUNT_EVERY}; 1: count every '
-                        "launch). A launch needing more records than the cap drops them, counted")
+                        "launch). A launch needing more records than the cap drops them, counted. Only code "
+                        "built before the device ring counts (see --ring-records)")
+    p.add_argument("--ring-records", type=_positive, default=RING_RECORDS_PER_UNIT, metavar="N",
+                   help='cap = "count" maps: slots of a launch\'s device ring per unit of the launch (default '
+                        f'{RING_RECORDS_PER_UNIT}; at most a quarter of the buffer budget). Records past them '
+                        "are dropped and counted (the map's dropped)")
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="probe kernels launched into streams being captured into CUDA graphs, on every replay "
                         "(the default; --no-graphs: such launches run unprobed and are logged)")
@@ -168,6 +174,7 @@ def make_options(ns: argparse.Namespace) -> RuntimeOptions:
         when_full=ns.when_full,
         time_every=ns.time_every,
         recount_every=ns.recount_every,
+        ring_records=ns.ring_records,
         graphs=ns.graphs,
         timeline=ns.timeline,
         build_threads=max(ns.build_threads, 0),

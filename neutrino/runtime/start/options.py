@@ -62,7 +62,10 @@ DEFAULT_TIME_EVERY = 8  # the kernel's own time: a start event on every 8th prob
 # cap = "count" maps: the caps counted for a kernel, grid and block serve this many launches of them
 # before the counting kernel runs again (no counting launch or sync in between; a launch needing more
 # records than its cap drops the rest and its counts say how many: the trace's `dropped`)
-DEFAULT_RECOUNT_EVERY = 16
+DEFAULT_RECOUNT_EVERY = 16  # only code built before the device ring still counts (passes/ring.py)
+# slots per unit of a kernel's first ring (neutrino.maps.RING_RECORDS_PER_UNIT, which the launcher
+# must not import: it loads numpy; tests/test_ring.py checks they agree)
+RING_RECORDS_PER_UNIT = 1024
 # the launch of a kernel whose probed code is still being built in the background (prebuild.py):
 # waits for it (wait) or runs the original kernel (original)
 WHILE_BUILDING = ("wait", "original")
@@ -118,6 +121,9 @@ class RuntimeOptions:
     callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
     time_every: int = attrs.field(default=DEFAULT_TIME_EVERY, validator=attrs.validators.ge(1))
     recount_every: int = attrs.field(default=DEFAULT_RECOUNT_EVERY, validator=attrs.validators.ge(1))
+    # cap = "count" maps: slots of a launch's device ring per unit of the launch (at most a
+    # RING_BUDGET_SHARE of the buffer budget); reservations past them are dropped and counted
+    ring_records: int = attrs.field(default=RING_RECORDS_PER_UNIT, validator=attrs.validators.ge(1))
     graphs: bool = True  # probe kernels captured into CUDA graphs, on every replay (--no-graphs: leave them)
     timeline: bool = True  # every kernel, copy and memset through CUPTI (timeline.bin); --no-timeline: off
     verbosity: int = 0  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)

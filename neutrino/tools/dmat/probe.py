@@ -5,9 +5,9 @@ executes (the selector #memory.global: every spelling, not the async copies),
 the GPU's %globaltimer (ns, one clock for every SM) and the address it
 accesses, so the picture's time axis is in ns and exact across SMs. Traces of
 the earlier version (field `clock`, SM cycles of %clock64) are still read, on
-a cycle axis. The map has a dynamic cap:
-the runtime first counts the records of every thread and sizes the buffer for
-the largest count. Analysis: neutrino/tools/dmat/analysis.py (time x address density
+a cycle axis. The map has a dynamic cap: its records go into one device ring
+per launch, sized from the kernel's first launch (passes/ring.py; a full ring
+drops and counts the rest, nothing waits). Analysis: neutrino/tools/dmat/analysis.py (time x address density
 picture).
 
 For long kernels, sample: copy this file, count accesses in a register and
