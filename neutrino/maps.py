@@ -388,3 +388,48 @@ def frame_layout(maps: Sequence[MapSection]) -> FrameLayout:
         offsets.append(pos)
         pos = align(pos + m.size, SECTION_ALIGN)
     return FrameLayout(tuple(headers), tuple(offsets), pos)
+
+
+# ---------------------------------------------------------------- one launch's buffers and frame
+
+
+@attrs.frozen
+class MapLayout:
+    """One map's buffer for one launch shape (spec/kernel-json.md)."""
+
+    map: dict
+    units: int
+    cap: int
+    size: int
+    zero_bytes: int  # what must be zero before the launch: the counts (array maps) or everything
+
+
+def map_layouts(maps: list[dict], grid, block, caps: dict[str, int],
+                ring: tuple[int, int] = (RING_RECORDS_PER_UNIT, 1 << 28),
+                learned: dict[str, int] | None = None) -> tuple[MapLayout, ...]:
+    """The buffers of one launch; `ring`: (slots per unit, most bytes) of a count-sized map's ring,
+    `learned`: slots per unit of the rings whose need an earlier launch showed (map name → slots)."""
+    out = []
+    for m in maps:
+        cap = caps.get(m["name"], m["cap"])
+        if is_ring(m):
+            units = units_for(m["level"], grid, block, int(m.get("lanes", 32)))
+            per_unit = (learned or {}).get(m["name"], ring[0])
+            cap = ring_slots(units, int(m["record_bytes"]), per_unit, ring[1])
+        elif not isinstance(cap, int):
+            cap = 1
+        units, size = map_buffer_bytes(m, grid, block, cap)
+        # Records past a unit's count are never read: an array map needs only its counts zeroed
+        # (a ring's slots past its head likewise, but the C path zeroes whole regions anyway).
+        zero = align(4 * units, 16) if m.get("type", "array") == "array" else size
+        if is_ring(m):
+            zero = RING_HEADER
+        out.append(MapLayout(m, units, cap, size, zero))
+    return tuple(out)
+
+
+def launch_frame(maps: list[dict], grid, block, caps: dict[str, int], ring=None,
+                 learned: dict[str, int] | None = None) -> tuple[tuple[MapLayout, ...], FrameLayout]:
+    """One launch shape's map buffers and the frame the writer appends for them."""
+    layouts = map_layouts(maps, grid, block, caps) if ring is None else map_layouts(maps, grid, block, caps, ring, learned)
+    return layouts, frame_layout([MapSection.of(lay.map, lay.units, lay.cap, b"") for lay in layouts])

@@ -72,8 +72,8 @@ def record(drv, trace, pk, req) -> None:
     try:
         dev = occ.from_device(drv.device_attr, drv.device_attr(DEV_ATTR_CC_MAJOR))
         fields["warps_per_sm_max"] = dev.warps_per_sm
-        fields["original"] = side(drv, req.func, threads, req.shared_bytes, dev)
-        fields["probed"] = side(drv, pk.func, threads, req.shared_bytes, dev)
+        fields["original"], fields["probed"] = (side(drv, func, threads, req.shared_bytes, dev)
+                                                for func in (req.func, pk.func))
     except Exception as e:  # noqa: BLE001 - the cost is a report line; the launch goes on
         fields["error"] = f"{type(e).__name__}: {e}"
     trace.event("probe_cost", **fields)

@@ -16,7 +16,7 @@ import time
 import attrs
 
 from neutrino import maps as tracefmt
-from neutrino import trace_writer
+from neutrino.maps import MapLayout, map_layouts  # noqa: F401 - re-exported: enqueue.py, tests
 from neutrino.errors import NeutrinoError
 from neutrino.runtime.instrument.codecache import CacheEntry, cache_key
 from neutrino.runtime.driver import COPIED_FUNC_ATTRS, DriverError
@@ -49,41 +49,6 @@ class GlobalVar:
     writable: bool  # copied back after the launch
 
 
-@attrs.frozen
-class MapLayout:
-    """One map's buffer for one launch shape (spec/kernel-json.md)."""
-
-    map: dict
-    units: int
-    cap: int
-    size: int
-    zero_bytes: int  # what must be zero before the launch: the counts (array maps) or everything
-
-
-def map_layouts(maps: list[dict], grid, block, caps: dict[str, int],
-                ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28),
-                learned: dict[str, int] | None = None) -> tuple[MapLayout, ...]:
-    """The buffers of one launch; `ring`: (slots per unit, most bytes) of a count-sized map's ring,
-    `learned`: slots per unit of the rings whose need an earlier launch showed (map name → slots)."""
-    out = []
-    for m in maps:
-        cap = caps.get(m["name"], m["cap"])
-        if tracefmt.is_ring(m):
-            units = tracefmt.units_for(m["level"], grid, block, int(m.get("lanes", 32)))
-            per_unit = (learned or {}).get(m["name"], ring[0])
-            cap = tracefmt.ring_slots(units, int(m["record_bytes"]), per_unit, ring[1])
-        elif not isinstance(cap, int):
-            cap = 1
-        units, size = tracefmt.map_buffer_bytes(m, grid, block, cap)
-        # Records past a unit's count are never read: an array map needs only its counts zeroed
-        # (a ring's slots past its head likewise, but the C path zeroes whole regions anyway).
-        zero = tracefmt.align(4 * units, 16) if m.get("type", "array") == "array" else size
-        if tracefmt.is_ring(m):
-            zero = tracefmt.RING_HEADER
-        out.append(MapLayout(m, units, cap, size, zero))
-    return tuple(out)
-
-
 @attrs.frozen(eq=False)
 class LaunchShape:
     """Everything about a launch's buffers that depends only on its shape, computed once."""
@@ -95,12 +60,10 @@ class LaunchShape:
 
 
 def launch_shape(maps: list[dict], grid, block, caps: dict[str, int], ring=None, ring_learned=None) -> LaunchShape:
-    """The maps' layouts for one launch shape, then the frame they make (one way down: the layout
-    maths is the trace's, neutrino.maps and neutrino.trace_writer). `ring`, `ring_learned`: how
-    count-sized maps' device rings are sized (neutrino.maps.map_layouts)."""
-    layouts = (map_layouts(maps, grid, block, caps) if ring is None
-               else map_layouts(maps, grid, block, caps, ring, ring_learned))
-    frame = trace_writer.frame_layout([tracefmt.MapSection.of(lay.map, lay.units, lay.cap, b"") for lay in layouts])
+    """The maps' layouts for one launch shape and the frame they make (one call down: the layout
+    maths is the maps module's, neutrino.maps.launch_frame), with each buffer's pool size class.
+    `ring`, `ring_learned`: how count-sized maps' device rings are sized."""
+    layouts, frame = tracefmt.launch_frame(maps, grid, block, caps, ring, ring_learned)
     return LaunchShape(layouts, tuple(size_class(lay.size) for lay in layouts), frame.size, frame.map_headers)
 
 
