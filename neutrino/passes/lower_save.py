@@ -19,6 +19,12 @@ may be gone). Targets without warp operations (before sm_30, or a
 `.version` that cannot be raised to 6.2: see fit-target) add lane by lane.
 `hist` maps: the value's bucket is computed; lanes with the same bucket are
 grouped (`match.any.sync`) and one of each group adds the group's size. Neither has a cursor or counts, and the counting variant leaves them out.
+A value known when instrumenting (an immediate, or a register the site's own
+straight-line code sets to one: passes/save_constants.py) needs neither: its
+bucket is folded into the add's offset, and at thread level (from sm_30) the
+lanes that save are counted (`activemask`, `vote.sync.ballot` of the guard,
+`popc`) and the lowest of them adds the count; a thread-level sum whose values
+are all known adds count x value per counter the same way (`constant_store`).
 
 Every store and atomic written here (records, counts, counters) is also
 predicated on the probe gate `on` (buffer addressing sets it at entry:
@@ -367,7 +373,10 @@ class _Lowerer:
         ]
         if guard is not None:  # ... and this one saves
             code.append(self.emit("and.pred", first, first, ir.Negated(guard.register) if guard.negated else guard.register))
-        return code + [self.emit("popc.b32", n, mask), self.emit("cvt.u64.u32", amount, n)], first
+        # The count as the lanes from this one up (lt holds those below it): all of them in the lowest lane. Not
+        # popc(mask): a value ptxas sees as warp-uniform makes it wrap the add in its own aggregation loop again.
+        code += [self.emit("xor.b32", lt, lt, mask), self.emit("popc.b32", n, lt)]
+        return code + [self.emit("cvt.u64.u32", amount, n)], first
 
     def linear_bucket(self, buckets: Buckets, value: str, bucket: str) -> list[ir.Instruction]:
         under, over = self.state.temp("hist_under", "pred"), self.state.temp("hist_over", "pred")
