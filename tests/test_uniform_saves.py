@@ -20,7 +20,7 @@ from neutrino.isa.ptx.lines import build_line_map
 from neutrino.maps import Buckets
 from neutrino.passes import lower_save
 from neutrino.passes.save_constants import constant_bucket
-from neutrino.probefile import parse_probes
+from neutrino.probefile import MapSpec, parse_probes
 from neutrino.toolbox import load_probes
 
 from helpers import HAVE_PTXAS, ptxas
@@ -253,3 +253,138 @@ before = """.reg .b64 %v; SAVE [ h ] {%v};"""
 '''
     ptx = instrument(KERNEL, parse_probes(probe, "p.toml"), source="k.ptx").ptx
     assert "match.any.sync" in ptx
+
+
+# ---------------------------------------------------------------- the lowered code, run on one warp
+
+
+def lowered_save(spec, value, guard, sm: int) -> list:
+    """The code SAVE lowering writes for one `SAVE [spec] {value}` (value: an int, or the register %v)."""
+    from neutrino.isa.ptx import ir
+    from neutrino.passes.state import KernelState
+
+    state = KernelState(ir.Function("k", ""), prefix="%nt_", temps={"%v": "b64"})
+    lowerer = lower_save._Lowerer(state, None, sm)
+    operand = ir.Register("%v") if value is None else ir.Immediate(str(value))
+    items = (operand,) * len(spec.fields)
+    save = ir.Instruction(ir.opcode("SAVE"), (ir.Address(ir.Symbol(spec.name)), ir.Vector(items)), guard, 0, "probe p#0")
+    return lowerer.build_group("p", None, {spec.name: spec}, [save])[0]
+
+
+def run_warp(code, active: list[int], registers: dict[str, list[int]]) -> dict[int, int]:
+    """Runs straight-line lowered code on the `active` lanes of one warp; returns {byte offset: amount added}.
+
+    The subset of PTX the hist/sum lowerings use, one lane at a time per instruction (the warp
+    operations read every active lane); map buffers start at 0."""
+    from neutrino.isa.ptx import ir
+
+    lanes = {lane: {name: values[lane] for name, values in registers.items()} for lane in active}
+    for regs in lanes.values():
+        regs.setdefault("%nt_on", 1)
+    added: dict[int, int] = {}
+
+    def value(operand, lane):
+        if isinstance(operand, ir.Immediate):
+            return operand.value & (2**64 - 1)
+        if isinstance(operand, ir.Negated):
+            return 1 - value(operand.operand, lane)
+        if isinstance(operand, ir.SpecialRegister):
+            assert operand.name == "%lanemask_lt"
+            return (1 << lane) - 1
+        return lanes[lane].get(operand.name, 0)  # map buffers (buf_MAP) are at 0
+
+    for insn in code:
+        op, ops = insn.opcode.text, insn.operands
+        doing = [lane for lane in active if insn.guard is None or value(insn.guard.register, lane) != insn.guard.negated]
+        bits = result_bits(op)
+        results = {}
+        for lane in doing:
+            src = [value(o, lane) for o in ops[1:]]
+            base = op.split(".")[0]
+            if op == "activemask.b32":
+                r = sum(1 << k for k in doing)
+            elif op.startswith("vote.sync.ballot"):
+                r = sum(1 << k for k in doing if value(ops[1], k)) & src[1]
+            elif op.startswith("match.any.sync"):
+                r = sum(1 << k for k in doing if value(ops[1], k) == src[0] and src[1] >> k & 1)
+            elif op == "red.global.add.u64":
+                address = ops[0]
+                offset = value(address.base, lane) + (address.offset_value if address.offset is not None else 0)
+                added[offset] = (added.get(offset, 0) + value(ops[1], lane)) % 2**64
+                continue
+            elif base == "setp":
+                compare = {"eq": int.__eq__, "ne": int.__ne__, "lt": int.__lt__, "ge": int.__ge__}[op.split(".")[1]]
+                r = int(compare(src[0], src[1])) & (src[2] if ".and." in op else 1)
+            elif base == "selp":
+                r = src[0] if src[2] else src[1]
+            else:
+                r = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "and": lambda a, b: a & b,
+                     "xor": lambda a, b: a ^ b, "shr": lambda a, b: a >> b, "div": lambda a, b: a // b,
+                     "mul": lambda a, b: a * b, "popc": lambda a: bin(a).count("1"), "not": lambda a: 1 - a,
+                     "clz": lambda a: 64 - a.bit_length(), "mov": lambda a: a, "cvt": lambda a: a}[base](*src)
+            r &= 2**bits - 1
+            results[lane] = r
+        for lane, r in results.items():
+            lanes[lane][ops[0].name] = r
+    return added
+
+
+def result_bits(opcode: str) -> int:
+    """Bits of an instruction's result (1 for predicates)."""
+    parts = opcode.split(".")
+    if parts[0] in ("popc", "clz", "activemask", "vote", "match"):
+        return 32
+    if "pred" in parts or parts[0] == "setp":
+        return 1
+    if "wide" in parts:
+        return 64
+    types = [p for p in parts if re.fullmatch(r"[bsu](8|16|32|64)", p)]
+    return int(types[0][1:]) if types else 64
+
+
+SIMULATED = [("log2", 0), ("log2", 37), ("linear:4:64:8", 3), ("linear:4:64:8", 8), ("linear:4:64:8", 64),
+             ("linear:0:254:1", 253), ("linear:0:254:1", 254), ("linear:0:100:10", TOP)]
+
+
+@pytest.mark.parametrize("spec_text, constant", SIMULATED)
+@pytest.mark.parametrize("sm", [52, 80])
+def test_folded_hist_counts_what_the_grouping_counts(spec_text, constant, sm):
+    """On random warps (lanes present, guard true or false), the folded code adds at the value's bucket
+    exactly the saving lanes, as the general code (match.any from sm_70, per lane before) does."""
+    import random
+
+    from neutrino.isa.ptx import ir
+
+    spec = MapSpec.aggregate("h", "thread", "hist", [], Buckets.parse(spec_text))
+    rng = random.Random(f"{spec_text}{constant}{sm}")
+    for guard in (None, ir.Guard(ir.Register("%g")), ir.Guard(ir.Register("%g"), True)):
+        folded, general = lowered_save(spec, constant, guard, sm), lowered_save(spec, None, guard, sm)
+        assert not any("match" in i.opcode.text for i in folded)
+        for _ in range(20):
+            active = sorted(rng.sample(range(32), rng.randint(1, 32)))
+            flags = [rng.randint(0, 1) for _ in range(32)]
+            saving = [k for k in active if guard is None or flags[k] != guard.negated]
+            registers = {"%g": flags, "%v": [constant] * 32}
+            want = {8 * spec.buckets.index(constant): len(saving)} if saving else {}
+            assert {o: n for o, n in run_warp(folded, active, registers).items() if n} == want
+            assert {o: n for o, n in run_warp(general, active, registers).items() if n} == want
+            assert run_warp(folded, active, dict(registers, **{"%nt_on": [0] * 32})) == {}  # the gate
+
+
+@pytest.mark.parametrize("constant", [0, 1, 7, 2**32, TOP])
+def test_folded_sum_adds_lanes_times_the_value(constant):
+    import random
+
+    from neutrino.isa.ptx import ir
+
+    spec = MapSpec.aggregate("s", "thread", "sum", ["a", "b"])
+    rng = random.Random(constant)
+    for guard in (None, ir.Guard(ir.Register("%g")), ir.Guard(ir.Register("%g"), True)):
+        code = lowered_save(spec, constant, guard, 80)
+        for _ in range(20):
+            active = sorted(rng.sample(range(32), rng.randint(1, 32)))
+            flags = [rng.randint(0, 1) for _ in range(32)]
+            saving = [k for k in active if guard is None or flags[k] != guard.negated]
+            total = len(saving) * constant % 2**64
+            want = {0: total, 8: total} if total else {}
+            assert {o: n for o, n in run_warp(code, active, {"%g": flags}).items() if n} == want
