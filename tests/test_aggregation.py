@@ -81,7 +81,7 @@ buckets = "linear:0:100:10"
 
 [probe.size]
 position = "ld.global:st.global"
-before = """SAVE [ sizes ] {BYTES}; SAVE [ lin ] {BYTES}; SAVE [ odd ] {ADDR};"""
+before = """SAVE [ sizes ] {ADDR}; SAVE [ lin ] {ADDR}; SAVE [ odd ] {ADDR};"""
 '''
 
 

@@ -19,6 +19,12 @@ may be gone). Targets without warp operations (before sm_30, or a
 `.version` that cannot be raised to 6.2: see fit-target) add lane by lane.
 `hist` maps: the value's bucket is computed; lanes with the same bucket are
 grouped (`match.any.sync`) and one of each group adds the group's size. Neither has a cursor or counts, and the counting variant leaves them out.
+A value known when instrumenting (an immediate, or a register the site's own
+straight-line code sets to one: passes/save_constants.py) needs neither: its
+bucket is folded into the add's offset, and at thread level (from sm_30) the
+lanes that save are counted (`activemask`, `vote.sync.ballot` of the guard,
+`popc`) and the lowest of them adds the count; a thread-level sum whose values
+are all known adds count x value per counter the same way (`constant_store`).
 
 Every store and atomic written here (records, counts, counters) is also
 predicated on the probe gate `on` (buffer addressing sets it at entry:
@@ -43,6 +49,7 @@ from neutrino.passes.build import insn, splice
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.ring import is_ring_map, ring_record
+from neutrino.passes.save_constants import constant_bucket, constant_save_values
 from neutrino.passes.save_core import lower_exit_counts, lower_record, lower_sum
 from neutrino.passes.shared_agg import stage_counters
 from neutrino.passes.target import version_reachable
@@ -307,6 +314,71 @@ class _Lowerer:
             code += [self.emit("setp.ne.u32", counted, key, ALL_LANES), self.emit("and.pred", first, first, counted)]
         return code + [self.emit("red.global.add.u64", ir.Address(ir.Register(offset)), amount, guard=first)]
 
+    def constant_store(self, spec, values: tuple[int, ...], guard: ir.Guard | None) -> list[ir.Instruction]:
+        """A record whose values are all known (`folds`): its hist bucket or sum amounts are constants."""
+        if spec.type == "hist":
+            return self.constant_hist_store(spec, values[0], guard)
+        return self.constant_sum_store(spec, values, guard)
+
+    def constant_hist_store(self, spec, value: int, guard: ir.Guard | None) -> list[ir.Instruction]:
+        """The bucket of a known value, folded (save_constants.constant_bucket): one add at a constant offset.
+
+        At thread level with warp operations every lane that saves is in that bucket, so the
+        lowest of them adds their number (`uniform_count`); otherwise each saving lane adds 1.
+        """
+        bucket = constant_bucket(spec.buckets, value)
+        offset, amount = map_register(self.state, "hoff", spec, "b64"), self.state.temp("hist_amount", "b64")
+        address = ir.Address(ir.Register(offset), ir.Immediate(str(8 * bucket)) if bucket else None)
+        code = [self.emit("mov.b64", offset, map_register(self.state, "buf", spec, "b64"))]  # hoff: shared_agg's hist adds
+        if spec.level != "thread" or self.sm < WARP_SM:
+            gate, go = self.gated(guard, "hist_go")
+            return code + gate + [self.emit("mov.u64", amount, 1), self.emit("red.global.add.u64", address, amount, guard=go)]
+        count, first = self.uniform_count(guard, amount)
+        return code + count + [self.emit("red.global.add.u64", address, amount, guard=first)]
+
+    def constant_sum_store(self, spec, values: tuple[int, ...], guard: ir.Guard | None) -> list[ir.Instruction]:
+        """Thread level, every value known: the lowest saving lane adds (saving lanes) x value to each counter.
+
+        The product wraps modulo 2^64 as the counter does; a field whose value is 0 adds nothing.
+        """
+        if not any(values):
+            return []
+        amount = self.state.temp("agg_count", "b64")
+        code, first = self.uniform_count(guard, amount)
+        for field, value in zip(spec.fields, values):
+            if value == 0:
+                continue
+            total = amount
+            if value != 1:
+                total = self.state.temp("agg_total", "b64")
+                code.append(self.emit("mul.lo.u64", total, amount, _u64(value)))
+            code.append(self.emit("red.global.add.u64", self.counter_address(spec, field.offset), total, guard=first))
+        return code
+
+    def uniform_count(self, guard: ir.Guard | None, amount: str) -> tuple[list[ir.Instruction], str]:
+        """amount = the warp's lanes that save here (as u64); the returned predicate holds in the lowest of them, gate on.
+
+        The lanes present (`activemask`), narrowed to those whose guard holds (`vote.sync.ballot`):
+        no grouping by value, since every one of them saves the same.
+        """
+        mask, lt = self.state.temp("agg_mask", "b32"), self.state.temp("agg_lt", "b32")
+        first, n = self.state.temp("agg_first", "pred"), self.state.temp("agg_n", "b32")
+        code = [self.emit("activemask.b32", mask)]
+        if guard is not None:
+            saving = ir.Negated(guard.register) if guard.negated else guard.register
+            code.append(self.emit("vote.sync.ballot.b32", mask, saving, mask))
+        code += [
+            self.emit("mov.u32", lt, "%lanemask_lt"),
+            self.emit("and.b32", lt, lt, mask),
+            self.emit("setp.eq.and.u32", first, lt, 0, self.on),  # no saving lane below this one
+        ]
+        if guard is not None:  # ... and this one saves
+            code.append(self.emit("and.pred", first, first, ir.Negated(guard.register) if guard.negated else guard.register))
+        # The count as the lanes from this one up (lt holds those below it): all of them in the lowest lane. Not
+        # popc(mask): a value ptxas sees as warp-uniform makes it wrap the add in its own aggregation loop again.
+        code += [self.emit("xor.b32", lt, lt, mask), self.emit("popc.b32", n, lt)]
+        return code + [self.emit("cvt.u64.u32", amount, n)], first
+
     def linear_bucket(self, buckets: Buckets, value: str, bucket: str) -> list[ir.Instruction]:
         under, over = self.state.temp("hist_under", "pred"), self.state.temp("hist_over", "pred")
         scaled = self.state.temp("hist_scaled", "b64")
@@ -405,12 +477,14 @@ class _Lowerer:
         for stmt in ir.instructions(body):
             if stmt.origin is not None and stmt.origin.startswith("probe ") and stmt.opcode.base == SAVE:
                 groups.setdefault(stmt.origin, []).append(stmt)
+        aggregating = not self.state.counting and any(self.probes.maps[m].type != "array" for m in self.state.maps)
+        constants = constant_save_values(body, self.state.temps) if groups and aggregating else {}
         for origin, saves in groups.items():
-            self.lower_group(origin, saves, edits)
+            self.lower_group(origin, saves, edits, self.save_shapes(saves, constants))
         self.store_counts(edits)
         splice(body, edits)
 
-    def lower_group(self, origin: str, saves: list[ir.Instruction], edits: dict[int, tuple]) -> None:
+    def lower_group(self, origin: str, saves: list[ir.Instruction], edits: dict[int, tuple], shapes: tuple) -> None:
         """Each SAVE of one snippet execution → its part of the record's code.
 
         The code depends only on the SAVEs, the probe file and a few facts of
@@ -427,7 +501,7 @@ class _Lowerer:
             self.state.prefix,
             self.state.counting,
             self.sm,
-            tuple((s.opcode, s.operands, s.guard) for s in saves),
+            shapes,
             tuple((v.name, self.state.temps[v.name]) for v in values if type(v) is ir.Register and v.name in self.state.temps),
         )
         for name, rtype in template.registers:
@@ -445,6 +519,10 @@ class _Lowerer:
             guards = {(s.guard.register.name, s.guard.negated) if s.guard else None for s in record}
             if len(guards) > 1:
                 raise InstrumentError(f"probe {probe_name}: the SAVEs of one record must share one predicate")
+            constants = tuple(_immediate_value(v) for s in record for v in s.operands[-1].items)
+            if self.folds(spec, constants):  # every value known: no field registers (save_constants.py)
+                out += [[] for _ in record[:-1]] + [self.constant_store(spec, constants, record[-1].guard)]
+                continue
             regs = self.field_registers(spec)
             k = 0
             for position, save in enumerate(record):
@@ -457,6 +535,41 @@ class _Lowerer:
                     code += self.store(spec, save.guard)
                 out.append(code)
         return out
+
+    def folds(self, spec, values: tuple[int | None, ...]) -> bool:
+        """Whether a record of `spec` whose values are `values` (None: known at run time only) is lowered as constants.
+
+        hist: its value is known (the bucket is folded at every level and target). sum: every
+        value is known and the map is thread-level on a target with warp operations (the count of
+        the lanes that save times each constant). Array maps and the counting variant never.
+        """
+        if self.state.counting or None in values or not values:
+            return False
+        if spec.type == "hist":
+            return True
+        return spec.type == "sum" and spec.level == "thread" and self.sm >= WARP_SM
+
+    def save_shapes(self, saves: list[ir.Instruction], constants: dict) -> tuple:
+        """(opcode, operands, guard) of each SAVE; in records that `folds` takes, known values replace the registers.
+
+        The shapes key the template cache (`_lowered_group`), so sites with different constants get their own code.
+        """
+        shapes = [(s.opcode, s.operands, s.guard) for s in saves]
+        if not any(id(s) in constants for s in saves):
+            return tuple(shapes)
+        explicit = isinstance(saves[0].operands[0], ir.Address)
+        probe_name = saves[0].origin.split(" ", 1)[1].split("#")[0]
+        probe_map = next(p for p in self.probes.probes if p.name == probe_name).map
+        records = [[k] for k in range(len(saves))] if explicit else [list(range(len(saves)))]
+        for record in records:
+            spec = self.probes.maps[saves[record[0]].operands[0].base.name if explicit else probe_map]
+            known = [constants.get(id(saves[k]), (None,) * len(saves[k].operands[-1].items)) for k in record]
+            if not self.folds(spec, tuple(v for values in known for v in values)):
+                continue
+            for k, values in zip(record, known):
+                opcode, operands, guard = shapes[k]
+                shapes[k] = (opcode, (*operands[:-1], ir.Vector(tuple(_u64(v) for v in values))), guard)
+        return tuple(shapes)
 
     def store_counts(self, edits: dict[int, tuple]) -> None:
         maps = [self.probes.maps[m] for m in self.state.maps
@@ -667,6 +780,13 @@ class PtxSaveLowering:
         for state in ctx.kernels.values():
             _Lowerer(state, ctx.probes, sm).lower()
         stage_counters(module, ctx, sm)  # maps with stage = "block": their adds into shared memory (passes/shared_agg.py)
+
+
+def _immediate_value(operand) -> int | None:
+    """The u64 bits of an integer immediate SAVE operand; None for anything else."""
+    if type(operand) is ir.Immediate and operand.value is not None:
+        return operand.value & 0xFFFFFFFFFFFFFFFF
+    return None
 
 
 def _u64(value: int) -> ir.Immediate:

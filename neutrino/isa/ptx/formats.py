@@ -467,6 +467,7 @@ ENGINE_REQUIREMENTS: dict[tuple[str, ...], Requirement] = {
     ("cvta",): SM20,
     ("activemask",): Requirement((6, 2), 30),
     ("shfl", "sync"): Requirement((6, 0), 30),
+    ("vote", "sync"): Requirement((6, 0), 30),
     ("match", "any", "sync"): Requirement((6, 0), 70),
     ("redux", "sync"): Requirement((7, 0), 80),
 }

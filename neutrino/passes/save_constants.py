@@ -1,0 +1,130 @@
+"""SAVE operands whose value is known when the kernel is instrumented, and the hist bucket of such a value.
+
+A probe often records a per-site constant: `lines_blocks.record(nl.block)` resolves
+to `cvt.u64.u32 %d, 7; SAVE [lines_blocks] {%d}` at the site of basic block 7, and
+BYTES of a `ld.global.u32` is the immediate 4. The SAVE lowering
+(passes/lower_save.py) then needs neither the bucket arithmetic nor the grouping of
+a warp's lanes by bucket (`match.any.sync`): every lane that saves falls in the one
+bucket this module computes (spec/pipeline.md, "SAVE lowering", constant values).
+
+A register counts as constant at a SAVE only when the nearest write to it before the
+SAVE is a `mov` or zero-extending `cvt` of an integer immediate in the same site's
+straight-line code (no label, no scope boundary, no instruction of the kernel or of
+another site, and nothing that names the register as a destination in between), and
+that write is unguarded or has the SAVE's own guard (a site at a predicated instruction
+predicates its code: where the guard is false the SAVE saves nothing), whose predicate
+nothing in between writes. Anything else is left to the run-time code, as before.
+"""
+
+from __future__ import annotations
+
+import re
+
+from neutrino.isa.ptx import ir
+from neutrino.maps import Buckets
+
+_MOV = re.compile(r"mov\.[bus](16|32|64)")
+_CVT = re.compile(r"cvt\.u(16|32|64)\.u(16|32|64)")
+_INT_BITS = {"b16": 16, "u16": 16, "s16": 16, "b32": 32, "u32": 32, "s32": 32, "b64": 64, "u64": 64, "s64": 64}
+
+
+def _mask(bits: int) -> int:
+    return (1 << bits) - 1
+
+
+def constant_bucket(buckets: Buckets, value: int) -> int:
+    """The bucket the run-time code (lower_save.hist_store) computes for a u64 `value`, step by step.
+
+    log2: 64 - clz.b64. linear: `scaled = value - MIN` (u64, wrapping), `>> log2(STEP)` or
+    `/ STEP`, truncated to u32, plus 1; then 0 below MIN and the last bucket from MAX on.
+    Written as that arithmetic, not as Buckets.index, so that tests comparing the two check
+    the lowering's rule (tests/test_uniform_saves.py).
+    """
+    value &= _mask(64)
+    if buckets.kind == "log2":
+        return 64 - (64 - value.bit_length())  # clz.b64 counts the zero bits above the highest one
+    scaled = (value - buckets.min) & _mask(64)
+    step = buckets.step
+    scaled = scaled >> (step.bit_length() - 1) if step & (step - 1) == 0 else scaled // step
+    bucket = ((scaled & _mask(32)) + 1) & _mask(32)
+    if buckets.min and value < buckets.min:
+        bucket = 0
+    if value >= buckets.max:
+        bucket = buckets.count - 1
+    return bucket
+
+
+def _registers(operand) -> list[str]:
+    """Register names an operand names (vectors, pairs and addresses included)."""
+    if isinstance(operand, ir.Register):
+        return [operand.name]
+    if isinstance(operand, (ir.Vector, ir.ParenList)):
+        return [name for item in operand.items for name in _registers(item)]
+    if isinstance(operand, ir.Pair):
+        return _registers(operand.first) + _registers(operand.second)
+    if isinstance(operand, ir.Negated):
+        return _registers(operand.operand)
+    if isinstance(operand, ir.Address):
+        return _registers(operand.base)
+    if isinstance(operand, ir.VectorElement):
+        return [operand.register.name]
+    return []
+
+
+def _defined_constant(insn: ir.Instruction, types: dict[str, str]) -> tuple[str, int] | None:
+    """(register, its value) when `insn` is a mov / zero-extending cvt of an integer immediate (guard aside)."""
+    if len(insn.operands) != 2:
+        return None
+    dst, src = insn.operands
+    if not isinstance(dst, ir.Register) or not isinstance(src, ir.Immediate) or src.value is None:
+        return None
+    text = insn.opcode.text
+    mov, cvt = _MOV.fullmatch(text), _CVT.fullmatch(text)
+    if mov:
+        width, value = int(mov.group(1)), src.value & _mask(int(mov.group(1)))
+    elif cvt:
+        width, value = int(cvt.group(1)), src.value & _mask(int(cvt.group(2))) & _mask(int(cvt.group(1)))
+    else:
+        return None
+    declared = types.get(dst.name)
+    if declared is not None and _INT_BITS.get(declared) != width:
+        return None  # a predicate, a float or a register of another width: not folded
+    return dst.name, value
+
+
+def constant_save_values(body: list[ir.Statement], types: dict[str, str]) -> dict[int, tuple[int | None, ...]]:
+    """id(SAVE) → the value of each of its operands (u64 bits), None where not known; SAVEs with none known are left out.
+
+    One pass over the body: linear in its size.
+    """
+    out: dict[int, tuple[int | None, ...]] = {}
+    known: dict[str, tuple[int, ir.Guard | None]] = {}  # register → (value, the guard of its write)
+    where: tuple[int, str | None] = (0, None)  # (container, origin) of the straight-line stretch `known` is about
+    for container, _, stmt in ir.walk(body):
+        if type(stmt) is not ir.Instruction or stmt.origin is None or not stmt.origin.startswith("probe "):
+            known.clear()
+            continue
+        if where != (id(container), stmt.origin):
+            known.clear()
+            where = (id(container), stmt.origin)
+        if stmt.opcode.base == "SAVE":
+            values = tuple(_operand_value(item, known, stmt.guard) for item in stmt.operands[-1].items)
+            if any(v is not None for v in values):
+                out[id(stmt)] = values
+            continue
+        written = set(_registers(stmt.operands[0])) if stmt.operands else set()
+        for name in [n for n, (_, guard) in known.items() if n in written or (guard and guard.register.name in written)]:
+            del known[name]
+        defined = _defined_constant(stmt, types)
+        if defined is not None:
+            known[defined[0]] = (defined[1], stmt.guard)
+    return out
+
+
+def _operand_value(operand, known: dict, guard: ir.Guard | None) -> int | None:
+    if isinstance(operand, ir.Immediate):
+        return None if operand.value is None else operand.value & _mask(64)
+    if isinstance(operand, ir.Register) and operand.name in known:
+        value, written_under = known[operand.name]
+        return value if written_under is None or written_under == guard else None
+    return None
