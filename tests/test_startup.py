@@ -463,3 +463,52 @@ def test_nothing_probed_runs_no_analysis_hook(tmp_path, fakecuda):
     assert "exit_summary" in logged and "exit_close" in logged
     assert "exit_hooks" not in logged
     assert not [e for e in nt.read_events(out / "event.log") if e["event"] == "callback_error"]
+
+
+def test_driver_jit_of_the_programs_ptx_loads_is_a_listed_phase(tmp_path, fakecuda, capfd, monkeypatch):
+    """The driver's JIT inside the program's cuModuleLoadData of PTX text (FAKECUDA_JIT_DELAY_MS: the
+    fake driver sleeps that long per PTX load) is clocked by the shim: `module_jit` in the event log
+    and `in the driver's module loads` on the timings line, after the program's seconds, not added.
+    The runtime's own loads of probed code (its `jit`/`module_load` phases) are not counted in it."""
+    monkeypatch.setenv("FAKECUDA_JIT_DELAY_MS", "150")
+    for options in (("-k", "nomatchxyz"), ("--build-threads", "0")):  # nothing probed; saxpy4 probed (cold)
+        rc, out, wall = _profiled(tmp_path, fakecuda, "--timings", *options)
+        assert rc == 0
+        logged = _phase_events(out)
+        jit = logged["module_jit"]
+        assert jit["count"] == 1 and 0.15 <= jit["seconds"] == jit["max_seconds"] < wall, jit  # the app's one load
+        assert "module_driver" not in logged  # no other load of the program's
+        line = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("neutrino: timings:")][0]
+        added, rest = line.split("; program ")
+        shown = float(re.search(r"in the driver's module loads ([\d.]+) s \(jit x1 ([\d.]+)\)", rest).group(1))
+        assert abs(shown - jit["seconds"]) < 0.001 and "driver" not in added
+        parts = [float(x) for x in re.findall(r" ([\d.]+)(?=[,)])", added)]
+        assert abs(sum(parts) - float(re.search(r"timings: ([\d.]+) s added", line).group(1))) < 0.001 * len(parts)
+
+
+def test_driver_load_phases_from_the_shim_clocks():
+    """add_driver_loads reads neutrino_module_load_stats (ns, count, longest ns per kind) into phases;
+    a kind with no load adds no phase, and a shim without the clocks adds nothing."""
+
+    class Lib:
+        def __init__(self, values):
+            self.values = values
+
+        @property
+        def neutrino_module_load_stats(self):
+            values = self.values
+
+            def read(out):
+                for i, v in enumerate(values):
+                    out[i] = v
+            return read
+
+    clock = ph.PhaseClock()
+    ph.add_driver_loads(clock, Lib([3_000_000_000, 4, 2_000_000_000, 0, 0, 0]))
+    assert clock.totals() == {"module_jit": {"seconds": 3.0, "count": 4, "max_seconds": 2.0}}
+    ph.add_driver_loads(clock, object())  # an older shim: nothing
+    assert list(clock.totals()) == ["module_jit"]
+    line = ph.timings_line({}, [{"module_jit": {"seconds": 3.0, "count": 4},
+                                 "module_driver": {"seconds": 0.5, "count": 2}}], 10.0)
+    assert line.rstrip() == ("neutrino: timings: 0.000 s added: ; program 10.000 s; in the driver's module loads "
+                             "3.500 s (jit x4 3.000, other x2 0.500)")

@@ -98,7 +98,13 @@ static Module *new_module(const void *image) {
         m = calloc(1, sizeof *m);
     }
     const char *s = image;
-    m->image = strdup(strncmp(s, "FAKECUBIN", 9) == 0 ? s + 10 : s);
+    int cubin = strncmp(s, "FAKECUBIN", 9) == 0;
+    m->image = strdup(cubin ? s + 10 : s);
+    const char *jit = getenv("FAKECUDA_JIT_DELAY_MS"); /* a PTX load takes N ms: the driver's JIT */
+    if (!cubin && jit) {
+        struct timespec t = {atoi(jit) / 1000, (long)(atoi(jit) % 1000) * 1000000L};
+        nanosleep(&t, NULL);
+    }
     return m;
 }
 CUresult cuModuleLoadData(void **mod, const void *image) { *mod = new_module(image); return 0; }
