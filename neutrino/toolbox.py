@@ -14,6 +14,7 @@ compiling it; `-v` compiles the tools to show their maps and fields.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -22,8 +23,6 @@ import re
 import sys
 import tomllib
 from pathlib import Path
-
-import attrs
 
 TOOLS_DIR = Path(__file__).parent / "tools"
 TOOL_PATH_ENV = "NEUTRINO_TOOL_PATH"
@@ -35,7 +34,7 @@ class ToolError(Exception):
     """A tool folder that cannot be used (a bad tool.toml, an analysis that does not import)."""
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True)  # not attrs: the launcher resolves -p with the registry
 class Tool:
     """One tool: its folder and what the folder holds."""
 

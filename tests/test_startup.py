@@ -512,3 +512,33 @@ def test_driver_load_phases_from_the_shim_clocks():
                                  "module_driver": {"seconds": 0.5, "count": 2}}], 10.0)
     assert line.rstrip() == ("neutrino: timings: 0.000 s added: ; program 10.000 s; in the driver's module loads "
                              "3.500 s (jit x4 3.000, other x2 0.500)")
+
+
+LAUNCHER_UP_TO_THE_PROGRAM = """
+import json, sys
+from neutrino.runtime.start import launcher
+seen = []
+def record(command, env, phases=None):  # instead of starting the program: what the launcher loaded by then
+    seen.append(sorted(sys.modules))
+    return 0, None
+launcher.run_program = record
+from neutrino.cli import main
+main(["-p", "block_sched", "-k", "nomatchxyz", "-q", "--tracedir", {trace!r}, "--", "true"])
+print(json.dumps(seen[0]))
+"""
+
+
+def test_launcher_with_a_checked_probe_imports_neither_attrs_numpy_nor_the_dsl(tmp_path):
+    """What `neutrino -p TOOL ... -- program` loads before it starts the program, when the tool's
+    checked text is cached (every run after the first): no attrs (errors.py's diagnostics, the
+    options, the tool registry and the code cache are attrs-free), no numpy, no DSL compiler."""
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent), "NEUTRINO_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("NEUTRINO_OPTIONS", None)
+    code = LAUNCHER_UP_TO_THE_PROGRAM.format(trace=str(tmp_path / "trace"))
+    loaded = []
+    for _ in range(2):  # the first run compiles and verifies the tool (a miss), the second reads it
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        loaded.append(set(json.loads(r.stdout.strip().splitlines()[-1])))
+    assert "neutrino.language" in loaded[0]  # the miss did compile: the check below is not vacuous
+    assert _loaded(loaded[1], ("attr", "attrs", "numpy", "neutrino.diagnostics") + INSTRUMENTATION + HEAVY) == []

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-import attrs
-
 from neutrino.errors import NeutrinoError
+
+# Dataclasses, not attrs: the launcher builds these before every profiled program starts, and attrs
+# costs its import (20-50 ms on the CPU machine) there (spec/runtime.md, "Start-up and exit phases").
 
 ENV_OPTIONS = "NEUTRINO_OPTIONS"
 U64_MAX = 2**64 - 1
@@ -16,7 +18,7 @@ class OptionError(NeutrinoError):
     """A command-line option with a bad value."""
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True)
 class LaunchFilter:
     """Which launches of each kernel are probed: indices start <= i < stop, every `every`-th."""
 
@@ -102,28 +104,39 @@ def kernel_selected(name: str, patterns) -> bool:
     return any(name == p[1:] if p.startswith("=") else p in name for p in patterns)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True)
 class RuntimeOptions:
     probe: str  # resolved path of the probe file
     tracedir: str = "./trace"
-    kernels: tuple[str, ...] = attrs.field(default=(), converter=split_patterns)  # include patterns
-    exclude: tuple[str, ...] = attrs.field(default=(), converter=split_patterns)  # exclude patterns
+    kernels: tuple[str, ...] = ()  # include patterns (split_patterns: a string or a list of them is accepted)
+    exclude: tuple[str, ...] = ()  # exclude patterns (the same)
     benchmark: bool = False
     memusage: bool = False
-    launches: LaunchFilter = attrs.field(factory=LaunchFilter)
+    launches: LaunchFilter = dataclasses.field(default_factory=LaunchFilter)
     callback: str | None = None
     buffer_budget: int = DEFAULT_BUFFER_BUDGET
     trace_budget: int = DEFAULT_TRACE_BUDGET
-    when_full: str = attrs.field(default="drop", validator=attrs.validators.in_(WHEN_FULL))
+    when_full: str = "drop"  # one of WHEN_FULL
     callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
-    time_every: int = attrs.field(default=DEFAULT_TIME_EVERY, validator=attrs.validators.ge(1))
-    recount_every: int = attrs.field(default=DEFAULT_RECOUNT_EVERY, validator=attrs.validators.ge(1))
+    time_every: int = DEFAULT_TIME_EVERY  # >= 1
+    recount_every: int = DEFAULT_RECOUNT_EVERY  # >= 1
     graphs: bool = True  # probe kernels captured into CUDA graphs, on every replay (--no-graphs: leave them)
     timeline: bool = True  # every kernel, copy and memset through CUPTI (timeline.bin); --no-timeline: off
     verbosity: int = 0  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)
     # probed code built off the launch path by this many threads (0: at the first launch, on its thread)
-    build_threads: int = attrs.field(default=DEFAULT_BUILD_THREADS, validator=attrs.validators.ge(0))
-    while_building: str = attrs.field(default="wait", validator=attrs.validators.in_(WHILE_BUILDING))
+    build_threads: int = DEFAULT_BUILD_THREADS  # >= 0
+    while_building: str = "wait"  # one of WHILE_BUILDING
+
+    def __post_init__(self):
+        """The patterns split; a value out of range is a ValueError (as attrs' validators raised)."""
+        object.__setattr__(self, "kernels", split_patterns(self.kernels))
+        object.__setattr__(self, "exclude", split_patterns(self.exclude))
+        for name, allowed in (("when_full", WHEN_FULL), ("while_building", WHILE_BUILDING)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"'{name}' must be in {allowed!r} (got {getattr(self, name)!r})")
+        for name, least in (("time_every", 1), ("recount_every", 1), ("build_threads", 0)):
+            if getattr(self, name) < least:
+                raise ValueError(f"'{name}' must be >= {least}: {getattr(self, name)}")
 
     def names(self, kernel: str) -> bool:
         """Whether a -k substring matches the kernel (asked for kernels probed only on request)."""
@@ -139,7 +152,9 @@ class RuntimeOptions:
 
     def to_dict(self) -> dict:
         """The options as a JSON object (event.log's `start` event stores this, not a string of it)."""
-        return attrs.asdict(self)
+        out = dataclasses.asdict(self)
+        out["kernels"], out["exclude"] = list(self.kernels), list(self.exclude)  # JSON's lists, as before
+        return out
 
     @classmethod
     def from_json(cls, text: "str | dict") -> "RuntimeOptions":

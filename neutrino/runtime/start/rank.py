@@ -22,10 +22,9 @@ script's single process has SLURM_PROCID=0 too).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
-
-import attrs
 
 # (launcher, rank variable, local rank variable, world size variable)
 LAUNCHERS = (
@@ -38,7 +37,7 @@ LAUNCHERS = (
 )
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True)  # not attrs: the launcher imports this module
 class RankInfo:
     rank: int
     local_rank: int | None
