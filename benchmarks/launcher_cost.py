@@ -35,10 +35,11 @@ FAKE = HERE / "tests" / "fakecuda"
 VEC_PTX = HERE / "tests" / "data" / "corpus" / "nvcc" / "vec.sm90.ptx"
 
 
-def timed(argv: list[str], env: dict) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the process and its descendants) of one run."""
+def timed(argv: list[str], env: dict, cwd: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its descendants) of one run. `cwd`: the checkout
+    (`python -m neutrino` imports the package from the current directory before PYTHONPATH)."""
     started = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     err = proc.stderr.read().decode(errors="replace")
@@ -85,12 +86,13 @@ def main() -> None:
         envs = {name: dict(base, PYTHONPATH=str(path)) for name, path in checkouts.items()}
         envs[""] = envs.get("", base)
         table = rows(args.tool, work / "trace", checkouts)
+        cwds = {name: checkouts.get(name, HERE) for name in envs}
         for argv, name in table.values():  # warm: the code cache, the shim, the page cache
-            timed(argv, envs[name])
+            timed(argv, envs[name], cwds[name])
         results: dict[str, list[tuple[float, float]]] = {label: [] for label in table}
         for _ in range(args.n):
             for label, (argv, name) in table.items():
-                results[label].append(timed(argv, envs[name]))
+                results[label].append(timed(argv, envs[name], cwds[name]))
                 shutil.rmtree(work / "trace", ignore_errors=True)
     print(f"{platform.node()}: Python {platform.python_version()}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}, {args.n} interleaved rounds, tool {args.tool}, medians")

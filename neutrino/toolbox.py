@@ -21,7 +21,6 @@ import importlib.util
 import os
 import re
 import sys
-import tomllib
 from pathlib import Path
 
 TOOLS_DIR = Path(__file__).parent / "tools"
@@ -93,6 +92,8 @@ def _analysis_of(folder: Path) -> str:
     manifest = folder / "tool.toml"
     if not manifest.is_file():
         return folder.name
+    import tomllib
+
     try:
         doc = tomllib.loads(manifest.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
@@ -111,7 +112,19 @@ def tool_names() -> list[str]:
 
 
 def get(name: str) -> Tool | None:
-    return _registry(tuple(search_path())).get(name)
+    """The tool `name` as the registry has it (the first folder of that name on the search path),
+    found by looking at that folder in each directory, not by scanning every tool: `-p NAME` runs
+    before every profiled program, and only this tool's manifest is read (tomllib imported only
+    for a tool that has one)."""
+    if not name or name.startswith(("_", ".")) or "/" in name or os.sep in name:
+        return None
+    for directory in search_path():
+        folder = directory / name
+        if folder.is_dir():
+            probe = next((folder / f for f in PROBE_FILES if (folder / f).is_file()), None)
+            if probe is not None:
+                return Tool(name, folder, probe, _analysis_of(folder), directory == TOOLS_DIR)
+    return None
 
 
 def tool_path(name: str, isa: str = "ptx") -> Path | None:
@@ -223,6 +236,8 @@ def tool_record(path: str | os.PathLike, text: str) -> dict:
     tool = tool_of_path(path) if path else None
     if tool is None:
         return {"tool": None, "tool_maps": []}
+    import tomllib
+
     try:
         doc = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError):
