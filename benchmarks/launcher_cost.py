@@ -11,7 +11,8 @@ Runs, interleaved, N rounds of:
   fake             neutrino -p TOOL -k nomatchxyz -- (the same program)    (its one kernel not probed)
 
 and prints per row the median wall seconds and the median CPU seconds (user + system of the process
-and its children: os.wait4's rusage), and the difference of each profiled row from its plain row.
+and its children: os.wait4's rusage), the difference of each profiled row from its plain row, and
+the medians of the `--timings` groups (launcher, start, modules, exit: spec/runtime.md).
 CPU seconds move less than wall seconds on a loaded machine. The code cache is warm (one run
 first, not counted). `--ref DIR`: the profiled rows also run from another checkout (PYTHONPATH=DIR),
 in the same rounds: before/after on the same machine under the same load.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -33,11 +35,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 FAKE = HERE / "tests" / "fakecuda"
 VEC_PTX = HERE / "tests" / "data" / "corpus" / "nvcc" / "vec.sm90.ptx"
+GROUP = re.compile(r"(launcher|start|modules|exit) ([\d.]+) s")
 
 
-def timed(argv: list[str], env: dict, cwd: Path) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the process and its descendants) of one run. `cwd`: the checkout
-    (`python -m neutrino` imports the package from the current directory before PYTHONPATH)."""
+def timed(argv: list[str], env: dict, cwd: Path) -> tuple[float, float, dict[str, float]]:
+    """(wall seconds, CPU seconds of the process and its descendants, the --timings groups) of one run.
+    `cwd`: the checkout (`python -m neutrino` imports the package from the current directory first)."""
     started = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -47,7 +50,8 @@ def timed(argv: list[str], env: dict, cwd: Path) -> tuple[float, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)}: exit status {proc.returncode}\n{err}")
-    return wall, usage.ru_utime + usage.ru_stime
+    groups = {name: float(value) for name, value in GROUP.findall(err.split("; program ")[0])}
+    return wall, usage.ru_utime + usage.ru_stime, groups
 
 
 def build_fake_driver(work: Path) -> Path:
@@ -62,7 +66,8 @@ def rows(tool: str, trace: Path, checkouts: dict[str, Path]) -> dict[str, tuple[
     app = [py, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "3"]
     out = {"plain-nocuda": ([py, "-c", "pass"], ""), "plain-fake": (app, "")}
     for name in checkouts:
-        profile = [py, "-m", "neutrino", "-p", tool, "-k", "nomatchxyz", "-q", "--tracedir", str(trace), "--"]
+        profile = [py, "-m", "neutrino", "-p", tool, "-k", "nomatchxyz", "-q", "--timings", "--tracedir", str(trace),
+                   "--"]
         out[f"nocuda{name}"] = (profile + [py, "-c", "pass"], name)
         out[f"fake{name}"] = (profile + app, name)
     return out
@@ -89,20 +94,22 @@ def main() -> None:
         cwds = {name: checkouts.get(name, HERE) for name in envs}
         for argv, name in table.values():  # warm: the code cache, the shim, the page cache
             timed(argv, envs[name], cwds[name])
-        results: dict[str, list[tuple[float, float]]] = {label: [] for label in table}
+        results: dict[str, list[tuple[float, float, dict]]] = {label: [] for label in table}
         for _ in range(args.n):
             for label, (argv, name) in table.items():
                 results[label].append(timed(argv, envs[name], cwds[name]))
                 shutil.rmtree(work / "trace", ignore_errors=True)
     print(f"{platform.node()}: Python {platform.python_version()}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}, {args.n} interleaved rounds, tool {args.tool}, medians")
-    median = {label: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
+    median = {label: (statistics.median(w for w, _, _ in r), statistics.median(c for _, c, _ in r))
               for label, r in results.items()}
-    print(f"{'row':20s} {'wall s':>8s} {'cpu s':>8s} {'+wall s':>8s} {'+cpu s':>8s}")
+    print(f"{'row':20s} {'wall s':>8s} {'cpu s':>8s} {'+wall s':>8s} {'+cpu s':>8s}  --timings groups (medians, s)")
     for label, (wall, cpu) in median.items():
         plain = median["plain-nocuda" if label.startswith("nocuda") else "plain-fake"]
         extra = "" if label.startswith("plain") else f" {wall - plain[0]:8.3f} {cpu - plain[1]:8.3f}"
-        print(f"{label:20s} {wall:8.3f} {cpu:8.3f}{extra}")
+        names = sorted({n for _, _, g in results[label] for n in g}, key=["launcher", "start", "modules", "exit"].index)
+        groups = ", ".join(f"{n} {statistics.median(g.get(n, 0.0) for _, _, g in results[label]):.3f}" for n in names)
+        print(f"{label:20s} {wall:8.3f} {cpu:8.3f}{extra}  {groups}")
 
 
 if __name__ == "__main__":

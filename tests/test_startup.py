@@ -542,3 +542,13 @@ def test_launcher_with_a_checked_probe_imports_neither_attrs_numpy_nor_the_dsl(t
         loaded.append(set(json.loads(r.stdout.strip().splitlines()[-1])))
     assert "neutrino.language" in loaded[0]  # the miss did compile: the check below is not vacuous
     assert _loaded(loaded[1], ("attr", "attrs", "numpy", "neutrino.diagnostics") + INSTRUMENTATION + HEAVY) == []
+
+
+def test_cupy_ptx_is_asked_for_unless_the_user_said_otherwise(tmp_path):
+    """The launcher asks CuPy for PTX (CUPY_COMPILE_WITH_PTX=1: its NVRTC kernels can be probed, at
+    the price of the driver's JIT at each load: `module_jit`); a value the user set is kept, so
+    CUPY_COMPILE_WITH_PTX=0 keeps CuPy's cubins (its kernels then run unprobed)."""
+    opts = RuntimeOptions(probe=str(TOOLS / "block_sched" / "probe.py"), tracedir=str(tmp_path))
+    shim = tmp_path / "shim.so"
+    assert child_env(opts, shim, base={})["CUPY_COMPILE_WITH_PTX"] == "1"
+    assert child_env(opts, shim, base={"CUPY_COMPILE_WITH_PTX": "0"})["CUPY_COMPILE_WITH_PTX"] == "0"
