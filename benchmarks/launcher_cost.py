@@ -14,8 +14,9 @@ and prints per row the median wall seconds and the median CPU seconds (user + sy
 and its children: os.wait4's rusage), the difference of each profiled row from its plain row, and
 the medians of the `--timings` groups (launcher, start, modules, exit: spec/runtime.md).
 CPU seconds move less than wall seconds on a loaded machine. The code cache is warm (one run
-first, not counted). `--ref DIR`: the profiled rows also run from another checkout (PYTHONPATH=DIR),
-in the same rounds: before/after on the same machine under the same load.
+first, not counted) and each checkout's byte code compiled first. `--ref DIR`: the profiled rows
+also run from another checkout (PYTHONPATH=DIR), in the same rounds: before/after on the same
+machine under the same load.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def main() -> None:
     checkouts = {"": HERE}
     if args.ref:
         checkouts = {" (this)": HERE, " (ref)": args.ref.resolve()}
+    for path in checkouts.values():  # byte code first: under PYTHONDONTWRITEBYTECODE an edited module compiles per run
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(path / "neutrino")], check=True,
+                       stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="launcher-cost-") as scratch:
         work = Path(scratch)
         driver = build_fake_driver(work)
