@@ -14,13 +14,13 @@ compiling it; `-v` compiles the tools to show their maps and fields.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
 import importlib
 import importlib.util
 import os
 import re
 import sys
+from collections import namedtuple
 from pathlib import Path
 
 TOOLS_DIR = Path(__file__).parent / "tools"
@@ -33,15 +33,12 @@ class ToolError(Exception):
     """A tool folder that cannot be used (a bad tool.toml, an analysis that does not import)."""
 
 
-@dataclasses.dataclass(frozen=True)  # not attrs: the launcher resolves -p with the registry
-class Tool:
-    """One tool: its folder and what the folder holds."""
+class Tool(namedtuple("ToolFields", ("name", "folder", "probe", "analysis_of", "builtin"))):
+    """One tool: its folder and what the folder holds: `probe` is probe.py (DSL) or probe.toml;
+    `analysis_of` the tool whose analysis.py reads this tool's maps (itself unless tool.toml says).
+    A named tuple: the launcher resolves -p with it (neither attrs nor dataclasses there)."""
 
-    name: str
-    folder: Path
-    probe: Path  # probe.py (DSL) or probe.toml
-    analysis_of: str  # the tool whose analysis.py reads this tool's maps (itself unless tool.toml says)
-    builtin: bool
+    __slots__ = ()
 
     def probe_for(self, isa: str = "ptx") -> Path:
         """The probe for assembly `isa`: its hand-written variant (`gcn.toml`) if the folder has one."""

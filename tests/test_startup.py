@@ -530,8 +530,9 @@ print(json.dumps(seen[0]))
 
 def test_launcher_with_a_checked_probe_imports_neither_attrs_numpy_nor_the_dsl(tmp_path):
     """What `neutrino -p TOOL ... -- program` loads before it starts the program, when the tool's
-    checked text is cached (every run after the first): no attrs (errors.py's diagnostics, the
-    options, the tool registry and the code cache are attrs-free), no numpy, no DSL compiler."""
+    checked text is cached (every run after the first): neither attrs nor dataclasses (errors.py's
+    diagnostics load on first use; the options, the rank, the tool registry and the code cache are
+    named tuples and plain classes), no numpy, no DSL compiler."""
     env = {**os.environ, "PYTHONPATH": str(HERE.parent), "NEUTRINO_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("NEUTRINO_OPTIONS", None)
     code = LAUNCHER_UP_TO_THE_PROGRAM.format(trace=str(tmp_path / "trace"))
@@ -541,7 +542,8 @@ def test_launcher_with_a_checked_probe_imports_neither_attrs_numpy_nor_the_dsl(t
         assert r.returncode == 0, r.stderr
         loaded.append(set(json.loads(r.stdout.strip().splitlines()[-1])))
     assert "neutrino.language" in loaded[0]  # the miss did compile: the check below is not vacuous
-    assert _loaded(loaded[1], ("attr", "attrs", "numpy", "neutrino.diagnostics") + INSTRUMENTATION + HEAVY) == []
+    assert _loaded(loaded[1], ("attr", "attrs", "dataclasses", "inspect", "numpy", "neutrino.diagnostics") +
+                   INSTRUMENTATION + HEAVY) == []
 
 
 def test_cupy_ptx_is_asked_for_unless_the_user_said_otherwise(tmp_path):

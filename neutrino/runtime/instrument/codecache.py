@@ -8,7 +8,6 @@ program pays neither instrumentation nor JIT.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -38,13 +37,15 @@ def cache_key(ptx: str, probe_text: str, arch: tuple[int, int], kernel: str, *, 
     return h.hexdigest()
 
 
-# Not attrs: the launcher imports this module (checked_probe_text) before every profiled program,
-# and attrs costs its import there (spec/runtime.md, "Start-up and exit phases").
-@dataclasses.dataclass(eq=False)
 class CacheEntry:
-    ptx: str
-    info: dict | None  # kernel description (None for pruned baselines)
-    cubin: bytes | None = None
+    """A probed kernel's code: its PTX, kernel description (None for pruned baselines) and cubin.
+    A plain class: the launcher imports this module (checked_probe_text) before every profiled
+    program, where attrs and dataclasses cost their imports (spec/runtime.md, "Start-up and exit phases")."""
+
+    __slots__ = ("ptx", "info", "cubin")
+
+    def __init__(self, ptx: str, info: dict | None, cubin: bytes | None = None):
+        self.ptx, self.info, self.cubin = ptx, info, cubin
 
 
 class CodeCache:
