@@ -293,12 +293,19 @@ static uint64_t now_ns(void) {
 }
 
 /* PTX text: no ELF magic, no fatbin (0xBA55ED50) or fatbin-wrapper (0x466243B1) magic, and a first byte
- * a PTX file can begin with (a directive, a comment, white space). Reads at most 4 bytes of the image. */
+ * a PTX file can begin with (a directive, a comment, white space). Reads at most 2 bytes of the image. */
 static int is_ptx_text(const void *image) {
     const unsigned char *b = image;
     if (!b) return 0;
     if (b[0] == 0x7f || (b[0] == 0x50 && b[1] == 0xED) || (b[0] == 0xB1 && b[1] == 0x43)) return 0;
     return b[0] == '.' || b[0] == '/' || b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r';
+}
+
+/* A file load of PTX (CuPy's RawModule(path="k.ptx") is a cuModuleLoad): by its name, as the driver
+ * cannot be asked what it JIT-compiled. */
+static int is_ptx_path(const char *path) {
+    size_t n = path ? strlen(path) : 0;
+    return n >= 4 && strcmp(path + n - 4, ".ptx") == 0;
 }
 
 static void count_load(int kind, uint64_t started) {
@@ -335,7 +342,7 @@ CUresult cuModuleLoad(void **module, const char *fname) {
     if (!fn) return CU_NOT_FOUND;
     uint64_t started = now_ns();
     CUresult rc = fn(module, fname);
-    count_load(LOAD_OTHER, started);
+    count_load(is_ptx_path(fname) ? LOAD_JIT : LOAD_OTHER, started);
     if (rc == CUDA_SUCCESS) report_module(M_LOAD, *module, NULL, fname);
     return rc;
 }
@@ -395,7 +402,7 @@ CUresult cuLibraryLoadFromFile(void **lib, const char *file, void *jo, void **jv
     if (!fn) return CU_NOT_FOUND;
     uint64_t started = now_ns();
     CUresult rc = fn(lib, file, jo, jv, jn, lo, lv, ln);
-    count_load(LOAD_OTHER, started);
+    count_load(is_ptx_path(file) ? LOAD_JIT : LOAD_OTHER, started);
     if (rc == CUDA_SUCCESS) report_module(M_LIB_FILE, *lib, NULL, file);
     return rc;
 }

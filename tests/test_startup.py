@@ -571,3 +571,28 @@ def test_closing_a_run_opens_only_the_run_directories_changed_since_it_started(t
     assert run_directories("s1", tmp_path, None) == [tmp_path / "new", tmp_path / "old"]  # no time given: all
     assert run_directories("s1", tmp_path, None, since=started) == [tmp_path / "new"]
     assert run_directories("s2", tmp_path, None, since=started) == []  # another command's: not ours
+
+
+LOAD_PTX_FILE = """
+import ctypes, sys
+cu = ctypes.CDLL("libcuda.so.1")
+module = ctypes.c_void_p()
+assert cu.cuModuleLoad(ctypes.byref(module), sys.argv[1].encode()) == 0  # as CuPy's RawModule(path=) does
+"""
+
+
+def test_driver_jit_of_a_ptx_file_load_is_module_jit(tmp_path, fakecuda, monkeypatch):
+    """cuModuleLoad of a `.ptx` file is JIT-compiled by the driver too: `module_jit` by the file's name."""
+    program = tmp_path / "load_file.py"
+    program.write_text(LOAD_PTX_FILE)
+    for name, key in (("vec.ptx", "module_jit"), ("vec.bin", "module_driver")):  # the same text, another name
+        shutil.copy(VEC_PTX, tmp_path / name)
+        monkeypatch.setenv("LD_LIBRARY_PATH", str(fakecuda))
+        monkeypatch.setenv("FAKECUDA_JIT_DELAY_MS", "100")
+        monkeypatch.setenv("NEUTRINO_CACHE_DIR", str(tmp_path / "cache"))
+        out = tmp_path / f"t_{name}"
+        assert run_main(["-p", "block_sched", "-k", "nomatchxyz", "-q", "-o", str(out), "--", sys.executable,
+                         str(program), str(tmp_path / name)]) == 0
+        logged = _phase_events(out)
+        assert logged[key]["count"] == 1 and logged[key]["seconds"] >= 0.1, logged
+        assert {"module_jit", "module_driver"} - {key} & set(logged) == set()
