@@ -20,10 +20,8 @@ import importlib.util
 import os
 import re
 import sys
-import tomllib
+from collections import namedtuple
 from pathlib import Path
-
-import attrs
 
 TOOLS_DIR = Path(__file__).parent / "tools"
 TOOL_PATH_ENV = "NEUTRINO_TOOL_PATH"
@@ -35,15 +33,12 @@ class ToolError(Exception):
     """A tool folder that cannot be used (a bad tool.toml, an analysis that does not import)."""
 
 
-@attrs.frozen
-class Tool:
-    """One tool: its folder and what the folder holds."""
+class Tool(namedtuple("ToolFields", ("name", "folder", "probe", "analysis_of", "builtin"))):
+    """One tool: its folder and what the folder holds: `probe` is probe.py (DSL) or probe.toml;
+    `analysis_of` the tool whose analysis.py reads this tool's maps (itself unless tool.toml says).
+    A named tuple: the launcher resolves -p with it (neither attrs nor dataclasses there)."""
 
-    name: str
-    folder: Path
-    probe: Path  # probe.py (DSL) or probe.toml
-    analysis_of: str  # the tool whose analysis.py reads this tool's maps (itself unless tool.toml says)
-    builtin: bool
+    __slots__ = ()
 
     def probe_for(self, isa: str = "ptx") -> Path:
         """The probe for assembly `isa`: its hand-written variant (`gcn.toml`) if the folder has one."""
@@ -94,6 +89,8 @@ def _analysis_of(folder: Path) -> str:
     manifest = folder / "tool.toml"
     if not manifest.is_file():
         return folder.name
+    import tomllib
+
     try:
         doc = tomllib.loads(manifest.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
@@ -112,7 +109,19 @@ def tool_names() -> list[str]:
 
 
 def get(name: str) -> Tool | None:
-    return _registry(tuple(search_path())).get(name)
+    """The tool `name` as the registry has it (the first folder of that name on the search path),
+    found by looking at that folder in each directory, not by scanning every tool: `-p NAME` runs
+    before every profiled program, and only this tool's manifest is read (tomllib imported only
+    for a tool that has one)."""
+    if not name or name.startswith(("_", ".")) or "/" in name or os.sep in name:
+        return None
+    for directory in search_path():
+        folder = directory / name
+        if folder.is_dir():
+            probe = next((folder / f for f in PROBE_FILES if (folder / f).is_file()), None)
+            if probe is not None:
+                return Tool(name, folder, probe, _analysis_of(folder), directory == TOOLS_DIR)
+    return None
 
 
 def tool_path(name: str, isa: str = "ptx") -> Path | None:
@@ -224,6 +233,8 @@ def tool_record(path: str | os.PathLike, text: str) -> dict:
     tool = tool_of_path(path) if path else None
     if tool is None:
         return {"tool": None, "tool_maps": []}
+    import tomllib
+
     try:
         doc = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError):

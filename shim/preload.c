@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "shim.h"
 
@@ -276,6 +277,57 @@ static inline void ensure_runtime(void) {
 
 enum { M_LOAD, M_LOAD_DATA, M_LOAD_DATA_EX, M_LOAD_FATBIN, M_LIB_DATA, M_LIB_FILE };
 
+/* The driver's own time in the program's module loads (spec/runtime.md, "Start-up and exit phases":
+ * `module_jit`, `module_driver`): a PTX text image is JIT-compiled inside the load call (CuPy's kernels
+ * under CUPY_COMPILE_WITH_PTX, which the launcher sets), and so is PTX given to cuLinkComplete; no phase
+ * of ours covers that time, so the hooks clock the real call. Summed here from the first load on (the
+ * runtime is built after the first load returns) and read by Python at exit (neutrino_module_load_stats).
+ * The runtime's own loads of probed code call the driver directly and are not counted. */
+enum { LOAD_JIT, LOAD_OTHER, LOAD_KINDS };
+static _Atomic uint64_t load_ns[LOAD_KINDS], load_count[LOAD_KINDS], load_max_ns[LOAD_KINDS];
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* PTX text: no ELF magic, no fatbin (0xBA55ED50) or fatbin-wrapper (0x466243B1) magic, and a first byte
+ * a PTX file can begin with (a directive, a comment, white space). Reads at most 2 bytes of the image. */
+static int is_ptx_text(const void *image) {
+    const unsigned char *b = image;
+    if (!b) return 0;
+    if (b[0] == 0x7f || (b[0] == 0x50 && b[1] == 0xED) || (b[0] == 0xB1 && b[1] == 0x43)) return 0;
+    return b[0] == '.' || b[0] == '/' || b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r';
+}
+
+/* A file load of PTX (CuPy's RawModule(path="k.ptx") is a cuModuleLoad): by its name, as the driver
+ * cannot be asked what it JIT-compiled. */
+static int is_ptx_path(const char *path) {
+    size_t n = path ? strlen(path) : 0;
+    return n >= 4 && strcmp(path + n - 4, ".ptx") == 0;
+}
+
+static void count_load(int kind, uint64_t started) {
+    if (in_callback) return; /* a load of ours, made inside a callback: not the program's */
+    uint64_t ns = now_ns() - started;
+    atomic_fetch_add(&load_ns[kind], ns);
+    atomic_fetch_add(&load_count[kind], 1);
+    uint64_t seen = atomic_load(&load_max_ns[kind]);
+    while (ns > seen && !atomic_compare_exchange_weak(&load_max_ns[kind], &seen, ns)) {
+    }
+}
+
+/* out[0..2]: the PTX JIT loads' (and cuLinkComplete's) nanoseconds, count, longest; out[3..5]: every
+ * other module load's. */
+void neutrino_module_load_stats(uint64_t out[6]) {
+    for (int k = 0; k < LOAD_KINDS; k++) {
+        out[3 * k] = atomic_load(&load_ns[k]);
+        out[3 * k + 1] = atomic_load(&load_count[k]);
+        out[3 * k + 2] = atomic_load(&load_max_ns[k]);
+    }
+}
+
 static void report_module(int kind, void *handle, const void *image, const char *path) {
     cb_module_t cb = atomic_load(&cb_module);
     if (!cb || in_callback) return;
@@ -288,7 +340,9 @@ CUresult cuModuleLoad(void **module, const char *fname) {
     ensure_runtime();
     CUresult (*fn)(void **, const char *) = REAL(H_MODULE_LOAD, CUresult(*)(void **, const char *));
     if (!fn) return CU_NOT_FOUND;
+    uint64_t started = now_ns();
     CUresult rc = fn(module, fname);
+    count_load(is_ptx_path(fname) ? LOAD_JIT : LOAD_OTHER, started);
     if (rc == CUDA_SUCCESS) report_module(M_LOAD, *module, NULL, fname);
     return rc;
 }
@@ -297,7 +351,9 @@ CUresult cuModuleLoadData(void **module, const void *image) {
     ensure_runtime();
     CUresult (*fn)(void **, const void *) = REAL(H_MODULE_LOAD_DATA, CUresult(*)(void **, const void *));
     if (!fn) return CU_NOT_FOUND;
+    uint64_t started = now_ns();
     CUresult rc = fn(module, image);
+    count_load(is_ptx_text(image) ? LOAD_JIT : LOAD_OTHER, started);
     if (rc == CUDA_SUCCESS) report_module(M_LOAD_DATA, *module, image, NULL);
     return rc;
 }
@@ -307,7 +363,9 @@ CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned n, void *
     CUresult (*fn)(void **, const void *, unsigned, void *, void **) =
         REAL(H_MODULE_LOAD_DATA_EX, CUresult(*)(void **, const void *, unsigned, void *, void **));
     if (!fn) return CU_NOT_FOUND;
+    uint64_t started = now_ns();
     CUresult rc = fn(module, image, n, opts, vals);
+    count_load(is_ptx_text(image) ? LOAD_JIT : LOAD_OTHER, started);
     if (rc == CUDA_SUCCESS) report_module(M_LOAD_DATA_EX, *module, image, NULL);
     return rc;
 }
@@ -316,7 +374,9 @@ CUresult cuModuleLoadFatBinary(void **module, const void *fatbin) {
     ensure_runtime();
     CUresult (*fn)(void **, const void *) = REAL(H_MODULE_LOAD_FATBIN, CUresult(*)(void **, const void *));
     if (!fn) return CU_NOT_FOUND;
+    uint64_t started = now_ns();
     CUresult rc = fn(module, fatbin);
+    count_load(LOAD_OTHER, started);
     if (rc == CUDA_SUCCESS) report_module(M_LOAD_FATBIN, *module, fatbin, NULL);
     return rc;
 }
@@ -327,7 +387,9 @@ CUresult cuLibraryLoadData(void **lib, const void *code, void *jo, void **jv, un
     ensure_runtime();
     lib_data_t fn = REAL(H_LIBRARY_LOAD_DATA, lib_data_t);
     if (!fn) return CU_NOT_FOUND;
+    uint64_t started = now_ns();
     CUresult rc = fn(lib, code, jo, jv, jn, lo, lv, ln);
+    count_load(is_ptx_text(code) ? LOAD_JIT : LOAD_OTHER, started);
     if (rc == CUDA_SUCCESS) report_module(M_LIB_DATA, *lib, code, NULL);
     return rc;
 }
@@ -338,7 +400,9 @@ CUresult cuLibraryLoadFromFile(void **lib, const char *file, void *jo, void **jv
     ensure_runtime();
     lib_file_t fn = REAL(H_LIBRARY_LOAD_FILE, lib_file_t);
     if (!fn) return CU_NOT_FOUND;
+    uint64_t started = now_ns();
     CUresult rc = fn(lib, file, jo, jv, jn, lo, lv, ln);
+    count_load(is_ptx_path(file) ? LOAD_JIT : LOAD_OTHER, started);
     if (rc == CUDA_SUCCESS) report_module(M_LIB_FILE, *lib, NULL, file);
     return rc;
 }
@@ -363,7 +427,9 @@ CUresult cuLinkAddData_v2(void *state, int type, void *data, size_t size, const 
 CUresult cuLinkComplete(void *state, void **cubin, size_t *size) {
     CUresult (*fn)(void *, void **, size_t *) = REAL(H_LINK_COMPLETE, CUresult(*)(void *, void **, size_t *));
     if (!fn) return CU_NOT_FOUND;
+    uint64_t started = now_ns();
     CUresult rc = fn(state, cubin, size);
+    count_load(LOAD_JIT, started);
     cb_link_t cb = atomic_load(&cb_link);
     if (rc == CUDA_SUCCESS && cb && !in_callback) {
         in_callback = 1;

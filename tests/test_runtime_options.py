@@ -193,3 +193,18 @@ def test_user_frame_of_worker_thread_falls_back_to_main(monkeypatch, tmp_path):
     t.start()
     t.join()  # the main thread waits here: the worker's launch is attributed to this line
     assert got[0] and got[0].startswith(__file__) and "test_user_frame_of_worker_thread" in got[0]
+
+
+def test_runtime_options_refuse_values_out_of_range():
+    """The checks attrs' validators made, kept by the dataclass (a bad NEUTRINO_OPTIONS is reported
+    by the profiled process as `runtime not started`)."""
+    for bad in ({"when_full": "block"}, {"while_building": "later"}, {"time_every": 0}, {"recount_every": 0},
+                {"build_threads": -1}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            RuntimeOptions(probe="p", **bad)
+    o = RuntimeOptions(probe="p", kernels=["a:b"], exclude="c")
+    assert (o.kernels, o.exclude) == (("a", "b"), ("c",))
+    with pytest.raises(AttributeError):  # frozen
+        o.probe = "q"
+    assert o.to_dict()["kernels"] == ["a", "b"] and o.to_dict()["launches"] == {"start": 0, "stop": U64_MAX,
+                                                                                "every": 1}

@@ -463,3 +463,136 @@ def test_nothing_probed_runs_no_analysis_hook(tmp_path, fakecuda):
     assert "exit_summary" in logged and "exit_close" in logged
     assert "exit_hooks" not in logged
     assert not [e for e in nt.read_events(out / "event.log") if e["event"] == "callback_error"]
+
+
+def test_driver_jit_of_the_programs_ptx_loads_is_a_listed_phase(tmp_path, fakecuda, capfd, monkeypatch):
+    """The driver's JIT inside the program's cuModuleLoadData of PTX text (FAKECUDA_JIT_DELAY_MS: the
+    fake driver sleeps that long per PTX load) is clocked by the shim: `module_jit` in the event log
+    and `in the driver's module loads` on the timings line, after the program's seconds, not added.
+    The runtime's own loads of probed code (its `jit`/`module_load` phases) are not counted in it."""
+    monkeypatch.setenv("FAKECUDA_JIT_DELAY_MS", "150")
+    for options in (("-k", "nomatchxyz"), ("--build-threads", "0")):  # nothing probed; saxpy4 probed (cold)
+        rc, out, wall = _profiled(tmp_path, fakecuda, "--timings", *options)
+        assert rc == 0
+        logged = _phase_events(out)
+        jit = logged["module_jit"]
+        assert jit["count"] == 1 and 0.15 <= jit["seconds"] == jit["max_seconds"] < wall, jit  # the app's one load
+        assert "module_driver" not in logged  # no other load of the program's
+        line = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("neutrino: timings:")][0]
+        added, rest = line.split("; program ")
+        shown = float(re.search(r"in the driver's module loads ([\d.]+) s \(jit x1 ([\d.]+)\)", rest).group(1))
+        assert abs(shown - jit["seconds"]) < 0.001 and "driver" not in added
+        parts = [float(x) for x in re.findall(r" ([\d.]+)(?=[,)])", added)]
+        assert abs(sum(parts) - float(re.search(r"timings: ([\d.]+) s added", line).group(1))) < 0.001 * len(parts)
+
+
+def test_driver_load_phases_from_the_shim_clocks():
+    """add_driver_loads reads neutrino_module_load_stats (ns, count, longest ns per kind) into phases;
+    a kind with no load adds no phase, and a shim without the clocks adds nothing."""
+
+    class Lib:
+        def __init__(self, values):
+            self.values = values
+
+        @property
+        def neutrino_module_load_stats(self):
+            values = self.values
+
+            def read(out):
+                for i, v in enumerate(values):
+                    out[i] = v
+            return read
+
+    clock = ph.PhaseClock()
+    ph.add_driver_loads(clock, Lib([3_000_000_000, 4, 2_000_000_000, 0, 0, 0]))
+    assert clock.totals() == {"module_jit": {"seconds": 3.0, "count": 4, "max_seconds": 2.0}}
+    ph.add_driver_loads(clock, object())  # an older shim: nothing
+    assert list(clock.totals()) == ["module_jit"]
+    line = ph.timings_line({}, [{"module_jit": {"seconds": 3.0, "count": 4},
+                                 "module_driver": {"seconds": 0.5, "count": 2}}], 10.0)
+    assert line.rstrip() == ("neutrino: timings: 0.000 s added: ; program 10.000 s; in the driver's module loads "
+                             "3.500 s (jit x4 3.000, other x2 0.500)")
+
+
+LAUNCHER_UP_TO_THE_PROGRAM = """
+import json, sys
+from neutrino.runtime.start import launcher
+seen = []
+def record(command, env, phases=None):  # instead of starting the program: what the launcher loaded by then
+    seen.append(sorted(sys.modules))
+    return 0, None
+launcher.run_program = record
+from neutrino.cli import main
+main(["-p", "block_sched", "-k", "nomatchxyz", "-q", "--tracedir", {trace!r}, "--", "true"])
+print(json.dumps(seen[0]))
+"""
+
+
+def test_launcher_with_a_checked_probe_imports_neither_attrs_numpy_nor_the_dsl(tmp_path):
+    """What `neutrino -p TOOL ... -- program` loads before it starts the program, when the tool's
+    checked text is cached (every run after the first): neither attrs nor dataclasses (errors.py's
+    diagnostics load on first use; the options, the rank, the tool registry and the code cache are
+    named tuples and plain classes), no numpy, no DSL compiler."""
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent), "NEUTRINO_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("NEUTRINO_OPTIONS", None)
+    code = LAUNCHER_UP_TO_THE_PROGRAM.format(trace=str(tmp_path / "trace"))
+    loaded = []
+    for _ in range(2):  # the first run compiles and verifies the tool (a miss), the second reads it
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        loaded.append(set(json.loads(r.stdout.strip().splitlines()[-1])))
+    assert "neutrino.language" in loaded[0]  # the miss did compile: the check below is not vacuous
+    assert _loaded(loaded[1], ("attr", "attrs", "dataclasses", "inspect", "numpy", "neutrino.diagnostics") +
+                   INSTRUMENTATION + HEAVY) == []
+
+
+def test_cupy_ptx_is_asked_for_unless_the_user_said_otherwise(tmp_path):
+    """The launcher asks CuPy for PTX (CUPY_COMPILE_WITH_PTX=1: its NVRTC kernels can be probed, at
+    the price of the driver's JIT at each load: `module_jit`); a value the user set is kept, so
+    CUPY_COMPILE_WITH_PTX=0 keeps CuPy's cubins (its kernels then run unprobed)."""
+    opts = RuntimeOptions(probe=str(TOOLS / "block_sched" / "probe.py"), tracedir=str(tmp_path))
+    shim = tmp_path / "shim.so"
+    assert child_env(opts, shim, base={})["CUPY_COMPILE_WITH_PTX"] == "1"
+    assert child_env(opts, shim, base={"CUPY_COMPILE_WITH_PTX": "0"})["CUPY_COMPILE_WITH_PTX"] == "0"
+
+
+def test_closing_a_run_opens_only_the_run_directories_changed_since_it_started(tmp_path):
+    """A user's ./trace holds every earlier run: the launcher's close (and --timings) reads the event
+    log of the entries changed since the program started, not of every earlier run (600 earlier runs
+    cost ~0.08 s per close on the CPU machine)."""
+    from neutrino.runtime.start.launcher import run_directories
+
+    started = time.time()
+    for name, age in (("old", 3600.0), ("new", 0.0)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "event.log").write_text(json.dumps({"event": "start", "session": "s1"}) + "\n")
+        os.utime(d, (started - age, started - age))
+    assert run_directories("s1", tmp_path, None) == [tmp_path / "new", tmp_path / "old"]  # no time given: all
+    assert run_directories("s1", tmp_path, None, since=started) == [tmp_path / "new"]
+    assert run_directories("s2", tmp_path, None, since=started) == []  # another command's: not ours
+
+
+LOAD_PTX_FILE = """
+import ctypes, sys
+cu = ctypes.CDLL("libcuda.so.1")
+module = ctypes.c_void_p()
+assert cu.cuModuleLoad(ctypes.byref(module), sys.argv[1].encode()) == 0  # as CuPy's RawModule(path=) does
+"""
+
+
+def test_driver_jit_of_a_ptx_file_load_is_module_jit(tmp_path, fakecuda, monkeypatch):
+    """cuModuleLoad of a `.ptx` file is JIT-compiled by the driver too: `module_jit` by the file's name."""
+    program = tmp_path / "load_file.py"
+    program.write_text(LOAD_PTX_FILE)
+    for name, key in (("vec.ptx", "module_jit"), ("vec.bin", "module_driver")):  # the same text, another name
+        shutil.copy(VEC_PTX, tmp_path / name)
+        monkeypatch.setenv("LD_LIBRARY_PATH", str(fakecuda))
+        monkeypatch.setenv("FAKECUDA_JIT_DELAY_MS", "100")
+        monkeypatch.setenv("NEUTRINO_CACHE_DIR", str(tmp_path / "cache"))
+        out = tmp_path / f"t_{name}"
+        assert run_main(["-p", "block_sched", "-k", "nomatchxyz", "-q", "-o", str(out), "--", sys.executable,
+                         str(program), str(tmp_path / name)]) == 0
+        logged = _phase_events(out)
+        assert logged[key]["count"] == 1 and logged[key]["seconds"] >= 0.1, logged
+        assert {"module_jit", "module_driver"} - {key} & set(logged) == set()

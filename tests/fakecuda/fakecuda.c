@@ -98,10 +98,27 @@ static Module *new_module(const void *image) {
         m = calloc(1, sizeof *m);
     }
     const char *s = image;
-    m->image = strdup(strncmp(s, "FAKECUBIN", 9) == 0 ? s + 10 : s);
+    int cubin = strncmp(s, "FAKECUBIN", 9) == 0;
+    m->image = strdup(cubin ? s + 10 : s);
+    const char *jit = getenv("FAKECUDA_JIT_DELAY_MS"); /* a PTX load takes N ms: the driver's JIT */
+    if (!cubin && jit) {
+        struct timespec t = {atoi(jit) / 1000, (long)(atoi(jit) % 1000) * 1000000L};
+        nanosleep(&t, NULL);
+    }
     return m;
 }
 CUresult cuModuleLoadData(void **mod, const void *image) { *mod = new_module(image); return 0; }
+CUresult cuModuleLoad(void **mod, const char *fname) { /* the file's text, as cuModuleLoadData would take it */
+    FILE *f = fopen(fname, "rb");
+    if (!f) return 301; /* FILE_NOT_FOUND */
+    char *text = calloc(1, 1 << 22);
+    size_t n = fread(text, 1, (1 << 22) - 1, f);
+    fclose(f);
+    text[n] = 0;
+    *mod = new_module(text);
+    free(text);
+    return 0;
+}
 CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n, void *o, void **v) {
     (void)n; (void)o; (void)v;
     *mod = new_module(image);
@@ -538,7 +555,7 @@ CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long lo
 
 #define E(n) {#n, (void *)n}
 static const struct { const char *name; void *fn; } table[] = {
-    E(cuInit), E(cuModuleLoadData), E(cuModuleLoadDataEx), E(cuModuleGetFunction), E(cuLibraryLoadData),
+    E(cuInit), E(cuModuleLoad), E(cuModuleLoadData), E(cuModuleLoadDataEx), E(cuModuleGetFunction), E(cuLibraryLoadData),
     E(cuLibraryGetKernel), E(cuKernelGetFunction), E(cuLaunchKernel), E(cuLaunchKernelEx),
     E(cuLaunchCooperativeKernel), E(cuLinkComplete), E(cuModuleUnload), E(cuLibraryUnload), E(cuCtxGetCurrent), E(cuGraphInstantiateWithFlags),
     E(cuGraphLaunch), E(cuGraphDestroy), E(cuGraphExecDestroy), E(cuLaunchHostFunc),

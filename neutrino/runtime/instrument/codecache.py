@@ -14,8 +14,6 @@ import os
 import threading
 from pathlib import Path
 
-import attrs
-
 import neutrino
 
 ENV_CACHE_DIR = "NEUTRINO_CACHE_DIR"
@@ -39,18 +37,22 @@ def cache_key(ptx: str, probe_text: str, arch: tuple[int, int], kernel: str, *, 
     return h.hexdigest()
 
 
-@attrs.define(eq=False)
 class CacheEntry:
-    ptx: str
-    info: dict | None  # kernel description (None for pruned baselines)
-    cubin: bytes | None = None
+    """A probed kernel's code: its PTX, kernel description (None for pruned baselines) and cubin.
+    A plain class: the launcher imports this module (checked_probe_text) before every profiled
+    program, where attrs and dataclasses cost their imports (spec/runtime.md, "Start-up and exit phases")."""
+
+    __slots__ = ("ptx", "info", "cubin")
+
+    def __init__(self, ptx: str, info: dict | None, cubin: bytes | None = None):
+        self.ptx, self.info, self.cubin = ptx, info, cubin
 
 
-@attrs.define(eq=False)
 class CodeCache:
-    root: Path | None  # None: memory only
-    _mem: dict[str, CacheEntry] = attrs.field(factory=dict)
-    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+    def __init__(self, root: Path | None):
+        self.root = root  # None: memory only
+        self._mem: dict[str, CacheEntry] = {}
+        self._lock = threading.Lock()
 
     def get(self, key: str) -> tuple[CacheEntry | None, str]:
         """(entry, where) with where in 'memory', 'disk', 'miss'."""
@@ -150,13 +152,13 @@ def checked_probe_text(path, backend: str = "ptx", verify=None, root: Path | Non
     given to `verify` (which raises on a bad probe); only a verified text is stored. Without
     `verify` nothing is stored (the caller verifies later). Errors are never cached: a bad file
     raises every time. A cache that cannot be written only costs the next run its compilation."""
-    from neutrino.errors import Diagnostic, Location, ProbeError
-
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
             source = f.read()
     except (OSError, UnicodeDecodeError) as e:
+        from neutrino.errors import Diagnostic, Location, ProbeError
+
         raise ProbeError(Diagnostic(Location(path), f"cannot read probe file: {e}")) from None
     root = default_cache_dir() if root is None else root
     entry = root / "probes" / f"{probe_cache_key(path, source, backend)}.toml"

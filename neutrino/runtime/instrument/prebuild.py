@@ -172,7 +172,7 @@ class Prebuilder:
         compiled = None
         if entry.cubin is None:
             compiled = self._compile(entry.ptx, ctx)
-            entry = attrs.evolve(entry, cubin=compiled) if compiled is not None else entry
+            entry = CacheEntry(entry.ptx, entry.info, compiled) if compiled is not None else entry
         if where == "miss" or compiled is not None:
             self.cache.put(key, entry)  # the launch finds it in memory; a later run on disk
         return Built(key, entry, where, time.perf_counter() - started)

@@ -148,6 +148,12 @@ def _close(rt, tr) -> None:
     phases = getattr(rt, "phases", None)
     if phases is not None:
         try:
+            from neutrino.runtime.start.phases import add_driver_loads
+
+            add_driver_loads(phases, getattr(getattr(rt, "shim", None), "lib", None))  # module_jit, module_driver
+        except Exception:  # noqa: BLE001 - the driver's clocks never cost the other phases their events
+            pass
+        try:
             phases.emit(tr.event)
         except Exception:  # noqa: BLE001 - timings never cost the trace its close
             pass

@@ -284,18 +284,19 @@ def run_main(argv: list[str]) -> int:
         close_run(session, Path(opts.tracedir), run_dir, command, opts, rc, pid, started)
         if ns.timings:
             print_timings(session, Path(opts.tracedir), run_dir, launcher, program_seconds, program_started,
-                          (pid, program_ended))
+                          (pid, program_ended), since=started)
     return rc
 
 
 def print_timings(session: str, tracedir: Path, run_dir: Path | None, launcher: dict, program_seconds: float,
-                  program_started: float, child_exit: tuple[int | None, float] = (None, 0.0)) -> None:
+                  program_started: float, child_exit: tuple[int | None, float] = (None, 0.0),
+                  since: float | None = None) -> None:
     """--timings: one line summing the launcher's phases and those every process of the program logged.
     `child_exit`: (pid, wall time) of the program's exit as seen here: its `exit_process` phase."""
     from neutrino.runtime.start.phases import add_process_exit, read_phases, timings_line
 
     processes = []
-    for path in run_directories(session, tracedir, run_dir):
+    for path in run_directories(session, tracedir, run_dir, since):
         phases = read_phases(path / "event.log")
         if phases.get("start", {}).get("pid") == child_exit[0]:
             add_process_exit(phases, child_exit[1])
@@ -334,11 +335,19 @@ def _prepare_output(output: str) -> Path:
     return path
 
 
-def run_directories(session: str, tracedir: Path, run_dir: Path | None) -> list[Path]:
-    """The run directories the program's processes wrote for this command (their start event names it)."""
+# A directory made during the run has an mtime at or after the run's start; the file system's clock
+# may lag time.time() by a tick, hence the margin.
+MTIME_MARGIN = 1.0
+
+
+def run_directories(session: str, tracedir: Path, run_dir: Path | None, since: float | None = None) -> list[Path]:
+    """The run directories the program's processes wrote for this command (their start event names it).
+    `since`: the wall time the program started; the entries of `tracedir` last changed before it
+    (earlier runs: a user's ./trace holds hundreds) are not opened, so closing a run does not cost
+    a read per earlier run."""
     candidates = [run_dir, *sorted(run_dir.iterdir())] if run_dir is not None else []
     if tracedir.is_dir():
-        candidates += sorted(tracedir.iterdir())
+        candidates += sorted(p for p in tracedir.iterdir() if since is None or _changed_since(p, since))
     # a job's ranks write <job>/rank<R> (spec/trace-format.md): one level further down
     candidates += [sub for path in list(candidates) if path.is_dir() and not (path / "event.log").exists()
                    for sub in sorted(path.iterdir()) if sub.is_dir()]
@@ -354,11 +363,18 @@ def run_directories(session: str, tracedir: Path, run_dir: Path | None) -> list[
     return found
 
 
+def _changed_since(path: Path, since: float) -> bool:
+    try:
+        return path.stat().st_mtime >= since - MTIME_MARGIN
+    except OSError:
+        return False
+
+
 def close_run(session: str, tracedir: Path, run_dir: Path | None, command: list[str], opts: RuntimeOptions,
               rc: int, pid: int | None, started: float) -> None:
     """Every run leaves a trace directory and a closing line: when no process wrote one (no CUDA
     module was loaded: no GPU, or no CUDA call), write the run directory's event log here."""
-    written = run_directories(session, tracedir, run_dir)
+    written = run_directories(session, tracedir, run_dir, started)
     if len(written) > 1 and opts.verbosity >= 0:
         sys.stderr.write(f"neutrino: {len(written)} processes wrote traces: " + ", ".join(map(str, written)) + "\n")
     if written:

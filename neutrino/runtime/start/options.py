@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
-
-import attrs
+from collections import namedtuple
 
 from neutrino.errors import NeutrinoError
+
+# Named tuples, neither attrs nor dataclasses: the launcher builds these before every profiled program
+# starts, where attrs costs its import (20-50 ms on the CPU machine) and dataclasses theirs (~10 ms,
+# inspect included); collections is loaded by then (spec/runtime.md, "Start-up and exit phases").
 
 ENV_OPTIONS = "NEUTRINO_OPTIONS"
 U64_MAX = 2**64 - 1
@@ -16,13 +19,10 @@ class OptionError(NeutrinoError):
     """A command-line option with a bad value."""
 
 
-@attrs.frozen
-class LaunchFilter:
+class LaunchFilter(namedtuple("LaunchFilterFields", ("start", "stop", "every"), defaults=(0, U64_MAX, 1))):
     """Which launches of each kernel are probed: indices start <= i < stop, every `every`-th."""
 
-    start: int = 0
-    stop: int = U64_MAX
-    every: int = 1
+    __slots__ = ()
 
     def selects(self, index: int) -> bool:
         if index < self.start or index >= self.stop:
@@ -105,31 +105,50 @@ def kernel_selected(name: str, patterns) -> bool:
     return any(name == p[1:] if p.startswith("=") else p in name for p in patterns)
 
 
-@attrs.frozen
-class RuntimeOptions:
-    probe: str  # resolved path of the probe file
-    tracedir: str = "./trace"
-    kernels: tuple[str, ...] = attrs.field(default=(), converter=split_patterns)  # include patterns
-    exclude: tuple[str, ...] = attrs.field(default=(), converter=split_patterns)  # exclude patterns
-    benchmark: bool = False
-    memusage: bool = False
-    launches: LaunchFilter = attrs.field(factory=LaunchFilter)
-    callback: str | None = None
-    buffer_budget: int = DEFAULT_BUFFER_BUDGET
-    trace_budget: int = DEFAULT_TRACE_BUDGET
-    when_full: str = attrs.field(default="drop", validator=attrs.validators.in_(WHEN_FULL))
-    callback_seconds: float = 60.0  # time the exit-time analysis callback may take in all
-    time_every: int = attrs.field(default=DEFAULT_TIME_EVERY, validator=attrs.validators.ge(1))
-    recount_every: int = attrs.field(default=DEFAULT_RECOUNT_EVERY, validator=attrs.validators.ge(1))
+# (name, default) of every option; `probe` (the resolved path of the probe file) has none
+_OPTION_FIELDS = (
+    ("tracedir", "./trace"),
+    ("kernels", ()),  # include patterns (split_patterns: a string or a list of them is accepted)
+    ("exclude", ()),  # exclude patterns (the same)
+    ("benchmark", False),
+    ("memusage", False),
+    ("launches", LaunchFilter()),
+    ("callback", None),
+    ("buffer_budget", DEFAULT_BUFFER_BUDGET),
+    ("trace_budget", DEFAULT_TRACE_BUDGET),
+    ("when_full", "drop"),  # one of WHEN_FULL
+    ("callback_seconds", 60.0),  # time the exit-time analysis callback may take in all
+    ("time_every", DEFAULT_TIME_EVERY),  # >= 1
+    ("recount_every", DEFAULT_RECOUNT_EVERY),  # >= 1
     # cap = "count" maps: slots of a launch's device ring per unit of the launch (at most a
     # RING_BUDGET_SHARE of the buffer budget); reservations past them are dropped and counted
-    ring_records: int = attrs.field(default=RING_RECORDS_PER_UNIT, validator=attrs.validators.ge(1))
-    graphs: bool = True  # probe kernels captured into CUDA graphs, on every replay (--no-graphs: leave them)
-    timeline: bool = True  # every kernel, copy and memset through CUPTI (timeline.bin); --no-timeline: off
-    verbosity: int = 0  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)
+    ("ring_records", RING_RECORDS_PER_UNIT),  # >= 1
+    ("graphs", True),  # probe kernels captured into CUDA graphs, on every replay (--no-graphs: leave them)
+    ("timeline", True),  # every kernel, copy and memset through CUPTI (timeline.bin); --no-timeline: off
+    ("verbosity", 0),  # -q: -1 (errors only), -v: 1 (per-kernel lines at exit)
     # probed code built off the launch path by this many threads (0: at the first launch, on its thread)
-    build_threads: int = attrs.field(default=DEFAULT_BUILD_THREADS, validator=attrs.validators.ge(0))
-    while_building: str = attrs.field(default="wait", validator=attrs.validators.in_(WHILE_BUILDING))
+    ("build_threads", DEFAULT_BUILD_THREADS),  # >= 0
+    ("while_building", "wait"),  # one of WHILE_BUILDING
+)
+
+
+class RuntimeOptions(namedtuple("RuntimeOptionsFields", ("probe", *(name for name, _ in _OPTION_FIELDS)),
+                                defaults=tuple(default for _, default in _OPTION_FIELDS))):
+    """The options, immutable; built with keywords (RuntimeOptions(probe=..., kernels=...))."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        """The patterns split; a value out of range is a ValueError (as attrs' validators raised)."""
+        self = super().__new__(cls, *args, **kwargs)
+        self = self._replace(kernels=split_patterns(self.kernels), exclude=split_patterns(self.exclude))
+        for name, allowed in (("when_full", WHEN_FULL), ("while_building", WHILE_BUILDING)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"'{name}' must be in {allowed!r} (got {getattr(self, name)!r})")
+        for name, least in (("time_every", 1), ("recount_every", 1), ("ring_records", 1), ("build_threads", 0)):
+            if getattr(self, name) < least:
+                raise ValueError(f"'{name}' must be >= {least}: {getattr(self, name)}")
+        return self
 
     def names(self, kernel: str) -> bool:
         """Whether a -k substring matches the kernel (asked for kernels probed only on request)."""
@@ -145,7 +164,10 @@ class RuntimeOptions:
 
     def to_dict(self) -> dict:
         """The options as a JSON object (event.log's `start` event stores this, not a string of it)."""
-        return attrs.asdict(self)
+        out = self._asdict()
+        out["kernels"], out["exclude"] = list(self.kernels), list(self.exclude)  # JSON's lists, as before
+        out["launches"] = dict(self.launches._asdict())
+        return out
 
     @classmethod
     def from_json(cls, text: "str | dict") -> "RuntimeOptions":

@@ -28,7 +28,14 @@ AFTER_PHASES = ("exit_process",)
 # Work of the build threads (prebuild.py), beside the program: listed, not added to the time it waited
 # (that is `build_wait`, the launches' wait for it). Summed over threads: it may exceed the wall time.
 BACKGROUND_PHASES = ("background_lookup", "background_instrument", "background_jit")
-PHASES = START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES + AFTER_PHASES + BACKGROUND_PHASES
+# The driver's own time in the program's module loads, clocked by the shim around the real call
+# (shim/preload.c): `module_jit` the loads of PTX text (the driver JIT-compiles it inside the call) and
+# cuLinkComplete, `module_driver` every other load. Listed, not added: a plain run loading the same
+# images pays them too; a profiled run pays more only where we made the program load PTX instead of
+# cubins (CUPY_COMPILE_WITH_PTX, set by the launcher: spec/runtime.md).
+DRIVER_PHASES = ("module_jit", "module_driver")
+PHASES = (START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES + AFTER_PHASES + BACKGROUND_PHASES +
+          DRIVER_PHASES)
 LAUNCHER_PHASES = ("launcher_start", "launcher_check", "launcher_spawn", "launcher_close")
 
 
@@ -43,13 +50,14 @@ class PhaseClock:
         self._open: dict[str, float] = {}  # phases begun and not yet ended (begin/end)
         self._emitted: set[str] = set()
 
-    def add(self, name: str, seconds: float, *, runs: int = 1, **note) -> None:
-        """`runs` 0: more of a run already counted (a kernel's module load in two steps)."""
+    def add(self, name: str, seconds: float, *, runs: int = 1, longest: float | None = None, **note) -> None:
+        """`runs` 0: more of a run already counted (a kernel's module load in two steps); `longest`:
+        the longest single run when `seconds` sums several (default: `seconds`)."""
         with self._lock:
             total = self._totals.setdefault(name, [0.0, 0, 0.0])
             total[0] += seconds
             total[1] += runs
-            total[2] = max(total[2], seconds)
+            total[2] = max(total[2], seconds if longest is None else longest)
             if note:
                 self._notes.setdefault(name, {}).update(note)
 
@@ -93,6 +101,25 @@ class PhaseClock:
             self._emitted.add(name)
             event("phase", phase=name, seconds=round(fields.pop("seconds"), 6),
                   max_seconds=round(fields.pop("max_seconds"), 6), **fields)
+
+
+def add_driver_loads(phases: PhaseClock, shim_lib) -> None:
+    """`module_jit` and `module_driver` from the shim's clocks of the program's module loads (each
+    only when such a load ran). `shim_lib`: the loaded shim (ctypes.CDLL); one without the clocks (an
+    older build) adds nothing."""
+    import ctypes
+
+    read = getattr(shim_lib, "neutrino_module_load_stats", None)
+    if read is None:
+        return
+    stats = (ctypes.c_uint64 * 6)()
+    read.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+    read.restype = None
+    read(stats)
+    for index, name in enumerate(DRIVER_PHASES):
+        ns, count, longest = stats[3 * index:3 * index + 3]
+        if count:
+            phases.add(name, ns / 1e9, runs=count, longest=longest / 1e9)
 
 
 def process_age(now: float | None = None) -> float | None:
@@ -159,8 +186,10 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
     X is the sum of every phase below (launcher and every process that wrote a trace);
     a group lists its phases' seconds. Per-module and per-kernel groups say how many ran.
     The build threads' work follows the program's seconds (`beside the program B s (...)`): it
-    ran beside the program, so it is not in X (the launches' wait for it is `build_wait`). So does
-    `exit_process` (`after our exit handler T s`): the program's own teardown is most of it."""
+    ran beside the program, so it is not in X (the launches' wait for it is `build_wait`). So do the
+    driver's module loads (`in the driver's module loads D s (jit xN, other xM)`: the program's loads,
+    which a plain run pays too) and `exit_process` (`after our exit handler T s`): the program's own
+    teardown is most of it."""
     merged: dict[str, dict] = {}
     for phases in processes:
         for name, fields in phases.items():
@@ -186,8 +215,11 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
     extra = f" in {len(processes)} processes" if len(processes) > 1 else ""
     _, background = _group(merged, BACKGROUND_PHASES, "beside the program",
                            lambda n: f"{n.removeprefix('background_')} x{merged[n]['count']}")
+    _, driver = _group(merged, DRIVER_PHASES, "in the driver's module loads",
+                       lambda n: f"{'jit' if n == 'module_jit' else 'other'} x{merged[n]['count']}")
     after = merged.get("exit_process")
     teardown = (f"; after our exit handler {after['seconds']:.3f} s (the process's teardown, the program's own "
                 "included)") if after else ""
     return (f"neutrino: timings: {total:.3f} s added{extra}: " + "; ".join(groups) +
-            f"; program {program_seconds:.3f} s" + (f"; {background}" if background else "") + teardown + "\n")
+            f"; program {program_seconds:.3f} s" + (f"; {background}" if background else "") +
+            (f"; {driver}" if driver else "") + teardown + "\n")

@@ -23,9 +23,8 @@ script's single process has SLURM_PROCID=0 too).
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 from collections.abc import Mapping
-
-import attrs
 
 # (launcher, rank variable, local rank variable, world size variable)
 LAUNCHERS = (
@@ -38,12 +37,11 @@ LAUNCHERS = (
 )
 
 
-@attrs.frozen
-class RankInfo:
-    rank: int
-    local_rank: int | None
-    world_size: int | None
-    launcher: str  # which family of variables said so
+class RankInfo(namedtuple("RankInfoFields", ("rank", "local_rank", "world_size", "launcher"))):
+    """rank, local_rank and world_size (None where unknown); launcher: which family of variables said
+    so. A named tuple: the launcher imports this module (neither attrs nor dataclasses there)."""
+
+    __slots__ = ()
 
     def fields(self) -> dict:
         """The fields of the `start` event."""

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import attrs
 
-from neutrino import maps as tracefmt
-from neutrino import trace_writer
-
+# neutrino.maps and neutrino.trace_writer (numpy) are imported where results are written: the launcher
+# writes a run directory of events alone when no process loaded a CUDA module (launcher.close_run).
 
 from neutrino.runtime.start.rundir_names import ENV_JOB, rank_dir_name, run_dir_name  # noqa: F401 (re-exported)
 
@@ -172,6 +171,8 @@ class TraceDir:
         return rel
 
     def write_result(self, index: int, *, grid, block, shared_bytes: int, maps) -> str:
+        from neutrino import trace_writer
+
         self._ensure()
         rel = f"result/{index}.bin"
         trace_writer.write_result(self.path / rel, grid=grid, block=block, shared_bytes=shared_bytes, maps=maps)
@@ -180,6 +181,8 @@ class TraceDir:
     def append_result(self, kernel_dir: str, header: bytes, offsets, datas) -> tuple[int, str, int]:
         """Append one launch's maps (header from `neutrino.trace.encode_header`) as a frame of the
         kernel's result file result/<k>_<hash>.ntr; returns (launch index, file relative to the run dir, offset)."""
+        from neutrino import trace_writer
+
         self._ensure()
         rel = f"result/{Path(kernel_dir).name}.ntr"
         with self._lock:
@@ -201,6 +204,8 @@ class TraceDir:
 
     def index_fd(self) -> int:
         """result/index.bin (spec/trace-format.md), its header written when created."""
+        from neutrino import maps as tracefmt
+
         self._ensure()
         rel = "result/index.bin"
         with self._lock:
