@@ -315,9 +315,9 @@ class Runtime:
             with relaxed_capture(self.drv) if capturing else contextlib.nullcontext():
                 pk = self.kernels.get(rec, ctx, req.func, wait=True if capturing else None)  # a graph keeps what is captured
                 self.kernels.check_attrs(pk, req.func, req.shared_bytes)
+                shape = pk.shape(req.grid, req.block)  # count-sized maps: what their counting launch needs
                 if not pk.cost_recorded:  # once per kernel and context: what probing added (probe_cost.py)
                     probe_cost.record(self.drv, self.trace, pk, req)
-            shape = pk.shape(req.grid, req.block)  # count-sized maps: what their counting launch needs
             if way is LaunchWay.PROBE:  # buffers, enqueue, results handed on (launch_path/launches.py)
                 return self.probing.launch_probed(rec, pk, req, ctx, shape)
             if way is LaunchWay.CAPTURE:  # the probed kernel goes into the graph (cudagraphs/capture.py)

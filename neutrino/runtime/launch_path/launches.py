@@ -120,7 +120,8 @@ class ProbedLaunches:
         """(the launch's shape, its map buffers), with its trace bytes held: count-sized maps are
         sized by counting first (`_caps`). `Dropped` when a budget has no room for them."""
         if pk.needs_counting:  # code built before the device ring: count first
-            shape = pk.shape(req.grid, req.block, self._caps(pk, req, shape, stream, ctx))
+            caps = self._caps(pk, req, shape, stream, ctx)
+            shape = pk.shape(req.grid, req.block, caps)
         self.writer.reclaim()
         if not self.trace_budget.reserve(shape.frame_bytes):
             raise Dropped("trace-budget", f"the trace budget of {self.trace_budget.limit} bytes is spent")
