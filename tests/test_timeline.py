@@ -382,7 +382,14 @@ def test_records_held_when_the_program_changes_clock_keep_their_times(tmp_path, 
     assert len(kernels) == 9
     assert untimed.astype(int).tolist() == ([0] * 9 if flush == "1" else [1, 1] + [0] * 7)
     no_time = _one(events, "timeline_counts")["no_gpu_time"]  # copies too: the fake's held ones lose theirs
-    assert no_time == 0 if flush == "1" else no_time >= 2
+    untimed_kinds = set(every["kind"][(every["flags"] & FLAG_NO_GPU_TIME) != 0].tolist())
+    if flush == "1":
+        # Every kernel keeps its times. Our writer's copy-out and zeroing of one launch run on another
+        # thread and may land between the flush and the registration (the fake then cuts them): at most
+        # that one copy and one memset may be untimed (a stated gap, spec/runtime.md).
+        assert untimed_kinds <= {2, 3} and no_time <= 2, (untimed_kinds, no_time)
+    else:
+        assert no_time >= 2
     calls = [c["call"] for c in _one(events, "timeline_profiler")["first"]]
     assert ("clock_flush" in calls) == (flush == "1")
     assert calls.index("timestamp_callback") > calls.index("clock_flush") if flush == "1" else True
