@@ -404,11 +404,12 @@ class MapLayout:
     zero_bytes: int  # what must be zero before the launch: the counts (array maps) or everything
 
 
-def map_layouts(maps: list[dict], grid, block, caps: dict[str, int],
-                ring: tuple[int, int] = (RING_RECORDS_PER_UNIT, 1 << 28),
+def map_layouts(maps: list[dict], grid, block, caps: dict[str, int], ring: tuple[int, int] | None = None,
                 learned: dict[str, int] | None = None) -> tuple[MapLayout, ...]:
-    """The buffers of one launch; `ring`: (slots per unit, most bytes) of a count-sized map's ring,
-    `learned`: slots per unit of the rings whose need an earlier launch showed (map name → slots)."""
+    """The buffers of one launch; `ring`: (slots per unit, most bytes) of a count-sized map's ring
+    (None: RING_RECORDS_PER_UNIT, 256 MiB), `learned`: slots per unit of the rings whose need an
+    earlier launch showed (map name → slots)."""
+    ring = ring or (RING_RECORDS_PER_UNIT, 1 << 28)
     out = []
     for m in maps:
         cap = caps.get(m["name"], m["cap"])
@@ -431,5 +432,5 @@ def map_layouts(maps: list[dict], grid, block, caps: dict[str, int],
 def launch_frame(maps: list[dict], grid, block, caps: dict[str, int], ring=None,
                  learned: dict[str, int] | None = None) -> tuple[tuple[MapLayout, ...], FrameLayout]:
     """One launch shape's map buffers and the frame the writer appends for them."""
-    layouts = map_layouts(maps, grid, block, caps) if ring is None else map_layouts(maps, grid, block, caps, ring, learned)
+    layouts = map_layouts(maps, grid, block, caps, ring, learned)
     return layouts, frame_layout([MapSection.of(lay.map, lay.units, lay.cap, b"") for lay in layouts])
