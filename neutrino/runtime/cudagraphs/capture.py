@@ -156,7 +156,8 @@ class GraphProbes:
     # ------------------------------------------------------------ capture
     def capture(self, rec, pk, req, ctx: int, stream: int, shape) -> int:
         """Capture the probed kernel of launch `req` into the graph `stream` is building (`shape`:
-        its maps' layouts, probed.py).
+        its maps' layouts, probed.py). One way down: the node and its memory (`_new_node`, the
+        memory's layout and handling being ring.py's), then the kernel node, then its record.
 
         Raises Fallback while the original could still be captured instead; once the
         probed kernel node is in the graph, never raises (returns 0)."""
@@ -167,22 +168,55 @@ class GraphProbes:
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
         info = self.drv.stream_capture_info(stream)
-        node = self._new_node(pk, req, ctx, stream, info, shape)  # not one of its graph's nodes yet
-        if not self.budget.reserve(node.held):  # the smallest ring, rather than none
-            node.ring_layout = graph_ring.ring_layout(node.frame_bytes, self.wait_ns == 0, minimal=True)
-            if not self.budget.reserve(node.held):
-                raise Fallback("graph", f"the buffer budget of {self.budget.limit} bytes is held by other graphs' "
-                                        "nodes; this node runs unprobed")
-        node.reserved = True
-        self._allocate(node, ctx)
+        node = self._new_node(pk, req, ctx, stream, info, shape)
         # From here on nodes of ours may be in the graph (a copy of module globals captured
         # before a failed launch): the node's memory stays with the graph whatever happens.
         with self._lock:
             node.group.nodes.append(node)
-        self._capture_kernel(node, pk, req, stream, info.dependencies)
+        # The probed kernel node. A failure before it is in the graph: the stream's dependencies
+        # go back to what they were, so the original can be captured.
+        slots = [Slot(node.group.ctx, lay.size, dev) for lay, dev in zip(node.layouts, node.buffers)]
+        _, plan = pk.param_plan()
+        first = next((which for which, is_buffer in plan if is_buffer), None)
+        if first is not None:  # bit 0 of the first buffer pointer: read the gate (graph_ring.py, "Sampling")
+            slots[first].device |= 1
+        params = self.enqueuer.params(pk, req, node.layouts, slots)
+        try:
+            copy_globals_in(self.drv, pk.globals, stream)
+            rc = self.drv.launch(req.kind, pk.func, req, C.addressof(params))
+            if rc != 0:
+                raise Fallback("graph", f"capturing the probed kernel failed: {self.drv.error_name(rc)}")
+        except BaseException:
+            with contextlib.suppress(DriverError):
+                self.drv.update_capture_dependencies(stream, info.dependencies)
+            raise
+        node.keep = params
+        node.active = True
+        # The kernel is in the graph: a failure from here on loses this node's results, never the kernel.
+        with self._lock:
+            self.nodes_probed += 1
+        try:
+            node.node = self.drv.stream_capture_info(stream).dependencies[0]
+            copy_globals_out(self.drv, pk.globals, stream)
+            with self._lock:
+                self._by_node[node.node] = node
+            node.record = self.sink.new_record(node)  # what drains its ring, once the capture's end appends
+        except Exception as e:  # noqa: BLE001 - the kernel node stays; its results are lost (no record yet)
+            node.active = False
+            self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
+                             reason=f"graph ring: {type(e).__name__}: {e}")
+            return 0
+        self.trace.event("graph_node", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
+                         capture_id=node.group.capture_id, grid=list(node.grid), block=list(node.block),
+                         stream=hex(node.stream), frame_bytes=node.frame_bytes, buffer_bytes=node.held,
+                         ring_slots=node.ring_layout.nslots, frame=node.frame)
         return 0
 
     def _new_node(self, pk, req, ctx, stream, info, shape) -> GraphNode:
+        """A node of the capture's graph group (not one of its nodes yet) with its memory: its frame
+        header, its ring's layout, its bytes held against the graphs' budget (the smallest ring
+        rather than none), its maps and ring allocated and zeroed (ring.py). A failure gives back
+        what was taken (memory, budget) and raises Fallback: the original is captured."""
         with self._lock:
             group = self._by_capture.get(info.capture_id)
             if group is None:
@@ -194,41 +228,32 @@ class GraphProbes:
                 self._by_graph[info.graph] = group
             nid = self._next_node
             self._next_node += 1
-        header, offsets = _encode_header(req.grid, req.block, req.shared_bytes, shape.layouts)
+        on_device = self.wait_ns == 0
         frame = self.attribution.frame() if self.attribution is not None else None
-        return GraphNode(nid, group, pk.name, pk.kernel_dir, req.func, pk.func, req.grid, req.block,
+        header, offsets = _encode_header(req.grid, req.block, req.shared_bytes, shape.layouts)
+        node = GraphNode(nid, group, pk.name, pk.kernel_dir, req.func, pk.func, req.grid, req.block,
                          req.shared_bytes, stream, shape.layouts, pk.n_params, header, tuple(offsets),
-                         shape.frame_bytes, graph_ring.ring_layout(shape.frame_bytes, self.wait_ns == 0), frame=frame)
-
-    def _allocate(self, node: GraphNode, ctx: int) -> None:
-        """The node's maps in device memory and its ring in mapped host memory, zeroed; a failure
-        gives back what was taken (memory, budget) and raises Fallback: the original is captured.
-
-        The maps and the state read zero at the first replay; the append kernel zeroes the maps
-        after each one. On a stream of ours, outside the capture: no memset node in the graph."""
+                         shape.frame_bytes, graph_ring.ring_layout(shape.frame_bytes, on_device), frame=frame)
+        if not self.budget.reserve(node.held):
+            node.ring_layout = graph_ring.ring_layout(node.frame_bytes, on_device, minimal=True)
+            if not self.budget.reserve(node.held):
+                raise Fallback("graph", f"the buffer budget of {self.budget.limit} bytes is held by other graphs' "
+                                        "nodes; this node runs unprobed")
+        node.reserved = True
         try:
             with relaxed_capture(self.drv):
                 self._append_function(ctx)
-                node.device = self.drv.mem_alloc_sync(node.device_layout.total)
-                maps = node.device + node.device_layout.maps
-                node.buffers = [maps + off - node.offsets[0] for off in node.offsets]
-                node.ring = self.drv.host_alloc_mapped(node.ring_layout.total)
-                stream = node.drain_stream = self._our_stream(ctx)
-                self.drv.memset_async(node.device, node.device_layout.slots, stream)
-                if not self.sink.filter.selects(0):  # the first replay's probe gate (later ones: the append kernel)
-                    off = C.c_uint32(1)
-                    self.drv.memcpy_htod_async(node.device + node.device_layout.gate, C.addressof(off), 4, stream)
-                self.drv.stream_synchronize(stream)
+                node.drain_stream = self._our_stream(ctx)
+                node.device, node.ring = graph_ring.allocate_node_memory(
+                    self.drv, node.device_layout, node.ring_layout, node.header, node.drain_stream,
+                    gate_closed=not self.sink.filter.selects(0))
         except DriverError as e:
-            with contextlib.suppress(DriverError), relaxed_capture(self.drv):
-                if node.device:
-                    self.drv.mem_free_sync(node.device)
-                if node.ring is not None:
-                    self.drv.host_free(node.ring[0])
-            node.buffers, node.device, node.ring = [], 0, None
             self.budget.give_back(node.held)
             node.reserved = False
             raise Fallback("graph-alloc", f"{node.held} bytes for a graph node: {e}") from None
+        maps = node.device + node.device_layout.maps
+        node.buffers = [maps + off - node.offsets[0] for off in node.offsets]
+        return node
 
     def _our_stream(self, ctx: int) -> int:
         """A non-blocking stream of ours in `ctx`, for work outside the capture (never in a graph)."""
@@ -245,47 +270,6 @@ class GraphProbes:
             module = self.drv.module_load_data(graph_ring.append_ptx(arch, self.wait_ns == 0).encode() + b"\0")
             func = self._append[ctx] = self.drv.module_get_function(module, graph_ring.APPEND_KERNEL)
         return func
-
-    def _capture_kernel(self, node: GraphNode, pk, req, stream: int, before: tuple[int, ...]) -> None:
-        """The probed kernel node, then its ring. A failure before the kernel node: the stream's
-        dependencies go back to what they were, so the original can be captured."""
-        slots = [Slot(node.group.ctx, lay.size, dev) for lay, dev in zip(node.layouts, node.buffers)]
-        _, plan = pk.param_plan()
-        first = next((which for which, is_buffer in plan if is_buffer), None)
-        if first is not None:  # bit 0 of the first buffer pointer: read the gate (graph_ring.py, "Sampling")
-            slots[first].device |= 1
-        params = self.enqueuer.params(pk, req, node.layouts, slots)
-        try:
-            copy_globals_in(self.drv, pk.globals, stream)
-            rc = self.drv.launch(req.kind, pk.func, req, C.addressof(params))
-            if rc != 0:
-                raise Fallback("graph", f"capturing the probed kernel failed: {self.drv.error_name(rc)}")
-        except BaseException:
-            with contextlib.suppress(DriverError):
-                self.drv.update_capture_dependencies(stream, before)
-            raise
-        node.keep = params
-        node.active = True
-        # After the kernel node: its ring, ready for the append node the capture's end adds. The
-        # kernel is in the graph: a failure from here on loses this node's results, never the kernel.
-        graph_ring.init_ring(node.ring[1], node.ring_layout, node.header)
-        with self._lock:
-            self.nodes_probed += 1
-        try:
-            node.node = self.drv.stream_capture_info(stream).dependencies[0]
-            copy_globals_out(self.drv, pk.globals, stream)
-            with self._lock:
-                self._by_node[node.node] = node
-            node.record = self.sink.new_record(node)
-        except Exception as e:  # noqa: BLE001 - the kernel node stays; its results are lost (no record yet)
-            node.active = False
-            self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
-                             reason=f"graph ring: {type(e).__name__}: {e}")
-            return
-        self.trace.event("graph_node", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
-                         capture_id=node.group.capture_id, grid=list(node.grid), block=list(node.block),
-                         stream=hex(node.stream), frame_bytes=node.frame_bytes, buffer_bytes=node.held,
-                         ring_slots=node.ring_layout.nslots, frame=node.frame)
 
     def _lose_results(self, node: GraphNode, reason: str) -> None:
         node.active = False
@@ -436,10 +420,7 @@ class GraphProbes:
             self.sink.detach(node.record)
             self._finished.append(self._summary_row(node))
         with contextlib.suppress(DriverError), relaxed_capture(self.drv):
-            if node.device:
-                self.drv.mem_free_sync(node.device)
-            if node.ring is not None:
-                self.drv.host_free(node.ring[0])
+            graph_ring.free_node_memory(self.drv, node.device, node.ring)
         if node.reserved:
             self.budget.give_back(node.held)
             node.reserved = False

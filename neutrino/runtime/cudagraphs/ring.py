@@ -58,9 +58,12 @@ was set, the maps are still zero and the block neither copies nor zeroes.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 
 import attrs
+
+from neutrino.runtime.driver import DriverError
 
 APPEND_KERNEL = "__neutrino_graph_append"
 COUNTERS_BYTES = 64
@@ -351,12 +354,47 @@ class DeviceLayout:
         return self.slots + (i % self.nslots) * self.stride
 
 
-def init_ring(view, layout: RingLayout, header: bytes) -> None:
-    """Counters and flags zero, every slot's header written (pinned memory comes uninitialised)."""
-    view[: layout.total] = bytes(layout.total)
-    for i in range(layout.nstage):
-        start = layout.slot(i)
+def allocate_node_memory(drv, dev: DeviceLayout, lay: RingLayout, header: bytes, stream: int,
+                         gate_closed: bool) -> tuple[int, tuple]:
+    """One node's memory, ready for its first replay: (its device allocation laid out as `dev`,
+    its mapped host ring laid out as `lay`). The head, the maps and the state are zeroed on
+    `stream` (a stream of ours, outside any capture: no memset node in the graph) and waited for;
+    `gate_closed`: the first replay runs with the probe gate set (later replays' gates are the
+    append kernel's). The host ring's counters and flags are zeroed and every host slot gets the
+    frame `header` (pinned memory comes uninitialised). The caller has the thread's capture mode
+    relaxed. A failure frees what was taken and raises."""
+    device, ring = 0, None
+    try:
+        device = drv.mem_alloc_sync(dev.total)
+        ring = drv.host_alloc_mapped(lay.total)
+        drv.memset_async(device, dev.slots, stream)
+        if gate_closed:
+            closed = C.c_uint32(1)
+            drv.memcpy_htod_async(device + dev.gate, C.addressof(closed), 4, stream)
+        drv.stream_synchronize(stream)
+    except BaseException:
+        with contextlib.suppress(DriverError):
+            if device:
+                drv.mem_free_sync(device)
+            if ring is not None:
+                drv.host_free(ring[0])
+        raise
+    view = ring[1]
+    view[: lay.total] = bytes(lay.total)
+    for i in range(lay.nstage):
+        start = lay.slot(i)
         view[start: start + len(header)] = header
+    return device, ring
+
+
+def free_node_memory(drv, device: int, ring: tuple | None) -> None:
+    """Give back what `allocate_node_memory` took (a failure to free is ignored: the context may
+    be gone). The caller has the thread's capture mode relaxed."""
+    with contextlib.suppress(DriverError):
+        if device:
+            drv.mem_free_sync(device)
+        if ring is not None:
+            drv.host_free(ring[0])
 
 
 class NodeDesc(C.Structure):
