@@ -55,6 +55,7 @@ from neutrino.runtime.start.options import RuntimeOptions
 from neutrino.runtime.start.phases import PhaseClock
 from neutrino.runtime.launch_path.launches import Dropped, ProbedLaunches
 from neutrino.runtime.launch_path.pool import BufferPool, ByteBudget
+from neutrino.runtime.launch_path.unprobed import UnprobedLaunches
 from neutrino.runtime.instrument import probe_cost
 from neutrino.runtime.instrument.probed import (  # noqa: F401
     Fallback, KernelBuilder, ProbedKernel, module_globals)
@@ -133,14 +134,12 @@ class Runtime:
         self.graphs = self._graph_probes(native_writer)
         self.probing = ProbedLaunches(trace, options, self.registry, self.pool, self.writer, self.enqueuer,
                                       self.trace_budget, self.attribution, fast=self.fast, context=self.context)
+        self.unprobed = UnprobedLaunches(trace, self.registry, shim)  # fallbacks, drops, --memusage
         self._lock = threading.Lock()
-        self.fallbacks: Counter = Counter()
         self.no_ptx: Counter = Counter()  # frameworks.Origin -> modules loaded without PTX
         self.no_ptx_examples: dict[str, str] = {}
-        self.drops: Counter = Counter()  # (kernel, reason) -> launches run unprobed for lack of budget
         self._exit_launches = 0  # launches the C path and the graph rings probed, counted at exit
         self.graph_summary: list[dict] = []
-        self.memusage: dict[str, dict] = {}
         self._callback = None
         self._closed = False
         self.timeline_summary: dict | None = None
@@ -322,17 +321,18 @@ class Runtime:
                 return self.probing.launch_probed(rec, pk, req, ctx, shape)
             if way is LaunchWay.CAPTURE:  # the probed kernel goes into the graph (cudagraphs/capture.py)
                 return self.graphs.capture(rec, pk, req, ctx, req.our_stream, shape)
-            self._memusage(pk, req, shape)  # LaunchWay.MEMUSAGE: the original runs
+            self.unprobed.record_memusage(pk, req, shape)  # LaunchWay.MEMUSAGE: the original runs
         except Dropped as e:
-            self._drop(rec, req, e.reason, e.detail)
+            self.unprobed.drop(rec, req, e.reason, e.detail)
         except Fallback as e:
-            self._fallback(rec, req, e.stage, e.reason, e.permanent, quiet=e.repeat)
+            self.unprobed.fallback(rec, req, e.stage, e.reason, e.permanent, quiet=e.repeat)
         except DriverError as e:
-            self._fallback(rec, req, "driver", str(e))
+            self.unprobed.fallback(rec, req, "driver", str(e))
         except NeutrinoError as e:
-            self._fallback(rec, req, "instrument", str(e).splitlines()[0] if str(e) else type(e).__name__, True)
+            self.unprobed.fallback(rec, req, "instrument", str(e).splitlines()[0] if str(e) else type(e).__name__,
+                                   True)
         except Exception as e:  # noqa: BLE001 - our bug must not break the program
-            self._fallback(rec, req, "internal", f"{type(e).__name__}: {e}")
+            self.unprobed.fallback(rec, req, "internal", f"{type(e).__name__}: {e}")
         return NOT_HANDLED
 
     def _way(self, req: LaunchRequest) -> LaunchWay:
@@ -378,27 +378,20 @@ class Runtime:
         self.enqueuer.forget_contexts()
         self.writer.forget_contexts()
 
-    def _fallback(self, rec: FuncRec, req: LaunchRequest, stage: str, reason: str, permanent: bool = False,
-                  quiet: bool = False) -> None:
-        with self._lock:
-            self.fallbacks[(rec.name, stage)] += 1
-        if not quiet:
-            self.trace.event("fallback", kernel=rec.name, stage=stage, reason=reason, kernel_launch=req.index,
-                             permanent=permanent)
-        if permanent:
-            rec.failed = reason
-            for h in self.registry.handles_of(rec):
-                self.shim.probe_remove(h)
+    @property
+    def fallbacks(self) -> Counter:
+        """(kernel, stage) -> launches that fell back to the original (launch_path/unprobed.py)."""
+        return self.unprobed.fallbacks
 
-    def _drop(self, rec: FuncRec, req: LaunchRequest, reason: str, detail: str) -> None:
-        """A launch the budgets have no room for: it runs unprobed, and is counted
-        (one `dropped` event at the first drop per kernel and reason; totals at exit)."""
-        with self._lock:
-            self.drops[(rec.name, reason)] += 1
-            first = self.drops[(rec.name, reason)] == 1
-        if first:
-            self.trace.event("dropped", kernel=rec.name, reason=reason, detail=detail, kernel_launch=req.index,
-                             first=True)
+    @property
+    def drops(self) -> Counter:
+        """(kernel, reason) -> launches run unprobed for lack of budget, the C path's and the graphs' too."""
+        return self.unprobed.drops
+
+    @property
+    def memusage(self) -> dict[str, dict]:
+        """--memusage: kernel -> its launches' map bytes (launch_path/unprobed.py)."""
+        return self.unprobed.memusage
 
     def _collect_fast_path_counts(self) -> None:
         """Launches the C path probed or dropped count in the summary like the others."""
@@ -459,21 +452,6 @@ class Runtime:
     def set_callback(self, fn) -> None:
         """FUNC(result_path, launch_event), run at exit over every probed launch (never on the launch path)."""
         self._callback = fn
-
-    # ------------------------------------------------------------ memusage
-    def _memusage(self, pk: ProbedKernel, req: LaunchRequest, shape) -> None:
-        """LaunchWay.MEMUSAGE (--memusage): what the maps would take (the original runs unprobed)."""
-        layouts = shape.layouts
-        maps = {lay.map["name"]: (lay.size if lay.map["cap"] != "count" else None) for lay in layouts}
-        total = sum(v for v in maps.values() if v)
-        self.trace.event("memusage", kernel=pk.name, grid=list(req.grid), block=list(req.block), bytes=total, maps=maps)
-        with self._lock:
-            cur = self.memusage.setdefault(pk.name, {"launches": 0, "max_bytes": 0, "total_bytes": 0,
-                                                      "count_sized": any(v is None for v in maps.values())})
-            cur["launches"] += 1
-            cur["max_bytes"] = max(cur["max_bytes"], total)
-            cur["total_bytes"] += total
-
 
     # ------------------------------------------------------------ exit
     def finish(self, stream=sys.stderr) -> None:

@@ -83,7 +83,7 @@ class ProbedKernel:
     cost_recorded: bool = False  # its `probe_cost` event was written (probe_cost.py)
     counted: dict = attrs.Factory(dict)  # (grid, block) -> (caps of its last counting launch, launches sized by them)
     ring: tuple[int, int] = (tracefmt.RING_RECORDS_PER_UNIT, 1 << 28)  # count-sized maps' rings: slots per unit, most bytes
-    ring_learned: dict = attrs.Factory(dict)  # map name → slots per unit, from a launch's head (core._learn_rings)
+    ring_learned: dict = attrs.Factory(dict)  # map name → slots per unit, from a launch's head (launches.py)
     ring_learning: int = 0  # launches whose ring heads were read back so far
     modules: tuple = ()  # the modules of ours it lives in (probed code, baseline): unloaded after the program's
     _layouts: dict = attrs.Factory(dict)

@@ -194,7 +194,7 @@ class Enqueuer:
 
     def ring_heads(self, layouts, slots, stream: int) -> dict[str, int]:
         """The heads of a launch's rings (records each tried to reserve), once its stream is done:
-        a kernel's first launch sizes its next ones with them (core.py, `_learn_rings`). Synchronises."""
+        a kernel's first launch sizes its next ones with them (launches.py, `launch_probed`). Synchronises."""
         rings = [(lay, slot) for lay, slot in zip(layouts, slots) if tracefmt.is_ring(lay.map)]
         addr, view = self._counts_staging(8 * len(rings))
         for i, (_, slot) in enumerate(rings):

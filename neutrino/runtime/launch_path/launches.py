@@ -82,8 +82,15 @@ class ProbedLaunches:
             self.launches += 1
             if flight.bench is not None:
                 self.bench.setdefault(pk.name, []).append(flight.bench)
-        if pk.sizing_rings and flight.error is None:
-            self._learn_rings(pk, shape, slots, stream)
+        if pk.sizing_rings and flight.error is None:  # a first launch sizes its kernel's next rings
+            try:  # its heads, read back once it is done (one synchronisation; later launches have none)
+                pk.learn_rings(self.enqueuer.ring_heads(shape.layouts, slots, stream), shape.layouts)
+            except Exception as e:  # noqa: BLE001 - the launch happened: its next rings keep the first size
+                pk.ring_learning = tracefmt.RING_LEARN_LAUNCHES
+                self.trace.event("ring_sizing", kernel=pk.name, reason=f"{type(e).__name__}: {e}")
+            else:
+                if pk.ring_learned:
+                    self.trace.event("ring_sizing", kernel=pk.name, slots_per_unit=pk.ring_learned)
         if flight.bench is not None:
             self.trace.event("benchmark", kernel=pk.name, kernel_launch=req.index, baseline_ns=flight.bench[0],
                              probed_ns=flight.bench[1])
@@ -103,18 +110,6 @@ class ProbedLaunches:
             except Exception as e:  # noqa: BLE001 - the argument trace never touches the launch
                 self.trace.event("launch_args", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
         return 0
-
-    def _learn_rings(self, pk, shape, slots, stream: int) -> None:
-        """A kernel's first launch (or first with records) sizes the rings of its next ones: its
-        heads are read back once it is done (one synchronisation; later launches have none)."""
-        try:
-            pk.learn_rings(self.enqueuer.ring_heads(shape.layouts, slots, stream), shape.layouts)
-        except Exception as e:  # noqa: BLE001 - the launch happened: its next rings keep the first size
-            pk.ring_learning = tracefmt.RING_LEARN_LAUNCHES
-            self.trace.event("ring_sizing", kernel=pk.name, reason=f"{type(e).__name__}: {e}")
-        else:
-            if pk.ring_learned:
-                self.trace.event("ring_sizing", kernel=pk.name, slots_per_unit=pk.ring_learned)
 
     def _reserve(self, pk, req, shape, stream: int, ctx: int):
         """(the launch's shape, its map buffers), with its trace bytes held: count-sized maps are
