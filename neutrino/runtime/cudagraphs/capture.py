@@ -247,10 +247,12 @@ class GraphProbes:
                 node.device, node.ring = graph_ring.allocate_node_memory(
                     self.drv, node.device_layout, node.ring_layout, node.header, node.drain_stream,
                     gate_closed=not self.sink.filter.selects(0))
-        except DriverError as e:
+        except BaseException as e:
             self.budget.give_back(node.held)
             node.reserved = False
-            raise Fallback("graph-alloc", f"{node.held} bytes for a graph node: {e}") from None
+            if isinstance(e, DriverError):
+                raise Fallback("graph-alloc", f"{node.held} bytes for a graph node: {e}") from None
+            raise
         maps = node.device + node.device_layout.maps
         node.buffers = [maps + off - node.offsets[0] for off in node.offsets]
         return node
