@@ -400,6 +400,36 @@ BEFORE_KERNEL = ["stream_capture_info", "exchange_capture_mode", "mem_alloc", "h
 AFTER_KERNEL = ["memcpy_htod_async", "graph_add_kernel_node"]  # the append node, at the capture's end
 
 
+def test_node_memory_is_ready_for_the_first_replay_and_undone_on_failure():
+    """ring.py's node memory: the head, maps and state zeroed (the fake's allocations start as
+    garbage), the gate as asked, the host ring's counters and flags zero with the frame header in
+    every host slot; a failure part way gives back what was taken before raising."""
+    from fakedriver import FakeDriver
+    from neutrino.runtime.cudagraphs import ring as graph_ring
+
+    drv = FakeDriver()
+    stream = drv.stream_create_nonblocking()
+    dev, lay = graph_ring.DeviceLayout(span=512, nslots=4), graph_ring.ring_layout(1024)
+    header = bytes(range(1, 97))
+    before = len(drv.mem)
+    for gate_closed in (False, True):
+        device, ring = graph_ring.allocate_node_memory(drv, dev, lay, header, stream, gate_closed=gate_closed)
+        head = bytearray((C.c_ubyte * dev.slots).from_address(device))
+        assert C.c_uint32.from_buffer(head, dev.gate).value == int(gate_closed)
+        head[dev.gate: dev.gate + 4] = bytes(4)
+        assert head == bytes(dev.slots)
+        view = ring[1]
+        assert bytes(view[: lay.slots]) == bytes(lay.slots)
+        assert all(bytes(view[lay.slot(i): lay.slot(i) + len(header)]) == header for i in range(lay.nstage))
+        graph_ring.free_node_memory(drv, device, ring)
+        assert len(drv.mem) == before
+    for step in ("host_alloc", "memset_async", "memcpy_htod_async"):
+        drv.fail = {step: "CUDA_ERROR_OUT_OF_MEMORY"}
+        with pytest.raises(DriverError):
+            graph_ring.allocate_node_memory(drv, dev, lay, header, stream, gate_closed=True)
+        assert len(drv.mem) == before, step  # the device allocation (and the host ring) given back
+
+
 @pytest.mark.parametrize("step", BEFORE_KERNEL + AFTER_KERNEL)
 def test_failure_at_each_capture_step_never_changes_results(program, step):
     """Before the probed kernel node exists: the original is captured instead (a `fallback` event).
