@@ -136,8 +136,8 @@ class FakeDriver:
         self.unloaded.append(module)
         self.unloaded_in.append(self.ctx_get_current())
 
-    def link_ptx(self, ptx):
-        self._check("link_ptx")
+    def compile_ptx(self, ptx, arch):
+        self._check("compile_ptx")
         self.links += 1
         return b"FAKECUBIN\0" + ptx.encode()
 

@@ -164,6 +164,30 @@ def test_a_failing_query_is_the_events_error_and_the_launch_is_still_probed(tmp_
     assert rt.probed_launches == 1 and not events(rt, "fallback")
 
 
+def test_a_cukernel_handle_is_asked_through_its_function(tmp_path):
+    """nvcc 12+ programs launch CUkernel handles, which cuFuncGetAttribute refuses (seen on an H200:
+    CUDA_ERROR_INVALID_HANDLE for every kernel of an nvcc program): the event asks for the
+    handle's function in the context (cuKernelGetFunction) instead."""
+    rt, drv, _ = make_runtime(tmp_path)
+    set_resources(drv, original=(30, 2048, 0), func=0x250)
+    assert load_saxpy(rt)
+    asked = drv.func_get_attribute
+
+    def refuse_kernels(func, attr):
+        if func == 0x200:
+            raise probe_cost.DriverError("cuFuncGetAttribute", 400, "CUDA_ERROR_INVALID_HANDLE")
+        return asked(func, attr)
+
+    drv.func_get_attribute = refuse_kernels
+    drv.kernel_get_function = lambda kernel: 0x250 if kernel == 0x200 else kernel
+    r, keep = req()
+    assert rt.on_launch(r) == 0
+    finish(rt)
+    (ev,) = events(rt, "probe_cost")
+    assert "error" not in ev, ev
+    assert (ev["original"]["regs"], ev["original"]["shared_static"]) == (30, 2048)
+
+
 def test_the_engine_counts_the_instructions_of_the_probed_entry():
     import neutrino.engine as engine
     from neutrino.isa.ptx import ir, parse_module

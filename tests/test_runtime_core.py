@@ -663,12 +663,12 @@ def test_code_built_before_the_ring_still_counts(tmp_path, monkeypatch):
     assert len(maps[1].valid()) == sum(min(u % 3 + 1, 2) for u in range(units))
 
 
-def test_link_failure_loads_the_ptx_instead(tmp_path):
-    """cuLink compiles relocatable code (vprintf and other builtins may stay unresolved there):
-    the probed PTX is then loaded whole, and the launch is probed."""
+def test_compile_failure_loads_the_ptx_instead(tmp_path):
+    """Without a ptxas, or one that refuses the PTX (vprintf and other driver builtins stay
+    unresolved there): the probed PTX goes to the driver's JIT, and the launch is probed."""
     rt, drv, _ = make_runtime(tmp_path)
     load_saxpy(rt)
-    drv.fail["link_ptx"] = "CUDA_ERROR_INVALID_PTX"
+    drv.fail["compile_ptx"] = "CUDA_ERROR_INVALID_PTX"
     r, keep = req()
     assert rt.on_launch(r) == 0
     finish(rt)

@@ -28,7 +28,6 @@ DEV_ATTR_L2_SIZE = 38
 DEV_ATTR_CC_MAJOR = 75
 DEV_ATTR_CC_MINOR = 76
 
-CU_JIT_INPUT_PTX = 1
 CU_STREAM_LEGACY = 0x1
 CU_STREAM_PER_THREAD = 0x2
 CU_EVENT_DISABLE_TIMING = 0x2
@@ -52,6 +51,18 @@ class DriverError(NeutrinoError):
     def __init__(self, call: str, code: int, name: str = ""):
         self.call, self.code, self.name = call, code, name
         super().__init__(f"{call} failed: {name or 'CUresult'} ({code})")
+
+
+def function_of(drv, handle: int) -> int:
+    """A CUfunction for a launched `handle`: programs built by nvcc 12+ launch a CUkernel
+    (cuLibraryGetKernel), which cuLaunchKernel takes but cuFuncGetAttribute refuses
+    (CUDA_ERROR_INVALID_HANDLE, seen on an H200): its function in the current context
+    (cuKernelGetFunction) answers for it."""
+    try:
+        drv.func_get_attribute(handle, 4)  # CU_FUNC_ATTRIBUTE_NUM_REGS: does it take the handle?
+        return handle
+    except DriverError:
+        return drv.kernel_get_function(handle)
 
 
 class CUlaunchConfig(C.Structure):
@@ -123,10 +134,6 @@ _SIGNATURES = {
     "cuStreamSynchronize": [P],
     "cuStreamCreate": [PP, U],
     "cuStreamWaitEvent": [P, P, U],
-    "cuLinkCreate_v2": [U, P, P, PP],
-    "cuLinkAddData_v2": [P, C.c_int, P, SZ, C.c_char_p, U, P, P],
-    "cuLinkComplete": [P, PP, C.POINTER(SZ)],
-    "cuLinkDestroy": [P],
     "cuLaunchKernel": [P, U, U, U, U, U, U, U, P, P, P],
     "cuLaunchKernel_ptsz": [P, U, U, U, U, U, U, U, P, P, P],
     "cuLaunchKernelEx": [P, P, P, P],
@@ -169,6 +176,7 @@ class RealDriver:
     def __init__(self, resolve):
         self._resolve = resolve
         self._fns: dict[str, object] = {}
+        self._ptxas: str | None = None  # found at the first compile ("": none)
 
     def _fn(self, name: str):
         fn = self._fns.get(name)
@@ -237,18 +245,21 @@ class RealDriver:
     def module_unload(self, module: int) -> None:
         self._call("cuModuleUnload", module)
 
-    def link_ptx(self, ptx: str) -> bytes:
-        """JIT PTX to a cubin (kept in the disk cache so later runs skip the JIT)."""
-        state = C.c_void_p()
-        self._call("cuLinkCreate_v2", 0, None, None, C.byref(state))
+    def compile_ptx(self, ptx: str, arch: tuple[int, int]) -> bytes:
+        """Probed PTX compiled to a cubin as a whole program by ptxas (instrument/ptxas.py: the driver's
+        linker would compile it as relocatable code, with more registers), kept in the disk cache so
+        later runs skip the compile. DriverError where no ptxas is found or it fails: the caller then
+        loads the PTX itself (the driver's JIT)."""
+        from neutrino.runtime.instrument import ptxas
+
+        if self._ptxas is None:
+            self._ptxas = ptxas.find_ptxas() or ""
+        if not self._ptxas:
+            raise DriverError("ptxas", -1, "no ptxas found (the driver's JIT compiles the PTX)")
         try:
-            data = ptx.encode() + b"\0"
-            self._call("cuLinkAddData_v2", state, CU_JIT_INPUT_PTX, C.c_char_p(data), len(data), b"probed.ptx", 0, None, None)
-            out, size = C.c_void_p(), C.c_size_t()
-            self._call("cuLinkComplete", state, C.byref(out), C.byref(size))
-            return C.string_at(out.value, size.value)
-        finally:
-            self._fn("cuLinkDestroy")(state)
+            return ptxas.compile_whole(self._ptxas, ptx, arch)
+        except ptxas.PtxasError as e:
+            raise DriverError("ptxas", -1, str(e)) from None
 
     def module_get_function(self, module: int, name: str) -> int:
         f = C.c_void_p()

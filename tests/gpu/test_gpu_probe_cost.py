@@ -46,13 +46,14 @@ def ptxas_log(log: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def ptxas_registers(ptx: Path) -> dict[str, int]:
-    """Entry name -> registers `ptxas -v` gives the PTX, for the architecture its .target names."""
+def ptxas_resources(ptx: Path) -> dict[str, dict[str, int]]:
+    """Entry name -> registers and static shared bytes `ptxas -v` gives the PTX (a whole program, as the
+    runtime compiles it), for the architecture its .target names."""
     target = re.search(r"^\s*\.target\s+(sm_\w+)", ptx.read_text(), re.MULTILINE).group(1)
     r = subprocess.run(["ptxas", f"-arch={target}", "-v", "-o", os.devnull, str(ptx)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    return {name: got["regs"] for name, got in ptxas_log(r.stdout + r.stderr).items()}
+    return ptxas_log(r.stdout + r.stderr)
 
 
 def report_section(trace_path: Path, env: dict, label: str) -> str:
@@ -78,8 +79,15 @@ def check_costs(trace, originals: dict[str, dict[str, int]]) -> list[str]:
     for ev in costs:
         name = ev["kernel"]
         assert "error" not in ev, ev
-        want_probed = ptxas_registers(Path(trace.path) / kernel_dirs[name] / "probed.ptx").get(name)
+        kdir = Path(trace.path) / kernel_dirs[name]
+        want_probed = ptxas_resources(kdir / "probed.ptx").get(name, {}).get("regs")
+        # cuobjdump's SHARED reads 1024 for Triton kernels whose only shared memory is the extern (dynamic)
+        # array, where the driver (CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES) and ptxas -v say 0 static bytes (H200,
+        # sm_90a): static shared is checked against ptxas -v of the original PTX
+        want_shared = ptxas_resources(kdir / "original.ptx").get(name, {}).get("shared_static")
         want = originals.get(name)
+        if want is not None and want_shared is not None:
+            want = {**want, "shared_static": want_shared}
         print(f"{name[:40]:40s} regs {ev['original']['regs']:3d} (SASS {want and want['regs']}) -> "
               f"{ev['probed']['regs']:3d} (ptxas {want_probed}); blocks/SM {ev['original']['blocks_per_sm']} -> "
               f"{ev['probed']['blocks_per_sm']} (formula {ev['original']['formula_blocks']} -> "

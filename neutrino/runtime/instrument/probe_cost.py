@@ -13,7 +13,7 @@ Never per launch, never raises: a failure is the event's `error`
 from __future__ import annotations
 
 from neutrino import occupancy as occ
-from neutrino.runtime.driver import DEV_ATTR_CC_MAJOR, DriverError
+from neutrino.runtime.driver import DEV_ATTR_CC_MAJOR, DriverError, function_of
 
 # CUfunction_attribute numbers (cuda.h) of what the event records.
 FUNC_ATTR_MAX_THREADS_PER_BLOCK = 0
@@ -35,6 +35,7 @@ def side(drv, func: int, threads: int, dynamic_shared: int, dev: occ.DeviceLimit
     """One function's resources and occupancy for a block of `threads` with `dynamic_shared` bytes.
     `blocks_per_sm` is the driver's answer where it gives one (`occupancy_from`: "driver"), else the
     formula's; `formula_blocks` is always the formula's, and `limiter` the formula's limiting resource."""
+    func = function_of(drv, func)
     res = function_resources(drv, func)
     calc = occ.occupancy(threads, res["regs"], res["shared_static"], dynamic_shared, dev, res["max_threads"])
     blocks, source = calc.blocks, "formula"

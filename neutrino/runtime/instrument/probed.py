@@ -19,7 +19,7 @@ from neutrino import maps as tracefmt
 from neutrino.maps import MapLayout, map_layouts  # noqa: F401 - re-exported: enqueue.py, tests
 from neutrino.errors import NeutrinoError
 from neutrino.runtime.instrument.codecache import CacheEntry, cache_key
-from neutrino.runtime.driver import COPIED_FUNC_ATTRS, DriverError
+from neutrino.runtime.driver import COPIED_FUNC_ATTRS, DriverError, function_of
 from neutrino.runtime.start.phases import PhaseClock
 from neutrino.runtime.instrument.prebuild import entry_only
 from neutrino.runtime.instrument.probeload import loaded
@@ -258,7 +258,7 @@ class KernelBuilder:
             if rec.name not in inst.kernels:
                 raise Fallback("instrument", f"the engine did not instrument entry {rec.name}", permanent=True)
             entry = CacheEntry(inst.ptx, inst.kernels[rec.name])
-        module, fresh_cubin = self._load(entry)
+        module, fresh_cubin = self._load(entry, arch)
         with phase("module_load", runs=0):  # the same load as _load's: one run per kernel
             info = entry.info
             func = self.drv.module_get_function(module, rec.name)
@@ -310,28 +310,28 @@ class KernelBuilder:
                 out.append(GlobalVar(name, orig, ours, size, writable))
         return out
 
-    def _load(self, entry: CacheEntry) -> tuple[int, bytes | None]:
-        """Load a cache entry's code: its cubin if it has one, else JIT the PTX (and return the cubin)."""
+    def _load(self, entry: CacheEntry, arch: tuple[int, int]) -> tuple[int, bytes | None]:
+        """Load a cache entry's code: its cubin if it has one, else compile the PTX as a whole program
+        (ptxas; returns the cubin), else hand the PTX to the driver's JIT (no cubin to keep)."""
         if entry.cubin is not None:
             try:
                 with self.phases.phase("module_load"):
                     return self.drv.module_load_data(entry.cubin), None
             except DriverError:
-                pass  # a cubin from another driver: JIT again
+                pass  # a cubin this driver does not take: compile again
         try:
             with self.phases.phase("jit"):
-                cubin = self.drv.link_ptx(entry.ptx)
+                cubin = self.drv.compile_ptx(entry.ptx, arch)
             with self.phases.phase("module_load"):
                 return self.drv.module_load_data(cubin), cubin
         except DriverError as e:
-            link_error = e
-        # The linker compiles PTX as relocatable code, where calls the JIT resolves itself in a
-        # whole-program load (vprintf, other driver builtins) can stay unresolved: load the PTX.
+            compile_error = e  # no ptxas, it refused the PTX (a newer PTX ISA), or the driver the cubin
+        # The driver's JIT also resolves what a standalone ptxas cannot (vprintf and other builtins).
         try:
             with self.phases.phase("jit"):
                 return self.drv.module_load_data(entry.ptx.encode() + b"\0"), None
         except DriverError as e:
-            raise Fallback("jit", f"{link_error}; loading the PTX: {e}", permanent=True) from None
+            raise Fallback("jit", f"{compile_error}; loading the PTX: {e}", permanent=True) from None
 
     def _baseline(self, rec, arch: tuple[int, int]) -> tuple[int, list, int]:
         ptx = rec.module.ptx.text
@@ -339,7 +339,7 @@ class KernelBuilder:
         entry, where = self.cache.get(key)
         if entry is None:
             entry = CacheEntry(self.engine.prune(ptx, rec.name), None)
-        module, cubin = self._load(entry)
+        module, cubin = self._load(entry, arch)
         if cubin is not None:
             entry.cubin = cubin
         if where != "memory":
@@ -353,6 +353,10 @@ class KernelBuilder:
         (the program may have raised a limit since): not per launch, since each
         query is a driver call on the launch path."""
         targets = [f for f in (pk.func, pk.count_func, pk.baseline) if f]
+        try:
+            original = function_of(self.drv, original)
+        except DriverError:
+            pass  # neither a function nor a kernel it knows: each query below fails alike
         for attr in COPIED_FUNC_ATTRS:
             try:
                 v = self.drv.func_get_attribute(original, attr)
