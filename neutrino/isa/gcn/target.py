@@ -19,10 +19,10 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, parse_module, print_module
 from neutrino.isa.gcn.buffers import GcnBufferAddressing
 from neutrino.isa.gcn.dialect import GFX9, Dialect
-from neutrino.isa.gcn.lower_save import GcnSaveLowering
+from neutrino.isa.gcn.lower_save import lower_save
 from neutrino.isa.gcn.positions import gcn_prefixes
 from neutrino.isa.gcn.registers import GcnKernelState, Registers
-from neutrino.isa.gcn.resolve import GcnOperandResolution
+from neutrino.isa.gcn.resolve import resolve_operands
 from neutrino.isa.gcn.semantics import kernel_exits
 from neutrino.isa.gcn.snippets import register_shape
 from neutrino.isa.gcn.verify import check, verify_probe_file
@@ -111,8 +111,8 @@ class GcnIsa:
     dialect: Dialect = GFX9  # what differs between the generations sharing these steps (RDNA: neutrino/isa/rdna/)
     entry_words: tuple[str, str] = ("kernel", "kernels")  # what messages call a kernel, one and many
     comment: str = ";"
-    resolve_operands = GcnOperandResolution().run
-    lower_save = GcnSaveLowering().run
+    resolve_operands = staticmethod(resolve_operands)
+    lower_save = staticmethod(lower_save)
     buffer_addressing = GcnBufferAddressing().run
     counting_variant = None
     fit_target = None
