@@ -82,6 +82,29 @@ def splice_all(items: list, ctx) -> None:
         state.spliced = True
 
 
+def shown(items: list, ctx, comment) -> list | None:
+    """--print-after before buffer addressing: a copy of the module's statements with each site's code in place, an
+    abstract SAVE as a comment (`comment(text)`, the ISA's comment line); None once everything is spliced."""
+    if not ctx.kernels or all(state.spliced for state in ctx.kernels.values()):
+        return None
+
+    def readable(code: list) -> list:
+        return [comment(f"SAVE [{c.map}] {{{', '.join(f'{v}:{t}' for v, t in zip(c.values, c.types))}}}"
+                        f"{f' if {c.guard}' if c.guard is not None else ''} (probe {c.probe})") if type(c) is SaveOp else c
+                for c in code]
+
+    copy = list(items)
+    splice(copy, site_edits(ctx, readable))
+    return copy
+
+
+def virtualize(ctx, state, home) -> None:
+    """Each probe register gets one home per kernel (`home(name, type)`): probe registers are shared by name across
+    the probes of a file (a `before` at kernel entry hands values to an `after` at exit)."""
+    for name, rtype in ctx.probes.registers.items():
+        state.renames[name] = home(name, rtype)
+
+
 def check_kernels(originals: list, ctx, lowered: bool, owned, check_inserted) -> None:
     """Phase 2 of the verifier, after any pass: each kernel's original instructions (`originals`: the module's
     instructions of no origin, in order) all there, in order, none inside our code; every inserted instruction

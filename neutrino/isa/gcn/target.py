@@ -26,8 +26,8 @@ from neutrino.isa.gcn.resolve import resolve_operands
 from neutrino.isa.gcn.semantics import kernel_exits
 from neutrino.isa.gcn.snippets import register_shape
 from neutrino.isa.gcn.verify import check, verify_probe_file
-from neutrino.passes.build import site_edits, splice
-from neutrino.passes.neutral_ops import SaveOp
+from neutrino.passes import site_code
+
 
 def matcher(module: ir.Module, state: GcnKernelState):
     """For one kernel: probe → the original instructions whose mnemonic starts with one of its position's prefixes."""
@@ -63,15 +63,12 @@ def registers_above(kernel: str, desc: ir.Descriptor, originals: list[ir.Instruc
 
 
 def virtualize(module: ir.Module, ctx, state: GcnKernelState) -> None:
-    """`.reg .s64 %t` → an aligned SGPR pair above the kernel's own, `.reg .v32 %x` → one free VGPR.
-
-    Probe registers are shared by name across the probes of a file (a `before`
-    at kernel entry hands values to an `after` at exit), so each gets one home per kernel.
-    """
-    for name, rtype in ctx.probes.registers.items():
+    """`.reg .s64 %t` → an aligned SGPR pair above the kernel's own, `.reg .v32 %x` → one free VGPR."""
+    def home(name: str, rtype: str) -> ir.RegRange:
         file, count = register_shape(rtype)
-        take = state.registers.sgprs if file == "s" else state.registers.vgprs
-        state.renames[name] = take("probe" + name, count)
+        return (state.registers.sgprs if file == "s" else state.registers.vgprs)("probe" + name, count)
+
+    site_code.virtualize(ctx, state, home)
 
 
 def kernel_info(ctx) -> dict[str, dict]:
@@ -86,21 +83,9 @@ def kernel_info(ctx) -> dict[str, dict]:
 
 
 def show(module: ir.Module, ctx) -> str:
-    """The module as --print-after shows it: GCN keeps each site's code on the site until buffer addressing
-    splices it, so before that it is shown in place in a copy (an abstract SAVE as a comment)."""
-    if not ctx.kernels or all(state.spliced for state in ctx.kernels.values()):
-        return print_module(module)
-    copy = ir.Module(list(module.items), module.source, module.trailing_newline)
-    splice(copy.items, site_edits(ctx, lambda code: [_shown(c) for c in code]))
-    return print_module(copy)
-
-
-def _shown(item):
-    if type(item) is not SaveOp:
-        return item
-    values = ", ".join(f"{v}:{t}" for v, t in zip(item.values, item.types))
-    guard = f" if {item.guard}" if item.guard is not None else ""
-    return ir.Line(f"\t; SAVE [{item.map}] {{{values}}}{guard} (probe {item.probe})")
+    """The module as --print-after shows it: before buffer addressing splices it, each site's code in place in a copy."""
+    items = site_code.shown(module.items, ctx, lambda text: ir.Line(f"\t; {text}"))
+    return print_module(module if items is None else ir.Module(items, module.source, module.trailing_newline))
 
 
 @attrs.frozen
