@@ -4,7 +4,7 @@
 
 Counted, per revision: every `.py` file under neutrino/isa/gcn, neutrino/isa/rdna,
 neutrino/passes/gcn, plus neutrino/engine_gcn.py, neutrino/cli_gcn.py and the DSL's
-backend_gcn.py/backend_rdna.py, less the generated mnemonic lists (mnemonics_gfx*.py);
+backend_gcn.py/backend_rdna.py (RDNA's now in backend_gcn.py), less the generated mnemonic lists (mnemonics_gfx*.py);
 "code" lines are those neither blank nor comment-only. The code generation subset is
 the steps of the pipeline (match, virtualize, resolve, lower-save, verify, buffers,
 registers, the ISA adapter, the dialect table, what positions match, the translation of the neutral operations);

@@ -1,8 +1,11 @@
-"""The GCN backend: Neutrino IR → GCN probe snippets (neutrino/isa/gcn/snippets.py).
+"""The GCN and RDNA backends: Neutrino IR → GCN probe snippets (neutrino/isa/gcn/snippets.py), in a dialect.
 
 Values live per lane, as in the IR: a u32 in one VGPR (`.v32`), a u64 in a
-VGPR pair (`.v64`, halves `.lo`/`.hi`), a predicate in an SGPR pair holding a
-lane mask (`.s64`). Predication without branches: a guarded instruction
+VGPR pair (`.v64`, halves `.lo`/`.hi`), a predicate in SGPRs holding a lane
+mask (`.s64` on wave64 CDNA, `.s32` on wave32 RDNA 3). What the generations
+spell differently (mask instructions, the carry chain, how clocks are read:
+gfx11 has no s_memtime, its `clock` is the 20-bit SHADER_CYCLES counter) is
+their `Dialect`'s (neutrino/isa/gcn/dialect.py). Predication without branches: a guarded instruction
 computes into a temporary and `v_cndmask` (or mask arithmetic, for
 predicates) keeps the old value in lanes where the guard is false; a guarded
 SAVE keeps its guard (`@%p SAVE ...`) and SAVE lowering narrows the lanes.
@@ -17,6 +20,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from neutrino.errors import Diagnostic, Location
+from neutrino.isa.gcn.dialect import GFX9, Dialect
+from neutrino.isa.rdna.dialect import GFX11
 from neutrino.language.backend import Backend
 from neutrino.language.errors import DslError
 from neutrino.language.ir import PRED, U32, U64, Field, Imm, Instr, Reg
@@ -30,9 +35,10 @@ TEMP = "%_gcn_"  # prefix of the backend's own registers
 
 class GCNBackend(Backend):
     name = "gcn"
+    dialect: Dialect = GFX9
 
     def emitter(self) -> "_Emitter":
-        return _Emitter()
+        return _Emitter(self.dialect)
 
     def snippet(self, body: Sequence[Instr]) -> str:
         emitter = self.emitter()
@@ -53,14 +59,19 @@ class GCNBackend(Backend):
                 emitter.instruction(item)
 
 
-class _Emitter:
-    # what a lane mask is on wave64 (gfx9); the RDNA backend (backend_rdna.py) narrows them to wave32
-    MASK = "s64"  # the probe register type of a predicate
-    EXEC = "exec"
-    AND, OR, ANDN2 = "s_and_b64", "s_or_b64", "s_andn2_b64"
-    ADDC, SUBB = "v_addc_co_u32_e64", "v_subb_co_u32_e64"  # the high half of a 64-bit add / subtract
+class RDNABackend(GCNBackend):
+    """RDNA 3 (gfx11, wave32): GCN's backend in gfx11's dialect (spec/gcn.md, "RDNA")."""
 
-    def __init__(self):
+    name = "rdna"
+    dialect = GFX11
+
+
+class _Emitter:
+    def __init__(self, dialect: Dialect):
+        # a lane mask (the probe register type of a predicate) and the instructions on it: wave64 or wave32
+        self.d, self.mask_type, self.exec = dialect, f"s{dialect.wave_lanes}", dialect.exec
+        self.s_and, self.s_or, self.and_not = dialect.mask("s_and"), dialect.mask("s_or"), dialect.and_not
+        self.addc, self.subb = dialect.add_carry_in, dialect.sub_borrow_in  # the high half of a 64-bit add / subtract
         self.decls: dict[str, str] = {}  # register → kind, in first-use order
         self.lines: list[str] = []
         self.temps = 0
@@ -78,7 +89,7 @@ class _Emitter:
         return name
 
     def reg(self, r: Reg) -> str:
-        return self.declare(f"%{r.name}", self.MASK if r.type == PRED else KIND[r.type])
+        return self.declare(f"%{r.name}", self.mask_type if r.type == PRED else KIND[r.type])
 
     def temp(self, kind: str) -> str:
         self.temps += 1
@@ -126,8 +137,8 @@ class _Emitter:
             if ins.guard is not None:
                 mask = self.reg(ins.guard.reg)
                 if ins.guard.negated:  # SAVE takes a lane mask: its complement within the active lanes
-                    mask = self.temp(self.MASK)
-                    self.emit(f"{self.ANDN2} {mask}, {self.EXEC}, {self.reg(ins.guard.reg)}")
+                    mask = self.temp(self.mask_type)
+                    self.emit(f"{self.and_not} {mask}, {self.exec}, {self.reg(ins.guard.reg)}")
                 guard = f"@{mask} "
             values = [self.save_value(s) for s in ins.srcs]
             self.emit(f"{guard}SAVE [ {ins.map} ] {{{', '.join(values)}}}")
@@ -137,16 +148,16 @@ class _Emitter:
             return
         # predication: compute into a temporary, keep the old value where the guard is false
         dst = self.reg(ins.dst)
-        kind = self.MASK if ins.dst.type == PRED else KIND[ins.dst.type]
+        kind = self.mask_type if ins.dst.type == PRED else KIND[ins.dst.type]
         tmp = self.temp(kind)
         self.compute(ins, tmp)
         guard = self.reg(ins.guard.reg)
         old, new = (tmp, dst) if ins.guard.negated else (dst, tmp)
-        if kind == self.MASK:
-            keep = self.temp(self.MASK)
-            self.emit(f"{self.AND} {keep}, {new}, {guard}" if not ins.guard.negated else f"{self.ANDN2} {keep}, {old}, {guard}")
-            self.emit(f"{self.ANDN2} {dst}, {dst}, {guard}" if not ins.guard.negated else f"{self.AND} {dst}, {dst}, {guard}")
-            self.emit(f"{self.OR} {dst}, {dst}, {keep}")
+        if kind == self.mask_type:
+            keep = self.temp(self.mask_type)
+            self.emit(f"{self.s_and} {keep}, {new}, {guard}" if not ins.guard.negated else f"{self.and_not} {keep}, {old}, {guard}")
+            self.emit(f"{self.and_not} {dst}, {dst}, {guard}" if not ins.guard.negated else f"{self.s_and} {dst}, {dst}, {guard}")
+            self.emit(f"{self.s_or} {dst}, {dst}, {keep}")
         elif kind == "v32":
             self.emit(f"v_cndmask_b32_e64 {dst}, {old}, {new}, {guard}")
         else:
@@ -181,15 +192,25 @@ class _Emitter:
         return [(f"{d}.lo", "lo"), (f"{d}.hi", "hi")] if wide else [(d, "lo")]
 
     # special values
-    def op_clock(self, ins, d, wide, source="s_memtime"):
+    def op_clock(self, ins, d, wide):
+        self.read_clock(d, *self.d.clock)
+
+    def op_time(self, ins, d, wide):
+        self.read_clock(d, self.d.realtime, 64)
+
+    def read_clock(self, d, read: str, bits: int):
+        """A clock read into an SGPR of ours (a 64-bit one waited for), then zero-extended into the lanes' pair."""
+        if bits < 64:
+            t = self.declare(f"{TEMP}cycles", "s32")
+            self.emit(read.format(t))
+            self.emit(f"v_mov_b32_e32 {d}.lo, {t}")
+            self.emit(f"v_mov_b32_e32 {d}.hi, 0")
+            return
         t = self.declare(f"{TEMP}clock", "s64")
-        self.emit(f"{source} {t}")
+        self.emit(read.format(t))
         self.emit("s_waitcnt lgkmcnt(0)")
         self.emit(f"v_mov_b32_e32 {d}.lo, {t}.lo")
         self.emit(f"v_mov_b32_e32 {d}.hi, {t}.hi")
-
-    def op_time(self, ins, d, wide):
-        self.op_clock(ins, d, wide, "s_memrealtime")
 
     def op_cuid(self, ins, d, wide):
         t = self.declare(f"{TEMP}cuid", "s32")
@@ -198,7 +219,8 @@ class _Emitter:
 
     def op_laneid(self, ins, d, wide):
         self.emit(f"v_mbcnt_lo_u32_b32 {d}, -1, 0")
-        self.emit(f"v_mbcnt_hi_u32_b32 {d}, -1, {d}")
+        if self.d.wave_lanes == 64:
+            self.emit(f"v_mbcnt_hi_u32_b32 {d}, -1, {d}")
 
     # moves and conversions
     def op_mov(self, ins, d, wide):
@@ -214,7 +236,7 @@ class _Emitter:
         if not wide:
             self.emit(f"{plain} {d}, {self.part(a, 'lo')}, {self.part(b, 'lo')}")
             return
-        cy, sink = self.declare(f"{TEMP}carry", self.MASK), self.declare(f"{TEMP}carry_out", self.MASK)
+        cy, sink = self.declare(f"{TEMP}carry", self.mask_type), self.declare(f"{TEMP}carry_out", self.mask_type)
         lo_a, lo_b, hi_a, hi_b = self.part(a, "lo"), self.part(b, "lo"), self.part(a, "hi"), self.part(b, "hi")
         t = self.temp("v32")  # the low half into a temporary: d may alias a source's high half
         self.emit(f"{first} {t}, {cy}, {lo_a}, {lo_b}")
@@ -222,10 +244,10 @@ class _Emitter:
         self.emit(f"v_mov_b32_e32 {d}.lo, {t}")
 
     def op_add(self, ins, d, wide):
-        self._carry_chain(ins, d, wide, "v_add_co_u32_e64", self.ADDC, "v_add_u32_e64")
+        self._carry_chain(ins, d, wide, "v_add_co_u32_e64", self.addc, "v_add_u32_e64")
 
     def op_sub(self, ins, d, wide):
-        self._carry_chain(ins, d, wide, "v_sub_co_u32_e64", self.SUBB, "v_sub_u32_e64")
+        self._carry_chain(ins, d, wide, "v_sub_co_u32_e64", self.subb, "v_sub_u32_e64")
 
     def op_neg(self, ins, d, wide):
         zero = Imm(0, ins.type)
@@ -300,10 +322,10 @@ class _Emitter:
             self.emit(f"v_cndmask_b32_e64 {dst}, {self.part(b, h)}, {self.part(a, h)}, {pred}")
 
     def op_pand(self, ins, d, wide):
-        self.emit(f"{self.AND} {d}, {self.reg(ins.srcs[0])}, {self.reg(ins.srcs[1])}")
+        self.emit(f"{self.s_and} {d}, {self.reg(ins.srcs[0])}, {self.reg(ins.srcs[1])}")
 
     def op_por(self, ins, d, wide):
-        self.emit(f"{self.OR} {d}, {self.reg(ins.srcs[0])}, {self.reg(ins.srcs[1])}")
+        self.emit(f"{self.s_or} {d}, {self.reg(ins.srcs[0])}, {self.reg(ins.srcs[1])}")
 
     def op_pnot(self, ins, d, wide):
-        self.emit(f"{self.ANDN2} {d}, {self.EXEC}, {self.reg(ins.srcs[0])}")
+        self.emit(f"{self.and_not} {d}, {self.exec}, {self.reg(ins.srcs[0])}")
