@@ -19,12 +19,13 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, parse_module, print_module
 from neutrino.isa.gcn.buffers import GcnBufferAddressing
 from neutrino.isa.gcn.dialect import GFX9, Dialect
-from neutrino.isa.gcn.lower_save import lower_save
 from neutrino.isa.gcn.positions import gcn_prefixes
 from neutrino.isa.gcn.registers import GcnKernelState, Registers
 from neutrino.isa.gcn.resolve import resolve_operands
+from neutrino.isa.gcn.registers import insn
 from neutrino.isa.gcn.semantics import kernel_exits
 from neutrino.isa.gcn.snippets import register_shape
+from neutrino.isa.gcn.translate import GcnTranslation
 from neutrino.isa.gcn.verify import check, verify_probe_file
 from neutrino.passes import site_code
 
@@ -69,6 +70,17 @@ def virtualize(module: ir.Module, ctx, state: GcnKernelState) -> None:
         return (state.registers.sgprs if file == "s" else state.registers.vgprs)("probe" + name, count)
 
     site_code.virtualize(ctx, state, home)
+
+
+def lower_save(module: ir.Module, ctx) -> None:
+    """GCN's step of the lower-save pass: passes/site_code.py's, on the neutral steps translated (isa/gcn/translate.py)."""
+    for state in ctx.kernels.values():
+        d = state.dialect
+        exit_code = site_code.lower_saves(ctx, d.wave_lanes, state, GcnTranslation(state, site_code.LOWERING_ORIGIN).translate)
+        if exit_code:  # at s_endpgm every lane the wave started with counts, whatever the last branch left in exec
+            exit_code.insert(0, insn(d.mask("s_mov"), d.exec, state.registers.sgprs("entry_exec", d.mask_sgprs),
+                                     origin=site_code.LOWERING_ORIGIN))
+        state.exit_code = exit_code
 
 
 def kernel_info(ctx) -> dict[str, dict]:
