@@ -117,6 +117,12 @@ def _template(ops: tuple, dialect, origin: str, params: tuple) -> _Template:
     return _Template(code, stand_ins, tuple(writer.regs.order), bool(writer.pending))
 
 
+def written(ops, registers, dialect, origin: str) -> list[ir.Instruction]:
+    """`ops` on whatever registers `registers` hands out (`sgprs`/`vgprs` by role), without templates: the DSL's
+    backends write probe registers so (language/backend_gcn.py)."""
+    return _write(_Writer(registers, dialect, origin, {}), ops).out
+
+
 def _write(writer: "_Writer", ops) -> "_Writer":
     for op in ops:
         if writer.pending and any(type(x) is Val and x.role in writer.pending for x in op[1:]):
@@ -155,7 +161,10 @@ class _Writer:
             return x if index == 0 else -(x < 0)
         if index >= words(x):
             return 0
-        return self.reg(x) if words(x) == 1 else half(self.reg(x), index)
+        reg = self.reg(x)  # its registers taken now: the order of first use is the order registers are taken in
+        if type(x) is Val:  # kept neutral, so that what is per lane stays known (a probe register does not say)
+            return x.word(index) if words(x) > 1 else x
+        return reg if words(x) == 1 else half(reg, index)
 
     def vop3(self, *sources, sgprs: int = 1) -> list:
         """Sources a VOP3 takes: literals and SGPRs past the first `sgprs` moved into VGPRs."""
