@@ -19,11 +19,12 @@ Operations, `Op(name, dst, a, b, c)` (spec/pipeline.md, "The neutral operations"
 
     mov d, a             d = a, zero-extended; a one-per-wave d of a per-lane a: the first running lane's
     add/sub d, a, b      d = a ± b (a 64-bit d takes b zero-extended, or sign-extended when an integer)
-    mul d, a, b          d = a * b; a 64-bit d of 32-bit a, b: the whole product; of a 64-bit a or b: its low 64 bits
+    mul d, a, b          d = a * b; a 64-bit d of 32-bit a, b: the whole product; of a 64-bit a or b (per lane):
+                         its low 64 bits
     shl/shr d, a, n      shifts (by a constant, or a 32-bit amount per lane)
     and/or/xor d, a, b   bitwise, word by word; not d, a: the complement
     bfe d, a, at, width  the `width` bits of a from bit `at`
-    select d, p, a, b    d = a in the lanes of p, b in the others (per lane)
+    select d, p, a, b    d = a in the lanes of p, b in the others (a per-lane d)
     cmp p, cond, a, b    p = the running lanes where a cond b (cond: eq ne lt le gt ge; unsigned; 32 or 64 bits)
     pand/por/pandn p, a, b   p = a ∧ b, a ∨ b, a ∧ ¬b
     first p, a           p = the lowest running lane of a

@@ -224,7 +224,8 @@ class _Writer:
         self.alu("mul", self.word(d, 0), a, b)
 
     def mul_wide(self, d, a, b) -> None:
-        """The low 64 bits of a per-lane 64 x 64-bit product: a0 b0 + (a0 b1 + a1 b0) << 32, in temporaries (d may be a or b)."""
+        """The low 64 bits of a 64 x 64-bit product, per lane (d a VGPR pair): a0 b0 + (a0 b1 + a1 b0) << 32, in
+        temporaries first (d may be a or b)."""
         lo, hi, cross = Val("mul_lo", lane=True), Val("mul_hi", lane=True), [Val(f"mul_x{i}", lane=True) for i in (1, 2)]
         a0, a1, b0, b1 = self.vop3(self.word(a, 0), self.word(a, 1), self.word(b, 0), self.word(b, 1), sgprs=0)
         self.emit("v_mul_lo_u32", lo, a0, b0)
@@ -244,11 +245,12 @@ class _Writer:
     def op_shr(self, d, a, n, *_) -> None:
         self.op_shl(d, a, n, name="shr")
 
-    def pair(self, x, lane: bool = True):
-        """A 64-bit operand as a register pair of its file (a 64-bit shift or compare takes no literal), moved if need be."""
-        if words(x) == 2 and type(x) is not int and is_lane(x) == lane:
+    def pair(self, x, slot: int = 0, lane: bool = True):
+        """Operand `slot` of a 64-bit shift or compare as a register pair of its file (they take no literal and no
+        32-bit register), moved into one of ours if need be."""
+        if words(x) == 2 and is_lane(x) == lane:
             return self.reg(x)
-        tmp = Val("pair_tmp" if lane else "pair_stmp", 2, lane)
+        tmp = Val(f"pair_tmp{slot}" if lane else "pair_stmp", 2, lane)
         self.op_mov(tmp, x)
         return self.reg(tmp)
 
@@ -272,7 +274,7 @@ class _Writer:
             self.emit("v_not_b32_e32" if is_lane(d) else "s_not_b32", self.word(d, i), self.word(a, i))
 
     def op_select(self, d, p, a, b) -> None:
-        """d = a in the lanes of p, else b (per lane: no SGPR besides the mask)."""
+        """d = a in the lanes of p, else b: per lane (d VGPRs; no SGPR read besides the mask)."""
         for i in range(words(d)):
             self.emit("v_cndmask_b32_e64", self.word(d, i), *self.vop3(self.word(b, i), self.word(a, i), sgprs=0), p)
 
@@ -285,7 +287,7 @@ class _Writer:
     # -- lanes: a predicate is a lane mask; `lanes` narrows exec
     def op_cmp(self, p, cond, a, b) -> None:
         if max(words(a), words(b)) == 2:  # 64-bit, per lane
-            self.emit(f"v_cmp_{cond}_u64_e64", p, self.pair(a), self.pair(b))
+            self.emit(f"v_cmp_{cond}_u64_e64", p, self.pair(a, 0), self.pair(b, 1))
         elif is_lane(a) or is_lane(b):
             self.emit(f"v_cmp_{cond}_u32_e64", p, *self.vop3(a, b))
         else:  # one answer for the wave: all running lanes or none
