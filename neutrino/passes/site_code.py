@@ -14,8 +14,10 @@ instructions is here, written once; the ISA hands in its hooks:
 from __future__ import annotations
 
 from neutrino.errors import InstrumentError
+from neutrino.isa.interface import SAVE
+from neutrino.isa.ptx import ir as ptx
 from neutrino.passes.build import site_edits, splice
-from neutrino.passes.neutral_ops import NeutralSteps, SaveOp
+from neutrino.passes.neutral_ops import NeutralSteps, SaveOp, save_of
 from neutrino.passes.save_core import lower_exit_counts
 
 LOWERING_ORIGIN = "save-lowering"
@@ -45,6 +47,25 @@ def resolve_sites(ctx, resolve_site) -> None:
                 if name and name not in state.maps:
                     state.maps.append(name)
         state.sites = kept
+
+
+def snippet_code(statements: list, probe, maps: dict, instruction, save_operand) -> list:
+    """A snippet's statements as one site's code: the ISA's (`instruction(stmt)`, a list; empty for a declaration) and
+    each SAVE as a SaveOp (`save_operand` reads its values and guard); the compact form's SAVEs of one snippet fill one record."""
+    code: list = []
+    pending: SaveOp | None = None
+    for stmt in statements:
+        if type(stmt) is not ptx.Instruction or stmt.opcode.base != SAVE:
+            code += instruction(stmt)
+            continue
+        save = save_of(stmt, probe, maps, save_operand)
+        compact = stmt.opcode.text != SAVE
+        if compact and pending is not None:
+            code.remove(pending)
+            save = save.joined(pending)
+        pending = save if compact else None
+        code.append(save)
+    return code
 
 
 def lower_saves(ctx, lanes: int, state, translate) -> list:

@@ -15,8 +15,8 @@ from neutrino.isa.gcn.snippets import is_gcn
 from neutrino.isa.ptx import ir as ptx
 from neutrino.isa.gcn.registers import GcnKernelState, half, insn
 from neutrino.isa.gcn.translate import GcnTranslation
-from neutrino.passes.neutral_ops import Op, SaveOp, Val, save_of
-from neutrino.passes.site_code import SkipSite as Skip, resolve_sites
+from neutrino.passes.neutral_ops import Op, Val
+from neutrino.passes.site_code import SkipSite as Skip, resolve_sites, snippet_code
 from neutrino.passes.state import Context, Site
 
 ORIGIN = "resolve-operands"
@@ -32,22 +32,16 @@ def resolve_site(state: GcnKernelState, site: Site, probe, statements: list, ctx
     if site.kind == "instruction" and site.where == "after" and semantics(site.anchor).branch:
         raise Skip("after a branch: the code would run only when the branch is not taken")
     helpers = _Helpers(state, site)
-    code: list = []
-    pending: SaveOp | None = None
-    for stmt in statements:
-        if is_gcn(stmt) and stmt.mnemonic == "CUID":
-            code.extend(cuid(helpers.operand(stmt.operands[0]), target, state, site.probe))
-        elif is_gcn(stmt):
-            operands = tuple(helpers.operand(o) for o in stmt.operands)
-            code.append(ir.Instruction(stmt.mnemonic, operands, stmt.modifiers, origin=site.probe, line=stmt.line))
-        elif type(stmt) is ptx.Instruction and stmt.opcode.base == "SAVE":
-            save = save_of(stmt, probe, ctx.probes.maps, helpers.save_operand)
-            compact = stmt.opcode.text != "SAVE"
-            if compact and pending is not None:  # the compact form's SAVEs of a snippet fill one record
-                code.remove(pending)
-                save = save.joined(pending)
-            pending = save if compact else None
-            code.append(save)
+
+    def instruction(stmt) -> list:
+        if not is_gcn(stmt):
+            return []  # a register declaration
+        if stmt.mnemonic == "CUID":
+            return cuid(helpers.operand(stmt.operands[0]), target, state, site.probe)
+        operands = tuple(helpers.operand(o) for o in stmt.operands)
+        return [ir.Instruction(stmt.mnemonic, operands, stmt.modifiers, origin=site.probe, line=stmt.line)]
+
+    code = snippet_code(statements, probe, ctx.probes.maps, instruction, helpers.save_operand)
     prologue = helpers.prologue
     if site.kind == "exit":
         # At s_endpgm every lane the wave started with has finished, including lanes the last
