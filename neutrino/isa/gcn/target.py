@@ -115,17 +115,9 @@ class GcnIsa:
     fit_target = None
     prune = None
 
-    @staticmethod
-    def parse_module(text: str, source: str = "<gcn>") -> ir.Module:
-        return parse_module(text, source)
-
-    @staticmethod
-    def print_module(module: ir.Module) -> str:
-        return print_module(module)
-
-    @staticmethod
-    def entries(module: ir.Module) -> list[ir.Kernel]:
-        return module.kernels()
+    parse_module = staticmethod(parse_module)
+    print_module = staticmethod(print_module)
+    entries = staticmethod(ir.Module.kernels)
 
     def kernel_state(self, module: ir.Module, kernel: ir.Kernel) -> GcnKernelState:
         target = module.target or ""
