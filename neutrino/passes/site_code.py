@@ -6,9 +6,12 @@ operations (passes/neutral_ops.py) and splices everything in one scan of the
 module at the end (passes/build.py `site_edits`). What is the same whatever its
 instructions is here, written once; the ISA hands in its hooks:
 
-    resolve_site(state, site, probe, statements) -> code    one site's snippet made concrete (SkipSite: why not)
-    translation(state, origin) -> translate(ops, shared)    the neutral operations as its instructions
-    owned(state) -> ours; check_inserted(kernel, insn, ours)  the registers given out; an inserted instruction writes only them
+    resolve_sites   resolve_site(state, site, probe, statements) -> code: one site's snippet made concrete
+                    (SkipSite: why not)
+    snippet_code    instruction(stmt) -> code, save_operand(item, role): a snippet's statements and SAVE operands
+    lower_saves     translate(ops, shared) -> instructions: the neutral operations as its instructions
+    check_kernels   owned(state) -> ours, check_inserted(kernel, insn, ours): an inserted instruction writes only ours
+    shown           comment(text) -> a statement; virtualize: home(name, type) -> a probe register's registers
 """
 
 from __future__ import annotations
