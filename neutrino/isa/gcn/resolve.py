@@ -72,9 +72,7 @@ def cuid(dst: ir.RegRange, target: str | None, state: GcnKernelState, probe: str
 
 def _as_gcn(item) -> ir.Operand:
     """A SAVE operand (read as PTX) as the GCN snippet operand it stands for."""
-    if type(item) is ptx.Register:
-        return ir.ProbeReg(item.name)
-    if type(item) is ptx.Symbol:
+    if type(item) is ptx.Register or type(item) is ptx.Symbol:  # a probe register, a helper
         return ir.ProbeReg(item.name)
     if type(item) is ptx.Immediate:
         return ir.Imm(item.text)
