@@ -4,13 +4,14 @@
 
 Counted, per revision: every `.py` file under neutrino/isa/gcn, neutrino/isa/rdna,
 neutrino/passes/gcn, plus neutrino/engine_gcn.py, neutrino/cli_gcn.py and the DSL's
-backend_gcn.py/backend_rdna.py, less the generated mnemonic lists (mnemonics_gfx*.py);
+backend_gcn.py/backend_rdna.py (RDNA's now in backend_gcn.py), less the generated mnemonic lists (mnemonics_gfx*.py);
 "code" lines are those neither blank nor comment-only. The code generation subset is
 the steps of the pipeline (match, virtualize, resolve, lower-save, verify, buffers,
 registers, the ISA adapter, the dialect table, what positions match, the translation of the neutral operations);
 the rest is the IR, parser, printer, semantics table, ABI, metadata, the mnemonic lists' lookup and the DSL's
 backends. "neutral" is the ISA-neutral SAVE core, the neutral operations and the splicing helpers (passes/save_core.py,
-passes/neutral_ops.py, passes/build.py): not AMD code, but listed so that code moved out of isa/gcn shows where it went.
+passes/neutral_ops.py, passes/build.py, passes/site_code.py, and the DSL's IR in the neutral operations,
+language/backend_neutral.py): not AMD code, but listed so that code moved out of isa/gcn shows where it went.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import sys
 
 AREAS = ("neutrino/isa/gcn", "neutrino/isa/rdna", "neutrino/passes/gcn", "neutrino/engine_gcn.py", "neutrino/cli_gcn.py",
          "neutrino/language/backend_gcn.py", "neutrino/language/backend_rdna.py", "neutrino/passes/save_core.py",
-         "neutrino/passes/neutral_ops.py", "neutrino/passes/build.py")
-NEUTRAL = ("save_core.py", "neutral_ops.py", "passes/build.py")
+         "neutrino/passes/neutral_ops.py", "neutrino/passes/build.py", "neutrino/passes/site_code.py",
+         "neutrino/language/backend_neutral.py")
+NEUTRAL = ("save_core.py", "neutral_ops.py", "passes/build.py", "passes/site_code.py", "backend_neutral.py")
 CODEGEN = ("buffers.py", "lower_save.py", "match.py", "resolve.py", "registers.py", "state.py", "target.py", "verify.py",
            "virtualize.py", "dialect.py", "positions.py", "translate.py", "engine_gcn.py", "cli_gcn.py",
            "passes/gcn/__init__.py")

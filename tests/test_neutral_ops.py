@@ -35,6 +35,13 @@ PROGRAM = [
     Op("cmp", Pred("p"), "lt", U, 100), Op("cmp", Pred("q"), "eq", L, 0), Op("pand", Pred("p"), Pred("p"), Pred("q")),
     Op("first", Pred("f"), ACTIVE), Op("lanes", Pred("f")), Op("lanes", Pred("p")), Op("count", U), Op("count", L),
     Op("store", L2, 8, L), Op("store", U2, 0, U), Op("atomic_add", U2, 16, L2), Op("end"), Op("end"),
+    # what the DSL's backends add (language/backend_gcn.py): 64-bit lanes, subtraction, bitwise, selects, lane-mask logic
+    Op("sub", U, U, 3), Op("sub", L, L, 1000), Op("sub", U2, U2, U), Op("sub", L2, L2, 0x12345),
+    Op("mul", L2, L2, L2), Op("mul", L2, L2, 3), Op("shl", L2, L2, 3), Op("shr", L2, L, L), Op("shl", U2, U2, 1),
+    Op("or", U, U, 5), Op("xor", L2, L2, 0xFFFF), Op("not", L2, L2), Op("not", U, U), Op("and", L2, L2, L),
+    Op("select", L2, Pred("p"), L2, 7), Op("cmp", Pred("q"), "ge", L2, 0x1000), Op("cmp", Pred("q"), "ne", L, L2),
+    Op("cmp", Pred("q"), "lt", U2, U),
+    Op("por", Pred("p"), Pred("p"), Pred("q")), Op("pandn", Pred("p"), ACTIVE, Pred("q")),
 ]
 
 
@@ -53,7 +60,8 @@ def test_every_operation_assembles(dialect, gfx):
 
 def scalars(insn: ir.Instruction) -> int:
     """SGPRs and literals a VALU instruction reads (its first operands are what it writes)."""
-    sources = insn.operands[2:] if insn.mnemonic.startswith(("v_add_co", "v_addc", "v_add_co_ci")) else insn.operands[1:]
+    carries = ("v_add_co", "v_addc", "v_add_co_ci", "v_sub_co", "v_subb", "v_sub_co_ci")  # a lane mask written second
+    sources = insn.operands[2:] if insn.mnemonic.startswith(carries) else insn.operands[1:]
     return sum(1 for o in sources if (type(o) is ir.RegRange and o.file == "s") or
                (type(o) is ir.Imm and o.value not in INLINE))
 
@@ -100,6 +108,14 @@ def test_one_template_per_shape_own_registers_per_kernel():
     assert lines(first) != lines(second)
     assert list(a.registers.taken) == list(b.registers.taken)  # the same roles, taken in the same order
     assert a.registers.taken["cursor_m"].first - 10 == b.registers.taken["cursor_m"].first - 40
+
+
+def test_a_64_bit_compare_keeps_both_operands():
+    """Each operand a 64-bit compare moves into a VGPR pair of ours gets its own (an SGPR pair and a 32-bit VGPR here)."""
+    code = lines(GcnTranslation(state(), "test").translate([Op("cmp", Pred("p"), "lt", U2, L)]))
+    first, second = code[-1].split(", ")[1:]
+    assert code[-1].startswith("v_cmp_lt_u64_e64") and first != second
+    assert sum(line.startswith("v_mov_b32") for line in code) == 4
 
 
 def test_geometry_is_the_ptx_formula():

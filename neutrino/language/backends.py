@@ -1,10 +1,9 @@
-"""The backends by name: the PTX one (backend.py), the GCN one (backend_gcn.py) and its wave32 RDNA variant (backend_rdna.py)."""
+"""The backends by name: the PTX one (backend.py), the GCN one and its wave32 RDNA variant (backend_gcn.py)."""
 
 from __future__ import annotations
 
 from neutrino.language.backend import Backend, PTXBackend
-from neutrino.language.backend_gcn import GCNBackend
-from neutrino.language.backend_rdna import RDNABackend
+from neutrino.language.backend_gcn import GCNBackend, RDNABackend
 
 BACKENDS: dict[str, type[Backend]] = {PTXBackend.name: PTXBackend, GCNBackend.name: GCNBackend, RDNABackend.name: RDNABackend}
 

@@ -18,13 +18,15 @@ which the translation reads as they are.
 Operations, `Op(name, dst, a, b, c)` (spec/pipeline.md, "The neutral operations"):
 
     mov d, a             d = a, zero-extended; a one-per-wave d of a per-lane a: the first running lane's
-    add d, a, b          d = a + b (a 64-bit d adds b zero-extended, or sign-extended when an integer)
-    mul d, a, b          d = a * b; a 64-bit d of 32-bit a, b: the whole product
-    shl/shr d, a, n      shifts by a constant
-    and d, a, b          bitwise and
+    add/sub d, a, b      d = a ± b (a 64-bit d takes b zero-extended, or sign-extended when an integer)
+    mul d, a, b          d = a * b; a 64-bit d of 32-bit a, b: the whole product; of a 64-bit a or b (per lane):
+                         its low 64 bits
+    shl/shr d, a, n      shifts (by a constant, or a 32-bit amount per lane)
+    and/or/xor d, a, b   bitwise, word by word; not d, a: the complement
     bfe d, a, at, width  the `width` bits of a from bit `at`
-    cmp p, cond, a, b    p = the running lanes where a cond b (cond: lt, eq; unsigned)
-    pand p, a, b         p = a ∧ b
+    select d, p, a, b    d = a in the lanes of p, b in the others (a per-lane d)
+    cmp p, cond, a, b    p = the running lanes where a cond b (cond: eq ne lt le gt ge; unsigned; 32 or 64 bits)
+    pand/por/pandn p, a, b   p = a ∧ b, a ∨ b, a ∧ ¬b
     first p, a           p = the lowest running lane of a
     param d, name        d = the kernel's parameter `name` (a map's buffer, the launch geometry)
     lanes p / end        from here the running lanes are those of p among the running ones / as before
@@ -74,8 +76,8 @@ class Op(NamedTuple):
 
 ACTIVE = "active"  # the predicate of every running lane
 #: every operation, as the table above lists them: what an ISA's translation implements
-OPERATIONS = ("mov", "add", "mul", "shl", "shr", "and", "bfe", "cmp", "pand", "first", "param", "lanes", "end", "count",
-              "store", "atomic_add")
+OPERATIONS = ("mov", "add", "sub", "mul", "shl", "shr", "and", "or", "xor", "not", "bfe", "select", "cmp", "pand", "por",
+              "pandn", "first", "param", "lanes", "end", "count", "store", "atomic_add")
 
 
 @attrs.define(eq=False)

@@ -14,7 +14,7 @@ layout in spec/kernel-json.md); only how each step is spelled differs:
                                from align16(4 * units), cap records per unit), cursor 0
 
 Each ISA supplies the steps as primitives (PTX: passes/lower_save.py and
-passes/buffers.py; GCN and RDNA: isa/gcn/lower_save.py and isa/gcn/buffers.py);
+passes/buffers.py; GCN and RDNA: passes/neutral_ops.py `NeutralSteps`, translated);
 the order in which they run, which maps get which, and the record layout are here.
 """
 

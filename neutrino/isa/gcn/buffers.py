@@ -20,9 +20,9 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, metadata
 from neutrino.isa.gcn.registers import GcnKernelState, insn
 from neutrino.isa.gcn.translate import GcnTranslation
-from neutrino.passes.build import site_edits, splice as insert_around
 from neutrino.passes.neutral_ops import NeutralSteps, Op, Val, geometry
 from neutrino.passes.save_core import address_maps
+from neutrino.passes.site_code import splice_all
 from neutrino.passes.state import Context
 
 ORIGIN = "buffer-addressing"
@@ -52,7 +52,7 @@ class GcnBufferAddressing:
             self.arguments(state, meta, ctx)
             state.entry_code = self.entry_code(state, meta, ctx)
             self.counts(state, meta)
-        splice(module, ctx)
+        splice_all(module.items, ctx)
 
     @staticmethod
     def arguments(state: GcnKernelState, meta: ir.Metadata, ctx: Context) -> None:
@@ -142,9 +142,3 @@ class GcnBufferAddressing:
             if old is not None:
                 metadata.set_key(meta, state.name, key, old + growth)
 
-
-def splice(module: ir.Module, ctx: Context) -> None:
-    """All sites' code and each kernel's entry and exit code into the module, in one pass over it."""
-    insert_around(module.items, site_edits(ctx))
-    for state in ctx.kernels.values():
-        state.spliced = True

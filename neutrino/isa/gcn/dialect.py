@@ -31,6 +31,7 @@ class Dialect:
     exec: str  # the lane mask register as an operand: exec (an SGPR pair) or exec_lo
     add_u32: str  # VOP2 32-bit add without carry
     add_carry_in: str  # VOP3 add with carry in and out (the high half of a 64-bit add)
+    sub_borrow_in: str  # VOP3 subtract with borrow in and out (the high half of a 64-bit subtract)
     store: tuple[str, str]  # global stores of 4 and 8 bytes
     atomic_add_u64: str  # global 64-bit atomic add, no return
     scalar_load: tuple[str, str]  # scalar loads of 2 and 8 dwords
@@ -40,6 +41,9 @@ class Dialect:
     hw_id: str  # the getreg name of the hardware ID register
     cu_field: int  # s_bfe_u32 operand (width << 16 | offset) of the compute-unit bits in it
     mma_prefix: str  # the matrix instructions the portable positions mma/wmma/wgmma name
+    and_not: str  # a lane mask and the complement of another (s_andn2 / s_and_not1), on a mask
+    clock: tuple[str, int]  # the shader clock read into an SGPR of ours ({} names it), and its bits (64 or 20)
+    realtime: str  # the constant-rate 64-bit clock read into an SGPR pair of ours
     mnemonics: frozenset[str] = attrs.field(repr=False)  # every base mnemonic the generation has (isa/gcn/mnemonics.py)
 
     @property
@@ -58,9 +62,10 @@ class Dialect:
 
 GFX9 = Dialect(
     family="gfx9", wave_lanes=64, exec="exec",
-    add_u32="v_add_u32_e32", add_carry_in="v_addc_co_u32_e64",
+    add_u32="v_add_u32_e32", add_carry_in="v_addc_co_u32_e64", sub_borrow_in="v_subb_co_u32_e64",
     store=("global_store_dword", "global_store_dwordx2"), atomic_add_u64="global_atomic_add_x2",
     scalar_load=("s_load_dwordx2", "s_load_dwordx8"), first_one="s_ff1_i32_b64",
     sgpr_limit=102, reserved_in_sgprs=True, hw_id="HW_REG_HW_ID", cu_field=0x80008, mma_prefix="v_mfma_",
+    and_not="s_andn2_b64", clock=("s_memtime {}", 64), realtime="s_memrealtime {}",
     mnemonics=GFX9_MNEMONICS,
 )

@@ -10,7 +10,7 @@ nothing, silently: it is refused with the closest spellings.
 from __future__ import annotations
 
 from neutrino.isa.gcn.dialect import GFX9, Dialect
-from neutrino.isa.gcn.mnemonics import base, closest, prefix_known
+from neutrino.isa.gcn.mnemonics import closest, prefix_known
 from neutrino.isa.rdna.dialect import GFX11
 
 #: the PTX positions that select by source line (neutrino/isa/ptx/lines.py): the lines tools

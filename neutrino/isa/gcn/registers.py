@@ -94,5 +94,8 @@ def _literal(value: int | str) -> ir.Operand:
 
 
 @functools.lru_cache(maxsize=4096)
-def half(reg: ir.RegRange, which: int) -> ir.RegRange:
+def half(reg: ir.RegRange | ir.ProbeReg, which: int) -> ir.RegRange | ir.ProbeReg:
+    """One 32-bit register of a pair: of registers, or of a probe register (`%t.lo`, `%t.hi`)."""
+    if type(reg) is ir.ProbeReg:
+        return ir.ProbeReg(reg.name, ("lo", "hi")[which])
     return ir.RegRange(reg.file, reg.first + which)

@@ -9,79 +9,50 @@ the reason, never guessed. SAVE stays abstract (`SaveOp`) for SAVE lowering.
 
 from __future__ import annotations
 
-import attrs
-
 from neutrino.isa.gcn import ir
 from neutrino.isa.gcn.semantics import Access, registers, semantics
 from neutrino.isa.gcn.snippets import is_gcn
 from neutrino.isa.ptx import ir as ptx
 from neutrino.isa.gcn.registers import GcnKernelState, half, insn
 from neutrino.isa.gcn.translate import GcnTranslation
-from neutrino.passes.neutral_ops import Op, SaveOp, Val, save_of
+from neutrino.passes.neutral_ops import Op, Val
+from neutrino.passes.site_code import SkipSite as Skip, resolve_sites, snippet_code
 from neutrino.passes.state import Context, Site
 
 ORIGIN = "resolve-operands"
 
 
-class Skip(Exception):
-    """This site cannot run its snippet; the message says why."""
+def resolve_operands(module: ir.Module, ctx: Context) -> None:
+    """GCN's step of the resolve-operands pass (passes/pipeline.py): the sites' loop is passes/site_code.py's."""
+    resolve_sites(ctx, lambda state, site, probe, statements: resolve_site(state, site, probe, statements, ctx, module.target))
 
 
-@attrs.frozen
-class GcnOperandResolution:
-    """GCN's step of the resolve-operands pass (passes/pipeline.py)."""
+def resolve_site(state: GcnKernelState, site: Site, probe, statements: list, ctx: Context, target: str | None) -> list:
+    """One site's code: the snippet on its registers and helpers, SCC kept; Skip when the site cannot run it."""
+    if site.kind == "instruction" and site.where == "after" and semantics(site.anchor).branch:
+        raise Skip("after a branch: the code would run only when the branch is not taken")
+    helpers = _Helpers(state, site)
 
-    def run(self, module: ir.Module, ctx: Context) -> None:
-        probes = {p.name: p for p in ctx.probes.probes}
-        for state in ctx.kernels.values():
-            kept = []
-            for site in state.sites:
-                probe = probes[site.probe]
-                snippet = probe.before if site.where == "before" else probe.after
-                try:
-                    if site.kind == "instruction" and site.where == "after" and semantics(site.anchor).branch:
-                        raise Skip("after a branch: the code would run only when the branch is not taken")
-                    site.code = self.resolve_site(state, site, probe, snippet.statements, ctx, module.target)
-                except Skip as e:
-                    state.skipped.append({"probe": site.probe, "line": site.anchor.line if site.anchor else 0,
-                                          "instruction": site.anchor.mnemonic if site.anchor else "", "reason": str(e)})
-                    continue
-                kept.append(site)
-                # the probe's map, and every map an explicit `SAVE [ MAP ]` names (the DSL's form): each gets its buffer
-                for name in [probe.map] + [c.map for c in site.code if type(c) is SaveOp]:
-                    if name and name not in state.maps:
-                        state.maps.append(name)
-            state.sites = kept
+    def instruction(stmt) -> list:
+        if not is_gcn(stmt):
+            return []  # a register declaration
+        if stmt.mnemonic == "CUID":
+            return cuid(helpers.operand(stmt.operands[0]), target, state, site.probe)
+        operands = tuple(helpers.operand(o) for o in stmt.operands)
+        return [ir.Instruction(stmt.mnemonic, operands, stmt.modifiers, origin=site.probe, line=stmt.line)]
 
-    def resolve_site(self, state: GcnKernelState, site: Site, probe, statements: list, ctx: Context, target: str | None) -> list:
-        helpers = _Helpers(state, site)
-        code: list = []
-        pending: SaveOp | None = None
-        for stmt in statements:
-            if is_gcn(stmt) and stmt.mnemonic == "CUID":
-                code.extend(cuid(helpers.operand(stmt.operands[0]), target, state, site.probe))
-            elif is_gcn(stmt):
-                operands = tuple(helpers.operand(o) for o in stmt.operands)
-                code.append(ir.Instruction(stmt.mnemonic, operands, stmt.modifiers, origin=site.probe, line=stmt.line))
-            elif type(stmt) is ptx.Instruction and stmt.opcode.base == "SAVE":
-                save = save_of(stmt, probe, ctx.probes.maps, helpers.save_operand)
-                compact = stmt.opcode.text != "SAVE"
-                if compact and pending is not None:  # the compact form's SAVEs of a snippet fill one record
-                    code.remove(pending)
-                    save = save.joined(pending)
-                pending = save if compact else None
-                code.append(save)
-        prologue = helpers.prologue
-        if site.kind == "exit":
-            # At s_endpgm every lane the wave started with has finished, including lanes the last
-            # branch turned off: exit code runs on all of them (nothing after it needs exec).
-            d = state.dialect
-            return [insn(d.mask("s_mov"), d.exec, state.registers.sgprs("entry_exec", d.mask_sgprs), origin=ORIGIN), *prologue, *code]
-        if site.kind != "instruction":
-            return prologue + code
-        # Probe code must leave SCC as it found it: the kernel may compare before the site and branch after it.
-        scc = state.registers.sgprs("scc")
-        return [insn("s_cselect_b32", scc, 1, 0, origin=ORIGIN), *prologue, *code, insn("s_cmp_lg_u32", scc, 0, origin=ORIGIN)]
+    code = snippet_code(statements, probe, ctx.probes.maps, instruction, helpers.save_operand)
+    prologue = helpers.prologue
+    if site.kind == "exit":
+        # At s_endpgm every lane the wave started with has finished, including lanes the last
+        # branch turned off: exit code runs on all of them (nothing after it needs exec).
+        d = state.dialect
+        return [insn(d.mask("s_mov"), d.exec, state.registers.sgprs("entry_exec", d.mask_sgprs), origin=ORIGIN), *prologue, *code]
+    if site.kind != "instruction":
+        return prologue + code
+    # Probe code must leave SCC as it found it: the kernel may compare before the site and branch after it.
+    scc = state.registers.sgprs("scc")
+    return [insn("s_cselect_b32", scc, 1, 0, origin=ORIGIN), *prologue, *code, insn("s_cmp_lg_u32", scc, 0, origin=ORIGIN)]
 
 
 def cuid(dst: ir.RegRange, target: str | None, state: GcnKernelState, probe: str) -> list[ir.Instruction]:
@@ -101,9 +72,7 @@ def cuid(dst: ir.RegRange, target: str | None, state: GcnKernelState, probe: str
 
 def _as_gcn(item) -> ir.Operand:
     """A SAVE operand (read as PTX) as the GCN snippet operand it stands for."""
-    if type(item) is ptx.Register:
-        return ir.ProbeReg(item.name)
-    if type(item) is ptx.Symbol:
+    if type(item) is ptx.Register or type(item) is ptx.Symbol:  # a probe register, a helper
         return ir.ProbeReg(item.name)
     if type(item) is ptx.Immediate:
         return ir.Imm(item.text)

@@ -19,15 +19,16 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.gcn import abi, ir, parse_module, print_module
 from neutrino.isa.gcn.buffers import GcnBufferAddressing
 from neutrino.isa.gcn.dialect import GFX9, Dialect
-from neutrino.isa.gcn.lower_save import GcnSaveLowering
 from neutrino.isa.gcn.positions import gcn_prefixes
 from neutrino.isa.gcn.registers import GcnKernelState, Registers
-from neutrino.isa.gcn.resolve import GcnOperandResolution
+from neutrino.isa.gcn.resolve import resolve_operands
+from neutrino.isa.gcn.registers import insn
 from neutrino.isa.gcn.semantics import kernel_exits
 from neutrino.isa.gcn.snippets import register_shape
+from neutrino.isa.gcn.translate import GcnTranslation
 from neutrino.isa.gcn.verify import check, verify_probe_file
-from neutrino.passes.build import site_edits, splice
-from neutrino.passes.neutral_ops import SaveOp
+from neutrino.passes import site_code
+
 
 def matcher(module: ir.Module, state: GcnKernelState):
     """For one kernel: probe → the original instructions whose mnemonic starts with one of its position's prefixes."""
@@ -63,15 +64,23 @@ def registers_above(kernel: str, desc: ir.Descriptor, originals: list[ir.Instruc
 
 
 def virtualize(module: ir.Module, ctx, state: GcnKernelState) -> None:
-    """`.reg .s64 %t` → an aligned SGPR pair above the kernel's own, `.reg .v32 %x` → one free VGPR.
-
-    Probe registers are shared by name across the probes of a file (a `before`
-    at kernel entry hands values to an `after` at exit), so each gets one home per kernel.
-    """
-    for name, rtype in ctx.probes.registers.items():
+    """`.reg .s64 %t` → an aligned SGPR pair above the kernel's own, `.reg .v32 %x` → one free VGPR."""
+    def home(name: str, rtype: str) -> ir.RegRange:
         file, count = register_shape(rtype)
-        take = state.registers.sgprs if file == "s" else state.registers.vgprs
-        state.renames[name] = take("probe" + name, count)
+        return (state.registers.sgprs if file == "s" else state.registers.vgprs)("probe" + name, count)
+
+    site_code.virtualize(ctx, state, home)
+
+
+def lower_save(module: ir.Module, ctx) -> None:
+    """GCN's step of the lower-save pass: passes/site_code.py's, on the neutral steps translated (isa/gcn/translate.py)."""
+    for state in ctx.kernels.values():
+        d = state.dialect
+        exit_code = site_code.lower_saves(ctx, d.wave_lanes, state, GcnTranslation(state, site_code.LOWERING_ORIGIN).translate)
+        if exit_code:  # at s_endpgm every lane the wave started with counts, whatever the last branch left in exec
+            exit_code.insert(0, insn(d.mask("s_mov"), d.exec, state.registers.sgprs("entry_exec", d.mask_sgprs),
+                                     origin=site_code.LOWERING_ORIGIN))
+        state.exit_code = exit_code
 
 
 def kernel_info(ctx) -> dict[str, dict]:
@@ -86,21 +95,9 @@ def kernel_info(ctx) -> dict[str, dict]:
 
 
 def show(module: ir.Module, ctx) -> str:
-    """The module as --print-after shows it: GCN keeps each site's code on the site until buffer addressing
-    splices it, so before that it is shown in place in a copy (an abstract SAVE as a comment)."""
-    if not ctx.kernels or all(state.spliced for state in ctx.kernels.values()):
-        return print_module(module)
-    copy = ir.Module(list(module.items), module.source, module.trailing_newline)
-    splice(copy.items, site_edits(ctx, lambda code: [_shown(c) for c in code]))
-    return print_module(copy)
-
-
-def _shown(item):
-    if type(item) is not SaveOp:
-        return item
-    values = ", ".join(f"{v}:{t}" for v, t in zip(item.values, item.types))
-    guard = f" if {item.guard}" if item.guard is not None else ""
-    return ir.Line(f"\t; SAVE [{item.map}] {{{values}}}{guard} (probe {item.probe})")
+    """The module as --print-after shows it: before buffer addressing splices it, each site's code in place in a copy."""
+    items = site_code.shown(module.items, ctx, lambda text: ir.Line(f"\t; {text}"))
+    return print_module(module if items is None else ir.Module(items, module.source, module.trailing_newline))
 
 
 @attrs.frozen
@@ -111,24 +108,16 @@ class GcnIsa:
     dialect: Dialect = GFX9  # what differs between the generations sharing these steps (RDNA: neutrino/isa/rdna/)
     entry_words: tuple[str, str] = ("kernel", "kernels")  # what messages call a kernel, one and many
     comment: str = ";"
-    resolve_operands = GcnOperandResolution().run
-    lower_save = GcnSaveLowering().run
+    resolve_operands = staticmethod(resolve_operands)
+    lower_save = staticmethod(lower_save)
     buffer_addressing = GcnBufferAddressing().run
     counting_variant = None
     fit_target = None
     prune = None
 
-    @staticmethod
-    def parse_module(text: str, source: str = "<gcn>") -> ir.Module:
-        return parse_module(text, source)
-
-    @staticmethod
-    def print_module(module: ir.Module) -> str:
-        return print_module(module)
-
-    @staticmethod
-    def entries(module: ir.Module) -> list[ir.Kernel]:
-        return module.kernels()
+    parse_module = staticmethod(parse_module)
+    print_module = staticmethod(print_module)
+    entries = staticmethod(ir.Module.kernels)
 
     def kernel_state(self, module: ir.Module, kernel: ir.Kernel) -> GcnKernelState:
         target = module.target or ""

@@ -24,6 +24,7 @@ from neutrino.passes.neutral_ops import ACTIVE, Pred, Val
 INLINE = range(-16, 65)  # integers every operand slot takes as they are
 #: 32-bit operations: (SALU, VALU) mnemonics (None: the dialect's add)
 ALU = {"add": ("s_add_u32", None), "mul": ("s_mul_i32", "v_mul_lo_u32"), "and": ("s_and_b32", "v_and_b32_e64"),
+       "or": ("s_or_b32", "v_or_b32_e64"), "xor": ("s_xor_b32", "v_xor_b32_e64"),
        "shl": ("s_lshl_b32", "v_lshlrev_b32_e64"), "shr": ("s_lshr_b32", "v_lshrrev_b32_e64")}
 SHIFTS = ("shl", "shr")
 
@@ -116,6 +117,12 @@ def _template(ops: tuple, dialect, origin: str, params: tuple) -> _Template:
     return _Template(code, stand_ins, tuple(writer.regs.order), bool(writer.pending))
 
 
+def written(ops, registers, dialect, origin: str) -> list[ir.Instruction]:
+    """`ops` on whatever registers `registers` hands out (`sgprs`/`vgprs` by role), without templates: the DSL's
+    backends write probe registers so (language/backend_gcn.py)."""
+    return _write(_Writer(registers, dialect, origin, {}), ops).out
+
+
 def _write(writer: "_Writer", ops) -> "_Writer":
     for op in ops:
         if writer.pending and any(type(x) is Val and x.role in writer.pending for x in op[1:]):
@@ -154,8 +161,10 @@ class _Writer:
             return x if index == 0 else -(x < 0)
         if index >= words(x):
             return 0
-        reg = self.reg(x)
-        return reg if type(reg) is not ir.RegRange or reg.count == 1 else half(reg, index)
+        reg = self.reg(x)  # its registers taken now: the order of first use is the order registers are taken in
+        if type(x) is Val:  # kept neutral, so that what is per lane stays known (a probe register does not say)
+            return x.word(index) if words(x) > 1 else x
+        return reg if words(x) == 1 else half(reg, index)
 
     def vop3(self, *sources, sgprs: int = 1) -> list:
         """Sources a VOP3 takes: literals and SGPRs past the first `sgprs` moved into VGPRs."""
@@ -186,33 +195,88 @@ class _Writer:
         else:
             self.emit(vector or self.d.add_u32.replace("_e32", "_e64"), d, *self.vop3(*((b, a) if name in SHIFTS else (a, b))))
 
-    def op_add(self, d, a, b, *_) -> None:
-        if words(d) == 1:
+    def op_add(self, d, a, b, *_, sub: bool = False) -> None:
+        """d = a + b (a - b with `sub`); 64 bits as a carry chain."""
+        if words(d) == 1 and not sub:
             return self.alu("add", d, a, b)
-        w = self.word
+        if words(d) == 1:  # the dialect's add without carry, as a subtract
+            mnemonic = self.d.add_u32.replace("add", "sub").replace("_e32", "_e64") if is_lane(d) else "s_sub_u32"
+            return self.emit(mnemonic, d, *(self.vop3(a, b) if is_lane(d) else (a, b)))
+        w, low = self.word, ("v_sub_co_u32_e64", self.d.sub_borrow_in) if sub else ("v_add_co_u32_e64", self.d.add_carry_in)
         if not is_lane(d):
-            self.emit("s_add_u32", w(d, 0), w(a, 0), w(b, 0))
-            self.emit("s_addc_u32", w(d, 1), w(a, 1), w(b, 1))
+            self.emit("s_sub_u32" if sub else "s_add_u32", w(d, 0), w(a, 0), w(b, 0))
+            self.emit("s_subb_u32" if sub else "s_addc_u32", w(d, 1), w(a, 1), w(b, 1))
             return
         carry, sink = self.regs.sgprs("carry", self.d.mask_sgprs), self.regs.sgprs("carry_out", self.d.mask_sgprs)
-        self.emit("v_add_co_u32_e64", w(d, 0), carry, *self.vop3(w(a, 0), w(b, 0)))
-        self.emit(self.d.add_carry_in, w(d, 1), sink, *self.vop3(w(a, 1), w(b, 1), sgprs=0), carry)
+        self.emit(low[0], w(d, 0), carry, *self.vop3(w(a, 0), w(b, 0)))
+        self.emit(low[1], w(d, 1), sink, *self.vop3(w(a, 1), w(b, 1), sgprs=0), carry)
+
+    def op_sub(self, d, a, b, *_) -> None:
+        self.op_add(d, a, b, sub=True)
 
     def op_mul(self, d, a, b, *_) -> None:
-        """The low word; a 64-bit d also the high one (32-bit a and b)."""
+        """The low word; a 64-bit d also the high one (32-bit a and b: the whole product; else its low 64 bits)."""
+        if words(d) == 2 and max(words(a), words(b)) == 2:
+            return self.mul_wide(d, a, b)
         a, b = self.vop3(a, b) if is_lane(d) else (a, b)
         if words(d) == 2:
             self.emit("v_mul_hi_u32" if is_lane(d) else "s_mul_hi_u32", self.word(d, 1), a, b)
         self.alu("mul", self.word(d, 0), a, b)
 
-    def op_shl(self, d, a, n, *_) -> None:
-        self.alu("shl", d, a, n)
+    def mul_wide(self, d, a, b) -> None:
+        """The low 64 bits of a 64 x 64-bit product, per lane (d a VGPR pair): a0 b0 + (a0 b1 + a1 b0) << 32, in
+        temporaries first (d may be a or b)."""
+        lo, hi, cross = Val("mul_lo", lane=True), Val("mul_hi", lane=True), [Val(f"mul_x{i}", lane=True) for i in (1, 2)]
+        a0, a1, b0, b1 = self.vop3(self.word(a, 0), self.word(a, 1), self.word(b, 0), self.word(b, 1), sgprs=0)
+        self.emit("v_mul_lo_u32", lo, a0, b0)
+        self.emit("v_mul_hi_u32", hi, a0, b0)
+        self.emit("v_mul_lo_u32", cross[0], a0, b1)
+        self.emit("v_mul_lo_u32", cross[1], a1, b0)
+        self.emit("v_add3_u32", self.word(d, 1), hi, *cross)
+        self.emit("v_mov_b32_e32", self.word(d, 0), lo)
+
+    def op_shl(self, d, a, n, *_, name: str = "shl") -> None:
+        if words(d) == 1:
+            return self.alu(name, d, a, n)
+        if not is_lane(d):
+            return self.emit(ALU[name][0].replace("32", "64"), d, self.pair(a, lane=False), n)
+        self.emit(ALU[name][1].replace("b32_e64", "b64"), d, *self.vop3(n), self.pair(a))
 
     def op_shr(self, d, a, n, *_) -> None:
-        self.alu("shr", d, a, n)
+        self.op_shl(d, a, n, name="shr")
+
+    def pair(self, x, slot: int = 0, lane: bool = True):
+        """Operand `slot` of a 64-bit shift or compare as a register pair of its file (they take no literal and no
+        32-bit register), moved into one of ours if need be."""
+        if words(x) == 2 and is_lane(x) == lane:
+            return self.reg(x)
+        tmp = Val(f"pair_tmp{slot}" if lane else "pair_stmp", 2, lane)
+        self.op_mov(tmp, x)
+        return self.reg(tmp)
+
+    def bitwise(self, name: str, d, a, b) -> None:
+        if words(d) == 1:  # d's register taken after the operands' temporaries, as every 32-bit operation does
+            return self.alu(name, d, a, b)
+        for i in range(words(d)):
+            self.alu(name, self.word(d, i), self.word(a, i), self.word(b, i))
 
     def op_and(self, d, a, b, *_) -> None:
-        self.alu("and", d, a, b)
+        self.bitwise("and", d, a, b)
+
+    def op_or(self, d, a, b, *_) -> None:
+        self.bitwise("or", d, a, b)
+
+    def op_xor(self, d, a, b, *_) -> None:
+        self.bitwise("xor", d, a, b)
+
+    def op_not(self, d, a, *_) -> None:
+        for i in range(words(d)):
+            self.emit("v_not_b32_e32" if is_lane(d) else "s_not_b32", self.word(d, i), self.word(a, i))
+
+    def op_select(self, d, p, a, b) -> None:
+        """d = a in the lanes of p, else b: per lane (d VGPRs; no SGPR read besides the mask)."""
+        for i in range(words(d)):
+            self.emit("v_cndmask_b32_e64", self.word(d, i), *self.vop3(self.word(b, i), self.word(a, i), sgprs=0), p)
 
     def op_bfe(self, d, a, at, width) -> None:
         if is_lane(d):
@@ -222,7 +286,9 @@ class _Writer:
 
     # -- lanes: a predicate is a lane mask; `lanes` narrows exec
     def op_cmp(self, p, cond, a, b) -> None:
-        if is_lane(a) or is_lane(b):
+        if max(words(a), words(b)) == 2:  # 64-bit, per lane
+            self.emit(f"v_cmp_{cond}_u64_e64", p, self.pair(a, 0), self.pair(b, 1))
+        elif is_lane(a) or is_lane(b):
             self.emit(f"v_cmp_{cond}_u32_e64", p, *self.vop3(a, b))
         else:  # one answer for the wave: all running lanes or none
             self.emit(f"s_cmp_{cond}_u32", a, b)
@@ -230,6 +296,12 @@ class _Writer:
 
     def op_pand(self, p, a, b, *_) -> None:
         self.emit(self.d.mask("s_and"), p, a, b)
+
+    def op_por(self, p, a, b, *_) -> None:
+        self.emit(self.d.mask("s_or"), p, a, b)
+
+    def op_pandn(self, p, a, b, *_) -> None:
+        self.emit(self.d.and_not, p, a, b)
 
     def op_first(self, p, a, *_) -> None:
         """p = the lowest running lane of a, or no lane (s_ff1 of none is -1, and 1 << -1 meets no candidate)."""

@@ -20,7 +20,7 @@ from neutrino.isa.gcn.positions import DIALECTS
 from neutrino.isa.gcn.semantics import semantics
 from neutrino.isa.gcn.snippets import is_gcn
 from neutrino.isa.interface import HELPERS
-from neutrino.passes.neutral_ops import SaveOp
+from neutrino.passes.site_code import check_kernels
 
 ALLOWED = re.compile(
     r"^(s_(mov|movk|cmov|cselect|add|addc|sub|subb|mul|mul_hi|and|or|xor|andn2|orn2|nand|nor|xnor|not|lshl|lshr|ashr|bfe|bfm|"
@@ -102,30 +102,17 @@ def check_instruction(probe_file: "ProbeFile",  # noqa: F821
 
 
 def check(module: ir.Module, ctx, lowered: bool) -> None:
-    """Phase 2, after any pass: each kernel's original instructions all there, in order, and none inside our code;
-    what we insert writes only registers the allocator gave out (SAVEs still abstract until lowered)."""
+    """Phase 2, after any pass (passes/site_code.py `check_kernels`): what we insert writes only registers the allocator gave out."""
     instruction = ir.Instruction
     originals = [i for i in module.items if type(i) is instruction and i.origin is None]  # one scan for all kernels
-    for name, state in ctx.kernels.items():
-        mine = originals  # the common case, a module of one kernel: the module's instructions are the kernel's
-        if len(ctx.kernels) > 1 or len(originals) != len(state.originals):
-            own = {id(i) for i in state.originals}
-            mine = [i for i in originals if id(i) in own]
-        if mine != state.originals:  # identity: instructions compare as objects
-            raise InstrumentError(f"kernel {name}: the original instructions were changed by a pass")
-        ours = {(r.file, r.first + k) for r in state.registers.taken.values() for k in range(r.count)}
-        inserted = [c for site in state.sites for c in site.code] + state.entry_code + state.exit_code
-        for insn in inserted:
-            if type(insn) is SaveOp:
-                if lowered:
-                    raise InstrumentError(f"kernel {name}: a SAVE of probe {insn.probe} was not lowered")
-                continue
-            check_inserted(name, insn, ours)
+    check_kernels(originals, ctx, lowered, owned, check_inserted)
+
+
+def owned(state) -> set[tuple[str, int]]:
+    return {(r.file, r.first + k) for r in state.registers.taken.values() for k in range(r.count)}
 
 
 def check_inserted(kernel: str, insn: ir.Instruction, ours: set[tuple[str, int]]) -> None:
-    if insn.origin is None:
-        raise InstrumentError(f"kernel {kernel}: internal: an original instruction inside probe code")
     info = semantics(insn)
     for index in info.defs:
         operand = insn.operands[index]
