@@ -218,18 +218,31 @@ def entry_param_types(ptx: str, kernel: str) -> list[str]:
     return [p.text.split()[1].lstrip(".") for p in function.params or []]
 
 
-def build_variants(case: Case, row_counts: tuple = ()) -> dict[str, tuple[str, dict | None]]:
-    """variant → (PTX, kernel description or None for plain)."""
+def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True,
+                   no_registers: bool = False) -> dict[str, tuple[str, dict | None]]:
+    """variant → (PTX, kernel description or None for plain).
+
+    `no_registers`: also each tool as lowered before register counters (passes/register_counters.py,
+    MAX_REGISTER_COUNTERS = 0: every block's add at the block), named `TOOL@noreg`."""
     from neutrino.engine import instrument, prune
+    from neutrino.passes import register_counters
     from neutrino.toolbox import load_probes
 
     out = {"plain": (prune(case.ptx, case.kernel, case.mode), None)}
     for tool in TOOLS:
         done = instrument(case.ptx, load_probes(tool), kernel=case.kernel, source=f"{case.mode}.ptx")
         out[tool] = (done.ptx, done.kernels[case.kernel])
-    for tool in TOOLS:  # the same tool without staging: every add a global atomic, warps spread over 32 rows
+    for tool in TOOLS if unstaged_too else ():  # the same tool without staging: every add a global atomic, 32 rows
         done = instrument(case.ptx, unstaged(load_probes(tool)), kernel=case.kernel, source=f"{case.mode}.ptx")
         out[f"{tool}@global"] = (done.ptx, done.kernels[case.kernel])
+    if no_registers:
+        cap, register_counters.MAX_REGISTER_COUNTERS = register_counters.MAX_REGISTER_COUNTERS, 0
+        try:
+            for tool in TOOLS:
+                done = instrument(case.ptx, load_probes(tool), kernel=case.kernel, source=f"{case.mode}.ptx")
+                out[f"{tool}@noreg"] = (done.ptx, done.kernels[case.kernel])
+        finally:
+            register_counters.MAX_REGISTER_COUNTERS = cap
     for rows in row_counts:
         for tool in TOOLS:
             out[f"{tool}@global{rows}rows"] = (rows_ptx(out[f"{tool}@global"][0], rows), out[f"{tool}@global"][1])
@@ -287,7 +300,7 @@ def line_table(case: Case):
 
 def dry_run(case: Case, row: dict) -> None:
     """Instrument and assemble every variant (ptxas for sm_90); the map bytes per launch."""
-    variants = build_variants(case)
+    variants = build_variants(case, no_registers=True)
     for name, (ptx, info) in variants.items():
         if shutil.which("ptxas"):
             with tempfile.TemporaryDirectory() as tmp:
@@ -447,13 +460,16 @@ def outputs_of(case: Case) -> list[np.ndarray]:
     return [o.get().copy() for o in case.outputs]
 
 
-def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()) -> dict:
+def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = (), options: dict | None = None) -> dict:
     """Time the three variants, check outputs and counts; fills `row`, returns the per-line figures."""
     from neutrino.tools.lines import analysis as la
 
     table = line_table(case)
-    variants = build_variants(case, row_counts)
+    variants = build_variants(case, row_counts, **(options or {}))
     loaded = {name: load_variant(case, ptx, info, work, name) for name, (ptx, info) in variants.items()}
+    # registers per thread and local (spill) bytes of each variant, as the driver loaded it
+    row["regs"] = {name: [getattr(v.function, "num_regs", None), getattr(v.function, "local_size_bytes", None)]
+                   for name, v in loaded.items()}
     launch(case, loaded["plain"])
     reference = outputs_of(case)
     same = True
@@ -653,7 +669,8 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
         return row, {}
     case = build_case(mode, case_work)
     row["kernel"] = f"{mode}:{case.kernel}"
-    figures = measure(case, case_work, args.reps, row, tuple(int(r) for r in args.rows.split(',') if r))
+    figures = measure(case, case_work, args.reps, row, tuple(int(r) for r in args.rows.split(',') if r),
+                      {"unstaged_too": not args.no_global, "no_registers": args.no_registers})
     if mode in args.ncu.split(",") and mode in NCU_KERNEL:
         if time.monotonic() - started + NCU_SECONDS > args.budget_s:
             row["note"] = "ncu skipped: out of time budget"
@@ -676,6 +693,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=150.0, help="skip ncu runs that would end past this")
     ap.add_argument("--rows", default="", metavar="R,R", help="also time both tools with warps on R counter rows "
                     "(%%smid %% R, R a power of two <= 32) instead of 32")
+    ap.add_argument("--no-global", action="store_true", help="leave out the unstaged (@global) variants")
+    ap.add_argument("--no-registers", action="store_true", help="also time each tool without register counters (@noreg)")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: instrument, assemble and size only")
     args = ap.parse_args(argv)
     started = time.monotonic()
