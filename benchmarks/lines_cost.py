@@ -415,6 +415,20 @@ def load_variant(case: Case, ptx: str, info: dict | None, work: Path, name: str)
     return Loaded(function, tuple(values) + tuple(np.uint64(buf.data.ptr) for _, _, buf in buffers), buffers)
 
 
+def blocks_per_sm(function, threads: int, dynamic_shared: int) -> int | None:
+    """cuOccupancyMaxActiveBlocksPerMultiprocessor for a CuPy function; None where the driver does not answer."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        blocks = ctypes.c_int(0)
+        status = cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(blocks), ctypes.c_void_p(function.ptr), ctypes.c_int(threads), ctypes.c_size_t(dynamic_shared))
+        return blocks.value if status == 0 else None
+    except (OSError, AttributeError):
+        return None
+
+
 def launch(case: Case, loaded: Loaded) -> None:
     loaded.function(case.grid, case.block, loaded.args, shared_mem=case.shared)
 
@@ -467,9 +481,10 @@ def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()
     table = line_table(case)
     variants = build_variants(case, row_counts, **(options or {}))
     loaded = {name: load_variant(case, ptx, info, work, name) for name, (ptx, info) in variants.items()}
-    # registers per thread and local (spill) bytes of each variant, as the driver loaded it
-    row["regs"] = {name: [getattr(v.function, "num_regs", None), getattr(v.function, "local_size_bytes", None)]
-                   for name, v in loaded.items()}
+    # per variant: registers per thread, local (spill) bytes, blocks per SM for this launch (the driver's answers)
+    threads = int(np.prod(case.block))
+    row["regs"] = {name: [getattr(v.function, "num_regs", None), getattr(v.function, "local_size_bytes", None),
+                          blocks_per_sm(v.function, threads, case.shared)] for name, v in loaded.items()}
     launch(case, loaded["plain"])
     reference = outputs_of(case)
     same = True

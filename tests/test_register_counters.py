@@ -145,3 +145,15 @@ def test_guarded_exit_flushes_under_its_guard():
     assert "selp.b64 \t%nt_rc_value, %nt_rc_value, 0, %p3;" in ptx
     if HAVE_PTXAS:
         ptxas(ptx)
+
+
+def test_kernel_description_and_probe_cost_name_the_register_counters():
+    from neutrino.runtime.instrument.probe_cost import instruction_counts
+
+    text = (Path(__file__).parent / "data" / "lines" / "nested.ptx").read_text()
+    info = instrument(text, load_probes("lines_light"), source="nested.ptx").kernels["nestk"]
+    # the outer loop's three blocks and the inner one: four counters
+    assert info["instructions"]["register_counters"] == 4
+    assert instruction_counts(info)["register_counters"] == 4
+    plain = instrument(LOOP.read_text().replace("@%p1 bra", "// "), load_probes("lines_light"), source="l.ptx")
+    assert "register_counters" not in plain.kernels["loopk"]["instructions"]  # no loop: none

@@ -28,6 +28,7 @@ from test_aggregation import KERNEL, with_target
 from test_probe_gate import gated_writes
 
 LOOP = Path(__file__).parent / "data" / "lines" / "loop.ptx"
+NESTED = LOOP.with_name("nested.ptx")  # nested loops, a guarded exit: register counters (tests/test_register_counters.py)
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "ptx"
 if not CORPUS.exists():
     CORPUS = Path("/work/shared/corpus/ptx")
@@ -158,7 +159,7 @@ def misplaced_block_counts(ptx: str, source: str) -> list[tuple[int, int, int]]:
     return [(k, g, e) for k, (g, e) in enumerate(zip(got, expected)) if g != e]
 
 
-@pytest.mark.parametrize("path", [LOOP] + WITH_LOC, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [LOOP, NESTED] + WITH_LOC, ids=lambda p: p.name)
 def test_lines_light_adds_each_block_at_its_bucket_without_match(path):
     text = path.read_text()
     result = instrument(text, load_probes("lines_light"), source=str(path))

@@ -31,6 +31,8 @@ A counter wraps after 2^32 - 1 executions of its block by one thread.
 
 from __future__ import annotations
 
+import re
+
 import attrs
 
 from neutrino.isa.ptx import ir
@@ -47,6 +49,12 @@ class Counter:
     map_name: str
     bucket: int
     register: str
+
+
+def count(state) -> int:
+    """How many register counters the kernel has (its `<prefix>rc<k>` registers)."""
+    own = re.compile(re.escape(state.prefix) + r"rc\d+")
+    return sum(1 for name in state.temps if own.fullmatch(name))
 
 
 def loop_depths(body: list[ir.Statement]) -> dict[int, int]:
