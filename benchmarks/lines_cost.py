@@ -3,6 +3,7 @@ agreement of the per-line figures with an unperturbed reference (Nsight Compute)
 
     python benchmarks/lines_cost.py [--modes loop,call,cuda,triton,matmul,attention] [--ncu cuda,matmul,attention]
                                     [--out DIR] [--reps 40] [--budget-s 150] [--rows R,R] [--dry-run]
+                                    [--no-global] [--no-registers] [--no-match]
 
 One process per run, no neutrino runtime: for each kernel of tests/gpu/workloads/w_lines.py it takes
 the kernel's PTX (loop.ptx; nvcc -lineinfo; Triton's compiled PTX), builds five modules with the
@@ -21,6 +22,12 @@ timed with CUDA events. Printed per kernel:
 * `TOOL@global_x`, `TOOL@global_exact`: the same tool with its maps' `stage` dropped (every add a
   `red.global` into 32 rows, as before staging, spec/probe-toml.md "Aggregation maps"): its slowdown,
   and whether its per-line instructions equal lines_light's;
+* with `--no-global`, the `@global` variants are left out; with `--no-registers`, `TOOL@noreg_x` and
+  `TOOL@noreg_exact`: the tool lowered without register counters (passes/register_counters.py: every
+  block's add at the block, the lowering before them); with `--no-match`, `lines@nomatch_x`/`_exact`:
+  `lines` with its time samples added lane by lane (no `match.any.sync` grouping);
+* `regs` (JSON rows): per variant [registers per thread, local bytes per thread, blocks per SM for the
+  launch's block and dynamic shared memory], as the driver answers for the loaded function;
 * with `--rows R,...`: `TOOL@globalRrows_x`, the slowdown of the unstaged TOOL when its warps add to
   counter row `%smid % R` instead of `% 32` (`rows_ptx`: what a global map of R rows would cost), and
   `TOOL@globalRrows_exact`;
@@ -219,11 +226,13 @@ def entry_param_types(ptx: str, kernel: str) -> list[str]:
 
 
 def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True,
-                   no_registers: bool = False) -> dict[str, tuple[str, dict | None]]:
+                   no_registers: bool = False, no_match: bool = False) -> dict[str, tuple[str, dict | None]]:
     """variant → (PTX, kernel description or None for plain).
 
     `no_registers`: also each tool as lowered before register counters (passes/register_counters.py,
-    MAX_REGISTER_COUNTERS = 0: every block's add at the block), named `TOOL@noreg`."""
+    MAX_REGISTER_COUNTERS = 0: every block's add at the block), named `TOOL@noreg`. `no_match`: also
+    `lines` with its time samples added lane by lane (lower_save.MATCH_SM past every target: no
+    `match.any.sync` grouping; staged, each lane's `red.shared.add.u32`), named `lines@nomatch`."""
     from neutrino.engine import instrument, prune
     from neutrino.passes import register_counters
     from neutrino.toolbox import load_probes
@@ -243,6 +252,17 @@ def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True
                 out[f"{tool}@noreg"] = (done.ptx, done.kernels[case.kernel])
         finally:
             register_counters.MAX_REGISTER_COUNTERS = cap
+    if no_match:
+        from neutrino.passes import lower_save
+
+        match_sm, lower_save.MATCH_SM = lower_save.MATCH_SM, 1 << 30
+        lower_save._lowered_group.cache_clear()  # templates are cached by shape: built again without grouping
+        try:
+            done = instrument(case.ptx, load_probes("lines"), kernel=case.kernel, source=f"{case.mode}.ptx")
+            out["lines@nomatch"] = (done.ptx, done.kernels[case.kernel])
+        finally:
+            lower_save.MATCH_SM = match_sm
+            lower_save._lowered_group.cache_clear()
     for rows in row_counts:
         for tool in TOOLS:
             out[f"{tool}@global{rows}rows"] = (rows_ptx(out[f"{tool}@global"][0], rows), out[f"{tool}@global"][1])
@@ -300,7 +320,7 @@ def line_table(case: Case):
 
 def dry_run(case: Case, row: dict) -> None:
     """Instrument and assemble every variant (ptxas for sm_90); the map bytes per launch."""
-    variants = build_variants(case, no_registers=True)
+    variants = build_variants(case, no_registers=True, no_match=True)
     for name, (ptx, info) in variants.items():
         if shutil.which("ptxas"):
             with tempfile.TemporaryDirectory() as tmp:
@@ -685,7 +705,7 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
     case = build_case(mode, case_work)
     row["kernel"] = f"{mode}:{case.kernel}"
     figures = measure(case, case_work, args.reps, row, tuple(int(r) for r in args.rows.split(',') if r),
-                      {"unstaged_too": not args.no_global, "no_registers": args.no_registers})
+                      {"unstaged_too": not args.no_global, "no_registers": args.no_registers, "no_match": args.no_match})
     if mode in args.ncu.split(",") and mode in NCU_KERNEL:
         if time.monotonic() - started + NCU_SECONDS > args.budget_s:
             row["note"] = "ncu skipped: out of time budget"
@@ -710,6 +730,7 @@ def main(argv=None) -> int:
                     "(%%smid %% R, R a power of two <= 32) instead of 32")
     ap.add_argument("--no-global", action="store_true", help="leave out the unstaged (@global) variants")
     ap.add_argument("--no-registers", action="store_true", help="also time each tool without register counters (@noreg)")
+    ap.add_argument("--no-match", action="store_true", help="also time lines without match.any grouping (@nomatch)")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: instrument, assemble and size only")
     args = ap.parse_args(argv)
     started = time.monotonic()
