@@ -24,34 +24,36 @@ from neutrino.probefile import MapSpec, parse_probes
 from neutrino.toolbox import load_probes
 
 from helpers import HAVE_PTXAS, ptxas
-from test_uniform_saves import run_warp
+from test_uniform_saves import block_count_offsets, run_warp
 
 LOOP = Path(__file__).parent / "data" / "lines" / "loop.ptx"
 TOP32 = 2**32 - 1
 
 
-def flush_code(sm: int, buckets: list[int], guard):
+def flush_code(sm: int, classes: list[list[int]], guard):
+    """The exit flush of one counter per class, each standing for the sites of those buckets of map `h`."""
     spec = MapSpec.aggregate("h", "thread", "hist", [], Buckets.parse("linear:0:254:1"))
     state = KernelState(ir.Function("k", ""), prefix="%nt_")
     lowerer = lower_save._Lowerer(state, SimpleNamespace(maps={"h": spec}), sm)
-    counters = [register_counters.Counter("h", b, state.temp(f"rc{k}", "b32")) for k, b in enumerate(buckets)]
+    counters = tuple(register_counters.Counter(state.temp(f"rc{k}", "b32"), tuple(("h", b) for b in buckets))
+                     for k, buckets in enumerate(classes))
     return register_counters.exit_code(lowerer, counters, guard)
 
 
 @pytest.mark.parametrize("sm", [20, 52, 75, 80, 90])
 def test_exit_flush_adds_the_leaving_lanes_counts_at_each_bucket(sm):
     rng = random.Random(sm)
-    buckets = [3, 7, 254]
+    classes = [[3], [7, 254]]  # the second counter stands for two sites (one class of equal counts)
     for guard in (None, ir.Guard(ir.Register("%g")), ir.Guard(ir.Register("%g"), True)):
-        code = flush_code(sm, buckets, guard)
+        code = flush_code(sm, classes, guard)
         assert not any(i.opcode.base in ("ld", "st") for i in code)
         for trial in range(30):
             active = sorted(rng.sample(range(32), 32 if trial % 3 == 0 else rng.randint(1, 32)))
             flags = [rng.randint(0, 1) for _ in range(32)]
-            counts = [[rng.choice([0, 1, 37, 65535, 65536, rng.randint(0, TOP32), TOP32]) for _ in range(32)] for _ in buckets]
+            counts = [[rng.choice([0, 1, 37, 65535, 65536, rng.randint(0, TOP32), TOP32]) for _ in range(32)] for _ in classes]
             leaving = [k for k in active if guard is None or flags[k] != guard.negated]
-            registers = {"%g": flags, **{f"%nt_rc{c}": counts[c] for c in range(len(buckets))}}
-            want = {8 * b: sum(counts[c][k] for k in leaving) for c, b in enumerate(buckets)}
+            registers = {"%g": flags, **{f"%nt_rc{c}": counts[c] for c in range(len(classes))}}
+            want = {8 * b: sum(counts[c][k] for k in leaving) for c, buckets in enumerate(classes) for b in buckets}
             got = run_warp(code, active, registers)
             assert {o: n for o, n in got.items() if n} == {o: n for o, n in want.items() if n}, (sm, guard, active)
             assert run_warp(code, active, dict(registers, **{"%nt_on": [0] * 32})) == {}  # the gate
@@ -59,7 +61,7 @@ def test_exit_flush_adds_the_leaving_lanes_counts_at_each_bucket(sm):
 
 def test_a_flush_that_drops_the_high_half_is_caught():
     """Mutation: counters summed as 16-bit values lose counts past 65535; the check above sees it."""
-    code = flush_code(90, [5], None)
+    code = flush_code(90, [[5]], None)
     broken = [i for i in code if not (i.opcode.text == "shr.u32" and "agg_b" in str(i.operands[0]))]
     registers = {"%nt_rc0": [70000] * 32}
     assert run_warp(code, list(range(32)), registers) == {40: 32 * 70000}
@@ -99,12 +101,25 @@ ret;
 """
 
 
+def flushed_offsets(ptx: str) -> dict[str, set[int]]:
+    """counter → the lines_blocks offsets its flushes add to (straight-line flush code, as written)."""
+    out: dict[str, set[int]] = {}
+    for counter, code in re.findall(r"cvt\.u64\.u32 \t%nt_rc_value, (%nt_rc\d+);(.*?)(?=cvt\.u64\.u32 \t%nt_rc_value|ret;|exit;)",
+                                    ptx, re.S):
+        out.setdefault(counter, set()).update(int(o or 0) for o in re.findall(
+            r"(?:atom\.shared\.add\.u32 \t%nt_stg_old, |red\.global\.add\.u64 \t)\[%nt_buf_lines_blocks(?:\+(\d+))?\]", code))
+    return out
+
+
 def test_nesting_orders_the_counters_and_the_cap_holds(monkeypatch):
     probes = load_probes("lines_light")
     ptx = instrument(NESTED, probes, source="nest.ptx").ptx
-    # blocks: entry (once), OUTER (depth 1), INNER (depth 2), the outer latch (depth 1), the exit block
-    assert re.findall(r"add\.u32 \t(%nt_rc\d+), \1, 1;", ptx) == ["%nt_rc1", "%nt_rc0", "%nt_rc2"]
+    # blocks: entry (once), OUTER (depth 1), INNER (depth 2), the outer latch (depth 1), the exit block;
+    # OUTER and its latch run equally often (passes/flow_classes.py): one counter, flushed into both buckets
+    assert re.findall(r"add\.u32 \t(%nt_rc\d+), \1, 1;", ptx) == ["%nt_rc1", "%nt_rc0"]
+    assert flushed_offsets(ptx) == {"%nt_rc0": {24}, "%nt_rc1": {16, 32}}
     assert ptx.count("red.shared.add.u32 \t[%nt_hoff_lines_blocks") == 2  # the blocks outside loops
+    assert block_count_offsets(ptx) == [8, 16, 24, 32, 40]
     monkeypatch.setattr(register_counters, "MAX_REGISTER_COUNTERS", 1)
     capped = instrument(NESTED, probes, source="nest.ptx").ptx
     assert re.findall(r"add\.u32 \t(%nt_rc\d+), \1, 1;", capped) == ["%nt_rc0"]  # the inner loop's block
@@ -152,8 +167,9 @@ def test_kernel_description_and_probe_cost_name_the_register_counters():
 
     text = (Path(__file__).parent / "data" / "lines" / "nested.ptx").read_text()
     info = instrument(text, load_probes("lines_light"), source="nested.ptx").kernels["nestk"]
-    # the outer loop's three blocks and the inner one: four counters
-    assert info["instructions"]["register_counters"] == 4
-    assert instruction_counts(info)["register_counters"] == 4
+    # the outer loop's three blocks and the inner one; the outer header and the block after the inner
+    # loop run equally often (the guarded exit comes after both): three counters
+    assert info["instructions"]["register_counters"] == 3
+    assert instruction_counts(info)["register_counters"] == 3
     plain = instrument(LOOP.read_text().replace("@%p1 bra", "// "), load_probes("lines_light"), source="l.ptx")
     assert "register_counters" not in plain.kernels["loopk"]["instructions"]  # no loop: none

@@ -113,36 +113,41 @@ def site_offsets(ptx: str, map_name: str) -> list[int]:
 
 
 def block_count_offsets(ptx: str, map_name: str = "lines_blocks") -> list[int]:
-    """The byte offset each count_block site adds to, in text order, entry after entry.
+    """The byte offsets the count_block sites add to, sorted, entry after entry (one per site).
 
-    A folded site adds at `[%nt_hoff_MAP+OFF]` (site_offsets); a site counted in a register
-    (passes/register_counters.py) is `add.u32 %nt_rcK, %nt_rcK, 1`, and its offset is where the
-    entry's exits flush `%nt_rcK` (`cvt.u64.u32 %nt_rc_value, %nt_rcK`, then the add into
-    `[%nt_buf_MAP+OFF]`): every exit must flush every counter, all to the same offset."""
+    A folded site adds at `[%nt_hoff_MAP+OFF]` (site_offsets). Sites counted in registers
+    (passes/register_counters.py) share a counter per class of equal counts: the class's first
+    site is `add.u32 %nt_rcK, %nt_rcK, 1`, the others leave no code, and the entry's exits flush
+    `%nt_rcK` (`cvt.u64.u32 %nt_rc_value, %nt_rcK`, then adds into `[%nt_buf_MAP+OFF]`) into
+    each site's bucket: every exit must flush every counter into the same buckets, once each
+    (twice before sm_80: the full-warp add and the lane-by-lane one)."""
     site = re.compile(rf"red\.(?:shared\.add\.u32|global\.add\.u64)\s+\[%nt_hoff_{map_name}(?:\+(\d+))?\]"
                       rf"|add\.u32 \t(%nt_rc\d+), \2, 1;"
                       rf"|cvt\.u64\.u32 \t%nt_rc_value, (%nt_rc\d+);"
                       rf"|(?:atom\.shared\.add\.u32 \t%nt_stg_old, |red\.global\.add\.u64 \t)\[%nt_buf_{map_name}(?:\+(\d+))?\]")
     out: list[int] = []
     for entry in re.split(r"\.entry ", ptx)[1:]:
-        sites: list = []
+        folded: list[int] = []
+        counters: list[str] = []
         flushed: dict[str, list[int]] = {}
         flushing = None
         for m in site.finditer(entry):
-            folded, counter, flush, flush_offset = m.group(1), m.group(2), m.group(3), m.group(4)
-            if counter:
-                sites.append(counter)
-            elif flush:
-                flushing = flush
-            elif f"%nt_buf_{map_name}" in m.group(0):  # (before sm_80: two adds per flush, full warp or lane by lane)
-                flushed.setdefault(flushing, []).append(int(flush_offset or 0))
+            if m.group(2):
+                counters.append(m.group(2))
+            elif m.group(3):
+                flushing = m.group(3)
+            elif f"%nt_buf_{map_name}" in m.group(0):
+                flushed.setdefault(flushing, []).append(int(m.group(4) or 0))
             else:
-                sites.append(int(folded or 0))
-        exits = len(re.findall(r"\t(?:@!?%\w+ )?(?:ret|exit);", entry))
+                folded.append(int(m.group(1) or 0))
+        exits = len(re.findall(r"(?m)^\s*(?:@!?%\w+\s+)?(?:ret|exit)\s*;", entry))
+        assert None not in flushed and sorted(counters) == sorted(flushed), "each counter: one site, flushed at the exits"
         for counter, offsets in flushed.items():
-            assert None not in flushed and len(set(offsets)) == 1 and len(offsets) % exits == 0, (counter, offsets, exits)
-        assert all(isinstance(s, int) or s in flushed for s in sites), "a register counter is never flushed"
-        out += [s if isinstance(s, int) else flushed[s][0] for s in sites]
+            once = sorted(set(offsets))
+            assert len(offsets) in (exits * len(once), 2 * exits * len(once)), (counter, offsets, exits)
+            assert all(offsets.count(o) == offsets.count(once[0]) for o in once), (counter, offsets)
+            folded += once
+        out += sorted(folded)
     return out
 
 

@@ -481,7 +481,7 @@ class _Lowerer:
                 groups.setdefault(stmt.origin, []).append(stmt)
         aggregating = not self.state.counting and any(self.probes.maps[m].type != "array" for m in self.state.maps)
         constants = constant_save_values(body, self.state.temps) if groups and aggregating else {}
-        counted = register_counters.plan(self, groups, constants) if self.register_counting and aggregating else {}
+        counted = register_counters.plan(self, groups, constants) if self.register_counting and aggregating else register_counters.Plan()
         for origin, saves in groups.items():
             if origin not in counted:
                 self.lower_group(origin, saves, edits, self.save_shapes(saves, constants))

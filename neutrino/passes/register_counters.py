@@ -12,16 +12,23 @@ bucket's u64 counter: summed across the warp's leaving lanes (`redux.sync` from 
 0 and the probe gate is on. The map's layout and totals are unchanged: every thread adds, once,
 the number of times it saved there, which is what the per-site adds summed.
 
-Which buckets (spec/pipeline.md, "SAVE lowering", register counters):
+Sites that run equally often share one counter: unguarded sites whose basic blocks are in one
+class of passes/flow_classes.py (a dominator and a post-dominator of each other that lie on the
+same cycles: an `if` and its join, a loop's header and its latch when nothing leaves or skips in
+between). The first of them adds 1; the others add nothing, and the exits flush the counter
+into each one's bucket.
+
+Which sites (spec/probe-toml.md, "Aggregation maps", register counters):
 
 * every SAVE of the bucket's map in the kernel is such a SAVE (one record per snippet
   execution, thread level, value known), so no other code adds to the map at run time except
-  through this step and the folded adds;
-* the bucket has a site inside a loop: a site covered by the span `[label, branch]` of some
+  through this step and the folded adds; and every site of the bucket is in one class (a
+  staged counter then gets either the per-site adds or the flushes, never both);
+* the class has a site inside a loop: a site covered by the span `[label, branch]` of some
   branch to a label at or before it (every cycle of the control flow contains such a
   backward branch and lies within the spans of its backward branches, so a site outside
   every span runs at most once per thread and keeps the folded add);
-* at most MAX_REGISTER_COUNTERS buckets per kernel, the most deeply nested first (the number
+* at most MAX_REGISTER_COUNTERS classes per kernel, the most deeply nested first (the number
   of spans covering a site estimates its nesting), then in text order;
 * not in a kernel whose module has a `.func` with an `exit` (a thread could leave without
   passing the kernel's exits, and its counts would be lost), nor in the counting variant.
@@ -36,6 +43,7 @@ import re
 import attrs
 
 from neutrino.isa.ptx import ir
+from neutrino.passes import flow_classes
 from neutrino.passes.build import entry_index
 from neutrino.probe_model import Field, MapSpec
 
@@ -46,9 +54,22 @@ _BRANCHES = ("bra", "bra.uni")
 
 @attrs.frozen
 class Counter:
-    map_name: str
-    bucket: int
+    """A u32 register of each thread and the (map, bucket) of each site it stands for, in text order."""
+
     register: str
+    targets: tuple[tuple[str, int], ...]
+
+
+@attrs.frozen
+class Plan:
+    """The register counters of one kernel, and what becomes of each SAVE they take (by origin)."""
+
+    counters: tuple[Counter, ...] = ()
+    adds: dict = attrs.Factory(dict)  # origin → the Counter its site adds 1 to
+    dropped: frozenset = frozenset()  # origins whose site adds nothing: its class's counter stands for it
+
+    def __contains__(self, origin: str) -> bool:
+        return origin in self.adds or origin in self.dropped
 
 
 def count(state) -> int:
@@ -85,10 +106,40 @@ def loop_depths(body: list[ir.Statement]) -> dict[int, int]:
     return depths
 
 
-def plan(lowerer, groups: dict[str, list[ir.Instruction]], constants: dict) -> dict[str, Counter]:
-    """origin of a snippet execution → the register counter its SAVE adds to, for the sites this step takes."""
-    state, probes = lowerer.state, lowerer.probes
-    eligible: dict[str, tuple[MapSpec, int]] = {}  # origin → (map, bucket)
+def plan(lowerer, groups: dict[str, list[ir.Instruction]], constants: dict) -> Plan:
+    """Which SAVEs are counted in registers: by class of equal counts (passes/flow_classes.py), the deepest first."""
+    eligible = _eligible_sites(lowerer.probes, groups, constants)
+    if not eligible:
+        return Plan()
+    body = lowerer.state.function.body
+    depths, classes = loop_depths(body), flow_classes.statement_classes(body)
+    members: dict = {}  # class key → origins, in text order
+    for origin in eligible:
+        save = groups[origin][0]
+        key = classes.get(id(save)) if save.guard is None else None
+        members.setdefault(("site", origin) if key is None else ("class", key), []).append(origin)
+    sites_of_bucket: dict = {}
+    for key, origins in members.items():
+        for origin in origins:
+            sites_of_bucket.setdefault(eligible[origin], set()).add(key)
+    # a bucket with sites in two classes keeps its adds at the sites: its staged counter must have one kind of add
+    whole = [key for key, origins in members.items() if all(sites_of_bucket[eligible[o]] == {key} for o in origins)]
+    depth = {key: max(depths.get(id(groups[o][0]), 0) for o in members[key]) for key in whole}
+    order = {key: k for k, key in enumerate(members)}
+    chosen = sorted((key for key in whole if depth[key]), key=lambda key: (-depth[key], order[key]))
+    counters, adds, dropped = [], {}, set()
+    for k, key in enumerate(chosen[:MAX_REGISTER_COUNTERS]):
+        origins = members[key]
+        counter = Counter(lowerer.state.temp(f"rc{k}", "b32"), tuple(eligible[o] for o in origins))
+        counters.append(counter)
+        adds[origins[0]] = counter
+        dropped.update(origins[1:])
+    return Plan(tuple(counters), adds, frozenset(dropped))
+
+
+def _eligible_sites(probes, groups: dict, constants: dict) -> dict[str, tuple[str, int]]:
+    """origin → (map, bucket) of the SAVEs that may be counted in registers (module docstring)."""
+    eligible: dict[str, tuple[str, int]] = {}
     refused: set[str] = set()  # maps some SAVE adds to otherwise
     for origin, saves in groups.items():
         specs = [_spec_of(probes, origin, save) for save in saves]
@@ -97,20 +148,8 @@ def plan(lowerer, groups: dict[str, list[ir.Instruction]], constants: dict) -> d
         if bucket is None:
             refused.update(spec.name for spec in specs)
         else:
-            eligible[origin] = (specs[0], bucket)
-    eligible = {o: v for o, v in eligible.items() if v[0].name not in refused}
-    if not eligible:
-        return {}
-    depths = loop_depths(state.function.body)
-    depth_of: dict[tuple[str, int], int] = {}
-    for origin, (spec, bucket) in eligible.items():
-        key = (spec.name, bucket)
-        depth_of[key] = max(depth_of.get(key, 0), depths.get(id(groups[origin][0]), 0))
-    order = {key: k for k, key in enumerate(depth_of)}
-    chosen = sorted((key for key, depth in depth_of.items() if depth), key=lambda key: (-depth_of[key], order[key]))
-    registers = {key: state.temp(f"rc{k}", "b32") for k, key in enumerate(chosen[:MAX_REGISTER_COUNTERS])}
-    return {origin: Counter(spec.name, bucket, registers[(spec.name, bucket)])
-            for origin, (spec, bucket) in eligible.items() if (spec.name, bucket) in registers}
+            eligible[origin] = (specs[0].name, bucket)
+    return {o: target for o, target in eligible.items() if target[0] not in refused}
 
 
 def _spec_of(probes, origin: str, save: ir.Instruction) -> MapSpec:
@@ -128,41 +167,33 @@ def _bucket(spec: MapSpec, known: tuple) -> int | None:
     return constant_bucket(spec.buckets, known[0])
 
 
-def site_code(lowerer, counter: Counter, save: ir.Instruction) -> list[ir.Instruction]:
-    """What replaces the SAVE: one add to the thread's counter, where the SAVE's predicate holds."""
-    return [lowerer.emit("add.u32", counter.register, counter.register, 1, guard=save.guard)]
-
-
-def entry_code(lowerer, counters: list[Counter]) -> list[ir.Instruction]:
-    return [lowerer.emit("mov.u32", c.register, 0) for c in counters]
-
-
-def exit_code(lowerer, counters: list[Counter], guard: ir.Guard | None) -> list[ir.Instruction]:
-    """Before an exit: each counter, where the exit's guard holds, added as a thread-level sum to its bucket."""
+def exit_code(lowerer, counters: tuple[Counter, ...], guard: ir.Guard | None) -> list[ir.Instruction]:
+    """Before an exit: each counter, where the exit's guard holds, added as a thread-level sum to each of its buckets."""
     value = lowerer.state.temp("rc_value", "b64")
     code: list[ir.Instruction] = []
-    for map_name in dict.fromkeys(c.map_name for c in counters):
-        mine = [c for c in counters if c.map_name == map_name]
-        spec = lowerer.probes.maps[map_name]
-        view = MapSpec(map_name, "thread", 1, [Field(f"bucket{c.bucket}", "u64", 8 * c.bucket) for c in mine],
-                       spec.record_bytes, "sum")
-        for index, counter in enumerate(mine):
-            code.append(lowerer.emit("cvt.u64.u32", value, counter.register))
-            code += lowerer.counter_add(view, index, value, guard)
+    for counter in counters:
+        for map_name in dict.fromkeys(m for m, _ in counter.targets):
+            buckets = [b for m, b in counter.targets if m == map_name]
+            view = MapSpec(map_name, "thread", 1, [Field(f"bucket{b}", "u64", 8 * b) for b in buckets],
+                           lowerer.probes.maps[map_name].record_bytes, "sum")
+            for index in range(len(buckets)):  # (counter_add masks the value in place: converted again each time)
+                code.append(lowerer.emit("cvt.u64.u32", value, counter.register))
+                code += lowerer.counter_add(view, index, value, guard)
     return code
 
 
-def apply(lowerer, plan_: dict[str, Counter], groups: dict, edits: dict) -> None:
-    """The sites' adds into `edits`; the entry's zeroing and the exits' flushes into the body and `edits`."""
-    if not plan_:
+def apply(lowerer, plan_: Plan, groups: dict, edits: dict) -> None:
+    """The sites' adds into `edits` (the other sites of a class: nothing); the entry's zeroing and the exits' flushes."""
+    if not plan_.counters:
         return
-    for origin, counter in plan_.items():
+    for origin, counter in plan_.adds.items():
         save = groups[origin][0]
-        edits[id(save)] = ([], site_code(lowerer, counter, save), [])
-    counters = list(dict.fromkeys(plan_.values()))
+        edits[id(save)] = ([], [lowerer.emit("add.u32", counter.register, counter.register, 1, guard=save.guard)], [])
+    for origin in plan_.dropped:
+        edits[id(groups[origin][0])] = ([], [], [])
     for anchor in lowerer.state.exits:
         before, replacement, after = edits.get(id(anchor), ([], None, []))
-        edits[id(anchor)] = (exit_code(lowerer, counters, anchor.guard) + before, replacement, after)
+        edits[id(anchor)] = (exit_code(lowerer, plan_.counters, anchor.guard) + before, replacement, after)
     body = lowerer.state.function.body
     position = entry_index(body)
-    body[position:position] = entry_code(lowerer, counters)
+    body[position:position] = [lowerer.emit("mov.u32", c.register, 0) for c in plan_.counters]
