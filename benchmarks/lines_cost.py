@@ -440,6 +440,12 @@ def blocks_per_sm(function, threads: int, dynamic_shared: int) -> int | None:
     import ctypes
 
     try:
+        from cupy.cuda import driver
+
+        return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, dynamic_shared))
+    except Exception:  # noqa: BLE001 - older CuPy: ask libcuda directly
+        pass
+    try:
         cuda = ctypes.CDLL("libcuda.so.1")
         blocks = ctypes.c_int(0)
         status = cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
