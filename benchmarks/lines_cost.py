@@ -3,6 +3,7 @@ agreement of the per-line figures with an unperturbed reference (Nsight Compute)
 
     python benchmarks/lines_cost.py [--modes loop,call,cuda,triton,matmul,attention] [--ncu cuda,matmul,attention]
                                     [--out DIR] [--reps 40] [--budget-s 150] [--rows R,R] [--dry-run]
+                                    [--no-global] [--no-registers] [--no-match]
 
 One process per run, no neutrino runtime: for each kernel of tests/gpu/workloads/w_lines.py it takes
 the kernel's PTX (loop.ptx; nvcc -lineinfo; Triton's compiled PTX), builds five modules with the
@@ -21,6 +22,12 @@ timed with CUDA events. Printed per kernel:
 * `TOOL@global_x`, `TOOL@global_exact`: the same tool with its maps' `stage` dropped (every add a
   `red.global` into 32 rows, as before staging, spec/probe-toml.md "Aggregation maps"): its slowdown,
   and whether its per-line instructions equal lines_light's;
+* with `--no-global`, the `@global` variants are left out; with `--no-registers`, `TOOL@noreg_x` and
+  `TOOL@noreg_exact`: the tool lowered without register counters (passes/register_counters.py: every
+  block's add at the block, the lowering before them); with `--no-match`, `lines@nomatch_x`/`_exact`:
+  `lines` with its time samples added lane by lane (no `match.any.sync` grouping);
+* `regs` (JSON rows): per variant [registers per thread, local bytes per thread, blocks per SM for the
+  launch's block and dynamic shared memory], as the driver answers for the loaded function;
 * with `--rows R,...`: `TOOL@globalRrows_x`, the slowdown of the unstaged TOOL when its warps add to
   counter row `%smid % R` instead of `% 32` (`rows_ptx`: what a global map of R rows would cost), and
   `TOOL@globalRrows_exact`;
@@ -218,18 +225,44 @@ def entry_param_types(ptx: str, kernel: str) -> list[str]:
     return [p.text.split()[1].lstrip(".") for p in function.params or []]
 
 
-def build_variants(case: Case, row_counts: tuple = ()) -> dict[str, tuple[str, dict | None]]:
-    """variant → (PTX, kernel description or None for plain)."""
+def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True,
+                   no_registers: bool = False, no_match: bool = False) -> dict[str, tuple[str, dict | None]]:
+    """variant → (PTX, kernel description or None for plain).
+
+    `no_registers`: also each tool as lowered before register counters (passes/register_counters.py,
+    MAX_REGISTER_COUNTERS = 0: every block's add at the block), named `TOOL@noreg`. `no_match`: also
+    `lines` with its time samples added lane by lane (lower_save.MATCH_SM past every target: no
+    `match.any.sync` grouping; staged, each lane's `red.shared.add.u32`), named `lines@nomatch`."""
     from neutrino.engine import instrument, prune
+    from neutrino.passes import register_counters
     from neutrino.toolbox import load_probes
 
     out = {"plain": (prune(case.ptx, case.kernel, case.mode), None)}
     for tool in TOOLS:
         done = instrument(case.ptx, load_probes(tool), kernel=case.kernel, source=f"{case.mode}.ptx")
         out[tool] = (done.ptx, done.kernels[case.kernel])
-    for tool in TOOLS:  # the same tool without staging: every add a global atomic, warps spread over 32 rows
+    for tool in TOOLS if unstaged_too else ():  # the same tool without staging: every add a global atomic, 32 rows
         done = instrument(case.ptx, unstaged(load_probes(tool)), kernel=case.kernel, source=f"{case.mode}.ptx")
         out[f"{tool}@global"] = (done.ptx, done.kernels[case.kernel])
+    if no_registers:
+        cap, register_counters.MAX_REGISTER_COUNTERS = register_counters.MAX_REGISTER_COUNTERS, 0
+        try:
+            for tool in TOOLS:
+                done = instrument(case.ptx, load_probes(tool), kernel=case.kernel, source=f"{case.mode}.ptx")
+                out[f"{tool}@noreg"] = (done.ptx, done.kernels[case.kernel])
+        finally:
+            register_counters.MAX_REGISTER_COUNTERS = cap
+    if no_match:
+        from neutrino.passes import lower_save
+
+        match_sm, lower_save.MATCH_SM = lower_save.MATCH_SM, 1 << 30
+        lower_save._lowered_group.cache_clear()  # templates are cached by shape: built again without grouping
+        try:
+            done = instrument(case.ptx, load_probes("lines"), kernel=case.kernel, source=f"{case.mode}.ptx")
+            out["lines@nomatch"] = (done.ptx, done.kernels[case.kernel])
+        finally:
+            lower_save.MATCH_SM = match_sm
+            lower_save._lowered_group.cache_clear()
     for rows in row_counts:
         for tool in TOOLS:
             out[f"{tool}@global{rows}rows"] = (rows_ptx(out[f"{tool}@global"][0], rows), out[f"{tool}@global"][1])
@@ -287,7 +320,7 @@ def line_table(case: Case):
 
 def dry_run(case: Case, row: dict) -> None:
     """Instrument and assemble every variant (ptxas for sm_90); the map bytes per launch."""
-    variants = build_variants(case)
+    variants = build_variants(case, no_registers=True, no_match=True)
     for name, (ptx, info) in variants.items():
         if shutil.which("ptxas"):
             with tempfile.TemporaryDirectory() as tmp:
@@ -402,6 +435,26 @@ def load_variant(case: Case, ptx: str, info: dict | None, work: Path, name: str)
     return Loaded(function, tuple(values) + tuple(np.uint64(buf.data.ptr) for _, _, buf in buffers), buffers)
 
 
+def blocks_per_sm(function, threads: int, dynamic_shared: int) -> int | None:
+    """cuOccupancyMaxActiveBlocksPerMultiprocessor for a CuPy function; None where the driver does not answer."""
+    import ctypes
+
+    try:
+        from cupy.cuda import driver
+
+        return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, dynamic_shared))
+    except Exception:  # noqa: BLE001 - older CuPy: ask libcuda directly
+        pass
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        blocks = ctypes.c_int(0)
+        status = cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(blocks), ctypes.c_void_p(function.ptr), ctypes.c_int(threads), ctypes.c_size_t(dynamic_shared))
+        return blocks.value if status == 0 else None
+    except (OSError, AttributeError):
+        return None
+
+
 def launch(case: Case, loaded: Loaded) -> None:
     loaded.function(case.grid, case.block, loaded.args, shared_mem=case.shared)
 
@@ -447,13 +500,17 @@ def outputs_of(case: Case) -> list[np.ndarray]:
     return [o.get().copy() for o in case.outputs]
 
 
-def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()) -> dict:
+def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = (), options: dict | None = None) -> dict:
     """Time the three variants, check outputs and counts; fills `row`, returns the per-line figures."""
     from neutrino.tools.lines import analysis as la
 
     table = line_table(case)
-    variants = build_variants(case, row_counts)
+    variants = build_variants(case, row_counts, **(options or {}))
     loaded = {name: load_variant(case, ptx, info, work, name) for name, (ptx, info) in variants.items()}
+    # per variant: registers per thread, local (spill) bytes, blocks per SM for this launch (the driver's answers)
+    threads = int(np.prod(case.block))
+    row["regs"] = {name: [getattr(v.function, "num_regs", None), getattr(v.function, "local_size_bytes", None),
+                          blocks_per_sm(v.function, threads, case.shared)] for name, v in loaded.items()}
     launch(case, loaded["plain"])
     reference = outputs_of(case)
     same = True
@@ -653,7 +710,8 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
         return row, {}
     case = build_case(mode, case_work)
     row["kernel"] = f"{mode}:{case.kernel}"
-    figures = measure(case, case_work, args.reps, row, tuple(int(r) for r in args.rows.split(',') if r))
+    figures = measure(case, case_work, args.reps, row, tuple(int(r) for r in args.rows.split(',') if r),
+                      {"unstaged_too": not args.no_global, "no_registers": args.no_registers, "no_match": args.no_match})
     if mode in args.ncu.split(",") and mode in NCU_KERNEL:
         if time.monotonic() - started + NCU_SECONDS > args.budget_s:
             row["note"] = "ncu skipped: out of time budget"
@@ -676,6 +734,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=150.0, help="skip ncu runs that would end past this")
     ap.add_argument("--rows", default="", metavar="R,R", help="also time both tools with warps on R counter rows "
                     "(%%smid %% R, R a power of two <= 32) instead of 32")
+    ap.add_argument("--no-global", action="store_true", help="leave out the unstaged (@global) variants")
+    ap.add_argument("--no-registers", action="store_true", help="also time each tool without register counters (@noreg)")
+    ap.add_argument("--no-match", action="store_true", help="also time lines without match.any grouping (@nomatch)")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: instrument, assemble and size only")
     args = ap.parse_args(argv)
     started = time.monotonic()

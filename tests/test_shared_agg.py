@@ -49,11 +49,15 @@ def test_lines_light_adds_into_shared_memory_and_copies_out_at_exit():
     entry_barrier = ptx.index("bar.sync \t0;")
     assert ptx.index("ld.param.u64 \t%nt_buf_lines_blocks") < ptx.index("mov.u64 \t%nt_stg_base, %nt_stg_counters") < entry_barrier
     assert entry_barrier < ptx.index("add.s32 \t%r3")  # the kernel's own code starts after the zeroed array
-    # per block, at its bucket (BLOCK + 1: the bucket is folded, passes/save_constants.py)
-    assert [ptx.count(f"@%nt_stg_staged red.shared.add.u32 \t[%nt_hoff_lines_blocks+{8 * b}], %nt_stg_lo;") for b in (1, 2, 3)] == [1] * 3
+    # per block outside the loop, at its bucket (BLOCK + 1: the bucket is folded, passes/save_constants.py)
+    assert [ptx.count(f"@%nt_stg_staged red.shared.add.u32 \t[%nt_hoff_lines_blocks+{8 * b}], %nt_stg_lo;") for b in (1, 2, 3)] == [1, 0, 1]
+    # the loop's block is counted in a register (passes/register_counters.py), flushed at the exit as an
+    # exact u64 add into its staged counter: the low word, then the carry into the high one
+    assert "@%nt_agg_go atom.shared.add.u32 \t%nt_stg_old, [%nt_buf_lines_blocks+16], %nt_stg_lo;" in ptx
+    assert "@%nt_stg_high red.shared.add.u32 \t[%nt_buf_lines_blocks+20], %nt_stg_hi;" in ptx
     globals_ = [line for line in ptx.splitlines() if "red.global" in line or "atom.global" in line]
-    # past THREAD_STAGED_LIMIT a thread adds to its global row directly (3 sites); the copy-out at the exit
-    assert globals_ == [f"\t@%nt_stg_direct red.global.add.u64 \t[%nt_stg_gptr+{8 * b}], %nt_hist_amount;" for b in (1, 2, 3)] + \
+    # past THREAD_STAGED_LIMIT a thread adds to its global row directly (2 sites); the copy-out at the exit
+    assert globals_ == [f"\t@%nt_stg_direct red.global.add.u64 \t[%nt_stg_gptr+{8 * b}], %nt_hist_amount;" for b in (1, 3)] + \
         ["\t@%nt_stg_go red.global.add.u64 \t[%nt_stg_gptr], %nt_stg_v;"]
     assert "setp.lt.u32 \t%nt_stg_staged, %nt_stg_after, 4194304;" in ptx
     assert "@%nt_stg_staged mov.u32 \t%nt_stg_mine, %nt_stg_after;" in ptx  # only what it staged counts
@@ -100,7 +104,11 @@ def test_kernels_that_cannot_stage_add_globally_into_row_zero(change, reason):
     ptx, _ = probed(change(LOOP), load_probes("lines_light"))
     assert "stg_" not in ptx and "atom.shared" not in ptx
     assert "%smid" not in ptx  # the map's one row: no stripe
-    assert [ptx.count(f"red.global.add.u64 \t[%nt_hoff_lines_blocks+{8 * b}]") for b in (1, 2, 3)] == [1] * 3
+    assert [ptx.count(f"red.global.add.u64 \t[%nt_hoff_lines_blocks+{8 * b}]") for b in (1, 3)] == [1] * 2
+    # the loop's block: its add at the block, or (register counters, not with a .func that exits) its flush at the exit
+    flushed = "red.global.add.u64 \t[%nt_buf_lines_blocks+16]" in ptx
+    assert ptx.count("red.global.add.u64 \t[%nt_hoff_lines_blocks+16]") == (0 if flushed else 1)
+    assert flushed == (reason != "exit")
 
 
 def test_static_shared_sizes():

@@ -18,7 +18,7 @@ from neutrino.engine import instrument
 from neutrino.isa.ptx import parse_module
 from neutrino.isa.ptx.lines import build_line_map
 from neutrino.maps import Buckets
-from neutrino.passes import lower_save
+from neutrino.passes import lower_save, save_constants
 from neutrino.passes.save_constants import constant_bucket
 from neutrino.probefile import MapSpec, parse_probes
 from neutrino.toolbox import load_probes
@@ -28,6 +28,7 @@ from test_aggregation import KERNEL, with_target
 from test_probe_gate import gated_writes
 
 LOOP = Path(__file__).parent / "data" / "lines" / "loop.ptx"
+NESTED = LOOP.with_name("nested.ptx")  # nested loops, a guarded exit: register counters (tests/test_register_counters.py)
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "ptx"
 if not CORPUS.exists():
     CORPUS = Path("/work/shared/corpus/ptx")
@@ -111,6 +112,45 @@ def site_offsets(ptx: str, map_name: str) -> list[int]:
     return [int(off or 0) for off in adds]
 
 
+def block_count_offsets(ptx: str, map_name: str = "lines_blocks") -> list[int]:
+    """The byte offsets the count_block sites add to, sorted, entry after entry (one per site).
+
+    A folded site adds at `[%nt_hoff_MAP+OFF]` (site_offsets). Sites counted in registers
+    (passes/register_counters.py) share a counter per class of equal counts: the class's first
+    site is `add.u32 %nt_rcK, %nt_rcK, 1`, the others leave no code, and the entry's exits flush
+    `%nt_rcK` (`cvt.u64.u32 %nt_rc_value, %nt_rcK`, then adds into `[%nt_buf_MAP+OFF]`) into
+    each site's bucket: every exit must flush every counter into the same buckets, once each
+    (twice before sm_80: the full-warp add and the lane-by-lane one)."""
+    site = re.compile(rf"red\.(?:shared\.add\.u32|global\.add\.u64)\s+\[%nt_hoff_{map_name}(?:\+(\d+))?\]"
+                      rf"|add\.u32 \t(%nt_rc\d+), \2, 1;"
+                      rf"|cvt\.u64\.u32 \t%nt_rc_value, (%nt_rc\d+);"
+                      rf"|(?:atom\.shared\.add\.u32 \t%nt_stg_old, |red\.global\.add\.u64 \t)\[%nt_buf_{map_name}(?:\+(\d+))?\]")
+    out: list[int] = []
+    for entry in re.split(r"\.entry ", ptx)[1:]:
+        folded: list[int] = []
+        counters: list[str] = []
+        flushed: dict[str, list[int]] = {}
+        flushing = None
+        for m in site.finditer(entry):
+            if m.group(2):
+                counters.append(m.group(2))
+            elif m.group(3):
+                flushing = m.group(3)
+            elif f"%nt_buf_{map_name}" in m.group(0):
+                flushed.setdefault(flushing, []).append(int(m.group(4) or 0))
+            else:
+                folded.append(int(m.group(1) or 0))
+        exits = len(re.findall(r"(?m)^\s*(?:@!?%\w+\s+)?(?:ret|exit)\s*;", entry))
+        assert None not in flushed and sorted(counters) == sorted(flushed), "each counter: one site, flushed at the exits"
+        for counter, offsets in flushed.items():
+            once = sorted(set(offsets))
+            assert len(offsets) in (exits * len(once), 2 * exits * len(once)), (counter, offsets, exits)
+            assert all(offsets.count(o) == offsets.count(once[0]) for o in once), (counter, offsets)
+            folded += once
+        out += sorted(folded)
+    return out
+
+
 def misplaced_block_counts(ptx: str, source: str) -> list[tuple[int, int, int]]:
     """(block, offset, expected offset) of every count_block site whose add is not at its block's bucket.
 
@@ -119,12 +159,12 @@ def misplaced_block_counts(ptx: str, source: str) -> list[tuple[int, int, int]]:
     module = parse_module(source)
     buckets = load_probes("lines_light").maps["lines_blocks"].buckets
     expected = [8 * buckets.index(k) for f in module.entries() for k in range(len(build_line_map(module, f).blocks))]
-    got = site_offsets(ptx, "lines_blocks")
+    got = block_count_offsets(ptx)
     assert len(got) == len(expected), "one add per basic block"
     return [(k, g, e) for k, (g, e) in enumerate(zip(got, expected)) if g != e]
 
 
-@pytest.mark.parametrize("path", [LOOP] + WITH_LOC, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [LOOP, NESTED] + WITH_LOC, ids=lambda p: p.name)
 def test_lines_light_adds_each_block_at_its_bucket_without_match(path):
     text = path.read_text()
     result = instrument(text, load_probes("lines_light"), source=str(path))
@@ -141,7 +181,9 @@ def test_a_wrong_bucket_constant_is_caught(monkeypatch):
     lower_save._lowered_group.cache_clear()  # templates are cached by shape: build them with the mutant
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(lower_save, "constant_bucket", lambda buckets, value: buckets.index(value) + 1)
+            wrong = lambda buckets, value: buckets.index(value) + 1  # noqa: E731
+            patch.setattr(lower_save, "constant_bucket", wrong)
+            patch.setattr(save_constants, "constant_bucket", wrong)  # the register counters' buckets
             mutated = instrument(text, load_probes("lines_light"), source=str(LOOP)).ptx
     finally:
         lower_save._lowered_group.cache_clear()
@@ -291,6 +333,8 @@ def run_warp(code, active: list[int], registers: dict[str, list[int]]) -> dict[i
         if isinstance(operand, ir.SpecialRegister):
             assert operand.name == "%lanemask_lt"
             return (1 << lane) - 1
+        if isinstance(operand, ir.Vector):  # {lo, hi} read as a u64
+            return value(operand.items[0], lane) | value(operand.items[1], lane) << 32
         return lanes[lane].get(operand.name, 0)  # map buffers (buf_MAP) are at 0
 
     for insn in code:
@@ -301,7 +345,15 @@ def run_warp(code, active: list[int], registers: dict[str, list[int]]) -> dict[i
         for lane in doing:
             src = [value(o, lane) for o in ops[1:]]
             base = op.split(".")[0]
-            if op == "activemask.b32":
+            if op == "mov.b64" and isinstance(ops[0], ir.Vector):  # {lo, hi} = a u64
+                results[lane] = {ops[0].items[0].name: src[0] & 0xFFFFFFFF, ops[0].items[1].name: src[0] >> 32}
+                continue
+            if op.startswith("redux.sync.add"):
+                r = sum(value(ops[1], k) for k in doing if src[1] >> k & 1)
+            elif op.startswith("shfl.sync.bfly"):  # a lane not present reads as 0 (the code must not use it)
+                other = lane ^ src[1]
+                r = value(ops[1], other) if other in doing and src[3] >> other & 1 else 0
+            elif op == "activemask.b32":
                 r = sum(1 << k for k in doing)
             elif op.startswith("vote.sync.ballot"):
                 r = sum(1 << k for k in doing if value(ops[1], k)) & src[1]
@@ -320,12 +372,12 @@ def run_warp(code, active: list[int], registers: dict[str, list[int]]) -> dict[i
             else:
                 r = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "and": lambda a, b: a & b,
                      "xor": lambda a, b: a ^ b, "shr": lambda a, b: a >> b, "div": lambda a, b: a // b,
-                     "mul": lambda a, b: a * b, "popc": lambda a: bin(a).count("1"), "not": lambda a: 1 - a,
+                     "mul": lambda a, b: a * b, "shl": lambda a, b: a << b, "popc": lambda a: bin(a).count("1"), "not": lambda a: 1 - a,
                      "clz": lambda a: 64 - a.bit_length(), "mov": lambda a: a, "cvt": lambda a: a}[base](*src)
             r &= 2**bits - 1
-            results[lane] = r
+            results[lane] = {ops[0].name: r}
         for lane, r in results.items():
-            lanes[lane][ops[0].name] = r
+            lanes[lane].update(r)
     return added
 
 

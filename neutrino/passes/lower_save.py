@@ -51,7 +51,8 @@ from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.ring import is_ring_map, ring_record
 from neutrino.passes.save_constants import constant_bucket, constant_save_values
 from neutrino.passes.save_core import lower_exit_counts, lower_record, lower_sum
-from neutrino.passes.shared_agg import stage_counters
+from neutrino.passes import register_counters
+from neutrino.passes.shared_agg import func_with_exit, stage_counters
 from neutrino.passes.target import version_reachable
 from neutrino.probefile import SAVE, Field, MapSpec, ProbeFile
 from neutrino.maps import Buckets
@@ -101,6 +102,7 @@ class _Lowerer:
     state: KernelState
     probes: ProbeFile
     sm: int = 0  # the module's target, which decides how warps reduce
+    register_counting: bool = False  # hist buckets inside loops may be counted in registers (passes/register_counters.py)
     saving_guard: ir.Guard | None = attrs.field(default=None, init=False)  # the predicate of the record being lowered
 
     def emit(self, opcode: str, *operands, guard=None) -> ir.Instruction:
@@ -479,9 +481,12 @@ class _Lowerer:
                 groups.setdefault(stmt.origin, []).append(stmt)
         aggregating = not self.state.counting and any(self.probes.maps[m].type != "array" for m in self.state.maps)
         constants = constant_save_values(body, self.state.temps) if groups and aggregating else {}
+        counted = register_counters.plan(self, groups, constants) if self.register_counting and aggregating else register_counters.Plan()
         for origin, saves in groups.items():
-            self.lower_group(origin, saves, edits, self.save_shapes(saves, constants))
+            if origin not in counted:
+                self.lower_group(origin, saves, edits, self.save_shapes(saves, constants))
         self.store_counts(edits)
+        register_counters.apply(self, counted, groups, edits)
         splice(body, edits)
 
     def lower_group(self, origin: str, saves: list[ir.Instruction], edits: dict[int, tuple], shapes: tuple) -> None:
@@ -777,8 +782,9 @@ class PtxSaveLowering:
         sm = sm_version(module.target)
         if sm >= WARP_SM and not version_reachable(module, WARP_OPS):
             sm = 0  # .version cannot be raised to what activemask needs: warp operations are left out
+        register_counting = func_with_exit(module) is None  # else a thread may leave without flushing its counters
         for state in ctx.kernels.values():
-            _Lowerer(state, ctx.probes, sm).lower()
+            _Lowerer(state, ctx.probes, sm, register_counting).lower()
         stage_counters(module, ctx, sm)  # maps with stage = "block": their adds into shared memory (passes/shared_agg.py)
 
 

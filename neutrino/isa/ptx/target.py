@@ -17,6 +17,7 @@ from neutrino.passes.lower_save import PtxSaveLowering
 from neutrino.passes.match import kernel_state, matcher
 from neutrino.passes.prune import PtxPruning
 from neutrino.passes.resolve import PtxOperandResolution
+from neutrino.passes import register_counters
 from neutrino.passes.target import PtxTargetFitting
 from neutrino.passes.verify import PtxVerifier, check_engine_atomics, verify_probe_file
 from neutrino.passes.virtualize import virtualize
@@ -40,8 +41,11 @@ def kernel_info(ctx) -> dict[str, dict]:
 
 def instruction_counts(state) -> dict[str, int]:
     """Static PTX instructions of the entry before and after probing (nested scopes included): the
-    `instructions` of spec/kernel-json.md, read by the probe cost report."""
-    return {"original": len(state.original_ids), "probed": len(ir.instructions(state.function.body or []))}
+    `instructions` of spec/kernel-json.md, read by the probe cost report; with the number of hist
+    buckets counted in registers (passes/register_counters.py) where there are any."""
+    counts = {"original": len(state.original_ids), "probed": len(ir.instructions(state.function.body or []))}
+    counters = register_counters.count(state)
+    return {**counts, "register_counters": counters} if counters else counts
 
 
 @attrs.frozen

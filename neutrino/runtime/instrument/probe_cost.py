@@ -58,8 +58,11 @@ def instruction_counts(info: dict) -> dict:
         return {}
     inserted = counts["probed"] - counts["original"]
     sites = info.get("sites") or 0
-    return {"original": counts["original"], "probed": counts["probed"], "inserted": inserted, "sites": sites,
-            "per_site": round(inserted / sites, 3) if sites else None}
+    out = {"original": counts["original"], "probed": counts["probed"], "inserted": inserted, "sites": sites,
+           "per_site": round(inserted / sites, 3) if sites else None}
+    if "register_counters" in counts:  # hist buckets counted in registers (passes/register_counters.py)
+        out["register_counters"] = counts["register_counters"]
+    return out
 
 
 def record(drv, trace, pk, req) -> None:

@@ -86,6 +86,29 @@ def run_call():
     assert int(out.get()[0]) == call_reference(LOOP_TRIPS), "callk is wrong"
 
 
+NESTED_PTX = HERE.parents[1] / "data" / "lines" / "nested.ptx"
+NESTED_GRID, NESTED_BLOCK, NESTED_OUTER = 3, 96, 9
+
+
+def nested_trips(t: int) -> tuple[int, int, bool]:
+    """(outer trips, inner trips per outer trip, leaves early) of thread t of nested.ptx (t = %tid.x)."""
+    early = t % 7 == 3 and NESTED_OUTER >= 2
+    return (2 if early else NESTED_OUTER), t % 5, early
+
+
+def run_nested():
+    import cupy as cp
+
+    out = cp.zeros(1, np.uint32)
+    cp.RawModule(path=str(NESTED_PTX)).get_function("nestk")((NESTED_GRID,), (NESTED_BLOCK,), (out, np.uint32(NESTED_OUTER)))
+    cp.cuda.runtime.deviceSynchronize()
+    want = 0
+    for t in range(NESTED_BLOCK):
+        outer, inner, early = nested_trips(t)
+        want += 0 if early else outer * inner * (inner - 1) // 2
+    assert int(out.get()[0]) == NESTED_GRID * want, "nestk is wrong"
+
+
 def cuda_ptx() -> Path:
     """CUDA_SOURCE compiled with `nvcc -lineinfo -ptx` into W_LINES_DIR (kept after the run: the report
     shows the source text of the lines from that .cu file); the .ptx path."""
@@ -232,5 +255,5 @@ def run_attention():
 
 if __name__ == "__main__":
     {"loop": run_loop, "call": run_call, "cuda": run_cuda, "triton": run_triton, "matmul": run_matmul,
-     "attention": run_attention}[sys.argv[1]]()
+     "attention": run_attention, "nested": run_nested}[sys.argv[1]]()
     print(f"w_lines {sys.argv[1]} done", flush=True)
