@@ -332,6 +332,23 @@ CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *offset, size_t *size) {
         q = comma;
     }
 }
+/* The exec runs the nodes of `graph` (same topology: here, as many nodes), all enabled. */
+CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *info) {
+    (void)info;
+    Graph *e = exec, *g = graph;
+    if (e->n != g->n) return 910;  /* CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE */
+    memcpy(e->nodes, g->nodes, g->n * sizeof(Node));
+    return 0;
+}
+CUresult cuGraphClone(void **clone, void *graph) {
+    Graph *g = graph, *c = calloc(1, sizeof(Graph));
+    c->n = c->cap = g->n;
+    c->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
+    memcpy(c->nodes, g->nodes, g->n * sizeof(Node));
+    graph_nodes_live++;
+    *clone = c;
+    return 0;
+}
 static void free_graph(Graph *g) { free(g->nodes); free(g); graph_nodes_live--; }
 CUresult cuGraphDestroy(void *graph) { free_graph(graph); return 0; }
 CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }

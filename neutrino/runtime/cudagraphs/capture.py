@@ -361,6 +361,9 @@ class GraphProbes:
             elif kind == G_EXEC_UPDATE:  # the executable graph now runs the nodes of graph b
                 old = self._by_exec.pop(a, None)
                 self._add_exec(self._by_graph.get(b), a)
+                # its plan was given up before the update (shim/graphs.c); updated from the captured graph
+                # itself, its nodes are known again: the host picks again, the count goes on
+                self._plan_replays(self._by_graph.get(b), b, a, 0)
                 if old is not None:
                     old.execs.discard(a)
                     self._release(old)
@@ -565,6 +568,8 @@ class GraphProbes:
         """At exit, before the writer stops: the rings' last frames go to it, and nothing after."""
         self.drain()
         self.sink.close()
+        if self.picker is not None:  # the host's choice of replays: what it cost (shim/graphpick.c)
+            self.trace.event("graph_pick", **self.picker.counts())
 
     def summary(self) -> list[dict]:
         """Per probed graph node: replays seen, written, dropped (by reason)."""
