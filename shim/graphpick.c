@@ -80,6 +80,7 @@ enum { K_CAPTURED, K_PROBED, K_ORIGINAL };  /* what the plan's kernel nodes run 
 
 typedef struct nt_pick_plan {
     void *exec;
+    void *graph;      /* the captured graph its node handles belong to (kept until the plan goes) */
     struct nt_pick_plan *next;
     nt_pick_group *group;
     uint64_t start, stop, every;
@@ -93,8 +94,16 @@ typedef struct nt_pick_plan {
     int picked;       /* the launch in progress is selected */
 } nt_pick_plan;
 
+/* Graphs the program destroyed while a plan still switches nodes by their handles (PyTorch destroys
+ * the graph right after instantiating it): destroyed for real when their last plan goes. */
+typedef struct kept_graph {
+    void *graph;
+    struct kept_graph *next;
+} kept_graph;
+
 static pthread_mutex_t picks_lock = PTHREAD_MUTEX_INITIALIZER;
 static nt_pick_plan *plans;
+static kept_graph *kept;
 static _Atomic int plans_live;
 static _Atomic uint64_t pick_switches, pick_calls, pick_launches;
 
@@ -182,6 +191,8 @@ static nt_pick_plan **plan_slot(void *exec) {
     return p;
 }
 
+static void release_graph(void *graph);
+
 static void plan_free(nt_pick_plan *p) {
     free(p->kernels);
     free(p->appends);
@@ -203,7 +214,7 @@ static knode_params node_params(void *func, const uint32_t grid[3], const uint32
 /* Host-chosen replays for executable graph `exec` of the captured graph whose nodes are given (its
  * kernels as captured, the append nodes enabled with host = 0, skip = 0). Returns 1, or 0 when the
  * host cannot choose (a missing driver call, no memory, a node without copied arguments). */
-int neutrino_graph_pick_plan(void *exec, void *group, uint64_t start, uint64_t stop, uint64_t every, int nkernels,
+int neutrino_graph_pick_plan(void *exec, void *graph, void *group, uint64_t start, uint64_t stop, uint64_t every, int nkernels,
                              const nt_pick_kernel_desc *kernels, int nappends, const nt_pick_append_desc *appends) {
     if (!load_driver() || !exec || !group || nkernels <= 0 || nappends <= 0 || !every) return 0;
     nt_pick_plan *p = calloc(1, sizeof *p);
@@ -214,7 +225,7 @@ int neutrino_graph_pick_plan(void *exec, void *group, uint64_t start, uint64_t s
         plan_free(p);
         return 0;
     }
-    p->exec = exec, p->group = group, p->start = start, p->stop = stop, p->every = every;
+    p->exec = exec, p->graph = graph, p->group = group, p->start = start, p->stop = stop, p->every = every;
     p->nkernels = nkernels, p->nappends = nappends, p->appends_on = 1;
     for (int i = 0; i < nkernels; i++) {
         const nt_pick_kernel_desc *d = &kernels[i];
@@ -238,15 +249,16 @@ int neutrino_graph_pick_plan(void *exec, void *group, uint64_t start, uint64_t s
     }
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan **slot = plan_slot(exec);
-    if (*slot) {  /* a stale plan under a reused handle */
-        nt_pick_plan *old = *slot;
-        *slot = old->next;
-        plan_free(old);
-        atomic_fetch_sub(&plans_live, 1);
-    }
+    nt_pick_plan *stale = *slot;  /* a plan left under a reused handle */
+    if (stale) *slot = stale->next;
     p->next = plans;
     plans = p;
-    atomic_fetch_add(&plans_live, 1);
+    if (stale) {
+        release_graph(stale->graph);
+        plan_free(stale);
+    } else {
+        atomic_fetch_add(&plans_live, 1);
+    }
     pthread_mutex_unlock(&picks_lock);
     return 1;
 }
@@ -350,11 +362,44 @@ int neutrino_graph_pick_has(void *exec, void *node) {
     return found;
 }
 
+/* 1 if the program destroyed `graph` while a plan needed it: the destroy is ours to do later. Called
+ * by the cuGraphDestroy hook before the real call. */
+int neutrino_graph_pick_keeps(void *graph) {
+    if (!atomic_load_explicit(&plans_live, memory_order_relaxed) || !graph) return 0;
+    int used = 0;
+    pthread_mutex_lock(&picks_lock);
+    for (nt_pick_plan *p = plans; p && !used; p = p->next) used = p->graph == graph;
+    kept_graph *k = used ? malloc(sizeof *k) : NULL;
+    if (k) {
+        k->graph = graph;
+        k->next = kept;
+        kept = k;
+    }
+    pthread_mutex_unlock(&picks_lock);
+    return k != NULL;  /* no memory: destroyed now (the plan's next switch fails and falls back) */
+}
+
+/* The plan is gone: a graph it kept, which no other plan uses, is destroyed now. Under picks_lock. */
+static void release_graph(void *graph) {
+    for (nt_pick_plan *p = plans; p; p = p->next)
+        if (p->graph == graph) return;
+    for (kept_graph **k = &kept; *k; k = &(*k)->next) {
+        if ((*k)->graph != graph) continue;
+        kept_graph *gone = *k;
+        *k = gone->next;
+        free(gone);
+        CUresult (*destroy)(void *) = (CUresult (*)(void *))neutrino_real_sym("cuGraphDestroy");
+        if (destroy) destroy(graph);
+        return;
+    }
+}
+
 static nt_pick_plan *unlink_plan(void *exec) {
     nt_pick_plan **slot = plan_slot(exec), *p = *slot;
     if (p) {
         *slot = p->next;
         atomic_fetch_sub(&plans_live, 1);
+        release_graph(p->graph);
     }
     return p;
 }
@@ -374,13 +419,14 @@ void neutrino_graph_pick_forget(void *exec) {
  * left in either state: the program's results are the same, the probe's may be missing). */
 int neutrino_graph_pick_drop(void *exec, uint64_t *next_replay) {
     pthread_mutex_lock(&picks_lock);
-    nt_pick_plan *p = unlink_plan(exec);
+    nt_pick_plan *p = *plan_slot(exec);
     int ok = 0;
-    if (p) {
+    if (p) {  /* the switches first: the graph whose node handles they use may go with the plan */
         *next_replay = p->group->replays;
         ok = set_kernels(p, K_CAPTURED) & set_append_args(p, p->group->replays - p->group->runs, 0);
         ok &= set_appends(p, 1);
         ok = ok ? 1 : -1;
+        unlink_plan(exec);
     }
     pthread_mutex_unlock(&picks_lock);
     if (p) plan_free(p);

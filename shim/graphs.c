@@ -587,7 +587,8 @@ CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *result_info) {
 CUresult cuGraphDestroy(void *graph) {
     CUresult (*fn)(void *) = GREAL(GH_DESTROY, CUresult(*)(void *));
     if (!fn) return CU_NOT_FOUND;
-    CUresult rc = fn(graph);
+    /* an executable graph's plan switches nodes by this graph's handles: graphpick.c destroys it later */
+    CUresult rc = neutrino_graph_pick_keeps(graph) ? 0 : fn(graph);
     if (rc == 0) report(G_GRAPH_DESTROY, graph, NULL, NULL, 0);
     return rc;
 }

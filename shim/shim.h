@@ -32,6 +32,7 @@ int neutrino_graph_pick_before_launch(void *exec, void *stream, int ptsz);
 void neutrino_graph_pick_after_launch(void *exec, int launched);
 int neutrino_graph_pick_has(void *exec, void *node);
 void neutrino_graph_pick_forget(void *exec);
+int neutrino_graph_pick_keeps(void *graph);
 
 /* cupti.c: a probed launch's place on the timeline; our wrapper of a libcupti function reached by dlsym. */
 uint64_t neutrino_timeline_begin_probed(void);

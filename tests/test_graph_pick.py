@@ -30,7 +30,7 @@ def run_app(tmp_path, fakecuda, monkeypatch, launches=f"every:{EVERY}", **env):
     assert rc == 0 and said[-1] == "app done", said
     calls = int(said[-2].split()[-1])
     t = nt.load(tmp_path / "trace")
-    return log[1:], calls, t  # log[0]: the eager launch
+    return log[1:], calls, t, said  # log[0]: the eager launch
 
 
 def written(t, node=(1, 1)):
@@ -58,7 +58,7 @@ def events(t, name):
 
 @pytest.mark.parametrize("kernels", [1, 2])
 def test_every_n_runs_the_original_on_replays_left_out(tmp_path, fakecuda, shim, monkeypatch, capfd, kernels):
-    log, calls, t = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_KERNELS=kernels)
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_KERNELS=kernels)
     assert probed(log, kernels) == [r in SELECTED for r in range(REPLAYS)]
     for node in range(1, kernels + 1):
         assert written(t, (1, node)) == SELECTED
@@ -79,7 +79,7 @@ def test_every_n_runs_the_original_on_replays_left_out(tmp_path, fakecuda, shim,
 
 def test_a_range_switches_once_each_way(tmp_path, fakecuda, shim, monkeypatch):
     """`--launches 2:6`: probed from replay 2 to 5 with one switch in, one out; the skip stays 2."""
-    log, calls, t = run_app(tmp_path, fakecuda, monkeypatch, launches="2:6")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, launches="2:6")
     assert probed(log) == [2 <= r < 6 for r in range(REPLAYS)]
     assert written(t) == [2, 3, 4, 5]
     (pick,) = events(t, "graph_pick")
@@ -88,7 +88,7 @@ def test_a_range_switches_once_each_way(tmp_path, fakecuda, shim, monkeypatch):
 
 
 def test_a_clone_keeps_the_device_gate(tmp_path, fakecuda, shim, monkeypatch):
-    log, calls, t = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CLONE=1)
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CLONE=1)
     assert probed(log) == [True] * REPLAYS  # gated on the device: the probed kernel runs every replay
     assert written(t) == SELECTED and calls == 0
     (fb,) = events(t, "graph_pick_fallback")
@@ -98,7 +98,7 @@ def test_a_clone_keeps_the_device_gate(tmp_path, fakecuda, shim, monkeypatch):
 def test_exec_update_gives_the_plan_up_then_plans_again(tmp_path, fakecuda, shim, monkeypatch):
     """cuGraphExecUpdate at replay 5: the nodes restored before it, the gates set for replay 5; updated
     from the captured graph, the host picks again and the numbering goes on."""
-    log, calls, t = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_UPDATE_AT=5)
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_UPDATE_AT=5)
     assert probed(log) == [r in SELECTED for r in range(REPLAYS)]
     assert written(t) == SELECTED
     (fb,) = events(t, "graph_pick_fallback")
@@ -108,7 +108,7 @@ def test_exec_update_gives_the_plan_up_then_plans_again(tmp_path, fakecuda, shim
 def test_a_launch_into_a_capture_falls_back_to_the_device_gate(tmp_path, fakecuda, shim, monkeypatch):
     """Replay 4 launched into a capturing stream (a child graph node): the plan is given up; the device
     gate numbers the later replays right (skip = the replays left out before)."""
-    log, _, t = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CAPTURED_AT=4)
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CAPTURED_AT=4)
     assert probed(log) == [r in SELECTED for r in range(4)] + [True] * (REPLAYS - 4)
     assert written(t) == SELECTED
     (fb,) = events(t, "graph_pick_fallback")
@@ -118,7 +118,7 @@ def test_a_launch_into_a_capture_falls_back_to_the_device_gate(tmp_path, fakecud
 def test_a_refused_switch_falls_back_and_nothing_is_lost(tmp_path, fakecuda, shim, monkeypatch):
     """The driver refuses cuGraphExecKernelNodeSetParams: the first switch fails, the plan is given up
     before the launch, and the device gate writes the selected replays as before."""
-    log, _, t = run_app(tmp_path, fakecuda, monkeypatch, FAKECUDA_REFUSE_SET_PARAMS=1)
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, FAKECUDA_REFUSE_SET_PARAMS=1)
     assert probed(log) == [True] * REPLAYS
     assert written(t) == SELECTED
     (fb,) = events(t, "graph_pick_fallback")
@@ -126,6 +126,17 @@ def test_a_refused_switch_falls_back_and_nothing_is_lost(tmp_path, fakecuda, shi
 
 
 def test_every_replay_selected_makes_no_plan(tmp_path, fakecuda, shim, monkeypatch):
-    log, calls, t = run_app(tmp_path, fakecuda, monkeypatch, launches="0:")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, launches="0:")
     assert probed(log) == [True] * REPLAYS and written(t) == list(range(REPLAYS))
     assert calls == 0 and not events(t, "graph_pick")
+
+
+def test_a_graph_destroyed_after_instantiation_lives_while_its_plan_does(tmp_path, fakecuda, shim, monkeypatch):
+    """PyTorch destroys the captured graph right after instantiating it: the node handles the plan
+    switches belong to it, so the shim destroys it for real when the executable graph goes."""
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_GRAPH_FIRST=1)
+    # the executable graph, and the captured graph kept for the plan
+    assert "graphs after destroy 2" in said
+    end = [line for line in said if line.startswith("live at end")][0].split()
+    assert end[-2:] == ["graphs", "0"]
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED

@@ -7,7 +7,8 @@ allocations (device and pinned) after the first cycle and at the end, and the gr
 GRAPH_APP_KERNELS=K (default 1): K launches of the kernel inside each capture, K kernel nodes
 in one graph (torch.cuda.graphs capturing several kernels). GRAPH_APP_CLONE=1: instantiate a clone of
 the captured graph; GRAPH_APP_UPDATE_AT=N: cuGraphExecUpdate with the captured graph before replay N;
-GRAPH_APP_CAPTURED_AT=N: replay N launched into a capturing stream. Prints the fake driver's
+GRAPH_APP_CAPTURED_AT=N: replay N launched into a capturing stream; GRAPH_APP_GRAPH_FIRST=1: the graph
+destroyed right after its instantiation, as PyTorch does (prints the graphs alive then). Prints the fake driver's
 cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls")."""
 import ctypes as C
 import os
@@ -36,6 +37,7 @@ def main(ptx_path, kernel, cycles, replays):
     cu.cuStreamEndCapture.argtypes = [P, C.POINTER(P)]
     cu.cuGraphInstantiateWithFlags.argtypes = [C.POINTER(P), P, C.c_ulonglong]
     cu.fakecuda_live_allocations.restype = C.c_long
+    cu.fakecuda_graphs_live.restype = C.c_long
     cu.fakecuda_pick_calls.restype = C.c_long
     cu.cuGraphClone.argtypes = [C.POINTER(P), P]
     cu.cuGraphExecUpdate_v2.argtypes = [P, P, P]
@@ -58,6 +60,10 @@ def main(ptx_path, kernel, cycles, replays):
             source = P()
             assert cu.cuGraphClone(C.byref(source), graph) == 0
         assert cu.cuGraphInstantiateWithFlags(C.byref(exe), source, 0) == 0
+        first = bool(os.environ.get("GRAPH_APP_GRAPH_FIRST"))
+        if first:
+            assert cu.cuGraphDestroy(graph) == 0
+            say("graphs after destroy", cu.fakecuda_graphs_live())
         for r in range(replays):
             if r == int(os.environ.get("GRAPH_APP_UPDATE_AT", "-1")):
                 assert cu.cuGraphExecUpdate_v2(exe, graph, None) == 0
@@ -72,7 +78,8 @@ def main(ptx_path, kernel, cycles, replays):
         assert cu.cuGraphExecDestroy(exe) == 0
         if source.value != graph.value:
             assert cu.cuGraphDestroy(source) == 0
-        assert cu.cuGraphDestroy(graph) == 0
+        if not first:
+            assert cu.cuGraphDestroy(graph) == 0
         if cycle == 0:
             say("live after first cycle", cu.fakecuda_live_allocations())
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
