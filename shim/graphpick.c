@@ -211,10 +211,10 @@ static knode_params node_params(void *func, const uint32_t grid[3], const uint32
     return k;
 }
 
-/* Host-chosen replays for executable graph `exec` of the captured graph whose nodes are given (its
+/* Host-chosen replays for executable graph `exec` of the captured graph `graph`, in context `ctx`, whose nodes are given (its
  * kernels as captured, the append nodes enabled with host = 0, skip = 0). Returns 1, or 0 when the
  * host cannot choose (a missing driver call, no memory, a node without copied arguments). */
-int neutrino_graph_pick_plan(void *exec, void *graph, void *group, uint64_t start, uint64_t stop, uint64_t every, int nkernels,
+int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, uint64_t start, uint64_t stop, uint64_t every, int nkernels,
                              const nt_pick_kernel_desc *kernels, int nappends, const nt_pick_append_desc *appends) {
     if (!load_driver() || !exec || !group || nkernels <= 0 || nappends <= 0 || !every) return 0;
     nt_pick_plan *p = calloc(1, sizeof *p);
@@ -239,6 +239,7 @@ int neutrino_graph_pick_plan(void *exec, void *graph, void *group, uint64_t star
         k->tagged = node_params(d->probed, d->grid, d->block, d->shared_bytes, a->tagged);
         k->untagged = node_params(d->probed, d->grid, d->block, d->shared_bytes, a->untagged);
         k->original = node_params(d->original, d->grid, d->block, d->shared_bytes, a->tagged);
+        k->tagged.ctx = k->untagged.ctx = k->original.ctx = ctx;  /* the graph's, whatever is current */
     }
     for (int i = 0; i < nappends; i++) {
         pick_append *ap = &p->appends[i];
@@ -246,6 +247,7 @@ int neutrino_graph_pick_plan(void *exec, void *graph, void *group, uint64_t star
         memcpy(ap->values, appends[i].args, sizeof ap->values);
         for (int j = 0; j < APPEND_ARGS; j++) ap->ptrs[j] = &ap->values[j];
         ap->params = node_params(appends[i].func, appends[i].grid, appends[i].block, 0, ap->ptrs);
+        ap->params.ctx = ctx;
     }
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan **slot = plan_slot(exec);

@@ -1,9 +1,10 @@
 """Sampling inside CUDA graphs on the GPU (issue 24): `--launches every:K` over replays.
 
-A replay that --launches leaves out runs the probed kernel with its probe gate set
-(passes/buffers.py, runtime/cudagraphs/ring.py "Sampling"): it must write nothing, so the
-maps the append kernel leaves alone stay zero, and every selected replay's gmem_bytes
-total is exact (a gated replay that wrote would add its bytes to the next selected one).
+A replay that --launches leaves out runs the program's own kernels and no append node (the host
+chooses at cuGraphLaunch: shim/graphpick.c); where the host cannot choose, the probed kernel runs
+with its probe gate set (passes/buffers.py, runtime/cudagraphs/ring.py "Sampling"). Either way it
+must write nothing, so every selected replay's gmem_bytes total is exact (a left-out replay that
+wrote would add its bytes to the next selected one).
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def test_every_kth_replay_is_written_exact(tmp_path):
     assert sorted(la.event["replay"] for la in vadd) == list(range(0, REPLAYS, EVERY))
     sub = type(trace)(trace.path, trace.probe_text, trace.events, vadd)
     assert gmem_bytes(sub, "vadd") == [3 * 4 * N] * (REPLAYS // EVERY)
+    # the host chose the replays (shim/graphpick.c): the program's own kernels on the replays left out,
+    # one switch into each selected replay and one out of it, no fallback to the device gate
+    picks = [e for e in trace.events if e["event"] == "graph_pick"]
+    print(f"[every:{EVERY}] host picking: {picks}")
+    assert not [e for e in trace.events if e["event"] == "graph_pick_fallback"]
+    assert len(picks) == 1 and picks[0]["switches"] == 2 * (REPLAYS // EVERY) and picks[0]["launches"] == REPLAYS
 
 
 def test_sampled_block_sched_records_complete(tmp_path):

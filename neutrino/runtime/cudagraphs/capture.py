@@ -439,7 +439,7 @@ class GraphProbes:
                 group.pick_group = self.picker.new_group()
             kernels = [{"node": n.node, "probed": n.probed_func, "original": n.func, "args": n.pick_args,
                         "grid": n.grid, "block": n.block, "shared_bytes": n.shared_bytes} for n in nodes]
-            if group.pick_group and self.picker.plan(exe, graph, group.pick_group, kernels, group.appends):
+            if group.pick_group and self.picker.plan(exe, graph, group.ctx, group.pick_group, kernels, group.appends):
                 return
             why = "the shim could not plan it (a driver without cuGraphExecKernelNodeSetParams_v2, "
             why += "cuGraphNodeSetEnabled or cuFuncGetParamInfo, or no memory)"

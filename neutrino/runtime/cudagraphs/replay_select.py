@@ -63,7 +63,7 @@ class ReplayPicker:
         self._group_replays.argtypes = [C.c_void_p]
         self._group_replays.restype = C.c_uint64
         self._plan = lib.neutrino_graph_pick_plan
-        self._plan.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p, C.c_uint64, C.c_uint64, C.c_uint64, C.c_int,
+        self._plan.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_uint64, C.c_uint64, C.c_uint64, C.c_int,
                                C.POINTER(PickKernelDesc), C.c_int, C.POINTER(PickAppendDesc)]
         self._drop = lib.neutrino_graph_pick_drop
         self._drop.argtypes = [C.c_void_p, C.POINTER(C.c_uint64)]
@@ -92,9 +92,10 @@ class ReplayPicker:
         """Replays the host numbered across the group's executable graphs."""
         return int(self._group_replays(group_handle)) if group_handle else 0
 
-    def plan(self, exe: int, graph: int, group_handle: int, kernels: list[dict], appends: list[dict]) -> bool:
-        """Host-chosen replays for executable graph `exe` of captured graph `graph`: `kernels` (node, probed, original, args, grid,
-        block, shared_bytes) and `appends` (node, func, grid, block, args: the 5 captured values)."""
+    def plan(self, exe: int, graph: int, ctx: int, group_handle: int, kernels: list[dict], appends: list[dict]) -> bool:
+        """Host-chosen replays for executable graph `exe` of captured graph `graph` in context `ctx`:
+        `kernels` (node, probed, original, args, grid, block, shared_bytes) and `appends` (node, func, grid,
+        block, args: the captured values)."""
         ks = (PickKernelDesc * len(kernels))()
         for d, k in zip(ks, kernels):
             d.node, d.probed, d.original, d.args = k["node"], k["probed"], k["original"], k["args"]
@@ -105,7 +106,7 @@ class ReplayPicker:
             d.grid[:], d.block[:] = a["grid"], a["block"]
             d.args[: len(a["args"])] = a["args"]
         f = self.filter
-        return bool(self._plan(exe, graph, group_handle, f.start, min(f.stop, 2**64 - 1), max(1, f.every), len(ks), ks,
+        return bool(self._plan(exe, graph, ctx, group_handle, f.start, min(f.stop, 2**64 - 1), max(1, f.every), len(ks), ks,
                                len(aps), aps))
 
     def drop(self, exe: int) -> tuple[int, int] | None:
