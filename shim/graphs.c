@@ -493,7 +493,7 @@ enum {
     GH_EXEC_UPDATE, GH_EXEC_UPDATE_V2, GH_DESTROY, GH_EXEC_DESTROY, GH_ADD_KERNEL, GH_ADD_KERNEL_V2,
     GH_SET_PARAMS, GH_SET_PARAMS_V2, GH_EXEC_SET_PARAMS, GH_EXEC_SET_PARAMS_V2,
     GH_BEGIN, GH_BEGIN_PTSZ, GH_BEGIN_TO_GRAPH, GH_BEGIN_TO_GRAPH_PTSZ, GH_END, GH_END_PTSZ, GH_LAUNCH, GH_LAUNCH_PTSZ,
-    GH_COUNT
+    GH_EXEC_NODE_SET_PARAMS, GH_COUNT
 };
 
 static const char *const graph_hook_names[GH_COUNT] = {
@@ -503,7 +503,7 @@ static const char *const graph_hook_names[GH_COUNT] = {
     "cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams",
     "cuGraphExecKernelNodeSetParams_v2", "cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz",
     "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz",
-    "cuGraphLaunch", "cuGraphLaunch_ptsz",
+    "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecNodeSetParams",
 };
 static void *_Atomic graph_real[GH_COUNT];
 
@@ -657,6 +657,14 @@ CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const void *p
     return fn(exec, node, node_params(exec, node, p, 2));
 }
 
+/* The generic form (CUDA 12.2): the host stops choosing the replays when it touches a node of a plan. */
+CUresult cuGraphExecNodeSetParams(void *exec, void *node, void *p) {
+    CUresult (*fn)(void *, void *, void *) = GREAL(GH_EXEC_NODE_SET_PARAMS, CUresult(*)(void *, void *, void *));
+    if (!fn) return CU_NOT_FOUND;
+    give_up_plan(exec, node, NT_PICK_SET_PARAMS);
+    return fn(exec, node, p);
+}
+
 typedef CUresult (*begin_t)(void *, int);
 static CUresult begin_capture(int slot, void *stream, int mode) {
     begin_t fn = GREAL(slot, begin_t);
@@ -722,7 +730,7 @@ static void *const graph_hook_fns[GH_COUNT] = {
     (void *)cuGraphExecKernelNodeSetParams, (void *)cuGraphExecKernelNodeSetParams_v2,
     (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz, (void *)cuStreamBeginCaptureToGraph,
     (void *)cuStreamBeginCaptureToGraph_ptsz, (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz,
-    (void *)cuGraphLaunch, (void *)cuGraphLaunch_ptsz,
+    (void *)cuGraphLaunch, (void *)cuGraphLaunch_ptsz, (void *)cuGraphExecNodeSetParams,
 };
 
 /* Our wrapper for an exported libcuda name (the dlsym route), or NULL. */
@@ -755,6 +763,7 @@ void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long 
         return graph_hook_fns[v12 ? GH_EXEC_SET_PARAMS_V2 : GH_EXEC_SET_PARAMS];
     if (!strcmp(symbol, "cuGraphInstantiateWithFlags")) return graph_hook_fns[GH_INSTANTIATE_FLAGS];
     if (!strcmp(symbol, "cuGraphClone")) return graph_hook_fns[GH_CLONE];
+    if (!strcmp(symbol, "cuGraphExecNodeSetParams")) return graph_hook_fns[GH_EXEC_NODE_SET_PARAMS];
     if (!strcmp(symbol, "cuGraphDestroy")) return graph_hook_fns[GH_DESTROY];
     if (!strcmp(symbol, "cuGraphExecDestroy")) return graph_hook_fns[GH_EXEC_DESTROY];
     return NULL;

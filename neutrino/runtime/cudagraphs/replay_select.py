@@ -13,6 +13,9 @@ every replay runs probed and the device gate applies, as before.
 from __future__ import annotations
 
 import ctypes as C
+import os
+
+ENV_OFF = "NEUTRINO_GRAPH_PICK"  # "0": the device gate alone (benchmarks compare the two)
 
 # why a plan is given up (shim/shim.h NT_PICK_*)
 FALLBACK_REASONS = {
@@ -128,6 +131,8 @@ class ReplayPicker:
 def picker_for(sink) -> ReplayPicker | None:
     """The picker for a graph sink: with the native shim, when `--launches` leaves replays out."""
     shim_path = getattr(sink, "shim_path", None)
+    if os.environ.get(ENV_OFF, "1") == "0":
+        return None
     if not shim_path or not wants_picking(sink.filter):
         return None
     try:
