@@ -116,7 +116,8 @@ static struct {
 
 static int load_driver(void) {
     if (!drv.loaded) {
-        drv.set_params = (CUresult (*)(void *, void *, const knode_params *))neutrino_real_sym("cuGraphExecKernelNodeSetParams_v2");
+        drv.set_params =
+            (CUresult (*)(void *, void *, const knode_params *))neutrino_real_sym("cuGraphExecKernelNodeSetParams_v2");
         drv.set_enabled = (CUresult (*)(void *, void *, unsigned))neutrino_real_sym("cuGraphNodeSetEnabled");
         drv.param_info = (CUresult (*)(void *, size_t, size_t *, size_t *))neutrino_real_sym("cuFuncGetParamInfo");
         drv.loaded = drv.set_params && drv.set_enabled && drv.param_info ? 1 : -1;
@@ -211,11 +212,12 @@ static knode_params node_params(void *func, const uint32_t grid[3], const uint32
     return k;
 }
 
-/* Host-chosen replays for executable graph `exec` of the captured graph `graph`, in context `ctx`, whose nodes are given (its
- * kernels as captured, the append nodes enabled with host = 0, skip = 0). Returns 1, or 0 when the
+/* Host-chosen replays for executable graph `exec` of the captured graph `graph`, in context `ctx`,
+ * whose nodes are given (its kernels as captured, the append nodes enabled with host = 0, skip = 0). Returns 1, or 0 when the
  * host cannot choose (a missing driver call, no memory, a node without copied arguments). */
-int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, uint64_t start, uint64_t stop, uint64_t every, int nkernels,
-                             const nt_pick_kernel_desc *kernels, int nappends, const nt_pick_append_desc *appends) {
+int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, uint64_t start, uint64_t stop,
+                             uint64_t every, int nkernels, const nt_pick_kernel_desc *kernels, int nappends,
+                             const nt_pick_append_desc *appends) {
     if (!load_driver() || !exec || !group || nkernels <= 0 || nappends <= 0 || !every) return 0;
     nt_pick_plan *p = calloc(1, sizeof *p);
     if (!p) return 0;

@@ -27,7 +27,10 @@ node of the program's waits for it. It counts replays and applies `--launches`
 to the replay number, and sets the probe gate of the next replay (graph_ring.py,
 "Sampling"): a replay outside the selection runs the probed kernel with every
 store and atomic of the probe predicated off, and the append kernel's blocks
-find the maps still zero and leave them.
+find the maps still zero and leave them. Where the host can choose (an executable graph
+instantiated from the captured graph, for host launch), it does, at each cuGraphLaunch
+(replay_select.py, shim/graphpick.c): a replay left out runs the program's own kernels
+and no append node; the gate then serves only what the host cannot choose.
 
 `cap = "count"` maps go into their device ring (passes/ring.py) like any map: the
 ring is sized at capture as a launch's is (`--ring-records` slots per unit, or what
@@ -58,7 +61,7 @@ from neutrino.runtime.instrument.probed import Fallback, copy_globals_in, copy_g
 # what the shim's graph hooks report (shim/graphs.c, enum graph_event)
 (G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS,
  G_END_CAPTURE, G_PICK_FALLBACK) = range(9)
-INSTANTIATE_DEVICE_LAUNCH = 4  # CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: launched from the device, the host never sees it
+INSTANTIATE_DEVICE_LAUNCH = 4  # CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: the host never sees its launches
 
 
 @contextlib.contextmanager

@@ -66,8 +66,8 @@ class ReplayPicker:
         self._group_replays.argtypes = [C.c_void_p]
         self._group_replays.restype = C.c_uint64
         self._plan = lib.neutrino_graph_pick_plan
-        self._plan.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_uint64, C.c_uint64, C.c_uint64, C.c_int,
-                               C.POINTER(PickKernelDesc), C.c_int, C.POINTER(PickAppendDesc)]
+        self._plan.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_uint64, C.c_uint64, C.c_uint64,
+                               C.c_int, C.POINTER(PickKernelDesc), C.c_int, C.POINTER(PickAppendDesc)]
         self._drop = lib.neutrino_graph_pick_drop
         self._drop.argtypes = [C.c_void_p, C.POINTER(C.c_uint64)]
         self._forget = lib.neutrino_graph_pick_forget
@@ -109,8 +109,8 @@ class ReplayPicker:
             d.grid[:], d.block[:] = a["grid"], a["block"]
             d.args[: len(a["args"])] = a["args"]
         f = self.filter
-        return bool(self._plan(exe, graph, ctx, group_handle, f.start, min(f.stop, 2**64 - 1), max(1, f.every), len(ks), ks,
-                               len(aps), aps))
+        return bool(self._plan(exe, graph, ctx, group_handle, f.start, min(f.stop, 2**64 - 1), max(1, f.every),
+                               len(ks), ks, len(aps), aps))
 
     def drop(self, exe: int) -> tuple[int, int] | None:
         """Give the plan of `exe` up (nodes as captured). (next replay's number, 1 restored or -1 a driver

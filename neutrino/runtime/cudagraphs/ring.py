@@ -54,6 +54,13 @@ probe is predicated off, so the maps stay zero. The append kernel's last block o
 the gate for the next replay (0 when `--launches` selects it; the runtime writes replay 0's at
 capture). Every block reads the gate its replay ran with: when it
 was set, the maps are still zero and the block neither copies nor zeroes.
+
+Replays chosen on the host (shim/graphpick.c, replay_select.py): the append node runs only on the
+selected replays, so its state counts its runs, not the replays; the argument `skip` (the replays
+the host left out so far) makes the replay's number runs + skip, and `host` = 1 says the replay is
+selected and ran ungated (the probed node's pointer untagged): the kernel neither applies the filter
+nor reads or writes the gate. With `host` = 0 and `skip` the host's count at the moment it gave the
+plan up, the device gate numbers the replays on where the host stopped.
 """
 
 from __future__ import annotations
