@@ -417,6 +417,27 @@ void neutrino_graph_pick_forget(void *exec) {
     if (p) plan_free(p);
 }
 
+/* A context is going away: every plan goes, without a driver call (the graphs kept for them are left
+ * to the context: destroying one now could touch freed memory). */
+void neutrino_graph_pick_forget_all(void) {
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = plans;
+    kept_graph *k = kept;
+    plans = NULL, kept = NULL;
+    atomic_store(&plans_live, 0);
+    pthread_mutex_unlock(&picks_lock);
+    while (p) {
+        nt_pick_plan *next = p->next;
+        plan_free(p);
+        p = next;
+    }
+    while (k) {
+        kept_graph *next = k->next;
+        free(k);
+        k = next;
+    }
+}
+
 /* Give the plan of `exec` up: every node as captured (probed, reading the gate), the append nodes
  * enabled and numbering the next replay `*next_replay` (skip = the replays left out so far, host = 0).
  * Returns 0 when there was no plan, 1 when restored, -1 when a driver call failed (the nodes may be

@@ -554,6 +554,8 @@ class GraphProbes:
             for node in [n for g in live.values() for n in g.nodes if n.record is not None]:
                 self.sink.detach(node.record)
                 self._finished.append(self._summary_row(node))
+            if self.picker is not None:  # no plan may switch nodes of an executable graph whose handle comes back
+                self.picker.forget_all()
             self._append.clear()
             self._ours.clear()
             self._by_graph.clear()

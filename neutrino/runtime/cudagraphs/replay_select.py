@@ -72,6 +72,7 @@ class ReplayPicker:
         self._drop.argtypes = [C.c_void_p, C.POINTER(C.c_uint64)]
         self._forget = lib.neutrino_graph_pick_forget
         self._forget.argtypes = [C.c_void_p]
+        self._forget_all = lib.neutrino_graph_pick_forget_all
         self._counts = lib.neutrino_graph_pick_counts
         self._counts.argtypes = [C.c_uint64 * 3]
 
@@ -121,6 +122,10 @@ class ReplayPicker:
 
     def forget(self, exe: int) -> None:
         self._forget(exe)
+
+    def forget_all(self) -> None:
+        """A context is going away: every plan goes, no driver call."""
+        self._forget_all()
 
     def counts(self) -> dict:
         out = (C.c_uint64 * 3)()
