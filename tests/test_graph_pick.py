@@ -47,7 +47,7 @@ def written(t, node=(1, 1)):
 
 def probed(log, kernels=1):
     """Per replay, whether its kernels ran probed (the fake driver's log, `kernels` lines a replay)."""
-    flags = [line.split()[1] == "probed=1" for line in log]
+    flags = [line.split()[1] == "probed=1" for line in log if line.startswith("saxpy4 ")]
     per = [flags[i: i + kernels] for i in range(0, len(flags), kernels)]
     assert all(len(set(p)) == 1 for p in per), per
     return [p[0] for p in per]
@@ -158,3 +158,13 @@ def test_count_maps_in_a_graph_through_the_native_path(tmp_path, fakecuda, shim,
         v = m.valid()
         for u in (0, 1, units - 1):
             assert list(v["addr"][v["unit"] == u]) == [1000 * u + j for j in range(3)]
+
+
+def test_a_context_teardown_forgets_every_plan(tmp_path, fakecuda, shim, monkeypatch):
+    """The context goes before replay 5: no plan switches nodes any more (an executable graph's handle
+    may come back for another graph); the executable graph runs as it was last left (replay 4: the
+    program's own kernel)."""
+    log, calls, t, _ = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_RELEASE_AT=5)
+    assert probed(log) == [r in SELECTED for r in range(5)] + [False] * (REPLAYS - 5)
+    assert calls == 9  # replay 0: 2 calls, 1: 2, 3: 3, 4: 2; none after the teardown
+    assert written(t) == [0, 3]

@@ -8,7 +8,8 @@ GRAPH_APP_KERNELS=K (default 1): K launches of the kernel inside each capture, K
 in one graph (torch.cuda.graphs capturing several kernels). GRAPH_APP_CLONE=1: instantiate a clone of
 the captured graph; GRAPH_APP_UPDATE_AT=N: cuGraphExecUpdate with the captured graph before replay N;
 GRAPH_APP_CAPTURED_AT=N: replay N launched into a capturing stream; GRAPH_APP_GRAPH_FIRST=1: the graph
-destroyed right after its instantiation, as PyTorch does (prints the graphs alive then). Prints the fake driver's
+destroyed right after its instantiation, as PyTorch does (prints the graphs alive then);
+GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown the shim reports). Prints the fake driver's
 cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls")."""
 import ctypes as C
 import os
@@ -65,6 +66,8 @@ def main(ptx_path, kernel, cycles, replays):
             assert cu.cuGraphDestroy(graph) == 0
             say("graphs after destroy", cu.fakecuda_graphs_live())
         for r in range(replays):
+            if r == int(os.environ.get("GRAPH_APP_RELEASE_AT", "-1")):
+                assert cu.cuDevicePrimaryCtxRelease_v2(0) == 0
             if r == int(os.environ.get("GRAPH_APP_UPDATE_AT", "-1")):
                 assert cu.cuGraphExecUpdate_v2(exe, graph, None) == 0
             if r == int(os.environ.get("GRAPH_APP_CAPTURED_AT", "-1")):  # the graph becomes a child graph node
