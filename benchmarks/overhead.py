@@ -64,6 +64,10 @@ CONFIGS = {
     # with the device ring (count maps of code built since) the option changes nothing: the same as "dmat"
     "dmat recount-every 1": ["-p", "dmat", "--recount-every", "1"],
 }
+# configurations that differ by environment: the device gate alone, as before the host chose replays
+CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK": "0"},
+              "gmem_bytes graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK": "0"}}
+CONFIGS.update({name: CONFIGS[name.removesuffix(" device-gate")] for name in CONFIG_ENV})
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")
 
 
@@ -74,6 +78,7 @@ def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: s
     env.setdefault("NEUTRINO_CACHE_DIR", str(tmp / "ncache"))
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp / "inductor"))
     env.setdefault("TRITON_CACHE_DIR", str(tmp / "triton"))
+    env.update(CONFIG_ENV.get(name, {}))
     cmd = [sys.executable, str(CHILD), "--iters", str(iters), "--only", only]
     tracedir = tmp / re.sub(r"\W", "_", name)
     if args is not None:

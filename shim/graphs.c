@@ -470,7 +470,8 @@ int neutrino_graph_stream_capturing(void *stream, int ptsz) {
 /* ------------------------------------------------------------------ graph API hooks */
 
 /* what is reported (graphs.py: G_*) */
-enum { G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS, G_END_CAPTURE };
+enum { G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS, G_END_CAPTURE,
+       G_PICK_FALLBACK };
 
 typedef void *(*cb_graph_t)(int kind, void *a, void *b, void *c, int version);
 static cb_graph_t _Atomic cb_graph;
@@ -491,7 +492,8 @@ enum {
     GH_INSTANTIATE_V2, GH_INSTANTIATE_FLAGS, GH_INSTANTIATE_PARAMS, GH_INSTANTIATE_PARAMS_PTSZ, GH_CLONE,
     GH_EXEC_UPDATE, GH_EXEC_UPDATE_V2, GH_DESTROY, GH_EXEC_DESTROY, GH_ADD_KERNEL, GH_ADD_KERNEL_V2,
     GH_SET_PARAMS, GH_SET_PARAMS_V2, GH_EXEC_SET_PARAMS, GH_EXEC_SET_PARAMS_V2,
-    GH_BEGIN, GH_BEGIN_PTSZ, GH_BEGIN_TO_GRAPH, GH_BEGIN_TO_GRAPH_PTSZ, GH_END, GH_END_PTSZ, GH_COUNT
+    GH_BEGIN, GH_BEGIN_PTSZ, GH_BEGIN_TO_GRAPH, GH_BEGIN_TO_GRAPH_PTSZ, GH_END, GH_END_PTSZ, GH_LAUNCH, GH_LAUNCH_PTSZ,
+    GH_EXEC_NODE_SET_PARAMS, GH_COUNT
 };
 
 static const char *const graph_hook_names[GH_COUNT] = {
@@ -501,6 +503,7 @@ static const char *const graph_hook_names[GH_COUNT] = {
     "cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams",
     "cuGraphExecKernelNodeSetParams_v2", "cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz",
     "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz",
+    "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecNodeSetParams",
 };
 static void *_Atomic graph_real[GH_COUNT];
 
@@ -526,15 +529,18 @@ CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long lon
     CUresult (*fn)(void **, void *, unsigned long long) = GREAL(GH_INSTANTIATE_FLAGS, CUresult(*)(void **, void *, unsigned long long));
     if (!fn) return CU_NOT_FOUND;
     CUresult rc = fn(exec, graph, flags);
-    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)flags, 0);
     return rc;
 }
+
+/* CUDA_GRAPH_INSTANTIATE_PARAMS starts with the flags (u64). */
+static uint64_t instantiate_flags(const void *params) { return params ? *(const uint64_t *)params : 0; }
 
 CUresult cuGraphInstantiateWithParams(void **exec, void *graph, void *params) {
     CUresult (*fn)(void **, void *, void *) = GREAL(GH_INSTANTIATE_PARAMS, CUresult(*)(void **, void *, void *));
     if (!fn) return CU_NOT_FOUND;
     CUresult rc = fn(exec, graph, params);
-    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)instantiate_flags(params), 0);
     return rc;
 }
 
@@ -542,7 +548,7 @@ CUresult cuGraphInstantiateWithParams_ptsz(void **exec, void *graph, void *param
     CUresult (*fn)(void **, void *, void *) = GREAL(GH_INSTANTIATE_PARAMS_PTSZ, CUresult(*)(void **, void *, void *));
     if (!fn) return CU_NOT_FOUND;
     CUresult rc = fn(exec, graph, params);
-    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    if (rc == 0) report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)instantiate_flags(params), 0);
     return rc;
 }
 
@@ -554,9 +560,16 @@ CUresult cuGraphClone(void **clone, void *graph) {
     return rc;
 }
 
+/* The host stops choosing the replays of `exec` (a plan involving `node`, NULL: any): Python restores
+ * the captured nodes and the gates (graphpick.c), before the change the program makes. */
+static void give_up_plan(void *exec, void *node, int why) {
+    if (neutrino_graph_pick_has(exec, node)) report(G_PICK_FALLBACK, exec, NULL, (void *)(uintptr_t)why, 0);
+}
+
 CUresult cuGraphExecUpdate(void *exec, void *graph, void **err_node, int *result) {
     CUresult (*fn)(void *, void *, void **, int *) = GREAL(GH_EXEC_UPDATE, CUresult(*)(void *, void *, void **, int *));
     if (!fn) return CU_NOT_FOUND;
+    give_up_plan(exec, NULL, NT_PICK_UPDATE);
     CUresult rc = fn(exec, graph, err_node, result);
     if (rc == 0) report(G_EXEC_UPDATE, exec, graph, NULL, 0);
     return rc;
@@ -565,6 +578,7 @@ CUresult cuGraphExecUpdate(void *exec, void *graph, void **err_node, int *result
 CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *result_info) {
     CUresult (*fn)(void *, void *, void *) = GREAL(GH_EXEC_UPDATE_V2, CUresult(*)(void *, void *, void *));
     if (!fn) return CU_NOT_FOUND;
+    give_up_plan(exec, NULL, NT_PICK_UPDATE);
     CUresult rc = fn(exec, graph, result_info);
     if (rc == 0) report(G_EXEC_UPDATE, exec, graph, NULL, 0);
     return rc;
@@ -573,7 +587,8 @@ CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *result_info) {
 CUresult cuGraphDestroy(void *graph) {
     CUresult (*fn)(void *) = GREAL(GH_DESTROY, CUresult(*)(void *));
     if (!fn) return CU_NOT_FOUND;
-    CUresult rc = fn(graph);
+    /* an executable graph's plan switches nodes by this graph's handles: graphpick.c destroys it later */
+    CUresult rc = neutrino_graph_pick_keeps(graph) ? 0 : fn(graph);
     if (rc == 0) report(G_GRAPH_DESTROY, graph, NULL, NULL, 0);
     return rc;
 }
@@ -581,6 +596,7 @@ CUresult cuGraphDestroy(void *graph) {
 CUresult cuGraphExecDestroy(void *exec) {
     CUresult (*fn)(void *) = GREAL(GH_EXEC_DESTROY, CUresult(*)(void *));
     if (!fn) return CU_NOT_FOUND;
+    neutrino_graph_pick_forget(exec);
     CUresult rc = fn(exec);
     if (rc == 0) report(G_EXEC_DESTROY, exec, NULL, NULL, 0);
     return rc;
@@ -629,12 +645,24 @@ CUresult cuGraphKernelNodeSetParams_v2(void *node, const void *p) {
 
 CUresult cuGraphExecKernelNodeSetParams(void *exec, void *node, const void *p) {
     CUresult (*fn)(void *, void *, const void *) = GREAL(GH_EXEC_SET_PARAMS, CUresult(*)(void *, void *, const void *));
-    return fn ? fn(exec, node, node_params(exec, node, p, 1)) : CU_NOT_FOUND;
+    if (!fn) return CU_NOT_FOUND;
+    give_up_plan(exec, node, NT_PICK_SET_PARAMS);
+    return fn(exec, node, node_params(exec, node, p, 1));
 }
 
 CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const void *p) {
     CUresult (*fn)(void *, void *, const void *) = GREAL(GH_EXEC_SET_PARAMS_V2, CUresult(*)(void *, void *, const void *));
-    return fn ? fn(exec, node, node_params(exec, node, p, 2)) : CU_NOT_FOUND;
+    if (!fn) return CU_NOT_FOUND;
+    give_up_plan(exec, node, NT_PICK_SET_PARAMS);
+    return fn(exec, node, node_params(exec, node, p, 2));
+}
+
+/* The generic form (CUDA 12.2): the host stops choosing the replays when it touches a node of a plan. */
+CUresult cuGraphExecNodeSetParams(void *exec, void *node, void *p) {
+    CUresult (*fn)(void *, void *, void *) = GREAL(GH_EXEC_NODE_SET_PARAMS, CUresult(*)(void *, void *, void *));
+    if (!fn) return CU_NOT_FOUND;
+    give_up_plan(exec, node, NT_PICK_SET_PARAMS);
+    return fn(exec, node, p);
 }
 
 typedef CUresult (*begin_t)(void *, int);
@@ -680,6 +708,20 @@ static CUresult end_capture(int slot, void *stream, void **graph) {
 CUresult cuStreamEndCapture(void *stream, void **graph) { return end_capture(GH_END, stream, graph); }
 CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_capture(GH_END_PTSZ, stream, graph); }
 
+/* A replay: for a graph with a plan, its nodes switched to what `--launches` wants of this replay first
+ * (graphpick.c); where the host cannot choose, Python gives the plan up before the launch. */
+static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
+    CUresult (*fn)(void *, void *) = GREAL(slot, CUresult(*)(void *, void *));
+    if (!fn) return CU_NOT_FOUND;
+    int why = neutrino_graph_pick_before_launch(exec, stream, ptsz);
+    if (why) report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)why, 0);
+    CUresult rc = fn(exec, stream);
+    neutrino_graph_pick_after_launch(exec, rc == 0);
+    return rc;
+}
+CUresult cuGraphLaunch(void *exec, void *stream) { return graph_launch(GH_LAUNCH, 0, exec, stream); }
+CUresult cuGraphLaunch_ptsz(void *exec, void *stream) { return graph_launch(GH_LAUNCH_PTSZ, 1, exec, stream); }
+
 static void *const graph_hook_fns[GH_COUNT] = {
     (void *)cuGraphInstantiate_v2, (void *)cuGraphInstantiateWithFlags, (void *)cuGraphInstantiateWithParams,
     (void *)cuGraphInstantiateWithParams_ptsz, (void *)cuGraphClone, (void *)cuGraphExecUpdate,
@@ -688,6 +730,7 @@ static void *const graph_hook_fns[GH_COUNT] = {
     (void *)cuGraphExecKernelNodeSetParams, (void *)cuGraphExecKernelNodeSetParams_v2,
     (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz, (void *)cuStreamBeginCaptureToGraph,
     (void *)cuStreamBeginCaptureToGraph_ptsz, (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz,
+    (void *)cuGraphLaunch, (void *)cuGraphLaunch_ptsz, (void *)cuGraphExecNodeSetParams,
 };
 
 /* Our wrapper for an exported libcuda name (the dlsym route), or NULL. */
@@ -706,6 +749,7 @@ void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long 
         return version >= 10010 ? graph_hook_fns[ptsz ? GH_BEGIN_PTSZ : GH_BEGIN] : NULL;
     if (!strcmp(symbol, "cuStreamBeginCaptureToGraph")) return graph_hook_fns[ptsz ? GH_BEGIN_TO_GRAPH_PTSZ : GH_BEGIN_TO_GRAPH];
     if (!strcmp(symbol, "cuStreamEndCapture")) return graph_hook_fns[ptsz ? GH_END_PTSZ : GH_END];
+    if (!strcmp(symbol, "cuGraphLaunch")) return graph_hook_fns[ptsz ? GH_LAUNCH_PTSZ : GH_LAUNCH];
     if (strncmp(symbol, "cuGraph", 7)) return NULL;
     int v12 = version >= 12000;
     if (!strcmp(symbol, "cuGraphInstantiate"))
@@ -719,6 +763,7 @@ void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long 
         return graph_hook_fns[v12 ? GH_EXEC_SET_PARAMS_V2 : GH_EXEC_SET_PARAMS];
     if (!strcmp(symbol, "cuGraphInstantiateWithFlags")) return graph_hook_fns[GH_INSTANTIATE_FLAGS];
     if (!strcmp(symbol, "cuGraphClone")) return graph_hook_fns[GH_CLONE];
+    if (!strcmp(symbol, "cuGraphExecNodeSetParams")) return graph_hook_fns[GH_EXEC_NODE_SET_PARAMS];
     if (!strcmp(symbol, "cuGraphDestroy")) return graph_hook_fns[GH_DESTROY];
     if (!strcmp(symbol, "cuGraphExecDestroy")) return graph_hook_fns[GH_EXEC_DESTROY];
     return NULL;

@@ -26,6 +26,14 @@ int neutrino_graph_stream_capturing(void *stream, int ptsz);
 void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long long flags);
 void *neutrino_graph_wrapper_named(const char *name);
 
+/* graphpick.c: the replays of a probed graph chosen on the host (cuGraphLaunch, in graphs.c). */
+enum { NT_PICK_CAPTURED = 1, NT_PICK_FAILED = 2, NT_PICK_UPDATE = 3, NT_PICK_SET_PARAMS = 4 };  /* why a plan is given up */
+int neutrino_graph_pick_before_launch(void *exec, void *stream, int ptsz);
+void neutrino_graph_pick_after_launch(void *exec, int launched);
+int neutrino_graph_pick_has(void *exec, void *node);
+void neutrino_graph_pick_forget(void *exec);
+int neutrino_graph_pick_keeps(void *graph);
+
 /* cupti.c: a probed launch's place on the timeline; our wrapper of a libcupti function reached by dlsym. */
 uint64_t neutrino_timeline_begin_probed(void);
 void neutrino_timeline_end_probed(uint64_t token);
@@ -73,6 +81,19 @@ typedef struct {
     uint64_t nstage;                 /* host slots (device slot i is copied into host slot i % nstage) */
 } nt_graph_desc;
 
+/* What Python gives graphpick.c per probed kernel node and per append node of a plan
+ * (neutrino/runtime/cudagraphs/replay_select.py, PickKernelDesc, PickAppendDesc). */
+typedef struct {
+    void *node, *probed, *original, *args;  /* the graph's node, the two functions, neutrino_graph_pick_args */
+    uint32_t grid[3], block[3], shared_bytes, pad;
+} nt_pick_kernel_desc;
+
+typedef struct {
+    void *node, *func;
+    uint32_t grid[3], block[3];
+    uint64_t args[7];                /* nt_graph_append_args, as captured */
+} nt_pick_append_desc;
+
 /* What the graph append kernel (neutrino/runtime/cudagraphs/ring.py, NodeDesc, AppendParams) reads in
  * device memory: one descriptor per probed node, and the kernel's arguments. No C of the shim reads
  * them (the kernel is PTX); tests/fakecuda/fakecuda.c runs the kernel on the host with them. */
@@ -88,5 +109,7 @@ typedef struct {
     uint64_t desc;                   /* the nodes' descriptors (grid row b: node b) */
     uint64_t start, stop, every;     /* --launches: the replays selected */
     uint64_t wait_ns;                /* how long a full ring is waited on before the replay is dropped */
+    uint64_t skip;                   /* replay number = the state's append runs + skip (replays the host left out) */
+    uint64_t host;                   /* 1: the host picked this replay (selected, probed ungated; the gate is kept) */
 } nt_graph_append_args;
 #endif

@@ -402,13 +402,17 @@ def emulate_graph_append(params_addr: int, nodes: int) -> None:
     for b in range(nodes):
         d = graph_ring.NodeDesc.from_address(p.desc + b * graph_ring.DESC_BYTES)
         state, mirror = (C.c_uint64 * 3).from_address(d.state), (C.c_uint64 * 3).from_address(d.ring)
-        replay, written, consumed = state[0], state[1], C.c_uint64.from_address(d.consumed).value
-        state[0] = mirror[0] = replay + 1
+        runs, written, consumed = state[0], state[1], C.c_uint64.from_address(d.consumed).value
+        replay = runs + p.skip  # the replays the host left out (shim/graphs.c) never ran the append kernel
+        state[0], mirror[0] = runs + 1, replay + 1
         gate = C.c_uint32.from_address(d.src - graph_ring.GATE_OFFSET)
-        ran_gated, gate.value = gate.value, 0 if selected(replay + 1) else 1  # the next replay's gate
-        if ran_gated and not selected(replay):
+        chosen = bool(p.host) or selected(replay)  # a replay the host picked: selected, ran ungated
+        ran_gated = 0 if p.host else gate.value
+        if not p.host:
+            gate.value = 0 if selected(replay + 1) else 1  # the next replay's gate
+        if ran_gated and not chosen:
             continue  # the probe wrote nothing: the maps are still zero
-        if selected(replay):
+        if chosen:
             if written - consumed < d.nslots:
                 slot = written % d.nslots
                 C.memmove(d.slots + slot * d.stride, d.src, d.bytes)

@@ -4,7 +4,8 @@ NtJob (neutrino/runtime/results/drain.py) is shim/writer.h's nt_job; NtPlan and 
 (neutrino/runtime/launch_path/fastpath.py) are shim/shim.h's nt_plan and nt_plan_stats; NtGraphDesc
 (neutrino/runtime/cudagraphs/sinks.py) is shim.h's nt_graph_desc, and NodeDesc and AppendParams
 (cudagraphs/ring.py: what the graph append kernel reads) are nt_graph_node_desc and
-nt_graph_append_args, which tests/fakecuda/fakecuda.c runs the kernel with. A tiny C program
+nt_graph_append_args, which tests/fakecuda/fakecuda.c runs the kernel with; PickKernelDesc and
+PickAppendDesc (cudagraphs/replay_select.py) are nt_pick_kernel_desc and nt_pick_append_desc. A tiny C program
 compiled with the system compiler prints sizeof and offsetof of every field the ctypes class
 names; a field moved, resized or renamed on either side fails here, not in a profiled program.
 """
@@ -22,10 +23,12 @@ from neutrino.runtime.results.drain import MAX_MAPS, NtJob
 from neutrino.runtime.launch_path.fastpath import NtPlan, NtPlanStats
 from neutrino.runtime.cudagraphs.ring import AppendParams, NodeDesc
 from neutrino.runtime.cudagraphs.sinks import NtGraphDesc
+from neutrino.runtime.cudagraphs.replay_select import PickAppendDesc, PickKernelDesc
 
 SHIM = Path(__file__).resolve().parent.parent / "shim"
 MIRRORS = {"nt_job": NtJob, "nt_plan": NtPlan, "nt_plan_stats": NtPlanStats, "nt_graph_desc": NtGraphDesc,
-           "nt_graph_node_desc": NodeDesc, "nt_graph_append_args": AppendParams}
+           "nt_graph_node_desc": NodeDesc, "nt_graph_append_args": AppendParams,
+           "nt_pick_kernel_desc": PickKernelDesc, "nt_pick_append_desc": PickAppendDesc}
 
 
 def c_layouts(tmp_path: Path) -> dict[str, dict[str, int]]:

@@ -184,6 +184,7 @@ typedef struct Node {
     size_t n;
     unsigned dims[6];
     int probed_params;
+    int disabled;              /* cuGraphNodeSetEnabled(exec, node, 0): the exec's copy runs as an empty node */
 } Node;
 typedef struct { Node *nodes; unsigned n, cap; } Graph;
 static void *cap_stream;       /* the one stream being captured (or NULL) */
@@ -284,6 +285,70 @@ CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long lon
     *exec = e;
     return 0;
 }
+/* The exec's copy of node `node` (a 1-based position, the same in the graph and its execs). */
+static Node *exec_node(void *exec, void *node) {
+    Graph *e = exec;
+    uintptr_t i = (uintptr_t)node;
+    return i >= 1 && i <= e->n ? &e->nodes[i - 1] : NULL;
+}
+static long exec_set_params_calls, set_enabled_calls;
+long fakecuda_pick_calls(void) { return exec_set_params_calls + set_enabled_calls; }
+CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const KernelNodeParams *p) {
+    Node *nd = exec_node(exec, node);
+    if (!nd || nd->kind != N_KERNEL || !p->func) return 1;
+    if (getenv("FAKECUDA_REFUSE_SET_PARAMS")) return 1;  /* a driver that refuses the change */
+    exec_set_params_calls++;
+    nd->a = p->func; nd->b = p->params;  /* the driver copies the values; the shim keeps them alive here */
+    memcpy(nd->dims, p->dims, sizeof nd->dims);
+    return 0;
+}
+CUresult cuGraphNodeSetEnabled(void *exec, void *node, unsigned enabled) {
+    Node *nd = exec_node(exec, node);
+    if (!nd) return 1;
+    set_enabled_calls++;
+    nd->disabled = !enabled;
+    return 0;
+}
+/* Offset and size of parameter `i` of `f`, read from its module's PTX (.u64/.b64/.s64/.f64: 8 bytes, else 4). */
+CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *offset, size_t *size) {
+    Function *fn = f;
+    char head[300];
+    snprintf(head, sizeof head, ".entry %s(", fn->name);
+    const char *at = fn->mod && fn->mod->image ? strstr(fn->mod->image, head) : NULL;
+    if (!at) return 1;
+    const char *end = strchr(at, ')'), *q = at + strlen(head);
+    size_t off = 0;
+    for (size_t k = 0;; k++) {
+        const char *param = strstr(q, ".param");
+        if (!param || param > end) return 1;  /* CUDA_ERROR_INVALID_VALUE: no parameter i */
+        const char *comma = strchr(param, ',');
+        if (!comma || comma > end) comma = end;
+        size_t bytes = 4;
+        for (const char *c = param; c + 2 < comma; c++)
+            if (c[0] == '6' && c[1] == '4') bytes = 8;
+        off = (off + bytes - 1) / bytes * bytes;
+        if (k == i) { *offset = off; if (size) *size = bytes; return 0; }
+        off += bytes;
+        q = comma;
+    }
+}
+/* The exec runs the nodes of `graph` (same topology: here, as many nodes), all enabled. */
+CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *info) {
+    (void)info;
+    Graph *e = exec, *g = graph;
+    if (e->n != g->n) return 910;  /* CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE */
+    memcpy(e->nodes, g->nodes, g->n * sizeof(Node));
+    return 0;
+}
+CUresult cuGraphClone(void **clone, void *graph) {
+    Graph *g = graph, *c = calloc(1, sizeof(Graph));
+    c->n = c->cap = g->n;
+    c->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
+    memcpy(c->nodes, g->nodes, g->n * sizeof(Node));
+    graph_nodes_live++;
+    *clone = c;
+    return 0;
+}
 static void free_graph(Graph *g) { free(g->nodes); free(g); graph_nodes_live--; }
 CUresult cuGraphDestroy(void *graph) { free_graph(graph); return 0; }
 CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }
@@ -292,6 +357,7 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     Graph *e = exec;
     for (unsigned i = 0; i < e->n; i++) {
         Node *nd = &e->nodes[i];
+        if (nd->disabled) continue;
         if (nd->kind == N_MEMSET) memset(nd->a, (int)nd->dims[0], nd->n);
         else if (nd->kind == N_D2H) memcpy(nd->a, nd->b, nd->n);
         else if (nd->kind == N_HOST) ((void (*)(void *))nd->a)(nd->b);
@@ -434,12 +500,14 @@ static void graph_append(void **params, unsigned nodes) {
         const nt_graph_node_desc *d = (const nt_graph_node_desc *)(uintptr_t)(a.desc + sizeof *d * b);
         uint64_t *mirror = (uint64_t *)(uintptr_t)d->ring, *flags = mirror + 8, *st = (uint64_t *)(uintptr_t)d->state;
         uint64_t *consumed = (uint64_t *)(uintptr_t)d->consumed;
-        uint64_t r = st[0], w = st[1];
-        st[0] = mirror[0] = r + 1;
-        /* the probe gate, 8 bytes before the maps: what this replay ran with, then the next one's */
-        uint32_t *gate = (uint32_t *)(uintptr_t)(d->src - 8), ran_gated = *gate;
-        int chosen = !(r < a.start || r >= a.stop || (r - a.start) % a.every);
-        *gate = (r + 1 < a.start || r + 1 >= a.stop || (r + 1 - a.start) % a.every) ? 1 : 0;
+        uint64_t runs = st[0], r = runs + a.skip, w = st[1];  /* the replay's number: runs + replays left out */
+        st[0] = runs + 1;
+        mirror[0] = r + 1;
+        /* the probe gate, 8 bytes before the maps: what this replay ran with, then the next one's (a
+         * replay the host picked ran ungated, is selected, and leaves the gate alone) */
+        uint32_t *gate = (uint32_t *)(uintptr_t)(d->src - 8), ran_gated = a.host ? 0 : *gate;
+        int chosen = a.host || !(r < a.start || r >= a.stop || (r - a.start) % a.every);
+        if (!a.host) *gate = (r + 1 < a.start || r + 1 >= a.stop || (r + 1 - a.start) % a.every) ? 1 : 0;
         if (ran_gated && !chosen) continue;  /* the probe wrote nothing: the maps are still zero */
         if (chosen) {
             uint64_t until = fake_now_ns() + a.wait_ns;

@@ -5,7 +5,12 @@ One eager launch, then CYCLES times: capture one launch on a stream (global mode
 replay REPLAYS times, destroy the executable graph and the graph. Prints the fake driver's live
 allocations (device and pinned) after the first cycle and at the end, and the graphs alive.
 GRAPH_APP_KERNELS=K (default 1): K launches of the kernel inside each capture, K kernel nodes
-in one graph (torch.cuda.graphs capturing several kernels)."""
+in one graph (torch.cuda.graphs capturing several kernels). GRAPH_APP_CLONE=1: instantiate a clone of
+the captured graph; GRAPH_APP_UPDATE_AT=N: cuGraphExecUpdate with the captured graph before replay N;
+GRAPH_APP_CAPTURED_AT=N: replay N launched into a capturing stream; GRAPH_APP_GRAPH_FIRST=1: the graph
+destroyed right after its instantiation, as PyTorch does (prints the graphs alive then);
+GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown the shim reports). Prints the fake driver's
+cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls")."""
 import ctypes as C
 import os
 import sys
@@ -33,6 +38,10 @@ def main(ptx_path, kernel, cycles, replays):
     cu.cuStreamEndCapture.argtypes = [P, C.POINTER(P)]
     cu.cuGraphInstantiateWithFlags.argtypes = [C.POINTER(P), P, C.c_ulonglong]
     cu.fakecuda_live_allocations.restype = C.c_long
+    cu.fakecuda_graphs_live.restype = C.c_long
+    cu.fakecuda_pick_calls.restype = C.c_long
+    cu.cuGraphClone.argtypes = [C.POINTER(P), P]
+    cu.cuGraphExecUpdate_v2.argtypes = [P, P, P]
     mod, fn, stream = P(), P(), P()
     ptx = open(ptx_path, "rb").read() + b"\0"
     assert cu.cuModuleLoadData(C.byref(mod), C.c_char_p(ptx)) == 0
@@ -47,14 +56,37 @@ def main(ptx_path, kernel, cycles, replays):
         for _ in range(int(os.environ.get("GRAPH_APP_KERNELS", "1"))):
             assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
         assert cu.cuStreamEndCapture(stream, C.byref(graph)) == 0
-        assert cu.cuGraphInstantiateWithFlags(C.byref(exe), graph, 0) == 0
-        for _ in range(replays):
+        source = graph
+        if os.environ.get("GRAPH_APP_CLONE"):
+            source = P()
+            assert cu.cuGraphClone(C.byref(source), graph) == 0
+        assert cu.cuGraphInstantiateWithFlags(C.byref(exe), source, 0) == 0
+        first = bool(os.environ.get("GRAPH_APP_GRAPH_FIRST"))
+        if first:
+            assert cu.cuGraphDestroy(graph) == 0
+            say("graphs after destroy", cu.fakecuda_graphs_live())
+        for r in range(replays):
+            if r == int(os.environ.get("GRAPH_APP_RELEASE_AT", "-1")):
+                assert cu.cuDevicePrimaryCtxRelease_v2(0) == 0
+            if r == int(os.environ.get("GRAPH_APP_UPDATE_AT", "-1")):
+                assert cu.cuGraphExecUpdate_v2(exe, graph, None) == 0
+            if r == int(os.environ.get("GRAPH_APP_CAPTURED_AT", "-1")):  # the graph becomes a child graph node
+                inner = P()
+                assert begin(stream, 0) == 0
+                assert cu.cuGraphLaunch(exe, stream) == 0
+                assert cu.cuStreamEndCapture(stream, C.byref(inner)) == 0
+                assert cu.cuGraphDestroy(inner) == 0
+                continue
             assert cu.cuGraphLaunch(exe, stream) == 0
         assert cu.cuGraphExecDestroy(exe) == 0
-        assert cu.cuGraphDestroy(graph) == 0
+        if source.value != graph.value:
+            assert cu.cuGraphDestroy(source) == 0
+        if not first:
+            assert cu.cuGraphDestroy(graph) == 0
         if cycle == 0:
             say("live after first cycle", cu.fakecuda_live_allocations())
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
+    say("pick calls", cu.fakecuda_pick_calls())
     say("app done")
 
 

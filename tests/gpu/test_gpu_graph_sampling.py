@@ -1,9 +1,10 @@
 """Sampling inside CUDA graphs on the GPU (issue 24): `--launches every:K` over replays.
 
-A replay that --launches leaves out runs the probed kernel with its probe gate set
-(passes/buffers.py, runtime/cudagraphs/ring.py "Sampling"): it must write nothing, so the
-maps the append kernel leaves alone stay zero, and every selected replay's gmem_bytes
-total is exact (a gated replay that wrote would add its bytes to the next selected one).
+A replay that --launches leaves out runs the program's own kernels and no append node (the host
+chooses at cuGraphLaunch: shim/graphpick.c); where the host cannot choose, the probed kernel runs
+with its probe gate set (passes/buffers.py, runtime/cudagraphs/ring.py "Sampling"). Either way it
+must write nothing, so every selected replay's gmem_bytes total is exact (a left-out replay that
+wrote would add its bytes to the next selected one).
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ def test_every_kth_replay_is_written_exact(tmp_path):
     assert sorted(la.event["replay"] for la in vadd) == list(range(0, REPLAYS, EVERY))
     sub = type(trace)(trace.path, trace.probe_text, trace.events, vadd)
     assert gmem_bytes(sub, "vadd") == [3 * 4 * N] * (REPLAYS // EVERY)
+    # the host chose the replays (shim/graphpick.c): the program's own kernels on the replays left out,
+    # one switch into each selected replay and one out of it, no fallback to the device gate
+    picks = [e for e in trace.events if e["event"] == "graph_pick"]
+    fallbacks = [e for e in trace.events if e["event"] == "graph_pick_fallback"]
+    print(f"[every:{EVERY}] host picking: {picks}; fallbacks: {fallbacks}")
+    assert not fallbacks
+    assert len(picks) == 1 and picks[0]["switches"] == 2 * (REPLAYS // EVERY) and picks[0]["launches"] == REPLAYS
 
 
 def test_sampled_block_sched_records_complete(tmp_path):
@@ -62,3 +70,37 @@ def test_sampled_block_sched_records_complete(tmp_path):
     per_node = Counter(la.graph for la in trace.launches if la.graph is not None)
     assert len(per_node) == 2 and set(per_node.values()) == {REPLAYS // EVERY}, per_node
     check_block_sched(trace, sm_count())
+
+
+COUNT_PROBE = '''
+[map.mem]
+level = "thread"
+cap = "count"
+fields = ["addr:u64"]
+
+[probe.rec]
+position = "ld.global"
+level = "thread"
+before = """SAVE [ mem ] {ADDR};"""
+'''
+
+
+def test_count_maps_inside_a_graph(tmp_path):
+    """cap = "count" inside the graph (issue 24): each node's ring sized at capture from what the eager
+    warm-up launch taught; every selected replay of vadd records what its eager launch recorded (the
+    kernel is the same), nothing dropped, no fallback, outputs unchanged."""
+    env, cmd = _setup(tmp_path)
+    probe = tmp_path / "loads.toml"
+    probe.write_text(COUNT_PROBE)
+    r, trace = run_probed(str(probe), cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env,
+                          "--graphs", "--launches", f"every:{EVERY}")
+    print(r.stderr[-1500:])
+    _equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
+    assert not [e for e in trace.events if e["event"] in ("fallback", "graph_pick_fallback", "result_error")]
+    eager = [la for la in trace.launches if la.graph is None and la.kernel == "vadd"]
+    replays = [la for la in trace.launches if la.graph is not None and la.kernel == "vadd"]
+    assert eager and [la.event["replay"] for la in replays] == list(range(0, REPLAYS, EVERY))
+    want = len(eager[0].maps["mem"].valid())
+    got = [(len(la.maps["mem"].valid()), la.maps["mem"].dropped) for la in replays]
+    print(f"[count map in a graph] eager records {want}; replays (records, dropped): {got[:3]}")
+    assert want > 0 and got == [(want, 0)] * len(replays)

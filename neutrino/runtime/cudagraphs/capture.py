@@ -27,11 +27,19 @@ node of the program's waits for it. It counts replays and applies `--launches`
 to the replay number, and sets the probe gate of the next replay (graph_ring.py,
 "Sampling"): a replay outside the selection runs the probed kernel with every
 store and atomic of the probe predicated off, and the append kernel's blocks
-find the maps still zero and leave them.
+find the maps still zero and leave them. Where the host can choose (an executable graph
+instantiated from the captured graph, for host launch), it does, at each cuGraphLaunch
+(replay_select.py, shim/graphpick.c): a replay left out runs the program's own kernels
+and no append node; the gate then serves only what the host cannot choose.
 
-`cap = "count"` maps are refused inside graphs (a counting run per replay would
-need the host between two kernels of the replay): a `fallback` event with
-stage `graph`, and the node runs unprobed.
+`cap = "count"` maps go into their device ring (passes/ring.py) like any map: the
+ring is sized at capture as a launch's is (`--ring-records` slots per unit, or what
+the kernel's eager launches taught, within a quarter of `--buffer-budget`), the
+append kernel copies and zeroes it with the other maps (its head included), and a
+replay that tries more records than it holds counts the loss in the head. Code built
+before the device ring (a counting run per replay would need the host between two
+kernels of the replay) is refused: a `fallback` event with stage `graph`, and the
+node runs unprobed.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ import attrs
 
 from neutrino import maps as tracefmt
 from neutrino import trace_writer
+from neutrino.runtime.cudagraphs import replay_select
 from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError, KernelNodeParams, KernelNodeParamsV2
 from neutrino.runtime.launch_path.pool import Slot
@@ -51,7 +60,8 @@ from neutrino.runtime.instrument.probed import Fallback, copy_globals_in, copy_g
 
 # what the shim's graph hooks report (shim/graphs.c, enum graph_event)
 (G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS,
- G_END_CAPTURE) = range(8)
+ G_END_CAPTURE, G_PICK_FALLBACK) = range(9)
+INSTANTIATE_DEVICE_LAUNCH = 4  # CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: the host never sees its launches
 
 
 @contextlib.contextmanager
@@ -96,6 +106,7 @@ class GraphNode:
     keep: object = None  # parameter arrays the driver may read again (fake drivers; set-params rewrites)
     appended: bool = False  # the capture's append node serves it
     frame: str | None = None
+    pick_args: int = 0  # its arguments copied at capture for the host's choice of replays (replay_select.py)
 
     @property
     def span(self) -> int:
@@ -125,6 +136,10 @@ class GraphGroup:
     nodes: list = attrs.Factory(list)
     descs: list = attrs.Factory(list)  # device memory of the append node's descriptors (one per capture end)
     append_args: list = attrs.Factory(list)  # their arguments (the fake drivers read them at each replay)
+    graph: int = 0  # the captured graph (the node handles are its own; a clone's differ)
+    appends: list = attrs.Factory(list)  # the append nodes: handle, function, grid, block, arguments
+    pick_group: int = 0  # the host's replay count shared by its executable graphs (replay_select.py)
+    pick_off: str = ""  # why the host no longer chooses the replays of new executable graphs
 
     @property
     def refs(self) -> int:
@@ -152,6 +167,7 @@ class GraphProbes:
         self.nodes_probed = 0
         self.freed_groups = 0
         self._finished: list[dict] = []  # the summary rows of nodes already freed
+        self.picker = replay_select.picker_for(sink)  # None: the device gate alone (ring.py, "Sampling")
 
     # ------------------------------------------------------------ capture
     def capture(self, rec, pk, req, ctx: int, stream: int, shape) -> int:
@@ -161,8 +177,9 @@ class GraphProbes:
 
         Raises Fallback while the original could still be captured instead; once the
         probed kernel node is in the graph, never raises (returns 0)."""
-        if pk.count_sized:
-            raise Fallback("graph", 'cap = "count" maps are not supported inside CUDA graphs (spec/runtime.md)')
+        if pk.needs_counting:  # count-sized maps of code built before the device ring: a counting run per replay
+            raise Fallback("graph", 'cap = "count" maps of code built without the device ring are not supported '
+                                    "inside CUDA graphs (spec/runtime.md); rebuild the probed code")
         if pk.baseline is not None:
             raise Fallback("graph", "--benchmark does not time launches captured into CUDA graphs")
         if req.extra and not req.params:
@@ -192,6 +209,9 @@ class GraphProbes:
             raise
         node.keep = params
         node.active = True
+        if self.picker is not None and first is not None:  # the host's choice of replays (replay_select.py)
+            buffer_param = pk.n_params + next(i for i, (_, is_buffer) in enumerate(plan) if is_buffer)
+            node.pick_args = self.picker.copy_args(pk.func, C.addressof(params), buffer_param)
         # The kernel is in the graph: a failure from here on loses this node's results, never the kernel.
         with self._lock:
             self.nodes_probed += 1
@@ -220,7 +240,7 @@ class GraphProbes:
         with self._lock:
             group = self._by_capture.get(info.capture_id)
             if group is None:
-                group = GraphGroup(self._next_group, ctx, info.capture_id)
+                group = GraphGroup(self._next_group, ctx, info.capture_id, graph=info.graph)
                 self._next_group += 1
                 self._by_capture[info.capture_id] = group
             if info.graph:
@@ -300,9 +320,12 @@ class GraphProbes:
                 args = graph_ring.append_params(desc, self.sink.filter, self.wait_ns).pointers()
                 group.append_args.append(args)
                 chunks = graph_ring.append_chunks([n.span for n in nodes])
-                self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], self._append[group.ctx],
-                                               (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1),
-                                               C.addressof(args))
+                grid, block = (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1)
+                handle = self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], self._append[group.ctx],
+                                                        grid, block, C.addressof(args))
+                values = args._owner  # noqa: SLF001 - the AppendParams the pointers point into
+                group.appends.append({"node": handle, "func": self._append[group.ctx], "grid": grid, "block": block,
+                                      "args": [getattr(values, f) for f, _ in graph_ring.AppendParams._fields_]})
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
                 self._lose_results(n, f"graph append node: {type(e).__name__}: {e}")
@@ -318,9 +341,13 @@ class GraphProbes:
         if kind == G_END_CAPTURE:  # a: the stream, b: the graph it built
             self.end_capture(b)
             return 0
+        if kind == G_PICK_FALLBACK:  # a: the executable graph, c: why (replay_select.FALLBACK_REASONS)
+            self.give_up_picking(a, c)
+            return 0
         with self._lock:
-            if kind == G_INSTANTIATE:
+            if kind == G_INSTANTIATE:  # c: the instantiation flags
                 self._add_exec(self._by_graph.get(a), b)
+                self._plan_replays(self._by_graph.get(a), a, b, c)
             elif kind == G_CLONE:
                 group = self._by_graph.get(a)
                 if group is not None:
@@ -329,6 +356,9 @@ class GraphProbes:
             elif kind == G_EXEC_UPDATE:  # the executable graph now runs the nodes of graph b
                 old = self._by_exec.pop(a, None)
                 self._add_exec(self._by_graph.get(b), a)
+                # its plan was given up before the update (shim/graphs.c); updated from the captured graph
+                # itself, its nodes are known again: the host picks again, the count goes on
+                self._plan_replays(self._by_graph.get(b), b, a, 0)
                 if old is not None:
                     old.execs.discard(a)
                     self._release(old)
@@ -338,6 +368,8 @@ class GraphProbes:
                     group.handles.discard(a)
                     self._release(group)
             elif kind == G_EXEC_DESTROY:
+                if self.picker is not None:
+                    self.picker.forget(a)
                 group = self._by_exec.pop(a, None)
                 if group is not None:
                     group.execs.discard(a)
@@ -360,6 +392,8 @@ class GraphProbes:
         node = self._by_node.get(node_handle)
         if node is None or not params_addr:
             return 0
+        if not exe:  # the graph's node: executable graphs made from it later get these arguments, not the capture's
+            node.group.pick_off = "the program set new parameters for a probed node of the graph"
         struct_type = KernelNodeParamsV2 if version >= 2 else KernelNodeParams
         p = struct_type.from_address(params_addr)
         same = (p.func in (node.func, node.probed_func) and (p.gridDimX, p.gridDimY, p.gridDimZ) == node.grid
@@ -382,6 +416,57 @@ class GraphProbes:
         new.kernelParams = C.cast(node.keep, C.POINTER(C.c_void_p))
         node.keep._node_params = new  # noqa: SLF001 - alive as long as the node
         return C.addressof(new)
+
+    # ------------------------------------------------------------ replays chosen on the host
+    def _plan_replays(self, group: GraphGroup | None, graph: int, exe: int, flags: int) -> None:
+        """The host chooses the replays of `exe` (replay_select.py) when it launches them and knows their
+        nodes: instantiated from the captured graph itself, for host launch, every node's arguments copied.
+        Otherwise the device gate chooses, as for every executable graph without a plan."""
+        if self.picker is None or group is None:
+            return
+        nodes = [n for n in group.nodes if n.active and n.appended]
+        why = ("instantiated for device launch" if flags & INSTANTIATE_DEVICE_LAUNCH else
+               "instantiated from a clone of the captured graph" if graph != group.graph else
+               group.pick_off or ("a probed node's arguments could not be copied at capture"
+                                  if not all(n.pick_args for n in nodes) else ""))
+        if nodes and not why:
+            if not group.pick_group:
+                group.pick_group = self.picker.new_group()
+            kernels = [{"node": n.node, "probed": n.probed_func, "original": n.func, "args": n.pick_args,
+                        "grid": n.grid, "block": n.block, "shared_bytes": n.shared_bytes} for n in nodes]
+            if group.pick_group and self.picker.plan(exe, graph, group.ctx, group.pick_group, kernels, group.appends):
+                return
+            why = "the shim could not plan it (a driver without cuGraphExecKernelNodeSetParams_v2, "
+            why += "cuGraphNodeSetEnabled or cuFuncGetParamInfo, or no memory)"
+        if nodes:
+            self.trace.event("graph_pick_fallback", graph=group.id, exec=hex(exe), reason=why, replay=None)
+
+    def give_up_picking(self, exe: int, why: int) -> None:
+        """The host stops choosing the replays of `exe`: the shim restores the captured nodes and numbers
+        the next replay; the gates are set for that number, so the device gate takes over exactly."""
+        if self.picker is None:
+            return
+        with self._lock:
+            dropped = self.picker.drop(exe)
+            group = self._by_exec.get(exe)
+            if dropped is None or group is None:
+                return
+            replay, restored = dropped
+            gate = C.c_uint32(0 if self.sink.filter.selects(replay) else 1)
+            failed = ""
+            try:
+                with relaxed_capture(self.drv):
+                    stream = self._our_stream(group.ctx)
+                    for n in group.nodes:
+                        if n.device:
+                            self.drv.memcpy_htod_async(n.device + n.device_layout.gate, C.addressof(gate), 4, stream)
+                    self.drv.stream_synchronize(stream)
+            except DriverError as e:
+                failed = f"; setting the probe gates failed: {e}"
+        reason = replay_select.FALLBACK_REASONS.get(why, f"reason {why}")
+        if restored < 0:
+            failed += "; restoring a node failed"
+        self.trace.event("graph_pick_fallback", graph=group.id, exec=hex(exe), reason=reason + failed, replay=replay)
 
     # ------------------------------------------------------------ teardown
     def _release(self, group: GraphGroup) -> None:
@@ -415,6 +500,9 @@ class GraphProbes:
                 for desc in group.descs:
                     self.drv.mem_free_sync(desc)
             group.descs, group.append_args = [], []
+            if self.picker is not None:
+                self.picker.free_group(group.pick_group)
+                group.pick_group = 0
             self.freed_groups += 1
 
     def _free_node_memory(self, node: GraphNode) -> None:
@@ -430,6 +518,9 @@ class GraphProbes:
         if node.record is not None:
             self.sink.free_record(node.record)
             node.record = None
+        if self.picker is not None:
+            self.picker.free_args(node.pick_args)
+            node.pick_args = 0
 
     def _forget_node(self, node: GraphNode) -> None:
         with self._lock:
@@ -446,6 +537,8 @@ class GraphProbes:
             for node in [n for g in live.values() for n in g.nodes if n.record is not None]:
                 self.sink.detach(node.record)
                 self._finished.append(self._summary_row(node))
+            if self.picker is not None:  # no plan may switch nodes of an executable graph whose handle comes back
+                self.picker.forget_all()
             self._append.clear()
             self._ours.clear()
             self._by_graph.clear()
@@ -469,6 +562,8 @@ class GraphProbes:
         """At exit, before the writer stops: the rings' last frames go to it, and nothing after."""
         self.drain()
         self.sink.close()
+        if self.picker is not None:  # the host's choice of replays: what it cost (shim/graphpick.c)
+            self.trace.event("graph_pick", **self.picker.counts())
 
     def summary(self) -> list[dict]:
         """Per probed graph node: replays seen, written, dropped (by reason)."""
@@ -491,7 +586,10 @@ class GraphProbes:
         return [*self._by_graph.values(), *self._by_exec.values(), *self._by_capture.values(), *self._retired]
 
     def _summary_row(self, node: GraphNode) -> dict:
-        return {"kernel": node.kernel, "graph": node.group.id, "graph_node": node.id, **self.sink.stats(node.record)}
+        row = {"kernel": node.kernel, "graph": node.group.id, "graph_node": node.id, **self.sink.stats(node.record)}
+        if self.picker is not None and node.group.pick_group:  # replays left out on the host never reach the device
+            row["replays"] = max(row["replays"], self.picker.replays(node.group.pick_group))
+        return row
 
 
 def _encode_header(grid, block, shared_bytes: int, layouts) -> tuple[bytes, list[int]]:

@@ -54,6 +54,13 @@ probe is predicated off, so the maps stay zero. The append kernel's last block o
 the gate for the next replay (0 when `--launches` selects it; the runtime writes replay 0's at
 capture). Every block reads the gate its replay ran with: when it
 was set, the maps are still zero and the block neither copies nor zeroes.
+
+Replays chosen on the host (shim/graphpick.c, replay_select.py): the append node runs only on the
+selected replays, so its state counts its runs, not the replays; the argument `skip` (the replays
+the host left out so far) makes the replay's number runs + skip, and `host` = 1 says the replay is
+selected and ran ungated (the probed node's pointer untagged): the kernel neither applies the filter
+nor reads or writes the gate. With `host` = 0 and `skip` the host's count at the moment it gave the
+plan up, the device gate numbers the replays on where the host stopped.
 """
 
 from __future__ import annotations
@@ -104,11 +111,12 @@ _PTX = """\
 .address_size 64
 
 .visible .entry __neutrino_graph_append(
-    .param .u64 p_desc, .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns)
+    .param .u64 p_desc, .param .u64 p_start, .param .u64 p_stop, .param .u64 p_every, .param .u64 p_wait_ns,
+    .param .u64 p_skip, .param .u64 p_host)
 {{
-    .reg .pred %p<14>;
+    .reg .pred %p<16>;
     .reg .b32 %r<16>;
-    .reg .b64 %rd<48>;
+    .reg .b64 %rd<52>;
     .shared .align 8 .u64 s_slot;
     mov.u32 %r1, %tid.x;
     setp.ne.u32 %p7, %r1, 0;
@@ -139,23 +147,30 @@ _PTX = """\
     shl.b64 %rd23, %rd23, 4;
     mov.u32 %r7, 0;
     ld.global.u32 %r12, [%rd24+-8];
+    ld.param.u64 %rd48, [p_host];
+    setp.ne.u64 %p13, %rd48, 0;
+    @%p13 mov.u32 %r12, 0;
     setp.lt.u64 %p10, %rd22, %rd39;
     add.u64 %rd26, %rd24, %rd22;
     @%p10 ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
     @%p7 bra SHARED;
     ld.relaxed.gpu.global.u64 %rd2, [%rd31];
+    ld.param.u64 %rd46, [p_skip];
+    add.u64 %rd47, %rd2, %rd46;
     ld.relaxed.gpu.global.u64 %rd3, [%rd31+8];
     mov.u64 %rd20, 0;
     ld.param.u64 %rd5, [p_start];
     ld.param.u64 %rd6, [p_stop];
     ld.param.u64 %rd7, [p_every];
-    setp.lt.u64 %p1, %rd2, %rd5;
-    setp.ge.u64 %p2, %rd2, %rd6;
+    setp.lt.u64 %p1, %rd47, %rd5;
+    setp.ge.u64 %p2, %rd47, %rd6;
     or.pred %p1, %p1, %p2;
-    sub.u64 %rd8, %rd2, %rd5;
+    sub.u64 %rd8, %rd47, %rd5;
     rem.u64 %rd9, %rd8, %rd7;
     setp.ne.u64 %p3, %rd9, 0;
     or.pred %p1, %p1, %p3;
+    not.pred %p14, %p13;
+    and.pred %p1, %p1, %p14;
     @%p1 bra DECIDED;
     ld.global.u64 %rd10, [%rd32+24];
     ld.global.u64 %rd28, [%rd32+56];
@@ -218,7 +233,8 @@ STEPPED:
     @%p4 bra DONE;
     @!%p12 {publish_fence};
     ld.global.u64 %rd1, [%rd32+16];
-    add.u64 %rd4, %rd2, 1;
+    add.u64 %rd4, %rd47, 1;
+    add.u64 %rd49, %rd2, 1;
     shr.u64 %rd42, %rd41, 32;
     setp.ne.u64 %p6, %rd42, %rd34;
     @%p6 bra UNWRITTEN;
@@ -238,6 +254,7 @@ UNWRITTEN:
     st.relaxed.gpu.global.u64 [%rd31+16], %rd19;
     st.relaxed.sys.global.u64 [%rd1+16], %rd19;
 COUNTED:
+    @%p13 bra GATE_KEPT;
     setp.lt.u64 %p2, %rd4, %rd5;
     setp.ge.u64 %p3, %rd4, %rd6;
     or.pred %p2, %p2, %p3;
@@ -247,9 +264,10 @@ COUNTED:
     or.pred %p2, %p2, %p3;
     selp.u32 %r13, 1, 0, %p2;
     st.relaxed.gpu.global.u32 [%rd24+-8], %r13;
+GATE_KEPT:
     mov.u64 %rd43, 0;
     st.relaxed.gpu.global.u64 [%rd31+32], %rd43;
-    st.relaxed.gpu.global.u64 [%rd31], %rd4;
+    st.relaxed.gpu.global.u64 [%rd31], %rd49;
     st.relaxed.sys.global.u64 [%rd1], %rd4;
 DONE:
     ret;
@@ -423,7 +441,7 @@ def node_desc(device: int, dev: DeviceLayout, ring_device: int, lay: RingLayout,
 class AppendParams(C.Structure):
     """The append kernel's arguments, and the pointer array a launch takes (`pointers`)."""
 
-    _fields_ = [(name, C.c_uint64) for name in ("desc", "start", "stop", "every", "wait_ns")]
+    _fields_ = [(name, C.c_uint64) for name in ("desc", "start", "stop", "every", "wait_ns", "skip", "host")]
 
     def pointers(self):
         base = C.addressof(self)

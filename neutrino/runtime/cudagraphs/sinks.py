@@ -180,6 +180,7 @@ class NativeGraphSink:
 
     def __init__(self, shim_path: str, writer, launch_filter, pending_limit: int):
         lib = C.PyDLL(shim_path)  # none of these waits for the GPU: keep the GIL
+        self.shim_path = shim_path  # replay_select.py: the host's choice of replays is in the same library
         self._new = lib.neutrino_graph_node_new
         self._new.argtypes = [C.POINTER(NtGraphDesc)]
         self._new.restype = C.c_void_p

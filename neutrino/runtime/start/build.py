@@ -22,7 +22,7 @@ class ShimBuildError(NeutrinoError):
 
 
 SHIM_SOURCES = ("preload.c", "writer.c", "fastlaunch.c", "compilers.c", "graphs.c", "ctxsink.c", "nvtx.c",
-               "argtrace.c", "cupti.c", "realsym.c")
+               "argtrace.c", "cupti.c", "realsym.c", "graphpick.c")
 SHIM_HEADERS = ("shim.h", "writer.h", "context.h", "cupti_abi.h")
 
 

@@ -1,0 +1,459 @@
+/* Sampled graph replays chosen on the host (issue 24): a replay that `--launches` leaves out runs the
+ * program's own kernels, and no append node.
+ *
+ * The device gate (neutrino/runtime/cudagraphs/ring.py, "Sampling") predicates a left-out replay's
+ * probe stores off, but the probed kernels and the append kernel still run: 1.13x per replay on a
+ * graph of 8 tiny kernels. Here the shim sees every cuGraphLaunch of an executable graph whose probed
+ * nodes Python registered at instantiation (a plan: neutrino/runtime/cudagraphs/replay_select.py),
+ * numbers the replay and, only when the choice changes from the previous replay, switches the nodes:
+ *
+ *   selected:  each probed node runs the probed kernel with an untagged buffer pointer (it never reads
+ *              the gate), the append nodes are enabled, with arguments `skip` (replays the host left
+ *              out, so the append kernel numbers the replay runs + skip) and `host` = 1 (selected);
+ *   left out:  each probed node runs the original kernel with the original arguments, the append
+ *              nodes are disabled.
+ *
+ * `cuGraphExecKernelNodeSetParams` (a func change is allowed since CUDA 12) and `cuGraphNodeSetEnabled`:
+ * with `--launches every:50`, one switch each way per 50 replays. The arguments are copied at capture
+ * (`neutrino_graph_pick_args`: the program's argument values live only during its launch call), sized
+ * by `cuFuncGetParamInfo`.
+ *
+ * What the host cannot choose keeps the device gate: executable graphs without a plan (instantiated for
+ * device launch, from a clone, or holding the graph as a child node) and plans given up (the caller
+ * reports it to Python, which restores the captured nodes here with `neutrino_graph_pick_drop`, sets
+ * the gates for the next replay's number and writes a `graph_pick_fallback` event): a launch into a
+ * capturing stream, a failed switch, `cuGraphExecUpdate`, the program's own parameters for one of the
+ * plan's nodes.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+typedef int CUresult;
+
+#define MAX_PARAMS 1024    /* parameters of one kernel (CUDA's limit on the bytes keeps it far lower) */
+#define APPEND_ARGS 7      /* ring.py AppendParams: desc, start, stop, every, wait_ns, skip, host */
+#define APPEND_SKIP 5
+#define APPEND_HOST 6
+
+/* CUDA_KERNEL_NODE_PARAMS_v2: function, grid, block, shared bytes, arguments, extra, CUkernel, context */
+typedef struct {
+    void *func;
+    unsigned dims[7];
+    void **params, **extra;
+    void *kern, *ctx;
+} knode_params;
+
+/* A probed node's arguments, copied at capture: `tagged` as captured (the first buffer pointer's bit 0
+ * set: the kernel reads the gate), `untagged` the same but that pointer. */
+typedef struct {
+    int n;
+    void **tagged, **untagged;
+    uint64_t buffer;  /* the untagged first buffer pointer */
+    unsigned char *values;
+} nt_pick_args;
+
+/* Replays numbered by the host across the executable graphs of one captured graph (they share the
+ * nodes' device state), and the append kernel's runs among them (the state's counter). */
+typedef struct {
+    uint64_t replays, runs;
+} nt_pick_group;
+
+typedef struct {
+    void *node;
+    knode_params tagged, untagged, original;
+} pick_kernel;
+
+typedef struct {
+    void *node;
+    knode_params params;
+    uint64_t values[APPEND_ARGS];
+    void *ptrs[APPEND_ARGS];
+} pick_append;
+
+enum { K_CAPTURED, K_PROBED, K_ORIGINAL };  /* what the plan's kernel nodes run now */
+
+typedef struct nt_pick_plan {
+    void *exec;
+    void *graph;      /* the captured graph its node handles belong to (kept until the plan goes) */
+    struct nt_pick_plan *next;
+    nt_pick_group *group;
+    uint64_t start, stop, every;
+    int nkernels, nappends;
+    pick_kernel *kernels;
+    pick_append *appends;
+    int kernels_run;  /* K_* */
+    int appends_on;   /* the append nodes are enabled */
+    int host_args;    /* the append nodes' arguments say host = 1, with `skip` below */
+    uint64_t skip;
+    int picked;       /* the launch in progress is selected */
+} nt_pick_plan;
+
+/* Graphs the program destroyed while a plan still switches nodes by their handles (PyTorch destroys
+ * the graph right after instantiating it): destroyed for real when their last plan goes. */
+typedef struct kept_graph {
+    void *graph;
+    struct kept_graph *next;
+} kept_graph;
+
+static pthread_mutex_t picks_lock = PTHREAD_MUTEX_INITIALIZER;
+static nt_pick_plan *plans;
+static kept_graph *kept;
+static _Atomic int plans_live;
+static _Atomic uint64_t pick_switches, pick_calls, pick_launches;
+
+static struct {
+    CUresult (*set_params)(void *, void *, const knode_params *);
+    CUresult (*set_enabled)(void *, void *, unsigned);
+    CUresult (*param_info)(void *, size_t, size_t *, size_t *);
+    int loaded;
+} drv;
+
+static int load_driver(void) {
+    if (!drv.loaded) {
+        drv.set_params =
+            (CUresult (*)(void *, void *, const knode_params *))neutrino_real_sym("cuGraphExecKernelNodeSetParams_v2");
+        drv.set_enabled = (CUresult (*)(void *, void *, unsigned))neutrino_real_sym("cuGraphNodeSetEnabled");
+        drv.param_info = (CUresult (*)(void *, size_t, size_t *, size_t *))neutrino_real_sym("cuFuncGetParamInfo");
+        drv.loaded = drv.set_params && drv.set_enabled && drv.param_info ? 1 : -1;
+    }
+    return drv.loaded == 1;
+}
+
+/* ------------------------------------------------------------------ arguments and groups (Python) */
+
+/* Copy the `params` of a launch of `func` (the probed kernel, as captured) while the program's values
+ * are alive; `buffer` is the index of the first buffer pointer (tagged). NULL: no copy (a driver
+ * without cuFuncGetParamInfo, or no memory): the node keeps the device gate. */
+void *neutrino_graph_pick_args(void *func, void **params, int buffer) {
+    if (!load_driver() || !params || buffer < 0) return NULL;
+    size_t offsets[MAX_PARAMS], sizes[MAX_PARAMS], total = 0;
+    int n = 0;
+    while (n < MAX_PARAMS && drv.param_info(func, (size_t)n, &offsets[n], &sizes[n]) == 0) {
+        if (offsets[n] + sizes[n] > total) total = offsets[n] + sizes[n];
+        n++;
+    }
+    if (buffer >= n || sizes[buffer] != 8) return NULL;
+    nt_pick_args *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->n = n;
+    a->values = malloc(total ? total : 1);
+    a->tagged = malloc(sizeof(void *) * (size_t)(n ? n : 1));
+    a->untagged = malloc(sizeof(void *) * (size_t)(n ? n : 1));
+    if (!a->values || !a->tagged || !a->untagged) {
+        free(a->values), free(a->tagged), free(a->untagged), free(a);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(a->values + offsets[i], params[i], sizes[i]);
+        a->tagged[i] = a->untagged[i] = a->values + offsets[i];
+    }
+    memcpy(&a->buffer, a->values + offsets[buffer], 8);
+    a->buffer &= ~(uint64_t)1;
+    a->untagged[buffer] = &a->buffer;
+    return a;
+}
+
+void neutrino_graph_pick_args_free(void *args) {
+    nt_pick_args *a = args;
+    if (!a) return;
+    free(a->values), free(a->tagged), free(a->untagged), free(a);
+}
+
+void *neutrino_graph_pick_group_new(void) { return calloc(1, sizeof(nt_pick_group)); }
+
+/* After the last plan of the group is gone (its graphs are destroyed). */
+void neutrino_graph_pick_group_free(void *group) { free(group); }
+
+uint64_t neutrino_graph_pick_group_replays(void *group) {
+    pthread_mutex_lock(&picks_lock);
+    uint64_t r = ((nt_pick_group *)group)->replays;
+    pthread_mutex_unlock(&picks_lock);
+    return r;
+}
+
+/* Switches made, driver calls they took, launches of planned graphs (NEUTRINO_FAST_PROFILE, tests). */
+void neutrino_graph_pick_counts(uint64_t out[3]) {
+    out[0] = atomic_load(&pick_switches);
+    out[1] = atomic_load(&pick_calls);
+    out[2] = atomic_load(&pick_launches);
+}
+
+/* ------------------------------------------------------------------ plans */
+
+static nt_pick_plan **plan_slot(void *exec) {
+    nt_pick_plan **p = &plans;
+    while (*p && (*p)->exec != exec) p = &(*p)->next;
+    return p;
+}
+
+static void release_graph(void *graph);
+
+static void plan_free(nt_pick_plan *p) {
+    free(p->kernels);
+    free(p->appends);
+    free(p);
+}
+
+static knode_params node_params(void *func, const uint32_t grid[3], const uint32_t block[3], uint32_t shared,
+                                void **args) {
+    knode_params k;
+    memset(&k, 0, sizeof k);
+    k.func = func;
+    memcpy(k.dims, grid, 3 * sizeof(unsigned));
+    memcpy(k.dims + 3, block, 3 * sizeof(unsigned));
+    k.dims[6] = shared;
+    k.params = args;
+    return k;
+}
+
+/* Host-chosen replays for executable graph `exec` of the captured graph `graph`, in context `ctx`,
+ * whose nodes are given (its kernels as captured, the append nodes enabled with host = 0, skip = 0). Returns 1, or 0 when the
+ * host cannot choose (a missing driver call, no memory, a node without copied arguments). */
+int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, uint64_t start, uint64_t stop,
+                             uint64_t every, int nkernels, const nt_pick_kernel_desc *kernels, int nappends,
+                             const nt_pick_append_desc *appends) {
+    if (!load_driver() || !exec || !group || nkernels <= 0 || nappends <= 0 || !every) return 0;
+    nt_pick_plan *p = calloc(1, sizeof *p);
+    if (!p) return 0;
+    p->kernels = calloc((size_t)nkernels, sizeof *p->kernels);
+    p->appends = calloc((size_t)nappends, sizeof *p->appends);
+    if (!p->kernels || !p->appends) {
+        plan_free(p);
+        return 0;
+    }
+    p->exec = exec, p->graph = graph, p->group = group, p->start = start, p->stop = stop, p->every = every;
+    p->nkernels = nkernels, p->nappends = nappends, p->appends_on = 1;
+    for (int i = 0; i < nkernels; i++) {
+        const nt_pick_kernel_desc *d = &kernels[i];
+        const nt_pick_args *a = d->args;
+        if (!a) {
+            plan_free(p);
+            return 0;
+        }
+        pick_kernel *k = &p->kernels[i];
+        k->node = d->node;
+        k->tagged = node_params(d->probed, d->grid, d->block, d->shared_bytes, a->tagged);
+        k->untagged = node_params(d->probed, d->grid, d->block, d->shared_bytes, a->untagged);
+        k->original = node_params(d->original, d->grid, d->block, d->shared_bytes, a->tagged);
+        k->tagged.ctx = k->untagged.ctx = k->original.ctx = ctx;  /* the graph's, whatever is current */
+    }
+    for (int i = 0; i < nappends; i++) {
+        pick_append *ap = &p->appends[i];
+        ap->node = appends[i].node;
+        memcpy(ap->values, appends[i].args, sizeof ap->values);
+        for (int j = 0; j < APPEND_ARGS; j++) ap->ptrs[j] = &ap->values[j];
+        ap->params = node_params(appends[i].func, appends[i].grid, appends[i].block, 0, ap->ptrs);
+        ap->params.ctx = ctx;
+    }
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan **slot = plan_slot(exec);
+    nt_pick_plan *stale = *slot;  /* a plan left under a reused handle */
+    if (stale) *slot = stale->next;
+    p->next = plans;
+    plans = p;
+    if (stale) {
+        release_graph(stale->graph);
+        plan_free(stale);
+    } else {
+        atomic_fetch_add(&plans_live, 1);
+    }
+    pthread_mutex_unlock(&picks_lock);
+    return 1;
+}
+
+static int set_kernels(nt_pick_plan *p, int which) {
+    for (int i = 0; i < p->nkernels; i++) {
+        pick_kernel *k = &p->kernels[i];
+        const knode_params *kp = which == K_PROBED ? &k->untagged : which == K_ORIGINAL ? &k->original : &k->tagged;
+        atomic_fetch_add(&pick_calls, 1);
+        if (drv.set_params(p->exec, k->node, kp)) return 0;
+    }
+    p->kernels_run = which;
+    return 1;
+}
+
+static int set_appends(nt_pick_plan *p, int enabled) {
+    for (int i = 0; i < p->nappends; i++) {
+        atomic_fetch_add(&pick_calls, 1);
+        if (drv.set_enabled(p->exec, p->appends[i].node, (unsigned)enabled)) return 0;
+    }
+    p->appends_on = enabled;
+    return 1;
+}
+
+static int set_append_args(nt_pick_plan *p, uint64_t skip, int host) {
+    for (int i = 0; i < p->nappends; i++) {
+        pick_append *ap = &p->appends[i];
+        ap->values[APPEND_SKIP] = skip;
+        ap->values[APPEND_HOST] = (uint64_t)host;
+        atomic_fetch_add(&pick_calls, 1);
+        if (drv.set_params(p->exec, ap->node, &ap->params)) return 0;
+    }
+    p->skip = skip, p->host_args = host;
+    return 1;
+}
+
+/* The nodes as the next replay needs them (`want`: selected). Driver calls only where it changes. */
+static int put_state(nt_pick_plan *p, int want) {
+    if (want) {
+        uint64_t skip = p->group->replays - p->group->runs;
+        if (p->kernels_run != K_PROBED) {
+            atomic_fetch_add(&pick_switches, 1);
+            if (!set_kernels(p, K_PROBED)) return 0;
+        }
+        if ((!p->host_args || p->skip != skip) && !set_append_args(p, skip, 1)) return 0;
+        return p->appends_on || set_appends(p, 1);
+    }
+    if (p->kernels_run != K_ORIGINAL) {
+        atomic_fetch_add(&pick_switches, 1);
+        if (!set_kernels(p, K_ORIGINAL)) return 0;
+    }
+    return !p->appends_on || set_appends(p, 0);
+}
+
+static int selects(const nt_pick_plan *p, uint64_t r) {
+    return r >= p->start && r < p->stop && (r - p->start) % p->every == 0;
+}
+
+/* Before a launch of `exec` on `stream`: its nodes as this replay needs them. 0: done, or not a
+ * planned graph; else why the host cannot choose (NT_PICK_*: the caller reports it, and Python
+ * gives the plan up with neutrino_graph_pick_drop before the launch). */
+int neutrino_graph_pick_before_launch(void *exec, void *stream, int ptsz) {
+    if (!atomic_load_explicit(&plans_live, memory_order_relaxed)) return 0;
+    int why = 0;
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = *plan_slot(exec);
+    if (p) {
+        if (neutrino_graph_stream_capturing(stream, ptsz)) {
+            why = NT_PICK_CAPTURED;  /* the graph becomes a child node of another: its copy runs as captured */
+        } else {
+            p->picked = selects(p, p->group->replays);
+            if (!put_state(p, p->picked)) why = NT_PICK_FAILED;
+        }
+    }
+    pthread_mutex_unlock(&picks_lock);
+    return why;
+}
+
+/* After the launch (`launched`: it was enqueued): the replay is counted, and the append kernel's run. */
+void neutrino_graph_pick_after_launch(void *exec, int launched) {
+    if (!atomic_load_explicit(&plans_live, memory_order_relaxed) || !launched) return;
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = *plan_slot(exec);
+    if (p) {
+        p->group->replays++;
+        p->group->runs += (uint64_t)p->picked;
+        atomic_fetch_add(&pick_launches, 1);
+    }
+    pthread_mutex_unlock(&picks_lock);
+}
+
+/* Whether `exec` has a plan that involves `node` (NULL: any node). */
+int neutrino_graph_pick_has(void *exec, void *node) {
+    if (!atomic_load_explicit(&plans_live, memory_order_relaxed)) return 0;
+    int found = 0;
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = *plan_slot(exec);
+    for (int i = 0; p && !found && i < p->nkernels; i++) found = !node || p->kernels[i].node == node;
+    for (int i = 0; p && !found && i < p->nappends; i++) found = p->appends[i].node == node;
+    pthread_mutex_unlock(&picks_lock);
+    return found;
+}
+
+/* 1 if the program destroyed `graph` while a plan needed it: the destroy is ours to do later. Called
+ * by the cuGraphDestroy hook before the real call. */
+int neutrino_graph_pick_keeps(void *graph) {
+    if (!atomic_load_explicit(&plans_live, memory_order_relaxed) || !graph) return 0;
+    int used = 0;
+    pthread_mutex_lock(&picks_lock);
+    for (nt_pick_plan *p = plans; p && !used; p = p->next) used = p->graph == graph;
+    kept_graph *k = used ? malloc(sizeof *k) : NULL;
+    if (k) {
+        k->graph = graph;
+        k->next = kept;
+        kept = k;
+    }
+    pthread_mutex_unlock(&picks_lock);
+    return k != NULL;  /* no memory: destroyed now (the plan's next switch fails and falls back) */
+}
+
+/* The plan is gone: a graph it kept, which no other plan uses, is destroyed now. Under picks_lock. */
+static void release_graph(void *graph) {
+    for (nt_pick_plan *p = plans; p; p = p->next)
+        if (p->graph == graph) return;
+    for (kept_graph **k = &kept; *k; k = &(*k)->next) {
+        if ((*k)->graph != graph) continue;
+        kept_graph *gone = *k;
+        *k = gone->next;
+        free(gone);
+        CUresult (*destroy)(void *) = (CUresult (*)(void *))neutrino_real_sym("cuGraphDestroy");
+        if (destroy) destroy(graph);
+        return;
+    }
+}
+
+static nt_pick_plan *unlink_plan(void *exec) {
+    nt_pick_plan **slot = plan_slot(exec), *p = *slot;
+    if (p) {
+        *slot = p->next;
+        atomic_fetch_sub(&plans_live, 1);
+        release_graph(p->graph);
+    }
+    return p;
+}
+
+/* The executable graph is destroyed: its plan goes, no driver call. */
+void neutrino_graph_pick_forget(void *exec) {
+    if (!atomic_load_explicit(&plans_live, memory_order_relaxed)) return;
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = unlink_plan(exec);
+    pthread_mutex_unlock(&picks_lock);
+    if (p) plan_free(p);
+}
+
+/* A context is going away: every plan goes, without a driver call (the graphs kept for them are left
+ * to the context: destroying one now could touch freed memory). */
+void neutrino_graph_pick_forget_all(void) {
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = plans;
+    kept_graph *k = kept;
+    plans = NULL, kept = NULL;
+    atomic_store(&plans_live, 0);
+    pthread_mutex_unlock(&picks_lock);
+    while (p) {
+        nt_pick_plan *next = p->next;
+        plan_free(p);
+        p = next;
+    }
+    while (k) {
+        kept_graph *next = k->next;
+        free(k);
+        k = next;
+    }
+}
+
+/* Give the plan of `exec` up: every node as captured (probed, reading the gate), the append nodes
+ * enabled and numbering the next replay `*next_replay` (skip = the replays left out so far, host = 0).
+ * Returns 0 when there was no plan, 1 when restored, -1 when a driver call failed (the nodes may be
+ * left in either state: the program's results are the same, the probe's may be missing). */
+int neutrino_graph_pick_drop(void *exec, uint64_t *next_replay) {
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = *plan_slot(exec);
+    int ok = 0;
+    if (p) {  /* the switches first: the graph whose node handles they use may go with the plan */
+        *next_replay = p->group->replays;
+        ok = set_kernels(p, K_CAPTURED) & set_append_args(p, p->group->replays - p->group->runs, 0);
+        ok &= set_appends(p, 1);
+        ok = ok ? 1 : -1;
+        unlink_plan(exec);
+    }
+    pthread_mutex_unlock(&picks_lock);
+    if (p) plan_free(p);
+    return ok;
+}

@@ -1,0 +1,170 @@
+"""Graph replays chosen on the host (shim/graphpick.c, neutrino/runtime/cudagraphs/replay_select.py),
+against the fake libcuda through the shim: a replay `--launches` leaves out runs the program's own
+kernel and no append node; the selected ones are written with their replay numbers; the switches
+cost driver calls only when the choice changes; what the host cannot choose (a clone, an update, a
+launch into a capture, a driver that refuses the switch) falls back to the device gate, exactly."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import neutrino.trace as nt
+
+from test_runtime_shim import BLOCK_SCHED, COUNT_PROBE, FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401
+
+REPLAYS = 10
+EVERY = 3
+SELECTED = [r for r in range(REPLAYS) if r % EVERY == 0]
+
+
+def run_app(tmp_path, fakecuda, monkeypatch, launches=f"every:{EVERY}", *extra, probe_text=BLOCK_SCHED, **env):
+    out = tmp_path / "app.out"
+    monkeypatch.setenv("GRAPH_APP_OUT", str(out))
+    for key, value in env.items():
+        monkeypatch.setenv(key, str(value))
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4",
+                                                   "1", str(REPLAYS)], "--graphs", "--launches", launches, *extra,
+                              probe_text=probe_text)
+    said = out.read_text().splitlines()
+    assert rc == 0 and said[-1] == "app done", said
+    calls = int(said[-2].split()[-1])
+    t = nt.load(tmp_path / "trace")
+    return log[1:], calls, t, said  # log[0]: the eager launch
+
+
+def written(t, node=(1, 1)):
+    """Replay numbers of the node's results, each checked whole."""
+    got = []
+    for la in t.launches:
+        if la.graph == node:
+            v = la.maps["block_sched"].valid()
+            assert len(v) == 8 and list(v["unit"]) == list(range(8)) and set(v["elapse"]) == {7}
+            got.append(la.event["replay"])
+    return got
+
+
+def probed(log, kernels=1):
+    """Per replay, whether its kernels ran probed (the fake driver's log, `kernels` lines a replay)."""
+    flags = [line.split()[1] == "probed=1" for line in log if line.startswith("saxpy4 ")]
+    per = [flags[i: i + kernels] for i in range(0, len(flags), kernels)]
+    assert all(len(set(p)) == 1 for p in per), per
+    return [p[0] for p in per]
+
+
+def events(t, name):
+    return [e for e in t.events if e["event"] == name]
+
+
+@pytest.mark.parametrize("kernels", [1, 2])
+def test_every_n_runs_the_original_on_replays_left_out(tmp_path, fakecuda, shim, monkeypatch, capfd, kernels):
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_KERNELS=kernels)
+    assert probed(log, kernels) == [r in SELECTED for r in range(REPLAYS)]
+    for node in range(1, kernels + 1):
+        assert written(t, (1, node)) == SELECTED
+    # switches: to probed at 0, 3, 6, 9 and back at 1, 4, 7; each is one call per kernel node, plus the
+    # append node: enabled (3, 6, 9) or disabled (1, 4, 7) and its arguments on each selected replay (skip
+    # grows by the replays left out)
+    (pick,) = events(t, "graph_pick")
+    switches = 2 * len(SELECTED) - 1
+    assert pick["switches"] == switches and pick["launches"] == REPLAYS
+    expected = switches * kernels + len(SELECTED) + (switches - 1)
+    assert pick["driver_calls"] == calls == expected
+    assert not events(t, "graph_pick_fallback") and not events(t, "result_error")
+    (ex,) = events(t, "exit")
+    assert ex["dropped"] == 0
+    err = capfd.readouterr().err
+    assert f"{len(SELECTED) * kernels} of {REPLAYS * kernels} replay result(s) written" in err
+
+
+def test_a_range_switches_once_each_way(tmp_path, fakecuda, shim, monkeypatch):
+    """`--launches 2:6`: probed from replay 2 to 5 with one switch in, one out; the skip stays 2."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, launches="2:6")
+    assert probed(log) == [2 <= r < 6 for r in range(REPLAYS)]
+    assert written(t) == [2, 3, 4, 5]
+    (pick,) = events(t, "graph_pick")
+    # replay 0: to the original, append off (2); 2: to probed, arguments, append on (3); 6: back (2)
+    assert pick["switches"] == 3 and calls == pick["driver_calls"] == 7
+
+
+def test_a_clone_keeps_the_device_gate(tmp_path, fakecuda, shim, monkeypatch):
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CLONE=1)
+    assert probed(log) == [True] * REPLAYS  # gated on the device: the probed kernel runs every replay
+    assert written(t) == SELECTED and calls == 0
+    (fb,) = events(t, "graph_pick_fallback")
+    assert "clone" in fb["reason"] and fb["replay"] is None
+
+
+def test_exec_update_gives_the_plan_up_then_plans_again(tmp_path, fakecuda, shim, monkeypatch):
+    """cuGraphExecUpdate at replay 5: the nodes restored before it, the gates set for replay 5; updated
+    from the captured graph, the host picks again and the numbering goes on."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_UPDATE_AT=5)
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)]
+    assert written(t) == SELECTED
+    (fb,) = events(t, "graph_pick_fallback")
+    assert "cuGraphExecUpdate" in fb["reason"] and fb["replay"] == 5
+
+
+def test_a_launch_into_a_capture_falls_back_to_the_device_gate(tmp_path, fakecuda, shim, monkeypatch):
+    """Replay 4 launched into a capturing stream (a child graph node): the plan is given up; the device
+    gate numbers the later replays right (skip = the replays left out before)."""
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CAPTURED_AT=4)
+    assert probed(log) == [r in SELECTED for r in range(4)] + [True] * (REPLAYS - 4)
+    assert written(t) == SELECTED
+    (fb,) = events(t, "graph_pick_fallback")
+    assert "capturing stream" in fb["reason"] and fb["replay"] == 4
+
+
+def test_a_refused_switch_falls_back_and_nothing_is_lost(tmp_path, fakecuda, shim, monkeypatch):
+    """The driver refuses cuGraphExecKernelNodeSetParams: the first switch fails, the plan is given up
+    before the launch, and the device gate writes the selected replays as before."""
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, FAKECUDA_REFUSE_SET_PARAMS=1)
+    assert probed(log) == [True] * REPLAYS
+    assert written(t) == SELECTED
+    (fb,) = events(t, "graph_pick_fallback")
+    assert "failed" in fb["reason"] and fb["replay"] == 0
+
+
+def test_every_replay_selected_makes_no_plan(tmp_path, fakecuda, shim, monkeypatch):
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, launches="0:")
+    assert probed(log) == [True] * REPLAYS and written(t) == list(range(REPLAYS))
+    assert calls == 0 and not events(t, "graph_pick")
+
+
+def test_a_graph_destroyed_after_instantiation_lives_while_its_plan_does(tmp_path, fakecuda, shim, monkeypatch):
+    """PyTorch destroys the captured graph right after instantiating it: the node handles the plan
+    switches belong to it, so the shim destroys it for real when the executable graph goes."""
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_GRAPH_FIRST=1)
+    # the executable graph, and the captured graph kept for the plan
+    assert "graphs after destroy 2" in said
+    end = [line for line in said if line.startswith("live at end")][0].split()
+    assert end[-2:] == ["graphs", "0"]
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+
+
+def test_count_maps_in_a_graph_through_the_native_path(tmp_path, fakecuda, shim, monkeypatch):
+    """cap = "count" inside a graph, every:3 chosen on the host: each selected replay's ring (sized at
+    capture: --ring-records 4 per unit) holds its own 3 records per unit, exactly; none dropped."""
+    log, _, t, _ = run_app(tmp_path, fakecuda, monkeypatch, f"every:{EVERY}", "--ring-records", "4",
+                           probe_text=COUNT_PROBE, FAKECUDA_RING=3)
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)]
+    graph = [la for la in t.launches if la.graph is not None]
+    assert [la.event["replay"] for la in graph] == SELECTED
+    units = 4 * 64
+    for la in graph:
+        m = la.maps["mem"]
+        assert m.dropped == 0 and list(m.counts) == [3] * units
+        v = m.valid()
+        for u in (0, 1, units - 1):
+            assert list(v["addr"][v["unit"] == u]) == [1000 * u + j for j in range(3)]
+
+
+def test_a_context_teardown_forgets_every_plan(tmp_path, fakecuda, shim, monkeypatch):
+    """The context goes before replay 5: no plan switches nodes any more (an executable graph's handle
+    may come back for another graph); the executable graph runs as it was last left (replay 4: the
+    program's own kernel)."""
+    log, calls, t, _ = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_RELEASE_AT=5)
+    assert probed(log) == [r in SELECTED for r in range(5)] + [False] * (REPLAYS - 5)
+    assert calls == 9  # replay 0: 2 calls, 1: 2, 3: 3, 4: 2; none after the teardown
+    assert written(t) == [0, 3]
