@@ -321,16 +321,17 @@ static int selects(const nt_pick_plan *p, uint64_t r) {
     return r >= p->start && r < p->stop && (r - p->start) % p->every == 0;
 }
 
-/* Before a launch of `exec` on `stream`: its nodes as this replay needs them. 0: done, or not a
- * planned graph; else why the host cannot choose (NT_PICK_*: the caller reports it, and Python
- * gives the plan up with neutrino_graph_pick_drop before the launch). */
-int neutrino_graph_pick_before_launch(void *exec, void *stream, int ptsz) {
+/* Before a launch of `exec` (`capturing`: into a stream being captured, asked by the caller only for a
+ * planned graph): its nodes as this replay needs them. 0: done, or not a planned graph; else why the
+ * host cannot choose (NT_PICK_*: the caller reports it, and Python gives the plan up with
+ * neutrino_graph_pick_drop before the launch). */
+int neutrino_graph_pick_before_launch(void *exec, int capturing) {
     if (!atomic_load_explicit(&plans_live, memory_order_relaxed)) return 0;
     int why = 0;
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan *p = *plan_slot(exec);
     if (p) {
-        if (neutrino_graph_stream_capturing(stream, ptsz)) {
+        if (capturing) {
             why = NT_PICK_CAPTURED;  /* the graph becomes a child node of another: its copy runs as captured */
         } else {
             p->picked = selects(p, p->group->replays);

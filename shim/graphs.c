@@ -713,7 +713,9 @@ CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_captur
 static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
     CUresult (*fn)(void *, void *) = GREAL(slot, CUresult(*)(void *, void *));
     if (!fn) return CU_NOT_FOUND;
-    int why = neutrino_graph_pick_before_launch(exec, stream, ptsz);
+    /* only a planned graph pays the capture query (graphpick.c has no view of streams) */
+    int why = neutrino_graph_pick_has(exec, NULL)
+                  ? neutrino_graph_pick_before_launch(exec, neutrino_graph_stream_capturing(stream, ptsz)) : 0;
     if (why) report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)why, 0);
     CUresult rc = fn(exec, stream);
     neutrino_graph_pick_after_launch(exec, rc == 0);

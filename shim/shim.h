@@ -28,7 +28,7 @@ void *neutrino_graph_wrapper_named(const char *name);
 
 /* graphpick.c: the replays of a probed graph chosen on the host (cuGraphLaunch, in graphs.c). */
 enum { NT_PICK_CAPTURED = 1, NT_PICK_FAILED = 2, NT_PICK_UPDATE = 3, NT_PICK_SET_PARAMS = 4 };  /* why a plan is given up */
-int neutrino_graph_pick_before_launch(void *exec, void *stream, int ptsz);
+int neutrino_graph_pick_before_launch(void *exec, int capturing);
 void neutrino_graph_pick_after_launch(void *exec, int launched);
 int neutrino_graph_pick_has(void *exec, void *node);
 void neutrino_graph_pick_forget(void *exec);
