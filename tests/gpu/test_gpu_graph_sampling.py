@@ -70,37 +70,3 @@ def test_sampled_block_sched_records_complete(tmp_path):
     per_node = Counter(la.graph for la in trace.launches if la.graph is not None)
     assert len(per_node) == 2 and set(per_node.values()) == {REPLAYS // EVERY}, per_node
     check_block_sched(trace, sm_count())
-
-
-COUNT_PROBE = '''
-[map.mem]
-level = "thread"
-cap = "count"
-fields = ["addr:u64"]
-
-[probe.rec]
-position = "ld.global"
-level = "thread"
-before = """SAVE [ mem ] {ADDR};"""
-'''
-
-
-def test_count_maps_inside_a_graph(tmp_path):
-    """cap = "count" inside the graph (issue 24): each node's ring sized at capture from what the eager
-    warm-up launch taught; every selected replay of vadd records what its eager launch recorded (the
-    kernel is the same), nothing dropped, no fallback, outputs unchanged."""
-    env, cmd = _setup(tmp_path)
-    probe = tmp_path / "loads.toml"
-    probe.write_text(COUNT_PROBE)
-    r, trace = run_probed(str(probe), cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env,
-                          "--graphs", "--launches", f"every:{EVERY}")
-    print(r.stderr[-1500:])
-    _equal(tmp_path / "plain.npz", tmp_path / "probed.npz")
-    assert not [e for e in trace.events if e["event"] in ("fallback", "graph_pick_fallback", "result_error")]
-    eager = [la for la in trace.launches if la.graph is None and la.kernel == "vadd"]
-    replays = [la for la in trace.launches if la.graph is not None and la.kernel == "vadd"]
-    assert eager and [la.event["replay"] for la in replays] == list(range(0, REPLAYS, EVERY))
-    want = len(eager[0].maps["mem"].valid())
-    got = [(len(la.maps["mem"].valid()), la.maps["mem"].dropped) for la in replays]
-    print(f"[count map in a graph] eager records {want}; replays (records, dropped): {got[:3]}")
-    assert want > 0 and got == [(want, 0)] * len(replays)
