@@ -35,9 +35,7 @@ from neutrino.runtime.cudagraphs.ring import APPEND_KERNEL
 from neutrino.runtime.start.options import LaunchFilter
 
 from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
-from fakedriver import param_u32, probe_buffer
-from test_runtime_core import (COUNT_PROBE, events, fake_block_sched, finish, load_saxpy, make_runtime, req,
-                               without_ring_layout)
+from test_runtime_core import COUNT_PROBE, events, fake_block_sched, finish, load_saxpy, make_runtime, req
 
 STREAM = 0x5
 CYCLES = int(os.environ.get("NEUTRINO_GRAPH_CYCLES", "1000"))  # capture/replay/destroy cycles of the leak test
@@ -469,79 +467,13 @@ def test_failure_at_each_capture_step_never_changes_results(program, step):
     assert program.rt.graphs.budget.used == 0  # whatever was allocated is given back
 
 
-def test_count_maps_of_code_without_the_ring_refused_inside_graphs(tmp_path, monkeypatch):
-    """Code built before the device ring sizes count maps by a counting run: not inside a graph."""
-    without_ring_layout(monkeypatch)
+def test_count_maps_refused_inside_graphs(tmp_path):
     p = Program(tmp_path, probe=COUNT_PROBE)
     graph, rc = p.capture()
     assert rc == NOT_HANDLED
     finish(p.rt)
     (fb,) = events(p.rt, "fallback")
     assert fb["stage"] == "graph" and 'cap = "count"' in fb["reason"]
-
-
-def graph_ring_kernel(tries):
-    """A fake probed kernel writing a count-sized map's ring in a graph replay (passes/ring.py): nothing
-    when its probe gate is set; else unit u tries `tries(u, run)` records 1000 * run + u, run counting
-    the kernel's ungated runs, each a slot from the head; past `cap` only the head counts."""
-    runs = [0]
-
-    def probed(drv_, req_, params, name):
-        buf = probe_buffer(params, 4)
-        if buf is None:
-            return
-        cap = param_u32(params, 5)
-        head = C.c_uint64.from_address(buf)
-        tags = (C.c_uint32 * cap).from_address(buf + nt.RING_HEADER)
-        recs = (C.c_uint64 * cap).from_address(buf + nt.ring_records_offset(cap))
-        for u in range(nt.units_for("thread", req_.grid, req_.block)):
-            for _ in range(tries(u, runs[0])):
-                slot = head.value
-                head.value += 1
-                if slot < cap:
-                    tags[slot], recs[slot] = u, 1000 * runs[0] + u
-        runs[0] += 1
-    return probed
-
-
-@pytest.mark.parametrize("launches", [LaunchFilter(), LaunchFilter(every=2)], ids=["every replay", "every:2"])
-def test_count_maps_go_into_their_ring_inside_graphs(tmp_path, launches):
-    """cap = "count" inside a graph: the ring is sized at capture (--ring-records slots per unit), each
-    replay's records are its own (the append kernel zeroes the ring, head included, for the next one);
-    a replay left out by --launches writes nothing (gated) and is not written."""
-    p = Program(tmp_path, probe=COUNT_PROBE, launches=launches)
-    p.drv.kernel_impl["saxpy4"] = graph_ring_kernel(lambda u, run: (u + run) % 3)
-    graph, rc = p.capture()
-    assert rc == 0 and not events(p.rt, "fallback")
-    exe = p.instantiate(graph)
-    p.replay(exe, 4)
-    finish(p.rt)
-    t = nt.load(p.rt.trace.path)
-    selected = [r for r in range(4) if launches.selects(r)]
-    assert [la.event["replay"] for la in t.launches] == selected
-    units = nt.units_for("thread", (4, 1, 1), (64, 1, 1))
-    for run, la in enumerate(t.launches):
-        m = la.maps["mem"]
-        assert m.cap_is_count and m.dropped == 0
-        assert list(m.counts) == [(u + run) % 3 for u in range(units)]
-        v = m.valid()
-        want = [u for u in range(units) for _ in range((u + run) % 3)]
-        assert list(v["unit"]) == want and list(v["addr"]) == [1000 * run + u for u in want]
-
-
-def test_count_maps_inside_graphs_count_what_the_ring_could_not_hold(tmp_path):
-    """A replay that tries more records than the ring sized at capture holds keeps the first ones and
-    counts the rest (head - cap); the next replay starts from an empty ring."""
-    p = Program(tmp_path, probe=COUNT_PROBE, ring_records=1)
-    p.drv.kernel_impl["saxpy4"] = graph_ring_kernel(lambda u, run: 2 if run == 0 else 1)
-    graph, _ = p.capture()
-    exe = p.instantiate(graph)
-    p.replay(exe, 2)
-    finish(p.rt)
-    first, second = nt.load(p.rt.trace.path).launches
-    units = nt.units_for("thread", (4, 1, 1), (64, 1, 1))
-    assert first.maps["mem"].dropped == units and len(first.maps["mem"].valid()) == units
-    assert second.maps["mem"].dropped == 0 and len(second.maps["mem"].valid()) == units
 
 
 def test_destroy_frees_everything_over_many_cycles(program):

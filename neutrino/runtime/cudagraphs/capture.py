@@ -32,14 +32,9 @@ instantiated from the captured graph, for host launch), it does, at each cuGraph
 (replay_select.py, shim/graphpick.c): a replay left out runs the program's own kernels
 and no append node; the gate then serves only what the host cannot choose.
 
-`cap = "count"` maps go into their device ring (passes/ring.py) like any map: the
-ring is sized at capture as a launch's is (`--ring-records` slots per unit, or what
-the kernel's eager launches taught, within a quarter of `--buffer-budget`), the
-append kernel copies and zeroes it with the other maps (its head included), and a
-replay that tries more records than it holds counts the loss in the head. Code built
-before the device ring (a counting run per replay would need the host between two
-kernels of the replay) is refused: a `fallback` event with stage `graph`, and the
-node runs unprobed.
+`cap = "count"` maps are refused inside graphs (a counting run per replay would
+need the host between two kernels of the replay): a `fallback` event with
+stage `graph`, and the node runs unprobed.
 """
 
 from __future__ import annotations
@@ -177,9 +172,8 @@ class GraphProbes:
 
         Raises Fallback while the original could still be captured instead; once the
         probed kernel node is in the graph, never raises (returns 0)."""
-        if pk.needs_counting:  # count-sized maps of code built before the device ring: a counting run per replay
-            raise Fallback("graph", 'cap = "count" maps of code built without the device ring are not supported '
-                                    "inside CUDA graphs (spec/runtime.md); rebuild the probed code")
+        if pk.count_sized:
+            raise Fallback("graph", 'cap = "count" maps are not supported inside CUDA graphs (spec/runtime.md)')
         if pk.baseline is not None:
             raise Fallback("graph", "--benchmark does not time launches captured into CUDA graphs")
         if req.extra and not req.params:
