@@ -20,12 +20,16 @@ never per launch. Candidates, best first:
    `load_state_dict(assign=True)`). Every build is timed (`on_walk`); all but the one walk that
    seeds the registry are held to a budget: BUDGET_FLOOR_SECONDS, plus BUDGET_FRACTION of the
    wall time since the resolver started, and never more than MAX_WALK_SECONDS in all;
-2. tensors held by local variables of the launching thread's Python frames: in Inductor's
-   generated code (`buf0`, `primals_1`, `arg3_1`) and, from Python 3.13, in the program's own
-   frames, named by their variable; tensors in library frames (Triton's launcher, torch) count
-   without a name. Before 3.13 reading a frame's `f_locals` leaves a snapshot on the frame that
-   holds its values until the frame ends or is read again: the program's own frames (a training
-   loop's, which live long) are not read there, so that no tensor of theirs outlives its use.
+2. from Python 3.13, tensors held by local variables of the launching thread's Python frames: in
+   Inductor's generated code (`buf0`, `primals_1`, `arg3_1`) and in the program's own frames,
+   named by their variable; tensors in library frames (Triton's launcher, torch) count without a
+   name. Before 3.13 no frame's locals are read: reading a running frame's `f_locals` leaves a
+   snapshot on the frame that holds its values until the frame ends or is read again, so a
+   tensor the program dropped (Inductor's `del buf0`, `args.clear()`) would outlive its use. That
+   changes the program: PyTorch's CUDA-graph trees free the memory of outputs no reference should
+   hold any more, and a snapshot's reference then fails their pool check ("storage data ptrs are
+   not allocated in pool", a torch.compile reduce-overhead training loop on an H200, Python 3.12).
+   There only the parameters and buffers of (1) are named.
 
 A pointer matches a tensor whose storage range holds it (data_ptr ≤ p < data_ptr + bytes), an
 exact data_ptr first. Nothing here imports torch: a process without it gets no tensors.
@@ -51,6 +55,7 @@ MAX_WALK_SECONDS = 10.0  # and never more than this, per process
 MAX_FRAMES = 48
 MIN_POINTER = 1 << 16  # smaller values are sizes, strides, flags: not device addresses
 READ_USER_FRAMES = sys.version_info >= (3, 13)  # f_locals is a view (PEP 667), not a snapshot kept on the frame
+READ_FRAMES = READ_USER_FRAMES  # before 3.13 no running frame is read (the module docstring says why)
 HOOKS = ("register_module_parameter_registration_hook", "register_module_buffer_registration_hook",
          "register_module_module_registration_hook")
 
@@ -295,6 +300,8 @@ class TensorResolver:
     def _frame_tensors(self, tensor_type) -> list[tuple[str | None, object]]:
         """(variable name or None, tensor) from the calling thread's frames, innermost first."""
         out: list[tuple[str | None, object]] = []
+        if not READ_FRAMES:
+            return out
         f = sys._getframe(1)
         for _ in range(MAX_FRAMES):
             if f is None:
