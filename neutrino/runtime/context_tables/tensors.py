@@ -20,16 +20,18 @@ never per launch. Candidates, best first:
    `load_state_dict(assign=True)`). Every build is timed (`on_walk`); all but the one walk that
    seeds the registry are held to a budget: BUDGET_FLOOR_SECONDS, plus BUDGET_FRACTION of the
    wall time since the resolver started, and never more than MAX_WALK_SECONDS in all;
-2. from Python 3.13, tensors held by local variables of the launching thread's Python frames: in
-   Inductor's generated code (`buf0`, `primals_1`, `arg3_1`) and in the program's own frames,
-   named by their variable; tensors in library frames (Triton's launcher, torch) count without a
-   name. Before 3.13 no frame's locals are read: reading a running frame's `f_locals` leaves a
-   snapshot on the frame that holds its values until the frame ends or is read again, so a
-   tensor the program dropped (Inductor's `del buf0`, `args.clear()`) would outlive its use. That
-   changes the program: PyTorch's CUDA-graph trees free the memory of outputs no reference should
-   hold any more, and a snapshot's reference then fails their pool check ("storage data ptrs are
-   not allocated in pool", a torch.compile reduce-overhead training loop on an H200, Python 3.12).
-   There only the parameters and buffers of (1) are named.
+2. tensors held by local variables of the launching thread's Python frames: in Inductor's
+   generated code (`buf0`, `primals_1`, `arg3_1`) and, from Python 3.13, in the program's own
+   frames, named by their variable; tensors in library frames (Triton's launcher, torch) count
+   without a name. Before 3.13 reading a running frame's `f_locals` leaves a snapshot on the
+   frame that holds its values until the frame ends, so a tensor the program dropped would
+   outlive its use until then. That changes programs whose frames outlive the launch: PyTorch's
+   CUDA-graph trees free the memory of outputs no reference should hold any more, and a
+   snapshot's reference in one of their frames fails their pool check ("storage data ptrs are not
+   allocated in pool": a torch.compile reduce-overhead training loop under block_sched, H200,
+   Python 3.12). So before 3.13 only the frames that end with the launch are read: the launch
+   machinery's innermost frames (Triton's package, Inductor's launch helpers, code compiled from a
+   string) up to and including Inductor's generated code, never a frame beyond them.
 
 A pointer matches a tensor whose storage range holds it (data_ptr ≤ p < data_ptr + bytes), an
 exact data_ptr first. Nothing here imports torch: a process without it gets no tensors.
@@ -55,7 +57,9 @@ MAX_WALK_SECONDS = 10.0  # and never more than this, per process
 MAX_FRAMES = 48
 MIN_POINTER = 1 << 16  # smaller values are sizes, strides, flags: not device addresses
 READ_USER_FRAMES = sys.version_info >= (3, 13)  # f_locals is a view (PEP 667), not a snapshot kept on the frame
-READ_FRAMES = READ_USER_FRAMES  # before 3.13 no running frame is read (the module docstring says why)
+# Before 3.13, the frames read: those of the launch itself (their snapshots end with the launch)
+_LAUNCH_SIDE_PARTS = ("/triton/", "/_inductor/runtime/")
+_OUR_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep  # neutrino/
 HOOKS = ("register_module_parameter_registration_hook", "register_module_buffer_registration_hook",
          "register_module_module_registration_hook")
 
@@ -300,13 +304,13 @@ class TensorResolver:
     def _frame_tensors(self, tensor_type) -> list[tuple[str | None, object]]:
         """(variable name or None, tensor) from the calling thread's frames, innermost first."""
         out: list[tuple[str | None, object]] = []
-        if not READ_FRAMES:
-            return out
         f = sys._getframe(1)
         for _ in range(MAX_FRAMES):
             if f is None:
                 break
             named, read = self._frame_kind(f.f_code.co_filename)
+            if not READ_USER_FRAMES and not named and not _launch_side(f.f_code.co_filename):
+                break  # before 3.13 this frame and its callers outlive the launch: never read (docstring)
             try:
                 items = list(f.f_locals.items()) if read else []
             except Exception:  # noqa: BLE001
@@ -318,6 +322,8 @@ class TensorResolver:
                 elif (kind is list or kind is tuple) and len(value) <= 64:
                     out.extend((f"{var}[{i}]" if named else None, v) for i, v in enumerate(value)
                                if issubclass(type(v), tensor_type))
+            if named and not READ_USER_FRAMES:
+                break  # the generated code's callers (CUDA-graph trees, AOTAutograd) outlive the launch
             f = f.f_back
         return out
 
@@ -336,6 +342,11 @@ class TensorResolver:
             if len(self._kinds) < 4096:
                 self._kinds[filename] = kind
         return kind
+
+
+def _launch_side(filename: str) -> bool:
+    """A frame of the launch machinery (ours, Triton, Inductor's launch helpers, code compiled from a string)."""
+    return (filename.startswith(("<", _OUR_DIR)) or any(part in filename for part in _LAUNCH_SIDE_PARTS))
 
 
 def _inductor_dirs() -> tuple[str, ...]:
