@@ -6,7 +6,9 @@ Triton's layernorm under block_sched, 48 registers linked against 37 whole (the 
 two fewer blocks per SM. So the probed code is compiled like the original was (Triton and
 nvcc run ptxas on a whole module): by a `ptxas` found here; where none is found or it fails,
 the caller hands the PTX to the driver's own JIT (`cuModuleLoadDataEx`, whole-program too),
-which gives no cubin to keep in the code cache (spec/runtime.md, "Loading probed code").
+which gives no cubin to keep in the code cache (spec/runtime.md, "A probed launch"). Not the
+oracle of `instrument --check` (neutrino/ptxas.py): that one only checks that text assembles, for
+the lowest architecture a ptxas lists; this one builds the code that runs, for the launch's device.
 """
 
 from __future__ import annotations
