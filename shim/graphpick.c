@@ -114,6 +114,10 @@ static struct {
     int loaded;
 } drv;
 
+/* A child forked while another thread held the lock (in a switch) must not wait for it forever. */
+static void lock_in_forked_child(void) { pthread_mutex_init(&picks_lock, NULL); }
+__attribute__((constructor)) static void graphpick_init(void) { pthread_atfork(NULL, NULL, lock_in_forked_child); }
+
 static int load_driver(void) {
     if (!drv.loaded) {
         drv.set_params =

@@ -150,3 +150,11 @@ def test_a_context_teardown_forgets_every_plan(tmp_path, fakecuda, shim, monkeyp
     assert probed(log) == [r in SELECTED for r in range(5)] + [False] * (REPLAYS - 5)
     assert calls == 9  # replay 0: 2 calls, 1: 2, 3: 3, 4: 2; none after the teardown
     assert written(t) == [0, 3]
+
+
+def test_a_child_forked_during_a_switch_does_not_hang(tmp_path, fakecuda, shim, monkeypatch):
+    """The program forks while the shim switches nodes (its lock held, as another thread of the program
+    can): the child's next graph call must not wait forever for a lock no thread of it holds."""
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, FAKECUDA_FORK_IN_SWITCH=1)
+    assert "fork child 0" in said, said  # -1: the child hung on the shim's lock
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED

@@ -10,7 +10,8 @@ the captured graph; GRAPH_APP_UPDATE_AT=N: cuGraphExecUpdate with the captured g
 GRAPH_APP_CAPTURED_AT=N: replay N launched into a capturing stream; GRAPH_APP_GRAPH_FIRST=1: the graph
 destroyed right after its instantiation, as PyTorch does (prints the graphs alive then);
 GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown the shim reports). Prints the fake driver's
-cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls")."""
+cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), and with
+FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switch ("fork child", -1: hung)."""
 import ctypes as C
 import os
 import sys
@@ -87,6 +88,9 @@ def main(ptx_path, kernel, cycles, replays):
             say("live after first cycle", cu.fakecuda_live_allocations())
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
     say("pick calls", cu.fakecuda_pick_calls())
+    if os.environ.get("FAKECUDA_FORK_IN_SWITCH"):
+        cu.fakecuda_fork_status.restype = C.c_long
+        say("fork child", cu.fakecuda_fork_status())
     say("app done")
 
 
