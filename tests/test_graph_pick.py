@@ -158,3 +158,16 @@ def test_a_child_forked_during_a_switch_does_not_hang(tmp_path, fakecuda, shim, 
     log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, FAKECUDA_FORK_IN_SWITCH=1)
     assert "fork child 0" in said, said  # -1: the child hung on the shim's lock
     assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+
+
+@pytest.mark.parametrize("twin", ["graph", "clone"])
+def test_two_executable_graphs_of_one_capture_number_their_replays_together(tmp_path, fakecuda, shim, monkeypatch,
+                                                                             twin):
+    """Two executable graphs of one capture share its nodes' device state: their replays are numbered
+    together (launch k of the two, alternating). One on the device gate (instantiated from a clone; or
+    given up, here by a launch into a capture) leaves the other's plan nothing to count by: both are
+    on the device gate, numbered the same way."""
+    captured = {"GRAPH_APP_CAPTURED_AT": 4} if twin == "graph" else {}
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_TWIN=twin, **captured)
+    launches = 2 * REPLAYS - (1 if captured else 0)  # the replay launched into a capture is a child graph's
+    assert written(t) == [k for k in range(launches) if k % EVERY == 0]

@@ -9,6 +9,8 @@ in one graph (torch.cuda.graphs capturing several kernels). GRAPH_APP_CLONE=1: i
 the captured graph; GRAPH_APP_UPDATE_AT=N: cuGraphExecUpdate with the captured graph before replay N;
 GRAPH_APP_CAPTURED_AT=N: replay N launched into a capturing stream; GRAPH_APP_GRAPH_FIRST=1: the graph
 destroyed right after its instantiation, as PyTorch does (prints the graphs alive then);
+GRAPH_APP_TWIN=graph|clone: a second executable graph
+instantiated from the captured graph or a clone of it, launched right after each replay of the first;
 GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown the shim reports). Prints the fake driver's
 cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), and with
 FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switch ("fork child", -1: hung)."""
@@ -66,6 +68,14 @@ def main(ptx_path, kernel, cycles, replays):
         if first:
             assert cu.cuGraphDestroy(graph) == 0
             say("graphs after destroy", cu.fakecuda_graphs_live())
+        twin = P()  # GRAPH_APP_TWIN=clone|graph: a second executable graph of the capture, launched after each replay
+        twin_of = os.environ.get("GRAPH_APP_TWIN")
+        if twin_of:
+            twin_source = graph
+            if twin_of == "clone":
+                twin_source = P()
+                assert cu.cuGraphClone(C.byref(twin_source), graph) == 0
+            assert cu.cuGraphInstantiateWithFlags(C.byref(twin), twin_source, 0) == 0
         for r in range(replays):
             if r == int(os.environ.get("GRAPH_APP_RELEASE_AT", "-1")):
                 assert cu.cuDevicePrimaryCtxRelease_v2(0) == 0
@@ -79,6 +89,12 @@ def main(ptx_path, kernel, cycles, replays):
                 assert cu.cuGraphDestroy(inner) == 0
                 continue
             assert cu.cuGraphLaunch(exe, stream) == 0
+            if twin_of:
+                assert cu.cuGraphLaunch(twin, stream) == 0
+        if twin_of:
+            assert cu.cuGraphExecDestroy(twin) == 0
+            if twin_source.value != graph.value:
+                assert cu.cuGraphDestroy(twin_source) == 0
         assert cu.cuGraphExecDestroy(exe) == 0
         if source.value != graph.value:
             assert cu.cuGraphDestroy(source) == 0

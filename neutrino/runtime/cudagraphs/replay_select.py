@@ -17,12 +17,16 @@ import os
 
 ENV_OFF = "NEUTRINO_GRAPH_PICK"  # "0": the device gate alone (benchmarks compare the two)
 
-# why a plan is given up (shim/shim.h NT_PICK_*)
+# why a plan is given up (shim/shim.h NT_PICK_*; SHARED_GATE is Python's own: the shim drops a group's plans
+# together, neutrino_graph_pick_drop)
+SHARED_GATE = 5
 FALLBACK_REASONS = {
     1: "the executable graph was launched into a capturing stream (it becomes a child graph node)",
     2: "switching the graph's nodes failed",
     3: "cuGraphExecUpdate on the executable graph",
     4: "the program set new parameters for one of the probed graph's nodes",
+    SHARED_GATE: "another executable graph of the captured graph runs on the device gate (their replays are "
+                 "numbered together)",
 }
 
 
