@@ -171,3 +171,11 @@ def test_two_executable_graphs_of_one_capture_number_their_replays_together(tmp_
     log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_TWIN=twin, **captured)
     launches = 2 * REPLAYS - (1 if captured else 0)  # the replay launched into a capture is a child graph's
     assert written(t) == [k for k in range(launches) if k % EVERY == 0]
+
+
+def test_the_programs_generic_node_params_hold_in_every_replay(tmp_path, fakecuda, shim, monkeypatch):
+    """cuGraphNodeSetParams (the generic form) on the probed node before instantiation, the program's
+    kernel on 2 blocks: every replay runs it so; no plan switches the node back to the capture's."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_SET_NODE_GRID=2)
+    assert [line for line in log if line.startswith("saxpy4 ")] == ["saxpy4 probed=0 grid=2"] * REPLAYS
+    assert calls == 0 and written(t) == []

@@ -231,9 +231,10 @@ CUresult cuStreamBeginCapture_v2(void *s, int mode) {
     cap_dep = NULL;
     return 0;
 }
+static Graph *last_graph;       /* the graph the last capture built (cuGraphNodeSetParams's) */
 CUresult cuStreamEndCapture(void *s, void **graph) {
     if (s != cap_stream) return 901;
-    *graph = cap_graph;
+    *graph = last_graph = cap_graph;
     cap_stream = NULL; cap_graph = NULL;
     return 0;
 }
@@ -358,6 +359,16 @@ CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *offset, size_t *size) {
         off += bytes;
         q = comma;
     }
+}
+/* The generic form on a node of the last captured graph (node handles are positions): a kernel node's
+ * parameters (CUgraphNodeParams: type 0, CUDA_KERNEL_NODE_PARAMS_v3 at byte 16). */
+CUresult cuGraphNodeSetParams(void *node, const void *p) {
+    Node *nd = last_graph ? exec_node(last_graph, node) : NULL;
+    const KernelNodeParams *k = (const KernelNodeParams *)((const char *)p + 16);
+    if (!nd || nd->kind != N_KERNEL || *(const int *)p != 0 || !k->func) return 1;
+    nd->a = k->func; nd->b = k->params;
+    memcpy(nd->dims, k->dims, sizeof nd->dims);
+    return 0;
 }
 /* The exec runs the nodes of `graph` (same topology: here, as many nodes), all enabled. */
 CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *info) {

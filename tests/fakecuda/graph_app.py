@@ -11,6 +11,8 @@ GRAPH_APP_CAPTURED_AT=N: replay N launched into a capturing stream; GRAPH_APP_GR
 destroyed right after its instantiation, as PyTorch does (prints the graphs alive then);
 GRAPH_APP_TWIN=graph|clone: a second executable graph
 instantiated from the captured graph or a clone of it, launched right after each replay of the first;
+GRAPH_APP_SET_NODE_GRID=G: cuGraphNodeSetParams on
+the (last) kernel node before instantiation: the program's kernel on G blocks;
 GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown the shim reports). Prints the fake driver's
 cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), and with
 FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switch ("fork child", -1: hung)."""
@@ -28,6 +30,25 @@ def say(*words):
             fh.write(line)
     else:
         sys.stdout.write(line)
+
+
+def last_node(cu, stream):
+    """The node the capture of `stream` added last."""
+    status, cid, graph, deps, n = C.c_int(), C.c_ulonglong(), C.c_void_p(), C.POINTER(C.c_void_p)(), C.c_size_t()
+    assert cu.cuStreamGetCaptureInfo_v2(C.c_void_p(stream.value), C.byref(status), C.byref(cid), C.byref(graph),
+                                        C.byref(deps), C.byref(n)) == 0 and n.value == 1
+    return deps[0]
+
+
+def set_node_grid(cu, node, fn, params, grid_x):
+    """cuGraphNodeSetParams (the generic form): the node runs `fn` with `params` on `grid_x` blocks."""
+    buf = (C.c_uint64 * 32)()  # CUgraphNodeParams: type 0 (kernel), CUDA_KERNEL_NODE_PARAMS_v3 at byte 16
+    base = C.addressof(buf)
+    C.c_void_p.from_address(base + 16).value = fn.value
+    (C.c_uint32 * 7).from_address(base + 24)[:] = [grid_x, 1, 1, 64, 1, 1, 0]
+    C.c_void_p.from_address(base + 56).value = C.addressof(params)
+    cu.cuGraphNodeSetParams.argtypes = [C.c_void_p, C.c_void_p]
+    assert cu.cuGraphNodeSetParams(node, base) == 0
 
 
 def main(ptx_path, kernel, cycles, replays):
@@ -58,7 +79,10 @@ def main(ptx_path, kernel, cycles, replays):
         assert begin(stream, 0) == 0  # global mode, PyTorch's default
         for _ in range(int(os.environ.get("GRAPH_APP_KERNELS", "1"))):
             assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+        node = last_node(cu, stream)
         assert cu.cuStreamEndCapture(stream, C.byref(graph)) == 0
+        if os.environ.get("GRAPH_APP_SET_NODE_GRID"):  # the program's own kernel on a smaller grid
+            set_node_grid(cu, node, fn, params, int(os.environ["GRAPH_APP_SET_NODE_GRID"]))
         source = graph
         if os.environ.get("GRAPH_APP_CLONE"):
             source = P()
