@@ -179,3 +179,12 @@ def test_the_programs_generic_node_params_hold_in_every_replay(tmp_path, fakecud
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_SET_NODE_GRID=2)
     assert [line for line in log if line.startswith("saxpy4 ")] == ["saxpy4 probed=0 grid=2"] * REPLAYS
     assert calls == 0 and written(t) == []
+
+
+def test_no_plan_again_after_replays_on_the_device_gate(tmp_path, fakecuda, shim, monkeypatch):
+    """The plan given up at replay 4 (a launch into a capture), the device gate numbers replays 4 and 5,
+    which the host never sees; cuGraphExecUpdate before replay 6 must not plan again from the host's
+    stale count (it chose replay 8 as its 6th and left 6 and 9 out)."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CAPTURED_AT=4, GRAPH_APP_UPDATE_AT=6)
+    assert written(t) == SELECTED
+    assert probed(log) == [r in SELECTED for r in range(4)] + [True] * (REPLAYS - 4)

@@ -19,7 +19,9 @@ ENV_OFF = "NEUTRINO_GRAPH_PICK"  # "0": the device gate alone (benchmarks compar
 
 # why a plan is given up (shim/shim.h NT_PICK_*; SHARED_GATE is Python's own: the shim drops a group's plans
 # together, neutrino_graph_pick_drop)
-SHARED_GATE = 5
+UPDATE, SHARED_GATE = 3, 5
+# after replays the host did not count (the device gate's), its count is stale: no plan again
+UNCOUNTED = "replays of the captured graph ran on the device gate, which the host does not count"
 FALLBACK_REASONS = {
     1: "the executable graph was launched into a capturing stream (it becomes a child graph node)",
     2: "switching the graph's nodes failed",
