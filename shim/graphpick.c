@@ -114,6 +114,10 @@ static struct {
     int loaded;
 } drv;
 
+/* A child forked while another thread held the lock (in a switch) must not wait for it forever. */
+static void lock_in_forked_child(void) { pthread_mutex_init(&picks_lock, NULL); }
+__attribute__((constructor)) static void graphpick_init(void) { pthread_atfork(NULL, NULL, lock_in_forked_child); }
+
 static int load_driver(void) {
     if (!drv.loaded) {
         drv.set_params =
@@ -439,22 +443,38 @@ void neutrino_graph_pick_forget_all(void) {
     }
 }
 
-/* Give the plan of `exec` up: every node as captured (probed, reading the gate), the append nodes
- * enabled and numbering the next replay `*next_replay` (skip = the replays left out so far, host = 0).
- * Returns 0 when there was no plan, 1 when restored, -1 when a driver call failed (the nodes may be
- * left in either state: the program's results are the same, the probe's may be missing). */
+/* Give the plan of `exec` up, and every plan of its group (their executable graphs share the nodes'
+ * device state: once one runs on the device gate, the host no longer sees every replay it numbers):
+ * every node as captured (probed, reading the gate), the append nodes enabled and numbering the next
+ * replay `*next_replay` (skip = the replays left out so far, host = 0). Returns 0 when there was no
+ * plan, 1 when restored, -1 when a driver call failed (the nodes may be left in either state: the
+ * program's results are the same, the probe's may be missing). */
 int neutrino_graph_pick_drop(void *exec, uint64_t *next_replay) {
     pthread_mutex_lock(&picks_lock);
-    nt_pick_plan *p = *plan_slot(exec);
-    int ok = 0;
-    if (p) {  /* the switches first: the graph whose node handles they use may go with the plan */
-        *next_replay = p->group->replays;
-        ok = set_kernels(p, K_CAPTURED) & set_append_args(p, p->group->replays - p->group->runs, 0);
-        ok &= set_appends(p, 1);
-        ok = ok ? 1 : -1;
-        unlink_plan(exec);
+    nt_pick_plan *p = *plan_slot(exec), *gone = NULL;
+    nt_pick_group *group = p ? p->group : NULL;
+    int ok = p ? 1 : 0;
+    if (group) *next_replay = group->replays;
+    for (nt_pick_plan **slot = &plans; group && *slot;) {
+        p = *slot;
+        if (p->group != group) {
+            slot = &p->next;
+            continue;
+        }
+        /* the switches first: the graph whose node handles they use may go with the plan */
+        int restored = set_kernels(p, K_CAPTURED) & set_append_args(p, group->replays - group->runs, 0);
+        if (!(restored & set_appends(p, 1))) ok = -1;
+        *slot = p->next;
+        atomic_fetch_sub(&plans_live, 1);
+        p->next = gone;
+        gone = p;
     }
+    for (p = gone; p; p = p->next) release_graph(p->graph);
     pthread_mutex_unlock(&picks_lock);
-    if (p) plan_free(p);
+    while (gone) {
+        p = gone->next;
+        plan_free(gone);
+        gone = p;
+    }
     return ok;
 }

@@ -493,7 +493,7 @@ enum {
     GH_EXEC_UPDATE, GH_EXEC_UPDATE_V2, GH_DESTROY, GH_EXEC_DESTROY, GH_ADD_KERNEL, GH_ADD_KERNEL_V2,
     GH_SET_PARAMS, GH_SET_PARAMS_V2, GH_EXEC_SET_PARAMS, GH_EXEC_SET_PARAMS_V2,
     GH_BEGIN, GH_BEGIN_PTSZ, GH_BEGIN_TO_GRAPH, GH_BEGIN_TO_GRAPH_PTSZ, GH_END, GH_END_PTSZ, GH_LAUNCH, GH_LAUNCH_PTSZ,
-    GH_EXEC_NODE_SET_PARAMS, GH_COUNT
+    GH_EXEC_NODE_SET_PARAMS, GH_NODE_SET_PARAMS, GH_COUNT
 };
 
 static const char *const graph_hook_names[GH_COUNT] = {
@@ -503,7 +503,7 @@ static const char *const graph_hook_names[GH_COUNT] = {
     "cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams",
     "cuGraphExecKernelNodeSetParams_v2", "cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz",
     "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz",
-    "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecNodeSetParams",
+    "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecNodeSetParams", "cuGraphNodeSetParams",
 };
 static void *_Atomic graph_real[GH_COUNT];
 
@@ -665,6 +665,26 @@ CUresult cuGraphExecNodeSetParams(void *exec, void *node, void *p) {
     return fn(exec, node, p);
 }
 
+/* The generic form (CUDA 12.2) on a graph's node. A kernel node's parameters (CUgraphNodeParams: the
+ * type, 0 for a kernel node, then at byte 16 CUDA_KERNEL_NODE_PARAMS_v3, laid out as _v2) go the way of
+ * cuGraphKernelNodeSetParams_v2: Python keeps a probed node probed, or lets them through; either way
+ * the host stops choosing the replays of the graph's later executable graphs (a plan would switch the
+ * node back to the arguments of the capture). */
+#define GRAPH_NODE_PARAMS_BYTES 256
+#define GRAPH_NODE_PARAMS_KERNEL 16
+CUresult cuGraphNodeSetParams(void *node, void *p) {
+    CUresult (*fn)(void *, void *) = GREAL(GH_NODE_SET_PARAMS, CUresult(*)(void *, void *));
+    if (!fn) return CU_NOT_FOUND;
+    if (!p || *(const int *)p != 0) return fn(node, p);
+    const void *kernel = (const char *)p + GRAPH_NODE_PARAMS_KERNEL;
+    const void *ours = node_params(NULL, node, kernel, 2);
+    if (ours == kernel) return fn(node, p);
+    unsigned char copy[GRAPH_NODE_PARAMS_BYTES];
+    memcpy(copy, p, sizeof copy);
+    memcpy(copy + GRAPH_NODE_PARAMS_KERNEL, ours, sizeof(kernel_node_params));
+    return fn(node, copy);
+}
+
 typedef CUresult (*begin_t)(void *, int);
 static CUresult begin_capture(int slot, void *stream, int mode) {
     begin_t fn = GREAL(slot, begin_t);
@@ -732,7 +752,7 @@ static void *const graph_hook_fns[GH_COUNT] = {
     (void *)cuGraphExecKernelNodeSetParams, (void *)cuGraphExecKernelNodeSetParams_v2,
     (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz, (void *)cuStreamBeginCaptureToGraph,
     (void *)cuStreamBeginCaptureToGraph_ptsz, (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz,
-    (void *)cuGraphLaunch, (void *)cuGraphLaunch_ptsz, (void *)cuGraphExecNodeSetParams,
+    (void *)cuGraphLaunch, (void *)cuGraphLaunch_ptsz, (void *)cuGraphExecNodeSetParams, (void *)cuGraphNodeSetParams,
 };
 
 /* Our wrapper for an exported libcuda name (the dlsym route), or NULL. */
@@ -766,6 +786,7 @@ void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long 
     if (!strcmp(symbol, "cuGraphInstantiateWithFlags")) return graph_hook_fns[GH_INSTANTIATE_FLAGS];
     if (!strcmp(symbol, "cuGraphClone")) return graph_hook_fns[GH_CLONE];
     if (!strcmp(symbol, "cuGraphExecNodeSetParams")) return graph_hook_fns[GH_EXEC_NODE_SET_PARAMS];
+    if (!strcmp(symbol, "cuGraphNodeSetParams")) return graph_hook_fns[GH_NODE_SET_PARAMS];
     if (!strcmp(symbol, "cuGraphDestroy")) return graph_hook_fns[GH_DESTROY];
     if (!strcmp(symbol, "cuGraphExecDestroy")) return graph_hook_fns[GH_EXEC_DESTROY];
     return NULL;

@@ -150,3 +150,41 @@ def test_a_context_teardown_forgets_every_plan(tmp_path, fakecuda, shim, monkeyp
     assert probed(log) == [r in SELECTED for r in range(5)] + [False] * (REPLAYS - 5)
     assert calls == 9  # replay 0: 2 calls, 1: 2, 3: 3, 4: 2; none after the teardown
     assert written(t) == [0, 3]
+
+
+def test_a_child_forked_during_a_switch_does_not_hang(tmp_path, fakecuda, shim, monkeypatch):
+    """The program forks while the shim switches nodes (its lock held, as another thread of the program
+    can): the child's next graph call must not wait forever for a lock no thread of it holds."""
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, FAKECUDA_FORK_IN_SWITCH=1)
+    assert "fork child 0" in said, said  # -1: the child hung on the shim's lock
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+
+
+@pytest.mark.parametrize("twin", ["graph", "clone"])
+def test_two_executable_graphs_of_one_capture_number_their_replays_together(tmp_path, fakecuda, shim, monkeypatch,
+                                                                             twin):
+    """Two executable graphs of one capture share its nodes' device state: their replays are numbered
+    together (launch k of the two, alternating). One on the device gate (instantiated from a clone; or
+    given up, here by a launch into a capture) leaves the other's plan nothing to count by: both are
+    on the device gate, numbered the same way."""
+    captured = {"GRAPH_APP_CAPTURED_AT": 4} if twin == "graph" else {}
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_TWIN=twin, **captured)
+    launches = 2 * REPLAYS - (1 if captured else 0)  # the replay launched into a capture is a child graph's
+    assert written(t) == [k for k in range(launches) if k % EVERY == 0]
+
+
+def test_the_programs_generic_node_params_hold_in_every_replay(tmp_path, fakecuda, shim, monkeypatch):
+    """cuGraphNodeSetParams (the generic form) on the probed node before instantiation, the program's
+    kernel on 2 blocks: every replay runs it so; no plan switches the node back to the capture's."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_SET_NODE_GRID=2)
+    assert [line for line in log if line.startswith("saxpy4 ")] == ["saxpy4 probed=0 grid=2"] * REPLAYS
+    assert calls == 0 and written(t) == []
+
+
+def test_no_plan_again_after_replays_on_the_device_gate(tmp_path, fakecuda, shim, monkeypatch):
+    """The plan given up at replay 4 (a launch into a capture), the device gate numbers replays 4 and 5,
+    which the host never sees; cuGraphExecUpdate before replay 6 must not plan again from the host's
+    stale count (it chose replay 8 as its 6th and left 6 and 9 out)."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CAPTURED_AT=4, GRAPH_APP_UPDATE_AT=6)
+    assert written(t) == SELECTED
+    assert probed(log) == [r in SELECTED for r in range(4)] + [True] * (REPLAYS - 4)

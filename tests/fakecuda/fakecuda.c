@@ -23,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../../shim/shim.h"  /* the graph append kernel's descriptors */
 
@@ -228,9 +231,10 @@ CUresult cuStreamBeginCapture_v2(void *s, int mode) {
     cap_dep = NULL;
     return 0;
 }
+static Graph *last_graph;       /* the graph the last capture built (cuGraphNodeSetParams's) */
 CUresult cuStreamEndCapture(void *s, void **graph) {
     if (s != cap_stream) return 901;
-    *graph = cap_graph;
+    *graph = last_graph = cap_graph;
     cap_stream = NULL; cap_graph = NULL;
     return 0;
 }
@@ -293,10 +297,34 @@ static Node *exec_node(void *exec, void *node) {
 }
 static long exec_set_params_calls, set_enabled_calls;
 long fakecuda_pick_calls(void) { return exec_set_params_calls + set_enabled_calls; }
+/* FAKECUDA_FORK_IN_SWITCH=1: the program forks (from another thread, say) while the shim is in its
+ * first switch, its lock held; the child asks the shim about the graph and exits. The child's exit
+ * status, or -1 when it hung (killed after 5 s). */
+static long fork_status = -2;
+long fakecuda_fork_status(void) { return fork_status; }
+static void fork_in_switch(void *exec) {
+    if (fork_status != -2 || !getenv("FAKECUDA_FORK_IN_SWITCH")) return;
+    int (*has)(void *, void *) = (int (*)(void *, void *))dlsym(RTLD_DEFAULT, "neutrino_graph_pick_has");
+    pid_t pid = fork();
+    if (pid == 0) _exit(has && has(exec, NULL) == 1 ? 0 : 3);
+    int status = 0;
+    for (int i = 0; i < 500 && waitpid(pid, &status, WNOHANG) == 0; i++) {
+        struct timespec t = {0, 10000000};
+        nanosleep(&t, NULL);
+    }
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fork_status = -1;
+        return;
+    }
+    fork_status = WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
 CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const KernelNodeParams *p) {
     Node *nd = exec_node(exec, node);
     if (!nd || nd->kind != N_KERNEL || !p->func) return 1;
     if (getenv("FAKECUDA_REFUSE_SET_PARAMS")) return 1;  /* a driver that refuses the change */
+    fork_in_switch(exec);
     exec_set_params_calls++;
     nd->a = p->func; nd->b = p->params;  /* the driver copies the values; the shim keeps them alive here */
     memcpy(nd->dims, p->dims, sizeof nd->dims);
@@ -331,6 +359,16 @@ CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *offset, size_t *size) {
         off += bytes;
         q = comma;
     }
+}
+/* The generic form on a node of the last captured graph (node handles are positions): a kernel node's
+ * parameters (CUgraphNodeParams: type 0, CUDA_KERNEL_NODE_PARAMS_v3 at byte 16). */
+CUresult cuGraphNodeSetParams(void *node, const void *p) {
+    Node *nd = last_graph ? exec_node(last_graph, node) : NULL;
+    const KernelNodeParams *k = (const KernelNodeParams *)((const char *)p + 16);
+    if (!nd || nd->kind != N_KERNEL || *(const int *)p != 0 || !k->func) return 1;
+    nd->a = k->func; nd->b = k->params;
+    memcpy(nd->dims, k->dims, sizeof nd->dims);
+    return 0;
 }
 /* The exec runs the nodes of `graph` (same topology: here, as many nodes), all enabled. */
 CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *info) {

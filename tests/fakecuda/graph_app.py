@@ -9,8 +9,13 @@ in one graph (torch.cuda.graphs capturing several kernels). GRAPH_APP_CLONE=1: i
 the captured graph; GRAPH_APP_UPDATE_AT=N: cuGraphExecUpdate with the captured graph before replay N;
 GRAPH_APP_CAPTURED_AT=N: replay N launched into a capturing stream; GRAPH_APP_GRAPH_FIRST=1: the graph
 destroyed right after its instantiation, as PyTorch does (prints the graphs alive then);
+GRAPH_APP_TWIN=graph|clone: a second executable graph
+instantiated from the captured graph or a clone of it, launched right after each replay of the first;
+GRAPH_APP_SET_NODE_GRID=G: cuGraphNodeSetParams on
+the (last) kernel node before instantiation: the program's kernel on G blocks;
 GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown the shim reports). Prints the fake driver's
-cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls")."""
+cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), and with
+FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switch ("fork child", -1: hung)."""
 import ctypes as C
 import os
 import sys
@@ -25,6 +30,25 @@ def say(*words):
             fh.write(line)
     else:
         sys.stdout.write(line)
+
+
+def last_node(cu, stream):
+    """The node the capture of `stream` added last."""
+    status, cid, graph, deps, n = C.c_int(), C.c_ulonglong(), C.c_void_p(), C.POINTER(C.c_void_p)(), C.c_size_t()
+    assert cu.cuStreamGetCaptureInfo_v2(C.c_void_p(stream.value), C.byref(status), C.byref(cid), C.byref(graph),
+                                        C.byref(deps), C.byref(n)) == 0 and n.value == 1
+    return deps[0]
+
+
+def set_node_grid(cu, node, fn, params, grid_x):
+    """cuGraphNodeSetParams (the generic form): the node runs `fn` with `params` on `grid_x` blocks."""
+    buf = (C.c_uint64 * 32)()  # CUgraphNodeParams: type 0 (kernel), CUDA_KERNEL_NODE_PARAMS_v3 at byte 16
+    base = C.addressof(buf)
+    C.c_void_p.from_address(base + 16).value = fn.value
+    (C.c_uint32 * 7).from_address(base + 24)[:] = [grid_x, 1, 1, 64, 1, 1, 0]
+    C.c_void_p.from_address(base + 56).value = C.addressof(params)
+    cu.cuGraphNodeSetParams.argtypes = [C.c_void_p, C.c_void_p]
+    assert cu.cuGraphNodeSetParams(node, base) == 0
 
 
 def main(ptx_path, kernel, cycles, replays):
@@ -55,7 +79,10 @@ def main(ptx_path, kernel, cycles, replays):
         assert begin(stream, 0) == 0  # global mode, PyTorch's default
         for _ in range(int(os.environ.get("GRAPH_APP_KERNELS", "1"))):
             assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+        node = last_node(cu, stream)
         assert cu.cuStreamEndCapture(stream, C.byref(graph)) == 0
+        if os.environ.get("GRAPH_APP_SET_NODE_GRID"):  # the program's own kernel on a smaller grid
+            set_node_grid(cu, node, fn, params, int(os.environ["GRAPH_APP_SET_NODE_GRID"]))
         source = graph
         if os.environ.get("GRAPH_APP_CLONE"):
             source = P()
@@ -65,6 +92,14 @@ def main(ptx_path, kernel, cycles, replays):
         if first:
             assert cu.cuGraphDestroy(graph) == 0
             say("graphs after destroy", cu.fakecuda_graphs_live())
+        twin = P()  # GRAPH_APP_TWIN=clone|graph: a second executable graph of the capture, launched after each replay
+        twin_of = os.environ.get("GRAPH_APP_TWIN")
+        if twin_of:
+            twin_source = graph
+            if twin_of == "clone":
+                twin_source = P()
+                assert cu.cuGraphClone(C.byref(twin_source), graph) == 0
+            assert cu.cuGraphInstantiateWithFlags(C.byref(twin), twin_source, 0) == 0
         for r in range(replays):
             if r == int(os.environ.get("GRAPH_APP_RELEASE_AT", "-1")):
                 assert cu.cuDevicePrimaryCtxRelease_v2(0) == 0
@@ -78,6 +113,12 @@ def main(ptx_path, kernel, cycles, replays):
                 assert cu.cuGraphDestroy(inner) == 0
                 continue
             assert cu.cuGraphLaunch(exe, stream) == 0
+            if twin_of:
+                assert cu.cuGraphLaunch(twin, stream) == 0
+        if twin_of:
+            assert cu.cuGraphExecDestroy(twin) == 0
+            if twin_source.value != graph.value:
+                assert cu.cuGraphDestroy(twin_source) == 0
         assert cu.cuGraphExecDestroy(exe) == 0
         if source.value != graph.value:
             assert cu.cuGraphDestroy(source) == 0
@@ -87,6 +128,9 @@ def main(ptx_path, kernel, cycles, replays):
             say("live after first cycle", cu.fakecuda_live_allocations())
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
     say("pick calls", cu.fakecuda_pick_calls())
+    if os.environ.get("FAKECUDA_FORK_IN_SWITCH"):
+        cu.fakecuda_fork_status.restype = C.c_long
+        say("fork child", cu.fakecuda_fork_status())
     say("app done")
 
 

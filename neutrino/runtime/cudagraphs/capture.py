@@ -135,6 +135,7 @@ class GraphGroup:
     appends: list = attrs.Factory(list)  # the append nodes: handle, function, grid, block, arguments
     pick_group: int = 0  # the host's replay count shared by its executable graphs (replay_select.py)
     pick_off: str = ""  # why the host no longer chooses the replays of new executable graphs
+    planned: set = attrs.Factory(set)  # executable graphs whose replays the host chooses (the others: the device gate)
 
     @property
     def refs(self) -> int:
@@ -367,6 +368,7 @@ class GraphProbes:
                 group = self._by_exec.pop(a, None)
                 if group is not None:
                     group.execs.discard(a)
+                    group.planned.discard(a)
                     self._release(group)
         return 0
 
@@ -423,17 +425,28 @@ class GraphProbes:
                "instantiated from a clone of the captured graph" if graph != group.graph else
                group.pick_off or ("a probed node's arguments could not be copied at capture"
                                   if not all(n.pick_args for n in nodes) else ""))
+        if not why and group.execs - group.planned - {exe}:  # it counts replays the host never sees
+            why = replay_select.FALLBACK_REASONS[replay_select.SHARED_GATE]
+        kernels = [{"node": n.node, "probed": n.probed_func, "original": n.func, "args": n.pick_args,
+                    "grid": n.grid, "block": n.block, "shared_bytes": n.shared_bytes} for n in nodes]
         if nodes and not why:
             if not group.pick_group:
                 group.pick_group = self.picker.new_group()
-            kernels = [{"node": n.node, "probed": n.probed_func, "original": n.func, "args": n.pick_args,
-                        "grid": n.grid, "block": n.block, "shared_bytes": n.shared_bytes} for n in nodes]
             if group.pick_group and self.picker.plan(exe, graph, group.ctx, group.pick_group, kernels, group.appends):
+                group.planned.add(exe)
                 return
             why = "the shim could not plan it (a driver without cuGraphExecKernelNodeSetParams_v2, "
             why += "cuGraphNodeSetEnabled or cuFuncGetParamInfo, or no memory)"
         if nodes:
             self.trace.event("graph_pick_fallback", graph=group.id, exec=hex(exe), reason=why, replay=None)
+            group.pick_off = group.pick_off or replay_select.UNCOUNTED
+            if group.planned - {exe}:  # this one runs on the device gate: so do the others (one count)
+                self.give_up_picking(next(iter(group.planned - {exe})), replay_select.SHARED_GATE)
+            if group.pick_group and graph == group.graph and all(n.pick_args for n in nodes):
+                # its append nodes have the capture's arguments (skip 0) while the host left replays
+                # out: a plan given up at once gives them the skip, so the device gate numbers right
+                if self.picker.plan(exe, graph, group.ctx, group.pick_group, kernels, group.appends):
+                    self.picker.drop(exe)
 
     def give_up_picking(self, exe: int, why: int) -> None:
         """The host stops choosing the replays of `exe`: the shim restores the captured nodes and numbers
@@ -441,10 +454,13 @@ class GraphProbes:
         if self.picker is None:
             return
         with self._lock:
-            dropped = self.picker.drop(exe)
+            dropped = self.picker.drop(exe)  # and the plans of the group's other executable graphs
             group = self._by_exec.get(exe)
             if dropped is None or group is None:
                 return
+            group.planned.clear()
+            if why != replay_select.UPDATE:  # planned again right after the update, before any replay
+                group.pick_off = group.pick_off or replay_select.UNCOUNTED
             replay, restored = dropped
             gate = C.c_uint32(0 if self.sink.filter.selects(replay) else 1)
             failed = ""

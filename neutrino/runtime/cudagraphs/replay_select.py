@@ -17,12 +17,18 @@ import os
 
 ENV_OFF = "NEUTRINO_GRAPH_PICK"  # "0": the device gate alone (benchmarks compare the two)
 
-# why a plan is given up (shim/shim.h NT_PICK_*)
+# why a plan is given up (shim/shim.h NT_PICK_*; SHARED_GATE is Python's own: the shim drops a group's plans
+# together, neutrino_graph_pick_drop)
+UPDATE, SHARED_GATE = 3, 5
+# after replays the host did not count (the device gate's), its count is stale: no plan again
+UNCOUNTED = "replays of the captured graph ran on the device gate, which the host does not count"
 FALLBACK_REASONS = {
     1: "the executable graph was launched into a capturing stream (it becomes a child graph node)",
     2: "switching the graph's nodes failed",
     3: "cuGraphExecUpdate on the executable graph",
     4: "the program set new parameters for one of the probed graph's nodes",
+    SHARED_GATE: "another executable graph of the captured graph runs on the device gate (their replays are "
+                 "numbered together)",
 }
 
 
