@@ -171,7 +171,7 @@ class Prebuilder:
             entry = CacheEntry(inst.ptx, inst.kernels[rec.name])
         compiled = None
         if entry.cubin is None:
-            compiled = self._compile(entry.ptx, ctx, arch)
+            compiled = self._compile(entry.ptx, arch)
             entry = CacheEntry(entry.ptx, entry.info, compiled) if compiled is not None else entry
         if where == "miss" or compiled is not None:
             self.cache.put(key, entry)  # the launch finds it in memory; a later run on disk
@@ -187,14 +187,12 @@ class Prebuilder:
                 self._spans[rec.module] = spans
         return entry_only(rec.module.ptx.text, rec.name, spans)
 
-    def _compile(self, ptx: str, ctx: int, arch: tuple[int, int]) -> bytes | None:
-        """The PTX compiled to a cubin for `arch` (a whole program: RealDriver.compile_ptx), with `ctx`
-        current on this worker thread, or None where that failed: the launching thread then loads it
-        its own way (probed.py, _load)."""
+    def _compile(self, ptx: str, arch: tuple[int, int]) -> bytes | None:
+        """The PTX compiled to a cubin for `arch` (a whole program, by ptxas: RealDriver.compile_ptx;
+        no context needed), or None where that failed: the launching thread then loads it its own
+        way (probed.py, _load)."""
         with self.phases.phase("background_jit"):
             try:
-                if self.drv.ctx_get_current() != ctx:
-                    self.drv.ctx_set_current(ctx)
                 return self.drv.compile_ptx(ptx, arch)
             except DriverError:
                 return None
