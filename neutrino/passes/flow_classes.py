@@ -24,12 +24,13 @@ per body): past it, the remaining blocks keep classes of their own.
 from __future__ import annotations
 
 from neutrino.isa.ptx import ir
+from neutrino.isa.ptx.lines import BLOCK_ENDS
 
 #: dominator-tree ancestors of a block tried as its class's representative
 ANCESTORS_TRIED = 4
 #: the most graph steps the cycle checks of one body may take (they then stop: fewer shared classes)
 CYCLE_CHECK_BUDGET = 2_000_000
-_ENDS = ("ret", "exit", "trap")
+_ENDS = BLOCK_ENDS - {"bra", "brx"}  # the ends that leave the kernel (or stop it: trap)
 
 
 def block_graph(body: list[ir.Statement]) -> tuple[list[int], list[list[int]]] | None:
@@ -40,7 +41,7 @@ def block_graph(body: list[ir.Statement]) -> tuple[list[int], list[list[int]]] |
         if type(stmt) is ir.Label:
             labels[stmt.name] = position
             starts.append(position)
-        elif type(stmt) is ir.Instruction and (stmt.opcode.base in ("bra", "brx") or stmt.opcode.base in _ENDS):
+        elif type(stmt) is ir.Instruction and stmt.opcode.base in BLOCK_ENDS:
             starts.append(position + 1)
     starts = sorted(set(s for s in starts if s <= len(statements)))
     block_of, block = [], -1
