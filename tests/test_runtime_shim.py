@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import neutrino.trace as nt
+import test_runtime_core
 from neutrino.runtime.start import build
 from neutrino.runtime.start.launcher import libpython, run_main
 
@@ -375,19 +376,6 @@ def test_fast_path_other_streams_wait_for_a_new_rings_memset(tmp_path, fakecuda,
     assert all(list(la.maps["block_sched"].valid()["unit"]) == list(range(8)) for la in t.launches)
 
 
-COUNT_PROBE = '''
-[map.mem]
-level = "thread"
-cap = "count"
-fields = ["addr:u64"]
-
-[probe.rec]
-position = "ld.global"
-level = "thread"
-before = """SAVE [ mem ] {ADDR};"""
-'''
-
-
 @pytest.mark.parametrize("tries, per_unit", [(3, 4), (3, 2)], ids=["fits", "full"])
 def test_fast_path_count_sized_ring(tmp_path, fakecuda, shim, monkeypatch, tries, per_unit):
     """A count-sized map takes the C path (no counting kernel). The first launch (Python) has
@@ -399,7 +387,7 @@ def test_fast_path_count_sized_ring(tmp_path, fakecuda, shim, monkeypatch, tries
     a launch used."""
     monkeypatch.setenv("FAKECUDA_RING", str(tries))
     rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
-                              "--ring-records", str(per_unit), probe_text=COUNT_PROBE)
+                              "--ring-records", str(per_unit), probe_text=test_runtime_core.COUNT_PROBE)
     assert rc == 0 and log == ["saxpy4 probed=1 grid=4"] * 6
     t = nt.load(tmp_path / "trace")
     assert [e["kernel"] for e in t.events if e["event"] == "fast_path"] == ["saxpy4"]
