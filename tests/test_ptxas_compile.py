@@ -25,15 +25,15 @@ def test_gpu_name_keeps_an_arch_specific_target_of_this_device_only():
 
 def test_find_ptxas_order(monkeypatch, tmp_path):
     monkeypatch.setenv(ptxas.ENV_PTXAS, "driver")
-    assert ptxas.find_ptxas() is None
+    assert ptxas.find_ptxases() == []
     monkeypatch.setenv(ptxas.ENV_PTXAS, "/opt/x/ptxas")
-    assert ptxas.find_ptxas() == "/opt/x/ptxas"
+    assert ptxas.find_ptxases() == ["/opt/x/ptxas"]
     monkeypatch.delenv(ptxas.ENV_PTXAS)
     real = tmp_path / "real_ptxas"
     real.write_text("#!/bin/sh\n")
     real.chmod(0o755)
     monkeypatch.setenv("NEUTRINO_REAL_PTXAS", str(real))  # XLA's wrapper is first on PATH: the real one
-    assert ptxas.find_ptxas() == str(real)
+    assert ptxas.find_ptxases()[0] == str(real)
 
 
 def test_a_refusing_ptxas_is_an_error_naming_it(tmp_path):
@@ -69,3 +69,28 @@ def test_the_cubin_is_ptxas_whole_program_output(tmp_path):
                            capture_output=True, text=True, check=True)
         regs[flag] = int(r.stderr.split("Used ")[1].split()[0])
     assert regs[""] < regs["-c"]  # why: the relocatable compile of this kernel takes more registers
+
+
+def test_a_ptxas_too_old_for_the_ptx_hands_it_to_the_next(monkeypatch, tmp_path):
+    """Triton's bundled ptxas refuses CUDA 13's `.version 9.0`; the toolkit's takes it, and is tried
+    first from then on. A refusal of another kind is not retried; every refusal is in the error."""
+    from neutrino.runtime.driver import DriverError, RealDriver
+
+    old, new = tmp_path / "old_ptxas", tmp_path / "new_ptxas"
+    old.write_text("#!/bin/sh\necho \"ptxas fatal   : Unsupported .version 9.0; current version is '8.7'\" >&2\n"
+                   "echo x >> " + str(tmp_path / "old_calls") + "\nexit 255\n")
+    new.write_text("#!/bin/sh\nwhile [ $# -gt 1 ]; do [ \"$1\" = -o ] && out=$2; shift; done\nprintf CUBIN > $out\n")
+    for p in (old, new):
+        p.chmod(0o755)
+    drv = RealDriver.__new__(RealDriver)
+    drv._ptxas = (str(old), str(new))
+    assert drv.compile_ptx(".version 9.0\n.target sm_90\n", (9, 0)) == b"CUBIN"
+    assert drv._ptxas[0] == str(new)
+    assert drv.compile_ptx(".version 9.0\n.target sm_90\n", (9, 0)) == b"CUBIN"
+    assert (tmp_path / "old_calls").read_text().count("x") == 1  # not asked again
+    bad = tmp_path / "bad_ptxas"
+    bad.write_text("#!/bin/sh\necho 'ptxas fatal   : Unresolved extern function vprintf' >&2\nexit 255\n")
+    bad.chmod(0o755)
+    drv._ptxas = (str(bad), str(new))
+    with pytest.raises(DriverError, match="vprintf"):
+        drv.compile_ptx(".version 9.0\n.target sm_90\n", (9, 0))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ctypes as C
+import gc
 import io
 import json
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -702,3 +704,34 @@ def test_count_sized_maps_with_device_only_buffers(tmp_path, monkeypatch, ring):
     assert drv.syncs == 1  # the ring heads' or the counting kernel's one synchronisation
     rt.writer.submit = lambda flight: rt.pool.release(flight.slots)  # no host copies to write here
     finish(rt)
+
+
+@pytest.mark.parametrize("fail", [None, "compile_ptx", "module_load_data", "module_get_function", "launch"])
+def test_a_launch_leaves_no_cycle_holding_the_programs_frames(tmp_path, fail):
+    """Whatever the launch path does (build, a refused compile, a fallback), nothing of ours may keep
+    the launching frames alive after the launch: a cycle through an exception's traceback would hold
+    every caller's locals (the program's tensors) until a cycle collection. PyTorch's CUDA-graph trees
+    check that freed outputs left their memory pool, and failed under block_sched when the ptxas
+    refusal was kept as an exception object (H200, torch.compile reduce-overhead training loop)."""
+    rt, drv, _ = make_runtime(tmp_path)
+    load_saxpy(rt)
+    if fail:
+        drv.fail[fail] = "CUDA_ERROR_INVALID_PTX"
+
+    class Tensor:
+        pass
+
+    def program_frame():
+        tensor = Tensor()
+        r, keep = req()
+        rt.on_launch(r)
+        return weakref.ref(tensor)
+
+    gc.collect()
+    gc.disable()  # a cycle would be found only by the collector: keep it from running
+    try:
+        held = program_frame()
+        assert held() is None, "the program's local outlived its frame (a reference cycle through it)"
+    finally:
+        gc.enable()
+        finish(rt)

@@ -176,7 +176,7 @@ class RealDriver:
     def __init__(self, resolve):
         self._resolve = resolve
         self._fns: dict[str, object] = {}
-        self._ptxas: str | None = None  # found at the first compile ("": none)
+        self._ptxas: tuple[str, ...] | None = None  # found at the first compile (empty: none)
 
     def _fn(self, name: str):
         fn = self._fns.get(name)
@@ -253,13 +253,22 @@ class RealDriver:
         from neutrino.runtime.instrument import ptxas
 
         if self._ptxas is None:
-            self._ptxas = ptxas.find_ptxas() or ""
+            self._ptxas = tuple(ptxas.find_ptxases())
         if not self._ptxas:
             raise DriverError("ptxas", -1, "no ptxas found (the driver's JIT compiles the PTX)")
-        try:
-            return ptxas.compile_whole(self._ptxas, ptx, arch)
-        except ptxas.PtxasError as e:
-            raise DriverError("ptxas", -1, str(e)) from None
+        refusals = []
+        for path in self._ptxas:
+            try:
+                cubin = ptxas.compile_whole(path, ptx, arch)
+            except ptxas.PtxasError as e:
+                refusals.append(str(e))
+                if ptxas.too_old(refusals[-1]):
+                    continue  # a newer ptxas further on may take this PTX ISA version
+                break
+            if path != self._ptxas[0]:  # this one first from now on: the older ones would refuse again
+                self._ptxas = (path, *(p for p in self._ptxas if p != path))  # one assignment: threads may compile
+            return cubin
+        raise DriverError("ptxas", -1, "; ".join(refusals))
 
     def module_get_function(self, module: int, name: str) -> int:
         f = C.c_void_p()

@@ -325,7 +325,10 @@ class KernelBuilder:
             with self.phases.phase("module_load"):
                 return self.drv.module_load_data(cubin), cubin
         except DriverError as e:
-            compile_error = e  # no ptxas, it refused the PTX (a newer PTX ISA), or the driver the cubin
+            # Its text only: the exception's traceback holds this frame, and this frame holding the exception
+            # would make a cycle that keeps every caller's frame (the program's tensors in their locals) alive
+            # until a cycle collection (PyTorch's CUDA-graph trees then fail their memory-pool check).
+            compile_error = str(e)  # no ptxas, it refused the PTX (a newer PTX ISA), or the driver the cubin
         # The driver's JIT also resolves what a standalone ptxas cannot (vprintf and other builtins).
         try:
             with self.phases.phase("jit"):

@@ -28,22 +28,30 @@ class PtxasError(Exception):
     """ptxas was not found, or it refused the PTX (its message)."""
 
 
-def find_ptxas() -> str | None:
-    """The ptxas to compile with: $NEUTRINO_PTXAS, the one XLA's wrapper runs, Triton's bundled
-    one, one on PATH (not our XLA wrapper), then the CUDA toolkit's; None: use the driver's JIT."""
+def find_ptxases() -> list[str]:
+    """The ptxas programs to compile with, in order: $NEUTRINO_PTXAS alone ("driver": none), else
+    the one XLA's wrapper runs, Triton's (TRITON_PTXAS_PATH, its bundled one), one on PATH (not our
+    XLA wrapper), the CUDA toolkit's. More than one: a ptxas older than the PTX's ISA version refuses
+    it (Triton's bundled ptxas and CUDA 13's `.version 9.0`), and the next may take it."""
     chosen = os.environ.get(ENV_PTXAS)
     if chosen:
-        return None if chosen == "driver" else chosen
-    real = os.environ.get("NEUTRINO_REAL_PTXAS")  # subprocess_compilers.ENV_REAL: PATH has our wrapper first
-    if real and os.access(real, os.X_OK):
-        return real
-    for candidate in (os.environ.get("TRITON_PTXAS_PATH"), _triton_bundled()):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
+        return [] if chosen == "driver" else [chosen]
     from neutrino.runtime.modules.subprocess_compilers import find_real
 
     wrapper_dir = os.environ.get("NEUTRINO_PTX_INDEX_DIR")
-    return find_real("ptxas", skip=os.path.join(wrapper_dir, "bin") if wrapper_dir else None)
+    candidates = [os.environ.get("NEUTRINO_REAL_PTXAS"),  # subprocess_compilers.ENV_REAL: PATH has our wrapper
+                  os.environ.get("TRITON_PTXAS_PATH"), _triton_bundled(),
+                  find_real("ptxas", skip=os.path.join(wrapper_dir, "bin") if wrapper_dir else None)]
+    out: list[str] = []
+    for path in candidates:
+        if path and os.access(path, os.X_OK) and os.path.realpath(path) not in map(os.path.realpath, out):
+            out.append(path)
+    return out
+
+
+def too_old(message: str) -> bool:
+    """ptxas refused the PTX for its ISA version or target, which a newer ptxas may know."""
+    return "Unsupported .version" in message or "Unsupported .target" in message
 
 
 def _triton_bundled() -> str | None:
