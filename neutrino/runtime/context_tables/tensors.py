@@ -26,10 +26,8 @@ never per launch. Candidates, best first:
    without a name. Before 3.13 reading a running frame's `f_locals` leaves a snapshot on the
    frame that holds its values until the frame ends, so a tensor the program dropped would
    outlive its use until then. That changes programs whose frames outlive the launch: PyTorch's
-   CUDA-graph trees free the memory of outputs no reference should hold any more, and a
-   snapshot's reference in one of their frames fails their pool check ("storage data ptrs are not
-   allocated in pool": a torch.compile reduce-overhead training loop under block_sched, H200,
-   Python 3.12). So before 3.13 only the frames that end with the launch are read: the launch
+   CUDA-graph trees, for one, check that the outputs they free hold no memory any more. So
+   before 3.13 only the frames that end with the launch are read: the launch
    machinery's innermost frames (Triton's package, Inductor's launch helpers, code compiled from a
    string) up to and including Inductor's generated code, never a frame beyond them.
 
