@@ -69,6 +69,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 WORKLOADS = REPO / "tests" / "gpu" / "workloads"
 W_LINES = WORKLOADS / "w_lines.py"
+BLOCK_TIME_PROBE = REPO / "benchmarks" / "lines_blocktime.py"
 TOOLS = ("lines_light", "lines")
 VARIANTS = ("plain",) + TOOLS
 OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py",
@@ -226,7 +227,7 @@ def entry_param_types(ptx: str, kernel: str) -> list[str]:
 
 
 def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True,
-                   no_registers: bool = False, no_match: bool = False) -> dict[str, tuple[str, dict | None]]:
+                   no_registers: bool = False, no_match: bool = False, block_time: bool = False) -> dict[str, tuple[str, dict | None]]:
     """variant → (PTX, kernel description or None for plain).
 
     `no_registers`: also each tool as lowered before register counters (passes/register_counters.py,
@@ -263,6 +264,9 @@ def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True
         finally:
             lower_save.MATCH_SM = match_sm
             lower_save._lowered_group.cache_clear()
+    if block_time:  # lines with its clock at block starts (benchmarks/lines_blocktime.py)
+        done = instrument(case.ptx, load_probes(str(BLOCK_TIME_PROBE)), kernel=case.kernel, source=f"{case.mode}.ptx")
+        out["lines@blocktime"] = (done.ptx, done.kernels[case.kernel])
     for rows in row_counts:
         for tool in TOOLS:
             out[f"{tool}@global{rows}rows"] = (rows_ptx(out[f"{tool}@global"][0], rows), out[f"{tool}@global"][1])
@@ -320,7 +324,7 @@ def line_table(case: Case):
 
 def dry_run(case: Case, row: dict) -> None:
     """Instrument and assemble every variant (ptxas for sm_90); the map bytes per launch."""
-    variants = build_variants(case, no_registers=True, no_match=True)
+    variants = build_variants(case, no_registers=True, no_match=True, block_time=True)
     for name, (ptx, info) in variants.items():
         if shutil.which("ptxas"):
             with tempfile.TemporaryDirectory() as tmp:
@@ -491,7 +495,12 @@ def counts_of(case: Case, loaded: Loaded, table) -> dict:
     out: dict = {}
     for entry, units, buf in loaded.buffers:
         rows = buf.get().view("<u8").reshape(units, -1)
-        result = la.counters_result(entry["name"], fold_rows(rows, int(entry["record_bytes"])), table)
+        folded = fold_rows(rows, int(entry["record_bytes"]))
+        if entry["name"] == "block_time":  # benchmarks/lines_blocktime.py: ticks per block, key 0 the entry
+            ticks, clamped, overflow = la.line_ticks(folded[1:-1], len(table.block_lines))
+            out.update(block_ticks=ticks, block_clamped=clamped, block_overflow=overflow + int(folded[-1]))
+            continue
+        result = la.counters_result(entry["name"], folded, table)
         out.update({k: v for k, v in result.items() if v is not None})
     return out
 
@@ -536,9 +545,63 @@ def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()
     if ticks is not None and counts["lines"].get("excess"):
         ticks = np.asarray(ticks, np.uint64) + la.share_excess(counts["lines"]["clamped_by_key"], counts["lines"]["excess"])
         row["total_ticks_exact"] = int(ticks.sum()) == counts["lines"]["total_ticks"]
+    sass_counts, sass_lines = sass_instructions(case, table, counts["lines_light"].get("block_threads"), row)
+    variant_ticks = {}
+    if "lines@blocktime" in loaded:  # time read at block starts, shared among each block's lines by SASS weight
+        block = counts_of(case, loaded["lines@blocktime"], table)
+        block_ticks = np.asarray(block["block_ticks"], np.uint64)
+        if block.get("excess"):
+            block_ticks = block_ticks + la.share_excess(block["block_clamped"], block["excess"])
+        variant_ticks["blocktime"] = [float(v) for v in block_ticks_to_lines(
+            block_ticks, table, sass_lines.static if sass_lines is not None else None)]
+        row["lines@blocktime_total_ticks_exact"] = int(block_ticks.sum()) == block.get("total_ticks")
     return {"labels": [info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") for info in table.lines],
             "instructions": [int(v) for v in full_i], "ticks": None if ticks is None else [int(v) for v in ticks],
-            "times_us": times, "table": table}
+            "sass_instructions": sass_counts, "variant_ticks": variant_ticks, "times_us": times, "table": table}
+
+
+def block_ticks_to_lines(block_ticks, table, sass_static=None) -> np.ndarray:
+    """Thread-ticks per line (index 0: the kernel entry, 1 + L: line L) from thread-ticks per block
+    (index 0: the entry, 1 + b: block b): each block's ticks shared among its lines in proportion to
+    w(b, L) = PTX instructions of L in b x sigma_L, sigma_L = SASS / PTX instructions of L in the whole
+    kernel (1 without SASS; PTX counts alone where every weight of the block is 0)."""
+    block_ticks = np.asarray(block_ticks, np.float64)
+    out = np.zeros(len(table.lines) + 1)
+    out[0] = block_ticks[0] if len(block_ticks) else 0.0
+    sigma = np.ones(len(table.lines))
+    if sass_static is not None:
+        for line, info in enumerate(table.lines):
+            sigma[line] = sass_static[line] / info.instructions if info.instructions else 0.0
+    for block, pairs in enumerate(table.block_lines):
+        ticks = block_ticks[1 + block] if 1 + block < len(block_ticks) else 0.0
+        if not ticks or not pairs:
+            continue
+        lines = np.array([line for line, _ in pairs])
+        weights = np.array([n for _, n in pairs], np.float64) * sigma[lines]
+        if weights.sum() <= 0:
+            weights = np.array([n for _, n in pairs], np.float64)
+        out[1 + lines] += ticks * weights / weights.sum()
+    return out
+
+
+def sass_instructions(case: Case, table, block_threads, row: dict):
+    """SASS thread-instructions per line (neutrino/tools/lines/sass.py: the original PTX assembled with
+    ptxas -lineinfo, nvdisasm, matched blocks exact, the rest estimated) and the SassLines; None, None
+    where the tools are missing (`sass_note` in the row says why)."""
+    from neutrino.tools.lines import sass
+
+    if block_threads is None:
+        return None, None
+    try:
+        lines = sass.sass_lines_of(case.ptx, case.kernel, table)
+    except (sass.SassUnavailable, ValueError) as e:
+        row["sass_note"] = str(e)[:300]
+        return None, None
+    counts, exact = sass.sass_line_instructions(block_threads, table, lines)
+    row.update(sass_blocks=lines.sass_blocks, sass_matched_blocks=lines.matched_blocks,
+               sass_exact_lines=int(sum(1 for i, e in enumerate(exact) if e and lines.static[i])),
+               sass_lines=int(sum(1 for n in lines.static if n)))
+    return [float(v) for v in counts], lines
 
 
 def ncu_lines(mode: str, work: Path, out: Path | None, timeout: int) -> str | None:
@@ -664,6 +727,13 @@ def ncu_compare(mode: str, figures: dict, text, row: dict) -> None:
         return
     ours_i, ours_t = our_lines(figures["table"], figures["instructions"], figures["ticks"], OWN_FILE[mode])
     row["time_rho_ncu_top10"], row["instr_rho_ncu"] = compare_with_ncu(ours_i, ours_t, lines)
+    if figures.get("sass_instructions") is not None:  # SASS thread-instructions per line against ncu's (SASS)
+        sass_i, _ = our_lines(figures["table"], figures["sass_instructions"], None, OWN_FILE[mode])
+        row["instr_rho_ncu_sass"] = compare_with_ncu(sass_i, {}, lines)[1]
+        figures["sass_by_line"] = {str(k): v for k, v in sorted(sass_i.items())}
+    for variant, ticks in (figures.get("variant_ticks") or {}).items():  # other time measures (--block-time)
+        _, variant_t = our_lines(figures["table"], figures["instructions"], ticks, OWN_FILE[mode])
+        row[f"time_rho_ncu_top10_{variant}"] = compare_with_ncu(ours_i, variant_t, lines)[0]
     row["ncu_lines"] = len(lines)
     figures["ncu"] = {str(k): v for k, v in sorted(lines.items())}
     figures["ours_by_line"] = {str(k): [ours_i[k], ours_t.get(k)] for k in sorted(ours_i)}
@@ -674,14 +744,15 @@ def ncu_compare(mode: str, figures: dict, text, row: dict) -> None:
 
 
 COLUMNS = ["kernel", "plain_us", "light_x", "full_x", "map_bytes_lines_light", "map_bytes_lines", "lines", "exact",
-           "same_output", "time_rho_ncu_top10", "instr_rho_ncu"]
+           "same_output", "time_rho_ncu_top10", "instr_rho_ncu", "instr_rho_ncu_sass"]
 
 
 def print_table(rows: list[dict]) -> None:
     def fmt(v):
         return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
 
-    extra = sorted({c for row in rows for c in row if c.endswith(("_x", "_exact")) and "@" in c or c == "total_ticks_exact"})
+    extra = sorted({c for row in rows for c in row if c.endswith(("_x", "_exact")) and "@" in c or c == "total_ticks_exact"
+                    or c.startswith(("time_rho_ncu_top10_", "sass_"))})
     print("  ".join(COLUMNS + extra))
     for row in rows:
         print("  ".join(fmt(row.get(c)) for c in COLUMNS + extra))
@@ -711,7 +782,8 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
     case = build_case(mode, case_work)
     row["kernel"] = f"{mode}:{case.kernel}"
     figures = measure(case, case_work, args.reps, row, tuple(int(r) for r in args.rows.split(',') if r),
-                      {"unstaged_too": not args.no_global, "no_registers": args.no_registers, "no_match": args.no_match})
+                      {"unstaged_too": not args.no_global, "no_registers": args.no_registers, "no_match": args.no_match,
+                       "block_time": args.block_time})
     if mode in args.ncu.split(",") and mode in NCU_KERNEL:
         if time.monotonic() - started + NCU_SECONDS > args.budget_s:
             row["note"] = "ncu skipped: out of time budget"
@@ -737,6 +809,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-global", action="store_true", help="leave out the unstaged (@global) variants")
     ap.add_argument("--no-registers", action="store_true", help="also time each tool without register counters (@noreg)")
     ap.add_argument("--no-match", action="store_true", help="also time lines without match.any grouping (@nomatch)")
+    ap.add_argument("--block-time", action="store_true", help="also time lines with its clock at block starts "
+                    "(lines@blocktime, benchmarks/lines_blocktime.py) and compare its time ranking with ncu's")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: instrument, assemble and size only")
     args = ap.parse_args(argv)
     started = time.monotonic()

@@ -73,6 +73,7 @@ class LaunchResult:
     map: str
     table: LineTable
     instructions: tuple[int, ...] | None = None  # lines_blocks: thread-instructions per line
+    block_threads: tuple[int, ...] | None = None  # lines_blocks: threads that executed each block (SASS weights)
     ticks: tuple[int, ...] | None = None  # lines_time: thread-ticks per line, index 0 = kernel entry
     clamped: int = 0  # samples of 4 or more ticks (counted as 4)
     overflow: int = 0  # samples whose key was beyond the map's buckets (not attributed)
@@ -201,7 +202,8 @@ def counters_result(map_name: str, counts: np.ndarray, table: LineTable) -> dict
     values = counts[1:-1]  # bucket 1 + v holds value v; bucket 0 (below 0) is always empty
     if map_name == "lines_blocks":
         per_line, extra = line_instructions(values, table)
-        return {"instructions": tuple(int(v) for v in per_line), "overflow": extra + int(counts[-1])}
+        return {"instructions": tuple(int(v) for v in per_line), "overflow": extra + int(counts[-1]),
+                "block_threads": tuple(int(v) for v in values[: len(table.block_lines)])}
     if map_name == "lines_time":
         ticks, clamped, overflow = line_ticks(values, len(table.lines))
         return {"ticks": tuple(int(v) for v in ticks), "clamped": int(clamped.sum()),
