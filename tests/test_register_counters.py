@@ -59,6 +59,19 @@ def test_exit_flush_adds_the_leaving_lanes_counts_at_each_bucket(sm):
             assert run_warp(code, active, dict(registers, **{"%nt_on": [0] * 32})) == {}  # the gate
 
 
+@pytest.mark.parametrize("sm", [80, 90])
+def test_a_counter_zero_in_every_lane_adds_nothing(sm):
+    """From sm_80 a counter's sum is taken only where some lane counted: the total of the counter before
+    it must not reach its buckets (a mutation that drops the ballot's condition is caught)."""
+    code = flush_code(sm, [[3], [7, 254]], None)
+    registers = {"%nt_rc0": [5] * 32, "%nt_rc1": [0] * 32}
+    assert run_warp(code, list(range(32)), registers) == {24: 160}
+    # mutation: the adds no longer wait for the ballot (rc_go = lead): rc0's stale total reaches rc1's buckets
+    broken = [lower_save.insn("mov.pred", i.operands[0], i.operands[2], origin=None)
+              if i.opcode.text == "and.pred" and "rc_go" in str(i.operands[0]) else i for i in code]
+    assert run_warp(broken, list(range(32)), registers) == {24: 160, 56: 160, 2032: 160}
+
+
 def test_a_flush_that_drops_the_high_half_is_caught():
     """Mutation: counters summed as 16-bit values lose counts past 65535; the check above sees it."""
     code = flush_code(90, [[5]], None)

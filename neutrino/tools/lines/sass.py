@@ -393,7 +393,7 @@ PTX_TARGET_RE = re.compile(r"^\s*\.target\s+(sm_\w+)", re.MULTILINE)
 
 def disassemble(ptx: str, ptxas: str | None = None, nvdisasm: str | None = None, timeout: int = 300) -> str:
     """`nvdisasm -c -gi` of the cubin `ptxas -lineinfo` makes of `ptx` (for its own .target)."""
-    ptxas = ptxas or shutil.which("ptxas") or _triton_tool("ptxas")  # a real one: NEUTRINO_PTXAS may be a test's fake
+XX
     nvdisasm = nvdisasm or find_nvdisasm()
     if not ptxas or not nvdisasm:
         raise SassUnavailable(f"no {'ptxas' if not ptxas else 'nvdisasm'} found (put ptxas on PATH; set NVDISASM)")
