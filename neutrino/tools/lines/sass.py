@@ -393,7 +393,9 @@ PTX_TARGET_RE = re.compile(r"^\s*\.target\s+(sm_\w+)", re.MULTILINE)
 
 def disassemble(ptx: str, ptxas: str | None = None, nvdisasm: str | None = None, timeout: int = 300) -> str:
     """`nvdisasm -c -gi` of the cubin `ptxas -lineinfo` makes of `ptx` (for its own .target)."""
-XX
+    # a real ptxas (NEUTRINO_PTXAS may be a test's fake): on PATH, the CUDA toolkit's, Triton's
+    cuda = "/usr/local/cuda/bin/ptxas"
+    ptxas = ptxas or shutil.which("ptxas") or (cuda if os.access(cuda, os.X_OK) else None) or _triton_tool("ptxas")
     nvdisasm = nvdisasm or find_nvdisasm()
     if not ptxas or not nvdisasm:
         raise SassUnavailable(f"no {'ptxas' if not ptxas else 'nvdisasm'} found (put ptxas on PATH; set NVDISASM)")
