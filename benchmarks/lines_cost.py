@@ -7,7 +7,8 @@ agreement of the per-line figures with an unperturbed reference (Nsight Compute)
 
 One process per run, no neutrino runtime: for each kernel of tests/gpu/workloads/w_lines.py it takes
 the kernel's PTX (loop.ptx; nvcc -lineinfo; Triton's compiled PTX), builds five modules with the
-engine (the pruned unprobed kernel, `lines_light`, `lines`, and both tools unstaged: `@global`), loads
+engine (the pruned unprobed kernel, `lines_light`, `lines`, and each with the other map placement:
+`lines@global`, unstaged, and `lines_light@staged`), loads
 them with CuPy and launches them interleaved (rotating the order) with the same arguments, each launch
 timed with CUDA events. Printed per kernel:
 
@@ -19,7 +20,8 @@ timed with CUDA events. Printed per kernel:
 * `same out`: the probed launches left the kernel's outputs bit for bit as the plain one did;
 * `total_ticks_exact` (when samples were clamped): the per-line ticks, the clamped samples' excess
   shared back (analysis.share_excess), add up to lines_total's exact entry-to-exit ticks;
-* `TOOL@global_x`, `TOOL@global_exact`: the same tool with its maps' `stage` dropped (every add a
+* `lines_light@staged_x` / `_exact`: lines_light with its map staged per block (as before it went to
+  global rows); `TOOL@global_x`, `TOOL@global_exact`: the same tool with its maps' `stage` dropped (every add a
   `red.global` into 32 rows, as before staging, spec/probe-toml.md "Aggregation maps"): its slowdown,
   and whether its per-line instructions equal lines_light's;
 * with `--no-global`, the `@global` variants are left out; with `--no-registers`, `TOOL@noreg_x` and
@@ -242,9 +244,12 @@ def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True
     for tool in TOOLS:
         done = instrument(case.ptx, load_probes(tool), kernel=case.kernel, source=f"{case.mode}.ptx")
         out[tool] = (done.ptx, done.kernels[case.kernel])
-    for tool in TOOLS if unstaged_too else ():  # the same tool without staging: every add a global atomic, 32 rows
-        done = instrument(case.ptx, unstaged(load_probes(tool)), kernel=case.kernel, source=f"{case.mode}.ptx")
-        out[f"{tool}@global"] = (done.ptx, done.kernels[case.kernel])
+    for tool in TOOLS if unstaged_too else ():  # the tool with the other map placement: staged ↔ global rows
+        probes = load_probes(tool)
+        is_staged = any(spec.stage for spec in probes.maps.values())
+        other, name = (unstaged(probes), "global") if is_staged else (staged(probes), "staged")
+        done = instrument(case.ptx, other, kernel=case.kernel, source=f"{case.mode}.ptx")
+        out[f"{tool}@{name}"] = (done.ptx, done.kernels[case.kernel])
     if no_registers:
         cap, register_counters.MAX_REGISTER_COUNTERS = register_counters.MAX_REGISTER_COUNTERS, 0
         try:
@@ -269,7 +274,8 @@ def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True
         out["lines@blocktime"] = (done.ptx, done.kernels[case.kernel])
     for rows in row_counts:
         for tool in TOOLS:
-            out[f"{tool}@global{rows}rows"] = (rows_ptx(out[f"{tool}@global"][0], rows), out[f"{tool}@global"][1])
+            unstaged_name = tool if f"{tool}@global" not in out else f"{tool}@global"
+            out[f"{tool}@global{rows}rows"] = (rows_ptx(out[unstaged_name][0], rows), out[unstaged_name][1])
     return out
 
 
@@ -279,6 +285,15 @@ def unstaged(probes):
 
     out = copy.copy(probes)
     out.maps = {name: attrs.evolve(spec, stage=None) for name, spec in probes.maps.items()}
+    return out
+
+
+def staged(probes):
+    """A copy of the probe file with its maps staged per block (`stage = "block"`): lines_light as it was before."""
+    import copy
+
+    out = copy.copy(probes)
+    out.maps = {name: attrs.evolve(spec, stage="block") for name, spec in probes.maps.items()}
     return out
 
 

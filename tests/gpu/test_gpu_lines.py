@@ -86,7 +86,8 @@ def test_nested_loops_with_a_guarded_exit_are_exact(tool, tmp_path):
 def test_threads_past_the_staging_limit_stay_exact(tmp_path):
     """200,000 trips. The loop's block is counted in a register (passes/register_counters.py): each thread
     flushes 200,000 at the exit, 6.4 M per warp (more than THREAD_STAGED_LIMIT, 2^22, which bounds the
-    per-site staged adds that the other blocks still make): the counts stay exact."""
+    per-site staged adds that the other blocks still make): the counts stay exact. With `lines`, whose
+    maps are staged (lines_light adds into global rows)."""
     sys.path.insert(0, str(WORKLOADS))
     import w_lines
     from neutrino.passes.shared_agg import THREAD_STAGED_LIMIT
@@ -94,7 +95,7 @@ def test_threads_past_the_staging_limit_stay_exact(tmp_path):
     trips = 200_000
     assert trips * 32 > THREAD_STAGED_LIMIT
     env = dict(base_env(tmp_path), W_LINES_TRIPS=str(trips))
-    _, trace = run_probed("lines_light", [sys.executable, str(W_LINES), "loop"], tmp_path / "t", env)
+    _, trace = run_probed("lines", [sys.executable, str(W_LINES), "loop"], tmp_path / "t", env)
     k = kernel_lines(trace, "loopk")
     threads = w_lines.LOOP_GRID * w_lines.LOOP_BLOCK
     by_line = {info.line: int(n) for info, n in zip(k.table.lines, k.instructions)}
