@@ -27,7 +27,12 @@ timed with CUDA events. Printed per kernel:
 * with `--no-global`, the `@global` variants are left out; with `--no-registers`, `TOOL@noreg_x` and
   `TOOL@noreg_exact`: the tool lowered without register counters (passes/register_counters.py: every
   block's add at the block, the lowering before them); with `--no-match`, `lines@nomatch_x`/`_exact`:
-  `lines` with its time samples added lane by lane (no `match.any.sync` grouping);
+  `lines` with its time samples added lane by lane (no `match.any.sync` grouping); with `--register-cap N`,
+  `lines_light@capN_x`: lines_light with at most N register counters; `register_counters` (JSON rows):
+  the register counters of each variant's kernel; with `--block-time`, `lines@blocktime_x` and
+  `time_rho_ncu_top10_blocktime`: `lines` with its clock at block starts (benchmarks/lines_blocktime.py),
+  each block's ticks shared among its lines by SASS weight (`block_ticks_to_lines`); `instr_rho_ncu_sass`:
+  the instruction rho of our SASS thread-instructions per line (spec/tools.md "lines", SASS instructions);
 * `regs` (JSON rows): per variant [registers per thread, local bytes per thread, blocks per SM for the
   launch's block and dynamic shared memory], as the driver answers for the loaded function;
 * with `--rows R,...`: `TOOL@globalRrows_x`, the slowdown of the unstaged TOOL when its warps add to
@@ -229,7 +234,8 @@ def entry_param_types(ptx: str, kernel: str) -> list[str]:
 
 
 def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True,
-                   no_registers: bool = False, no_match: bool = False, block_time: bool = False) -> dict[str, tuple[str, dict | None]]:
+                   no_registers: bool = False, no_match: bool = False, block_time: bool = False,
+                   register_cap: int | None = None) -> dict[str, tuple[str, dict | None]]:
     """variant → (PTX, kernel description or None for plain).
 
     `no_registers`: also each tool as lowered before register counters (passes/register_counters.py,
@@ -269,6 +275,13 @@ def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True
         finally:
             lower_save.MATCH_SM = match_sm
             lower_save._lowered_group.cache_clear()
+    if register_cap is not None:  # lines_light with another cap on register counters
+        cap, register_counters.MAX_REGISTER_COUNTERS = register_counters.MAX_REGISTER_COUNTERS, register_cap
+        try:
+            done = instrument(case.ptx, load_probes("lines_light"), kernel=case.kernel, source=f"{case.mode}.ptx")
+            out[f"lines_light@cap{register_cap}"] = (done.ptx, done.kernels[case.kernel])
+        finally:
+            register_counters.MAX_REGISTER_COUNTERS = cap
     if block_time:  # lines with its clock at block starts (benchmarks/lines_blocktime.py)
         done = instrument(case.ptx, load_probes(str(BLOCK_TIME_PROBE)), kernel=case.kernel, source=f"{case.mode}.ptx")
         out["lines@blocktime"] = (done.ptx, done.kernels[case.kernel])
@@ -535,6 +548,8 @@ def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()
     threads = int(np.prod(case.block))
     row["regs"] = {name: [getattr(v.function, "num_regs", None), getattr(v.function, "local_size_bytes", None),
                           blocks_per_sm(v.function, threads, case.shared)] for name, v in loaded.items()}
+    row["register_counters"] = {name: (info or {}).get("instructions", {}).get("register_counters", 0)
+                                for name, (_, info) in variants.items() if info is not None}
     launch(case, loaded["plain"])
     reference = outputs_of(case)
     same = True
@@ -798,7 +813,7 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
     row["kernel"] = f"{mode}:{case.kernel}"
     figures = measure(case, case_work, args.reps, row, tuple(int(r) for r in args.rows.split(',') if r),
                       {"unstaged_too": not args.no_global, "no_registers": args.no_registers, "no_match": args.no_match,
-                       "block_time": args.block_time})
+                       "block_time": args.block_time, "register_cap": args.register_cap})
     if mode in args.ncu.split(",") and mode in NCU_KERNEL:
         if time.monotonic() - started + NCU_SECONDS > args.budget_s:
             row["note"] = "ncu skipped: out of time budget"
@@ -824,6 +839,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-global", action="store_true", help="leave out the unstaged (@global) variants")
     ap.add_argument("--no-registers", action="store_true", help="also time each tool without register counters (@noreg)")
     ap.add_argument("--no-match", action="store_true", help="also time lines without match.any grouping (@nomatch)")
+    ap.add_argument("--register-cap", type=int, metavar="N", help="also time lines_light with at most N register "
+                    "counters (lines_light@capN; passes/register_counters.py MAX_REGISTER_COUNTERS)")
     ap.add_argument("--block-time", action="store_true", help="also time lines with its clock at block starts "
                     "(lines@blocktime, benchmarks/lines_blocktime.py) and compare its time ranking with ncu's")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: instrument, assemble and size only")

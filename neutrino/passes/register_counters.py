@@ -47,8 +47,9 @@ from neutrino.passes import flow_classes
 from neutrino.passes.build import entry_index
 from neutrino.probe_model import Field, MapSpec
 
-#: the most buckets of one kernel counted in registers (each is a live u32 register of every thread)
-MAX_REGISTER_COUNTERS = 16
+#: the most buckets of one kernel counted in registers (each is a live u32 register of every thread);
+#: Triton's kernels that inline two elements' sinf/cosf per thread have more than 16 classes in loops
+MAX_REGISTER_COUNTERS = 32
 _BRANCHES = ("bra", "bra.uni")
 
 
