@@ -131,12 +131,12 @@ def test_nesting_orders_the_counters_and_the_cap_holds(monkeypatch):
     # OUTER and its latch run equally often (passes/flow_classes.py): one counter, flushed into both buckets
     assert re.findall(r"add\.u32 \t(%nt_rc\d+), \1, 1;", ptx) == ["%nt_rc1", "%nt_rc0"]
     assert flushed_offsets(ptx) == {"%nt_rc0": {24}, "%nt_rc1": {16, 32}}
-    assert ptx.count("red.shared.add.u32 \t[%nt_hoff_lines_blocks") == 2  # the blocks outside loops
+    assert ptx.count("red.global.add.u64 \t[%nt_hoff_lines_blocks") == 2  # the blocks outside loops (global rows)
     assert block_count_offsets(ptx) == [8, 16, 24, 32, 40]
     monkeypatch.setattr(register_counters, "MAX_REGISTER_COUNTERS", 1)
     capped = instrument(NESTED, probes, source="nest.ptx").ptx
     assert re.findall(r"add\.u32 \t(%nt_rc\d+), \1, 1;", capped) == ["%nt_rc0"]  # the inner loop's block
-    assert capped.count("red.shared.add.u32 \t[%nt_hoff_lines_blocks") == 4
+    assert capped.count("red.global.add.u64 \t[%nt_hoff_lines_blocks") == 4
     if HAVE_PTXAS:
         ptxas(ptx)
         ptxas(capped)
