@@ -103,3 +103,47 @@ def test_real_machine_code_keeps_every_reachable_instruction(name, kernel):
     counts, exact = sass.sass_line_instructions(np.ones(len(table.block_lines)), table, lines)
     for line in np.nonzero(exact)[0]:
         assert counts[line] == lines.static[line]
+
+
+LOOP_SASS = """//--------------------- .text.loopk       --------------------------
+loopk:
+\t//## File "kern.py", line 10
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   MOV R2, RZ ;
+.L_x_0:
+\t//## File "kern.py", line 12
+        /*0020*/                   IMAD R3, R3, 0x3, R2 ;
+\t//## File "kern.py", line 13
+        /*0030*/                   LOP3.LUT R3, R3, R2, RZ, 0x3c, !PT ;
+        /*0040*/                   VIADD R2, R2, 0x1 ;
+        /*0050*/               @P0 BRA `(.L_x_0) ;
+\t//## File "kern.py", line 15
+        /*0060*/                   STG.E desc[UR4][R6.64], R3 ;
+        /*0070*/                   EXIT ;
+"""
+
+
+def test_report_and_parquet_show_sass_instructions(tmp_path, monkeypatch):
+    """The report's `SASS instr` column and the Parquet table's sass_instructions on a synthetic trace of
+    loop.ptx (32 threads, 4 trips) with hand-written machine code: the entry and exit blocks are matched
+    (exact), the loop's block is on a cycle (estimated from the lines' PTX counts)."""
+    from neutrino.analysis import report
+    from tests.test_lines import loop_trace
+
+    monkeypatch.setenv(la.SASS_SWITCH, "1")
+    monkeypatch.setattr(sass, "disassemble", lambda ptx, *a, **k: LOOP_SASS)
+    path = loop_trace(tmp_path, 32, 4, {(2 + 1) * 4: 3})
+    trace, launches = report.load_trace(str(path))
+    rep = report.analyze(trace, launches)
+    rows = {r["line"]: r for r in la.line_records(rep) if r["function"] != la.ENTRY_LABEL}
+    # line 10: 2 SASS x 32; 12: 1 x (32 x 4 x 2 / 2); 13: 3 x (128 x 4 / 4); 15: 2 x 32
+    assert {n: r["sass_instructions"] for n, r in rows.items()} == {10: 64, 12: 128, 13: 384, 15: 64}
+    assert {n: r["sass_exact"] for n, r in rows.items()} == {10: True, 12: False, 13: False, 15: True}
+    text = report.render(rep)
+    table = text[text.index("[lines: loopk]"):]
+    assert "SASS instr" in table and "~384" in table and "2 of 3 SASS blocks matched" in table
+    monkeypatch.setattr(sass, "disassemble", lambda ptx, *a, **k: (_ for _ in ()).throw(sass.SassUnavailable("no nvdisasm")))
+    path = loop_trace(tmp_path / "again", 32, 4, {(2 + 1) * 4: 3})
+    trace, launches = report.load_trace(str(path))
+    text = report.render(report.analyze(trace, launches))
+    assert "note: SASS instr: not derived (no nvdisasm)" in text

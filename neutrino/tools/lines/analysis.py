@@ -63,6 +63,9 @@ class LineTable:
     block_lines: tuple[tuple[tuple[int, int], ...], ...]  # per block: (line index, instructions)
     guarded_blocks: tuple[int, ...]  # blocks whose every instruction is guarded (counts filtered by that guard)
     partial_calls: tuple[str, ...] = ()  # called .funcs counted only in part (spec/ir.md "Called functions")
+    # the original kernel's machine code per line (neutrino/tools/lines/sass.py), or why there is none
+    sass: object = attrs.field(default=None, eq=False)
+    sass_note: str | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -172,12 +175,28 @@ def _table_cached(ptx_path: str, mtime: float, kernel: str) -> LineTable:
     from neutrino.isa.ptx import parse_module
     from neutrino.isa.ptx.lines import build_line_map, called_lines
 
-    module = parse_module(Path(ptx_path).read_text(errors="replace"), ptx_path)
+    module_text = Path(ptx_path).read_text(errors="replace")
+    module = parse_module(module_text, ptx_path)
     function = module.function(kernel)
     if function is None or not function.is_entry:
         raise ValueError(f"{ptx_path}: no entry {kernel!r} to rebuild the line map from")
     line_map = build_line_map(module, function)
-    return table_of(line_map, called_lines(module, line_map))
+    return with_sass(table_of(line_map, called_lines(module, line_map)), module_text, kernel)
+
+
+SASS_SWITCH = "NEUTRINO_LINES_SASS"  # "0": no SASS instructions per line (no ptxas / nvdisasm run)
+
+
+def with_sass(table: LineTable, ptx: str, kernel: str) -> LineTable:
+    """The table with the kernel's SASS per line (spec/tools.md "lines", SASS instructions), or the reason why not."""
+    from neutrino.tools.lines import sass
+
+    if os.environ.get(SASS_SWITCH, "1") == "0":
+        return attrs.evolve(table, sass_note=f"{SASS_SWITCH}=0")
+    try:
+        return attrs.evolve(table, sass=sass.sass_lines_of(ptx, kernel, table))
+    except (sass.SassUnavailable, ValueError) as e:
+        return attrs.evolve(table, sass_note=str(e))
 
 
 def kernel_ptx(launch) -> Path:
@@ -241,6 +260,16 @@ class KernelLines:
     launches: int
     excess: int | None = None  # ticks past 4 of the clamped samples (None: a trace without lines_total)
     total_ticks: int | None = None  # thread-ticks from entry to exit, exact (None: no lines_total)
+    block_threads: np.ndarray | None = None  # threads per basic block, Σ over launches (lines_blocks)
+
+    def sass_instructions(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """SASS thread-instructions per line and whether each is exact (sass.sass_line_instructions); None
+        without the kernel's machine code or block counts."""
+        from neutrino.tools.lines import sass
+
+        if self.table.sass is None or self.block_threads is None:
+            return None
+        return sass.sass_line_instructions(self.block_threads, self.table, self.table.sass)
 
 
 def combine(results) -> KernelLines | None:
@@ -257,9 +286,11 @@ def combine(results) -> KernelLines | None:
     if ticks_sum is not None and excess:
         clamped = sum(np.asarray(r.clamped_by_key, np.uint64) for r in same if r.clamped_by_key is not None)
         ticks_sum = ticks_sum + share_excess(clamped, excess)
+    blocks = [np.asarray(r.block_threads, np.float64) for r in same if r.block_threads is not None]
     return KernelLines(table, sum(instr) if instr else None, ticks_sum,
                        sum(r.clamped for r in same), sum(r.overflow for r in same),
-                       len({r.index for r in same}), excess, sum(r.total_ticks for r in totals) if totals else None)
+                       len({r.index for r in same}), excess, sum(r.total_ticks for r in totals) if totals else None,
+                       sum(blocks) if blocks else None)
 
 
 def _share(value: float, total: float) -> str:
@@ -307,7 +338,8 @@ def ranked_rows(k: KernelLines, source=None, top: int = 20) -> tuple[list[str], 
     rank_t = _ranks(ticks[1:]) if k.ticks is not None else None
     rank_i = _ranks(instr) if k.instructions is not None else None
     order = np.argsort(-(ticks[1:].astype(np.float64) if k.ticks is not None else instr.astype(np.float64)), kind="stable")
-    headers = ["line", "time rank", "time %", "warp-cycles", "instr rank", "instr %", "instructions", "source"]
+    headers = ["line", "time rank", "time %", "warp-cycles", "instr rank", "instr %", "instructions", "SASS instr", "source"]
+    derived = k.sass_instructions()
     rows = []
     for i in order[:top]:
         info = k.table.lines[i]
@@ -318,10 +350,18 @@ def ranked_rows(k: KernelLines, source=None, top: int = 20) -> tuple[list[str], 
         rows.append([where, str(rank_t[i]) if rank_t is not None else "-", _share(int(ticks[i + 1]), total_t) if rank_t is not None else "-",
                      C.fmt_num(warp_cycles(int(ticks[i + 1]))) if rank_t is not None else "-",
                      str(rank_i[i]) if rank_i is not None else "-", _share(int(instr[i]), total_i) if rank_i is not None else "-",
-                     C.fmt_num(int(instr[i])) if rank_i is not None else "-", text])
+                     C.fmt_num(int(instr[i])) if rank_i is not None else "-", _sass_cell(derived, i), text])
     if k.ticks is not None and ticks[0]:
-        rows.append([ENTRY_LABEL, "-", _share(int(ticks[0]), total_t), C.fmt_num(warp_cycles(int(ticks[0]))), "-", "-", "-", ""])
+        rows.append([ENTRY_LABEL, "-", _share(int(ticks[0]), total_t), C.fmt_num(warp_cycles(int(ticks[0]))), "-", "-", "-", "-", ""])
     return headers, rows
+
+
+def _sass_cell(derived, line: int) -> str:
+    """SASS thread-instructions of a line; `~` before an estimate (some of its SASS in no matched block)."""
+    if derived is None:
+        return "-"
+    counts, exact = derived
+    return ("" if exact[line] else "~") + C.fmt_num(int(round(counts[line])))
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -379,7 +419,7 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
         return []
     headers, rows = ranked_rows(k, SourceFiles(search))
     out = ["", f"[lines: {kernel}] {k.launches} launch(es)"]
-    out.append(format_table(headers, rows, left=(0, 7)) if rows else "(no line executed)")
+    out.append(format_table(headers, rows, left=(0, 8)) if rows else "(no line executed)")
     if all(info.line == 0 for info in k.table.lines):
         out.append("note: this kernel's PTX has no .loc debug lines: compile CUDA with -lineinfo "
                    "(Triton always writes them); every instruction is under (no line)")
@@ -399,16 +439,28 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
     if k.table.guarded_blocks and k.instructions is not None:
         out.append(f"note: {len(k.table.guarded_blocks)} block(s) have only guarded instructions: their threads are "
                    "counted when the first one's guard holds")
+    if k.instructions is not None:
+        out.append(_sass_note(k))
     if k.ticks is not None:
         out.append(PERTURBATION_NOTE)
     return out
+
+
+def _sass_note(k: KernelLines) -> str:
+    if k.table.sass is None:
+        return f"note: SASS instr: not derived ({k.table.sass_note})"
+    sass = k.table.sass
+    return (f"note: SASS instr = machine instructions per line of the original kernel (ptxas -lineinfo, nvdisasm) "
+            f"weighted by the exact block counts: {sass.matched_blocks} of {sass.sass_blocks} SASS blocks matched to "
+            "a PTX block (exact); '~': the line's other SASS instructions counted as often as its PTX "
+            "instructions on average (an estimate)")
 
 
 # ---------------------------------------------------------------- a table per line, for Parquet / CSV
 
 
 LINE_COLUMNS = ("kernel", "file", "line", "inlined_at", "function", "instructions", "thread_ticks", "warp_cycles",
-                "static_instructions", "perturbed")
+                "static_instructions", "perturbed", "sass_instructions", "sass_exact")
 
 
 def line_records(report_) -> list[dict]:
@@ -422,14 +474,17 @@ def line_records(report_) -> list[dict]:
         if k.ticks is not None:
             rows.append(dict(kernel=entry.kernel, file=None, line=0, inlined_at=None, function=ENTRY_LABEL,
                              instructions=None, thread_ticks=int(k.ticks[0]), warp_cycles=float(warp_cycles(int(k.ticks[0]))),
-                             static_instructions=0, perturbed=False))
+                             static_instructions=0, perturbed=False, sass_instructions=None, sass_exact=None))
+        derived = k.sass_instructions()
         for i, info in enumerate(k.table.lines):
             ticks = int(k.ticks[i + 1]) if k.ticks is not None else None
             rows.append(dict(kernel=entry.kernel, file=info.file, line=info.line, inlined_at=info.inlined_at,
                              function=info.function,
                              instructions=int(k.instructions[i]) if k.instructions is not None else None,
                              thread_ticks=ticks, warp_cycles=None if ticks is None else float(warp_cycles(ticks)),
-                             static_instructions=info.instructions, perturbed=info.perturbed))
+                             static_instructions=info.instructions, perturbed=info.perturbed,
+                             sass_instructions=None if derived is None else float(derived[0][i]),
+                             sass_exact=None if derived is None else bool(derived[1][i])))
     return rows
 
 
