@@ -122,6 +122,14 @@ def test_expensive_line_is_ranked_first(mode, tmp_path):
     first_time = max(range(len(labels)), key=lambda i: k.ticks[i + 1])
     assert first_instr in line_rows, f"first by instructions: {labels[first_instr]}"
     assert first_time in line_rows, f"first by time: {labels[first_time]}"
+    from neutrino.tools.lines import sass
+
+    if sass.find_nvdisasm() is not None:  # SASS thread-instructions per line (spec/tools.md "lines")
+        assert k.table.sass is not None, k.table.sass_note
+        counts, exact = k.sass_instructions()
+        print(f"{mode}: SASS instructions {[int(v) for v in counts]}; exact {[bool(e) for e in exact]}; "
+              f"{k.table.sass.matched_blocks} of {k.table.sass.sass_blocks} SASS blocks matched")
+        assert max(range(len(labels)), key=lambda i: counts[i]) in line_rows
     rep = subprocess.run([sys.executable, "-m", "neutrino.cli", "report", str(trace.path)], env=env,
                          capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr
