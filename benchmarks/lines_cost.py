@@ -30,8 +30,8 @@ timed with CUDA events. Printed per kernel:
   `lines` with its time samples added lane by lane (no `match.any.sync` grouping); with `--register-cap N`,
   `lines_light@capN_x`: lines_light with at most N register counters; `register_counters` (JSON rows):
   the register counters of each variant's kernel; with `--block-time`, `lines@blocktime_x` and
-  `time_rho_ncu_top10_blocktime`: `lines` with its clock at block starts (benchmarks/lines_blocktime.py),
-  each block's ticks shared among its lines by SASS weight (`block_ticks_to_lines`); `instr_rho_ncu_sass`:
+  `time_rho_ncu_top10_blocktime`: the `lines_blocktime` tool (clock at block starts), each block's
+  ticks shared among its lines by SASS weight (analysis.block_ticks_to_lines); `instr_rho_ncu_sass`:
   the instruction rho of our SASS thread-instructions per line (spec/tools.md "lines", SASS instructions);
 * `regs` (JSON rows): per variant [registers per thread, local bytes per thread, blocks per SM for the
   launch's block and dynamic shared memory], as the driver answers for the loaded function;
@@ -76,7 +76,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 WORKLOADS = REPO / "tests" / "gpu" / "workloads"
 W_LINES = WORKLOADS / "w_lines.py"
-BLOCK_TIME_PROBE = REPO / "benchmarks" / "lines_blocktime.py"
 TOOLS = ("lines_light", "lines")
 VARIANTS = ("plain",) + TOOLS
 OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py",
@@ -282,8 +281,8 @@ def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True
             out[f"lines_light@cap{register_cap}"] = (done.ptx, done.kernels[case.kernel])
         finally:
             register_counters.MAX_REGISTER_COUNTERS = cap
-    if block_time:  # lines with its clock at block starts (benchmarks/lines_blocktime.py)
-        done = instrument(case.ptx, load_probes(str(BLOCK_TIME_PROBE)), kernel=case.kernel, source=f"{case.mode}.ptx")
+    if block_time:  # lines with its clock at block starts (the lines_blocktime tool)
+        done = instrument(case.ptx, load_probes("lines_blocktime"), kernel=case.kernel, source=f"{case.mode}.ptx")
         out["lines@blocktime"] = (done.ptx, done.kernels[case.kernel])
     for rows in row_counts:
         for tool in TOOLS:
@@ -523,12 +522,7 @@ def counts_of(case: Case, loaded: Loaded, table) -> dict:
     out: dict = {}
     for entry, units, buf in loaded.buffers:
         rows = buf.get().view("<u8").reshape(units, -1)
-        folded = fold_rows(rows, int(entry["record_bytes"]))
-        if entry["name"] == "block_time":  # benchmarks/lines_blocktime.py: ticks per block, key 0 the entry
-            ticks, clamped, overflow = la.line_ticks(folded[1:-1], len(table.block_lines))
-            out.update(block_ticks=ticks, block_clamped=clamped, block_overflow=overflow + int(folded[-1]))
-            continue
-        result = la.counters_result(entry["name"], folded, table)
+        result = la.counters_result(entry["name"], fold_rows(rows, int(entry["record_bytes"])), table)
         out.update({k: v for k, v in result.items() if v is not None})
     return out
 
@@ -581,37 +575,13 @@ def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()
         block = counts_of(case, loaded["lines@blocktime"], table)
         block_ticks = np.asarray(block["block_ticks"], np.uint64)
         if block.get("excess"):
-            block_ticks = block_ticks + la.share_excess(block["block_clamped"], block["excess"])
-        variant_ticks["blocktime"] = [float(v) for v in block_ticks_to_lines(
+            block_ticks = block_ticks + la.share_excess(block["block_clamped_by_key"], block["excess"])
+        variant_ticks["blocktime"] = [float(v) for v in la.block_ticks_to_lines(
             block_ticks, table, sass_lines.static if sass_lines is not None else None)]
         row["lines@blocktime_total_ticks_exact"] = int(block_ticks.sum()) == block.get("total_ticks")
     return {"labels": [info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") for info in table.lines],
             "instructions": [int(v) for v in full_i], "ticks": None if ticks is None else [int(v) for v in ticks],
             "sass_instructions": sass_counts, "variant_ticks": variant_ticks, "times_us": times, "table": table}
-
-
-def block_ticks_to_lines(block_ticks, table, sass_static=None) -> np.ndarray:
-    """Thread-ticks per line (index 0: the kernel entry, 1 + L: line L) from thread-ticks per block
-    (index 0: the entry, 1 + b: block b): each block's ticks shared among its lines in proportion to
-    w(b, L) = PTX instructions of L in b x sigma_L, sigma_L = SASS / PTX instructions of L in the whole
-    kernel (1 without SASS; PTX counts alone where every weight of the block is 0)."""
-    block_ticks = np.asarray(block_ticks, np.float64)
-    out = np.zeros(len(table.lines) + 1)
-    out[0] = block_ticks[0] if len(block_ticks) else 0.0
-    sigma = np.ones(len(table.lines))
-    if sass_static is not None:
-        for line, info in enumerate(table.lines):
-            sigma[line] = sass_static[line] / info.instructions if info.instructions else 0.0
-    for block, pairs in enumerate(table.block_lines):
-        ticks = block_ticks[1 + block] if 1 + block < len(block_ticks) else 0.0
-        if not ticks or not pairs:
-            continue
-        lines = np.array([line for line, _ in pairs])
-        weights = np.array([n for _, n in pairs], np.float64) * sigma[lines]
-        if weights.sum() <= 0:
-            weights = np.array([n for _, n in pairs], np.float64)
-        out[1 + lines] += ticks * weights / weights.sum()
-    return out
 
 
 def sass_instructions(case: Case, table, block_threads, row: dict):
@@ -841,8 +811,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-match", action="store_true", help="also time lines without match.any grouping (@nomatch)")
     ap.add_argument("--register-cap", type=int, metavar="N", help="also time lines_light with at most N register "
                     "counters (lines_light@capN; passes/register_counters.py MAX_REGISTER_COUNTERS)")
-    ap.add_argument("--block-time", action="store_true", help="also time lines with its clock at block starts "
-                    "(lines@blocktime, benchmarks/lines_blocktime.py) and compare its time ranking with ncu's")
+    ap.add_argument("--block-time", action="store_true", help="also time the lines_blocktime tool (lines@blocktime: "
+                    "the clock at block starts) and compare its time ranking with ncu's")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: instrument, assemble and size only")
     args = ap.parse_args(argv)
     started = time.monotonic()

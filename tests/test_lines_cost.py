@@ -127,8 +127,8 @@ def test_block_ticks_are_shared_among_lines_by_sass_weight():
     table = la.LineTable(tuple(la.LineInfo(f"f:{i}", "f", i, None, None, n, 1) for i, n in enumerate((2, 1, 4))),
                          (((0, 2), (1, 1)), ((2, 4),)), ())
     # entry 5 ticks; block 0: 40 ticks, weights 2 x 0.5 = 1 and 1 x 3 = 3 → 10 and 30; block 1: 16 → line 2
-    assert list(lc.block_ticks_to_lines([5, 40, 16], table, (1, 3, 8))) == [5, 10, 30, 16]
+    assert list(la.block_ticks_to_lines([5, 40, 16], table, (1, 3, 8))) == [5, 10, 30, 16]
     # without SASS: PTX weights 2 : 1
-    assert list(lc.block_ticks_to_lines([0, 30, 0], table)) == [0, 20, 10, 0]
+    assert list(la.block_ticks_to_lines([0, 30, 0], table)) == [0, 20, 10, 0]
     # a block whose lines have no SASS at all: PTX weights
-    assert list(lc.block_ticks_to_lines([0, 30, 0], table, (0, 0, 8))) == [0, 20, 10, 0]
+    assert list(la.block_ticks_to_lines([0, 30, 0], table, (0, 0, 8))) == [0, 20, 10, 0]

@@ -44,7 +44,7 @@ def expensive_line(mode: str) -> int:
     return [i + 1 for i, line in enumerate(src) if marker in line][0]
 
 
-@pytest.mark.parametrize("tool", ["lines", "lines_light"])
+@pytest.mark.parametrize("tool", ["lines", "lines_light", "lines_blocktime"])
 def test_loop_counts_are_exact(tool, tmp_path):
     sys.path.insert(0, str(WORKLOADS))
     import w_lines
@@ -56,8 +56,11 @@ def test_loop_counts_are_exact(tool, tmp_path):
     by_line = {info.line: int(n) for info, n in zip(k.table.lines, k.instructions)}
     print(f"loopk {tool}: {by_line}")
     assert by_line == {10: 4 * threads, 12: 2 * trips * threads, 13: 4 * trips * threads, 15: 2 * threads}
-    if tool == "lines":
+    if tool != "lines_light":
         assert k.ticks is not None and int(k.ticks.sum()) > 0
+        assert k.time_by_block == (tool == "lines_blocktime")
+        if k.total_ticks is not None and not k.overflow:
+            assert int(k.ticks.sum()) == k.total_ticks  # the entry-to-exit total, exact
         top = max(range(len(k.table.lines)), key=lambda i: k.ticks[i + 1])
         print(f"loopk time by line: {[(i.line, int(t)) for i, t in zip(k.table.lines, k.ticks[1:])]}")
         assert k.table.lines[top].line in (12, 13)  # the loop's lines

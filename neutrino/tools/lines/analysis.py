@@ -10,6 +10,9 @@ the function the engine used (neutrino/isa/ptx/lines.py):
 * `lines_time`: bucket 1 + (L + 1) × 4 + c = samples of c + 1 clock ticks (c = 3:
   four or more) spent after a region of line L started (L = -1: the kernel's
   entry, before any region). One tick is 2^TICK_BITS cycles of %clock64.
+* `block_time` (the `lines_blocktime` tool, instead of `lines_time`): the same samples keyed by
+  basic block: bucket 1 + (b + 1) × 4 + c; each block's ticks are shared among its lines in
+  proportion to their SASS instructions in it (`block_ticks_to_lines`).
 * `lines_total` (sum): `ticks`, Σ over threads of the ticks from entry to exit,
   and `excess`, Σ of the ticks past 4 of the samples counted as 4: the time
   total stays exact; `excess` is shared among the lines by their clamped samples
@@ -30,7 +33,7 @@ import numpy as np
 
 from neutrino.analysis import _common as C
 
-MAP_NAMES = ("lines_blocks", "lines_time", "lines_total")
+MAP_NAMES = ("lines_blocks", "lines_time", "lines_total", "block_time")
 HAS_PLOTS = False
 TICK_BITS = 8  # as neutrino/tools/lines/probe.py
 TICK_CLASSES = 4  # ticks 1, 2, 3, >= 4 per sample
@@ -81,6 +84,8 @@ class LaunchResult:
     clamped: int = 0  # samples of 4 or more ticks (counted as 4)
     overflow: int = 0  # samples whose key was beyond the map's buckets (not attributed)
     clamped_by_key: tuple[int, ...] | None = None  # lines_time: clamped samples per key (0: kernel entry)
+    block_ticks: tuple[int, ...] | None = None  # block_time: thread-ticks per block, index 0 = kernel entry
+    block_clamped_by_key: tuple[int, ...] | None = None  # block_time: clamped samples per key
     total_ticks: int | None = None  # lines_total: thread-ticks from entry to exit, exact
     excess: int | None = None  # lines_total: ticks past 4 of the clamped samples
 
@@ -128,6 +133,41 @@ def share_excess(clamped_by_key: np.ndarray, excess: int) -> np.ndarray:
     left = int(excess - int(out.sum(dtype=np.uint64)))
     if left > 0:
         order = np.argsort(-(exact - np.floor(exact)), kind="stable")[:left]
+        out[order] += np.uint64(1)
+    return out
+
+
+def block_ticks_to_lines(block_ticks, table: LineTable, sass_static=None) -> np.ndarray:
+    """Thread-ticks per line (index 0: the kernel entry, 1 + L: line L) from thread-ticks per block
+    (index 0: the entry, 1 + b: block b): each block's ticks shared among its lines in proportion to
+    w(b, L) = PTX instructions of L in b x sigma_L, sigma_L = SASS / PTX instructions of L in the whole
+    kernel (1 without SASS; PTX counts alone where every weight of the block is 0). Float: shares."""
+    block_ticks = np.asarray(block_ticks, np.float64)
+    out = np.zeros(len(table.lines) + 1)
+    out[0] = block_ticks[0] if len(block_ticks) else 0.0
+    sigma = np.ones(len(table.lines))
+    if sass_static is not None:
+        for line, info in enumerate(table.lines):
+            sigma[line] = sass_static[line] / info.instructions if info.instructions else 0.0
+    for block, pairs in enumerate(table.block_lines):
+        ticks = block_ticks[1 + block] if 1 + block < len(block_ticks) else 0.0
+        if not ticks or not pairs:
+            continue
+        lines = np.array([line for line, _ in pairs])
+        weights = np.array([n for _, n in pairs], np.float64) * sigma[lines]
+        if weights.sum() <= 0:
+            weights = np.array([n for _, n in pairs], np.float64)
+        out[1 + lines] += ticks * weights / weights.sum()
+    return out
+
+
+def whole(shares: np.ndarray, total: int) -> np.ndarray:
+    """Float shares in whole units adding up to `total`: floors, then one more to the largest
+    remainders (ties to the lower index), as share_excess."""
+    out = np.floor(np.asarray(shares, np.float64) + 1e-9).astype(np.uint64)
+    left = int(total) - int(out.sum(dtype=np.uint64))
+    if left > 0:
+        order = np.argsort(-(shares - np.floor(shares + 1e-9)), kind="stable")[:left]
         out[order] += np.uint64(1)
     return out
 
@@ -227,6 +267,10 @@ def counters_result(map_name: str, counts: np.ndarray, table: LineTable) -> dict
         ticks, clamped, overflow = line_ticks(values, len(table.lines))
         return {"ticks": tuple(int(v) for v in ticks), "clamped": int(clamped.sum()),
                 "clamped_by_key": tuple(int(v) for v in clamped), "overflow": overflow + int(counts[-1])}
+    if map_name == "block_time":
+        ticks, clamped, overflow = line_ticks(values, len(table.block_lines))
+        return {"block_ticks": tuple(int(v) for v in ticks), "clamped": int(clamped.sum()),
+                "block_clamped_by_key": tuple(int(v) for v in clamped), "overflow": overflow + int(counts[-1])}
     if map_name == "lines_total":  # a sum map: its counters are the fields in order
         return {"total_ticks": int(counts[0]), "excess": int(counts[1])}
     raise ValueError(f"map {map_name}: not a map of the lines tools ({', '.join(MAP_NAMES)})")
@@ -261,6 +305,7 @@ class KernelLines:
     excess: int | None = None  # ticks past 4 of the clamped samples (None: a trace without lines_total)
     total_ticks: int | None = None  # thread-ticks from entry to exit, exact (None: no lines_total)
     block_threads: np.ndarray | None = None  # threads per basic block, Σ over launches (lines_blocks)
+    time_by_block: bool = False  # ticks measured per block (lines_blocktime) and shared among its lines
 
     def sass_instructions(self) -> tuple[np.ndarray, np.ndarray] | None:
         """SASS thread-instructions per line and whether each is exact (sass.sass_line_instructions); None
@@ -286,11 +331,19 @@ def combine(results) -> KernelLines | None:
     if ticks_sum is not None and excess:
         clamped = sum(np.asarray(r.clamped_by_key, np.uint64) for r in same if r.clamped_by_key is not None)
         ticks_sum = ticks_sum + share_excess(clamped, excess)
+    by_block = [r for r in same if r.block_ticks is not None]
+    if ticks_sum is None and by_block:  # lines_blocktime: per-block ticks, shared among each block's lines
+        block_ticks = sum(np.asarray(r.block_ticks, np.uint64) for r in by_block)
+        if excess:
+            block_ticks = block_ticks + share_excess(sum(np.asarray(r.block_clamped_by_key, np.uint64)
+                                                         for r in by_block), excess)
+        sass = table.sass.static if table.sass is not None else None
+        ticks_sum = whole(block_ticks_to_lines(block_ticks, table, sass), int(block_ticks.sum()))
     blocks = [np.asarray(r.block_threads, np.float64) for r in same if r.block_threads is not None]
     return KernelLines(table, sum(instr) if instr else None, ticks_sum,
                        sum(r.clamped for r in same), sum(r.overflow for r in same),
                        len({r.index for r in same}), excess, sum(r.total_ticks for r in totals) if totals else None,
-                       sum(blocks) if blocks else None)
+                       sum(blocks) if blocks else None, bool(by_block) and not ticks)
 
 
 def _share(value: float, total: float) -> str:
@@ -346,7 +399,8 @@ def ranked_rows(k: KernelLines, source=None, top: int = 20) -> tuple[list[str], 
         if not instr[i] and not ticks[i + 1]:
             continue
         text = source(info) if source else ""
-        where = info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") + ("~" if info.perturbed and k.ticks is not None else "")
+        marked = info.perturbed and k.ticks is not None and not k.time_by_block
+        where = info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") + ("~" if marked else "")
         rows.append([where, str(rank_t[i]) if rank_t is not None else "-", _share(int(ticks[i + 1]), total_t) if rank_t is not None else "-",
                      C.fmt_num(warp_cycles(int(ticks[i + 1]))) if rank_t is not None else "-",
                      str(rank_i[i]) if rank_i is not None else "-", _share(int(instr[i]), total_i) if rank_i is not None else "-",
@@ -412,6 +466,13 @@ PERTURBATION_NOTE = (
     "unperturbed (block-level counts); lines_light measures them alone at low cost.")
 
 
+BLOCK_TIME_NOTE = (
+    "note: time is sampled in the kernel at basic-block starts (lines_blocktime): every block start reads %clock64 "
+    "and adds the 256-cycle ticks since the previous one to the block that was running; each block's ticks are "
+    "shared among its lines by their SASS instructions (PTX instructions without ptxas/nvdisasm): fewer probes "
+    "than at every line region, and no probe between a block's lines (warp-cycles = thread-ticks x 256 / 32).")
+
+
 def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) -> list[str]:
     """The report's per-kernel line table (after the tool's summary row), with the perturbation note."""
     k = combine(results)
@@ -442,7 +503,7 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
     if k.instructions is not None:
         out.append(_sass_note(k))
     if k.ticks is not None:
-        out.append(PERTURBATION_NOTE)
+        out.append(BLOCK_TIME_NOTE if k.time_by_block else PERTURBATION_NOTE)
     return out
 
 

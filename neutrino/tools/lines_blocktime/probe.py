@@ -1,13 +1,14 @@
-"""`lines` with its clock at basic-block starts instead of line-region starts: an experiment of
-benchmarks/lines_cost.py (`--block-time`, variant `lines@blocktime`) for a less perturbing time
-measure (issue 27; docs/lines.md "Time at block boundaries").
+"""lines_blocktime: `lines` with its clock at basic-block starts instead of line-region starts.
 
-As neutrino/tools/lines/probe.py, but the clock is read once per basic block (at its first
-unguarded instruction, where `lines_blocks` already counts), not at every line region: each
-thread credits the 256-cycle ticks since the previous block start to that block, as
-`(previous block + 1) * 4 + min(ticks, 4) - 1` in `block_time`, and its ticks past 4 to
-`lines_total.excess`. The benchmark shares each block's ticks among its lines by their SASS
-instructions (lines_cost.block_ticks_to_lines). Not a built-in tool.
+Instructions as `lines` (`lines_blocks`, exact). Time: each thread reads `%clock64` once per basic
+block (at its first unguarded instruction, where `lines_blocks` already counts), not at every
+line region, and credits the 256-cycle ticks since the previous block start to that block:
+`(previous block + 1) * 4 + min(ticks, 4) - 1` in `block_time`, its ticks past 4 to
+`lines_total.excess`. The analysis (neutrino/tools/lines/analysis.py) shares each block's ticks
+among the block's lines by their SASS instructions (spec/tools.md "lines"). No probe sits between
+the lines of one block: on Triton's pipelined loops the time ranking agrees with Nsight Compute's
+far better than `lines`' (docs/lines.md "Time at block boundaries"); where a loop has many small
+blocks it costs more than `lines`.
 """
 
 from neutrino import Map, probe
