@@ -47,8 +47,6 @@ LINE_RE = re.compile(r'^\s*//## File "([^"]*)", line (\d+)(?: inlined at "([^"]*
 TARGET_RE = re.compile(r"`\(([.\w$]+)\)")
 #: SASS opcodes after which the next instruction starts a new basic block
 BLOCK_ENDS = frozenset({"BRA", "BRX", "JMP", "JMX", "EXIT", "RET", "KILL", "BPT"})
-#: of those, the ones that never fall through when unguarded
-NO_FALL = BLOCK_ENDS
 INDIRECT = frozenset({"BRX", "JMX"})
 NO_LINE = (None, 0, None)
 
@@ -158,7 +156,7 @@ def sass_graph(section: SassSection) -> SassGraph:
                     known = False
             if last.opcode in ("EXIT", "RET"):
                 out.append(-1)
-        if last.opcode not in NO_FALL or last.guarded:
+        if last.opcode not in BLOCK_ENDS or last.guarded:
             out.append(b + 1 if b + 1 < len(starts) else -1)
         successors.append(tuple(dict.fromkeys(out)))
     reachable = (reachable_from(successors, 0) if known else range(len(starts))) if starts else ()
@@ -299,7 +297,11 @@ def match_blocks(table, ptx_cyclic: set[int] | None, sections: list[SassSection]
     nothing is matched."""
     resolve = _resolver(table)
     lines = len(table.lines)
-    ptx_lines = [frozenset(line for line, n in pairs if n) for pairs in table.block_lines]
+    blocks_of_line: dict[int, set[int]] = {}  # line → the PTX blocks with instructions of it
+    for block, pairs in enumerate(table.block_lines):
+        for line, n in pairs:
+            if n:
+                blocks_of_line.setdefault(line, set()).add(block)
     matched = [dict() for _ in table.block_lines]
     unmatched, static = np.zeros(lines, np.int64), np.zeros(lines, np.int64)
     unknown = blocks = matched_blocks = 0
@@ -318,10 +320,7 @@ def match_blocks(table, ptx_cyclic: set[int] | None, sections: list[SassSection]
             blocks += own
             target = None
             if own and graph.known and ptx_cyclic is not None and b not in graph.cyclic and len(found) == stop - start:
-                needed = set(found)
-                candidates = [p for p, have in enumerate(ptx_lines) if needed <= have]
-                if len(candidates) == 1 and candidates[0] not in ptx_cyclic:
-                    target = candidates[0]
+                target = _only_block_with(set(found), blocks_of_line, ptx_cyclic)
             if target is None:
                 for i in found:
                     unmatched[i] += 1
@@ -331,6 +330,23 @@ def match_blocks(table, ptx_cyclic: set[int] | None, sections: list[SassSection]
                 matched[target][i] = matched[target].get(i, 0) + 1
     return SassLines(tuple(tuple(sorted(m.items())) for m in matched), tuple(int(v) for v in unmatched),
                      tuple(int(v) for v in static), unknown, blocks, matched_blocks)
+
+
+def _only_block_with(lines: set[int], blocks_of_line: dict, ptx_cyclic: set[int]) -> int | None:
+    """The one PTX block holding all of `lines`, if there is one and it is on no cycle (sets of the
+    rarest line first: the intersection stays small)."""
+    candidates = None
+    for line in sorted(lines, key=lambda l: len(blocks_of_line.get(l, ()))):
+        have = blocks_of_line.get(line, set())
+        candidates = set(have) if candidates is None else candidates & have
+        if len(candidates) <= 1:
+            break
+    if candidates is None or len(candidates) != 1:
+        return None
+    (block,) = candidates
+    if len(lines) > 1 and not all(block in blocks_of_line.get(line, ()) for line in lines):
+        return None
+    return None if block in ptx_cyclic else block
 
 
 def sass_line_instructions(block_threads, table, sass: SassLines) -> tuple[np.ndarray, np.ndarray]:
