@@ -7,7 +7,8 @@ agreement of the per-line figures with an unperturbed reference (Nsight Compute)
 
 One process per run, no neutrino runtime: for each kernel of tests/gpu/workloads/w_lines.py it takes
 the kernel's PTX (loop.ptx; nvcc -lineinfo; Triton's compiled PTX), builds five modules with the
-engine (the pruned unprobed kernel, `lines_light`, `lines`, and both tools unstaged: `@global`), loads
+engine (the pruned unprobed kernel, `lines_light`, `lines`, and each with the other map placement:
+`lines@global`, unstaged, and `lines_light@staged`), loads
 them with CuPy and launches them interleaved (rotating the order) with the same arguments, each launch
 timed with CUDA events. Printed per kernel:
 
@@ -19,13 +20,19 @@ timed with CUDA events. Printed per kernel:
 * `same out`: the probed launches left the kernel's outputs bit for bit as the plain one did;
 * `total_ticks_exact` (when samples were clamped): the per-line ticks, the clamped samples' excess
   shared back (analysis.share_excess), add up to lines_total's exact entry-to-exit ticks;
-* `TOOL@global_x`, `TOOL@global_exact`: the same tool with its maps' `stage` dropped (every add a
+* `lines_light@staged_x` / `_exact`: lines_light with its map staged per block (as before it went to
+  global rows); `TOOL@global_x`, `TOOL@global_exact`: the same tool with its maps' `stage` dropped (every add a
   `red.global` into 32 rows, as before staging, spec/probe-toml.md "Aggregation maps"): its slowdown,
   and whether its per-line instructions equal lines_light's;
 * with `--no-global`, the `@global` variants are left out; with `--no-registers`, `TOOL@noreg_x` and
   `TOOL@noreg_exact`: the tool lowered without register counters (passes/register_counters.py: every
   block's add at the block, the lowering before them); with `--no-match`, `lines@nomatch_x`/`_exact`:
-  `lines` with its time samples added lane by lane (no `match.any.sync` grouping);
+  `lines` with its time samples added lane by lane (no `match.any.sync` grouping); with `--register-cap N`,
+  `lines_light@capN_x`: lines_light with at most N register counters; `register_counters` (JSON rows):
+  the register counters of each variant's kernel; with `--block-time`, `lines@blocktime_x` and
+  `time_rho_ncu_top10_blocktime`: the `lines_blocktime` tool (clock at block starts), each block's
+  ticks shared among its lines by SASS weight (analysis.block_ticks_to_lines); `instr_rho_ncu_sass`:
+  the instruction rho of our SASS thread-instructions per line (spec/tools.md "lines", SASS instructions);
 * `regs` (JSON rows): per variant [registers per thread, local bytes per thread, blocks per SM for the
   launch's block and dynamic shared memory], as the driver answers for the loaded function;
 * with `--rows R,...`: `TOOL@globalRrows_x`, the slowdown of the unstaged TOOL when its warps add to
@@ -226,7 +233,8 @@ def entry_param_types(ptx: str, kernel: str) -> list[str]:
 
 
 def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True,
-                   no_registers: bool = False, no_match: bool = False) -> dict[str, tuple[str, dict | None]]:
+                   no_registers: bool = False, no_match: bool = False, block_time: bool = False,
+                   register_cap: int | None = None) -> dict[str, tuple[str, dict | None]]:
     """variant → (PTX, kernel description or None for plain).
 
     `no_registers`: also each tool as lowered before register counters (passes/register_counters.py,
@@ -241,9 +249,12 @@ def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True
     for tool in TOOLS:
         done = instrument(case.ptx, load_probes(tool), kernel=case.kernel, source=f"{case.mode}.ptx")
         out[tool] = (done.ptx, done.kernels[case.kernel])
-    for tool in TOOLS if unstaged_too else ():  # the same tool without staging: every add a global atomic, 32 rows
-        done = instrument(case.ptx, unstaged(load_probes(tool)), kernel=case.kernel, source=f"{case.mode}.ptx")
-        out[f"{tool}@global"] = (done.ptx, done.kernels[case.kernel])
+    for tool in TOOLS if unstaged_too else ():  # the tool with the other map placement: staged ↔ global rows
+        probes = load_probes(tool)
+        is_staged = any(spec.stage for spec in probes.maps.values())
+        other, name = (unstaged(probes), "global") if is_staged else (staged(probes), "staged")
+        done = instrument(case.ptx, other, kernel=case.kernel, source=f"{case.mode}.ptx")
+        out[f"{tool}@{name}"] = (done.ptx, done.kernels[case.kernel])
     if no_registers:
         cap, register_counters.MAX_REGISTER_COUNTERS = register_counters.MAX_REGISTER_COUNTERS, 0
         try:
@@ -263,9 +274,20 @@ def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True
         finally:
             lower_save.MATCH_SM = match_sm
             lower_save._lowered_group.cache_clear()
+    if register_cap is not None:  # lines_light with another cap on register counters
+        cap, register_counters.MAX_REGISTER_COUNTERS = register_counters.MAX_REGISTER_COUNTERS, register_cap
+        try:
+            done = instrument(case.ptx, load_probes("lines_light"), kernel=case.kernel, source=f"{case.mode}.ptx")
+            out[f"lines_light@cap{register_cap}"] = (done.ptx, done.kernels[case.kernel])
+        finally:
+            register_counters.MAX_REGISTER_COUNTERS = cap
+    if block_time:  # lines with its clock at block starts (the lines_blocktime tool)
+        done = instrument(case.ptx, load_probes("lines_blocktime"), kernel=case.kernel, source=f"{case.mode}.ptx")
+        out["lines@blocktime"] = (done.ptx, done.kernels[case.kernel])
     for rows in row_counts:
         for tool in TOOLS:
-            out[f"{tool}@global{rows}rows"] = (rows_ptx(out[f"{tool}@global"][0], rows), out[f"{tool}@global"][1])
+            unstaged_name = tool if f"{tool}@global" not in out else f"{tool}@global"
+            out[f"{tool}@global{rows}rows"] = (rows_ptx(out[unstaged_name][0], rows), out[unstaged_name][1])
     return out
 
 
@@ -275,6 +297,15 @@ def unstaged(probes):
 
     out = copy.copy(probes)
     out.maps = {name: attrs.evolve(spec, stage=None) for name, spec in probes.maps.items()}
+    return out
+
+
+def staged(probes):
+    """A copy of the probe file with its maps staged per block (`stage = "block"`): lines_light as it was before."""
+    import copy
+
+    out = copy.copy(probes)
+    out.maps = {name: attrs.evolve(spec, stage="block") for name, spec in probes.maps.items()}
     return out
 
 
@@ -320,7 +351,7 @@ def line_table(case: Case):
 
 def dry_run(case: Case, row: dict) -> None:
     """Instrument and assemble every variant (ptxas for sm_90); the map bytes per launch."""
-    variants = build_variants(case, no_registers=True, no_match=True)
+    variants = build_variants(case, no_registers=True, no_match=True, block_time=True)
     for name, (ptx, info) in variants.items():
         if shutil.which("ptxas"):
             with tempfile.TemporaryDirectory() as tmp:
@@ -511,6 +542,8 @@ def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()
     threads = int(np.prod(case.block))
     row["regs"] = {name: [getattr(v.function, "num_regs", None), getattr(v.function, "local_size_bytes", None),
                           blocks_per_sm(v.function, threads, case.shared)] for name, v in loaded.items()}
+    row["register_counters"] = {name: (info or {}).get("instructions", {}).get("register_counters", 0)
+                                for name, (_, info) in variants.items() if info is not None}
     launch(case, loaded["plain"])
     reference = outputs_of(case)
     same = True
@@ -536,9 +569,39 @@ def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()
     if ticks is not None and counts["lines"].get("excess"):
         ticks = np.asarray(ticks, np.uint64) + la.share_excess(counts["lines"]["clamped_by_key"], counts["lines"]["excess"])
         row["total_ticks_exact"] = int(ticks.sum()) == counts["lines"]["total_ticks"]
+    sass_counts, sass_lines = sass_instructions(case, table, counts["lines_light"].get("block_threads"), row)
+    variant_ticks = {}
+    if "lines@blocktime" in loaded:  # time read at block starts, shared among each block's lines by SASS weight
+        block = counts_of(case, loaded["lines@blocktime"], table)
+        block_ticks = np.asarray(block["block_ticks"], np.uint64)
+        if block.get("excess"):
+            block_ticks = block_ticks + la.share_excess(block["block_clamped_by_key"], block["excess"])
+        variant_ticks["blocktime"] = [float(v) for v in la.block_ticks_to_lines(
+            block_ticks, table, sass_lines.static if sass_lines is not None else None)]
+        row["lines@blocktime_total_ticks_exact"] = int(block_ticks.sum()) == block.get("total_ticks")
     return {"labels": [info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") for info in table.lines],
             "instructions": [int(v) for v in full_i], "ticks": None if ticks is None else [int(v) for v in ticks],
-            "times_us": times, "table": table}
+            "sass_instructions": sass_counts, "variant_ticks": variant_ticks, "times_us": times, "table": table}
+
+
+def sass_instructions(case: Case, table, block_threads, row: dict):
+    """SASS thread-instructions per line (neutrino/tools/lines/sass.py: the original PTX assembled with
+    ptxas -lineinfo, nvdisasm, matched blocks exact, the rest estimated) and the SassLines; None, None
+    where the tools are missing (`sass_note` in the row says why)."""
+    from neutrino.tools.lines import sass
+
+    if block_threads is None:
+        return None, None
+    try:
+        lines = sass.sass_lines_of(case.ptx, case.kernel, table)
+    except (sass.SassUnavailable, ValueError) as e:
+        row["sass_note"] = str(e)[:300]
+        return None, None
+    counts, exact = sass.sass_line_instructions(block_threads, table, lines)
+    row.update(sass_blocks=lines.sass_blocks, sass_matched_blocks=lines.matched_blocks,
+               sass_exact_lines=int(sum(1 for i, e in enumerate(exact) if e and lines.static[i])),
+               sass_lines=int(sum(1 for n in lines.static if n)))
+    return [float(v) for v in counts], lines
 
 
 def ncu_lines(mode: str, work: Path, out: Path | None, timeout: int) -> str | None:
@@ -664,6 +727,13 @@ def ncu_compare(mode: str, figures: dict, text, row: dict) -> None:
         return
     ours_i, ours_t = our_lines(figures["table"], figures["instructions"], figures["ticks"], OWN_FILE[mode])
     row["time_rho_ncu_top10"], row["instr_rho_ncu"] = compare_with_ncu(ours_i, ours_t, lines)
+    if figures.get("sass_instructions") is not None:  # SASS thread-instructions per line against ncu's (SASS)
+        sass_i, _ = our_lines(figures["table"], figures["sass_instructions"], None, OWN_FILE[mode])
+        row["instr_rho_ncu_sass"] = compare_with_ncu(sass_i, {}, lines)[1]
+        figures["sass_by_line"] = {str(k): v for k, v in sorted(sass_i.items())}
+    for variant, ticks in (figures.get("variant_ticks") or {}).items():  # other time measures (--block-time)
+        _, variant_t = our_lines(figures["table"], figures["instructions"], ticks, OWN_FILE[mode])
+        row[f"time_rho_ncu_top10_{variant}"] = compare_with_ncu(ours_i, variant_t, lines)[0]
     row["ncu_lines"] = len(lines)
     figures["ncu"] = {str(k): v for k, v in sorted(lines.items())}
     figures["ours_by_line"] = {str(k): [ours_i[k], ours_t.get(k)] for k in sorted(ours_i)}
@@ -674,14 +744,15 @@ def ncu_compare(mode: str, figures: dict, text, row: dict) -> None:
 
 
 COLUMNS = ["kernel", "plain_us", "light_x", "full_x", "map_bytes_lines_light", "map_bytes_lines", "lines", "exact",
-           "same_output", "time_rho_ncu_top10", "instr_rho_ncu"]
+           "same_output", "time_rho_ncu_top10", "instr_rho_ncu", "instr_rho_ncu_sass"]
 
 
 def print_table(rows: list[dict]) -> None:
     def fmt(v):
         return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
 
-    extra = sorted({c for row in rows for c in row if c.endswith(("_x", "_exact")) and "@" in c or c == "total_ticks_exact"})
+    extra = sorted({c for row in rows for c in row if c.endswith(("_x", "_exact")) and "@" in c or c == "total_ticks_exact"
+                    or c.startswith(("time_rho_ncu_top10_", "sass_"))})
     print("  ".join(COLUMNS + extra))
     for row in rows:
         print("  ".join(fmt(row.get(c)) for c in COLUMNS + extra))
@@ -711,7 +782,8 @@ def run_mode(mode: str, args, work: Path, out: Path | None, started: float) -> t
     case = build_case(mode, case_work)
     row["kernel"] = f"{mode}:{case.kernel}"
     figures = measure(case, case_work, args.reps, row, tuple(int(r) for r in args.rows.split(',') if r),
-                      {"unstaged_too": not args.no_global, "no_registers": args.no_registers, "no_match": args.no_match})
+                      {"unstaged_too": not args.no_global, "no_registers": args.no_registers, "no_match": args.no_match,
+                       "block_time": args.block_time, "register_cap": args.register_cap})
     if mode in args.ncu.split(",") and mode in NCU_KERNEL:
         if time.monotonic() - started + NCU_SECONDS > args.budget_s:
             row["note"] = "ncu skipped: out of time budget"
@@ -737,6 +809,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-global", action="store_true", help="leave out the unstaged (@global) variants")
     ap.add_argument("--no-registers", action="store_true", help="also time each tool without register counters (@noreg)")
     ap.add_argument("--no-match", action="store_true", help="also time lines without match.any grouping (@nomatch)")
+    ap.add_argument("--register-cap", type=int, metavar="N", help="also time lines_light with at most N register "
+                    "counters (lines_light@capN; passes/register_counters.py MAX_REGISTER_COUNTERS)")
+    ap.add_argument("--block-time", action="store_true", help="also time the lines_blocktime tool (lines@blocktime: "
+                    "the clock at block starts) and compare its time ranking with ncu's")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: instrument, assemble and size only")
     args = ap.parse_args(argv)
     started = time.monotonic()

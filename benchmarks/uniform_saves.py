@@ -3,8 +3,8 @@
     python benchmarks/uniform_saves.py [--target sm_90] [--against DIR]
 
 For tests/data/lines/loop.ptx and every corpus kernel with `.loc` (/work/shared/corpus/ptx),
-under `lines_light` and `lines`, with their maps staged per block (the default) and unstaged
-(`@global`, as benchmarks/lines_cost.py builds them):
+under `lines_light` and `lines`, with their maps staged per block (`lines`' default) and unstaged
+(`@global`, lines_light's default; as benchmarks/lines_cost.py builds them):
 
 * `site PTX`: PTX instructions the engine puts before the first own instruction of loop.ptx's
   loop block (lines_light: the count_block site; lines: count_block and tick_line);
@@ -102,6 +102,15 @@ def site_instructions(ptx: str) -> int:
     return sum(1 for line in body.splitlines()[1:] if line.strip() and not line.strip().startswith((".", "//", "$", "%nt_L")))
 
 
+def staged(probes):
+    """Every map staged per block (lines_light's is not, by default: docs/lines.md "Light mode")."""
+    import attrs
+
+    out = copy.copy(probes)
+    out.maps = {name: attrs.evolve(spec, stage="block") for name, spec in probes.maps.items()}
+    return out
+
+
 def unstaged(probes):
     import attrs
 
@@ -120,7 +129,7 @@ def measure(target: str) -> dict:
     plain_loop = sass_count(loop, target)
     plain_corpus = {p: sass_count(retarget(p.read_text(), max(target, _own(p))), max(target, _own(p))) for p in corpus}
     for tool in TOOLS:
-        for variant, probes in (("staged", load_probes(tool)), ("@global", unstaged(load_probes(tool)))):
+        for variant, probes in (("staged", staged(load_probes(tool))), ("@global", unstaged(load_probes(tool)))):
             probed = instrument(loop, probes, source="loop.ptx").ptx
             row = {"site PTX": site_instructions(probed), "loop SASS": sass_count(probed, target) - plain_loop}
             if nvdisasm():

@@ -67,7 +67,7 @@ def test_list_names_every_tool_and_verbose_shows_fields():
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
     assert [line.split()[0] for line in lines] == tool_names()
-    assert "block_sched_local" not in proc.stdout and len(lines) == 9  # 7 + lines, lines_light
+    assert "block_sched_local" not in proc.stdout and len(lines) == 10  # 7 + lines, lines_light, lines_blocktime
     proc = neutrino("list", "-v")
     assert "map block_sched (array, warp, cap 1, 16 B): start:u64, elapsed:u32, cuid:u32" in proc.stdout
     assert "map gmem_bytes (sum): bytes:u64, active_threads:u64" in proc.stdout

@@ -140,7 +140,7 @@ def test_cli_lines_option(tmp_path):
 # ---------------------------------------------------------------- the tools on the corpus
 
 
-@pytest.mark.parametrize("tool", ["lines", "lines_light"])
+@pytest.mark.parametrize("tool", ["lines", "lines_light", "lines_blocktime"])
 @pytest.mark.parametrize("path", WITH_LOC, ids=lambda p: p.name)
 def test_tools_assemble_on_every_corpus_kernel_with_loc(tool, path):
     probes = load_probes(tool)
@@ -149,7 +149,7 @@ def test_tools_assemble_on_every_corpus_kernel_with_loc(tool, path):
     for function in module.entries():
         lm = build_line_map(module, function)
         matched = result.kernels[function.name]["matched"]
-        assert matched["count_block"] == len(lm.blocks)
+        assert matched["count_and_tick_block" if tool == "lines_blocktime" else "count_block"] == len(lm.blocks)
         if tool == "lines":
             assert matched["tick_line"] == len(lm.regions)
         assert not result.kernels[function.name]["skipped"]
@@ -388,3 +388,39 @@ def test_report_notes_partly_counted_calls(tmp_path):
     k = la.combine(rep.kernels["callk"].results["lines"])
     assert {info.line: int(n) for info, n in zip(k.table.lines, k.instructions)}[3] == 3 * 5 * 32
     assert "note: called clampv: counted only in part" in report.render(rep)
+
+
+def test_block_time_is_shared_among_each_blocks_lines(tmp_path, monkeypatch):
+    """lines_blocktime: ticks per basic block, shared among the block's lines (here by PTX instructions:
+    SASS turned off). loop.ptx: block 0 = line 10 (4), block 1 = lines 12 (2) and 13 (4), block 2 = line 15."""
+    monkeypatch.setenv(la.SASS_SWITCH, "0")
+    run = RunBuilder(tmp_path / "run")
+    blocks_info, time_info = hist_info("lines_blocks", "linear:0:254:1"), hist_info("block_time", "linear:0:1022:1")
+    k = run.add_kernel("loopk", [blocks_info, time_info, LINES_TOTAL])
+    (next((tmp_path / "run" / "kernel").glob(f"{k}_*")) / "original.ptx").write_text(LOOP.read_text())
+    blocks = np.zeros(256, np.uint64)
+    blocks[1:4] = (32, 32 * 5, 32)
+    samples = np.zeros(1024, np.uint64)
+    # entry: 2 samples of 1 tick; block 0: 3 of 2; block 1: 30 of 1; block 2: 1 of 4+ (really 9: excess 5)
+    for key, count in {0 * 4 + 0: 2, 1 * 4 + 1: 3, 2 * 4 + 0: 30, 3 * 4 + 3: 1}.items():
+        samples[1 + key] = count
+    run.events[0]["probe"] = "lines_blocktime"
+    run.launch("loopk", (1, 1, 1), (32, 1, 1), [counters_section(blocks_info, blocks), counters_section(time_info, samples),
+                                                  counters_section(LINES_TOTAL, (47, 5))], duration_ns=1000.0)
+    trace, launches = report.load_trace(str(run.close()))
+    rep = report.analyze(trace, launches)
+    kl = la.combine(rep.kernels["loopk"].results["lines"])
+    assert kl.time_by_block and list(kl.ticks) == [2, 6, 10, 20, 9] and int(kl.ticks.sum()) == kl.total_ticks == 47
+    assert list(kl.instructions) == [4 * 32, 2 * 5 * 32, 4 * 5 * 32, 2 * 32]
+    text = report.render(rep)
+    assert "at basic-block starts (lines_blocktime)" in text and "kern.py:13~" not in text
+    # 7 ticks in a block of lines 2 : 1 are 4.67 and 2.33: whole ticks 5 and 2, the total kept
+    assert list(la.whole(np.array([4 + 2 / 3, 2 + 1 / 3]), 7)) == [5, 2]
+
+
+def test_lines_blocktime_tool_assembles_and_counts_every_block():
+    text = LOOP.read_text()
+    result = instrument(text, load_probes("lines_blocktime"), source="loop.ptx")
+    assert result.ptx.count("%clock64") >= 3 + 2  # entry, each of the 3 blocks, exit
+    if HAVE_PTXAS:
+        ptxas(result.ptx, "sm_90")

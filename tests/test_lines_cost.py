@@ -84,7 +84,8 @@ def test_counters_result_reads_both_maps():
     table = la.LineTable(tuple(la.LineInfo(f"f:{i}", "f", i, None, None, 1, 1) for i in range(2)), (((0, 2),), ((1, 3),)), ())
     blocks = np.zeros(256, np.uint64)
     blocks[1], blocks[2], blocks[-1] = 10, 4, 1
-    assert la.counters_result("lines_blocks", blocks, table) == {"instructions": (20, 12), "overflow": 1}
+    assert la.counters_result("lines_blocks", blocks, table) == {"instructions": (20, 12), "overflow": 1,
+                                                                "block_threads": (10, 4)}
     samples = np.zeros(512, np.uint64)
     samples[1 + 4 * 2 + 3] = 2  # line 1: two samples of 4+ ticks
     assert la.counters_result("lines_time", samples, table) == {"ticks": (0, 0, 8), "clamped": 2,
@@ -101,7 +102,9 @@ def test_dry_run_builds_and_assembles_every_variant(tmp_path):
     assert done.returncode == 0, done.stderr
     row = __import__("json").loads((tmp_path / "lines_cost.json").read_text())["rows"][0]
     assert row["kernel"] == "loop:loopk" and row["lines"] == 4
-    assert row["map_bytes_lines"] > row["map_bytes_lines_light"] > 0
+    # lines: staged, one row of 256 + 512 buckets and 2 sums (8 B each); lines_light: 32 global rows of 256
+    assert row["map_bytes_lines"] == 6272 and row["map_bytes_lines_light"] == 32 * 2048
+    assert row["map_bytes_lines_light@staged"] == 2048 and row["map_bytes_lines@global"] == 32 * 6272
 
 
 def test_spearman_matches_scipy_with_ties():
@@ -117,3 +120,15 @@ def test_ncu_per_pc_values_are_summed_per_source_line():
     blocks = lc.by_source_line([0x10, 0x20, 0x30, 0x40, 0x50, 0x60], [4, 6, 1, 99, 2, 5], [3, 1, 0, 7, 1, 1], places.get)
     assert dict(blocks) == {"k.cu": {7: (4.0, 10.0), 9: (0.0, 1.0)}, "other.h": {3: (1.0, 2.0)}}
     assert lc.own_file_lines(blocks, "k.cu") == {7: (4.0, 10.0), 9: (0.0, 1.0)}
+
+
+def test_block_ticks_are_shared_among_lines_by_sass_weight():
+    # block 0: lines 0 (2 PTX) and 1 (1 PTX); block 1: line 2 (4 PTX). SASS per line: 1, 3, 8 → sigma 0.5, 3, 2
+    table = la.LineTable(tuple(la.LineInfo(f"f:{i}", "f", i, None, None, n, 1) for i, n in enumerate((2, 1, 4))),
+                         (((0, 2), (1, 1)), ((2, 4),)), ())
+    # entry 5 ticks; block 0: 40 ticks, weights 2 x 0.5 = 1 and 1 x 3 = 3 → 10 and 30; block 1: 16 → line 2
+    assert list(la.block_ticks_to_lines([5, 40, 16], table, (1, 3, 8))) == [5, 10, 30, 16]
+    # without SASS: PTX weights 2 : 1
+    assert list(la.block_ticks_to_lines([0, 30, 0], table)) == [0, 20, 10, 0]
+    # a block whose lines have no SASS at all: PTX weights
+    assert list(la.block_ticks_to_lines([0, 30, 0], table, (0, 0, 8))) == [0, 20, 10, 0]

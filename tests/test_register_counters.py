@@ -59,6 +59,19 @@ def test_exit_flush_adds_the_leaving_lanes_counts_at_each_bucket(sm):
             assert run_warp(code, active, dict(registers, **{"%nt_on": [0] * 32})) == {}  # the gate
 
 
+@pytest.mark.parametrize("sm", [80, 90])
+def test_a_counter_zero_in_every_lane_adds_nothing(sm):
+    """From sm_80 a counter's sum is taken only where some lane counted: the total of the counter before
+    it must not reach its buckets (a mutation that drops the ballot's condition is caught)."""
+    code = flush_code(sm, [[3], [7, 254]], None)
+    registers = {"%nt_rc0": [5] * 32, "%nt_rc1": [0] * 32}
+    assert run_warp(code, list(range(32)), registers) == {24: 160}
+    # mutation: the adds no longer wait for the ballot (rc_go = lead): rc0's stale total reaches rc1's buckets
+    broken = [lower_save.insn("mov.pred", i.operands[0], i.operands[2], origin=None)
+              if i.opcode.text == "and.pred" and "rc_go" in str(i.operands[0]) else i for i in code]
+    assert run_warp(broken, list(range(32)), registers) == {24: 160, 56: 160, 2032: 160}
+
+
 def test_a_flush_that_drops_the_high_half_is_caught():
     """Mutation: counters summed as 16-bit values lose counts past 65535; the check above sees it."""
     code = flush_code(90, [[5]], None)
@@ -104,8 +117,8 @@ ret;
 def flushed_offsets(ptx: str) -> dict[str, set[int]]:
     """counter → the lines_blocks offsets its flushes add to (straight-line flush code, as written)."""
     out: dict[str, set[int]] = {}
-    for counter, code in re.findall(r"cvt\.u64\.u32 \t%nt_rc_value, (%nt_rc\d+);(.*?)(?=cvt\.u64\.u32 \t%nt_rc_value|ret;|exit;)",
-                                    ptx, re.S):
+    start = r"(?:cvt\.u64\.u32 \t%nt_rc_value, |and\.b32 \t%nt_agg_a, |selp\.b32 \t%nt_rc_leaving, (?:0, )?)"
+    for counter, code in re.findall(start + r"(%nt_rc\d+)\b(.*?)(?=" + start + r"%nt_rc\d|ret;|exit;)", ptx, re.S):
         out.setdefault(counter, set()).update(int(o or 0) for o in re.findall(
             r"(?:atom\.shared\.add\.u32 \t%nt_stg_old, |red\.global\.add\.u64 \t)\[%nt_buf_lines_blocks(?:\+(\d+))?\]", code))
     return out
@@ -118,12 +131,12 @@ def test_nesting_orders_the_counters_and_the_cap_holds(monkeypatch):
     # OUTER and its latch run equally often (passes/flow_classes.py): one counter, flushed into both buckets
     assert re.findall(r"add\.u32 \t(%nt_rc\d+), \1, 1;", ptx) == ["%nt_rc1", "%nt_rc0"]
     assert flushed_offsets(ptx) == {"%nt_rc0": {24}, "%nt_rc1": {16, 32}}
-    assert ptx.count("red.shared.add.u32 \t[%nt_hoff_lines_blocks") == 2  # the blocks outside loops
+    assert ptx.count("red.global.add.u64 \t[%nt_hoff_lines_blocks") == 2  # the blocks outside loops (global rows)
     assert block_count_offsets(ptx) == [8, 16, 24, 32, 40]
     monkeypatch.setattr(register_counters, "MAX_REGISTER_COUNTERS", 1)
     capped = instrument(NESTED, probes, source="nest.ptx").ptx
     assert re.findall(r"add\.u32 \t(%nt_rc\d+), \1, 1;", capped) == ["%nt_rc0"]  # the inner loop's block
-    assert capped.count("red.shared.add.u32 \t[%nt_hoff_lines_blocks") == 4
+    assert capped.count("red.global.add.u64 \t[%nt_hoff_lines_blocks") == 4
     if HAVE_PTXAS:
         ptxas(ptx)
         ptxas(capped)
@@ -155,9 +168,11 @@ def test_a_func_with_exit_keeps_the_adds():
 def test_guarded_exit_flushes_under_its_guard():
     text = NESTED.replace("@%p2 bra OUTER;\nret;", "@%p2 bra OUTER;\nsetp.eq.u32 %p3, %r2, 7;\n@%p3 exit;\nret;")
     ptx = instrument(text, load_probes("lines_light"), source="nest.ptx").ptx
-    # each exit flushes the three counters; at the guarded exit, the lanes that stay add 0
-    assert ptx.count("cvt.u64.u32 \t%nt_rc_value, %nt_rc") == 6
-    assert "selp.b64 \t%nt_rc_value, %nt_rc_value, 0, %p3;" in ptx
+    # each exit flushes the two counters (one stands for two buckets: its warp sum is taken once, sm_80);
+    # at the guarded exit the lanes that stay add 0
+    assert len(re.findall(r"selp\.b32 \t%nt_rc_leaving, %nt_rc\d+, 0, %p3;", ptx)) == 2
+    assert len(re.findall(r"and\.b32 \t%nt_agg_a, %nt_rc\d+, 65535;", ptx)) == 2
+    assert ptx.count("and.b32 \t%nt_agg_a, %nt_rc_leaving, 65535;") == 2
     if HAVE_PTXAS:
         ptxas(ptx)
 

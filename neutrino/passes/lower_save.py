@@ -164,6 +164,11 @@ class _Lowerer:
         return [self.emit("selp.b64", reg, 0, reg, g) if guard.negated else self.emit("selp.b64", reg, reg, 0, g)]
 
     @property
+    def has_redux(self) -> bool:
+        """Whether the target has redux.sync (sm_80+): warp sums in one instruction per 32-bit part."""
+        return self.sm >= REDUX_SM
+
+    @property
     def on(self) -> str:
         """The probe gate's register (set at entry by buffer addressing)."""
         return self.state.temp(GATE_REGISTER, "pred")

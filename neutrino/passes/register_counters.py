@@ -47,8 +47,9 @@ from neutrino.passes import flow_classes
 from neutrino.passes.build import entry_index
 from neutrino.probe_model import Field, MapSpec
 
-#: the most buckets of one kernel counted in registers (each is a live u32 register of every thread)
-MAX_REGISTER_COUNTERS = 16
+#: the most buckets of one kernel counted in registers (each is a live u32 register of every thread);
+#: Triton's kernels that inline two elements' sinf/cosf per thread have more than 16 classes in loops
+MAX_REGISTER_COUNTERS = 32
 _BRANCHES = ("bra", "bra.uni")
 
 
@@ -168,7 +169,45 @@ def _bucket(spec: MapSpec, known: tuple) -> int | None:
 
 
 def exit_code(lowerer, counters: tuple[Counter, ...], guard: ir.Guard | None) -> list[ir.Instruction]:
-    """Before an exit: each counter, where the exit's guard holds, added as a thread-level sum to each of its buckets."""
+    """Before an exit: each counter, where the exit's guard holds, added as a thread-level sum to each of its buckets.
+
+    From sm_80 the warp sum of a counter is taken once, whatever the number of buckets it stands for,
+    and only where some leaving lane counted (a ballot; counters of blocks the warp never ran, such
+    as slow paths, cost four instructions): the leaving lanes' u32 values cut into 16 + 16 bits (each
+    part sums to at most 21 bits over 32 lanes), two `redux.sync`, and the lowest present lane adds
+    the total to every bucket where it is not 0 (and the gate is on). The lanes present and the
+    lowest of them are found once per exit.
+    Before sm_80, each bucket gets the map's own thread-level add (lower_save counter_add)."""
+    if not lowerer.has_redux:
+        return _exit_code_per_bucket(lowerer, counters, guard)
+    state = lowerer.state
+    mask, lt, lead = state.temp("agg_mask", "b32"), state.temp("agg_lt", "b32"), state.temp("agg_lead", "pred")
+    leaving, a, b = state.temp("rc_leaving", "b32"), state.temp("agg_a", "b32"), state.temp("agg_b", "b32")
+    total, part = state.temp("agg_total", "b64"), state.temp("agg_part", "b64")
+    some, ballot, go = state.temp("rc_some", "pred"), state.temp("rc_ballot", "b32"), state.temp("rc_go", "pred")
+    code = [lowerer.emit("activemask.b32", mask), lowerer.emit("mov.u32", lt, "%lanemask_lt"),
+            lowerer.emit("and.b32", lt, lt, mask), lowerer.emit("setp.eq.u32", lead, lt, 0)]
+    for counter in counters:
+        value = counter.register
+        if guard is not None:  # lanes staying (guard false) add 0 and keep their counts for a later exit
+            picks = (0, counter.register) if guard.negated else (counter.register, 0)
+            code.append(lowerer.emit("selp.b32", leaving, *picks, guard.register))
+            value = leaving
+        code += [lowerer.emit("setp.ne.u32", some, value, 0), lowerer.emit("vote.sync.ballot.b32", ballot, some, mask),
+                 lowerer.emit("setp.ne.u32", some, ballot, 0), lowerer.emit("and.pred", go, some, lead)]
+        on = ir.Guard(ir.Register(some))  # the warp's sum is taken only where some lane counted (uniform)
+        code += [lowerer.emit("and.b32", a, value, 0xFFFF, guard=on), lowerer.emit("shr.u32", b, value, 16, guard=on),
+                 lowerer.emit("redux.sync.add.u32", a, a, mask, guard=on),
+                 lowerer.emit("redux.sync.add.u32", b, b, mask, guard=on),
+                 lowerer.emit("cvt.u64.u32", total, a, guard=on), lowerer.emit("cvt.u64.u32", part, b, guard=on),
+                 lowerer.emit("shl.b64", part, part, 16, guard=on), lowerer.emit("add.u64", total, total, part, guard=on)]
+        for map_name, bucket in counter.targets:
+            address = lowerer.counter_address(lowerer.probes.maps[map_name], 8 * bucket)
+            code += lowerer.add_if_nonzero(address, total, go)
+    return code
+
+
+def _exit_code_per_bucket(lowerer, counters: tuple[Counter, ...], guard: ir.Guard | None) -> list[ir.Instruction]:
     value = lowerer.state.temp("rc_value", "b64")
     code: list[ir.Instruction] = []
     for counter in counters:

@@ -44,7 +44,7 @@ def expensive_line(mode: str) -> int:
     return [i + 1 for i, line in enumerate(src) if marker in line][0]
 
 
-@pytest.mark.parametrize("tool", ["lines", "lines_light"])
+@pytest.mark.parametrize("tool", ["lines", "lines_light", "lines_blocktime"])
 def test_loop_counts_are_exact(tool, tmp_path):
     sys.path.insert(0, str(WORKLOADS))
     import w_lines
@@ -56,8 +56,11 @@ def test_loop_counts_are_exact(tool, tmp_path):
     by_line = {info.line: int(n) for info, n in zip(k.table.lines, k.instructions)}
     print(f"loopk {tool}: {by_line}")
     assert by_line == {10: 4 * threads, 12: 2 * trips * threads, 13: 4 * trips * threads, 15: 2 * threads}
-    if tool == "lines":
+    if tool != "lines_light":
         assert k.ticks is not None and int(k.ticks.sum()) > 0
+        assert k.time_by_block == (tool == "lines_blocktime")
+        if k.total_ticks is not None and not k.overflow:
+            assert int(k.ticks.sum()) == k.total_ticks  # the entry-to-exit total, exact
         top = max(range(len(k.table.lines)), key=lambda i: k.ticks[i + 1])
         print(f"loopk time by line: {[(i.line, int(t)) for i, t in zip(k.table.lines, k.ticks[1:])]}")
         assert k.table.lines[top].line in (12, 13)  # the loop's lines
@@ -86,7 +89,8 @@ def test_nested_loops_with_a_guarded_exit_are_exact(tool, tmp_path):
 def test_threads_past_the_staging_limit_stay_exact(tmp_path):
     """200,000 trips. The loop's block is counted in a register (passes/register_counters.py): each thread
     flushes 200,000 at the exit, 6.4 M per warp (more than THREAD_STAGED_LIMIT, 2^22, which bounds the
-    per-site staged adds that the other blocks still make): the counts stay exact."""
+    per-site staged adds that the other blocks still make): the counts stay exact. With `lines`, whose
+    maps are staged (lines_light adds into global rows)."""
     sys.path.insert(0, str(WORKLOADS))
     import w_lines
     from neutrino.passes.shared_agg import THREAD_STAGED_LIMIT
@@ -94,7 +98,7 @@ def test_threads_past_the_staging_limit_stay_exact(tmp_path):
     trips = 200_000
     assert trips * 32 > THREAD_STAGED_LIMIT
     env = dict(base_env(tmp_path), W_LINES_TRIPS=str(trips))
-    _, trace = run_probed("lines_light", [sys.executable, str(W_LINES), "loop"], tmp_path / "t", env)
+    _, trace = run_probed("lines", [sys.executable, str(W_LINES), "loop"], tmp_path / "t", env)
     k = kernel_lines(trace, "loopk")
     threads = w_lines.LOOP_GRID * w_lines.LOOP_BLOCK
     by_line = {info.line: int(n) for info, n in zip(k.table.lines, k.instructions)}
@@ -121,6 +125,14 @@ def test_expensive_line_is_ranked_first(mode, tmp_path):
     first_time = max(range(len(labels)), key=lambda i: k.ticks[i + 1])
     assert first_instr in line_rows, f"first by instructions: {labels[first_instr]}"
     assert first_time in line_rows, f"first by time: {labels[first_time]}"
+    from neutrino.tools.lines import sass
+
+    if sass.find_nvdisasm() is not None:  # SASS thread-instructions per line (spec/tools.md "lines")
+        assert k.table.sass is not None, k.table.sass_note
+        counts, exact = k.sass_instructions()
+        print(f"{mode}: SASS instructions {[int(v) for v in counts]}; exact {[bool(e) for e in exact]}; "
+              f"{k.table.sass.matched_blocks} of {k.table.sass.sass_blocks} SASS blocks matched")
+        assert max(range(len(labels)), key=lambda i: counts[i]) in line_rows
     rep = subprocess.run([sys.executable, "-m", "neutrino.cli", "report", str(trace.path)], env=env,
                          capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr

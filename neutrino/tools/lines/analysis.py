@@ -10,6 +10,9 @@ the function the engine used (neutrino/isa/ptx/lines.py):
 * `lines_time`: bucket 1 + (L + 1) × 4 + c = samples of c + 1 clock ticks (c = 3:
   four or more) spent after a region of line L started (L = -1: the kernel's
   entry, before any region). One tick is 2^TICK_BITS cycles of %clock64.
+* `block_time` (the `lines_blocktime` tool, instead of `lines_time`): the same samples keyed by
+  basic block: bucket 1 + (b + 1) × 4 + c; each block's ticks are shared among its lines in
+  proportion to their SASS instructions in it (`block_ticks_to_lines`).
 * `lines_total` (sum): `ticks`, Σ over threads of the ticks from entry to exit,
   and `excess`, Σ of the ticks past 4 of the samples counted as 4: the time
   total stays exact; `excess` is shared among the lines by their clamped samples
@@ -30,7 +33,7 @@ import numpy as np
 
 from neutrino.analysis import _common as C
 
-MAP_NAMES = ("lines_blocks", "lines_time", "lines_total")
+MAP_NAMES = ("lines_blocks", "lines_time", "lines_total", "block_time")
 HAS_PLOTS = False
 TICK_BITS = 8  # as neutrino/tools/lines/probe.py
 TICK_CLASSES = 4  # ticks 1, 2, 3, >= 4 per sample
@@ -63,6 +66,9 @@ class LineTable:
     block_lines: tuple[tuple[tuple[int, int], ...], ...]  # per block: (line index, instructions)
     guarded_blocks: tuple[int, ...]  # blocks whose every instruction is guarded (counts filtered by that guard)
     partial_calls: tuple[str, ...] = ()  # called .funcs counted only in part (spec/ir.md "Called functions")
+    # the original kernel's machine code per line (neutrino/tools/lines/sass.py), or why there is none
+    sass: object = attrs.field(default=None, eq=False)
+    sass_note: str | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -73,10 +79,13 @@ class LaunchResult:
     map: str
     table: LineTable
     instructions: tuple[int, ...] | None = None  # lines_blocks: thread-instructions per line
+    block_threads: tuple[int, ...] | None = None  # lines_blocks: threads that executed each block (SASS weights)
     ticks: tuple[int, ...] | None = None  # lines_time: thread-ticks per line, index 0 = kernel entry
     clamped: int = 0  # samples of 4 or more ticks (counted as 4)
     overflow: int = 0  # samples whose key was beyond the map's buckets (not attributed)
     clamped_by_key: tuple[int, ...] | None = None  # lines_time: clamped samples per key (0: kernel entry)
+    block_ticks: tuple[int, ...] | None = None  # block_time: thread-ticks per block, index 0 = kernel entry
+    block_clamped_by_key: tuple[int, ...] | None = None  # block_time: clamped samples per key
     total_ticks: int | None = None  # lines_total: thread-ticks from entry to exit, exact
     excess: int | None = None  # lines_total: ticks past 4 of the clamped samples
 
@@ -128,6 +137,41 @@ def share_excess(clamped_by_key: np.ndarray, excess: int) -> np.ndarray:
     return out
 
 
+def block_ticks_to_lines(block_ticks, table: LineTable, sass_static=None) -> np.ndarray:
+    """Thread-ticks per line (index 0: the kernel entry, 1 + L: line L) from thread-ticks per block
+    (index 0: the entry, 1 + b: block b): each block's ticks shared among its lines in proportion to
+    w(b, L) = PTX instructions of L in b x sigma_L, sigma_L = SASS / PTX instructions of L in the whole
+    kernel (1 without SASS; PTX counts alone where every weight of the block is 0). Float: shares."""
+    block_ticks = np.asarray(block_ticks, np.float64)
+    out = np.zeros(len(table.lines) + 1)
+    out[0] = block_ticks[0] if len(block_ticks) else 0.0
+    sigma = np.ones(len(table.lines))
+    if sass_static is not None:
+        for line, info in enumerate(table.lines):
+            sigma[line] = sass_static[line] / info.instructions if info.instructions else 0.0
+    for block, pairs in enumerate(table.block_lines):
+        ticks = block_ticks[1 + block] if 1 + block < len(block_ticks) else 0.0
+        if not ticks or not pairs:
+            continue
+        lines = np.array([line for line, _ in pairs])
+        weights = np.array([n for _, n in pairs], np.float64) * sigma[lines]
+        if weights.sum() <= 0:
+            weights = np.array([n for _, n in pairs], np.float64)
+        out[1 + lines] += ticks * weights / weights.sum()
+    return out
+
+
+def whole(shares: np.ndarray, total: int) -> np.ndarray:
+    """Float shares in whole units adding up to `total`: floors, then one more to the largest
+    remainders (ties to the lower index), as share_excess."""
+    out = np.floor(np.asarray(shares, np.float64) + 1e-9).astype(np.uint64)
+    left = int(total) - int(out.sum(dtype=np.uint64))
+    if left > 0:
+        order = np.argsort(-(shares - np.floor(shares + 1e-9)), kind="stable")[:left]
+        out[order] += np.uint64(1)
+    return out
+
+
 def warp_cycles(thread_ticks: int | np.ndarray):
     """Thread-ticks → cycles of a 32-thread warp (spec/tools.md, lines: time)."""
     return thread_ticks * (1 << TICK_BITS) / WARP
@@ -171,12 +215,28 @@ def _table_cached(ptx_path: str, mtime: float, kernel: str) -> LineTable:
     from neutrino.isa.ptx import parse_module
     from neutrino.isa.ptx.lines import build_line_map, called_lines
 
-    module = parse_module(Path(ptx_path).read_text(errors="replace"), ptx_path)
+    module_text = Path(ptx_path).read_text(errors="replace")
+    module = parse_module(module_text, ptx_path)
     function = module.function(kernel)
     if function is None or not function.is_entry:
         raise ValueError(f"{ptx_path}: no entry {kernel!r} to rebuild the line map from")
     line_map = build_line_map(module, function)
-    return table_of(line_map, called_lines(module, line_map))
+    return with_sass(table_of(line_map, called_lines(module, line_map)), module_text, kernel)
+
+
+SASS_SWITCH = "NEUTRINO_LINES_SASS"  # "0": no SASS instructions per line (no ptxas / nvdisasm run)
+
+
+def with_sass(table: LineTable, ptx: str, kernel: str) -> LineTable:
+    """The table with the kernel's SASS per line (spec/tools.md "lines", SASS instructions), or the reason why not."""
+    from neutrino.tools.lines import sass
+
+    if os.environ.get(SASS_SWITCH, "1") == "0":
+        return attrs.evolve(table, sass_note=f"{SASS_SWITCH}=0")
+    try:
+        return attrs.evolve(table, sass=sass.sass_lines_of(ptx, kernel, table))
+    except (sass.SassUnavailable, ValueError) as e:
+        return attrs.evolve(table, sass_note=str(e))
 
 
 def kernel_ptx(launch) -> Path:
@@ -201,11 +261,16 @@ def counters_result(map_name: str, counts: np.ndarray, table: LineTable) -> dict
     values = counts[1:-1]  # bucket 1 + v holds value v; bucket 0 (below 0) is always empty
     if map_name == "lines_blocks":
         per_line, extra = line_instructions(values, table)
-        return {"instructions": tuple(int(v) for v in per_line), "overflow": extra + int(counts[-1])}
+        return {"instructions": tuple(int(v) for v in per_line), "overflow": extra + int(counts[-1]),
+                "block_threads": tuple(int(v) for v in values[: len(table.block_lines)])}
     if map_name == "lines_time":
         ticks, clamped, overflow = line_ticks(values, len(table.lines))
         return {"ticks": tuple(int(v) for v in ticks), "clamped": int(clamped.sum()),
                 "clamped_by_key": tuple(int(v) for v in clamped), "overflow": overflow + int(counts[-1])}
+    if map_name == "block_time":
+        ticks, clamped, overflow = line_ticks(values, len(table.block_lines))
+        return {"block_ticks": tuple(int(v) for v in ticks), "clamped": int(clamped.sum()),
+                "block_clamped_by_key": tuple(int(v) for v in clamped), "overflow": overflow + int(counts[-1])}
     if map_name == "lines_total":  # a sum map: its counters are the fields in order
         return {"total_ticks": int(counts[0]), "excess": int(counts[1])}
     raise ValueError(f"map {map_name}: not a map of the lines tools ({', '.join(MAP_NAMES)})")
@@ -239,6 +304,17 @@ class KernelLines:
     launches: int
     excess: int | None = None  # ticks past 4 of the clamped samples (None: a trace without lines_total)
     total_ticks: int | None = None  # thread-ticks from entry to exit, exact (None: no lines_total)
+    block_threads: np.ndarray | None = None  # threads per basic block, Σ over launches (lines_blocks)
+    time_by_block: bool = False  # ticks measured per block (lines_blocktime) and shared among its lines
+
+    def sass_instructions(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """SASS thread-instructions per line and whether each is exact (sass.sass_line_instructions); None
+        without the kernel's machine code or block counts."""
+        from neutrino.tools.lines import sass
+
+        if self.table.sass is None or self.block_threads is None:
+            return None
+        return sass.sass_line_instructions(self.block_threads, self.table, self.table.sass)
 
 
 def combine(results) -> KernelLines | None:
@@ -255,9 +331,19 @@ def combine(results) -> KernelLines | None:
     if ticks_sum is not None and excess:
         clamped = sum(np.asarray(r.clamped_by_key, np.uint64) for r in same if r.clamped_by_key is not None)
         ticks_sum = ticks_sum + share_excess(clamped, excess)
+    by_block = [r for r in same if r.block_ticks is not None]
+    if ticks_sum is None and by_block:  # lines_blocktime: per-block ticks, shared among each block's lines
+        block_ticks = sum(np.asarray(r.block_ticks, np.uint64) for r in by_block)
+        if excess:
+            block_ticks = block_ticks + share_excess(sum(np.asarray(r.block_clamped_by_key, np.uint64)
+                                                         for r in by_block), excess)
+        sass = table.sass.static if table.sass is not None else None
+        ticks_sum = whole(block_ticks_to_lines(block_ticks, table, sass), int(block_ticks.sum()))
+    blocks = [np.asarray(r.block_threads, np.float64) for r in same if r.block_threads is not None]
     return KernelLines(table, sum(instr) if instr else None, ticks_sum,
                        sum(r.clamped for r in same), sum(r.overflow for r in same),
-                       len({r.index for r in same}), excess, sum(r.total_ticks for r in totals) if totals else None)
+                       len({r.index for r in same}), excess, sum(r.total_ticks for r in totals) if totals else None,
+                       sum(blocks) if blocks else None, bool(by_block) and not ticks)
 
 
 def _share(value: float, total: float) -> str:
@@ -305,21 +391,31 @@ def ranked_rows(k: KernelLines, source=None, top: int = 20) -> tuple[list[str], 
     rank_t = _ranks(ticks[1:]) if k.ticks is not None else None
     rank_i = _ranks(instr) if k.instructions is not None else None
     order = np.argsort(-(ticks[1:].astype(np.float64) if k.ticks is not None else instr.astype(np.float64)), kind="stable")
-    headers = ["line", "time rank", "time %", "warp-cycles", "instr rank", "instr %", "instructions", "source"]
+    headers = ["line", "time rank", "time %", "warp-cycles", "instr rank", "instr %", "instructions", "SASS instr", "source"]
+    derived = k.sass_instructions()
     rows = []
     for i in order[:top]:
         info = k.table.lines[i]
         if not instr[i] and not ticks[i + 1]:
             continue
         text = source(info) if source else ""
-        where = info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") + ("~" if info.perturbed and k.ticks is not None else "")
+        marked = info.perturbed and k.ticks is not None and not k.time_by_block
+        where = info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") + ("~" if marked else "")
         rows.append([where, str(rank_t[i]) if rank_t is not None else "-", _share(int(ticks[i + 1]), total_t) if rank_t is not None else "-",
                      C.fmt_num(warp_cycles(int(ticks[i + 1]))) if rank_t is not None else "-",
                      str(rank_i[i]) if rank_i is not None else "-", _share(int(instr[i]), total_i) if rank_i is not None else "-",
-                     C.fmt_num(int(instr[i])) if rank_i is not None else "-", text])
+                     C.fmt_num(int(instr[i])) if rank_i is not None else "-", _sass_cell(derived, i), text])
     if k.ticks is not None and ticks[0]:
-        rows.append([ENTRY_LABEL, "-", _share(int(ticks[0]), total_t), C.fmt_num(warp_cycles(int(ticks[0]))), "-", "-", "-", ""])
+        rows.append([ENTRY_LABEL, "-", _share(int(ticks[0]), total_t), C.fmt_num(warp_cycles(int(ticks[0]))), "-", "-", "-", "-", ""])
     return headers, rows
+
+
+def _sass_cell(derived, line: int) -> str:
+    """SASS thread-instructions of a line; `~` before an estimate (some of its SASS in no matched block)."""
+    if derived is None:
+        return "-"
+    counts, exact = derived
+    return ("" if exact[line] else "~") + C.fmt_num(int(round(counts[line])))
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -370,6 +466,13 @@ PERTURBATION_NOTE = (
     "unperturbed (block-level counts); lines_light measures them alone at low cost.")
 
 
+BLOCK_TIME_NOTE = (
+    "note: time is sampled in the kernel at basic-block starts (lines_blocktime): every block start reads %clock64 "
+    "and adds the 256-cycle ticks since the previous one to the block that was running; each block's ticks are "
+    "shared among its lines by their SASS instructions (PTX instructions without ptxas/nvdisasm): fewer probes "
+    "than at every line region, and no probe between a block's lines (warp-cycles = thread-ticks x 256 / 32).")
+
+
 def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) -> list[str]:
     """The report's per-kernel line table (after the tool's summary row), with the perturbation note."""
     k = combine(results)
@@ -377,7 +480,7 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
         return []
     headers, rows = ranked_rows(k, SourceFiles(search))
     out = ["", f"[lines: {kernel}] {k.launches} launch(es)"]
-    out.append(format_table(headers, rows, left=(0, 7)) if rows else "(no line executed)")
+    out.append(format_table(headers, rows, left=(0, 8)) if rows else "(no line executed)")
     if all(info.line == 0 for info in k.table.lines):
         out.append("note: this kernel's PTX has no .loc debug lines: compile CUDA with -lineinfo "
                    "(Triton always writes them); every instruction is under (no line)")
@@ -397,16 +500,28 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
     if k.table.guarded_blocks and k.instructions is not None:
         out.append(f"note: {len(k.table.guarded_blocks)} block(s) have only guarded instructions: their threads are "
                    "counted when the first one's guard holds")
+    if k.instructions is not None:
+        out.append(_sass_note(k))
     if k.ticks is not None:
-        out.append(PERTURBATION_NOTE)
+        out.append(BLOCK_TIME_NOTE if k.time_by_block else PERTURBATION_NOTE)
     return out
+
+
+def _sass_note(k: KernelLines) -> str:
+    if k.table.sass is None:
+        return f"note: SASS instr: not derived ({k.table.sass_note})"
+    sass = k.table.sass
+    return (f"note: SASS instr = machine instructions per line of the original kernel (ptxas -lineinfo, nvdisasm) "
+            f"weighted by the exact block counts: {sass.matched_blocks} of {sass.sass_blocks} SASS blocks matched to "
+            "a PTX block (exact); '~': the line's other SASS instructions counted as often as its PTX "
+            "instructions on average (an estimate)")
 
 
 # ---------------------------------------------------------------- a table per line, for Parquet / CSV
 
 
 LINE_COLUMNS = ("kernel", "file", "line", "inlined_at", "function", "instructions", "thread_ticks", "warp_cycles",
-                "static_instructions", "perturbed")
+                "static_instructions", "perturbed", "sass_instructions", "sass_exact")
 
 
 def line_records(report_) -> list[dict]:
@@ -420,14 +535,17 @@ def line_records(report_) -> list[dict]:
         if k.ticks is not None:
             rows.append(dict(kernel=entry.kernel, file=None, line=0, inlined_at=None, function=ENTRY_LABEL,
                              instructions=None, thread_ticks=int(k.ticks[0]), warp_cycles=float(warp_cycles(int(k.ticks[0]))),
-                             static_instructions=0, perturbed=False))
+                             static_instructions=0, perturbed=False, sass_instructions=None, sass_exact=None))
+        derived = k.sass_instructions()
         for i, info in enumerate(k.table.lines):
             ticks = int(k.ticks[i + 1]) if k.ticks is not None else None
             rows.append(dict(kernel=entry.kernel, file=info.file, line=info.line, inlined_at=info.inlined_at,
                              function=info.function,
                              instructions=int(k.instructions[i]) if k.instructions is not None else None,
                              thread_ticks=ticks, warp_cycles=None if ticks is None else float(warp_cycles(ticks)),
-                             static_instructions=info.instructions, perturbed=info.perturbed))
+                             static_instructions=info.instructions, perturbed=info.perturbed,
+                             sass_instructions=None if derived is None else float(derived[0][i]),
+                             sass_exact=None if derived is None else bool(derived[1][i])))
     return rows
 
 

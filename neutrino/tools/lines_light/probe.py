@@ -11,7 +11,10 @@ from neutrino import Map, probe
 import neutrino.language as nl
 
 
-@Map(type="hist", buckets="linear:0:254:1", stage="block")
+# Not staged (unlike `lines`): its adds are few (blocks outside loops, and each register counter's
+# flush at exit: passes/register_counters.py), so 32 global rows (64 KB per launch) cost less than the
+# per-block staging's zeroing, barrier and copy-out (docs/lines.md, "Light mode").
+@Map(type="hist", buckets="linear:0:254:1")
 class lines_blocks:
     """threads that executed each basic block, by BLOCK"""
 
