@@ -381,13 +381,30 @@ def sass_line_instructions(block_threads, table, sass: SassLines) -> tuple[np.nd
 
 
 def find_nvdisasm() -> str | None:
-    """$NVDISASM, nvdisasm on PATH, next to ptxas, in the CUDA toolkit, or Triton's bundled one."""
+    """$NVDISASM, nvdisasm on PATH, next to ptxas, in the CUDA toolkit, NVIDIA's wheel (a dependency of
+    ours: nvidia-cuda-nvdisasm), or Triton's bundled one."""
     candidates = [os.environ.get("NVDISASM"), shutil.which("nvdisasm")]
     ptxas = shutil.which("ptxas")
     if ptxas:
         candidates.append(str(Path(os.path.realpath(ptxas)).parent / "nvdisasm"))
-    candidates += ["/usr/local/cuda/bin/nvdisasm", _triton_tool("nvdisasm")]
+    candidates += ["/usr/local/cuda/bin/nvdisasm", _nvidia_wheel_tool("nvdisasm"), _triton_tool("nvdisasm")]
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+def _nvidia_wheel_tool(name: str) -> str | None:
+    """A CUDA tool from NVIDIA's wheels (`nvidia/cu13/bin/<name>`), found without importing them."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for release in ("cu13", "cu12"):
+            path = os.path.join(root, release, "bin", name)
+            if os.access(path, os.X_OK):
+                return path
+    return None
 
 
 def _triton_tool(name: str) -> str | None:
