@@ -28,7 +28,8 @@ if [ "$MODE" = threads ]; then
   part torch $((LIMIT - SECONDS - 35)) --steps 20 --rows cold,warm --repeat 1 --build-threads 0,4 \
     --tools block_sched
 else
-  part light 30 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 3 --tools block_sched
+  part light ${LIGHT_BUDGET:-30} --program light --steps 20 --rows cold,plain,nomatch,warm --repeat ${LIGHT_ROUNDS:-3} \
+    --tools block_sched
   part torch $((LIMIT - SECONDS - 55)) --steps 20 --rows cold,plain,nomatch,warm --repeat 1 --tools block_sched
   part tools $((LIMIT - SECONDS - 12)) --program light --steps 20 --repeat 1 \
     --tools gmem_bytes,program_progress,tensorop,dmat,gmem_bytes_thread,tensorop_thread,lines_light,lines
