@@ -131,7 +131,8 @@ def test_the_launcher_exits_with_the_programs_status_and_runs_the_exit_handlers(
     code = (f"import atexit, sys; atexit.register(lambda: open({str(marker)!r}, 'w').write('yes')); "
             "sys.argv = ['neutrino', '-p', 'gmem_bytes', '-o', sys.argv[1], '--', sys.executable, '-c', "
             "'import sys; sys.exit(7)']; from neutrino.runtime.start.quick_exit import console_main; console_main()")
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent), NEUTRINO_CACHE_DIR=str(tmp_path / "cache"))
+    path = os.pathsep.join(p for p in (str(HERE.parent), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path, NEUTRINO_CACHE_DIR=str(tmp_path / "cache"))
     res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t")], env=env, capture_output=True, text=True)
     assert res.returncode == 7, res.stderr
     assert marker.read_text() == "yes"
