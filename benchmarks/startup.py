@@ -42,7 +42,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 PROGRAM = Path(__file__).resolve().parent / "startup_program.py"
 PROGRAMS = {"torch": PROGRAM, "light": Path(__file__).resolve().parent / "startup_light.py",
-            "many": Path(__file__).resolve().parent / "startup_many.py"}
+            "many": Path(__file__).resolve().parent / "startup_many.py",
+            "tiny": Path(__file__).resolve().parent / "startup_tiny.py"}
 BESIDE = re.compile(r"beside the program ([\d.]+) s")
 TIMINGS = re.compile(r"neutrino: timings: ([\d.]+) s added(?: in \d+ processes)?: (.*); program ([\d.]+) s")
 GROUP = re.compile(r"(launcher|start|modules|kernels|exit) ([\d.]+) s")
@@ -130,7 +131,7 @@ def keep_event_logs(trace: Path, keep: str | None, number: int) -> None:
         shutil.copy2(log, Path(keep) / f"run{number}{part}.log")
 
 
-ROWS = ("plain", "cold", "warm", "nomatch", "launches")
+ROWS = ("plain", "cold", "warm", "nomatch", "launches", "bare")
 FILL = "-p {tool}, fills the code cache (not a row)"
 
 
@@ -149,6 +150,9 @@ def row_plan(rows: list[str], tool: str, rounds: int) -> list[tuple[str, str, st
                 "warm": (f"-p {tool}, code cache warm", tool, tool, ()),
                 "nomatch": (f"-p {tool} -k nomatchxyz (nothing probed), warm", tool, tool, ("-k", "nomatchxyz")),
                 "launches": (f"-p {tool} --launches 0:1, warm", tool, tool, ("--launches", "0:1")),
+                # nothing probed and no CUPTI timeline: what the timeline costs the program, by difference
+                "bare": (f"-p {tool} -k nomatchxyz --no-timeline, warm", tool, tool,
+                         ("-k", "nomatchxyz", "--no-timeline")),
             }[row])
     return runs
 
@@ -305,6 +309,32 @@ def segments_table(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def marks_table(rows: list[dict]) -> str:
+    """Programs that print `marks` (name -> wall clock of a step, startup_light.py): per configuration,
+    the median of each step's seconds (from the mark before it) minus the plain runs' median of it. Where a profiled run's extra time falls inside the program."""
+    def steps(r):
+        marks = (r.get("program") or {}).get("marks")
+        if not marks:
+            return None
+        names = list(marks)
+        return {b: marks[b] - marks[a] for a, b in zip(names, names[1:])}
+    plain = [s for s in (steps(r) for r in rows if r["run"] == "plain" and r["rc"] == 0) if s]
+    if not plain:
+        return ""
+    names = list(plain[0])
+    base = {n: statistics.median(s[n] for s in plain) for n in names}
+    out = ["program steps (seconds from the mark before; plain medians: " +
+           ", ".join(f"{n} {base[n]:.3f}" for n in names) + "); each cell: median over plain (min over plain)", "",
+           "| run | runs | " + " | ".join(names) + " |", "| --- | ---: |" + " ---: |" * len(names)]
+    for label in dict.fromkeys(r["run"] for r in rows if "phases" in r):
+        mine = [s for s in (steps(r) for r in rows if r["run"] == label and r["rc"] == 0) if s]
+        if mine:
+            cells = [f"{statistics.median(s[n] for s in mine) - base[n]:+.3f} ({min(s[n] for s in mine) - base[n]:+.3f})"
+                     for n in names]
+            out.append(f"| {label} | {len(mine)} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def program_table(args) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p))
     env.pop("NEUTRINO_OPTIONS", None)
@@ -345,6 +375,7 @@ def program_table(args) -> None:
     print(table(rows))
     print(medians(rows))
     print(segments_table(rows))
+    print(marks_table(rows))
     shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -402,7 +433,8 @@ def main() -> None:
     parser.add_argument("--program", choices=sorted(PROGRAMS), default="torch",
                         help="torch: the torch.compile script (STEPS timed steps); light: startup_light.py, "
                              "a CuPy PTX program of about a second (STEPS launches); many: startup_many.py, "
-                             "64 kernels looked up, STEPS of them launched")
+                             "64 kernels looked up, STEPS of them launched; tiny: startup_tiny.py, the driver "
+                             "through ctypes (STEPS launches), no framework")
     parser.add_argument("--rows", default=None, type=lambda s: [r for r in s.split(",") if r],
                         help=f"instead of the full table: these rows of the first tool ({', '.join(ROWS)}), "
                              "--repeat rounds of them interleaved")
