@@ -19,7 +19,10 @@ from contextlib import contextmanager
 # The phases, in the order the timings line names them, each with its group.
 START_PHASES = ("constructor", "wire", "imports", "tool", "runtime")
 MODULE_PHASES = ("module_ptx", "lookup")
-KERNEL_PHASES = ("verify", "cache_lookup", "instrument", "jit", "build_wait", "module_load", "kernel_write")
+BUILD_PHASES = ("verify", "cache_lookup", "instrument", "jit", "build_wait", "module_load", "kernel_write")
+# `launch`: the probed launches' own host time in our launch callback, the builds above (which a first launch
+# runs inside it) taken off (hooks.make_callbacks)
+KERNEL_PHASES = BUILD_PHASES + ("launch",)
 EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary", "exit_close")
 # Timed by the launcher after our exit handler: the process's teardown, the program's own (a plain run
 # pays it: seconds for torch) with ours. Listed after the program's seconds, not added (as the build
@@ -88,6 +91,11 @@ class PhaseClock:
     def seconds(self, name: str) -> float:
         with self._lock:
             return self._totals.get(name, [0.0])[0]
+
+    def sum_of(self, names) -> float:
+        """The seconds of these phases together (the builds inside a launch: `launch` takes them off)."""
+        with self._lock:
+            return sum(self._totals[n][0] for n in names if n in self._totals)
 
     def totals(self) -> dict[str, dict]:
         """name -> {seconds, count, max_seconds, ...notes}, in PHASES order."""
