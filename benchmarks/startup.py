@@ -250,7 +250,7 @@ def medians(rows: list[dict]) -> str:
 SEGMENT_PHASES = {
     "before": ("launcher_start", "launcher_check", "launcher_spawn", "constructor", "wire"),
     "program": ("imports", "tool", "runtime", "module_ptx", "lookup", "verify", "cache_lookup", "instrument", "jit",
-                "build_wait", "module_load", "kernel_write", "exit_drain", "exit_timeline", "exit_tables",
+                "build_wait", "module_load", "kernel_write", "launch", "exit_drain", "exit_timeline", "exit_tables",
                 "exit_hooks", "exit_summary", "exit_close"),
     "after": ("launcher_close",),
 }
@@ -333,6 +333,15 @@ def marks_table(rows: list[dict]) -> str:
                      for n in names]
             out.append(f"| {label} | {len(mine)} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def tables_from_json(path: str) -> None:
+    """--tables FILE: the tables again from a --json file of an earlier run (no program run)."""
+    rows = json.loads(Path(path).read_text())
+    print(table(rows))
+    print(medians(rows))
+    print(segments_table(rows))
+    print(marks_table(rows))
 
 
 def program_table(args) -> None:
@@ -443,9 +452,13 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write every run (timings line included) to this file")
     parser.add_argument("--keep", default=None, metavar="DIR", help="copy each profiled run's event logs here")
     parser.add_argument("--process-start", action="store_true", help="no GPU: the start of a process without CUDA")
+    parser.add_argument("--tables", default=None, metavar="FILE", help="print the tables of a --json FILE, run nothing")
     parser.add_argument("-n", type=int, default=15, help="--process-start: runs per median")
     args = parser.parse_args()
-    process_start(args) if args.process_start else program_table(args)
+    if args.tables:
+        tables_from_json(args.tables)
+    else:
+        process_start(args) if args.process_start else program_table(args)
 
 
 if __name__ == "__main__":
