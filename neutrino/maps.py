@@ -28,6 +28,8 @@ _TYPE_BY_WIDTH = {4: "u32", 8: "u64"}
 INDEX_MAGIC = b"NTINDEX1"
 INDEX_VERSION = 1
 INDEX_RECORD_BYTES = 96  # INDEX_RECORD.itemsize (tests/test_startup_accounting.py checks they agree)
+# the itemsizes of FILE_HEADER, MAP_HEADER and FIELD_DESC (below), for frame_layout on the launch path
+FILE_HEADER_BYTES, MAP_HEADER_BYTES, FIELD_DESC_BYTES = 48, 112, 40
 INDEX_HEADER_TAIL = struct.pack("<2I", INDEX_VERSION, INDEX_RECORD_BYTES)
 
 # The numpy dtypes of the layout, made at their first use (PEP 562, `__getattr__` below): a profiled
@@ -410,10 +412,10 @@ class FrameLayout:
 def frame_layout(maps: Sequence[MapSection]) -> FrameLayout:
     """THE layout rule of a frame: file header, map headers with their field tables,
     then each section at the next multiple of SECTION_ALIGN."""
-    headers, pos = [], FILE_HEADER.itemsize
+    headers, pos = [], FILE_HEADER_BYTES
     for m in maps:
         headers.append(pos)
-        pos += MAP_HEADER.itemsize + len(m.header_fields()) * FIELD_DESC.itemsize
+        pos += MAP_HEADER_BYTES + len(m.header_fields()) * FIELD_DESC_BYTES
     offsets, pos = [], align(pos, SECTION_ALIGN)
     for m in maps:
         offsets.append(pos)

@@ -137,3 +137,33 @@ def test_the_launcher_exits_with_the_programs_status_and_runs_the_exit_handlers(
     assert res.returncode == 7, res.stderr
     assert marker.read_text() == "yes"
     assert "no kernel seen" in res.stderr  # flushed before the exit
+
+
+def test_the_layouts_byte_constants_are_the_dtypes_sizes():
+    """maps.py sizes frames and the index header without numpy (a process that probes nothing never
+    imports it); its constants are the dtypes' sizes."""
+    import numpy as np
+
+    from neutrino import maps
+
+    assert maps.FILE_HEADER_BYTES == maps.FILE_HEADER.itemsize
+    assert maps.MAP_HEADER_BYTES == maps.MAP_HEADER.itemsize
+    assert maps.FIELD_DESC_BYTES == maps.FIELD_DESC.itemsize
+    assert maps.INDEX_RECORD_BYTES == maps.INDEX_RECORD.itemsize
+    assert maps.INDEX_HEADER_TAIL == np.array([maps.INDEX_VERSION, maps.INDEX_RECORD.itemsize], "<u4").tobytes()
+
+
+def test_a_process_that_probes_nothing_imports_no_numpy(tmp_path, fakecuda):
+    """The driver-only program (no numpy of its own) under -k nomatchxyz: numpy is never imported
+    (python -X importtime lists every import of the profiled process, ours included)."""
+    env = dict(os.environ, LD_LIBRARY_PATH=str(fakecuda), FAKECUDA_BUFPARAM="4",
+               NEUTRINO_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(HERE.parent), os.environ.get("PYTHONPATH", "")) if p))
+    tiny = HERE.parent / "benchmarks" / "startup_tiny.py"
+    res = subprocess.run([sys.executable, "-m", "neutrino", "-p", "block_sched", "-k", "nomatchxyz", "-o",
+                          str(tmp_path / "t"), "--", sys.executable, "-X", "importtime", str(tiny), "3"],
+                         env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    assert "neutrino.runtime.core" in imported  # the runtime was built (a module was loaded)
+    assert "numpy" not in imported
