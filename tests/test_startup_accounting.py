@@ -116,6 +116,10 @@ def test_process_phases_known_answer():
     assert phases["own_work"]["seconds"] == pytest.approx(2.0 - 0.010 - 0.050 - ours - 0.2)
     line = ph.timings_line({}, [phases], 2.0)
     assert f"{ours:.3f} s added" in line  # exec, interpreter, own work: listed, not added
+    embedded = {**phases, "start": {"pid": 1, "embedded": True}}  # a C program: Python began at its first CUDA call
+    ph.add_process_start(embedded, 100.0, 2.0)
+    assert embedded["interpreter"]["seconds"] == 0.0
+    assert embedded["own_work"]["seconds"] == pytest.approx(2.0 - 0.010 - ours - 0.2)
 
 
 def test_which_commands_exit_without_the_interpreter_teardown():

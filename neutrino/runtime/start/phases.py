@@ -168,6 +168,8 @@ def add_process_start(phases: dict[str, dict], spawned_at: float, process_second
         return
     exec_s = max(ctor_at - spawned_at, 0.0)
     interpreter = max(wire_at - ctor_at - float(ctor.get("seconds", 0.0)), 0.0)
+    if phases.get("start", {}).get("embedded"):  # no sitecustomize: wire began at the first CUDA call
+        interpreter = 0.0  # what came before it is the program's own work
     ours = sum(float(phases[n].get("seconds", 0.0)) for n in ADDED_PHASES if n in phases)
     after = float(phases.get("exit_process", {}).get("seconds", 0.0))
     phases["exec"] = {"phase": "exec", "seconds": exec_s, "count": 1}
@@ -200,7 +202,8 @@ def read_phases(event_log) -> dict[str, dict]:
             for number, line in enumerate(f):
                 if number == 0 and '"start"' in line:
                     try:
-                        out["start"] = {"pid": json.loads(line).get("pid")}
+                        first = json.loads(line)
+                        out["start"] = {"pid": first.get("pid"), "embedded": bool(first.get("embedded"))}
                     except (ValueError, AttributeError):
                         pass
                 if '"phase"' not in line:
