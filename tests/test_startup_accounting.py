@@ -100,7 +100,13 @@ def test_a_matching_pattern_examines_the_module(tmp_path, fakecuda, capfd):
     assert rc == 0
     modules = [e for e in events if e["event"] == "module"]
     assert modules and all(e.get("examined", True) and e["source"] for e in modules)
-    assert "cache_lookup" in {e["phase"] for e in events if e["event"] == "phase"}  # saxpy4 built for probing
+    phases = {e["phase"]: e for e in events if e["event"] == "phase"}
+    assert "cache_lookup" in phases  # saxpy4 built for probing
+    assert phases["launch"]["count"] == 1  # the first launch only: the C fast path takes the next ones
+    (first,) = [e for e in events if e["event"] == "first_launch"]  # once per process
+    assert set(first["steps"]) == {"reserve", "frame", "enqueue", "ring_sizing", "submit", "arguments"}
+    in_callback = sum(phases[n]["seconds"] for n in ph.KERNEL_PHASES if n in phases)  # the build ran in it too
+    assert 0 < sum(first["steps"].values()) <= in_callback
 
 
 def test_process_phases_known_answer():
