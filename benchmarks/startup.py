@@ -42,7 +42,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 PROGRAM = Path(__file__).resolve().parent / "startup_program.py"
 PROGRAMS = {"torch": PROGRAM, "light": Path(__file__).resolve().parent / "startup_light.py",
-            "many": Path(__file__).resolve().parent / "startup_many.py"}
+            "many": Path(__file__).resolve().parent / "startup_many.py",
+            "tiny": Path(__file__).resolve().parent / "startup_tiny.py"}
 BESIDE = re.compile(r"beside the program ([\d.]+) s")
 TIMINGS = re.compile(r"neutrino: timings: ([\d.]+) s added(?: in \d+ processes)?: (.*); program ([\d.]+) s")
 GROUP = re.compile(r"(launcher|start|modules|kernels|exit) ([\d.]+) s")
@@ -51,19 +52,30 @@ AFTER = re.compile(r"after our exit handler ([\d.]+) s")
 STAMP = Path(__file__).resolve().parent / "startup_stamp.py"
 
 
-def run_once(label: str, argv: list[str], env: dict, stamp: Path | None = None) -> dict:
-    """One whole process: wall seconds, the program's JSON line, the timings line's groups, and its
-    teardown after the exit handlers (`teardown`: a profiled run's `exit_process`; a plain run's from
-    `stamp`, written by startup_stamp.py)."""
+def run_once(label: str, argv: list[str], env: dict, stamp: Path | None = None, trace: Path | None = None) -> dict:
+    """One whole process: wall seconds, CPU seconds (user + system of it and its children), the program's
+    JSON line, the timings line's groups, its teardown after the exit handlers (`teardown`: a profiled
+    run's `exit_process`; a plain run's from `stamp`, written by startup_stamp.py), and its wall time
+    split at the program's start and at the end of the exit handlers (`segments`)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    popen_at = time.time()
     started = time.perf_counter()
     r = subprocess.run(argv, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
     ended = time.time()
-    row = {"run": label, "wall": wall, "rc": r.returncode}
+    after_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    row = {"run": label, "wall": wall, "rc": r.returncode,
+           "cpu": after_usage.ru_utime - before.ru_utime + after_usage.ru_stime - before.ru_stime}
     try:
-        row["teardown"] = ended - float(stamp.read_text()) if stamp is not None else None
+        handlers_end, program_start = (float(x) for x in stamp.read_text().split()) if stamp is not None else (None,) * 2
+        row["teardown"] = ended - handlers_end if stamp is not None else None
     except (OSError, ValueError):
-        row["teardown"] = None
+        row["teardown"], handlers_end, program_start = None, None, None
+    if trace is not None:
+        handlers_end, program_start, row["phases"] = profiled_marks(trace)
+    if handlers_end is not None and program_start is not None:
+        row["segments"] = {"before": program_start - popen_at, "program": handlers_end - program_start,
+                           "after": ended - handlers_end}
     after = AFTER.search(r.stderr)
     if after:
         row["teardown"] = float(after.group(1))
@@ -82,6 +94,17 @@ def run_once(label: str, argv: list[str], env: dict, stamp: Path | None = None) 
     if r.returncode != 0:
         row["stderr_tail"] = r.stderr[-2000:]
     return row
+
+
+def profiled_marks(trace: Path) -> tuple[float | None, float | None, dict]:
+    """(the end of the exit handlers: exit_close's `ended_at`, the program's start: the end of `wire`,
+    the phases) of the launcher's child (the run directory `trace`), as startup_stamp.py marks a plain run."""
+    from neutrino.runtime.start.phases import read_phases
+
+    phases = read_phases(trace / "event.log")
+    wire, close = phases.get("wire", {}), phases.get("exit_close", {})
+    start = wire["started_at"] + wire["seconds"] if "started_at" in wire else None
+    return close.get("ended_at"), start, {n: f.get("seconds", 0.0) for n, f in phases.items() if n != "start"}
 
 
 def profiled_argv(tool: str, steps: int, trace: Path, *extra: str, program: Path = PROGRAM) -> list[str]:
@@ -108,7 +131,7 @@ def keep_event_logs(trace: Path, keep: str | None, number: int) -> None:
         shutil.copy2(log, Path(keep) / f"run{number}{part}.log")
 
 
-ROWS = ("plain", "cold", "warm", "nomatch", "launches")
+ROWS = ("plain", "cold", "warm", "nomatch", "launches", "bare")
 FILL = "-p {tool}, fills the code cache (not a row)"
 
 
@@ -127,6 +150,9 @@ def row_plan(rows: list[str], tool: str, rounds: int) -> list[tuple[str, str, st
                 "warm": (f"-p {tool}, code cache warm", tool, tool, ()),
                 "nomatch": (f"-p {tool} -k nomatchxyz (nothing probed), warm", tool, tool, ("-k", "nomatchxyz")),
                 "launches": (f"-p {tool} --launches 0:1, warm", tool, tool, ("--launches", "0:1")),
+                # nothing probed and no CUPTI timeline: what the timeline costs the program, by difference
+                "bare": (f"-p {tool} -k nomatchxyz --no-timeline, warm", tool, tool,
+                         ("-k", "nomatchxyz", "--no-timeline")),
             }[row])
     return runs
 
@@ -218,6 +244,106 @@ def medians(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+# Which phases fall in which segment of a profiled run (run_once's `segments`): before the program's start
+# (the launcher up to the spawn, the shim's constructor, wire), the program (to the end of our exit handler),
+# after it (the teardown, the launcher's close and its own exit).
+SEGMENT_PHASES = {
+    "before": ("launcher_start", "launcher_check", "launcher_spawn", "constructor", "wire"),
+    "program": ("imports", "tool", "runtime", "module_ptx", "lookup", "verify", "cache_lookup", "instrument", "jit",
+                "build_wait", "module_load", "kernel_write", "launch", "exit_drain", "exit_timeline", "exit_tables",
+                "exit_hooks", "exit_summary", "exit_close"),
+    "after": ("launcher_close",),
+}
+LAUNCHER_GROUP = re.compile(r"launcher [\d.]+ s \(([^)]*)\)")
+
+
+def launcher_phases(row: dict) -> dict[str, float]:
+    found = LAUNCHER_GROUP.search(row.get("timings", ""))
+    return {f"launcher_{k}": float(v) for k, v in (p.split() for p in found.group(1).split(", "))} if found else {}
+
+
+def segments_table(rows: list[dict]) -> str:
+    """Per configuration, medians over its runs: each segment's wall time minus the plain runs' median of
+    the same segment, beside the phases that fall in it (SEGMENT_PHASES; `after`: our share of the
+    teardown, exit_process minus the plain runs' teardown, and launcher_close); the rest (`unseen`) is
+    what no phase covers. Also the CPU seconds over plain, and the fastest run's wall over the fastest
+    plain run beside that run's phases (a slow spell of the machine adds time to a run; it never removes it)."""
+    plain = [r for r in rows if r["run"] == "plain" and r["rc"] == 0 and "segments" in r]
+    if not plain:
+        return ""
+    base = {k: statistics.median(r["segments"][k] for r in plain) for k in SEGMENT_PHASES}
+    cpu_base = statistics.median(r["cpu"] for r in plain)
+    fastest_plain = min(r["wall"] for r in plain)
+    base_teardown = statistics.median(r["teardown"] for r in plain if r.get("teardown") is not None)
+    out = [f"segments (plain medians: before the program {base['before']:.3f} s, the program "
+           f"{base['program']:.3f} s, after it {base['after']:.3f} s; CPU {cpu_base:.3f} s); each cell: "
+           "median over plain / median phases in it",
+           "", "| run | runs | before: over plain / phases | program: over plain / phases | after: over plain / "
+           "phases | total over plain / phases / ratio | unseen s | CPU over plain s | fastest: over fastest plain "
+           "/ its phases / ratio |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for label in dict.fromkeys(r["run"] for r in rows if "phases" in r):
+        mine = [r for r in rows if r["run"] == label and r["rc"] == 0 and "segments" in r]
+        if not mine:
+            continue
+        cells, over_sum, phase_sum = [], 0.0, 0.0
+        for seg, names in SEGMENT_PHASES.items():
+            per_run = []
+            for r in mine:
+                phases = {**r["phases"], **launcher_phases(r), "exit_process": r.get("teardown") or 0.0}
+                seconds = sum(phases.get(n, 0.0) for n in names)
+                if seg == "after":  # our share of the teardown: exit_process minus the plain runs'
+                    seconds += phases.get("exit_process", 0.0) - base_teardown
+                per_run.append((r["segments"][seg] - base[seg], seconds))
+            over = statistics.median(o for o, _ in per_run)
+            accounted = statistics.median(s for _, s in per_run)
+            over_sum, phase_sum = over_sum + over, phase_sum + accounted
+            cells.append(f"{over:+.3f} / {accounted:.3f}")
+        fastest = min(mine, key=lambda r: r["wall"])
+        fast_phases = fastest.get("added", 0.0) + (fastest.get("teardown") or 0.0) - base_teardown
+        fast_over = fastest["wall"] - fastest_plain
+        ratio = f"{phase_sum / over_sum:.2f}" if over_sum > 0 else ""
+        fast_ratio = f"{fast_phases / fast_over:.2f}" if fast_over > 0 else ""
+        cpu = statistics.median(r["cpu"] for r in mine) - cpu_base
+        out.append(f"| {label} | {len(mine)} | " + " | ".join(cells) + f" | {over_sum:+.3f} / {phase_sum:.3f} / {ratio} "
+                   f"| {over_sum - phase_sum:+.3f} | {cpu:+.3f} | {fast_over:+.3f} / {fast_phases:.3f} / {fast_ratio} |")
+    return "\n".join(out) + "\n"
+
+
+def marks_table(rows: list[dict]) -> str:
+    """Programs that print `marks` (name -> wall clock of a step, startup_light.py): per configuration,
+    the median of each step's seconds (from the mark before it) minus the plain runs' median of it. Where a profiled run's extra time falls inside the program."""
+    def steps(r):
+        marks = (r.get("program") or {}).get("marks")
+        if not marks:
+            return None
+        names = list(marks)
+        return {b: marks[b] - marks[a] for a, b in zip(names, names[1:])}
+    plain = [s for s in (steps(r) for r in rows if r["run"] == "plain" and r["rc"] == 0) if s]
+    if not plain:
+        return ""
+    names = list(plain[0])
+    base = {n: statistics.median(s[n] for s in plain) for n in names}
+    out = ["program steps (seconds from the mark before; plain medians: " +
+           ", ".join(f"{n} {base[n]:.3f}" for n in names) + "); each cell: median over plain (min over plain)", "",
+           "| run | runs | " + " | ".join(names) + " |", "| --- | ---: |" + " ---: |" * len(names)]
+    for label in dict.fromkeys(r["run"] for r in rows if "phases" in r):
+        mine = [s for s in (steps(r) for r in rows if r["run"] == label and r["rc"] == 0) if s]
+        if mine:
+            cells = [f"{statistics.median(s[n] for s in mine) - base[n]:+.3f} ({min(s[n] for s in mine) - base[n]:+.3f})"
+                     for n in names]
+            out.append(f"| {label} | {len(mine)} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def tables_from_json(path: str) -> None:
+    """--tables FILE: the tables again from a --json file of an earlier run (no program run)."""
+    rows = json.loads(Path(path).read_text())
+    print(table(rows))
+    print(medians(rows))
+    print(segments_table(rows))
+    print(marks_table(rows))
+
+
 def program_table(args) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p))
     env.pop("NEUTRINO_OPTIONS", None)
@@ -246,7 +372,8 @@ def program_table(args) -> None:
                 caches[cache_name] = fresh_cache(scratch, cache_name, shim_dir)
             run_env = dict(env, NEUTRINO_CACHE_DIR=str(caches[cache_name]))
             trace = scratch / f"trace{len(rows)}"
-            rows.append(run_once(label, profiled_argv(tool, args.steps, trace, *extra, program=program), run_env))
+            rows.append(run_once(label, profiled_argv(tool, args.steps, trace, *extra, program=program), run_env,
+                                 trace=trace))
             keep_event_logs(trace, args.keep, len(rows) - 1)
         row = rows[-1]
         print(f"{row['run']}: {row['wall']:.2f} s" + (f"; {row['timings']}" if "timings" in row else "") +
@@ -256,6 +383,8 @@ def program_table(args) -> None:
     print(f"python {sys.version.split()[0]}, {args.steps} timed steps; wall = whole process, one after another\n")
     print(table(rows))
     print(medians(rows))
+    print(segments_table(rows))
+    print(marks_table(rows))
     shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -313,7 +442,8 @@ def main() -> None:
     parser.add_argument("--program", choices=sorted(PROGRAMS), default="torch",
                         help="torch: the torch.compile script (STEPS timed steps); light: startup_light.py, "
                              "a CuPy PTX program of about a second (STEPS launches); many: startup_many.py, "
-                             "64 kernels looked up, STEPS of them launched")
+                             "64 kernels looked up, STEPS of them launched; tiny: startup_tiny.py, the driver "
+                             "through ctypes (STEPS launches), no framework")
     parser.add_argument("--rows", default=None, type=lambda s: [r for r in s.split(",") if r],
                         help=f"instead of the full table: these rows of the first tool ({', '.join(ROWS)}), "
                              "--repeat rounds of them interleaved")
@@ -322,9 +452,13 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write every run (timings line included) to this file")
     parser.add_argument("--keep", default=None, metavar="DIR", help="copy each profiled run's event logs here")
     parser.add_argument("--process-start", action="store_true", help="no GPU: the start of a process without CUDA")
+    parser.add_argument("--tables", default=None, metavar="FILE", help="print the tables of a --json FILE, run nothing")
     parser.add_argument("-n", type=int, default=15, help="--process-start: runs per median")
     args = parser.parse_args()
-    process_start(args) if args.process_start else program_table(args)
+    if args.tables:
+        tables_from_json(args.tables)
+    else:
+        process_start(args) if args.process_start else program_table(args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # Issue 29 on the GPU machine, in one device call of at most ~200 s (run from the checkout's root;
 # carry .whl). MODE threads: the --build-threads default measured (startup_many.py: 64 kernels looked
 # up, 1 launched; the torch.compile program), and the light program's phase accounting.
-# MODE table: the re-measured table (the light program's phase accounting, 3 interleaved rounds; the
+# MODE table: the re-measured table (the light program's phase accounting, 3 interleaved rounds (LIGHT_ROUNDS,
+# LIGHT_ROWS, LIGHT_BUDGET); with TINY_ROUNDS=N the ctypes program's too (startup_tiny.py, N rounds); the
 # torch.compile program: plain, nothing probed, block_sched cold and warm; the light program: the other
 # built-in tools cold then warm, as many as the time left allows).
 # Writes to $OUT: diag.txt, <part>.txt/.json per part, logs.tgz (the event logs).
@@ -28,7 +29,10 @@ if [ "$MODE" = threads ]; then
   part torch $((LIMIT - SECONDS - 35)) --steps 20 --rows cold,warm --repeat 1 --build-threads 0,4 \
     --tools block_sched
 else
-  part light 30 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 3 --tools block_sched
+  part light ${LIGHT_BUDGET:-30} --program light --steps 20 --rows ${LIGHT_ROWS:-cold,plain,nomatch,warm} \
+    --repeat ${LIGHT_ROUNDS:-3} --tools block_sched
+  [ "${TINY_ROUNDS:-0}" -gt 0 ] && part tiny ${TINY_BUDGET:-16} --program tiny --steps 20 \
+    --rows cold,plain,nomatch,bare,warm --repeat $TINY_ROUNDS --tools block_sched
   part torch $((LIMIT - SECONDS - 55)) --steps 20 --rows cold,plain,nomatch,warm --repeat 1 --tools block_sched
   part tools $((LIMIT - SECONDS - 12)) --program light --steps 20 --repeat 1 \
     --tools gmem_bytes,program_progress,tensorop,dmat,gmem_bytes_thread,tensorop_thread,lines_light,lines

@@ -5,14 +5,20 @@ usage: startup_light.py [LAUNCHES]   (default 20)
 
 About a second of process time instead of the torch.compile program's twenty: enough runs fit in
 a device call to put medians on the fixed costs (launcher, start-up, exit). Prints one JSON line
-with a checksum of the result (the profiled runs must print the same).
+with a checksum of the result (the profiled runs must print the same) and the wall clock of each
+step (`marks`: benchmarks/startup.py puts each step's time beside the plain runs').
 """
 import json
 import sys
+import time
 from pathlib import Path
 
-import cupy as cp
-import numpy as np
+MARKS = {"started": time.time()}  # wall clocks of the program's steps: startup.py compares them with plain's
+
+import cupy as cp  # noqa: E402
+import numpy as np  # noqa: E402
+
+MARKS["imported"] = time.time()
 
 PTX = Path(__file__).resolve().parent.parent / "tests" / "gpu" / "workloads" / "vec.sm90.ptx"
 N4 = 1 << 16
@@ -20,12 +26,20 @@ N4 = 1 << 16
 
 def main(launches: int) -> None:
     saxpy4 = cp.RawModule(path=str(PTX)).get_function("saxpy4")
-    x = cp.arange(4 * N4, dtype=cp.float32) / (4 * N4)
+    MARKS["module"] = time.time()  # the first CUDA call: cuInit, the context, our runtime's start
+    x = cp.arange(4 * N4, dtype=cp.float32)
+    MARKS["arange"] = time.time()
+    x /= 4 * N4
+    MARKS["divide"] = time.time()
     y = cp.ones(4 * N4, dtype=cp.float32)
+    MARKS["ones"] = time.time()
     for _ in range(launches):
         saxpy4((N4 // 256,), (256,), (x, y, np.float32(0.5), np.int64(N4)))
     cp.cuda.runtime.deviceSynchronize()
-    print(json.dumps({"loss": round(float(y.sum()), 3), "launches": launches}))
+    MARKS["launched"] = time.time()
+    loss = round(float(y.sum()), 3)
+    MARKS["summed"] = time.time()
+    print(json.dumps({"loss": loss, "launches": launches, "marks": MARKS}))
 
 
 if __name__ == "__main__":

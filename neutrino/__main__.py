@@ -1,7 +1,5 @@
 """`python -m neutrino …`: the same as the `neutrino` command."""
 
-import sys
+from neutrino.runtime.start.quick_exit import console_main
 
-from neutrino.cli import main
-
-sys.exit(main())
+console_main()

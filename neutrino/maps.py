@@ -8,10 +8,10 @@ the reader (neutrino.trace) decodes them with the same dtypes. No I/O here.
 from __future__ import annotations
 
 import re
+import struct
 from typing import Iterable, Sequence
 
 import attrs
-import numpy as np
 
 from neutrino.errors import NeutrinoError
 
@@ -24,54 +24,77 @@ MAP_TYPES = ("array", "sum", "hist")  # the code in a map header's `type` word i
 FIELD_TYPES = {"u32": 4, "u64": 8}
 _TYPE_BY_WIDTH = {4: "u32", 8: "u64"}
 
-FILE_HEADER = np.dtype(
-    [
-        ("magic", "S8"),
-        ("version", "<u4"),
-        ("n_maps", "<u4"),
-        ("grid", "<u4", (3,)),
-        ("block", "<u4", (3,)),
-        ("shared_bytes", "<u4"),
-        ("reserved", "<u4"),
-    ]
-)
-MAP_HEADER = np.dtype(
-    [
-        ("name", "S64"),
-        ("level", "<u4"),  # index into LEVELS
-        ("record_bytes", "<u4"),
-        ("cap", "<u4"),  # records per unit actually allocated
-        ("cap_is_count", "<u4"),  # 1 when the probe said cap = "count"; RING_SECTION: its section is a ring
-        ("units", "<u8"),
-        ("n_fields", "<u4"),
-        ("type", "<u4"),  # index into MAP_TYPES; was `reserved` (0) in older files, which are all arrays
-        ("offset", "<u8"),  # absolute byte offset of the section
-        ("size", "<u8"),  # bytes of the section
-    ]
-)
-FIELD_DESC = np.dtype([("name", "S32"), ("width", "<u4"), ("offset", "<u4")])
-
 # result/index.bin: a 16-byte header, then one record per probed launch (written by shim/writer.c).
 INDEX_MAGIC = b"NTINDEX1"
 INDEX_VERSION = 1
-INDEX_RECORD = np.dtype(
-    [
-        ("seq", "<u8"),  # launch index + 1
-        ("kernel_launch", "<u8"),
-        ("stream", "<u8"),
-        ("offset", "<u8"),  # the launch's frame in its kernel's result file
-        ("frame_size", "<u8"),
-        ("grid", "<u4", (3,)),
-        ("block", "<u4", (3,)),
-        ("shared_bytes", "<u4"),
-        ("kernel_id", "<u4"),  # k of kernel/<k>_<hash>, result/<k>_<hash>.ntr
-        ("frame_id", "<u4"),  # id of a `frame` event (0: none)
-        ("status", "<u4"),  # 0 written; 1 failed on the launch path; 2 copy back failed; 3 file write failed
-        ("duration_ns", "<f8"),  # < 0: unknown
-        ("graph", "<u8"),  # graph id << 32 | node id of a CUDA graph replay; 0 otherwise (`reserved`, 0, before)
-    ]
-)
-INDEX_HEADER_TAIL = np.array([INDEX_VERSION, INDEX_RECORD.itemsize], "<u4").tobytes()
+INDEX_RECORD_BYTES = 96  # INDEX_RECORD.itemsize (tests/test_startup_accounting.py checks they agree)
+# the itemsizes of FILE_HEADER, MAP_HEADER and FIELD_DESC (below), for frame_layout on the launch path
+FILE_HEADER_BYTES, MAP_HEADER_BYTES, FIELD_DESC_BYTES = 48, 112, 40
+INDEX_HEADER_TAIL = struct.pack("<2I", INDEX_VERSION, INDEX_RECORD_BYTES)
+
+# The numpy dtypes of the layout, made at their first use (PEP 562, `__getattr__` below): a profiled
+# process that probes nothing never needs them, and a program that does not import numpy itself (a
+# driver-only or embedded one) is spared its import, ~0.25 s (issue 29; docs/startup.md).
+_DTYPE_NAMES = ("FILE_HEADER", "MAP_HEADER", "FIELD_DESC", "INDEX_RECORD")
+
+
+def _make_dtypes() -> dict:
+    import numpy as np
+
+    FILE_HEADER = np.dtype(
+        [
+            ("magic", "S8"),
+            ("version", "<u4"),
+            ("n_maps", "<u4"),
+            ("grid", "<u4", (3,)),
+            ("block", "<u4", (3,)),
+            ("shared_bytes", "<u4"),
+            ("reserved", "<u4"),
+        ]
+    )
+    MAP_HEADER = np.dtype(
+        [
+            ("name", "S64"),
+            ("level", "<u4"),  # index into LEVELS
+            ("record_bytes", "<u4"),
+            ("cap", "<u4"),  # records per unit actually allocated
+            ("cap_is_count", "<u4"),  # 1 when the probe said cap = "count"; RING_SECTION: its section is a ring
+            ("units", "<u8"),
+            ("n_fields", "<u4"),
+            ("type", "<u4"),  # index into MAP_TYPES; was `reserved` (0) in older files, which are all arrays
+            ("offset", "<u8"),  # absolute byte offset of the section
+            ("size", "<u8"),  # bytes of the section
+        ]
+    )
+    FIELD_DESC = np.dtype([("name", "S32"), ("width", "<u4"), ("offset", "<u4")])
+
+    INDEX_RECORD = np.dtype(
+        [
+            ("seq", "<u8"),  # launch index + 1
+            ("kernel_launch", "<u8"),
+            ("stream", "<u8"),
+            ("offset", "<u8"),  # the launch's frame in its kernel's result file
+            ("frame_size", "<u8"),
+            ("grid", "<u4", (3,)),
+            ("block", "<u4", (3,)),
+            ("shared_bytes", "<u4"),
+            ("kernel_id", "<u4"),  # k of kernel/<k>_<hash>, result/<k>_<hash>.ntr
+            ("frame_id", "<u4"),  # id of a `frame` event (0: none)
+            ("status", "<u4"),  # 0 written; 1 failed on the launch path; 2 copy back failed; 3 file write failed
+            ("duration_ns", "<f8"),  # < 0: unknown
+            ("graph", "<u8"),  # graph id << 32 | node id of a CUDA graph replay; 0 otherwise (`reserved`, 0, before)
+        ]
+    )
+    return {"FILE_HEADER": FILE_HEADER, "MAP_HEADER": MAP_HEADER, "FIELD_DESC": FIELD_DESC,
+            "INDEX_RECORD": INDEX_RECORD}
+
+
+def __getattr__(name: str):
+    if name in _DTYPE_NAMES:
+        made = _make_dtypes()
+        globals().update(made)
+        return made[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class TraceError(NeutrinoError):
@@ -191,6 +214,8 @@ def section_bytes(kind: str, units: int, cap: int, record_bytes: int, ring: bool
 
 def ring_head(data) -> int:
     """A ring section's head: the records its launch tried to reserve (written or not)."""
+    import numpy as np
+
     return int(np.frombuffer(data, "<u8", count=1)[0]) if memoryview(data).nbytes >= 8 else 0
 
 
@@ -261,6 +286,8 @@ class Buckets:
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) of every bucket: bucket i holds low[i] <= v < high[i] (high of the last is 2^64)."""
+        import numpy as np
+
         top = 1 << 64
         if self.kind == "log2":
             low = [0] + [1 << (k - 1) for k in range(1, 65)]
@@ -341,6 +368,8 @@ class MapSection:
             return max(ring_head(self.data) - self.cap, 0)
         if self.type != "array" or not self.units:
             return 0
+        import numpy as np
+
         counts = np.frombuffer(self.data, "<u4", count=self.units).astype("i8")
         return int(np.clip(counts - self.cap, 0, None).sum())
 
@@ -353,10 +382,14 @@ class MapSection:
 
 def fold_rows(rows: np.ndarray, record_bytes: int) -> np.ndarray:
     """The counters of a sum/hist map: its rows (u64, `rows x stripe_row_bytes/8`) added up modulo 2^64."""
+    import numpy as np
+
     return rows[:, : record_bytes // 8].sum(axis=0, dtype=np.uint64)
 
 
 def record_dtype(fields: Sequence[Field], record_bytes: int) -> np.dtype:
+    import numpy as np
+
     return np.dtype(
         {
             "names": [f.name for f in fields],
@@ -379,10 +412,10 @@ class FrameLayout:
 def frame_layout(maps: Sequence[MapSection]) -> FrameLayout:
     """THE layout rule of a frame: file header, map headers with their field tables,
     then each section at the next multiple of SECTION_ALIGN."""
-    headers, pos = [], FILE_HEADER.itemsize
+    headers, pos = [], FILE_HEADER_BYTES
     for m in maps:
         headers.append(pos)
-        pos += MAP_HEADER.itemsize + len(m.header_fields()) * FIELD_DESC.itemsize
+        pos += MAP_HEADER_BYTES + len(m.header_fields()) * FIELD_DESC_BYTES
     offsets, pos = [], align(pos, SECTION_ALIGN)
     for m in maps:
         offsets.append(pos)

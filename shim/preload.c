@@ -443,12 +443,23 @@ CUresult cuLinkComplete(void *state, void **cubin, size_t *size) {
 
 enum { F_MODULE_FUNCTION, F_LIBRARY_KERNEL, F_KERNEL_FUNCTION, F_LIBRARY_MODULE };
 
+/* The program's kernel lookups in our Python callback (the `lookup` phase: no Python phase covers
+ * them), summed from the first; read at exit with the constructor's clock (neutrino_process_stats). */
+static _Atomic uint64_t lookup_ns, lookup_count, lookup_max_ns;
+
 static void report_function(int kind, void *owner, const char *name, void *out) {
     cb_function_t cb = atomic_load(&cb_function);
     if (!cb || in_callback || !out) return;
     in_callback = 1;
+    uint64_t started = now_ns();
     int probe = cb(kind, owner, name, out);
+    uint64_t ns = now_ns() - started;
     in_callback = 0;
+    atomic_fetch_add(&lookup_ns, ns);
+    atomic_fetch_add(&lookup_count, 1);
+    uint64_t seen = atomic_load(&lookup_max_ns);
+    while (ns > seen && !atomic_compare_exchange_weak(&lookup_max_ns, &seen, ns)) {
+    }
     if (probe == 1) neutrino_probe_add(out);
 }
 
@@ -741,9 +752,29 @@ static void init_hook_table(void) {
     memcpy(hook_fns, t, sizeof t);
 }
 
+/* When the dynamic linker ran our constructor (wall clock, ns) and how long it took: the start of the
+ * profiled process as far as our code sees it (spec/runtime.md, "Start-up and exit phases": `exec`
+ * before it, `interpreter` after it up to sitecustomize). */
+static uint64_t ctor_at_ns, ctor_ns;
+
 __attribute__((constructor)) static void neutrino_shim_init(void) {
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    uint64_t started = now_ns();
     init_real_dlsym();
     pthread_once(&table_once, init_hook_table);
+    ctor_at_ns = (uint64_t)wall.tv_sec * 1000000000ull + (uint64_t)wall.tv_nsec;
+    ctor_ns = now_ns() - started;
+}
+
+/* out[0]: the constructor's entry (wall clock, ns since the epoch); out[1]: its duration (ns);
+ * out[2..4]: the kernel lookups' callbacks: ns, count, longest ns. */
+void neutrino_process_stats(uint64_t out[5]) {
+    out[0] = ctor_at_ns;
+    out[1] = ctor_ns;
+    out[2] = atomic_load(&lookup_ns);
+    out[3] = atomic_load(&lookup_count);
+    out[4] = atomic_load(&lookup_max_ns);
 }
 
 static int from_libcuda(void *p) {

@@ -50,6 +50,7 @@ from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.cudagraphs.sinks import NativeGraphSink, PythonGraphSink
 from neutrino.runtime.cudagraphs.capture import G_ADD_KERNEL_NODE, GraphProbes, relaxed_capture
 from neutrino.runtime.modules.frameworks import XLA, kernel_names, module_origin
+from neutrino.runtime.modules.name_filter import pattern_literals
 from neutrino.runtime.launch_path.enqueue import Enqueuer
 from neutrino.runtime.start.options import RuntimeOptions
 from neutrino.runtime.start.phases import PhaseClock
@@ -112,7 +113,8 @@ class Runtime:
         # cubins the program compiled itself (XLA): content -> PTX; bootstrap.py hands in the one it fills from start
         self.compiled = compiled if compiled is not None else CompiledIndex()
         self.registry = Registry(ptx_finder or _default_ptx_finder(), self.devices.current_arch, options.wants,
-                                 self.compiled, named=options.names)
+                                 self.compiled, named=options.names,
+                                 selected_literals=pattern_literals(getattr(options, "kernels", ())))
         self.kernels = KernelBuilder(drv, engine or _default_engine(), cache, trace, probes, self.devices.arch,
                                      benchmark=options.benchmark, phases=self.phases,
                                      ring=(options.ring_records, options.buffer_budget // tracefmt.RING_BUDGET_SHARE))
@@ -179,7 +181,10 @@ class Runtime:
         rec, reason, compiled, replaced = self.registry.add_module(kind, handle, image, path, image_addr)
         if replaced is not None:  # the handle's old module was unloaded where we did not see it
             self._forget(replaced, "handle_reused")
-        if rec.ptx is None:
+        if not rec.examined:  # -k can select none of its kernels (name_filter.py): no PTX, no origin looked for
+            self.trace.event("module", module=hex(handle), kind=kind, source=None, examined=False, reason=reason,
+                             seconds=round(time.perf_counter() - started, 6))
+        elif rec.ptx is None:
             origin = module_origin(image, path, xla_compiles_seen=self.compiled.sees_xla_compiles())
             if compiled is None and origin is XLA and not self.compiled.links_seen:
                 compiled = unseen_xla_compile_reason()

@@ -46,7 +46,6 @@ import threading
 import attrs
 
 from neutrino import maps as tracefmt
-from neutrino import trace_writer
 from neutrino.runtime.cudagraphs import replay_select
 from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError, KernelNodeParams, KernelNodeParamsV2
@@ -604,5 +603,7 @@ class GraphProbes:
 
 def _encode_header(grid, block, shared_bytes: int, layouts) -> tuple[bytes, list[int]]:
     """A node's frame header: fixed for the graph's life (its shape cannot change while probed)."""
+    from neutrino import trace_writer  # numpy: loaded once something is probed (neutrino/maps.py)
+
     sections = [tracefmt.MapSection.of(lay.map, lay.units, lay.cap, bytes(lay.size)) for lay in layouts]
     return trace_writer.encode_header(grid=grid, block=block, shared_bytes=shared_bytes, maps=sections)

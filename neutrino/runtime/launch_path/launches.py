@@ -15,6 +15,7 @@ kernel ran raises (the runtime falls back to the original); after it ran, nothin
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from neutrino import maps as tracefmt
@@ -27,6 +28,14 @@ if TYPE_CHECKING:
     from neutrino.runtime.launch_path.fastpath import FastPath
 
 WAIT_WHEN_FULL = 60.0  # seconds --when-full=wait waits for buffers before dropping the launch
+
+
+def _step(clock: dict | None, name: str) -> None:
+    """The seconds since the previous step of a first launch's clock (launch_probed)."""
+    if clock is not None:
+        now = time.perf_counter()
+        clock["steps"][name] = now - clock["at"]
+        clock["at"] = now
 
 
 class Dropped(Exception):
@@ -55,6 +64,7 @@ class ProbedLaunches:
         self._lock = threading.Lock()
         self.launches = 0
         self.bench: dict[str, list[tuple[list[float], list[float]]]] = {}
+        self._first_timed = False  # the process's first probed launch is timed step by step (`first_launch`)
 
     def launch_probed(self, rec, pk, req, ctx: int, shape) -> int:
         """Buffers, enqueue; then the results are handed on (never a fallback after the probed kernel
@@ -62,8 +72,11 @@ class ProbedLaunches:
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
         stream = req.our_stream
+        clock = self._first_clock()
         shape, slots = self._reserve(pk, req, shape, stream, ctx)
+        _step(clock, "reserve")
         frame = self.attribution.frame()
+        _step(clock, "frame")
         token = self.timeline.begin() if self.timeline is not None else 0  # marks the launch probed (cupti.c)
         try:
             flight = self.enqueuer.launch(pk, req, shape.layouts, slots, stream=stream, ctx=ctx, frame=frame,
@@ -77,6 +90,7 @@ class ProbedLaunches:
         finally:
             if token:
                 self.timeline.end(token)
+        _step(clock, "enqueue")
         # The probed kernel has run: from here on only its records can be lost, nothing raises.
         with self._lock:
             self.launches += 1
@@ -91,6 +105,7 @@ class ProbedLaunches:
             else:
                 if pk.ring_learned:
                     self.trace.event("ring_sizing", kernel=pk.name, slots_per_unit=pk.ring_learned)
+        _step(clock, "ring_sizing")
         if flight.bench is not None:
             self.trace.event("benchmark", kernel=pk.name, kernel_launch=req.index, baseline_ns=flight.bench[0],
                              probed_ns=flight.bench[1])
@@ -104,12 +119,28 @@ class ProbedLaunches:
         except Exception as e:  # noqa: BLE001 - the result is lost; the launch happened
             self.trace.event("result_error", kernel=rec.name, kernel_launch=req.index, reason=f"writer: {e}")
             return 0
+        _step(clock, "submit")
         if self.context is not None and seq:  # the launch's arguments
             try:
                 self.context.record_launch(rec, req, ctx, seq - 1)
             except Exception as e:  # noqa: BLE001 - the argument trace never touches the launch
                 self.trace.event("launch_args", kernel=rec.name, reason=f"{type(e).__name__}: {e}")
+        if clock is not None:
+            _step(clock, "arguments")
+            self.trace.event("first_launch", kernel=pk.name, steps={k: round(v, 6) for k, v in clock["steps"].items()})
         return 0
+
+    def _first_clock(self) -> dict | None:
+        """The step clock of the process's first probed launch (None for every other one): the first
+        launch pays once-per-process costs (issue 29: ~0.3 s on the GPU, docs/startup.md) that its
+        `first_launch` event splits by step."""
+        if self._first_timed:
+            return None
+        with self._lock:
+            if self._first_timed:
+                return None
+            self._first_timed = True
+        return {"at": time.perf_counter(), "steps": {}}
 
     def _reserve(self, pk, req, shape, stream: int, ctx: int):
         """(the launch's shape, its map buffers), with its trace bytes held: count-sized maps are

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import attrs
 
+from neutrino.runtime.modules.name_filter import SKIPPED_REASON, may_hold_selected
+
 # Collective-communication kernels (NCCL: `ncclDevKernel_AllReduce_Sum_f32_RING_LL`, older
 # `ncclKernel_...`) run untouched unless -k names them: they spin on peers' progress, and a
 # probed copy (more registers, buffers, a slower path) must never change or stall a collective.
@@ -51,6 +53,7 @@ class ModuleRec:
     path: str | None = None
     aliases: set = attrs.Factory(set)  # module handles of cuLibraryGetModule that stand for this library
     kernels: dict = attrs.Factory(dict)  # kernel name -> FuncRec, the kernels looked up in it
+    examined: bool = True  # False: no kernel name in it can match -k, its PTX was not looked for
 
 
 @attrs.define(eq=False)
@@ -76,11 +79,18 @@ class Forgotten:
         return sorted({rec.name for _, rec in self.handles})
 
 
+class _NotExamined(Exception):
+    """A module none of whose kernels -k can select (name_filter.py): its PTX is not looked for."""
+
+
 class Registry:
     """Modules by handle, probed functions by handle. Thread-safe."""
 
-    def __init__(self, find_ptx, arch, wants, compiled=None, named=lambda name: False):
+    def __init__(self, find_ptx, arch, wants, compiled=None, named=lambda name: False, selected_literals=()):
         self._find_ptx = find_ptx  # (image, arch, path=) -> PtxImage | None
+        # the bytes a -k pattern needs in a kernel's name: a module whose image holds none of them is not
+        # examined (name_filter.py); empty without -k
+        self._literals = tuple(selected_literals)
         self._arch = arch  # () -> (major, minor) or None, asked only when an image needs it
         self._wants = wants  # kernel name -> bool (the -k / --filter options)
         self._named = named  # kernel name -> bool: -k names it explicitly
@@ -103,11 +113,13 @@ class Registry:
         compiled_reason = None
         try:
             ptx, compiled_reason = self._module_ptx(image, path, image_addr)
+        except _NotExamined:
+            ptx, reason = None, SKIPPED_REASON
         except Exception as e:  # noqa: BLE001 - never break the program's load
             ptx, reason = None, f"PTX extraction failed: {e}"
         else:
             reason = "no PTX in the image (SASS only)"
-        rec = ModuleRec(handle, kind, ptx, path)
+        rec = ModuleRec(handle, kind, ptx, path, examined=reason != SKIPPED_REASON)
         rec.aliases.add(handle)
         with self._lock:
             old = self.modules.get(handle)
@@ -129,6 +141,8 @@ class Registry:
             image = Path(path).read_bytes()
         if image is None:
             return None, None
+        if not may_hold_selected(image, self._literals):
+            raise _NotExamined
         entry = self.compiled.lookup(image) if self.compiled is not None else None
         if entry is not None and entry.ptx is not None:  # a cubin the program compiled itself (XLA: nvJitLink)
             return SimplePtx(entry.ptx, entry.compiler), None

@@ -26,7 +26,6 @@ import threading
 import time
 
 from neutrino import maps as tracefmt
-from neutrino import trace_writer
 
 
 class ResultWriter:
@@ -140,10 +139,12 @@ def _records_dropped(lay, data) -> int:
         return max(tracefmt.ring_head(data) - lay.cap, 0)
     if not lay.units or lay.map.get("type", "array") != "array":
         return 0
-    counts = tracefmt.np.frombuffer(data, "<u4", count=lay.units)
+    import numpy as np  # loaded once something is probed (neutrino/maps.py)
+
+    counts = np.frombuffer(data, "<u4", count=lay.units)
     if int(counts.max()) <= lay.cap:
         return 0
-    return int(tracefmt.np.clip(counts.astype("i8") - lay.cap, 0, None).sum())
+    return int(np.clip(counts.astype("i8") - lay.cap, 0, None).sum())
 
 
 MAX_MAPS = 16  # NT_MAX_MAPS of shim/writer.c
@@ -325,6 +326,8 @@ def _cached_header(cache: dict, flight) -> tuple[bytes, list[int]]:
     if got is None:
         if len(cache) > 4096:
             cache.clear()
+        from neutrino import trace_writer  # numpy: loaded once something is probed (neutrino/maps.py)
+
         sections = [tracefmt.MapSection.of(lay.map, lay.units, lay.cap, bytes(lay.size)) for lay in flight.layouts]
         got = cache[key] = trace_writer.encode_header(grid=req.grid, block=req.block, shared_bytes=req.shared_bytes,
                                                   maps=sections)

@@ -148,9 +148,11 @@ def _close(rt, tr) -> None:
     phases = getattr(rt, "phases", None)
     if phases is not None:
         try:
-            from neutrino.runtime.start.phases import add_driver_loads
+            from neutrino.runtime.start.phases import add_driver_loads, add_process_stats
 
-            add_driver_loads(phases, getattr(getattr(rt, "shim", None), "lib", None))  # module_jit, module_driver
+            shim_lib = getattr(getattr(rt, "shim", None), "lib", None)
+            add_driver_loads(phases, shim_lib)  # module_jit, module_driver
+            add_process_stats(phases, shim_lib)  # constructor, lookup
         except Exception:  # noqa: BLE001 - the driver's clocks never cost the other phases their events
             pass
         try:

@@ -275,7 +275,7 @@ def run_main(argv: list[str]) -> int:
         if opts.verbosity > 0:
             sys.stderr.write(f"neutrino: running {' '.join(command)} with probe {opts.probe}; "
                              f"trace in {run_dir or opts.tracedir}\n")
-        started = time.time()
+        started = time.time()  # also the wall clock of the spawn: the child's `exec` counts from it
         launcher["launcher_check"] = time.perf_counter() - entered
         program_started = time.perf_counter()
         rc, pid = run_program(command, env, launcher)
@@ -284,22 +284,26 @@ def run_main(argv: list[str]) -> int:
         close_run(session, Path(opts.tracedir), run_dir, command, opts, rc, pid, started)
         if ns.timings:
             print_timings(session, Path(opts.tracedir), run_dir, launcher, program_seconds, program_started,
-                          (pid, program_ended), since=started)
+                          (pid, program_ended, started), since=started)
     return rc
 
 
 def print_timings(session: str, tracedir: Path, run_dir: Path | None, launcher: dict, program_seconds: float,
-                  program_started: float, child_exit: tuple[int | None, float] = (None, 0.0),
+                  program_started: float, child_exit: tuple = (None, 0.0, None),
                   since: float | None = None) -> None:
     """--timings: one line summing the launcher's phases and those every process of the program logged.
-    `child_exit`: (pid, wall time) of the program's exit as seen here: its `exit_process` phase."""
-    from neutrino.runtime.start.phases import add_process_exit, read_phases, timings_line
+    `child_exit`: (pid, wall time of the program's exit as seen here, wall time of its spawn): its
+    `exit_process` phase, and `exec`, `interpreter`, `own_work` (phases.add_process_start)."""
+    from neutrino.runtime.start.phases import add_process_exit, add_process_start, read_phases, timings_line
 
+    pid, exited_at, spawned_at = (tuple(child_exit) + (None,))[:3]
     processes = []
     for path in run_directories(session, tracedir, run_dir, since):
         phases = read_phases(path / "event.log")
-        if phases.get("start", {}).get("pid") == child_exit[0]:
-            add_process_exit(phases, child_exit[1])
+        if phases.get("start", {}).get("pid") == pid:
+            add_process_exit(phases, exited_at)
+            if spawned_at is not None:
+                add_process_start(phases, spawned_at, program_seconds + launcher.get("launcher_spawn", 0.0))
         phases.pop("start", None)
         processes.append(phases)
     launcher["launcher_close"] = (time.perf_counter() - program_started - program_seconds -

@@ -17,9 +17,12 @@ import time
 from contextlib import contextmanager
 
 # The phases, in the order the timings line names them, each with its group.
-START_PHASES = ("wire", "imports", "tool", "runtime")
-MODULE_PHASES = ("module_ptx",)
-KERNEL_PHASES = ("verify", "cache_lookup", "instrument", "jit", "build_wait", "module_load", "kernel_write")
+START_PHASES = ("constructor", "wire", "imports", "tool", "runtime")
+MODULE_PHASES = ("module_ptx", "lookup")
+BUILD_PHASES = ("verify", "cache_lookup", "instrument", "jit", "build_wait", "module_load", "kernel_write")
+# `launch`: the probed launches' own host time in our launch callback, the builds above (which a first launch
+# runs inside it) taken off (hooks.make_callbacks)
+KERNEL_PHASES = BUILD_PHASES + ("launch",)
 EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary", "exit_close")
 # Timed by the launcher after our exit handler: the process's teardown, the program's own (a plain run
 # pays it: seconds for torch) with ours. Listed after the program's seconds, not added (as the build
@@ -34,8 +37,15 @@ BACKGROUND_PHASES = ("background_lookup", "background_instrument", "background_j
 # images pays them too; a profiled run pays more only where we made the program load PTX instead of
 # cubins (CUPY_COMPILE_WITH_PTX, set by the launcher: spec/runtime.md).
 DRIVER_PHASES = ("module_jit", "module_driver")
+# The rest of the launcher's child, from the spawn to its exit, computed by the launcher (listed, not added:
+# a plain run pays them): `exec` (fork, exec and the dynamic linker, up to the shim's constructor),
+# `interpreter` (after the constructor up to sitecustomize: the interpreter's start and `site`) and
+# `own_work` (what is left of the process's wall time once every phase is taken off: the program's own
+# work, and whatever of ours no phase sees). With them the phases cover the process from spawn to exit.
+PROCESS_PHASES = ("exec", "interpreter", "own_work")
 PHASES = (START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES + AFTER_PHASES + BACKGROUND_PHASES +
-          DRIVER_PHASES)
+          DRIVER_PHASES + PROCESS_PHASES)
+ADDED_PHASES = START_PHASES + MODULE_PHASES + KERNEL_PHASES + EXIT_PHASES
 LAUNCHER_PHASES = ("launcher_start", "launcher_check", "launcher_spawn", "launcher_close")
 
 
@@ -82,6 +92,11 @@ class PhaseClock:
         with self._lock:
             return self._totals.get(name, [0.0])[0]
 
+    def sum_of(self, names) -> float:
+        """The seconds of these phases together (the builds inside a launch: `launch` takes them off)."""
+        with self._lock:
+            return sum(self._totals[n][0] for n in names if n in self._totals)
+
     def totals(self) -> dict[str, dict]:
         """name -> {seconds, count, max_seconds, ...notes}, in PHASES order."""
         with self._lock:
@@ -122,6 +137,47 @@ def add_driver_loads(phases: PhaseClock, shim_lib) -> None:
             phases.add(name, ns / 1e9, runs=count, longest=longest / 1e9)
 
 
+def add_process_stats(phases: PhaseClock, shim_lib) -> None:
+    """`constructor` (the shim's constructor: its duration, `started_at` its wall-clock start, the
+    first moment of the process our code sees) and `lookup` (the program's kernel lookups in our
+    callback), from the shim's clocks (neutrino_process_stats); an older shim adds nothing."""
+    import ctypes
+
+    read = getattr(shim_lib, "neutrino_process_stats", None)
+    if read is None:
+        return
+    stats = (ctypes.c_uint64 * 5)()
+    read.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+    read.restype = None
+    read(stats)
+    started_at, ctor_ns, lookup_ns, lookups, longest = stats
+    if started_at:
+        phases.add("constructor", ctor_ns / 1e9, started_at=round(started_at / 1e9, 6))
+    if lookups:
+        phases.add("lookup", lookup_ns / 1e9, runs=lookups, longest=longest / 1e9)
+
+
+def add_process_start(phases: dict[str, dict], spawned_at: float, process_seconds: float) -> None:
+    """`exec`, `interpreter` and `own_work` of the launcher's own child (PROCESS_PHASES), from the wall
+    clock of its spawn (`spawned_at`), the constructor's and wire's `started_at`, and the process's
+    wall time from the spawn to its exit as the launcher saw it (`process_seconds`)."""
+    ctor = phases.get("constructor", {})
+    wire = phases.get("wire", {})
+    ctor_at, wire_at = ctor.get("started_at"), wire.get("started_at")
+    if not isinstance(ctor_at, (int, float)) or not isinstance(wire_at, (int, float)):
+        return
+    exec_s = max(ctor_at - spawned_at, 0.0)
+    interpreter = max(wire_at - ctor_at - float(ctor.get("seconds", 0.0)), 0.0)
+    if phases.get("start", {}).get("embedded"):  # no sitecustomize: wire began at the first CUDA call
+        interpreter = 0.0  # what came before it is the program's own work
+    ours = sum(float(phases[n].get("seconds", 0.0)) for n in ADDED_PHASES if n in phases)
+    after = float(phases.get("exit_process", {}).get("seconds", 0.0))
+    phases["exec"] = {"phase": "exec", "seconds": exec_s, "count": 1}
+    phases["interpreter"] = {"phase": "interpreter", "seconds": interpreter, "count": 1}
+    phases["own_work"] = {"phase": "own_work", "seconds": max(process_seconds - exec_s - interpreter - ours - after,
+                                                              0.0), "count": 1}
+
+
 def process_age(now: float | None = None) -> float | None:
     """Seconds since this process started (Linux: /proc/self/stat), or None where unknown:
     the interpreter's own start, before any of our code runs."""
@@ -146,7 +202,8 @@ def read_phases(event_log) -> dict[str, dict]:
             for number, line in enumerate(f):
                 if number == 0 and '"start"' in line:
                     try:
-                        out["start"] = {"pid": json.loads(line).get("pid")}
+                        first = json.loads(line)
+                        out["start"] = {"pid": first.get("pid"), "embedded": bool(first.get("embedded"))}
                     except (ValueError, AttributeError):
                         pass
                 if '"phase"' not in line:
@@ -204,7 +261,7 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
     for names, label, short in (
         (LAUNCHER_PHASES, "launcher", lambda n: n.removeprefix("launcher_")),
         (START_PHASES, "start", lambda n: n + (f" [{merged[n]['cache']}]" if "cache" in merged.get(n, {}) else "")),
-        (MODULE_PHASES, "modules", lambda n: f"ptx x{merged[n]['count']}"),
+        (MODULE_PHASES, "modules", lambda n: f"{'ptx' if n == 'module_ptx' else n} x{merged[n]['count']}"),
         (KERNEL_PHASES, "kernels", lambda n: f"{n} x{merged[n]['count']}"),
         (EXIT_PHASES, "exit", lambda n: n.removeprefix("exit_")),
     ):
@@ -217,9 +274,11 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
                            lambda n: f"{n.removeprefix('background_')} x{merged[n]['count']}")
     _, driver = _group(merged, DRIVER_PHASES, "in the driver's module loads",
                        lambda n: f"{'jit' if n == 'module_jit' else 'other'} x{merged[n]['count']}")
+    _, process = _group(merged, PROCESS_PHASES, "not added: its process",
+                        lambda n: n.replace("_", " "))
     after = merged.get("exit_process")
     teardown = (f"; after our exit handler {after['seconds']:.3f} s (the process's teardown, the program's own "
                 "included)") if after else ""
     return (f"neutrino: timings: {total:.3f} s added{extra}: " + "; ".join(groups) +
             f"; program {program_seconds:.3f} s" + (f"; {background}" if background else "") +
-            (f"; {driver}" if driver else "") + teardown + "\n")
+            (f"; {driver}" if driver else "") + teardown + (f"; {process}" if process else "") + "\n")

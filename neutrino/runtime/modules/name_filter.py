@@ -1,0 +1,48 @@
+"""Whether a loaded module can hold a kernel that `-k` selects, decided from its bytes alone.
+
+With `-k PATTERN` (or `=NAME`) only kernels whose name contains the pattern are probed. A kernel's
+name is stored verbatim in every image a module is loaded from (PTX's `.entry NAME`, a cubin's
+string tables and `.text.NAME` sections): when none of the patterns occurs anywhere in the image,
+and no part of it is compressed (where a name could hide), no kernel of it can be selected, and
+its PTX need not be found, hashed or looked up (issue 29: a run that probes nothing pays ~no
+module work; spec/runtime.md, "Start-up and exit phases").
+"""
+
+from __future__ import annotations
+
+SKIPPED_REASON = "not examined: no kernel name in the image can match -k"
+
+
+def pattern_literals(patterns) -> tuple[bytes, ...]:
+    """The bytes each `-k` pattern needs in a kernel's name (`=NAME`: NAME; else the pattern)."""
+    return tuple((p[1:] if p.startswith("=") else p).encode("utf-8", "surrogatepass") for p in patterns)
+
+
+def may_hold_selected(image, literals: tuple[bytes, ...]) -> bool:
+    """False only when no kernel of `image` can have a name containing one of `literals`: none of
+    them occurs in its bytes and none of its bytes is compressed. Without literals (no -k), True."""
+    if not literals or image is None:
+        return True
+    data = bytes(image) if not isinstance(image, bytes) else image
+    if any(literal in data for literal in literals):
+        return True
+    return _may_hide_names(data)
+
+
+def _may_hide_names(data: bytes) -> bool:
+    """Whether a name could be in `data` without its bytes showing: a compressed fatbin entry, or an
+    image whose parts we do not walk here (host executables, fatbin wrappers, unknown bytes)."""
+    from neutrino.runtime.modules.ptx_source import ImageKind, classify_image
+
+    try:
+        kind = classify_image(data)
+        if kind in (ImageKind.PTX, ImageKind.CUBIN):
+            return False
+        if kind is ImageKind.FATBIN:
+            from neutrino.runtime.modules.fatbin import parse_fatbin_sequence
+
+            return any(entry.compression is not None
+                       for container in parse_fatbin_sequence(data) for entry in container.entries)
+    except Exception:  # noqa: BLE001 - unreadable: examined as before, where errors are reported
+        return True
+    return True
