@@ -315,18 +315,19 @@ def test_program_forced_flush_leaves_no_kernel_without_time(tmp_path, fakes):
     assert "disable" in calls and "flush_all" in calls
 
 
-@pytest.mark.parametrize("share", ["1", "0"])
-def test_program_subscriber_gets_the_callbacks(tmp_path, fakes, share):
+@pytest.mark.parametrize("share, level", [("1", None), ("0", None), ("0", "copies,host")])
+def test_program_subscriber_gets_the_callbacks(tmp_path, fakes, share, level):
     """A program taking CUPTI's one callback subscriber (as jax.profiler's XLA tracer and Kineto do): its
     subscribe succeeds and its callback sees exactly its window's launches. Shared (the default): it
     gets a handle of ours, its enables go to our subscriber and our callback calls its callback; every
     record keeps its host time. NEUTRINO_TIMELINE_SHARE_SUBSCRIBER=0: our launch callbacks step aside
     for its window (those records have no host time, a `timeline_host_gap` event says so) and come back
-    after its unsubscribe."""
+    after its unsubscribe; at the default level (`hooks`) the kernels keep theirs all along (the shim's
+    launch hooks need no subscriber), with the callbacks for launches (`copies,host`) they lose it."""
     out = tmp_path / "theirs.json"
+    env = {"NEUTRINO_TIMELINE_SHARE_SUBSCRIBER": share, **({"NEUTRINO_TIMELINE_LEVEL": level} if level else {})}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
-                                         "2", "3", "4", str(out), "subscribe"], "--no-graphs",
-                       env={"NEUTRINO_TIMELINE_SHARE_SUBSCRIBER": share})
+                                         "2", "3", "4", str(out), "subscribe"], "--no-graphs", env=env)
     theirs = json.loads(out.read_text())
     assert theirs["launch_entries"] == 3 and theirs["kernels"].count("saxpy4") >= 3
     kernels = read_timeline(run)
@@ -338,7 +339,8 @@ def test_program_subscriber_gets_the_callbacks(tmp_path, fakes, share):
     if share == "1":
         assert (kernels["host_ns"] > 0).all() and not gaps and calls[0]["kind"] == 2
     else:
-        assert (kernels["host_ns"] > 0).astype(int).tolist() == [1, 1, 0, 0, 0, 1, 1, 1, 1]
+        expected = [1, 1, 0, 0, 0, 1, 1, 1, 1] if level else [1] * 9
+        assert (kernels["host_ns"] > 0).astype(int).tolist() == expected
         (gap,) = gaps
         assert gap["start"] < gap["end"] and "stepped aside" in gap["note"] and calls[0]["kind"] == 1
 

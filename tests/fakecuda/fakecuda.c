@@ -132,6 +132,10 @@ CUresult cuLibraryLoadData(void **lib, const void *code, void *a, void **b, unsi
     *lib = new_module(code);
     return 0;
 }
+CUresult cuFuncGetName(const char **name, void *f) {
+    *name = ((Function *)f)->name;
+    return 0;
+}
 CUresult cuModuleGetFunction(void **f, void *mod, const char *name) {
     Module *m = mod;
     if (!m->image) return 400; /* unloaded */
@@ -624,6 +628,7 @@ static int stale(void *f) {
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned sh, void *s, void **p, void **e) {
     (void)sh; (void)e;
+    if (!gx || !gy || !gz) return 1; /* CUDA_ERROR_INVALID_VALUE, as the real driver: no record */
     if (stale(f)) return 400; /* the real driver: an invalid handle, or another kernel's code */
     Node *nd = capture(s, N_KERNEL);
     if (nd) { /* the argument arrays are kept alive by their owners in these tests */

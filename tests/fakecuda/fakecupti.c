@@ -222,6 +222,14 @@ CUptiResult cuptiActivityDisable(int kind) { if (kind < 0 || kind >= 64) return 
 CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t on) { if (cbid < 1024) driver_cbids[cbid] = on ? 1 : 2; return 0; }
 CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t on) { (void)cbid; (void)on; return 0; }
 CUptiResult cuptiSetThreadIdType(int type) { (void)type; return 0; }
+/* The stream id of the kernel records (kernel_record: 13 for a stream, 7 for the NULL stream of either kind);
+ * FAKECUPTI_NO_STREAM_ID=1: the call fails (the shim then joins by callbacks). */
+CUptiResult cuptiGetStreamIdEx(void *ctx, void *stream, uint8_t per_thread, uint32_t *id) {
+    (void)ctx; (void)per_thread;
+    if (getenv("FAKECUPTI_NO_STREAM_ID")) return 1;
+    *id = stream ? 13 : 7;
+    return 0;
+}
 CUptiResult cuptiGetTimestamp(uint64_t *t) { *t = now_ns(); return 0; }
 CUptiResult cuptiFinalize(void) { return 0; }
 
