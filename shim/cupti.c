@@ -881,7 +881,8 @@ static int join_from_queue(hook_queue *q, nt_timeline_record *r, const char *nam
         r->host_ns = ticks_to_ns(e->ticks);
         uint64_t token = __atomic_load_n(&e->token, __ATOMIC_ACQUIRE);
         if (token) note_token((uint32_t)r->correlation, token);
-        counts[N_HOOK_SKIPPED] += at - q->head;
+        for (uint64_t i = q->head; i < at; i++)  /* passed over: a launch that should have made a record */
+            counts[N_HOOK_SKIPPED] += !atomic_load_explicit(&q->ring[i & (HOOK_QUEUE - 1)].dead, memory_order_relaxed);
         counts[N_HOOK_MATCHED]++;
         q->head = at + 1;
     }

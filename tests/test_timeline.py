@@ -4,6 +4,7 @@ libcupti (tests/fakecuda/fakecupti.c, records laid out as in shim/cupti_abi.h)."
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -457,3 +458,64 @@ def test_graph_replays_flagged_and_joined(tmp_path, fakes):
     assert sorted(graph["probe_launch"].tolist()) == replays and len(replays) == 3
     stream = kernels[(kernels["flags"] & FLAG_GRAPH) == 0]
     assert len(stream) == 1 and stream["flags"][0] & FLAG_PROBED  # the eager launch before the capture
+
+
+@pytest.mark.parametrize("bad", ["", "1"])
+def test_launch_hooks_join_each_kernel_to_its_launch(tmp_path, fakes, bad):
+    """Default level (`hooks`): each kernel record takes its thread and host time from the shim's launch
+    hook of its stream, in launch order, checked by grid, block and name; CUPTI's callbacks are on for
+    the copies only. Two streams, three grids in turn; with FAKEAPP_BAD_LAUNCH each launch is followed
+    by one the driver refuses (grid 0, no record): its entry is passed over, never joined."""
+    env = {"FAKEAPP_STREAMS": "2", "FAKEAPP_GRIDS": "4,8,2", "FAKECUPTI_BUFFER": "700", "FAKEAPP_BAD_LAUNCH": bad}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "12"],
+                       "--launches", "0:1", env=env)
+    tl = read_timeline(run)
+    kernels = tl[tl["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    pid = int(_one(events, "start")["pid"])
+    assert len(kernels) == 12 and (kernels["tid"] == pid).all()
+    assert [int(g[0]) for g in kernels["grid"]] == [4, 8, 2] * 4
+    assert (kernels["host_ns"] > 0).all() and (kernels["host_ns"] <= kernels["start_ns"]).all()
+    for stream in set(kernels["stream"].tolist()):  # one stream's launches in launch order
+        host = kernels["host_ns"][kernels["stream"] == stream].astype(np.int64)
+        assert (np.diff(host) > 0).all()
+    assert (kernels["flags"] & FLAG_PROBED).tolist() == [FLAG_PROBED] + [0] * 11
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 12 + 2  # and the two clock calibrations
+    assert counts["hooked_launches"] == 12 * (2 if bad else 1) + 2
+    assert counts["with_host_time"] == counts["records"] and counts["no_thread"] == 0
+    assert counts["hook_passed_over"] == 0  # a refused launch's entry is marked dead at its return
+    assert counts["launch_callbacks"] == counts["memcpys"] + counts["memsets"]  # no callback per kernel launch
+    assert (counts["probed"], counts["probed_by_order"]) == (1, 0)
+
+
+def test_launch_hooks_pass_over_an_entry_without_record(tmp_path, fakes):
+    """A launch whose record never comes (CUPTI dropped it, or the launch made none) leaves an entry that
+    fits no record: the next record of its stream takes the entry after it, and the one passed over is
+    counted. FAKECUPTI_SKIP_KERNEL=2: the fake makes no record of the third kernel launch (the first is
+    the clock calibration's, on its own stream)."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env={"FAKEAPP_GRIDS": "4,8", "FAKECUPTI_SKIP_KERNEL": "2"})
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    assert [int(g[0]) for g in kernels["grid"]] == [4, 4, 8, 4, 8]  # the 8 of launch 1 left out
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_passed_over"] == 1 and counts["hook_joined"] == 5 + 2
+    host = kernels["host_ns"].astype(np.int64)
+    assert (host > 0).all() and (np.diff(host) > 0).all() and (host <= kernels["start_ns"]).all()
+
+
+def test_launch_hooks_with_threads_launching_on_one_stream(tmp_path, fakes):
+    """Four threads launching on the NULL stream at once: every record joined, none passed over, and each
+    thread has as many kernels as it launched (two threads' launches of like kernels may enter the queue
+    in the other order than the driver's: their host times then swap, their counts never do)."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "25"],
+                       "--launches", "0:1", env={"FAKEAPP_THREADS": "4", "FAKECUPTI_BUFFER": "2000"})
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    pid = int(_one(events, "start")["pid"])
+    per_thread = sorted(collections.Counter(kernels["tid"].tolist()).items(), key=lambda kv: kv[0] != pid)
+    assert per_thread[0] == (pid, 1) and sorted(n for _, n in per_thread[1:]) == [25] * 4
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 101 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
