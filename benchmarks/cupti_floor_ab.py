@@ -121,10 +121,11 @@ def main() -> None:
 
     lib = build(Path(tempfile.mkdtemp()))
     clocks = [lib.cupti_floor_clock_ns(w, 1_000_000) for w in (0, 1)]
+    import torch  # loads its libcupti (the one in use); CUDA starts later, in the workload
+
     rc = lib.cupti_floor_init(str(find_cupti()[0]).encode())  # before CUDA starts: attributes apply
     if rc:
         raise SystemExit(f"cupti_floor_init failed at step {rc}")
-    import torch
 
     step, kernels = (eager_workload if args.workload == "eager" else graph8_workload)(torch)
     counts = (ctypes.c_uint64 * 64)()

@@ -1059,11 +1059,17 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
     pthread_mutex_unlock(&tl_lock);
 }
 
-/* Pause (1) or resume (0) the recording: our activity kinds (those the program has not enabled) and our
- * launch callbacks off, then on again; records of the paused window are not written. For measuring the
- * timeline's cost inside one process (benchmarks/timeline_cost.py --ab); returns the kinds switched. */
-int neutrino_timeline_pause(int paused) {
+/* Pause (1) or resume (0) the recording: our activity kinds (those the program has not enabled), our
+ * launch hooks and launch callbacks off, then on again; records of the paused window are not written.
+ * For measuring the timeline's cost inside one process (benchmarks/timeline_cost.py --ab), two more
+ * ways to record: 2, CUPTI's launch callbacks instead of the launch hooks (the level `copies,host`);
+ * 3, the records without host times (no hooks, no callbacks). Returns the kinds switched. */
+int neutrino_timeline_pause(int how) {
     if (!atomic_load(&recording)) return -1;
+    static int configured = -1;
+    if (configured < 0) configured = level;
+    int paused = how == 1;
+    level = how == 2 ? (configured & ~L_HOOKS) | L_HOST : how == 3 ? configured & ~(L_HOOKS | L_HOST) : configured;
     int switched = 0;
     atomic_store(&hooks_on, !paused && (level & L_HOOKS));
     for (int kind = 0; kind < KINDS; kind++) {
@@ -1074,12 +1080,12 @@ int neutrino_timeline_pause(int paused) {
         switched += (paused ? api.disable(kind) : api.enable(kind)) == NT_CUPTI_SUCCESS;
     }
     pthread_mutex_lock(&sub_lock);
-    if (our_subscriber && paused) {
+    if (our_subscriber) {
         for (int d = 1; d < CB_DOMAINS; d++)
             for (uint32_t id = 0; id < CB_IDS; id++)
                 if (our_cb[d][id] && !their_cb[d][id]) api.enable_callback(0, our_subscriber, d, id);
-    } else if (our_subscriber) {
-        enable_ours();
+        memset(our_cb, 0, sizeof our_cb);
+        if (!paused && (level & L_HOST)) enable_ours();
     }
     pthread_mutex_unlock(&sub_lock);
     return switched;
