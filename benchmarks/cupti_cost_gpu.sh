@@ -6,11 +6,11 @@
 # graph8.log (benchmarks/overhead.py, graph8 on the GPU alone, with the timeline and without, and the
 # timeline paused/on inside each probed process: OVERHEAD_TIMELINE_AB); gputests.log (the GPU tests in
 # GPU_TESTS); attrs.txt (CUPTI alone with activity attributes: CUPTI_FLOOR_ATTRS), as time allows.
-# STEPS: which of floor,tl_eager,graph8,tl_compile,tests,attrs to run (default all, in that order).
+# STEPS: which of floor,tl_eager,graph8,tests,tl_compile,attrs to run (default all, in that order).
 set -u
 OUT=${OUT:-/tmp/cupti_cost_out}
 BUDGET=${BUDGET:-185}
-STEPS=${STEPS:-floor,tl_eager,graph8,tl_compile,tests,attrs}
+STEPS=${STEPS:-floor,tl_eager,graph8,tests,tl_compile,attrs}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 left() { local n=$((BUDGET - SECONDS)); [ "$n" -gt "$1" ] && echo "$1" || echo "$((n > 1 ? n : 1))"; }
@@ -28,11 +28,11 @@ want tl_eager && NEUTRINO_BENCH_AB_WAYS=1 timeout "$(left 40)" python3 benchmark
 want graph8 && OVERHEAD_GPU_ONLY=1 OVERHEAD_TIMELINE_AB=20:8 timeout "$(left 50)" python3 benchmarks/overhead.py \
   --no-warmup --workloads graph8 --iters 200 \
   --tools "plain,block_sched graphs every:50,block_sched graphs every:50 no-timeline" > "$OUT/graph8.log" 2>&1
-want tl_compile && NEUTRINO_BENCH_AB_WAYS=1 timeout "$(left 70)" python3 benchmarks/timeline_cost.py --modes compile \
-  --configs ab --phase-steps 25 --cycles 6 > "$OUT/tl_compile.txt" 2>&1
 if want tests && [ -n "${GPU_TESTS:-}" ]; then
   timeout "$(left 200)" python3 -m pytest -m gpu -x -q -s $GPU_TESTS > "$OUT/gputests.log" 2>&1
 fi
+want tl_compile && NEUTRINO_BENCH_AB_WAYS=1 timeout "$(left 70)" python3 benchmarks/timeline_cost.py --modes compile \
+  --configs ab --phase-steps 25 --cycles 6 > "$OUT/tl_compile.txt" 2>&1
 if want attrs; then
   CUPTI_FLOOR_ATTRS=zeroed,small timeout "$(left 20)" python3 benchmarks/cupti_floor_ab.py --workload eager \
     --cycles 10 --phase-steps 20 --phases none,kernel,cb_all > "$OUT/attrs.txt" 2>&1
