@@ -127,6 +127,11 @@ def main() -> None:
     if rc:
         raise SystemExit(f"cupti_floor_init failed at step {rc}")
 
+    # every kind of the phases on while the workload is built (a graph is instantiated with them on)
+    kinds_at_build = 0
+    for p in phases:
+        kinds_at_build |= PHASES[p][1]
+    lib.cupti_floor_set(kinds_at_build, 0, 0)
     step, kernels = (eager_workload if args.workload == "eager" else graph8_workload)(torch)
     counts = (ctypes.c_uint64 * 64)()
     spans: dict[str, list[float]] = {p: [] for p in phases}
@@ -145,6 +150,9 @@ def main() -> None:
             lib.cupti_floor_counts(counts)
             for kind, name in COUNTED:
                 records[p][name] += (counts[kind] - before[kind]) if cycle else 0
+            if cycle:  # as it goes: a crash in a later phase leaves these
+                print(f"cycle {cycle} {p}: median {statistics.median(spans[p][-args.phase_steps:]):.4f}, records "
+                      f"{ {name: counts[kind] - before[kind] for kind, name in COUNTED} }", flush=True)
     lib.cupti_floor_set(0, 0, 0)
     unit = "ms" if args.workload == "eager" else "us"
     base = statistics.median(spans[phases[0]])

@@ -124,10 +124,10 @@ static int timeline_fd = -1, names_fd = -1;
  * records without a thread, API records seen, our external-correlation records seen, records
  * copied to the program's profiler, records it had no room for, records with a host time,
  * launch/copy callbacks taken, kernel/copy records without GPU time (flags bit 2) */
-#define N_COUNTS 18
+#define N_COUNTS 19
 static uint64_t counts[N_COUNTS];
 enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
-       N_FORWARD_LOST, N_HOST, N_CALLBACKS, N_NO_GPU_TIME, N_HOOKED, N_HOOK_MATCHED, N_HOOK_SKIPPED };
+       N_FORWARD_LOST, N_HOST, N_CALLBACKS, N_NO_GPU_TIME, N_HOOKED, N_HOOK_MATCHED, N_HOOK_SKIPPED, N_GRAPH_REPLAYS };
 #define FLAG_NO_GPU_TIME 4  /* timeline.bin flags bit 2 (spec/trace-format.md) */
 
 /* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
@@ -135,10 +135,12 @@ enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N
  * of the launch and copy calls: the launching thread), `api_all` (every driver and runtime API
  * record), `ext` (external correlation: probed launches flagged), `hooks` (kernel launches' thread
  * and host time from the shim's own launch hooks, joined to CUPTI's kernel records by stream and
- * launch order: `host` then subscribes to the copy and graph-launch calls only; see "launch hooks").
+ * launch order: `host` then subscribes to the copy and graph-launch calls only; see "launch hooks"),
+ * `graphs` (GRAPH_TRACE: one record per graph replay, timeline.bin kind 4; CUPTI then traces no node of
+ * a replay: cheaper on the GPU, but a replay's kernels are not on the timeline one by one).
  * Default: copies,host,hooks (API records cost the most, CUPTI's launch callbacks next:
  * spec/runtime.md, "Timeline"). */
-enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8, L_HOST = 16, L_HOOKS = 32 };
+enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8, L_HOST = 16, L_HOOKS = 32, L_GRAPHS = 64 };
 static int level = L_COPIES | L_HOST | L_HOOKS;
 
 static void read_level(void) {
@@ -146,7 +148,7 @@ static void read_level(void) {
     if (!s) return;
     static const struct { const char *word; int bit; } words[] = {
         {"copies", L_COPIES}, {"api", L_API}, {"api_all", L_API_ALL}, {"ext", L_EXT}, {"host", L_HOST},
-        {"hooks", L_HOOKS}};
+        {"hooks", L_HOOKS}, {"graphs", L_GRAPHS}};
     level = 0;
     for (const char *p = s; *p;) {
         size_t n = strcspn(p, ",");
@@ -317,7 +319,7 @@ static void emit(nt_timeline_record *r) {
     }
     if (r->flags & FLAG_NO_GPU_TIME) counts[N_NO_GPU_TIME]++;
     counts[N_RECORDS]++;
-    counts[r->kind == 1 ? N_KERNELS : r->kind == 2 ? N_MEMCPY : N_MEMSET]++;
+    counts[r->kind == 1 ? N_KERNELS : r->kind == 2 ? N_MEMCPY : r->kind == 3 ? N_MEMSET : N_GRAPH_REPLAYS]++;
     out[n_out++] = *r;
     if (n_out == OUT_RECORDS) flush_out();
 }
@@ -410,6 +412,21 @@ static void convert_copy(const uint8_t *a, int kind) {
     hold(&r);
 }
 
+/* A graph replay as one record (level `graphs`): kind 4, flags bit 1, `bytes` CUPTI's graphId. */
+static void convert_graph_trace(const uint8_t *a) {
+    nt_timeline_record r = {0};
+    r.kind = 4;
+    r.flags = 2;
+    r.device = nt_rd32(a, GT_DEVICE);
+    r.stream = nt_rd32(a, GT_STREAM);
+    r.correlation = nt_rd32(a, GT_CORRELATION);
+    set_gpu_times(&r, nt_rd64(a, GT_START), nt_rd64(a, GT_END));
+    r.bytes = nt_rd32(a, GT_GRAPH_ID);
+    r.name_id = UINT32_MAX;
+    r.probe_launch = -1;
+    hold(&r);
+}
+
 /* First the joins (API and external-correlation records), then the GPU records. */
 static void convert_buffer(uint8_t *buf, size_t valid) {
     tsc_refresh();
@@ -430,6 +447,8 @@ static void convert_buffer(uint8_t *buf, size_t valid) {
                 convert_kernel(rec);
             } else if (pass == 1 && (kind == NT_ACT_MEMCPY || kind == NT_ACT_MEMSET)) {
                 convert_copy(rec, kind);
+            } else if (pass == 1 && kind == NT_ACT_GRAPH_TRACE) {
+                convert_graph_trace(rec);
             }
         }
     }
@@ -958,6 +977,7 @@ static void close_outputs(void) {
 static const struct { int kind; const char *name; int required, level; } OUR_KINDS[] = {
     {NT_ACT_CONCURRENT_KERNEL, "concurrent_kernel", 1, 0}, {NT_ACT_MEMCPY, "memcpy", 0, L_COPIES},
     {NT_ACT_MEMSET, "memset", 0, L_COPIES}, {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0, L_EXT},
+    {NT_ACT_GRAPH_TRACE, "graph_trace", 0, L_GRAPHS},
 };
 
 /* Start recording into run_dir/timeline.bin. 0 on success; `info` gets tab-separated
@@ -1063,13 +1083,17 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
  * launch hooks and launch callbacks off, then on again; records of the paused window are not written.
  * For measuring the timeline's cost inside one process (benchmarks/timeline_cost.py --ab), two more
  * ways to record: 2, CUPTI's launch callbacks instead of the launch hooks (the level `copies,host`);
- * 3, the records without host times (no hooks, no callbacks). Returns the kinds switched. */
+ * 3, the records without host times (no hooks, no callbacks); 4, the launch hooks without callbacks
+ * (the copies' host times left out). Returns the kinds switched. */
 int neutrino_timeline_pause(int how) {
     if (!atomic_load(&recording)) return -1;
     static int configured = -1;
     if (configured < 0) configured = level;
     int paused = how == 1;
-    level = how == 2 ? (configured & ~L_HOOKS) | L_HOST : how == 3 ? configured & ~(L_HOOKS | L_HOST) : configured;
+    level = how == 2   ? (configured & ~L_HOOKS) | L_HOST
+            : how == 3 ? configured & ~(L_HOOKS | L_HOST)
+            : how == 4 ? (configured & ~L_HOST) | L_HOOKS
+                       : configured;
     int switched = 0;
     atomic_store(&hooks_on, !paused && (level & L_HOOKS));
     for (int kind = 0; kind < KINDS; kind++) {

@@ -20,7 +20,7 @@ from neutrino.runtime.start import build
 from neutrino.runtime.context_tables.cupti import find_cupti, parse_info
 from neutrino.runtime.start.launcher import run_main
 from neutrino.runtime.results.report import launches_phrase
-from neutrino.timeline import (CLOCK_KERNEL, FLAG_GRAPH, FLAG_NO_GPU_TIME, FLAG_PROBED, MAGIC, RECORD, TraceError,
+from neutrino.timeline import (CLOCK_KERNEL, FLAG_GRAPH, GRAPH_REPLAY, FLAG_NO_GPU_TIME, FLAG_PROBED, MAGIC, RECORD, TraceError,
                                globaltimer_offset, globaltimer_to_ns, kernels_by_origin, origin, read_timeline,
                                untimed_by_name)
 
@@ -519,3 +519,24 @@ def test_launch_hooks_with_threads_launching_on_one_stream(tmp_path, fakes):
     assert per_thread[0] == (pid, 1) and sorted(n for _, n in per_thread[1:]) == [25] * 4
     counts = _one(events, "timeline_counts")
     assert counts["hook_joined"] == 101 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+
+
+def test_graph_level_records_one_per_replay(tmp_path, fakes):
+    """Level `graphs` (GRAPH_TRACE): each replay of the graph is one record of kind 4 (flags bit 1, the
+    graph's id in `bytes`, the cuGraphLaunch call's thread and host time), and none of its nodes is a
+    kernel record; launches outside graphs are kernel records as before. read_timeline shows the replay
+    records only when asked (graphs=True)."""
+    env = {"NEUTRINO_TIMELINE_LEVEL": "copies,host,hooks,graphs"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "3"],
+                       env=env)
+    assert "graph_trace" in _one(events, "timeline")["kinds"]
+    tl = read_timeline(run, graphs=True)
+    replays = tl[tl["kind"] == GRAPH_REPLAY]
+    kernels = tl[tl["kind"] == 1]
+    assert len(replays) == 3 and (replays["flags"] & FLAG_GRAPH).all() and len(set(replays["bytes"].tolist())) == 1
+    assert (replays["tid"] == int(_one(events, "start")["pid"])).all() and (replays["host_ns"] > 0).all()
+    assert (replays["end_ns"] > replays["start_ns"]).all() and (replays["host_ns"] <= replays["start_ns"]).all()
+    assert len(kernels) == 1 and not kernels["flags"][0] & FLAG_GRAPH  # the eager launch before the capture
+    assert len(read_timeline(run)) == len(tl) - 3
+    counts = _one(events, "timeline_counts")
+    assert counts["graph_replays"] == 3 and counts["kernels"] == 1

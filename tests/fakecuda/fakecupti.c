@@ -86,6 +86,7 @@ static size_t record_size(uint32_t kind) {
     case NT_ACT_MEMSET: return MEMSET_SIZE;
     case NT_ACT_DRIVER: case NT_ACT_RUNTIME: return API_SIZE;
     case NT_ACT_EXTERNAL_CORRELATION: return EXTCORR_SIZE;
+    case NT_ACT_GRAPH_TRACE: return GRAPHTRACE_SIZE;
     default: return 0;
     }
 }
@@ -134,10 +135,27 @@ void fakecupti_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, u
     kernel_record(name, gx, gy, gz, bx, by, bz, shmem, stream, 0);
 }
 
-/* A kernel node of a graph replay (graph_id != 0; its correlation is the cuGraphLaunch's). */
+/* A kernel node of a graph replay (graph_id != 0; its correlation is the cuGraphLaunch's). With GRAPH_TRACE
+ * enabled CUPTI traces no node of a replay (fakecupti_graph_launch makes its one record instead). */
 void fakecupti_graph_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, uintptr_t stream, uint32_t graph_id) {
-    kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
+    if (!enabled[NT_ACT_GRAPH_TRACE]) kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
+}
+
+/* A graph replay's start (fakecuda.c's cuGraphLaunch): with GRAPH_TRACE enabled, its one record. */
+void fakecupti_graph_launch(uintptr_t stream, uint32_t graph_id) {
+    if (!enabled[NT_ACT_GRAPH_TRACE]) return;
+    pthread_mutex_lock(&lock);
+    uint32_t corr = api_call(514 /* cuGraphLaunch */);
+    uint8_t *g = append(&gpu_q, GRAPHTRACE_SIZE);
+    uint64_t t = stamp();
+    nt_wr32(g, 0, NT_ACT_GRAPH_TRACE);
+    nt_wr32(g, GT_CORRELATION, corr);
+    nt_wr64(g, GT_START, t);
+    nt_wr64(g, GT_END, t + 3000);
+    nt_wr32(g, GT_GRAPH_ID, graph_id);
+    nt_wr32(g, GT_STREAM, stream ? 13 : 7);
+    pthread_mutex_unlock(&lock);
 }
 
 static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
