@@ -770,22 +770,28 @@ static void unsubscribe_ours(void) {
 
 /* The shim's launch hooks (preload.c) see every cuLaunchKernel* before the driver does: each launch
  * not being captured leaves an entry (thread, host ticks, function, grid, block) in a queue of its
- * stream, in launch order. A kernel record (outside graphs) takes the first entry of its stream, in
- * queue order, whose grid and block equal its own and whose function has its name (cuFuncGetName; not
- * compared for a probed launch, whose instrumented copy runs); entries passed over (a launch that made
- * no record) are dropped and counted (N_HOOK_SKIPPED). Records of one stream come in launch order:
- * the driver runs a stream's kernels in order, and CUPTI hands their records over in that order.
- * Two threads launching on one stream at once may enter the queue in the other order than the
- * driver's: then the check by dimensions and name holds a swap of unlike kernels off, and like
- * kernels swap host times. This replaces CUPTI's launch callbacks (0.3 us per launch: spec/runtime.md). */
+ * stream, in launch order. A kernel record (outside graphs) takes the first entry of its stream not
+ * yet taken, within HOOK_WINDOW of the oldest, whose grid and block equal its own and whose function
+ * has its name (cuFuncGetName; not compared for a probed launch, whose instrumented copy runs). The
+ * driver runs a stream's kernels in launch order, but CUPTI does not always hand their records over
+ * in that order (a JAX program under jax.profiler, H200: half its kernels came out of order), so an
+ * entry passed over stays for a later record; it is given up (counted in N_HOOK_SKIPPED: a launch
+ * whose record never came, or came unjoined) once HOOK_OVERTAKEN later entries were taken, or when
+ * the timeline stops. Like kernels (same name, grid, block) of one stream may swap host times when
+ * their records come out of order, or when two threads launch on one stream at once (their entries
+ * may enter the queue in the other order than the driver's); counts per thread never change. This
+ * replaces CUPTI's launch callbacks (0.3-0.5 us per launch: spec/runtime.md). */
 #define HOOK_STREAMS 256
 #define HOOK_QUEUE (1u << 16)
-#define HOOK_LOOKAHEAD 64
+#define HOOK_WINDOW 1024   /* entries searched from the oldest not taken */
+#define HOOK_OVERTAKEN 256  /* an entry passed over by this many taken ones is given up */
 typedef struct {
     uint64_t ticks, token;
     void *func;
     uint32_t tid, grid[3], block[3];
     _Atomic int dead;  /* the launch failed: no record will come */
+    int taken;         /* a record took it (under the queue's lock) */
+    uint32_t corr;     /* that record's correlation id */
 } hook_entry;
 typedef struct {
     void *ctx, *handle;
@@ -793,6 +799,7 @@ typedef struct {
     uint32_t cupti_stream;
     pthread_mutex_t lock;
     uint64_t head, tail;  /* entries [head, tail) wait for their record */
+    uint64_t last_taken;  /* the furthest entry a record took (none at or after head: none out of order) */
     hook_entry *ring;
 } hook_queue;
 static hook_queue hook_queues[HOOK_STREAMS];
@@ -823,7 +830,7 @@ static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
         hook_entry *ring = calloc(HOOK_QUEUE, sizeof *ring);
         if (ring) {
             q = &hook_queues[n];
-            *q = (hook_queue){ctx, handle, ptsz, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, ring};
+            *q = (hook_queue){ctx, handle, ptsz, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring};
             atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
         }
     }
@@ -850,6 +857,7 @@ void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const u
     e->tid = my_tid;
     for (int d = 0; d < 3; d++) e->grid[d] = dims[d], e->block[d] = dims[3 + d];
     atomic_store_explicit(&e->dead, 0, memory_order_relaxed);
+    e->taken = 0;
     pthread_mutex_unlock(&q->lock);
     counts[N_HOOKED]++;  /* racy on purpose: a statistic */
     return current_entry = e;
@@ -878,7 +886,7 @@ static const char *hook_func_name(void *func) {
 }
 
 static int hook_entry_fits(hook_entry *e, const nt_timeline_record *r, const char *name) {
-    if (atomic_load_explicit(&e->dead, memory_order_relaxed)) return 0;
+    if (e->taken || atomic_load_explicit(&e->dead, memory_order_relaxed)) return 0;
     for (int d = 0; d < 3; d++)
         if (e->grid[d] != r->grid[d] || e->block[d] != r->block[d]) return 0;
     if (e->token || !name) return 1;  /* a probed launch runs its instrumented copy: no name check */
@@ -886,27 +894,64 @@ static int hook_entry_fits(hook_entry *e, const nt_timeline_record *r, const cha
     return !theirs || !strcmp(theirs, name);
 }
 
-/* The first entry of queue q that fits the record, within HOOK_LOOKAHEAD: joined, the entries before it
- * dropped. Returns whether one fit. */
+/* Under q->lock: the oldest entry moves past the taken and dead ones, and past live ones overtaken by
+ * HOOK_OVERTAKEN taken entries after them (or all, `all`: the stop), which are counted given up. */
+static void hook_queue_advance(hook_queue *q, uint64_t last_taken, int all) {
+    while (q->head < q->tail) {
+        hook_entry *e = &q->ring[q->head & (HOOK_QUEUE - 1)];
+        int gone = e->taken || atomic_load_explicit(&e->dead, memory_order_relaxed);
+        if (!gone && !all && (q->head > last_taken || last_taken - q->head < HOOK_OVERTAKEN)) break;
+        if (!gone) counts[N_HOOK_SKIPPED]++;
+        q->head++;
+    }
+}
+
+/* The first entry in [from, to) of queue q that fits the record, or `to`. */
+static uint64_t hook_first_fit(hook_queue *q, uint64_t from, uint64_t to, const nt_timeline_record *r, const char *name) {
+    while (from < to && !hook_entry_fits(&q->ring[from & (HOOK_QUEUE - 1)], r, name)) from++;
+    return from;
+}
+
+/* The record's entry in queue q, within HOOK_WINDOW of the oldest not taken: the first that fits between
+ * the taken entries of lower and of higher correlation ids (a stream's launch order is its correlation
+ * order, so a record that came out of order goes back to its place), else the first that fits. */
 static int join_from_queue(hook_queue *q, nt_timeline_record *r, const char *name) {
     pthread_mutex_lock(&q->lock);
-    uint64_t at = q->head;
-    while (at < q->tail && at - q->head < HOOK_LOOKAHEAD && !hook_entry_fits(&q->ring[at & (HOOK_QUEUE - 1)], r, name))
-        at++;
-    int found = at < q->tail && at - q->head < HOOK_LOOKAHEAD;
+    uint64_t end = q->tail - q->head > HOOK_WINDOW ? q->head + HOOK_WINDOW : q->tail, lo = q->head, hi = end;
+    uint32_t corr = (uint32_t)r->correlation;
+    for (uint64_t i = q->head; corr && i < end && i <= q->last_taken; i++) {
+        hook_entry *e = &q->ring[i & (HOOK_QUEUE - 1)];
+        if (!e->taken) continue;
+        if (e->corr < corr) lo = i + 1;
+        else if (hi == end) hi = i;
+    }
+    uint64_t at = hi >= lo ? hook_first_fit(q, lo, hi, r, name) : hi;
+    if (at >= hi || hi < lo) at = hook_first_fit(q, q->head, end, r, name);
+    int found = at < end;
     if (found) {
         hook_entry *e = &q->ring[at & (HOOK_QUEUE - 1)];
         r->tid = e->tid;
         r->host_ns = ticks_to_ns(e->ticks);
         uint64_t token = __atomic_load_n(&e->token, __ATOMIC_ACQUIRE);
-        if (token) note_token((uint32_t)r->correlation, token);
-        for (uint64_t i = q->head; i < at; i++)  /* passed over: a launch that should have made a record */
-            counts[N_HOOK_SKIPPED] += !atomic_load_explicit(&q->ring[i & (HOOK_QUEUE - 1)].dead, memory_order_relaxed);
+        if (token) note_token(corr, token);
+        e->taken = 1;
+        e->corr = corr;
+        if (at > q->last_taken || q->last_taken < q->head) q->last_taken = at;
         counts[N_HOOK_MATCHED]++;
-        q->head = at + 1;
+        hook_queue_advance(q, q->last_taken, 0);
     }
     pthread_mutex_unlock(&q->lock);
     return found;
+}
+
+/* At the stop: the entries no record took are given up (counted). */
+static void hook_queues_close(void) {
+    int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&hook_queues[i].lock);
+        hook_queue_advance(&hook_queues[i], 0, 1);
+        pthread_mutex_unlock(&hook_queues[i].lock);
+    }
 }
 
 /* Under tl_lock: the record's thread, host time and probed token from its launch hook's entry (the queues
@@ -1071,6 +1116,7 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
         flush_out();
         close_outputs();
         mark_late_probed(run_dir_kept);
+        hook_queues_close();
         atomic_store(&recording, 0);
         pthread_mutex_unlock(&tl_lock);
     }

@@ -540,3 +540,24 @@ def test_graph_level_records_one_per_replay(tmp_path, fakes):
     assert len(read_timeline(run)) == len(tl) - 3
     counts = _one(events, "timeline_counts")
     assert counts["graph_replays"] == 3 and counts["kernels"] == 1
+
+
+@pytest.mark.parametrize("grids", ["4,8", "4"])
+def test_launch_hooks_join_records_out_of_launch_order(tmp_path, fakes, grids):
+    """CUPTI can hand one stream's kernel records over out of launch order (seen with jax.profiler on the
+    H200); FAKECUPTI_SWAP=1 swaps each pair. Every record still takes an entry of its own stream, none is
+    given up; with unlike grids each takes its own launch's (host times in launch order), with like
+    kernels the pair's host times may swap (each still before its kernel's start)."""
+    env = {"FAKEAPP_GRIDS": grids, "FAKECUPTI_SWAP": "1", "FAKECUPTI_BUFFER": "100000"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "10"],
+                       "--launches", "0:1", env=env)
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    counts = _one(events, "timeline_counts")
+    assert len(kernels) == 10 and (kernels["host_ns"] > 0).all() and (kernels["tid"] > 0).all()
+    assert counts["hook_joined"] == 12 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+    host = kernels["host_ns"].astype(np.int64)
+    if grids == "4,8":
+        assert (np.diff(host) > 0).all()
+    assert len(set(host.tolist())) == 10
