@@ -783,8 +783,8 @@ static void unsubscribe_ours(void) {
  * replaces CUPTI's launch callbacks (0.3-0.5 us per launch: spec/runtime.md). */
 #define HOOK_STREAMS 256
 #define HOOK_QUEUE (1u << 16)
-#define HOOK_WINDOW 1024   /* entries searched from the oldest not taken */
-#define HOOK_OVERTAKEN 256  /* an entry passed over by this many taken ones is given up */
+#define HOOK_WINDOW 4096     /* entries searched from the oldest not taken */
+#define HOOK_OVERTAKEN 2048  /* an entry this far behind the furthest taken one is given up */
 typedef struct {
     uint64_t ticks, token;
     void *func;
