@@ -890,7 +890,8 @@ static int hook_entry_fits(hook_entry *e, const nt_timeline_record *r, const cha
     if (e->taken || atomic_load_explicit(&e->dead, memory_order_relaxed)) return 0;
     for (int d = 0; d < 3; d++)
         if (e->grid[d] != r->grid[d] || e->block[d] != r->block[d]) return 0;
-    if (e->token || !name) return 1;  /* a probed launch runs its instrumented copy: no name check */
+    if (e->token || !name) return 1;  /* a probed launch runs its instrumented copy: no name check (nor with
+                                         name NULL: the second try of hook_first_fit) */
     const char *theirs = hook_func_name(e->func);
     return !theirs || !strcmp(theirs, name);
 }
@@ -907,10 +908,14 @@ static void hook_queue_advance(hook_queue *q, uint64_t last_taken, int all) {
     }
 }
 
-/* The first entry in [from, to) of queue q that fits the record, or `to`. */
+/* The first entry in [from, to) of queue q that fits the record, or `to`; when none has its name too, the
+ * first of its grid and block (the driver may name a function otherwise than CUPTI's record does). */
 static uint64_t hook_first_fit(hook_queue *q, uint64_t from, uint64_t to, const nt_timeline_record *r, const char *name) {
-    while (from < to && !hook_entry_fits(&q->ring[from & (HOOK_QUEUE - 1)], r, name)) from++;
-    return from;
+    uint64_t at = from;
+    while (at < to && !hook_entry_fits(&q->ring[at & (HOOK_QUEUE - 1)], r, name)) at++;
+    if (at < to || !name) return at;
+    for (at = from; at < to && !hook_entry_fits(&q->ring[at & (HOOK_QUEUE - 1)], r, NULL);) at++;
+    return at;
 }
 
 /* The record's entry in queue q, within HOOK_WINDOW of the oldest not taken: the first that fits between

@@ -561,3 +561,17 @@ def test_launch_hooks_join_records_out_of_launch_order(tmp_path, fakes, grids):
     if grids == "4,8":
         assert (np.diff(host) > 0).all()
     assert len(set(host.tolist())) == 10
+
+
+def test_launch_hooks_join_when_the_driver_names_functions_otherwise(tmp_path, fakes):
+    """FAKECUDA_OTHER_NAME=1: cuFuncGetName gives a name no record carries; each record still takes its own
+    launch's entry by stream order, grid and block, none given up."""
+    env = {"FAKEAPP_GRIDS": "4,8", "FAKECUDA_OTHER_NAME": "1"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env=env)
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 6 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+    assert (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
