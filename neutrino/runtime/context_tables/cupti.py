@@ -194,8 +194,9 @@ def _log_profiler_calls(lib, trace) -> None:
     for start, end in host_gaps(calls):
         trace.event("timeline_host_gap", start=start, end=end,
                     note="the program subscribed to CUPTI's callbacks (one subscriber per process): the launch "
-                         "callbacks stepped aside, so records of launches in this window have no host time or "
-                         "thread (tid 0); end null: until the timeline stopped")
+                         "callbacks stepped aside, so records of copies, memsets and graph replays (and of kernel "
+                         "launches, at a level without `hooks`) in this window have no host time or thread "
+                         "(tid 0); end null: until the timeline stopped")
 
 
 def host_gaps(calls: list[dict]) -> list[tuple[float, float | None]]:
