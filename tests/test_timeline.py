@@ -575,3 +575,19 @@ def test_launch_hooks_join_when_the_driver_names_functions_otherwise(tmp_path, f
     counts = _one(events, "timeline_counts")
     assert counts["hook_joined"] == 6 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
     assert (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
+
+
+def test_launch_hooks_without_callbacks(tmp_path, fakes):
+    """NEUTRINO_TIMELINE_LEVEL=copies,hooks: no CUPTI subscriber at all; the kernels keep their thread and host
+    time from the launch hooks (probed launches flagged through them), copies and memsets have none."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "4"],
+                       "--launches", "0:2", env={"NEUTRINO_TIMELINE_LEVEL": "copies,hooks"})
+    tl = read_timeline(run)
+    kernels, copies = tl[tl["kind"] == 1], tl[tl["kind"] != 1]
+    assert len(kernels) == 4 and (kernels["host_ns"] > 0).all() and (kernels["tid"] > 0).all()
+    assert len(copies) and (copies["host_ns"] == 0).all()
+    order = np.argsort(kernels["correlation"])
+    assert (kernels["flags"][order] & FLAG_PROBED).tolist() == [FLAG_PROBED, FLAG_PROBED, 0, 0]
+    counts = _one(events, "timeline_counts")
+    assert counts["launch_callbacks"] == 0 and counts["hook_joined"] == 4 + 2 and counts["probed"] == 2
+    assert "host_callbacks" not in _one(events, "timeline") or _one(events, "timeline")["host_callbacks"] == 0
