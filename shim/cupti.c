@@ -778,10 +778,11 @@ static void unsubscribe_ours(void) {
  * entry passed over stays for a later record, which takes the first fitting entry between the taken
  * ones of lower and of higher correlation ids (a stream's launch order is its correlation order); it
  * is given up (counted in N_HOOK_SKIPPED: a launch whose record never came, or came unjoined) once it
- * is HOOK_OVERTAKEN entries behind the furthest taken one, or when the timeline stops. Like kernels (same name, grid, block) of one stream may swap host times when
- * their records come out of order, or when two threads launch on one stream at once (their entries
- * may enter the queue in the other order than the driver's); counts per thread never change. This
- * replaces CUPTI's launch callbacks (0.3-0.5 us per launch: spec/runtime.md). */
+ * is HOOK_OVERTAKEN entries behind the furthest taken one, or when the timeline stops. Like kernels
+ * (same name, grid, block) of one stream may swap host times when their records come out of order,
+ * or when two threads launch on one stream at once (their entries may enter the queue in the other
+ * order than the driver's); counts per thread never change. This replaces CUPTI's launch callbacks
+ * (0.3-0.5 us per launch: spec/runtime.md). */
 #define HOOK_STREAMS 256
 #define HOOK_QUEUE (1u << 16)
 #define HOOK_WINDOW 4096     /* entries searched from the oldest not taken */
@@ -824,10 +825,7 @@ static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
     for (int i = 0; i < n && !q; i++)
         if (hook_queues[i].ctx == ctx && hook_queues[i].handle == handle && hook_queues[i].ptsz == ptsz) q = &hook_queues[i];
     uint32_t id = 0;
-    /* CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD (0x2) are the NULL stream of either kind */
-    void *s = (uintptr_t)handle <= 2 ? NULL : handle;
-    int per_thread = (uintptr_t)handle == 2 || (handle == NULL && ptsz);
-    if (!q && n < HOOK_STREAMS && api.stream_id && api.stream_id(ctx, s, (uint8_t)per_thread, &id) == NT_CUPTI_SUCCESS) {
+    if (!q && n < HOOK_STREAMS && api.stream_id && api.stream_id(ctx, handle, (uint8_t)ptsz, &id) == NT_CUPTI_SUCCESS) {
         hook_entry *ring = calloc(HOOK_QUEUE, sizeof *ring);
         if (ring) {
             q = &hook_queues[n];
@@ -846,6 +844,10 @@ void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const u
     if (!get_ctx) get_ctx = (CUresult_ctx_t)neutrino_real_sym("cuCtxGetCurrent");
     void *ctx = NULL;
     if (!get_ctx || get_ctx(&ctx) != 0 || !ctx) return NULL;
+    /* one key per stream: CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD (0x2) are the NULL stream of either
+     * kind, and `ptsz` (the per-thread default stream) matters only for the NULL stream */
+    ptsz = (uintptr_t)stream == 2 || ((uintptr_t)stream <= 1 && ptsz);
+    stream = (uintptr_t)stream <= 2 ? NULL : stream;
     hook_queue *q = hook_queue_of(ctx, stream, ptsz);
     if (!q) return NULL;
     if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
