@@ -846,7 +846,7 @@ void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const u
     if (!get_ctx || get_ctx(&ctx) != 0 || !ctx) return NULL;
     /* one key per stream: CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD (0x2) are the NULL stream of either
      * kind, and `ptsz` (the per-thread default stream) matters only for the NULL stream */
-    ptsz = (uintptr_t)stream == 2 || ((uintptr_t)stream <= 1 && ptsz);
+    ptsz = (uintptr_t)stream == 2 || (stream == NULL && ptsz);
     stream = (uintptr_t)stream <= 2 ? NULL : stream;
     hook_queue *q = hook_queue_of(ctx, stream, ptsz);
     if (!q) return NULL;
