@@ -6,23 +6,42 @@
  * records, and kernel records plus callbacks doing nothing, reading clock_gettime at every entry
  * (runtime and driver: the shim's first version), or reading the TSC at the outermost entry only
  * (the shim's `host` level now), each storing (tid, time) by correlation id as the shim does.
+ * cupti_floor_set() (issues 22, 24) picks the activity kinds (kernel records, graph-level records
+ * CUPTI_ACTIVITY_KIND_GRAPH_TRACE, copies) and which callback ids are on: every launch and copy id of
+ * both domains, the driver domain's only, or the copy and graph-launch ids only (the kernel launches
+ * left to the shim's own hook); cupti_floor_counts() flushes and gives the records seen per kind.
+ * CUPTI_FLOOR_ATTRS (comma list, read by cupti_floor_init before any kind is on): `zeroed` (we hand
+ * CUPTI zeroed buffers: CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER), `pinned` (its device buffers
+ * in pinned host memory: CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED), `small` (1 MiB buffers
+ * instead of 4 MiB).
  *   cc -O2 -shared -fPIC -Ishim -o cupti_floor.so benchmarks/cupti_floor.c -ldl */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "cupti_abi.h"
 
+static size_t buffer_bytes = 4u << 20;
+static int zeroed_buffers;
+static CUptiResult (*next_record)(uint8_t *, size_t, uint8_t **);
+static _Atomic uint64_t seen[64];  /* records per activity kind, counted as buffers complete */
+
 static void requested(uint8_t **buf, size_t *size, size_t *max_records) {
-    *size = 4u << 20;
-    *buf = aligned_alloc(8, *size);
+    *size = buffer_bytes;
+    *buf = zeroed_buffers ? calloc(1, *size) : aligned_alloc(8, *size);
     *max_records = 0;
 }
 
 static void completed(void *ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid) {
-    (void)ctx; (void)stream; (void)size; (void)valid;
+    (void)ctx; (void)stream; (void)size;
+    uint8_t *rec = NULL;
+    while (next_record && buf && next_record(buf, valid, &rec) == 0) {
+        uint32_t kind = nt_rd32(rec, 0);
+        if (kind < 64) atomic_fetch_add_explicit(&seen[kind], 1, memory_order_relaxed);
+    }
     free(buf);
 }
 
@@ -40,6 +59,7 @@ static void store(uint32_t corr, uint64_t t) {
 
 static void on_call(void *userdata, int domain, uint32_t cbid, const void *data) {
     (void)userdata; (void)cbid;
+    if (mode == 0) return;
     int enter = nt_rd32(data, CB_SITE) == NT_CB_SITE_ENTER;
     if (mode == 2 && enter) {
         struct timespec ts;
@@ -64,11 +84,70 @@ static void set_callbacks(int on) {
     callbacks_on = on;
 }
 
+/* Which callback ids cupti_floor_set turns on: 1 all launch and copy ids (both domains), 2 the driver
+ * domain's only, 3 the copy and graph-launch ids only (both domains). */
+static void set_callback_ids(int which, int on) {
+    for (unsigned i = 0; i < sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS; i++)
+        if (which != 3 || i >= 6) enable_cb((uint32_t)on, subscriber, NT_CB_DOMAIN_DRIVER, NT_DRIVER_CBIDS[i]);
+    for (unsigned i = 0; which != 2 && i < sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS; i++)
+        if (which != 3 || i >= 6) enable_cb((uint32_t)on, subscriber, NT_CB_DOMAIN_RUNTIME, NT_RUNTIME_CBIDS[i]);
+}
+
+static int kinds_now, ids_now;
+#define NT_ACT_GRAPH_TRACE 51
+
+/* kinds: bit 0 CONCURRENT_KERNEL, bit 1 GRAPH_TRACE, bit 2 MEMCPY and MEMSET; ids: 0 no callbacks, else
+ * set_callback_ids' choice; callbacks: on_call's mode (1 nothing, 3 TSC at the outermost entry). */
+void cupti_floor_set(int kinds, int ids, int callbacks) {
+    static const int kind_of_bit[3][2] = {{NT_ACT_CONCURRENT_KERNEL, -1}, {NT_ACT_GRAPH_TRACE, -1},
+                                          {NT_ACT_MEMCPY, NT_ACT_MEMSET}};
+    for (int b = 0; b < 3; b++) {
+        int want = (kinds >> b) & 1, have = (kinds_now >> b) & 1;
+        for (int k = 0; k < 2 && want != have; k++)
+            if (kind_of_bit[b][k] >= 0) (want ? enable_kind : disable_kind)(kind_of_bit[b][k]);
+    }
+    kinds_now = kinds;
+    mode = callbacks;
+    if (ids != ids_now) {
+        if (ids_now) set_callback_ids(ids_now, 0);
+        if (ids) set_callback_ids(ids, 1);
+        ids_now = ids;
+    }
+}
+
+static CUptiResult (*flush_all)(uint32_t);
+
+/* Flush (completed records only) and copy the records seen per kind into out[64]. */
+void cupti_floor_counts(uint64_t *out) {
+    if (flush_all) flush_all(0);
+    for (int k = 0; k < 64; k++) out[k] = atomic_load(&seen[k]);
+}
+
+static void read_attrs(void *lib) {
+    const char *a = getenv("CUPTI_FLOOR_ATTRS");
+    CUptiResult (*set_attr)(int, size_t *, void *) = dlsym(lib, "cuptiActivitySetAttribute");
+    if (!a || !set_attr) return;
+    if (strstr(a, "zeroed")) {
+        uint8_t one = 1;
+        size_t n = sizeof one;
+        zeroed_buffers = set_attr(5 /* ZEROED_OUT_ACTIVITY_BUFFER */, &n, &one) == 0;
+    }
+    if (strstr(a, "pinned")) {
+        uint8_t one = 1;
+        size_t n = sizeof one;
+        set_attr(8 /* MEM_ALLOCATION_TYPE_HOST_PINNED */, &n, &one);
+    }
+    if (strstr(a, "small")) buffer_bytes = 1u << 20;
+}
+
 /* One process, several phases: 0 on success, else the step that failed (as cupti_floor_start). */
 int cupti_floor_init(const char *path) {
     void *lib = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
     if (!lib) lib = dlopen(path, RTLD_NOW);
     if (!lib) return 1;
+    next_record = dlsym(lib, "cuptiActivityGetNextRecord");
+    flush_all = dlsym(lib, "cuptiActivityFlushAll");
+    read_attrs(lib);
     CUptiResult (*reg)(nt_buffer_requested_t, nt_buffer_completed_t) = dlsym(lib, "cuptiActivityRegisterCallbacks");
     CUptiResult (*subscribe)(nt_subscriber_t *, nt_callback_t, void *) = dlsym(lib, "cuptiSubscribe");
     enable_kind = dlsym(lib, "cuptiActivityEnable");

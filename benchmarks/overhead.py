@@ -66,8 +66,11 @@ CONFIGS = {
 }
 # configurations that differ by environment: the device gate alone, as before the host chose replays
 CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK": "0"},
-              "gmem_bytes graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK": "0"}}
-CONFIGS.update({name: CONFIGS[name.removesuffix(" device-gate")] for name in CONFIG_ENV})
+              "gmem_bytes graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK": "0"},
+              # the timeline with graph-level records (GRAPH_TRACE: a replay's nodes not traced one by one)
+              "block_sched graphs every:50 graph-records": {"NEUTRINO_TIMELINE_LEVEL": "copies,host,hooks,graphs"},
+              "block_sched graphs graph-records": {"NEUTRINO_TIMELINE_LEVEL": "copies,host,hooks,graphs"}}
+CONFIGS.update({name: CONFIGS[name.removesuffix(" device-gate").removesuffix(" graph-records")] for name in CONFIG_ENV})
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")
 
 

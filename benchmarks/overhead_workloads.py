@@ -236,9 +236,36 @@ def graph8_workload(iters: int) -> dict:
         for out in outs:
             stream_kernel[grid](x, y, out, n, BLOCK=1024)
     times, host = timed_loop(g.replay, iters, 5)
+    ab = timeline_ab(g.replay) if os.environ.get("OVERHEAD_TIMELINE_AB") else {}
     # the mean too: under --launches every:N the median is a replay left out, the mean counts the others
     return {"us": statistics.median(times), "mean_us": statistics.mean(times), "host_us": host,
-            "hash": digest(*outs)}
+            "hash": digest(*outs), **ab}
+
+
+def timeline_ab(launch) -> dict:
+    """OVERHEAD_TIMELINE_AB=STEPS:CYCLES (under neutrino): after the timed loop, phases of STEPS launches
+    with the CUPTI timeline paused, then on (the shim's neutrino_timeline_pause), CYCLES times after one
+    cycle of warm-up, in this one process: the medians per phase (`ab_paused_us`, `ab_on_us`), timed
+    like the loop (OVERHEAD_GPU_ONLY applies)."""
+    import ctypes
+
+    steps, cycles = (int(v) for v in os.environ["OVERHEAD_TIMELINE_AB"].split(":"))
+    try:
+        pause = ctypes.CDLL(None).neutrino_timeline_pause
+    except AttributeError:
+        return {"ab_error": "no shim in this process"}
+    pause.argtypes = [ctypes.c_int]
+    if pause(0) < 0:
+        return {"ab_error": "the timeline is not recording"}
+    phases = {"ab_paused_us": [], "ab_on_us": []}
+    for cycle in range(cycles + 1):
+        for name, paused in (("ab_paused_us", 1), ("ab_on_us", 0)):
+            pause(paused)
+            times, _ = timed_loop(launch, steps, 2)
+            if cycle:
+                phases[name] += times
+    pause(0)
+    return {name: statistics.median(v) for name, v in phases.items()}
 
 
 def graph_decode_workload(iters: int) -> dict:

@@ -14,7 +14,8 @@ starts CUPTI alone (no Neutrino) before the first step: CALLBACKS 1 adds the lau
 NEUTRINO_BENCH_AB=WHAT:PHASE_STEPS:CYCLES: after the warm-up, phases of PHASE_STEPS steps cycle
 CYCLES times inside this one process (the first cycle is warm-up, not counted), and the JSON line
 gets `phases` (name -> step_ms, event_ms). WHAT `timeline`: under neutrino, the timeline paused and
-on (the shim's neutrino_timeline_pause); `floor`: CUPTI alone (NEUTRINO_BENCH_CUPTI_FLOOR's LIB and
+on (the shim's neutrino_timeline_pause; with NEUTRINO_BENCH_AB_WAYS=1 also the records without host
+times, with the launch hooks alone (no copy callbacks), and with CUPTI's launch callbacks instead of the hooks); `floor`: CUPTI alone (NEUTRINO_BENCH_CUPTI_FLOOR's LIB and
 LIBCUPTI, its callbacks ignored): no records, kernel records, kernel records + launch callbacks that
 read the TSC (what the shim's callbacks do).
 """
@@ -80,6 +81,10 @@ def ab_phases():
         pause.argtypes = [ctypes.c_int]
         if pause(0) < 0:
             raise SystemExit("NEUTRINO_BENCH_AB=timeline: the timeline is not recording")
+        if os.environ.get("NEUTRINO_BENCH_AB_WAYS"):  # also the two other ways to record (shim/cupti.c)
+            return [("timeline paused", lambda: pause(1)), ("timeline on", lambda: pause(0)),
+                    ("records only, no host times", lambda: pause(3)), ("records + launch hooks only", lambda: pause(4)),
+                    ("records + CUPTI launch callbacks", lambda: pause(2))]
         return [("timeline paused", lambda: pause(1)), ("timeline on", lambda: pause(0))]
     lib_path, cupti, _ = os.environ["NEUTRINO_BENCH_CUPTI_FLOOR"].split(":")
     lib = ctypes.CDLL(lib_path)

@@ -14,6 +14,7 @@ MAGIC = b"NTTIMEL1"
 HEADER_BYTES = 16
 VERSION = 1
 KERNEL, MEMCPY, MEMSET = 1, 2, 3
+GRAPH_REPLAY = 4  # one record per CUDA graph replay (NEUTRINO_TIMELINE_LEVEL `graphs`): read_timeline(graphs=True)
 FLAG_PROBED, FLAG_GRAPH, FLAG_NO_GPU_TIME = 1, 2, 4
 NO_NAME = 0xFFFFFFFF
 
@@ -79,9 +80,9 @@ CHUNK_RECORDS = 1 << 18  # records read at a time: memory follows the valid reco
 MAX_NAMES_BYTES = 64 << 20  # timeline_names.txt: distinct kernel names; more is not a timeline's
 
 
-def _records(path: Path) -> np.ndarray:
-    """The valid records of a timeline file. A hole of NULs (a full disk, a sparse copy) has kind 0
-    and is skipped, a chunk at a time; a record cut short at the end (a crash) is ignored."""
+def _records(path: Path, kinds=(KERNEL, MEMCPY, MEMSET)) -> np.ndarray:
+    """The valid records of a timeline file (of `kinds`). A hole of NULs (a full disk, a sparse copy) has
+    kind 0 and is skipped, a chunk at a time; a record cut short at the end (a crash) is ignored."""
     if path.exists() and not path.is_file():
         raise TraceError(f"{path}: not a regular file")
     with open(path, "rb") as fh:
@@ -96,7 +97,7 @@ def _records(path: Path) -> np.ndarray:
         raw = np.zeros((len(part), RECORD.itemsize), np.uint8)  # host_ns 0 in records without it
         raw[:, :width] = part[:, :width]
         rows = raw.view(RECORD).reshape(-1)
-        kept.append(rows[np.isin(rows["kind"], (KERNEL, MEMCPY, MEMSET))])
+        kept.append(rows[np.isin(rows["kind"], kinds)])
     return np.concatenate(kept)
 
 
@@ -119,13 +120,14 @@ def has_gpu_time(records: np.ndarray) -> np.ndarray:
     return ((records["flags"] & FLAG_NO_GPU_TIME) == 0) & (start > 0) & (end > 0) & (end >= start)
 
 
-def read_timeline(run_dir, *, own: bool = False, untimed: bool = False) -> np.ndarray:
+def read_timeline(run_dir, *, own: bool = False, untimed: bool = False, graphs: bool = False) -> np.ndarray:
     """Every record of run_dir/timeline.bin with GPU times and its kernel `name` ("" for copies and
     memsets), ordered by start_ns; Neutrino's own clock-calibration kernel only with own=True. With
     untimed=True also the records without GPU time (has_gpu_time false), flagged FLAG_NO_GPU_TIME with
-    both times 0, first. FileNotFoundError when the run has no timeline."""
+    both times 0, first. With graphs=True also the graph replay records (kind GRAPH_REPLAY, level
+    `graphs`; name ""). FileNotFoundError when the run has no timeline."""
     run_dir = Path(run_dir)
-    recs = _records(run_dir / "timeline.bin")
+    recs = _records(run_dir / "timeline.bin", (KERNEL, MEMCPY, MEMSET) + ((GRAPH_REPLAY,) if graphs else ()))
     names = read_names(run_dir)
     dtype = np.dtype(RECORD.descr + [("name", object)])
     out = np.empty(len(recs), dtype=dtype)

@@ -75,6 +75,8 @@ static struct {
     CUptiResult (*subscribe)(nt_subscriber_t *, nt_callback_t, void *);
     CUptiResult (*unsubscribe)(nt_subscriber_t);
     CUptiResult (*enable_callback)(uint32_t, nt_subscriber_t, int, uint32_t);
+    CUptiResult (*stream_id)(void *ctx, void *stream, uint8_t per_thread, uint32_t *id);
+    CUptiResult (*set_attribute)(int attr, size_t *size, void *value);
 } api;
 
 static void init_rdlsym(void) {
@@ -105,7 +107,8 @@ static int resolve_api(void) {
     GET(pop_external, "cuptiActivityPopExternalCorrelationId");
     GET(set_thread_id_type, "cuptiSetThreadIdType"); GET(get_timestamp, "cuptiGetTimestamp");
     GET(finalize, "cuptiFinalize"); GET(subscribe, "cuptiSubscribe"); GET(unsubscribe, "cuptiUnsubscribe");
-    GET(enable_callback, "cuptiEnableCallback");
+    GET(enable_callback, "cuptiEnableCallback"); GET(stream_id, "cuptiGetStreamIdEx");
+    GET(set_attribute, "cuptiActivitySetAttribute");
 #undef GET
     return api.get_version && api.register_callbacks && api.enable && api.disable && api.flush_all &&
            api.next_record;
@@ -121,25 +124,31 @@ static int timeline_fd = -1, names_fd = -1;
  * records without a thread, API records seen, our external-correlation records seen, records
  * copied to the program's profiler, records it had no room for, records with a host time,
  * launch/copy callbacks taken, kernel/copy records without GPU time (flags bit 2) */
-#define N_COUNTS 15
+#define N_COUNTS 19
 static uint64_t counts[N_COUNTS];
 enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
-       N_FORWARD_LOST, N_HOST, N_CALLBACKS, N_NO_GPU_TIME };
+       N_FORWARD_LOST, N_HOST, N_CALLBACKS, N_NO_GPU_TIME, N_HOOKED, N_HOOK_MATCHED, N_HOOK_SKIPPED, N_GRAPH_REPLAYS };
 #define FLAG_NO_GPU_TIME 4  /* timeline.bin flags bit 2 (spec/trace-format.md) */
 
 /* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
  * MEMSET), `host` (launch/copy callbacks: each record's thread and host time), `api` (API records
  * of the launch and copy calls: the launching thread), `api_all` (every driver and runtime API
- * record), `ext` (external correlation: probed launches flagged).
- * Default: copies,host (API records cost the most: spec/runtime.md, "Timeline"). */
-enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8, L_HOST = 16 };
-static int level = L_COPIES | L_HOST;
+ * record), `ext` (external correlation: probed launches flagged), `hooks` (kernel launches' thread
+ * and host time from the shim's own launch hooks, joined to CUPTI's kernel records by stream and
+ * launch order: `host` then subscribes to the copy and graph-launch calls only; see "launch hooks"),
+ * `graphs` (GRAPH_TRACE: one record per graph replay, timeline.bin kind 4; CUPTI then traces no node of
+ * a replay: cheaper on the GPU, but a replay's kernels are not on the timeline one by one).
+ * Default: copies,host,hooks (API records cost the most, CUPTI's launch callbacks next:
+ * spec/runtime.md, "Timeline"). */
+enum { L_COPIES = 1, L_API = 2, L_API_ALL = 4, L_EXT = 8, L_HOST = 16, L_HOOKS = 32, L_GRAPHS = 64 };
+static int level = L_COPIES | L_HOST | L_HOOKS;
 
 static void read_level(void) {
     const char *s = getenv("NEUTRINO_TIMELINE_LEVEL");
     if (!s) return;
     static const struct { const char *word; int bit; } words[] = {
-        {"copies", L_COPIES}, {"api", L_API}, {"api_all", L_API_ALL}, {"ext", L_EXT}, {"host", L_HOST}};
+        {"copies", L_COPIES}, {"api", L_API}, {"api_all", L_API_ALL}, {"ext", L_EXT}, {"host", L_HOST},
+        {"hooks", L_HOOKS}, {"graphs", L_GRAPHS}};
     level = 0;
     for (const char *p = s; *p;) {
         size_t n = strcspn(p, ",");
@@ -163,6 +172,7 @@ static _Atomic uint64_t next_token;
 static __thread uint64_t thread_token;  /* the probed launch this thread is submitting */
 
 typedef struct { nt_timeline_record rec; uint64_t held_ns; } pending_t;
+typedef int (*CUresult_ctx_t)(void **);
 static pending_t *pending;
 static uint64_t realtime_ns(void);
 static uint64_t ticks_to_ns(uint64_t ticks);
@@ -289,7 +299,9 @@ static int find_host(uint32_t corr, uint32_t *tid, uint64_t *host_ns) {
 static void emit(nt_timeline_record *r) {
     uint32_t tid = 0;
     uint64_t host_ns = 0;
-    if (find_host((uint32_t)r->correlation, &tid, &host_ns)) {
+    if (r->tid && r->host_ns) {  /* joined to its launch hook's entry (convert_kernel) */
+        counts[N_HOST]++;
+    } else if (find_host((uint32_t)r->correlation, &tid, &host_ns)) {
         r->tid = tid;
         r->host_ns = ticks_to_ns(host_ns);
         counts[N_HOST]++;
@@ -307,13 +319,13 @@ static void emit(nt_timeline_record *r) {
     }
     if (r->flags & FLAG_NO_GPU_TIME) counts[N_NO_GPU_TIME]++;
     counts[N_RECORDS]++;
-    counts[r->kind == 1 ? N_KERNELS : r->kind == 2 ? N_MEMCPY : N_MEMSET]++;
+    counts[r->kind == 1 ? N_KERNELS : r->kind == 2 ? N_MEMCPY : r->kind == 3 ? N_MEMSET : N_GRAPH_REPLAYS]++;
     out[n_out++] = *r;
     if (n_out == OUT_RECORDS) flush_out();
 }
 
 static void hold(const nt_timeline_record *r) {
-    if (!(level & (L_API | L_API_ALL)) || find_tid((uint32_t)r->correlation) || !r->correlation) {
+    if (!(level & (L_API | L_API_ALL)) || r->tid || find_tid((uint32_t)r->correlation) || !r->correlation) {
         nt_timeline_record c = *r;
         emit(&c);
         return;
@@ -362,6 +374,8 @@ static void set_gpu_times(nt_timeline_record *r, uint64_t start, uint64_t end) {
     r->end_ns = gpu_time_ns(end);
 }
 
+static void join_launch_hook(nt_timeline_record *r, const char *name);
+
 static void convert_kernel(const uint8_t *a) {
     nt_timeline_record r = {0};
     r.kind = 1;
@@ -379,6 +393,7 @@ static void convert_kernel(const uint8_t *a) {
         r.grid[d] = nt_rd32(a, K_GRID + 4 * d);
         r.block[d] = nt_rd32(a, K_BLOCK + 4 * d);
     }
+    if (!(r.flags & 2)) join_launch_hook(&r, name);
     hold(&r);
 }
 
@@ -392,6 +407,21 @@ static void convert_copy(const uint8_t *a, int kind) {
     r.correlation = nt_rd32(a, C_CORRELATION);
     set_gpu_times(&r, nt_rd64(a, C_START), nt_rd64(a, C_END));
     r.bytes = nt_rd64(a, C_BYTES);
+    r.name_id = UINT32_MAX;
+    r.probe_launch = -1;
+    hold(&r);
+}
+
+/* A graph replay as one record (level `graphs`): kind 4, flags bit 1, `bytes` CUPTI's graphId. */
+static void convert_graph_trace(const uint8_t *a) {
+    nt_timeline_record r = {0};
+    r.kind = 4;
+    r.flags = 2;
+    r.device = nt_rd32(a, GT_DEVICE);
+    r.stream = nt_rd32(a, GT_STREAM);
+    r.correlation = nt_rd32(a, GT_CORRELATION);
+    set_gpu_times(&r, nt_rd64(a, GT_START), nt_rd64(a, GT_END));
+    r.bytes = nt_rd32(a, GT_GRAPH_ID);
     r.name_id = UINT32_MAX;
     r.probe_launch = -1;
     hold(&r);
@@ -417,6 +447,8 @@ static void convert_buffer(uint8_t *buf, size_t valid) {
                 convert_kernel(rec);
             } else if (pass == 1 && (kind == NT_ACT_MEMCPY || kind == NT_ACT_MEMSET)) {
                 convert_copy(rec, kind);
+            } else if (pass == 1 && kind == NT_ACT_GRAPH_TRACE) {
+                convert_graph_trace(rec);
             }
         }
     }
@@ -701,11 +733,13 @@ static void on_launch_call(void *userdata, int domain, uint32_t cbid, const void
 /* Our launch/copy callback ids on (again: a program's domain-wide disable turns them off): how many. */
 static unsigned enable_ours(void) {
     unsigned n = 0;
-    for (unsigned i = 0; i < sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS; i++) {
+    /* level `hooks`: the kernel launches (the first six ids of each list) are the shim's launch hooks' */
+    unsigned first = (level & L_HOOKS) ? 6 : 0;
+    for (unsigned i = first; i < sizeof NT_DRIVER_CBIDS / sizeof *NT_DRIVER_CBIDS; i++) {
         our_cb[NT_CB_DOMAIN_DRIVER][NT_DRIVER_CBIDS[i]] = 1;
         n += api.enable_callback(1, our_subscriber, NT_CB_DOMAIN_DRIVER, NT_DRIVER_CBIDS[i]) == NT_CUPTI_SUCCESS;
     }
-    for (unsigned i = 0; i < sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS; i++) {
+    for (unsigned i = first; i < sizeof NT_RUNTIME_CBIDS / sizeof *NT_RUNTIME_CBIDS; i++) {
         our_cb[NT_CB_DOMAIN_RUNTIME][NT_RUNTIME_CBIDS[i]] = 1;
         n += api.enable_callback(1, our_subscriber, NT_CB_DOMAIN_RUNTIME, NT_RUNTIME_CBIDS[i]) == NT_CUPTI_SUCCESS;
     }
@@ -730,6 +764,211 @@ static void unsubscribe_ours(void) {
     if (their_callback) return;  /* the program's callbacks go through our subscriber: it stays */
     if (our_subscriber && api.unsubscribe) api.unsubscribe(our_subscriber);
     our_subscriber = NULL;
+}
+
+/* ------------------------------------------------------------------ launch hooks (level `hooks`) */
+
+/* The shim's launch hooks (preload.c) see every cuLaunchKernel* before the driver does: each launch
+ * not being captured leaves an entry (thread, host ticks, function, grid, block) in a queue of its
+ * stream, in launch order. A kernel record (outside graphs) takes the first entry of its stream not
+ * yet taken, within HOOK_WINDOW of the oldest, whose grid and block equal its own and whose function
+ * has its name (cuFuncGetName; not compared for a probed launch, whose instrumented copy runs). The
+ * driver runs a stream's kernels in launch order, but CUPTI does not always hand their records over
+ * in that order (a JAX program under jax.profiler, H200: half its kernels came out of order), so an
+ * entry passed over stays for a later record, which takes the first fitting entry between the taken
+ * ones of lower and of higher correlation ids (a stream's launch order is its correlation order); it
+ * is given up (counted in N_HOOK_SKIPPED: a launch whose record never came, or came unjoined) once it
+ * is HOOK_OVERTAKEN entries behind the furthest taken one, or when the timeline stops. Like kernels
+ * (same name, grid, block) of one stream may swap host times when their records come out of order,
+ * or when two threads launch on one stream at once (their entries may enter the queue in the other
+ * order than the driver's); counts per thread never change. This replaces CUPTI's launch callbacks
+ * (0.3-0.5 us per launch: spec/runtime.md). */
+#define HOOK_STREAMS 256
+#define HOOK_QUEUE (1u << 16)
+#define HOOK_WINDOW 4096     /* entries searched from the oldest not taken */
+#define HOOK_OVERTAKEN 2048  /* an entry this far behind the furthest taken one is given up */
+typedef struct {
+    uint64_t ticks, token;
+    void *func;
+    uint32_t tid, grid[3], block[3];
+    _Atomic int dead;  /* the launch failed: no record will come */
+    int taken;         /* a record took it (under the queue's lock) */
+    uint32_t corr;     /* that record's correlation id */
+} hook_entry;
+typedef struct {
+    void *ctx, *handle;
+    int ptsz;
+    uint32_t cupti_stream;
+    pthread_mutex_t lock;
+    uint64_t head, tail;  /* entries [head, tail) wait for their record */
+    uint64_t last_taken;  /* the furthest entry a record took (none at or after head: none out of order) */
+    hook_entry *ring;
+} hook_queue;
+static hook_queue hook_queues[HOOK_STREAMS];
+static _Atomic int n_hook_queues;
+static pthread_mutex_t hook_table_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int hooks_on;
+static __thread hook_queue *last_queue;        /* this thread's latest stream: most launches hit it */
+static __thread hook_entry *current_entry;     /* the launch this thread is inside (begin_probed marks it) */
+
+/* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when full. */
+static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
+    hook_queue *q = last_queue;
+    if (q && q->ctx == ctx && q->handle == handle && q->ptsz == ptsz) return q;
+    int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (hook_queues[i].ctx == ctx && hook_queues[i].handle == handle && hook_queues[i].ptsz == ptsz)
+            return last_queue = &hook_queues[i];
+    pthread_mutex_lock(&hook_table_lock);
+    q = NULL;
+    n = atomic_load(&n_hook_queues);
+    for (int i = 0; i < n && !q; i++)
+        if (hook_queues[i].ctx == ctx && hook_queues[i].handle == handle && hook_queues[i].ptsz == ptsz) q = &hook_queues[i];
+    uint32_t id = 0;
+    if (!q && n < HOOK_STREAMS && api.stream_id && api.stream_id(ctx, handle, (uint8_t)ptsz, &id) == NT_CUPTI_SUCCESS) {
+        hook_entry *ring = calloc(HOOK_QUEUE, sizeof *ring);
+        if (ring) {
+            q = &hook_queues[n];
+            *q = (hook_queue){ctx, handle, ptsz, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring};
+            atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&hook_table_lock);
+    return q ? (last_queue = q) : NULL;
+}
+
+/* preload.c, at a launch hook's entry (not for a launch being captured into a graph): the entry. */
+void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const unsigned dims[6]) {
+    if (!atomic_load_explicit(&hooks_on, memory_order_relaxed)) return NULL;
+    static CUresult_ctx_t get_ctx;
+    if (!get_ctx) get_ctx = (CUresult_ctx_t)neutrino_real_sym("cuCtxGetCurrent");
+    void *ctx = NULL;
+    if (!get_ctx || get_ctx(&ctx) != 0 || !ctx) return NULL;
+    /* one key per stream: CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD (0x2) are the NULL stream of either
+     * kind, and `ptsz` (the per-thread default stream) matters only for the NULL stream */
+    ptsz = (uintptr_t)stream == 2 || (stream == NULL && ptsz);
+    stream = (uintptr_t)stream <= 2 ? NULL : stream;
+    hook_queue *q = hook_queue_of(ctx, stream, ptsz);
+    if (!q) return NULL;
+    if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
+    pthread_mutex_lock(&q->lock);
+    if (q->tail - q->head == HOOK_QUEUE) q->head++;  /* the oldest never got its record: overwritten */
+    hook_entry *e = &q->ring[q->tail++ & (HOOK_QUEUE - 1)];
+    e->ticks = host_ticks();
+    e->token = 0;
+    e->func = func;
+    e->tid = my_tid;
+    for (int d = 0; d < 3; d++) e->grid[d] = dims[d], e->block[d] = dims[3 + d];
+    atomic_store_explicit(&e->dead, 0, memory_order_relaxed);
+    e->taken = 0;
+    pthread_mutex_unlock(&q->lock);
+    counts[N_HOOKED]++;  /* racy on purpose: a statistic */
+    return current_entry = e;
+}
+
+/* preload.c, after the launch: a failed one leaves no record, its entry is passed over. */
+void neutrino_timeline_launch_exit(void *entry, int rc) {
+    if (!entry) return;
+    if (rc != 0) atomic_store_explicit(&((hook_entry *)entry)->dead, 1, memory_order_relaxed);
+    current_entry = NULL;
+}
+
+/* The name of a launched function (cuFuncGetName, once each); NULL when the driver cannot say. */
+static const char *hook_func_name(void *func) {
+    static struct { void *func; const char *name; } cache[4096];
+    static int (*get_name)(const char **, void *);
+    static int looked;
+    if (!looked) get_name = (int (*)(const char **, void *))neutrino_real_sym("cuFuncGetName"), looked = 1;
+    unsigned i = (unsigned)(((uintptr_t)func >> 4) * 2654435761u) & 4095;
+    if (cache[i].func == func) return cache[i].name;
+    const char *name = NULL;
+    if (!get_name || get_name(&name, func) != 0) name = NULL;
+    cache[i].func = func;
+    cache[i].name = name;
+    return name;
+}
+
+static int hook_entry_fits(hook_entry *e, const nt_timeline_record *r, const char *name) {
+    if (e->taken || atomic_load_explicit(&e->dead, memory_order_relaxed)) return 0;
+    for (int d = 0; d < 3; d++)
+        if (e->grid[d] != r->grid[d] || e->block[d] != r->block[d]) return 0;
+    if (e->token || !name) return 1;  /* a probed launch runs its instrumented copy: no name check (nor with
+                                         name NULL: the second try of hook_first_fit) */
+    const char *theirs = hook_func_name(e->func);
+    return !theirs || !strcmp(theirs, name);
+}
+
+/* Under q->lock: the oldest entry moves past the taken and dead ones, and past live ones overtaken by
+ * HOOK_OVERTAKEN taken entries after them (or all, `all`: the stop), which are counted given up. */
+static void hook_queue_advance(hook_queue *q, uint64_t last_taken, int all) {
+    while (q->head < q->tail) {
+        hook_entry *e = &q->ring[q->head & (HOOK_QUEUE - 1)];
+        int gone = e->taken || atomic_load_explicit(&e->dead, memory_order_relaxed);
+        if (!gone && !all && (q->head > last_taken || last_taken - q->head < HOOK_OVERTAKEN)) break;
+        if (!gone) counts[N_HOOK_SKIPPED]++;
+        q->head++;
+    }
+}
+
+/* The first entry in [from, to) of queue q that fits the record, or `to`; when none has its name too, the
+ * first of its grid and block (the driver may name a function otherwise than CUPTI's record does). */
+static uint64_t hook_first_fit(hook_queue *q, uint64_t from, uint64_t to, const nt_timeline_record *r, const char *name) {
+    uint64_t at = from;
+    while (at < to && !hook_entry_fits(&q->ring[at & (HOOK_QUEUE - 1)], r, name)) at++;
+    if (at < to || !name) return at;
+    for (at = from; at < to && !hook_entry_fits(&q->ring[at & (HOOK_QUEUE - 1)], r, NULL);) at++;
+    return at;
+}
+
+/* The record's entry in queue q, within HOOK_WINDOW of the oldest not taken: the first that fits between
+ * the taken entries of lower and of higher correlation ids (a stream's launch order is its correlation
+ * order, so a record that came out of order goes back to its place), else the first that fits. */
+static int join_from_queue(hook_queue *q, nt_timeline_record *r, const char *name) {
+    pthread_mutex_lock(&q->lock);
+    uint64_t end = q->tail - q->head > HOOK_WINDOW ? q->head + HOOK_WINDOW : q->tail, lo = q->head, hi = end;
+    uint32_t corr = (uint32_t)r->correlation;
+    for (uint64_t i = q->head; corr && i < end && i <= q->last_taken; i++) {
+        hook_entry *e = &q->ring[i & (HOOK_QUEUE - 1)];
+        if (!e->taken) continue;
+        if (e->corr < corr) lo = i + 1;
+        else if (hi == end) hi = i;
+    }
+    uint64_t at = hi >= lo ? hook_first_fit(q, lo, hi, r, name) : hi;
+    if (at >= hi || hi < lo) at = hook_first_fit(q, q->head, end, r, name);
+    int found = at < end;
+    if (found) {
+        hook_entry *e = &q->ring[at & (HOOK_QUEUE - 1)];
+        r->tid = e->tid;
+        r->host_ns = ticks_to_ns(e->ticks);
+        uint64_t token = __atomic_load_n(&e->token, __ATOMIC_ACQUIRE);
+        if (token) note_token(corr, token);
+        e->taken = 1;
+        e->corr = corr;
+        if (at > q->last_taken || q->last_taken < q->head) q->last_taken = at;
+        counts[N_HOOK_MATCHED]++;
+        hook_queue_advance(q, q->last_taken, 0);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return found;
+}
+
+/* At the stop: the entries no record took are given up (counted). */
+static void hook_queues_close(void) {
+    int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&hook_queues[i].lock);
+        hook_queue_advance(&hook_queues[i], 0, 1);
+        pthread_mutex_unlock(&hook_queues[i].lock);
+    }
+}
+
+/* Under tl_lock: the record's thread, host time and probed token from its launch hook's entry (the queues
+ * of its CUPTI stream id: one, unless a stream handle was made again). */
+static void join_launch_hook(nt_timeline_record *r, const char *name) {
+    if (!(level & L_HOOKS)) return;
+    int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (hook_queues[i].cupti_stream == r->stream && join_from_queue(&hook_queues[i], r, name)) return;
 }
 
 static char run_dir_kept[4096];
@@ -791,6 +1030,7 @@ static void close_outputs(void) {
 static const struct { int kind; const char *name; int required, level; } OUR_KINDS[] = {
     {NT_ACT_CONCURRENT_KERNEL, "concurrent_kernel", 1, 0}, {NT_ACT_MEMCPY, "memcpy", 0, L_COPIES},
     {NT_ACT_MEMSET, "memset", 0, L_COPIES}, {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0, L_EXT},
+    {NT_ACT_GRAPH_TRACE, "graph_trace", 0, L_GRAPHS},
 };
 
 /* Start recording into run_dir/timeline.bin. 0 on success; `info` gets tab-separated
@@ -833,12 +1073,16 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
     }
     unsigned api_cbids = enable_api_records();
     if (n < info_len) n += snprintf(info + n, info_len - n, "\napi_records\t%u\nlevel\t%d", api_cbids, level);
-    if (level & L_HOST) {
-        const char *share = getenv("NEUTRINO_TIMELINE_SHARE_SUBSCRIBER");
-        share_subscriber = !(share && !strcmp(share, "0"));
+    if (level & (L_HOST | L_HOOKS)) {
         use_tsc = tsc_is_invariant();
         tsc_pair(&tsc_first.ticks, &tsc_first.ns);
         tsc_last = tsc_first;
+    }
+    if ((level & L_HOOKS) && !api.stream_id) level &= ~L_HOOKS;  /* no stream ids to join by: callbacks */
+    atomic_store(&hooks_on, (level & L_HOOKS) != 0);
+    if (level & L_HOST) {
+        const char *share = getenv("NEUTRINO_TIMELINE_SHARE_SUBSCRIBER");
+        share_subscriber = !(share && !strcmp(share, "0"));
         unsigned host_cbids = 0;
         pthread_mutex_lock(&sub_lock);
         CUptiResult hrc = subscribe_ours(&host_cbids);
@@ -861,6 +1105,7 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
 /* Flush CUPTI, write what is left, close the files; out_counts[] gets the N_COUNTS counters (their
  * order: the enum above; neutrino/runtime/context_tables/cupti.py names them). */
 void neutrino_timeline_stop(uint64_t *out_counts, int n) {
+    atomic_store(&hooks_on, 0);
     if (atomic_load(&recording)) {
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
         for (int kind = 0; kind < KINDS; kind++) {
@@ -879,6 +1124,7 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
         flush_out();
         close_outputs();
         mark_late_probed(run_dir_kept);
+        hook_queues_close();
         atomic_store(&recording, 0);
         pthread_mutex_unlock(&tl_lock);
     }
@@ -887,12 +1133,23 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
     pthread_mutex_unlock(&tl_lock);
 }
 
-/* Pause (1) or resume (0) the recording: our activity kinds (those the program has not enabled) and our
- * launch callbacks off, then on again; records of the paused window are not written. For measuring the
- * timeline's cost inside one process (benchmarks/timeline_cost.py --ab); returns the kinds switched. */
-int neutrino_timeline_pause(int paused) {
+/* Pause (1) or resume (0) the recording: our activity kinds (those the program has not enabled), our
+ * launch hooks and launch callbacks off, then on again; records of the paused window are not written.
+ * For measuring the timeline's cost inside one process (benchmarks/timeline_cost.py --ab), two more
+ * ways to record: 2, CUPTI's launch callbacks instead of the launch hooks (the level `copies,host`);
+ * 3, the records without host times (no hooks, no callbacks); 4, the launch hooks without callbacks
+ * (the copies' host times left out). Returns the kinds switched. */
+int neutrino_timeline_pause(int how) {
     if (!atomic_load(&recording)) return -1;
+    static int configured = -1;
+    if (configured < 0) configured = level;
+    int paused = how == 1;
+    level = how == 2   ? (configured & ~L_HOOKS) | L_HOST
+            : how == 3 ? configured & ~(L_HOOKS | L_HOST)
+            : how == 4 ? (configured & ~L_HOST) | L_HOOKS
+                       : configured;
     int switched = 0;
+    atomic_store(&hooks_on, !paused && (level & L_HOOKS));
     for (int kind = 0; kind < KINDS; kind++) {
         pthread_mutex_lock(&their_lock);
         int ours = our_kinds[kind], theirs = their_enabled[kind];
@@ -901,12 +1158,12 @@ int neutrino_timeline_pause(int paused) {
         switched += (paused ? api.disable(kind) : api.enable(kind)) == NT_CUPTI_SUCCESS;
     }
     pthread_mutex_lock(&sub_lock);
-    if (our_subscriber && paused) {
+    if (our_subscriber) {
         for (int d = 1; d < CB_DOMAINS; d++)
             for (uint32_t id = 0; id < CB_IDS; id++)
                 if (our_cb[d][id] && !their_cb[d][id]) api.enable_callback(0, our_subscriber, d, id);
-    } else if (our_subscriber) {
-        enable_ours();
+        memset(our_cb, 0, sizeof our_cb);
+        if (!paused && (level & L_HOST)) enable_ours();
     }
     pthread_mutex_unlock(&sub_lock);
     return switched;
@@ -921,12 +1178,14 @@ static __thread int ext_pushed;
 
 uint64_t neutrino_timeline_begin_probed(void) {
     if (!atomic_load_explicit(&recording, memory_order_relaxed)) return 0;
-    int by_callback = (level & L_HOST) && our_subscriber != NULL;
+    hook_entry *entry = (level & L_HOOKS) ? current_entry : NULL;
+    int by_callback = !entry && !(level & L_HOOKS) && (level & L_HOST) && our_subscriber != NULL;
     int by_ext = (level & L_EXT) && api.push_external;
-    if (!by_callback && !by_ext) return 0;
+    if (!entry && !by_callback && !by_ext) return 0;
     uint64_t token = atomic_fetch_add(&next_token, 1) + 1;
     ext_pushed = by_ext && api.push_external(NT_EXT_CORRELATION_KIND, token) == NT_CUPTI_SUCCESS;
-    if (!by_callback && !ext_pushed) return 0;
+    if (!entry && !by_callback && !ext_pushed) return 0;
+    if (entry) __atomic_store_n(&entry->token, token, __ATOMIC_RELEASE);  /* before the driver sees the launch */
     pending_token = by_callback ? token : 0;
     thread_token = token;
     return token;

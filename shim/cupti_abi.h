@@ -28,6 +28,7 @@ enum {
     NT_ACT_RUNTIME = 5,
     NT_ACT_CONCURRENT_KERNEL = 10,
     NT_ACT_EXTERNAL_CORRELATION = 39,
+    NT_ACT_GRAPH_TRACE = 51,
 };
 
 /* CUpti_ExternalCorrelationKind: CUSTOM0/1 are Kineto's; ours is CUSTOM2 */
@@ -65,6 +66,15 @@ enum {
 #define A_THREAD 28       /* u32 */
 #define A_CORRELATION 32  /* u32 */
 #define API_SIZE 40
+
+/* CUpti_ActivityGraphTrace2 (GRAPH_TRACE: one record per graph replay, its nodes not traced), 56 bytes */
+#define GT_CORRELATION 4  /* u32: the cuGraphLaunch call's */
+#define GT_START 8        /* u64 */
+#define GT_END 16         /* u64 */
+#define GT_DEVICE 24      /* u32 */
+#define GT_GRAPH_ID 28    /* u32 */
+#define GT_STREAM 36      /* u32 */
+#define GRAPHTRACE_SIZE 56
 
 /* CUpti_ActivityExternalCorrelation, 24 bytes */
 #define X_KIND 4          /* u32 */

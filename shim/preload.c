@@ -574,8 +574,29 @@ static int to_python(int kind, void *f, unsigned gx, unsigned gy, unsigned gz, u
     return rc; /* < 0: not handled, run the original */
 }
 
+/* The timeline's record of a program's launch (cupti.c, level `hooks`): not of ours, nor of one captured. */
+static inline void *timeline_enter(void *f, void *stream, int ptsz, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                   unsigned by, unsigned bz) {
+    if (in_callback || neutrino_graph_stream_capturing(stream, ptsz)) return NULL;
+    const unsigned dims[6] = {gx, gy, gz, bx, by, bz};
+    return neutrino_timeline_launch_enter(f, stream, ptsz, dims);
+}
+
+static CUresult launch_common_inner(int kind, int slot, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                    unsigned by, unsigned bz, unsigned shmem, void *stream, void **params,
+                                    void **extra);
+
 static CUresult launch_common(int kind, int slot, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                               unsigned by, unsigned bz, unsigned shmem, void *stream, void **params, void **extra) {
+    void *entry = timeline_enter(f, stream, kind == L_KERNEL_PTSZ, gx, gy, gz, bx, by, bz);
+    CUresult rc = launch_common_inner(kind, slot, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+    neutrino_timeline_launch_exit(entry, rc);
+    return rc;
+}
+
+static CUresult launch_common_inner(int kind, int slot, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                    unsigned by, unsigned bz, unsigned shmem, void *stream, void **params,
+                                    void **extra) {
     int yes;
     uint64_t i = selected(f, &yes);
     yes = captured_anyway(yes, stream, kind == L_KERNEL_PTSZ);
@@ -604,7 +625,17 @@ CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, uns
     return launch_common(L_KERNEL_PTSZ, H_LAUNCH_PTSZ, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
 }
 
+static CUresult launch_ex_inner(int kind, int slot, const CUlaunchConfig *c, void *f, void **params, void **extra);
+
 static CUresult launch_ex_common(int kind, int slot, const CUlaunchConfig *c, void *f, void **params, void **extra) {
+    void *entry = c ? timeline_enter(f, c->hStream, kind == L_EX_PTSZ, c->gridDimX, c->gridDimY, c->gridDimZ,
+                                     c->blockDimX, c->blockDimY, c->blockDimZ) : NULL;
+    CUresult rc = launch_ex_inner(kind, slot, c, f, params, extra);
+    neutrino_timeline_launch_exit(entry, rc);
+    return rc;
+}
+
+static CUresult launch_ex_inner(int kind, int slot, const CUlaunchConfig *c, void *f, void **params, void **extra) {
     int yes;
     uint64_t i = selected(f, &yes);
     yes = c ? captured_anyway(yes, c->hStream, kind == L_EX_PTSZ) : (yes > 0);
@@ -633,8 +664,19 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, void *f, void **params, 
     return launch_ex_common(L_EX_PTSZ, H_LAUNCH_EX_PTSZ, c, f, params, extra);
 }
 
+static CUresult launch_coop_inner(int kind, int slot, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                  unsigned by, unsigned bz, unsigned shmem, void *stream, void **params);
+
 static CUresult launch_coop_common(int kind, int slot, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                    unsigned by, unsigned bz, unsigned shmem, void *stream, void **params) {
+    void *entry = timeline_enter(f, stream, kind == L_COOP_PTSZ, gx, gy, gz, bx, by, bz);
+    CUresult rc = launch_coop_inner(kind, slot, f, gx, gy, gz, bx, by, bz, shmem, stream, params);
+    neutrino_timeline_launch_exit(entry, rc);
+    return rc;
+}
+
+static CUresult launch_coop_inner(int kind, int slot, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                  unsigned by, unsigned bz, unsigned shmem, void *stream, void **params) {
     int yes;
     uint64_t i = selected(f, &yes);
     yes = captured_anyway(yes, stream, kind == L_COOP_PTSZ);

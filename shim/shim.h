@@ -39,6 +39,9 @@ uint64_t neutrino_timeline_begin_probed(void);
 void neutrino_timeline_end_probed(uint64_t token);
 void neutrino_timeline_note_submit(uint64_t seq);
 void *neutrino_cupti_wrapper_named(const char *name);
+/* cupti.c, level `hooks`: a kernel launch's entry (thread, host time) in its stream's queue, and its result. */
+void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const unsigned dims[6]);
+void neutrino_timeline_launch_exit(void *entry, int rc);
 
 /* argtrace.c: the arguments of a probed launch (launch_args.jsonl). */
 int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch);

@@ -4,6 +4,7 @@ libcupti (tests/fakecuda/fakecupti.c, records laid out as in shim/cupti_abi.h)."
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from neutrino.runtime.start import build
 from neutrino.runtime.context_tables.cupti import find_cupti, parse_info
 from neutrino.runtime.start.launcher import run_main
 from neutrino.runtime.results.report import launches_phrase
-from neutrino.timeline import (CLOCK_KERNEL, FLAG_GRAPH, FLAG_NO_GPU_TIME, FLAG_PROBED, MAGIC, RECORD, TraceError,
+from neutrino.timeline import (CLOCK_KERNEL, FLAG_GRAPH, GRAPH_REPLAY, FLAG_NO_GPU_TIME, FLAG_PROBED, MAGIC, RECORD, TraceError,
                                globaltimer_offset, globaltimer_to_ns, kernels_by_origin, origin, read_timeline,
                                untimed_by_name)
 
@@ -315,18 +316,19 @@ def test_program_forced_flush_leaves_no_kernel_without_time(tmp_path, fakes):
     assert "disable" in calls and "flush_all" in calls
 
 
-@pytest.mark.parametrize("share", ["1", "0"])
-def test_program_subscriber_gets_the_callbacks(tmp_path, fakes, share):
+@pytest.mark.parametrize("share, level", [("1", None), ("0", None), ("0", "copies,host")])
+def test_program_subscriber_gets_the_callbacks(tmp_path, fakes, share, level):
     """A program taking CUPTI's one callback subscriber (as jax.profiler's XLA tracer and Kineto do): its
     subscribe succeeds and its callback sees exactly its window's launches. Shared (the default): it
     gets a handle of ours, its enables go to our subscriber and our callback calls its callback; every
     record keeps its host time. NEUTRINO_TIMELINE_SHARE_SUBSCRIBER=0: our launch callbacks step aside
     for its window (those records have no host time, a `timeline_host_gap` event says so) and come back
-    after its unsubscribe."""
+    after its unsubscribe; at the default level (`hooks`) the kernels keep theirs all along (the shim's
+    launch hooks need no subscriber), with the callbacks for launches (`copies,host`) they lose it."""
     out = tmp_path / "theirs.json"
+    env = {"NEUTRINO_TIMELINE_SHARE_SUBSCRIBER": share, **({"NEUTRINO_TIMELINE_LEVEL": level} if level else {})}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
-                                         "2", "3", "4", str(out), "subscribe"], "--no-graphs",
-                       env={"NEUTRINO_TIMELINE_SHARE_SUBSCRIBER": share})
+                                         "2", "3", "4", str(out), "subscribe"], "--no-graphs", env=env)
     theirs = json.loads(out.read_text())
     assert theirs["launch_entries"] == 3 and theirs["kernels"].count("saxpy4") >= 3
     kernels = read_timeline(run)
@@ -338,7 +340,8 @@ def test_program_subscriber_gets_the_callbacks(tmp_path, fakes, share):
     if share == "1":
         assert (kernels["host_ns"] > 0).all() and not gaps and calls[0]["kind"] == 2
     else:
-        assert (kernels["host_ns"] > 0).astype(int).tolist() == [1, 1, 0, 0, 0, 1, 1, 1, 1]
+        expected = [1, 1, 0, 0, 0, 1, 1, 1, 1] if level else [1] * 9
+        assert (kernels["host_ns"] > 0).astype(int).tolist() == expected
         (gap,) = gaps
         assert gap["start"] < gap["end"] and "stepped aside" in gap["note"] and calls[0]["kind"] == 1
 
@@ -455,3 +458,136 @@ def test_graph_replays_flagged_and_joined(tmp_path, fakes):
     assert sorted(graph["probe_launch"].tolist()) == replays and len(replays) == 3
     stream = kernels[(kernels["flags"] & FLAG_GRAPH) == 0]
     assert len(stream) == 1 and stream["flags"][0] & FLAG_PROBED  # the eager launch before the capture
+
+
+@pytest.mark.parametrize("bad", ["", "1"])
+def test_launch_hooks_join_each_kernel_to_its_launch(tmp_path, fakes, bad):
+    """Default level (`hooks`): each kernel record takes its thread and host time from the shim's launch
+    hook of its stream, in launch order, checked by grid, block and name; CUPTI's callbacks are on for
+    the copies only. Two streams, three grids in turn; with FAKEAPP_BAD_LAUNCH each launch is followed
+    by one the driver refuses (grid 0, no record): its entry is passed over, never joined."""
+    env = {"FAKEAPP_STREAMS": "2", "FAKEAPP_GRIDS": "4,8,2", "FAKECUPTI_BUFFER": "700", "FAKEAPP_BAD_LAUNCH": bad}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "12"],
+                       "--launches", "0:1", env=env)
+    tl = read_timeline(run)
+    kernels = tl[tl["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    pid = int(_one(events, "start")["pid"])
+    assert len(kernels) == 12 and (kernels["tid"] == pid).all()
+    assert [int(g[0]) for g in kernels["grid"]] == [4, 8, 2] * 4
+    assert (kernels["host_ns"] > 0).all() and (kernels["host_ns"] <= kernels["start_ns"]).all()
+    for stream in set(kernels["stream"].tolist()):  # one stream's launches in launch order
+        host = kernels["host_ns"][kernels["stream"] == stream].astype(np.int64)
+        assert (np.diff(host) > 0).all()
+    assert (kernels["flags"] & FLAG_PROBED).tolist() == [FLAG_PROBED] + [0] * 11
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 12 + 2  # and the two clock calibrations
+    assert counts["hooked_launches"] == 12 * (2 if bad else 1) + 2
+    assert counts["with_host_time"] == counts["records"] and counts["no_thread"] == 0
+    assert counts["hook_passed_over"] == 0  # a refused launch's entry is marked dead at its return
+    assert counts["launch_callbacks"] == counts["memcpys"] + counts["memsets"]  # no callback per kernel launch
+    assert (counts["probed"], counts["probed_by_order"]) == (1, 0)
+
+
+def test_launch_hooks_pass_over_an_entry_without_record(tmp_path, fakes):
+    """A launch whose record never comes (CUPTI dropped it, or the launch made none) leaves an entry that
+    fits no record: the next record of its stream takes the entry after it, and the one passed over is
+    counted. FAKECUPTI_SKIP_KERNEL=2: the fake makes no record of the third kernel launch (the first is
+    the clock calibration's, on its own stream)."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env={"FAKEAPP_GRIDS": "4,8", "FAKECUPTI_SKIP_KERNEL": "2"})
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    assert [int(g[0]) for g in kernels["grid"]] == [4, 4, 8, 4, 8]  # the 8 of launch 1 left out
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_passed_over"] == 1 and counts["hook_joined"] == 5 + 2
+    host = kernels["host_ns"].astype(np.int64)
+    assert (host > 0).all() and (np.diff(host) > 0).all() and (host <= kernels["start_ns"]).all()
+
+
+def test_launch_hooks_with_threads_launching_on_one_stream(tmp_path, fakes):
+    """Four threads launching on the NULL stream at once: every record joined, none passed over, and each
+    thread has as many kernels as it launched (two threads' launches of like kernels may enter the queue
+    in the other order than the driver's: their host times then swap, their counts never do)."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "25"],
+                       "--launches", "0:1", env={"FAKEAPP_THREADS": "4", "FAKECUPTI_BUFFER": "2000"})
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    pid = int(_one(events, "start")["pid"])
+    per_thread = sorted(collections.Counter(kernels["tid"].tolist()).items(), key=lambda kv: kv[0] != pid)
+    assert per_thread[0] == (pid, 1) and sorted(n for _, n in per_thread[1:]) == [25] * 4
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 101 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+
+
+def test_graph_level_records_one_per_replay(tmp_path, fakes):
+    """Level `graphs` (GRAPH_TRACE): each replay of the graph is one record of kind 4 (flags bit 1, the
+    graph's id in `bytes`, the cuGraphLaunch call's thread and host time), and none of its nodes is a
+    kernel record; launches outside graphs are kernel records as before. read_timeline shows the replay
+    records only when asked (graphs=True)."""
+    env = {"NEUTRINO_TIMELINE_LEVEL": "copies,host,hooks,graphs"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "3"],
+                       env=env)
+    assert "graph_trace" in _one(events, "timeline")["kinds"]
+    tl = read_timeline(run, graphs=True)
+    replays = tl[tl["kind"] == GRAPH_REPLAY]
+    kernels = tl[tl["kind"] == 1]
+    assert len(replays) == 3 and (replays["flags"] & FLAG_GRAPH).all() and len(set(replays["bytes"].tolist())) == 1
+    assert (replays["tid"] == int(_one(events, "start")["pid"])).all() and (replays["host_ns"] > 0).all()
+    assert (replays["end_ns"] > replays["start_ns"]).all() and (replays["host_ns"] <= replays["start_ns"]).all()
+    assert len(kernels) == 1 and not kernels["flags"][0] & FLAG_GRAPH  # the eager launch before the capture
+    assert len(read_timeline(run)) == len(tl) - 3
+    counts = _one(events, "timeline_counts")
+    assert counts["graph_replays"] == 3 and counts["kernels"] == 1
+
+
+@pytest.mark.parametrize("grids", ["4,8", "4"])
+def test_launch_hooks_join_records_out_of_launch_order(tmp_path, fakes, grids):
+    """CUPTI can hand one stream's kernel records over out of launch order (seen with jax.profiler on the
+    H200); FAKECUPTI_SWAP=1 swaps each pair. Every record still takes an entry of its own stream, none is
+    given up; with unlike grids each takes its own launch's (host times in launch order), with like
+    kernels the pair's host times may swap (each still before its kernel's start)."""
+    env = {"FAKEAPP_GRIDS": grids, "FAKECUPTI_SWAP": "1", "FAKECUPTI_BUFFER": "100000"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "10"],
+                       "--launches", "0:1", env=env)
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    counts = _one(events, "timeline_counts")
+    assert len(kernels) == 10 and (kernels["host_ns"] > 0).all() and (kernels["tid"] > 0).all()
+    assert counts["hook_joined"] == 12 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+    host = kernels["host_ns"].astype(np.int64)
+    if grids == "4,8":
+        assert (np.diff(host) > 0).all()
+    assert len(set(host.tolist())) == 10
+
+
+def test_launch_hooks_join_when_the_driver_names_functions_otherwise(tmp_path, fakes):
+    """FAKECUDA_OTHER_NAME=1: cuFuncGetName gives a name no record carries; each record still takes its own
+    launch's entry by stream order, grid and block, none given up."""
+    env = {"FAKEAPP_GRIDS": "4,8", "FAKECUDA_OTHER_NAME": "1"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env=env)
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 6 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+    assert (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
+
+
+def test_launch_hooks_without_callbacks(tmp_path, fakes):
+    """NEUTRINO_TIMELINE_LEVEL=copies,hooks: no CUPTI subscriber at all; the kernels keep their thread and host
+    time from the launch hooks (probed launches flagged through them), copies and memsets have none."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "4"],
+                       "--launches", "0:2", env={"NEUTRINO_TIMELINE_LEVEL": "copies,hooks"})
+    tl = read_timeline(run)
+    kernels, copies = tl[tl["kind"] == 1], tl[tl["kind"] != 1]
+    assert len(kernels) == 4 and (kernels["host_ns"] > 0).all() and (kernels["tid"] > 0).all()
+    assert len(copies) and (copies["host_ns"] == 0).all()
+    order = np.argsort(kernels["correlation"])
+    assert (kernels["flags"][order] & FLAG_PROBED).tolist() == [FLAG_PROBED, FLAG_PROBED, 0, 0]
+    counts = _one(events, "timeline_counts")
+    assert counts["launch_callbacks"] == 0 and counts["hook_joined"] == 4 + 2 and counts["probed"] == 2
+    assert "host_callbacks" not in _one(events, "timeline") or _one(events, "timeline")["host_callbacks"] == 0

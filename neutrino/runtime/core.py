@@ -494,7 +494,7 @@ class Runtime:
             return
         from neutrino.runtime.context_tables.clock import calibrate
 
-        calibrate(self.drv, self.trace, "stop")
+        calibrate(self.drv, self.trace, "stop", self.timeline)
         try:
             self.timeline_summary = self.timeline.stop(self.trace)
         except Exception as e:  # noqa: BLE001 - the results are written; the timeline is context

@@ -47,6 +47,8 @@ def launch_all(ptx_path, kernel, n):
                     assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
                 else:
                     assert cu.cuLaunchKernel(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+            if os.environ.get("FAKEAPP_BAD_LAUNCH"):  # a launch the driver refuses (grid 0): no record
+                assert cu.cuLaunchKernel(fn, 0, 1, 1, 64, 1, 1, 0, stream, params, None) != 0
 
     threads = int(os.environ.get("FAKEAPP_THREADS", "0"))
     if not threads:

@@ -14,6 +14,11 @@ int main(void) {
     CHECK(K_DEVICE, CUpti_ActivityKernel10, deviceId); CHECK(K_STREAM, CUpti_ActivityKernel10, streamId);
     CHECK(K_GRID, CUpti_ActivityKernel10, gridX); CHECK(K_BLOCK, CUpti_ActivityKernel10, blockX);
     CHECK(K_DYN_SHARED, CUpti_ActivityKernel10, dynamicSharedMemory);
+    CHECK(GT_CORRELATION, CUpti_ActivityGraphTrace2, correlationId); CHECK(GT_START, CUpti_ActivityGraphTrace2, start);
+    CHECK(GT_END, CUpti_ActivityGraphTrace2, end); CHECK(GT_DEVICE, CUpti_ActivityGraphTrace2, deviceId);
+    CHECK(GT_GRAPH_ID, CUpti_ActivityGraphTrace2, graphId); CHECK(GT_STREAM, CUpti_ActivityGraphTrace2, streamId);
+    SIZE(GRAPHTRACE_SIZE, CUpti_ActivityGraphTrace2); printf("%-16s %4d %4d\n", "ACT_GRAPH_TRACE", NT_ACT_GRAPH_TRACE,
+                                                            (int)CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
     CHECK(K_CORRELATION, CUpti_ActivityKernel10, correlationId); CHECK(K_NAME, CUpti_ActivityKernel10, name);
     CHECK(K_GRAPH_ID, CUpti_ActivityKernel10, graphId); SIZE(K_SIZE, CUpti_ActivityKernel10);
     CHECK(C_COPY_KIND, CUpti_ActivityMemcpy6, copyKind); CHECK(C_BYTES, CUpti_ActivityMemcpy6, bytes);

@@ -86,6 +86,7 @@ static size_t record_size(uint32_t kind) {
     case NT_ACT_MEMSET: return MEMSET_SIZE;
     case NT_ACT_DRIVER: case NT_ACT_RUNTIME: return API_SIZE;
     case NT_ACT_EXTERNAL_CORRELATION: return EXTCORR_SIZE;
+    case NT_ACT_GRAPH_TRACE: return GRAPHTRACE_SIZE;
     default: return 0;
     }
 }
@@ -134,17 +135,38 @@ void fakecupti_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, u
     kernel_record(name, gx, gy, gz, bx, by, bz, shmem, stream, 0);
 }
 
-/* A kernel node of a graph replay (graph_id != 0; its correlation is the cuGraphLaunch's). */
+/* A kernel node of a graph replay (graph_id != 0; its correlation is the cuGraphLaunch's). With GRAPH_TRACE
+ * enabled CUPTI traces no node of a replay (fakecupti_graph_launch makes its one record instead). */
 void fakecupti_graph_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, uintptr_t stream, uint32_t graph_id) {
-    kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
+    if (!enabled[NT_ACT_GRAPH_TRACE]) kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
+}
+
+/* A graph replay's start (fakecuda.c's cuGraphLaunch): with GRAPH_TRACE enabled, its one record. */
+void fakecupti_graph_launch(uintptr_t stream, uint32_t graph_id) {
+    if (!enabled[NT_ACT_GRAPH_TRACE]) return;
+    pthread_mutex_lock(&lock);
+    uint32_t corr = api_call(514 /* cuGraphLaunch */);
+    uint8_t *g = append(&gpu_q, GRAPHTRACE_SIZE);
+    uint64_t t = stamp();
+    nt_wr32(g, 0, NT_ACT_GRAPH_TRACE);
+    nt_wr32(g, GT_CORRELATION, corr);
+    nt_wr64(g, GT_START, t);
+    nt_wr64(g, GT_END, t + 3000);
+    nt_wr32(g, GT_GRAPH_ID, graph_id);
+    nt_wr32(g, GT_STREAM, stream ? 13 : 7);
+    pthread_mutex_unlock(&lock);
 }
 
 static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id) {
     pthread_mutex_lock(&lock);
     uint32_t corr = api_call(graph_id ? 514 /* cuGraphLaunch */ : 307 /* cuLaunchKernel */);
-    if (enabled[NT_ACT_CONCURRENT_KERNEL]) {
+    static int launches;  /* FAKECUPTI_SKIP_KERNEL=N: no record of the N-th kernel launch (from 0), as if dropped */
+    const char *skip = getenv("FAKECUPTI_SKIP_KERNEL");
+    int skipped = !graph_id && skip && *skip && launches == atoi(skip);
+    launches += !graph_id;
+    if (enabled[NT_ACT_CONCURRENT_KERNEL] && !skipped) {
         uint8_t *k = append(&gpu_q, K_SIZE);
         uint64_t t = stamp();
         unsigned dims[6] = {gx, gy, gz, bx, by, bz};
@@ -159,6 +181,21 @@ static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned g
         nt_wr32(k, K_GRAPH_ID, graph_id);
         char *copy = strdup(name);  /* CUPTI owns the name; it outlives the buffer */
         memcpy(k + K_NAME, &copy, sizeof copy);
+        /* FAKECUPTI_SWAP=1: each second kernel record goes before the one made just before it (adjacent in
+         * the queue), as CUPTI handed some of one stream's records over out of launch order */
+        static size_t last_pos = SIZE_MAX;
+        static int odd;
+        size_t pos = (size_t)(k - gpu_q.data);
+        if (getenv("FAKECUPTI_SWAP") && odd && last_pos + K_SIZE == pos) {
+            uint8_t tmp[K_SIZE];
+            memcpy(tmp, gpu_q.data + last_pos, K_SIZE);
+            memcpy(gpu_q.data + last_pos, k, K_SIZE);
+            memcpy(k, tmp, K_SIZE);
+            odd = 0;
+        } else {
+            odd = 1;
+        }
+        last_pos = pos;
     }
     pthread_mutex_unlock(&lock);
 }
@@ -222,6 +259,14 @@ CUptiResult cuptiActivityDisable(int kind) { if (kind < 0 || kind >= 64) return 
 CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t on) { if (cbid < 1024) driver_cbids[cbid] = on ? 1 : 2; return 0; }
 CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t on) { (void)cbid; (void)on; return 0; }
 CUptiResult cuptiSetThreadIdType(int type) { (void)type; return 0; }
+/* The stream id of the kernel records (kernel_record: 13 for a stream, 7 for the NULL stream of either kind);
+ * FAKECUPTI_NO_STREAM_ID=1: the call fails (the shim then joins by callbacks). */
+CUptiResult cuptiGetStreamIdEx(void *ctx, void *stream, uint8_t per_thread, uint32_t *id) {
+    (void)ctx; (void)per_thread;
+    if (getenv("FAKECUPTI_NO_STREAM_ID")) return 1;
+    *id = stream ? 13 : 7;
+    return 0;
+}
 CUptiResult cuptiGetTimestamp(uint64_t *t) { *t = now_ns(); return 0; }
 CUptiResult cuptiFinalize(void) { return 0; }
 

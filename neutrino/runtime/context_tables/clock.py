@@ -33,11 +33,13 @@ _PTX = f"""//
 """
 
 
-def read_globaltimer(drv) -> tuple[int, int] | None:
+def read_globaltimer(drv, timeline=None) -> tuple[int, int] | None:
     """Two %globaltimer reads from one kernel launch on the current context (None without one).
     The launch goes to the driver directly (not through the shim's hooks), on a non-blocking
     stream of ours, in relaxed capture mode (a capture under way elsewhere is left alone), and
-    waits for it: called at timeline start and stop only."""
+    waits for it: called at timeline start and stop only. With the timeline's launch hooks on
+    (`timeline`, level `hooks`) it is entered in its stream's queue as the hooks would, so its
+    record has its thread and host time too."""
     from neutrino.runtime.driver import LAUNCH_KERNEL
     from neutrino.runtime.cudagraphs.capture import relaxed_capture
 
@@ -52,7 +54,11 @@ def read_globaltimer(drv) -> tuple[int, int] | None:
             arg = C.c_uint64(device)
             params = (C.c_void_p * 1)(C.addressof(arg))
             req = SimpleNamespace(grid=(1, 1, 1), block=(1, 1, 1), shared_bytes=0, stream=stream)
-            if drv.launch(LAUNCH_KERNEL, func, req, C.addressof(params)) != 0:
+            entry = timeline.launch_enter(func, stream, (1, 1, 1, 1, 1, 1)) if timeline is not None else None
+            rc = drv.launch(LAUNCH_KERNEL, func, req, C.addressof(params))
+            if timeline is not None:
+                timeline.launch_exit(entry, rc)
+            if rc != 0:
                 return None
             drv.stream_synchronize(stream)
             t0, t1 = struct.unpack("<QQ", bytes(view[:16]))
@@ -61,10 +67,10 @@ def read_globaltimer(drv) -> tuple[int, int] | None:
             drv.host_free(host)
 
 
-def calibrate(drv, trace, phase: str) -> None:
+def calibrate(drv, trace, phase: str, timeline=None) -> None:
     """One `timeline_clock` event: the calibration kernel's %globaltimer reads (never raises)."""
     try:
-        reads = read_globaltimer(drv)
+        reads = read_globaltimer(drv, timeline)
     except Exception as e:  # noqa: BLE001 - no calibration: probe times stay on the GPU's clock
         trace.event("timeline_clock", phase=phase, error=f"{type(e).__name__}: {e}")
         return

@@ -19,11 +19,12 @@ TOOLKIT_GLOBS = ("/usr/local/cuda*/targets/x86_64-linux/lib/libcupti.so*", "/usr
 WHEEL_DIRS = ("nvidia/cu13/lib", "nvidia/cuda_cupti/lib")
 COUNT_NAMES = ("records", "kernels", "memcpys", "memsets", "probed", "dropped", "names", "no_thread", "api_records",
                "probe_correlations", "forwarded_to_program", "program_had_no_room", "with_host_time",
-               "launch_callbacks", "no_gpu_time")
+               "launch_callbacks", "no_gpu_time", "hooked_launches", "hook_joined", "hook_passed_over",
+               "graph_replays")
 PROFILER_CALLS = {1: "register_callbacks", 2: "enable", 3: "disable", 4: "flush_all", 5: "finalize", 7: "subscribe",
                   8: "unsubscribe", 9: "timestamp_callback", 10: "clock_flush"}
 INFO_BYTES = 4096
-DEFAULT_LEVEL = "copies,host"  # shim/cupti.c's default NEUTRINO_TIMELINE_LEVEL
+DEFAULT_LEVEL = "copies,host,hooks"  # shim/cupti.c's default NEUTRINO_TIMELINE_LEVEL
 
 
 def _wheel_candidates() -> list[str]:
@@ -66,7 +67,23 @@ class Timeline:
         self.end = lib.neutrino_timeline_end_probed
         self.begin.restype = C.c_uint64
         self.end.argtypes = [C.c_uint64]
+        self._enter = getattr(lib, "neutrino_timeline_launch_enter", None)
+        if self._enter is not None:
+            self._enter.restype = C.c_void_p
+            self._enter.argtypes = [C.c_void_p, C.c_void_p, C.c_int, C.POINTER(C.c_uint * 6)]
+            lib.neutrino_timeline_launch_exit.argtypes = [C.c_void_p, C.c_int]
         self.summary: dict | None = None
+
+    def launch_enter(self, func: int, stream: int, dims: tuple[int, ...]):
+        """A launch of ours to the driver directly, entered in its stream's queue as the shim's launch
+        hooks enter the program's (level `hooks`; shim/cupti.c): its record gets its thread and host time."""
+        if self._enter is None:
+            return None
+        return self._enter(func, stream, 0, C.byref((C.c_uint * 6)(*dims)))
+
+    def launch_exit(self, entry, rc: int) -> None:
+        if self._enter is not None:
+            self.lib.neutrino_timeline_launch_exit(entry, rc)
 
     def stop(self, trace) -> dict:
         """Flush and close timeline.bin; write the exit counts (and the program's profiler calls)."""
@@ -177,8 +194,9 @@ def _log_profiler_calls(lib, trace) -> None:
     for start, end in host_gaps(calls):
         trace.event("timeline_host_gap", start=start, end=end,
                     note="the program subscribed to CUPTI's callbacks (one subscriber per process): the launch "
-                         "callbacks stepped aside, so records of launches in this window have no host time or "
-                         "thread (tid 0); end null: until the timeline stopped")
+                         "callbacks stepped aside, so records of copies, memsets and graph replays (and of kernel "
+                         "launches, at a level without `hooks`) in this window have no host time or thread "
+                         "(tid 0); end null: until the timeline stopped")
 
 
 def host_gaps(calls: list[dict]) -> list[tuple[float, float | None]]:

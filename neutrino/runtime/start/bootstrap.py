@@ -200,7 +200,7 @@ def _start_timeline(rt, shim, opts, trace) -> None:
         if rt.timeline is not None:
             from neutrino.runtime.context_tables.clock import calibrate
 
-            calibrate(rt.drv, trace, "start")
+            calibrate(rt.drv, trace, "start", rt.timeline)
     except Exception as e:  # noqa: BLE001 - the timeline is context, never a reason to fail
         trace.event("timeline", enabled=False, reason=f"{type(e).__name__}: {e}")
 
