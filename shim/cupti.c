@@ -798,6 +798,7 @@ typedef struct {
 typedef struct {
     void *ctx, *handle;
     int ptsz;
+    uint32_t owner;  /* ptsz: the thread whose per-thread default stream this is (one per thread); else 0 */
     uint32_t cupti_stream;
     pthread_mutex_t lock;
     uint64_t head, tail;  /* entries [head, tail) wait for their record */
@@ -811,25 +812,30 @@ static _Atomic int hooks_on;
 static __thread hook_queue *last_queue;        /* this thread's latest stream: most launches hit it */
 static __thread hook_entry *current_entry;     /* the launch this thread is inside (begin_probed marks it) */
 
-/* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when full. */
+static int hook_queue_is(const hook_queue *q, void *ctx, void *handle, int ptsz, uint32_t owner) {
+    return q->ctx == ctx && q->handle == handle && q->ptsz == ptsz && q->owner == owner;
+}
+
+/* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when full. The
+ * per-thread default stream is one stream per thread (each its own CUPTI id): its queues are the owner's. */
 static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
+    uint32_t owner = ptsz ? my_tid : 0;
     hook_queue *q = last_queue;
-    if (q && q->ctx == ctx && q->handle == handle && q->ptsz == ptsz) return q;
+    if (q && hook_queue_is(q, ctx, handle, ptsz, owner)) return q;
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
     for (int i = 0; i < n; i++)
-        if (hook_queues[i].ctx == ctx && hook_queues[i].handle == handle && hook_queues[i].ptsz == ptsz)
-            return last_queue = &hook_queues[i];
+        if (hook_queue_is(&hook_queues[i], ctx, handle, ptsz, owner)) return last_queue = &hook_queues[i];
     pthread_mutex_lock(&hook_table_lock);
     q = NULL;
     n = atomic_load(&n_hook_queues);
     for (int i = 0; i < n && !q; i++)
-        if (hook_queues[i].ctx == ctx && hook_queues[i].handle == handle && hook_queues[i].ptsz == ptsz) q = &hook_queues[i];
+        if (hook_queue_is(&hook_queues[i], ctx, handle, ptsz, owner)) q = &hook_queues[i];
     uint32_t id = 0;
     if (!q && n < HOOK_STREAMS && api.stream_id && api.stream_id(ctx, handle, (uint8_t)ptsz, &id) == NT_CUPTI_SUCCESS) {
         hook_entry *ring = calloc(HOOK_QUEUE, sizeof *ring);
         if (ring) {
             q = &hook_queues[n];
-            *q = (hook_queue){ctx, handle, ptsz, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring};
+            *q = (hook_queue){ctx, handle, ptsz, owner, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring};
             atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
         }
     }
@@ -848,9 +854,9 @@ void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const u
      * kind, and `ptsz` (the per-thread default stream) matters only for the NULL stream */
     ptsz = (uintptr_t)stream == 2 || (stream == NULL && ptsz);
     stream = (uintptr_t)stream <= 2 ? NULL : stream;
+    if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
     hook_queue *q = hook_queue_of(ctx, stream, ptsz);
     if (!q) return NULL;
-    if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
     pthread_mutex_lock(&q->lock);
     if (q->tail - q->head == HOOK_QUEUE) q->head++;  /* the oldest never got its record: overwritten */
     hook_entry *e = &q->ring[q->tail++ & (HOOK_QUEUE - 1)];

@@ -521,6 +521,21 @@ def test_launch_hooks_with_threads_launching_on_one_stream(tmp_path, fakes):
     assert counts["hook_joined"] == 101 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
 
 
+def test_launch_hooks_with_threads_on_their_per_thread_default_streams(tmp_path, fakes):
+    """Four threads launching on the NULL stream through the _ptsz entry points: each launches into its own
+    per-thread default stream (CUPTI gives each its own stream id: the fake's is 1000 + the thread's id), so
+    each thread's launches are a queue of their own, and every record takes its own thread's entry."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "25"],
+                       "--launches", "0:1",
+                       env={"FAKEAPP_THREADS": "4", "FAKEAPP_PTSZ": "1", "FAKECUPTI_BUFFER": "2000"})
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    assert len(kernels) == 101 and len(set(kernels["stream"].tolist())) == 5
+    assert (kernels["tid"].astype(np.int64) == kernels["stream"].astype(np.int64) - 1000).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 101 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+
+
 def test_graph_level_records_one_per_replay(tmp_path, fakes):
     """Level `graphs` (GRAPH_TRACE): each replay of the graph is one record of kind 4 (flags bit 1, the
     graph's id in `bytes`, the cuGraphLaunch call's thread and host time), and none of its nodes is a

@@ -19,6 +19,10 @@ def launch_all(ptx_path, kernel, n):
     params = (C.c_void_p * 4)(*[C.addressof(v) for v in vals])
     cu.cuLaunchKernel.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
     cu.cuLaunchKernelEx.argtypes = [C.c_void_p] * 4
+    cu.cuLaunchKernel_ptsz.argtypes = cu.cuLaunchKernel.argtypes
+    # FAKEAPP_PTSZ=1: the launches go through the per-thread default stream's entry point (nvcc
+    # --default-stream per-thread): the NULL stream is then each thread's own
+    launch = cu.cuLaunchKernel_ptsz if os.environ.get("FAKEAPP_PTSZ") else cu.cuLaunchKernel
     config = Config((4, 1, 1), (64, 1, 1), 0, None, None, 0)
     devices = int(os.environ.get("FAKEAPP_DEVICES", "1"))  # launch on the devices in turn (contexts of fakecuda.c)
     counter = iter(range(1 << 62))
@@ -46,7 +50,7 @@ def launch_all(ptx_path, kernel, n):
                     config.stream = stream
                     assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
                 else:
-                    assert cu.cuLaunchKernel(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+                    assert launch(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
             if os.environ.get("FAKEAPP_BAD_LAUNCH"):  # a launch the driver refuses (grid 0): no record
                 assert cu.cuLaunchKernel(fn, 0, 1, 1, 64, 1, 1, 0, stream, params, None) != 0
 

@@ -629,8 +629,10 @@ static int stale(void *f) {
     return 1;
 }
 
-CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned sh, void *s, void **p, void **e) {
+/* The launch itself; the _ptsz entry points call it directly (a call of the exported cuLaunchKernel from
+ * here would reach the shim's hook a second time, which the real driver never does). */
+static CUresult launch_kernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                              unsigned sh, void *s, void **p, void **e) {
     (void)sh; (void)e;
     if (!gx || !gy || !gz) return 1; /* CUDA_ERROR_INVALID_VALUE, as the real driver: no record */
     if (stale(f)) return 400; /* the real driver: an invalid handle, or another kernel's code */
@@ -646,21 +648,29 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     if (note && strcmp(((Function *)f)->name, "__neutrino_graph_append")) note(((Function *)f)->name, gx, gy, gz, bx, by, bz, sh, (uintptr_t)s);
     return 0;
 }
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned sh, void *s, void **p, void **e) {
+    return launch_kernel(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+}
+/* A _ptsz entry point's NULL stream is the calling thread's per-thread default stream (CU_STREAM_PER_THREAD). */
+#define PER_THREAD_NULL(s) ((s) ? (s) : (void *)(uintptr_t)2)
 CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                              unsigned sh, void *s, void **p, void **e) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+    return launch_kernel(f, gx, gy, gz, bx, by, bz, sh, PER_THREAD_NULL(s), p, e);
 }
 CUresult cuLaunchKernelEx(const Config *c, void *f, void **p, void **e) {
     return cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shmem, c->stream, p, e);
 }
-CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **p, void **e) { return cuLaunchKernelEx(c, f, p, e); }
+CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **p, void **e) {
+    return launch_kernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shmem, PER_THREAD_NULL(c->stream), p, e);
+}
 CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                    unsigned bz, unsigned sh, void *s, void **p) {
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, 0);
 }
 CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                         unsigned bz, unsigned sh, void *s, void **p) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, 0);
+    return launch_kernel(f, gx, gy, gz, bx, by, bz, sh, PER_THREAD_NULL(s), p, 0);
 }
 
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status);
