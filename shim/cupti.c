@@ -1206,6 +1206,15 @@ void neutrino_timeline_end_probed(uint64_t token) {
     api.pop_external(NT_EXT_CORRELATION_KIND, &last);
 }
 
+/* The probed launch `token` marked never ran (the driver refused the instrumented copy; the original may run in
+ * its place, through the same launch hook): its entry gives the token back, so the record of what did run is
+ * not flagged probed (with CUPTI's callbacks end_probed alone does this: the token waits in pending_token). */
+void neutrino_timeline_cancel_probed(uint64_t token) {
+    hook_entry *entry = current_entry;
+    if (token && entry) __atomic_compare_exchange_n(&entry->token, &token, 0, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    if (token && thread_token == token) thread_token = 0;
+}
+
 /* The result writer numbered this thread's probed launch: `seq` (writer.c). */
 void neutrino_timeline_note_submit(uint64_t seq) {
     uint64_t token = thread_token;

@@ -536,6 +536,20 @@ def test_launch_hooks_with_threads_on_their_per_thread_default_streams(tmp_path,
     assert counts["hook_joined"] == 101 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
 
 
+def test_launch_hooks_a_refused_probed_launch_leaves_the_original_unflagged(tmp_path, fakes):
+    """FAKECUDA_REFUSE_PROBED=1: the driver refuses the instrumented copy, the original runs in its place
+    (the program's results unchanged): its record is joined to the launch's entry but not flagged probed, as
+    no probed kernel ran."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "3"],
+                       "--launches", "0:1", env={"FAKECUDA_REFUSE_PROBED": "1"})
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    assert len(kernels) == 3 and (kernels["tid"] > 0).all()
+    assert not (kernels["flags"] & FLAG_PROBED).any()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 3 + 2 and counts["probed"] == 0
+
+
 def test_graph_level_records_one_per_replay(tmp_path, fakes):
     """Level `graphs` (GRAPH_TRACE): each replay of the graph is one record of kind 4 (flags bit 1, the
     graph's id in `bytes`, the cuGraphLaunch call's thread and host time), and none of its nodes is a

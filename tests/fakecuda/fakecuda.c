@@ -636,6 +636,8 @@ static CUresult launch_kernel(void *f, unsigned gx, unsigned gy, unsigned gz, un
     (void)sh; (void)e;
     if (!gx || !gy || !gz) return 1; /* CUDA_ERROR_INVALID_VALUE, as the real driver: no record */
     if (stale(f)) return 400; /* the real driver: an invalid handle, or another kernel's code */
+    /* FAKECUDA_REFUSE_PROBED=1: an instrumented kernel's launch is refused (too many resources requested) */
+    if (getenv("FAKECUDA_REFUSE_PROBED") && strstr(((Function *)f)->mod->image, "__nt_buf")) return 701;
     Node *nd = capture(s, N_KERNEL);
     if (nd) { /* the argument arrays are kept alive by their owners in these tests */
         unsigned d[6] = {gx, gy, gz, bx, by, bz};
