@@ -462,4 +462,8 @@ def sass_lines_of(ptx: str, kernel: str, table, disassembly: str | None = None) 
     successors = ptx_successors(function, line_map)
     text = disassembly if disassembly is not None else disassemble(ptx)
     cyclic = None if successors is None else cyclic_nodes(successors)
-    return match_blocks(table, cyclic, parse_nvdisasm(text), kernel)
+    # the module's other kernels are assembled too; their code is never this kernel's, even where it has
+    # its lines (two instantiations of one template), while a called function's section is
+    others = {f".text.{f.name}" for f in module.entries() if f.name != kernel}
+    sections = [section for section in parse_nvdisasm(text) if section.name not in others]
+    return match_blocks(table, cyclic, sections, kernel)
