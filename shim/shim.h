@@ -43,6 +43,8 @@ void *neutrino_cupti_wrapper_named(const char *name);
 /* cupti.c, level `hooks`: a kernel launch's entry (thread, host time) in its stream's queue, and its result. */
 void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const unsigned dims[6]);
 void neutrino_timeline_launch_exit(void *entry, int rc);
+/* cupti.c: a stream (or every stream of a context; of every context with ctx NULL) is about to be destroyed. */
+void neutrino_timeline_streams_gone(void *ctx, void *stream);
 
 /* argtrace.c: the arguments of a probed launch (launch_args.jsonl). */
 int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch);

@@ -536,6 +536,21 @@ def test_launch_hooks_with_threads_on_their_per_thread_default_streams(tmp_path,
     assert counts["hook_joined"] == 101 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
 
 
+def test_launch_hooks_on_a_stream_made_again_at_the_same_address(tmp_path, fakes):
+    """FAKEAPP_REMAKE_STREAM=1: each launch on a stream made for it and destroyed after it; the allocator gives
+    the new one the old one's address, CUPTI another id (the fake's: one per stream made). The destroyed
+    stream's queue is retired, so each kernel joins its own launch's entry."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env={"FAKEAPP_REMAKE_STREAM": "1", "FAKEAPP_GRIDS": "4,8"})
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    assert len(kernels) == 6 and len(set(kernels["stream"].tolist())) == 6
+    assert (kernels["tid"] > 0).all() and (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 6 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+
+
 def test_launch_hooks_a_refused_probed_launch_leaves_the_original_unflagged(tmp_path, fakes):
     """FAKECUDA_REFUSE_PROBED=1: the driver refuses the instrumented copy, the original runs in its place
     (the program's results unchanged): its record is joined to the launch's entry but not flagged probed, as

@@ -44,6 +44,9 @@ def launch_all(ptx_path, kernel, n):
             if devices > 1:
                 assert cu.cuCtxSetCurrent(C.c_void_p(0xC0 + 0x100 * (i % devices))) == 0
             g, stream = grids[i % len(grids)], streams[i % len(streams)]
+            if os.environ.get("FAKEAPP_REMAKE_STREAM"):  # a stream of its own, destroyed after the launch
+                stream = C.c_void_p()
+                assert cu.cuStreamCreate(C.byref(stream), 1) == 0
             with ranged(i):
                 if os.environ.get("FAKEAPP_EX"):  # as Triton launches
                     config.g[0] = g
@@ -53,6 +56,8 @@ def launch_all(ptx_path, kernel, n):
                     assert launch(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
             if os.environ.get("FAKEAPP_BAD_LAUNCH"):  # a launch the driver refuses (grid 0): no record
                 assert cu.cuLaunchKernel(fn, 0, 1, 1, 64, 1, 1, 0, stream, params, None) != 0
+            if os.environ.get("FAKEAPP_REMAKE_STREAM"):
+                assert cu.cuStreamDestroy_v2(stream) == 0
 
     threads = int(os.environ.get("FAKEAPP_THREADS", "0"))
     if not threads:

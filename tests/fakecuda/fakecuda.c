@@ -420,7 +420,18 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     return 0;
 }
 CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
-CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = malloc(8); return 0; }
+/* A stream made gets a CUPTI id of its own from the fake CUPTI (as the driver's streams, unique for the life
+ * of the process, whatever their handle: one destroyed and made again at the same address is another). */
+CUresult cuStreamCreate(void **s, unsigned f) {
+    (void)f;
+    *s = malloc(8);
+    void *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
+    void (*made)(void *) = h ? (void (*)(void *))dlsym(h, "fakecupti_stream_made") : NULL;
+    if (h) dlclose(h);
+    if (made) made(*s);
+    return 0;
+}
+CUresult cuStreamDestroy_v2(void *s) { free(s); return 0; }
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) {
     (void)f;
     const char *log = getenv("FAKECUDA_LOG");
@@ -687,6 +698,7 @@ static const struct { const char *name; void *fn; } table[] = {
     E(cuLaunchCooperativeKernel), E(cuLinkComplete), E(cuModuleUnload), E(cuLibraryUnload), E(cuCtxGetCurrent), E(cuGraphInstantiateWithFlags),
     E(cuGraphLaunch), E(cuGraphDestroy), E(cuGraphExecDestroy), E(cuLaunchHostFunc),
     {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2}, E(cuStreamEndCapture),
+    {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
     {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
 };
 static const struct { const char *name; void *fn; } ptsz[] = {

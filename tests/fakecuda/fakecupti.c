@@ -130,12 +130,26 @@ static uint32_t api_call(uint32_t cbid) {
 static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id);
 
+/* The streams fakecuda.c made, newest last, and their ids (13, 14, ...: one per stream made, never reused). */
+static struct { uintptr_t handle; uint32_t id; } made_streams[256];
+static unsigned n_made_streams;
+
+void fakecupti_stream_made(void *stream) {
+    pthread_mutex_lock(&lock);
+    if (n_made_streams < 256) made_streams[n_made_streams] = (typeof(made_streams[0])){(uintptr_t)stream, 13 + n_made_streams}, n_made_streams++;
+    pthread_mutex_unlock(&lock);
+}
+
 /* A stream's CUPTI id: the per-thread default stream (CU_STREAM_PER_THREAD, 0x2, or NULL from a _ptsz entry
  * point, which fakecuda.c passes on as 0x2) is one per thread, as the driver's: 1000 + the thread's id; the
- * legacy NULL stream (NULL, CU_STREAM_LEGACY 0x1) 7; any created stream 13. */
+ * legacy NULL stream (NULL, CU_STREAM_LEGACY 0x1) 7; a stream made, the id of the newest made at its address;
+ * any other 13. */
 static uint32_t fake_stream_id(uintptr_t stream, int per_thread) {
     if (stream == 2 || (!stream && per_thread)) return 1000 + (uint32_t)syscall(SYS_gettid);
-    return stream > 2 ? 13 : 7;
+    if (stream <= 2) return 7;
+    for (unsigned i = n_made_streams; i-- > 0;)
+        if (made_streams[i].handle == stream) return made_streams[i].id;
+    return 13;
 }
 
 void fakecupti_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
