@@ -244,7 +244,16 @@ CUresult cuStreamEndCapture(void *s, void **graph) {
     cap_stream = NULL; cap_graph = NULL;
     return 0;
 }
-CUresult cuStreamIsCapturing(void *s, int *st) { *st = (cap_stream && s == cap_stream) ? 1 : 0; return 0; }
+/* The _ptsz entry points: their NULL stream is the per-thread default stream (CU_STREAM_PER_THREAD, 0x2). */
+CUresult cuStreamBeginCapture_v2_ptsz(void *s, int mode) { return cuStreamBeginCapture_v2(s ? s : (void *)2, mode); }
+CUresult cuStreamEndCapture_ptsz(void *s, void **graph) { return cuStreamEndCapture(s ? s : (void *)2, graph); }
+static long is_capturing_calls;  /* the shim asks only while a capture it saw begin has not ended */
+long fakecuda_is_capturing_calls(void) { return is_capturing_calls; }
+CUresult cuStreamIsCapturing(void *s, int *st) {
+    is_capturing_calls++;
+    *st = (cap_stream && s == cap_stream) ? 1 : 0;
+    return 0;
+}
 CUresult cuStreamGetCaptureInfo_v2(void *s, int *st, unsigned long long *id, void **graph, void *const **deps,
                                    size_t *n) {
     static __thread void *dep;
