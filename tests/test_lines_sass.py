@@ -58,6 +58,21 @@ def test_other_kernels_of_the_module_are_not_counted():
                                                                          alone.matched, alone.unknown)
 
 
+def test_no_room_for_the_disassembly_is_a_note(monkeypatch):
+    """The temporary directory for the cubin cannot be made (a full or read-only TMPDIR): the SASS column is
+    `-` with a note saying why, never a traceback."""
+    ptx = (DATA / "sass_match.ptx").read_text()
+    monkeypatch.setenv(la.SASS_SWITCH, "1")
+    monkeypatch.setattr(sass, "find_nvdisasm", lambda: "/bin/true")
+
+    def no_room(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", "/tmp/neutrino-sass-x")
+
+    monkeypatch.setattr(sass.tempfile, "TemporaryDirectory", no_room)
+    table = la.with_sass(table_of(ptx, "k"), ptx, "k")
+    assert table.sass is None and "Permission denied" in table.sass_note
+
+
 def test_unknown_graphs_match_nothing():
     ptx = (DATA / "sass_match.ptx").read_text()
     table = table_of(ptx, "k")
