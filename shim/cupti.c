@@ -816,7 +816,7 @@ static __thread hook_entry *current_entry;     /* the launch this thread is insi
  * again at its address is another, with another CUPTI stream id); its entries still wait for their records. */
 #define HOOK_RETIRED ((void *)~(uintptr_t)0)
 
-/* `ctx` is read first (acquire): a queue given to another stream (hook_queue_reuse) shows its new key whole. */
+/* `ctx` is read first (acquire): a queue given to another stream (hook_queue_of) shows its new key whole. */
 static int hook_queue_is(const hook_queue *q, void *ctx, void *handle, int ptsz, uint32_t owner) {
     return __atomic_load_n(&q->ctx, __ATOMIC_ACQUIRE) == ctx && q->handle == handle && q->ptsz == ptsz &&
            q->owner == owner;
@@ -850,7 +850,8 @@ void neutrino_timeline_streams_gone(void *ctx, void *stream) {
     pthread_mutex_unlock(&hook_table_lock);
 }
 
-/* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when full. The
+/* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when the table is
+ * full and no retired queue is drained. The
  * per-thread default stream is one stream per thread (each its own CUPTI id): its queues are the owner's. */
 static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
     uint32_t owner = ptsz ? my_tid : 0;

@@ -726,13 +726,25 @@ CUresult cuStreamDestroy_v2(void *stream) {
     return fn ? fn(stream) : CU_NOT_FOUND;
 }
 
-/* A primary context released or reset may be destroyed (and made again with the same handle): every queue
- * of the timeline's is retired (a stream's next launch asks CUPTI its id again). */
+/* Whether device dev's primary context is still there (1 when the driver cannot say). */
+static int primary_ctx_active(int dev) {
+    static CUresult (*_Atomic get_state)(int, unsigned *, int *);
+    CUresult (*fn)(int, unsigned *, int *) = atomic_load(&get_state);
+    if (!fn) atomic_store(&get_state, fn = (CUresult(*)(int, unsigned *, int *))neutrino_real_sym("cuDevicePrimaryCtxGetState"));
+    unsigned flags = 0;
+    int active = 1;
+    return !fn || fn(dev, &flags, &active) != 0 || active;
+}
+
+/* A primary context destroyed (its last release, or a reset) may be made again with the same handle: every
+ * queue of the timeline's is retired (a stream's next launch asks CUPTI its id again). A release that leaves
+ * it alive (a library's retain/release pair) retires nothing. */
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
     before_teardown();
-    neutrino_timeline_streams_gone(NULL, NULL);
     CUresult (*fn)(int) = REAL(H_PRIMARY_RELEASE, CUresult(*)(int));
-    return fn ? fn(dev) : CU_NOT_FOUND;
+    CUresult rc = fn ? fn(dev) : CU_NOT_FOUND;
+    if (rc == 0 && !primary_ctx_active(dev)) neutrino_timeline_streams_gone(NULL, NULL);
+    return rc;
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(int dev) {
