@@ -798,6 +798,7 @@ typedef struct {
 typedef struct {
     void *ctx, *handle;
     int ptsz;
+    uint32_t owner;  /* ptsz: the thread whose per-thread default stream this is (one per thread); else 0 */
     uint32_t cupti_stream;
     pthread_mutex_t lock;
     uint64_t head, tail;  /* entries [head, tail) wait for their record */
@@ -811,26 +812,74 @@ static _Atomic int hooks_on;
 static __thread hook_queue *last_queue;        /* this thread's latest stream: most launches hit it */
 static __thread hook_entry *current_entry;     /* the launch this thread is inside (begin_probed marks it) */
 
-/* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when full. */
+/* The context of a queue whose stream or context is gone: it matches no launch (a stream or context made
+ * again at its address is another, with another CUPTI stream id); its entries still wait for their records. */
+#define HOOK_RETIRED ((void *)~(uintptr_t)0)
+
+/* `ctx` is read first (acquire): a queue given to another stream (hook_queue_of) shows its new key whole. */
+static int hook_queue_is(const hook_queue *q, void *ctx, void *handle, int ptsz, uint32_t owner) {
+    return __atomic_load_n(&q->ctx, __ATOMIC_ACQUIRE) == ctx && q->handle == handle && q->ptsz == ptsz &&
+           q->owner == owner;
+}
+
+/* Under hook_table_lock, the table full: a retired queue none of whose entries waits any more, or NULL. */
+static hook_queue *hook_queue_reusable(int n) {
+    for (int i = 0; i < n; i++) {
+        hook_queue *q = &hook_queues[i];
+        if (__atomic_load_n(&q->ctx, __ATOMIC_ACQUIRE) != HOOK_RETIRED) continue;
+        pthread_mutex_lock(&q->lock);
+        int drained = q->head == q->tail;
+        pthread_mutex_unlock(&q->lock);
+        if (drained) return q;
+    }
+    return NULL;
+}
+
+/* preload.c, before a stream (stream not NULL) or a context (every queue of ctx; ctx NULL: of every context,
+ * for a primary context released or reset) is destroyed: their queues are retired. */
+void neutrino_timeline_streams_gone(void *ctx, void *stream) {
+    if ((uintptr_t)stream <= 2 && stream) return;  /* CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: never destroyed */
+    pthread_mutex_lock(&hook_table_lock);
+    int n = atomic_load(&n_hook_queues);
+    for (int i = 0; i < n; i++) {
+        hook_queue *q = &hook_queues[i];
+        void *of = __atomic_load_n(&q->ctx, __ATOMIC_ACQUIRE);
+        if (of != HOOK_RETIRED && (stream ? q->handle == stream : !ctx || of == ctx))
+            __atomic_store_n(&q->ctx, HOOK_RETIRED, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&hook_table_lock);
+}
+
+/* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when the table is
+ * full and no retired queue is drained. The
+ * per-thread default stream is one stream per thread (each its own CUPTI id): its queues are the owner's. */
 static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
+    uint32_t owner = ptsz ? my_tid : 0;
     hook_queue *q = last_queue;
-    if (q && q->ctx == ctx && q->handle == handle && q->ptsz == ptsz) return q;
+    if (q && hook_queue_is(q, ctx, handle, ptsz, owner)) return q;
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
     for (int i = 0; i < n; i++)
-        if (hook_queues[i].ctx == ctx && hook_queues[i].handle == handle && hook_queues[i].ptsz == ptsz)
-            return last_queue = &hook_queues[i];
+        if (hook_queue_is(&hook_queues[i], ctx, handle, ptsz, owner)) return last_queue = &hook_queues[i];
     pthread_mutex_lock(&hook_table_lock);
     q = NULL;
     n = atomic_load(&n_hook_queues);
     for (int i = 0; i < n && !q; i++)
-        if (hook_queues[i].ctx == ctx && hook_queues[i].handle == handle && hook_queues[i].ptsz == ptsz) q = &hook_queues[i];
+        if (hook_queue_is(&hook_queues[i], ctx, handle, ptsz, owner)) q = &hook_queues[i];
     uint32_t id = 0;
-    if (!q && n < HOOK_STREAMS && api.stream_id && api.stream_id(ctx, handle, (uint8_t)ptsz, &id) == NT_CUPTI_SUCCESS) {
-        hook_entry *ring = calloc(HOOK_QUEUE, sizeof *ring);
-        if (ring) {
-            q = &hook_queues[n];
-            *q = (hook_queue){ctx, handle, ptsz, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring};
-            atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
+    hook_queue *reused = q || n < HOOK_STREAMS ? NULL : hook_queue_reusable(n);
+    if (!q && (n < HOOK_STREAMS || reused) && api.stream_id &&
+        api.stream_id(ctx, handle, (uint8_t)ptsz, &id) == NT_CUPTI_SUCCESS) {
+        if (reused) {  /* its ring and counters stay; the key is written last, the context after the rest */
+            q = reused;
+            q->handle = handle, q->ptsz = ptsz, q->owner = owner, q->cupti_stream = id;
+            __atomic_store_n(&q->ctx, ctx, __ATOMIC_RELEASE);
+        } else {
+            hook_entry *ring = calloc(HOOK_QUEUE, sizeof *ring);
+            if (ring) {
+                q = &hook_queues[n];
+                *q = (hook_queue){ctx, handle, ptsz, owner, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring};
+                atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
+            }
         }
     }
     pthread_mutex_unlock(&hook_table_lock);
@@ -848,9 +897,9 @@ void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const u
      * kind, and `ptsz` (the per-thread default stream) matters only for the NULL stream */
     ptsz = (uintptr_t)stream == 2 || (stream == NULL && ptsz);
     stream = (uintptr_t)stream <= 2 ? NULL : stream;
+    if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
     hook_queue *q = hook_queue_of(ctx, stream, ptsz);
     if (!q) return NULL;
-    if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
     pthread_mutex_lock(&q->lock);
     if (q->tail - q->head == HOOK_QUEUE) q->head++;  /* the oldest never got its record: overwritten */
     hook_entry *e = &q->ring[q->tail++ & (HOOK_QUEUE - 1)];
@@ -1198,6 +1247,15 @@ void neutrino_timeline_end_probed(uint64_t token) {
     ext_pushed = 0;
     uint64_t last = 0;
     api.pop_external(NT_EXT_CORRELATION_KIND, &last);
+}
+
+/* The probed launch `token` marked never ran (the driver refused the instrumented copy; the original may run in
+ * its place, through the same launch hook): its entry gives the token back, so the record of what did run is
+ * not flagged probed (with CUPTI's callbacks end_probed alone does this: the token waits in pending_token). */
+void neutrino_timeline_cancel_probed(uint64_t token) {
+    hook_entry *entry = current_entry;
+    if (token && entry) __atomic_compare_exchange_n(&entry->token, &token, 0, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    if (token && thread_token == token) thread_token = 0;
 }
 
 /* The result writer numbered this thread's probed launch: `seq` (writer.c). */

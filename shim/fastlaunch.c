@@ -478,6 +478,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     else if (rc == 0) rc = (ptsz ? p_launch_ptsz : p_launch)(p->probed_func, gx, gy, gz, bx, by, bz, shmem, stream, args, NULL);
     neutrino_timeline_end_probed(timeline_token);
     if (rc != 0) {  /* the probed kernel did not run: Python takes it from here */
+        neutrino_timeline_cancel_probed(timeline_token);
         neutrino_writer_recycle_events(ctx, ev[0], ev[1]);
         atomic_fetch_add(&e->stats.handed_back, 1);
         goto give_back_region;

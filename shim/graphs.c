@@ -719,7 +719,7 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(void *stream, void *graph, const void 
 static CUresult end_capture(int slot, void *stream, void **graph) {
     CUresult (*fn)(void *, void **) = GREAL(slot, CUresult(*)(void *, void **));
     if (!fn) return CU_NOT_FOUND;
-    int was = neutrino_graph_stream_capturing(stream, 0);
+    int was = neutrino_graph_stream_capturing(stream, slot == GH_END_PTSZ);  /* _ptsz: NULL is the per-thread stream */
     CUresult rc = fn(stream, graph);
     if (was) atomic_fetch_sub(&captures_active, 1);
     if (rc == 0 && was && graph && *graph) report(G_END_CAPTURE, stream, *graph, NULL, 0);

@@ -58,7 +58,7 @@ enum {
     H_MODULE_GET_FUNCTION, H_LIBRARY_GET_KERNEL, H_KERNEL_GET_FUNCTION, H_LIBRARY_GET_MODULE,
     H_MODULE_UNLOAD, H_LIBRARY_UNLOAD,
     H_LAUNCH, H_LAUNCH_PTSZ, H_LAUNCH_EX, H_LAUNCH_EX_PTSZ, H_LAUNCH_COOP, H_LAUNCH_COOP_PTSZ,
-    H_CTX_DESTROY, H_PRIMARY_RELEASE, H_PRIMARY_RESET,
+    H_CTX_DESTROY, H_PRIMARY_RELEASE, H_PRIMARY_RESET, H_STREAM_DESTROY,
     H_COUNT
 };
 
@@ -71,7 +71,7 @@ static const char *const hook_names[H_COUNT] = {
     "cuModuleUnload", "cuLibraryUnload",
     "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
     "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
-    "cuCtxDestroy_v2", "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxReset_v2",
+    "cuCtxDestroy_v2", "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxReset_v2", "cuStreamDestroy_v2",
 };
 
 static void *hook_fns[H_COUNT]; /* our wrappers, filled in by init_hook_table */
@@ -713,18 +713,43 @@ static void before_teardown(void) {
 
 CUresult cuCtxDestroy_v2(void *ctx) {
     before_teardown();
+    neutrino_timeline_streams_gone(ctx, NULL);  /* the timeline's launch queues of its streams (cupti.c) */
     CUresult (*fn)(void *) = REAL(H_CTX_DESTROY, CUresult(*)(void *));
     return fn ? fn(ctx) : CU_NOT_FOUND;
 }
 
+/* The timeline's launch queue of the stream is retired (cupti.c): a stream made later at its address is
+ * another one. */
+CUresult cuStreamDestroy_v2(void *stream) {
+    neutrino_timeline_streams_gone(NULL, stream);
+    CUresult (*fn)(void *) = REAL(H_STREAM_DESTROY, CUresult(*)(void *));
+    return fn ? fn(stream) : CU_NOT_FOUND;
+}
+
+/* Whether device dev's primary context is still there (1 when the driver cannot say). */
+static int primary_ctx_active(int dev) {
+    static CUresult (*_Atomic get_state)(int, unsigned *, int *);
+    CUresult (*fn)(int, unsigned *, int *) = atomic_load(&get_state);
+    if (!fn) atomic_store(&get_state, fn = (CUresult(*)(int, unsigned *, int *))neutrino_real_sym("cuDevicePrimaryCtxGetState"));
+    unsigned flags = 0;
+    int active = 1;
+    return !fn || fn(dev, &flags, &active) != 0 || active;
+}
+
+/* A primary context destroyed (its last release, or a reset) may be made again with the same handle: every
+ * queue of the timeline's is retired (a stream's next launch asks CUPTI its id again). A release that leaves
+ * it alive (a library's retain/release pair) retires nothing. */
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
     before_teardown();
     CUresult (*fn)(int) = REAL(H_PRIMARY_RELEASE, CUresult(*)(int));
-    return fn ? fn(dev) : CU_NOT_FOUND;
+    CUresult rc = fn ? fn(dev) : CU_NOT_FOUND;
+    if (rc == 0 && !primary_ctx_active(dev)) neutrino_timeline_streams_gone(NULL, NULL);
+    return rc;
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(int dev) {
     before_teardown();
+    neutrino_timeline_streams_gone(NULL, NULL);
     CUresult (*fn)(int) = REAL(H_PRIMARY_RESET, CUresult(*)(int));
     return fn ? fn(dev) : CU_NOT_FOUND;
 }
@@ -742,6 +767,7 @@ static void *wrapper_for(const char *symbol, int version, cuuint64_t flags) {
     if (!strcmp(symbol, "cuLaunchCooperativeKernel")) return hook_fns[ptsz ? H_LAUNCH_COOP_PTSZ : H_LAUNCH_COOP];
     if (!strcmp(symbol, "cuLinkAddData")) return version >= 6050 ? hook_fns[H_LINK_ADD_DATA] : NULL;
     if (!strcmp(symbol, "cuCtxDestroy")) return version >= 4000 ? hook_fns[H_CTX_DESTROY] : NULL;
+    if (!strcmp(symbol, "cuStreamDestroy")) return version >= 4000 ? hook_fns[H_STREAM_DESTROY] : NULL;
     if (!strcmp(symbol, "cuDevicePrimaryCtxRelease")) return version >= 11000 ? hook_fns[H_PRIMARY_RELEASE] : NULL;
     if (!strcmp(symbol, "cuDevicePrimaryCtxReset")) return version >= 11000 ? hook_fns[H_PRIMARY_RESET] : NULL;
     for (int i = H_MODULE_LOAD; i < H_COUNT; i++)
@@ -790,6 +816,7 @@ static void init_hook_table(void) {
         (void *)cuLaunchKernel, (void *)cuLaunchKernel_ptsz, (void *)cuLaunchKernelEx, (void *)cuLaunchKernelEx_ptsz,
         (void *)cuLaunchCooperativeKernel, (void *)cuLaunchCooperativeKernel_ptsz,
         (void *)cuCtxDestroy_v2, (void *)cuDevicePrimaryCtxRelease_v2, (void *)cuDevicePrimaryCtxReset_v2,
+        (void *)cuStreamDestroy_v2,
     };
     memcpy(hook_fns, t, sizeof t);
 }

@@ -37,11 +37,14 @@ int neutrino_graph_pick_keeps(void *graph);
 /* cupti.c: a probed launch's place on the timeline; our wrapper of a libcupti function reached by dlsym. */
 uint64_t neutrino_timeline_begin_probed(void);
 void neutrino_timeline_end_probed(uint64_t token);
+void neutrino_timeline_cancel_probed(uint64_t token);
 void neutrino_timeline_note_submit(uint64_t seq);
 void *neutrino_cupti_wrapper_named(const char *name);
 /* cupti.c, level `hooks`: a kernel launch's entry (thread, host time) in its stream's queue, and its result. */
 void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const unsigned dims[6]);
 void neutrino_timeline_launch_exit(void *entry, int rc);
+/* cupti.c: a stream (or every stream of a context; of every context with ctx NULL) is about to be destroyed. */
+void neutrino_timeline_streams_gone(void *ctx, void *stream);
 
 /* argtrace.c: the arguments of a probed launch (launch_args.jsonl). */
 int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch);

@@ -42,6 +42,37 @@ def test_hand_written_sass_gives_the_known_counts():
     assert list(exact) == [False, True, True, False, False, True]
 
 
+def test_other_kernels_of_the_module_are_not_counted():
+    """A module with two kernels built from the same source lines (two instantiations of one template): the
+    machine code of the other kernel's section is not this kernel's (a called function's section still is),
+    so its figures are those of the kernel alone."""
+    ptx = (DATA / "sass_match.ptx").read_text()
+    text = (DATA / "sass_match.sass").read_text()
+    twin = ptx.replace(".visible .entry k(", ".visible .entry k2(").replace("k_param_", "k2_param_")
+    alone = sass.sass_lines_of(ptx, "k", table_of(ptx, "k"), disassembly=text)
+    two = ptx + "\n" + twin[twin.index(".visible .entry k2("):]
+    assert {f.name for f in parse_module(two).entries()} == {"k", "k2"}
+    both = sass.sass_lines_of(two, "k", table_of(two, "k"), disassembly=text + text.replace(".text.k ", ".text.k2 "))
+    assert sum(both.static) == sum(alone.static) == 19
+    assert (both.static, both.unmatched, both.matched, both.unknown) == (alone.static, alone.unmatched,
+                                                                         alone.matched, alone.unknown)
+
+
+def test_no_room_for_the_disassembly_is_a_note(monkeypatch):
+    """The temporary directory for the cubin cannot be made (a full or read-only TMPDIR): the SASS column is
+    `-` with a note saying why, never a traceback."""
+    ptx = (DATA / "sass_match.ptx").read_text()
+    monkeypatch.setenv(la.SASS_SWITCH, "1")
+    monkeypatch.setattr(sass, "find_nvdisasm", lambda: "/bin/true")
+
+    def no_room(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", "/tmp/neutrino-sass-x")
+
+    monkeypatch.setattr(sass.tempfile, "TemporaryDirectory", no_room)
+    table = la.with_sass(table_of(ptx, "k"), ptx, "k")
+    assert table.sass is None and "Permission denied" in table.sass_note
+
+
 def test_unknown_graphs_match_nothing():
     ptx = (DATA / "sass_match.ptx").read_text()
     table = table_of(ptx, "k")

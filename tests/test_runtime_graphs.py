@@ -646,6 +646,32 @@ def test_native_rings_and_writer(tmp_path, fakecuda, shim, monkeypatch, launches
     assert not [e for e in t.events if e["event"] in ("fallback", "result_error")]
 
 
+def test_capture_of_the_per_thread_default_stream_native(tmp_path, fakecuda, shim, monkeypatch):
+    """The capture of the per-thread default stream through the _ptsz entry points' NULL stream (a program
+    built with --default-stream per-thread capturing stream 0): its end is seen as a capture's end (the
+    shim asks the per-thread stream, not the legacy one): every replay runs and records the probed kernel, and
+    once the captures are over launches cost no more capture queries than before the first (with one left
+    counted as under way the shim asked at every launch)."""
+    out = tmp_path / "app.out"
+    monkeypatch.setenv("GRAPH_APP_OUT", str(out))
+    monkeypatch.setenv("GRAPH_APP_PTSZ", "1")
+    cycles, replays = 2, 3
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4",
+                                                   str(cycles), str(replays)], "--graphs")
+    said = out.read_text().splitlines()
+    assert rc == 0 and said[-1] == "app done", said
+    before, after = (int(line.split()[-1]) for line in said if line.startswith("capture queries"))
+    assert after == before, said
+    assert log == ["saxpy4 probed=1 grid=4"] * (1 + 3 + replays * cycles + 3)
+    t = nt.load(tmp_path / "trace")
+    graph_launches = [la for la in t.launches if la.graph is not None]
+    assert len(graph_launches) == replays * cycles
+    for la in graph_launches:
+        v = la.maps["block_sched"].valid()
+        assert len(v) == 8 and set(v["elapse"]) == {7}
+    assert not [e for e in t.events if e["event"] in ("fallback", "result_error")]
+
+
 def test_context_teardown_forgets_graphs_but_keeps_their_counts(program):
     drv, rt = program.drv, program.rt
     graph, _ = program.capture()

@@ -521,6 +521,50 @@ def test_launch_hooks_with_threads_launching_on_one_stream(tmp_path, fakes):
     assert counts["hook_joined"] == 101 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
 
 
+def test_launch_hooks_with_threads_on_their_per_thread_default_streams(tmp_path, fakes):
+    """Four threads launching on the NULL stream through the _ptsz entry points: each launches into its own
+    per-thread default stream (CUPTI gives each its own stream id: the fake's is 1000 + the thread's id), so
+    each thread's launches are a queue of their own, and every record takes its own thread's entry."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "25"],
+                       "--launches", "0:1",
+                       env={"FAKEAPP_THREADS": "4", "FAKEAPP_PTSZ": "1", "FAKECUPTI_BUFFER": "2000"})
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    assert len(kernels) == 101 and len(set(kernels["stream"].tolist())) == 5
+    assert (kernels["tid"].astype(np.int64) == kernels["stream"].astype(np.int64) - 1000).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 101 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+
+
+def test_launch_hooks_on_a_stream_made_again_at_the_same_address(tmp_path, fakes):
+    """FAKEAPP_REMAKE_STREAM=1: each launch on a stream made for it and destroyed after it; the allocator gives
+    the new one the old one's address, CUPTI another id (the fake's: one per stream made). The destroyed
+    stream's queue is retired, so each kernel joins its own launch's entry."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env={"FAKEAPP_REMAKE_STREAM": "1", "FAKEAPP_GRIDS": "4,8"})
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    assert len(kernels) == 6 and len(set(kernels["stream"].tolist())) == 6
+    assert (kernels["tid"] > 0).all() and (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 6 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+
+
+def test_launch_hooks_a_refused_probed_launch_leaves_the_original_unflagged(tmp_path, fakes):
+    """FAKECUDA_REFUSE_PROBED=1: the driver refuses the instrumented copy, the original runs in its place
+    (the program's results unchanged): its record is joined to the launch's entry but not flagged probed, as
+    no probed kernel ran."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "3"],
+                       "--launches", "0:1", env={"FAKECUDA_REFUSE_PROBED": "1"})
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    assert len(kernels) == 3 and (kernels["tid"] > 0).all()
+    assert not (kernels["flags"] & FLAG_PROBED).any()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 3 + 2 and counts["probed"] == 0
+
+
 def test_graph_level_records_one_per_replay(tmp_path, fakes):
     """Level `graphs` (GRAPH_TRACE): each replay of the graph is one record of kind 4 (flags bit 1, the
     graph's id in `bytes`, the cuGraphLaunch call's thread and host time), and none of its nodes is a

@@ -19,6 +19,10 @@ def launch_all(ptx_path, kernel, n):
     params = (C.c_void_p * 4)(*[C.addressof(v) for v in vals])
     cu.cuLaunchKernel.argtypes = [C.c_void_p] + [C.c_uint] * 7 + [C.c_void_p] * 3
     cu.cuLaunchKernelEx.argtypes = [C.c_void_p] * 4
+    cu.cuLaunchKernel_ptsz.argtypes = cu.cuLaunchKernel.argtypes
+    # FAKEAPP_PTSZ=1: the launches go through the per-thread default stream's entry point (nvcc
+    # --default-stream per-thread): the NULL stream is then each thread's own
+    launch = cu.cuLaunchKernel_ptsz if os.environ.get("FAKEAPP_PTSZ") else cu.cuLaunchKernel
     config = Config((4, 1, 1), (64, 1, 1), 0, None, None, 0)
     devices = int(os.environ.get("FAKEAPP_DEVICES", "1"))  # launch on the devices in turn (contexts of fakecuda.c)
     counter = iter(range(1 << 62))
@@ -40,15 +44,20 @@ def launch_all(ptx_path, kernel, n):
             if devices > 1:
                 assert cu.cuCtxSetCurrent(C.c_void_p(0xC0 + 0x100 * (i % devices))) == 0
             g, stream = grids[i % len(grids)], streams[i % len(streams)]
+            if os.environ.get("FAKEAPP_REMAKE_STREAM"):  # a stream of its own, destroyed after the launch
+                stream = C.c_void_p()
+                assert cu.cuStreamCreate(C.byref(stream), 1) == 0
             with ranged(i):
                 if os.environ.get("FAKEAPP_EX"):  # as Triton launches
                     config.g[0] = g
                     config.stream = stream
                     assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
                 else:
-                    assert cu.cuLaunchKernel(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+                    assert launch(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
             if os.environ.get("FAKEAPP_BAD_LAUNCH"):  # a launch the driver refuses (grid 0): no record
                 assert cu.cuLaunchKernel(fn, 0, 1, 1, 64, 1, 1, 0, stream, params, None) != 0
+            if os.environ.get("FAKEAPP_REMAKE_STREAM"):
+                assert cu.cuStreamDestroy_v2(stream) == 0
 
     threads = int(os.environ.get("FAKEAPP_THREADS", "0"))
     if not threads:

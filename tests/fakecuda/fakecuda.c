@@ -244,7 +244,16 @@ CUresult cuStreamEndCapture(void *s, void **graph) {
     cap_stream = NULL; cap_graph = NULL;
     return 0;
 }
-CUresult cuStreamIsCapturing(void *s, int *st) { *st = (cap_stream && s == cap_stream) ? 1 : 0; return 0; }
+/* The _ptsz entry points: their NULL stream is the per-thread default stream (CU_STREAM_PER_THREAD, 0x2). */
+CUresult cuStreamBeginCapture_v2_ptsz(void *s, int mode) { return cuStreamBeginCapture_v2(s ? s : (void *)2, mode); }
+CUresult cuStreamEndCapture_ptsz(void *s, void **graph) { return cuStreamEndCapture(s ? s : (void *)2, graph); }
+static long is_capturing_calls;  /* the shim asks only while a capture it saw begin has not ended */
+long fakecuda_is_capturing_calls(void) { return is_capturing_calls; }
+CUresult cuStreamIsCapturing(void *s, int *st) {
+    is_capturing_calls++;
+    *st = (cap_stream && s == cap_stream) ? 1 : 0;
+    return 0;
+}
 CUresult cuStreamGetCaptureInfo_v2(void *s, int *st, unsigned long long *id, void **graph, void *const **deps,
                                    size_t *n) {
     static __thread void *dep;
@@ -420,7 +429,18 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     return 0;
 }
 CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
-CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = malloc(8); return 0; }
+/* A stream made gets a CUPTI id of its own from the fake CUPTI (as the driver's streams, unique for the life
+ * of the process, whatever their handle: one destroyed and made again at the same address is another). */
+CUresult cuStreamCreate(void **s, unsigned f) {
+    (void)f;
+    *s = malloc(8);
+    void *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
+    void (*made)(void *) = h ? (void (*)(void *))dlsym(h, "fakecupti_stream_made") : NULL;
+    if (h) dlclose(h);
+    if (made) made(*s);
+    return 0;
+}
+CUresult cuStreamDestroy_v2(void *s) { free(s); return 0; }
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) {
     (void)f;
     const char *log = getenv("FAKECUDA_LOG");
@@ -629,11 +649,15 @@ static int stale(void *f) {
     return 1;
 }
 
-CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned sh, void *s, void **p, void **e) {
+/* The launch itself; the _ptsz entry points call it directly (a call of the exported cuLaunchKernel from
+ * here would reach the shim's hook a second time, which the real driver never does). */
+static CUresult launch_kernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                              unsigned sh, void *s, void **p, void **e) {
     (void)sh; (void)e;
     if (!gx || !gy || !gz) return 1; /* CUDA_ERROR_INVALID_VALUE, as the real driver: no record */
     if (stale(f)) return 400; /* the real driver: an invalid handle, or another kernel's code */
+    /* FAKECUDA_REFUSE_PROBED=1: an instrumented kernel's launch is refused (too many resources requested) */
+    if (getenv("FAKECUDA_REFUSE_PROBED") && strstr(((Function *)f)->mod->image, "__nt_buf")) return 701;
     Node *nd = capture(s, N_KERNEL);
     if (nd) { /* the argument arrays are kept alive by their owners in these tests */
         unsigned d[6] = {gx, gy, gz, bx, by, bz};
@@ -646,21 +670,29 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     if (note && strcmp(((Function *)f)->name, "__neutrino_graph_append")) note(((Function *)f)->name, gx, gy, gz, bx, by, bz, sh, (uintptr_t)s);
     return 0;
 }
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned sh, void *s, void **p, void **e) {
+    return launch_kernel(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+}
+/* A _ptsz entry point's NULL stream is the calling thread's per-thread default stream (CU_STREAM_PER_THREAD). */
+#define PER_THREAD_NULL(s) ((s) ? (s) : (void *)(uintptr_t)2)
 CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                              unsigned sh, void *s, void **p, void **e) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+    return launch_kernel(f, gx, gy, gz, bx, by, bz, sh, PER_THREAD_NULL(s), p, e);
 }
 CUresult cuLaunchKernelEx(const Config *c, void *f, void **p, void **e) {
     return cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shmem, c->stream, p, e);
 }
-CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **p, void **e) { return cuLaunchKernelEx(c, f, p, e); }
+CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **p, void **e) {
+    return launch_kernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shmem, PER_THREAD_NULL(c->stream), p, e);
+}
 CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                    unsigned bz, unsigned sh, void *s, void **p) {
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, 0);
 }
 CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                         unsigned bz, unsigned sh, void *s, void **p) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, p, 0);
+    return launch_kernel(f, gx, gy, gz, bx, by, bz, sh, PER_THREAD_NULL(s), p, 0);
 }
 
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status);
@@ -675,6 +707,7 @@ static const struct { const char *name; void *fn; } table[] = {
     E(cuLaunchCooperativeKernel), E(cuLinkComplete), E(cuModuleUnload), E(cuLibraryUnload), E(cuCtxGetCurrent), E(cuGraphInstantiateWithFlags),
     E(cuGraphLaunch), E(cuGraphDestroy), E(cuGraphExecDestroy), E(cuLaunchHostFunc),
     {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2}, E(cuStreamEndCapture),
+    {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
     {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
 };
 static const struct { const char *name; void *fn; } ptsz[] = {

@@ -130,6 +130,28 @@ static uint32_t api_call(uint32_t cbid) {
 static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id);
 
+/* The streams fakecuda.c made, newest last, and their ids (13, 14, ...: one per stream made, never reused). */
+static struct { uintptr_t handle; uint32_t id; } made_streams[256];
+static unsigned n_made_streams;
+
+void fakecupti_stream_made(void *stream) {
+    pthread_mutex_lock(&lock);
+    if (n_made_streams < 256) made_streams[n_made_streams] = (typeof(made_streams[0])){(uintptr_t)stream, 13 + n_made_streams}, n_made_streams++;
+    pthread_mutex_unlock(&lock);
+}
+
+/* A stream's CUPTI id: the per-thread default stream (CU_STREAM_PER_THREAD, 0x2, or NULL from a _ptsz entry
+ * point, which fakecuda.c passes on as 0x2) is one per thread, as the driver's: 1000 + the thread's id; the
+ * legacy NULL stream (NULL, CU_STREAM_LEGACY 0x1) 7; a stream made, the id of the newest made at its address;
+ * any other 13. */
+static uint32_t fake_stream_id(uintptr_t stream, int per_thread) {
+    if (stream == 2 || (!stream && per_thread)) return 1000 + (uint32_t)syscall(SYS_gettid);
+    if (stream <= 2) return 7;
+    for (unsigned i = n_made_streams; i-- > 0;)
+        if (made_streams[i].handle == stream) return made_streams[i].id;
+    return 13;
+}
+
 void fakecupti_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                       unsigned shmem, uintptr_t stream) {
     kernel_record(name, gx, gy, gz, bx, by, bz, shmem, stream, 0);
@@ -154,7 +176,7 @@ void fakecupti_graph_launch(uintptr_t stream, uint32_t graph_id) {
     nt_wr64(g, GT_START, t);
     nt_wr64(g, GT_END, t + 3000);
     nt_wr32(g, GT_GRAPH_ID, graph_id);
-    nt_wr32(g, GT_STREAM, stream ? 13 : 7);
+    nt_wr32(g, GT_STREAM, fake_stream_id(stream, 0));
     pthread_mutex_unlock(&lock);
 }
 
@@ -174,7 +196,7 @@ static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned g
         nt_wr64(k, K_START, t);
         nt_wr64(k, K_END, t + 1000);
         nt_wr32(k, K_DEVICE, 0);
-        nt_wr32(k, K_STREAM, stream ? 13 : 7);
+        nt_wr32(k, K_STREAM, fake_stream_id(stream, 0));
         for (int d = 0; d < 3; d++) nt_wr32(k, K_GRID + 4 * d, dims[d]), nt_wr32(k, K_BLOCK + 4 * d, dims[3 + d]);
         nt_wr32(k, K_DYN_SHARED, shmem);
         nt_wr32(k, K_CORRELATION, corr);
@@ -259,12 +281,13 @@ CUptiResult cuptiActivityDisable(int kind) { if (kind < 0 || kind >= 64) return 
 CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t on) { if (cbid < 1024) driver_cbids[cbid] = on ? 1 : 2; return 0; }
 CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t on) { (void)cbid; (void)on; return 0; }
 CUptiResult cuptiSetThreadIdType(int type) { (void)type; return 0; }
-/* The stream id of the kernel records (kernel_record: 13 for a stream, 7 for the NULL stream of either kind);
+/* The stream id of the kernel records (kernel_record: 13 for a stream, 7 for the legacy NULL stream, 1000 + the
+ * calling thread's id for its per-thread default stream);
  * FAKECUPTI_NO_STREAM_ID=1: the call fails (the shim then joins by callbacks). */
 CUptiResult cuptiGetStreamIdEx(void *ctx, void *stream, uint8_t per_thread, uint32_t *id) {
-    (void)ctx; (void)per_thread;
+    (void)ctx;
     if (getenv("FAKECUPTI_NO_STREAM_ID")) return 1;
-    *id = stream ? 13 : 7;
+    *id = fake_stream_id((uintptr_t)stream, per_thread);
     return 0;
 }
 CUptiResult cuptiGetTimestamp(uint64_t *t) { *t = now_ns(); return 0; }

@@ -13,7 +13,9 @@ GRAPH_APP_TWIN=graph|clone: a second executable graph
 instantiated from the captured graph or a clone of it, launched right after each replay of the first;
 GRAPH_APP_SET_NODE_GRID=G: cuGraphNodeSetParams on
 the (last) kernel node before instantiation: the program's kernel on G blocks;
-GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown the shim reports). Prints the fake driver's
+GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown the shim reports).
+GRAPH_APP_PTSZ=1: the captures are of the per-thread default stream (the _ptsz entry points' NULL), and three
+eager launches before and after them say how many capture-status queries they cost. Prints the fake driver's
 cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), and with
 FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switch ("fork child", -1: hung)."""
 import ctypes as C
@@ -51,6 +53,15 @@ def set_node_grid(cu, node, fn, params, grid_x):
     assert cu.cuGraphNodeSetParams(node, base) == 0
 
 
+def capture_queries(cu, fn, stream, params):
+    """cuStreamIsCapturing calls made by three eager launches on `stream`."""
+    cu.fakecuda_is_capturing_calls.restype = C.c_long
+    asked = cu.fakecuda_is_capturing_calls()
+    for _ in range(3):
+        assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+    return cu.fakecuda_is_capturing_calls() - asked
+
+
 def main(ptx_path, kernel, cycles, replays):
     cu = C.CDLL("libcuda.so.1")
     P = C.c_void_p
@@ -74,13 +85,28 @@ def main(ptx_path, kernel, cycles, replays):
     vals = [C.c_uint64(i) for i in range(4)]
     params = (P * 4)(*[C.addressof(v) for v in vals])
     assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0  # eager: builds the probed code
+    # GRAPH_APP_PTSZ=1: the capture is of the per-thread default stream, through the _ptsz entry points' NULL
+    ptsz = bool(os.environ.get("GRAPH_APP_PTSZ"))
+    if ptsz:
+        cu.cuStreamBeginCapture_v2_ptsz.argtypes = [P, C.c_int]
+        cu.cuLaunchKernel_ptsz.argtypes = cu.cuLaunchKernel.argtypes
+        cu.cuStreamEndCapture_ptsz.argtypes = cu.cuStreamEndCapture.argtypes
+    if ptsz:
+        say("capture queries before the captures", capture_queries(cu, fn, stream, params))
     for cycle in range(cycles):
         graph, exe = P(), P()
-        assert begin(stream, 0) == 0  # global mode, PyTorch's default
-        for _ in range(int(os.environ.get("GRAPH_APP_KERNELS", "1"))):
-            assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
-        node = last_node(cu, stream)
-        assert cu.cuStreamEndCapture(stream, C.byref(graph)) == 0
+        if ptsz:
+            assert cu.cuStreamBeginCapture_v2_ptsz(None, 0) == 0
+            for _ in range(int(os.environ.get("GRAPH_APP_KERNELS", "1"))):
+                assert cu.cuLaunchKernel_ptsz(fn, 4, 1, 1, 64, 1, 1, 0, None, params, None) == 0
+            node = last_node(cu, P(2))  # CU_STREAM_PER_THREAD: the same stream
+            assert cu.cuStreamEndCapture_ptsz(None, C.byref(graph)) == 0
+        else:
+            assert begin(stream, 0) == 0  # global mode, PyTorch's default
+            for _ in range(int(os.environ.get("GRAPH_APP_KERNELS", "1"))):
+                assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+            node = last_node(cu, stream)
+            assert cu.cuStreamEndCapture(stream, C.byref(graph)) == 0
         if os.environ.get("GRAPH_APP_SET_NODE_GRID"):  # the program's own kernel on a smaller grid
             set_node_grid(cu, node, fn, params, int(os.environ["GRAPH_APP_SET_NODE_GRID"]))
         source = graph
@@ -126,6 +152,8 @@ def main(ptx_path, kernel, cycles, replays):
             assert cu.cuGraphDestroy(graph) == 0
         if cycle == 0:
             say("live after first cycle", cu.fakecuda_live_allocations())
+    if ptsz:  # every capture has ended: launches ask the capture status as often as before any capture
+        say("capture queries after the captures", capture_queries(cu, fn, stream, params))
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
     say("pick calls", cu.fakecuda_pick_calls())
     if os.environ.get("FAKECUDA_FORK_IN_SWITCH"):

@@ -67,6 +67,8 @@ class Timeline:
         self.end = lib.neutrino_timeline_end_probed
         self.begin.restype = C.c_uint64
         self.end.argtypes = [C.c_uint64]
+        self.cancel = lib.neutrino_timeline_cancel_probed  # the probed kernel never ran: its token given back
+        self.cancel.argtypes = [C.c_uint64]
         self._enter = getattr(lib, "neutrino_timeline_launch_enter", None)
         if self._enter is not None:
             self._enter.restype = C.c_void_p

@@ -82,6 +82,8 @@ class ProbedLaunches:
             flight = self.enqueuer.launch(pk, req, shape.layouts, slots, stream=stream, ctx=ctx, frame=frame,
                                           frame_bytes=shape.frame_bytes, benchmark=self.opt.benchmark)
         except BaseException as e:
+            if token:  # the probed kernel never ran: what runs in its place is not flagged probed
+                self.timeline.cancel(token)
             self.pool.release(slots)
             self.trace_budget.give_back(shape.frame_bytes)
             if isinstance(e, Fallback) and e.stage == "launch":

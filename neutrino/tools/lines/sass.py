@@ -433,19 +433,22 @@ def disassemble(ptx: str, ptxas: str | None = None, nvdisasm: str | None = None,
     if not ptxas or not nvdisasm:
         raise SassUnavailable(f"no {'ptxas' if not ptxas else 'nvdisasm'} found (put ptxas on PATH; set NVDISASM)")
     target = PTX_TARGET_RE.search(ptx)
-    with tempfile.TemporaryDirectory(prefix="neutrino-sass-") as tmp:
-        src, cubin = Path(tmp) / "original.ptx", Path(tmp) / "original.cubin"
-        src.write_text(ptx)
-        steps = ([ptxas, "-lineinfo", f"-arch={target.group(1) if target else 'sm_90'}", "-o", str(cubin), str(src)],
-                 [nvdisasm, "-c", "-gi", str(cubin)])
-        for step in steps:
-            try:
-                done = subprocess.run(step, capture_output=True, text=True, timeout=timeout)
-            except (OSError, subprocess.TimeoutExpired) as e:
-                raise SassUnavailable(f"{step[0]}: {e}") from None
-            if done.returncode != 0:
-                raise SassUnavailable(f"{step[0]} exit {done.returncode}: {(done.stderr or done.stdout).strip()[-400:]}")
-        return done.stdout
+    try:
+        with tempfile.TemporaryDirectory(prefix="neutrino-sass-") as tmp:
+            src, cubin = Path(tmp) / "original.ptx", Path(tmp) / "original.cubin"
+            src.write_text(ptx)
+            steps = ([ptxas, "-lineinfo", f"-arch={target.group(1) if target else 'sm_90'}", "-o", str(cubin), str(src)],
+                     [nvdisasm, "-c", "-gi", str(cubin)])
+            for step in steps:
+                try:
+                    done = subprocess.run(step, capture_output=True, text=True, timeout=timeout)
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    raise SassUnavailable(f"{step[0]}: {e}") from None
+                if done.returncode != 0:
+                    raise SassUnavailable(f"{step[0]} exit {done.returncode}: {(done.stderr or done.stdout).strip()[-400:]}")
+            return done.stdout
+    except OSError as e:  # no room for the PTX and cubin (a full or read-only TMPDIR): a note, not a traceback
+        raise SassUnavailable(f"temporary files: {e}") from None
 
 
 def sass_lines_of(ptx: str, kernel: str, table, disassembly: str | None = None) -> SassLines:
@@ -462,4 +465,8 @@ def sass_lines_of(ptx: str, kernel: str, table, disassembly: str | None = None) 
     successors = ptx_successors(function, line_map)
     text = disassembly if disassembly is not None else disassemble(ptx)
     cyclic = None if successors is None else cyclic_nodes(successors)
-    return match_blocks(table, cyclic, parse_nvdisasm(text), kernel)
+    # the module's other kernels are assembled too; their code is never this kernel's, even where it has
+    # its lines (two instantiations of one template), while a called function's section is
+    others = {f".text.{f.name}" for f in module.entries() if f.name != kernel}
+    sections = [section for section in parse_nvdisasm(text) if section.name not in others]
+    return match_blocks(table, cyclic, sections, kernel)
