@@ -220,9 +220,10 @@ def graph_workload(iters: int, n: int = 1 << 20) -> dict:
     return {"us": statistics.median(times), "host_us": host, "hash": digest(out)}
 
 
-def graph8_workload(iters: int) -> dict:
-    """Replays of a graph of 8 tiny Triton kernels (256 blocks of 4 warps, ~2 µs each on the H100):
-    the decode-loop shape where a fixed cost per kernel or per replay shows most (issue 24)."""
+def capture_graph8():
+    """(graph, its 8 outputs, its 2 inputs): a CUDA graph of 8 tiny Triton kernels (256 blocks of 4 warps,
+    ~2 µs each on the H100), captured after one eager launch (Triton's compile). The caller keeps the
+    tensors alive while it replays the graph, which reads and writes their memory."""
     n = 256 * 1024
     g = torch.Generator(device="cuda").manual_seed(2)
     x = torch.rand(n, device="cuda", generator=g)
@@ -231,10 +232,17 @@ def graph8_workload(iters: int) -> dict:
     grid = (triton.cdiv(n, 1024),)
     stream_kernel[grid](x, y, outs[0], n, BLOCK=1024)
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
         for out in outs:
             stream_kernel[grid](x, y, out, n, BLOCK=1024)
+    return graph, outs, (x, y)
+
+
+def graph8_workload(iters: int) -> dict:
+    """Replays of capture_graph8's graph: the decode-loop shape where a fixed cost per kernel or per
+    replay shows most (issue 24)."""
+    g, outs, inputs = capture_graph8()  # inputs: held while the graph reads them
     times, host = timed_loop(g.replay, iters, 5)
     ab = timeline_ab(g.replay) if os.environ.get("OVERHEAD_TIMELINE_AB") else {}
     # the mean too: under --launches every:N the median is a replay left out, the mean counts the others

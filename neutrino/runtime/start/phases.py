@@ -118,19 +118,27 @@ class PhaseClock:
                   max_seconds=round(fields.pop("max_seconds"), 6), **fields)
 
 
+def _shim_stats(shim_lib, symbol: str, count: int):
+    """The `count` u64 counters the shim's `symbol(uint64_t *out)` fills, or None (an older shim without it)."""
+    import ctypes
+
+    read = getattr(shim_lib, symbol, None)
+    if read is None:
+        return None
+    stats = (ctypes.c_uint64 * count)()
+    read.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+    read.restype = None
+    read(stats)
+    return list(stats)
+
+
 def add_driver_loads(phases: PhaseClock, shim_lib) -> None:
     """`module_jit` and `module_driver` from the shim's clocks of the program's module loads (each
     only when such a load ran). `shim_lib`: the loaded shim (ctypes.CDLL); one without the clocks (an
     older build) adds nothing."""
-    import ctypes
-
-    read = getattr(shim_lib, "neutrino_module_load_stats", None)
-    if read is None:
+    stats = _shim_stats(shim_lib, "neutrino_module_load_stats", 6)
+    if stats is None:
         return
-    stats = (ctypes.c_uint64 * 6)()
-    read.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
-    read.restype = None
-    read(stats)
     for index, name in enumerate(DRIVER_PHASES):
         ns, count, longest = stats[3 * index:3 * index + 3]
         if count:
@@ -141,15 +149,9 @@ def add_process_stats(phases: PhaseClock, shim_lib) -> None:
     """`constructor` (the shim's constructor: its duration, `started_at` its wall-clock start, the
     first moment of the process our code sees) and `lookup` (the program's kernel lookups in our
     callback), from the shim's clocks (neutrino_process_stats); an older shim adds nothing."""
-    import ctypes
-
-    read = getattr(shim_lib, "neutrino_process_stats", None)
-    if read is None:
+    stats = _shim_stats(shim_lib, "neutrino_process_stats", 5)
+    if stats is None:
         return
-    stats = (ctypes.c_uint64 * 5)()
-    read.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
-    read.restype = None
-    read(stats)
     started_at, ctor_ns, lookup_ns, lookups, longest = stats
     if started_at:
         phases.add("constructor", ctor_ns / 1e9, started_at=round(started_at / 1e9, 6))
