@@ -7,8 +7,14 @@ About a second of process time instead of the torch.compile program's twenty: en
 a device call to put medians on the fixed costs (launcher, start-up, exit). Prints one JSON line
 with a checksum of the result (the profiled runs must print the same) and the wall clock of each
 step (`marks`: benchmarks/startup.py puts each step's time beside the plain runs').
+
+STARTUP_LIGHT_DUMP=SECONDS:FILE (a diagnostic, issue 29): every SECONDS from the module's load to the
+end of the launches (the first probed launch, arange's, included), every thread's Python stack goes
+to FILE (faulthandler's watchdog thread writes it without the GIL, so a
+launch stuck waiting for the GIL shows which thread holds it).
 """
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,9 +30,29 @@ PTX = Path(__file__).resolve().parent.parent / "tests" / "gpu" / "workloads" / "
 N4 = 1 << 16
 
 
+def _dump_stacks():
+    spec = os.environ.get("STARTUP_LIGHT_DUMP")
+    if not spec:
+        return None
+    seconds, path = spec.split(":", 1)
+    import faulthandler
+
+    out = open(path, "w")
+    faulthandler.dump_traceback_later(float(seconds), repeat=True, file=out)
+    return out
+
+
+def _stop_dump(out) -> None:
+    import faulthandler
+
+    faulthandler.cancel_dump_traceback_later()
+    out.close()
+
+
 def main(launches: int) -> None:
     saxpy4 = cp.RawModule(path=str(PTX)).get_function("saxpy4")
     MARKS["module"] = time.time()  # the first CUDA call: cuInit, the context, our runtime's start
+    dump = _dump_stacks()  # the first probed launch is arange's
     x = cp.arange(4 * N4, dtype=cp.float32)
     MARKS["arange"] = time.time()
     x /= 4 * N4
@@ -37,6 +63,8 @@ def main(launches: int) -> None:
         saxpy4((N4 // 256,), (256,), (x, y, np.float32(0.5), np.int64(N4)))
     cp.cuda.runtime.deviceSynchronize()
     MARKS["launched"] = time.time()
+    if dump is not None:
+        _stop_dump(dump)
     loss = round(float(y.sum()), 3)
     MARKS["summed"] = time.time()
     print(json.dumps({"loss": loss, "launches": launches, "marks": MARKS}))

@@ -111,7 +111,8 @@ def run_ab(step, x, phases):
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     out = {name: {"step_ms": [], "event_ms": []} for name, _ in phases}
     for cycle in range(int(cycles) + 1):
-        for name, switch in phases:
+        turn = cycle % len(phases)  # each cycle starts one phase later: no phase always follows the same one
+        for name, switch in phases[turn:] + phases[:turn]:
             switch()
             for _ in range(int(phase_steps)):
                 wall, span = timed_step(step, x, begin, end)
