@@ -66,6 +66,16 @@ def test_a_module_holds_a_selected_kernel_only_if_its_bytes_show_the_name():
     assert may_hold_selected(cubin, (b"add",)) and not may_hold_selected(cubin, (b"nomatchxyz",))
 
 
+def test_a_fatbin_whose_compressed_entries_are_all_sass_is_not_examined():
+    from tests.test_ptx_source import PTX_80, make_entry, make_fatbin, ptx_entry
+
+    sass = make_entry(2, 90, b"\x7fELF" + bytes(60) + b"hidden_kernel_name", compression="zstd")
+    assert not may_hold_selected(make_fatbin(sass), (b"nomatchxyz",))  # no PTX: nothing there can be probed
+    assert not may_hold_selected(make_fatbin(ptx_entry(PTX_80, 80), sass), (b"nomatchxyz",))  # plain PTX shows names
+    assert may_hold_selected(make_fatbin(ptx_entry(PTX_80, 80, compression="lz4"), sass), (b"nomatchxyz",))
+    assert may_hold_selected(make_fatbin(sass), ())  # without -k every module is examined
+
+
 def test_compressed_or_unknown_images_are_always_examined():
     for name in ("add_80_90.zstd.fatbin", "add_80_90.lz4.fatbin", "add_90a_100f_120.fatbin"):  # compressed entries
         assert may_hold_selected((BINARIES / name).read_bytes(), (b"nomatchxyz",)), name

@@ -30,8 +30,11 @@ def may_hold_selected(image, literals: tuple[bytes, ...]) -> bool:
 
 
 def _may_hide_names(data: bytes) -> bool:
-    """Whether a name could be in `data` without its bytes showing: a compressed fatbin entry, or an
-    image whose parts we do not walk here (host executables, fatbin wrappers, unknown bytes)."""
+    """Whether a probe-able kernel's name could be in `data` without its bytes showing: a compressed
+    PTX entry of a fatbin, or an image whose parts we do not walk here (host executables, fatbin
+    wrappers, unknown bytes). A fatbin's compressed SASS (ELF) entries hide names too, but of kernels
+    with no PTX there, which cannot be probed (ptx_source.py takes a fatbin's PTX from its PTX
+    entries only): the SASS-only libraries (cuBLAS, ATen) are not decompressed under -k."""
     from neutrino.runtime.modules.ptx_source import ImageKind, classify_image
 
     try:
@@ -41,7 +44,7 @@ def _may_hide_names(data: bytes) -> bool:
         if kind is ImageKind.FATBIN:
             from neutrino.runtime.modules.fatbin import parse_fatbin_sequence
 
-            return any(entry.compression is not None
+            return any(entry.is_ptx and entry.compression is not None
                        for container in parse_fatbin_sequence(data) for entry in container.entries)
     except Exception:  # noqa: BLE001 - unreadable: examined as before, where errors are reported
         return True
