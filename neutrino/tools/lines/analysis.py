@@ -14,8 +14,10 @@ the function the engine used (neutrino/isa/ptx/lines.py):
   basic block: bucket 1 + (b + 1) × 4 + c; each block's ticks are shared among its lines in
   proportion to their SASS instructions in it (`block_ticks_to_lines`).
 * `lines_total` (sum): `ticks`, Σ over threads of the ticks from entry to exit,
-  and `excess`, Σ of the ticks past 4 of the samples counted as 4: the time
-  total stays exact; `excess` is shared among the lines by their clamped samples
+  `excess`, Σ of the ticks past 4 of the samples counted as 4, and `probe`, Σ of the
+  ticks between the two clock reads of every anchor (the probes' own time, left out
+  of the lines; absent in traces of the tools before it): the time total stays exact
+  (lines + entry + probe); `excess` is shared among the lines by their clamped samples
   (`share_excess`: an estimate per line).
 
 The numeric work is in `line_instructions` and `line_ticks` (pure, tested on
@@ -88,6 +90,7 @@ class LaunchResult:
     block_clamped_by_key: tuple[int, ...] | None = None  # block_time: clamped samples per key
     total_ticks: int | None = None  # lines_total: thread-ticks from entry to exit, exact
     excess: int | None = None  # lines_total: ticks past 4 of the clamped samples
+    probe_ticks: int | None = None  # lines_total: ticks inside the probes (between an anchor's two clock reads)
 
 
 # ---------------------------------------------------------------- pure functions
@@ -256,7 +259,7 @@ def line_table(launch) -> LineTable:
 def counters_result(map_name: str, counts: np.ndarray, table: LineTable) -> dict:
     """The figures of one map's folded counters (a hist's buckets, linear:0:N:1; a sum's fields):
     `instructions` (lines_blocks), `ticks` and `clamped` (lines_time), with `overflow` (not
-    attributed); `total_ticks` and `excess` (lines_total)."""
+    attributed); `total_ticks`, `excess` and (a map with the field) `probe_ticks` (lines_total)."""
     counts = np.asarray(counts, dtype=np.uint64)
     values = counts[1:-1]  # bucket 1 + v holds value v; bucket 0 (below 0) is always empty
     if map_name == "lines_blocks":
@@ -272,7 +275,10 @@ def counters_result(map_name: str, counts: np.ndarray, table: LineTable) -> dict
         return {"block_ticks": tuple(int(v) for v in ticks), "clamped": int(clamped.sum()),
                 "block_clamped_by_key": tuple(int(v) for v in clamped), "overflow": overflow + int(counts[-1])}
     if map_name == "lines_total":  # a sum map: its counters are the fields in order
-        return {"total_ticks": int(counts[0]), "excess": int(counts[1])}
+        out = {"total_ticks": int(counts[0]), "excess": int(counts[1])}
+        if len(counts) > 2:  # the `probe` field (tools from issue 27's probe-time change on)
+            out["probe_ticks"] = int(counts[2])
+        return out
     raise ValueError(f"map {map_name}: not a map of the lines tools ({', '.join(MAP_NAMES)})")
 
 
@@ -284,7 +290,8 @@ def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
     table = line_table(launch)
     if kind == "sum":
         totals = md.totals()
-        counts = np.array([totals.get("ticks", 0), totals.get("excess", 0)], dtype=np.uint64)
+        fields = ("ticks", "excess") + (("probe",) if "probe" in totals else ())
+        counts = np.array([totals.get(name, 0) for name in fields], dtype=np.uint64)
     else:
         counts = md.histogram().counts
     figures = counters_result(md.name, counts, table)
@@ -306,6 +313,7 @@ class KernelLines:
     total_ticks: int | None = None  # thread-ticks from entry to exit, exact (None: no lines_total)
     block_threads: np.ndarray | None = None  # threads per basic block, Σ over launches (lines_blocks)
     time_by_block: bool = False  # ticks measured per block (lines_blocktime) and shared among its lines
+    probe_ticks: int | None = None  # thread-ticks inside the probes, left out of the lines (None: not measured)
 
     def sass_instructions(self) -> tuple[np.ndarray, np.ndarray] | None:
         """SASS thread-instructions per line and whether each is exact (sass.sass_line_instructions); None
@@ -340,10 +348,11 @@ def combine(results) -> KernelLines | None:
         sass = table.sass.static if table.sass is not None else None
         ticks_sum = whole(block_ticks_to_lines(block_ticks, table, sass), int(block_ticks.sum()))
     blocks = [np.asarray(r.block_threads, np.float64) for r in same if r.block_threads is not None]
+    probed = [r.probe_ticks for r in totals if r.probe_ticks is not None]
     return KernelLines(table, sum(instr) if instr else None, ticks_sum,
                        sum(r.clamped for r in same), sum(r.overflow for r in same),
                        len({r.index for r in same}), excess, sum(r.total_ticks for r in totals) if totals else None,
-                       sum(blocks) if blocks else None, bool(by_block) and not ticks)
+                       sum(blocks) if blocks else None, bool(by_block) and not ticks, sum(probed) if probed else None)
 
 
 def _share(value: float, total: float) -> str:
@@ -504,7 +513,18 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
         out.append(_sass_note(k))
     if k.ticks is not None:
         out.append(BLOCK_TIME_NOTE if k.time_by_block else PERTURBATION_NOTE)
+    if k.ticks is not None and k.probe_ticks is not None:
+        out.append(probe_time_note(k))
     return out
+
+
+def probe_time_note(k: KernelLines) -> str:
+    """The probes' own time, left out of every line (spec/tools.md "lines": probe time)."""
+    share = _share(k.probe_ticks, k.total_ticks) if k.total_ticks else "-"
+    return (f"note: the probes' own time is left out of the lines: every region (block) start reads %clock64 "
+            f"before its probes, closing the region that ran, and again after them, opening the next; the "
+            f"{C.fmt_num(warp_cycles(k.probe_ticks))} warp-cycles between those reads are {share} of the kernel's "
+            "entry-to-exit time under the probes")
 
 
 def _sass_note(k: KernelLines) -> str:
