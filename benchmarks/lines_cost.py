@@ -33,7 +33,10 @@ timed with CUDA events. Printed per kernel:
   `lines_light@capN_x`: lines_light with at most N register counters; `register_counters` (JSON rows):
   the register counters of each variant's kernel; with `--block-time`, `lines@blocktime_x` and
   `time_rho_ncu_top10_blocktime`: the `lines_blocktime` tool (clock at block starts), each block's
-  ticks shared among its lines by SASS weight (analysis.block_ticks_to_lines); `instr_rho_ncu_sass`:
+  ticks shared among its lines by SASS weight and load waits (analysis.block_ticks_to_lines;
+  `_blocktime_nowait`: by SASS weight alone), and both time tools as they were before the probes' own
+  time was left out (benchmarks/lines_before/): `lines@before_x`, `time_rho_ncu_top10_before`,
+  `lines@blocktime_before_x`, `time_rho_ncu_top10_blocktime_before` (SASS weight alone); `instr_rho_ncu_sass`:
   the instruction rho of our SASS thread-instructions per line (spec/tools.md "lines", SASS instructions);
 * `regs` (JSON rows): per variant [registers per thread, local bytes per thread, blocks per SM for the
   launch's block and dynamic shared memory], as the driver answers for the loaded function;
@@ -578,11 +581,16 @@ def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()
     if "lines@before" in loaded:  # lines as before: each region's time with the probes at its start and end
         variant_ticks["before"] = [float(v) for v in line_time(counts_of(case, loaded["lines@before"], table), row,
                                                                "lines@before")]
-    for name in ("lines@blocktime", "lines@blocktime_before"):  # time at block starts, shared by SASS weight
+    sass_static = sass_lines.static if sass_lines is not None else None
+    # time at block starts, shared among each block's lines: `blocktime` as the analysis does now (SASS weight and the
+    # load waits at the line that waits), `blocktime_nowait` (SASS weight alone), `blocktime_before` (the tool and the
+    # sharing before issue 27's probe-time change: SASS weight alone)
+    for name, sharings in (("lines@blocktime", (("blocktime", table.block_waits), ("blocktime_nowait", None))),
+                           ("lines@blocktime_before", (("blocktime_before", None),))):
         if name in loaded:
             block_ticks = line_time(counts_of(case, loaded[name], table), row, name, key="block_ticks")
-            variant_ticks[name.split("@")[1]] = [float(v) for v in la.block_ticks_to_lines(
-                block_ticks, table, sass_lines.static if sass_lines is not None else None)]
+            for key, waits in sharings:
+                variant_ticks[key] = [float(v) for v in la.block_ticks_to_lines(block_ticks, table, sass_static, waits)]
     return {"labels": [info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") for info in table.lines],
             "instructions": [int(v) for v in full_i], "ticks": None if ticks is None else [int(v) for v in ticks],
             "sass_instructions": sass_counts, "variant_ticks": variant_ticks, "times_us": times, "table": table}

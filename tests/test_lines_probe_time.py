@@ -195,3 +195,60 @@ def test_line_time_is_the_lines_own_time_known_by_construction(tmp_path, monkeyp
     else:  # the probe's 3 ticks after each read go to the line that opens, a block count to the line (or entry) before
         assert list(kl.ticks) == [t * threads for t in [1, 1 + 1 + 1, (1 + 1) * trips, (1 + 2 + 1) * trips, 1 + 1]]
         assert kl.probe_ticks == 0 and kl.excess == 0
+
+
+# ---------------------------------------------------------------- lines_blocktime: a load's wait goes to the line that waits
+
+
+WAITS_PTX = """
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry w(.param .u64 p)
+{
+.reg .b64 %rd<6>; .reg .b32 %r<12>; .reg .f32 %f<9>; .reg .pred %q<3>;
+.loc 1 2 1
+ld.param.u64 %rd1, [p];
+mov.u32 %r1, %tid.x;
+.loc 1 3 1
+ld.global.f32 %f1, [%rd1];
+ld.global.v2.f32 {%f2, %f3}, [%rd1+8];
+ld.global.f32 %f4, [%rd1+16];
+ld.shared.f32 %f5, [%rd1];
+.loc 1 4 1
+add.f32 %f6, %f3, %f5;
+add.f32 %f7, %f2, %f6;
+mov.f32 %f4, 0f00000000;
+.loc 1 5 1
+setp.gt.f32 %q1, %f1, %f4;
+@%q1 bra $L_done;
+.loc 1 6 1
+ld.global.f32 %f8, [%rd1+24];
+$L_done:
+.loc 1 7 1
+st.global.f32 [%rd1], %f8;
+ret;
+}
+.file 1 "w.cu"
+"""
+
+
+def test_load_waits_go_to_the_first_reader_in_the_block():
+    """Block 0: line 3 loads %f1, {%f2, %f3} and %f4 from global memory and %f5 from shared memory; line 4 first reads
+    the vector load (one wait for both registers; %f5's shared load is not off-SM); %f4 is overwritten unread; line 5
+    first reads %f1. Block 1's load (line 6) is read in block 2 only: its wait is in no block's own time."""
+    module = parse_module(WAITS_PTX, "w.ptx")
+    line_map = build_line_map(module, module.function("w"))
+    waits = la.block_load_waits(line_map)
+    lines_of = [key[1] for key in line_map.keys]
+    assert [[(lines_of[line], n) for line, n in block] for block in waits] == [[(4, 1), (5, 1)], [], []]
+
+
+def test_block_time_goes_to_the_line_that_waits():
+    """One block, lines 0 (5 SASS), 1 (3 SASS, the first reader of one load): 370 ticks shared 5 : 3 + 32 = 5 : 35."""
+    table = la.LineTable((la.LineInfo("f:1", "f", 1, None, None, 5, 1), la.LineInfo("f:2", "f", 2, None, None, 3, 1)),
+                         (((0, 5), (1, 3)),), (), block_waits=(((1, 1),),))
+    assert la.LOAD_WAIT_WEIGHT == 32
+    shares = la.block_ticks_to_lines([0, 370], table, (5, 3), table.block_waits)
+    assert list(shares) == pytest.approx([0, 370 * 5 / 40, 370 * 35 / 40])
+    assert list(la.block_ticks_to_lines([0, 370], table, (5, 3))) == pytest.approx([0, 370 * 5 / 8, 370 * 3 / 8])

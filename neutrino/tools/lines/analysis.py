@@ -68,6 +68,8 @@ class LineTable:
     block_lines: tuple[tuple[tuple[int, int], ...], ...]  # per block: (line index, instructions)
     guarded_blocks: tuple[int, ...]  # blocks whose every instruction is guarded (counts filtered by that guard)
     partial_calls: tuple[str, ...] = ()  # called .funcs counted only in part (spec/ir.md "Called functions")
+    # per block: (line index, loads from off-SM memory whose result that line first reads in the block): block_load_waits
+    block_waits: tuple[tuple[tuple[int, int], ...], ...] = ()
     # the original kernel's machine code per line (neutrino/tools/lines/sass.py), or why there is none
     sass: object = attrs.field(default=None, eq=False)
     sass_note: str | None = attrs.field(default=None, eq=False)
@@ -140,11 +142,13 @@ def share_excess(clamped_by_key: np.ndarray, excess: int) -> np.ndarray:
     return out
 
 
-def block_ticks_to_lines(block_ticks, table: LineTable, sass_static=None) -> np.ndarray:
+def block_ticks_to_lines(block_ticks, table: LineTable, sass_static=None, waits=None) -> np.ndarray:
     """Thread-ticks per line (index 0: the kernel entry, 1 + L: line L) from thread-ticks per block
     (index 0: the entry, 1 + b: block b): each block's ticks shared among its lines in proportion to
-    w(b, L) = PTX instructions of L in b x sigma_L, sigma_L = SASS / PTX instructions of L in the whole
-    kernel (1 without SASS; PTX counts alone where every weight of the block is 0). Float: shares."""
+    w(b, L) = PTX instructions of L in b x sigma_L + LOAD_WAIT_WEIGHT x loads_b(L), sigma_L = SASS / PTX
+    instructions of L in the whole kernel (1 without SASS), loads_b(L) = the loads whose wait line L takes in
+    block b (`waits`, per block (line, loads): block_load_waits; none when not given); PTX counts alone where
+    every weight of the block is 0. Float: shares."""
     block_ticks = np.asarray(block_ticks, np.float64)
     out = np.zeros(len(table.lines) + 1)
     out[0] = block_ticks[0] if len(block_ticks) else 0.0
@@ -158,10 +162,52 @@ def block_ticks_to_lines(block_ticks, table: LineTable, sass_static=None) -> np.
             continue
         lines = np.array([line for line, _ in pairs])
         weights = np.array([n for _, n in pairs], np.float64) * sigma[lines]
+        if waits is not None and block < len(waits):
+            where = {line: i for i, line in enumerate(lines)}
+            for line, loads in waits[block]:
+                if line in where:
+                    weights[where[line]] += LOAD_WAIT_WEIGHT * loads
         if weights.sum() <= 0:
             weights = np.array([n for _, n in pairs], np.float64)
         out[1 + lines] += ticks * weights / weights.sum()
     return out
+
+
+# A load from memory outside the SM (global, local, generic, texture; an atomic with a result) keeps the warp waiting
+# at the first instruction that reads its result, hundreds of cycles (about 500 on H100/H200 from DRAM, 250 from L2)
+# where an instruction issues every few cycles: Nsight Compute's warp samples charge that wait to the reading
+# instruction's line (its `long_sb` stalls). Sharing a block's measured time by instructions alone gives the wait to
+# the block's lines by their size instead; this weight (SASS-instruction equivalents per load, a model constant:
+# about 500 cycles / 16 cycles per instruction of a warp among several) gives it to the line that waits.
+LOAD_WAIT_WEIGHT = 32
+LONG_LATENCY_SPACES = ("global", "local", None, "tex")  # None: generic addressing
+
+
+def block_load_waits(line_map) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Per basic block: (line index, loads) for each line whose instruction is the first, in the block, to read the
+    result of a load from memory outside the SM issued earlier in the same block (a load read first in a later block,
+    or overwritten unread, counts nowhere: its wait is not in this block's time). A vector load counts once."""
+    from neutrino.isa.ptx.semantics import effects
+
+    out = []
+    for block in line_map.blocks:
+        pending: dict[str, int] = {}  # register → the index of the load that writes it
+        counts: dict[int, int] = {}
+        for i in range(block.start, block.stop):
+            e = effects(line_map.instructions[i])
+            loads = {pending[r.name] for r in e.uses if r.name in pending}
+            if loads:
+                line = line_map.line_of[i]
+                counts[line] = counts.get(line, 0) + len(loads)
+                pending = {name: load for name, load in pending.items() if load not in loads}
+            long = any(m.access in ("load", "atomic") and m.space in LONG_LATENCY_SPACES for m in e.memory)
+            for r in e.defs:
+                if long:
+                    pending[r.name] = i
+                else:
+                    pending.pop(r.name, None)
+        out.append(tuple(sorted(counts.items())))
+    return tuple(out)
 
 
 def whole(shares: np.ndarray, total: int) -> np.ndarray:
@@ -210,7 +256,8 @@ def table_of(line_map, calls=None) -> LineTable:
             counts[line] = counts.get(line, 0) + n
         block_lines.append(tuple(sorted(counts.items())))
     guarded = tuple(b.index for b in line_map.blocks if b.guarded_anchor)
-    return LineTable(tuple(lines), tuple(block_lines), guarded, calls.partial if calls is not None else ())
+    return LineTable(tuple(lines), tuple(block_lines), guarded, calls.partial if calls is not None else (),
+                     block_waits=block_load_waits(line_map))
 
 
 @functools.lru_cache(maxsize=16)
@@ -346,7 +393,7 @@ def combine(results) -> KernelLines | None:
             block_ticks = block_ticks + share_excess(sum(np.asarray(r.block_clamped_by_key, np.uint64)
                                                          for r in by_block), excess)
         sass = table.sass.static if table.sass is not None else None
-        ticks_sum = whole(block_ticks_to_lines(block_ticks, table, sass), int(block_ticks.sum()))
+        ticks_sum = whole(block_ticks_to_lines(block_ticks, table, sass, table.block_waits), int(block_ticks.sum()))
     blocks = [np.asarray(r.block_threads, np.float64) for r in same if r.block_threads is not None]
     probed = [r.probe_ticks for r in totals if r.probe_ticks is not None]
     return KernelLines(table, sum(instr) if instr else None, ticks_sum,
