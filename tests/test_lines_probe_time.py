@@ -252,3 +252,47 @@ def test_block_time_goes_to_the_line_that_waits():
     shares = la.block_ticks_to_lines([0, 370], table, (5, 3), table.block_waits)
     assert list(shares) == pytest.approx([0, 370 * 5 / 40, 370 * 35 / 40])
     assert list(la.block_ticks_to_lines([0, 370], table, (5, 3))) == pytest.approx([0, 370 * 5 / 8, 370 * 3 / 8])
+
+
+HEAVY_SASS = re.compile(r"\b(ATOMS|ATOMG|REDG|RED|MATCH|VOTE|VOTEU|BAR|REDUX)\b")
+
+
+def sass_intervals(ptx: str, kernel: str) -> str | None:
+    """The kernel's machine code (ptxas sm_90, nvdisasm) cut at its clock reads, in address order: one character per
+    interval, `H` when it holds an atomic, reduction, vote, match or barrier (probe work), `.` otherwise."""
+    import subprocess
+    import tempfile
+
+    from neutrino.tools.lines import sass
+
+    nvdisasm = sass.find_nvdisasm()
+    if nvdisasm is None or not HAVE_PTXAS:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "k.ptx").write_text(ptx)
+        subprocess.run(["ptxas", "-arch=sm_90", f"{tmp}/k.ptx", "-o", f"{tmp}/k.cubin"], check=True)
+        text = subprocess.run([nvdisasm, "-c", f"{tmp}/k.cubin"], capture_output=True, text=True, check=True).stdout
+    section = text.split(f".text.{kernel}:", 1)[1].split("//----", 1)[0]
+    code = [line for line in section.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
+    reads = [i for i, line in enumerate(code) if "SR_CLOCKLO" in line]
+    return "".join("H" if any(HEAVY_SASS.search(line) for line in code[a + 1:b]) else "." for a, b in zip(reads, reads[1:]))
+
+
+@pytest.mark.parametrize("tool", ["lines", "lines_blocktime"])
+@pytest.mark.parametrize("name", ["loop.ptx", "nested.ptx", "noinline_lineinfo.ptx"])
+def test_ptxas_keeps_probe_work_out_of_the_kernels_intervals(tool, name):
+    """After ptxas: the entry's interval and every region's (block's) own interval, from its opening clock read to the
+    next read, hold no probe work; the tools before had probe work in every interval."""
+    text = (DATA / name).read_text()
+    module, function = _module_and_entry(text)
+    line_map = build_line_map(module, function)
+    anchors = len(line_map.regions) if tool == "lines" else len(line_map.blocks)
+    now = sass_intervals(instrument(text, load_probes(tool), source=name).ptx, function.name)
+    if now is None:
+        pytest.skip("needs ptxas and nvdisasm")
+    before = sass_intervals(instrument(text, load_probes(str(BEFORE[tool])), source=name).ptx, function.name)
+    assert now.startswith(".H.") and ".." not in now and before.count(".") == 0
+    if name == "nested.ptx":  # a guarded exit mid-kernel: its exit probe's flush shares an interval with a region's
+        assert now.count(".") >= anchors
+    else:
+        assert now.count(".") == 1 + anchors
