@@ -516,7 +516,7 @@ class SourceFiles:
 
 PERTURBATION_NOTE = (
     "note: time is sampled in the kernel: every line region reads %clock64 and adds the 256-cycle ticks that "
-    "passed since the previous region start to the line that was running (warp-cycles = thread-ticks x 256 / 32). "
+    "passed since the previous region opened to the line that was running (warp-cycles = thread-ticks x 256 / 32). "
     "These probes sit between the line's instructions and change how the compiler schedules them: '~' marks lines "
     "with a probe per 3 instructions or more, whose time is inflated most. Executed instructions are exact and "
     "unperturbed (block-level counts); lines_light measures them alone at low cost.")
@@ -525,7 +525,8 @@ PERTURBATION_NOTE = (
 BLOCK_TIME_NOTE = (
     "note: time is sampled in the kernel at basic-block starts (lines_blocktime): every block start reads %clock64 "
     "and adds the 256-cycle ticks since the previous one to the block that was running; each block's ticks are "
-    "shared among its lines by their SASS instructions (PTX instructions without ptxas/nvdisasm): fewer probes "
+    "shared among its lines by their SASS instructions (PTX instructions without ptxas/nvdisasm), a line that "
+    "first reads a memory load's result in the block also taking the load's wait (32 instructions' worth): fewer probes "
     "than at every line region, and no probe between a block's lines (warp-cycles = thread-ticks x 256 / 32).")
 
 
