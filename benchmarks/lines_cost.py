@@ -579,8 +579,9 @@ def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()
     sass_counts, sass_lines = sass_instructions(case, table, counts["lines_light"].get("block_threads"), row)
     variant_ticks = {}
     if "lines@before" in loaded:  # lines as before: each region's time with the probes at its start and end
-        variant_ticks["before"] = [float(v) for v in line_time(counts_of(case, loaded["lines@before"], table), row,
-                                                               "lines@before")]
+        before = line_time(counts_of(case, loaded["lines@before"], table), row, "lines@before")
+        if before is not None:
+            variant_ticks["before"] = [float(v) for v in before]
     sass_static = sass_lines.static if sass_lines is not None else None
     # time at block starts, shared among each block's lines: `blocktime` as the analysis does now (SASS weight and the
     # load waits at the line that waits), `blocktime_nowait` (SASS weight alone), `blocktime_before` (the tool and the
@@ -589,7 +590,7 @@ def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()
                            ("lines@blocktime_before", (("blocktime_before", None),))):
         if name in loaded:
             block_ticks = line_time(counts_of(case, loaded[name], table), row, name, key="block_ticks")
-            for key, waits in sharings:
+            for key, waits in sharings if block_ticks is not None else ():
                 variant_ticks[key] = [float(v) for v in la.block_ticks_to_lines(block_ticks, table, sass_static, waits)]
     return {"labels": [info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") for info in table.lines],
             "instructions": [int(v) for v in full_i], "ticks": None if ticks is None else [int(v) for v in ticks],
