@@ -18,8 +18,10 @@ timed with CUDA events. Printed per kernel:
 * `exact`: both tools give the same per-line executed instructions (and, for `loop` and `call`, the
   ones known by construction: spec/tools.md "lines", spec/ir.md "Called functions");
 * `same out`: the probed launches left the kernel's outputs bit for bit as the plain one did;
-* `total_ticks_exact` (when samples were clamped): the per-line ticks, the clamped samples' excess
-  shared back (analysis.share_excess), add up to lines_total's exact entry-to-exit ticks;
+* `TOOL_total_ticks_exact`: the per-line ticks, the clamped samples' excess shared back
+  (analysis.share_excess), and the probes' own ticks (lines_total.probe) add up to lines_total's exact
+  entry-to-exit ticks; `TOOL_probe_share`: the probes' own ticks / the entry-to-exit ticks (spec/tools.md
+  "lines", probe time);
 * `lines_light@staged_x` / `_exact`: lines_light with its map staged per block (as before it went to
   global rows); `TOOL@global_x`, `TOOL@global_exact`: the same tool with its maps' `stage` dropped (every add a
   `red.global` into 32 rows, as before staging, spec/probe-toml.md "Aggregation maps"): its slowdown,
@@ -31,7 +33,10 @@ timed with CUDA events. Printed per kernel:
   `lines_light@capN_x`: lines_light with at most N register counters; `register_counters` (JSON rows):
   the register counters of each variant's kernel; with `--block-time`, `lines@blocktime_x` and
   `time_rho_ncu_top10_blocktime`: the `lines_blocktime` tool (clock at block starts), each block's
-  ticks shared among its lines by SASS weight (analysis.block_ticks_to_lines); `instr_rho_ncu_sass`:
+  ticks shared among its lines by SASS weight and load waits (analysis.block_ticks_to_lines;
+  `_blocktime_nowait`: by SASS weight alone), and both time tools as they were before the probes' own
+  time was left out (benchmarks/lines_before/): `lines@before_x`, `time_rho_ncu_top10_before`,
+  `lines@blocktime_before_x`, `time_rho_ncu_top10_blocktime_before` (SASS weight alone); `instr_rho_ncu_sass`:
   the instruction rho of our SASS thread-instructions per line (spec/tools.md "lines", SASS instructions);
 * `regs` (JSON rows): per variant [registers per thread, local bytes per thread, blocks per SM for the
   launch's block and dynamic shared memory], as the driver answers for the loaded function;
@@ -77,6 +82,9 @@ sys.path.insert(0, str(REPO))
 WORKLOADS = REPO / "tests" / "gpu" / "workloads"
 W_LINES = WORKLOADS / "w_lines.py"
 TOOLS = ("lines_light", "lines")
+# The time probes before the probe time was left out (issue 27): one clock read per anchor, after the block count.
+BEFORE = {"lines": REPO / "benchmarks" / "lines_before" / "lines_probe_time_in.py",
+          "lines_blocktime": REPO / "benchmarks" / "lines_before" / "blocktime_probe_time_in.py"}
 VARIANTS = ("plain",) + TOOLS
 OWN_FILE = {"loop": "kern.py", "call": "kern.py", "cuda": "expensive_line.cu", "triton": "w_lines.py", "matmul": "w_lines.py",
             "attention": "w_lines.py"}
@@ -281,9 +289,11 @@ def build_variants(case: Case, row_counts: tuple = (), unstaged_too: bool = True
             out[f"lines_light@cap{register_cap}"] = (done.ptx, done.kernels[case.kernel])
         finally:
             register_counters.MAX_REGISTER_COUNTERS = cap
-    if block_time:  # lines with its clock at block starts (the lines_blocktime tool)
-        done = instrument(case.ptx, load_probes("lines_blocktime"), kernel=case.kernel, source=f"{case.mode}.ptx")
-        out["lines@blocktime"] = (done.ptx, done.kernels[case.kernel])
+    if block_time:  # lines with its clock at block starts (the lines_blocktime tool); both tools as before (probe time in)
+        for name, probes in (("lines@blocktime", "lines_blocktime"), ("lines@before", str(BEFORE["lines"])),
+                             ("lines@blocktime_before", str(BEFORE["lines_blocktime"]))):
+            done = instrument(case.ptx, load_probes(probes), kernel=case.kernel, source=f"{case.mode}.ptx")
+            out[name] = (done.ptx, done.kernels[case.kernel])
     for rows in row_counts:
         for tool in TOOLS:
             unstaged_name = tool if f"{tool}@global" not in out else f"{tool}@global"
@@ -565,23 +575,47 @@ def measure(case: Case, work: Path, reps: int, row: dict, row_counts: tuple = ()
         if "@" in name:  # the rows experiment: its slowdown, and the same counts
             row[f"{name}_x"] = median_ratio(times, name)
             row[f"{name}_exact"] = counts_of(case, loaded[name], table)["instructions"] == tuple(light_i)
-    ticks = counts["lines"].get("ticks")
-    if ticks is not None and counts["lines"].get("excess"):
-        ticks = np.asarray(ticks, np.uint64) + la.share_excess(counts["lines"]["clamped_by_key"], counts["lines"]["excess"])
-        row["total_ticks_exact"] = int(ticks.sum()) == counts["lines"]["total_ticks"]
+    ticks = line_time(counts["lines"], row, "lines")
     sass_counts, sass_lines = sass_instructions(case, table, counts["lines_light"].get("block_threads"), row)
     variant_ticks = {}
-    if "lines@blocktime" in loaded:  # time read at block starts, shared among each block's lines by SASS weight
-        block = counts_of(case, loaded["lines@blocktime"], table)
-        block_ticks = np.asarray(block["block_ticks"], np.uint64)
-        if block.get("excess"):
-            block_ticks = block_ticks + la.share_excess(block["block_clamped_by_key"], block["excess"])
-        variant_ticks["blocktime"] = [float(v) for v in la.block_ticks_to_lines(
-            block_ticks, table, sass_lines.static if sass_lines is not None else None)]
-        row["lines@blocktime_total_ticks_exact"] = int(block_ticks.sum()) == block.get("total_ticks")
+    if "lines@before" in loaded:  # lines as before: each region's time with the probes at its start and end
+        before = line_time(counts_of(case, loaded["lines@before"], table), row, "lines@before")
+        if before is not None:
+            variant_ticks["before"] = [float(v) for v in before]
+    sass_static = sass_lines.static if sass_lines is not None else None
+    # time at block starts, shared among each block's lines: `blocktime` as the analysis does now (SASS weight and the
+    # load waits at the line that waits), `blocktime_nowait` (SASS weight alone), `blocktime_before` (the tool and the
+    # sharing before issue 27's probe-time change: SASS weight alone)
+    for name, sharings in (("lines@blocktime", (("blocktime", table.block_waits), ("blocktime_nowait", None))),
+                           ("lines@blocktime_before", (("blocktime_before", None),))):
+        if name in loaded:
+            block_ticks = line_time(counts_of(case, loaded[name], table), row, name, key="block_ticks")
+            for key, waits in sharings if block_ticks is not None else ():
+                variant_ticks[key] = [float(v) for v in la.block_ticks_to_lines(block_ticks, table, sass_static, waits)]
     return {"labels": [info.label + (f" (in {info.inlined_at})" if info.inlined_at else "") for info in table.lines],
             "instructions": [int(v) for v in full_i], "ticks": None if ticks is None else [int(v) for v in ticks],
             "sass_instructions": sass_counts, "variant_ticks": variant_ticks, "times_us": times, "table": table}
+
+
+def line_time(counts: dict, row: dict, name: str, key: str = "ticks"):
+    """Thread-ticks per line (or per block, `key` = "block_ticks") of one launch, the clamped samples' excess
+    shared back; fills `row`: NAME_total_ticks_exact (lines + entry + probe time = lines_total.ticks) and,
+    where the tool measures it, NAME_probe_share (the probes' own ticks / all ticks)."""
+    from neutrino.tools.lines import analysis as la
+
+    ticks = counts.get(key)
+    if ticks is None:
+        return None
+    ticks = np.asarray(ticks, np.uint64)
+    clamped = counts.get("clamped_by_key" if key == "ticks" else "block_clamped_by_key")
+    if counts.get("excess"):
+        ticks = ticks + la.share_excess(clamped, counts["excess"])
+    probe = counts.get("probe_ticks")
+    if counts.get("total_ticks") is not None:
+        row[f"{name}_total_ticks_exact"] = int(ticks.sum()) + int(probe or 0) == counts["total_ticks"]
+    if probe is not None and counts.get("total_ticks"):
+        row[f"{name}_probe_share"] = probe / counts["total_ticks"]
+    return ticks
 
 
 def sass_instructions(case: Case, table, block_threads, row: dict):
@@ -676,6 +710,14 @@ def by_source_line(pcs, instructions, samples, where) -> list[tuple[str | None, 
     return [(f, {line: (v[0], v[1]) for line, v in sorted(table.items())}) for f, table in files.items()]
 
 
+def per_pc(counts: dict, samples: dict) -> tuple[list, list, list]:
+    """Every PC with instructions executed or warp samples (the union: a PC a warp never issues, such as the
+    `BRA` after the last `EXIT` where warps wait for their stores to drain, has samples and no instruction
+    count), with both values (0 where missing), in address order."""
+    pcs = sorted(set(counts) | set(samples))
+    return pcs, [counts.get(pc, 0.0) for pc in pcs], [samples.get(pc, 0.0) for pc in pcs]
+
+
 def ncu_report_lines(report: Path, ncu: str, out: Path | None, mode: str):
     """The report's per-PC SourceCounters metrics, through Nsight Compute's own Python module, per source line."""
     dirs = ncu_python_dirs(ncu)
@@ -708,13 +750,13 @@ def ncu_report_lines(report: Path, ncu: str, out: Path | None, mode: str):
             for i in range(metric.num_instances()):
                 pc = ids.as_uint64(i)
                 into[pc] = into.get(pc, 0.0) + metric.as_double(i)
-    pcs = sorted(counts)
+    pcs, instructions, sampled = per_pc(counts, samples)
 
     def where(pc):
         info = actions[0].source_info(pc)
         return None if info is None else (info.file_name(), int(info.line()))
 
-    blocks = by_source_line(pcs, [counts[pc] for pc in pcs], [samples.get(pc, 0.0) for pc in pcs], where)
+    blocks = by_source_line(pcs, instructions, sampled, where)
     return blocks, f"{instr_name} / {sample_name}, {len(actions)} launches"
 
 
@@ -751,7 +793,8 @@ def print_table(rows: list[dict]) -> None:
     def fmt(v):
         return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
 
-    extra = sorted({c for row in rows for c in row if c.endswith(("_x", "_exact")) and "@" in c or c == "total_ticks_exact"
+    extra = sorted({c for row in rows for c in row if c.endswith(("_x", "_exact")) and "@" in c
+                    or c.endswith(("total_ticks_exact", "_probe_share"))
                     or c.startswith(("time_rho_ncu_top10_", "sass_"))})
     print("  ".join(COLUMNS + extra))
     for row in rows:

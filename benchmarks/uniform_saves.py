@@ -7,7 +7,7 @@ under `lines_light` and `lines`, with their maps staged per block (`lines`' defa
 (`@global`, lines_light's default; as benchmarks/lines_cost.py builds them):
 
 * `site PTX`: PTX instructions the engine puts before the first own instruction of loop.ptx's
-  loop block (lines_light: the count_block site; lines: count_block and tick_line);
+  loop block (lines_light: the count_block site; lines: count_block, close_region and open_region);
 * `loop SASS` and `corpus SASS`: machine instructions of the assembled kernels (ptxas -O3 for the
   target; the `.text` sections' bytes / 16, the instruction size from sm_70 on, ptxas's end padding
   included), minus the same for the unprobed kernels: what the probes add, after ptxas removed

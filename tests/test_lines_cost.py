@@ -132,3 +132,28 @@ def test_block_ticks_are_shared_among_lines_by_sass_weight():
     assert list(la.block_ticks_to_lines([0, 30, 0], table)) == [0, 20, 10, 0]
     # a block whose lines have no SASS at all: PTX weights
     assert list(la.block_ticks_to_lines([0, 30, 0], table, (0, 0, 8))) == [0, 20, 10, 0]
+
+
+def test_ncu_pcs_with_samples_and_no_instruction_count_are_kept():
+    """The BRA after the last EXIT (warps waiting for their stores to drain) has warp samples and no
+    instructions-executed instance: its samples belong to its line as in ncu's own source page."""
+    pcs, instructions, samples = lc.per_pc({0x10: 5.0, 0x20: 2.0}, {0x20: 7.0, 0x30: 119.0})
+    assert pcs == [0x10, 0x20, 0x30] and instructions == [5.0, 2.0, 0.0] and samples == [0.0, 7.0, 119.0]
+    places = {0x10: ("k.cu", 9), 0x20: ("k.cu", 10), 0x30: ("k.cu", 10)}
+    assert dict(lc.by_source_line(pcs, instructions, samples, places.get)) == {"k.cu": {9: (0.0, 5.0), 10: (126.0, 2.0)}}
+
+
+def test_time_variants_are_built_and_the_tools_before_too(tmp_path):
+    """--block-time builds lines_blocktime and both time tools as they were before the probe time was left out."""
+    case = lc.Case("loop", "loopk", (Path(lc.WORKLOADS) / ".." / ".." / "data" / "lines" / "loop.ptx").resolve().read_text(),
+                   (4,), (128,), [0, 37])
+    variants = lc.build_variants(case, unstaged_too=False, block_time=True)
+    assert {"lines@blocktime", "lines@before", "lines@blocktime_before"} <= set(variants)
+    new, before = variants["lines"][0], variants["lines@before"][0]
+    assert new.count("%clock64") > before.count("%clock64")  # two reads per region start, one before
+    names = [f["name"] for m in variants["lines"][1]["maps"] if m["name"] == "lines_total" for f in m["fields"]]
+    assert names == ["ticks", "excess", "probe"]
+    row: dict = {}
+    ticks = lc.line_time({"ticks": (1, 2, 3), "clamped_by_key": (0, 0, 1), "excess": 4, "total_ticks": 20,
+                          "probe_ticks": 10}, row, "lines")
+    assert list(ticks) == [1, 2, 7] and row == {"lines_total_ticks_exact": True, "lines_probe_share": 0.5}

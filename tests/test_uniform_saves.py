@@ -199,7 +199,7 @@ def test_lines_keeps_the_grouping_only_for_its_time_samples():
     result = instrument(text, load_probes("lines"), source=str(LOOP))
     assert misplaced_block_counts(result.ptx, text) == []
     matched = result.kernels["loopk"]["matched"]
-    assert result.ptx.count("match.any.sync") == matched["tick_line"] + result.ptx.count("\tret;")  # + end_ticks at the exit
+    assert result.ptx.count("match.any.sync") == matched["close_region"] + result.ptx.count("\tret;")  # + end_ticks at the exit
     assert gated_writes(result.ptx) == []
 
 

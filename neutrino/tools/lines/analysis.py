@@ -14,8 +14,10 @@ the function the engine used (neutrino/isa/ptx/lines.py):
   basic block: bucket 1 + (b + 1) × 4 + c; each block's ticks are shared among its lines in
   proportion to their SASS instructions in it (`block_ticks_to_lines`).
 * `lines_total` (sum): `ticks`, Σ over threads of the ticks from entry to exit,
-  and `excess`, Σ of the ticks past 4 of the samples counted as 4: the time
-  total stays exact; `excess` is shared among the lines by their clamped samples
+  `excess`, Σ of the ticks past 4 of the samples counted as 4, and `probe`, Σ of the
+  ticks between the two clock reads of every anchor (the probes' own time, left out
+  of the lines; absent in traces of the tools before it): the time total stays exact
+  (lines + entry + probe); `excess` is shared among the lines by their clamped samples
   (`share_excess`: an estimate per line).
 
 The numeric work is in `line_instructions` and `line_ticks` (pure, tested on
@@ -66,6 +68,8 @@ class LineTable:
     block_lines: tuple[tuple[tuple[int, int], ...], ...]  # per block: (line index, instructions)
     guarded_blocks: tuple[int, ...]  # blocks whose every instruction is guarded (counts filtered by that guard)
     partial_calls: tuple[str, ...] = ()  # called .funcs counted only in part (spec/ir.md "Called functions")
+    # per block: (line index, loads from off-SM memory whose result that line first reads in the block): block_load_waits
+    block_waits: tuple[tuple[tuple[int, int], ...], ...] = ()
     # the original kernel's machine code per line (neutrino/tools/lines/sass.py), or why there is none
     sass: object = attrs.field(default=None, eq=False)
     sass_note: str | None = attrs.field(default=None, eq=False)
@@ -88,6 +92,7 @@ class LaunchResult:
     block_clamped_by_key: tuple[int, ...] | None = None  # block_time: clamped samples per key
     total_ticks: int | None = None  # lines_total: thread-ticks from entry to exit, exact
     excess: int | None = None  # lines_total: ticks past 4 of the clamped samples
+    probe_ticks: int | None = None  # lines_total: ticks inside the probes (between an anchor's two clock reads)
 
 
 # ---------------------------------------------------------------- pure functions
@@ -137,11 +142,13 @@ def share_excess(clamped_by_key: np.ndarray, excess: int) -> np.ndarray:
     return out
 
 
-def block_ticks_to_lines(block_ticks, table: LineTable, sass_static=None) -> np.ndarray:
+def block_ticks_to_lines(block_ticks, table: LineTable, sass_static=None, waits=None) -> np.ndarray:
     """Thread-ticks per line (index 0: the kernel entry, 1 + L: line L) from thread-ticks per block
     (index 0: the entry, 1 + b: block b): each block's ticks shared among its lines in proportion to
-    w(b, L) = PTX instructions of L in b x sigma_L, sigma_L = SASS / PTX instructions of L in the whole
-    kernel (1 without SASS; PTX counts alone where every weight of the block is 0). Float: shares."""
+    w(b, L) = PTX instructions of L in b x sigma_L + LOAD_WAIT_WEIGHT x loads_b(L), sigma_L = SASS / PTX
+    instructions of L in the whole kernel (1 without SASS), loads_b(L) = the loads whose wait line L takes in
+    block b (`waits`, per block (line, loads): block_load_waits; none when not given); PTX counts alone where
+    every weight of the block is 0. Float: shares."""
     block_ticks = np.asarray(block_ticks, np.float64)
     out = np.zeros(len(table.lines) + 1)
     out[0] = block_ticks[0] if len(block_ticks) else 0.0
@@ -155,10 +162,52 @@ def block_ticks_to_lines(block_ticks, table: LineTable, sass_static=None) -> np.
             continue
         lines = np.array([line for line, _ in pairs])
         weights = np.array([n for _, n in pairs], np.float64) * sigma[lines]
+        if waits is not None and block < len(waits):
+            where = {line: i for i, line in enumerate(lines)}
+            for line, loads in waits[block]:
+                if line in where:
+                    weights[where[line]] += LOAD_WAIT_WEIGHT * loads
         if weights.sum() <= 0:
             weights = np.array([n for _, n in pairs], np.float64)
         out[1 + lines] += ticks * weights / weights.sum()
     return out
+
+
+# A load from memory outside the SM (global, local, generic, texture; an atomic with a result) keeps the warp waiting
+# at the first instruction that reads its result, hundreds of cycles (about 500 on H100/H200 from DRAM, 250 from L2)
+# where an instruction issues every few cycles: Nsight Compute's warp samples charge that wait to the reading
+# instruction's line (its `long_sb` stalls). Sharing a block's measured time by instructions alone gives the wait to
+# the block's lines by their size instead; this weight (SASS-instruction equivalents per load, a model constant:
+# about 500 cycles / 16 cycles per instruction of a warp among several) gives it to the line that waits.
+LOAD_WAIT_WEIGHT = 32
+LONG_LATENCY_SPACES = ("global", "local", None, "tex")  # None: generic addressing
+
+
+def block_load_waits(line_map) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Per basic block: (line index, loads) for each line whose instruction is the first, in the block, to read the
+    result of a load from memory outside the SM issued earlier in the same block (a load read first in a later block,
+    or overwritten unread, counts nowhere: its wait is not in this block's time). A vector load counts once."""
+    from neutrino.isa.ptx.semantics import effects
+
+    out = []
+    for block in line_map.blocks:
+        pending: dict[str, int] = {}  # register → the index of the load that writes it
+        counts: dict[int, int] = {}
+        for i in range(block.start, block.stop):
+            e = effects(line_map.instructions[i])
+            loads = {pending[r.name] for r in e.uses if r.name in pending}
+            if loads:
+                line = line_map.line_of[i]
+                counts[line] = counts.get(line, 0) + len(loads)
+                pending = {name: load for name, load in pending.items() if load not in loads}
+            long = any(m.access in ("load", "atomic") and m.space in LONG_LATENCY_SPACES for m in e.memory)
+            for r in e.defs:
+                if long:
+                    pending[r.name] = i
+                else:
+                    pending.pop(r.name, None)
+        out.append(tuple(sorted(counts.items())))
+    return tuple(out)
 
 
 def whole(shares: np.ndarray, total: int) -> np.ndarray:
@@ -207,7 +256,8 @@ def table_of(line_map, calls=None) -> LineTable:
             counts[line] = counts.get(line, 0) + n
         block_lines.append(tuple(sorted(counts.items())))
     guarded = tuple(b.index for b in line_map.blocks if b.guarded_anchor)
-    return LineTable(tuple(lines), tuple(block_lines), guarded, calls.partial if calls is not None else ())
+    return LineTable(tuple(lines), tuple(block_lines), guarded, calls.partial if calls is not None else (),
+                     block_waits=block_load_waits(line_map))
 
 
 @functools.lru_cache(maxsize=16)
@@ -256,7 +306,7 @@ def line_table(launch) -> LineTable:
 def counters_result(map_name: str, counts: np.ndarray, table: LineTable) -> dict:
     """The figures of one map's folded counters (a hist's buckets, linear:0:N:1; a sum's fields):
     `instructions` (lines_blocks), `ticks` and `clamped` (lines_time), with `overflow` (not
-    attributed); `total_ticks` and `excess` (lines_total)."""
+    attributed); `total_ticks`, `excess` and (a map with the field) `probe_ticks` (lines_total)."""
     counts = np.asarray(counts, dtype=np.uint64)
     values = counts[1:-1]  # bucket 1 + v holds value v; bucket 0 (below 0) is always empty
     if map_name == "lines_blocks":
@@ -272,7 +322,10 @@ def counters_result(map_name: str, counts: np.ndarray, table: LineTable) -> dict
         return {"block_ticks": tuple(int(v) for v in ticks), "clamped": int(clamped.sum()),
                 "block_clamped_by_key": tuple(int(v) for v in clamped), "overflow": overflow + int(counts[-1])}
     if map_name == "lines_total":  # a sum map: its counters are the fields in order
-        return {"total_ticks": int(counts[0]), "excess": int(counts[1])}
+        out = {"total_ticks": int(counts[0]), "excess": int(counts[1])}
+        if len(counts) > 2:  # the `probe` field (tools from issue 27's probe-time change on)
+            out["probe_ticks"] = int(counts[2])
+        return out
     raise ValueError(f"map {map_name}: not a map of the lines tools ({', '.join(MAP_NAMES)})")
 
 
@@ -284,7 +337,8 @@ def analyze_launch(launch, md, probe_text: str | None = None) -> LaunchResult:
     table = line_table(launch)
     if kind == "sum":
         totals = md.totals()
-        counts = np.array([totals.get("ticks", 0), totals.get("excess", 0)], dtype=np.uint64)
+        fields = ("ticks", "excess") + (("probe",) if "probe" in totals else ())
+        counts = np.array([totals.get(name, 0) for name in fields], dtype=np.uint64)
     else:
         counts = md.histogram().counts
     figures = counters_result(md.name, counts, table)
@@ -306,6 +360,7 @@ class KernelLines:
     total_ticks: int | None = None  # thread-ticks from entry to exit, exact (None: no lines_total)
     block_threads: np.ndarray | None = None  # threads per basic block, Σ over launches (lines_blocks)
     time_by_block: bool = False  # ticks measured per block (lines_blocktime) and shared among its lines
+    probe_ticks: int | None = None  # thread-ticks inside the probes, left out of the lines (None: not measured)
 
     def sass_instructions(self) -> tuple[np.ndarray, np.ndarray] | None:
         """SASS thread-instructions per line and whether each is exact (sass.sass_line_instructions); None
@@ -338,12 +393,13 @@ def combine(results) -> KernelLines | None:
             block_ticks = block_ticks + share_excess(sum(np.asarray(r.block_clamped_by_key, np.uint64)
                                                          for r in by_block), excess)
         sass = table.sass.static if table.sass is not None else None
-        ticks_sum = whole(block_ticks_to_lines(block_ticks, table, sass), int(block_ticks.sum()))
+        ticks_sum = whole(block_ticks_to_lines(block_ticks, table, sass, table.block_waits), int(block_ticks.sum()))
     blocks = [np.asarray(r.block_threads, np.float64) for r in same if r.block_threads is not None]
+    probed = [r.probe_ticks for r in totals if r.probe_ticks is not None]
     return KernelLines(table, sum(instr) if instr else None, ticks_sum,
                        sum(r.clamped for r in same), sum(r.overflow for r in same),
                        len({r.index for r in same}), excess, sum(r.total_ticks for r in totals) if totals else None,
-                       sum(blocks) if blocks else None, bool(by_block) and not ticks)
+                       sum(blocks) if blocks else None, bool(by_block) and not ticks, sum(probed) if probed else None)
 
 
 def _share(value: float, total: float) -> str:
@@ -460,7 +516,7 @@ class SourceFiles:
 
 PERTURBATION_NOTE = (
     "note: time is sampled in the kernel: every line region reads %clock64 and adds the 256-cycle ticks that "
-    "passed since the previous region start to the line that was running (warp-cycles = thread-ticks x 256 / 32). "
+    "passed since the previous region opened to the line that was running (warp-cycles = thread-ticks x 256 / 32). "
     "These probes sit between the line's instructions and change how the compiler schedules them: '~' marks lines "
     "with a probe per 3 instructions or more, whose time is inflated most. Executed instructions are exact and "
     "unperturbed (block-level counts); lines_light measures them alone at low cost.")
@@ -469,7 +525,8 @@ PERTURBATION_NOTE = (
 BLOCK_TIME_NOTE = (
     "note: time is sampled in the kernel at basic-block starts (lines_blocktime): every block start reads %clock64 "
     "and adds the 256-cycle ticks since the previous one to the block that was running; each block's ticks are "
-    "shared among its lines by their SASS instructions (PTX instructions without ptxas/nvdisasm): fewer probes "
+    "shared among its lines by their SASS instructions (PTX instructions without ptxas/nvdisasm), a line that "
+    "first reads a memory load's result in the block also taking the load's wait (32 instructions' worth): fewer probes "
     "than at every line region, and no probe between a block's lines (warp-cycles = thread-ticks x 256 / 32).")
 
 
@@ -504,7 +561,18 @@ def details(kernel: str, results, format_table, search: tuple[str, ...] = ()) ->
         out.append(_sass_note(k))
     if k.ticks is not None:
         out.append(BLOCK_TIME_NOTE if k.time_by_block else PERTURBATION_NOTE)
+    if k.ticks is not None and k.probe_ticks is not None:
+        out.append(probe_time_note(k))
     return out
+
+
+def probe_time_note(k: KernelLines) -> str:
+    """The probes' own time, left out of every line (spec/tools.md "lines": probe time)."""
+    share = _share(k.probe_ticks, k.total_ticks) if k.total_ticks else "-"
+    return (f"note: the probes' own time is left out of the lines: every region (block) start reads %clock64 "
+            f"before its probes, closing the region that ran, and again after them, opening the next; the "
+            f"{C.fmt_num(warp_cycles(k.probe_ticks))} warp-cycles between those reads are {share} of the kernel's "
+            "entry-to-exit time under the probes")
 
 
 def _sass_note(k: KernelLines) -> str:

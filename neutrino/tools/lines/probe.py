@@ -8,17 +8,22 @@ rebuilt by the analysis from the trace's original.ptx):
   records `BLOCK` (the block's index): the threads that ran each block. The
   analysis multiplies by the instructions of each line in the block: exact
   per-line executed instructions, from one record per block execution.
-* `lines_time`: at the start of every line region (a run of one block with one
-  source line) every thread reads `%clock64` and counts how many multiples of
-  2^TICK_BITS cycles passed since the previous region start (`ticks`); when
-  some did, it records `(previous line + 1) * 4 + min(ticks, 4) - 1`. Summed
-  over threads, ticks x 2^TICK_BITS estimates the thread-cycles spent in each
-  line (line 0: before the first region). This is in-kernel sampling at a fixed
-  clock period, attributed to the region that was running.
+* `lines_time`: at the start of every line region every thread reads `%clock64` and
+  counts how many multiples of 2^TICK_BITS cycles passed since the previous region
+  OPENED (`ticks`); when some did, it records `(previous line + 1) * 4 + min(ticks, 4) - 1`.
+  Then the anchor's other probes run (the block count), and the region opens with a
+  second clock read: the probes' own time lies between the two reads of an anchor and is
+  kept apart (`probe_ticks`), not charged to the line that ran before (which is where it
+  went before: lines of 1 to 5 instructions were ranked by the probes they precede, not by
+  their own code; docs/lines.md "Probe time left out"). Summed over threads, ticks x
+  2^TICK_BITS estimates the thread-cycles the kernel's own code spent in each line
+  (line 0: before the first region). This is in-kernel sampling at a fixed clock period,
+  attributed to the region that was running.
 * `lines_total` (a sum map): per thread, the ticks from kernel entry to exit
-  (`ticks`, exact) and the ticks past 4 of the samples that counted as 4
-  (`excess`), added at exit: the analysis keeps the time total exact and shares
-  `excess` among the lines by their clamped samples.
+  (`ticks`, exact), the ticks past 4 of the samples that counted as 4
+  (`excess`) and the ticks between the two clock reads of every anchor (`probe`),
+  added at exit: the analysis keeps the time total exact (lines + entry + probe) and
+  shares `excess` among the lines by their clamped samples.
 
 The clock is kept in u32 ticks (`%clock64 >> TICK_BITS`, truncated; differences taken modulo
 2^32): exact for intervals and kernels shorter than 2^32 ticks (2^40 cycles, over 9 minutes
@@ -47,18 +52,41 @@ class lines_time:
 class lines_total:
     ticks: nl.u64
     excess: nl.u64
+    probe: nl.u64
 
 
 last_tick: nl.u32 = 0
 first_tick: nl.u32 = 0
 current_line: nl.u32 = 0
 excess_ticks: nl.u64 = 0
+probe_ticks: nl.u32 = 0
+closed_tick: nl.u32 = 0  # when the last region was closed (its anchor's first clock read)
 
 
 @probe(pos="kernel", level="thread", before=True)
 def start_ticks():
     last_tick = nl.u32(nl.clock() >> TICK_BITS)
     first_tick = last_tick
+    closed_tick = last_tick
+
+
+# The probes of one anchor run in this file's order: close the region that ran, count the block,
+# open the next region. So the block count's cost, like the record of the time sample, falls
+# between the two clock reads (probe time) and not into the line that ran before. The opening
+# read is all the open does (the previous anchor's probe time is added up at the next close), so
+# no probe work sits in the kernel's own interval.
+@probe(pos="line", level="thread", before=True)
+def close_region():
+    now: nl.u32 = nl.u32(nl.clock() >> TICK_BITS)
+    ticks: nl.u32 = now - last_tick
+    if ticks != 0:
+        if ticks > 4:
+            excess_ticks += nl.u64(ticks - 4)
+            ticks = 4
+        lines_time.record(current_line * 4 + ticks - 1)
+    probe_ticks += last_tick - closed_tick
+    closed_tick = now
+    current_line = nl.u32(nl.line + 1)
 
 
 @probe(pos="block", level="thread", before=True)
@@ -67,16 +95,8 @@ def count_block():
 
 
 @probe(pos="line", level="thread", before=True)
-def tick_line():
-    now: nl.u32 = nl.u32(nl.clock() >> TICK_BITS)
-    ticks: nl.u32 = now - last_tick
-    if ticks != 0:
-        if ticks > 4:
-            excess_ticks += nl.u64(ticks - 4)
-            ticks = 4
-        lines_time.record(current_line * 4 + ticks - 1)
-    last_tick = now
-    current_line = nl.u32(nl.line + 1)
+def open_region():
+    last_tick = nl.u32(nl.clock() >> TICK_BITS)
 
 
 @probe(pos="kernel", level="thread", after=True)
@@ -88,4 +108,5 @@ def end_ticks():
             excess_ticks += nl.u64(ticks - 4)
             ticks = 4
         lines_time.record(current_line * 4 + ticks - 1)
-    lines_total.add(nl.u64(now - first_tick), excess_ticks)
+    probe_ticks += last_tick - closed_tick
+    lines_total.add(nl.u64(now - first_tick), excess_ticks, nl.u64(probe_ticks))
