@@ -11,6 +11,7 @@ from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.translate import PtxTranslation
 from neutrino.passes.lower_save import field_values, ptx_steps
 from neutrino.passes.neutral_ops import Op, Pred, Val
+from neutrino.passes.save_core import lower_exit_counts
 from neutrino.passes.state import KernelState
 from neutrino.probefile import parse_probes
 from tests.helpers import CORPUS, HAVE_PTXAS, ptxas
@@ -86,3 +87,18 @@ def test_records_assemble():
     result = instrument(path.read_text(), parse_probes(PROBES, "p.toml"), source=path.name)
     assert "st.global.v2.b32" in result.ptx
     ptxas(result.ptx)
+
+
+@pytest.mark.parametrize("level, expected", [
+    ("warp", ["not.pred %nt_exit_warp, %g", "and.pred %nt_exit_warp, %nt_exit_warp, %nt_lead_warp",
+              "and.pred %nt_count_go, %nt_exit_warp, %nt_on", "@%nt_count_go st.global.u32 [%nt_cnt_trace], %nt_cur_trace"]),
+    ("thread", ["not.pred %nt_count_go, %g", "and.pred %nt_count_go, %nt_count_go, %nt_on",
+                "@%nt_count_go st.global.u32 [%nt_cnt_trace], %nt_cur_trace"]),
+])
+def test_exit_count_under_a_negated_exit_guard(level, expected):
+    """`@!%g ret`: the unit's leader among the lanes that leave there, gate on, stores the unit's cursor."""
+    spec = parse_probes(PROBES.replace('level = "thread"', f'level = "{level}"'), "p.toml").maps["trace"]
+    s = state()
+    leaders = {"warp": Pred("lead_warp")}.get  # the lowering's hook: computed at entry
+    ops = lower_exit_counts(ptx_steps(False, leaders), [spec], ir.Guard(ir.Register("%g"), negated=True))
+    assert text(PtxTranslation(s, "t").translate(ops)) == expected

@@ -23,9 +23,9 @@ DATA = Path(__file__).parent / "data"
 SAVE_STEPS = {"saving_lanes", "end_saving", "below_cap", "record_address", "store_chunks", "store_fields", "end_below_cap",
               "bump_cursor", "counter_add", "store_count"}
 ADDRESS_STEPS = {"map_base", "counters_address", "unit_index", "unit_slot"}
-#: PTX's own steps: a sum's adds (warp aggregation), the exit's counts and a ring's stores; its array records are
-#: NeutralSteps', translated (isa/ptx/translate.py)
-PTX_SAVE_STEPS = {"saving_lanes", "end_saving", "counter_add", "store_count", "store_chunks", "store_fields"}
+#: PTX's own steps: a sum's adds (warp aggregation); its array records and exit counts are NeutralSteps', translated
+#: (isa/ptx/translate.py)
+PTX_SAVE_STEPS = {"saving_lanes", "end_saving", "counter_add"}
 
 
 def test_the_protocol_lists_every_step():

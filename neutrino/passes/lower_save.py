@@ -51,7 +51,7 @@ from neutrino.passes.state import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.ring import is_ring_map, ring_record
 from neutrino.passes.save_constants import constant_bucket, constant_save_values
-from neutrino.passes.neutral_ops import NeutralSteps, Pred, Val
+from neutrino.passes.neutral_ops import NeutralSteps, Op, Pred, Val
 from neutrino.passes.save_core import lower_exit_counts, lower_sum
 from neutrino.passes import register_counters
 from neutrino.passes.shared_agg import func_with_exit, stage_counters
@@ -106,7 +106,6 @@ class _Lowerer:
     probes: ProbeFile
     sm: int = 0  # the module's target, which decides how warps reduce
     register_counting: bool = False  # hist buckets inside loops may be counted in registers (passes/register_counters.py)
-    saving_guard: ir.Guard | None = attrs.field(default=None, init=False)  # the predicate of the record being lowered
 
     def emit(self, opcode: str, *operands, guard=None) -> ir.Instruction:
         return insn(opcode, *operands, origin=ORIGIN, guard=guard)
@@ -412,40 +411,33 @@ class _Lowerer:
 
     def record_store(self, spec: MapSpec, guard: ir.Guard | None) -> list[ir.Instruction]:
         if is_ring_map(spec, self.state.counting):  # cap = "count": the launch's ring (passes/ring.py)
-            return ring_record(self, spec, self.field_registers(spec), guard, self.sm >= WARP_SM)
+            return ring_record(self, spec, guard, self.sm >= WARP_SM)
         # the neutral steps every ISA shares (passes/neutral_ops.py), spelled as PTX (isa/ptx/translate.py)
         ops = ptx_steps(self.state.counting).lower_fields(spec, field_values(spec), guard)
         return PtxTranslation(self.state, ORIGIN).translate(ops)
 
-    # -- the primitives of save_core.lower_exit_counts, and the stores of a ring map's records (passes/ring.py).
-    # PTX predicates each store instead of narrowing the lanes that run: choosing lanes costs nothing here.
+    # -- the primitives of save_core.lower_sum: each counter add takes the SAVE's guard itself (counter_add)
     def saving_lanes(self, level: str, guard: ir.Guard | None, at_exit: bool = False) -> list[ir.Instruction]:
-        if not at_exit:
-            self.saving_guard = guard  # the resolver folded the unit's leader into the SAVE's guard
-            return []
-        leader, prep = self.leader_guard(level, guard)
-        gate, self.saving_guard = self.gated(leader, "count_go")
-        return prep + gate
+        return []
 
     def end_saving(self, level: str) -> list[ir.Instruction]:
         return []
 
-    def store_chunks(self, spec, count: int) -> list[list[int]]:
-        return [] if self.state.counting else store_chunks(spec)
+    def record_stores(self, spec) -> list[ir.Instruction]:
+        """A ring map's record (passes/ring.py): the field registers stored at `ptr` where `ok`, as an array record's."""
+        steps = ptx_steps(False)
+        steps.offsets = [f.offset for f in spec.fields]
+        values = field_values(spec)
+        ops = [s for chunk in steps.store_chunks(spec, len(values)) for s in steps.store_fields(spec, [values[i] for i in chunk], chunk[0])]
+        return PtxTranslation(self.state, ORIGIN).translate([Op("lanes", Pred(_ptx_role("below_cap", spec))), *ops, Op("end")])
 
-    def store_fields(self, spec, values: list[str], first: int) -> list[ir.Instruction]:
-        """The fields from index `first` in one (vector) store at [ptr + offset], where `ok`."""
-        field = spec.fields[first]
-        suffix = "b64" if field.type == "u64" else "b32"
-        vec = "" if len(values) == 1 else f".v{len(values)}"
-        value = ir.Register(values[0]) if len(values) == 1 else ir.Vector(tuple(ir.Register(v) for v in values))
-        ptr, ok = map_register(self.state, "ptr", spec, "b64"), map_register(self.state, "ok", spec, "pred")
-        address = ir.Address(ir.Register(ptr), ir.Immediate(str(field.offset)) if field.offset else None)
-        return [self.emit(f"st.global{vec}.{suffix}", address, value, guard=ir.Guard(ir.Register(ok)))]
-
-    def store_count(self, spec) -> list[ir.Instruction]:
-        cnt, cur = map_register(self.state, "cnt", spec, "b64"), map_register(self.state, "cur", spec, "b32")
-        return [self.emit("st.global.u32", ir.Address(ir.Register(cnt)), cur, guard=self.saving_guard)]
+    def leader(self, level: str) -> Pred | None:
+        """The unit leader's predicate, computed at entry by buffer addressing (asked for here); None at thread level."""
+        if level not in LEVEL_LEADER:
+            return None
+        self.state.levels.add(level)
+        self.state.temp(LEVEL_LEADER[level], "pred")  # declared ahead of the exit's own predicates
+        return Pred(LEVEL_LEADER[level])
 
     # -- a whole kernel
     def lower(self) -> None:
@@ -557,21 +549,10 @@ class _Lowerer:
                 if self.probes.maps[m].type == "array" and not is_ring_map(self.probes.maps[m], self.state.counting)]
         if not maps:
             return
+        steps = ptx_steps(self.state.counting, self.leader)
         for anchor in self.state.exits:
-            edits[id(anchor)] = (lower_exit_counts(self, maps, anchor.guard), None, [])
-
-    def leader_guard(self, level: str, exit_guard: ir.Guard | None) -> tuple[ir.Guard | None, list[ir.Instruction]]:
-        leader = None
-        if level in LEVEL_LEADER:
-            leader = self.state.temp(LEVEL_LEADER[level], "pred")
-            self.state.levels.add(level)
-        if exit_guard is None:
-            return (ir.Guard(ir.Register(leader)) if leader else None), []
-        if leader is None:
-            return exit_guard, []
-        e = self.state.temp(f"exit_{level}", "pred")
-        first = self.emit("not.pred" if exit_guard.negated else "mov.pred", e, exit_guard.register)
-        return ir.Guard(ir.Register(e)), [first, self.emit("and.pred", e, e, leader)]
+            ops = lower_exit_counts(steps, maps, anchor.guard)
+            edits[id(anchor)] = (PtxTranslation(self.state, ORIGIN).translate(ops), None, [])
 
 
 #: PTX's register of each value of a map that the neutral steps name (NeutralSteps.role): `<name>_<map>`
@@ -586,11 +567,12 @@ def _ptx_chunks(spec, count: int) -> list[list[int]]:
     return store_chunks(spec)
 
 
-def ptx_steps(counting: bool) -> NeutralSteps:
+def ptx_steps(counting: bool, leader=None) -> NeutralSteps:
     """The neutral steps with PTX's hooks: its register names and vector stores; the unit's leader is in each SAVE's
-    guard already (passes/resolve.py); the probe gate joins the lanes that store; a counting variant only counts."""
+    guard already (passes/resolve.py) and, at exits, `leader(level)`'s predicate (computed at entry); the probe gate
+    joins the lanes that store; a counting variant only counts."""
     return NeutralSteps(WARP_LANES, role=_ptx_role, chunks=_ptx_chunks, leaders_in_guard=True, gate=Pred(GATE_REGISTER),
-                        counting=counting)
+                        counting=counting, leader=leader)
 
 
 def field_values(spec) -> list[Val]:

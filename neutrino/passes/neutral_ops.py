@@ -5,8 +5,8 @@ and RDNA, neutrino/isa/gcn/translate.py; PTX, neutrino/isa/ptx/translate.py) get
 the steps of passes/save_core.py, the thread geometry and the units' slots from
 here, written once; what it keeps to itself is how each operation is spelled:
 which register file a value lives in, literals and operand limits, waits for
-loads, the lane mask. PTX takes an array map's record from here so far; its other
-steps are still instructions of its own (passes/lower_save.py, passes/buffers.py).
+loads, the lane mask. PTX takes an array map's record and the exit's counts from here so
+far; its sums and entry are still instructions of its own (passes/lower_save.py, passes/buffers.py).
 
 Values. A value of ours is a `Val`: a role (its name: the same role is the same
 register everywhere in a kernel), a width in 32-bit words, and whether it may
@@ -32,7 +32,8 @@ Operations, `Op(name, dst, a, b, c)` (spec/pipeline.md, "The neutral operations"
     param d, name        d = the kernel's parameter `name` (a map's buffer, the launch geometry)
     lanes p / end        from here the running lanes are those of p among the running ones / as before
     count d              d += 1: in each running lane (a per-lane d) or once if any lane runs (one per wave)
-    store b, o, v        [b + o] = v (global memory, a 64-bit address b and a constant offset o)
+    store b, o, v[, t]   [b + o] = v (global memory, a 64-bit address b and a constant offset o; v a value or a
+                         tuple of consecutive ones; t: the value's type, u32 for a count, for an ISA that spells it)
     atomic_add b, o, v   [b + o] += v (u64)
 
 Per-lane operations and memory run in the running lanes only; one-per-wave
@@ -163,7 +164,8 @@ class NeutralSteps:
     defaults are GCN's: `role(kind, spec)` names the values of a map (kinds: cursor, slot, count, below_cap, offset,
     record), `chunks(spec, count)` groups fields into one store each, `leaders_in_guard`: operand resolution already
     folded the unit's leader into each SAVE's guard (PTX), `gate`: a predicate ANDed into the lanes that store (PTX's
-    probe gate), `counting`: a counting variant, which only counts a record's attempts."""
+    probe gate), `counting`: a counting variant, which only counts a record's attempts, `leader(level)`: the unit
+    leader's predicate, computed once at entry (PTX; None: found at each exit, as the first running lane or thread 0)."""
 
     lanes: int
     narrowed: bool = False  # saving_lanes narrowed the running lanes: end_saving widens them again
@@ -173,6 +175,7 @@ class NeutralSteps:
     leaders_in_guard: bool = False
     gate: object = None
     counting: bool = False
+    leader: object = None  # level → the unit leader's predicate computed at entry (PTX), None at thread level
 
     def val(self, kind: str, spec, words: int = 1) -> Val:
         """A value of map `spec`: per lane for a thread-level map, else one per wave."""
@@ -196,6 +199,8 @@ class NeutralSteps:
     # -- the lanes that save: at thread level (or with the leader in the guard) the guard's (all, unguarded), else the
     # unit's leader
     def saving_lanes(self, level: str, guard, at_exit: bool = False) -> list[Op]:
+        if at_exit and self.leader is not None:
+            return self.exit_lanes(level, guard)
         folded = level == "thread" or self.leaders_in_guard
         self.narrowed = not folded or guard is not None
         if folded:
@@ -205,6 +210,21 @@ class NeutralSteps:
             return [Op("first", leader, guard if guard is not None else ACTIVE), Op("lanes", leader)]
         code = [Op("cmp", leader, "eq", FLAT, 0)]  # the lane holding thread (0,0,0)
         return code + ([Op("pand", leader, leader, guard)] if guard is not None else []) + [Op("lanes", leader)]
+
+    def exit_lanes(self, level: str, guard) -> list[Op]:
+        """At an exit, with the leaders computed at entry: the unit's leader ∧ the exit's guard ∧ the gate."""
+        code, leader = [], self.leader(level)
+        if leader is not None and guard is not None:
+            both = Pred(f"exit_{level}")
+            code, guard = [Op("mov", both, guard), Op("pand", both, both, leader)], both
+        elif leader is not None:
+            guard = leader
+        if self.gate is not None and guard is not None:
+            code.append(Op("pand", Pred("count_go"), guard, self.gate))
+            guard = Pred("count_go")
+        guard = self.gate if guard is None else guard
+        self.narrowed = guard is not None
+        return code + ([Op("lanes", guard)] if guard is not None else [])
 
     def end_saving(self, level: str) -> list[Op]:
         return [Op("end")] if self.narrowed else []
@@ -241,7 +261,8 @@ class NeutralSteps:
         return [Op("count", self.val("cursor", spec))]  # every attempt counts, stored or not
 
     def store_count(self, spec) -> list[Op]:
-        return [Op("store", _map_val("count", spec, 2), 0, _map_val("cursor", spec))]
+        # the count is an unsigned integer (`u32`: the ISA may spell its type), a record's fields are bits
+        return [Op("store", self.val("count", spec, 2), 0, self.val("cursor", spec), "u32")]
 
     def counter_add(self, spec, index: int, value, guard) -> list[Op]:
         """Each saving lane adds its value to the launch's u64 counter `index`."""

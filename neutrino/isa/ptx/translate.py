@@ -10,8 +10,9 @@ it ANDs the outer predicate into p (p is the region's own, used nowhere
 else), and `end` returns to the outer one. A compare whose predicate is then
 ANDed with another one takes PTX's fused `setp.CMP.and` form.
 
-Only the operations SAVE lowering of array records uses so far are spelled
-(mul, add, cmp, pand, lanes, end, count, store); any other is refused.
+Only the operations PTX's SAVE lowering takes from the neutral steps so far are
+spelled (an array map's record and a unit's count at exit: mul, add, cmp, pand,
+mov of a predicate, lanes, end, count, store); any other is refused.
 """
 
 from __future__ import annotations
@@ -80,7 +81,17 @@ class PtxTranslation:
         return [self.compare(op)]
 
     def op_pand(self, op) -> list[ir.Instruction]:
-        return [self.emit("and.pred", self.reg(op.dst), self.reg(op.a), self.reg(op.b))]
+        """p = a ∧ b; a negated predicate of the ISA is first complemented into p."""
+        p, a = self.reg(op.dst), op.a
+        if type(a) is ir.Guard and a.negated:
+            return [self.emit("not.pred", p, a.register), self.emit("and.pred", p, p, self.reg(op.b))]
+        return [self.emit("and.pred", p, a.register if type(a) is ir.Guard else self.reg(a), self.reg(op.b))]
+
+    def op_mov(self, op) -> list[ir.Instruction]:
+        """A lane set copied (a negated predicate of the ISA: complemented); values are not moved here yet."""
+        if type(op.dst) is not Pred or type(op.a) is not ir.Guard:
+            raise NotImplementedError("the PTX translation moves predicates of the ISA only")
+        return [self.emit("not.pred" if op.a.negated else "mov.pred", self.reg(op.dst), op.a.register)]
 
     def op_mul(self, op) -> list[ir.Instruction]:
         d, a = op.dst, op.a
@@ -95,6 +106,8 @@ class PtxTranslation:
         p, outer = op.dst, self.running[-1] if self.running else None
         self.running.append(p)
         if outer is None:
+            if type(p) is Pred:
+                self.reg(p)  # declared here, ahead of the registers the region uses
             return []
         if type(p) is not Pred:
             raise NotImplementedError("the PTX translation narrows nested lanes by predicates of its own only")
@@ -116,8 +129,9 @@ class PtxTranslation:
 
     def op_store(self, op) -> list[ir.Instruction]:
         """[b + o] = v; a tuple v is one vector store of its values (consecutive, aligned to its size)."""
-        base, offset, value = op.dst, op.a, op.b
+        base, offset, value, typed = op.dst, op.a, op.b, op.c
         items = value if type(value) is tuple else (value,)
         shape = f".v{len(items)}" if len(items) > 1 else ""
         address = ir.Address(ir.Register(self.reg(base)), ir.Immediate(str(offset)) if offset else None)
-        return [self.emit(f"st.global{shape}.b{32 * items[0].words}", address, self.reg(value), guard=self.guard())]
+        spelled = typed or f"b{32 * items[0].words}"  # a type the steps give (a count's u32), else the bits
+        return [self.emit(f"st.global{shape}.{spelled}", address, self.reg(value), guard=self.guard())]
