@@ -7,7 +7,9 @@ record is stored at `records + cursor * record_bytes` if `cursor < cap`; the
 cursor is then incremented either way, so dropped records are counted. Before
 every `ret`/`exit` the leader stores its cursor into the counts section
 (spec/kernel-json.md). The counting variant of a kernel keeps only the cursor
-arithmetic and the counts.
+arithmetic and the counts. These steps are the ones every ISA shares
+(passes/neutral_ops.py `NeutralSteps`, with PTX's hooks: `ptx_steps`),
+spelled as PTX by isa/ptx/translate.py; what follows is PTX's own.
 
 `sum` maps: the SAVE's values are added to the launch's u64 counters (this
 warp's row of them, chosen at entry by buffer addressing). At thread level the
@@ -141,7 +143,7 @@ class _Lowerer:
         return [self.emit(f"cvt.{ftype}.u{bits}", dst, value)]
 
     def field_registers(self, spec: MapSpec) -> list[str]:
-        return [map_register(self.state, f"f{i}", spec, "b64" if f.type == "u64" else "b32") for i, f in enumerate(spec.fields)]
+        return [self.state.temp(v.role, "b64" if v.words == 2 else "b32") for v in field_values(spec)]
 
     def store(self, spec: MapSpec | "_MapValue", guard: ir.Guard | None) -> list[ir.Instruction]:
         """The code that writes a complete record (its fields are in the field registers)."""

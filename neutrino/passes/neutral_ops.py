@@ -136,22 +136,13 @@ def geometry(special: dict, lanes: int) -> list[Op]:
             Op("add", WPB, TPB, lanes - 1), Op("shr", WPB, WPB, lanes.bit_length() - 1)]
 
 
-def _map_val(kind: str, spec, words: int = 1) -> Val:
-    """A register of map `spec`: per lane for a thread-level map, else one per wave."""
-    return Val(f"{kind}_{spec.name}", words, lane=spec.level == "thread")
-
-
-def _level_val(role: str, lane: bool) -> Val:
-    """A 64-bit value per lane at thread level, else one per wave: two roles, as they live in different registers.
-    (`record` also holds the entry's offsets into a map: the two are never live together.)"""
-    return Val(role + ("_lane" if lane else ""), 2, lane)
-
-
 def _gcn_role(kind: str, spec) -> str:
-    """The default roles of a map's values (GCN, RDNA): `kind_<map>`, the record's address one per level."""
+    """The default roles of a map's values (GCN, RDNA): `kind_<map>`; the record's address one per level (per lane at
+    thread level, else one per wave: two roles, as they live in different registers), which also holds the offsets
+    (the offset becomes the address; at entry, the offsets into the map: the two are never live together)."""
     if kind == "below_cap":
         return kind
-    if kind in ("record", "offset"):  # one value: the offset becomes the address
+    if kind in ("record", "offset"):
         return "record" + ("_lane" if spec.level == "thread" else "")
     return f"{kind}_{spec.name}"
 
@@ -293,9 +284,9 @@ class NeutralSteps:
         """This unit's count address (buffer + 4 * unit) and first record (records at align16(4 * units),
         `cap` records per unit) in `spec`'s buffer, and its cursor set to 0 (layout: spec/kernel-json.md)."""
         unit, units = unit_and_units
-        records, offset, base = Val("records_at"), _level_val("record", unit.lane), Val(f"map_{spec.name}", 2)
+        records, offset, base = Val("records_at"), self.val("offset", spec, 2), Val(f"map_{spec.name}", 2)
         return [Op("mul", records, units, COUNT_BYTES), Op("add", records, records, RECORDS_ALIGN - 1),
                 Op("and", records, records, -RECORDS_ALIGN & 0xFFFFFFFF),
-                Op("mul", offset, unit, COUNT_BYTES), Op("add", _map_val("count", spec, 2), base, offset),
+                Op("mul", offset, unit, COUNT_BYTES), Op("add", self.val("count", spec, 2), base, offset),
                 Op("mul", offset, unit, record_stride(spec)), Op("add", offset, offset, records),
-                Op("add", _map_val("slot", spec, 2), base, offset), Op("mov", _map_val("cursor", spec), 0)]
+                Op("add", self.val("slot", spec, 2), base, offset), Op("mov", self.val("cursor", spec), 0)]
