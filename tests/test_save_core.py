@@ -23,6 +23,9 @@ DATA = Path(__file__).parent / "data"
 SAVE_STEPS = {"saving_lanes", "end_saving", "below_cap", "record_address", "store_chunks", "store_fields", "end_below_cap",
               "bump_cursor", "counter_add", "store_count"}
 ADDRESS_STEPS = {"map_base", "counters_address", "unit_index", "unit_slot"}
+#: PTX's own steps: a sum's adds (warp aggregation); its array records and exit counts are NeutralSteps', translated
+#: (isa/ptx/translate.py)
+PTX_SAVE_STEPS = {"saving_lanes", "end_saving", "counter_add"}
 
 
 def test_the_protocol_lists_every_step():
@@ -30,7 +33,7 @@ def test_the_protocol_lists_every_step():
     assert declared == SAVE_STEPS | ADDRESS_STEPS
 
 
-@pytest.mark.parametrize("cls, steps", [(_Lowerer, SAVE_STEPS), (NeutralSteps, SAVE_STEPS | ADDRESS_STEPS),
+@pytest.mark.parametrize("cls, steps", [(_Lowerer, PTX_SAVE_STEPS), (NeutralSteps, SAVE_STEPS | ADDRESS_STEPS),
                                         (_Prologue, ADDRESS_STEPS)],
                          ids=lambda c: getattr(c, "__name__", ""))
 def test_every_isa_supplies_the_steps(cls, steps):

@@ -30,7 +30,8 @@ class SavePrimitives(Protocol):
     Each returns the ISA's code for its step (a list of the ISA's instructions);
     `spec` is a map (probefile.MapSpec or a value with its name, type, level,
     cap and record_bytes), `guard` the ISA's predicate or lane mask, or None.
-    PTX supplies them as PTX (passes/lower_save.py `_Lowerer`, passes/buffers.py `_Prologue`);
+    PTX supplies them as PTX (passes/lower_save.py `_Lowerer`, passes/buffers.py `_Prologue`), but an array map's
+    record and the exit's counts: NeutralSteps with PTX's hooks, translated (isa/ptx/translate.py);
     GCN and RDNA take them written in the neutral operations (passes/neutral_ops.py `NeutralSteps`,
     spec/pipeline.md "The neutral operations") and translate those (isa/gcn/translate.py): a new
     ISA can do the same and write no SAVE lowering of its own.

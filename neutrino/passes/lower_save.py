@@ -7,7 +7,9 @@ record is stored at `records + cursor * record_bytes` if `cursor < cap`; the
 cursor is then incremented either way, so dropped records are counted. Before
 every `ret`/`exit` the leader stores its cursor into the counts section
 (spec/kernel-json.md). The counting variant of a kernel keeps only the cursor
-arithmetic and the counts.
+arithmetic and the counts. These steps are the ones every ISA shares
+(passes/neutral_ops.py `NeutralSteps`, with PTX's hooks: `ptx_steps`),
+spelled as PTX by isa/ptx/translate.py; what follows is PTX's own.
 
 `sum` maps: the SAVE's values are added to the launch's u64 counters (this
 warp's row of them, chosen at entry by buffer addressing). At thread level the
@@ -44,13 +46,15 @@ import attrs
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import formats, ir
 from neutrino.isa.ptx.semantics import access_spaces
+from neutrino.isa.ptx.translate import PtxTranslation
 from neutrino.passes.address_spaces import generic_spaces
 from neutrino.passes.build import insn, splice
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.ring import is_ring_map, ring_record
 from neutrino.passes.save_constants import constant_bucket, constant_save_values
-from neutrino.passes.save_core import lower_exit_counts, lower_record, lower_sum
+from neutrino.passes.neutral_ops import NeutralSteps, Op, Pred, Val
+from neutrino.passes.save_core import lower_exit_counts, lower_sum
 from neutrino.passes import register_counters
 from neutrino.passes.shared_agg import func_with_exit, stage_counters
 from neutrino.passes.target import version_reachable
@@ -64,6 +68,7 @@ MATCH_SM = 70  # match.any.sync (grouping a warp's lanes by hist bucket) needs s
 WARP_SM = 30  # activemask and shfl.sync need sm_30 (and PTX 6.2): older targets add lane by lane
 WARP_OPS = formats.Requirement((6, 2), WARP_SM)
 ALL_LANES = 0xFFFFFFFF
+WARP_LANES = 32
 GATE_REGISTER = "on"  # the probe gate (buffer addressing): false in a graph replay that is not selected
 GATE_OFFSET = 8  # the gate word sits this many bytes before the first map's buffer (graph nodes only)
 
@@ -103,7 +108,6 @@ class _Lowerer:
     probes: ProbeFile
     sm: int = 0  # the module's target, which decides how warps reduce
     register_counting: bool = False  # hist buckets inside loops may be counted in registers (passes/register_counters.py)
-    saving_guard: ir.Guard | None = attrs.field(default=None, init=False)  # the predicate of the record being lowered
 
     def emit(self, opcode: str, *operands, guard=None) -> ir.Instruction:
         return insn(opcode, *operands, origin=ORIGIN, guard=guard)
@@ -139,7 +143,7 @@ class _Lowerer:
         return [self.emit(f"cvt.{ftype}.u{bits}", dst, value)]
 
     def field_registers(self, spec: MapSpec) -> list[str]:
-        return [map_register(self.state, f"f{i}", spec, "b64" if f.type == "u64" else "b32") for i, f in enumerate(spec.fields)]
+        return [self.state.temp(v.role, "b64" if v.words == 2 else "b32") for v in field_values(spec)]
 
     def store(self, spec: MapSpec | "_MapValue", guard: ir.Guard | None) -> list[ir.Instruction]:
         """The code that writes a complete record (its fields are in the field registers)."""
@@ -409,72 +413,33 @@ class _Lowerer:
 
     def record_store(self, spec: MapSpec, guard: ir.Guard | None) -> list[ir.Instruction]:
         if is_ring_map(spec, self.state.counting):  # cap = "count": the launch's ring (passes/ring.py)
-            return ring_record(self, spec, self.field_registers(spec), guard, self.sm >= WARP_SM)
-        return lower_record(self, spec, self.field_registers(spec), guard)
+            return ring_record(self, spec, guard, self.sm >= WARP_SM)
+        # the neutral steps every ISA shares (passes/neutral_ops.py), spelled as PTX (isa/ptx/translate.py)
+        ops = ptx_steps(self.state.counting).lower_fields(spec, field_values(spec), guard)
+        return PtxTranslation(self.state, ORIGIN).translate(ops)
 
-    # -- the primitives of the ISA-neutral SAVE lowering (passes/save_core.py, isa/interface.py SavePrimitives).
-    # PTX predicates each store and bump instead of narrowing the lanes that run: choosing lanes costs nothing here.
+    # -- the primitives of save_core.lower_sum: each counter add takes the SAVE's guard itself (counter_add)
     def saving_lanes(self, level: str, guard: ir.Guard | None, at_exit: bool = False) -> list[ir.Instruction]:
-        if not at_exit:
-            self.saving_guard = guard  # the resolver folded the unit's leader into the SAVE's guard
-            return []
-        leader, prep = self.leader_guard(level, guard)
-        gate, self.saving_guard = self.gated(leader, "count_go")
-        return prep + gate
+        return []
 
     def end_saving(self, level: str) -> list[ir.Instruction]:
         return []
 
-    def below_cap(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
-        """`ok` = the cursor is below cap, the gate is on and the guard holds: the stores' predicate."""
-        cur = map_register(self.state, "cur", spec, "b32")
-        if self.state.counting:
-            return []
-        ok = map_register(self.state, "ok", spec, "pred")
-        cap = map_register(self.state, "cap", spec, "b32") if spec.cap == "count" else spec.cap
-        code = [self.emit("setp.lt.and.u32", ok, cur, cap, self.on)]
-        if guard is not None:
-            g = guard.register
-            if guard.negated:
-                neg = map_register(self.state, "nok", spec, "pred")
-                code += [self.emit("not.pred", neg, g), self.emit("and.pred", ok, ok, neg)]
-            else:
-                code.append(self.emit("and.pred", ok, ok, g))
-        return code
+    def record_stores(self, spec) -> list[ir.Instruction]:
+        """A ring map's record (passes/ring.py): the field registers stored at `ptr` where `ok`, as an array record's."""
+        steps = ptx_steps(False)
+        steps.offsets = [f.offset for f in spec.fields]
+        values = field_values(spec)
+        ops = [s for chunk in steps.store_chunks(spec, len(values)) for s in steps.store_fields(spec, [values[i] for i in chunk], chunk[0])]
+        return PtxTranslation(self.state, ORIGIN).translate([Op("lanes", Pred(_ptx_role("below_cap", spec))), *ops, Op("end")])
 
-    def record_address(self, spec) -> list[ir.Instruction]:
-        """`ptr` = this unit's records + cursor * record bytes."""
-        if self.state.counting:
-            return []
-        cur = map_register(self.state, "cur", spec, "b32")
-        off = map_register(self.state, "off", spec, "b64")
-        ptr = map_register(self.state, "ptr", spec, "b64")
-        rec = map_register(self.state, "rec", spec, "b64")
-        return [self.emit("mul.wide.u32", off, cur, spec.record_bytes), self.emit("add.u64", ptr, rec, off)]
-
-    def store_chunks(self, spec, count: int) -> list[list[int]]:
-        return [] if self.state.counting else store_chunks(spec)
-
-    def store_fields(self, spec, values: list[str], first: int) -> list[ir.Instruction]:
-        """The fields from index `first` in one (vector) store at [ptr + offset], where `ok`."""
-        field = spec.fields[first]
-        suffix = "b64" if field.type == "u64" else "b32"
-        vec = "" if len(values) == 1 else f".v{len(values)}"
-        value = ir.Register(values[0]) if len(values) == 1 else ir.Vector(tuple(ir.Register(v) for v in values))
-        ptr, ok = map_register(self.state, "ptr", spec, "b64"), map_register(self.state, "ok", spec, "pred")
-        address = ir.Address(ir.Register(ptr), ir.Immediate(str(field.offset)) if field.offset else None)
-        return [self.emit(f"st.global{vec}.{suffix}", address, value, guard=ir.Guard(ir.Register(ok)))]
-
-    def end_below_cap(self, spec) -> list[ir.Instruction]:
-        return []
-
-    def bump_cursor(self, spec, guard: ir.Guard | None) -> list[ir.Instruction]:
-        cur = map_register(self.state, "cur", spec, "b32")
-        return [self.emit("add.u32", cur, cur, 1, guard=guard)]
-
-    def store_count(self, spec) -> list[ir.Instruction]:
-        cnt, cur = map_register(self.state, "cnt", spec, "b64"), map_register(self.state, "cur", spec, "b32")
-        return [self.emit("st.global.u32", ir.Address(ir.Register(cnt)), cur, guard=self.saving_guard)]
+    def leader(self, level: str) -> Pred | None:
+        """The unit leader's predicate, computed at entry by buffer addressing (asked for here); None at thread level."""
+        if level not in LEVEL_LEADER:
+            return None
+        self.state.levels.add(level)
+        self.state.temp(LEVEL_LEADER[level], "pred")  # declared ahead of the exit's own predicates
+        return Pred(LEVEL_LEADER[level])
 
     # -- a whole kernel
     def lower(self) -> None:
@@ -586,21 +551,35 @@ class _Lowerer:
                 if self.probes.maps[m].type == "array" and not is_ring_map(self.probes.maps[m], self.state.counting)]
         if not maps:
             return
+        steps = ptx_steps(self.state.counting, self.leader)
         for anchor in self.state.exits:
-            edits[id(anchor)] = (lower_exit_counts(self, maps, anchor.guard), None, [])
+            ops = lower_exit_counts(steps, maps, anchor.guard)
+            edits[id(anchor)] = (PtxTranslation(self.state, ORIGIN).translate(ops), None, [])
 
-    def leader_guard(self, level: str, exit_guard: ir.Guard | None) -> tuple[ir.Guard | None, list[ir.Instruction]]:
-        leader = None
-        if level in LEVEL_LEADER:
-            leader = self.state.temp(LEVEL_LEADER[level], "pred")
-            self.state.levels.add(level)
-        if exit_guard is None:
-            return (ir.Guard(ir.Register(leader)) if leader else None), []
-        if leader is None:
-            return exit_guard, []
-        e = self.state.temp(f"exit_{level}", "pred")
-        first = self.emit("not.pred" if exit_guard.negated else "mov.pred", e, exit_guard.register)
-        return ir.Guard(ir.Register(e)), [first, self.emit("and.pred", e, e, leader)]
+
+#: PTX's register of each value of a map that the neutral steps name (NeutralSteps.role): `<name>_<map>`
+_PTX_ROLES = {"cursor": "cur", "slot": "rec", "count": "cnt", "below_cap": "ok", "offset": "off", "record": "ptr"}
+
+
+def _ptx_role(kind: str, spec) -> str:
+    return f"{_PTX_ROLES[kind]}_{spec.name}"
+
+
+def _ptx_chunks(spec, count: int) -> list[list[int]]:
+    return store_chunks(spec)
+
+
+def ptx_steps(counting: bool, leader=None) -> NeutralSteps:
+    """The neutral steps with PTX's hooks: its register names and vector stores; the unit's leader is in each SAVE's
+    guard already (passes/resolve.py) and, at exits, `leader(level)`'s predicate (computed at entry); the probe gate
+    joins the lanes that store; a counting variant only counts."""
+    return NeutralSteps(WARP_LANES, role=_ptx_role, chunks=_ptx_chunks, leaders_in_guard=True, gate=Pred(GATE_REGISTER),
+                        counting=counting, leader=leader)
+
+
+def field_values(spec) -> list[Val]:
+    """The field registers of a record of `spec` (`f<i>_<map>`, as `_Lowerer.field_registers` names them)."""
+    return [Val(f"f{i}_{spec.name}", 2 if f.type == "u64" else 1) for i, f in enumerate(spec.fields)]
 
 
 @attrs.frozen

@@ -1,11 +1,12 @@
 """The ISA-neutral operations that SAVE lowering and buffer addressing are written in, and the programs written in them.
 
 An ISA that translates these operations (`translate(ops) -> instructions`: GCN
-and RDNA, neutrino/isa/gcn/translate.py) gets the steps of passes/save_core.py,
-the thread geometry and the units' slots from here, written once; what it keeps
-to itself is how each operation is spelled: which register file a value lives
-in, literals and operand limits, waits for loads, the lane mask. PTX supplies
-the same steps as instructions of its own (passes/lower_save.py, passes/buffers.py).
+and RDNA, neutrino/isa/gcn/translate.py; PTX, neutrino/isa/ptx/translate.py) gets
+the steps of passes/save_core.py, the thread geometry and the units' slots from
+here, written once; what it keeps to itself is how each operation is spelled:
+which register file a value lives in, literals and operand limits, waits for
+loads, the lane mask. PTX takes an array map's record and the exit's counts from here so
+far; its sums and entry are still instructions of its own (passes/lower_save.py, passes/buffers.py).
 
 Values. A value of ours is a `Val`: a role (its name: the same role is the same
 register everywhere in a kernel), a width in 32-bit words, and whether it may
@@ -31,7 +32,8 @@ Operations, `Op(name, dst, a, b, c)` (spec/pipeline.md, "The neutral operations"
     param d, name        d = the kernel's parameter `name` (a map's buffer, the launch geometry)
     lanes p / end        from here the running lanes are those of p among the running ones / as before
     count d              d += 1: in each running lane (a per-lane d) or once if any lane runs (one per wave)
-    store b, o, v        [b + o] = v (global memory, a 64-bit address b and a constant offset o)
+    store b, o, v[, t]   [b + o] = v (global memory, a 64-bit address b and a constant offset o; v a value or a
+                         tuple of consecutive ones; t: the value's type, u32 for a count, for an ISA that spells it)
     atomic_add b, o, v   [b + o] += v (u64)
 
 Per-lane operations and memory run in the running lanes only; one-per-wave
@@ -134,26 +136,46 @@ def geometry(special: dict, lanes: int) -> list[Op]:
             Op("add", WPB, TPB, lanes - 1), Op("shr", WPB, WPB, lanes.bit_length() - 1)]
 
 
-def _map_val(kind: str, spec, words: int = 1) -> Val:
-    """A register of map `spec`: per lane for a thread-level map, else one per wave."""
-    return Val(f"{kind}_{spec.name}", words, lane=spec.level == "thread")
-
-
-def _level_val(role: str, lane: bool) -> Val:
-    """A 64-bit value per lane at thread level, else one per wave: two roles, as they live in different registers.
-    (`record` also holds the entry's offsets into a map: the two are never live together.)"""
-    return Val(role + ("_lane" if lane else ""), 2, lane)
+def _gcn_role(kind: str, spec) -> str:
+    """The default roles of a map's values (GCN, RDNA): `kind_<map>`; the record's address one per level (per lane at
+    thread level, else one per wave: two roles, as they live in different registers), which also holds the offsets
+    (the offset becomes the address; at entry, the offsets into the map: the two are never live together)."""
+    if kind == "below_cap":
+        return kind
+    if kind in ("record", "offset"):
+        return "record" + ("_lane" if spec.level == "thread" else "")
+    return f"{kind}_{spec.name}"
 
 
 @attrs.define
 class NeutralSteps:
     """The steps of passes/save_core.py (isa/interface.py `SavePrimitives`) in neutral operations.
 
-    `lanes`: lanes per wave (a `warp` unit); `guard` arguments are the ISA's lane predicates."""
+    `lanes`: lanes per wave (a `warp` unit); `guard` arguments are the ISA's lane predicates. The ISA's hooks, whose
+    defaults are GCN's: `role(kind, spec)` names the values of a map (kinds: cursor, slot, count, below_cap, offset,
+    record), `chunks(spec, count)` groups fields into one store each, `leaders_in_guard`: operand resolution already
+    folded the unit's leader into each SAVE's guard (PTX), `gate`: a predicate ANDed into the lanes that store (PTX's
+    probe gate), `counting`: a counting variant, which only counts a record's attempts, `leader(level)`: the unit
+    leader's predicate, computed once at entry (PTX; None: found at each exit, as the first running lane or thread 0)."""
 
     lanes: int
     narrowed: bool = False  # saving_lanes narrowed the running lanes: end_saving widens them again
     offsets: list[int] = attrs.Factory(list)  # byte offset of each field of the record being lowered
+    role: object = _gcn_role
+    chunks: object = None
+    leaders_in_guard: bool = False
+    gate: object = None
+    counting: bool = False
+    leader: object = None  # level → the unit leader's predicate computed at entry (PTX), None at thread level
+
+    def val(self, kind: str, spec, words: int = 1) -> Val:
+        """A value of map `spec`: per lane for a thread-level map, else one per wave."""
+        return Val(self.role(kind, spec), words, lane=spec.level == "thread")
+
+    def lower_fields(self, spec, fields: list, guard) -> list[Op]:
+        """One record of array map `spec` whose field values are already `fields` (the ISA's field registers)."""
+        self.offsets = [f.offset for f in spec.fields]
+        return lower_record(self, spec, fields, guard)
 
     def lower(self, spec, values: tuple, types: tuple[str, ...], guard) -> tuple[list[Op], list[Op]]:
         """One SAVE of `values` (ISA operands, one per field, of `types`) into map `spec` (array or sum): the moves
@@ -165,10 +187,14 @@ class NeutralSteps:
         self.offsets = [f.offset for f in spec.fields] if len(spec.fields) == len(types) else packed_offsets(types)
         return moves, lower_record(self, spec, fields, guard)
 
-    # -- the lanes that save: at thread level the guard's (all, unguarded), else the unit's leader
+    # -- the lanes that save: at thread level (or with the leader in the guard) the guard's (all, unguarded), else the
+    # unit's leader
     def saving_lanes(self, level: str, guard, at_exit: bool = False) -> list[Op]:
-        self.narrowed = level != "thread" or guard is not None
-        if level == "thread":
+        if at_exit and self.leader is not None:
+            return self.exit_lanes(level, guard)
+        folded = level == "thread" or self.leaders_in_guard
+        self.narrowed = not folded or guard is not None
+        if folded:
             return [Op("lanes", guard)] if guard is not None else []
         leader = Pred("leader")
         if level == "warp":
@@ -176,34 +202,58 @@ class NeutralSteps:
         code = [Op("cmp", leader, "eq", FLAT, 0)]  # the lane holding thread (0,0,0)
         return code + ([Op("pand", leader, leader, guard)] if guard is not None else []) + [Op("lanes", leader)]
 
+    def exit_lanes(self, level: str, guard) -> list[Op]:
+        """At an exit, with the leaders computed at entry: the unit's leader ∧ the exit's guard ∧ the gate."""
+        code, leader = [], self.leader(level)
+        if leader is not None and guard is not None:
+            both = Pred(f"exit_{level}")
+            code, guard = [Op("mov", both, guard), Op("pand", both, both, leader)], both
+        elif leader is not None:
+            guard = leader
+        if self.gate is not None and guard is not None:
+            code.append(Op("pand", Pred("count_go"), guard, self.gate))
+            guard = Pred("count_go")
+        guard = self.gate if guard is None else guard
+        self.narrowed = guard is not None
+        return code + ([Op("lanes", guard)] if guard is not None else [])
+
     def end_saving(self, level: str) -> list[Op]:
         return [Op("end")] if self.narrowed else []
 
-    # -- a record of an array map
+    # -- a record of an array map (a counting variant stores none: it only counts)
     def below_cap(self, spec, guard) -> list[Op]:
-        below = Pred("below_cap")
-        return [Op("cmp", below, "lt", _map_val("cursor", spec), int(spec.cap)), Op("lanes", below)]
+        if self.counting:
+            return []
+        below = Pred(self.role("below_cap", spec))
+        gated = [Op("pand", below, below, self.gate)] if self.gate is not None else []
+        return [Op("cmp", below, "lt", self.val("cursor", spec), int(spec.cap)), *gated, Op("lanes", below)]
 
     def record_address(self, spec) -> list[Op]:
         """The record's address (`record`): the unit's slot + cursor * record bytes."""
-        record = _level_val("record", spec.level == "thread")
-        return [Op("mul", record, _map_val("cursor", spec), spec.record_bytes),
-                Op("add", record, _map_val("slot", spec, 2), record)]
+        if self.counting:
+            return []
+        record, offset = self.val("record", spec, 2), self.val("offset", spec, 2)
+        return [Op("mul", offset, self.val("cursor", spec), spec.record_bytes),
+                Op("add", record, self.val("slot", spec, 2), offset)]
 
     def store_chunks(self, spec, count: int) -> list[list[int]]:
-        return [[i] for i in range(count)]  # one store per field
+        if self.counting:
+            return []
+        return self.chunks(spec, count) if self.chunks is not None else [[i] for i in range(count)]  # one per field
 
     def store_fields(self, spec, values: list, first: int) -> list[Op]:
-        return [Op("store", _level_val("record", spec.level == "thread"), self.offsets[first], values[0])]
+        value = values[0] if len(values) == 1 else tuple(values)  # a tuple: one store of consecutive fields
+        return [Op("store", self.val("record", spec, 2), self.offsets[first], value)]
 
     def end_below_cap(self, spec) -> list[Op]:
-        return [Op("end")]
+        return [] if self.counting else [Op("end")]
 
     def bump_cursor(self, spec, guard) -> list[Op]:
-        return [Op("count", _map_val("cursor", spec))]  # every attempt counts, stored or not
+        return [Op("count", self.val("cursor", spec))]  # every attempt counts, stored or not
 
     def store_count(self, spec) -> list[Op]:
-        return [Op("store", _map_val("count", spec, 2), 0, _map_val("cursor", spec))]
+        # the count is an unsigned integer (`u32`: the ISA may spell its type), a record's fields are bits
+        return [Op("store", self.val("count", spec, 2), 0, self.val("cursor", spec), "u32")]
 
     def counter_add(self, spec, index: int, value, guard) -> list[Op]:
         """Each saving lane adds its value to the launch's u64 counter `index`."""
@@ -234,9 +284,9 @@ class NeutralSteps:
         """This unit's count address (buffer + 4 * unit) and first record (records at align16(4 * units),
         `cap` records per unit) in `spec`'s buffer, and its cursor set to 0 (layout: spec/kernel-json.md)."""
         unit, units = unit_and_units
-        records, offset, base = Val("records_at"), _level_val("record", unit.lane), Val(f"map_{spec.name}", 2)
+        records, offset, base = Val("records_at"), self.val("offset", spec, 2), Val(f"map_{spec.name}", 2)
         return [Op("mul", records, units, COUNT_BYTES), Op("add", records, records, RECORDS_ALIGN - 1),
                 Op("and", records, records, -RECORDS_ALIGN & 0xFFFFFFFF),
-                Op("mul", offset, unit, COUNT_BYTES), Op("add", _map_val("count", spec, 2), base, offset),
+                Op("mul", offset, unit, COUNT_BYTES), Op("add", self.val("count", spec, 2), base, offset),
                 Op("mul", offset, unit, record_stride(spec)), Op("add", offset, offset, records),
-                Op("add", _map_val("slot", spec, 2), base, offset), Op("mov", _map_val("cursor", spec), 0)]
+                Op("add", self.val("slot", spec, 2), base, offset), Op("mov", self.val("cursor", spec), 0)]

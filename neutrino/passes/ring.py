@@ -59,10 +59,10 @@ def ring_pointers(prologue, spec, unit: str, cap_param: str) -> None:
     prologue.emit("cvt.u32.u64", tag, unit)
 
 
-def ring_record(lowerer, spec, fields: list[str], guard: ir.Guard | None, warp_ops: bool) -> list[ir.Instruction]:
+def ring_record(lowerer, spec, guard: ir.Guard | None, warp_ops: bool) -> list[ir.Instruction]:
     """One record of ring map `spec`: reserve a slot for each saving lane, write where it fits.
 
-    `lowerer` is passes/lower_save._Lowerer; `fields` the field registers, filled already;
+    `lowerer` is passes/lower_save._Lowerer (its field registers are filled already);
     `warp_ops`: the target has activemask, vote.sync and shfl.sync.
     """
     state, emit = lowerer.state, lowerer.emit
@@ -83,8 +83,7 @@ def ring_record(lowerer, spec, fields: list[str], guard: ir.Guard | None, warp_o
         emit("setp.lt.and.u64", ok, slot, cap64, go.register),  # a slot past the ring: not written, counted in the head
         emit("mad.lo.u64", ptr, slot, spec.record_bytes, rec),
     ]
-    for chunk in lowerer.store_chunks(spec, len(fields)):
-        code += lowerer.store_fields(spec, [fields[i] for i in chunk], chunk[0])
+    code += lowerer.record_stores(spec)  # the fields at ptr, where ok
     code += [
         emit("mad.lo.u64", tag_ptr, slot, 4, tags),
         emit("st.global.u32", ir.Address(ir.Register(tag_ptr)), map_register(state, "runit", spec, "b32"),

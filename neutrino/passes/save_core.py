@@ -13,8 +13,9 @@ layout in spec/kernel-json.md); only how each step is spelled differs:
                                address (buffer + 4 * unit) and first record (records
                                from align16(4 * units), cap records per unit), cursor 0
 
-Each ISA supplies the steps as primitives (PTX: passes/lower_save.py and
-passes/buffers.py; GCN and RDNA: passes/neutral_ops.py `NeutralSteps`, translated);
+Each ISA supplies the steps as primitives: passes/neutral_ops.py `NeutralSteps`, translated (GCN and RDNA
+for every step; PTX for an array map's record and the exit's counts, its sums and entry still in passes/lower_save.py
+and passes/buffers.py);
 the order in which they run, which maps get which, and the record layout are here.
 """
 
