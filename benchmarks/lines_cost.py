@@ -728,17 +728,17 @@ def ncu_report_lines(report: Path, ncu: str, out: Path | None, mode: str):
 
     rng = ncu_report.load_report(str(report)).range_by_idx(0)
     actions = [rng.action_by_idx(i) for i in range(rng.num_actions())]  # the profiled launches (same code)
-    per_pc = {}
+    correlated = {}  # metric name -> the per-PC metric
     for name in actions[0].metric_names():
         metric = actions[0].metric_by_name(name)
         if metric is not None and metric.num_instances() > 1 and metric.has_correlation_ids():
-            per_pc[name] = metric
+            correlated[name] = metric
     if out is not None:
-        (out / f"ncu_{mode}_metrics.txt").write_text("\n".join(f"{n} {per_pc[n].num_instances()}" for n in sorted(per_pc)))
-    instr_name = next((n for n in NCU_INSTR_METRICS if n in per_pc), None)
-    sample_name = next((n for n in NCU_SAMPLE_METRICS if n in per_pc), None)
+        (out / f"ncu_{mode}_metrics.txt").write_text("\n".join(f"{n} {correlated[n].num_instances()}" for n in sorted(correlated)))
+    instr_name = next((n for n in NCU_INSTR_METRICS if n in correlated), None)
+    sample_name = next((n for n in NCU_SAMPLE_METRICS if n in correlated), None)
     if instr_name is None:
-        raise RuntimeError(f"no per-PC instructions-executed metric among {sorted(per_pc)[:40]}")
+        raise RuntimeError(f"no per-PC instructions-executed metric among {sorted(correlated)[:40]}")
     counts: dict[int, float] = {}
     samples: dict[int, float] = {}
     for action in actions:  # summed over the launches

@@ -157,3 +157,91 @@ def test_time_variants_are_built_and_the_tools_before_too(tmp_path):
     ticks = lc.line_time({"ticks": (1, 2, 3), "clamped_by_key": (0, 0, 1), "excess": 4, "total_ticks": 20,
                           "probe_ticks": 10}, row, "lines")
     assert list(ticks) == [1, 2, 7] and row == {"lines_total_ticks_exact": True, "lines_probe_share": 0.5}
+
+
+FAKE_NCU_REPORT = '''
+"""A stand-in for Nsight Compute's ncu_report module: one range, two launches of one kernel, three PCs."""
+INSTR = {0x10: 4.0, 0x20: 8.0}          # inst_executed per PC (the BRA at 0x30 never issues)
+SAMPLES = {0x10: 1.0, 0x20: 2.0, 0x30: 5.0}
+LINES = {0x10: ("k.cu", 3), 0x20: ("k.cu", 4), 0x30: ("k.cu", 4)}
+
+
+class _Ids:
+    def __init__(self, pcs):
+        self.pcs = pcs
+
+    def as_uint64(self, i):
+        return self.pcs[i]
+
+
+class _Metric:
+    def __init__(self, values):
+        self.pcs, self.values = list(values), list(values.values())
+
+    def num_instances(self):
+        return len(self.pcs)
+
+    def has_correlation_ids(self):
+        return True
+
+    def correlation_ids(self):
+        return _Ids(self.pcs)
+
+    def as_double(self, i):
+        return self.values[i]
+
+
+class _Info:
+    def __init__(self, place):
+        self.place = place
+
+    def file_name(self):
+        return self.place[0]
+
+    def line(self):
+        return self.place[1]
+
+
+class _Action:
+    def metric_names(self):
+        return ["inst_executed", "smsp__pcsamp_sample_count", "gpu__time_duration"]
+
+    def metric_by_name(self, name):
+        return {"inst_executed": _Metric(INSTR), "smsp__pcsamp_sample_count": _Metric(SAMPLES)}.get(name)
+
+    def source_info(self, pc):
+        return _Info(LINES[pc]) if pc in LINES else None
+
+
+class _Range:
+    def num_actions(self):
+        return 2
+
+    def action_by_idx(self, i):
+        return _Action()
+
+
+class _Report:
+    def range_by_idx(self, i):
+        return _Range()
+
+
+def load_report(path):
+    return _Report()
+'''
+
+
+def test_ncu_report_lines_sums_launches_and_keeps_pcs_that_only_have_samples(tmp_path, monkeypatch):
+    (tmp_path / "bin").mkdir()
+    ncu = tmp_path / "bin" / "ncu"
+    ncu.write_text("")
+    (tmp_path / "extras" / "python").mkdir(parents=True)
+    (tmp_path / "extras" / "python" / "ncu_report.py").write_text(FAKE_NCU_REPORT)
+    monkeypatch.delitem(sys.modules, "ncu_report", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    blocks, metrics = lc.ncu_report_lines(tmp_path / "r.ncu-rep", str(ncu), tmp_path, "cuda")
+    # two launches summed; line 4 gets the BRA's samples although it never issued
+    assert blocks == [("k.cu", {3: (2.0, 8.0), 4: (14.0, 16.0)})]
+    assert metrics == "inst_executed / smsp__pcsamp_sample_count, 2 launches"
+    assert (tmp_path / "ncu_cuda_metrics.txt").read_text().split() == ["inst_executed", "2",
+                                                                       "smsp__pcsamp_sample_count", "3"]
