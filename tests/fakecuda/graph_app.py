@@ -18,7 +18,7 @@ GRAPH_APP_EXTRA=1: a kernel node of the program's own added with cuGraphAddKerne
 (unprobed); GRAPH_APP_EXTRA_GRID_AT=N: before replay N, cuGraphExecKernelNodeSetParams_v2 puts it on 2 blocks;
 GRAPH_APP_EXTRA_OFF_AT=N: before replay N, cuGraphNodeSetEnabled disables it. GRAPH_APP_ALLOC=1: a memory alloc
 node in the graph (the fake refuses to clone it). GRAPH_APP_STREAMS=2: odd replays on a second stream.
-Prints, per cycle, the launches of the executable graph and of all graphs ("exec launches").
+Prints, per cycle, the launches of the executable graph and of all graphs ("exec launches", after "live at end").
 GRAPH_APP_PTSZ=1: the captures are of the per-thread default stream (the _ptsz entry points' NULL), and three
 eager launches before and after them say how many capture-status queries they cost. Prints the fake driver's
 cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), and with
@@ -111,6 +111,7 @@ def main(ptx_path, kernel, cycles, replays):
     assert cu.cuModuleLoadData(C.byref(mod), C.c_char_p(ptx)) == 0
     assert cu.cuModuleGetFunction(C.byref(fn), mod, kernel.encode()) == 0
     assert cu.cuStreamCreate(C.byref(stream), 1) == 0
+    launched = []  # per cycle: launches of the executable graph, and of every graph so far
     second = P()  # GRAPH_APP_STREAMS=2: odd replays launched on a second stream
     if os.environ.get("GRAPH_APP_STREAMS") == "2":
         assert cu.cuStreamCreate(C.byref(second), 1) == 0
@@ -187,7 +188,7 @@ def main(ptx_path, kernel, cycles, replays):
                 assert cu.cuGraphLaunch(twin, stream) == 0
         cu.fakecuda_exec_launches.restype = cu.fakecuda_graph_launches.restype = C.c_long
         cu.fakecuda_exec_launches.argtypes = [P]
-        say("exec launches", cu.fakecuda_exec_launches(exe), cu.fakecuda_graph_launches())
+        launched.append((cu.fakecuda_exec_launches(exe), cu.fakecuda_graph_launches()))
         if twin_of:
             assert cu.cuGraphExecDestroy(twin) == 0
             if twin_source.value != graph.value:
@@ -202,6 +203,8 @@ def main(ptx_path, kernel, cycles, replays):
     if ptsz:  # every capture has ended: launches ask the capture status as often as before any capture
         say("capture queries after the captures", capture_queries(cu, fn, stream, params))
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
+    for own, every in launched:
+        say("exec launches", own, every)
     say("pick calls", cu.fakecuda_pick_calls())
     if os.environ.get("FAKECUDA_FORK_IN_SWITCH"):
         cu.fakecuda_fork_status.restype = C.c_long
