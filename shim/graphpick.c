@@ -326,11 +326,15 @@ static void twin_settle(nt_pick_plan *p) {
     tw.capture_mode(&mode);
 }
 
-/* The twin goes (driver calls: `destroy`; else the context is going and takes it). Under picks_lock. */
-static void twin_free(nt_pick_plan *p, int destroy) {
+enum { TWIN_LEFT, TWIN_DESTROYED, TWIN_SETTLED };  /* how the twin goes */
+
+/* The twin goes: TWIN_SETTLED when the program's graph takes every replay from now on (after the twin's
+ * last launch, twin_settle), TWIN_DESTROYED when no replay follows (the program destroyed its graph),
+ * TWIN_LEFT when the context is going and takes it (no driver call). Under picks_lock. */
+static void twin_free(nt_pick_plan *p, int how) {
     if (!p->plain) return;
-    if (destroy) {
-        twin_settle(p);
+    if (how == TWIN_SETTLED) twin_settle(p);
+    if (how != TWIN_LEFT) {
         tw.exec_destroy(p->plain);  /* freed by CUDA when a launch in flight completes */
         tw.graph_destroy(p->plain_graph);
         tw.ev_destroy(p->fence);
@@ -400,7 +404,7 @@ int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, ui
     p->next = plans;
     plans = p;
     if (stale) {
-        twin_free(stale, 1);
+        twin_free(stale, TWIN_DESTROYED);
         release_graph(stale->graph);
         plan_free(stale);
     } else {
@@ -467,7 +471,7 @@ static int selects(const nt_pick_plan *p, uint64_t r) {
 /* The twin goes, the plan stays and switches nodes from the next replay on (the program changed its
  * graph in a way the twin could not follow). Under picks_lock. */
 static void twin_demote(nt_pick_plan *p) {
-    twin_free(p, 1);
+    twin_free(p, TWIN_SETTLED);
 }
 
 /* Before a launch of `exec` on `stream` (`capturing`: into a stream being captured, asked by the caller
@@ -530,9 +534,12 @@ void neutrino_graph_pick_stream_event(void *stream) {
     pthread_mutex_lock(&picks_lock);
     for (nt_pick_plan *p = plans; p; p = p->next) {
         if (!p->plain || !p->last || p->fenced || p->last_stream != stream) continue;
-        p->fenced = tw.ev_record(p->fence, stream) == 0;
-        if (!p->fenced) twin_settle(p);  /* the host waits for it instead */
-        if (!p->fenced) p->last = NULL;
+        if (tw.ev_record(p->fence, stream) == 0) {
+            p->fenced = 1;
+        } else {  /* the host waits for that launch instead: nothing to order after any more */
+            twin_settle(p);
+            p->last = NULL;
+        }
     }
     pthread_mutex_unlock(&picks_lock);
 }
@@ -601,7 +608,7 @@ static void release_graph(void *graph) {
 static nt_pick_plan *unlink_plan(void *exec) {
     nt_pick_plan **slot = plan_slot(exec), *p = *slot;
     if (p) {
-        twin_free(p, 1);
+        twin_free(p, TWIN_DESTROYED);  /* the program destroyed its graph: no replay follows */
         *slot = p->next;
         atomic_fetch_sub(&plans_live, 1);
         release_graph(p->graph);
@@ -629,7 +636,7 @@ void neutrino_graph_pick_forget_all(void) {
     pthread_mutex_unlock(&picks_lock);
     while (p) {
         nt_pick_plan *next = p->next;
-        if (p->plain) atomic_fetch_sub(&twins_live, 1);  /* its handles go with the context */
+        twin_free(p, TWIN_LEFT);  /* its handles go with the context */
         plan_free(p);
         p = next;
     }
@@ -658,7 +665,7 @@ int neutrino_graph_pick_drop(void *exec, uint64_t *next_replay) {
             slot = &p->next;
             continue;
         }
-        twin_free(p, 1);  /* the program's graph takes every replay: after the twin's last launch */
+        twin_free(p, TWIN_SETTLED);  /* the program's graph takes every replay: after the twin's last launch */
         /* the switches first: the graph whose node handles they use may go with the plan */
         int restored = set_kernels(p, K_CAPTURED) & set_append_args(p, group->replays - group->runs, 0);
         if (!(restored & set_appends(p, 1))) ok = -1;
