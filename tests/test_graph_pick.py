@@ -289,3 +289,49 @@ def test_launches_on_two_streams_stay_in_order(tmp_path, fakecuda, shim, monkeyp
 def test_no_twin_when_asked_not_to(tmp_path, fakecuda, shim, monkeypatch):
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, **SWITCHING)
     assert exec_launches(said) == [(REPLAYS, REPLAYS)] and not events(t, "graph_pick_switching")
+
+
+def test_a_kernel_that_writes_module_globals_keeps_the_device_gate():
+    """The capture copies a written module global back into the program's module after the probed node;
+    on a replay running the program's kernel (switched, or the twin) that copy would undo the kernel's
+    writes: no plan, the device gate chooses (one event); without such a global the plan is made."""
+    import threading
+    from types import SimpleNamespace
+
+    from neutrino.runtime.cudagraphs.capture import WRITES_GLOBALS, GraphGroup, GraphProbes
+
+    class Picker:
+        def __init__(self):
+            self.plans = []
+
+        def new_group(self):
+            return 1
+
+        def plan(self, exe, graph, ctx, group, kernels, appends, flags=0, twin=None):
+            self.plans.append((exe, twin))
+            return True, ""
+
+        def drop(self, exe):
+            return (0, 1)
+
+    class Trace:
+        def __init__(self):
+            self.events = []
+
+        def event(self, name, **fields):
+            self.events.append((name, fields))
+
+    for writes in (False, True):
+        probes = GraphProbes.__new__(GraphProbes)
+        probes.picker, probes.trace, probes._lock = Picker(), Trace(), threading.RLock()
+        group = GraphGroup(1, ctx=7, capture_id=1, graph=0x100)
+        group.nodes = [SimpleNamespace(active=True, appended=True, pick_args=0x10, writes_globals=writes, node=0x200,
+                                       probed_func=1, func=2, grid=(1, 1, 1), block=(32, 1, 1), shared_bytes=0)]
+        group.execs = {0x300}
+        probes._plan_replays(group, 0x100, 0x300, 0)
+        if writes:
+            assert group.planned == set() and probes.picker.plans == []
+            (ev,) = probes.trace.events
+            assert ev[0] == "graph_pick_fallback" and ev[1]["reason"] == WRITES_GLOBALS
+        else:
+            assert group.planned == {0x300} and probes.picker.plans == [(0x300, None)] and not probes.trace.events

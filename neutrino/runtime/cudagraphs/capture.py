@@ -56,6 +56,10 @@ from neutrino.runtime.instrument.probed import Fallback, copy_globals_in, copy_g
 (G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS,
  G_END_CAPTURE, G_PICK_FALLBACK) = range(9)
 INSTANTIATE_DEVICE_LAUNCH = 4  # CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: the host never sees its launches
+# The captured copy of a written module global back into the program's module follows the probed node: on
+# a replay running the program's kernel instead (switched, or the twin) it would undo that kernel's writes.
+WRITES_GLOBALS = ("a probed kernel writes module globals (the copy back after its node would undo the program's "
+                  "kernel's writes on a replay left out)")
 
 
 @contextlib.contextmanager
@@ -101,6 +105,7 @@ class GraphNode:
     appended: bool = False  # the capture's append node serves it
     frame: str | None = None
     pick_args: int = 0  # its arguments copied at capture for the host's choice of replays (replay_select.py)
+    writes_globals: bool = False  # the probed kernel's module globals are copied back after it (copy_globals_out)
 
     @property
     def span(self) -> int:
@@ -204,6 +209,7 @@ class GraphProbes:
             raise
         node.keep = params
         node.active = True
+        node.writes_globals = any(g.writable for g in pk.globals)
         if self.picker is not None and first is not None:  # the host's choice of replays (replay_select.py)
             buffer_param = pk.n_params + next(i for i, (_, is_buffer) in enumerate(plan) if is_buffer)
             node.pick_args = self.picker.copy_args(pk.func, C.addressof(params), buffer_param)
@@ -430,7 +436,8 @@ class GraphProbes:
         nodes = [n for n in group.nodes if n.active and n.appended]
         why = ("instantiated for device launch" if flags & INSTANTIATE_DEVICE_LAUNCH else
                "instantiated from a clone of the captured graph" if graph != group.graph else
-               group.pick_off or ("a probed node's arguments could not be copied at capture"
+               group.pick_off or (WRITES_GLOBALS if any(n.writes_globals for n in nodes) else
+                                  "a probed node's arguments could not be copied at capture"
                                   if not all(n.pick_args for n in nodes) else ""))
         if not why and group.execs - group.planned - {exe}:  # it counts replays the host never sees
             why = replay_select.FALLBACK_REASONS[replay_select.SHARED_GATE]
