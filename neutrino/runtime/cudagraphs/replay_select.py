@@ -3,8 +3,12 @@
 One job: give shim/graphpick.c, for an executable graph instantiated from a captured graph of ours,
 what it needs to switch the probed nodes between the probed kernel and the program's own, and the
 append nodes on and off, as `--launches` selects each replay: the nodes' handles, both functions, the
-arguments copied at capture, the append nodes' arguments. A replay left out then costs what the
-program's own replay costs. What the host cannot choose keeps the device gate (ring.py, "Sampling").
+arguments copied at capture, the append nodes' arguments. By default the shim also makes a twin
+of the executable graph (the program's graph as it made it: a clone with the original kernels and no
+append node) and launches it for every replay left out, so such a replay is the program's own replay;
+where it cannot (graphs CUDA does not clone, a change the twin cannot take: a `graph_pick_switching`
+event), the nodes are switched instead. What the host cannot choose keeps the device gate (ring.py,
+"Sampling").
 
 Only with the native shim (the fake drivers of the Python tests have no cuGraphLaunch hook): there
 every replay runs probed and the device gate applies, as before.
