@@ -286,6 +286,27 @@ def test_launches_on_two_streams_stay_in_order(tmp_path, fakecuda, shim, monkeyp
     assert len([line for line in log if line.startswith("wait stream=")]) == 6
 
 
+def test_a_twin_launch_is_fenced_before_its_stream_goes(tmp_path, fakecuda, shim, monkeypatch):
+    """Replay 7 (left out) runs the twin on the second stream, and replay 8 is predicted to run it too, so
+    no event is recorded after it; the program then destroys that stream: the shim records the event
+    there first (recording on it later would touch a destroyed stream). The next launches, on the
+    first stream, need no wait."""
+    monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
+    monkeypatch.setenv("FAKECUDA_LOG_STREAM_OPS", "1")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2, GRAPH_APP_DESTROY_SECOND_AT=8)
+    eager = next(i for i, line in enumerate(log) if line.startswith("saxpy4 "))  # log[0] was an event record
+    assert probed(log[eager + 1:]) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    ops = [line.split() for line in log if line.split()[0] in ("record", "destroy", "wait")]
+    (gone,) = [i for i, op in enumerate(ops) if op[0] == "destroy"]
+    second = ops[gone][1]
+    assert ops[gone - 1][:2] == ["record", second]  # fenced right before the destroy
+    assert all(op[1] != second for op in ops[gone + 1:])  # nothing touches it afterwards
+    # waits: replays 1 (second stream, twin after probed), 3 (probed on the second after the twin on the
+    # first), 4, 6 and 7; none after the destroy (8 and 9 on the first stream, after 7 ... fenced)
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_waits"] == 5
+
+
 def test_no_twin_when_asked_not_to(tmp_path, fakecuda, shim, monkeypatch):
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, **SWITCHING)
     assert exec_launches(said) == [(REPLAYS, REPLAYS)] and not events(t, "graph_pick_switching")

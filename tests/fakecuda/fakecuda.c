@@ -499,14 +499,19 @@ CUresult cuStreamCreate(void **s, unsigned f) {
     if (made) made(*s);
     return 0;
 }
-CUresult cuStreamDestroy_v2(void *s) { free(s); return 0; }
+/* In the log, in order: FAKECUDA_LOG_WAITS=1, stream waits; FAKECUDA_LOG_STREAM_OPS=1, event records and
+ * stream destroys too */
+static void log_stream_op(const char *what, void *s, void *e) {
+    const char *log = getenv("FAKECUDA_LOG");
+    if (log && getenv(strcmp(what, "wait") ? "FAKECUDA_LOG_STREAM_OPS" : "FAKECUDA_LOG_WAITS")) {
+        FILE *fh = fopen(log, "a");
+        if (fh) { fprintf(fh, "%s stream=%p event=%p\n", what, s, e); fclose(fh); }
+    }
+}
+CUresult cuStreamDestroy_v2(void *s) { log_stream_op("destroy", s, NULL); free(s); return 0; }
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) {
     (void)f;
-    const char *log = getenv("FAKECUDA_LOG");
-    if (log && getenv("FAKECUDA_LOG_WAITS")) {  /* the fast path's wait for a new ring's memset */
-        FILE *fh = fopen(log, "a");
-        if (fh) { fprintf(fh, "wait stream=%p event=%p\n", s, e); fclose(fh); }
-    }
+    log_stream_op("wait", s, e);  /* the fast path's wait for a new ring's memset; a twin's order */
     return 0;
 }
 CUresult cuMemAllocAsync(uint64_t *p, size_t n, void *s) {
@@ -572,7 +577,7 @@ static uint64_t fake_now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = calloc(1, 8); return 0; }
-CUresult cuEventRecord(void *e, void *s) { (void)s; *(uint64_t *)e = fake_now_ns(); return 0; }
+CUresult cuEventRecord(void *e, void *s) { log_stream_op("record", s, e); *(uint64_t *)e = fake_now_ns(); return 0; }
 CUresult cuEventQuery(void *e) {
     const char *d = getenv("FAKECUDA_EVENT_DELAY_MS");
     if (d && fake_now_ns() < *(uint64_t *)e + (uint64_t)atoi(d) * 1000000ull) return 600; /* NOT_READY */

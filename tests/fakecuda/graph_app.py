@@ -17,7 +17,8 @@ GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown
 GRAPH_APP_EXTRA=1: a kernel node of the program's own added with cuGraphAddKernelNode_v2 before instantiation
 (unprobed); GRAPH_APP_EXTRA_GRID_AT=N: before replay N, cuGraphExecKernelNodeSetParams_v2 puts it on 2 blocks;
 GRAPH_APP_EXTRA_OFF_AT=N: before replay N, cuGraphNodeSetEnabled disables it. GRAPH_APP_ALLOC=1: a memory alloc
-node in the graph (the fake refuses to clone it). GRAPH_APP_STREAMS=2: odd replays on a second stream.
+node in the graph (the fake refuses to clone it). GRAPH_APP_STREAMS=2: odd replays on a second stream;
+GRAPH_APP_DESTROY_SECOND_AT=N: the second stream destroyed before replay N (every replay on the first after it).
 Prints, per cycle, the launches of the executable graph and of all graphs ("exec launches", after "live at end").
 GRAPH_APP_PTSZ=1: the captures are of the per-thread default stream (the _ptsz entry points' NULL), and three
 eager launches before and after them say how many capture-status queries they cost. Prints the fake driver's
@@ -183,6 +184,10 @@ def main(ptx_path, kernel, cycles, replays):
             if r == int(os.environ.get("GRAPH_APP_EXTRA_OFF_AT", "-1")):
                 cu.cuGraphNodeSetEnabled.argtypes = [P, P, C.c_uint]
                 assert cu.cuGraphNodeSetEnabled(exe, extra, 0) == 0
+            if r == int(os.environ.get("GRAPH_APP_DESTROY_SECOND_AT", "-1")):
+                cu.cuStreamDestroy_v2.argtypes = [P]
+                assert cu.cuStreamDestroy_v2(second) == 0
+                second = P()
             assert cu.cuGraphLaunch(exe, second if r % 2 and second else stream) == 0
             if twin_of:
                 assert cu.cuGraphLaunch(twin, stream) == 0
