@@ -73,7 +73,8 @@ CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK":
               # no twin: the replays left out switch the probed graph's nodes (as before the twin)
               "block_sched graphs every:50 switching": {"NEUTRINO_GRAPH_TWIN": "0"},
               "block_sched graphs every:50 no-timeline switching": {"NEUTRINO_GRAPH_TWIN": "0"}}
-CONFIGS.update({name: CONFIGS[name.removesuffix(" device-gate").removesuffix(" graph-records").removesuffix(" switching")]
+ENV_SUFFIXES = (" device-gate", " graph-records", " switching")
+CONFIGS.update({name: CONFIGS[next((name.removesuffix(x) for x in ENV_SUFFIXES if name.endswith(x)), name)]
                 for name in CONFIG_ENV})
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")
 

@@ -193,7 +193,7 @@ def test_no_plan_again_after_replays_on_the_device_gate(tmp_path, fakecuda, shim
     assert probed(log) == [r in SELECTED for r in range(4)] + [True] * (REPLAYS - 4)
 
 
-# ---------------------------------------------------------------- the twin: the program's graph for the replays left out
+# ------------------------------------------------------------ the twin: the program's graph for the replays left out
 
 
 def exec_launches(said):

@@ -242,7 +242,9 @@ static Graph *last_graph;       /* the graph the last capture built (cuGraphNode
 static Graph *clones[MAX_CLONES];  /* clone k: clones[k] (k >= 1), its node handles k << 32 | position */
 static unsigned nclones;
 /* FAKECUDA_REFUSE_CLONE_EXEC_SET=1: changes to an executable graph made from a clone are refused */
-static int refused_for_clone(void *exec) { return ((Graph *)exec)->from_clone && getenv("FAKECUDA_REFUSE_CLONE_EXEC_SET"); }
+static int refused_for_clone(void *exec) {
+    return ((Graph *)exec)->from_clone && getenv("FAKECUDA_REFUSE_CLONE_EXEC_SET");
+}
 CUresult cuStreamEndCapture(void *s, void **graph) {
     if (s != cap_stream) return 901;
     *graph = last_graph = cap_graph;
