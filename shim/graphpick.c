@@ -321,7 +321,8 @@ static void twin_settle(nt_pick_plan *p) {
     if (!p->plain || p->last != p->plain) return;
     int mode = CAPTURE_MODE_RELAXED;
     tw.capture_mode(&mode);
-    if (!p->fenced) p->fenced = tw.ev_record(p->fence, p->last_stream) == 0;
+    /* (another thread's per-thread stream is not this thread's to record on) */
+    if (!p->fenced && p->last_stream != PER_THREAD_STREAM) p->fenced = tw.ev_record(p->fence, p->last_stream) == 0;
     if (!p->fenced || tw.ev_sync(p->fence)) tw.ctx_sync();  /* no fence: everything of the context */
     tw.capture_mode(&mode);
 }
@@ -348,7 +349,7 @@ static void twin_free(nt_pick_plan *p, int how) {
  * on another stream, wait for it. 0: the driver refused the event or the wait. Under picks_lock. */
 static int twin_order(nt_pick_plan *p, void *handle, void *stream) {
     if (!p->last || handle == p->last || (stream == p->last_stream && stream != PER_THREAD_STREAM)) return 1;
-    if (!p->fenced && tw.ev_record(p->fence, p->last_stream)) return 0;
+    if (!p->fenced && (p->last_stream == PER_THREAD_STREAM || tw.ev_record(p->fence, p->last_stream))) return 0;
     p->fenced = 1;
     atomic_fetch_add(&twin_fences, 1);
     return tw.wait(stream, p->fence, 0) == 0;
