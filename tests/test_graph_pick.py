@@ -307,6 +307,18 @@ def test_a_twin_launch_is_fenced_before_its_stream_goes(tmp_path, fakecuda, shim
     assert pick["twin_waits"] == 5
 
 
+@pytest.mark.parametrize("flags, twin", [("0x1", True), ("0x9", True), ("0x10", False)],
+                         ids=["auto-free", "auto-free+priority", "unknown"])
+def test_the_twin_takes_the_programs_instantiation_flags(tmp_path, fakecuda, shim, monkeypatch, flags, twin):
+    """PyTorch instantiates with auto-free on launch: the twin too; a flag a second executable graph may not
+    take (here one CUDA has not defined) leaves the nodes switching, with the event."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_FLAGS=flags)
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    assert exec_launches(said) == [(len(SELECTED) if twin else REPLAYS, REPLAYS)]
+    switching = events(t, "graph_pick_switching")
+    assert (not switching) if twin else "instantiation flags" in switching[0]["reason"]
+
+
 def test_no_twin_when_asked_not_to(tmp_path, fakecuda, shim, monkeypatch):
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, **SWITCHING)
     assert exec_launches(said) == [(REPLAYS, REPLAYS)] and not events(t, "graph_pick_switching")

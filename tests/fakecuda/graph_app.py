@@ -19,6 +19,7 @@ GRAPH_APP_EXTRA=1: a kernel node of the program's own added with cuGraphAddKerne
 GRAPH_APP_EXTRA_OFF_AT=N: before replay N, cuGraphNodeSetEnabled disables it. GRAPH_APP_ALLOC=1: a memory alloc
 node in the graph (the fake refuses to clone it). GRAPH_APP_STREAMS=2: odd replays on a second stream;
 GRAPH_APP_DESTROY_SECOND_AT=N: the second stream destroyed before replay N (every replay on the first after it).
+GRAPH_APP_FLAGS=F: the executable graph instantiated with flags F.
 Prints, per cycle, the launches of the executable graph and of all graphs ("exec launches", after "live at end").
 GRAPH_APP_PTSZ=1: the captures are of the per-thread default stream (the _ptsz entry points' NULL), and three
 eager launches before and after them say how many capture-status queries they cost. Prints the fake driver's
@@ -154,7 +155,8 @@ def main(ptx_path, kernel, cycles, replays):
         if os.environ.get("GRAPH_APP_CLONE"):
             source = P()
             assert cu.cuGraphClone(C.byref(source), graph) == 0
-        assert cu.cuGraphInstantiateWithFlags(C.byref(exe), source, 0) == 0
+        flags = int(os.environ.get("GRAPH_APP_FLAGS", "0"), 0)
+        assert cu.cuGraphInstantiateWithFlags(C.byref(exe), source, flags) == 0
         first = bool(os.environ.get("GRAPH_APP_GRAPH_FIRST"))
         if first:
             assert cu.cuGraphDestroy(graph) == 0
