@@ -353,7 +353,8 @@ class GraphProbes:
         with self._lock:
             if kind == G_INSTANTIATE:  # c: the instantiation flags
                 self._add_exec(self._by_graph.get(a), b)
-                self._exec_flags[b] = c
+                if a in self._by_graph:  # (only executable graphs of our graphs: a plan made again takes them)
+                    self._exec_flags[b] = c
                 self._plan_replays(self._by_graph.get(a), a, b, c)
             elif kind == G_CLONE:
                 group = self._by_graph.get(a)
