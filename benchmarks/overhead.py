@@ -69,8 +69,13 @@ CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK":
               "gmem_bytes graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK": "0"},
               # the timeline with graph-level records (GRAPH_TRACE: a replay's nodes not traced one by one)
               "block_sched graphs every:50 graph-records": {"NEUTRINO_TIMELINE_LEVEL": "copies,host,hooks,graphs"},
-              "block_sched graphs graph-records": {"NEUTRINO_TIMELINE_LEVEL": "copies,host,hooks,graphs"}}
-CONFIGS.update({name: CONFIGS[name.removesuffix(" device-gate").removesuffix(" graph-records")] for name in CONFIG_ENV})
+              "block_sched graphs graph-records": {"NEUTRINO_TIMELINE_LEVEL": "copies,host,hooks,graphs"},
+              # no twin: the replays left out switch the probed graph's nodes (as before the twin)
+              "block_sched graphs every:50 switching": {"NEUTRINO_GRAPH_TWIN": "0"},
+              "block_sched graphs every:50 no-timeline switching": {"NEUTRINO_GRAPH_TWIN": "0"}}
+ENV_SUFFIXES = (" device-gate", " graph-records", " switching")
+CONFIGS.update({name: CONFIGS[next((name.removesuffix(x) for x in ENV_SUFFIXES if name.endswith(x)), name)]
+                for name in CONFIG_ENV})
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")
 
 

@@ -18,6 +18,20 @@
  * (`neutrino_graph_pick_args`: the program's argument values live only during its launch call), sized
  * by `cuFuncGetParamInfo`.
  *
+ * Two executable graphs (the default since issue 24's residual): at the plan, the shim also instantiates
+ * the program's graph as the program made it (the *twin*: a clone of the captured graph whose probed
+ * nodes run the original kernels with the original arguments and whose append nodes are removed), and
+ * launches it for every replay left out; the program's executable graph stays probed (untagged, append
+ * nodes enabled) and runs only the selected replays. No switch, no disabled node: a left-out replay is
+ * the program's own graph, topology included. Launches stay in the program's order: each launch of one
+ * of the two after a launch of the other on another stream waits for it (an event of ours, recorded
+ * right after a launch when the next replay is predicted to take the other graph, else at the latest
+ * before its stream is destroyed or starts capturing). The program's changes to its executable graph
+ * (kernel, memcpy, memset, host, child, event node parameters; node enables) are applied to the twin
+ * too; a change that cannot be, and graphs that cannot be cloned (memory alloc/free nodes, conditional
+ * nodes) or instantiated twice, leave the plan switching nodes as below (Python writes a
+ * `graph_pick_switching` event).
+ *
  * What the host cannot choose keeps the device gate: executable graphs without a plan (instantiated for
  * device launch, from a clone, or holding the graph as a child node) and plans given up (the caller
  * reports it to Python, which restores the captured nodes here with `neutrino_graph_pick_drop`, sets
@@ -92,6 +106,11 @@ typedef struct nt_pick_plan {
     int host_args;    /* the append nodes' arguments say host = 1, with `skip` below */
     uint64_t skip;
     int picked;       /* the launch in progress is selected */
+    /* the twin (NULL: switching): the program's graph as it made it, launched for the replays left out */
+    void *plain, *plain_graph;   /* its executable graph, and the clone it was made from (node handles) */
+    void *fence;                 /* orders a launch of one of the two after the other's on another stream */
+    void *last, *last_stream;    /* the executable graph launched last (exec or plain), and its stream */
+    int fenced;                  /* the fence was recorded after that launch */
 } nt_pick_plan;
 
 /* Graphs the program destroyed while a plan still switches nodes by their handles (PyTorch destroys
@@ -104,8 +123,8 @@ typedef struct kept_graph {
 static pthread_mutex_t picks_lock = PTHREAD_MUTEX_INITIALIZER;
 static nt_pick_plan *plans;
 static kept_graph *kept;
-static _Atomic int plans_live;
-static _Atomic uint64_t pick_switches, pick_calls, pick_launches;
+static _Atomic int plans_live, twins_live;
+static _Atomic uint64_t pick_switches, pick_calls, pick_launches, twin_launches, twin_fences;
 
 static struct {
     CUresult (*set_params)(void *, void *, const knode_params *);
@@ -127,6 +146,49 @@ static int load_driver(void) {
         drv.loaded = drv.set_params && drv.set_enabled && drv.param_info ? 1 : -1;
     }
     return drv.loaded == 1;
+}
+
+/* ------------------------------------------------------------------ the twin: driver calls */
+
+#define EVENT_DISABLE_TIMING 0x2
+#define CAPTURE_MODE_RELAXED 2
+#define PER_THREAD_STREAM ((void *)(uintptr_t)0x2)  /* CU_STREAM_PER_THREAD: each thread's own */
+/* instantiation flags the twin takes as the program's graph does: auto-free on launch (only alloc nodes
+ * care: such graphs cannot be cloned), node priority; upload (the twin is uploaded at its first launch) */
+#define TWIN_FLAGS_KEPT 0x9ull
+#define TWIN_FLAGS_OK 0xbull
+
+static struct {
+    CUresult (*clone)(void **, void *);
+    CUresult (*find)(void **, void *, void *);
+    CUresult (*node_set)(void *, const knode_params *);
+    CUresult (*destroy_node)(void *);
+    CUresult (*instantiate)(void **, void *, unsigned long long);
+    CUresult (*exec_destroy)(void *);
+    CUresult (*graph_destroy)(void *);
+    CUresult (*ev_create)(void **, unsigned);
+    CUresult (*ev_destroy)(void *);
+    CUresult (*ev_record)(void *, void *);
+    CUresult (*ev_sync)(void *);
+    CUresult (*wait)(void *, void *, unsigned);
+    CUresult (*capture_mode)(int *);
+    CUresult (*ctx_sync)(void);
+    int loaded;
+} tw;
+
+#define TW(field, name) ((tw.field = (__typeof__(tw.field))neutrino_real_sym(name)) != NULL)
+static int load_twin(void) {
+    if (!tw.loaded) {
+        int ok = TW(clone, "cuGraphClone") & TW(find, "cuGraphNodeFindInClone") &
+                 TW(node_set, "cuGraphKernelNodeSetParams_v2") & TW(destroy_node, "cuGraphDestroyNode") &
+                 TW(instantiate, "cuGraphInstantiateWithFlags") & TW(exec_destroy, "cuGraphExecDestroy") &
+                 TW(graph_destroy, "cuGraphDestroy") & TW(ev_create, "cuEventCreate") &
+                 TW(ev_destroy, "cuEventDestroy_v2") & TW(ev_record, "cuEventRecord") &
+                 TW(ev_sync, "cuEventSynchronize") & TW(wait, "cuStreamWaitEvent") &
+                 TW(capture_mode, "cuThreadExchangeStreamCaptureMode") & TW(ctx_sync, "cuCtxSynchronize");
+        tw.loaded = ok ? 1 : -1;
+    }
+    return tw.loaded == 1;
 }
 
 /* ------------------------------------------------------------------ arguments and groups (Python) */
@@ -181,11 +243,14 @@ uint64_t neutrino_graph_pick_group_replays(void *group) {
     return r;
 }
 
-/* Switches made, driver calls they took, launches of planned graphs (NEUTRINO_FAST_PROFILE, tests). */
-void neutrino_graph_pick_counts(uint64_t out[3]) {
+/* Switches made, driver calls they took, launches of planned graphs, of them the twins' launches, and
+ * waits ordering a launch after the other graph's on another stream (NEUTRINO_FAST_PROFILE, tests). */
+void neutrino_graph_pick_counts(uint64_t out[5]) {
     out[0] = atomic_load(&pick_switches);
     out[1] = atomic_load(&pick_calls);
     out[2] = atomic_load(&pick_launches);
+    out[3] = atomic_load(&twin_launches);
+    out[4] = atomic_load(&twin_fences);
 }
 
 /* ------------------------------------------------------------------ plans */
@@ -216,12 +281,89 @@ static knode_params node_params(void *func, const uint32_t grid[3], const uint32
     return k;
 }
 
+/* Why a plan has no twin (replay_select.py, TWIN_REASONS). */
+enum { TWIN_ON, TWIN_NOT_ASKED, TWIN_FLAGS, TWIN_CLONE, TWIN_BUILD, TWIN_INSTANTIATE, TWIN_EVENT, TWIN_DRIVER };
+
+/* The twin of plan `p` (its kernels and appends set): the captured graph cloned, each probed node set to
+ * the original kernel with the original arguments, the append nodes removed, instantiated with the
+ * program's flags. Returns TWIN_ON, or why not (nothing of it is left behind). */
+static int twin_build(nt_pick_plan *p, unsigned long long flags) {
+    if (!load_twin()) return TWIN_DRIVER;
+    if (flags & ~TWIN_FLAGS_OK) return TWIN_FLAGS;
+    void *clone = NULL, *plain = NULL, *fence = NULL;
+    if (tw.clone(&clone, p->graph) || !clone) return TWIN_CLONE;  /* alloc/free or conditional nodes */
+    int why = TWIN_ON;
+    for (int i = 0; i < p->nkernels && !why; i++) {
+        void *node = NULL;
+        if (tw.find(&node, p->kernels[i].node, clone) || tw.node_set(node, &p->kernels[i].original)) why = TWIN_BUILD;
+    }
+    for (int i = 0; i < p->nappends && !why; i++) {
+        void *node = NULL;
+        if (tw.find(&node, p->appends[i].node, clone) || tw.destroy_node(node)) why = TWIN_BUILD;
+    }
+    if (!why && (tw.instantiate(&plain, clone, flags & TWIN_FLAGS_KEPT) || !plain)) why = TWIN_INSTANTIATE;
+    if (!why && (tw.ev_create(&fence, EVENT_DISABLE_TIMING) || !fence)) why = TWIN_EVENT;
+    if (why) {
+        if (plain) tw.exec_destroy(plain);
+        tw.graph_destroy(clone);
+        return why;
+    }
+    p->plain = plain, p->plain_graph = clone, p->fence = fence;
+    atomic_fetch_add(&twins_live, 1);
+    return TWIN_ON;
+}
+
+/* The launch after which nothing of ours must run unordered: when the twin was launched last, the host
+ * waits for that launch (the fence, recorded now if it was not: its stream is alive and not capturing,
+ * see neutrino_graph_pick_stream_event), with this thread's capture mode relaxed. Called before the
+ * program's graph takes every replay again (the twin goes). Under picks_lock. */
+static void twin_settle(nt_pick_plan *p) {
+    if (!p->plain || p->last != p->plain) return;
+    int mode = CAPTURE_MODE_RELAXED;
+    tw.capture_mode(&mode);
+    /* (another thread's per-thread stream is not this thread's to record on) */
+    if (!p->fenced && p->last_stream != PER_THREAD_STREAM) p->fenced = tw.ev_record(p->fence, p->last_stream) == 0;
+    if (!p->fenced || tw.ev_sync(p->fence)) tw.ctx_sync();  /* no fence: everything of the context */
+    tw.capture_mode(&mode);
+}
+
+enum { TWIN_LEFT, TWIN_DESTROYED, TWIN_SETTLED };  /* how the twin goes */
+
+/* The twin goes: TWIN_SETTLED when the program's graph takes every replay from now on (after the twin's
+ * last launch, twin_settle), TWIN_DESTROYED when no replay follows (the program destroyed its graph),
+ * TWIN_LEFT when the context is going and takes it (no driver call). Under picks_lock. */
+static void twin_free(nt_pick_plan *p, int how) {
+    if (!p->plain) return;
+    if (how == TWIN_SETTLED) twin_settle(p);
+    if (how != TWIN_LEFT) {
+        tw.exec_destroy(p->plain);  /* freed by CUDA when a launch in flight completes */
+        tw.graph_destroy(p->plain_graph);
+        tw.ev_destroy(p->fence);
+    }
+    p->plain = p->plain_graph = p->fence = NULL;
+    p->last = p->last_stream = NULL;
+    atomic_fetch_sub(&twins_live, 1);
+}
+
+/* Before launching `handle` (the program's graph or the twin) on `stream`: after the other one's launch
+ * on another stream, wait for it. 0: the driver refused the event or the wait. Under picks_lock. */
+static int twin_order(nt_pick_plan *p, void *handle, void *stream) {
+    if (!p->last || handle == p->last || (stream == p->last_stream && stream != PER_THREAD_STREAM)) return 1;
+    if (!p->fenced && (p->last_stream == PER_THREAD_STREAM || tw.ev_record(p->fence, p->last_stream))) return 0;
+    p->fenced = 1;
+    atomic_fetch_add(&twin_fences, 1);
+    return tw.wait(stream, p->fence, 0) == 0;
+}
+
 /* Host-chosen replays for executable graph `exec` of the captured graph `graph`, in context `ctx`,
- * whose nodes are given (its kernels as captured, the append nodes enabled with host = 0, skip = 0). Returns 1, or 0 when the
- * host cannot choose (a missing driver call, no memory, a node without copied arguments). */
+ * whose nodes are given (its kernels as captured, the append nodes enabled with host = 0, skip = 0),
+ * instantiated with `flags`. With `twin`, the replays left out run a twin (above); `*twin_why` says
+ * why not (TWIN_*). Returns 1, or 0 when the host cannot choose (a missing driver call, no memory, a
+ * node without copied arguments). */
 int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, uint64_t start, uint64_t stop,
                              uint64_t every, int nkernels, const nt_pick_kernel_desc *kernels, int nappends,
-                             const nt_pick_append_desc *appends) {
+                             const nt_pick_append_desc *appends, unsigned long long flags, int twin, int *twin_why) {
+    *twin_why = TWIN_NOT_ASKED;
     if (!load_driver() || !exec || !group || nkernels <= 0 || nappends <= 0 || !every) return 0;
     nt_pick_plan *p = calloc(1, sizeof *p);
     if (!p) return 0;
@@ -255,6 +397,7 @@ int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, ui
         ap->params = node_params(appends[i].func, appends[i].grid, appends[i].block, 0, ap->ptrs);
         ap->params.ctx = ctx;
     }
+    if (twin) *twin_why = twin_build(p, flags);
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan **slot = plan_slot(exec);
     nt_pick_plan *stale = *slot;  /* a plan left under a reused handle */
@@ -262,6 +405,7 @@ int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, ui
     p->next = plans;
     plans = p;
     if (stale) {
+        twin_free(stale, TWIN_DESTROYED);
         release_graph(stale->graph);
         plan_free(stale);
     } else {
@@ -325,11 +469,19 @@ static int selects(const nt_pick_plan *p, uint64_t r) {
     return r >= p->start && r < p->stop && (r - p->start) % p->every == 0;
 }
 
-/* Before a launch of `exec` (`capturing`: into a stream being captured, asked by the caller only for a
- * planned graph): its nodes as this replay needs them. 0: done, or not a planned graph; else why the
- * host cannot choose (NT_PICK_*: the caller reports it, and Python gives the plan up with
- * neutrino_graph_pick_drop before the launch). */
-int neutrino_graph_pick_before_launch(void *exec, int capturing) {
+/* The twin goes, the plan stays and switches nodes from the next replay on (the program changed its
+ * graph in a way the twin could not follow). Under picks_lock. */
+static void twin_demote(nt_pick_plan *p) {
+    twin_free(p, TWIN_SETTLED);
+}
+
+/* Before a launch of `exec` on `stream` (`capturing`: into a stream being captured, asked by the caller
+ * only for a planned graph): `*launch` is what to launch (exec, or its twin for a replay left out),
+ * its nodes as this replay needs them. 0: done, or not a planned graph; else why the host cannot
+ * choose (NT_PICK_*: the caller reports it; Python gives the plan up with neutrino_graph_pick_drop
+ * before the launch, or for NT_PICK_TWIN_LOST notes that the plan switches nodes from now on). */
+int neutrino_graph_pick_before_launch(void *exec, void *stream, int capturing, void **launch) {
+    *launch = exec;
     if (!atomic_load_explicit(&plans_live, memory_order_relaxed)) return 0;
     int why = 0;
     pthread_mutex_lock(&picks_lock);
@@ -339,15 +491,25 @@ int neutrino_graph_pick_before_launch(void *exec, int capturing) {
             why = NT_PICK_CAPTURED;  /* the graph becomes a child node of another: its copy runs as captured */
         } else {
             p->picked = selects(p, p->group->replays);
-            if (!put_state(p, p->picked)) why = NT_PICK_FAILED;
+            void *handle = p->plain && !p->picked ? p->plain : exec;
+            if (p->plain && !twin_order(p, handle, stream)) {  /* unordered: no twin from here on */
+                twin_demote(p);
+                why = NT_PICK_TWIN_LOST;
+                handle = exec;
+            }
+            if (handle == exec && !put_state(p, p->picked)) why = NT_PICK_FAILED;
+            *launch = handle;
         }
     }
     pthread_mutex_unlock(&picks_lock);
     return why;
 }
 
-/* After the launch (`launched`: it was enqueued): the replay is counted, and the append kernel's run. */
-void neutrino_graph_pick_after_launch(void *exec, int launched) {
+/* After the launch of `launched_handle` on `stream` (`launched`: it was enqueued): the replay is
+ * counted, and the append kernel's run. With a twin, the fence is recorded right away when the next
+ * replay is predicted to take the other graph, or the stream is the per-thread one (another thread's
+ * launch could not record on it). */
+void neutrino_graph_pick_after_launch(void *exec, void *launched_handle, void *stream, int launched) {
     if (!atomic_load_explicit(&plans_live, memory_order_relaxed) || !launched) return;
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan *p = *plan_slot(exec);
@@ -355,8 +517,49 @@ void neutrino_graph_pick_after_launch(void *exec, int launched) {
         p->group->replays++;
         p->group->runs += (uint64_t)p->picked;
         atomic_fetch_add(&pick_launches, 1);
+        if (p->plain && launched_handle == p->plain) atomic_fetch_add(&twin_launches, 1);
+        if (p->plain) {
+            p->last = launched_handle, p->last_stream = stream, p->fenced = 0;
+            void *next = selects(p, p->group->replays) ? exec : p->plain;
+            if (next != launched_handle || stream == PER_THREAD_STREAM)
+                p->fenced = tw.ev_record(p->fence, stream) == 0;
+        }
     }
     pthread_mutex_unlock(&picks_lock);
+}
+
+/* A stream is about to be destroyed or to start capturing: a twin plan whose last launch went there
+ * and is not fenced records its fence now (later, recording there would be too late or captured). */
+void neutrino_graph_pick_stream_event(void *stream) {
+    if (!atomic_load_explicit(&twins_live, memory_order_relaxed)) return;
+    pthread_mutex_lock(&picks_lock);
+    for (nt_pick_plan *p = plans; p; p = p->next) {
+        if (!p->plain || !p->last || p->fenced || p->last_stream != stream) continue;
+        if (tw.ev_record(p->fence, stream) == 0) {
+            p->fenced = 1;
+        } else {  /* the host waits for that launch instead: nothing to order after any more */
+            twin_settle(p);
+            p->last = NULL;
+        }
+    }
+    pthread_mutex_unlock(&picks_lock);
+}
+
+/* The program changed node `node` of its executable graph `exec`: where `exec` has a twin, the same
+ * change goes to the twin's copy of the node (`apply` with the twin and that node; 0: done). Returns 1
+ * when applied or no twin, 0 when it could not be (the twin is gone: the plan switches nodes). */
+int neutrino_graph_pick_mirror(void *exec, void *node, int (*apply)(void *twin, void *node, void *arg), void *arg) {
+    if (!atomic_load_explicit(&twins_live, memory_order_relaxed)) return 1;
+    int ok = 1;
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = *plan_slot(exec);
+    if (p && p->plain) {
+        void *twin_node = NULL;
+        ok = tw.find(&twin_node, node, p->plain_graph) == 0 && apply(p->plain, twin_node, arg) == 0;
+        if (!ok) twin_demote(p);
+    }
+    pthread_mutex_unlock(&picks_lock);
+    return ok;
 }
 
 /* Whether `exec` has a plan that involves `node` (NULL: any node). */
@@ -406,6 +609,7 @@ static void release_graph(void *graph) {
 static nt_pick_plan *unlink_plan(void *exec) {
     nt_pick_plan **slot = plan_slot(exec), *p = *slot;
     if (p) {
+        twin_free(p, TWIN_DESTROYED);  /* the program destroyed its graph: no replay follows */
         *slot = p->next;
         atomic_fetch_sub(&plans_live, 1);
         release_graph(p->graph);
@@ -433,6 +637,7 @@ void neutrino_graph_pick_forget_all(void) {
     pthread_mutex_unlock(&picks_lock);
     while (p) {
         nt_pick_plan *next = p->next;
+        twin_free(p, TWIN_LEFT);  /* its handles go with the context */
         plan_free(p);
         p = next;
     }
@@ -461,6 +666,7 @@ int neutrino_graph_pick_drop(void *exec, uint64_t *next_replay) {
             slot = &p->next;
             continue;
         }
+        twin_free(p, TWIN_SETTLED);  /* the program's graph takes every replay: after the twin's last launch */
         /* the switches first: the graph whose node handles they use may go with the plan */
         int restored = set_kernels(p, K_CAPTURED) & set_append_args(p, group->replays - group->runs, 0);
         if (!(restored & set_appends(p, 1))) ok = -1;

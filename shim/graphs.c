@@ -493,7 +493,10 @@ enum {
     GH_EXEC_UPDATE, GH_EXEC_UPDATE_V2, GH_DESTROY, GH_EXEC_DESTROY, GH_ADD_KERNEL, GH_ADD_KERNEL_V2,
     GH_SET_PARAMS, GH_SET_PARAMS_V2, GH_EXEC_SET_PARAMS, GH_EXEC_SET_PARAMS_V2,
     GH_BEGIN, GH_BEGIN_PTSZ, GH_BEGIN_TO_GRAPH, GH_BEGIN_TO_GRAPH_PTSZ, GH_END, GH_END_PTSZ, GH_LAUNCH, GH_LAUNCH_PTSZ,
-    GH_EXEC_NODE_SET_PARAMS, GH_NODE_SET_PARAMS, GH_COUNT
+    GH_EXEC_NODE_SET_PARAMS, GH_NODE_SET_PARAMS,
+    /* the program's other changes to an executable graph: applied to a twin too (graphpick.c) */
+    GH_EXEC_MEMCPY, GH_EXEC_MEMSET, GH_EXEC_HOST, GH_EXEC_CHILD, GH_EXEC_EVENT_RECORD, GH_EXEC_EVENT_WAIT,
+    GH_EXEC_SEM_SIGNAL, GH_EXEC_SEM_WAIT, GH_EXEC_BATCH_MEM_OP, GH_NODE_SET_ENABLED, GH_COUNT
 };
 
 static const char *const graph_hook_names[GH_COUNT] = {
@@ -504,6 +507,10 @@ static const char *const graph_hook_names[GH_COUNT] = {
     "cuGraphExecKernelNodeSetParams_v2", "cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz",
     "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz",
     "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphExecNodeSetParams", "cuGraphNodeSetParams",
+    "cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams",
+    "cuGraphExecChildGraphNodeSetParams", "cuGraphExecEventRecordNodeSetEvent", "cuGraphExecEventWaitNodeSetEvent",
+    "cuGraphExecExternalSemaphoresSignalNodeSetParams", "cuGraphExecExternalSemaphoresWaitNodeSetParams",
+    "cuGraphExecBatchMemOpNodeSetParams", "cuGraphNodeSetEnabled",
 };
 static void *_Atomic graph_real[GH_COUNT];
 
@@ -643,18 +650,90 @@ CUresult cuGraphKernelNodeSetParams_v2(void *node, const void *p) {
     return fn ? fn(node, node_params(NULL, node, p, 2)) : CU_NOT_FOUND;
 }
 
+/* A change the program made to node `node` of its executable graph, for its twin (graphpick.c): the same
+ * entry point, arguments `a` and `b` (the forms below), or `enabled`. */
+typedef struct {
+    int slot;
+    void *a, *b;
+    unsigned enabled;
+} twin_change;
+
+static int apply_to_twin(void *twin, void *node, void *arg) {
+    const twin_change *c = arg;
+    void *fn = greal(c->slot);
+    if (!fn) return CU_NOT_FOUND;
+    if (c->slot == GH_NODE_SET_ENABLED) return ((CUresult (*)(void *, void *, unsigned))fn)(twin, node, c->enabled);
+    if (c->slot == GH_EXEC_MEMCPY || c->slot == GH_EXEC_MEMSET)  /* the parameters, then the context */
+        return ((CUresult (*)(void *, void *, void *, void *))fn)(twin, node, c->a, c->b);
+    return ((CUresult (*)(void *, void *, void *))fn)(twin, node, c->a);
+}
+
+/* After the program's change `c` to `exec` succeeded: its twin gets it too, or goes (Python notes it). */
+static void mirror_change(void *exec, void *node, twin_change c) {
+    if (!neutrino_graph_pick_mirror(exec, node, apply_to_twin, &c))
+        report(G_PICK_FALLBACK, exec, NULL, (void *)(uintptr_t)NT_PICK_TWIN_LOST, 0);
+}
+
+static CUresult exec_change(int slot, void *exec, void *node, void *a, void *b) {
+    twin_change c = {slot, a, b, 0};
+    void *fn = greal(slot);
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = apply_to_twin(exec, node, &c);  /* the program's own executable graph first */
+    if (rc == 0) mirror_change(exec, node, c);
+    return rc;
+}
+
+CUresult cuGraphExecMemcpyNodeSetParams(void *exec, void *node, const void *p, void *ctx) {
+    return exec_change(GH_EXEC_MEMCPY, exec, node, (void *)p, ctx);
+}
+CUresult cuGraphExecMemsetNodeSetParams(void *exec, void *node, const void *p, void *ctx) {
+    return exec_change(GH_EXEC_MEMSET, exec, node, (void *)p, ctx);
+}
+CUresult cuGraphExecHostNodeSetParams(void *exec, void *node, const void *p) {
+    return exec_change(GH_EXEC_HOST, exec, node, (void *)p, NULL);
+}
+CUresult cuGraphExecChildGraphNodeSetParams(void *exec, void *node, void *child) {
+    return exec_change(GH_EXEC_CHILD, exec, node, child, NULL);
+}
+CUresult cuGraphExecEventRecordNodeSetEvent(void *exec, void *node, void *event) {
+    return exec_change(GH_EXEC_EVENT_RECORD, exec, node, event, NULL);
+}
+CUresult cuGraphExecEventWaitNodeSetEvent(void *exec, void *node, void *event) {
+    return exec_change(GH_EXEC_EVENT_WAIT, exec, node, event, NULL);
+}
+CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(void *exec, void *node, const void *p) {
+    return exec_change(GH_EXEC_SEM_SIGNAL, exec, node, (void *)p, NULL);
+}
+CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(void *exec, void *node, const void *p) {
+    return exec_change(GH_EXEC_SEM_WAIT, exec, node, (void *)p, NULL);
+}
+CUresult cuGraphExecBatchMemOpNodeSetParams(void *exec, void *node, const void *p) {
+    return exec_change(GH_EXEC_BATCH_MEM_OP, exec, node, (void *)p, NULL);
+}
+CUresult cuGraphNodeSetEnabled(void *exec, void *node, unsigned enabled) {
+    CUresult (*fn)(void *, void *, unsigned) = GREAL(GH_NODE_SET_ENABLED, CUresult(*)(void *, void *, unsigned));
+    if (!fn) return CU_NOT_FOUND;
+    CUresult rc = fn(exec, node, enabled);
+    if (rc == 0) mirror_change(exec, node, (twin_change){GH_NODE_SET_ENABLED, NULL, NULL, enabled});
+    return rc;
+}
+
 CUresult cuGraphExecKernelNodeSetParams(void *exec, void *node, const void *p) {
     CUresult (*fn)(void *, void *, const void *) = GREAL(GH_EXEC_SET_PARAMS, CUresult(*)(void *, void *, const void *));
     if (!fn) return CU_NOT_FOUND;
     give_up_plan(exec, node, NT_PICK_SET_PARAMS);
-    return fn(exec, node, node_params(exec, node, p, 1));
+    CUresult rc = fn(exec, node, node_params(exec, node, p, 1));
+    if (rc == 0) mirror_change(exec, node, (twin_change){GH_EXEC_SET_PARAMS, (void *)p, NULL, 0});  /* as given */
+    return rc;
 }
 
 CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const void *p) {
     CUresult (*fn)(void *, void *, const void *) = GREAL(GH_EXEC_SET_PARAMS_V2, CUresult(*)(void *, void *, const void *));
     if (!fn) return CU_NOT_FOUND;
     give_up_plan(exec, node, NT_PICK_SET_PARAMS);
-    return fn(exec, node, node_params(exec, node, p, 2));
+    CUresult rc = fn(exec, node, node_params(exec, node, p, 2));
+    if (rc == 0) mirror_change(exec, node, (twin_change){GH_EXEC_SET_PARAMS_V2, (void *)p, NULL, 0});
+    return rc;
 }
 
 /* The generic form (CUDA 12.2): the host stops choosing the replays when it touches a node of a plan. */
@@ -662,7 +741,9 @@ CUresult cuGraphExecNodeSetParams(void *exec, void *node, void *p) {
     CUresult (*fn)(void *, void *, void *) = GREAL(GH_EXEC_NODE_SET_PARAMS, CUresult(*)(void *, void *, void *));
     if (!fn) return CU_NOT_FOUND;
     give_up_plan(exec, node, NT_PICK_SET_PARAMS);
-    return fn(exec, node, p);
+    CUresult rc = fn(exec, node, p);
+    if (rc == 0) mirror_change(exec, node, (twin_change){GH_EXEC_NODE_SET_PARAMS, p, NULL, 0});
+    return rc;
 }
 
 /* The generic form (CUDA 12.2) on a graph's node. A kernel node's parameters (CUgraphNodeParams: the
@@ -689,6 +770,7 @@ typedef CUresult (*begin_t)(void *, int);
 static CUresult begin_capture(int slot, void *stream, int mode) {
     begin_t fn = GREAL(slot, begin_t);
     if (!fn) return CU_NOT_FOUND;
+    neutrino_graph_pick_stream_event(stream);  /* a twin's launch there is fenced before the capture */
     CUresult rc = fn(stream, mode);
     if (rc == 0) atomic_fetch_add(&captures_active, 1);
     return rc;
@@ -701,6 +783,7 @@ static CUresult begin_to_graph(int slot, void *stream, void *graph, const void *
                                int mode) {
     begin_to_graph_t fn = GREAL(slot, begin_to_graph_t);
     if (!fn) return CU_NOT_FOUND;
+    neutrino_graph_pick_stream_event(stream);
     CUresult rc = fn(stream, graph, deps, data, n, mode);
     if (rc == 0) atomic_fetch_add(&captures_active, 1);
     return rc;
@@ -728,17 +811,19 @@ static CUresult end_capture(int slot, void *stream, void **graph) {
 CUresult cuStreamEndCapture(void *stream, void **graph) { return end_capture(GH_END, stream, graph); }
 CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_capture(GH_END_PTSZ, stream, graph); }
 
-/* A replay: for a graph with a plan, its nodes switched to what `--launches` wants of this replay first
- * (graphpick.c); where the host cannot choose, Python gives the plan up before the launch. */
+/* A replay: for a graph with a plan, its twin for a replay left out, or its nodes switched to what
+ * `--launches` wants of this replay first (graphpick.c); where the host cannot choose, Python gives the
+ * plan up before the launch. */
 static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
     CUresult (*fn)(void *, void *) = GREAL(slot, CUresult(*)(void *, void *));
     if (!fn) return CU_NOT_FOUND;
+    if (!neutrino_graph_pick_has(exec, NULL)) return fn(exec, stream);
     /* only a planned graph pays the capture query (graphpick.c has no view of streams) */
-    int why = neutrino_graph_pick_has(exec, NULL)
-                  ? neutrino_graph_pick_before_launch(exec, neutrino_graph_stream_capturing(stream, ptsz)) : 0;
+    void *launch = exec, *where = ptsz && !stream ? (void *)(uintptr_t)0x2 : stream;  /* per-thread: 0x2 */
+    int why = neutrino_graph_pick_before_launch(exec, where, neutrino_graph_stream_capturing(stream, ptsz), &launch);
     if (why) report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)why, 0);
-    CUresult rc = fn(exec, stream);
-    neutrino_graph_pick_after_launch(exec, rc == 0);
+    CUresult rc = fn(launch, stream);
+    neutrino_graph_pick_after_launch(exec, launch, where, rc == 0);
     return rc;
 }
 CUresult cuGraphLaunch(void *exec, void *stream) { return graph_launch(GH_LAUNCH, 0, exec, stream); }
@@ -753,6 +838,12 @@ static void *const graph_hook_fns[GH_COUNT] = {
     (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz, (void *)cuStreamBeginCaptureToGraph,
     (void *)cuStreamBeginCaptureToGraph_ptsz, (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz,
     (void *)cuGraphLaunch, (void *)cuGraphLaunch_ptsz, (void *)cuGraphExecNodeSetParams, (void *)cuGraphNodeSetParams,
+    (void *)cuGraphExecMemcpyNodeSetParams, (void *)cuGraphExecMemsetNodeSetParams,
+    (void *)cuGraphExecHostNodeSetParams,
+    (void *)cuGraphExecChildGraphNodeSetParams, (void *)cuGraphExecEventRecordNodeSetEvent,
+    (void *)cuGraphExecEventWaitNodeSetEvent, (void *)cuGraphExecExternalSemaphoresSignalNodeSetParams,
+    (void *)cuGraphExecExternalSemaphoresWaitNodeSetParams, (void *)cuGraphExecBatchMemOpNodeSetParams,
+    (void *)cuGraphNodeSetEnabled,
 };
 
 /* Our wrapper for an exported libcuda name (the dlsym route), or NULL. */
@@ -789,5 +880,7 @@ void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long 
     if (!strcmp(symbol, "cuGraphNodeSetParams")) return graph_hook_fns[GH_NODE_SET_PARAMS];
     if (!strcmp(symbol, "cuGraphDestroy")) return graph_hook_fns[GH_DESTROY];
     if (!strcmp(symbol, "cuGraphExecDestroy")) return graph_hook_fns[GH_EXEC_DESTROY];
+    for (int i = GH_EXEC_MEMCPY; i < GH_COUNT; i++)  /* one ABI each */
+        if (!strcmp(symbol, graph_hook_names[i])) return graph_hook_fns[i];
     return NULL;
 }

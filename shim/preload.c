@@ -722,6 +722,7 @@ CUresult cuCtxDestroy_v2(void *ctx) {
  * another one. */
 CUresult cuStreamDestroy_v2(void *stream) {
     neutrino_timeline_streams_gone(NULL, stream);
+    neutrino_graph_pick_stream_event(stream);  /* a twin's launch there is fenced first (graphpick.c) */
     CUresult (*fn)(void *) = REAL(H_STREAM_DESTROY, CUresult(*)(void *));
     return fn ? fn(stream) : CU_NOT_FOUND;
 }

@@ -28,8 +28,11 @@ void *neutrino_graph_wrapper_named(const char *name);
 
 /* graphpick.c: the replays of a probed graph chosen on the host (cuGraphLaunch, in graphs.c). */
 enum { NT_PICK_CAPTURED = 1, NT_PICK_FAILED = 2, NT_PICK_UPDATE = 3, NT_PICK_SET_PARAMS = 4 };  /* why a plan is given up */
-int neutrino_graph_pick_before_launch(void *exec, int capturing);
-void neutrino_graph_pick_after_launch(void *exec, int launched);
+enum { NT_PICK_TWIN_LOST = 6 };  /* not given up: its twin is, the plan switches nodes from now on */
+int neutrino_graph_pick_before_launch(void *exec, void *stream, int capturing, void **launch);
+void neutrino_graph_pick_after_launch(void *exec, void *launched_handle, void *stream, int launched);
+void neutrino_graph_pick_stream_event(void *stream);
+int neutrino_graph_pick_mirror(void *exec, void *node, int (*apply)(void *twin, void *node, void *arg), void *arg);
 int neutrino_graph_pick_has(void *exec, void *node);
 void neutrino_graph_pick_forget(void *exec);
 int neutrino_graph_pick_keeps(void *graph);

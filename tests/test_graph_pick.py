@@ -19,13 +19,16 @@ EVERY = 3
 SELECTED = [r for r in range(REPLAYS) if r % EVERY == 0]
 
 
-def run_app(tmp_path, fakecuda, monkeypatch, launches=f"every:{EVERY}", **env):
+SWITCHING = {"NEUTRINO_GRAPH_TWIN": "0"}  # no twin: the replays left out switch the program's graph's nodes
+
+
+def run_app(tmp_path, fakecuda, monkeypatch, launches=f"every:{EVERY}", replays=REPLAYS, **env):
     out = tmp_path / "app.out"
     monkeypatch.setenv("GRAPH_APP_OUT", str(out))
     for key, value in env.items():
         monkeypatch.setenv(key, str(value))
     rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4",
-                                                   "1", str(REPLAYS)], "--graphs", "--launches", launches)
+                                                   "1", str(replays)], "--graphs", "--launches", launches)
     said = out.read_text().splitlines()
     assert rc == 0 and said[-1] == "app done", said
     calls = int(said[-2].split()[-1])
@@ -58,7 +61,7 @@ def events(t, name):
 
 @pytest.mark.parametrize("kernels", [1, 2])
 def test_every_n_runs_the_original_on_replays_left_out(tmp_path, fakecuda, shim, monkeypatch, capfd, kernels):
-    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_KERNELS=kernels)
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_KERNELS=kernels, **SWITCHING)
     assert probed(log, kernels) == [r in SELECTED for r in range(REPLAYS)]
     for node in range(1, kernels + 1):
         assert written(t, (1, node)) == SELECTED
@@ -79,7 +82,7 @@ def test_every_n_runs_the_original_on_replays_left_out(tmp_path, fakecuda, shim,
 
 def test_a_range_switches_once_each_way(tmp_path, fakecuda, shim, monkeypatch):
     """`--launches 2:6`: probed from replay 2 to 5 with one switch in, one out; the skip stays 2."""
-    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, launches="2:6")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, launches="2:6", **SWITCHING)
     assert probed(log) == [2 <= r < 6 for r in range(REPLAYS)]
     assert written(t) == [2, 3, 4, 5]
     (pick,) = events(t, "graph_pick")
@@ -135,8 +138,8 @@ def test_a_graph_destroyed_after_instantiation_lives_while_its_plan_does(tmp_pat
     """PyTorch destroys the captured graph right after instantiating it: the node handles the plan
     switches belong to it, so the shim destroys it for real when the executable graph goes."""
     log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_GRAPH_FIRST=1)
-    # the executable graph, and the captured graph kept for the plan
-    assert "graphs after destroy 2" in said
+    # the executable graph, the captured graph kept for the plan, the twin and the clone it was made from
+    assert "graphs after destroy 4" in said
     end = [line for line in said if line.startswith("live at end")][0].split()
     assert end[-2:] == ["graphs", "0"]
     assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
@@ -146,7 +149,7 @@ def test_a_context_teardown_forgets_every_plan(tmp_path, fakecuda, shim, monkeyp
     """The context goes before replay 5: no plan switches nodes any more (an executable graph's handle
     may come back for another graph); the executable graph runs as it was last left (replay 4: the
     program's own kernel)."""
-    log, calls, t, _ = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_RELEASE_AT=5)
+    log, calls, t, _ = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_RELEASE_AT=5, **SWITCHING)
     assert probed(log) == [r in SELECTED for r in range(5)] + [False] * (REPLAYS - 5)
     assert calls == 9  # replay 0: 2 calls, 1: 2, 3: 3, 4: 2; none after the teardown
     assert written(t) == [0, 3]
@@ -188,3 +191,180 @@ def test_no_plan_again_after_replays_on_the_device_gate(tmp_path, fakecuda, shim
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CAPTURED_AT=4, GRAPH_APP_UPDATE_AT=6)
     assert written(t) == SELECTED
     assert probed(log) == [r in SELECTED for r in range(4)] + [True] * (REPLAYS - 4)
+
+
+# ------------------------------------------------------------ the twin: the program's graph for the replays left out
+
+
+def exec_launches(said):
+    """Per cycle: (launches of the program's executable graph, launches of every graph)."""
+    return [tuple(map(int, line.split()[-2:])) for line in said if line.startswith("exec launches")]
+
+
+@pytest.mark.parametrize("kernels", [1, 2])
+def test_the_replays_left_out_launch_the_twin(tmp_path, fakecuda, shim, monkeypatch, kernels):
+    """Left-out replays launch the twin (the program's graph as it made it), selected ones the program's
+    executable graph, probed: one switch in all (at the first selected replay), then only the append
+    node's arguments on each selected replay."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_KERNELS=kernels)
+    assert probed(log, kernels) == [r in SELECTED for r in range(REPLAYS)]
+    for node in range(1, kernels + 1):
+        assert written(t, (1, node)) == SELECTED
+    assert exec_launches(said) == [(len(SELECTED), REPLAYS)]
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_launches"] == REPLAYS - len(SELECTED) and pick["launches"] == REPLAYS
+    assert pick["switches"] == 1 and pick["twin_waits"] == 0  # one stream: CUDA orders the launches
+    assert pick["driver_calls"] == calls == kernels + len(SELECTED)
+    assert not events(t, "graph_pick_switching") and not events(t, "graph_pick_fallback")
+    (ex,) = events(t, "exit")
+    assert ex["dropped"] == 0
+
+
+def test_ten_thousand_replays_every_100_write_100_results(tmp_path, fakecuda, shim, monkeypatch):
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, launches="every:100", replays=10_000,
+                                  GRAPH_APP_KERNELS=2)
+    for node in (1, 2):
+        assert written(t, (1, node)) == list(range(0, 10_000, 100))
+    assert exec_launches(said) == [(100, 10_000)]
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_launches"] == 9_900 and pick["switches"] == 1
+
+
+def test_the_programs_changes_reach_the_twin(tmp_path, fakecuda, shim, monkeypatch):
+    """The program's own node (not probed) put on 2 blocks before replay 4 and disabled before replay 8,
+    on its executable graph: every replay from then on runs it so, the twin's and the probed ones."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_EXTRA=1, GRAPH_APP_EXTRA_GRID_AT=4,
+                                  GRAPH_APP_EXTRA_OFF_AT=8)
+    runs = [line.split()[1:] for line in log if line.startswith("saxpy4 ")]
+    # per replay: the captured node (probed=1 on selected replays), then the extra node (grid 4, 2, or absent)
+    expected = []
+    for r in range(REPLAYS):
+        expected.append(["probed=1" if r in SELECTED else "probed=0", "grid=4"])
+        if r < 8:
+            expected.append(["probed=0", "grid=2" if r >= 4 else "grid=4"])
+    assert runs == expected
+    assert written(t) == SELECTED and exec_launches(said) == [(len(SELECTED), REPLAYS)]
+    assert not events(t, "graph_pick_switching") and not events(t, "graph_pick_fallback")
+
+
+def test_a_change_the_twin_cannot_take_leaves_the_plan_switching(tmp_path, fakecuda, shim, monkeypatch):
+    """The driver refuses the change on the twin: the twin goes (one event), the program's graph takes every
+    replay from then on, switching its nodes; the change holds and no result is lost."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_EXTRA=1, GRAPH_APP_EXTRA_GRID_AT=4,
+                                  FAKECUDA_REFUSE_CLONE_EXEC_SET=1)
+    runs = [line.split()[1:] for line in log if line.startswith("saxpy4 ")]
+    assert runs[0::2] == [["probed=1" if r in SELECTED else "probed=0", "grid=4"] for r in range(REPLAYS)]
+    assert [g for _, g in runs[1::2]] == ["grid=4"] * 4 + ["grid=2"] * (REPLAYS - 4)
+    assert written(t) == SELECTED
+    (sw,) = events(t, "graph_pick_switching")
+    assert "could not follow" in sw["reason"]
+    assert not events(t, "graph_pick_fallback")
+    # replays 0-3 on the two graphs (0 and 3 selected); from 4 on the program's graph takes all
+    assert exec_launches(said) == [(2 + REPLAYS - 4, REPLAYS)]
+
+
+def test_a_graph_that_cannot_be_cloned_switches_nodes(tmp_path, fakecuda, shim, monkeypatch):
+    """A memory alloc node (CUDA clones no such graph): no twin, one event, the nodes switched as before."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_ALLOC=1)
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)]
+    assert written(t) == SELECTED and exec_launches(said) == [(REPLAYS, REPLAYS)]
+    (sw,) = events(t, "graph_pick_switching")
+    assert "cannot be cloned" in sw["reason"]
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_launches"] == 0 and pick["switches"] == 2 * len(SELECTED) - 1
+
+
+def test_launches_on_two_streams_stay_in_order(tmp_path, fakecuda, shim, monkeypatch):
+    """Odd replays on a second stream: each launch of one graph after the other's on the other stream waits
+    for it (an event of ours), as CUDA orders the launches of one executable graph."""
+    monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2)
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    # the graph changes at replays 1, 3, 4, 6, 7, 9, each time onto the other stream
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_waits"] == 6
+    assert len([line for line in log if line.startswith("wait stream=")]) == 6
+
+
+def test_a_twin_launch_is_fenced_before_its_stream_goes(tmp_path, fakecuda, shim, monkeypatch):
+    """Replay 7 (left out) runs the twin on the second stream, and replay 8 is predicted to run it too, so
+    no event is recorded after it; the program then destroys that stream: the shim records the event
+    there first (recording on it later would touch a destroyed stream). The next launches, on the
+    first stream, need no wait."""
+    monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
+    monkeypatch.setenv("FAKECUDA_LOG_STREAM_OPS", "1")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2, GRAPH_APP_DESTROY_SECOND_AT=8)
+    eager = next(i for i, line in enumerate(log) if line.startswith("saxpy4 "))  # log[0] was an event record
+    assert probed(log[eager + 1:]) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    ops = [line.split() for line in log if line.split()[0] in ("record", "destroy", "wait")]
+    (gone,) = [i for i, op in enumerate(ops) if op[0] == "destroy"]
+    second = ops[gone][1]
+    assert ops[gone - 1][:2] == ["record", second]  # fenced right before the destroy
+    assert all(op[1] != second for op in ops[gone + 1:])  # nothing touches it afterwards
+    # waits: replays 1 (second stream, twin after probed), 3 (probed on the second after the twin on the
+    # first), 4, 6 and 7; none after the destroy (8 and 9 on the first stream, after 7 ... fenced)
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_waits"] == 5
+
+
+@pytest.mark.parametrize("flags, twin", [("0x1", True), ("0x9", True), ("0x10", False)],
+                         ids=["auto-free", "auto-free+priority", "unknown"])
+def test_the_twin_takes_the_programs_instantiation_flags(tmp_path, fakecuda, shim, monkeypatch, flags, twin):
+    """PyTorch instantiates with auto-free on launch: the twin too; a flag a second executable graph may not
+    take (here one CUDA has not defined) leaves the nodes switching, with the event."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_FLAGS=flags)
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    assert exec_launches(said) == [(len(SELECTED) if twin else REPLAYS, REPLAYS)]
+    switching = events(t, "graph_pick_switching")
+    assert (not switching) if twin else "instantiation flags" in switching[0]["reason"]
+
+
+def test_no_twin_when_asked_not_to(tmp_path, fakecuda, shim, monkeypatch):
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, **SWITCHING)
+    assert exec_launches(said) == [(REPLAYS, REPLAYS)] and not events(t, "graph_pick_switching")
+
+
+def test_a_kernel_that_writes_module_globals_keeps_the_device_gate():
+    """The capture copies a written module global back into the program's module after the probed node;
+    on a replay running the program's kernel (switched, or the twin) that copy would undo the kernel's
+    writes: no plan, the device gate chooses (one event); without such a global the plan is made."""
+    import threading
+    from types import SimpleNamespace
+
+    from neutrino.runtime.cudagraphs.capture import WRITES_GLOBALS, GraphGroup, GraphProbes
+
+    class Picker:
+        def __init__(self):
+            self.plans = []
+
+        def new_group(self):
+            return 1
+
+        def plan(self, exe, graph, ctx, group, kernels, appends, flags=0, twin=None):
+            self.plans.append((exe, twin))
+            return True, ""
+
+        def drop(self, exe):
+            return (0, 1)
+
+    class Trace:
+        def __init__(self):
+            self.events = []
+
+        def event(self, name, **fields):
+            self.events.append((name, fields))
+
+    for writes in (False, True):
+        probes = GraphProbes.__new__(GraphProbes)
+        probes.picker, probes.trace, probes._lock = Picker(), Trace(), threading.RLock()
+        group = GraphGroup(1, ctx=7, capture_id=1, graph=0x100)
+        group.nodes = [SimpleNamespace(active=True, appended=True, pick_args=0x10, writes_globals=writes, node=0x200,
+                                       probed_func=1, func=2, grid=(1, 1, 1), block=(32, 1, 1), shared_bytes=0)]
+        group.execs = {0x300}
+        probes._plan_replays(group, 0x100, 0x300, 0)
+        if writes:
+            assert group.planned == set() and probes.picker.plans == []
+            (ev,) = probes.trace.events
+            assert ev[0] == "graph_pick_fallback" and ev[1]["reason"] == WRITES_GLOBALS
+        else:
+            assert group.planned == {0x300} and probes.picker.plans == [(0x300, None)] and not probes.trace.events

@@ -186,7 +186,7 @@ CUresult cuKernelGetFunction(void **f, void *k) { *f = k; return 0; }
 CUresult cuFuncGetAttribute(int *v, int a, void *f) { *v = a == 8 ? ((Function *)f)->attr8 : 0; return 0; }
 CUresult cuFuncSetAttribute(void *f, int a, int v) { if (a == 8) ((Function *)f)->attr8 = v; return 0; }
 /* ---- stream capture and graphs: nodes run in capture order at cuGraphLaunch ---- */
-enum { N_MEMSET, N_D2H, N_KERNEL, N_HOST };
+enum { N_MEMSET, N_D2H, N_KERNEL, N_HOST, N_ALLOC, N_REMOVED };  /* alloc: a memory alloc node (never run here) */
 typedef struct Node {
     int kind;
     void *a, *b;               /* memset: ptr; d2h: host, dev; kernel: function, params; host: fn, data */
@@ -195,7 +195,7 @@ typedef struct Node {
     int probed_params;
     int disabled;              /* cuGraphNodeSetEnabled(exec, node, 0): the exec's copy runs as an empty node */
 } Node;
-typedef struct { Node *nodes; unsigned n, cap; } Graph;
+typedef struct { Node *nodes; unsigned n, cap; long launches; int from_clone; } Graph;
 static void *cap_stream;       /* the one stream being captured (or NULL) */
 static int cap_mode;           /* 0 global, 1 thread-local, 2 relaxed */
 static Graph *cap_graph;
@@ -238,6 +238,13 @@ CUresult cuStreamBeginCapture_v2(void *s, int mode) {
     return 0;
 }
 static Graph *last_graph;       /* the graph the last capture built (cuGraphNodeSetParams's) */
+#define MAX_CLONES 4096
+static Graph *clones[MAX_CLONES];  /* clone k: clones[k] (k >= 1), its node handles k << 32 | position */
+static unsigned nclones;
+/* FAKECUDA_REFUSE_CLONE_EXEC_SET=1: changes to an executable graph made from a clone are refused */
+static int refused_for_clone(void *exec) {
+    return ((Graph *)exec)->from_clone && getenv("FAKECUDA_REFUSE_CLONE_EXEC_SET");
+}
 CUresult cuStreamEndCapture(void *s, void **graph) {
     if (s != cap_stream) return 901;
     *graph = last_graph = cap_graph;
@@ -301,13 +308,15 @@ CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long lon
     e->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
     memcpy(e->nodes, g->nodes, g->n * sizeof(Node));
     graph_nodes_live++;
+    for (unsigned k = 1; k <= nclones; k++) e->from_clone |= clones[k] == g;
     *exec = e;
     return 0;
 }
-/* The exec's copy of node `node` (a 1-based position, the same in the graph and its execs). */
+/* The exec's copy of node `node` (a 1-based position, the same in the graph and its execs; a clone's node
+ * handles carry the clone's number above bit 32, cuGraphNodeFindInClone). */
 static Node *exec_node(void *exec, void *node) {
     Graph *e = exec;
-    uintptr_t i = (uintptr_t)node;
+    uintptr_t i = (uintptr_t)node & 0xffffffffu;
     return i >= 1 && i <= e->n ? &e->nodes[i - 1] : NULL;
 }
 static long exec_set_params_calls, set_enabled_calls;
@@ -338,7 +347,7 @@ static void fork_in_switch(void *exec) {
 CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const KernelNodeParams *p) {
     Node *nd = exec_node(exec, node);
     if (!nd || nd->kind != N_KERNEL || !p->func) return 1;
-    if (getenv("FAKECUDA_REFUSE_SET_PARAMS")) return 1;  /* a driver that refuses the change */
+    if (getenv("FAKECUDA_REFUSE_SET_PARAMS") || refused_for_clone(exec)) return 1;  /* a driver that refuses it */
     fork_in_switch(exec);
     exec_set_params_calls++;
     nd->a = p->func; nd->b = p->params;  /* the driver copies the values; the shim keeps them alive here */
@@ -347,7 +356,7 @@ CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const KernelN
 }
 CUresult cuGraphNodeSetEnabled(void *exec, void *node, unsigned enabled) {
     Node *nd = exec_node(exec, node);
-    if (!nd) return 1;
+    if (!nd || refused_for_clone(exec)) return 1;
     set_enabled_calls++;
     nd->disabled = !enabled;
     return 0;
@@ -394,7 +403,12 @@ CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *info) {
     return 0;
 }
 CUresult cuGraphClone(void **clone, void *graph) {
-    Graph *g = graph, *c = calloc(1, sizeof(Graph));
+    Graph *g = graph;
+    for (unsigned i = 0; i < g->n; i++)
+        if (g->nodes[i].kind == N_ALLOC) return 801;  /* CUDA_ERROR_NOT_SUPPORTED: alloc nodes are not cloned */
+    if (nclones + 1 >= MAX_CLONES) return 2;
+    Graph *c = calloc(1, sizeof(Graph));
+    clones[++nclones] = c;
     c->n = c->cap = g->n;
     c->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
     memcpy(c->nodes, g->nodes, g->n * sizeof(Node));
@@ -402,17 +416,64 @@ CUresult cuGraphClone(void **clone, void *graph) {
     *clone = c;
     return 0;
 }
-static void free_graph(Graph *g) { free(g->nodes); free(g); graph_nodes_live--; }
+static void free_graph(Graph *g) {
+    for (unsigned k = 1; k <= nclones; k++)
+        if (clones[k] == g) clones[k] = NULL;
+    free(g->nodes); free(g); graph_nodes_live--;
+}
+/* The clone's node of `node` (a node of the graph it was cloned from: its position). */
+CUresult cuGraphNodeFindInClone(void **out, void *node, void *clone) {
+    uintptr_t pos = (uintptr_t)node & 0xffffffffu;
+    for (unsigned k = 1; k <= nclones; k++)
+        if (clones[k] && clones[k] == clone && pos >= 1 && pos <= clones[k]->n) {
+            *out = (void *)((uintptr_t)k << 32 | pos);
+            return 0;
+        }
+    return 1;
+}
+/* A node of a clone (a handle from cuGraphNodeFindInClone), or of the last captured graph. */
+static Node *graph_node(void *node) {
+    uintptr_t k = (uintptr_t)node >> 32;
+    Graph *g = k ? (k <= nclones ? clones[k] : NULL) : last_graph;
+    return g ? exec_node(g, node) : NULL;
+}
+CUresult cuGraphDestroyNode(void *node) {
+    Node *nd = graph_node(node);
+    if (!nd) return 1;
+    nd->kind = N_REMOVED;
+    return 0;
+}
+CUresult cuGraphKernelNodeSetParams_v2(void *node, const KernelNodeParams *p) {
+    Node *nd = graph_node(node);
+    if (!nd || nd->kind != N_KERNEL || !p->func) return 1;
+    nd->a = p->func; nd->b = p->params;  /* (the driver copies the values; the shim keeps them alive) */
+    memcpy(nd->dims, p->dims, sizeof nd->dims);
+    return 0;
+}
+/* A memory alloc node at the end of `graph` (what a capture with cudaMallocAsync makes): never run here. */
+CUresult cuGraphAddMemAllocNode(void **node, void *graph, void *const *deps, size_t n, void *params) {
+    (void)deps; (void)n; (void)params;
+    Graph *g = graph;
+    add_node(g, N_ALLOC);
+    *node = (void *)(uintptr_t)g->n;
+    return 0;
+}
+/* Launches of an executable graph so far (tests: which of a probed graph and its twin ran a replay). */
+long fakecuda_exec_launches(void *exec) { return ((Graph *)exec)->launches; }
+static long all_graph_launches;
+long fakecuda_graph_launches(void) { return all_graph_launches; }
 CUresult cuGraphDestroy(void *graph) { free_graph(graph); return 0; }
 CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
 CUresult cuGraphLaunch(void *exec, void *stream) {
     Graph *e = exec;
+    e->launches++;
+    all_graph_launches++;
     void (*replay)(uintptr_t, uint32_t) = fakecupti("fakecupti_graph_launch");
     if (replay) replay((uintptr_t)stream, (uint32_t)((uintptr_t)exec >> 4) | 1u);
     for (unsigned i = 0; i < e->n; i++) {
         Node *nd = &e->nodes[i];
-        if (nd->disabled) continue;
+        if (nd->disabled || nd->kind == N_ALLOC || nd->kind == N_REMOVED) continue;
         if (nd->kind == N_MEMSET) memset(nd->a, (int)nd->dims[0], nd->n);
         else if (nd->kind == N_D2H) memcpy(nd->a, nd->b, nd->n);
         else if (nd->kind == N_HOST) ((void (*)(void *))nd->a)(nd->b);
@@ -440,14 +501,19 @@ CUresult cuStreamCreate(void **s, unsigned f) {
     if (made) made(*s);
     return 0;
 }
-CUresult cuStreamDestroy_v2(void *s) { free(s); return 0; }
+/* In the log, in order: FAKECUDA_LOG_WAITS=1, stream waits; FAKECUDA_LOG_STREAM_OPS=1, event records and
+ * stream destroys too */
+static void log_stream_op(const char *what, void *s, void *e) {
+    const char *log = getenv("FAKECUDA_LOG");
+    if (log && getenv(strcmp(what, "wait") ? "FAKECUDA_LOG_STREAM_OPS" : "FAKECUDA_LOG_WAITS")) {
+        FILE *fh = fopen(log, "a");
+        if (fh) { fprintf(fh, "%s stream=%p event=%p\n", what, s, e); fclose(fh); }
+    }
+}
+CUresult cuStreamDestroy_v2(void *s) { log_stream_op("destroy", s, NULL); free(s); return 0; }
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) {
     (void)f;
-    const char *log = getenv("FAKECUDA_LOG");
-    if (log && getenv("FAKECUDA_LOG_WAITS")) {  /* the fast path's wait for a new ring's memset */
-        FILE *fh = fopen(log, "a");
-        if (fh) { fprintf(fh, "wait stream=%p event=%p\n", s, e); fclose(fh); }
-    }
+    log_stream_op("wait", s, e);  /* the fast path's wait for a new ring's memset; a twin's order */
     return 0;
 }
 CUresult cuMemAllocAsync(uint64_t *p, size_t n, void *s) {
@@ -513,7 +579,7 @@ static uint64_t fake_now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = calloc(1, 8); return 0; }
-CUresult cuEventRecord(void *e, void *s) { (void)s; *(uint64_t *)e = fake_now_ns(); return 0; }
+CUresult cuEventRecord(void *e, void *s) { log_stream_op("record", s, e); *(uint64_t *)e = fake_now_ns(); return 0; }
 CUresult cuEventQuery(void *e) {
     const char *d = getenv("FAKECUDA_EVENT_DELAY_MS");
     if (d && fake_now_ns() < *(uint64_t *)e + (uint64_t)atoi(d) * 1000000ull) return 600; /* NOT_READY */

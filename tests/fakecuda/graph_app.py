@@ -14,6 +14,13 @@ instantiated from the captured graph or a clone of it, launched right after each
 GRAPH_APP_SET_NODE_GRID=G: cuGraphNodeSetParams on
 the (last) kernel node before instantiation: the program's kernel on G blocks;
 GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown the shim reports).
+GRAPH_APP_EXTRA=1: a kernel node of the program's own added with cuGraphAddKernelNode_v2 before instantiation
+(unprobed); GRAPH_APP_EXTRA_GRID_AT=N: before replay N, cuGraphExecKernelNodeSetParams_v2 puts it on 2 blocks;
+GRAPH_APP_EXTRA_OFF_AT=N: before replay N, cuGraphNodeSetEnabled disables it. GRAPH_APP_ALLOC=1: a memory alloc
+node in the graph (the fake refuses to clone it). GRAPH_APP_STREAMS=2: odd replays on a second stream;
+GRAPH_APP_DESTROY_SECOND_AT=N: the second stream destroyed before replay N (every replay on the first after it).
+GRAPH_APP_FLAGS=F: the executable graph instantiated with flags F.
+Prints, per cycle, the launches of the executable graph and of all graphs ("exec launches", after "live at end").
 GRAPH_APP_PTSZ=1: the captures are of the per-thread default stream (the _ptsz entry points' NULL), and three
 eager launches before and after them say how many capture-status queries they cost. Prints the fake driver's
 cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), and with
@@ -53,6 +60,30 @@ def set_node_grid(cu, node, fn, params, grid_x):
     assert cu.cuGraphNodeSetParams(node, base) == 0
 
 
+def kernel_node_params(fn, params, grid_x):
+    """CUDA_KERNEL_NODE_PARAMS_v2: `fn` on `grid_x` blocks of 64 threads with `params`."""
+    buf = (C.c_uint64 * 12)()
+    base = C.addressof(buf)
+    C.c_void_p.from_address(base).value = fn.value
+    (C.c_uint32 * 7).from_address(base + 8)[:] = [grid_x, 1, 1, 64, 1, 1, 0]
+    C.c_void_p.from_address(base + 40).value = C.addressof(params)
+    return buf
+
+
+def add_node(cu, node, graph, fn, params, grid_x):
+    """A kernel node of the program's own at the end of `graph` (cuGraphAddKernelNode_v2)."""
+    buf = kernel_node_params(fn, params, grid_x)
+    cu.cuGraphAddKernelNode_v2.argtypes = [C.POINTER(C.c_void_p), C.c_void_p, C.c_void_p, C.c_size_t, C.c_void_p]
+    assert cu.cuGraphAddKernelNode_v2(C.byref(node), graph, None, 0, C.addressof(buf)) == 0
+
+
+def set_exec_node_grid(cu, exe, node, fn, params, grid_x):
+    """cuGraphExecKernelNodeSetParams_v2: the executable graph's copy of `node` on `grid_x` blocks."""
+    buf = kernel_node_params(fn, params, grid_x)
+    cu.cuGraphExecKernelNodeSetParams_v2.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p]
+    assert cu.cuGraphExecKernelNodeSetParams_v2(exe, node, C.addressof(buf)) == 0
+
+
 def capture_queries(cu, fn, stream, params):
     """cuStreamIsCapturing calls made by three eager launches on `stream`."""
     cu.fakecuda_is_capturing_calls.restype = C.c_long
@@ -82,6 +113,10 @@ def main(ptx_path, kernel, cycles, replays):
     assert cu.cuModuleLoadData(C.byref(mod), C.c_char_p(ptx)) == 0
     assert cu.cuModuleGetFunction(C.byref(fn), mod, kernel.encode()) == 0
     assert cu.cuStreamCreate(C.byref(stream), 1) == 0
+    launched = []  # per cycle: launches of the executable graph, and of every graph so far
+    second = P()  # GRAPH_APP_STREAMS=2: odd replays launched on a second stream
+    if os.environ.get("GRAPH_APP_STREAMS") == "2":
+        assert cu.cuStreamCreate(C.byref(second), 1) == 0
     vals = [C.c_uint64(i) for i in range(4)]
     params = (P * 4)(*[C.addressof(v) for v in vals])
     assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0  # eager: builds the probed code
@@ -107,13 +142,21 @@ def main(ptx_path, kernel, cycles, replays):
                 assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
             node = last_node(cu, stream)
             assert cu.cuStreamEndCapture(stream, C.byref(graph)) == 0
+        extra = P()
+        if os.environ.get("GRAPH_APP_EXTRA"):  # a kernel node of the program's, not captured: unprobed
+            add_node(cu, extra, graph, fn, params, 4)
+        if os.environ.get("GRAPH_APP_ALLOC"):
+            alloc_params = (C.c_uint64 * 16)()
+            cu.cuGraphAddMemAllocNode.argtypes = [C.POINTER(P), P, P, C.c_size_t, P]
+            assert cu.cuGraphAddMemAllocNode(C.byref(P()), graph, None, 0, C.addressof(alloc_params)) == 0
         if os.environ.get("GRAPH_APP_SET_NODE_GRID"):  # the program's own kernel on a smaller grid
             set_node_grid(cu, node, fn, params, int(os.environ["GRAPH_APP_SET_NODE_GRID"]))
         source = graph
         if os.environ.get("GRAPH_APP_CLONE"):
             source = P()
             assert cu.cuGraphClone(C.byref(source), graph) == 0
-        assert cu.cuGraphInstantiateWithFlags(C.byref(exe), source, 0) == 0
+        flags = int(os.environ.get("GRAPH_APP_FLAGS", "0"), 0)
+        assert cu.cuGraphInstantiateWithFlags(C.byref(exe), source, flags) == 0
         first = bool(os.environ.get("GRAPH_APP_GRAPH_FIRST"))
         if first:
             assert cu.cuGraphDestroy(graph) == 0
@@ -138,9 +181,21 @@ def main(ptx_path, kernel, cycles, replays):
                 assert cu.cuStreamEndCapture(stream, C.byref(inner)) == 0
                 assert cu.cuGraphDestroy(inner) == 0
                 continue
-            assert cu.cuGraphLaunch(exe, stream) == 0
+            if r == int(os.environ.get("GRAPH_APP_EXTRA_GRID_AT", "-1")):
+                set_exec_node_grid(cu, exe, extra, fn, params, 2)
+            if r == int(os.environ.get("GRAPH_APP_EXTRA_OFF_AT", "-1")):
+                cu.cuGraphNodeSetEnabled.argtypes = [P, P, C.c_uint]
+                assert cu.cuGraphNodeSetEnabled(exe, extra, 0) == 0
+            if r == int(os.environ.get("GRAPH_APP_DESTROY_SECOND_AT", "-1")):
+                cu.cuStreamDestroy_v2.argtypes = [P]
+                assert cu.cuStreamDestroy_v2(second) == 0
+                second = P()
+            assert cu.cuGraphLaunch(exe, second if r % 2 and second else stream) == 0
             if twin_of:
                 assert cu.cuGraphLaunch(twin, stream) == 0
+        cu.fakecuda_exec_launches.restype = cu.fakecuda_graph_launches.restype = C.c_long
+        cu.fakecuda_exec_launches.argtypes = [P]
+        launched.append((cu.fakecuda_exec_launches(exe), cu.fakecuda_graph_launches()))
         if twin_of:
             assert cu.cuGraphExecDestroy(twin) == 0
             if twin_source.value != graph.value:
@@ -155,6 +210,8 @@ def main(ptx_path, kernel, cycles, replays):
     if ptsz:  # every capture has ended: launches ask the capture status as often as before any capture
         say("capture queries after the captures", capture_queries(cu, fn, stream, params))
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
+    for own, every in launched:
+        say("exec launches", own, every)
     say("pick calls", cu.fakecuda_pick_calls())
     if os.environ.get("FAKECUDA_FORK_IN_SWITCH"):
         cu.fakecuda_fork_status.restype = C.c_long

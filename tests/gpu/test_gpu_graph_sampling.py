@@ -13,6 +13,7 @@ import sys
 from collections import Counter
 
 import numpy as np
+import pytest
 
 from gpuutil import WORKLOADS, base_env, check_block_sched, gmem_bytes, gpu, run_plain, run_probed, sm_count
 
@@ -38,8 +39,11 @@ def _setup(tmp_path):
     return env, cmd
 
 
-def test_every_kth_replay_is_written_exact(tmp_path):
+@pytest.mark.parametrize("twin", [True, False], ids=["twin", "switching"])
+def test_every_kth_replay_is_written_exact(tmp_path, twin):
     env, cmd = _setup(tmp_path)
+    if not twin:  # the replays left out switch the probed graph's nodes (NEUTRINO_GRAPH_TWIN=0)
+        env["NEUTRINO_GRAPH_TWIN"] = "0"
     r, trace = run_probed("gmem_bytes", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env,
                           "--graphs", "--launches", f"every:{EVERY}")
     print(r.stderr[-1500:])
@@ -52,13 +56,18 @@ def test_every_kth_replay_is_written_exact(tmp_path):
     assert sorted(la.event["replay"] for la in vadd) == list(range(0, REPLAYS, EVERY))
     sub = type(trace)(trace.path, trace.probe_text, trace.events, vadd)
     assert gmem_bytes(sub, "vadd") == [3 * 4 * N] * (REPLAYS // EVERY)
-    # the host chose the replays (shim/graphpick.c): the program's own kernels on the replays left out,
-    # one switch into each selected replay and one out of it, no fallback to the device gate
+    # the host chose the replays (shim/graphpick.c): the replays left out ran the twin (the program's own
+    # graph), the selected ones the probed graph, set probed once; no fallback to the device gate or to
+    # switching nodes
     picks = [e for e in trace.events if e["event"] == "graph_pick"]
-    fallbacks = [e for e in trace.events if e["event"] == "graph_pick_fallback"]
+    fallbacks = [e for e in trace.events if e["event"] in ("graph_pick_fallback", "graph_pick_switching")]
     print(f"[every:{EVERY}] host picking: {picks}; fallbacks: {fallbacks}")
     assert not fallbacks
-    assert len(picks) == 1 and picks[0]["switches"] == 2 * (REPLAYS // EVERY) and picks[0]["launches"] == REPLAYS
+    assert len(picks) == 1 and picks[0]["launches"] == REPLAYS
+    if twin:
+        assert picks[0]["switches"] == 1 and picks[0]["twin_launches"] == REPLAYS - REPLAYS // EVERY
+    else:  # one switch into each selected replay and one out of it
+        assert picks[0]["switches"] == 2 * (REPLAYS // EVERY) and picks[0]["twin_launches"] == 0
 
 
 def test_sampled_block_sched_records_complete(tmp_path):

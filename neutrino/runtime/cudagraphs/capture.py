@@ -56,6 +56,10 @@ from neutrino.runtime.instrument.probed import Fallback, copy_globals_in, copy_g
 (G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS,
  G_END_CAPTURE, G_PICK_FALLBACK) = range(9)
 INSTANTIATE_DEVICE_LAUNCH = 4  # CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: the host never sees its launches
+# The captured copy of a written module global back into the program's module follows the probed node: on
+# a replay running the program's kernel instead (switched, or the twin) it would undo that kernel's writes.
+WRITES_GLOBALS = ("a probed kernel writes module globals (the copy back after its node would undo the program's "
+                  "kernel's writes on a replay left out)")
 
 
 @contextlib.contextmanager
@@ -101,6 +105,7 @@ class GraphNode:
     appended: bool = False  # the capture's append node serves it
     frame: str | None = None
     pick_args: int = 0  # its arguments copied at capture for the host's choice of replays (replay_select.py)
+    writes_globals: bool = False  # the probed kernel's module globals are copied back after it (copy_globals_out)
 
     @property
     def span(self) -> int:
@@ -156,6 +161,7 @@ class GraphProbes:
         self._by_exec: dict[int, GraphGroup] = {}
         self._by_capture: dict[int, GraphGroup] = {}
         self._by_node: dict[int, GraphNode] = {}
+        self._exec_flags: dict[int, int] = {}  # executable graph -> its instantiation flags (a twin takes them)
         self._retired: list[GraphGroup] = []  # unreferenced, not yet freed (the device was busy)
         self._next_group = 1
         self._next_node = 1
@@ -203,6 +209,7 @@ class GraphProbes:
             raise
         node.keep = params
         node.active = True
+        node.writes_globals = any(g.writable for g in pk.globals)
         if self.picker is not None and first is not None:  # the host's choice of replays (replay_select.py)
             buffer_param = pk.n_params + next(i for i, (_, is_buffer) in enumerate(plan) if is_buffer)
             node.pick_args = self.picker.copy_args(pk.func, C.addressof(params), buffer_param)
@@ -335,12 +342,19 @@ class GraphProbes:
         if kind == G_END_CAPTURE:  # a: the stream, b: the graph it built
             self.end_capture(b)
             return 0
+        if kind == G_PICK_FALLBACK and c == replay_select.TWIN_LOST:  # the plan stays, switching nodes
+            group = self._by_exec.get(a)
+            self.trace.event("graph_pick_switching", graph=group.id if group else None, exec=hex(a),
+                             reason=replay_select.TWIN_REASONS[c])
+            return 0
         if kind == G_PICK_FALLBACK:  # a: the executable graph, c: why (replay_select.FALLBACK_REASONS)
             self.give_up_picking(a, c)
             return 0
         with self._lock:
             if kind == G_INSTANTIATE:  # c: the instantiation flags
                 self._add_exec(self._by_graph.get(a), b)
+                if a in self._by_graph:  # (only executable graphs of our graphs: a plan made again takes them)
+                    self._exec_flags[b] = c
                 self._plan_replays(self._by_graph.get(a), a, b, c)
             elif kind == G_CLONE:
                 group = self._by_graph.get(a)
@@ -352,7 +366,7 @@ class GraphProbes:
                 self._add_exec(self._by_graph.get(b), a)
                 # its plan was given up before the update (shim/graphs.c); updated from the captured graph
                 # itself, its nodes are known again: the host picks again, the count goes on
-                self._plan_replays(self._by_graph.get(b), b, a, 0)
+                self._plan_replays(self._by_graph.get(b), b, a, self._exec_flags.get(a, 0))
                 if old is not None:
                     old.execs.discard(a)
                     self._release(old)
@@ -362,6 +376,7 @@ class GraphProbes:
                     group.handles.discard(a)
                     self._release(group)
             elif kind == G_EXEC_DESTROY:
+                self._exec_flags.pop(a, None)
                 if self.picker is not None:
                     self.picker.forget(a)
                 group = self._by_exec.pop(a, None)
@@ -422,7 +437,8 @@ class GraphProbes:
         nodes = [n for n in group.nodes if n.active and n.appended]
         why = ("instantiated for device launch" if flags & INSTANTIATE_DEVICE_LAUNCH else
                "instantiated from a clone of the captured graph" if graph != group.graph else
-               group.pick_off or ("a probed node's arguments could not be copied at capture"
+               group.pick_off or (WRITES_GLOBALS if any(n.writes_globals for n in nodes) else
+                                  "a probed node's arguments could not be copied at capture"
                                   if not all(n.pick_args for n in nodes) else ""))
         if not why and group.execs - group.planned - {exe}:  # it counts replays the host never sees
             why = replay_select.FALLBACK_REASONS[replay_select.SHARED_GATE]
@@ -431,8 +447,12 @@ class GraphProbes:
         if nodes and not why:
             if not group.pick_group:
                 group.pick_group = self.picker.new_group()
-            if group.pick_group and self.picker.plan(exe, graph, group.ctx, group.pick_group, kernels, group.appends):
+            planned, switching = (self.picker.plan(exe, graph, group.ctx, group.pick_group, kernels, group.appends,
+                                                   flags) if group.pick_group else (False, ""))
+            if planned:
                 group.planned.add(exe)
+                if switching:  # the replays left out switch nodes in the program's graph (no twin)
+                    self.trace.event("graph_pick_switching", graph=group.id, exec=hex(exe), reason=switching)
                 return
             why = "the shim could not plan it (a driver without cuGraphExecKernelNodeSetParams_v2, "
             why += "cuGraphNodeSetEnabled or cuFuncGetParamInfo, or no memory)"
@@ -444,7 +464,8 @@ class GraphProbes:
             if group.pick_group and graph == group.graph and all(n.pick_args for n in nodes):
                 # its append nodes have the capture's arguments (skip 0) while the host left replays
                 # out: a plan given up at once gives them the skip, so the device gate numbers right
-                if self.picker.plan(exe, graph, group.ctx, group.pick_group, kernels, group.appends):
+                if self.picker.plan(exe, graph, group.ctx, group.pick_group, kernels, group.appends, flags,
+                                    twin=False)[0]:
                     self.picker.drop(exe)
 
     def give_up_picking(self, exe: int, why: int) -> None:
@@ -554,6 +575,7 @@ class GraphProbes:
             self._by_exec.clear()
             self._by_capture.clear()
             self._by_node.clear()
+            self._exec_flags.clear()
             self._retired.clear()
 
     # ------------------------------------------------------------ exit

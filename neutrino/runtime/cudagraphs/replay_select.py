@@ -3,8 +3,12 @@
 One job: give shim/graphpick.c, for an executable graph instantiated from a captured graph of ours,
 what it needs to switch the probed nodes between the probed kernel and the program's own, and the
 append nodes on and off, as `--launches` selects each replay: the nodes' handles, both functions, the
-arguments copied at capture, the append nodes' arguments. A replay left out then costs what the
-program's own replay costs. What the host cannot choose keeps the device gate (ring.py, "Sampling").
+arguments copied at capture, the append nodes' arguments. By default the shim also makes a twin
+of the executable graph (the program's graph as it made it: a clone with the original kernels and no
+append node) and launches it for every replay left out, so such a replay is the program's own replay;
+where it cannot (graphs CUDA does not clone, a change the twin cannot take: a `graph_pick_switching`
+event), the nodes are switched instead. What the host cannot choose keeps the device gate (ring.py,
+"Sampling").
 
 Only with the native shim (the fake drivers of the Python tests have no cuGraphLaunch hook): there
 every replay runs probed and the device gate applies, as before.
@@ -16,6 +20,7 @@ import ctypes as C
 import os
 
 ENV_OFF = "NEUTRINO_GRAPH_PICK"  # "0": the device gate alone (benchmarks compare the two)
+ENV_TWIN = "NEUTRINO_GRAPH_TWIN"  # "0": no twin, the replays left out switch nodes (benchmarks compare the two)
 
 # why a plan is given up (shim/shim.h NT_PICK_*; SHARED_GATE is Python's own: the shim drops a group's plans
 # together, neutrino_graph_pick_drop)
@@ -29,6 +34,21 @@ FALLBACK_REASONS = {
     4: "the program set new parameters for one of the probed graph's nodes",
     SHARED_GATE: "another executable graph of the captured graph runs on the device gate (their replays are "
                  "numbered together)",
+}
+
+
+# the program changed its executable graph in a way its twin could not follow (shim/shim.h NT_PICK_TWIN_LOST)
+TWIN_LOST = 6
+# why a plan has no twin (shim/graphpick.c TWIN_*; 1: not asked for, NEUTRINO_GRAPH_TWIN=0, no event)
+TWIN_REASONS = {
+    2: "instantiation flags a second executable graph cannot take",
+    3: "the captured graph cannot be cloned (memory alloc/free or conditional nodes)",
+    4: "the clone's nodes could not be set to the program's kernels",
+    5: "the clone could not be instantiated",
+    6: "no event to order the two graphs' launches",
+    7: "a driver without the graph calls the twin needs",
+    TWIN_LOST: "the program changed its executable graph in a way the twin could not follow, or ordering the two "
+               "graphs' launches failed",
 }
 
 
@@ -73,14 +93,16 @@ class ReplayPicker:
         self._group_replays.restype = C.c_uint64
         self._plan = lib.neutrino_graph_pick_plan
         self._plan.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_uint64, C.c_uint64, C.c_uint64,
-                               C.c_int, C.POINTER(PickKernelDesc), C.c_int, C.POINTER(PickAppendDesc)]
+                               C.c_int, C.POINTER(PickKernelDesc), C.c_int, C.POINTER(PickAppendDesc), C.c_ulonglong,
+                               C.c_int, C.POINTER(C.c_int)]
+        self.twin = os.environ.get(ENV_TWIN, "1") != "0"
         self._drop = lib.neutrino_graph_pick_drop
         self._drop.argtypes = [C.c_void_p, C.POINTER(C.c_uint64)]
         self._forget = lib.neutrino_graph_pick_forget
         self._forget.argtypes = [C.c_void_p]
         self._forget_all = lib.neutrino_graph_pick_forget_all
         self._counts = lib.neutrino_graph_pick_counts
-        self._counts.argtypes = [C.c_uint64 * 3]
+        self._counts.argtypes = [C.c_uint64 * 5]
 
     def copy_args(self, probed_func: int, params_addr: int, buffer_param: int) -> int:
         """The arguments of a probed node's launch, copied while the program's values are alive (at
@@ -102,10 +124,13 @@ class ReplayPicker:
         """Replays the host numbered across the group's executable graphs."""
         return int(self._group_replays(group_handle)) if group_handle else 0
 
-    def plan(self, exe: int, graph: int, ctx: int, group_handle: int, kernels: list[dict], appends: list[dict]) -> bool:
-        """Host-chosen replays for executable graph `exe` of captured graph `graph` in context `ctx`:
-        `kernels` (node, probed, original, args, grid, block, shared_bytes) and `appends` (node, func, grid,
-        block, args: the captured values)."""
+    def plan(self, exe: int, graph: int, ctx: int, group_handle: int, kernels: list[dict], appends: list[dict],
+             flags: int = 0, twin: bool | None = None) -> tuple[bool, str]:
+        """Host-chosen replays for executable graph `exe` of captured graph `graph` in context `ctx`, instantiated
+        with `flags`: `kernels` (node, probed, original, args, grid, block, shared_bytes) and `appends` (node,
+        func, grid, block, args: the captured values). (planned, why the replays left out switch nodes instead
+        of running the twin: "" when they run it or no twin was asked for). `twin`: ask for one (default:
+        unless NEUTRINO_GRAPH_TWIN=0)."""
         ks = (PickKernelDesc * len(kernels))()
         for d, k in zip(ks, kernels):
             d.node, d.probed, d.original, d.args = k["node"], k["probed"], k["original"], k["args"]
@@ -116,8 +141,11 @@ class ReplayPicker:
             d.grid[:], d.block[:] = a["grid"], a["block"]
             d.args[: len(a["args"])] = a["args"]
         f = self.filter
-        return bool(self._plan(exe, graph, ctx, group_handle, f.start, min(f.stop, 2**64 - 1), max(1, f.every),
-                               len(ks), ks, len(aps), aps))
+        why = C.c_int(0)
+        planned = bool(self._plan(exe, graph, ctx, group_handle, f.start, min(f.stop, 2**64 - 1), max(1, f.every),
+                                  len(ks), ks, len(aps), aps, flags, int(self.twin if twin is None else twin),
+                                  C.byref(why)))
+        return planned, TWIN_REASONS.get(why.value, "") if planned else ""
 
     def drop(self, exe: int) -> tuple[int, int] | None:
         """Give the plan of `exe` up (nodes as captured). (next replay's number, 1 restored or -1 a driver
@@ -134,9 +162,10 @@ class ReplayPicker:
         self._forget_all()
 
     def counts(self) -> dict:
-        out = (C.c_uint64 * 3)()
+        out = (C.c_uint64 * 5)()
         self._counts(out)
-        return {"switches": int(out[0]), "driver_calls": int(out[1]), "launches": int(out[2])}
+        return {"switches": int(out[0]), "driver_calls": int(out[1]), "launches": int(out[2]),
+                "twin_launches": int(out[3]), "twin_waits": int(out[4])}
 
 
 def picker_for(sink) -> ReplayPicker | None:
