@@ -11,7 +11,8 @@ step (`marks`: benchmarks/startup.py puts each step's time beside the plain runs
 STARTUP_LIGHT_DUMP=SECONDS:FILE (a diagnostic, issue 29): every SECONDS from the module's load to the
 end of the launches (the first probed launch, arange's, included), every thread's Python stack goes
 to FILE (faulthandler's watchdog thread writes it without the GIL, so a
-launch stuck waiting for the GIL shows which thread holds it).
+launch stuck waiting for the GIL shows which thread holds it). STARTUP_LIGHT_IMPORTS=PREFIX:FILE writes the
+whole stack of the first import of a module whose name starts with PREFIX, from the module's load on.
 """
 import json
 import os
@@ -42,6 +43,32 @@ def _dump_stacks():
     return out
 
 
+class _ImportWitness:
+    """STARTUP_LIGHT_IMPORTS=PREFIX[,PREFIX...]:FILE: the whole stack of the first import of a module named
+    PREFIX... for each prefix (faulthandler's dumps stop at 100 frames, before the code that asked for it)."""
+
+    def __init__(self, prefixes: list[str], path: str):
+        self.left, self.path = list(prefixes), path
+
+    def find_spec(self, name, path=None, target=None):
+        hit = next((p for p in self.left if name.startswith(p)), None)
+        if hit is not None:
+            import traceback
+
+            self.left.remove(hit)
+            with open(self.path, "a") as out:
+                out.write(f"import of {name}, {time.time():.6f}\n")
+                out.write("".join(line for line in traceback.format_stack() if "<frozen importlib" not in line))
+        return None
+
+
+def _witness_imports() -> None:
+    spec = os.environ.get("STARTUP_LIGHT_IMPORTS")
+    if spec:
+        prefixes, path = spec.split(":", 1)
+        sys.meta_path.insert(0, _ImportWitness(prefixes.split(","), path))
+
+
 def _stop_dump(out) -> None:
     import faulthandler
 
@@ -53,6 +80,7 @@ def main(launches: int) -> None:
     saxpy4 = cp.RawModule(path=str(PTX)).get_function("saxpy4")
     MARKS["module"] = time.time()  # the first CUDA call: cuInit, the context, our runtime's start
     dump = _dump_stacks()  # the first probed launch is arange's
+    _witness_imports()
     x = cp.arange(4 * N4, dtype=cp.float32)
     MARKS["arange"] = time.time()
     x /= 4 * N4
