@@ -157,6 +157,29 @@ def test_user_frame_skips_library_frames():
     assert attribution.is_library_file("/x/site-packages/triton/runtime/jit.py", ("/x/site-packages/triton/",))
 
 
+def test_finding_the_users_line_leaves_lazily_imported_packages_unimported(monkeypatch, tmp_path):
+    """A package in sys.modules that imports lazily (CuPy registers `cupyx` so) is not imported by our
+    look at its directory: the program never paid for it (0.43 s for cupyx on the GPU machine)."""
+    import importlib.util
+
+    pkg = tmp_path / "numba"  # one of the packages whose frames are library frames
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import builtins\nbuiltins.LAZY_PACKAGE_RAN = True\n")
+    spec = importlib.util.spec_from_file_location("numba", pkg / "__init__.py")
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # lazy: runs at the first attribute access
+    monkeypatch.setitem(sys.modules, "numba", module)
+    import builtins
+
+    assert attribution.user_frame() is not None
+    assert not hasattr(builtins, "LAZY_PACKAGE_RAN")  # still not imported
+    assert str(pkg) + os.sep in attribution._package_dirs()  # yet its directory is known
+    module.__name__  # noqa: B018 - the program's own first use imports it, as without us
+    assert builtins.LAZY_PACKAGE_RAN
+    del builtins.LAZY_PACKAGE_RAN
+
+
 def user_frame_via_library():
     return attribution.user_frame()
 

@@ -12,11 +12,27 @@ _SKIP_PACKAGES = ("torch", "triton", "neutrino", "cupy", "cupyx", "numba", "jax"
 _SKIP_PARTS = ("torchinductor_", "/triton/", "<frozen ", "<string>")
 
 
+def _module_file(mod) -> str | None:
+    """A module's `__file__`, read from its namespace without touching the module itself: a module
+    that imports lazily (importlib's LazyLoader; CuPy puts `cupyx` in sys.modules so) would run its
+    whole import at an attribute access (0.43 s for cupyx, scipy included, in a program that never
+    used it: issue 29's first-launch seconds)."""
+    try:
+        namespace = object.__getattribute__(mod, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    f = namespace.get("__file__")
+    if f is None:
+        spec = namespace.get("__spec__")
+        f = getattr(spec, "origin", None) if getattr(spec, "has_location", False) else None
+    return f if isinstance(f, str) else None
+
+
 def _package_dirs() -> tuple[str, ...]:
     dirs = []
     for name in _SKIP_PACKAGES:
         mod = sys.modules.get(name)
-        f = getattr(mod, "__file__", None) if mod else None
+        f = _module_file(mod) if mod is not None else None
         if f:
             d = os.path.dirname(f)
             # single-file stdlib modules (functools.py) are matched by file, packages by directory
