@@ -368,3 +368,21 @@ def test_a_kernel_that_writes_module_globals_keeps_the_device_gate():
             assert ev[0] == "graph_pick_fallback" and ev[1]["reason"] == WRITES_GLOBALS
         else:
             assert group.planned == {0x300} and probes.picker.plans == [(0x300, None)] and not probes.trace.events
+
+
+def test_every_reason_for_no_twin_has_its_own_message():
+    """The shim's TWIN_* codes (why a plan has no twin) and NT_PICK_TWIN_LOST (the twin went) are two
+    numberings that share 6: a plan whose fence event could not be made must not be reported as a
+    change the twin could not follow."""
+    import re
+    from pathlib import Path
+
+    from neutrino.runtime.cudagraphs import replay_select
+
+    source = (Path(__file__).resolve().parents[1] / "shim" / "graphpick.c").read_text()
+    names = re.search(r"enum \{ (TWIN_ON, [^}]*) \};", source).group(1).replace(" ", "").split(",")
+    code = {name: i for i, name in enumerate(names)}
+    assert "event" in replay_select.TWIN_REASONS[code["TWIN_EVENT"]]
+    assert "could not follow" in replay_select.TWIN_LOST_REASON
+    reasons = [replay_select.TWIN_REASONS[code[n]] for n in names if n not in ("TWIN_ON", "TWIN_NOT_ASKED")]
+    assert len(set(reasons)) == len(reasons) and replay_select.TWIN_LOST_REASON not in reasons
