@@ -386,3 +386,23 @@ def test_every_reason_for_no_twin_has_its_own_message():
     assert "could not follow" in replay_select.TWIN_LOST_REASON
     reasons = [replay_select.TWIN_REASONS[code[n]] for n in names if n not in ("TWIN_ON", "TWIN_NOT_ASKED")]
     assert len(set(reasons)) == len(reasons) and replay_select.TWIN_LOST_REASON not in reasons
+
+
+def test_a_stream_made_again_at_a_destroyed_ones_handle_is_another_stream(tmp_path, fakecuda, shim, monkeypatch):
+    """Replay 5 (left out) runs the twin on the second stream; the program destroys that stream and makes
+    another, which gets the same handle; replay 6 (selected) runs the program's graph there (and every
+replay after it: no wait for 7-9, one stream). CUDA orders
+    it after replay 5 (launches of one executable graph are ordered), so it must wait for the twin's
+    launch: the new stream is not the one the twin ran on, whatever its handle."""
+    monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2, GRAPH_APP_DESTROY_SECOND_AT=6,
+                                  GRAPH_APP_REMAKE_SECOND=1)
+    (remade,) = [line.split() for line in said if line.startswith("second stream remade")]
+    assert remade[3] == "same"  # the case under test: the fake driver gave the handle back
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    # waits: replays 1 (twin, second, after probed on the first), 3 (probed on the second), 4 (twin on the
+    # first), 6 (probed on the new second stream after the twin on the destroyed one)
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_waits"] == 4
+    waits = [line.split()[1] for line in log if line.startswith("wait stream=")]
+    assert len(waits) == 4 and waits[-1] == f"stream={remade[4]}"

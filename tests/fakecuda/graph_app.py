@@ -18,7 +18,8 @@ GRAPH_APP_EXTRA=1: a kernel node of the program's own added with cuGraphAddKerne
 (unprobed); GRAPH_APP_EXTRA_GRID_AT=N: before replay N, cuGraphExecKernelNodeSetParams_v2 puts it on 2 blocks;
 GRAPH_APP_EXTRA_OFF_AT=N: before replay N, cuGraphNodeSetEnabled disables it. GRAPH_APP_ALLOC=1: a memory alloc
 node in the graph (the fake refuses to clone it). GRAPH_APP_STREAMS=2: odd replays on a second stream;
-GRAPH_APP_DESTROY_SECOND_AT=N: the second stream destroyed before replay N (every replay on the first after it).
+GRAPH_APP_DESTROY_SECOND_AT=N: the second stream destroyed before replay N (every replay on the first after it;
+with GRAPH_APP_REMAKE_SECOND=1 a second stream is made again right after, and every replay goes there).
 GRAPH_APP_FLAGS=F: the executable graph instantiated with flags F.
 Prints, per cycle, the launches of the executable graph and of all graphs ("exec launches", after "live at end").
 GRAPH_APP_PTSZ=1: the captures are of the per-thread default stream (the _ptsz entry points' NULL), and three
@@ -169,6 +170,7 @@ def main(ptx_path, kernel, cycles, replays):
                 twin_source = P()
                 assert cu.cuGraphClone(C.byref(twin_source), graph) == 0
             assert cu.cuGraphInstantiateWithFlags(C.byref(twin), twin_source, 0) == 0
+        remade = False
         for r in range(replays):
             if r == int(os.environ.get("GRAPH_APP_RELEASE_AT", "-1")):
                 assert cu.cuDevicePrimaryCtxRelease_v2(0) == 0
@@ -188,9 +190,14 @@ def main(ptx_path, kernel, cycles, replays):
                 assert cu.cuGraphNodeSetEnabled(exe, extra, 0) == 0
             if r == int(os.environ.get("GRAPH_APP_DESTROY_SECOND_AT", "-1")):
                 cu.cuStreamDestroy_v2.argtypes = [P]
+                gone = second.value
                 assert cu.cuStreamDestroy_v2(second) == 0
                 second = P()
-            assert cu.cuGraphLaunch(exe, second if r % 2 and second else stream) == 0
+                if os.environ.get("GRAPH_APP_REMAKE_SECOND"):  # made again (its handle may come back)
+                    assert cu.cuStreamCreate(C.byref(second), 1) == 0
+                    say("second stream remade", "same" if second.value == gone else "other", hex(second.value))
+                    remade = True
+            assert cu.cuGraphLaunch(exe, second if (r % 2 or remade) and second else stream) == 0
             if twin_of:
                 assert cu.cuGraphLaunch(twin, stream) == 0
         cu.fakecuda_exec_launches.restype = cu.fakecuda_graph_launches.restype = C.c_long
