@@ -528,6 +528,21 @@ void neutrino_graph_pick_after_launch(void *exec, void *launched_handle, void *s
     pthread_mutex_unlock(&picks_lock);
 }
 
+/* The driver refused to launch the twin of `exec` (nothing of it ran): the twin goes, and the replay
+ * runs the program's graph, its nodes as the replay needs them. 0: ready (or no plan any more: the
+ * nodes are as captured); NT_PICK_FAILED: the host cannot choose (the caller reports it). */
+int neutrino_graph_pick_twin_refused(void *exec) {
+    int why = 0;
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = *plan_slot(exec);
+    if (p) {
+        twin_demote(p);
+        if (!put_state(p, p->picked)) why = NT_PICK_FAILED;
+    }
+    pthread_mutex_unlock(&picks_lock);
+    return why;
+}
+
 /* Stands for a destroyed stream as the last launch's: no stream has it (a stream made later may get
  * the destroyed one's handle, and is not ordered after that launch). */
 static const char stream_gone;

@@ -406,3 +406,17 @@ replay after it: no wait for 7-9, one stream). CUDA orders
     assert pick["twin_waits"] == 4
     waits = [line.split()[1] for line in log if line.startswith("wait stream=")]
     assert len(waits) == 4 and waits[-1] == f"stream={remade[4]}"
+
+
+def test_a_twin_the_driver_will_not_launch_leaves_the_plan_switching(tmp_path, fakecuda, shim, monkeypatch):
+    """The driver refuses to launch the twin (a second executable graph may need memory the program's
+    does not): the program never sees the error; that replay and every later one run the program's
+    graph, its nodes switched (one event), and no result is lost."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, FAKECUDA_REFUSE_CLONE_LAUNCH=1)
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    assert exec_launches(said) == [(REPLAYS, REPLAYS)]
+    (sw,) = events(t, "graph_pick_switching")
+    assert "could not" in sw["reason"]
+    assert not events(t, "graph_pick_fallback")
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_launches"] == 0 and pick["launches"] == REPLAYS

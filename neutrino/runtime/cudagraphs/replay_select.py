@@ -40,8 +40,8 @@ FALLBACK_REASONS = {
 # the program changed its executable graph in a way its twin could not follow (shim/shim.h NT_PICK_TWIN_LOST; a
 # code of the fallbacks' numbering, not of TWIN_REASONS', where 6 is the missing event)
 TWIN_LOST = 6
-TWIN_LOST_REASON = ("the program changed its executable graph in a way the twin could not follow, or ordering the two "
-                    "graphs' launches failed")
+TWIN_LOST_REASON = ("the program changed its executable graph in a way the twin could not follow, ordering the two "
+                    "graphs' launches failed, or the driver refused to launch the twin")
 # why a plan has no twin (shim/graphpick.c TWIN_*; 1: not asked for, NEUTRINO_GRAPH_TWIN=0, no event)
 TWIN_REASONS = {
     2: "instantiation flags a second executable graph cannot take",
