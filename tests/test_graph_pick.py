@@ -420,3 +420,16 @@ def test_a_twin_the_driver_will_not_launch_leaves_the_plan_switching(tmp_path, f
     assert not events(t, "graph_pick_fallback")
     (pick,) = events(t, "graph_pick")
     assert pick["twin_launches"] == 0 and pick["launches"] == REPLAYS
+
+
+def test_the_host_waits_for_the_twin_without_the_gil(tmp_path, fakecuda, shim, monkeypatch):
+    """Replay 3 launched into a capture gives the plan up right after the twin ran replay 2: the host waits
+    for that launch (here 400 ms: the fake's events complete late). Python's other threads run meanwhile:
+    the wait holding the GIL would hang a program whose graph calls Python (a host function needs the GIL
+    to finish, and the wait needs it finished)."""
+    monkeypatch.setenv("FAKECUDA_EVENT_DELAY_MS", "400")
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CAPTURED_AT=3, GRAPH_APP_TICKER=1)
+    (ticks,) = [int(line.split()[-1]) for line in said if line.startswith("ticks during")]
+    assert ticks >= 20, ticks  # ~400 with the GIL free, 0-2 held
+    (fb,) = events(t, "graph_pick_fallback")
+    assert "capturing stream" in fb["reason"] and fb["replay"] == 3
