@@ -528,15 +528,37 @@ void neutrino_graph_pick_after_launch(void *exec, void *launched_handle, void *s
     pthread_mutex_unlock(&picks_lock);
 }
 
+/* The driver refused to launch the twin of `exec` (nothing of it ran): the twin goes, and the replay
+ * runs the program's graph, its nodes as the replay needs them. 0: ready (or no plan any more: the
+ * nodes are as captured); NT_PICK_FAILED: the host cannot choose (the caller reports it). */
+int neutrino_graph_pick_twin_refused(void *exec) {
+    int why = 0;
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = *plan_slot(exec);
+    if (p) {
+        twin_demote(p);
+        if (!put_state(p, p->picked)) why = NT_PICK_FAILED;
+    }
+    pthread_mutex_unlock(&picks_lock);
+    return why;
+}
+
+/* Stands for a destroyed stream as the last launch's: no stream has it (a stream made later may get
+ * the destroyed one's handle, and is not ordered after that launch). */
+static const char stream_gone;
+#define STREAM_GONE ((void *)&stream_gone)
+
 /* A stream is about to be destroyed or to start capturing: a twin plan whose last launch went there
- * and is not fenced records its fence now (later, recording there would be too late or captured). */
+ * and is not fenced records its fence now (later, recording there would be too late or captured), and
+ * the next launch of the other graph waits for it wherever it goes, that stream's handle included. */
 void neutrino_graph_pick_stream_event(void *stream) {
     if (!atomic_load_explicit(&twins_live, memory_order_relaxed)) return;
     pthread_mutex_lock(&picks_lock);
     for (nt_pick_plan *p = plans; p; p = p->next) {
-        if (!p->plain || !p->last || p->fenced || p->last_stream != stream) continue;
-        if (tw.ev_record(p->fence, stream) == 0) {
+        if (!p->plain || !p->last || p->last_stream != stream) continue;
+        if (p->fenced || tw.ev_record(p->fence, stream) == 0) {
             p->fenced = 1;
+            p->last_stream = STREAM_GONE;
         } else {  /* the host waits for that launch instead: nothing to order after any more */
             twin_settle(p);
             p->last = NULL;

@@ -823,6 +823,12 @@ static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
     int why = neutrino_graph_pick_before_launch(exec, where, neutrino_graph_stream_capturing(stream, ptsz), &launch);
     if (why) report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)why, 0);
     CUresult rc = fn(launch, stream);
+    if (rc && launch != exec) {  /* the driver refused the twin: the program's graph takes the replay, switched */
+        why = neutrino_graph_pick_twin_refused(exec);
+        report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)(why ? why : NT_PICK_TWIN_LOST), 0);
+        launch = exec;
+        rc = fn(exec, stream);
+    }
     neutrino_graph_pick_after_launch(exec, launch, where, rc == 0);
     return rc;
 }

@@ -31,6 +31,7 @@ enum { NT_PICK_CAPTURED = 1, NT_PICK_FAILED = 2, NT_PICK_UPDATE = 3, NT_PICK_SET
 enum { NT_PICK_TWIN_LOST = 6 };  /* not given up: its twin is, the plan switches nodes from now on */
 int neutrino_graph_pick_before_launch(void *exec, void *stream, int capturing, void **launch);
 void neutrino_graph_pick_after_launch(void *exec, void *launched_handle, void *stream, int launched);
+int neutrino_graph_pick_twin_refused(void *exec);
 void neutrino_graph_pick_stream_event(void *stream);
 int neutrino_graph_pick_mirror(void *exec, void *node, int (*apply)(void *twin, void *node, void *arg), void *arg);
 int neutrino_graph_pick_has(void *exec, void *node);

@@ -368,3 +368,68 @@ def test_a_kernel_that_writes_module_globals_keeps_the_device_gate():
             assert ev[0] == "graph_pick_fallback" and ev[1]["reason"] == WRITES_GLOBALS
         else:
             assert group.planned == {0x300} and probes.picker.plans == [(0x300, None)] and not probes.trace.events
+
+
+def test_every_reason_for_no_twin_has_its_own_message():
+    """The shim's TWIN_* codes (why a plan has no twin) and NT_PICK_TWIN_LOST (the twin went) are two
+    numberings that share 6: a plan whose fence event could not be made must not be reported as a
+    change the twin could not follow."""
+    import re
+    from pathlib import Path
+
+    from neutrino.runtime.cudagraphs import replay_select
+
+    source = (Path(__file__).resolve().parents[1] / "shim" / "graphpick.c").read_text()
+    names = re.search(r"enum \{ (TWIN_ON, [^}]*) \};", source).group(1).replace(" ", "").split(",")
+    code = {name: i for i, name in enumerate(names)}
+    assert "event" in replay_select.TWIN_REASONS[code["TWIN_EVENT"]]
+    assert "could not follow" in replay_select.TWIN_LOST_REASON
+    reasons = [replay_select.TWIN_REASONS[code[n]] for n in names if n not in ("TWIN_ON", "TWIN_NOT_ASKED")]
+    assert len(set(reasons)) == len(reasons) and replay_select.TWIN_LOST_REASON not in reasons
+
+
+def test_a_stream_made_again_at_a_destroyed_ones_handle_is_another_stream(tmp_path, fakecuda, shim, monkeypatch):
+    """Replay 5 (left out) runs the twin on the second stream; the program destroys that stream and makes
+    another, which gets the same handle; replay 6 (selected) runs the program's graph there (and every
+replay after it: no wait for 7-9, one stream). CUDA orders
+    it after replay 5 (launches of one executable graph are ordered), so it must wait for the twin's
+    launch: the new stream is not the one the twin ran on, whatever its handle."""
+    monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2, GRAPH_APP_DESTROY_SECOND_AT=6,
+                                  GRAPH_APP_REMAKE_SECOND=1)
+    (remade,) = [line.split() for line in said if line.startswith("second stream remade")]
+    assert remade[3] == "same"  # the case under test: the fake driver gave the handle back
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    # waits: replays 1 (twin, second, after probed on the first), 3 (probed on the second), 4 (twin on the
+    # first), 6 (probed on the new second stream after the twin on the destroyed one)
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_waits"] == 4
+    waits = [line.split()[1] for line in log if line.startswith("wait stream=")]
+    assert len(waits) == 4 and waits[-1] == f"stream={remade[4]}"
+
+
+def test_a_twin_the_driver_will_not_launch_leaves_the_plan_switching(tmp_path, fakecuda, shim, monkeypatch):
+    """The driver refuses to launch the twin (a second executable graph may need memory the program's
+    does not): the program never sees the error; that replay and every later one run the program's
+    graph, its nodes switched (one event), and no result is lost."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, FAKECUDA_REFUSE_CLONE_LAUNCH=1)
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    assert exec_launches(said) == [(REPLAYS, REPLAYS)]
+    (sw,) = events(t, "graph_pick_switching")
+    assert "could not" in sw["reason"]
+    assert not events(t, "graph_pick_fallback")
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_launches"] == 0 and pick["launches"] == REPLAYS
+
+
+def test_the_host_waits_for_the_twin_without_the_gil(tmp_path, fakecuda, shim, monkeypatch):
+    """Replay 3 launched into a capture gives the plan up right after the twin ran replay 2: the host waits
+    for that launch (here 400 ms: the fake's events complete late). Python's other threads run meanwhile:
+    the wait holding the GIL would hang a program whose graph calls Python (a host function needs the GIL
+    to finish, and the wait needs it finished)."""
+    monkeypatch.setenv("FAKECUDA_EVENT_DELAY_MS", "400")
+    log, _, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_CAPTURED_AT=3, GRAPH_APP_TICKER=1)
+    (ticks,) = [int(line.split()[-1]) for line in said if line.startswith("ticks during")]
+    assert ticks >= 20, ticks  # ~400 with the GIL free, 0-2 held
+    (fb,) = events(t, "graph_pick_fallback")
+    assert "capturing stream" in fb["reason"] and fb["replay"] == 3

@@ -467,6 +467,9 @@ CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
 CUresult cuGraphLaunch(void *exec, void *stream) {
     Graph *e = exec;
+    /* FAKECUDA_REFUSE_CLONE_LAUNCH=1: an executable graph of a clone is refused at launch (out of memory
+     * for its first upload, say), nothing run */
+    if (e->from_clone && getenv("FAKECUDA_REFUSE_CLONE_LAUNCH")) return 2;
     e->launches++;
     all_graph_launches++;
     void (*replay)(uintptr_t, uint32_t) = fakecupti("fakecupti_graph_launch");

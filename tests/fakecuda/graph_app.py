@@ -18,8 +18,10 @@ GRAPH_APP_EXTRA=1: a kernel node of the program's own added with cuGraphAddKerne
 (unprobed); GRAPH_APP_EXTRA_GRID_AT=N: before replay N, cuGraphExecKernelNodeSetParams_v2 puts it on 2 blocks;
 GRAPH_APP_EXTRA_OFF_AT=N: before replay N, cuGraphNodeSetEnabled disables it. GRAPH_APP_ALLOC=1: a memory alloc
 node in the graph (the fake refuses to clone it). GRAPH_APP_STREAMS=2: odd replays on a second stream;
-GRAPH_APP_DESTROY_SECOND_AT=N: the second stream destroyed before replay N (every replay on the first after it).
-GRAPH_APP_FLAGS=F: the executable graph instantiated with flags F.
+GRAPH_APP_DESTROY_SECOND_AT=N: the second stream destroyed before replay N (every replay on the first after it;
+with GRAPH_APP_REMAKE_SECOND=1 a second stream is made again right after, and every replay goes there).
+GRAPH_APP_FLAGS=F: the executable graph instantiated with flags F. GRAPH_APP_TICKER=1: a Python thread counts
+milliseconds; prints how many passed during the launch into the capture (GRAPH_APP_CAPTURED_AT).
 Prints, per cycle, the launches of the executable graph and of all graphs ("exec launches", after "live at end").
 GRAPH_APP_PTSZ=1: the captures are of the per-thread default stream (the _ptsz entry points' NULL), and three
 eager launches before and after them say how many capture-status queries they cost. Prints the fake driver's
@@ -28,6 +30,8 @@ FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switc
 import ctypes as C
 import os
 import sys
+import threading
+import time
 
 
 def say(*words):
@@ -169,6 +173,15 @@ def main(ptx_path, kernel, cycles, replays):
                 twin_source = P()
                 assert cu.cuGraphClone(C.byref(twin_source), graph) == 0
             assert cu.cuGraphInstantiateWithFlags(C.byref(twin), twin_source, 0) == 0
+        remade = False
+        ticks, ticker = [0], None
+        if os.environ.get("GRAPH_APP_TICKER"):  # another Python thread of the program, counting every ms
+            def tick():
+                while True:
+                    ticks[0] += 1
+                    time.sleep(0.001)
+            ticker = threading.Thread(target=tick, daemon=True)
+            ticker.start()
         for r in range(replays):
             if r == int(os.environ.get("GRAPH_APP_RELEASE_AT", "-1")):
                 assert cu.cuDevicePrimaryCtxRelease_v2(0) == 0
@@ -177,7 +190,10 @@ def main(ptx_path, kernel, cycles, replays):
             if r == int(os.environ.get("GRAPH_APP_CAPTURED_AT", "-1")):  # the graph becomes a child graph node
                 inner = P()
                 assert begin(stream, 0) == 0
+                ticks_before = ticks[0]
                 assert cu.cuGraphLaunch(exe, stream) == 0
+                if ticker is not None:
+                    say("ticks during the launch into the capture", ticks[0] - ticks_before)
                 assert cu.cuStreamEndCapture(stream, C.byref(inner)) == 0
                 assert cu.cuGraphDestroy(inner) == 0
                 continue
@@ -188,9 +204,14 @@ def main(ptx_path, kernel, cycles, replays):
                 assert cu.cuGraphNodeSetEnabled(exe, extra, 0) == 0
             if r == int(os.environ.get("GRAPH_APP_DESTROY_SECOND_AT", "-1")):
                 cu.cuStreamDestroy_v2.argtypes = [P]
+                gone = second.value
                 assert cu.cuStreamDestroy_v2(second) == 0
                 second = P()
-            assert cu.cuGraphLaunch(exe, second if r % 2 and second else stream) == 0
+                if os.environ.get("GRAPH_APP_REMAKE_SECOND"):  # made again (its handle may come back)
+                    assert cu.cuStreamCreate(C.byref(second), 1) == 0
+                    say("second stream remade", "same" if second.value == gone else "other", hex(second.value))
+                    remade = True
+            assert cu.cuGraphLaunch(exe, second if (r % 2 or remade) and second else stream) == 0
             if twin_of:
                 assert cu.cuGraphLaunch(twin, stream) == 0
         cu.fakecuda_exec_launches.restype = cu.fakecuda_graph_launches.restype = C.c_long

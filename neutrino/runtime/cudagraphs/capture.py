@@ -345,7 +345,7 @@ class GraphProbes:
         if kind == G_PICK_FALLBACK and c == replay_select.TWIN_LOST:  # the plan stays, switching nodes
             group = self._by_exec.get(a)
             self.trace.event("graph_pick_switching", graph=group.id if group else None, exec=hex(a),
-                             reason=replay_select.TWIN_REASONS[c])
+                             reason=replay_select.TWIN_LOST_REASON)
             return 0
         if kind == G_PICK_FALLBACK:  # a: the executable graph, c: why (replay_select.FALLBACK_REASONS)
             self.give_up_picking(a, c)

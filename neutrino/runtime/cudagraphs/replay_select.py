@@ -37,8 +37,11 @@ FALLBACK_REASONS = {
 }
 
 
-# the program changed its executable graph in a way its twin could not follow (shim/shim.h NT_PICK_TWIN_LOST)
+# the program changed its executable graph in a way its twin could not follow (shim/shim.h NT_PICK_TWIN_LOST; a
+# code of the fallbacks' numbering, not of TWIN_REASONS', where 6 is the missing event)
 TWIN_LOST = 6
+TWIN_LOST_REASON = ("the program changed its executable graph in a way the twin could not follow, ordering the two "
+                    "graphs' launches failed, or the driver refused to launch the twin")
 # why a plan has no twin (shim/graphpick.c TWIN_*; 1: not asked for, NEUTRINO_GRAPH_TWIN=0, no event)
 TWIN_REASONS = {
     2: "instantiation flags a second executable graph cannot take",
@@ -47,8 +50,6 @@ TWIN_REASONS = {
     5: "the clone could not be instantiated",
     6: "no event to order the two graphs' launches",
     7: "a driver without the graph calls the twin needs",
-    TWIN_LOST: "the program changed its executable graph in a way the twin could not follow, or ordering the two "
-               "graphs' launches failed",
 }
 
 
@@ -77,7 +78,7 @@ class ReplayPicker:
     """The host's choice of replays, in shim/graphpick.c (the shim library at `shim_path`)."""
 
     def __init__(self, shim_path: str, launch_filter):
-        lib = C.PyDLL(shim_path)  # none of these waits for the GPU: keep the GIL
+        lib = C.PyDLL(shim_path)  # none of these but the drop waits for the GPU: keep the GIL
         self.filter = launch_filter
         self._args = lib.neutrino_graph_pick_args
         self._args.argtypes = [C.c_void_p, C.c_void_p, C.c_int]
@@ -96,7 +97,9 @@ class ReplayPicker:
                                C.c_int, C.POINTER(PickKernelDesc), C.c_int, C.POINTER(PickAppendDesc), C.c_ulonglong,
                                C.c_int, C.POINTER(C.c_int)]
         self.twin = os.environ.get(ENV_TWIN, "1") != "0"
-        self._drop = lib.neutrino_graph_pick_drop
+        # the drop waits for a twin's launch in flight (twin_settle): without the GIL, which the program's graph
+        # may need to finish (a host function calling Python)
+        self._drop = C.CDLL(shim_path).neutrino_graph_pick_drop
         self._drop.argtypes = [C.c_void_p, C.POINTER(C.c_uint64)]
         self._forget = lib.neutrino_graph_pick_forget
         self._forget.argtypes = [C.c_void_p]
