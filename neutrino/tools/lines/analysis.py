@@ -192,6 +192,7 @@ def block_load_waits(line_map) -> tuple[tuple[tuple[int, int], ...], ...]:
     out = []
     for block in line_map.blocks:
         pending: dict[str, int] = {}  # register → the index of the load that writes it
+        written: dict[int, list[str]] = {}  # load index → its registers (a read retires them all: linear)
         counts: dict[int, int] = {}
         for i in range(block.start, block.stop):
             e = effects(line_map.instructions[i])
@@ -199,11 +200,15 @@ def block_load_waits(line_map) -> tuple[tuple[tuple[int, int], ...], ...]:
             if loads:
                 line = line_map.line_of[i]
                 counts[line] = counts.get(line, 0) + len(loads)
-                pending = {name: load for name, load in pending.items() if load not in loads}
+                for load in loads:
+                    for name in written.pop(load, ()):
+                        if pending.get(name) == load:
+                            del pending[name]
             long = any(m.access in ("load", "atomic") and m.space in LONG_LATENCY_SPACES for m in e.memory)
             for r in e.defs:
                 if long:
                     pending[r.name] = i
+                    written.setdefault(i, []).append(r.name)
                 else:
                     pending.pop(r.name, None)
         out.append(tuple(sorted(counts.items())))
