@@ -60,6 +60,9 @@ CONFIGS = {
     "block_sched graphs no-timeline": ["-p", "block_sched", "--graphs", "--no-timeline"],
     "block_sched graphs every:50 no-timeline": ["-p", "block_sched", "--graphs", "--launches", "every:50",
                                                 "--no-timeline"],
+    "gmem_bytes graphs no-timeline": ["-p", "gmem_bytes", "--graphs", "--no-timeline"],
+    # nothing probed, the timeline on: what CUPTI's records (one per kernel, graph nodes included) cost alone
+    "timeline only": ["-p", "block_sched", "-k", "neutrino_matches_no_kernel"],
     # cap = "count" sized before every launch (the counting launch and a sync each), as before issue 24;
     # with the device ring (count maps of code built since) the option changes nothing: the same as "dmat"
     "dmat recount-every 1": ["-p", "dmat", "--recount-every", "1"],
