@@ -240,6 +240,37 @@ def test_block_sched_exit_hook_samples_each_kernel(tmp_path, capsys):
     assert "block_sched k: 20 launch(es) (7 analysed: neutrino report for all), 2 blocks on up to 2 SMs" in err
 
 
+def test_exit_figures_equal_the_analysis_stats():
+    """block_sched's exit line figures (exit_hook.schedule_figures, no timeline built) are the
+    analysis' own (build_timeline + summarize: blocks, SMs, busy_imbalance, tail_fraction, gap
+    count) on random launches: ties, blocks split over SMs, per-SM and synchronized clocks, one warp."""
+    import math
+    import random
+
+    import numpy as np
+
+    from neutrino.tools.block_sched import analysis as A
+    from neutrino.tools.block_sched.exit_hook import schedule_figures
+
+    rng = random.Random(29)
+    for case in range(400):
+        n = rng.choice([1, 2, 5, 40, 300])
+        spread = rng.choice([3, 50, 10_000])
+        start = np.array([rng.randrange(spread) for _ in range(n)], dtype=np.uint64) + rng.randrange(1 << 40)
+        elapsed = np.array([rng.randrange(spread) for _ in range(n)], dtype=np.uint32)
+        sm = np.array([rng.randrange(rng.choice([1, 3, 132])) for _ in range(n)], dtype=np.uint32)
+        unit = np.array(rng.sample(range(4 * n), n), dtype=np.int64)
+        per_block, synchronized = rng.choice([1, 2, 4]), rng.random() < 0.3
+        s = A.summarize(A.build_timeline(start, elapsed, sm, unit, units_per_block=per_block,
+                                         synchronized=synchronized))
+        got = schedule_figures(start, elapsed, sm, unit, per_block, synchronized)
+        want = (s.blocks, len(s.sms), s.busy_imbalance, s.tail_fraction, s.gap_count)
+        assert got[:2] == want[:2] and got[4] == want[4], (case, got, want)
+        for a, b in zip(got[2:4], want[2:4]):
+            assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12), (case, got, want)
+    assert schedule_figures([], [], [], [], 1, False)[:2] == (0, 0)
+
+
 def test_origin_markers_found_as_the_regex_finds_them():
     """frameworks.first_marker (anchors + windows) gives _NAME_RE.search's leftmost match."""
     import random
