@@ -271,6 +271,49 @@ def test_exit_figures_equal_the_analysis_stats():
     assert schedule_figures([], [], [], [], 1, False)[:2] == (0, 0)
 
 
+def test_shared_import_clock_times_only_modules_outside_neutrino(tmp_path, monkeypatch):
+    """SharedImportClock (spec/runtime.md, "Start-up and exit phases": `shared_seconds`): the outermost
+    import of a module outside neutrino, nested imports inside it, is timed; a module already loaded
+    and neutrino's own are not; the module keeps its original loader and the finder leaves meta_path."""
+    import importlib
+    from neutrino.runtime.start.shared_imports import SharedImportClock
+
+    pkg = tmp_path / "sharedpkg29"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import time\ntime.sleep(0.2)\nfrom sharedpkg29 import sub\n")
+    (pkg / "sub.py").write_text("import time\ntime.sleep(0.1)\nimport sharedmod29\n")
+    (tmp_path / "sharedmod29.py").write_text("VALUE = 29\n")
+    (tmp_path / "loaded29.py").write_text("import time\ntime.sleep(0.3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("loaded29")  # the program's already: not ours to count
+    clock = SharedImportClock()
+    started = time.perf_counter()
+    with clock.timing():
+        import loaded29  # noqa: F401
+        import neutrino.runtime.start.rundir_names  # noqa: F401 - neutrino's own (loaded or not): never counted
+        sharedpkg = importlib.import_module("sharedpkg29")
+    total = time.perf_counter() - started
+    assert clock.names == ["sharedpkg29"] and 0.3 <= clock.seconds <= total < 0.3 + 0.25
+    assert clock.note() == {"shared_seconds": round(clock.seconds, 6), "shared": ["sharedpkg29"]}
+    assert clock not in sys.meta_path
+    for module in (sharedpkg, sharedpkg.sub, sys.modules["sharedmod29"]):
+        assert type(module.__loader__).__name__ == "SourceFileLoader", module
+        assert module.__spec__.loader is module.__loader__
+    assert SharedImportClock().note() == {}
+    for name in ("sharedpkg29", "sharedpkg29.sub", "sharedmod29", "loaded29"):
+        sys.modules.pop(name, None)
+
+
+def test_timings_line_names_the_shared_imports_apart():
+    """The shared seconds of wire and imports are a note after the program's, never a second count."""
+    processes = [{"wire": {"seconds": 0.5, "count": 1, "shared_seconds": 0.25},
+                  "imports": {"seconds": 0.25, "count": 1, "shared_seconds": 0.125}}]
+    line = ph.timings_line({}, processes, 2.0)
+    assert line.startswith("neutrino: timings: 0.750 s added: start 0.750 s (wire 0.500, imports 0.250); "
+                           "program 2.000 s; of wire and imports, modules outside neutrino 0.375 s")
+    assert "outside neutrino" not in ph.timings_line({}, [{"wire": {"seconds": 0.5, "count": 1}}], 2.0)
+
+
 def test_origin_markers_found_as_the_regex_finds_them():
     """frameworks.first_marker (anchors + windows) gives _NAME_RE.search's leftmost match."""
     import random
