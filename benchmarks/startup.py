@@ -244,6 +244,52 @@ def medians(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def nearest_plain(rows: list[dict], i: int) -> dict | None:
+    """The plain run closest to row i in run order (the earlier one on a tie): its round's, as
+    row_plan interleaves them, so a slow spell of the machine shifts both alike."""
+    plain = [j for j, r in enumerate(rows) if r["run"] == "plain" and r["rc"] == 0]
+    return rows[min(plain, key=lambda j: (abs(j - i), j))] if plain else None
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """The 25th and 75th percentiles (statistics.quantiles, inclusive); one value: itself twice."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"),) * 2
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def paired_table(rows: list[dict]) -> str:
+    """The add-up per configuration on paired differences: each profiled run's wall minus the wall of
+    its nearest plain run (nearest_plain). Columns: pairs; the median difference and its 25-75%
+    range; the median accounted seconds, `--timings` added + the run's teardown after our exit
+    handler - its plain run's teardown; their ratio (the acceptance: 0.9-1.1); and the verdict:
+    `adds up` (ratio within 0.9-1.1), `within noise` (the accounted seconds fall inside the 25-75%
+    range of the differences: the runs cannot tell them apart), else `off`."""
+    out = ["| run | pairs | median wall − its plain s | 25–75% s | median accounted s | accounted / difference "
+           "| verdict |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    fill = FILL.split(", ", 1)[1]
+    by_label: dict[str, list[tuple[float, float]]] = {}
+    for i, r in enumerate(rows):
+        if r["run"].startswith(("plain", "warm-up")) or fill in r["run"] or r["rc"] or "added" not in r:
+            continue
+        plain = nearest_plain(rows, i)
+        if plain is None:
+            continue
+        ours = (r["teardown"] - plain["teardown"]) if None not in (r.get("teardown"), plain.get("teardown")) else 0.0
+        by_label.setdefault(r["run"], []).append((r["wall"] - plain["wall"], r["added"] + ours))
+    for label, pairs in by_label.items():
+        diffs, accounted = [d for d, _ in pairs], [a for _, a in pairs]
+        diff, acc = statistics.median(diffs), statistics.median(accounted)
+        low, high = quartiles(diffs)
+        ratio = acc / diff if diff > 0 else float("nan")
+        verdict = ("adds up" if 0.9 <= ratio <= 1.1 else "within noise" if low <= acc <= high and len(pairs) > 1
+                   else "off")
+        out.append(f"| {label} | {len(pairs)} | {diff:+.3f} | {low:+.3f} to {high:+.3f} | {acc:.3f} | "
+                   f"{ratio:.2f} | {verdict} |")
+    return "\n".join(out) + "\n"
+
+
 # Which phases fall in which segment of a profiled run (run_once's `segments`): before the program's start
 # (the launcher up to the spawn, the shim's constructor, wire), the program (to the end of our exit handler),
 # after it (the teardown, the launcher's close and its own exit).
@@ -340,6 +386,7 @@ def tables_from_json(path: str) -> None:
     rows = json.loads(Path(path).read_text())
     print(table(rows))
     print(medians(rows))
+    print(paired_table(rows))
     print(segments_table(rows))
     print(marks_table(rows))
 
@@ -383,6 +430,7 @@ def program_table(args) -> None:
     print(f"python {sys.version.split()[0]}, {args.steps} timed steps; wall = whole process, one after another\n")
     print(table(rows))
     print(medians(rows))
+    print(paired_table(rows))
     print(segments_table(rows))
     print(marks_table(rows))
     shutil.rmtree(scratch, ignore_errors=True)

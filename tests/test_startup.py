@@ -670,3 +670,30 @@ def test_driver_jit_of_a_ptx_file_load_is_module_jit(tmp_path, fakecuda, monkeyp
         logged = _phase_events(out)
         assert logged[key]["count"] == 1 and logged[key]["seconds"] >= 0.1, logged
         assert {"module_jit", "module_driver"} - {key} & set(logged) == set()
+
+
+def test_benchmark_paired_table_known_answer():
+    """benchmarks/startup.py's paired add-up: each profiled run against its nearest plain run (its
+    round's), the accounted seconds with the teardown difference, the ratio and the verdict."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("startup_bench", HERE.parent / "benchmarks" / "startup.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def run(label, wall, added=None, teardown=0.25):
+        return {"run": label, "wall": wall, "rc": 0, "teardown": teardown,
+                **({} if added is None else {"added": added})}
+
+    rows = [run("warm-up (x)", 9.0)]
+    for plain_wall, warm_wall, cold_wall in ((10.0, 10.5, 12.0), (20.0, 20.5, 22.5), (10.0, 10.25, 12.25)):
+        rows += [run("cold", cold_wall, 2.0, teardown=0.5), run("plain", plain_wall), run("warm", warm_wall, 0.5)]
+    assert bench.nearest_plain(rows, 1) is rows[2] and bench.nearest_plain(rows, 3) is rows[2]
+    assert bench.nearest_plain(rows, 4) is rows[5]  # the next round's cold: its own round's plain
+    table = bench.paired_table(rows)
+    # warm: differences 0.5, 0.5, 0.25 -> median 0.5; accounted 0.5 -> 1.00
+    assert "| warm | 3 | +0.500 | +0.375 to +0.500 | 0.500 | 1.00 | adds up |" in table
+    # cold: differences 2.0, 2.5, 2.25 -> median 2.25; accounted 2.0 + (0.5 - 0.25) = 2.25 -> 1.00
+    assert "| cold | 3 | +2.250 | +2.125 to +2.375 | 2.250 | 1.00 | adds up |" in table
+    rows[3]["added"], rows[6]["added"], rows[9]["added"] = 0.1, 0.3, 0.3  # median 0.3: below the 25-75% range
+    assert "| warm | 3 | +0.500 | +0.375 to +0.500 | 0.300 | 0.60 | off |" in bench.paired_table(rows)
