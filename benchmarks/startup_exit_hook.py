@@ -9,7 +9,8 @@ start, elapsed, SM; blocks of 4 warps dealt to 132 SMs in waves). Then, in a fre
 has imported what a profiled process has by its exit (numpy, attrs), it times what
 `Runtime.finish` runs as `exit_hooks`: `run_over_trace` with block_sched's hook, its `finish()`
 included. Prints the median seconds over --repeat interpreters, the launches analysed, and the
-exit line. Run it with PYTHONPATH pointing at the checkout to compare.
+exit line's first kernels. `--hook FILE` (repeatable) times other hook files, interleaved: e.g.
+`git show 012e69f:neutrino/tools/block_sched/exit_hook.py > /tmp/old_hook.py`.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ import attrs, numpy  # a profiled process has them by its exit
 from pathlib import Path
 from neutrino.runtime.results.callback import load_callback, run_over_trace
 import neutrino.tools.block_sched.exit_hook as module
+hook = sys.argv[2] if len(sys.argv) > 2 else module.__file__
 
 class Trace:
     def __init__(self, path): self.path = Path(path)
     def event(self, name, **fields): print("event", name, fields, file=sys.stderr)
 
 started = time.perf_counter()
-run_over_trace(Trace(sys.argv[1]), load_callback(module.__file__), 600.0, sys.stdout)
+run_over_trace(Trace(sys.argv[1]), load_callback(hook), 600.0, sys.stdout)
 print("SECONDS", time.perf_counter() - started)
 """
 
@@ -92,25 +94,33 @@ def main() -> None:
     parser.add_argument("--launches", type=int, default=28, help="launches per kernel")
     parser.add_argument("--blocks", type=int, default=300, help="blocks of the first kernel's launches")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--hook", action="append", default=[], metavar="FILE",
+                        help="time this hook file instead (e.g. an earlier exit_hook.py from git show); repeatable: "
+                             "the hooks run interleaved, one median each")
     args = parser.parse_args()
+    hooks = args.hook or [None]
     with tempfile.TemporaryDirectory() as scratch:
         run = Path(scratch) / "run"
         size = synthetic_run(run, args.kernels, args.launches, args.blocks)
-        seconds, out = [], ""
+        seconds: dict[str, list[float]] = {str(h): [] for h in hooks}
+        out = {}
         for _ in range(args.repeat):
-            r = subprocess.run([sys.executable, "-c", TIMED, str(run)], capture_output=True, text=True,
-                               env=dict(os.environ))
-            if r.returncode:
-                sys.exit(f"startup_exit_hook: the timed interpreter failed:\n{r.stderr}")
-            out = r.stdout
-            seconds.append(float(out.rsplit("SECONDS", 1)[1]))
-        lines = [ln for ln in out.splitlines() if ln.startswith("neutrino:")]
-        analysed = sum(int(m.group(2) or m.group(1)) for m in map(ANALYSED.search, lines) if m)
+            for hook in hooks:
+                r = subprocess.run([sys.executable, "-c", TIMED, str(run), *([hook] if hook else [])],
+                                   capture_output=True, text=True, env=dict(os.environ))
+                if r.returncode:
+                    sys.exit(f"startup_exit_hook: the timed interpreter failed:\n{r.stderr}")
+                out[str(hook)] = r.stdout
+                seconds[str(hook)].append(float(r.stdout.rsplit("SECONDS", 1)[1]))
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.kernels} kernels x {args.launches} "
               f"launches, {size / 1e6:.1f} MB of results")
-        print(f"exit_hooks: median {statistics.median(seconds):.3f} s over {args.repeat} interpreters "
-              f"({', '.join(f'{s:.3f}' for s in seconds)}); {analysed} launch(es) analysed")
-        print("\n".join(lines[:3]))
+        for hook in hooks:
+            lines = [ln for ln in out[str(hook)].splitlines() if ln.startswith("neutrino:")]
+            analysed = sum(int(m.group(2) or m.group(1)) for m in map(ANALYSED.search, lines) if m)
+            times = seconds[str(hook)]
+            print(f"{hook or 'exit_hook.py'}: exit_hooks median {statistics.median(times):.3f} s over {args.repeat} "
+                  f"interpreters ({', '.join(f'{t:.3f}' for t in times)}); {analysed} launch(es) analysed")
+            print("\n".join(lines[:2]))
 
 
 if __name__ == "__main__":
