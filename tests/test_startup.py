@@ -274,8 +274,11 @@ def test_exit_figures_equal_the_analysis_stats():
 def test_shared_import_clock_times_only_modules_outside_neutrino(tmp_path, monkeypatch):
     """SharedImportClock (spec/runtime.md, "Start-up and exit phases": `shared_seconds`): the outermost
     import of a module outside neutrino, nested imports inside it, is timed; a module already loaded
-    and neutrino's own are not; the module keeps its original loader and the finder leaves meta_path."""
+    and neutrino's own are not; another thread's imports are the program's; the module keeps its original loader and the finder
+    leaves meta_path."""
     import importlib
+    import threading
+
     from neutrino.runtime.start.shared_imports import SharedImportClock
 
     pkg = tmp_path / "sharedpkg29"
@@ -284,6 +287,7 @@ def test_shared_import_clock_times_only_modules_outside_neutrino(tmp_path, monke
     (pkg / "sub.py").write_text("import time\ntime.sleep(0.1)\nimport sharedmod29\n")
     (tmp_path / "sharedmod29.py").write_text("VALUE = 29\n")
     (tmp_path / "loaded29.py").write_text("import time\ntime.sleep(0.3)\n")
+    (tmp_path / "thread29.py").write_text("VALUE = 29\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.import_module("loaded29")  # the program's already: not ours to count
     clock = SharedImportClock()
@@ -292,6 +296,9 @@ def test_shared_import_clock_times_only_modules_outside_neutrino(tmp_path, monke
         import loaded29  # noqa: F401
         import neutrino.runtime.start.rundir_names  # noqa: F401 - neutrino's own (loaded or not): never counted
         sharedpkg = importlib.import_module("sharedpkg29")
+        other = threading.Thread(target=importlib.import_module, args=("thread29",))  # the program's thread
+        other.start()
+        other.join()
     total = time.perf_counter() - started
     assert clock.names == ["sharedpkg29"] and 0.3 <= clock.seconds <= total < 0.3 + 0.25
     assert clock.note() == {"shared_seconds": round(clock.seconds, 6), "shared": ["sharedpkg29"]}
@@ -300,7 +307,8 @@ def test_shared_import_clock_times_only_modules_outside_neutrino(tmp_path, monke
         assert type(module.__loader__).__name__ == "SourceFileLoader", module
         assert module.__spec__.loader is module.__loader__
     assert SharedImportClock().note() == {}
-    for name in ("sharedpkg29", "sharedpkg29.sub", "sharedmod29", "loaded29"):
+    assert "thread29" in sys.modules
+    for name in ("sharedpkg29", "sharedpkg29.sub", "sharedmod29", "loaded29", "thread29"):
         sys.modules.pop(name, None)
 
 

@@ -14,6 +14,7 @@ Standard library only: loaded at interpreter start.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from contextlib import contextmanager
 
@@ -30,9 +31,11 @@ class SharedImportClock:
         self.seconds = 0.0
         self.names: list[str] = []  # top-level packages, in the order first loaded
         self._depth = 0  # >0 inside a timed import: nested ones are part of it
+        self._thread = None  # the phase's thread: another thread's imports are the program's
 
     @contextmanager
     def timing(self):
+        self._thread = threading.get_ident()
         sys.meta_path.insert(0, self)
         try:
             yield self
@@ -43,7 +46,7 @@ class SharedImportClock:
                 pass
 
     def find_spec(self, name, path=None, target=None):
-        if self._depth or name.partition(".")[0] == PACKAGE:
+        if self._depth or name.partition(".")[0] == PACKAGE or threading.get_ident() != self._thread:
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
