@@ -112,12 +112,15 @@ def profiled_argv(tool: str, steps: int, trace: Path, *extra: str, program: Path
             sys.executable, str(program), str(steps)]
 
 
-def fresh_cache(scratch: Path, name: str, shim_from: Path) -> Path:
-    """A cold code cache with the shim already built (building it is an install cost, not a run's)."""
+def fresh_cache(scratch: Path, name: str, shim_from: Path, probes_from: Path | None = None) -> Path:
+    """A cold code cache with the shim already built (building it is an install cost, not a run's);
+    with `probes_from`, that cache's checked probe texts too (`coldk`: new kernels, the tool known)."""
     cache = scratch / name
     cache.mkdir(parents=True, exist_ok=True)
     for shim in shim_from.glob("shim-*.so"):
         shutil.copy2(shim, cache / shim.name)
+    if probes_from is not None and (probes_from / "probes").is_dir():
+        shutil.copytree(probes_from / "probes", cache / "probes", dirs_exist_ok=True)
     return cache
 
 
@@ -131,7 +134,7 @@ def keep_event_logs(trace: Path, keep: str | None, number: int) -> None:
         shutil.copy2(log, Path(keep) / f"run{number}{part}.log")
 
 
-ROWS = ("plain", "cold", "warm", "nomatch", "launches", "bare")
+ROWS = ("plain", "cold", "warm", "nomatch", "launches", "bare", "coldk")
 FILL = "-p {tool}, fills the code cache (not a row)"
 
 
@@ -148,6 +151,9 @@ def row_plan(rows: list[str], tool: str, rounds: int) -> list[tuple[str, str, st
                 "plain": ("plain", "", "", ()),
                 "cold": (f"-p {tool}, code cache cold", tool, tool if cold_first and r == 0 else f"{tool}-cold{r}", ()),
                 "warm": (f"-p {tool}, code cache warm", tool, tool, ()),
+                # every kernel built again, the probe's checked text cached (a user's changed kernels): the
+                # cold row less the launcher's probe compile (name it after a row that fills the tool's cache)
+                "coldk": (f"-p {tool}, code cache cold, probe checked", tool, f"{tool}-coldk{r}", ()),
                 "nomatch": (f"-p {tool} -k nomatchxyz (nothing probed), warm", tool, tool, ("-k", "nomatchxyz")),
                 "launches": (f"-p {tool} --launches 0:1, warm", tool, tool, ("--launches", "0:1")),
                 # nothing probed and no CUPTI timeline: what the timeline costs the program, by difference
@@ -416,7 +422,8 @@ def program_table(args) -> None:
                                  dict(env, STARTUP_STAMP=str(stamp)), stamp))
         else:
             if cache_name not in caches:
-                caches[cache_name] = fresh_cache(scratch, cache_name, shim_dir)
+                probes_from = caches.get(tool) if "-coldk" in cache_name else None
+                caches[cache_name] = fresh_cache(scratch, cache_name, shim_dir, probes_from)
             run_env = dict(env, NEUTRINO_CACHE_DIR=str(caches[cache_name]))
             trace = scratch / f"trace{len(rows)}"
             rows.append(run_once(label, profiled_argv(tool, args.steps, trace, *extra, program=program), run_env,

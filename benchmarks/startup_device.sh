@@ -7,7 +7,8 @@
 # torch.compile program: plain, nothing probed, block_sched cold and warm; the light program: the other
 # built-in tools cold then warm, as many as the time left allows).
 # MODE accept (LIMIT=540, one call of <= 600 s): the light program, 10 interleaved rounds of cold, plain,
-# nothing probed, warm (the add-up on paired differences: startup.py's paired table), then the torch.compile
+# nothing probed, warm, cold with the probe checked (coldk: the cold row less the launcher's probe compile;
+# the add-up on paired differences: startup.py's paired table), then the torch.compile
 # program's rows cold, plain, nothing probed, warm in interleaved rounds until the time is spent (3 fit:
 # ~24 s a run on an H200; LIGHT_ROUNDS, LIGHT_BUDGET, TORCH_ROUNDS).
 # Writes to $OUT: diag.txt, <part>.txt/.json per part, logs.tgz (the event logs).
@@ -28,7 +29,7 @@ part() {  # part NAME SECONDS startup.py-args...: one startup.py run, its tables
   echo "$name done at $SECONDS s"
 }
 if [ "$MODE" = accept ]; then  # issue 29's acceptance in one call (LIMIT=540): the add-up, then the torch table
-  part light ${LIGHT_BUDGET:-75} --program light --steps 20 --rows cold,plain,nomatch,warm \
+  part light ${LIGHT_BUDGET:-85} --program light --steps 20 --rows cold,plain,nomatch,warm,coldk \
     --repeat ${LIGHT_ROUNDS:-10} --tools block_sched
   PART_MARGIN=40 part torch $((LIMIT - SECONDS - 45)) --steps 20 --rows cold,plain,nomatch,warm \
     --repeat ${TORCH_ROUNDS:-4} --tools block_sched  # a torch run started at the budget's end takes ~25-30 s

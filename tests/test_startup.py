@@ -705,3 +705,27 @@ def test_benchmark_paired_table_known_answer():
     assert "| cold | 3 | +2.250 | +2.125 to +2.375 | 2.250 | 1.00 | adds up |" in table
     rows[3]["added"], rows[6]["added"], rows[9]["added"] = 0.1, 0.3, 0.3  # median 0.3: below the 25-75% range
     assert "| warm | 3 | +0.500 | +0.375 to +0.500 | 0.300 | 0.60 | off |" in bench.paired_table(rows)
+
+
+def test_benchmark_cold_row_with_the_probe_checked(tmp_path):
+    """benchmarks/startup.py's `coldk` row: a fresh cache per round holding the shim and the tool
+    cache's checked probe texts, and no kernel."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("startup_bench", HERE.parent / "benchmarks" / "startup.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plan = bench.row_plan(["cold", "plain", "warm", "coldk"], "bs", 2)
+    assert [cache for _, _, cache, _ in plan] == ["bs", "", "bs", "bs-coldk0", "bs-cold1", "", "bs", "bs-coldk1"]
+    assert plan[3][0] == "-p bs, code cache cold, probe checked"
+    shim_dir, tool_cache = tmp_path / "shim", tmp_path / "bs"
+    (shim_dir).mkdir()
+    (shim_dir / "shim-1.so").write_bytes(b"so")
+    (tool_cache / "probes").mkdir(parents=True)
+    (tool_cache / "probes" / "k.toml").write_text("checked")
+    (tool_cache / "kernels").mkdir()
+    fresh = bench.fresh_cache(tmp_path / "scratch", "bs-coldk0", shim_dir, tool_cache)
+    assert sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("*")) == ["probes", "probes/k.toml",
+                                                                                 "shim-1.so"]
+    assert sorted(p.name for p in bench.fresh_cache(tmp_path / "scratch", "bs-cold1", shim_dir).iterdir()) == [
+        "shim-1.so"]
