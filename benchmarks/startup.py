@@ -112,12 +112,15 @@ def profiled_argv(tool: str, steps: int, trace: Path, *extra: str, program: Path
             sys.executable, str(program), str(steps)]
 
 
-def fresh_cache(scratch: Path, name: str, shim_from: Path) -> Path:
-    """A cold code cache with the shim already built (building it is an install cost, not a run's)."""
+def fresh_cache(scratch: Path, name: str, shim_from: Path, probes_from: Path | None = None) -> Path:
+    """A cold code cache with the shim already built (building it is an install cost, not a run's);
+    with `probes_from`, that cache's checked probe texts too (`coldk`: new kernels, the tool known)."""
     cache = scratch / name
     cache.mkdir(parents=True, exist_ok=True)
     for shim in shim_from.glob("shim-*.so"):
         shutil.copy2(shim, cache / shim.name)
+    if probes_from is not None and (probes_from / "probes").is_dir():
+        shutil.copytree(probes_from / "probes", cache / "probes", dirs_exist_ok=True)
     return cache
 
 
@@ -131,7 +134,7 @@ def keep_event_logs(trace: Path, keep: str | None, number: int) -> None:
         shutil.copy2(log, Path(keep) / f"run{number}{part}.log")
 
 
-ROWS = ("plain", "cold", "warm", "nomatch", "launches", "bare")
+ROWS = ("plain", "cold", "warm", "nomatch", "launches", "bare", "coldk")
 FILL = "-p {tool}, fills the code cache (not a row)"
 
 
@@ -148,6 +151,9 @@ def row_plan(rows: list[str], tool: str, rounds: int) -> list[tuple[str, str, st
                 "plain": ("plain", "", "", ()),
                 "cold": (f"-p {tool}, code cache cold", tool, tool if cold_first and r == 0 else f"{tool}-cold{r}", ()),
                 "warm": (f"-p {tool}, code cache warm", tool, tool, ()),
+                # every kernel built again, the probe's checked text cached (a user's changed kernels): the
+                # cold row less the launcher's probe compile (name it after a row that fills the tool's cache)
+                "coldk": (f"-p {tool}, code cache cold, probe checked", tool, f"{tool}-coldk{r}", ()),
                 "nomatch": (f"-p {tool} -k nomatchxyz (nothing probed), warm", tool, tool, ("-k", "nomatchxyz")),
                 "launches": (f"-p {tool} --launches 0:1, warm", tool, tool, ("--launches", "0:1")),
                 # nothing probed and no CUPTI timeline: what the timeline costs the program, by difference
@@ -241,6 +247,52 @@ def medians(rows: list[dict]) -> str:
         out.append(f"| {label} | {len(mine)} | {wall:.3f} | {wall - base:+.3f} | {added_s} | {ratio} | "
                    f"{statistics.median(beside):.3f} | {teardown:.3f} | {teardown - plain_teardown:+.3f} | "
                    f"{acc:.3f} | {acc_ratio} |")
+    return "\n".join(out) + "\n"
+
+
+def nearest_plain(rows: list[dict], i: int) -> dict | None:
+    """The plain run closest to row i in run order (the earlier one on a tie): its round's, as
+    row_plan interleaves them, so a slow spell of the machine shifts both alike."""
+    plain = [j for j, r in enumerate(rows) if r["run"] == "plain" and r["rc"] == 0]
+    return rows[min(plain, key=lambda j: (abs(j - i), j))] if plain else None
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """The 25th and 75th percentiles (statistics.quantiles, inclusive); one value: itself twice."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"),) * 2
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def paired_table(rows: list[dict]) -> str:
+    """The add-up per configuration on paired differences: each profiled run's wall minus the wall of
+    its nearest plain run (nearest_plain). Columns: pairs; the median difference and its 25-75%
+    range; the median accounted seconds, `--timings` added + the run's teardown after our exit
+    handler - its plain run's teardown; their ratio (the acceptance: 0.9-1.1); and the verdict:
+    `adds up` (ratio within 0.9-1.1), `within noise` (the accounted seconds fall inside the 25-75%
+    range of the differences: the runs cannot tell them apart), else `off`."""
+    out = ["| run | pairs | median wall − its plain s | 25–75% s | median accounted s | accounted / difference "
+           "| verdict |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    fill = FILL.split(", ", 1)[1]
+    by_label: dict[str, list[tuple[float, float]]] = {}
+    for i, r in enumerate(rows):
+        if r["run"].startswith(("plain", "warm-up")) or fill in r["run"] or r["rc"] or "added" not in r:
+            continue
+        plain = nearest_plain(rows, i)
+        if plain is None:
+            continue
+        ours = (r["teardown"] - plain["teardown"]) if None not in (r.get("teardown"), plain.get("teardown")) else 0.0
+        by_label.setdefault(r["run"], []).append((r["wall"] - plain["wall"], r["added"] + ours))
+    for label, pairs in by_label.items():
+        diffs, accounted = [d for d, _ in pairs], [a for _, a in pairs]
+        diff, acc = statistics.median(diffs), statistics.median(accounted)
+        low, high = quartiles(diffs)
+        ratio = acc / diff if diff > 0 else float("nan")
+        verdict = ("adds up" if 0.9 <= ratio <= 1.1 else "within noise" if low <= acc <= high and len(pairs) > 1
+                   else "off")
+        out.append(f"| {label} | {len(pairs)} | {diff:+.3f} | {low:+.3f} to {high:+.3f} | {acc:.3f} | "
+                   f"{ratio:.2f} | {verdict} |")
     return "\n".join(out) + "\n"
 
 
@@ -340,6 +392,7 @@ def tables_from_json(path: str) -> None:
     rows = json.loads(Path(path).read_text())
     print(table(rows))
     print(medians(rows))
+    print(paired_table(rows))
     print(segments_table(rows))
     print(marks_table(rows))
 
@@ -369,7 +422,8 @@ def program_table(args) -> None:
                                  dict(env, STARTUP_STAMP=str(stamp)), stamp))
         else:
             if cache_name not in caches:
-                caches[cache_name] = fresh_cache(scratch, cache_name, shim_dir)
+                probes_from = caches.get(tool) if "-coldk" in cache_name else None
+                caches[cache_name] = fresh_cache(scratch, cache_name, shim_dir, probes_from)
             run_env = dict(env, NEUTRINO_CACHE_DIR=str(caches[cache_name]))
             trace = scratch / f"trace{len(rows)}"
             rows.append(run_once(label, profiled_argv(tool, args.steps, trace, *extra, program=program), run_env,
@@ -383,6 +437,7 @@ def program_table(args) -> None:
     print(f"python {sys.version.split()[0]}, {args.steps} timed steps; wall = whole process, one after another\n")
     print(table(rows))
     print(medians(rows))
+    print(paired_table(rows))
     print(segments_table(rows))
     print(marks_table(rows))
     shutil.rmtree(scratch, ignore_errors=True)

@@ -6,6 +6,11 @@
 # LIGHT_ROWS, LIGHT_BUDGET); with TINY_ROUNDS=N the ctypes program's too (startup_tiny.py, N rounds); the
 # torch.compile program: plain, nothing probed, block_sched cold and warm; the light program: the other
 # built-in tools cold then warm, as many as the time left allows).
+# MODE accept (LIMIT=540, one call of <= 600 s): the light program, 10 interleaved rounds of cold, plain,
+# nothing probed, warm, cold with the probe checked (coldk: the cold row less the launcher's probe compile;
+# the add-up on paired differences: startup.py's paired table), then the torch.compile
+# program's rows cold, plain, nothing probed, warm in interleaved rounds until the time is spent (3 fit:
+# ~24 s a run on an H200; LIGHT_ROUNDS, LIGHT_BUDGET, TORCH_ROUNDS).
 # Writes to $OUT: diag.txt, <part>.txt/.json per part, logs.tgz (the event logs).
 MODE=${1:-table}
 LIMIT=${LIMIT:-190}
@@ -19,11 +24,16 @@ python3 -m compileall -q -j 0 neutrino benchmarks /tmp/site > /dev/null 2>&1
 echo "diag done at $SECONDS s"
 part() {  # part NAME SECONDS startup.py-args...: one startup.py run, its tables to $OUT/NAME.txt
   local name=$1 budget=$2; shift 2
-  timeout $((budget + 25)) python3 benchmarks/startup.py --budget $budget --json $OUT/$name.json \
+  timeout $((budget + ${PART_MARGIN:-25})) python3 benchmarks/startup.py --budget $budget --json $OUT/$name.json \
     --keep /tmp/logs/$name "$@" > $OUT/$name.txt 2>&1
   echo "$name done at $SECONDS s"
 }
-if [ "$MODE" = threads ]; then
+if [ "$MODE" = accept ]; then  # issue 29's acceptance in one call (LIMIT=540): the add-up, then the torch table
+  part light ${LIGHT_BUDGET:-85} --program light --steps 20 --rows cold,plain,nomatch,warm,coldk \
+    --repeat ${LIGHT_ROUNDS:-10} --tools block_sched
+  PART_MARGIN=40 part torch $((LIMIT - SECONDS - 45)) --steps 20 --rows cold,plain,nomatch,warm \
+    --repeat ${TORCH_ROUNDS:-4} --tools block_sched  # a torch run started at the budget's end takes ~25-30 s
+elif [ "$MODE" = threads ]; then
   part many 45 --program many --steps 1 --rows plain,cold,warm --repeat 3 --build-threads 0,4 --tools block_sched
   part light 30 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 3 --tools block_sched
   part torch $((LIMIT - SECONDS - 35)) --steps 20 --rows cold,warm --repeat 1 --build-threads 0,4 \

@@ -240,6 +240,88 @@ def test_block_sched_exit_hook_samples_each_kernel(tmp_path, capsys):
     assert "block_sched k: 20 launch(es) (7 analysed: neutrino report for all), 2 blocks on up to 2 SMs" in err
 
 
+def test_exit_figures_equal_the_analysis_stats():
+    """block_sched's exit line figures (exit_hook.schedule_figures, no timeline built) are the
+    analysis' own (build_timeline + summarize: blocks, SMs, busy_imbalance, tail_fraction, gap
+    count) on random launches: ties, blocks split over SMs, per-SM and synchronized clocks, one warp."""
+    import math
+    import random
+
+    import numpy as np
+
+    from neutrino.tools.block_sched import analysis as A
+    from neutrino.tools.block_sched.exit_hook import schedule_figures
+
+    rng = random.Random(29)
+    for case in range(400):
+        n = rng.choice([1, 2, 5, 40, 300])
+        spread = rng.choice([3, 50, 10_000])
+        start = np.array([rng.randrange(spread) for _ in range(n)], dtype=np.uint64) + rng.randrange(1 << 40)
+        elapsed = np.array([rng.randrange(spread) for _ in range(n)], dtype=np.uint32)
+        sm = np.array([rng.randrange(rng.choice([1, 3, 132])) for _ in range(n)], dtype=np.uint32)
+        unit = np.array(rng.sample(range(4 * n), n), dtype=np.int64)
+        per_block, synchronized = rng.choice([1, 2, 4]), rng.random() < 0.3
+        s = A.summarize(A.build_timeline(start, elapsed, sm, unit, units_per_block=per_block,
+                                         synchronized=synchronized))
+        got = schedule_figures(start, elapsed, sm, unit, per_block, synchronized)
+        want = (s.blocks, len(s.sms), s.busy_imbalance, s.tail_fraction, s.gap_count)
+        assert got[:2] == want[:2] and got[4] == want[4], (case, got, want)
+        for a, b in zip(got[2:4], want[2:4]):
+            assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12), (case, got, want)
+    assert schedule_figures([], [], [], [], 1, False)[:2] == (0, 0)
+
+
+def test_shared_import_clock_times_only_modules_outside_neutrino(tmp_path, monkeypatch):
+    """SharedImportClock (spec/runtime.md, "Start-up and exit phases": `shared_seconds`): the outermost
+    import of a module outside neutrino, nested imports inside it, is timed; a module already loaded
+    and neutrino's own are not; another thread's imports are the program's; the module keeps its original loader and the finder
+    leaves meta_path."""
+    import importlib
+    import threading
+
+    from neutrino.runtime.start.shared_imports import SharedImportClock
+
+    pkg = tmp_path / "sharedpkg29"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import time\ntime.sleep(0.2)\nfrom sharedpkg29 import sub\n")
+    (pkg / "sub.py").write_text("import time\ntime.sleep(0.1)\nimport sharedmod29\n")
+    (tmp_path / "sharedmod29.py").write_text("VALUE = 29\n")
+    (tmp_path / "loaded29.py").write_text("import time\ntime.sleep(0.3)\n")
+    (tmp_path / "thread29.py").write_text("VALUE = 29\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("loaded29")  # the program's already: not ours to count
+    clock = SharedImportClock()
+    started = time.perf_counter()
+    with clock.timing():
+        import loaded29  # noqa: F401
+        import neutrino.runtime.start.rundir_names  # noqa: F401 - neutrino's own (loaded or not): never counted
+        sharedpkg = importlib.import_module("sharedpkg29")
+        other = threading.Thread(target=importlib.import_module, args=("thread29",))  # the program's thread
+        other.start()
+        other.join()
+    total = time.perf_counter() - started
+    assert clock.names == ["sharedpkg29"] and 0.3 <= clock.seconds <= total < 0.3 + 0.25
+    assert clock.note() == {"shared_seconds": round(clock.seconds, 6), "shared": ["sharedpkg29"]}
+    assert clock not in sys.meta_path
+    for module in (sharedpkg, sharedpkg.sub, sys.modules["sharedmod29"]):
+        assert type(module.__loader__).__name__ == "SourceFileLoader", module
+        assert module.__spec__.loader is module.__loader__
+    assert SharedImportClock().note() == {}
+    assert "thread29" in sys.modules
+    for name in ("sharedpkg29", "sharedpkg29.sub", "sharedmod29", "loaded29", "thread29"):
+        sys.modules.pop(name, None)
+
+
+def test_timings_line_names_the_shared_imports_apart():
+    """The shared seconds of wire and imports are a note after the program's, never a second count."""
+    processes = [{"wire": {"seconds": 0.5, "count": 1, "shared_seconds": 0.25},
+                  "imports": {"seconds": 0.25, "count": 1, "shared_seconds": 0.125}}]
+    line = ph.timings_line({}, processes, 2.0)
+    assert line.startswith("neutrino: timings: 0.750 s added: start 0.750 s (wire 0.500, imports 0.250); "
+                           "program 2.000 s; of wire and imports, modules outside neutrino 0.375 s")
+    assert "outside neutrino" not in ph.timings_line({}, [{"wire": {"seconds": 0.5, "count": 1}}], 2.0)
+
+
 def test_origin_markers_found_as_the_regex_finds_them():
     """frameworks.first_marker (anchors + windows) gives _NAME_RE.search's leftmost match."""
     import random
@@ -596,3 +678,54 @@ def test_driver_jit_of_a_ptx_file_load_is_module_jit(tmp_path, fakecuda, monkeyp
         logged = _phase_events(out)
         assert logged[key]["count"] == 1 and logged[key]["seconds"] >= 0.1, logged
         assert {"module_jit", "module_driver"} - {key} & set(logged) == set()
+
+
+def test_benchmark_paired_table_known_answer():
+    """benchmarks/startup.py's paired add-up: each profiled run against its nearest plain run (its
+    round's), the accounted seconds with the teardown difference, the ratio and the verdict."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("startup_bench", HERE.parent / "benchmarks" / "startup.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def run(label, wall, added=None, teardown=0.25):
+        return {"run": label, "wall": wall, "rc": 0, "teardown": teardown,
+                **({} if added is None else {"added": added})}
+
+    rows = [run("warm-up (x)", 9.0)]
+    for plain_wall, warm_wall, cold_wall in ((10.0, 10.5, 12.0), (20.0, 20.5, 22.5), (10.0, 10.25, 12.25)):
+        rows += [run("cold", cold_wall, 2.0, teardown=0.5), run("plain", plain_wall), run("warm", warm_wall, 0.5)]
+    assert bench.nearest_plain(rows, 1) is rows[2] and bench.nearest_plain(rows, 3) is rows[2]
+    assert bench.nearest_plain(rows, 4) is rows[5]  # the next round's cold: its own round's plain
+    table = bench.paired_table(rows)
+    # warm: differences 0.5, 0.5, 0.25 -> median 0.5; accounted 0.5 -> 1.00
+    assert "| warm | 3 | +0.500 | +0.375 to +0.500 | 0.500 | 1.00 | adds up |" in table
+    # cold: differences 2.0, 2.5, 2.25 -> median 2.25; accounted 2.0 + (0.5 - 0.25) = 2.25 -> 1.00
+    assert "| cold | 3 | +2.250 | +2.125 to +2.375 | 2.250 | 1.00 | adds up |" in table
+    rows[3]["added"], rows[6]["added"], rows[9]["added"] = 0.1, 0.3, 0.3  # median 0.3: below the 25-75% range
+    assert "| warm | 3 | +0.500 | +0.375 to +0.500 | 0.300 | 0.60 | off |" in bench.paired_table(rows)
+
+
+def test_benchmark_cold_row_with_the_probe_checked(tmp_path):
+    """benchmarks/startup.py's `coldk` row: a fresh cache per round holding the shim and the tool
+    cache's checked probe texts, and no kernel."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("startup_bench", HERE.parent / "benchmarks" / "startup.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plan = bench.row_plan(["cold", "plain", "warm", "coldk"], "bs", 2)
+    assert [cache for _, _, cache, _ in plan] == ["bs", "", "bs", "bs-coldk0", "bs-cold1", "", "bs", "bs-coldk1"]
+    assert plan[3][0] == "-p bs, code cache cold, probe checked"
+    shim_dir, tool_cache = tmp_path / "shim", tmp_path / "bs"
+    (shim_dir).mkdir()
+    (shim_dir / "shim-1.so").write_bytes(b"so")
+    (tool_cache / "probes").mkdir(parents=True)
+    (tool_cache / "probes" / "k.toml").write_text("checked")
+    (tool_cache / "kernels").mkdir()
+    fresh = bench.fresh_cache(tmp_path / "scratch", "bs-coldk0", shim_dir, tool_cache)
+    assert sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("*")) == ["probes", "probes/k.toml",
+                                                                                 "shim-1.so"]
+    assert sorted(p.name for p in bench.fresh_cache(tmp_path / "scratch", "bs-cold1", shim_dir).iterdir()) == [
+        "shim-1.so"]

@@ -35,12 +35,15 @@ def _create(embedded: bool, started: float):
     if not text or not shim_path:
         return None
     from neutrino.runtime.start.phases import PhaseClock
+    from neutrino.runtime.start.shared_imports import SharedImportClock
 
     phases = PhaseClock()
-    rt = _wire(text, shim_path, embedded, phases)
+    shared = SharedImportClock()  # how much of wire went to modules outside neutrino (shared_imports.py)
+    with shared.timing():
+        rt = _wire(text, shim_path, embedded, phases)
     seconds = time.perf_counter() - started
     # `started_at`: the wall clock sitecustomize began (the launcher times the interpreter's start up to it)
-    phases.add("wire", seconds, started_at=round(time.time() - seconds, 6))
+    phases.add("wire", seconds, started_at=round(time.time() - seconds, 6), **shared.note())
     return rt
 
 
@@ -148,7 +151,10 @@ class DeferredRuntime:
 
 def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, compiled, phases):
     """The Runtime, at the first CUDA call that needs it; its start-up phases timed (phases.py)."""
-    with phases.phase("imports"):
+    from neutrino.runtime.start.shared_imports import SharedImportClock
+
+    shared = SharedImportClock()
+    with phases.phase("imports"), shared.timing():
         from neutrino.errors import NeutrinoError
         from neutrino import toolbox
         from neutrino.runtime.instrument.probeload import DeferredProbes, probe_text
@@ -160,6 +166,7 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
         from neutrino.runtime.start.tracedir import TraceDir
 
         import neutrino
+    phases.add("imports", 0.0, runs=0, **shared.note())
 
     opts = RuntimeOptions.from_json(options_json)
     started = time.perf_counter()

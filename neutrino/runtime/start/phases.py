@@ -257,6 +257,7 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
             cur["count"] += int(fields.get("count", 1))
             if "cache" in fields:
                 cur["cache"] = fields["cache"]
+            cur["shared_seconds"] = cur.get("shared_seconds", 0.0) + float(fields.get("shared_seconds", 0.0))
     merged.update({n: {"seconds": s, "count": 1} for n, s in launcher.items()})
     groups = []
     total = 0.0
@@ -283,4 +284,15 @@ def timings_line(launcher: dict[str, float], processes: list[dict[str, dict]], p
                 "included)") if after else ""
     return (f"neutrino: timings: {total:.3f} s added{extra}: " + "; ".join(groups) +
             f"; program {program_seconds:.3f} s" + (f"; {background}" if background else "") +
-            (f"; {driver}" if driver else "") + teardown + (f"; {process}" if process else "") + "\n")
+            (f"; {driver}" if driver else "") + teardown + (f"; {process}" if process else "") +
+            _shared_imports(merged) + "\n")
+
+
+def _shared_imports(merged: dict[str, dict]) -> str:
+    """`; of wire and imports, modules outside neutrino S s (...)`: the part of those added phases that
+    loaded modules a program importing them itself would have paid for in a plain run too."""
+    shared = sum(merged.get(n, {}).get("shared_seconds", 0.0) for n in ("wire", "imports"))
+    if not shared:
+        return ""
+    return (f"; of wire and imports, modules outside neutrino {shared:.3f} s (loaded first by us: a program that "
+            "imports them too pays them unprofiled)")
