@@ -77,6 +77,9 @@ static struct {
     CUptiResult (*enable_callback)(uint32_t, nt_subscriber_t, int, uint32_t);
     CUptiResult (*stream_id)(void *ctx, void *stream, uint8_t per_thread, uint32_t *id);
     CUptiResult (*set_attribute)(int attr, size_t *size, void *value);
+    CUptiResult (*get_attribute)(int attr, size_t *size, void *value);
+    CUptiResult (*enable_hw_trace)(uint8_t);
+    CUptiResult (*flush_period)(uint32_t);
 } api;
 
 static void init_rdlsym(void) {
@@ -108,7 +111,8 @@ static int resolve_api(void) {
     GET(set_thread_id_type, "cuptiSetThreadIdType"); GET(get_timestamp, "cuptiGetTimestamp");
     GET(finalize, "cuptiFinalize"); GET(subscribe, "cuptiSubscribe"); GET(unsubscribe, "cuptiUnsubscribe");
     GET(enable_callback, "cuptiEnableCallback"); GET(stream_id, "cuptiGetStreamIdEx");
-    GET(set_attribute, "cuptiActivitySetAttribute");
+    GET(set_attribute, "cuptiActivitySetAttribute"); GET(get_attribute, "cuptiActivityGetAttribute");
+    GET(enable_hw_trace, "cuptiActivityEnableHWTrace"); GET(flush_period, "cuptiActivityFlushPeriod");
 #undef GET
     return api.get_version && api.register_callbacks && api.enable && api.disable && api.flush_all &&
            api.next_record;
@@ -525,9 +529,12 @@ static void forward_to_program(uint8_t *buf, size_t valid) {
     pthread_mutex_unlock(&tl_lock);
 }
 
+static size_t host_buffer_bytes = BUFFER_BYTES;  /* NEUTRINO_TIMELINE_BUFFER_BYTES */
+static int zeroed_buffers;                        /* NEUTRINO_TIMELINE_ZEROED_BUFFERS=1: CUPTI told not to zero them */
+
 static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
-    *buffer = aligned_alloc(8, BUFFER_BYTES);
-    *size = *buffer ? BUFFER_BYTES : 0;
+    *buffer = zeroed_buffers ? calloc(1, host_buffer_bytes) : aligned_alloc(8, host_buffer_bytes);
+    *size = *buffer ? host_buffer_bytes : 0;
     *max_records = 0;
 }
 
@@ -1076,6 +1083,76 @@ static void close_outputs(void) {
     timeline_fd = names_fd = -1;
 }
 
+/* ------------------------------------------------------------------ CUPTI's own settings */
+
+/* What CUPTI itself can be told, for measuring its cost per kernel (benchmarks/timeline_cost.py --knobs):
+ * each from its NEUTRINO_TIMELINE_* variable, none set by default (CUPTI's defaults stand; spec/runtime.md,
+ * "CUPTI settings"). Attributes are set before our buffer callbacks are registered and our kinds enabled,
+ * and read back for the `timeline` event. */
+static int kernel_kind = NT_ACT_CONCURRENT_KERNEL;  /* NEUTRINO_TIMELINE_KERNEL_RECORDS=serial: KERNEL */
+static const struct { const char *env, *name; int attr, is_size; } ATTR_SETTINGS[] = {
+    {"NEUTRINO_TIMELINE_DEVICE_BUFFER_BYTES", "device_buffer_bytes", NT_ATTR_DEVICE_BUFFER_SIZE, 1},
+    {"NEUTRINO_TIMELINE_DEVICE_BUFFERS", "device_buffers_preallocated", NT_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE, 1},
+    {"NEUTRINO_TIMELINE_DEVICE_BUFFER_LIMIT", "device_buffer_limit", NT_ATTR_DEVICE_BUFFER_POOL_LIMIT, 1},
+    {"NEUTRINO_TIMELINE_HOST_PINNED", "host_pinned", NT_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, 0},
+    {"NEUTRINO_TIMELINE_PER_THREAD_BUFFERS", "per_thread_buffers", NT_ATTR_PER_THREAD_ACTIVITY_BUFFER, 0},
+    {"NEUTRINO_TIMELINE_ZEROED_BUFFERS", "zeroed_buffers", NT_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, 0},
+};
+
+/* The unsigned number in variable `env`: 1 when set and well formed, 0 unset, -1 not a number. */
+static int env_number(const char *env, unsigned long long *value) {
+    const char *s = getenv(env);
+    if (!s || !*s) return 0;
+    char *end = NULL;
+    *value = strtoull(s, &end, 10);
+    return *end || *s == '-' ? -1 : 1;
+}
+
+/* One attribute: set from its variable when given, then read back; `name=value`, `name=error:N` (CUPTI's error
+ * setting or reading it) or `name=bad:TEXT` (the variable is not a number) appended to info. */
+static int apply_attribute(unsigned i, char *info, int len) {
+    unsigned long long want = 0;
+    int given = env_number(ATTR_SETTINGS[i].env, &want);
+    if (given < 0) return snprintf(info, len, " %s=bad:%s", ATTR_SETTINGS[i].name, getenv(ATTR_SETTINGS[i].env));
+    size_t as_size = (size_t)want, size = ATTR_SETTINGS[i].is_size ? sizeof(size_t) : 1;
+    uint8_t as_byte = want != 0;
+    void *value = ATTR_SETTINGS[i].is_size ? (void *)&as_size : (void *)&as_byte;
+    if (ATTR_SETTINGS[i].attr == NT_ATTR_ZEROED_OUT_ACTIVITY_BUFFER && given) zeroed_buffers = as_byte;
+    CUptiResult rc = given && api.set_attribute ? api.set_attribute(ATTR_SETTINGS[i].attr, &size, value) : 0;
+    if (rc == NT_CUPTI_SUCCESS) {
+        as_size = 0, as_byte = 0, size = ATTR_SETTINGS[i].is_size ? sizeof(size_t) : 1;
+        rc = api.get_attribute ? api.get_attribute(ATTR_SETTINGS[i].attr, &size, value) : 1;
+    }
+    if (rc != NT_CUPTI_SUCCESS) return snprintf(info, len, " %s=error:%d", ATTR_SETTINGS[i].name, rc);
+    return snprintf(info, len, " %s=%llu", ATTR_SETTINGS[i].name,
+                    ATTR_SETTINGS[i].is_size ? (unsigned long long)as_size : (unsigned long long)as_byte);
+}
+
+/* Every setting (before cuptiActivityRegisterCallbacks): the `cupti_settings` line of info. */
+static int apply_cupti_settings(char *info, int len) {
+    int n = snprintf(info, len, "\ncupti_settings\t");
+    const char *serial = getenv("NEUTRINO_TIMELINE_KERNEL_RECORDS");
+    kernel_kind = serial && !strcmp(serial, "serial") ? NT_ACT_KERNEL : NT_ACT_CONCURRENT_KERNEL;
+    if (n < len) n += snprintf(info + n, len - n, "kernel_records=%s", kernel_kind == NT_ACT_KERNEL ? "serial" : "concurrent");
+    unsigned long long v = 0;
+    if (env_number("NEUTRINO_TIMELINE_BUFFER_BYTES", &v) > 0)  /* 64 KiB to 1 GiB, a multiple of 8 */
+        host_buffer_bytes = (size_t)(v < (64u << 10) ? (64u << 10) : v > (1u << 30) ? (1u << 30) : v) & ~(size_t)7;
+    if (n < len) n += snprintf(info + n, len - n, " host_buffer_bytes=%zu", host_buffer_bytes);
+    for (unsigned i = 0; i < sizeof ATTR_SETTINGS / sizeof *ATTR_SETTINGS && n < len; i++)
+        n += apply_attribute(i, info + n, len - n);
+    if (env_number("NEUTRINO_TIMELINE_HW_TRACE", &v) > 0 && v && n < len) {  /* Blackwell only (CUPTI 13.0) */
+        CUptiResult rc = api.enable_hw_trace ? api.enable_hw_trace(1) : -1;
+        n += rc == NT_CUPTI_SUCCESS ? snprintf(info + n, len - n, " hw_trace=on")
+                                    : snprintf(info + n, len - n, " hw_trace=error:%d", rc);
+    }
+    if (env_number("NEUTRINO_TIMELINE_FLUSH_PERIOD_MS", &v) > 0 && n < len) {
+        CUptiResult rc = api.flush_period ? api.flush_period((uint32_t)v) : -1;
+        n += rc == NT_CUPTI_SUCCESS ? snprintf(info + n, len - n, " flush_period_ms=%llu", v)
+                                    : snprintf(info + n, len - n, " flush_period_ms=error:%d", rc);
+    }
+    return n < len ? n : len;
+}
+
 static const struct { int kind; const char *name; int required, level; } OUR_KINDS[] = {
     {NT_ACT_CONCURRENT_KERNEL, "concurrent_kernel", 1, 0}, {NT_ACT_MEMCPY, "memcpy", 0, L_COPIES},
     {NT_ACT_MEMSET, "memset", 0, L_COPIES}, {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0, L_EXT},
@@ -1099,26 +1176,30 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
         return snprintf(info, info_len, "reason\tcannot write %s/timeline.bin\n", run_dir), -1;
     }
     if (api.set_thread_id_type) api.set_thread_id_type(NT_THREAD_ID_TYPE_SYSTEM);
+    char settings[1024];
+    apply_cupti_settings(settings, sizeof settings);
     CUptiResult rc = api.register_callbacks(buffer_requested, buffer_completed);
     if (rc != NT_CUPTI_SUCCESS) {
         close_outputs();
         return snprintf(info, info_len, "reason\tcuptiActivityRegisterCallbacks failed (CUPTI error %d)\n", rc), -1;
     }
     atomic_store(&multiplexing, 1);
-    int n = snprintf(info, info_len, "library\t%s\nversion\t%u\nkinds", where.dli_fname ? where.dli_fname : "?",
-                     version);
+    int n = snprintf(info, info_len, "library\t%s\nversion\t%u%s\nkinds", where.dli_fname ? where.dli_fname : "?",
+                     version, settings);
     read_level();
     for (unsigned i = 0; i < sizeof OUR_KINDS / sizeof *OUR_KINDS; i++) {
         if (OUR_KINDS[i].level && !(level & OUR_KINDS[i].level)) continue;
-        rc = api.enable(OUR_KINDS[i].kind);
-        if (rc == NT_CUPTI_SUCCESS) our_kinds[OUR_KINDS[i].kind] = 1;
+        int kind = OUR_KINDS[i].kind == NT_ACT_CONCURRENT_KERNEL ? kernel_kind : OUR_KINDS[i].kind;
+        rc = api.enable(kind);
+        if (rc == NT_CUPTI_SUCCESS) our_kinds[kind] = 1;
         else if (OUR_KINDS[i].required) {
             close_outputs();
             atomic_store(&multiplexing, 0);  /* the program's own profiler talks to CUPTI directly again */
-            return snprintf(info, info_len, "reason\tcuptiActivityEnable(CONCURRENT_KERNEL) failed (CUPTI error %d)\n",
-                            rc), -1;
+            return snprintf(info, info_len, "reason\tcuptiActivityEnable(%s) failed (CUPTI error %d)\n",
+                            kind == NT_ACT_KERNEL ? "KERNEL" : "CONCURRENT_KERNEL", rc), -1;
         }
-        if (rc == NT_CUPTI_SUCCESS && n < info_len) n += snprintf(info + n, info_len - n, "\t%s", OUR_KINDS[i].name);
+        if (rc == NT_CUPTI_SUCCESS && n < info_len)
+            n += snprintf(info + n, info_len - n, "\t%s", kind == NT_ACT_KERNEL ? "kernel" : OUR_KINDS[i].name);
     }
     unsigned api_cbids = enable_api_records();
     if (n < info_len) n += snprintf(info + n, info_len - n, "\napi_records\t%u\nlevel\t%d", api_cbids, level);

@@ -635,3 +635,46 @@ def test_launch_hooks_without_callbacks(tmp_path, fakes):
     counts = _one(events, "timeline_counts")
     assert counts["launch_callbacks"] == 0 and counts["hook_joined"] == 4 + 2 and counts["probed"] == 2
     assert "host_callbacks" not in _one(events, "timeline") or _one(events, "timeline")["host_callbacks"] == 0
+
+
+@pytest.mark.parametrize("knobs", ["set", "defaults", "bad"])
+def test_cupti_settings_applied_and_records_still_join(tmp_path, fakes, knobs):
+    """CUPTI's own settings (spec/runtime.md, "CUPTI settings"): each NEUTRINO_TIMELINE_* variable reaches CUPTI
+    and is read back into the `timeline` event's cupti_settings; KERNEL records (`serial`) in place of
+    CONCURRENT_KERNEL ones, 64 KiB host buffers handed out zeroed, and HW trace refused as on an H100 change
+    nothing in the join: every kernel keeps its launch's thread and host time. Unset, CUPTI's defaults are
+    reported; a variable that is not a number, or an attribute CUPTI refuses, is said so and changes nothing."""
+    env = {"FAKEAPP_GRIDS": "4,8", "FAKECUPTI_BUFFER": "1000"}
+    if knobs == "set":
+        env.update({"NEUTRINO_TIMELINE_KERNEL_RECORDS": "serial", "NEUTRINO_TIMELINE_DEVICE_BUFFER_BYTES": "8388608",
+                    "NEUTRINO_TIMELINE_DEVICE_BUFFERS": "5", "NEUTRINO_TIMELINE_DEVICE_BUFFER_LIMIT": "40",
+                    "NEUTRINO_TIMELINE_HOST_PINNED": "1", "NEUTRINO_TIMELINE_PER_THREAD_BUFFERS": "0",
+                    "NEUTRINO_TIMELINE_ZEROED_BUFFERS": "1", "NEUTRINO_TIMELINE_BUFFER_BYTES": "1000",
+                    "NEUTRINO_TIMELINE_HW_TRACE": "1", "NEUTRINO_TIMELINE_FLUSH_PERIOD_MS": "10"})
+    if knobs == "bad":
+        env.update({"NEUTRINO_TIMELINE_DEVICE_BUFFERS": "many", "NEUTRINO_TIMELINE_DEVICE_BUFFER_BYTES": "8388608",
+                    "FAKECUPTI_REFUSE_ATTR": "0"})
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env=env)
+    timeline = _one(events, "timeline")
+    settings = timeline["cupti_settings"]
+    defaults = {"kernel_records": "concurrent", "host_buffer_bytes": 4 << 20, "device_buffer_bytes": 3200000,
+                "device_buffers_preallocated": 3, "device_buffer_limit": 250, "host_pinned": 0,
+                "per_thread_buffers": 1, "zeroed_buffers": 0}
+    if knobs == "set":
+        assert settings == {"kernel_records": "serial", "host_buffer_bytes": 64 << 10, "device_buffer_bytes": 8388608,
+                            "device_buffers_preallocated": 5, "device_buffer_limit": 40, "host_pinned": 1,
+                            "per_thread_buffers": 0, "zeroed_buffers": 1, "hw_trace": "error:27",
+                            "flush_period_ms": 10}
+        assert "kernel" in timeline["kinds"] and "concurrent_kernel" not in timeline["kinds"]
+    elif knobs == "bad":
+        assert settings == {**defaults, "device_buffer_bytes": "error:1", "device_buffers_preallocated": "bad:many"}
+    else:
+        assert settings == defaults and "concurrent_kernel" in timeline["kinds"]
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    assert [int(g[0]) for g in kernels["grid"]] == [4, 8] * 3 and (kernels["tid"] > 0).all()
+    assert (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 6 + 2 and counts["hook_passed_over"] == 0 and counts["kernels"] == 6
