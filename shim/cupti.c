@@ -790,8 +790,10 @@ static void unsubscribe_ours(void) {
  * or when two threads launch on one stream at once (their entries may enter the queue in the other
  * order than the driver's); counts per thread never change. This replaces CUPTI's launch callbacks
  * (0.3-0.5 us per launch: spec/runtime.md). */
-#define HOOK_STREAMS 256
-#define HOOK_QUEUE (1u << 16)
+#define HOOK_CHUNK 256            /* queues per chunk of the table: a chunk is added when the ones there are taken */
+#define HOOK_STREAMS 4096         /* queues at most (16 chunks) */
+#define HOOK_QUEUE (1u << 16)     /* entries of each of the first HOOK_CHUNK queues' rings (4 MiB) */
+#define HOOK_QUEUE_MORE (1u << 12) /* entries of the later queues' rings (256 KiB): memory stays bounded */
 #define HOOK_WINDOW 4096     /* entries searched from the oldest not taken */
 #define HOOK_OVERTAKEN 2048  /* an entry this far behind the furthest taken one is given up */
 typedef struct {
@@ -811,9 +813,14 @@ typedef struct {
     uint64_t head, tail;  /* entries [head, tail) wait for their record */
     uint64_t last_taken;  /* the furthest entry a record took (none at or after head: none out of order) */
     hook_entry *ring;
+    uint64_t mask;        /* ring entries - 1 (a power of two) */
 } hook_queue;
-static hook_queue hook_queues[HOOK_STREAMS];
+/* The table: chunks of HOOK_CHUNK queues, allocated as streams come and never moved or freed, so that a queue's
+ * address stays valid while other threads use it; queue i is chunk i / HOOK_CHUNK's (i % HOOK_CHUNK)-th. A chunk
+ * is published (its pointer stored) before n_hook_queues counts any queue in it (release / acquire). */
+static hook_queue *hook_chunks[HOOK_STREAMS / HOOK_CHUNK];
 static _Atomic int n_hook_queues;
+static inline hook_queue *hook_queue_at(int i) { return &hook_chunks[i / HOOK_CHUNK][i % HOOK_CHUNK]; }
 static pthread_mutex_t hook_table_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int hooks_on;
 static __thread hook_queue *last_queue;        /* this thread's latest stream: most launches hit it */
@@ -832,7 +839,7 @@ static int hook_queue_is(const hook_queue *q, void *ctx, void *handle, int ptsz,
 /* Under hook_table_lock, the table full: a retired queue none of whose entries waits any more, or NULL. */
 static hook_queue *hook_queue_reusable(int n) {
     for (int i = 0; i < n; i++) {
-        hook_queue *q = &hook_queues[i];
+        hook_queue *q = hook_queue_at(i);
         if (__atomic_load_n(&q->ctx, __ATOMIC_ACQUIRE) != HOOK_RETIRED) continue;
         pthread_mutex_lock(&q->lock);
         int drained = q->head == q->tail;
@@ -849,12 +856,30 @@ void neutrino_timeline_streams_gone(void *ctx, void *stream) {
     pthread_mutex_lock(&hook_table_lock);
     int n = atomic_load(&n_hook_queues);
     for (int i = 0; i < n; i++) {
-        hook_queue *q = &hook_queues[i];
+        hook_queue *q = hook_queue_at(i);
         void *of = __atomic_load_n(&q->ctx, __ATOMIC_ACQUIRE);
         if (of != HOOK_RETIRED && (stream ? q->handle == stream : !ctx || of == ctx))
             __atomic_store_n(&q->ctx, HOOK_RETIRED, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&hook_table_lock);
+}
+
+/* Under hook_table_lock: queue n of the table (its chunk added when n is the chunk's first), counted in
+ * n_hook_queues once whole; NULL when memory is short. */
+static hook_queue *hook_queue_new(int n, void *ctx, void *handle, int ptsz, uint32_t owner, uint32_t id) {
+    hook_queue **chunk = &hook_chunks[n / HOOK_CHUNK];
+    if (!*chunk) {
+        hook_queue *made = calloc(HOOK_CHUNK, sizeof *made);
+        if (!made) return NULL;
+        __atomic_store_n(chunk, made, __ATOMIC_RELEASE);
+    }
+    uint64_t entries = n < HOOK_CHUNK ? HOOK_QUEUE : HOOK_QUEUE_MORE;
+    hook_entry *ring = calloc(entries, sizeof *ring);
+    if (!ring) return NULL;
+    hook_queue *q = &(*chunk)[n % HOOK_CHUNK];
+    *q = (hook_queue){ctx, handle, ptsz, owner, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring, entries - 1};
+    atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
+    return q;
 }
 
 /* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when the table is
@@ -866,12 +891,12 @@ static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
     if (q && hook_queue_is(q, ctx, handle, ptsz, owner)) return q;
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
     for (int i = 0; i < n; i++)
-        if (hook_queue_is(&hook_queues[i], ctx, handle, ptsz, owner)) return last_queue = &hook_queues[i];
+        if (hook_queue_is(hook_queue_at(i), ctx, handle, ptsz, owner)) return last_queue = hook_queue_at(i);
     pthread_mutex_lock(&hook_table_lock);
     q = NULL;
     n = atomic_load(&n_hook_queues);
     for (int i = 0; i < n && !q; i++)
-        if (hook_queue_is(&hook_queues[i], ctx, handle, ptsz, owner)) q = &hook_queues[i];
+        if (hook_queue_is(hook_queue_at(i), ctx, handle, ptsz, owner)) q = hook_queue_at(i);
     uint32_t id = 0;
     hook_queue *reused = q || n < HOOK_STREAMS ? NULL : hook_queue_reusable(n);
     if (!q && (n < HOOK_STREAMS || reused) && api.stream_id &&
@@ -881,12 +906,7 @@ static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
             q->handle = handle, q->ptsz = ptsz, q->owner = owner, q->cupti_stream = id;
             __atomic_store_n(&q->ctx, ctx, __ATOMIC_RELEASE);
         } else {
-            hook_entry *ring = calloc(HOOK_QUEUE, sizeof *ring);
-            if (ring) {
-                q = &hook_queues[n];
-                *q = (hook_queue){ctx, handle, ptsz, owner, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring};
-                atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
-            }
+            q = hook_queue_new(n, ctx, handle, ptsz, owner, id);
         }
     }
     pthread_mutex_unlock(&hook_table_lock);
@@ -908,8 +928,8 @@ void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const u
     hook_queue *q = hook_queue_of(ctx, stream, ptsz);
     if (!q) return NULL;
     pthread_mutex_lock(&q->lock);
-    if (q->tail - q->head == HOOK_QUEUE) q->head++;  /* the oldest never got its record: overwritten */
-    hook_entry *e = &q->ring[q->tail++ & (HOOK_QUEUE - 1)];
+    if (q->tail - q->head == q->mask + 1) q->head++;  /* the oldest never got its record: overwritten */
+    hook_entry *e = &q->ring[q->tail++ & q->mask];
     e->ticks = host_ticks();
     e->token = 0;
     e->func = func;
@@ -958,7 +978,7 @@ static int hook_entry_fits(hook_entry *e, const nt_timeline_record *r, const cha
  * HOOK_OVERTAKEN taken entries after them (or all, `all`: the stop), which are counted given up. */
 static void hook_queue_advance(hook_queue *q, uint64_t last_taken, int all) {
     while (q->head < q->tail) {
-        hook_entry *e = &q->ring[q->head & (HOOK_QUEUE - 1)];
+        hook_entry *e = &q->ring[q->head & q->mask];
         int gone = e->taken || atomic_load_explicit(&e->dead, memory_order_relaxed);
         if (!gone && !all && (q->head > last_taken || last_taken - q->head < HOOK_OVERTAKEN)) break;
         if (!gone) counts[N_HOOK_SKIPPED]++;
@@ -970,9 +990,9 @@ static void hook_queue_advance(hook_queue *q, uint64_t last_taken, int all) {
  * first of its grid and block (the driver may name a function otherwise than CUPTI's record does). */
 static uint64_t hook_first_fit(hook_queue *q, uint64_t from, uint64_t to, const nt_timeline_record *r, const char *name) {
     uint64_t at = from;
-    while (at < to && !hook_entry_fits(&q->ring[at & (HOOK_QUEUE - 1)], r, name)) at++;
+    while (at < to && !hook_entry_fits(&q->ring[at & q->mask], r, name)) at++;
     if (at < to || !name) return at;
-    for (at = from; at < to && !hook_entry_fits(&q->ring[at & (HOOK_QUEUE - 1)], r, NULL);) at++;
+    for (at = from; at < to && !hook_entry_fits(&q->ring[at & q->mask], r, NULL);) at++;
     return at;
 }
 
@@ -984,7 +1004,7 @@ static int join_from_queue(hook_queue *q, nt_timeline_record *r, const char *nam
     uint64_t end = q->tail - q->head > HOOK_WINDOW ? q->head + HOOK_WINDOW : q->tail, lo = q->head, hi = end;
     uint32_t corr = (uint32_t)r->correlation;
     for (uint64_t i = q->head; corr && i < end && i <= q->last_taken; i++) {
-        hook_entry *e = &q->ring[i & (HOOK_QUEUE - 1)];
+        hook_entry *e = &q->ring[i & q->mask];
         if (!e->taken) continue;
         if (e->corr < corr) lo = i + 1;
         else if (hi == end) hi = i;
@@ -993,7 +1013,7 @@ static int join_from_queue(hook_queue *q, nt_timeline_record *r, const char *nam
     if (at >= hi || hi < lo) at = hook_first_fit(q, q->head, end, r, name);
     int found = at < end;
     if (found) {
-        hook_entry *e = &q->ring[at & (HOOK_QUEUE - 1)];
+        hook_entry *e = &q->ring[at & q->mask];
         r->tid = e->tid;
         r->host_ns = ticks_to_ns(e->ticks);
         uint64_t token = __atomic_load_n(&e->token, __ATOMIC_ACQUIRE);
@@ -1012,19 +1032,32 @@ static int join_from_queue(hook_queue *q, nt_timeline_record *r, const char *nam
 static void hook_queues_close(void) {
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
     for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&hook_queues[i].lock);
-        hook_queue_advance(&hook_queues[i], 0, 1);
-        pthread_mutex_unlock(&hook_queues[i].lock);
+        hook_queue *q = hook_queue_at(i);
+        pthread_mutex_lock(&q->lock);
+        hook_queue_advance(q, 0, 1);
+        pthread_mutex_unlock(&q->lock);
     }
 }
 
 /* Under tl_lock: the record's thread, host time and probed token from its launch hook's entry (the queues
- * of its CUPTI stream id: one, unless a stream handle was made again). */
+ * of its CUPTI stream id: one, unless a stream handle was made again). The queue that last joined a record of
+ * that id is tried first (a direct-mapped cache, the buffer thread's alone), then the table in order. */
 static void join_launch_hook(nt_timeline_record *r, const char *name) {
     if (!(level & L_HOOKS)) return;
+    static int queue_of_stream[256];  /* CUPTI stream id (low bits) -> queue index + 1; 0: none yet */
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
-    for (int i = 0; i < n; i++)
-        if (hook_queues[i].cupti_stream == r->stream && join_from_queue(&hook_queues[i], r, name)) return;
+    int *cached = &queue_of_stream[r->stream & 255];
+    if (*cached > 0 && *cached <= n) {
+        hook_queue *q = hook_queue_at(*cached - 1);
+        if (q->cupti_stream == r->stream && join_from_queue(q, r, name)) return;
+    }
+    for (int i = 0; i < n; i++) {
+        hook_queue *q = hook_queue_at(i);
+        if (i + 1 != *cached && q->cupti_stream == r->stream && join_from_queue(q, r, name)) {
+            *cached = i + 1;
+            return;
+        }
+    }
 }
 
 static char run_dir_kept[4096];

@@ -678,3 +678,23 @@ def test_cupti_settings_applied_and_records_still_join(tmp_path, fakes, knobs):
     assert (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
     counts = _one(events, "timeline_counts")
     assert counts["hook_joined"] == 6 + 2 and counts["hook_passed_over"] == 0 and counts["kernels"] == 6
+
+
+def test_launch_hooks_on_more_than_256_streams(tmp_path, fakes):
+    """300 streams alive at once (FAKEAPP_STREAMS=300: the NULL stream and 299 made), launches round-robin over
+    them: the table of stream queues grows past its first chunk of 256, so every launch has an entry and every
+    kernel record takes its own (before: the launches on streams past the 256th had none, their records no
+    host time)."""
+    env = {"FAKEAPP_STREAMS": "300", "FAKEAPP_GRIDS": "4,8,2"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "900"],
+                       "--launches", "0:1", env=env)
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    assert len(kernels) == 900 and len(set(kernels["stream"].tolist())) == 300
+    assert (kernels["tid"] > 0).all() and (kernels["host_ns"] > 0).all()
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    for stream in set(kernels["stream"].tolist()):  # each stream's three launches, in launch order
+        host = kernels["host_ns"][kernels["stream"] == stream].astype(np.int64)
+        assert len(host) == 3 and (np.diff(host) > 0).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 900 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0

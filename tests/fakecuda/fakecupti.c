@@ -131,12 +131,12 @@ static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned g
                           unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id);
 
 /* The streams fakecuda.c made, newest last, and their ids (13, 14, ...: one per stream made, never reused). */
-static struct { uintptr_t handle; uint32_t id; } made_streams[256];
+static struct { uintptr_t handle; uint32_t id; } made_streams[8192];
 static unsigned n_made_streams;
 
 void fakecupti_stream_made(void *stream) {
     pthread_mutex_lock(&lock);
-    if (n_made_streams < 256) made_streams[n_made_streams] = (typeof(made_streams[0])){(uintptr_t)stream, 13 + n_made_streams}, n_made_streams++;
+    if (n_made_streams < 8192) made_streams[n_made_streams] = (typeof(made_streams[0])){(uintptr_t)stream, 13 + n_made_streams}, n_made_streams++;
     pthread_mutex_unlock(&lock);
 }
 
