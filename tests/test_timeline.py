@@ -586,13 +586,15 @@ def test_graph_level_records_one_per_replay(tmp_path, fakes):
     assert counts["graph_replays"] == 3 and counts["kernels"] == 1
 
 
-@pytest.mark.parametrize("grids", ["4,8", "4"])
-def test_launch_hooks_join_records_out_of_launch_order(tmp_path, fakes, grids):
+@pytest.mark.parametrize("grids, buffer", [("4,8", "100000"), ("4", "100000"), ("4,8", "300"), ("4", "300")])
+def test_launch_hooks_join_records_out_of_launch_order(tmp_path, fakes, grids, buffer):
     """CUPTI can hand one stream's kernel records over out of launch order (seen with jax.profiler on the
     H200); FAKECUPTI_SWAP=1 swaps each pair. Every record still takes an entry of its own stream, none is
-    given up; with unlike grids each takes its own launch's (host times in launch order), with like
-    kernels the pair's host times may swap (each still before its kernel's start)."""
-    env = {"FAKEAPP_GRIDS": grids, "FAKECUPTI_SWAP": "1", "FAKECUPTI_BUFFER": "100000"}
+    given up. Within one buffer (100000 bytes: all of them) the records are joined per stream in GPU start
+    order, which is launch order: each takes its own launch's entry, like kernels too (before: like kernels'
+    host times swapped pairwise). Across buffers (300 bytes: one record each) unlike kernels still take their
+    own (grid and name differ), like kernels of a pair swap host times: what remains (spec/runtime.md)."""
+    env = {"FAKEAPP_GRIDS": grids, "FAKECUPTI_SWAP": "1", "FAKECUPTI_BUFFER": buffer}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "10"],
                        "--launches", "0:1", env=env)
     kernels = read_timeline(run)
@@ -602,9 +604,12 @@ def test_launch_hooks_join_records_out_of_launch_order(tmp_path, fakes, grids):
     assert len(kernels) == 10 and (kernels["host_ns"] > 0).all() and (kernels["tid"] > 0).all()
     assert counts["hook_joined"] == 12 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
     host = kernels["host_ns"].astype(np.int64)
-    if grids == "4,8":
-        assert (np.diff(host) > 0).all()
     assert len(set(host.tolist())) == 10
+    if grids == "4,8" or buffer == "100000":
+        assert (np.diff(host) > 0).all()
+    else:  # one record per buffer, like kernels: of each swapped pair (launches 1-2, 3-4, ...) the later launch's
+        # record came first and took the pair's first entry
+        assert (np.diff(host)[1::2] < 0).all() and (np.diff(host)[0::2] > 0).all()
 
 
 def test_launch_hooks_join_when_the_driver_names_functions_otherwise(tmp_path, fakes):
