@@ -861,7 +861,11 @@ static _Atomic int n_hook_queues;
 static inline hook_queue *hook_queue_at(int i) { return &hook_chunks[i / HOOK_CHUNK][i % HOOK_CHUNK]; }
 static pthread_mutex_t hook_table_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int hooks_on;
-static __thread hook_queue *last_queue;        /* this thread's latest stream: most launches hit it */
+/* this thread's recent streams' queues, direct-mapped by stream handle: most launches hit one, so the table is
+ * scanned only for a stream the thread has not launched on lately (an entry is checked against its queue's key:
+ * a queue retired and given to another stream misses) */
+#define RECENT_QUEUES 64
+static __thread hook_queue *recent_queues[RECENT_QUEUES];
 static __thread hook_entry *current_entry;     /* the launch this thread is inside (begin_probed marks it) */
 
 /* The context of a queue whose stream or context is gone: it matches no launch (a stream or context made
@@ -925,11 +929,13 @@ static hook_queue *hook_queue_new(int n, void *ctx, void *handle, int ptsz, uint
  * per-thread default stream is one stream per thread (each its own CUPTI id): its queues are the owner's. */
 static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
     uint32_t owner = ptsz ? my_tid : 0;
-    hook_queue *q = last_queue;
+    hook_queue **recent = &recent_queues[((((uintptr_t)handle >> 4) * 0x9E3779B97F4A7C15ull) >> 58 ^ (unsigned)ptsz) &
+                                         (RECENT_QUEUES - 1)];
+    hook_queue *q = *recent;
     if (q && hook_queue_is(q, ctx, handle, ptsz, owner)) return q;
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
     for (int i = 0; i < n; i++)
-        if (hook_queue_is(hook_queue_at(i), ctx, handle, ptsz, owner)) return last_queue = hook_queue_at(i);
+        if (hook_queue_is(hook_queue_at(i), ctx, handle, ptsz, owner)) return *recent = hook_queue_at(i);
     pthread_mutex_lock(&hook_table_lock);
     q = NULL;
     n = atomic_load(&n_hook_queues);
@@ -948,7 +954,7 @@ static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
         }
     }
     pthread_mutex_unlock(&hook_table_lock);
-    return q ? (last_queue = q) : NULL;
+    return q ? (*recent = q) : NULL;
 }
 
 /* preload.c, at a launch hook's entry (not for a launch being captured into a graph): the entry. */
