@@ -819,13 +819,14 @@ static void unsubscribe_ours(void) {
  * yet taken, within HOOK_WINDOW of the oldest, whose grid and block equal its own and whose function
  * has its name (cuFuncGetName; not compared for a probed launch, whose instrumented copy runs). The
  * driver runs a stream's kernels in launch order, but CUPTI does not always hand their records over
- * in that order (a JAX program under jax.profiler, H200: half its kernels came out of order), so an
- * entry passed over stays for a later record, which takes the first fitting entry between the taken
+ * in that order (a JAX program under jax.profiler, H200: half its kernels came out of order): a buffer's
+ * records are joined per stream in GPU start order (convert_deferred_kernels), which is launch order, and an
+ * entry passed over stays for a record of a later buffer, which takes the first fitting entry between the taken
  * ones of lower and of higher correlation ids (a stream's launch order is its correlation order); it
  * is given up (counted in N_HOOK_SKIPPED: a launch whose record never came, or came unjoined) once it
  * is HOOK_OVERTAKEN entries behind the furthest taken one, or when the timeline stops. Like kernels
- * (same name, grid, block) of one stream may swap host times when their records come out of order,
- * or when two threads launch on one stream at once (their entries may enter the queue in the other
+ * (same name, grid, block) of one stream may swap host times when the later launch's record comes in an
+ * earlier buffer, or when two threads launch on one stream at once (their entries may enter the queue in the other
  * order than the driver's); counts per thread never change. This replaces CUPTI's launch callbacks
  * (0.3-0.5 us per launch: spec/runtime.md). */
 #define HOOK_CHUNK 256            /* queues per chunk of the table: a chunk is added when the ones there are taken */
