@@ -23,8 +23,16 @@ For the two A/B configurations the table gives, per phase, the median and mean G
 wall time per step (ms), and each phase's ratio to the first phase (timeline paused, or no CUPTI
 records) of the median span and of the mean wall time; they run once per workload (not per round).
 
+--knobs K1,K2,... (CUPTI's own settings, spec/runtime.md "CUPTI settings"): per workload, one probed process per
+knob (its NEUTRINO_TIMELINE_* variables set, KNOBS below), each an A/B of three rotating phases (timeline paused,
+on at the default level, CUPTI's records alone without host times: NEUTRINO_BENCH_AB_WAYS=records). A knob's
+cost is the ratio of its `on` (and `records`) phase to its own paused phase, so the spread between processes
+does not enter; `default` twice (first and last) gives the noise between two processes of the same settings.
+The table also gives what CUPTI read back (the `timeline` event's cupti_settings: the knob was applied, or
+CUPTI's error). --budget S stops starting processes after S seconds (those left are listed).
+
 usage: python benchmarks/timeline_cost.py [--steps N] [--rounds R] [--modes eager,compile] [--configs ...]
-       [--phase-steps N] [--cycles C] [--json F]
+       [--phase-steps N] [--cycles C] [--json F] [--knobs K,...] [--budget S]
 """
 from __future__ import annotations
 
@@ -36,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -52,6 +61,22 @@ CONFIGS = {  # key: (label, neutrino options or None, NEUTRINO_TIMELINE_LEVEL, C
     "floor_ab": ("CUPTI alone, phases", None, None, "0"),
 }
 AB = {"ab": "timeline", "floor_ab": "floor"}
+KNOBS = {  # name: (NEUTRINO_TIMELINE_* variables, what it changes)
+    "default": ({}, "CUPTI's defaults (CONCURRENT_KERNEL, 3.2 MB device buffers x3 in device memory, per-thread)"),
+    "serial": ({"NEUTRINO_TIMELINE_KERNEL_RECORDS": "serial"}, "KERNEL records instead of CONCURRENT_KERNEL"),
+    "hwtrace": ({"NEUTRINO_TIMELINE_HW_TRACE": "1"}, "cuptiActivityEnableHWTrace(1) (Blackwell only)"),
+    "pinned": ({"NEUTRINO_TIMELINE_HOST_PINNED": "1"}, "CUPTI's device buffers in pinned host memory"),
+    "devbuf_small": ({"NEUTRINO_TIMELINE_DEVICE_BUFFER_BYTES": str(256 << 10)}, "256 KiB device buffers"),
+    "devbuf_big": ({"NEUTRINO_TIMELINE_DEVICE_BUFFER_BYTES": str(32 << 20), "NEUTRINO_TIMELINE_DEVICE_BUFFERS": "4"},
+                   "32 MiB device buffers, 4 allocated up front"),
+    "zeroed": ({"NEUTRINO_TIMELINE_ZEROED_BUFFERS": "1"}, "our host buffers zeroed (calloc), CUPTI zeroes none"),
+    "hostbuf_big": ({"NEUTRINO_TIMELINE_BUFFER_BYTES": str(64 << 20)}, "64 MiB host buffers (default 4 MiB)"),
+    "flush10": ({"NEUTRINO_TIMELINE_FLUSH_PERIOD_MS": "10"}, "CUPTI's worker flushes every 10 ms"),
+    "shared_buffers": ({"NEUTRINO_TIMELINE_PER_THREAD_BUFFERS": "0"}, "one activity buffer, not per thread"),
+    "no_copies": ({"NEUTRINO_TIMELINE_LEVEL": "host,hooks"}, "no MEMCPY/MEMSET records (content changes)"),
+    "no_callbacks": ({"NEUTRINO_TIMELINE_LEVEL": "copies,hooks"}, "no CUPTI subscriber (copies lose host times)"),
+}
+DEFAULT_KNOBS = "default,serial,hwtrace,pinned,devbuf_small,devbuf_big,zeroed,hostbuf_big,flush10,shared_buffers,default"
 
 
 def find_cupti() -> str:
@@ -100,6 +125,49 @@ def timeline_kernels(tracedir: str) -> int | None:
     return None
 
 
+def timeline_settings(tracedir: str) -> dict:
+    for log in glob.glob(f"{tracedir}/**/event.log", recursive=True):
+        for line in open(log):
+            event = json.loads(line)
+            if event.get("event") == "timeline":
+                return event.get("cupti_settings", {})
+    return {}
+
+
+def run_knobs(mode: str, knobs: list[str], env: dict, scratch: str, args, deadline: float) -> dict:
+    """One A/B process per knob; prints each as it comes, then the table of ratios to each paused phase."""
+    rows = {}
+    for i, knob in enumerate(knobs):
+        if time.monotonic() > deadline:
+            print(f"{mode:8s} budget spent: not run: {', '.join(knobs[i:])}", flush=True)
+            break
+        variables, _ = KNOBS[knob]
+        tracedir = f"{scratch}/trace-{mode}-knob{i}-{knob}"
+        knob_env = dict(env, **variables, NEUTRINO_BENCH_AB_WAYS="records")
+        t0 = time.monotonic()
+        phases = run("ab", mode, 0, knob_env, tracedir, "", f"{args.phase_steps}:{args.cycles}")["phases"]
+        stats = {name: {"median_event_ms": statistics.median(v["event_ms"]), "mean_wall_ms": statistics.fmean(v["step_ms"]),
+                        "median_wall_ms": statistics.median(v["step_ms"]), "steps": len(v["event_ms"])}
+                 for name, v in phases.items()}
+        paused = stats["timeline paused"]
+        on, records = stats["timeline on"], stats["records only, no host times"]
+        row = {"variables": variables, "settings": timeline_settings(tracedir), "phases": stats,
+               "x_on_span": on["median_event_ms"] / paused["median_event_ms"],
+               "x_records_span": records["median_event_ms"] / paused["median_event_ms"],
+               "x_on_wall": on["mean_wall_ms"] / paused["mean_wall_ms"], "seconds": time.monotonic() - t0}
+        rows[f"{i}:{knob}"] = row
+        print(f"{mode:8s} {knob:15s} paused {paused['median_event_ms']:7.3f} ms  on x{row['x_on_span']:6.3f}  "
+              f"records x{row['x_records_span']:6.3f}  wall mean on x{row['x_on_wall']:6.3f}  "
+              f"({paused['steps']} steps a phase, {row['seconds']:.0f} s)  cupti: "
+              f"{' '.join(f'{k}={v}' for k, v in row['settings'].items())}", flush=True)
+    print(f"\n{mode}: knob | on / paused (median span) | records only / paused | on / paused (mean wall) | changes")
+    print("--- | ---: | ---: | ---: | ---")
+    for key, row in rows.items():
+        knob = key.split(":", 1)[1]
+        print(f"{knob} | {row['x_on_span']:.3f} | {row['x_records_span']:.3f} | {row['x_on_wall']:.3f} | {KNOBS[knob][1]}")
+    return rows
+
+
 def ab_table(mode: str, key: str, phases: dict) -> dict:
     """Print one A/B process's phases; their medians and means."""
     rows, first = {}, None
@@ -121,12 +189,19 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="eager,compile")
-    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--configs", help="comma list of CONFIGS keys (default: all of them, none with --knobs)")
     ap.add_argument("--phase-steps", type=int, default=25)
     ap.add_argument("--cycles", type=int, default=12)
     ap.add_argument("--json", help="write the samples here")
+    ap.add_argument("--knobs", help=f"CUPTI settings to compare, one process each (e.g. {DEFAULT_KNOBS})")
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds after which no process is started")
     args = ap.parse_args()
-    keys = args.configs.split(",")
+    deadline = time.monotonic() + args.budget
+    knobs = args.knobs.split(",") if args.knobs else []
+    unknown = [k for k in knobs if k not in KNOBS]
+    if unknown:
+        raise SystemExit(f"unknown knob(s) {', '.join(unknown)}; known: {', '.join(KNOBS)}")
+    keys = [k for k in (args.configs if args.configs is not None else "" if knobs else ",".join(CONFIGS)).split(",") if k]
     ab_keys = [k for k in keys if k in AB]
     keys = [k for k in keys if k not in AB]
     scratch = tempfile.mkdtemp(prefix="timeline_cost_")
@@ -138,6 +213,8 @@ def main() -> None:
           f"{'us/kernel':>9s} {'wall/plain':>10s} {'wall/notl':>9s}")
     for mode in args.modes.split(","):
         run("plain", mode, 5, env, scratch, floor)  # compile caches warm before anything is timed
+        if knobs:
+            report[f"{mode}_knobs"] = run_knobs(mode, knobs, env, scratch, args, deadline)
         report[f"{mode}_ab"] = {key: ab_table(mode, key, run(key, mode, 0, env, f"{scratch}/trace-{mode}-{key}", floor,
                                                          f"{args.phase_steps}:{args.cycles}")["phases"])
                                 for key in ab_keys}

@@ -15,7 +15,8 @@ NEUTRINO_BENCH_AB=WHAT:PHASE_STEPS:CYCLES: after the warm-up, phases of PHASE_ST
 CYCLES times inside this one process (the first cycle is warm-up, not counted), and the JSON line
 gets `phases` (name -> step_ms, event_ms). WHAT `timeline`: under neutrino, the timeline paused and
 on (the shim's neutrino_timeline_pause; with NEUTRINO_BENCH_AB_WAYS=1 also the records without host
-times, with the launch hooks alone (no copy callbacks), and with CUPTI's launch callbacks instead of the hooks); `floor`: CUPTI alone (NEUTRINO_BENCH_CUPTI_FLOOR's LIB and
+times, with the launch hooks alone (no copy callbacks), and with CUPTI's launch callbacks instead of the hooks;
+with NEUTRINO_BENCH_AB_WAYS=records only paused, on, and the records without host times); `floor`: CUPTI alone (NEUTRINO_BENCH_CUPTI_FLOOR's LIB and
 LIBCUPTI, its callbacks ignored): no records, kernel records, kernel records + launch callbacks that
 read the TSC (what the shim's callbacks do).
 """
@@ -81,6 +82,9 @@ def ab_phases():
         pause.argtypes = [ctypes.c_int]
         if pause(0) < 0:
             raise SystemExit("NEUTRINO_BENCH_AB=timeline: the timeline is not recording")
+        if os.environ.get("NEUTRINO_BENCH_AB_WAYS") == "records":  # CUPTI's records alone as the third phase
+            return [("timeline paused", lambda: pause(1)), ("timeline on", lambda: pause(0)),
+                    ("records only, no host times", lambda: pause(3))]
         if os.environ.get("NEUTRINO_BENCH_AB_WAYS"):  # also the two other ways to record (shim/cupti.c)
             return [("timeline paused", lambda: pause(1)), ("timeline on", lambda: pause(0)),
                     ("records only, no host times", lambda: pause(3)), ("records + launch hooks only", lambda: pause(4)),

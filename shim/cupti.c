@@ -77,6 +77,9 @@ static struct {
     CUptiResult (*enable_callback)(uint32_t, nt_subscriber_t, int, uint32_t);
     CUptiResult (*stream_id)(void *ctx, void *stream, uint8_t per_thread, uint32_t *id);
     CUptiResult (*set_attribute)(int attr, size_t *size, void *value);
+    CUptiResult (*get_attribute)(int attr, size_t *size, void *value);
+    CUptiResult (*enable_hw_trace)(uint8_t);
+    CUptiResult (*flush_period)(uint32_t);
 } api;
 
 static void init_rdlsym(void) {
@@ -108,7 +111,8 @@ static int resolve_api(void) {
     GET(set_thread_id_type, "cuptiSetThreadIdType"); GET(get_timestamp, "cuptiGetTimestamp");
     GET(finalize, "cuptiFinalize"); GET(subscribe, "cuptiSubscribe"); GET(unsubscribe, "cuptiUnsubscribe");
     GET(enable_callback, "cuptiEnableCallback"); GET(stream_id, "cuptiGetStreamIdEx");
-    GET(set_attribute, "cuptiActivitySetAttribute");
+    GET(set_attribute, "cuptiActivitySetAttribute"); GET(get_attribute, "cuptiActivityGetAttribute");
+    GET(enable_hw_trace, "cuptiActivityEnableHWTrace"); GET(flush_period, "cuptiActivityFlushPeriod");
 #undef GET
     return api.get_version && api.register_callbacks && api.enable && api.disable && api.flush_all &&
            api.next_record;
@@ -427,6 +431,43 @@ static void convert_graph_trace(const uint8_t *a) {
     hold(&r);
 }
 
+/* A buffer's kernel records outside graphs, joined to their launch hooks' entries in each stream's GPU order:
+ * the driver runs one stream's kernels in launch order, so ordered by GPU start they are in launch order
+ * whatever order CUPTI put them in the buffer. Under tl_lock. */
+typedef struct { uint32_t stream, corr; uint64_t start; uint8_t *rec; } kernel_ref;
+static kernel_ref *kernel_refs;
+static size_t n_kernel_refs, kernel_refs_cap;
+
+static int kernel_ref_order(const void *a, const void *b) {
+    const kernel_ref *x = a, *y = b;
+    if (x->stream != y->stream) return x->stream < y->stream ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return (x->corr > y->corr) - (x->corr < y->corr);
+}
+
+/* Kept for the sorted join (1), or to be converted at once (0: level without hooks, a graph's node, or no memory).
+ * A record without GPU time (a forced flush's, of a kernel still running: its stream's latest) sorts last. */
+static int defer_kernel(uint8_t *rec) {
+    if (!(level & L_HOOKS) || nt_rd32(rec, K_GRAPH_ID)) return 0;
+    if (n_kernel_refs == kernel_refs_cap) {
+        size_t cap = kernel_refs_cap ? kernel_refs_cap * 2 : 4096;
+        kernel_ref *grown = realloc(kernel_refs, cap * sizeof *grown);
+        if (!grown) return 0;
+        kernel_refs = grown, kernel_refs_cap = cap;
+    }
+    uint64_t start = nt_rd64(rec, K_START), end = nt_rd64(rec, K_END);
+    kernel_refs[n_kernel_refs++] = (kernel_ref){nt_rd32(rec, K_STREAM), nt_rd32(rec, K_CORRELATION),
+                                                start && end >= start ? start : UINT64_MAX, rec};
+    return 1;
+}
+
+/* The kept records, per stream by GPU start (then correlation id): n log n in the buffer's kernels. */
+static void convert_deferred_kernels(void) {
+    qsort(kernel_refs, n_kernel_refs, sizeof *kernel_refs, kernel_ref_order);
+    for (size_t i = 0; i < n_kernel_refs; i++) convert_kernel(kernel_refs[i].rec);
+    n_kernel_refs = 0;
+}
+
 /* First the joins (API and external-correlation records), then the GPU records. */
 static void convert_buffer(uint8_t *buf, size_t valid) {
     tsc_refresh();
@@ -444,7 +485,7 @@ static void convert_buffer(uint8_t *buf, size_t valid) {
                     note_token(nt_rd32(rec, X_CORRELATION), nt_rd64(rec, X_ID));
                 }
             } else if (pass == 1 && (kind == NT_ACT_CONCURRENT_KERNEL || kind == NT_ACT_KERNEL)) {
-                convert_kernel(rec);
+                if (!defer_kernel(rec)) convert_kernel(rec);
             } else if (pass == 1 && (kind == NT_ACT_MEMCPY || kind == NT_ACT_MEMSET)) {
                 convert_copy(rec, kind);
             } else if (pass == 1 && kind == NT_ACT_GRAPH_TRACE) {
@@ -452,6 +493,7 @@ static void convert_buffer(uint8_t *buf, size_t valid) {
             }
         }
     }
+    convert_deferred_kernels();
 }
 
 /* ------------------------------------------------------------------ the program's own profiler */
@@ -525,9 +567,12 @@ static void forward_to_program(uint8_t *buf, size_t valid) {
     pthread_mutex_unlock(&tl_lock);
 }
 
+static size_t host_buffer_bytes = BUFFER_BYTES;  /* NEUTRINO_TIMELINE_BUFFER_BYTES */
+static int zeroed_buffers;                        /* NEUTRINO_TIMELINE_ZEROED_BUFFERS=1: CUPTI told not to zero them */
+
 static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
-    *buffer = aligned_alloc(8, BUFFER_BYTES);
-    *size = *buffer ? BUFFER_BYTES : 0;
+    *buffer = zeroed_buffers ? calloc(1, host_buffer_bytes) : aligned_alloc(8, host_buffer_bytes);
+    *size = *buffer ? host_buffer_bytes : 0;
     *max_records = 0;
 }
 
@@ -774,17 +819,20 @@ static void unsubscribe_ours(void) {
  * yet taken, within HOOK_WINDOW of the oldest, whose grid and block equal its own and whose function
  * has its name (cuFuncGetName; not compared for a probed launch, whose instrumented copy runs). The
  * driver runs a stream's kernels in launch order, but CUPTI does not always hand their records over
- * in that order (a JAX program under jax.profiler, H200: half its kernels came out of order), so an
- * entry passed over stays for a later record, which takes the first fitting entry between the taken
+ * in that order (a JAX program under jax.profiler, H200: half its kernels came out of order): a buffer's
+ * records are joined per stream in GPU start order (convert_deferred_kernels), which is launch order, and an
+ * entry passed over stays for a record of a later buffer, which takes the first fitting entry between the taken
  * ones of lower and of higher correlation ids (a stream's launch order is its correlation order); it
  * is given up (counted in N_HOOK_SKIPPED: a launch whose record never came, or came unjoined) once it
  * is HOOK_OVERTAKEN entries behind the furthest taken one, or when the timeline stops. Like kernels
- * (same name, grid, block) of one stream may swap host times when their records come out of order,
- * or when two threads launch on one stream at once (their entries may enter the queue in the other
+ * (same name, grid, block) of one stream may swap host times when the later launch's record comes in an
+ * earlier buffer, or when two threads launch on one stream at once (their entries may enter the queue in the other
  * order than the driver's); counts per thread never change. This replaces CUPTI's launch callbacks
  * (0.3-0.5 us per launch: spec/runtime.md). */
-#define HOOK_STREAMS 256
-#define HOOK_QUEUE (1u << 16)
+#define HOOK_CHUNK 256            /* queues per chunk of the table: a chunk is added when the ones there are taken */
+#define HOOK_STREAMS 4096         /* queues at most (16 chunks) */
+#define HOOK_QUEUE (1u << 16)     /* entries of each of the first HOOK_CHUNK queues' rings (4 MiB) */
+#define HOOK_QUEUE_MORE (1u << 12) /* entries of the later queues' rings (256 KiB): memory stays bounded */
 #define HOOK_WINDOW 4096     /* entries searched from the oldest not taken */
 #define HOOK_OVERTAKEN 2048  /* an entry this far behind the furthest taken one is given up */
 typedef struct {
@@ -804,12 +852,21 @@ typedef struct {
     uint64_t head, tail;  /* entries [head, tail) wait for their record */
     uint64_t last_taken;  /* the furthest entry a record took (none at or after head: none out of order) */
     hook_entry *ring;
+    uint64_t mask;        /* ring entries - 1 (a power of two) */
 } hook_queue;
-static hook_queue hook_queues[HOOK_STREAMS];
+/* The table: chunks of HOOK_CHUNK queues, allocated as streams come and never moved or freed, so that a queue's
+ * address stays valid while other threads use it; queue i is chunk i / HOOK_CHUNK's (i % HOOK_CHUNK)-th. A chunk
+ * is published (its pointer stored) before n_hook_queues counts any queue in it (release / acquire). */
+static hook_queue *hook_chunks[HOOK_STREAMS / HOOK_CHUNK];
 static _Atomic int n_hook_queues;
+static inline hook_queue *hook_queue_at(int i) { return &hook_chunks[i / HOOK_CHUNK][i % HOOK_CHUNK]; }
 static pthread_mutex_t hook_table_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int hooks_on;
-static __thread hook_queue *last_queue;        /* this thread's latest stream: most launches hit it */
+/* this thread's recent streams' queues, direct-mapped by stream handle: most launches hit one, so the table is
+ * scanned only for a stream the thread has not launched on lately (an entry is checked against its queue's key:
+ * a queue retired and given to another stream misses) */
+#define RECENT_QUEUES 64
+static __thread hook_queue *recent_queues[RECENT_QUEUES];
 static __thread hook_entry *current_entry;     /* the launch this thread is inside (begin_probed marks it) */
 
 /* The context of a queue whose stream or context is gone: it matches no launch (a stream or context made
@@ -825,7 +882,7 @@ static int hook_queue_is(const hook_queue *q, void *ctx, void *handle, int ptsz,
 /* Under hook_table_lock, the table full: a retired queue none of whose entries waits any more, or NULL. */
 static hook_queue *hook_queue_reusable(int n) {
     for (int i = 0; i < n; i++) {
-        hook_queue *q = &hook_queues[i];
+        hook_queue *q = hook_queue_at(i);
         if (__atomic_load_n(&q->ctx, __ATOMIC_ACQUIRE) != HOOK_RETIRED) continue;
         pthread_mutex_lock(&q->lock);
         int drained = q->head == q->tail;
@@ -842,7 +899,7 @@ void neutrino_timeline_streams_gone(void *ctx, void *stream) {
     pthread_mutex_lock(&hook_table_lock);
     int n = atomic_load(&n_hook_queues);
     for (int i = 0; i < n; i++) {
-        hook_queue *q = &hook_queues[i];
+        hook_queue *q = hook_queue_at(i);
         void *of = __atomic_load_n(&q->ctx, __ATOMIC_ACQUIRE);
         if (of != HOOK_RETIRED && (stream ? q->handle == stream : !ctx || of == ctx))
             __atomic_store_n(&q->ctx, HOOK_RETIRED, __ATOMIC_RELEASE);
@@ -850,21 +907,41 @@ void neutrino_timeline_streams_gone(void *ctx, void *stream) {
     pthread_mutex_unlock(&hook_table_lock);
 }
 
+/* Under hook_table_lock: queue n of the table (its chunk added when n is the chunk's first), counted in
+ * n_hook_queues once whole; NULL when memory is short. */
+static hook_queue *hook_queue_new(int n, void *ctx, void *handle, int ptsz, uint32_t owner, uint32_t id) {
+    hook_queue **chunk = &hook_chunks[n / HOOK_CHUNK];
+    if (!*chunk) {
+        hook_queue *made = calloc(HOOK_CHUNK, sizeof *made);
+        if (!made) return NULL;
+        __atomic_store_n(chunk, made, __ATOMIC_RELEASE);
+    }
+    uint64_t entries = n < HOOK_CHUNK ? HOOK_QUEUE : HOOK_QUEUE_MORE;
+    hook_entry *ring = calloc(entries, sizeof *ring);
+    if (!ring) return NULL;
+    hook_queue *q = &(*chunk)[n % HOOK_CHUNK];
+    *q = (hook_queue){ctx, handle, ptsz, owner, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring, entries - 1};
+    atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
+    return q;
+}
+
 /* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when the table is
  * full and no retired queue is drained. The
  * per-thread default stream is one stream per thread (each its own CUPTI id): its queues are the owner's. */
 static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
     uint32_t owner = ptsz ? my_tid : 0;
-    hook_queue *q = last_queue;
+    hook_queue **recent = &recent_queues[((((uintptr_t)handle >> 4) * 0x9E3779B97F4A7C15ull) >> 58 ^ (unsigned)ptsz) &
+                                         (RECENT_QUEUES - 1)];
+    hook_queue *q = *recent;
     if (q && hook_queue_is(q, ctx, handle, ptsz, owner)) return q;
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
     for (int i = 0; i < n; i++)
-        if (hook_queue_is(&hook_queues[i], ctx, handle, ptsz, owner)) return last_queue = &hook_queues[i];
+        if (hook_queue_is(hook_queue_at(i), ctx, handle, ptsz, owner)) return *recent = hook_queue_at(i);
     pthread_mutex_lock(&hook_table_lock);
     q = NULL;
     n = atomic_load(&n_hook_queues);
     for (int i = 0; i < n && !q; i++)
-        if (hook_queue_is(&hook_queues[i], ctx, handle, ptsz, owner)) q = &hook_queues[i];
+        if (hook_queue_is(hook_queue_at(i), ctx, handle, ptsz, owner)) q = hook_queue_at(i);
     uint32_t id = 0;
     hook_queue *reused = q || n < HOOK_STREAMS ? NULL : hook_queue_reusable(n);
     if (!q && (n < HOOK_STREAMS || reused) && api.stream_id &&
@@ -874,16 +951,11 @@ static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
             q->handle = handle, q->ptsz = ptsz, q->owner = owner, q->cupti_stream = id;
             __atomic_store_n(&q->ctx, ctx, __ATOMIC_RELEASE);
         } else {
-            hook_entry *ring = calloc(HOOK_QUEUE, sizeof *ring);
-            if (ring) {
-                q = &hook_queues[n];
-                *q = (hook_queue){ctx, handle, ptsz, owner, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring};
-                atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
-            }
+            q = hook_queue_new(n, ctx, handle, ptsz, owner, id);
         }
     }
     pthread_mutex_unlock(&hook_table_lock);
-    return q ? (last_queue = q) : NULL;
+    return q ? (*recent = q) : NULL;
 }
 
 /* preload.c, at a launch hook's entry (not for a launch being captured into a graph): the entry. */
@@ -901,8 +973,8 @@ void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const u
     hook_queue *q = hook_queue_of(ctx, stream, ptsz);
     if (!q) return NULL;
     pthread_mutex_lock(&q->lock);
-    if (q->tail - q->head == HOOK_QUEUE) q->head++;  /* the oldest never got its record: overwritten */
-    hook_entry *e = &q->ring[q->tail++ & (HOOK_QUEUE - 1)];
+    if (q->tail - q->head == q->mask + 1) q->head++;  /* the oldest never got its record: overwritten */
+    hook_entry *e = &q->ring[q->tail++ & q->mask];
     e->ticks = host_ticks();
     e->token = 0;
     e->func = func;
@@ -951,7 +1023,7 @@ static int hook_entry_fits(hook_entry *e, const nt_timeline_record *r, const cha
  * HOOK_OVERTAKEN taken entries after them (or all, `all`: the stop), which are counted given up. */
 static void hook_queue_advance(hook_queue *q, uint64_t last_taken, int all) {
     while (q->head < q->tail) {
-        hook_entry *e = &q->ring[q->head & (HOOK_QUEUE - 1)];
+        hook_entry *e = &q->ring[q->head & q->mask];
         int gone = e->taken || atomic_load_explicit(&e->dead, memory_order_relaxed);
         if (!gone && !all && (q->head > last_taken || last_taken - q->head < HOOK_OVERTAKEN)) break;
         if (!gone) counts[N_HOOK_SKIPPED]++;
@@ -963,9 +1035,9 @@ static void hook_queue_advance(hook_queue *q, uint64_t last_taken, int all) {
  * first of its grid and block (the driver may name a function otherwise than CUPTI's record does). */
 static uint64_t hook_first_fit(hook_queue *q, uint64_t from, uint64_t to, const nt_timeline_record *r, const char *name) {
     uint64_t at = from;
-    while (at < to && !hook_entry_fits(&q->ring[at & (HOOK_QUEUE - 1)], r, name)) at++;
+    while (at < to && !hook_entry_fits(&q->ring[at & q->mask], r, name)) at++;
     if (at < to || !name) return at;
-    for (at = from; at < to && !hook_entry_fits(&q->ring[at & (HOOK_QUEUE - 1)], r, NULL);) at++;
+    for (at = from; at < to && !hook_entry_fits(&q->ring[at & q->mask], r, NULL);) at++;
     return at;
 }
 
@@ -977,7 +1049,7 @@ static int join_from_queue(hook_queue *q, nt_timeline_record *r, const char *nam
     uint64_t end = q->tail - q->head > HOOK_WINDOW ? q->head + HOOK_WINDOW : q->tail, lo = q->head, hi = end;
     uint32_t corr = (uint32_t)r->correlation;
     for (uint64_t i = q->head; corr && i < end && i <= q->last_taken; i++) {
-        hook_entry *e = &q->ring[i & (HOOK_QUEUE - 1)];
+        hook_entry *e = &q->ring[i & q->mask];
         if (!e->taken) continue;
         if (e->corr < corr) lo = i + 1;
         else if (hi == end) hi = i;
@@ -986,7 +1058,7 @@ static int join_from_queue(hook_queue *q, nt_timeline_record *r, const char *nam
     if (at >= hi || hi < lo) at = hook_first_fit(q, q->head, end, r, name);
     int found = at < end;
     if (found) {
-        hook_entry *e = &q->ring[at & (HOOK_QUEUE - 1)];
+        hook_entry *e = &q->ring[at & q->mask];
         r->tid = e->tid;
         r->host_ns = ticks_to_ns(e->ticks);
         uint64_t token = __atomic_load_n(&e->token, __ATOMIC_ACQUIRE);
@@ -1005,19 +1077,32 @@ static int join_from_queue(hook_queue *q, nt_timeline_record *r, const char *nam
 static void hook_queues_close(void) {
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
     for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&hook_queues[i].lock);
-        hook_queue_advance(&hook_queues[i], 0, 1);
-        pthread_mutex_unlock(&hook_queues[i].lock);
+        hook_queue *q = hook_queue_at(i);
+        pthread_mutex_lock(&q->lock);
+        hook_queue_advance(q, 0, 1);
+        pthread_mutex_unlock(&q->lock);
     }
 }
 
 /* Under tl_lock: the record's thread, host time and probed token from its launch hook's entry (the queues
- * of its CUPTI stream id: one, unless a stream handle was made again). */
+ * of its CUPTI stream id: one, unless a stream handle was made again). The queue that last joined a record of
+ * that id is tried first (a direct-mapped cache, the buffer thread's alone), then the table in order. */
 static void join_launch_hook(nt_timeline_record *r, const char *name) {
     if (!(level & L_HOOKS)) return;
+    static int queue_of_stream[256];  /* CUPTI stream id (low bits) -> queue index + 1; 0: none yet */
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
-    for (int i = 0; i < n; i++)
-        if (hook_queues[i].cupti_stream == r->stream && join_from_queue(&hook_queues[i], r, name)) return;
+    int *cached = &queue_of_stream[r->stream & 255];
+    if (*cached > 0 && *cached <= n) {
+        hook_queue *q = hook_queue_at(*cached - 1);
+        if (q->cupti_stream == r->stream && join_from_queue(q, r, name)) return;
+    }
+    for (int i = 0; i < n; i++) {
+        hook_queue *q = hook_queue_at(i);
+        if (i + 1 != *cached && q->cupti_stream == r->stream && join_from_queue(q, r, name)) {
+            *cached = i + 1;
+            return;
+        }
+    }
 }
 
 static char run_dir_kept[4096];
@@ -1076,6 +1161,76 @@ static void close_outputs(void) {
     timeline_fd = names_fd = -1;
 }
 
+/* ------------------------------------------------------------------ CUPTI's own settings */
+
+/* What CUPTI itself can be told, for measuring its cost per kernel (benchmarks/timeline_cost.py --knobs):
+ * each from its NEUTRINO_TIMELINE_* variable, none set by default (CUPTI's defaults stand; spec/runtime.md,
+ * "CUPTI settings"). Attributes are set before our buffer callbacks are registered and our kinds enabled,
+ * and read back for the `timeline` event. */
+static int kernel_kind = NT_ACT_CONCURRENT_KERNEL;  /* NEUTRINO_TIMELINE_KERNEL_RECORDS=serial: KERNEL */
+static const struct { const char *env, *name; int attr, is_size; } ATTR_SETTINGS[] = {
+    {"NEUTRINO_TIMELINE_DEVICE_BUFFER_BYTES", "device_buffer_bytes", NT_ATTR_DEVICE_BUFFER_SIZE, 1},
+    {"NEUTRINO_TIMELINE_DEVICE_BUFFERS", "device_buffers_preallocated", NT_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE, 1},
+    {"NEUTRINO_TIMELINE_DEVICE_BUFFER_LIMIT", "device_buffer_limit", NT_ATTR_DEVICE_BUFFER_POOL_LIMIT, 1},
+    {"NEUTRINO_TIMELINE_HOST_PINNED", "host_pinned", NT_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, 0},
+    {"NEUTRINO_TIMELINE_PER_THREAD_BUFFERS", "per_thread_buffers", NT_ATTR_PER_THREAD_ACTIVITY_BUFFER, 0},
+    {"NEUTRINO_TIMELINE_ZEROED_BUFFERS", "zeroed_buffers", NT_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, 0},
+};
+
+/* The unsigned number in variable `env`: 1 when set and well formed, 0 unset, -1 not a number. */
+static int env_number(const char *env, unsigned long long *value) {
+    const char *s = getenv(env);
+    if (!s || !*s) return 0;
+    char *end = NULL;
+    *value = strtoull(s, &end, 10);
+    return *end || *s == '-' ? -1 : 1;
+}
+
+/* One attribute: set from its variable when given, then read back; `name=value`, `name=error:N` (CUPTI's error
+ * setting or reading it) or `name=bad:TEXT` (the variable is not a number) appended to info. */
+static int apply_attribute(unsigned i, char *info, int len) {
+    unsigned long long want = 0;
+    int given = env_number(ATTR_SETTINGS[i].env, &want);
+    if (given < 0) return snprintf(info, len, " %s=bad:%s", ATTR_SETTINGS[i].name, getenv(ATTR_SETTINGS[i].env));
+    size_t as_size = (size_t)want, size = ATTR_SETTINGS[i].is_size ? sizeof(size_t) : 1;
+    uint8_t as_byte = want != 0;
+    void *value = ATTR_SETTINGS[i].is_size ? (void *)&as_size : (void *)&as_byte;
+    if (ATTR_SETTINGS[i].attr == NT_ATTR_ZEROED_OUT_ACTIVITY_BUFFER && given) zeroed_buffers = as_byte;
+    CUptiResult rc = given && api.set_attribute ? api.set_attribute(ATTR_SETTINGS[i].attr, &size, value) : 0;
+    if (rc == NT_CUPTI_SUCCESS) {
+        as_size = 0, as_byte = 0, size = ATTR_SETTINGS[i].is_size ? sizeof(size_t) : 1;
+        rc = api.get_attribute ? api.get_attribute(ATTR_SETTINGS[i].attr, &size, value) : 1;
+    }
+    if (rc != NT_CUPTI_SUCCESS) return snprintf(info, len, " %s=error:%d", ATTR_SETTINGS[i].name, rc);
+    return snprintf(info, len, " %s=%llu", ATTR_SETTINGS[i].name,
+                    ATTR_SETTINGS[i].is_size ? (unsigned long long)as_size : (unsigned long long)as_byte);
+}
+
+/* Every setting (before cuptiActivityRegisterCallbacks): the `cupti_settings` line of info. */
+static int apply_cupti_settings(char *info, int len) {
+    int n = snprintf(info, len, "\ncupti_settings\t");
+    const char *serial = getenv("NEUTRINO_TIMELINE_KERNEL_RECORDS");
+    kernel_kind = serial && !strcmp(serial, "serial") ? NT_ACT_KERNEL : NT_ACT_CONCURRENT_KERNEL;
+    if (n < len) n += snprintf(info + n, len - n, "kernel_records=%s", kernel_kind == NT_ACT_KERNEL ? "serial" : "concurrent");
+    unsigned long long v = 0;
+    if (env_number("NEUTRINO_TIMELINE_BUFFER_BYTES", &v) > 0)  /* 64 KiB to 1 GiB, a multiple of 8 */
+        host_buffer_bytes = (size_t)(v < (64u << 10) ? (64u << 10) : v > (1u << 30) ? (1u << 30) : v) & ~(size_t)7;
+    if (n < len) n += snprintf(info + n, len - n, " host_buffer_bytes=%zu", host_buffer_bytes);
+    for (unsigned i = 0; i < sizeof ATTR_SETTINGS / sizeof *ATTR_SETTINGS && n < len; i++)
+        n += apply_attribute(i, info + n, len - n);
+    if (env_number("NEUTRINO_TIMELINE_HW_TRACE", &v) > 0 && v && n < len) {  /* Blackwell only (CUPTI 13.0) */
+        CUptiResult rc = api.enable_hw_trace ? api.enable_hw_trace(1) : -1;
+        n += rc == NT_CUPTI_SUCCESS ? snprintf(info + n, len - n, " hw_trace=on")
+                                    : snprintf(info + n, len - n, " hw_trace=error:%d", rc);
+    }
+    if (env_number("NEUTRINO_TIMELINE_FLUSH_PERIOD_MS", &v) > 0 && n < len) {
+        CUptiResult rc = api.flush_period ? api.flush_period((uint32_t)v) : -1;
+        n += rc == NT_CUPTI_SUCCESS ? snprintf(info + n, len - n, " flush_period_ms=%llu", v)
+                                    : snprintf(info + n, len - n, " flush_period_ms=error:%d", rc);
+    }
+    return n < len ? n : len;
+}
+
 static const struct { int kind; const char *name; int required, level; } OUR_KINDS[] = {
     {NT_ACT_CONCURRENT_KERNEL, "concurrent_kernel", 1, 0}, {NT_ACT_MEMCPY, "memcpy", 0, L_COPIES},
     {NT_ACT_MEMSET, "memset", 0, L_COPIES}, {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0, L_EXT},
@@ -1099,26 +1254,30 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
         return snprintf(info, info_len, "reason\tcannot write %s/timeline.bin\n", run_dir), -1;
     }
     if (api.set_thread_id_type) api.set_thread_id_type(NT_THREAD_ID_TYPE_SYSTEM);
+    char settings[1024];
+    apply_cupti_settings(settings, sizeof settings);
     CUptiResult rc = api.register_callbacks(buffer_requested, buffer_completed);
     if (rc != NT_CUPTI_SUCCESS) {
         close_outputs();
         return snprintf(info, info_len, "reason\tcuptiActivityRegisterCallbacks failed (CUPTI error %d)\n", rc), -1;
     }
     atomic_store(&multiplexing, 1);
-    int n = snprintf(info, info_len, "library\t%s\nversion\t%u\nkinds", where.dli_fname ? where.dli_fname : "?",
-                     version);
+    int n = snprintf(info, info_len, "library\t%s\nversion\t%u%s\nkinds", where.dli_fname ? where.dli_fname : "?",
+                     version, settings);
     read_level();
     for (unsigned i = 0; i < sizeof OUR_KINDS / sizeof *OUR_KINDS; i++) {
         if (OUR_KINDS[i].level && !(level & OUR_KINDS[i].level)) continue;
-        rc = api.enable(OUR_KINDS[i].kind);
-        if (rc == NT_CUPTI_SUCCESS) our_kinds[OUR_KINDS[i].kind] = 1;
+        int kind = OUR_KINDS[i].kind == NT_ACT_CONCURRENT_KERNEL ? kernel_kind : OUR_KINDS[i].kind;
+        rc = api.enable(kind);
+        if (rc == NT_CUPTI_SUCCESS) our_kinds[kind] = 1;
         else if (OUR_KINDS[i].required) {
             close_outputs();
             atomic_store(&multiplexing, 0);  /* the program's own profiler talks to CUPTI directly again */
-            return snprintf(info, info_len, "reason\tcuptiActivityEnable(CONCURRENT_KERNEL) failed (CUPTI error %d)\n",
-                            rc), -1;
+            return snprintf(info, info_len, "reason\tcuptiActivityEnable(%s) failed (CUPTI error %d)\n",
+                            kind == NT_ACT_KERNEL ? "KERNEL" : "CONCURRENT_KERNEL", rc), -1;
         }
-        if (rc == NT_CUPTI_SUCCESS && n < info_len) n += snprintf(info + n, info_len - n, "\t%s", OUR_KINDS[i].name);
+        if (rc == NT_CUPTI_SUCCESS && n < info_len)
+            n += snprintf(info + n, info_len - n, "\t%s", kind == NT_ACT_KERNEL ? "kernel" : OUR_KINDS[i].name);
     }
     unsigned api_cbids = enable_api_records();
     if (n < info_len) n += snprintf(info + n, info_len - n, "\napi_records\t%u\nlevel\t%d", api_cbids, level);

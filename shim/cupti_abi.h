@@ -18,6 +18,15 @@ typedef int CUptiResult;  /* CUPTI_SUCCESS 0 */
 #define NT_CUPTI_SUCCESS 0
 #define NT_CUPTI_ERROR_MAX_LIMIT_REACHED 12
 #define NT_CUPTI_ERROR_INVALID_KIND 19  /* not used to decide anything: for messages */
+#define NT_CUPTI_ERROR_NOT_SUPPORTED 27  /* e.g. cuptiActivityEnableHWTrace before Blackwell */
+
+/* CUpti_ActivityAttribute values (cuptiActivitySetAttribute/GetAttribute; value type in the comment) */
+#define NT_ATTR_DEVICE_BUFFER_SIZE 0               /* size_t: bytes per device buffer of a context */
+#define NT_ATTR_DEVICE_BUFFER_POOL_LIMIT 2         /* size_t: device buffers per context at most */
+#define NT_ATTR_ZEROED_OUT_ACTIVITY_BUFFER 5       /* uint8_t: our buffers come zeroed, CUPTI does not zero them */
+#define NT_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE 6 /* size_t: device buffers allocated up front per context */
+#define NT_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED 8  /* uint8_t: those buffers in pinned host memory, not device */
+#define NT_ATTR_PER_THREAD_ACTIVITY_BUFFER 9       /* uint8_t: activity buffers per thread (set before registering) */
 
 /* CUpti_ActivityKind values */
 enum {

@@ -586,13 +586,15 @@ def test_graph_level_records_one_per_replay(tmp_path, fakes):
     assert counts["graph_replays"] == 3 and counts["kernels"] == 1
 
 
-@pytest.mark.parametrize("grids", ["4,8", "4"])
-def test_launch_hooks_join_records_out_of_launch_order(tmp_path, fakes, grids):
+@pytest.mark.parametrize("grids, buffer", [("4,8", "100000"), ("4", "100000"), ("4,8", "300"), ("4", "300")])
+def test_launch_hooks_join_records_out_of_launch_order(tmp_path, fakes, grids, buffer):
     """CUPTI can hand one stream's kernel records over out of launch order (seen with jax.profiler on the
     H200); FAKECUPTI_SWAP=1 swaps each pair. Every record still takes an entry of its own stream, none is
-    given up; with unlike grids each takes its own launch's (host times in launch order), with like
-    kernels the pair's host times may swap (each still before its kernel's start)."""
-    env = {"FAKEAPP_GRIDS": grids, "FAKECUPTI_SWAP": "1", "FAKECUPTI_BUFFER": "100000"}
+    given up. Within one buffer (100000 bytes: all of them) the records are joined per stream in GPU start
+    order, which is launch order: each takes its own launch's entry, like kernels too (before: like kernels'
+    host times swapped pairwise). Across buffers (300 bytes: one record each) unlike kernels still take their
+    own (grid and name differ), like kernels of a pair swap host times: what remains (spec/runtime.md)."""
+    env = {"FAKEAPP_GRIDS": grids, "FAKECUPTI_SWAP": "1", "FAKECUPTI_BUFFER": buffer}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "10"],
                        "--launches", "0:1", env=env)
     kernels = read_timeline(run)
@@ -602,9 +604,12 @@ def test_launch_hooks_join_records_out_of_launch_order(tmp_path, fakes, grids):
     assert len(kernels) == 10 and (kernels["host_ns"] > 0).all() and (kernels["tid"] > 0).all()
     assert counts["hook_joined"] == 12 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
     host = kernels["host_ns"].astype(np.int64)
-    if grids == "4,8":
-        assert (np.diff(host) > 0).all()
     assert len(set(host.tolist())) == 10
+    if grids == "4,8" or buffer == "100000":
+        assert (np.diff(host) > 0).all()
+    else:  # one record per buffer, like kernels: of each swapped pair (launches 1-2, 3-4, ...) the later launch's
+        # record came first and took the pair's first entry
+        assert (np.diff(host)[1::2] < 0).all() and (np.diff(host)[0::2] > 0).all()
 
 
 def test_launch_hooks_join_when_the_driver_names_functions_otherwise(tmp_path, fakes):
@@ -635,3 +640,66 @@ def test_launch_hooks_without_callbacks(tmp_path, fakes):
     counts = _one(events, "timeline_counts")
     assert counts["launch_callbacks"] == 0 and counts["hook_joined"] == 4 + 2 and counts["probed"] == 2
     assert "host_callbacks" not in _one(events, "timeline") or _one(events, "timeline")["host_callbacks"] == 0
+
+
+@pytest.mark.parametrize("knobs", ["set", "defaults", "bad"])
+def test_cupti_settings_applied_and_records_still_join(tmp_path, fakes, knobs):
+    """CUPTI's own settings (spec/runtime.md, "CUPTI settings"): each NEUTRINO_TIMELINE_* variable reaches CUPTI
+    and is read back into the `timeline` event's cupti_settings; KERNEL records (`serial`) in place of
+    CONCURRENT_KERNEL ones, 64 KiB host buffers handed out zeroed, and HW trace refused as on an H100 change
+    nothing in the join: every kernel keeps its launch's thread and host time. Unset, CUPTI's defaults are
+    reported; a variable that is not a number, or an attribute CUPTI refuses, is said so and changes nothing."""
+    env = {"FAKEAPP_GRIDS": "4,8", "FAKECUPTI_BUFFER": "1000"}
+    if knobs == "set":
+        env.update({"NEUTRINO_TIMELINE_KERNEL_RECORDS": "serial", "NEUTRINO_TIMELINE_DEVICE_BUFFER_BYTES": "8388608",
+                    "NEUTRINO_TIMELINE_DEVICE_BUFFERS": "5", "NEUTRINO_TIMELINE_DEVICE_BUFFER_LIMIT": "40",
+                    "NEUTRINO_TIMELINE_HOST_PINNED": "1", "NEUTRINO_TIMELINE_PER_THREAD_BUFFERS": "0",
+                    "NEUTRINO_TIMELINE_ZEROED_BUFFERS": "1", "NEUTRINO_TIMELINE_BUFFER_BYTES": "1000",
+                    "NEUTRINO_TIMELINE_HW_TRACE": "1", "NEUTRINO_TIMELINE_FLUSH_PERIOD_MS": "10"})
+    if knobs == "bad":
+        env.update({"NEUTRINO_TIMELINE_DEVICE_BUFFERS": "many", "NEUTRINO_TIMELINE_DEVICE_BUFFER_BYTES": "8388608",
+                    "FAKECUPTI_REFUSE_ATTR": "0"})
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env=env)
+    timeline = _one(events, "timeline")
+    settings = timeline["cupti_settings"]
+    defaults = {"kernel_records": "concurrent", "host_buffer_bytes": 4 << 20, "device_buffer_bytes": 3200000,
+                "device_buffers_preallocated": 3, "device_buffer_limit": 250, "host_pinned": 0,
+                "per_thread_buffers": 1, "zeroed_buffers": 0}
+    if knobs == "set":
+        assert settings == {"kernel_records": "serial", "host_buffer_bytes": 64 << 10, "device_buffer_bytes": 8388608,
+                            "device_buffers_preallocated": 5, "device_buffer_limit": 40, "host_pinned": 1,
+                            "per_thread_buffers": 0, "zeroed_buffers": 1, "hw_trace": "error:27",
+                            "flush_period_ms": 10}
+        assert "kernel" in timeline["kinds"] and "concurrent_kernel" not in timeline["kinds"]
+    elif knobs == "bad":
+        assert settings == {**defaults, "device_buffer_bytes": "error:1", "device_buffers_preallocated": "bad:many"}
+    else:
+        assert settings == defaults and "concurrent_kernel" in timeline["kinds"]
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    assert [int(g[0]) for g in kernels["grid"]] == [4, 8] * 3 and (kernels["tid"] > 0).all()
+    assert (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 6 + 2 and counts["hook_passed_over"] == 0 and counts["kernels"] == 6
+
+
+def test_launch_hooks_on_more_than_256_streams(tmp_path, fakes):
+    """300 streams alive at once (FAKEAPP_STREAMS=300: the NULL stream and 299 made), launches round-robin over
+    them: the table of stream queues grows past its first chunk of 256, so every launch has an entry and every
+    kernel record takes its own (before: the launches on streams past the 256th had none, their records no
+    host time)."""
+    env = {"FAKEAPP_STREAMS": "300", "FAKEAPP_GRIDS": "4,8,2"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "900"],
+                       "--launches", "0:1", env=env)
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    assert len(kernels) == 900 and len(set(kernels["stream"].tolist())) == 300
+    assert (kernels["tid"] > 0).all() and (kernels["host_ns"] > 0).all()
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    for stream in set(kernels["stream"].tolist()):  # each stream's three launches, in launch order
+        host = kernels["host_ns"][kernels["stream"] == stream].astype(np.int64)
+        assert len(host) == 3 and (np.diff(host) > 0).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 900 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0

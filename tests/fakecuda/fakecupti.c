@@ -131,12 +131,12 @@ static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned g
                           unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id);
 
 /* The streams fakecuda.c made, newest last, and their ids (13, 14, ...: one per stream made, never reused). */
-static struct { uintptr_t handle; uint32_t id; } made_streams[256];
+static struct { uintptr_t handle; uint32_t id; } made_streams[8192];
 static unsigned n_made_streams;
 
 void fakecupti_stream_made(void *stream) {
     pthread_mutex_lock(&lock);
-    if (n_made_streams < 256) made_streams[n_made_streams] = (typeof(made_streams[0])){(uintptr_t)stream, 13 + n_made_streams}, n_made_streams++;
+    if (n_made_streams < 8192) made_streams[n_made_streams] = (typeof(made_streams[0])){(uintptr_t)stream, 13 + n_made_streams}, n_made_streams++;
     pthread_mutex_unlock(&lock);
 }
 
@@ -188,11 +188,12 @@ static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned g
     const char *skip = getenv("FAKECUPTI_SKIP_KERNEL");
     int skipped = !graph_id && skip && *skip && launches == atoi(skip);
     launches += !graph_id;
-    if (enabled[NT_ACT_CONCURRENT_KERNEL] && !skipped) {
+    int kind = enabled[NT_ACT_CONCURRENT_KERNEL] ? NT_ACT_CONCURRENT_KERNEL : enabled[NT_ACT_KERNEL] ? NT_ACT_KERNEL : 0;
+    if (kind && !skipped) {
         uint8_t *k = append(&gpu_q, K_SIZE);
         uint64_t t = stamp();
         unsigned dims[6] = {gx, gy, gz, bx, by, bz};
-        nt_wr32(k, 0, NT_ACT_CONCURRENT_KERNEL);
+        nt_wr32(k, 0, (uint32_t)kind);
         nt_wr64(k, K_START, t);
         nt_wr64(k, K_END, t + 1000);
         nt_wr32(k, K_DEVICE, 0);
@@ -291,6 +292,34 @@ CUptiResult cuptiGetStreamIdEx(void *ctx, void *stream, uint8_t per_thread, uint
     return 0;
 }
 CUptiResult cuptiGetTimestamp(uint64_t *t) { *t = now_ns(); return 0; }
+
+/* Activity attributes as CUPTI 13.0 keeps them (cupti_activity.h's defaults; size_t or uint8_t values), read
+ * back by the shim for its `cupti_settings`. FAKECUPTI_REFUSE_ATTR=N: setting attribute N fails (error 1). */
+static size_t attr_value[16] = {[NT_ATTR_DEVICE_BUFFER_SIZE] = 3200000, [NT_ATTR_DEVICE_BUFFER_POOL_LIMIT] = 250,
+                                [NT_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE] = 3, [NT_ATTR_PER_THREAD_ACTIVITY_BUFFER] = 1};
+static int attr_is_byte(int attr) {
+    return attr == NT_ATTR_ZEROED_OUT_ACTIVITY_BUFFER || attr == NT_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED ||
+           attr == NT_ATTR_PER_THREAD_ACTIVITY_BUFFER;
+}
+CUptiResult cuptiActivitySetAttribute(int attr, size_t *size, void *value) {
+    const char *refuse = getenv("FAKECUPTI_REFUSE_ATTR");
+    if (attr < 0 || attr >= 16 || !size || !value || (refuse && *refuse && atoi(refuse) == attr)) return 1;
+    if (*size != (attr_is_byte(attr) ? 1 : sizeof(size_t))) return 1;
+    attr_value[attr] = attr_is_byte(attr) ? *(uint8_t *)value : *(size_t *)value;
+    return 0;
+}
+CUptiResult cuptiActivityGetAttribute(int attr, size_t *size, void *value) {
+    if (attr < 0 || attr >= 16 || !size || !value) return 1;
+    if (attr_is_byte(attr)) *(uint8_t *)value = (uint8_t)attr_value[attr], *size = 1;
+    else *(size_t *)value = attr_value[attr], *size = sizeof(size_t);
+    return 0;
+}
+/* HW trace is Blackwell's only (cupti_activity.h): refused as on an H100 unless FAKECUPTI_HW_TRACE=1. */
+CUptiResult cuptiActivityEnableHWTrace(uint8_t on) {
+    (void)on;
+    return getenv("FAKECUPTI_HW_TRACE") ? 0 : NT_CUPTI_ERROR_NOT_SUPPORTED;
+}
+CUptiResult cuptiActivityFlushPeriod(uint32_t ms) { (void)ms; return 0; }
 CUptiResult cuptiFinalize(void) { return 0; }
 
 /* FAKECUPTI_INCOMPLETE=1: a forced flush hands out the newest kernel record of its queue (other than

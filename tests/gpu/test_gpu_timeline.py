@@ -84,6 +84,9 @@ def test_eager_program_every_kernel_with_times(tmp_path):
     assert origins.get("ATen", 0) > 0 and origins.get("cuBLAS", 0) > 0, origins
     (start,) = _events(trace.path, "timeline")
     assert start["enabled"] and start["version"] >= 130000, start
+    settings = start["cupti_settings"]  # CUPTI's own settings read back (none set: its defaults)
+    print(f"cupti_settings {settings}")
+    assert settings["kernel_records"] == "concurrent" and "device_buffer_bytes" in settings, settings
     assert "kernel launch(es) ran (" in r.stderr
 
 

@@ -244,11 +244,22 @@ def start(shim_lib, trace, enabled: bool = True) -> Timeline | None:
                 clock_offset_ns=int(fields.get("clock_offset_ns", 0) or 0),
                 api_cbids=int(fields.get("api_records", 0) or 0),
                 host_callbacks=int(fields.get("host_callbacks", 0) or 0),
+                cupti_settings=parse_settings(fields.get("cupti_settings", "")),
                 **({"host_error": f"cuptiSubscribe failed (CUPTI error {fields['host_error']}): records have no host "
                                   f"time or thread"} if "host_error" in fields else {}),
                 level=os.environ.get("NEUTRINO_TIMELINE_LEVEL",
                                                                                          DEFAULT_LEVEL))
     return Timeline(shim_lib, trace.path, fields)
+
+
+def parse_settings(text: str) -> dict[str, int | str]:
+    """The shim's `cupti_settings` line (`name=value` words, spec/runtime.md "CUPTI settings"): numbers as ints;
+    `error:N` (CUPTI refused) and `bad:TEXT` (the variable is not a number) kept as text."""
+    out: dict[str, int | str] = {}
+    for word in text.split():
+        name, _, value = word.partition("=")
+        out[name] = int(value) if value.isdigit() else value
+    return out
 
 
 def parse_info(text: str) -> dict[str, str]:
