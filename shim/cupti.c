@@ -431,22 +431,22 @@ static void convert_graph_trace(const uint8_t *a) {
     hold(&r);
 }
 
-/* A buffer's kernel records outside graphs, joined to their launch hooks' entries in each stream's GPU order:
- * the driver runs one stream's kernels in launch order, so ordered by GPU start they are in launch order
- * whatever order CUPTI put them in the buffer. Under tl_lock. */
-typedef struct { uint32_t stream, corr; uint64_t start; uint8_t *rec; } kernel_ref;
+/* A buffer's kernel records outside graphs, joined to their launch hooks' entries in each stream's launch order:
+ * CUPTI numbers the launch calls (correlation ids) as they are made, so a stream's records ordered by correlation
+ * id are in its launch order whatever order CUPTI put them in the buffer. Not by GPU start: a forced flush (the
+ * program's own profiler taking CUPTI over) hands records over without GPU time, and they would sort apart from
+ * their stream's neighbours. Under tl_lock. */
+typedef struct { uint32_t stream, corr; uint8_t *rec; } kernel_ref;
 static kernel_ref *kernel_refs;
 static size_t n_kernel_refs, kernel_refs_cap;
 
 static int kernel_ref_order(const void *a, const void *b) {
     const kernel_ref *x = a, *y = b;
     if (x->stream != y->stream) return x->stream < y->stream ? -1 : 1;
-    if (x->start != y->start) return x->start < y->start ? -1 : 1;
     return (x->corr > y->corr) - (x->corr < y->corr);
 }
 
-/* Kept for the sorted join (1), or to be converted at once (0: level without hooks, a graph's node, or no memory).
- * A record without GPU time (a forced flush's, of a kernel still running: its stream's latest) sorts last. */
+/* Kept for the sorted join (1), or to be converted at once (0: level without hooks, a graph's node, or no memory). */
 static int defer_kernel(uint8_t *rec) {
     if (!(level & L_HOOKS) || nt_rd32(rec, K_GRAPH_ID)) return 0;
     if (n_kernel_refs == kernel_refs_cap) {
@@ -455,13 +455,11 @@ static int defer_kernel(uint8_t *rec) {
         if (!grown) return 0;
         kernel_refs = grown, kernel_refs_cap = cap;
     }
-    uint64_t start = nt_rd64(rec, K_START), end = nt_rd64(rec, K_END);
-    kernel_refs[n_kernel_refs++] = (kernel_ref){nt_rd32(rec, K_STREAM), nt_rd32(rec, K_CORRELATION),
-                                                start && end >= start ? start : UINT64_MAX, rec};
+    kernel_refs[n_kernel_refs++] = (kernel_ref){nt_rd32(rec, K_STREAM), nt_rd32(rec, K_CORRELATION), rec};
     return 1;
 }
 
-/* The kept records, per stream by GPU start (then correlation id): n log n in the buffer's kernels. */
+/* The kept records, per stream by correlation id: n log n in the buffer's kernels. */
 static void convert_deferred_kernels(void) {
     qsort(kernel_refs, n_kernel_refs, sizeof *kernel_refs, kernel_ref_order);
     for (size_t i = 0; i < n_kernel_refs; i++) convert_kernel(kernel_refs[i].rec);
