@@ -316,6 +316,25 @@ def test_program_forced_flush_leaves_no_kernel_without_time(tmp_path, fakes):
     assert "disable" in calls and "flush_all" in calls
 
 
+def test_untimed_records_of_a_forced_flush_keep_their_launch_order(tmp_path, fakes):
+    """FAKECUPTI_INCOMPLETE=2: the program's profiler forces a flush that hands over every other kernel record
+    untimed (start and end 0), the earliest first. The join orders a buffer's records per stream by correlation
+    id, so each record, timed or not, takes its own launch's entry: host times rise with the correlation ids.
+    (Ordered by GPU start with the untimed ones last, as a first version did, the like kernels' host times came
+    out of launch order: test_program_with_its_own_torch_profiler on the H200.)"""
+    out = tmp_path / "theirs.json"
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app_profiler.py"), str(VEC_PTX), "saxpy4",
+                                         "2", "3", "4", str(out)], "--no-graphs", env={"FAKECUPTI_INCOMPLETE": "2"})
+    every = read_timeline(run, untimed=True)
+    kernels = every[every["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    untimed = (kernels["flags"] & FLAG_NO_GPU_TIME) != 0
+    assert len(kernels) == 9 and 2 <= int(untimed.sum()) < 9
+    assert (kernels["host_ns"] > 0).all() and (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_passed_over"] == 0 and counts["no_gpu_time"] == int(untimed.sum())
+
+
 @pytest.mark.parametrize("share, level", [("1", None), ("0", None), ("0", "copies,host")])
 def test_program_subscriber_gets_the_callbacks(tmp_path, fakes, share, level):
     """A program taking CUPTI's one callback subscriber (as jax.profiler's XLA tracer and Kineto do): its
