@@ -820,16 +820,18 @@ static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
     if (!neutrino_graph_pick_has(exec, NULL)) return fn(exec, stream);
     /* only a planned graph pays the capture query (graphpick.c has no view of streams) */
     void *launch = exec, *where = ptsz && !stream ? (void *)(uintptr_t)0x2 : stream;  /* per-thread: 0x2 */
-    int why = neutrino_graph_pick_before_launch(exec, where, neutrino_graph_stream_capturing(stream, ptsz), &launch);
+    nt_pick_token token;  /* the twin chosen stays alive until its launch has returned (after_launch) */
+    int why = neutrino_graph_pick_before_launch(exec, where, neutrino_graph_stream_capturing(stream, ptsz), &launch,
+                                                &token);
     if (why) report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)why, 0);
     CUresult rc = fn(launch, stream);
     if (rc && launch != exec) {  /* the driver refused the twin: the program's graph takes the replay, switched */
-        why = neutrino_graph_pick_twin_refused(exec);
+        why = neutrino_graph_pick_twin_refused(exec, &token);
         report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)(why ? why : NT_PICK_TWIN_LOST), 0);
         launch = exec;
         rc = fn(exec, stream);
     }
-    neutrino_graph_pick_after_launch(exec, launch, where, rc == 0);
+    neutrino_graph_pick_after_launch(exec, launch, where, rc == 0, &token);
     return rc;
 }
 CUresult cuGraphLaunch(void *exec, void *stream) { return graph_launch(GH_LAUNCH, 0, exec, stream); }
