@@ -433,3 +433,37 @@ def test_the_host_waits_for_the_twin_without_the_gil(tmp_path, fakecuda, shim, m
     assert ticks >= 20, ticks  # ~400 with the GIL free, 0-2 held
     (fb,) = events(t, "graph_pick_fallback")
     assert "capturing stream" in fb["reason"] and fb["replay"] == 3
+
+
+def test_a_twin_chosen_stays_alive_until_its_launch_returns(tmp_path, fakecuda, shim, monkeypatch):
+    """Replay 1 (left out) chose the twin; before the driver reads it, another thread of the program updates the
+    executable graph, which gives the group's plans up (the twin let go) and plans again. The launch in
+    between still runs the twin it chose (no launch of a destroyed graph), and that twin is destroyed only
+    after it; the plan given up numbers that launch as made, so the device gate and the new plan go on at
+    replay 2, and every selected replay is written."""
+    monkeypatch.setenv("FAKECUDA_CHECK_DESTROYED", "1")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_DROP_IN_TWIN=1)
+    assert "dead launches 0" in said, said
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    (fb,) = events(t, "graph_pick_fallback")
+    assert "cuGraphExecUpdate" in fb["reason"] and fb["replay"] == 2
+    assert not events(t, "graph_pick_switching")
+    end = [line for line in said if line.startswith("live at end")][0].split()
+    assert end[-2:] == ["graphs", "0"]  # both twins destroyed, the first one after its launch
+
+
+def test_the_wait_for_a_twin_without_its_fence_syncs_its_context_without_the_lock(tmp_path, fakecuda, shim,
+                                                                                 monkeypatch):
+    """Replay 1 ran the twin on the second stream; the program destroys that stream with device 1's context
+    current, and the fence cannot be recorded there: the host waits for the twin's launch by synchronising
+    the twin's context (device 0's), not the thread's, and without the shim's lock (other threads launch
+    meanwhile)."""
+    for key, value in {"FAKECUDA_LOG_SYNCS": "1", "FAKECUDA_LOG_STREAM_OPS": "1", "FAKECUDA_CC": "90,90"}.items():
+        monkeypatch.setenv(key, value)
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2, GRAPH_APP_DESTROY_SECOND_AT=2,
+                                  GRAPH_APP_REFUSE_SECOND_RECORDS=1, GRAPH_APP_DESTROY_IN_OTHER_CTX=1)
+    ops = [line for line in log if line.split()[0] in ("destroy", "ctx-sync")]
+    (gone,) = [i for i, line in enumerate(ops) if line.startswith("destroy")]
+    assert ops[gone - 1] == "ctx-sync ctx=0xc0 lock=free", ops
+    eager = next(i for i, line in enumerate(log) if line.startswith("saxpy4 "))
+    assert probed(log[eager + 1:]) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
