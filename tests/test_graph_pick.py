@@ -467,3 +467,16 @@ def test_the_wait_for_a_twin_without_its_fence_syncs_its_context_without_the_loc
     assert ops[gone - 1] == "ctx-sync ctx=0xc0 lock=free", ops
     eager = next(i for i, line in enumerate(log) if line.startswith("saxpy4 "))
     assert probed(log[eager + 1:]) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+
+
+def test_a_release_that_leaves_the_context_alive_keeps_the_plans(tmp_path, fakecuda, shim, monkeypatch):
+    """The primary context retained twice (cudart's and a library's), released once before replay 5: it lives
+    on, and so do the plans and the twin (the later replays left out still run the twin, the selected ones
+    are written) and the rings. At the end every graph is destroyed, the twin included (no leak)."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_RETAIN=2, GRAPH_APP_RELEASE_AT=5)
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    assert exec_launches(said) == [(len(SELECTED), REPLAYS)]
+    end = [line for line in said if line.startswith("live at end")][0].split()
+    assert end[-2:] == ["graphs", "0"]
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_launches"] == REPLAYS - len(SELECTED)

@@ -647,6 +647,12 @@ CUresult cuEventSynchronize(void *e) {
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.004f; return 0; }
 CUresult cuEventDestroy_v2(void *e) { free(e); return 0; }
 
+/* device dev's primary context (retained: the fake keeps no count, a release never destroys it) */
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+    if (device_cc(dev) < 0) return 101;
+    *ctx = (void *)(uintptr_t)(0xC0 + 0x100 * dev);
+    return 0;
+}
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
     (void)dev;
     const char *log = getenv("FAKECUDA_LOG");
@@ -829,7 +835,7 @@ static const struct { const char *name; void *fn; } table[] = {
     E(cuGraphLaunch), E(cuGraphDestroy), E(cuGraphExecDestroy), E(cuLaunchHostFunc),
     {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2}, E(cuStreamEndCapture),
     {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
-    {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2}, E(cuDevicePrimaryCtxRetain),
 };
 static const struct { const char *name; void *fn; } ptsz[] = {
     {"cuLaunchKernel", (void *)cuLaunchKernel_ptsz}, {"cuLaunchKernelEx", (void *)cuLaunchKernelEx_ptsz},

@@ -32,8 +32,8 @@ calls cuGraphExecUpdate on the executable graph (the shim gives its plans up mea
 destroyed graphs at the end ("dead launches", with FAKECUDA_CHECK_DESTROYED=1).
 GRAPH_APP_REFUSE_SECOND_RECORDS=1: event records on the second stream fail; GRAPH_APP_DESTROY_IN_OTHER_CTX=1: the
 second stream is destroyed with device 1's context current (FAKECUDA_CC="90,90").
-GRAPH_APP_RETAIN=1: the primary context retained once more at the start (a library's retain), so that the release
-before replay GRAPH_APP_RELEASE_AT leaves it alive."""
+GRAPH_APP_RETAIN=N: the primary context retained N times at the start (N = 2: cudart's and a library's, so that
+the release before replay GRAPH_APP_RELEASE_AT leaves it alive)."""
 import ctypes as C
 import os
 import sys
@@ -124,7 +124,7 @@ def main(ptx_path, kernel, cycles, replays):
     assert cu.cuModuleLoadData(C.byref(mod), C.c_char_p(ptx)) == 0
     assert cu.cuModuleGetFunction(C.byref(fn), mod, kernel.encode()) == 0
     assert cu.cuStreamCreate(C.byref(stream), 1) == 0
-    if os.environ.get("GRAPH_APP_RETAIN"):
+    for _ in range(int(os.environ.get("GRAPH_APP_RETAIN", "0"))):  # cudart's retain, then a library's
         cu.cuDevicePrimaryCtxRetain.argtypes = [C.POINTER(P), C.c_int]
         assert cu.cuDevicePrimaryCtxRetain(C.byref(P()), 0) == 0
     launched = []  # per cycle: launches of the executable graph, and of every graph so far
