@@ -364,18 +364,29 @@ void neutrino_graph_poller_counts(uint64_t out[2]) {
     out[1] = atomic_load(&poller_frames);
 }
 
-/* The poller: drains every ring each POLL_NS while there are any; sleeps while there are none. */
+/* Between polls: POLL_NS, or NEUTRINO_GRAPH_POLL_US microseconds (benchmarks/graph_residual.py isolates the
+ * poller's share of a replay's cost with it); 0: no polling (the rings are drained only when a context goes
+ * and at exit: a ring that fills drops the replays after it, counted). */
+static long long poll_interval_ns(void) {
+    const char *v = getenv("NEUTRINO_GRAPH_POLL_US");
+    char *end = NULL;
+    long long us = v && *v ? strtoll(v, &end, 10) : -1;
+    return us < 0 || (end && *end) ? POLL_NS : us * 1000;
+}
+
+/* The poller: drains every ring each poll interval while there are any; sleeps while there are none. */
 static void *poll_rings(void *arg) {
     (void)arg;
+    long long interval = poll_interval_ns();
     pthread_mutex_lock(&rings_lock);
     while (!poller_stopped) {
-        if (!rings) {
+        if (!rings || !interval) {
             pthread_cond_wait(&rings_changed, &rings_lock);
             continue;
         }
         drain_rings(NULL, POLL_PASSES);
         pthread_mutex_unlock(&rings_lock);
-        struct timespec t = {0, POLL_NS};
+        struct timespec t = {(time_t)(interval / 1000000000), (long)(interval % 1000000000)};
         nanosleep(&t, NULL);
         pthread_mutex_lock(&rings_lock);
     }

@@ -480,3 +480,20 @@ def test_a_release_that_leaves_the_context_alive_keeps_the_plans(tmp_path, fakec
     assert end[-2:] == ["graphs", "0"]
     (pick,) = events(t, "graph_pick")
     assert pick["twin_launches"] == REPLAYS - len(SELECTED)
+
+
+def test_a_left_out_replay_on_one_stream_puts_nothing_but_the_twin_on_it(tmp_path, fakecuda, shim, monkeypatch):
+    """On one stream, the replays (left out or selected) put nothing of ours on the program's stream: no event
+    record (a fence is recorded only when the other graph's next launch goes to another stream), no wait;
+    the only driver call a left-out replay makes is the twin's cuGraphLaunch, and a selected one adds its
+    append node's arguments (host side)."""
+    monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
+    monkeypatch.setenv("FAKECUDA_LOG_STREAM_OPS", "1")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch)
+    kernels = [i for i, line in enumerate(log) if line.startswith("saxpy4 ")]
+    replays = log[kernels[1]:]  # (kernels[0]: the eager launch, its events recorded around it)
+    assert probed(replays) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    assert [line for line in replays if line.split()[0] in ("record", "wait")] == []
+    assert exec_launches(said) == [(len(SELECTED), REPLAYS)]
+    (pick,) = events(t, "graph_pick")
+    assert pick["driver_calls"] == calls == 1 + len(SELECTED) and pick["twin_waits"] == 0
