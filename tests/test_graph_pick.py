@@ -497,3 +497,25 @@ def test_a_left_out_replay_on_one_stream_puts_nothing_but_the_twin_on_it(tmp_pat
     assert exec_launches(said) == [(len(SELECTED), REPLAYS)]
     (pick,) = events(t, "graph_pick")
     assert pick["driver_calls"] == calls == 1 + len(SELECTED) and pick["twin_waits"] == 0
+
+
+def test_the_residual_table_states_each_ratio_against_its_reference():
+    """benchmarks/graph_residual.py --isolate: A / B within a process, A and B against the plain process's,
+    from synthetic runs with known answers (no GPU)."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import graph_residual
+
+    def run(a, b, a_hash="ha"):
+        return {"A": {"us": a, "mean_us": a + 1, "hash": a_hash}, "B": {"us": b, "mean_us": b, "hash": "hb"},
+                "_wall_s": 11.6, "_pick": {"twin_launches": 294, "switches": 1}}
+
+    runs = {"plain": run(12.5, 12.5) | {"_pick": {}}, "every:50 twin": run(15.0, 13.75),
+            "every:50 twin, poller off": run(12.5, 12.5, a_hash="other")}
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in
+            graph_residual.isolate_table(runs).splitlines()[2:]}
+    twin = rows["every:50 twin"]
+    assert twin[1:7] == ["15.00", "1.091", "1.200", "1.100", "16.00", "yes"] and twin[7] == "294 / 1"
+    assert rows["every:50 twin, poller off"][6] == "NO"  # an output differs from plain's
+    assert "error" in rows["every:50 switching (no twin)"][1]  # a variant that did not run says so
