@@ -1,6 +1,11 @@
 """Where a left-out graph replay's cost goes (issue 24): the twin against switching nodes, in one run.
 
     OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py [--iters 300] [--rounds 2] [--out FILE.md]
+    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py --isolate [--iters 300] [--out FILE.md]
+
+`--isolate` (below, "Isolating the residual") instead runs benchmarks/graph_residual_child.py: graph A
+probed, graph B (the same kernels under another name, `--filter _plain`) the program's own graph in the
+same process, their replays alternating, under variants that isolate the suspects.
 
 graph8 (benchmarks/overhead_workloads.py: a CUDA graph of 8 tiny Triton kernels) replayed on the GPU
 alone, one process per configuration, the configurations interleaved round by round:
@@ -83,13 +88,96 @@ def table(runs: dict[str, list[dict]]) -> str:
     return "\n".join(rows)
 
 
+# ------------------------------------------------------------ isolating the residual
+
+CHILD = Path(__file__).resolve().parent / "graph_residual_child.py"
+REPO = Path(__file__).resolve().parent.parent
+_PROBED = ["-p", "block_sched", "--filter", "_plain", "--no-timeline"]  # graph B never probed
+_EVERY = [*_PROBED, "--graphs", "--launches", "every:50"]
+# name, neutrino's arguments (None: no neutrino), environment: each isolates one suspect of the residual
+ISOLATE = [
+    ("plain", None, {}),
+    ("shim, nothing in graphs probed (--no-graphs)", [*_PROBED, "--no-graphs"], {}),
+    ("--graphs, every replay probed", [*_PROBED, "--graphs"], {}),
+    ("every:50 twin", _EVERY, {}),
+    ("every:50 twin, poller off", _EVERY, {"NEUTRINO_GRAPH_POLL_US": "0"}),
+    ("every:50 switching (no twin)", _EVERY, {"NEUTRINO_GRAPH_TWIN": "0"}),
+    ("every:50 twin, timeline on", [a for a in _EVERY if a != "--no-timeline"], {}),
+]
+
+
+def run_isolated(name: str, args: list[str] | None, env_extra: dict, iters: int, tmp: Path) -> dict:
+    """One process of graph_residual_child.py (under neutrino with `args`): its RESIDUAL_RESULT, the wall
+    seconds it took, and its graph_pick event; or {"error": ...}."""
+    import json
+    import os
+    import re
+    import subprocess
+    import time
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("OVERHEAD_GPU_ONLY", "1")
+    for key in ("NEUTRINO_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # shared: one compile
+        env.setdefault(key, str(tmp / key.lower()))
+    env.update(env_extra)
+    cmd = [sys.executable, str(CHILD), "--iters", str(iters)]
+    tracedir = tmp / re.sub(r"\W", "_", name)
+    if args is not None:
+        cmd = [sys.executable, "-m", "neutrino.runtime.start.launcher", *args, "--tracedir", str(tracedir), "--", *cmd]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESIDUAL_RESULT ")), None)
+    if r.returncode != 0 or line is None:
+        return {"error": f"rc={r.returncode}: {(r.stderr or r.stdout)[-600:]}"}
+    out = json.loads(line[len("RESIDUAL_RESULT "):])
+    out["_wall_s"] = time.monotonic() - t0
+    out["_pick"] = pick_event(str(tracedir)) if args is not None else {}
+    return out
+
+
+def isolate_table(runs: dict[str, dict]) -> str:
+    """Per variant: A's median µs per replay (under every:50, a replay left out), A / B in the same process,
+    A and B against the plain process's, A's mean, whether the outputs equal plain's, the twin's launches
+    and the switches, and the process's wall seconds."""
+    plain = runs.get("plain", {})
+    rows = ["| variant | A median µs | A / B (same process) | A / plain A | B / plain B | A mean µs | same outputs "
+            "| twin launches / switches | wall s |", "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+    ratio = (lambda v, b: f"{v / b:.3f}" if b else "—")
+    for name, _, _ in ISOLATE:
+        r = runs.get(name, {})
+        if "error" in r or "A" not in r:
+            rows.append(f"| {name} | error: {r.get('error', '?')[-200:]!r} | | | | | | | |".replace("\n", " "))
+            continue
+        a, b = r["A"], r["B"]
+        pa, pb = plain.get("A", {}).get("us"), plain.get("B", {}).get("us")
+        same = plain and a["hash"] == plain["A"]["hash"] and b["hash"] == plain["B"]["hash"]
+        pick = r.get("_pick") or {}
+        picks = f"{pick.get('twin_launches', '—')} / {pick.get('switches', '—')}" if pick else "—"
+        rows.append(f"| {name} | {a['us']:.2f} | {ratio(a['us'], b['us'])} | {ratio(a['us'], pa)} | "
+                    f"{ratio(b['us'], pb)} | {a['mean_us']:.2f} | {'yes' if same else 'NO'} | {picks} | "
+                    f"{r['_wall_s']:.0f} |")
+    return "\n".join(rows)
+
+
+def isolate(iters: int) -> str:
+    runs = {}
+    with tempfile.TemporaryDirectory() as td:
+        for name, args, env_extra in ISOLATE:
+            runs[name] = run_isolated(name, args, env_extra, iters, Path(td))
+            r = runs[name]
+            print(f"{name}: {r.get('A', {}).get('us', r.get('error', '?'))}", file=sys.stderr, flush=True)
+    return isolate_table(runs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--isolate", action="store_true", help="graph A probed beside graph B unprobed, per variant")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    report = table(run(args.iters, args.rounds)) + "\n"
+    report = (isolate(args.iters) if args.isolate else table(run(args.iters, args.rounds))) + "\n"
     print(report)
     if args.out:
         Path(args.out).write_text(report)

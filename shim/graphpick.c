@@ -24,11 +24,13 @@
  * launches it for every replay left out; the program's executable graph stays probed (untagged, append
  * nodes enabled) and runs only the selected replays. No switch, no disabled node: a left-out replay is
  * the program's own graph, topology included. Launches stay in the program's order: each launch of one
- * of the two after a launch of the other on another stream waits for it (an event of ours, recorded
- * right after a launch when the next replay is predicted to take the other graph, else at the latest
- * before its stream is destroyed or starts capturing). The program's changes to its executable graph
- * (kernel, memcpy, memset, host, child, event node parameters; node enables) are applied to the twin
- * too; a change that cannot be, and graphs that cannot be cloned (memory alloc/free nodes, conditional
+ * of the two after a launch of the other on another stream waits for it (an event of ours, recorded on
+ * that stream when the wait needs it, right after the launch on the per-thread stream, else at the latest
+ * before its stream is destroyed or starts capturing: on one stream nothing of ours is added). A launch
+ * that chose the twin holds it until its cuGraphLaunch returns (the plan may be given up by another thread
+ * meanwhile), and the host's waits for a twin's last launch run outside the lock. The program's changes to
+ * its executable graph (kernel, memcpy, memset, host, child, event node parameters; node enables) are
+ * applied to the twin too; a change that cannot be, and graphs that cannot be cloned (memory alloc/free nodes, conditional
  * nodes) or instantiated twice, leave the plan switching nodes as below (Python writes a
  * `graph_pick_switching` event).
  *
@@ -76,6 +78,7 @@ typedef struct {
  * nodes' device state), and the append kernel's runs among them (the state's counter). */
 typedef struct {
     uint64_t replays, runs;
+    uint64_t inflight, inflight_runs;  /* launches chosen by a plan, not yet returned (numbered next), selected */
 } nt_pick_group;
 
 typedef struct {
@@ -92,6 +95,25 @@ typedef struct {
 
 enum { K_CAPTURED, K_PROBED, K_ORIGINAL };  /* what the plan's kernel nodes run now */
 
+/* One twin (its executable graph, the clone it was made from, the event that orders launches of the two
+ * graphs) with its uses: a launch that chose it under picks_lock launches it after the lock is let go, and
+ * another thread may give the plan up in between; the twin is destroyed when the plan has let it go
+ * (`gone`: TWIN_*) and no use is left, by whoever ends the last one. */
+typedef struct nt_twin {
+    void *exec, *graph, *fence, *ctx;
+    int users;  /* under picks_lock */
+    int gone;
+} nt_twin;
+
+/* A twin let go or waited for under picks_lock, finished outside it (twin_finish): wait for `fence`
+ * (recorded after the twin's last launch), or without one synchronise the twin's context; then end
+ * the use held on `twin` (NULL: none), destroying it when that was its last. */
+typedef struct {
+    nt_twin *twin;
+    void *fence;
+    int sync_ctx;
+} twin_job;
+
 typedef struct nt_pick_plan {
     void *exec;
     void *graph;      /* the captured graph its node handles belong to (kept until the plan goes) */
@@ -105,12 +127,12 @@ typedef struct nt_pick_plan {
     int appends_on;   /* the append nodes are enabled */
     int host_args;    /* the append nodes' arguments say host = 1, with `skip` below */
     uint64_t skip;
-    int picked;       /* the launch in progress is selected */
+    void *ctx;        /* the graph's context */
     /* the twin (NULL: switching): the program's graph as it made it, launched for the replays left out */
-    void *plain, *plain_graph;   /* its executable graph, and the clone it was made from (node handles) */
-    void *fence;                 /* orders a launch of one of the two after the other's on another stream */
-    void *last, *last_stream;    /* the executable graph launched last (exec or plain), and its stream */
-    int fenced;                  /* the fence was recorded after that launch */
+    struct nt_twin *twin;
+    void *last, *last_stream;    /* the executable graph launched last (exec or the twin's), and its stream */
+    int fenced;                  /* the twin's fence was recorded after that launch */
+    twin_job job;                /* what is left to do for a twin let go under picks_lock (twin_finish) */
 } nt_pick_plan;
 
 /* Graphs the program destroyed while a plan still switches nodes by their handles (PyTorch destroys
@@ -173,6 +195,8 @@ static struct {
     CUresult (*wait)(void *, void *, unsigned);
     CUresult (*capture_mode)(int *);
     CUresult (*ctx_sync)(void);
+    CUresult (*ctx_get)(void **);
+    CUresult (*ctx_set)(void *);
     int loaded;
 } tw;
 
@@ -185,7 +209,8 @@ static int load_twin(void) {
                  TW(graph_destroy, "cuGraphDestroy") & TW(ev_create, "cuEventCreate") &
                  TW(ev_destroy, "cuEventDestroy_v2") & TW(ev_record, "cuEventRecord") &
                  TW(ev_sync, "cuEventSynchronize") & TW(wait, "cuStreamWaitEvent") &
-                 TW(capture_mode, "cuThreadExchangeStreamCaptureMode") & TW(ctx_sync, "cuCtxSynchronize");
+                 TW(capture_mode, "cuThreadExchangeStreamCaptureMode") & TW(ctx_sync, "cuCtxSynchronize") &
+                 TW(ctx_get, "cuCtxGetCurrent") & TW(ctx_set, "cuCtxSetCurrent");
         tw.loaded = ok ? 1 : -1;
     }
     return tw.loaded == 1;
@@ -303,56 +328,105 @@ static int twin_build(nt_pick_plan *p, unsigned long long flags) {
     }
     if (!why && (tw.instantiate(&plain, clone, flags & TWIN_FLAGS_KEPT) || !plain)) why = TWIN_INSTANTIATE;
     if (!why && (tw.ev_create(&fence, EVENT_DISABLE_TIMING) || !fence)) why = TWIN_EVENT;
+    nt_twin *t = why ? NULL : calloc(1, sizeof *t);
+    if (!why && !t) why = TWIN_EVENT;
     if (why) {
+        if (fence) tw.ev_destroy(fence);
         if (plain) tw.exec_destroy(plain);
         tw.graph_destroy(clone);
         return why;
     }
-    p->plain = plain, p->plain_graph = clone, p->fence = fence;
+    t->exec = plain, t->graph = clone, t->fence = fence, t->ctx = p->ctx;
+    p->twin = t;
     atomic_fetch_add(&twins_live, 1);
     return TWIN_ON;
 }
 
-/* The launch after which nothing of ours must run unordered: when the twin was launched last, the host
- * waits for that launch (the fence, recorded now if it was not: its stream is alive and not capturing,
- * see neutrino_graph_pick_stream_event), with this thread's capture mode relaxed. Called before the
- * program's graph takes every replay again (the twin goes). Under picks_lock. */
-static void twin_settle(nt_pick_plan *p) {
-    if (!p->plain || p->last != p->plain) return;
-    int mode = CAPTURE_MODE_RELAXED;
-    tw.capture_mode(&mode);
-    /* (another thread's per-thread stream is not this thread's to record on) */
-    if (!p->fenced && p->last_stream != PER_THREAD_STREAM) p->fenced = tw.ev_record(p->fence, p->last_stream) == 0;
-    if (!p->fenced || tw.ev_sync(p->fence)) tw.ctx_sync();  /* no fence: everything of the context */
-    tw.capture_mode(&mode);
+enum { TWIN_KEPT, TWIN_LEFT, TWIN_DESTROYED, TWIN_SETTLED };  /* how the twin goes (KEPT: it stays) */
+
+static void twin_destroy(nt_twin *t) {
+    if (t->gone != TWIN_LEFT) {  /* TWIN_LEFT: its handles went with the context */
+        tw.exec_destroy(t->exec);  /* freed by CUDA when a launch in flight completes */
+        tw.graph_destroy(t->graph);
+        tw.ev_destroy(t->fence);
+    }
+    free(t);
 }
 
-enum { TWIN_LEFT, TWIN_DESTROYED, TWIN_SETTLED };  /* how the twin goes */
+/* One use of `t` ends: the twin to destroy now (outside picks_lock), or NULL. Under picks_lock. */
+static nt_twin *twin_unuse(nt_twin *t) {
+    return t && --t->users == 0 && t->gone ? t : NULL;
+}
 
-/* The twin goes: TWIN_SETTLED when the program's graph takes every replay from now on (after the twin's
- * last launch, twin_settle), TWIN_DESTROYED when no replay follows (the program destroyed its graph),
- * TWIN_LEFT when the context is going and takes it (no driver call). Under picks_lock. */
-static void twin_free(nt_pick_plan *p, int how) {
-    if (!p->plain) return;
-    if (how == TWIN_SETTLED) twin_settle(p);
-    if (how != TWIN_LEFT) {
-        tw.exec_destroy(p->plain);  /* freed by CUDA when a launch in flight completes */
-        tw.graph_destroy(p->plain_graph);
-        tw.ev_destroy(p->fence);
+/* The host waits until the twin's last launch is done (job->fence, else the twin's whole context,
+ * made current for the synchronisation: the thread's own may be another), with this thread's capture
+ * mode relaxed; then the job's use of the twin ends. Without picks_lock: other threads launch meanwhile. */
+static void twin_finish(twin_job *job) {
+    nt_twin *t = job->twin;
+    if (!t) return;
+    if (job->fence || job->sync_ctx) {
+        int mode = CAPTURE_MODE_RELAXED;
+        tw.capture_mode(&mode);
+        if (!job->fence || tw.ev_sync(job->fence)) {
+            void *current = NULL;
+            int own = tw.ctx_get(&current) == 0;
+            if (own && (current == t->ctx || tw.ctx_set(t->ctx) == 0)) {
+                tw.ctx_sync();
+                if (current != t->ctx) tw.ctx_set(current);
+            }
+        }
+        tw.capture_mode(&mode);
     }
-    p->plain = p->plain_graph = p->fence = NULL;
+    pthread_mutex_lock(&picks_lock);
+    nt_twin *gone = twin_unuse(t);
+    pthread_mutex_unlock(&picks_lock);
+    if (gone) twin_destroy(gone);
+    memset(job, 0, sizeof *job);
+}
+
+/* A job that waits for the twin's last launch, when the twin ran last (its fence recorded now if it was
+ * not: its stream is alive and not capturing, see neutrino_graph_pick_stream_event; another thread's
+ * per-thread stream is not ours to record on). Holds a use of the twin. Under picks_lock. */
+static twin_job twin_wait_job(nt_pick_plan *p) {
+    twin_job job = {NULL, NULL, 0};
+    nt_twin *t = p->twin;
+    if (!t || !p->last || p->last != t->exec) return job;
+    if (!p->fenced && p->last_stream != PER_THREAD_STREAM) p->fenced = tw.ev_record(t->fence, p->last_stream) == 0;
+    t->users++;
+    job.twin = t;
+    job.fence = p->fenced ? t->fence : NULL;
+    job.sync_ctx = !p->fenced;
+    return job;
+}
+
+/* The plan lets its twin go (`how`: TWIN_SETTLED when the program's graph takes every replay from now on,
+ * after the twin's last launch; TWIN_DESTROYED when no replay follows; TWIN_LEFT when the context is going
+ * and takes it, no driver call). What is left to do goes to p->job: the caller runs twin_finish after
+ * letting picks_lock go (a twin a launch still uses is destroyed by that launch). Under picks_lock. */
+static void twin_let_go(nt_pick_plan *p, int how) {
+    nt_twin *t = p->twin;
+    if (!t) return;
+    twin_job job = how == TWIN_SETTLED ? twin_wait_job(p) : (twin_job){NULL, NULL, 0};
+    if (!job.twin) {  /* nothing to wait for: the job holds the use that destroys it, unless a launch does */
+        t->users++;
+        job.twin = t;
+    }
+    t->gone = how;
+    p->twin = NULL;
     p->last = p->last_stream = NULL;
+    p->job = job;  /* (a plan has one twin: its job is empty until now) */
     atomic_fetch_sub(&twins_live, 1);
 }
 
 /* Before launching `handle` (the program's graph or the twin) on `stream`: after the other one's launch
- * on another stream, wait for it. 0: the driver refused the event or the wait. Under picks_lock. */
+ * on another stream, wait for it (the fence recorded on that stream now, if it was not after the launch).
+ * 0: the driver refused the event or the wait. Under picks_lock. */
 static int twin_order(nt_pick_plan *p, void *handle, void *stream) {
     if (!p->last || handle == p->last || (stream == p->last_stream && stream != PER_THREAD_STREAM)) return 1;
-    if (!p->fenced && (p->last_stream == PER_THREAD_STREAM || tw.ev_record(p->fence, p->last_stream))) return 0;
+    if (!p->fenced && (p->last_stream == PER_THREAD_STREAM || tw.ev_record(p->twin->fence, p->last_stream))) return 0;
     p->fenced = 1;
     atomic_fetch_add(&twin_fences, 1);
-    return tw.wait(stream, p->fence, 0) == 0;
+    return tw.wait(stream, p->twin->fence, 0) == 0;
 }
 
 /* Host-chosen replays for executable graph `exec` of the captured graph `graph`, in context `ctx`,
@@ -373,8 +447,8 @@ int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, ui
         plan_free(p);
         return 0;
     }
-    p->exec = exec, p->graph = graph, p->group = group, p->start = start, p->stop = stop, p->every = every;
-    p->nkernels = nkernels, p->nappends = nappends, p->appends_on = 1;
+    p->exec = exec, p->graph = graph, p->ctx = ctx, p->group = group, p->start = start, p->stop = stop;
+    p->every = every, p->nkernels = nkernels, p->nappends = nappends, p->appends_on = 1;
     for (int i = 0; i < nkernels; i++) {
         const nt_pick_kernel_desc *d = &kernels[i];
         const nt_pick_args *a = d->args;
@@ -405,13 +479,16 @@ int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, ui
     p->next = plans;
     plans = p;
     if (stale) {
-        twin_free(stale, TWIN_DESTROYED);
+        twin_let_go(stale, TWIN_DESTROYED);
         release_graph(stale->graph);
-        plan_free(stale);
     } else {
         atomic_fetch_add(&plans_live, 1);
     }
     pthread_mutex_unlock(&picks_lock);
+    if (stale) {
+        twin_finish(&stale->job);
+        plan_free(stale);
+    }
     return 1;
 }
 
@@ -450,7 +527,8 @@ static int set_append_args(nt_pick_plan *p, uint64_t skip, int host) {
 /* The nodes as the next replay needs them (`want`: selected). Driver calls only where it changes. */
 static int put_state(nt_pick_plan *p, int want) {
     if (want) {
-        uint64_t skip = p->group->replays - p->group->runs;
+        nt_pick_group *g = p->group;
+        uint64_t skip = g->replays + g->inflight - g->runs - g->inflight_runs;
         if (p->kernels_run != K_PROBED) {
             atomic_fetch_add(&pick_switches, 1);
             if (!set_kernels(p, K_PROBED)) return 0;
@@ -469,77 +547,104 @@ static int selects(const nt_pick_plan *p, uint64_t r) {
     return r >= p->start && r < p->stop && (r - p->start) % p->every == 0;
 }
 
-/* The twin goes, the plan stays and switches nodes from the next replay on (the program changed its
- * graph in a way the twin could not follow). Under picks_lock. */
-static void twin_demote(nt_pick_plan *p) {
-    twin_free(p, TWIN_SETTLED);
-}
-
 /* Before a launch of `exec` on `stream` (`capturing`: into a stream being captured, asked by the caller
  * only for a planned graph): `*launch` is what to launch (exec, or its twin for a replay left out),
- * its nodes as this replay needs them. 0: done, or not a planned graph; else why the host cannot
- * choose (NT_PICK_*: the caller reports it; Python gives the plan up with neutrino_graph_pick_drop
- * before the launch, or for NT_PICK_TWIN_LOST notes that the plan switches nodes from now on). */
-int neutrino_graph_pick_before_launch(void *exec, void *stream, int capturing, void **launch) {
+ * its nodes as this replay needs them; `*token` what the launch took (neutrino_graph_pick_after_launch
+ * gives it back). 0: done, or not a planned graph; else why the host cannot choose (NT_PICK_*: the caller
+ * reports it; Python gives the plan up with neutrino_graph_pick_drop before the launch, or for
+ * NT_PICK_TWIN_LOST notes that the plan switches nodes from now on). */
+int neutrino_graph_pick_before_launch(void *exec, void *stream, int capturing, void **launch, nt_pick_token *token) {
     *launch = exec;
+    memset(token, 0, sizeof *token);
     if (!atomic_load_explicit(&plans_live, memory_order_relaxed)) return 0;
     int why = 0;
+    twin_job job = {NULL, NULL, 0};
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan *p = *plan_slot(exec);
-    if (p) {
-        if (capturing) {
-            why = NT_PICK_CAPTURED;  /* the graph becomes a child node of another: its copy runs as captured */
-        } else {
-            p->picked = selects(p, p->group->replays);
-            void *handle = p->plain && !p->picked ? p->plain : exec;
-            if (p->plain && !twin_order(p, handle, stream)) {  /* unordered: no twin from here on */
-                twin_demote(p);
-                why = NT_PICK_TWIN_LOST;
-                handle = exec;
-            }
-            if (handle == exec && !put_state(p, p->picked)) why = NT_PICK_FAILED;
-            *launch = handle;
+    if (p && capturing) {
+        why = NT_PICK_CAPTURED;  /* the graph becomes a child node of another: its copy runs as captured */
+    } else if (p) {
+        int picked = selects(p, p->group->replays + p->group->inflight);
+        void *handle = p->twin && !picked ? p->twin->exec : exec;
+        if (p->twin && !twin_order(p, handle, stream)) {  /* unordered: no twin from here on */
+            twin_let_go(p, TWIN_SETTLED);
+            job = p->job;
+            memset(&p->job, 0, sizeof p->job);
+            why = NT_PICK_TWIN_LOST;
+            handle = exec;
         }
+        if (handle == exec && !put_state(p, picked)) why = NT_PICK_FAILED;
+        if (why != NT_PICK_FAILED) {  /* a launch the plan numbers (a failed one is the device gate's) */
+            p->group->inflight++, p->group->inflight_runs += (uint64_t)picked;
+            token->group = p->group, token->picked = picked;
+            if (handle != exec) p->twin->users++, token->twin = p->twin;
+        }
+        *launch = handle;
     }
     pthread_mutex_unlock(&picks_lock);
+    twin_finish(&job);  /* the twin's last launch done before the program's graph takes the replay */
     return why;
 }
 
-/* After the launch of `launched_handle` on `stream` (`launched`: it was enqueued): the replay is
- * counted, and the append kernel's run. With a twin, the fence is recorded right away when the next
- * replay is predicted to take the other graph, or the stream is the per-thread one (another thread's
- * launch could not record on it). */
-void neutrino_graph_pick_after_launch(void *exec, void *launched_handle, void *stream, int launched) {
-    if (!atomic_load_explicit(&plans_live, memory_order_relaxed) || !launched) return;
+/* After the launch of `launched_handle` on `stream` (`launched`: it was enqueued), with the token its
+ * neutrino_graph_pick_before_launch gave: the replay is counted, and the append kernel's run; a twin let
+ * go meanwhile is finished here (its launch waited for first when the program's graph takes the replays
+ * after it). The twin's fence is recorded after the launch only on the per-thread stream (another
+ * thread's launch could not record there); on another stream, only when a launch of the other graph
+ * on another stream needs it (twin_order). */
+void neutrino_graph_pick_after_launch(void *exec, void *launched_handle, void *stream, int launched,
+                                      nt_pick_token *token) {
+    if (!token->group) return;
+    twin_job job = {NULL, NULL, 0};
     pthread_mutex_lock(&picks_lock);
+    nt_pick_group *g = token->group;
+    g->inflight--, g->inflight_runs -= (uint64_t)token->picked;
+    if (launched) g->replays++, g->runs += (uint64_t)token->picked;
     nt_pick_plan *p = *plan_slot(exec);
-    if (p) {
-        p->group->replays++;
-        p->group->runs += (uint64_t)p->picked;
+    nt_twin *t = token->twin;
+    if (launched) {
         atomic_fetch_add(&pick_launches, 1);
-        if (p->plain && launched_handle == p->plain) atomic_fetch_add(&twin_launches, 1);
-        if (p->plain) {
-            p->last = launched_handle, p->last_stream = stream, p->fenced = 0;
-            void *next = selects(p, p->group->replays) ? exec : p->plain;
-            if (next != launched_handle || stream == PER_THREAD_STREAM)
-                p->fenced = tw.ev_record(p->fence, stream) == 0;
-        }
+        if (t) atomic_fetch_add(&twin_launches, 1);
+    }
+    if (launched && p && p->twin && (launched_handle == exec || launched_handle == p->twin->exec)) {
+        p->last = launched_handle, p->last_stream = stream, p->fenced = 0;
+        if (stream == PER_THREAD_STREAM) p->fenced = tw.ev_record(p->twin->fence, stream) == 0;
+    }
+    if (t && t->gone == TWIN_SETTLED && launched) {  /* let go while this launch was made: wait for it */
+        job.twin = t, job.sync_ctx = 1;
+        if (tw.ev_record(t->fence, stream) == 0) job.fence = t->fence;
+    } else if (t) {
+        job.twin = t;  /* this launch's use ends */
     }
     pthread_mutex_unlock(&picks_lock);
+    token->twin = NULL, token->group = NULL;
+    twin_finish(&job);
 }
 
-/* The driver refused to launch the twin of `exec` (nothing of it ran): the twin goes, and the replay
- * runs the program's graph, its nodes as the replay needs them. 0: ready (or no plan any more: the
- * nodes are as captured); NT_PICK_FAILED: the host cannot choose (the caller reports it). */
-int neutrino_graph_pick_twin_refused(void *exec) {
+/* The driver refused to launch the twin of `exec` (nothing of it ran; `token`: what the launch took, given
+ * back here): the twin goes, and the replay runs the program's graph, its nodes as the replay needs them
+ * (the token is the program's graph's launch from now on). 0: ready (or no plan any more: the nodes are
+ * as captured); NT_PICK_FAILED: the host cannot choose (the caller reports it). */
+int neutrino_graph_pick_twin_refused(void *exec, nt_pick_token *token) {
     int why = 0;
+    twin_job job = {token->twin, NULL, 0}, settle = {NULL, NULL, 0};  /* the refused launch's use ends */
+    token->twin = NULL;
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan *p = *plan_slot(exec);
     if (p) {
-        twin_demote(p);
-        if (!put_state(p, p->picked)) why = NT_PICK_FAILED;
+        twin_let_go(p, TWIN_SETTLED);
+        settle = p->job;
+        memset(&p->job, 0, sizeof p->job);
+        if (!put_state(p, token->picked)) why = NT_PICK_FAILED;
+    }
+    nt_pick_group *g = token->group;
+    if (why && g) {  /* the device gate's replay */
+        g->inflight--, g->inflight_runs -= (uint64_t)token->picked;
+        token->group = NULL;
     }
     pthread_mutex_unlock(&picks_lock);
+    twin_finish(&job);
+    twin_finish(&settle);
     return why;
 }
 
@@ -553,18 +658,25 @@ static const char stream_gone;
  * the next launch of the other graph waits for it wherever it goes, that stream's handle included. */
 void neutrino_graph_pick_stream_event(void *stream) {
     if (!atomic_load_explicit(&twins_live, memory_order_relaxed)) return;
-    pthread_mutex_lock(&picks_lock);
-    for (nt_pick_plan *p = plans; p; p = p->next) {
-        if (!p->plain || !p->last || p->last_stream != stream) continue;
-        if (p->fenced || tw.ev_record(p->fence, stream) == 0) {
-            p->fenced = 1;
-            p->last_stream = STREAM_GONE;
-        } else {  /* the host waits for that launch instead: nothing to order after any more */
-            twin_settle(p);
-            p->last = NULL;
+    for (int again = 1; again;) {
+        again = 0;
+        twin_job job = {NULL, NULL, 0};
+        pthread_mutex_lock(&picks_lock);
+        for (nt_pick_plan *p = plans; p && !again; p = p->next) {
+            if (!p->twin || !p->last || p->last_stream != stream) continue;
+            if (p->fenced || tw.ev_record(p->twin->fence, stream) == 0) {
+                p->fenced = 1;
+                p->last_stream = STREAM_GONE;
+            } else {  /* the host waits for that launch instead (its context): nothing to order after any more */
+                p->twin->users++;
+                job.twin = p->twin, job.sync_ctx = p->last == p->twin->exec;
+                p->last = NULL;
+                again = 1;
+            }
         }
+        pthread_mutex_unlock(&picks_lock);
+        twin_finish(&job);
     }
-    pthread_mutex_unlock(&picks_lock);
 }
 
 /* The program changed node `node` of its executable graph `exec`: where `exec` has a twin, the same
@@ -573,14 +685,20 @@ void neutrino_graph_pick_stream_event(void *stream) {
 int neutrino_graph_pick_mirror(void *exec, void *node, int (*apply)(void *twin, void *node, void *arg), void *arg) {
     if (!atomic_load_explicit(&twins_live, memory_order_relaxed)) return 1;
     int ok = 1;
+    twin_job job = {NULL, NULL, 0};
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan *p = *plan_slot(exec);
-    if (p && p->plain) {
+    if (p && p->twin) {
         void *twin_node = NULL;
-        ok = tw.find(&twin_node, node, p->plain_graph) == 0 && apply(p->plain, twin_node, arg) == 0;
-        if (!ok) twin_demote(p);
+        ok = tw.find(&twin_node, node, p->twin->graph) == 0 && apply(p->twin->exec, twin_node, arg) == 0;
+        if (!ok) {
+            twin_let_go(p, TWIN_SETTLED);
+            job = p->job;
+            memset(&p->job, 0, sizeof p->job);
+        }
     }
     pthread_mutex_unlock(&picks_lock);
+    twin_finish(&job);
     return ok;
 }
 
@@ -631,7 +749,7 @@ static void release_graph(void *graph) {
 static nt_pick_plan *unlink_plan(void *exec) {
     nt_pick_plan **slot = plan_slot(exec), *p = *slot;
     if (p) {
-        twin_free(p, TWIN_DESTROYED);  /* the program destroyed its graph: no replay follows */
+        twin_let_go(p, TWIN_DESTROYED);  /* the program destroyed its graph: no replay follows */
         *slot = p->next;
         atomic_fetch_sub(&plans_live, 1);
         release_graph(p->graph);
@@ -639,27 +757,31 @@ static nt_pick_plan *unlink_plan(void *exec) {
     return p;
 }
 
-/* The executable graph is destroyed: its plan goes, no driver call. */
+/* The executable graph is destroyed: its plan goes, no driver call but its twin's destruction. */
 void neutrino_graph_pick_forget(void *exec) {
     if (!atomic_load_explicit(&plans_live, memory_order_relaxed)) return;
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan *p = unlink_plan(exec);
     pthread_mutex_unlock(&picks_lock);
-    if (p) plan_free(p);
+    if (p) {
+        twin_finish(&p->job);
+        plan_free(p);
+    }
 }
 
-/* A context is going away: every plan goes, without a driver call (the graphs kept for them are left
- * to the context: destroying one now could touch freed memory). */
+/* A context is going away: every plan goes, without a driver call (the graphs kept for them, and the
+ * twins, are left to the context: destroying one now could touch freed memory). */
 void neutrino_graph_pick_forget_all(void) {
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan *p = plans;
     kept_graph *k = kept;
     plans = NULL, kept = NULL;
     atomic_store(&plans_live, 0);
+    for (nt_pick_plan *q = p; q; q = q->next) twin_let_go(q, TWIN_LEFT);
     pthread_mutex_unlock(&picks_lock);
     while (p) {
         nt_pick_plan *next = p->next;
-        twin_free(p, TWIN_LEFT);  /* its handles go with the context */
+        twin_finish(&p->job);  /* no driver call: frees the twin's record unless a launch still holds it */
         plan_free(p);
         p = next;
     }
@@ -673,24 +795,27 @@ void neutrino_graph_pick_forget_all(void) {
 /* Give the plan of `exec` up, and every plan of its group (their executable graphs share the nodes'
  * device state: once one runs on the device gate, the host no longer sees every replay it numbers):
  * every node as captured (probed, reading the gate), the append nodes enabled and numbering the next
- * replay `*next_replay` (skip = the replays left out so far, host = 0). Returns 0 when there was no
- * plan, 1 when restored, -1 when a driver call failed (the nodes may be left in either state: the
- * program's results are the same, the probe's may be missing). */
+ * replay `*next_replay` (skip = the replays left out so far, host = 0; launches chosen by a plan and in
+ * flight on other threads count as made). Returns 0 when there was no plan, 1 when restored, -1 when a
+ * driver call failed (the nodes may be left in either state: the program's results are the same, the
+ * probe's may be missing). The host waits for the twins' last launches after letting picks_lock go. */
 int neutrino_graph_pick_drop(void *exec, uint64_t *next_replay) {
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan *p = *plan_slot(exec), *gone = NULL;
     nt_pick_group *group = p ? p->group : NULL;
     int ok = p ? 1 : 0;
-    if (group) *next_replay = group->replays;
+    uint64_t next = group ? group->replays + group->inflight : 0;
+    if (group) *next_replay = next;
     for (nt_pick_plan **slot = &plans; group && *slot;) {
         p = *slot;
         if (p->group != group) {
             slot = &p->next;
             continue;
         }
-        twin_free(p, TWIN_SETTLED);  /* the program's graph takes every replay: after the twin's last launch */
+        twin_let_go(p, TWIN_SETTLED);  /* the program's graph takes every replay: after the twin's last launch */
         /* the switches first: the graph whose node handles they use may go with the plan */
-        int restored = set_kernels(p, K_CAPTURED) & set_append_args(p, group->replays - group->runs, 0);
+        uint64_t skip = next - group->runs - group->inflight_runs;
+        int restored = set_kernels(p, K_CAPTURED) & set_append_args(p, skip, 0);
         if (!(restored & set_appends(p, 1))) ok = -1;
         *slot = p->next;
         atomic_fetch_sub(&plans_live, 1);
@@ -701,6 +826,7 @@ int neutrino_graph_pick_drop(void *exec, uint64_t *next_replay) {
     pthread_mutex_unlock(&picks_lock);
     while (gone) {
         p = gone->next;
+        twin_finish(&gone->job);
         plan_free(gone);
         gone = p;
     }

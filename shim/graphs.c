@@ -364,18 +364,29 @@ void neutrino_graph_poller_counts(uint64_t out[2]) {
     out[1] = atomic_load(&poller_frames);
 }
 
-/* The poller: drains every ring each POLL_NS while there are any; sleeps while there are none. */
+/* Between polls: POLL_NS, or NEUTRINO_GRAPH_POLL_US microseconds (benchmarks/graph_residual.py isolates the
+ * poller's share of a replay's cost with it); 0: no polling (the rings are drained only when a context goes
+ * and at exit: a ring that fills drops the replays after it, counted). */
+static long long poll_interval_ns(void) {
+    const char *v = getenv("NEUTRINO_GRAPH_POLL_US");
+    char *end = NULL;
+    long long us = v && *v ? strtoll(v, &end, 10) : -1;
+    return us < 0 || (end && *end) ? POLL_NS : us * 1000;
+}
+
+/* The poller: drains every ring each poll interval while there are any; sleeps while there are none. */
 static void *poll_rings(void *arg) {
     (void)arg;
+    long long interval = poll_interval_ns();
     pthread_mutex_lock(&rings_lock);
     while (!poller_stopped) {
-        if (!rings) {
+        if (!rings || !interval) {
             pthread_cond_wait(&rings_changed, &rings_lock);
             continue;
         }
         drain_rings(NULL, POLL_PASSES);
         pthread_mutex_unlock(&rings_lock);
-        struct timespec t = {0, POLL_NS};
+        struct timespec t = {(time_t)(interval / 1000000000), (long)(interval % 1000000000)};
         nanosleep(&t, NULL);
         pthread_mutex_lock(&rings_lock);
     }
@@ -820,16 +831,18 @@ static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
     if (!neutrino_graph_pick_has(exec, NULL)) return fn(exec, stream);
     /* only a planned graph pays the capture query (graphpick.c has no view of streams) */
     void *launch = exec, *where = ptsz && !stream ? (void *)(uintptr_t)0x2 : stream;  /* per-thread: 0x2 */
-    int why = neutrino_graph_pick_before_launch(exec, where, neutrino_graph_stream_capturing(stream, ptsz), &launch);
+    nt_pick_token token;  /* the twin chosen stays alive until its launch has returned (after_launch) */
+    int why = neutrino_graph_pick_before_launch(exec, where, neutrino_graph_stream_capturing(stream, ptsz), &launch,
+                                                &token);
     if (why) report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)why, 0);
     CUresult rc = fn(launch, stream);
     if (rc && launch != exec) {  /* the driver refused the twin: the program's graph takes the replay, switched */
-        why = neutrino_graph_pick_twin_refused(exec);
+        why = neutrino_graph_pick_twin_refused(exec, &token);
         report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)(why ? why : NT_PICK_TWIN_LOST), 0);
         launch = exec;
         rc = fn(exec, stream);
     }
-    neutrino_graph_pick_after_launch(exec, launch, where, rc == 0);
+    neutrino_graph_pick_after_launch(exec, launch, where, rc == 0, &token);
     return rc;
 }
 CUresult cuGraphLaunch(void *exec, void *stream) { return graph_launch(GH_LAUNCH, 0, exec, stream); }

@@ -58,7 +58,7 @@ enum {
     H_MODULE_GET_FUNCTION, H_LIBRARY_GET_KERNEL, H_KERNEL_GET_FUNCTION, H_LIBRARY_GET_MODULE,
     H_MODULE_UNLOAD, H_LIBRARY_UNLOAD,
     H_LAUNCH, H_LAUNCH_PTSZ, H_LAUNCH_EX, H_LAUNCH_EX_PTSZ, H_LAUNCH_COOP, H_LAUNCH_COOP_PTSZ,
-    H_CTX_DESTROY, H_PRIMARY_RELEASE, H_PRIMARY_RESET, H_STREAM_DESTROY,
+    H_CTX_DESTROY, H_PRIMARY_RELEASE, H_PRIMARY_RESET, H_STREAM_DESTROY, H_PRIMARY_RETAIN,
     H_COUNT
 };
 
@@ -72,6 +72,7 @@ static const char *const hook_names[H_COUNT] = {
     "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
     "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
     "cuCtxDestroy_v2", "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxReset_v2", "cuStreamDestroy_v2",
+    "cuDevicePrimaryCtxRetain",
 };
 
 static void *hook_fns[H_COUNT]; /* our wrappers, filled in by init_hook_table */
@@ -737,18 +738,42 @@ static int primary_ctx_active(int dev) {
     return !fn || fn(dev, &flags, &active) != 0 || active;
 }
 
+/* The primary contexts' retains the shim has seen, less their releases, per device: a release with more than
+ * one left does not destroy the context (a library's retain/release pair while cudart holds it). A retain
+ * made where the shim does not see it only makes a release look like the last (the teardown then runs as
+ * for a destroyed context: safe); a reset counts none. */
+#define PRIMARY_DEVICES 64
+static _Atomic long primary_refs[PRIMARY_DEVICES];
+static __thread int release_keeps_context;  /* the teardown in progress is of a release that keeps it */
+
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+    CUresult (*fn)(void **, int) = REAL(H_PRIMARY_RETAIN, CUresult(*)(void **, int));
+    CUresult rc = fn ? fn(ctx, dev) : CU_NOT_FOUND;
+    if (rc == 0 && dev >= 0 && dev < PRIMARY_DEVICES) atomic_fetch_add(&primary_refs[dev], 1);
+    return rc;
+}
+
+/* 1 while the teardown callback runs for a primary-context release that leaves the context alive: what
+ * lives as long as the context (graphs' plans and rings: neutrino/runtime/cudagraphs) is kept. */
+int neutrino_teardown_keeps_context(void) { return release_keeps_context; }
+
 /* A primary context destroyed (its last release, or a reset) may be made again with the same handle: every
  * queue of the timeline's is retired (a stream's next launch asks CUPTI its id again). A release that leaves
  * it alive (a library's retain/release pair) retires nothing. */
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+    int counted = dev >= 0 && dev < PRIMARY_DEVICES;
+    release_keeps_context = counted && atomic_load(&primary_refs[dev]) > 1;
     before_teardown();
+    release_keeps_context = 0;
     CUresult (*fn)(int) = REAL(H_PRIMARY_RELEASE, CUresult(*)(int));
     CUresult rc = fn ? fn(dev) : CU_NOT_FOUND;
+    if (rc == 0 && counted && atomic_load(&primary_refs[dev]) > 0) atomic_fetch_sub(&primary_refs[dev], 1);
     if (rc == 0 && !primary_ctx_active(dev)) neutrino_timeline_streams_gone(NULL, NULL);
     return rc;
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(int dev) {
+    if (dev >= 0 && dev < PRIMARY_DEVICES) atomic_store(&primary_refs[dev], 0);
     before_teardown();
     neutrino_timeline_streams_gone(NULL, NULL);
     CUresult (*fn)(int) = REAL(H_PRIMARY_RESET, CUresult(*)(int));
@@ -771,6 +796,7 @@ static void *wrapper_for(const char *symbol, int version, cuuint64_t flags) {
     if (!strcmp(symbol, "cuStreamDestroy")) return version >= 4000 ? hook_fns[H_STREAM_DESTROY] : NULL;
     if (!strcmp(symbol, "cuDevicePrimaryCtxRelease")) return version >= 11000 ? hook_fns[H_PRIMARY_RELEASE] : NULL;
     if (!strcmp(symbol, "cuDevicePrimaryCtxReset")) return version >= 11000 ? hook_fns[H_PRIMARY_RESET] : NULL;
+    if (!strcmp(symbol, "cuDevicePrimaryCtxRetain")) return hook_fns[H_PRIMARY_RETAIN];
     for (int i = H_MODULE_LOAD; i < H_COUNT; i++)
         if (!strcmp(symbol, hook_names[i])) return hook_fns[i];
     return NULL;
@@ -817,7 +843,7 @@ static void init_hook_table(void) {
         (void *)cuLaunchKernel, (void *)cuLaunchKernel_ptsz, (void *)cuLaunchKernelEx, (void *)cuLaunchKernelEx_ptsz,
         (void *)cuLaunchCooperativeKernel, (void *)cuLaunchCooperativeKernel_ptsz,
         (void *)cuCtxDestroy_v2, (void *)cuDevicePrimaryCtxRelease_v2, (void *)cuDevicePrimaryCtxReset_v2,
-        (void *)cuStreamDestroy_v2,
+        (void *)cuStreamDestroy_v2, (void *)cuDevicePrimaryCtxRetain,
     };
     memcpy(hook_fns, t, sizeof t);
 }

@@ -433,3 +433,89 @@ def test_the_host_waits_for_the_twin_without_the_gil(tmp_path, fakecuda, shim, m
     assert ticks >= 20, ticks  # ~400 with the GIL free, 0-2 held
     (fb,) = events(t, "graph_pick_fallback")
     assert "capturing stream" in fb["reason"] and fb["replay"] == 3
+
+
+def test_a_twin_chosen_stays_alive_until_its_launch_returns(tmp_path, fakecuda, shim, monkeypatch):
+    """Replay 1 (left out) chose the twin; before the driver reads it, another thread of the program updates the
+    executable graph, which gives the group's plans up (the twin let go) and plans again. The launch in
+    between still runs the twin it chose (no launch of a destroyed graph), and that twin is destroyed only
+    after it; the plan given up numbers that launch as made, so the device gate and the new plan go on at
+    replay 2, and every selected replay is written."""
+    monkeypatch.setenv("FAKECUDA_CHECK_DESTROYED", "1")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_DROP_IN_TWIN=1)
+    assert "dead launches 0" in said, said
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    (fb,) = events(t, "graph_pick_fallback")
+    assert "cuGraphExecUpdate" in fb["reason"] and fb["replay"] == 2
+    assert not events(t, "graph_pick_switching")
+    end = [line for line in said if line.startswith("live at end")][0].split()
+    assert end[-2:] == ["graphs", "0"]  # both twins destroyed, the first one after its launch
+
+
+def test_the_wait_for_a_twin_without_its_fence_syncs_its_context_without_the_lock(tmp_path, fakecuda, shim,
+                                                                                 monkeypatch):
+    """Replay 1 ran the twin on the second stream; the program destroys that stream with device 1's context
+    current, and the fence cannot be recorded there: the host waits for the twin's launch by synchronising
+    the twin's context (device 0's), not the thread's, and without the shim's lock (other threads launch
+    meanwhile)."""
+    for key, value in {"FAKECUDA_LOG_SYNCS": "1", "FAKECUDA_LOG_STREAM_OPS": "1", "FAKECUDA_CC": "90,90"}.items():
+        monkeypatch.setenv(key, value)
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2, GRAPH_APP_DESTROY_SECOND_AT=2,
+                                  GRAPH_APP_REFUSE_SECOND_RECORDS=1, GRAPH_APP_DESTROY_IN_OTHER_CTX=1)
+    ops = [line for line in log if line.split()[0] in ("destroy", "ctx-sync")]
+    (gone,) = [i for i, line in enumerate(ops) if line.startswith("destroy")]
+    assert ops[gone - 1] == "ctx-sync ctx=0xc0 lock=free", ops
+    eager = next(i for i, line in enumerate(log) if line.startswith("saxpy4 "))
+    assert probed(log[eager + 1:]) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+
+
+def test_a_release_that_leaves_the_context_alive_keeps_the_plans(tmp_path, fakecuda, shim, monkeypatch):
+    """The primary context retained twice (cudart's and a library's), released once before replay 5: it lives
+    on, and so do the plans and the twin (the later replays left out still run the twin, the selected ones
+    are written) and the rings. At the end every graph is destroyed, the twin included (no leak)."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_RETAIN=2, GRAPH_APP_RELEASE_AT=5)
+    assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    assert exec_launches(said) == [(len(SELECTED), REPLAYS)]
+    end = [line for line in said if line.startswith("live at end")][0].split()
+    assert end[-2:] == ["graphs", "0"]
+    (pick,) = events(t, "graph_pick")
+    assert pick["twin_launches"] == REPLAYS - len(SELECTED)
+
+
+def test_a_left_out_replay_on_one_stream_puts_nothing_but_the_twin_on_it(tmp_path, fakecuda, shim, monkeypatch):
+    """On one stream, the replays (left out or selected) put nothing of ours on the program's stream: no event
+    record (a fence is recorded only when the other graph's next launch goes to another stream), no wait;
+    the only driver call a left-out replay makes is the twin's cuGraphLaunch, and a selected one adds its
+    append node's arguments (host side)."""
+    monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
+    monkeypatch.setenv("FAKECUDA_LOG_STREAM_OPS", "1")
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch)
+    kernels = [i for i, line in enumerate(log) if line.startswith("saxpy4 ")]
+    replays = log[kernels[1]:]  # (kernels[0]: the eager launch, its events recorded around it)
+    assert probed(replays) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    assert [line for line in replays if line.split()[0] in ("record", "wait")] == []
+    assert exec_launches(said) == [(len(SELECTED), REPLAYS)]
+    (pick,) = events(t, "graph_pick")
+    assert pick["driver_calls"] == calls == 1 + len(SELECTED) and pick["twin_waits"] == 0
+
+
+def test_the_residual_table_states_each_ratio_against_its_reference():
+    """benchmarks/graph_residual.py --isolate: A / B within a process, A and B against the plain process's,
+    from synthetic runs with known answers (no GPU)."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import graph_residual
+
+    def run(a, b, a_hash="ha"):
+        return {"A": {"us": a, "mean_us": a + 1, "hash": a_hash}, "B": {"us": b, "mean_us": b, "hash": "hb"},
+                "_wall_s": 11.6, "_pick": {"twin_launches": 294, "switches": 1}}
+
+    runs = {"plain": run(12.5, 12.5) | {"_pick": {}}, "every:50 twin": run(15.0, 13.75),
+            "every:50 twin, poller off": run(12.5, 12.5, a_hash="other")}
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in
+            graph_residual.isolate_table(runs).splitlines()[2:]}
+    twin = rows["every:50 twin"]
+    assert twin[1:7] == ["15.00", "1.091", "1.200", "1.100", "16.00", "yes"] and twin[7] == "294 / 1"
+    assert rows["every:50 twin, poller off"][6] == "NO"  # an output differs from plain's
+    assert "error" in rows["every:50 switching (no twin)"][1]  # a variant that did not run says so

@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,7 +196,7 @@ typedef struct Node {
     int probed_params;
     int disabled;              /* cuGraphNodeSetEnabled(exec, node, 0): the exec's copy runs as an empty node */
 } Node;
-typedef struct { Node *nodes; unsigned n, cap; long launches; int from_clone; } Graph;
+typedef struct { Node *nodes; unsigned n, cap; long launches; int from_clone, dead; } Graph;
 static void *cap_stream;       /* the one stream being captured (or NULL) */
 static int cap_mode;           /* 0 global, 1 thread-local, 2 relaxed */
 static Graph *cap_graph;
@@ -280,7 +281,35 @@ CUresult cuStreamUpdateCaptureDependencies(void *s, void **deps, size_t n, unsig
     return 0;
 }
 CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = thread_mode; thread_mode = *mode; *mode = old; return 0; }
-CUresult cuCtxSynchronize(void) { return alloc_refused() ? 900 : 0; }
+/* FAKECUDA_LOG_SYNCS=1: each context synchronisation in the log, with the context current and whether the
+ * shim's graph-pick lock was free meanwhile (another thread asks the shim about a graph; "held": it had to
+ * wait more than 300 ms) */
+static void *ask_the_shim(void *arg) {
+    (void)arg;
+    int (*has)(void *, void *) = (int (*)(void *, void *))dlsym(RTLD_DEFAULT, "neutrino_graph_pick_has");
+    if (has) has(NULL, NULL);
+    return NULL;
+}
+static const char *pick_lock_state(void) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, ask_the_shim, NULL)) return "unknown";
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 300000000;
+    if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+    if (pthread_timedjoin_np(t, NULL, &until) == 0) return "free";
+    pthread_detach(t);
+    return "held";
+}
+CUresult cuCtxSynchronize(void) {
+    const char *log = getenv("FAKECUDA_LOG");
+    if (log && getenv("FAKECUDA_LOG_SYNCS")) {
+        const char *lock = pick_lock_state();
+        FILE *fh = fopen(log, "a");
+        if (fh) { fprintf(fh, "ctx-sync ctx=%p lock=%s\n", (void *)current_ctx, lock); fclose(fh); }
+    }
+    return alloc_refused() ? 900 : 0;
+}
 CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) {
     Node *nd = capture(s, N_HOST);
     if (nd) { nd->a = (void *)fn; nd->b = data; return 0; }
@@ -416,10 +445,16 @@ CUresult cuGraphClone(void **clone, void *graph) {
     *clone = c;
     return 0;
 }
+/* FAKECUDA_CHECK_DESTROYED=1: a destroyed graph's memory is kept, marked, so that a launch of it is seen
+ * (counted, refused: fakecuda_dead_launches) rather than reading freed memory */
+static long dead_launches;
+long fakecuda_dead_launches(void) { return dead_launches; }
 static void free_graph(Graph *g) {
     for (unsigned k = 1; k <= nclones; k++)
         if (clones[k] == g) clones[k] = NULL;
-    free(g->nodes); free(g); graph_nodes_live--;
+    graph_nodes_live--;
+    if (getenv("FAKECUDA_CHECK_DESTROYED")) { g->dead = 1; return; }
+    free(g->nodes); free(g);
 }
 /* The clone's node of `node` (a node of the graph it was cloned from: its position). */
 CUresult cuGraphNodeFindInClone(void **out, void *node, void *clone) {
@@ -465,8 +500,18 @@ long fakecuda_graph_launches(void) { return all_graph_launches; }
 CUresult cuGraphDestroy(void *graph) { free_graph(graph); return 0; }
 CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
+/* fakecuda_on_clone_launch(fn): fn() runs once, at the start of the first launch of an executable graph made
+ * from a clone (a twin), before the fake reads it: another thread of the program acts in that window */
+static void (*clone_launch_hook)(void);
+void fakecuda_on_clone_launch(void (*fn)(void)) { clone_launch_hook = fn; }
 CUresult cuGraphLaunch(void *exec, void *stream) {
     Graph *e = exec;
+    if (clone_launch_hook && !e->dead && e->from_clone) {
+        void (*fn)(void) = clone_launch_hook;
+        clone_launch_hook = NULL;
+        fn();
+    }
+    if (e->dead) { dead_launches++; return 400; }  /* CUDA_ERROR_INVALID_HANDLE */
     /* FAKECUDA_REFUSE_CLONE_LAUNCH=1: an executable graph of a clone is refused at launch (out of memory
      * for its first upload, say), nothing run */
     if (e->from_clone && getenv("FAKECUDA_REFUSE_CLONE_LAUNCH")) return 2;
@@ -582,7 +627,14 @@ static uint64_t fake_now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = calloc(1, 8); return 0; }
-CUresult cuEventRecord(void *e, void *s) { log_stream_op("record", s, e); *(uint64_t *)e = fake_now_ns(); return 0; }
+static void *records_refused_on;  /* fakecuda_refuse_records_on(s): event records on stream s fail */
+void fakecuda_refuse_records_on(void *s) { records_refused_on = s; }
+CUresult cuEventRecord(void *e, void *s) {
+    if (s && s == records_refused_on) return 1;
+    log_stream_op("record", s, e);
+    *(uint64_t *)e = fake_now_ns();
+    return 0;
+}
 CUresult cuEventQuery(void *e) {
     const char *d = getenv("FAKECUDA_EVENT_DELAY_MS");
     if (d && fake_now_ns() < *(uint64_t *)e + (uint64_t)atoi(d) * 1000000ull) return 600; /* NOT_READY */
@@ -595,6 +647,12 @@ CUresult cuEventSynchronize(void *e) {
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.004f; return 0; }
 CUresult cuEventDestroy_v2(void *e) { free(e); return 0; }
 
+/* device dev's primary context (retained: the fake keeps no count, a release never destroys it) */
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+    if (device_cc(dev) < 0) return 101;
+    *ctx = (void *)(uintptr_t)(0xC0 + 0x100 * dev);
+    return 0;
+}
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
     (void)dev;
     const char *log = getenv("FAKECUDA_LOG");
@@ -777,7 +835,7 @@ static const struct { const char *name; void *fn; } table[] = {
     E(cuGraphLaunch), E(cuGraphDestroy), E(cuGraphExecDestroy), E(cuLaunchHostFunc),
     {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2}, E(cuStreamEndCapture),
     {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
-    {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2}, E(cuDevicePrimaryCtxRetain),
 };
 static const struct { const char *name; void *fn; } ptsz[] = {
     {"cuLaunchKernel", (void *)cuLaunchKernel_ptsz}, {"cuLaunchKernelEx", (void *)cuLaunchKernelEx_ptsz},

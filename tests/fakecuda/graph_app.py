@@ -26,7 +26,14 @@ Prints, per cycle, the launches of the executable graph and of all graphs ("exec
 GRAPH_APP_PTSZ=1: the captures are of the per-thread default stream (the _ptsz entry points' NULL), and three
 eager launches before and after them say how many capture-status queries they cost. Prints the fake driver's
 cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), and with
-FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switch ("fork child", -1: hung)."""
+FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switch ("fork child", -1: hung).
+GRAPH_APP_DROP_IN_TWIN=1: when a twin's first launch starts in the fake driver, another thread of the program
+calls cuGraphExecUpdate on the executable graph (the shim gives its plans up meanwhile); prints the launches of
+destroyed graphs at the end ("dead launches", with FAKECUDA_CHECK_DESTROYED=1).
+GRAPH_APP_REFUSE_SECOND_RECORDS=1: event records on the second stream fail; GRAPH_APP_DESTROY_IN_OTHER_CTX=1: the
+second stream is destroyed with device 1's context current (FAKECUDA_CC="90,90").
+GRAPH_APP_RETAIN=N: the primary context retained N times at the start (N = 2: cudart's and a library's, so that
+the release before replay GRAPH_APP_RELEASE_AT leaves it alive)."""
 import ctypes as C
 import os
 import sys
@@ -117,10 +124,16 @@ def main(ptx_path, kernel, cycles, replays):
     assert cu.cuModuleLoadData(C.byref(mod), C.c_char_p(ptx)) == 0
     assert cu.cuModuleGetFunction(C.byref(fn), mod, kernel.encode()) == 0
     assert cu.cuStreamCreate(C.byref(stream), 1) == 0
+    for _ in range(int(os.environ.get("GRAPH_APP_RETAIN", "0"))):  # cudart's retain, then a library's
+        cu.cuDevicePrimaryCtxRetain.argtypes = [C.POINTER(P), C.c_int]
+        assert cu.cuDevicePrimaryCtxRetain(C.byref(P()), 0) == 0
     launched = []  # per cycle: launches of the executable graph, and of every graph so far
     second = P()  # GRAPH_APP_STREAMS=2: odd replays launched on a second stream
     if os.environ.get("GRAPH_APP_STREAMS") == "2":
         assert cu.cuStreamCreate(C.byref(second), 1) == 0
+        if os.environ.get("GRAPH_APP_REFUSE_SECOND_RECORDS"):
+            cu.fakecuda_refuse_records_on.argtypes = [P]
+            cu.fakecuda_refuse_records_on(second)
     vals = [C.c_uint64(i) for i in range(4)]
     params = (P * 4)(*[C.addressof(v) for v in vals])
     assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0  # eager: builds the probed code
@@ -174,6 +187,14 @@ def main(ptx_path, kernel, cycles, replays):
                 assert cu.cuGraphClone(C.byref(twin_source), graph) == 0
             assert cu.cuGraphInstantiateWithFlags(C.byref(twin), twin_source, 0) == 0
         remade = False
+        if os.environ.get("GRAPH_APP_DROP_IN_TWIN"):
+            def update_from_another_thread():
+                other = threading.Thread(target=lambda: cu.cuGraphExecUpdate_v2(exe, graph, None))
+                other.start()
+                other.join()
+            hook = C.CFUNCTYPE(None)(update_from_another_thread)
+            cu.fakecuda_on_clone_launch.argtypes = [C.c_void_p]
+            cu.fakecuda_on_clone_launch(C.cast(hook, C.c_void_p))
         ticks, ticker = [0], None
         if os.environ.get("GRAPH_APP_TICKER"):  # another Python thread of the program, counting every ms
             def tick():
@@ -205,7 +226,12 @@ def main(ptx_path, kernel, cycles, replays):
             if r == int(os.environ.get("GRAPH_APP_DESTROY_SECOND_AT", "-1")):
                 cu.cuStreamDestroy_v2.argtypes = [P]
                 gone = second.value
+                other_ctx = bool(os.environ.get("GRAPH_APP_DESTROY_IN_OTHER_CTX"))
+                if other_ctx:
+                    assert cu.cuCtxSetCurrent(P(0x1C0)) == 0
                 assert cu.cuStreamDestroy_v2(second) == 0
+                if other_ctx:
+                    assert cu.cuCtxSetCurrent(P(0xC0)) == 0
                 second = P()
                 if os.environ.get("GRAPH_APP_REMAKE_SECOND"):  # made again (its handle may come back)
                     assert cu.cuStreamCreate(C.byref(second), 1) == 0
@@ -233,6 +259,8 @@ def main(ptx_path, kernel, cycles, replays):
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
     for own, every in launched:
         say("exec launches", own, every)
+    cu.fakecuda_dead_launches.restype = C.c_long
+    say("dead launches", cu.fakecuda_dead_launches())
     say("pick calls", cu.fakecuda_pick_calls())
     if os.environ.get("FAKECUDA_FORK_IN_SWITCH"):
         cu.fakecuda_fork_status.restype = C.c_long

@@ -560,8 +560,12 @@ class GraphProbes:
 
     def forget_all(self) -> None:
         """A context is going away: its graphs' memory goes with it. Each ring is drained and let
-        go first (its counters kept); nothing is read or freed later under a stale address."""
+        go first (its counters kept); nothing is read or freed later under a stale address. A release of the
+        primary context that leaves it alive (a library's retain/release pair) keeps everything: the plans
+        and twins, the rings, their polling."""
         self.drain()
+        if replay_select.teardown_keeps_context(self.sink):
+            return
         with self._lock:
             live = {id(g): g for g in self._unfreed_groups()}
             for node in [n for g in live.values() for n in g.nodes if n.record is not None]:

@@ -171,6 +171,18 @@ class ReplayPicker:
                 "twin_launches": int(out[3]), "twin_waits": int(out[4])}
 
 
+def teardown_keeps_context(sink) -> bool:
+    """Whether the context teardown in progress is a primary-context release that leaves the context alive
+    (shim/preload.c counts the retains it sees): the graphs' plans and rings live as long as the context."""
+    shim_path = getattr(sink, "shim_path", None)
+    if not shim_path:
+        return False
+    try:
+        return bool(C.CDLL(shim_path).neutrino_teardown_keeps_context())
+    except (OSError, AttributeError):  # an older shim: every teardown destroys the context
+        return False
+
+
 def picker_for(sink) -> ReplayPicker | None:
     """The picker for a graph sink: with the native shim, when `--launches` leaves replays out."""
     shim_path = getattr(sink, "shim_path", None)

@@ -1,0 +1,92 @@
+"""The program benchmarks/graph_residual.py runs (`--isolate`), plain and under neutrino.
+
+Two CUDA graphs of 8 tiny Triton kernels each (graph8's shape: 256 blocks of 4 warps, ~2 µs a kernel),
+identical but for the kernel's name: graph A runs `stream_kernel`, graph B `stream_kernel_plain`. Under
+`neutrino ... --filter _plain` graph A is probed (and sampled) while graph B, captured in the same process
+with the shim loaded, is the program's own graph, never planned: B is the plain reference measured in
+the same process, beside A. The replays alternate A, B, A, B ...; each is timed with CUDA events on the
+GPU alone (OVERHEAD_GPU_ONLY's sleep before it: overhead_workloads.timed_loop's protocol). Prints one
+line `RESIDUAL_RESULT {json}`: per graph the median and mean µs per replay and the outputs' hash.
+
+    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual_child.py [--iters 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from overhead_workloads import digest, gpu_only_sleep_cycles, stream_kernel  # noqa: E402
+
+
+@triton.jit
+def stream_kernel_plain(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """stream_kernel under another name (graph B's: `--filter _plain` leaves it unprobed)."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x * 2.0 + y, mask=mask)
+
+
+def capture(kernel, x, y, n: int):
+    """(graph, outputs): 8 launches of `kernel` captured after one eager launch (Triton's compile)."""
+    outs = [torch.empty_like(x) for _ in range(8)]
+    grid = (triton.cdiv(n, 1024),)
+    kernel[grid](x, y, outs[0], n, BLOCK=1024)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for out in outs:
+            kernel[grid](x, y, out, n, BLOCK=1024)
+    return graph, outs
+
+
+def alternate(graphs: dict, iters: int, warmup: int = 5) -> dict[str, list[float]]:
+    """µs per replay of each graph, replayed in turn `iters` times each, every replay timed on the GPU alone."""
+    for _ in range(warmup):
+        for g in graphs.values():
+            g.replay()
+    torch.cuda.synchronize()
+    cycles = gpu_only_sleep_cycles()
+    times: dict[str, list[float]] = {name: [] for name in graphs}
+    for _ in range(iters):
+        for name, g in graphs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(cycles)
+            a.record()
+            g.replay()
+            b.record()
+            torch.cuda.synchronize()
+            times[name].append(a.elapsed_time(b) * 1e3)
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=300)
+    args = ap.parse_args()
+    os.environ.setdefault("OVERHEAD_GPU_ONLY", "1")
+    n = 256 * 1024
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.rand(n, device="cuda", generator=gen)
+    y = torch.rand(n, device="cuda", generator=gen)
+    graph_a, outs_a = capture(stream_kernel, x, y, n)
+    graph_b, outs_b = capture(stream_kernel_plain, x, y, n)
+    times = alternate({"A": graph_a, "B": graph_b}, args.iters)
+    result = {name: {"us": statistics.median(t), "mean_us": statistics.mean(t)} for name, t in times.items()}
+    result["A"]["hash"], result["B"]["hash"] = digest(*outs_a), digest(*outs_b)
+    print("RESIDUAL_RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
