@@ -169,16 +169,18 @@ class Runtime:
         return self.registry.functions
 
     def on_module(self, kind: str, handle: int, image: bytes | None, path: str | None = None, image_addr: int = 0,
-                  read_seconds: float = 0.0) -> None:
-        """`read_seconds`: what copying the image out of the program took (hooks.read_image)."""
+                  read_seconds: float = 0.0, examined: bool = True) -> None:
+        """`read_seconds`: what copying the image out of the program took (hooks.read_image), or deciding
+        from its headers that -k selects none of its kernels (`examined` False, `image` None: hooks.py)."""
         with self.phases.phase("module_ptx"):
-            self._add_module(kind, handle, image, path, image_addr)
+            self._add_module(kind, handle, image, path, image_addr, examined)
         self.phases.add("module_ptx", read_seconds, runs=0)
 
-    def _add_module(self, kind: str, handle: int, image: bytes | None, path: str | None, image_addr: int) -> None:
+    def _add_module(self, kind: str, handle: int, image: bytes | None, path: str | None, image_addr: int,
+                    examined: bool = True) -> None:
         started = time.perf_counter()  # the events' `seconds`: our host work on the load (cross-rank own work)
         self._unload_retired()  # before forgetting more: what is retired now waits for the next call
-        rec, reason, compiled, replaced = self.registry.add_module(kind, handle, image, path, image_addr)
+        rec, reason, compiled, replaced = self.registry.add_module(kind, handle, image, path, image_addr, examined)
         if replaced is not None:  # the handle's old module was unloaded where we did not see it
             self._forget(replaced, "handle_reused")
         if not rec.examined:  # -k can select none of its kernels (name_filter.py): no PTX, no origin looked for

@@ -163,13 +163,54 @@ def read_image(addr: int) -> tuple[bytes, int]:
     raise ValueError("fatbin wrapper points at another wrapper")
 
 
+def unselectable_fatbin(addr: int, literals: tuple[bytes, ...]) -> bool:
+    """Whether the image at `addr` is a fatbin (or a wrapper of one) of which -k can select no kernel,
+    decided from its entries' headers and uncompressed payloads read in place
+    (name_filter.fatbin_may_hold_selected): a SASS-only library image (ATen, cuBLAS: megabytes of
+    compressed SASS) is then neither copied nor walked again (issue 29, nothing probed). Any other
+    image, or one that does not read as a fatbin: False (copied and examined as before)."""
+    try:
+        return _unselectable_fatbin(addr, literals)
+    except Exception:  # noqa: BLE001 - unreadable headers: read_image and the registry report it
+        return False
+
+
+def _unselectable_fatbin(addr: int, literals: tuple[bytes, ...]) -> bool:
+    from neutrino.runtime.modules import fatbin
+    from neutrino.runtime.modules.name_filter import fatbin_may_hold_selected
+
+    kind = _MAGICS.get(C.string_at(addr, 4))
+    if kind == "wrapper":
+        addr = fatbin.parse_fatbin_wrapper(C.string_at(addr, fatbin.FATBIN_WRAPPER_SIZE)).fatbin_address
+        kind = _MAGICS.get(C.string_at(addr, 4)) if addr else None
+    if kind != "fatbin":
+        return False
+    size = fatbin.fatbin_size(C.string_at(addr, 16))
+    if size > MAX_IMAGE:
+        return False
+    return not fatbin_may_hold_selected(lambda at, count: C.string_at(addr + at, count), size, literals)
+
+
+def _selected_literals(rt) -> tuple[bytes, ...]:
+    """The -k patterns' bytes (registry.selected_literals); () when the runtime has none or did not start."""
+    try:
+        return tuple(rt.registry.selected_literals)
+    except Exception:  # noqa: BLE001 - no runtime (not started), or one without the filter
+        return ()
+
+
 def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
     def module_cb(kind, handle, image, path):
         try:
             p = path.decode(errors="replace") if path else None
+            literals = _selected_literals(rt) if image else ()  # builds the runtime on the first load
             started = time.perf_counter()
+            if literals and unselectable_fatbin(image, literals):  # -k selects none of it: not copied
+                rt.on_module(MODULE_KINDS[kind], handle or 0, None, p, image_addr=image,
+                             read_seconds=time.perf_counter() - started, examined=False)
+                return
             data, addr = (read_image(image) if image else (None, 0))
-            read = time.perf_counter() - started  # before `rt.on_module`, which may build the runtime first
+            read = time.perf_counter() - started
             rt.on_module(MODULE_KINDS[kind], handle or 0, data, p, image_addr=image or 0, read_seconds=read)
         except Exception as e:  # noqa: BLE001
             _safe_event(rt, "no_ptx", module=hex(handle or 0), kind=MODULE_KINDS[kind], reason=f"image unreadable: {e}")

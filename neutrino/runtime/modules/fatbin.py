@@ -290,3 +290,39 @@ def parse_fatbin_wrapper(data: bytes) -> FatbinWrapper:
     if magic != FATBIN_WRAPPER_MAGIC:
         raise BinaryFormatError(f"not a fatbin wrapper (magic {magic:#010x})")
     return FatbinWrapper(version, fatbin_address, extra_address)
+
+
+def entry_layouts(read, size: int, offset: int = 0):
+    """(kind, flags, payload offset, stored payload bytes) of each entry of the container at `offset`,
+    from the headers alone: `read(position, count) -> bytes` reads the image (a pointer into the
+    program, or a bytes object), so payloads are neither copied nor decompressed (name_filter.py: a
+    module -k can select nothing of is decided without reading it). `size`: the bytes readable from
+    offset 0. Raises BinaryFormatError where `parse_fatbin` would."""
+    _magic, _version, header_size, fat_size = _read_container_header(read(offset, _CONTAINER_HEADER.size), 0)
+    end = offset + header_size + fat_size
+    if end > size:
+        raise BinaryFormatError(f"fatbin at offset {offset} is truncated: its header says"
+                                f" {header_size + fat_size} bytes, only {size - offset} are there")
+    position = offset + header_size
+    while position < end:
+        head = read(position, min(_ENTRY_HEADER.size, end - position))
+        if not any(head):
+            return  # zero padding after the last entry
+        if len(head) < _ENTRY_HEADER.size:
+            raise BinaryFormatError(f"fatbin entry at offset {position} is cut off by the container end")
+        fields = _ENTRY_HEADER.unpack(head)
+        kind, entry_header, payload_size, compressed_size, flags = (fields[0], fields[2], fields[3], fields[4],
+                                                                    fields[11])
+        if entry_header < _ENTRY_HEADER.size or position + entry_header + payload_size > end:
+            raise BinaryFormatError(f"fatbin entry at offset {position} has a bad header or payload size")
+        compressed = flags & (FLAG_COMPRESSED_LZ4 | FLAG_COMPRESSED_ZSTD | FLAG_OLD_COMPRESSION)
+        if compressed and compressed_size > payload_size:
+            raise BinaryFormatError(f"fatbin entry at offset {position}: compressed size {compressed_size}"
+                                    f" exceeds its payload of {payload_size} bytes")
+        yield kind, flags, position + entry_header, compressed_size if compressed else payload_size
+        position += entry_header + payload_size
+
+
+def next_container_offset(data: bytes, offset: int) -> int | None:
+    """Where the container after the one at `offset` starts (parse_fatbin_sequence's rule), or None."""
+    return _next_container_offset(data, offset + fatbin_size(data, offset))

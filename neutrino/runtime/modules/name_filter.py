@@ -11,6 +11,8 @@ module work; spec/runtime.md, "Start-up and exit phases").
 from __future__ import annotations
 
 SKIPPED_REASON = "not examined: no kernel name in the image can match -k"
+FATBIN_MAGIC_BYTES = b"\x50\xed\x55\xba"  # fatbin.FATBIN_MAGIC, little-endian
+_COMPRESSED = 0x1000 | 0x2000 | 0x8000  # fatbin.FLAG_OLD_COMPRESSION | FLAG_COMPRESSED_LZ4 | FLAG_COMPRESSED_ZSTD
 
 
 def pattern_literals(patterns) -> tuple[bytes, ...]:
@@ -29,12 +31,38 @@ def may_hold_selected(image, literals: tuple[bytes, ...]) -> bool:
     return _may_hide_names(data)
 
 
+def fatbin_may_hold_selected(read, size: int, literals: tuple[bytes, ...]) -> bool:
+    """`may_hold_selected` for one fatbin container read through `read(offset, count) -> bytes`
+    (hooks.py asks with the shim's image pointer before copying the image): only the entries' headers
+    and uncompressed payloads are read. A compressed PTX entry may hide a name (True); a compressed
+    SASS entry's kernels have no PTX to probe (ptx_source.py takes a fatbin's PTX from its PTX
+    entries), so it is not read; an uncompressed entry shows its names. Unreadable: True (examined,
+    where the error is reported)."""
+    if not literals:
+        return True
+    from neutrino.runtime.modules.fatbin import EntryKind, entry_layouts
+
+    try:
+        for kind, flags, payload_at, stored in entry_layouts(read, size):
+            if flags & _COMPRESSED:
+                if kind != EntryKind.ELF:
+                    return True  # a PTX entry's names are inside its compressed bytes
+                continue
+            payload = read(payload_at, stored)
+            if any(literal in payload for literal in literals):
+                return True
+    except Exception:  # noqa: BLE001 - malformed: examined, where the error is reported
+        return True
+    return False
+
+
 def _may_hide_names(data: bytes) -> bool:
     """Whether a probe-able kernel's name could be in `data` without its bytes showing: a compressed
     PTX entry of a fatbin, or an image whose parts we do not walk here (host executables, fatbin
     wrappers, unknown bytes). A fatbin's compressed SASS (ELF) entries hide names too, but of kernels
     with no PTX there, which cannot be probed (ptx_source.py takes a fatbin's PTX from its PTX
-    entries only): the SASS-only libraries (cuBLAS, ATen) are not decompressed under -k."""
+    entries only): the SASS-only libraries (cuBLAS, ATen) are not decompressed under -k. The
+    entries are walked by their headers (fatbin.entry_layouts): no payload is copied."""
     from neutrino.runtime.modules.ptx_source import ImageKind, classify_image
 
     try:
@@ -42,10 +70,15 @@ def _may_hide_names(data: bytes) -> bool:
         if kind in (ImageKind.PTX, ImageKind.CUBIN):
             return False
         if kind is ImageKind.FATBIN:
-            from neutrino.runtime.modules.fatbin import parse_fatbin_sequence
+            from neutrino.runtime.modules.fatbin import EntryKind, entry_layouts, next_container_offset
 
-            return any(entry.is_ptx and entry.compression is not None
-                       for container in parse_fatbin_sequence(data) for entry in container.entries)
+            offset: int | None = 0
+            while offset is not None:
+                layouts = list(entry_layouts(lambda at, count: data[at:at + count], len(data), offset))
+                if any(kind != EntryKind.ELF and flags & _COMPRESSED for kind, flags, _, _ in layouts):
+                    return True
+                offset = next_container_offset(data, offset)
+            return False
     except Exception:  # noqa: BLE001 - unreadable: examined as before, where errors are reported
         return True
     return True

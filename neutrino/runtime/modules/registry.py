@@ -104,14 +104,23 @@ class Registry:
         self._link_ptx: dict[int, list[str]] = {}  # link state -> PTX added so far
         self.compiled = compiled  # compilers.CompiledIndex: cubin content -> PTX compiled in-process
 
+    @property
+    def selected_literals(self) -> tuple[bytes, ...]:
+        """The bytes a -k pattern needs in a kernel's name; () without -k (name_filter.py)."""
+        return self._literals
+
     # -- modules
     def add_module(self, kind: str, handle: int, image: bytes | None, path: str | None,
-                   image_addr: int) -> tuple[ModuleRec, str, str | None, Forgotten | None]:
+                   image_addr: int, examined: bool = True) -> tuple[ModuleRec, str, str | None, Forgotten | None]:
         """Record a loaded module; returns it, why it has no PTX (when it has none), for a cubin
         compiled in this process why that compilation left no usable PTX (several link inputs), and
-        the module that had this handle before (its unload was not seen), now forgotten."""
+        the module that had this handle before (its unload was not seen), now forgotten. `examined`
+        False: the caller found from the image's headers that -k can select none of its kernels
+        (name_filter.fatbin_may_hold_selected; `image` is then None, not copied)."""
         compiled_reason = None
         try:
+            if not examined and not (image_addr and image_addr in self._linked):
+                raise _NotExamined
             ptx, compiled_reason = self._module_ptx(image, path, image_addr)
         except _NotExamined:
             ptx, reason = None, SKIPPED_REASON
