@@ -27,7 +27,8 @@ def main(launches: int) -> None:
     cu = C.CDLL("libcuda.so.1")
     check(cu.cuInit(0), "cuInit")
     dev, ctx, mod, fn = C.c_int(), C.c_void_p(), C.c_void_p(), C.c_void_p()
-    if hasattr(cu, "cuDevicePrimaryCtxRetain"):  # (tests/fakecuda has a current context and neither call)
+    if hasattr(cu, "cuDeviceGet") and hasattr(cu, "cuDevicePrimaryCtxRetain"):  # (tests/fakecuda: a current context,
+        # no cuDeviceGet)
         check(cu.cuDeviceGet(C.byref(dev), 0), "cuDeviceGet")
         check(cu.cuDevicePrimaryCtxRetain(C.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
         check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
