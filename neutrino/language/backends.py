@@ -1,15 +1,28 @@
-"""The backends by name: the PTX one (backend.py), the GCN one and its wave32 RDNA variant (backend_gcn.py)."""
+"""The backends by name: the PTX one (backend.py), the GCN one and its wave32 RDNA variant (backend_gcn.py).
+
+Each is imported when asked for: compiling a PTX probe (the launcher's check on a probe-cache miss)
+does not load the GCN backend and the GCN assembly parser behind it (issue 29)."""
 
 from __future__ import annotations
 
-from neutrino.language.backend import Backend, PTXBackend
-from neutrino.language.backend_gcn import GCNBackend, RDNABackend
+import importlib
 
-BACKENDS: dict[str, type[Backend]] = {PTXBackend.name: PTXBackend, GCNBackend.name: GCNBackend, RDNABackend.name: RDNABackend}
+# name -> (module, class); each class's `name` is its key (tests/test_startup_imports.py)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "ptx": ("neutrino.language.backend", "PTXBackend"),
+    "gcn": ("neutrino.language.backend_gcn", "GCNBackend"),
+    "rdna": ("neutrino.language.backend_gcn", "RDNABackend"),
+}
 
 
-def get_backend(name: str = "ptx") -> Backend:
+def backend_class(name: str):
+    """The Backend class registered as `name`; ValueError naming the known ones otherwise."""
     try:
-        return BACKENDS[name]()
+        module, cls = BACKENDS[name]
     except KeyError:
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(sorted(BACKENDS))})") from None
+    return getattr(importlib.import_module(module), cls)
+
+
+def get_backend(name: str = "ptx"):
+    return backend_class(name)()

@@ -25,7 +25,7 @@ import ast
 import attrs
 
 from neutrino.language.ir import BITS, PRED, U32, U64, Imm, Instr, Reg
-from neutrino.passes.probe_loops import MAX_LOOP_DEPTH, MAX_PATH_LENGTH, MAX_TRIP_COUNT
+from neutrino.loop_limits import MAX_LOOP_DEPTH, MAX_PATH_LENGTH, MAX_TRIP_COUNT  # not passes/: the PTX parser
 
 #: loops of at most this many trips are unrolled; longer ones are emitted as loops
 UNROLL_MAX_TRIPS = 8

@@ -25,12 +25,11 @@ import attrs
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.semantics import defined_registers
 
-#: the most instructions one execution of a probe snippet may run, loops unrolled (labels not counted)
-MAX_PATH_LENGTH = 4096
-#: the most trips one loop may make (a loop that makes more, or never stops, is refused)
-MAX_TRIP_COUNT = 1024
-#: loops nested deeper than this are refused
-MAX_LOOP_DEPTH = 3
+# MAX_PATH_LENGTH: the most instructions one execution of a probe snippet may run, loops unrolled (labels
+# not counted); MAX_TRIP_COUNT: the most trips one loop may make (a loop that makes more, or never stops, is
+# refused); MAX_LOOP_DEPTH: loops nested deeper are refused. In neutrino/loop_limits.py, which the DSL
+# compiler reads without loading this package.
+from neutrino.loop_limits import MAX_LOOP_DEPTH, MAX_PATH_LENGTH, MAX_TRIP_COUNT  # noqa: E402
 
 BRANCH_OPCODES = ("bra", "bra.uni")
 _COMPARE = {

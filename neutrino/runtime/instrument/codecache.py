@@ -120,7 +120,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
 _PACKAGE = Path(neutrino.__file__).resolve().parent
 # The code a cached probe text depends on: the DSL compiler, the probe reader and the verifier.
 PROBE_CODE = (_PACKAGE / "language", _PACKAGE / "probefile.py", _PACKAGE / "probe_model.py",
-              _PACKAGE / "passes" / "verify.py", _PACKAGE / "isa" / "ptx" / "semantics.py")
+              _PACKAGE / "passes" / "verify.py", _PACKAGE / "isa" / "ptx" / "semantics.py", _PACKAGE / "loop_limits.py")
 
 
 def _code_fingerprint() -> bytes:
