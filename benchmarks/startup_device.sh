@@ -11,6 +11,10 @@
 # the add-up on paired differences: startup.py's paired table), then the torch.compile
 # program's rows cold, plain, nothing probed, warm in interleaved rounds until the time is spent (3 fit:
 # ~24 s a run on an H200; LIGHT_ROUNDS, LIGHT_BUDGET, TORCH_ROUNDS).
+# MODE nomatch (LIMIT=150, one call of <= 160 s): the nothing-probed row after the fatbin header check
+# (h-startup2): the synthetic module loads and the cold check on this machine's CPU (modules.txt, check.txt),
+# one nothing-probed run of the torch.compile program (its --timings line: `modules ... ptx x30`), then the
+# light program's plain and nothing-probed rows in interleaved rounds (up to 10) until the limit (the paired table).
 # Writes to $OUT: diag.txt, <part>.txt/.json per part, logs.tgz (the event logs).
 MODE=${1:-table}
 LIMIT=${LIMIT:-190}
@@ -33,6 +37,14 @@ if [ "$MODE" = accept ]; then  # issue 29's acceptance in one call (LIMIT=540): 
     --repeat ${LIGHT_ROUNDS:-10} --tools block_sched
   PART_MARGIN=40 part torch $((LIMIT - SECONDS - 45)) --steps 20 --rows cold,plain,nomatch,warm \
     --repeat ${TORCH_ROUNDS:-4} --tools block_sched  # a torch run started at the budget's end takes ~25-30 s
+elif [ "$MODE" = nomatch ]; then  # LIMIT=150
+  timeout 20 python3 benchmarks/startup_modules.py --repeat 9 > $OUT/modules.txt 2>&1
+  timeout 25 python3 benchmarks/startup_check.py --repeat 5 > $OUT/check.txt 2>&1
+  echo "modules, check done at $SECONDS s"
+  # torch first: its warm-up and the tool's fill run (~24 s each on an H200) must end inside the budget
+  PART_MARGIN=35 part torch ${TORCH_BUDGET:-58} --steps 20 --rows nomatch --repeat 1 --tools block_sched
+  part light $((LIMIT - SECONDS - 20)) --program light --steps 20 --rows plain,nomatch --repeat ${LIGHT_ROUNDS:-10} \
+    --tools block_sched
 elif [ "$MODE" = threads ]; then
   part many 45 --program many --steps 1 --rows plain,cold,warm --repeat 3 --build-threads 0,4 --tools block_sched
   part light 30 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 3 --tools block_sched
