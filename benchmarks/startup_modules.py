@@ -16,6 +16,7 @@ import argparse
 import ctypes as C
 import os
 import statistics
+import struct
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from neutrino.runtime import hooks  # noqa: E402
 from neutrino.runtime.modules.registry import Registry  # noqa: E402
-from tests.test_ptx_source import PTX_80, make_entry, make_fatbin, ptx_entry  # noqa: E402
+from neutrino.runtime.modules.fatbin import FATBIN_MAGIC, FLAG_COMPRESSED_ZSTD  # noqa: E402
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+PTX_80 = ".version 8.0\n.target sm_80\n.address_size 64\n\n.visible .entry k()\n{\n\tret;\n}\n"
+
+
+def make_entry(kind: int, arch: int, stored: bytes, uncompressed_size: int) -> bytes:
+    """A fatbin entry (fatbin.py's layout) whose payload claims zstd compression: with nothing probed its
+    bytes are never decoded, so random ones stand for compressed SASS (no tests/ helpers: the device has
+    no pytest)."""
+    padded = stored + bytes(-len(stored) % 8)
+    header = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, 64, len(padded), len(stored), 0, 0, 9, arch, 0, 0,
+                         0x11 | FLAG_COMPRESSED_ZSTD, 0, uncompressed_size)
+    return header + padded
+
+
+def make_fatbin(*entries: bytes) -> bytes:
+    body = b"".join(entries)
+    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body)) + body
 
 CUBIN = Path(__file__).resolve().parent.parent / "tests" / "data" / "binaries" / "add_sm90_debug.cubin"
 
@@ -33,9 +52,9 @@ def images(sass_mb: float) -> list[tuple[str, bytes]]:
     cubin = CUBIN.read_bytes()
     cubin = cubin + bytes(40_000 - len(cubin)) if len(cubin) < 40_000 else cubin  # ELF sized by its headers
     per_entry = int(sass_mb * (1 << 20) / 4)
-    sass = [make_entry(2, arch, os.urandom(per_entry), compression="zstd") for arch in (80, 86, 90, 100)]
+    sass = [make_entry(2, arch, ZSTD_MAGIC + os.urandom(per_entry), 3 * per_entry) for arch in (80, 86, 90, 100)]
     aten = make_fatbin(*sass)
-    compressed_ptx = make_fatbin(ptx_entry(PTX_80, 80, compression="zstd"), *sass[:1])
+    compressed_ptx = make_fatbin(make_entry(1, 80, ZSTD_MAGIC + os.urandom(len(PTX_80) // 2), len(PTX_80)), *sass[:1])
     return [("cubin", cubin)] * 19 + [("sass_fatbin", aten)] * 10 + [("ptx_fatbin", compressed_ptx)]
 
 
