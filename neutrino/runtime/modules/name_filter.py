@@ -75,7 +75,7 @@ def _may_hide_names(data: bytes) -> bool:
             offset: int | None = 0
             while offset is not None:
                 layouts = list(entry_layouts(lambda at, count: data[at:at + count], len(data), offset))
-                if any(kind != EntryKind.ELF and flags & _COMPRESSED for kind, flags, _, _ in layouts):
+                if any(entry_kind != EntryKind.ELF and flags & _COMPRESSED for entry_kind, flags, _, _ in layouts):
                     return True
                 offset = next_container_offset(data, offset)
             return False
