@@ -33,7 +33,9 @@ print(json.dumps({"seconds": seconds, "cpu": time.process_time() - cpu, "state":
 
 def one_run(tree: str, tool: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="neutrino-check-") as cache:
-        env = dict(os.environ, PYTHONPATH=tree, NEUTRINO_CACHE_DIR=cache, PYTHONDONTWRITEBYTECODE="")
+        # the tree first (its neutrino), then the caller's path (where the dependencies may be: /tmp/site)
+        path = os.pathsep.join(p for p in (tree, os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, PYTHONPATH=path, NEUTRINO_CACHE_DIR=cache)
         out = subprocess.run([sys.executable, "-c", CHILD, tool], env=env, capture_output=True, text=True,
                              check=True, cwd=tree)
         return json.loads(out.stdout.strip().splitlines()[-1])
