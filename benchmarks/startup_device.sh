@@ -11,7 +11,7 @@
 # the add-up on paired differences: startup.py's paired table), then the torch.compile
 # program's rows cold, plain, nothing probed, warm in interleaved rounds until the time is spent (3 fit:
 # ~24 s a run on an H200; LIGHT_ROUNDS, LIGHT_BUDGET, TORCH_ROUNDS).
-# MODE nomatch (LIMIT=150, one call of <= 160 s): the nothing-probed row after the fatbin header check
+# MODE nomatch (LIMIT=150, one call of <= 150 s): the nothing-probed row after the fatbin header check
 # (h-startup2): the synthetic module loads and the cold check on this machine's CPU (modules.txt, check.txt),
 # one nothing-probed run of the torch.compile program (its --timings line: `modules ... ptx x30`), then the
 # light program's plain and nothing-probed rows in interleaved rounds (up to 10) until the limit (the paired table).
@@ -43,8 +43,8 @@ elif [ "$MODE" = nomatch ]; then  # LIMIT=150
   echo "modules, check done at $SECONDS s"
   # torch first: its warm-up and the tool's fill run (~24 s each on an H200) must end inside the budget
   PART_MARGIN=35 part torch ${TORCH_BUDGET:-58} --steps 20 --rows nomatch --repeat 1 --tools block_sched
-  part light $((LIMIT - SECONDS - 20)) --program light --steps 20 --rows plain,nomatch --repeat ${LIGHT_ROUNDS:-10} \
-    --tools block_sched
+  PART_MARGIN=15 part light $((LIMIT - SECONDS - 30)) --program light --steps 20 --rows plain,nomatch \
+    --repeat ${LIGHT_ROUNDS:-10} --tools block_sched  # ends by LIMIT
 elif [ "$MODE" = threads ]; then
   part many 45 --program many --steps 1 --rows plain,cold,warm --repeat 3 --build-threads 0,4 --tools block_sched
   part light 30 --program light --steps 20 --rows cold,plain,nomatch,warm --repeat 3 --tools block_sched
