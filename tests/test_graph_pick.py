@@ -603,14 +603,20 @@ def test_an_unplanned_graph_is_made_and_launched_as_without_graphs(tmp_path, fak
 
 
 def test_no_poller_thread_when_polling_is_off(tmp_path, fakecuda_calls, shim, monkeypatch):
-    """NEUTRINO_GRAPH_POLL_US=0 (benchmarks/graph_residual.py --isolate): no thread of ours polls the rings; they
-    are drained at exit on the program's thread, every selected replay written."""
-    calls = tmp_path / "calls.log"
-    monkeypatch.setenv("FAKECUDA_LOG_CALLS", str(calls))
-    monkeypatch.setenv("NEUTRINO_PTXAS", str(FAKE / "fake_ptxas.py"))
-    log, _, t, _ = run_app(tmp_path, fakecuda_calls, monkeypatch, NEUTRINO_GRAPH_POLL_US=0)
-    assert written(t) == SELECTED
+    """NEUTRINO_GRAPH_POLL_US=0 (benchmarks/graph_residual.py --isolate): no thread of ours polls the rings (the
+    process has one thread fewer than with polling); they are drained at exit on the program's thread, every
+    selected replay written."""
+    threads = {}
+    for poll in ("100", "0"):
+        d = tmp_path / f"poll{poll}"
+        d.mkdir()
+        calls = d / "calls.log"
+        monkeypatch.setenv("FAKECUDA_LOG_CALLS", str(calls))
+        monkeypatch.setenv("NEUTRINO_PTXAS", str(FAKE / "fake_ptxas.py"))
+        log, _, t, said = run_app(d, fakecuda_calls, monkeypatch, NEUTRINO_GRAPH_POLL_US=poll)
+        assert written(t) == SELECTED
+        threads[poll] = int(next(line for line in said if line.startswith("threads ")).split()[1])
     lines = [line.split() for line in calls.read_text().splitlines() if not line.startswith("==")]
     (program,) = {words[0] for words in lines if words[1] == "cuGraphLaunch"}
-    copiers = {words[0] for words in lines if words[1] == "cuMemcpy2DAsync_v2"}
-    assert copiers == {program}
+    assert {words[0] for words in lines if words[1] == "cuMemcpy2DAsync_v2"} == {program}
+    assert threads["0"] == threads["100"] - 1

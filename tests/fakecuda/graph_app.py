@@ -25,7 +25,8 @@ milliseconds; prints how many passed during the launch into the capture (GRAPH_A
 Prints, per cycle, the launches of the executable graph and of all graphs ("exec launches", after "live at end").
 GRAPH_APP_PTSZ=1: the captures are of the per-thread default stream (the _ptsz entry points' NULL), and three
 eager launches before and after them say how many capture-status queries they cost. Prints the fake driver's
-cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), and with
+cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), the process's threads
+("threads"), and with
 FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switch ("fork child", -1: hung).
 GRAPH_APP_DROP_IN_TWIN=1: when a twin's first launch starts in the fake driver, another thread of the program
 calls cuGraphExecUpdate on the executable graph (the shim gives its plans up meanwhile); prints the launches of
@@ -300,6 +301,7 @@ def main(ptx_path, kernel, cycles, replays):
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
     for own, every in launched:
         say("exec launches", own, every)
+    say("threads", len(os.listdir("/proc/self/task")))  # the process's, ours included (a poller thread or none)
     cu.fakecuda_dead_launches.restype = C.c_long
     say("dead launches", cu.fakecuda_dead_launches())
     say("pick calls", cu.fakecuda_pick_calls())

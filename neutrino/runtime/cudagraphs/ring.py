@@ -327,7 +327,7 @@ def ring_slots_limit() -> int:
     not a number: no limit). benchmarks/graph_residual.py --isolate asks whether the rings' memory (16 MiB of
     device memory and 4 MiB of mapped pinned memory per node by default) slows the process's other graphs."""
     value = os.environ.get("NEUTRINO_GRAPH_RING_SLOTS", "")
-    return max(2, int(value)) if value.isdigit() else MAX_DEVICE_SLOTS
+    return max(2, int(value)) if value.isascii() and value.isdigit() else MAX_DEVICE_SLOTS
 
 
 def ring_layout(frame_bytes: int, on_device: bool = True, minimal: bool = False) -> RingLayout:
