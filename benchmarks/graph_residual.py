@@ -27,6 +27,7 @@ timed_loop).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -94,21 +95,38 @@ CHILD = Path(__file__).resolve().parent / "graph_residual_child.py"
 REPO = Path(__file__).resolve().parent.parent
 _PROBED = ["-p", "block_sched", "--filter", "_plain", "--no-timeline"]  # graph B never probed
 _EVERY = [*_PROBED, "--graphs", "--launches", "every:50"]
-# name, neutrino's arguments (None: no neutrino), environment: each isolates one suspect of the residual
+_B_ONLY = ["--replay", "B"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One process of the child: neutrino's arguments (None: no neutrino), its environment, the child's own
+    arguments, and the plain variant its A and B are compared with."""
+
+    name: str
+    args: list[str] | None
+    env: dict = dataclasses.field(default_factory=dict)
+    child: list[str] = dataclasses.field(default_factory=list)
+    reference: str = "plain"
+
+
+# Each isolates one suspect of B's slowdown under --graphs (docs/overhead.md, "Graph B under --graphs"): B's own
+# driver calls are those of --no-graphs (tests/test_graph_pick.py), so what is left is what neutrino made for A.
 ISOLATE = [
-    ("plain", None, {}),
-    ("shim, nothing in graphs probed (--no-graphs)", [*_PROBED, "--no-graphs"], {}),
-    ("--graphs, every replay probed", [*_PROBED, "--graphs"], {}),
-    ("every:50 twin", _EVERY, {}),
-    ("every:50 twin, poller off", _EVERY, {"NEUTRINO_GRAPH_POLL_US": "0"}),
-    ("every:50 switching (no twin)", _EVERY, {"NEUTRINO_GRAPH_TWIN": "0"}),
-    ("every:50 twin, timeline on", [a for a in _EVERY if a != "--no-timeline"], {}),
+    Variant("plain", None),
+    Variant("plain, B only replayed", None, child=_B_ONLY),
+    Variant("shim, nothing in graphs probed (--no-graphs)", [*_PROBED, "--no-graphs"]),
+    Variant("every:50 twin", _EVERY),
+    Variant("every:50 twin, no poller thread", _EVERY, {"NEUTRINO_GRAPH_POLL_US": "0"}),
+    Variant("every:50 twin, 2-slot rings", _EVERY, {"NEUTRINO_GRAPH_RING_SLOTS": "2"}),
+    Variant("every:50 twin, B captured before A", _EVERY, child=["--order", "BA"]),
+    Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference="plain, B only replayed"),
 ]
 
 
-def run_isolated(name: str, args: list[str] | None, env_extra: dict, iters: int, tmp: Path) -> dict:
-    """One process of graph_residual_child.py (under neutrino with `args`): its RESIDUAL_RESULT, the wall
-    seconds it took, and its graph_pick event; or {"error": ...}."""
+def run_isolated(variant: Variant, iters: int, tmp: Path) -> dict:
+    """One process of graph_residual_child.py (under neutrino with the variant's arguments): its RESIDUAL_RESULT,
+    the wall seconds it took, and its graph_pick event; or {"error": ...}."""
     import json
     import os
     import re
@@ -120,9 +138,10 @@ def run_isolated(name: str, args: list[str] | None, env_extra: dict, iters: int,
     env.setdefault("OVERHEAD_GPU_ONLY", "1")
     for key in ("NEUTRINO_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # shared: one compile
         env.setdefault(key, str(tmp / key.lower()))
-    env.update(env_extra)
-    cmd = [sys.executable, str(CHILD), "--iters", str(iters)]
-    tracedir = tmp / re.sub(r"\W", "_", name)
+    env.update(variant.env)
+    cmd = [sys.executable, str(CHILD), "--iters", str(iters), *variant.child]
+    tracedir = tmp / re.sub(r"\W", "_", variant.name)
+    args = variant.args
     if args is not None:
         cmd = [sys.executable, "-m", "neutrino.runtime.start.launcher", *args, "--tracedir", str(tracedir), "--", *cmd]
     t0 = time.monotonic()
@@ -136,26 +155,28 @@ def run_isolated(name: str, args: list[str] | None, env_extra: dict, iters: int,
     return out
 
 
-def isolate_table(runs: dict[str, dict]) -> str:
+def isolate_table(runs: dict[str, dict], variants: list[Variant] = ISOLATE) -> str:
     """Per variant: A's median µs per replay (under every:50, a replay left out), A / B in the same process,
-    A and B against the plain process's, A's mean, whether the outputs equal plain's, the twin's launches
-    and the switches, and the process's wall seconds."""
-    plain = runs.get("plain", {})
-    rows = ["| variant | A median µs | A / B (same process) | A / plain A | B / plain B | A mean µs | same outputs "
-            "| twin launches / switches | wall s |", "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
-    ratio = (lambda v, b: f"{v / b:.3f}" if b else "—")
-    for name, _, _ in ISOLATE:
-        r = runs.get(name, {})
-        if "error" in r or "A" not in r:
-            rows.append(f"| {name} | error: {r.get('error', '?')[-200:]!r} | | | | | | | |".replace("\n", " "))
+    A and B against its reference (plain) process's, B's median and A's mean, whether the outputs of the graphs
+    replayed equal the reference's, the twin's launches and the switches, and the process's wall seconds. A
+    variant that replays only B has "—" for A's figures."""
+    rows = ["| variant | A median µs | A / B (same process) | A / plain A | B / plain B | B median µs | A mean µs "
+            "| same outputs | twin launches / switches | wall s |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+    ratio = (lambda v, b: f"{v / b:.3f}" if v and b else "—")
+    for variant in variants:
+        r, ref = runs.get(variant.name, {}), runs.get(variant.reference, {})
+        if "error" in r or "B" not in r:
+            rows.append(f"| {variant.name} | error: {r.get('error', '?')[-200:]!r} | | | | | | | | |".replace("\n", " "))
             continue
-        a, b = r["A"], r["B"]
-        pa, pb = plain.get("A", {}).get("us"), plain.get("B", {}).get("us")
-        same = plain and a["hash"] == plain["A"]["hash"] and b["hash"] == plain["B"]["hash"]
+        a, b = r.get("A", {}), r["B"]
+        same = bool(ref) and all(r[g]["hash"] == ref.get(g, {}).get("hash") for g in ("A", "B") if g in r)
         pick = r.get("_pick") or {}
         picks = f"{pick.get('twin_launches', '—')} / {pick.get('switches', '—')}" if pick else "—"
-        rows.append(f"| {name} | {a['us']:.2f} | {ratio(a['us'], b['us'])} | {ratio(a['us'], pa)} | "
-                    f"{ratio(b['us'], pb)} | {a['mean_us']:.2f} | {'yes' if same else 'NO'} | {picks} | "
+        cell = (lambda v: f"{v:.2f}" if v else "—")
+        rows.append(f"| {variant.name} | {cell(a.get('us'))} | {ratio(a.get('us'), b['us'])} | "
+                    f"{ratio(a.get('us'), ref.get('A', {}).get('us'))} | {ratio(b['us'], ref.get('B', {}).get('us'))} | "
+                    f"{b['us']:.2f} | {cell(a.get('mean_us'))} | {'yes' if same else 'NO'} | {picks} | "
                     f"{r['_wall_s']:.0f} |")
     return "\n".join(rows)
 
@@ -163,10 +184,9 @@ def isolate_table(runs: dict[str, dict]) -> str:
 def isolate(iters: int) -> str:
     runs = {}
     with tempfile.TemporaryDirectory() as td:
-        for name, args, env_extra in ISOLATE:
-            runs[name] = run_isolated(name, args, env_extra, iters, Path(td))
-            r = runs[name]
-            print(f"{name}: {r.get('A', {}).get('us', r.get('error', '?'))}", file=sys.stderr, flush=True)
+        for variant in ISOLATE:
+            r = runs[variant.name] = run_isolated(variant, iters, Path(td))
+            print(f"{variant.name}: {r.get('B', {}).get('us', r.get('error', '?'))}", file=sys.stderr, flush=True)
     return isolate_table(runs)
 
 

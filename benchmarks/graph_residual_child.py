@@ -8,7 +8,11 @@ the same process, beside A. The replays alternate A, B, A, B ...; each is timed 
 GPU alone (OVERHEAD_GPU_ONLY's sleep before it: overhead_workloads.timed_loop's protocol). Prints one
 line `RESIDUAL_RESULT {json}`: per graph the median and mean µs per replay and the outputs' hash.
 
-    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual_child.py [--iters 300]
+    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual_child.py [--iters 300] [--order BA] [--replay B]
+
+`--order BA`: graph B is captured (and instantiated) before graph A, so before anything of neutrino's for A
+exists (its rings, stream, append module, poller); `--replay B`: both are captured, only B is replayed (A's
+figures are left out): whether B's slowdown needs A's replays or only A's capture.
 """
 
 from __future__ import annotations
@@ -74,17 +78,19 @@ def alternate(graphs: dict, iters: int, warmup: int = 5) -> dict[str, list[float
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=300)
+    ap.add_argument("--order", choices=["AB", "BA"], default="AB", help="which graph is captured first")
+    ap.add_argument("--replay", choices=["AB", "B"], default="AB", help="the graphs replayed (in turn)")
     args = ap.parse_args()
     os.environ.setdefault("OVERHEAD_GPU_ONLY", "1")
     n = 256 * 1024
     gen = torch.Generator(device="cuda").manual_seed(2)
     x = torch.rand(n, device="cuda", generator=gen)
     y = torch.rand(n, device="cuda", generator=gen)
-    graph_a, outs_a = capture(stream_kernel, x, y, n)
-    graph_b, outs_b = capture(stream_kernel_plain, x, y, n)
-    times = alternate({"A": graph_a, "B": graph_b}, args.iters)
-    result = {name: {"us": statistics.median(t), "mean_us": statistics.mean(t)} for name, t in times.items()}
-    result["A"]["hash"], result["B"]["hash"] = digest(*outs_a), digest(*outs_b)
+    kernels = {"A": stream_kernel, "B": stream_kernel_plain}
+    captured = {name: capture(kernels[name], x, y, n) for name in args.order}
+    times = alternate({name: captured[name][0] for name in sorted(args.replay)}, args.iters)
+    result = {name: {"us": statistics.median(t), "mean_us": statistics.mean(t), "hash": digest(*captured[name][1])}
+              for name, t in times.items()}
     print("RESIDUAL_RESULT " + json.dumps(result), flush=True)
 
 

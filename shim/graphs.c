@@ -365,8 +365,8 @@ void neutrino_graph_poller_counts(uint64_t out[2]) {
 }
 
 /* Between polls: POLL_NS, or NEUTRINO_GRAPH_POLL_US microseconds (benchmarks/graph_residual.py isolates the
- * poller's share of a replay's cost with it); 0: no polling (the rings are drained only when a context goes
- * and at exit: a ring that fills drops the replays after it, counted). */
+ * poller's share of a replay's cost with it); 0: no poller thread (the rings are drained only when a context
+ * goes and at exit: a ring that fills drops the replays after it, counted). */
 static long long poll_interval_ns(void) {
     const char *v = getenv("NEUTRINO_GRAPH_POLL_US");
     char *end = NULL;
@@ -413,8 +413,12 @@ void *neutrino_graph_node_new(const nt_graph_desc *d) {
     if (!poller_started) {
         neutrino_writer_on_host_frame_done(graph_frame_done);  /* before the poller submits a frame */
         pthread_t t;
-        poller_started = pthread_create(&t, NULL, poll_rings, NULL) == 0;
-        if (poller_started) pthread_detach(t);
+        if (!poll_interval_ns()) {
+            poller_started = 1;  /* NEUTRINO_GRAPH_POLL_US=0: no poller thread at all */
+        } else {
+            poller_started = pthread_create(&t, NULL, poll_rings, NULL) == 0;
+            if (poller_started) pthread_detach(t);
+        }
     }
     n->next = rings;
     rings = n;

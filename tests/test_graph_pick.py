@@ -500,8 +500,9 @@ def test_a_left_out_replay_on_one_stream_puts_nothing_but_the_twin_on_it(tmp_pat
 
 
 def test_the_residual_table_states_each_ratio_against_its_reference():
-    """benchmarks/graph_residual.py --isolate: A / B within a process, A and B against the plain process's,
-    from synthetic runs with known answers (no GPU)."""
+    """benchmarks/graph_residual.py --isolate: A / B within a process, A and B against the reference (plain)
+    process's, a variant replaying B alone against the plain process replaying B alone, from synthetic runs
+    with known answers (no GPU)."""
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -511,11 +512,111 @@ def test_the_residual_table_states_each_ratio_against_its_reference():
         return {"A": {"us": a, "mean_us": a + 1, "hash": a_hash}, "B": {"us": b, "mean_us": b, "hash": "hb"},
                 "_wall_s": 11.6, "_pick": {"twin_launches": 294, "switches": 1}}
 
+    b_only = {"B": {"us": 10.0, "mean_us": 10.0, "hash": "hb"}, "_wall_s": 9.0}
     runs = {"plain": run(12.5, 12.5) | {"_pick": {}}, "every:50 twin": run(15.0, 13.75),
-            "every:50 twin, poller off": run(12.5, 12.5, a_hash="other")}
+            "every:50 twin, no poller thread": run(12.5, 12.5, a_hash="other"),
+            "plain, B only replayed": b_only, "every:50 twin, B only replayed": b_only | {"B": {**b_only["B"], "us": 11.0}}}
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in
             graph_residual.isolate_table(runs).splitlines()[2:]}
     twin = rows["every:50 twin"]
-    assert twin[1:7] == ["15.00", "1.091", "1.200", "1.100", "16.00", "yes"] and twin[7] == "294 / 1"
-    assert rows["every:50 twin, poller off"][6] == "NO"  # an output differs from plain's
-    assert "error" in rows["every:50 switching (no twin)"][1]  # a variant that did not run says so
+    assert twin[1:8] == ["15.00", "1.091", "1.200", "1.100", "13.75", "16.00", "yes"] and twin[8] == "294 / 1"
+    assert rows["every:50 twin, no poller thread"][7] == "NO"  # an output differs from plain's
+    assert rows["every:50 twin, B only replayed"][1:8] == ["—", "—", "—", "1.100", "11.00", "—", "yes"]
+    assert "error" in rows["every:50 twin, 2-slot rings"][1]  # a variant that did not run says so
+
+
+@pytest.fixture(scope="module")
+def fakecuda_calls(tmp_path_factory):
+    """The fake libcuda built to log every driver call (FAKECUDA_LOG_CALLS: -finstrument-functions)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp("fakecuda_calls")
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-finstrument-functions", "-o", str(d / "libcuda.so.1"),
+                    str(FAKE / "fakecuda.c"), "-ldl"], check=True)
+    return d
+
+
+def graph_b_calls(calls_log):
+    """The driver calls made on the program's thread for graph B (graph_app.py, GRAPH_APP_PLAIN): from its
+    capture to its instantiation, and within each of its replays; addresses replaced by their order of
+    appearance (the two processes' handles differ)."""
+    import re
+
+    lines = calls_log.read_text().splitlines()
+    begin = lines.index("== B capture")
+    thread = lines[begin + 1].split()[0]  # the program's thread makes the first call after the mark
+    windows, inside, names = [], False, {}
+    for line in lines[begin:]:
+        if line.startswith("== "):
+            what = line[3:]
+            if what == "B instantiate" and inside:  # the capture's window goes on to the instantiation
+                windows[-1].append(line)
+                continue
+            inside = what == "B capture" or what.startswith("B replay ")
+            if inside:
+                windows.append([what])
+            continue
+        if inside and line.split()[0] == thread:
+            windows[-1].append(re.sub(r"0x[0-9a-f]+", lambda m: f"<{names.setdefault(m.group(), len(names))}>",
+                                      line.split(" ", 1)[1]))
+    return windows
+
+
+@pytest.mark.parametrize("launches", ["every:3", "all"])
+def test_an_unplanned_graph_is_made_and_launched_as_without_graphs(tmp_path, fakecuda_calls, shim, monkeypatch,
+                                                                   launches):
+    """Issue 24: under --graphs every graph of a process replayed ~10% slower on the GPU, graph B too (another
+    kernel, left out by --filter, never probed or planned). The fake driver logs every driver call: B's capture,
+    its instantiation (flags, nodes: kinds, kernels, shapes) and each replay's calls are those of --no-graphs,
+    call for call, while graph A beside it is probed (its replays chosen on the host, or every one probed)."""
+    found = {}
+    for mode in ("--graphs", "--no-graphs"):
+        d = tmp_path / mode.strip("-")
+        d.mkdir()
+        monkeypatch.setenv("FAKECUDA_LOG_CALLS", str(d / "calls.log"))
+        monkeypatch.setenv("NEUTRINO_PTXAS", str(FAKE / "fake_ptxas.py"))
+        out = d / "app.out"
+        monkeypatch.setenv("GRAPH_APP_OUT", str(out))
+        monkeypatch.setenv("GRAPH_APP_PLAIN", "hscale")
+        monkeypatch.setenv("GRAPH_APP_KERNELS", "3")
+        extra = ["--launches", "every:3"] if launches == "every:3" else []
+        rc, log = _run_under_fake(d, fakecuda_calls, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX),
+                                                      "saxpy4", "1", "6"], mode, "--filter", "hscale", *extra)
+        assert rc == 0 and out.read_text().splitlines()[-1] == "app done"
+        found[mode] = (graph_b_calls(d / "calls.log"), log, nt.load(d / "trace"))
+    (b_graphs, log_graphs, t_graphs), (b_plain, log_plain, _) = found["--graphs"], found["--no-graphs"]
+    assert [w[0] for w in b_graphs] == ["B capture"] + [f"B replay {r}" for r in range(6)]
+    assert b_graphs == b_plain
+    capture = b_graphs[0]
+    assert capture.count("cuStreamBeginCapture_v2") == 1 and capture.count("cuLaunchKernel") == 3
+    (instantiate,) = [i for i, line in enumerate(capture) if line == "cuGraphInstantiateWithFlags"]
+    assert capture[instantiate + 1] == "  = flags 0 nodes 3" + " [2 hscale 4,1,1/64,1,1]" * 3  # as the program made it
+    assert all(w[1:] == ["cuGraphLaunch"] for w in b_graphs[1:])  # nothing of ours on a replay of B
+    # graph A was probed in the --graphs process (so the comparison is of a process where --graphs did its work)
+    assert any("probed=1" in line for line in log_graphs) and not any("probed=1" in line for line in log_plain[1:])
+    if launches == "every:3":
+        (pick,) = events(t_graphs, "graph_pick")
+        assert pick["twin_launches"] == 4  # A's replays 1, 2, 4, 5 left out: its twin
+
+
+def test_no_poller_thread_when_polling_is_off(tmp_path, fakecuda_calls, shim, monkeypatch):
+    """NEUTRINO_GRAPH_POLL_US=0 (benchmarks/graph_residual.py --isolate): no thread of ours polls the rings (the
+    process has one thread fewer than with polling); they are drained at exit on the program's thread, every
+    selected replay written."""
+    threads = {}
+    for poll in ("100", "0"):
+        d = tmp_path / f"poll{poll}"
+        d.mkdir()
+        calls = d / "calls.log"
+        monkeypatch.setenv("FAKECUDA_LOG_CALLS", str(calls))
+        monkeypatch.setenv("NEUTRINO_PTXAS", str(FAKE / "fake_ptxas.py"))
+        log, _, t, said = run_app(d, fakecuda_calls, monkeypatch, NEUTRINO_GRAPH_POLL_US=poll)
+        assert written(t) == SELECTED
+        threads[poll] = int(next(line for line in said if line.startswith("threads ")).split()[1])
+    lines = [line.split() for line in calls.read_text().splitlines() if not line.startswith("==")]
+    (program,) = {words[0] for words in lines if words[1] == "cuGraphLaunch"}
+    assert {words[0] for words in lines if words[1] == "cuMemcpy2DAsync_v2"} == {program}
+    assert threads["0"] == threads["100"] - 1

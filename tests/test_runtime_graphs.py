@@ -348,6 +348,22 @@ def test_a_node_the_budget_cannot_hold_whole_gets_the_smallest_ring(tmp_path):
     assert [la.event["replay"] for la in nt.load(p.rt.trace.path).launches] == [0, 1]
 
 
+def test_ring_slots_env_caps_every_ring(monkeypatch):
+    """NEUTRINO_GRAPH_RING_SLOTS=N (benchmarks/graph_residual.py --isolate: do the rings' memory slow the process's
+    other graphs?): at most N slots per ring, device and host, never below 2; not a number: no cap."""
+    from neutrino.runtime.cudagraphs import ring as graph_ring
+
+    monkeypatch.setenv("NEUTRINO_GRAPH_RING_SLOTS", "2")
+    assert (graph_ring.ring_layout(1000).nslots, graph_ring.ring_layout(1000).nstage) == (2, 2)
+    assert graph_ring.ring_layout(1000, on_device=False).nslots == 2
+    monkeypatch.setenv("NEUTRINO_GRAPH_RING_SLOTS", "1")
+    assert graph_ring.ring_layout(1000).nslots == 2
+    monkeypatch.setenv("NEUTRINO_GRAPH_RING_SLOTS", "8")
+    assert (graph_ring.ring_layout(1000).nslots, graph_ring.ring_layout(1000).nstage) == (8, 8)
+    monkeypatch.setenv("NEUTRINO_GRAPH_RING_SLOTS", "many")
+    assert graph_ring.ring_layout(1000).nslots == graph_ring.MAX_DEVICE_SLOTS
+
+
 def test_ring_layout_holds_a_frame_per_slot_aligned():
     from neutrino.runtime.cudagraphs import ring as graph_ring
 

@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,50 @@ static Module *free_modules, **free_modules_tail = &free_modules;
 static Function *free_funcs, **free_funcs_tail = &free_funcs;
 
 CUresult cuInit(unsigned f) { (void)f; return 0; }
+/* FAKECUDA_LOG_CALLS=FILE, with this library built with -finstrument-functions: every driver call (an
+ * exported cu* entry point; not those it makes itself) appends "<thread> <name>" to FILE, and a few calls add
+ * a line " = <details>" (fake_call_detail: capture modes, instantiation flags and the graph's nodes). Who
+ * calls is not told apart: the program's, the shim's and the runtime's calls all come here. */
+static __thread int call_depth;
+static __thread int call_thread = -1;
+static int call_threads;
+__attribute__((no_instrument_function)) static FILE *call_log(void) {
+    const char *path = getenv("FAKECUDA_LOG_CALLS");
+    return path ? fopen(path, "a") : NULL;
+}
+__attribute__((no_instrument_function)) static int is_entry_point(void *fn, const char **name) {
+    Dl_info info;
+    if (!dladdr(fn, &info) || !info.dli_sname || info.dli_saddr != fn) return 0;
+    *name = info.dli_sname;
+    return !strncmp(*name, "cu", 2);
+}
+__attribute__((no_instrument_function, visibility("hidden"))) void __cyg_profile_func_enter(void *fn, void *site) {
+    (void)site;
+    const char *name;
+    if (!getenv("FAKECUDA_LOG_CALLS") || !is_entry_point(fn, &name)) return;
+    if (call_depth++) return;
+    if (call_thread < 0) call_thread = __atomic_fetch_add(&call_threads, 1, __ATOMIC_RELAXED);
+    FILE *fh = call_log();
+    if (fh) { fprintf(fh, "t%d %s\n", call_thread, name); fclose(fh); }
+}
+__attribute__((no_instrument_function, visibility("hidden"))) void __cyg_profile_func_exit(void *fn, void *site) {
+    (void)site;
+    const char *name;
+    if (getenv("FAKECUDA_LOG_CALLS") && is_entry_point(fn, &name) && call_depth > 0) call_depth--;
+}
+__attribute__((no_instrument_function, format(printf, 1, 2))) static void fake_call_detail(const char *fmt, ...) {
+    if (call_depth < 1) return;
+    FILE *fh = call_log();
+    if (!fh) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(fh, "t%d   = ", call_thread);
+    vfprintf(fh, fmt, ap);
+    fputc('\n', fh);
+    va_end(ap);
+    fclose(fh);
+}
+
 
 /* The fake libcupti (fakecupti.c), once the shim loaded it: told of every launch, copy and memset. */
 static void *fakecupti(const char *name) {
@@ -231,6 +276,7 @@ static Node *capture(void *stream, int kind) {
 }
 
 CUresult cuStreamBeginCapture_v2(void *s, int mode) {
+    fake_call_detail("stream %p mode %d", s, mode);
     if (cap_stream) return 900;
     cap_stream = s; cap_mode = mode; cap_id++;
     cap_graph = calloc(1, sizeof(Graph));
@@ -280,7 +326,7 @@ CUresult cuStreamUpdateCaptureDependencies(void *s, void **deps, size_t n, unsig
     cap_dep = n ? deps[0] : NULL;
     return 0;
 }
-CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = thread_mode; thread_mode = *mode; *mode = old; return 0; }
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) { fake_call_detail("mode %d", *mode); int old = thread_mode; thread_mode = *mode; *mode = old; return 0; }
 /* FAKECUDA_LOG_SYNCS=1: each context synchronisation in the log, with the context current and whether the
  * shim's graph-pick lock was free meanwhile (another thread asks the shim about a graph; "held": it had to
  * wait more than 300 ms) */
@@ -319,7 +365,9 @@ CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) {
 /* A kernel node added after the capture (neutrino's append node): appended last, after its deps. */
 typedef struct { void *func; unsigned dims[7]; void **params, **extra; void *kern, *ctx; } KernelNodeParams;
 CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
-    (void)deps; (void)n;
+    (void)deps;
+    fake_call_detail("%s deps %zu dims %u,%u,%u/%u,%u,%u", p->func ? ((Function *)p->func)->name : "?", n, p->dims[0], p->dims[1],
+                     p->dims[2], p->dims[3], p->dims[4], p->dims[5]);
     Graph *g = graph;
     Node *nd = add_node(g, N_KERNEL);
     nd->a = p->func; nd->b = p->params;
@@ -330,8 +378,20 @@ CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void *const *deps, si
 CUresult cuGraphAddKernelNode(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
     return cuGraphAddKernelNode_v2(node, graph, deps, n, p);
 }
+/* FAKECUDA_LOG_CALLS: what is instantiated (flags, each node: kind, kernel, dims, disabled) */
+static void detail_instantiate(const Graph *g, unsigned long long flags) {
+    char nodes[4096] = "";
+    size_t used = 0;
+    for (unsigned i = 0; i < g->n && used < sizeof nodes - 300; i++) {
+        const Node *nd = &g->nodes[i];
+        used += (size_t)snprintf(nodes + used, sizeof nodes - used, " [%d %s %u,%u,%u/%u,%u,%u%s]", nd->kind,
+                                 nd->kind == N_KERNEL ? ((Function *)nd->a)->name : "-", nd->dims[0], nd->dims[1],
+                                 nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], nd->disabled ? " off" : "");
+    }
+    fake_call_detail("flags %llu nodes %u%s", flags, g->n, nodes);
+}
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
-    (void)flags;
+    detail_instantiate(graph, flags);
     Graph *g = graph, *e = calloc(1, sizeof(Graph));
     e->n = e->cap = g->n;
     e->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
@@ -781,6 +841,8 @@ static int stale(void *f) {
 static CUresult launch_kernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                               unsigned sh, void *s, void **p, void **e) {
     (void)sh; (void)e;
+    fake_call_detail("%s stream %p%s grid %u", ((Function *)f)->name, s, cap_stream && s == cap_stream ? " (captured)" : "",
+                     gx);
     if (!gx || !gy || !gz) return 1; /* CUDA_ERROR_INVALID_VALUE, as the real driver: no record */
     if (stale(f)) return 400; /* the real driver: an invalid handle, or another kernel's code */
     /* FAKECUDA_REFUSE_PROBED=1: an instrumented kernel's launch is refused (too many resources requested) */

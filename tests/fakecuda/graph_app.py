@@ -25,7 +25,8 @@ milliseconds; prints how many passed during the launch into the capture (GRAPH_A
 Prints, per cycle, the launches of the executable graph and of all graphs ("exec launches", after "live at end").
 GRAPH_APP_PTSZ=1: the captures are of the per-thread default stream (the _ptsz entry points' NULL), and three
 eager launches before and after them say how many capture-status queries they cost. Prints the fake driver's
-cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), and with
+cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick calls"), the process's threads
+("threads"), and with
 FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switch ("fork child", -1: hung).
 GRAPH_APP_DROP_IN_TWIN=1: when a twin's first launch starts in the fake driver, another thread of the program
 calls cuGraphExecUpdate on the executable graph (the shim gives its plans up meanwhile); prints the launches of
@@ -33,7 +34,12 @@ destroyed graphs at the end ("dead launches", with FAKECUDA_CHECK_DESTROYED=1).
 GRAPH_APP_REFUSE_SECOND_RECORDS=1: event records on the second stream fail; GRAPH_APP_DESTROY_IN_OTHER_CTX=1: the
 second stream is destroyed with device 1's context current (FAKECUDA_CC="90,90").
 GRAPH_APP_RETAIN=N: the primary context retained N times at the start (N = 2: cudart's and a library's, so that
-the release before replay GRAPH_APP_RELEASE_AT leaves it alive)."""
+the release before replay GRAPH_APP_RELEASE_AT leaves it alive).
+GRAPH_APP_PLAIN=KERNEL2: in each cycle a second graph, B, captured on the same stream after the first is instantiated:
+GRAPH_APP_KERNELS launches of KERNEL2 (a kernel `--filter` leaves unprobed), instantiated with the same flags; its
+replays alternate with the first's and it is destroyed with it. With FAKECUDA_LOG_CALLS the app marks in that log
+where B's capture, instantiation, each replay and its end are ("== B ...": what the driver saw for B in between).
+"""
 import ctypes as C
 import os
 import sys
@@ -102,6 +108,29 @@ def capture_queries(cu, fn, stream, params):
     for _ in range(3):
         assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
     return cu.fakecuda_is_capturing_calls() - asked
+
+
+def mark(what):
+    """A line `== what` in the fake driver's call log (FAKECUDA_LOG_CALLS), between the driver calls around it."""
+    path = os.environ.get("FAKECUDA_LOG_CALLS")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(f"== {what}\n")
+
+
+def capture_plain(cu, fn, stream, params, flags):
+    """Graph B (GRAPH_APP_PLAIN): GRAPH_APP_KERNELS launches of `fn` captured on `stream`, instantiated with `flags`;
+    (graph, executable graph)."""
+    graph, exe = C.c_void_p(), C.c_void_p()
+    mark("B capture")
+    assert cu.cuStreamBeginCapture_v2(stream, 0) == 0
+    for _ in range(int(os.environ.get("GRAPH_APP_KERNELS", "1"))):
+        assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+    assert cu.cuStreamEndCapture(stream, C.byref(graph)) == 0
+    mark("B instantiate")
+    assert cu.cuGraphInstantiateWithFlags(C.byref(exe), graph, flags) == 0
+    mark("B ready")
+    return graph, exe
 
 
 def main(ptx_path, kernel, cycles, replays):
@@ -174,6 +203,11 @@ def main(ptx_path, kernel, cycles, replays):
             assert cu.cuGraphClone(C.byref(source), graph) == 0
         flags = int(os.environ.get("GRAPH_APP_FLAGS", "0"), 0)
         assert cu.cuGraphInstantiateWithFlags(C.byref(exe), source, flags) == 0
+        plain_graph = plain_exe = None
+        if os.environ.get("GRAPH_APP_PLAIN"):
+            plain_fn = P()
+            assert cu.cuModuleGetFunction(C.byref(plain_fn), mod, os.environ["GRAPH_APP_PLAIN"].encode()) == 0
+            plain_graph, plain_exe = capture_plain(cu, plain_fn, stream, params, flags)
         first = bool(os.environ.get("GRAPH_APP_GRAPH_FIRST"))
         if first:
             assert cu.cuGraphDestroy(graph) == 0
@@ -240,6 +274,10 @@ def main(ptx_path, kernel, cycles, replays):
             assert cu.cuGraphLaunch(exe, second if (r % 2 or remade) and second else stream) == 0
             if twin_of:
                 assert cu.cuGraphLaunch(twin, stream) == 0
+            if plain_exe is not None:
+                mark(f"B replay {r}")
+                assert cu.cuGraphLaunch(plain_exe, stream) == 0
+                mark("B replayed")
         cu.fakecuda_exec_launches.restype = cu.fakecuda_graph_launches.restype = C.c_long
         cu.fakecuda_exec_launches.argtypes = [P]
         launched.append((cu.fakecuda_exec_launches(exe), cu.fakecuda_graph_launches()))
@@ -247,6 +285,10 @@ def main(ptx_path, kernel, cycles, replays):
             assert cu.cuGraphExecDestroy(twin) == 0
             if twin_source.value != graph.value:
                 assert cu.cuGraphDestroy(twin_source) == 0
+        if plain_exe is not None:
+            mark("B destroy")
+            assert cu.cuGraphExecDestroy(plain_exe) == 0 and cu.cuGraphDestroy(plain_graph) == 0
+            mark("B destroyed")
         assert cu.cuGraphExecDestroy(exe) == 0
         if source.value != graph.value:
             assert cu.cuGraphDestroy(source) == 0
@@ -259,6 +301,7 @@ def main(ptx_path, kernel, cycles, replays):
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())
     for own, every in launched:
         say("exec launches", own, every)
+    say("threads", len(os.listdir("/proc/self/task")))  # the process's, ours included (a poller thread or none)
     cu.fakecuda_dead_launches.restype = C.c_long
     say("dead launches", cu.fakecuda_dead_launches())
     say("pick calls", cu.fakecuda_pick_calls())

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes as C
+import os
 
 import attrs
 
@@ -321,6 +322,14 @@ def _clamp(n: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, n))
 
 
+def ring_slots_limit() -> int:
+    """At most this many slots per ring, device and host: `NEUTRINO_GRAPH_RING_SLOTS=N` (at least 2; unset or
+    not a number: no limit). benchmarks/graph_residual.py --isolate asks whether the rings' memory (16 MiB of
+    device memory and 4 MiB of mapped pinned memory per node by default) slows the process's other graphs."""
+    value = os.environ.get("NEUTRINO_GRAPH_RING_SLOTS", "")
+    return max(2, int(value)) if value.isascii() and value.isdigit() else MAX_DEVICE_SLOTS
+
+
 def ring_layout(frame_bytes: int, on_device: bool = True, minimal: bool = False) -> RingLayout:
     """A node's ring for frames of `frame_bytes`. On the device (the default) it holds up to
     DEVICE_RING_BYTES of frames, copied out through fewer host slots; with `--when-full=wait` the
@@ -328,10 +337,11 @@ def ring_layout(frame_bytes: int, on_device: bool = True, minimal: bool = False)
     make driver calls: those can block behind a launch waiting for room in a full queue).
     `minimal`: two slots, when the buffer budget holds no more."""
     stride = _align(frame_bytes, SLOT_ALIGN)
-    nstage = 2 if minimal else _clamp(HOST_RING_BYTES // stride, 2, MAX_HOST_SLOTS)
+    most = ring_slots_limit()
+    nstage = 2 if minimal else _clamp(HOST_RING_BYTES // stride, 2, min(MAX_HOST_SLOTS, most))
     if not on_device:
         return RingLayout(nstage, nstage, stride, frame_bytes, on_device=False)
-    nslots = 2 if minimal else _clamp(DEVICE_RING_BYTES // stride, 2, MAX_DEVICE_SLOTS)
+    nslots = 2 if minimal else _clamp(DEVICE_RING_BYTES // stride, 2, min(MAX_DEVICE_SLOTS, most))
     return RingLayout(nslots, min(nstage, nslots), stride, frame_bytes)
 
 
