@@ -661,6 +661,14 @@ CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
     return 0;
 }
 
+/* a reset (the fake keeps the context and its streams: the shim's queues are retired all the same) */
+CUresult cuDevicePrimaryCtxReset_v2(int dev) {
+    const char *log = getenv("FAKECUDA_LOG");
+    FILE *fh = log ? fopen(log, "a") : NULL;
+    if (fh) { fprintf(fh, "primary context reset dev=%d\n", dev); fclose(fh); }
+    return device_cc(dev) < 0 ? 101 : 0;
+}
+
 typedef struct { char *ptx; } Link;
 CUresult cuLinkCreate_v2(unsigned n, void *o, void **v, void **state) { (void)n; (void)o; (void)v; *state = calloc(1, sizeof(Link)); return 0; }
 CUresult cuLinkAddData_v2(void *st, int type, void *data, size_t size, const char *name, unsigned n, void *o, void **v) {
@@ -836,6 +844,7 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2}, E(cuStreamEndCapture),
     {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
     {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2}, E(cuDevicePrimaryCtxRetain),
+    {"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2},
 };
 static const struct { const char *name; void *fn; } ptsz[] = {
     {"cuLaunchKernel", (void *)cuLaunchKernel_ptsz}, {"cuLaunchKernelEx", (void *)cuLaunchKernelEx_ptsz},
