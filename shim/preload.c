@@ -757,17 +757,28 @@ CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
  * lives as long as the context (graphs' plans and rings: neutrino/runtime/cudagraphs) is kept. */
 int neutrino_teardown_keeps_context(void) { return release_keeps_context; }
 
+/* This release's share of device dev's count, taken at once (compare and swap): the count before it, 0 when
+ * none was seen. Two threads releasing together each see their own count (read first and lowered after
+ * the teardown, both saw 2 and both kept the context that the second release destroyed), and the count
+ * never goes below 0. */
+static long claim_release(int dev) {
+    long seen = atomic_load(&primary_refs[dev]);
+    while (seen > 0 && !atomic_compare_exchange_weak(&primary_refs[dev], &seen, seen - 1)) {
+    }
+    return seen;
+}
+
 /* A primary context destroyed (its last release, or a reset) may be made again with the same handle: every
  * queue of the timeline's is retired (a stream's next launch asks CUPTI its id again). A release that leaves
  * it alive (a library's retain/release pair) retires nothing. */
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
-    int counted = dev >= 0 && dev < PRIMARY_DEVICES;
-    release_keeps_context = counted && atomic_load(&primary_refs[dev]) > 1;
+    long seen = dev >= 0 && dev < PRIMARY_DEVICES ? claim_release(dev) : 0;
+    release_keeps_context = seen > 1;
     before_teardown();
     release_keeps_context = 0;
     CUresult (*fn)(int) = REAL(H_PRIMARY_RELEASE, CUresult(*)(int));
     CUresult rc = fn ? fn(dev) : CU_NOT_FOUND;
-    if (rc == 0 && counted && atomic_load(&primary_refs[dev]) > 0) atomic_fetch_sub(&primary_refs[dev], 1);
+    if (rc != 0 && seen > 0) atomic_fetch_add(&primary_refs[dev], 1);  /* not released: the share goes back */
     if (rc == 0 && !primary_ctx_active(dev)) neutrino_timeline_streams_gone(NULL, NULL);
     return rc;
 }
