@@ -54,3 +54,40 @@ def test_a_spec_found_in_the_phase_and_loaded_after_it_is_not_counted(tmp_path, 
         assert type(module.__loader__).__name__ == "SourceFileLoader" and module.__spec__.loader is module.__loader__
     finally:
         sys.modules.pop("late29r", None)
+
+
+def test_a_legacy_finder_before_the_path_keeps_its_turn(tmp_path, monkeypatch):
+    """A finder with find_module only (Python 3.11 still asks it, after the finders before it) placed before the
+    path finder: the module it provides is the one imported in the phase too (before: the clock skipped it and
+    returned the path finder's spec, changing what the program's import loaded). Not timed: a legacy loader."""
+    import types
+    import warnings
+
+    if sys.version_info >= (3, 12):
+        import pytest
+
+        pytest.skip("find_module is no longer asked")
+    (tmp_path / "legacy29r.py").write_text("WHO = 'path'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class LegacyFinder:
+        def find_module(self, name, path=None):
+            return self if name == "legacy29r" else None
+
+        def load_module(self, name):
+            module = types.ModuleType(name)
+            module.WHO = "legacy"
+            sys.modules[name] = module
+            return module
+
+    legacy = LegacyFinder()
+    monkeypatch.setattr(sys, "meta_path", [legacy, *sys.meta_path])
+    clock = SharedImportClock()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ImportWarning)
+            with clock.timing():
+                module = importlib.import_module("legacy29r")
+        assert module.WHO == "legacy" and clock.note() == {}
+    finally:
+        sys.modules.pop("legacy29r", None)

@@ -52,9 +52,11 @@ class SharedImportClock:
         if self._depth or name.partition(".")[0] == PACKAGE or threading.get_ident() != self._thread:
             return None
         for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
+            if finder is self:
                 continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:  # a legacy finder (find_module, Python < 3.12) the machinery asks in its turn: untimed
+                return None
             spec = find(name, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
