@@ -653,13 +653,17 @@ CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
     *ctx = (void *)(uintptr_t)(0xC0 + 0x100 * dev);
     return 0;
 }
-CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+static CUresult primary_release(int dev) {
     (void)dev;
     const char *log = getenv("FAKECUDA_LOG");
     FILE *fh = log ? fopen(log, "a") : NULL;
     if (fh) { fprintf(fh, "primary context released\n"); fclose(fh); }
     return 0;
 }
+
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return primary_release(dev); }
+/* the entry point before CUDA 11, still exported (not through the _v2 symbol, which the shim interposes) */
+CUresult cuDevicePrimaryCtxRelease(int dev) { return primary_release(dev); }
 
 /* a reset (the fake keeps the context and its streams: the shim's queues are retired all the same) */
 CUresult cuDevicePrimaryCtxReset_v2(int dev) {
