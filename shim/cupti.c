@@ -818,7 +818,7 @@ static void unsubscribe_ours(void) {
  * has its name (cuFuncGetName; not compared for a probed launch, whose instrumented copy runs). The
  * driver runs a stream's kernels in launch order, but CUPTI does not always hand their records over
  * in that order (a JAX program under jax.profiler, H200: half its kernels came out of order): a buffer's
- * records are joined per stream in GPU start order (convert_deferred_kernels), which is launch order, and an
+ * records are joined per stream in correlation id order (convert_deferred_kernels), which is launch order, and an
  * entry passed over stays for a record of a later buffer, which takes the first fitting entry between the taken
  * ones of lower and of higher correlation ids (a stream's launch order is its correlation order); it
  * is given up (counted in N_HOOK_SKIPPED: a launch whose record never came, or came unjoined) once it
@@ -1083,24 +1083,27 @@ static void hook_queues_close(void) {
 }
 
 /* Under tl_lock: the record's thread, host time and probed token from its launch hook's entry (the queues
- * of its CUPTI stream id: one, unless a stream handle was made again). The queue that last joined a record of
- * that id is tried first (a direct-mapped cache, the buffer thread's alone), then the table in order. */
+ * of its CUPTI stream id: one, unless a queue was retired while its stream lived on, e.g. every queue at a
+ * primary context's release, and the stream's next launch made another; the older queue holds the older
+ * launches, so the queues are tried in table order). The scan starts at the first queue of that id found
+ * last time (a direct-mapped cache, the buffer thread's alone), and a queue before it given the id since
+ * (a full table's reuse) is tried last. Not at the queue that joined last: tried first, it would give a
+ * record of an older launch a newer launch's entry of the same kernel. */
 static void join_launch_hook(nt_timeline_record *r, const char *name) {
     if (!(level & L_HOOKS)) return;
-    static int queue_of_stream[256];  /* CUPTI stream id (low bits) -> queue index + 1; 0: none yet */
+    static int first_queue_of_stream[256];  /* CUPTI stream id (low bits) -> first queue index + 1; 0: none */
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
-    int *cached = &queue_of_stream[r->stream & 255];
-    if (*cached > 0 && *cached <= n) {
-        hook_queue *q = hook_queue_at(*cached - 1);
-        if (q->cupti_stream == r->stream && join_from_queue(q, r, name)) return;
-    }
-    for (int i = 0; i < n; i++) {
+    int *cached = &first_queue_of_stream[r->stream & 255];
+    int from = *cached > 0 && *cached <= n && hook_queue_at(*cached - 1)->cupti_stream == r->stream ? *cached - 1 : 0;
+    int first = -1;
+    for (int i = from; i < n; i++) {
         hook_queue *q = hook_queue_at(i);
-        if (i + 1 != *cached && q->cupti_stream == r->stream && join_from_queue(q, r, name)) {
-            *cached = i + 1;
-            return;
-        }
+        if (q->cupti_stream != r->stream) continue;
+        if (first < 0) *cached = (first = i) + 1;
+        if (join_from_queue(q, r, name)) return;
     }
+    for (int i = 0; i < from; i++)  /* a queue before it given the id since (a full table's reuse) */
+        if (hook_queue_at(i)->cupti_stream == r->stream && join_from_queue(hook_queue_at(i), r, name)) return;
 }
 
 static char run_dir_kept[4096];

@@ -58,7 +58,7 @@ enum {
     H_MODULE_GET_FUNCTION, H_LIBRARY_GET_KERNEL, H_KERNEL_GET_FUNCTION, H_LIBRARY_GET_MODULE,
     H_MODULE_UNLOAD, H_LIBRARY_UNLOAD,
     H_LAUNCH, H_LAUNCH_PTSZ, H_LAUNCH_EX, H_LAUNCH_EX_PTSZ, H_LAUNCH_COOP, H_LAUNCH_COOP_PTSZ,
-    H_CTX_DESTROY, H_PRIMARY_RELEASE, H_PRIMARY_RESET, H_STREAM_DESTROY, H_PRIMARY_RETAIN,
+    H_CTX_DESTROY, H_PRIMARY_RELEASE, H_PRIMARY_RESET, H_STREAM_DESTROY, H_PRIMARY_RETAIN, H_PRIMARY_RELEASE_V1,
     H_COUNT
 };
 
@@ -72,7 +72,7 @@ static const char *const hook_names[H_COUNT] = {
     "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
     "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
     "cuCtxDestroy_v2", "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxReset_v2", "cuStreamDestroy_v2",
-    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease",
 };
 
 static void *hook_fns[H_COUNT]; /* our wrappers, filled in by init_hook_table */
@@ -757,20 +757,38 @@ CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
  * lives as long as the context (graphs' plans and rings: neutrino/runtime/cudagraphs) is kept. */
 int neutrino_teardown_keeps_context(void) { return release_keeps_context; }
 
+/* This release's share of device dev's count, taken at once (compare and swap): the count before it, 0 when
+ * none was seen. Two threads releasing together each see their own count (read first and lowered after
+ * the teardown, both saw 2 and both kept the context that the second release destroyed), and the count
+ * never goes below 0. */
+static long claim_release(int dev) {
+    long seen = atomic_load(&primary_refs[dev]);
+    while (seen > 0 && !atomic_compare_exchange_weak(&primary_refs[dev], &seen, seen - 1)) {
+    }
+    return seen;
+}
+
 /* A primary context destroyed (its last release, or a reset) may be made again with the same handle: every
  * queue of the timeline's is retired (a stream's next launch asks CUPTI its id again). A release that leaves
- * it alive (a library's retain/release pair) retires nothing. */
-CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
-    int counted = dev >= 0 && dev < PRIMARY_DEVICES;
-    release_keeps_context = counted && atomic_load(&primary_refs[dev]) > 1;
+ * it alive (a library's retain/release pair) retires nothing. `slot`: the driver's entry point called. */
+static CUresult primary_release(int dev, int slot) {
+    long seen = dev >= 0 && dev < PRIMARY_DEVICES ? claim_release(dev) : 0;
+    release_keeps_context = seen > 1;
     before_teardown();
     release_keeps_context = 0;
-    CUresult (*fn)(int) = REAL(H_PRIMARY_RELEASE, CUresult(*)(int));
+    CUresult (*fn)(int) = REAL(slot, CUresult(*)(int));
     CUresult rc = fn ? fn(dev) : CU_NOT_FOUND;
-    if (rc == 0 && counted && atomic_load(&primary_refs[dev]) > 0) atomic_fetch_sub(&primary_refs[dev], 1);
+    if (rc != 0 && seen > 0) atomic_fetch_add(&primary_refs[dev], 1);  /* not released: the share goes back */
     if (rc == 0 && !primary_ctx_active(dev)) neutrino_timeline_streams_gone(NULL, NULL);
     return rc;
 }
+
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return primary_release(dev, H_PRIMARY_RELEASE); }
+
+/* The entry point before CUDA 11 (still exported; reached by dlsym or by cuGetProcAddress for an older
+ * version): counted too, else a release made through it left the count high, and the last release
+ * looked like one that keeps the context (its plans and rings kept after it was destroyed). */
+CUresult cuDevicePrimaryCtxRelease(int dev) { return primary_release(dev, H_PRIMARY_RELEASE_V1); }
 
 CUresult cuDevicePrimaryCtxReset_v2(int dev) {
     if (dev >= 0 && dev < PRIMARY_DEVICES) atomic_store(&primary_refs[dev], 0);
@@ -794,7 +812,8 @@ static void *wrapper_for(const char *symbol, int version, cuuint64_t flags) {
     if (!strcmp(symbol, "cuLinkAddData")) return version >= 6050 ? hook_fns[H_LINK_ADD_DATA] : NULL;
     if (!strcmp(symbol, "cuCtxDestroy")) return version >= 4000 ? hook_fns[H_CTX_DESTROY] : NULL;
     if (!strcmp(symbol, "cuStreamDestroy")) return version >= 4000 ? hook_fns[H_STREAM_DESTROY] : NULL;
-    if (!strcmp(symbol, "cuDevicePrimaryCtxRelease")) return version >= 11000 ? hook_fns[H_PRIMARY_RELEASE] : NULL;
+    if (!strcmp(symbol, "cuDevicePrimaryCtxRelease"))
+        return hook_fns[version >= 11000 ? H_PRIMARY_RELEASE : H_PRIMARY_RELEASE_V1];
     if (!strcmp(symbol, "cuDevicePrimaryCtxReset")) return version >= 11000 ? hook_fns[H_PRIMARY_RESET] : NULL;
     if (!strcmp(symbol, "cuDevicePrimaryCtxRetain")) return hook_fns[H_PRIMARY_RETAIN];
     for (int i = H_MODULE_LOAD; i < H_COUNT; i++)
@@ -843,7 +862,7 @@ static void init_hook_table(void) {
         (void *)cuLaunchKernel, (void *)cuLaunchKernel_ptsz, (void *)cuLaunchKernelEx, (void *)cuLaunchKernelEx_ptsz,
         (void *)cuLaunchCooperativeKernel, (void *)cuLaunchCooperativeKernel_ptsz,
         (void *)cuCtxDestroy_v2, (void *)cuDevicePrimaryCtxRelease_v2, (void *)cuDevicePrimaryCtxReset_v2,
-        (void *)cuStreamDestroy_v2, (void *)cuDevicePrimaryCtxRetain,
+        (void *)cuStreamDestroy_v2, (void *)cuDevicePrimaryCtxRetain, (void *)cuDevicePrimaryCtxRelease,
     };
     memcpy(hook_fns, t, sizeof t);
 }

@@ -34,7 +34,7 @@ EXPORTS = {
     "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel",
     "cuLaunchCooperativeKernel_ptsz", "neutrino_register_callbacks", "neutrino_real_sym", "neutrino_probe_add",
     "neutrino_probe_remove", "neutrino_set_launch_filter", "cuCtxDestroy_v2", "cuDevicePrimaryCtxRelease_v2",
-    "cuDevicePrimaryCtxReset_v2", "cuModuleUnload", "cuLibraryUnload", "neutrino_forget_function",
+    "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease", "cuModuleUnload", "cuLibraryUnload", "neutrino_forget_function",
     "neutrino_register_unload_callback", "cuStreamDestroy_v2",
 }
 
@@ -70,7 +70,7 @@ def test_shim_exports(shim):
     out = subprocess.run(["nm", "-D", "--defined-only", str(shim)], capture_output=True, text=True, check=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if " T " in line}
     assert EXPORTS <= names
-    # no generated forwarder per driver symbol: only what we hook (27: cuDevicePrimaryCtxRetain counted, and 35 graph and capture calls: graphs.c,
+    # no generated forwarder per driver symbol: only what we hook (28: cuDevicePrimaryCtxRetain and the pre-CUDA-11 cuDevicePrimaryCtxRelease counted, and 35 graph and capture calls: graphs.c,
     # cuGraphLaunch, cuGraphExecNodeSetParams and cuGraphNodeSetParams for the host's choice of replays included,
     # and the 10 other changes to an executable graph that a twin gets too: graphpick.c)
     graph_calls = {n for n in names if n.startswith(("cuGraph", "cuStreamBeginCapture", "cuStreamEndCapture"))}
@@ -80,7 +80,7 @@ def test_shim_exports(shim):
                      "cuptiSubscribe", "cuptiSubscribe_v2", "cuptiUnsubscribe", "cuptiEnableCallback",
                      "cuptiEnableDomain", "cuptiEnableAllDomains", "cuptiGetCallbackState",  # the one subscriber we share
                      "cuptiActivityRegisterTimestampCallback"}  # the program's clock, mapped back to ours
-    assert len([n for n in names if n.startswith("cu") and n not in graph_calls | cupti]) == 27
+    assert len([n for n in names if n.startswith("cu") and n not in graph_calls | cupti]) == 28
     assert len(graph_calls) == 35
 
 

@@ -609,7 +609,7 @@ def test_graph_level_records_one_per_replay(tmp_path, fakes):
 def test_launch_hooks_join_records_out_of_launch_order(tmp_path, fakes, grids, buffer):
     """CUPTI can hand one stream's kernel records over out of launch order (seen with jax.profiler on the
     H200); FAKECUPTI_SWAP=1 swaps each pair. Every record still takes an entry of its own stream, none is
-    given up. Within one buffer (100000 bytes: all of them) the records are joined per stream in GPU start
+    given up. Within one buffer (100000 bytes: all of them) the records are joined per stream in correlation id
     order, which is launch order: each takes its own launch's entry, like kernels too (before: like kernels'
     host times swapped pairwise). Across buffers (300 bytes: one record each) unlike kernels still take their
     own (grid and name differ), like kernels of a pair swap host times: what remains (spec/runtime.md)."""
@@ -722,3 +722,24 @@ def test_launch_hooks_on_more_than_256_streams(tmp_path, fakes):
         assert len(host) == 3 and (np.diff(host) > 0).all()
     counts = _one(events, "timeline_counts")
     assert counts["hook_joined"] == 900 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+
+
+@pytest.mark.parametrize("reset_at", ["2", "4"])
+def test_launch_hooks_join_older_launches_first_after_a_reset(tmp_path, fakes, reset_at):
+    """The primary context reset before launch 2 or 4 (FAKEAPP_RESET_AT; the fake keeps its streams): the NULL
+    stream's queue is retired and its next launch makes a second queue of the same CUPTI stream id. CUPTI hands
+    the records over one per buffer, pairs swapped (FAKECUPTI_SWAP), so a launch after the reset can have its
+    record joined before an older launch's. Each record still takes its own launch's entry: host times in
+    launch order, none given up (before: the join tried the queue that joined last first, and an older
+    launch's record took a newer launch's entry of the same kernel in the second queue)."""
+    env = {"FAKEAPP_GRIDS": "4,8", "FAKECUPTI_SWAP": "1", "FAKECUPTI_BUFFER": "300", "FAKEAPP_RESET_AT": reset_at}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env=env)
+    kernels = read_timeline(run)
+    kernels = kernels[kernels["kind"] == 1]
+    kernels = kernels[np.argsort(kernels["correlation"])]
+    assert len(kernels) == 6 and len(set(kernels["stream"].tolist())) == 1
+    assert [int(g[0]) for g in kernels["grid"]] == [4, 8] * 3
+    assert (kernels["tid"] > 0).all() and (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_passed_over"] == 0 and counts["no_thread"] == 0

@@ -44,6 +44,8 @@ def launch_all(ptx_path, kernel, n):
             if devices > 1:
                 assert cu.cuCtxSetCurrent(C.c_void_p(0xC0 + 0x100 * (i % devices))) == 0
             g, stream = grids[i % len(grids)], streams[i % len(streams)]
+            if i == int(os.environ.get("FAKEAPP_RESET_AT", "-1")):  # the primary context reset before launch i
+                assert cu.cuDevicePrimaryCtxReset_v2(0) == 0
             if os.environ.get("FAKEAPP_REMAKE_STREAM"):  # a stream of its own, destroyed after the launch
                 stream = C.c_void_p()
                 assert cu.cuStreamCreate(C.byref(stream), 1) == 0

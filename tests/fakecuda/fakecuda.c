@@ -713,12 +713,24 @@ CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
     *ctx = (void *)(uintptr_t)(0xC0 + 0x100 * dev);
     return 0;
 }
-CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+static CUresult primary_release(int dev) {
     (void)dev;
     const char *log = getenv("FAKECUDA_LOG");
     FILE *fh = log ? fopen(log, "a") : NULL;
     if (fh) { fprintf(fh, "primary context released\n"); fclose(fh); }
     return 0;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return primary_release(dev); }
+/* the entry point before CUDA 11, still exported (not through the _v2 symbol, which the shim interposes) */
+CUresult cuDevicePrimaryCtxRelease(int dev) { return primary_release(dev); }
+
+/* a reset (the fake keeps the context and its streams: the shim's queues are retired all the same) */
+CUresult cuDevicePrimaryCtxReset_v2(int dev) {
+    const char *log = getenv("FAKECUDA_LOG");
+    FILE *fh = log ? fopen(log, "a") : NULL;
+    if (fh) { fprintf(fh, "primary context reset dev=%d\n", dev); fclose(fh); }
+    return device_cc(dev) < 0 ? 101 : 0;
 }
 
 typedef struct { char *ptx; } Link;
@@ -898,6 +910,7 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2}, E(cuStreamEndCapture),
     {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
     {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2}, E(cuDevicePrimaryCtxRetain),
+    {"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2},
 };
 static const struct { const char *name; void *fn; } ptsz[] = {
     {"cuLaunchKernel", (void *)cuLaunchKernel_ptsz}, {"cuLaunchKernelEx", (void *)cuLaunchKernelEx_ptsz},
