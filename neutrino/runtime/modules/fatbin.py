@@ -293,7 +293,7 @@ def parse_fatbin_wrapper(data: bytes) -> FatbinWrapper:
 
 
 def entry_layouts(read, size: int, offset: int = 0):
-    """(kind, flags, payload offset, stored payload bytes) of each entry of the container at `offset`,
+    """(kind, compressed, payload offset, stored payload bytes) of each entry of the container at `offset`,
     from the headers alone: `read(position, count) -> bytes` reads the image (a pointer into the
     program, or a bytes object), so payloads are neither copied nor decompressed (name_filter.py: a
     module -k can select nothing of is decided without reading it). `size`: the bytes readable from
@@ -319,7 +319,7 @@ def entry_layouts(read, size: int, offset: int = 0):
         if compressed and compressed_size > payload_size:
             raise BinaryFormatError(f"fatbin entry at offset {position}: compressed size {compressed_size}"
                                     f" exceeds its payload of {payload_size} bytes")
-        yield kind, flags, position + entry_header, compressed_size if compressed else payload_size
+        yield kind, bool(compressed), position + entry_header, compressed_size if compressed else payload_size
         position += entry_header + payload_size
 
 

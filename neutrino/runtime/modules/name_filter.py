@@ -11,8 +11,6 @@ module work; spec/runtime.md, "Start-up and exit phases").
 from __future__ import annotations
 
 SKIPPED_REASON = "not examined: no kernel name in the image can match -k"
-FATBIN_MAGIC_BYTES = b"\x50\xed\x55\xba"  # fatbin.FATBIN_MAGIC, little-endian
-_COMPRESSED = 0x1000 | 0x2000 | 0x8000  # fatbin.FLAG_OLD_COMPRESSION | FLAG_COMPRESSED_LZ4 | FLAG_COMPRESSED_ZSTD
 
 
 def pattern_literals(patterns) -> tuple[bytes, ...]:
@@ -43,8 +41,8 @@ def fatbin_may_hold_selected(read, size: int, literals: tuple[bytes, ...]) -> bo
     from neutrino.runtime.modules.fatbin import EntryKind, entry_layouts
 
     try:
-        for kind, flags, payload_at, stored in entry_layouts(read, size):
-            if flags & _COMPRESSED:
+        for kind, compressed, payload_at, stored in entry_layouts(read, size):
+            if compressed:
                 if kind != EntryKind.ELF:
                     return True  # a PTX entry's names are inside its compressed bytes
                 continue
@@ -75,7 +73,7 @@ def _may_hide_names(data: bytes) -> bool:
             offset: int | None = 0
             while offset is not None:
                 layouts = list(entry_layouts(lambda at, count: data[at:at + count], len(data), offset))
-                if any(entry_kind != EntryKind.ELF and flags & _COMPRESSED for entry_kind, flags, _, _ in layouts):
+                if any(entry_kind != EntryKind.ELF and compressed for entry_kind, compressed, _, _ in layouts):
                     return True
                 offset = next_container_offset(data, offset)
             return False
