@@ -18,6 +18,7 @@ nothing in between writes. Anything else is left to the run-time code, as before
 
 from __future__ import annotations
 
+import functools
 import re
 
 from neutrino.isa.ptx import ir
@@ -78,18 +79,27 @@ def _defined_constant(insn: ir.Instruction, types: dict[str, str]) -> tuple[str,
     dst, src = insn.operands
     if not isinstance(dst, ir.Register) or not isinstance(src, ir.Immediate) or src.value is None:
         return None
-    text = insn.opcode.text
-    mov, cvt = _MOV.fullmatch(text), _CVT.fullmatch(text)
-    if mov:
-        width, value = int(mov.group(1)), src.value & _mask(int(mov.group(1)))
-    elif cvt:
-        width, value = int(cvt.group(1)), src.value & _mask(int(cvt.group(2))) & _mask(int(cvt.group(1)))
-    else:
+    widths = _immediate_widths(insn.opcode.text)
+    if widths is None:
         return None
+    width, source_bits = widths
+    value = src.value & _mask(source_bits) & _mask(width)
     declared = types.get(dst.name)
     if declared is not None and _INT_BITS.get(declared) != width:
         return None  # a predicate, a float or a register of another width: not folded
     return dst.name, value
+
+
+@functools.lru_cache(maxsize=None)
+def _immediate_widths(opcode: str) -> tuple[int, int] | None:
+    """(destination bits, source bits) of a mov / zero-extending cvt opcode; None for any other opcode.
+    Cached: a kernel has few distinct opcode spellings and this runs once per probe instruction."""
+    mov, cvt = _MOV.fullmatch(opcode), _CVT.fullmatch(opcode)
+    if mov:
+        return int(mov.group(1)), int(mov.group(1))
+    if cvt:
+        return int(cvt.group(1)), int(cvt.group(2))
+    return None
 
 
 def constant_save_values(body: list[ir.Statement], types: dict[str, str]) -> dict[int, tuple[int | None, ...]]:
@@ -101,8 +111,10 @@ def constant_save_values(body: list[ir.Statement], types: dict[str, str]) -> dic
     known: dict[str, tuple[int, ir.Guard | None]] = {}  # register → (value, the guard of its write)
     where: tuple[int, str | None] = (0, None)  # (container, origin) of the straight-line stretch `known` is about
     for container, _, stmt in ir.walk(body):
-        if type(stmt) is not ir.Instruction or stmt.origin is None or not stmt.origin.startswith("probe "):
-            known.clear()
+        origin = stmt.origin if type(stmt) is ir.Instruction else None
+        if origin is None or not origin.startswith("probe "):
+            if known:
+                known.clear()
             continue
         if where != (id(container), stmt.origin):
             known.clear()
