@@ -227,11 +227,11 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
         phases = None
         try:
             from neutrino.runtime.core import LaunchRequest  # loaded by then (with the runtime): a dict lookup
-            from neutrino.runtime.start.phases import BUILD_PHASES
+            from neutrino.runtime.start.phases import INSIDE_LAUNCH
 
             phases = getattr(rt, "phases", None)
             started = time.perf_counter()
-            building = phases.sum_of(BUILD_PHASES) if phases is not None else 0.0
+            building = phases.sum_of(INSIDE_LAUNCH) if phases is not None else 0.0
             req = LaunchRequest(kind, f or 0, (gx, gy, gz), (bx, by, bz), shmem, stream or 0, params or 0,
                                 extra or 0, config or 0, index)
             return rt.on_launch(req)
@@ -239,7 +239,7 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
             return NOT_HANDLED
         finally:
             if phases is not None:  # the `launch` phase: this launch's host time, its kernel's build taken off
-                built = phases.sum_of(BUILD_PHASES) - building
+                built = phases.sum_of(INSIDE_LAUNCH) - building
                 phases.add("launch", max(time.perf_counter() - started - built, 0.0))
 
     def link_cb(kind, state, type_, data, size):
