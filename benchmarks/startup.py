@@ -302,9 +302,44 @@ def _verdict(ratio: float, accounted: float, low: float, high: float, pairs: int
             else "off")
 
 
+def paired_rows(rows: list[dict], leave_out: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+    """Per configuration, the add-up on paired differences, twice: on the whole wall, and with the
+    pre-CUDA step taken off both runs (`pre_cuda_seconds`; only the pairs where both have it). Each:
+    {pairs, diff (median wall difference), low, high (its 25-75% range), accounted (median of
+    `--timings` added + the run's teardown after our exit handler - its plain run's teardown), ratio,
+    verdict}. `leave_out`: phases not counted (a check that the add-up can fail without them)."""
+    fill = FILL.split(", ", 1)[1]
+    by_label: dict[str, list[tuple[float, float, float | None]]] = {}
+    for i, r in enumerate(rows):
+        if r["run"].startswith(("plain", "warm-up")) or fill in r["run"] or r["rc"] or "added" not in r:
+            continue
+        plain = nearest_plain(rows, i)
+        if plain is None:
+            continue
+        ours = (r["teardown"] - plain["teardown"]) if None not in (r.get("teardown"), plain.get("teardown")) else 0.0
+        ours -= sum((r.get("phases") or {}).get(n, 0.0) for n in leave_out)
+        mine, theirs = pre_cuda_seconds(r), pre_cuda_seconds(plain)
+        less = None if None in (mine, theirs) else r["wall"] - mine - (plain["wall"] - theirs)
+        by_label.setdefault(r["run"], []).append((r["wall"] - plain["wall"], r["added"] + ours, less))
+    out = {}
+    for label, pairs in by_label.items():
+        out[label] = []
+        for diffs, accounted in (([d for d, _, _ in pairs], [a for _, a, _ in pairs]),
+                                 ([x for _, _, x in pairs if x is not None], [a for _, a, x in pairs if x is not None])):
+            if not diffs:
+                out[label].append({"pairs": 0})
+                continue
+            diff, acc = statistics.median(diffs), statistics.median(accounted)
+            low, high = quartiles(diffs)
+            ratio = acc / diff if diff > 0 else float("nan")
+            out[label].append({"pairs": len(diffs), "diff": diff, "low": low, "high": high, "accounted": acc,
+                               "ratio": ratio, "verdict": _verdict(ratio, acc, low, high, len(diffs))})
+    return out
+
+
 def paired_table(rows: list[dict]) -> str:
-    """The add-up per configuration on paired differences: each profiled run's wall minus the wall of
-    its nearest plain run (nearest_plain). Columns: pairs; the median difference and its 25-75%
+    """The add-up per configuration on paired differences (paired_rows): each profiled run's wall minus the
+    wall of its nearest plain run (nearest_plain). Columns: pairs; the median difference and its 25-75%
     range; the median accounted seconds, `--timings` added + the run's teardown after our exit
     handler - its plain run's teardown; their ratio (the acceptance: 0.9-1.1); and the verdict:
     `adds up` (ratio within 0.9-1.1), `within noise` (the accounted seconds fall inside the 25-75%
@@ -316,37 +351,13 @@ def paired_table(rows: list[dict]) -> str:
            "| verdict | pre-CUDA step off: pairs | median difference s | 25–75% s | median accounted s "
            "| accounted / difference | verdict |",
            "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-    fill = FILL.split(", ", 1)[1]
-    by_label: dict[str, list[tuple[float, float, float | None]]] = {}
-    for i, r in enumerate(rows):
-        if r["run"].startswith(("plain", "warm-up")) or fill in r["run"] or r["rc"] or "added" not in r:
-            continue
-        plain = nearest_plain(rows, i)
-        if plain is None:
-            continue
-        ours = (r["teardown"] - plain["teardown"]) if None not in (r.get("teardown"), plain.get("teardown")) else 0.0
-        mine, theirs = pre_cuda_seconds(r), pre_cuda_seconds(plain)
-        less = None if None in (mine, theirs) else r["wall"] - mine - (plain["wall"] - theirs)
-        by_label.setdefault(r["run"], []).append((r["wall"] - plain["wall"], r["added"] + ours, less))
-    for label, pairs in by_label.items():
-        cells = []
-        for diffs, accounted in (([d for d, _, _ in pairs], [a for _, a, _ in pairs]),
-                                 ([x for _, _, x in pairs if x is not None], [a for _, a, x in pairs if x is not None])):
-            if not diffs:
-                cells.append("0 | | | | |")
-                continue
-            diff, acc = statistics.median(diffs), statistics.median(accounted)
-            low, high = quartiles(diffs)
-            ratio = acc / diff if diff > 0 else float("nan")
-            cells.append(f"{len(diffs)} | {diff:+.3f} | {low:+.3f} to {high:+.3f} | {acc:.3f} | {ratio:.2f} | "
-                         f"{_verdict(ratio, acc, low, high, len(diffs))}")
+    for label, estimates in paired_rows(rows).items():
+        cells = [f"{e['pairs']} | {e['diff']:+.3f} | {e['low']:+.3f} to {e['high']:+.3f} | {e['accounted']:.3f} | "
+                 f"{e['ratio']:.2f} | {e['verdict']}" if e["pairs"] else "0 | | | | |" for e in estimates]
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
-# Which phases fall in which segment of a profiled run (run_once's `segments`): before the program's start
-# (the launcher up to the spawn, the shim's constructor, wire), the program (to the end of our exit handler),
-# after it (the teardown, the launcher's close and its own exit).
 def segment_phases() -> dict[str, tuple[str, ...]]:
     from neutrino.runtime.start.phases import ADDED_PHASES
 
