@@ -380,7 +380,7 @@ def test_per_sm_statistics_at_once_equal_one_sm_at_a_time():
         bounds = np.flatnonzero(np.r_[True, tl.sm[1:] != tl.sm[:-1], True])
         one_by_one = [bs.sm_stats(tl.sm[lo], tl.start[lo:hi], tl.end[lo:hi], tl.slot[lo:hi])
                       for lo, hi in zip(bounds[:-1], bounds[1:])]
-        at_once = bs._per_sm_stats(tl, bounds)
+        at_once = bs._per_sm_stats(tl, bs.SMRuns(tl.sm, tl.start, tl.end))
         assert [(s.sm, s.blocks, s.span, s.busy, s.work, s.slots, s.gaps.tolist()) for s in one_by_one] == \
                [(s.sm, s.blocks, s.span, s.busy, s.work, s.slots, s.gaps.tolist()) for s in at_once]
 

@@ -17,7 +17,9 @@ import time
 from contextlib import contextmanager
 
 # The phases, in the order the timings line names them, each with its group.
-START_PHASES = ("constructor", "wire", "imports", "tool", "runtime")
+# `import_hooks`: our actions when the program first imports a package we watch (import_hooks.AfterImport:
+# JAX's flags, the autotuners' hooks), in the program's own imports
+START_PHASES = ("constructor", "wire", "imports", "tool", "runtime", "import_hooks")
 MODULE_PHASES = ("module_ptx", "lookup")
 BUILD_PHASES = ("verify", "cache_lookup", "instrument", "jit", "build_wait", "module_load", "kernel_write")
 # `launch`: the probed launches' own host time in our launch callback, the builds above (which a first launch
