@@ -1,7 +1,8 @@
 """What a profiled run costs beyond its kernels: start-up, first launches and exit (issue 29).
 
     python benchmarks/startup.py [--steps 50] [--repeat 2] [--tools block_sched,gmem_bytes] [--budget 600]
-                                 [--program torch|light] [--rows plain,cold,warm,nomatch,launches]
+                                 [--program torch|light|tiny|many] [--rows plain,cold,warm,nomatch,launches,warm:TOOL]
+                                 [--extra-tools A,B] [--tables FILE.json]
                                  [--json FILE] [--keep DIR] [--process-start [-n 15]]
 
 Runs a torch.compile training program (benchmarks/startup_program.py: 5 warm-up + STEPS timed
@@ -14,9 +15,13 @@ Each profiled run passes `--timings`; the table puts the phases' sum (spec/runti
 "Start-up and exit phases") beside the measured difference, and checks the program printed the
 same loss as the plain run. `--budget` stops starting runs after that many seconds.
 
-`--rows` runs only those rows of the first tool, `--repeat` rounds of them interleaved, and adds
-a table of medians per row: median wall over the plain runs' median beside the median `--timings`
-sum (their ratio: the acceptance's "phases add up to the measured difference within 10%").
+`--rows` runs only those rows of the first tool (`warm:TOOL`: another tool warm, its first round's
+run cold), `--repeat` rounds of them interleaved, then `--extra-tools` cold and warm while the budget
+lasts, and adds a table of medians per row: median wall over the plain runs' median beside the median
+`--timings` sum (their ratio: the acceptance's "phases add up to the measured difference within 10%"),
+and the add-up on paired differences (`paired_rows`: each profiled run against its nearest plain run),
+also with the program's pre-CUDA step (its `imported` mark: the imports, where the program's own
+run-to-run variation is largest and none of our phases but `import_hooks` runs) taken off both walls.
 `--program light` runs benchmarks/startup_light.py (CuPy, one PTX module, STEPS launches, about a
 second) instead: enough rounds fit in a device call to resolve the fixed costs.
 

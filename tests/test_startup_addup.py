@@ -82,3 +82,37 @@ def test_the_pre_cuda_step_is_left_in_when_the_runtime_started_inside_it():
     assert startup.pre_cuda_seconds({**row, "runtime_at": 10.2}) is None
     assert startup.pre_cuda_seconds({"program": {"marks": {"started": 1.0}}}) is None
     assert startup.pre_cuda_seconds({"program": None}) is None
+
+
+def _row(run: str, wall: float, teardown: float, imported: float, added: float | None = None, **extra) -> dict:
+    row = {"run": run, "wall": wall, "rc": 0, "teardown": teardown,
+           "program": {"marks": {"started": 100.0, "imported": 100.0 + imported}}, **extra}
+    if added is not None:
+        row["added"] = added
+    return row
+
+
+def test_paired_rows_on_runs_of_known_cost():
+    """paired_rows against differences worked by hand: each profiled run pairs with the nearest plain run
+    (the earlier on a tie); accounted = added + (its teardown - its plain run's teardown); the second estimate
+    takes each run's pre-CUDA step (`imported` - `started`) off both walls."""
+    warm = "-p t, code cache warm"
+    rows = [_row("plain", 10.0, 1.0, 2.0),
+            _row(warm, 10.9, 1.1, 2.3, added=0.5),  # pairs with plain 0: diff 0.9, accounted 0.6, less 0.6
+            _row("plain", 11.0, 1.2, 3.0),
+            _row(warm, 11.5, 1.2, 2.5, added=0.4),  # plain 2 (distance 1 both sides: the earlier): 0.5, 0.4, 1.0
+            _row("plain", 9.0, 0.8, 1.0),
+            _row(warm, 9.6, 0.8, 1.2, added=0.55)]  # plain 4: 0.6, 0.55, 0.4
+    whole, less = startup.paired_rows(rows)[warm]
+    assert whole["pairs"] == less["pairs"] == 3
+    assert whole["diff"] == pytest.approx(0.6) and whole["accounted"] == pytest.approx(0.55)  # medians
+    assert whole["ratio"] == pytest.approx(0.55 / 0.6) and whole["verdict"] == "adds up"
+    assert less["diff"] == pytest.approx(0.6) and less["accounted"] == pytest.approx(0.55)
+    assert (whole["low"], whole["high"]) == (pytest.approx(0.55), pytest.approx(0.75))  # inclusive quartiles
+    # a phase left out comes off that run's accounted seconds
+    rows[1]["phases"] = {"imports": 0.3}
+    assert startup.paired_rows(rows, leave_out=("imports",))[warm][0]["accounted"] == pytest.approx(0.4)
+    # without the step's marks the second estimate has no pairs
+    for row in rows:
+        row["program"] = None
+    assert startup.paired_rows(rows)[warm][1] == {"pairs": 0}
