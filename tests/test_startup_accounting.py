@@ -113,6 +113,11 @@ def test_a_matching_pattern_examines_the_module(tmp_path, fakecuda, capfd):
     phases = {e["phase"]: e for e in events if e["event"] == "phase"}
     assert "cache_lookup" in phases  # saxpy4 built for probing
     assert phases["launch"]["count"] == 1  # the first launch only: the C fast path takes the next ones
+    # the later two launches took the C fast path, clocked by the shim; the first launch's argument set was
+    # written by the Python resolver (launch_args), taken off `launch`
+    assert phases["fast_launch"]["count"] == 2 and 0 < phases["fast_launch"]["seconds"] < 5
+    assert phases["launch_args"]["count"] >= 1
+    assert "fast_launch x2" in line and "launch_args x" in line
     (first,) = [e for e in events if e["event"] == "first_launch"]  # once per process
     assert set(first["steps"]) == {"reserve", "frame", "enqueue", "ring_sizing", "submit", "arguments"}
     in_callback = sum(phases[n]["seconds"] for n in ph.KERNEL_PHASES if n in phases)  # the build ran in it too
