@@ -157,7 +157,7 @@ def row_plan(rows: list[str], tool: str, rounds: int) -> list[tuple[str, str, st
     runs = [] if cold_first or not profiled else [(FILL.format(tool=tool), tool, tool, ())]
     for r in range(rounds):
         for row in rows:
-            if row.startswith("warm:"):  # another tool warm; its first round's run fills its cache (and is its cold row)
+            if row.startswith("warm:"):  # another tool warm; its first round's run fills its cache (its cold row)
                 other = row.split(":", 1)[1]
                 runs.append((f"-p {other}, code cache {'cold' if r == 0 else 'warm'}", other, other, ()))
                 continue
@@ -329,8 +329,9 @@ def paired_rows(rows: list[dict], leave_out: tuple[str, ...] = ()) -> dict[str, 
     out = {}
     for label, pairs in by_label.items():
         out[label] = []
+        with_step = [(x, a) for _, a, x in pairs if x is not None]
         for diffs, accounted in (([d for d, _, _ in pairs], [a for _, a, _ in pairs]),
-                                 ([x for _, _, x in pairs if x is not None], [a for _, a, x in pairs if x is not None])):
+                                 ([x for x, _ in with_step], [a for _, a in with_step])):
             if not diffs:
                 out[label].append({"pairs": 0})
                 continue

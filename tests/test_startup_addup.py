@@ -36,7 +36,8 @@ def runs(tmp_path_factory):
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
     d = tmp_path_factory.mktemp("addup")
-    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(d / "libcuda.so.1"), str(FAKE / "fakecuda.c")], check=True)
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(d / "libcuda.so.1"), str(FAKE / "fakecuda.c")],
+                   check=True)
     subprocess.run(["cc", "-O1", "-shared", "-fPIC", f"-I{ROOT / 'shim'}", "-Wl,-soname,libcupti.so.13", "-o",
                     str(d / "libcupti.so.13"), str(FAKE / "fakecupti.c"), "-lpthread"], check=True)
     env = dict(os.environ, LD_LIBRARY_PATH=str(d), NEUTRINO_CUPTI=str(d / "libcupti.so.13"),

@@ -265,7 +265,8 @@ class SMRuns:
         return int(np.count_nonzero(self.gap_mask))
 
     def gaps_by_sm(self) -> list[np.ndarray]:
-        return np.split(self.holes[self.gap_mask], np.searchsorted(np.flatnonzero(self.gap_mask), self.bounds[1:-1] - 1))
+        gap_at = np.flatnonzero(self.gap_mask)
+        return np.split(self.holes[self.gap_mask], np.searchsorted(gap_at, self.bounds[1:-1] - 1))
 
     def launch_span(self) -> int:
         """Latest block end - earliest block start, on the common axis (spec/analysis.md, "Tail")."""
