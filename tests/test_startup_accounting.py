@@ -192,3 +192,26 @@ def test_a_process_that_probes_nothing_imports_no_numpy(tmp_path, fakecuda):
     imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
     assert "neutrino.runtime.core" in imported  # the runtime was built (a module was loaded)
     assert "numpy" not in imported
+
+
+def test_graph_calls_are_the_api_hooks_phase(tmp_path, fakecuda, capfd):
+    """The program's graph calls reach our Python graph callback (capture, instantiate, launch: hooks.py);
+    their host time there is `api_hooks`, in the kernels group of `--timings`."""
+    env = {"LD_LIBRARY_PATH": str(fakecuda), "FAKECUDA_BUFPARAM": "4", "NEUTRINO_CACHE_DIR": str(tmp_path / "cache"),
+           "GRAPH_APP_OUT": str(tmp_path / "app.out")}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    out = tmp_path / "trace"
+    try:
+        rc = run_main(["-p", "block_sched", "--timings", "-o", str(out), "--graphs", "--", sys.executable,
+                       str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "3"])
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    line = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("neutrino: timings:")][0]
+    assert rc == 0
+    phases = {e["phase"]: e for e in nt.read_events(out / "event.log") if e["event"] == "phase"}
+    hooks = phases["api_hooks"]
+    assert hooks["count"] >= 2 * 3 and 0 < hooks["seconds"] < 5  # 2 cycles: capture calls, instantiate, 3 replays
+    kernels = re.search(r"kernels ([\d.]+) s \(([^)]*)\)", line)
+    assert kernels and f"api_hooks x{hooks['count']}" in kernels.group(2), line

@@ -27,7 +27,9 @@ BUILD_PHASES = ("verify", "cache_lookup", "instrument", "jit", "build_wait", "mo
 # host time in the shim's C fast path (shim/fastlaunch.c); `launch_args`: a probed launch's new argument set
 # written to launch_args.jsonl, its pointers resolved to tensors (context_tables/tables.py: the shim calls
 # into Python for it from either path)
-KERNEL_PHASES = BUILD_PHASES + ("launch", "fast_launch", "launch_args")
+# `api_hooks`: our Python callbacks for the program's graph, linker and unload calls (hooks.py), the builds and
+# argument sets inside them taken off
+KERNEL_PHASES = BUILD_PHASES + ("launch", "fast_launch", "launch_args", "api_hooks")
 # Taken off a Python launch callback's time: the work inside it that is a phase of its own
 INSIDE_LAUNCH = BUILD_PHASES + ("launch_args",)
 EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary", "exit_close")
