@@ -109,7 +109,8 @@ class BlockIntervals:
     end: np.ndarray  # int64, relative
     warps: np.ndarray  # int64, warps recorded in the block
     origin: np.ndarray  # int64, raw time of each block's SM origin
-    sm_origin: dict  # sm -> raw time of the SM's origin
+    sms: np.ndarray  # int64, the SMs that ran a block, ascending
+    sm_origin: np.ndarray  # int64, raw time of each of those SMs' origin
     split_blocks: int  # blocks whose warps reported different SMs
 
     def __len__(self) -> int:
@@ -143,8 +144,7 @@ def block_intervals(start: np.ndarray, end: np.ndarray, sm: np.ndarray, block: n
     rel_end = blk_end - blk_origin
     o = np.lexsort((rel_end, rel_start, blk_sm))
     return BlockIntervals(block=blk[o], sm=blk_sm[o], start=rel_start[o], end=rel_end[o], warps=blk_warps[o],
-                          origin=blk_origin[o], sm_origin={int(s): int(v) for s, v in zip(sms, origin_by_index)},
-                          split_blocks=split)
+                          origin=blk_origin[o], sms=sms, sm_origin=origin_by_index, split_blocks=split)
 
 
 def _warp_arrays(start, elapsed, sm, unit, units_per_block: int):
@@ -178,7 +178,7 @@ def build_timeline(start, elapsed, sm, unit, *, units_per_block: int, time_unit:
     return BlockTimeline(
         time_unit=time_unit, synchronized=synchronized, block=b.block, sm=b.sm,
         start=b.start, end=b.end, warps=b.warps, slot=slot, refill=refill,
-        origin=b.sm_origin, split_blocks=b.split_blocks,
+        origin={int(s): int(v) for s, v in zip(b.sms, b.sm_origin)}, split_blocks=b.split_blocks,
         warp_unit=unit[w_order], warp_block=warp_block,
         warp_start=start[w_order] - warp_origin, warp_end=end[w_order] - warp_origin)
 
