@@ -33,7 +33,10 @@ class AfterImport:
             return action(*args)
         finally:
             if self.phases is not None:
-                self.phases.add("import_hooks", time.perf_counter() - started)
+                try:
+                    self.phases.add("import_hooks", time.perf_counter() - started)
+                except Exception:  # noqa: BLE001 - a clock never breaks the program's import
+                    pass
 
     @property
     def done(self) -> bool:
