@@ -57,7 +57,7 @@ if [ "$MODE" = accept ]; then  # issue 29's acceptance in one call (LIMIT=540): 
   PART_MARGIN=35 part torch $((TORCH_END - SECONDS - 35)) "${TORCH_PROGRAM[@]}" --steps 20 \
     --rows ${TORCH_ROWS:-cold,plain,nomatch,warm,launches,warm:gmem_bytes} --repeat ${TORCH_ROUNDS:-3} \
     --tools block_sched --extra-tools ${EXTRA_TOOLS:-program_progress,tensorop,dmat,lines_light}
-  [ $((LIMIT - SECONDS)) -gt 20 ] && PART_MARGIN=6 part light $((LIMIT - SECONDS - 12)) "${LIGHT_PROGRAM[@]}" \
+  [ $((LIMIT - SECONDS)) -gt 25 ] && PART_MARGIN=5 part light $((LIMIT - SECONDS - 15)) "${LIGHT_PROGRAM[@]}" \
     --steps 20 --rows cold,plain,nomatch,warm --repeat ${LIGHT_ROUNDS:-10} --tools block_sched
 elif [ "$MODE" = nomatch ]; then  # LIMIT=150
   timeout 20 python3 benchmarks/startup_modules.py --repeat 9 > $OUT/modules.txt 2>&1
