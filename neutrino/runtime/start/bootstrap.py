@@ -261,11 +261,11 @@ def _tap_compilers(rt, shim, embedded: bool, phases=None) -> None:
 
         event = lambda *args, **fields: rt.trace.event(*args, **fields)  # noqa: E731
         window = frameworks.CompileWindow(shim.suspend_probing, shim.suspended_launches)
-        hooks = (frameworks.watch_for_jax(event, on_wrappers=adopt, compile_window=window),
-                 autotune.watch_for_autotuners(window.window, event))  # Triton's, TorchInductor's: the same window
-        for hook in hooks:  # our actions in the program's imports: the `import_hooks` phase
-            if hook is not None:
-                hook.phases = phases
+        watchers = (frameworks.watch_for_jax(event, on_wrappers=adopt, compile_window=window),
+                    autotune.watch_for_autotuners(window.window, event))  # Triton's, TorchInductor's: the same window
+        for watcher in watchers:  # our actions in the program's imports: the `import_hooks` phase
+            if watcher is not None:
+                watcher.phases = phases
 
 
 def _at_exit(rt, shim) -> None:
