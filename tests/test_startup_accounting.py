@@ -215,3 +215,18 @@ def test_graph_calls_are_the_api_hooks_phase(tmp_path, fakecuda, capfd):
     assert hooks["count"] >= 2 * 3 and 0 < hooks["seconds"] < 5  # 2 cycles: capture calls, instantiate, 3 replays
     kernels = re.search(r"kernels ([\d.]+) s \(([^)]*)\)", line)
     assert kernels and f"api_hooks x{hooks['count']}" in kernels.group(2), line
+
+
+def test_an_environment_sitecustomize_is_the_programs_not_wire(tmp_path, fakecuda, capfd, monkeypatch):
+    """Our sitecustomize runs the environment's own first (site/sitecustomize.py): `wire` counts from our
+    sitecustomize's first line, and the other one's code (0.3 s here) is the program's start (`interpreter`)."""
+    other = tmp_path / "site_other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import time\ntime.sleep(0.3)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(other), os.environ.get("PYTHONPATH", "")]))
+    rc, events, line, _ = _run(tmp_path, fakecuda, capfd, "-k", "nomatchxyz")
+    assert rc == 0
+    wire = {e["phase"]: e for e in events if e["event"] == "phase"}["wire"]
+    assert wire["seconds"] < 0.3
+    interpreter = float(re.search(r"interpreter ([\d.]+)", line).group(1))
+    assert interpreter >= 0.3, line
