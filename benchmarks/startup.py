@@ -1,7 +1,8 @@
 """What a profiled run costs beyond its kernels: start-up, first launches and exit (issue 29).
 
     python benchmarks/startup.py [--steps 50] [--repeat 2] [--tools block_sched,gmem_bytes] [--budget 600]
-                                 [--program torch|light] [--rows plain,cold,warm,nomatch,launches]
+                                 [--program torch|light|tiny|many] [--rows plain,cold,warm,nomatch,launches,warm:TOOL]
+                                 [--extra-tools A,B] [--tables FILE.json]
                                  [--json FILE] [--keep DIR] [--process-start [-n 15]]
 
 Runs a torch.compile training program (benchmarks/startup_program.py: 5 warm-up + STEPS timed
@@ -14,9 +15,13 @@ Each profiled run passes `--timings`; the table puts the phases' sum (spec/runti
 "Start-up and exit phases") beside the measured difference, and checks the program printed the
 same loss as the plain run. `--budget` stops starting runs after that many seconds.
 
-`--rows` runs only those rows of the first tool, `--repeat` rounds of them interleaved, and adds
-a table of medians per row: median wall over the plain runs' median beside the median `--timings`
-sum (their ratio: the acceptance's "phases add up to the measured difference within 10%").
+`--rows` runs only those rows of the first tool (`warm:TOOL`: another tool warm, its first round's
+run cold), `--repeat` rounds of them interleaved, then `--extra-tools` cold and warm while the budget
+lasts, and adds a table of medians per row: median wall over the plain runs' median beside the median
+`--timings` sum (their ratio: the acceptance's "phases add up to the measured difference within 10%"),
+and the add-up on paired differences (`paired_rows`: each profiled run against its nearest plain run),
+also with the program's pre-CUDA step (its `imported` mark: the imports, where the program's own
+run-to-run variation is largest and none of our phases but `import_hooks` runs) taken off both walls.
 `--program light` runs benchmarks/startup_light.py (CuPy, one PTX module, STEPS launches, about a
 second) instead: enough rounds fit in a device call to resolve the fixed costs.
 
@@ -72,7 +77,7 @@ def run_once(label: str, argv: list[str], env: dict, stamp: Path | None = None, 
     except (OSError, ValueError):
         row["teardown"], handlers_end, program_start = None, None, None
     if trace is not None:
-        handlers_end, program_start, row["phases"] = profiled_marks(trace)
+        handlers_end, program_start, row["phases"], row["runtime_at"] = profiled_marks(trace)
     if handlers_end is not None and program_start is not None:
         row["segments"] = {"before": program_start - popen_at, "program": handlers_end - program_start,
                            "after": ended - handlers_end}
@@ -96,15 +101,20 @@ def run_once(label: str, argv: list[str], env: dict, stamp: Path | None = None, 
     return row
 
 
-def profiled_marks(trace: Path) -> tuple[float | None, float | None, dict]:
+def profiled_marks(trace: Path) -> tuple[float | None, float | None, dict, float | None]:
     """(the end of the exit handlers: exit_close's `ended_at`, the program's start: the end of `wire`,
-    the phases) of the launcher's child (the run directory `trace`), as startup_stamp.py marks a plain run."""
+    the phases, the wall clock the runtime began to start: the first CUDA call that needed it) of the
+    launcher's child (the run directory `trace`), as startup_stamp.py marks a plain run."""
     from neutrino.runtime.start.phases import read_phases
 
     phases = read_phases(trace / "event.log")
-    wire, close = phases.get("wire", {}), phases.get("exit_close", {})
+    wire, close, runtime = phases.get("wire", {}), phases.get("exit_close", {}), phases.get("runtime", {})
     start = wire["started_at"] + wire["seconds"] if "started_at" in wire else None
-    return close.get("ended_at"), start, {n: f.get("seconds", 0.0) for n, f in phases.items() if n != "start"}
+    # the start-up phases are logged together when the runtime is built: their event's time less their seconds
+    runtime_at = (runtime["time"] - sum(phases.get(n, {}).get("seconds", 0.0) for n in ("imports", "tool", "runtime"))
+                  if "time" in runtime else None)
+    return (close.get("ended_at"), start, {n: f.get("seconds", 0.0) for n, f in phases.items() if n != "start"},
+            runtime_at)
 
 
 def profiled_argv(tool: str, steps: int, trace: Path, *extra: str, program: Path = PROGRAM) -> list[str]:
@@ -147,6 +157,10 @@ def row_plan(rows: list[str], tool: str, rounds: int) -> list[tuple[str, str, st
     runs = [] if cold_first or not profiled else [(FILL.format(tool=tool), tool, tool, ())]
     for r in range(rounds):
         for row in rows:
+            if row.startswith("warm:"):  # another tool warm; its first round's run fills its cache (its cold row)
+                other = row.split(":", 1)[1]
+                runs.append((f"-p {other}, code cache {'cold' if r == 0 else 'warm'}", other, other, ()))
+                continue
             runs.append({
                 "plain": ("plain", "", "", ()),
                 "cold": (f"-p {tool}, code cache cold", tool, tool if cold_first and r == 0 else f"{tool}-cold{r}", ()),
@@ -161,6 +175,12 @@ def row_plan(rows: list[str], tool: str, rounds: int) -> list[tuple[str, str, st
                          ("-k", "nomatchxyz", "--no-timeline")),
             }[row])
     return runs
+
+
+def extra_tool_runs(tools: list[str] | None) -> list:
+    """--extra-tools A,B: after the rounds, each tool cold then warm (a cache of its own), while the budget lasts."""
+    return [run for tool in tools or () for run in ((f"-p {tool}, code cache cold", tool, f"{tool}-extra", ()),
+                                                    (f"-p {tool}, code cache warm", tool, f"{tool}-extra", ()))]
 
 
 def per_thread_count(runs: list, counts: list[int] | None) -> list:
@@ -265,17 +285,36 @@ def quartiles(values: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def paired_table(rows: list[dict]) -> str:
-    """The add-up per configuration on paired differences: each profiled run's wall minus the wall of
-    its nearest plain run (nearest_plain). Columns: pairs; the median difference and its 25-75%
-    range; the median accounted seconds, `--timings` added + the run's teardown after our exit
-    handler - its plain run's teardown; their ratio (the acceptance: 0.9-1.1); and the verdict:
-    `adds up` (ratio within 0.9-1.1), `within noise` (the accounted seconds fall inside the 25-75%
-    range of the differences: the runs cannot tell them apart), else `off`."""
-    out = ["| run | pairs | median wall − its plain s | 25–75% s | median accounted s | accounted / difference "
-           "| verdict |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+PRE_CUDA_STEP = "imported"  # the programs' first step (their imports), before any CUDA call of theirs
+
+
+def pre_cuda_seconds(row: dict) -> float | None:
+    """The program's own first step, `imported` (from its `started` mark), before its first CUDA call:
+    none of our phases runs there (wire ends before `started`; the runtime starts at the first CUDA
+    call), only our import hooks' look-ups (microseconds). None: the program printed no such marks,
+    or the run's runtime started before the step ended (`runtime_at`: then the step holds our work)."""
+    marks = (row.get("program") or {}).get("marks") or {}
+    if PRE_CUDA_STEP not in marks or "started" not in marks:
+        return None
+    runtime_at = row.get("runtime_at")
+    if runtime_at is not None and runtime_at < marks[PRE_CUDA_STEP]:
+        return None
+    return marks[PRE_CUDA_STEP] - marks["started"]
+
+
+def _verdict(ratio: float, accounted: float, low: float, high: float, pairs: int) -> str:
+    return ("adds up" if 0.9 <= ratio <= 1.1 else "within noise" if low <= accounted <= high and pairs > 1
+            else "off")
+
+
+def paired_rows(rows: list[dict], leave_out: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+    """Per configuration, the add-up on paired differences, twice: on the whole wall, and with the
+    pre-CUDA step taken off both runs (`pre_cuda_seconds`; only the pairs where both have it). Each:
+    {pairs, diff (median wall difference), low, high (its 25-75% range), accounted (median of
+    `--timings` added + the run's teardown after our exit handler - its plain run's teardown), ratio,
+    verdict}. `leave_out`: phases not counted (a check that the add-up can fail without them)."""
     fill = FILL.split(", ", 1)[1]
-    by_label: dict[str, list[tuple[float, float]]] = {}
+    by_label: dict[str, list[tuple[float, float, float | None]]] = {}
     for i, r in enumerate(rows):
         if r["run"].startswith(("plain", "warm-up")) or fill in r["run"] or r["rc"] or "added" not in r:
             continue
@@ -283,29 +322,54 @@ def paired_table(rows: list[dict]) -> str:
         if plain is None:
             continue
         ours = (r["teardown"] - plain["teardown"]) if None not in (r.get("teardown"), plain.get("teardown")) else 0.0
-        by_label.setdefault(r["run"], []).append((r["wall"] - plain["wall"], r["added"] + ours))
+        ours -= sum((r.get("phases") or {}).get(n, 0.0) for n in leave_out)
+        mine, theirs = pre_cuda_seconds(r), pre_cuda_seconds(plain)
+        less = None if None in (mine, theirs) else r["wall"] - mine - (plain["wall"] - theirs)
+        by_label.setdefault(r["run"], []).append((r["wall"] - plain["wall"], r["added"] + ours, less))
+    out = {}
     for label, pairs in by_label.items():
-        diffs, accounted = [d for d, _ in pairs], [a for _, a in pairs]
-        diff, acc = statistics.median(diffs), statistics.median(accounted)
-        low, high = quartiles(diffs)
-        ratio = acc / diff if diff > 0 else float("nan")
-        verdict = ("adds up" if 0.9 <= ratio <= 1.1 else "within noise" if low <= acc <= high and len(pairs) > 1
-                   else "off")
-        out.append(f"| {label} | {len(pairs)} | {diff:+.3f} | {low:+.3f} to {high:+.3f} | {acc:.3f} | "
-                   f"{ratio:.2f} | {verdict} |")
+        out[label] = []
+        with_step = [(x, a) for _, a, x in pairs if x is not None]
+        for diffs, accounted in (([d for d, _, _ in pairs], [a for _, a, _ in pairs]),
+                                 ([x for x, _ in with_step], [a for _, a in with_step])):
+            if not diffs:
+                out[label].append({"pairs": 0})
+                continue
+            diff, acc = statistics.median(diffs), statistics.median(accounted)
+            low, high = quartiles(diffs)
+            ratio = acc / diff if diff > 0 else float("nan")
+            out[label].append({"pairs": len(diffs), "diff": diff, "low": low, "high": high, "accounted": acc,
+                               "ratio": ratio, "verdict": _verdict(ratio, acc, low, high, len(diffs))})
+    return out
+
+
+def paired_table(rows: list[dict]) -> str:
+    """The add-up per configuration on paired differences (paired_rows): each profiled run's wall minus the
+    wall of its nearest plain run (nearest_plain). Columns: pairs; the median difference and its 25-75%
+    range; the median accounted seconds, `--timings` added + the run's teardown after our exit
+    handler - its plain run's teardown; their ratio (the acceptance: 0.9-1.1); and the verdict:
+    `adds up` (ratio within 0.9-1.1), `within noise` (the accounted seconds fall inside the 25-75%
+    range of the differences: the runs cannot tell them apart), else `off`. Then the same with each
+    run's pre-CUDA step (`pre_cuda_seconds`: the program's imports, where its own run-to-run variation
+    is largest and no phase of ours runs) taken off both runs' walls: the difference less noise the
+    program makes before we start (pairs: those where both runs printed the step)."""
+    out = ["| run | pairs | median wall − its plain s | 25–75% s | median accounted s | accounted / difference "
+           "| verdict | pre-CUDA step off: pairs | median difference s | 25–75% s | median accounted s "
+           "| accounted / difference | verdict |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for label, estimates in paired_rows(rows).items():
+        cells = [f"{e['pairs']} | {e['diff']:+.3f} | {e['low']:+.3f} to {e['high']:+.3f} | {e['accounted']:.3f} | "
+                 f"{e['ratio']:.2f} | {e['verdict']}" if e["pairs"] else "0 | | | | |" for e in estimates]
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
-# Which phases fall in which segment of a profiled run (run_once's `segments`): before the program's start
-# (the launcher up to the spawn, the shim's constructor, wire), the program (to the end of our exit handler),
-# after it (the teardown, the launcher's close and its own exit).
-SEGMENT_PHASES = {
-    "before": ("launcher_start", "launcher_check", "launcher_spawn", "constructor", "wire"),
-    "program": ("imports", "tool", "runtime", "module_ptx", "lookup", "verify", "cache_lookup", "instrument", "jit",
-                "build_wait", "module_load", "kernel_write", "launch", "exit_drain", "exit_timeline", "exit_tables",
-                "exit_hooks", "exit_summary", "exit_close"),
-    "after": ("launcher_close",),
-}
+def segment_phases() -> dict[str, tuple[str, ...]]:
+    from neutrino.runtime.start.phases import ADDED_PHASES
+
+    before = ("launcher_start", "launcher_check", "launcher_spawn", "constructor", "wire")
+    return {"before": before, "program": tuple(n for n in ADDED_PHASES if n not in before),
+            "after": ("launcher_close",)}
 LAUNCHER_GROUP = re.compile(r"launcher [\d.]+ s \(([^)]*)\)")
 
 
@@ -316,14 +380,15 @@ def launcher_phases(row: dict) -> dict[str, float]:
 
 def segments_table(rows: list[dict]) -> str:
     """Per configuration, medians over its runs: each segment's wall time minus the plain runs' median of
-    the same segment, beside the phases that fall in it (SEGMENT_PHASES; `after`: our share of the
+    the same segment, beside the phases that fall in it (segment_phases(); `after`: our share of the
     teardown, exit_process minus the plain runs' teardown, and launcher_close); the rest (`unseen`) is
     what no phase covers. Also the CPU seconds over plain, and the fastest run's wall over the fastest
     plain run beside that run's phases (a slow spell of the machine adds time to a run; it never removes it)."""
     plain = [r for r in rows if r["run"] == "plain" and r["rc"] == 0 and "segments" in r]
     if not plain:
         return ""
-    base = {k: statistics.median(r["segments"][k] for r in plain) for k in SEGMENT_PHASES}
+    segment_names = segment_phases()
+    base = {k: statistics.median(r["segments"][k] for r in plain) for k in segment_names}
     cpu_base = statistics.median(r["cpu"] for r in plain)
     fastest_plain = min(r["wall"] for r in plain)
     base_teardown = statistics.median(r["teardown"] for r in plain if r.get("teardown") is not None)
@@ -338,7 +403,7 @@ def segments_table(rows: list[dict]) -> str:
         if not mine:
             continue
         cells, over_sum, phase_sum = [], 0.0, 0.0
-        for seg, names in SEGMENT_PHASES.items():
+        for seg, names in segment_names.items():
             per_run = []
             for r in mine:
                 phases = {**r["phases"], **launcher_phases(r), "exit_process": r.get("teardown") or 0.0}
@@ -411,6 +476,7 @@ def program_table(args) -> None:
     shim_dir = build_shim().parent
     caches: dict[str, Path] = {}
     runs = row_plan(args.rows, args.tools[0], args.repeat) if args.rows else plan(args.tools, args.repeat)
+    runs += extra_tool_runs(args.extra_tools)
     runs = per_thread_count(runs, args.build_threads)
     for label, tool, cache_name, extra in runs:
         if time.monotonic() > deadline:
@@ -500,8 +566,11 @@ def main() -> None:
                              "64 kernels looked up, STEPS of them launched; tiny: startup_tiny.py, the driver "
                              "through ctypes (STEPS launches), no framework")
     parser.add_argument("--rows", default=None, type=lambda s: [r for r in s.split(",") if r],
-                        help=f"instead of the full table: these rows of the first tool ({', '.join(ROWS)}), "
+                        help=f"instead of the full table: these rows of the first tool ({', '.join(ROWS)}; "
+                             "warm:TOOL: another tool warm, its first round's run cold), "
                              "--repeat rounds of them interleaved")
+    parser.add_argument("--extra-tools", default=None, type=lambda s: [t for t in s.split(",") if t], metavar="A,B",
+                        help="after the rounds, each of these tools cold then warm, as long as the budget lasts")
     parser.add_argument("--build-threads", default=None, type=lambda s: [int(n) for n in s.split(",") if n],
                         metavar="A,B", help="run each profiled row once per build-thread count (labels say which)")
     parser.add_argument("--json", default=None, help="also write every run (timings line included) to this file")

@@ -6,11 +6,14 @@
 # LIGHT_ROWS, LIGHT_BUDGET); with TINY_ROUNDS=N the ctypes program's too (startup_tiny.py, N rounds); the
 # torch.compile program: plain, nothing probed, block_sched cold and warm; the light program: the other
 # built-in tools cold then warm, as many as the time left allows).
-# MODE accept (LIMIT=540, one call of <= 600 s): the light program, 10 interleaved rounds of cold, plain,
-# nothing probed, warm, cold with the probe checked (coldk: the cold row less the launcher's probe compile;
-# the add-up on paired differences: startup.py's paired table), then the torch.compile
-# program's rows cold, plain, nothing probed, warm in interleaved rounds until the time is spent (3 fit:
-# ~24 s a run on an H200; LIGHT_ROUNDS, LIGHT_BUDGET, TORCH_ROUNDS).
+# MODE accept (LIMIT=540, one call of <= 540 s): issue 29's table on the torch.compile program (~24 s a run on
+# an H100/H200): TORCH_ROUNDS (3) interleaved rounds of TORCH_ROWS (block_sched cold, plain, nothing probed
+# (-k nomatchxyz), warm, --launches 0:1 warm, gmem_bytes warm (its first round's run: gmem_bytes cold)), then
+# EXTRA_TOOLS cold and warm while the torch part's time lasts; its tables (medians, the add-up on paired
+# differences with and without the program's pre-CUDA step, segments, program steps) in $OUT/torch.txt; then
+# the light program's cold, plain, nothing probed, warm rows in interleaved rounds in the last LIGHT_TAIL (50) s
+# ($OUT/light.txt). DRY=1: the same on this CPU machine's fake driver (tests/fakecuda, its libcupti and ptxas;
+# the tiny program for both parts; OUT defaults to a new directory): checks the script, not the figures.
 # MODE nomatch (LIMIT=150, one call of <= 150 s): the nothing-probed row after the fatbin header check
 # (h-startup2): the synthetic module loads and the cold check on this machine's CPU (modules.txt, check.txt),
 # one nothing-probed run of the torch.compile program (its --timings line: `modules ... ptx x30`), then the
@@ -19,24 +22,43 @@
 MODE=${1:-table}
 LIMIT=${LIMIT:-190}
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+TORCH_PROGRAM=() LIGHT_PROGRAM=(--program light) LOGS=/tmp/logs
+if [ -n "$DRY" ]; then  # the fake driver of the tests: the script's logic on a machine without a GPU
+  OUT=${OUT:-$(mktemp -d /tmp/startup-dry.XXXXXX)}
+  FAKES=$(mktemp -d /tmp/startup-fakes.XXXXXX)
+  cc -O1 -shared -fPIC -o $FAKES/libcuda.so.1 tests/fakecuda/fakecuda.c &&
+    cc -O1 -shared -fPIC -Ishim -Wl,-soname,libcupti.so.13 -o $FAKES/libcupti.so.13 tests/fakecuda/fakecupti.c -lpthread ||
+    exit 1
+  export LD_LIBRARY_PATH=$FAKES NEUTRINO_CUPTI=$FAKES/libcupti.so.13 \
+    NEUTRINO_PTXAS=$PWD/tests/fakecuda/fake_ptxas.py
+  TORCH_PROGRAM=(--program tiny) LIGHT_PROGRAM=(--program tiny) LOGS=$OUT/event-logs
+  echo "dry run: the fake driver in $FAKES, tables in $OUT"
+fi
 # as an installed package has them: byte code compiled once (a checkout under PYTHONDONTWRITEBYTECODE
 # would compile every module in every profiled process)
 python3 -m compileall -q -j 0 neutrino benchmarks /tmp/site > /dev/null 2>&1
-{ env | grep -E '^PYTHON|^CUDA|^NEUTRINO' ; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; date -u; python3 -V
-  python3 -c 'import torch, cupy; print("torch", torch.__version__, "cupy", cupy.__version__)'
+{ env | grep -E '^PYTHON|^CUDA|^NEUTRINO' ; [ -z "$DRY" ] && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  nproc; date -u; python3 -V; git log -1 --format='%H %s' 2>/dev/null
+  [ -z "$DRY" ] && python3 -c 'import torch, cupy; print("torch", torch.__version__, "cupy", cupy.__version__)'
   timeout 20 python3 benchmarks/launcher_start.py -n 5; } > $OUT/diag.txt 2>&1
 echo "diag done at $SECONDS s"
 part() {  # part NAME SECONDS startup.py-args...: one startup.py run, its tables to $OUT/NAME.txt
   local name=$1 budget=$2; shift 2
   timeout $((budget + ${PART_MARGIN:-25})) python3 benchmarks/startup.py --budget $budget --json $OUT/$name.json \
-    --keep /tmp/logs/$name "$@" > $OUT/$name.txt 2>&1
+    --keep $LOGS/$name "$@" > $OUT/$name.txt 2>&1
+  # cut off by the timeout: the tables from the runs it saved
+  grep -q "accounted / difference" $OUT/$name.txt || python3 benchmarks/startup.py --tables $OUT/$name.json \
+    >> $OUT/$name.txt 2>&1
   echo "$name done at $SECONDS s"
 }
-if [ "$MODE" = accept ]; then  # issue 29's acceptance in one call (LIMIT=540): the add-up, then the torch table
-  part light ${LIGHT_BUDGET:-85} --program light --steps 20 --rows cold,plain,nomatch,warm,coldk \
-    --repeat ${LIGHT_ROUNDS:-10} --tools block_sched
-  PART_MARGIN=40 part torch $((LIMIT - SECONDS - 45)) --steps 20 --rows cold,plain,nomatch,warm \
-    --repeat ${TORCH_ROUNDS:-4} --tools block_sched  # a torch run started at the budget's end takes ~25-30 s
+if [ "$MODE" = accept ]; then  # issue 29's acceptance in one call (LIMIT=540): the torch table, then light rounds
+  TORCH_END=$((LIMIT - ${LIGHT_TAIL:-50}))
+  # no torch run starts after its budget; one started then takes ~25-30 s: the part ends by TORCH_END
+  PART_MARGIN=35 part torch $((TORCH_END - SECONDS - 35)) "${TORCH_PROGRAM[@]}" --steps 20 \
+    --rows ${TORCH_ROWS:-cold,plain,nomatch,warm,launches,warm:gmem_bytes} --repeat ${TORCH_ROUNDS:-3} \
+    --tools block_sched --extra-tools ${EXTRA_TOOLS:-program_progress,tensorop,dmat,lines_light}
+  [ $((LIMIT - SECONDS)) -gt 25 ] && PART_MARGIN=5 part light $((LIMIT - SECONDS - 15)) "${LIGHT_PROGRAM[@]}" \
+    --steps 20 --rows cold,plain,nomatch,warm --repeat ${LIGHT_ROUNDS:-10} --tools block_sched
 elif [ "$MODE" = nomatch ]; then  # LIMIT=150
   timeout 20 python3 benchmarks/startup_modules.py --repeat 9 > $OUT/modules.txt 2>&1
   timeout 25 python3 benchmarks/startup_check.py --repeat 5 > $OUT/check.txt 2>&1
@@ -59,4 +81,4 @@ else
   part tools $((LIMIT - SECONDS - 12)) --program light --steps 20 --repeat 1 \
     --tools gmem_bytes,program_progress,tensorop,dmat,gmem_bytes_thread,tensorop_thread,lines_light,lines
 fi
-tar czf $OUT/logs.tgz -C /tmp logs 2>/dev/null
+tar czf $OUT/logs.tgz -C $(dirname $LOGS) $(basename $LOGS) 2>/dev/null

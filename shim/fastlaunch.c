@@ -99,6 +99,10 @@ static int wait_when_full;  /* --when-full=wait: a launch the buffer budget has 
 
 static int profiling;
 static uint64_t step_ns[P_STEPS], profiled_launches;
+/* The `fast_launch` phase (neutrino/runtime/start/phases.py): host time of the probed launches this
+ * path made, from the plan found to the job submitted (the argument trace after it is Python's
+ * `launch_args`), summed; read at exit (neutrino_fast_launch_stats). */
+static _Atomic uint64_t fast_ns, fast_count, fast_max_ns;
 
 static inline uint64_t now_ns(void) {
     struct timespec t;
@@ -373,6 +377,21 @@ static inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a
 /* The launch. Returns the CUresult of the probed launch (>= 0), -1 for "take the Python
  * path", -2 for "dropped: run the original unprobed". `config` is the CUlaunchConfig of a
  * cuLaunchKernelEx (its grid, block, stream and attributes are used as they are), or NULL. */
+static void count_fast_launch(uint64_t ns) {
+    atomic_fetch_add(&fast_ns, ns);
+    atomic_fetch_add(&fast_count, 1);
+    uint64_t seen = atomic_load(&fast_max_ns);
+    while (ns > seen && !atomic_compare_exchange_weak(&fast_max_ns, &seen, ns)) {
+    }
+}
+
+/* {seconds in ns, launches, longest in ns} of the `fast_launch` phase so far. */
+void neutrino_fast_launch_stats(uint64_t out[3]) {
+    out[0] = atomic_load(&fast_ns);
+    out[1] = atomic_load(&fast_count);
+    out[2] = atomic_load(&fast_max_ns);
+}
+
 int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                          unsigned by, unsigned bz, unsigned shmem, void *stream, void **params, uint64_t kernel_launch) {
     if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return -1;
@@ -385,6 +404,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     const nt_plan *p = &e->plan;
     if (shmem > p->max_shared || (p->n_params && !params)) return -1;
     STEP(P_PLAN);
+    uint64_t entered = now_ns();  /* a probed kernel's launch: its host time is the `fast_launch` phase */
     void *s = stream ? stream : (void *)(uintptr_t)(ptsz ? 0x2 : 0x1);
     int capturing = 0;
     if (p_capturing(s, &capturing) != 0 || capturing) return -1;
@@ -531,6 +551,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         for (int i = 0; i < P_STEPS; i++) { step_ns[i] += lap[i]; e->prof_ns[i] += lap[i]; }
     }
     if (!submitted && !on_stack) free(hdr);  /* the results are lost; the launch happened */
+    count_fast_launch(now_ns() - entered);
     if (submitted) neutrino_args_record(f, ctx, params, submitted - 1);  /* argtrace.c: launch_args.jsonl */
     atomic_fetch_add(&e->stats.launches, 1);
     return 0;

@@ -73,3 +73,23 @@ def test_before_alone_lets_the_normal_finders_import_and_stays_inert(tmp_path, m
 
     assert calls == [1]
     monkeypatch.delitem(sys.modules, "neutrino_hook_pkg_d")
+
+
+def test_our_actions_in_the_programs_imports_are_the_import_hooks_phase(tmp_path, monkeypatch):
+    """With a PhaseClock, `before` and `after` (and finding the spec they wrap) are timed as `import_hooks`
+    (spec/runtime.md, "Start-up and exit phases"); the package's own code is not."""
+    import time
+
+    from neutrino.runtime.start.phases import PhaseClock
+
+    _package(tmp_path, "neutrino_hook_pkg_t", "import time\ntime.sleep(0.2)\n")  # the program's own import: not ours
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hook = AfterImport({"neutrino_hook_pkg_t": lambda module: time.sleep(0.05)},
+                       before={"neutrino_hook_pkg_t": lambda: time.sleep(0.03)})
+    hook.phases = PhaseClock()
+    monkeypatch.setattr(sys, "meta_path", [hook, *sys.meta_path])
+    import neutrino_hook_pkg_t  # noqa: F401
+
+    timed = hook.phases.totals()["import_hooks"]
+    assert 0.08 <= timed["seconds"] < 0.2 and timed["count"] == 3  # before, the spec found, after
+    monkeypatch.delitem(sys.modules, "neutrino_hook_pkg_t")

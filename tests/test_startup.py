@@ -240,35 +240,35 @@ def test_block_sched_exit_hook_samples_each_kernel(tmp_path, capsys):
     assert "block_sched k: 20 launch(es) (7 analysed: neutrino report for all), 2 blocks on up to 2 SMs" in err
 
 
-def test_exit_figures_equal_the_analysis_stats():
-    """block_sched's exit line figures (exit_hook.schedule_figures, no timeline built) are the
-    analysis' own (build_timeline + summarize: blocks, SMs, busy_imbalance, tail_fraction, gap
-    count) on random launches: ties, blocks split over SMs, per-SM and synchronized clocks, one warp."""
+def test_exit_figures_on_a_launch_of_known_schedule():
+    """block_sched's exit line figures come from analysis.schedule_figures, the report's own code for
+    them (block_intervals and SMRuns, which summarize uses too) without the timeline's slots: checked
+    against spec/analysis.md's example worked by hand. SM0 runs 3 blocks of 100 cycles with gaps of
+    10 (two warps each: the block spans the earliest start to the latest end), SM1 one block of 100:
+    busy 300 and 100 (max/mean 1.5), 2 idle gaps, tail 320 - 100 of a span of 320."""
     import math
-    import random
 
     import numpy as np
 
     from neutrino.tools.block_sched import analysis as A
-    from neutrino.tools.block_sched.exit_hook import schedule_figures
 
-    rng = random.Random(29)
-    for case in range(400):
-        n = rng.choice([1, 2, 5, 40, 300])
-        spread = rng.choice([3, 50, 10_000])
-        start = np.array([rng.randrange(spread) for _ in range(n)], dtype=np.uint64) + rng.randrange(1 << 40)
-        elapsed = np.array([rng.randrange(spread) for _ in range(n)], dtype=np.uint32)
-        sm = np.array([rng.randrange(rng.choice([1, 3, 132])) for _ in range(n)], dtype=np.uint32)
-        unit = np.array(rng.sample(range(4 * n), n), dtype=np.int64)
-        per_block, synchronized = rng.choice([1, 2, 4]), rng.random() < 0.3
-        s = A.summarize(A.build_timeline(start, elapsed, sm, unit, units_per_block=per_block,
-                                         synchronized=synchronized))
-        got = schedule_figures(start, elapsed, sm, unit, per_block, synchronized)
-        want = (s.blocks, len(s.sms), s.busy_imbalance, s.tail_fraction, s.gap_count)
-        assert got[:2] == want[:2] and got[4] == want[4], (case, got, want)
-        for a, b in zip(got[2:4], want[2:4]):
-            assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12), (case, got, want)
-    assert schedule_figures([], [], [], [], 1, False)[:2] == (0, 0)
+    # unit = warp index; 2 warps a block: block b = units 2b, 2b+1
+    start = np.array([1000, 1010, 1110, 1110, 1220, 1230, 7000, 7000], dtype=np.uint64)
+    elapsed = np.array([90, 90, 100, 40, 100, 90, 100, 60], dtype=np.uint32)
+    sm = np.array([0, 0, 0, 0, 0, 0, 5, 5], dtype=np.uint32)
+    unit = np.arange(8)
+    figures = A.schedule_figures(start, elapsed, sm, unit, 2, synchronized=False)  # each SM from its own first start
+    assert figures == (4, 2, 1.5, pytest.approx(220 / 320), 2)
+    # one clock for every SM: SM5's block runs 6000-6100 after the launch's first start
+    blocks, sms, busy, tail, gaps = A.schedule_figures(start, elapsed, sm, unit, 2, synchronized=True)
+    assert (blocks, sms, busy, gaps) == (4, 2, 1.5, 2) and tail == pytest.approx((6100 - 320) / 6100)
+    # two blocks resident at once on one SM (0-100 and 50-150): busy is the union, no gap
+    assert A.schedule_figures([0, 50], [100, 100], [3, 3], [0, 1], 1, False) == (2, 1, 1.0, 0.0, 0)
+    nothing = A.schedule_figures([], [], [], [], 1, False)
+    assert nothing[:2] == (0, 0) and math.isnan(nothing[2]) and nothing[4] == 0
+    # the report's summary of the same launch: the same figures (one implementation)
+    s = A.summarize(A.build_timeline(start, elapsed, sm, unit, units_per_block=2))
+    assert (s.blocks, len(s.sms), s.busy_imbalance, s.tail_fraction, s.gap_count) == figures
 
 
 def test_shared_import_clock_times_only_modules_outside_neutrino(tmp_path, monkeypatch):
@@ -380,7 +380,7 @@ def test_per_sm_statistics_at_once_equal_one_sm_at_a_time():
         bounds = np.flatnonzero(np.r_[True, tl.sm[1:] != tl.sm[:-1], True])
         one_by_one = [bs.sm_stats(tl.sm[lo], tl.start[lo:hi], tl.end[lo:hi], tl.slot[lo:hi])
                       for lo, hi in zip(bounds[:-1], bounds[1:])]
-        at_once = bs._per_sm_stats(tl, bounds)
+        at_once = bs._per_sm_stats(tl, bs.SMRuns(tl.sm, tl.start, tl.end))
         assert [(s.sm, s.blocks, s.span, s.busy, s.work, s.slots, s.gaps.tolist()) for s in one_by_one] == \
                [(s.sm, s.blocks, s.span, s.busy, s.work, s.slots, s.gaps.tolist()) for s in at_once]
 

@@ -113,6 +113,11 @@ def test_a_matching_pattern_examines_the_module(tmp_path, fakecuda, capfd):
     phases = {e["phase"]: e for e in events if e["event"] == "phase"}
     assert "cache_lookup" in phases  # saxpy4 built for probing
     assert phases["launch"]["count"] == 1  # the first launch only: the C fast path takes the next ones
+    # the later two launches took the C fast path, clocked by the shim; the first launch's argument set was
+    # written by the Python resolver (launch_args), taken off `launch`
+    assert phases["fast_launch"]["count"] == 2 and 0 < phases["fast_launch"]["seconds"] < 5
+    assert phases["launch_args"]["count"] >= 1
+    assert "fast_launch x2" in line and "launch_args x" in line
     (first,) = [e for e in events if e["event"] == "first_launch"]  # once per process
     assert set(first["steps"]) == {"reserve", "frame", "enqueue", "ring_sizing", "submit", "arguments"}
     in_callback = sum(phases[n]["seconds"] for n in ph.KERNEL_PHASES if n in phases)  # the build ran in it too
@@ -187,3 +192,41 @@ def test_a_process_that_probes_nothing_imports_no_numpy(tmp_path, fakecuda):
     imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
     assert "neutrino.runtime.core" in imported  # the runtime was built (a module was loaded)
     assert "numpy" not in imported
+
+
+def test_graph_calls_are_the_api_hooks_phase(tmp_path, fakecuda, capfd):
+    """The program's graph calls reach our Python graph callback (capture, instantiate, launch: hooks.py);
+    their host time there is `api_hooks`, in the kernels group of `--timings`."""
+    env = {"LD_LIBRARY_PATH": str(fakecuda), "FAKECUDA_BUFPARAM": "4", "NEUTRINO_CACHE_DIR": str(tmp_path / "cache"),
+           "GRAPH_APP_OUT": str(tmp_path / "app.out")}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    out = tmp_path / "trace"
+    try:
+        rc = run_main(["-p", "block_sched", "--timings", "-o", str(out), "--graphs", "--", sys.executable,
+                       str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "3"])
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    line = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("neutrino: timings:")][0]
+    assert rc == 0
+    phases = {e["phase"]: e for e in nt.read_events(out / "event.log") if e["event"] == "phase"}
+    hooks = phases["api_hooks"]
+    assert hooks["count"] >= 2 * 3 and 0 < hooks["seconds"] < 5  # 2 cycles: capture calls, instantiate, 3 replays
+    kernels = re.search(r"kernels ([\d.]+) s \(([^)]*)\)", line)
+    assert kernels and f"api_hooks x{hooks['count']}" in kernels.group(2), line
+
+
+def test_an_environment_sitecustomize_is_the_programs_not_wire(tmp_path, fakecuda, capfd, monkeypatch):
+    """Our sitecustomize runs the environment's own first (site/sitecustomize.py): `wire` counts from our
+    sitecustomize's first line, and the other one's code (0.3 s here) is the program's start (`interpreter`)."""
+    other = tmp_path / "site_other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import time\ntime.sleep(0.3)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(other), os.environ.get("PYTHONPATH", "")]))
+    rc, events, line, _ = _run(tmp_path, fakecuda, capfd, "-k", "nomatchxyz")
+    assert rc == 0
+    wire = {e["phase"]: e for e in events if e["event"] == "phase"}["wire"]
+    assert wire["seconds"] < 0.3
+    interpreter = float(re.search(r"interpreter ([\d.]+)", line).group(1))
+    assert interpreter >= 0.3, line

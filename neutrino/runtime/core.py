@@ -132,7 +132,7 @@ class Runtime:
         else:
             self.writer = ResultWriter(drv, trace, self.pool, self.enqueuer)
         self.attribution = Attributor()
-        self.context = _context_tables(native_writer, trace)
+        self.context = _context_tables(native_writer, trace, self.phases)
         self.graphs = self._graph_probes(native_writer)
         self.probing = ProbedLaunches(trace, options, self.registry, self.pool, self.writer, self.enqueuer,
                                       self.trace_budget, self.attribution, fast=self.fast, context=self.context)
@@ -516,12 +516,12 @@ class SharedTraceBudget:
         self.fast.give_back_trace(n)
 
 
-def _context_tables(native_writer: str | None, trace) -> ContextTables | None:
+def _context_tables(native_writer: str | None, trace, phases=None) -> ContextTables | None:
     """Ranges and argument tables, written by the shim (context_tables/tables.py); None without one."""
     if not native_writer:
         return None
     try:
-        return ContextTables(native_writer, trace)
+        return ContextTables(native_writer, trace, phases)
     except (OSError, AttributeError) as e:  # a shim built before the tables existed
         trace.event("context_tables", reason=f"not recorded: {e}")
         return None

@@ -227,11 +227,11 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
         phases = None
         try:
             from neutrino.runtime.core import LaunchRequest  # loaded by then (with the runtime): a dict lookup
-            from neutrino.runtime.start.phases import BUILD_PHASES
+            from neutrino.runtime.start.phases import INSIDE_LAUNCH
 
             phases = getattr(rt, "phases", None)
             started = time.perf_counter()
-            building = phases.sum_of(BUILD_PHASES) if phases is not None else 0.0
+            building = phases.sum_of(INSIDE_LAUNCH) if phases is not None else 0.0
             req = LaunchRequest(kind, f or 0, (gx, gy, gz), (bx, by, bz), shmem, stream or 0, params or 0,
                                 extra or 0, config or 0, index)
             return rt.on_launch(req)
@@ -239,10 +239,11 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
             return NOT_HANDLED
         finally:
             if phases is not None:  # the `launch` phase: this launch's host time, its kernel's build taken off
-                built = phases.sum_of(BUILD_PHASES) - building
+                built = phases.sum_of(INSIDE_LAUNCH) - building
                 phases.add("launch", max(time.perf_counter() - started - built, 0.0))
 
     def link_cb(kind, state, type_, data, size):
+        clock = _ApiHookClock(rt)
         try:
             if kind == 0 and type_ == 1 and data:  # CU_JIT_INPUT_PTX
                 text = C.string_at(data, size).split(b"\0", 1)[0].decode(errors="replace")
@@ -251,6 +252,8 @@ def make_callbacks(rt, shim: Shim, on_exit=None) -> tuple:
                 rt.on_link_complete(state or 0, data or 0, C.string_at(data, size) if data and size else None)
         except Exception:  # noqa: BLE001
             pass
+        finally:
+            clock.stop()
 
     def exit_cb():
         try:
@@ -275,11 +278,14 @@ def make_graph_callback(rt):
     """Graph API calls (shim/graphs.c) → Runtime.on_graph; never raises into C."""
 
     def graph_cb(kind, a, b, c, version):
+        clock = _ApiHookClock(rt)
         try:
             return rt.on_graph(kind, a or 0, b or 0, c or 0, version) or None
         except BaseException as e:  # noqa: BLE001 - the program's graph call goes on as it was made
             _safe_event(rt, "graph_error", kind=kind, reason=f"{type(e).__name__}: {e}")
             return None
+        finally:
+            clock.stop()
 
     return CB_GRAPH(graph_cb)
 
@@ -289,12 +295,43 @@ def make_unload_callback(rt):
     never raises into C: the program's unload goes on as it was made."""
 
     def unload_cb(kind, handle):
+        clock = _ApiHookClock(rt)
         try:
             rt.on_unload(UNLOAD_KINDS[kind], handle or 0)
         except BaseException as e:  # noqa: BLE001
             _safe_event(rt, "unload_error", module=hex(handle or 0), reason=f"{type(e).__name__}: {e}")
+        finally:
+            clock.stop()
 
     return CB_UNLOAD(unload_cb)
+
+
+class _ApiHookClock:
+    """The `api_hooks` phase (start/phases.py): one graph, linker or unload callback's host time, the builds
+    and argument sets inside it (phases of their own) taken off. Only once the runtime is built: a callback
+    that builds it is in the start-up phases (and an unload before it does nothing). Never raises."""
+
+    def __init__(self, rt):
+        self.phases = None
+        try:
+            from neutrino.runtime.start.phases import INSIDE_LAUNCH
+
+            inner = getattr(rt, "_runtime", rt)  # a DeferredRuntime's Runtime, None before it is built
+            self.phases = getattr(inner, "phases", None) if inner is not None else None
+            if self.phases is not None:
+                self.inside, self.names = self.phases.sum_of(INSIDE_LAUNCH), INSIDE_LAUNCH
+                self.started = time.perf_counter()
+        except Exception:  # noqa: BLE001 - a clock never stops the program's call
+            self.phases = None
+
+    def stop(self) -> None:
+        if self.phases is None:
+            return
+        try:
+            inside = self.phases.sum_of(self.names) - self.inside
+            self.phases.add("api_hooks", max(time.perf_counter() - self.started - inside, 0.0))
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def _safe_event(rt, event_name, **fields):  # not `kind`: the no_ptx event has a `kind` field

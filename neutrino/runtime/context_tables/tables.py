@@ -20,6 +20,7 @@ import json
 import os
 import re
 import threading
+import time
 
 from neutrino.runtime.context_tables.tensors import TensorResolver
 
@@ -56,8 +57,9 @@ def param_sizes(ptx: str, entry: str) -> list[int] | None:
 
 
 class ContextTables:
-    def __init__(self, shim_path: str, trace):
+    def __init__(self, shim_path: str, trace, phases=None):
         self.trace = trace
+        self.phases = phases  # PhaseClock (start/phases.py): `launch_args`, the argument sets' lines
         lib = C.PyDLL(shim_path)  # none of these waits: keep the GIL
         self._open = lib.neutrino_context_open
         self._open.argtypes = [C.c_char_p]
@@ -134,7 +136,19 @@ class ContextTables:
             self._forget(func)
 
     def _resolve(self, func, ctx, argset: int, data, length: int) -> int:
-        """shim/argtrace.c: a new argument set. Writes its line; 0, or 1 to let the shim write it raw."""
+        """shim/argtrace.c: a new argument set. Writes its line; 0, or 1 to let the shim write it raw.
+        Its time is the `launch_args` phase (a probed launch's, on either launch path)."""
+        started = time.perf_counter()
+        try:
+            return self._resolve_timed(func, ctx, argset, data, length)
+        finally:
+            if self.phases is not None:
+                try:
+                    self.phases.add("launch_args", time.perf_counter() - started)
+                except Exception:  # noqa: BLE001 - a clock never changes what the shim is told
+                    pass
+
+    def _resolve_timed(self, func, ctx, argset: int, data, length: int) -> int:
         try:
             plan = self._plans.get((func or 0, ctx or 0))
             if plan is None or self._resolved >= MAX_RESOLVED:

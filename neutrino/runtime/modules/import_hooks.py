@@ -12,6 +12,7 @@ The import system walks sys.meta_path while we answer: we leave it only when we 
 from __future__ import annotations
 
 import sys
+import time
 from typing import Callable
 
 
@@ -24,6 +25,18 @@ class AfterImport:
     def __init__(self, after: dict[str, Callable], before: dict[str, Callable] | None = None):
         self.after = dict(after)
         self.before = dict(before or {})
+        self.phases = None  # a PhaseClock (start/phases.py): our actions' seconds are its `import_hooks` phase
+
+    def _timed(self, action, *args):
+        started = time.perf_counter()
+        try:
+            return action(*args)
+        finally:
+            if self.phases is not None:
+                try:
+                    self.phases.add("import_hooks", time.perf_counter() - started)
+                except Exception:  # noqa: BLE001 - a clock never breaks the program's import
+                    pass
 
     @property
     def done(self) -> bool:
@@ -35,13 +48,13 @@ class AfterImport:
         before, after = self.before.pop(name, None), self.after.pop(name, None)  # once: our look-up comes back here
         if before is not None:
             try:
-                before()
+                self._timed(before)
             except Exception:  # noqa: BLE001 - never break the program's import
                 pass
         if after is None:
             return None  # the normal finders import it
         try:
-            spec = spec_running_after(name, after)
+            spec = self._timed(spec_running_after, name, lambda module: self._timed(after, module))
         except Exception:  # noqa: BLE001 - the normal finders import it, without `after`
             return None
         if spec is not None and self.done:

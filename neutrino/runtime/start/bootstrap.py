@@ -77,7 +77,7 @@ def _wire(options_json: str, shim_path: str, embedded: bool, phases):
     shim.register(hooks.make_callbacks(rt, shim, on_exit=rt.finish if embedded else None))
     shim.register_graph(hooks.make_graph_callback(rt))
     shim.register_unload(hooks.make_unload_callback(rt))
-    _tap_compilers(rt, shim, embedded)
+    _tap_compilers(rt, shim, embedded, phases)
     if not embedded:
         atexit.register(_at_exit, rt, shim)
     if hasattr(os, "register_at_fork"):
@@ -241,7 +241,7 @@ def _trace_dir(opts):
     return TraceDir.create(opts.tracedir, lazy=True, rank=None if me is None else me.rank, job=os.environ.get(ENV_JOB))
 
 
-def _tap_compilers(rt, shim, embedded: bool) -> None:
+def _tap_compilers(rt, shim, embedded: bool, phases=None) -> None:
     """PTX compiled in the process (XLA's nvJitLink) becomes visible to module loads (compilers.py);
     a JAX program gets the XLA flags that keep its launches where we can probe them (frameworks.py);
     XLA's compiles and Triton's/TorchInductor's autotuning run unprobed (autotune.py).
@@ -261,8 +261,11 @@ def _tap_compilers(rt, shim, embedded: bool) -> None:
 
         event = lambda *args, **fields: rt.trace.event(*args, **fields)  # noqa: E731
         window = frameworks.CompileWindow(shim.suspend_probing, shim.suspended_launches)
-        frameworks.watch_for_jax(event, on_wrappers=adopt, compile_window=window)
-        autotune.watch_for_autotuners(window.window, event)  # Triton's, TorchInductor's: the same window
+        watchers = (frameworks.watch_for_jax(event, on_wrappers=adopt, compile_window=window),
+                    autotune.watch_for_autotuners(window.window, event))  # Triton's, TorchInductor's: the same window
+        for watcher in watchers:  # our actions in the program's imports: the `import_hooks` phase
+            if watcher is not None:
+                watcher.phases = phases
 
 
 def _at_exit(rt, shim) -> None:

@@ -17,12 +17,21 @@ import time
 from contextlib import contextmanager
 
 # The phases, in the order the timings line names them, each with its group.
-START_PHASES = ("constructor", "wire", "imports", "tool", "runtime")
+# `import_hooks`: our actions when the program first imports a package we watch (import_hooks.AfterImport:
+# JAX's flags, the autotuners' hooks), in the program's own imports
+START_PHASES = ("constructor", "wire", "imports", "tool", "runtime", "import_hooks")
 MODULE_PHASES = ("module_ptx", "lookup")
 BUILD_PHASES = ("verify", "cache_lookup", "instrument", "jit", "build_wait", "module_load", "kernel_write")
 # `launch`: the probed launches' own host time in our launch callback, the builds above (which a first launch
-# runs inside it) taken off (hooks.make_callbacks)
-KERNEL_PHASES = BUILD_PHASES + ("launch",)
+# runs inside it) and `launch_args` taken off (hooks.make_callbacks); `fast_launch`: the later probed launches'
+# host time in the shim's C fast path (shim/fastlaunch.c); `launch_args`: a probed launch's new argument set
+# written to launch_args.jsonl, its pointers resolved to tensors (context_tables/tables.py: the shim calls
+# into Python for it from either path)
+# `api_hooks`: our Python callbacks for the program's graph, linker and unload calls (hooks.py), the builds and
+# argument sets inside them taken off
+KERNEL_PHASES = BUILD_PHASES + ("launch", "fast_launch", "launch_args", "api_hooks")
+# Taken off a Python launch callback's time: the work inside it that is a phase of its own
+INSIDE_LAUNCH = BUILD_PHASES + ("launch_args",)
 EXIT_PHASES = ("exit_drain", "exit_timeline", "exit_tables", "exit_hooks", "exit_summary", "exit_close")
 # Timed by the launcher after our exit handler: the process's teardown, the program's own (a plain run
 # pays it: seconds for torch) with ours. Listed after the program's seconds, not added (as the build
@@ -147,8 +156,9 @@ def add_driver_loads(phases: PhaseClock, shim_lib) -> None:
 
 def add_process_stats(phases: PhaseClock, shim_lib) -> None:
     """`constructor` (the shim's constructor: its duration, `started_at` its wall-clock start, the
-    first moment of the process our code sees) and `lookup` (the program's kernel lookups in our
-    callback), from the shim's clocks (neutrino_process_stats); an older shim adds nothing."""
+    first moment of the process our code sees), `lookup` (the program's kernel lookups in our
+    callback) and `fast_launch` (probed launches on the C fast path), from the shim's clocks
+    (neutrino_process_stats, neutrino_fast_launch_stats); an older shim adds nothing."""
     stats = _shim_stats(shim_lib, "neutrino_process_stats", 5)
     if stats is None:
         return
@@ -157,6 +167,9 @@ def add_process_stats(phases: PhaseClock, shim_lib) -> None:
         phases.add("constructor", ctor_ns / 1e9, started_at=round(started_at / 1e9, 6))
     if lookups:
         phases.add("lookup", lookup_ns / 1e9, runs=lookups, longest=longest / 1e9)
+    fast = _shim_stats(shim_lib, "neutrino_fast_launch_stats", 3)  # `fast_launch` (a shim without it: none)
+    if fast is not None and fast[1]:
+        phases.add("fast_launch", fast[0] / 1e9, runs=fast[1], longest=fast[2] / 1e9)
 
 
 def add_process_start(phases: dict[str, dict], spawned_at: float, process_seconds: float) -> None:

@@ -97,22 +97,31 @@ def _empty_timeline(time_unit: str, synchronized: bool) -> BlockTimeline:
     return BlockTimeline(time_unit, synchronized, z, z, z, z, z, z, z, {}, 0, z, z, z, z)
 
 
-def build_timeline(start, elapsed, sm, unit, *, units_per_block: int, time_unit: str = "cycles",
-                   synchronized: bool = False) -> BlockTimeline:
-    """Group per-warp records into blocks (`block = unit // units_per_block`).
+@attrs.frozen(eq=False)
+class BlockIntervals:
+    """The blocks of one launch from its per-warp records, sorted by (SM, start, end); times relative
+    to `origin` (spec/analysis.md, "Block interval"). What the report's timeline and the exit line's
+    figures both start from (`build_timeline`, `schedule_figures`)."""
 
-    Pure: all inputs are 1-D arrays of equal length (one entry per warp).
-    """
-    start = np.asarray(start).astype(np.int64)
-    end = start + np.asarray(elapsed).astype(np.int64)
-    sm = np.asarray(sm).astype(np.int64)
-    unit = np.asarray(unit).astype(np.int64)
-    if not (len(start) == len(end) == len(sm) == len(unit)):
-        raise C.AnalysisError("block_sched: start, elapsed, SM and unit arrays differ in length")
-    if len(start) == 0:
-        return _empty_timeline(time_unit, synchronized)
-    block = unit // max(1, int(units_per_block))
+    block: np.ndarray  # int64 linear block index
+    sm: np.ndarray  # int64, the SM of the block's earliest warp
+    start: np.ndarray  # int64, relative
+    end: np.ndarray  # int64, relative
+    warps: np.ndarray  # int64, warps recorded in the block
+    origin: np.ndarray  # int64, raw time of each block's SM origin
+    sms: np.ndarray  # int64, the SMs that ran a block, ascending
+    sm_origin: np.ndarray  # int64, raw time of each of those SMs' origin
+    split_blocks: int  # blocks whose warps reported different SMs
 
+    def __len__(self) -> int:
+        return len(self.block)
+
+
+def block_intervals(start: np.ndarray, end: np.ndarray, sm: np.ndarray, block: np.ndarray,
+                    synchronized: bool) -> BlockIntervals:
+    """Group warps (int64 arrays of equal length, at least one) into blocks: a block spans its
+    warps' earliest start to latest end, on the SM of its earliest warp; each SM's times are taken
+    relative to its own first block start, or to the launch's first start when `synchronized`."""
     order = np.lexsort((start, block))  # by block, then start
     b_sorted = block[order]
     first = np.flatnonzero(np.r_[True, b_sorted[1:] != b_sorted[:-1]])
@@ -133,22 +142,43 @@ def build_timeline(start, elapsed, sm, unit, *, units_per_block: int, time_unit:
     blk_origin = origin_by_index[sm_index]
     rel_start = blk_start - blk_origin
     rel_end = blk_end - blk_origin
-
     o = np.lexsort((rel_end, rel_start, blk_sm))
-    blk, blk_sm, rel_start, rel_end, blk_warps = blk[o], blk_sm[o], rel_start[o], rel_end[o], blk_warps[o]
-    blk_origin = blk_origin[o]
-    slot, refill = assign_slots(blk_sm, rel_start, rel_end)
+    return BlockIntervals(block=blk[o], sm=blk_sm[o], start=rel_start[o], end=rel_end[o], warps=blk_warps[o],
+                          origin=blk_origin[o], sms=sms, sm_origin=origin_by_index, split_blocks=split)
+
+
+def _warp_arrays(start, elapsed, sm, unit, units_per_block: int):
+    start = np.asarray(start).astype(np.int64)
+    end = start + np.asarray(elapsed).astype(np.int64)
+    sm = np.asarray(sm).astype(np.int64)
+    unit = np.asarray(unit).astype(np.int64)
+    if not (len(start) == len(end) == len(sm) == len(unit)):
+        raise C.AnalysisError("block_sched: start, elapsed, SM and unit arrays differ in length")
+    return start, end, sm, unit, unit // max(1, int(units_per_block))
+
+
+def build_timeline(start, elapsed, sm, unit, *, units_per_block: int, time_unit: str = "cycles",
+                   synchronized: bool = False) -> BlockTimeline:
+    """Group per-warp records into blocks (`block = unit // units_per_block`).
+
+    Pure: all inputs are 1-D arrays of equal length (one entry per warp).
+    """
+    start, end, sm, unit, block = _warp_arrays(start, elapsed, sm, unit, units_per_block)
+    if len(start) == 0:
+        return _empty_timeline(time_unit, synchronized)
+    b = block_intervals(start, end, sm, block, synchronized)
+    slot, refill = assign_slots(b.sm, b.start, b.end)
 
     # Warps, relative to their block's SM origin, sorted like the blocks.
-    by_id = np.argsort(blk)
-    warp_block = by_id[np.searchsorted(blk[by_id], block)]
+    by_id = np.argsort(b.block)
+    warp_block = by_id[np.searchsorted(b.block[by_id], block)]
     w_order = np.lexsort((start, warp_block))
     warp_block = warp_block[w_order]
-    warp_origin = blk_origin[warp_block]
+    warp_origin = b.origin[warp_block]
     return BlockTimeline(
-        time_unit=time_unit, synchronized=synchronized, block=blk, sm=blk_sm,
-        start=rel_start, end=rel_end, warps=blk_warps, slot=slot, refill=refill,
-        origin={int(s): int(v) for s, v in zip(sms, origin_by_index)}, split_blocks=split,
+        time_unit=time_unit, synchronized=synchronized, block=b.block, sm=b.sm,
+        start=b.start, end=b.end, warps=b.warps, slot=slot, refill=refill,
+        origin={int(s): int(v) for s, v in zip(b.sms, b.sm_origin)}, split_blocks=b.split_blocks,
         warp_unit=unit[w_order], warp_block=warp_block,
         warp_start=start[w_order] - warp_origin, warp_end=end[w_order] - warp_origin)
 
@@ -201,31 +231,68 @@ def sm_stats(sm: int, start: np.ndarray, end: np.ndarray, slot: np.ndarray) -> S
                    work=int((end - start).sum()), gaps=gaps, slots=int(slot.max()) + 1)
 
 
-def _per_sm_stats(tl: BlockTimeline, bounds: np.ndarray) -> list[SMStats]:
-    """sm_stats of every SM's run of blocks (tl sorted by SM, then start), computed for all SMs at once:
-    per-SM numpy calls on a few blocks each cost more than the work (the exit hook runs this per launch)."""
-    if len(tl) == 0:
-        return []
-    lo = bounds[:-1]
-    group = np.repeat(np.arange(len(lo)), np.diff(bounds))
-    start, end = tl.start.astype(np.int64), tl.end.astype(np.int64)
-    # The running max of end within each SM: offset each SM's values above every earlier SM's.
-    low, high = int(min(start.min(), end.min())), int(max(start.max(), end.max()))
-    offset = group * (high - low + 1)
-    reach = np.maximum.accumulate(end - low + offset) - offset + low
-    holes = start[1:] - reach[:-1]
-    inside = group[1:] == group[:-1]  # a hole between two blocks of one SM
-    gap_mask = inside & (holes > 0)
-    gaps_by_sm = np.split(holes[gap_mask].astype(np.int64), np.searchsorted(np.flatnonzero(gap_mask),
-                                                                             bounds[1:-1] - 1))
-    last = bounds[1:] - 1
-    spans = (reach[last] - start[lo]).tolist()
-    works = np.add.reduceat(end - start, lo).tolist()
+class SMRuns:
+    """Each SM's run of blocks (blocks sorted by SM, then start; at least one): the holes in the union
+    of its block intervals and its busy time, for all SMs at once (numpy over every block, no
+    per-SM call: the exit line computes this per sampled launch). Shared by the report (`summarize`)
+    and the exit line (`schedule_figures`): one definition of busy, idle gaps and tail."""
+
+    def __init__(self, sm: np.ndarray, start: np.ndarray, end: np.ndarray):
+        self.start, self.end = start.astype(np.int64), end.astype(np.int64)
+        self.bounds = np.flatnonzero(np.r_[True, sm[1:] != sm[:-1], True])
+        self.first = self.bounds[:-1]  # each SM's first block
+        self.last = self.bounds[1:] - 1  # and its last
+        group = np.repeat(np.arange(len(self.first)), np.diff(self.bounds))
+        # The running max of end within each SM: offset each SM's values above every earlier SM's.
+        low, high = int(min(self.start.min(), self.end.min())), int(max(self.start.max(), self.end.max()))
+        offset = group * (high - low + 1)
+        reach = np.maximum.accumulate(self.end - low + offset) - offset + low
+        holes = self.start[1:] - reach[:-1]
+        self.gap_mask = (group[1:] == group[:-1]) & (holes > 0)  # a hole between two blocks of one SM
+        self.holes = holes
+        self.gap_per_sm = np.bincount(group[1:][self.gap_mask], weights=holes[self.gap_mask],
+                                      minlength=len(self.first)).astype(np.int64)
+        self.span = reach[self.last] - self.start[self.first]  # per SM
+        self.busy = self.span - self.gap_per_sm
+        self.last_end = reach[self.last]  # each SM's last block end (the running max at its last block)
+
+    @property
+    def sms(self) -> int:
+        return len(self.first)
+
+    @property
+    def gap_count(self) -> int:
+        return int(np.count_nonzero(self.gap_mask))
+
+    def gaps_by_sm(self) -> list[np.ndarray]:
+        gap_at = np.flatnonzero(self.gap_mask)
+        return np.split(self.holes[self.gap_mask], np.searchsorted(gap_at, self.bounds[1:-1] - 1))
+
+    def launch_span(self) -> int:
+        """Latest block end - earliest block start, on the common axis (spec/analysis.md, "Tail")."""
+        return int(self.last_end.max()) - int(self.start[self.first].min())
+
+    def tail(self) -> int:
+        return int(self.last_end.max() - self.last_end.min())
+
+    def busy_imbalance(self) -> float:
+        return _ratio_to_mean(self.busy.astype(np.float64))
+
+    def tail_fraction(self) -> float:
+        span = self.launch_span()
+        return self.tail() / span if span > 0 else float("nan")
+
+
+def _per_sm_stats(tl: BlockTimeline, runs: SMRuns) -> list[SMStats]:
+    """sm_stats of every SM's run of blocks (tl sorted by SM, then start), from `runs`."""
+    lo = runs.first
+    gaps_by_sm = runs.gaps_by_sm()
+    spans, busy = runs.span.tolist(), runs.busy.tolist()
+    works = np.add.reduceat(runs.end - runs.start, lo).tolist()
     slots = (np.maximum.reduceat(tl.slot, lo) + 1).tolist()
-    sms, counts = tl.sm[lo].tolist(), np.diff(bounds).tolist()
-    return [SMStats(sm=int(sms[i]), blocks=int(counts[i]), span=int(spans[i]),
-                    busy=int(spans[i]) - int(gaps_by_sm[i].sum()), work=int(works[i]), gaps=gaps_by_sm[i],
-                    slots=int(slots[i])) for i in range(len(lo))]
+    sms, counts = tl.sm[lo].tolist(), np.diff(runs.bounds).tolist()
+    return [SMStats(sm=int(sms[i]), blocks=int(counts[i]), span=int(spans[i]), busy=int(busy[i]),
+                    work=int(works[i]), gaps=gaps_by_sm[i], slots=int(slots[i])) for i in range(len(lo))]
 
 
 def _ratio_to_mean(values: np.ndarray) -> float:
@@ -235,34 +302,38 @@ def _ratio_to_mean(values: np.ndarray) -> float:
 
 def summarize(tl: BlockTimeline) -> BlockSchedStats:
     """The statistics of spec/analysis.md for one launch's timeline."""
-    bounds = np.flatnonzero(np.r_[True, tl.sm[1:] != tl.sm[:-1], True]) if len(tl) else np.zeros(1, int)
-    per_sm = _per_sm_stats(tl, bounds)
     nan = float("nan")
-    if not per_sm:
+    if len(tl) == 0:
         return BlockSchedStats(tl.time_unit, tl.synchronized, 0, 0, 0, (), 0, 0, nan, nan, nan, nan,
                                0, 0, 0, 0, nan, 0)
-    busy = np.array([s.busy for s in per_sm], dtype=np.float64)
+    runs = SMRuns(tl.sm, tl.start, tl.end)
+    per_sm = _per_sm_stats(tl, runs)
     work = np.array([s.work for s in per_sm], dtype=np.float64)
     counts = np.array([s.blocks for s in per_sm], dtype=np.float64)
-    # The end of each SM's last block, on the common axis (exact when synchronized,
-    # else assuming all SMs started together at their own origin).
-    # (the blocks are sorted by SM: one reduction per SM's run, not a mask over every block per SM)
-    last_end = np.maximum.reduceat(tl.end, bounds[:-1]).astype(np.int64)
-    first_start = np.minimum.reduceat(tl.start, bounds[:-1]).astype(np.int64)
-    launch_start = int(first_start.min())
-    span = int(last_end.max()) - launch_start
-    tail = int(last_end.max() - last_end.min())
-    gaps = np.concatenate([s.gaps for s in per_sm])
+    gaps = runs.holes[runs.gap_mask].astype(np.int64)
     refills = tl.refill[tl.refill >= 0]
     return BlockSchedStats(
         time_unit=tl.time_unit, synchronized=tl.synchronized, warps=len(tl.warp_unit),
-        blocks=len(tl), split_blocks=tl.split_blocks, sms=tuple(per_sm), span=span, tail=tail,
-        tail_fraction=tail / span if span > 0 else nan,
-        busy_imbalance=_ratio_to_mean(busy), work_imbalance=_ratio_to_mean(work),
+        blocks=len(tl), split_blocks=tl.split_blocks, sms=tuple(per_sm), span=runs.launch_span(), tail=runs.tail(),
+        tail_fraction=runs.tail_fraction(), busy_imbalance=runs.busy_imbalance(), work_imbalance=_ratio_to_mean(work),
         blocks_per_sm_cv=float(counts.std() / counts.mean()),
         gap_count=len(gaps), gap_total=int(gaps.sum()), gap_max=int(gaps.max()) if len(gaps) else 0,
         refill_count=len(refills), refill_mean=float(refills.mean()) if len(refills) else nan,
         refill_max=int(refills.max()) if len(refills) else 0)
+
+
+def schedule_figures(start, elapsed, sm, unit, units_per_block: int,
+                     synchronized: bool) -> tuple[int, int, float, float, int]:
+    """(blocks, SMs, busy_imbalance, tail_fraction, idle-gap count) of one launch from its per-warp
+    records: `summarize`'s figures by the same code (block_intervals, SMRuns) without the report's
+    timeline (slots, refills, per-warp arrays, one object per SM), which block_sched's exit line
+    (exit_hook.py) does not print."""
+    start, end, sm, _, block = _warp_arrays(start, elapsed, sm, unit, units_per_block)
+    if len(start) == 0:
+        return 0, 0, float("nan"), float("nan"), 0
+    blocks = block_intervals(start, end, sm, block, synchronized)
+    runs = SMRuns(blocks.sm, blocks.start, blocks.end)
+    return len(blocks), runs.sms, runs.busy_imbalance(), runs.tail_fraction(), runs.gap_count
 
 
 @attrs.frozen(eq=False)

@@ -6,7 +6,14 @@ runtime when the launcher asked for it.
 """
 
 
-def _chain():
+import time as _time
+
+_STARTED = _time.perf_counter()  # the `wire` phase counts from here: looking for another sitecustomize is ours
+
+
+def _chain() -> float:
+    """Run the environment's own sitecustomize, if any; the seconds its code took (the program's own:
+    a plain run pays them too, so `wire` leaves them out)."""
     import importlib.util
     import os
     import sys
@@ -19,19 +26,20 @@ def _chain():
         if os.path.isfile(candidate):
             spec = importlib.util.spec_from_file_location("_neutrino_chained_sitecustomize", candidate)
             mod = importlib.util.module_from_spec(spec)
+            began = _time.perf_counter()
             try:
                 spec.loader.exec_module(mod)
             except Exception as e:  # noqa: BLE001 - as Python itself would, report and go on
                 sys.stderr.write(f"Error in sitecustomize ({candidate}): {e}\n")
-            return
+            return _time.perf_counter() - began
+    return 0.0
 
 
-def _start():
+def _start(started: float):
+    """`started`: where the `wire` phase counts from (runtime/start/phases.py), the environment's own
+    sitecustomize taken off."""
     import os
     import sys
-    import time
-
-    started = time.perf_counter()  # the `wire` phase counts from here (runtime/start/phases.py)
 
     if not os.environ.get("NEUTRINO_OPTIONS"):
         return
@@ -46,5 +54,4 @@ def _start():
         sys.stderr.write(f"neutrino: runtime not started ({type(e).__name__}: {e}); kernels run unprobed\n")
 
 
-_chain()
-_start()
+_start(_STARTED + _chain())
