@@ -132,7 +132,7 @@ static inline uint32_t nt_rd32(const uint8_t *p, size_t off) { uint32_t v; __bui
 static inline void nt_wr64(uint8_t *p, size_t off, uint64_t v) { __builtin_memcpy(p + off, &v, 8); }
 static inline void nt_wr32(uint8_t *p, size_t off, uint32_t v) { __builtin_memcpy(p + off, &v, 4); }
 
-/* One record of timeline.bin (spec/trace-format.md, "Context tables"), 88 bytes */
+/* One record of timeline.bin (spec/trace-format.md, "Context tables"), 96 bytes */
 typedef struct {
     uint8_t kind, copy_kind;
     uint16_t flags;
@@ -142,6 +142,9 @@ typedef struct {
     int32_t probe_launch;
     uint32_t grid[3], block[3];
     uint64_t host_ns; /* appended field (record size 88): host time of the launch or copy call, 0 unknown */
+    /* appended fields (record size 96): a graph replay's executable graph (the shim's number, 1 up, in the
+     * order of their first launch) and the replay's number among that graph's (1 up); 0 unknown / no graph */
+    uint32_t graph_exec, graph_replay;
 } nt_timeline_record;
-_Static_assert(sizeof(nt_timeline_record) == 88, "timeline.bin record layout");
+_Static_assert(sizeof(nt_timeline_record) == 96, "timeline.bin record layout");
 #endif

@@ -254,7 +254,7 @@ def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level,
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"], env=env)
     start = _one(events, "timeline")
     assert start["enabled"] and start["version"] == 130001 and start["library"] == str(fakes / "libcupti.so.13")
-    full = {"concurrent_kernel", "memcpy", "memset", "external_correlation"}
+    full = {"concurrent_kernel", "memcpy", "memset", "external_correlation", "graph_trace"}  # graph_trace: sampled replays
     assert set(start["kinds"]) == (full if level else full - {"external_correlation"})
     tl = read_timeline(run)
     kernels = tl[tl["kind"] == 1]
@@ -743,3 +743,78 @@ def test_launch_hooks_join_older_launches_first_after_a_reset(tmp_path, fakes, r
     assert (kernels["tid"] > 0).all() and (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
     counts = _one(events, "timeline_counts")
     assert counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+
+
+def _replays_by_kind(tl):
+    """(graph_exec, graph_replay) -> 'nodes' (kernel records, how many) or 'whole' (one kind-4 record)."""
+    out = {}
+    for rec in tl[(tl["flags"] & FLAG_GRAPH) != 0]:
+        key = (int(rec["graph_exec"]), int(rec["graph_replay"]))
+        if rec["kind"] == GRAPH_REPLAY:
+            assert key not in out, key  # one record per replay recorded whole, and never with node records
+            out[key] = "whole"
+        else:
+            assert out.get(key, 0) != "whole", key
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("nodes, expected", [
+    (None, {r: (2 if r <= 3 else "whole") for r in range(1, 7)}),  # the default: 3 replays sampled
+    ("2", {r: (2 if r <= 2 else "whole") for r in range(1, 7)}),
+    ("all", {r: 2 for r in range(1, 7)}),
+    ("0", {r: "whole" for r in range(1, 7)}),
+])
+def test_graph_replays_sampled_then_whole(tmp_path, fakes, nodes, expected):
+    """NEUTRINO_TIMELINE_GRAPH_NODES=N: each executable graph's first N replays come node by node (every kernel node
+    a kernel record, flags bit 1), its later ones as one graph-level record each (kind 4); every record of a replay
+    carries the graph's number and the replay's (graph_exec, graph_replay), joined by the cuGraphLaunch call's
+    correlation id. Two cycles: the second executable graph is another (number 2) even at the first one's address.
+    GRAPH_TRACE is switched only where a replay wants the other kind than the one before (twice a cycle)."""
+    env = {"GRAPH_APP_KERNELS": "2"}
+    if nodes is not None:
+        env["NEUTRINO_TIMELINE_GRAPH_NODES"] = nodes
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "6"],
+                       "--no-graphs", env=env)
+    start = _one(events, "timeline")
+    mode = {None: "sampled:3", "2": "sampled:2", "all": "nodes", "0": "graphs"}[nodes]
+    assert start["graph_records"] == mode and ("graph_trace" in start["kinds"]) == (nodes != "all")
+    tl = read_timeline(run, graphs=True)
+    got = _replays_by_kind(tl)
+    assert got == {(g, r): kind for g in (1, 2) for r, kind in expected.items()}
+    graph = tl[(tl["flags"] & FLAG_GRAPH) != 0]
+    pid = int(_one(events, "start")["pid"])
+    assert (graph["tid"] == pid).all() and (graph["host_ns"] > 0).all() and (graph["host_ns"] <= graph["start_ns"]).all()
+    for key in got:  # the records of one replay share its launch's correlation id, and no other replay has it
+        mine = graph[(graph["graph_exec"] == key[0]) & (graph["graph_replay"] == key[1])]
+        assert len(set(mine["correlation"].tolist())) == 1
+    assert len(set(graph["correlation"].tolist())) == 12
+    eager = tl[(tl["flags"] & FLAG_GRAPH) == 0]
+    assert (eager["kind"] != GRAPH_REPLAY).all() and (eager["graph_exec"] == 0).all() and (eager["kind"] == 1).sum() == 1
+    counts = _one(events, "timeline_counts")
+    whole = sum(v == "whole" for v in got.values())
+    assert counts["graph_replays"] == whole and counts["kernels"] == 1 + 2 * (12 - whole)
+    if nodes == "all":
+        assert counts["graph_replays_sampled"] == counts["graph_replays_whole"] == counts["graph_trace_switches"] == 0
+    else:
+        assert (counts["graph_replays_sampled"], counts["graph_replays_whole"]) == (12 - whole, whole)
+        assert counts["graph_trace_switches"] == (4 if nodes in (None, "2") else 0)
+
+
+def test_graph_replays_of_two_graphs_interleaved_and_an_update(tmp_path, fakes):
+    """Two executable graphs of one capture replayed in turn (A1 B1 A2 B2 ...), and A updated (cuGraphExecUpdate)
+    before its replay 4: each graph counts its own replays; the update makes A another graph to the timeline
+    (a new number), sampled again. GRAPH_TRACE switches off at the first replay of each graph new to the timeline
+    while it is on, and on again at the first replay past the sampled ones."""
+    env = {"GRAPH_APP_TWIN": "graph", "GRAPH_APP_UPDATE_AT": "3", "NEUTRINO_TIMELINE_GRAPH_NODES": "2"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "6"],
+                       "--no-graphs", env=env)
+    got = _replays_by_kind(read_timeline(run, graphs=True))
+    sampled = {key for key, kind in got.items() if kind != "whole"}
+    # A is graph 1 (replays 1-3), then graph 3 after its update (its replays 1-3); B is graph 2 (replays 1-6)
+    assert sorted(got) == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3), (2, 4), (2, 5), (2, 6), (3, 1), (3, 2), (3, 3)]
+    assert sampled == {(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)}
+    counts = _one(events, "timeline_counts")
+    # launch order A1 B1 A2 B2 A3 B3 A'1 B4 A'2 B5 A'3 B6: off at A1, on at A3, off at A'1, on at B4, off at A'2,
+    # on at B5
+    assert counts["graph_trace_switches"] == 6

@@ -157,18 +157,30 @@ void fakecupti_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, u
     kernel_record(name, gx, gy, gz, bx, by, bz, shmem, stream, 0);
 }
 
+/* The replay being launched on this thread: its cuGraphLaunch call's correlation id (every record of the replay
+ * carries it, as CUPTI's do) and whether GRAPH_TRACE was enabled when it was launched (read at the launch, as
+ * CUPTI does: switching the kind later changes the next replays only). */
+static __thread uint32_t replay_corr;
+static __thread int replay_whole;
+
 /* A kernel node of a graph replay (graph_id != 0; its correlation is the cuGraphLaunch's). With GRAPH_TRACE
- * enabled CUPTI traces no node of a replay (fakecupti_graph_launch makes its one record instead). */
+ * enabled at the replay's launch CUPTI traces no node of it (fakecupti_graph_launch made its one record). */
 void fakecupti_graph_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, uintptr_t stream, uint32_t graph_id) {
-    if (!enabled[NT_ACT_GRAPH_TRACE]) kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
+    if (!replay_whole) kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
 }
 
-/* A graph replay's start (fakecuda.c's cuGraphLaunch): with GRAPH_TRACE enabled, its one record. */
+/* A graph replay's start (fakecuda.c's cuGraphLaunch): one API call (callbacks, correlation id); with GRAPH_TRACE
+ * enabled, the replay's one record. */
 void fakecupti_graph_launch(uintptr_t stream, uint32_t graph_id) {
-    if (!enabled[NT_ACT_GRAPH_TRACE]) return;
     pthread_mutex_lock(&lock);
     uint32_t corr = api_call(514 /* cuGraphLaunch */);
+    replay_corr = corr;
+    replay_whole = enabled[NT_ACT_GRAPH_TRACE];
+    if (!replay_whole) {
+        pthread_mutex_unlock(&lock);
+        return;
+    }
     uint8_t *g = append(&gpu_q, GRAPHTRACE_SIZE);
     uint64_t t = stamp();
     nt_wr32(g, 0, NT_ACT_GRAPH_TRACE);
@@ -183,7 +195,7 @@ void fakecupti_graph_launch(uintptr_t stream, uint32_t graph_id) {
 static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id) {
     pthread_mutex_lock(&lock);
-    uint32_t corr = api_call(graph_id ? 514 /* cuGraphLaunch */ : 307 /* cuLaunchKernel */);
+    uint32_t corr = graph_id ? replay_corr : api_call(307 /* cuLaunchKernel */);
     static int launches;  /* FAKECUPTI_SKIP_KERNEL=N: no record of the N-th kernel launch (from 0), as if dropped */
     const char *skip = getenv("FAKECUPTI_SKIP_KERNEL");
     int skipped = !graph_id && skip && *skip && launches == atoi(skip);

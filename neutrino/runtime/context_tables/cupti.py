@@ -20,7 +20,7 @@ WHEEL_DIRS = ("nvidia/cu13/lib", "nvidia/cuda_cupti/lib")
 COUNT_NAMES = ("records", "kernels", "memcpys", "memsets", "probed", "dropped", "names", "no_thread", "api_records",
                "probe_correlations", "forwarded_to_program", "program_had_no_room", "with_host_time",
                "launch_callbacks", "no_gpu_time", "hooked_launches", "hook_joined", "hook_passed_over",
-               "graph_replays")
+               "graph_replays", "graph_replays_sampled", "graph_replays_whole", "graph_trace_switches")
 PROFILER_CALLS = {1: "register_callbacks", 2: "enable", 3: "disable", 4: "flush_all", 5: "finalize", 7: "subscribe",
                   8: "unsubscribe", 9: "timestamp_callback", 10: "clock_flush"}
 INFO_BYTES = 4096
@@ -245,6 +245,7 @@ def start(shim_lib, trace, enabled: bool = True) -> Timeline | None:
                 api_cbids=int(fields.get("api_records", 0) or 0),
                 host_callbacks=int(fields.get("host_callbacks", 0) or 0),
                 cupti_settings=parse_settings(fields.get("cupti_settings", "")),
+                graph_records=fields.get("graph_records", "nodes"),
                 **({"host_error": f"cuptiSubscribe failed (CUPTI error {fields['host_error']}): records have no host "
                                   f"time or thread"} if "host_error" in fields else {}),
                 level=os.environ.get("NEUTRINO_TIMELINE_LEVEL",
