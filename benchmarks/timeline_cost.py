@@ -31,8 +31,17 @@ does not enter; `default` twice (first and last) gives the noise between two pro
 The table also gives what CUPTI read back (the `timeline` event's cupti_settings: the knob was applied, or
 CUPTI's error). --budget S stops starting processes after S seconds (those left are listed).
 
+--suite (the timeline's cost in one command, <= 150 s on an H100/H200): one probed process per workload, each an
+A/B of the timeline paused and on whose phase order is shuffled every cycle (NEUTRINO_BENCH_AB_ORDER=random):
+the torch.compile MLP training step, the same step eager (`eager_mlp`: Linear layers), the launch-bound tiny-kernel
+loop (`eager`, the worst case), and the decode step replayed as one CUDA graph (`decode_graph`, nothing probed:
+`-k neutrino_matches_no_kernel`) with three phases: paused, on (graph replays sampled, the default) and on with
+every replay node by node. Then a check of what the sampled graph records were (a `decode_graph` run at the default
+settings: per executable graph, its replays with node records and with one graph-level record, against the launches
+the shim counted). Prints one table (phase, span median, x paused, wall median, x paused).
+
 usage: python benchmarks/timeline_cost.py [--steps N] [--rounds R] [--modes eager,compile] [--configs ...]
-       [--phase-steps N] [--cycles C] [--json F] [--knobs K,...] [--budget S]
+       [--phase-steps N] [--cycles C] [--json F] [--knobs K,...] [--budget S] [--suite]
 """
 from __future__ import annotations
 
@@ -168,6 +177,100 @@ def run_knobs(mode: str, knobs: list[str], env: dict, scratch: str, args, deadli
     return rows
 
 
+SUITE = (  # (workload, NEUTRINO_BENCH_AB_WAYS, neutrino options, phase steps, cycles)
+    ("compile", "", ["-p", "block_sched"], 25, 10),
+    ("eager_mlp", "", ["-p", "block_sched"], 25, 10),
+    ("eager", "", ["-p", "block_sched"], 25, 10),
+    ("decode_graph", "graphs", ["-p", "block_sched", "-k", "neutrino_matches_no_kernel"], 50, 8),
+)
+GRAPH_CHECK_STEPS = 30
+
+
+def neutrino_run(options: list, mode: str, steps: int, env: dict, tracedir: str, timeout: float) -> dict:
+    """timeline_workload.py under neutrino; its JSON line."""
+    cmd = [sys.executable, "-m", "neutrino", *options, "-q", "--tracedir", tracedir, "--",
+           sys.executable, str(WORKLOAD), mode, str(steps)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+    return json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])
+
+
+def graph_check(tracedir: str) -> list[str]:
+    """What the sampled graph records were in a decode_graph run: per executable graph (graph_exec), its replays
+    with node records (and kernel records per such replay), with one graph-level record, and with both (never
+    expected); against the shim's counts of replays launched sampled and whole (timeline_counts)."""
+    sys.path.insert(0, str(HERE.parent))
+    import numpy as np
+
+    from neutrino.timeline import FLAG_GRAPH, GRAPH_REPLAY, read_timeline
+
+    logs = glob.glob(f"{tracedir}/**/event.log", recursive=True)
+    if not logs:
+        return ["graph check: no run directory"]
+    run_dir = Path(logs[0]).parent
+    counts = next((json.loads(line) for line in open(logs[0]) if '"timeline_counts"' in line), {})
+    start = next((json.loads(line) for line in open(logs[0]) if '"event": "timeline"' in line), {})
+    tl = read_timeline(run_dir, graphs=True)
+    graph = tl[(tl["flags"] & FLAG_GRAPH) != 0]
+    lines = [f"graph check: graph_records={start.get('graph_records')}; launched sampled "
+             f"{counts.get('graph_replays_sampled')}, whole {counts.get('graph_replays_whole')}, GRAPH_TRACE switches "
+             f"{counts.get('graph_trace_switches')}; graph-level records {counts.get('graph_replays')}, graph records "
+             f"without graph_exec {int((graph['graph_exec'] == 0).sum())} of {len(graph)}"]
+    for exec_no in np.unique(graph["graph_exec"]).tolist():
+        mine = graph[graph["graph_exec"] == exec_no]
+        whole = mine[mine["kind"] == GRAPH_REPLAY]
+        nodes = mine[mine["kind"] != GRAPH_REPLAY]
+        per_replay = np.unique(nodes["graph_replay"], return_counts=True)
+        both = set(whole["graph_replay"].tolist()) & set(nodes["graph_replay"].tolist())
+        node_ns = (nodes["end_ns"].astype(np.int64) - nodes["start_ns"].astype(np.int64)).sum()
+        whole_ns = (whole["end_ns"].astype(np.int64) - whole["start_ns"].astype(np.int64))
+        lines.append(f"  graph {exec_no}: replays with node records {len(per_replay[0])} "
+                     f"(replays {per_replay[0].tolist()[:8]}, kernel records each {sorted(set(per_replay[1].tolist()))}, "
+                     f"node time per replay {node_ns / max(len(per_replay[0]), 1) / 1e3:.1f} us), replays recorded whole "
+                     f"{len(whole)} (median {np.median(whole_ns) / 1e3 if len(whole) else 0:.1f} us), both {len(both)}")
+    return lines
+
+
+def run_suite(env: dict, scratch: str, deadline: float) -> dict:
+    """--suite: the A/B processes, then the graph check; one table at the end."""
+    rows, report = [], {}
+    for mode, ways, options, phase_steps, cycles in SUITE:
+        if time.monotonic() > deadline:
+            print(f"budget spent: {mode} not run", flush=True)
+            continue
+        t0 = time.monotonic()
+        ab_env = dict(env, NEUTRINO_BENCH_AB=f"timeline:{phase_steps}:{cycles}", NEUTRINO_BENCH_AB_ORDER="random")
+        if ways:
+            ab_env["NEUTRINO_BENCH_AB_WAYS"] = ways
+        try:
+            phases = neutrino_run(options, mode, 0, ab_env, f"{scratch}/suite-{mode}", 300)["phases"]
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"{mode}: failed: {e}", flush=True)
+            continue
+        report[mode] = ab_table(mode, "ab", phases)
+        print(f"{mode}: {time.monotonic() - t0:.0f} s", flush=True)
+        first = next(iter(report[mode].values()))
+        for name, row in report[mode].items():
+            rows.append((mode, name, row, first))
+    if time.monotonic() < deadline:
+        try:
+            neutrino_run(SUITE[-1][2], "decode_graph", GRAPH_CHECK_STEPS, env, f"{scratch}/suite-graph-check", 300)
+            report["graph_check"] = graph_check(f"{scratch}/suite-graph-check")
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            report["graph_check"] = [f"graph check failed: {e}"]
+    else:
+        report["graph_check"] = ["graph check: budget spent, not run"]
+    print("\nworkload | phase | steps | span median ms | x paused | wall median ms | x paused | wall mean x paused")
+    print("--- | --- | ---: | ---: | ---: | ---: | ---: | ---:")
+    for mode, name, row, first in rows:
+        print(f"{mode} | {name} | {row['steps']} | {row['median_event_ms']:.4f} | "
+              f"{row['median_event_ms'] / first['median_event_ms']:.3f} | {row['median_wall_ms']:.4f} | "
+              f"{row['median_wall_ms'] / first['median_wall_ms']:.3f} | {row['mean_wall_ms'] / first['mean_wall_ms']:.3f}")
+    print("\n".join(report["graph_check"]), flush=True)
+    return report
+
+
 def ab_table(mode: str, key: str, phases: dict) -> dict:
     """Print one A/B process's phases; their medians and means."""
     rows, first = {}, None
@@ -195,8 +298,17 @@ def main() -> None:
     ap.add_argument("--json", help="write the samples here")
     ap.add_argument("--knobs", help=f"CUPTI settings to compare, one process each (e.g. {DEFAULT_KNOBS})")
     ap.add_argument("--budget", type=float, default=1e9, help="seconds after which no process is started")
+    ap.add_argument("--suite", action="store_true", help="the one-command cost measurement (see the docstring)")
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget
+    if args.suite:
+        scratch = tempfile.mkdtemp(prefix="timeline_suite_")
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{scratch}/inductor", TRITON_CACHE_DIR=f"{scratch}/triton",
+                   PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+        report = run_suite(env, scratch, deadline)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+        return
     knobs = args.knobs.split(",") if args.knobs else []
     unknown = [k for k in knobs if k not in KNOBS]
     if unknown:

@@ -1519,14 +1519,16 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
 
 /* Pause (1) or resume (0) the recording: our activity kinds (those the program has not enabled), our
  * launch hooks and launch callbacks off, then on again; records of the paused window are not written.
- * For measuring the timeline's cost inside one process (benchmarks/timeline_cost.py --ab), two more
+ * For measuring the timeline's cost inside one process (benchmarks/timeline_cost.py --ab), more
  * ways to record: 2, CUPTI's launch callbacks instead of the launch hooks (the level `copies,host`);
  * 3, the records without host times (no hooks, no callbacks); 4, the launch hooks without callbacks
- * (the copies' host times left out). Returns the kinds switched. */
+ * (the copies' host times left out); 5, every graph replay node by node (NEUTRINO_TIMELINE_GRAPH_NODES=all).
+ * Returns the kinds switched. */
 int neutrino_timeline_pause(int how) {
     if (!atomic_load(&recording)) return -1;
-    static int configured = -1;
-    if (configured < 0) configured = level;
+    static int configured = -1, configured_graphs = -1;
+    if (configured < 0) configured = level, configured_graphs = graph_mode;
+    graph_mode = how == 5 ? GM_NODES : configured_graphs;
     int paused = how == 1;
     level = how == 2   ? (configured & ~L_HOOKS) | L_HOST
             : how == 3 ? configured & ~(L_HOOKS | L_HOST)
@@ -1545,6 +1547,9 @@ int neutrino_timeline_pause(int how) {
         if (done && kind == NT_ACT_GRAPH_TRACE) atomic_store(&graph_trace_on, !paused);
         switched += done;
     }
+    if (!paused && graph_mode == GM_NODES && atomic_load(&graph_trace_on) && !their_enabled[NT_ACT_GRAPH_TRACE] &&
+        api.disable(NT_ACT_GRAPH_TRACE) == NT_CUPTI_SUCCESS)  /* way 5: no replay recorded whole */
+        atomic_store(&graph_trace_on, 0);
     pthread_mutex_unlock(&graph_trace_lock);
     pthread_mutex_lock(&sub_lock);
     if (our_subscriber) {
