@@ -209,8 +209,9 @@ def graph_check(tracedir: str) -> list[str]:
     if not logs:
         return ["graph check: no run directory"]
     run_dir = Path(logs[0]).parent
-    counts = next((json.loads(line) for line in open(logs[0]) if '"timeline_counts"' in line), {})
-    start = next((json.loads(line) for line in open(logs[0]) if '"event": "timeline"' in line), {})
+    events = [json.loads(line) for line in open(logs[0]) if line.strip()]
+    counts = next((e for e in events if e.get("event") == "timeline_counts"), {})
+    start = next((e for e in events if e.get("event") == "timeline"), {})
     tl = read_timeline(run_dir, graphs=True)
     graph = tl[(tl["flags"] & FLAG_GRAPH) != 0]
     lines = [f"graph check: graph_records={start.get('graph_records')}; launched sampled "

@@ -818,3 +818,20 @@ def test_graph_replays_of_two_graphs_interleaved_and_an_update(tmp_path, fakes):
     # launch order A1 B1 A2 B2 A3 B3 A'1 B4 A'2 B5 A'3 B6: off at A1, on at A3, off at A'1, on at B4, off at A'2,
     # on at B5
     assert counts["graph_trace_switches"] == 6
+
+
+def test_benchmark_graph_check_reads_a_sampled_run(tmp_path, fakes):
+    """benchmarks/timeline_cost.py --suite ends with a check of the sampled graph records (its `graph_check`):
+    on a run with known replays it counts, per graph, the replays with node records and those recorded whole."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("timeline_cost", HERE.parent / "benchmarks" / "timeline_cost.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "7"], "--no-graphs",
+         env={"GRAPH_APP_KERNELS": "3"})
+    lines = bench.graph_check(str(tmp_path / "trace"))
+    assert lines[0].startswith("graph check: graph_records=sampled:3; launched sampled 3, whole 4, GRAPH_TRACE switches 2")
+    assert "graph records without graph_exec 0 of 13" in lines[0]
+    assert lines[1].startswith("  graph 1: replays with node records 3 (replays [1, 2, 3], kernel records each [3]")
+    assert lines[1].endswith("replays recorded whole 4 (median 3.0 us), both 0")
