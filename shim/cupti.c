@@ -404,14 +404,16 @@ static void convert_kernel(const uint8_t *a) {
     hold(&r);
 }
 
+/* A memcpy, a peer-to-peer memcpy (MEMCPY2: kind 2 too, its copy_kind CUPTI's, PtoP) or a memset. */
 static void convert_copy(const uint8_t *a, int kind) {
     nt_timeline_record r = {0};
-    r.kind = kind == NT_ACT_MEMCPY ? 2 : 3;
-    r.copy_kind = kind == NT_ACT_MEMCPY ? a[C_COPY_KIND] : 0;
-    r.flags = nt_rd32(a, C_GRAPH_ID) ? 2 : 0;
+    int peer = kind == NT_ACT_MEMCPY2;
+    r.kind = kind == NT_ACT_MEMSET ? 3 : 2;
+    r.copy_kind = kind == NT_ACT_MEMSET ? 0 : a[C_COPY_KIND];
+    r.flags = nt_rd32(a, peer ? P_GRAPH_ID : C_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, C_DEVICE);
     r.stream = nt_rd32(a, C_STREAM);
-    r.correlation = nt_rd32(a, C_CORRELATION);
+    r.correlation = nt_rd32(a, peer ? P_CORRELATION : C_CORRELATION);
     set_gpu_times(&r, nt_rd64(a, C_START), nt_rd64(a, C_END));
     r.bytes = nt_rd64(a, C_BYTES);
     r.name_id = UINT32_MAX;
@@ -487,7 +489,7 @@ static void convert_buffer(uint8_t *buf, size_t valid) {
                 }
             } else if (pass == 1 && (kind == NT_ACT_CONCURRENT_KERNEL || kind == NT_ACT_KERNEL)) {
                 if (!defer_kernel(rec)) convert_kernel(rec);
-            } else if (pass == 1 && (kind == NT_ACT_MEMCPY || kind == NT_ACT_MEMSET)) {
+            } else if (pass == 1 && (kind == NT_ACT_MEMCPY || kind == NT_ACT_MEMSET || kind == NT_ACT_MEMCPY2)) {
                 convert_copy(rec, kind);
             } else if (pass == 1 && kind == NT_ACT_GRAPH_TRACE) {
                 convert_graph_trace(rec);
@@ -1002,6 +1004,7 @@ typedef struct {
     int ptsz;
     uint32_t owner;  /* ptsz: the thread whose per-thread default stream this is (one per thread); else 0 */
     uint32_t cupti_stream;
+    uint32_t device;  /* the context's device: CUPTI gives every context's NULL stream the same id (7) */
     pthread_mutex_t lock;
     uint64_t head, tail;  /* entries [head, tail) wait for their record */
     uint64_t last_taken;  /* the furthest entry a record took (none at or after head: none out of order) */
@@ -1063,7 +1066,8 @@ void neutrino_timeline_streams_gone(void *ctx, void *stream) {
 
 /* Under hook_table_lock: queue n of the table (its chunk added when n is the chunk's first), counted in
  * n_hook_queues once whole; NULL when memory is short. */
-static hook_queue *hook_queue_new(int n, void *ctx, void *handle, int ptsz, uint32_t owner, uint32_t id) {
+static hook_queue *hook_queue_new(int n, void *ctx, void *handle, int ptsz, uint32_t owner, uint32_t id,
+                                  uint32_t device) {
     hook_queue **chunk = &hook_chunks[n / HOOK_CHUNK];
     if (!*chunk) {
         hook_queue *made = calloc(HOOK_CHUNK, sizeof *made);
@@ -1074,9 +1078,18 @@ static hook_queue *hook_queue_new(int n, void *ctx, void *handle, int ptsz, uint
     hook_entry *ring = calloc(entries, sizeof *ring);
     if (!ring) return NULL;
     hook_queue *q = &(*chunk)[n % HOOK_CHUNK];
-    *q = (hook_queue){ctx, handle, ptsz, owner, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring, entries - 1};
+    *q = (hook_queue){ctx, handle, ptsz, owner, id, device, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring, entries - 1};
     atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
     return q;
+}
+
+/* The device of the current context (the launch's: its queue is made while it is current); 0 when unknown. */
+static uint32_t current_device(void) {
+    static int (*get_device)(int *);
+    static int looked;
+    if (!looked) get_device = (int (*)(int *))neutrino_real_sym("cuCtxGetDevice"), looked = 1;
+    int d = 0;
+    return get_device && get_device(&d) == 0 && d >= 0 ? (uint32_t)d : 0;
 }
 
 /* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when the table is
@@ -1096,16 +1109,16 @@ static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
     n = atomic_load(&n_hook_queues);
     for (int i = 0; i < n && !q; i++)
         if (hook_queue_is(hook_queue_at(i), ctx, handle, ptsz, owner)) q = hook_queue_at(i);
-    uint32_t id = 0;
+    uint32_t id = 0, device = current_device();
     hook_queue *reused = q || n < HOOK_STREAMS ? NULL : hook_queue_reusable(n);
     if (!q && (n < HOOK_STREAMS || reused) && api.stream_id &&
         api.stream_id(ctx, handle, (uint8_t)ptsz, &id) == NT_CUPTI_SUCCESS) {
         if (reused) {  /* its ring and counters stay; the key is written last, the context after the rest */
             q = reused;
-            q->handle = handle, q->ptsz = ptsz, q->owner = owner, q->cupti_stream = id;
+            q->handle = handle, q->ptsz = ptsz, q->owner = owner, q->cupti_stream = id, q->device = device;
             __atomic_store_n(&q->ctx, ctx, __ATOMIC_RELEASE);
         } else {
-            q = hook_queue_new(n, ctx, handle, ptsz, owner, id);
+            q = hook_queue_new(n, ctx, handle, ptsz, owner, id, device);
         }
     }
     pthread_mutex_unlock(&hook_table_lock);
@@ -1247,19 +1260,22 @@ static void hook_queues_close(void) {
  * record of an older launch a newer launch's entry of the same kernel. */
 static void join_launch_hook(nt_timeline_record *r, const char *name) {
     if (!(level & L_HOOKS)) return;
-    static int first_queue_of_stream[256];  /* CUPTI stream id (low bits) -> first queue index + 1; 0: none */
+    static int first_queue_of_stream[256];  /* (CUPTI stream id, device) hashed -> first queue index + 1; 0: none */
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
-    int *cached = &first_queue_of_stream[r->stream & 255];
-    int from = *cached > 0 && *cached <= n && hook_queue_at(*cached - 1)->cupti_stream == r->stream ? *cached - 1 : 0;
+    int *cached = &first_queue_of_stream[(r->stream + 37 * r->device) & 255];
+    int from = *cached > 0 && *cached <= n && hook_queue_at(*cached - 1)->cupti_stream == r->stream &&
+               hook_queue_at(*cached - 1)->device == r->device ? *cached - 1 : 0;
     int first = -1;
     for (int i = from; i < n; i++) {
         hook_queue *q = hook_queue_at(i);
-        if (q->cupti_stream != r->stream) continue;
+        if (q->cupti_stream != r->stream || q->device != r->device) continue;
         if (first < 0) *cached = (first = i) + 1;
         if (join_from_queue(q, r, name)) return;
     }
     for (int i = 0; i < from; i++)  /* a queue before it given the id since (a full table's reuse) */
-        if (hook_queue_at(i)->cupti_stream == r->stream && join_from_queue(hook_queue_at(i), r, name)) return;
+        if (hook_queue_at(i)->cupti_stream == r->stream && hook_queue_at(i)->device == r->device &&
+            join_from_queue(hook_queue_at(i), r, name))
+            return;
 }
 
 static char run_dir_kept[4096];
@@ -1406,7 +1422,8 @@ static int start_graph_mode(char *info, int len) {
 
 static const struct { int kind; const char *name; int required, level; } OUR_KINDS[] = {
     {NT_ACT_CONCURRENT_KERNEL, "concurrent_kernel", 1, 0}, {NT_ACT_MEMCPY, "memcpy", 0, L_COPIES},
-    {NT_ACT_MEMSET, "memset", 0, L_COPIES}, {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0, L_EXT},
+    {NT_ACT_MEMSET, "memset", 0, L_COPIES}, {NT_ACT_MEMCPY2, "memcpy_peer", 0, L_COPIES},
+    {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0, L_EXT},
     {NT_ACT_GRAPH_TRACE, "graph_trace", 0, L_GRAPHS},
 };
 

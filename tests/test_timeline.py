@@ -254,7 +254,8 @@ def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level,
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"], env=env)
     start = _one(events, "timeline")
     assert start["enabled"] and start["version"] == 130001 and start["library"] == str(fakes / "libcupti.so.13")
-    full = {"concurrent_kernel", "memcpy", "memset", "external_correlation", "graph_trace"}  # graph_trace: sampled replays
+    full = {"concurrent_kernel", "memcpy", "memset", "memcpy_peer", "external_correlation",
+            "graph_trace"}  # graph_trace: sampled replays
     assert set(start["kinds"]) == (full if level else full - {"external_correlation"})
     tl = read_timeline(run)
     kernels = tl[tl["kind"] == 1]
@@ -835,3 +836,50 @@ def test_benchmark_graph_check_reads_a_sampled_run(tmp_path, fakes):
     assert "graph records without graph_exec 0 of 13" in lines[0]
     assert lines[1].startswith("  graph 1: replays with node records 3 (replays [1, 2, 3], kernel records each [3]")
     assert lines[1].endswith("replays recorded whole 4 (median 3.0 us), both 0")
+
+
+@pytest.mark.parametrize("streams", ["2", "1"])
+def test_threads_streams_two_devices_peer_copies_and_profiler_calls(tmp_path, fakes, streams):
+    """What an outside checker tries on a program we have not seen: three host threads launching at once on two
+    devices and two streams (launch i on device i % 2: its NULL stream, CUPTI id 7 on every device, or a stream
+    made, id 13), a peer-to-peer copy after each launch (MEMCPY2 records, copy kind PtoP), and cuProfilerStop /
+    cuProfilerStart calls around them (passed through: the timeline records everything). Every kernel and copy
+    has its device, stream, thread and host time (the launch hooks' queues are per device too: a record never
+    takes another device's entry: with one stream, both devices' NULL streams), and the report's first section and
+    the Perfetto export place them so."""
+    env = {"FAKEAPP_THREADS": "3", "FAKEAPP_STREAMS": streams, "FAKEAPP_DEVICES": "2", "FAKECUDA_CC": "90,90",
+           "FAKEAPP_PEER": "1", "FAKEAPP_PROFILER": "1", "FAKECUPTI_BUFFER": "3000"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "8"],
+                       "--launches", "0:1", env=env)
+    assert "memcpy_peer" in _one(events, "timeline")["kinds"]
+    tl = read_timeline(run)
+    kernels, copies = tl[tl["kind"] == 1], tl[(tl["kind"] == 2) & (tl["copy_kind"] == 10)]
+    assert len(kernels) == 25 and len(copies) == 25
+    made = int(kernels["stream"][kernels["device"] == 1][0])  # the stream the app made (the fake's ids: 13 up)
+    assert made > 7 if streams == "2" else made == 7
+    for part in (kernels, copies):
+        assert sorted(set(zip(part["device"].tolist(), part["stream"].tolist()))) == [(0, 7), (1, made)]
+        assert int((part["device"] == 0).sum()) == 13
+        assert (part["tid"] > 0).all() and (part["host_ns"] > 0).all()
+        lag = part["start_ns"].astype(np.int64) - part["host_ns"].astype(np.int64)
+        assert (lag >= 0).all() and np.median(lag) < 10**7  # (the probed first launch is built in between)
+    assert len(set(kernels["tid"].tolist())) == 4  # the main thread's first launch, then the three threads
+    assert sorted(collections.Counter(kernels["tid"].tolist()).values()) == [1, 8, 8, 8]
+    assert collections.Counter(copies["tid"].tolist()) == collections.Counter(kernels["tid"].tolist())
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 25 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+    assert counts["memcpys"] == 25 + int((tl["kind"] == 2).sum()) - 25
+
+    from neutrino.analysis import context, export_timeline
+    from tests.test_export_perfetto import decode, track_name
+
+    ctx = context.load(run)
+    rows = {r.name: r for r in ctx.rows}
+    assert ctx.devices == 2 and (rows["saxpy4"].count, rows["saxpy4"].origin) == (25, "other")
+    assert (rows["[memcpy PtoP]"].count, rows["[memcpy PtoP]"].origin) == (25, "copy")
+    out = tmp_path / "t.pftrace"
+    export_timeline.export_protobuf(str(run), str(out))
+    tracks, slices = decode(out)
+    per_track = collections.Counter(track_name(tracks, s[0]) for s in slices if s[1] in ("saxpy4", "[memcpy PtoP]"))
+    assert per_track == {"GPU 0 stream 7": 26, f"GPU 1 stream {made}": 24}  # tracks per (device, stream)
+    assert {s[4]["tid"] for s in slices if s[1] == "saxpy4"} == set(kernels["tid"].tolist())

@@ -17,6 +17,7 @@
  * per buffer.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -83,6 +84,7 @@ static size_t record_size(uint32_t kind) {
     switch (kind) {
     case NT_ACT_CONCURRENT_KERNEL: case NT_ACT_KERNEL: return K_SIZE;
     case NT_ACT_MEMCPY: return MEMCPY_SIZE;
+    case NT_ACT_MEMCPY2: return MEMCPY2_SIZE;
     case NT_ACT_MEMSET: return MEMSET_SIZE;
     case NT_ACT_DRIVER: case NT_ACT_RUNTIME: return API_SIZE;
     case NT_ACT_EXTERNAL_CORRELATION: return EXTCORR_SIZE;
@@ -192,8 +194,39 @@ void fakecupti_graph_launch(uintptr_t stream, uint32_t graph_id) {
     pthread_mutex_unlock(&lock);
 }
 
+/* The device of the calling thread's current context (fakecuda.c's cuCtxGetDevice), as CUPTI's deviceId. */
+static uint32_t current_device(void) {
+    static int (*get_device)(int *);
+    if (!get_device) get_device = (int (*)(int *))dlsym(RTLD_DEFAULT, "cuCtxGetDevice");
+    int d = 0;
+    return get_device && get_device(&d) == 0 ? (uint32_t)d : 0;
+}
+
+/* A peer-to-peer copy (fakecuda.c's cuMemcpyPeerAsync): a MEMCPY2 record (CUpti_ActivityMemcpyPtoP4), copy kind
+ * PtoP (10), on the calling thread's device and `stream`. */
+void fakecupti_peer_copy(uint64_t bytes, uintptr_t stream, uint32_t src_device, uint32_t dst_device) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = api_call(319 /* cuMemcpyPeerAsync */);
+    if (enabled[NT_ACT_MEMCPY2]) {
+        uint8_t *c = append(&gpu_q, MEMCPY2_SIZE);
+        uint64_t t = stamp();
+        nt_wr32(c, 0, NT_ACT_MEMCPY2);
+        c[C_COPY_KIND] = 10;
+        nt_wr64(c, C_BYTES, bytes);
+        nt_wr64(c, C_START, t);
+        nt_wr64(c, C_END, t + 700);
+        nt_wr32(c, C_DEVICE, current_device());
+        nt_wr32(c, C_STREAM, fake_stream_id(stream, 0));
+        nt_wr32(c, P_SRC_DEVICE, src_device);
+        nt_wr32(c, P_DST_DEVICE, dst_device);
+        nt_wr32(c, P_CORRELATION, corr);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id) {
+    uint32_t device = current_device();
     pthread_mutex_lock(&lock);
     uint32_t corr = graph_id ? replay_corr : api_call(307 /* cuLaunchKernel */);
     static int launches;  /* FAKECUPTI_SKIP_KERNEL=N: no record of the N-th kernel launch (from 0), as if dropped */
@@ -208,7 +241,7 @@ static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned g
         nt_wr32(k, 0, (uint32_t)kind);
         nt_wr64(k, K_START, t);
         nt_wr64(k, K_END, t + 1000);
-        nt_wr32(k, K_DEVICE, 0);
+        nt_wr32(k, K_DEVICE, device);
         nt_wr32(k, K_STREAM, fake_stream_id(stream, 0));
         for (int d = 0; d < 3; d++) nt_wr32(k, K_GRID + 4 * d, dims[d]), nt_wr32(k, K_BLOCK + 4 * d, dims[3 + d]);
         nt_wr32(k, K_DYN_SHARED, shmem);
