@@ -761,9 +761,15 @@ void neutrino_timeline_graph_exec_gone(void *exec) {
     pthread_mutex_unlock(&graph_exec_lock);
 }
 
-/* GRAPH_TRACE on or off for the next replays, unless the program's own profiler enabled it (its choice stands). */
-static void graph_trace_set(int on) {
-    if (atomic_load_explicit(&graph_trace_on, memory_order_relaxed) == on) return;
+/* The program's own profiler records kernels (Kineto's CONCURRENT_KERNEL): GRAPH_TRACE would take the graph
+ * replays' kernels from its records too (the kind is the process's), so the shim keeps it off meanwhile. */
+static _Atomic int program_traces_kernels;
+
+/* GRAPH_TRACE on or off for the next replays, unless the program's own profiler enabled it (its choice stands) or
+ * records kernels (off). Returns whether it is on. */
+static int graph_trace_set(int on) {
+    if (atomic_load_explicit(&program_traces_kernels, memory_order_relaxed)) on = 0;
+    if (atomic_load_explicit(&graph_trace_on, memory_order_relaxed) == on) return on;
     pthread_mutex_lock(&graph_trace_lock);
     pthread_mutex_lock(&their_lock);
     int theirs = their_enabled[NT_ACT_GRAPH_TRACE];
@@ -773,7 +779,15 @@ static void graph_trace_set(int on) {
         atomic_store(&graph_trace_on, on);
         counts[N_GRAPH_SWITCHES]++;
     }
+    on = atomic_load(&graph_trace_on) || theirs;
     pthread_mutex_unlock(&graph_trace_lock);
+    return on;
+}
+
+/* The program enabled (1) or disabled (0) its kernel records (cuptiActivityEnable/Disable through the shim). */
+static void program_kernel_records(int on) {
+    atomic_store(&program_traces_kernels, on);
+    if (on && graph_mode != GM_NODES) graph_trace_set(0);
 }
 
 void neutrino_timeline_graph_launch_enter(void *exec) {
@@ -784,8 +798,9 @@ void neutrino_timeline_graph_launch_enter(void *exec) {
     graph_launching.number = number, graph_launching.replay = replay;
     if (graph_mode == GM_NODES) return;
     int whole = graph_mode == GM_GRAPHS || !number || replay > graph_node_replays;
+    if (graph_mode == GM_SAMPLED && !atomic_load_explicit(&graphs_paused, memory_order_relaxed))
+        whole = graph_trace_set(whole);
     counts[whole ? N_GRAPH_WHOLE : N_GRAPH_SAMPLED]++;  /* racy on purpose: statistics */
-    if (graph_mode == GM_SAMPLED && !atomic_load_explicit(&graphs_paused, memory_order_relaxed)) graph_trace_set(whole);
 }
 
 void neutrino_timeline_graph_launch_exit(void) { graph_launching.number = graph_launching.replay = 0; }
@@ -1660,6 +1675,7 @@ CUptiResult cuptiActivityEnable(int kind) {
         pthread_mutex_lock(&their_lock);
         their_enabled[kind] = their_unflushed[kind] = 1;
         pthread_mutex_unlock(&their_lock);
+        if (kind == NT_ACT_CONCURRENT_KERNEL || kind == NT_ACT_KERNEL) program_kernel_records(1);
     }
     log_call(P_ENABLE, kind);
     return rc;
@@ -1671,7 +1687,9 @@ CUptiResult cuptiActivityDisable(int kind) {
         pthread_mutex_lock(&their_lock);
         their_enabled[kind] = 0;
         keep = our_kinds[kind] && atomic_load(&recording);
+        int kernels = their_enabled[NT_ACT_CONCURRENT_KERNEL] || their_enabled[NT_ACT_KERNEL];
         pthread_mutex_unlock(&their_lock);
+        if (!kernels) program_kernel_records(0);  /* the next replay past its first ones is recorded whole again */
     }
     log_call(P_DISABLE, kind);
     nt_buffer_requested_t req = their_requested;

@@ -883,3 +883,16 @@ def test_threads_streams_two_devices_peer_copies_and_profiler_calls(tmp_path, fa
     per_track = collections.Counter(track_name(tracks, s[0]) for s in slices if s[1] in ("saxpy4", "[memcpy PtoP]"))
     assert per_track == {"GPU 0 stream 7": 26, f"GPU 1 stream {made}": 24}  # tracks per (device, stream)
     assert {s[4]["tid"] for s in slices if s[1] == "saxpy4"} == set(kernels["tid"].tolist())
+
+
+def test_graph_replays_node_by_node_while_the_program_records_kernels(tmp_path, fakes):
+    """GRAPH_TRACE is the process's, so while the program's own profiler records kernels (Kineto enabling
+    CONCURRENT_KERNEL) the shim keeps it off: every replay then comes node by node, in its records and ours;
+    once the program disables them, replays past the sampled ones are recorded whole again."""
+    env = {"NEUTRINO_TIMELINE_GRAPH_NODES": "2", "GRAPH_APP_PROFILE_AT": "4", "GRAPH_APP_PROFILE_OFF_AT": "6"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "8"],
+                       "--no-graphs", env=env)
+    got = _replays_by_kind(read_timeline(run, graphs=True))
+    assert got == {(1, r): (1 if r in (1, 2, 5, 6) else "whole") for r in range(1, 9)}
+    counts = _one(events, "timeline_counts")
+    assert (counts["graph_replays_sampled"], counts["graph_replays_whole"], counts["graph_trace_switches"]) == (4, 4, 4)

@@ -35,6 +35,8 @@ GRAPH_APP_REFUSE_SECOND_RECORDS=1: event records on the second stream fail; GRAP
 second stream is destroyed with device 1's context current (FAKECUDA_CC="90,90").
 GRAPH_APP_RETAIN=N: the primary context retained N times at the start (N = 2: cudart's and a library's, so that
 the release before replay GRAPH_APP_RELEASE_AT leaves it alive).
+GRAPH_APP_PROFILE_AT=N / GRAPH_APP_PROFILE_OFF_AT=M: before replay N the program enables CUPTI's kernel records
+itself (cuptiActivityEnable(CONCURRENT_KERNEL), as torch.profiler does), before replay M it disables them.
 GRAPH_APP_PLAIN=KERNEL2: in each cycle a second graph, B, captured on the same stream after the first is instantiated:
 GRAPH_APP_KERNELS launches of KERNEL2 (a kernel `--filter` leaves unprobed), instantiated with the same flags; its
 replays alternate with the first's and it is destroyed with it. With FAKECUDA_LOG_CALLS the app marks in that log
@@ -238,6 +240,10 @@ def main(ptx_path, kernel, cycles, replays):
             ticker = threading.Thread(target=tick, daemon=True)
             ticker.start()
         for r in range(replays):
+            if r == int(os.environ.get("GRAPH_APP_PROFILE_AT", "-1")):  # the program's own profiler: kernel records
+                assert C.CDLL("libcupti.so.13", mode=C.RTLD_GLOBAL).cuptiActivityEnable(10) == 0
+            if r == int(os.environ.get("GRAPH_APP_PROFILE_OFF_AT", "-1")):
+                assert C.CDLL("libcupti.so.13", mode=C.RTLD_GLOBAL).cuptiActivityDisable(10) == 0
             if r == int(os.environ.get("GRAPH_APP_RELEASE_AT", "-1")):
                 assert cu.cuDevicePrimaryCtxRelease_v2(0) == 0
             if r == int(os.environ.get("GRAPH_APP_UPDATE_AT", "-1")):
