@@ -896,3 +896,18 @@ def test_graph_replays_node_by_node_while_the_program_records_kernels(tmp_path, 
     assert got == {(1, r): (1 if r in (1, 2, 5, 6) else "whole") for r in range(1, 9)}
     counts = _one(events, "timeline_counts")
     assert (counts["graph_replays_sampled"], counts["graph_replays_whole"], counts["graph_trace_switches"]) == (4, 4, 4)
+
+
+def test_sampled_replays_without_node_records_are_said(tmp_path, fakes):
+    """If CUPTI kept recording replays whole after GRAPH_TRACE was switched off (FAKECUPTI_GRAPH_TRACE_STICKY: what
+    the GPU test checks CUPTI does not do), the replays launched to be sampled come without node records: the
+    exit says so in one event with the variable that records every replay node by node."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "5"],
+                       "--no-graphs", env={"FAKECUPTI_GRAPH_TRACE_STICKY": "1"})
+    note = _one(events, "timeline_graph_records")
+    assert (note["sampled_launched"], note["missing"]) == (3, 3) and "NEUTRINO_TIMELINE_GRAPH_NODES=all" in note["note"]
+    assert _one(events, "timeline_counts")["graph_replays_with_nodes"] == 0
+    run, events = _run(tmp_path / "b", fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1",
+                                               "5"], "--no-graphs")
+    assert not [e for e in events if e["event"] == "timeline_graph_records"]
+    assert _one(events, "timeline_counts")["graph_replays_with_nodes"] == 3

@@ -163,6 +163,7 @@ void fakecupti_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, u
  * carries it, as CUPTI's do) and whether GRAPH_TRACE was enabled when it was launched (read at the launch, as
  * CUPTI does: switching the kind later changes the next replays only). */
 static __thread uint32_t replay_corr;
+static int graph_trace_ever;  /* GRAPH_TRACE was enabled once (FAKECUPTI_GRAPH_TRACE_STICKY) */
 static __thread int replay_whole;
 
 /* A kernel node of a graph replay (graph_id != 0; its correlation is the cuGraphLaunch's). With GRAPH_TRACE
@@ -178,7 +179,9 @@ void fakecupti_graph_launch(uintptr_t stream, uint32_t graph_id) {
     pthread_mutex_lock(&lock);
     uint32_t corr = api_call(514 /* cuGraphLaunch */);
     replay_corr = corr;
-    replay_whole = enabled[NT_ACT_GRAPH_TRACE];
+    /* FAKECUPTI_GRAPH_TRACE_STICKY=1: once GRAPH_TRACE was enabled, replays stay whole (a CUPTI that decided at
+     * instantiation, or never switched back: what the shim's exit check is for) */
+    replay_whole = enabled[NT_ACT_GRAPH_TRACE] || (graph_trace_ever && getenv("FAKECUPTI_GRAPH_TRACE_STICKY"));
     if (!replay_whole) {
         pthread_mutex_unlock(&lock);
         return;
@@ -319,6 +322,7 @@ CUptiResult cuptiActivityRegisterCallbacks(nt_buffer_requested_t r, nt_buffer_co
 CUptiResult cuptiActivityEnable(int kind) {
     if (kind < 0 || kind >= 64) return 19;
     enabled[kind] = 1;
+    graph_trace_ever |= kind == NT_ACT_GRAPH_TRACE;
     if (kind == NT_ACT_DRIVER) memset(driver_cbids, 0, sizeof driver_cbids);  /* the kind overrides single ids */
     return 0;
 }
