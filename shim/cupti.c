@@ -691,10 +691,11 @@ static _Atomic int graph_trace_on;           /* GRAPH_TRACE is enabled now (ours
 static _Atomic int graphs_paused;            /* neutrino_timeline_pause: no switching */
 static pthread_mutex_t graph_trace_lock = PTHREAD_MUTEX_INITIALIZER;
 
-#define GRAPH_EXECS 8192                      /* executable graphs known at once (open addressing) */
+#define GRAPH_EXECS 8192  /* slots for the executable graphs known at once (open addressing), at most */
 #define GRAPH_EXEC_GONE ((void *)(uintptr_t)1)
 static struct { void *exec; uint32_t number, replays; } graph_execs[GRAPH_EXECS];
 static unsigned graph_execs_used, graph_execs_live;  /* slots taken (live + gone), live */
+static unsigned graph_exec_slots = GRAPH_EXECS;      /* NEUTRINO_TIMELINE_GRAPH_EXECS: a power of two, 64 up */
 static uint32_t graph_exec_numbers;
 static pthread_mutex_t graph_exec_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread struct { uint32_t number, replay; } graph_launching;  /* the replay this thread is launching */
@@ -707,20 +708,24 @@ static void read_graph_mode(void) {
     else if (env_number("NEUTRINO_TIMELINE_GRAPH_NODES", &n) > 0) graph_node_replays = n > 1000000 ? 1000000 : (unsigned)n;
     if (graph_mode == GM_SAMPLED && (graph_node_replays == 0 || (level & L_GRAPHS))) graph_mode = GM_GRAPHS;
     if (graph_mode == GM_GRAPHS) level |= L_GRAPHS;
+    if (env_number("NEUTRINO_TIMELINE_GRAPH_EXECS", &n) > 0)
+        for (graph_exec_slots = 64; graph_exec_slots < GRAPH_EXECS && graph_exec_slots < n;) graph_exec_slots *= 2;
 }
 
-static unsigned graph_slot(void *exec) { return (unsigned)(((uintptr_t)exec >> 4) * 0x9E3779B97F4A7C15ull >> 51) & (GRAPH_EXECS - 1); }
+static unsigned graph_slot(void *exec) {
+    return (unsigned)(((uintptr_t)exec >> 4) * 0x9E3779B97F4A7C15ull >> 51) & (graph_exec_slots - 1);
+}
 
 /* Under graph_exec_lock, the table 3/4 taken by live and gone slots: the live ones placed again. */
 static void graph_execs_compact(void) {
     static typeof(graph_execs[0]) live[GRAPH_EXECS];
     unsigned n = 0;
-    for (unsigned i = 0; i < GRAPH_EXECS; i++)
+    for (unsigned i = 0; i < graph_exec_slots; i++)
         if (graph_execs[i].exec && graph_execs[i].exec != GRAPH_EXEC_GONE) live[n++] = graph_execs[i];
     memset(graph_execs, 0, sizeof graph_execs);
     for (unsigned k = 0; k < n; k++) {
         unsigned i = graph_slot(live[k].exec);
-        while (graph_execs[i].exec) i = (i + 1) & (GRAPH_EXECS - 1);
+        while (graph_execs[i].exec) i = (i + 1) & (graph_exec_slots - 1);
         graph_execs[i] = live[k];
     }
     graph_execs_used = graph_execs_live = n;
@@ -730,13 +735,13 @@ static void graph_execs_compact(void) {
 static void graph_exec_count(void *exec, uint32_t *number, uint32_t *replay) {
     pthread_mutex_lock(&graph_exec_lock);
     unsigned i = graph_slot(exec);
-    while (graph_execs[i].exec && graph_execs[i].exec != exec) i = (i + 1) & (GRAPH_EXECS - 1);
+    while (graph_execs[i].exec && graph_execs[i].exec != exec) i = (i + 1) & (graph_exec_slots - 1);
     if (!graph_execs[i].exec) {
-        if (graph_execs_used + 1 > GRAPH_EXECS / 4 * 3) {
+        if (graph_execs_used + 1 > graph_exec_slots / 4 * 3) {
             graph_execs_compact();
-            for (i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (GRAPH_EXECS - 1)) {}
+            for (i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (graph_exec_slots - 1)) {}
         }
-        if (graph_execs_live + 1 > GRAPH_EXECS / 4 * 3) {
+        if (graph_execs_live + 1 > graph_exec_slots / 4 * 3) {
             pthread_mutex_unlock(&graph_exec_lock);
             *number = *replay = 0;
             return;
@@ -752,7 +757,7 @@ static void graph_exec_count(void *exec, uint32_t *number, uint32_t *replay) {
 void neutrino_timeline_graph_exec_gone(void *exec) {
     if (!exec) return;
     pthread_mutex_lock(&graph_exec_lock);
-    for (unsigned i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (GRAPH_EXECS - 1))
+    for (unsigned i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (graph_exec_slots - 1))
         if (graph_execs[i].exec == exec) {
             graph_execs[i].exec = GRAPH_EXEC_GONE;
             graph_execs_live--;

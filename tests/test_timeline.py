@@ -911,3 +911,24 @@ def test_sampled_replays_without_node_records_are_said(tmp_path, fakes):
                                                "5"], "--no-graphs")
     assert not [e for e in events if e["event"] == "timeline_graph_records"]
     assert _one(events, "timeline_counts")["graph_replays_with_nodes"] == 3
+
+
+@pytest.mark.parametrize("keep", ["", "1"])
+def test_graph_numbers_with_a_small_table(tmp_path, fakes, keep):
+    """NEUTRINO_TIMELINE_GRAPH_EXECS=64: 60 cycles of an executable graph made, replayed twice, destroyed: every one
+    gets its own number (the slots of destroyed ones are reclaimed) and is sampled. With all 60 alive at once
+    (GRAPH_APP_KEEP_EXECS) the table holds 48 (3/4 of it): the later ones go unnumbered and are recorded whole."""
+    env = {"NEUTRINO_TIMELINE_GRAPH_EXECS": "64", "GRAPH_APP_KEEP_EXECS": keep}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "60",
+                                         "2"], "--no-graphs", env=env)
+    tl = read_timeline(run, graphs=True)
+    graph = tl[(tl["flags"] & FLAG_GRAPH) != 0]
+    numbered = graph[graph["graph_exec"] > 0]
+    nodes = graph[graph["kind"] == 1]
+    if not keep:
+        assert sorted(set(numbered["graph_exec"].tolist())) == list(range(1, 61)) and len(graph) == len(numbered) == 120
+        assert len(nodes) == 120
+    else:
+        assert sorted(set(numbered["graph_exec"].tolist())) == list(range(1, 49)) and len(nodes) == 96
+        unnumbered = graph[graph["graph_exec"] == 0]
+        assert len(unnumbered) == 24 and (unnumbered["kind"] == GRAPH_REPLAY).all()
