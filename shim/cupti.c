@@ -1536,6 +1536,7 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
             pthread_mutex_unlock(&their_lock);
             if (ours && !theirs) api.disable(kind);
         }
+        atomic_store(&graph_trace_on, 0);
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
         pthread_mutex_lock(&sub_lock);
         unsubscribe_ours();
