@@ -932,3 +932,46 @@ def test_graph_numbers_with_a_small_table(tmp_path, fakes, keep):
         assert sorted(set(numbered["graph_exec"].tolist())) == list(range(1, 49)) and len(nodes) == 96
         unnumbered = graph[graph["graph_exec"] == 0]
         assert len(unnumbered) == 24 and (unnumbered["kind"] == GRAPH_REPLAY).all()
+
+
+def test_threads_on_two_devices_each_kernel_in_its_own_threads_ranges(tmp_path, fakes):
+    """Three threads launching on two devices, each launch i inside neutrino.annotate("annot{i%2}") and an NVTX
+    range "nvtx{i}" on its own thread (the fake NVTX library): every kernel's enclosing ranges are its own
+    launch's, on its launching thread, in the timeline's lookup, the report's range column and the Perfetto
+    export's thread tracks."""
+    nvtx = tmp_path / "libfakenvtx.so"
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(nvtx), str(HERE / "fakenvtx" / "fakenvtx.c"), "-ldl"],
+                   check=True)
+    env = {"FAKEAPP_THREADS": "3", "FAKEAPP_DEVICES": "2", "FAKECUDA_CC": "90,90", "FAKEAPP_NVTX": str(nvtx),
+           "PYTHONPATH": str(HERE.parent)}
+    run, events = _run(tmp_path / "r", fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env=env)
+    from neutrino import ranges as nr
+
+    tl = read_timeline(run)
+    around = nr.timeline_ranges(run)
+    ranges = nr.read_ranges(run)
+    by_name = {str(r["name"]): r for r in ranges}
+    kernels = [(tl[i], around[i]) for i in range(len(tl)) if tl["kind"][i] == 1]
+    assert len(kernels) == 19
+    seen = set()
+    for rec, names in kernels:
+        assert len(names) == 2 and names[1].startswith("nvtx"), names
+        i = int(names[1][4:])
+        assert names[0] == f"annot{i % 2}" and int(rec["device"]) == i % 2
+        assert int(by_name[names[1]]["tid"]) == int(rec["tid"])  # the range of its own launching thread
+        seen.add(i)
+    assert seen == set(range(19))
+
+    from neutrino.analysis import context, export_timeline
+    from tests.test_export_perfetto import decode, track_name
+
+    ctx = context.load(run)
+    (row,) = [r for r in ctx.rows if r.name == "saxpy4"]
+    assert row.count == 19 and row.range.startswith("nvtx")  # innermost: each launch its own (1 of 19 each)
+    out = tmp_path / "t.pftrace"
+    export_timeline.export_protobuf(str(run), str(out))
+    tracks, slices = decode(out)
+    threads = {track_name(tracks, s[0]) for s in slices if s[1].startswith("nvtx")}
+    assert threads == {f"thread {t}" for t in set(tl["tid"][tl["kind"] == 1].tolist())}
+    assert collections.Counter(s[1][:5] for s in slices if s[1].startswith("annot")) == {"annot": 19}
