@@ -31,14 +31,16 @@ does not enter; `default` twice (first and last) gives the noise between two pro
 The table also gives what CUPTI read back (the `timeline` event's cupti_settings: the knob was applied, or
 CUPTI's error). --budget S stops starting processes after S seconds (those left are listed).
 
---suite (the timeline's cost in one command, <= 150 s on an H100/H200 with --budget 100): one probed process per
+--suite (the timeline's cost in one command, <= 150 s on an H100/H200 with --budget 110): one probed process per
 workload, each an A/B of the timeline paused and on whose phase order is shuffled every cycle
 (NEUTRINO_BENCH_AB_ORDER=random), in this order: the MLP training step run eagerly (`eager_mlp`: Linear layers),
 the launch-bound tiny-kernel loop (`eager`, the worst case), the decode step replayed as one CUDA graph
 (`decode_graph`, nothing probed: `-k neutrino_matches_no_kernel`) with three phases: paused, on (graph replays
 sampled, the default) and on with every replay node by node; a check of what the sampled graph records were (a
 `decode_graph` run at the default settings: per executable graph, its replays with node records and with one
-graph-level record, against the launches the shim counted); the torch.compile MLP training step. Each result is
+graph-level record, against the launches the shim counted); the decode step without neutrino (`decode_plain`: each
+decode phase is also given against it, across processes, since a graph instantiated while GRAPH_TRACE is on may
+replay slower even with the timeline paused); the torch.compile MLP training step. Each result is
 printed as it comes; one table at the end (phase, span median, x paused, wall median, x paused).
 
 usage: python benchmarks/timeline_cost.py [--steps N] [--rounds R] [--modes eager,compile] [--configs ...]
@@ -185,8 +187,10 @@ SUITE = (  # (workload, NEUTRINO_BENCH_AB_WAYS, neutrino options, phase steps, c
     ("eager", "", ["-p", "block_sched"], 25, 10),
     ("decode_graph", "graphs", NOTHING_PROBED, 50, 8),
     ("graph_check", "", NOTHING_PROBED, 0, 0),
+    ("decode_plain", "", None, 0, 0),  # the decode graph without neutrino: what the paused phase is next to
     ("compile", "", ["-p", "block_sched"], 25, 10),
 )
+PLAIN_DECODE_STEPS = 200
 GRAPH_CHECK_STEPS = 30
 
 
@@ -245,6 +249,18 @@ def run_suite(env: dict, scratch: str, deadline: float) -> dict:
             print(f"budget spent: {mode} not run", flush=True)
             continue
         t0 = time.monotonic()
+        if mode == "decode_plain":  # a graph instantiated with GRAPH_TRACE on may replay slower even paused
+            try:
+                r = subprocess.run([sys.executable, str(WORKLOAD), "decode_graph", str(PLAIN_DECODE_STEPS)], env=env,
+                                   capture_output=True, text=True, timeout=300)
+                out = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])
+                report["decode_plain"] = {"median_event_ms": statistics.median(out["event_ms"]),
+                                          "steps": len(out["event_ms"])}
+                print(f"decode_graph plain (no neutrino): span median {report['decode_plain']['median_event_ms']:.4f} "
+                      f"ms over {len(out['event_ms'])} replays ({time.monotonic() - t0:.0f} s)", flush=True)
+            except (IndexError, ValueError, subprocess.TimeoutExpired) as e:
+                print(f"decode_plain failed: {e}", flush=True)
+            continue
         if mode == "graph_check":
             try:
                 neutrino_run(options, "decode_graph", GRAPH_CHECK_STEPS, env, f"{scratch}/suite-graph-check", 300)
@@ -273,6 +289,10 @@ def run_suite(env: dict, scratch: str, deadline: float) -> dict:
               f"{row['median_event_ms'] / first['median_event_ms']:.3f} | {row['median_wall_ms']:.4f} | "
               f"{row['median_wall_ms'] / first['median_wall_ms']:.3f} | {row['mean_wall_ms'] / first['mean_wall_ms']:.3f}")
     print("\n".join(report["graph_check"]), flush=True)
+    if "decode_plain" in report and "decode_graph" in report:
+        plain = report["decode_plain"]["median_event_ms"]
+        print("decode_graph against plain (another process): " + ", ".join(
+            f"{name} {row['median_event_ms'] / plain:.3f}x" for name, row in report["decode_graph"].items()))
     return report
 
 
