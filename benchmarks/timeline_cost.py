@@ -224,7 +224,7 @@ def graph_check(tracedir: str) -> list[str]:
     graph = tl[(tl["flags"] & FLAG_GRAPH) != 0]
     lines = [f"graph check: graph_records={start.get('graph_records')}; launched sampled "
              f"{counts.get('graph_replays_sampled')}, whole {counts.get('graph_replays_whole')}, GRAPH_TRACE switches "
-             f"{counts.get('graph_trace_switches')}; graph-level records {counts.get('graph_replays')}, graph records "
+             f"{counts.get('graph_trace_switches')} ({counts.get('graph_trace_switch_ns', 0) / 1e3:.1f} us in all); graph-level records {counts.get('graph_replays')}, graph records "
              f"without graph_exec {int((graph['graph_exec'] == 0).sum())} of {len(graph)}"]
     for exec_no in np.unique(graph["graph_exec"]).tolist():
         mine = graph[graph["graph_exec"] == exec_no]

@@ -128,11 +128,11 @@ static int timeline_fd = -1, names_fd = -1;
  * records without a thread, API records seen, our external-correlation records seen, records
  * copied to the program's profiler, records it had no room for, records with a host time,
  * launch/copy callbacks taken, kernel/copy records without GPU time (flags bit 2) */
-#define N_COUNTS 22
+#define N_COUNTS 23
 static uint64_t counts[N_COUNTS];
 enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
        N_FORWARD_LOST, N_HOST, N_CALLBACKS, N_NO_GPU_TIME, N_HOOKED, N_HOOK_MATCHED, N_HOOK_SKIPPED, N_GRAPH_REPLAYS,
-       N_GRAPH_SAMPLED, N_GRAPH_WHOLE, N_GRAPH_SWITCHES };
+       N_GRAPH_SAMPLED, N_GRAPH_WHOLE, N_GRAPH_SWITCHES, N_GRAPH_SWITCH_NS };
 #define FLAG_NO_GPU_TIME 4  /* timeline.bin flags bit 2 (spec/trace-format.md) */
 
 /* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
@@ -779,10 +779,14 @@ static int graph_trace_set(int on) {
     pthread_mutex_lock(&their_lock);
     int theirs = their_enabled[NT_ACT_GRAPH_TRACE];
     pthread_mutex_unlock(&their_lock);
-    if (!theirs && !atomic_load(&graphs_paused) && atomic_load(&graph_trace_on) != on &&
-        (on ? api.enable(NT_ACT_GRAPH_TRACE) : api.disable(NT_ACT_GRAPH_TRACE)) == NT_CUPTI_SUCCESS) {
-        atomic_store(&graph_trace_on, on);
-        counts[N_GRAPH_SWITCHES]++;
+    if (!theirs && !atomic_load(&graphs_paused) && atomic_load(&graph_trace_on) != on) {
+        uint64_t t0 = realtime_ns();  /* what a switch costs the launching thread (timeline_counts) */
+        CUptiResult rc = on ? api.enable(NT_ACT_GRAPH_TRACE) : api.disable(NT_ACT_GRAPH_TRACE);
+        counts[N_GRAPH_SWITCH_NS] += realtime_ns() - t0;
+        if (rc == NT_CUPTI_SUCCESS) {
+            atomic_store(&graph_trace_on, on);
+            counts[N_GRAPH_SWITCHES]++;
+        }
     }
     on = atomic_load(&graph_trace_on) || theirs;
     pthread_mutex_unlock(&graph_trace_lock);

@@ -800,6 +800,7 @@ def test_graph_replays_sampled_then_whole(tmp_path, fakes, nodes, expected):
     else:
         assert (counts["graph_replays_sampled"], counts["graph_replays_whole"]) == (12 - whole, whole)
         assert counts["graph_trace_switches"] == (4 if nodes in (None, "2") else 0)
+        assert (counts["graph_trace_switch_ns"] > 0) == (counts["graph_trace_switches"] > 0)  # timed
 
 
 def test_graph_replays_of_two_graphs_interleaved_and_an_update(tmp_path, fakes):
@@ -832,7 +833,7 @@ def test_benchmark_graph_check_reads_a_sampled_run(tmp_path, fakes):
     _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "7"], "--no-graphs",
          env={"GRAPH_APP_KERNELS": "3"})
     lines = bench.graph_check(str(tmp_path / "trace"))
-    assert lines[0].startswith("graph check: graph_records=sampled:3; launched sampled 3, whole 4, GRAPH_TRACE switches 2")
+    assert lines[0].startswith("graph check: graph_records=sampled:3; launched sampled 3, whole 4, GRAPH_TRACE switches 2 (")
     assert "graph records without graph_exec 0 of 13" in lines[0]
     assert lines[1].startswith("  graph 1: replays with node records 3 (replays [1, 2, 3], kernel records each [3]")
     assert lines[1].endswith("replays recorded whole 4 (median 3.0 us), both 0")
