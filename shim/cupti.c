@@ -669,8 +669,9 @@ static unsigned enable_api_records(void) {
  * all with the cuGraphLaunch call's correlation id) or, while GRAPH_TRACE is enabled, as one record of the whole
  * replay and none of its nodes. Node records cost every replay GPU time (~0.35 us a kernel node on an H100/H200:
  * benchmarks/timeline-results.md), GRAPH_TRACE almost none. The kind is global (or per context), not per graph,
- * and is read when a replay is launched, so the shim switches it at each executable graph's launch
- * (graphs.c calls neutrino_timeline_graph_launch_enter before the driver's cuGraphLaunch):
+ * and taken to be read when a replay is launched (not yet checked on a GPU: tests/gpu/test_gpu_timeline.py does,
+ * and every run's exit says when sampled replays came without node records), so the shim switches it at each
+ * executable graph's launch (graphs.c calls neutrino_timeline_graph_launch_enter before the driver's cuGraphLaunch):
  *   - NEUTRINO_TIMELINE_GRAPH_NODES=N (default 3): an executable graph's first N replays get node records (the
  *     timeline learns every node's kernel, grid, stream and duration), its later ones one graph-level record;
  *   - `all`: every replay node by node (GRAPH_TRACE never enabled: the timeline before this mode);
