@@ -976,3 +976,14 @@ def test_threads_on_two_devices_each_kernel_in_its_own_threads_ranges(tmp_path, 
     threads = {track_name(tracks, s[0]) for s in slices if s[1].startswith("nvtx")}
     assert threads == {f"thread {t}" for t in set(tl["tid"][tl["kind"] == 1].tolist())}
     assert collections.Counter(s[1][:5] for s in slices if s[1].startswith("annot")) == {"annot": 19}
+
+
+def test_pause_ways_for_the_graph_benchmark(tmp_path, fakes):
+    """The benchmark's in-process A/B (NEUTRINO_BENCH_AB_WAYS=graphs) switches the recording between replays of one
+    graph: way 5 records every replay node by node, 0 goes back to the default (replays past the sampled ones
+    whole), 1 pauses (no record)."""
+    env = {"NEUTRINO_TIMELINE_GRAPH_NODES": "2", "GRAPH_APP_PAUSE": "3:5,5:0,7:1"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "8"],
+                       "--no-graphs", env=env)
+    got = _replays_by_kind(read_timeline(run, graphs=True))
+    assert got == {(1, 1): 1, (1, 2): 1, (1, 3): "whole", (1, 4): 1, (1, 5): 1, (1, 6): "whole", (1, 7): "whole"}

@@ -35,7 +35,8 @@ GRAPH_APP_REFUSE_SECOND_RECORDS=1: event records on the second stream fail; GRAP
 second stream is destroyed with device 1's context current (FAKECUDA_CC="90,90").
 GRAPH_APP_RETAIN=N: the primary context retained N times at the start (N = 2: cudart's and a library's, so that
 the release before replay GRAPH_APP_RELEASE_AT leaves it alive).
-GRAPH_APP_KEEP_EXECS=1: each cycle's executable graph is destroyed at the end only (all alive at once).
+GRAPH_APP_PAUSE=R:HOW,...: before replay R, neutrino_timeline_pause(HOW) (the shim's; 1 paused, 0 on, 5 every
+graph replay node by node). GRAPH_APP_KEEP_EXECS=1: each cycle's executable graph is destroyed at the end only (all alive at once).
 GRAPH_APP_PROFILE_AT=N / GRAPH_APP_PROFILE_OFF_AT=M: before replay N the program enables CUPTI's kernel records
 itself (cuptiActivityEnable(CONCURRENT_KERNEL), as torch.profiler does), before replay M it disables them.
 GRAPH_APP_PLAIN=KERNEL2: in each cycle a second graph, B, captured on the same stream after the first is instantiated:
@@ -242,6 +243,11 @@ def main(ptx_path, kernel, cycles, replays):
             ticker = threading.Thread(target=tick, daemon=True)
             ticker.start()
         for r in range(replays):
+            for at, how in (w.split(":") for w in os.environ.get("GRAPH_APP_PAUSE", "").split(",") if w):
+                if r == int(at):  # the timeline's recording switched (benchmarks/timeline_workload.py's A/B)
+                    pause = C.CDLL(None).neutrino_timeline_pause
+                    pause.argtypes = [C.c_int]
+                    assert pause(int(how)) >= 0
             if r == int(os.environ.get("GRAPH_APP_PROFILE_AT", "-1")):  # the program's own profiler: kernel records
                 assert C.CDLL("libcupti.so.13", mode=C.RTLD_GLOBAL).cuptiActivityEnable(10) == 0
             if r == int(os.environ.get("GRAPH_APP_PROFILE_OFF_AT", "-1")):
