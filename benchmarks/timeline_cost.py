@@ -36,7 +36,7 @@ workload, each an A/B of the timeline paused and on whose phase order is shuffle
 (NEUTRINO_BENCH_AB_ORDER=random), in this order: the MLP training step run eagerly (`eager_mlp`: Linear layers),
 the launch-bound tiny-kernel loop (`eager`, the worst case), the decode step replayed as one CUDA graph
 (`decode_graph`, nothing probed: `-k neutrino_matches_no_kernel`) with three phases: paused, on (graph replays
-sampled, the default) and on with every replay node by node; a check of what the sampled graph records were (a
+sampled, NEUTRINO_TIMELINE_GRAPH_NODES=3) and on with every replay node by node; a check of what the sampled graph records were (a
 `decode_graph` run at the default settings: per executable graph, its replays with node records and with one
 graph-level record, against the launches the shim counted); the decode step without neutrino (`decode_plain`: each
 decode phase is also given against it, across processes, since a graph instantiated while GRAPH_TRACE is on may
@@ -263,7 +263,8 @@ def run_suite(env: dict, scratch: str, deadline: float) -> dict:
             continue
         if mode == "graph_check":
             try:
-                neutrino_run(options, "decode_graph", GRAPH_CHECK_STEPS, env, f"{scratch}/suite-graph-check", 300)
+                neutrino_run(options, "decode_graph", GRAPH_CHECK_STEPS, dict(env, NEUTRINO_TIMELINE_GRAPH_NODES="3"),
+                             f"{scratch}/suite-graph-check", 300)
                 report["graph_check"] = graph_check(f"{scratch}/suite-graph-check")
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 report["graph_check"] = [f"graph check failed: {e}"]
@@ -272,6 +273,8 @@ def run_suite(env: dict, scratch: str, deadline: float) -> dict:
         ab_env = dict(env, NEUTRINO_BENCH_AB=f"timeline:{phase_steps}:{cycles}", NEUTRINO_BENCH_AB_ORDER="random")
         if ways:
             ab_env["NEUTRINO_BENCH_AB_WAYS"] = ways
+        if ways == "graphs":  # "on" samples graph replays (opt-in since the GPU test crash of 2026-11-27)
+            ab_env["NEUTRINO_TIMELINE_GRAPH_NODES"] = "3"
         try:
             phases = neutrino_run(options, mode, 0, ab_env, f"{scratch}/suite-{mode}", 300)["phases"]
         except (RuntimeError, subprocess.TimeoutExpired) as e:

@@ -686,7 +686,7 @@ static unsigned enable_api_records(void) {
  * groups records by correlation id, never assumes the kind). */
 static int env_number(const char *env, unsigned long long *value);
 enum { GM_NODES, GM_SAMPLED, GM_GRAPHS };
-static int graph_mode = GM_SAMPLED;
+static int graph_mode = GM_NODES;  /* sampled only when asked (NEUTRINO_TIMELINE_GRAPH_NODES=N): spec/runtime.md */
 static unsigned graph_node_replays = 3;      /* NEUTRINO_TIMELINE_GRAPH_NODES */
 static _Atomic int graph_trace_on;           /* GRAPH_TRACE is enabled now (ours) */
 static _Atomic int graphs_paused;            /* neutrino_timeline_pause: no switching */
@@ -706,8 +706,9 @@ static void read_graph_mode(void) {
     const char *s = getenv("NEUTRINO_TIMELINE_GRAPH_NODES");
     unsigned long long n = 0;
     if (s && !strcmp(s, "all")) graph_mode = GM_NODES;
-    else if (env_number("NEUTRINO_TIMELINE_GRAPH_NODES", &n) > 0) graph_node_replays = n > 1000000 ? 1000000 : (unsigned)n;
-    if (graph_mode == GM_SAMPLED && (graph_node_replays == 0 || (level & L_GRAPHS))) graph_mode = GM_GRAPHS;
+    else if (env_number("NEUTRINO_TIMELINE_GRAPH_NODES", &n) > 0)
+        graph_mode = GM_SAMPLED, graph_node_replays = n > 1000000 ? 1000000 : (unsigned)n;
+    if ((graph_mode == GM_SAMPLED && graph_node_replays == 0) || (level & L_GRAPHS)) graph_mode = GM_GRAPHS;
     if (graph_mode == GM_GRAPHS) level |= L_GRAPHS;
     if (env_number("NEUTRINO_TIMELINE_GRAPH_EXECS", &n) > 0)
         for (graph_exec_slots = 64; graph_exec_slots < GRAPH_EXECS && graph_exec_slots < n;) graph_exec_slots *= 2;

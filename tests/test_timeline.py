@@ -254,8 +254,8 @@ def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level,
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"], env=env)
     start = _one(events, "timeline")
     assert start["enabled"] and start["version"] == 130001 and start["library"] == str(fakes / "libcupti.so.13")
-    full = {"concurrent_kernel", "memcpy", "memset", "memcpy_peer", "external_correlation",
-            "graph_trace"}  # graph_trace: sampled replays
+    full = {"concurrent_kernel", "memcpy", "memset", "memcpy_peer", "external_correlation"}  # no graph_trace: replays
+    # come node by node unless NEUTRINO_TIMELINE_GRAPH_NODES=N asks for sampling
     assert set(start["kinds"]) == (full if level else full - {"external_correlation"})
     tl = read_timeline(run)
     kernels = tl[tl["kind"] == 1]
@@ -761,7 +761,8 @@ def _replays_by_kind(tl):
 
 
 @pytest.mark.parametrize("nodes, expected", [
-    (None, {r: (2 if r <= 3 else "whole") for r in range(1, 7)}),  # the default: 3 replays sampled
+    (None, {r: 2 for r in range(1, 7)}),  # the default: every replay node by node
+    ("3", {r: (2 if r <= 3 else "whole") for r in range(1, 7)}),
     ("2", {r: (2 if r <= 2 else "whole") for r in range(1, 7)}),
     ("all", {r: 2 for r in range(1, 7)}),
     ("0", {r: "whole" for r in range(1, 7)}),
@@ -778,8 +779,8 @@ def test_graph_replays_sampled_then_whole(tmp_path, fakes, nodes, expected):
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "6"],
                        "--no-graphs", env=env)
     start = _one(events, "timeline")
-    mode = {None: "sampled:3", "2": "sampled:2", "all": "nodes", "0": "graphs"}[nodes]
-    assert start["graph_records"] == mode and ("graph_trace" in start["kinds"]) == (nodes != "all")
+    mode = {None: "nodes", "3": "sampled:3", "2": "sampled:2", "all": "nodes", "0": "graphs"}[nodes]
+    assert start["graph_records"] == mode and ("graph_trace" in start["kinds"]) == (nodes not in (None, "all"))
     tl = read_timeline(run, graphs=True)
     got = _replays_by_kind(tl)
     assert got == {(g, r): kind for g in (1, 2) for r, kind in expected.items()}
@@ -795,11 +796,11 @@ def test_graph_replays_sampled_then_whole(tmp_path, fakes, nodes, expected):
     counts = _one(events, "timeline_counts")
     whole = sum(v == "whole" for v in got.values())
     assert counts["graph_replays"] == whole and counts["kernels"] == 1 + 2 * (12 - whole)
-    if nodes == "all":
+    if nodes in (None, "all"):
         assert counts["graph_replays_sampled"] == counts["graph_replays_whole"] == counts["graph_trace_switches"] == 0
     else:
         assert (counts["graph_replays_sampled"], counts["graph_replays_whole"]) == (12 - whole, whole)
-        assert counts["graph_trace_switches"] == (4 if nodes in (None, "2") else 0)
+        assert counts["graph_trace_switches"] == (4 if nodes in ("3", "2") else 0)
         assert (counts["graph_trace_switch_ns"] > 0) == (counts["graph_trace_switches"] > 0)  # timed
 
 
@@ -831,7 +832,7 @@ def test_benchmark_graph_check_reads_a_sampled_run(tmp_path, fakes):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "7"], "--no-graphs",
-         env={"GRAPH_APP_KERNELS": "3"})
+         env={"GRAPH_APP_KERNELS": "3", "NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
     lines = bench.graph_check(str(tmp_path / "trace"))
     assert lines[0].startswith("graph check: graph_records=sampled:3; launched sampled 3, whole 4, GRAPH_TRACE switches 2 (")
     assert "graph records without graph_exec 0 of 13" in lines[0]
@@ -904,12 +905,12 @@ def test_sampled_replays_without_node_records_are_said(tmp_path, fakes):
     the GPU test checks CUPTI does not do), the replays launched to be sampled come without node records: the
     exit says so in one event with the variable that records every replay node by node."""
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "5"],
-                       "--no-graphs", env={"FAKECUPTI_GRAPH_TRACE_STICKY": "1"})
+                       "--no-graphs", env={"FAKECUPTI_GRAPH_TRACE_STICKY": "1", "NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
     note = _one(events, "timeline_graph_records")
     assert (note["sampled_launched"], note["missing"]) == (3, 3) and "NEUTRINO_TIMELINE_GRAPH_NODES=all" in note["note"]
     assert _one(events, "timeline_counts")["graph_replays_with_nodes"] == 0
     run, events = _run(tmp_path / "b", fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1",
-                                               "5"], "--no-graphs")
+                                               "5"], "--no-graphs", env={"NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
     assert not [e for e in events if e["event"] == "timeline_graph_records"]
     assert _one(events, "timeline_counts")["graph_replays_with_nodes"] == 3
 
@@ -919,7 +920,7 @@ def test_graph_numbers_with_a_small_table(tmp_path, fakes, keep):
     """NEUTRINO_TIMELINE_GRAPH_EXECS=64: 60 cycles of an executable graph made, replayed twice, destroyed: every one
     gets its own number (the slots of destroyed ones are reclaimed) and is sampled. With all 60 alive at once
     (GRAPH_APP_KEEP_EXECS) the table holds 48 (3/4 of it): the later ones go unnumbered and are recorded whole."""
-    env = {"NEUTRINO_TIMELINE_GRAPH_EXECS": "64", "GRAPH_APP_KEEP_EXECS": keep}
+    env = {"NEUTRINO_TIMELINE_GRAPH_EXECS": "64", "GRAPH_APP_KEEP_EXECS": keep, "NEUTRINO_TIMELINE_GRAPH_NODES": "3"}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "60",
                                          "2"], "--no-graphs", env=env)
     tl = read_timeline(run, graphs=True)

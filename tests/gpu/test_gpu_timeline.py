@@ -277,9 +277,9 @@ print("replays done", float(y.sum()))
 '''
 
 
-@pytest.mark.parametrize("nodes", [None, "all"])
+@pytest.mark.parametrize("nodes", ["3", "all"])
 def test_graph_replays_sampled_then_recorded_whole(tmp_path, nodes):
-    """A torch CUDA graph (4 ATen kernel nodes) replayed 12 times. Default: its first 3 replays come node by node
+    """A torch CUDA graph (4 ATen kernel nodes) replayed 12 times. NEUTRINO_TIMELINE_GRAPH_NODES=3: its first 3 replays come node by node
     (CUPTI's kernel records, each with the replay's graph_exec and graph_replay), its other 9 as one GRAPH_TRACE
     record each, none with both, none lost. NEUTRINO_TIMELINE_GRAPH_NODES=all: every replay node by node. What
     CUPTI does when GRAPH_TRACE is switched between replays is checked here, not in the fake."""
