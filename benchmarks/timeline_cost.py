@@ -31,8 +31,20 @@ does not enter; `default` twice (first and last) gives the noise between two pro
 The table also gives what CUPTI read back (the `timeline` event's cupti_settings: the knob was applied, or
 CUPTI's error). --budget S stops starting processes after S seconds (those left are listed).
 
+--suite (the timeline's cost in one command, <= 150 s on an H100/H200 with --budget 110): one probed process per
+workload, each an A/B of the timeline paused and on whose phase order is shuffled every cycle
+(NEUTRINO_BENCH_AB_ORDER=random), in this order: the MLP training step run eagerly (`eager_mlp`: Linear layers),
+the launch-bound tiny-kernel loop (`eager`, the worst case), the decode step replayed as one CUDA graph
+(`decode_graph`, nothing probed: `-k neutrino_matches_no_kernel`) with three phases: paused, on (graph replays
+sampled, NEUTRINO_TIMELINE_GRAPH_NODES=3) and on with every replay node by node; a check of what the sampled graph records were (a
+`decode_graph` run at the default settings: per executable graph, its replays with node records and with one
+graph-level record, against the launches the shim counted); the decode step without neutrino (`decode_plain`: each
+decode phase is also given against it, across processes, since a graph instantiated while GRAPH_TRACE is on may
+replay slower even with the timeline paused); the torch.compile MLP training step. Each result is
+printed as it comes; one table at the end (phase, span median, x paused, wall median, x paused).
+
 usage: python benchmarks/timeline_cost.py [--steps N] [--rounds R] [--modes eager,compile] [--configs ...]
-       [--phase-steps N] [--cycles C] [--json F] [--knobs K,...] [--budget S]
+       [--phase-steps N] [--cycles C] [--json F] [--knobs K,...] [--budget S] [--suite]
 """
 from __future__ import annotations
 
@@ -168,6 +180,125 @@ def run_knobs(mode: str, knobs: list[str], env: dict, scratch: str, args, deadli
     return rows
 
 
+NOTHING_PROBED = ["-p", "block_sched", "-k", "neutrino_matches_no_kernel"]
+SUITE = (  # (workload, NEUTRINO_BENCH_AB_WAYS, neutrino options, phase steps, cycles); cheapest and newest first,
+    # the torch.compile step (the longest to build, measured before: 1.040x) last; `graph_check` is the check run
+    ("eager_mlp", "", ["-p", "block_sched"], 25, 10),
+    ("eager", "", ["-p", "block_sched"], 25, 10),
+    ("decode_graph", "graphs", NOTHING_PROBED, 50, 8),
+    ("graph_check", "", NOTHING_PROBED, 0, 0),
+    ("decode_plain", "", None, 0, 0),  # the decode graph without neutrino: what the paused phase is next to
+    ("compile", "", ["-p", "block_sched"], 25, 10),
+)
+PLAIN_DECODE_STEPS = 200
+GRAPH_CHECK_STEPS = 30
+
+
+def neutrino_run(options: list, mode: str, steps: int, env: dict, tracedir: str, timeout: float) -> dict:
+    """timeline_workload.py under neutrino; its JSON line."""
+    cmd = [sys.executable, "-m", "neutrino", *options, "-q", "--tracedir", tracedir, "--",
+           sys.executable, str(WORKLOAD), mode, str(steps)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+    return json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])
+
+
+def graph_check(tracedir: str) -> list[str]:
+    """What the sampled graph records were in a decode_graph run: per executable graph (graph_exec), its replays
+    with node records (and kernel records per such replay), with one graph-level record, and with both (never
+    expected); against the shim's counts of replays launched sampled and whole (timeline_counts)."""
+    sys.path.insert(0, str(HERE.parent))
+    import numpy as np
+
+    from neutrino.timeline import FLAG_GRAPH, GRAPH_REPLAY, read_timeline
+
+    logs = glob.glob(f"{tracedir}/**/event.log", recursive=True)
+    if not logs:
+        return ["graph check: no run directory"]
+    run_dir = Path(logs[0]).parent
+    events = [json.loads(line) for line in open(logs[0]) if line.strip()]
+    counts = next((e for e in events if e.get("event") == "timeline_counts"), {})
+    start = next((e for e in events if e.get("event") == "timeline"), {})
+    tl = read_timeline(run_dir, graphs=True)
+    graph = tl[(tl["flags"] & FLAG_GRAPH) != 0]
+    lines = [f"graph check: graph_records={start.get('graph_records')}; launched sampled "
+             f"{counts.get('graph_replays_sampled')}, whole {counts.get('graph_replays_whole')}, GRAPH_TRACE switches "
+             f"{counts.get('graph_trace_switches')} ({counts.get('graph_trace_switch_ns', 0) / 1e3:.1f} us in all); graph-level records {counts.get('graph_replays')}, graph records "
+             f"without graph_exec {int((graph['graph_exec'] == 0).sum())} of {len(graph)}"]
+    for exec_no in np.unique(graph["graph_exec"]).tolist():
+        mine = graph[graph["graph_exec"] == exec_no]
+        whole = mine[mine["kind"] == GRAPH_REPLAY]
+        nodes = mine[mine["kind"] != GRAPH_REPLAY]
+        per_replay = np.unique(nodes["graph_replay"], return_counts=True)
+        both = set(whole["graph_replay"].tolist()) & set(nodes["graph_replay"].tolist())
+        node_ns = (nodes["end_ns"].astype(np.int64) - nodes["start_ns"].astype(np.int64)).sum()
+        whole_ns = (whole["end_ns"].astype(np.int64) - whole["start_ns"].astype(np.int64))
+        lines.append(f"  graph {exec_no}: replays with node records {len(per_replay[0])} "
+                     f"(replays {per_replay[0].tolist()[:8]}, kernel records each {sorted(set(per_replay[1].tolist()))}, "
+                     f"node time per replay {node_ns / max(len(per_replay[0]), 1) / 1e3:.1f} us), replays recorded whole "
+                     f"{len(whole)} (median {np.median(whole_ns) / 1e3 if len(whole) else 0:.1f} us), both {len(both)}")
+    return lines
+
+
+def run_suite(env: dict, scratch: str, deadline: float) -> dict:
+    """--suite: the A/B processes, then the graph check; one table at the end."""
+    rows, report = [], {"graph_check": ["graph check: budget spent, not run"]}
+    for mode, ways, options, phase_steps, cycles in SUITE:
+        if time.monotonic() > deadline:
+            print(f"budget spent: {mode} not run", flush=True)
+            continue
+        t0 = time.monotonic()
+        if mode == "decode_plain":  # a graph instantiated with GRAPH_TRACE on may replay slower even paused
+            try:
+                r = subprocess.run([sys.executable, str(WORKLOAD), "decode_graph", str(PLAIN_DECODE_STEPS)], env=env,
+                                   capture_output=True, text=True, timeout=300)
+                out = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])
+                report["decode_plain"] = {"median_event_ms": statistics.median(out["event_ms"]),
+                                          "steps": len(out["event_ms"])}
+                print(f"decode_graph plain (no neutrino): span median {report['decode_plain']['median_event_ms']:.4f} "
+                      f"ms over {len(out['event_ms'])} replays ({time.monotonic() - t0:.0f} s)", flush=True)
+            except (IndexError, ValueError, subprocess.TimeoutExpired) as e:
+                print(f"decode_plain failed: {e}", flush=True)
+            continue
+        if mode == "graph_check":
+            try:
+                neutrino_run(options, "decode_graph", GRAPH_CHECK_STEPS, dict(env, NEUTRINO_TIMELINE_GRAPH_NODES="3"),
+                             f"{scratch}/suite-graph-check", 300)
+                report["graph_check"] = graph_check(f"{scratch}/suite-graph-check")
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                report["graph_check"] = [f"graph check failed: {e}"]
+            print("\n".join(report["graph_check"]) + f"\ngraph check: {time.monotonic() - t0:.0f} s", flush=True)
+            continue
+        ab_env = dict(env, NEUTRINO_BENCH_AB=f"timeline:{phase_steps}:{cycles}", NEUTRINO_BENCH_AB_ORDER="random")
+        if ways:
+            ab_env["NEUTRINO_BENCH_AB_WAYS"] = ways
+        if ways == "graphs":  # "on" samples graph replays (opt-in since the GPU test crash of 2026-11-27)
+            ab_env["NEUTRINO_TIMELINE_GRAPH_NODES"] = "3"
+        try:
+            phases = neutrino_run(options, mode, 0, ab_env, f"{scratch}/suite-{mode}", 300)["phases"]
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"{mode}: failed: {e}", flush=True)
+            continue
+        report[mode] = ab_table(mode, "ab", phases)
+        print(f"{mode}: {time.monotonic() - t0:.0f} s", flush=True)
+        first = next(iter(report[mode].values()))
+        for name, row in report[mode].items():
+            rows.append((mode, name, row, first))
+    print("\nworkload | phase | steps | span median ms | x paused | wall median ms | x paused | wall mean x paused")
+    print("--- | --- | ---: | ---: | ---: | ---: | ---: | ---:")
+    for mode, name, row, first in rows:
+        print(f"{mode} | {name} | {row['steps']} | {row['median_event_ms']:.4f} | "
+              f"{row['median_event_ms'] / first['median_event_ms']:.3f} | {row['median_wall_ms']:.4f} | "
+              f"{row['median_wall_ms'] / first['median_wall_ms']:.3f} | {row['mean_wall_ms'] / first['mean_wall_ms']:.3f}")
+    print("\n".join(report["graph_check"]), flush=True)
+    if "decode_plain" in report and "decode_graph" in report:
+        plain = report["decode_plain"]["median_event_ms"]
+        print("decode_graph against plain (another process): " + ", ".join(
+            f"{name} {row['median_event_ms'] / plain:.3f}x" for name, row in report["decode_graph"].items()))
+    return report
+
+
 def ab_table(mode: str, key: str, phases: dict) -> dict:
     """Print one A/B process's phases; their medians and means."""
     rows, first = {}, None
@@ -195,8 +326,17 @@ def main() -> None:
     ap.add_argument("--json", help="write the samples here")
     ap.add_argument("--knobs", help=f"CUPTI settings to compare, one process each (e.g. {DEFAULT_KNOBS})")
     ap.add_argument("--budget", type=float, default=1e9, help="seconds after which no process is started")
+    ap.add_argument("--suite", action="store_true", help="the one-command cost measurement (see the docstring)")
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget
+    if args.suite:
+        scratch = tempfile.mkdtemp(prefix="timeline_suite_")
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{scratch}/inductor", TRITON_CACHE_DIR=f"{scratch}/triton",
+                   PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+        report = run_suite(env, scratch, deadline)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+        return
     knobs = args.knobs.split(",") if args.knobs else []
     unknown = [k for k in knobs if k not in KNOBS]
     if unknown:

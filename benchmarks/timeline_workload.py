@@ -1,8 +1,14 @@
-"""Steps timed for benchmarks/timeline_cost.py. usage: timeline_workload.py eager|compile STEPS
+"""Steps timed for benchmarks/timeline_cost.py. usage: timeline_workload.py MODE STEPS
 
-eager    a loop of 40 small eager ops per step (ATen kernels only: nothing is probed)
-compile  a torch.compile MLP training step (forward, backward, SGD): Triton kernels (probed under
-         block_sched), cuBLAS GEMMs, ATen ops
+eager         a loop of 40 small eager ops per step (ATen kernels only: nothing is probed): launch-bound,
+              the worst case for per-kernel records
+compile       a torch.compile MLP training step (forward, backward, SGD): Triton kernels (probed under
+              block_sched), cuBLAS GEMMs, ATen ops
+eager_mlp     the same MLP training step run eagerly (cuBLAS GEMMs, ATen ops; nothing probed)
+decode_graph  a decode step replayed as one CUDA graph (torch.compile mode="reduce-overhead": 8 blocks of
+              LayerNorm, up-projection, GELU, down-projection, residual; d 1024, fp16, 8 tokens), one replay a
+              step; the GPU is kept busy (torch.cuda._sleep) while the host enqueues, so the span is the
+              replay's GPU time
 
 Prints one JSON line: per-step wall times in ms (each step ends with torch.cuda.synchronize()) and
 per-step GPU-event times in ms (a CUDA event recorded before and after the step on the current
@@ -18,11 +24,15 @@ on (the shim's neutrino_timeline_pause; with NEUTRINO_BENCH_AB_WAYS=1 also the r
 times, with the launch hooks alone (no copy callbacks), and with CUPTI's launch callbacks instead of the hooks;
 with NEUTRINO_BENCH_AB_WAYS=records only paused, on, and the records without host times); `floor`: CUPTI alone (NEUTRINO_BENCH_CUPTI_FLOOR's LIB and
 LIBCUPTI, its callbacks ignored): no records, kernel records, kernel records + launch callbacks that
-read the TSC (what the shim's callbacks do).
+read the TSC (what the shim's callbacks do). NEUTRINO_BENCH_AB_WAYS=graphs: the timeline paused, on (graph
+replays sampled: the default), and on with every graph replay node by node (the shim's pause way 5).
+NEUTRINO_BENCH_AB_ORDER=random: each cycle runs the phases in a shuffled order (seeded: the same in every run)
+instead of the rotation.
 """
 import ctypes
 import json
 import os
+import random
 import sys
 import time
 
@@ -59,6 +69,47 @@ def make_compile_step():
     return step, x
 
 
+def make_eager_mlp_step():
+    """The compile mode's MLP training step without torch.compile (a realistic eager step: Linear layers)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.GELU(), torch.nn.LayerNorm(1024),
+                                torch.nn.Linear(1024, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(512, 1024, device="cuda")
+
+    def step(_):
+        opt.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        opt.step()
+        return x
+    return step, x
+
+
+class DecodeBlock(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm, self.up, self.down = torch.nn.LayerNorm(d), torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+SLEEP_CYCLES = 1_500_000  # torch.cuda._sleep before a decode replay: the GPU busy while the host enqueues it
+
+
+def make_decode_graph_step():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[DecodeBlock(1024) for _ in range(8)]).cuda().half().eval()
+    x = torch.randn(8, 1024, device="cuda", dtype=torch.float16)
+    compiled = torch.compile(model, mode="reduce-overhead")
+
+    def step(_):
+        with torch.no_grad():
+            compiled(x)
+        return x
+    return step, x
+
+
 def cupti_floor():
     spec = os.environ.get("NEUTRINO_BENCH_CUPTI_FLOOR")
     if not spec:
@@ -82,6 +133,9 @@ def ab_phases():
         pause.argtypes = [ctypes.c_int]
         if pause(0) < 0:
             raise SystemExit("NEUTRINO_BENCH_AB=timeline: the timeline is not recording")
+        if os.environ.get("NEUTRINO_BENCH_AB_WAYS") == "graphs":  # graph replays sampled (default) / node by node
+            return [("timeline paused", lambda: pause(1)), ("timeline on (graph replays sampled)", lambda: pause(0)),
+                    ("timeline on, graph replays node by node", lambda: pause(5))]
         if os.environ.get("NEUTRINO_BENCH_AB_WAYS") == "records":  # CUPTI's records alone as the third phase
             return [("timeline paused", lambda: pause(1)), ("timeline on", lambda: pause(0)),
                     ("records only, no host times", lambda: pause(3))]
@@ -100,9 +154,11 @@ def ab_phases():
             ("CUPTI kernel records + callbacks", lambda: lib.cupti_floor_phase(1, 3))]
 
 
-def timed_step(step, x, begin, end):
+def timed_step(step, x, begin, end, sleep=0):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
+    if sleep:
+        torch.cuda._sleep(sleep)
     begin.record()
     step(x)
     end.record()
@@ -110,16 +166,20 @@ def timed_step(step, x, begin, end):
     return (time.perf_counter() - t0) * 1e3, begin.elapsed_time(end)
 
 
-def run_ab(step, x, phases):
+def run_ab(step, x, phases, sleep=0):
     _, phase_steps, cycles = os.environ["NEUTRINO_BENCH_AB"].split(":")
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     out = {name: {"step_ms": [], "event_ms": []} for name, _ in phases}
+    shuffle = random.Random(22) if os.environ.get("NEUTRINO_BENCH_AB_ORDER") == "random" else None
     for cycle in range(int(cycles) + 1):
         turn = cycle % len(phases)  # each cycle starts one phase later: no phase always follows the same one
-        for name, switch in phases[turn:] + phases[:turn]:
+        order = phases[turn:] + phases[:turn]
+        if shuffle is not None:
+            shuffle.shuffle(order)
+        for name, switch in order:
             switch()
             for _ in range(int(phase_steps)):
-                wall, span = timed_step(step, x, begin, end)
+                wall, span = timed_step(step, x, begin, end, sleep)
                 if cycle:
                     out[name]["step_ms"].append(wall)
                     out[name]["event_ms"].append(span)
@@ -132,20 +192,22 @@ def main(mode, steps):
     phases = ab_phases()
     if phases is None:
         cupti_floor()
-    if mode == "eager":
-        step, x = eager_step, torch.randn(256, 256, device="cuda")
-    else:
-        step, x = make_compile_step()
+    makers = {"eager": lambda: (eager_step, torch.randn(256, 256, device="cuda")), "compile": make_compile_step,
+              "eager_mlp": make_eager_mlp_step, "decode_graph": make_decode_graph_step}
+    if mode not in makers:
+        raise SystemExit(f"unknown mode {mode!r}; known: {', '.join(makers)}")
+    step, x = makers[mode]()
+    sleep = SLEEP_CYCLES if mode == "decode_graph" else 0
     times, gpu = [], []
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for i in range(WARMUP + (steps if phases is None else 0)):
-        wall, span = timed_step(step, x, begin, end)
+        wall, span = timed_step(step, x, begin, end, sleep)
         if i >= WARMUP:
             times.append(wall)
             gpu.append(span)
     result = {"mode": mode, "step_ms": times, "event_ms": gpu}
     if phases is not None:
-        result["phases"] = run_ab(step, x, phases)
+        result["phases"] = run_ab(step, x, phases, sleep)
     print(json.dumps(result))
 
 

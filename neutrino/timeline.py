@@ -14,7 +14,7 @@ MAGIC = b"NTTIMEL1"
 HEADER_BYTES = 16
 VERSION = 1
 KERNEL, MEMCPY, MEMSET = 1, 2, 3
-GRAPH_REPLAY = 4  # one record per CUDA graph replay (NEUTRINO_TIMELINE_LEVEL `graphs`): read_timeline(graphs=True)
+GRAPH_REPLAY = 4  # one record per CUDA graph replay recorded whole (spec/runtime.md "Graph replays"): read_timeline(graphs=True)
 FLAG_PROBED, FLAG_GRAPH, FLAG_NO_GPU_TIME = 1, 2, 4
 NO_NAME = 0xFFFFFFFF
 
@@ -24,14 +24,17 @@ _FIELDS_80 = [
     ("name_id", "<u4"), ("probe_launch", "<i4"), ("grid", "<u4", (3,)), ("block", "<u4", (3,)),
 ]
 RECORD_MIN_BYTES = 80  # the first writers' records (no host_ns): read with host_ns 0
-RECORD = np.dtype(_FIELDS_80 + [("host_ns", "<u8")])  # host_ns appended at offset 80 (2026-11-26)
-assert RECORD.itemsize == 88
+_FIELDS_88 = _FIELDS_80 + [("host_ns", "<u8")]  # host_ns appended at offset 80 (2026-11-26)
+# graph_exec, graph_replay appended at 88 (2026-11-27): a graph replay's executable graph (the shim's number, 1 up)
+# and the replay's number among that graph's (1 up); 0 unknown or not a graph replay
+RECORD = np.dtype(_FIELDS_88 + [("graph_exec", "<u4"), ("graph_replay", "<u4")])
+assert RECORD.itemsize == 96
 
 
 def record_dtype(size: int) -> np.dtype:
     """RECORD's fields laid over records of `size` bytes (the header's), for memory-mapping a file in
-    place; host_ns only when the records have it."""
-    fields = RECORD.descr if size >= RECORD.itemsize else _FIELDS_80
+    place; host_ns, graph_exec and graph_replay only when the records have them."""
+    fields = RECORD.descr if size >= RECORD.itemsize else _FIELDS_88 if size >= 88 else _FIELDS_80
     d = np.dtype(fields)
     return np.dtype({"names": d.names, "formats": [d.fields[n][0] for n in d.names],
                      "offsets": [d.fields[n][1] for n in d.names], "itemsize": size})
@@ -94,7 +97,7 @@ def _records(path: Path, kinds=(KERNEL, MEMCPY, MEMSET)) -> np.ndarray:
     kept, width = [], min(size, RECORD.itemsize)
     for at in range(0, n, CHUNK_RECORDS):
         part = body[at:at + CHUNK_RECORDS]
-        raw = np.zeros((len(part), RECORD.itemsize), np.uint8)  # host_ns 0 in records without it
+        raw = np.zeros((len(part), RECORD.itemsize), np.uint8)  # appended fields 0 in records without them
         raw[:, :width] = part[:, :width]
         rows = raw.view(RECORD).reshape(-1)
         kept.append(rows[np.isin(rows["kind"], kinds)])

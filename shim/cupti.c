@@ -128,10 +128,11 @@ static int timeline_fd = -1, names_fd = -1;
  * records without a thread, API records seen, our external-correlation records seen, records
  * copied to the program's profiler, records it had no room for, records with a host time,
  * launch/copy callbacks taken, kernel/copy records without GPU time (flags bit 2) */
-#define N_COUNTS 19
+#define N_COUNTS 23
 static uint64_t counts[N_COUNTS];
 enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
-       N_FORWARD_LOST, N_HOST, N_CALLBACKS, N_NO_GPU_TIME, N_HOOKED, N_HOOK_MATCHED, N_HOOK_SKIPPED, N_GRAPH_REPLAYS };
+       N_FORWARD_LOST, N_HOST, N_CALLBACKS, N_NO_GPU_TIME, N_HOOKED, N_HOOK_MATCHED, N_HOOK_SKIPPED, N_GRAPH_REPLAYS,
+       N_GRAPH_SAMPLED, N_GRAPH_WHOLE, N_GRAPH_SWITCHES, N_GRAPH_SWITCH_NS };
 #define FLAG_NO_GPU_TIME 4  /* timeline.bin flags bit 2 (spec/trace-format.md) */
 
 /* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
@@ -178,6 +179,7 @@ static __thread uint64_t thread_token;  /* the probed launch this thread is subm
 typedef struct { nt_timeline_record rec; uint64_t held_ns; } pending_t;
 typedef int (*CUresult_ctx_t)(void **);
 static pending_t *pending;
+static void note_graph_replay(nt_timeline_record *r);
 static uint64_t realtime_ns(void);
 static uint64_t ticks_to_ns(uint64_t ticks);
 static void tsc_refresh(void);
@@ -313,6 +315,7 @@ static void emit(nt_timeline_record *r) {
         r->tid = find_tid((uint32_t)r->correlation);
     }
     if (!r->tid) counts[N_NO_TID]++;
+    if (r->flags & 2) note_graph_replay(r);
     if (r->kind == 1) {
         uint64_t token = find_token((uint32_t)r->correlation);
         if (token) {
@@ -401,14 +404,16 @@ static void convert_kernel(const uint8_t *a) {
     hold(&r);
 }
 
+/* A memcpy, a peer-to-peer memcpy (MEMCPY2: kind 2 too, its copy_kind CUPTI's, PtoP) or a memset. */
 static void convert_copy(const uint8_t *a, int kind) {
     nt_timeline_record r = {0};
-    r.kind = kind == NT_ACT_MEMCPY ? 2 : 3;
-    r.copy_kind = kind == NT_ACT_MEMCPY ? a[C_COPY_KIND] : 0;
-    r.flags = nt_rd32(a, C_GRAPH_ID) ? 2 : 0;
+    int peer = kind == NT_ACT_MEMCPY2;
+    r.kind = kind == NT_ACT_MEMSET ? 3 : 2;
+    r.copy_kind = kind == NT_ACT_MEMSET ? 0 : a[C_COPY_KIND];
+    r.flags = nt_rd32(a, peer ? P_GRAPH_ID : C_GRAPH_ID) ? 2 : 0;
     r.device = nt_rd32(a, C_DEVICE);
     r.stream = nt_rd32(a, C_STREAM);
-    r.correlation = nt_rd32(a, C_CORRELATION);
+    r.correlation = nt_rd32(a, peer ? P_CORRELATION : C_CORRELATION);
     set_gpu_times(&r, nt_rd64(a, C_START), nt_rd64(a, C_END));
     r.bytes = nt_rd64(a, C_BYTES);
     r.name_id = UINT32_MAX;
@@ -484,7 +489,7 @@ static void convert_buffer(uint8_t *buf, size_t valid) {
                 }
             } else if (pass == 1 && (kind == NT_ACT_CONCURRENT_KERNEL || kind == NT_ACT_KERNEL)) {
                 if (!defer_kernel(rec)) convert_kernel(rec);
-            } else if (pass == 1 && (kind == NT_ACT_MEMCPY || kind == NT_ACT_MEMSET)) {
+            } else if (pass == 1 && (kind == NT_ACT_MEMCPY || kind == NT_ACT_MEMSET || kind == NT_ACT_MEMCPY2)) {
                 convert_copy(rec, kind);
             } else if (pass == 1 && kind == NT_ACT_GRAPH_TRACE) {
                 convert_graph_trace(rec);
@@ -658,7 +663,184 @@ static unsigned enable_api_records(void) {
     return n;
 }
 
+/* ------------------------------------------------------------------ graph replays: sampled node records */
+
+/* CUPTI records a graph replay either node by node (CONCURRENT_KERNEL, MEMCPY, MEMSET records, one per node,
+ * all with the cuGraphLaunch call's correlation id) or, while GRAPH_TRACE is enabled, as one record of the whole
+ * replay and none of its nodes. Node records cost every replay GPU time (~0.35 us a kernel node on an H100/H200:
+ * benchmarks/timeline-results.md), GRAPH_TRACE almost none. The kind is global (or per context), not per graph,
+ * and taken to be read when a replay is launched (not yet checked on a GPU: tests/gpu/test_gpu_timeline.py does,
+ * and every run's exit says when sampled replays came without node records), so the shim switches it at each
+ * executable graph's launch (graphs.c calls neutrino_timeline_graph_launch_enter before the driver's cuGraphLaunch):
+ *   - NEUTRINO_TIMELINE_GRAPH_NODES=N (default 3): an executable graph's first N replays get node records (the
+ *     timeline learns every node's kernel, grid, stream and duration), its later ones one graph-level record;
+ *   - `all`: every replay node by node (GRAPH_TRACE never enabled: the timeline before this mode);
+ *   - 0, or the level word `graphs`: every replay one graph-level record.
+ * GRAPH_TRACE is switched only when a replay wants the other kind than the last one: in a steady state of replays
+ * past their first N, never. Each executable graph gets a number (1 up, in the order of first launches; in every
+ * mode); the
+ * launch callback at the driver's cuGraphLaunch entry (level `host`) stores (number, replay) under the call's
+ * correlation id, and every record of that replay (node or graph-level) is written with them (graph_exec,
+ * graph_replay: spec/trace-format.md). Two threads launching graphs at once may see the other's switch between
+ * their choice and their launch: that replay then comes as the other kind, written as what it is (the analysis
+ * groups records by correlation id, never assumes the kind). */
+static int env_number(const char *env, unsigned long long *value);
+enum { GM_NODES, GM_SAMPLED, GM_GRAPHS };
+static int graph_mode = GM_NODES;  /* sampled only when asked (NEUTRINO_TIMELINE_GRAPH_NODES=N): spec/runtime.md */
+static unsigned graph_node_replays = 3;      /* NEUTRINO_TIMELINE_GRAPH_NODES */
+static _Atomic int graph_trace_on;           /* GRAPH_TRACE is enabled now (ours) */
+static _Atomic int graphs_paused;            /* neutrino_timeline_pause: no switching */
+static pthread_mutex_t graph_trace_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define GRAPH_EXECS 8192  /* slots for the executable graphs known at once (open addressing), at most */
+#define GRAPH_EXEC_GONE ((void *)(uintptr_t)1)
+static struct { void *exec; uint32_t number, replays; } graph_execs[GRAPH_EXECS];
+static unsigned graph_execs_used, graph_execs_live;  /* slots taken (live + gone), live */
+static unsigned graph_exec_slots = GRAPH_EXECS;      /* NEUTRINO_TIMELINE_GRAPH_EXECS: a power of two, 64 up */
+static uint32_t graph_exec_numbers;
+static pthread_mutex_t graph_exec_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread struct { uint32_t number, replay; } graph_launching;  /* the replay this thread is launching */
+static struct { _Atomic uint32_t corr; uint32_t number, replay; } graph_of[1u << HOST_BITS];
+
+static void read_graph_mode(void) {
+    const char *s = getenv("NEUTRINO_TIMELINE_GRAPH_NODES");
+    unsigned long long n = 0;
+    if (s && !strcmp(s, "all")) graph_mode = GM_NODES;
+    else if (env_number("NEUTRINO_TIMELINE_GRAPH_NODES", &n) > 0)
+        graph_mode = GM_SAMPLED, graph_node_replays = n > 1000000 ? 1000000 : (unsigned)n;
+    if ((graph_mode == GM_SAMPLED && graph_node_replays == 0) || (level & L_GRAPHS)) graph_mode = GM_GRAPHS;
+    if (graph_mode == GM_GRAPHS) level |= L_GRAPHS;
+    if (env_number("NEUTRINO_TIMELINE_GRAPH_EXECS", &n) > 0)
+        for (graph_exec_slots = 64; graph_exec_slots < GRAPH_EXECS && graph_exec_slots < n;) graph_exec_slots *= 2;
+}
+
+static unsigned graph_slot(void *exec) {
+    return (unsigned)(((uintptr_t)exec >> 4) * 0x9E3779B97F4A7C15ull >> 51) & (graph_exec_slots - 1);
+}
+
+/* Under graph_exec_lock, the table 3/4 taken by live and gone slots: the live ones placed again. */
+static void graph_execs_compact(void) {
+    static typeof(graph_execs[0]) live[GRAPH_EXECS];
+    unsigned n = 0;
+    for (unsigned i = 0; i < graph_exec_slots; i++)
+        if (graph_execs[i].exec && graph_execs[i].exec != GRAPH_EXEC_GONE) live[n++] = graph_execs[i];
+    memset(graph_execs, 0, sizeof graph_execs);
+    for (unsigned k = 0; k < n; k++) {
+        unsigned i = graph_slot(live[k].exec);
+        while (graph_execs[i].exec) i = (i + 1) & (graph_exec_slots - 1);
+        graph_execs[i] = live[k];
+    }
+    graph_execs_used = graph_execs_live = n;
+}
+
+/* The executable graph's number and this replay's (1 up); number 0 when the table is full (3/4 live). */
+static void graph_exec_count(void *exec, uint32_t *number, uint32_t *replay) {
+    pthread_mutex_lock(&graph_exec_lock);
+    unsigned i = graph_slot(exec);
+    while (graph_execs[i].exec && graph_execs[i].exec != exec) i = (i + 1) & (graph_exec_slots - 1);
+    if (!graph_execs[i].exec) {
+        if (graph_execs_used + 1 > graph_exec_slots / 4 * 3) {
+            graph_execs_compact();
+            for (i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (graph_exec_slots - 1)) {}
+        }
+        if (graph_execs_live + 1 > graph_exec_slots / 4 * 3) {
+            pthread_mutex_unlock(&graph_exec_lock);
+            *number = *replay = 0;
+            return;
+        }
+        graph_execs[i].exec = exec, graph_execs[i].number = ++graph_exec_numbers, graph_execs[i].replays = 0;
+        graph_execs_used++, graph_execs_live++;
+    }
+    *number = graph_execs[i].number;
+    *replay = ++graph_execs[i].replays;
+    pthread_mutex_unlock(&graph_exec_lock);
+}
+
+void neutrino_timeline_graph_exec_gone(void *exec) {
+    if (!exec) return;
+    pthread_mutex_lock(&graph_exec_lock);
+    for (unsigned i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (graph_exec_slots - 1))
+        if (graph_execs[i].exec == exec) {
+            graph_execs[i].exec = GRAPH_EXEC_GONE;
+            graph_execs_live--;
+            break;
+        }
+    pthread_mutex_unlock(&graph_exec_lock);
+}
+
+/* The program's own profiler records kernels (Kineto's CONCURRENT_KERNEL): GRAPH_TRACE would take the graph
+ * replays' kernels from its records too (the kind is the process's), so the shim keeps it off meanwhile. */
+static _Atomic int program_traces_kernels;
+
+/* GRAPH_TRACE on or off for the next replays, unless the program's own profiler enabled it (its choice stands) or
+ * records kernels (off). Returns whether it is on. */
+static int graph_trace_set(int on) {
+    if (atomic_load_explicit(&program_traces_kernels, memory_order_relaxed)) on = 0;
+    if (atomic_load_explicit(&graph_trace_on, memory_order_relaxed) == on) return on;
+    pthread_mutex_lock(&graph_trace_lock);
+    pthread_mutex_lock(&their_lock);
+    int theirs = their_enabled[NT_ACT_GRAPH_TRACE];
+    pthread_mutex_unlock(&their_lock);
+    if (!theirs && !atomic_load(&graphs_paused) && atomic_load(&graph_trace_on) != on) {
+        uint64_t t0 = realtime_ns();  /* what a switch costs the launching thread (timeline_counts) */
+        CUptiResult rc = on ? api.enable(NT_ACT_GRAPH_TRACE) : api.disable(NT_ACT_GRAPH_TRACE);
+        counts[N_GRAPH_SWITCH_NS] += realtime_ns() - t0;
+        if (rc == NT_CUPTI_SUCCESS) {
+            atomic_store(&graph_trace_on, on);
+            counts[N_GRAPH_SWITCHES]++;
+        }
+    }
+    on = atomic_load(&graph_trace_on) || theirs;
+    pthread_mutex_unlock(&graph_trace_lock);
+    return on;
+}
+
+/* The program enabled (1) or disabled (0) its kernel records (cuptiActivityEnable/Disable through the shim). */
+static void program_kernel_records(int on) {
+    atomic_store(&program_traces_kernels, on);
+    if (on && graph_mode != GM_NODES) graph_trace_set(0);
+}
+
+void neutrino_timeline_graph_launch_enter(void *exec) {
+    graph_launching.number = graph_launching.replay = 0;
+    if (!atomic_load_explicit(&recording, memory_order_relaxed) || !exec) return;
+    uint32_t number, replay;
+    graph_exec_count(exec, &number, &replay);
+    graph_launching.number = number, graph_launching.replay = replay;
+    if (graph_mode == GM_NODES) return;
+    int whole = graph_mode == GM_GRAPHS || !number || replay > graph_node_replays;
+    if (graph_mode == GM_SAMPLED && !atomic_load_explicit(&graphs_paused, memory_order_relaxed))
+        whole = graph_trace_set(whole);
+    counts[whole ? N_GRAPH_WHOLE : N_GRAPH_SAMPLED]++;  /* racy on purpose: statistics */
+}
+
+void neutrino_timeline_graph_launch_exit(void) { graph_launching.number = graph_launching.replay = 0; }
+
+/* The launch callback at a graph launch's driver entry (inside graphs.c's hook): the replay under the
+ * correlation id its records will carry (the runtime call's when there is one). */
+static void note_graph_launch(uint32_t corr) {
+    if (!graph_launching.number) return;
+    unsigned i = corr & ((1u << HOST_BITS) - 1);
+    atomic_store_explicit(&graph_of[i].corr, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    graph_of[i].number = graph_launching.number;
+    graph_of[i].replay = graph_launching.replay;
+    atomic_store_explicit(&graph_of[i].corr, corr, memory_order_release);
+}
+
+/* A record of a graph replay (node or whole): its graph's number and replay, when the callback stored them. */
+static void note_graph_replay(nt_timeline_record *r) {
+    uint32_t corr = (uint32_t)r->correlation;
+    unsigned i = corr & ((1u << HOST_BITS) - 1);
+    if (!corr || atomic_load_explicit(&graph_of[i].corr, memory_order_acquire) != corr) return;
+    uint32_t number = graph_of[i].number, replay = graph_of[i].replay;
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&graph_of[i].corr, memory_order_relaxed) != corr) return;
+    r->graph_exec = number, r->graph_replay = replay;
+}
+
 /* ------------------------------------------------------------------ host side of every launch */
+
 
 static nt_subscriber_t our_subscriber;   /* NULL: not subscribed (level without `host`, or stepped aside) */
 static pthread_mutex_t sub_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -762,6 +944,8 @@ static void on_launch_call(void *userdata, int domain, uint32_t cbid, const void
         note_token(in_runtime_call ? outer_corr : corr, pending_token);
         pending_token = 0;
     }
+    if (domain == NT_CB_DOMAIN_DRIVER && (cbid == 514 || cbid == 515))  /* cuGraphLaunch(_ptsz): inside our hook */
+        note_graph_launch(in_runtime_call ? outer_corr : corr);
     if (domain == NT_CB_DOMAIN_DRIVER && in_runtime_call) return;
     if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
     unsigned i = corr & ((1u << HOST_BITS) - 1);
@@ -846,6 +1030,7 @@ typedef struct {
     int ptsz;
     uint32_t owner;  /* ptsz: the thread whose per-thread default stream this is (one per thread); else 0 */
     uint32_t cupti_stream;
+    uint32_t device;  /* the context's device: CUPTI gives every context's NULL stream the same id (7) */
     pthread_mutex_t lock;
     uint64_t head, tail;  /* entries [head, tail) wait for their record */
     uint64_t last_taken;  /* the furthest entry a record took (none at or after head: none out of order) */
@@ -907,7 +1092,8 @@ void neutrino_timeline_streams_gone(void *ctx, void *stream) {
 
 /* Under hook_table_lock: queue n of the table (its chunk added when n is the chunk's first), counted in
  * n_hook_queues once whole; NULL when memory is short. */
-static hook_queue *hook_queue_new(int n, void *ctx, void *handle, int ptsz, uint32_t owner, uint32_t id) {
+static hook_queue *hook_queue_new(int n, void *ctx, void *handle, int ptsz, uint32_t owner, uint32_t id,
+                                  uint32_t device) {
     hook_queue **chunk = &hook_chunks[n / HOOK_CHUNK];
     if (!*chunk) {
         hook_queue *made = calloc(HOOK_CHUNK, sizeof *made);
@@ -918,9 +1104,18 @@ static hook_queue *hook_queue_new(int n, void *ctx, void *handle, int ptsz, uint
     hook_entry *ring = calloc(entries, sizeof *ring);
     if (!ring) return NULL;
     hook_queue *q = &(*chunk)[n % HOOK_CHUNK];
-    *q = (hook_queue){ctx, handle, ptsz, owner, id, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring, entries - 1};
+    *q = (hook_queue){ctx, handle, ptsz, owner, id, device, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ring, entries - 1};
     atomic_store_explicit(&n_hook_queues, n + 1, memory_order_release);
     return q;
+}
+
+/* The device of the current context (the launch's: its queue is made while it is current); 0 when unknown. */
+static uint32_t current_device(void) {
+    static int (*get_device)(int *);
+    static int looked;
+    if (!looked) get_device = (int (*)(int *))neutrino_real_sym("cuCtxGetDevice"), looked = 1;
+    int d = 0;
+    return get_device && get_device(&d) == 0 && d >= 0 ? (uint32_t)d : 0;
 }
 
 /* The queue of (ctx, stream), made at its first launch (CUPTI's stream id asked once); NULL when the table is
@@ -940,16 +1135,16 @@ static hook_queue *hook_queue_of(void *ctx, void *handle, int ptsz) {
     n = atomic_load(&n_hook_queues);
     for (int i = 0; i < n && !q; i++)
         if (hook_queue_is(hook_queue_at(i), ctx, handle, ptsz, owner)) q = hook_queue_at(i);
-    uint32_t id = 0;
+    uint32_t id = 0, device = current_device();
     hook_queue *reused = q || n < HOOK_STREAMS ? NULL : hook_queue_reusable(n);
     if (!q && (n < HOOK_STREAMS || reused) && api.stream_id &&
         api.stream_id(ctx, handle, (uint8_t)ptsz, &id) == NT_CUPTI_SUCCESS) {
         if (reused) {  /* its ring and counters stay; the key is written last, the context after the rest */
             q = reused;
-            q->handle = handle, q->ptsz = ptsz, q->owner = owner, q->cupti_stream = id;
+            q->handle = handle, q->ptsz = ptsz, q->owner = owner, q->cupti_stream = id, q->device = device;
             __atomic_store_n(&q->ctx, ctx, __ATOMIC_RELEASE);
         } else {
-            q = hook_queue_new(n, ctx, handle, ptsz, owner, id);
+            q = hook_queue_new(n, ctx, handle, ptsz, owner, id, device);
         }
     }
     pthread_mutex_unlock(&hook_table_lock);
@@ -1091,19 +1286,22 @@ static void hook_queues_close(void) {
  * record of an older launch a newer launch's entry of the same kernel. */
 static void join_launch_hook(nt_timeline_record *r, const char *name) {
     if (!(level & L_HOOKS)) return;
-    static int first_queue_of_stream[256];  /* CUPTI stream id (low bits) -> first queue index + 1; 0: none */
+    static int first_queue_of_stream[256];  /* (CUPTI stream id, device) hashed -> first queue index + 1; 0: none */
     int n = atomic_load_explicit(&n_hook_queues, memory_order_acquire);
-    int *cached = &first_queue_of_stream[r->stream & 255];
-    int from = *cached > 0 && *cached <= n && hook_queue_at(*cached - 1)->cupti_stream == r->stream ? *cached - 1 : 0;
+    int *cached = &first_queue_of_stream[(r->stream + 37 * r->device) & 255];
+    int from = *cached > 0 && *cached <= n && hook_queue_at(*cached - 1)->cupti_stream == r->stream &&
+               hook_queue_at(*cached - 1)->device == r->device ? *cached - 1 : 0;
     int first = -1;
     for (int i = from; i < n; i++) {
         hook_queue *q = hook_queue_at(i);
-        if (q->cupti_stream != r->stream) continue;
+        if (q->cupti_stream != r->stream || q->device != r->device) continue;
         if (first < 0) *cached = (first = i) + 1;
         if (join_from_queue(q, r, name)) return;
     }
     for (int i = 0; i < from; i++)  /* a queue before it given the id since (a full table's reuse) */
-        if (hook_queue_at(i)->cupti_stream == r->stream && join_from_queue(hook_queue_at(i), r, name)) return;
+        if (hook_queue_at(i)->cupti_stream == r->stream && hook_queue_at(i)->device == r->device &&
+            join_from_queue(hook_queue_at(i), r, name))
+            return;
 }
 
 static char run_dir_kept[4096];
@@ -1232,9 +1430,26 @@ static int apply_cupti_settings(char *info, int len) {
     return n < len ? n : len;
 }
 
+/* Sampled graph replays: GRAPH_TRACE on from the start (before the program instantiates any graph), each
+ * executable graph's first replays switch it off; without it, every replay node by node. The `graph_records`
+ * line of info: nodes, sampled:N or graphs. */
+static int start_graph_mode(char *info, int len) {
+    if (graph_mode == GM_SAMPLED) {
+        if (api.enable(NT_ACT_GRAPH_TRACE) == NT_CUPTI_SUCCESS) our_kinds[NT_ACT_GRAPH_TRACE] = 1, graph_trace_on = 1;
+        else graph_mode = GM_NODES;
+    }
+    if (graph_mode == GM_GRAPHS && !our_kinds[NT_ACT_GRAPH_TRACE]) graph_mode = GM_NODES;  /* refused */
+    atomic_store(&graphs_paused, 0);
+    if (len <= 0) return 0;
+    int n = graph_mode == GM_SAMPLED ? snprintf(info, len, "\tgraph_trace\ngraph_records\tsampled:%u", graph_node_replays)
+                                     : snprintf(info, len, "\ngraph_records\t%s", graph_mode == GM_GRAPHS ? "graphs" : "nodes");
+    return n < len ? n : len;
+}
+
 static const struct { int kind; const char *name; int required, level; } OUR_KINDS[] = {
     {NT_ACT_CONCURRENT_KERNEL, "concurrent_kernel", 1, 0}, {NT_ACT_MEMCPY, "memcpy", 0, L_COPIES},
-    {NT_ACT_MEMSET, "memset", 0, L_COPIES}, {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0, L_EXT},
+    {NT_ACT_MEMSET, "memset", 0, L_COPIES}, {NT_ACT_MEMCPY2, "memcpy_peer", 0, L_COPIES},
+    {NT_ACT_EXTERNAL_CORRELATION, "external_correlation", 0, L_EXT},
     {NT_ACT_GRAPH_TRACE, "graph_trace", 0, L_GRAPHS},
 };
 
@@ -1266,6 +1481,7 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
     int n = snprintf(info, info_len, "library\t%s\nversion\t%u%s\nkinds", where.dli_fname ? where.dli_fname : "?",
                      version, settings);
     read_level();
+    read_graph_mode();
     for (unsigned i = 0; i < sizeof OUR_KINDS / sizeof *OUR_KINDS; i++) {
         if (OUR_KINDS[i].level && !(level & OUR_KINDS[i].level)) continue;
         int kind = OUR_KINDS[i].kind == NT_ACT_CONCURRENT_KERNEL ? kernel_kind : OUR_KINDS[i].kind;
@@ -1280,6 +1496,7 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
         if (rc == NT_CUPTI_SUCCESS && n < info_len)
             n += snprintf(info + n, info_len - n, "\t%s", kind == NT_ACT_KERNEL ? "kernel" : OUR_KINDS[i].name);
     }
+    n += start_graph_mode(info + n, info_len - n);
     unsigned api_cbids = enable_api_records();
     if (n < info_len) n += snprintf(info + n, info_len - n, "\napi_records\t%u\nlevel\t%d", api_cbids, level);
     if (level & (L_HOST | L_HOOKS)) {
@@ -1315,6 +1532,7 @@ int neutrino_timeline_start(const char *run_dir, const char *path, char *info, i
  * order: the enum above; neutrino/runtime/context_tables/cupti.py names them). */
 void neutrino_timeline_stop(uint64_t *out_counts, int n) {
     atomic_store(&hooks_on, 0);
+    atomic_store(&graphs_paused, 1);  /* no GRAPH_TRACE switch while our kinds are disabled */
     if (atomic_load(&recording)) {
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
         for (int kind = 0; kind < KINDS; kind++) {
@@ -1324,6 +1542,7 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
             pthread_mutex_unlock(&their_lock);
             if (ours && !theirs) api.disable(kind);
         }
+        atomic_store(&graph_trace_on, 0);
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
         pthread_mutex_lock(&sub_lock);
         unsubscribe_ours();
@@ -1344,14 +1563,16 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
 
 /* Pause (1) or resume (0) the recording: our activity kinds (those the program has not enabled), our
  * launch hooks and launch callbacks off, then on again; records of the paused window are not written.
- * For measuring the timeline's cost inside one process (benchmarks/timeline_cost.py --ab), two more
+ * For measuring the timeline's cost inside one process (benchmarks/timeline_cost.py --ab), more
  * ways to record: 2, CUPTI's launch callbacks instead of the launch hooks (the level `copies,host`);
  * 3, the records without host times (no hooks, no callbacks); 4, the launch hooks without callbacks
- * (the copies' host times left out). Returns the kinds switched. */
+ * (the copies' host times left out); 5, every graph replay node by node (NEUTRINO_TIMELINE_GRAPH_NODES=all).
+ * Returns the kinds switched. */
 int neutrino_timeline_pause(int how) {
     if (!atomic_load(&recording)) return -1;
-    static int configured = -1;
-    if (configured < 0) configured = level;
+    static int configured = -1, configured_graphs = -1;
+    if (configured < 0) configured = level, configured_graphs = graph_mode;
+    graph_mode = how == 5 ? GM_NODES : configured_graphs;
     int paused = how == 1;
     level = how == 2   ? (configured & ~L_HOOKS) | L_HOST
             : how == 3 ? configured & ~(L_HOOKS | L_HOST)
@@ -1359,13 +1580,21 @@ int neutrino_timeline_pause(int how) {
                        : configured;
     int switched = 0;
     atomic_store(&hooks_on, !paused && (level & L_HOOKS));
+    pthread_mutex_lock(&graph_trace_lock);  /* GRAPH_TRACE follows our kinds below: on again after a pause */
+    atomic_store(&graphs_paused, paused);
     for (int kind = 0; kind < KINDS; kind++) {
         pthread_mutex_lock(&their_lock);
         int ours = our_kinds[kind], theirs = their_enabled[kind];
         pthread_mutex_unlock(&their_lock);
         if (!ours || theirs) continue;
-        switched += (paused ? api.disable(kind) : api.enable(kind)) == NT_CUPTI_SUCCESS;
+        int done = (paused ? api.disable(kind) : api.enable(kind)) == NT_CUPTI_SUCCESS;
+        if (done && kind == NT_ACT_GRAPH_TRACE) atomic_store(&graph_trace_on, !paused);
+        switched += done;
     }
+    if (!paused && graph_mode == GM_NODES && atomic_load(&graph_trace_on) && !their_enabled[NT_ACT_GRAPH_TRACE] &&
+        api.disable(NT_ACT_GRAPH_TRACE) == NT_CUPTI_SUCCESS)  /* way 5: no replay recorded whole */
+        atomic_store(&graph_trace_on, 0);
+    pthread_mutex_unlock(&graph_trace_lock);
     pthread_mutex_lock(&sub_lock);
     if (our_subscriber) {
         for (int d = 1; d < CB_DOMAINS; d++)
@@ -1458,6 +1687,7 @@ CUptiResult cuptiActivityEnable(int kind) {
         pthread_mutex_lock(&their_lock);
         their_enabled[kind] = their_unflushed[kind] = 1;
         pthread_mutex_unlock(&their_lock);
+        if (kind == NT_ACT_CONCURRENT_KERNEL || kind == NT_ACT_KERNEL) program_kernel_records(1);
     }
     log_call(P_ENABLE, kind);
     return rc;
@@ -1469,7 +1699,9 @@ CUptiResult cuptiActivityDisable(int kind) {
         pthread_mutex_lock(&their_lock);
         their_enabled[kind] = 0;
         keep = our_kinds[kind] && atomic_load(&recording);
+        int kernels = their_enabled[NT_ACT_CONCURRENT_KERNEL] || their_enabled[NT_ACT_KERNEL];
         pthread_mutex_unlock(&their_lock);
+        if (!kernels) program_kernel_records(0);  /* the next replay past its first ones is recorded whole again */
     }
     log_call(P_DISABLE, kind);
     nt_buffer_requested_t req = their_requested;

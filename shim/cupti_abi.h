@@ -36,6 +36,7 @@ enum {
     NT_ACT_DRIVER = 4,
     NT_ACT_RUNTIME = 5,
     NT_ACT_CONCURRENT_KERNEL = 10,
+    NT_ACT_MEMCPY2 = 22, /* peer-to-peer copies (between two devices' memory) */
     NT_ACT_EXTERNAL_CORRELATION = 39,
     NT_ACT_GRAPH_TRACE = 51,
 };
@@ -68,6 +69,14 @@ enum {
 #define C_CORRELATION 44  /* u32 */
 #define C_GRAPH_ID 72     /* u32 */
 #define MEMCPY_SIZE 96
+
+/* CUpti_ActivityMemcpyPtoP4 (MEMCPY2: a peer-to-peer copy), 96 bytes: copyKind, bytes, start, end, deviceId and
+ * streamId where CUpti_ActivityMemcpy6 has them (C_*); then the devices and these */
+#define P_SRC_DEVICE 44   /* u32 */
+#define P_DST_DEVICE 52   /* u32 */
+#define P_CORRELATION 60  /* u32 */
+#define P_GRAPH_ID 80     /* u32 */
+#define MEMCPY2_SIZE 96
 #define MEMSET_SIZE 88
 
 /* CUpti_ActivityAPI (DRIVER and RUNTIME records), 40 bytes */
@@ -100,6 +109,8 @@ static const uint32_t NT_DRIVER_CBIDS[] = {
     306, /* cuMemcpyAsync */ 418, /* cuMemcpyAsync_ptsz */ 276, /* cuMemcpyHtoD_v2 */
     277, /* cuMemcpyHtoDAsync_v2 */ 278, /* cuMemcpyDtoH_v2 */ 279, /* cuMemcpyDtoHAsync_v2 */
     281, /* cuMemcpyDtoDAsync_v2 */ 216, /* cuMemsetD8Async */ 220, /* cuMemsetD32Async */
+    305, /* cuMemcpy */ 408, /* cuMemcpy_ptds */ 318, /* cuMemcpyPeer */ 319, /* cuMemcpyPeerAsync */
+    409, /* cuMemcpyPeer_ptds */ 426, /* cuMemcpyPeerAsync_ptsz */
 };
 #define NT_DRIVER_CBID_SIZE 807   /* CUPTI_DRIVER_TRACE_CBID_SIZE */
 #define NT_RUNTIME_CBID_SIZE 523  /* CUPTI_RUNTIME_TRACE_CBID_SIZE */
@@ -109,7 +120,7 @@ static const uint32_t NT_RUNTIME_CBIDS[] = {
     270, /* ..._ptsz */ 311, /* cudaGraphLaunch_v10000 */ 312, /* ..._ptsz */
     31, /* cudaMemcpy_v3020 */ 41, /* cudaMemcpyAsync_v3020 */ 215, /* cudaMemcpy_ptds_v7000 */
     225, /* cudaMemcpyAsync_ptsz_v7000 */ 49, /* cudaMemset_v3020 */ 51, /* cudaMemsetAsync_v3020 */
-    235, /* cudaMemsetAsync_ptsz_v7000 */
+    235, /* cudaMemsetAsync_ptsz_v7000 */ 160, /* cudaMemcpyPeer_v4000 */ 161, /* cudaMemcpyPeerAsync_v4000 */
 };
 
 /* The callback API (cupti_callbacks.h): CUpti_CallbackDomain values, CUpti_ApiCallbackSite ENTER,
@@ -132,7 +143,7 @@ static inline uint32_t nt_rd32(const uint8_t *p, size_t off) { uint32_t v; __bui
 static inline void nt_wr64(uint8_t *p, size_t off, uint64_t v) { __builtin_memcpy(p + off, &v, 8); }
 static inline void nt_wr32(uint8_t *p, size_t off, uint32_t v) { __builtin_memcpy(p + off, &v, 4); }
 
-/* One record of timeline.bin (spec/trace-format.md, "Context tables"), 88 bytes */
+/* One record of timeline.bin (spec/trace-format.md, "Context tables"), 96 bytes */
 typedef struct {
     uint8_t kind, copy_kind;
     uint16_t flags;
@@ -142,6 +153,9 @@ typedef struct {
     int32_t probe_launch;
     uint32_t grid[3], block[3];
     uint64_t host_ns; /* appended field (record size 88): host time of the launch or copy call, 0 unknown */
+    /* appended fields (record size 96): a graph replay's executable graph (the shim's number, 1 up, in the
+     * order of their first launch) and the replay's number among that graph's (1 up); 0 unknown / no graph */
+    uint32_t graph_exec, graph_replay;
 } nt_timeline_record;
-_Static_assert(sizeof(nt_timeline_record) == 88, "timeline.bin record layout");
+_Static_assert(sizeof(nt_timeline_record) == 96, "timeline.bin record layout");
 #endif

@@ -593,7 +593,7 @@ CUresult cuGraphExecUpdate(void *exec, void *graph, void **err_node, int *result
     if (!fn) return CU_NOT_FOUND;
     give_up_plan(exec, NULL, NT_PICK_UPDATE);
     CUresult rc = fn(exec, graph, err_node, result);
-    if (rc == 0) report(G_EXEC_UPDATE, exec, graph, NULL, 0);
+    if (rc == 0) neutrino_timeline_graph_exec_gone(exec), report(G_EXEC_UPDATE, exec, graph, NULL, 0);
     return rc;
 }
 
@@ -602,7 +602,7 @@ CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *result_info) {
     if (!fn) return CU_NOT_FOUND;
     give_up_plan(exec, NULL, NT_PICK_UPDATE);
     CUresult rc = fn(exec, graph, result_info);
-    if (rc == 0) report(G_EXEC_UPDATE, exec, graph, NULL, 0);
+    if (rc == 0) neutrino_timeline_graph_exec_gone(exec), report(G_EXEC_UPDATE, exec, graph, NULL, 0);
     return rc;
 }
 
@@ -619,6 +619,7 @@ CUresult cuGraphExecDestroy(void *exec) {
     CUresult (*fn)(void *) = GREAL(GH_EXEC_DESTROY, CUresult(*)(void *));
     if (!fn) return CU_NOT_FOUND;
     neutrino_graph_pick_forget(exec);
+    neutrino_timeline_graph_exec_gone(exec);
     CUresult rc = fn(exec);
     if (rc == 0) report(G_EXEC_DESTROY, exec, NULL, NULL, 0);
     return rc;
@@ -849,8 +850,15 @@ static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
     neutrino_graph_pick_after_launch(exec, launch, where, rc == 0, &token);
     return rc;
 }
-CUresult cuGraphLaunch(void *exec, void *stream) { return graph_launch(GH_LAUNCH, 0, exec, stream); }
-CUresult cuGraphLaunch_ptsz(void *exec, void *stream) { return graph_launch(GH_LAUNCH_PTSZ, 1, exec, stream); }
+/* The timeline chooses per-node or graph-level records for the replay first (cupti.c, "graph replays"). */
+static CUresult graph_launch_recorded(int slot, int ptsz, void *exec, void *stream) {
+    neutrino_timeline_graph_launch_enter(exec);
+    CUresult rc = graph_launch(slot, ptsz, exec, stream);
+    neutrino_timeline_graph_launch_exit();
+    return rc;
+}
+CUresult cuGraphLaunch(void *exec, void *stream) { return graph_launch_recorded(GH_LAUNCH, 0, exec, stream); }
+CUresult cuGraphLaunch_ptsz(void *exec, void *stream) { return graph_launch_recorded(GH_LAUNCH_PTSZ, 1, exec, stream); }
 
 static void *const graph_hook_fns[GH_COUNT] = {
     (void *)cuGraphInstantiate_v2, (void *)cuGraphInstantiateWithFlags, (void *)cuGraphInstantiateWithParams,

@@ -55,6 +55,12 @@ void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const u
 void neutrino_timeline_launch_exit(void *entry, int rc);
 /* cupti.c: a stream (or every stream of a context; of every context with ctx NULL) is about to be destroyed. */
 void neutrino_timeline_streams_gone(void *ctx, void *stream);
+/* cupti.c: a graph replay about to be launched (graphs.c, before the driver's cuGraphLaunch): per-node records
+ * for an executable graph's first replays, one graph-level record for the later ones; then its result. An
+ * executable graph destroyed or updated: forgotten (an update's next replays are sampled again). */
+void neutrino_timeline_graph_launch_enter(void *exec);
+void neutrino_timeline_graph_launch_exit(void);
+void neutrino_timeline_graph_exec_gone(void *exec);
 
 /* argtrace.c: the arguments of a probed launch (launch_args.jsonl). */
 int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch);

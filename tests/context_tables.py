@@ -11,11 +11,14 @@ NO_NAME = 0xFFFFFFFF
 
 def timeline_record(kind, start, end, *, name_id=NO_NAME, copy_kind=0, flags=0, device=0, stream=7, tid=100,
                     correlation=0, nbytes=0, probe_launch=-1, grid=(0, 0, 0), block=(0, 0, 0),
-                    host_ns=None) -> bytes:
-    """An 80-byte record (the first writers'), or 88 bytes with `host_ns` (the appended field)."""
+                    host_ns=None, graph=None) -> bytes:
+    """An 80-byte record (the first writers'), 88 bytes with `host_ns` (the appended field), 96 with `graph`
+    ((graph_exec, graph_replay), appended after host_ns)."""
     rec = struct.pack("<BBHIIIQQQQIi3I3I", kind, copy_kind, flags, device, stream, tid, start, end, correlation,
                       nbytes, name_id, probe_launch, *grid, *block)
     assert len(rec) == 80
+    if graph is not None:
+        return rec + struct.pack("<QII", host_ns or 0, *graph)
     return rec if host_ns is None else rec + struct.pack("<Q", host_ns)
 
 
@@ -60,3 +63,23 @@ def known_run(run: Path) -> None:
     write_timeline(run, records, names)
     write_ranges(run, [range_record(2900, 4100, 2, depth=2), range_record(0, 10000, 0),
                        range_record(900, 5500, 1, depth=1)], ["step", "forward", "attn"])
+
+
+def graph_run(run: Path) -> None:
+    """Stream 7: an eager GEMM [1000, 3000]; graph #1 (flags bit 1) replays 1 and 2 sampled, node by node (TRITON
+    then GEMM: [10000, 10400] + [10400, 11000], [20000, 20500] + [20500, 21100]), replays 3 and 4 recorded whole
+    (kind 4: [30000, 31000], [40000, 41200]); a replay recorded whole of graph #2, never sampled, [50000, 50300].
+    Busy 2000 + 1000 + 1100 + 1000 + 1200 + 300 = 6600."""
+    run.mkdir(parents=True, exist_ok=True)
+    h = dict(host_ns=500)
+    records = [
+        timeline_record(1, 1000, 3000, name_id=0, correlation=1, graph=(0, 0), **h),
+        timeline_record(1, 10000, 10400, name_id=1, flags=2, correlation=50, graph=(1, 1), **h),
+        timeline_record(1, 10400, 11000, name_id=0, flags=2, correlation=50, graph=(1, 1), **h),
+        timeline_record(1, 20000, 20500, name_id=1, flags=2, correlation=51, graph=(1, 2), **h),
+        timeline_record(1, 20500, 21100, name_id=0, flags=2, correlation=51, graph=(1, 2), **h),
+        timeline_record(4, 30000, 31000, flags=2, correlation=52, nbytes=77, graph=(1, 3), **h),
+        timeline_record(4, 40000, 41200, flags=2, correlation=53, nbytes=77, graph=(1, 4), **h),
+        timeline_record(4, 50000, 50300, flags=2, correlation=60, nbytes=78, graph=(2, 1), **h),
+    ]
+    write_timeline(run, records, [GEMM, TRITON])

@@ -13,7 +13,7 @@ import pytest
 from neutrino import cli
 from neutrino.analysis import export_timeline
 from neutrino.analysis.perfetto_proto import ProtoWriter
-from tests.context_tables import GEMM, range_record, timeline_record, write_ranges, write_timeline
+from tests.context_tables import GEMM, TRITON, graph_run, range_record, timeline_record, write_ranges, write_timeline
 from tests.test_analysis_trace import BLOCK_SCHED, WARPS, section, write_trace
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -232,3 +232,28 @@ def test_vectorised_slices_decode_like_the_slow_path():
     assert all(p.track_event.categories == ["warp"] for p in begins)
     kinds = [p.track_event.type for p in trace.packet[1:]]
     assert kinds == [1, 2] * 5  # each BEGIN right before its END
+
+
+def test_graph_replays_recorded_whole_are_slices_with_their_sampled_kernels(tmp_path):
+    """A replay recorded whole is one slice on its stream's track, named for its graph, its args saying what the
+    graph's sampled replays showed (kernels per replay, span, top kernels); sampled replays' kernels are slices
+    with their graph and replay."""
+    run = write_trace(tmp_path, [])
+    graph_run(run)
+    out = tmp_path / "g.pftrace"
+    export_timeline.export_protobuf(str(run), str(out))
+    tracks, slices = decode(out)
+    on_stream = [s for s in slices if track_name(tracks, s[0]) == "GPU 0 stream 7"]
+    assert [s[1] for s in sorted(on_stream, key=lambda s: s[2])] == [
+        GEMM, TRITON, GEMM, TRITON, GEMM, "[graph #1 replay]", "[graph #1 replay]", "[graph #2 replay]"]
+    whole = [s for s in on_stream if s[1] == "[graph #1 replay]"]
+    assert [(s[2], s[3], s[4]["graph replay"]) for s in sorted(whole, key=lambda s: s[2])] == [
+        (30000, 31000, 3), (40000, 41200, 4)]
+    args = whole[0][4]
+    assert args["graph"] == 1 and "2 sampled replay(s)" in args["recorded"]
+    assert args["sampled kernels per replay"] == 2.0 and args["sampled replay span (us)"] == 1.05
+    assert args["sampled top kernels (us per replay)"] == f"{GEMM} 0.600; {TRITON} 0.450"
+    never = next(s for s in on_stream if s[1] == "[graph #2 replay]")
+    assert "no sampled replay" in never[4]["recorded"]
+    node = next(s for s in on_stream if s[1] == TRITON and s[2] == 20000)
+    assert (node[4]["graph"], node[4]["graph replay"]) == (1, 2)

@@ -9,8 +9,8 @@ import pytest
 
 from neutrino.analysis import context, ranks, report
 from neutrino.maps import TraceError
-from tests.context_tables import GEMM, NCCL, TRITON, known_run, range_record, timeline_record, write_ranges, \
-    write_timeline
+from tests.context_tables import GEMM, NCCL, TRITON, graph_run, known_run, range_record, timeline_record, \
+    write_ranges, write_timeline
 
 
 def test_reader_follows_the_contract(tmp_path):
@@ -193,3 +193,46 @@ def test_probed_launch_ranges_from_the_timeline_host_time(tmp_path):
                             range_record(900, 5500, 1, depth=1)], ["step", "forward", "attn"])
     (tmp_path / "launch_args.jsonl").write_text('{"launch": 1, "argset": 0, "tid": 100, "host_ns": 950}\n')
     assert nr.launch_ranges(tmp_path) == {0: ["step", "forward", "attn"], 1: ["step", "forward"]}
+
+
+def test_graph_replays_recorded_whole_with_their_sampled_kernels(tmp_path):
+    """Replays recorded whole are rows of their own (`[graph #N replay]`, origin graph) in the busy time; the
+    kernel rows hold the sampled replays' kernels; per graph, the sampled replays' figures (tests/context_tables.py
+    graph_run has the known answers)."""
+    graph_run(tmp_path)
+    ctx = context.load(tmp_path)
+    assert (ctx.kernels, ctx.busy_ns, ctx.window_ns) == (5, 6600, 49300)
+    rows = {r.name: r for r in ctx.rows}
+    assert [r.name for r in ctx.rows] == [GEMM, "[graph #1 replay]", TRITON, "[graph #2 replay]"]
+    assert (rows["[graph #1 replay]"].origin, rows["[graph #1 replay]"].count, rows["[graph #1 replay]"].total_ns) \
+        == ("graph", 2, 2200)
+    assert (rows[GEMM].count, rows[GEMM].total_ns, rows[TRITON].count, rows[TRITON].total_ns) == (3, 3200, 2, 900)
+    g1, g2 = ctx.graphs
+    assert (g1.graph, g1.sampled, g1.whole, g1.whole_ns, g1.whole_mean_ns) == (1, 2, 2, 2200, 1100.0)
+    assert (g1.sampled_mean_ns, g1.nodes, g1.top) == (1050.0, 2.0, ((GEMM, 600.0), (TRITON, 450.0)))
+    assert (g2.graph, g2.sampled, g2.whole, g2.whole_ns, g2.top) == (2, 0, 1, 300, ())
+    text = "\n".join(context.render(ctx))
+    assert "3 graph replay(s) recorded whole" in text.splitlines()[0]
+    assert "per graph, what its sampled replays" in text and "#1" in text
+    numbers = context.graph_numbers(ctx)
+    assert numbers[0]["whole_replays"] == 2 and numbers[0]["top_sampled"][0] == {"name": GEMM, "ns_per_replay": 600.0}
+
+
+def test_report_json_has_the_graph_replays(tmp_path, capsys):
+    run = tmp_path / "run"
+    graph_run(run)
+    (run / "event.log").write_text(json.dumps({"event": "start", "time": 0, "pid": 1}) + "\n")
+    assert report.main(str(run), output_format="json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [g["graph"] for g in doc["gpu_time"]["graph_replays"]] == [1, 2]
+    assert doc["gpu_time"]["graph_replays"][0]["sampled_mean_ns"] == 1050.0
+
+
+def test_older_records_without_graph_fields_read_as_unknown(tmp_path):
+    """88-byte records (before graph_exec / graph_replay): a replay recorded whole is `[graph replay]`, and no
+    graph figures are made (its graph is unknown)."""
+    write_timeline(tmp_path, [timeline_record(4, 100, 400, flags=2, host_ns=50),
+                              timeline_record(1, 500, 900, name_id=0, host_ns=60)], [GEMM])
+    ctx = context.load(tmp_path)
+    assert [r.name for r in ctx.rows] == [GEMM, "[graph replay]"] and ctx.busy_ns == 700
+    assert len(ctx.graphs) == 1 and (ctx.graphs[0].graph, ctx.graphs[0].sampled, ctx.graphs[0].whole) == (0, 0, 1)

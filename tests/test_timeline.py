@@ -254,7 +254,8 @@ def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level,
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"], env=env)
     start = _one(events, "timeline")
     assert start["enabled"] and start["version"] == 130001 and start["library"] == str(fakes / "libcupti.so.13")
-    full = {"concurrent_kernel", "memcpy", "memset", "external_correlation"}
+    full = {"concurrent_kernel", "memcpy", "memset", "memcpy_peer", "external_correlation"}  # no graph_trace: replays
+    # come node by node unless NEUTRINO_TIMELINE_GRAPH_NODES=N asks for sampling
     assert set(start["kinds"]) == (full if level else full - {"external_correlation"})
     tl = read_timeline(run)
     kernels = tl[tl["kind"] == 1]
@@ -743,3 +744,247 @@ def test_launch_hooks_join_older_launches_first_after_a_reset(tmp_path, fakes, r
     assert (kernels["tid"] > 0).all() and (np.diff(kernels["host_ns"].astype(np.int64)) > 0).all()
     counts = _one(events, "timeline_counts")
     assert counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+
+
+def _replays_by_kind(tl):
+    """(graph_exec, graph_replay) -> 'nodes' (kernel records, how many) or 'whole' (one kind-4 record)."""
+    out = {}
+    for rec in tl[(tl["flags"] & FLAG_GRAPH) != 0]:
+        key = (int(rec["graph_exec"]), int(rec["graph_replay"]))
+        if rec["kind"] == GRAPH_REPLAY:
+            assert key not in out, key  # one record per replay recorded whole, and never with node records
+            out[key] = "whole"
+        else:
+            assert out.get(key, 0) != "whole", key
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("nodes, expected", [
+    (None, {r: 2 for r in range(1, 7)}),  # the default: every replay node by node
+    ("3", {r: (2 if r <= 3 else "whole") for r in range(1, 7)}),
+    ("2", {r: (2 if r <= 2 else "whole") for r in range(1, 7)}),
+    ("all", {r: 2 for r in range(1, 7)}),
+    ("0", {r: "whole" for r in range(1, 7)}),
+])
+def test_graph_replays_sampled_then_whole(tmp_path, fakes, nodes, expected):
+    """NEUTRINO_TIMELINE_GRAPH_NODES=N: each executable graph's first N replays come node by node (every kernel node
+    a kernel record, flags bit 1), its later ones as one graph-level record each (kind 4); every record of a replay
+    carries the graph's number and the replay's (graph_exec, graph_replay), joined by the cuGraphLaunch call's
+    correlation id. Two cycles: the second executable graph is another (number 2) even at the first one's address.
+    GRAPH_TRACE is switched only where a replay wants the other kind than the one before (twice a cycle)."""
+    env = {"GRAPH_APP_KERNELS": "2"}
+    if nodes is not None:
+        env["NEUTRINO_TIMELINE_GRAPH_NODES"] = nodes
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "6"],
+                       "--no-graphs", env=env)
+    start = _one(events, "timeline")
+    mode = {None: "nodes", "3": "sampled:3", "2": "sampled:2", "all": "nodes", "0": "graphs"}[nodes]
+    assert start["graph_records"] == mode and ("graph_trace" in start["kinds"]) == (nodes not in (None, "all"))
+    tl = read_timeline(run, graphs=True)
+    got = _replays_by_kind(tl)
+    assert got == {(g, r): kind for g in (1, 2) for r, kind in expected.items()}
+    graph = tl[(tl["flags"] & FLAG_GRAPH) != 0]
+    pid = int(_one(events, "start")["pid"])
+    assert (graph["tid"] == pid).all() and (graph["host_ns"] > 0).all() and (graph["host_ns"] <= graph["start_ns"]).all()
+    for key in got:  # the records of one replay share its launch's correlation id, and no other replay has it
+        mine = graph[(graph["graph_exec"] == key[0]) & (graph["graph_replay"] == key[1])]
+        assert len(set(mine["correlation"].tolist())) == 1
+    assert len(set(graph["correlation"].tolist())) == 12
+    eager = tl[(tl["flags"] & FLAG_GRAPH) == 0]
+    assert (eager["kind"] != GRAPH_REPLAY).all() and (eager["graph_exec"] == 0).all() and (eager["kind"] == 1).sum() == 1
+    counts = _one(events, "timeline_counts")
+    whole = sum(v == "whole" for v in got.values())
+    assert counts["graph_replays"] == whole and counts["kernels"] == 1 + 2 * (12 - whole)
+    if nodes in (None, "all"):
+        assert counts["graph_replays_sampled"] == counts["graph_replays_whole"] == counts["graph_trace_switches"] == 0
+    else:
+        assert (counts["graph_replays_sampled"], counts["graph_replays_whole"]) == (12 - whole, whole)
+        assert counts["graph_trace_switches"] == (4 if nodes in ("3", "2") else 0)
+        assert (counts["graph_trace_switch_ns"] > 0) == (counts["graph_trace_switches"] > 0)  # timed
+
+
+def test_graph_replays_of_two_graphs_interleaved_and_an_update(tmp_path, fakes):
+    """Two executable graphs of one capture replayed in turn (A1 B1 A2 B2 ...), and A updated (cuGraphExecUpdate)
+    before its replay 4: each graph counts its own replays; the update makes A another graph to the timeline
+    (a new number), sampled again. GRAPH_TRACE switches off at the first replay of each graph new to the timeline
+    while it is on, and on again at the first replay past the sampled ones."""
+    env = {"GRAPH_APP_TWIN": "graph", "GRAPH_APP_UPDATE_AT": "3", "NEUTRINO_TIMELINE_GRAPH_NODES": "2"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "6"],
+                       "--no-graphs", env=env)
+    got = _replays_by_kind(read_timeline(run, graphs=True))
+    sampled = {key for key, kind in got.items() if kind != "whole"}
+    # A is graph 1 (replays 1-3), then graph 3 after its update (its replays 1-3); B is graph 2 (replays 1-6)
+    assert sorted(got) == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3), (2, 4), (2, 5), (2, 6), (3, 1), (3, 2), (3, 3)]
+    assert sampled == {(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)}
+    counts = _one(events, "timeline_counts")
+    # launch order A1 B1 A2 B2 A3 B3 A'1 B4 A'2 B5 A'3 B6: off at A1, on at A3, off at A'1, on at B4, off at A'2,
+    # on at B5
+    assert counts["graph_trace_switches"] == 6
+
+
+def test_benchmark_graph_check_reads_a_sampled_run(tmp_path, fakes):
+    """benchmarks/timeline_cost.py --suite ends with a check of the sampled graph records (its `graph_check`):
+    on a run with known replays it counts, per graph, the replays with node records and those recorded whole."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("timeline_cost", HERE.parent / "benchmarks" / "timeline_cost.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "7"], "--no-graphs",
+         env={"GRAPH_APP_KERNELS": "3", "NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
+    lines = bench.graph_check(str(tmp_path / "trace"))
+    assert lines[0].startswith("graph check: graph_records=sampled:3; launched sampled 3, whole 4, GRAPH_TRACE switches 2 (")
+    assert "graph records without graph_exec 0 of 13" in lines[0]
+    assert lines[1].startswith("  graph 1: replays with node records 3 (replays [1, 2, 3], kernel records each [3]")
+    assert lines[1].endswith("replays recorded whole 4 (median 3.0 us), both 0")
+
+
+@pytest.mark.parametrize("streams", ["2", "1"])
+def test_threads_streams_two_devices_peer_copies_and_profiler_calls(tmp_path, fakes, streams):
+    """What an outside checker tries on a program we have not seen: three host threads launching at once on two
+    devices and two streams (launch i on device i % 2: its NULL stream, CUPTI id 7 on every device, or a stream
+    made, id 13), a peer-to-peer copy after each launch (MEMCPY2 records, copy kind PtoP), and cuProfilerStop /
+    cuProfilerStart calls around them (passed through: the timeline records everything). Every kernel and copy
+    has its device, stream, thread and host time (the launch hooks' queues are per device too: a record never
+    takes another device's entry: with one stream, both devices' NULL streams), and the report's first section and
+    the Perfetto export place them so."""
+    env = {"FAKEAPP_THREADS": "3", "FAKEAPP_STREAMS": streams, "FAKEAPP_DEVICES": "2", "FAKECUDA_CC": "90,90",
+           "FAKEAPP_PEER": "1", "FAKEAPP_PROFILER": "1", "FAKECUPTI_BUFFER": "3000"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "8"],
+                       "--launches", "0:1", env=env)
+    assert "memcpy_peer" in _one(events, "timeline")["kinds"]
+    tl = read_timeline(run)
+    kernels, copies = tl[tl["kind"] == 1], tl[(tl["kind"] == 2) & (tl["copy_kind"] == 10)]
+    assert len(kernels) == 25 and len(copies) == 25
+    made = int(kernels["stream"][kernels["device"] == 1][0])  # the stream the app made (the fake's ids: 13 up)
+    assert made > 7 if streams == "2" else made == 7
+    for part in (kernels, copies):
+        assert sorted(set(zip(part["device"].tolist(), part["stream"].tolist()))) == [(0, 7), (1, made)]
+        assert int((part["device"] == 0).sum()) == 13
+        assert (part["tid"] > 0).all() and (part["host_ns"] > 0).all()
+        lag = part["start_ns"].astype(np.int64) - part["host_ns"].astype(np.int64)
+        assert (lag >= 0).all() and np.median(lag) < 10**7  # (the probed first launch is built in between)
+    assert len(set(kernels["tid"].tolist())) == 4  # the main thread's first launch, then the three threads
+    assert sorted(collections.Counter(kernels["tid"].tolist()).values()) == [1, 8, 8, 8]
+    assert collections.Counter(copies["tid"].tolist()) == collections.Counter(kernels["tid"].tolist())
+    counts = _one(events, "timeline_counts")
+    assert counts["hook_joined"] == 25 + 2 and counts["hook_passed_over"] == 0 and counts["no_thread"] == 0
+    assert counts["memcpys"] == 25 + int((tl["kind"] == 2).sum()) - 25
+
+    from neutrino.analysis import context, export_timeline
+    from tests.test_export_perfetto import decode, track_name
+
+    ctx = context.load(run)
+    rows = {r.name: r for r in ctx.rows}
+    assert ctx.devices == 2 and (rows["saxpy4"].count, rows["saxpy4"].origin) == (25, "other")
+    assert (rows["[memcpy PtoP]"].count, rows["[memcpy PtoP]"].origin) == (25, "copy")
+    out = tmp_path / "t.pftrace"
+    export_timeline.export_protobuf(str(run), str(out))
+    tracks, slices = decode(out)
+    per_track = collections.Counter(track_name(tracks, s[0]) for s in slices if s[1] in ("saxpy4", "[memcpy PtoP]"))
+    assert per_track == {"GPU 0 stream 7": 26, f"GPU 1 stream {made}": 24}  # tracks per (device, stream)
+    assert {s[4]["tid"] for s in slices if s[1] == "saxpy4"} == set(kernels["tid"].tolist())
+
+
+def test_graph_replays_node_by_node_while_the_program_records_kernels(tmp_path, fakes):
+    """GRAPH_TRACE is the process's, so while the program's own profiler records kernels (Kineto enabling
+    CONCURRENT_KERNEL) the shim keeps it off: every replay then comes node by node, in its records and ours;
+    once the program disables them, replays past the sampled ones are recorded whole again."""
+    env = {"NEUTRINO_TIMELINE_GRAPH_NODES": "2", "GRAPH_APP_PROFILE_AT": "4", "GRAPH_APP_PROFILE_OFF_AT": "6"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "8"],
+                       "--no-graphs", env=env)
+    got = _replays_by_kind(read_timeline(run, graphs=True))
+    assert got == {(1, r): (1 if r in (1, 2, 5, 6) else "whole") for r in range(1, 9)}
+    counts = _one(events, "timeline_counts")
+    assert (counts["graph_replays_sampled"], counts["graph_replays_whole"], counts["graph_trace_switches"]) == (4, 4, 4)
+
+
+def test_sampled_replays_without_node_records_are_said(tmp_path, fakes):
+    """If CUPTI kept recording replays whole after GRAPH_TRACE was switched off (FAKECUPTI_GRAPH_TRACE_STICKY: what
+    the GPU test checks CUPTI does not do), the replays launched to be sampled come without node records: the
+    exit says so in one event with the variable that records every replay node by node."""
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "5"],
+                       "--no-graphs", env={"FAKECUPTI_GRAPH_TRACE_STICKY": "1", "NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
+    note = _one(events, "timeline_graph_records")
+    assert (note["sampled_launched"], note["missing"]) == (3, 3) and "NEUTRINO_TIMELINE_GRAPH_NODES=all" in note["note"]
+    assert _one(events, "timeline_counts")["graph_replays_with_nodes"] == 0
+    run, events = _run(tmp_path / "b", fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1",
+                                               "5"], "--no-graphs", env={"NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
+    assert not [e for e in events if e["event"] == "timeline_graph_records"]
+    assert _one(events, "timeline_counts")["graph_replays_with_nodes"] == 3
+
+
+@pytest.mark.parametrize("keep", ["", "1"])
+def test_graph_numbers_with_a_small_table(tmp_path, fakes, keep):
+    """NEUTRINO_TIMELINE_GRAPH_EXECS=64: 60 cycles of an executable graph made, replayed twice, destroyed: every one
+    gets its own number (the slots of destroyed ones are reclaimed) and is sampled. With all 60 alive at once
+    (GRAPH_APP_KEEP_EXECS) the table holds 48 (3/4 of it): the later ones go unnumbered and are recorded whole."""
+    env = {"NEUTRINO_TIMELINE_GRAPH_EXECS": "64", "GRAPH_APP_KEEP_EXECS": keep, "NEUTRINO_TIMELINE_GRAPH_NODES": "3"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "60",
+                                         "2"], "--no-graphs", env=env)
+    tl = read_timeline(run, graphs=True)
+    graph = tl[(tl["flags"] & FLAG_GRAPH) != 0]
+    numbered = graph[graph["graph_exec"] > 0]
+    nodes = graph[graph["kind"] == 1]
+    if not keep:
+        assert sorted(set(numbered["graph_exec"].tolist())) == list(range(1, 61)) and len(graph) == len(numbered) == 120
+        assert len(nodes) == 120
+    else:
+        assert sorted(set(numbered["graph_exec"].tolist())) == list(range(1, 49)) and len(nodes) == 96
+        unnumbered = graph[graph["graph_exec"] == 0]
+        assert len(unnumbered) == 24 and (unnumbered["kind"] == GRAPH_REPLAY).all()
+
+
+def test_threads_on_two_devices_each_kernel_in_its_own_threads_ranges(tmp_path, fakes):
+    """Three threads launching on two devices, each launch i inside neutrino.annotate("annot{i%2}") and an NVTX
+    range "nvtx{i}" on its own thread (the fake NVTX library): every kernel's enclosing ranges are its own
+    launch's, on its launching thread, in the timeline's lookup, the report's range column and the Perfetto
+    export's thread tracks."""
+    nvtx = tmp_path / "libfakenvtx.so"
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(nvtx), str(HERE / "fakenvtx" / "fakenvtx.c"), "-ldl"],
+                   check=True)
+    env = {"FAKEAPP_THREADS": "3", "FAKEAPP_DEVICES": "2", "FAKECUDA_CC": "90,90", "FAKEAPP_NVTX": str(nvtx),
+           "PYTHONPATH": str(HERE.parent)}
+    run, events = _run(tmp_path / "r", fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                       "--launches", "0:1", env=env)
+    from neutrino import ranges as nr
+
+    tl = read_timeline(run)
+    around = nr.timeline_ranges(run)
+    ranges = nr.read_ranges(run)
+    by_name = {str(r["name"]): r for r in ranges}
+    kernels = [(tl[i], around[i]) for i in range(len(tl)) if tl["kind"][i] == 1]
+    assert len(kernels) == 19
+    seen = set()
+    for rec, names in kernels:
+        assert len(names) == 2 and names[1].startswith("nvtx"), names
+        i = int(names[1][4:])
+        assert names[0] == f"annot{i % 2}" and int(rec["device"]) == i % 2
+        assert int(by_name[names[1]]["tid"]) == int(rec["tid"])  # the range of its own launching thread
+        seen.add(i)
+    assert seen == set(range(19))
+
+    from neutrino.analysis import context, export_timeline
+    from tests.test_export_perfetto import decode, track_name
+
+    ctx = context.load(run)
+    (row,) = [r for r in ctx.rows if r.name == "saxpy4"]
+    assert row.count == 19 and row.range.startswith("nvtx")  # innermost: each launch its own (1 of 19 each)
+    out = tmp_path / "t.pftrace"
+    export_timeline.export_protobuf(str(run), str(out))
+    tracks, slices = decode(out)
+    threads = {track_name(tracks, s[0]) for s in slices if s[1].startswith("nvtx")}
+    assert threads == {f"thread {t}" for t in set(tl["tid"][tl["kind"] == 1].tolist())}
+    assert collections.Counter(s[1][:5] for s in slices if s[1].startswith("annot")) == {"annot": 19}
+
+
+def test_pause_ways_for_the_graph_benchmark(tmp_path, fakes):
+    """The benchmark's in-process A/B (NEUTRINO_BENCH_AB_WAYS=graphs) switches the recording between replays of one
+    graph: way 5 records every replay node by node, 0 goes back to the default (replays past the sampled ones
+    whole), 1 pauses (no record)."""
+    env = {"NEUTRINO_TIMELINE_GRAPH_NODES": "2", "GRAPH_APP_PAUSE": "3:5,5:0,7:1"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "8"],
+                       "--no-graphs", env=env)
+    got = _replays_by_kind(read_timeline(run, graphs=True))
+    assert got == {(1, 1): 1, (1, 2): 1, (1, 3): "whole", (1, 4): 1, (1, 5): 1, (1, 6): "whole", (1, 7): "whole"}

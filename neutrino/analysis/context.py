@@ -26,6 +26,7 @@ from neutrino import ranges as run_ranges  # the one reader of ranges.bin and la
 from neutrino import timeline as run_timeline  # the one reader of timeline.bin
 
 KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = run_timeline.KERNEL, run_timeline.MEMCPY, run_timeline.MEMSET
+KIND_GRAPH = run_timeline.GRAPH_REPLAY  # a graph replay recorded whole (one record, its nodes not recorded)
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 10: "PtoP"}
 FLAG_PROBED, FLAG_GRAPH = run_timeline.FLAG_PROBED, run_timeline.FLAG_GRAPH
 RANGES_DTYPE = run_ranges.record_dtype()
@@ -34,12 +35,12 @@ query_points = run_ranges.timeline_query_points
 read_launch_hosts = run_ranges.read_launch_hosts
 
 
-def read_timeline(run_dir, *, untimed: bool = False) -> np.ndarray | None:
-    """neutrino.timeline's records of the run (records without GPU time only with untimed=True); None
-    when the run has no timeline.bin."""
+def read_timeline(run_dir, *, untimed: bool = False, graphs: bool = False) -> np.ndarray | None:
+    """neutrino.timeline's records of the run (records without GPU time only with untimed=True; graph replays
+    recorded whole, kind KIND_GRAPH, only with graphs=True); None when the run has no timeline.bin."""
     if not (Path(run_dir) / "timeline.bin").exists():
         return None
-    return run_timeline.read_timeline(run_dir, untimed=untimed)
+    return run_timeline.read_timeline(run_dir, untimed=untimed, graphs=graphs)
 
 
 def read_ranges(run_dir) -> np.ndarray | None:
@@ -113,6 +114,20 @@ class KernelTime:
 
 
 @attrs.frozen
+class GraphTime:
+    """One executable graph of the run (graph_exec): its replays recorded node by node (sampled) and whole."""
+
+    graph: int  # graph_exec: the shim's number of the executable graph
+    sampled: int  # replays with node records
+    whole: int  # replays recorded whole (one record each)
+    whole_ns: int  # their total GPU time
+    whole_mean_ns: float
+    sampled_mean_ns: float  # a sampled replay's span, first node's start to last node's end, mean
+    nodes: float  # kernel records per sampled replay, mean
+    top: tuple  # (kernel name, mean ns per sampled replay), by that time, largest first (at most 3)
+
+
+@attrs.frozen
 class Context:
     kernels: int  # kernel records
     probed: int  # kernel records that ran probed code
@@ -124,6 +139,7 @@ class Context:
     ranges: int  # ranges in ranges.bin (0: none recorded)
     rows: tuple  # KernelTime, by total time, largest first
     untimed: int = 0  # records without GPU time (flags bit 2, or a 0 time): counted, in no time sum
+    graphs: tuple = ()  # GraphTime of each executable graph with a replay recorded whole, by graph number
 
 
 def activity_names(timeline: np.ndarray) -> np.ndarray:
@@ -134,7 +150,39 @@ def activity_names(timeline: np.ndarray) -> np.ndarray:
     names = names.copy()
     names[kind == KIND_MEMCPY] = np.array(copy, dtype=object) if copy else names[kind == KIND_MEMCPY]
     names[kind == KIND_MEMSET] = "[memset]"
+    whole = np.flatnonzero(kind == KIND_GRAPH)
+    if len(whole):
+        execs = timeline["graph_exec"][whole].tolist() if "graph_exec" in timeline.dtype.names else [0] * len(whole)
+        names[whole] = np.array([f"[graph #{g} replay]" if g else "[graph replay]" for g in execs], dtype=object)
     return names
+
+
+def graph_times(timeline: np.ndarray) -> tuple:
+    """Per executable graph with replays recorded whole: those replays' time, and what its sampled replays
+    (node records of the same graph_exec) say about its nodes. Records without GPU time are left out."""
+    if "graph_exec" not in (timeline.dtype.names or ()):
+        return ()
+    timed = timeline[has_gpu_time(timeline) & ((timeline["flags"] & FLAG_GRAPH) != 0)]
+    out = []
+    for g in np.unique(timed["graph_exec"][timed["kind"] == KIND_GRAPH]).tolist():
+        mine = timed[timed["graph_exec"] == g]
+        whole = mine[mine["kind"] == KIND_GRAPH]
+        nodes = mine[mine["kind"] != KIND_GRAPH]
+        whole_ns = int((whole["end_ns"].astype(np.int64) - whole["start_ns"].astype(np.int64)).sum())
+        replays = np.unique(nodes["graph_replay"]) if g else np.zeros(0)
+        spans, per_name = [], Counter()
+        for r in replays.tolist():
+            rec = nodes[nodes["graph_replay"] == r]
+            spans.append(int(rec["end_ns"].max()) - int(rec["start_ns"].min()))
+        for name, dur in zip(activity_names(nodes).tolist(),
+                             (nodes["end_ns"].astype(np.int64) - nodes["start_ns"].astype(np.int64)).tolist()):
+            per_name[name] += dur
+        n = len(replays)
+        top = tuple((name, total / n) for name, total in sorted(per_name.items(), key=lambda kv: (-kv[1], kv[0]))[:3]) if n else ()
+        out.append(GraphTime(graph=int(g), sampled=n, whole=len(whole), whole_ns=whole_ns,
+                             whole_mean_ns=whole_ns / len(whole), sampled_mean_ns=float(np.mean(spans)) if spans else 0.0,
+                             nodes=len(nodes) / n if n else 0.0, top=top))
+    return tuple(out)
 
 
 def summarize(timeline: np.ndarray, ranges: np.ndarray | None,
@@ -161,7 +209,8 @@ def summarize(timeline: np.ndarray, ranges: np.ndarray | None,
         n_timed = int(np.count_nonzero(timed[idx]))
         under = Counter(str(range_names[j]) if j >= 0 else "" for j in enclosing[idx].tolist())
         top, top_n = max(under.items(), key=lambda kv: (kv[1], kv[0] != ""))
-        row_origin = origin(name) if kind[idx[0]] == KIND_KERNEL else ("copy" if kind[idx[0]] == KIND_MEMCPY else "memset")
+        row_origin = (origin(name) if kind[idx[0]] == KIND_KERNEL else "copy" if kind[idx[0]] == KIND_MEMCPY
+                      else "graph" if kind[idx[0]] == KIND_GRAPH else "memset")
         rows.append(KernelTime(name=name, origin=row_origin, count=len(idx),
                                probed=int(np.count_nonzero(timeline["flags"][idx] & FLAG_PROBED)),
                                total_ns=total, share=total / busy if busy else float("nan"),
@@ -173,14 +222,14 @@ def summarize(timeline: np.ndarray, ranges: np.ndarray | None,
                    copies=int((kind == KIND_MEMCPY).sum()), memsets=int((kind == KIND_MEMSET).sum()),
                    busy_ns=busy, window_ns=int(end[timed].max() - start[timed].min()) if timed.any() else 0,
                    devices=len(np.unique(timeline["device"])), ranges=0 if ranges is None else len(ranges),
-                   rows=tuple(rows), untimed=int(np.count_nonzero(~timed)))
+                   rows=tuple(rows), untimed=int(np.count_nonzero(~timed)), graphs=graph_times(timeline))
 
 
 def load(run_dir) -> Context | None:
     """The context of a run directory; None when it has no timeline.bin."""
     if not run_dir or not os.path.isdir(run_dir):
         return None
-    timeline = read_timeline(run_dir, untimed=True)
+    timeline = read_timeline(run_dir, untimed=True, graphs=True)
     if timeline is None:
         return None
     return summarize(timeline, read_ranges(run_dir), read_launch_hosts(run_dir))
@@ -190,8 +239,9 @@ def render(ctx: Context, top: int = 15) -> list[str]:
     """The report's opening section: a headline and the top rows by total GPU time."""
     from neutrino.analysis.tables import format_table, short
 
+    whole = f", {sum(g.whole for g in ctx.graphs)} graph replay(s) recorded whole" if ctx.graphs else ""
     head = (f"[where GPU time went] {ctx.kernels} kernel launch(es) ({ctx.probed} probed), {ctx.copies} copies, "
-            f"{ctx.memsets} memsets on {ctx.devices} device(s): GPU busy {ctx.busy_ns / 1e3:.1f} us "
+            f"{ctx.memsets} memsets{whole} on {ctx.devices} device(s): GPU busy {ctx.busy_ns / 1e3:.1f} us "
             f"of a {ctx.window_ns / 1e3:.1f} us window")
     rows = []
     for r in ctx.rows[:top]:
@@ -209,7 +259,25 @@ def render(ctx: Context, top: int = 15) -> list[str]:
                    "left out of every time, share and the window)")
     if not ctx.ranges:
         out.append("(no ranges recorded: ranges.bin is absent or empty)")
+    out += render_graphs(ctx.graphs)
     return out
+
+
+def render_graphs(graphs: tuple) -> list[str]:
+    """The graphs with replays recorded whole (`[graph #N replay]` rows): their kernels as the sampled replays
+    (each graph's first replays, recorded node by node) showed them."""
+    if not graphs:
+        return []
+    from neutrino.analysis.tables import format_table, short
+
+    whole = sum(g.whole for g in graphs)
+    rows = [[f"#{g.graph}" if g.graph else "?", str(g.sampled), str(g.whole), f"{g.whole_mean_ns / 1e3:.2f}",
+             f"{g.sampled_mean_ns / 1e3:.2f}" if g.sampled else "-", f"{g.nodes:.1f}" if g.sampled else "-",
+             ", ".join(f"{short(name, 40)} {ns / 1e3:.2f}" for name, ns in g.top) or "-"] for g in graphs]
+    return [f"({whole} graph replay(s) recorded whole, one record each: their kernels are not in the rows above; "
+            "per graph, what its sampled replays (recorded node by node) showed, per replay:)",
+            format_table(["graph", "sampled", "whole", "whole mean (us)", "sampled mean (us)", "kernels",
+                          "top kernels, sampled (us per replay)"], rows, left=(0, 6))]
 
 
 def numbers(ctx: Context) -> list[dict]:
@@ -217,3 +285,10 @@ def numbers(ctx: Context) -> list[dict]:
     return [{"name": r.name, "origin": r.origin, "count": r.count, "probed": r.probed, "total_ns": r.total_ns,
              "share": r.share, "mean_ns": r.mean_ns, "range": r.range or None, "range_launches": r.range_launches}
             for r in ctx.rows]
+
+
+def graph_numbers(ctx: Context) -> list[dict]:
+    """The graphs with replays recorded whole, as numbers (`report --format json`: `graph_replays`)."""
+    return [{"graph": g.graph, "sampled_replays": g.sampled, "whole_replays": g.whole, "whole_ns": g.whole_ns,
+             "whole_mean_ns": g.whole_mean_ns, "sampled_mean_ns": g.sampled_mean_ns, "kernels_per_replay": g.nodes,
+             "top_sampled": [{"name": n, "ns_per_replay": ns} for n, ns in g.top]} for g in ctx.graphs]

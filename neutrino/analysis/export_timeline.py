@@ -182,6 +182,8 @@ def write_timeline(writer: ProtoWriter, process: int, timeline: np.ndarray | Non
         return probed
     streams = StreamTracks(writer, process)
     names = context.activity_names(timeline)
+    sampled = {g.graph: g for g in context.graph_times(timeline)}
+    has_graphs = "graph_exec" in (timeline.dtype.names or ())
     for i in range(len(timeline)):
         rec = timeline[i]
         if only_probed and int(rec["probe_launch"]) < 0:
@@ -189,9 +191,13 @@ def write_timeline(writer: ProtoWriter, process: int, timeline: np.ndarray | Non
         start, end = int(rec["start_ns"]), max(int(rec["start_ns"]), int(rec["end_ns"]))
         track = streams.place(int(rec["device"]), int(rec["stream"]), start, end)
         args = {"correlation": int(rec["correlation"]), "tid": int(rec["tid"])}
+        if has_graphs and int(rec["graph_exec"]):
+            args.update({"graph": int(rec["graph_exec"]), "graph replay": int(rec["graph_replay"])})
         if rec["kind"] == context.KIND_KERNEL:
             args.update(grid="x".join(map(str, rec["grid"].tolist())), block="x".join(map(str, rec["block"].tolist())),
                         origin=context.origin(str(rec["name"])))
+        elif rec["kind"] == context.KIND_GRAPH:
+            args.update(graph_replay_args(sampled.get(int(rec["graph_exec"])) if has_graphs else None))
         else:
             args["bytes"] = int(rec["bytes"])
         if int(rec["probe_launch"]) >= 0:
@@ -199,6 +205,16 @@ def write_timeline(writer: ProtoWriter, process: int, timeline: np.ndarray | Non
             probed[int(rec["probe_launch"])] = (track, start, end)
         writer.slice(track, str(names[i]), start, end, args, category="gpu")
     return probed
+
+
+def graph_replay_args(graph) -> dict:
+    """A replay recorded whole: what the sampled replays of its graph (context.GraphTime) showed of its nodes."""
+    if graph is None or not graph.sampled:
+        return {"recorded": "whole (one record: its kernels not recorded, and no sampled replay of this graph)"}
+    return {"recorded": f"whole (one record); kernels from {graph.sampled} sampled replay(s) of this graph",
+            "sampled kernels per replay": round(graph.nodes, 1),
+            "sampled replay span (us)": round(graph.sampled_mean_ns / 1e3, 3),
+            "sampled top kernels (us per replay)": "; ".join(f"{name} {ns / 1e3:.3f}" for name, ns in graph.top)}
 
 
 def block_results(trace, launches):
@@ -266,7 +282,7 @@ def write_run(writer: ProtoWriter, pid: int, label: str, trace, launches, placem
     run_dir = str(getattr(trace, "path", ""))
     timeline = ranges = None
     try:
-        timeline = context.read_timeline(run_dir)
+        timeline = context.read_timeline(run_dir, graphs=True)
         ranges = context.read_ranges(run_dir)
     except (NeutrinoError, OSError, ValueError) as e:
         warn(f"{label}: context tables left out: {e}")
@@ -305,4 +321,4 @@ def export_protobuf(trace_dir: str, out_path: str) -> str:
 
 
 __all__ = ["export_protobuf", "write_run", "write_probed", "BlockTracks", "Placement", "StreamTracks", "block_clock", "block_results", "write_blocks",
-           "write_ranges", "write_timeline"]
+           "write_ranges", "write_timeline", "graph_replay_args"]

@@ -258,7 +258,8 @@ def render_json(report: Report, rows: list[dict] | None = None) -> str:
         from neutrino.analysis import context
 
         doc["gpu_time"] = {"busy_ns": report.context.busy_ns, "window_ns": report.context.window_ns,
-                           "untimed": report.context.untimed, "rows": context.numbers(report.context)}
+                           "untimed": report.context.untimed, "rows": context.numbers(report.context),
+                           "graph_replays": context.graph_numbers(report.context)}
     return json.dumps(doc, indent=2) + "\n"
 
 

@@ -1,4 +1,7 @@
-"""Reaches the (fake) driver like PyTorch/Triton do: dlopen + dlsym (ctypes). usage: app.py PTXFILE KERNEL LAUNCHES"""
+"""Reaches the (fake) driver like PyTorch/Triton do: dlopen + dlsym (ctypes). usage: app.py PTXFILE KERNEL LAUNCHES
+
+FAKEAPP_PEER=1: a peer-to-peer copy (cuMemcpyPeerAsync, 256 bytes) after each launch, from its device to the next,
+on its stream; FAKEAPP_PROFILER=1: cuProfilerStop and cuProfilerStart before the launches, cuProfilerStop after."""
 import ctypes as C
 import os
 import sys
@@ -33,6 +36,9 @@ def launch_all(ptx_path, kernel, n):
         assert cu.cuStreamCreate(C.byref(st), 1) == 0
         streams.append(st)
 
+    peer_src, peer_dst = (C.c_char * 256)(), (C.c_char * 256)()
+    if os.environ.get("FAKEAPP_PROFILER"):  # the program marks its region of interest, as nsys users do
+        assert cu.cuProfilerStop() == 0 and cu.cuProfilerStart() == 0
     cycle = int(os.environ.get("FAKEAPP_ARGS_CYCLE", "0"))  # launch i passes i % cycle as its first argument
     ranged = _ranges()  # FAKEAPP_NVTX=libfakenvtx.so: launch i inside annotate("annot{i%2}") and NVTX "nvtx{i}"
 
@@ -56,6 +62,11 @@ def launch_all(ptx_path, kernel, n):
                     assert cu.cuLaunchKernelEx(C.byref(config), fn, params, None) == 0
                 else:
                     assert launch(fn, g, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+            if os.environ.get("FAKEAPP_PEER"):  # a peer copy to the next device, on the launch's stream
+                dev = i % devices
+                cu.cuMemcpyPeerAsync.argtypes = [C.c_uint64, C.c_void_p, C.c_uint64, C.c_void_p, C.c_size_t, C.c_void_p]
+                assert cu.cuMemcpyPeerAsync(C.addressof(peer_dst), 0xC0 + 0x100 * ((dev + 1) % devices),
+                                            C.addressof(peer_src), 0xC0 + 0x100 * dev, 256, stream) == 0
             if os.environ.get("FAKEAPP_BAD_LAUNCH"):  # a launch the driver refuses (grid 0): no record
                 assert cu.cuLaunchKernel(fn, 0, 1, 1, 64, 1, 1, 0, stream, params, None) != 0
             if os.environ.get("FAKEAPP_REMAKE_STREAM"):
@@ -64,6 +75,8 @@ def launch_all(ptx_path, kernel, n):
     threads = int(os.environ.get("FAKEAPP_THREADS", "0"))
     if not threads:
         launches(n)
+        if os.environ.get("FAKEAPP_PROFILER"):
+            assert cu.cuProfilerStop() == 0
         return
     # FAKEAPP_THREADS=T: one launch, then T threads launching n each at once (ctypes drops the GIL)
     import threading
@@ -73,6 +86,8 @@ def launch_all(ptx_path, kernel, n):
         w.start()
     for w in workers:
         w.join()
+    if os.environ.get("FAKEAPP_PROFILER"):
+        assert cu.cuProfilerStop() == 0
 
 
 def _ranges():

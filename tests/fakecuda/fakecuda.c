@@ -95,9 +95,9 @@ __attribute__((no_instrument_function, format(printf, 1, 2))) static void fake_c
 
 /* The fake libcupti (fakecupti.c), once the shim loaded it: told of every launch, copy and memset. */
 static void *fakecupti(const char *name) {
-    static void *fns[4];
-    /* fakecupti_kernel, _copy, _graph_kernel, _graph_launch */
-    int i = name[10] == 'k' ? 0 : name[10] != 'g' ? 1 : name[16] == 'k' ? 2 : 3;
+    static void *fns[5];
+    /* fakecupti_kernel, _copy, _graph_kernel, _graph_launch, _peer_copy */
+    int i = name[10] == 'k' ? 0 : name[10] == 'p' ? 4 : name[10] != 'g' ? 1 : name[16] == 'k' ? 2 : 3;
     if (fns[i]) return fns[i];
     void *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
     if (!h) return NULL;
@@ -654,6 +654,19 @@ CUresult cuMemcpyDtoHAsync_v2(void *h, uint64_t d, size_t n, void *s) {
     note_copy(1, 2, n);
     return 0;
 }
+/* A peer-to-peer copy between two contexts' memory (one address space here): the fake CUPTI's MEMCPY2 record. */
+CUresult cuMemcpyPeerAsync(uint64_t dst, void *dst_ctx, uint64_t src, void *src_ctx, size_t n, void *s) {
+    memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    void (*fn)(uint64_t, uintptr_t, uint32_t, uint32_t) =
+        (void (*)(uint64_t, uintptr_t, uint32_t, uint32_t))fakecupti("fakecupti_peer_copy");
+    if (fn) fn(n, (uintptr_t)s, (uint32_t)(((uintptr_t)src_ctx - 0xC0) / 0x100), (uint32_t)(((uintptr_t)dst_ctx - 0xC0) / 0x100));
+    return 0;
+}
+/* cuProfilerStart / cuProfilerStop: counted (a program marking its region of interest), nothing else. */
+static int profiler_calls;
+CUresult cuProfilerStart(void) { profiler_calls++; return 0; }
+CUresult cuProfilerStop(void) { profiler_calls++; return 0; }
+int fakecuda_profiler_calls(void) { return profiler_calls; }
 /* CUDA_MEMCPY2D: host or device memory (one address space here), row by row with a pitch each side. */
 typedef struct {
     size_t src_x, src_y; int src_type; const void *src_host; uint64_t src_device; void *src_array; size_t src_pitch;

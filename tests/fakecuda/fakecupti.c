@@ -17,6 +17,7 @@
  * per buffer.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -83,6 +84,7 @@ static size_t record_size(uint32_t kind) {
     switch (kind) {
     case NT_ACT_CONCURRENT_KERNEL: case NT_ACT_KERNEL: return K_SIZE;
     case NT_ACT_MEMCPY: return MEMCPY_SIZE;
+    case NT_ACT_MEMCPY2: return MEMCPY2_SIZE;
     case NT_ACT_MEMSET: return MEMSET_SIZE;
     case NT_ACT_DRIVER: case NT_ACT_RUNTIME: return API_SIZE;
     case NT_ACT_EXTERNAL_CORRELATION: return EXTCORR_SIZE;
@@ -157,18 +159,33 @@ void fakecupti_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, u
     kernel_record(name, gx, gy, gz, bx, by, bz, shmem, stream, 0);
 }
 
+/* The replay being launched on this thread: its cuGraphLaunch call's correlation id (every record of the replay
+ * carries it, as CUPTI's do) and whether GRAPH_TRACE was enabled when it was launched (read at the launch, as
+ * CUPTI does: switching the kind later changes the next replays only). */
+static __thread uint32_t replay_corr;
+static int graph_trace_ever;  /* GRAPH_TRACE was enabled once (FAKECUPTI_GRAPH_TRACE_STICKY) */
+static __thread int replay_whole;
+
 /* A kernel node of a graph replay (graph_id != 0; its correlation is the cuGraphLaunch's). With GRAPH_TRACE
- * enabled CUPTI traces no node of a replay (fakecupti_graph_launch makes its one record instead). */
+ * enabled at the replay's launch CUPTI traces no node of it (fakecupti_graph_launch made its one record). */
 void fakecupti_graph_kernel(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, uintptr_t stream, uint32_t graph_id) {
-    if (!enabled[NT_ACT_GRAPH_TRACE]) kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
+    if (!replay_whole) kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
 }
 
-/* A graph replay's start (fakecuda.c's cuGraphLaunch): with GRAPH_TRACE enabled, its one record. */
+/* A graph replay's start (fakecuda.c's cuGraphLaunch): one API call (callbacks, correlation id); with GRAPH_TRACE
+ * enabled, the replay's one record. */
 void fakecupti_graph_launch(uintptr_t stream, uint32_t graph_id) {
-    if (!enabled[NT_ACT_GRAPH_TRACE]) return;
     pthread_mutex_lock(&lock);
     uint32_t corr = api_call(514 /* cuGraphLaunch */);
+    replay_corr = corr;
+    /* FAKECUPTI_GRAPH_TRACE_STICKY=1: once GRAPH_TRACE was enabled, replays stay whole (a CUPTI that decided at
+     * instantiation, or never switched back: what the shim's exit check is for) */
+    replay_whole = enabled[NT_ACT_GRAPH_TRACE] || (graph_trace_ever && getenv("FAKECUPTI_GRAPH_TRACE_STICKY"));
+    if (!replay_whole) {
+        pthread_mutex_unlock(&lock);
+        return;
+    }
     uint8_t *g = append(&gpu_q, GRAPHTRACE_SIZE);
     uint64_t t = stamp();
     nt_wr32(g, 0, NT_ACT_GRAPH_TRACE);
@@ -180,10 +197,41 @@ void fakecupti_graph_launch(uintptr_t stream, uint32_t graph_id) {
     pthread_mutex_unlock(&lock);
 }
 
+/* The device of the calling thread's current context (fakecuda.c's cuCtxGetDevice), as CUPTI's deviceId. */
+static uint32_t current_device(void) {
+    static int (*get_device)(int *);
+    if (!get_device) get_device = (int (*)(int *))dlsym(RTLD_DEFAULT, "cuCtxGetDevice");
+    int d = 0;
+    return get_device && get_device(&d) == 0 ? (uint32_t)d : 0;
+}
+
+/* A peer-to-peer copy (fakecuda.c's cuMemcpyPeerAsync): a MEMCPY2 record (CUpti_ActivityMemcpyPtoP4), copy kind
+ * PtoP (10), on the calling thread's device and `stream`. */
+void fakecupti_peer_copy(uint64_t bytes, uintptr_t stream, uint32_t src_device, uint32_t dst_device) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = api_call(319 /* cuMemcpyPeerAsync */);
+    if (enabled[NT_ACT_MEMCPY2]) {
+        uint8_t *c = append(&gpu_q, MEMCPY2_SIZE);
+        uint64_t t = stamp();
+        nt_wr32(c, 0, NT_ACT_MEMCPY2);
+        c[C_COPY_KIND] = 10;
+        nt_wr64(c, C_BYTES, bytes);
+        nt_wr64(c, C_START, t);
+        nt_wr64(c, C_END, t + 700);
+        nt_wr32(c, C_DEVICE, current_device());
+        nt_wr32(c, C_STREAM, fake_stream_id(stream, 0));
+        nt_wr32(c, P_SRC_DEVICE, src_device);
+        nt_wr32(c, P_DST_DEVICE, dst_device);
+        nt_wr32(c, P_CORRELATION, corr);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shmem, uintptr_t stream, uint32_t graph_id) {
+    uint32_t device = current_device();
     pthread_mutex_lock(&lock);
-    uint32_t corr = api_call(graph_id ? 514 /* cuGraphLaunch */ : 307 /* cuLaunchKernel */);
+    uint32_t corr = graph_id ? replay_corr : api_call(307 /* cuLaunchKernel */);
     static int launches;  /* FAKECUPTI_SKIP_KERNEL=N: no record of the N-th kernel launch (from 0), as if dropped */
     const char *skip = getenv("FAKECUPTI_SKIP_KERNEL");
     int skipped = !graph_id && skip && *skip && launches == atoi(skip);
@@ -196,7 +244,7 @@ static void kernel_record(const char *name, unsigned gx, unsigned gy, unsigned g
         nt_wr32(k, 0, (uint32_t)kind);
         nt_wr64(k, K_START, t);
         nt_wr64(k, K_END, t + 1000);
-        nt_wr32(k, K_DEVICE, 0);
+        nt_wr32(k, K_DEVICE, device);
         nt_wr32(k, K_STREAM, fake_stream_id(stream, 0));
         for (int d = 0; d < 3; d++) nt_wr32(k, K_GRID + 4 * d, dims[d]), nt_wr32(k, K_BLOCK + 4 * d, dims[3 + d]);
         nt_wr32(k, K_DYN_SHARED, shmem);
@@ -274,6 +322,7 @@ CUptiResult cuptiActivityRegisterCallbacks(nt_buffer_requested_t r, nt_buffer_co
 CUptiResult cuptiActivityEnable(int kind) {
     if (kind < 0 || kind >= 64) return 19;
     enabled[kind] = 1;
+    graph_trace_ever |= kind == NT_ACT_GRAPH_TRACE;
     if (kind == NT_ACT_DRIVER) memset(driver_cbids, 0, sizeof driver_cbids);  /* the kind overrides single ids */
     return 0;
 }

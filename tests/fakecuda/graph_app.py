@@ -35,6 +35,10 @@ GRAPH_APP_REFUSE_SECOND_RECORDS=1: event records on the second stream fail; GRAP
 second stream is destroyed with device 1's context current (FAKECUDA_CC="90,90").
 GRAPH_APP_RETAIN=N: the primary context retained N times at the start (N = 2: cudart's and a library's, so that
 the release before replay GRAPH_APP_RELEASE_AT leaves it alive).
+GRAPH_APP_PAUSE=R:HOW,...: before replay R, neutrino_timeline_pause(HOW) (the shim's; 1 paused, 0 on, 5 every
+graph replay node by node). GRAPH_APP_KEEP_EXECS=1: each cycle's executable graph is destroyed at the end only (all alive at once).
+GRAPH_APP_PROFILE_AT=N / GRAPH_APP_PROFILE_OFF_AT=M: before replay N the program enables CUPTI's kernel records
+itself (cuptiActivityEnable(CONCURRENT_KERNEL), as torch.profiler does), before replay M it disables them.
 GRAPH_APP_PLAIN=KERNEL2: in each cycle a second graph, B, captured on the same stream after the first is instantiated:
 GRAPH_APP_KERNELS launches of KERNEL2 (a kernel `--filter` leaves unprobed), instantiated with the same flags; its
 replays alternate with the first's and it is destroyed with it. With FAKECUDA_LOG_CALLS the app marks in that log
@@ -174,6 +178,7 @@ def main(ptx_path, kernel, cycles, replays):
         cu.cuStreamEndCapture_ptsz.argtypes = cu.cuStreamEndCapture.argtypes
     if ptsz:
         say("capture queries before the captures", capture_queries(cu, fn, stream, params))
+    kept = []
     for cycle in range(cycles):
         graph, exe = P(), P()
         if ptsz:
@@ -238,6 +243,15 @@ def main(ptx_path, kernel, cycles, replays):
             ticker = threading.Thread(target=tick, daemon=True)
             ticker.start()
         for r in range(replays):
+            for at, how in (w.split(":") for w in os.environ.get("GRAPH_APP_PAUSE", "").split(",") if w):
+                if r == int(at):  # the timeline's recording switched (benchmarks/timeline_workload.py's A/B)
+                    pause = C.CDLL(None).neutrino_timeline_pause
+                    pause.argtypes = [C.c_int]
+                    assert pause(int(how)) >= 0
+            if r == int(os.environ.get("GRAPH_APP_PROFILE_AT", "-1")):  # the program's own profiler: kernel records
+                assert C.CDLL("libcupti.so.13", mode=C.RTLD_GLOBAL).cuptiActivityEnable(10) == 0
+            if r == int(os.environ.get("GRAPH_APP_PROFILE_OFF_AT", "-1")):
+                assert C.CDLL("libcupti.so.13", mode=C.RTLD_GLOBAL).cuptiActivityDisable(10) == 0
             if r == int(os.environ.get("GRAPH_APP_RELEASE_AT", "-1")):
                 assert cu.cuDevicePrimaryCtxRelease_v2(0) == 0
             if r == int(os.environ.get("GRAPH_APP_UPDATE_AT", "-1")):
@@ -289,13 +303,18 @@ def main(ptx_path, kernel, cycles, replays):
             mark("B destroy")
             assert cu.cuGraphExecDestroy(plain_exe) == 0 and cu.cuGraphDestroy(plain_graph) == 0
             mark("B destroyed")
-        assert cu.cuGraphExecDestroy(exe) == 0
+        if os.environ.get("GRAPH_APP_KEEP_EXECS"):  # every cycle's executable graph alive until the end
+            kept.append(exe)
+        else:
+            assert cu.cuGraphExecDestroy(exe) == 0
         if source.value != graph.value:
             assert cu.cuGraphDestroy(source) == 0
         if not first:
             assert cu.cuGraphDestroy(graph) == 0
         if cycle == 0:
             say("live after first cycle", cu.fakecuda_live_allocations())
+    for exe in kept:
+        assert cu.cuGraphExecDestroy(exe) == 0
     if ptsz:  # every capture has ended: launches ask the capture status as often as before any capture
         say("capture queries after the captures", capture_queries(cu, fn, stream, params))
     say("live at end", cu.fakecuda_live_allocations(), "graphs", cu.fakecuda_graphs_live())

@@ -256,3 +256,53 @@ def test_probe_globaltimer_inside_cupti_interval(tmp_path):
           f"over {len(early)} launches: warp start before kernel start max {max(early)} ns "
           f"(median {int(np.median(early))}), warp end after kernel end max {max(late)} ns (median {int(np.median(late))})")
     assert max(early) <= 1000 and max(late) <= 1000
+
+
+GRAPH_PROGRAM = '''
+import torch
+x = torch.randn(1 << 16, device="cuda")
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    for _ in range(3):
+        y = torch.relu(x * 1.5 + 0.25).sin()
+torch.cuda.current_stream().wait_stream(s)
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    y = torch.relu(x * 1.5 + 0.25).sin()
+for _ in range(12):
+    g.replay()
+torch.cuda.synchronize()
+print("replays done", float(y.sum()))
+'''
+
+
+@pytest.mark.parametrize("nodes", ["3", "all"])
+def test_graph_replays_sampled_then_recorded_whole(tmp_path, nodes):
+    """A torch CUDA graph (4 ATen kernel nodes) replayed 12 times. NEUTRINO_TIMELINE_GRAPH_NODES=3: its first 3 replays come node by node
+    (CUPTI's kernel records, each with the replay's graph_exec and graph_replay), its other 9 as one GRAPH_TRACE
+    record each, none with both, none lost. NEUTRINO_TIMELINE_GRAPH_NODES=all: every replay node by node. What
+    CUPTI does when GRAPH_TRACE is switched between replays is checked here, not in the fake."""
+    pytest.importorskip("torch")
+    env = base_env(tmp_path)
+    if nodes:
+        env["NEUTRINO_TIMELINE_GRAPH_NODES"] = nodes
+    r, trace = run_probed("block_sched", [sys.executable, "-c", GRAPH_PROGRAM], tmp_path / "tr", env)
+    tl = read_timeline(trace.path, graphs=True)
+    graph = tl[(tl["flags"] & 2) != 0]
+    (counts,) = _events(trace.path, "timeline_counts")
+    (start,) = _events(trace.path, "timeline")
+    execs = sorted(set(graph["graph_exec"].tolist()))
+    by_replay = {}
+    for rec in graph:
+        by_replay.setdefault(int(rec["graph_replay"]), []).append(int(rec["kind"]))
+    print(f"\ngraph_records {start['graph_records']}; graph execs {execs}; per replay {by_replay}; counts {counts}")
+    assert execs == [1] and sorted(by_replay) == list(range(1, 13))
+    assert (graph["host_ns"] > 0).all() and (graph["end_ns"] > graph["start_ns"]).all()
+    sampled = 12 if nodes == "all" else 3
+    for replay, kinds in by_replay.items():
+        if replay <= sampled:
+            assert kinds == [KERNEL] * len(by_replay[1]) and len(kinds) >= 4, (replay, kinds)
+        else:
+            assert kinds == [4], (replay, kinds)
+    assert counts["graph_replays"] == 12 - sampled
