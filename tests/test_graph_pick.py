@@ -656,3 +656,27 @@ def test_two_threads_on_two_streams_never_overlap_the_graph_and_its_twin(tmp_pat
     (pick,) = events(t, "graph_pick")
     assert pick["launches"] == 2 * replays and pick["twin_launches"] == 2 * replays - len(selected)
     assert not events(t, "graph_pick_switching") and not events(t, "graph_pick_fallback")
+
+
+def test_the_next_isolate_split_is_well_formed():
+    """`graph_residual.py --isolate next`: every variant replays B alone against a reference in the set, the names
+    are distinct, and each `--suspect` it asks of the child is one the child makes (read from its source: the
+    child needs torch)."""
+    import ast
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    import graph_residual
+
+    variants = graph_residual.ISOLATE_NEXT
+    names = [v.name for v in variants]
+    assert len(set(names)) == len(names)
+    assert all(v.reference in names and "--replay" in v.child for v in variants)
+    child = ast.parse((bench / "graph_residual_child.py").read_text())
+    (suspects,) = [ast.literal_eval(n.value) for n in ast.walk(child) if isinstance(n, ast.Assign)
+                   and any(getattr(t, "id", "") == "SUSPECTS" for t in n.targets)]
+    asked = [w for v in variants if "--suspect" in v.child for w in v.child[v.child.index("--suspect") + 1].split(",")]
+    assert asked and set(asked) <= set(suspects)
+    rows = graph_residual.isolate_table({}, variants).splitlines()[2:]
+    assert len(rows) == len(variants) and all("error" in r for r in rows)  # no runs: each row says so
