@@ -23,13 +23,15 @@
  * nodes run the original kernels with the original arguments and whose append nodes are removed), and
  * launches it for every replay left out; the program's executable graph stays probed (untagged, append
  * nodes enabled) and runs only the selected replays. No switch, no disabled node: a left-out replay is
- * the program's own graph, topology included. Launches stay in the program's order: each launch of one
- * of the two after a launch of the other on another stream waits for it (an event of ours, recorded on
- * that stream when the wait needs it, right after the launch on the per-thread stream, else at the latest
- * before its stream is destroyed or starts capturing: on one stream nothing of ours is added). A launch
- * that chose the twin holds it until its cuGraphLaunch returns (the plan may be given up by another thread
- * meanwhile), and the host's waits for a twin's last launch run outside the lock. The program's changes to
- * its executable graph (kernel, memcpy, memset, host, child, event node parameters; node enables) are
+ * the program's own graph, topology included. Launches stay in the program's order, as CUDA keeps the
+ * launches of one executable graph: each launch of a plan is chosen, made and fenced under the plan's
+ * order lock (planned_launch), after a wait for the other graph's last launch where that went to another
+ * stream (an event of ours: recorded right after a launch on the per-thread stream, and after every
+ * launch once the plan's launches have gone to two streams; else when needed, or at the latest before its
+ * stream is destroyed or starts capturing: on one stream nothing of ours is added). The twin is let go
+ * only under that lock, after the host waited for its last launch where the program's graph takes the
+ * replays. Nothing calls into Python holding it. The program's changes to its executable graph (kernel,
+ * memcpy, memset, host, child, event node parameters; node enables) are
  * applied to the twin too; a change that cannot be, and graphs that cannot be cloned (memory alloc/free nodes, conditional
  * nodes) or instantiated twice, leave the plan switching nodes as below (Python writes a
  * `graph_pick_switching` event).

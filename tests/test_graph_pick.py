@@ -637,24 +637,28 @@ def order_seen(said):
     return tuple(map(int, line.split()[1:]))
 
 
-@pytest.mark.parametrize("every", [3, 2])
+@pytest.mark.parametrize("every, switching", [(3, False), (2, False), (3, True)])
 def test_two_threads_on_two_streams_never_overlap_the_graph_and_its_twin(tmp_path, fakecuda, shim, monkeypatch,
-                                                                         every):
+                                                                         every, switching):
     """Two threads of the program replay the executable graph at once, each on a stream of its own, 300 times
     each. CUDA orders the launches of one executable graph; the twin is another, so the shim orders them: every
     launch of the program's graph or of its twin that the fake driver sees follows the one before it (a wait
     on our fence, the stream's order, or CUDA's own), whichever thread made it. The replays are numbered
-    across both threads: each selected number is written once."""
+    across both threads: each selected number is written once. Switching nodes instead (no twin), a replay's
+    switch and its launch are one step too: exactly the selected replays run the probed kernel."""
     monkeypatch.setenv("FAKECUDA_CHECK_ORDER", "1")
     monkeypatch.setenv("FAKECUDA_LAUNCH_DELAY_US", "50")  # the driver's launch takes a while: threads overlap
     replays = 300
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, launches=f"every:{every}", replays=replays,
-                                  GRAPH_APP_THREADS=2)
+                                  GRAPH_APP_THREADS=2, **(SWITCHING if switching else {}))
     assert order_seen(said) == (2 * replays - 1, 0)
     selected = list(range(0, 2 * replays, every))
     assert sorted(written(t)) == selected
+    ran_probed = [line for line in log if line.startswith("saxpy4 probed=1")]
+    assert len(ran_probed) == len(selected)
     (pick,) = events(t, "graph_pick")
-    assert pick["launches"] == 2 * replays and pick["twin_launches"] == 2 * replays - len(selected)
+    twins = 0 if switching else 2 * replays - len(selected)
+    assert pick["launches"] == 2 * replays and pick["twin_launches"] == twins
     assert not events(t, "graph_pick_switching") and not events(t, "graph_pick_fallback")
 
 
