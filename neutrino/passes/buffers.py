@@ -146,12 +146,14 @@ class _Prologue:
         if not first:
             self.emit("cvta.to.global.u64", buf, buf)
             return
-        tag, gated = self.t("gate_tag", "b64"), self.t("gated", "pred")
+        tag, gated = self.t("gate_tag", "b32"), self.t("gated", "pred")
         gate, on = self.t("gate", "b32"), self.t(GATE_REGISTER, "pred")
-        self.emit("and.b64", tag, buf, 1)
-        self.emit("xor.b64", buf, buf, tag)
+        # the tag tested in 32 bits (one predicate-setting instruction, not a 64-bit compare's two)
+        self.emit("cvt.u32.u64", tag, buf)
+        self.emit("and.b32", tag, tag, 1)
+        self.emit("setp.ne.u32", gated, tag, 0)
+        self.emit("and.b64", buf, buf, -2)
         self.emit("cvta.to.global.u64", buf, buf)
-        self.emit("setp.ne.u64", gated, tag, 0)
         self.emit("mov.u32", gate, 0)
         self.emit("ld.global.u32", gate, ir.Address(ir.Register(buf), ir.Immediate(str(-GATE_OFFSET))), guard=ir.Guard(ir.Register(gated)))
         self.emit("setp.eq.u32", on, gate, 0)
