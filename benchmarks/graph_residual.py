@@ -1,11 +1,13 @@
 """Where a left-out graph replay's cost goes (issue 24): the twin against switching nodes, in one run.
 
     OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py [--iters 300] [--rounds 2] [--out FILE.md]
-    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py --isolate [--iters 300] [--out FILE.md]
+    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py --isolate [next] [--iters 300] [--out FILE.md]
 
 `--isolate` (below, "Isolating the residual") instead runs benchmarks/graph_residual_child.py: graph A
 probed, graph B (the same kernels under another name, `--filter _plain`) the program's own graph in the
-same process, their replays alternating, under variants that isolate the suspects.
+same process, their replays alternating, under variants that isolate the suspects; `--isolate next`, the
+split that followed the first table (ISOLATE_NEXT: graph B replayed alone, against suspects made without
+neutrino by the child's `--suspect`).
 
 graph8 (benchmarks/overhead_workloads.py: a CUDA graph of 8 tiny Triton kernels) replayed on the GPU
 alone, one process per configuration, the configurations interleaved round by round:
@@ -123,6 +125,24 @@ ISOLATE = [
     Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference="plain, B only replayed"),
 ]
 
+# The next split (`--isolate next`), after the measured table (docs/overhead.md): B's ~9% stays with no poller,
+# 2-slot rings, B captured first and A never replayed, and the whole of --graphs is done for A alone (B's driver
+# calls are unchanged). Left: what A's capture makes (memory, mapped memory, a stream, the append module) and
+# the process's own probed kernel (torch's sleep, probed eagerly in every neutrino variant). All replay B alone.
+_B_REF = "plain, B only replayed"
+ISOLATE_NEXT = [
+    Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
+    Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference=_B_REF),
+    Variant("--graphs, A captured unprobed too", [*_EVERY, "--filter", "stream_kernel"], child=_B_ONLY,
+            reference=_B_REF),
+    Variant("every:50 twin, the sleep kernel unprobed", [*_EVERY, "--filter", "spin_kernel"], child=_B_ONLY,
+            reference=_B_REF),
+    *[Variant(f"plain + {s}", None, child=[*_B_ONLY, "--suspect", s], reference=_B_REF)
+      for s in ("device", "mapped", "pinned", "stream", "module")],
+    Variant("plain + device,mapped,stream,module", None, child=[*_B_ONLY, "--suspect", "device,mapped,stream,module"],
+            reference=_B_REF),
+]
+
 
 def run_isolated(variant: Variant, iters: int, tmp: Path) -> dict:
     """One process of graph_residual_child.py (under neutrino with the variant's arguments): its RESIDUAL_RESULT,
@@ -181,23 +201,25 @@ def isolate_table(runs: dict[str, dict], variants: list[Variant] = ISOLATE) -> s
     return "\n".join(rows)
 
 
-def isolate(iters: int) -> str:
+def isolate(iters: int, variants: list[Variant] = ISOLATE) -> str:
     runs = {}
     with tempfile.TemporaryDirectory() as td:
-        for variant in ISOLATE:
+        for variant in variants:
             r = runs[variant.name] = run_isolated(variant, iters, Path(td))
             print(f"{variant.name}: {r.get('B', {}).get('us', r.get('error', '?'))}", file=sys.stderr, flush=True)
-    return isolate_table(runs)
+    return isolate_table(runs, variants)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--isolate", action="store_true", help="graph A probed beside graph B unprobed, per variant")
+    ap.add_argument("--isolate", nargs="?", const="first", choices=["first", "next"],
+                    help="graph A probed beside graph B unprobed, per variant (next: the split after the first)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    report = (isolate(args.iters) if args.isolate else table(run(args.iters, args.rounds))) + "\n"
+    variants = ISOLATE_NEXT if args.isolate == "next" else ISOLATE
+    report = (isolate(args.iters, variants) if args.isolate else table(run(args.iters, args.rounds))) + "\n"
     print(report)
     if args.out:
         Path(args.out).write_text(report)

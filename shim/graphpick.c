@@ -23,13 +23,15 @@
  * nodes run the original kernels with the original arguments and whose append nodes are removed), and
  * launches it for every replay left out; the program's executable graph stays probed (untagged, append
  * nodes enabled) and runs only the selected replays. No switch, no disabled node: a left-out replay is
- * the program's own graph, topology included. Launches stay in the program's order: each launch of one
- * of the two after a launch of the other on another stream waits for it (an event of ours, recorded on
- * that stream when the wait needs it, right after the launch on the per-thread stream, else at the latest
- * before its stream is destroyed or starts capturing: on one stream nothing of ours is added). A launch
- * that chose the twin holds it until its cuGraphLaunch returns (the plan may be given up by another thread
- * meanwhile), and the host's waits for a twin's last launch run outside the lock. The program's changes to
- * its executable graph (kernel, memcpy, memset, host, child, event node parameters; node enables) are
+ * the program's own graph, topology included. Launches stay in the program's order, as CUDA keeps the
+ * launches of one executable graph: each launch of a plan is chosen, made and fenced under the plan's
+ * order lock (planned_launch), after a wait for the other graph's last launch where that went to another
+ * stream (an event of ours: recorded right after a launch on the per-thread stream, and after every
+ * launch once the plan's launches have gone to two streams; else when needed, or at the latest before its
+ * stream is destroyed or starts capturing: on one stream nothing of ours is added). The twin is let go
+ * only under that lock, after the host waited for its last launch where the program's graph takes the
+ * replays. Nothing calls into Python holding it. The program's changes to its executable graph (kernel,
+ * memcpy, memset, host, child, event node parameters; node enables) are
  * applied to the twin too; a change that cannot be, and graphs that cannot be cloned (memory alloc/free nodes, conditional
  * nodes) or instantiated twice, leave the plan switching nodes as below (Python writes a
  * `graph_pick_switching` event).
@@ -79,6 +81,7 @@ typedef struct {
 typedef struct {
     uint64_t replays, runs;
     uint64_t inflight, inflight_runs;  /* launches chosen by a plan, not yet returned (numbered next), selected */
+    int drop_failed;  /* a node of a plan given up could not be restored (neutrino_graph_pick_drop) */
 } nt_pick_group;
 
 typedef struct {
@@ -95,25 +98,17 @@ typedef struct {
 
 enum { K_CAPTURED, K_PROBED, K_ORIGINAL };  /* what the plan's kernel nodes run now */
 
-/* One twin (its executable graph, the clone it was made from, the event that orders launches of the two
- * graphs) with its uses: a launch that chose it under picks_lock launches it after the lock is let go, and
- * another thread may give the plan up in between; the twin is destroyed when the plan has let it go
- * (`gone`: TWIN_*) and no use is left, by whoever ends the last one. */
+/* One twin: its executable graph, the clone it was made from, the event that orders launches of the two
+ * graphs across streams (the fence) and its context. Its plan owns it and lets it go only under the plan's
+ * order lock, which every launch of the plan holds: no launch uses a twin let go. */
 typedef struct nt_twin {
     void *exec, *graph, *fence, *ctx;
-    int users;  /* under picks_lock */
-    int gone;
 } nt_twin;
 
-/* A twin let go or waited for under picks_lock, finished outside it (twin_finish): wait for `fence`
- * (recorded after the twin's last launch), or without one synchronise the twin's context; then end
- * the use held on `twin` (NULL: none), destroying it when that was its last. */
-typedef struct {
-    nt_twin *twin;
-    void *fence;
-    int sync_ctx;
-} twin_job;
-
+/* A plan. The fields above `refs` are set before it is linked and never change. `refs` to `drop_skip`:
+ * under picks_lock. From `order` on: under `order`, held by a launch from its choice of the graph to its
+ * fence (planned_launch), and by every change to the nodes, the twin and the last launch. Lock order:
+ * sweep_lock, then a plan's order, then picks_lock; nothing calls into Python holding one. */
 typedef struct nt_pick_plan {
     void *exec;
     void *graph;      /* the captured graph its node handles belong to (kept until the plan goes) */
@@ -123,16 +118,23 @@ typedef struct nt_pick_plan {
     int nkernels, nappends;
     pick_kernel *kernels;
     pick_append *appends;
+    void *ctx;        /* the graph's context */
+    int refs;         /* the list's while linked, and one per caller between plan_get and plan_put */
+    int linked;       /* in `plans`: launches go through it */
+    int dropping;     /* given up (neutrino_graph_pick_drop): restored by the next holder of `order` */
+    uint64_t drop_skip;  /* the append nodes' `skip` for that */
+    struct nt_pick_plan *swept;  /* the next plan of a sweep (under sweep_lock) */
+    pthread_mutex_t order;
     int kernels_run;  /* K_* */
     int appends_on;   /* the append nodes are enabled */
     int host_args;    /* the append nodes' arguments say host = 1, with `skip` below */
     uint64_t skip;
-    void *ctx;        /* the graph's context */
     /* the twin (NULL: switching): the program's graph as it made it, launched for the replays left out */
     struct nt_twin *twin;
     void *last, *last_stream;    /* the executable graph launched last (exec or the twin's), and its stream */
+    pthread_t last_thread;       /* the thread of that launch (its per-thread stream is its own) */
     int fenced;                  /* the twin's fence was recorded after that launch */
-    twin_job job;                /* what is left to do for a twin let go under picks_lock (twin_finish) */
+    int spread;                  /* its launches went to more than one stream: fenced after each */
 } nt_pick_plan;
 
 /* Graphs the program destroyed while a plan still switches nodes by their handles (PyTorch destroys
@@ -143,6 +145,7 @@ typedef struct kept_graph {
 } kept_graph;
 
 static pthread_mutex_t picks_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t sweep_lock = PTHREAD_MUTEX_INITIALIZER;  /* one walk over every plan at a time */
 static nt_pick_plan *plans;
 static kept_graph *kept;
 static _Atomic int plans_live, twins_live;
@@ -156,7 +159,11 @@ static struct {
 } drv;
 
 /* A child forked while another thread held the lock (in a switch) must not wait for it forever. */
-static void lock_in_forked_child(void) { pthread_mutex_init(&picks_lock, NULL); }
+static void lock_in_forked_child(void) {
+    pthread_mutex_init(&picks_lock, NULL);
+    pthread_mutex_init(&sweep_lock, NULL);
+    for (nt_pick_plan *p = plans; p; p = p->next) pthread_mutex_init(&p->order, NULL);
+}
 __attribute__((constructor)) static void graphpick_init(void) { pthread_atfork(NULL, NULL, lock_in_forked_child); }
 
 static int load_driver(void) {
@@ -278,6 +285,7 @@ void neutrino_graph_pick_counts(uint64_t out[5]) {
     out[4] = atomic_load(&twin_fences);
 }
 
+
 /* ------------------------------------------------------------------ plans */
 
 static nt_pick_plan **plan_slot(void *exec) {
@@ -289,6 +297,7 @@ static nt_pick_plan **plan_slot(void *exec) {
 static void release_graph(void *graph);
 
 static void plan_free(nt_pick_plan *p) {
+    pthread_mutex_destroy(&p->order);
     free(p->kernels);
     free(p->appends);
     free(p);
@@ -342,98 +351,139 @@ static int twin_build(nt_pick_plan *p, unsigned long long flags) {
     return TWIN_ON;
 }
 
-enum { TWIN_KEPT, TWIN_LEFT, TWIN_DESTROYED, TWIN_SETTLED };  /* how the twin goes (KEPT: it stays) */
 
-static void twin_destroy(nt_twin *t) {
-    if (t->gone != TWIN_LEFT) {  /* TWIN_LEFT: its handles went with the context */
+enum { TWIN_LEFT = 1, TWIN_DESTROYED, TWIN_SETTLED };  /* how a twin goes */
+
+/* Stands for a destroyed stream as the last launch's: no stream has it (a stream made later may get
+ * the destroyed one's handle, and is not ordered after that launch). */
+static const char stream_gone;
+#define STREAM_GONE ((void *)&stream_gone)
+
+/* Whether a launch on `stream` from this thread follows the plan's last launch in stream order. */
+static int on_last_stream(const nt_pick_plan *p, void *stream) {
+    return stream == p->last_stream && (stream != PER_THREAD_STREAM || pthread_equal(p->last_thread, pthread_self()));
+}
+
+/* The fence after the plan's last launch, recorded now where it was not and can be (its stream is alive and
+ * not capturing, see neutrino_graph_pick_stream_event; another thread's per-thread stream is not ours to
+ * record on). 1: fenced. Under order. */
+static int fence_last(nt_pick_plan *p) {
+    if (p->fenced) return 1;
+    if (p->last_stream == STREAM_GONE) return 0;
+    if (p->last_stream == PER_THREAD_STREAM && !pthread_equal(p->last_thread, pthread_self())) return 0;
+    p->fenced = tw.ev_record(p->twin->fence, p->last_stream) == 0;
+    return p->fenced;
+}
+
+/* The host waits until the plan's last launch is done: its fence, else the twin's whole context (made
+ * current for the synchronisation: the thread's own may be another), with this thread's capture mode
+ * relaxed. Under order, never under picks_lock: other plans' launches go on meanwhile. */
+static void host_wait_last(nt_pick_plan *p) {
+    nt_twin *t = p->twin;
+    int mode = CAPTURE_MODE_RELAXED;
+    tw.capture_mode(&mode);
+    if (!fence_last(p) || tw.ev_sync(t->fence)) {
+        void *current = NULL;
+        int own = tw.ctx_get(&current) == 0;
+        if (own && (current == t->ctx || tw.ctx_set(t->ctx) == 0)) {
+            tw.ctx_sync();
+            if (current != t->ctx) tw.ctx_set(current);
+        }
+    }
+    tw.capture_mode(&mode);
+}
+
+/* The plan lets its twin go (`how`: TWIN_SETTLED when the program's graph takes every replay from now on:
+ * the host first waits for the twin's last launch, which CUDA does not order the program's graph after;
+ * TWIN_DESTROYED when no replay follows; TWIN_LEFT when the context is going and takes it: no driver
+ * call). Under order, never under picks_lock. */
+static void twin_release(nt_pick_plan *p, int how) {
+    nt_twin *t = p->twin;
+    if (!t) return;
+    if (how == TWIN_SETTLED && p->last == t->exec) host_wait_last(p);
+    p->twin = NULL;
+    p->last = p->last_stream = NULL;
+    p->fenced = 0;
+    atomic_fetch_sub(&twins_live, 1);
+    if (how != TWIN_LEFT) {
         tw.exec_destroy(t->exec);  /* freed by CUDA when a launch in flight completes */
         tw.graph_destroy(t->graph);
-        tw.ev_destroy(t->fence);
+        tw.ev_destroy(t->fence);   /* (a wait enqueued on it still holds) */
     }
     free(t);
 }
 
-/* One use of `t` ends: the twin to destroy now (outside picks_lock), or NULL. Under picks_lock. */
-static nt_twin *twin_unuse(nt_twin *t) {
-    return t && --t->users == 0 && t->gone ? t : NULL;
-}
-
-/* The host waits until the twin's last launch is done (job->fence, else the twin's whole context,
- * made current for the synchronisation: the thread's own may be another), with this thread's capture
- * mode relaxed; then the job's use of the twin ends. Without picks_lock: other threads launch meanwhile. */
-static void twin_finish(twin_job *job) {
-    nt_twin *t = job->twin;
-    if (!t) return;
-    if (job->fence || job->sync_ctx) {
-        int mode = CAPTURE_MODE_RELAXED;
-        tw.capture_mode(&mode);
-        if (!job->fence || tw.ev_sync(job->fence)) {
-            void *current = NULL;
-            int own = tw.ctx_get(&current) == 0;
-            if (own && (current == t->ctx || tw.ctx_set(t->ctx) == 0)) {
-                tw.ctx_sync();
-                if (current != t->ctx) tw.ctx_set(current);
-            }
-        }
-        tw.capture_mode(&mode);
-    }
-    pthread_mutex_lock(&picks_lock);
-    nt_twin *gone = twin_unuse(t);
-    pthread_mutex_unlock(&picks_lock);
-    if (gone) twin_destroy(gone);
-    memset(job, 0, sizeof *job);
-}
-
-/* A job that waits for the twin's last launch, when the twin ran last (its fence recorded now if it was
- * not: its stream is alive and not capturing, see neutrino_graph_pick_stream_event; another thread's
- * per-thread stream is not ours to record on). Holds a use of the twin. Under picks_lock. */
-static twin_job twin_wait_job(nt_pick_plan *p) {
-    twin_job job = {NULL, NULL, 0};
-    nt_twin *t = p->twin;
-    if (!t || !p->last || p->last != t->exec) return job;
-    if (!p->fenced && p->last_stream != PER_THREAD_STREAM) p->fenced = tw.ev_record(t->fence, p->last_stream) == 0;
-    t->users++;
-    job.twin = t;
-    job.fence = p->fenced ? t->fence : NULL;
-    job.sync_ctx = !p->fenced;
-    return job;
-}
-
-/* The plan lets its twin go (`how`: TWIN_SETTLED when the program's graph takes every replay from now on,
- * after the twin's last launch; TWIN_DESTROYED when no replay follows; TWIN_LEFT when the context is going
- * and takes it, no driver call). What is left to do goes to p->job: the caller runs twin_finish after
- * letting picks_lock go (a twin a launch still uses is destroyed by that launch). Under picks_lock. */
-static void twin_let_go(nt_pick_plan *p, int how) {
-    nt_twin *t = p->twin;
-    if (!t) return;
-    twin_job job = how == TWIN_SETTLED ? twin_wait_job(p) : (twin_job){NULL, NULL, 0};
-    if (!job.twin) {  /* nothing to wait for: the job holds the use that destroys it, unless a launch does */
-        t->users++;
-        job.twin = t;
-    }
-    t->gone = how;
-    p->twin = NULL;
-    p->last = p->last_stream = NULL;
-    p->job = job;  /* (a plan has one twin: its job is empty until now) */
-    atomic_fetch_sub(&twins_live, 1);
-}
-
 /* Before launching `handle` (the program's graph or the twin) on `stream`: after the other one's launch
- * on another stream, wait for it (the fence recorded on that stream now, if it was not after the launch).
- * 0: the driver refused the event or the wait. Under picks_lock. */
+ * on another stream, that stream's work waits for it (the fence, recorded on that stream now if it was
+ * not after the launch). Launches of one executable graph CUDA orders itself. 0: the fence could not be
+ * recorded or waited for. Under order. */
 static int twin_order(nt_pick_plan *p, void *handle, void *stream) {
-    if (!p->last || handle == p->last || (stream == p->last_stream && stream != PER_THREAD_STREAM)) return 1;
-    if (!p->fenced && (p->last_stream == PER_THREAD_STREAM || tw.ev_record(p->twin->fence, p->last_stream))) return 0;
-    p->fenced = 1;
+    if (!p->last || handle == p->last || on_last_stream(p, stream)) return 1;
+    if (!fence_last(p)) return 0;
     atomic_fetch_add(&twin_fences, 1);
     return tw.wait(stream, p->twin->fence, 0) == 0;
 }
 
-/* Host-chosen replays for executable graph `exec` of the captured graph `graph`, in context `ctx`,
- * whose nodes are given (its kernels as captured, the append nodes enabled with host = 0, skip = 0),
- * instantiated with `flags`. With `twin`, the replays left out run a twin (above); `*twin_why` says
- * why not (TWIN_*). Returns 1, or 0 when the host cannot choose (a missing driver call, no memory, a
- * node without copied arguments). */
+/* After `handle` was launched on `stream`: it is the last launch. Its fence is recorded right away only
+ * where a later launch could not record it: on the per-thread stream (another thread's launch would
+ * record on its own), and once the plan's launches have gone to two streams (recording later, on the
+ * stream, would also order after the program's work enqueued there since). One stream, one thread:
+ * nothing of ours is enqueued. Under order. */
+static void note_launch(nt_pick_plan *p, void *handle, void *stream) {
+    if (!p->twin) return;  /* one executable graph: CUDA orders its launches */
+    if (p->last && !on_last_stream(p, stream)) p->spread = 1;
+    p->last = handle, p->last_stream = stream, p->last_thread = pthread_self();
+    p->fenced = 0;
+    if (p->spread || stream == PER_THREAD_STREAM) p->fenced = tw.ev_record(p->twin->fence, stream) == 0;
+}
+
+/* The plan of `exec`, held (plan_put lets it go), or NULL. */
+static nt_pick_plan *plan_get(void *exec) {
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_plan *p = *plan_slot(exec);
+    if (p) p->refs++;
+    pthread_mutex_unlock(&picks_lock);
+    return p;
+}
+
+/* One hold ends; the last frees the plan (unlinked by then). Under picks_lock. */
+static void plan_put_locked(nt_pick_plan *p) {
+    if (--p->refs == 0) plan_free(p);
+}
+
+static void plan_put(nt_pick_plan *p) {
+    pthread_mutex_lock(&picks_lock);
+    plan_put_locked(p);
+    pthread_mutex_unlock(&picks_lock);
+}
+
+/* The plan leaves the list: no launch goes through it from now on, and a graph kept for it alone is
+ * destroyed (after its last switch: the caller holds order). Under picks_lock. */
+static void plan_unlink(nt_pick_plan *p) {
+    if (!p->linked) return;
+    nt_pick_plan **slot = &plans;
+    while (*slot && *slot != p) slot = &(*slot)->next;
+    if (*slot) *slot = p->next;
+    p->linked = 0;
+    atomic_fetch_sub(&plans_live, 1);
+    release_graph(p->graph);
+    plan_put_locked(p);  /* the list's hold (the caller still holds one) */
+}
+
+/* Every linked plan, held, chained by `swept` (the caller walks the chain with order taken on each, then
+ * lets each go). Under sweep_lock: one sweep at a time owns the chain. */
+static nt_pick_plan *sweep_begin(void) {
+    nt_pick_plan *first = NULL;
+    pthread_mutex_lock(&picks_lock);
+    for (nt_pick_plan *p = plans; p; p = p->next) {
+        p->refs++;
+        p->swept = first;
+        first = p;
+    }
+    pthread_mutex_unlock(&picks_lock);
+    return first;
+}
+
 int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, uint64_t start, uint64_t stop,
                              uint64_t every, int nkernels, const nt_pick_kernel_desc *kernels, int nappends,
                              const nt_pick_append_desc *appends, unsigned long long flags, int twin, int *twin_why) {
@@ -472,22 +522,24 @@ int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, ui
         ap->params.ctx = ctx;
     }
     if (twin) *twin_why = twin_build(p, flags);
+    pthread_mutex_init(&p->order, NULL);
+    p->refs = 1, p->linked = 1;  /* the list's hold */
     pthread_mutex_lock(&picks_lock);
     nt_pick_plan **slot = plan_slot(exec);
-    nt_pick_plan *stale = *slot;  /* a plan left under a reused handle */
-    if (stale) *slot = stale->next;
+    nt_pick_plan *stale = *slot;  /* a plan left under a reused handle: it goes, held by us */
+    if (stale) *slot = stale->next, stale->linked = 0;
     p->next = plans;
     plans = p;
-    if (stale) {
-        twin_let_go(stale, TWIN_DESTROYED);
-        release_graph(stale->graph);
-    } else {
-        atomic_fetch_add(&plans_live, 1);
-    }
+    if (!stale) atomic_fetch_add(&plans_live, 1);
     pthread_mutex_unlock(&picks_lock);
     if (stale) {
-        twin_finish(&stale->job);
-        plan_free(stale);
+        pthread_mutex_lock(&stale->order);
+        twin_release(stale, TWIN_DESTROYED);
+        pthread_mutex_unlock(&stale->order);
+        pthread_mutex_lock(&picks_lock);
+        release_graph(stale->graph);
+        plan_put_locked(stale);
+        pthread_mutex_unlock(&picks_lock);
     }
     return 1;
 }
@@ -524,11 +576,10 @@ static int set_append_args(nt_pick_plan *p, uint64_t skip, int host) {
     return 1;
 }
 
-/* The nodes as the next replay needs them (`want`: selected). Driver calls only where it changes. */
-static int put_state(nt_pick_plan *p, int want) {
+/* The nodes as the next replay needs them (`want`: selected, `skip` replays left out before it). Driver
+ * calls only where it changes. Under order. */
+static int put_state(nt_pick_plan *p, int want, uint64_t skip) {
     if (want) {
-        nt_pick_group *g = p->group;
-        uint64_t skip = g->replays + g->inflight - g->runs - g->inflight_runs;
         if (p->kernels_run != K_PROBED) {
             atomic_fetch_add(&pick_switches, 1);
             if (!set_kernels(p, K_PROBED)) return 0;
@@ -547,136 +598,143 @@ static int selects(const nt_pick_plan *p, uint64_t r) {
     return r >= p->start && r < p->stop && (r - p->start) % p->every == 0;
 }
 
-/* Before a launch of `exec` on `stream` (`capturing`: into a stream being captured, asked by the caller
- * only for a planned graph): `*launch` is what to launch (exec, or its twin for a replay left out),
- * its nodes as this replay needs them; `*token` what the launch took (neutrino_graph_pick_after_launch
- * gives it back). 0: done, or not a planned graph; else why the host cannot choose (NT_PICK_*: the caller
- * reports it; Python gives the plan up with neutrino_graph_pick_drop before the launch, or for
- * NT_PICK_TWIN_LOST notes that the plan switches nodes from now on). */
-int neutrino_graph_pick_before_launch(void *exec, void *stream, int capturing, void **launch, nt_pick_token *token) {
-    *launch = exec;
-    memset(token, 0, sizeof *token);
-    if (!atomic_load_explicit(&plans_live, memory_order_relaxed)) return 0;
-    int why = 0;
-    twin_job job = {NULL, NULL, 0};
+/* A plan given up (`dropping`) is restored by whoever holds order first, its drop or a launch: the twin's
+ * last launch waited for, every node as captured, the append nodes enabled numbering the next replay on
+ * the device; then it leaves the list. A driver call that failed is told to the drop (group->drop_failed).
+ * Under order. */
+static void finish_drop(nt_pick_plan *p) {
     pthread_mutex_lock(&picks_lock);
-    nt_pick_plan *p = *plan_slot(exec);
-    if (p && capturing) {
-        why = NT_PICK_CAPTURED;  /* the graph becomes a child node of another: its copy runs as captured */
-    } else if (p) {
-        int picked = selects(p, p->group->replays + p->group->inflight);
-        void *handle = p->twin && !picked ? p->twin->exec : exec;
-        if (p->twin && !twin_order(p, handle, stream)) {  /* unordered: no twin from here on */
-            twin_let_go(p, TWIN_SETTLED);
-            job = p->job;
-            memset(&p->job, 0, sizeof p->job);
-            why = NT_PICK_TWIN_LOST;
-            handle = exec;
-        }
-        if (handle == exec && !put_state(p, picked)) why = NT_PICK_FAILED;
-        if (why != NT_PICK_FAILED) {  /* a launch the plan numbers (a failed one is the device gate's) */
-            p->group->inflight++, p->group->inflight_runs += (uint64_t)picked;
-            token->group = p->group, token->picked = picked;
-            if (handle != exec) p->twin->users++, token->twin = p->twin;
-        }
-        *launch = handle;
-    }
+    int due = p->linked && p->dropping;
+    uint64_t skip = p->drop_skip;
     pthread_mutex_unlock(&picks_lock);
-    twin_finish(&job);  /* the twin's last launch done before the program's graph takes the replay */
-    return why;
+    if (!due) return;
+    twin_release(p, TWIN_SETTLED);
+    int restored = set_kernels(p, K_CAPTURED) & set_append_args(p, skip, 0);
+    restored &= set_appends(p, 1);
+    pthread_mutex_lock(&picks_lock);
+    if (!restored) p->group->drop_failed = 1;
+    plan_unlink(p);
+    pthread_mutex_unlock(&picks_lock);
 }
 
-/* After the launch of `launched_handle` on `stream` (`launched`: it was enqueued), with the token its
- * neutrino_graph_pick_before_launch gave: the replay is counted, and the append kernel's run; a twin let
- * go meanwhile is finished here (its launch waited for first when the program's graph takes the replays
- * after it). The twin's fence is recorded after the launch only on the per-thread stream (another
- * thread's launch could not record there); on another stream, only when a launch of the other graph
- * on another stream needs it (twin_order). */
-void neutrino_graph_pick_after_launch(void *exec, void *launched_handle, void *stream, int launched,
-                                      nt_pick_token *token) {
-    if (!token->group) return;
-    twin_job job = {NULL, NULL, 0};
+enum { R_PLAIN, R_CAPTURED, R_NUMBERED };
+
+/* The replay's number taken in the group (launches in flight on other executable graphs of the group
+ * count as made): `*picked` whether `--launches` selects it, `*skip` the replays left out before it.
+ * R_PLAIN: the plan is gone (the launch runs the nodes as they are); R_CAPTURED: into a capture. Under order. */
+static int number_replay(nt_pick_plan *p, int capturing, int *picked, uint64_t *skip) {
     pthread_mutex_lock(&picks_lock);
-    nt_pick_group *g = token->group;
-    g->inflight--, g->inflight_runs -= (uint64_t)token->picked;
-    if (launched) g->replays++, g->runs += (uint64_t)token->picked;
-    nt_pick_plan *p = *plan_slot(exec);
-    nt_twin *t = token->twin;
+    int dropping = p->dropping, linked = p->linked;
+    if (linked && !dropping && !capturing) {
+        nt_pick_group *g = p->group;
+        uint64_t r = g->replays + g->inflight;
+        *picked = selects(p, r);
+        *skip = r - g->runs - g->inflight_runs;
+        g->inflight++, g->inflight_runs += (uint64_t)*picked;
+    }
+    pthread_mutex_unlock(&picks_lock);
+    if (linked && dropping) finish_drop(p);
+    return !linked || dropping ? R_PLAIN : capturing ? R_CAPTURED : R_NUMBERED;
+}
+
+/* The numbered launch is over: made (`launched`) or not (its number is given back). */
+static void count_replay(nt_pick_plan *p, int picked, int launched, int twin) {
+    pthread_mutex_lock(&picks_lock);
+    nt_pick_group *g = p->group;
+    g->inflight--, g->inflight_runs -= (uint64_t)picked;
+    if (launched) g->replays++, g->runs += (uint64_t)picked;
+    pthread_mutex_unlock(&picks_lock);
     if (launched) {
         atomic_fetch_add(&pick_launches, 1);
-        if (t) atomic_fetch_add(&twin_launches, 1);
+        if (twin) atomic_fetch_add(&twin_launches, 1);
     }
-    if (launched && p && p->twin && (launched_handle == exec || launched_handle == p->twin->exec)) {
-        p->last = launched_handle, p->last_stream = stream, p->fenced = 0;
-        if (stream == PER_THREAD_STREAM) p->fenced = tw.ev_record(p->twin->fence, stream) == 0;
-    }
-    if (t && t->gone == TWIN_SETTLED && launched) {  /* let go while this launch was made: wait for it */
-        job.twin = t, job.sync_ctx = 1;
-        if (tw.ev_record(t->fence, stream) == 0) job.fence = t->fence;
-    } else if (t) {
-        job.twin = t;  /* this launch's use ends */
-    }
-    pthread_mutex_unlock(&picks_lock);
-    token->twin = NULL, token->group = NULL;
-    twin_finish(&job);
 }
 
-/* The driver refused to launch the twin of `exec` (nothing of it ran; `token`: what the launch took, given
- * back here): the twin goes, and the replay runs the program's graph, its nodes as the replay needs them
- * (the token is the program's graph's launch from now on). 0: ready (or no plan any more: the nodes are
- * as captured); NT_PICK_FAILED: the host cannot choose (the caller reports it). */
-int neutrino_graph_pick_twin_refused(void *exec, nt_pick_token *token) {
-    int why = 0;
-    twin_job job = {token->twin, NULL, 0}, settle = {NULL, NULL, 0};  /* the refused launch's use ends */
-    token->twin = NULL;
-    pthread_mutex_lock(&picks_lock);
-    nt_pick_plan *p = *plan_slot(exec);
-    if (p) {
-        twin_let_go(p, TWIN_SETTLED);
-        settle = p->job;
-        memset(&p->job, 0, sizeof p->job);
-        if (!put_state(p, token->picked)) why = NT_PICK_FAILED;
+/* One replay of plan `p`, under its order lock: the twin for a replay left out, else the program's graph
+ * with its nodes as the replay needs them; ordered after the plan's previous launch (twin_order), the
+ * launch, then its fence where needed (note_launch). A twin the driver refuses to order or to launch goes
+ * (the host waits for its last launch first) and the program's graph takes the replay. `as_is`: the
+ * program's graph as its nodes are, unnumbered (the plan could not be given up). */
+static int planned_launch(nt_pick_plan *p, void *stream, void *where, int capturing, int as_is,
+                          nt_graph_launch_fn launch, int *rc) {
+    int picked = 0, why = 0;
+    uint64_t skip = 0;
+    if (as_is) finish_drop(p);  /* (given up meanwhile: restored first) */
+    int state = as_is ? R_NUMBERED : number_replay(p, capturing, &picked, &skip);
+    if (state == R_CAPTURED) return NT_PICK_CAPTURED;
+    if (state == R_PLAIN) {
+        *rc = launch(p->exec, stream);
+        return 0;
     }
-    nt_pick_group *g = token->group;
-    if (why && g) {  /* the device gate's replay */
-        g->inflight--, g->inflight_runs -= (uint64_t)token->picked;
-        token->group = NULL;
+    void *handle = p->twin && !picked && !as_is ? p->twin->exec : p->exec;
+    if (p->twin && !twin_order(p, handle, where)) {  /* unordered: no twin from here on */
+        twin_release(p, TWIN_SETTLED);
+        why = NT_PICK_TWIN_LOST, handle = p->exec;
     }
-    pthread_mutex_unlock(&picks_lock);
-    twin_finish(&job);
-    twin_finish(&settle);
+    if (handle == p->exec && !as_is && !put_state(p, picked, skip)) {
+        count_replay(p, picked, 0, 0);
+        return NT_PICK_FAILED;
+    }
+    *rc = launch(handle, stream);
+    if (*rc && handle != p->exec) {  /* the driver refused the twin: the program's graph takes the replay */
+        twin_release(p, TWIN_SETTLED);
+        why = NT_PICK_TWIN_LOST, handle = p->exec;
+        if (!put_state(p, picked, skip)) {
+            count_replay(p, picked, 0, 0);
+            return NT_PICK_FAILED;
+        }
+        *rc = launch(handle, stream);
+    }
+    if (!as_is) count_replay(p, picked, *rc == 0, handle != p->exec);
+    if (*rc == 0) note_launch(p, handle, where);
     return why;
 }
 
-/* Stands for a destroyed stream as the last launch's: no stream has it (a stream made later may get
- * the destroyed one's handle, and is not ordered after that launch). */
-static const char stream_gone;
-#define STREAM_GONE ((void *)&stream_gone)
+/* A launch of executable graph `exec` on `stream` (`where`: the stream it names, CU_STREAM_PER_THREAD for
+ * the _ptsz entry points' NULL; `capturing`: into a capture) by `launch`, the driver's cuGraphLaunch. With
+ * a plan, successive launches of the program's graph and of its twin never overlap on the GPU, whatever
+ * the threads and streams: each is chosen, launched and fenced under the plan's order lock, and ordered
+ * after the one before (CUDA orders only the launches of one executable graph). Returns NT_PICK_CAPTURED
+ * or NT_PICK_FAILED when the host cannot choose: nothing launched (the caller reports it, Python gives the
+ * plan up, and the caller launches again); else `*rc` is the launch's result, and NT_PICK_TWIN_LOST says
+ * that the plan switches nodes from now on. `as_is`: launch the program's graph as its nodes are, in
+ * order (a plan Python could not give up). */
+int neutrino_graph_pick_launch(void *exec, void *stream, void *where, int capturing, int as_is,
+                               nt_graph_launch_fn launch, int *rc) {
+    nt_pick_plan *p = plan_get(exec);
+    if (!p) {
+        *rc = launch(exec, stream);
+        return 0;
+    }
+    pthread_mutex_lock(&p->order);
+    int why = planned_launch(p, stream, where, capturing, as_is, launch, rc);
+    pthread_mutex_unlock(&p->order);
+    plan_put(p);
+    return why;
+}
 
-/* A stream is about to be destroyed or to start capturing: a twin plan whose last launch went there
- * and is not fenced records its fence now (later, recording there would be too late or captured), and
- * the next launch of the other graph waits for it wherever it goes, that stream's handle included. */
+/* A stream is about to be destroyed or to start capturing: a twin plan whose last launch went there and is
+ * not fenced records its fence now (later, recording there would be too late or captured), or else the
+ * host waits for that launch; the next launch of the other graph waits for the fence wherever it goes,
+ * that stream's handle included. */
 void neutrino_graph_pick_stream_event(void *stream) {
     if (!atomic_load_explicit(&twins_live, memory_order_relaxed)) return;
-    for (int again = 1; again;) {
-        again = 0;
-        twin_job job = {NULL, NULL, 0};
-        pthread_mutex_lock(&picks_lock);
-        for (nt_pick_plan *p = plans; p && !again; p = p->next) {
-            if (!p->twin || !p->last || p->last_stream != stream) continue;
-            if (p->fenced || tw.ev_record(p->twin->fence, stream) == 0) {
-                p->fenced = 1;
+    pthread_mutex_lock(&sweep_lock);
+    for (nt_pick_plan *p = sweep_begin(), *next; p; p = next) {
+        next = p->swept;
+        pthread_mutex_lock(&p->order);
+        if (p->twin && p->last && on_last_stream(p, stream)) {
+            if (fence_last(p)) {
                 p->last_stream = STREAM_GONE;
-            } else {  /* the host waits for that launch instead (its context): nothing to order after any more */
-                p->twin->users++;
-                job.twin = p->twin, job.sync_ctx = p->last == p->twin->exec;
-                p->last = NULL;
-                again = 1;
+            } else {  /* nothing to order after any more */
+                if (p->last == p->twin->exec) host_wait_last(p);
+                p->last = p->last_stream = NULL;
             }
         }
-        pthread_mutex_unlock(&picks_lock);
-        twin_finish(&job);
+        pthread_mutex_unlock(&p->order);
+        plan_put(p);
     }
+    pthread_mutex_unlock(&sweep_lock);
 }
 
 /* The program changed node `node` of its executable graph `exec`: where `exec` has a twin, the same
@@ -684,21 +742,17 @@ void neutrino_graph_pick_stream_event(void *stream) {
  * when applied or no twin, 0 when it could not be (the twin is gone: the plan switches nodes). */
 int neutrino_graph_pick_mirror(void *exec, void *node, int (*apply)(void *twin, void *node, void *arg), void *arg) {
     if (!atomic_load_explicit(&twins_live, memory_order_relaxed)) return 1;
+    nt_pick_plan *p = plan_get(exec);
+    if (!p) return 1;
     int ok = 1;
-    twin_job job = {NULL, NULL, 0};
-    pthread_mutex_lock(&picks_lock);
-    nt_pick_plan *p = *plan_slot(exec);
-    if (p && p->twin) {
+    pthread_mutex_lock(&p->order);
+    if (p->twin) {
         void *twin_node = NULL;
         ok = tw.find(&twin_node, node, p->twin->graph) == 0 && apply(p->twin->exec, twin_node, arg) == 0;
-        if (!ok) {
-            twin_let_go(p, TWIN_SETTLED);
-            job = p->job;
-            memset(&p->job, 0, sizeof p->job);
-        }
+        if (!ok) twin_release(p, TWIN_SETTLED);
     }
-    pthread_mutex_unlock(&picks_lock);
-    twin_finish(&job);
+    pthread_mutex_unlock(&p->order);
+    plan_put(p);
     return ok;
 }
 
@@ -731,7 +785,7 @@ int neutrino_graph_pick_keeps(void *graph) {
     return k != NULL;  /* no memory: destroyed now (the plan's next switch fails and falls back) */
 }
 
-/* The plan is gone: a graph it kept, which no other plan uses, is destroyed now. Under picks_lock. */
+/* A plan left the list: a graph it kept, which no linked plan uses, is destroyed now. Under picks_lock. */
 static void release_graph(void *graph) {
     for (nt_pick_plan *p = plans; p; p = p->next)
         if (p->graph == graph) return;
@@ -746,45 +800,43 @@ static void release_graph(void *graph) {
     }
 }
 
-static nt_pick_plan *unlink_plan(void *exec) {
-    nt_pick_plan **slot = plan_slot(exec), *p = *slot;
-    if (p) {
-        twin_let_go(p, TWIN_DESTROYED);  /* the program destroyed its graph: no replay follows */
-        *slot = p->next;
-        atomic_fetch_sub(&plans_live, 1);
-        release_graph(p->graph);
-    }
-    return p;
-}
-
 /* The executable graph is destroyed: its plan goes, no driver call but its twin's destruction. */
 void neutrino_graph_pick_forget(void *exec) {
     if (!atomic_load_explicit(&plans_live, memory_order_relaxed)) return;
+    nt_pick_plan *p = plan_get(exec);
+    if (!p) return;
+    pthread_mutex_lock(&p->order);
+    twin_release(p, TWIN_DESTROYED);  /* the program destroyed its graph: no replay follows */
     pthread_mutex_lock(&picks_lock);
-    nt_pick_plan *p = unlink_plan(exec);
+    plan_unlink(p);
     pthread_mutex_unlock(&picks_lock);
-    if (p) {
-        twin_finish(&p->job);
-        plan_free(p);
-    }
+    pthread_mutex_unlock(&p->order);
+    plan_put(p);
 }
 
 /* A context is going away: every plan goes, without a driver call (the graphs kept for them, and the
  * twins, are left to the context: destroying one now could touch freed memory). */
 void neutrino_graph_pick_forget_all(void) {
+    pthread_mutex_lock(&sweep_lock);
+    nt_pick_plan *p = sweep_begin();
     pthread_mutex_lock(&picks_lock);
-    nt_pick_plan *p = plans;
     kept_graph *k = kept;
-    plans = NULL, kept = NULL;
-    atomic_store(&plans_live, 0);
-    for (nt_pick_plan *q = p; q; q = q->next) twin_let_go(q, TWIN_LEFT);
-    pthread_mutex_unlock(&picks_lock);
-    while (p) {
-        nt_pick_plan *next = p->next;
-        twin_finish(&p->job);  /* no driver call: frees the twin's record unless a launch still holds it */
-        plan_free(p);
-        p = next;
+    kept = NULL;
+    for (nt_pick_plan *q = p; q; q = q->swept) {  /* unlinked without release_graph: no driver call */
+        q->linked = 0;
+        q->refs--;  /* the list's hold (the sweep holds one) */
     }
+    plans = NULL;
+    atomic_store(&plans_live, 0);
+    pthread_mutex_unlock(&picks_lock);
+    for (nt_pick_plan *next; p; p = next) {
+        next = p->swept;
+        pthread_mutex_lock(&p->order);
+        twin_release(p, TWIN_LEFT);
+        pthread_mutex_unlock(&p->order);
+        plan_put(p);
+    }
+    pthread_mutex_unlock(&sweep_lock);
     while (k) {
         kept_graph *next = k->next;
         free(k);
@@ -795,40 +847,38 @@ void neutrino_graph_pick_forget_all(void) {
 /* Give the plan of `exec` up, and every plan of its group (their executable graphs share the nodes'
  * device state: once one runs on the device gate, the host no longer sees every replay it numbers):
  * every node as captured (probed, reading the gate), the append nodes enabled and numbering the next
- * replay `*next_replay` (skip = the replays left out so far, host = 0; launches chosen by a plan and in
- * flight on other threads count as made). Returns 0 when there was no plan, 1 when restored, -1 when a
- * driver call failed (the nodes may be left in either state: the program's results are the same, the
- * probe's may be missing). The host waits for the twins' last launches after letting picks_lock go. */
+ * replay `*next_replay` (skip = the replays left out so far, host = 0; launches numbered and in flight
+ * on other threads count as made). The group's plans are marked first, in one step; each is restored by
+ * whoever takes its order lock next (finish_drop: this call, or a launch of it that comes first), after
+ * its twin's last launch. Returns 0 when there was no plan, 1 when restored, -1 when a driver call failed
+ * (the nodes may be left in either state: the program's results are the same, the probe's may be missing).
+ * Called without the GIL: it may wait for the GPU. */
 int neutrino_graph_pick_drop(void *exec, uint64_t *next_replay) {
     pthread_mutex_lock(&picks_lock);
-    nt_pick_plan *p = *plan_slot(exec), *gone = NULL;
-    nt_pick_group *group = p ? p->group : NULL;
-    int ok = p ? 1 : 0;
-    uint64_t next = group ? group->replays + group->inflight : 0;
-    if (group) *next_replay = next;
-    for (nt_pick_plan **slot = &plans; group && *slot;) {
-        p = *slot;
-        if (p->group != group) {
-            slot = &p->next;
-            continue;
-        }
-        twin_let_go(p, TWIN_SETTLED);  /* the program's graph takes every replay: after the twin's last launch */
-        /* the switches first: the graph whose node handles they use may go with the plan */
-        uint64_t skip = next - group->runs - group->inflight_runs;
-        int restored = set_kernels(p, K_CAPTURED) & set_append_args(p, skip, 0);
-        if (!(restored & set_appends(p, 1))) ok = -1;
-        *slot = p->next;
-        atomic_fetch_sub(&plans_live, 1);
-        p->next = gone;
-        gone = p;
+    nt_pick_plan *p = *plan_slot(exec);
+    if (!p || p->dropping) {  /* (being given up by another thread: that one sets the gates) */
+        pthread_mutex_unlock(&picks_lock);
+        return 0;
     }
-    for (p = gone; p; p = p->next) release_graph(p->graph);
+    nt_pick_group *g = p->group;
+    uint64_t next = g->replays + g->inflight;
+    for (nt_pick_plan *q = plans; q; q = q->next)
+        if (q->group == g) q->dropping = 1, q->drop_skip = next - g->runs - g->inflight_runs;
+    g->drop_failed = 0;
+    *next_replay = next;
+    for (;;) {
+        p = plans;
+        while (p && !(p->group == g && p->dropping)) p = p->next;
+        if (!p) break;
+        p->refs++;
+        pthread_mutex_unlock(&picks_lock);
+        pthread_mutex_lock(&p->order);
+        finish_drop(p);
+        pthread_mutex_unlock(&p->order);
+        pthread_mutex_lock(&picks_lock);
+        plan_put_locked(p);
+    }
+    int ok = g->drop_failed ? -1 : 1;
     pthread_mutex_unlock(&picks_lock);
-    while (gone) {
-        p = gone->next;
-        twin_finish(&gone->job);
-        plan_free(gone);
-        gone = p;
-    }
     return ok;
 }

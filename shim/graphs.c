@@ -828,26 +828,26 @@ CUresult cuStreamEndCapture(void *stream, void **graph) { return end_capture(GH_
 CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_capture(GH_END_PTSZ, stream, graph); }
 
 /* A replay: for a graph with a plan, its twin for a replay left out, or its nodes switched to what
- * `--launches` wants of this replay first (graphpick.c); where the host cannot choose, Python gives the
- * plan up before the launch. */
+ * `--launches` wants of this replay first, each in order after the plan's previous launch (graphpick.c);
+ * where the host cannot choose, nothing is launched until Python has given the plan up (the report is
+ * made holding no lock of graphpick.c: Python's drop takes the plan's). */
 static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
     CUresult (*fn)(void *, void *) = GREAL(slot, CUresult(*)(void *, void *));
     if (!fn) return CU_NOT_FOUND;
     if (!neutrino_graph_pick_has(exec, NULL)) return fn(exec, stream);
     /* only a planned graph pays the capture query (graphpick.c has no view of streams) */
-    void *launch = exec, *where = ptsz && !stream ? (void *)(uintptr_t)0x2 : stream;  /* per-thread: 0x2 */
-    nt_pick_token token;  /* the twin chosen stays alive until its launch has returned (after_launch) */
-    int why = neutrino_graph_pick_before_launch(exec, where, neutrino_graph_stream_capturing(stream, ptsz), &launch,
-                                                &token);
-    if (why) report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)why, 0);
-    CUresult rc = fn(launch, stream);
-    if (rc && launch != exec) {  /* the driver refused the twin: the program's graph takes the replay, switched */
-        why = neutrino_graph_pick_twin_refused(exec, &token);
-        report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)(why ? why : NT_PICK_TWIN_LOST), 0);
-        launch = exec;
-        rc = fn(exec, stream);
+    void *where = ptsz && !stream ? (void *)(uintptr_t)0x2 : stream;  /* per-thread: 0x2 */
+    int capturing = neutrino_graph_stream_capturing(stream, ptsz), rc = 0;
+    int why = neutrino_graph_pick_launch(exec, stream, where, capturing, 0, fn, &rc);
+    if (why == NT_PICK_CAPTURED || why == NT_PICK_FAILED) {  /* not launched */
+        report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)why, 0);
+        why = neutrino_graph_pick_launch(exec, stream, where, capturing, 0, fn, &rc);
+        if (why == NT_PICK_CAPTURED)  /* the plan stays (no Python to give it up): a copy of the nodes as they are */
+            rc = fn(exec, stream);
+        else if (why == NT_PICK_FAILED)
+            why = neutrino_graph_pick_launch(exec, stream, where, capturing, 1, fn, &rc);
     }
-    neutrino_graph_pick_after_launch(exec, launch, where, rc == 0, &token);
+    if (why == NT_PICK_TWIN_LOST) report(G_PICK_FALLBACK, exec, stream, (void *)(uintptr_t)why, 0);
     return rc;
 }
 /* The timeline chooses per-node or graph-level records for the replay first (cupti.c, "graph replays"). */

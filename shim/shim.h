@@ -29,15 +29,9 @@ void *neutrino_graph_wrapper_named(const char *name);
 /* graphpick.c: the replays of a probed graph chosen on the host (cuGraphLaunch, in graphs.c). */
 enum { NT_PICK_CAPTURED = 1, NT_PICK_FAILED = 2, NT_PICK_UPDATE = 3, NT_PICK_SET_PARAMS = 4 };  /* why a plan is given up */
 enum { NT_PICK_TWIN_LOST = 6 };  /* not given up: its twin is, the plan switches nodes from now on */
-/* What a planned graph's launch took (its group's count of launches in flight, a use of the twin). */
-typedef struct {
-    void *group, *twin;
-    int picked;
-} nt_pick_token;
-int neutrino_graph_pick_before_launch(void *exec, void *stream, int capturing, void **launch, nt_pick_token *token);
-void neutrino_graph_pick_after_launch(void *exec, void *launched_handle, void *stream, int launched,
-                                      nt_pick_token *token);
-int neutrino_graph_pick_twin_refused(void *exec, nt_pick_token *token);
+typedef int (*nt_graph_launch_fn)(void *exec, void *stream);  /* the driver's cuGraphLaunch */
+int neutrino_graph_pick_launch(void *exec, void *stream, void *where, int capturing, int as_is,
+                               nt_graph_launch_fn launch, int *rc);
 void neutrino_graph_pick_stream_event(void *stream);
 int neutrino_graph_pick_mirror(void *exec, void *node, int (*apply)(void *twin, void *node, void *arg), void *arg);
 int neutrino_graph_pick_has(void *exec, void *node);

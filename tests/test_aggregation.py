@@ -175,10 +175,11 @@ def test_sum_lowering_sm80_reduces_with_redux_then_one_atomic_per_warp():
     filecheck(result.ptx, """
 CHECK: .param .u64 k__nt_buf_traffic
 CHECK: ld.param.u64 %nt_buf_traffic, [k__nt_buf_traffic];
-CHECK-NEXT: and.b64 %nt_gate_tag, %nt_buf_traffic, 1;
-CHECK-NEXT: xor.b64 %nt_buf_traffic, %nt_buf_traffic, %nt_gate_tag;
+CHECK-NEXT: cvt.u32.u64 %nt_gate_tag, %nt_buf_traffic;
+CHECK-NEXT: and.b32 %nt_gate_tag, %nt_gate_tag, 1;
+CHECK-NEXT: setp.ne.u32 %nt_gated, %nt_gate_tag, 0;
+CHECK-NEXT: and.b64 %nt_buf_traffic, %nt_buf_traffic, -2;
 CHECK-NEXT: cvta.to.global.u64 %nt_buf_traffic, %nt_buf_traffic;
-CHECK-NEXT: setp.ne.u64 %nt_gated, %nt_gate_tag, 0;
 CHECK-NEXT: mov.u32 %nt_gate, 0;
 CHECK-NEXT: @%nt_gated ld.global.u32 %nt_gate, [%nt_buf_traffic+-8];
 CHECK-NEXT: setp.eq.u32 %nt_on, %nt_gate, 0;

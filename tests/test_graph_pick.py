@@ -278,8 +278,10 @@ def test_launches_on_two_streams_stay_in_order(tmp_path, fakecuda, shim, monkeyp
     """Odd replays on a second stream: each launch of one graph after the other's on the other stream waits
     for it (an event of ours), as CUDA orders the launches of one executable graph."""
     monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
+    monkeypatch.setenv("FAKECUDA_CHECK_ORDER", "1")
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2)
     assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
+    assert order_seen(said) == (REPLAYS - 1, 0)
     # the graph changes at replays 1, 3, 4, 6, 7, 9, each time onto the other stream
     (pick,) = events(t, "graph_pick")
     assert pick["twin_waits"] == 6
@@ -293,7 +295,9 @@ def test_a_twin_launch_is_fenced_before_its_stream_goes(tmp_path, fakecuda, shim
     first stream, need no wait."""
     monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
     monkeypatch.setenv("FAKECUDA_LOG_STREAM_OPS", "1")
+    monkeypatch.setenv("FAKECUDA_CHECK_ORDER", "1")
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2, GRAPH_APP_DESTROY_SECOND_AT=8)
+    assert order_seen(said) == (REPLAYS - 1, 0)
     eager = next(i for i, line in enumerate(log) if line.startswith("saxpy4 "))  # log[0] was an event record
     assert probed(log[eager + 1:]) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
     ops = [line.split() for line in log if line.split()[0] in ("record", "destroy", "wait")]
@@ -395,8 +399,10 @@ replay after it: no wait for 7-9, one stream). CUDA orders
     it after replay 5 (launches of one executable graph are ordered), so it must wait for the twin's
     launch: the new stream is not the one the twin ran on, whatever its handle."""
     monkeypatch.setenv("FAKECUDA_LOG_WAITS", "1")
+    monkeypatch.setenv("FAKECUDA_CHECK_ORDER", "1")
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2, GRAPH_APP_DESTROY_SECOND_AT=6,
                                   GRAPH_APP_REMAKE_SECOND=1)
+    assert order_seen(said) == (REPLAYS - 1, 0)
     (remade,) = [line.split() for line in said if line.startswith("second stream remade")]
     assert remade[3] == "same"  # the case under test: the fake driver gave the handle back
     assert probed(log) == [r in SELECTED for r in range(REPLAYS)] and written(t) == SELECTED
@@ -437,10 +443,10 @@ def test_the_host_waits_for_the_twin_without_the_gil(tmp_path, fakecuda, shim, m
 
 def test_a_twin_chosen_stays_alive_until_its_launch_returns(tmp_path, fakecuda, shim, monkeypatch):
     """Replay 1 (left out) chose the twin; before the driver reads it, another thread of the program updates the
-    executable graph, which gives the group's plans up (the twin let go) and plans again. The launch in
-    between still runs the twin it chose (no launch of a destroyed graph), and that twin is destroyed only
-    after it; the plan given up numbers that launch as made, so the device gate and the new plan go on at
-    replay 2, and every selected replay is written."""
+    executable graph, which gives the group's plans up (the twin let go) and plans again. The plan's order
+    lock holds the update back until that launch has returned: the launch runs the twin it chose (no launch
+    of a destroyed graph), and that twin is destroyed only after it; the plan given up counts that launch as
+    made, so the device gate and the new plan go on at replay 2, and every selected replay is written."""
     monkeypatch.setenv("FAKECUDA_CHECK_DESTROYED", "1")
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_DROP_IN_TWIN=1)
     assert "dead launches 0" in said, said
@@ -460,8 +466,10 @@ def test_the_wait_for_a_twin_without_its_fence_syncs_its_context_without_the_loc
     meanwhile)."""
     for key, value in {"FAKECUDA_LOG_SYNCS": "1", "FAKECUDA_LOG_STREAM_OPS": "1", "FAKECUDA_CC": "90,90"}.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.setenv("FAKECUDA_CHECK_ORDER", "1")
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_STREAMS=2, GRAPH_APP_DESTROY_SECOND_AT=2,
                                   GRAPH_APP_REFUSE_SECOND_RECORDS=1, GRAPH_APP_DESTROY_IN_OTHER_CTX=1)
+    assert order_seen(said)[1] == 0
     ops = [line for line in log if line.split()[0] in ("destroy", "ctx-sync")]
     (gone,) = [i for i, line in enumerate(ops) if line.startswith("destroy")]
     assert ops[gone - 1] == "ctx-sync ctx=0xc0 lock=free", ops
@@ -620,3 +628,59 @@ def test_no_poller_thread_when_polling_is_off(tmp_path, fakecuda_calls, shim, mo
     (program,) = {words[0] for words in lines if words[1] == "cuGraphLaunch"}
     assert {words[0] for words in lines if words[1] == "cuMemcpy2DAsync_v2"} == {program}
     assert threads["0"] == threads["100"] - 1
+
+
+def order_seen(said):
+    """(graph launches the fake driver checked, of them not ordered after the previous launch of their captured
+    graph's executable graphs: the program's and the twin)."""
+    (line,) = [line for line in said if line.startswith("order ")]
+    return tuple(map(int, line.split()[1:]))
+
+
+@pytest.mark.parametrize("every, switching", [(3, False), (2, False), (3, True)])
+def test_two_threads_on_two_streams_never_overlap_the_graph_and_its_twin(tmp_path, fakecuda, shim, monkeypatch,
+                                                                         every, switching):
+    """Two threads of the program replay the executable graph at once, each on a stream of its own, 300 times
+    each. CUDA orders the launches of one executable graph; the twin is another, so the shim orders them: every
+    launch of the program's graph or of its twin that the fake driver sees follows the one before it (a wait
+    on our fence, the stream's order, or CUDA's own), whichever thread made it. The replays are numbered
+    across both threads: each selected number is written once. Switching nodes instead (no twin), a replay's
+    switch and its launch are one step too: exactly the selected replays run the probed kernel."""
+    monkeypatch.setenv("FAKECUDA_CHECK_ORDER", "1")
+    monkeypatch.setenv("FAKECUDA_LAUNCH_DELAY_US", "50")  # the driver's launch takes a while: threads overlap
+    replays = 300
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, launches=f"every:{every}", replays=replays,
+                                  GRAPH_APP_THREADS=2, **(SWITCHING if switching else {}))
+    assert order_seen(said) == (2 * replays - 1, 0)
+    selected = list(range(0, 2 * replays, every))
+    assert sorted(written(t)) == selected
+    ran_probed = [line for line in log if line.startswith("saxpy4 probed=1")]
+    assert len(ran_probed) == len(selected)
+    (pick,) = events(t, "graph_pick")
+    twins = 0 if switching else 2 * replays - len(selected)
+    assert pick["launches"] == 2 * replays and pick["twin_launches"] == twins
+    assert not events(t, "graph_pick_switching") and not events(t, "graph_pick_fallback")
+
+
+def test_the_next_isolate_split_is_well_formed():
+    """`graph_residual.py --isolate next`: every variant replays B alone against a reference in the set, the names
+    are distinct, and each `--suspect` it asks of the child is one the child makes (read from its source: the
+    child needs torch)."""
+    import ast
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    import graph_residual
+
+    variants = graph_residual.ISOLATE_NEXT
+    names = [v.name for v in variants]
+    assert len(set(names)) == len(names)
+    assert all(v.reference in names and "--replay" in v.child for v in variants)
+    child = ast.parse((bench / "graph_residual_child.py").read_text())
+    (suspects,) = [ast.literal_eval(n.value) for n in ast.walk(child) if isinstance(n, ast.Assign)
+                   and any(getattr(t, "id", "") == "SUSPECTS" for t in n.targets)]
+    asked = [w for v in variants if "--suspect" in v.child for w in v.child[v.child.index("--suspect") + 1].split(",")]
+    assert asked and set(asked) <= set(suspects)
+    rows = graph_residual.isolate_table({}, variants).splitlines()[2:]
+    assert len(rows) == len(variants) and all("error" in r for r in rows)  # no runs: each row says so

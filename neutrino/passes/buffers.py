@@ -20,6 +20,7 @@ An unselected replay then writes nothing and leaves the maps zero.
 from __future__ import annotations
 
 import functools
+import re
 from typing import ClassVar
 
 import attrs
@@ -73,12 +74,19 @@ class _Prologue:
                 bits = ir.TYPE_BYTES[rtype] * 8
                 self.emit(f"mov.b{bits}", name, 0)
 
-    def thread_geometry(self) -> None:
-        """Linear thread index in the block, threads per block, linear block index, blocks."""
+    def thread_geometry(self, block: tuple[int, int, int] | None = None) -> None:
+        """Linear thread index in the block, threads per block, linear block index, blocks. `block`: the
+        kernel's `.reqntid` (every launch has that block shape): its sizes are constants, and the index of a
+        dimension of size 1 is 0, so ptxas folds the block's arithmetic (no special-register or constant-bank
+        reads for them: on a tiny kernel those are a good part of what the probe adds per warp)."""
         tx, ty, tz = (self.t(f"tid_{d}", "b32") for d in "xyz")
         nx, ny, nz = (self.t(f"ntid_{d}", "b32") for d in "xyz")
-        for reg, special in ((tx, "%tid.x"), (ty, "%tid.y"), (tz, "%tid.z"), (nx, "%ntid.x"), (ny, "%ntid.y"), (nz, "%ntid.z")):
-            self.emit("mov.u32", reg, special)
+        sources = {tx: "%tid.x", ty: "%tid.y", tz: "%tid.z", nx: "%ntid.x", ny: "%ntid.y", nz: "%ntid.z"}
+        if block is not None:
+            sources.update({nx: block[0], ny: block[1], nz: block[2]})
+            sources.update({t: 0 for t, size in ((tx, block[0]), (ty, block[1]), (tz, block[2])) if size == 1})
+        for reg, source in sources.items():
+            self.emit("mov.u32", reg, source)
         tlin, tpb = self.t("tlin", "b32"), self.t("tpb", "b32")
         self.emit("mad.lo.u32", tlin, tz, ny, ty)
         self.emit("mad.lo.u32", tlin, tlin, nx, tx)
@@ -138,12 +146,14 @@ class _Prologue:
         if not first:
             self.emit("cvta.to.global.u64", buf, buf)
             return
-        tag, gated = self.t("gate_tag", "b64"), self.t("gated", "pred")
+        tag, gated = self.t("gate_tag", "b32"), self.t("gated", "pred")
         gate, on = self.t("gate", "b32"), self.t(GATE_REGISTER, "pred")
-        self.emit("and.b64", tag, buf, 1)
-        self.emit("xor.b64", buf, buf, tag)
+        # the tag tested in 32 bits (one predicate-setting instruction, not a 64-bit compare's two)
+        self.emit("cvt.u32.u64", tag, buf)
+        self.emit("and.b32", tag, tag, 1)
+        self.emit("setp.ne.u32", gated, tag, 0)
+        self.emit("and.b64", buf, buf, -2)
         self.emit("cvta.to.global.u64", buf, buf)
-        self.emit("setp.ne.u64", gated, tag, 0)
         self.emit("mov.u32", gate, 0)
         self.emit("ld.global.u32", gate, ir.Address(ir.Register(buf), ir.Immediate(str(-GATE_OFFSET))), guard=ir.Guard(ir.Register(gated)))
         self.emit("setp.eq.u32", on, gate, 0)
@@ -239,6 +249,7 @@ class _PrologueShape:
     levels: frozenset[str]
     maps: tuple[_MapShape, ...]
     counting: bool
+    block: tuple[int, int, int] | None = None  # the kernel's .reqntid (thread_geometry)
 
     @classmethod
     def of(cls, state: KernelState, maps: list) -> "_PrologueShape":
@@ -248,7 +259,18 @@ class _PrologueShape:
             frozenset(state.levels),
             tuple(_MapShape(m.name, m.level, m.cap, m.record_bytes, m.type, getattr(m, "stage", None)) for m in maps),
             state.counting,
+            required_block(getattr(state.function, "directives", ())),
         )
+
+
+def required_block(directives) -> tuple[int, int, int] | None:
+    """The block shape a `.reqntid` directive requires (missing sizes are 1), or None."""
+    for directive in directives:
+        m = re.fullmatch(r"\s*\.reqntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?\s*", directive)
+        if m:
+            x, y, z = (int(v) if v else 1 for v in m.groups())
+            return (x, y, z) if x * y * z > 0 else None
+    return None
 
 
 @attrs.frozen
@@ -297,7 +319,7 @@ def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
     prologue = _Prologue(scratch)
     prologue.zero_probe_registers()
     if any(m.type == "array" for m in shape.maps) or shape.levels:
-        prologue.thread_geometry()
+        prologue.thread_geometry(shape.block)
         prologue.leaders()
     prologue.code += address_maps(prologue, list(shape.maps))
     code = tuple(prologue.code)

@@ -231,6 +231,7 @@ CUresult cuLibraryGetKernel(void **k, void *lib, const char *name) { return cuMo
 CUresult cuKernelGetFunction(void **f, void *k) { *f = k; return 0; }
 CUresult cuFuncGetAttribute(int *v, int a, void *f) { *v = a == 8 ? ((Function *)f)->attr8 : 0; return 0; }
 CUresult cuFuncSetAttribute(void *f, int a, int v) { if (a == 8) ((Function *)f)->attr8 = v; return 0; }
+static void order_host_wait(void *event, void *stream, int everything);  /* FAKECUDA_CHECK_ORDER */
 /* ---- stream capture and graphs: nodes run in capture order at cuGraphLaunch ---- */
 enum { N_MEMSET, N_D2H, N_KERNEL, N_HOST, N_ALLOC, N_REMOVED };  /* alloc: a memory alloc node (never run here) */
 typedef struct Node {
@@ -241,7 +242,14 @@ typedef struct Node {
     int probed_params;
     int disabled;              /* cuGraphNodeSetEnabled(exec, node, 0): the exec's copy runs as an empty node */
 } Node;
-typedef struct { Node *nodes; unsigned n, cap; long launches; int from_clone, dead; } Graph;
+typedef struct {
+    Node *nodes;
+    unsigned n, cap;
+    long launches;
+    int from_clone, dead;
+    void *family;          /* the captured graph it descends from (clones, executable graphs): FAKECUDA_CHECK_ORDER */
+    uint32_t last_launch;  /* an executable graph's last launch (an op of the order model) */
+} Graph;
 static void *cap_stream;       /* the one stream being captured (or NULL) */
 static int cap_mode;           /* 0 global, 1 thread-local, 2 relaxed */
 static Graph *cap_graph;
@@ -280,6 +288,7 @@ CUresult cuStreamBeginCapture_v2(void *s, int mode) {
     if (cap_stream) return 900;
     cap_stream = s; cap_mode = mode; cap_id++;
     cap_graph = calloc(1, sizeof(Graph));
+    cap_graph->family = cap_graph;
     graph_nodes_live++;
     cap_dep = NULL;
     return 0;
@@ -354,7 +363,9 @@ CUresult cuCtxSynchronize(void) {
         FILE *fh = fopen(log, "a");
         if (fh) { fprintf(fh, "ctx-sync ctx=%p lock=%s\n", (void *)current_ctx, lock); fclose(fh); }
     }
-    return alloc_refused() ? 900 : 0;
+    if (alloc_refused()) return 900;
+    order_host_wait(NULL, NULL, 1);
+    return 0;
 }
 CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) {
     Node *nd = capture(s, N_HOST);
@@ -396,6 +407,7 @@ CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long lon
     e->n = e->cap = g->n;
     e->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
     memcpy(e->nodes, g->nodes, g->n * sizeof(Node));
+    e->family = g->family ? g->family : g;
     graph_nodes_live++;
     for (unsigned k = 1; k <= nclones; k++) e->from_clone |= clones[k] == g;
     *exec = e;
@@ -501,6 +513,7 @@ CUresult cuGraphClone(void **clone, void *graph) {
     c->n = c->cap = g->n;
     c->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
     memcpy(c->nodes, g->nodes, g->n * sizeof(Node));
+    c->family = g->family ? g->family : g;
     graph_nodes_live++;
     *clone = c;
     return 0;
@@ -553,6 +566,144 @@ CUresult cuGraphAddMemAllocNode(void **node, void *graph, void *const *deps, siz
     *node = (void *)(uintptr_t)g->n;
     return 0;
 }
+/* ---- FAKECUDA_CHECK_ORDER=1: the GPU's order of graph launches, modelled. Each stream operation of
+ * interest (a graph launch, an event record, a stream wait) is an op that depends on its stream's previous
+ * op; a wait also on the op its event recorded last; a graph launch also on the previous launch of the same
+ * executable graph (CUDA orders those). Host waits (event, stream, context synchronisation) mark ops done.
+ * At each graph launch, the previous launch of any executable graph of the same captured graph (the program's
+ * and the shim's twin: one family) must be an ancestor of it, or done: else the two could overlap on a GPU
+ * (fakecuda_unordered_launches). Streams: the handle; CU_STREAM_PER_THREAD (0x2) is each thread's own;
+ * NULL and CU_STREAM_LEGACY (0x1) are one. FAKECUDA_LAUNCH_DELAY_US=N: a graph launch takes N us before
+ * it is enqueued (a window for another thread). */
+typedef struct { uint32_t dep[2]; uint8_t done; uint32_t seen; } Op;
+typedef struct { void *handle; pthread_t thread; uint32_t last; } StreamTail;
+typedef struct { void *family; uint32_t last; } FamilyTail;
+#define ORDER_TAILS 256
+static pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
+static Op *ops;  /* ops[0] unused: 0 is "none" */
+static uint32_t nops, ops_cap, order_visit;
+static StreamTail stream_tails[ORDER_TAILS];
+static FamilyTail family_tails[ORDER_TAILS];
+static long order_checks, order_unordered;
+long fakecuda_unordered_launches(void) { return order_unordered; }
+long fakecuda_order_checks(void) { return order_checks; }
+
+static int order_on(void) { return getenv("FAKECUDA_CHECK_ORDER") != NULL; }
+
+static StreamTail *stream_tail(void *s) {
+    if (s == (void *)(uintptr_t)1) s = NULL;
+    int per_thread = s == (void *)(uintptr_t)2;
+    for (int i = 0; i < ORDER_TAILS; i++) {
+        StreamTail *t = &stream_tails[i];
+        if (t->last && t->handle == s && (!per_thread || pthread_equal(t->thread, pthread_self()))) return t;
+    }
+    for (int i = 0; i < ORDER_TAILS; i++)
+        if (!stream_tails[i].last) {
+            stream_tails[i].handle = s, stream_tails[i].thread = pthread_self();
+            return &stream_tails[i];
+        }
+    return &stream_tails[ORDER_TAILS - 1];  /* (more streams than a test makes) */
+}
+
+static uint32_t new_op(uint32_t a, uint32_t b) {
+    if (nops + 2 > ops_cap) {
+        ops_cap = ops_cap ? 2 * ops_cap : 1024;
+        ops = realloc(ops, ops_cap * sizeof(Op));
+    }
+    if (!nops) nops = 1;
+    ops[nops] = (Op){{a, b}, 0, 0};
+    return nops++;
+}
+
+/* Whether op `target` is done or an ancestor of op `from` (ops depend only on earlier ones). */
+static int reaches(uint32_t from, uint32_t target) {
+    if (ops[target].done) return 1;
+    uint32_t *stack = malloc(sizeof(uint32_t) * (nops + 1)), n = 0;
+    int found = 0;
+    order_visit++;
+    stack[n++] = from;
+    while (n && !found) {
+        uint32_t id = stack[--n];
+        if (id == target) found = 1;
+        if (id <= target || ops[id].seen == order_visit) continue;
+        ops[id].seen = order_visit;
+        for (int k = 0; k < 2; k++)
+            if (ops[id].dep[k] >= target) stack[n++] = ops[id].dep[k];
+    }
+    free(stack);
+    return found;
+}
+
+static void mark_done(uint32_t id) {  /* and its ancestors */
+    uint32_t *stack = malloc(sizeof(uint32_t) * (nops + 1)), n = 0;
+    if (id) stack[n++] = id;
+    while (n) {
+        uint32_t k = stack[--n];
+        if (!k || ops[k].done) continue;
+        ops[k].done = 1;
+        stack[n++] = ops[k].dep[0], stack[n++] = ops[k].dep[1];
+    }
+    free(stack);
+}
+
+static void order_graph_launch(Graph *e, void *stream) {
+    const char *delay = getenv("FAKECUDA_LAUNCH_DELAY_US");
+    if (delay) usleep((useconds_t)atoi(delay));
+    if (!order_on()) return;
+    pthread_mutex_lock(&order_lock);
+    StreamTail *t = stream_tail(stream);
+    uint32_t id = new_op(t->last, e->last_launch);
+    FamilyTail *f = NULL;
+    for (int i = 0; i < ORDER_TAILS && !f; i++)
+        if (family_tails[i].family == e->family || !family_tails[i].family) f = &family_tails[i];
+    if (f && f->family && f->last) {
+        order_checks++;
+        if (!reaches(id, f->last)) order_unordered++;
+    }
+    if (f) f->family = e->family, f->last = id;
+    e->last_launch = t->last = id;
+    pthread_mutex_unlock(&order_lock);
+}
+
+/* An event is 16 bytes here: its record's time, then its record's op. */
+static void order_record(void *event, void *stream) {
+    if (!order_on()) return;
+    pthread_mutex_lock(&order_lock);
+    StreamTail *t = stream_tail(stream);
+    ((uint64_t *)event)[1] = t->last = new_op(t->last, 0);
+    pthread_mutex_unlock(&order_lock);
+}
+
+static void order_wait(void *stream, void *event) {
+    if (!order_on()) return;
+    pthread_mutex_lock(&order_lock);
+    StreamTail *t = stream_tail(stream);
+    t->last = new_op(t->last, (uint32_t)((uint64_t *)event)[1]);
+    pthread_mutex_unlock(&order_lock);
+}
+
+/* The host waited: for an event (`event`), a stream (`stream`), or the whole context (neither). */
+static void order_host_wait(void *event, void *stream, int everything) {
+    if (!order_on()) return;
+    pthread_mutex_lock(&order_lock);
+    if (everything) {
+        for (uint32_t i = 1; i < nops; i++) ops[i].done = 1;
+    } else if (event) {
+        mark_done((uint32_t)((uint64_t *)event)[1]);
+    } else {
+        mark_done(stream_tail(stream)->last);
+    }
+    pthread_mutex_unlock(&order_lock);
+}
+
+static void order_stream_gone(void *stream) {
+    if (!order_on()) return;
+    pthread_mutex_lock(&order_lock);
+    StreamTail *t = stream_tail(stream);
+    t->last = 0, t->handle = NULL;
+    pthread_mutex_unlock(&order_lock);
+}
+
 /* Launches of an executable graph so far (tests: which of a probed graph and its twin ran a replay). */
 long fakecuda_exec_launches(void *exec) { return ((Graph *)exec)->launches; }
 static long all_graph_launches;
@@ -575,6 +726,7 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     /* FAKECUDA_REFUSE_CLONE_LAUNCH=1: an executable graph of a clone is refused at launch (out of memory
      * for its first upload, say), nothing run */
     if (e->from_clone && getenv("FAKECUDA_REFUSE_CLONE_LAUNCH")) return 2;
+    order_graph_launch(e, stream);
     e->launches++;
     all_graph_launches++;
     void (*replay)(uintptr_t, uint32_t) = fakecupti("fakecupti_graph_launch");
@@ -597,7 +749,7 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     }
     return 0;
 }
-CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+CUresult cuStreamSynchronize(void *s) { order_host_wait(NULL, s, 0); return 0; }
 /* A stream made gets a CUPTI id of its own from the fake CUPTI (as the driver's streams, unique for the life
  * of the process, whatever their handle: one destroyed and made again at the same address is another). */
 CUresult cuStreamCreate(void **s, unsigned f) {
@@ -618,10 +770,11 @@ static void log_stream_op(const char *what, void *s, void *e) {
         if (fh) { fprintf(fh, "%s stream=%p event=%p\n", what, s, e); fclose(fh); }
     }
 }
-CUresult cuStreamDestroy_v2(void *s) { log_stream_op("destroy", s, NULL); free(s); return 0; }
+CUresult cuStreamDestroy_v2(void *s) { log_stream_op("destroy", s, NULL); order_stream_gone(s); free(s); return 0; }
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) {
     (void)f;
     log_stream_op("wait", s, e);  /* the fast path's wait for a new ring's memset; a twin's order */
+    order_wait(s, e);
     return 0;
 }
 CUresult cuMemAllocAsync(uint64_t *p, size_t n, void *s) {
@@ -699,13 +852,14 @@ static uint64_t fake_now_ns(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
-CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = calloc(1, 8); return 0; }
+CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = calloc(1, 16); return 0; }
 static void *records_refused_on;  /* fakecuda_refuse_records_on(s): event records on stream s fail */
 void fakecuda_refuse_records_on(void *s) { records_refused_on = s; }
 CUresult cuEventRecord(void *e, void *s) {
     if (s && s == records_refused_on) return 1;
     log_stream_op("record", s, e);
     *(uint64_t *)e = fake_now_ns();
+    order_record(e, s);
     return 0;
 }
 CUresult cuEventQuery(void *e) {
@@ -715,6 +869,7 @@ CUresult cuEventQuery(void *e) {
 }
 CUresult cuEventSynchronize(void *e) {
     while (cuEventQuery(e) == 600) { struct timespec t = {0, 1000000}; nanosleep(&t, NULL); }
+    order_host_wait(e, NULL, 0);
     return 0;
 }
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.004f; return 0; }

@@ -29,8 +29,9 @@ cuGraphExecKernelNodeSetParams and cuGraphNodeSetEnabled calls at the end ("pick
 ("threads"), and with
 FAKECUDA_FORK_IN_SWITCH=1 the exit status of the child forked in the first switch ("fork child", -1: hung).
 GRAPH_APP_DROP_IN_TWIN=1: when a twin's first launch starts in the fake driver, another thread of the program
-calls cuGraphExecUpdate on the executable graph (the shim gives its plans up meanwhile); prints the launches of
-destroyed graphs at the end ("dead launches", with FAKECUDA_CHECK_DESTROYED=1).
+calls cuGraphExecUpdate on the executable graph (the shim gives its plans up meanwhile; the launch goes on 0.2 s
+later, and the program waits for that thread before its next replay); prints the launches of destroyed graphs at
+the end ("dead launches", with FAKECUDA_CHECK_DESTROYED=1).
 GRAPH_APP_REFUSE_SECOND_RECORDS=1: event records on the second stream fail; GRAPH_APP_DESTROY_IN_OTHER_CTX=1: the
 second stream is destroyed with device 1's context current (FAKECUDA_CC="90,90").
 GRAPH_APP_RETAIN=N: the primary context retained N times at the start (N = 2: cudart's and a library's, so that
@@ -43,6 +44,10 @@ GRAPH_APP_PLAIN=KERNEL2: in each cycle a second graph, B, captured on the same s
 GRAPH_APP_KERNELS launches of KERNEL2 (a kernel `--filter` leaves unprobed), instantiated with the same flags; its
 replays alternate with the first's and it is destroyed with it. With FAKECUDA_LOG_CALLS the app marks in that log
 where B's capture, instantiation, each replay and its end are ("== B ...": what the driver saw for B in between).
+GRAPH_APP_THREADS=T: the REPLAYS replays of each cycle are launched by each of T threads of the program at once,
+thread i on a stream of its own (i = 0: the capture's); prints the fake driver's order checks at the end ("order":
+launches checked, launches not ordered after the previous launch of the captured graph's executable graphs, with
+FAKECUDA_CHECK_ORDER=1).
 """
 import ctypes as C
 import os
@@ -137,6 +142,32 @@ def capture_plain(cu, fn, stream, params, flags):
     return graph, exe
 
 
+def replay_from_threads(cu, exe, stream, threads, replays):
+    """`threads` threads each launch `exe` `replays` times, thread i on its own stream (0: `stream`), all at once."""
+    streams = [stream] + [C.c_void_p() for _ in range(threads - 1)]
+    for s in streams[1:]:
+        assert cu.cuStreamCreate(C.byref(s), 1) == 0
+    start = threading.Barrier(threads)
+    failed = []
+
+    def replay(s):
+        start.wait()
+        for _ in range(replays):
+            rc = cu.cuGraphLaunch(exe, s)  # (ctypes lets the GIL go: the launches of the threads interleave)
+            if rc:
+                failed.append(rc)
+
+    workers = [threading.Thread(target=replay, args=(s,)) for s in streams]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not failed, failed
+    cu.cuStreamDestroy_v2.argtypes = [C.c_void_p]
+    for s in streams[1:]:
+        assert cu.cuStreamDestroy_v2(s) == 0
+
+
 def main(ptx_path, kernel, cycles, replays):
     cu = C.CDLL("libcuda.so.1")
     P = C.c_void_p
@@ -226,11 +257,13 @@ def main(ptx_path, kernel, cycles, replays):
                 assert cu.cuGraphClone(C.byref(twin_source), graph) == 0
             assert cu.cuGraphInstantiateWithFlags(C.byref(twin), twin_source, 0) == 0
         remade = False
+        updating = []  # GRAPH_APP_DROP_IN_TWIN: the thread started in the twin's launch, joined after it
         if os.environ.get("GRAPH_APP_DROP_IN_TWIN"):
             def update_from_another_thread():
                 other = threading.Thread(target=lambda: cu.cuGraphExecUpdate_v2(exe, graph, None))
                 other.start()
-                other.join()
+                updating.append(other)
+                time.sleep(0.2)  # (the update waits for the launch: it may not act inside it)
             hook = C.CFUNCTYPE(None)(update_from_another_thread)
             cu.fakecuda_on_clone_launch.argtypes = [C.c_void_p]
             cu.fakecuda_on_clone_launch(C.cast(hook, C.c_void_p))
@@ -242,7 +275,10 @@ def main(ptx_path, kernel, cycles, replays):
                     time.sleep(0.001)
             ticker = threading.Thread(target=tick, daemon=True)
             ticker.start()
-        for r in range(replays):
+        threads = int(os.environ.get("GRAPH_APP_THREADS", "0"))
+        if threads:
+            replay_from_threads(cu, exe, stream, threads, replays)
+        for r in range(0 if threads else replays):
             for at, how in (w.split(":") for w in os.environ.get("GRAPH_APP_PAUSE", "").split(",") if w):
                 if r == int(at):  # the timeline's recording switched (benchmarks/timeline_workload.py's A/B)
                     pause = C.CDLL(None).neutrino_timeline_pause
@@ -286,6 +322,8 @@ def main(ptx_path, kernel, cycles, replays):
                     say("second stream remade", "same" if second.value == gone else "other", hex(second.value))
                     remade = True
             assert cu.cuGraphLaunch(exe, second if (r % 2 or remade) and second else stream) == 0
+            while updating:
+                updating.pop().join()
             if twin_of:
                 assert cu.cuGraphLaunch(twin, stream) == 0
             if plain_exe is not None:
@@ -323,6 +361,8 @@ def main(ptx_path, kernel, cycles, replays):
     say("threads", len(os.listdir("/proc/self/task")))  # the process's, ours included (a poller thread or none)
     cu.fakecuda_dead_launches.restype = C.c_long
     say("dead launches", cu.fakecuda_dead_launches())
+    cu.fakecuda_order_checks.restype = cu.fakecuda_unordered_launches.restype = C.c_long
+    say("order", cu.fakecuda_order_checks(), cu.fakecuda_unordered_launches())
     say("pick calls", cu.fakecuda_pick_calls())
     if os.environ.get("FAKECUDA_FORK_IN_SWITCH"):
         cu.fakecuda_fork_status.restype = C.c_long
