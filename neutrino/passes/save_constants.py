@@ -74,13 +74,11 @@ def _registers(operand) -> list[str]:
 
 def _defined_constant(insn: ir.Instruction, types: dict[str, str]) -> tuple[str, int] | None:
     """(register, its value) when `insn` is a mov / zero-extending cvt of an integer immediate (guard aside)."""
-    if len(insn.operands) != 2:
+    widths = _immediate_widths(insn.opcode.text)  # first: most probe instructions are neither mov nor cvt
+    if widths is None or len(insn.operands) != 2:
         return None
     dst, src = insn.operands
     if not isinstance(dst, ir.Register) or not isinstance(src, ir.Immediate) or src.value is None:
-        return None
-    widths = _immediate_widths(insn.opcode.text)
-    if widths is None:
         return None
     width, source_bits = widths
     value = src.value & _mask(source_bits) & _mask(width)
@@ -108,29 +106,44 @@ def constant_save_values(body: list[ir.Statement], types: dict[str, str]) -> dic
     One pass over the body: linear in its size.
     """
     out: dict[int, tuple[int | None, ...]] = {}
+    _scan_container(body, types, out)
+    return out
+
+
+def _scan_container(body: list[ir.Statement], types: dict[str, str], out: dict) -> None:
+    """constant_save_values over one container, nested scopes recursively.
+
+    A straight-line stretch is a run of consecutive instructions of this container with one
+    probe origin; anything else (a label, a scope, the kernel's own instruction) ends it.
+    A plain loop rather than ir.walk: this runs over every statement of every kernel.
+    """
     known: dict[str, tuple[int, ir.Guard | None]] = {}  # register → (value, the guard of its write)
-    where: tuple[int, str | None] = (0, None)  # (container, origin) of the straight-line stretch `known` is about
-    for container, _, stmt in ir.walk(body):
+    stretch: str | None = None  # the origin of the stretch `known` is about
+    for stmt in body:
         origin = stmt.origin if type(stmt) is ir.Instruction else None
         if origin is None or not origin.startswith("probe "):
             if known:
                 known.clear()
+            stretch = None
+            if isinstance(stmt, ir.Scope):
+                _scan_container(stmt.body, types, out)
             continue
-        if where != (id(container), stmt.origin):
+        if origin != stretch:
             known.clear()
-            where = (id(container), stmt.origin)
+            stretch = origin
         if stmt.opcode.base == "SAVE":
             values = tuple(_operand_value(item, known, stmt.guard) for item in stmt.operands[-1].items)
             if any(v is not None for v in values):
                 out[id(stmt)] = values
             continue
-        written = set(_registers(stmt.operands[0])) if stmt.operands else set()
-        for name in [n for n, (_, guard) in known.items() if n in written or (guard and guard.register.name in written)]:
-            del known[name]
+        if known and stmt.operands:
+            first = stmt.operands[0]
+            written = (first.name,) if type(first) is ir.Register else set(_registers(first))
+            for name in [n for n, (_, guard) in known.items() if n in written or (guard and guard.register.name in written)]:
+                del known[name]
         defined = _defined_constant(stmt, types)
         if defined is not None:
             known[defined[0]] = (defined[1], stmt.guard)
-    return out
 
 
 def _operand_value(operand, known: dict, guard: ir.Guard | None) -> int | None:
