@@ -1,5 +1,5 @@
 """save_constants.constant_save_values reads only the probe code before each SAVE when the SAVE
-lowering passes its SAVEs (a speed-up, issue 25); it must find what the whole-body scan finds.
+lowering passes its SAVEs and their indices (a speed-up, issue 25); it must find what the whole-body scan finds.
 
 Both readings are compared on every kernel of the corpus under the probes that save known values
 (gmem_bytes: BYTES immediates; the tests' aggregation probes: constants, guards, registers).
@@ -37,14 +37,18 @@ def test_stretch_scan_finds_what_the_body_scan_finds(monkeypatch, probe_name, pr
     compared = {"saves": 0, "known": 0}
     differing: list[str] = []  # recorded, not asserted inside: the pass manager turns an exception into a refusal
 
-    def both(body, types, saves=None):
+    def both(body, types, saves_at=None):
         whole = save_constants.constant_save_values(body, types)
-        in_order = [s for s in ir.instructions(body) if s.opcode.base == "SAVE" and (s.origin or "").startswith("probe ")]
-        if saves != in_order:
-            differing.append("the SAVE lowering did not pass every probe SAVE in body order")
-        elif save_constants.constant_save_values(body, types, saves) != whole:
-            differing.append(f"{len(saves)} SAVEs: the stretch scan differs from the body scan")
-        compared["saves"] += len(in_order)
+        flat = [(i, s) for i, s in enumerate(body) if type(s) is ir.Instruction and s.opcode.base == "SAVE"
+                and (s.origin or "").startswith("probe ")]
+        if any(type(s) is ir.Scope for s in body):
+            if saves_at is not None:
+                differing.append("SAVE indices passed for a body with nested scopes")
+        elif saves_at != flat:
+            differing.append("the SAVE lowering did not pass every probe SAVE with its index, in body order")
+        elif save_constants.constant_save_values(body, types, saves_at) != whole:
+            differing.append(f"{len(flat)} SAVEs: the stretch scan differs from the body scan")
+        compared["saves"] += len(flat)
         compared["known"] += len(whole)
         return whole
 
@@ -85,5 +89,6 @@ def test_stretch_rule_on_a_hand_made_body():
     saves = [s for s in body if s.opcode.base == "SAVE" and s.origin]
     types = {"%a": "u64", "%b": "u64", "%c": "u64"}
     whole = save_constants.constant_save_values(body, types)
-    assert save_constants.constant_save_values(body, types, saves) == whole
+    saves_at = [(i, s) for i, s in enumerate(body) if s.opcode.base == "SAVE" and s.origin]
+    assert save_constants.constant_save_values(body, types, saves_at) == whole
     assert [whole.get(id(s)) for s in saves] == [(4,), (4, 2), None, (7,), None, None, (9, None), (16, 3)]

@@ -446,13 +446,15 @@ class _Lowerer:
         body = self.state.function.body
         edits: dict[int, tuple] = {}
         groups: dict[str, list[ir.Instruction]] = {}
-        saves: list[ir.Instruction] = []  # every probe SAVE, in body order
-        for stmt in ir.instructions(body):
-            if stmt.origin is not None and stmt.origin.startswith("probe ") and stmt.opcode.base == SAVE:
+        flat = ir.Scope not in map(type, body)  # then the SAVEs' indices come with this walk (save_constants)
+        saves_at: list[tuple[int, ir.Instruction]] = []
+        for index, stmt in enumerate(body if flat else ir.instructions(body)):
+            if type(stmt) is ir.Instruction and stmt.origin is not None and stmt.origin.startswith("probe ") \
+                    and stmt.opcode.base == SAVE:
                 groups.setdefault(stmt.origin, []).append(stmt)
-                saves.append(stmt)
+                saves_at.append((index, stmt))
         aggregating = not self.state.counting and any(self.probes.maps[m].type != "array" for m in self.state.maps)
-        constants = constant_save_values(body, self.state.temps, saves) if groups and aggregating else {}
+        constants = constant_save_values(body, self.state.temps, saves_at if flat else None) if groups and aggregating else {}
         counted = register_counters.plan(self, groups, constants) if self.register_counting and aggregating else register_counters.Plan()
         for origin, saves in groups.items():
             if origin not in counted:

@@ -113,32 +113,32 @@ def _immediate_widths(opcode: str) -> tuple[int, int] | None:
 
 
 def constant_save_values(body: list[ir.Statement], types: dict[str, str],
-                         saves: list[ir.Instruction] | None = None) -> dict[int, tuple[int | None, ...]]:
+                         saves_at: list[tuple[int, ir.Instruction]] | None = None) -> dict[int, tuple[int | None, ...]]:
     """id(SAVE) → the value of each of its operands (u64 bits), None where not known; SAVEs with none known are left out.
 
-    `saves`, when the caller has them: the body's probe SAVEs in body order, so that only the
-    probe code before each is read (`_scan_before_saves`); else one pass over the body. Linear in its size.
+    `saves_at`, when the caller has them: (index in `body`, SAVE) of every probe SAVE of a body
+    without nested scopes, in body order; then only the probe code before each SAVE is read
+    (`_scan_before_saves`). Else one pass over the body. Linear in its size.
     """
     out: dict[int, tuple[int | None, ...]] = {}
-    if saves is not None and ir.Scope not in map(type, body):
-        _scan_before_saves(body, saves, types, out)
+    if saves_at is not None:
+        _scan_before_saves(body, saves_at, types, out)
     else:
         _scan_container(body, types, out)
     return out
 
 
-def _scan_before_saves(body: list[ir.Statement], saves: list[ir.Instruction], types: dict[str, str], out: dict) -> None:
+def _scan_before_saves(body: list[ir.Statement], saves_at: list[tuple[int, ir.Instruction]], types: dict[str, str],
+                       out: dict) -> None:
     """constant_save_values of a body without nested scopes, reading only the stretch that ends at each SAVE.
 
-    The same rule as _scan_container: each SAVE is found by identity at C speed, its stretch
-    (the instructions of its origin just before it) is read backwards to its start, or to the
-    previous SAVE of the same stretch, whose table carries on. Each statement is read at most twice.
+    The same rule as _scan_container: a SAVE's stretch (the instructions of its origin just before
+    it) is looked through backwards to its start, or to the previous SAVE of the same stretch, whose
+    table carries on. Each statement of a stretch is looked at most twice; the kernel's own never.
     """
-    positions = list(map(id, body))
     known: dict[str, tuple[int, ir.Guard | None]] = {}
     previous, previous_origin = -1, None  # index and origin of the last SAVE read
-    for save in saves:
-        index = positions.index(id(save), previous + 1)
+    for index, save in saves_at:
         origin = save.origin
         start = index
         while start - 1 > previous and type(body[start - 1]) is ir.Instruction and body[start - 1].origin == origin:
