@@ -445,12 +445,10 @@ class _Lowerer:
     def lower(self) -> None:
         body = self.state.function.body
         edits: dict[int, tuple] = {}
-        groups: dict[str, list[ir.Instruction]] = {}
-        for stmt in ir.instructions(body):
-            if stmt.origin is not None and stmt.origin.startswith("probe ") and stmt.opcode.base == SAVE:
-                groups.setdefault(stmt.origin, []).append(stmt)
         aggregating = not self.state.counting and any(self.probes.maps[m].type != "array" for m in self.state.maps)
-        constants = constant_save_values(body, self.state.temps) if groups and aggregating else {}
+        indexed = aggregating and ir.Scope not in map(type, body)  # save_constants then reads only near each SAVE
+        groups, saves_at = self.probe_saves(body, indexed)
+        constants = constant_save_values(body, self.state.temps, saves_at if indexed else None) if groups and aggregating else {}
         counted = register_counters.plan(self, groups, constants) if self.register_counting and aggregating else register_counters.Plan()
         for origin, saves in groups.items():
             if origin not in counted:
@@ -458,6 +456,24 @@ class _Lowerer:
         self.store_counts(edits)
         register_counters.apply(self, counted, groups, edits)
         splice(body, edits)
+
+    @staticmethod
+    def probe_saves(body: list[ir.Statement], indexed: bool) -> tuple[dict[str, list[ir.Instruction]], list[tuple[int, ir.Instruction]]]:
+        """The probe SAVEs grouped by origin (one snippet execution each); with `indexed` (a body
+        without nested scopes), also (index in the body, SAVE) of each, in body order."""
+        groups: dict[str, list[ir.Instruction]] = {}
+        saves_at: list[tuple[int, ir.Instruction]] = []
+        if not indexed:
+            for stmt in ir.instructions(body):
+                if stmt.origin is not None and stmt.origin.startswith("probe ") and stmt.opcode.base == SAVE:
+                    groups.setdefault(stmt.origin, []).append(stmt)
+            return groups, saves_at
+        for index, stmt in enumerate(body):
+            if type(stmt) is ir.Instruction and stmt.origin is not None and stmt.origin.startswith("probe ") \
+                    and stmt.opcode.base == SAVE:
+                groups.setdefault(stmt.origin, []).append(stmt)
+                saves_at.append((index, stmt))
+        return groups, saves_at
 
     def lower_group(self, origin: str, saves: list[ir.Instruction], edits: dict[int, tuple], shapes: tuple) -> None:
         """Each SAVE of one snippet execution → its part of the record's code.

@@ -74,20 +74,30 @@ def _registers(operand) -> list[str]:
 
 def _defined_constant(insn: ir.Instruction, types: dict[str, str]) -> tuple[str, int] | None:
     """(register, its value) when `insn` is a mov / zero-extending cvt of an integer immediate (guard aside)."""
-    if len(insn.operands) != 2:
-        return None
-    dst, src = insn.operands
-    if not isinstance(dst, ir.Register) or not isinstance(src, ir.Immediate) or src.value is None:
-        return None
-    widths = _immediate_widths(insn.opcode.text)
+    widths = _immediate_widths(insn.opcode.text)  # first: most probe instructions are neither mov nor cvt
     if widths is None:
         return None
+    operands = insn.operands
+    if len(operands) != 2:
+        return None
+    dst, src = operands
+    if not isinstance(dst, ir.Register) or not isinstance(src, ir.Immediate):
+        return None
+    value = _literal_value(src.text)
+    if value is None:
+        return None
     width, source_bits = widths
-    value = src.value & _mask(source_bits) & _mask(width)
+    value = value & _mask(source_bits) & _mask(width)
     declared = types.get(dst.name)
     if declared is not None and _INT_BITS.get(declared) != width:
         return None  # a predicate, a float or a register of another width: not folded
     return dst.name, value
+
+
+@functools.lru_cache(maxsize=4096)
+def _literal_value(text: str) -> int | None:
+    """An immediate's integer value (ir.Immediate.value) by its spelling: probes repeat a few literals at every site."""
+    return ir.Immediate(text).value
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,40 +112,92 @@ def _immediate_widths(opcode: str) -> tuple[int, int] | None:
     return None
 
 
-def constant_save_values(body: list[ir.Statement], types: dict[str, str]) -> dict[int, tuple[int | None, ...]]:
+def constant_save_values(body: list[ir.Statement], types: dict[str, str],
+                         saves_at: list[tuple[int, ir.Instruction]] | None = None) -> dict[int, tuple[int | None, ...]]:
     """id(SAVE) → the value of each of its operands (u64 bits), None where not known; SAVEs with none known are left out.
 
-    One pass over the body: linear in its size.
+    `saves_at`, when the caller has them: (index in `body`, SAVE) of every probe SAVE of a body
+    without nested scopes, in body order; then only the probe code before each SAVE is read
+    (`_scan_before_saves`). Else one pass over the body. Linear in its size.
     """
     out: dict[int, tuple[int | None, ...]] = {}
+    if saves_at is not None:
+        _scan_before_saves(body, saves_at, types, out)
+    else:
+        _scan_container(body, types, out)
+    return out
+
+
+def _scan_before_saves(body: list[ir.Statement], saves_at: list[tuple[int, ir.Instruction]], types: dict[str, str],
+                       out: dict) -> None:
+    """constant_save_values of a body without nested scopes, reading only the stretch that ends at each SAVE.
+
+    The same rule as _scan_container: a SAVE's stretch (the instructions of its origin just before
+    it) is looked through backwards to its start, or to the previous SAVE of the same stretch, whose
+    table carries on. Each statement of a stretch is looked at most twice; the kernel's own never.
+    """
+    known: dict[str, tuple[int, ir.Guard | None]] = {}
+    previous, previous_origin = -1, None  # index and origin of the last SAVE read
+    for index, save in saves_at:
+        origin = save.origin
+        start = index
+        while start - 1 > previous and type(body[start - 1]) is ir.Instruction and body[start - 1].origin == origin:
+            start -= 1
+        if start != previous + 1 or previous_origin != origin:
+            known.clear()  # a new stretch
+        for stmt in body[start:index]:
+            _read_probe_instruction(stmt, known, types)
+        values = tuple(_operand_value(item, known, save.guard) for item in save.operands[-1].items)
+        if any(v is not None for v in values):
+            out[id(save)] = values
+        previous, previous_origin = index, origin
+
+
+def _scan_container(body: list[ir.Statement], types: dict[str, str], out: dict) -> None:
+    """constant_save_values over one container, nested scopes recursively.
+
+    A straight-line stretch is a run of consecutive instructions of this container with one
+    probe origin; anything else (a label, a scope, the kernel's own instruction) ends it.
+    A plain loop rather than ir.walk: this runs over every statement of every kernel.
+    """
     known: dict[str, tuple[int, ir.Guard | None]] = {}  # register → (value, the guard of its write)
-    where: tuple[int, str | None] = (0, None)  # (container, origin) of the straight-line stretch `known` is about
-    for container, _, stmt in ir.walk(body):
+    stretch: str | None = None  # the origin of the stretch `known` is about
+    for stmt in body:
         origin = stmt.origin if type(stmt) is ir.Instruction else None
         if origin is None or not origin.startswith("probe "):
             if known:
                 known.clear()
+            stretch = None
+            if isinstance(stmt, ir.Scope):
+                _scan_container(stmt.body, types, out)
             continue
-        if where != (id(container), stmt.origin):
+        if origin != stretch:
             known.clear()
-            where = (id(container), stmt.origin)
+            stretch = origin
         if stmt.opcode.base == "SAVE":
             values = tuple(_operand_value(item, known, stmt.guard) for item in stmt.operands[-1].items)
             if any(v is not None for v in values):
                 out[id(stmt)] = values
             continue
-        written = set(_registers(stmt.operands[0])) if stmt.operands else set()
+        _read_probe_instruction(stmt, known, types)
+
+
+def _read_probe_instruction(stmt: ir.Instruction, known: dict, types: dict[str, str]) -> None:
+    """`known` after `stmt` (a probe instruction, not a SAVE): what it writes is forgotten, a constant it sets noted."""
+    if known and stmt.operands:
+        first = stmt.operands[0]
+        written = (first.name,) if type(first) is ir.Register else set(_registers(first))
         for name in [n for n, (_, guard) in known.items() if n in written or (guard and guard.register.name in written)]:
             del known[name]
-        defined = _defined_constant(stmt, types)
-        if defined is not None:
-            known[defined[0]] = (defined[1], stmt.guard)
-    return out
+    defined = _defined_constant(stmt, types)
+    if defined is not None:
+        known[defined[0]] = (defined[1], stmt.guard)
 
 
 def _operand_value(operand, known: dict, guard: ir.Guard | None) -> int | None:
     if isinstance(operand, ir.Immediate):
-        return None if operand.value is None else operand.value & _mask(64)
+        value = _literal_value(operand.text)
+        return None if value is None else value & _mask(64)
     if isinstance(operand, ir.Register) and operand.name in known:
         value, written_under = known[operand.name]
         return value if written_under is None or written_under == guard else None

@@ -481,17 +481,25 @@ def _selects(components: tuple[str, ...], opcode: ir.Opcode) -> bool:
                for _, access, found in access_spaces(opcode))
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of the position: one matcher (and its answers) per position
 def position_matcher(position: tuple[tuple[str, ...], ...]) -> Callable[[ir.Opcode], bool]:
     """Whether an opcode is named by a position: an opcode prefix (`ld.global`) or a selector (`#memory.global`).
 
-    A set lookup per prefix length, not a comparison per prefix (a position may list many forms)."""
+    A set lookup per prefix length, not a comparison per prefix (a position may list many forms).
+    The answer depends on the opcode's text alone, so it is kept per text: kernels repeat few
+    spellings, and the selectors' table lookups would otherwise run again for every kernel."""
     prefixes = {p for p in position if not is_selector(p)}
     selectors = [p for p in position if is_selector(p)]
     lengths = sorted({len(p) for p in prefixes})
+    answers: dict[str, bool] = {}  # opcode text → matched (a memo of this pure function)
 
     def matches(opcode: ir.Opcode) -> bool:
-        components = opcode.components
-        return any(components[:n] in prefixes for n in lengths) or any(_selects(s, opcode) for s in selectors)
+        known = answers.get(opcode.text)
+        if known is None:
+            components = opcode.components
+            known = answers[opcode.text] = any(components[:n] in prefixes for n in lengths) or \
+                any(_selects(s, opcode) for s in selectors)
+        return known
 
     return matches
 
