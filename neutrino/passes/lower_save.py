@@ -463,16 +463,13 @@ class _Lowerer:
         without nested scopes), also (index in the body, SAVE) of each, in body order."""
         groups: dict[str, list[ir.Instruction]] = {}
         saves_at: list[tuple[int, ir.Instruction]] = []
-        if not indexed:
-            for stmt in ir.instructions(body):
-                if stmt.origin is not None and stmt.origin.startswith("probe ") and stmt.opcode.base == SAVE:
-                    groups.setdefault(stmt.origin, []).append(stmt)
-            return groups, saves_at
-        for index, stmt in enumerate(body):
+        numbered = enumerate(body) if indexed else ((-1, stmt) for stmt in ir.instructions(body))
+        for index, stmt in numbered:
             if type(stmt) is ir.Instruction and stmt.origin is not None and stmt.origin.startswith("probe ") \
                     and stmt.opcode.base == SAVE:
                 groups.setdefault(stmt.origin, []).append(stmt)
-                saves_at.append((index, stmt))
+                if indexed:
+                    saves_at.append((index, stmt))
         return groups, saves_at
 
     def lower_group(self, origin: str, saves: list[ir.Instruction], edits: dict[int, tuple], shapes: tuple) -> None:

@@ -56,8 +56,6 @@ def _selects_by_line(probe) -> bool:
 def matcher(module: ir.Module, state: KernelState):
     """For one entry: probe → the original instructions its position names (opcode component prefixes,
     selectors of the semantics table, or source lines and line/block anchors of the entry's line map)."""
-    matches: dict[tuple, dict[str, bool]] = {}  # position → opcode text → matched; a kernel repeats few opcodes
-    named: dict[tuple, object] = {}  # position → its matcher (opcode prefixes and selectors: the semantics table)
     lines = _LazyLineMap(module, state.function)
 
     def instructions_at(probe) -> list[ir.Instruction]:
@@ -66,18 +64,7 @@ def matcher(module: ir.Module, state: KernelState):
         if _selects_by_line(probe):
             originals = lines.matched(probe, originals)
             anchors = lines.anchors.get(probe.name, ())
-        seen = matches.setdefault(probe.position, {})
-        if probe.position not in named:
-            named[probe.position] = position_matcher(probe.position)
-        matches_opcode = named[probe.position]
-        out = []
-        for insn in originals:
-            opcode = insn.opcode
-            hit = seen.get(opcode.text)
-            if hit is None:
-                hit = seen[opcode.text] = matches_opcode(opcode)
-            if hit or id(insn) in anchors:
-                out.append(insn)
-        return out
+        matches_opcode = position_matcher(probe.position)  # memoised per position, its answers per opcode text
+        return [insn for insn in originals if matches_opcode(insn.opcode) or id(insn) in anchors]
 
     return instructions_at
