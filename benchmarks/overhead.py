@@ -61,6 +61,9 @@ CONFIGS = {
     "block_sched graphs every:50 no-timeline": ["-p", "block_sched", "--graphs", "--launches", "every:50",
                                                 "--no-timeline"],
     "gmem_bytes graphs no-timeline": ["-p", "gmem_bytes", "--graphs", "--no-timeline"],
+    # eager loops without the CUPTI timeline: the timeline's share of a probed loop's host time
+    "block_sched no-timeline": ["-p", "block_sched", "--no-timeline"],
+    "gmem_bytes no-timeline": ["-p", "gmem_bytes", "--no-timeline"],
     # nothing probed, the timeline on: what CUPTI's records (one per kernel, graph nodes included) cost alone
     "timeline only": ["-p", "block_sched", "-k", "neutrino_matches_no_kernel"],
     # cap = "count" sized before every launch (the counting launch and a sync each), as before issue 24;
