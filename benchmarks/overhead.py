@@ -78,8 +78,12 @@ CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK":
               "block_sched graphs graph-records": {"NEUTRINO_TIMELINE_LEVEL": "copies,host,hooks,graphs"},
               # no twin: the replays left out switch the probed graph's nodes (as before the twin)
               "block_sched graphs every:50 switching": {"NEUTRINO_GRAPH_TWIN": "0"},
-              "block_sched graphs every:50 no-timeline switching": {"NEUTRINO_GRAPH_TWIN": "0"}}
-ENV_SUFFIXES = (" device-gate", " graph-records", " switching")
+              "block_sched graphs every:50 no-timeline switching": {"NEUTRINO_GRAPH_TWIN": "0"},
+              # the timeline's levels (spec/runtime.md, "Timeline"): copies without the host times and launch
+              # hooks; kernel records alone (a level word matching none)
+              "timeline only level-copies": {"NEUTRINO_TIMELINE_LEVEL": "copies"},
+              "timeline only level-kernels": {"NEUTRINO_TIMELINE_LEVEL": "kernels"}}
+ENV_SUFFIXES = (" device-gate", " graph-records", " switching", " level-copies", " level-kernels")
 CONFIGS.update({name: CONFIGS[next((name.removesuffix(x) for x in ENV_SUFFIXES if name.endswith(x)), name)]
                 for name in CONFIG_ENV})
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")
