@@ -2,7 +2,12 @@
 
 For every site this pass
 * decides the execution predicate: the matched instruction's own guard (or the
-  guard of the `ret`/`exit`) and, at warp/block level, the unit leader;
+  guard of the `ret`/`exit`) and, at warp/block level, the unit leader; the
+  leader only where it matters (`leader_free`): a warp/block-level snippet's
+  register arithmetic whose results no probe of another level reads runs in
+  every lane, as only the leader's values ever leave the registers (its SAVEs
+  keep the leader); predicated, ptxas had to keep the other lanes' old values
+  (a `SEL` per result);
 * materialises the helpers the snippet uses (OUT, IN1-3, ADDR, BYTES), each with
   the type of what it stands for at this site (spec/probe-toml.md, "Helpers"),
   reading kernel registers but never writing them, and checks every use of
@@ -24,7 +29,7 @@ import attrs
 
 from neutrino.errors import Diagnostic, ProbeError
 from neutrino.isa.ptx import formats, ir
-from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, effects, lookup, missing_bytes_reason
+from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, defined_registers, effects, lookup, missing_bytes_reason
 from neutrino.passes.build import entry_index, insn, splice
 from neutrino.passes.state import Context, KernelState, Site
 from neutrino.passes.probe_loops import analyse as analyse_loops, has_control_flow
@@ -32,6 +37,42 @@ from neutrino.passes.verify import WIDE_SPECIAL, expected_widths
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
 LEVEL_LEADER = {"warp": "lead_warp", "block": "lead_block"}
+
+
+def read_registers(stmt: ir.Instruction) -> set[str]:
+    """The probe registers an instruction of a snippet reads: its guard's, every SAVE operand's, its sources'."""
+    names = {stmt.guard.register.name} if stmt.guard is not None else set()
+    if stmt.opcode.base == SAVE:
+        return names | {r.name for o in stmt.operands for r in ir.registers_in(o)}
+    defs = lookup(stmt.opcode).defs
+    for i, operand in enumerate(stmt.operands):
+        if i not in defs or type(operand) is ir.Address:
+            names.update(r.name for r in ir.registers_in(operand))
+    return names
+
+
+def register_readers(probes) -> dict[str, frozenset[str]]:
+    """Probe register → the levels of the `probes` (a file's) that read it (a register only written is read by none)."""
+    readers: dict[str, set[str]] = {}
+    for probe in probes:
+        for snippet in (probe.before, probe.after):
+            for stmt in ir.instructions(snippet.statements) if snippet is not None else ():
+                for name in read_registers(stmt):
+                    readers.setdefault(name, set()).add(probe.level)
+    return {name: frozenset(levels) for name, levels in readers.items()}
+
+
+def leader_free(stmt: ir.Instruction, level: str, readers: dict[str, frozenset[str]]) -> bool:
+    """Whether a warp/block-level snippet instruction may run in every lane, not only the unit's leader.
+
+    Snippets hold no memory access (spec/probe-toml.md, "Snippets"): an instruction writes only probe
+    registers. Run by the other lanes, it changes what they hold, which only code of this level reads,
+    and that code saves only from the leader (a SAVE keeps the leader); so what is stored is unchanged
+    unless a probe of another level (a thread-level one reads every lane) reads what it writes.
+    """
+    if level not in LEVEL_LEADER or stmt.opcode.base == SAVE:
+        return False
+    return all(readers.get(r.name, frozenset()) <= {level} for r in defined_registers(stmt))
 
 
 @attrs.define
@@ -166,6 +207,7 @@ class _SnippetCache:
     module: ir.Module | None = None  # for the line map's `.file`s and debug strings
     line_map: object = None  # neutrino.isa.ptx.lines.LineMap of the kernel, built on the first LINE/BLOCK
     loop_control: dict[int, frozenset[int]] = attrs.Factory(dict)  # id(snippet) → ids of its loops' control instructions
+    readers: dict[str, frozenset[str]] = attrs.Factory(dict)  # probe register → levels reading it (register_readers)
 
     def control_ids(self, snippet: Snippet) -> frozenset[int]:
         """A bounded loop's counter, compare and branch (spec/verifier.md, "Loops"): they run in every
@@ -464,12 +506,15 @@ class _SiteBuilder:
             return ir.Negated(self.rename(operand.operand, width, helpers))
         return operand
 
-    def body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands) -> list[ir.Instruction]:
-        """The snippet renamed and predicated: the same for every site with this guard and these helper operands, so built once."""
-        key = (id(snippet), site_guard, tuple(helpers.items()))
+    def body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands, level: str = "thread",
+             free_guard: ir.Guard | None = None) -> list[ir.Instruction]:
+        """The snippet renamed and predicated: the same for every site with these guards and helper operands, so built
+        once. `site_guard` holds the unit's leader (warp/block level), `free_guard` not: it predicates what `leader_free` lets
+        every lane run."""
+        key = (id(snippet), site_guard, free_guard, level, tuple(helpers.items()))
         template = self.cache.bodies.get(key)
         if template is None:
-            template = self.cache.bodies[key] = self.build_body(snippet, site_guard, helpers)
+            template = self.cache.bodies[key] = self.build_body(snippet, site_guard, helpers, level, free_guard)
         origin = self.origin
         if not self.cache.control_ids(snippet):
             return [ir.Instruction(t.opcode, t.operands, t.guard, 0, origin) for t in template]
@@ -489,8 +534,10 @@ class _SiteBuilder:
                 out.append(ir.Instruction(t.opcode, t.operands, t.guard, 0, self.origin))
         return out
 
-    def build_body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands) -> list[ir.Instruction]:
+    def build_body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands, level: str = "thread",
+                   free_guard: ir.Guard | None = None) -> list[ir.Instruction]:
         code: list = []
+        readers = self.cache.readers
         control = self.cache.control_ids(snippet)
         statements = [s for s in snippet.statements if type(s) in (ir.Label, ir.Instruction)] if control else ir.instructions(snippet.statements)
         for stmt in statements:
@@ -504,7 +551,7 @@ class _SiteBuilder:
                 operands = stmt.operands if stmt.opcode.base == "bra" else tuple(self.rename(o, None, helpers) for o in stmt.operands)
                 code.append(ir.Instruction(stmt.opcode, operands, own, 0, self.origin))
                 continue
-            guard, prep = self.combine(own, site_guard)
+            guard, prep = self.combine(own, free_guard if leader_free(stmt, level, readers) else site_guard)
             code += prep
             widths = operand_widths(stmt) if helpers and stmt.opcode.base != SAVE else [None] * len(stmt.operands)
             operands = tuple(self.rename(o, w, helpers) for o, w in zip(stmt.operands, widths))
@@ -536,14 +583,15 @@ class PtxOperandResolution:
     def run(self, module: ir.Module, ctx: Context) -> None:
         probes = {p.name: p for p in ctx.probes.probes}
         ledger = HelperTypeLedger(ctx.probes, module.source)
+        readers = register_readers(ctx.probes.probes)
         for state in ctx.kernels.values():
-            self.splice_kernel(state, probes, ledger, module)
+            self.splice_kernel(state, probes, ledger, module, readers)
             state.maps = list(ctx.probes.maps)
         if ledger.problems:
             raise ProbeError(ledger.problems)
 
     def splice_kernel(self, state: KernelState, probes: dict[str, Probe], ledger: "HelperTypeLedger | None" = None,
-                      module: ir.Module | None = None) -> None:
+                      module: ir.Module | None = None, readers: dict[str, frozenset[str]] | None = None) -> None:
         body = state.function.body
         types = _KernelRegisterTypes(state.function)
         entry_code: list[ir.Instruction] = []
@@ -552,7 +600,9 @@ class PtxOperandResolution:
         anchors: dict[int, ir.Instruction] = {}
         counter = itertools.count()
         kept: list[Site] = []
-        cache = _SnippetCache(module=module)
+        if readers is None:
+            readers = register_readers(probes.values())
+        cache = _SnippetCache(module=module, readers=readers)
         for site in state.sites:
             probe = probes[site.probe]
             snippet = probe.before if site.where == "before" else probe.after
@@ -596,7 +646,11 @@ class PtxOperandResolution:
         if uses and site.anchor is not None and site.kind == "instruction":
             pre, post, helpers = builder.captures(uses, site.anchor, values)
         guard, predicate_code = builder.exec_predicate(site, probe.level)
-        code = predicate_code + builder.body(snippet, guard, helpers)
+        free = site.anchor.guard if site.anchor is not None else None
+        body = builder.body(snippet, guard, helpers, probe.level, free)
+        if predicate_code and not any(i.guard == guard for i in body if type(i) is ir.Instruction):
+            predicate_code = []  # every instruction runs without the leader: its predicate is not needed
+        code = predicate_code + body
         if site.where == "after" and site.kind == "instruction":
             return pre, code, post
         return pre + post, code, []
