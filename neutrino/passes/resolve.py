@@ -62,6 +62,40 @@ def register_readers(probes) -> dict[str, frozenset[str]]:
     return {name: frozenset(levels) for name, levels in readers.items()}
 
 
+def scratch_registers(probes) -> frozenset[str]:
+    """The probe registers that every snippet naming them writes before it reads them: by an instruction without a
+    guard of its own whose first mention of the register is that write. A run of a snippet reaches each of its
+    instructions only after every one before it (a probe branches only back: spec/verifier.md, "Loops"), so such
+    a register's value never outlives the run that wrote it."""
+    scratch: set[str] = set()
+    refused: set[str] = set()
+    for probe in probes:
+        for snippet in (probe.before, probe.after):
+            seen: set[str] = set()
+            for stmt in ir.instructions(snippet.statements) if snippet is not None else ():
+                reads = read_registers(stmt)
+                refused.update(reads - seen)
+                seen |= reads
+                if stmt.opcode.base == SAVE:
+                    continue
+                for reg in defined_registers(stmt):
+                    if reg.name not in seen:
+                        (scratch if stmt.guard is None else refused).add(reg.name)
+                        seen.add(reg.name)
+    return frozenset(scratch - refused)
+
+
+def site_free(stmt: ir.Instruction, scratch: frozenset[str]) -> bool:
+    """Whether a snippet instruction may run without the site's predicate (the matched instruction's guard, the
+    leader), under its own guard only: it writes only scratch registers (`scratch_registers`). Where the site's
+    predicate is false, what it writes is read only by instructions that keep that predicate (they do not run) or
+    write scratch registers too, and by none after the run; ptxas need not keep the old values (a `SEL` each)."""
+    if stmt.opcode.base == SAVE:
+        return False
+    defs = defined_registers(stmt)
+    return bool(defs) and all(r.name in scratch for r in defs)
+
+
 def leader_free(stmt: ir.Instruction, level: str, readers: dict[str, frozenset[str]]) -> bool:
     """Whether a warp/block-level snippet instruction may run in every lane, not only the unit's leader.
 
@@ -208,6 +242,7 @@ class _SnippetCache:
     line_map: object = None  # neutrino.isa.ptx.lines.LineMap of the kernel, built on the first LINE/BLOCK
     loop_control: dict[int, frozenset[int]] = attrs.Factory(dict)  # id(snippet) → ids of its loops' control instructions
     readers: dict[str, frozenset[str]] = attrs.Factory(dict)  # probe register → levels reading it (register_readers)
+    scratch: frozenset[str] = frozenset()  # probe registers written before read in every snippet (scratch_registers)
 
     def control_ids(self, snippet: Snippet) -> frozenset[int]:
         """A bounded loop's counter, compare and branch (spec/verifier.md, "Loops"): they run in every
@@ -551,15 +586,31 @@ class _SiteBuilder:
                 operands = stmt.operands if stmt.opcode.base == "bra" else tuple(self.rename(o, None, helpers) for o in stmt.operands)
                 code.append(ir.Instruction(stmt.opcode, operands, own, 0, self.origin))
                 continue
-            guard, prep = self.combine(own, free_guard if leader_free(stmt, level, readers) else site_guard)
+            if site_free(stmt, self.cache.scratch):
+                guard, prep = own, []
+            else:
+                guard, prep = self.combine(own, free_guard if leader_free(stmt, level, readers) else site_guard)
             code += prep
             widths = operand_widths(stmt) if helpers and stmt.opcode.base != SAVE else [None] * len(stmt.operands)
             operands = tuple(self.rename(o, w, helpers) for o, w in zip(stmt.operands, widths))
             if stmt.opcode.base not in ("mov", SAVE):
                 reads, operands = self.read_special(operands)
                 code += reads
-            code.append(ir.Instruction(stmt.opcode, operands, guard, 0, self.origin))
+            code += self.guarded(ir.Instruction(stmt.opcode, operands, guard, 0, self.origin))
         return code
+
+    def guarded(self, stmt: ir.Instruction) -> list[ir.Instruction]:
+        """A guarded 64-bit accumulation `@g add.u64 r, r, x` as `selp.b64 t, x, 0, g; add.u64 r, r, t`: the same
+        sum, which ptxas turns into a select and an add, where the predicated add became an add and two selects."""
+        ops = stmt.operands
+        if stmt.guard is None or str(stmt.opcode) not in ("add.u64", "add.s64") or len(ops) != 3 \
+                or type(ops[0]) is not ir.Register or ops[0] not in ops[1:]:
+            return [stmt]
+        other = ops[2] if ops[1] == ops[0] else ops[1]
+        t = ir.Register(self.temp("acc", "b64"))
+        g = stmt.guard
+        choose = (ir.Immediate("0"), other) if g.negated else (other, ir.Immediate("0"))
+        return [self.emit("selp.b64", t, *choose, g.register), ir.Instruction(stmt.opcode, (ops[0], ops[0], t), None, 0, self.origin)]
 
     def read_special(self, operands: tuple[ir.Operand, ...]) -> tuple[list[ir.Instruction], tuple[ir.Operand, ...]]:
         """ptxas lets only `mov` read special registers: read them into registers first."""
@@ -583,15 +634,16 @@ class PtxOperandResolution:
     def run(self, module: ir.Module, ctx: Context) -> None:
         probes = {p.name: p for p in ctx.probes.probes}
         ledger = HelperTypeLedger(ctx.probes, module.source)
-        readers = register_readers(ctx.probes.probes)
+        readers, scratch = register_readers(ctx.probes.probes), scratch_registers(ctx.probes.probes)
         for state in ctx.kernels.values():
-            self.splice_kernel(state, probes, ledger, module, readers)
+            self.splice_kernel(state, probes, ledger, module, readers, scratch)
             state.maps = list(ctx.probes.maps)
         if ledger.problems:
             raise ProbeError(ledger.problems)
 
     def splice_kernel(self, state: KernelState, probes: dict[str, Probe], ledger: "HelperTypeLedger | None" = None,
-                      module: ir.Module | None = None, readers: dict[str, frozenset[str]] | None = None) -> None:
+                      module: ir.Module | None = None, readers: dict[str, frozenset[str]] | None = None,
+                      scratch: frozenset[str] | None = None) -> None:
         body = state.function.body
         types = _KernelRegisterTypes(state.function)
         entry_code: list[ir.Instruction] = []
@@ -601,8 +653,8 @@ class PtxOperandResolution:
         counter = itertools.count()
         kept: list[Site] = []
         if readers is None:
-            readers = register_readers(probes.values())
-        cache = _SnippetCache(module=module, readers=readers)
+            readers, scratch = register_readers(probes.values()), scratch_registers(probes.values())
+        cache = _SnippetCache(module=module, readers=readers, scratch=scratch)
         for site in state.sites:
             probe = probes[site.probe]
             snippet = probe.before if site.where == "before" else probe.after
@@ -648,8 +700,9 @@ class PtxOperandResolution:
         guard, predicate_code = builder.exec_predicate(site, probe.level)
         free = site.anchor.guard if site.anchor is not None else None
         body = builder.body(snippet, guard, helpers, probe.level, free)
-        if predicate_code and not any(i.guard == guard for i in body if type(i) is ir.Instruction):
-            predicate_code = []  # every instruction runs without the leader: its predicate is not needed
+        if predicate_code and not any(guard.register in (i.guard.register if i.guard else None, *i.operands)
+                                      for i in body if type(i) is ir.Instruction):
+            predicate_code = []  # no instruction runs under the leader: its predicate is not needed
         code = predicate_code + body
         if site.where == "after" and site.kind == "instruction":
             return pre, code, post
