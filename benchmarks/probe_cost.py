@@ -22,11 +22,17 @@ issue-24 workload). It is instrumented here with the engine and loaded with the 
   (sm_2x: what the warp reduction saves), and a hist map whose bucket differs across the warp
   (8 groups per warp access), grouped with match.any.sync or one atomic per lane (sm_6x).
 
+`--before DIR` adds the same tools as an older engine instrumented vadd (`DIR/block_sched.ptx`,
+`gmem_bytes.ptx`, `hist.ptx`, written by that engine: benchmarks/probe_cost_before/ holds main at 30a0ca5,
+before session 9's smaller warp-level code), as variants `NAME (before)`, timed in the same process.
+`--only A,B` keeps those variants (and plain, the baseline).
+
 Measures, GPU alone (a spin kernel holds the GPU while the host enqueues everything, so the
 times are the GPU's): per-launch CUDA-event medians of eager launches (an event between every
 two launches), and per-replay medians of a captured graph of 8 launches. Also registers per
 thread and resident blocks per SM of each variant, and checks the gmem_bytes totals (exact:
-12 bytes per element) with the gate on and zero with it off, and the hist's samples (6 per thread).
+12 bytes per element) with the gate on and zero with it off, the hist's samples (6 per thread), and
+block_sched's records (one per warp: every count 1, every record's start and SM set, elapsed above 0).
 """
 
 from __future__ import annotations
@@ -102,6 +108,15 @@ def ungated(ptx: str) -> str:
     """The probed PTX with the probe gate constant (open): what the gate costs a launch outside graphs."""
     ptx = _drop(ptx, r"@%nt_gated ld\.global\.u32")
     return ptx.replace("setp.eq.u32 \t%nt_on, %nt_gate, 0;", "setp.eq.u32 \t%nt_on, 0, 0;")
+
+
+BEFORE_FILES = {"block_sched": "block_sched", "gmem_bytes": "gmem_bytes", "hist": "hist"}  # file stem → buffer kind
+
+
+def before_variants(folder: Path) -> dict[str, tuple[str, str | None]]:
+    """`NAME (before)` for each PTX an older engine wrote into `folder` (see the module's text)."""
+    return {f"{stem} (before)": ((folder / f"{stem}.ptx").read_text(), kind)
+            for stem, kind in BEFORE_FILES.items() if (folder / f"{stem}.ptx").is_file()}
 
 
 def variants() -> dict[str, tuple[str, str | None]]:
@@ -234,6 +249,24 @@ def timed(cuda: Cuda, spin, step, n: int) -> list[float]:
     return [cuda.elapsed_us(events[i], events[i + 1]) for i in range(n)]
 
 
+def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
+    """One launch into a zeroed buffer: each warp's count is 1 and its record (start u64, elapsed u32, SM u32 at
+    align16(4 * warps) + 16 * warp: spec/kernel-json.md) is filled: start and elapsed above 0, an SM id below 1024."""
+    warps = grid * THREADS // 32
+    records = (4 * warps + 15) // 16 * 16
+    size = records + 16 * warps
+    cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(size))
+    cuda.launch(f, grid, THREADS, params)
+    cuda.sync()
+    raw = cuda.read(head, size)
+    counts = [int.from_bytes(raw[4 * i:4 * i + 4], "little") for i in range(warps)]
+    rec = [raw[records + 16 * i:records + 16 * i + 16] for i in range(warps)]
+    filled = sum(1 for r in rec if int.from_bytes(r[:8], "little") > 0 and int.from_bytes(r[8:12], "little") > 0
+                 and int.from_bytes(r[12:16], "little") < 1024)
+    return {"label": "warps", "bytes": sum(1 for c in counts if c == 1) + filled, "bytes_expected": 2 * warps,
+            "active_threads": 0}
+
+
 def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     f = cuda.function(ptx, "vadd")
     n = args.grid * BLOCK_ELEMENTS
@@ -266,8 +299,10 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
         words = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)]
         row["bytes"] = sum(words[r * 16] for r in range(STRIPES))
         row["active_threads"] = sum(words[r * 16 + 1] for r in range(STRIPES))
-        exact = name in ("gmem_bytes", "gmem_bytes one-row") or "lowering" in name
+        exact = name in ("gmem_bytes", "gmem_bytes one-row", "gmem_bytes (before)") or "lowering" in name
         row["bytes_expected"] = 0 if buffer.endswith("gated") else (12 * n if exact else None)
+    if buffer == "block_sched" and name in ("block_sched", "block_sched (before)"):
+        row.update(block_sched_check(cuda, f, params, head, args.grid))
     if buffer == "hist":
         cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * HIST_ROW))
         cuda.launch(f, args.grid, THREADS, params)
@@ -295,9 +330,19 @@ def main() -> None:
     ap.add_argument("--grid", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=2, help="all variants, interleaved, this many times (medians)")
     ap.add_argument("--json")
+    ap.add_argument("--before", type=Path, help="a folder of PTX an older engine wrote (see the module's text)")
+    ap.add_argument("--only", help="comma-separated variants to run (plain is always run)")
     args = ap.parse_args()
     cuda = Cuda()
     table = variants()
+    if args.before:
+        table.update(before_variants(args.before))
+    if args.only:
+        keep = {"plain", *args.only.split(",")}
+        unknown = keep - set(table)
+        if unknown:
+            raise SystemExit(f"probe_cost: no variant {', '.join(sorted(unknown))} (variants: {', '.join(table)})")
+        table = {name: v for name, v in table.items() if name in keep}
     rows: dict[str, list[dict]] = {name: [] for name in table}
     for _ in range(args.rounds):
         for name, (ptx, buffer) in table.items():
