@@ -151,6 +151,7 @@ cvt.u64.u32 %tmp, BYTES;
 setp.gt.u64 %big, %tmp, 4;
 @%big mov.u64 %late, 1;
 add.u64 %total, %total, %tmp;
+@%big add.u64 %total, %total, 1;
 """
 
 [probe.save]
@@ -164,7 +165,7 @@ def test_scratch_registers_are_the_ones_every_snippet_writes_first():
     scratch = scratch_registers(probes)
     # %tmp and %big: written first, unguarded; %total: read first (an accumulator); %late: first written under a guard
     assert scratch == {"%tmp", "%big"}
-    cvt, setp, late, add = ir.instructions(probes[0].before.statements)
+    cvt, setp, late, add, _ = ir.instructions(probes[0].before.statements)
     assert site_free(cvt, scratch) and site_free(setp, scratch)
     assert not site_free(late, scratch) and not site_free(add, scratch)
     assert read_registers(late) == {"%big"} and read_registers(add) == {"%total", "%tmp"}
@@ -186,6 +187,8 @@ def test_guarded_sites_write_scratch_unguarded_and_accumulate_by_a_select():
     assert len(lines_of(ptx, r"^\s*add\.u64\s+%nt_p_total, %nt_p_total, %nt_acc;")) == 2
     # a register first written under its own guard keeps the site's guard too
     assert lines_of(ptx, r"mov\.u64\s+%nt_p_late, 1") == ["@%nt_g mov.u64 \t%nt_p_late, 1;"] * 2
+    # an accumulation under a guard of the snippet's own stays a predicated add (with the site's guard folded in)
+    assert lines_of(ptx, r"add\.u64\s+%nt_p_total, %nt_p_total, 1") == ["@%nt_g add.u64 \t%nt_p_total, %nt_p_total, 1;"] * 2
     if HAVE_PTXAS:
         ptxas(ptx)
 

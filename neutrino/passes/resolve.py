@@ -596,12 +596,15 @@ class _SiteBuilder:
             if stmt.opcode.base not in ("mov", SAVE):
                 reads, operands = self.read_special(operands)
                 code += reads
-            code += self.guarded(ir.Instruction(stmt.opcode, operands, guard, 0, self.origin))
+            made = ir.Instruction(stmt.opcode, operands, guard, 0, self.origin)
+            code += self.guarded(made) if own is None else [made]
         return code
 
     def guarded(self, stmt: ir.Instruction) -> list[ir.Instruction]:
-        """A guarded 64-bit accumulation `@g add.u64 r, r, x` as `selp.b64 t, x, 0, g; add.u64 r, r, t`: the same
-        sum, which ptxas turns into a select and an add, where the predicated add became an add and two selects."""
+        """A 64-bit accumulation guarded by the site (the matched instruction's guard, the leader), `@g add.u64 r, r, x`,
+        as `selp.b64 t, x, 0, g; add.u64 r, r, t`: the same sum, which ptxas turns into a select and an add, where the
+        predicated add became an add and two selects (gmem_bytes' count per access). Not for a snippet's own guards
+        (the caller): there ptxas kept more registers live (lines: 8 more on Triton's layernorm)."""
         ops = stmt.operands
         if stmt.guard is None or str(stmt.opcode) not in ("add.u64", "add.s64") or len(ops) != 3 \
                 or type(ops[0]) is not ir.Register or ops[0] not in ops[1:]:
