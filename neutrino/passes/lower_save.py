@@ -425,10 +425,10 @@ class _Lowerer:
         return self.state.prefix + LEVEL_LEADER[level] if level in LEVEL_LEADER else None
 
     def cursor_in_every_lane(self, spec, code: list[ir.Instruction]) -> list[ir.Instruction]:
-        """A SAVE guarded by its unit's leader alone: its cursor counts in every lane. Only the leader's cursor is
-        read where it matters (the bounds check and the record's stores are ANDed with the leader, the exit's count
-        is stored by it); every lane then holds the same count, which ptxas folds, where a predicated count made
-        it keep the other lanes' old value (a `SEL` per warp)."""
+        """A SAVE guarded by its unit's leader alone: its cursor counts in every lane that runs it. Only the leader's
+        cursor is read where it matters (the bounds check and the record's stores are ANDed with the leader, the
+        exit's count is stored by it), and the leader's counts as before; ptxas no longer keeps the other lanes'
+        old value (a `SEL`), and folds a cursor that only straight-line code bumps (block_sched: the count is 1)."""
         cursor = map_register(self.state, "cur", spec, "b32")
         return [ir.Instruction(i.opcode, i.operands, None, 0, ORIGIN)
                 if i.opcode.base == "add" and i.operands and i.operands[0] == ir.Register(cursor) else i for i in code]
