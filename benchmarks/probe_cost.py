@@ -13,7 +13,8 @@ issue-24 workload). It is instrumented here with the engine and loaded with the 
 * gmem_bytes, without its global atomics (`-atomics`: an upper bound of what aggregating
   beyond the warp can save; ptxas drops the reductions with them), with plain stores where the
   atomics were (`st-not-red`: the atomics' own cost), without the warp reductions (`-redux`), with all warps adding
-  into one row of counters instead of 32 (`one-row`: what the striping buys),
+  into one row of counters instead of 32 (`one-row`: what the striping buys) or into 128 (`128 rows`: what more
+  rows would buy; the counters summed over all 128),
 * block_sched and gmem_bytes with the gate's code removed (`no gate`: what it costs a launch
   outside graphs, whose pointer is untagged),
 * block_sched and gmem_bytes with the probe gate off (`gated`: the pointer tagged, the gate
@@ -53,6 +54,9 @@ from neutrino.toolbox import load_probe_argument  # noqa: E402
 from neutrino.trace import STRIPES  # noqa: E402
 
 VADD = REPO / "tests" / "data" / "corpus" / "triton" / "vadd.sm90a.ptx"
+if not VADD.is_file():  # a tree shipped without tests/data: the same kernel, kept beside the older engine's output
+    VADD = REPO / "benchmarks" / "probe_cost_before" / "vadd.sm90a.ptx"
+WIDE_ROWS = 128  # `gmem_bytes 128 rows`: a row per SM on a GPU of up to 128 SMs (4 per row on an H200 at 32)
 BLOCK_ELEMENTS, THREADS = 1024, 128
 HEAD = 256  # bytes before a gated buffer (runtime/graph_ring.HEAD_BYTES); the gate is its last u32 but one
 
@@ -144,6 +148,8 @@ def variants() -> dict[str, tuple[str, str | None]]:
         "gmem_bytes st-not-red": (gb.replace("red.global.add.u64", "st.global.u64"), "gmem_bytes"),
         "gmem_bytes one-row": (gb.replace("and.b32 \t%nt_stripe, %nt_stripe, 31;", "and.b32 \t%nt_stripe, %nt_stripe, 0;"),
                                "gmem_bytes"),
+        "gmem_bytes 128 rows": (gb.replace("and.b32 \t%nt_stripe, %nt_stripe, 31;",
+                                           f"and.b32 \t%nt_stripe, %nt_stripe, {WIDE_ROWS - 1};"), "gmem_bytes rows"),
         "gmem_bytes no gate": (ungated(gb), "gmem_bytes"),
         "gmem_bytes gated": (gb, "gmem_bytes gated"),
         "gmem_bytes shfl (sm_75 lowering)": (lowered_for(plain, "sm_75", gmem), "gmem_bytes"),
@@ -249,6 +255,11 @@ def timed(cuda: Cuda, spin, step, n: int) -> list[float]:
     return [cuda.elapsed_us(events[i], events[i + 1]) for i in range(n)]
 
 
+def rows_of(buffer: str) -> int:
+    """Rows of counters a gmem_bytes variant's buffer holds."""
+    return WIDE_ROWS if buffer.endswith(" rows") else STRIPES
+
+
 def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
     """One launch into a zeroed buffer: each warp's count is 1 and its record (start u64, elapsed u32, SM u32 at
     align16(4 * warps) + 16 * warp: spec/kernel-json.md) is filled: start and elapsed above 0, an SM id below 1024."""
@@ -274,7 +285,7 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     values = [C.c_uint64(x), C.c_uint64(y), C.c_uint64(out), C.c_uint32(n), C.c_uint64(0), C.c_uint64(0)]
     head = None
     if buffer is not None:
-        size = {"gmem": STRIPES * 128, "hist": STRIPES * HIST_ROW}.get(buffer.split()[0].split("_")[0],
+        size = {"gmem": rows_of(buffer) * 128, "hist": STRIPES * HIST_ROW}.get(buffer.split()[0].split("_")[0],
                                                                       16 * args.grid * 4 * 2 + 16 * args.grid * 4)
         base = cuda.alloc(HEAD + size)
         head = base + HEAD
@@ -292,14 +303,16 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     row = {"variant": name, "registers": cuda.attribute(f, 4), "static_shared": cuda.attribute(f, 1),
            "local_bytes": cuda.attribute(f, 3), "blocks_per_sm": cuda.occupancy(f, THREADS)}
     if buffer is not None and buffer.startswith("gmem") and head is not None:
-        cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * 128))
+        rows = rows_of(buffer)
+        cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(rows * 128))
         cuda.launch(f, args.grid, THREADS, params)
         cuda.sync()
-        raw = cuda.read(head, STRIPES * 128)
+        raw = cuda.read(head, rows * 128)
         words = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)]
-        row["bytes"] = sum(words[r * 16] for r in range(STRIPES))
-        row["active_threads"] = sum(words[r * 16 + 1] for r in range(STRIPES))
-        exact = name in ("gmem_bytes", "gmem_bytes one-row", "gmem_bytes (before)") or "lowering" in name
+        row["bytes"] = sum(words[r * 16] for r in range(rows))
+        row["active_threads"] = sum(words[r * 16 + 1] for r in range(rows))
+        exact = name in ("gmem_bytes", "gmem_bytes one-row", "gmem_bytes (before)", "gmem_bytes 128 rows") \
+            or "lowering" in name
         row["bytes_expected"] = 0 if buffer.endswith("gated") else (12 * n if exact else None)
     if buffer == "block_sched" and name in ("block_sched", "block_sched (before)"):
         row.update(block_sched_check(cuda, f, params, head, args.grid))

@@ -68,3 +68,10 @@ def test_the_before_variants_are_the_committed_ptx():
     assert set(found) == {"block_sched (before)", "gmem_bytes (before)", "hist (before)"}
     ptx, kind = found["block_sched (before)"]
     assert kind == "block_sched" and ".entry vadd(" in ptx and "vadd__nt_buf_block_sched" in ptx
+
+
+def test_the_wide_rows_variant_spreads_warps_over_128_rows_and_is_summed_over_them():
+    ptx, buffer = probe_cost.variants()["gmem_bytes 128 rows"]
+    assert f"and.b32 \t%nt_stripe, %nt_stripe, {probe_cost.WIDE_ROWS - 1};" in ptx
+    assert probe_cost.rows_of(buffer) == probe_cost.WIDE_ROWS == 128
+    assert probe_cost.rows_of("gmem_bytes") == probe_cost.rows_of("gmem_bytes gated") == probe_cost.STRIPES
