@@ -7,7 +7,10 @@ For every site this pass
   register arithmetic whose results no probe of another level reads runs in
   every lane, as only the leader's values ever leave the registers (its SAVEs
   keep the leader); predicated, ptxas had to keep the other lanes' old values
-  (a `SEL` per result);
+  (a `SEL` per result); scratch registers (`scratch_registers`) are written
+  without the site's predicate at all, and a 64-bit accumulation under the
+  site's predicate is a select and an add (`_SiteBuilder.guarded`);
+  spec/pipeline.md, "Which probe instructions are predicated";
 * materialises the helpers the snippet uses (OUT, IN1-3, ADDR, BYTES), each with
   the type of what it stands for at this site (spec/probe-toml.md, "Helpers"),
   reading kernel registers but never writing them, and checks every use of
