@@ -274,7 +274,7 @@ def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
     rec = [raw[records + 16 * i:records + 16 * i + 16] for i in range(warps)]
     filled = sum(1 for r in rec if int.from_bytes(r[:8], "little") > 0 and int.from_bytes(r[8:12], "little") > 0
                  and int.from_bytes(r[12:16], "little") < 1024)
-    return {"label": "warps", "bytes": sum(1 for c in counts if c == 1) + filled, "bytes_expected": 2 * warps,
+    return {"label": "counts+records", "bytes": sum(1 for c in counts if c == 1) + filled, "bytes_expected": 2 * warps,
             "active_threads": 0}
 
 

@@ -5,7 +5,7 @@
 #    2 interleaved rounds, each tool against `NAME (before)`: vadd as main at 30a0ca5 instrumented it
 #    (benchmarks/probe_cost_before/), timed in the same process: GPU µs per eager launch and per replay of a graph of
 #    8, before -> after, registers; the checks: gmem_bytes' bytes exact, the hist's samples exact, block_sched one
-#    complete record and count per warp ("warps=2048 ok" at 256 blocks). `gmem_bytes 128 rows`: the warps' atomics
+#    complete record and count per warp ("counts+records=2048 ok" at 256 blocks: 1,024 warps). `gmem_bytes 128 rows`: the warps' atomics
 #    spread over 128 rows instead of 32 (what more rows would buy on 16,384 blocks; bytes summed over all rows).
 # 2. overhead.py's eager stream and attention loops on the GPU alone, plain / block_sched / gmem_bytes (main at
 #    30a0ca5 measured 51.3 / 56.1 / 60.3 and 32.7 / 36.0 / 35.5 µs on an H200); "same outputs" must say yes.
