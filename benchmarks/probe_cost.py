@@ -13,7 +13,8 @@ issue-24 workload). It is instrumented here with the engine and loaded with the 
 * gmem_bytes, without its global atomics (`-atomics`: an upper bound of what aggregating
   beyond the warp can save; ptxas drops the reductions with them), with plain stores where the
   atomics were (`st-not-red`: the atomics' own cost), without the warp reductions (`-redux`), with all warps adding
-  into one row of counters instead of 32 (`one-row`: what the striping buys),
+  into one row of counters instead of 32 (`one-row`: what the striping buys) or into 128 (`128 rows`: what more
+  rows would buy; the counters summed over all 128),
 * block_sched and gmem_bytes with the gate's code removed (`no gate`: what it costs a launch
   outside graphs, whose pointer is untagged),
 * block_sched and gmem_bytes with the probe gate off (`gated`: the pointer tagged, the gate
@@ -22,11 +23,17 @@ issue-24 workload). It is instrumented here with the engine and loaded with the 
   (sm_2x: what the warp reduction saves), and a hist map whose bucket differs across the warp
   (8 groups per warp access), grouped with match.any.sync or one atomic per lane (sm_6x).
 
+`--before DIR` adds the same tools as an older engine instrumented vadd (`DIR/block_sched.ptx`,
+`gmem_bytes.ptx`, `hist.ptx`, written by that engine: benchmarks/probe_cost_before/ holds main at 30a0ca5,
+before session 9's smaller warp-level code), as variants `NAME (before)`, timed in the same process.
+`--only A,B` keeps those variants (and plain, the baseline).
+
 Measures, GPU alone (a spin kernel holds the GPU while the host enqueues everything, so the
 times are the GPU's): per-launch CUDA-event medians of eager launches (an event between every
 two launches), and per-replay medians of a captured graph of 8 launches. Also registers per
 thread and resident blocks per SM of each variant, and checks the gmem_bytes totals (exact:
-12 bytes per element) with the gate on and zero with it off, and the hist's samples (6 per thread).
+12 bytes per element) with the gate on and zero with it off, the hist's samples (6 per thread), and
+block_sched's records (one per warp: every count 1, every record's start and SM set, elapsed above 0).
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ from neutrino.toolbox import load_probe_argument  # noqa: E402
 from neutrino.trace import STRIPES  # noqa: E402
 
 VADD = REPO / "tests" / "data" / "corpus" / "triton" / "vadd.sm90a.ptx"
+if not VADD.is_file():  # a tree shipped without tests/data: the same kernel, kept beside the older engine's output
+    VADD = REPO / "benchmarks" / "probe_cost_before" / "vadd.sm90a.ptx"
+WIDE_ROWS = 128  # `gmem_bytes 128 rows`: a row per SM on a GPU of up to 128 SMs (4 per row on an H200 at 32)
 BLOCK_ELEMENTS, THREADS = 1024, 128
 HEAD = 256  # bytes before a gated buffer (runtime/graph_ring.HEAD_BYTES); the gate is its last u32 but one
 
@@ -104,6 +114,15 @@ def ungated(ptx: str) -> str:
     return ptx.replace("setp.eq.u32 \t%nt_on, %nt_gate, 0;", "setp.eq.u32 \t%nt_on, 0, 0;")
 
 
+BEFORE_FILES = {"block_sched": "block_sched", "gmem_bytes": "gmem_bytes", "hist": "hist"}  # file stem → buffer kind
+
+
+def before_variants(folder: Path) -> dict[str, tuple[str, str | None]]:
+    """`NAME (before)` for each PTX an older engine wrote into `folder` (see the module's text)."""
+    return {f"{stem} (before)": ((folder / f"{stem}.ptx").read_text(), kind)
+            for stem, kind in BEFORE_FILES.items() if (folder / f"{stem}.ptx").is_file()}
+
+
 def variants() -> dict[str, tuple[str, str | None]]:
     """name -> (PTX, the map whose buffer is appended, or None)."""
     from neutrino.probefile import parse_probes
@@ -129,6 +148,8 @@ def variants() -> dict[str, tuple[str, str | None]]:
         "gmem_bytes st-not-red": (gb.replace("red.global.add.u64", "st.global.u64"), "gmem_bytes"),
         "gmem_bytes one-row": (gb.replace("and.b32 \t%nt_stripe, %nt_stripe, 31;", "and.b32 \t%nt_stripe, %nt_stripe, 0;"),
                                "gmem_bytes"),
+        "gmem_bytes 128 rows": (gb.replace("and.b32 \t%nt_stripe, %nt_stripe, 31;",
+                                           f"and.b32 \t%nt_stripe, %nt_stripe, {WIDE_ROWS - 1};"), "gmem_bytes rows"),
         "gmem_bytes no gate": (ungated(gb), "gmem_bytes"),
         "gmem_bytes gated": (gb, "gmem_bytes gated"),
         "gmem_bytes shfl (sm_75 lowering)": (lowered_for(plain, "sm_75", gmem), "gmem_bytes"),
@@ -234,6 +255,29 @@ def timed(cuda: Cuda, spin, step, n: int) -> list[float]:
     return [cuda.elapsed_us(events[i], events[i + 1]) for i in range(n)]
 
 
+def rows_of(buffer: str) -> int:
+    """Rows of counters a gmem_bytes variant's buffer holds."""
+    return WIDE_ROWS if buffer.endswith(" rows") else STRIPES
+
+
+def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
+    """One launch into a zeroed buffer: each warp's count is 1 and its record (start u64, elapsed u32, SM u32 at
+    align16(4 * warps) + 16 * warp: spec/kernel-json.md) is filled: start and elapsed above 0, an SM id below 1024."""
+    warps = grid * THREADS // 32
+    records = (4 * warps + 15) // 16 * 16
+    size = records + 16 * warps
+    cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(size))
+    cuda.launch(f, grid, THREADS, params)
+    cuda.sync()
+    raw = cuda.read(head, size)
+    counts = [int.from_bytes(raw[4 * i:4 * i + 4], "little") for i in range(warps)]
+    rec = [raw[records + 16 * i:records + 16 * i + 16] for i in range(warps)]
+    filled = sum(1 for r in rec if int.from_bytes(r[:8], "little") > 0 and int.from_bytes(r[8:12], "little") > 0
+                 and int.from_bytes(r[12:16], "little") < 1024)
+    return {"label": "counts+records", "bytes": sum(1 for c in counts if c == 1) + filled, "bytes_expected": 2 * warps,
+            "active_threads": 0}
+
+
 def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     f = cuda.function(ptx, "vadd")
     n = args.grid * BLOCK_ELEMENTS
@@ -241,7 +285,7 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     values = [C.c_uint64(x), C.c_uint64(y), C.c_uint64(out), C.c_uint32(n), C.c_uint64(0), C.c_uint64(0)]
     head = None
     if buffer is not None:
-        size = {"gmem": STRIPES * 128, "hist": STRIPES * HIST_ROW}.get(buffer.split()[0].split("_")[0],
+        size = {"gmem": rows_of(buffer) * 128, "hist": STRIPES * HIST_ROW}.get(buffer.split()[0].split("_")[0],
                                                                       16 * args.grid * 4 * 2 + 16 * args.grid * 4)
         base = cuda.alloc(HEAD + size)
         head = base + HEAD
@@ -259,15 +303,19 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
     row = {"variant": name, "registers": cuda.attribute(f, 4), "static_shared": cuda.attribute(f, 1),
            "local_bytes": cuda.attribute(f, 3), "blocks_per_sm": cuda.occupancy(f, THREADS)}
     if buffer is not None and buffer.startswith("gmem") and head is not None:
-        cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * 128))
+        rows = rows_of(buffer)
+        cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(rows * 128))
         cuda.launch(f, args.grid, THREADS, params)
         cuda.sync()
-        raw = cuda.read(head, STRIPES * 128)
+        raw = cuda.read(head, rows * 128)
         words = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)]
-        row["bytes"] = sum(words[r * 16] for r in range(STRIPES))
-        row["active_threads"] = sum(words[r * 16 + 1] for r in range(STRIPES))
-        exact = name in ("gmem_bytes", "gmem_bytes one-row") or "lowering" in name
+        row["bytes"] = sum(words[r * 16] for r in range(rows))
+        row["active_threads"] = sum(words[r * 16 + 1] for r in range(rows))
+        exact = name in ("gmem_bytes", "gmem_bytes one-row", "gmem_bytes (before)", "gmem_bytes 128 rows") \
+            or "lowering" in name
         row["bytes_expected"] = 0 if buffer.endswith("gated") else (12 * n if exact else None)
+    if buffer == "block_sched" and name in ("block_sched", "block_sched (before)"):
+        row.update(block_sched_check(cuda, f, params, head, args.grid))
     if buffer == "hist":
         cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * HIST_ROW))
         cuda.launch(f, args.grid, THREADS, params)
@@ -295,9 +343,19 @@ def main() -> None:
     ap.add_argument("--grid", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=2, help="all variants, interleaved, this many times (medians)")
     ap.add_argument("--json")
+    ap.add_argument("--before", type=Path, help="a folder of PTX an older engine wrote (see the module's text)")
+    ap.add_argument("--only", help="comma-separated variants to run (plain is always run)")
     args = ap.parse_args()
     cuda = Cuda()
     table = variants()
+    if args.before:
+        table.update(before_variants(args.before))
+    if args.only:
+        keep = {"plain", *args.only.split(",")}
+        unknown = keep - set(table)
+        if unknown:
+            raise SystemExit(f"probe_cost: no variant {', '.join(sorted(unknown))} (variants: {', '.join(table)})")
+        table = {name: v for name, v in table.items() if name in keep}
     rows: dict[str, list[dict]] = {name: [] for name in table}
     for _ in range(args.rounds):
         for name, (ptx, buffer) in table.items():

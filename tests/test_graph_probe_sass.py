@@ -76,3 +76,24 @@ def test_the_sass_count_of_the_probe_on_a_tiny_kernel():
     assert with_block["sass"][0] == no_block["sass"][0]  # the program's own code is the same
     assert added(with_block) < added(no_block)
     assert with_block["added"]["constant"] < no_block["added"]["constant"]
+
+
+def test_block_sched_adds_no_select_to_a_tiny_kernel(tmp_path):
+    """Its register arithmetic runs in every lane and its cursor counts there too (neutrino/passes/resolve.py
+    leader_free, lower_save.cursor_in_every_lane): ptxas keeps no other lane's old value, so the probe adds no
+    `SEL`; predicated on the leader, each result cost one (7 on vadd before)."""
+    if not shutil.which("ptxas"):
+        pytest.skip("no ptxas")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import graph_probe_sass
+
+    try:
+        graph_probe_sass.disassembler()
+    except SystemExit:
+        pytest.skip("no nvdisasm or cuobjdump")
+    plain = VADD.read_text()
+    probed = instrument(plain, load_probe_argument("block_sched", None)).ptx
+    _, ops0 = graph_probe_sass.compile_ptx(plain, "sm_90a", tmp_path, "plain")
+    _, ops1 = graph_probe_sass.compile_ptx(probed, "sm_90a", tmp_path, "probed")
+    assert ops1["SEL"] <= ops0["SEL"]
+    assert ops1["STG.E.64"] >= ops0["STG.E.64"] + 2  # the record's two stores are still there

@@ -131,13 +131,16 @@ def test_sites_of_one_snippet_get_their_own_copies():
     out, ctx = run([TracepointMatching(), RegisterVirtualization(), OperandResolution()], probes=probes, text=text)
     body = ctx.kernels["k"].function.body
     copies = [s for s in body if isinstance(s, Instruction) and s.origin and s.origin.startswith("probe c#")]
-    assert [c.origin for c in copies] == ["probe c#0", "probe c#1", "probe c#2"]
-    assert len({id(c) for c in copies}) == 3
-    assert [str(c.guard) if c.guard else None for c in copies] == ["@%p1", "@%p1", None]
+    # a guarded 64-bit accumulation is a select and an unguarded add (resolve._SiteBuilder.guarded)
+    assert [c.origin for c in copies] == ["probe c#0", "probe c#0", "probe c#1", "probe c#1", "probe c#2"]
+    assert len({id(c) for c in copies}) == 5
+    assert [str(c.guard) if c.guard else None for c in copies] == [None] * 5
     filecheck(out, """
-CHECK: @%p1 add.u64 %nt_p_n, %nt_p_n, 1;
+CHECK: selp.b64 %nt_acc, 1, 0, %p1;
+CHECK-NEXT: add.u64 %nt_p_n, %nt_p_n, %nt_acc;
 CHECK-NEXT: @%p1 ld.global.v2.u32 {%r2, %r3}, [%rd2+8];
-CHECK: @%p1 add.u64 %nt_p_n, %nt_p_n, 1;
+CHECK: selp.b64 %nt_acc, 1, 0, %p1;
+CHECK-NEXT: add.u64 %nt_p_n, %nt_p_n, %nt_acc;
 CHECK-NEXT: @%p1 ld.global.u32 %r5, [%rd2];
 CHECK-NEXT: add.u64 %nt_p_n, %nt_p_n, 1;
 CHECK-NEXT: ld.global.u32 %r6, [%rd2+4];
@@ -200,7 +203,7 @@ CHECK-NEXT: mov.u32 %nt_cur_mem, 0;
 CHECK-NEXT: mad.lo.u64 %nt_rec_mem, %nt_units_thread, 4, 15;
 CHECK-NEXT: and.b64 %nt_rec_mem, %nt_rec_mem, -16;
 CHECK-NEXT: add.u64 %nt_rec_mem, %nt_rec_mem, %nt_buf_mem;
-CHECK-NEXT: mov.u64 %nt_w64, 64;
+CHECK-NEXT: mad.lo.u64 %nt_rec_mem, %nt_unit_thread, 64, %nt_rec_mem;
 CHECK: shr.u32 %nt_warp, %nt_tlin, 5;
 CHECK: ld.param.u64 %nt_buf_sched, [k__nt_buf_sched];
 CHECK-NEXT: cvta.to.global.u64 %nt_buf_sched, %nt_buf_sched;

@@ -57,6 +57,9 @@ def declarations(registers: dict[str, str]) -> list[ir.RegDecl]:
 class _Prologue:
     state: KernelState
     code: list[ir.Instruction] = attrs.Factory(list)
+    block: tuple[int, int, int] | None = None  # the kernel's .reqntid (thread_geometry)
+    whole_counts: dict[str, int] = attrs.Factory(dict)  # units register → its units per block, when the block's shape
+    # makes them a multiple of 4 (the counts section then ends 16-byte aligned: map_pointers)
 
     def t(self, role: str, rtype: str) -> str:
         return self.state.temp(role, rtype)
@@ -79,6 +82,7 @@ class _Prologue:
         kernel's `.reqntid` (every launch has that block shape): its sizes are constants, and the index of a
         dimension of size 1 is 0, so ptxas folds the block's arithmetic (no special-register or constant-bank
         reads for them: on a tiny kernel those are a good part of what the probe adds per warp)."""
+        self.block = block
         tx, ty, tz = (self.t(f"tid_{d}", "b32") for d in "xyz")
         nx, ny, nz = (self.t(f"ntid_{d}", "b32") for d in "xyz")
         sources = {tx: "%tid.x", ty: "%tid.y", tz: "%tid.z", nx: "%ntid.x", ny: "%ntid.y", nz: "%ntid.z"}
@@ -97,17 +101,15 @@ class _Prologue:
         for reg, special in ((cx, "%ctaid.x"), (cy, "%ctaid.y"), (cz, "%ctaid.z"), (gx, "%nctaid.x"), (gy, "%nctaid.y"), (gz, "%nctaid.z")):
             self.emit("mov.u32", reg, special)
         blin, nblocks, w = self.t("blin", "b64"), self.t("nblocks", "b64"), self.t("w64", "b64")
-        # block_linear = (cz*gy + cy)*gx + cx and blocks = gx*gy*gz, in 64 bits: grids can exceed 2^32 threads.
-        self.emit("mul.wide.u32", blin, cz, gy)
-        self.emit("cvt.u64.u32", w, cy)
-        self.emit("add.u64", blin, blin, w)
-        self.emit("cvt.u64.u32", w, gx)
-        self.emit("mul.lo.u64", blin, blin, w)
+        zy, yz = self.t("zy", "b32"), self.t("yz", "b32")
+        # block_linear = (cz*gy + cy)*gx + cx and blocks = gx*(gy*gz), in 64 bits: grids can exceed 2^32 blocks. gy
+        # and gz are below 2^16 (CUDA's limit), so cz*gy + cy < gy*gz < 2^32 fit 32 bits: one 32-bit and one widening
+        # multiply-add each, where 64-bit products cost ptxas three multiplies.
+        self.emit("mad.lo.u32", zy, cz, gy, cy)
         self.emit("cvt.u64.u32", w, cx)
-        self.emit("add.u64", blin, blin, w)
-        self.emit("mul.wide.u32", nblocks, gx, gy)
-        self.emit("cvt.u64.u32", w, gz)
-        self.emit("mul.lo.u64", nblocks, nblocks, w)
+        self.emit("mad.wide.u32", blin, zy, gx, w)
+        self.emit("mul.lo.u32", yz, gy, gz)
+        self.emit("mul.wide.u32", nblocks, yz, gx)
 
     def leaders(self) -> None:
         tlin = self.t("tlin", "b32")
@@ -138,6 +140,11 @@ class _Prologue:
         self.emit("mul.lo.u64", unit, blin, w)
         self.emit("cvt.u64.u32", w, index)
         self.emit("add.u64", unit, unit, w)
+        if self.block is not None:
+            threads = self.block[0] * self.block[1] * self.block[2]
+            each = threads if level == "thread" else -(-threads // 32)
+            if each * COUNT_BYTES % RECORDS_ALIGN == 0:
+                self.whole_counts[units] = each
         return unit, units
 
     def load_buffer(self, buf: str, buffer_param: str, first: bool) -> None:
@@ -186,17 +193,21 @@ class _Prologue:
         self.emit("mov.u32", map_register(self.state, "cur", spec, "b32"), 0)
         if self.state.counting:
             return
-        # records start after the counts, rounded up to 16 bytes
-        self.emit("mad.lo.u64", rec, units, COUNT_BYTES, RECORDS_ALIGN - 1)
-        self.emit("and.b64", rec, rec, -RECORDS_ALIGN)
-        self.emit("add.u64", rec, rec, buf)
+        # records start after the counts, rounded up to 16 bytes; when the block's shape makes the units a multiple
+        # of 4 they end there already, at blocks * (units per block * 4): ptxas sees neither, nor folds the products
+        if units in self.whole_counts:
+            self.emit("mad.lo.u64", rec, self.t("nblocks", "b64"), self.whole_counts[units] * COUNT_BYTES, buf)
+        else:
+            self.emit("mad.lo.u64", rec, units, COUNT_BYTES, RECORDS_ALIGN - 1)
+            self.emit("and.b64", rec, rec, -RECORDS_ALIGN)
+            self.emit("add.u64", rec, rec, buf)
         if spec.cap == "count":
             cap = map_register(self.state, "cap", spec, "b32")
             self.emit("ld.param.u32", cap, ir.Address(ir.Symbol(param_names("", spec.name)[1])))
             self.emit("mul.wide.u32", w, cap, spec.record_bytes)
+            self.emit("mad.lo.u64", rec, unit, w, rec)
         else:
-            self.emit("mov.u64", w, record_stride(spec))
-        self.emit("mad.lo.u64", rec, unit, w, rec)
+            self.emit("mad.lo.u64", rec, unit, record_stride(spec), rec)
 
     # -- the primitives of passes/save_core.address_maps: each returns the code it emitted
     def _emitted(self, emit, *args):

@@ -416,7 +416,22 @@ class _Lowerer:
             return ring_record(self, spec, guard, self.sm >= WARP_SM)
         # the neutral steps every ISA shares (passes/neutral_ops.py), spelled as PTX (isa/ptx/translate.py)
         ops = ptx_steps(self.state.counting).lower_fields(spec, field_values(spec), guard)
-        return PtxTranslation(self.state, ORIGIN).translate(ops)
+        code = PtxTranslation(self.state, ORIGIN).translate(ops)
+        if guard is not None and not guard.negated and guard.register.name == self.leader_name(spec.level):
+            code = self.cursor_in_every_lane(spec, code)
+        return code
+
+    def leader_name(self, level: str) -> str | None:
+        return self.state.prefix + LEVEL_LEADER[level] if level in LEVEL_LEADER else None
+
+    def cursor_in_every_lane(self, spec, code: list[ir.Instruction]) -> list[ir.Instruction]:
+        """A SAVE guarded by its unit's leader alone: its cursor counts in every lane that runs it. Only the leader's
+        cursor is read where it matters (the bounds check and the record's stores are ANDed with the leader, the
+        exit's count is stored by it), and the leader's counts as before; ptxas no longer keeps the other lanes'
+        old value (a `SEL`), and folds a cursor that only straight-line code bumps (block_sched: the count is 1)."""
+        cursor = map_register(self.state, "cur", spec, "b32")
+        return [ir.Instruction(i.opcode, i.operands, None, 0, ORIGIN)
+                if i.opcode.base == "add" and i.operands and i.operands[0] == ir.Register(cursor) else i for i in code]
 
     # -- the primitives of save_core.lower_sum: each counter add takes the SAVE's guard itself (counter_add)
     def saving_lanes(self, level: str, guard: ir.Guard | None, at_exit: bool = False) -> list[ir.Instruction]:

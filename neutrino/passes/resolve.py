@@ -2,7 +2,15 @@
 
 For every site this pass
 * decides the execution predicate: the matched instruction's own guard (or the
-  guard of the `ret`/`exit`) and, at warp/block level, the unit leader;
+  guard of the `ret`/`exit`) and, at warp/block level, the unit leader; the
+  leader only where it matters (`leader_free`): a warp/block-level snippet's
+  register arithmetic whose results no probe of another level reads runs in
+  every lane, as only the leader's values ever leave the registers (its SAVEs
+  keep the leader); predicated, ptxas had to keep the other lanes' old values
+  (a `SEL` per result); scratch registers (`scratch_registers`) are written
+  without the site's predicate at all, and a 64-bit accumulation under the
+  site's predicate is a select and an add (`_SiteBuilder.guarded`);
+  spec/pipeline.md, "Which probe instructions are predicated";
 * materialises the helpers the snippet uses (OUT, IN1-3, ADDR, BYTES), each with
   the type of what it stands for at this site (spec/probe-toml.md, "Helpers"),
   reading kernel registers but never writing them, and checks every use of
@@ -24,7 +32,7 @@ import attrs
 
 from neutrino.errors import Diagnostic, ProbeError
 from neutrino.isa.ptx import formats, ir
-from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, effects, lookup, missing_bytes_reason
+from neutrino.isa.ptx.semantics import RuntimeBytes, access_bytes, defined_registers, effects, lookup, missing_bytes_reason
 from neutrino.passes.build import entry_index, insn, splice
 from neutrino.passes.state import Context, KernelState, Site
 from neutrino.passes.probe_loops import analyse as analyse_loops, has_control_flow
@@ -32,6 +40,76 @@ from neutrino.passes.verify import WIDE_SPECIAL, expected_widths
 from neutrino.probefile import HELPERS, SAVE, Probe, ProbeFile, Snippet
 
 LEVEL_LEADER = {"warp": "lead_warp", "block": "lead_block"}
+
+
+def read_registers(stmt: ir.Instruction) -> set[str]:
+    """The probe registers an instruction of a snippet reads: its guard's, every SAVE operand's, its sources'."""
+    names = {stmt.guard.register.name} if stmt.guard is not None else set()
+    if stmt.opcode.base == SAVE:
+        return names | {r.name for o in stmt.operands for r in ir.registers_in(o)}
+    defs = lookup(stmt.opcode).defs
+    for i, operand in enumerate(stmt.operands):
+        if i not in defs or type(operand) is ir.Address:
+            names.update(r.name for r in ir.registers_in(operand))
+    return names
+
+
+def register_readers(probes) -> dict[str, frozenset[str]]:
+    """Probe register → the levels of the `probes` (a file's) that read it (a register only written is read by none)."""
+    readers: dict[str, set[str]] = {}
+    for probe in probes:
+        for snippet in (probe.before, probe.after):
+            for stmt in ir.instructions(snippet.statements) if snippet is not None else ():
+                for name in read_registers(stmt):
+                    readers.setdefault(name, set()).add(probe.level)
+    return {name: frozenset(levels) for name, levels in readers.items()}
+
+
+def scratch_registers(probes) -> frozenset[str]:
+    """The probe registers that every snippet naming them writes before it reads them: by an instruction without a
+    guard of its own whose first mention of the register is that write. A run of a snippet reaches each of its
+    instructions only after every one before it (a probe branches only back: spec/verifier.md, "Loops"), so such
+    a register's value never outlives the run that wrote it."""
+    scratch: set[str] = set()
+    refused: set[str] = set()
+    for probe in probes:
+        for snippet in (probe.before, probe.after):
+            seen: set[str] = set()
+            for stmt in ir.instructions(snippet.statements) if snippet is not None else ():
+                reads = read_registers(stmt)
+                refused.update(reads - seen)
+                seen |= reads
+                if stmt.opcode.base == SAVE:
+                    continue
+                for reg in defined_registers(stmt):
+                    if reg.name not in seen:
+                        (scratch if stmt.guard is None else refused).add(reg.name)
+                        seen.add(reg.name)
+    return frozenset(scratch - refused)
+
+
+def site_free(stmt: ir.Instruction, scratch: frozenset[str]) -> bool:
+    """Whether a snippet instruction may run without the site's predicate (the matched instruction's guard, the
+    leader), under its own guard only: it writes only scratch registers (`scratch_registers`). Where the site's
+    predicate is false, what it writes is read only by instructions that keep that predicate (they do not run) or
+    write scratch registers too, and by none after the run; ptxas need not keep the old values (a `SEL` each)."""
+    if stmt.opcode.base == SAVE:
+        return False
+    defs = defined_registers(stmt)
+    return bool(defs) and all(r.name in scratch for r in defs)
+
+
+def leader_free(stmt: ir.Instruction, level: str, readers: dict[str, frozenset[str]]) -> bool:
+    """Whether a warp/block-level snippet instruction may run in every lane, not only the unit's leader.
+
+    Snippets hold no memory access (spec/probe-toml.md, "Snippets"): an instruction writes only probe
+    registers. Run by the other lanes, it changes what they hold, which only code of this level reads,
+    and that code saves only from the leader (a SAVE keeps the leader); so what is stored is unchanged
+    unless a probe of another level (a thread-level one reads every lane) reads what it writes.
+    """
+    if level not in LEVEL_LEADER or stmt.opcode.base == SAVE:
+        return False
+    return all(readers.get(r.name, frozenset()) <= {level} for r in defined_registers(stmt))
 
 
 @attrs.define
@@ -166,6 +244,8 @@ class _SnippetCache:
     module: ir.Module | None = None  # for the line map's `.file`s and debug strings
     line_map: object = None  # neutrino.isa.ptx.lines.LineMap of the kernel, built on the first LINE/BLOCK
     loop_control: dict[int, frozenset[int]] = attrs.Factory(dict)  # id(snippet) → ids of its loops' control instructions
+    readers: dict[str, frozenset[str]] = attrs.Factory(dict)  # probe register → levels reading it (register_readers)
+    scratch: frozenset[str] = frozenset()  # probe registers written before read in every snippet (scratch_registers)
 
     def control_ids(self, snippet: Snippet) -> frozenset[int]:
         """A bounded loop's counter, compare and branch (spec/verifier.md, "Loops"): they run in every
@@ -464,12 +544,15 @@ class _SiteBuilder:
             return ir.Negated(self.rename(operand.operand, width, helpers))
         return operand
 
-    def body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands) -> list[ir.Instruction]:
-        """The snippet renamed and predicated: the same for every site with this guard and these helper operands, so built once."""
-        key = (id(snippet), site_guard, tuple(helpers.items()))
+    def body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands, level: str = "thread",
+             free_guard: ir.Guard | None = None) -> list[ir.Instruction]:
+        """The snippet renamed and predicated: the same for every site with these guards and helper operands, so built
+        once. `site_guard` holds the unit's leader (warp/block level), `free_guard` not: it predicates what `leader_free` lets
+        every lane run."""
+        key = (id(snippet), site_guard, free_guard, level, tuple(helpers.items()))
         template = self.cache.bodies.get(key)
         if template is None:
-            template = self.cache.bodies[key] = self.build_body(snippet, site_guard, helpers)
+            template = self.cache.bodies[key] = self.build_body(snippet, site_guard, helpers, level, free_guard)
         origin = self.origin
         if not self.cache.control_ids(snippet):
             return [ir.Instruction(t.opcode, t.operands, t.guard, 0, origin) for t in template]
@@ -489,8 +572,10 @@ class _SiteBuilder:
                 out.append(ir.Instruction(t.opcode, t.operands, t.guard, 0, self.origin))
         return out
 
-    def build_body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands) -> list[ir.Instruction]:
+    def build_body(self, snippet: Snippet, site_guard: ir.Guard | None, helpers: HelperOperands, level: str = "thread",
+                   free_guard: ir.Guard | None = None) -> list[ir.Instruction]:
         code: list = []
+        readers = self.cache.readers
         control = self.cache.control_ids(snippet)
         statements = [s for s in snippet.statements if type(s) in (ir.Label, ir.Instruction)] if control else ir.instructions(snippet.statements)
         for stmt in statements:
@@ -504,15 +589,34 @@ class _SiteBuilder:
                 operands = stmt.operands if stmt.opcode.base == "bra" else tuple(self.rename(o, None, helpers) for o in stmt.operands)
                 code.append(ir.Instruction(stmt.opcode, operands, own, 0, self.origin))
                 continue
-            guard, prep = self.combine(own, site_guard)
+            if site_free(stmt, self.cache.scratch):
+                guard, prep = own, []
+            else:
+                guard, prep = self.combine(own, free_guard if leader_free(stmt, level, readers) else site_guard)
             code += prep
             widths = operand_widths(stmt) if helpers and stmt.opcode.base != SAVE else [None] * len(stmt.operands)
             operands = tuple(self.rename(o, w, helpers) for o, w in zip(stmt.operands, widths))
             if stmt.opcode.base not in ("mov", SAVE):
                 reads, operands = self.read_special(operands)
                 code += reads
-            code.append(ir.Instruction(stmt.opcode, operands, guard, 0, self.origin))
+            made = ir.Instruction(stmt.opcode, operands, guard, 0, self.origin)
+            code += self.guarded(made) if own is None else [made]
         return code
+
+    def guarded(self, stmt: ir.Instruction) -> list[ir.Instruction]:
+        """A 64-bit accumulation guarded by the site (the matched instruction's guard, the leader), `@g add.u64 r, r, x`,
+        as `selp.b64 t, x, 0, g; add.u64 r, r, t`: the same sum, which ptxas turns into a select and an add, where the
+        predicated add became an add and two selects (gmem_bytes' count per access). Not for a snippet's own guards
+        (the caller): there ptxas kept more registers live (lines: 8 more on Triton's layernorm)."""
+        ops = stmt.operands
+        if stmt.guard is None or str(stmt.opcode) not in ("add.u64", "add.s64") or len(ops) != 3 \
+                or type(ops[0]) is not ir.Register or ops[0] not in ops[1:]:
+            return [stmt]
+        other = ops[2] if ops[1] == ops[0] else ops[1]
+        t = ir.Register(self.temp("acc", "b64"))
+        g = stmt.guard
+        choose = (ir.Immediate("0"), other) if g.negated else (other, ir.Immediate("0"))
+        return [self.emit("selp.b64", t, *choose, g.register), ir.Instruction(stmt.opcode, (ops[0], ops[0], t), None, 0, self.origin)]
 
     def read_special(self, operands: tuple[ir.Operand, ...]) -> tuple[list[ir.Instruction], tuple[ir.Operand, ...]]:
         """ptxas lets only `mov` read special registers: read them into registers first."""
@@ -536,14 +640,16 @@ class PtxOperandResolution:
     def run(self, module: ir.Module, ctx: Context) -> None:
         probes = {p.name: p for p in ctx.probes.probes}
         ledger = HelperTypeLedger(ctx.probes, module.source)
+        readers, scratch = register_readers(ctx.probes.probes), scratch_registers(ctx.probes.probes)
         for state in ctx.kernels.values():
-            self.splice_kernel(state, probes, ledger, module)
+            self.splice_kernel(state, probes, ledger, module, readers, scratch)
             state.maps = list(ctx.probes.maps)
         if ledger.problems:
             raise ProbeError(ledger.problems)
 
     def splice_kernel(self, state: KernelState, probes: dict[str, Probe], ledger: "HelperTypeLedger | None" = None,
-                      module: ir.Module | None = None) -> None:
+                      module: ir.Module | None = None, readers: dict[str, frozenset[str]] | None = None,
+                      scratch: frozenset[str] | None = None) -> None:
         body = state.function.body
         types = _KernelRegisterTypes(state.function)
         entry_code: list[ir.Instruction] = []
@@ -552,7 +658,9 @@ class PtxOperandResolution:
         anchors: dict[int, ir.Instruction] = {}
         counter = itertools.count()
         kept: list[Site] = []
-        cache = _SnippetCache(module=module)
+        if readers is None:
+            readers, scratch = register_readers(probes.values()), scratch_registers(probes.values())
+        cache = _SnippetCache(module=module, readers=readers, scratch=scratch)
         for site in state.sites:
             probe = probes[site.probe]
             snippet = probe.before if site.where == "before" else probe.after
@@ -596,7 +704,12 @@ class PtxOperandResolution:
         if uses and site.anchor is not None and site.kind == "instruction":
             pre, post, helpers = builder.captures(uses, site.anchor, values)
         guard, predicate_code = builder.exec_predicate(site, probe.level)
-        code = predicate_code + builder.body(snippet, guard, helpers)
+        free = site.anchor.guard if site.anchor is not None else None
+        body = builder.body(snippet, guard, helpers, probe.level, free)
+        if predicate_code and not any(guard.register in (i.guard.register if i.guard else None, *i.operands)
+                                      for i in body if type(i) is ir.Instruction):
+            predicate_code = []  # no instruction runs under the leader: its predicate is not needed
+        code = predicate_code + body
         if site.where == "after" and site.kind == "instruction":
             return pre, code, post
         return pre + post, code, []
