@@ -19,7 +19,18 @@ neutrino's `--graphs` makes for graph A's 8 probed nodes, one kind of thing each
 `device` 8 x 16 MiB of device memory (the device rings, cuMemAlloc), `mapped` 8 x 4 MiB of mapped pinned host
 memory (the host rings: cuMemHostAlloc, DEVICEMAP | PORTABLE), `pinned` the same without DEVICEMAP (the
 control), `stream` a non-blocking stream with a memset on it, synchronised (ours), `module` neutrino's graph
-append module loaded (ring.append_ptx). Whether any of them alone slows graph B's replays.
+append module loaded (ring.append_ptx), `probed-cubin` graph A's probed kernel as neutrino compiled it (the
+probed.cubin under $NEUTRINO_CACHE_DIR whose PTX has `.entry stream_kernel(`: an earlier neutrino run of this
+command made it) loaded, `ptxas-original` graph A's own PTX (Triton's, under $TRITON_CACHE_DIR) compiled by the
+runtime's ptxas invocation (neutrino/runtime/instrument/ptxas.py, compile_whole) and loaded: whether any of them
+alone slows graph B's replays.
+
+After the captures, for the third split (graph_residual.py ISOLATE_THIRD): `--eager-a N` launches graph A's
+kernel N times eagerly (under neutrino without --graphs: probed, so its instrumented module is loaded and run
+outside any graph); `--reset-a` destroys graph A (torch's CUDAGraph.reset: its executable graph and graph,
+under neutrino its plan, twin and rings with them) before B's replays; `--a-uncompiled` captures graph A through
+the driver API on a stream of its own and never instantiates it (A's probed capture and append node made, no
+executable graph, no twin; A cannot be replayed).
 """
 
 from __future__ import annotations
@@ -82,8 +93,64 @@ def alternate(graphs: dict, iters: int, warmup: int = 5) -> dict[str, list[float
     return times
 
 
+def _driver():
+    """libcuda's entry points as the process resolves them: under neutrino the shim's (LD_PRELOAD), so a capture
+    made here is seen as torch's would be; without neutrino libcuda's own."""
+    import ctypes as C
+
+    glob = C.CDLL(None)
+    return glob if hasattr(glob, "cuStreamEndCapture") else C.CDLL("libcuda.so.1")
+
+
+def capture_uninstantiated(kernel, x, y, n: int):
+    """(graph handle, outputs): capture()'s 8 launches captured on a stream of their own with the driver API
+    (global mode, as torch), the graph kept and never instantiated."""
+    import ctypes as C
+
+    cu = _driver()
+    outs = [torch.empty_like(x) for _ in range(8)]
+    grid = (triton.cdiv(n, 1024),)
+    kernel[grid](x, y, outs[0], n, BLOCK=1024)
+    torch.cuda.synchronize()
+    side, graph = torch.cuda.Stream(), C.c_void_p()
+    with torch.cuda.stream(side):
+        if cu.cuStreamBeginCapture_v2(C.c_void_p(side.cuda_stream), C.c_int(0)):
+            raise SystemExit("graph_residual_child: --a-uncompiled: cuStreamBeginCapture_v2 failed")
+        for out in outs:
+            kernel[grid](x, y, out, n, BLOCK=1024)
+        rc = cu.cuStreamEndCapture(C.c_void_p(side.cuda_stream), C.byref(graph))
+    if rc:
+        raise SystemExit(f"graph_residual_child: --a-uncompiled: cuStreamEndCapture: CUDA error {rc}")
+    return graph, outs
+
+
 MiB = 1 << 20
-SUSPECTS = ("device", "mapped", "pinned", "stream", "module")
+SUSPECTS = ("device", "mapped", "pinned", "stream", "module", "probed-cubin", "ptxas-original")
+
+
+def _cache_file(env: str, pattern: str, entry: str, beside: str = "") -> Path:
+    """The file under $env matching `pattern` whose text (or the PTX beside it) defines kernel `entry` (and, given
+    `beside`, with that file beside it: the code cache's kernel.json marks a probed entry, not a pruned baseline)."""
+    root = os.environ.get(env)
+    for path in sorted(Path(root).rglob(pattern)) if root else []:
+        ptx = path.with_name("probed.ptx") if path.suffix != ".ptx" else path
+        text = ptx.read_text(errors="replace") if ptx.exists() else ""
+        if f".entry {entry}(" in text and (not beside or (path.parent / beside).exists()):
+            return path
+    raise SystemExit(f"graph_residual_child: --suspect: no {pattern} of {entry} under ${env} ({root})")
+
+
+def _image(name: str) -> bytes:
+    """The image --suspect probed-cubin / ptxas-original loads (module docstring)."""
+    if name == "probed-cubin":
+        return _cache_file("NEUTRINO_CACHE_DIR", "probed.cubin", "stream_kernel", "kernel.json").read_bytes()
+    from neutrino.runtime.instrument import ptxas
+
+    ptx = _cache_file("TRITON_CACHE_DIR", "*.ptx", "stream_kernel").read_text()
+    tools = ptxas.find_ptxases()
+    if not tools:
+        raise SystemExit("graph_residual_child: --suspect ptxas-original: no ptxas found")
+    return ptxas.compile_whole(tools[0], ptx, torch.cuda.get_device_capability())
 
 
 def make_suspects(names: list[str]) -> list:
@@ -123,10 +190,32 @@ def make_suspects(names: list[str]) -> list:
             check(cu.cuModuleLoadData(C.byref(module), C.c_char_p(ring.append_ptx((major, minor)).encode() + b"\0")),
                   name)
             kept.append(module)
+        elif name in ("probed-cubin", "ptxas-original"):
+            module = C.c_void_p()
+            check(cu.cuModuleLoadData(C.byref(module), C.c_char_p(_image(name))), name)
+            kept.append(module)
         else:
             raise SystemExit(f"graph_residual_child: --suspect: unknown {name!r} (one of {', '.join(SUSPECTS)})")
     torch.cuda.synchronize()
     return kept
+
+
+def context_state() -> dict:
+    """The context-wide settings a process of ours could have changed, read after B's replays: the limits
+    (CU_LIMIT_STACK_SIZE 0, PRINTF_FIFO_SIZE 1, MALLOC_HEAP_SIZE 2: bytes), the context's flags (0x10:
+    CU_CTX_LMEM_RESIZE_TO_MAX) and cache configuration (CUfunc_cache), the device memory free (bytes)."""
+    import ctypes as C
+
+    cu = C.CDLL("libcuda.so.1")
+    out = {}
+    for name, limit in (("stack", 0), ("printf_fifo", 1), ("malloc_heap", 2)):
+        v = C.c_size_t()
+        out[name] = v.value if cu.cuCtxGetLimit(C.byref(v), C.c_int(limit)) == 0 else None
+    flags, cache, free, total = C.c_uint(), C.c_int(), C.c_size_t(), C.c_size_t()
+    out["flags"] = flags.value if cu.cuCtxGetFlags(C.byref(flags)) == 0 else None
+    out["cache_config"] = cache.value if cu.cuCtxGetCacheConfig(C.byref(cache)) == 0 else None
+    out["free"] = free.value if cu.cuMemGetInfo_v2(C.byref(free), C.byref(total)) == 0 else None
+    return out
 
 
 def main() -> None:
@@ -135,18 +224,29 @@ def main() -> None:
     ap.add_argument("--order", choices=["AB", "BA"], default="AB", help="which graph is captured first")
     ap.add_argument("--replay", choices=["AB", "B"], default="AB", help="the graphs replayed (in turn)")
     ap.add_argument("--suspect", default="", help=f"comma-separated, of {', '.join(SUSPECTS)} (module docstring)")
+    ap.add_argument("--eager-a", type=int, default=0, help="launch A's kernel this many times eagerly after the captures")
+    ap.add_argument("--reset-a", action="store_true", help="destroy graph A (CUDAGraph.reset) before B's replays")
+    ap.add_argument("--a-uncompiled", action="store_true", help="capture A with the driver API, never instantiate it")
     args = ap.parse_args()
+    if (args.reset_a or args.a_uncompiled) and args.replay != "B":
+        ap.error("--reset-a and --a-uncompiled leave graph A nothing to replay: give --replay B")
     os.environ.setdefault("OVERHEAD_GPU_ONLY", "1")
     n = 256 * 1024
     gen = torch.Generator(device="cuda").manual_seed(2)
     x = torch.rand(n, device="cuda", generator=gen)
     y = torch.rand(n, device="cuda", generator=gen)
     kernels = {"A": stream_kernel, "B": stream_kernel_plain}
-    captured = {name: capture(kernels[name], x, y, n) for name in args.order}
+    captured = {name: (capture_uninstantiated if name == "A" and args.a_uncompiled else capture)(kernels[name], x, y, n)
+                for name in args.order}
+    for _ in range(args.eager_a):
+        stream_kernel[(triton.cdiv(n, 1024),)](x, y, captured["A"][1][0], n, BLOCK=1024)
+    if args.reset_a:
+        captured["A"][0].reset()
     kept = make_suspects([w for w in args.suspect.split(",") if w])  # noqa: F841 - alive while B replays
     times = alternate({name: captured[name][0] for name in sorted(args.replay)}, args.iters)
     result = {name: {"us": statistics.median(t), "mean_us": statistics.mean(t), "hash": digest(*captured[name][1])}
               for name, t in times.items()}
+    result["ctx"] = context_state()
     print("RESIDUAL_RESULT " + json.dumps(result), flush=True)
 
 

@@ -662,10 +662,11 @@ def test_two_threads_on_two_streams_never_overlap_the_graph_and_its_twin(tmp_pat
     assert not events(t, "graph_pick_switching") and not events(t, "graph_pick_fallback")
 
 
-def test_the_next_isolate_split_is_well_formed():
-    """`graph_residual.py --isolate next`: every variant replays B alone against a reference in the set, the names
-    are distinct, and each `--suspect` it asks of the child is one the child makes (read from its source: the
-    child needs torch)."""
+@pytest.mark.parametrize("split", ["next", "third"])
+def test_the_later_isolate_splits_are_well_formed(split):
+    """`graph_residual.py --isolate next|third`: every variant replays B alone against a reference in the set, the
+    names are distinct, each `--suspect` it asks of the child is one the child makes and each option it gives the
+    child is one the child takes (read from its source: the child needs torch)."""
     import ast
     from pathlib import Path
 
@@ -673,13 +674,16 @@ def test_the_next_isolate_split_is_well_formed():
     sys.path.insert(0, str(bench))
     import graph_residual
 
-    variants = graph_residual.ISOLATE_NEXT
+    variants = graph_residual.ISOLATE_SETS[split]
     names = [v.name for v in variants]
     assert len(set(names)) == len(names)
     assert all(v.reference in names and "--replay" in v.child for v in variants)
     child = ast.parse((bench / "graph_residual_child.py").read_text())
     (suspects,) = [ast.literal_eval(n.value) for n in ast.walk(child) if isinstance(n, ast.Assign)
                    and any(getattr(t, "id", "") == "SUSPECTS" for t in n.targets)]
+    options = {n.args[0].value for n in ast.walk(child) if isinstance(n, ast.Call)
+               and getattr(n.func, "attr", "") == "add_argument"}
+    assert {w for v in variants for w in v.child if w.startswith("--")} <= options
     asked = [w for v in variants if "--suspect" in v.child for w in v.child[v.child.index("--suspect") + 1].split(",")]
     assert asked and set(asked) <= set(suspects)
     rows = graph_residual.isolate_table({}, variants).splitlines()[2:]
