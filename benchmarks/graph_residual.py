@@ -163,6 +163,8 @@ ISOLATE_THIRD = [
             child=_B_ONLY, reference=_B_REF),
     *[Variant(f"plain + {s}", None, child=[*_B_ONLY, "--suspect", s], reference=_B_REF)
       for s in ("probed-cubin", "ptxas-original")],  # after a neutrino row: its code cache has A's probed cubin
+    Variant("plain + probed-cubin, loaded before the captures", None,
+            child=[*_B_ONLY, "--suspect", "probed-cubin", "--suspects-first"], reference=_B_REF),
 ]
 ISOLATE_SETS = {"first": ISOLATE, "next": ISOLATE_NEXT, "third": ISOLATE_THIRD}
 

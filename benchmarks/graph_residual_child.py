@@ -23,7 +23,8 @@ append module loaded (ring.append_ptx), `probed-cubin` graph A's probed kernel a
 probed.cubin under $NEUTRINO_CACHE_DIR whose PTX has `.entry stream_kernel(`: an earlier neutrino run of this
 command made it) loaded, `ptxas-original` graph A's own PTX (Triton's, under $TRITON_CACHE_DIR) compiled by the
 runtime's ptxas invocation (neutrino/runtime/instrument/ptxas.py, compile_whole) and loaded: whether any of them
-alone slows graph B's replays.
+alone slows graph B's replays. `--suspects-first`: made before the captures instead (so before Triton loads B's
+module, as a neutrino process loads A's probed module at A's first launch).
 
 After the captures, for the third split (graph_residual.py ISOLATE_THIRD): `--eager-a N` launches graph A's
 kernel N times eagerly (under neutrino without --graphs: probed, so its instrumented module is loaded and run
@@ -224,6 +225,8 @@ def main() -> None:
     ap.add_argument("--order", choices=["AB", "BA"], default="AB", help="which graph is captured first")
     ap.add_argument("--replay", choices=["AB", "B"], default="AB", help="the graphs replayed (in turn)")
     ap.add_argument("--suspect", default="", help=f"comma-separated, of {', '.join(SUSPECTS)} (module docstring)")
+    ap.add_argument("--suspects-first", action="store_true",
+                    help="make the --suspect things before the captures (B's module then loaded after them)")
     ap.add_argument("--eager-a", type=int, default=0, help="launch A's kernel this many times eagerly after the captures")
     ap.add_argument("--reset-a", action="store_true", help="destroy graph A (CUDAGraph.reset) before B's replays")
     ap.add_argument("--a-uncompiled", action="store_true", help="capture A with the driver API, never instantiate it")
@@ -236,13 +239,14 @@ def main() -> None:
     x = torch.rand(n, device="cuda", generator=gen)
     y = torch.rand(n, device="cuda", generator=gen)
     kernels = {"A": stream_kernel, "B": stream_kernel_plain}
+    early = make_suspects([w for w in args.suspect.split(",") if w]) if args.suspects_first else []  # noqa: F841
     captured = {name: (capture_uninstantiated if name == "A" and args.a_uncompiled else capture)(kernels[name], x, y, n)
                 for name in args.order}
     for _ in range(args.eager_a):
         stream_kernel[(triton.cdiv(n, 1024),)](x, y, captured["A"][1][0], n, BLOCK=1024)
     if args.reset_a:
         captured["A"][0].reset()
-    kept = make_suspects([w for w in args.suspect.split(",") if w])  # noqa: F841 - alive while B replays
+    kept = [] if args.suspects_first else make_suspects([w for w in args.suspect.split(",") if w])  # noqa: F841
     times = alternate({name: captured[name][0] for name in sorted(args.replay)}, args.iters)
     result = {name: {"us": statistics.median(t), "mean_us": statistics.mean(t), "hash": digest(*captured[name][1])}
               for name, t in times.items()}
