@@ -1,7 +1,7 @@
 """Where a left-out graph replay's cost goes (issue 24): the twin against switching nodes, in one run.
 
     OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py [--iters 300] [--rounds 2] [--out FILE.md]
-    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py --isolate [next|third] [--iters 300] [--out FILE.md]
+    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py --isolate [next|third|fourth] [--iters 300] [--out FILE.md]
 
 `--isolate` (below, "Isolating the residual") instead runs benchmarks/graph_residual_child.py: graph A
 probed, graph B (the same kernels under another name, `--filter _plain`) the program's own graph in the
@@ -9,7 +9,8 @@ same process, their replays alternating, under variants that isolate the suspect
 split that followed the first table (ISOLATE_NEXT: graph B replayed alone, against suspects made without
 neutrino by the child's `--suspect`); `--isolate third`, the split after that (ISOLATE_THIRD: A's probed
 module alone, A's probed capture without an executable graph, A's graph destroyed, no plan, A's probed cubin
-and A's PTX through our ptxas loaded in a plain process).
+and A's PTX through our ptxas loaded in a plain process); `--isolate fourth` (ISOLATE_FOURTH: what neutrino does
+inside A's capture, done by a plain process inside A's capture, one thing a row).
 
 graph8 (benchmarks/overhead_workloads.py: a CUDA graph of 8 tiny Triton kernels) replayed on the GPU
 alone, one process per configuration, the configurations interleaved round by round:
@@ -166,7 +167,27 @@ ISOLATE_THIRD = [
     Variant("plain + probed-cubin, loaded before the captures", None,
             child=[*_B_ONLY, "--suspect", "probed-cubin", "--suspects-first"], reference=_B_REF),
 ]
-ISOLATE_SETS = {"first": ISOLATE, "next": ISOLATE_NEXT, "third": ISOLATE_THIRD}
+
+# The fourth split (`--isolate fourth`), after ISOLATE_THIRD's table (docs/overhead.md, "Session 9"): A's probed
+# module alone (eager, or loaded in a plain process) leaves B as fast as plain; A's probed capture never
+# instantiated, or its graph destroyed before B's replays, leaves B ~9% slower. So it is what neutrino does inside
+# A's capture. A plain process does each such thing inside A's (unprobed) capture, under the relaxed capture mode
+# as neutrino does (graph_residual_child.py --during); the last rows: the append kernel got after the captures
+# (lazy loading's control) and the reference again (the run's noise).
+def _during(what: str) -> Variant:
+    return Variant(f"plain + during A's capture: {what}", None, child=[*_B_ONLY, "--during", what], reference=_B_REF)
+
+
+ISOLATE_FOURTH = [
+    Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
+    Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference=_B_REF),  # also fills the code cache
+    *[_during(w) for w in ("relaxed", "device", "mapped", "stream", "module", "module,appendnode", "probednode",
+                           "relaxed,device,mapped,stream,module,appendnode")],
+    Variant("plain + append-function (after the captures)", None, child=[*_B_ONLY, "--suspect", "append-function"],
+            reference=_B_REF),
+    Variant("plain, B only replayed (again)", None, child=_B_ONLY, reference=_B_REF),
+]
+ISOLATE_SETS = {"first": ISOLATE, "next": ISOLATE_NEXT, "third": ISOLATE_THIRD, "fourth": ISOLATE_FOURTH}
 
 
 def run_isolated(variant: Variant, iters: int, tmp: Path) -> dict:

@@ -19,12 +19,22 @@ neutrino's `--graphs` makes for graph A's 8 probed nodes, one kind of thing each
 `device` 8 x 16 MiB of device memory (the device rings, cuMemAlloc), `mapped` 8 x 4 MiB of mapped pinned host
 memory (the host rings: cuMemHostAlloc, DEVICEMAP | PORTABLE), `pinned` the same without DEVICEMAP (the
 control), `stream` a non-blocking stream with a memset on it, synchronised (ours), `module` neutrino's graph
-append module loaded (ring.append_ptx), `probed-cubin` graph A's probed kernel as neutrino compiled it (the
+append module loaded (ring.append_ptx), `append-function` the same and its kernel got (cuModuleGetFunction: with
+lazy loading, what puts the kernel on the device), `probed-cubin` graph A's probed kernel as neutrino compiled it (the
 probed.cubin under $NEUTRINO_CACHE_DIR whose PTX has `.entry stream_kernel(`: an earlier neutrino run of this
 command made it) loaded, `ptxas-original` graph A's own PTX (Triton's, under $TRITON_CACHE_DIR) compiled by the
 runtime's ptxas invocation (neutrino/runtime/instrument/ptxas.py, compile_whole) and loaded: whether any of them
-alone slows graph B's replays. `--suspects-first`: made before the captures instead (so before Triton loads B's
-module, as a neutrino process loads A's probed module at A's first launch).
+alone slows graph B's replays. `--suspects-first`: made before the captures instead (so before Triton loads
+B's module, as a neutrino process loads A's probed module at A's first launch).
+
+`--during LIST` (comma-separated, no neutrino): what neutrino does inside the program's capture for each probed
+node (neutrino/runtime/cudagraphs/capture.py), done by this process inside graph A's capture before each of its
+8 launches, under the relaxed capture mode as neutrino does: `relaxed` the mode exchanged and nothing else,
+`device` 16 MiB of device memory, `mapped` 4 MiB of mapped pinned memory, `stream` a non-blocking stream (made
+once) with a memset on it, synchronised, `module` the append module loaded and its kernel got (once),
+`probednode` A's probed kernel (probed-cubin, loaded before the capture) launched into the capture beside each
+of A's own with zeroed arguments; at the capture's end, `appendnode` the append kernel launched into it with
+zeroed arguments (A is never replayed, so neither runs).
 
 After the captures, for the third split (graph_residual.py ISOLATE_THIRD): `--eager-a N` launches graph A's
 kernel N times eagerly (under neutrino without --graphs: probed, so its instrumented module is loaded and run
@@ -61,8 +71,9 @@ def stream_kernel_plain(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, x * 2.0 + y, mask=mask)
 
 
-def capture(kernel, x, y, n: int):
-    """(graph, outputs): 8 launches of `kernel` captured after one eager launch (Triton's compile)."""
+def capture(kernel, x, y, n: int, during=None):
+    """(graph, outputs): 8 launches of `kernel` captured after one eager launch (Triton's compile). `during`
+    (a DuringCapture): what it makes before each launch and at the capture's end, inside the capture."""
     outs = [torch.empty_like(x) for _ in range(8)]
     grid = (triton.cdiv(n, 1024),)
     kernel[grid](x, y, outs[0], n, BLOCK=1024)
@@ -70,8 +81,111 @@ def capture(kernel, x, y, n: int):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for out in outs:
+            if during is not None:
+                during.node(torch.cuda.current_stream().cuda_stream)
             kernel[grid](x, y, out, n, BLOCK=1024)
+        if during is not None:
+            during.end(torch.cuda.current_stream().cuda_stream)
     return graph, outs
+
+
+DURING = ("relaxed", "device", "mapped", "stream", "module", "appendnode", "probednode")
+
+
+class DuringCapture:
+    """What neutrino's capture of a probed node does inside the program's capture (capture.py, `_new_node` and
+    `end_capture`), done by a plain process inside graph A's capture (`--during LIST`, module docstring): each
+    thing under the relaxed capture mode, as neutrino does it (`relaxed`: the mode exchanged and nothing else)."""
+
+    def __init__(self, names: list[str]):
+        import ctypes as C
+
+        unknown = set(names) - set(DURING)
+        if unknown:
+            raise SystemExit(f"graph_residual_child: --during: unknown {sorted(unknown)} (of {', '.join(DURING)})")
+        self.C, self.cu, self.names, self.kept = C, C.CDLL("libcuda.so.1"), set(names), []
+        self.stream = self.append = self.probed = None
+        if "probednode" in self.names:  # loaded before the capture, as the eager launch before it loads it
+            self.probed = self._function(_image("probed-cubin"), b"stream_kernel")
+
+    def check(self, rc, what):
+        if rc:
+            raise SystemExit(f"graph_residual_child: --during {what}: CUDA error {rc}")
+
+    def _function(self, image: bytes, name: bytes):
+        C = self.C
+        module, func = C.c_void_p(), C.c_void_p()
+        self.check(self.cu.cuModuleLoadData(C.byref(module), C.c_char_p(image)), "module")
+        self.check(self.cu.cuModuleGetFunction(C.byref(func), module, C.c_char_p(name)), "module")
+        self.kept.append(module)
+        return func
+
+    def _relaxed(self, fn):
+        mode = self.C.c_int(2)  # CU_STREAM_CAPTURE_MODE_RELAXED
+        self.check(self.cu.cuThreadExchangeStreamCaptureMode(self.C.byref(mode)), "relaxed")
+        try:
+            fn()
+        finally:
+            self.check(self.cu.cuThreadExchangeStreamCaptureMode(self.C.byref(mode)), "relaxed")
+
+    def _launch(self, func, grid, block, stream, params):
+        C = self.C
+        self.check(self.cu.cuLaunchKernel(func, *map(C.c_uint, grid), *map(C.c_uint, block), C.c_uint(0),
+                                          C.c_void_p(stream), params, None), "launch")
+
+    def _zero_params(self, func):
+        """A zeroed value per parameter of `func` (cuFuncGetParamInfo), as a launch's pointer array."""
+        C = self.C
+        values = []
+        while True:
+            off, size = C.c_size_t(), C.c_size_t()
+            if self.cu.cuFuncGetParamInfo(func, C.c_size_t(len(values)), C.byref(off), C.byref(size)):
+                break
+            values.append((C.c_ubyte * max(8, size.value))())
+        arr = (C.c_void_p * max(1, len(values)))(*[C.addressof(v) for v in values])
+        self.kept += [values, arr]
+        return arr
+
+    def node(self, capturing: int) -> None:
+        self._relaxed(lambda: self._node(capturing))
+
+    def _node(self, capturing: int) -> None:
+        C, cu = self.C, self.cu
+        if "module" in self.names:
+            self._load_append()
+        if "device" in self.names:
+            ptr = C.c_uint64()
+            self.check(cu.cuMemAlloc_v2(C.byref(ptr), C.c_size_t(16 * MiB)), "device")
+            self.kept.append(ptr)
+        if "mapped" in self.names:
+            host = C.c_void_p()
+            self.check(cu.cuMemHostAlloc(C.byref(host), C.c_size_t(4 * MiB), C.c_uint(3)), "mapped")
+            dev = C.c_uint64()  # as ring.allocate_node_memory: its device address, the host writing all of it
+            self.check(cu.cuMemHostGetDevicePointer_v2(C.byref(dev), host, C.c_uint(0)), "mapped")
+            C.memset(host, 0, 4 * MiB)
+            self.kept.append(host)
+        if "stream" in self.names:
+            if self.stream is None:
+                self.stream, self.buf = C.c_void_p(), C.c_uint64()
+                self.check(cu.cuStreamCreate(C.byref(self.stream), C.c_uint(1)), "stream")
+                self.check(cu.cuMemAlloc_v2(C.byref(self.buf), C.c_size_t(MiB)), "stream")
+            self.check(cu.cuMemsetD8Async(self.buf, C.c_ubyte(0), C.c_size_t(MiB), self.stream), "stream")
+            self.check(cu.cuStreamSynchronize(self.stream), "stream")
+        if self.probed is not None:  # the probed kernel captured beside A's own (never run: A is not replayed)
+            self._launch(self.probed, (256, 1, 1), (128, 1, 1), capturing, self._zero_params(self.probed))
+
+    def end(self, capturing: int) -> None:
+        if "appendnode" in self.names:  # the append kernel as A's last node (never run: A is not replayed)
+            self._relaxed(self._load_append)
+            self._launch(self.append, (1, 8, 1), (256, 1, 1), capturing, self._zero_params(self.append))
+
+    def _load_append(self) -> None:
+        """neutrino's graph append module loaded (the driver's JIT of its PTX) and its kernel got, once."""
+        if self.append is None:
+            from neutrino.runtime.cudagraphs import ring
+
+            ptx = ring.append_ptx(torch.cuda.get_device_capability()).encode() + b"\0"
+            self.append = self._function(ptx, ring.APPEND_KERNEL.encode())
 
 
 def alternate(graphs: dict, iters: int, warmup: int = 5) -> dict[str, list[float]]:
@@ -126,7 +240,7 @@ def capture_uninstantiated(kernel, x, y, n: int):
 
 
 MiB = 1 << 20
-SUSPECTS = ("device", "mapped", "pinned", "stream", "module", "probed-cubin", "ptxas-original")
+SUSPECTS = ("device", "mapped", "pinned", "stream", "module", "append-function", "probed-cubin", "ptxas-original")
 
 
 def _cache_file(env: str, pattern: str, entry: str, beside: str = "") -> Path:
@@ -191,6 +305,14 @@ def make_suspects(names: list[str]) -> list:
             check(cu.cuModuleLoadData(C.byref(module), C.c_char_p(ring.append_ptx((major, minor)).encode() + b"\0")),
                   name)
             kept.append(module)
+        elif name == "append-function":  # the module and its kernel got (loaded on the device with lazy loading)
+            from neutrino.runtime.cudagraphs import ring
+
+            module, func = C.c_void_p(), C.c_void_p()
+            ptx = ring.append_ptx(torch.cuda.get_device_capability()).encode() + b"\0"
+            check(cu.cuModuleLoadData(C.byref(module), C.c_char_p(ptx)), name)
+            check(cu.cuModuleGetFunction(C.byref(func), module, C.c_char_p(ring.APPEND_KERNEL.encode())), name)
+            kept += [module, func]
         elif name in ("probed-cubin", "ptxas-original"):
             module = C.c_void_p()
             check(cu.cuModuleLoadData(C.byref(module), C.c_char_p(_image(name))), name)
@@ -225,6 +347,7 @@ def main() -> None:
     ap.add_argument("--order", choices=["AB", "BA"], default="AB", help="which graph is captured first")
     ap.add_argument("--replay", choices=["AB", "B"], default="AB", help="the graphs replayed (in turn)")
     ap.add_argument("--suspect", default="", help=f"comma-separated, of {', '.join(SUSPECTS)} (module docstring)")
+    ap.add_argument("--during", default="", help=f"comma-separated, of {', '.join(DURING)} (module docstring)")
     ap.add_argument("--suspects-first", action="store_true",
                     help="make the --suspect things before the captures (B's module then loaded after them)")
     ap.add_argument("--eager-a", type=int, default=0, help="launch A's kernel this many times eagerly after the captures")
@@ -240,8 +363,9 @@ def main() -> None:
     y = torch.rand(n, device="cuda", generator=gen)
     kernels = {"A": stream_kernel, "B": stream_kernel_plain}
     early = make_suspects([w for w in args.suspect.split(",") if w]) if args.suspects_first else []  # noqa: F841
-    captured = {name: (capture_uninstantiated if name == "A" and args.a_uncompiled else capture)(kernels[name], x, y, n)
-                for name in args.order}
+    during = DuringCapture([w for w in args.during.split(",") if w]) if args.during else None
+    captured = {name: capture_uninstantiated(kernels[name], x, y, n) if name == "A" and args.a_uncompiled
+                else capture(kernels[name], x, y, n, during if name == "A" else None) for name in args.order}
     for _ in range(args.eager_a):
         stream_kernel[(triton.cdiv(n, 1024),)](x, y, captured["A"][1][0], n, BLOCK=1024)
     if args.reset_a:

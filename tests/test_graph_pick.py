@@ -662,7 +662,7 @@ def test_two_threads_on_two_streams_never_overlap_the_graph_and_its_twin(tmp_pat
     assert not events(t, "graph_pick_switching") and not events(t, "graph_pick_fallback")
 
 
-@pytest.mark.parametrize("split", ["next", "third"])
+@pytest.mark.parametrize("split", ["next", "third", "fourth"])
 def test_the_later_isolate_splits_are_well_formed(split):
     """`graph_residual.py --isolate next|third`: every variant replays B alone against a reference in the set, the
     names are distinct, each `--suspect` it asks of the child is one the child makes and each option it gives the
@@ -684,7 +684,11 @@ def test_the_later_isolate_splits_are_well_formed(split):
     options = {n.args[0].value for n in ast.walk(child) if isinstance(n, ast.Call)
                and getattr(n.func, "attr", "") == "add_argument"}
     assert {w for v in variants for w in v.child if w.startswith("--")} <= options
+    (during,) = [ast.literal_eval(n.value) for n in ast.walk(child) if isinstance(n, ast.Assign)
+                 and any(getattr(t, "id", "") == "DURING" for t in n.targets)]
     asked = [w for v in variants if "--suspect" in v.child for w in v.child[v.child.index("--suspect") + 1].split(",")]
     assert asked and set(asked) <= set(suspects)
+    asked = [w for v in variants if "--during" in v.child for w in v.child[v.child.index("--during") + 1].split(",")]
+    assert set(asked) <= set(during)
     rows = graph_residual.isolate_table({}, variants).splitlines()[2:]
     assert len(rows) == len(variants) and all("error" in r for r in rows)  # no runs: each row says so
