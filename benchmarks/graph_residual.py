@@ -181,8 +181,8 @@ def _during(what: str) -> Variant:
 ISOLATE_FOURTH = [
     Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
     Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference=_B_REF),  # also fills the code cache
-    *[_during(w) for w in ("relaxed", "device", "mapped", "stream", "module", "module,appendnode", "probednode",
-                           "relaxed,device,mapped,stream,module,appendnode")],
+    *[_during(w) for w in ("relaxed", "device", "mapped", "stream", "module", "module-cubin", "module,appendnode",
+                           "probednode", "relaxed,device,mapped,stream,module,appendnode")],
     Variant("plain + append-function (after the captures)", None, child=[*_B_ONLY, "--suspect", "append-function"],
             reference=_B_REF),
     Variant("plain, B only replayed (again)", None, child=_B_ONLY, reference=_B_REF),

@@ -31,7 +31,8 @@ B's module, as a neutrino process loads A's probed module at A's first launch).
 node (neutrino/runtime/cudagraphs/capture.py), done by this process inside graph A's capture before each of its
 8 launches, under the relaxed capture mode as neutrino does: `relaxed` the mode exchanged and nothing else,
 `device` 16 MiB of device memory, `mapped` 4 MiB of mapped pinned memory, `stream` a non-blocking stream (made
-once) with a memset on it, synchronised, `module` the append module loaded and its kernel got (once),
+once) with a memset on it, synchronised, `module` the append module loaded and its kernel got (once; `module-cubin`: its PTX compiled by our ptxas
+call instead of the driver's JIT),
 `probednode` A's probed kernel (probed-cubin, loaded before the capture) launched into the capture beside each
 of A's own with zeroed arguments; at the capture's end, `appendnode` the append kernel launched into it with
 zeroed arguments (A is never replayed, so neither runs).
@@ -89,7 +90,7 @@ def capture(kernel, x, y, n: int, during=None):
     return graph, outs
 
 
-DURING = ("relaxed", "device", "mapped", "stream", "module", "appendnode", "probednode")
+DURING = ("relaxed", "device", "mapped", "stream", "module", "module-cubin", "appendnode", "probednode")
 
 
 class DuringCapture:
@@ -151,7 +152,7 @@ class DuringCapture:
 
     def _node(self, capturing: int) -> None:
         C, cu = self.C, self.cu
-        if "module" in self.names:
+        if "module" in self.names or "module-cubin" in self.names:
             self._load_append()
         if "device" in self.names:
             ptr = C.c_uint64()
@@ -184,8 +185,16 @@ class DuringCapture:
         if self.append is None:
             from neutrino.runtime.cudagraphs import ring
 
-            ptx = ring.append_ptx(torch.cuda.get_device_capability()).encode() + b"\0"
-            self.append = self._function(ptx, ring.APPEND_KERNEL.encode())
+            arch = torch.cuda.get_device_capability()
+            image = ring.append_ptx(arch).encode() + b"\0"
+            if "module-cubin" in self.names:  # compiled as the probed kernels are (ptxas), not by the driver's JIT
+                from neutrino.runtime.instrument import ptxas
+
+                tools = ptxas.find_ptxases()
+                if not tools:
+                    raise SystemExit("graph_residual_child: --during module-cubin: no ptxas found")
+                image = ptxas.compile_whole(tools[0], ring.append_ptx(arch), arch)
+            self.append = self._function(image, ring.APPEND_KERNEL.encode())
 
 
 def alternate(graphs: dict, iters: int, warmup: int = 5) -> dict[str, list[float]]:
