@@ -269,7 +269,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--isolate", nargs="?", const="first", choices=list(ISOLATE_SETS),
-                    help="graph A probed beside graph B unprobed, per variant (next, third: the splits after the first)")
+                    help="graph A probed beside graph B unprobed, per variant (next, third, fourth: the later splits)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     variants = ISOLATE_SETS[args.isolate or "first"]

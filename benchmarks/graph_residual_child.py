@@ -28,14 +28,14 @@ alone slows graph B's replays. `--suspects-first`: made before the captures inst
 B's module, as a neutrino process loads A's probed module at A's first launch).
 
 `--during LIST` (comma-separated, no neutrino): what neutrino does inside the program's capture for each probed
-node (neutrino/runtime/cudagraphs/capture.py), done by this process inside graph A's capture before each of its
-8 launches, under the relaxed capture mode as neutrino does: `relaxed` the mode exchanged and nothing else,
-`device` 16 MiB of device memory, `mapped` 4 MiB of mapped pinned memory, `stream` a non-blocking stream (made
-once) with a memset on it, synchronised, `module` the append module loaded and its kernel got (once; `module-cubin`: its PTX compiled by our ptxas
-call instead of the driver's JIT),
-`probednode` A's probed kernel (probed-cubin, loaded before the capture) launched into the capture beside each
-of A's own with zeroed arguments; at the capture's end, `appendnode` the append kernel launched into it with
-zeroed arguments (A is never replayed, so neither runs).
+node (neutrino/runtime/cudagraphs/capture.py), done by this process inside graph A's capture before each of its 8
+launches, under the relaxed capture mode as neutrino does: `relaxed` the mode exchanged and nothing else, `device`
+16 MiB of device memory, `mapped` 4 MiB of mapped pinned memory, `stream` a non-blocking stream (made once) with a
+memset and a 4-byte copy from pageable memory on it, synchronised, `module` the append module loaded and its
+kernel got (once; `module-cubin`: its PTX compiled by our ptxas call instead of the driver's JIT), `probednode`
+A's probed kernel (probed-cubin, loaded before the capture) launched into the capture beside each of A's own with
+zeroed arguments; at the capture's end, `appendnode` the append kernel launched into it with zeroed arguments (A
+is never replayed, so neither runs).
 
 After the captures, for the third split (graph_residual.py ISOLATE_THIRD): `--eager-a N` launches graph A's
 kernel N times eagerly (under neutrino without --graphs: probed, so its instrumented module is loaded and run
@@ -171,6 +171,8 @@ class DuringCapture:
                 self.check(cu.cuStreamCreate(C.byref(self.stream), C.c_uint(1)), "stream")
                 self.check(cu.cuMemAlloc_v2(C.byref(self.buf), C.c_size_t(MiB)), "stream")
             self.check(cu.cuMemsetD8Async(self.buf, C.c_ubyte(0), C.c_size_t(MiB), self.stream), "stream")
+            closed = C.c_uint32(1)  # the gate's word, from pageable memory, as allocate_node_memory copies it
+            self.check(cu.cuMemcpyHtoDAsync_v2(self.buf, C.byref(closed), C.c_size_t(4), self.stream), "stream")
             self.check(cu.cuStreamSynchronize(self.stream), "stream")
         if self.probed is not None:  # the probed kernel captured beside A's own (never run: A is not replayed)
             self._launch(self.probed, (256, 1, 1), (128, 1, 1), capturing, self._zero_params(self.probed))
@@ -359,7 +361,7 @@ def main() -> None:
     ap.add_argument("--during", default="", help=f"comma-separated, of {', '.join(DURING)} (module docstring)")
     ap.add_argument("--suspects-first", action="store_true",
                     help="make the --suspect things before the captures (B's module then loaded after them)")
-    ap.add_argument("--eager-a", type=int, default=0, help="launch A's kernel this many times eagerly after the captures")
+    ap.add_argument("--eager-a", type=int, default=0, help="A's kernel launched this many times eagerly after the captures")
     ap.add_argument("--reset-a", action="store_true", help="destroy graph A (CUDAGraph.reset) before B's replays")
     ap.add_argument("--a-uncompiled", action="store_true", help="capture A with the driver API, never instantiate it")
     args = ap.parse_args()
