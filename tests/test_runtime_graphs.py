@@ -402,34 +402,13 @@ def test_append_kernel_ptx_is_accepted_by_ptxas(tmp_path):
 
     if shutil.which("ptxas") is None:
         pytest.skip("needs ptxas")
-    for (arch, cc), on_device, loop in itertools.product((("sm_75", (7, 5)), ("sm_90", (9, 0))), (True, False),
-                                                         (None, True)):
+    for (arch, cc), on_device in itertools.product((("sm_75", (7, 5)), ("sm_90", (9, 0))), (True, False)):
         # CUDA 13 ptxas has no sm_70 to check that target
         src = tmp_path / "append.ptx"
-        src.write_text(graph_ring.append_ptx(cc, on_device, loop))
+        src.write_text(graph_ring.append_ptx(cc, on_device))
         r = subprocess.run(["ptxas", f"-arch={arch}", str(src), "-o", str(tmp_path / "a.cubin")],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
-
-
-def test_the_append_module_waits_for_room_only_when_asked(monkeypatch):
-    """Issue 24: with rings on the device (no --when-full=wait) a full ring drops the replay at once, and the
-    append module has no wait code: no %globaltimer, no nanosleep (a loaded function reading the global timer
-    is a suspect of graph B's slowdown, docs/overhead.md "Session 9"). --when-full=wait's module (host rings)
-    keeps its loop, and NEUTRINO_GRAPH_APPEND_WAIT_LOOP=1 puts it back for benchmarks; the module is otherwise
-    the same text."""
-    from neutrino.runtime.cudagraphs import ring as graph_ring
-
-    monkeypatch.delenv(graph_ring.ENV_WAIT_LOOP, raising=False)
-    timed = ("%globaltimer", "nanosleep")
-    for arch in ((9, 0), (7, 0)):
-        plain, waiting = graph_ring.append_ptx(arch), graph_ring.append_ptx(arch, True, wait_loop=True)
-        assert not any(t in plain for t in timed) and all(t in waiting for t in timed)
-        assert all(t in graph_ring.append_ptx(arch, on_device=False) for t in timed)
-        # the loop's branch to DECIDED when p_wait_ns is 0 is all that is left of it
-        assert plain.replace("    bra DECIDED;\nFREE:", "") == waiting.replace(graph_ring._WAIT + "\nFREE:", "")
-    monkeypatch.setenv(graph_ring.ENV_WAIT_LOOP, "1")
-    assert graph_ring.append_ptx((9, 0)) == graph_ring.append_ptx((9, 0), True, wait_loop=True)
 
 
 BEFORE_KERNEL = ["stream_capture_info", "exchange_capture_mode", "mem_alloc", "host_alloc", "append_module",

@@ -179,7 +179,21 @@ _PTX = """\
     sub.u64 %rd15, %rd3, %rd14;
     setp.lt.u64 %p4, %rd15, %rd10;
     @%p4 bra FREE;
-{wait}
+    ld.param.u64 %rd29, [p_wait_ns];
+    setp.eq.u64 %p8, %rd29, 0;
+    @%p8 bra DECIDED;
+    mov.u64 %rd30, %globaltimer;
+    add.u64 %rd29, %rd29, %rd30;
+SPIN:
+    nanosleep.u32 2000;
+    ld.relaxed.sys.global.u64 %rd14, [%rd28];
+    sub.u64 %rd15, %rd3, %rd14;
+    setp.lt.u64 %p4, %rd15, %rd10;
+    @%p4 bra FREE;
+    mov.u64 %rd30, %globaltimer;
+    setp.lt.u64 %p9, %rd30, %rd29;
+    @%p9 bra SPIN;
+    bra DECIDED;
 FREE:
     rem.u64 %rd11, %rd3, %rd10;
     ld.global.u64 %rd16, [%rd32+32];
@@ -262,42 +276,14 @@ DONE:
 """
 
 
-# A full ring with --when-full=wait: the block waits (nanosleep, %globaltimer for its deadline) for the
-# host to consume a slot, up to p_wait_ns. Without it (rings on the device, p_wait_ns 0) the replay is
-# dropped at once and the module has no wait code (issue 24: a loaded function reading %globaltimer is
-# a suspect of the other graphs' slowdown; ENV_WAIT_LOOP keeps the loop there, for benchmarks to compare).
-_WAIT = """\
-    ld.param.u64 %rd29, [p_wait_ns];
-    setp.eq.u64 %p8, %rd29, 0;
-    @%p8 bra DECIDED;
-    mov.u64 %rd30, %globaltimer;
-    add.u64 %rd29, %rd29, %rd30;
-SPIN:
-    nanosleep.u32 2000;
-    ld.relaxed.sys.global.u64 %rd14, [%rd28];
-    sub.u64 %rd15, %rd3, %rd14;
-    setp.lt.u64 %p4, %rd15, %rd10;
-    @%p4 bra FREE;
-    mov.u64 %rd30, %globaltimer;
-    setp.lt.u64 %p9, %rd30, %rd29;
-    @%p9 bra SPIN;
-    bra DECIDED;"""
-_NO_WAIT = "    bra DECIDED;"
-ENV_WAIT_LOOP = "NEUTRINO_GRAPH_APPEND_WAIT_LOOP"  # "1": the wait loop in the device rings' module too
-
-
-def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True, wait_loop: bool | None = None) -> str:
+def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True) -> str:
     """The append kernel's module for a device of compute capability `arch` (sm_75 code JITs on any
     newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it), for rings on the
-    device or (`on_device` false: --when-full=wait) in host memory. `wait_loop`: whether a block may
-    wait for room (default: only with --when-full=wait, or $NEUTRINO_GRAPH_APPEND_WAIT_LOOP=1)."""
+    device or (`on_device` false: --when-full=wait) in host memory."""
     fence = "membar.gl" if on_device else "membar.sys"
-    if wait_loop is None:
-        wait_loop = not on_device or os.environ.get(ENV_WAIT_LOOP) == "1"
-    wait = _WAIT if wait_loop else _NO_WAIT
     if arch is None or arch >= (7, 5):
-        return _PTX.format(version="7.0", target="sm_75", publish_fence=fence, wait=wait)
-    return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}", publish_fence=fence, wait=wait)
+        return _PTX.format(version="7.0", target="sm_75", publish_fence=fence)
+    return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}", publish_fence=fence)
 
 
 def _align(n: int, a: int) -> int:
