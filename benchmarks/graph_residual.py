@@ -173,9 +173,7 @@ ISOLATE_THIRD = [
 # instantiated, or its graph destroyed before B's replays, leaves B ~9% slower. So it is what neutrino does inside
 # A's capture. A plain process does each such thing inside A's (unprobed) capture, under the relaxed capture mode
 # as neutrino does (graph_residual_child.py --during); the last rows: the append kernel got after the captures
-# (lazy loading's control) and the reference again (the run's noise). The append module is loaded with its wait
-# loop (%globaltimer, nanosleep: what no other kernel of the process has) in every --during row; neutrino's own
-# no longer has it with rings on the device (ring.py, _WAIT), and the third row puts it back.
+# (lazy loading's control) and the reference again (the run's noise).
 def _during(what: str) -> Variant:
     return Variant(f"plain + during A's capture: {what}", None, child=[*_B_ONLY, "--during", what], reference=_B_REF)
 
@@ -183,10 +181,8 @@ def _during(what: str) -> Variant:
 ISOLATE_FOURTH = [
     Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
     Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference=_B_REF),  # also fills the code cache
-    Variant("every:50 twin, B only, the append's wait loop kept (as before)", _EVERY,
-            {"NEUTRINO_GRAPH_APPEND_WAIT_LOOP": "1"}, child=_B_ONLY, reference=_B_REF),
-    *[_during(w) for w in ("relaxed", "device", "mapped", "stream", "module", "module,appendnode", "probednode",
-                           "relaxed,device,mapped,stream,module,appendnode", "globaltimer", "nanosleep")],
+    *[_during(w) for w in ("relaxed", "device", "mapped", "stream", "module", "module-cubin", "module,appendnode",
+                           "probednode", "relaxed,device,mapped,stream,module,appendnode")],
     Variant("plain + append-function (after the captures)", None, child=[*_B_ONLY, "--suspect", "append-function"],
             reference=_B_REF),
     Variant("plain, B only replayed (again)", None, child=_B_ONLY, reference=_B_REF),

@@ -35,9 +35,7 @@ memset and a 4-byte copy from pageable memory on it, synchronised, `module` the 
 kernel got (once; `module-cubin`: its PTX compiled by our ptxas call instead of the driver's JIT), `probednode`
 A's probed kernel (probed-cubin, loaded before the capture) launched into the capture beside each of A's own with
 zeroed arguments; at the capture's end, `appendnode` the append kernel launched into it with zeroed arguments (A
-is never replayed, so neither runs); `globaltimer` / `nanosleep` a one-instruction kernel reading %globaltimer /
-sleeping loaded and got at the first node (what only the append module's wait loop has). The append module here,
-`append-function` too, is as neutrino loaded it before session 9: with its wait loop (ring.append_ptx wait_loop).
+is never replayed, so neither runs).
 
 After the captures, for the third split (graph_residual.py ISOLATE_THIRD): `--eager-a N` launches graph A's
 kernel N times eagerly (under neutrino without --graphs: probed, so its instrumented module is loaded and run
@@ -92,24 +90,7 @@ def capture(kernel, x, y, n: int, during=None):
     return graph, outs
 
 
-DURING = ("relaxed", "device", "mapped", "stream", "module", "module-cubin", "appendnode", "probednode", "globaltimer",
-          "nanosleep")
-
-# One-instruction kernels (JIT-ed by the driver, as the append module is): what the append kernel's wait loop
-# (neutrino/runtime/cudagraphs/ring.py, _WAIT) has that no other kernel of the process has.
-_TINY_PTX = """.version 7.0
-.target sm_75
-.address_size 64
-.visible .entry nt_tiny(.param .u64 p)
-{{
-    .reg .b64 %rd<3>;
-    ld.param.u64 %rd1, [p];
-    {body}
-    st.global.u64 [%rd1], %rd2;
-    ret;
-}}
-"""
-_TINY = {"globaltimer": "mov.u64 %rd2, %globaltimer;", "nanosleep": "nanosleep.u32 2000;\n    mov.u64 %rd2, 0;"}
+DURING = ("relaxed", "device", "mapped", "stream", "module", "module-cubin", "appendnode", "probednode")
 
 
 class DuringCapture:
@@ -125,7 +106,6 @@ class DuringCapture:
             raise SystemExit(f"graph_residual_child: --during: unknown {sorted(unknown)} (of {', '.join(DURING)})")
         self.C, self.cu, self.names, self.kept = C, C.CDLL("libcuda.so.1"), set(names), []
         self.stream = self.append = self.probed = None
-        self.tiny: set[str] = set()
         if "probednode" in self.names:  # loaded before the capture, as the eager launch before it loads it
             self.probed = self._function(_image("probed-cubin"), b"stream_kernel")
 
@@ -174,9 +154,6 @@ class DuringCapture:
         C, cu = self.C, self.cu
         if "module" in self.names or "module-cubin" in self.names:
             self._load_append()
-        for name in set(_TINY) & self.names - self.tiny:  # once each, at the first node
-            self.tiny.add(name)
-            self._function(_TINY_PTX.format(body=_TINY[name]).encode() + b"\0", b"nt_tiny")
         if "device" in self.names:
             ptr = C.c_uint64()
             self.check(cu.cuMemAlloc_v2(C.byref(ptr), C.c_size_t(16 * MiB)), "device")
@@ -211,7 +188,7 @@ class DuringCapture:
             from neutrino.runtime.cudagraphs import ring
 
             arch = torch.cuda.get_device_capability()
-            ptx = ring.append_ptx(arch, wait_loop=True)  # as neutrino loaded it before session 9 (its wait loop)
+            ptx = ring.append_ptx(arch)
             image = ptx.encode() + b"\0"
             if "module-cubin" in self.names:  # compiled as the probed kernels are (ptxas), not by the driver's JIT
                 from neutrino.runtime.instrument import ptxas
@@ -344,7 +321,7 @@ def make_suspects(names: list[str]) -> list:
             from neutrino.runtime.cudagraphs import ring
 
             module, func = C.c_void_p(), C.c_void_p()
-            ptx = ring.append_ptx(torch.cuda.get_device_capability(), wait_loop=True).encode() + b"\0"
+            ptx = ring.append_ptx(torch.cuda.get_device_capability()).encode() + b"\0"
             check(cu.cuModuleLoadData(C.byref(module), C.c_char_p(ptx)), name)
             check(cu.cuModuleGetFunction(C.byref(func), module, C.c_char_p(ring.APPEND_KERNEL.encode())), name)
             kept += [module, func]
