@@ -1,7 +1,7 @@
 """Where a left-out graph replay's cost goes (issue 24): the twin against switching nodes, in one run.
 
     OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py [--iters 300] [--rounds 2] [--out FILE.md]
-    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py --isolate [next|third|fourth] [--iters 300] [--out FILE.md]
+    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py --isolate [next|third|fourth|fifth] [--iters 300] [--out FILE.md]
 
 `--isolate` (below, "Isolating the residual") instead runs benchmarks/graph_residual_child.py: graph A
 probed, graph B (the same kernels under another name, `--filter _plain`) the program's own graph in the
@@ -10,7 +10,8 @@ split that followed the first table (ISOLATE_NEXT: graph B replayed alone, again
 neutrino by the child's `--suspect`); `--isolate third`, the split after that (ISOLATE_THIRD: A's probed
 module alone, A's probed capture without an executable graph, A's graph destroyed, no plan, A's probed cubin
 and A's PTX through our ptxas loaded in a plain process); `--isolate fourth` (ISOLATE_FOURTH: what neutrino does
-inside A's capture, done by a plain process inside A's capture, one thing a row).
+inside A's capture, done by a plain process inside A's capture, one thing a row); `--isolate fifth`
+(ISOLATE_FIFTH: our stream's steps inside a capture, and neutrino with the fix).
 
 graph8 (benchmarks/overhead_workloads.py: a CUDA graph of 8 tiny Triton kernels) replayed on the GPU
 alone, one process per configuration, the configurations interleaved round by round:
@@ -187,7 +188,19 @@ ISOLATE_FOURTH = [
             reference=_B_REF),
     Variant("plain, B only replayed (again)", None, child=_B_ONLY, reference=_B_REF),
 ]
-ISOLATE_SETS = {"first": ISOLATE, "next": ISOLATE_NEXT, "third": ISOLATE_THIRD, "fourth": ISOLATE_FOURTH}
+
+# The fifth (`--isolate fifth`), after ISOLATE_FOURTH's table: only our stream, made and used inside A's capture,
+# slows B (1.118). Which of its steps does, and neutrino with the fix (our stream made before a capture begins,
+# the nodes' memory zeroed after it ends: capture.py), B alone and A and B alternating, each against its plain.
+ISOLATE_FIFTH = [
+    Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
+    Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference=_B_REF),
+    *[_during(w) for w in ("stream", "stream-create", "stream-ops", "stream-sync")],
+    Variant("plain", None),
+    Variant("every:50 twin", _EVERY),
+]
+ISOLATE_SETS = {"first": ISOLATE, "next": ISOLATE_NEXT, "third": ISOLATE_THIRD, "fourth": ISOLATE_FOURTH,
+                "fifth": ISOLATE_FIFTH}
 
 
 def run_isolated(variant: Variant, iters: int, tmp: Path) -> dict:

@@ -35,7 +35,9 @@ memset and a 4-byte copy from pageable memory on it, synchronised, `module` the 
 kernel got (once; `module-cubin`: its PTX compiled by our ptxas call instead of the driver's JIT), `probednode`
 A's probed kernel (probed-cubin, loaded before the capture) launched into the capture beside each of A's own with
 zeroed arguments; at the capture's end, `appendnode` the append kernel launched into it with zeroed arguments (A
-is never replayed, so neither runs).
+is never replayed, so neither runs). The `stream` row split: `stream-create` the stream made inside the capture
+and never used, `stream-ops` a stream made before the capture with the memset, copy and wait inside it,
+`stream-sync` a stream made before the capture and only waited for inside it.
 
 After the captures, for the third split (graph_residual.py ISOLATE_THIRD): `--eager-a N` launches graph A's
 kernel N times eagerly (under neutrino without --graphs: probed, so its instrumented module is loaded and run
@@ -90,7 +92,8 @@ def capture(kernel, x, y, n: int, during=None):
     return graph, outs
 
 
-DURING = ("relaxed", "device", "mapped", "stream", "module", "module-cubin", "appendnode", "probednode")
+DURING = ("relaxed", "device", "mapped", "stream", "module", "module-cubin", "appendnode", "probednode",
+          "stream-create", "stream-ops", "stream-sync")
 
 
 class DuringCapture:
@@ -105,7 +108,9 @@ class DuringCapture:
         if unknown:
             raise SystemExit(f"graph_residual_child: --during: unknown {sorted(unknown)} (of {', '.join(DURING)})")
         self.C, self.cu, self.names, self.kept = C, C.CDLL("libcuda.so.1"), set(names), []
-        self.stream = self.append = self.probed = None
+        self.stream = self.append = self.probed = self.created = None
+        if self.names & {"stream-ops", "stream-sync"}:  # the stream made before the capture, used inside it
+            self._make_stream()
         if "probednode" in self.names:  # loaded before the capture, as the eager launch before it loads it
             self.probed = self._function(_image("probed-cubin"), b"stream_kernel")
 
@@ -165,17 +170,26 @@ class DuringCapture:
             self.check(cu.cuMemHostGetDevicePointer_v2(C.byref(dev), host, C.c_uint(0)), "mapped")
             C.memset(host, 0, 4 * MiB)
             self.kept.append(host)
-        if "stream" in self.names:
+        if "stream-create" in self.names and self.created is None:  # made inside, never used
+            self.created = C.c_void_p()
+            self.check(cu.cuStreamCreate(C.byref(self.created), C.c_uint(1)), "stream-create")
+        if "stream-sync" in self.names:  # no work on it: only the wait
+            self.check(cu.cuStreamSynchronize(self.stream), "stream-sync")
+        if "stream" in self.names or "stream-ops" in self.names:
             if self.stream is None:
-                self.stream, self.buf = C.c_void_p(), C.c_uint64()
-                self.check(cu.cuStreamCreate(C.byref(self.stream), C.c_uint(1)), "stream")
-                self.check(cu.cuMemAlloc_v2(C.byref(self.buf), C.c_size_t(MiB)), "stream")
+                self._make_stream()
             self.check(cu.cuMemsetD8Async(self.buf, C.c_ubyte(0), C.c_size_t(MiB), self.stream), "stream")
             closed = C.c_uint32(1)  # the gate's word, from pageable memory, as allocate_node_memory copies it
             self.check(cu.cuMemcpyHtoDAsync_v2(self.buf, C.byref(closed), C.c_size_t(4), self.stream), "stream")
             self.check(cu.cuStreamSynchronize(self.stream), "stream")
         if self.probed is not None:  # the probed kernel captured beside A's own (never run: A is not replayed)
             self._launch(self.probed, (256, 1, 1), (128, 1, 1), capturing, self._zero_params(self.probed))
+
+    def _make_stream(self) -> None:
+        C, cu = self.C, self.cu
+        self.stream, self.buf = C.c_void_p(), C.c_uint64()
+        self.check(cu.cuStreamCreate(C.byref(self.stream), C.c_uint(1)), "stream")  # CU_STREAM_NON_BLOCKING
+        self.check(cu.cuMemAlloc_v2(C.byref(self.buf), C.c_size_t(MiB)), "stream")
 
     def end(self, capturing: int) -> None:
         if "appendnode" in self.names:  # the append kernel as A's last node (never run: A is not replayed)
