@@ -289,7 +289,7 @@ class GraphProbes:
         try:
             ctx = self.drv.ctx_get_current()
             if ctx:
-                with self._lock:
+                with self._lock, relaxed_capture(self.drv):  # another thread's capture may be open
                     self._our_stream(ctx)
         except Exception:  # noqa: BLE001 - made lazily at the first probed node instead
             pass
