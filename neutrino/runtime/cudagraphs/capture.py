@@ -288,7 +288,7 @@ class GraphProbes:
         next find it there). Never fails the program's call."""
         try:
             ctx = self.drv.ctx_get_current()
-            if ctx:
+            if ctx and ctx not in self._ours:  # (a host query only, once the stream is made)
                 with self._lock, relaxed_capture(self.drv):  # another thread's capture may be open
                     self._our_stream(ctx)
         except Exception:  # noqa: BLE001 - made lazily at the first probed node instead
