@@ -23,6 +23,7 @@ from neutrino.runtime.core import NOT_HANDLED
 from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CAPTURE_MODE_THREAD_LOCAL, DriverError
 from neutrino.runtime.cudagraphs.capture import (
     G_ADD_KERNEL_NODE,
+    G_BEGIN_CAPTURE,
     G_CLONE,
     G_END_CAPTURE,
     G_EXEC_DESTROY,
@@ -61,6 +62,7 @@ class Program:
 
     def capture(self, mode=CAPTURE_MODE_GLOBAL, grid=(4, 1, 1)):
         """Capture one graph; returns (graph handle, what on_launch answered)."""
+        self.rt.on_graph(G_BEGIN_CAPTURE, STREAM, 0)  # what the shim reports before cuStreamBeginCapture
         self.drv.begin_capture(STREAM, mode)
         r, params = req(grid=grid)
         r = type(r)(r.kind, r.func, r.grid, r.block, r.shared_bytes, STREAM, r.params, index=r.index)
