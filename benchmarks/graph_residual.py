@@ -1,13 +1,17 @@
 """Where a left-out graph replay's cost goes (issue 24): the twin against switching nodes, in one run.
 
     OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py [--iters 300] [--rounds 2] [--out FILE.md]
-    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py --isolate [next] [--iters 300] [--out FILE.md]
+    OVERHEAD_GPU_ONLY=1 python benchmarks/graph_residual.py --isolate [next|third|fourth|fifth] [--iters 300] [--out FILE.md]
 
 `--isolate` (below, "Isolating the residual") instead runs benchmarks/graph_residual_child.py: graph A
 probed, graph B (the same kernels under another name, `--filter _plain`) the program's own graph in the
 same process, their replays alternating, under variants that isolate the suspects; `--isolate next`, the
 split that followed the first table (ISOLATE_NEXT: graph B replayed alone, against suspects made without
-neutrino by the child's `--suspect`).
+neutrino by the child's `--suspect`); `--isolate third`, the split after that (ISOLATE_THIRD: A's probed
+module alone, A's probed capture without an executable graph, A's graph destroyed, no plan, A's probed cubin
+and A's PTX through our ptxas loaded in a plain process); `--isolate fourth` (ISOLATE_FOURTH: what neutrino does
+inside A's capture, done by a plain process inside A's capture, one thing a row); `--isolate fifth`
+(ISOLATE_FIFTH: our stream's steps inside a capture, and neutrino with the fix).
 
 graph8 (benchmarks/overhead_workloads.py: a CUDA graph of 8 tiny Triton kernels) replayed on the GPU
 alone, one process per configuration, the configurations interleaved round by round:
@@ -143,6 +147,61 @@ ISOLATE_NEXT = [
             reference=_B_REF),
 ]
 
+# The third split (`--isolate third`), after ISOLATE_NEXT's table (docs/overhead.md): B's ~10% needs A's kernels
+# probed (A captured unprobed: 1.004) and none of the resources we make, made in a plain process, gives it. Left:
+# A's instrumented module (loaded, run), A's probed capture (its nodes, the append node), A's executable graph and
+# twin. Each row below keeps one of them (B replayed alone, against plain B).
+_NO_GRAPHS = [*_PROBED, "--no-graphs"]  # every launch probed; launches into a capture run unprobed
+ISOLATE_THIRD = [
+    Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
+    Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference=_B_REF),
+    Variant("--no-graphs, A's kernel launched eagerly (probed) 3x", _NO_GRAPHS, child=[*_B_ONLY, "--eager-a", "3"],
+            reference=_B_REF),
+    Variant("every:50, A captured probed, never instantiated", _EVERY, child=[*_B_ONLY, "--a-uncompiled"],
+            reference=_B_REF),
+    Variant("every:50 twin, A's graph destroyed before B's replays", _EVERY, child=[*_B_ONLY, "--reset-a"],
+            reference=_B_REF),
+    Variant("every:50, no plan (NEUTRINO_GRAPH_PICK=0: no twin)", _EVERY, {"NEUTRINO_GRAPH_PICK": "0"},
+            child=_B_ONLY, reference=_B_REF),
+    *[Variant(f"plain + {s}", None, child=[*_B_ONLY, "--suspect", s], reference=_B_REF)
+      for s in ("probed-cubin", "ptxas-original")],  # after a neutrino row: its code cache has A's probed cubin
+    Variant("plain + probed-cubin, loaded before the captures", None,
+            child=[*_B_ONLY, "--suspect", "probed-cubin", "--suspects-first"], reference=_B_REF),
+]
+
+# The fourth split (`--isolate fourth`), after ISOLATE_THIRD's table (docs/overhead.md, "Session 9"): A's probed
+# module alone (eager, or loaded in a plain process) leaves B as fast as plain; A's probed capture never
+# instantiated, or its graph destroyed before B's replays, leaves B ~9% slower. So it is what neutrino does inside
+# A's capture. A plain process does each such thing inside A's (unprobed) capture, under the relaxed capture mode
+# as neutrino does (graph_residual_child.py --during); the last rows: the append kernel got after the captures
+# (lazy loading's control) and the reference again (the run's noise).
+def _during(what: str) -> Variant:
+    return Variant(f"plain + during A's capture: {what}", None, child=[*_B_ONLY, "--during", what], reference=_B_REF)
+
+
+ISOLATE_FOURTH = [
+    Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
+    Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference=_B_REF),  # also fills the code cache
+    *[_during(w) for w in ("relaxed", "device", "mapped", "stream", "module", "module-cubin", "module,appendnode",
+                           "probednode", "relaxed,device,mapped,stream,module,appendnode")],
+    Variant("plain + append-function (after the captures)", None, child=[*_B_ONLY, "--suspect", "append-function"],
+            reference=_B_REF),
+    Variant("plain, B only replayed (again)", None, child=_B_ONLY, reference=_B_REF),
+]
+
+# The fifth (`--isolate fifth`), after ISOLATE_FOURTH's table: only our stream, made and used inside A's capture,
+# slows B (1.118). Which of its steps does, and neutrino with the fix (our stream made before a capture begins,
+# the nodes' memory zeroed after it ends: capture.py), B alone and A and B alternating, each against its plain.
+ISOLATE_FIFTH = [
+    Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
+    Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference=_B_REF),
+    *[_during(w) for w in ("stream", "stream-create", "stream-ops", "stream-sync")],
+    Variant("plain", None),
+    Variant("every:50 twin", _EVERY),
+]
+ISOLATE_SETS = {"first": ISOLATE, "next": ISOLATE_NEXT, "third": ISOLATE_THIRD, "fourth": ISOLATE_FOURTH,
+                "fifth": ISOLATE_FIFTH}
+
 
 def run_isolated(variant: Variant, iters: int, tmp: Path) -> dict:
     """One process of graph_residual_child.py (under neutrino with the variant's arguments): its RESIDUAL_RESULT,
@@ -175,19 +234,27 @@ def run_isolated(variant: Variant, iters: int, tmp: Path) -> dict:
     return out
 
 
+def context_cell(ctx: dict | None) -> str:
+    """The child's context_state() in one cell ("—" for a child without it)."""
+    if not ctx:
+        return "—"
+    return (f"{ctx.get('stack')} / {ctx.get('printf_fifo')} / {ctx.get('malloc_heap')}, "
+            f"0x{ctx['flags']:x}, {ctx.get('cache_config')}" if ctx.get("flags") is not None else str(ctx))
+
+
 def isolate_table(runs: dict[str, dict], variants: list[Variant] = ISOLATE) -> str:
     """Per variant: A's median µs per replay (under every:50, a replay left out), A / B in the same process,
     A and B against its reference (plain) process's, B's median and A's mean, whether the outputs of the graphs
     replayed equal the reference's, the twin's launches and the switches, and the process's wall seconds. A
     variant that replays only B has "—" for A's figures."""
     rows = ["| variant | A median µs | A / B (same process) | A / plain A | B / plain B | B median µs | A mean µs "
-            "| same outputs | twin launches / switches | wall s |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+            "| same outputs | twin launches / switches | wall s | stack / printf / heap B, ctx flags, cache config |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |"]
     ratio = (lambda v, b: f"{v / b:.3f}" if v and b else "—")
     for variant in variants:
         r, ref = runs.get(variant.name, {}), runs.get(variant.reference, {})
         if "error" in r or "B" not in r:
-            rows.append(f"| {variant.name} | error: {r.get('error', '?')[-200:]!r} | | | | | | | | |".replace("\n", " "))
+            rows.append(f"| {variant.name} | error: {r.get('error', '?')[-200:]!r} | | | | | | | | | |".replace("\n", " "))
             continue
         a, b = r.get("A", {}), r["B"]
         same = bool(ref) and all(r[g]["hash"] == ref.get(g, {}).get("hash") for g in ("A", "B") if g in r)
@@ -197,7 +264,7 @@ def isolate_table(runs: dict[str, dict], variants: list[Variant] = ISOLATE) -> s
         rows.append(f"| {variant.name} | {cell(a.get('us'))} | {ratio(a.get('us'), b['us'])} | "
                     f"{ratio(a.get('us'), ref.get('A', {}).get('us'))} | {ratio(b['us'], ref.get('B', {}).get('us'))} | "
                     f"{b['us']:.2f} | {cell(a.get('mean_us'))} | {'yes' if same else 'NO'} | {picks} | "
-                    f"{r['_wall_s']:.0f} |")
+                    f"{r['_wall_s']:.0f} | {context_cell(r.get('ctx'))} |")
     return "\n".join(rows)
 
 
@@ -214,11 +281,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--isolate", nargs="?", const="first", choices=["first", "next"],
-                    help="graph A probed beside graph B unprobed, per variant (next: the split after the first)")
+    ap.add_argument("--isolate", nargs="?", const="first", choices=list(ISOLATE_SETS),
+                    help="graph A probed beside graph B unprobed, per variant (next, third, fourth: the later splits)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    variants = ISOLATE_NEXT if args.isolate == "next" else ISOLATE
+    variants = ISOLATE_SETS[args.isolate or "first"]
     report = (isolate(args.iters, variants) if args.isolate else table(run(args.iters, args.rounds))) + "\n"
     print(report)
     if args.out:

@@ -486,7 +486,7 @@ int neutrino_graph_stream_capturing(void *stream, int ptsz) {
 
 /* what is reported (graphs.py: G_*) */
 enum { G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS, G_END_CAPTURE,
-       G_PICK_FALLBACK };
+       G_PICK_FALLBACK, G_BEGIN_CAPTURE };
 
 typedef void *(*cb_graph_t)(int kind, void *a, void *b, void *c, int version);
 static cb_graph_t _Atomic cb_graph;
@@ -787,6 +787,9 @@ static CUresult begin_capture(int slot, void *stream, int mode) {
     begin_t fn = GREAL(slot, begin_t);
     if (!fn) return CU_NOT_FOUND;
     neutrino_graph_pick_stream_event(stream);  /* a twin's launch there is fenced before the capture */
+    /* Python makes its stream for the context now: one made or used while a capture is open slows every
+     * later graph replay of the process (issue 24, docs/overhead.md "Session 9") */
+    report(G_BEGIN_CAPTURE, stream, NULL, NULL, 0);
     CUresult rc = fn(stream, mode);
     if (rc == 0) atomic_fetch_add(&captures_active, 1);
     return rc;
@@ -800,6 +803,7 @@ static CUresult begin_to_graph(int slot, void *stream, void *graph, const void *
     begin_to_graph_t fn = GREAL(slot, begin_to_graph_t);
     if (!fn) return CU_NOT_FOUND;
     neutrino_graph_pick_stream_event(stream);
+    report(G_BEGIN_CAPTURE, stream, NULL, NULL, 0);  /* as begin_capture */
     CUresult rc = fn(stream, graph, deps, data, n, mode);
     if (rc == 0) atomic_fetch_add(&captures_active, 1);
     return rc;

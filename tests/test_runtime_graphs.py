@@ -23,6 +23,7 @@ from neutrino.runtime.core import NOT_HANDLED
 from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CAPTURE_MODE_THREAD_LOCAL, DriverError
 from neutrino.runtime.cudagraphs.capture import (
     G_ADD_KERNEL_NODE,
+    G_BEGIN_CAPTURE,
     G_CLONE,
     G_END_CAPTURE,
     G_EXEC_DESTROY,
@@ -61,6 +62,7 @@ class Program:
 
     def capture(self, mode=CAPTURE_MODE_GLOBAL, grid=(4, 1, 1)):
         """Capture one graph; returns (graph handle, what on_launch answered)."""
+        self.rt.on_graph(G_BEGIN_CAPTURE, STREAM, 0)  # what the shim reports before cuStreamBeginCapture
         self.drv.begin_capture(STREAM, mode)
         r, params = req(grid=grid)
         r = type(r)(r.kind, r.func, r.grid, r.block, r.shared_bytes, STREAM, r.params, index=r.index)
@@ -411,15 +413,16 @@ def test_append_kernel_ptx_is_accepted_by_ptxas(tmp_path):
         assert r.returncode == 0, r.stderr
 
 
-BEFORE_KERNEL = ["stream_capture_info", "exchange_capture_mode", "mem_alloc", "host_alloc", "append_module",
-                 "memset_async", "launch"]  # memset_async: the zeroing at capture, on our stream
-AFTER_KERNEL = ["memcpy_htod_async", "graph_add_kernel_node"]  # the append node, at the capture's end
+BEFORE_KERNEL = ["stream_capture_info", "exchange_capture_mode", "mem_alloc", "host_alloc", "append_module", "launch"]
+# at the capture's end: the nodes' memory zeroed on our stream (memset_async), the append node
+AFTER_KERNEL = ["memset_async", "memcpy_htod_async", "graph_add_kernel_node"]
 
 
 def test_node_memory_is_ready_for_the_first_replay_and_undone_on_failure():
-    """ring.py's node memory: the head, maps and state zeroed (the fake's allocations start as
-    garbage), the gate as asked, the host ring's counters and flags zero with the frame header in
-    every host slot; a failure part way gives back what was taken before raising."""
+    """ring.py's node memory: the host ring's counters and flags zero with the frame header in every
+    host slot once allocated; the head, maps and state zeroed (the fake's allocations start as garbage)
+    and the gate as asked once zero_node_memory's copies are waited for; an allocation failing part way
+    gives back what was taken before raising."""
     from fakedriver import FakeDriver
     from neutrino.runtime.cudagraphs import ring as graph_ring
 
@@ -429,7 +432,9 @@ def test_node_memory_is_ready_for_the_first_replay_and_undone_on_failure():
     header = bytes(range(1, 97))
     before = len(drv.mem)
     for gate_closed in (False, True):
-        device, ring = graph_ring.allocate_node_memory(drv, dev, lay, header, stream, gate_closed=gate_closed)
+        device, ring = graph_ring.allocate_node_memory(drv, dev, lay, header)
+        graph_ring.zero_node_memory(drv, dev, device, stream, gate_closed)
+        drv.stream_synchronize(stream)
         head = bytearray((C.c_ubyte * dev.slots).from_address(device))
         assert C.c_uint32.from_buffer(head, dev.gate).value == int(gate_closed)
         head[dev.gate: dev.gate + 4] = bytes(4)
@@ -439,11 +444,10 @@ def test_node_memory_is_ready_for_the_first_replay_and_undone_on_failure():
         assert all(bytes(view[lay.slot(i): lay.slot(i) + len(header)]) == header for i in range(lay.nstage))
         graph_ring.free_node_memory(drv, device, ring)
         assert len(drv.mem) == before
-    for step in ("host_alloc", "memset_async", "memcpy_htod_async"):
-        drv.fail = {step: "CUDA_ERROR_OUT_OF_MEMORY"}
-        with pytest.raises(DriverError):
-            graph_ring.allocate_node_memory(drv, dev, lay, header, stream, gate_closed=True)
-        assert len(drv.mem) == before, step  # the device allocation (and the host ring) given back
+    drv.fail = {"host_alloc": "CUDA_ERROR_OUT_OF_MEMORY"}
+    with pytest.raises(DriverError):
+        graph_ring.allocate_node_memory(drv, dev, lay, header)
+    assert len(drv.mem) == before  # the device allocation given back
 
 
 @pytest.mark.parametrize("step", BEFORE_KERNEL + AFTER_KERNEL)

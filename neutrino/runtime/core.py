@@ -48,7 +48,7 @@ from neutrino.runtime.context_tables.tables import ContextTables
 from neutrino.runtime.launch_path.fastpath import FastPath
 from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.cudagraphs.sinks import NativeGraphSink, PythonGraphSink
-from neutrino.runtime.cudagraphs.capture import G_ADD_KERNEL_NODE, GraphProbes, relaxed_capture
+from neutrino.runtime.cudagraphs.capture import G_ADD_KERNEL_NODE, G_BEGIN_CAPTURE, GraphProbes, relaxed_capture
 from neutrino.runtime.modules.frameworks import XLA, kernel_names, module_origin
 from neutrino.runtime.modules.name_filter import pattern_literals
 from neutrino.runtime.launch_path.enqueue import Enqueuer
@@ -357,6 +357,8 @@ class Runtime:
     def on_graph(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
         """A graph API call the shim saw (shim/graphs.c): lifetimes of captured graphs, kernel nodes
         added or changed with the graph API. Returns replacement kernel-node parameters or 0."""
+        if kind == G_BEGIN_CAPTURE and not self.opt.graphs:
+            return 0  # nothing of ours goes into the program's graphs
         if kind == G_ADD_KERNEL_NODE:
             rec = self.registry.functions.get(b)
             if rec is not None and not rec.failed and not self._closed:

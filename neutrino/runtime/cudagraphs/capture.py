@@ -54,7 +54,7 @@ from neutrino.runtime.instrument.probed import Fallback, copy_globals_in, copy_g
 
 # what the shim's graph hooks report (shim/graphs.c, enum graph_event)
 (G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS,
- G_END_CAPTURE, G_PICK_FALLBACK) = range(9)
+ G_END_CAPTURE, G_PICK_FALLBACK, G_BEGIN_CAPTURE) = range(10)
 INSTANTIATE_DEVICE_LAUNCH = 4  # CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: the host never sees its launches
 # The captured copy of a written module global back into the program's module follows the probed node: on
 # a replay running the program's kernel instead (switched, or the twin) it would undo that kernel's writes.
@@ -103,6 +103,8 @@ class GraphNode:
     reserved: bool = False  # its bytes are held against the graphs' budget
     keep: object = None  # parameter arrays the driver may read again (fake drivers; set-params rewrites)
     appended: bool = False  # the capture's append node serves it
+    gate_closed: bool = False  # the first replay runs with the probe gate set
+    zeroed: bool = False  # its device memory made ready (after the capture ended: zero_node_memory)
     frame: str | None = None
     pick_args: int = 0  # its arguments copied at capture for the host's choice of replays (replay_select.py)
     writes_globals: bool = False  # the probed kernel's module globals are copied back after it (copy_globals_out)
@@ -261,13 +263,15 @@ class GraphProbes:
                 raise Fallback("graph", f"the buffer budget of {self.budget.limit} bytes is held by other graphs' "
                                         "nodes; this node runs unprobed")
         node.reserved = True
+        node.gate_closed = not self.sink.filter.selects(0)
         try:
             with relaxed_capture(self.drv):
                 self._append_function(ctx)
+                # made before the capture began (G_BEGIN_CAPTURE) where the shim said so; a stream made or
+                # used while the program captures slows every later graph replay of the process (issue 24)
                 node.drain_stream = self._our_stream(ctx)
                 node.device, node.ring = graph_ring.allocate_node_memory(
-                    self.drv, node.device_layout, node.ring_layout, node.header, node.drain_stream,
-                    gate_closed=not self.sink.filter.selects(0))
+                    self.drv, node.device_layout, node.ring_layout, node.header)
         except BaseException as e:
             self.budget.give_back(node.held)
             node.reserved = False
@@ -277,6 +281,18 @@ class GraphProbes:
         maps = node.device + node.device_layout.maps
         node.buffers = [maps + off - node.offsets[0] for off in node.offsets]
         return node
+
+    def before_capture(self) -> None:
+        """A capture is about to begin on the program's thread (shim: cuStreamBeginCapture*): our stream
+        for its context is made now, outside any capture (the context current: the launches captured
+        next find it there). Never fails the program's call."""
+        try:
+            ctx = self.drv.ctx_get_current()
+            if ctx and ctx not in self._ours:  # (a host query only, once the stream is made)
+                with self._lock, relaxed_capture(self.drv):  # another thread's capture may be open
+                    self._our_stream(ctx)
+        except Exception:  # noqa: BLE001 - made lazily at the first probed node instead
+            pass
 
     def _our_stream(self, ctx: int) -> int:
         """A non-blocking stream of ours in `ctx`, for work outside the capture (never in a graph)."""
@@ -301,15 +317,18 @@ class GraphProbes:
         self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id, reason=reason)
 
     def end_capture(self, graph: int) -> None:
-        """The capture that built `graph` ended: add the append node (graph_ring.py) after all its
-        probed kernel nodes, a leaf. Failing, those nodes' results are lost, never a kernel."""
+        """The capture that built `graph` ended: its nodes' device memory is made ready (zeroed, the gate
+        set), now that no stream work of ours can land inside the program's capture, and the append node
+        (graph_ring.py) is added after all its probed kernel nodes, a leaf. Failing, those nodes' results
+        are lost, never a kernel."""
         with self._lock:
             group = self._by_graph.get(graph)
+            fresh = [n for n in group.nodes if n.device and not n.zeroed] if group else []
             nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended] if group else []
-        if not nodes:
+        if not self._zero(group, fresh) or not nodes:
             return
         try:
-            with relaxed_capture(self.drv):
+            with relaxed_capture(self.drv):  # another thread may be capturing
                 descs = (graph_ring.NodeDesc * len(nodes))(*[
                     graph_ring.node_desc(n.device, n.device_layout, n.ring[2], n.ring_layout, n.offsets[0])
                     for n in nodes])
@@ -334,6 +353,26 @@ class GraphProbes:
         for n in nodes:
             n.appended = True
 
+    def _zero(self, group: GraphGroup | None, nodes: list[GraphNode]) -> bool:
+        """Zero `nodes`' device memory (ring.zero_node_memory) on our stream and wait; False (their results
+        lost: their probed kernels write into memory not made ready) where that fails."""
+        if not nodes:
+            return True
+        try:
+            with relaxed_capture(self.drv):
+                stream = self._our_stream(group.ctx)
+                for n in nodes:
+                    graph_ring.zero_node_memory(self.drv, n.device_layout, n.device, stream, n.gate_closed)
+                self.drv.stream_synchronize(stream)
+        except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
+            for n in nodes:
+                if n.active:
+                    self._lose_results(n, f"graph node memory: {type(e).__name__}: {e}")
+            return False
+        for n in nodes:
+            n.zeroed = True
+        return True
+
     # ------------------------------------------------------------ what the shim reports
     def on_graph_event(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
         """A graph API call seen by the shim; returns replacement kernel-node parameters (G_SET_PARAMS) or 0."""
@@ -341,6 +380,9 @@ class GraphProbes:
             return self.set_params(a, b, c, version)
         if kind == G_END_CAPTURE:  # a: the stream, b: the graph it built
             self.end_capture(b)
+            return 0
+        if kind == G_BEGIN_CAPTURE:  # a: the stream about to be captured
+            self.before_capture()
             return 0
         if kind == G_PICK_FALLBACK and c == replay_select.TWIN_LOST:  # the plan stays, switching nodes
             group = self._by_exec.get(a)

@@ -382,30 +382,18 @@ class DeviceLayout:
         return self.slots + (i % self.nslots) * self.stride
 
 
-def allocate_node_memory(drv, dev: DeviceLayout, lay: RingLayout, header: bytes, stream: int,
-                         gate_closed: bool) -> tuple[int, tuple]:
-    """One node's memory, ready for its first replay: (its device allocation laid out as `dev`,
-    its mapped host ring laid out as `lay`). The head, the maps and the state are zeroed on
-    `stream` (a stream of ours, outside any capture: no memset node in the graph) and waited for;
-    `gate_closed`: the first replay runs with the probe gate set (later replays' gates are the
-    append kernel's). The host ring's counters and flags are zeroed and every host slot gets the
-    frame `header` (pinned memory comes uninitialised). The caller has the thread's capture mode
-    relaxed. A failure frees what was taken and raises."""
-    device, ring = 0, None
+def allocate_node_memory(drv, dev: DeviceLayout, lay: RingLayout, header: bytes) -> tuple[int, tuple]:
+    """One node's memory: (its device allocation laid out as `dev`, its mapped host ring laid out as
+    `lay`). The host ring's counters and flags are zeroed and every host slot gets the frame `header`
+    (pinned memory comes uninitialised); the device part is zeroed later by `zero_node_memory`, once
+    the capture has ended (no stream work of ours while the program captures: issue 24). The caller
+    has the thread's capture mode relaxed. A failure frees what was taken and raises."""
+    device = drv.mem_alloc_sync(dev.total)
     try:
-        device = drv.mem_alloc_sync(dev.total)
         ring = drv.host_alloc_mapped(lay.total)
-        drv.memset_async(device, dev.slots, stream)
-        if gate_closed:
-            closed = C.c_uint32(1)
-            drv.memcpy_htod_async(device + dev.gate, C.addressof(closed), 4, stream)
-        drv.stream_synchronize(stream)
     except BaseException:
         with contextlib.suppress(DriverError):
-            if device:
-                drv.mem_free_sync(device)
-            if ring is not None:
-                drv.host_free(ring[0])
+            drv.mem_free_sync(device)
         raise
     view = ring[1]
     view[: lay.total] = bytes(lay.total)
@@ -413,6 +401,19 @@ def allocate_node_memory(drv, dev: DeviceLayout, lay: RingLayout, header: bytes,
         start = lay.slot(i)
         view[start: start + len(header)] = header
     return device, ring
+
+
+def zero_node_memory(drv, dev: DeviceLayout, device: int, stream: int, gate_closed: bool) -> None:
+    """Ready a node's device memory for its graph's first replay: the head, the maps and the state
+    zeroed on `stream` (a stream of ours: no memset node in the graph), the probe gate closed if
+    `gate_closed` (the first replay then runs with it set; later replays' gates are the append
+    kernel's). Not waited for: the caller synchronises `stream` before the graph can be launched."""
+    drv.memset_async(device, dev.slots, stream)
+    if gate_closed:
+        drv.memcpy_htod_async(device + dev.gate, C.addressof(_GATE_CLOSED), 4, stream)
+
+
+_GATE_CLOSED = C.c_uint32(1)  # the closed gate's word: alive (and unchanged) until the copies are waited for
 
 
 def free_node_memory(drv, device: int, ring: tuple | None) -> None:
