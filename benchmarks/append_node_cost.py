@@ -1,0 +1,256 @@
+"""What the CUDA-graph append node costs, part by part (issue 24; run on the GPU machine, no torch needed).
+
+    python benchmarks/append_node_cost.py [--rounds 5] [--replays 200] [--grid 256] [--json OUT.json]
+
+The graph is a chain of 8 of Triton's vector add from the corpus (the issue-24 shape, as in
+probe_cost.py), built with cuGraphAddKernelNode so that the extra node's dependencies are chosen
+here. The probed kernels (block_sched) get their own device memory per node and the real append
+kernel (runtime/cudagraphs/ring.py) gets real descriptors, laid out by the runtime's own functions
+(`ring_layout`, `DeviceLayout`, `node_desc`, `append_params`, `append_chunks`): what
+`GraphProbes.end_capture` builds, without the host thread that copies the slots out (GPU alone).
+Variants, each one executable graph:
+
+* `plain`: the 8 kernels;
+* `+ empty, after the last` / `+ empty, after all 8`: an empty kernel (1 block of 32 threads): what
+  one more node costs, and what joining 8 dependencies costs on top;
+* `+ empty append grid, after all 8`: the empty kernel with the append node's grid and block
+  (chunks x 8 blocks x 256 threads): what the grid costs without any work;
+* `block_sched`: the probed kernels, pointers tagged (they read the gate) and no append node;
+* `block_sched + append, after all 8` (what the runtime builds) and `after the last`;
+* the same two with the gate shut (`--launches` selecting no replay: a replay left out on the
+  device gate: the probe stores nothing, the append blocks neither copy nor zero);
+* `block_sched + empty, after all 8`: the probed graph with a node but no append work.
+
+Measures, GPU alone (a spin kernel holds the GPU while the host enqueues the replays, so the times
+are the GPU's): per-replay CUDA-event medians of `--replays` replays, each variant once per round,
+rounds interleaved; the table gives the median over rounds of those medians, and the spread (lowest
+and highest round). Every append variant is checked after each round: its replays counted by the
+append kernel's state, slots written (all of them when the gate is open, none when shut), none
+dropped (the state is reset before each round: the ring has room for a round's replays).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes as C
+import json
+import statistics
+import sys
+import types
+from pathlib import Path
+
+from probe_cost import BLOCK_ELEMENTS, SPIN_PTX, THREADS, VADD, Cuda, pointer_array, timed
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from neutrino.engine import instrument  # noqa: E402
+from neutrino.runtime.cudagraphs import ring as graph_ring  # noqa: E402
+from neutrino.runtime.cudagraphs.capture import _encode_header  # noqa: E402
+from neutrino.runtime.driver import KernelNodeParamsV2  # noqa: E402
+from neutrino.runtime.instrument.probed import launch_shape  # noqa: E402
+from neutrino.toolbox import load_probe_argument  # noqa: E402
+
+EMPTY_PTX = """.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry empty(.param .u64 unused)
+{
+    ret;
+}
+"""
+CHAIN = 8
+WARMUP = 5
+EVERY = types.SimpleNamespace(start=0, stop=2**64 - 1, every=1)  # --launches selecting every replay
+NONE = types.SimpleNamespace(start=2**62, stop=2**63, every=1)  # selecting none (the gate stays shut)
+
+
+class Graphs(Cuda):
+    """Graphs built node by node (cuGraphAddKernelNode_v2, as the runtime adds its append node)."""
+
+    def new_graph(self) -> C.c_void_p:
+        g = C.c_void_p()
+        self.check("cuGraphCreate", C.byref(g), 0)
+        return g
+
+    def add(self, graph, deps: list, func, grid, block, params) -> C.c_void_p:
+        p = KernelNodeParamsV2(func=func, gridDimX=grid[0], gridDimY=grid[1], gridDimZ=grid[2], blockDimX=block[0],
+                               blockDimY=block[1], blockDimZ=block[2], sharedMemBytes=0,
+                               kernelParams=C.cast(params, C.POINTER(C.c_void_p)))
+        arr = (C.c_void_p * max(1, len(deps)))(*[d.value for d in deps])
+        node = C.c_void_p()
+        self.check("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, C.c_size_t(len(deps)), C.byref(p))
+        return node
+
+    def instantiate(self, graph) -> C.c_void_p:
+        exe = C.c_void_p()
+        self.check("cuGraphInstantiateWithFlags", C.byref(exe), graph, C.c_ulonglong(0))
+        return exe
+
+    def host_mapped(self, size: int) -> int:
+        p, dev = C.c_void_p(), C.c_uint64()
+        self.check("cuMemHostAlloc", C.byref(p), C.c_size_t(size), 3)  # PORTABLE | DEVICEMAP
+        C.memset(p, 0, size)
+        self.check("cuMemHostGetDevicePointer_v2", C.byref(dev), p, 0)
+        return dev.value
+
+    def write(self, ptr: int, data: bytes) -> None:
+        self.check("cuMemcpyHtoD_v2", C.c_uint64(ptr), data, C.c_size_t(len(data)))
+
+
+class ProbedNode:
+    """One probed kernel node's memory, as the runtime lays it out (capture._new_node, ring.py)."""
+
+    def __init__(self, cuda: Graphs, maps: list, grid: int):
+        shape = launch_shape(maps, (grid, 1, 1), (THREADS, 1, 1), {})
+        _, offsets = _encode_header((grid, 1, 1), (THREADS, 1, 1), 0, shape.layouts)
+        self.span = shape.frame_bytes - offsets[0]
+        self.ring_layout = graph_ring.ring_layout(shape.frame_bytes, True)
+        self.dev = graph_ring.DeviceLayout(self.span, self.ring_layout.nslots)
+        self.device = cuda.alloc(self.dev.total)
+        self.ring = cuda.host_mapped(self.ring_layout.total)
+        self.buffer = self.device + self.dev.maps  # the first (only) map; bit 0 set: the kernel reads the gate
+
+    def desc(self) -> graph_ring.NodeDesc:
+        return graph_ring.node_desc(self.device, self.dev, self.ring, self.ring_layout, 0)
+
+    def reset(self, cuda: Graphs, gate: int) -> None:
+        """Before a round: counters zero (the ring empty), the first replay's gate."""
+        cuda.write(self.device + self.dev.state, bytes(graph_ring.STATE_BYTES))
+        cuda.write(self.device + self.dev.gate, gate.to_bytes(4, "little"))
+
+    def counters(self, cuda: Graphs) -> tuple[int, int, int]:
+        raw = cuda.read(self.device + self.dev.state, 24)
+        return tuple(int.from_bytes(raw[i:i + 8], "little") for i in (0, 8, 16))
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.cuda = cuda = Graphs()
+        plain = VADD.read_text()
+        probed = instrument(plain, load_probe_argument("block_sched", None))
+        self.maps = probed.kernels["vadd"]["maps"]
+        self.vadd = cuda.function(plain, "vadd")
+        self.vadd_bs = cuda.function(probed.ptx, "vadd")
+        self.empty = cuda.function(EMPTY_PTX, "empty")
+        self.spin = cuda.function(SPIN_PTX, "spin")
+        self.append = cuda.function(graph_ring.append_ptx(self._arch(), True), graph_ring.APPEND_KERNEL)
+        n = args.grid * BLOCK_ELEMENTS
+        x, y, out = (cuda.alloc(4 * n) for _ in range(3))
+        self.values = [C.c_uint64(x), C.c_uint64(y), C.c_uint64(out), C.c_uint32(n), C.c_uint64(0), C.c_uint64(0)]
+        self.plain_params = pointer_array(list(self.values))
+        self.empty_params = pointer_array([C.c_uint64(0)])
+        self.nodes = [ProbedNode(cuda, self.maps, args.grid) for _ in range(CHAIN)]
+        self.chunks = graph_ring.append_chunks([nd.span for nd in self.nodes])
+        descs = (graph_ring.NodeDesc * CHAIN)(*[nd.desc() for nd in self.nodes])
+        self.desc = cuda.alloc(C.sizeof(descs))
+        cuda.write(self.desc, bytes(descs))
+        self.keep: list = []  # parameter arrays the graphs were built with
+
+    def _arch(self) -> tuple[int, int]:
+        major, minor = C.c_int(), C.c_int()
+        dev = C.c_int()
+        self.cuda.check("cuCtxGetDevice", C.byref(dev))
+        self.cuda.check("cuDeviceGetAttribute", C.byref(major), 75, dev)
+        self.cuda.check("cuDeviceGetAttribute", C.byref(minor), 76, dev)
+        return major.value, minor.value
+
+    def chain(self, graph, probed: bool) -> list:
+        nodes: list = []
+        for nd in self.nodes:
+            if probed:
+                params = pointer_array([*self.values, C.c_uint64(nd.buffer | 1)])
+                self.keep.append(params)
+                nodes.append(self.cuda.add(graph, nodes[-1:], self.vadd_bs, (self.args.grid, 1, 1), (THREADS, 1, 1),
+                                           params))
+            else:
+                nodes.append(self.cuda.add(graph, nodes[-1:], self.vadd, (self.args.grid, 1, 1), (THREADS, 1, 1),
+                                           self.plain_params))
+        return nodes
+
+    def build(self, probed: bool, extra: str | None, after: str, launch_filter=EVERY) -> C.c_void_p:
+        """One variant's executable graph: the chain, then `extra` ("empty", "empty-grid", "append")
+        after the last node or after all of them."""
+        graph = self.cuda.new_graph()
+        nodes = self.chain(graph, probed)
+        deps = nodes if after == "all" else nodes[-1:]
+        if extra == "empty":
+            self.cuda.add(graph, deps, self.empty, (1, 1, 1), (32, 1, 1), self.empty_params)
+        elif extra == "empty-grid":
+            self.cuda.add(graph, deps, self.empty, (self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1),
+                          self.empty_params)
+        elif extra == "append":
+            args = graph_ring.append_params(self.desc, launch_filter, 0).pointers()
+            self.keep.append(args)
+            self.cuda.add(graph, deps, self.append, (self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1),
+                          C.addressof(args))
+        return self.cuda.instantiate(graph)
+
+    def variants(self) -> dict:
+        """name -> (executable graph, the gate its replays start with, whether it has an append node to check)."""
+        return {
+            "plain": (self.build(False, None, "last"), 0, False),
+            "+ empty, after the last": (self.build(False, "empty", "last"), 0, False),
+            "+ empty, after all 8": (self.build(False, "empty", "all"), 0, False),
+            "+ empty append grid, after all 8": (self.build(False, "empty-grid", "all"), 0, False),
+            "block_sched (no append node)": (self.build(True, None, "last"), 0, False),
+            "block_sched + empty, after all 8": (self.build(True, "empty", "all"), 0, False),
+            "block_sched + append, after all 8 (runtime)": (self.build(True, "append", "all"), 0, True),
+            "block_sched + append, after the last": (self.build(True, "append", "last"), 0, True),
+            "gate shut + append, after all 8": (self.build(True, "append", "all", NONE), 1, True),
+            "gate shut + append, after the last": (self.build(True, "append", "last", NONE), 1, True),
+        }
+
+    def run(self, exe, gate: int, appends: bool) -> tuple[float, str]:
+        cuda = self.cuda
+        for nd in self.nodes:  # the probed variants without an append node run with the gate open
+            nd.reset(cuda, gate)
+        for _ in range(WARMUP):
+            cuda.replay(exe)
+        cuda.sync()
+        times = timed(cuda, self.spin, lambda: cuda.replay(exe), self.args.replays)
+        check = ""
+        if appends:
+            runs = WARMUP + self.args.replays
+            want = (runs, runs if gate == 0 else 0, 0)
+            got = {nd.counters(cuda) for nd in self.nodes}
+            check = "ok" if got == {want} else f"WRONG: replays/written/dropped {sorted(got)}, want {want}"
+        return statistics.median(times), check
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--replays", type=int, default=200)
+    ap.add_argument("--grid", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=5, help="all variants, interleaved, this many times")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    bench = Bench(args)
+    table = bench.variants()
+    got: dict[str, list[float]] = {name: [] for name in table}
+    checks: dict[str, set] = {name: set() for name in table}
+    for _ in range(args.rounds):
+        for name, (exe, gate, appends) in table.items():
+            us, check = bench.run(exe, gate, appends)
+            got[name].append(us)
+            checks[name].add(check)
+    nd = bench.nodes[0]
+    print(f"device: {bench.cuda.name}; chain of {CHAIN} vadd, grid {args.grid} x {THREADS}; block_sched span "
+          f"{nd.span} B per node, {nd.ring_layout.nslots} device slots; append grid {bench.chunks} x {CHAIN} x "
+          f"{graph_ring.APPEND_THREADS}; {args.replays} replays per round, medians of {args.rounds} rounds")
+    print("| variant | µs/replay (median of rounds) | round spread | vs plain | check |")
+    print("| --- | ---: | --- | ---: | --- |")
+    base = statistics.median(got["plain"])
+    rows = []
+    for name, xs in got.items():
+        med = statistics.median(xs)
+        check = " ".join(sorted(c for c in checks[name] if c))
+        print(f"| {name} | {med:.2f} | {min(xs):.2f}–{max(xs):.2f} | {med - base:+.2f} | {check} |", flush=True)
+        rows.append({"variant": name, "us": med, "rounds": xs, "check": check})
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": bench.cuda.name, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
