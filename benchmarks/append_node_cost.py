@@ -17,7 +17,8 @@ Variants, each one executable graph:
   (chunks x 8 blocks x 256 threads): what the grid costs without any work;
 * `block_sched`: the probed kernels, pointers tagged (they read the gate) and no append node;
 * `block_sched + append, after all 8` (what the runtime builds) and `after the last`;
-* the same two with the gate shut (`--launches` selecting no replay: a replay left out on the
+* `block_sched + append, 1 block per node`: the append grid of 8 blocks (what the grid's width buys);
+* the runtime's two with the gate shut (`--launches` selecting no replay: a replay left out on the
   device gate: the probe stores nothing, the append blocks neither copy nor zero);
 * `block_sched + empty, after all 8`: the probed graph with a node but no append work.
 
@@ -169,9 +170,9 @@ class Bench:
                                            self.plain_params))
         return nodes
 
-    def build(self, probed: bool, extra: str | None, after: str, launch_filter=EVERY) -> C.c_void_p:
+    def build(self, probed: bool, extra: str | None, after: str, launch_filter=EVERY, chunks: int = 0) -> C.c_void_p:
         """One variant's executable graph: the chain, then `extra` ("empty", "empty-grid", "append")
-        after the last node or after all of them."""
+        after the last node or after all of them; `chunks`: the append grid's blocks per node (0: the runtime's)."""
         graph = self.cuda.new_graph()
         nodes = self.chain(graph, probed)
         deps = nodes if after == "all" else nodes[-1:]
@@ -183,7 +184,7 @@ class Bench:
         elif extra == "append":
             args = graph_ring.append_params(self.desc, launch_filter, 0).pointers()
             self.keep.append(args)
-            self.cuda.add(graph, deps, self.append, (self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1),
+            self.cuda.add(graph, deps, self.append, (chunks or self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1),
                           C.addressof(args))
         return self.cuda.instantiate(graph)
 
@@ -198,6 +199,7 @@ class Bench:
             "block_sched + empty, after all 8": (self.build(True, "empty", "all"), 0, False),
             "block_sched + append, after all 8 (runtime)": (self.build(True, "append", "all"), 0, True),
             "block_sched + append, after the last": (self.build(True, "append", "last"), 0, True),
+            "block_sched + append, 1 block per node, after all 8": (self.build(True, "append", "all", chunks=1), 0, True),
             "gate shut + append, after all 8": (self.build(True, "append", "all", NONE), 1, True),
             "gate shut + append, after the last": (self.build(True, "append", "last", NONE), 1, True),
         }
