@@ -241,9 +241,22 @@ class FakeDriver:
         return exe
 
     def graph_launch(self, exe):
-        """Run the nodes in capture order (a topological order of the graph)."""
-        for node in self.execs[exe]:
+        """Run the nodes in an order their dependencies allow, each as soon as they allow it (the
+        last added first among those ready), as a GPU may: a node that waits for no path from
+        another may run before it. A chain runs in capture order."""
+        pending = list(self.execs[exe])
+        handles = {n["handle"] for n in pending}
+        done = set()
+        while pending:
+            node = next(n for n in reversed(pending) if all(d in done or d not in handles for d in n["deps"]))
+            pending.remove(node)
             node["run"]()
+            done.add(node["handle"])
+
+    def graph_edges(self, graph):
+        """cuGraphGetEdges: (from, to) for every dependency of every node."""
+        self._check("graph_edges")
+        return [(d, n["handle"]) for n in self.graphs[graph].nodes for d in n["deps"]]
 
     def graph_destroy(self, graph):
         del self.graphs[graph]

@@ -237,6 +237,94 @@ def test_ten_thousand_replays_every_100_write_100_results(tmp_path):
     assert len(opened) == 100 and p.runs["saxpy4"] == 10_000
 
 
+def capture_probed(p, branches):
+    """Capture probed saxpy4 launches into one graph: `branches[i]` true starts launch i on a branch
+    of its own (waiting for nothing), else it waits for the launch before. Returns the graph."""
+    p.drv.begin_capture(STREAM, CAPTURE_MODE_GLOBAL)
+    for new_branch in branches:
+        if new_branch:
+            p.drv.update_capture_dependencies(STREAM, [])
+        r, params = req(grid=(4, 1, 1))
+        r = type(r)(r.kind, r.func, r.grid, r.block, r.shared_bytes, STREAM, r.params, index=r.index)
+        p.keep.append(params)
+        assert p.rt.on_launch(r) == 0
+    graph = p.drv.end_capture(STREAM)
+    p.rt.on_graph(G_END_CAPTURE, STREAM, graph)
+    return graph
+
+
+@pytest.mark.parametrize(("branches", "waited"), [([True, False, False], [2]), ([True, True, True], [0, 1, 2]),
+                                                  ([True, False, True], [1, 2])],
+                         ids=["chain", "three-branches", "chain-and-branch"])
+def test_the_append_node_waits_for_the_last_probed_nodes_only(program, branches, waited):
+    """The append node depends on the probed nodes that no other probed node waits for (the others have
+    completed before those start); the fake runs each node as soon as its dependencies allow, so an
+    append node waiting for too few would copy a node's maps before its kernel ran. Every replay of
+    every node is written, whole."""
+    drv = program.drv
+    graph = capture_probed(program, branches)
+    kernels = [n for n in drv.graphs[graph].nodes if n["kind"] == "kernel"]
+    assert [drv.functions[n["func"]][1] for n in kernels] == ["saxpy4"] * 3 + [APPEND_KERNEL]
+    assert kernels[-1]["deps"] == [kernels[i]["handle"] for i in waited]
+    program.replay(program.instantiate(graph), 5)
+    finish(program.rt)
+    t = nt.load(program.rt.trace.path)
+    for node in (1, 2, 3):
+        mine = [la for la in t.launches if la.event["graph_node"] == node]
+        assert [la.event["replay"] for la in mine] == list(range(5))
+        assert all(len(la.maps["block_sched"].valid()) == 8 for la in mine)
+
+
+def test_the_append_node_waits_for_every_probed_node_when_the_edges_cannot_be_read(program):
+    program.drv.fail["graph_edges"] = "CUDA_ERROR_NOT_SUPPORTED"
+    graph = capture_probed(program, [True, False])
+    kernels = [n for n in program.drv.graphs[graph].nodes if n["kind"] == "kernel"]
+    assert kernels[-1]["deps"] == [kernels[0]["handle"], kernels[1]["handle"]]
+    program.replay(program.instantiate(graph), 3)
+    finish(program.rt)
+    assert sorted(la.event["graph_node"] for la in nt.load(program.rt.trace.path).launches) == [1, 1, 1, 2, 2, 2]
+
+
+def test_ten_thousand_replays_every_100_of_a_chain_write_100_results_per_node(tmp_path):
+    """Two probed nodes in a chain, the append node after the second only: 100 results each, exact;
+    the probe ran with its gate open on those replays only."""
+    from fakedriver import probe_buffer
+
+    p = Program(tmp_path, launches=LaunchFilter(every=100))
+    opened = []
+
+    def kernel(drv, r, params, name):
+        if probe_buffer(params, 4) is not None:
+            opened.append(1)
+            fake_block_sched(drv, r, params, name)
+
+    p.drv.kernel_impl["saxpy4"] = kernel
+    graph = capture_probed(p, [True, False])
+    exe = p.instantiate(graph)
+    opened.clear()
+    for _ in range(10):
+        p.replay(exe, 1000)
+        p.rt.graphs.drain()
+    finish(p.rt)
+    t = nt.load(p.rt.trace.path)
+    assert len(opened) == 200
+    for node in (1, 2):
+        mine = [la for la in t.launches if la.event["graph_node"] == node]
+        assert [la.event["replay"] for la in mine] == list(range(0, 10_000, 100))
+        assert all(len(la.maps["block_sched"].valid()) == 8 for la in mine)
+    assert p.runs["saxpy4"] == 20_000
+
+
+def test_last_of_walks_up_through_any_node():
+    from neutrino.runtime.cudagraphs.capture import last_of
+
+    edges = [(1, 5), (5, 2), (2, 3), (1, 4), (6, 4)]  # 1 -> 5 -> 2 -> 3, 1 -> 4 <- 6
+    assert last_of([1, 2, 4], edges) == [2, 4]
+    assert last_of([4, 6, 1], edges) == [4]
+    assert last_of([3, 6], edges) == [3, 6]
+    assert last_of([1, 2], []) == [1, 2]
+
+
 def test_trace_budget_drops_replays_and_counts_them(tmp_path):
     frame = 512  # one saxpy4 block_sched frame
     p = Program(tmp_path, trace_budget=3 * frame)

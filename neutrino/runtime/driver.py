@@ -126,6 +126,8 @@ _SIGNATURES = {
     "cuMemHostGetDevicePointer_v2": [C.POINTER(C.c_uint64), P, U],
     "cuMemcpyHtoDAsync_v2": [C.c_uint64, P, SZ, P],
     "cuGraphAddKernelNode_v2": [PP, P, P, SZ, P],
+    "cuGraphGetEdges_v2": [P, P, P, P, C.POINTER(SZ)],
+    "cuGraphGetEdges": [P, P, P, C.POINTER(SZ)],
     "cuEventCreate": [PP, U],
     "cuEventRecord": [P, P],
     "cuEventSynchronize": [P],
@@ -387,6 +389,30 @@ class RealDriver:
         node = C.c_void_p()
         self._call("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, len(deps), C.byref(p))
         return node.value
+
+    def graph_edges(self, graph: int) -> list[tuple[int, int]]:
+        """The graph's edges (from, to) along which `to` starts only once `from` has completed: those
+        with default edge data (CUDA 12.3+ edges may be programmatic, `to` starting before `from`
+        ends: left out). Before 12.3 every edge is such an edge."""
+        n = C.c_size_t()
+        try:
+            self._call("cuGraphGetEdges_v2", graph, None, None, None, C.byref(n))
+            v2 = True
+        except DriverError as e:
+            if e.code != -1:
+                raise
+            self._call("cuGraphGetEdges", graph, None, None, C.byref(n))
+            v2 = False
+        if not n.value:
+            return []
+        count = n.value
+        src, dst = (C.c_void_p * count)(), (C.c_void_p * count)()
+        data = (C.c_uint64 * count)()  # CUgraphEdgeData: 8 bytes, all zero for a default edge
+        if v2:
+            self._call("cuGraphGetEdges_v2", graph, src, dst, data, C.byref(n))
+        else:
+            self._call("cuGraphGetEdges", graph, src, dst, C.byref(n))
+        return [(src[i] or 0, dst[i] or 0) for i in range(min(n.value, count)) if not data[i]]
 
     def host_free(self, addr: int) -> None:
         self._call("cuMemFreeHost", addr)

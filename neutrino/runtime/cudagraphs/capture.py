@@ -322,7 +322,7 @@ class GraphProbes:
                 group.append_args.append(args)
                 chunks = graph_ring.append_chunks([n.span for n in nodes])
                 grid, block = (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1)
-                handle = self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], self._append[group.ctx],
+                handle = self.drv.graph_add_kernel_node(graph, self._append_deps(graph, nodes), self._append[group.ctx],
                                                         grid, block, C.addressof(args))
                 values = args._owner  # noqa: SLF001 - the AppendParams the pointers point into
                 group.appends.append({"node": handle, "func": self._append[group.ctx], "grid": grid, "block": block,
@@ -333,6 +333,18 @@ class GraphProbes:
             return
         for n in nodes:
             n.appended = True
+
+    def _append_deps(self, graph: int, nodes: list[GraphNode]) -> list[int]:
+        """What the append node waits for: the probed nodes no other of `nodes` waits for, however
+        indirectly (completion is transitive along the graph's edges: the others have completed
+        before those start). Each dependency of a node costs the replay a little (docs/overhead.md,
+        "Session 9: the append node"). All of them when the edges cannot be read."""
+        handles = [n.node for n in nodes]
+        read_edges = getattr(self.drv, "graph_edges", None)  # (drivers of tests without it)
+        try:
+            return last_of(handles, read_edges(graph)) if read_edges is not None else handles
+        except DriverError:
+            return handles
 
     # ------------------------------------------------------------ what the shim reports
     def on_graph_event(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
@@ -625,6 +637,22 @@ class GraphProbes:
         if self.picker is not None and node.group.pick_group:  # replays left out on the host never reach the device
             row["replays"] = max(row["replays"], self.picker.replays(node.group.pick_group))
         return row
+
+
+def last_of(probed: list[int], edges) -> list[int]:
+    """The nodes of `probed` from which no other node of `probed` can be reached along `edges`
+    ((from, to) pairs), in their order: a walk up from every probed node marks its ancestors."""
+    parents: dict[int, list[int]] = {}
+    for a, b in edges:
+        parents.setdefault(b, []).append(a)
+    above: set[int] = set()
+    todo = [a for p in probed for a in parents.get(p, ())]
+    while todo:
+        n = todo.pop()
+        if n not in above:
+            above.add(n)
+            todo.extend(parents.get(n, ()))
+    return [p for p in probed if p not in above]
 
 
 def _encode_header(grid, block, shared_bytes: int, layouts) -> tuple[bytes, list[int]]:
