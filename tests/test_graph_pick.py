@@ -230,6 +230,24 @@ def test_ten_thousand_replays_every_100_write_100_results(tmp_path, fakecuda, sh
     assert pick["twin_launches"] == 9_900 and pick["switches"] == 1
 
 
+@pytest.mark.parametrize("edges", [True, False], ids=["edges", "no-edges"])
+def test_the_append_node_waits_for_the_last_probed_node_of_a_chain(tmp_path, fakecuda_calls, shim, monkeypatch, edges):
+    """Two probed kernels in a chain: the append node is added after the second only (the driver's edges
+    say the first has completed before it starts), after both when the edges cannot be read. Every
+    selected replay of both nodes is written whole, on the device gate (no host choice)."""
+    calls = tmp_path / "calls.log"
+    monkeypatch.setenv("FAKECUDA_LOG_CALLS", str(calls))
+    monkeypatch.setenv("NEUTRINO_PTXAS", str(FAKE / "fake_ptxas.py"))
+    env = {} if edges else {"FAKECUDA_NO_EDGES": "1"}
+    _, _, t, _ = run_app(tmp_path, fakecuda_calls, monkeypatch, GRAPH_APP_KERNELS=2, NEUTRINO_GRAPH_PICK="0", **env)
+    lines = [line.split(" ", 1) for line in calls.read_text().splitlines() if not line.startswith("==")]
+    added = [next(rest for th, rest in lines[i + 1:] if th == thread and rest.startswith("  = "))
+             for i, (thread, rest) in enumerate(lines) if rest == "cuGraphAddKernelNode_v2"]
+    assert len(added) == 1 and added[0].startswith(f"  = __neutrino_graph_append deps {1 if edges else 2} "), added
+    for node in (1, 2):
+        assert written(t, (1, node)) == SELECTED
+
+
 def test_the_programs_changes_reach_the_twin(tmp_path, fakecuda, shim, monkeypatch):
     """The program's own node (not probed) put on 2 blocks before replay 4 and disabled before replay 8,
     on its executable graph: every replay from then on runs it so, the twin's and the probed ones."""

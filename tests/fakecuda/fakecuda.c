@@ -249,6 +249,8 @@ typedef struct {
     int from_clone, dead;
     void *family;          /* the captured graph it descends from (clones, executable graphs): FAKECUDA_CHECK_ORDER */
     uint32_t last_launch;  /* an executable graph's last launch (an op of the order model) */
+    uintptr_t (*edges)[2]; /* a captured graph's dependencies (from, to), node handles (cuGraphGetEdges) */
+    unsigned nedges, edges_cap;
 } Graph;
 static void *cap_stream;       /* the one stream being captured (or NULL) */
 static int cap_mode;           /* 0 global, 1 thread-local, 2 relaxed */
@@ -276,11 +278,36 @@ static Node *add_node(Graph *g, int kind) {
     return nd;
 }
 
+static void add_edge(Graph *g, uintptr_t from, uintptr_t to) {
+    if (g->nedges == g->edges_cap) {
+        g->edges_cap = g->edges_cap ? 2 * g->edges_cap : 8;
+        g->edges = realloc(g->edges, g->edges_cap * sizeof *g->edges);
+    }
+    g->edges[g->nedges][0] = from;
+    g->edges[g->nedges++][1] = to;
+}
+
 static Node *capture(void *stream, int kind) {
     if (!cap_stream || stream != cap_stream) return NULL;
     Node *nd = add_node(cap_graph, kind);
+    if (cap_dep) add_edge(cap_graph, (uintptr_t)cap_dep, cap_graph->n);
     cap_dep = (Node *)(uintptr_t)(cap_graph->n);
     return nd;
+}
+/* cuGraphGetEdges_v2 (edge data: all default) and the older cuGraphGetEdges; FAKECUDA_NO_EDGES=1: both fail
+ * (CUDA_ERROR_NOT_SUPPORTED) */
+CUresult cuGraphGetEdges_v2(void *graph, void **from, void **to, void *data, size_t *n) {
+    Graph *g = graph;
+    if (getenv("FAKECUDA_NO_EDGES")) return 801;
+    if (!from || !to) { *n = g->nedges; return 0; }
+    size_t k = *n < g->nedges ? *n : g->nedges;
+    for (size_t i = 0; i < k; i++) from[i] = (void *)g->edges[i][0], to[i] = (void *)g->edges[i][1];
+    if (data) memset(data, 0, k * 8);
+    *n = k;
+    return 0;
+}
+CUresult cuGraphGetEdges(void *graph, void **from, void **to, size_t *n) {
+    return cuGraphGetEdges_v2(graph, from, to, NULL, n);
 }
 
 CUresult cuStreamBeginCapture_v2(void *s, int mode) {
@@ -376,13 +403,13 @@ CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) {
 /* A kernel node added after the capture (neutrino's append node): appended last, after its deps. */
 typedef struct { void *func; unsigned dims[7]; void **params, **extra; void *kern, *ctx; } KernelNodeParams;
 CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
-    (void)deps;
     fake_call_detail("%s deps %zu dims %u,%u,%u/%u,%u,%u", p->func ? ((Function *)p->func)->name : "?", n, p->dims[0], p->dims[1],
                      p->dims[2], p->dims[3], p->dims[4], p->dims[5]);
     Graph *g = graph;
     Node *nd = add_node(g, N_KERNEL);
     nd->a = p->func; nd->b = p->params;
     memcpy(nd->dims, p->dims, sizeof nd->dims);
+    for (size_t i = 0; i < n; i++) add_edge(g, (uintptr_t)deps[i], g->n);
     *node = (void *)(uintptr_t)g->n;
     return 0;
 }
@@ -527,7 +554,7 @@ static void free_graph(Graph *g) {
         if (clones[k] == g) clones[k] = NULL;
     graph_nodes_live--;
     if (getenv("FAKECUDA_CHECK_DESTROYED")) { g->dead = 1; return; }
-    free(g->nodes); free(g);
+    free(g->nodes); free(g->edges); free(g);
 }
 /* The clone's node of `node` (a node of the graph it was cloned from: its position). */
 CUresult cuGraphNodeFindInClone(void **out, void *node, void *clone) {
