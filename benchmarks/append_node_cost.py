@@ -27,7 +27,8 @@ are the GPU's): per-replay CUDA-event medians of `--replays` replays, each varia
 rounds interleaved; the table gives the median over rounds of those medians, and the spread (lowest
 and highest round). Every append variant is checked after each round: its replays counted by the
 append kernel's state, slots written (all of them when the gate is open, none when shut), none
-dropped (the state is reset before each round: the ring has room for a round's replays).
+dropped (the state is reset before each round: the ring has room for a round's replays), the maps
+zeroed, and the last slot holding the last replay's block_sched counts (one per warp).
 """
 
 from __future__ import annotations
@@ -212,13 +213,28 @@ class Bench:
             cuda.replay(exe)
         cuda.sync()
         times = timed(cuda, self.spin, lambda: cuda.replay(exe), self.args.replays)
-        check = ""
-        if appends:
-            runs = WARMUP + self.args.replays
-            want = (runs, runs if gate == 0 else 0, 0)
-            got = {nd.counters(cuda) for nd in self.nodes}
-            check = "ok" if got == {want} else f"WRONG: replays/written/dropped {sorted(got)}, want {want}"
-        return statistics.median(times), check
+        return statistics.median(times), self.check(gate) if appends else ""
+
+    def check(self, gate: int) -> str:
+        """After a round of an append variant: every node's counters (replays, written, dropped), its maps
+        zeroed by the append kernel, and (gate open) its last slot holding the last replay's counts: one
+        record per warp (block_sched's count words, the first 4 bytes per warp of its map)."""
+        cuda, runs = self.cuda, WARMUP + self.args.replays
+        want = (runs, runs if gate == 0 else 0, 0)
+        wrong = []
+        for i, nd in enumerate(self.nodes):
+            got = nd.counters(cuda)
+            if got != want:
+                wrong.append(f"node {i}: replays/written/dropped {got}, want {want}")
+            if any(cuda.read(nd.device + nd.dev.maps, nd.span)):
+                wrong.append(f"node {i}: maps not zeroed")
+            if gate == 0:
+                warps = self.args.grid * THREADS // 32
+                raw = cuda.read(nd.device + nd.dev.slot(runs - 1), 4 * warps)
+                if raw != (1).to_bytes(4, "little") * warps:
+                    wrong.append(f"node {i}: the last slot's counts are not 1 per warp")
+        more = f" (and {len(wrong) - 2} more)" if len(wrong) > 2 else ""
+        return "ok" if not wrong else "WRONG: " + "; ".join(wrong[:2]) + more
 
 
 def main() -> None:
