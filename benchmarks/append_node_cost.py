@@ -16,10 +16,13 @@ Variants, each one executable graph:
 * `+ empty append grid, after all 8`: the empty kernel with the append node's grid and block
   (chunks x 8 blocks x 256 threads): what the grid costs without any work;
 * `block_sched`: the probed kernels, pointers tagged (they read the gate) and no append node;
-* `block_sched + append, after all 8` (what the runtime builds) and `after the last`;
-* `block_sched + append, 1 block per node`: the append grid of 8 blocks (what the grid's width buys);
-* the runtime's two with the gate shut (`--launches` selecting no replay: a replay left out on the
+* `block_sched + S8 append, after all 8` (what session 8's runtime builds) and `after the last`,
+  with session 8's append kernel (`append_ptx(lean=False)`);
+* `block_sched + S8 append, 1 block per node`: the append grid of 8 blocks (what its width buys);
+* the same two with the gate shut (`--launches` selecting no replay: a replay left out on the
   device gate: the probe stores nothing, the append blocks neither copy nor zero);
+* the lean append kernel (`append_ptx()`, ring.py) after all 8 and after the last (what this
+  runtime builds for a chain), gate open and shut;
 * `block_sched + empty, after all 8`: the probed graph with a node but no append work.
 
 Measures, GPU alone (a spin kernel holds the GPU while the host enqueues the replays, so the times
@@ -137,7 +140,8 @@ class Bench:
         self.vadd_bs = cuda.function(probed.ptx, "vadd")
         self.empty = cuda.function(EMPTY_PTX, "empty")
         self.spin = cuda.function(SPIN_PTX, "spin")
-        self.append = cuda.function(graph_ring.append_ptx(self._arch(), True), graph_ring.APPEND_KERNEL)
+        self.lean = cuda.function(graph_ring.append_ptx(self._arch(), True), graph_ring.APPEND_KERNEL)
+        self.s8 = cuda.function(graph_ring.append_ptx(self._arch(), True, lean=False), graph_ring.APPEND_KERNEL)
         n = args.grid * BLOCK_ELEMENTS
         x, y, out = (cuda.alloc(4 * n) for _ in range(3))
         self.values = [C.c_uint64(x), C.c_uint64(y), C.c_uint64(out), C.c_uint32(n), C.c_uint64(0), C.c_uint64(0)]
@@ -171,9 +175,11 @@ class Bench:
                                            self.plain_params))
         return nodes
 
-    def build(self, probed: bool, extra: str | None, after: str, launch_filter=EVERY, chunks: int = 0) -> C.c_void_p:
+    def build(self, probed: bool, extra: str | None, after: str, launch_filter=EVERY, chunks: int = 0,
+              kernel=None) -> C.c_void_p:
         """One variant's executable graph: the chain, then `extra` ("empty", "empty-grid", "append")
-        after the last node or after all of them; `chunks`: the append grid's blocks per node (0: the runtime's)."""
+        after the last node or after all of them; `chunks`: the append grid's blocks per node (0: the runtime's);
+        `kernel`: the append kernel (the lean one unless given)."""
         graph = self.cuda.new_graph()
         nodes = self.chain(graph, probed)
         deps = nodes if after == "all" else nodes[-1:]
@@ -185,25 +191,34 @@ class Bench:
         elif extra == "append":
             args = graph_ring.append_params(self.desc, launch_filter, 0).pointers()
             self.keep.append(args)
-            self.cuda.add(graph, deps, self.append, (chunks or self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1),
+            self.cuda.add(graph, deps, kernel or self.lean, (chunks or self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1),
                           C.addressof(args))
         return self.cuda.instantiate(graph)
 
     def variants(self) -> dict:
         """name -> (executable graph, the gate its replays start with, whether it has an append node to check)."""
-        return {
+        table = {
             "plain": (self.build(False, None, "last"), 0, False),
             "+ empty, after the last": (self.build(False, "empty", "last"), 0, False),
             "+ empty, after all 8": (self.build(False, "empty", "all"), 0, False),
             "+ empty append grid, after all 8": (self.build(False, "empty-grid", "all"), 0, False),
             "block_sched (no append node)": (self.build(True, None, "last"), 0, False),
             "block_sched + empty, after all 8": (self.build(True, "empty", "all"), 0, False),
-            "block_sched + append, after all 8 (runtime)": (self.build(True, "append", "all"), 0, True),
-            "block_sched + append, after the last": (self.build(True, "append", "last"), 0, True),
-            "block_sched + append, 1 block per node, after all 8": (self.build(True, "append", "all", chunks=1), 0, True),
-            "gate shut + append, after all 8": (self.build(True, "append", "all", NONE), 1, True),
-            "gate shut + append, after the last": (self.build(True, "append", "last", NONE), 1, True),
         }
+        s8 = self.s8
+        table.update({
+            "block_sched + S8 append, after all 8 (session 8)": (self.build(True, "append", "all", kernel=s8), 0, True),
+            "block_sched + S8 append, after the last": (self.build(True, "append", "last", kernel=s8), 0, True),
+            "block_sched + S8 append, 1 block per node, after all 8": (self.build(True, "append", "all", chunks=1,
+                                                                                  kernel=s8), 0, True),
+            "gate shut + S8 append, after all 8": (self.build(True, "append", "all", NONE, kernel=s8), 1, True),
+            "gate shut + S8 append, after the last": (self.build(True, "append", "last", NONE, kernel=s8), 1, True),
+            "block_sched + lean append, after all 8": (self.build(True, "append", "all"), 0, True),
+            "block_sched + lean append, after the last (this runtime)": (self.build(True, "append", "last"), 0, True),
+            "gate shut + lean append, after all 8": (self.build(True, "append", "all", NONE), 1, True),
+            "gate shut + lean append, after the last": (self.build(True, "append", "last", NONE), 1, True),
+        })
+        return table
 
     def run(self, exe, gate: int, appends: bool) -> tuple[float, str]:
         cuda = self.cuda

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes as C
 import os
+import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -323,6 +325,22 @@ def test_last_of_walks_up_through_any_node():
     assert last_of([4, 6, 1], edges) == [4]
     assert last_of([3, 6], edges) == [3, 6]
     assert last_of([1, 2], []) == [1, 2]
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "session8"])
+def test_the_append_kernel_assembles(tmp_path, lean):
+    """Both append kernels (benchmarks/append_node_cost.py times them against each other), for every
+    target append_ptx writes and both ring placements."""
+    from neutrino.runtime.cudagraphs.ring import append_ptx
+
+    src = tmp_path / "append.ptx"
+    for arch, gpu in (((9, 0), "sm_90"), ((7, 5), "sm_75"), ((7, 0), "sm_75")):
+        for on_device in (True, False):
+            src.write_text(append_ptx(arch, on_device, lean=lean))
+            done = subprocess.run(["ptxas", f"-arch={gpu}", str(src), "-o", str(tmp_path / "append.cubin")],
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, (arch, on_device, done.stderr)
 
 
 def test_trace_budget_drops_replays_and_counts_them(tmp_path):
