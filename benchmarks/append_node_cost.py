@@ -23,7 +23,11 @@ Variants, each one executable graph:
   device gate: the probe stores nothing, the append blocks neither copy nor zero);
 * the lean append kernel (`append_ptx()`, ring.py) after all 8 and after the last (what this
   runtime builds for a chain), gate open and shut;
-* `block_sched + empty, after all 8`: the probed graph with a node but no append work.
+* `block_sched + empty, after all 8`: the probed graph with a node but no append work;
+* sm_90 and later: the lean kernel built for a programmatic edge (`append_ptx(pdl=True)`: all but
+  the copy before `griddepcontrol.wait`) after the last node, with a default edge (the kernel alone),
+  a programmatic edge (it may start once every block of the last kernel has exited) and a
+  launch-order edge (once every block of it has started), gate open and shut.
 
 Measures, GPU alone (a spin kernel holds the GPU while the host enqueues the replays, so the times
 are the GPU's): per-replay CUDA-event medians of `--replays` replays, each variant once per round,
@@ -87,6 +91,13 @@ class Graphs(Cuda):
         self.check("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, C.c_size_t(len(deps)), C.byref(p))
         return node
 
+    def depend(self, graph, frm, to, port: int) -> None:
+        """A programmatic edge frm -> to from kernel-node port `port` (CUgraphEdgeData: from_port,
+        to_port, type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, 5 reserved bytes)."""
+        data = (C.c_ubyte * 8)(port, 0, 1, 0, 0, 0, 0, 0)
+        src, dst = (C.c_void_p * 1)(frm.value), (C.c_void_p * 1)(to.value)
+        self.check("cuGraphAddDependencies_v2", graph, src, dst, data, C.c_size_t(1))
+
     def instantiate(self, graph) -> C.c_void_p:
         exe = C.c_void_p()
         self.check("cuGraphInstantiateWithFlags", C.byref(exe), graph, C.c_ulonglong(0))
@@ -142,6 +153,8 @@ class Bench:
         self.spin = cuda.function(SPIN_PTX, "spin")
         self.lean = cuda.function(graph_ring.append_ptx(self._arch(), True), graph_ring.APPEND_KERNEL)
         self.s8 = cuda.function(graph_ring.append_ptx(self._arch(), True, lean=False), graph_ring.APPEND_KERNEL)
+        self.pdl = (cuda.function(graph_ring.append_ptx(self._arch(), True, pdl=True), graph_ring.APPEND_KERNEL)
+                    if self._arch() >= (9, 0) else None)
         n = args.grid * BLOCK_ELEMENTS
         x, y, out = (cuda.alloc(4 * n) for _ in range(3))
         self.values = [C.c_uint64(x), C.c_uint64(y), C.c_uint64(out), C.c_uint32(n), C.c_uint64(0), C.c_uint64(0)]
@@ -176,10 +189,11 @@ class Bench:
         return nodes
 
     def build(self, probed: bool, extra: str | None, after: str, launch_filter=EVERY, chunks: int = 0,
-              kernel=None) -> C.c_void_p:
+              kernel=None, port: int | None = None) -> C.c_void_p:
         """One variant's executable graph: the chain, then `extra` ("empty", "empty-grid", "append")
         after the last node or after all of them; `chunks`: the append grid's blocks per node (0: the runtime's);
-        `kernel`: the append kernel (the lean one unless given)."""
+        `kernel`: the append kernel (the lean one unless given); `port`: a programmatic edge from that
+        port of the last node instead (1: programmatic, 2: launch order)."""
         graph = self.cuda.new_graph()
         nodes = self.chain(graph, probed)
         deps = nodes if after == "all" else nodes[-1:]
@@ -191,8 +205,10 @@ class Bench:
         elif extra == "append":
             args = graph_ring.append_params(self.desc, launch_filter, 0).pointers()
             self.keep.append(args)
-            self.cuda.add(graph, deps, kernel or self.lean, (chunks or self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1),
-                          C.addressof(args))
+            node = self.cuda.add(graph, [] if port else deps, kernel or self.lean, (chunks or self.chunks, CHAIN, 1),
+                                 (graph_ring.APPEND_THREADS, 1, 1), C.addressof(args))
+            if port:
+                self.cuda.depend(graph, nodes[-1], node, port)
         return self.cuda.instantiate(graph)
 
     def variants(self) -> dict:
@@ -218,6 +234,16 @@ class Bench:
             "gate shut + lean append, after all 8": (self.build(True, "append", "all", NONE), 1, True),
             "gate shut + lean append, after the last": (self.build(True, "append", "last", NONE), 1, True),
         })
+        pdl = [("block_sched + PDL append, default edge from the last", EVERY, None, 0),
+               ("block_sched + PDL append, programmatic edge from the last", EVERY, 1, 0),
+               ("block_sched + PDL append, launch-order edge from the last", EVERY, 2, 0),
+               ("gate shut + PDL append, programmatic edge from the last", NONE, 1, 1),
+               ("gate shut + PDL append, launch-order edge from the last", NONE, 2, 1)]
+        for name, which, port, gate in pdl if self.pdl is not None else ():
+            try:
+                table[name] = (self.build(True, "append", "last", which, kernel=self.pdl, port=port), gate, True)
+            except RuntimeError as e:  # a driver without programmatic edges: the other variants stand
+                print(f"{name}: not built: {e}", flush=True)
         return table
 
     def run(self, exe, gate: int, appends: bool) -> tuple[float, str]:

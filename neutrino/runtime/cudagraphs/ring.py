@@ -152,8 +152,7 @@ _PTX = """\
     @%p13 mov.u32 %r12, 0;
     setp.lt.u64 %p10, %rd22, %rd39;
     add.u64 %rd26, %rd24, %rd22;
-    @%p10 ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
-    @%p7 bra SHARED;
+{preload}    @%p7 bra SHARED;
     ld.relaxed.gpu.global.u64 %rd2, [%rd31];
     ld.param.u64 %rd46, [p_skip];
     add.u64 %rd47, %rd2, %rd46;
@@ -194,7 +193,7 @@ FREE:
 DECIDED:
     st.shared.u64 [s_slot], %rd20;
 SHARED:
-    bar.sync 0;
+{pdl_wait}    bar.sync 0;
     ld.shared.u64 %rd21, [s_slot];
     setp.ne.u64 %p5, %rd21, 0;
     setp.ne.u32 %p11, %r12, 0;
@@ -264,13 +263,21 @@ DONE:
 """
 
 
-def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True, lean: bool = True) -> str:
+def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True, lean: bool = True,
+               pdl: bool = False) -> str:
     """The append kernel's module for a device of compute capability `arch` (sm_75 code JITs on any
     newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it), for rings on the
     device or (`on_device` false: --when-full=wait) in host memory. `lean` false: the kernel of
-    session 8 (benchmarks/append_node_cost.py times both)."""
+    session 8 (benchmarks/append_node_cost.py times both). `pdl` (sm_90 and later): the kernel may
+    start while the probed kernel it depends on still runs (a programmatic edge): everything that
+    does not read the maps (the descriptor, the state, the gate the replay ran with, the decision:
+    all written before this replay) comes before `griddepcontrol.wait`, which waits for the probed
+    kernels to complete and their writes to be visible."""
     fence = "membar.gl" if on_device else "membar.sys"
-    ops = _LEAN if lean else _SESSION8
+    ops = {**(_LEAN if lean else _SESSION8), "preload": _PRELOAD, "pdl_wait": ""}
+    if pdl:
+        ops.update(preload=_NO_PRELOAD, pdl_wait="    griddepcontrol.wait;\n")
+        return _PTX.format(version="7.8", target="sm_90", publish_fence=fence, **ops)
     if arch is None or arch >= (7, 5):
         return _PTX.format(version="7.0", target="sm_75", publish_fence=fence, **ops)
     return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}", publish_fence=fence, **ops)
@@ -280,6 +287,10 @@ def _load(reg: str, off: int) -> str:
     return f"    ld.global.u64 {reg}, [%rd32+{off}];\n"
 
 
+# each thread's first 16 bytes of the maps, loaded while thread 0 decides; with a programmatic edge
+# the maps are read only after griddepcontrol.wait (the first step of the copy loop loads them then)
+_PRELOAD = "    @%p10 ld.global.v4.u32 {%r4, %r5, %r6, %r10}, [%rd26];\n"
+_NO_PRELOAD = "    setp.ne.u32 %p10, %r7, %r7;\n"
 CONSUMED_LOAD = "    ld.relaxed.sys.global.u64 %rd14, [%rd28];\n"
 
 
