@@ -333,11 +333,12 @@ class FakeDriver:
         self._check("memcpy_htod_async")
         C.memmove(dst, src, size)
 
-    def graph_add_kernel_node(self, graph, deps, func, grid, block, params):
-        """cuGraphAddKernelNode after a capture ended: the node runs after `deps` (appended last, a
+    def graph_add_kernel_node(self, graph, deps, func, grid, block, params, port=0):
+        """cuGraphAddKernelNode after a capture ended (`port`: cuGraphAddNode_v2 with programmatic edges
+        from that port): the node runs after `deps`, here once they have completed (appended last, a
         topological order of the fake's graph)."""
-        self._check("graph_add_kernel_node")
-        node = {"handle": self._new(), "kind": "kernel", "deps": list(deps), "func": func,
+        self._check("graph_add_programmatic_node" if port else "graph_add_kernel_node")
+        node = {"handle": self._new(), "kind": "kernel", "deps": list(deps), "func": func, "port": port,
                 "run": self._kernel_run(func, _OwnLaunch(tuple(grid), tuple(block), 0, 0), params)}
         self.graphs[graph].nodes.append(node)
         return node["handle"]

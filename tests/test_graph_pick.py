@@ -230,20 +230,28 @@ def test_ten_thousand_replays_every_100_write_100_results(tmp_path, fakecuda, sh
     assert pick["twin_launches"] == 9_900 and pick["switches"] == 1
 
 
-@pytest.mark.parametrize("edges", [True, False], ids=["edges", "no-edges"])
-def test_the_append_node_waits_for_the_last_probed_node_of_a_chain(tmp_path, fakecuda_calls, shim, monkeypatch, edges):
+@pytest.mark.parametrize("driver", ["edges", "no-edges", "no-add-node"])
+def test_the_append_node_waits_for_the_last_probed_node_of_a_chain(tmp_path, fakecuda_calls, shim, monkeypatch, driver):
     """Two probed kernels in a chain: the append node is added after the second only (the driver's edges
-    say the first has completed before it starts), after both when the edges cannot be read. Every
-    selected replay of both nodes is written whole, on the device gate (no host choice)."""
+    say the first has completed before it starts), by a launch-order edge (sm_90: it may start while
+    that kernel runs), by an ordinary edge when the driver refuses that one, after both by ordinary
+    edges when the edges cannot be read. Every selected replay of both nodes is written whole, on the
+    device gate (no host choice)."""
     calls = tmp_path / "calls.log"
     monkeypatch.setenv("FAKECUDA_LOG_CALLS", str(calls))
     monkeypatch.setenv("NEUTRINO_PTXAS", str(FAKE / "fake_ptxas.py"))
-    env = {} if edges else {"FAKECUDA_NO_EDGES": "1"}
+    env = {"edges": {}, "no-edges": {"FAKECUDA_NO_EDGES": "1"}, "no-add-node": {"FAKECUDA_NO_ADD_NODE": "1"}}[driver]
     _, _, t, _ = run_app(tmp_path, fakecuda_calls, monkeypatch, GRAPH_APP_KERNELS=2, NEUTRINO_GRAPH_PICK="0", **env)
     lines = [line.split(" ", 1) for line in calls.read_text().splitlines() if not line.startswith("==")]
-    added = [next(rest for th, rest in lines[i + 1:] if th == thread and rest.startswith("  = "))
-             for i, (thread, rest) in enumerate(lines) if rest == "cuGraphAddKernelNode_v2"]
-    assert len(added) == 1 and added[0].startswith(f"  = __neutrino_graph_append deps {1 if edges else 2} "), added
+    added = [(rest, [r for th, r in lines[i + 1:i + 4] if th == thread and r.startswith("  = ")])
+             for i, (thread, rest) in enumerate(lines) if rest in ("cuGraphAddKernelNode_v2", "cuGraphAddNode_v2")]
+    if driver == "edges":
+        assert [(call, said[0], said[1].split()[:4]) for call, said in added] == [
+            ("cuGraphAddNode_v2", "  = edge port 2 type 1", ["=", "__neutrino_graph_append", "deps", "1"])], added
+    else:  # (a refused cuGraphAddNode_v2 says nothing)
+        deps = "2" if driver == "no-edges" else "1"
+        assert [(call, said[0].split()[:4]) for call, said in added if call == "cuGraphAddKernelNode_v2"] == [
+            ("cuGraphAddKernelNode_v2", ["=", "__neutrino_graph_append", "deps", deps])], added
     for node in (1, 2):
         assert written(t, (1, node)) == SELECTED
 

@@ -268,6 +268,7 @@ def test_the_append_node_waits_for_the_last_probed_nodes_only(program, branches,
     kernels = [n for n in drv.graphs[graph].nodes if n["kind"] == "kernel"]
     assert [drv.functions[n["func"]][1] for n in kernels] == ["saxpy4"] * 3 + [APPEND_KERNEL]
     assert kernels[-1]["deps"] == [kernels[i]["handle"] for i in waited]
+    assert kernels[-1]["port"] == (2 if len(waited) == 1 else 0)  # after one node: a launch-order edge (sm_90)
     program.replay(program.instantiate(graph), 5)
     finish(program.rt)
     t = nt.load(program.rt.trace.path)
@@ -277,11 +278,14 @@ def test_the_append_node_waits_for_the_last_probed_nodes_only(program, branches,
         assert all(len(la.maps["block_sched"].valid()) == 8 for la in mine)
 
 
-def test_the_append_node_waits_for_every_probed_node_when_the_edges_cannot_be_read(program):
-    program.drv.fail["graph_edges"] = "CUDA_ERROR_NOT_SUPPORTED"
+@pytest.mark.parametrize("refused", ["graph_edges", "graph_add_programmatic_node"])
+def test_the_append_node_falls_back_to_ordinary_edges(program, refused):
+    """Edges that cannot be read: after every probed node. A programmatic edge refused: an ordinary one."""
+    program.drv.fail[refused] = "CUDA_ERROR_NOT_SUPPORTED"
     graph = capture_probed(program, [True, False])
     kernels = [n for n in program.drv.graphs[graph].nodes if n["kind"] == "kernel"]
-    assert kernels[-1]["deps"] == [kernels[0]["handle"], kernels[1]["handle"]]
+    waited = [0, 1] if refused == "graph_edges" else [1]
+    assert kernels[-1]["deps"] == [kernels[i]["handle"] for i in waited] and kernels[-1]["port"] == 0
     program.replay(program.instantiate(graph), 3)
     finish(program.rt)
     assert sorted(la.event["graph_node"] for la in nt.load(program.rt.trace.path).launches) == [1, 1, 1, 2, 2, 2]

@@ -91,6 +91,15 @@ class KernelNodeParamsV2(C.Structure):
     _fields_ = [*KernelNodeParams._fields_, ("kern", C.c_void_p), ("ctx", C.c_void_p)]
 
 
+class GraphNodeParams(C.Structure):
+    """CUgraphNodeParams of a kernel node (cuGraphAddNode_v2): the type (0: kernel), the union of 232
+    bytes whose start is the kernel's parameters, 8 reserved bytes."""
+
+    _fields_ = [("type", C.c_int), ("reserved0", C.c_int * 3), ("kernel", KernelNodeParamsV2),
+                ("rest", C.c_ubyte * (232 - C.sizeof(KernelNodeParamsV2))), ("reserved2", C.c_longlong)]
+
+
+PROGRAMMATIC_EDGE = 1 << 16  # CUgraphEdgeData as a u64: byte 0 from_port, byte 1 to_port, byte 2 type (1: programmatic)
 P = C.c_void_p
 U = C.c_uint
 SZ = C.c_size_t
@@ -127,6 +136,7 @@ _SIGNATURES = {
     "cuMemcpyHtoDAsync_v2": [C.c_uint64, P, SZ, P],
     "cuGraphAddKernelNode_v2": [PP, P, P, SZ, P],
     "cuGraphGetEdges_v2": [P, P, P, P, C.POINTER(SZ)],
+    "cuGraphAddNode_v2": [PP, P, P, P, SZ, P],
     "cuGraphGetEdges": [P, P, P, C.POINTER(SZ)],
     "cuEventCreate": [PP, U],
     "cuEventRecord": [P, P],
@@ -380,14 +390,21 @@ class RealDriver:
     def memcpy_htod_async(self, dst: int, src: int, size: int, stream: int) -> None:
         self._call("cuMemcpyHtoDAsync_v2", dst, src, size, stream)
 
-    def graph_add_kernel_node(self, graph: int, deps, func: int, grid, block, params: int) -> int:
-        """A kernel node of ours added to a graph (after its capture ended), after `deps`; its handle."""
+    def graph_add_kernel_node(self, graph: int, deps, func: int, grid, block, params: int, port: int = 0) -> int:
+        """A kernel node of ours added to a graph (after its capture ended), after `deps`; its handle.
+        `port` (CUDA 12.3+): programmatic edges from that kernel-node port of each dependency (1: it
+        may start once their blocks have all exited, 2: once they have all started)."""
         p = KernelNodeParamsV2(func=func, gridDimX=grid[0], gridDimY=grid[1], gridDimZ=grid[2], blockDimX=block[0],
                                blockDimY=block[1], blockDimZ=block[2], sharedMemBytes=0,
                                kernelParams=C.cast(params, C.POINTER(C.c_void_p)))
         arr = (C.c_void_p * max(1, len(deps)))(*deps)
         node = C.c_void_p()
-        self._call("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, len(deps), C.byref(p))
+        if port:
+            edges = (C.c_uint64 * max(1, len(deps)))(*[PROGRAMMATIC_EDGE | port] * len(deps))
+            self._call("cuGraphAddNode_v2", C.byref(node), graph, arr, edges, len(deps),
+                       C.byref(GraphNodeParams(type=0, kernel=p)))
+        else:
+            self._call("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, len(deps), C.byref(p))
         return node.value
 
     def graph_edges(self, graph: int) -> list[tuple[int, int]]:

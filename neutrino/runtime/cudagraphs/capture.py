@@ -155,6 +155,7 @@ class GraphProbes:
         self.arch_of = arch_of  # ctx -> compute capability (for the append kernel's PTX target)
         self.wait_ns = wait_ns  # --when-full=wait: how long a replay waits for a full ring's slot
         self._append: dict[int, int] = {}  # ctx -> the append kernel's function
+        self._pdl: dict[int, bool] = {}  # ctx -> it waits for its dependencies itself (graph_ring.append_ptx pdl)
         self._ours: dict[int, int] = {}  # ctx -> a stream of ours: zeroing new nodes' maps, copying slots out
         self._lock = threading.RLock()
         self._by_graph: dict[int, GraphGroup] = {}
@@ -290,8 +291,10 @@ class GraphProbes:
         func = self._append.get(ctx)
         if func is None:
             arch = self.arch_of(ctx) if self.arch_of is not None else None
-            module = self.drv.module_load_data(graph_ring.append_ptx(arch, self.wait_ns == 0).encode() + b"\0")
+            pdl = arch is not None and arch >= graph_ring.PDL_ARCH
+            module = self.drv.module_load_data(graph_ring.append_ptx(arch, self.wait_ns == 0, pdl=pdl).encode() + b"\0")
             func = self._append[ctx] = self.drv.module_get_function(module, graph_ring.APPEND_KERNEL)
+            self._pdl[ctx] = pdl
         return func
 
     def _lose_results(self, node: GraphNode, reason: str) -> None:
@@ -322,8 +325,8 @@ class GraphProbes:
                 group.append_args.append(args)
                 chunks = graph_ring.append_chunks([n.span for n in nodes])
                 grid, block = (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1)
-                handle = self.drv.graph_add_kernel_node(graph, self._append_deps(graph, nodes), self._append[group.ctx],
-                                                        grid, block, C.addressof(args))
+                handle = self._add_append_node(graph, group.ctx, self._append_deps(graph, nodes), grid, block,
+                                               C.addressof(args))
                 values = args._owner  # noqa: SLF001 - the AppendParams the pointers point into
                 group.appends.append({"node": handle, "func": self._append[group.ctx], "grid": grid, "block": block,
                                       "args": [getattr(values, f) for f, _ in graph_ring.AppendParams._fields_]})
@@ -333,6 +336,19 @@ class GraphProbes:
             return
         for n in nodes:
             n.appended = True
+
+    def _add_append_node(self, graph: int, ctx: int, deps: list[int], grid, block, params: int) -> int:
+        """The append node after `deps`. After one probed node, with a kernel built for it (sm_90+), by a
+        launch-order edge: it starts once that kernel's blocks have all started, and reads the maps only
+        once it has completed (griddepcontrol.wait): its start and decision overlap the kernel. A driver
+        that refuses the edge (before CUDA 12.3): an ordinary one."""
+        func = self._append[ctx]
+        if len(deps) == 1 and self._pdl.get(ctx):
+            try:
+                return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params, port=graph_ring.PDL_PORT)
+            except DriverError:
+                pass
+        return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params)
 
     def _append_deps(self, graph: int, nodes: list[GraphNode]) -> list[int]:
         """What the append node waits for: the probed nodes no other of `nodes` waits for, however
