@@ -333,12 +333,15 @@ class FakeDriver:
         self._check("memcpy_htod_async")
         C.memmove(dst, src, size)
 
-    def graph_add_kernel_node(self, graph, deps, func, grid, block, params, port=0):
-        """cuGraphAddKernelNode after a capture ended (`port`: cuGraphAddNode_v2 with programmatic edges
-        from that port): the node runs after `deps`, here once they have completed (appended last, a
-        topological order of the fake's graph)."""
-        self._check("graph_add_programmatic_node" if port else "graph_add_kernel_node")
-        node = {"handle": self._new(), "kind": "kernel", "deps": list(deps), "func": func, "port": port,
+    def graph_add_kernel_node(self, graph, deps, func, grid, block, params, ports=None):
+        """cuGraphAddKernelNode after a capture ended (`ports`: cuGraphAddNode_v2, programmatic edges
+        from the dependencies with a port): the node runs after `deps`, here once they have completed
+        (appended last, a topological order of the fake's graph)."""
+        ports = list(ports or [0] * len(deps))
+        self._check("graph_add_kernel_node")
+        if any(ports):
+            self._check("graph_add_programmatic_node")
+        node = {"handle": self._new(), "kind": "kernel", "deps": list(deps), "func": func, "ports": ports,
                 "run": self._kernel_run(func, _OwnLaunch(tuple(grid), tuple(block), 0, 0), params)}
         self.graphs[graph].nodes.append(node)
         return node["handle"]

@@ -231,12 +231,12 @@ def test_ten_thousand_replays_every_100_write_100_results(tmp_path, fakecuda, sh
 
 
 @pytest.mark.parametrize("driver", ["edges", "no-edges", "no-add-node"])
-def test_the_append_node_waits_for_the_last_probed_node_of_a_chain(tmp_path, fakecuda_calls, shim, monkeypatch, driver):
-    """Two probed kernels in a chain: the append node is added after the second only (the driver's edges
-    say the first has completed before it starts), by a launch-order edge (sm_90: it may start while
-    that kernel runs), by an ordinary edge when the driver refuses that one, after both by ordinary
-    edges when the edges cannot be read. Every selected replay of both nodes is written whole, on the
-    device gate (no host choice)."""
+def test_the_append_node_of_a_chain_starts_with_its_last_probed_kernel(tmp_path, fakecuda_calls, shim, monkeypatch,
+                                                                       driver):
+    """Two probed kernels in a chain: the append node is added after both, the edge from the second a
+    launch-order edge (sm_90: it may start while that kernel runs; the driver's edges say the first
+    has completed before the second starts); ordinary edges when the driver refuses that one or the
+    edges cannot be read. Every selected replay of both nodes is written whole, on the device gate."""
     calls = tmp_path / "calls.log"
     monkeypatch.setenv("FAKECUDA_LOG_CALLS", str(calls))
     monkeypatch.setenv("NEUTRINO_PTXAS", str(FAKE / "fake_ptxas.py"))
@@ -247,11 +247,10 @@ def test_the_append_node_waits_for_the_last_probed_node_of_a_chain(tmp_path, fak
              for i, (thread, rest) in enumerate(lines) if rest in ("cuGraphAddKernelNode_v2", "cuGraphAddNode_v2")]
     if driver == "edges":
         assert [(call, said[0], said[1].split()[:4]) for call, said in added] == [
-            ("cuGraphAddNode_v2", "  = edge port 2 type 1", ["=", "__neutrino_graph_append", "deps", "1"])], added
+            ("cuGraphAddNode_v2", "  = edges (port/type) 0/0 2/1", ["=", "__neutrino_graph_append", "deps", "2"])], added
     else:  # (a refused cuGraphAddNode_v2 says nothing)
-        deps = "2" if driver == "no-edges" else "1"
         assert [(call, said[0].split()[:4]) for call, said in added if call == "cuGraphAddKernelNode_v2"] == [
-            ("cuGraphAddKernelNode_v2", ["=", "__neutrino_graph_append", "deps", deps])], added
+            ("cuGraphAddKernelNode_v2", ["=", "__neutrino_graph_append", "deps", "2"])], added
     for node in (1, 2):
         assert written(t, (1, node)) == SELECTED
 

@@ -255,20 +255,19 @@ def capture_probed(p, branches):
     return graph
 
 
-@pytest.mark.parametrize(("branches", "waited"), [([True, False, False], [2]), ([True, True, True], [0, 1, 2]),
-                                                  ([True, False, True], [1, 2])],
+@pytest.mark.parametrize(("branches", "ports"), [([True, False, False], [0, 0, 2]), ([True, True, True], [0, 0, 0]),
+                                                 ([True, False, True], [0, 0, 0])],
                          ids=["chain", "three-branches", "chain-and-branch"])
-def test_the_append_node_waits_for_the_last_probed_nodes_only(program, branches, waited):
-    """The append node depends on the probed nodes that no other probed node waits for (the others have
-    completed before those start); the fake runs each node as soon as its dependencies allow, so an
-    append node waiting for too few would copy a node's maps before its kernel ran. Every replay of
-    every node is written, whole."""
+def test_the_append_node_waits_for_every_probed_node(program, branches, ports):
+    """The append node depends on every probed node; when one of them is the last (every other one
+    completes before it starts: the graph's edges say so), its edge is a launch-order edge (sm_90:
+    the append kernel starts with it and waits for it itself). The fake runs each node as soon as its
+    dependencies allow. Every replay of every node is written, whole."""
     drv = program.drv
     graph = capture_probed(program, branches)
     kernels = [n for n in drv.graphs[graph].nodes if n["kind"] == "kernel"]
     assert [drv.functions[n["func"]][1] for n in kernels] == ["saxpy4"] * 3 + [APPEND_KERNEL]
-    assert kernels[-1]["deps"] == [kernels[i]["handle"] for i in waited]
-    assert kernels[-1]["port"] == (2 if len(waited) == 1 else 0)  # after one node: a launch-order edge (sm_90)
+    assert kernels[-1]["deps"] == [n["handle"] for n in kernels[:3]] and kernels[-1]["ports"] == ports
     program.replay(program.instantiate(graph), 5)
     finish(program.rt)
     t = nt.load(program.rt.trace.path)
@@ -280,19 +279,18 @@ def test_the_append_node_waits_for_the_last_probed_nodes_only(program, branches,
 
 @pytest.mark.parametrize("refused", ["graph_edges", "graph_add_programmatic_node"])
 def test_the_append_node_falls_back_to_ordinary_edges(program, refused):
-    """Edges that cannot be read: after every probed node. A programmatic edge refused: an ordinary one."""
+    """Edges that cannot be read, or a programmatic edge refused: ordinary edges only."""
     program.drv.fail[refused] = "CUDA_ERROR_NOT_SUPPORTED"
     graph = capture_probed(program, [True, False])
     kernels = [n for n in program.drv.graphs[graph].nodes if n["kind"] == "kernel"]
-    waited = [0, 1] if refused == "graph_edges" else [1]
-    assert kernels[-1]["deps"] == [kernels[i]["handle"] for i in waited] and kernels[-1]["port"] == 0
+    assert kernels[-1]["deps"] == [kernels[0]["handle"], kernels[1]["handle"]] and kernels[-1]["ports"] == [0, 0]
     program.replay(program.instantiate(graph), 3)
     finish(program.rt)
     assert sorted(la.event["graph_node"] for la in nt.load(program.rt.trace.path).launches) == [1, 1, 1, 2, 2, 2]
 
 
 def test_ten_thousand_replays_every_100_of_a_chain_write_100_results_per_node(tmp_path):
-    """Two probed nodes in a chain, the append node after the second only: 100 results each, exact;
+    """Two probed nodes in a chain, the edge from the second a launch-order edge: 100 results each, exact;
     the probe ran with its gate open on those replays only."""
     from fakedriver import probe_buffer
 

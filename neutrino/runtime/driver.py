@@ -390,17 +390,18 @@ class RealDriver:
     def memcpy_htod_async(self, dst: int, src: int, size: int, stream: int) -> None:
         self._call("cuMemcpyHtoDAsync_v2", dst, src, size, stream)
 
-    def graph_add_kernel_node(self, graph: int, deps, func: int, grid, block, params: int, port: int = 0) -> int:
+    def graph_add_kernel_node(self, graph: int, deps, func: int, grid, block, params: int, ports=None) -> int:
         """A kernel node of ours added to a graph (after its capture ended), after `deps`; its handle.
-        `port` (CUDA 12.3+): programmatic edges from that kernel-node port of each dependency (1: it
-        may start once their blocks have all exited, 2: once they have all started)."""
+        `ports` (CUDA 12.3+), one per dependency: 0 an ordinary edge, else a programmatic edge from
+        that kernel-node port (1: the node may start once the dependency's blocks have all exited,
+        2: once they have all started)."""
         p = KernelNodeParamsV2(func=func, gridDimX=grid[0], gridDimY=grid[1], gridDimZ=grid[2], blockDimX=block[0],
                                blockDimY=block[1], blockDimZ=block[2], sharedMemBytes=0,
                                kernelParams=C.cast(params, C.POINTER(C.c_void_p)))
         arr = (C.c_void_p * max(1, len(deps)))(*deps)
         node = C.c_void_p()
-        if port:
-            edges = (C.c_uint64 * max(1, len(deps)))(*[PROGRAMMATIC_EDGE | port] * len(deps))
+        if ports and any(ports):
+            edges = (C.c_uint64 * len(deps))(*[PROGRAMMATIC_EDGE | p if p else 0 for p in ports])
             self._call("cuGraphAddNode_v2", C.byref(node), graph, arr, edges, len(deps),
                        C.byref(GraphNodeParams(type=0, kernel=p)))
         else:

@@ -416,13 +416,16 @@ CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void *const *deps, si
 CUresult cuGraphAddKernelNode(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
     return cuGraphAddKernelNode_v2(node, graph, deps, n, p);
 }
-/* cuGraphAddNode_v2 of a kernel node (CUgraphNodeParams: type 0, the kernel's parameters at byte 16), its
- * edges' data logged (programmatic: from port, type); the node runs after its deps, as any.
+/* cuGraphAddNode_v2 of a kernel node (CUgraphNodeParams: type 0, the kernel's parameters at byte 16), each
+ * edge's data logged (from port / type: 1 programmatic); the node runs after its deps, as any.
  * FAKECUDA_NO_ADD_NODE=1: refused (CUDA_ERROR_NOT_SUPPORTED), as by a driver before CUDA 12.3. */
 CUresult cuGraphAddNode_v2(void **node, void *graph, void *const *deps, const unsigned char (*data)[8], size_t n,
                            const int *params) {
     if (getenv("FAKECUDA_NO_ADD_NODE") || params[0] != 0) return 801;
-    fake_call_detail("edge port %u type %u", n && data ? data[0][0] : 0, n && data ? data[0][2] : 0);
+    char said[256] = "edges (port/type)";
+    for (size_t i = 0, used = strlen(said); i < n && used < sizeof said - 16; i++)
+        used += (size_t)snprintf(said + used, sizeof said - used, " %u/%u", data ? data[i][0] : 0, data ? data[i][2] : 0);
+    fake_call_detail("%s", said);
     return cuGraphAddKernelNode_v2(node, graph, deps, n, (const KernelNodeParams *)(params + 4));
 }
 /* FAKECUDA_LOG_CALLS: what is instantiated (flags, each node: kind, kernel, dims, disabled) */

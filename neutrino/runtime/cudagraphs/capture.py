@@ -325,8 +325,7 @@ class GraphProbes:
                 group.append_args.append(args)
                 chunks = graph_ring.append_chunks([n.span for n in nodes])
                 grid, block = (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1)
-                handle = self._add_append_node(graph, group.ctx, self._append_deps(graph, nodes), grid, block,
-                                               C.addressof(args))
+                handle = self._add_append_node(graph, group.ctx, nodes, grid, block, C.addressof(args))
                 values = args._owner  # noqa: SLF001 - the AppendParams the pointers point into
                 group.appends.append({"node": handle, "func": self._append[group.ctx], "grid": grid, "block": block,
                                       "args": [getattr(values, f) for f, _ in graph_ring.AppendParams._fields_]})
@@ -337,30 +336,32 @@ class GraphProbes:
         for n in nodes:
             n.appended = True
 
-    def _add_append_node(self, graph: int, ctx: int, deps: list[int], grid, block, params: int) -> int:
-        """The append node after `deps`. After one probed node, with a kernel built for it (sm_90+), by a
-        launch-order edge: it starts once that kernel's blocks have all started, and reads the maps only
-        once it has completed (griddepcontrol.wait): its start and decision overlap the kernel. A driver
-        that refuses the edge (before CUDA 12.3): an ordinary one."""
-        func = self._append[ctx]
-        if len(deps) == 1 and self._pdl.get(ctx):
+    def _add_append_node(self, graph: int, ctx: int, nodes: list[GraphNode], grid, block, params: int) -> int:
+        """The append node, after every probed node of the capture (after the last one only measured
+        slower: docs/overhead.md, "Session 9: the append node"). With a kernel built for it (sm_90+)
+        and one probed node that no other waits for (the graph's edges say so), the edge from that
+        one is a launch-order edge: the append kernel starts once that kernel's blocks have all
+        started and reads the maps only once it has completed (griddepcontrol.wait), so its start and
+        its decision overlap the probed kernel. A driver that refuses it (before CUDA 12.3), or edges
+        that cannot be read: ordinary edges only."""
+        func, deps = self._append[ctx], [n.node for n in nodes]
+        last = self._last_probed(graph, deps) if self._pdl.get(ctx) else []
+        if len(last) == 1:
+            ports = [graph_ring.PDL_PORT if d == last[0] else 0 for d in deps]
             try:
-                return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params, port=graph_ring.PDL_PORT)
+                return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params, ports=ports)
             except DriverError:
                 pass
         return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params)
 
-    def _append_deps(self, graph: int, nodes: list[GraphNode]) -> list[int]:
-        """What the append node waits for: the probed nodes no other of `nodes` waits for, however
-        indirectly (completion is transitive along the graph's edges: the others have completed
-        before those start). Each dependency of a node costs the replay a little (docs/overhead.md,
-        "Session 9: the append node"). All of them when the edges cannot be read."""
-        handles = [n.node for n in nodes]
+    def _last_probed(self, graph: int, deps: list[int]) -> list[int]:
+        """The probed nodes no other of `deps` waits for, however indirectly (completion is transitive
+        along the graph's ordinary edges); none when the edges cannot be read."""
         read_edges = getattr(self.drv, "graph_edges", None)  # (drivers of tests without it)
         try:
-            return last_of(handles, read_edges(graph)) if read_edges is not None else handles
+            return last_of(deps, read_edges(graph)) if read_edges is not None else []
         except DriverError:
-            return handles
+            return []
 
     # ------------------------------------------------------------ what the shim reports
     def on_graph_event(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
