@@ -8,30 +8,28 @@ here. The probed kernels (block_sched) get their own device memory per node and 
 kernel (runtime/cudagraphs/ring.py) gets real descriptors, laid out by the runtime's own functions
 (`ring_layout`, `DeviceLayout`, `node_desc`, `append_params`, `append_chunks`): what
 `GraphProbes.end_capture` builds, without the host thread that copies the slots out (GPU alone).
-Variants, each one executable graph:
+Variants, each one executable graph (`VARIANTS`):
 
-* `plain`: the 8 kernels;
-* `+ empty, after the last` / `+ empty, after all 8`: an empty kernel (1 block of 32 threads): what
-  one more node costs, and what joining 8 dependencies costs on top;
-* `+ empty append grid, after all 8`: the empty kernel with the append node's grid and block
-  (chunks x 8 blocks x 256 threads): what the grid costs without any work;
-* `block_sched`: the probed kernels, pointers tagged (they read the gate) and no append node;
-* `block_sched + S8 append, after all 8` (what session 8's runtime builds) and `after the last`,
-  with session 8's append kernel (`append_ptx(lean=False)`);
-* `block_sched + S8 append, 1 block per node`: the append grid of 8 blocks (what its width buys);
-* the same two with the gate shut (`--launches` selecting no replay: a replay left out on the
-  device gate: the probe stores nothing, the append blocks neither copy nor zero);
-* the lean append kernel (`append_ptx()`, ring.py) after all 8 and after the last (what this
-  runtime builds for a chain), gate open and shut;
-* `block_sched + empty, after all 8`: the probed graph with a node but no append work;
-* sm_90 and later: the lean kernel built for a programmatic edge (`append_ptx(pdl=True)`: all but
-  the copy before `griddepcontrol.wait`) after the last node, with a default edge (the kernel alone),
-  a programmatic edge (it may start once every block of the last kernel has exited) and a
-  launch-order edge (once every block of it has started), gate open and shut.
+* `plain`: the 8 kernels; `+ empty, after the last` / `after all 8`: an empty kernel (1 block of 32
+  threads): what one more node costs, and its join of 8 dependencies;
+* `block_sched`: the probed kernels, pointers tagged (they read the gate), no append node; and with an
+  empty node after all 8 (a node, no append work);
+* the append node after all 8 with session 8's kernel (`S8`: `append_ptx(lean=False)`, what main
+  builds) and the lean one (ring.py), each with every replay probed and with the gate shut
+  (`--launches` selecting no replay: the probe stores nothing, the append blocks neither copy nor
+  zero), and each with its host ring in device memory instead of mapped host memory (an ablation: no
+  store crosses PCIe; nothing reads that ring here);
+* the lean kernel without its fences (an ablation: its results may be torn);
+* sm_90 and later: the kernel built for a programmatic edge (`append_ptx(pdl=True)`: everything but
+  the copy before `griddepcontrol.wait`) after all 8, the edge from the last one a launch-order edge
+  (it may start once every block of that kernel has started: what this runtime builds), a
+  programmatic one (once they have all exited), or the launch-order edge alone; and with the ring
+  in device memory.
 
 Measures, GPU alone (a spin kernel holds the GPU while the host enqueues the replays, so the times
 are the GPU's): per-replay CUDA-event medians of `--replays` replays, each variant once per round,
-rounds interleaved; the table gives the median over rounds of those medians, and the spread (lowest
+rounds interleaved (a first round not counted: it runs faster than the next ones); the table gives
+the median over rounds of those medians, and the spread (lowest
 and highest round). Every append variant is checked after each round: its replays counted by the
 append kernel's state, slots written (all of them when the gate is open, none when shut), none
 dropped (the state is reset before each round: the ring has room for a round's replays), the maps
@@ -47,6 +45,8 @@ import statistics
 import sys
 import types
 from pathlib import Path
+
+import attrs
 
 from probe_cost import BLOCK_ELEMENTS, SPIN_PTX, THREADS, VADD, Cuda, pointer_array, timed
 
@@ -127,8 +127,11 @@ class ProbedNode:
         self.ring = cuda.host_mapped(self.ring_layout.total)
         self.buffer = self.device + self.dev.maps  # the first (only) map; bit 0 set: the kernel reads the gate
 
-    def desc(self) -> graph_ring.NodeDesc:
-        return graph_ring.node_desc(self.device, self.dev, self.ring, self.ring_layout, 0)
+        self.ring_on_device = cuda.alloc(self.ring_layout.total)  # (the ablation without PCIe stores)
+
+    def desc(self, ring_on_device: bool = False) -> graph_ring.NodeDesc:
+        ring = self.ring_on_device if ring_on_device else self.ring
+        return graph_ring.node_desc(self.device, self.dev, ring, self.ring_layout, 0)
 
     def reset(self, cuda: Graphs, gate: int) -> None:
         """Before a round: counters zero (the ring empty), the first replay's gate."""
@@ -138,6 +141,59 @@ class ProbedNode:
     def counters(self, cuda: Graphs) -> tuple[int, int, int]:
         raw = cuda.read(self.device + self.dev.state, 24)
         return tuple(int.from_bytes(raw[i:i + 8], "little") for i in (0, 8, 16))
+
+
+@attrs.frozen
+class Variant:
+    """One executable graph: the chain (probed or not), then `extra` ("empty", "empty-grid", "append" or
+    None) after the last node or after all of them (`after`), the append node's `kernel` ("s8", "lean",
+    "pdl", "nofence"), the replays' selection (`launch_filter`: EVERY or NONE), the edge from the last node
+    a programmatic one from `port` (1: programmatic, 2: launch order; 0: ordinary), the host ring in mapped
+    host memory or, `ring` "device", in device memory (no store crosses PCIe)."""
+
+    name: str
+    probed: bool
+    extra: str | None = None
+    after: str = "all"
+    kernel: str = "lean"
+    launch_filter: object = EVERY
+    port: int = 0
+    ring: str = "host"
+
+    @property
+    def gate(self) -> int:
+        return 1 if self.launch_filter is NONE else 0
+
+
+def append_variants(name: str, kernel: str, **kw) -> list[Variant]:
+    """The append node with `kernel`, every replay probed and the gate shut."""
+    return [Variant(f"block_sched + {name}", True, "append", kernel=kernel, **kw),
+            Variant(f"gate shut + {name}", True, "append", kernel=kernel, launch_filter=NONE, **kw)]
+
+
+VARIANTS = [
+    Variant("plain", False, after="last"),
+    Variant("+ empty, after the last", False, "empty", after="last"),
+    Variant("+ empty, after all 8", False, "empty"),
+    Variant("block_sched (no append node)", True, after="last"),
+    Variant("block_sched + empty, after all 8", True, "empty"),
+    *append_variants("S8 append, after all 8 (main)", "s8"),
+    *append_variants("S8 append, after all 8, ring in device memory", "s8", ring="device"),
+    *append_variants("lean append, after all 8", "lean"),
+    *append_variants("lean append, after all 8, ring in device memory", "lean", ring="device"),
+    Variant("block_sched + lean append without its fences (ablation: not correct)", True, "append", kernel="nofence"),
+    *append_variants("PDL append, after all 8, launch-order edge from the last (this runtime)", "pdl", port=2),
+    Variant("block_sched + PDL append, after all 8, programmatic edge from the last", True, "append", kernel="pdl",
+            port=1),
+    Variant("block_sched + PDL append, after the last only, launch-order edge", True, "append", after="last",
+            kernel="pdl", port=2),
+    *append_variants("PDL append, launch-order edge, ring in device memory", "pdl", port=2, ring="device"),
+]
+
+
+def without_fences(ptx: str) -> str:
+    """The append kernel with its fences removed: what they cost (an ablation; results may be torn)."""
+    return "\n".join(line for line in ptx.splitlines() if "membar" not in line) + "\n"
 
 
 class Bench:
@@ -151,10 +207,12 @@ class Bench:
         self.vadd_bs = cuda.function(probed.ptx, "vadd")
         self.empty = cuda.function(EMPTY_PTX, "empty")
         self.spin = cuda.function(SPIN_PTX, "spin")
-        self.lean = cuda.function(graph_ring.append_ptx(self._arch(), True), graph_ring.APPEND_KERNEL)
-        self.s8 = cuda.function(graph_ring.append_ptx(self._arch(), True, lean=False), graph_ring.APPEND_KERNEL)
-        self.pdl = (cuda.function(graph_ring.append_ptx(self._arch(), True, pdl=True), graph_ring.APPEND_KERNEL)
-                    if self._arch() >= (9, 0) else None)
+        arch = self._arch()
+        texts = {"lean": graph_ring.append_ptx(arch, True), "s8": graph_ring.append_ptx(arch, True, lean=False)}
+        texts["nofence"] = without_fences(texts["lean"])
+        if arch >= graph_ring.PDL_ARCH:
+            texts["pdl"] = graph_ring.append_ptx(arch, True, pdl=True)
+        self.kernels = {k: cuda.function(t, graph_ring.APPEND_KERNEL) for k, t in texts.items()}
         n = args.grid * BLOCK_ELEMENTS
         x, y, out = (cuda.alloc(4 * n) for _ in range(3))
         self.values = [C.c_uint64(x), C.c_uint64(y), C.c_uint64(out), C.c_uint32(n), C.c_uint64(0), C.c_uint64(0)]
@@ -162,9 +220,11 @@ class Bench:
         self.empty_params = pointer_array([C.c_uint64(0)])
         self.nodes = [ProbedNode(cuda, self.maps, args.grid) for _ in range(CHAIN)]
         self.chunks = graph_ring.append_chunks([nd.span for nd in self.nodes])
-        descs = (graph_ring.NodeDesc * CHAIN)(*[nd.desc() for nd in self.nodes])
-        self.desc = cuda.alloc(C.sizeof(descs))
-        cuda.write(self.desc, bytes(descs))
+        self.descs = {}
+        for ring in ("host", "device"):
+            descs = (graph_ring.NodeDesc * CHAIN)(*[nd.desc(ring == "device") for nd in self.nodes])
+            self.descs[ring] = cuda.alloc(C.sizeof(descs))
+            cuda.write(self.descs[ring], bytes(descs))
         self.keep: list = []  # parameter arrays the graphs were built with
 
     def _arch(self) -> tuple[int, int]:
@@ -188,73 +248,46 @@ class Bench:
                                            self.plain_params))
         return nodes
 
-    def build(self, probed: bool, extra: str | None, after: str, launch_filter=EVERY, chunks: int = 0,
-              kernel=None, port: int | None = None) -> C.c_void_p:
-        """One variant's executable graph: the chain, then `extra` ("empty", "empty-grid", "append")
-        after the last node or after all of them; `chunks`: the append grid's blocks per node (0: the runtime's);
-        `kernel`: the append kernel (the lean one unless given); `port`: a programmatic edge from that
-        port of the last node instead (1: programmatic, 2: launch order)."""
+    def build(self, v: Variant) -> C.c_void_p:
+        """The variant's executable graph."""
         graph = self.cuda.new_graph()
-        nodes = self.chain(graph, probed)
-        deps = nodes if after == "all" else nodes[-1:]
-        if extra == "empty":
+        nodes = self.chain(graph, v.probed)
+        deps = nodes if v.after == "all" else nodes[-1:]
+        if v.extra == "empty":
             self.cuda.add(graph, deps, self.empty, (1, 1, 1), (32, 1, 1), self.empty_params)
-        elif extra == "empty-grid":
+        elif v.extra == "empty-grid":
             self.cuda.add(graph, deps, self.empty, (self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1),
                           self.empty_params)
-        elif extra == "append":
-            args = graph_ring.append_params(self.desc, launch_filter, 0).pointers()
+        elif v.extra == "append":
+            args = graph_ring.append_params(self.descs[v.ring], v.launch_filter, 0).pointers()
             self.keep.append(args)
-            node = self.cuda.add(graph, [] if port else deps, kernel or self.lean, (chunks or self.chunks, CHAIN, 1),
+            node = self.cuda.add(graph, deps[:-1] if v.port else deps, self.kernels[v.kernel], (self.chunks, CHAIN, 1),
                                  (graph_ring.APPEND_THREADS, 1, 1), C.addressof(args))
-            if port:
-                self.cuda.depend(graph, nodes[-1], node, port)
+            if v.port:
+                self.cuda.depend(graph, nodes[-1], node, v.port)
         return self.cuda.instantiate(graph)
 
     def variants(self) -> dict:
-        """name -> (executable graph, the gate its replays start with, whether it has an append node to check)."""
-        table = {
-            "plain": (self.build(False, None, "last"), 0, False),
-            "+ empty, after the last": (self.build(False, "empty", "last"), 0, False),
-            "+ empty, after all 8": (self.build(False, "empty", "all"), 0, False),
-            "+ empty append grid, after all 8": (self.build(False, "empty-grid", "all"), 0, False),
-            "block_sched (no append node)": (self.build(True, None, "last"), 0, False),
-            "block_sched + empty, after all 8": (self.build(True, "empty", "all"), 0, False),
-        }
-        s8 = self.s8
-        table.update({
-            "block_sched + S8 append, after all 8 (session 8)": (self.build(True, "append", "all", kernel=s8), 0, True),
-            "block_sched + S8 append, after the last": (self.build(True, "append", "last", kernel=s8), 0, True),
-            "block_sched + S8 append, 1 block per node, after all 8": (self.build(True, "append", "all", chunks=1,
-                                                                                  kernel=s8), 0, True),
-            "gate shut + S8 append, after all 8": (self.build(True, "append", "all", NONE, kernel=s8), 1, True),
-            "gate shut + S8 append, after the last": (self.build(True, "append", "last", NONE, kernel=s8), 1, True),
-            "block_sched + lean append, after all 8": (self.build(True, "append", "all"), 0, True),
-            "block_sched + lean append, after the last (this runtime)": (self.build(True, "append", "last"), 0, True),
-            "gate shut + lean append, after all 8": (self.build(True, "append", "all", NONE), 1, True),
-            "gate shut + lean append, after the last": (self.build(True, "append", "last", NONE), 1, True),
-        })
-        pdl = [("block_sched + PDL append, default edge from the last", EVERY, None, 0),
-               ("block_sched + PDL append, programmatic edge from the last", EVERY, 1, 0),
-               ("block_sched + PDL append, launch-order edge from the last", EVERY, 2, 0),
-               ("gate shut + PDL append, programmatic edge from the last", NONE, 1, 1),
-               ("gate shut + PDL append, launch-order edge from the last", NONE, 2, 1)]
-        for name, which, port, gate in pdl if self.pdl is not None else ():
+        """name -> (executable graph, the variant); a variant this device or driver cannot build is left out."""
+        table = {}
+        for v in VARIANTS:
+            if v.kernel not in self.kernels:
+                continue
             try:
-                table[name] = (self.build(True, "append", "last", which, kernel=self.pdl, port=port), gate, True)
-            except RuntimeError as e:  # a driver without programmatic edges: the other variants stand
-                print(f"{name}: not built: {e}", flush=True)
+                table[v.name] = (self.build(v), v)
+            except RuntimeError as e:  # (a driver without programmatic edges: the other variants stand)
+                print(f"{v.name}: not built: {e}", flush=True)
         return table
 
-    def run(self, exe, gate: int, appends: bool) -> tuple[float, str]:
+    def run(self, exe, v: Variant) -> tuple[float, str]:
         cuda = self.cuda
         for nd in self.nodes:  # the probed variants without an append node run with the gate open
-            nd.reset(cuda, gate)
+            nd.reset(cuda, v.gate)
         for _ in range(WARMUP):
             cuda.replay(exe)
         cuda.sync()
         times = timed(cuda, self.spin, lambda: cuda.replay(exe), self.args.replays)
-        return statistics.median(times), self.check(gate) if appends else ""
+        return statistics.median(times), self.check(v.gate) if v.extra == "append" else ""
 
     def check(self, gate: int) -> str:
         """After a round of an append variant: every node's counters (replays, written, dropped), its maps
@@ -283,16 +316,18 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--grid", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5, help="all variants, interleaved, this many times")
+    ap.add_argument("--warmup-rounds", type=int, default=1, help="rounds run first and not counted")
     ap.add_argument("--json")
     args = ap.parse_args()
     bench = Bench(args)
     table = bench.variants()
     got: dict[str, list[float]] = {name: [] for name in table}
     checks: dict[str, set] = {name: set() for name in table}
-    for _ in range(args.rounds):
-        for name, (exe, gate, appends) in table.items():
-            us, check = bench.run(exe, gate, appends)
-            got[name].append(us)
+    for r in range(args.warmup_rounds + args.rounds):
+        for name, (exe, v) in table.items():
+            us, check = bench.run(exe, v)
+            if r >= args.warmup_rounds:  # (the first round runs faster than the next ones: not counted)
+                got[name].append(us)
             checks[name].add(check)
     nd = bench.nodes[0]
     print(f"device: {bench.cuda.name}; chain of {CHAIN} vadd, grid {args.grid} x {THREADS}; block_sched span "
