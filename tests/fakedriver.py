@@ -253,6 +253,14 @@ class FakeDriver:
             node["run"]()
             done.add(node["handle"])
 
+    def graph_make_edge_ordinary(self, graph, frm, to, port):
+        """cuGraphRemoveDependencies_v2 then cuGraphAddDependencies_v2: the edge frm -> to made ordinary."""
+        self._check("graph_make_edge_ordinary")
+        node = next(n for n in self.graphs[graph].nodes if n["handle"] == to)
+        i = node["deps"].index(frm)
+        assert node["ports"][i] == port
+        node["ports"][i] = 0
+
     def graph_edges(self, graph):
         """cuGraphGetEdges: (from, to) for every dependency of every node."""
         self._check("graph_edges")

@@ -255,6 +255,18 @@ def test_the_append_node_of_a_chain_starts_with_its_last_probed_kernel(tmp_path,
         assert written(t, (1, node)) == SELECTED
 
 
+def test_a_device_launch_graph_refused_with_the_launch_order_edge_gets_an_ordinary_one(tmp_path, fakecuda, shim,
+                                                                                          monkeypatch):
+    """A driver that will not instantiate a graph with a programmatic edge for device launch: the shim
+    reports it, the runtime makes the append node's edge ordinary and the instantiation is tried again:
+    the program's graph is made, every selected replay written (on the device gate)."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_FLAGS="4",
+                                  FAKECUDA_REFUSE_PROGRAMMATIC_DEVICE_LAUNCH="1")
+    assert written(t) == SELECTED
+    (ev,) = events(t, "graph_edge_ordinary")
+    assert ev["flags"] == 4 and "refused" in ev["reason"]
+
+
 def test_the_programs_changes_reach_the_twin(tmp_path, fakecuda, shim, monkeypatch):
     """The program's own node (not probed) put on 2 blocks before replay 4 and disabled before replay 8,
     on its executable graph: every replay from then on runs it so, the twin's and the probed ones."""

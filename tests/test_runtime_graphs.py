@@ -289,6 +289,28 @@ def test_the_append_node_falls_back_to_ordinary_edges(program, refused):
     assert sorted(la.event["graph_node"] for la in nt.load(program.rt.trace.path).launches) == [1, 1, 1, 2, 2, 2]
 
 
+@pytest.mark.parametrize("refused", [False, True], ids=["made-ordinary", "remove-refused"])
+def test_an_instantiation_refused_makes_the_launch_order_edge_ordinary(program, refused):
+    """The shim reports an instantiation the driver refused: the append node's launch-order edge becomes an
+    ordinary one (one event), and the answer 1 makes the shim try again; with nothing left to change, 0."""
+    from neutrino.runtime.cudagraphs.capture import G_INSTANTIATE_REFUSED
+
+    graph = capture_probed(program, [True, False])
+    append = [n for n in program.drv.graphs[graph].nodes if n["kind"] == "kernel"][-1]
+    assert append["ports"] == [0, 2]
+    if refused:
+        program.drv.fail["graph_make_edge_ordinary"] = "CUDA_ERROR_NOT_SUPPORTED"
+    assert program.rt.on_graph(G_INSTANTIATE_REFUSED, graph, 0, 4) == (0 if refused else 1)
+    assert append["ports"] == [0, 2 if refused else 0]
+    program.drv.fail.clear()
+    assert program.rt.on_graph(G_INSTANTIATE_REFUSED, graph, 0, 4) == (1 if refused else 0)
+    (ev, *more) = events(program.rt, "graph_edge_ordinary")
+    assert ev["flags"] == 4 and ("failed" in ev["reason"]) == refused and len(more) == int(refused)
+    program.replay(program.instantiate(graph), 2)
+    finish(program.rt)
+    assert sorted(la.event["graph_node"] for la in nt.load(program.rt.trace.path).launches) == [1, 1, 2, 2]
+
+
 def test_ten_thousand_replays_every_100_of_a_chain_write_100_results_per_node(tmp_path):
     """Two probed nodes in a chain, the edge from the second a launch-order edge: 100 results each, exact;
     the probe ran with its gate open on those replays only."""

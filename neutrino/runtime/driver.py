@@ -137,6 +137,8 @@ _SIGNATURES = {
     "cuGraphAddKernelNode_v2": [PP, P, P, SZ, P],
     "cuGraphGetEdges_v2": [P, P, P, P, C.POINTER(SZ)],
     "cuGraphAddNode_v2": [PP, P, P, P, SZ, P],
+    "cuGraphRemoveDependencies_v2": [P, P, P, P, SZ],
+    "cuGraphAddDependencies_v2": [P, P, P, P, SZ],
     "cuGraphGetEdges": [P, P, P, C.POINTER(SZ)],
     "cuEventCreate": [PP, U],
     "cuEventRecord": [P, P],
@@ -431,6 +433,17 @@ class RealDriver:
         else:
             self._call("cuGraphGetEdges", graph, src, dst, C.byref(n))
         return [(src[i] or 0, dst[i] or 0) for i in range(min(n.value, count)) if not data[i]]
+
+    def graph_make_edge_ordinary(self, graph: int, frm: int, to: int, port: int) -> None:
+        """The programmatic edge frm -> to from kernel-node port `port` becomes an ordinary edge."""
+        a, b = C.c_void_p(frm), C.c_void_p(to)
+        data = C.c_uint64(PROGRAMMATIC_EDGE | port)
+        self._call("cuGraphRemoveDependencies_v2", graph, C.byref(a), C.byref(b), C.byref(data), 1)
+        try:
+            self._call("cuGraphAddDependencies_v2", graph, C.byref(a), C.byref(b), None, 1)
+        except DriverError:  # never leave `to` without its dependency on `frm`
+            self._call("cuGraphAddDependencies_v2", graph, C.byref(a), C.byref(b), C.byref(data), 1)
+            raise
 
     def host_free(self, addr: int) -> None:
         self._call("cuMemFreeHost", addr)

@@ -54,7 +54,7 @@ from neutrino.runtime.instrument.probed import Fallback, copy_globals_in, copy_g
 
 # what the shim's graph hooks report (shim/graphs.c, enum graph_event)
 (G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS,
- G_END_CAPTURE, G_PICK_FALLBACK) = range(9)
+ G_END_CAPTURE, G_PICK_FALLBACK, G_INSTANTIATE_REFUSED) = range(10)
 INSTANTIATE_DEVICE_LAUNCH = 4  # CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: the host never sees its launches
 # The captured copy of a written module global back into the program's module follows the probed node: on
 # a replay running the program's kernel instead (switched, or the twin) it would undo that kernel's writes.
@@ -137,6 +137,7 @@ class GraphGroup:
     append_args: list = attrs.Factory(list)  # their arguments (the fake drivers read them at each replay)
     graph: int = 0  # the captured graph (the node handles are its own; a clone's differ)
     appends: list = attrs.Factory(list)  # the append nodes: handle, function, grid, block, arguments
+    early: dict = attrs.Factory(dict)  # append node -> the probed node of its launch-order edge (sm_90+)
     pick_group: int = 0  # the host's replay count shared by its executable graphs (replay_select.py)
     pick_off: str = ""  # why the host no longer chooses the replays of new executable graphs
     planned: set = attrs.Factory(set)  # executable graphs whose replays the host chooses (the others: the device gate)
@@ -325,10 +326,12 @@ class GraphProbes:
                 group.append_args.append(args)
                 chunks = graph_ring.append_chunks([n.span for n in nodes])
                 grid, block = (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1)
-                handle = self._add_append_node(graph, group.ctx, nodes, grid, block, C.addressof(args))
+                handle, early = self._add_append_node(graph, group.ctx, nodes, grid, block, C.addressof(args))
                 values = args._owner  # noqa: SLF001 - the AppendParams the pointers point into
                 group.appends.append({"node": handle, "func": self._append[group.ctx], "grid": grid, "block": block,
                                       "args": [getattr(values, f) for f, _ in graph_ring.AppendParams._fields_]})
+                if early:  # the probed node its launch-order edge comes from
+                    group.early[handle] = early
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
                 self._lose_results(n, f"graph append node: {type(e).__name__}: {e}")
@@ -336,23 +339,47 @@ class GraphProbes:
         for n in nodes:
             n.appended = True
 
-    def _add_append_node(self, graph: int, ctx: int, nodes: list[GraphNode], grid, block, params: int) -> int:
+    def _add_append_node(self, graph: int, ctx: int, nodes: list[GraphNode], grid, block,
+                         params: int) -> tuple[int, int]:
         """The append node, after every probed node of the capture (after the last one only measured
         slower: docs/overhead.md, "Session 9: the append node"). With a kernel built for it (sm_90+)
         and one probed node that no other waits for (the graph's edges say so), the edge from that
         one is a launch-order edge: the append kernel starts once that kernel's blocks have all
         started and reads the maps only once it has completed (griddepcontrol.wait), so its start and
         its decision overlap the probed kernel. A driver that refuses it (before CUDA 12.3), or edges
-        that cannot be read: ordinary edges only."""
+        that cannot be read: ordinary edges only. Returns (the node, the probed node of its launch-order
+        edge or 0)."""
         func, deps = self._append[ctx], [n.node for n in nodes]
         last = self._last_probed(graph, deps) if self._pdl.get(ctx) else []
         if len(last) == 1:
             ports = [graph_ring.PDL_PORT if d == last[0] else 0 for d in deps]
             try:
-                return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params, ports=ports)
+                return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params, ports=ports), last[0]
             except DriverError:
                 pass
-        return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params)
+        return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params), 0
+
+    def edges_made_ordinary(self, graph: int, flags: int) -> int:
+        """The driver refused to instantiate `graph` (with `flags`): the launch-order edges to our append
+        nodes become ordinary edges (a flag such as device launch may not take them; the kernel's wait
+        then returns at once). 1 when any changed (the shim tries once more), else 0. A clone's edges
+        are left (its node handles are not ours)."""
+        with self._lock:
+            group = self._by_graph.get(graph)
+            early = dict(group.early) if group is not None and graph == group.graph else {}
+        changed = 0
+        for append, probed in early.items():
+            try:
+                self.drv.graph_make_edge_ordinary(graph, probed, append, graph_ring.PDL_PORT)
+            except DriverError as e:
+                self.trace.event("graph_edge_ordinary", graph=group.id, flags=flags, reason=f"failed: {e}")
+                continue
+            group.early.pop(append, None)
+            changed = 1
+            self.trace.event("graph_edge_ordinary", graph=group.id, flags=flags,
+                             reason="the driver refused to instantiate the graph with the append node's launch-order "
+                                    "edge; it waits for the probed kernel to complete instead")
+        return changed
 
     def _last_probed(self, graph: int, deps: list[int]) -> list[int]:
         """The probed nodes no other of `deps` waits for, however indirectly (completion is transitive
@@ -371,6 +398,8 @@ class GraphProbes:
         if kind == G_END_CAPTURE:  # a: the stream, b: the graph it built
             self.end_capture(b)
             return 0
+        if kind == G_INSTANTIATE_REFUSED:  # a: the graph, c: the instantiation flags
+            return self.edges_made_ordinary(a, c)
         if kind == G_PICK_FALLBACK and c == replay_select.TWIN_LOST:  # the plan stays, switching nodes
             group = self._by_exec.get(a)
             self.trace.event("graph_pick_switching", graph=group.id if group else None, exec=hex(a),
