@@ -268,6 +268,8 @@ def test_the_append_node_waits_for_every_probed_node(program, branches, ports):
     kernels = [n for n in drv.graphs[graph].nodes if n["kind"] == "kernel"]
     assert [drv.functions[n["func"]][1] for n in kernels] == ["saxpy4"] * 3 + [APPEND_KERNEL]
     assert kernels[-1]["deps"] == [n["handle"] for n in kernels[:3]] and kernels[-1]["ports"] == ports
+    (ev,) = events(program.rt, "graph_append")
+    assert ev["graph_nodes"] == [1, 2, 3] and ev["launch_order"] == (3 if any(ports) else None)
     program.replay(program.instantiate(graph), 5)
     finish(program.rt)
     t = nt.load(program.rt.trace.path)

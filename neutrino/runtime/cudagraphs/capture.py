@@ -293,7 +293,8 @@ class GraphProbes:
         if func is None:
             arch = self.arch_of(ctx) if self.arch_of is not None else None
             pdl = arch is not None and arch >= graph_ring.PDL_ARCH
-            module = self.drv.module_load_data(graph_ring.append_ptx(arch, self.wait_ns == 0, pdl=pdl).encode() + b"\0")
+            ptx = graph_ring.append_ptx(arch, self.wait_ns == 0, lean=graph_ring.LEAN_KERNEL, pdl=pdl)
+            module = self.drv.module_load_data(ptx.encode() + b"\0")
             func = self._append[ctx] = self.drv.module_get_function(module, graph_ring.APPEND_KERNEL)
             self._pdl[ctx] = pdl
         return func
@@ -332,6 +333,8 @@ class GraphProbes:
                                       "args": [getattr(values, f) for f, _ in graph_ring.AppendParams._fields_]})
                 if early:  # the probed node its launch-order edge comes from
                     group.early[handle] = early
+                self.trace.event("graph_append", graph=group.id, graph_nodes=[n.id for n in nodes],
+                                 launch_order=next((n.id for n in nodes if n.node == early), None))
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
                 self._lose_results(n, f"graph append node: {type(e).__name__}: {e}")
