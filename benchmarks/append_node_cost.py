@@ -56,7 +56,7 @@ sys.path.insert(0, str(REPO))
 from neutrino.engine import instrument  # noqa: E402
 from neutrino.runtime.cudagraphs import ring as graph_ring  # noqa: E402
 from neutrino.runtime.cudagraphs.capture import _encode_header  # noqa: E402
-from neutrino.runtime.driver import KernelNodeParamsV2  # noqa: E402
+from neutrino.runtime.driver import DriverError, KernelNodeParamsV2, RealDriver  # noqa: E402
 from neutrino.runtime.instrument.probed import launch_shape  # noqa: E402
 from neutrino.toolbox import load_probe_argument  # noqa: E402
 
@@ -75,7 +75,18 @@ NONE = types.SimpleNamespace(start=2**62, stop=2**63, every=1)  # selecting none
 
 
 class Graphs(Cuda):
-    """Graphs built node by node (cuGraphAddKernelNode_v2, as the runtime adds its append node)."""
+    """Graphs built node by node (cuGraphAddKernelNode_v2, as the runtime adds its append node); `drv`: the
+    runtime's own driver bindings on the same library (its way of adding the append node)."""
+
+    def __init__(self):
+        super().__init__()
+        self.drv = RealDriver(self._address)
+
+    def _address(self, name: str) -> int:
+        try:
+            return C.cast(getattr(self.lib, name), C.c_void_p).value or 0
+        except AttributeError:
+            return 0
 
     def new_graph(self) -> C.c_void_p:
         g = C.c_void_p()
@@ -159,6 +170,7 @@ class Variant:
     launch_filter: object = EVERY
     port: int = 0
     ring: str = "host"
+    runtime: bool = False  # added by the runtime's driver call (RealDriver.graph_add_kernel_node, cuGraphAddNode_v2)
 
     @property
     def gate(self) -> int:
@@ -182,7 +194,8 @@ VARIANTS = [
     *append_variants("lean append, after all 8", "lean"),
     *append_variants("lean append, after all 8, ring in device memory", "lean", ring="device"),
     Variant("block_sched + lean append without its fences (ablation: not correct)", True, "append", kernel="nofence"),
-    *append_variants("PDL append, after all 8, launch-order edge from the last (this runtime)", "pdl", port=2),
+    *append_variants("PDL append, after all 8, launch-order edge from the last (this runtime)", "pdl", port=2,
+                     runtime=True),
     Variant("block_sched + PDL append, after all 8, programmatic edge from the last", True, "append", kernel="pdl",
             port=1),
     Variant("block_sched + PDL append, after the last only, launch-order edge", True, "append", after="last",
@@ -261,10 +274,15 @@ class Bench:
         elif v.extra == "append":
             args = graph_ring.append_params(self.descs[v.ring], v.launch_filter, 0).pointers()
             self.keep.append(args)
-            node = self.cuda.add(graph, deps[:-1] if v.port else deps, self.kernels[v.kernel], (self.chunks, CHAIN, 1),
-                                 (graph_ring.APPEND_THREADS, 1, 1), C.addressof(args))
-            if v.port:
-                self.cuda.depend(graph, nodes[-1], node, v.port)
+            grid, block, func = (self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1), self.kernels[v.kernel]
+            if v.runtime:  # one call: every edge, the last one's data saying launch order
+                ports = [0] * (len(deps) - 1) + [v.port]
+                self.cuda.drv.graph_add_kernel_node(graph.value, [d.value for d in deps], func.value, grid, block,
+                                                    C.addressof(args), ports=ports)
+            else:
+                node = self.cuda.add(graph, deps[:-1] if v.port else deps, func, grid, block, C.addressof(args))
+                if v.port:
+                    self.cuda.depend(graph, nodes[-1], node, v.port)
         return self.cuda.instantiate(graph)
 
     def variants(self) -> dict:
@@ -275,7 +293,7 @@ class Bench:
                 continue
             try:
                 table[v.name] = (self.build(v), v)
-            except RuntimeError as e:  # (a driver without programmatic edges: the other variants stand)
+            except (RuntimeError, DriverError) as e:  # (a driver without programmatic edges: the others stand)
                 print(f"{v.name}: not built: {e}", flush=True)
         return table
 
