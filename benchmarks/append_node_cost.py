@@ -19,7 +19,10 @@ Variants, each one executable graph (`VARIANTS`):
   (`--launches` selecting no replay: the probe stores nothing, the append blocks neither copy nor
   zero), and each with its host ring in device memory instead of mapped host memory (an ablation: no
   store crosses PCIe; nothing reads that ring here);
-* the lean kernel without its fences (an ablation: its results may be torn);
+* the lean kernel without its fences (an ablation: its results may be torn), and with
+  `fence.acq_rel.gpu` where it has `membar.gl` (a sequentially consistent fence);
+* every third replay selected (the gate opening and shutting: the counters checked against the
+  filter), with session 8's, the lean and the programmatic-edge kernel;
 * sm_90 and later: the kernel built for a programmatic edge (`append_ptx(pdl=True)`: everything but
   the copy before `griddepcontrol.wait`) after all 8, the edge from the last one a launch-order edge
   (it may start once every block of that kernel has started: what this runtime builds), a
@@ -72,6 +75,7 @@ CHAIN = 8
 WARMUP = 5
 EVERY = types.SimpleNamespace(start=0, stop=2**64 - 1, every=1)  # --launches selecting every replay
 NONE = types.SimpleNamespace(start=2**62, stop=2**63, every=1)  # selecting none (the gate stays shut)
+EVERY3 = types.SimpleNamespace(start=0, stop=2**64 - 1, every=3)  # every third (the gate opens and shuts)
 
 
 class Graphs(Cuda):
@@ -177,6 +181,12 @@ class Variant:
         return 1 if self.launch_filter is NONE else 0
 
 
+def selected(launch_filter, runs: int) -> int:
+    """How many of replays 0..runs-1 the filter selects."""
+    f = launch_filter
+    return sum(1 for r in range(runs) if f.start <= r < f.stop and (r - f.start) % f.every == 0)
+
+
 def append_variants(name: str, kernel: str, **kw) -> list[Variant]:
     """The append node with `kernel`, every replay probed and the gate shut."""
     return [Variant(f"block_sched + {name}", True, "append", kernel=kernel, **kw),
@@ -194,6 +204,12 @@ VARIANTS = [
     *append_variants("lean append, after all 8", "lean"),
     *append_variants("lean append, after all 8, ring in device memory", "lean", ring="device"),
     Variant("block_sched + lean append without its fences (ablation: not correct)", True, "append", kernel="nofence"),
+    Variant("block_sched + lean append, fence.acq_rel.gpu for membar.gl (a candidate)", True, "append",
+            kernel="acqrel"),
+    Variant("every 3rd + S8 append, after all 8", True, "append", kernel="s8", launch_filter=EVERY3),
+    Variant("every 3rd + lean append, after all 8", True, "append", launch_filter=EVERY3),
+    Variant("every 3rd + PDL append, launch-order edge (this runtime)", True, "append", kernel="pdl", port=2,
+            launch_filter=EVERY3, runtime=True),
     *append_variants("PDL append, after all 8, launch-order edge from the last (this runtime)", "pdl", port=2,
                      runtime=True),
     Variant("block_sched + PDL append, after all 8, programmatic edge from the last", True, "append", kernel="pdl",
@@ -223,6 +239,7 @@ class Bench:
         arch = self._arch()
         texts = {"lean": graph_ring.append_ptx(arch, True), "s8": graph_ring.append_ptx(arch, True, lean=False)}
         texts["nofence"] = without_fences(texts["lean"])
+        texts["acqrel"] = texts["lean"].replace("membar.gl;", "fence.acq_rel.gpu;")
         if arch >= graph_ring.PDL_ARCH:
             texts["pdl"] = graph_ring.append_ptx(arch, True, pdl=True)
         self.kernels = {k: cuda.function(t, graph_ring.APPEND_KERNEL) for k, t in texts.items()}
@@ -305,14 +322,15 @@ class Bench:
             cuda.replay(exe)
         cuda.sync()
         times = timed(cuda, self.spin, lambda: cuda.replay(exe), self.args.replays)
-        return statistics.median(times), self.check(v.gate) if v.extra == "append" else ""
+        return statistics.median(times), self.check(v.launch_filter) if v.extra == "append" else ""
 
-    def check(self, gate: int) -> str:
-        """After a round of an append variant: every node's counters (replays, written, dropped), its maps
-        zeroed by the append kernel, and (gate open) its last slot holding the last replay's counts: one
-        record per warp (block_sched's count words, the first 4 bytes per warp of its map)."""
+    def check(self, launch_filter) -> str:
+        """After a round of an append variant: every node's counters (replays, written: those the filter
+        selects, dropped), its maps zeroed by the append kernel, and its last slot written holding that
+        replay's counts: one record per warp (block_sched's count words, the first 4 bytes per warp)."""
         cuda, runs = self.cuda, WARMUP + self.args.replays
-        want = (runs, runs if gate == 0 else 0, 0)
+        written = selected(launch_filter, runs)
+        want = (runs, written, 0)
         wrong = []
         for i, nd in enumerate(self.nodes):
             got = nd.counters(cuda)
@@ -320,9 +338,9 @@ class Bench:
                 wrong.append(f"node {i}: replays/written/dropped {got}, want {want}")
             if any(cuda.read(nd.device + nd.dev.maps, nd.span)):
                 wrong.append(f"node {i}: maps not zeroed")
-            if gate == 0:
+            if written:
                 warps = self.args.grid * THREADS // 32
-                raw = cuda.read(nd.device + nd.dev.slot(runs - 1), 4 * warps)
+                raw = cuda.read(nd.device + nd.dev.slot(written - 1), 4 * warps)
                 if raw != (1).to_bytes(4, "little") * warps:
                     wrong.append(f"node {i}: the last slot's counts are not 1 per warp")
         more = f" (and {len(wrong) - 2} more)" if len(wrong) > 2 else ""
