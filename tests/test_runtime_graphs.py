@@ -343,6 +343,15 @@ def test_ten_thousand_replays_every_100_of_a_chain_write_100_results_per_node(tm
     assert p.runs["saxpy4"] == 20_000
 
 
+def test_graph_node_params_is_cudas_layout():
+    """CUgraphNodeParams (cuda.h, CUDA 12.3+): 256 bytes, the kernel's parameters (the v2/v3 layout) at 16."""
+    from neutrino.runtime.driver import PROGRAMMATIC_EDGE, GraphNodeParams, KernelNodeParamsV2
+
+    assert C.sizeof(GraphNodeParams) == 256 and GraphNodeParams.kernel.offset == 16
+    assert C.sizeof(KernelNodeParamsV2) == 72 and KernelNodeParamsV2.kernelParams.offset == 40
+    assert (PROGRAMMATIC_EDGE | 2).to_bytes(8, "little") == bytes([2, 0, 1, 0, 0, 0, 0, 0])  # from_port, to_port, type
+
+
 def test_last_of_walks_up_through_any_node():
     from neutrino.runtime.cudagraphs.capture import last_of
 
