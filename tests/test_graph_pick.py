@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import neutrino.trace as nt
+from neutrino.runtime.cudagraphs.ring import LAUNCH_ORDER_EDGE
 
 from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
 
@@ -230,6 +231,7 @@ def test_ten_thousand_replays_every_100_write_100_results(tmp_path, fakecuda, sh
     assert pick["twin_launches"] == 9_900 and pick["switches"] == 1
 
 
+@pytest.mark.skipif(not LAUNCH_ORDER_EDGE, reason="launch-order edge off")
 @pytest.mark.parametrize("driver", ["edges", "no-edges", "no-add-node"])
 def test_the_append_node_of_a_chain_starts_with_its_last_probed_kernel(tmp_path, fakecuda_calls, shim, monkeypatch,
                                                                        driver):
@@ -255,6 +257,7 @@ def test_the_append_node_of_a_chain_starts_with_its_last_probed_kernel(tmp_path,
         assert written(t, (1, node)) == SELECTED
 
 
+@pytest.mark.skipif(not LAUNCH_ORDER_EDGE, reason="launch-order edge off")
 def test_a_device_launch_graph_refused_with_the_launch_order_edge_gets_an_ordinary_one(tmp_path, fakecuda, shim,
                                                                                           monkeypatch):
     """A driver that will not instantiate a graph with a programmatic edge for device launch: the shim

@@ -33,6 +33,7 @@ from neutrino.runtime.cudagraphs.capture import (
     G_SET_PARAMS,
     KernelNodeParamsV2,
 )
+from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.cudagraphs.ring import APPEND_KERNEL
 from neutrino.runtime.start.options import LaunchFilter
 
@@ -255,7 +256,11 @@ def capture_probed(p, branches):
     return graph
 
 
-@pytest.mark.parametrize(("branches", "ports"), [([True, False, False], [0, 0, 2]), ([True, True, True], [0, 0, 0]),
+LAUNCH_ORDER = 2 if graph_ring.LAUNCH_ORDER_EDGE else 0  # the port of the append node's edge from the last node
+ONLY_WITH_LAUNCH_ORDER = pytest.mark.skipif(not graph_ring.LAUNCH_ORDER_EDGE, reason="launch-order edge off")
+
+
+@pytest.mark.parametrize(("branches", "ports"), [([True, False, False], [0, 0, LAUNCH_ORDER]), ([True, True, True], [0, 0, 0]),
                                                  ([True, False, True], [0, 0, 0])],
                          ids=["chain", "three-branches", "chain-and-branch"])
 def test_the_append_node_waits_for_every_probed_node(program, branches, ports):
@@ -279,6 +284,7 @@ def test_the_append_node_waits_for_every_probed_node(program, branches, ports):
         assert all(len(la.maps["block_sched"].valid()) == 8 for la in mine)
 
 
+@ONLY_WITH_LAUNCH_ORDER
 @pytest.mark.parametrize("refused", ["graph_edges", "graph_add_programmatic_node"])
 def test_the_append_node_falls_back_to_ordinary_edges(program, refused):
     """Edges that cannot be read, or a programmatic edge refused: ordinary edges only."""
@@ -291,6 +297,7 @@ def test_the_append_node_falls_back_to_ordinary_edges(program, refused):
     assert sorted(la.event["graph_node"] for la in nt.load(program.rt.trace.path).launches) == [1, 1, 1, 2, 2, 2]
 
 
+@ONLY_WITH_LAUNCH_ORDER
 @pytest.mark.parametrize("refused", [False, True], ids=["made-ordinary", "remove-refused"])
 def test_an_instantiation_refused_makes_the_launch_order_edge_ordinary(program, refused):
     """The shim reports an instantiation the driver refused: the append node's launch-order edge becomes an

@@ -292,7 +292,7 @@ class GraphProbes:
         func = self._append.get(ctx)
         if func is None:
             arch = self.arch_of(ctx) if self.arch_of is not None else None
-            pdl = arch is not None and arch >= graph_ring.PDL_ARCH
+            pdl = graph_ring.LAUNCH_ORDER_EDGE and arch is not None and arch >= graph_ring.PDL_ARCH
             ptx = graph_ring.append_ptx(arch, self.wait_ns == 0, lean=graph_ring.LEAN_KERNEL, pdl=pdl)
             module = self.drv.module_load_data(ptx.encode() + b"\0")
             func = self._append[ctx] = self.drv.module_get_function(module, graph_ring.APPEND_KERNEL)

@@ -94,6 +94,7 @@ DONE = 32
 STATE_BYTES = 64
 LEAN_KERNEL = True  # the runtime's append kernel: the lean one (append_ptx), timed against session 8's
 PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch): the append kernel may start early
+LAUNCH_ORDER_EDGE = True  # the runtime's append node gets the launch-order edge where it can (capture.py)
 PDL_PORT = 2  # CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER: the edge fires once the probed kernel's blocks have all started
 HEAD_BYTES = 256  # before the maps: the gate (its last 8 bytes), keeping the maps 256-byte aligned
 GATE_OFFSET = 8  # passes/lower_save.GATE_OFFSET: the gate is this many bytes before the maps
