@@ -279,6 +279,8 @@ def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True, lean
     kernels to complete and their writes to be visible."""
     fence = "membar.gl" if on_device else "membar.sys"
     ops = {**(_LEAN if lean else _SESSION8), "preload": _PRELOAD, "pdl_wait": ""}
+    if lean and not on_device:  # the consumed count in host memory: read across PCIe only for a selected replay
+        ops.update(consumed_early="", consumed_late=CONSUMED_LOAD)
     if pdl:
         ops.update(preload=_NO_PRELOAD, pdl_wait="    griddepcontrol.wait;\n")
         return _PTX.format(version="7.8", target="sm_90", publish_fence=fence, **ops)
@@ -321,7 +323,7 @@ _SESSION8 = {
 }
 # Lean: the whole descriptor loaded in the first round trip; the consumed count with the state (one
 # round trip fewer for thread 0 of a selected replay: an earlier, smaller count only makes the ring look
-# fuller); divisions in 32 bits when they fit; the last block reuses the slot its thread 0 computed
+# fuller; with --when-full=wait, where it is read across PCIe, still only once the replay is selected); divisions in 32 bits when they fit; the last block reuses the slot its thread 0 computed
 # (a slot written means every block, this one too, found it free).
 _LEAN = {
     "decls": "    .reg .b64 %t<4>;\n    .reg .b32 %q<8>;\n    .reg .pred %f<4>;\n",
