@@ -21,6 +21,7 @@ Variants, each one executable graph (`VARIANTS`):
   store crosses PCIe; nothing reads that ring here);
 * the lean kernel without its fences (an ablation: its results may be torn), and with
   `fence.acq_rel.gpu` where it has `membar.gl` (a sequentially consistent fence);
+* the lean kernel with 10 and 20 blocks per node instead of the runtime's (5 here: what more width buys);
 * every third replay selected (the gate opening and shutting: the counters checked against the
   filter), with session 8's, the lean and the programmatic-edge kernel;
 * sm_90 and later: the kernel built for a programmatic edge (`append_ptx(pdl=True)`: everything but
@@ -175,6 +176,7 @@ class Variant:
     port: int = 0
     ring: str = "host"
     runtime: bool = False  # added by the runtime's driver call (RealDriver.graph_add_kernel_node, cuGraphAddNode_v2)
+    chunks: int = 0  # the append grid's blocks per node (0: the runtime's, append_chunks)
 
     @property
     def gate(self) -> int:
@@ -206,6 +208,8 @@ VARIANTS = [
     Variant("block_sched + lean append without its fences (ablation: not correct)", True, "append", kernel="nofence"),
     Variant("block_sched + lean append, fence.acq_rel.gpu for membar.gl (a candidate)", True, "append",
             kernel="acqrel"),
+    Variant("block_sched + lean append, 10 blocks per node", True, "append", chunks=10),
+    Variant("block_sched + lean append, 20 blocks per node", True, "append", chunks=20),
     Variant("every 3rd + S8 append, after all 8", True, "append", kernel="s8", launch_filter=EVERY3),
     Variant("every 3rd + lean append, after all 8", True, "append", launch_filter=EVERY3),
     Variant("every 3rd + PDL append, launch-order edge (this runtime)", True, "append", kernel="pdl", port=2,
@@ -291,7 +295,8 @@ class Bench:
         elif v.extra == "append":
             args = graph_ring.append_params(self.descs[v.ring], v.launch_filter, 0).pointers()
             self.keep.append(args)
-            grid, block, func = (self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1), self.kernels[v.kernel]
+            grid, block = (v.chunks or self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1)
+            func = self.kernels[v.kernel]
             if v.runtime:  # one call: every edge, the last one's data saying launch order
                 ports = [0] * (len(deps) - 1) + [v.port]
                 self.cuda.drv.graph_add_kernel_node(graph.value, [d.value for d in deps], func.value, grid, block,
