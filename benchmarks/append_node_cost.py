@@ -22,6 +22,8 @@ Variants, each one executable graph (`VARIANTS`):
 * the lean kernel without its fences (an ablation: its results may be torn), and with
   `fence.acq_rel.gpu` where it has `membar.gl` (a sequentially consistent fence);
 * the lean kernel with 10 and 20 blocks per node instead of the runtime's (5 here: what more width buys);
+* the lean kernel whose blocks, on a replay whose gate was shut, all leave at once but the first of
+  each node, which counts the replay without waiting for them (`append_ptx(shut_fast=True)`);
 * every third replay selected (the gate opening and shutting: the counters checked against the
   filter), with session 8's, the lean and the programmatic-edge kernel;
 * sm_90 and later: the kernel built for a programmatic edge (`append_ptx(pdl=True)`: everything but
@@ -214,6 +216,9 @@ VARIANTS = [
     Variant("every 3rd + lean append, after all 8", True, "append", launch_filter=EVERY3),
     Variant("every 3rd + PDL append, launch-order edge (this runtime)", True, "append", kernel="pdl", port=2,
             launch_filter=EVERY3, runtime=True),
+    *append_variants("lean append, after all 8, a shut replay's blocks leaving early", "fast"),
+    Variant("every 3rd + lean append, a shut replay's blocks leaving early", True, "append", kernel="fast",
+            launch_filter=EVERY3),
     *append_variants("PDL append, after all 8, launch-order edge from the last (this runtime)", "pdl", port=2,
                      runtime=True),
     Variant("block_sched + PDL append, after all 8, programmatic edge from the last", True, "append", kernel="pdl",
@@ -244,6 +249,7 @@ class Bench:
         texts = {"lean": graph_ring.append_ptx(arch, True), "s8": graph_ring.append_ptx(arch, True, lean=False)}
         texts["nofence"] = without_fences(texts["lean"])
         texts["acqrel"] = texts["lean"].replace("membar.gl;", "fence.acq_rel.gpu;")
+        texts["fast"] = graph_ring.append_ptx(arch, True, shut_fast=True)
         if arch >= graph_ring.PDL_ARCH:
             texts["pdl"] = graph_ring.append_ptx(arch, True, pdl=True)
         self.kernels = {k: cuda.function(t, graph_ring.APPEND_KERNEL) for k, t in texts.items()}

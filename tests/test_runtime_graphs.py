@@ -370,9 +370,10 @@ def test_last_of_walks_up_through_any_node():
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
-@pytest.mark.parametrize(("lean", "pdl"), [(True, False), (False, False), (True, True)],
-                         ids=["lean", "session8", "programmatic"])
-def test_the_append_kernel_assembles(tmp_path, lean, pdl):
+@pytest.mark.parametrize(("lean", "pdl", "shut_fast"), [(True, False, False), (False, False, False), (True, True, False),
+                                                        (True, False, True), (True, True, True)],
+                         ids=["lean", "session8", "programmatic", "shut-fast", "programmatic-shut-fast"])
+def test_the_append_kernel_assembles(tmp_path, lean, pdl, shut_fast):
     """The append kernels (benchmarks/append_node_cost.py times them against each other), for every
     target append_ptx writes and both ring placements."""
     from neutrino.runtime.cudagraphs.ring import append_ptx
@@ -381,7 +382,7 @@ def test_the_append_kernel_assembles(tmp_path, lean, pdl):
     archs = (((9, 0), "sm_90"), ((10, 0), "sm_100")) if pdl else (((9, 0), "sm_90"), ((7, 5), "sm_75"), ((7, 0), "sm_75"))
     for arch, gpu in archs:
         for on_device in (True, False):
-            src.write_text(append_ptx(arch, on_device, lean=lean, pdl=pdl))
+            src.write_text(append_ptx(arch, on_device, lean=lean, pdl=pdl, shut_fast=shut_fast))
             done = subprocess.run(["ptxas", f"-arch={gpu}", str(src), "-o", str(tmp_path / "append.cubin")],
                                   capture_output=True, text=True)
             assert done.returncode == 0, (arch, on_device, done.stderr)

@@ -154,7 +154,7 @@ _PTX = """\
     ld.param.u64 %rd48, [p_host];
     setp.ne.u64 %p13, %rd48, 0;
     @%p13 mov.u32 %r12, 0;
-    setp.lt.u64 %p10, %rd22, %rd39;
+{shut_exit}    setp.lt.u64 %p10, %rd22, %rd39;
     add.u64 %rd26, %rd24, %rd22;
 {preload}    @%p7 bra SHARED;
     ld.relaxed.gpu.global.u64 %rd2, [%rd31];
@@ -220,14 +220,14 @@ ZERO:
 STEPPED:
     bar.sync 0;
     @%p7 bra DONE;
-    @!%p12 membar.gl;
+{shut_tail}    @!%p12 membar.gl;
     selp.u64 %rd40, 4294967297, 1, %p5;
     atom.global.add.u64 %rd41, [%rd31+32], %rd40;
     add.u64 %rd41, %rd41, %rd40;
     cvt.u32.u64 %r11, %rd41;
     setp.ne.u32 %p4, %r11, %r8;
     @%p4 bra DONE;
-    @!%p12 {publish_fence};
+{last_label}    @!%p12 {publish_fence};
 {tail_ring}    add.u64 %rd4, %rd47, 1;
     add.u64 %rd49, %rd2, 1;
     shr.u64 %rd42, %rd41, 32;
@@ -268,7 +268,7 @@ DONE:
 
 
 def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True, lean: bool = True,
-               pdl: bool = False) -> str:
+               pdl: bool = False, shut_fast: bool = False) -> str:
     """The append kernel's module for a device of compute capability `arch` (sm_75 code JITs on any
     newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it), for rings on the
     device or (`on_device` false: --when-full=wait) in host memory. `lean` false: the kernel of
@@ -276,9 +276,11 @@ def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True, lean
     start while the probed kernel it depends on still runs (a programmatic edge): everything that
     does not read the maps (the descriptor, the state, the gate the replay ran with, the decision:
     all written before this replay) comes before `griddepcontrol.wait`, which waits for the probed
-    kernels to complete and their writes to be visible."""
+    kernels to complete and their writes to be visible. `shut_fast` (measured in the benchmark only): on a
+    replay whose gate was shut, every block but the first of each node leaves at once, and that one counts
+    the replay without waiting for the others (none copies or zeroes anything)."""
     fence = "membar.gl" if on_device else "membar.sys"
-    ops = {**(_LEAN if lean else _SESSION8), "preload": _PRELOAD, "pdl_wait": ""}
+    ops = {**(_LEAN if lean else _SESSION8), "preload": _PRELOAD, "pdl_wait": "", **(_SHUT_FAST if shut_fast else _SHUT)}
     if lean and not on_device:  # the consumed count in host memory: read across PCIe only for a selected replay
         ops.update(consumed_early="", consumed_late=CONSUMED_LOAD)
     if pdl:
@@ -293,6 +295,13 @@ def _load(reg: str, off: int) -> str:
     return f"    ld.global.u64 {reg}, [%rd32+{off}];\n"
 
 
+_SHUT = {"shut_exit": "", "shut_tail": "", "last_label": ""}
+_SHUT_FAST = {
+    "shut_exit": "    .reg .pred %g<2>;\n    setp.ne.u32 %g0, %r12, 0;\n    setp.ne.u32 %g1, %r9, 0;\n"
+                 "    and.pred %g1, %g1, %g0;\n    @%g1 bra DONE;\n",
+    "shut_tail": "    @%g0 mov.u64 %rd41, 1;\n    @%g0 bra LAST;\n",
+    "last_label": "LAST:\n",
+}
 # each thread's first 16 bytes of the maps, loaded while thread 0 decides; with a programmatic edge
 # the maps are read only after griddepcontrol.wait (the first step of the copy loop loads them then)
 _PRELOAD = "    @%p10 ld.global.v4.u32 {%r4, %r5, %r6, %r10}, [%rd26];\n"
