@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes as C
 import os
+import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -237,6 +239,25 @@ def test_ten_thousand_replays_every_100_write_100_results(tmp_path):
     t = nt.load(p.rt.trace.path)
     assert [la.event["replay"] for la in t.launches] == list(range(0, 10_000, 100))
     assert len(opened) == 100 and p.runs["saxpy4"] == 10_000
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+@pytest.mark.parametrize(("lean", "pdl", "shut_fast"), [(True, False, False), (False, False, False), (True, True, False),
+                                                        (True, False, True), (True, True, True)],
+                         ids=["lean", "session8", "programmatic", "shut-fast", "programmatic-shut-fast"])
+def test_the_append_kernel_assembles(tmp_path, lean, pdl, shut_fast):
+    """The append kernels (benchmarks/append_node_cost.py times them against each other), for every
+    target append_ptx writes and both ring placements."""
+    from neutrino.runtime.cudagraphs.ring import append_ptx
+
+    src = tmp_path / "append.ptx"
+    archs = (((9, 0), "sm_90"), ((10, 0), "sm_100")) if pdl else (((9, 0), "sm_90"), ((7, 5), "sm_75"), ((7, 0), "sm_75"))
+    for arch, gpu in archs:
+        for on_device in (True, False):
+            src.write_text(append_ptx(arch, on_device, lean=lean, pdl=pdl, shut_fast=shut_fast))
+            done = subprocess.run(["ptxas", f"-arch={gpu}", str(src), "-o", str(tmp_path / "append.cubin")],
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, (arch, on_device, done.stderr)
 
 
 def test_trace_budget_drops_replays_and_counts_them(tmp_path):

@@ -92,6 +92,7 @@ REPLAYS, WRITTEN, DROPPED, CONSUMED = 0, 8, 16, 24
 # blocks that copied (high half): one atomic tells the last block both
 DONE = 32
 STATE_BYTES = 64
+PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch): append_ptx(pdl=True) targets it
 HEAD_BYTES = 256  # before the maps: the gate (its last 8 bytes), keeping the maps 256-byte aligned
 GATE_OFFSET = 8  # passes/lower_save.GATE_OFFSET: the gate is this many bytes before the maps
 
@@ -118,7 +119,7 @@ _PTX = """\
     .reg .pred %p<16>;
     .reg .b32 %r<16>;
     .reg .b64 %rd<52>;
-    .shared .align 8 .u64 s_slot;
+{decls}    .shared .align 8 .u64 s_slot;
     mov.u32 %r1, %tid.x;
     setp.ne.u32 %p7, %r1, 0;
     ld.param.u64 %rd32, [p_desc];
@@ -128,13 +129,12 @@ _PTX = """\
     ld.global.u64 %rd24, [%rd32];
     ld.global.u64 %rd25, [%rd32+8];
     ld.global.u64 %rd31, [%rd32+48];
-    mov.u32 %r8, %nctaid.x;
+{early}    mov.u32 %r8, %nctaid.x;
     cvt.u64.u32 %rd34, %r8;
     shl.b64 %rd35, %rd34, 4;
     add.u64 %rd36, %rd25, %rd35;
     sub.u64 %rd36, %rd36, 1;
-    div.u64 %rd36, %rd36, %rd35;
-    shl.b64 %rd36, %rd36, 4;
+{div_chunk}    shl.b64 %rd36, %rd36, 4;
     mov.u32 %r9, %ctaid.x;
     cvt.u64.u32 %rd37, %r9;
     mul.lo.u64 %rd38, %rd37, %rd36;
@@ -151,15 +151,14 @@ _PTX = """\
     ld.param.u64 %rd48, [p_host];
     setp.ne.u64 %p13, %rd48, 0;
     @%p13 mov.u32 %r12, 0;
-    setp.lt.u64 %p10, %rd22, %rd39;
+{shut_exit}    setp.lt.u64 %p10, %rd22, %rd39;
     add.u64 %rd26, %rd24, %rd22;
-    @%p10 ld.global.v4.u32 {{%r4, %r5, %r6, %r10}}, [%rd26];
-    @%p7 bra SHARED;
+{preload}    @%p7 bra SHARED;
     ld.relaxed.gpu.global.u64 %rd2, [%rd31];
     ld.param.u64 %rd46, [p_skip];
     add.u64 %rd47, %rd2, %rd46;
     ld.relaxed.gpu.global.u64 %rd3, [%rd31+8];
-    mov.u64 %rd20, 0;
+{consumed_early}    mov.u64 %rd20, 0;
     ld.param.u64 %rd5, [p_start];
     ld.param.u64 %rd6, [p_stop];
     ld.param.u64 %rd7, [p_every];
@@ -167,16 +166,12 @@ _PTX = """\
     setp.ge.u64 %p2, %rd47, %rd6;
     or.pred %p1, %p1, %p2;
     sub.u64 %rd8, %rd47, %rd5;
-    rem.u64 %rd9, %rd8, %rd7;
-    setp.ne.u64 %p3, %rd9, 0;
+{rem_filter}    setp.ne.u64 %p3, %rd9, 0;
     or.pred %p1, %p1, %p3;
     not.pred %p14, %p13;
     and.pred %p1, %p1, %p14;
     @%p1 bra DECIDED;
-    ld.global.u64 %rd10, [%rd32+24];
-    ld.global.u64 %rd28, [%rd32+56];
-    ld.relaxed.sys.global.u64 %rd14, [%rd28];
-    sub.u64 %rd15, %rd3, %rd14;
+{consumed_late}    sub.u64 %rd15, %rd3, %rd14;
     setp.lt.u64 %p4, %rd15, %rd10;
     @%p4 bra FREE;
     ld.param.u64 %rd29, [p_wait_ns];
@@ -195,14 +190,11 @@ SPIN:
     @%p9 bra SPIN;
     bra DECIDED;
 FREE:
-    rem.u64 %rd11, %rd3, %rd10;
-    ld.global.u64 %rd16, [%rd32+32];
-    ld.global.u64 %rd17, [%rd32+40];
-    mad.lo.u64 %rd20, %rd11, %rd17, %rd16;
+{rem_slot}{free_loads}    mad.lo.u64 %rd20, %rd11, %rd17, %rd16;
 DECIDED:
     st.shared.u64 [s_slot], %rd20;
 SHARED:
-    bar.sync 0;
+{pdl_wait}    bar.sync 0;
     ld.shared.u64 %rd21, [s_slot];
     setp.ne.u64 %p5, %rd21, 0;
     setp.ne.u32 %p11, %r12, 0;
@@ -225,23 +217,20 @@ ZERO:
 STEPPED:
     bar.sync 0;
     @%p7 bra DONE;
-    @!%p12 membar.gl;
+{shut_tail}    @!%p12 membar.gl;
     selp.u64 %rd40, 4294967297, 1, %p5;
     atom.global.add.u64 %rd41, [%rd31+32], %rd40;
     add.u64 %rd41, %rd41, %rd40;
     cvt.u32.u64 %r11, %rd41;
     setp.ne.u32 %p4, %r11, %r8;
     @%p4 bra DONE;
-    @!%p12 {publish_fence};
-    ld.global.u64 %rd1, [%rd32+16];
-    add.u64 %rd4, %rd47, 1;
+{last_label}    @!%p12 {publish_fence};
+{tail_ring}    add.u64 %rd4, %rd47, 1;
     add.u64 %rd49, %rd2, 1;
     shr.u64 %rd42, %rd41, 32;
     setp.ne.u64 %p6, %rd42, %rd34;
     @%p6 bra UNWRITTEN;
-    ld.global.u64 %rd10, [%rd32+24];
-    rem.u64 %rd11, %rd3, %rd10;
-    shl.b64 %rd12, %rd11, 3;
+{tail_slot}    shl.b64 %rd12, %rd11, 3;
     add.u64 %rd13, %rd1, %rd12;
     st.relaxed.sys.global.u64 [%rd13+64], %rd4;
     add.u64 %rd3, %rd3, 1;
@@ -260,8 +249,7 @@ COUNTED:
     setp.ge.u64 %p3, %rd4, %rd6;
     or.pred %p2, %p2, %p3;
     sub.u64 %rd44, %rd4, %rd5;
-    rem.u64 %rd45, %rd44, %rd7;
-    setp.ne.u64 %p3, %rd45, 0;
+{rem_gate}    setp.ne.u64 %p3, %rd45, 0;
     or.pred %p2, %p2, %p3;
     selp.u32 %r13, 1, 0, %p2;
     st.relaxed.gpu.global.u32 [%rd24+-8], %r13;
@@ -276,14 +264,83 @@ DONE:
 """
 
 
-def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True) -> str:
+def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True, lean: bool = False,
+               pdl: bool = False, shut_fast: bool = False) -> str:
     """The append kernel's module for a device of compute capability `arch` (sm_75 code JITs on any
     newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it), for rings on the
-    device or (`on_device` false: --when-full=wait) in host memory."""
+    device or (`on_device` false: --when-full=wait) in host memory. The defaults give the runtime's
+    kernel (session 8's); the others are candidates that benchmarks/append_node_cost.py times against
+    it, not yet measured faster end to end (docs/overhead.md, "Session 9: the append node"):
+    `lean` (_LEAN); `pdl` (sm_90+, for a programmatic edge: it may start while the probed kernel it
+    depends on still runs; everything that does not read the maps, all written before this replay,
+    comes before `griddepcontrol.wait`, which waits for that kernel to complete and its writes to be
+    visible); `shut_fast` (on a replay whose gate was shut every block but the first of each node
+    leaves at once, and that one counts the replay without waiting for the others)."""
     fence = "membar.gl" if on_device else "membar.sys"
+    ops = {**(_LEAN if lean else _SESSION8), "preload": _PRELOAD, "pdl_wait": "",
+           **(_SHUT_FAST if shut_fast else _SHUT)}
+    if lean and not on_device:  # the consumed count in host memory: read across PCIe only for a selected replay
+        ops.update(consumed_early="", consumed_late=CONSUMED_LOAD)
+    if pdl:
+        ops.update(preload=_NO_PRELOAD, pdl_wait="    griddepcontrol.wait;\n")
+        return _PTX.format(version="7.8", target="sm_90", publish_fence=fence, **ops)
     if arch is None or arch >= (7, 5):
-        return _PTX.format(version="7.0", target="sm_75", publish_fence=fence)
-    return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}", publish_fence=fence)
+        return _PTX.format(version="7.0", target="sm_75", publish_fence=fence, **ops)
+    return _PTX.format(version="6.3", target=f"sm_{arch[0]}{arch[1]}", publish_fence=fence, **ops)
+
+
+def _load(reg: str, off: int) -> str:
+    return f"    ld.global.u64 {reg}, [%rd32+{off}];\n"
+
+
+_SHUT = {"shut_exit": "", "shut_tail": "", "last_label": ""}
+_SHUT_FAST = {
+    "shut_exit": "    .reg .pred %g<2>;\n    setp.ne.u32 %g0, %r12, 0;\n    setp.ne.u32 %g1, %r9, 0;\n"
+                 "    and.pred %g1, %g1, %g0;\n    @%g1 bra DONE;\n",
+    "shut_tail": "    @%g0 mov.u64 %rd41, 1;\n    @%g0 bra LAST;\n",
+    "last_label": "LAST:\n",
+}
+# each thread's first 16 bytes of the maps, loaded while thread 0 decides; with a programmatic edge
+# the maps are read only after griddepcontrol.wait (the first step of the copy loop loads them then)
+_PRELOAD = "    @%p10 ld.global.v4.u32 {%r4, %r5, %r6, %r10}, [%rd26];\n"
+_NO_PRELOAD = "    setp.ne.u32 %p10, %r7, %r7;\n"
+CONSUMED_LOAD = "    ld.relaxed.sys.global.u64 %rd14, [%rd28];\n"
+
+
+def _divrem(op: str, dst: str, a: str, b: str, k: int) -> str:
+    """`op` ("div" or "rem") of two u64 registers, in 32 bits when both fit: PTX's 64-bit division is
+    a long software routine, and the append kernel's values (a replay or slot number, a span, a ring's
+    size, --launches' step) fit in 32 bits in practice."""
+    return (f"    or.b64 %t{k}, {a}, {b};\n    shr.u64 %t{k}, %t{k}, 32;\n    setp.eq.u64 %f{k}, %t{k}, 0;\n"
+            f"    cvt.u32.u64 %q{2 * k}, {a};\n    cvt.u32.u64 %q{2 * k + 1}, {b};\n"
+            f"    @%f{k} {op}.u32 %q{2 * k}, %q{2 * k}, %q{2 * k + 1};\n    @%f{k} cvt.u64.u32 {dst}, %q{2 * k};\n"
+            f"    @!%f{k} {op}.u64 {dst}, {a}, {b};\n")
+
+
+# The session-8 kernel (the runtime's; the candidates are timed against it): 64-bit divisions, and each descriptor field
+# and the host's consumed count loaded where first needed (the consumed count: a round trip after the
+# state's, only once the replay is known to be selected).
+_SESSION8 = {
+    "decls": "", "early": "", "consumed_early": "",
+    "consumed_late": _load("%rd10", 24) + _load("%rd28", 56) + CONSUMED_LOAD,
+    "div_chunk": "    div.u64 %rd36, %rd36, %rd35;\n", "rem_filter": "    rem.u64 %rd9, %rd8, %rd7;\n",
+    "rem_slot": "    rem.u64 %rd11, %rd3, %rd10;\n", "free_loads": _load("%rd16", 32) + _load("%rd17", 40),
+    "tail_ring": _load("%rd1", 16), "tail_slot": _load("%rd10", 24) + "    rem.u64 %rd11, %rd3, %rd10;\n",
+    "rem_gate": "    rem.u64 %rd45, %rd44, %rd7;\n",
+}
+# Lean: the whole descriptor loaded in the first round trip; the consumed count with the state (one
+# round trip fewer for thread 0 of a selected replay: an earlier, smaller count only makes the ring look
+# fuller; with --when-full=wait, where it is read across PCIe, still only once the replay is selected); divisions in 32 bits when they fit; the last block reuses the slot its thread 0 computed
+# (a slot written means every block, this one too, found it free).
+_LEAN = {
+    "decls": "    .reg .b64 %t<4>;\n    .reg .b32 %q<8>;\n    .reg .pred %f<4>;\n",
+    "early": "".join(_load(r, o) for r, o in (("%rd1", 16), ("%rd10", 24), ("%rd16", 32), ("%rd17", 40),
+                                               ("%rd28", 56))),
+    "consumed_early": CONSUMED_LOAD, "consumed_late": "",
+    "div_chunk": _divrem("div", "%rd36", "%rd36", "%rd35", 0), "rem_filter": _divrem("rem", "%rd9", "%rd8", "%rd7", 1),
+    "rem_slot": _divrem("rem", "%rd11", "%rd3", "%rd10", 2), "free_loads": "",
+    "tail_ring": "", "tail_slot": "", "rem_gate": _divrem("rem", "%rd45", "%rd44", "%rd7", 3),
+}
 
 
 def _align(n: int, a: int) -> int:
