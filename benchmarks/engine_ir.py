@@ -1,21 +1,24 @@
 """Instructions (callgrind Ir) per corpus pass of the engine, this checkout vs another.
 
-    python benchmarks/engine_ir.py [-p PROBE ...] [--against CHECKOUT] [--reps 3]
+    python benchmarks/engine_ir.py [-p PROBE ...] [--against CHECKOUT] [--this CHECKOUT] [--layouts 5] [--reps 2]
     python benchmarks/engine_ir.py --loop PROBE REPS     (what callgrind runs)
 
 A pass parses, instruments (default pipeline) and prints every corpus file of
 this checkout, as benchmarks/engine.py times it. Wall time on this shared
 machine swings up to 1.8x; instruction counts do not, once the run is made
 deterministic: PYTHONHASHSEED=0 fixes str hashes and `setarch -R` (no address
-randomisation) fixes the id()-based order of sets of objects. Printed, in
-millions of instructions:
+randomisation) fixes addresses, so one command counts the same every time.
+Addresses still decide the order of what is hashed by id(), and they move
+with the process's environment: the same code counts up to 4% apart when
+only the length of an unused environment variable changes. So each checkout
+is counted under several such layouts (--layouts: padding of 0, 1, 2, ... kB)
+and the median is compared; min and max show the spread.
 
-    first  = Ir(1 pass) - Ir(0 passes): the first pass, with what it imports late and memoises
-    pass   = (Ir(REPS passes) - Ir(1 pass)) / (REPS - 1): a later pass (steady state)
+    pass = (Ir(REPS passes) - Ir(1 pass)) / (REPS - 1), in millions of instructions
 
-Ir(0 passes) loads the probe and reads the corpus only. Each checkout runs this
-checkout's script with PYTHONPATH set to its root, so both time the same loop
-on the same corpus.
+Later passes only (what the process imports, compiles or memoises on its
+first kernel is left out). Each checkout runs this script with PYTHONPATH set
+to its root, from the same path, on the same corpus.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,9 +54,10 @@ def loop(probe_name: str, reps: int) -> None:
                 print_module(module)
 
 
-def instructions(root: Path, probe_name: str, reps: int) -> int:
+def instructions(root: Path, probe_name: str, reps: int, padding: int) -> int:
     """Ir of one deterministic callgrind run of `--loop probe_name reps` against the checkout at `root`."""
-    env = dict(os.environ, PYTHONPATH=str(root), PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
+               ENGINE_IR_LAYOUT="x" * padding)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         command = ["setarch", "-R", "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
@@ -64,34 +69,42 @@ def instructions(root: Path, probe_name: str, reps: int) -> int:
     return int(match.group(1))
 
 
-def measure(root: Path, probe_name: str, reps: int) -> tuple[float, float]:
-    """(first pass, later pass) in millions of instructions."""
-    zero, one, many = (instructions(root, probe_name, n) for n in (0, 1, reps))
-    return (one - zero) / 1e6, (many - one) / (reps - 1) / 1e6
+def per_pass(root: Path, probe_name: str, reps: int, layouts: int) -> list[float]:
+    """Millions of instructions of a later pass, under each layout."""
+    out = []
+    for layout in range(layouts):
+        one, many = (instructions(root, probe_name, n, 1024 * layout) for n in (1, reps))
+        out.append((many - one) / (reps - 1) / 1e6)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-p", "--probe", action="append", help="built-in tool or probe file (repeatable; default block_sched)")
     parser.add_argument("--against", type=Path, help="another checkout (e.g. `git archive 993829a~1 | tar -x -C DIR`)")
-    parser.add_argument("--reps", type=int, default=3, help="passes of the long run (>= 2)")
+    parser.add_argument("--this", type=Path, default=HERE.parent.parent, help="the checkout measured as 'this' (default: this script's)")
+    parser.add_argument("--layouts", type=int, default=5, help="environment layouts per checkout (median taken)")
+    parser.add_argument("--reps", type=int, default=2, help="passes of the long run (>= 2)")
     parser.add_argument("--loop", nargs=2, metavar=("PROBE", "REPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loop:
         loop(args.loop[0], int(args.loop[1]))
         return
-    if args.reps < 2:
-        parser.error("--reps must be at least 2")
-    roots = [("this", HERE.parent.parent)] + ([("other", args.against.resolve())] if args.against else [])
-    print(f"{'probe':18s} " + " ".join(f"{name + ' first':>12s} {name + ' pass':>11s}" for name, _ in roots)
-          + ("   pass this/other" if args.against else ""))
+    if args.reps < 2 or args.layouts < 1:
+        parser.error("--reps must be at least 2 and --layouts at least 1")
+    roots = [("this", args.this.resolve())] + ([("other", args.against.resolve())] if args.against else [])
+    print(f"{'probe':18s} " + " ".join(f"{name + ' pass [min-max]':>26s}" for name, _ in roots)
+          + ("   this/other (medians)" if args.against else ""))
     for probe_name in args.probe or ["block_sched"]:
-        results = [measure(root, probe_name, args.reps) for _, root in roots]
-        row = " ".join(f"{first:12.1f} {later:11.1f}" for first, later in results)
-        ratio = f"   {results[0][1] / results[1][1]:.3f}x" if args.against else ""
-        print(f"{probe_name:18s} {row}{ratio}", flush=True)
-    print(f"(millions of instructions, callgrind; files={len(CORPUS)} reps={args.reps}; "
-          f"other={args.against}; Python {sys.version.split()[0]})")
+        medians, cells = [], []
+        for _, root in roots:
+            counts = per_pass(root, probe_name, args.reps, args.layouts)
+            medians.append(statistics.median(counts))
+            cells.append(f"{medians[-1]:8.1f} [{min(counts):.1f}-{max(counts):.1f}]")
+        ratio = f"   {medians[0] / medians[1]:.3f}x" if args.against else ""
+        print(f"{probe_name:18s} " + " ".join(f"{c:>26s}" for c in cells) + ratio, flush=True)
+    print(f"(millions of instructions per corpus pass, callgrind; files={len(CORPUS)} reps={args.reps} "
+          f"layouts={args.layouts}; this={roots[0][1]} other={args.against}; Python {sys.version.split()[0]})")
 
 
 if __name__ == "__main__":
