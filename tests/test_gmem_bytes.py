@@ -60,7 +60,7 @@ def test_positions_are_the_global_forms_of_the_table(form):
     wrong = []
     for text in CATALOGUE:
         (insn,) = parse_statements(text)
-        matched = named(insn.opcode)
+        matched = named[insn.opcode.text]
         if matched != moves_global_memory(text):
             wrong.append(f"{'matched' if matched else 'missed'}: {text}")
     assert not wrong, "\n".join(wrong)

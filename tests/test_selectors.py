@@ -80,7 +80,7 @@ def test_builtin_tools_name_selectors_and_keep_their_sites_on_the_corpus(tool):
 def test_selectors_follow_the_table():
     def named(position: str, text: str) -> bool:
         (insn,) = parse_statements(text)
-        return position_matcher(as_position(position))(insn.opcode)
+        return position_matcher(as_position(position))[insn.opcode.text]
 
     assert named("#memory.global", "ld.relaxed.gpu.global.u32 %r1, [%rd1];")
     assert named("#memory.shared", "st.shared::cta.u32 [%r1], %r2;")

@@ -478,10 +478,13 @@ class _Lowerer:
         without nested scopes), also (index in the body, SAVE) of each, in body order."""
         groups: dict[str, list[ir.Instruction]] = {}
         saves_at: list[tuple[int, ir.Instruction]] = []
-        numbered = enumerate(body) if indexed else ((-1, stmt) for stmt in ir.instructions(body))
-        for index, stmt in numbered:
-            if type(stmt) is ir.Instruction and stmt.origin is not None and stmt.origin.startswith("probe ") \
-                    and stmt.opcode.base == SAVE:
+        # Only inserted code can hold a SAVE: one cheap test drops the kernel's own instructions first.
+        if indexed:
+            inserted = [(i, s) for i, s in enumerate(body) if type(s) is ir.Instruction and s.origin is not None]
+        else:
+            inserted = [(-1, s) for s in ir.instructions(body) if s.origin is not None]
+        for index, stmt in inserted:
+            if stmt.origin.startswith("probe ") and stmt.opcode.base == SAVE:
                 groups.setdefault(stmt.origin, []).append(stmt)
                 if indexed:
                     saves_at.append((index, stmt))

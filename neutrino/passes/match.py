@@ -64,7 +64,9 @@ def matcher(module: ir.Module, state: KernelState):
         if _selects_by_line(probe):
             originals = lines.matched(probe, originals)
             anchors = lines.anchors.get(probe.name, ())
-        matches_opcode = position_matcher(probe.position)  # memoised per position, its answers per opcode text
-        return [insn for insn in originals if matches_opcode(insn.opcode) or id(insn) in anchors]
+        named = position_matcher(probe.position)  # opcode text → matched, kept per position
+        if not anchors:
+            return [insn for insn in originals if named[insn.opcode.text]]
+        return [insn for insn in originals if named[insn.opcode.text] or id(insn) in anchors]
 
     return instructions_at

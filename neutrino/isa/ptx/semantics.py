@@ -481,27 +481,29 @@ def _selects(components: tuple[str, ...], opcode: ir.Opcode) -> bool:
                for _, access, found in access_spaces(opcode))
 
 
-@functools.lru_cache(maxsize=256)  # a pure function of the position: one matcher (and its answers) per position
-def position_matcher(position: tuple[tuple[str, ...], ...]) -> Callable[[ir.Opcode], bool]:
-    """Whether an opcode is named by a position: an opcode prefix (`ld.global`) or a selector (`#memory.global`).
+class PositionAnswers(dict):
+    """Opcode text → whether a position names it: an opcode prefix (`ld.global`) or a selector
+    (`#memory.global`). Filled on first ask: the answer depends on the text alone, kernels repeat
+    few spellings, and a dict lookup per instruction is what matching every kernel costs."""
 
-    A set lookup per prefix length, not a comparison per prefix (a position may list many forms).
-    The answer depends on the opcode's text alone, so it is kept per text: kernels repeat few
-    spellings, and the selectors' table lookups would otherwise run again for every kernel."""
-    prefixes = {p for p in position if not is_selector(p)}
-    selectors = [p for p in position if is_selector(p)]
-    lengths = sorted({len(p) for p in prefixes})
-    answers: dict[str, bool] = {}  # opcode text → matched (a memo of this pure function)
+    def __init__(self, position: tuple[tuple[str, ...], ...]) -> None:
+        super().__init__()
+        self.prefixes = {p for p in position if not is_selector(p)}
+        self.selectors = [p for p in position if is_selector(p)]
+        self.lengths = sorted({len(p) for p in self.prefixes})  # a set lookup per prefix length, not per prefix
 
-    def matches(opcode: ir.Opcode) -> bool:
-        known = answers.get(opcode.text)
-        if known is None:
-            components = opcode.components
-            known = answers[opcode.text] = any(components[:n] in prefixes for n in lengths) or \
-                any(_selects(s, opcode) for s in selectors)
-        return known
+    def __missing__(self, text: str) -> bool:
+        opcode = ir.opcode(text)
+        components = opcode.components
+        named = self[text] = any(components[:n] in self.prefixes for n in self.lengths) or \
+            any(_selects(s, opcode) for s in self.selectors)
+        return named
 
-    return matches
+
+@functools.lru_cache(maxsize=256)  # a pure function of the position: one table of answers per position
+def position_matcher(position: tuple[tuple[str, ...], ...]) -> PositionAnswers:
+    """Which opcode texts `position` names (`position_matcher(p)[opcode.text]`), kept across kernels."""
+    return PositionAnswers(position)
 
 
 def position_problem(components: tuple[str, ...]) -> tuple[str, list[str]] | None:
