@@ -127,9 +127,20 @@ def buffer_bytes(units: int, cap: int, record_bytes: int) -> int:
 # (%smid % STRIPES), so that the atomics of a launch spread over many addresses
 # (and L2 slices) instead of queueing on one. Rows start ROW_ALIGN apart. The
 # buffer is written to the result file as it is (units = rows there); readers
-# add the rows up. Old files keep their own row count, so STRIPES may change.
+# add the rows up. Old files keep their own row count, so the row counts may change.
 STRIPES = 32
+# A sum map's rows are one cache line of a few counters each, and every warp of a launch adds to one at its
+# exit: on a 16,384-block grid 32 rows (~4 SMs a row on a 132-SM H200) cost 8% of a streaming kernel, 128 rows
+# nothing measurable (benchmarks/probe_cost.py, `gmem_bytes 128 rows`, docs/overhead.md session 9). A hist map's
+# rows are whole bucket arrays (2 KiB for 255 buckets), whose copy-out per launch grows with the rows: it keeps 32.
+SUM_STRIPES = 128
 ROW_ALIGN = 128
+
+
+def stripes(kind: str) -> int:
+    """Rows of counters of a new `sum` or `hist` map (kernel.json's `rows`); a power of two: the row is
+    %smid masked. Files and kernel.json entries without `rows` were written with STRIPES."""
+    return SUM_STRIPES if kind == "sum" else STRIPES
 
 
 def stripe_row_bytes(record_bytes: int) -> int:

@@ -13,7 +13,7 @@ import attrs
 from neutrino.errors import Location
 from neutrino.isa.interface import HELPERS, SAVE  # noqa: F401 - the probe vocabulary every ISA shares, defined there
 from neutrino.isa.ptx import ir
-from neutrino.maps import Buckets
+from neutrino.maps import Buckets, stripes
 
 LEVELS = ("thread", "warp", "block")
 MAP_TYPES = ("array", "sum", "hist")
@@ -84,6 +84,8 @@ class MapSpec:
         if self.stage is not None:
             out["stage"] = self.stage
             out["rows"] = 1
+        elif self.type != "array":
+            out["rows"] = stripes(self.type)  # what the code indexes: sizing and readers follow it
         return out
 
 

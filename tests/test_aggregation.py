@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import neutrino.language as nl
+import neutrino.maps as maps_module
 import neutrino.trace as nt
 from neutrino.analysis import gmem_bytes as gmem_analysis
 from neutrino.analysis import report
@@ -184,7 +185,7 @@ CHECK-NEXT: mov.u32 %nt_gate, 0;
 CHECK-NEXT: @%nt_gated ld.global.u32 %nt_gate, [%nt_buf_traffic+-8];
 CHECK-NEXT: setp.eq.u32 %nt_on, %nt_gate, 0;
 CHECK-NEXT: mov.u32 %nt_stripe, %smid;
-CHECK-NEXT: and.b32 %nt_stripe, %nt_stripe, 31;
+CHECK-NEXT: and.b32 %nt_stripe, %nt_stripe, 127;
 CHECK-NEXT: mul.wide.u32 %nt_w64, %nt_stripe, 128;
 CHECK-NEXT: add.u64 %nt_buf_traffic, %nt_buf_traffic, %nt_w64;
 CHECK: @!%p1 st.global.u32 [%rd2], %r4;
@@ -658,3 +659,16 @@ def test_runtime_sizes_a_sum_map_by_launch_and_writes_its_counters(tmp_path):
     assert [la.maps["traffic"].totals() for la in launches] == [
         {"bytes": 48 * 1024, "accesses": 3 * 1024}, {"bytes": 48 * 4096 * 256, "accesses": 3 * 4096 * 256}]
     assert all(la.maps["traffic"].dropped == 0 for la in launches)
+
+
+def test_sum_maps_get_128_rows_and_hist_maps_32_each_row_indexed_by_the_sm():
+    """kernel.json's `rows` is what the code indexes (%smid masked by rows - 1), and the launch's buffer follows it."""
+    for probe_text, kind, rows in ((SUM_PROBE, "sum", maps_module.SUM_STRIPES), (HIST_PROBE, "hist", maps_module.STRIPES)):
+        result = lowered(probe_text)
+        (info,) = result.kernels.values()
+        entry = next(m for m in info["maps"] if m["type"] == kind)
+        assert entry["rows"] == rows == maps_module.stripes(kind)
+        assert f"and.b32 \t%nt_stripe, %nt_stripe, {rows - 1};" in result.ptx
+        assert nt.map_buffer_bytes(entry, (8, 1, 1), (128, 1, 1)) == (rows, rows * nt.stripe_row_bytes(entry["record_bytes"]))
+    # an entry without `rows` (a trace or code cache written before rows were recorded) was sized with STRIPES
+    assert nt.map_buffer_bytes({"type": "sum", "record_bytes": 16}, (8, 1, 1), (128, 1, 1))[0] == nt.STRIPES

@@ -35,7 +35,7 @@ from neutrino.passes.param_space import check_param_space
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.ring import is_ring_map, ring_pointers
 from neutrino.passes.save_core import COUNT_BYTES, RECORDS_ALIGN, address_maps, record_stride
-from neutrino.maps import STRIPES, stripe_row_bytes
+from neutrino.maps import stripe_row_bytes, stripes
 
 ORIGIN = "buffer-addressing"
 
@@ -166,17 +166,17 @@ class _Prologue:
         self.emit("setp.eq.u32", on, gate, 0)
 
     def counters_pointer(self, spec) -> None:
-        """A sum or hist map: this warp's row of the launch's counters, row = %smid % STRIPES.
+        """A sum or hist map: this warp's row of the launch's counters, row = %smid % rows (maps.stripes).
 
         A warp stays on its SM, so the row is fixed at entry; warps of
-        different SMs add to different rows (trace.STRIPES; readers add them up).
+        different SMs add to different rows (kernel.json's `rows`; readers add them up).
         """
         buf = map_register(self.state, "buf", spec, "b64")
         if getattr(spec, "stage", None) == "block":
             return  # one row (passes/shared_agg.py): the buffer itself
         sm, w = self.t("stripe", "b32"), self.t("w64", "b64")
         self.emit("mov.u32", sm, "%smid")
-        self.emit("and.b32", sm, sm, STRIPES - 1)
+        self.emit("and.b32", sm, sm, stripes(spec.type) - 1)
         self.emit("mul.wide.u32", w, sm, stripe_row_bytes(spec.record_bytes))
         self.emit("add.u64", buf, buf, w)
 
