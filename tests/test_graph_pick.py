@@ -578,9 +578,9 @@ STREAM_WORK = ("cuStreamCreate", "cuStreamCreateWithPriority", "cuMemsetD8Async"
                "cuEventRecord", "cuStreamWaitEvent")
 
 
-def capture_windows(calls_log):
-    """Per capture on the program's thread, the driver calls that thread made between its
-    cuStreamBeginCapture_v2 and its cuStreamEndCapture."""
+def capture_windows(calls_log, every_thread=False):
+    """Per capture on the program's thread, the driver calls that thread (or, `every_thread`, any thread: our
+    writer's copy-out too) made between its cuStreamBeginCapture_v2 and its cuStreamEndCapture."""
     windows, open_on = [], None
     for line in calls_log.read_text().splitlines():
         if line.startswith(("== ", "  =")):
@@ -591,7 +591,7 @@ def capture_windows(calls_log):
             windows.append([])
         elif call == "cuStreamEndCapture" and thread == open_on:
             open_on = None
-        elif thread == open_on:
+        elif open_on is not None and (every_thread or thread == open_on):
             windows[-1].append(call)
     return windows
 
@@ -616,6 +616,8 @@ def test_no_stream_of_ours_is_made_or_used_while_the_program_captures(tmp_path, 
     probing = windows[0]
     assert probing.count("cuMemAlloc_v2") == 3 and "cuLaunchKernel" in probing  # its 3 nodes' memory, probed
     assert [c for w in windows for c in w if c in STREAM_WORK] == []
+    # nor another thread of ours: the writer's copy-out of the launches before is done before the capture opens
+    assert [c for w in capture_windows(tmp_path / "calls.log", every_thread=True) for c in w if c in STREAM_WORK] == []
     t = nt.load(tmp_path / "trace")
     assert len(events(t, "graph_node")) == 3 and not events(t, "result_error") and not events(t, "fallback")
 

@@ -64,6 +64,7 @@ from neutrino.runtime.modules.registry import Forgotten, FuncRec, ModuleRec, Reg
 from neutrino.runtime.start.tracedir import TraceDir
 
 NOT_HANDLED = -1  # tells the shim to run the original launch itself
+CAPTURE_FLUSH_MS = 1000  # at most this long, before a capture opens, for the writer's queued copy-outs
 _SimplePtx = SimplePtx  # the name tests and older callers use
 
 __all__ = ["NOT_HANDLED", "LaunchRequest", "Runtime", "Fallback", "FuncRec", "ModuleRec"]
@@ -357,8 +358,13 @@ class Runtime:
     def on_graph(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
         """A graph API call the shim saw (shim/graphs.c): lifetimes of captured graphs, kernel nodes
         added or changed with the graph API. Returns replacement kernel-node parameters or 0."""
-        if kind == G_BEGIN_CAPTURE and not self.opt.graphs:
-            return 0  # nothing of ours goes into the program's graphs
+        if kind == G_BEGIN_CAPTURE:
+            if not self.opt.graphs:
+                return 0  # nothing of ours goes into the program's graphs
+            # the writer's copy-out of earlier launches, done before the capture opens (not inside it)
+            finish = getattr(self.writer, "finish_queued", None)
+            if finish is not None:
+                finish(CAPTURE_FLUSH_MS)
         if kind == G_ADD_KERNEL_NODE:
             rec = self.registry.functions.get(b)
             if rec is not None and not rec.failed and not self._closed:

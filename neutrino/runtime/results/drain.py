@@ -201,6 +201,15 @@ class NativeWriter:
     def written(self) -> int:
         return self._completed.value
 
+    def finish_queued(self, timeout_ms: int) -> bool:
+        """Wait (the GIL released) until every job queued so far is written: its copies and zeroing on the
+        writer's stream done. Before the program opens a capture (issue 24: stream work of ours landing inside
+        a capture slows every later graph replay of the process). False if `timeout_ms` passed first."""
+        if not self._started:
+            return True
+        last = self._next_seq() - 1
+        return last == 0 or bool(self._wait(last, timeout_ms))
+
     @property
     def write_errors(self) -> int:
         return self._errors.value
