@@ -135,6 +135,9 @@ class ProbeFile:
     verified: bool = False  # set once verify_probe_file found nothing: the pipeline need not check again
     isa: str = "ptx"  # the assembly of the snippets: ptx, or gcn (neutrino/isa/gcn/snippets.py)
     tool: str | None = None  # the registered tool it is (neutrino.toolbox), None for a user's own probe file
+    # what passes derive from the probes alone, computed once per file rather than once per module
+    # (passes/resolve.py: the registers' readers and scratch registers), keyed by the probes it was derived from
+    derived: dict = attrs.field(factory=dict, init=False, repr=False)
 
     def location(self, line: int, token: str | None = None) -> Location:
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""

@@ -88,6 +88,17 @@ def scratch_registers(probes) -> frozenset[str]:
     return frozenset(scratch - refused)
 
 
+def register_roles(probe_file) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
+    """(register_readers, scratch_registers) of a probe file's probes, derived once per file: a run instruments
+    many modules with one file. Derived again when its probes or their snippets are other objects."""
+    key = tuple((id(p), id(p.before), id(p.after), p.level) for p in probe_file.probes)
+    cached = probe_file.derived.get("register_roles")
+    if cached is None or cached[0] != key:
+        cached = probe_file.derived["register_roles"] = (key, (register_readers(probe_file.probes),
+                                                               scratch_registers(probe_file.probes)))
+    return cached[1]
+
+
 def site_free(stmt: ir.Instruction, scratch: frozenset[str]) -> bool:
     """Whether a snippet instruction may run without the site's predicate (the matched instruction's guard, the
     leader), under its own guard only: it writes only scratch registers (`scratch_registers`). Where the site's
@@ -640,7 +651,7 @@ class PtxOperandResolution:
     def run(self, module: ir.Module, ctx: Context) -> None:
         probes = {p.name: p for p in ctx.probes.probes}
         ledger = HelperTypeLedger(ctx.probes, module.source)
-        readers, scratch = register_readers(ctx.probes.probes), scratch_registers(ctx.probes.probes)
+        readers, scratch = register_roles(ctx.probes)
         for state in ctx.kernels.values():
             self.splice_kernel(state, probes, ledger, module, readers, scratch)
             state.maps = list(ctx.probes.maps)
