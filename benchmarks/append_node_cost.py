@@ -14,8 +14,8 @@ Variants, each one executable graph (`VARIANTS`):
   threads): what one more node costs, and its join of 8 dependencies;
 * `block_sched`: the probed kernels, pointers tagged (they read the gate), no append node; and with an
   empty node after all 8 (a node, no append work);
-* the append node after all 8 with session 8's kernel (`S8`: `append_ptx()`, what the runtime
-  builds) and the lean one (`append_ptx(lean=True)`, ring.py's `_LEAN`), each with every replay probed and with the gate shut
+* the append node after all 8 with session 8's kernel (`S8`: `append_ptx(lean=False)`, what main
+  builds) and the lean one (ring.py), each with every replay probed and with the gate shut
   (`--launches` selecting no replay: the probe stores nothing, the append blocks neither copy nor
   zero), and each with its host ring in device memory instead of mapped host memory (an ablation: no
   store crosses PCIe; nothing reads that ring here);
@@ -23,18 +23,20 @@ Variants, each one executable graph (`VARIANTS`):
   `fence.acq_rel.gpu` where it has `membar.gl` (a sequentially consistent fence);
 * the lean kernel with 10 and 20 blocks per node instead of the runtime's (5 here: what more width buys);
 * the lean kernel whose blocks, on a replay whose gate was shut, all leave at once but the first of
-  each node, which counts the replay without waiting for them (`append_ptx(lean=True, shut_fast=True)`);
+  each node, which counts the replay without waiting for them (`append_ptx(shut_fast=True)`);
 * every third replay selected (the gate opening and shutting: the counters checked against the
   filter), with session 8's, the lean and the programmatic-edge kernel;
-* sm_90 and later: the lean kernel built for a programmatic edge (`append_ptx(lean=True, pdl=True)`:
-  everything but the copy before `griddepcontrol.wait`) after all 8, the edge from the last one a
-  launch-order edge (it may start once every block of that kernel has started), a programmatic one
-  (once they have all exited), or the launch-order edge alone; and with the ring in device memory.
+* sm_90 and later: the kernel built for a programmatic edge (`append_ptx(pdl=True)`: everything but
+  the copy before `griddepcontrol.wait`) after all 8, the edge from the last one a launch-order edge
+  (it may start once every block of that kernel has started: what this runtime builds), a
+  programmatic one (once they have all exited), or the launch-order edge alone; and with the ring
+  in device memory.
 
 Measures, GPU alone (a spin kernel holds the GPU while the host enqueues the replays, so the times
 are the GPU's): per-replay CUDA-event medians of `--replays` replays, each variant once per round,
 rounds interleaved (a first round not counted: it runs faster than the next ones); the table gives
-the median over rounds of those medians, and the spread (lowest and highest round). Every append variant is checked after each round: its replays counted by the
+the median over rounds of those medians, and the spread (lowest
+and highest round). Every append variant is checked after each round: its replays counted by the
 append kernel's state, slots written (all of them when the gate is open, none when shut), none
 dropped (the state is reset before each round: the ring has room for a round's replays), the maps
 zeroed, and the last slot holding the last replay's block_sched counts (one per warp).
@@ -60,7 +62,7 @@ sys.path.insert(0, str(REPO))
 from neutrino.engine import instrument  # noqa: E402
 from neutrino.runtime.cudagraphs import ring as graph_ring  # noqa: E402
 from neutrino.runtime.cudagraphs.capture import _encode_header  # noqa: E402
-from neutrino.runtime.driver import KernelNodeParamsV2  # noqa: E402
+from neutrino.runtime.driver import DriverError, KernelNodeParamsV2, RealDriver  # noqa: E402
 from neutrino.runtime.instrument.probed import launch_shape  # noqa: E402
 from neutrino.toolbox import load_probe_argument  # noqa: E402
 
@@ -80,7 +82,18 @@ EVERY3 = types.SimpleNamespace(start=0, stop=2**64 - 1, every=3)  # every third 
 
 
 class Graphs(Cuda):
-    """Graphs built node by node (cuGraphAddKernelNode_v2, as the runtime adds its append node)."""
+    """Graphs built node by node (cuGraphAddKernelNode_v2, as the runtime adds its append node); `drv`: the
+    runtime's own driver bindings on the same library (its way of adding the append node)."""
+
+    def __init__(self):
+        super().__init__()
+        self.drv = RealDriver(self._address)
+
+    def _address(self, name: str) -> int:
+        try:
+            return C.cast(getattr(self.lib, name), C.c_void_p).value or 0
+        except AttributeError:
+            return 0
 
     def new_graph(self) -> C.c_void_p:
         g = C.c_void_p()
@@ -164,6 +177,7 @@ class Variant:
     launch_filter: object = EVERY
     port: int = 0
     ring: str = "host"
+    runtime: bool = False  # added by the runtime's driver call (RealDriver.graph_add_kernel_node, cuGraphAddNode_v2)
     chunks: int = 0  # the append grid's blocks per node (0: the runtime's, append_chunks)
 
     @property
@@ -200,12 +214,13 @@ VARIANTS = [
     Variant("block_sched + lean append, 20 blocks per node", True, "append", chunks=20),
     Variant("every 3rd + S8 append, after all 8", True, "append", kernel="s8", launch_filter=EVERY3),
     Variant("every 3rd + lean append, after all 8", True, "append", launch_filter=EVERY3),
-    Variant("every 3rd + PDL append, after all 8, launch-order edge from the last", True, "append", kernel="pdl",
-            port=2, launch_filter=EVERY3),
+    Variant("every 3rd + PDL append, launch-order edge (this runtime)", True, "append", kernel="pdl", port=2,
+            launch_filter=EVERY3, runtime=True),
     *append_variants("lean append, after all 8, a shut replay's blocks leaving early", "fast"),
     Variant("every 3rd + lean append, a shut replay's blocks leaving early", True, "append", kernel="fast",
             launch_filter=EVERY3),
-    *append_variants("PDL append, after all 8, launch-order edge from the last", "pdl", port=2),
+    *append_variants("PDL append, after all 8, launch-order edge from the last (this runtime)", "pdl", port=2,
+                     runtime=True),
     Variant("block_sched + PDL append, after all 8, programmatic edge from the last", True, "append", kernel="pdl",
             port=1),
     Variant("block_sched + PDL append, after the last only, launch-order edge", True, "append", after="last",
@@ -231,12 +246,12 @@ class Bench:
         self.empty = cuda.function(EMPTY_PTX, "empty")
         self.spin = cuda.function(SPIN_PTX, "spin")
         arch = self._arch()
-        texts = {"lean": graph_ring.append_ptx(arch, True, lean=True), "s8": graph_ring.append_ptx(arch, True)}
+        texts = {"lean": graph_ring.append_ptx(arch, True), "s8": graph_ring.append_ptx(arch, True, lean=False)}
         texts["nofence"] = without_fences(texts["lean"])
         texts["acqrel"] = texts["lean"].replace("membar.gl;", "fence.acq_rel.gpu;")
-        texts["fast"] = graph_ring.append_ptx(arch, True, lean=True, shut_fast=True)
+        texts["fast"] = graph_ring.append_ptx(arch, True, shut_fast=True)
         if arch >= graph_ring.PDL_ARCH:
-            texts["pdl"] = graph_ring.append_ptx(arch, True, lean=True, pdl=True)
+            texts["pdl"] = graph_ring.append_ptx(arch, True, pdl=True)
         self.kernels = {k: cuda.function(t, graph_ring.APPEND_KERNEL) for k, t in texts.items()}
         n = args.grid * BLOCK_ELEMENTS
         x, y, out = (cuda.alloc(4 * n) for _ in range(3))
@@ -288,9 +303,14 @@ class Bench:
             self.keep.append(args)
             grid, block = (v.chunks or self.chunks, CHAIN, 1), (graph_ring.APPEND_THREADS, 1, 1)
             func = self.kernels[v.kernel]
-            node = self.cuda.add(graph, deps[:-1] if v.port else deps, func, grid, block, C.addressof(args))
-            if v.port:
-                self.cuda.depend(graph, nodes[-1], node, v.port)
+            if v.runtime:  # one call: every edge, the last one's data saying launch order
+                ports = [0] * (len(deps) - 1) + [v.port]
+                self.cuda.drv.graph_add_kernel_node(graph.value, [d.value for d in deps], func.value, grid, block,
+                                                    C.addressof(args), ports=ports)
+            else:
+                node = self.cuda.add(graph, deps[:-1] if v.port else deps, func, grid, block, C.addressof(args))
+                if v.port:
+                    self.cuda.depend(graph, nodes[-1], node, v.port)
         return self.cuda.instantiate(graph)
 
     def variants(self) -> dict:
@@ -301,7 +321,7 @@ class Bench:
                 continue
             try:
                 table[v.name] = (self.build(v), v)
-            except RuntimeError as e:  # (a driver without programmatic edges: the other variants stand)
+            except (RuntimeError, DriverError) as e:  # (a driver without programmatic edges: the others stand)
                 print(f"{v.name}: not built: {e}", flush=True)
         return table
 

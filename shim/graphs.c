@@ -486,7 +486,7 @@ int neutrino_graph_stream_capturing(void *stream, int ptsz) {
 
 /* what is reported (graphs.py: G_*) */
 enum { G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS, G_END_CAPTURE,
-       G_PICK_FALLBACK, G_BEGIN_CAPTURE };
+       G_PICK_FALLBACK, G_BEGIN_CAPTURE, G_INSTANTIATE_REFUSED };
 
 typedef void *(*cb_graph_t)(int kind, void *a, void *b, void *c, int version);
 static cb_graph_t _Atomic cb_graph;
@@ -539,10 +539,18 @@ static void *greal(int slot) {
 }
 #define GREAL(slot, type) ((type)greal(slot))
 
+/* The driver refused to instantiate `graph`: the runtime makes our append nodes' programmatic edges (sm_90+)
+ * ordinary ones, and says whether it changed any (then the instantiation is tried once more: a flag such
+ * as device launch may not take them). */
+static int edges_made_ordinary(void *graph, uint64_t flags) {
+    return report(G_INSTANTIATE_REFUSED, graph, NULL, (void *)(uintptr_t)flags, 0) != NULL;
+}
+
 CUresult cuGraphInstantiate_v2(void **exec, void *graph, void **err_node, char *log, size_t log_size) {
     CUresult (*fn)(void **, void *, void **, char *, size_t) = GREAL(GH_INSTANTIATE_V2, CUresult(*)(void **, void *, void **, char *, size_t));
     if (!fn) return CU_NOT_FOUND;
     CUresult rc = fn(exec, graph, err_node, log, log_size);
+    if (rc != 0 && edges_made_ordinary(graph, 0)) rc = fn(exec, graph, err_node, log, log_size);
     if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
     return rc;
 }
@@ -551,6 +559,7 @@ CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long lon
     CUresult (*fn)(void **, void *, unsigned long long) = GREAL(GH_INSTANTIATE_FLAGS, CUresult(*)(void **, void *, unsigned long long));
     if (!fn) return CU_NOT_FOUND;
     CUresult rc = fn(exec, graph, flags);
+    if (rc != 0 && edges_made_ordinary(graph, flags)) rc = fn(exec, graph, flags);
     if (rc == 0) report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)flags, 0);
     return rc;
 }
@@ -562,6 +571,7 @@ CUresult cuGraphInstantiateWithParams(void **exec, void *graph, void *params) {
     CUresult (*fn)(void **, void *, void *) = GREAL(GH_INSTANTIATE_PARAMS, CUresult(*)(void **, void *, void *));
     if (!fn) return CU_NOT_FOUND;
     CUresult rc = fn(exec, graph, params);
+    if (rc != 0 && edges_made_ordinary(graph, instantiate_flags(params))) rc = fn(exec, graph, params);
     if (rc == 0) report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)instantiate_flags(params), 0);
     return rc;
 }
@@ -570,6 +580,7 @@ CUresult cuGraphInstantiateWithParams_ptsz(void **exec, void *graph, void *param
     CUresult (*fn)(void **, void *, void *) = GREAL(GH_INSTANTIATE_PARAMS_PTSZ, CUresult(*)(void **, void *, void *));
     if (!fn) return CU_NOT_FOUND;
     CUresult rc = fn(exec, graph, params);
+    if (rc != 0 && edges_made_ordinary(graph, instantiate_flags(params))) rc = fn(exec, graph, params);
     if (rc == 0) report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)instantiate_flags(params), 0);
     return rc;
 }

@@ -241,9 +241,32 @@ class FakeDriver:
         return exe
 
     def graph_launch(self, exe):
-        """Run the nodes in capture order (a topological order of the graph)."""
-        for node in self.execs[exe]:
+        """Run the nodes in an order their dependencies allow, each as soon as they allow it (the
+        last added first among those ready), as a GPU may: a node that waits for no path from
+        another may run before it. A chain runs in capture order."""
+        pending = list(self.execs[exe])
+        handles = {n["handle"] for n in pending}
+        done = set()
+        while pending:
+            node = next(n for n in reversed(pending) if all(d in done or d not in handles for d in n["deps"]))
+            pending.remove(node)
             node["run"]()
+            done.add(node["handle"])
+
+    def graph_make_edge_ordinary(self, graph, frm, to, port):
+        """cuGraphRemoveDependencies_v2 then cuGraphAddDependencies_v2: the edge frm -> to made ordinary."""
+        self._check("graph_make_edge_ordinary")
+        node = next(n for n in self.graphs[graph].nodes if n["handle"] == to)
+        i = node["deps"].index(frm)
+        assert node["ports"][i] == port
+        node["ports"][i] = 0
+
+    def graph_edges(self, graph):
+        """RealDriver.graph_edges: (from, to) for every ordinary dependency of every node (a programmatic
+        edge, one with a port, is left out: its `to` may start before its `from` has completed)."""
+        self._check("graph_edges")
+        return [(d, n["handle"]) for n in self.graphs[graph].nodes
+                for d, port in zip(n["deps"], n.get("ports") or [0] * len(n["deps"])) if not port]
 
     def graph_destroy(self, graph):
         del self.graphs[graph]
@@ -320,11 +343,15 @@ class FakeDriver:
         self._check("memcpy_htod_async")
         C.memmove(dst, src, size)
 
-    def graph_add_kernel_node(self, graph, deps, func, grid, block, params):
-        """cuGraphAddKernelNode after a capture ended: the node runs after `deps` (appended last, a
-        topological order of the fake's graph)."""
+    def graph_add_kernel_node(self, graph, deps, func, grid, block, params, ports=None):
+        """cuGraphAddKernelNode after a capture ended (`ports`: cuGraphAddNode_v2, programmatic edges
+        from the dependencies with a port): the node runs after `deps`, here once they have completed
+        (appended last, a topological order of the fake's graph)."""
+        ports = list(ports or [0] * len(deps))
         self._check("graph_add_kernel_node")
-        node = {"handle": self._new(), "kind": "kernel", "deps": list(deps), "func": func,
+        if any(ports):
+            self._check("graph_add_programmatic_node")
+        node = {"handle": self._new(), "kind": "kernel", "deps": list(deps), "func": func, "ports": ports,
                 "run": self._kernel_run(func, _OwnLaunch(tuple(grid), tuple(block), 0, 0), params)}
         self.graphs[graph].nodes.append(node)
         return node["handle"]

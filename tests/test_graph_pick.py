@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import neutrino.trace as nt
+from neutrino.runtime.cudagraphs.ring import LAUNCH_ORDER_EDGE
 
 from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
 
@@ -228,6 +229,45 @@ def test_ten_thousand_replays_every_100_write_100_results(tmp_path, fakecuda, sh
     assert exec_launches(said) == [(100, 10_000)]
     (pick,) = events(t, "graph_pick")
     assert pick["twin_launches"] == 9_900 and pick["switches"] == 1
+
+
+@pytest.mark.skipif(not LAUNCH_ORDER_EDGE, reason="launch-order edge off")
+@pytest.mark.parametrize("driver", ["edges", "no-edges", "no-add-node"])
+def test_the_append_node_of_a_chain_starts_with_its_last_probed_kernel(tmp_path, fakecuda_calls, shim, monkeypatch,
+                                                                       driver):
+    """Two probed kernels in a chain: the append node is added after both, the edge from the second a
+    launch-order edge (sm_90: it may start while that kernel runs; the driver's edges say the first
+    has completed before the second starts); ordinary edges when the driver refuses that one or the
+    edges cannot be read. Every selected replay of both nodes is written whole, on the device gate."""
+    calls = tmp_path / "calls.log"
+    monkeypatch.setenv("FAKECUDA_LOG_CALLS", str(calls))
+    monkeypatch.setenv("NEUTRINO_PTXAS", str(FAKE / "fake_ptxas.py"))
+    env = {"edges": {}, "no-edges": {"FAKECUDA_NO_EDGES": "1"}, "no-add-node": {"FAKECUDA_NO_ADD_NODE": "1"}}[driver]
+    _, _, t, _ = run_app(tmp_path, fakecuda_calls, monkeypatch, GRAPH_APP_KERNELS=2, NEUTRINO_GRAPH_PICK="0", **env)
+    lines = [line.split(" ", 1) for line in calls.read_text().splitlines() if not line.startswith("==")]
+    added = [(rest, [r for th, r in lines[i + 1:i + 4] if th == thread and r.startswith("  = ")])
+             for i, (thread, rest) in enumerate(lines) if rest in ("cuGraphAddKernelNode_v2", "cuGraphAddNode_v2")]
+    if driver == "edges":
+        assert [(call, said[0], said[1].split()[:4]) for call, said in added] == [
+            ("cuGraphAddNode_v2", "  = edges (port/type) 0/0 2/1", ["=", "__neutrino_graph_append", "deps", "2"])], added
+    else:  # (a refused cuGraphAddNode_v2 says nothing)
+        assert [(call, said[0].split()[:4]) for call, said in added if call == "cuGraphAddKernelNode_v2"] == [
+            ("cuGraphAddKernelNode_v2", ["=", "__neutrino_graph_append", "deps", "2"])], added
+    for node in (1, 2):
+        assert written(t, (1, node)) == SELECTED
+
+
+@pytest.mark.skipif(not LAUNCH_ORDER_EDGE, reason="launch-order edge off")
+def test_a_device_launch_graph_refused_with_the_launch_order_edge_gets_an_ordinary_one(tmp_path, fakecuda, shim,
+                                                                                          monkeypatch):
+    """A driver that will not instantiate a graph with a programmatic edge for device launch: the shim
+    reports it, the runtime makes the append node's edge ordinary and the instantiation is tried again:
+    the program's graph is made, every selected replay written (on the device gate)."""
+    log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_FLAGS="4",
+                                  FAKECUDA_REFUSE_PROGRAMMATIC_DEVICE_LAUNCH="1")
+    assert written(t) == SELECTED
+    (ev,) = events(t, "graph_edge_ordinary")
+    assert ev["flags"] == 4 and "refused" in ev["reason"]
 
 
 def test_the_programs_changes_reach_the_twin(tmp_path, fakecuda, shim, monkeypatch):

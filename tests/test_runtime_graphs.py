@@ -34,6 +34,7 @@ from neutrino.runtime.cudagraphs.capture import (
     G_SET_PARAMS,
     KernelNodeParamsV2,
 )
+from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.cudagraphs.ring import APPEND_KERNEL
 from neutrino.runtime.start.options import LaunchFilter
 
@@ -239,6 +240,187 @@ def test_ten_thousand_replays_every_100_write_100_results(tmp_path):
     t = nt.load(p.rt.trace.path)
     assert [la.event["replay"] for la in t.launches] == list(range(0, 10_000, 100))
     assert len(opened) == 100 and p.runs["saxpy4"] == 10_000
+
+
+def capture_probed(p, branches):
+    """Capture probed saxpy4 launches into one graph: `branches[i]` true starts launch i on a branch
+    of its own (waiting for nothing), else it waits for the launch before. Returns the graph."""
+    p.drv.begin_capture(STREAM, CAPTURE_MODE_GLOBAL)
+    for new_branch in branches:
+        if new_branch:
+            p.drv.update_capture_dependencies(STREAM, [])
+        r, params = req(grid=(4, 1, 1))
+        r = type(r)(r.kind, r.func, r.grid, r.block, r.shared_bytes, STREAM, r.params, index=r.index)
+        p.keep.append(params)
+        assert p.rt.on_launch(r) == 0
+    graph = p.drv.end_capture(STREAM)
+    p.rt.on_graph(G_END_CAPTURE, STREAM, graph)
+    return graph
+
+
+LAUNCH_ORDER = 2 if graph_ring.LAUNCH_ORDER_EDGE else 0  # the port of the append node's edge from the last node
+ONLY_WITH_LAUNCH_ORDER = pytest.mark.skipif(not graph_ring.LAUNCH_ORDER_EDGE, reason="launch-order edge off")
+
+
+@pytest.mark.parametrize(("branches", "ports"), [([True, False, False], [0, 0, LAUNCH_ORDER]), ([True, True, True], [0, 0, 0]),
+                                                 ([True, False, True], [0, 0, 0])],
+                         ids=["chain", "three-branches", "chain-and-branch"])
+def test_the_append_node_waits_for_every_probed_node(program, branches, ports):
+    """The append node depends on every probed node; when one of them is the last (every other one
+    completes before it starts: the graph's edges say so), its edge is a launch-order edge (sm_90:
+    the append kernel starts with it and waits for it itself). The fake runs each node as soon as its
+    dependencies allow. Every replay of every node is written, whole."""
+    drv = program.drv
+    graph = capture_probed(program, branches)
+    kernels = [n for n in drv.graphs[graph].nodes if n["kind"] == "kernel"]
+    assert [drv.functions[n["func"]][1] for n in kernels] == ["saxpy4"] * 3 + [APPEND_KERNEL]
+    assert kernels[-1]["deps"] == [n["handle"] for n in kernels[:3]] and kernels[-1]["ports"] == ports
+    (ev,) = events(program.rt, "graph_append")
+    assert ev["graph_nodes"] == [1, 2, 3] and ev["launch_order"] == (3 if any(ports) else None)
+    program.replay(program.instantiate(graph), 5)
+    finish(program.rt)
+    t = nt.load(program.rt.trace.path)
+    for node in (1, 2, 3):
+        mine = [la for la in t.launches if la.event["graph_node"] == node]
+        assert [la.event["replay"] for la in mine] == list(range(5))
+        assert all(len(la.maps["block_sched"].valid()) == 8 for la in mine)
+
+
+@ONLY_WITH_LAUNCH_ORDER
+@pytest.mark.parametrize("refused", ["graph_edges", "graph_add_programmatic_node"])
+def test_the_append_node_falls_back_to_ordinary_edges(program, refused):
+    """Edges that cannot be read, or a programmatic edge refused: ordinary edges only."""
+    program.drv.fail[refused] = "CUDA_ERROR_NOT_SUPPORTED"
+    graph = capture_probed(program, [True, False])
+    kernels = [n for n in program.drv.graphs[graph].nodes if n["kind"] == "kernel"]
+    assert kernels[-1]["deps"] == [kernels[0]["handle"], kernels[1]["handle"]] and kernels[-1]["ports"] == [0, 0]
+    program.replay(program.instantiate(graph), 3)
+    finish(program.rt)
+    assert sorted(la.event["graph_node"] for la in nt.load(program.rt.trace.path).launches) == [1, 1, 1, 2, 2, 2]
+
+
+@ONLY_WITH_LAUNCH_ORDER
+@pytest.mark.parametrize("refused", [False, True], ids=["made-ordinary", "remove-refused"])
+def test_an_instantiation_refused_makes_the_launch_order_edge_ordinary(program, refused):
+    """The shim reports an instantiation the driver refused: the append node's launch-order edge becomes an
+    ordinary one (one event), and the answer 1 makes the shim try again; with nothing left to change, 0."""
+    from neutrino.runtime.cudagraphs.capture import G_INSTANTIATE_REFUSED
+
+    graph = capture_probed(program, [True, False])
+    append = [n for n in program.drv.graphs[graph].nodes if n["kind"] == "kernel"][-1]
+    assert append["ports"] == [0, 2]
+    if refused:
+        program.drv.fail["graph_make_edge_ordinary"] = "CUDA_ERROR_NOT_SUPPORTED"
+    assert program.rt.on_graph(G_INSTANTIATE_REFUSED, graph, 0, 4) == (0 if refused else 1)
+    assert append["ports"] == [0, 2 if refused else 0]
+    program.drv.fail.clear()
+    assert program.rt.on_graph(G_INSTANTIATE_REFUSED, graph, 0, 4) == (1 if refused else 0)
+    (ev, *more) = events(program.rt, "graph_edge_ordinary")
+    assert ev["flags"] == 4 and ("failed" in ev["reason"]) == refused and len(more) == int(refused)
+    program.replay(program.instantiate(graph), 2)
+    finish(program.rt)
+    assert sorted(la.event["graph_node"] for la in nt.load(program.rt.trace.path).launches) == [1, 1, 2, 2]
+
+
+def test_ten_thousand_replays_every_100_of_a_chain_write_100_results_per_node(tmp_path):
+    """Two probed nodes in a chain, the edge from the second a launch-order edge: 100 results each, exact;
+    the probe ran with its gate open on those replays only."""
+    from fakedriver import probe_buffer
+
+    p = Program(tmp_path, launches=LaunchFilter(every=100))
+    opened = []
+
+    def kernel(drv, r, params, name):
+        if probe_buffer(params, 4) is not None:
+            opened.append(1)
+            fake_block_sched(drv, r, params, name)
+
+    p.drv.kernel_impl["saxpy4"] = kernel
+    graph = capture_probed(p, [True, False])
+    exe = p.instantiate(graph)
+    opened.clear()
+    for _ in range(10):
+        p.replay(exe, 1000)
+        p.rt.graphs.drain()
+    finish(p.rt)
+    t = nt.load(p.rt.trace.path)
+    assert len(opened) == 200
+    for node in (1, 2):
+        mine = [la for la in t.launches if la.event["graph_node"] == node]
+        assert [la.event["replay"] for la in mine] == list(range(0, 10_000, 100))
+        assert all(len(la.maps["block_sched"].valid()) == 8 for la in mine)
+    assert p.runs["saxpy4"] == 20_000
+
+
+@ONLY_WITH_LAUNCH_ORDER
+def test_a_programmatic_edge_of_the_programs_leaves_the_append_node_ordinary(program):
+    """The program's second probed kernel waits for the first by a programmatic edge of its own (it may start
+    before the first completes): by ordinary edges neither is the last, so the append node waits for both by
+    ordinary edges (a launch-order edge from the second could let it copy the first's maps unfinished)."""
+    drv = program.drv
+    end_capture = drv.end_capture
+
+    def end_with_programs_edge(stream):
+        graph = end_capture(stream)
+        second = [n for n in drv.graphs[graph].nodes if n["kind"] == "kernel"][1]
+        second["ports"] = [1]  # CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC, from the first
+        return graph
+
+    drv.end_capture = end_with_programs_edge
+    graph = capture_probed(program, [True, False])
+    kernels = [n for n in drv.graphs[graph].nodes if n["kind"] == "kernel"]
+    assert kernels[-1]["deps"] == [kernels[0]["handle"], kernels[1]["handle"]] and kernels[-1]["ports"] == [0, 0]
+    (ev,) = events(program.rt, "graph_append")
+    assert ev["launch_order"] is None
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["v2", "before-12.3"])
+def test_graph_edges_are_the_ordinary_ones(v2):
+    """RealDriver.graph_edges: cuGraphGetEdges_v2's edges with default edge data only (a programmatic edge's
+    target may start before its source completes); without _v2 (before CUDA 12.3), cuGraphGetEdges' edges."""
+    from neutrino.runtime.driver import _SIGNATURES, PROGRAMMATIC_EDGE, RealDriver
+
+    edges = [(0x10, 0x20, 0), (0x20, 0x30, PROGRAMMATIC_EDGE | 2), (0x10, 0x30, 0)]
+    if not v2:
+        edges = [e for e in edges if not e[2]]
+
+    def get_edges(graph, frm, to, data, n):
+        assert graph == 0x99
+        count = C.cast(n, C.POINTER(C.c_size_t))
+        if frm:
+            for i, (a, b, d) in enumerate(edges[: count[0]]):
+                C.cast(frm, C.POINTER(C.c_void_p))[i], C.cast(to, C.POINTER(C.c_void_p))[i] = a, b
+                if data:
+                    C.cast(data, C.POINTER(C.c_uint64))[i] = d
+        count[0] = len(edges)
+        return 0
+
+    fns = {"cuGraphGetEdges_v2": C.CFUNCTYPE(C.c_int, *[C.c_void_p] * 5)(get_edges),
+           "cuGraphGetEdges": C.CFUNCTYPE(C.c_int, *[C.c_void_p] * 4)(
+               lambda g, frm, to, n: get_edges(g, frm, to, None, n))}
+    assert len(_SIGNATURES["cuGraphGetEdges_v2"]) == 5 and len(_SIGNATURES["cuGraphGetEdges"]) == 4
+    drv = RealDriver(lambda name: C.cast(fns[name], C.c_void_p).value if name in fns and (v2 or "_v2" not in name)
+                     else 0)
+    assert drv.graph_edges(0x99) == [(0x10, 0x20), (0x10, 0x30)]
+
+
+def test_graph_node_params_is_cudas_layout():
+    """CUgraphNodeParams (cuda.h, CUDA 12.3+): 256 bytes, the kernel's parameters (the v2/v3 layout) at 16."""
+    from neutrino.runtime.driver import PROGRAMMATIC_EDGE, GraphNodeParams, KernelNodeParamsV2
+
+    assert C.sizeof(GraphNodeParams) == 256 and GraphNodeParams.kernel.offset == 16
+    assert C.sizeof(KernelNodeParamsV2) == 72 and KernelNodeParamsV2.kernelParams.offset == 40
+    assert (PROGRAMMATIC_EDGE | 2).to_bytes(8, "little") == bytes([2, 0, 1, 0, 0, 0, 0, 0])  # from_port, to_port, type
+
+
+def test_last_of_walks_up_through_any_node():
+    from neutrino.runtime.cudagraphs.capture import last_of
+
+    edges = [(1, 5), (5, 2), (2, 3), (1, 4), (6, 4)]  # 1 -> 5 -> 2 -> 3, 1 -> 4 <- 6
+    assert last_of([1, 2, 4], edges) == [2, 4]
+    assert last_of([4, 6, 1], edges) == [4]
+    assert last_of([3, 6], edges) == [3, 6]
+    assert last_of([1, 2], []) == [1, 2]
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")

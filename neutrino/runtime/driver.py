@@ -91,6 +91,15 @@ class KernelNodeParamsV2(C.Structure):
     _fields_ = [*KernelNodeParams._fields_, ("kern", C.c_void_p), ("ctx", C.c_void_p)]
 
 
+class GraphNodeParams(C.Structure):
+    """CUgraphNodeParams of a kernel node (cuGraphAddNode_v2): the type (0: kernel), the union of 232
+    bytes whose start is the kernel's parameters, 8 reserved bytes."""
+
+    _fields_ = [("type", C.c_int), ("reserved0", C.c_int * 3), ("kernel", KernelNodeParamsV2),
+                ("rest", C.c_ubyte * (232 - C.sizeof(KernelNodeParamsV2))), ("reserved2", C.c_longlong)]
+
+
+PROGRAMMATIC_EDGE = 1 << 16  # CUgraphEdgeData as a u64: byte 0 from_port, byte 1 to_port, byte 2 type (1: programmatic)
 P = C.c_void_p
 U = C.c_uint
 SZ = C.c_size_t
@@ -126,6 +135,11 @@ _SIGNATURES = {
     "cuMemHostGetDevicePointer_v2": [C.POINTER(C.c_uint64), P, U],
     "cuMemcpyHtoDAsync_v2": [C.c_uint64, P, SZ, P],
     "cuGraphAddKernelNode_v2": [PP, P, P, SZ, P],
+    "cuGraphGetEdges_v2": [P, P, P, P, C.POINTER(SZ)],
+    "cuGraphAddNode_v2": [PP, P, P, P, SZ, P],
+    "cuGraphRemoveDependencies_v2": [P, P, P, P, SZ],
+    "cuGraphAddDependencies_v2": [P, P, P, P, SZ],
+    "cuGraphGetEdges": [P, P, P, C.POINTER(SZ)],
     "cuEventCreate": [PP, U],
     "cuEventRecord": [P, P],
     "cuEventSynchronize": [P],
@@ -378,15 +392,58 @@ class RealDriver:
     def memcpy_htod_async(self, dst: int, src: int, size: int, stream: int) -> None:
         self._call("cuMemcpyHtoDAsync_v2", dst, src, size, stream)
 
-    def graph_add_kernel_node(self, graph: int, deps, func: int, grid, block, params: int) -> int:
-        """A kernel node of ours added to a graph (after its capture ended), after `deps`; its handle."""
+    def graph_add_kernel_node(self, graph: int, deps, func: int, grid, block, params: int, ports=None) -> int:
+        """A kernel node of ours added to a graph (after its capture ended), after `deps`; its handle.
+        `ports` (CUDA 12.3+), one per dependency: 0 an ordinary edge, else a programmatic edge from
+        that kernel-node port (1: the node may start once the dependency's blocks have all exited,
+        2: once they have all started)."""
         p = KernelNodeParamsV2(func=func, gridDimX=grid[0], gridDimY=grid[1], gridDimZ=grid[2], blockDimX=block[0],
                                blockDimY=block[1], blockDimZ=block[2], sharedMemBytes=0,
                                kernelParams=C.cast(params, C.POINTER(C.c_void_p)))
         arr = (C.c_void_p * max(1, len(deps)))(*deps)
         node = C.c_void_p()
-        self._call("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, len(deps), C.byref(p))
+        if ports and any(ports):
+            edges = (C.c_uint64 * len(deps))(*[PROGRAMMATIC_EDGE | p if p else 0 for p in ports])
+            self._call("cuGraphAddNode_v2", C.byref(node), graph, arr, edges, len(deps),
+                       C.byref(GraphNodeParams(type=0, kernel=p)))
+        else:
+            self._call("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, len(deps), C.byref(p))
         return node.value
+
+    def graph_edges(self, graph: int) -> list[tuple[int, int]]:
+        """The graph's edges (from, to) along which `to` starts only once `from` has completed: those
+        with default edge data (CUDA 12.3+ edges may be programmatic, `to` starting before `from`
+        ends: left out). Before 12.3 every edge is such an edge."""
+        n = C.c_size_t()
+        try:
+            self._call("cuGraphGetEdges_v2", graph, None, None, None, C.byref(n))
+            v2 = True
+        except DriverError as e:
+            if e.code != -1:
+                raise
+            self._call("cuGraphGetEdges", graph, None, None, C.byref(n))
+            v2 = False
+        if not n.value:
+            return []
+        count = n.value
+        src, dst = (C.c_void_p * count)(), (C.c_void_p * count)()
+        data = (C.c_uint64 * count)()  # CUgraphEdgeData: 8 bytes, all zero for a default edge
+        if v2:
+            self._call("cuGraphGetEdges_v2", graph, src, dst, data, C.byref(n))
+        else:
+            self._call("cuGraphGetEdges", graph, src, dst, C.byref(n))
+        return [(src[i] or 0, dst[i] or 0) for i in range(min(n.value, count)) if not data[i]]
+
+    def graph_make_edge_ordinary(self, graph: int, frm: int, to: int, port: int) -> None:
+        """The programmatic edge frm -> to from kernel-node port `port` becomes an ordinary edge."""
+        a, b = C.c_void_p(frm), C.c_void_p(to)
+        data = C.c_uint64(PROGRAMMATIC_EDGE | port)
+        self._call("cuGraphRemoveDependencies_v2", graph, C.byref(a), C.byref(b), C.byref(data), 1)
+        try:
+            self._call("cuGraphAddDependencies_v2", graph, C.byref(a), C.byref(b), None, 1)
+        except DriverError:  # never leave `to` without its dependency on `frm`
+            self._call("cuGraphAddDependencies_v2", graph, C.byref(a), C.byref(b), C.byref(data), 1)
+            raise
 
     def host_free(self, addr: int) -> None:
         self._call("cuMemFreeHost", addr)

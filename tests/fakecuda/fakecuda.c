@@ -249,6 +249,8 @@ typedef struct {
     int from_clone, dead;
     void *family;          /* the captured graph it descends from (clones, executable graphs): FAKECUDA_CHECK_ORDER */
     uint32_t last_launch;  /* an executable graph's last launch (an op of the order model) */
+    uintptr_t (*edges)[3]; /* a captured graph's dependencies (from, to, edge data as a u64), node handles */
+    unsigned nedges, edges_cap;
 } Graph;
 static void *cap_stream;       /* the one stream being captured (or NULL) */
 static int cap_mode;           /* 0 global, 1 thread-local, 2 relaxed */
@@ -276,11 +278,59 @@ static Node *add_node(Graph *g, int kind) {
     return nd;
 }
 
+static void add_edge_data(Graph *g, uintptr_t from, uintptr_t to, uint64_t data) {
+    if (g->nedges == g->edges_cap) {
+        g->edges_cap = g->edges_cap ? 2 * g->edges_cap : 8;
+        g->edges = realloc(g->edges, g->edges_cap * sizeof *g->edges);
+    }
+    g->edges[g->nedges][0] = from;
+    g->edges[g->nedges][1] = to;
+    g->edges[g->nedges++][2] = (uintptr_t)data;
+}
+static void add_edge(Graph *g, uintptr_t from, uintptr_t to) { add_edge_data(g, from, to, 0); }
+
 static Node *capture(void *stream, int kind) {
     if (!cap_stream || stream != cap_stream) return NULL;
     Node *nd = add_node(cap_graph, kind);
+    if (cap_dep) add_edge(cap_graph, (uintptr_t)cap_dep, cap_graph->n);
     cap_dep = (Node *)(uintptr_t)(cap_graph->n);
     return nd;
+}
+/* cuGraphGetEdges_v2 (edge data: all default) and the older cuGraphGetEdges; FAKECUDA_NO_EDGES=1: both fail
+ * (CUDA_ERROR_NOT_SUPPORTED) */
+/* cuGraphRemoveDependencies_v2 / cuGraphAddDependencies_v2 (edge data: NULL, default) */
+CUresult cuGraphRemoveDependencies_v2(void *graph, void **from, void **to, const uint64_t *data, size_t n) {
+    Graph *g = graph;
+    for (size_t i = 0; i < n; i++) {
+        unsigned j = 0;
+        while (j < g->nedges && !(g->edges[j][0] == (uintptr_t)from[i] && g->edges[j][1] == (uintptr_t)to[i] &&
+                                  g->edges[j][2] == (data ? data[i] : 0)))
+            j++;
+        if (j == g->nedges) return 1;
+        memmove(g->edges[j], g->edges[j + 1], (g->nedges - j - 1) * sizeof *g->edges);
+        g->nedges--;
+    }
+    return 0;
+}
+CUresult cuGraphAddDependencies_v2(void *graph, void **from, void **to, const uint64_t *data, size_t n) {
+    for (size_t i = 0; i < n; i++) add_edge_data(graph, (uintptr_t)from[i], (uintptr_t)to[i], data ? data[i] : 0);
+    return 0;
+}
+CUresult cuGraphGetEdges_v2(void *graph, void **from, void **to, void *data, size_t *n) {
+    Graph *g = graph;
+    if (getenv("FAKECUDA_NO_EDGES")) return 801;
+    if (!from || !to) { *n = g->nedges; return 0; }
+    size_t k = *n < g->nedges ? *n : g->nedges;
+    for (size_t i = 0; i < k; i++) {
+        from[i] = (void *)g->edges[i][0], to[i] = (void *)g->edges[i][1];
+        if (data) memcpy((char *)data + 8 * i, &g->edges[i][2], 8);
+        else if (g->edges[i][2]) return 217;  /* CUDA_ERROR_LOSSY_QUERY */
+    }
+    *n = k;
+    return 0;
+}
+CUresult cuGraphGetEdges(void *graph, void **from, void **to, size_t *n) {
+    return cuGraphGetEdges_v2(graph, from, to, NULL, n);
 }
 
 CUresult cuStreamBeginCapture_v2(void *s, int mode) {
@@ -376,18 +426,33 @@ CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) {
 /* A kernel node added after the capture (neutrino's append node): appended last, after its deps. */
 typedef struct { void *func; unsigned dims[7]; void **params, **extra; void *kern, *ctx; } KernelNodeParams;
 CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
-    (void)deps;
     fake_call_detail("%s deps %zu dims %u,%u,%u/%u,%u,%u", p->func ? ((Function *)p->func)->name : "?", n, p->dims[0], p->dims[1],
                      p->dims[2], p->dims[3], p->dims[4], p->dims[5]);
     Graph *g = graph;
     Node *nd = add_node(g, N_KERNEL);
     nd->a = p->func; nd->b = p->params;
     memcpy(nd->dims, p->dims, sizeof nd->dims);
+    for (size_t i = 0; i < n; i++) add_edge(g, (uintptr_t)deps[i], g->n);
     *node = (void *)(uintptr_t)g->n;
     return 0;
 }
 CUresult cuGraphAddKernelNode(void **node, void *graph, void *const *deps, size_t n, const KernelNodeParams *p) {
     return cuGraphAddKernelNode_v2(node, graph, deps, n, p);
+}
+/* cuGraphAddNode_v2 of a kernel node (CUgraphNodeParams: type 0, the kernel's parameters at byte 16), each
+ * edge's data logged (from port / type: 1 programmatic); the node runs after its deps, as any.
+ * FAKECUDA_NO_ADD_NODE=1: refused (CUDA_ERROR_NOT_SUPPORTED), as by a driver before CUDA 12.3. */
+CUresult cuGraphAddNode_v2(void **node, void *graph, void *const *deps, const unsigned char (*data)[8], size_t n,
+                           const int *params) {
+    if (getenv("FAKECUDA_NO_ADD_NODE") || params[0] != 0) return 801;
+    char said[256] = "edges (port/type)";
+    for (size_t i = 0, used = strlen(said); i < n && used < sizeof said - 16; i++)
+        used += (size_t)snprintf(said + used, sizeof said - used, " %u/%u", data ? data[i][0] : 0, data ? data[i][2] : 0);
+    fake_call_detail("%s", said);
+    Graph *g = graph;
+    CUresult rc = cuGraphAddKernelNode_v2(node, graph, deps, n, (const KernelNodeParams *)(params + 4));
+    for (size_t i = 0; rc == 0 && data && i < n; i++) memcpy(&g->edges[g->nedges - n + i][2], data[i], 8);
+    return rc;
 }
 /* FAKECUDA_LOG_CALLS: what is instantiated (flags, each node: kind, kernel, dims, disabled) */
 static void detail_instantiate(const Graph *g, unsigned long long flags) {
@@ -401,8 +466,17 @@ static void detail_instantiate(const Graph *g, unsigned long long flags) {
     }
     fake_call_detail("flags %llu nodes %u%s", flags, g->n, nodes);
 }
+/* FAKECUDA_REFUSE_PROGRAMMATIC_DEVICE_LAUNCH=1: a graph with a programmatic edge (type byte 2 = 1) is not
+ * instantiated for device launch (CUDA_ERROR_NOT_SUPPORTED) */
+static int refuses_programmatic(const Graph *g, unsigned long long flags) {
+    if (!(flags & 4) || !getenv("FAKECUDA_REFUSE_PROGRAMMATIC_DEVICE_LAUNCH")) return 0;
+    for (unsigned i = 0; i < g->nedges; i++)
+        if ((g->edges[i][2] >> 16 & 0xff) == 1) return 1;
+    return 0;
+}
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
     detail_instantiate(graph, flags);
+    if (refuses_programmatic(graph, flags)) return 801;
     Graph *g = graph, *e = calloc(1, sizeof(Graph));
     e->n = e->cap = g->n;
     e->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
@@ -527,7 +601,7 @@ static void free_graph(Graph *g) {
         if (clones[k] == g) clones[k] = NULL;
     graph_nodes_live--;
     if (getenv("FAKECUDA_CHECK_DESTROYED")) { g->dead = 1; return; }
-    free(g->nodes); free(g);
+    free(g->nodes); free(g->edges); free(g);
 }
 /* The clone's node of `node` (a node of the graph it was cloned from: its position). */
 CUresult cuGraphNodeFindInClone(void **out, void *node, void *clone) {

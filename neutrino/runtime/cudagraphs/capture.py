@@ -54,7 +54,7 @@ from neutrino.runtime.instrument.probed import Fallback, copy_globals_in, copy_g
 
 # what the shim's graph hooks report (shim/graphs.c, enum graph_event)
 (G_INSTANTIATE, G_CLONE, G_EXEC_UPDATE, G_GRAPH_DESTROY, G_EXEC_DESTROY, G_ADD_KERNEL_NODE, G_SET_PARAMS,
- G_END_CAPTURE, G_PICK_FALLBACK, G_BEGIN_CAPTURE) = range(10)
+ G_END_CAPTURE, G_PICK_FALLBACK, G_BEGIN_CAPTURE, G_INSTANTIATE_REFUSED) = range(11)
 INSTANTIATE_DEVICE_LAUNCH = 4  # CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: the host never sees its launches
 # The captured copy of a written module global back into the program's module follows the probed node: on
 # a replay running the program's kernel instead (switched, or the twin) it would undo that kernel's writes.
@@ -139,6 +139,7 @@ class GraphGroup:
     append_args: list = attrs.Factory(list)  # their arguments (the fake drivers read them at each replay)
     graph: int = 0  # the captured graph (the node handles are its own; a clone's differ)
     appends: list = attrs.Factory(list)  # the append nodes: handle, function, grid, block, arguments
+    early: dict = attrs.Factory(dict)  # append node -> the probed node of its launch-order edge (sm_90+)
     pick_group: int = 0  # the host's replay count shared by its executable graphs (replay_select.py)
     pick_off: str = ""  # why the host no longer chooses the replays of new executable graphs
     planned: set = attrs.Factory(set)  # executable graphs whose replays the host chooses (the others: the device gate)
@@ -157,6 +158,7 @@ class GraphProbes:
         self.arch_of = arch_of  # ctx -> compute capability (for the append kernel's PTX target)
         self.wait_ns = wait_ns  # --when-full=wait: how long a replay waits for a full ring's slot
         self._append: dict[int, int] = {}  # ctx -> the append kernel's function
+        self._pdl: dict[int, bool] = {}  # ctx -> it waits for its dependencies itself (graph_ring.append_ptx pdl)
         self._ours: dict[int, int] = {}  # ctx -> a stream of ours: zeroing new nodes' maps, copying slots out
         self._lock = threading.RLock()
         self._by_graph: dict[int, GraphGroup] = {}
@@ -306,8 +308,11 @@ class GraphProbes:
         func = self._append.get(ctx)
         if func is None:
             arch = self.arch_of(ctx) if self.arch_of is not None else None
-            module = self.drv.module_load_data(graph_ring.append_ptx(arch, self.wait_ns == 0).encode() + b"\0")
+            pdl = graph_ring.LAUNCH_ORDER_EDGE and arch is not None and arch >= graph_ring.PDL_ARCH
+            ptx = graph_ring.append_ptx(arch, self.wait_ns == 0, lean=graph_ring.LEAN_KERNEL, pdl=pdl)
+            module = self.drv.module_load_data(ptx.encode() + b"\0")
             func = self._append[ctx] = self.drv.module_get_function(module, graph_ring.APPEND_KERNEL)
+            self._pdl[ctx] = pdl
         return func
 
     def _lose_results(self, node: GraphNode, reason: str) -> None:
@@ -341,11 +346,14 @@ class GraphProbes:
                 group.append_args.append(args)
                 chunks = graph_ring.append_chunks([n.span for n in nodes])
                 grid, block = (chunks, len(nodes), 1), (graph_ring.APPEND_THREADS, 1, 1)
-                handle = self.drv.graph_add_kernel_node(graph, [n.node for n in nodes], self._append[group.ctx],
-                                                        grid, block, C.addressof(args))
+                handle, early = self._add_append_node(graph, group.ctx, nodes, grid, block, C.addressof(args))
                 values = args._owner  # noqa: SLF001 - the AppendParams the pointers point into
                 group.appends.append({"node": handle, "func": self._append[group.ctx], "grid": grid, "block": block,
                                       "args": [getattr(values, f) for f, _ in graph_ring.AppendParams._fields_]})
+                if early:  # the probed node its launch-order edge comes from
+                    group.early[handle] = early
+                self.trace.event("graph_append", graph=group.id, graph_nodes=[n.id for n in nodes],
+                                 launch_order=next((n.id for n in nodes if n.node == early), None))
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
                 self._lose_results(n, f"graph append node: {type(e).__name__}: {e}")
@@ -373,6 +381,58 @@ class GraphProbes:
             n.zeroed = True
         return True
 
+    def _add_append_node(self, graph: int, ctx: int, nodes: list[GraphNode], grid, block,
+                         params: int) -> tuple[int, int]:
+        """The append node, after every probed node of the capture (after the last one only measured
+        slower: docs/overhead.md, "Session 9: the append node"). With a kernel built for it (sm_90+)
+        and one probed node that no other waits for (the graph's edges say so), the edge from that
+        one is a launch-order edge: the append kernel starts once that kernel's blocks have all
+        started and reads the maps only once it has completed (griddepcontrol.wait), so its start and
+        its decision overlap the probed kernel. A driver that refuses it (before CUDA 12.3), or edges
+        that cannot be read: ordinary edges only. Returns (the node, the probed node of its launch-order
+        edge or 0)."""
+        func, deps = self._append[ctx], [n.node for n in nodes]
+        last = self._last_probed(graph, deps) if self._pdl.get(ctx) else []
+        if len(last) == 1:
+            ports = [graph_ring.PDL_PORT if d == last[0] else 0 for d in deps]
+            try:
+                return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params, ports=ports), last[0]
+            except DriverError:
+                pass
+        return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params), 0
+
+    def edges_made_ordinary(self, graph: int, flags: int) -> int:
+        """The driver refused to instantiate `graph` (with `flags`): the launch-order edges to our append
+        nodes become ordinary edges (a flag such as device launch may not take them; the kernel's wait
+        then returns at once). 1 when any changed (the shim tries once more), else 0. A clone's edges
+        are left (its node handles are not ours)."""
+        with self._lock:
+            group = self._by_graph.get(graph)
+            early = dict(group.early) if group is not None and graph == group.graph else {}
+        changed = 0
+        for append, probed in early.items():
+            try:
+                self.drv.graph_make_edge_ordinary(graph, probed, append, graph_ring.PDL_PORT)
+            except DriverError as e:
+                self.trace.event("graph_edge_ordinary", graph=group.id, flags=flags, reason=f"failed: {e}")
+                continue
+            group.early.pop(append, None)
+            changed = 1
+            self.trace.event("graph_edge_ordinary", graph=group.id, flags=flags,
+                             reason="the driver refused to instantiate the graph; the append node's launch-order edge "
+                                    "was made ordinary (it waits for the probed kernel to complete) and the "
+                                    "instantiation tried again")
+        return changed
+
+    def _last_probed(self, graph: int, deps: list[int]) -> list[int]:
+        """The probed nodes no other of `deps` waits for, however indirectly (completion is transitive
+        along the graph's ordinary edges); none when the edges cannot be read."""
+        read_edges = getattr(self.drv, "graph_edges", None)  # (drivers of tests without it)
+        try:
+            return last_of(deps, read_edges(graph)) if read_edges is not None else []
+        except DriverError:
+            return []
+
     # ------------------------------------------------------------ what the shim reports
     def on_graph_event(self, kind: int, a: int, b: int, c: int = 0, version: int = 2) -> int:
         """A graph API call seen by the shim; returns replacement kernel-node parameters (G_SET_PARAMS) or 0."""
@@ -384,6 +444,8 @@ class GraphProbes:
         if kind == G_BEGIN_CAPTURE:  # a: the stream about to be captured
             self.before_capture()
             return 0
+        if kind == G_INSTANTIATE_REFUSED:  # a: the graph, c: the instantiation flags
+            return self.edges_made_ordinary(a, c)
         if kind == G_PICK_FALLBACK and c == replay_select.TWIN_LOST:  # the plan stays, switching nodes
             group = self._by_exec.get(a)
             self.trace.event("graph_pick_switching", graph=group.id if group else None, exec=hex(a),
@@ -667,6 +729,22 @@ class GraphProbes:
         if self.picker is not None and node.group.pick_group:  # replays left out on the host never reach the device
             row["replays"] = max(row["replays"], self.picker.replays(node.group.pick_group))
         return row
+
+
+def last_of(probed: list[int], edges) -> list[int]:
+    """The nodes of `probed` from which no other node of `probed` can be reached along `edges`
+    ((from, to) pairs), in their order: a walk up from every probed node marks its ancestors."""
+    parents: dict[int, list[int]] = {}
+    for a, b in edges:
+        parents.setdefault(b, []).append(a)
+    above: set[int] = set()
+    todo = [a for p in probed for a in parents.get(p, ())]
+    while todo:
+        n = todo.pop()
+        if n not in above:
+            above.add(n)
+            todo.extend(parents.get(n, ()))
+    return [p for p in probed if p not in above]
 
 
 def _encode_header(grid, block, shared_bytes: int, layouts) -> tuple[bytes, list[int]]:

@@ -92,7 +92,10 @@ REPLAYS, WRITTEN, DROPPED, CONSUMED = 0, 8, 16, 24
 # blocks that copied (high half): one atomic tells the last block both
 DONE = 32
 STATE_BYTES = 64
-PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch): append_ptx(pdl=True) targets it
+LEAN_KERNEL = True  # the runtime's append kernel: the lean one (append_ptx), timed against session 8's
+PDL_ARCH = (9, 0)  # griddepcontrol (programmatic dependent launch): the append kernel may start early
+LAUNCH_ORDER_EDGE = True  # the runtime's append node gets the launch-order edge where it can (capture.py)
+PDL_PORT = 2  # CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER: the edge fires once the probed kernel's blocks have all started
 HEAD_BYTES = 256  # before the maps: the gate (its last 8 bytes), keeping the maps 256-byte aligned
 GATE_OFFSET = 8  # passes/lower_save.GATE_OFFSET: the gate is this many bytes before the maps
 
@@ -264,21 +267,20 @@ DONE:
 """
 
 
-def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True, lean: bool = False,
+def append_ptx(arch: tuple[int, int] | None = None, on_device: bool = True, lean: bool = True,
                pdl: bool = False, shut_fast: bool = False) -> str:
     """The append kernel's module for a device of compute capability `arch` (sm_75 code JITs on any
     newer device; sm_70 gets its own target: .relaxed.sys and nanosleep need it), for rings on the
-    device or (`on_device` false: --when-full=wait) in host memory. The defaults give the runtime's
-    kernel (session 8's); the others are candidates that benchmarks/append_node_cost.py times against
-    it, not yet measured faster end to end (docs/overhead.md, "Session 9: the append node"):
-    `lean` (_LEAN); `pdl` (sm_90+, for a programmatic edge: it may start while the probed kernel it
-    depends on still runs; everything that does not read the maps, all written before this replay,
-    comes before `griddepcontrol.wait`, which waits for that kernel to complete and its writes to be
-    visible); `shut_fast` (on a replay whose gate was shut every block but the first of each node
-    leaves at once, and that one counts the replay without waiting for the others)."""
+    device or (`on_device` false: --when-full=wait) in host memory. `lean` false: the kernel of
+    session 8 (benchmarks/append_node_cost.py times both). `pdl` (sm_90 and later): the kernel may
+    start while the probed kernel it depends on still runs (a programmatic edge): everything that
+    does not read the maps (the descriptor, the state, the gate the replay ran with, the decision:
+    all written before this replay) comes before `griddepcontrol.wait`, which waits for the probed
+    kernels to complete and their writes to be visible. `shut_fast` (measured in the benchmark only): on a
+    replay whose gate was shut, every block but the first of each node leaves at once, and that one counts
+    the replay without waiting for the others (none copies or zeroes anything)."""
     fence = "membar.gl" if on_device else "membar.sys"
-    ops = {**(_LEAN if lean else _SESSION8), "preload": _PRELOAD, "pdl_wait": "",
-           **(_SHUT_FAST if shut_fast else _SHUT)}
+    ops = {**(_LEAN if lean else _SESSION8), "preload": _PRELOAD, "pdl_wait": "", **(_SHUT_FAST if shut_fast else _SHUT)}
     if lean and not on_device:  # the consumed count in host memory: read across PCIe only for a selected replay
         ops.update(consumed_early="", consumed_late=CONSUMED_LOAD)
     if pdl:
@@ -317,7 +319,7 @@ def _divrem(op: str, dst: str, a: str, b: str, k: int) -> str:
             f"    @!%f{k} {op}.u64 {dst}, {a}, {b};\n")
 
 
-# The session-8 kernel (the runtime's; the candidates are timed against it): 64-bit divisions, and each descriptor field
+# The session-8 kernel (what the lean one is timed against): 64-bit divisions, and each descriptor field
 # and the host's consumed count loaded where first needed (the consumed count: a round trip after the
 # state's, only once the replay is known to be selected).
 _SESSION8 = {
