@@ -258,16 +258,18 @@ def test_the_append_node_of_a_chain_starts_with_its_last_probed_kernel(tmp_path,
 
 
 @pytest.mark.skipif(not LAUNCH_ORDER_EDGE, reason="launch-order edge off")
+@pytest.mark.parametrize("clone", [False, True], ids=["captured", "clone"])
 def test_a_device_launch_graph_refused_with_the_launch_order_edge_gets_an_ordinary_one(tmp_path, fakecuda, shim,
-                                                                                          monkeypatch):
+                                                                                          monkeypatch, clone):
     """A driver that will not instantiate a graph with a programmatic edge for device launch: the shim
-    reports it, the runtime makes the append node's edge ordinary and the instantiation is tried again:
-    the program's graph is made, every selected replay written (on the device gate)."""
+    reports it, the runtime makes the append node's edge ordinary (in a clone: the clone's nodes) and the
+    instantiation is tried again: the program's graph is made, every selected replay written (on the
+    device gate), one event."""
     log, calls, t, said = run_app(tmp_path, fakecuda, monkeypatch, GRAPH_APP_FLAGS="4",
-                                  FAKECUDA_REFUSE_PROGRAMMATIC_DEVICE_LAUNCH="1")
+                                  FAKECUDA_REFUSE_PROGRAMMATIC_DEVICE_LAUNCH="1", **({"GRAPH_APP_CLONE": "1"} if clone else {}))
     assert written(t) == SELECTED
     (ev,) = events(t, "graph_edge_ordinary")
-    assert ev["flags"] == 4 and "refused" in ev["reason"]
+    assert ev["flags"] == 4 and "refused" in ev["reason"] and ev["clone"] is clone
 
 
 def test_the_programs_changes_reach_the_twin(tmp_path, fakecuda, shim, monkeypatch):

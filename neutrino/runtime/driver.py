@@ -140,6 +140,7 @@ _SIGNATURES = {
     "cuGraphRemoveDependencies_v2": [P, P, P, P, SZ],
     "cuGraphAddDependencies_v2": [P, P, P, P, SZ],
     "cuGraphGetEdges": [P, P, P, C.POINTER(SZ)],
+    "cuGraphNodeFindInClone": [PP, P, P],
     "cuEventCreate": [PP, U],
     "cuEventRecord": [P, P],
     "cuEventSynchronize": [P],
@@ -433,6 +434,12 @@ class RealDriver:
         else:
             self._call("cuGraphGetEdges", graph, src, dst, C.byref(n))
         return [(src[i] or 0, dst[i] or 0) for i in range(min(n.value, count)) if not data[i]]
+
+    def graph_node_find_in_clone(self, node: int, clone: int) -> int:
+        """The node of graph `clone` (a cuGraphClone of the graph holding `node`) that `node` became."""
+        out = C.c_void_p()
+        self._call("cuGraphNodeFindInClone", C.byref(out), node, clone)
+        return out.value or 0
 
     def graph_make_edge_ordinary(self, graph: int, frm: int, to: int, port: int) -> None:
         """The programmatic edge frm -> to from kernel-node port `port` becomes an ordinary edge."""

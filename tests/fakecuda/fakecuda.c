@@ -588,6 +588,9 @@ CUresult cuGraphClone(void **clone, void *graph) {
     c->nodes = malloc((g->n ? g->n : 1) * sizeof(Node));
     memcpy(c->nodes, g->nodes, g->n * sizeof(Node));
     c->family = g->family ? g->family : g;
+    for (unsigned i = 0; i < g->nedges; i++)  /* the edges, between the clone's own node handles */
+        add_edge_data(c, (uintptr_t)nclones << 32 | (g->edges[i][0] & 0xffffffffu),
+                      (uintptr_t)nclones << 32 | (g->edges[i][1] & 0xffffffffu), g->edges[i][2]);
     graph_nodes_live++;
     *clone = c;
     return 0;
@@ -623,6 +626,13 @@ CUresult cuGraphDestroyNode(void *node) {
     Node *nd = graph_node(node);
     if (!nd) return 1;
     nd->kind = N_REMOVED;
+    uintptr_t k = (uintptr_t)node >> 32;  /* its edges go with it */
+    Graph *g = k ? clones[k] : last_graph;
+    for (unsigned j = 0; j < g->nedges;)
+        if (g->edges[j][0] == (uintptr_t)node || g->edges[j][1] == (uintptr_t)node)
+            memmove(g->edges[j], g->edges[j + 1], (--g->nedges - j) * sizeof *g->edges);
+        else
+            j++;
     return 0;
 }
 CUresult cuGraphKernelNodeSetParams_v2(void *node, const KernelNodeParams *p) {

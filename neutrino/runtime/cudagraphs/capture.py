@@ -140,6 +140,7 @@ class GraphGroup:
     graph: int = 0  # the captured graph (the node handles are its own; a clone's differ)
     appends: list = attrs.Factory(list)  # the append nodes: handle, function, grid, block, arguments
     early: dict = attrs.Factory(dict)  # append node -> the probed node of its launch-order edge (sm_90+)
+    ordinary_in: set = attrs.Factory(set)  # `graph` or its clones whose launch-order edges were made ordinary
     pick_group: int = 0  # the host's replay count shared by its executable graphs (replay_select.py)
     pick_off: str = ""  # why the host no longer chooses the replays of new executable graphs
     planned: set = attrs.Factory(set)  # executable graphs whose replays the host chooses (the others: the device gate)
@@ -402,23 +403,29 @@ class GraphProbes:
         return self.drv.graph_add_kernel_node(graph, deps, func, grid, block, params), 0
 
     def edges_made_ordinary(self, graph: int, flags: int) -> int:
-        """The driver refused to instantiate `graph` (with `flags`): the launch-order edges to our append
-        nodes become ordinary edges (a flag such as device launch may not take them; the kernel's wait
-        then returns at once). 1 when any changed (the shim tries once more), else 0. A clone's edges
-        are left (its node handles are not ours)."""
+        """The driver refused to instantiate `graph` (with `flags`), the captured graph or a clone of it: the
+        launch-order edges to our append nodes become ordinary edges (a flag such as device launch may not
+        take them; the kernel's wait then returns at once). In a clone, the nodes are the clone's own
+        (cuGraphNodeFindInClone). 1 when any changed (the shim tries once more), else 0; one
+        `graph_edge_ordinary` event per edge."""
         with self._lock:
             group = self._by_graph.get(graph)
-            early = dict(group.early) if group is not None and graph == group.graph else {}
+            if group is None or graph in group.ordinary_in:
+                return 0
+            early, clone = dict(group.early), graph != group.graph
         changed = 0
         for append, probed in early.items():
             try:
-                self.drv.graph_make_edge_ordinary(graph, probed, append, graph_ring.PDL_PORT)
+                ends = [self.drv.graph_node_find_in_clone(n, graph) for n in (probed, append)] if clone else \
+                    [probed, append]
+                self.drv.graph_make_edge_ordinary(graph, *ends, graph_ring.PDL_PORT)
             except DriverError as e:
-                self.trace.event("graph_edge_ordinary", graph=group.id, flags=flags, reason=f"failed: {e}")
+                self.trace.event("graph_edge_ordinary", graph=group.id, flags=flags, clone=clone, reason=f"failed: {e}")
                 continue
-            group.early.pop(append, None)
+            with self._lock:
+                group.ordinary_in.add(graph)
             changed = 1
-            self.trace.event("graph_edge_ordinary", graph=group.id, flags=flags,
+            self.trace.event("graph_edge_ordinary", graph=group.id, flags=flags, clone=clone,
                              reason="the driver refused to instantiate the graph; the append node's launch-order edge "
                                     "was made ordinary (it waits for the probed kernel to complete) and the "
                                     "instantiation tried again")
@@ -478,6 +485,7 @@ class GraphProbes:
                 group = self._by_graph.pop(a, None)
                 if group is not None:
                     group.handles.discard(a)
+                    group.ordinary_in.discard(a)
                     self._release(group)
             elif kind == G_EXEC_DESTROY:
                 self._exec_flags.pop(a, None)
