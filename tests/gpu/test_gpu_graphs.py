@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import functools
+import subprocess
 import sys
 from collections import Counter
 
@@ -43,6 +45,25 @@ def _report(name, r, trace):
     print(r.stderr[-1500:])
 
 
+@functools.lru_cache(maxsize=None)
+def _capability() -> tuple[int, int]:
+    r = subprocess.run([sys.executable, "-c", "import torch; print(*torch.cuda.get_device_capability(0))"],
+                       capture_output=True, text=True, timeout=120)
+    major, minor = r.stdout.split()
+    return int(major), int(minor)
+
+
+def _check_append_edges(trace):
+    """The manual capture is a chain of two probed kernels: on sm_90+ the append node's edge from the second
+    is a launch-order edge (the append kernel waits for it with griddepcontrol.wait), never made ordinary."""
+    appends = [e for e in trace.events if e.get("event") == "graph_append"]
+    ordinary = [e for e in trace.events if e.get("event") == "graph_edge_ordinary"]
+    print(f"[append edges] {appends} {ordinary}")
+    assert appends and all(len(e["graph_nodes"]) == 2 for e in appends) and not ordinary, (appends, ordinary)
+    if _capability() >= (9, 0):
+        assert all(e["launch_order"] == e["graph_nodes"][-1] for e in appends), appends
+
+
 @pytest.fixture
 def manual_plain(tmp_path):
     env = base_env(tmp_path)
@@ -67,6 +88,7 @@ def test_manual_capture_block_sched(tmp_path, manual_plain):
     for node in per_node:
         assert sorted(la.event["replay"] for la in replays if la.graph == node) == list(range(REPLAYS))
     check_block_sched(trace, sm_count())  # every warp of every probed replay: exactly one record
+    _check_append_edges(trace)
 
 
 def test_manual_capture_gmem_bytes_exact_per_replay(tmp_path, manual_plain):
@@ -78,6 +100,7 @@ def test_manual_capture_gmem_bytes_exact_per_replay(tmp_path, manual_plain):
     assert len(graph_vadd) == REPLAYS
     sub = type(trace)(trace.path, trace.probe_text, trace.events, graph_vadd)
     assert gmem_bytes(sub, "vadd") == [3 * 4 * N] * REPLAYS
+    _check_append_edges(trace)
 
 
 def test_launch_filter_counts_replays(tmp_path, manual_plain):
