@@ -2,7 +2,7 @@
 # Issue 24, session 10 (h-lean): the lean append kernel and its launch-order edge, end to end, before and
 # after, in one GPU call of at most ~145 s:
 #
-#   bash benchmarks/graph_lean_gpu.sh BEFORE_TREE AFTER_TREE [decode]
+#   bash benchmarks/graph_lean_gpu.sh BEFORE_TREE AFTER_TREE [off|on|decode]
 #
 # BEFORE_TREE, AFTER_TREE: two checkouts (main and the branch), each with benchmarks/overhead.py.
 # For each tree, one overhead.py run (its own plain run, so its ratios compare like with like): graph8 (a
@@ -12,9 +12,10 @@
 # time limit still has them in graph_lean_<side>.log, one JSON line per configuration as it ends).
 # Then, the after tree only, one short probed run whose event log says which edge the append node got on
 # this GPU: `graph_append` with `launch_order` a node id (the launch-order edge) or null (ordinary edges),
-# and any `graph_edge_ordinary` (an instantiation refused). With `decode` the workload is graph_decode (a
-# torch.compile reduce-overhead decode step) with the timeline-off rows only: a call of its own (its
-# first process compiles with Inductor).
+# and any `graph_edge_ordinary` (an instantiation refused). `off` / `on`: the timeline-off / timeline-on
+# rows only (with plain: two calls of ~45 s per tree each, should all five rows not fit in 64 s per tree).
+# `decode`: the workload is graph_decode (a torch.compile reduce-overhead decode step), timeline off: a
+# call of its own (its first process compiles with Inductor).
 # Tables and logs under $OUT (or /tmp): graph_lean_before.md, graph_lean_after.md, *.log, edge.txt.
 set -u
 before=$(cd "$1" && pwd) after=$(cd "$2" && pwd) mode=${3:-}
@@ -27,12 +28,15 @@ export OVERHEAD_GPU_ONLY=1 NEUTRINO_CACHE_DIR="$cache/neutrino" TRITON_CACHE_DIR
 start=$SECONDS
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 workload=graph8 limit=64 iters=300
-tools="plain,block_sched graphs no-timeline,block_sched graphs every:50 no-timeline,block_sched graphs"
-tools="$tools,block_sched graphs every:50"
-if [ "$mode" = decode ]; then
-  workload=graph_decode iters=200
-  tools="plain,block_sched graphs no-timeline,block_sched graphs every:50 no-timeline"
-fi
+off="block_sched graphs no-timeline,block_sched graphs every:50 no-timeline"
+on="block_sched graphs,block_sched graphs every:50"
+case "$mode" in
+  "") tools="plain,$off,$on" ;;
+  off) tools="plain,$off" ;;
+  on) tools="plain,$on" ;;
+  decode) workload=graph_decode iters=200 tools="plain,$off" ;;
+  *) echo "graph_lean_gpu.sh: the third argument is off, on or decode, not '$mode'" >&2; exit 2 ;;
+esac
 for side in before after; do
   tree=$before
   [ "$side" = after ] && tree=$after
@@ -49,8 +53,8 @@ if [ "$left" -gt 8 ]; then
   (cd "$after" && PYTHONPATH="$after:${PYTHONPATH:-}" timeout "$left" python -m neutrino.runtime.start.launcher \
       -p block_sched --graphs --launches every:50 --tracedir "$out/edge_trace" -- \
       python benchmarks/overhead_workloads.py --iters 50 --only "$workload" > /dev/null) 2>&1 | grep "^neutrino:" | tail -3
-  grep -h '"event":"graph_append"\|"event":"graph_edge_ordinary"' "$out/edge_trace/event.log" 2>/dev/null \
-      | head -4 | tee "$out/edge.txt" || echo "(no graph_append event: see $out/edge_trace)"
+  grep -h '"event":"graph_append"\|"event":"graph_edge_ordinary"' "$out/edge_trace/event.log" > "$out/edge.txt" 2>/dev/null
+  if [ -s "$out/edge.txt" ]; then head -4 "$out/edge.txt"; else echo "(no graph_append event: see $out/edge_trace)"; fi
 else
   echo "(no time left for the edge check)"
 fi
