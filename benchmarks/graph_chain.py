@@ -72,6 +72,7 @@ CUR, ADV, RING, GEOM, WRITTEN, DROPPED, DRAINED, MIRROR = range(0, 64, 8)
 TAG = 16  # the last 16 bytes of a slot: the (1-based) replay number of the launch it was given to
 PUBLISHED, HOST_DRAINED = 0, 8  # a node's mirror in mapped host memory (64 bytes each)
 BATCH = 16  # mirror="batch": the published count stored when it is a multiple of this
+SPIN_NS_PER_STEP = 100_000  # the spin holds the GPU this long per step enqueued (a slower host: flagged)
 
 _GATE = """\tmov.u32 \t%nt_gate, 0;
 \t@%nt_gated ld.global.u32 \t%nt_gate, [%nt_buf_block_sched+-8];
@@ -98,7 +99,7 @@ def chain_ptx(probed: str, o: ChainOpts) -> str:
     regs = ("\t.reg .b64 %ch_cur, %ch_adv, %ch_t<8>, %ch_next, %ch_off, %ch_k, %ch_used, %ch_tag, %ch_low;\n"
             "\t.reg .b32 %ch_mask, %ch_stride, %ch_idx;\n\t.reg .pred %ch_go, %ch_not, %ch_had, %ch_full, %ch_has, "
             "%ch_pub;\n")
-    head = ("\tmov.u64 \t%ch_cur, 0;\n\tmov.u64 \t%ch_adv, 0;\n"
+    head = ("\t// chain: begin\n\tmov.u64 \t%ch_cur, 0;\n\tmov.u64 \t%ch_adv, 0;\n"
             "\t@%nt_gated ld.global.v2.u64 \t{%ch_cur, %ch_adv}, [%nt_buf_block_sched];\n"
             "\t@%nt_gated mov.u64 \t%nt_buf_block_sched, %ch_cur;\n"
             "\tsetp.ne.u64 \t%nt_on, %nt_buf_block_sched, 0;\n"
@@ -107,7 +108,8 @@ def chain_ptx(probed: str, o: ChainOpts) -> str:
             "\tsetp.eq.and.u64 \t%ch_go, %nt_blin, 0, %ch_go;\n"
             "\tsetp.eq.and.u32 \t%ch_go, %nt_tlin, 0, %ch_go;\n"
             + _advance_loads(o))
-    adv = _advance(o)
+    adv = "\t// chain: begin\n" + _advance(o) + "\t// chain: end\n"
+    head += "\t// chain: end\n"
     entry, exit_ = (adv, "") if o.where == "entry" else ("", adv)
     out = probed.replace(_GATE, head + entry, 1).replace("\tret;", exit_ + "\tret;", 1)
     return out.replace("\t.reg .pred \t%p<3>;", regs + "\t.reg .pred \t%p<3>;", 1)
@@ -282,12 +284,22 @@ def span_bytes(grid: int) -> int:
 # --- on the GPU --------------------------------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, args):
-        from append_node_cost import Bench as AppendBench  # (imports the runtime's ring module: GPU runs only)
+    """The rows' graphs and memory. `cuda`: a model of the GPU (graph_chain_sim.SimCuda: the offline dry run,
+    no append node) instead of the real one (append_node_cost's driver and its append node)."""
 
+    def __init__(self, args, cuda=None):
         self.args = args
-        self.ab = AppendBench(args)
-        self.cuda = cuda = self.ab.cuda
+        if cuda is None:
+            from append_node_cost import Bench as AppendBench  # (its driver, the vadd's memory, main's append node)
+
+            self.ab = AppendBench(args)
+            cuda, self.values = self.ab.cuda, self.ab.values
+        else:
+            self.ab = None
+            n = args.grid * BLOCK_ELEMENTS
+            self.values = [*(C.c_uint64(cuda.alloc(4 * n)) for _ in range(3)), C.c_uint32(n), C.c_uint64(0),
+                           C.c_uint64(0)]
+        self.cuda = cuda
         texts = kernels(VADD.read_text())
         self.funcs = {name: cuda.function(text, "vadd") for name, text in texts.items()}
         self.spin = cuda.function(SPIN_PTX, "spin")
@@ -305,6 +317,8 @@ class Bench:
         cuda.check("cuMemHostGetDevicePointer_v2", C.byref(dev), host, 0)
         self.mirror = dev.value
         self.untagged_buf = cuda.alloc(self.span)
+        self.drain_stream = C.c_void_p()
+        cuda.check("cuStreamCreate", C.byref(self.drain_stream), 1)
         self.keep: list = []
         self.setparams_nodes: list = []
 
@@ -359,18 +373,18 @@ class Bench:
                  "probed": Variant("probed", True, after="last"),
                  "append": Variant("append", True, "append", kernel="s8")}[row.kind]
             return ab.build(v), v
-        graph = ab.cuda.new_graph()
+        graph = self.cuda.new_graph()
         nodes: list = []
         func = self.funcs[chain_name(row.opts)] if row.kind == "chain" else self.funcs["block_sched"]
         values = []
         for i in range(CHAIN):
             ptr = {"chain": self.head(i) | 1, "untagged": self.untagged_buf, "setparams": self.rings[i]}[row.kind]
             value = C.c_uint64(ptr)
-            params = _pointer_array([*ab.values, value])
+            params = _pointer_array([*self.values, value])
             self.keep.append(params)
             values.append((value, params))
-            nodes.append(ab.cuda.add(graph, nodes[-1:], func, (self.args.grid, 1, 1), (THREADS, 1, 1), params))
-        exe = ab.cuda.instantiate(graph)
+            nodes.append(self.cuda.add(graph, nodes[-1:], func, (self.args.grid, 1, 1), (THREADS, 1, 1), params))
+        exe = self.cuda.instantiate(graph)
         if row.kind == "setparams":
             self.setparams_nodes = [(node, value, self._node_params(func, params))
                                     for node, (value, params) in zip(nodes, values)]
@@ -414,15 +428,15 @@ class Bench:
             step()
         cuda.sync()
         gpu, host = timed_host(cuda, self.spin, step, self.args.replays)
-        check = ""
+        check = "HOST-BOUND (the GPU waited for the host) " if host * 1000 > SPIN_NS_PER_STEP else ""
         runs = WARMUP + self.args.replays
         if row.kind == "append":
-            check = ab.check(v.launch_filter)
+            check += ab.check(v.launch_filter)
         elif row.kind == "chain":
             self.finish_sink(row.opts)
-            check = self.check_chain(row.opts, runs)
+            check += self.check_chain(row.opts, runs)
         elif row.kind == "setparams":
-            check = self.check_rings(runs)
+            check += self.check_rings(runs)
         return statistics.median(gpu), host, check
 
     def check_rings(self, runs: int, tags: bool = False) -> str:
@@ -485,9 +499,12 @@ class Bench:
                             state["wrong"].append(f"node {i} slot {d % k}: tag {tag} after "
                                                   f"{state['last_tag'][i]}, complete {slot_ok(raw, self.warps)}")
                         state["last_tag"][i] = tag
-                        cuda.check("cuMemsetD8_v2", C.c_uint64(addr), C.c_ubyte(0), C.c_size_t(self.stride))
+                        cuda.check("cuMemsetD8Async", C.c_uint64(addr), C.c_ubyte(0), C.c_size_t(self.stride),
+                                   self.drain_stream)
                         d += 1
                     if d != state["drained"][i]:
+                        # the zeroing done before the device may hand the slots out again
+                        cuda.check("cuStreamSynchronize", self.drain_stream)
                         state["drained"][i] = d
                         if o.full == "device":
                             cuda.write(self.head(i) + DRAINED, d.to_bytes(8, "little"))
@@ -498,14 +515,15 @@ class Bench:
         def drainer():
             while not stop.is_set():
                 drain_pass()
+                time.sleep(0.00005)
 
         thread = threading.Thread(target=drainer, daemon=True)
         if drain:
             thread.start()
         for n in range(replays):
             cuda.replay(exe)
-            if n % 50 == 49:
-                time.sleep(0.002)  # (the host's pace: some replays find the ring full, some not)
+            if n % 10 == 9:
+                time.sleep(0.004)  # (the host's pace: some replays find the ring full, some a free slot)
         cuda.sync()
         stop.set()
         if drain:
@@ -544,7 +562,7 @@ def _pointer_array(values: list) -> C.Array:
 def timed_host(cuda, spin, step, n: int) -> tuple[list[float], float]:
     """probe_cost.timed, and the host's µs per step (enqueue and event record) while the spin holds the GPU."""
     events = [cuda.event() for _ in range(n + 1)]
-    ns = C.c_uint64(2_000_000 + n * 60_000)
+    ns = C.c_uint64(2_000_000 + n * SPIN_NS_PER_STEP)
     cuda.launch(spin, 1, 1, _pointer_array([ns]))
     cuda.record(events[0])
     t0 = time.perf_counter()
@@ -568,6 +586,9 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated substrings: rows whose name has one (plain always)")
     ap.add_argument("--json")
     ap.add_argument("--ptx-only", type=Path, help="write every kernel's PTX here and compile it (no GPU)")
+    ap.add_argument("--simulate", action="store_true",
+                    help="offline dry run on a model of the GPU (graph_chain_sim.py): checks, no timing")
+    ap.add_argument("--fault", default="", help="--simulate: a fault the checks must catch (no-tag, no-full)")
     args = ap.parse_args()
     if not VADD.is_file():
         sys.exit(f"graph_chain.py: the corpus kernel {VADD} is missing (tests/data is needed)")
@@ -581,7 +602,13 @@ def main() -> None:
     if args.only:
         keys = args.only.split(",")
         rows = [r for r in ROWS if r.kind == "plain" or any(k in r.name for k in keys)]
-    bench = Bench(args)
+    model = None
+    if args.simulate:  # (the rows of main's append node and the gated probe need the real driver)
+        from graph_chain_sim import SimCuda
+
+        model = SimCuda(args.grid * THREADS // 32, args.fault)
+        rows = [r for r in rows if r.kind in ("untagged", "chain", "setparams")]
+    bench = Bench(args, model)
     table = {r.name: (r, *bench.build(r)) for r in rows}
     got: dict[str, list[tuple[float, float]]] = {name: [] for name in table}
     checks: dict[str, set] = {name: set() for name in table}
