@@ -300,8 +300,8 @@ class Bench:
             self.values = [*(C.c_uint64(cuda.alloc(4 * n)) for _ in range(3)), C.c_uint32(n), C.c_uint64(0),
                            C.c_uint64(0)]
         self.cuda = cuda
-        texts = kernels(VADD.read_text())
-        self.funcs = {name: cuda.function(text, "vadd") for name, text in texts.items()}
+        self.texts = kernels(VADD.read_text())
+        self.funcs: dict = {}  # name -> the loaded kernel (loaded when a row needs it)
         self.spin = cuda.function(SPIN_PTX, "spin")
         self.warps = args.grid * THREADS // 32
         self.span = span_bytes(args.grid)
@@ -317,6 +317,8 @@ class Bench:
         cuda.check("cuMemHostGetDevicePointer_v2", C.byref(dev), host, 0)
         self.mirror = dev.value
         self.untagged_buf = cuda.alloc(self.span)
+        self.ctx = C.c_void_p()  # (the drainer thread makes it current)
+        cuda.check("cuCtxGetCurrent", C.byref(self.ctx))
         self.drain_stream = C.c_void_p()
         cuda.check("cuStreamCreate", C.byref(self.drain_stream), 1)
         self.keep: list = []
@@ -375,7 +377,7 @@ class Bench:
             return ab.build(v), v
         graph = self.cuda.new_graph()
         nodes: list = []
-        func = self.funcs[chain_name(row.opts)] if row.kind == "chain" else self.funcs["block_sched"]
+        func = self.func(chain_name(row.opts) if row.kind == "chain" else "block_sched")
         values = []
         for i in range(CHAIN):
             ptr = {"chain": self.head(i) | 1, "untagged": self.untagged_buf, "setparams": self.rings[i]}[row.kind]
@@ -389,6 +391,11 @@ class Bench:
             self.setparams_nodes = [(node, value, self._node_params(func, params))
                                     for node, (value, params) in zip(nodes, values)]
         return exe, None
+
+    def func(self, name: str):
+        if name not in self.funcs:
+            self.funcs[name] = self.cuda.function(self.texts[name], "vadd")
+        return self.funcs[name]
 
     def _node_params(self, func, params):
         from neutrino.runtime.driver import KernelNodeParamsV2
@@ -406,6 +413,24 @@ class Bench:
             value.value = self.rings[i] + (replay % self.k) * self.stride
             cuda.check("cuGraphExecKernelNodeSetParams_v2", exe, node, C.byref(p))
         cuda.replay(exe)
+
+    def host_costs(self, n: int = 2000) -> str:
+        """The host's µs per cuGraphExecKernelNodeSetParams_v2 (on an executable graph that is not running),
+        beside a ctypes call of the driver that does nothing (cuCtxGetCurrent): the part of it that is Python's."""
+        exe, _ = self.build(Row("setparams (host)", "setparams"))
+        cuda, (node, value, p) = self.cuda, self.setparams_nodes[0]
+        t0 = time.perf_counter()
+        for i in range(n):
+            value.value = self.rings[0] + (i % self.k) * self.stride
+            cuda.check("cuGraphExecKernelNodeSetParams_v2", exe, node, C.byref(p))
+        per = (time.perf_counter() - t0) * 1e6 / n
+        ctx = C.c_void_p()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            cuda.check("cuCtxGetCurrent", C.byref(ctx))
+        floor = (time.perf_counter() - t0) * 1e6 / n
+        return (f"host: cuGraphExecKernelNodeSetParams_v2 {per:.2f} µs per call, a no-op driver call through "
+                f"ctypes (cuCtxGetCurrent) {floor:.2f} µs: ~{per - floor:.2f} µs per probed node per replay")
 
     # one round of a row ------------------------------------------------------------------------------------
     def run(self, exe, row: Row, v) -> tuple[float, float, str]:
@@ -452,7 +477,7 @@ class Bench:
                         wrong.append(f"node {i} slot {s}: incomplete")
                     if tags and int.from_bytes(slot[-TAG:-TAG + 8], "little") != s + 1:
                         wrong.append(f"node {i} slot {s}: tag {int.from_bytes(slot[-TAG:-TAG + 8], 'little')}")
-                elif any(slot[:-TAG]) or (s > runs and any(slot)):
+                elif _nonzero(slot[:-TAG]) or (s > runs and _nonzero(slot)):
                     wrong.append(f"node {i} slot {s}: written, no launch had it")
         return _verdict(wrong)
 
@@ -513,6 +538,7 @@ class Bench:
                 state["passes"] += 1
 
         def drainer():
+            cuda.check("cuCtxSetCurrent", self.ctx)
             while not stop.is_set():
                 drain_pass()
                 time.sleep(0.00005)
@@ -546,6 +572,10 @@ class Bench:
         summary = (f"{replays} replays, ring {k}, {'drained by a host thread' if drain else 'not drained'}: "
                    f"written {written_all}, dropped {dropped_all}" + (f", {state['passes']} drain passes" if drain else ""))
         return summary + ": " + _verdict(wrong)
+
+
+def _nonzero(b: bytes) -> bool:
+    return b != bytes(len(b))
 
 
 def _verdict(wrong: list[str]) -> str:
@@ -609,12 +639,23 @@ def main() -> None:
         model = SimCuda(args.grid * THREADS // 32, args.fault)
         rows = [r for r in rows if r.kind in ("untagged", "chain", "setparams")]
     bench = Bench(args, model)
-    table = {r.name: (r, *bench.build(r)) for r in rows}
+    table = {}
+    for r in rows:
+        try:
+            table[r.name] = (r, *bench.build(r))
+        except RuntimeError as e:  # (a driver refusing one row: the others stand)
+            print(f"{r.name}: not built: {e}", flush=True)
+    rows = [r for r in rows if r.name in table]
     got: dict[str, list[tuple[float, float]]] = {name: [] for name in table}
     checks: dict[str, set] = {name: set() for name in table}
     for rnd in range(args.warmup_rounds + args.rounds):
         for name, (row, exe, v) in table.items():
-            us, host, check = bench.run(exe, row, v)
+            try:
+                us, host, check = bench.run(exe, row, v)
+            except RuntimeError as e:
+                print(f"{name}: round {rnd} failed: {e}", flush=True)
+                checks[name].add(f"FAILED: {e}")
+                continue
             if rnd >= args.warmup_rounds:
                 got[name].append((us, host))
             checks[name].add(check)
@@ -623,24 +664,37 @@ def main() -> None:
           f"round, medians of {args.rounds} rounds (after {args.warmup_rounds} not counted)")
     print("| row | GPU µs/replay | round spread | vs plain | host µs/replay | check |")
     print("| --- | ---: | --- | ---: | ---: | --- |")
-    base = statistics.median(x for x, _ in got[rows[0].name])
+    base = next(statistics.median(x for x, _ in xs) for xs in got.values() if xs)  # plain (the first row)
     out = []
     for name, xs in got.items():
+        if not xs:
+            print(f"| {name} | | | | | {' '.join(sorted(checks[name]))} |")
+            continue
         us = [x for x, _ in xs]
         med, host = statistics.median(us), statistics.median(h for _, h in xs)
         check = " ".join(sorted(c for c in checks[name] if c))
         print(f"| {name} | {med:.2f} | {min(us):.2f}–{max(us):.2f} | {med - base:+.2f} ({med / base:.2f}x) | "
               f"{host:.1f} | {check} |", flush=True)
         out.append({"row": name, "gpu_us": med, "rounds": us, "host_us": host, "check": check})
+    try:
+        host_line = bench.host_costs() if any(r.kind == "setparams" for r in rows) else ""
+    except RuntimeError as e:
+        host_line = f"host: SetParams not measured: {e}"
+    if host_line:
+        print(host_line, flush=True)
     runs = {}
     for o in (CANDIDATE, ChainOpts(full="host-cached")):
         for drain, k in ((True, args.drain_slots), (False, 8)):
             n = args.drain_replays if drain else 40
-            line = bench.drained_run(o, n, k, drain)
+            try:
+                line = bench.drained_run(o, n, k, drain)
+            except RuntimeError as e:
+                line = f"FAILED: {e}"
             print(f"drained run, {chain_name(o)}: {line}", flush=True)
             runs[f"{chain_name(o)} {'drain' if drain else 'full'}"] = line
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": bench.cuda.name, "rows": out, "drained": runs}, indent=1))
+        Path(args.json).write_text(json.dumps({"device": bench.cuda.name, "rows": out, "host": host_line,
+                                               "drained": runs}, indent=1))
 
 
 if __name__ == "__main__":

@@ -146,7 +146,8 @@ class SimCuda:
         elif fn == "cuGraphExecKernelNodeSetParams_v2":
             exe, node, p = args[0], args[1], args[2]._obj
             exe[node] = (exe[node][0], _param_values(p.kernelParams, 7))
-        elif fn in ("cuCtxSynchronize", "cuStreamSynchronize", "cuStreamCreate"):
+        elif fn in ("cuCtxSynchronize", "cuStreamSynchronize", "cuStreamCreate", "cuCtxGetCurrent",
+                    "cuCtxSetCurrent"):
             pass
         else:
             raise RuntimeError(f"graph_chain_sim: no model of {fn}")
