@@ -83,8 +83,9 @@ _GATE = """\tmov.u32 \t%nt_gate, 0;
 @attrs.frozen
 class ChainOpts:
     """One chain-scheme kernel: the full check (`full`), the mirror of the published count (`mirror`: "none",
-    "every", "batch"), where the advance runs (`where`: "exit", its loads at entry; or "entry", all of it at entry,
-    lane 0 diverging from its warp), and a system-scope fence before the mirror's store (`fence`)."""
+    "every", "batch"), where the advance runs (`where`: "exit", its loads at entry; "entry", all of it at entry,
+    lane 0 diverging from its warp; "none", no advance: the head load alone, every launch writing the slot the
+    host gave it), and a system-scope fence before the mirror's store (`fence`)."""
 
     full: str = "device"
     mirror: str = "none"
@@ -108,7 +109,7 @@ def chain_ptx(probed: str, o: ChainOpts) -> str:
             "\tsetp.eq.and.u64 \t%ch_go, %nt_blin, 0, %ch_go;\n"
             "\tsetp.eq.and.u32 \t%ch_go, %nt_tlin, 0, %ch_go;\n"
             + _advance_loads(o))
-    adv = "\t// chain: begin\n" + _advance(o) + "\t// chain: end\n"
+    adv = "\t// chain: begin\n" + _advance(o) + "\t// chain: end\n" if o.where != "none" else ""
     head += "\t// chain: end\n"
     entry, exit_ = (adv, "") if o.where == "entry" else ("", adv)
     out = probed.replace(_GATE, head + entry, 1).replace("\tret;", exit_ + "\tret;", 1)
@@ -189,6 +190,7 @@ ROWS = [
     Row("block_sched, probe code only (gated pointer, gate open; no append)", "probed"),
     Row("block_sched, untagged pointer (no gate load; no append)", "untagged"),
     Row("block_sched + main's append node (S8, after all 8)", "append"),
+    Row("chain's head load only (no advance: every replay writes slot 0)", "chain", ChainOpts(where="none")),
     Row("chain, no full check (slots wrap)", "chain", ChainOpts(full="none")),
     Row("chain + full check, host's count in the head (candidate)", "chain", ChainOpts()),
     Row("chain + full check, host's count in mapped memory, read when the head's copy says full", "chain",
@@ -485,6 +487,8 @@ class Bench:
         """Every node: `runs` launches advanced, all written (the ring has room), the mirror's count (when
         stored) and every slot's result and tag exact."""
         wrong = []
+        if o.where == "none":
+            return self.check_unadvanced(runs)
         for i, h in enumerate(self.read_heads()):
             written, dropped = h[WRITTEN // 8], h[DROPPED // 8] & 0xFFFFFFFF
             if (written, dropped) != (runs, 0):
@@ -496,6 +500,18 @@ class Bench:
             if pub != want:
                 wrong.append(f"node {i}: mirror {pub}, want {want}")
         return _verdict(wrong) if wrong else self.check_rings(runs, tags=True)
+
+    def check_unadvanced(self, runs: int) -> str:
+        """No advance: the heads as the host left them (the sink never primed, so the host does not advance it
+        either), slot 0 of every node complete, slot 1 untouched."""
+        wrong = []
+        for i, h in enumerate(self.read_heads()):
+            if h[WRITTEN // 8] or h[DROPPED // 8] & 0xFFFFFFFF:
+                wrong.append(f"node {i}: written/dropped {h[WRITTEN // 8]}/{h[DROPPED // 8] & 0xFFFFFFFF}")
+            raw = self.cuda.read(self.rings[i], 2 * self.stride)
+            if not slot_ok(raw[:self.stride], self.warps) or _nonzero(raw[self.stride:]):
+                wrong.append(f"node {i}: slot 0 incomplete or slot 1 written")
+        return _verdict(wrong)
 
     # the drained run -------------------------------------------------------------------------------------
     def drained_run(self, o: ChainOpts, replays: int, k: int, drain: bool) -> str:
