@@ -83,9 +83,10 @@ _GATE = """\tmov.u32 \t%nt_gate, 0;
 @attrs.frozen
 class ChainOpts:
     """One chain-scheme kernel: the full check (`full`), the mirror of the published count (`mirror`: "none",
-    "every", "batch"), where the advance runs (`where`: "exit", its loads at entry; "entry", all of it at entry,
-    lane 0 diverging from its warp; "none", no advance: the head load alone, every launch writing the slot the
-    host gave it), and a system-scope fence before the mirror's store (`fence`)."""
+    "every", "batch"), where the advance runs (`where`: "exit", its loads at entry; "exit-late", its loads at
+    exit too; "exit-smem", the head copied into shared memory at entry (cp.async, sm_80+) and read there at exit;
+    "entry", all of it at entry, lane 0 diverging from its warp; "none", no advance: the head load alone, every
+    launch writing the slot the host gave it), and a system-scope fence before the mirror's store (`fence`)."""
 
     full: str = "device"
     mirror: str = "none"
@@ -107,28 +108,36 @@ def chain_ptx(probed: str, o: ChainOpts) -> str:
             # the advancer: thread 0 of block 0, when this node advances one
             "\tsetp.ne.u64 \t%ch_go, %ch_adv, 0;\n"
             "\tsetp.eq.and.u64 \t%ch_go, %nt_blin, 0, %ch_go;\n"
-            "\tsetp.eq.and.u32 \t%ch_go, %nt_tlin, 0, %ch_go;\n"
-            + _advance_loads(o))
-    adv = "\t// chain: begin\n" + _advance(o) + "\t// chain: end\n" if o.where != "none" else ""
+            "\tsetp.eq.and.u32 \t%ch_go, %nt_tlin, 0, %ch_go;\n")
+    if o.where == "exit-smem":  # the head copied into shared memory at entry, read at exit: no registers held
+        regs += "\t.shared .align 16 .b8 ch_smem[64];\n"
+        head += "".join(f"\t@%ch_go cp.async.cg.shared.global \t[ch_smem+{b}], [%ch_adv+{b}], 16;\n"
+                        for b in range(0, HEAD, 16))
+    elif o.where in ("exit", "entry"):
+        head += _advance_loads(o, "global")
+    late = {"exit-late": _advance_loads(o, "global"),
+            "exit-smem": "\tcp.async.wait_all;\n" + _advance_loads(o, "shared")}.get(o.where, "")
+    adv = "\t// chain: begin\n" + late + _advance(o) + "\t// chain: end\n" if o.where != "none" else ""
     head += "\t// chain: end\n"
     entry, exit_ = (adv, "") if o.where == "entry" else ("", adv)
     out = probed.replace(_GATE, head + entry, 1).replace("\tret;", exit_ + "\tret;", 1)
     return out.replace("\t.reg .pred \t%p<3>;", regs + "\t.reg .pred \t%p<3>;", 1)
 
 
-def _advance_loads(o: ChainOpts) -> str:
-    """The advanced head's words the advance uses, loaded at entry by its one thread (only those: they stay
-    live across the kernel's body, in registers)."""
+def _advance_loads(o: ChainOpts, space: str) -> str:
+    """The advanced head's words the advance uses (only those: loaded at entry, they stay live across the
+    kernel's body, in registers), by its one thread, from the head (`space` "global") or its copy ("shared")."""
     words = [0, 2, 3, 4, 5] + ([6] if o.full != "none" else []) + ([7] if o.mirror != "none" or
                                                                     o.full.startswith("host") else [])
     out, i = [], 0
     while i < len(words):
         w = words[i]
+        op, at = ("ld.relaxed.gpu.global", "%ch_adv") if space == "global" else ("ld.shared", "ch_smem")
         if i + 1 < len(words) and words[i + 1] == w + 1 and w % 2 == 0:
-            out.append(f"\t@%ch_go ld.relaxed.gpu.global.v2.u64 \t{{%ch_t{w}, %ch_t{w + 1}}}, [%ch_adv+{8 * w}];\n")
+            out.append(f"\t@%ch_go {op}.v2.u64 \t{{%ch_t{w}, %ch_t{w + 1}}}, [{at}+{8 * w}];\n")
             i += 2
         else:
-            out.append(f"\t@%ch_go ld.relaxed.gpu.global.u64 \t%ch_t{w}, [%ch_adv+{8 * w}];\n")
+            out.append(f"\t@%ch_go {op}.u64 \t%ch_t{w}, [{at}+{8 * w}];\n")
             i += 1
     return "".join(out)
 
@@ -202,6 +211,10 @@ ROWS = [
     Row("chain (candidate) + that store after fence.acq_rel.sys", "chain", ChainOpts(mirror="every", fence=True)),
     Row(f"chain (candidate) + published count stored every {BATCH}th", "chain", ChainOpts(mirror="batch")),
     Row("chain (candidate), the advance at entry (lane 0 diverging)", "chain", ChainOpts(where="entry")),
+    Row("chain (candidate), the head's words loaded at exit (fewer registers, a round trip on the tail)", "chain",
+        ChainOpts(where="exit-late")),
+    Row("chain (candidate), the head copied to shared memory at entry (cp.async), read at exit", "chain",
+        ChainOpts(where="exit-smem")),
     Row("host SetParams: 8 x cuGraphExecKernelNodeSetParams + cuGraphLaunch per replay", "setparams"),
 ]
 CANDIDATE = ChainOpts()

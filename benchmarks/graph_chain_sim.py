@@ -32,7 +32,7 @@ class Interp:
         return int(tok, 0) & MASK64
 
     def addr(self, tok: str) -> int:
-        m = re.fullmatch(r"\[(%[\w]+)(?:\+(-?\d+))?\]", tok.replace(" ", ""))
+        m = re.fullmatch(r"\[(%?[\w]+)(?:\+(-?\d+))?\]", tok.replace(" ", ""))
         return (self.r.get(m.group(1), 0) + int(m.group(2) or 0)) & MASK64
 
     def run(self) -> None:
@@ -49,6 +49,8 @@ class Interp:
                 ln = m.group(3)
             op, _, rest = ln.partition(" ")
             ops = _operands(rest)
+            if op.startswith("cp.async.wait"):
+                continue
             if op.startswith("bra"):
                 pc = self.labels[ops[0]]
                 continue
@@ -69,6 +71,8 @@ class Interp:
                 src = ops[1].strip("{}").split(",") if width == 2 else [ops[1]]
                 for i, v in enumerate(src):
                     C.c_uint64.from_address(a + 8 * i).value = self.val(v)
+        elif name == "cp":  # cp.async.cg.shared.global [dst], [src], 16 (done at once: the wait is a no-op)
+            C.memmove(self.addr(ops[0]), self.addr(ops[1]), int(ops[2]))
         elif name == "fence":
             pass
         elif name == "mov":
@@ -172,8 +176,9 @@ class SimCuda:
             self._run(self.funcs[func], values[6])
 
     def _run(self, ptx: str, param: int) -> None:
+        smem = (C.c_ubyte * 64)()  # the kernel's shared copy of the head (exit-smem)
         regs = {"%nt_buf_block_sched": param & ~1, "%nt_gated": param & 1, "%nt_blin": 0, "%nt_tlin": 0,
-                "%nt_on": 1}
+                "%nt_on": 1, "ch_smem": C.addressof(smem)}
         sections = chain_sections(ptx)
         if sections:
             Interp(sections[0], regs).run()
