@@ -67,7 +67,9 @@ from neutrino.toolbox import load_probe_argument  # noqa: E402
 
 CHAIN = 8
 WARMUP = 5
-HEAD = 64  # bytes per head: cur, adv, ring, mask|stride, written, dropped|primed, drained, mirror (u64 each)
+WORDS = 64  # a head's words: cur, adv, ring, mask|stride, written, dropped|primed, drained, mirror (u64 each)
+TABLE, TARGETS = 64, 8  # then (ChainOpts.table) the heads its threads 0..7 of block 0 advance (0: none)
+HEAD = TABLE + 8 * TARGETS
 CUR, ADV, RING, GEOM, WRITTEN, DROPPED, DRAINED, MIRROR = range(0, 64, 8)
 TAG = 16  # the last 16 bytes of a slot: the (1-based) replay number of the launch it was given to
 PUBLISHED, HOST_DRAINED = 0, 8  # a node's mirror in mapped host memory (64 bytes each)
@@ -92,6 +94,8 @@ class ChainOpts:
     mirror: str = "none"
     where: str = "exit"
     fence: bool = False
+    table: bool = False  # the advanced heads in the head's table, thread k of block 0 the k-th (else `adv`)
+    star: bool = False  # (with table) node 7 advances nodes 0..6, node 0 node 7; else node i node i-1
 
 
 def chain_ptx(probed: str, o: ChainOpts) -> str:
@@ -101,18 +105,23 @@ def chain_ptx(probed: str, o: ChainOpts) -> str:
     regs = ("\t.reg .b64 %ch_cur, %ch_adv, %ch_t<8>, %ch_next, %ch_off, %ch_k, %ch_used, %ch_tag, %ch_low;\n"
             "\t.reg .b32 %ch_mask, %ch_stride, %ch_idx;\n\t.reg .pred %ch_go, %ch_not, %ch_had, %ch_full, %ch_has, "
             "%ch_pub;\n")
-    head = ("\t// chain: begin\n\tmov.u64 \t%ch_cur, 0;\n\tmov.u64 \t%ch_adv, 0;\n"
-            "\t@%nt_gated ld.global.v2.u64 \t{%ch_cur, %ch_adv}, [%nt_buf_block_sched];\n"
-            "\t@%nt_gated mov.u64 \t%nt_buf_block_sched, %ch_cur;\n"
-            "\tsetp.ne.u64 \t%nt_on, %nt_buf_block_sched, 0;\n"
-            # the advancer: thread 0 of block 0, when this node advances one
-            "\tsetp.ne.u64 \t%ch_go, %ch_adv, 0;\n"
-            "\tsetp.eq.and.u64 \t%ch_go, %nt_blin, 0, %ch_go;\n"
-            "\tsetp.eq.and.u32 \t%ch_go, %nt_tlin, 0, %ch_go;\n")
+    head = "\t// chain: begin\n\tmov.u64 \t%ch_cur, 0;\n\tmov.u64 \t%ch_adv, 0;\n"
+    if o.table:  # thread k < TARGETS of block 0 loads the k-th entry, in parallel with the slot's address
+        head += ("\t@%nt_gated ld.global.u64 \t%ch_cur, [%nt_buf_block_sched];\n"
+                 f"\tsetp.lt.and.u32 \t%ch_go, %nt_tlin, {TARGETS}, %nt_gated;\n"
+                 "\tsetp.eq.and.u64 \t%ch_go, %nt_blin, 0, %ch_go;\n"
+                 "\tmul.wide.u32 \t%ch_off, %nt_tlin, 8;\n\tadd.u64 \t%ch_off, %ch_off, %nt_buf_block_sched;\n"
+                 f"\t@%ch_go ld.global.u64 \t%ch_adv, [%ch_off+{TABLE}];\n")
+    else:  # thread 0 of block 0 advances the one head in `adv`
+        head += ("\t@%nt_gated ld.global.v2.u64 \t{%ch_cur, %ch_adv}, [%nt_buf_block_sched];\n"
+                 "\tsetp.eq.u32 \t%ch_go, %nt_tlin, 0;\n\tsetp.eq.and.u64 \t%ch_go, %nt_blin, 0, %ch_go;\n")
+    head += ("\t@%nt_gated mov.u64 \t%nt_buf_block_sched, %ch_cur;\n"
+             "\tsetp.ne.u64 \t%nt_on, %nt_buf_block_sched, 0;\n"
+             "\tsetp.ne.and.u64 \t%ch_go, %ch_adv, 0, %ch_go;\n")
     if o.where == "exit-smem":  # the head copied into shared memory at entry, read at exit: no registers held
         regs += "\t.shared .align 16 .b8 ch_smem[64];\n"
         head += "".join(f"\t@%ch_go cp.async.cg.shared.global \t[ch_smem+{b}], [%ch_adv+{b}], 16;\n"
-                        for b in range(0, HEAD, 16))
+                        for b in range(0, WORDS, 16))
     elif o.where in ("exit", "entry"):
         head += _advance_loads(o, "global")
     late = {"exit-late": _advance_loads(o, "global"),
@@ -215,6 +224,10 @@ ROWS = [
         ChainOpts(where="exit-late")),
     Row("chain (candidate), the head copied to shared memory at entry (cp.async), read at exit", "chain",
         ChainOpts(where="exit-smem")),
+    Row("chain (candidate), the advanced heads in a table (thread k of block 0 the k-th)", "chain",
+        ChainOpts(table=True)),
+    Row("star (candidate, table): node 7 advances nodes 0-6 with threads 0-6, node 0 node 7", "chain",
+        ChainOpts(table=True, star=True)),
     Row("host SetParams: 8 x cuGraphExecKernelNodeSetParams + cuGraphLaunch per replay", "setparams"),
 ]
 CANDIDATE = ChainOpts()
@@ -231,7 +244,7 @@ def kernels(plain: str) -> dict[str, str]:
 
 
 def chain_name(o: ChainOpts) -> str:
-    return f"chain_{o.full}_{o.mirror}_{o.where}{'_fence' if o.fence else ''}"
+    return f"chain_{o.full}_{o.mirror}_{o.where}{'_fence' if o.fence else ''}{'_table' if o.table else ''}"
 
 
 def ptx_only(folder: Path) -> int:
@@ -252,7 +265,7 @@ def ptx_only(folder: Path) -> int:
 # --- the protocol on the host: what the advancer does (the sink's last advance), and the checks ---------------
 
 def unpack_head(raw: bytes) -> list[int]:
-    return [int.from_bytes(raw[i:i + 8], "little") for i in range(0, HEAD, 8)]
+    return [int.from_bytes(raw[i:i + 8], "little") for i in range(0, WORDS, 8)]
 
 
 def pack_head(words: list[int]) -> bytes:
@@ -346,9 +359,10 @@ class Bench:
     def mirror_word(self, i: int, off: int) -> C.c_uint64:
         return C.c_uint64.from_address(self.mirror_host + 64 * i + off)
 
-    def reset_chain(self, k: int) -> None:
+    def reset_chain(self, k: int, star: bool = False) -> None:
         """Before a round: rings and mirrors zero; each head's launch 0 given slot 0 (its tag 1); node 0
-        advances node 7 (the sink: unprimed), node i node i-1."""
+        advances node 7 (the sink: unprimed), node i node i-1 (`star`: node 7 nodes 0..6; in `adv` and in the
+        table's first entry, or the table's first 7 for node 7)."""
         for ring in self.rings:
             self.cuda.check("cuMemsetD8_v2", C.c_uint64(ring), C.c_ubyte(0), C.c_size_t(self.k * self.stride))
         C.memset(self.mirror_host, 0, CHAIN * 64)
@@ -356,15 +370,20 @@ class Bench:
         for i in range(CHAIN):
             primed = 0 if i == CHAIN - 1 else 1
             adv = self.head((i - 1) % CHAIN)
+            targets = [adv]
+            if star:
+                targets = [self.head(j) for j in range(CHAIN - 1)] if i == CHAIN - 1 else [adv] if i == 0 else []
+                adv = targets[0] if targets else 0
             heads += pack_head([self.rings[i], adv, self.rings[i], (k - 1) | self.stride << 32, 0, primed << 32, 0,
                                 self.mirror + 64 * i])
+            heads += pack_head(targets + [0] * (TARGETS - len(targets)))
             self.cuda.write(self.rings[i] + self.stride - TAG, (1).to_bytes(8, "little"))
         self.cuda.write(self.heads, heads)
         self.cuda.check("cuCtxSynchronize")  # (the null stream's memsets and copies done before our stream's replays)
 
     def read_heads(self) -> list[list[int]]:
         raw = self.cuda.read(self.heads, CHAIN * HEAD)
-        return [unpack_head(raw[HEAD * i:HEAD * (i + 1)]) for i in range(CHAIN)]
+        return [unpack_head(raw[HEAD * i:HEAD * i + WORDS]) for i in range(CHAIN)]
 
     def finish_sink(self, o: ChainOpts) -> None:
         """After the stream's sync: the host advances the sink (its last launch's slot published)."""
@@ -454,7 +473,7 @@ class Bench:
             for nd in ab.nodes:
                 nd.reset(cuda, v.gate)
         if row.kind == "chain":
-            self.reset_chain(self.k)
+            self.reset_chain(self.k, row.opts.star)
         elif row.kind in ("setparams", "untagged"):  # (no result of an earlier row may pass for this one's)
             for buf, size in [(r, self.k * self.stride) for r in self.rings] + [(self.untagged_buf, self.span)]:
                 cuda.check("cuMemsetD8_v2", C.c_uint64(buf), C.c_ubyte(0), C.c_size_t(size))
@@ -648,7 +667,7 @@ def smoke(bench: Bench, table: dict) -> None:
     for name, (row, exe, v) in table.items():
         try:
             if row.kind == "chain":
-                bench.reset_chain(bench.k)
+                bench.reset_chain(bench.k, row.opts.star)
             if row.kind == "setparams":
                 bench.setparams_launch(exe, 0)
             else:

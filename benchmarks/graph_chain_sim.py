@@ -176,21 +176,25 @@ class SimCuda:
             self._run(self.funcs[func], values[6])
 
     def _run(self, ptx: str, param: int) -> None:
-        smem = (C.c_ubyte * 64)()  # the kernel's shared copy of the head (exit-smem)
-        regs = {"%nt_buf_block_sched": param & ~1, "%nt_gated": param & 1, "%nt_blin": 0, "%nt_tlin": 0,
-                "%nt_on": 1, "ch_smem": C.addressof(smem)}
+        """Block 0's threads that may advance (0, or 0..7 with a table of advanced heads), one after another;
+        the probe's stores once."""
         sections = chain_sections(ptx)
-        if sections:
-            Interp(sections[0], regs).run()
-        buf = regs["%nt_buf_block_sched"]
-        if regs["%nt_on"] and buf:
-            self._probe(buf)
-        for sec in sections[1:]:
-            if self.fault == "no-tag":
-                sec = [ln for ln in sec if "%ch_tag;" not in ln]
-            elif self.fault == "no-full":
-                sec = [ln for ln in sec if "@%ch_full mov" not in ln]
-            Interp(sec, regs).run()
+        threads = 8 if "%ch_adv, [%ch_off+" in ptx else 1
+        for tid in range(threads):
+            smem = (C.c_ubyte * 64)()  # the block's shared copy of the head (exit-smem)
+            regs = {"%nt_buf_block_sched": param & ~1, "%nt_gated": param & 1, "%nt_blin": 0, "%nt_tlin": tid,
+                    "%nt_on": 1, "ch_smem": C.addressof(smem)}
+            if sections:
+                Interp(sections[0], regs).run()
+            buf = regs["%nt_buf_block_sched"]
+            if tid == 0 and regs["%nt_on"] and buf:
+                self._probe(buf)
+            for sec in sections[1:]:
+                if self.fault == "no-tag":
+                    sec = [ln for ln in sec if "%ch_tag;" not in ln]
+                elif self.fault == "no-full":
+                    sec = [ln for ln in sec if "@%ch_full mov" not in ln]
+                Interp(sec, regs).run()
 
     def _probe(self, buf: int) -> None:
         """block_sched's stores: every warp's count 1, its record (start, elapsed, SM) filled."""
