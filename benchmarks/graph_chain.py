@@ -3,13 +3,14 @@ run on the GPU machine, no torch needed; `--ptx-only DIR` runs offline).
 
     python benchmarks/graph_chain.py [--rounds 7] [--replays 200] [--grid 256] [--json OUT.json]
     python benchmarks/graph_chain.py --ptx-only DIR     # write every kernel's PTX, compile it with ptxas
+    python benchmarks/graph_chain.py --simulate         # the dry run on a model of the GPU (graph_chain_sim.py)
 
 The graph is append_node_cost.py's: a chain of 8 of Triton's vector add (256 blocks of 4 warps) built node by
 node, block_sched instrumented by the engine. No runtime code runs here: the scheme is built by hand.
 
 **The chain scheme** (no append node, no tickets; the graph's own edges order everything). Probed node p has a
-head (64 bytes of device memory, `HEAD`) and a ring of K slots. Its kernel parameter is the head's address with
-bit 0 set (as today's gated pointer); every thread loads the head's first 16 bytes where it loaded the gate:
+head (device memory: 8 words, then a table of the heads it advances, `HEAD`) and a ring of K slots. Its kernel
+parameter is the head's address with bit 0 set (as today's gated pointer); every thread loads the head's first 16 bytes where it loaded the gate:
 `cur`, the address of the slot this launch writes (0: write nowhere, the gate shut), and `adv`, the head of the
 node this node advances (0: none). A node that completes before p's next launch and after p's current one
 advances p: its block 0, thread 0 loads p's head at entry (no thread waits for it) and, before `ret`, publishes
@@ -27,7 +28,9 @@ advancer with the rest of the head; in mapped host memory and read across PCIe o
 says full (`"host-cached"`) or on every advance (`"host-every"`, an ablation); no check (`"none"`: slots wrap,
 correct only while the ring has room for every replay, as in the timed rounds). `mirror`: the published count
 also stored into mapped host memory on every publication (`"every"`) or every 16th (`"batch"`), else the host
-reads the heads with one copy.
+reads the heads with one copy. `table`: the advanced heads taken from the head's table, thread k of block 0
+advancing the k-th (loaded beside `cur`: no extra round trip), in the chain and in a star (node 7 advancing
+nodes 0-6, node 0 node 7), the form a graph with joins needs.
 
 **The host variant**: the slot chosen per replay on the host, `cuGraphExecKernelNodeSetParams` on each probed
 node before each `cuGraphLaunch` (the slot's address as the kernel's parameter, untagged: no gate load).
