@@ -10,8 +10,8 @@ node, block_sched instrumented by the engine. No runtime code runs here: the sch
 
 **The chain scheme** (no append node, no tickets; the graph's own edges order everything). Probed node p has a
 head (device memory: 8 words, then a table of the heads it advances, `HEAD`) and a ring of K slots. Its kernel
-parameter is the head's address with bit 0 set (as today's gated pointer); every thread loads the head's first 16 bytes where it loaded the gate:
-`cur`, the address of the slot this launch writes (0: write nowhere, the gate shut), and `adv`, the head of the
+parameter is the head's address with bit 0 set (as today's gated pointer); every thread loads the head's first
+16 bytes where it loaded the gate: `cur`, the address of the slot this launch writes (0: write nowhere, the gate shut), and `adv`, the head of the
 node this node advances (0: none). A node that completes before p's next launch and after p's current one
 advances p: its block 0, thread 0 loads p's head at entry (no thread waits for it) and, before `ret`, publishes
 the slot p just wrote (`written` += 1, or `dropped` += 1 when p wrote nowhere) and chooses the slot of p's next
@@ -259,7 +259,8 @@ def ptx_only(folder: Path) -> int:
         path.write_text(text)
         r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(path), "-o", str(path.with_suffix(".cubin"))],
                            capture_output=True, text=True)
-        info = " ".join(line.split("info    : ")[-1] for line in r.stderr.splitlines() if "Used" in line or "spill" in line)
+        info = " ".join(line.split("info    : ")[-1] for line in r.stderr.splitlines()
+                        if "Used" in line or "spill" in line)
         print(f"{name}: {'ok' if r.returncode == 0 else 'FAILED'} {info if r.returncode == 0 else r.stderr.strip()}")
         failed += r.returncode != 0
     return 1 if failed else 0
@@ -630,7 +631,8 @@ class Bench:
             if not drain and (written, dropped) != (k, replays - k):
                 wrong.append(f"node {i}: written/dropped {written}/{dropped}, want {k}/{replays - k}")
         summary = (f"{replays} replays, ring {k}, {'drained by a host thread' if drain else 'not drained'}: "
-                   f"written {written_all}, dropped {dropped_all}" + (f", {state['passes']} drain passes" if drain else ""))
+                   f"written {written_all}, dropped {dropped_all}"
+                   + (f", {state['passes']} drain passes" if drain else ""))
         return summary + ": " + _verdict(wrong)
 
 
