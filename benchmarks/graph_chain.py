@@ -11,8 +11,8 @@ node, block_sched instrumented by the engine. No runtime code runs here: the sch
 **The chain scheme** (no append node, no tickets; the graph's own edges order everything). Probed node p has a
 head (device memory: 8 words, then a table of the heads it advances, `HEAD`) and a ring of K slots. Its kernel
 parameter is the head's address with bit 0 set (as today's gated pointer); every thread loads the head's first
-16 bytes where it loaded the gate: `cur`, the address of the slot this launch writes (0: write nowhere, the gate shut), and `adv`, the head of the
-node this node advances (0: none). A node that completes before p's next launch and after p's current one
+16 bytes where it loaded the gate: `cur`, the address of the slot this launch writes (0: write nowhere, the
+gate shut), and `adv`, the head of the node this node advances (0: none). A node that completes before p's next launch and after p's current one
 advances p: its block 0, thread 0 loads p's head at entry (no thread waits for it) and, before `ret`, publishes
 the slot p just wrote (`written` += 1, or `dropped` += 1 when p wrote nowhere) and chooses the slot of p's next
 launch: slot `written mod K`, or none when the ring is full (`written - drained >= K`, `drained` being the
