@@ -8,19 +8,19 @@ run on the GPU machine, no torch needed; `--ptx-only DIR` runs offline).
 The graph is append_node_cost.py's: a chain of 8 of Triton's vector add (256 blocks of 4 warps) built node by
 node, block_sched instrumented by the engine. No runtime code runs here: the scheme is built by hand.
 
-**The chain scheme** (no append node, no tickets; the graph's own edges order everything). Probed node p has a
-head (device memory: 8 words, then a table of the heads it advances, `HEAD`) and a ring of K slots. Its kernel
-parameter is the head's address with bit 0 set (as today's gated pointer); every thread loads the head's first
-16 bytes where it loaded the gate: `cur`, the address of the slot this launch writes (0: write nowhere, the
-gate shut), and `adv`, the head of the node this node advances (0: none). A node that completes before p's next launch and after p's current one
-advances p: its block 0, thread 0 loads p's head at entry (no thread waits for it) and, before `ret`, publishes
-the slot p just wrote (`written` += 1, or `dropped` += 1 when p wrote nowhere) and chooses the slot of p's next
-launch: slot `written mod K`, or none when the ring is full (`written - drained >= K`, `drained` being the
-host's count of slots it has copied out and zeroed). In the chain node i advances node i-1 (its predecessor:
-an edge orders it after i-1's launch, and i-1's next launch comes after this replay, graph launches of one
-executable being ordered); node 0 advances node 7, the sink, in the next replay (node 0 precedes node 7 there).
-A sink's first advance is skipped (`primed` 0: it has not run yet); after the last replay the host advances it
-(`host_advance`). The data of p needs no fence: p's kernel completed before its advancer started.
+**The chain scheme** (no append node, no tickets; the graph's own edges order everything). Probed node p has a head
+(device memory: 8 words, then a table of the heads it advances, `HEAD`) and a ring of K slots. Its kernel parameter
+is the head's address with bit 0 set (as today's gated pointer); every thread loads the head's first 16 bytes where
+it loaded the gate: `cur`, the address of the slot this launch writes (0: write nowhere, the gate shut), and `adv`,
+the head of the node this node advances (0: none). A node that completes before p's next launch and after p's
+current one advances p: its block 0, thread 0 loads p's head at entry (no thread waits for it) and, before `ret`,
+publishes the slot p just wrote (`written` += 1, or `dropped` += 1 when p wrote nowhere) and chooses the slot of
+p's next launch: slot `written mod K`, or none when the ring is full (`written - drained >= K`, `drained` being the
+host's count of slots it has copied out and zeroed). In the chain node i advances node i-1 (its predecessor: an
+edge orders it after i-1's launch, and i-1's next launch comes after this replay, graph launches of one executable
+being ordered); node 0 advances node 7, the sink, in the next replay (node 0 precedes node 7 there). A sink's first
+advance is skipped (`primed` 0: it has not run yet); after the last replay the host advances it (`host_advance`).
+The data of p needs no fence: p's kernel completed before its advancer started.
 
 Where the host's drained count lives and whether a published count is stored into mapped host memory are the
 variants (`ChainOpts`): `drained` in the head, written by the host with a copy (`full="device"`), read by the
