@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import ctypes as C
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -252,6 +253,9 @@ def chain_name(o: ChainOpts) -> str:
 
 def ptx_only(folder: Path) -> int:
     """Offline: write every kernel and compile it for sm_90a with ptxas (registers, spills)."""
+    if shutil.which("ptxas") is None:
+        print("graph_chain.py --ptx-only: ptxas is not on PATH (the CUDA toolkit's bin is needed)")
+        return 2
     folder.mkdir(parents=True, exist_ok=True)
     failed = 0
     for name, text in kernels(VADD.read_text()).items():
