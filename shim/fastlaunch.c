@@ -479,6 +479,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
         args[p->n_params + i] = &values[i];  /* a u32 cap is read from the first 4 bytes: little-endian */
     }
     int rc = 0;
+    neutrino_note_stream_work(NT_WORK_LAUNCH);  /* the events on the program's stream, the zeroing or wait below */
     if (ring->fresh) {  /* once per ring; afterwards the writer zeroes what it copied back */
         rc = p_memset(ring->device, 0, ring->size, s);
         if (rc == 0 && !ring->zeroed_event) rc = p_ev_create(&ring->zeroed_event, 2 /* CU_EVENT_DISABLE_TIMING */);

@@ -371,6 +371,7 @@ static int fence_last(nt_pick_plan *p) {
     if (p->fenced) return 1;
     if (p->last_stream == STREAM_GONE) return 0;
     if (p->last_stream == PER_THREAD_STREAM && !pthread_equal(p->last_thread, pthread_self())) return 0;
+    neutrino_note_stream_work(NT_WORK_PICK);
     p->fenced = tw.ev_record(p->twin->fence, p->last_stream) == 0;
     return p->fenced;
 }
@@ -434,7 +435,10 @@ static void note_launch(nt_pick_plan *p, void *handle, void *stream) {
     if (p->last && !on_last_stream(p, stream)) p->spread = 1;
     p->last = handle, p->last_stream = stream, p->last_thread = pthread_self();
     p->fenced = 0;
-    if (p->spread || stream == PER_THREAD_STREAM) p->fenced = tw.ev_record(p->twin->fence, stream) == 0;
+    if (p->spread || stream == PER_THREAD_STREAM) {
+        neutrino_note_stream_work(NT_WORK_PICK);
+        p->fenced = tw.ev_record(p->twin->fence, stream) == 0;
+    }
 }
 
 /* The plan of `exec`, held (plan_put lets it go), or NULL. */

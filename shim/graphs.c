@@ -234,6 +234,7 @@ static void copy_run(nt_round *r, uint64_t first, uint64_t last) {
     c.width = n->d.span;
     c.height = last - first;
     atomic_fetch_add(&poller_calls, 1);
+    neutrino_note_stream_work(NT_WORK_POLLER);
     if (!cu.copy2d(&c, n->d.copy_stream)) return;
     for (uint64_t i = first; i < last; i++) {
         r->ok[i] = 0;
@@ -297,6 +298,7 @@ static void round_finish(nt_round *r, int lost, nt_pass *p) {
     atomic_store_explicit((_Atomic uint64_t *)&counters[RING_CONSUMED], n->next_read, memory_order_release);
     if (n->d.device_slots && p->entered && p->ctx == n->d.ctx) {
         atomic_fetch_add(&poller_calls, 1);
+        neutrino_note_stream_work(NT_WORK_POLLER);
         if (cu.htod(n->d.device_state + STATE_CONSUMED, &counters[RING_CONSUMED], 8, n->d.copy_stream))
             atomic_fetch_add(&n->errors, 1);
     }
@@ -466,6 +468,19 @@ void neutrino_graph_node_stats(void *node, uint64_t out[5]) {
 /* Captures begun and not yet ended in this process (cuStreamBeginCapture*, cuStreamEndCapture
  * below): while there are none, a launch the filter skips costs no capture query. */
 static _Atomic long captures_active;
+static _Atomic uint64_t captures_begun, work_in_capture[NT_WORK_SITES];
+
+void neutrino_note_stream_work(int site) {
+    if (site >= 0 && site < NT_WORK_SITES && atomic_load_explicit(&captures_active, memory_order_relaxed) > 0)
+        atomic_fetch_add_explicit(&work_in_capture[site], 1, memory_order_relaxed);
+}
+
+/* out[0]: captures begun; out[1 + site]: stream work of ours while one was open (the exit event's
+ * `stream_work_in_capture`). */
+void neutrino_graph_capture_stats(uint64_t *out) {
+    out[0] = atomic_load(&captures_begun);
+    for (int i = 0; i < NT_WORK_SITES; i++) out[1 + i] = atomic_load(&work_in_capture[i]);
+}
 
 /* 1 if `stream` (0: the default stream of the launch's kind) is being captured. */
 int neutrino_graph_stream_capturing(void *stream, int ptsz) {
@@ -802,7 +817,7 @@ static CUresult begin_capture(int slot, void *stream, int mode) {
      * later graph replay of the process (issue 24, docs/overhead.md "Session 9") */
     report(G_BEGIN_CAPTURE, stream, NULL, NULL, 0);
     CUresult rc = fn(stream, mode);
-    if (rc == 0) atomic_fetch_add(&captures_active, 1);
+    if (rc == 0) { atomic_fetch_add(&captures_active, 1); atomic_fetch_add(&captures_begun, 1); }
     return rc;
 }
 CUresult cuStreamBeginCapture_v2(void *stream, int mode) { return begin_capture(GH_BEGIN, stream, mode); }
@@ -816,7 +831,7 @@ static CUresult begin_to_graph(int slot, void *stream, void *graph, const void *
     neutrino_graph_pick_stream_event(stream);
     report(G_BEGIN_CAPTURE, stream, NULL, NULL, 0);  /* as begin_capture */
     CUresult rc = fn(stream, graph, deps, data, n, mode);
-    if (rc == 0) atomic_fetch_add(&captures_active, 1);
+    if (rc == 0) { atomic_fetch_add(&captures_active, 1); atomic_fetch_add(&captures_begun, 1); }
     return rc;
 }
 CUresult cuStreamBeginCaptureToGraph(void *stream, void *graph, const void *deps, const void *data, size_t n, int mode) {

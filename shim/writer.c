@@ -297,13 +297,14 @@ static uint64_t staged_bytes(const nt_job *j) {
  * launch needs (same stream: after the copy). 0 on success, data[] set. */
 static void enqueue_zero(const nt_job *j, void *ws) {
     for (uint32_t m = 0; m < j->n_maps; m++)
-        if (j->zero_bytes[m]) memset_async(j->device[m], 0, j->zero_bytes[m], ws);
+        if (j->zero_bytes[m]) { neutrino_note_stream_work(NT_WORK_WRITER); memset_async(j->device[m], 0, j->zero_bytes[m], ws); }
 }
 
 static int enqueue_copy_and_zero(const nt_job *j, void *ws, uint64_t at, char **data) {
     int rc = 0;
     for (uint32_t m = 0; m < j->n_maps; m++) {
         data[m] = (char *)staging + at;
+        if (j->sizes[m]) neutrino_note_stream_work(NT_WORK_WRITER);
         if (j->sizes[m] && d2h_async(data[m], j->device[m], j->sizes[m], ws) != 0) rc = -1;
         at += (j->sizes[m] + NT_ALIGN - 1) / NT_ALIGN * NT_ALIGN;
     }
@@ -341,6 +342,7 @@ static unsigned copy_ring_run(node *const *jobs, unsigned n, void *ws, nt_index_
                               char *(*data)[NT_MAX_MAPS], int *copied) {
     const nt_job *first = &jobs[0]->job, *last = &jobs[n - 1]->job;
     uint64_t span = last->region + last->region_bytes - first->region;
+    neutrino_note_stream_work(NT_WORK_WRITER);
     int ok = d2h_async(staging, first->region, span, ws) == 0;
     memset_async(first->region, 0, span, ws);
     wcalls += 2;

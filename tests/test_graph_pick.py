@@ -662,6 +662,9 @@ def test_no_stream_of_ours_is_made_or_used_while_the_program_captures(tmp_path, 
     assert [c for w in capture_windows(tmp_path / "calls.log", every_thread=True) for c in w if c in STREAM_WORK] == []
     t = nt.load(tmp_path / "trace")
     assert len(events(t, "graph_node")) == 3 and not events(t, "result_error") and not events(t, "fallback")
+    # the shim's own count agrees: two captures seen, no stream work of ours while either was open
+    (ex,) = events(t, "exit")
+    assert ex["captures"] == 2 and set(ex["stream_work_in_capture"].values()) == {0}, ex
 
 
 @pytest.mark.parametrize("launches", ["every:3", "all"])

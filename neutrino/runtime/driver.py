@@ -185,12 +185,20 @@ class CaptureInfo:
     dependencies: tuple[int, ...]  # the nodes the next captured node will depend on
 
 
+# Calls that put work on a stream: each is told to the shim (`note_stream_work`), which counts those made while a
+# capture of the program is open (issue 24; the exit event's `stream_work_in_capture`).
+_STREAM_WORK = frozenset(("cuMemsetD8Async", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuMemcpyHtoDAsync_v2",
+                          "cuEventRecord", "cuStreamWaitEvent", "cuMemcpy2DAsync_v2"))
+NT_WORK_RUNTIME = 4  # shim/shim.h
+
+
 class RealDriver:
     """ctypes bindings resolved through `resolve(name) -> address or 0`."""
 
     def __init__(self, resolve):
         self._resolve = resolve
         self._fns: dict[str, object] = {}
+        self.note_stream_work = None  # the shim's neutrino_note_stream_work, once bootstrap has the shim
         self._ptxas: tuple[str, ...] | None = None  # found at the first compile (empty: none)
 
     def _fn(self, name: str):
@@ -208,6 +216,8 @@ class RealDriver:
         return fn
 
     def _call(self, name: str, *args) -> None:
+        if name in _STREAM_WORK and self.note_stream_work is not None:
+            self.note_stream_work(NT_WORK_RUNTIME)
         rc = self._fn(name)(*args)
         if rc != CUDA_SUCCESS:
             raise DriverError(name, rc, self.error_name(rc))

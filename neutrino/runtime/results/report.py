@@ -162,6 +162,22 @@ def _close(rt, tr) -> None:
     tr.close()
 
 
+WORK_SITES = ("writer", "poller", "launch", "pick", "runtime")  # shim/shim.h, NT_WORK_*
+
+
+def _capture_stats(rt) -> dict:
+    """Captures the shim saw begin, and the stream work of ours done while one was open, by who did it
+    (shim/graphs.c, neutrino_graph_capture_stats): {} without the shim."""
+    import ctypes as C
+
+    fn = getattr(getattr(getattr(rt, "shim", None), "lib", None), "neutrino_graph_capture_stats", None)
+    if fn is None:
+        return {}
+    out = (C.c_uint64 * (1 + len(WORK_SITES)))()
+    fn(out)
+    return {"captures": out[0], "stream_work_in_capture": dict(zip(WORK_SITES, out[1:]))}
+
+
 def _summarise(rt, tr, stream) -> None:
     quiet = getattr(rt.opt, "verbosity", 0) < 0
     if rt.bench:
@@ -179,7 +195,7 @@ def _summarise(rt, tr, stream) -> None:
              kernels_seen=seen, kernels_probed=probed, kernels_fell_back=fell_back,
              dropped_by=[{"kernel": k, "reason": r, "launches": n} for (k, r), n in sorted(rt.drops.items())],
              result_bytes=rt.result_bytes, buffer_peak=rt.pool.peak, write_errors=rt.writer.write_errors,
-             collectives=len(rt.registry.collectives))
+             collectives=len(rt.registry.collectives), **_capture_stats(rt))
     if quiet:
         stream.flush()
         return

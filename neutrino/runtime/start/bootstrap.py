@@ -181,7 +181,9 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
                 **toolbox.tool_record(probes.path, probes.text),
                 options=opts.to_dict(), version=neutrino.__version__, embedded=embedded,
                 session=os.environ.get("NEUTRINO_SESSION"), **rank.start_fields())
-    rt = Runtime(RealDriver(shim.real_sym), shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
+    drv = RealDriver(shim.real_sym)
+    drv.note_stream_work = getattr(shim.lib, "neutrino_note_stream_work", None)
+    rt = Runtime(drv, shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
                  native_writer=shim_path, compiled=compiled, phases=phases)
     _start_timeline(rt, shim, opts, trace)
     try:
