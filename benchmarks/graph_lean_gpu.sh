@@ -53,7 +53,9 @@ if [ "$left" -gt 8 ]; then
   (cd "$after" && PYTHONPATH="$after:${PYTHONPATH:-}" timeout "$left" python -m neutrino.runtime.start.launcher \
       -p block_sched --graphs --launches every:50 --tracedir "$out/edge_trace" -- \
       python benchmarks/overhead_workloads.py --iters 50 --only "$workload" > /dev/null) 2>&1 | grep "^neutrino:" | tail -3
-  grep -h '"event":"graph_append"\|"event":"graph_edge_ordinary"' "$out/edge_trace/event.log" > "$out/edge.txt" 2>/dev/null
+  # (the run directory is <tracedir>/<time>_<pid>/event.log)
+  find "$out/edge_trace" -name event.log -exec grep -h '"event":"graph_append"\|"event":"graph_edge_ordinary"' {} + \
+      > "$out/edge.txt" 2>/dev/null
   if [ -s "$out/edge.txt" ]; then head -4 "$out/edge.txt"; else echo "(no graph_append event: see $out/edge_trace)"; fi
 else
   echo "(no time left for the edge check)"
