@@ -365,10 +365,14 @@ def test_fast_path_writer_makes_few_driver_calls_per_launch(tmp_path, fakecuda, 
     assert [la.index for la in t.launches] == list(range(n))
 
 
-def test_fast_path_ring_regions_come_back_zeroed_after_laps(tmp_path, fakecuda, shim, monkeypatch):
+@pytest.mark.parametrize("measure", [None, "zero-by-copy"])
+def test_fast_path_ring_regions_come_back_zeroed_after_laps(tmp_path, fakecuda, shim, monkeypatch, measure):
     """A ring of 19 regions (a 4864-byte budget, 256-byte regions) laps many times: a region used
-    again by a launch that saves less reads zero where it saved nothing (fake memory starts 0xAB)."""
+    again by a launch that saves less reads zero where it saved nothing (fake memory starts 0xAB).
+    NEUTRINO_MEASURE=zero-by-copy (a benchmark's switch: zeroes by copying pinned zeros) zeroes as well."""
     monkeypatch.setenv("FAKECUDA_ALTERNATE", "1")
+    if measure:
+        monkeypatch.setenv("NEUTRINO_MEASURE", measure)
     n = 40
     rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", str(n)],
                               "--buffer-budget", "4864", "--when-full", "wait")
