@@ -15,7 +15,8 @@ benchmarks/overhead.py, 256 a tiny ~3 µs kernel), instrumented by this tree's e
                      batch of consecutive regions (the writer's batch: --batch launches here)
   CUPTI:             CONCURRENT_KERNEL records (the timeline), and MEMCPY/MEMSET records (its `copies` level)
 
-Each variant adds one of them (the rows), timed like overhead.py's OVERHEAD_GPU_ONLY loop: per iteration a
+Each variant adds one of them (the rows; `+ end event on every 8th launch only` is no runtime's: what ending only
+some launches on an event, the writer taking the others' completion from a later event, would leave), timed like overhead.py's OVERHEAD_GPU_ONLY loop: per iteration a
 spin kernel of --gaps µs (the GPU busy while the host enqueues; 100 µs is overhead.py's `torch.cuda._sleep`,
 0 puts the launches back to back so the writer's work lands on the next launch), then events a and b of the
 program's stream around the launch and what the variant adds to it; the time is b - a (CUDA events), the
@@ -68,6 +69,7 @@ VARIANTS = {
     "+ end event": dict(end="timing"),
     "+ end event, untimed (CU_EVENT_DISABLE_TIMING)": dict(end="untimed"),
     "+ start and end events (every launch)": dict(end="timing", start=1),
+    "+ end event on every 8th launch only": dict(end="timing", end_every=8),
     "+ end, copy-out per launch (stream 2)": dict(end="timing", copy="each"),
     "+ end, memset per launch (stream 2)": dict(end="timing", zero="each"),
     "+ end, copy + memset per launch": dict(end="timing", copy="each", zero="each"),
@@ -234,7 +236,7 @@ class Shape:
             params = self.plain_params if not probed else self.ring_params[i % self.slots] if ring else self.fixed_params
             cuda.launch(f, self.grid, THREADS, params)
             end = None
-            if v.get("end"):
+            if v.get("end") and i % v.get("end_every", 1) == 0:
                 end = self.ends[v["end"]][i]
                 cuda.record(end)
             cuda.record(self.b[i])
