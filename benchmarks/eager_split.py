@@ -70,6 +70,7 @@ VARIANTS = {
     "+ end event, untimed (CU_EVENT_DISABLE_TIMING)": dict(end="untimed"),
     "+ start and end events (every launch)": dict(end="timing", start=1),
     "+ end event on every 8th launch only": dict(end="timing", end_every=8),
+    "+ end marker: cuStreamWriteValue32 to mapped host memory": dict(marker=True),
     "+ end, copy-out per launch (stream 2)": dict(end="timing", copy="each"),
     "+ end, memset per launch (stream 2)": dict(end="timing", zero="each"),
     "+ end, copy + memset per launch": dict(end="timing", copy="each", zero="each"),
@@ -125,6 +126,17 @@ class Driver(Cuda):
 
     def memset(self, dev: int, size: int, stream) -> None:
         self.check("cuMemsetD8Async", C.c_uint64(dev), C.c_ubyte(0), C.c_size_t(size), stream)
+
+    def mapped_word(self) -> int:
+        """The device address of a pinned, device-mapped host word (cuStreamWriteValue32's target)."""
+        p, d = C.c_void_p(), C.c_uint64()
+        self.check("cuMemHostAlloc", C.byref(p), C.c_size_t(64), 1 | 2)  # portable, device-mapped
+        self.check("cuMemHostGetDevicePointer_v2", C.byref(d), p, 0)
+        return d.value
+
+    def write_value(self, dev: int, value: int) -> None:
+        fn = "cuStreamWriteValue32_v2" if hasattr(self.lib, "cuStreamWriteValue32_v2") else "cuStreamWriteValue32"
+        self.check(fn, self.stream, C.c_uint64(dev), C.c_uint32(value), 0)
 
     def ctx_sync(self) -> None:
         self.check("cuCtxSynchronize")
@@ -184,6 +196,7 @@ class Shape:
         self.fixed_params = pointer_array([*base, C.c_uint64(self.fixed)])
         self.ring_params = [pointer_array([*base, C.c_uint64(self.ring + s * self.region)]) for s in range(self.slots)]
         self.spin = cuda.function(SPIN_PTX, "spin")
+        self.marker = cuda.mapped_word()
         self.a = [cuda.event_flags(0) for _ in range(n_events)]
         self.b = [cuda.event_flags(0) for _ in range(n_events)]
         self.starts = [cuda.event_flags(0) for _ in range(n_events)]
@@ -239,6 +252,8 @@ class Shape:
             if v.get("end") and i % v.get("end_every", 1) == 0:
                 end = self.ends[v["end"]][i]
                 cuda.record(end)
+            if v.get("marker"):
+                cuda.write_value(self.marker, i + 1)
             cuda.record(self.b[i])
             if end is not None:
                 self.writer_ops(v, i, end)
@@ -308,6 +323,10 @@ def main() -> None:
                         cupti.cupti_floor_set(v["cupti"], 0, 0)
                     try:
                         r = shape.run(v, args.launches, gap)
+                    except RuntimeError as e:  # one variant failing (a driver call refused) leaves the others
+                        print(f"{name}: {e}", flush=True)
+                        cuda.ctx_sync()
+                        continue
                     finally:
                         if v.get("cupti"):
                             cupti.cupti_floor_set(0, 0, 0)
