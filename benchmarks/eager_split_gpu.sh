@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Issue 24 (h-eager): the runtime's own GPU time per probed eager launch, split, and main against this branch.
-#   bash benchmarks/eager_split_gpu.sh [PARTS...]      PARTS: split trees runtime (default: split trees)
+#   bash benchmarks/eager_split_gpu.sh [PARTS...]      PARTS: split trees runtime tests (default: split trees)
 #   MAIN=.dev-lead/trees/main NEW=.dev-lead/trees/h-eager (the defaults; NEW falls back to this checkout)
 # Each part has its own time limit; output printed and written under $OUT (or /tmp). Two calls of <= 150 s:
 #   bash benchmarks/eager_split_gpu.sh split trees     # ~20 s + ~100 s
 #   bash benchmarks/eager_split_gpu.sh runtime         # ~130 s
+#   bash benchmarks/eager_split_gpu.sh tests           # the exact-result GPU tests on NEW (gmem_exact, aggregation)
 # split:   benchmarks/eager_split.py, no runtime: vadd probed by block_sched / gmem_bytes at 16,384 blocks (the
 #          stream loop's shape) and 256 (a ~3 µs kernel), each of the runtime's per-launch GPU operations added
 #          one row at a time (end event timed / untimed, start event, copy-out and memset on a second stream per
@@ -54,7 +55,12 @@ for part in $parts; do
     grep ': {' "$out/eager_runtime_split.log" | cut -c1-400
     echo "(rc $rc; wall $((SECONDS - start)) s)"
     cat "$out/eager_runtime_split.md" 2>/dev/null;;
-  *) echo "unknown part $part (split, trees, runtime)";;
+  tests)
+    echo "== GPU tests of exact results on this branch's tree"
+    (cd "$NEW" && timeout 140 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_gmem_exact.py \
+        tests/gpu/test_gpu_aggregation.py 2>&1 | tail -15)
+    echo "(wall $((SECONDS - start)) s)";;
+  *) echo "unknown part $part (split, trees, runtime, tests)";;
   esac
 done
 echo "== wall $((SECONDS - start)) s"
