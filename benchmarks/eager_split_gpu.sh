@@ -15,8 +15,8 @@
 #          interleaved in one run (--tree): plain, block_sched, gmem_bytes; "same outputs" must say yes.
 # runtime: this branch's runtime with its operations switched off one by one (NEUTRINO_MEASURE, shim/writer.c;
 #          measurement only): timed-end (main's timing end event), no-writer (no copy-out, no zeroing),
-#          zero-by-copy, no-timeline, and no-timeline nothing-ours (no end event, copy or zeroing: the probed
-#          kernel alone through the runtime). The program's outputs stay the same in every row ("same outputs":
+#          zero-by-copy, no-timeline, no-timeline nothing-ours (no end event, copy or zeroing: the probed
+#          kernel alone through the runtime), and `timeline only` (CUPTI's records, nothing probed). The program's outputs stay the same in every row ("same outputs":
 #          yes); only the trace's results are wrong where a switch is on (measurement only, not checked here).
 # overhead.py prints each configuration's line as it finishes (kept if a part's time limit ends it).
 set -u
@@ -49,7 +49,7 @@ for part in $parts; do
     echo "== overhead.py stream, attention, GPU alone: this branch's runtime, its operations switched off"
     OVERHEAD_GPU_ONLY=1 timeout 140 python benchmarks/overhead.py --no-warmup --rounds 1 --iters 200 \
         --workloads stream,attention --tree "new=$NEW" \
-        --tools "plain,new:block_sched,new:block_sched timed-end,new:block_sched no-writer,new:block_sched zero-by-copy,new:block_sched no-timeline,new:block_sched no-timeline nothing-ours,new:gmem_bytes,new:gmem_bytes no-timeline nothing-ours,plain" \
+        --tools "plain,new:block_sched,new:block_sched no-timeline,new:block_sched no-timeline nothing-ours,new:block_sched no-writer,new:block_sched timed-end,new:timeline only,new:gmem_bytes,new:gmem_bytes no-timeline nothing-ours,new:block_sched zero-by-copy" \
         --out "$out/eager_runtime_split.md" > "$out/eager_runtime_split.log" 2>&1
     rc=$?
     grep ': {' "$out/eager_runtime_split.log" | cut -c1-400
