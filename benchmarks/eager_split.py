@@ -106,9 +106,6 @@ class Driver(Cuda):
         self.check("cuEventCreate", C.byref(e), flags)
         return e
 
-    def record_on(self, e, stream) -> None:
-        self.check("cuEventRecord", e, stream)
-
     def wait(self, stream, e) -> None:
         self.check("cuStreamWaitEvent", stream, e, 0)
 
