@@ -32,12 +32,12 @@ for part in $parts; do
   case "$part" in
   split)
     echo "== eager_split.py"
-    timeout 45 python benchmarks/eager_split.py --rounds 2 --launches 200 --json "$out/eager_split.json" 2>&1 \
+    timeout 50 python benchmarks/eager_split.py --rounds 2 --launches 200 --budget 35 --json "$out/eager_split.json" 2>&1 \
         | tee "$out/eager_split.md"
     echo "(rc ${PIPESTATUS[0]}; wall $((SECONDS - start)) s)";;
   trees)
     echo "== overhead.py stream, attention, GPU alone: main against this branch"
-    OVERHEAD_GPU_ONLY=1 timeout 110 python benchmarks/overhead.py --no-warmup --rounds 2 --iters 200 \
+    OVERHEAD_GPU_ONLY=1 timeout 95 python benchmarks/overhead.py --no-warmup --rounds 2 --iters 200 \
         --workloads stream,attention --tree "main=$MAIN" --tree "new=$NEW" \
         --tools "plain,main:block_sched,new:block_sched,main:gmem_bytes,new:gmem_bytes" \
         --out "$out/eager_trees.md" > "$out/eager_trees.log" 2>&1
