@@ -83,27 +83,40 @@ CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK":
               # hooks; kernel records alone (a level word matching none)
               "timeline only level-copies": {"NEUTRINO_TIMELINE_LEVEL": "copies"},
               "timeline only level-kernels": {"NEUTRINO_TIMELINE_LEVEL": "kernels"}}
-ENV_SUFFIXES = (" device-gate", " graph-records", " switching", " level-copies", " level-kernels")
+# NEUTRINO_MEASURE (shim/writer.c; benchmarks only, results not kept): the runtime's own GPU operations per
+# probed eager launch turned off one by one (docs/overhead.md, "The runtime's own GPU time per eager launch")
+for _tool in ("block_sched", "gmem_bytes"):
+    for _base in (_tool, f"{_tool} no-timeline"):
+        CONFIG_ENV.update({f"{_base} no-copy": {"NEUTRINO_MEASURE": "no-copy"},
+                           f"{_base} no-zero": {"NEUTRINO_MEASURE": "no-zero"},
+                           f"{_base} no-writer": {"NEUTRINO_MEASURE": "no-copy,no-zero"},
+                           f"{_base} zero-by-copy": {"NEUTRINO_MEASURE": "zero-by-copy"},
+                           f"{_base} timed-end": {"NEUTRINO_MEASURE": "timed-end"},
+                           f"{_base} nothing-ours": {"NEUTRINO_MEASURE": "no-copy,no-zero,no-end-event"}})
+ENV_SUFFIXES = (" device-gate", " graph-records", " switching", " level-copies", " level-kernels", " no-copy",
+                " no-zero", " no-writer", " zero-by-copy", " timed-end", " nothing-ours")
 CONFIGS.update({name: CONFIGS[next((name.removesuffix(x) for x in ENV_SUFFIXES if name.endswith(x)), name)]
                 for name in CONFIG_ENV})
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")
 
 
 def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: str,
-               cpus: set[int] | None = None) -> dict:
+               cpus: set[int] | None = None, tree: Path = REPO) -> dict:
+    """`tree`: the checkout whose neutrino (and shim) runs the configuration (--tree)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
     env.setdefault("NEUTRINO_CACHE_DIR", str(tmp / "ncache"))
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp / "inductor"))
     env.setdefault("TRITON_CACHE_DIR", str(tmp / "triton"))
     env.update(CONFIG_ENV.get(name, {}))
     cmd = [sys.executable, str(CHILD), "--iters", str(iters), "--only", only]
-    tracedir = tmp / re.sub(r"\W", "_", name)
+    tracedir = tmp / re.sub(r"\W", "_", f"{tree.name}_{name}")
     if args is not None:
         cmd = [sys.executable, "-m", "neutrino.runtime.start.launcher", *args, "--tracedir", str(tracedir), "--", *cmd]
     # --cpus: every configuration on the same cores (a host-bound loop's time depends on where it runs)
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, preexec_fn=pin)
+    # run from the tree: `python -m` puts the working directory first on sys.path, before PYTHONPATH
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, preexec_fn=pin, cwd=tree)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("OVERHEAD_RESULT ")), None)
     if r.returncode != 0 or line is None:
         return {"error": f"rc={r.returncode}: {(r.stderr or r.stdout)[-1500:]}"}
@@ -161,7 +174,11 @@ def main() -> None:
     ap.add_argument("--no-warmup", action="store_true", help="skip the run that fills the compiler caches")
     ap.add_argument("--rounds", type=int, default=1, help="run the configurations this many times, interleaved")
     ap.add_argument("--cpus", default=None, help="pin every configuration to these cores, e.g. 2-5")
+    ap.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
+                    help="another checkout: a tool written LABEL:CONFIG runs CONFIG with PATH's neutrino and shim "
+                         "(e.g. --tree main=.dev-lead/trees/main --tools plain,main:block_sched,block_sched)")
     args = ap.parse_args()
+    trees = {label: Path(path).resolve() for label, _, path in (t.partition("=") for t in args.tree)}
     workloads = args.workloads.split(",")
     cpus = None
     if args.cpus:
@@ -177,7 +194,11 @@ def main() -> None:
         runs: dict[str, list[dict]] = {}
         for _ in range(args.rounds):
             for name in args.tools.split(","):
-                res = run_config(name, CONFIGS[name], args.iters, tmp, args.workloads, cpus)
+                label, _, config = name.rpartition(":")
+                if label and label not in trees:
+                    raise SystemExit(f"overhead.py: {name}: no --tree {label}=PATH")
+                res = run_config(config, CONFIGS[config], args.iters, tmp, args.workloads, cpus,
+                                 trees.get(label, REPO))
                 runs.setdefault(name, []).append(res)
                 print(f"{name}: {json.dumps({k: v for k, v in res.items() if not k.startswith('_')})}",
                       file=sys.stderr, flush=True)

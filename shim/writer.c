@@ -61,6 +61,7 @@ static CUresult (*ctx_set)(void *);
 static CUresult (*stream_create)(void **, unsigned);
 static CUresult (*d2h_async)(void *, uint64_t, size_t, void *);
 static CUresult (*memset_async)(uint64_t, unsigned char, size_t, void *);
+static CUresult (*h2d_async)(uint64_t, const void *, size_t, void *);  /* NEUTRINO_MEASURE=zero-by-copy only */
 static CUresult (*host_alloc)(void **, size_t, unsigned);
 static CUresult (*host_free)(void *);
 
@@ -110,6 +111,33 @@ _Atomic uint64_t neutrino_writer_errors;     /* jobs whose frame could not be wr
 _Atomic uint64_t neutrino_writer_bytes;      /* bytes appended to result files */
 
 static const char zeros[NT_ALIGN];
+
+/* NEUTRINO_MEASURE (benchmarks only, never for results: docs/overhead.md, "The runtime's own GPU time per
+ * eager launch"): a comma list that turns single GPU operations of ours off or swaps them, so that
+ * benchmarks/overhead.py can split what a probed eager launch costs the GPU inside the real runtime.
+ *   no-copy   the writer copies no ring region back (frames hold stale staging bytes)
+ *   no-zero   the writer does not zero a copied region (later launches accumulate onto old counts)
+ *   no-end-event, timed-end: read by fastlaunch.c (neutrino_measure)
+ *   zero-by-copy  zero the copied regions with a host-to-device copy from pinned zeros (a copy
+ *             engine) instead of cuMemsetD8Async
+ * Unset (the default) changes nothing. */
+static int measure_flags = -1;
+int neutrino_measure(void) {
+    if (measure_flags >= 0) return measure_flags;
+    static const struct { const char *word; int bit; } words[] = {
+        {"no-copy", NT_MEASURE_NO_COPY}, {"no-zero", NT_MEASURE_NO_ZERO}, {"no-end-event", NT_MEASURE_NO_END_EVENT},
+        {"timed-end", NT_MEASURE_TIMED_END}, {"zero-by-copy", NT_MEASURE_ZERO_BY_COPY}};
+    const char *v = getenv("NEUTRINO_MEASURE");
+    int flags = 0;
+    for (const char *p = v ? v : ""; *p;) {
+        size_t n = strcspn(p, ",");
+        for (unsigned i = 0; i < sizeof words / sizeof *words; i++)
+            if (n == strlen(words[i].word) && !strncmp(p, words[i].word, n)) flags |= words[i].bit;
+        p += n + (p[n] == ',');
+    }
+    measure_flags = flags;
+    return flags;
+}
 
 /* Where the writer's time goes (printed with the fast path's profile, NEUTRINO_FAST_PROFILE). */
 enum { W_WAIT_KERNEL, W_COPY, W_APPEND, W_STEPS };
@@ -336,15 +364,38 @@ static void write_host_frame(const nt_job *j) {
 }
 
 
+/* NEUTRINO_MEASURE=zero-by-copy: pinned zeros as large as the staging buffer, copied over what
+ * is zeroed (a copy engine's work, not a memset). */
+static void *zero_host;
+static uint64_t zero_host_size;
+
+static void zero_async(uint64_t device, uint64_t bytes, void *ws) {
+    if ((neutrino_measure() & NT_MEASURE_ZERO_BY_COPY) && h2d_async) {
+        if (zero_host_size < bytes) {
+            void *p = NULL;
+            uint64_t want = bytes > staging_size ? bytes : staging_size;
+            if (host_alloc(&p, want, 1) == 0) {
+                memset(p, 0, want);
+                if (zero_host) { stream_sync(ws); host_free(zero_host); }  /* earlier copies may read it */
+                zero_host = p;
+                zero_host_size = want;
+            }
+        }
+        if (zero_host_size >= bytes && h2d_async(device, zero_host, bytes, ws) == 0) return;
+    }
+    memset_async(device, 0, bytes, ws);
+}
+
 /* A run of consecutive regions of one ring (gather_candidates): one copy back into staging and
  * one memset, for all of them. Returns n: every job's data[] is set. */
 static unsigned copy_ring_run(node *const *jobs, unsigned n, void *ws, nt_index_record *recs,
                               char *(*data)[NT_MAX_MAPS], int *copied) {
     const nt_job *first = &jobs[0]->job, *last = &jobs[n - 1]->job;
     uint64_t span = last->region + last->region_bytes - first->region;
+    int measure = neutrino_measure();  /* 0 unless a benchmark set NEUTRINO_MEASURE */
     neutrino_note_stream_work(NT_WORK_WRITER);
-    int ok = d2h_async(staging, first->region, span, ws) == 0;
-    memset_async(first->region, 0, span, ws);
+    int ok = (measure & NT_MEASURE_NO_COPY) || d2h_async(staging, first->region, span, ws) == 0;
+    if (!(measure & NT_MEASURE_NO_ZERO)) zero_async(first->region, span, ws);
     wcalls += 2;
     for (unsigned i = 0; i < n; i++) {
         const nt_job *j = &jobs[i]->job;
@@ -416,11 +467,14 @@ static void write_batch(node *const *jobs, unsigned n, void **current_ctx) {
     wbatches++;
 }
 
-/* Two timing events made in `ctx` (current on the calling thread): from the free list, or new. */
-int neutrino_writer_take_events(void *ctx, void **ev2) {
+/* The events of a launch made in `ctx` (current on the calling thread), from the free list or new:
+ * timed, two timing events (start, end); else no start (ev2[0] = NULL) and an end event made with
+ * CU_EVENT_DISABLE_TIMING, which the writer only waits for (no timestamp for the GPU to write:
+ * docs/overhead.md, "The runtime's own GPU time per eager launch"). */
+int neutrino_writer_take_events(void *ctx, void **ev2, int timed) {
     pthread_mutex_lock(&ev_lock);
     for (unsigned i = ev_n; i-- > 0;) {
-        if (ev_free[i].ctx == ctx) {
+        if (ev_free[i].ctx == ctx && (ev_free[i].ev[0] != NULL) == !!timed) {
             ev2[0] = ev_free[i].ev[0];
             ev2[1] = ev_free[i].ev[1];
             ev_free[i] = ev_free[--ev_n];
@@ -430,10 +484,21 @@ int neutrino_writer_take_events(void *ctx, void **ev2) {
     }
     pthread_mutex_unlock(&ev_lock);
     if (!ev_create) ev_create = (CUresult (*)(void **, unsigned))neutrino_real_sym("cuEventCreate");
-    if (!ev_create || ev_create(&ev2[0], 0) || ev_create(&ev2[1], 0)) return -1;
+    if (!ev_create) return -1;
+    if (!timed) {
+        ev2[0] = NULL;
+        return ev_create(&ev2[1], 2 /* CU_EVENT_DISABLE_TIMING */) ? -1 : 0;
+    }
+    if (ev_create(&ev2[0], 0)) return -1;
+    if (ev_create(&ev2[1], 0)) {
+        void (*destroy)(void *) = (void (*)(void *))neutrino_real_sym("cuEventDestroy_v2");
+        if (destroy) destroy(ev2[0]);
+        return -1;
+    }
     return 0;
 }
 
+/* Events back to the free list: a pair whose start is NULL is an untimed launch's (take_events). */
 void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end) {
     pthread_mutex_lock(&ev_lock);
     if (ev_n < EV_POOL) {
@@ -629,6 +694,7 @@ int neutrino_writer_start(int fd) {
         stream_create = (CUresult (*)(void **, unsigned))neutrino_real_sym("cuStreamCreate");
         d2h_async = (CUresult (*)(void *, uint64_t, size_t, void *))neutrino_real_sym("cuMemcpyDtoHAsync_v2");
         memset_async = (CUresult (*)(uint64_t, unsigned char, size_t, void *))neutrino_real_sym("cuMemsetD8Async");
+        h2d_async = (CUresult (*)(uint64_t, const void *, size_t, void *))neutrino_real_sym("cuMemcpyHtoDAsync_v2");
         host_alloc = (CUresult (*)(void **, size_t, unsigned))neutrino_real_sym("cuMemHostAlloc");
         host_free = (CUresult (*)(void *))neutrino_real_sym("cuMemFreeHost");
         index_fd = fd;

@@ -50,8 +50,16 @@ typedef void (*nt_frame_done_fn)(uint64_t frame_size);
 void neutrino_writer_on_ring_done(nt_ring_done_fn fn);
 void neutrino_writer_on_host_frame_done(nt_frame_done_fn fn);
 
+/* NEUTRINO_MEASURE's switches (writer.c): for benchmarks only, 0 when unset */
+#define NT_MEASURE_NO_COPY 1
+#define NT_MEASURE_NO_ZERO 2
+#define NT_MEASURE_NO_END_EVENT 4
+#define NT_MEASURE_TIMED_END 8
+#define NT_MEASURE_ZERO_BY_COPY 16
+int neutrino_measure(void);
+
 uint64_t neutrino_writer_submit(const nt_job *job);
-int neutrino_writer_take_events(void *ctx, void **ev2);
+int neutrino_writer_take_events(void *ctx, void **ev2, int timed);
 void neutrino_writer_recycle_events(void *ctx, void *ev_start, void *ev_end);
 void neutrino_writer_hurry(void);
 int neutrino_writer_wait(uint64_t seq, int64_t timeout_ms);

@@ -241,6 +241,29 @@ def test_fast_path_times_every_nth_launch(tmp_path, fakecuda, shim, every):
     assert all(d == pytest.approx(4000.0) for d in (la.duration_ns for la in t.launches) if d is not None)
 
 
+def test_fast_path_untimed_launches_end_on_untimed_events(tmp_path, fakecuda, shim, monkeypatch):
+    """A C-path launch that --time-every leaves untimed records no start event and ends on an event made
+    with CU_EVENT_DISABLE_TIMING (the GPU writes no timestamp for it); a timed one keeps two timing events.
+    The fake refuses elapsed times on untimed events, as CUDA does: every timed launch still has its time."""
+    monkeypatch.setenv("FAKECUDA_LOG_STREAM_OPS", "1")
+    rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "20"],
+                              "--time-every", "4")
+    assert rc == 0
+    timing = {line.split("event=")[1] for line in log if line.startswith("create-timed ")}
+    untimed = {line.split("event=")[1] for line in log if line.startswith("create-untimed ")}
+    records = [line.split("event=")[1] for line in log if line.startswith("record ")]
+    launches = [i for i, line in enumerate(log) if line.startswith("saxpy4 ")]
+    assert len(launches) == 20
+    # after each C-path launch (1..19) the next record is its end event: timed on launches 1, 5, 9, 13, 17
+    ends = [next(line.split("event=")[1] for line in log[i + 1:] if line.startswith("record ")) for i in launches[1:]]
+    assert [e in timing for e in ends] == [k % 4 == 0 for k in range(19)]
+    assert all(e in untimed for k, e in enumerate(ends) if k % 4)
+    # timing events recorded: the Python path's first launch (2) and a start and an end per timed launch
+    assert sum(r in timing for r in records) == 2 + 2 * 5
+    t = nt.load(tmp_path / "trace")
+    assert [la.duration_ns is not None for la in t.launches] == [True] + [k % 4 == 0 for k in range(19)]
+
+
 def test_fast_path_trace_budget_drops_counted(tmp_path, fakecuda, shim):
     frame = 512  # one saxpy4 block_sched frame (header + 8 records), checked below
     rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "10"],
@@ -342,10 +365,14 @@ def test_fast_path_writer_makes_few_driver_calls_per_launch(tmp_path, fakecuda, 
     assert [la.index for la in t.launches] == list(range(n))
 
 
-def test_fast_path_ring_regions_come_back_zeroed_after_laps(tmp_path, fakecuda, shim, monkeypatch):
+@pytest.mark.parametrize("measure", [None, "zero-by-copy"])
+def test_fast_path_ring_regions_come_back_zeroed_after_laps(tmp_path, fakecuda, shim, monkeypatch, measure):
     """A ring of 19 regions (a 4864-byte budget, 256-byte regions) laps many times: a region used
-    again by a launch that saves less reads zero where it saved nothing (fake memory starts 0xAB)."""
+    again by a launch that saves less reads zero where it saved nothing (fake memory starts 0xAB).
+    NEUTRINO_MEASURE=zero-by-copy (a benchmark's switch: zeroes by copying pinned zeros) zeroes as well."""
     monkeypatch.setenv("FAKECUDA_ALTERNATE", "1")
+    if measure:
+        monkeypatch.setenv("NEUTRINO_MEASURE", measure)
     n = 40
     rc, log = _run_under_fake(tmp_path, fakecuda, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", str(n)],
                               "--buffer-budget", "4864", "--when-full", "wait")

@@ -936,7 +936,14 @@ static uint64_t fake_now_ns(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
-CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = calloc(1, 16); return 0; }
+/* An event: its record time (u64), then its creation flags (u32). FAKECUDA_LOG_STREAM_OPS=1 logs creations. */
+CUresult cuEventCreate(void **e, unsigned f) {
+    *e = calloc(1, 16);
+    memcpy((char *)*e + 8, &f, 4);
+    log_stream_op(f & 2 ? "create-untimed" : "create-timed", NULL, *e);
+    return 0;
+}
+static unsigned event_flags(void *e) { unsigned f; memcpy(&f, (char *)e + 8, 4); return f; }
 static void *records_refused_on;  /* fakecuda_refuse_records_on(s): event records on stream s fail */
 void fakecuda_refuse_records_on(void *s) { records_refused_on = s; }
 CUresult cuEventRecord(void *e, void *s) {
@@ -956,7 +963,11 @@ CUresult cuEventSynchronize(void *e) {
     order_host_wait(e, NULL, 0);
     return 0;
 }
-CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.004f; return 0; }
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
+    if (!a || !b || (event_flags(a) & 2) || (event_flags(b) & 2)) return 400; /* CUDA_ERROR_INVALID_HANDLE, as CUDA */
+    *ms = 0.004f;
+    return 0;
+}
 CUresult cuEventDestroy_v2(void *e) { free(e); return 0; }
 
 /* device dev's primary context (retained: the fake keeps no count, a release never destroys it) */
