@@ -75,12 +75,20 @@ def compare(a: str, b: str) -> int:
 
 
 def main(args: list[str]) -> int:
-    if args[:1] == ["--compare"]:
-        return compare(args[1], args[2])
+    import argparse
+
+    ap = argparse.ArgumentParser(description="SHA-256 of every instrumented output (module docstring)")
+    ap.add_argument("out", nargs="?", help="where the digests are written (JSON)")
+    ap.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), help="list the cases that differ")
+    opt = ap.parse_args(args)
+    if opt.compare:
+        return compare(*opt.compare)
+    if opt.out is None:
+        ap.error("give OUT.json, or --compare A.json B.json")
     result = digests()
-    Path(args[0]).write_text(json.dumps(result, indent=0, sort_keys=True) + "\n")
+    Path(opt.out).write_text(json.dumps(result, indent=0, sort_keys=True) + "\n")
     refused = sum(1 for v in result.values() if not v[1])
-    print(f"{len(result)} cases ({refused} refused) in {args[0]}")
+    print(f"{len(result)} cases ({refused} refused) in {opt.out}")
     return 0
 
 
