@@ -28,6 +28,18 @@ NEW="${NEW:-.dev-lead/trees/h-eager}"
 parts="${*:-split trees}"
 start=$SECONDS
 echo "== trees: main=$MAIN new=$NEW ($(git -C "$NEW" log --oneline -1 2>/dev/null)); parts: $parts"
+# overhead NAME LIMIT ROUNDS TOOLS [--tree ...]: the eager loops on the GPU alone, each configuration's line as
+# it ends (kept if the limit cuts the run), then the table ($out/NAME.md, .log)
+overhead() {
+  local name=$1 limit=$2 rounds=$3 tools=$4
+  shift 4
+  OVERHEAD_GPU_ONLY=1 timeout "$limit" python benchmarks/overhead.py --no-warmup --rounds "$rounds" --iters 200 \
+      --workloads stream,attention "$@" --tools "$tools" --out "$out/$name.md" > "$out/$name.log" 2>&1
+  local rc=$?
+  grep ': {' "$out/$name.log" | cut -c1-400
+  echo "(rc $rc; wall $((SECONDS - start)) s)"
+  cat "$out/$name.md" 2>/dev/null
+}
 for part in $parts; do
   case "$part" in
   split)
@@ -37,24 +49,12 @@ for part in $parts; do
     echo "(rc ${PIPESTATUS[0]}; wall $((SECONDS - start)) s)";;
   trees)
     echo "== overhead.py stream, attention, GPU alone: main against this branch"
-    OVERHEAD_GPU_ONLY=1 timeout 95 python benchmarks/overhead.py --no-warmup --rounds 2 --iters 200 \
-        --workloads stream,attention --tree "main=$MAIN" --tree "new=$NEW" \
-        --tools "plain,main:block_sched,new:block_sched,main:gmem_bytes,new:gmem_bytes" \
-        --out "$out/eager_trees.md" > "$out/eager_trees.log" 2>&1
-    rc=$?
-    grep ': {' "$out/eager_trees.log" | cut -c1-400
-    echo "(rc $rc; wall $((SECONDS - start)) s)"
-    cat "$out/eager_trees.md" 2>/dev/null;;
+    overhead eager_trees 95 2 "plain,main:block_sched,new:block_sched,main:gmem_bytes,new:gmem_bytes" \
+        --tree "main=$MAIN" --tree "new=$NEW";;
   runtime)
     echo "== overhead.py stream, attention, GPU alone: this branch's runtime, its operations switched off"
-    OVERHEAD_GPU_ONLY=1 timeout 140 python benchmarks/overhead.py --no-warmup --rounds 1 --iters 200 \
-        --workloads stream,attention --tree "new=$NEW" \
-        --tools "plain,new:block_sched,new:block_sched no-timeline,new:block_sched no-timeline nothing-ours,new:block_sched no-writer,new:block_sched timed-end,new:timeline only,new:gmem_bytes,new:gmem_bytes no-timeline nothing-ours,new:block_sched zero-by-copy" \
-        --out "$out/eager_runtime_split.md" > "$out/eager_runtime_split.log" 2>&1
-    rc=$?
-    grep ': {' "$out/eager_runtime_split.log" | cut -c1-400
-    echo "(rc $rc; wall $((SECONDS - start)) s)"
-    cat "$out/eager_runtime_split.md" 2>/dev/null;;
+    overhead eager_runtime_split 140 1 "plain,new:block_sched,new:block_sched no-timeline,new:block_sched no-timeline nothing-ours,new:block_sched no-writer,new:block_sched timed-end,new:timeline only,new:gmem_bytes,new:gmem_bytes no-timeline nothing-ours,new:block_sched zero-by-copy" \
+        --tree "new=$NEW";;
   tests)
     echo "== GPU tests of exact results on this branch's tree"
     (cd "$NEW" && timeout 140 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_gmem_exact.py \

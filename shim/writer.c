@@ -121,6 +121,8 @@ void neutrino_captures_opened(int delta) {
     if (delta > 0) atomic_fetch_add(&captures_begun, 1);
 }
 
+long neutrino_captures_open(void) { return atomic_load_explicit(&captures_open, memory_order_relaxed); }
+
 void neutrino_note_stream_work(int site) {
     if (site >= 0 && site < NT_WORK_SITES && atomic_load_explicit(&captures_open, memory_order_relaxed) > 0)
         atomic_fetch_add_explicit(&work_in_capture[site], 1, memory_order_relaxed);

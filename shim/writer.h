@@ -67,9 +67,10 @@ uint64_t neutrino_writer_next_seq(void);
 void neutrino_writer_print_profile(void);
 /* Stream work of ours (a copy, memset, event record or wait on any stream) done while a capture of the program
  * is open, counted by who did it (issue 24: such work slows every later graph replay of the process); graphs.c
- * tells when captures open (+1) and end (-1). Kept here, at the bottom of the shim, so every file can count. */
+ * tells when captures open (+1) and end (-1), and asks how many are open. Kept here, at the bottom of the shim, so every file can count. */
 enum { NT_WORK_WRITER, NT_WORK_POLLER, NT_WORK_LAUNCH, NT_WORK_PICK, NT_WORK_RUNTIME, NT_WORK_SITES };
 void neutrino_note_stream_work(int site);
 void neutrino_captures_opened(int delta);
+long neutrino_captures_open(void);
 void neutrino_graph_capture_stats(uint64_t *out);
 #endif
