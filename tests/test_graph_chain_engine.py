@@ -306,3 +306,17 @@ def test_the_hosts_advance_mid_run_publishes_nothing_twice():
     g.host_final()
     g.poll()
     assert g.frames == [list(range(1, 11))] * 3
+
+
+def test_the_benchmarks_dry_run_of_the_engines_kernel_is_exact():
+    """benchmarks/graph_chain.py's engine row (the kernel the GPU command times) on its model of the GPU: 8 nodes,
+    every slot's result and tag exact; a drained 8-slot ring and a full one counted exactly."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "graph_chain.py"), "--simulate", "--rounds", "1",
+                           "--warmup-rounds", "0", "--replays", "20", "--slots", "32", "--drain-replays", "40",
+                           "--drain-slots", "8", "--only", "from the engine"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    row = [ln for ln in done.stdout.splitlines() if ln.startswith("| chain from the engine")]
+    assert len(row) == 1 and row[0].rstrip(" |").endswith("ok"), done.stdout
+    drained = [ln for ln in done.stdout.splitlines() if ln.startswith("drained run, chain_engine")]
+    assert len(drained) == 2 and all(ln.endswith(": ok") for ln in drained), done.stdout
