@@ -320,3 +320,77 @@ def test_the_benchmarks_dry_run_of_the_engines_kernel_is_exact():
     assert len(row) == 1 and row[0].rstrip(" |").endswith("ok"), done.stdout
     drained = [ln for ln in done.stdout.splitlines() if ln.startswith("drained run, chain_engine")]
     assert len(drained) == 2 and all(ln.endswith(": ok") for ln in drained), done.stdout
+
+
+# --- the host's side on the fake driver: chain.ChainRings (memory, the poller's pass, the host's last advance) -----
+
+class FakeChain:
+    """A graph 0 → x → 1 → 2 (x the program's kernel, 0-2 probed) on tests/fakedriver.py: ChainRings makes the heads and
+    rings with the fake's calls; a replay runs each probed node's chain code (the engine's, interpreted) and its
+    probe, modelled as writing its launch's number all over its maps."""
+
+    SPANS = [48, 304, 16]  # (a slot of 256 bytes, one of 512, one of 256)
+
+    def __init__(self, k: int):
+        from fakedriver import FakeDriver
+
+        self.drv = FakeDriver()
+        self.advancers = chain.choose_advancers([0, "x", 1, 2], [(0, "x"), ("x", 1), (1, 2)], [0, 1, 2])
+        self.load, self.adv = _sections(chain_ptx(vadd_text()))
+        self.rings = chain.ChainRings(self.drv, self.SPANS, self.advancers, k, self.drv.stream_create_nonblocking())
+        self.launches = [0, 0, 0]
+        self.got: list[list[int]] = [[], [], []]
+
+    def replay(self) -> None:
+        for i in range(3):
+            param = self.rings.head_param(i)
+            regs = {"%nt_buf_block_sched": param & ~1, "%nt_gated": param & 1, "%nt_tlin": 0, "%nt_blin": 0}
+            Interp(self.load, regs).run()
+            self.launches[i] += 1
+            if regs.get("%nt_on"):
+                span = self.SPANS[i]
+                C.memmove(regs["%nt_buf_block_sched"], self.launches[i].to_bytes(8, "little") * (span // 8), span)
+            Interp(self.adv, regs).run()
+
+    def on_frame(self, node: int, launch: int, maps: bytes) -> None:
+        assert maps == launch.to_bytes(8, "little") * (self.SPANS[node] // 8), f"node {node}: launch {launch}'s frame"
+        self.got[node].append(launch)
+
+
+def test_fake_driver_advancers_and_memory():
+    f = FakeChain(8)
+    assert f.advancers == {0: chain.Advancer(1, False), 1: chain.Advancer(2, False), 2: chain.Advancer(0, True)}
+    heads = f.rings.read_heads()
+    assert [h[chain.ADV // 8] for h in heads] == [f.rings.head(2), f.rings.head(0), f.rings.head(1)]
+    assert [bool(h[chain.DROPPED // 8] & chain.PRIMED) for h in heads] == [True, True, False]  # node 2: a sink
+    assert [h[chain.CUR // 8] for h in heads] == f.rings.rings
+    assert all(p & 1 and p & ~1 == f.rings.head(i) for i, p in enumerate(map(f.rings.head_param, range(3))))
+    allocations = f.drv.allocations
+    f.rings.free()
+    assert f.drv.frees >= allocations  # (heads, 3 rings, the pinned staging)
+
+
+def test_fake_driver_a_thousand_replays_give_a_thousand_frames_per_node():
+    f = FakeChain(16)
+    for r in range(1000):
+        f.replay()
+        if r % 5 == 4:
+            f.rings.poll(f.on_frame)
+    f.rings.finish(f.on_frame)  # (the fake has nothing in flight: the context is as synchronised)
+    assert f.got == [list(range(1, 1001))] * 3
+    assert f.rings.counts() == [(1000, 0, 1000)] * 3
+
+
+def test_fake_driver_a_full_ring_counts_drops_and_never_waits():
+    f = FakeChain(8)
+    for _ in range(40):  # the host never polls: every launch after the 8th writes nowhere
+        f.replay()
+    f.rings.finish(f.on_frame)
+    assert f.rings.counts() == [(8, 32, 8)] * 3
+    assert f.got == [list(range(1, 9))] * 3
+    for _ in range(10):  # room again: launch 41 still writes nowhere (its slot was picked while the ring was
+        f.replay()       # full), the next ones are written, with their own numbers
+        f.rings.poll(f.on_frame)
+    f.rings.finish(f.on_frame)
+    assert f.rings.counts() == [(17, 33, 17)] * 3
+    assert f.got == [list(range(1, 9)) + list(range(42, 51))] * 3

@@ -170,3 +170,137 @@ def slot_runs(drained: int, written_: int, k: int) -> list[tuple[int, int]]:
         runs.append((first, count))
         n += count
     return runs
+
+
+# --- one executable graph's chain in device memory, and the poller's pass ---------------------------------------
+
+class ChainRings:
+    """The heads (one allocation, HEAD_BYTES each) and rings (one allocation per node, K slots of `slot_stride`)
+    of one executable graph's probed nodes 0..n-1 (`spans`: each node's maps, bytes; `advancers`: choose_advancers'
+    answer over those indices), made ready on `stream` (a stream of ours, outside any capture). Driver calls only
+    through `drv` (neutrino.runtime.driver.Driver or a fake): allocation, copies, memsets, synchronisation.
+
+    The kernel parameters of node i: `head_param(i)` for its first map's buffer, each other map's byte offset in
+    the slot for the others. `poll` is the poller's pass; `finish` the host's last advance of the probed sinks,
+    only with no launch of the executable graph in flight or being made (the context synchronised)."""
+
+    def __init__(self, drv, spans: list[int], advancers: dict, k: int, stream: int):
+        if sorted(advancers) != list(range(len(spans))):
+            raise ValueError("every probed node needs its advancer")
+        self.drv, self.stream, self.k = drv, stream, k
+        self.spans = list(spans)
+        self.strides = [slot_stride(s) for s in spans]
+        self.sinks = [i for i, a in advancers.items() if a.next_replay]
+        self.drained = [0] * len(spans)
+        self.frames = [0] * len(spans)
+        n = len(spans)
+        self.heads = drv.mem_alloc_sync(HEAD_BYTES * n)
+        self.rings: list[int] = []
+        self._host = None
+        try:
+            for stride in self.strides:
+                self.rings.append(drv.mem_alloc_sync(k * stride))
+            by = {a.node: p for p, a in advancers.items()}  # advancer → the node it advances
+            heads = b"".join(pack(initial_head(self.rings[i], k, self.strides[i], self.head(by[i]) if i in by else 0,
+                                               not advancers[i].next_replay)) + bytes(HEAD_BYTES - 8 * WORDS)
+                             for i in range(n))
+            # pinned staging: the heads' copy, then the largest ring (a pass copies one node's slots at a time)
+            self._host, self._view = drv.host_alloc(len(heads) + 8 * n + max(k * s for s in self.strides))
+            self._view[:len(heads)] = heads
+            drv.memcpy_htod_async(self.heads, self._host, len(heads), stream)
+            for i, ring in enumerate(self.rings):
+                drv.memset_async(ring, k * self.strides[i], stream)
+            drv.stream_synchronize(stream)  # (the rings zeroed before slot 0's tag lands)
+            for i in range(n):
+                self._tag(self.rings[i] + self.strides[i] - TAG_BYTES, 1, i)
+            drv.stream_synchronize(stream)
+        except BaseException:
+            self.free()
+            raise
+
+    def head(self, i: int) -> int:
+        return self.heads + HEAD_BYTES * i
+
+    def head_param(self, i: int) -> int:
+        """Node i's first buffer parameter: its head, tagged (bit 0: the chain's head, not a buffer)."""
+        return self.head(i) | 1
+
+    def _word_at(self, i: int) -> int:
+        """A pinned u64 of node i's own (staging for a word copied to the device: live until the next pass's wait)."""
+        return self._host + HEAD_BYTES * len(self.spans) + 8 * i
+
+    def _tag(self, address: int, launch: int, i: int) -> None:
+        at = self._word_at(i) - self._host
+        self._view[at:at + 8] = launch.to_bytes(8, "little")
+        self.drv.memcpy_htod_async(address, self._word_at(i), 8, self.stream)
+
+    def read_heads(self) -> list[list[int]]:
+        n = len(self.spans)
+        self.drv.memcpy_dtoh_async(self._host, self.heads, HEAD_BYTES * n, self.stream)
+        self.drv.stream_synchronize(self.stream)
+        raw = bytes(self._view[:HEAD_BYTES * n])
+        return [unpack(raw[HEAD_BYTES * i:HEAD_BYTES * i + 8 * WORDS]) for i in range(n)]
+
+    def poll(self, on_frame) -> int:
+        """One pass: the heads read; per node, its published slots copied out and zeroed (one copy and one memset per
+        run that does not wrap), a wait, each frame handed to `on_frame(node, launch number, maps bytes)`, and only
+        then the node's `drained` written into its head (8 bytes: the advancer's words are left alone). Returns the
+        frames handed over."""
+        got = 0
+        staging = self._host + HEAD_BYTES * len(self.spans) + 8 * len(self.spans)
+        base = staging - self._host
+        for i, h in enumerate(self.read_heads()):
+            runs = slot_runs(self.drained[i], written(h), self.k)
+            if not runs:
+                continue
+            stride, at = self.strides[i], 0
+            for first, count in runs:
+                size = count * stride
+                self.drv.memcpy_dtoh_async(staging + at, self.rings[i] + first * stride, size, self.stream)
+                self.drv.memset_async(self.rings[i] + first * stride, size, self.stream)
+                at += size
+            self.drv.stream_synchronize(self.stream)  # copied, and zeroed before the device may have the slots back
+            for s in range(at // stride):
+                slot = bytes(self._view[base + s * stride:base + (s + 1) * stride])
+                on_frame(i, int.from_bytes(slot[stride - TAG_BYTES:stride - TAG_BYTES + 8], "little"),
+                         slot[:self.spans[i]])
+            got += at // stride
+            self.drained[i] += at // stride
+            self.frames[i] += at // stride
+            word = self._word_at(i) - self._host
+            self._view[word:word + 8] = self.drained[i].to_bytes(8, "little")
+            self.drv.memcpy_htod_async(self.head(i) + DRAINED, self._word_at(i), 8, self.stream)
+        self.drv.stream_synchronize(self.stream)
+        return got
+
+    def finish(self, on_frame) -> int:
+        """The probed sinks' last launches published by the host, then drained: the caller has synchronised the
+        context (no launch of the executable graph in flight or being made). A later replay goes on as before."""
+        heads = self.read_heads()
+        for i in self.sinks:
+            words, tag = host_advance(heads[i])
+            if words == heads[i]:
+                continue
+            if tag is not None:
+                self._tag(tag[0], tag[1], i)
+                self.drv.stream_synchronize(self.stream)
+            at = HEAD_BYTES * i
+            self._view[at:at + 8 * WORDS] = pack(words)
+            self.drv.memcpy_htod_async(self.head(i), self._host + at, 8 * WORDS, self.stream)
+            self.drv.stream_synchronize(self.stream)
+        return self.poll(on_frame)
+
+    def counts(self) -> list[tuple[int, int, int]]:
+        """Per node: (written, dropped, drained)."""
+        return [(written(h), dropped(h), self.drained[i]) for i, h in enumerate(self.read_heads())]
+
+    def free(self) -> None:
+        for ring in self.rings:
+            self.drv.mem_free_sync(ring)
+        self.rings = []
+        if self.heads:
+            self.drv.mem_free_sync(self.heads)
+            self.heads = 0
+        if self._host is not None:
+            self.drv.host_free(self._host)
+            self._host = None
