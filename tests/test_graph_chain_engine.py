@@ -394,3 +394,47 @@ def test_fake_driver_a_full_ring_counts_drops_and_never_waits():
     f.rings.finish(f.on_frame)
     assert f.rings.counts() == [(17, 33, 17)] * 3
     assert f.got == [list(range(1, 9)) + list(range(42, 51))] * 3
+
+
+# --- the runtime's build of the variant (KernelBuilder.chain_variant) --------------------------------------------
+
+def test_the_runtime_builds_caches_and_loads_the_variant_once(tmp_path):
+    from test_runtime_core import finish, load_saxpy, make_runtime
+
+    rt, drv, _ = make_runtime(tmp_path, cache_root=tmp_path / "cache")
+    load_saxpy(rt)
+    rec = rt.functions[0x200]
+    pk = rt.kernels.get(rec, 0xC0, 0x200)
+    calls, modules = rt.kernels.engine.calls, len(pk.modules)
+    func = rt.kernels.chain_variant(pk, rec)
+    assert rt.kernels.chain_variant(pk, rec) == func and pk.chain_func == func  # built once
+    assert rt.kernels.engine.calls == calls + 1 and len(pk.modules) == modules + 1  # its module unloads with pk's
+    module, name = drv.functions[func]
+    assert name == "saxpy4" and module != drv.functions[pk.func][0]
+    text = drv.modules[module].decode(errors="replace")
+    assert "%nt_ch_adv" in text and "ch_" not in drv.modules[drv.functions[pk.func][0]].decode(errors="replace")
+    finish(rt)
+    # a second run finds it in the code cache: no engine call for it
+    rt2, drv2, _ = make_runtime(tmp_path / "again", cache_root=tmp_path / "cache")
+    load_saxpy(rt2)
+    rec2 = rt2.functions[0x200]
+    pk2 = rt2.kernels.get(rec2, 0xC0, 0x200)
+    calls = rt2.kernels.engine.calls
+    rt2.kernels.chain_variant(pk2, rec2)
+    assert rt2.kernels.engine.calls == calls
+    finish(rt2)
+
+
+def test_a_refused_variant_is_a_fallback(tmp_path):
+    from neutrino.runtime.instrument.probed import Fallback
+    from test_runtime_core import finish, load_saxpy, make_runtime
+
+    rt, _, _ = make_runtime(tmp_path)
+    load_saxpy(rt)
+    rec = rt.functions[0x200]
+    pk = rt.kernels.get(rec, 0xC0, 0x200)
+    rt.kernels.engine.fail = InstrumentError("graph_chain: .func quit has an exit")
+    with pytest.raises(Fallback, match="graph_chain variant: .*quit"):
+        rt.kernels.chain_variant(pk, rec)
+    assert pk.chain_func is None
+    finish(rt)
