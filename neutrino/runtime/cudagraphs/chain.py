@@ -12,6 +12,7 @@ The layout constants are the engine's (neutrino/passes/graph_chain.py): the kern
 
 from __future__ import annotations
 
+import os
 from typing import Hashable, Iterable
 
 import attrs
@@ -22,6 +23,11 @@ from neutrino.passes.graph_chain import (  # noqa: F401 (re-exported for the run
 
 WORDS = 8  # the head's words the protocol uses (the rest of HEAD_BYTES is a reserved table, zero)
 DROP_MASK = 0xFFFFFFFF
+ENV = "NEUTRINO_GRAPH_CHAIN"  # "1": captured graphs use the chain where they can (not yet the default)
+
+
+def enabled(environ=os.environ) -> bool:
+    return environ.get(ENV, "") == "1"
 
 
 @attrs.frozen
@@ -137,14 +143,33 @@ def dropped(h: list[int]) -> int:
     return h[DROPPED // 8] & DROP_MASK
 
 
+def device_advance(h: list[int]) -> tuple[list[int], tuple[int, int] | None]:
+    """The advance passes/graph_chain.advance emits, on a head's words (what a fake driver runs for a chain kernel):
+    an unprimed head is only primed; else the launch just finished is published (or counted dropped) and the next
+    slot picked. Returns the new words and the tag to store ((address, launch number)) when a slot was picked."""
+    h = list(h)
+    if not h[DROPPED // 8] & PRIMED:
+        h[DROPPED // 8] |= PRIMED
+        return h, None
+    h, tag = _publish(h)
+    return h, tag
+
+
 def host_advance(h: list[int]) -> tuple[list[int], tuple[int, int] | None]:
     """A probed sink's last launch published by the host (the context synchronised, no launch of its executable graph
-    in flight or being made): the device's advance (passes/graph_chain.advance) on the head's words, then `primed`
-    cleared, so a later replay's device advance only primes it again. Returns the new words and the tag to store
-    ((address, launch number)) when a slot was picked. An unprimed head (nothing ran since) is left as it is."""
+    in flight or being made): the device's advance on the head's words, then `primed` cleared, so a later replay's
+    device advance only primes it again. Returns the new words and the tag to store ((address, launch number)) when a
+    slot was picked. An unprimed head (nothing ran since) is left as it is."""
     h = list(h)
     if not h[DROPPED // 8] & PRIMED:
         return h, None
+    h, tag = _publish(h)
+    h[DROPPED // 8] &= ~PRIMED
+    return h, tag
+
+
+def _publish(h: list[int]) -> tuple[list[int], tuple[int, int] | None]:
+    """Steps 2-4 of the advance (spec/runtime.md, "The chain") on a primed head's words (a copy)."""
     if h[CUR // 8]:
         h[WRITTEN // 8] += 1
     else:
@@ -153,7 +178,6 @@ def host_advance(h: list[int]) -> tuple[list[int], tuple[int, int] | None]:
     full = n - h[DRAINED // 8] >= mask + 1
     nxt = 0 if full else h[RING // 8] + (n & mask) * stride
     h[CUR // 8] = nxt
-    h[DROPPED // 8] &= ~PRIMED
     tag = (nxt + stride - TAG_BYTES, n + dropped(h) + 1) if nxt else None
     return h, tag
 
