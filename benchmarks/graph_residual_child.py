@@ -39,6 +39,10 @@ is never replayed, so neither runs). The `stream` row split: `stream-create` the
 and never used, `stream-ops` a stream made before the capture with the memset, copy and wait inside it,
 `stream-sync` a stream made before the capture and only waited for inside it.
 
+`--ops-between` (sixth split): the same memset and copy on a stream of the process's own, made before the
+captures, done after the first graph's capture (and instantiation), before the second's: stream work of a
+stream other than the program's before a graph is captured, outside any capture.
+
 After the captures, for the third split (graph_residual.py ISOLATE_THIRD): `--eager-a N` launches graph A's
 kernel N times eagerly (under neutrino without --graphs: probed, so its instrumented module is loaded and run
 outside any graph); `--reset-a` destroys graph A (torch's CUDAGraph.reset: its executable graph and graph,
@@ -379,6 +383,9 @@ def main() -> None:
     ap.add_argument("--eager-a", type=int, default=0, help="A's kernel launched this many times eagerly after the captures")
     ap.add_argument("--reset-a", action="store_true", help="destroy graph A (CUDAGraph.reset) before B's replays")
     ap.add_argument("--a-uncompiled", action="store_true", help="capture A with the driver API, never instantiate it")
+    ap.add_argument("--ops-between", action="store_true",
+                    help="a memset and a copy on a stream of the process's own (made before the captures) after the "
+                         "first graph's capture and instantiation, before the second's (waited for)")
     args = ap.parse_args()
     if (args.reset_a or args.a_uncompiled) and args.replay != "B":
         ap.error("--reset-a and --a-uncompiled leave graph A nothing to replay: give --replay B")
@@ -390,8 +397,13 @@ def main() -> None:
     kernels = {"A": stream_kernel, "B": stream_kernel_plain}
     early = make_suspects([w for w in args.suspect.split(",") if w]) if args.suspects_first else []  # noqa: F841
     during = DuringCapture([w for w in args.during.split(",") if w]) if args.during else None
-    captured = {name: capture_uninstantiated(kernels[name], x, y, n) if name == "A" and args.a_uncompiled
-                else capture(kernels[name], x, y, n, during if name == "A" else None) for name in args.order}
+    between = DuringCapture(["stream-ops"]) if args.ops_between else None  # its stream made now
+    captured = {}
+    for name in args.order:
+        captured[name] = capture_uninstantiated(kernels[name], x, y, n) if name == "A" and args.a_uncompiled \
+            else capture(kernels[name], x, y, n, during if name == "A" else None)
+        if between is not None and len(captured) == 1:
+            between._node(0)  # noqa: SLF001 - the stream-ops step, outside any capture
     for _ in range(args.eager_a):
         stream_kernel[(triton.cdiv(n, 1024),)](x, y, captured["A"][1][0], n, BLOCK=1024)
     if args.reset_a:

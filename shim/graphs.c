@@ -468,19 +468,6 @@ void neutrino_graph_node_stats(void *node, uint64_t out[5]) {
 /* Captures begun and not yet ended in this process (cuStreamBeginCapture*, cuStreamEndCapture
  * below): while there are none, a launch the filter skips costs no capture query. */
 static _Atomic long captures_active;
-static _Atomic uint64_t captures_begun, work_in_capture[NT_WORK_SITES];
-
-void neutrino_note_stream_work(int site) {
-    if (site >= 0 && site < NT_WORK_SITES && atomic_load_explicit(&captures_active, memory_order_relaxed) > 0)
-        atomic_fetch_add_explicit(&work_in_capture[site], 1, memory_order_relaxed);
-}
-
-/* out[0]: captures begun; out[1 + site]: stream work of ours while one was open (the exit event's
- * `stream_work_in_capture`). */
-void neutrino_graph_capture_stats(uint64_t *out) {
-    out[0] = atomic_load(&captures_begun);
-    for (int i = 0; i < NT_WORK_SITES; i++) out[1 + i] = atomic_load(&work_in_capture[i]);
-}
 
 /* 1 if `stream` (0: the default stream of the launch's kind) is being captured. */
 int neutrino_graph_stream_capturing(void *stream, int ptsz) {
@@ -817,7 +804,7 @@ static CUresult begin_capture(int slot, void *stream, int mode) {
      * later graph replay of the process (issue 24, docs/overhead.md "Session 9") */
     report(G_BEGIN_CAPTURE, stream, NULL, NULL, 0);
     CUresult rc = fn(stream, mode);
-    if (rc == 0) { atomic_fetch_add(&captures_active, 1); atomic_fetch_add(&captures_begun, 1); }
+    if (rc == 0) { atomic_fetch_add(&captures_active, 1); neutrino_captures_opened(1); }
     return rc;
 }
 CUresult cuStreamBeginCapture_v2(void *stream, int mode) { return begin_capture(GH_BEGIN, stream, mode); }
@@ -831,7 +818,7 @@ static CUresult begin_to_graph(int slot, void *stream, void *graph, const void *
     neutrino_graph_pick_stream_event(stream);
     report(G_BEGIN_CAPTURE, stream, NULL, NULL, 0);  /* as begin_capture */
     CUresult rc = fn(stream, graph, deps, data, n, mode);
-    if (rc == 0) { atomic_fetch_add(&captures_active, 1); atomic_fetch_add(&captures_begun, 1); }
+    if (rc == 0) { atomic_fetch_add(&captures_active, 1); neutrino_captures_opened(1); }
     return rc;
 }
 CUresult cuStreamBeginCaptureToGraph(void *stream, void *graph, const void *deps, const void *data, size_t n, int mode) {
@@ -850,7 +837,7 @@ static CUresult end_capture(int slot, void *stream, void **graph) {
     if (!fn) return CU_NOT_FOUND;
     int was = neutrino_graph_stream_capturing(stream, slot == GH_END_PTSZ);  /* _ptsz: NULL is the per-thread stream */
     CUresult rc = fn(stream, graph);
-    if (was) atomic_fetch_sub(&captures_active, 1);
+    if (was) { atomic_fetch_sub(&captures_active, 1); neutrino_captures_opened(-1); }
     if (rc == 0 && was && graph && *graph) report(G_END_CAPTURE, stream, *graph, NULL, 0);
     return rc;
 }

@@ -23,10 +23,6 @@ void neutrino_trace_give_back(uint64_t n);
 
 /* graphs.c: launches captured into CUDA graphs. */
 int neutrino_graph_stream_capturing(void *stream, int ptsz);
-/* graphs.c: stream work of ours (a copy, memset, event record or wait on any stream) done while a capture of the
- * program is open, counted by who did it (issue 24: such work slows every later graph replay of the process). */
-enum { NT_WORK_WRITER, NT_WORK_POLLER, NT_WORK_LAUNCH, NT_WORK_PICK, NT_WORK_RUNTIME, NT_WORK_SITES };
-void neutrino_note_stream_work(int site);
 void *neutrino_graph_wrapper_for(const char *symbol, int version, unsigned long long flags);
 void *neutrino_graph_wrapper_named(const char *name);
 

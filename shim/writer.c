@@ -112,6 +112,27 @@ _Atomic uint64_t neutrino_writer_bytes;      /* bytes appended to result files *
 
 static const char zeros[NT_ALIGN];
 
+/* The captures of the program open now and begun so far, and our stream work while one was open (writer.h). */
+static _Atomic long captures_open;
+static _Atomic uint64_t captures_begun, work_in_capture[NT_WORK_SITES];
+
+void neutrino_captures_opened(int delta) {
+    atomic_fetch_add(&captures_open, delta);
+    if (delta > 0) atomic_fetch_add(&captures_begun, 1);
+}
+
+void neutrino_note_stream_work(int site) {
+    if (site >= 0 && site < NT_WORK_SITES && atomic_load_explicit(&captures_open, memory_order_relaxed) > 0)
+        atomic_fetch_add_explicit(&work_in_capture[site], 1, memory_order_relaxed);
+}
+
+/* out[0]: captures begun; out[1 + site]: stream work of ours while one was open (the exit event's
+ * `captures` and `stream_work_in_capture`). */
+void neutrino_graph_capture_stats(uint64_t *out) {
+    out[0] = atomic_load(&captures_begun);
+    for (int i = 0; i < NT_WORK_SITES; i++) out[1 + i] = atomic_load(&work_in_capture[i]);
+}
+
 /* NEUTRINO_MEASURE (benchmarks only, never for results: docs/overhead.md, "The runtime's own GPU time per
  * eager launch"): a comma list that turns single GPU operations of ours off or swaps them, so that
  * benchmarks/overhead.py can split what a probed eager launch costs the GPU inside the real runtime.

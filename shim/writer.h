@@ -65,4 +65,11 @@ void neutrino_writer_hurry(void);
 int neutrino_writer_wait(uint64_t seq, int64_t timeout_ms);
 uint64_t neutrino_writer_next_seq(void);
 void neutrino_writer_print_profile(void);
+/* Stream work of ours (a copy, memset, event record or wait on any stream) done while a capture of the program
+ * is open, counted by who did it (issue 24: such work slows every later graph replay of the process); graphs.c
+ * tells when captures open (+1) and end (-1). Kept here, at the bottom of the shim, so every file can count. */
+enum { NT_WORK_WRITER, NT_WORK_POLLER, NT_WORK_LAUNCH, NT_WORK_PICK, NT_WORK_RUNTIME, NT_WORK_SITES };
+void neutrino_note_stream_work(int site);
+void neutrino_captures_opened(int delta);
+void neutrino_graph_capture_stats(uint64_t *out);
 #endif

@@ -190,7 +190,7 @@ class CaptureInfo:
 # capture of the program is open (issue 24; the exit event's `stream_work_in_capture`).
 _STREAM_WORK = frozenset(("cuMemsetD8Async", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuMemcpyHtoDAsync_v2",
                           "cuEventRecord", "cuStreamWaitEvent", "cuMemcpy2DAsync_v2"))
-NT_WORK_RUNTIME = 4  # shim/shim.h
+NT_WORK_RUNTIME = 4  # shim/writer.h
 
 
 class RealDriver:

@@ -27,9 +27,10 @@ def chain_nodes(group, nodes: list) -> list:
     return nodes if all(n.chain_src is not None for n in nodes) else []
 
 
-def end_capture_chain(gp, graph: int, group, nodes: list, relaxed) -> bool:
-    """`gp`: capture.GraphProbes; `nodes`: the capture's probed nodes not yet served (end_capture's). True when the
-    chain took them; False leaves them to the append path, untouched (a failure part way is undone)."""
+def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) -> bool:
+    """`gp`: capture.GraphProbes; `nodes`: the capture's probed nodes not yet served (end_capture's); `stream`: where
+    the work after the capture goes (GraphProbes._after_capture_stream). True when the chain took them; False leaves
+    them to the append path, untouched (a failure part way is undone)."""
     nodes = chain_nodes(group, nodes)
     if not nodes or gp.picker is not None:  # (replays chosen on the host: the picker's untagged pointers, next slice)
         return False
@@ -50,7 +51,7 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed) -> bool:
         with relaxed(gp.drv):  # (another thread may be capturing)
             funcs = [gp.chain_variant(pk, rec) for pk, rec, _ in (n.chain_src for n in nodes)]
             k = max(2, 1 << (min(n.ring_layout.nslots for n in nodes).bit_length() - 1))  # a power of 2
-            rings = chain.ChainRings(gp.drv, [n.span for n in nodes], advancers, k, gp._our_stream(group.ctx))  # noqa: SLF001
+            rings = chain.ChainRings(gp.drv, [n.span for n in nodes], advancers, k, stream)
             for i, (n, func) in enumerate(zip(nodes, funcs)):
                 _set_buffers(n, [rings.head_param(i)] + [off - n.offsets[0] for off in n.offsets[1:]])
                 switched.append(n)
@@ -94,7 +95,7 @@ def _undo(gp, switched: list, relaxed) -> None:
             gp._lose_results(n, "graph chain: a node could not be set back to its probed kernel")  # noqa: SLF001
 
 
-def drain_chains(gp, groups) -> None:
+def drain_chains(gp, groups, relaxed) -> None:
     """Every chain's frames to the sink: the probed sinks' last launches published by the host, then the rings
     drained. Only after the context's synchronisation, with no launch being made (exit, teardown, memory going)."""
     for group in groups:
@@ -109,6 +110,8 @@ def drain_chains(gp, groups) -> None:
                 gp.sink.write_frame(n.record, launch - 1, bytes(n.offsets[0]) + maps)
 
         try:
+            with relaxed(gp.drv):  # (the drains and frees go on a stream of ours: the program's may be gone)
+                rings.stream = gp._our_stream(group.ctx)  # noqa: SLF001
             rings.finish(frame)
         except DriverError as e:
             gp.trace.event("result_error", graph=group.id, reason=f"graph chain: draining: {e}")

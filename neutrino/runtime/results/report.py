@@ -162,12 +162,12 @@ def _close(rt, tr) -> None:
     tr.close()
 
 
-WORK_SITES = ("writer", "poller", "launch", "pick", "runtime")  # shim/shim.h, NT_WORK_*
+WORK_SITES = ("writer", "poller", "launch", "pick", "runtime")  # shim/writer.h, NT_WORK_*
 
 
 def _capture_stats(rt) -> dict:
     """Captures the shim saw begin, and the stream work of ours done while one was open, by who did it
-    (shim/graphs.c, neutrino_graph_capture_stats): {} without the shim."""
+    (shim/writer.c, neutrino_graph_capture_stats): {} without the shim."""
     import ctypes as C
 
     fn = getattr(getattr(getattr(rt, "shim", None), "lib", None), "neutrino_graph_capture_stats", None)
