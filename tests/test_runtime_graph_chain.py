@@ -167,3 +167,38 @@ def test_slots_are_zeroed_before_their_reuse(tmp_path, monkeypatch):
     assert len(by_node) == 3
     for got in by_node.values():
         assert sorted(got) == [(r, 1 if r % 2 else 8) for r in range(20)]
+
+
+def test_replays_left_out_keep_the_append_path(tmp_path, monkeypatch):
+    from neutrino.runtime.start.options import LaunchFilter
+
+    p = ChainProgram(tmp_path, monkeypatch, launches=LaunchFilter(every=2))
+    graph = p.capture()
+    assert p.kernels_in(graph)[-1] == APPEND_KERNEL and not events(p.rt, "graph_chain")
+    finish(p.rt)
+
+
+def test_new_arguments_for_a_chain_node_keep_its_variant_and_head(tmp_path, monkeypatch):
+    """The program's cuGraphExecKernelNodeSetParams on a chain node, same kernel and shape: our parameters go back
+    with the variant (its first buffer the head, tagged), not the ordinary probed kernel (which would take the head
+    for a buffer)."""
+    from neutrino.runtime.cudagraphs.capture import G_SET_PARAMS, KernelNodeParamsV2
+
+    p = ChainProgram(tmp_path, monkeypatch)
+    exe = p.instantiate(p.capture())
+    group = next(iter(p.rt.graphs._by_capture.values()))
+    gnode = group.chain_order[1]
+    vals = [C.c_uint64(7) for _ in range(4)]
+    user = (C.c_void_p * 4)(*[C.addressof(v) for v in vals])
+    params = KernelNodeParamsV2(func=0x200, gridDimX=4, gridDimY=1, gridDimZ=1, blockDimX=64, blockDimY=1,
+                                blockDimZ=1, kernelParams=C.cast(user, C.POINTER(C.c_void_p)))
+    ours = p.rt.on_graph(G_SET_PARAMS, exe, gnode.node, C.addressof(params), 2)
+    new = KernelNodeParamsV2.from_address(ours)
+    assert new.func == gnode.chain_func != gnode.probed_func
+    assert C.c_uint64.from_address(new.kernelParams[4]).value == group.chain.head_param(1)
+    r, _ = req()
+    p.drv.exec_kernel_node_set_params(exe, gnode.node, new.func, r, C.addressof(gnode.keep))
+    for _ in range(5):
+        p.drv.graph_launch(exe)
+    finish(p.rt)
+    assert set(p.frames().values()) == {5} and len(p.frames()) == 3

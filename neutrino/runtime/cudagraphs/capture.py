@@ -110,6 +110,7 @@ class GraphNode:
     pick_args: int = 0  # its arguments copied at capture for the host's choice of replays (replay_select.py)
     writes_globals: bool = False  # the probed kernel's module globals are copied back after it (copy_globals_out)
     chain_src: tuple | None = None  # (ProbedKernel, FuncRec, param plan): what the chain needs (chain_capture.py)
+    chain_func: int = 0  # the graph_chain variant it runs (the chain took it), else 0
 
     @property
     def span(self) -> int:
@@ -552,7 +553,8 @@ class GraphProbes:
             node.group.pick_off = "the program set new parameters for a probed node of the graph"
         struct_type = KernelNodeParamsV2 if version >= 2 else KernelNodeParams
         p = struct_type.from_address(params_addr)
-        same = (p.func in (node.func, node.probed_func) and (p.gridDimX, p.gridDimY, p.gridDimZ) == node.grid
+        same = (p.func in (node.func, node.probed_func, node.chain_func or node.probed_func)
+                and (p.gridDimX, p.gridDimY, p.gridDimZ) == node.grid
                 and (p.blockDimX, p.blockDimY, p.blockDimZ) == node.block and not p.extra)
         if not same or not node.active or node.keep is None:
             if node.active:
@@ -566,7 +568,7 @@ class GraphProbes:
         if n and p.kernelParams:
             node.keep[:n] = (C.c_void_p * n).from_address(C.cast(p.kernelParams, C.c_void_p).value)
         new = struct_type.from_buffer_copy(p)
-        new.func = node.probed_func
+        new.func = node.chain_func or node.probed_func  # (a chain node's buffers are its head and offsets)
         if version >= 2:
             new.kern = None
         new.kernelParams = C.cast(node.keep, C.POINTER(C.c_void_p))

@@ -18,6 +18,7 @@ import ctypes as C
 from neutrino.runtime.cudagraphs import chain
 from neutrino.runtime.driver import DriverError
 from neutrino.runtime.instrument.probed import Fallback
+from neutrino.runtime.start.options import LaunchFilter
 
 
 def chain_nodes(group, nodes: list) -> list:
@@ -32,8 +33,8 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
     the work after the capture goes (GraphProbes._after_capture_stream). True when the chain took them; False leaves
     them to the append path, untouched (a failure part way is undone)."""
     nodes = chain_nodes(group, nodes)
-    if not nodes or gp.picker is not None:  # (replays chosen on the host: the picker's untagged pointers, next slice)
-        return False
+    if not nodes or gp.picker is not None or gp.sink.filter != LaunchFilter():
+        return False  # (replays left out: neither the device gate nor the host's choice knows the chain yet)
     try:
         edges = gp.drv.graph_edges(graph)
     except DriverError:
@@ -65,8 +66,9 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
                        reason=f"{type(e).__name__}: {e}")
         return False
     group.chain, group.chain_order = rings, list(nodes)
-    for n in nodes:
+    for n, func in zip(nodes, funcs):
         n.appended = True  # (served: no append node for it, now or at a later capture's end)
+        n.chain_func = func
     gp.trace.event("graph_chain", graph=group.id, graph_nodes=[n.id for n in nodes], ring_slots=k,
                    advancers={nodes[p].id: nodes[a.node].id for p, a in advancers.items()})
     return True
