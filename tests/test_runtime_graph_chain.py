@@ -202,3 +202,23 @@ def test_new_arguments_for_a_chain_node_keep_its_variant_and_head(tmp_path, monk
         p.drv.graph_launch(exe)
     finish(p.rt)
     assert set(p.frames().values()) == {5} and len(p.frames()) == 3
+
+
+def test_real_driver_sets_a_graph_kernel_nodes_parameters():
+    """RealDriver.graph_kernel_node_set_params: cuGraphKernelNodeSetParams_v2 with the node and CUDA's
+    CUDA_KERNEL_NODE_PARAMS_v2 (function, launch shape, shared bytes, the parameter array)."""
+    from neutrino.runtime.driver import _SIGNATURES, KernelNodeParamsV2, RealDriver
+
+    seen = []
+
+    def set_params(node, p):
+        k = KernelNodeParamsV2.from_address(p)
+        seen.append((node, k.func, (k.gridDimX, k.gridDimY, k.gridDimZ), (k.blockDimX, k.blockDimY, k.blockDimZ),
+                     k.sharedMemBytes, C.cast(k.kernelParams, C.c_void_p).value))
+        return 0
+
+    fn = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_void_p)(set_params)
+    assert len(_SIGNATURES["cuGraphKernelNodeSetParams_v2"]) == 2
+    drv = RealDriver(lambda name: C.cast(fn, C.c_void_p).value if name == "cuGraphKernelNodeSetParams_v2" else 0)
+    drv.graph_kernel_node_set_params(0x77, 0x1234, (4, 2, 1), (64, 1, 1), 96, 0x5000)
+    assert seen == [(0x77, 0x1234, (4, 2, 1), (64, 1, 1), 96, 0x5000)]
