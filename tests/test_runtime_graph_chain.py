@@ -222,3 +222,20 @@ def test_real_driver_sets_a_graph_kernel_nodes_parameters():
     drv = RealDriver(lambda name: C.cast(fn, C.c_void_p).value if name == "cuGraphKernelNodeSetParams_v2" else 0)
     drv.graph_kernel_node_set_params(0x77, 0x1234, (4, 2, 1), (64, 1, 1), 96, 0x5000)
     assert seen == [(0x77, 0x1234, (4, 2, 1), (64, 1, 1), 96, 0x5000)]
+
+
+def test_kernels_with_module_globals_keep_the_append_path():
+    from types import SimpleNamespace
+
+    from neutrino.runtime.cudagraphs.chain_capture import chain_nodes
+
+    group = SimpleNamespace(chain=None)
+
+    def node(globals_):
+        return SimpleNamespace(chain_src=(SimpleNamespace(globals=globals_), None, ()))
+
+    plain = [node([]), node([])]
+    assert chain_nodes(group, plain) == plain
+    assert chain_nodes(group, [node([]), node(["a global"])]) == []
+    assert chain_nodes(group, plain[:1]) == []  # one probed node: nobody to advance it
+    assert chain_nodes(SimpleNamespace(chain=object()), plain) == []  # (a later capture into a chained graph)

@@ -22,10 +22,12 @@ from neutrino.runtime.start.options import LaunchFilter
 
 
 def chain_nodes(group, nodes: list) -> list:
-    """The nodes the chain would take: all of the capture's probed nodes (each with what its variant needs)."""
+    """The nodes the chain would take: all of the capture's probed nodes (each with what its variant needs). Not a
+    kernel with module globals: the capture copies them in and out of the probed module's copy, and the variant
+    lives in a module of its own."""
     if group is None or group.chain is not None or len(nodes) < 2:
         return []
-    return nodes if all(n.chain_src is not None for n in nodes) else []
+    return nodes if all(n.chain_src is not None and not n.chain_src[0].globals for n in nodes) else []
 
 
 def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) -> bool:
