@@ -9,7 +9,9 @@ from collections import Counter
 
 from neutrino.runtime.core import NOT_HANDLED  # noqa: I001
 from neutrino.runtime.cudagraphs import chain
-from neutrino.runtime.cudagraphs.capture import G_BEGIN_CAPTURE, G_END_CAPTURE, G_INSTANTIATE
+from neutrino.runtime.cudagraphs.capture import (
+    G_BEGIN_CAPTURE, G_END_CAPTURE, G_EXEC_DESTROY, G_GRAPH_DESTROY, G_INSTANTIATE,
+)
 from neutrino.runtime.cudagraphs.ring import APPEND_KERNEL
 
 import ctypes as C
@@ -239,3 +241,23 @@ def test_kernels_with_module_globals_keep_the_append_path():
     assert chain_nodes(group, [node([]), node(["a global"])]) == []
     assert chain_nodes(group, plain[:1]) == []  # one probed node: nobody to advance it
     assert chain_nodes(SimpleNamespace(chain=object()), plain) == []  # (a later capture into a chained graph)
+
+
+def test_a_destroyed_graph_drains_and_frees_its_chain(tmp_path, monkeypatch):
+    p = ChainProgram(tmp_path, monkeypatch)
+    graph = p.capture()
+    exe = p.instantiate(graph)
+    for _ in range(7):
+        p.drv.graph_launch(exe)
+    group = next(iter(p.rt.graphs._by_capture.values()))
+    rings = group.chain
+    heads, ring0 = rings.heads, rings.rings[0]
+    p.drv.exec_destroy(exe)
+    p.rt.on_graph(G_EXEC_DESTROY, exe, 0)
+    p.drv.graph_destroy(graph)
+    p.rt.on_graph(G_GRAPH_DESTROY, graph, 0)
+    assert group.chain is None and heads not in p.drv.mem and ring0 not in p.drv.mem  # freed
+    assert set(p.frames().values()) == {7} and len(p.frames()) == 3  # drained first
+    finish(p.rt)
+    rows = [r for r in p.rt.graph_summary if r.get("graph") is not None]
+    assert len(rows) == 3 and all((r["replays"], r["written"], r["dropped_behind"]) == (7, 7, 0) for r in rows)

@@ -669,13 +669,13 @@ class GraphProbes:
         retired, self._retired = self._retired, []
         chain_capture.drain_chains(self, retired, relaxed_capture)
         for group in retired:
-            chain_capture.free_chain(group)
             # over a copy: _forget_node removes the node from group.nodes, and removing while
             # iterating skipped every other node (the second kernel node of a graph was never
             # freed, and its replays were missing from the exit summary)
             for node in list(group.nodes):
                 self._free_node_memory(node)
                 self._forget_node(node)
+            chain_capture.free_chain(group)  # (after the nodes' summary rows: they read its counts)
             with contextlib.suppress(DriverError), relaxed_capture(self.drv):
                 for desc in group.descs:
                     self.drv.mem_free_sync(desc)
