@@ -122,6 +122,21 @@ def test_ptxas_takes_the_variant(tmp_path, name, tool):
 
 
 @pytest.mark.skipif(PTXAS is None, reason="ptxas missing")
+def test_an_old_module_is_raised_to_what_the_head_code_needs(tmp_path):
+    """ld/st.relaxed.gpu need PTX 6.0 and sm_70 (formats.ENGINE_REQUIREMENTS): an sm_52, .version 5.0 module is
+    raised (the ordinary variant keeps its target), and ptxas takes it."""
+    text = next(ROOT.joinpath("tests").rglob("sm52_v50.ptx")).read_text()
+    assert ".target sm_52" in instrument(text, load_probe_argument("block_sched", None)).ptx
+    ours = chain_ptx(text)
+    assert ".target sm_70" in ours and ".version 6.0" in ours
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(ours)
+    done = subprocess.run([PTXAS, "-arch=sm_75", str(ptx), "-o", str(tmp_path / "k.cubin")], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas missing")
 def test_ptxas_takes_a_guarded_exit(tmp_path):
     ptx = tmp_path / "k.ptx"
     ptx.write_text(chain_ptx(GUARDED_EXIT))
