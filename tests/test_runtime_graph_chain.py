@@ -257,7 +257,28 @@ def test_a_destroyed_graph_drains_and_frees_its_chain(tmp_path, monkeypatch):
     p.drv.graph_destroy(graph)
     p.rt.on_graph(G_GRAPH_DESTROY, graph, 0)
     assert group.chain is None and heads not in p.drv.mem and ring0 not in p.drv.mem  # freed
+    assert p.rt.graphs.budget.used == 0  # (the chain's bytes given back with the nodes')
     assert set(p.frames().values()) == {7} and len(p.frames()) == 3  # drained first
     finish(p.rt)
     rows = [r for r in p.rt.graph_summary if r.get("graph") is not None]
     assert len(rows) == 3 and all((r["replays"], r["written"], r["dropped_behind"]) == (7, 7, 0) for r in rows)
+
+
+def test_a_chain_the_budget_has_no_room_for_keeps_the_append_path(tmp_path, monkeypatch):
+    p = ChainProgram(tmp_path, monkeypatch)
+    budget, calls = p.rt.graphs.budget, []
+    real = budget.reserve
+
+    def reserve(n):  # the 3 nodes' memory at capture fits; the chain's at the capture's end does not
+        calls.append(n)
+        return real(n) if len(calls) <= 3 else False
+
+    budget.reserve = reserve
+    graph = p.capture()
+    assert len(calls) == 4 and p.kernels_in(graph)[-1] == APPEND_KERNEL
+    assert "budget" in events(p.rt, "graph_chain_refused")[0]["reason"]
+    exe = p.instantiate(graph)
+    for _ in range(3):
+        p.drv.graph_launch(exe)
+    finish(p.rt)
+    assert set(p.frames().values()) == {3} and len(p.frames()) == 3

@@ -675,7 +675,7 @@ class GraphProbes:
             for node in list(group.nodes):
                 self._free_node_memory(node)
                 self._forget_node(node)
-            chain_capture.free_chain(group)  # (after the nodes' summary rows: they read its counts)
+            chain_capture.free_chain(self, group)  # (after the nodes' summary rows: they read its counts)
             with contextlib.suppress(DriverError), relaxed_capture(self.drv):
                 for desc in group.descs:
                     self.drv.mem_free_sync(desc)

@@ -217,6 +217,7 @@ class ChainRings:
         self.sinks = [i for i, a in advancers.items() if a.next_replay]
         self.drained = [0] * len(spans)
         self.frames = [0] * len(spans)
+        self.held = 0  # bytes its owner holds against a budget for it
         n = len(spans)
         self.heads = drv.mem_alloc_sync(HEAD_BYTES * n)
         self.rings: list[int] = []

@@ -13,6 +13,7 @@ probes drain (exit, a context's teardown, a group's memory going) after the cont
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 
 from neutrino.runtime.cudagraphs import chain
@@ -43,18 +44,27 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
         return False
     probed = [n.node for n in nodes]
     handles = list(dict.fromkeys([*probed, *(h for e in edges for h in e)]))
-    chosen = chain.choose_advancers(handles, edges, probed)
+    try:
+        chosen = chain.choose_advancers(handles, edges, probed)
+    except ValueError:  # (edges that make a cycle: not a graph CUDA makes)
+        return False
     if chosen is None:
         return False
     at = {h: i for i, h in enumerate(probed)}
     advancers = {at[p]: chain.Advancer(at[a.node], a.next_replay) for p, a in chosen.items()}
+    k = max(2, 1 << (min(n.ring_layout.nslots for n in nodes).bit_length() - 1))  # a power of 2
+    held = chain.HEAD_BYTES * len(nodes) + sum(k * chain.slot_stride(n.span) for n in nodes)
+    if not gp.budget.reserve(held):  # (the graphs' budget: the append path's memory is held as well)
+        gp.trace.event("graph_chain_refused", graph=group.id, graph_nodes=[n.id for n in nodes],
+                       reason=f"the graphs' buffer budget has no room for the chain's {held} bytes")
+        return False
     rings = None
     switched: list = []
     try:
         with relaxed(gp.drv):  # (another thread may be capturing)
             funcs = [gp.chain_variant(pk, rec) for pk, rec, _ in (n.chain_src for n in nodes)]
-            k = max(2, 1 << (min(n.ring_layout.nslots for n in nodes).bit_length() - 1))  # a power of 2
             rings = chain.ChainRings(gp.drv, [n.span for n in nodes], advancers, k, stream)
+            rings.held = held
             for i, (n, func) in enumerate(zip(nodes, funcs)):
                 _set_buffers(n, [rings.head_param(i)] + [off - n.offsets[0] for off in n.offsets[1:]])
                 switched.append(n)
@@ -63,7 +73,9 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
     except (Fallback, DriverError, ValueError) as e:
         _undo(gp, switched, relaxed)
         if rings is not None:
-            rings.free()
+            with contextlib.suppress(DriverError):
+                rings.free()
+        gp.budget.give_back(held)
         gp.trace.event("graph_chain_refused", graph=group.id, graph_nodes=[n.id for n in nodes],
                        reason=f"{type(e).__name__}: {e}")
         return False
@@ -131,11 +143,10 @@ def chain_stats(group, node) -> dict:
     return {"replays": written + dropped, "dropped_behind": dropped}
 
 
-def free_chain(group) -> None:
-    """The group's heads and rings freed (drained first by the caller)."""
+def free_chain(gp, group) -> None:
+    """The group's heads and rings freed (drained first by the caller), their bytes given back to the budget."""
     if group.chain is not None:
-        try:
+        with contextlib.suppress(DriverError):
             group.chain.free()
-        except DriverError:
-            pass
+        gp.budget.give_back(group.chain.held)
         group.chain = None
