@@ -200,18 +200,22 @@ ISOLATE_FIFTH = [
     Variant("every:50 twin", _EVERY),
 ]
 # The sixth (`--isolate sixth`, session 10), after ISOLATE_FIFTH: the shim's count of stream work of ours inside a
-# capture is 0 in the real process (benchmarks/capture_work_gpu.sh), yet B stays ~1.09. Left: work of ours on our
-# stream after a capture ends, before the program instantiates and replays (the nodes' zeroing, the append node's
-# descriptors). Neutrino doing it on the program's own capture stream (the default since) against on our stream
-# (as before), and a plain process doing a memset and copy on a stream of its own between A's capture and B's.
+# capture is 0 in the real process (benchmarks/capture_work_gpu.sh), yet B stays ~1.09. Left: work of ours on a
+# stream of ours after a capture ends, before the program's next capture (the nodes' zeroing, the append node's
+# descriptors). Measured (H200, docs/overhead.md "Session 10: the lead's GPU runs"): neutrino doing that work on the
+# program's capture stream instead changed nothing (1.083 against 1.088), and a plain process doing a memset and a
+# copy on a stream of its own between A's capture and B's costs nothing (1.005). Not yet measured: a plain process
+# adding a kernel node to A's captured graph with the graph API (neutrino's append node is added so), the one step
+# of neutrino's capture no plain row has done.
 ISOLATE_SIXTH = [
     Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
-    Variant("every:50 twin, B only, after-capture work on the program's stream", _EVERY, child=_B_ONLY,
-            reference=_B_REF),
-    Variant("every:50 twin, B only, after-capture work on our stream (before)", _EVERY,
-            {"NEUTRINO_MEASURE": "post-capture-our-stream"}, child=_B_ONLY, reference=_B_REF),
+    Variant("every:50 twin, B only replayed", _EVERY, child=_B_ONLY, reference=_B_REF),
     Variant("plain + a stream's memset and copy between A's capture and B's", None,
             child=[*_B_ONLY, "--ops-between"], reference=_B_REF),
+    Variant("plain + A captured (driver API, never instantiated)", None, child=[*_B_ONLY, "--a-uncompiled"],
+            reference=_B_REF),
+    Variant("plain + A captured, the append kernel added with the graph API", None,
+            child=[*_B_ONLY, "--a-uncompiled", "--a-addnode"], reference=_B_REF),
     Variant("plain, B only replayed (again)", None, child=_B_ONLY, reference=_B_REF),
 ]
 ISOLATE_SETS = {"first": ISOLATE, "next": ISOLATE_NEXT, "third": ISOLATE_THIRD, "fourth": ISOLATE_FOURTH,

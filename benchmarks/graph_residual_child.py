@@ -39,6 +39,10 @@ is never replayed, so neither runs). The `stream` row split: `stream-create` the
 and never used, `stream-ops` a stream made before the capture with the memset, copy and wait inside it,
 `stream-sync` a stream made before the capture and only waited for inside it.
 
+`--a-addnode` (with `--a-uncompiled`): the append kernel added to A's captured graph through the graph API
+(cuGraphAddKernelNode_v2, a root node with zeroed arguments), as neutrino adds its append node once a capture
+has ended; what a plain process had not yet done of neutrino's capture (session 10).
+
 `--ops-between` (sixth split): the same memset and copy on a stream of the process's own, made before the
 captures, done after the first graph's capture (and instantiation), before the second's: stream work of a
 stream other than the program's before a graph is captured, outside any capture.
@@ -269,6 +273,22 @@ def capture_uninstantiated(kernel, x, y, n: int):
     return graph, outs
 
 
+def add_kernel_node(graph) -> None:
+    """`--a-addnode`: neutrino's append kernel (loaded as neutrino loads it, zeroed arguments) added to the
+    captured, never instantiated graph through the graph API, a root node, as neutrino adds its append node
+    after a capture ends (never run: the graph is not instantiated)."""
+    import ctypes as C
+
+    from neutrino.runtime.driver import RealDriver
+
+    cu = _driver()
+    drv = RealDriver(lambda name: C.cast(getattr(cu, name), C.c_void_p).value if hasattr(cu, name) else 0)
+    during = DuringCapture(["module"])
+    during._load_append()  # noqa: SLF001 - the module and its kernel, outside any capture
+    params = during._zero_params(during.append)  # noqa: SLF001
+    drv.graph_add_kernel_node(graph.value, [], during.append.value, (1, 8, 1), (256, 1, 1), C.addressof(params))
+
+
 MiB = 1 << 20
 SUSPECTS = ("device", "mapped", "pinned", "stream", "module", "append-function", "probed-cubin", "ptxas-original")
 
@@ -383,10 +403,14 @@ def main() -> None:
     ap.add_argument("--eager-a", type=int, default=0, help="A's kernel launched this many times eagerly after the captures")
     ap.add_argument("--reset-a", action="store_true", help="destroy graph A (CUDAGraph.reset) before B's replays")
     ap.add_argument("--a-uncompiled", action="store_true", help="capture A with the driver API, never instantiate it")
+    ap.add_argument("--a-addnode", action="store_true",
+                    help="with --a-uncompiled: the append kernel added to A's graph through the graph API after its capture")
     ap.add_argument("--ops-between", action="store_true",
                     help="a memset and a copy on a stream of the process's own (made before the captures) after the "
                          "first graph's capture and instantiation, before the second's (waited for)")
     args = ap.parse_args()
+    if args.a_addnode and not args.a_uncompiled:
+        ap.error("--a-addnode adds to the graph --a-uncompiled captures: give --a-uncompiled")
     if (args.reset_a or args.a_uncompiled) and args.replay != "B":
         ap.error("--reset-a and --a-uncompiled leave graph A nothing to replay: give --replay B")
     os.environ.setdefault("OVERHEAD_GPU_ONLY", "1")
@@ -402,6 +426,8 @@ def main() -> None:
     for name in args.order:
         captured[name] = capture_uninstantiated(kernels[name], x, y, n) if name == "A" and args.a_uncompiled \
             else capture(kernels[name], x, y, n, during if name == "A" else None)
+        if name == "A" and args.a_addnode:
+            add_kernel_node(captured[name][0])
         if between is not None and len(captured) == 1:
             between._node(0)  # noqa: SLF001 - the stream-ops step, outside any capture
     for _ in range(args.eager_a):

@@ -194,7 +194,8 @@ def main() -> None:
         runs: dict[str, list[dict]] = {}
         for _ in range(args.rounds):
             for name in args.tools.split(","):
-                label, _, config = name.rpartition(":")
+                # `LABEL:CONFIG` names another tree; a configuration's own colons (`every:50`) are not labels
+                label, _, config = ("", "", name) if name in CONFIGS else name.partition(":")
                 if label and label not in trees:
                     raise SystemExit(f"overhead.py: {name}: no --tree {label}=PATH")
                 res = run_config(config, CONFIGS[config], args.iters, tmp, args.workloads, cpus,

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes as C
-import os
 import threading
 
 import attrs
@@ -330,17 +329,16 @@ class GraphProbes:
             self.sink.set_active(node.record, False)
         self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id, reason=reason)
 
-    def end_capture(self, graph: int, stream: int = 0) -> None:
-        """The capture that built `graph` on `stream` ended: its nodes' device memory is made ready (zeroed,
-        the gate set), now that no stream work of ours can land inside the program's capture, and the append
-        node (graph_ring.py) is added after all its probed kernel nodes, a leaf. Failing, those nodes' results
+    def end_capture(self, graph: int) -> None:
+        """The capture that built `graph` ended: its nodes' device memory is made ready (zeroed, the gate
+        set), now that no stream work of ours can land inside the program's capture, and the append node
+        (graph_ring.py) is added after all its probed kernel nodes, a leaf. Failing, those nodes' results
         are lost, never a kernel."""
         with self._lock:
             group = self._by_graph.get(graph)
             fresh = [n for n in group.nodes if n.device and not n.zeroed] if group else []
             nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended] if group else []
-        after = self._after_capture_stream(group, stream)
-        if not self._zero(group, fresh, after) or not nodes:
+        if not self._zero(group, fresh) or not nodes:
             return
         try:
             with relaxed_capture(self.drv):  # another thread may be capturing
@@ -349,8 +347,9 @@ class GraphProbes:
                     for n in nodes])
                 desc = self.drv.mem_alloc_sync(C.sizeof(descs))
                 group.descs.append(desc)
-                self.drv.memcpy_htod_async(desc, C.addressof(descs), C.sizeof(descs), after)
-                self.drv.stream_synchronize(after)
+                stream = self._our_stream(group.ctx)
+                self.drv.memcpy_htod_async(desc, C.addressof(descs), C.sizeof(descs), stream)
+                self.drv.stream_synchronize(stream)
                 args = graph_ring.append_params(desc, self.sink.filter, self.wait_ns).pointers()
                 group.append_args.append(args)
                 chunks = graph_ring.append_chunks([n.span for n in nodes])
@@ -370,27 +369,14 @@ class GraphProbes:
         for n in nodes:
             n.appended = True
 
-    def _after_capture_stream(self, group: GraphGroup | None, stream: int) -> int:
-        """Where the work after a capture goes (its nodes' memory zeroed, the append node's descriptors):
-        the stream the program captured, which the capture has just given back, when it is a stream of
-        its own (not a default stream: 0); else ours. Work of ours on a stream of ours before the
-        program's graphs are instantiated is measured to slow their replays (issue 24: docs/overhead.md,
-        "Session 10: graph B's residual"). NEUTRINO_MEASURE=post-capture-our-stream (benchmarks only):
-        ours always, as before."""
-        if group is None:
-            return 0
-        if stream and "post-capture-our-stream" not in os.environ.get("NEUTRINO_MEASURE", "").split(","):
-            return stream
-        with relaxed_capture(self.drv):
-            return self._our_stream(group.ctx)
-
-    def _zero(self, group: GraphGroup | None, nodes: list[GraphNode], stream: int) -> bool:
-        """Zero `nodes`' device memory (ring.zero_node_memory) on `stream` and wait; False (their results
+    def _zero(self, group: GraphGroup | None, nodes: list[GraphNode]) -> bool:
+        """Zero `nodes`' device memory (ring.zero_node_memory) on our stream and wait; False (their results
         lost: their probed kernels write into memory not made ready) where that fails."""
         if not nodes:
             return True
         try:
             with relaxed_capture(self.drv):
+                stream = self._our_stream(group.ctx)
                 for n in nodes:
                     graph_ring.zero_node_memory(self.drv, n.device_layout, n.device, stream, n.gate_closed)
                 self.drv.stream_synchronize(stream)
@@ -467,8 +453,8 @@ class GraphProbes:
         if kind == G_SET_PARAMS:
             return self.set_params(a, b, c, version)
         if kind == G_END_CAPTURE:  # a: the stream, b: the graph it built
-            if not self._end_capture_chain(b, a):
-                self.end_capture(b, a)
+            if not self._end_capture_chain(b):
+                self.end_capture(b)
             return 0
         if kind == G_BEGIN_CAPTURE:  # a: the stream about to be captured
             self.before_capture()
@@ -520,9 +506,9 @@ class GraphProbes:
                     self._release(group)
         return 0
 
-    def _end_capture_chain(self, graph: int, stream: int) -> bool:
+    def _end_capture_chain(self, graph: int) -> bool:
         """The chain instead of the append node (chain_capture.py), where it is on and takes the capture (its
-        memory made ready on the stream end_capture would use)."""
+        memory made ready on our stream, as end_capture's)."""
         if self.chain_variant is None:
             return False
         with self._lock:
@@ -530,8 +516,9 @@ class GraphProbes:
             nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended] if group else []
         if not chain_capture.chain_nodes(group, nodes):
             return False
-        return chain_capture.end_capture_chain(self, graph, group, nodes, relaxed_capture,
-                                               self._after_capture_stream(group, stream))
+        with relaxed_capture(self.drv):
+            stream = self._our_stream(group.ctx)
+        return chain_capture.end_capture_chain(self, graph, group, nodes, relaxed_capture, stream)
 
     def _add_exec(self, group: GraphGroup | None, exe: int) -> None:
         if group is not None:

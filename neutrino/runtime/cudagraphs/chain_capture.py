@@ -33,7 +33,7 @@ def chain_nodes(group, nodes: list) -> list:
 
 def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) -> bool:
     """`gp`: capture.GraphProbes; `nodes`: the capture's probed nodes not yet served (end_capture's); `stream`: where
-    the work after the capture goes (GraphProbes._after_capture_stream). True when the chain took them; False leaves
+    the work after the capture goes (a stream of ours, as end_capture's). True when the chain took them; False leaves
     them to the append path, untouched (a failure part way is undone)."""
     nodes = chain_nodes(group, nodes)
     if not nodes or gp.picker is not None or gp.sink.filter != LaunchFilter():
