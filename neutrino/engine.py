@@ -44,22 +44,30 @@ def cycle_collection_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _chain_on_ptx(isa, graph_chain: bool) -> None:
+    if graph_chain and isa is not PTX:
+        raise InstrumentError(f"graph_chain: only PTX kernels have the chain variant, not {isa.name.upper()}")
+
+
 def instrument_module(module, probes: ProbeFile, kernel: str | None = None, pipeline: PassManager | None = None,
-                      isa=PTX) -> Context:
-    ctx = Context(probes, kernel, isa=isa)
+                      isa=PTX, graph_chain: bool = False) -> Context:
+    _chain_on_ptx(isa, graph_chain)
+    ctx = Context(probes, kernel, isa=isa, graph_chain=graph_chain)
     (pipeline or default_pipeline(isa)).run(module, ctx)
     return ctx
 
 
 def instrument(text: str, probes: ProbeFile, kernel: str | None = None, source: str | None = None,
-               pipeline: PassManager | None = None, isa=PTX) -> Instrumented:
-    """`text` in `isa` (neutrino/isa/interface.py; PTX unless named) instrumented with `probes`, loaded for that ISA."""
+               pipeline: PassManager | None = None, isa=PTX, graph_chain: bool = False) -> Instrumented:
+    """`text` in `isa` (neutrino/isa/interface.py; PTX unless named) instrumented with `probes`, loaded for that ISA.
+    `graph_chain`: the variant a CUDA graph's chain node runs (PTX; spec/kernel-json.md, "The chain head")."""
+    _chain_on_ptx(isa, graph_chain)
     if probes.isa != isa.name:
         raise InstrumentError(f"{probes.path}: its snippets are {probes.isa.upper()}; "
                               f"load it with isa={isa.name!r} for a {isa.name.upper()} module")
     with cycle_collection_paused():
         module = isa.parse_module(text, source or f"<{isa.name}>")
-        ctx = instrument_module(module, probes, kernel, pipeline, isa)
+        ctx = instrument_module(module, probes, kernel, pipeline, isa, graph_chain)
         return Instrumented(isa.print_module(module), ctx.info(), dict(ctx.timings))
 
 

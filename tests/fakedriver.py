@@ -11,6 +11,7 @@ import ctypes as C
 import itertools
 import threading
 
+from neutrino.runtime.cudagraphs import chain as graph_chain
 from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.driver import CAPTURE_MODE_GLOBAL, CAPTURE_MODE_RELAXED, CaptureInfo, DriverError
 
@@ -274,6 +275,17 @@ class FakeDriver:
     def exec_destroy(self, exe):
         del self.execs[exe]
 
+    def graph_kernel_node_set_params(self, node_handle, func, grid, block, shared_bytes, params):
+        """cuGraphKernelNodeSetParams_v2 on a graph's node (executable graphs instantiated later copy it)."""
+        self._check("graph_kernel_node_set_params")
+        for graph in self.graphs.values():
+            for node in graph.nodes:
+                if node["handle"] == node_handle:
+                    req = _OwnLaunch(tuple(grid), tuple(block), shared_bytes, 0)
+                    node["func"], node["run"] = func, self._kernel_run(func, req, params)
+                    return
+        raise DriverError("cuGraphKernelNodeSetParams_v2", 400, "CUDA_ERROR_INVALID_HANDLE")
+
     def exec_kernel_node_set_params(self, exe, node_handle, func, req, params):
         """cuGraphExecKernelNodeSetParams: the exec's copy of the node runs `func` with `params`."""
         for node in self.execs[exe]:
@@ -400,7 +412,13 @@ class FakeDriver:
         probed = b"__nt_buf" in self.modules.get(module, b"")
         impl = self.kernel_impl.get(name)
         if impl is not None and probed:  # only probed code writes maps
-            impl(self, req, params, name)
+            _CHAIN.on, _CHAIN.head = b"%nt_ch_adv" in self.modules.get(module, b""), 0  # the graph_chain variant
+            try:
+                impl(self, req, params, name)
+            finally:
+                head, _CHAIN.on = _CHAIN.head, False
+            if head:
+                emulate_chain_advance(head)
         program = self.program_impl.get(name)
         if program is not None:  # what the kernel computes for the program, probed or not
             program(self, req, params)
@@ -460,12 +478,34 @@ def param_u64(params_addr: int, i: int) -> int:
 def probe_buffer(params_addr: int, i: int) -> int | None:
     """The map buffer parameter i as the probed kernel's prologue reads it (passes/buffers.py): bit 0
     set means a graph node, whose gate (the u32 8 bytes before the buffer) is 0 when the replay
-    probes; None when the probe is gated off."""
+    probes; None when the probe is gated off. In the graph_chain variant (passes/graph_chain.py) the
+    tagged pointer is a head instead: the buffer is its `cur` (None: 0), and the head is noted for the
+    advance the kernel's thread 0 of block 0 makes at its exit (emulate_chain_advance)."""
     value = param_u64(params_addr, i)
     buf = value & ~1
+    if value & 1 and getattr(_CHAIN, "on", False):
+        _CHAIN.head = buf
+        return C.c_uint64.from_address(buf + graph_chain.CUR).value or None
     if value & 1 and C.c_uint32.from_address(buf - graph_ring.GATE_OFFSET).value:
         return None
     return buf
+
+
+_CHAIN = threading.local()  # a graph_chain kernel running: `on`, and the head its first buffer parameter named
+
+
+def emulate_chain_advance(head: int) -> None:
+    """The advance a graph_chain kernel makes at its exit (passes/graph_chain.advance, modelled by
+    neutrino.runtime.cudagraphs.chain.device_advance): the head at `adv` published and given its next slot (words
+    0, 4 and 5 stored, as the PTX stores them, and the slot's tag)."""
+    adv = C.c_uint64.from_address(head + graph_chain.ADV).value
+    if not adv:
+        return
+    words, tag = graph_chain.device_advance(graph_chain.unpack(C.string_at(adv, 8 * graph_chain.WORDS)))
+    if tag is not None:
+        C.c_uint64.from_address(tag[0]).value = tag[1]
+    for w in (graph_chain.CUR, graph_chain.WRITTEN, graph_chain.DROPPED):
+        C.c_uint64.from_address(adv + w).value = words[w // 8]
 
 
 def param_u32(params_addr: int, i: int) -> int:

@@ -28,13 +28,15 @@ import attrs
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.symbols import NameAllocator
-from neutrino.passes.build import entry_index, insn
+from neutrino.passes import graph_chain
+from neutrino.passes.build import entry_index, insn, splice
 from neutrino.passes.lower_save import GATE_OFFSET, GATE_REGISTER, map_register
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.param_space import check_param_space
 from neutrino.passes.resolve import LEVEL_LEADER
 from neutrino.passes.ring import is_ring_map, ring_pointers
 from neutrino.passes.save_core import COUNT_BYTES, RECORDS_ALIGN, address_maps, record_stride
+from neutrino.passes.shared_agg import func_with_exit
 from neutrino.maps import stripe_row_bytes, stripes
 
 ORIGIN = "buffer-addressing"
@@ -60,6 +62,8 @@ class _Prologue:
     block: tuple[int, int, int] | None = None  # the kernel's .reqntid (thread_geometry)
     whole_counts: dict[str, int] = attrs.Factory(dict)  # units register → its units per block, when the block's shape
     # makes them a multiple of 4 (the counts section then ends 16-byte aligned: map_pointers)
+    chain: bool = False  # the graph_chain variant (passes/graph_chain.py): the tagged pointer is a head's
+    first_buf: str | None = None  # the first map's buffer register (chain: the others are offsets from it)
 
     def t(self, role: str, rtype: str) -> str:
         return self.state.temp(role, rtype)
@@ -151,16 +155,27 @@ class _Prologue:
         """buf = the map's buffer parameter, in the global window; for the first map, the gate too."""
         self.emit("ld.param.u64", buf, ir.Address(ir.Symbol(buffer_param)))
         if not first:
+            if self.chain:  # a chain node's other maps: their offsets from the first map's buffer (its slot)
+                gated = self.t("gated", "pred")
+                self.emit("cvta.to.global.u64", buf, buf, guard=ir.Guard(ir.Register(gated), negated=True))
+                self.emit("add.u64", buf, buf, self.first_buf, guard=gated)
+                return
             self.emit("cvta.to.global.u64", buf, buf)
             return
+        self.first_buf = buf
         tag, gated = self.t("gate_tag", "b32"), self.t("gated", "pred")
-        gate, on = self.t("gate", "b32"), self.t(GATE_REGISTER, "pred")
+        gate = None if self.chain else self.t("gate", "b32")
+        on = self.t(GATE_REGISTER, "pred")
         # the tag tested in 32 bits (one predicate-setting instruction, not a 64-bit compare's two)
         self.emit("cvt.u32.u64", tag, buf)
         self.emit("and.b32", tag, tag, 1)
         self.emit("setp.ne.u32", gated, tag, 0)
         self.emit("and.b64", buf, buf, -2)
         self.emit("cvta.to.global.u64", buf, buf)
+        if self.chain:
+            regs = graph_chain.ChainRegisters(self.t)
+            graph_chain.head_load(self.emit, regs, buf, gated, on, self.t("tlin", "b32"), self.t("blin", "b64"))
+            return
         self.emit("mov.u32", gate, 0)
         self.emit("ld.global.u32", gate, ir.Address(ir.Register(buf), ir.Immediate(str(-GATE_OFFSET))), guard=ir.Guard(ir.Register(gated)))
         self.emit("setp.eq.u32", on, gate, 0)
@@ -261,9 +276,10 @@ class _PrologueShape:
     maps: tuple[_MapShape, ...]
     counting: bool
     block: tuple[int, int, int] | None = None  # the kernel's .reqntid (thread_geometry)
+    chain: bool = False  # the graph_chain variant
 
     @classmethod
-    def of(cls, state: KernelState, maps: list) -> "_PrologueShape":
+    def of(cls, state: KernelState, maps: list, chain: bool = False) -> "_PrologueShape":
         return cls(
             state.prefix,
             tuple((name, state.temps[name]) for name in state.renames.values()),
@@ -271,6 +287,7 @@ class _PrologueShape:
             tuple(_MapShape(m.name, m.level, m.cap, m.record_bytes, m.type, getattr(m, "stage", None)) for m in maps),
             state.counting,
             required_block(getattr(state.function, "directives", ())),
+            chain,
         )
 
 
@@ -327,9 +344,9 @@ def prologue_template(shape: _PrologueShape) -> _PrologueTemplate:
         levels=set(shape.levels),
         counting=shape.counting,
     )
-    prologue = _Prologue(scratch)
+    prologue = _Prologue(scratch, chain=shape.chain)
     prologue.zero_probe_registers()
-    if any(m.type == "array" for m in shape.maps) or shape.levels:
+    if any(m.type == "array" for m in shape.maps) or shape.levels or shape.chain:  # (chain: block 0, thread 0)
         prologue.thread_geometry(shape.block)
         prologue.leaders()
     prologue.code += address_maps(prologue, list(shape.maps))
@@ -352,6 +369,8 @@ class PtxBufferAddressing:
         # The counting variant takes the parameters of the kernel it counts for, names included.
         owners = {state.count_kernel: name for name, state in ctx.kernels.items() if state.count_kernel}
         chosen: dict[str, dict[str, str]] = {}  # owner → template placeholder → parameter name
+        if ctx.graph_chain:
+            graph_chain.refuse_exiting_funcs(module, func_with_exit)
         for name, state in ctx.kernels.items():
             owner = owners.get(name, name)
             if owner not in chosen:
@@ -359,12 +378,25 @@ class PtxBufferAddressing:
             original = len(state.function.params or [])
             self.add_params(state, chosen[owner], ctx)
             check_param_space(module, state.function, original)
-            shape = _PrologueShape.of(state, [ctx.probes.maps[m] for m in state.maps])
+            chain = ctx.graph_chain and not state.counting and bool(state.maps)
+            shape = _PrologueShape.of(state, [ctx.probes.maps[m] for m in state.maps], chain)
             code = prologue_template(shape).instantiate(state, chosen[owner])
             body = state.function.body
             i = entry_index(body)
             body[i:i] = code
+            if chain:
+                self.advance_at_exits(state)
             body[0:0] = declarations(state.temps)
+
+    @staticmethod
+    def advance_at_exits(state: KernelState) -> None:
+        """The chain's advance before each of the kernel's exits, after every probe's exit code."""
+        regs = graph_chain.ChainRegisters(state.temp)
+        edits = {}
+        for n, anchor in enumerate(state.exits):
+            labels = (f"{state.prefix}L_chain_prime{n}", f"{state.prefix}L_chain_done{n}")
+            edits[id(anchor)] = (graph_chain.advance(regs, anchor, labels), None, [])
+        splice(state.function.body, edits)
 
     @staticmethod
     def add_params(state: KernelState, params_named: dict[str, str], ctx: Context) -> None:

@@ -69,6 +69,7 @@ class Context:
     timings: dict[str, float] = attrs.Factory(dict)
     allocator: NameAllocator | None = None  # every name a pass adds comes from here (spec/ir.md "Names")
     isa: object = None  # neutrino.isa.interface.Isa; the pass manager sets PTX when none was given
+    graph_chain: bool = False  # PTX: the variant a CUDA graph's chain node runs (passes/graph_chain.py)
 
     def names(self, module) -> NameAllocator:
         """The module's name allocator, read from its symbol tables when first asked for (PTX)."""

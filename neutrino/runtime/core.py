@@ -46,6 +46,7 @@ from neutrino.runtime.results.drain import NativeWriter, ResultWriter
 from neutrino.runtime.modules.compilers import CompiledIndex, unseen_xla_compile_reason
 from neutrino.runtime.context_tables.tables import ContextTables
 from neutrino.runtime.launch_path.fastpath import FastPath
+from neutrino.runtime.cudagraphs import chain as graph_chain
 from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.cudagraphs.sinks import NativeGraphSink, PythonGraphSink
 from neutrino.runtime.cudagraphs.capture import G_ADD_KERNEL_NODE, G_BEGIN_CAPTURE, GraphProbes, relaxed_capture
@@ -156,9 +157,12 @@ class Runtime:
             sink = NativeGraphSink(native_writer, self.writer, self.opt.launches, self.opt.buffer_budget)
         else:
             sink = PythonGraphSink(self.drv, self.trace, self.trace_budget, self.opt.launches)
-        return GraphProbes(self.drv, self.trace, sink, ByteBudget(self.opt.buffer_budget), self.enqueuer,
-                           self.attribution, arch_of=self.devices.arch,
-                           wait_ns=graph_ring.WAIT_NS if self.opt.when_full == "wait" else 0)
+        probes = GraphProbes(self.drv, self.trace, sink, ByteBudget(self.opt.buffer_budget), self.enqueuer,
+                             self.attribution, arch_of=self.devices.arch,
+                             wait_ns=graph_ring.WAIT_NS if self.opt.when_full == "wait" else 0)
+        if graph_chain.enabled() and not native_writer and self.opt.when_full != "wait":  # (chain_capture.py: why)
+            probes.chain_variant = self.kernels.chain_variant
+        return probes
 
     # ------------------------------------------------------------ what exists
     @property

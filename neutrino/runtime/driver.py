@@ -135,6 +135,7 @@ _SIGNATURES = {
     "cuMemHostGetDevicePointer_v2": [C.POINTER(C.c_uint64), P, U],
     "cuMemcpyHtoDAsync_v2": [C.c_uint64, P, SZ, P],
     "cuGraphAddKernelNode_v2": [PP, P, P, SZ, P],
+    "cuGraphKernelNodeSetParams_v2": [P, P],
     "cuGraphGetEdges_v2": [P, P, P, P, C.POINTER(SZ)],
     "cuGraphAddNode_v2": [PP, P, P, P, SZ, P],
     "cuGraphRemoveDependencies_v2": [P, P, P, P, SZ],
@@ -420,6 +421,14 @@ class RealDriver:
         else:
             self._call("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, len(deps), C.byref(p))
         return node.value
+
+    def graph_kernel_node_set_params(self, node: int, func: int, grid, block, shared_bytes: int, params: int) -> None:
+        """cuGraphKernelNodeSetParams_v2 on a kernel node of a graph (not yet instantiated): it runs `func` with the
+        parameters at `params` (copied by the driver), in the launch shape given."""
+        p = KernelNodeParamsV2(func=func, gridDimX=grid[0], gridDimY=grid[1], gridDimZ=grid[2], blockDimX=block[0],
+                               blockDimY=block[1], blockDimZ=block[2], sharedMemBytes=shared_bytes,
+                               kernelParams=C.cast(params, C.POINTER(C.c_void_p)))
+        self._call("cuGraphKernelNodeSetParams_v2", node, C.byref(p))
 
     def graph_edges(self, graph: int) -> list[tuple[int, int]]:
         """The graph's edges (from, to) along which `to` starts only once `from` has completed: those

@@ -470,6 +470,9 @@ ENGINE_REQUIREMENTS: dict[tuple[str, ...], Requirement] = {
     ("vote", "sync"): Requirement((6, 0), 30),
     ("match", "any", "sync"): Requirement((6, 0), 70),
     ("redux", "sync"): Requirement((7, 0), 80),
+    # the graph_chain variant's head loads and stores (passes/graph_chain.py): memory-model qualifiers
+    ("ld", "relaxed"): Requirement((6, 0), 70),
+    ("st", "relaxed"): Requirement((6, 0), 70),
 }
 
 

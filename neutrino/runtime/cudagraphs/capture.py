@@ -46,7 +46,7 @@ import threading
 import attrs
 
 from neutrino import maps as tracefmt
-from neutrino.runtime.cudagraphs import replay_select
+from neutrino.runtime.cudagraphs import chain_capture, replay_select
 from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.driver import CAPTURE_MODE_RELAXED, DriverError, KernelNodeParams, KernelNodeParamsV2
 from neutrino.runtime.launch_path.pool import Slot
@@ -108,6 +108,8 @@ class GraphNode:
     frame: str | None = None
     pick_args: int = 0  # its arguments copied at capture for the host's choice of replays (replay_select.py)
     writes_globals: bool = False  # the probed kernel's module globals are copied back after it (copy_globals_out)
+    chain_src: tuple | None = None  # (ProbedKernel, FuncRec, param plan): what the chain needs (chain_capture.py)
+    chain_func: int = 0  # the graph_chain variant it runs (the chain took it), else 0
 
     @property
     def span(self) -> int:
@@ -144,6 +146,8 @@ class GraphGroup:
     pick_group: int = 0  # the host's replay count shared by its executable graphs (replay_select.py)
     pick_off: str = ""  # why the host no longer chooses the replays of new executable graphs
     planned: set = attrs.Factory(set)  # executable graphs whose replays the host chooses (the others: the device gate)
+    chain: object = None  # chain.ChainRings: its probed nodes run the chain, no append node (chain_capture.py)
+    chain_order: list = attrs.Factory(list)  # the nodes of `chain`, in its order
 
     @property
     def refs(self) -> int:
@@ -174,6 +178,7 @@ class GraphProbes:
         self.freed_groups = 0
         self._finished: list[dict] = []  # the summary rows of nodes already freed
         self.picker = replay_select.picker_for(sink)  # None: the device gate alone (ring.py, "Sampling")
+        self.chain_variant = None  # (pk, rec) -> its graph_chain variant: the chain is on (NEUTRINO_GRAPH_CHAIN=1)
 
     # ------------------------------------------------------------ capture
     def capture(self, rec, pk, req, ctx: int, stream: int, shape) -> int:
@@ -214,6 +219,8 @@ class GraphProbes:
             raise
         node.keep = params
         node.active = True
+        if self.chain_variant is not None:
+            node.chain_src = (pk, rec, plan)
         node.writes_globals = any(g.writable for g in pk.globals)
         if self.picker is not None and first is not None:  # the host's choice of replays (replay_select.py)
             buffer_param = pk.n_params + next(i for i, (_, is_buffer) in enumerate(plan) if is_buffer)
@@ -446,7 +453,8 @@ class GraphProbes:
         if kind == G_SET_PARAMS:
             return self.set_params(a, b, c, version)
         if kind == G_END_CAPTURE:  # a: the stream, b: the graph it built
-            self.end_capture(b)
+            if not self._end_capture_chain(b):
+                self.end_capture(b)
             return 0
         if kind == G_BEGIN_CAPTURE:  # a: the stream about to be captured
             self.before_capture()
@@ -498,6 +506,20 @@ class GraphProbes:
                     self._release(group)
         return 0
 
+    def _end_capture_chain(self, graph: int) -> bool:
+        """The chain instead of the append node (chain_capture.py), where it is on and takes the capture (its
+        memory made ready on our stream, as end_capture's)."""
+        if self.chain_variant is None:
+            return False
+        with self._lock:
+            group = self._by_graph.get(graph)
+            nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended] if group else []
+        if not chain_capture.chain_nodes(group, nodes):
+            return False
+        with relaxed_capture(self.drv):
+            stream = self._our_stream(group.ctx)
+        return chain_capture.end_capture_chain(self, graph, group, nodes, relaxed_capture, stream)
+
     def _add_exec(self, group: GraphGroup | None, exe: int) -> None:
         if group is not None:
             group.execs.add(exe)
@@ -518,7 +540,8 @@ class GraphProbes:
             node.group.pick_off = "the program set new parameters for a probed node of the graph"
         struct_type = KernelNodeParamsV2 if version >= 2 else KernelNodeParams
         p = struct_type.from_address(params_addr)
-        same = (p.func in (node.func, node.probed_func) and (p.gridDimX, p.gridDimY, p.gridDimZ) == node.grid
+        same = (p.func in (node.func, node.probed_func, node.chain_func or node.probed_func)
+                and (p.gridDimX, p.gridDimY, p.gridDimZ) == node.grid
                 and (p.blockDimX, p.blockDimY, p.blockDimZ) == node.block and not p.extra)
         if not same or not node.active or node.keep is None:
             if node.active:
@@ -532,7 +555,7 @@ class GraphProbes:
         if n and p.kernelParams:
             node.keep[:n] = (C.c_void_p * n).from_address(C.cast(p.kernelParams, C.c_void_p).value)
         new = struct_type.from_buffer_copy(p)
-        new.func = node.probed_func
+        new.func = node.chain_func or node.probed_func  # (a chain node's buffers are its head and offsets)
         if version >= 2:
             new.kern = None
         new.kernelParams = C.cast(node.keep, C.POINTER(C.c_void_p))
@@ -631,6 +654,7 @@ class GraphProbes:
             self.trace.event("graph_free_deferred", graphs=len(self._retired), reason=str(e))
             return
         retired, self._retired = self._retired, []
+        chain_capture.drain_chains(self, retired, relaxed_capture)
         for group in retired:
             # over a copy: _forget_node removes the node from group.nodes, and removing while
             # iterating skipped every other node (the second kernel node of a graph was never
@@ -638,6 +662,7 @@ class GraphProbes:
             for node in list(group.nodes):
                 self._free_node_memory(node)
                 self._forget_node(node)
+            chain_capture.free_chain(self, group)  # (after the nodes' summary rows: they read its counts)
             with contextlib.suppress(DriverError), relaxed_capture(self.drv):
                 for desc in group.descs:
                     self.drv.mem_free_sync(desc)
@@ -704,6 +729,9 @@ class GraphProbes:
         with contextlib.suppress(DriverError), relaxed_capture(self.drv):
             self.drv.ctx_synchronize()
         self.sink.drain()
+        with self._lock:
+            groups = {id(g): g for g in self._unfreed_groups()}
+        chain_capture.drain_chains(self, groups.values(), relaxed_capture)
 
     def close(self) -> None:
         """At exit, before the writer stops: the rings' last frames go to it, and nothing after."""
@@ -734,6 +762,8 @@ class GraphProbes:
 
     def _summary_row(self, node: GraphNode) -> dict:
         row = {"kernel": node.kernel, "graph": node.group.id, "graph_node": node.id, **self.sink.stats(node.record)}
+        if node.group.chain is not None and node in node.group.chain_order:
+            row.update(chain_capture.chain_stats(node.group, node))
         if self.picker is not None and node.group.pick_group:  # replays left out on the host never reach the device
             row["replays"] = max(row["replays"], self.picker.replays(node.group.pick_group))
         return row

@@ -116,6 +116,11 @@ class PythonGraphSink:
         except DriverError:
             rec.errors += 1
 
+    def write_frame(self, rec: PyRecord, replay: int, frame: bytes) -> None:
+        """One replay's frame of a node from elsewhere than its ring (the chain: chain_capture.py)."""
+        with self._lock:
+            self._write(rec, replay, frame)
+
     def _write(self, rec: PyRecord, replay: int, frame: bytes) -> None:
         node = rec.node
         if not self.trace_budget.reserve(node.frame_bytes):

@@ -86,6 +86,7 @@ class ProbedKernel:
     ring_learned: dict = attrs.Factory(dict)  # map name → slots per unit, from a launch's head (launches.py)
     ring_learning: int = 0  # launches whose ring heads were read back so far
     modules: tuple = ()  # the modules of ours it lives in (probed code, baseline): unloaded after the program's
+    chain_func: int | None = None  # its graph_chain variant (KernelBuilder.chain_variant), loaded at first use
     _layouts: dict = attrs.Factory(dict)
     _param_plan: tuple | None = None
 
@@ -281,6 +282,34 @@ class KernelBuilder:
             pk.baseline, pk.baseline_globals, baseline_module = self._baseline(rec, arch)
             pk.modules = (module, baseline_module)
         return pk
+
+    def chain_variant(self, pk: ProbedKernel, rec) -> int:
+        """The graph_chain variant of `pk` (spec/runtime.md, "The chain"; the same parameters, a head behind the
+        tagged pointer), built and cached (variant "graph_chain") and loaded into pk's context at its first use; its
+        module joins pk's (unloaded with them). Fallback when the engine refuses it (the node keeps the append path)."""
+        with self._lock:
+            if pk.chain_func is not None:
+                return pk.chain_func
+            ptx, arch = rec.module.ptx.text, self.arch(pk.ctx)
+            key = cache_key(ptx, self.probes.text, arch, rec.name, variant="graph_chain")
+            entry, where = self.cache.get(key)
+            if entry is None or entry.info is None:
+                source = str(getattr(rec.module.ptx, "source", "<ptx>"))
+                try:
+                    inst = self.engine.instrument(entry_only(ptx, rec.name), loaded(self.probes), kernel=rec.name,
+                                                  source=source, graph_chain=True)
+                except NeutrinoError as e:
+                    raise Fallback("instrument", f"graph_chain variant: {e}", permanent=True) from None
+                entry = CacheEntry(inst.ptx, inst.kernels[rec.name])
+            module, fresh_cubin = self._load(entry, arch)
+            func = self.drv.module_get_function(module, rec.name)
+            if fresh_cubin is not None:
+                entry.cubin = fresh_cubin
+            if where != "memory" or fresh_cubin is not None:
+                self.cache.put(key, entry)
+            pk.modules = (*pk.modules, module)
+            pk.chain_func = func
+            return func
 
     def _prebuilt(self, rec, ctx: int, wait: bool | None):
         """The kernel's code built in the background (prebuild.py), None where none was queued;

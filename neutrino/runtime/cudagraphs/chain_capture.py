@@ -1,0 +1,152 @@
+"""The chain at a capture's end, behind NEUTRINO_GRAPH_CHAIN=1 (spec/runtime.md, "The chain"; not yet the default).
+
+When every probed node of a capture can be advanced by another (chain.choose_advancers over the captured graph's
+ordinary edges), each probed kernel node is switched, before the program can instantiate the graph, to the
+graph_chain variant of its kernel (KernelBuilder.chain_variant) with its head as the tagged first buffer parameter
+and the other maps' offsets in its slot; the group gets one chain.ChainRings and no append node. Anything short of
+that leaves the capture to the append path (capture.GraphProbes.end_capture), the nodes as captured.
+
+This slice: fake drivers' Python sink only (runtime/core.py enables it without the native writer), every replay
+probed (no replay picker), the heads shared by the executable graphs of the capture, drained when the graph
+probes drain (exit, a context's teardown, a group's memory going) after the context's synchronisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes as C
+
+from neutrino.runtime.cudagraphs import chain
+from neutrino.runtime.driver import DriverError
+from neutrino.runtime.instrument.probed import Fallback
+from neutrino.runtime.start.options import LaunchFilter
+
+
+def chain_nodes(group, nodes: list) -> list:
+    """The nodes the chain would take: all of the capture's probed nodes (each with what its variant needs). Not a
+    kernel with module globals: the capture copies them in and out of the probed module's copy, and the variant
+    lives in a module of its own."""
+    if group is None or group.chain is not None or len(nodes) < 2:
+        return []
+    return nodes if all(n.chain_src is not None and not n.chain_src[0].globals for n in nodes) else []
+
+
+def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) -> bool:
+    """`gp`: capture.GraphProbes; `nodes`: the capture's probed nodes not yet served (end_capture's); `stream`: where
+    the work after the capture goes (a stream of ours, as end_capture's). True when the chain took them; False leaves
+    them to the append path, untouched (a failure part way is undone)."""
+    nodes = chain_nodes(group, nodes)
+    if not nodes or gp.picker is not None or gp.sink.filter != LaunchFilter():
+        return False  # (replays left out: neither the device gate nor the host's choice knows the chain yet)
+    try:
+        edges = gp.drv.graph_edges(graph)
+    except DriverError:
+        return False
+    probed = [n.node for n in nodes]
+    handles = list(dict.fromkeys([*probed, *(h for e in edges for h in e)]))
+    try:
+        chosen = chain.choose_advancers(handles, edges, probed)
+    except ValueError:  # (edges that make a cycle: not a graph CUDA makes)
+        return False
+    if chosen is None:
+        return False
+    at = {h: i for i, h in enumerate(probed)}
+    advancers = {at[p]: chain.Advancer(at[a.node], a.next_replay) for p, a in chosen.items()}
+    k = max(2, 1 << (min(n.ring_layout.nslots for n in nodes).bit_length() - 1))  # a power of 2
+    held = chain.HEAD_BYTES * len(nodes) + sum(k * chain.slot_stride(n.span) for n in nodes)
+    if not gp.budget.reserve(held):  # (the graphs' budget: the append path's memory is held as well)
+        gp.trace.event("graph_chain_refused", graph=group.id, graph_nodes=[n.id for n in nodes],
+                       reason=f"the graphs' buffer budget has no room for the chain's {held} bytes")
+        return False
+    rings = None
+    switched: list = []
+    try:
+        with relaxed(gp.drv):  # (another thread may be capturing)
+            funcs = [gp.chain_variant(pk, rec) for pk, rec, _ in (n.chain_src for n in nodes)]
+            rings = chain.ChainRings(gp.drv, [n.span for n in nodes], advancers, k, stream)
+            rings.held = held
+            for i, (n, func) in enumerate(zip(nodes, funcs)):
+                _set_buffers(n, [rings.head_param(i)] + [off - n.offsets[0] for off in n.offsets[1:]])
+                switched.append(n)
+                gp.drv.graph_kernel_node_set_params(n.node, func, n.grid, n.block, n.shared_bytes,
+                                                    C.addressof(n.keep))
+    except (Fallback, DriverError, ValueError) as e:
+        _undo(gp, switched, relaxed)
+        if rings is not None:
+            with contextlib.suppress(DriverError):
+                rings.free()
+        gp.budget.give_back(held)
+        gp.trace.event("graph_chain_refused", graph=group.id, graph_nodes=[n.id for n in nodes],
+                       reason=f"{type(e).__name__}: {e}")
+        return False
+    group.chain, group.chain_order = rings, list(nodes)
+    for n, func in zip(nodes, funcs):
+        n.appended = True  # (served: no append node for it, now or at a later capture's end)
+        n.chain_func = func
+    gp.trace.event("graph_chain", graph=group.id, graph_nodes=[n.id for n in nodes], ring_slots=k,
+                   advancers={nodes[p].id: nodes[a.node].id for p, a in advancers.items()})
+    return True
+
+
+def _set_buffers(node, values: list[int]) -> None:
+    """The node's map buffer arguments (behind its parameter array `keep`) set to `values`, map by map (the maps in
+    the order of the kernel's buffer parameters: the first is map 0, the one the head stands for)."""
+    plan = node.chain_src[2]
+    buffers = [(which, j) for j, (which, is_buffer) in enumerate(plan) if is_buffer]
+    if not buffers or buffers[0][0] != 0:
+        raise ValueError("the first buffer parameter is not map 0's")
+    for which, j in buffers:
+        C.c_uint64.from_address(node.keep[node.n_params + j]).value = values[which]
+
+
+def _undo(gp, switched: list, relaxed) -> None:
+    """Nodes already switched go back to their probed kernel and buffers (the append path takes them)."""
+    for n in switched:
+        _set_buffers(n, [n.buffers[0] | 1] + list(n.buffers[1:]))
+        try:
+            with relaxed(gp.drv):
+                gp.drv.graph_kernel_node_set_params(n.node, n.probed_func, n.grid, n.block, n.shared_bytes,
+                                                    C.addressof(n.keep))
+        except DriverError:
+            gp._lose_results(n, "graph chain: a node could not be set back to its probed kernel")  # noqa: SLF001
+
+
+def drain_chains(gp, groups, relaxed) -> None:
+    """Every chain's frames to the sink: the probed sinks' last launches published by the host, then the rings
+    drained. Only after the context's synchronisation, with no launch being made (exit, teardown, memory going)."""
+    for group in groups:
+        rings = group.chain
+        if rings is None:
+            continue
+        nodes = group.chain_order
+
+        def frame(i: int, launch: int, maps: bytes, nodes=nodes) -> None:
+            n = nodes[i]
+            if n.active and n.record is not None:
+                gp.sink.write_frame(n.record, launch - 1, bytes(n.offsets[0]) + maps)
+
+        try:
+            with relaxed(gp.drv):  # (the drains and frees go on a stream of ours: the program's may be gone)
+                rings.stream = gp._our_stream(group.ctx)  # noqa: SLF001
+            rings.finish(frame)
+        except DriverError as e:
+            gp.trace.event("result_error", graph=group.id, reason=f"graph chain: draining: {e}")
+
+
+def chain_stats(group, node) -> dict:
+    """The summary's counts of a chain node: replays it ran (written + dropped) and drops of a full ring."""
+    i = group.chain_order.index(node)
+    try:
+        written, dropped, _ = group.chain.counts()[i]
+    except DriverError:
+        return {}
+    return {"replays": written + dropped, "dropped_behind": dropped}
+
+
+def free_chain(gp, group) -> None:
+    """The group's heads and rings freed (drained first by the caller), their bytes given back to the budget."""
+    if group.chain is not None:
+        with contextlib.suppress(DriverError):
+            group.chain.free()
+        gp.budget.give_back(group.chain.held)
+        group.chain = None
