@@ -1,0 +1,174 @@
+"""NEUTRINO_MEASURE_CAPTURE (capture.py; a benchmark's switches for benchmarks/graph_residual.py --isolate bisect):
+each word skips or moves exactly the step of a probed capture it names, on the fake libcuda that logs every driver
+call (FAKECUDA_LOG_CALLS), so that the GPU run cannot fail on a word that does nothing. Graph A (3 probed saxpy4
+launches) is captured first, then graph B (hscale, left unprobed by --filter); only A's capture is read here: from
+its cuStreamBeginCapture_v2 to its cuStreamEndCapture ("inside"), from there to its instantiation ("after"), and
+the program's thread's calls between the eager launch and that begin ("before")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import neutrino.trace as nt
+from neutrino.runtime.cudagraphs.capture import MEASURE_KNOBS
+from neutrino.runtime.cudagraphs.ring import LAUNCH_ORDER_EDGE
+
+from test_graph_pick import events, fakecuda_calls  # noqa: F401 - fixture
+from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, shim  # noqa: F401 - fixture
+
+REPLAYS = 6
+SELECTED = [0, 3]  # --launches every:3
+
+
+def run(tmp_path, fakecuda_calls, monkeypatch, knobs: str, **env):
+    """(A's capture split into before / inside / after, as call names on the program's thread; the trace; the fake's
+    kernel log)."""
+    calls = tmp_path / "calls.log"
+    monkeypatch.setenv("FAKECUDA_LOG_CALLS", str(calls))
+    monkeypatch.setenv("NEUTRINO_PTXAS", str(FAKE / "fake_ptxas.py"))
+    monkeypatch.setenv("GRAPH_APP_OUT", str(tmp_path / "app.out"))
+    monkeypatch.setenv("GRAPH_APP_PLAIN", "hscale")
+    monkeypatch.setenv("GRAPH_APP_KERNELS", "3")
+    monkeypatch.setenv("NEUTRINO_MEASURE_CAPTURE", knobs)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    rc, log = _run_under_fake(tmp_path, fakecuda_calls, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX),
+                                                         "saxpy4", "1", str(REPLAYS)],
+                              "--graphs", "--filter", "hscale", "--launches", "every:3")
+    assert rc == 0 and (tmp_path / "app.out").read_text().splitlines()[-1] == "app done"
+    lines = [line.split()[:2] for line in calls.read_text().splitlines() if not line.startswith("==")]
+    lines = [words for words in lines if words[1] != "="]  # (a call's details: "t0   = ...")
+    begin = next(i for i, (_, call) in enumerate(lines) if call == "cuStreamBeginCapture_v2")
+    program = lines[begin][0]
+    mine = [(i, call) for i, (thread, call) in enumerate(lines) if thread == program]
+    eager = max(i for i, call in mine if i < begin and call == "cuLaunchKernel")
+    end = next(i for i, call in mine if i > begin and call == "cuStreamEndCapture")
+    inst = next(i for i, call in mine if i > end and call.startswith("cuGraphInstantiate"))
+    split = {"before": [c for i, c in mine if eager < i < begin], "inside": [c for i, c in mine if begin < i < end],
+             "after": [c for i, c in mine if end < i < inst]}
+    return split, nt.load(tmp_path / "trace"), log
+
+
+def written(t):
+    return sorted({la.event["replay"] for la in t.launches if la.graph is not None and la.graph[0] == 1})
+
+
+@pytest.fixture(scope="module")
+def control(tmp_path_factory, fakecuda_calls, shim):  # noqa: F811
+    """The same run with the variable unset: what each knob is compared with."""
+    mp = pytest.MonkeyPatch()
+    try:
+        return run(tmp_path_factory.mktemp("control"), fakecuda_calls, mp, "")
+    finally:
+        mp.undo()
+
+
+def test_unset_changes_nothing_and_the_control_does_every_step(control):
+    split, t, _ = control
+    inside, after = split["inside"], split["after"]
+    assert inside.count("cuMemAlloc_v2") == 3 and inside.count("cuMemHostAlloc") == 3
+    assert inside.count("cuModuleLoadDataEx") == 1 and "cuThreadExchangeStreamCaptureMode" in inside
+    assert inside.count("cuStreamGetCaptureInfo_v2") >= 6  # per node: the group's, then the node's handle
+    assert after.count("cuMemsetD8Async") == 3 and after.count("cuMemAlloc_v2") == 1
+    assert ("cuGraphAddNode_v2" if LAUNCH_ORDER_EDGE else "cuGraphAddKernelNode_v2") in after
+    assert written(t) == SELECTED and len(events(t, "graph_append")) == 1
+
+
+def test_every_word_is_tested():
+    assert set(MEASURE_KNOBS) == set(EXPECT) | {"no-relax"}
+
+
+def _unprobed(split, t, log, control):
+    assert not {"cuMemAlloc_v2", "cuMemHostAlloc", "cuModuleLoadDataEx"} & set(split["inside"])
+    assert not {"cuMemsetD8Async", "cuGraphAddNode_v2", "cuGraphAddKernelNode_v2"} & set(split["after"])
+    assert not events(t, "graph_node") and any("NEUTRINO_MEASURE_CAPTURE" in e["reason"] for e in events(t, "fallback"))
+
+
+def _original(split, t, log, control):
+    assert len(events(t, "graph_node")) == 3 and len(events(t, "graph_append")) == 1
+    assert split["inside"].count("cuMemAlloc_v2") == 3
+    runs = [line for line in log[1:] if line.startswith("saxpy4 ")]  # (log[0]: the eager launch)
+    assert len(runs) == 3 * REPLAYS and all("probed=0" in line for line in runs), runs  # the program's kernel
+
+
+def _pool(split, t, log, control):
+    assert not {"cuMemAlloc_v2", "cuMemHostAlloc"} & set(split["inside"])
+    assert split["before"].count("cuMemAlloc_v2") == 1 and split["before"].count("cuMemHostAlloc") == 1
+    assert written(t) == SELECTED  # the carved memory works
+
+
+def _warm_append(split, t, log, control):
+    assert "cuModuleLoadDataEx" not in split["inside"] and split["before"].count("cuModuleLoadDataEx") == 1
+    assert written(t) == SELECTED
+
+
+def _quiet(split, t, log, control):  # no-relax with pool and warm-append: nothing of ours needs the relaxed mode
+    assert "cuThreadExchangeStreamCaptureMode" not in split["inside"]
+    assert not {"cuMemAlloc_v2", "cuMemHostAlloc", "cuModuleLoadDataEx"} & set(split["inside"])
+    assert written(t) == SELECTED
+
+
+def _no_zero(split, t, log, control):
+    assert "cuMemsetD8Async" not in split["after"] and len(events(t, "graph_append")) == 1
+
+
+def _no_append(split, t, log, control):
+    after = split["after"]
+    assert not {"cuGraphAddNode_v2", "cuGraphAddKernelNode_v2", "cuMemAlloc_v2", "cuGraphGetEdges_v2"} & set(after)
+    assert after.count("cuMemsetD8Async") == 3 and not events(t, "graph_append") and len(events(t, "graph_node")) == 3
+
+
+def _ordinary_edges(split, t, log, control):
+    assert "cuGraphGetEdges_v2" not in split["after"] and "cuGraphAddNode_v2" not in split["after"]
+    assert "cuGraphAddKernelNode_v2" in split["after"] and written(t) == SELECTED
+
+
+def _no_node_query(split, t, log, control):
+    queries = split["inside"].count("cuStreamGetCaptureInfo_v2")
+    assert queries == control[0]["inside"].count("cuStreamGetCaptureInfo_v2") - 3
+    assert not events(t, "graph_append") and len(events(t, "graph_node")) == 3
+
+
+def _all(split, t, log, control):
+    inside = set(split["inside"])
+    assert not {"cuMemAlloc_v2", "cuMemHostAlloc", "cuModuleLoadDataEx", "cuThreadExchangeStreamCaptureMode"} & inside
+    assert not {"cuMemsetD8Async", "cuMemAlloc_v2", "cuGraphAddNode_v2", "cuGraphAddKernelNode_v2"} & set(split["after"])
+    assert len(events(t, "graph_node")) == 3
+
+
+EXPECT = {"unprobed": _unprobed, "original": _original, "pool": _pool, "warm-append": _warm_append,
+          "no-zero": _no_zero, "no-append": _no_append, "ordinary-edges": _ordinary_edges,
+          "no-node-query": _no_node_query}
+CASES = [(k, EXPECT[k], {}) for k in EXPECT]
+CASES[1] = ("original", _original, {"NEUTRINO_GRAPH_PICK": "0"})  # every replay on the captured node: the program's
+CASES += [("no-relax,pool,warm-append", _quiet, {}),
+          (",".join(k for k in MEASURE_KNOBS if k != "unprobed"), _all, {})]
+
+
+@pytest.mark.parametrize("knobs, check, env", CASES, ids=[c[0] for c in CASES])
+def test_each_word_does_its_step(tmp_path, fakecuda_calls, shim, monkeypatch, control, knobs, check, env):  # noqa: F811
+    split, t, log = run(tmp_path, fakecuda_calls, monkeypatch, knobs, **env)
+    check(split, t, log, control)
+    (ex,) = events(t, "exit")
+    assert ex["captures"] == 2  # graph B captured too, as in every run
+
+
+def test_no_relax_alone_lets_the_driver_refuse_the_allocations(tmp_path, fakecuda_calls, shim, monkeypatch):  # noqa: F811
+    """Without the relaxed mode the program's global capture forbids cuMemAlloc (the fake refuses it as CUDA does):
+    the launch falls back to the original, counted; the program runs on. Why no-relax goes with pool and warm-append."""
+    split, t, _ = run(tmp_path, fakecuda_calls, monkeypatch, "no-relax")
+    assert not events(t, "graph_node") and any(e["stage"] == "graph-alloc" for e in events(t, "fallback"))
+
+
+def test_the_benchmark_asks_only_for_words_the_runtime_knows():
+    """graph_residual.py --isolate bisect: every word of every variant is one of MEASURE_KNOBS (its typo would
+    silently measure nothing), and the rows' names are distinct."""
+    out = subprocess.run([sys.executable, str(FAKE.parents[1] / "benchmarks" / "graph_residual.py"), "--isolate",
+                          "bisect", "--list"], capture_output=True, text=True, check=True).stdout
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert rows and len({r[0] for r in rows}) == len(rows)
+    for _, words in rows:
+        assert set(filter(None, words.split(","))) <= set(MEASURE_KNOBS)
