@@ -231,7 +231,7 @@ ISOLATE_SETS = {"first": ISOLATE, "next": ISOLATE_NEXT, "third": ISOLATE_THIRD, 
 # capture at all), each step alone; then, where all steps drop B and no single one does, a search for the smallest
 # set that does (`minimal_dropping`), within the call's time budget; the reference again.
 BISECT_STEPS = ("original", "pool", "warm-append", "no-relax", "no-zero", "no-append", "ordinary-edges",
-                "no-node-query", "no-plan", "no-poller")
+                "no-node-query", "no-record", "no-plan", "no-poller")
 _ENV_STEPS = {"no-plan": {"NEUTRINO_GRAPH_PICK": "0"}, "no-poller": {"NEUTRINO_GRAPH_POLL_US": "0"}}
 _NEEDS = {"no-relax": ("pool", "warm-append")}  # without them the driver refuses our allocations in the capture
 _SINGLES = tuple(s for s in BISECT_STEPS if s not in _ENV_STEPS)  # (the two variables: measured alone in session 9)

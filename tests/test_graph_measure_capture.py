@@ -49,6 +49,8 @@ def run(tmp_path, fakecuda_calls, monkeypatch, knobs: str, **env):
     inst = next(i for i, call in mine if i > end and call.startswith("cuGraphInstantiate"))
     split = {"before": [c for i, c in mine if eager < i < begin], "inside": [c for i, c in mine if begin < i < end],
              "after": [c for i, c in mine if end < i < inst]}
+    said = (tmp_path / "app.out").read_text().splitlines()
+    split["threads"] = int(next(line for line in said if line.startswith("threads ")).split()[1])
     return split, nt.load(tmp_path / "trace"), log
 
 
@@ -132,6 +134,12 @@ def _no_node_query(split, t, log, control):
     assert not events(t, "graph_append") and len(events(t, "graph_node")) == 3
 
 
+def _no_record(split, t, log, control):
+    assert len(events(t, "graph_node")) == 3 and not events(t, "graph_append")
+    assert split["after"].count("cuMemsetD8Async") == 3  # the rest of the capture's end as usual
+    assert split["threads"] == control[0]["threads"] - 1  # no ring to poll: no poller thread
+
+
 def _all(split, t, log, control):
     inside = set(split["inside"])
     assert not {"cuMemAlloc_v2", "cuMemHostAlloc", "cuModuleLoadDataEx", "cuThreadExchangeStreamCaptureMode"} & inside
@@ -141,7 +149,7 @@ def _all(split, t, log, control):
 
 EXPECT = {"unprobed": _unprobed, "original": _original, "pool": _pool, "warm-append": _warm_append,
           "no-zero": _no_zero, "no-append": _no_append, "ordinary-edges": _ordinary_edges,
-          "no-node-query": _no_node_query}
+          "no-node-query": _no_node_query, "no-record": _no_record}
 CASES = [(k, EXPECT[k], {}) for k in EXPECT]
 CASES[1] = ("original", _original, {"NEUTRINO_GRAPH_PICK": "0"})  # every replay on the captured node: the program's
 CASES += [("no-relax,pool,warm-append", _quiet, {}),

@@ -76,6 +76,7 @@ MEASURE_KNOBS = (
     "no-append",       # no append node, no descriptors (no cuMemAlloc, copy or graph-node call at the capture's end)
     "ordinary-edges",  # the append node's edges ordinary: no cuGraphGetEdges_v2, no launch-order port
     "no-node-query",   # no capture query for the node's handle after its launch (implies no-append: no handle)
+    "no-record",       # no sink record for the node: no ring polled, no poller thread (and so no append node)
 )
 
 
@@ -268,7 +269,8 @@ class GraphProbes:
             copy_globals_out(self.drv, pk.globals, stream)
             with self._lock:
                 self._by_node[node.node] = node
-            node.record = self.sink.new_record(node)  # what drains its ring, once the capture's end appends
+            if "no-record" not in MEASURE:  # (a benchmark's switch: without a record the node gets no append node)
+                node.record = self.sink.new_record(node)  # what drains its ring, once the capture's end appends
         except Exception as e:  # noqa: BLE001 - the kernel node stays; its results are lost (no record yet)
             node.active = False
             self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
