@@ -140,16 +140,23 @@ def _no_record(split, t, log, control):
     assert split["threads"] == control[0]["threads"] - 1  # no ring to poll: no poller thread
 
 
+def _late_stream(split, t, log, control):
+    assert "cuStreamCreate" in control[0]["before"]  # (made before the capture begins, by default)
+    assert "cuStreamCreate" not in split["before"] + split["inside"] and "cuStreamCreate" in split["after"]
+    assert written(t) == SELECTED  # (the fake's legacy stream copies as well)
+
+
 def _all(split, t, log, control):
     inside = set(split["inside"])
     assert not {"cuMemAlloc_v2", "cuMemHostAlloc", "cuModuleLoadDataEx", "cuThreadExchangeStreamCaptureMode"} & inside
     assert not {"cuMemsetD8Async", "cuMemAlloc_v2", "cuGraphAddNode_v2", "cuGraphAddKernelNode_v2"} & set(split["after"])
+    assert "cuStreamCreate" not in split["before"] + split["inside"] + split["after"]  # no stream of ours at all
     assert len(events(t, "graph_node")) == 3
 
 
 EXPECT = {"unprobed": _unprobed, "original": _original, "pool": _pool, "warm-append": _warm_append,
           "no-zero": _no_zero, "no-append": _no_append, "ordinary-edges": _ordinary_edges,
-          "no-node-query": _no_node_query, "no-record": _no_record}
+          "no-node-query": _no_node_query, "no-record": _no_record, "late-stream": _late_stream}
 CASES = [(k, EXPECT[k], {}) for k in EXPECT]
 CASES[1] = ("original", _original, {"NEUTRINO_GRAPH_PICK": "0"})  # every replay on the captured node: the program's
 CASES += [("no-relax,pool,warm-append", _quiet, {}),
@@ -240,4 +247,4 @@ def test_the_bisect_stops_at_its_time_budget(monkeypatch):
 
     monkeypatch.setattr(gr, "run_isolated", timed)
     report = gr.bisect(300, budget_s=30, clock=lambda: now[0])
-    assert len(seen) == 4 and "time budget (30 s) spent before: every:50, off: original" in report
+    assert len(seen) == 4 and "time budget (30 s) spent before: every:50, unprobed, late-stream (no stream of ours made)" in report

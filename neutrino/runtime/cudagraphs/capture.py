@@ -77,6 +77,8 @@ MEASURE_KNOBS = (
     "ordinary-edges",  # the append node's edges ordinary: no cuGraphGetEdges_v2, no launch-order port
     "no-node-query",   # no capture query for the node's handle after its launch (implies no-append: no handle)
     "no-record",       # no sink record for the node: no ring polled, no poller thread (and so no append node)
+    "late-stream",     # our stream not made before the capture begins: where first needed, after it ends (A's ring
+                       # then copied out on the legacy stream: benchmarks replaying B alone only)
 )
 
 
@@ -316,7 +318,7 @@ class GraphProbes:
                 self._append_function(ctx)
                 # made before the capture began (G_BEGIN_CAPTURE) where the shim said so; a stream made or
                 # used while the program captures slows every later graph replay of the process (issue 24)
-                node.drain_stream = self._our_stream(ctx)
+                node.drain_stream = self._ours.get(ctx, 0) if "late-stream" in MEASURE else self._our_stream(ctx)
                 pool = self._pools.get(ctx)
                 carved = pool.take(node.device_layout, node.ring_layout, node.header) if pool else None
                 if carved is not None:
@@ -342,7 +344,8 @@ class GraphProbes:
             ctx = self.drv.ctx_get_current()
             if ctx and ctx not in self._ours:  # (a host query only, once the stream is made)
                 with self._lock, relaxed_capture(self.drv):  # another thread's capture may be open
-                    self._our_stream(ctx)
+                    if "late-stream" not in MEASURE:
+                        self._our_stream(ctx)
                     self._measure_before_capture(ctx)
         except Exception:  # noqa: BLE001 - made lazily at the first probed node instead
             pass
