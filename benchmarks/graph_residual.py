@@ -272,49 +272,50 @@ def drop_level(ref_ratio: float, base_ratio: float) -> float:
     return 1.0 + 0.4 * (base_ratio - 1.0)
 
 
-def minimal_dropping(steps, drops, known: dict | None = None) -> tuple[list, bool]:
-    """The smallest subset of `steps` (all of which drop B) found to drop B, by delta debugging: try chunks, then
-    their complements, refining the split. `drops(subset)` measures (or raises TimeoutError: the search stops with
-    what it has); `known` caches results by frozenset. Returns (subset, finished)."""
-    cache = dict(known or {})
+def minimal_dropping(steps, drops) -> tuple[list, bool]:
+    """A smallest set of `steps` (all of which drop B; none of which does not) that drops B, by removing what it
+    can: a chunk of steps whose removal still drops B goes at once, one that does not is halved and each half tried
+    (about 2 log2(n) measurements per step needed). `drops(subset)` measures, or raises TimeoutError: the search
+    stops with the set it has (a superset). Returns (subset, finished)."""
+    keep = list(steps)
+    cache = {frozenset(): False, frozenset(keep): True}
 
     def test(subset) -> bool:
         key = frozenset(subset)
         if key not in cache:
-            cache[key] = drops(sorted(key, key=list(steps).index))
+            cache[key] = drops(list(subset))
         return cache[key]
 
-    current, n = list(steps), 2
+    def prune(chunk) -> None:
+        nonlocal keep
+        trial = [s for s in keep if s not in chunk]
+        if test(trial):
+            keep = trial
+        elif len(chunk) > 1:
+            prune(chunk[:len(chunk) // 2])
+            prune([s for s in chunk[len(chunk) // 2:] if s in keep])
+
     try:
-        while len(current) >= 2:
-            size = -(-len(current) // n)
-            chunks = [current[i:i + size] for i in range(0, len(current), size)]
-            hit = next((c for c in chunks if test(c)), None)
-            if hit is not None:
-                current, n = hit, 2
-                continue
-            rest = next((c for c in chunks if n > 2 and test([s for s in current if s not in c])), None)
-            if rest is not None:
-                current, n = [s for s in current if s not in rest], max(n - 1, 2)
-                continue
-            if n >= len(current):
-                break
-            n = min(len(current), 2 * n)
+        prune(list(steps))
     except TimeoutError:
-        return current, False
-    return current, True
+        return keep, False
+    return keep, True
 
 
 def bisect(iters: int, budget_s: float, out: str | None = None, clock=None) -> str:
-    """The bisect's rows, in order, each process's B against plain B; the search where it applies; stops starting
-    processes once the next would end past `budget_s` (estimated from the slowest so far). The table is rewritten to
-    `out` after every row (a call cut short keeps what it measured)."""
+    """The bisect's rows, in order: the reference, the baseline, all steps off, `unprobed` (and without our stream);
+    where all steps off drops B, the search for the smallest set that does; each step alone (the rows the search did
+    not already run); the reference again and --no-graphs. Each process's B against plain B. No process starts that
+    would end past `budget_s` (estimated from the slowest of the last three). The table is rewritten to `out` after
+    every row (a call cut short keeps what it measured)."""
     import time
 
     clock = clock or time.monotonic
     t0, runs, order, notes = clock(), {}, [], []
 
     def measure(variant: Variant) -> dict:
+        if variant.name in runs:
+            return runs[variant.name]
         slowest = max((runs[v.name].get("_wall_s", 0) for v in order[-3:]), default=20.0)  # (the caches warm)
         if clock() - t0 + slowest > budget_s:
             raise TimeoutError(variant.name)
@@ -329,35 +330,36 @@ def bisect(iters: int, budget_s: float, out: str | None = None, clock=None) -> s
         b, ref = runs.get(name, {}).get("B", {}).get("us"), runs.get(_B_REF, {}).get("B", {}).get("us")
         return b / ref if b and ref else None
 
+    fixed, late, singles = ISOLATE_BISECT[:4], ISOLATE_BISECT[4], ISOLATE_BISECT[5:]
     with tempfile.TemporaryDirectory() as td:
         try:
-            for variant in ISOLATE_BISECT:
+            for variant in fixed:
                 measure(variant)
             base, everything = ratio(_BASELINE), ratio("every:50, all steps off")
             level = drop_level(1.0, base) if base else None
+            if level and (ratio(fixed[3].name) or 9.0) > level:  # unprobed keeps B slow: is it our stream's making?
+                measure(late)
             notes.append(f"drops: B / plain B <= {level:.3f}" if level else "no baseline: no search")
-            singles = {frozenset([s]): ratio(bisect_variant([s]).name) for s in _SINGLES}
-            alone = [s for s in _SINGLES if level and (singles[frozenset([s])] or 9.0) <= level]
-            if alone:
-                notes.append(f"steps that drop B alone: {','.join(alone)}")
-            if everything is not None and level and everything > level:
+            if level and everything is not None and everything > level:
                 notes.append("all steps off does not drop B: the cause is outside these steps")
-            if level and base > 1.03 and everything is not None and everything <= level and \
-                    not any(v is not None and v <= level for v in singles.values()):
+            if level and base > 1.03 and everything is not None and everything <= level:
                 def drops(subset) -> bool:
                     variant = bisect_variant(subset)
-                    if variant.name not in runs:
-                        measure(variant)
+                    measure(variant)
                     got = ratio(variant.name)
                     return got is not None and got <= level
 
-                known = {k: v <= level for k, v in singles.items() if v is not None}
                 # no-relax brings pool and warm-append along: searched only if the others alone do not drop B
                 steps = [s for s in BISECT_STEPS if s not in _NEEDS]
-                found, finished = minimal_dropping(steps if drops(steps) else list(BISECT_STEPS), drops, known)
+                found, finished = minimal_dropping(steps if drops(steps) else list(BISECT_STEPS), drops)
                 found = bisect_variant(found).name.split(": ", 1)[1].split(",")  # (with what no-relax needs)
                 notes.append(f"smallest set found that drops B: {','.join(found)}" +
                              ("" if finished else " (search cut short by the time budget: a superset)"))
+            for variant in singles:
+                measure(variant)
+            alone = [v.name.split(": ", 1)[1] for v in singles if level and (ratio(v.name) or 9.0) <= level]
+            if alone:
+                notes.append(f"steps that drop B alone: {'; '.join(alone)}")
             for variant in _BISECT_TAIL:
                 measure(variant)
         except TimeoutError as e:

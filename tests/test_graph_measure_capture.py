@@ -196,7 +196,7 @@ def _bisect_module():
     return graph_residual
 
 
-def _model(culprits, base=16.2, plain=14.8, wall=7.0):
+def _model(culprits, base=16.2, plain=14.8, wall=7.0, unprobed_drops=True):
     """run_isolated's stand-in: B costs `base` µs under neutrino unless every step of one of the `culprits` sets is
     off (then plain's): a known answer for the bisect's table and search."""
     gr = _bisect_module()
@@ -206,38 +206,42 @@ def _model(culprits, base=16.2, plain=14.8, wall=7.0):
         seen.append(variant.name)
         off = set(filter(None, variant.env.get("NEUTRINO_MEASURE_CAPTURE", "").split(",")))
         off |= {step for step, env in gr._ENV_STEPS.items() if set(env.items()) <= set(variant.env.items())}
-        us = plain if variant.args is None or "--no-graphs" in variant.args or "unprobed" in off or \
-            any(set(c) <= off for c in culprits) else base
+        us = plain if variant.args is None or "--no-graphs" in variant.args or unprobed_drops and "unprobed" in off \
+            or any(set(c) <= off for c in culprits) else base
         return {"B": {"us": us, "mean_us": us, "hash": "hb"}, "_wall_s": wall, "_counts": "8 / 1 / 0"}
 
     return gr, run_isolated, seen
 
 
 @pytest.mark.parametrize("culprits, found", [
-    ([("no-zero", "pool")], "pool,no-zero"),  # two steps, both needed: the search finds them
-    ([("no-append",)], None),  # one step alone: the singles show it, no search
-    ([], None),  # nothing drops B: all steps off says so
+    ([("no-zero", "pool")], "pool,no-zero"),  # two steps, both needed: the search finds them, no single drops B
+    ([("no-append",)], "no-append"),  # one step: the search and its single row say so
+    ([("no-relax",)], "pool,warm-append,no-relax"),  # (no-relax runs with what it needs)
+    ([], None),  # nothing drops B but unprobed: all steps off says so, no search
+    ([], "outside"),  # nothing drops B, unprobed neither: the row without our stream is run too
 ])
 def test_the_bisect_finds_the_steps_that_drop_b(monkeypatch, tmp_path, culprits, found):
-    gr, fake, seen = _model(culprits)
+    gr, fake, seen = _model(culprits, unprobed_drops=found != "outside")
     monkeypatch.setattr(gr, "run_isolated", fake)
     report = gr.bisect(300, budget_s=1e9, out=str(tmp_path / "t.md"))
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in report.splitlines() if line.startswith("| ")}
     assert rows["every:50 twin, B only replayed"][3] == f"{16.2 / 14.8:.3f}"
-    assert rows["every:50, unprobed (nothing of ours in the capture)"][3] == "1.000"
+    assert rows["every:50, unprobed (nothing of ours in the capture)"][3] == ("1.095" if found == "outside" else "1.000")
+    assert ("every:50, unprobed, late-stream (no stream of ours made)" in rows) is (found == "outside")
     assert (tmp_path / "t.md").read_text().strip() == report.strip()  # rewritten after every row
-    if found:
+    if found and found != "outside":
         assert f"smallest set found that drops B: {found}" in report
         assert rows[f"every:50, off: {found}"][3] == "1.000"
-    elif culprits:
-        assert "steps that drop B alone: no-append" in report and "smallest set" not in report
+        assert ("steps that drop B alone" in report) is ("," not in found or "no-relax" in found)
     else:
         assert "all steps off does not drop B" in report and "smallest set" not in report
+    assert len(seen) == len(set(seen))  # no row measured twice
     assert seen[-2:] == ["plain, B only replayed (again)", "--no-graphs, B only replayed"]
 
 
 def test_the_bisect_stops_at_its_time_budget(monkeypatch):
-    """A process of 7 s and a budget of 30 s: four rows, then a note naming the first row not run."""
+    """A process of 7 s and a budget of 30 s: four rows, then a note naming the first row not run; the rows
+    measured are in the table."""
     gr, fake, seen = _model([("no-zero", "pool")])
     now = [0.0]
 
@@ -247,4 +251,6 @@ def test_the_bisect_stops_at_its_time_budget(monkeypatch):
 
     monkeypatch.setattr(gr, "run_isolated", timed)
     report = gr.bisect(300, budget_s=30, clock=lambda: now[0])
-    assert len(seen) == 4 and "time budget (30 s) spent before: every:50, unprobed, late-stream (no stream of ours made)" in report
+    assert sum(line.startswith("| every:50") or line.startswith("| plain") for line in report.splitlines()) == 4
+    # (unprobed drops B in this model: no row without our stream; all steps off drops it: the search is next)
+    assert len(seen) == 4 and "time budget (30 s) spent before: every:50, off: original,pool" in report
