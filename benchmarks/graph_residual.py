@@ -11,7 +11,9 @@ neutrino by the child's `--suspect`); `--isolate third`, the split after that (I
 module alone, A's probed capture without an executable graph, A's graph destroyed, no plan, A's probed cubin
 and A's PTX through our ptxas loaded in a plain process); `--isolate fourth` (ISOLATE_FOURTH: what neutrino does
 inside A's capture, done by a plain process inside A's capture, one thing a row); `--isolate fifth`
-(ISOLATE_FIFTH: our stream's steps inside a capture, and neutrino with the fix).
+(ISOLATE_FIFTH: our stream's steps inside a capture, and neutrino with the fix); `--isolate bisect [--budget-s S]`
+(session 11: neutrino's own capture steps switched off or moved, NEUTRINO_MEASURE_CAPTURE, and a search for a
+smallest set of them that makes B as fast as plain; `bash benchmarks/graph_bisect_gpu.sh`).
 
 graph8 (benchmarks/overhead_workloads.py: a CUDA graph of 8 tiny Triton kernels) replayed on the GPU
 alone, one process per configuration, the configurations interleaved round by round:
