@@ -269,6 +269,22 @@ _BISECT_TAIL = [Variant("plain, B only replayed (again)", None, child=_B_ONLY, r
                 Variant("--no-graphs, B only replayed", [*_PROBED, "--no-graphs"], child=_B_ONLY, reference=_B_REF)]
 
 
+# Session 11's bisect named the zeroing of the nodes' memory after the capture ends (`no-zero`, B 0.998 against
+# 1.089). `--isolate zero` splits it: the memset replaced by a copy from zeroed pinned memory, the closed gate's copy
+# left out; the reference again at the end.
+ISOLATE_ZERO = [
+    Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
+    Variant(_BASELINE, _EVERY, child=_B_ONLY, reference=_B_REF),
+    bisect_variant(["no-zero"]),
+    Variant("every:50, zeroed by copies (zero-by-copy)", _EVERY, {"NEUTRINO_MEASURE_CAPTURE": "zero-by-copy"},
+            child=_B_ONLY, reference=_B_REF),
+    Variant("every:50, memset kept, no gate copy (zero-no-gate)", _EVERY, {"NEUTRINO_MEASURE_CAPTURE": "zero-no-gate"},
+            child=_B_ONLY, reference=_B_REF),
+    Variant("plain, B only replayed (again)", None, child=_B_ONLY, reference=_B_REF),
+]
+ISOLATE_SETS["zero"] = ISOLATE_ZERO
+
+
 def drop_level(ref_ratio: float, base_ratio: float) -> float:
     """A row "drops" B when its B / plain B is at most this: 40% of the way from plain (1) to the baseline's."""
     return 1.0 + 0.4 * (base_ratio - 1.0)

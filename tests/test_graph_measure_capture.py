@@ -117,6 +117,18 @@ def _no_zero(split, t, log, control):
     assert "cuMemsetD8Async" not in split["after"] and len(events(t, "graph_append")) == 1
 
 
+def _zero_by_copy(split, t, log, control):
+    after, before = split["after"], control[0]["after"]
+    assert "cuMemsetD8Async" not in after and after.count("cuMemcpyHtoDAsync_v2") >= 3 + before.count("cuMemcpyHtoDAsync_v2")
+    assert "cuMemHostAlloc" in after and written(t) == SELECTED  # (zeroed pinned memory; the results as the control's)
+
+
+def _zero_no_gate(split, t, log, control):
+    after, before = split["after"], control[0]["after"]
+    assert after.count("cuMemsetD8Async") == 3
+    assert after.count("cuMemcpyHtoDAsync_v2") <= before.count("cuMemcpyHtoDAsync_v2")
+
+
 def _no_append(split, t, log, control):
     after = split["after"]
     assert not {"cuGraphAddNode_v2", "cuGraphAddKernelNode_v2", "cuMemAlloc_v2", "cuGraphGetEdges_v2"} & set(after)
@@ -155,7 +167,7 @@ def _all(split, t, log, control):
 
 
 EXPECT = {"unprobed": _unprobed, "original": _original, "pool": _pool, "warm-append": _warm_append,
-          "no-zero": _no_zero, "no-append": _no_append, "ordinary-edges": _ordinary_edges,
+          "no-zero": _no_zero, "zero-by-copy": _zero_by_copy, "zero-no-gate": _zero_no_gate, "no-append": _no_append, "ordinary-edges": _ordinary_edges,
           "no-node-query": _no_node_query, "no-record": _no_record, "late-stream": _late_stream}
 CASES = [(k, EXPECT[k], {}) for k in EXPECT]
 CASES[1] = ("original", _original, {"NEUTRINO_GRAPH_PICK": "0"})  # every replay on the captured node: the program's

@@ -73,6 +73,8 @@ MEASURE_KNOBS = (
     "warm-append",     # the append module loaded (and its kernel got) before the capture begins, not inside it
     "no-relax",        # no capture-mode exchange of ours (with pool and warm-append nothing of ours needs it)
     "no-zero",         # the nodes' memory not zeroed after the capture ends (no memset, no copy on our stream)
+    "zero-by-copy",    # the nodes' memory zeroed by a copy from zeroed pinned host memory instead of a memset
+    "zero-no-gate",    # the closed gate's 4-byte copy left out of the zeroing (the memset kept)
     "no-append",       # no append node, no descriptors (no cuMemAlloc, copy or graph-node call at the capture's end)
     "ordinary-edges",  # the append node's edges ordinary: no cuGraphGetEdges_v2, no launch-order port
     "no-node-query",   # no capture query for the node's handle after its launch (implies no-append: no handle)
@@ -430,8 +432,12 @@ class GraphProbes:
         try:
             with relaxed_capture(self.drv):
                 stream = self._our_stream(group.ctx)
-                for n in nodes:
-                    graph_ring.zero_node_memory(self.drv, n.device_layout, n.device, stream, n.gate_closed)
+                if "zero-by-copy" in MEASURE:
+                    self._zero_by_copy(nodes, stream)
+                else:
+                    for n in nodes:
+                        graph_ring.zero_node_memory(self.drv, n.device_layout, n.device, stream,
+                                                    n.gate_closed and "zero-no-gate" not in MEASURE)
                 self.drv.stream_synchronize(stream)
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
@@ -441,6 +447,23 @@ class GraphProbes:
         for n in nodes:
             n.zeroed = True
         return True
+
+    def _zero_by_copy(self, nodes: list[GraphNode], stream: int) -> None:
+        """NEUTRINO_MEASURE_CAPTURE=zero-by-copy: what zero_node_memory does, by copies from zeroed pinned host
+        memory (the copy engine) instead of a memset; waited for before the host memory goes."""
+        size = max(n.device_layout.slots for n in nodes)
+        host, view = self.drv.host_alloc(size + 4)
+        try:
+            view[:] = bytes(len(view))
+            C.c_uint32.from_address(host + size).value = 1  # (the closed gate's word)
+            for n in nodes:
+                dev = n.device_layout
+                self.drv.memcpy_htod_async(n.device, host, dev.slots, stream)
+                if n.gate_closed:
+                    self.drv.memcpy_htod_async(n.device + dev.gate, host + size, 4, stream)
+            self.drv.stream_synchronize(stream)
+        finally:
+            self.drv.host_free(host)
 
     def _add_append_node(self, graph: int, ctx: int, nodes: list[GraphNode], grid, block,
                          params: int) -> tuple[int, int]:
