@@ -270,15 +270,15 @@ _BISECT_TAIL = [Variant("plain, B only replayed (again)", None, child=_B_ONLY, r
 
 
 # Session 11's bisect named the zeroing of the nodes' memory after the capture ends (`no-zero`, B 0.998 against
-# 1.089). `--isolate zero` splits it: the memset replaced by a copy from zeroed pinned memory, the closed gate's copy
-# left out; the reference again at the end.
+# 1.089). `--isolate zero` splits it: the memset replaced by a copy from zeroed pinned memory (the default since),
+# the memset put back (zero-by-memset), the closed gate's copy left out; the reference again at the end.
 ISOLATE_ZERO = [
     Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
     Variant(_BASELINE, _EVERY, child=_B_ONLY, reference=_B_REF),
     bisect_variant(["no-zero"]),
-    Variant("every:50, zeroed by copies (zero-by-copy)", _EVERY, {"NEUTRINO_MEASURE_CAPTURE": "zero-by-copy"},
+    Variant("every:50, zeroed by a memset (zero-by-memset: before session 11)", _EVERY, {"NEUTRINO_MEASURE_CAPTURE": "zero-by-memset"},
             child=_B_ONLY, reference=_B_REF),
-    Variant("every:50, memset kept, no gate copy (zero-no-gate)", _EVERY, {"NEUTRINO_MEASURE_CAPTURE": "zero-no-gate"},
+    Variant("every:50, no gate copy (zero-no-gate)", _EVERY, {"NEUTRINO_MEASURE_CAPTURE": "zero-no-gate"},
             child=_B_ONLY, reference=_B_REF),
     Variant("plain, B only replayed (again)", None, child=_B_ONLY, reference=_B_REF),
 ]

@@ -275,6 +275,11 @@ class FakeDriver:
     def exec_destroy(self, exe):
         del self.execs[exe]
 
+    def func_param_size(self, func, index):
+        """cuFuncGetParamInfo's size: the fake's kernels take u64 and pointer arguments (8 bytes each)."""
+        self._check("func_param_size")
+        return 8
+
     def graph_kernel_node_set_params(self, node_handle, func, grid, block, shared_bytes, params):
         """cuGraphKernelNodeSetParams_v2 on a graph's node (executable graphs instantiated later copy it)."""
         self._check("graph_kernel_node_set_params")

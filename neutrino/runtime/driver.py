@@ -121,6 +121,7 @@ _SIGNATURES = {
     "cuLibraryGetGlobal": [C.POINTER(C.c_uint64), C.POINTER(SZ), P, C.c_char_p],
     "cuMemcpyDtoDAsync_v2": [C.c_uint64, C.c_uint64, SZ, P],
     "cuFuncGetAttribute": [C.POINTER(C.c_int), C.c_int, P],
+    "cuFuncGetParamInfo": [P, SZ, C.POINTER(SZ), C.POINTER(SZ)],
     "cuFuncSetAttribute": [P, C.c_int, C.c_int],
     "cuOccupancyMaxActiveBlocksPerMultiprocessor": [C.POINTER(C.c_int), P, C.c_int, SZ],
     "cuStreamIsCapturing": [P, C.POINTER(C.c_int)],
@@ -421,6 +422,12 @@ class RealDriver:
         else:
             self._call("cuGraphAddKernelNode_v2", C.byref(node), graph, arr, len(deps), C.byref(p))
         return node.value
+
+    def func_param_size(self, func: int, index: int) -> int:
+        """Bytes of parameter `index` of `func` (cuFuncGetParamInfo, CUDA 12.4+)."""
+        offset, size = C.c_size_t(), C.c_size_t()
+        self._call("cuFuncGetParamInfo", func, index, C.byref(offset), C.byref(size))
+        return size.value
 
     def graph_kernel_node_set_params(self, node: int, func: int, grid, block, shared_bytes: int, params: int) -> None:
         """cuGraphKernelNodeSetParams_v2 on a kernel node of a graph (not yet instantiated): it runs `func` with the

@@ -73,7 +73,7 @@ MEASURE_KNOBS = (
     "warm-append",     # the append module loaded (and its kernel got) before the capture begins, not inside it
     "no-relax",        # no capture-mode exchange of ours (with pool and warm-append nothing of ours needs it)
     "no-zero",         # the nodes' memory not zeroed after the capture ends (no memset, no copy on our stream)
-    "zero-by-copy",    # the nodes' memory zeroed by a copy from zeroed pinned host memory instead of a memset
+    "zero-by-memset",  # the nodes' memory zeroed by a memset (as before session 11) instead of a copy of zeroes
     "zero-no-gate",    # the closed gate's 4-byte copy left out of the zeroing (the memset kept)
     "no-append",       # no append node, no descriptors (no cuMemAlloc, copy or graph-node call at the capture's end)
     "ordinary-edges",  # the append node's edges ordinary: no cuGraphGetEdges_v2, no launch-order port
@@ -213,6 +213,7 @@ class GraphProbes:
         self.freed_groups = 0
         self._finished: list[dict] = []  # the summary rows of nodes already freed
         self.picker = replay_select.picker_for(sink)  # None: the device gate alone (ring.py, "Sampling")
+        self._zero_host: tuple[int, int] | None = None  # (pinned address, bytes) of zeroes: _zeros
         self.chain_variant = None  # (pk, rec) -> its graph_chain variant: the chain is on (NEUTRINO_GRAPH_CHAIN=1)
 
     # ------------------------------------------------------------ capture
@@ -259,7 +260,7 @@ class GraphProbes:
             raise
         node.keep = params
         node.active = True
-        if self.chain_variant is not None:
+        if self.chain_variant is not None and self._own_original_args(params, pk.func, pk.n_params):
             node.chain_src = (pk, rec, plan)
         node.writes_globals = any(g.writable for g in pk.globals)
         if self.picker is not None and first is not None:  # the host's choice of replays (replay_select.py)
@@ -432,12 +433,10 @@ class GraphProbes:
         try:
             with relaxed_capture(self.drv):
                 stream = self._our_stream(group.ctx)
-                if "zero-by-copy" in MEASURE:
-                    self._zero_by_copy(nodes, stream)
-                else:
-                    for n in nodes:
-                        graph_ring.zero_node_memory(self.drv, n.device_layout, n.device, stream,
-                                                    n.gate_closed and "zero-no-gate" not in MEASURE)
+                zeros = 0 if "zero-by-memset" in MEASURE else self._zeros(max(n.device_layout.slots for n in nodes))
+                for n in nodes:
+                    graph_ring.zero_node_memory(self.drv, n.device_layout, n.device, stream,
+                                                n.gate_closed and "zero-no-gate" not in MEASURE, zeros)
                 self.drv.stream_synchronize(stream)
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
@@ -448,22 +447,35 @@ class GraphProbes:
             n.zeroed = True
         return True
 
-    def _zero_by_copy(self, nodes: list[GraphNode], stream: int) -> None:
-        """NEUTRINO_MEASURE_CAPTURE=zero-by-copy: what zero_node_memory does, by copies from zeroed pinned host
-        memory (the copy engine) instead of a memset; waited for before the host memory goes."""
-        size = max(n.device_layout.slots for n in nodes)
-        host, view = self.drv.host_alloc(size + 4)
+    def _own_original_args(self, params, func: int, n: int) -> bool:
+        """Copy the program's argument values behind `params`' first `n` pointers into memory the array keeps
+        (the program's live only during its launch call), so that the chain can set the node's parameters again at
+        the capture's end (chain_capture.py). False (the capture keeps the append path) where the driver cannot
+        say a parameter's size."""
         try:
+            sizes = [self.drv.func_param_size(func, i) for i in range(n)]
+        except (DriverError, AttributeError):
+            return False
+        copies = [(C.c_ubyte * max(size, 1)).from_buffer_copy(C.string_at(params[i], size)) for i, size in
+                  enumerate(sizes)]
+        for i, copy in enumerate(copies):
+            params[i] = C.addressof(copy)
+        params._keep = [*params._keep, *copies]  # noqa: SLF001 - lifetime of the argument values
+        return True
+
+    def _zeros(self, size: int) -> int:
+        """Pinned host memory of at least `size` zero bytes, kept for the next capture's end (grown when short):
+        what the nodes' memory is zeroed from. A memset there (a kernel of the driver's) slows every later replay
+        of the process's graphs by ~9% (docs/overhead.md, "Session 11: graph B's residual"); a copy does not.
+        Called with our stream synchronised (no copy from it in flight)."""
+        if self._zero_host is None or self._zero_host[1] < size:
+            if self._zero_host is not None:
+                self.drv.host_free(self._zero_host[0])
+                self._zero_host = None
+            host, view = self.drv.host_alloc(size)
             view[:] = bytes(len(view))
-            C.c_uint32.from_address(host + size).value = 1  # (the closed gate's word)
-            for n in nodes:
-                dev = n.device_layout
-                self.drv.memcpy_htod_async(n.device, host, dev.slots, stream)
-                if n.gate_closed:
-                    self.drv.memcpy_htod_async(n.device + dev.gate, host + size, 4, stream)
-            self.drv.stream_synchronize(stream)
-        finally:
-            self.drv.host_free(host)
+            self._zero_host = (host, len(view))
+        return self._zero_host[0]
 
     def _add_append_node(self, graph: int, ctx: int, nodes: list[GraphNode], grid, block,
                          params: int) -> tuple[int, int]:
@@ -817,6 +829,10 @@ class GraphProbes:
         self.sink.close()
         if self.picker is not None:  # the host's choice of replays: what it cost (shim/graphpick.c)
             self.trace.event("graph_pick", **self.picker.counts())
+        if self._zero_host is not None:
+            with contextlib.suppress(DriverError):
+                self.drv.host_free(self._zero_host[0])
+            self._zero_host = None
 
     def summary(self) -> list[dict]:
         """Per probed graph node: replays seen, written, dropped (by reason)."""

@@ -498,12 +498,18 @@ class EarlyPool:
         return self.device + d, ring
 
 
-def zero_node_memory(drv, dev: DeviceLayout, device: int, stream: int, gate_closed: bool) -> None:
+def zero_node_memory(drv, dev: DeviceLayout, device: int, stream: int, gate_closed: bool, zeros: int = 0) -> None:
     """Ready a node's device memory for its graph's first replay: the head, the maps and the state
     zeroed on `stream` (a stream of ours: no memset node in the graph), the probe gate closed if
     `gate_closed` (the first replay then runs with it set; later replays' gates are the append
-    kernel's). Not waited for: the caller synchronises `stream` before the graph can be launched."""
-    drv.memset_async(device, dev.slots, stream)
+    kernel's). `zeros`: pinned host memory of at least `dev.slots` zero bytes, copied by the copy engine;
+    0: a memset (NEUTRINO_MEASURE_CAPTURE=zero-by-memset only: a memset here slows every later replay of the
+    process's graphs by ~9%, docs/overhead.md "Session 11"). Not waited for: the caller synchronises
+    `stream` before the graph can be launched (and before `zeros` may change)."""
+    if zeros:
+        drv.memcpy_htod_async(device, zeros, dev.slots, stream)
+    else:
+        drv.memset_async(device, dev.slots, stream)
     if gate_closed:
         drv.memcpy_htod_async(device + dev.gate, C.addressof(_GATE_CLOSED), 4, stream)
 
