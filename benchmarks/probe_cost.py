@@ -278,7 +278,8 @@ def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
             "active_threads": 0}
 
 
-def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
+def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args, exact: bool | None = None) -> dict:
+    """One variant's row; `exact` (None: decided by the variant's name) checks its records or byte totals exactly."""
     f = cuda.function(ptx, "vadd")
     n = args.grid * BLOCK_ELEMENTS
     x, y, out = (cuda.alloc(4 * n) for _ in range(3))
@@ -311,10 +312,11 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
         words = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)]
         row["bytes"] = sum(words[r * 16] for r in range(rows))
         row["active_threads"] = sum(words[r * 16 + 1] for r in range(rows))
-        exact = name in ("gmem_bytes", "gmem_bytes one-row", "gmem_bytes (before)", "gmem_bytes 128 rows") \
-            or "lowering" in name
+        if exact is None:
+            exact = name in ("gmem_bytes", "gmem_bytes one-row", "gmem_bytes (before)", "gmem_bytes 128 rows") \
+                or "lowering" in name
         row["bytes_expected"] = 0 if buffer.endswith("gated") else (12 * n if exact else None)
-    if buffer == "block_sched" and name in ("block_sched", "block_sched (before)"):
+    if buffer == "block_sched" and (name in ("block_sched", "block_sched (before)") if exact is None else exact):
         row.update(block_sched_check(cuda, f, params, head, args.grid))
     if buffer == "hist":
         cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * HIST_ROW))

@@ -1,0 +1,169 @@
+"""What block_sched's code at a warp's exit costs a tiny kernel, variant by variant (issue 24).
+
+    python benchmarks/probe_tail.py --sass                      # this machine: ptxas + nvdisasm, no GPU
+    python benchmarks/probe_tail.py [--grid 256] [--rounds 5]   # the GPU machine (benchmarks/probe_tail_gpu.sh)
+
+In a tiny kernel the kernel ends when its last warp's stores are done, so what the probe adds to a
+warp's exit path lengthens the kernel directly, while what it adds at entry overlaps the body's loads.
+Triton's vadd (benchmarks/probe_cost.py's kernel) instrumented with block_sched as:
+
+* `main`: main's engine and probe (the SM id read at exit; record: st.global.b64 + st.global.v2.b32);
+* `H1 one store`: the engine's `mixed_stores` option: the 16-byte record in one st.global.v4.b32;
+* `H2 SM at entry`: neutrino/tools/block_sched/probe.py now reads %smid with the start clock;
+* `H1+H2`: both;
+* `H3 count at entry` (an ablation, not a candidate: the count 1 stored at entry, before the body; a
+  warp that never reached its exit would then look complete) and `-counts` (no count store at all:
+  the most any rework of the count can save), each on H1+H2;
+* gmem_bytes as main instruments it, for reference (its byte totals checked exactly).
+
+Every block_sched variant's records are checked (benchmarks/probe_cost.py `block_sched_check`: each
+warp's count is 1 and its record filled), `--sass` prints each variant's registers, SASS instructions
+added and the instructions from the exit's clock read to the end (the exit path of a warp).
+Timing: benchmarks/probe_cost.py's (GPU alone, CUDA-event medians per eager launch and per replay of a
+graph of 8), all variants interleaved in each round, medians over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from neutrino.engine import instrument  # noqa: E402
+from neutrino.toolbox import load_probe_argument  # noqa: E402
+
+MAIN_PROBE = REPO / "benchmarks" / "probe_tail" / "block_sched_sm_at_exit.py"  # main's block_sched probe
+COUNT_STORE = "\t@%nt_count_go st.global.u32 \t[%nt_cnt_block_sched], %nt_cur_block_sched;\n"
+COUNT_PRED = "\tand.pred \t%nt_count_go, %nt_lead_warp, %nt_on;\n"
+ENTRY_ANCHOR = re.compile(r"\tmad\.lo\.u64 \t%nt_cnt_block_sched, [^\n]*\n")
+
+
+def count_at_entry(ptx: str) -> str:
+    """The count store moved to entry, storing 1 (block_sched's cap = 1, its one SAVE on every path)."""
+    if ptx.count(COUNT_STORE) != 1 or ptx.count(COUNT_PRED) != 1:
+        raise SystemExit("probe_tail: block_sched's count store not found as expected")
+    ptx = ptx.replace(COUNT_STORE, "").replace(COUNT_PRED, "")
+    entry = COUNT_PRED + "\t@%nt_count_go st.global.u32 \t[%nt_cnt_block_sched], 1;\n"
+    return ENTRY_ANCHOR.sub(lambda m: m.group(0) + entry, ptx, count=1)
+
+
+def no_counts(ptx: str) -> str:
+    if ptx.count(COUNT_STORE) != 1:
+        raise SystemExit("probe_tail: block_sched's count store not found as expected")
+    return ptx.replace(COUNT_STORE, "")
+
+
+def variants() -> dict[str, tuple[str, str | None, bool]]:
+    """name -> (PTX, buffer kind as benchmarks/probe_cost.py names it, whether its results are checked)."""
+    from probe_cost import VADD  # noqa: PLC0415
+
+    plain = VADD.read_text()
+    old, new = load_probe_argument(str(MAIN_PROBE), None), load_probe_argument("block_sched", None)
+    both = instrument(plain, new, mixed_stores=True).ptx
+    return {
+        "plain": (plain, None, False),
+        "main": (instrument(plain, old).ptx, "block_sched", True),
+        "H1 one store": (instrument(plain, old, mixed_stores=True).ptx, "block_sched", True),
+        "H2 SM at entry": (instrument(plain, new).ptx, "block_sched", True),
+        "H1+H2": (both, "block_sched", True),
+        "H1+H2, H3 count at entry": (count_at_entry(both), "block_sched", True),
+        "H1+H2 -counts": (no_counts(both), "block_sched", False),
+        "gmem_bytes (main)": (instrument(plain, load_probe_argument("gmem_bytes", None)).ptx, "gmem_bytes", True),
+    }
+
+
+def exit_path(ops: list[str]) -> int:
+    """SASS instructions from the last clock read (block_sched's exit probe) to the end."""
+    last = max((i for i, op in enumerate(ops) if op.startswith(("S2UR", "CS2R", "S2R")) and "CLOCK" in op), default=None)
+    return 0 if last is None else len(ops) - last
+
+
+def sass_table() -> None:
+    import subprocess  # noqa: PLC0415
+
+    from graph_probe_sass import _SASS_LINE, disassembler  # noqa: PLC0415
+
+    print("| variant | registers | SASS (no NOPs) | added | exit path | global stores |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    base = None
+    with tempfile.TemporaryDirectory() as td:
+        for name, (ptx, _, _) in variants().items():
+            src, cubin = Path(td) / "k.ptx", Path(td) / "k.cubin"
+            src.write_text(ptx)
+            r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(src), "-o", str(cubin)], capture_output=True, text=True)
+            if r.returncode:
+                raise SystemExit(f"probe_tail: ptxas refused {name}: {r.stderr[-300:]}")
+            regs = int(re.search(r"Used (\d+) registers", r.stderr).group(1))
+            sass = subprocess.run([*disassembler(), str(cubin)], capture_output=True, text=True, check=True).stdout
+            ops = []
+            for line in sass.splitlines():
+                m = _SASS_LINE.search(line)
+                if m and m.group(1) != "NOP":
+                    ops.append(m.group(1) + (" CLOCK" if "CLOCK" in line else ""))
+            while ops and ops[-1] == "BRA":  # the self-branch after EXIT
+                ops.pop()
+            base = base if base is not None else len(ops)
+            stores = sum(1 for op in ops if op.startswith(("STG", "RED")))
+            print(f"| {name} | {regs} | {len(ops)} | {len(ops) - base} | {exit_path(ops)} | {stores} |")
+
+
+def timed(args) -> None:
+    import probe_cost  # noqa: PLC0415
+
+    cuda = probe_cost.Cuda()
+    table = variants()
+    rows: dict[str, list[dict]] = {name: [] for name in table}
+    for _ in range(args.rounds):
+        for name, (ptx, buffer, exact) in table.items():
+            rows[name].append(probe_cost.measure(cuda, name, ptx, buffer, args, exact=exact if buffer else None))
+    print(f"device: {cuda.name}; vadd, grid {args.grid} x {probe_cost.THREADS} threads; medians of {args.rounds} "
+          f"interleaved rounds ({args.launches} launches, {args.replays} replays of a graph of 8 each)")
+    print("| variant | regs | eager µs/launch | vs main | graph of 8, µs/replay | vs main | round spread (graph) | check |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    out, bad = [], 0
+    med = {name: (statistics.median(r["eager_us"] for r in rs), statistics.median(r["graph8_us"] for r in rs))
+           for name, rs in rows.items()}
+    for name, rs in rows.items():
+        eager, graph = med[name]
+        main_e, main_g = med["main"]
+        check = ""
+        r = rs[0]
+        if r.get("bytes_expected") is not None:
+            ok = all(x["bytes"] == x["bytes_expected"] for x in rs)
+            bad += not ok
+            check = f"{r.get('label', 'bytes')}={r['bytes']} " + ("ok" if ok else f"WRONG (want {r['bytes_expected']})")
+        spread = f"{min(x['graph8_us'] for x in rs):.2f}–{max(x['graph8_us'] for x in rs):.2f}"
+        print(f"| {name} | {r['registers']} | {eager:.2f} | {eager - main_e:+.2f} | {graph:.2f} | {graph - main_g:+.2f} "
+              f"| {spread} | {check} |", flush=True)
+        out.append({"variant": name, "eager_us": eager, "graph8_us": graph, "rounds": rs})
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": cuda.name, "grid": args.grid, "rows": out}, indent=1))
+    if bad:
+        raise SystemExit(f"probe_tail: {bad} variant(s) with wrong results")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sass", action="store_true", help="SASS counts on this machine (ptxas, nvdisasm); no GPU")
+    ap.add_argument("--grid", type=int, default=256)
+    ap.add_argument("--launches", type=int, default=200)
+    ap.add_argument("--replays", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if args.sass:
+        sass_table()
+    else:
+        timed(args)
+
+
+if __name__ == "__main__":
+    main()

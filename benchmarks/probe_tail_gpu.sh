@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Issue 24: block_sched's exit-path variants on Triton's vadd, GPU alone (benchmarks/probe_tail.py; ≤ 150 s on an H200).
+# Writes $OUT/probe_tail_256.json and $OUT/probe_tail_16384.json; exits non-zero if any variant's records are wrong.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+rc=0
+python3 benchmarks/probe_tail.py --grid 256 --rounds 7 --json "$OUT/probe_tail_256.json" || rc=$?
+python3 benchmarks/probe_tail.py --grid 16384 --rounds 3 --launches 100 --replays 100 \
+    --json "$OUT/probe_tail_16384.json" || rc=$?
+exit $rc
