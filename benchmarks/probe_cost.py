@@ -260,10 +260,17 @@ def rows_of(buffer: str) -> int:
     return WIDE_ROWS if buffer.endswith(" rows") else STRIPES
 
 
+BLOCK_START_SPREAD = 1 << 20  # cycles: a block's warps start together (its SM starts them at once)
+ELAPSED_MAX = 1 << 24  # cycles: a warp of vadd runs for microseconds, far below this
+
+
 def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
     """One launch into a zeroed buffer: each warp's count is 1 and its record (start u64, elapsed u32, SM u32 at
-    align16(4 * warps) + 16 * warp: spec/kernel-json.md) is filled: start and elapsed above 0, an SM id below 1024."""
+    align16(4 * warps) + 16 * warp: spec/kernel-json.md) is filled and consistent: start above 0, elapsed in
+    (0, 2^24), an SM id below 1024, and the warps of one block (consecutive records) on one SM, their starts within
+    2^20 cycles of each other (a field misplaced or a u64's words swapped fails these)."""
     warps = grid * THREADS // 32
+    per_block = THREADS // 32
     records = (4 * warps + 15) // 16 * 16
     size = records + 16 * warps
     cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(size))
@@ -271,9 +278,15 @@ def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
     cuda.sync()
     raw = cuda.read(head, size)
     counts = [int.from_bytes(raw[4 * i:4 * i + 4], "little") for i in range(warps)]
-    rec = [raw[records + 16 * i:records + 16 * i + 16] for i in range(warps)]
-    filled = sum(1 for r in rec if int.from_bytes(r[:8], "little") > 0 and int.from_bytes(r[8:12], "little") > 0
-                 and int.from_bytes(r[12:16], "little") < 1024)
+    rec = [(int.from_bytes(raw[at:at + 8], "little"), int.from_bytes(raw[at + 8:at + 12], "little"),
+            int.from_bytes(raw[at + 12:at + 16], "little")) for at in range(records, records + 16 * warps, 16)]
+    filled = 0
+    for b in range(grid):
+        block = rec[b * per_block:(b + 1) * per_block]
+        starts = [r[0] for r in block]
+        consistent = len({r[2] for r in block}) == 1 and max(starts) - min(starts) < BLOCK_START_SPREAD
+        filled += sum(1 for start, elapsed, sm in block
+                      if consistent and start > 0 and 0 < elapsed < ELAPSED_MAX and sm < 1024)
     return {"label": "counts+records", "bytes": sum(1 for c in counts if c == 1) + filled, "bytes_expected": 2 * warps,
             "active_threads": 0}
 

@@ -11,6 +11,9 @@ Triton's vadd (benchmarks/probe_cost.py's kernel) instrumented with block_sched 
 * `H1 one store`: the engine's `mixed_stores` option: the 16-byte record in one st.global.v4.b32;
 * `H2 SM at entry`: neutrino/tools/block_sched/probe.py now reads %smid with the start clock;
 * `H1+H2`: both;
+* `H4 start (and SM) stored at entry` (ablations on H2, text edits of the engine's output: the fields
+  known at entry stored there, so the exit stores only elapsed (and SM) and the count; the engine does
+  not do this: it would need to know which fields are final at entry);
 * `H3 count at entry` (an ablation, not a candidate: the count 1 stored at entry, before the body; a
   warp that never reached its exit would then look complete) and `-counts` (no count store at all:
   the most any rework of the count can save), each on H1+H2;
@@ -55,6 +58,28 @@ def count_at_entry(ptx: str) -> str:
     return ENTRY_ANCHOR.sub(lambda m: m.group(0) + entry, ptx, count=1)
 
 
+START_STORE = "\t@%nt_ok_block_sched st.global.b64 \t[%nt_ptr_block_sched], %nt_f0_block_sched;\n"
+TAIL_STORE = ("\t@%nt_ok_block_sched st.global.v2.b32 \t[%nt_ptr_block_sched+8], "
+              "{%nt_f1_block_sched, %nt_f2_block_sched};\n")
+SM_READ = "\tmov.u32 \t%nt_p_sm, %smid;\n"
+
+
+def fields_at_entry(ptx: str, sm_too: bool) -> str:
+    """The record's start (and, with `sm_too`, its SM) stored at entry, by the lanes that store it at exit (the
+    leader, gate on; the cursor is 0 there): the exit stores only what it computes. The count, still stored at
+    exit, keeps a warp that never gets there from looking complete (readers take min(count, cap) records)."""
+    for part in (START_STORE, TAIL_STORE, SM_READ):
+        if ptx.count(part) != 1:
+            raise SystemExit(f"probe_tail: {part.strip()!r} not found once")
+    entry = ("\tand.pred \t%nt_ok_block_sched, %nt_lead_warp, %nt_on;\n"
+             "\t@%nt_ok_block_sched st.global.b64 \t[%nt_rec_block_sched], %nt_p_start;\n")
+    tail = TAIL_STORE
+    if sm_too:
+        entry += "\t@%nt_ok_block_sched st.global.u32 \t[%nt_rec_block_sched+12], %nt_p_sm;\n"
+        tail = "\t@%nt_ok_block_sched st.global.u32 \t[%nt_ptr_block_sched+8], %nt_f1_block_sched;\n"
+    return ptx.replace(START_STORE, "").replace(TAIL_STORE, tail).replace(SM_READ, SM_READ + entry)
+
+
 def no_counts(ptx: str) -> str:
     if ptx.count(COUNT_STORE) != 1:
         raise SystemExit("probe_tail: block_sched's count store not found as expected")
@@ -68,12 +93,16 @@ def variants() -> dict[str, tuple[str, str | None, bool]]:
     plain = VADD.read_text()
     old, new = load_probe_argument(str(MAIN_PROBE), None), load_probe_argument("block_sched", None)
     both = instrument(plain, new, mixed_stores=True).ptx
+    h2 = instrument(plain, new).ptx
     return {
         "plain": (plain, None, False),
         "main": (instrument(plain, old).ptx, "block_sched", True),
         "H1 one store": (instrument(plain, old, mixed_stores=True).ptx, "block_sched", True),
-        "H2 SM at entry": (instrument(plain, new).ptx, "block_sched", True),
+        "H2 SM at entry": (h2, "block_sched", True),
+        "H2, H4 start stored at entry": (fields_at_entry(h2, False), "block_sched", True),
+        "H2, H4 start and SM stored at entry": (fields_at_entry(h2, True), "block_sched", True),
         "H1+H2": (both, "block_sched", True),
+        "H2, H3 count at entry": (count_at_entry(h2), "block_sched", True),
         "H1+H2, H3 count at entry": (count_at_entry(both), "block_sched", True),
         "H1+H2 -counts": (no_counts(both), "block_sched", False),
         "gmem_bytes (main)": (instrument(plain, load_probe_argument("gmem_bytes", None)).ptx, "gmem_bytes", True),
