@@ -17,11 +17,14 @@ Triton's vadd (benchmarks/probe_cost.py's kernel) instrumented with block_sched 
 * `H3 count at entry` (an ablation, not a candidate: the count 1 stored at entry, before the body; a
   warp that never reached its exit would then look complete) and `-counts` (no count store at all:
   the most any rework of the count can save), each on H1+H2;
-* gmem_bytes as main instruments it, for reference (its byte totals checked exactly).
+* gmem_bytes as main instruments it, and with its active_threads (0 or 1 per thread) summed over the warp by
+  vote.ballot + popc instead of three redux.sync (an ablation: that sum sits on the exit path); both checked
+  exactly (12 bytes per element, every thread active).
 
 Every block_sched variant's records are checked (benchmarks/probe_cost.py `block_sched_check`: each
 warp's count is 1 and its record filled), `--sass` prints each variant's registers, SASS instructions
-added and the instructions from the exit's clock read to the end (the exit path of a warp).
+added and the instructions from the exit's clock read (gmem_bytes: from after the body's last store) to the end:
+the exit path of a warp.
 Timing: benchmarks/probe_cost.py's (GPU alone, CUDA-event medians per eager launch and per replay of a
 graph of 8), all variants interleaved in each round, medians over rounds.
 """
@@ -80,6 +83,22 @@ def fields_at_entry(ptx: str, sm_too: bool) -> str:
     return ptx.replace(START_STORE, "").replace(TAIL_STORE, tail).replace(SM_READ, SM_READ + entry)
 
 
+ACTIVE_SUM = re.compile(r"\tmov\.b64 \t\{%nt_agg_lo, %nt_agg_hi\}, %nt_f1_gmem_bytes;\n(?:.*\n)*?"
+                        r"(?=\tsetp\.ne\.and\.u64 \t%nt_agg_go, %nt_agg_total, 0, %nt_on;\n\tand\.pred [^\n]*\n"
+                        r"\t@%nt_agg_go red\.global\.add\.u64 \t\[%nt_buf_gmem_bytes\+8\])")
+BALLOT = ("\tsetp.ne.u64 \t%nt_p__p0, %nt_f1_gmem_bytes, 0;\n\tvote.sync.ballot.b32 \t%nt_agg_a, %nt_p__p0, %nt_agg_mask;\n"
+          "\tpopc.b32 \t%nt_agg_a, %nt_agg_a;\n\tcvt.u64.u32 \t%nt_agg_total, %nt_agg_a;\n")
+
+
+def active_by_ballot(ptx: str) -> str:
+    """gmem_bytes' active_threads (0 or 1 per thread) summed over the warp by a ballot and popc instead of three
+    redux.sync of its 16 + 16 + 32 bits (an ablation: the engine does not know a value is 0 or 1)."""
+    out, n = ACTIVE_SUM.subn(BALLOT, ptx, count=1)
+    if n != 1:
+        raise SystemExit("probe_tail: gmem_bytes' active_threads sum not found as expected")
+    return out
+
+
 def no_counts(ptx: str) -> str:
     if ptx.count(COUNT_STORE) != 1:
         raise SystemExit("probe_tail: block_sched's count store not found as expected")
@@ -94,6 +113,7 @@ def variants() -> dict[str, tuple[str, str | None, bool]]:
     old, new = load_probe_argument(str(MAIN_PROBE), None), load_probe_argument("block_sched", None)
     both = instrument(plain, new, mixed_stores=True).ptx
     h2 = instrument(plain, new).ptx
+    gmem = instrument(plain, load_probe_argument("gmem_bytes", None)).ptx
     return {
         "plain": (plain, None, False),
         "main": (instrument(plain, old).ptx, "block_sched", True),
@@ -105,14 +125,18 @@ def variants() -> dict[str, tuple[str, str | None, bool]]:
         "H2, H3 count at entry": (count_at_entry(h2), "block_sched", True),
         "H1+H2, H3 count at entry": (count_at_entry(both), "block_sched", True),
         "H1+H2 -counts": (no_counts(both), "block_sched", False),
-        "gmem_bytes (main)": (instrument(plain, load_probe_argument("gmem_bytes", None)).ptx, "gmem_bytes", True),
+        "gmem_bytes (main)": (gmem, "gmem_bytes", True),
+        "gmem_bytes, H4 active by ballot": (active_by_ballot(gmem), "gmem_bytes", True),
     }
 
 
 def exit_path(ops: list[str]) -> int:
-    """SASS instructions from the last clock read (block_sched's exit probe) to the end."""
+    """SASS instructions from the last clock read (block_sched's exit probe) to the end; without one (gmem_bytes),
+    after vadd's last store of its own (the kernel's last 128-bit store)."""
     last = max((i for i, op in enumerate(ops) if op.startswith(("S2UR", "CS2R", "S2R")) and "CLOCK" in op), default=None)
-    return 0 if last is None else len(ops) - last
+    if last is None:
+        last = max((i + 1 for i, op in enumerate(ops) if op.startswith("STG.E.128")), default=len(ops))
+    return len(ops) - last
 
 
 def sass_table() -> None:
@@ -166,7 +190,8 @@ def timed(args) -> None:
         check = ""
         r = rs[0]
         if r.get("bytes_expected") is not None:
-            ok = all(x["bytes"] == x["bytes_expected"] for x in rs)
+            active = args.grid * probe_cost.THREADS if "label" not in r else 0  # gmem_bytes: every thread moves bytes
+            ok = all(x["bytes"] == x["bytes_expected"] and x["active_threads"] == active for x in rs)
             bad += not ok
             check = f"{r.get('label', 'bytes')}={r['bytes']} " + ("ok" if ok else f"WRONG (want {r['bytes_expected']})")
         spread = f"{min(x['graph8_us'] for x in rs):.2f}–{max(x['graph8_us'] for x in rs):.2f}"

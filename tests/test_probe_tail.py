@@ -42,6 +42,9 @@ def test_variants_differ_only_where_named(table):
     assert all(i < body_store for i in lines_of(entry, "[%nt_rec_block_sched"))
     assert "st.global.b64 \t[%nt_ptr_block_sched]" not in entry
     assert "[%nt_cnt_block_sched]" not in table["H1+H2 -counts"][0]
+    gmem, ballot = table["gmem_bytes (main)"][0], table["gmem_bytes, H4 active by ballot"][0]
+    assert gmem.count("redux.sync") == 6 and ballot.count("redux.sync") == 3 and "vote.sync.ballot.b32" in ballot
+    assert ballot.count("red.global.add.u64 \t[%nt_buf_gmem_bytes+8]") == 1
 
 
 @pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not on PATH")
