@@ -267,8 +267,8 @@ ELAPSED_MAX = 1 << 24  # cycles: a warp of vadd runs for microseconds, far below
 def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
     """One launch into a zeroed buffer: each warp's count is 1 and its record (start u64, elapsed u32, SM u32 at
     align16(4 * warps) + 16 * warp: spec/kernel-json.md) is filled and consistent: start above 0, elapsed in
-    (0, 2^24), an SM id below 1024, and the warps of one block (consecutive records) on one SM, their starts within
-    2^20 cycles of each other (a field misplaced or a u64's words swapped fails these)."""
+    (0, 2^24), an SM id below 1024, and each warp on its block's SM (the most common among the block's consecutive records) and
+    started within 2^20 cycles of the block's median start (a field misplaced or a u64's words swapped fails these)."""
     warps = grid * THREADS // 32
     per_block = THREADS // 32
     records = (4 * warps + 15) // 16 * 16
@@ -283,10 +283,10 @@ def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
     filled = 0
     for b in range(grid):
         block = rec[b * per_block:(b + 1) * per_block]
-        starts = [r[0] for r in block]
-        consistent = len({r[2] for r in block}) == 1 and max(starts) - min(starts) < BLOCK_START_SPREAD
-        filled += sum(1 for start, elapsed, sm in block
-                      if consistent and start > 0 and 0 < elapsed < ELAPSED_MAX and sm < 1024)
+        block_sm = statistics.mode(r[2] for r in block)
+        middle = statistics.median_low(r[0] for r in block)
+        filled += sum(1 for start, elapsed, sm in block if start > 0 and 0 < elapsed < ELAPSED_MAX and sm < 1024
+                      and sm == block_sm and abs(start - middle) < BLOCK_START_SPREAD)
     return {"label": "counts+records", "bytes": sum(1 for c in counts if c == 1) + filled, "bytes_expected": 2 * warps,
             "active_threads": 0}
 
