@@ -304,6 +304,8 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args, exact: bo
         base = cuda.alloc(HEAD + size)
         head = base + HEAD
         pointer = head
+        if buffer.endswith(" tagged"):  # a graph replay probed: tagged pointer, gate open (the word before is 0)
+            pointer |= 1
         if buffer.endswith("gated"):  # a graph replay left out: tagged pointer, gate set
             one = C.c_uint32(1)
             cuda.check("cuMemcpyHtoD_v2", C.c_uint64(head - 8), C.byref(one), C.c_size_t(4))
@@ -329,7 +331,7 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args, exact: bo
             exact = name in ("gmem_bytes", "gmem_bytes one-row", "gmem_bytes (before)", "gmem_bytes 128 rows") \
                 or "lowering" in name
         row["bytes_expected"] = 0 if buffer.endswith("gated") else (12 * n if exact else None)
-    if buffer == "block_sched" and (name in ("block_sched", "block_sched (before)") if exact is None else exact):
+    if buffer in ("block_sched", "block_sched tagged") and (name in ("block_sched", "block_sched (before)") if exact is None else exact):
         row.update(block_sched_check(cuda, f, params, head, args.grid))
     if buffer == "hist":
         cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * HIST_ROW))

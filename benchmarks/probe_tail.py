@@ -17,6 +17,10 @@ Triton's vadd (benchmarks/probe_cost.py's kernel) instrumented with block_sched 
 * `H3 count at entry` (an ablation, not a candidate: the count 1 stored at entry, before the body; a
   warp that never reached its exit would then look complete) and `-counts` (no count store at all:
   the most any rework of the count can save), each on H1+H2;
+* `H5 gate at exit`: the engine's `late_gate` option (the probe gate's predicate set again before the exit's
+  probe code, so ptxas waits for the gate's load there instead of before the body's loads);
+* `, tagged`: the buffer pointer tagged with the gate open (0), as a CUDA graph's probed replay passes it: the
+  gate's load then runs (untagged, as eager launches pass it, it is predicated off);
 * gmem_bytes as main instruments it, and with its active_threads (0 or 1 per thread) summed over the warp by
   vote.ballot + popc instead of three redux.sync (an ablation: that sum sits on the exit path); both checked
   exactly (12 bytes per element, every thread active).
@@ -113,10 +117,13 @@ def variants() -> dict[str, tuple[str, str | None, bool]]:
     old, new = load_probe_argument(str(MAIN_PROBE), None), load_probe_argument("block_sched", None)
     both = instrument(plain, new, mixed_stores=True).ptx
     h2 = instrument(plain, new).ptx
-    gmem = instrument(plain, load_probe_argument("gmem_bytes", None)).ptx
+    h5 = instrument(plain, new, late_gate=True).ptx
+    gmem_probes = load_probe_argument("gmem_bytes", None)
+    gmem, gmem_h5 = instrument(plain, gmem_probes).ptx, instrument(plain, gmem_probes, late_gate=True).ptx
+    main = instrument(plain, old).ptx
     return {
         "plain": (plain, None, False),
-        "main": (instrument(plain, old).ptx, "block_sched", True),
+        "main": (main, "block_sched", True),
         "H1 one store": (instrument(plain, old, mixed_stores=True).ptx, "block_sched", True),
         "H2 SM at entry": (h2, "block_sched", True),
         "H2, H4 start stored at entry": (fields_at_entry(h2, False), "block_sched", True),
@@ -125,8 +132,15 @@ def variants() -> dict[str, tuple[str, str | None, bool]]:
         "H2, H3 count at entry": (count_at_entry(h2), "block_sched", True),
         "H1+H2, H3 count at entry": (count_at_entry(both), "block_sched", True),
         "H1+H2 -counts": (no_counts(both), "block_sched", False),
+        "H2, H5 gate at exit": (h5, "block_sched", True),
+        "main, tagged": (main, "block_sched tagged", True),
+        "H2, tagged": (h2, "block_sched tagged", True),
+        "H2, H5 gate at exit, tagged": (h5, "block_sched tagged", True),
         "gmem_bytes (main)": (gmem, "gmem_bytes", True),
         "gmem_bytes, H4 active by ballot": (active_by_ballot(gmem), "gmem_bytes", True),
+        "gmem_bytes, H5 gate at exit": (gmem_h5, "gmem_bytes", True),
+        "gmem_bytes (main), tagged": (gmem, "gmem_bytes tagged", True),
+        "gmem_bytes, H5 gate at exit, tagged": (gmem_h5, "gmem_bytes tagged", True),
     }
 
 
@@ -139,13 +153,29 @@ def exit_path(ops: list[str]) -> int:
     return len(ops) - last
 
 
+_GATE_LOAD = re.compile(r"LDG\.E (R\d+), [^;]*-0x8\]")
+
+
+def gate_wait_first(lines: list[str]) -> bool:
+    """Whether the first instruction reading the gate's load comes before the body's first 128-bit load: a tagged
+    launch's warps then wait for the gate before they load their data."""
+    load = next(((i, m.group(1)) for i, line in enumerate(lines) if (m := _GATE_LOAD.search(line))), None)
+    body = next((i for i, line in enumerate(lines) if "LDG.E.128" in line), None)
+    if load is None or body is None:
+        return False
+    reg = re.compile(rf"\b{load[1]}\b")
+    use = next((i for i, line in enumerate(lines) if i > load[0] and reg.search(line.split(";")[0].split(",", 1)[-1])),
+               None)
+    return use is not None and use < body
+
+
 def sass_table() -> None:
     import subprocess  # noqa: PLC0415
 
     from graph_probe_sass import _SASS_LINE, disassembler  # noqa: PLC0415
 
-    print("| variant | registers | SASS (no NOPs) | added | exit path | global stores |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| variant | registers | SASS (no NOPs) | added | exit path | global stores | gate waited before body loads |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     base = None
     with tempfile.TemporaryDirectory() as td:
         for name, (ptx, _, _) in variants().items():
@@ -156,7 +186,7 @@ def sass_table() -> None:
                 raise SystemExit(f"probe_tail: ptxas refused {name}: {r.stderr[-300:]}")
             regs = int(re.search(r"Used (\d+) registers", r.stderr).group(1))
             sass = subprocess.run([*disassembler(), str(cubin)], capture_output=True, text=True, check=True).stdout
-            ops = []
+            ops, listing = [], [line for line in sass.splitlines() if _SASS_LINE.search(line)]
             for line in sass.splitlines():
                 m = _SASS_LINE.search(line)
                 if m and m.group(1) != "NOP":
@@ -165,7 +195,8 @@ def sass_table() -> None:
                 ops.pop()
             base = base if base is not None else len(ops)
             stores = sum(1 for op in ops if op.startswith(("STG", "RED")))
-            print(f"| {name} | {regs} | {len(ops)} | {len(ops) - base} | {exit_path(ops)} | {stores} |")
+            wait = "yes" if gate_wait_first(listing) else "no"
+            print(f"| {name} | {regs} | {len(ops)} | {len(ops) - base} | {exit_path(ops)} | {stores} | {wait} |")
 
 
 def timed(args) -> None:
