@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 rc=0
-timeout 90 python3 benchmarks/probe_tail.py --grid 256 --rounds 15 --json "$OUT/probe_tail_256.json" || rc=$?
-timeout 55 python3 benchmarks/probe_tail.py --grid 16384 --rounds 5 --launches 100 --replays 100 \
+timeout 100 python3 benchmarks/probe_tail.py --grid 256 --rounds 15 --json "$OUT/probe_tail_256.json" || rc=$?
+timeout 45 python3 benchmarks/probe_tail.py --grid 16384 --rounds 5 --launches 100 --replays 100 \
     --json "$OUT/probe_tail_16384.json" || rc=$?
 exit $rc
