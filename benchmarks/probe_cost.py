@@ -260,10 +260,17 @@ def rows_of(buffer: str) -> int:
     return WIDE_ROWS if buffer.endswith(" rows") else STRIPES
 
 
+BLOCK_START_SPREAD = 1 << 20  # cycles: a block's warps start together (its SM starts them at once)
+ELAPSED_MAX = 1 << 24  # cycles: a warp of vadd runs for microseconds, far below this
+
+
 def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
     """One launch into a zeroed buffer: each warp's count is 1 and its record (start u64, elapsed u32, SM u32 at
-    align16(4 * warps) + 16 * warp: spec/kernel-json.md) is filled: start and elapsed above 0, an SM id below 1024."""
+    align16(4 * warps) + 16 * warp: spec/kernel-json.md) is filled and consistent: start above 0, elapsed in
+    (0, 2^24), an SM id below 1024, and each warp on its block's SM (the most common among the block's consecutive records) and
+    started within 2^20 cycles of the block's median start (a field misplaced or a u64's words swapped fails these)."""
     warps = grid * THREADS // 32
+    per_block = THREADS // 32
     records = (4 * warps + 15) // 16 * 16
     size = records + 16 * warps
     cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(size))
@@ -271,14 +278,21 @@ def block_sched_check(cuda: Cuda, f, params, head: int, grid: int) -> dict:
     cuda.sync()
     raw = cuda.read(head, size)
     counts = [int.from_bytes(raw[4 * i:4 * i + 4], "little") for i in range(warps)]
-    rec = [raw[records + 16 * i:records + 16 * i + 16] for i in range(warps)]
-    filled = sum(1 for r in rec if int.from_bytes(r[:8], "little") > 0 and int.from_bytes(r[8:12], "little") > 0
-                 and int.from_bytes(r[12:16], "little") < 1024)
+    rec = [(int.from_bytes(raw[at:at + 8], "little"), int.from_bytes(raw[at + 8:at + 12], "little"),
+            int.from_bytes(raw[at + 12:at + 16], "little")) for at in range(records, records + 16 * warps, 16)]
+    filled = 0
+    for b in range(grid):
+        block = rec[b * per_block:(b + 1) * per_block]
+        block_sm = statistics.mode(r[2] for r in block)
+        middle = statistics.median_low(r[0] for r in block)
+        filled += sum(1 for start, elapsed, sm in block if start > 0 and 0 < elapsed < ELAPSED_MAX and sm < 1024
+                      and sm == block_sm and abs(start - middle) < BLOCK_START_SPREAD)
     return {"label": "counts+records", "bytes": sum(1 for c in counts if c == 1) + filled, "bytes_expected": 2 * warps,
             "active_threads": 0}
 
 
-def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
+def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args, exact: bool | None = None) -> dict:
+    """One variant's row; `exact` (None: decided by the variant's name) checks its records or byte totals exactly."""
     f = cuda.function(ptx, "vadd")
     n = args.grid * BLOCK_ELEMENTS
     x, y, out = (cuda.alloc(4 * n) for _ in range(3))
@@ -290,6 +304,8 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
         base = cuda.alloc(HEAD + size)
         head = base + HEAD
         pointer = head
+        if buffer.endswith(" tagged"):  # a graph replay probed: tagged pointer, gate open (the word before is 0)
+            pointer |= 1
         if buffer.endswith("gated"):  # a graph replay left out: tagged pointer, gate set
             one = C.c_uint32(1)
             cuda.check("cuMemcpyHtoD_v2", C.c_uint64(head - 8), C.byref(one), C.c_size_t(4))
@@ -311,10 +327,11 @@ def measure(cuda: Cuda, name: str, ptx: str, buffer: str | None, args) -> dict:
         words = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)]
         row["bytes"] = sum(words[r * 16] for r in range(rows))
         row["active_threads"] = sum(words[r * 16 + 1] for r in range(rows))
-        exact = name in ("gmem_bytes", "gmem_bytes one-row", "gmem_bytes (before)", "gmem_bytes 128 rows") \
-            or "lowering" in name
+        if exact is None:
+            exact = name in ("gmem_bytes", "gmem_bytes one-row", "gmem_bytes (before)", "gmem_bytes 128 rows") \
+                or "lowering" in name
         row["bytes_expected"] = 0 if buffer.endswith("gated") else (12 * n if exact else None)
-    if buffer == "block_sched" and name in ("block_sched", "block_sched (before)"):
+    if buffer in ("block_sched", "block_sched tagged") and (name in ("block_sched", "block_sched (before)") if exact is None else exact):
         row.update(block_sched_check(cuda, f, params, head, args.grid))
     if buffer == "hist":
         cuda.check("cuMemsetD8_v2", C.c_uint64(head), C.c_ubyte(0), C.c_size_t(STRIPES * HIST_ROW))

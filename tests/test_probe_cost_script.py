@@ -38,7 +38,7 @@ class FakeCuda:
 
 def image(warps: int, counts=None, records=None) -> bytes:
     counts = counts if counts is not None else [1] * warps
-    records = records if records is not None else [(1000 + i, 50, i % 132) for i in range(warps)]
+    records = records if records is not None else [(1000 + i, 50, i // 4 % 132) for i in range(warps)]  # a block's 4 warps: one SM
     head = struct.pack(f"<{warps}I", *counts)
     head += bytes((-len(head)) % 16)
     return head + b"".join(struct.pack("<QII", *r) for r in records)

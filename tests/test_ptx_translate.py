@@ -102,3 +102,47 @@ def test_exit_count_under_a_negated_exit_guard(level, expected):
     leaders = {"warp": Pred("lead_warp")}.get  # the lowering's hook: computed at entry
     ops = lower_exit_counts(ptx_steps(False, leaders), [spec], ir.Guard(ir.Register("%g"), negated=True))
     assert text(PtxTranslation(s, "t").translate(ops)) == expected
+
+
+def test_mixed_stores_one_vector_store():
+    """With the engine's `mixed_stores` option, the record's u32, u32 and u64 (16 bytes from a 16-aligned offset)
+    are one st.global.v4.b32: the u64 split into its low then high word, as memory holds it; the rest unchanged."""
+    spec = parse_probes(PROBES, "p.toml").maps["trace"]
+    code = PtxTranslation(state(), "t").translate(ptx_steps(False, mixed=True).lower_fields(spec, field_values(spec), None))
+    assert text(code)[-3:] == [
+        "mov.b64 {%nt_f2_trace_w0, %nt_f2_trace_w1}, %nt_f2_trace",
+        "@%nt_ok_trace st.global.v4.b32 [%nt_ptr_trace], {%nt_f0_trace, %nt_f1_trace, %nt_f2_trace_w0, %nt_f2_trace_w1}",
+        "add.u32 %nt_cur_trace, %nt_cur_trace, 1",
+    ]
+    plain = PtxTranslation(state(), "t").translate(ptx_steps(False).lower_fields(spec, field_values(spec), None))
+    assert sum(i.opcode.text.startswith("st.global") for i in plain) == 2  # the default: two stores, as before
+
+
+@pytest.mark.parametrize("fields, size, chunks", [
+    (["a:u64", "b:u32", "c:u32"], 16, [[0, 1, 2]]),  # block_sched's record
+    (["a:u32", "b:u64", "c:u32"], 16, [[0, 1, 2]]),  # a u64 at offset 4: its two words, 4-aligned, in the vector
+    (["a:u64", "b:u32", "c:u32", "d:u64"], 24, [[0], [1, 2], [3]]),  # 24-byte records: only 8-aligned
+    (["a:u32", "b:u32", "c:u32", "d:u32"], 16, [[0, 1, 2, 3]]),  # one type: the vector store it had
+    (["a:u64", "b:u64", "c:u32", "d:u32", "e:u64"], 32, [[0, 1], [2, 3, 4]]),
+])
+def test_mixed_chunks_only_fill_aligned_16_bytes(fields, size, chunks):
+    from neutrino.passes.lower_save import store_chunks  # noqa: PLC0415
+    from neutrino.probe_model import Field, MapSpec  # noqa: PLC0415
+
+    offsets, at = [], 0
+    for f in fields:
+        offsets.append(at)
+        at += 8 if f.endswith("u64") else 4
+    spec = MapSpec("m", "warp", 1, [Field(f[0], f[2:], o) for f, o in zip(fields, offsets)], size)
+    assert store_chunks(spec, mixed=True) == chunks
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not on PATH")
+def test_mixed_stores_assemble_for_block_sched():
+    from neutrino.toolbox import load_probe_argument  # noqa: PLC0415
+
+    probes = load_probe_argument("block_sched", None)
+    for path in CORPUS:
+        result = instrument(path.read_text(), probes, source=path.name, mixed_stores=True)
+        assert "st.global.v4.b32 \t[%nt_ptr_block_sched], {%nt_f0_block_sched_w0, %nt_f0_block_sched_w1," in result.ptx
+        ptxas(result.ptx)

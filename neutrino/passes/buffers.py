@@ -386,6 +386,8 @@ class PtxBufferAddressing:
             body[i:i] = code
             if chain:
                 self.advance_at_exits(state)
+            elif ctx.late_gate and state.maps:
+                gate_again_at_exits(state)
             body[0:0] = declarations(state.temps)
 
     @staticmethod
@@ -410,6 +412,30 @@ class PtxBufferAddressing:
                 params.append(ir.Param(f".param .u32 {cap_param}"))
                 state.params.append({"name": cap_param, "type": "u32", "map": map_name, "role": "cap"})
         state.function.params = params
+
+
+def gate_again_at_exits(state: KernelState) -> None:
+    """The probe gate's predicate set again (from the gate word loaded at entry: the same value) before each exit's
+    probe code: ptxas then waits for the gate's load there, at the end of the warp, instead of before the body's
+    own loads (issue 24: a tagged launch's warps otherwise stall at entry for it). Where nothing after entry uses
+    the entry's predicate, ptxas drops it. Only the instrument(..., late_gate=True) option; not the chain variant."""
+    on, gate = state.temp(GATE_REGISTER, "pred"), state.temp("gate", "b32")
+    exits = {id(anchor) for anchor in state.exits}
+    edits: dict[int, tuple] = {}
+
+    def visit(body: list) -> None:
+        for j, stmt in enumerate(body):
+            if type(stmt) is ir.Scope:
+                visit(stmt.body)
+            elif id(stmt) in exits:
+                k = j
+                while k > 0 and type(body[k - 1]) is ir.Instruction and body[k - 1].origin is not None:
+                    k -= 1  # back to the first of the probe instructions right before the exit
+                if k < j:
+                    edits[id(body[k])] = ([insn("setp.eq.u32", on, gate, 0, origin=ORIGIN)], None, [])
+
+    visit(state.function.body)
+    splice(state.function.body, edits)
 
 
 def choose_param_names(state: KernelState, owner: str, names: NameAllocator, ctx: Context) -> dict[str, str]:

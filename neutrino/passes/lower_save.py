@@ -83,12 +83,36 @@ def map_register(state: KernelState, role: str, spec: MapSpec, rtype: str) -> st
     return state.temp(f"{role}_{spec.name}", rtype)
 
 
-def store_chunks(spec: MapSpec) -> list[list[int]]:
-    """Field indices grouped into the widest aligned vector stores (at most 16 bytes)."""
+MIXED_STORE_BYTES = 16  # fields of both widths that fill an aligned 16-byte span: one st.global.v4.b32
+
+
+def mixed_span(fields, i: int, record_align: int) -> int:
+    """How many fields from `i` fill exactly one 16-aligned 16-byte span, laid end to end, with u32 and u64 both
+    among them (0: none). Records sit at 16-aligned addresses whenever their size is a multiple of 16 (buffers are
+    16-byte aligned and the records section starts at align16: spec/kernel-json.md), so that span is too."""
+    if record_align % MIXED_STORE_BYTES or fields[i].offset % MIXED_STORE_BYTES:
+        return 0
+    end, n = fields[i].offset, 0
+    while i + n < len(fields) and fields[i + n].offset == end and end - fields[i].offset < MIXED_STORE_BYTES:
+        end += 8 if fields[i + n].type == "u64" else 4
+        n += 1
+    mixed = len({f.type for f in fields[i : i + n]}) > 1
+    return n if mixed and end - fields[i].offset == MIXED_STORE_BYTES else 0
+
+
+def store_chunks(spec: MapSpec, mixed: bool = False) -> list[list[int]]:
+    """Field indices grouped into the widest aligned vector stores (at most 16 bytes); with `mixed` (the engine's
+    `mixed_stores` option), fields of both widths that fill an aligned 16-byte span are one store too
+    (`mixed_span`: block_sched's u64, u32, u32 in one instead of two)."""
     fields = spec.fields
     record_align = spec.record_bytes & -spec.record_bytes  # largest power of two dividing the size
     chunks, i = [], 0
     while i < len(fields):
+        n = mixed_span(fields, i, record_align) if mixed else 0
+        if n:
+            chunks.append(list(range(i, i + n)))
+            i += n
+            continue
         size = 8 if fields[i].type == "u64" else 4
         for n in (4, 2, 1):
             width = n * size
@@ -108,6 +132,7 @@ class _Lowerer:
     probes: ProbeFile
     sm: int = 0  # the module's target, which decides how warps reduce
     register_counting: bool = False  # hist buckets inside loops may be counted in registers (passes/register_counters.py)
+    mixed_stores: bool = False  # a record's u64 and u32 fields filling 16 aligned bytes: one store (store_chunks)
 
     def emit(self, opcode: str, *operands, guard=None) -> ir.Instruction:
         return insn(opcode, *operands, origin=ORIGIN, guard=guard)
@@ -415,7 +440,7 @@ class _Lowerer:
         if is_ring_map(spec, self.state.counting):  # cap = "count": the launch's ring (passes/ring.py)
             return ring_record(self, spec, guard, self.sm >= WARP_SM)
         # the neutral steps every ISA shares (passes/neutral_ops.py), spelled as PTX (isa/ptx/translate.py)
-        ops = ptx_steps(self.state.counting).lower_fields(spec, field_values(spec), guard)
+        ops = ptx_steps(self.state.counting, mixed=self.mixed_stores).lower_fields(spec, field_values(spec), guard)
         code = PtxTranslation(self.state, ORIGIN).translate(ops)
         if guard is not None and not guard.negated and guard.register.name == self.leader_name(spec.level):
             code = self.cursor_in_every_lane(spec, code)
@@ -442,7 +467,7 @@ class _Lowerer:
 
     def record_stores(self, spec) -> list[ir.Instruction]:
         """A ring map's record (passes/ring.py): the field registers stored at `ptr` where `ok`, as an array record's."""
-        steps = ptx_steps(False)
+        steps = ptx_steps(False, mixed=self.mixed_stores)
         steps.offsets = [f.offset for f in spec.fields]
         values = field_values(spec)
         ops = [s for chunk in steps.store_chunks(spec, len(values)) for s in steps.store_fields(spec, [values[i] for i in chunk], chunk[0])]
@@ -508,6 +533,7 @@ class _Lowerer:
             self.state.counting,
             self.sm,
             shapes,
+            self.mixed_stores,
             tuple((v.name, self.state.temps[v.name]) for v in values if type(v) is ir.Register and v.name in self.state.temps),
         )
         for name, rtype in template.registers:
@@ -600,11 +626,15 @@ def _ptx_chunks(spec, count: int) -> list[list[int]]:
     return store_chunks(spec)
 
 
-def ptx_steps(counting: bool, leader=None) -> NeutralSteps:
+def _ptx_mixed_chunks(spec, count: int) -> list[list[int]]:
+    return store_chunks(spec, mixed=True)
+
+
+def ptx_steps(counting: bool, leader=None, mixed: bool = False) -> NeutralSteps:
     """The neutral steps with PTX's hooks: its register names and vector stores; the unit's leader is in each SAVE's
     guard already (passes/resolve.py) and, at exits, `leader(level)`'s predicate (computed at entry); the probe gate
     joins the lanes that store; a counting variant only counts."""
-    return NeutralSteps(WARP_LANES, role=_ptx_role, chunks=_ptx_chunks, leaders_in_guard=True, gate=Pred(GATE_REGISTER),
+    return NeutralSteps(WARP_LANES, role=_ptx_role, chunks=_ptx_mixed_chunks if mixed else _ptx_chunks, leaders_in_guard=True, gate=Pred(GATE_REGISTER),
                         counting=counting, leader=leader)
 
 
@@ -639,11 +669,11 @@ class _GroupTemplate:
 @functools.lru_cache(maxsize=256)  # a pure function of its arguments: kernels and sites of one shape share it
 def _lowered_group(
     probe_name: str, probe_map: str | None, maps: tuple[_MapValue, ...], prefix: str, counting: bool, sm: int, saves: tuple,
-    value_types: tuple,
+    mixed_stores: bool, value_types: tuple,
 ) -> _GroupTemplate:
     scratch = KernelState(ir.Function("entry", ""), prefix=prefix, counting=counting, temps=dict(value_types))
     origin = f"probe {probe_name}#0"
-    lowerer = _Lowerer(scratch, None, sm)
+    lowerer = _Lowerer(scratch, None, sm, mixed_stores=mixed_stores)
     code = lowerer.build_group(
         probe_name, probe_map, {m.name: m for m in maps}, [ir.Instruction(op, ops, guard, 0, origin) for op, ops, guard in saves]
     )
@@ -799,7 +829,7 @@ class PtxSaveLowering:
             sm = 0  # .version cannot be raised to what activemask needs: warp operations are left out
         register_counting = func_with_exit(module) is None  # else a thread may leave without flushing its counters
         for state in ctx.kernels.values():
-            _Lowerer(state, ctx.probes, sm, register_counting).lower()
+            _Lowerer(state, ctx.probes, sm, register_counting, ctx.mixed_stores).lower()
         stage_counters(module, ctx, sm)  # maps with stage = "block": their adds into shared memory (passes/shared_agg.py)
 
 

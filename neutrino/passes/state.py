@@ -70,6 +70,8 @@ class Context:
     allocator: NameAllocator | None = None  # every name a pass adds comes from here (spec/ir.md "Names")
     isa: object = None  # neutrino.isa.interface.Isa; the pass manager sets PTX when none was given
     graph_chain: bool = False  # PTX: the variant a CUDA graph's chain node runs (passes/graph_chain.py)
+    mixed_stores: bool = False  # PTX: one 16-byte store for a record's mixed u64/u32 fields (passes/lower_save.py)
+    late_gate: bool = False  # PTX: the probe gate's predicate set again before each exit's probe code (passes/buffers.py)
 
     def names(self, module) -> NameAllocator:
         """The module's name allocator, read from its symbol tables when first asked for (PTX)."""

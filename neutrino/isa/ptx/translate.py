@@ -131,7 +131,23 @@ class PtxTranslation:
         """[b + o] = v; a tuple v is one vector store of its values (consecutive, aligned to its size)."""
         base, offset, value, typed = op.dst, op.a, op.b, op.c
         items = value if type(value) is tuple else (value,)
-        shape = f".v{len(items)}" if len(items) > 1 else ""
         address = ir.Address(ir.Register(self.reg(base)), ir.Immediate(str(offset)) if offset else None)
+        if len({v.words for v in items}) > 1:
+            return self.mixed_store(address, items)
+        shape = f".v{len(items)}" if len(items) > 1 else ""
         spelled = typed or f"b{32 * items[0].words}"  # a type the steps give (a count's u32), else the bits
         return [self.emit(f"st.global{shape}.{spelled}", address, self.reg(value), guard=self.guard())]
+
+    def mixed_store(self, address: ir.Address, items: tuple) -> list[ir.Instruction]:
+        """Values of one and two words, consecutive: one `st.global.v4.b32` of their words (low word first, as
+        memory holds a u64), each two-word value split into 32-bit registers first (free: a register pair)."""
+        code, words = [], []
+        for v in items:
+            if v.words == 1:
+                words.append(ir.Register(self.reg(v)))
+                continue
+            halves = tuple(ir.Register(self.state.temp(f"{v.role}_w{k}", "b32")) for k in (0, 1))
+            code.append(self.emit("mov.b64", ir.Vector(halves), ir.Register(self.reg(v))))
+            words += halves
+        store = self.emit(f"st.global.v{len(words)}.b32", address, ir.Vector(tuple(words)), guard=self.guard())
+        return code + [store]
