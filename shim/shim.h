@@ -107,7 +107,7 @@ typedef struct {
     uint32_t n, k;                   /* probed nodes; slots per ring (a power of 2) */
     const uint64_t *rings, *strides; /* per node: its slot 0 (device), its slot's bytes */
     const uint64_t *sinks;           /* per node: 1 for a probed sink (the host publishes its last launch) */
-    void *const *records;            /* per node: its nt_graph_node (neutrino_graph_node_new): header, counts */
+    void **records;                  /* per node: its nt_graph_node (neutrino_graph_node_new): header, counts */
 } nt_chain_desc;
 
 /* What Python gives graphpick.c per probed kernel node and per append node of a plan
