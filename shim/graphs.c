@@ -380,7 +380,7 @@ typedef struct nt_chain {
     struct nt_chain *next;       /* the chains polled (under rings_lock) */
     int attached;
     uint64_t *drained, *written, *dropped;  /* per node: drained by us; the head's counts when last read */
-    uint64_t *at, *count;        /* per node, this pass: its slots' offset in the staging, how many */
+    uint64_t *at, *count, *lost; /* per node, this pass: its slots' offset in the staging, how many, copy refused */
     _Atomic uint64_t errors;
 } nt_chain;
 
@@ -414,7 +414,7 @@ static void chain_hand_over(nt_chain *c, uint32_t first, uint32_t last, int lost
         uint64_t stride = c->d.strides[i], ahead = 0;
         for (uint64_t s = 0; s < c->count[i]; s++) {
             const char *slot = chain_staging(c) + c->at[i] + s * stride;
-            if (lost) {
+            if (lost || c->lost[i]) {
                 atomic_fetch_add(&n->errors, 1);
                 continue;
             }
@@ -463,14 +463,14 @@ static uint64_t chain_pass(nt_chain *c, nt_pass *p) {
             continue;
         }
         uint64_t bytes = (h[CH_WRITTEN] - c->drained[i]) * c->d.strides[i];
-        if (used + bytes > c->d.staging_bytes) {
+        if (used && used + bytes > c->d.staging_bytes) {
             chain_hand_over(c, first, i, !chain_wait(c));
             first = i, used = 0;
         }
         c->count[i] = h[CH_WRITTEN] - c->drained[i];
         c->at[i] = used;
         total += c->count[i];
-        if (c->count[i] && !chain_copy_out(c, i, used)) atomic_fetch_add(&c->errors, 1);
+        c->lost[i] = c->count[i] && !chain_copy_out(c, i, used);
         used += bytes;
     }
     if (!total) return 0;
@@ -502,7 +502,7 @@ static void drain_chains(void) {
 void *neutrino_graph_chain_new(const nt_chain_desc *d) {
     if (!d->n || d->k < 2 || (d->k & (d->k - 1)) || !d->host || !d->heads) return NULL;
     nt_chain *c = calloc(1, sizeof *c);
-    uint64_t *words = calloc(8 * (size_t)d->n, sizeof(uint64_t));
+    uint64_t *words = calloc(9 * (size_t)d->n, sizeof(uint64_t));
     void **records = calloc(d->n, sizeof(void *));
     if (!c || !words || !records) {
         free(c), free(words), free(records);
@@ -515,7 +515,7 @@ void *neutrino_graph_chain_new(const nt_chain_desc *d) {
     memcpy(records, d->records, sizeof(void *) * d->n);
     c->d.rings = words, c->d.strides = words + d->n, c->d.sinks = words + 2 * d->n, c->d.records = records;
     c->drained = words + 3 * d->n, c->written = words + 4 * d->n, c->dropped = words + 5 * d->n;
-    c->at = words + 6 * d->n, c->count = words + 7 * d->n;
+    c->at = words + 6 * d->n, c->count = words + 7 * d->n, c->lost = words + 8 * d->n;
     c->attached = 1;
     pthread_mutex_lock(&rings_lock);
     c->next = chains;

@@ -71,7 +71,7 @@ def header_fields(text: str) -> dict[str, list[str]]:
         members = []
         for declaration in filter(None, (d.strip() for d in body.split(";"))):
             declarators = re.sub(r"^(?:const\s+)?\w+\s+", "", declaration)  # the type, once
-            members += [re.match(r"\*?\s*(\w+)", d.strip()).group(1) for d in declarators.split(",")]
+            members += [re.match(r"\**\s*(\w+)", d.strip()).group(1) for d in declarators.split(",")]
         out[name] = members
     return out
 
