@@ -635,7 +635,9 @@ static void *poll_rings(void *arg) {
             continue;
         }
         drain_rings(NULL, POLL_PASSES);
-        drain_chains();
+        /* a chain's pass copies (its heads) every poll, not only when there is something: never while the program
+         * captures (work of a stream of ours then slows every later replay: issue 24); its rings fill meanwhile */
+        if (neutrino_captures_open() <= 0) drain_chains();
         pthread_mutex_unlock(&rings_lock);
         struct timespec t = {(time_t)(interval / 1000000000), (long)(interval % 1000000000)};
         nanosleep(&t, NULL);
