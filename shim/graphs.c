@@ -381,10 +381,16 @@ typedef struct nt_chain {
     int attached;
     uint64_t *drained, *written, *dropped;  /* per node: drained by us; the head's counts when last read */
     uint64_t *at, *count, *lost; /* per node, this pass: its slots' offset in the staging, how many, copy refused */
+    uint64_t launches_seen;      /* graph_launches_made when its last pass began */
+    unsigned idle;               /* polls since its last pass, that pass having found nothing */
     _Atomic uint64_t errors;
 } nt_chain;
 
 static nt_chain *chains;
+/* cuGraphLaunch calls so far (graph_launch): a chain with nothing new and no graph launched since its last pass is
+ * polled only every CHAIN_IDLE_POLLS polls (a replay still running at that pass is drained by a later one) */
+static _Atomic uint64_t graph_launches_made;
+#define CHAIN_IDLE_POLLS 64
 
 static uint64_t *chain_head(nt_chain *c, uint32_t i) { return (uint64_t *)((char *)c->d.host + CHAIN_HEAD_BYTES * i); }
 static uint64_t *chain_drained_words(nt_chain *c) { return (uint64_t *)((char *)c->d.host + CHAIN_HEAD_BYTES * c->d.n); }
@@ -492,10 +498,15 @@ static uint64_t chain_pass(nt_chain *c, nt_pass *p) {
     return total;
 }
 
-/* Every chain once (the poller, under rings_lock). */
-static void drain_chains(void) {
+/* Every chain once (`idle_skip`: the poller's, which passes over an idle chain; under rings_lock). */
+static void drain_chains(int idle_skip) {
     nt_pass p = {0};
-    for (nt_chain *c = chains; c; c = c->next) chain_pass(c, &p);
+    uint64_t launches = atomic_load(&graph_launches_made);
+    for (nt_chain *c = chains; c; c = c->next) {
+        if (idle_skip && c->idle && launches == c->launches_seen && c->idle++ % CHAIN_IDLE_POLLS) continue;
+        c->launches_seen = launches;
+        c->idle = chain_pass(c, &p) == 0;
+    }
     pass_leave(&p);
 }
 
@@ -604,7 +615,7 @@ void neutrino_graph_chain_free(void *chain) {
 void neutrino_graph_drain_all(void) {
     pthread_mutex_lock(&rings_lock);
     drain_rings(NULL, ALL_PASSES);
-    drain_chains();
+    drain_chains(0);
     pthread_mutex_unlock(&rings_lock);
 }
 
@@ -637,7 +648,7 @@ static void *poll_rings(void *arg) {
         drain_rings(NULL, POLL_PASSES);
         /* a chain's pass copies (its heads) every poll, not only when there is something: never while the program
          * captures (work of a stream of ours then slows every later replay: issue 24); its rings fill meanwhile */
-        if (neutrino_captures_open() <= 0) drain_chains();
+        if (neutrino_captures_open() <= 0) drain_chains(1);
         pthread_mutex_unlock(&rings_lock);
         struct timespec t = {(time_t)(interval / 1000000000), (long)(interval % 1000000000)};
         nanosleep(&t, NULL);
@@ -1101,6 +1112,7 @@ CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_captur
 static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
     CUresult (*fn)(void *, void *) = GREAL(slot, CUresult(*)(void *, void *));
     if (!fn) return CU_NOT_FOUND;
+    atomic_fetch_add_explicit(&graph_launches_made, 1, memory_order_relaxed);
     if (!neutrino_graph_pick_has(exec, NULL)) return fn(exec, stream);
     /* only a planned graph pays the capture query (graphpick.c has no view of streams) */
     void *where = ptsz && !stream ? (void *)(uintptr_t)0x2 : stream;  /* per-thread: 0x2 */

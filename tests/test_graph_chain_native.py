@@ -132,3 +132,19 @@ def test_the_trace_budget_drops_frames_and_counts_them(tmp_path, fakecuda, shim,
         assert len(nodes.get(node, [])) + dropped[node] == replays
     assert written + sum(dropped.values()) == NODES * replays
     assert f"{written} of {NODES * replays} replay result(s) written" in err
+
+
+def test_an_idle_chain_is_polled_seldom(tmp_path, fakecuda, shim, chain_env, capfd):
+    """A chain with nothing new and no graph launched since its last pass costs the poller a pass only every 64th
+    poll: over 400 ms of the program idling (its graph alive) the copy-out makes far fewer driver calls than a
+    pass (7 calls: context, capture mode, heads copy, wait) every 100 us poll would (about 28,000); the 12 replays
+    made before (fewer than a ring's slots: none can find it full) are all written."""
+    chain_env.setenv("GRAPH_APP_IDLE_MS", "400")
+    chain_env.setenv("NEUTRINO_FAST_PROFILE", "1")
+    replays = SLOTS - 4
+    _, _, t = _run(tmp_path, fakecuda, 1, replays)
+    err = capfd.readouterr().err
+    assert {node: len(las) for node, las in _by_node(t).items()} == {(1, n): replays for n in (1, 2, 3)}, err
+    line = next(ln for ln in err.splitlines() if "graph rings copied out with" in ln)
+    calls = int(line.split("copied out with ")[1].split()[0])
+    assert calls < 3000, line
