@@ -15,7 +15,7 @@ import neutrino.trace as nt
 from test_runtime_shim import FAKE, VEC_PTX, _run_under_fake, fakecuda, shim  # noqa: F401 - fixtures
 
 NODES = 3  # GRAPH_APP_KERNELS: a chain of 3 probed kernel nodes in one graph (0 -> 1 -> 2)
-SLOTS = 16  # each chain ring's slots (NEUTRINO_GRAPH_RING_SLOTS): far fewer than the replays
+SLOTS = 64  # each chain ring's slots (NEUTRINO_GRAPH_RING_SLOTS): far fewer than the replays
 
 
 @pytest.fixture
@@ -54,8 +54,8 @@ def _chain_events(t) -> tuple[list, list]:
 
 
 def test_every_replay_of_every_node_is_written_by_the_poller(tmp_path, fakecuda, shim, chain_env, capfd):
-    """1,000 replays, rings of 16 slots: only a poller draining during the run writes them all (at exit a ring
-    holds 16). Every node: 1,000 frames, launch numbers 0..999 in order, each frame whole; no append node."""
+    """1,000 replays, rings of 64 slots: only a poller draining during the run writes them all (at exit a ring
+    holds 64). Every node: 1,000 frames, launch numbers 0..999 in order, each frame whole; no append node."""
     chain_env.setenv("FAKECUDA_LAUNCH_DELAY_US", "300")  # (a replay's pace a poller every 100 us keeps up with)
     replays = 1000
     log, _, t = _run(tmp_path, fakecuda, 1, replays)
@@ -75,7 +75,7 @@ def test_every_replay_of_every_node_is_written_by_the_poller(tmp_path, fakecuda,
 
 
 def test_no_poller_fills_the_ring_and_counts_the_rest_dropped(tmp_path, fakecuda, shim, chain_env, capfd):
-    """No poller thread (NEUTRINO_GRAPH_POLL_US=0): each ring takes its 16 slots, drained at exit; every later
+    """No poller thread (NEUTRINO_GRAPH_POLL_US=0): each ring takes its 64 slots, drained at exit; every later
     launch writes nowhere and is counted dropped, per node. Nothing waits: the program ends."""
     chain_env.setenv("NEUTRINO_GRAPH_POLL_US", "0")
     replays = 1000
@@ -137,7 +137,7 @@ def test_the_trace_budget_drops_frames_and_counts_them(tmp_path, fakecuda, shim,
 def test_an_idle_chain_is_polled_seldom(tmp_path, fakecuda, shim, chain_env, capfd):
     """A chain with nothing new and no graph launched since its last pass costs the poller a pass only every 64th
     poll: over 400 ms of the program idling (its graph alive) the copy-out makes far fewer driver calls than a
-    pass (7 calls: context, capture mode, heads copy, wait) every 100 us poll would (about 28,000); the 12 replays
+    pass (7 calls: context, capture mode, heads copy, wait) every 100 us poll would (about 28,000); the 60 replays
     made before (fewer than a ring's slots: none can find it full) are all written."""
     chain_env.setenv("GRAPH_APP_IDLE_MS", "400")
     chain_env.setenv("NEUTRINO_FAST_PROFILE", "1")
