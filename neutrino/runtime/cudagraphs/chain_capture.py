@@ -6,9 +6,11 @@ graph_chain variant of its kernel (KernelBuilder.chain_variant) with its head as
 and the other maps' offsets in its slot; the group gets one chain.ChainRings and no append node. Anything short of
 that leaves the capture to the append path (capture.GraphProbes.end_capture), the nodes as captured.
 
-This slice: fake drivers' Python sink only (runtime/core.py enables it without the native writer), every replay
-probed (no replay picker), the heads shared by the executable graphs of the capture, drained when the graph
-probes drain (exit, a context's teardown, a group's memory going) after the context's synchronisation.
+This slice: both sinks (sinks.py: the shim's C poller drains the chain during the run and hands its frames to the
+native writer; the fake drivers' Python sink drains it only when the graph probes drain), every replay probed (no
+replay picker), the heads shared by the executable graphs of the capture; the probed sinks' last launches published
+by the host when the graph probes drain (exit, a context's teardown, a group's memory going) after the context's
+synchronisation.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ slots are consumed, and keep the node's counters when its memory goes. `NativeGr
 in C (shim/graphs.c: a thread polling every ring, frames queued for shim/writer.c);
 `PythonGraphSink` in Python, for the fake drivers of the tests. graphs.py decides what is captured
 and when memory goes; it talks to a sink through new_record, drain, detach, set_active,
-free_record, stats and close.
+free_record, stats and close; chain_capture.py through new_chain, finish_chain, chain_counts and
+free_chain (the chain: spec/runtime.md, "The chain").
 """
 
 from __future__ import annotations
