@@ -388,9 +388,11 @@ typedef struct nt_chain {
 
 static nt_chain *chains;
 /* cuGraphLaunch calls so far (graph_launch): a chain with nothing new and no graph launched since its last pass is
- * polled only every CHAIN_IDLE_POLLS polls (a replay still running at that pass is drained by a later one) */
+ * polled only every CHAIN_IDLE_POLLS polls, and at least every K / 2 (a replay still running at that pass, its ring
+ * then empty, is drained by a later pass before K more can have finished: each took longer than a poll interval) */
 static _Atomic uint64_t graph_launches_made;
 #define CHAIN_IDLE_POLLS 64
+static unsigned chain_idle_polls(const nt_chain *c) { return c->d.k / 2 < CHAIN_IDLE_POLLS ? c->d.k / 2 : CHAIN_IDLE_POLLS; }
 
 static uint64_t *chain_head(nt_chain *c, uint32_t i) { return (uint64_t *)((char *)c->d.host + CHAIN_HEAD_BYTES * i); }
 static uint64_t *chain_drained_words(nt_chain *c) { return (uint64_t *)((char *)c->d.host + CHAIN_HEAD_BYTES * c->d.n); }
@@ -503,7 +505,7 @@ static void drain_chains(int idle_skip) {
     nt_pass p = {0};
     uint64_t launches = atomic_load(&graph_launches_made);
     for (nt_chain *c = chains; c; c = c->next) {
-        if (idle_skip && c->idle && launches == c->launches_seen && c->idle++ % CHAIN_IDLE_POLLS) continue;
+        if (idle_skip && c->idle && launches == c->launches_seen && c->idle++ % chain_idle_polls(c)) continue;
         c->launches_seen = launches;
         c->idle = chain_pass(c, &p) == 0;
     }

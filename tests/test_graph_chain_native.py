@@ -135,8 +135,8 @@ def test_the_trace_budget_drops_frames_and_counts_them(tmp_path, fakecuda, shim,
 
 
 def test_an_idle_chain_is_polled_seldom(tmp_path, fakecuda, shim, chain_env, capfd):
-    """A chain with nothing new and no graph launched since its last pass costs the poller a pass only every 64th
-    poll: over 400 ms of the program idling (its graph alive) the copy-out makes far fewer driver calls than a
+    """A chain with nothing new and no graph launched since its last pass costs the poller a pass only every
+    min(64, K / 2)th poll (here 32): over 400 ms of the program idling (its graph alive) the copy-out makes far fewer driver calls than a
     pass (7 calls: context, capture mode, heads copy, wait) every 100 us poll would (about 28,000); the 60 replays
     made before (fewer than a ring's slots: none can find it full) are all written."""
     chain_env.setenv("GRAPH_APP_IDLE_MS", "400")
