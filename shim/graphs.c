@@ -419,17 +419,17 @@ static int chain_copy_out(nt_chain *c, uint32_t i, uint64_t at) {
 static void chain_hand_over(nt_chain *c, uint32_t first, uint32_t last, int lost) {
     for (uint32_t i = first; i < last; i++) {
         nt_graph_node *n = c->d.records[i];
-        uint64_t stride = c->d.strides[i], ahead = 0;
+        uint64_t stride = c->d.strides[i];
         for (uint64_t s = 0; s < c->count[i]; s++) {
             const char *slot = chain_staging(c) + c->at[i] + s * stride;
-            if (lost || c->lost[i]) {
+            uint64_t tag;
+            memcpy(&tag, slot + stride - CHAIN_TAG_BYTES, 8);
+            if (lost || c->lost[i] || !tag) {  /* (a published slot always has its tag) */
                 atomic_fetch_add(&n->errors, 1);
                 continue;
             }
-            if (!atomic_load_explicit(&n->active, memory_order_relaxed) || !frame_room(n, ahead)) continue;
-            ahead += n->d.frame_size;
-            uint64_t tag;
-            memcpy(&tag, slot + stride - CHAIN_TAG_BYTES, 8);
+            /* admitted one by one, each submitted at once: the writer's pending bytes hold the ones before */
+            if (!atomic_load_explicit(&n->active, memory_order_relaxed) || !frame_room(n, 0)) continue;
             submit_parts(n, (char *)n->d.ring + n->d.slots, n->d.data_off, slot, tag - 1);  /* (host slot 0: the header) */
             atomic_fetch_add(&poller_frames, 1);
         }
