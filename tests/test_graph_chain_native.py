@@ -148,3 +148,20 @@ def test_an_idle_chain_is_polled_seldom(tmp_path, fakecuda, shim, chain_env, cap
     line = next(ln for ln in err.splitlines() if "graph rings copied out with" in ln)
     calls = int(line.split("copied out with ")[1].split()[0])
     assert calls < 3000, line
+
+
+def test_no_chain_pass_while_the_program_captures(tmp_path, fakecuda, shim, chain_env):
+    """The poller passes over the chains while a capture of the program is open (a heads copy of ours inside it
+    would slow every later replay: issue 24). Replay 25 of 50 is launched into a capture that stays open 5 ms
+    (the fake's launch delay; the replays before left slots to drain): the shim counts no work of the poller's
+    inside it, and every replay is written (the fake runs the launch into the capture too)."""
+    chain_env.setenv("GRAPH_APP_CAPTURED_AT", "25")
+    chain_env.setenv("FAKECUDA_LAUNCH_DELAY_US", "5000")
+    replays = 50
+    _, _, t = _run(tmp_path, fakecuda, 1, replays)
+    (ex,) = [e for e in t.events if e["event"] == "exit"]
+    assert ex["captures"] == 2 and ex["stream_work_in_capture"]["poller"] == 0, ex
+    nodes = _by_node(t)
+    assert len(nodes) == NODES and ex["dropped"] == 0
+    for las in nodes.values():
+        assert [la.event["replay"] for la in las] == list(range(replays))
