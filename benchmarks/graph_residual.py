@@ -11,7 +11,9 @@ neutrino by the child's `--suspect`); `--isolate third`, the split after that (I
 module alone, A's probed capture without an executable graph, A's graph destroyed, no plan, A's probed cubin
 and A's PTX through our ptxas loaded in a plain process); `--isolate fourth` (ISOLATE_FOURTH: what neutrino does
 inside A's capture, done by a plain process inside A's capture, one thing a row); `--isolate fifth`
-(ISOLATE_FIFTH: our stream's steps inside a capture, and neutrino with the fix).
+(ISOLATE_FIFTH: our stream's steps inside a capture, and neutrino with the fix); `--isolate bisect [--budget-s S]`
+(session 11: neutrino's own capture steps switched off or moved, NEUTRINO_MEASURE_CAPTURE, and a search for a
+smallest set of them that makes B as fast as plain; `bash benchmarks/graph_bisect_gpu.sh`).
 
 graph8 (benchmarks/overhead_workloads.py: a CUDA graph of 8 tiny Triton kernels) replayed on the GPU
 alone, one process per configuration, the configurations interleaved round by round:
@@ -221,6 +223,196 @@ ISOLATE_SIXTH = [
 ISOLATE_SETS = {"first": ISOLATE, "next": ISOLATE_NEXT, "third": ISOLATE_THIRD, "fourth": ISOLATE_FOURTH,
                 "fifth": ISOLATE_FIFTH, "sixth": ISOLATE_SIXTH}
 
+# ------------------------------------------------------------ the bisect inside neutrino (`--isolate bisect`)
+# Session 11: every plain process replicating a step of neutrino's capture costs B nothing, and the shim counts no
+# stream work of ours inside a capture, yet B stays ~1.08 under every:50. So neutrino's own steps are switched off
+# (or moved before the capture) one at a time inside the real runtime (NEUTRINO_MEASURE_CAPTURE: capture.py's
+# MEASURE_KNOBS) while B alone is replayed, as the "every:50 twin, B only replayed" row. Two steps are switched by
+# the runtime's existing variables: the host's plan and twin (NEUTRINO_GRAPH_PICK=0) and the poller thread
+# (NEUTRINO_GRAPH_POLL_US=0). Rows: the reference, the baseline, all steps off, `unprobed` (nothing of ours in the
+# capture at all), each step alone; then, where all steps drop B and no single one does, a search for the smallest
+# set that does (`minimal_dropping`), within the call's time budget; the reference again.
+BISECT_STEPS = ("original", "pool", "warm-append", "no-relax", "no-zero", "no-append", "no-record", "late-stream",
+                "ordinary-edges", "no-node-query", "no-plan", "no-poller")
+_ENV_STEPS = {"no-plan": {"NEUTRINO_GRAPH_PICK": "0"}, "no-poller": {"NEUTRINO_GRAPH_POLL_US": "0"}}
+_NEEDS = {"no-relax": ("pool", "warm-append")}  # without them the driver refuses our allocations in the capture
+# each alone, but the variables (measured alone in session 9: 1.107, 1.089), the launch-order edge (made in session 10,
+# after the residual was found) and the node's capture query (a host query): those only in the sets
+_SINGLES = tuple(s for s in BISECT_STEPS if s not in _ENV_STEPS and s not in ("ordinary-edges", "no-node-query"))
+_BASELINE = "every:50 twin, B only replayed"
+
+
+def bisect_variant(steps, name: str | None = None) -> Variant:
+    """B alone under every:50 with `steps` (of BISECT_STEPS, or "unprobed") off: NEUTRINO_MEASURE_CAPTURE's words
+    (with what no-relax needs) and the variables of the others."""
+    steps = set(steps)
+    for step, needs in _NEEDS.items():
+        if step in steps:
+            steps |= set(needs)
+    env = {k: v for step in sorted(steps) for k, v in _ENV_STEPS.get(step, {}).items()}
+    words = [s for s in (*BISECT_STEPS, "unprobed") if s in steps and s not in _ENV_STEPS]
+    if words:
+        env["NEUTRINO_MEASURE_CAPTURE"] = ",".join(words)
+    label = name or "every:50, off: " + ",".join(s for s in (*BISECT_STEPS, "unprobed") if s in steps)
+    return Variant(label, _EVERY, env, child=_B_ONLY, reference=_B_REF)
+
+
+ISOLATE_BISECT = [
+    Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
+    Variant(_BASELINE, _EVERY, child=_B_ONLY, reference=_B_REF),
+    bisect_variant(BISECT_STEPS, "every:50, all steps off"),
+    bisect_variant(["unprobed"], "every:50, unprobed (nothing of ours in the capture)"),
+    bisect_variant(["unprobed", "late-stream"], "every:50, unprobed, late-stream (no stream of ours made)"),
+    *[bisect_variant([s]) for s in _SINGLES],
+]
+_BISECT_TAIL = [Variant("plain, B only replayed (again)", None, child=_B_ONLY, reference=_B_REF),
+                Variant("--no-graphs, B only replayed", [*_PROBED, "--no-graphs"], child=_B_ONLY, reference=_B_REF)]
+
+
+# Session 11's bisect named the zeroing of the nodes' memory after the capture ends (`no-zero`, B 0.998 against
+# 1.089). `--isolate zero` splits it: the memset replaced by a copy from zeroed pinned memory, the closed gate's copy
+# left out; the reference again at the end.
+ISOLATE_ZERO = [
+    Variant(_B_REF, None, child=_B_ONLY, reference=_B_REF),
+    Variant(_BASELINE, _EVERY, child=_B_ONLY, reference=_B_REF),
+    bisect_variant(["no-zero"]),
+    Variant("every:50, zeroed by copies (zero-by-copy)", _EVERY, {"NEUTRINO_MEASURE_CAPTURE": "zero-by-copy"},
+            child=_B_ONLY, reference=_B_REF),
+    Variant("every:50, memset kept, no gate copy (zero-no-gate)", _EVERY, {"NEUTRINO_MEASURE_CAPTURE": "zero-no-gate"},
+            child=_B_ONLY, reference=_B_REF),
+    Variant("plain, B only replayed (again)", None, child=_B_ONLY, reference=_B_REF),
+]
+ISOLATE_SETS["zero"] = ISOLATE_ZERO
+
+
+def drop_level(ref_ratio: float, base_ratio: float) -> float:
+    """A row "drops" B when its B / plain B is at most this: 40% of the way from plain (1) to the baseline's."""
+    return 1.0 + 0.4 * (base_ratio - 1.0)
+
+
+def minimal_dropping(steps, drops) -> tuple[list, bool]:
+    """A smallest set of `steps` (all of which drop B; none of which does not) that drops B, by removing what it
+    can: a chunk of steps whose removal still drops B goes at once, one that does not is halved and each half tried
+    (about 2 log2(n) measurements per step needed). `drops(subset)` measures, or raises TimeoutError: the search
+    stops with the set it has (a superset). Returns (subset, finished)."""
+    keep = list(steps)
+    cache = {frozenset(): False, frozenset(keep): True}
+
+    def test(subset) -> bool:
+        key = frozenset(subset)
+        if key not in cache:
+            cache[key] = drops(list(subset))
+        return cache[key]
+
+    def prune(chunk) -> None:
+        nonlocal keep
+        trial = [s for s in keep if s not in chunk]
+        if test(trial):
+            keep = trial
+        elif len(chunk) > 1:
+            prune(chunk[:len(chunk) // 2])
+            prune([s for s in chunk[len(chunk) // 2:] if s in keep])
+
+    try:
+        prune(list(steps))
+    except TimeoutError:
+        return keep, False
+    return keep, True
+
+
+def bisect(iters: int, budget_s: float, out: str | None = None, clock=None) -> str:
+    """The bisect's rows, in order: the reference, the baseline, all steps off, `unprobed` (and without our stream);
+    where all steps off drops B, the search for the smallest set that does; each step alone (the rows the search did
+    not already run); the reference again and --no-graphs. Each process's B against plain B. No process starts that
+    would end past `budget_s` (estimated from the slowest of the last three). The table is rewritten to `out` after
+    every row (a call cut short keeps what it measured)."""
+    import time
+
+    clock = clock or time.monotonic
+    t0, runs, order, notes = clock(), {}, [], []
+
+    def measure(variant: Variant) -> dict:
+        if variant.name in runs:
+            return runs[variant.name]
+        slowest = max((runs[v.name].get("_wall_s", 0) for v in order[-3:]), default=20.0)  # (the caches warm)
+        if clock() - t0 + slowest > budget_s:
+            raise TimeoutError(variant.name)
+        r = runs[variant.name] = run_isolated(variant, iters, Path(td))
+        order.append(variant)
+        print(f"{variant.name}: {r.get('B', {}).get('us', r.get('error', '?'))}", file=sys.stderr, flush=True)
+        if out:
+            Path(out).write_text(bisect_table(runs, order, notes) + "\n")
+        return r
+
+    def ratio(name: str) -> float | None:
+        b, ref = runs.get(name, {}).get("B", {}).get("us"), runs.get(_B_REF, {}).get("B", {}).get("us")
+        return b / ref if b and ref else None
+
+    fixed, late, singles = ISOLATE_BISECT[:4], ISOLATE_BISECT[4], ISOLATE_BISECT[5:]
+    with tempfile.TemporaryDirectory() as td:
+        try:
+            for variant in fixed:
+                measure(variant)
+            base, everything = ratio(_BASELINE), ratio("every:50, all steps off")
+            level = drop_level(1.0, base) if base else None
+            if level and (ratio(fixed[3].name) or 9.0) > level:  # unprobed keeps B slow: is it our stream's making?
+                measure(late)
+            notes.append(f"drops: B / plain B <= {level:.3f}" if level else "no baseline: no search")
+            if level and everything is not None and everything > level:
+                notes.append("all steps off does not drop B: the cause is outside these steps")
+            if level and base > 1.03 and everything is not None and everything <= level:
+                def drops(subset) -> bool:
+                    variant = bisect_variant(subset)
+                    measure(variant)
+                    got = ratio(variant.name)
+                    return got is not None and got <= level
+
+                # no-relax brings pool and warm-append along: searched only if the others alone do not drop B
+                steps = [s for s in BISECT_STEPS if s not in _NEEDS]
+                found, finished = minimal_dropping(steps if drops(steps) else list(BISECT_STEPS), drops)
+                found = bisect_variant(found).name.split(": ", 1)[1].split(",")  # (with what no-relax needs)
+                notes.append(f"smallest set found that drops B: {','.join(found)}" +
+                             ("" if finished else " (search cut short by the time budget: a superset)"))
+            for variant in singles:
+                measure(variant)
+            alone = [v.name.split(": ", 1)[1] for v in singles if level and (ratio(v.name) or 9.0) <= level]
+            if alone:
+                notes.append(f"steps that drop B alone: {'; '.join(alone)}")
+            for variant in _BISECT_TAIL:
+                measure(variant)
+        except TimeoutError as e:
+            notes.append(f"time budget ({budget_s:.0f} s) spent before: {e}")
+    return bisect_table(runs, order, notes)
+
+
+def trace_counts(trace_dir: str) -> str:
+    """graph_node / graph_append / fallback events of a run (what its switches left), or "—"."""
+    try:
+        from neutrino import trace as nt
+
+        names = [e["event"] for e in nt.load(trace_dir).events]
+    except Exception:  # noqa: BLE001 - a figure missing from the table
+        return "—"
+    return " / ".join(str(names.count(n)) for n in ("graph_node", "graph_append", "fallback"))
+
+
+def bisect_table(runs: dict, order: list, notes: list) -> str:
+    rows = ["| row | NEUTRINO_MEASURE_CAPTURE, other variables | B median µs | B / plain B | same outputs | "
+            "graph_node / graph_append / fallback events | wall s |", "| --- | --- | ---: | ---: | --- | --- | ---: |"]
+    ref = runs.get(_B_REF, {}).get("B", {})
+    for v in order:
+        r = runs[v.name]
+        env = ", ".join(f"{k}={val}" for k, val in v.env.items()) or "—"
+        if "error" in r or "B" not in r:
+            rows.append(f"| {v.name} | {env} | error: {r.get('error', '?')[-160:]!r} | | | | |".replace("\n", " "))
+            continue
+        b = r["B"]
+        same = "yes" if b.get("hash") == ref.get("hash") else "NO"
+        rows.append(f"| {v.name} | {env} | {b['us']:.2f} | {b['us'] / ref['us']:.3f} | {same} | "
+                    f"{r.get('_counts', '—')} | {r['_wall_s']:.0f} |" if ref.get("us") else f"| {v.name} | {env} | "
+                    f"{b['us']:.2f} | — | — | {r.get('_counts', '—')} | {r['_wall_s']:.0f} |")
+    return "\n".join(rows + [""] + [f"* {n}" for n in notes])
+
 
 def run_isolated(variant: Variant, iters: int, tmp: Path) -> dict:
     """One process of graph_residual_child.py (under neutrino with the variant's arguments): its RESIDUAL_RESULT,
@@ -250,6 +442,7 @@ def run_isolated(variant: Variant, iters: int, tmp: Path) -> dict:
     out = json.loads(line[len("RESIDUAL_RESULT "):])
     out["_wall_s"] = time.monotonic() - t0
     out["_pick"] = pick_event(str(tracedir)) if args is not None else {}
+    out["_counts"] = trace_counts(str(tracedir)) if args is not None else "—"
     return out
 
 
@@ -300,10 +493,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--isolate", nargs="?", const="first", choices=list(ISOLATE_SETS),
-                    help="graph A probed beside graph B unprobed, per variant (next, third, fourth: the later splits)")
+    ap.add_argument("--isolate", nargs="?", const="first", choices=[*ISOLATE_SETS, "bisect"],
+                    help="graph A probed beside graph B unprobed, per variant (next, third, fourth: the later splits; "
+                         "bisect: neutrino's capture steps switched off one at a time, NEUTRINO_MEASURE_CAPTURE)")
+    ap.add_argument("--budget-s", type=float, default=135.0,
+                    help="--isolate bisect: start no process that would end after this many seconds")
+    ap.add_argument("--list", action="store_true",
+                    help="--isolate bisect: print each fixed row's name and NEUTRINO_MEASURE_CAPTURE (tab-separated)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.isolate == "bisect":
+        if args.list:
+            for v in [*ISOLATE_BISECT, *_BISECT_TAIL, *(bisect_variant([s]) for s in _ENV_STEPS)]:
+                print(f"{v.name}\t{v.env.get('NEUTRINO_MEASURE_CAPTURE', '')}")
+            return
+        report = bisect(args.iters, args.budget_s, args.out) + "\n"
+        print(report)
+        if args.out:
+            Path(args.out).write_text(report)
+        return
     variants = ISOLATE_SETS[args.isolate or "first"]
     report = (isolate(args.iters, variants) if args.isolate else table(run(args.iters, args.rounds))) + "\n"
     print(report)

@@ -101,6 +101,34 @@ def run_once(label: str, argv: list[str], env: dict, stamp: Path | None = None, 
     return row
 
 
+# --hold-gpu: a process that keeps the driver's device state alive between the runs (what persistence mode
+# does, without changing the GPU's settings), so no run pays the GPU's initialisation and its variation
+HOLDER = """
+import ctypes, sys
+try:
+    cu = ctypes.CDLL("libcuda.so.1")
+    device, ctx = ctypes.c_int(), ctypes.c_void_p()
+    ok = cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(device), 0) == 0 and \\
+        cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device) == 0
+    print("held" if ok else "not held: a driver call failed", flush=True)
+except (OSError, AttributeError) as e:
+    print(f"not held: {e}", flush=True)
+sys.stdin.read()
+"""
+
+
+def hold_gpu(env: dict) -> subprocess.Popen | None:
+    """Start the holder (the first visible GPU); None when it could not hold it (stated on stderr)."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    said = holder.stdout.readline().strip()
+    print(f"--hold-gpu: {said or 'the holder exited'}", file=sys.stderr)
+    if said == "held":
+        return holder
+    holder.kill()
+    return None
+
+
 def profiled_marks(trace: Path) -> tuple[float | None, float | None, dict, float | None]:
     """(the end of the exit handlers: exit_close's `ended_at`, the program's start: the end of `wire`,
     the phases, the wall clock the runtime began to start: the first CUDA call that needed it) of the
@@ -468,6 +496,7 @@ def program_table(args) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="neutrino-startup-"))
     deadline = time.monotonic() + args.budget
     program = PROGRAMS[args.program]
+    holder = hold_gpu(env) if args.hold_gpu else None
     warm_up = run_once("warm-up (fills Inductor/Triton caches; not in the baseline)",
                        [sys.executable, str(program), str(args.steps)], env)
     rows = [warm_up]
@@ -500,7 +529,12 @@ def program_table(args) -> None:
               (f"\n{row.get('stderr_tail', '')}" if row["rc"] else ""), file=sys.stderr, flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
-    print(f"python {sys.version.split()[0]}, {args.steps} timed steps; wall = whole process, one after another\n")
+    if holder is not None:
+        holder.stdin.close()
+        holder.wait()
+    held = "; the GPU held by a process of ours between runs (--hold-gpu)" if holder is not None else ""
+    print(f"python {sys.version.split()[0]}, {args.steps} timed steps; wall = whole process, one after another"
+          f"{held}\n")
     print(table(rows))
     print(medians(rows))
     print(paired_table(rows))
@@ -573,6 +607,9 @@ def main() -> None:
                         help="after the rounds, each of these tools cold then warm, as long as the budget lasts")
     parser.add_argument("--build-threads", default=None, type=lambda s: [int(n) for n in s.split(",") if n],
                         metavar="A,B", help="run each profiled row once per build-thread count (labels say which)")
+    parser.add_argument("--hold-gpu", action="store_true",
+                        help="keep the GPU initialised by a process of ours while the runs are made (as persistence "
+                             "mode would): the runs then do not pay, nor vary with, the GPU's initialisation")
     parser.add_argument("--json", default=None, help="also write every run (timings line included) to this file")
     parser.add_argument("--keep", default=None, metavar="DIR", help="copy each profiled run's event logs here")
     parser.add_argument("--process-start", action="store_true", help="no GPU: the start of a process without CUDA")

@@ -14,6 +14,9 @@
 # the light program's cold, plain, nothing probed, warm rows in interleaved rounds in the last LIGHT_TAIL (50) s
 # ($OUT/light.txt). DRY=1: the same on this CPU machine's fake driver (tests/fakecuda, its libcupti and ptxas;
 # the tiny program for both parts; OUT defaults to a new directory): checks the script, not the figures.
+# MODE quiet (LIMIT <= 540): the torch rows (TORCH_ROWS, TORCH_ROUNDS (8) interleaved rounds) with the GPU held
+# between runs (startup.py --hold-gpu) and TORCHINDUCTOR_COMPILE_THREADS=COMPILE_THREADS (1), for plain and profiled
+# runs alike: the program's own variation (the GPU's initialisation, Inductor's worker pool) taken out of the walls.
 # MODE nomatch (LIMIT=150, one call of <= 150 s): the nothing-probed row after the fatbin header check
 # (h-startup2): the synthetic module loads and the cold check on this machine's CPU (modules.txt, check.txt),
 # one nothing-probed run of the torch.compile program (its --timings line: `modules ... ptx x30`), then the
@@ -22,7 +25,7 @@
 MODE=${1:-table}
 LIMIT=${LIMIT:-190}
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
-TORCH_PROGRAM=() LIGHT_PROGRAM=(--program light) LOGS=/tmp/logs
+TORCH_PROGRAM=() LIGHT_PROGRAM=(--program light) LOGS=${LOGS_DIR:-/tmp/logs}
 if [ -n "$DRY" ]; then  # the fake driver of the tests: the script's logic on a machine without a GPU
   OUT=${OUT:-$(mktemp -d /tmp/startup-dry.XXXXXX)}
   FAKES=$(mktemp -d /tmp/startup-fakes.XXXXXX)
@@ -59,6 +62,13 @@ if [ "$MODE" = accept ]; then  # issue 29's acceptance in one call (LIMIT=540): 
     --tools block_sched --extra-tools ${EXTRA_TOOLS:-program_progress,tensorop,dmat,lines_light}
   [ $((LIMIT - SECONDS)) -gt 25 ] && PART_MARGIN=5 part light $((LIMIT - SECONDS - 15)) "${LIGHT_PROGRAM[@]}" \
     --steps 20 --rows cold,plain,nomatch,warm --repeat ${LIGHT_ROUNDS:-10} --tools block_sched
+elif [ "$MODE" = quiet ]; then  # the torch rows with the program's own variation cut (LIMIT <= 540)
+  # The GPU kept initialised between runs by a process of ours (--hold-gpu: as persistence mode would) and
+  # Inductor's compile in the program's process (TORCHINDUCTOR_COMPILE_THREADS, COMPILE_THREADS=1): the same for
+  # plain and profiled runs; what a plain run varies by is then small enough for pairs to resolve ~0.3 s.
+  export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-1}
+  PART_MARGIN=35 part torch $((LIMIT - SECONDS - 35)) "${TORCH_PROGRAM[@]}" --steps 20 --hold-gpu \
+    --rows ${TORCH_ROWS:-cold,plain,nomatch,warm,warm:gmem_bytes} --repeat ${TORCH_ROUNDS:-8} --tools block_sched
 elif [ "$MODE" = nomatch ]; then  # LIMIT=150
   timeout 20 python3 benchmarks/startup_modules.py --repeat 9 > $OUT/modules.txt 2>&1
   timeout 25 python3 benchmarks/startup_check.py --repeat 5 > $OUT/check.txt 2>&1

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes as C
+import os
 import threading
 
 import attrs
@@ -61,11 +62,43 @@ INSTANTIATE_DEVICE_LAUNCH = 4  # CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: the 
 WRITES_GLOBALS = ("a probed kernel writes module globals (the copy back after its node would undo the program's "
                   "kernel's writes on a replay left out)")
 
+# NEUTRINO_MEASURE_CAPTURE (benchmarks only, never for results: benchmarks/graph_residual.py --isolate bisect,
+# spec/runtime.md): a comma list, read once, each word skipping or moving one step of a probed capture, so that a
+# benchmark can find which step slows the process's other graphs (issue 24, graph B's residual). Unset: nothing
+# changes. Words not in MEASURE_KNOBS are ignored (the benchmark checks its own against this tuple).
+MEASURE_KNOBS = (
+    "unprobed",        # every launch into a capture falls back at once: the shim captures the original, nothing of ours
+    "original",        # the node captured with the program's kernel and arguments; the rest (memory, append node) as usual
+    "pool",            # the nodes' memory carved from one device and one mapped host allocation made before the capture
+    "warm-append",     # the append module loaded (and its kernel got) before the capture begins, not inside it
+    "no-relax",        # no capture-mode exchange of ours (with pool and warm-append nothing of ours needs it)
+    "no-zero",         # the nodes' memory not zeroed after the capture ends (no memset, no copy on our stream)
+    "zero-by-copy",    # the nodes' memory zeroed by a copy from zeroed pinned host memory instead of a memset
+    "zero-no-gate",    # the closed gate's 4-byte copy left out of the zeroing (the memset kept)
+    "no-append",       # no append node, no descriptors (no cuMemAlloc, copy or graph-node call at the capture's end)
+    "ordinary-edges",  # the append node's edges ordinary: no cuGraphGetEdges_v2, no launch-order port
+    "no-node-query",   # no capture query for the node's handle after its launch (implies no-append: no handle)
+    "no-record",       # no sink record for the node: no ring polled, no poller thread (and so no append node)
+    "late-stream",     # our stream not made before the capture begins: where first needed, after it ends (A's ring
+                       # then copied out on the legacy stream: benchmarks replaying B alone only)
+)
+
+
+def _measure_knobs() -> frozenset[str]:
+    words = {w.strip() for w in os.environ.get("NEUTRINO_MEASURE_CAPTURE", "").split(",")}
+    return frozenset(words & set(MEASURE_KNOBS))
+
+
+MEASURE = _measure_knobs()
+
 
 @contextlib.contextmanager
 def relaxed_capture(drv):
     """This thread may make calls stream capture forbids (allocation, module loads) while
     another capture, or its own, is under way: the documented escape hatch of CUDA."""
+    if "no-relax" in MEASURE:  # (a benchmark's switch: the calls made here may then be refused)
+        yield
+        return
     old = drv.exchange_capture_mode(CAPTURE_MODE_RELAXED)
     try:
         yield
@@ -105,6 +138,7 @@ class GraphNode:
     appended: bool = False  # the capture's append node serves it
     gate_closed: bool = False  # the first replay runs with the probe gate set
     zeroed: bool = False  # its device memory made ready (after the capture ended: zero_node_memory)
+    pooled: bool = False  # its memory carved from an EarlyPool (NEUTRINO_MEASURE_CAPTURE=pool): never freed
     frame: str | None = None
     pick_args: int = 0  # its arguments copied at capture for the host's choice of replays (replay_select.py)
     writes_globals: bool = False  # the probed kernel's module globals are copied back after it (copy_globals_out)
@@ -165,6 +199,7 @@ class GraphProbes:
         self._append: dict[int, int] = {}  # ctx -> the append kernel's function
         self._pdl: dict[int, bool] = {}  # ctx -> it waits for its dependencies itself (graph_ring.append_ptx pdl)
         self._ours: dict[int, int] = {}  # ctx -> a stream of ours: zeroing new nodes' maps, copying slots out
+        self._pools: dict[int, graph_ring.EarlyPool] = {}  # ctx -> its pool (NEUTRINO_MEASURE_CAPTURE=pool only)
         self._lock = threading.RLock()
         self._by_graph: dict[int, GraphGroup] = {}
         self._by_exec: dict[int, GraphGroup] = {}
@@ -194,6 +229,8 @@ class GraphProbes:
             raise Fallback("graph", "--benchmark does not time launches captured into CUDA graphs")
         if req.extra and not req.params:
             raise Fallback("params", "kernel arguments passed through 'extra' are not supported", permanent=True)
+        if "unprobed" in MEASURE:
+            raise Fallback("graph", "NEUTRINO_MEASURE_CAPTURE=unprobed (a benchmark's switch)")
         info = self.drv.stream_capture_info(stream)
         node = self._new_node(pk, req, ctx, stream, info, shape)
         # From here on nodes of ours may be in the graph (a copy of module globals captured
@@ -210,7 +247,10 @@ class GraphProbes:
         params = self.enqueuer.params(pk, req, node.layouts, slots)
         try:
             copy_globals_in(self.drv, pk.globals, stream)
-            rc = self.drv.launch(req.kind, pk.func, req, C.addressof(params))
+            if "original" in MEASURE:  # (a benchmark's switch: the node runs the program's kernel, its maps stay zero)
+                rc = self.drv.launch(req.kind, req.func, req, req.params)
+            else:
+                rc = self.drv.launch(req.kind, pk.func, req, C.addressof(params))
             if rc != 0:
                 raise Fallback("graph", f"capturing the probed kernel failed: {self.drv.error_name(rc)}")
         except BaseException:
@@ -229,11 +269,12 @@ class GraphProbes:
         with self._lock:
             self.nodes_probed += 1
         try:
-            node.node = self.drv.stream_capture_info(stream).dependencies[0]
+            node.node = 0 if "no-node-query" in MEASURE else self.drv.stream_capture_info(stream).dependencies[0]
             copy_globals_out(self.drv, pk.globals, stream)
             with self._lock:
                 self._by_node[node.node] = node
-            node.record = self.sink.new_record(node)  # what drains its ring, once the capture's end appends
+            if "no-record" not in MEASURE:  # (a benchmark's switch: without a record the node gets no append node)
+                node.record = self.sink.new_record(node)  # what drains its ring, once the capture's end appends
         except Exception as e:  # noqa: BLE001 - the kernel node stays; its results are lost (no record yet)
             node.active = False
             self.trace.event("result_error", kernel=node.kernel, graph=node.group.id, graph_node=node.id,
@@ -279,9 +320,14 @@ class GraphProbes:
                 self._append_function(ctx)
                 # made before the capture began (G_BEGIN_CAPTURE) where the shim said so; a stream made or
                 # used while the program captures slows every later graph replay of the process (issue 24)
-                node.drain_stream = self._our_stream(ctx)
-                node.device, node.ring = graph_ring.allocate_node_memory(
-                    self.drv, node.device_layout, node.ring_layout, node.header)
+                node.drain_stream = self._ours.get(ctx, 0) if "late-stream" in MEASURE else self._our_stream(ctx)
+                pool = self._pools.get(ctx)
+                carved = pool.take(node.device_layout, node.ring_layout, node.header) if pool else None
+                if carved is not None:
+                    (node.device, node.ring), node.pooled = carved, True
+                else:
+                    node.device, node.ring = graph_ring.allocate_node_memory(
+                        self.drv, node.device_layout, node.ring_layout, node.header)
         except BaseException as e:
             self.budget.give_back(node.held)
             node.reserved = False
@@ -300,9 +346,18 @@ class GraphProbes:
             ctx = self.drv.ctx_get_current()
             if ctx and ctx not in self._ours:  # (a host query only, once the stream is made)
                 with self._lock, relaxed_capture(self.drv):  # another thread's capture may be open
-                    self._our_stream(ctx)
+                    if "late-stream" not in MEASURE:
+                        self._our_stream(ctx)
+                    self._measure_before_capture(ctx)
         except Exception:  # noqa: BLE001 - made lazily at the first probed node instead
             pass
+
+    def _measure_before_capture(self, ctx: int) -> None:
+        """NEUTRINO_MEASURE_CAPTURE's steps moved before the capture (pool, warm-append); nothing when unset."""
+        if "warm-append" in MEASURE:
+            self._append_function(ctx)
+        if "pool" in MEASURE and ctx not in self._pools:
+            self._pools[ctx] = graph_ring.EarlyPool(self.drv)
 
     def _our_stream(self, ctx: int) -> int:
         """A non-blocking stream of ours in `ctx`, for work outside the capture (never in a graph)."""
@@ -338,7 +393,7 @@ class GraphProbes:
             group = self._by_graph.get(graph)
             fresh = [n for n in group.nodes if n.device and not n.zeroed] if group else []
             nodes = [n for n in group.nodes if n.active and n.record is not None and not n.appended] if group else []
-        if not self._zero(group, fresh) or not nodes:
+        if not self._zero(group, fresh) or not nodes or MEASURE & {"no-append", "no-node-query"}:
             return
         try:
             with relaxed_capture(self.drv):  # another thread may be capturing
@@ -372,13 +427,17 @@ class GraphProbes:
     def _zero(self, group: GraphGroup | None, nodes: list[GraphNode]) -> bool:
         """Zero `nodes`' device memory (ring.zero_node_memory) on our stream and wait; False (their results
         lost: their probed kernels write into memory not made ready) where that fails."""
-        if not nodes:
+        if not nodes or "no-zero" in MEASURE:  # (a benchmark's switch: their memory holds what it held)
             return True
         try:
             with relaxed_capture(self.drv):
                 stream = self._our_stream(group.ctx)
-                for n in nodes:
-                    graph_ring.zero_node_memory(self.drv, n.device_layout, n.device, stream, n.gate_closed)
+                if "zero-by-copy" in MEASURE:
+                    self._zero_by_copy(nodes, stream)
+                else:
+                    for n in nodes:
+                        graph_ring.zero_node_memory(self.drv, n.device_layout, n.device, stream,
+                                                    n.gate_closed and "zero-no-gate" not in MEASURE)
                 self.drv.stream_synchronize(stream)
         except Exception as e:  # noqa: BLE001 - the kernels stay; their results are lost
             for n in nodes:
@@ -388,6 +447,23 @@ class GraphProbes:
         for n in nodes:
             n.zeroed = True
         return True
+
+    def _zero_by_copy(self, nodes: list[GraphNode], stream: int) -> None:
+        """NEUTRINO_MEASURE_CAPTURE=zero-by-copy: what zero_node_memory does, by copies from zeroed pinned host
+        memory (the copy engine) instead of a memset; waited for before the host memory goes."""
+        size = max(n.device_layout.slots for n in nodes)
+        host, view = self.drv.host_alloc(size + 4)
+        try:
+            view[:] = bytes(len(view))
+            C.c_uint32.from_address(host + size).value = 1  # (the closed gate's word)
+            for n in nodes:
+                dev = n.device_layout
+                self.drv.memcpy_htod_async(n.device, host, dev.slots, stream)
+                if n.gate_closed:
+                    self.drv.memcpy_htod_async(n.device + dev.gate, host + size, 4, stream)
+            self.drv.stream_synchronize(stream)
+        finally:
+            self.drv.host_free(host)
 
     def _add_append_node(self, graph: int, ctx: int, nodes: list[GraphNode], grid, block,
                          params: int) -> tuple[int, int]:
@@ -400,7 +476,7 @@ class GraphProbes:
         that cannot be read: ordinary edges only. Returns (the node, the probed node of its launch-order
         edge or 0)."""
         func, deps = self._append[ctx], [n.node for n in nodes]
-        last = self._last_probed(graph, deps) if self._pdl.get(ctx) else []
+        last = self._last_probed(graph, deps) if self._pdl.get(ctx) and "ordinary-edges" not in MEASURE else []
         if len(last) == 1:
             ports = [graph_ring.PDL_PORT if d == last[0] else 0 for d in deps]
             try:
@@ -676,8 +752,9 @@ class GraphProbes:
         if node.record is not None:  # the ring's last frames and counters, before its memory goes
             self.sink.detach(node.record)
             self._finished.append(self._summary_row(node))
-        with contextlib.suppress(DriverError), relaxed_capture(self.drv):
-            graph_ring.free_node_memory(self.drv, node.device, node.ring)
+        if not node.pooled:
+            with contextlib.suppress(DriverError), relaxed_capture(self.drv):
+                graph_ring.free_node_memory(self.drv, node.device, node.ring)
         if node.reserved:
             self.budget.give_back(node.held)
             node.reserved = False
@@ -713,6 +790,7 @@ class GraphProbes:
                 self.picker.forget_all()
             self._append.clear()
             self._ours.clear()
+            self._pools.clear()  # (their memory went with the context)
             self._by_graph.clear()
             self._by_exec.clear()
             self._by_capture.clear()
