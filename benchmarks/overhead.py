@@ -82,7 +82,11 @@ CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK":
               # the timeline's levels (spec/runtime.md, "Timeline"): copies without the host times and launch
               # hooks; kernel records alone (a level word matching none)
               "timeline only level-copies": {"NEUTRINO_TIMELINE_LEVEL": "copies"},
-              "timeline only level-kernels": {"NEUTRINO_TIMELINE_LEVEL": "kernels"}}
+              "timeline only level-kernels": {"NEUTRINO_TIMELINE_LEVEL": "kernels"},
+              # the chain (spec/runtime.md, "The chain"): no append node, every replay's maps straight into a ring
+              # slot, drained by shim/graphs.c's poller (issue 24)
+              "block_sched graphs chain": {"NEUTRINO_GRAPH_CHAIN": "1"},
+              "block_sched graphs no-timeline chain": {"NEUTRINO_GRAPH_CHAIN": "1"}}
 # NEUTRINO_MEASURE (shim/writer.c; benchmarks only, results not kept): the runtime's own GPU operations per
 # probed eager launch turned off one by one (docs/overhead.md, "The runtime's own GPU time per eager launch")
 for _tool in ("block_sched", "gmem_bytes"):
@@ -94,7 +98,7 @@ for _tool in ("block_sched", "gmem_bytes"):
                            f"{_base} timed-end": {"NEUTRINO_MEASURE": "timed-end"},
                            f"{_base} nothing-ours": {"NEUTRINO_MEASURE": "no-copy,no-zero,no-end-event"}})
 ENV_SUFFIXES = (" device-gate", " graph-records", " switching", " level-copies", " level-kernels", " no-copy",
-                " no-zero", " no-writer", " zero-by-copy", " timed-end", " nothing-ours")
+                " no-zero", " no-writer", " zero-by-copy", " timed-end", " nothing-ours", " chain")
 CONFIGS.update({name: CONFIGS[next((name.removesuffix(x) for x in ENV_SUFFIXES if name.endswith(x)), name)]
                 for name in CONFIG_ENV})
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")

@@ -84,8 +84,9 @@ static int frame_room(nt_graph_node *n, uint64_t ahead) {
     return 1;
 }
 
-/* Hand one copied-out frame (replay `r`, its trace bytes reserved) to the writer. */
-static void submit_frame(nt_graph_node *n, const void *frame, uint64_t r) {
+/* Hand one copied-out frame (replay `r`, its trace bytes reserved) to the writer: its first `head_len` bytes
+ * from `frame`, the rest from `body` (the chain: the header in the host ring, the maps in a staging slot). */
+static void submit_parts(nt_graph_node *n, const void *frame, uint64_t head_len, const void *body, uint64_t r) {
     uint64_t size = n->d.frame_size;
     void *copy = malloc(size);
     if (!copy) {
@@ -93,7 +94,8 @@ static void submit_frame(nt_graph_node *n, const void *frame, uint64_t r) {
         atomic_fetch_add(&n->errors, 1);
         return;
     }
-    memcpy(copy, frame, size);
+    memcpy(copy, frame, head_len);
+    if (head_len < size) memcpy((char *)copy + head_len, body, size - head_len);
     nt_job job;
     memset(&job, 0, sizeof job);
     job.fd = n->d.fd;
@@ -121,12 +123,16 @@ static void submit_frame(nt_graph_node *n, const void *frame, uint64_t r) {
     atomic_fetch_add(&n->written, 1);
 }
 
+static void submit_frame(nt_graph_node *n, const void *frame, uint64_t r) { submit_parts(n, frame, n->d.frame_size, NULL, r); }
+
 /* The driver calls of the copy-out (the real ones: nothing of ours is in between). */
 static struct {
     CUresult (*ctx_get)(void **);
     CUresult (*ctx_set)(void *);
     CUresult (*copy2d)(const void *, void *);
     CUresult (*htod)(uint64_t, const void *, size_t, void *);
+    CUresult (*dtoh)(void *, uint64_t, size_t, void *);
+    CUresult (*memset8)(uint64_t, unsigned char, size_t, void *);
     CUresult (*sync)(void *);
     CUresult (*capture_mode)(int *);
     int loaded;
@@ -138,9 +144,12 @@ static int load_driver(void) {
         cu.ctx_set = (CUresult (*)(void *))neutrino_real_sym("cuCtxSetCurrent");
         cu.copy2d = (CUresult (*)(const void *, void *))neutrino_real_sym("cuMemcpy2DAsync_v2");
         cu.htod = (CUresult (*)(uint64_t, const void *, size_t, void *))neutrino_real_sym("cuMemcpyHtoDAsync_v2");
+        cu.dtoh = (CUresult (*)(void *, uint64_t, size_t, void *))neutrino_real_sym("cuMemcpyDtoHAsync_v2");
+        cu.memset8 = (CUresult (*)(uint64_t, unsigned char, size_t, void *))neutrino_real_sym("cuMemsetD8Async");
         cu.sync = (CUresult (*)(void *))neutrino_real_sym("cuStreamSynchronize");
         cu.capture_mode = (CUresult (*)(int *))neutrino_real_sym("cuThreadExchangeStreamCaptureMode");
-        cu.loaded = cu.ctx_get && cu.ctx_set && cu.copy2d && cu.htod && cu.sync && cu.capture_mode ? 1 : -1;
+        cu.loaded = cu.ctx_get && cu.ctx_set && cu.copy2d && cu.htod && cu.dtoh && cu.memset8 && cu.sync && cu.capture_mode
+                    ? 1 : -1;
     }
     return cu.loaded == 1;
 }
@@ -351,12 +360,264 @@ static int drain_pass(nt_graph_node *only) {
 static void drain_rings(nt_graph_node *only, int passes) {
     while (passes-- > 0 && drain_pass(only)) {}
 }
+/* ------------------------------------------------------------------ the chain's rings */
+
+/* The chain (spec/runtime.md, "The chain"; neutrino/runtime/cudagraphs/chain.py): no append node; each probed
+ * node's launches write straight into slots of its own device ring, and its head (device memory, HEAD_BYTES a
+ * node) counts the slots published (`written`) and those the host has drained. A pass over one executable graph's
+ * chain: one copy of all its heads and a wait; per node, the slots drained .. written - 1 copied out into pinned
+ * staging and zeroed (one copy and one memset per run that does not wrap the ring); one wait; each frame (the
+ * node's header from its host ring, then the maps) handed to the writer as the append path's are, launch number =
+ * the slot's tag - 1; then the new drained counts written into the heads with one strided copy. */
+#define CHAIN_HEAD_BYTES 128                    /* passes/graph_chain.py HEAD_BYTES */
+#define CHAIN_TAG_BYTES 16
+enum { CH_CUR, CH_ADV, CH_RING, CH_GEOM, CH_WRITTEN, CH_DROPPED, CH_DRAINED, CH_WORDS = 8 };  /* u64 words */
+#define CHAIN_PRIMED (1ull << 32)
+#define CHAIN_DROP_MASK 0xffffffffull
+
+typedef struct nt_chain {
+    nt_chain_desc d;             /* its arrays: copies of ours */
+    struct nt_chain *next;       /* the chains polled (under rings_lock) */
+    int attached;
+    uint64_t *drained, *written, *dropped;  /* per node: drained by us; the head's counts when last read */
+    uint64_t *at, *count, *lost; /* per node, this pass: its slots' offset in the staging, how many, copy refused */
+    uint64_t launches_seen;      /* graph_launches_made when its last pass began */
+    unsigned idle;               /* polls since its last pass, that pass having found nothing */
+    _Atomic uint64_t errors;
+} nt_chain;
+
+static nt_chain *chains;
+/* cuGraphLaunch calls so far (graph_launch): a chain with nothing new and no graph launched since its last pass is
+ * polled only every CHAIN_IDLE_POLLS polls, and at least every K / 2 (a replay still running at that pass, its ring
+ * then empty, is drained by a later pass before K more can have finished: each took longer than a poll interval) */
+static _Atomic uint64_t graph_launches_made;
+#define CHAIN_IDLE_POLLS 64
+static unsigned chain_idle_polls(const nt_chain *c) { return c->d.k / 2 < CHAIN_IDLE_POLLS ? c->d.k / 2 : CHAIN_IDLE_POLLS; }
+
+static uint64_t *chain_head(nt_chain *c, uint32_t i) { return (uint64_t *)((char *)c->d.host + CHAIN_HEAD_BYTES * i); }
+static uint64_t *chain_drained_words(nt_chain *c) { return (uint64_t *)((char *)c->d.host + CHAIN_HEAD_BYTES * c->d.n); }
+static char *chain_staging(nt_chain *c) { return (char *)(chain_drained_words(c) + c->d.n); }
+
+/* Copy node i's published slots out into the staging at `at` and zero them (copies on our stream, not waited). */
+static int chain_copy_out(nt_chain *c, uint32_t i, uint64_t at) {
+    uint64_t stride = c->d.strides[i], k = c->d.k, from = c->drained[i], left = c->count[i];
+    while (left) {
+        uint64_t first = from % k, run = left < k - first ? left : k - first;
+        uint64_t dev = c->d.rings[i] + first * stride;
+        atomic_fetch_add(&poller_calls, 2);
+        neutrino_note_stream_work(NT_WORK_POLLER);
+        if (cu.dtoh(chain_staging(c) + at, dev, run * stride, c->d.copy_stream) ||
+            cu.memset8(dev, 0, run * stride, c->d.copy_stream))
+            return 0;
+        at += run * stride, from += run, left -= run;
+    }
+    return 1;
+}
+
+/* After the wait: nodes [first, last)'s frames to the writer, their drained counts advanced (`lost`: the copies
+ * failed; the slots are drained all the same, their frames counted as errors). */
+static void chain_hand_over(nt_chain *c, uint32_t first, uint32_t last, int lost) {
+    for (uint32_t i = first; i < last; i++) {
+        nt_graph_node *n = c->d.records[i];
+        uint64_t stride = c->d.strides[i];
+        for (uint64_t s = 0; s < c->count[i]; s++) {
+            const char *slot = chain_staging(c) + c->at[i] + s * stride;
+            uint64_t tag;
+            memcpy(&tag, slot + stride - CHAIN_TAG_BYTES, 8);
+            if (lost || c->lost[i] || !tag) {  /* (a published slot always has its tag) */
+                atomic_fetch_add(&n->errors, 1);
+                continue;
+            }
+            /* admitted one by one, each submitted at once: the writer's pending bytes hold the ones before */
+            if (!atomic_load_explicit(&n->active, memory_order_relaxed) || !frame_room(n, 0)) continue;
+            submit_parts(n, (char *)n->d.ring + n->d.slots, n->d.data_off, slot, tag - 1);  /* (host slot 0: the header) */
+            atomic_fetch_add(&poller_frames, 1);
+        }
+        c->drained[i] += c->count[i];
+        chain_drained_words(c)[i] = c->drained[i];
+        c->count[i] = 0;
+    }
+}
+
+static int chain_wait(nt_chain *c) {
+    atomic_fetch_add(&poller_calls, 1);
+    return cu.sync(c->d.copy_stream) == 0;
+}
+
+/* Read the heads into the pinned copy (and wait). */
+static int chain_read_heads(nt_chain *c) {
+    atomic_fetch_add(&poller_calls, 1);
+    neutrino_note_stream_work(NT_WORK_POLLER);
+    return cu.dtoh(c->d.host, c->d.heads, (size_t)CHAIN_HEAD_BYTES * c->d.n, c->d.copy_stream) == 0 && chain_wait(c);
+}
+
+/* One pass over a chain (under rings_lock, `p` entered in the chain's context or not yet): returns the slots it
+ * drained. The staging holds at least one full ring; nodes whose slots do not fit with the others' wait for the
+ * next wait of the pass. */
+static uint64_t chain_pass(nt_chain *c, nt_pass *p) {
+    if (!pass_enter(p, c->d.ctx) || !chain_read_heads(c)) {
+        atomic_fetch_add(&c->errors, 1);
+        return 0;
+    }
+    uint64_t used = 0, total = 0;
+    uint32_t first = 0;
+    for (uint32_t i = 0; i < c->d.n; i++) {
+        const uint64_t *h = chain_head(c, i);
+        c->written[i] = h[CH_WRITTEN];
+        c->dropped[i] = h[CH_DROPPED] & CHAIN_DROP_MASK;
+        c->count[i] = 0;
+        if (h[CH_WRITTEN] < c->drained[i] || h[CH_WRITTEN] - c->drained[i] > c->d.k) {  /* not a head of ours */
+            atomic_fetch_add(&c->errors, 1);
+            continue;
+        }
+        uint64_t bytes = (h[CH_WRITTEN] - c->drained[i]) * c->d.strides[i];
+        if (used && used + bytes > c->d.staging_bytes) {
+            chain_hand_over(c, first, i, !chain_wait(c));
+            first = i, used = 0;
+        }
+        c->count[i] = h[CH_WRITTEN] - c->drained[i];
+        c->at[i] = used;
+        total += c->count[i];
+        c->lost[i] = c->count[i] && !chain_copy_out(c, i, used);
+        used += bytes;
+    }
+    if (!total) return 0;
+    chain_hand_over(c, first, c->d.n, !chain_wait(c));
+    /* the drained counts, 8 bytes at offset 48 of each head: one strided copy, waited for by the next pass */
+    nt_memcpy2d m;
+    memset(&m, 0, sizeof m);
+    m.src_type = MEMORYTYPE_HOST;
+    m.src_host = chain_drained_words(c);
+    m.src_pitch = 8;
+    m.dst_type = MEMORYTYPE_DEVICE;
+    m.dst_device = c->d.heads + 8 * CH_DRAINED;
+    m.dst_pitch = CHAIN_HEAD_BYTES;
+    m.width = 8;
+    m.height = c->d.n;
+    atomic_fetch_add(&poller_calls, 1);
+    neutrino_note_stream_work(NT_WORK_POLLER);
+    if (cu.copy2d(&m, c->d.copy_stream)) atomic_fetch_add(&c->errors, 1);
+    return total;
+}
+
+/* Every chain once (`idle_skip`: the poller's, which passes over an idle chain; under rings_lock). */
+static void drain_chains(int idle_skip) {
+    nt_pass p = {0};
+    uint64_t launches = atomic_load(&graph_launches_made);
+    for (nt_chain *c = chains; c; c = c->next) {
+        if (idle_skip && c->idle && launches == c->launches_seen && c->idle++ % chain_idle_polls(c)) continue;
+        c->launches_seen = launches;
+        c->idle = chain_pass(c, &p) == 0;
+    }
+    pass_leave(&p);
+}
+
+void *neutrino_graph_chain_new(const nt_chain_desc *d) {
+    if (!d->n || d->k < 2 || (d->k & (d->k - 1)) || !d->host || !d->heads) return NULL;
+    nt_chain *c = calloc(1, sizeof *c);
+    uint64_t *words = calloc(9 * (size_t)d->n, sizeof(uint64_t));
+    void **records = calloc(d->n, sizeof(void *));
+    if (!c || !words || !records) {
+        free(c), free(words), free(records);
+        return NULL;
+    }
+    c->d = *d;
+    memcpy(words, d->rings, 8 * d->n);
+    memcpy(words + d->n, d->strides, 8 * d->n);
+    memcpy(words + 2 * d->n, d->sinks, 8 * d->n);
+    memcpy(records, d->records, sizeof(void *) * d->n);
+    c->d.rings = words, c->d.strides = words + d->n, c->d.sinks = words + 2 * d->n, c->d.records = records;
+    c->drained = words + 3 * d->n, c->written = words + 4 * d->n, c->dropped = words + 5 * d->n;
+    c->at = words + 6 * d->n, c->count = words + 7 * d->n, c->lost = words + 8 * d->n;
+    c->attached = 1;
+    pthread_mutex_lock(&rings_lock);
+    c->next = chains;
+    chains = c;
+    pthread_cond_broadcast(&rings_changed);
+    pthread_mutex_unlock(&rings_lock);
+    return c;
+}
+
+/* The host's advance of probed sink i's head (the device's advance, then `primed` cleared: spec/runtime.md, "A
+ * probed sink's first and last advance"), on the pinned copy, then copied back with its new slot's tag; returns
+ * whether it changed. */
+static int chain_host_advance(nt_chain *c, uint32_t i) {
+    uint64_t *h = chain_head(c, i);
+    if (!(h[CH_DROPPED] & CHAIN_PRIMED)) return 0;  /* nothing ran since */
+    if (h[CH_CUR]) h[CH_WRITTEN]++;
+    else h[CH_DROPPED]++;
+    uint64_t n = h[CH_WRITTEN], mask = h[CH_GEOM] & CHAIN_DROP_MASK, stride = h[CH_GEOM] >> 32;
+    uint64_t next = n - c->drained[i] >= mask + 1 ? 0 : h[CH_RING] + (n & mask) * stride;
+    uint64_t *tag = h + CH_WORDS;  /* (the pinned copy's reserved table: scratch for the tag's copy) */
+    *tag = n + (h[CH_DROPPED] & CHAIN_DROP_MASK) + 1;
+    h[CH_CUR] = next;
+    h[CH_DROPPED] &= ~CHAIN_PRIMED;
+    h[CH_DRAINED] = c->drained[i];
+    atomic_fetch_add(&poller_calls, next ? 2 : 1);
+    neutrino_note_stream_work(NT_WORK_POLLER);
+    if ((next && cu.htod(next + stride - CHAIN_TAG_BYTES, tag, 8, c->d.copy_stream)) ||
+        cu.htod(c->d.heads + (uint64_t)CHAIN_HEAD_BYTES * i, h, 8 * CH_WORDS, c->d.copy_stream))
+        atomic_fetch_add(&c->errors, 1);
+    return 1;
+}
+
+/* The probed sinks' last launches published by the host, then everything drained (`detach`: and the chain no
+ * longer polled: its memory is about to go). Only with the context synchronised and no launch of the chain's
+ * executable graphs in flight or being made (exit, teardown, memory going). */
+void neutrino_graph_chain_finish(void *chain, int detach) {
+    nt_chain *c = chain;
+    pthread_mutex_lock(&rings_lock);
+    if (c->attached) {
+        nt_pass p = {0};
+        if (pass_enter(&p, c->d.ctx) && chain_read_heads(c)) {
+            int changed = 0;
+            for (uint32_t i = 0; i < c->d.n; i++)
+                if (c->d.sinks[i]) changed |= chain_host_advance(c, i);
+            if (changed && !chain_wait(c)) atomic_fetch_add(&c->errors, 1);
+            chain_pass(c, &p);
+            chain_read_heads(c);  /* (the drained counts landed before the memory may go) */
+        } else {
+            atomic_fetch_add(&c->errors, 1);
+        }
+        pass_leave(&p);
+        if (detach) {
+            c->attached = 0;
+            for (nt_chain **q = &chains; *q; q = &(*q)->next)
+                if (*q == c) { *q = c->next; break; }
+        }
+    }
+    pthread_mutex_unlock(&rings_lock);
+}
+
+/* Node i's counts as the last pass read them: written, dropped (a full ring); and the chain's errors. */
+void neutrino_graph_chain_counts(void *chain, uint32_t i, uint64_t out[3]) {
+    nt_chain *c = chain;
+    pthread_mutex_lock(&rings_lock);
+    out[0] = i < c->d.n ? c->written[i] : 0;
+    out[1] = i < c->d.n ? c->dropped[i] : 0;
+    out[2] = atomic_load(&c->errors);
+    pthread_mutex_unlock(&rings_lock);
+}
+
+void neutrino_graph_chain_free(void *chain) {
+    nt_chain *c = chain;
+    pthread_mutex_lock(&rings_lock);
+    if (c->attached)
+        for (nt_chain **q = &chains; *q; q = &(*q)->next)
+            if (*q == c) { *q = c->next; break; }
+    pthread_mutex_unlock(&rings_lock);
+    free((void *)c->d.rings);
+    free((void *)c->d.records);
+    free(c);
+}
+
 #define ALL_PASSES (MAX_SLOTS + 1)  /* a pass takes at least two slots of a ring that has more */
 #define POLL_PASSES 4
 
 void neutrino_graph_drain_all(void) {
     pthread_mutex_lock(&rings_lock);
     drain_rings(NULL, ALL_PASSES);
+    drain_chains(0);
     pthread_mutex_unlock(&rings_lock);
 }
 
@@ -382,11 +643,14 @@ static void *poll_rings(void *arg) {
     long long interval = poll_interval_ns();
     pthread_mutex_lock(&rings_lock);
     while (!poller_stopped) {
-        if (!rings || !interval) {
+        if ((!rings && !chains) || !interval) {
             pthread_cond_wait(&rings_changed, &rings_lock);
             continue;
         }
         drain_rings(NULL, POLL_PASSES);
+        /* a chain's pass copies (its heads) every poll, not only when there is something: never while the program
+         * captures (work of a stream of ours then slows every later replay: issue 24); its rings fill meanwhile */
+        if (neutrino_captures_open() <= 0) drain_chains(1);
         pthread_mutex_unlock(&rings_lock);
         struct timespec t = {(time_t)(interval / 1000000000), (long)(interval % 1000000000)};
         nanosleep(&t, NULL);
@@ -850,6 +1114,7 @@ CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_captur
 static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
     CUresult (*fn)(void *, void *) = GREAL(slot, CUresult(*)(void *, void *));
     if (!fn) return CU_NOT_FOUND;
+    atomic_fetch_add_explicit(&graph_launches_made, 1, memory_order_relaxed);
     if (!neutrino_graph_pick_has(exec, NULL)) return fn(exec, stream);
     /* only a planned graph pays the capture query (graphpick.c has no view of streams) */
     void *where = ptsz && !stream ? (void *)(uintptr_t)0x2 : stream;  /* per-thread: 0x2 */

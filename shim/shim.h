@@ -97,6 +97,19 @@ typedef struct {
     uint64_t nstage;                 /* host slots (device slot i is copied into host slot i % nstage) */
 } nt_graph_desc;
 
+/* graphs.c's description of one executable graph's chain (neutrino/runtime/cudagraphs/sinks.py, NtChainDesc;
+ * the memory is chain.py's ChainRings). The arrays are Python's: graphs.c copies them. */
+typedef struct {
+    void *ctx, *copy_stream;         /* the heads' context; a stream of ours in it */
+    uint64_t heads;                  /* device: node i's head at heads + 128 i */
+    void *host;                      /* pinned: the heads' copy (128 n), the drained words (8 n), the staging */
+    uint64_t staging_bytes;          /* at least one node's whole ring */
+    uint32_t n, k;                   /* probed nodes; slots per ring (a power of 2) */
+    const uint64_t *rings, *strides; /* per node: its slot 0 (device), its slot's bytes */
+    const uint64_t *sinks;           /* per node: 1 for a probed sink (the host publishes its last launch) */
+    void **records;                  /* per node: its nt_graph_node (neutrino_graph_node_new): header, counts */
+} nt_chain_desc;
+
 /* What Python gives graphpick.c per probed kernel node and per append node of a plan
  * (neutrino/runtime/cudagraphs/replay_select.py, PickKernelDesc, PickAppendDesc). */
 typedef struct {

@@ -22,13 +22,13 @@ import pytest
 from neutrino.runtime.results.drain import MAX_MAPS, NtJob
 from neutrino.runtime.launch_path.fastpath import NtPlan, NtPlanStats
 from neutrino.runtime.cudagraphs.ring import AppendParams, NodeDesc
-from neutrino.runtime.cudagraphs.sinks import NtGraphDesc
+from neutrino.runtime.cudagraphs.sinks import NtChainDesc, NtGraphDesc
 from neutrino.runtime.cudagraphs.replay_select import PickAppendDesc, PickKernelDesc
 
 SHIM = Path(__file__).resolve().parent.parent / "shim"
 MIRRORS = {"nt_job": NtJob, "nt_plan": NtPlan, "nt_plan_stats": NtPlanStats, "nt_graph_desc": NtGraphDesc,
            "nt_graph_node_desc": NodeDesc, "nt_graph_append_args": AppendParams,
-           "nt_pick_kernel_desc": PickKernelDesc, "nt_pick_append_desc": PickAppendDesc}
+           "nt_pick_kernel_desc": PickKernelDesc, "nt_pick_append_desc": PickAppendDesc, "nt_chain_desc": NtChainDesc}
 
 
 def c_layouts(tmp_path: Path) -> dict[str, dict[str, int]]:
@@ -71,7 +71,7 @@ def header_fields(text: str) -> dict[str, list[str]]:
         members = []
         for declaration in filter(None, (d.strip() for d in body.split(";"))):
             declarators = re.sub(r"^(?:const\s+)?\w+\s+", "", declaration)  # the type, once
-            members += [re.match(r"\*?\s*(\w+)", d.strip()).group(1) for d in declarators.split(",")]
+            members += [re.match(r"\**\s*(\w+)", d.strip()).group(1) for d in declarators.split(",")]
         out[name] = members
     return out
 

@@ -160,7 +160,7 @@ class Runtime:
         probes = GraphProbes(self.drv, self.trace, sink, ByteBudget(self.opt.buffer_budget), self.enqueuer,
                              self.attribution, arch_of=self.devices.arch,
                              wait_ns=graph_ring.WAIT_NS if self.opt.when_full == "wait" else 0)
-        if graph_chain.enabled() and not native_writer and self.opt.when_full != "wait":  # (chain_capture.py: why)
+        if graph_chain.enabled() and self.opt.when_full != "wait":  # (chain_capture.py: why)
             probes.chain_variant = self.kernels.chain_variant
         return probes
 

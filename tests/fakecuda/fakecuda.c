@@ -1056,9 +1056,42 @@ static void graph_append(void **params, unsigned nodes) {
     }
 }
 
+/* The advance a graph_chain kernel's thread 0 of block 0 makes at its exit (neutrino/passes/graph_chain.py, modelled
+ * by neutrino.runtime.cudagraphs.chain.device_advance; spec/runtime.md, "The chain"): the head its own head's `adv`
+ * names is primed, or its launch just finished published (or counted dropped) and its next slot picked and
+ * tagged. Words (u64): cur, adv, ring, geom, written, dropped (bit 32: primed), drained. */
+static void chain_advance(const uint64_t *head) {
+    uint64_t *h = (uint64_t *)(uintptr_t)head[1];
+    if (!h) return;
+    const uint64_t primed = 1ull << 32, low = 0xffffffffull;
+    if (!(h[5] & primed)) { h[5] |= primed; return; }
+    uint64_t written = h[4] + (h[0] != 0), dropped = h[5] + (h[0] == 0);
+    uint64_t mask = h[3] & low, stride = h[3] >> 32, drained = __atomic_load_n(&h[6], __ATOMIC_ACQUIRE);
+    uint64_t next = written - drained >= mask + 1 ? 0 : h[2] + (written & mask) * stride;
+    if (next) *(uint64_t *)(uintptr_t)(next + stride - 16) = written + (dropped & low) + 1;
+    h[0] = next;
+    __atomic_store_n(&h[5], dropped, __ATOMIC_RELEASE);
+    __atomic_store_n(&h[4], written, __ATOMIC_RELEASE);  /* (the host's poller reads it: the slot is whole) */
+}
+
+static void run_probed(Function *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       void **params);
+
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params) {
     Function *fn = f;
     if (!strcmp(fn->name, "__neutrino_graph_append")) { graph_append(params, gy); return; }
+    run_probed(fn, gx, gy, gz, bx, by, bz, params);
+    /* the graph_chain variant (its PTX names the advance's register): the first buffer parameter, tagged, is the
+     * node's head; the kernel writes at its `cur` (run_probed), then advances the head its `adv` names */
+    const char *bp = getenv("FAKECUDA_BUFPARAM");
+    if (bp && params && strstr(fn->mod->image, "__nt_buf") && strstr(fn->mod->image, "%nt_ch_adv")) {
+        uint64_t tagged = *(uint64_t *)params[atoi(bp)];
+        if (tagged & 1) chain_advance((const uint64_t *)(uintptr_t)(tagged & ~1ull));
+    }
+}
+
+static void run_probed(Function *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       void **params) {
     int probed = strstr(fn->mod->image, "__nt_buf") != NULL;
     const char *log = getenv("FAKECUDA_LOG");
     if (log) {
@@ -1068,7 +1101,10 @@ static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
     const char *bp = getenv("FAKECUDA_BUFPARAM");
     if (!probed || !bp || !params) return;
     uint64_t buf = *(uint64_t *)params[atoi(bp)];
-    if (buf & 1) { /* a graph node's pointer: its probe gate is the u32 8 bytes before (passes/buffers.py) */
+    if ((buf & 1) && strstr(fn->mod->image, "%nt_ch_adv")) { /* the chain's head: write at its cur (0: nowhere) */
+        buf = *(uint64_t *)(uintptr_t)(buf & ~1ull);
+        if (!buf) return;
+    } else if (buf & 1) { /* a graph node's pointer: its probe gate is the u32 8 bytes before (passes/buffers.py) */
         buf &= ~1ull;
         if (*(uint32_t *)(uintptr_t)(buf - 8)) return;
     }

@@ -44,6 +44,7 @@ GRAPH_APP_PLAIN=KERNEL2: in each cycle a second graph, B, captured on the same s
 GRAPH_APP_KERNELS launches of KERNEL2 (a kernel `--filter` leaves unprobed), instantiated with the same flags; its
 replays alternate with the first's and it is destroyed with it. With FAKECUDA_LOG_CALLS the app marks in that log
 where B's capture, instantiation, each replay and its end are ("== B ...": what the driver saw for B in between).
+GRAPH_APP_IDLE_MS=M: after each cycle's replays the program sleeps M ms before destroying its graphs.
 GRAPH_APP_THREADS=T: the REPLAYS replays of each cycle are launched by each of T threads of the program at once,
 thread i on a stream of its own (i = 0: the capture's); prints the fake driver's order checks at the end ("order":
 launches checked, launches not ordered after the previous launch of the captured graph's executable graphs, with
@@ -330,6 +331,7 @@ def main(ptx_path, kernel, cycles, replays):
                 mark(f"B replay {r}")
                 assert cu.cuGraphLaunch(plain_exe, stream) == 0
                 mark("B replayed")
+        time.sleep(float(os.environ.get("GRAPH_APP_IDLE_MS", "0")) / 1000)  # the graphs alive, none launched
         cu.fakecuda_exec_launches.restype = cu.fakecuda_graph_launches.restype = C.c_long
         cu.fakecuda_exec_launches.argtypes = [P]
         launched.append((cu.fakecuda_exec_launches(exe), cu.fakecuda_graph_launches()))

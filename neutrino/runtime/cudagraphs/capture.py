@@ -742,7 +742,7 @@ class GraphProbes:
             self.trace.event("graph_free_deferred", graphs=len(self._retired), reason=str(e))
             return
         retired, self._retired = self._retired, []
-        chain_capture.drain_chains(self, retired, relaxed_capture)
+        chain_capture.drain_chains(self, retired, relaxed_capture, detach=True)
         for group in retired:
             # over a copy: _forget_node removes the node from group.nodes, and removing while
             # iterating skipped every other node (the second kernel node of a graph was never
@@ -794,6 +794,7 @@ class GraphProbes:
             return
         with self._lock:
             live = {id(g): g for g in self._unfreed_groups()}
+            chain_capture.drain_chains(self, live.values(), relaxed_capture, detach=True)  # (no poll of a dead context)
             for node in [n for g in live.values() for n in g.nodes if n.record is not None]:
                 self.sink.detach(node.record)
                 self._finished.append(self._summary_row(node))
@@ -857,7 +858,7 @@ class GraphProbes:
     def _summary_row(self, node: GraphNode) -> dict:
         row = {"kernel": node.kernel, "graph": node.group.id, "graph_node": node.id, **self.sink.stats(node.record)}
         if node.group.chain is not None and node in node.group.chain_order:
-            row.update(chain_capture.chain_stats(node.group, node))
+            row.update(chain_capture.chain_stats(self, node.group, node, row))
         if self.picker is not None and node.group.pick_group:  # replays left out on the host never reach the device
             row["replays"] = max(row["replays"], self.picker.replays(node.group.pick_group))
         return row

@@ -218,6 +218,7 @@ class ChainRings:
         self.drained = [0] * len(spans)
         self.frames = [0] * len(spans)
         self.held = 0  # bytes its owner holds against a budget for it
+        self.sink_handle = None  # what drains it (sinks.py, new_chain)
         n = len(spans)
         self.heads = drv.mem_alloc_sync(HEAD_BYTES * n)
         self.rings: list[int] = []
@@ -242,6 +243,15 @@ class ChainRings:
         except BaseException:
             self.free()
             raise
+
+    @property
+    def host(self) -> int:
+        """The pinned staging: the heads' copy (HEAD_BYTES each), a u64 per node, then `staging_bytes`."""
+        return self._host
+
+    @property
+    def staging_bytes(self) -> int:
+        return max(self.k * s for s in self.strides)
 
     def head(self, i: int) -> int:
         return self.heads + HEAD_BYTES * i

@@ -6,9 +6,11 @@ graph_chain variant of its kernel (KernelBuilder.chain_variant) with its head as
 and the other maps' offsets in its slot; the group gets one chain.ChainRings and no append node. Anything short of
 that leaves the capture to the append path (capture.GraphProbes.end_capture), the nodes as captured.
 
-This slice: fake drivers' Python sink only (runtime/core.py enables it without the native writer), every replay
-probed (no replay picker), the heads shared by the executable graphs of the capture, drained when the graph
-probes drain (exit, a context's teardown, a group's memory going) after the context's synchronisation.
+This slice: both sinks (sinks.py: the shim's C poller drains the chain during the run and hands its frames to the
+native writer; the fake drivers' Python sink drains it only when the graph probes drain), every replay probed (no
+replay picker), the heads shared by the executable graphs of the capture; the probed sinks' last launches published
+by the host when the graph probes drain (exit, a context's teardown, a group's memory going) after the context's
+synchronisation.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
                 switched.append(n)
                 gp.drv.graph_kernel_node_set_params(n.node, func, n.grid, n.block, n.shared_bytes,
                                                     C.addressof(n.keep))
-    except (Fallback, DriverError, ValueError) as e:
+            rings.sink_handle = gp.sink.new_chain(rings, nodes)  # (the native sink: polled from now on)
+    except (Fallback, DriverError, ValueError, MemoryError) as e:
         _undo(gp, switched, relaxed)
         if rings is not None:
             with contextlib.suppress(DriverError):
@@ -111,41 +114,39 @@ def _undo(gp, switched: list, relaxed) -> None:
             gp._lose_results(n, "graph chain: a node could not be set back to its probed kernel")  # noqa: SLF001
 
 
-def drain_chains(gp, groups, relaxed) -> None:
+def drain_chains(gp, groups, relaxed, detach: bool = False) -> None:
     """Every chain's frames to the sink: the probed sinks' last launches published by the host, then the rings
-    drained. Only after the context's synchronisation, with no launch being made (exit, teardown, memory going)."""
+    drained (sinks.py, finish_chain: under the native poller's lock). Only after the context's synchronisation,
+    with no launch being made (exit, teardown, memory going). `detach`: the chains' memory or context goes next;
+    the poller lets them go (their counts stay readable until free_chain)."""
     for group in groups:
         rings = group.chain
         if rings is None:
             continue
-        nodes = group.chain_order
-
-        def frame(i: int, launch: int, maps: bytes, nodes=nodes) -> None:
-            n = nodes[i]
-            if n.active and n.record is not None:
-                gp.sink.write_frame(n.record, launch - 1, bytes(n.offsets[0]) + maps)
-
         try:
             with relaxed(gp.drv):  # (the drains and frees go on a stream of ours: the program's may be gone)
                 rings.stream = gp._our_stream(group.ctx)  # noqa: SLF001
-            rings.finish(frame)
+            gp.sink.finish_chain(rings.sink_handle, detach)
         except DriverError as e:
             gp.trace.event("result_error", graph=group.id, reason=f"graph chain: draining: {e}")
 
 
-def chain_stats(group, node) -> dict:
-    """The summary's counts of a chain node: replays it ran (written + dropped) and drops of a full ring."""
+def chain_stats(gp, group, node, row: dict) -> dict:
+    """The summary's counts of a chain node: replays it ran (written + dropped) and drops, a full ring's added to
+    the host's (`row`: the sink's counts of its record: the writer behind, the trace budget)."""
     i = group.chain_order.index(node)
     try:
-        written, dropped, _ = group.chain.counts()[i]
+        written, dropped = gp.sink.chain_counts(group.chain.sink_handle, i)
     except DriverError:
         return {}
-    return {"replays": written + dropped, "dropped_behind": dropped}
+    return {"replays": written + dropped, "dropped_behind": dropped + row.get("dropped_behind", 0)}
 
 
 def free_chain(gp, group) -> None:
-    """The group's heads and rings freed (drained first by the caller), their bytes given back to the budget."""
+    """The group's heads and rings freed (drained and detached first by the caller), their bytes given back to the
+    budget."""
     if group.chain is not None:
+        gp.sink.free_chain(group.chain.sink_handle)
         with contextlib.suppress(DriverError):
             group.chain.free()
         gp.budget.give_back(group.chain.held)

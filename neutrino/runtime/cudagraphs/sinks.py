@@ -6,7 +6,8 @@ slots are consumed, and keep the node's counters when its memory goes. `NativeGr
 in C (shim/graphs.c: a thread polling every ring, frames queued for shim/writer.c);
 `PythonGraphSink` in Python, for the fake drivers of the tests. graphs.py decides what is captured
 and when memory goes; it talks to a sink through new_record, drain, detach, set_active,
-free_record, stats and close.
+free_record, stats and close; chain_capture.py through new_chain, finish_chain, chain_counts and
+free_chain (the chain: spec/runtime.md, "The chain").
 """
 
 from __future__ import annotations
@@ -152,6 +153,31 @@ class PythonGraphSink:
     def close(self) -> None:
         pass
 
+    # --- the chain (chain_capture.py): its rings drained here only when the graph probes drain (no poller) ---
+    def new_chain(self, rings, nodes: list) -> object:
+        """What drains one executable graph's chain (`rings`: chain.ChainRings; `nodes`: its GraphNodes in order)."""
+        return rings, nodes
+
+    def finish_chain(self, handle, detach: bool) -> None:
+        """The probed sinks' last launches published, every ring drained (the context synchronised, no launch of
+        the chain's graphs in flight). `detach`: its memory goes next."""
+        rings, nodes = handle
+
+        def frame(i: int, launch: int, maps: bytes) -> None:
+            n = nodes[i]
+            if n.active and n.record is not None:
+                self.write_frame(n.record, launch - 1, bytes(n.offsets[0]) + maps)
+
+        rings.finish(frame)
+
+    def chain_counts(self, handle, i: int) -> tuple[int, int]:
+        """Node i's launches (written, dropped by a full ring) as the heads last said."""
+        written, dropped, _ = handle[0].counts()[i]
+        return written, dropped
+
+    def free_chain(self, handle) -> None:
+        pass
+
     def set_active(self, rec: PyRecord, active: bool) -> None:
         rec.active = active
 
@@ -174,6 +200,15 @@ class NtGraphDesc(C.Structure):
                 ("ctx", C.c_void_p), ("copy_stream", C.c_void_p), ("device_slots", C.c_uint64),
                 ("device_stride", C.c_uint64), ("device_state", C.c_uint64), ("data_off", C.c_uint64),
                 ("span", C.c_uint64), ("nstage", C.c_uint64)]
+
+
+class NtChainDesc(C.Structure):
+    """`nt_chain_desc` of shim/shim.h."""
+
+    _fields_ = [("ctx", C.c_void_p), ("copy_stream", C.c_void_p), ("heads", C.c_uint64), ("host", C.c_void_p),
+                ("staging_bytes", C.c_uint64), ("n", C.c_uint32), ("k", C.c_uint32),
+                ("rings", C.POINTER(C.c_uint64)), ("strides", C.POINTER(C.c_uint64)),
+                ("sinks", C.POINTER(C.c_uint64)), ("records", C.POINTER(C.c_void_p))]
 
 
 class NativeGraphSink:
@@ -201,6 +236,16 @@ class NativeGraphSink:
         self._stats.argtypes = [C.c_void_p, C.c_uint64 * 5]
         self._counts = lib.neutrino_graph_poller_counts
         self._counts.argtypes = [C.c_uint64 * 2]
+        waits = C.CDLL(shim_path)  # the chain's calls wait for the GPU (and the poller's lock): the GIL goes
+        self._chain_new = lib.neutrino_graph_chain_new
+        self._chain_new.argtypes = [C.POINTER(NtChainDesc)]
+        self._chain_new.restype = C.c_void_p
+        self._chain_finish = waits.neutrino_graph_chain_finish
+        self._chain_finish.argtypes = [C.c_void_p, C.c_int]
+        self._chain_counts = waits.neutrino_graph_chain_counts
+        self._chain_counts.argtypes = [C.c_void_p, C.c_uint32, C.c_uint64 * 3]
+        self._chain_free = waits.neutrino_graph_chain_free
+        self._chain_free.argtypes = [C.c_void_p]
         lib.neutrino_graph_set_pending_limit.argtypes = [C.c_uint64]
         lib.neutrino_graph_set_pending_limit(pending_limit)
         self.filter = launch_filter
@@ -226,6 +271,32 @@ class NativeGraphSink:
 
     def drain(self) -> None:
         self._drain()
+
+    # --- the chain: drained by the C poller (shim/graphs.c, "the chain's rings"), frames to the native writer ---
+    def new_chain(self, rings, nodes: list) -> int:
+        """Register one executable graph's chain with the poller (ChainRings' memory: the poller uses its pinned
+        staging from now on; nothing in Python reads the heads while it is registered)."""
+        n = len(nodes)
+        desc = NtChainDesc(ctx=nodes[0].group.ctx, copy_stream=rings.stream, heads=rings.heads, host=rings.host,
+                           staging_bytes=rings.staging_bytes, n=n, k=rings.k,
+                           rings=(C.c_uint64 * n)(*rings.rings), strides=(C.c_uint64 * n)(*rings.strides),
+                           sinks=(C.c_uint64 * n)(*(int(i in rings.sinks) for i in range(n))),
+                           records=(C.c_void_p * n)(*(node.record for node in nodes)))
+        handle = self._chain_new(C.byref(desc))
+        if not handle:
+            raise MemoryError("no memory for a graph chain record")
+        return handle
+
+    def finish_chain(self, handle: int, detach: bool) -> None:
+        self._chain_finish(handle, int(detach))
+
+    def chain_counts(self, handle: int, i: int) -> tuple[int, int]:
+        out = (C.c_uint64 * 3)()
+        self._chain_counts(handle, i, out)
+        return int(out[0]), int(out[1])
+
+    def free_chain(self, handle: int) -> None:
+        self._chain_free(handle)
 
     def close(self) -> None:
         self._stop()

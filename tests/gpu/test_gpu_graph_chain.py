@@ -1,0 +1,51 @@
+"""The chain (spec/runtime.md, "The chain") on the GPU with the shim's native writer (issue 24). Skipped without an
+NVIDIA GPU.
+
+A torch.cuda.graph of three probed Triton kernels in a chain (tests/gpu/workloads/w_graph_chain.py), 1,000 replays,
+NEUTRINO_GRAPH_CHAIN=1, block_sched on every replay: the capture takes the chain (a `graph_chain` event, no
+`graph_chain_refused`, no append node); every node has one frame per replay, launch numbers 0..999, each frame a
+record of every warp of the grid (check_block_sched); the program's outputs equal a plain run's. The rings hold
+fewer slots than the replays, so only the poller draining them during the run writes every replay.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import numpy as np
+
+from gpuutil import WORKLOADS, base_env, check_block_sched, fallbacks, gpu, run_plain, run_probed, sm_count
+
+pytestmark = gpu
+
+REPLAYS = 1000
+
+
+def test_chain_of_three_triton_kernels_every_replay(tmp_path):
+    env = base_env(tmp_path)
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "tc")
+    cmd = [sys.executable, str(WORKLOADS / "w_graph_chain.py")]
+    run_plain(cmd + [str(tmp_path / "plain.npz"), str(REPLAYS)], env)
+    env["NEUTRINO_GRAPH_CHAIN"] = "1"
+    r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env,
+                          "--graphs")
+    chains = [e for e in trace.events if e.get("event") == "graph_chain"]
+    refused = [e for e in trace.events if e.get("event") in ("graph_chain_refused", "graph_append")]
+    replays = [la for la in trace.launches if la.graph is not None]
+    per_node = Counter(la.graph for la in replays)
+    drops = [e for e in trace.events if e.get("event") == "dropped"]
+    print(f"[chain] {chains} refused/append={refused[:3]} per node={dict(per_node)} drops={drops} "
+          f"fallbacks={fallbacks(trace)[:3]}\n{r.stderr[-1500:]}")
+    x, y = np.load(tmp_path / "plain.npz"), np.load(tmp_path / "probed.npz")
+    assert sorted(x.files) == sorted(y.files) and all(np.array_equal(x[k], y[k]) for k in x.files)
+    assert len(chains) == 1 and not refused, (chains, refused)
+    (ev,) = chains
+    assert len(ev["graph_nodes"]) == 3 and ev["ring_slots"] < REPLAYS, ev
+    assert len(per_node) == 3 and set(per_node.values()) == {REPLAYS}, per_node
+    assert {la.kernel for la in replays} == {"vadd", "accumulate", "blend"}
+    for node in per_node:
+        assert [la.event["replay"] for la in replays if la.graph == node] == list(range(REPLAYS)), node
+    assert not drops, drops
+    sub = type(trace)(trace.path, trace.probe_text, trace.events, replays)
+    check_block_sched(sub, sm_count())  # every warp of every replay's grid: exactly one record
