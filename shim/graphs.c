@@ -132,7 +132,6 @@ static struct {
     CUresult (*copy2d)(const void *, void *);
     CUresult (*htod)(uint64_t, const void *, size_t, void *);
     CUresult (*dtoh)(void *, uint64_t, size_t, void *);
-    CUresult (*memset8)(uint64_t, unsigned char, size_t, void *);
     CUresult (*sync)(void *);
     CUresult (*capture_mode)(int *);
     int loaded;
@@ -145,10 +144,9 @@ static int load_driver(void) {
         cu.copy2d = (CUresult (*)(const void *, void *))neutrino_real_sym("cuMemcpy2DAsync_v2");
         cu.htod = (CUresult (*)(uint64_t, const void *, size_t, void *))neutrino_real_sym("cuMemcpyHtoDAsync_v2");
         cu.dtoh = (CUresult (*)(void *, uint64_t, size_t, void *))neutrino_real_sym("cuMemcpyDtoHAsync_v2");
-        cu.memset8 = (CUresult (*)(uint64_t, unsigned char, size_t, void *))neutrino_real_sym("cuMemsetD8Async");
         cu.sync = (CUresult (*)(void *))neutrino_real_sym("cuStreamSynchronize");
         cu.capture_mode = (CUresult (*)(int *))neutrino_real_sym("cuThreadExchangeStreamCaptureMode");
-        cu.loaded = cu.ctx_get && cu.ctx_set && cu.copy2d && cu.htod && cu.dtoh && cu.memset8 && cu.sync && cu.capture_mode
+        cu.loaded = cu.ctx_get && cu.ctx_set && cu.copy2d && cu.htod && cu.dtoh && cu.sync && cu.capture_mode
                     ? 1 : -1;
     }
     return cu.loaded == 1;
@@ -366,7 +364,7 @@ static void drain_rings(nt_graph_node *only, int passes) {
  * node's launches write straight into slots of its own device ring, and its head (device memory, HEAD_BYTES a
  * node) counts the slots published (`written`) and those the host has drained. A pass over one executable graph's
  * chain: one copy of all its heads and a wait; per node, the slots drained .. written - 1 copied out into pinned
- * staging and zeroed (one copy and one memset per run that does not wrap the ring); one wait; each frame (the
+ * staging and zeroed (two copies per run that does not wrap the ring: out, and pinned zeroes in); one wait; each frame (the
  * node's header from its host ring, then the maps) handed to the writer as the append path's are, launch number =
  * the slot's tag - 1; then the new drained counts written into the heads with one strided copy. */
 #define CHAIN_HEAD_BYTES 128                    /* passes/graph_chain.py HEAD_BYTES */
@@ -407,7 +405,7 @@ static int chain_copy_out(nt_chain *c, uint32_t i, uint64_t at) {
         atomic_fetch_add(&poller_calls, 2);
         neutrino_note_stream_work(NT_WORK_POLLER);
         if (cu.dtoh(chain_staging(c) + at, dev, run * stride, c->d.copy_stream) ||
-            cu.memset8(dev, 0, run * stride, c->d.copy_stream))
+            cu.htod(dev, c->d.zeros, run * stride, c->d.copy_stream))  /* zeroes copied: no memset (spec/runtime.md) */
             return 0;
         at += run * stride, from += run, left -= run;
     }

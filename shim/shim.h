@@ -108,6 +108,7 @@ typedef struct {
     const uint64_t *rings, *strides; /* per node: its slot 0 (device), its slot's bytes */
     const uint64_t *sinks;           /* per node: 1 for a probed sink (the host publishes its last launch) */
     void **records;                  /* per node: its nt_graph_node (neutrino_graph_node_new): header, counts */
+    const void *zeros;               /* pinned: staging_bytes of zeroes, copied over the slots drained (no memset) */
 } nt_chain_desc;
 
 /* What Python gives graphpick.c per probed kernel node and per append node of a plan

@@ -223,6 +223,7 @@ class ChainRings:
         self.heads = drv.mem_alloc_sync(HEAD_BYTES * n)
         self.rings: list[int] = []
         self._host = None
+        self.zeros = 0
         try:
             for stride in self.strides:
                 self.rings.append(drv.mem_alloc_sync(k * stride))
@@ -233,9 +234,13 @@ class ChainRings:
             # pinned staging: the heads' copy, then the largest ring (a pass copies one node's slots at a time)
             self._host, self._view = drv.host_alloc(len(heads) + 8 * n + max(k * s for s in self.strides))
             self._view[:len(heads)] = heads
+            # pinned zeroes a whole ring long: slots are zeroed by copies, never by a memset (a memset of ours near a
+            # capture made every later graph replay of the process ~9% slower: docs/overhead.md, "Session 11")
+            self.zeros, zview = drv.host_alloc(self.staging_bytes)
+            zview[:] = bytes(len(zview))
             drv.memcpy_htod_async(self.heads, self._host, len(heads), stream)
             for i, ring in enumerate(self.rings):
-                drv.memset_async(ring, k * self.strides[i], stream)
+                drv.memcpy_htod_async(ring, self.zeros, k * self.strides[i], stream)
             drv.stream_synchronize(stream)  # (the rings zeroed before slot 0's tag lands)
             for i in range(n):
                 self._tag(self.rings[i] + self.strides[i] - TAG_BYTES, 1, i)
@@ -277,8 +282,8 @@ class ChainRings:
         return [unpack(raw[HEAD_BYTES * i:HEAD_BYTES * i + 8 * WORDS]) for i in range(n)]
 
     def poll(self, on_frame) -> int:
-        """One pass: the heads read; per node, its published slots copied out and zeroed (one copy and one memset per
-        run that does not wrap), a wait, each frame handed to `on_frame(node, launch number, maps bytes)`, and only
+        """One pass: the heads read; per node, its published slots copied out and zeroed (two copies per run that does
+        not wrap: out, and pinned zeroes in), a wait, each frame handed to `on_frame(node, launch number, maps bytes)`, and only
         then the node's `drained` written into its head (8 bytes: the advancer's words are left alone). Returns the
         frames handed over."""
         got = 0
@@ -292,7 +297,7 @@ class ChainRings:
             for first, count in runs:
                 size = count * stride
                 self.drv.memcpy_dtoh_async(staging + at, self.rings[i] + first * stride, size, self.stream)
-                self.drv.memset_async(self.rings[i] + first * stride, size, self.stream)
+                self.drv.memcpy_htod_async(self.rings[i] + first * stride, self.zeros, size, self.stream)
                 at += size
             self.drv.stream_synchronize(self.stream)  # copied, and zeroed before the device may have the slots back
             for s in range(at // stride):
@@ -339,3 +344,6 @@ class ChainRings:
         if self._host is not None:
             self.drv.host_free(self._host)
             self._host = None
+        if self.zeros:
+            self.drv.host_free(self.zeros)
+            self.zeros = 0

@@ -208,7 +208,7 @@ class NtChainDesc(C.Structure):
     _fields_ = [("ctx", C.c_void_p), ("copy_stream", C.c_void_p), ("heads", C.c_uint64), ("host", C.c_void_p),
                 ("staging_bytes", C.c_uint64), ("n", C.c_uint32), ("k", C.c_uint32),
                 ("rings", C.POINTER(C.c_uint64)), ("strides", C.POINTER(C.c_uint64)),
-                ("sinks", C.POINTER(C.c_uint64)), ("records", C.POINTER(C.c_void_p))]
+                ("sinks", C.POINTER(C.c_uint64)), ("records", C.POINTER(C.c_void_p)), ("zeros", C.c_void_p)]
 
 
 class NativeGraphSink:
@@ -281,7 +281,7 @@ class NativeGraphSink:
                            staging_bytes=rings.staging_bytes, n=n, k=rings.k,
                            rings=(C.c_uint64 * n)(*rings.rings), strides=(C.c_uint64 * n)(*rings.strides),
                            sinks=(C.c_uint64 * n)(*(int(i in rings.sinks) for i in range(n))),
-                           records=(C.c_void_p * n)(*(node.record for node in nodes)))
+                           records=(C.c_void_p * n)(*(node.record for node in nodes)), zeros=rings.zeros)
         handle = self._chain_new(C.byref(desc))
         if not handle:
             raise MemoryError("no memory for a graph chain record")
