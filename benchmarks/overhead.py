@@ -86,7 +86,8 @@ CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK":
               # the chain (spec/runtime.md, "The chain"): no append node, every replay's maps straight into a ring
               # slot, drained by shim/graphs.c's poller (issue 24)
               "block_sched graphs chain": {"NEUTRINO_GRAPH_CHAIN": "1"},
-              "block_sched graphs no-timeline chain": {"NEUTRINO_GRAPH_CHAIN": "1"}}
+              "block_sched graphs no-timeline chain": {"NEUTRINO_GRAPH_CHAIN": "1"},
+              "gmem_bytes graphs no-timeline chain": {"NEUTRINO_GRAPH_CHAIN": "1"}}
 # NEUTRINO_MEASURE (shim/writer.c; benchmarks only, results not kept): the runtime's own GPU operations per
 # probed eager launch turned off one by one (docs/overhead.md, "The runtime's own GPU time per eager launch")
 for _tool in ("block_sched", "gmem_bytes"):
