@@ -51,6 +51,7 @@ sys.path.insert(0, str(REPO))
 
 from neutrino.engine import instrument  # noqa: E402
 from neutrino.toolbox import load_probe_argument  # noqa: E402
+from neutrino.maps import SUM_STRIPES  # noqa: E402
 from neutrino.trace import STRIPES  # noqa: E402
 
 VADD = REPO / "tests" / "data" / "corpus" / "triton" / "vadd.sm90a.ptx"
@@ -146,9 +147,9 @@ def variants() -> dict[str, tuple[str, str | None]]:
         "gmem_bytes -atomics": (_drop(gb, r"\bred\.global"), "gmem_bytes"),
         "gmem_bytes -redux": (_drop(gb, r"\bredux\.sync"), "gmem_bytes"),
         "gmem_bytes st-not-red": (gb.replace("red.global.add.u64", "st.global.u64"), "gmem_bytes"),
-        "gmem_bytes one-row": (gb.replace("and.b32 \t%nt_stripe, %nt_stripe, 31;", "and.b32 \t%nt_stripe, %nt_stripe, 0;"),
+        "gmem_bytes one-row": (gb.replace(f"and.b32 \t%nt_stripe, %nt_stripe, {SUM_STRIPES - 1};", "and.b32 \t%nt_stripe, %nt_stripe, 0;"),
                                "gmem_bytes"),
-        "gmem_bytes 128 rows": (gb.replace("and.b32 \t%nt_stripe, %nt_stripe, 31;",
+        "gmem_bytes 128 rows": (gb.replace(f"and.b32 \t%nt_stripe, %nt_stripe, {SUM_STRIPES - 1};",
                                            f"and.b32 \t%nt_stripe, %nt_stripe, {WIDE_ROWS - 1};"), "gmem_bytes rows"),
         "gmem_bytes no gate": (ungated(gb), "gmem_bytes"),
         "gmem_bytes gated": (gb, "gmem_bytes gated"),
@@ -257,7 +258,7 @@ def timed(cuda: Cuda, spin, step, n: int) -> list[float]:
 
 def rows_of(buffer: str) -> int:
     """Rows of counters a gmem_bytes variant's buffer holds."""
-    return WIDE_ROWS if buffer.endswith(" rows") else STRIPES
+    return WIDE_ROWS if buffer.endswith(" rows") else SUM_STRIPES  # (a sum map's rows: maps.stripes("sum"))
 
 
 BLOCK_START_SPREAD = 1 << 20  # cycles: a block's warps start together (its SM starts them at once)

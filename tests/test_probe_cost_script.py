@@ -74,4 +74,10 @@ def test_the_wide_rows_variant_spreads_warps_over_128_rows_and_is_summed_over_th
     ptx, buffer = probe_cost.variants()["gmem_bytes 128 rows"]
     assert f"and.b32 \t%nt_stripe, %nt_stripe, {probe_cost.WIDE_ROWS - 1};" in ptx
     assert probe_cost.rows_of(buffer) == probe_cost.WIDE_ROWS == 128
-    assert probe_cost.rows_of("gmem_bytes") == probe_cost.rows_of("gmem_bytes gated") == probe_cost.STRIPES
+    # the tool's own sum map: as many rows as its stripe mask says (maps.SUM_STRIPES), all of them read and summed
+    tool_ptx, tool_buffer = probe_cost.variants()["gmem_bytes"]
+    rows = probe_cost.rows_of(tool_buffer)
+    assert f"and.b32 \t%nt_stripe, %nt_stripe, {rows - 1};" in tool_ptx
+    assert probe_cost.rows_of("gmem_bytes") == probe_cost.rows_of("gmem_bytes gated") == probe_cost.SUM_STRIPES
+    one_row, _ = probe_cost.variants()["gmem_bytes one-row"]
+    assert "and.b32 \t%nt_stripe, %nt_stripe, 0;" in one_row
