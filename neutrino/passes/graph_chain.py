@@ -9,22 +9,14 @@ picks that node's next one. The layout below is the runtime's too (one source of
 
 from __future__ import annotations
 
+from neutrino.chain_head import (  # noqa: F401 (the layout, shared with the runtime)
+    ADV, CUR, DRAINED, DROPPED, GEOM, HEAD_BYTES, PRIMED, RING, SLOT_ALIGN, TAG_BYTES, WRITTEN, slot_stride,
+)
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
 from neutrino.passes.build import insn
 
 ORIGIN = "graph-chain"
-# the head: u64 words at these byte offsets (spec/runtime.md, "The chain")
-CUR, ADV, RING, GEOM, WRITTEN, DROPPED, DRAINED = range(0, 56, 8)
-HEAD_BYTES = 128  # 8 words, then a table (reserved) of the heads a node advancing several would take
-PRIMED = 1 << 32  # in the DROPPED word, above the 32-bit drop count
-TAG_BYTES = 16  # a slot's last 16 bytes: the u64 tag (1-based launch number), then 8 bytes of padding
-SLOT_ALIGN = 256
-
-
-def slot_stride(span: int) -> int:
-    """A slot's bytes: the node's maps, then the tag, rounded up to SLOT_ALIGN."""
-    return -(-(span + TAG_BYTES) // SLOT_ALIGN) * SLOT_ALIGN
 
 
 def refuse_exiting_funcs(module: ir.Module, func_with_exit) -> None:

@@ -17,7 +17,7 @@ from typing import Hashable, Iterable
 
 import attrs
 
-from neutrino.passes.graph_chain import (  # noqa: F401 (re-exported for the runtime)
+from neutrino.chain_head import (  # noqa: F401 (re-exported for the runtime)
     ADV, CUR, DRAINED, DROPPED, GEOM, HEAD_BYTES, PRIMED, RING, TAG_BYTES, WRITTEN, slot_stride,
 )
 
