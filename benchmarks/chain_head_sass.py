@@ -67,16 +67,56 @@ def _regs_in(text: str) -> set[str]:
     return set(re.findall(r"\bR\d+\b", text))
 
 
-def head_wait(lines: list) -> dict:
+PARAM_BASE = 0x210  # sm_90: a kernel's parameters in constant bank 0 from here
+
+
+def buffer_param_offset(ptx: str, entry: str | None = None) -> int:
+    """Bank-0 offset of the first map's buffer parameter (`..__nt_buf_..`, the tagged head pointer)."""
+    m = re.search(r"\.entry\s+(\w+)\s*\((.*?)\)", ptx, re.S) if entry is None else \
+        re.search(rf"\.entry\s+{entry}\s*\((.*?)\)", ptx, re.S)
+    offset = 0
+    for param in m.group(m.lastindex).split(","):
+        a = re.search(r"\.align\s+(\d+)\s+\.b8\s+[\w$]+\[(\d+)\]", param)
+        size, align = (int(a.group(2)), int(a.group(1))) if a else (int(re.search(r"\.[usbf](\d+)", param).group(1)) // 8,) * 2
+        offset = -(-offset // align) * align
+        if "__nt_buf_" in param:
+            return PARAM_BASE + offset
+        offset += size
+    raise SystemExit("chain_head_sass: no __nt_buf_ parameter")
+
+
+def _head_load(insns: list, param: int):
+    """The LDG whose address comes from the buffer parameter (moved, masked, made uniform on the way)."""
+    words = {f"c[0x0][0x{param:x}]", f"c[0x0][0x{param + 4:x}]"}
+    tainted: set[str] = set()
+    for x in insns:
+        _, op, operands, _ = x
+        parts = [p.strip() for p in operands.split(",")]
+        srcs = " ".join(parts[1:])
+        if op.startswith("LDG") and _regs_in(parts[1].split("][")[-1]) & tainted:
+            return x
+        if parts and (any(w in srcs for w in words) or (_regs_in(srcs) | _uregs_in(srcs)) & tainted):
+            tainted |= _regs_in(parts[0]) | _uregs_in(parts[0])
+            tainted |= {f"R{int(r[1:]) + 1}" for r in _regs_in(parts[0])} | \
+                {f"UR{int(r[2:]) + 1}" for r in _uregs_in(parts[0])}  # (64-bit pairs)
+    return None
+
+
+def _uregs_in(text: str) -> set[str]:
+    return set(re.findall(r"\bUR\d+\b", text))
+
+
+def head_wait(lines: list, param: int) -> dict:
     """`head`, `first use`, `body LDG` (SASS addresses, None where absent) of one kernel's SASS."""
     insns = [x for x in lines if x[0] != "label"]
-    head = next((x for x in insns if x[1].startswith("LDG")), None)
+    head = _head_load(insns, param)
     if head is None:
         return {"head": None, "use": None, "body": None, "count": len(insns)}
     base = int(re.match(r"R(\d+)", head[2]).group(1))
     width = {"128": 4, "64": 2}.get(next((w for w in ("128", "64") if f".{w}" in head[1]), ""), 1)
     live = {f"R{base + k}" for k in range(width)}
-    use = body = skip_to = None
+    use = skip_to = None
+    body = next((x[0] for x in insns if x[1].startswith("LDG") and ".STRONG.GPU" not in x[1] and x is not head), None)
     started = False
     for x in lines:
         if x[0] == "label":
@@ -89,11 +129,9 @@ def head_wait(lines: list) -> dict:
         if not started:
             continue
         addr, op, operands, guarded = x
-        if op.startswith("LDG") and ".STRONG.GPU" not in op and body is None:
-            body = addr
         if skip_to is not None or use is not None:
             continue
-        if op == "BRA" and guarded and body is None:  # a forward branch before the body: the late form's skip of
+        if op == "BRA" and guarded and (body is None or addr < body):  # a forward branch before the body: the late form's skip of
             target = re.search(r"`\((\.L_x_\d+)\)", operands)  # the advanced head's loads (thread 0 of block 0)
             rest = lines[lines.index(x):]
             if target and any(y[0] == "label" and y[1] == target.group(1) for y in rest):
@@ -117,7 +155,7 @@ def measure(path: Path, tool: str) -> list[tuple]:
         for variant, late in (("chain", False), ("chain + late_head", True)):
             ptx = instrument(plain, probes, graph_chain=True, late_head=late).ptx
             regs, lines = sass_lines(ptx, Path(td), f"{path.stem}_{late}")
-            rows.append((variant, regs, head_wait(lines)))
+            rows.append((variant, regs, head_wait(lines, buffer_param_offset(ptx))))
     return rows
 
 

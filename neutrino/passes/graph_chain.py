@@ -214,10 +214,11 @@ def defer_head(state, code: list, r: ChainRegisters, buf: str, gated: str, on: s
     * thread 0 of block 0 alone tests `adv` and issues the advanced head's loads, behind a branch: other warps
       no longer wait for the head load there;
     * the buffer pointers keep the head's address at entry, and the probe code before each exit first moves them
-      by (cur - head) when tagged (`rebase`), so ptxas meets the loaded `cur` only at the warp's end. The
-      difference is taken per lane (%laneid < 32 is always true, but ptxas then keeps `cur` out of the uniform
-      datapath, whose move it would otherwise hoist to the load). Idempotent (buf itself moves, so a second
-      rebase on one path, after a guarded exit not taken, adds 0).
+      by (cur - head) when tagged (the rebase), so ptxas meets the loaded `cur` only at the warp's end.
+      Idempotent (the base moves too, so a second rebase on one path, after a guarded exit not taken, adds 0);
+    * the head is loaded from its address + (lanemask_lt & lanemask_eq), 0 in every lane: a per-lane address to
+      ptxas, which otherwise takes the words as warp-uniform and hoists their move into uniform registers
+      (R2UR) to the load, a wait at entry again (ptxas 13.0, sm_90a: softmax, layernorm).
 
     Where the rebase would not be exact (a pointer not buf + offset, or probe code outside the exits reading
     them), the pointers are set at entry as ever and only the branch stays."""
@@ -226,7 +227,7 @@ def defer_head(state, code: list, r: ChainRegisters, buf: str, gated: str, on: s
     i_on = i_mov + 1
     i_go = next(i for i, s in enumerate(code) if s.operands[:2] == (_reg(r.go), _reg(r.adv)))
     i_last = next(i for i, s in enumerate(code) if s.operands[:1] == (_reg(r.t[6]),))
-    lane, q, d = r.temp("ch_lane", "b32"), r.temp("ch_q", "pred"), r.temp("ch_d", "b64")
+    lane, d = r.temp("ch_lane", "b32"), r.temp("ch_d", "b64")
 
     def mk(opcode, *operands, guard=None):
         return insn(opcode, *operands, origin=ORIGIN, guard=guard)
@@ -244,9 +245,15 @@ def defer_head(state, code: list, r: ChainRegisters, buf: str, gated: str, on: s
         base = r.temp("ch_base", "b64")
         out.insert(out.index(code[i_on]), mk("mov.u64", base, buf))
         moved = moved | {base}
-    rebase = [mk("mov.u32", lane, "%laneid"), mk("setp.lt.and.u32", q, lane, 32, gated), mk("mov.u64", d, 0),
-              mk("sub.u64", d, r.cur, base, guard=q)]
+    rebase = [mk("mov.u64", d, 0), mk("sub.u64", d, r.cur, base, guard=gated)]
     rebase += [mk("add.u64", m, m, d) for m in sorted(moved - {base})] + [mk("add.u64", base, base, d)]
     rebase.append(mk("setp.ne.u64", on, base, 0))
     splice(state.function.body, {k: (list(rebase), None, []) for k in firsts})
+    i_ld = out.index(code[i_mov]) - 1
+    load = out[i_ld]
+    zero = r.temp("ch_zero", "b32")  # lanemask_lt & lanemask_eq: 0 in every lane, per lane to ptxas
+    address = [mk("mov.u32", lane, "%lanemask_lt"), mk("mov.u32", zero, "%lanemask_eq"), mk("and.b32", lane, lane, zero),
+               mk("cvt.u64.u32", d, lane), mk("add.u64", d, d, buf)]
+    load.operands = (load.operands[0], _at(d, 0))
+    out[i_ld:i_ld] = address
     return [s for s in out if s is not code[i_mov] and s is not code[i_on]]
