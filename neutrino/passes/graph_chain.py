@@ -227,7 +227,6 @@ def defer_head(state, code: list, r: ChainRegisters, buf: str, gated: str, on: s
     i_on = i_mov + 1
     i_go = next(i for i, s in enumerate(code) if s.operands[:2] == (_reg(r.go), _reg(r.adv)))
     i_last = next(i for i, s in enumerate(code) if s.operands[:1] == (_reg(r.t[6]),))
-    lane, d = r.temp("ch_lane", "b32"), r.temp("ch_d", "b64")
 
     def mk(opcode, *operands, guard=None):
         return insn(opcode, *operands, origin=ORIGIN, guard=guard)
@@ -240,6 +239,7 @@ def defer_head(state, code: list, r: ChainRegisters, buf: str, gated: str, on: s
     if moved is None or any(_names(s) & readers for s in _all_instructions(state.function.body)
                             if id(s) not in inside):
         return out
+    lane, d = r.temp("ch_lane", "b32"), r.temp("ch_d", "b64")
     base = buf  # the head's address at the exit: buf, unless the prologue moves buf itself (a sum map's row)
     if any(type(s) is ir.Instruction and s.operands[:1] == (_reg(buf),) for s in out[i_on + 1:]):
         base = r.temp("ch_base", "b64")
