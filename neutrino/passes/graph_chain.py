@@ -144,7 +144,7 @@ _REG = re.compile(r"%[\w$]+")
 
 
 def _names(stmt: ir.Instruction) -> set[str]:
-    """Every register an instruction mentions (its guard included)."""
+    """Every register an instruction mentions (its guard included); from its text where it was never parsed."""
     text = stmt.source_operands if stmt._operands is None else ", ".join(map(str, stmt.operands))
     out = set(_REG.findall(text or ""))
     if stmt.guard is not None:
@@ -153,26 +153,25 @@ def _names(stmt: ir.Instruction) -> set[str]:
 
 
 def _rebased(code: list, start: int, buf: str, gated: str) -> set[str] | None:
-    """The prologue's registers that hold `buf` + something not derived from it (from code[start:]), or None
-    where one is derived otherwise (scaled, compared, masked, or under another predicate): those the exit's
-    rebase must move by (slot - head)."""
+    """The prologue's registers (from code[start:]) that hold `buf` + something not derived from it: those the
+    exit's rebase moves by (slot - head). None where one is derived otherwise (scaled, compared, masked, two
+    buffers added, or under a predicate other than the tag's)."""
     derived = {buf}
+    tagged = ir.Guard(_reg(gated))
     for stmt in code[start:]:
         if type(stmt) is not ir.Instruction or stmt.opcode.base == "bra":
             continue
-        ops = stmt.operands
-        regs = [o.name if type(o) is ir.Register else None for o in ops]
-        reads = {i for i, r in enumerate(regs[1:], 1) if r in derived}
-        if stmt.guard is not None and derived & {stmt.guard.register.name}:
+        regs = [o.name if type(o) is ir.Register else None for o in stmt.operands]
+        reads = {i for i, name in enumerate(regs[1:], 1) if name in derived}
+        if stmt.guard is not None and stmt.guard.register.name in derived:
             return None
         if not reads:
-            if regs and regs[0] in derived and not (stmt.guard and stmt.guard.register.name == gated
-                                                    and stmt.guard.negated):
-                return None  # (untagged lanes may overwrite: the rebase adds 0 there)
+            if regs and regs[0] in derived and stmt.guard != ir.Guard(_reg(gated), negated=True):
+                return None  # overwritten (untagged lanes' writes are fine: their rebase adds 0)
             continue
-        base, ok = stmt.opcode.base, _LINEAR.get(stmt.opcode.base, ())
-        if len(reads) != 1 or not reads <= set(ok) or ".lo" not in str(stmt.opcode) and base == "mad" \
-                or not str(stmt.opcode).endswith(("64",)) or stmt.guard not in (None, ir.Guard(_reg(gated))):
+        text = str(stmt.opcode)
+        linear = reads <= set(_LINEAR.get(stmt.opcode.base, ())) and (stmt.opcode.base != "mad" or ".lo." in text)
+        if len(reads) != 1 or not linear or not text.endswith("64") or stmt.guard not in (None, tagged):
             return None
         derived.add(regs[0])
     return derived
