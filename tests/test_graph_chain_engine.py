@@ -174,6 +174,23 @@ def test_late_head_keeps_the_entry_form_where_probe_code_reads_the_pointers_befo
     assert "%nt_ch_d" not in late and "%nt_L_chain_head:" in late
 
 
+def test_late_head_rebases_only_pointers_that_are_the_buffer_plus_an_offset():
+    from neutrino.passes.build import insn
+    from neutrino.passes.graph_chain import _rebased
+
+    def code(*lines):
+        return [insn(op, *ops, origin="t", guard=g) for op, ops, g in lines]
+
+    other_map = code(("cvta.to.global.u64", ("%b2", "%b2"), "!%g"), ("add.u64", ("%b2", "%b2", "%b"), "%g"),
+                     ("mad.lo.u64", ("%c", "%u", 4, "%b2"), None), ("mov.u32", ("%n", 0), None))
+    assert _rebased(other_map, 0, "%b", "%g") == {"%b", "%b2", "%c"}
+    for bad in [("shl.b64", ("%x", "%b", 1), None), ("add.u64", ("%x", "%b", "%b"), None),  # scaled
+                ("mad.lo.u64", ("%x", "%b", 4, "%u"), None), ("and.b64", ("%x", "%b", -16), None),  # scaled, masked
+                ("add.u64", ("%x", "%b", 8), "%p"), ("mov.u64", ("%b", 0), None),  # another predicate, overwritten
+                ("add.u32", ("%x", "%b", 8), None)]:  # (not 64-bit)
+        assert _rebased(code(bad), 0, "%b", "%g") is None, bad
+
+
 def _late_probe_target(drop: str | None) -> tuple[int, int, int]:
     """(where the probe's first map points after the late form's head load and rebase, the head's cur, the head's
     address) for node 0 of a chain of three."""
