@@ -100,6 +100,7 @@ class ChainOpts:
     table: bool = False  # the advanced heads in the head's table, thread k of block 0 the k-th (else `adv`)
     star: bool = False  # (with table) node 7 advances nodes 0..6, node 0 node 7; else node i node i-1
     engine: bool = False  # the kernel is the engine's graph_chain variant (the runtime's), not built here by hand
+    late: bool = False  # (with engine) its late_head option: the head's words consumed where the probe needs them
 
 
 def chain_ptx(probed: str, o: ChainOpts) -> str:
@@ -233,10 +234,13 @@ ROWS = [
     Row("star (candidate, table): node 7 advances nodes 0-6 with threads 0-6, node 0 node 7", "chain",
         ChainOpts(table=True, star=True)),
     Row("chain from the engine: instrument(graph_chain=True), the runtime's kernel", "chain", ChainOpts(engine=True)),
+    Row("chain from the engine, late_head: the head's words used at the exit, not before the body's loads", "chain",
+        ChainOpts(engine=True, late=True)),
     Row("host SetParams: 8 x cuGraphExecKernelNodeSetParams + cuGraphLaunch per replay", "setparams"),
 ]
 CANDIDATE = ChainOpts()
 ENGINE = ChainOpts(engine=True)
+ENGINE_LATE = ChainOpts(engine=True, late=True)
 
 
 def kernels(plain: str) -> dict[str, str]:
@@ -245,27 +249,32 @@ def kernels(plain: str) -> dict[str, str]:
     out = {"plain": plain, "block_sched": probed}
     for r in ROWS:
         if r.opts is not None:
-            out[chain_name(r.opts)] = engine_chain_ptx(plain) if r.opts.engine else chain_ptx(probed, r.opts)
+            out[chain_name(r.opts)] = engine_chain_ptx(plain, r.opts.late) if r.opts.engine else chain_ptx(probed, r.opts)
     return out
 
 
-def engine_chain_ptx(plain: str) -> str:
+def engine_chain_ptx(plain: str, late: bool = False) -> str:
     """block_sched's vadd as the engine's graph_chain variant makes it (neutrino/passes/graph_chain.py; the head's
-    layout is this file's), its head load and advance marked as chain_ptx marks them (for the dry run's model)."""
-    text = instrument(plain, load_probe_argument("block_sched", None), graph_chain=True).ptx
-    marks = [("\tmov.u64 \t%nt_ch_cur, 0;\n", True), ("%nt_ch_t6, [%nt_ch_adv+48];\n", False),
+    layout is this file's), its head load and advance marked as chain_ptx marks them (for the dry run's model).
+    `late`: the late_head option; its rebase before the exit's probe code is marked as run before the probe."""
+    text = instrument(plain, load_probe_argument("block_sched", None), graph_chain=True, late_head=late).ptx
+    marks = [("\tmov.u64 \t%nt_ch_cur, 0;\n", True),
+             ("%nt_L_chain_head:\n" if late else "%nt_ch_t6, [%nt_ch_adv+48];\n", False),
              ("\t@!%nt_ch_go bra \t%nt_L_chain_done0;\n", True), ("%nt_L_chain_done0:\n", False)]
+    if late:
+        marks[1:1] = [("\tmov.u64 \t%nt_ch_d, 0;\n", "rebase"), ("\tsetp.ne.u64 \t%nt_on, %nt_buf_block_sched, 0;\n", False)]
     for line, before in marks:
         if text.count(line) != 1:
             raise SystemExit(f"graph_chain.py: the engine's chain variant has not one {line.strip()!r}")
         at = text.index(line) + (0 if before else len(line))
-        text = text[:at] + ("\t// chain: begin\n" if before else "\t// chain: end\n") + text[at:]
+        mark = {True: "\t// chain: begin\n", "rebase": "\t// chain: begin\n\t// chain: before the probe\n"}
+        text = text[:at] + mark.get(before, "\t// chain: end\n") + text[at:]
     return text
 
 
 def chain_name(o: ChainOpts) -> str:
     if o.engine:
-        return "chain_engine"
+        return "chain_engine_late" if o.late else "chain_engine"
     return f"chain_{o.full}_{o.mirror}_{o.where}{'_fence' if o.fence else ''}{'_table' if o.table else ''}"
 
 
@@ -789,7 +798,7 @@ def main() -> None:
     if host_line:
         print(host_line, flush=True)
     runs = {}
-    for o in (CANDIDATE, ChainOpts(full="host-cached"), ENGINE):
+    for o in (CANDIDATE, ChainOpts(full="host-cached"), ENGINE, ENGINE_LATE):
         for drain, k in ((True, args.drain_slots), (False, 8)):
             n = args.drain_replays if drain else 40
             try:

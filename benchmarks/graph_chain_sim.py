@@ -184,12 +184,13 @@ class SimCuda:
             smem = (C.c_ubyte * 64)()  # the block's shared copy of the head (exit-smem)
             regs = {"%nt_buf_block_sched": param & ~1, "%nt_gated": param & 1, "%nt_blin": 0, "%nt_tlin": tid,
                     "%nt_on": 1, "ch_smem": C.addressof(smem)}
-            if sections:
-                Interp(sections[0], regs).run()
+            early = [sec for sec in sections[1:] if "// chain: before the probe" in "".join(sec)]
+            for sec in sections[:1] + early:  # (the engine's late_head: the pointers moved to the slot at the exit)
+                Interp(sec, regs).run()
             buf = regs["%nt_buf_block_sched"]
             if tid == 0 and regs["%nt_on"] and buf:
                 self._probe(buf)
-            for sec in sections[1:]:
+            for sec in [sec for sec in sections[1:] if sec not in early]:
                 if self.fault == "no-tag":
                     sec = [ln for ln in sec if "%ch_tag;" not in ln]
                 elif self.fault == "no-full":

@@ -58,7 +58,7 @@ def test_dry_run_is_exact():
     rows = [ln for ln in out.splitlines() if ln.startswith("| chain") or ln.startswith("| host SetParams")]
     assert len(rows) >= 6 and all(ln.rstrip(" |").endswith("ok") for ln in rows), out
     drained = [ln for ln in out.splitlines() if ln.startswith("drained run")]
-    assert len(drained) == 6 and all(ln.endswith(": ok") for ln in drained), out  # (candidate, host-cached, engine)
+    assert len(drained) == 8 and all(ln.endswith(": ok") for ln in drained), out  # (candidate, host-cached, engine, late)
     assert "written [8, 8, 8, 8, 8, 8, 8, 8], dropped [32, 32, 32, 32, 32, 32, 32, 32]" in out
 
 

@@ -62,8 +62,8 @@ def vadd_text() -> str:
     return path.read_text()
 
 
-def chain_ptx(text: str, tool: str = "block_sched") -> str:
-    return instrument(text, load_probe_argument(tool, None), graph_chain=True).ptx
+def chain_ptx(text: str, tool: str = "block_sched", late: bool = False) -> str:
+    return instrument(text, load_probe_argument(tool, None), graph_chain=True, late_head=late).ptx
 
 
 # --- the variant's code -----------------------------------------------------------------------------------------
@@ -119,6 +119,93 @@ def test_ptxas_takes_the_variant(tmp_path, name, tool):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "bytes spill stores" not in done.stderr or re.search(r"\b0 bytes spill stores", done.stderr), done.stderr
+
+
+@pytest.mark.skipif(PTXAS is None or not CORPUS.is_dir(), reason="ptxas or the corpus missing")
+@pytest.mark.parametrize("name,tool", CASES)
+def test_ptxas_takes_the_late_head_option(tmp_path, name, tool):
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(chain_ptx((CORPUS / name).read_text(), tool, late=True))
+    done = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "bytes spill stores" not in done.stderr or re.search(r"\b0 bytes spill stores", done.stderr), done.stderr
+
+
+# --- the late_head option: the head's words consumed where the probe needs them (issue 24) ---------------------
+
+def test_late_head_keeps_the_heads_words_out_of_the_entry():
+    ours, late = chain_ptx(vadd_text()), chain_ptx(vadd_text(), late=True)
+    select = "@%nt_gated mov.u64 \t%nt_buf_block_sched, %nt_ch_cur;"
+    assert select in ours and select not in late  # the pointers keep the head's address at entry
+    # thread 0 of block 0 alone tests adv, behind a branch around the advanced head's loads
+    assert re.search(r"@!%nt_ch_go bra \t%nt_L_chain_head;\s+setp\.ne\.u64 \t%nt_ch_go, %nt_ch_adv, 0;\s+"
+                     r"(@%nt_ch_go ld\.relaxed\.gpu\.global[^\n]+\s+){4}%nt_L_chain_head:", late)
+    # the head loaded from a per-lane address that is its own (lanemask_lt & lanemask_eq is 0 in every lane)
+    assert re.search(r"mov\.u32 \t(%nt_ch_lane), %lanemask_lt;\s+mov\.u32 \t(%nt_ch_zero), %lanemask_eq;\s+"
+                     r"and\.b32 \t\1, \1, \2;\s+cvt\.u64\.u32 \t%nt_ch_d, \1;\s+add\.u64 \t%nt_ch_d, %nt_ch_d, "
+                     r"%nt_buf_block_sched;\s+@%nt_gated ld\.global\.v2\.u64 \t\{%nt_ch_cur, %nt_ch_adv\}, \[%nt_ch_d\];", late)
+    # before the exit's probe code (its clock read): every pointer moved by (cur - head) when tagged, then the gate
+    rebase = re.search(r"mov\.u64 \t%nt_ch_d, 0;\s+@%nt_gated sub\.u64 \t%nt_ch_d, %nt_ch_cur, %nt_buf_block_sched;\s+"
+                       r"((?:add\.u64 \t(%nt_\w+), \2, %nt_ch_d;\s+)+)setp\.ne\.u64 \t%nt_on, %nt_buf_block_sched, 0;\s+"
+                       r"mov\.u64 \t%nt_p__d0, %clock64;", late)
+    assert rebase
+    assert sorted(re.findall(r"add\.u64 \t(%nt_\w+),", rebase.group(1))) == [
+        "%nt_buf_block_sched", "%nt_cnt_block_sched", "%nt_rec_block_sched"]
+    assert late.count("\tsetp.ne.u64 \t%nt_on,") == 1  # (not at entry any more)
+    assert chain_ptx(vadd_text(), late=False) == ours  # an option: the variant's default output unchanged
+
+
+def test_late_head_moves_a_pointer_its_prologue_moved_from_its_own_copy_of_the_head():
+    """gmem_bytes's sum map: its buffer is moved to this SM's row at entry, so the head's address is kept aside
+    (ch_base) to take (cur - head) from, and moved too (a second rebase adds 0)."""
+    late = chain_ptx(vadd_text(), "gmem_bytes", late=True)
+    assert re.search(r"mov\.u64 \t%nt_ch_base, %nt_buf_gmem_bytes;", late)
+    assert re.search(r"@%nt_gated sub\.u64 \t%nt_ch_d, %nt_ch_cur, %nt_ch_base;\s+add\.u64 \t%nt_buf_gmem_bytes, "
+                     r"%nt_buf_gmem_bytes, %nt_ch_d;\s+add\.u64 \t%nt_ch_base, %nt_ch_base, %nt_ch_d;\s+"
+                     r"setp\.ne\.u64 \t%nt_on, %nt_ch_base, 0;", late)
+
+
+def test_late_head_keeps_the_entry_form_where_probe_code_reads_the_pointers_before_the_exit():
+    """`lines` counts in the body (its maps' pointers read there): no rebase, the buffer set at entry as ever;
+    only thread 0 of block 0's branch."""
+    late = chain_ptx(vadd_text(), "lines", late=True)
+    assert "@%nt_gated mov.u64 \t%nt_buf_lines_blocks, %nt_ch_cur;" in late
+    assert "%nt_ch_d" not in late and "%nt_L_chain_head:" in late
+
+
+def test_late_head_rebases_only_pointers_that_are_the_buffer_plus_an_offset():
+    from neutrino.passes.build import insn
+    from neutrino.passes.graph_chain import _rebased
+
+    def code(*lines):
+        return [insn(op, *ops, origin="t", guard=g) for op, ops, g in lines]
+
+    other_map = code(("cvta.to.global.u64", ("%b2", "%b2"), "!%g"), ("add.u64", ("%b2", "%b2", "%b"), "%g"),
+                     ("mad.lo.u64", ("%c", "%u", 4, "%b2"), None), ("mov.u32", ("%n", 0), None))
+    assert _rebased(other_map, 0, "%b", "%g") == {"%b", "%b2", "%c"}
+    for bad in [("shl.b64", ("%x", "%b", 1), None), ("add.u64", ("%x", "%b", "%b"), None),  # scaled
+                ("mad.lo.u64", ("%x", "%b", 4, "%u"), None), ("and.b64", ("%x", "%b", -16), None),  # scaled, masked
+                ("add.u64", ("%x", "%b", 8), "%p"), ("mov.u64", ("%b", 0), None),  # another predicate, overwritten
+                ("add.u32", ("%x", "%b", 8), None)]:  # (not 64-bit)
+        assert _rebased(code(bad), 0, "%b", "%g") is None, bad
+
+
+def _late_probe_target(drop: str | None) -> tuple[int, int, int]:
+    """(where the probe's first map points after the late form's head load and rebase, the head's cur, the head's
+    address) for node 0 of a chain of three."""
+    g = chain_of_three(16, late=True, drop=drop)
+    regs = {"%nt_buf_block_sched": g.heads[0], "%nt_gated": 1, "%nt_tlin": 0, "%nt_blin": 0}
+    for sec in (g.load, g.rebase):
+        Interp(sec, regs).run()
+    return regs["%nt_buf_block_sched"], g.head(0)[0], g.heads[0]
+
+
+def test_late_head_the_rebase_points_the_probe_at_the_slot_and_its_loss_is_seen():
+    target, cur, head = _late_probe_target(None)
+    assert target == cur and cur not in (0, head)
+    target, cur, head = _late_probe_target("sub.u64 \t%nt_ch_d")  # (the probe would write the head itself)
+    assert target == head != cur
 
 
 @pytest.mark.skipif(PTXAS is None, reason="ptxas missing")
@@ -208,14 +295,34 @@ def _sections(ptx: str) -> tuple[list[str], list[str]]:
     return lines[start:end + 1], lines[a:b + 1]
 
 
+def _late_sections(ptx: str) -> tuple[list[str], list[str], list[str]]:
+    """The late_head option's: the head load (to its branch's label), the rebase before the exit's probe code, and
+    the advance."""
+    lines = ptx.splitlines()
+    start = next(i for i, ln in enumerate(lines) if "mov.u64 \t%nt_ch_cur, 0;" in ln)
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("%nt_L_chain_head:"))
+    a = next(i for i, ln in enumerate(lines) if "mov.u64 \t%nt_ch_d, 0;" in ln)
+    b = next(i for i, ln in enumerate(lines) if "setp.ne.u64 \t%nt_on, %nt_buf_block_sched, 0;" in ln)
+    c = next(i for i, ln in enumerate(lines) if "@!%nt_ch_go bra \t%nt_L_chain_done0;" in ln)
+    d = next(i for i, ln in enumerate(lines) if ln.startswith("%nt_L_chain_done0:"))
+    return lines[start:end + 1], lines[a:b + 1], lines[c:d + 1]
+
+
 class Graph:
     """Probed nodes in topological order on host memory: heads, rings, the probe modelled as writing its launch's
-    true number (the test's count) into its slot; the poller as spec/runtime.md says."""
+    true number (the test's count) into its slot; the poller as spec/runtime.md says. `late`: the engine's
+    late_head option (its rebase run before the probe, as the exit's probe code runs it); `drop`: lines of the
+    variant's code left out (a broken variant the checks must catch)."""
 
     SPAN = 48
 
-    def __init__(self, n: int, k: int, advancers: dict):
-        self.load, self.adv = _sections(chain_ptx(vadd_text()))
+    def __init__(self, n: int, k: int, advancers: dict, late: bool = False, drop: str | None = None):
+        self.rebase: list[str] = []
+        if late:
+            self.load, self.rebase, self.adv = (
+                [ln for ln in sec if drop is None or drop not in ln] for sec in _late_sections(chain_ptx(vadd_text(), late=True)))
+        else:
+            self.load, self.adv = _sections(chain_ptx(vadd_text()))
         self.n, self.k, self.stride = n, k, chain.slot_stride(self.SPAN)
         self.mem = [(C.c_ubyte * (chain.HEAD_BYTES * n + k * self.stride * n + 256))()]
         base = (C.addressof(self.mem[0]) + 255) // 256 * 256
@@ -240,7 +347,8 @@ class Graph:
     def replay(self) -> None:
         for i in range(self.n):  # (nodes in topological order, each completing before the next starts)
             regs = {"%nt_buf_block_sched": self.heads[i], "%nt_gated": 1, "%nt_tlin": 0, "%nt_blin": 0}
-            Interp(self.load, regs).run()
+            for sec in (self.load, self.rebase):
+                Interp(sec, regs).run()
             self.launches[i] += 1
             if regs.get("%nt_on"):  # the probe: every thread's stores, modelled by the launch's number
                 C.memmove(regs["%nt_buf_block_sched"], self.launches[i].to_bytes(8, "little") * (self.SPAN // 8),
@@ -271,12 +379,13 @@ class Graph:
             self.write_head(i, words)
 
 
-def chain_of_three(k: int) -> Graph:
-    return Graph(3, k, chain.choose_advancers([0, 1, 2], [(0, 1), (1, 2)], [0, 1, 2]))
+def chain_of_three(k: int, late: bool = False, drop: str | None = None) -> Graph:
+    return Graph(3, k, chain.choose_advancers([0, 1, 2], [(0, 1), (1, 2)], [0, 1, 2]), late, drop)
 
 
-def test_a_thousand_replays_give_a_thousand_frames_per_node():
-    g = chain_of_three(16)
+@pytest.mark.parametrize("late", [False, True])
+def test_a_thousand_replays_give_a_thousand_frames_per_node(late):
+    g = chain_of_three(16, late)
     for r in range(1000):
         g.replay()
         if r % 4 == 3:
@@ -289,8 +398,9 @@ def test_a_thousand_replays_give_a_thousand_frames_per_node():
         assert g.frames[i] == list(range(1, 1001))
 
 
-def test_a_full_ring_drops_counts_and_resumes():
-    g = chain_of_three(8)
+@pytest.mark.parametrize("late", [False, True])
+def test_a_full_ring_drops_counts_and_resumes(late):
+    g = chain_of_three(8, late)
     for _ in range(40):  # nobody drains: 8 written, 32 dropped, no wait anywhere
         g.replay()
     g.host_final()
@@ -331,10 +441,10 @@ def test_the_benchmarks_dry_run_of_the_engines_kernel_is_exact():
                            "--drain-slots", "8", "--only", "from the engine"], capture_output=True, text=True,
                           cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
-    row = [ln for ln in done.stdout.splitlines() if ln.startswith("| chain from the engine")]
-    assert len(row) == 1 and row[0].rstrip(" |").endswith("ok"), done.stdout
+    rows = [ln for ln in done.stdout.splitlines() if ln.startswith("| chain from the engine")]
+    assert len(rows) == 2 and all(r.rstrip(" |").endswith("ok") for r in rows), done.stdout  # (and late_head's)
     drained = [ln for ln in done.stdout.splitlines() if ln.startswith("drained run, chain_engine")]
-    assert len(drained) == 2 and all(ln.endswith(": ok") for ln in drained), done.stdout
+    assert len(drained) == 4 and all(ln.endswith(": ok") for ln in drained), done.stdout
 
 
 # --- the host's side on the fake driver: chain.ChainRings (memory, the poller's pass, the host's last advance) -----

@@ -381,6 +381,8 @@ class PtxBufferAddressing:
             chain = ctx.graph_chain and not state.counting and bool(state.maps)
             shape = _PrologueShape.of(state, [ctx.probes.maps[m] for m in state.maps], chain)
             code = prologue_template(shape).instantiate(state, chosen[owner])
+            if chain and ctx.late_head:
+                code = self.defer_head(state, code, ctx.probes.maps[state.maps[0]])
             body = state.function.body
             i = entry_index(body)
             body[i:i] = code
@@ -389,6 +391,13 @@ class PtxBufferAddressing:
             elif ctx.late_gate and state.maps:
                 gate_again_at_exits(state)
             body[0:0] = declarations(state.temps)
+
+    @staticmethod
+    def defer_head(state: KernelState, code: list, first) -> list:
+        """The chain's `late_head` option (passes/graph_chain.py: defer_head) on the instantiated prologue."""
+        t = state.temp
+        return graph_chain.defer_head(state, code, graph_chain.ChainRegisters(t), map_register(state, "buf", first, "b64"),
+                                      t("gated", "pred"), t(GATE_REGISTER, "pred"), f"{state.prefix}L_chain_head")
 
     @staticmethod
     def advance_at_exits(state: KernelState) -> None:

@@ -9,12 +9,14 @@ picks that node's next one. The layout below is the runtime's too (one source of
 
 from __future__ import annotations
 
+import re
+
 from neutrino.chain_head import (  # noqa: F401 (the layout, shared with the runtime)
     ADV, CUR, DRAINED, DROPPED, GEOM, HEAD_BYTES, PRIMED, RING, SLOT_ALIGN, TAG_BYTES, WRITTEN, slot_stride,
 )
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
-from neutrino.passes.build import insn
+from neutrino.passes.build import insn, splice
 
 ORIGIN = "graph-chain"
 
@@ -125,3 +127,124 @@ def advance(r: ChainRegisters, exit_insn: ir.Instruction, labels: tuple[str, str
     emit("st.relaxed.gpu.global.u64", _at(r.adv, DROPPED), t[5])
     code.append(ir.Label(done))
     return code
+
+
+# --- the `late_head` option (issue 24): the head's words consumed where the probe first needs them ---------------
+
+_LINEAR = {"add": (1, 2), "sub": (1,), "mad": (3,), "mov": (1,)}  # opcode → the operands a buffer may enter by (+1x)
+_REG = re.compile(r"%[\w$]+")
+
+
+def _names(stmt: ir.Instruction) -> set[str]:
+    """Every register an instruction mentions (its guard included); from its text where it was never parsed."""
+    text = stmt.source_operands if stmt._operands is None else ", ".join(map(str, stmt.operands))
+    out = set(_REG.findall(text or ""))
+    if stmt.guard is not None:
+        out.add(stmt.guard.register.name)
+    return out
+
+
+def _rebased(code: list, start: int, buf: str, gated: str) -> set[str] | None:
+    """The prologue's registers (from code[start:]) that hold `buf` + something not derived from it: those the
+    exit's rebase moves by (slot - head). None where one is derived otherwise (scaled, compared, masked, two
+    buffers added, or under a predicate other than the tag's)."""
+    derived = {buf}
+    tagged = ir.Guard(_reg(gated))
+    for stmt in code[start:]:
+        if type(stmt) is not ir.Instruction or stmt.opcode.base == "bra":
+            continue
+        regs = [o.name if type(o) is ir.Register else None for o in stmt.operands]
+        reads = {i for i, name in enumerate(regs[1:], 1) if name in derived}
+        if stmt.guard is not None and stmt.guard.register.name in derived:
+            return None
+        if not reads:
+            if regs and regs[0] in derived and stmt.guard != ir.Guard(_reg(gated), negated=True):
+                return None  # overwritten (untagged lanes' writes are fine: their rebase adds 0)
+            continue
+        text = str(stmt.opcode)
+        linear = reads <= set(_LINEAR.get(stmt.opcode.base, ())) and (stmt.opcode.base != "mad" or ".lo." in text)
+        if len(reads) != 1 or not linear or not text.endswith("64") or stmt.guard not in (None, tagged):
+            return None
+        derived.add(regs[0])
+    return derived
+
+
+def _exit_groups(body: list, exits: set[int]) -> tuple[dict[int, ir.Instruction], set[int]]:
+    """Per exit with probe code right before it: that code's first instruction (keyed by id) and the ids of all
+    of it. No label lies inside such a run, so every path to the exit passes its first instruction."""
+    firsts: dict[int, ir.Instruction] = {}
+    inside: set[int] = set()
+
+    def visit(stmts: list) -> None:
+        for j, stmt in enumerate(stmts):
+            if type(stmt) is ir.Scope:
+                visit(stmt.body)
+            elif id(stmt) in exits:
+                k = j
+                while k > 0 and type(stmts[k - 1]) is ir.Instruction and stmts[k - 1].origin is not None:
+                    k -= 1
+                if k < j:
+                    firsts[id(stmts[k])] = stmts[k]
+                    inside.update(id(s) for s in stmts[k:j])
+
+    visit(body)
+    return firsts, inside
+
+
+def _all_instructions(body: list):
+    for stmt in body:
+        if type(stmt) is ir.Scope:
+            yield from _all_instructions(stmt.body)
+        elif type(stmt) is ir.Instruction:
+            yield stmt
+
+
+def defer_head(state, code: list, r: ChainRegisters, buf: str, gated: str, on: str, label: str) -> list:
+    """The prologue `code` (head_load's, not yet in the body) with the head's words consumed late (issue 24):
+
+    * thread 0 of block 0 alone tests `adv` and issues the advanced head's loads, behind a branch: other warps
+      no longer wait for the head load there;
+    * the buffer pointers keep the head's address at entry, and the probe code before each exit first moves them
+      by (cur - head) when tagged (the rebase), so ptxas meets the loaded `cur` only at the warp's end.
+      Idempotent (the base moves too, so a second rebase on one path, after a guarded exit not taken, adds 0);
+    * the head is loaded from its address + (lanemask_lt & lanemask_eq), 0 in every lane: a per-lane address to
+      ptxas, which otherwise takes the words as warp-uniform and hoists their move into uniform registers
+      (R2UR) to the load, a wait at entry again (ptxas 13.0, sm_90a: softmax, layernorm).
+
+    Where the rebase would not be exact (a pointer not buf + offset, or probe code outside the exits reading
+    them), the pointers are set at entry as ever and only the branch stays."""
+    i_mov = next(i for i, s in enumerate(code) if s.opcode.base == "mov"
+                 and s.guard == ir.Guard(_reg(gated)) and s.operands == (_reg(buf), _reg(r.cur)))
+    i_on = i_mov + 1
+    i_go = next(i for i, s in enumerate(code) if s.operands[:2] == (_reg(r.go), _reg(r.adv)))
+    i_last = next(i for i, s in enumerate(code) if s.operands[:1] == (_reg(r.t[6]),))
+
+    def mk(opcode, *operands, guard=None):
+        return insn(opcode, *operands, origin=ORIGIN, guard=guard)
+
+    out = code[:i_go] + [mk("bra", label, guard=ir.Guard(_reg(r.go), negated=True)), mk("setp.ne.u64", r.go, r.adv, 0)]
+    out += code[i_go + 1:i_last + 1] + [ir.Label(label)] + code[i_last + 1:]
+    moved = _rebased(out, out.index(code[i_on]) + 1, buf, gated)
+    readers = {buf, on, r.cur} | (moved or set())
+    firsts, inside = _exit_groups(state.function.body, {id(a) for a in state.exits})
+    if moved is None or any(_names(s) & readers for s in _all_instructions(state.function.body)
+                            if id(s) not in inside):
+        return out
+    lane, d = r.temp("ch_lane", "b32"), r.temp("ch_d", "b64")
+    base = buf  # the head's address at the exit: buf, unless the prologue moves buf itself (a sum map's row)
+    if any(type(s) is ir.Instruction and s.operands[:1] == (_reg(buf),) for s in out[i_on + 1:]):
+        base = r.temp("ch_base", "b64")
+        out.insert(out.index(code[i_on]), mk("mov.u64", base, buf))
+        moved = moved | {base}
+    rebase = [mk("mov.u64", d, 0), mk("sub.u64", d, r.cur, base, guard=gated)]
+    rebase += [mk("add.u64", m, m, d) for m in sorted(moved - {base})] + [mk("add.u64", base, base, d)]
+    rebase.append(mk("setp.ne.u64", on, base, 0))
+    splice(state.function.body, {k: (list(rebase), None, []) for k in firsts})
+    i_ld = out.index(code[i_mov]) - 1
+    load = out[i_ld]
+    zero = r.temp("ch_zero", "b32")  # lanemask_lt & lanemask_eq: 0 in every lane, per lane to ptxas
+    address = [mk("mov.u32", lane, "%lanemask_lt"), mk("mov.u32", zero, "%lanemask_eq"), mk("and.b32", lane, lane, zero),
+               mk("cvt.u64.u32", d, lane), mk("add.u64", d, d, buf)]
+    load.operands = (load.operands[0], _at(d, 0))
+    out[i_ld:i_ld] = address
+    return [s for s in out if s is not code[i_mov] and s is not code[i_on]]
