@@ -257,6 +257,15 @@ void *neutrino_graph_pick_args(void *func, void **params, int buffer) {
     return a;
 }
 
+/* The arguments of a chain node (spec/runtime.md, "The chain", "Sampling"): its first buffer parameter is its
+ * head, tagged, in every selected replay too (the plan's "probed" parameters are the node's as the chain set them:
+ * switching to them never touches the head). */
+void *neutrino_graph_pick_args_chain(void *func, void **params, int buffer) {
+    nt_pick_args *a = neutrino_graph_pick_args(func, params, buffer);
+    if (a) a->untagged[buffer] = a->tagged[buffer];
+    return a;
+}
+
 void neutrino_graph_pick_args_free(void *args) {
     nt_pick_args *a = args;
     if (!a) return;
@@ -492,7 +501,7 @@ int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, ui
                              uint64_t every, int nkernels, const nt_pick_kernel_desc *kernels, int nappends,
                              const nt_pick_append_desc *appends, unsigned long long flags, int twin, int *twin_why) {
     *twin_why = TWIN_NOT_ASKED;
-    if (!load_driver() || !exec || !group || nkernels <= 0 || nappends <= 0 || !every) return 0;
+    if (!load_driver() || !exec || !group || nkernels <= 0 || nappends < 0 || !every) return 0;  /* (a chain: none) */
     nt_pick_plan *p = calloc(1, sizeof *p);
     if (!p) return 0;
     p->kernels = calloc((size_t)nkernels, sizeof *p->kernels);
