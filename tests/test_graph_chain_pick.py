@@ -97,7 +97,7 @@ def test_a_plan_given_up_loses_and_repeats_nothing(tmp_path, fakecuda, shim, env
     replays, selected = 90, list(range(0, 90, 3))
     log, _, t = _run(tmp_path, fakecuda, replays, "every:3")
     (fb,) = _events(t, "graph_pick_fallback")
-    assert fb["replay"] == at
+    assert fb["replay"] == at and _events(t, "graph_chain")
     probed = _probed(log)
     assert probed[:at] == [r in selected for r in range(at)]
     if knob == "GRAPH_APP_CAPTURED_AT":
@@ -108,7 +108,7 @@ def test_a_plan_given_up_loses_and_repeats_nothing(tmp_path, fakecuda, shim, env
         assert got == selected, node
 
 
-def test_a_clone_keeps_the_append_path_or_the_chain_with_every_replay_filtered(tmp_path, fakecuda, shim, env):
+def test_a_clone_runs_the_chain_every_replay_and_the_host_keeps_the_selected(tmp_path, fakecuda, shim, env):
     """An executable graph instantiated from a clone gets no plan: every replay runs the chain and the host keeps the
     selected ones (a `graph_pick_fallback` event says the host did not choose)."""
     env.setenv("GRAPH_APP_CLONE", "1")
@@ -116,7 +116,7 @@ def test_a_clone_keeps_the_append_path_or_the_chain_with_every_replay_filtered(t
     log, _, t = _run(tmp_path, fakecuda, replays, "every:3")
     assert all(_probed(log))
     (fb,) = _events(t, "graph_pick_fallback")
-    assert "clone" in fb["reason"]
+    assert "clone" in fb["reason"] and _events(t, "graph_chain")
     for node, got in _replays_by_node(t).items():
         assert got == selected, node
 
