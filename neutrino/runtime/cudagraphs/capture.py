@@ -665,9 +665,9 @@ class GraphProbes:
                                   if not all(n.pick_args for n in nodes) else ""))
         if not why and group.execs - group.planned - {exe}:  # it counts replays the host never sees
             why = replay_select.FALLBACK_REASONS[replay_select.SHARED_GATE]
-        kernels = [{"node": n.node, "probed": n.chain_func if group.chain is not None and n.chain_func else n.probed_func,
-                    "original": n.func, "args": n.pick_args, "grid": n.grid, "block": n.block,
-                    "shared_bytes": n.shared_bytes} for n in nodes]  # (a chain's: as the chain set them, its head)
+        kernels = [{"node": n.node, "probed": n.chain_func or n.probed_func, "original": n.func, "args": n.pick_args,
+                    "grid": n.grid, "block": n.block, "shared_bytes": n.shared_bytes}
+                   for n in nodes]  # (a chain node's: its variant, its head as the chain set it)
         if nodes and not why:
             if not group.pick_group:
                 group.pick_group = self.picker.new_group()
