@@ -36,6 +36,11 @@
  * nodes) or instantiated twice, leave the plan switching nodes as below (Python writes a
  * `graph_pick_switching` event).
  *
+ * A chain's plan (NEUTRINO_GRAPH_CHAIN=1; spec/runtime.md, "The chain", "Sampling") has no append node, and its
+ * "probed" parameters are the chain node's own (the variant, the head tagged: neutrino_graph_pick_args_chain), so a
+ * switch to them never turns the head into a buffer; the probed graph's launches are the selected replays, which
+ * the chain's poller numbers from the filter (shim/graphs.c chain_replay).
+ *
  * What the host cannot choose keeps the device gate: executable graphs without a plan (instantiated for
  * device launch, from a clone, or holding the graph as a child node) and plans given up (the caller
  * reports it to Python, which restores the captured nodes here with `neutrino_graph_pick_drop`, sets

@@ -7,8 +7,8 @@ and the other maps' offsets in its slot; the group gets one chain.ChainRings and
 that leaves the capture to the append path (capture.GraphProbes.end_capture), the nodes as captured.
 
 This slice: both sinks (sinks.py: the shim's C poller drains the chain during the run and hands its frames to the
-native writer; the fake drivers' Python sink drains it only when the graph probes drain), every replay probed (no
-replay picker), the heads shared by the executable graphs of the capture; the probed sinks' last launches published
+native writer; the fake drivers' Python sink drains it only when the graph probes drain), every replay probed or the
+replays chosen by the host's picker (_pick; not the device gate alone), the heads shared by the executable graphs of the capture; the probed sinks' last launches published
 by the host when the graph probes drain (exit, a context's teardown, a group's memory going) after the context's
 synchronisation.
 """
