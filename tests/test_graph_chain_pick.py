@@ -89,18 +89,21 @@ def test_without_a_twin_the_nodes_switch_and_the_head_stays(tmp_path, fakecuda, 
         assert got == selected, node
 
 
-@pytest.mark.parametrize("knob, at", [("GRAPH_APP_CAPTURED_AT", 31), ("GRAPH_APP_UPDATE_AT", 31)])
+@pytest.mark.parametrize("knob, at", [("GRAPH_APP_CAPTURED_AT", 31), ("GRAPH_APP_UPDATE_AT", 31),
+                                      ("FAKECUDA_REFUSE_SET_PARAMS", 0)])
 def test_a_plan_given_up_loses_and_repeats_nothing(tmp_path, fakecuda, shim, env, knob, at):
     """The plan given up at replay 31 (a launch into a capture: every later replay runs the chain, the host keeps the
-    selected ones; an update: planned again at once). Either way each node's frames are the selected replays once."""
-    env.setenv(knob, str(at))
+    selected ones; an update: planned again at once) or at replay 0 (the driver refuses the first switch). Either
+    way each node's frames are the selected replays once."""
+    env.setenv(knob, str(at or 1))
+    env.setenv("FAKECUDA_LAUNCH_DELAY_US", "300")  # (every replay probed after the fallback: a pace the poller keeps)
     replays, selected = 90, list(range(0, 90, 3))
     log, _, t = _run(tmp_path, fakecuda, replays, "every:3")
     (fb,) = _events(t, "graph_pick_fallback")
     assert fb["replay"] == at and _events(t, "graph_chain")
     probed = _probed(log)
     assert probed[:at] == [r in selected for r in range(at)]
-    if knob == "GRAPH_APP_CAPTURED_AT":
+    if knob != "GRAPH_APP_UPDATE_AT":
         assert all(probed[at:])  # the probed graph takes every replay from there on
     nodes = _replays_by_node(t)
     assert len(nodes) == NODES
