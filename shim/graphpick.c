@@ -36,6 +36,11 @@
  * nodes) or instantiated twice, leave the plan switching nodes as below (Python writes a
  * `graph_pick_switching` event).
  *
+ * A chain's plan (NEUTRINO_GRAPH_CHAIN=1; spec/runtime.md, "The chain", "Sampling") has no append node, and its
+ * "probed" parameters are the chain node's own (the variant, the head tagged: neutrino_graph_pick_args_chain), so a
+ * switch to them never turns the head into a buffer; the probed graph's launches are the selected replays, which
+ * the chain's poller numbers from the filter (shim/graphs.c chain_replay).
+ *
  * What the host cannot choose keeps the device gate: executable graphs without a plan (instantiated for
  * device launch, from a clone, or holding the graph as a child node) and plans given up (the caller
  * reports it to Python, which restores the captured nodes here with `neutrino_graph_pick_drop`, sets
@@ -254,6 +259,15 @@ void *neutrino_graph_pick_args(void *func, void **params, int buffer) {
     memcpy(&a->buffer, a->values + offsets[buffer], 8);
     a->buffer &= ~(uint64_t)1;
     a->untagged[buffer] = &a->buffer;
+    return a;
+}
+
+/* The arguments of a chain node (spec/runtime.md, "The chain", "Sampling"): its first buffer parameter is its
+ * head, tagged, in every selected replay too (the plan's "probed" parameters are the node's as the chain set them:
+ * switching to them never touches the head). */
+void *neutrino_graph_pick_args_chain(void *func, void **params, int buffer) {
+    nt_pick_args *a = neutrino_graph_pick_args(func, params, buffer);
+    if (a) a->untagged[buffer] = a->tagged[buffer];
     return a;
 }
 
@@ -492,7 +506,7 @@ int neutrino_graph_pick_plan(void *exec, void *graph, void *ctx, void *group, ui
                              uint64_t every, int nkernels, const nt_pick_kernel_desc *kernels, int nappends,
                              const nt_pick_append_desc *appends, unsigned long long flags, int twin, int *twin_why) {
     *twin_why = TWIN_NOT_ASKED;
-    if (!load_driver() || !exec || !group || nkernels <= 0 || nappends <= 0 || !every) return 0;
+    if (!load_driver() || !exec || !group || nkernels <= 0 || nappends < 0 || !every) return 0;  /* (a chain: none) */
     nt_pick_plan *p = calloc(1, sizeof *p);
     if (!p) return 0;
     p->kernels = calloc((size_t)nkernels, sizeof *p->kernels);

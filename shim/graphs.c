@@ -382,6 +382,10 @@ typedef struct nt_chain {
     uint64_t launches_seen;      /* graph_launches_made when its last pass began */
     unsigned idle;               /* polls since its last pass, that pass having found nothing */
     _Atomic uint64_t errors;
+    /* `--launches` (chain_replay; set under rings_lock): launches 1..picked_upto ran the replays the host chose,
+     * start + (k - 1) * every; each later one replay `unpicked_from` + (k - 1 - picked_upto), kept when selected */
+    int picking;
+    uint64_t start, stop, every, picked_upto, unpicked_from, filtered;
 } nt_chain;
 
 static nt_chain *chains;
@@ -412,6 +416,15 @@ static int chain_copy_out(nt_chain *c, uint32_t i, uint64_t at) {
     return 1;
 }
 
+/* The replay of node launch `tag` (1-based; spec/runtime.md, "The chain", "Sampling"), or UINT64_MAX when
+ * `--launches` leaves it out (a launch the host could not choose). */
+static uint64_t chain_replay(const nt_chain *c, uint64_t tag) {
+    if (!c->picking) return tag - 1;
+    if (tag <= c->picked_upto) return c->start + (tag - 1) * c->every;
+    uint64_t r = c->unpicked_from + (tag - 1 - c->picked_upto);
+    return r >= c->start && r < c->stop && (r - c->start) % c->every == 0 ? r : UINT64_MAX;
+}
+
 /* After the wait: nodes [first, last)'s frames to the writer, their drained counts advanced (`lost`: the copies
  * failed; the slots are drained all the same, their frames counted as errors). */
 static void chain_hand_over(nt_chain *c, uint32_t first, uint32_t last, int lost) {
@@ -427,8 +440,13 @@ static void chain_hand_over(nt_chain *c, uint32_t first, uint32_t last, int lost
                 continue;
             }
             /* admitted one by one, each submitted at once: the writer's pending bytes hold the ones before */
+            uint64_t replay = chain_replay(c, tag);
+            if (replay == UINT64_MAX) {  /* (probed while the host could not choose: not a replay asked for) */
+                c->filtered++;
+                continue;
+            }
             if (!atomic_load_explicit(&n->active, memory_order_relaxed) || !frame_room(n, 0)) continue;
-            submit_parts(n, (char *)n->d.ring + n->d.slots, n->d.data_off, slot, tag - 1);  /* (host slot 0: the header) */
+            submit_parts(n, (char *)n->d.ring + n->d.slots, n->d.data_off, slot, replay);  /* (host slot 0: the header) */
             atomic_fetch_add(&poller_frames, 1);
         }
         c->drained[i] += c->count[i];
@@ -583,6 +601,30 @@ void neutrino_graph_chain_finish(void *chain, int detach) {
             for (nt_chain **q = &chains; *q; q = &(*q)->next)
                 if (*q == c) { *q = c->next; break; }
         }
+    }
+    pthread_mutex_unlock(&rings_lock);
+}
+
+/* `--launches` chosen by the host for the chain's graphs (replay_select.py): its k-th launch is replay start +
+ * (k - 1) * every, until neutrino_graph_chain_unpick. */
+void neutrino_graph_chain_pick(void *chain, uint64_t start, uint64_t stop, uint64_t every) {
+    nt_chain *c = chain;
+    if (!c || !every) return;
+    pthread_mutex_lock(&rings_lock);
+    c->picking = 1, c->start = start, c->stop = stop, c->every = every, c->picked_upto = UINT64_MAX;
+    pthread_mutex_unlock(&rings_lock);
+}
+
+/* The host stops choosing at replay `next` (a plan given up, none made): the launches so far were the selected
+ * replays before it; each later launch is one replay, numbered on, the ones `--launches` leaves out filtered. */
+void neutrino_graph_chain_unpick(void *chain, uint64_t next) {
+    nt_chain *c = chain;
+    if (!c || !c->picking) return;
+    pthread_mutex_lock(&rings_lock);
+    if (c->picked_upto == UINT64_MAX) {
+        uint64_t end = next < c->stop ? next : c->stop;
+        c->picked_upto = end > c->start ? (end - c->start + c->every - 1) / c->every : 0;
+        c->unpicked_from = next;
     }
     pthread_mutex_unlock(&rings_lock);
 }

@@ -6,6 +6,7 @@ launch into a capture, a driver that refuses the switch) falls back to the devic
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -72,7 +73,7 @@ def test_every_n_runs_the_original_on_replays_left_out(tmp_path, fakecuda, shim,
     (pick,) = events(t, "graph_pick")
     switches = 2 * len(SELECTED) - 1
     assert pick["switches"] == switches and pick["launches"] == REPLAYS
-    expected = switches * kernels + len(SELECTED) + (switches - 1)
+    expected = switches * kernels + (len(SELECTED) + (switches - 1)) * append_nodes(kernels)
     assert pick["driver_calls"] == calls == expected
     assert not events(t, "graph_pick_fallback") and not events(t, "result_error")
     (ex,) = events(t, "exit")
@@ -197,6 +198,11 @@ def test_no_plan_again_after_replays_on_the_device_gate(tmp_path, fakecuda, shim
 # ------------------------------------------------------------ the twin: the program's graph for the replays left out
 
 
+def append_nodes(kernels: int) -> int:
+    """The append nodes the plan switches: none where the chain (NEUTRINO_GRAPH_CHAIN=1) took the capture (2+ nodes)."""
+    return 0 if os.environ.get("NEUTRINO_GRAPH_CHAIN") == "1" and kernels >= 2 else 1
+
+
 def exec_launches(said):
     """Per cycle: (launches of the program's executable graph, launches of every graph)."""
     return [tuple(map(int, line.split()[-2:])) for line in said if line.startswith("exec launches")]
@@ -215,7 +221,7 @@ def test_the_replays_left_out_launch_the_twin(tmp_path, fakecuda, shim, monkeypa
     (pick,) = events(t, "graph_pick")
     assert pick["twin_launches"] == REPLAYS - len(SELECTED) and pick["launches"] == REPLAYS
     assert pick["switches"] == 1 and pick["twin_waits"] == 0  # one stream: CUDA orders the launches
-    assert pick["driver_calls"] == calls == kernels + len(SELECTED)
+    assert pick["driver_calls"] == calls == kernels + len(SELECTED) * append_nodes(kernels)
     assert not events(t, "graph_pick_switching") and not events(t, "graph_pick_fallback")
     (ex,) = events(t, "exit")
     assert ex["dropped"] == 0
@@ -405,7 +411,8 @@ def test_a_kernel_that_writes_module_globals_keeps_the_device_gate():
         probes.picker, probes.trace, probes._lock = Picker(), Trace(), threading.RLock()
         group = GraphGroup(1, ctx=7, capture_id=1, graph=0x100)
         group.nodes = [SimpleNamespace(active=True, appended=True, pick_args=0x10, writes_globals=writes, node=0x200,
-                                       probed_func=1, func=2, grid=(1, 1, 1), block=(32, 1, 1), shared_bytes=0)]
+                                       probed_func=1, chain_func=0, func=2, grid=(1, 1, 1), block=(32, 1, 1),
+                                       shared_bytes=0)]
         group.execs = {0x300}
         probes._plan_replays(group, 0x100, 0x300, 0)
         if writes:

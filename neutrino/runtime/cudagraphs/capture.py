@@ -665,8 +665,9 @@ class GraphProbes:
                                   if not all(n.pick_args for n in nodes) else ""))
         if not why and group.execs - group.planned - {exe}:  # it counts replays the host never sees
             why = replay_select.FALLBACK_REASONS[replay_select.SHARED_GATE]
-        kernels = [{"node": n.node, "probed": n.probed_func, "original": n.func, "args": n.pick_args,
-                    "grid": n.grid, "block": n.block, "shared_bytes": n.shared_bytes} for n in nodes]
+        kernels = [{"node": n.node, "probed": n.chain_func or n.probed_func, "original": n.func, "args": n.pick_args,
+                    "grid": n.grid, "block": n.block, "shared_bytes": n.shared_bytes}
+                   for n in nodes]  # (a chain node's: its variant, its head as the chain set it)
         if nodes and not why:
             if not group.pick_group:
                 group.pick_group = self.picker.new_group()
@@ -684,7 +685,9 @@ class GraphProbes:
             group.pick_off = group.pick_off or replay_select.UNCOUNTED
             if group.planned - {exe}:  # this one runs on the device gate: so do the others (one count)
                 self.give_up_picking(next(iter(group.planned - {exe})), replay_select.SHARED_GATE)
-            if group.pick_group and graph == group.graph and all(n.pick_args for n in nodes):
+            if group.chain is not None:  # every launch runs the chain from now on: the host keeps the selected
+                self.sink.chain_unpick(group.chain.sink_handle, self.picker.replays(group.pick_group))
+            elif group.pick_group and graph == group.graph and all(n.pick_args for n in nodes):
                 # its append nodes have the capture's arguments (skip 0) while the host left replays
                 # out: a plan given up at once gives them the skip, so the device gate numbers right
                 if self.picker.plan(exe, graph, group.ctx, group.pick_group, kernels, group.appends, flags,
@@ -705,6 +708,8 @@ class GraphProbes:
             if why != replay_select.UPDATE:  # planned again right after the update, before any replay
                 group.pick_off = group.pick_off or replay_select.UNCOUNTED
             replay, restored = dropped
+            if group.chain is not None and why != replay_select.UPDATE:  # (an update: planned again at once)
+                self.sink.chain_unpick(group.chain.sink_handle, replay)
             gate = C.c_uint32(0 if self.sink.filter.selects(replay) else 1)
             failed = ""
             try:

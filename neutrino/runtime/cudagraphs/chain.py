@@ -182,6 +182,38 @@ def _publish(h: list[int]) -> tuple[list[int], tuple[int, int] | None]:
     return h, tag
 
 
+class ReplayMap:
+    """A chain node's launch number (its slot's tag, 1-based) to the replay it ran (spec/runtime.md, "The chain",
+    "Sampling"; shim/graphs.c chain_replay is the same). Every launch a replay (launch − 1) until `pick`: the host
+    chooses the replays (replay_select.py), the probed graph runs only those, launch k is replay start + (k − 1) ×
+    every; after `unpick(next)` (the host stopped choosing at replay `next`), each launch is one replay again, numbered
+    on, and those `--launches` leaves out are not asked for (None)."""
+
+    def __init__(self):
+        self.filter = None
+        self.picked_upto = self.unpicked_from = 0
+
+    def pick(self, launch_filter) -> None:
+        self.filter, self.picked_upto = launch_filter, None
+
+    def unpick(self, next_replay: int) -> None:
+        f = self.filter
+        if f is None or self.picked_upto is not None:
+            return
+        end = min(next_replay, f.stop)
+        self.picked_upto = -(-(end - f.start) // max(1, f.every)) if end > f.start else 0
+        self.unpicked_from = next_replay
+
+    def replay(self, tag: int) -> int | None:
+        f = self.filter
+        if f is None:
+            return tag - 1
+        if self.picked_upto is None or tag <= self.picked_upto:
+            return f.start + (tag - 1) * max(1, f.every)
+        r = self.unpicked_from + tag - 1 - self.picked_upto
+        return r if f.selects(r) else None
+
+
 def slot_runs(drained: int, written_: int, k: int) -> list[tuple[int, int]]:
     """The poller's slots of one node, published and not yet drained, as (first slot, count) runs that do not wrap
     the ring: one copy-out and one zeroing each."""

@@ -7,8 +7,8 @@ and the other maps' offsets in its slot; the group gets one chain.ChainRings and
 that leaves the capture to the append path (capture.GraphProbes.end_capture), the nodes as captured.
 
 This slice: both sinks (sinks.py: the shim's C poller drains the chain during the run and hands its frames to the
-native writer; the fake drivers' Python sink drains it only when the graph probes drain), every replay probed (no
-replay picker), the heads shared by the executable graphs of the capture; the probed sinks' last launches published
+native writer; the fake drivers' Python sink drains it only when the graph probes drain), every replay probed or the
+replays chosen by the host's picker (_pick; not the device gate alone), the heads shared by the executable graphs of the capture; the probed sinks' last launches published
 by the host when the graph probes drain (exit, a context's teardown, a group's memory going) after the context's
 synchronisation.
 """
@@ -38,8 +38,8 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
     the work after the capture goes (a stream of ours, as end_capture's). True when the chain took them; False leaves
     them to the append path, untouched (a failure part way is undone)."""
     nodes = chain_nodes(group, nodes)
-    if not nodes or gp.picker is not None or gp.sink.filter != LaunchFilter():
-        return False  # (replays left out: neither the device gate nor the host's choice knows the chain yet)
+    if not nodes or (gp.picker is None and gp.sink.filter != LaunchFilter()):
+        return False  # (replays left out by the device gate alone: the chain has no gate)
     try:
         edges = gp.drv.graph_edges(graph)
     except DriverError:
@@ -73,6 +73,8 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
                 gp.drv.graph_kernel_node_set_params(n.node, func, n.grid, n.block, n.shared_bytes,
                                                     C.addressof(n.keep))
             rings.sink_handle = gp.sink.new_chain(rings, nodes)  # (the native sink: polled from now on)
+            if gp.picker is not None:
+                _pick(gp, rings, nodes, funcs)
     except (Fallback, DriverError, ValueError, MemoryError) as e:
         _undo(gp, switched, relaxed)
         if rings is not None:
@@ -89,6 +91,18 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
     gp.trace.event("graph_chain", graph=group.id, graph_nodes=[n.id for n in nodes], ring_slots=k,
                    advancers={nodes[p].id: nodes[a.node].id for p, a in advancers.items()})
     return True
+
+
+def _pick(gp, rings, nodes: list, funcs: list) -> None:
+    """`--launches` chosen by the host (replay_select.py, spec/runtime.md "The chain", "Sampling"): the plans switch
+    the chain nodes to their parameters as the chain set them (head and offsets), copied here; the sink numbers the
+    k-th launch start + (k − 1) × every. A node whose arguments cannot be copied gets no plan (capture._plan_replays
+    then unpicks: every replay runs the chain, the host keeps the selected ones)."""
+    for n, func in zip(nodes, funcs):
+        gp.picker.free_args(n.pick_args)
+        j = next(j for j, (_, is_buffer) in enumerate(n.chain_src[2]) if is_buffer)
+        n.pick_args = gp.picker.copy_chain_args(func, C.addressof(n.keep), n.n_params + j)
+    gp.sink.chain_pick(rings.sink_handle, gp.sink.filter)
 
 
 def _set_buffers(node, values: list[int]) -> None:

@@ -83,6 +83,9 @@ class ReplayPicker:
         self._args = lib.neutrino_graph_pick_args
         self._args.argtypes = [C.c_void_p, C.c_void_p, C.c_int]
         self._args.restype = C.c_void_p
+        self._args_chain = lib.neutrino_graph_pick_args_chain
+        self._args_chain.argtypes = [C.c_void_p, C.c_void_p, C.c_int]
+        self._args_chain.restype = C.c_void_p
         self._args_free = lib.neutrino_graph_pick_args_free
         self._args_free.argtypes = [C.c_void_p]
         self._group_new = lib.neutrino_graph_pick_group_new
@@ -111,6 +114,11 @@ class ReplayPicker:
         """The arguments of a probed node's launch, copied while the program's values are alive (at
         capture); 0 when they cannot be (the node keeps the device gate)."""
         return self._args(probed_func, params_addr, buffer_param) or 0
+
+    def copy_chain_args(self, chain_func: int, params_addr: int, buffer_param: int) -> int:
+        """A chain node's arguments (its head tagged in the selected replays too: the plan never switches it off);
+        0 when they cannot be copied."""
+        return self._args_chain(chain_func, params_addr, buffer_param) or 0
 
     def free_args(self, handle: int) -> None:
         if handle:

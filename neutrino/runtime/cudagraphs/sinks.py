@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from neutrino.runtime.cudagraphs import chain
 from neutrino.runtime.cudagraphs import ring as graph_ring
 from neutrino.runtime.driver import DriverError
 
@@ -156,7 +157,16 @@ class PythonGraphSink:
     # --- the chain (chain_capture.py): its rings drained here only when the graph probes drain (no poller) ---
     def new_chain(self, rings, nodes: list) -> object:
         """What drains one executable graph's chain (`rings`: chain.ChainRings; `nodes`: its GraphNodes in order)."""
+        rings.replay_map = chain.ReplayMap()
         return rings, nodes
+
+    def chain_pick(self, handle, launch_filter) -> None:
+        """The host chooses the chain's replays from now on (chain.ReplayMap.pick)."""
+        handle[0].replay_map.pick(launch_filter)
+
+    def chain_unpick(self, handle, next_replay: int) -> None:
+        """The host stopped choosing at replay `next_replay` (chain.ReplayMap.unpick)."""
+        handle[0].replay_map.unpick(next_replay)
 
     def finish_chain(self, handle, detach: bool) -> None:
         """The probed sinks' last launches published, every ring drained (the context synchronised, no launch of
@@ -164,9 +174,9 @@ class PythonGraphSink:
         rings, nodes = handle
 
         def frame(i: int, launch: int, maps: bytes) -> None:
-            n = nodes[i]
-            if n.active and n.record is not None:
-                self.write_frame(n.record, launch - 1, bytes(n.offsets[0]) + maps)
+            n, replay = nodes[i], rings.replay_map.replay(launch)
+            if n.active and n.record is not None and replay is not None:
+                self.write_frame(n.record, replay, bytes(n.offsets[0]) + maps)
 
         rings.finish(frame)
 
@@ -246,6 +256,10 @@ class NativeGraphSink:
         self._chain_counts.argtypes = [C.c_void_p, C.c_uint32, C.c_uint64 * 3]
         self._chain_free = waits.neutrino_graph_chain_free
         self._chain_free.argtypes = [C.c_void_p]
+        self._chain_pick = waits.neutrino_graph_chain_pick  # (both take the poller's lock)
+        self._chain_pick.argtypes = [C.c_void_p, C.c_uint64, C.c_uint64, C.c_uint64]
+        self._chain_unpick = waits.neutrino_graph_chain_unpick
+        self._chain_unpick.argtypes = [C.c_void_p, C.c_uint64]
         lib.neutrino_graph_set_pending_limit.argtypes = [C.c_uint64]
         lib.neutrino_graph_set_pending_limit(pending_limit)
         self.filter = launch_filter
@@ -286,6 +300,13 @@ class NativeGraphSink:
         if not handle:
             raise MemoryError("no memory for a graph chain record")
         return handle
+
+    def chain_pick(self, handle: int, launch_filter) -> None:
+        f = launch_filter
+        self._chain_pick(handle, f.start, min(f.stop, 2**64 - 1), max(1, f.every))
+
+    def chain_unpick(self, handle: int, next_replay: int) -> None:
+        self._chain_unpick(handle, next_replay)
 
     def finish_chain(self, handle: int, detach: bool) -> None:
         self._chain_finish(handle, int(detach))
