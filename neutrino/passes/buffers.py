@@ -29,7 +29,7 @@ from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
 from neutrino.isa.ptx.symbols import NameAllocator
 from neutrino.passes import graph_chain
-from neutrino.passes.build import entry_index, insn, splice
+from neutrino.passes.build import entry_index, exit_probe_runs, insn, splice
 from neutrino.passes.lower_save import GATE_OFFSET, GATE_REGISTER, map_register
 from neutrino.passes.state import Context, KernelState
 from neutrino.passes.param_space import check_param_space
@@ -429,22 +429,8 @@ def gate_again_at_exits(state: KernelState) -> None:
     own loads (issue 24: a tagged launch's warps otherwise stall at entry for it). Where nothing after entry uses
     the entry's predicate, ptxas drops it. Only the instrument(..., late_gate=True) option; not the chain variant."""
     on, gate = state.temp(GATE_REGISTER, "pred"), state.temp("gate", "b32")
-    exits = {id(anchor) for anchor in state.exits}
-    edits: dict[int, tuple] = {}
-
-    def visit(body: list) -> None:
-        for j, stmt in enumerate(body):
-            if type(stmt) is ir.Scope:
-                visit(stmt.body)
-            elif id(stmt) in exits:
-                k = j
-                while k > 0 and type(body[k - 1]) is ir.Instruction and body[k - 1].origin is not None:
-                    k -= 1  # back to the first of the probe instructions right before the exit
-                if k < j:
-                    edits[id(body[k])] = ([insn("setp.eq.u32", on, gate, 0, origin=ORIGIN)], None, [])
-
-    visit(state.function.body)
-    splice(state.function.body, edits)
+    firsts, _ = exit_probe_runs(state.function.body, {id(anchor) for anchor in state.exits})
+    splice(state.function.body, {k: ([insn("setp.eq.u32", on, gate, 0, origin=ORIGIN)], None, []) for k in firsts})
 
 
 def choose_param_names(state: KernelState, owner: str, names: NameAllocator, ctx: Context) -> dict[str, str]:

@@ -45,6 +45,28 @@ def entry_index(body: list[ir.Statement]) -> int:
 Edit = tuple  # (code before, replacement or None to keep the statement, code after)
 
 
+def exit_probe_runs(body: list, exits: set[int]) -> tuple[dict[int, ir.Instruction], set[int]]:
+    """Per exit (ids in `exits`) with probe code right before it: that code's first instruction (keyed by id) and
+    the ids of all of it. No label lies inside such a run, so every path to the exit passes its first instruction."""
+    firsts: dict[int, ir.Instruction] = {}
+    inside: set[int] = set()
+
+    def visit(stmts: list) -> None:
+        for j, stmt in enumerate(stmts):
+            if type(stmt) is ir.Scope:
+                visit(stmt.body)
+            elif id(stmt) in exits:
+                k = j
+                while k > 0 and type(stmts[k - 1]) is ir.Instruction and stmts[k - 1].origin is not None:
+                    k -= 1  # back to the first of the probe instructions right before the exit
+                if k < j:
+                    firsts[id(stmts[k])] = stmts[k]
+                    inside.update(id(s) for s in stmts[k:j])
+
+    visit(body)
+    return firsts, inside
+
+
 def splice(body: list[ir.Statement], edits: dict[int, Edit]) -> None:
     """Applies edits keyed by `id(statement)` to the body and its scopes.
 

@@ -16,7 +16,7 @@ from neutrino.chain_head import (  # noqa: F401 (the layout, shared with the run
 )
 from neutrino.errors import InstrumentError
 from neutrino.isa.ptx import ir
-from neutrino.passes.build import insn, splice
+from neutrino.passes.build import exit_probe_runs, insn, splice
 
 ORIGIN = "graph-chain"
 
@@ -169,28 +169,6 @@ def _rebased(code: list, start: int, buf: str, gated: str) -> set[str] | None:
     return derived
 
 
-def _exit_groups(body: list, exits: set[int]) -> tuple[dict[int, ir.Instruction], set[int]]:
-    """Per exit with probe code right before it: that code's first instruction (keyed by id) and the ids of all
-    of it. No label lies inside such a run, so every path to the exit passes its first instruction."""
-    firsts: dict[int, ir.Instruction] = {}
-    inside: set[int] = set()
-
-    def visit(stmts: list) -> None:
-        for j, stmt in enumerate(stmts):
-            if type(stmt) is ir.Scope:
-                visit(stmt.body)
-            elif id(stmt) in exits:
-                k = j
-                while k > 0 and type(stmts[k - 1]) is ir.Instruction and stmts[k - 1].origin is not None:
-                    k -= 1
-                if k < j:
-                    firsts[id(stmts[k])] = stmts[k]
-                    inside.update(id(s) for s in stmts[k:j])
-
-    visit(body)
-    return firsts, inside
-
-
 def _all_instructions(body: list):
     for stmt in body:
         if type(stmt) is ir.Scope:
@@ -226,7 +204,7 @@ def defer_head(state, code: list, r: ChainRegisters, buf: str, gated: str, on: s
     out += code[i_go + 1:i_last + 1] + [ir.Label(label)] + code[i_last + 1:]
     moved = _rebased(out, out.index(code[i_on]) + 1, buf, gated)
     readers = {buf, on, r.cur} | (moved or set())
-    firsts, inside = _exit_groups(state.function.body, {id(a) for a in state.exits})
+    firsts, inside = exit_probe_runs(state.function.body, {id(a) for a in state.exits})
     if moved is None or any(_names(s) & readers for s in _all_instructions(state.function.body)
                             if id(s) not in inside):
         return out
