@@ -51,7 +51,7 @@ def _chain_on_ptx(isa, graph_chain: bool) -> None:
 
 def instrument_module(module, probes: ProbeFile, kernel: str | None = None, pipeline: PassManager | None = None,
                       isa=PTX, graph_chain: bool = False, mixed_stores: bool = False, late_gate: bool = False,
-                      late_head: bool = False) -> Context:
+                      late_head: bool = True) -> Context:
     _chain_on_ptx(isa, graph_chain)
     ctx = Context(probes, kernel, isa=isa, graph_chain=graph_chain, mixed_stores=mixed_stores, late_gate=late_gate,
                   late_head=late_head)
@@ -61,16 +61,18 @@ def instrument_module(module, probes: ProbeFile, kernel: str | None = None, pipe
 
 def instrument(text: str, probes: ProbeFile, kernel: str | None = None, source: str | None = None,
                pipeline: PassManager | None = None, isa=PTX, graph_chain: bool = False,
-               mixed_stores: bool = False, late_gate: bool = False, late_head: bool = False) -> Instrumented:
+               mixed_stores: bool = False, late_gate: bool = False, late_head: bool = True) -> Instrumented:
     """`text` in `isa` (neutrino/isa/interface.py; PTX unless named) instrumented with `probes`, loaded for that ISA.
     `graph_chain`: the variant a CUDA graph's chain node runs (PTX; spec/kernel-json.md, "The chain head").
     `mixed_stores` (PTX; not yet the default, issue 24): a record's u64 and u32 fields that fill an aligned 16-byte
     span are written by one `st.global.v4.b32` (block_sched's record: one store instead of two); bytes identical.
     `late_gate` (PTX; not yet the default, issue 24): the probe gate's predicate set again before each exit's probe
     code, so that ptxas waits for the gate's load at the warp's end rather than before the body's loads.
-    `late_head` (with graph_chain; not yet the default, issue 24): the chain head's words consumed where the probe
-    needs them (thread 0 of block 0's loads of the advanced head behind a branch; the pointers moved to the slot
-    before each exit's probe code), so a tagged launch's warps do not wait for the head's load before the body's."""
+    `late_head` (with graph_chain; the default since 2026-11-28, issue 24): the chain head's words consumed where
+    the probe needs them (thread 0 of block 0's loads of the advanced head behind a branch; the pointers moved to the
+    slot before each exit's probe code), so a tagged launch's warps do not wait for the head's load before the
+    body's (graph8 on an H200: 17.82 against 18.43 µs per replay; docs/overhead.md). False: the head's words
+    tested at entry, before the body's loads."""
     _chain_on_ptx(isa, graph_chain)
     if probes.isa != isa.name:
         raise InstrumentError(f"{probes.path}: its snippets are {probes.isa.upper()}; "

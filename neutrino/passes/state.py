@@ -72,7 +72,7 @@ class Context:
     graph_chain: bool = False  # PTX: the variant a CUDA graph's chain node runs (passes/graph_chain.py)
     mixed_stores: bool = False  # PTX: one 16-byte store for a record's mixed u64/u32 fields (passes/lower_save.py)
     late_gate: bool = False  # PTX: the probe gate's predicate set again before each exit's probe code (passes/buffers.py)
-    late_head: bool = False  # PTX, graph_chain: the head's words consumed where the probe needs them (passes/graph_chain.py)
+    late_head: bool = True  # PTX, graph_chain (the default, issue 24): the head's words consumed where the probe needs them (passes/graph_chain.py)
 
     def names(self, module) -> NameAllocator:
         """The module's name allocator, read from its symbol tables when first asked for (PTX)."""
