@@ -89,7 +89,10 @@ CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK":
               "block_sched graphs no-timeline chain": {"NEUTRINO_GRAPH_CHAIN": "1"},
               "gmem_bytes graphs no-timeline chain": {"NEUTRINO_GRAPH_CHAIN": "1"},
               # the chain under sampling chosen by the host: the twin for the replays left out (issue 24)
-              "block_sched graphs every:50 no-timeline chain": {"NEUTRINO_GRAPH_CHAIN": "1"}}
+              "block_sched graphs every:50 no-timeline chain": {"NEUTRINO_GRAPH_CHAIN": "1"},
+              # the graph defaults before 2026-11-28: the append node, every replay's nodes on the timeline
+              "block_sched graphs old-defaults": {"NEUTRINO_GRAPH_CHAIN": "0", "NEUTRINO_TIMELINE_GRAPH_NODES": "all"},
+              "gmem_bytes graphs old-defaults": {"NEUTRINO_GRAPH_CHAIN": "0", "NEUTRINO_TIMELINE_GRAPH_NODES": "all"}}
 # NEUTRINO_MEASURE (shim/writer.c; benchmarks only, results not kept): the runtime's own GPU operations per
 # probed eager launch turned off one by one (docs/overhead.md, "The runtime's own GPU time per eager launch")
 for _tool in ("block_sched", "gmem_bytes"):
@@ -101,7 +104,7 @@ for _tool in ("block_sched", "gmem_bytes"):
                            f"{_base} timed-end": {"NEUTRINO_MEASURE": "timed-end"},
                            f"{_base} nothing-ours": {"NEUTRINO_MEASURE": "no-copy,no-zero,no-end-event"}})
 ENV_SUFFIXES = (" device-gate", " graph-records", " switching", " level-copies", " level-kernels", " no-copy",
-                " no-zero", " no-writer", " zero-by-copy", " timed-end", " nothing-ours", " chain")
+                " no-zero", " no-writer", " zero-by-copy", " timed-end", " nothing-ours", " chain", " old-defaults")
 CONFIGS.update({name: CONFIGS[next((name.removesuffix(x) for x in ENV_SUFFIXES if name.endswith(x)), name)]
                 for name in CONFIG_ENV})
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")
