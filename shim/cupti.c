@@ -686,7 +686,7 @@ static unsigned enable_api_records(void) {
  * groups records by correlation id, never assumes the kind). */
 static int env_number(const char *env, unsigned long long *value);
 enum { GM_NODES, GM_SAMPLED, GM_GRAPHS };
-static int graph_mode = GM_NODES;  /* sampled only when asked (NEUTRINO_TIMELINE_GRAPH_NODES=N): spec/runtime.md */
+static int graph_mode = GM_SAMPLED;  /* NEUTRINO_TIMELINE_GRAPH_NODES: N (default 3), `all` or 0; spec/runtime.md */
 static unsigned graph_node_replays = 3;      /* NEUTRINO_TIMELINE_GRAPH_NODES */
 static _Atomic int graph_trace_on;           /* GRAPH_TRACE is enabled now (ours) */
 static _Atomic int graphs_paused;            /* neutrino_timeline_pause: no switching */
