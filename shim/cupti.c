@@ -128,11 +128,11 @@ static int timeline_fd = -1, names_fd = -1;
  * records without a thread, API records seen, our external-correlation records seen, records
  * copied to the program's profiler, records it had no room for, records with a host time,
  * launch/copy callbacks taken, kernel/copy records without GPU time (flags bit 2) */
-#define N_COUNTS 23
+#define N_COUNTS 24
 static uint64_t counts[N_COUNTS];
 enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
        N_FORWARD_LOST, N_HOST, N_CALLBACKS, N_NO_GPU_TIME, N_HOOKED, N_HOOK_MATCHED, N_HOOK_SKIPPED, N_GRAPH_REPLAYS,
-       N_GRAPH_SAMPLED, N_GRAPH_WHOLE, N_GRAPH_SWITCHES, N_GRAPH_SWITCH_NS };
+       N_GRAPH_SAMPLED, N_GRAPH_WHOLE, N_GRAPH_SWITCHES, N_GRAPH_SWITCH_NS, N_GRAPH_UNTRACED };
 #define FLAG_NO_GPU_TIME 4  /* timeline.bin flags bit 2 (spec/trace-format.md) */
 
 /* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
@@ -686,7 +686,7 @@ static unsigned enable_api_records(void) {
  * groups records by correlation id, never assumes the kind). */
 static int env_number(const char *env, unsigned long long *value);
 enum { GM_NODES, GM_SAMPLED, GM_GRAPHS };
-static int graph_mode = GM_NODES;  /* sampled only when asked (NEUTRINO_TIMELINE_GRAPH_NODES=N): spec/runtime.md */
+static int graph_mode = GM_SAMPLED;  /* NEUTRINO_TIMELINE_GRAPH_NODES: N (default 3), `all` or 0; spec/runtime.md */
 static unsigned graph_node_replays = 3;      /* NEUTRINO_TIMELINE_GRAPH_NODES */
 static _Atomic int graph_trace_on;           /* GRAPH_TRACE is enabled now (ours) */
 static _Atomic int graphs_paused;            /* neutrino_timeline_pause: no switching */
@@ -694,7 +694,8 @@ static pthread_mutex_t graph_trace_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define GRAPH_EXECS 8192  /* slots for the executable graphs known at once (open addressing), at most */
 #define GRAPH_EXEC_GONE ((void *)(uintptr_t)1)
-static struct { void *exec; uint32_t number, replays; } graph_execs[GRAPH_EXECS];
+/* number 0: not launched yet (an entry made at instantiation); untraced: instantiated while GRAPH_TRACE was off */
+static struct { void *exec; uint32_t number, replays; int untraced; } graph_execs[GRAPH_EXECS];
 static unsigned graph_execs_used, graph_execs_live;  /* slots taken (live + gone), live */
 static unsigned graph_exec_slots = GRAPH_EXECS;      /* NEUTRINO_TIMELINE_GRAPH_EXECS: a power of two, 64 up */
 static uint32_t graph_exec_numbers;
@@ -733,26 +734,35 @@ static void graph_execs_compact(void) {
     graph_execs_used = graph_execs_live = n;
 }
 
-/* The executable graph's number and this replay's (1 up); number 0 when the table is full (3/4 live). */
-static void graph_exec_count(void *exec, uint32_t *number, uint32_t *replay) {
-    pthread_mutex_lock(&graph_exec_lock);
+/* Under graph_exec_lock, the slot of `exec`, made when absent; -1 when the table is full (3/4 live). */
+static int graph_exec_slot(void *exec) {
     unsigned i = graph_slot(exec);
     while (graph_execs[i].exec && graph_execs[i].exec != exec) i = (i + 1) & (graph_exec_slots - 1);
-    if (!graph_execs[i].exec) {
-        if (graph_execs_used + 1 > graph_exec_slots / 4 * 3) {
-            graph_execs_compact();
-            for (i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (graph_exec_slots - 1)) {}
-        }
-        if (graph_execs_live + 1 > graph_exec_slots / 4 * 3) {
-            pthread_mutex_unlock(&graph_exec_lock);
-            *number = *replay = 0;
-            return;
-        }
-        graph_execs[i].exec = exec, graph_execs[i].number = ++graph_exec_numbers, graph_execs[i].replays = 0;
-        graph_execs_used++, graph_execs_live++;
+    if (graph_execs[i].exec) return (int)i;
+    if (graph_execs_used + 1 > graph_exec_slots / 4 * 3) {
+        graph_execs_compact();
+        for (i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (graph_exec_slots - 1)) {}
     }
+    if (graph_execs_live + 1 > graph_exec_slots / 4 * 3) return -1;
+    graph_execs[i].exec = exec, graph_execs[i].number = 0, graph_execs[i].replays = 0, graph_execs[i].untraced = 0;
+    graph_execs_used++, graph_execs_live++;
+    return (int)i;
+}
+
+/* The executable graph's number (1 up, in the order of first launches) and this replay's (1 up), and whether it
+ * was instantiated while GRAPH_TRACE was off; number 0 when the table is full (3/4 live). */
+static void graph_exec_count(void *exec, uint32_t *number, uint32_t *replay, int *untraced) {
+    pthread_mutex_lock(&graph_exec_lock);
+    int i = graph_exec_slot(exec);
+    if (i < 0) {
+        pthread_mutex_unlock(&graph_exec_lock);
+        *number = *replay = 0, *untraced = 0;
+        return;
+    }
+    if (!graph_execs[i].number) graph_execs[i].number = ++graph_exec_numbers;
     *number = graph_execs[i].number;
     *replay = ++graph_execs[i].replays;
+    *untraced = graph_execs[i].untraced;
     pthread_mutex_unlock(&graph_exec_lock);
 }
 
@@ -801,14 +811,39 @@ static void program_kernel_records(int on) {
     if (on && graph_mode != GM_NODES) graph_trace_set(0);
 }
 
+/* Sampled mode launches graphs with GRAPH_TRACE on that were instantiated with it off unless told otherwise, and
+ * such a launch crashed CUPTI (a SIGSEGV in the driver's graph launch: a torch.compile reduce-overhead training
+ * loop, whose backward graph is instantiated after the forward graph's first replays switched GRAPH_TRACE off;
+ * a CUPTI-alone program enabling the kinds after instantiation, benchmarks/timeline-results.md). So each
+ * instantiation (or update) happens with GRAPH_TRACE on where the shim may switch it, and an executable graph
+ * instantiated while it could not be on (paused, the program's profiler recording kernels, a refused switch) is
+ * remembered as untraced: every replay of it node by node, GRAPH_TRACE off at its launch. */
+void neutrino_timeline_graph_instantiate_enter(void) {
+    if (graph_mode != GM_SAMPLED || !atomic_load_explicit(&recording, memory_order_relaxed)) return;
+    if (!atomic_load_explicit(&graphs_paused, memory_order_relaxed)) graph_trace_set(1);
+}
+
+void neutrino_timeline_graph_instantiated(void *exec) {
+    if (graph_mode != GM_SAMPLED || !exec || !atomic_load_explicit(&recording, memory_order_relaxed)) return;
+    pthread_mutex_lock(&their_lock);
+    int traced = atomic_load(&graph_trace_on) || their_enabled[NT_ACT_GRAPH_TRACE];
+    pthread_mutex_unlock(&their_lock);
+    pthread_mutex_lock(&graph_exec_lock);
+    int i = graph_exec_slot(exec);
+    if (i >= 0) graph_execs[i].untraced = !traced;
+    pthread_mutex_unlock(&graph_exec_lock);
+    if (!traced) counts[N_GRAPH_UNTRACED]++;  /* racy on purpose: statistics */
+}
+
 void neutrino_timeline_graph_launch_enter(void *exec) {
     graph_launching.number = graph_launching.replay = 0;
     if (!atomic_load_explicit(&recording, memory_order_relaxed) || !exec) return;
     uint32_t number, replay;
-    graph_exec_count(exec, &number, &replay);
+    int untraced;
+    graph_exec_count(exec, &number, &replay, &untraced);
     graph_launching.number = number, graph_launching.replay = replay;
     if (graph_mode == GM_NODES) return;
-    int whole = graph_mode == GM_GRAPHS || !number || replay > graph_node_replays;
+    int whole = !untraced && (graph_mode == GM_GRAPHS || !number || replay > graph_node_replays);
     if (graph_mode == GM_SAMPLED && !atomic_load_explicit(&graphs_paused, memory_order_relaxed))
         whole = graph_trace_set(whole);
     counts[whole ? N_GRAPH_WHOLE : N_GRAPH_SAMPLED]++;  /* racy on purpose: statistics */

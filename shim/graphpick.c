@@ -349,7 +349,9 @@ static int twin_build(nt_pick_plan *p, unsigned long long flags) {
         void *node = NULL;
         if (tw.find(&node, p->appends[i].node, clone) || tw.destroy_node(node)) why = TWIN_BUILD;
     }
+    if (!why) neutrino_timeline_graph_instantiate_enter();  /* the twin is launched too: cupti.c, why */
     if (!why && (tw.instantiate(&plain, clone, flags & TWIN_FLAGS_KEPT) || !plain)) why = TWIN_INSTANTIATE;
+    if (!why) neutrino_timeline_graph_instantiated(plain);
     if (!why && (tw.ev_create(&fence, EVENT_DISABLE_TIMING) || !fence)) why = TWIN_EVENT;
     nt_twin *t = why ? NULL : calloc(1, sizeof *t);
     if (!why && !t) why = TWIN_EVENT;

@@ -854,18 +854,20 @@ static int edges_made_ordinary(void *graph, uint64_t flags) {
 CUresult cuGraphInstantiate_v2(void **exec, void *graph, void **err_node, char *log, size_t log_size) {
     CUresult (*fn)(void **, void *, void **, char *, size_t) = GREAL(GH_INSTANTIATE_V2, CUresult(*)(void **, void *, void **, char *, size_t));
     if (!fn) return CU_NOT_FOUND;
+    neutrino_timeline_graph_instantiate_enter();
     CUresult rc = fn(exec, graph, err_node, log, log_size);
     if (rc != 0 && edges_made_ordinary(graph, 0)) rc = fn(exec, graph, err_node, log, log_size);
-    if (rc == 0) report(G_INSTANTIATE, graph, *exec, NULL, 0);
+    if (rc == 0) neutrino_timeline_graph_instantiated(*exec), report(G_INSTANTIATE, graph, *exec, NULL, 0);
     return rc;
 }
 
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
     CUresult (*fn)(void **, void *, unsigned long long) = GREAL(GH_INSTANTIATE_FLAGS, CUresult(*)(void **, void *, unsigned long long));
     if (!fn) return CU_NOT_FOUND;
+    neutrino_timeline_graph_instantiate_enter();
     CUresult rc = fn(exec, graph, flags);
     if (rc != 0 && edges_made_ordinary(graph, flags)) rc = fn(exec, graph, flags);
-    if (rc == 0) report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)flags, 0);
+    if (rc == 0) neutrino_timeline_graph_instantiated(*exec), report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)flags, 0);
     return rc;
 }
 
@@ -875,18 +877,20 @@ static uint64_t instantiate_flags(const void *params) { return params ? *(const 
 CUresult cuGraphInstantiateWithParams(void **exec, void *graph, void *params) {
     CUresult (*fn)(void **, void *, void *) = GREAL(GH_INSTANTIATE_PARAMS, CUresult(*)(void **, void *, void *));
     if (!fn) return CU_NOT_FOUND;
+    neutrino_timeline_graph_instantiate_enter();
     CUresult rc = fn(exec, graph, params);
     if (rc != 0 && edges_made_ordinary(graph, instantiate_flags(params))) rc = fn(exec, graph, params);
-    if (rc == 0) report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)instantiate_flags(params), 0);
+    if (rc == 0) neutrino_timeline_graph_instantiated(*exec), report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)instantiate_flags(params), 0);
     return rc;
 }
 
 CUresult cuGraphInstantiateWithParams_ptsz(void **exec, void *graph, void *params) {
     CUresult (*fn)(void **, void *, void *) = GREAL(GH_INSTANTIATE_PARAMS_PTSZ, CUresult(*)(void **, void *, void *));
     if (!fn) return CU_NOT_FOUND;
+    neutrino_timeline_graph_instantiate_enter();
     CUresult rc = fn(exec, graph, params);
     if (rc != 0 && edges_made_ordinary(graph, instantiate_flags(params))) rc = fn(exec, graph, params);
-    if (rc == 0) report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)instantiate_flags(params), 0);
+    if (rc == 0) neutrino_timeline_graph_instantiated(*exec), report(G_INSTANTIATE, graph, *exec, (void *)(uintptr_t)instantiate_flags(params), 0);
     return rc;
 }
 
@@ -908,8 +912,9 @@ CUresult cuGraphExecUpdate(void *exec, void *graph, void **err_node, int *result
     CUresult (*fn)(void *, void *, void **, int *) = GREAL(GH_EXEC_UPDATE, CUresult(*)(void *, void *, void **, int *));
     if (!fn) return CU_NOT_FOUND;
     give_up_plan(exec, NULL, NT_PICK_UPDATE);
+    neutrino_timeline_graph_instantiate_enter();
     CUresult rc = fn(exec, graph, err_node, result);
-    if (rc == 0) neutrino_timeline_graph_exec_gone(exec), report(G_EXEC_UPDATE, exec, graph, NULL, 0);
+    if (rc == 0) neutrino_timeline_graph_exec_gone(exec), neutrino_timeline_graph_instantiated(exec), report(G_EXEC_UPDATE, exec, graph, NULL, 0);
     return rc;
 }
 
@@ -917,8 +922,9 @@ CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *result_info) {
     CUresult (*fn)(void *, void *, void *) = GREAL(GH_EXEC_UPDATE_V2, CUresult(*)(void *, void *, void *));
     if (!fn) return CU_NOT_FOUND;
     give_up_plan(exec, NULL, NT_PICK_UPDATE);
+    neutrino_timeline_graph_instantiate_enter();
     CUresult rc = fn(exec, graph, result_info);
-    if (rc == 0) neutrino_timeline_graph_exec_gone(exec), report(G_EXEC_UPDATE, exec, graph, NULL, 0);
+    if (rc == 0) neutrino_timeline_graph_exec_gone(exec), neutrino_timeline_graph_instantiated(exec), report(G_EXEC_UPDATE, exec, graph, NULL, 0);
     return rc;
 }
 

@@ -55,6 +55,8 @@ void neutrino_timeline_streams_gone(void *ctx, void *stream);
 void neutrino_timeline_graph_launch_enter(void *exec);
 void neutrino_timeline_graph_launch_exit(void);
 void neutrino_timeline_graph_exec_gone(void *exec);
+void neutrino_timeline_graph_instantiate_enter(void);
+void neutrino_timeline_graph_instantiated(void *exec);
 
 /* argtrace.c: the arguments of a probed launch (launch_args.jsonl). */
 int64_t neutrino_args_record(void *f, void *ctx, void **params, uint64_t launch);

@@ -254,8 +254,8 @@ def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level,
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"], env=env)
     start = _one(events, "timeline")
     assert start["enabled"] and start["version"] == 130001 and start["library"] == str(fakes / "libcupti.so.13")
-    full = {"concurrent_kernel", "memcpy", "memset", "memcpy_peer", "external_correlation"}  # no graph_trace: replays
-    # come node by node unless NEUTRINO_TIMELINE_GRAPH_NODES=N asks for sampling
+    # graph_trace: enabled at the start (graph replays sampled by default, NEUTRINO_TIMELINE_GRAPH_NODES=3)
+    full = {"concurrent_kernel", "memcpy", "memset", "memcpy_peer", "external_correlation", "graph_trace"}
     assert set(start["kinds"]) == (full if level else full - {"external_correlation"})
     tl = read_timeline(run)
     kernels = tl[tl["kind"] == 1]
@@ -761,7 +761,7 @@ def _replays_by_kind(tl):
 
 
 @pytest.mark.parametrize("nodes, expected", [
-    (None, {r: 2 for r in range(1, 7)}),  # the default: every replay node by node
+    (None, {r: (2 if r <= 3 else "whole") for r in range(1, 7)}),  # the default: the first 3 replays node by node
     ("3", {r: (2 if r <= 3 else "whole") for r in range(1, 7)}),
     ("2", {r: (2 if r <= 2 else "whole") for r in range(1, 7)}),
     ("all", {r: 2 for r in range(1, 7)}),
@@ -779,8 +779,8 @@ def test_graph_replays_sampled_then_whole(tmp_path, fakes, nodes, expected):
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "6"],
                        "--no-graphs", env=env)
     start = _one(events, "timeline")
-    mode = {None: "nodes", "3": "sampled:3", "2": "sampled:2", "all": "nodes", "0": "graphs"}[nodes]
-    assert start["graph_records"] == mode and ("graph_trace" in start["kinds"]) == (nodes not in (None, "all"))
+    mode = {None: "sampled:3", "3": "sampled:3", "2": "sampled:2", "all": "nodes", "0": "graphs"}[nodes]
+    assert start["graph_records"] == mode and ("graph_trace" in start["kinds"]) == (nodes != "all")
     tl = read_timeline(run, graphs=True)
     got = _replays_by_kind(tl)
     assert got == {(g, r): kind for g in (1, 2) for r, kind in expected.items()}
@@ -796,11 +796,11 @@ def test_graph_replays_sampled_then_whole(tmp_path, fakes, nodes, expected):
     counts = _one(events, "timeline_counts")
     whole = sum(v == "whole" for v in got.values())
     assert counts["graph_replays"] == whole and counts["kernels"] == 1 + 2 * (12 - whole)
-    if nodes in (None, "all"):
+    if nodes == "all":
         assert counts["graph_replays_sampled"] == counts["graph_replays_whole"] == counts["graph_trace_switches"] == 0
     else:
         assert (counts["graph_replays_sampled"], counts["graph_replays_whole"]) == (12 - whole, whole)
-        assert counts["graph_trace_switches"] == (4 if nodes in ("3", "2") else 0)
+        assert counts["graph_trace_switches"] == (4 if nodes in (None, "3", "2") else 0)
         assert (counts["graph_trace_switch_ns"] > 0) == (counts["graph_trace_switches"] > 0)  # timed
 
 
@@ -898,6 +898,34 @@ def test_graph_replays_node_by_node_while_the_program_records_kernels(tmp_path, 
     assert got == {(1, r): (1 if r in (1, 2, 5, 6) else "whole") for r in range(1, 9)}
     counts = _one(events, "timeline_counts")
     assert (counts["graph_replays_sampled"], counts["graph_replays_whole"], counts["graph_trace_switches"]) == (4, 4, 4)
+
+
+def test_a_graph_instantiated_after_sampled_replays_is_instantiated_traced(tmp_path, fakes):
+    """torch.compile's training loop: the backward graph (B) is instantiated after the forward graph's (A) first
+    replays switched GRAPH_TRACE off. Launched later with GRAPH_TRACE on, such a graph crashed CUPTI (the fake
+    aborts so: fakecuda.c, graph_trace_now). The shim switches GRAPH_TRACE on before every instantiation, so B is
+    sampled like any graph: its first 3 replays node by node, the rest whole."""
+    env = {"GRAPH_APP_TWIN": "graph", "GRAPH_APP_TWIN_AT": "1"}  # the default sampling: 3 replays
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "7"],
+                       "--no-graphs", env=env)
+    got = _replays_by_kind(read_timeline(run, graphs=True))
+    assert got == {**{(1, r): (1 if r <= 3 else "whole") for r in range(1, 8)},
+                   **{(2, r): (1 if r <= 3 else "whole") for r in range(1, 7)}}
+    counts = _one(events, "timeline_counts")
+    assert counts["graph_execs_untraced"] == 0 and counts["graph_trace_switches"] >= 3
+
+
+def test_a_graph_instantiated_while_graph_trace_cannot_be_on_stays_node_by_node(tmp_path, fakes):
+    """B instantiated while the program's own profiler records kernels (GRAPH_TRACE kept off then): B is
+    untraced, every replay of it node by node (GRAPH_TRACE off at each of its launches, never a crash), while A
+    goes on being recorded whole past its sampled replays once the profiler stops."""
+    env = {"GRAPH_APP_TWIN": "graph", "GRAPH_APP_TWIN_AT": "2", "GRAPH_APP_PROFILE_AT": "1",
+           "GRAPH_APP_PROFILE_OFF_AT": "3"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "7"],
+                       "--no-graphs", env=env)
+    got = _replays_by_kind(read_timeline(run, graphs=True))
+    assert got == {**{(1, r): (1 if r <= 3 else "whole") for r in range(1, 8)}, **{(2, r): 1 for r in range(1, 6)}}
+    assert _one(events, "timeline_counts")["graph_execs_untraced"] == 1
 
 
 def test_sampled_replays_without_node_records_are_said(tmp_path, fakes):

@@ -247,6 +247,7 @@ typedef struct {
     unsigned n, cap;
     long launches;
     int from_clone, dead;
+    int untraced;          /* instantiated while the fake CUPTI had GRAPH_TRACE off (graph_trace_now) */
     void *family;          /* the captured graph it descends from (clones, executable graphs): FAKECUDA_CHECK_ORDER */
     uint32_t last_launch;  /* an executable graph's last launch (an op of the order model) */
     uintptr_t (*edges)[3]; /* a captured graph's dependencies (from, to, edge data as a u64), node handles */
@@ -474,6 +475,15 @@ static int refuses_programmatic(const Graph *g, unsigned long long flags) {
         if ((g->edges[i][2] >> 16 & 0xff) == 1) return 1;
     return 0;
 }
+/* GRAPH_TRACE enabled in the fake CUPTI now (-1: no fake CUPTI loaded). CUPTI crashed (SIGSEGV in the graph
+ * launch; tests/gpu/test_gpu_graphs.py::test_reduce_overhead_training_loop, H200, 2026-11-28) when a graph
+ * instantiated while GRAPH_TRACE was off was launched with it on; the fake aborts so. */
+static int graph_trace_now(void) {
+    void *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
+    int (*fn)(void) = h ? (int (*)(void))dlsym(h, "fakecupti_graph_trace_enabled") : NULL;
+    if (h) dlclose(h);
+    return fn ? fn() : -1;
+}
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
     detail_instantiate(graph, flags);
     if (refuses_programmatic(graph, flags)) return 801;
@@ -484,6 +494,7 @@ CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long lon
     e->family = g->family ? g->family : g;
     graph_nodes_live++;
     for (unsigned k = 1; k <= nclones; k++) e->from_clone |= clones[k] == g;
+    e->untraced = graph_trace_now() == 0;
     *exec = e;
     return 0;
 }
@@ -810,6 +821,10 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     /* FAKECUDA_REFUSE_CLONE_LAUNCH=1: an executable graph of a clone is refused at launch (out of memory
      * for its first upload, say), nothing run */
     if (e->from_clone && getenv("FAKECUDA_REFUSE_CLONE_LAUNCH")) return 2;
+    if (e->untraced && graph_trace_now() == 1) {
+        fprintf(stderr, "fakecuda: a graph instantiated while GRAPH_TRACE was off launched with it on (CUPTI crashes)\n");
+        abort();
+    }
     order_graph_launch(e, stream);
     e->launches++;
     all_graph_launches++;

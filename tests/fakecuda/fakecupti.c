@@ -173,6 +173,9 @@ void fakecupti_graph_kernel(const char *name, unsigned gx, unsigned gy, unsigned
     if (!replay_whole) kernel_record(name, gx, gy, gz, bx, by, bz, 0, stream, graph_id);
 }
 
+/* Whether GRAPH_TRACE is enabled now (fakecuda.c asks at each instantiation and graph launch: see there). */
+int fakecupti_graph_trace_enabled(void) { return enabled[NT_ACT_GRAPH_TRACE]; }
+
 /* A graph replay's start (fakecuda.c's cuGraphLaunch): one API call (callbacks, correlation id); with GRAPH_TRACE
  * enabled, the replay's one record. */
 void fakecupti_graph_launch(uintptr_t stream, uint32_t graph_id) {

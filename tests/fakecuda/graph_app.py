@@ -11,6 +11,8 @@ GRAPH_APP_CAPTURED_AT=N: replay N launched into a capturing stream; GRAPH_APP_GR
 destroyed right after its instantiation, as PyTorch does (prints the graphs alive then);
 GRAPH_APP_TWIN=graph|clone: a second executable graph
 instantiated from the captured graph or a clone of it, launched right after each replay of the first;
+GRAPH_APP_TWIN_AT=N (with GRAPH_APP_TWIN): that second graph instantiated only before replay N, launched after
+each replay of the first from then on (torch.compile's backward graph, made after the forward's first replays);
 GRAPH_APP_SET_NODE_GRID=G: cuGraphNodeSetParams on
 the (last) kernel node before instantiation: the program's kernel on G blocks;
 GRAPH_APP_RELEASE_AT=N: the primary context released before replay N (a teardown the shim reports).
@@ -251,12 +253,14 @@ def main(ptx_path, kernel, cycles, replays):
             say("graphs after destroy", cu.fakecuda_graphs_live())
         twin = P()  # GRAPH_APP_TWIN=clone|graph: a second executable graph of the capture, launched after each replay
         twin_of = os.environ.get("GRAPH_APP_TWIN")
+        twin_at = int(os.environ.get("GRAPH_APP_TWIN_AT", "0"))
         if twin_of:
             twin_source = graph
             if twin_of == "clone":
                 twin_source = P()
                 assert cu.cuGraphClone(C.byref(twin_source), graph) == 0
-            assert cu.cuGraphInstantiateWithFlags(C.byref(twin), twin_source, 0) == 0
+            if not twin_at:
+                assert cu.cuGraphInstantiateWithFlags(C.byref(twin), twin_source, 0) == 0
         remade = False
         updating = []  # GRAPH_APP_DROP_IN_TWIN: the thread started in the twin's launch, joined after it
         if os.environ.get("GRAPH_APP_DROP_IN_TWIN"):
@@ -291,6 +295,8 @@ def main(ptx_path, kernel, cycles, replays):
                 assert C.CDLL("libcupti.so.13", mode=C.RTLD_GLOBAL).cuptiActivityDisable(10) == 0
             if r == int(os.environ.get("GRAPH_APP_RELEASE_AT", "-1")):
                 assert cu.cuDevicePrimaryCtxRelease_v2(0) == 0
+            if twin_of and twin_at and r == twin_at:
+                assert cu.cuGraphInstantiateWithFlags(C.byref(twin), twin_source, 0) == 0
             if r == int(os.environ.get("GRAPH_APP_UPDATE_AT", "-1")):
                 assert cu.cuGraphExecUpdate_v2(exe, graph, None) == 0
             if r == int(os.environ.get("GRAPH_APP_CAPTURED_AT", "-1")):  # the graph becomes a child graph node
@@ -325,7 +331,7 @@ def main(ptx_path, kernel, cycles, replays):
             assert cu.cuGraphLaunch(exe, second if (r % 2 or remade) and second else stream) == 0
             while updating:
                 updating.pop().join()
-            if twin_of:
+            if twin_of and r >= twin_at:
                 assert cu.cuGraphLaunch(twin, stream) == 0
             if plain_exe is not None:
                 mark(f"B replay {r}")
@@ -335,7 +341,7 @@ def main(ptx_path, kernel, cycles, replays):
         cu.fakecuda_exec_launches.restype = cu.fakecuda_graph_launches.restype = C.c_long
         cu.fakecuda_exec_launches.argtypes = [P]
         launched.append((cu.fakecuda_exec_launches(exe), cu.fakecuda_graph_launches()))
-        if twin_of:
+        if twin_of and twin.value:
             assert cu.cuGraphExecDestroy(twin) == 0
             if twin_source.value != graph.value:
                 assert cu.cuGraphDestroy(twin_source) == 0
