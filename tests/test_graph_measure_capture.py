@@ -23,6 +23,13 @@ REPLAYS = 6
 SELECTED = [0, 3]  # --launches every:3
 
 
+@pytest.fixture(autouse=True)
+def _append_path(monkeypatch):
+    """This module tests the append node: the chain (the default; tests/test_runtime_graph_chain.py and
+    tests/test_graph_chain_*.py) is turned off."""
+    monkeypatch.setenv("NEUTRINO_GRAPH_CHAIN", "0")
+
+
 def run(tmp_path, fakecuda_calls, monkeypatch, knobs: str, **env):
     """(A's capture split into before / inside / after, as call names on the program's thread; the trace; the fake's
     kernel log)."""
@@ -63,6 +70,7 @@ def control(tmp_path_factory, fakecuda_calls, shim):  # noqa: F811
     """The same run with the variable unset: what each knob is compared with."""
     mp = pytest.MonkeyPatch()
     try:
+        mp.setenv("NEUTRINO_GRAPH_CHAIN", "0")  # (module scope: _append_path does not reach here)
         return run(tmp_path_factory.mktemp("control"), fakecuda_calls, mp, "")
     finally:
         mp.undo()

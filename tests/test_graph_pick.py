@@ -24,6 +24,13 @@ SELECTED = [r for r in range(REPLAYS) if r % EVERY == 0]
 SWITCHING = {"NEUTRINO_GRAPH_TWIN": "0"}  # no twin: the replays left out switch the program's graph's nodes
 
 
+@pytest.fixture(autouse=True)
+def _append_path(monkeypatch):
+    """This module tests the append node: the chain (the default; tests/test_runtime_graph_chain.py and
+    tests/test_graph_chain_*.py) is turned off."""
+    monkeypatch.setenv("NEUTRINO_GRAPH_CHAIN", "0")
+
+
 def run_app(tmp_path, fakecuda, monkeypatch, launches=f"every:{EVERY}", replays=REPLAYS, **env):
     out = tmp_path / "app.out"
     monkeypatch.setenv("GRAPH_APP_OUT", str(out))

@@ -95,8 +95,19 @@ def test_a_full_ring_counts_drops_and_never_hangs(tmp_path, monkeypatch):
     assert summary and all((r["replays"], r["written"], r["dropped_behind"]) == (40, 8, 32) for r in summary)
 
 
-def test_without_the_switch_the_append_node_stays(tmp_path, monkeypatch):
+def test_the_chain_is_the_default(tmp_path, monkeypatch):
     monkeypatch.delenv(chain.ENV, raising=False)
+    rt, drv, _ = make_runtime(tmp_path)
+    load_saxpy(rt)
+    p = ChainProgram.__new__(ChainProgram)
+    p.rt, p.drv, p.keep = rt, drv, []
+    graph = p.capture()
+    assert APPEND_KERNEL not in p.kernels_in(graph) and events(rt, "graph_chain")
+    finish(rt)
+
+
+def test_chain_off_keeps_the_append_node(tmp_path, monkeypatch):
+    monkeypatch.setenv(chain.ENV, "0")
     rt, drv, _ = make_runtime(tmp_path)
     load_saxpy(rt)
     p = ChainProgram.__new__(ChainProgram)

@@ -45,6 +45,13 @@ STREAM = 0x5
 CYCLES = int(os.environ.get("NEUTRINO_GRAPH_CYCLES", "1000"))  # capture/replay/destroy cycles of the leak test
 
 
+@pytest.fixture(autouse=True)
+def _append_path(monkeypatch):
+    """This module tests the append node: the chain (the default; tests/test_runtime_graph_chain.py and
+    tests/test_graph_chain_*.py) is turned off."""
+    monkeypatch.setenv("NEUTRINO_GRAPH_CHAIN", "0")
+
+
 class Program:
     """A program that captures saxpy4 (probed) then `other` (never probed) into one graph."""
 

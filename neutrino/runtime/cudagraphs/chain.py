@@ -23,11 +23,11 @@ from neutrino.chain_head import (  # noqa: F401 (re-exported for the runtime)
 
 WORDS = 8  # the head's words the protocol uses (the rest of HEAD_BYTES is a reserved table, zero)
 DROP_MASK = 0xFFFFFFFF
-ENV = "NEUTRINO_GRAPH_CHAIN"  # "1": captured graphs use the chain where they can (not yet the default)
+ENV = "NEUTRINO_GRAPH_CHAIN"  # "0": captured graphs keep the append node (the chain is the default)
 
 
 def enabled(environ=os.environ) -> bool:
-    return environ.get(ENV, "") == "1"
+    return environ.get(ENV, "1") != "0"
 
 
 @attrs.frozen
