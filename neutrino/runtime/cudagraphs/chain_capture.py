@@ -85,6 +85,8 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
                        reason=f"{type(e).__name__}: {e}")
         return False
     group.chain, group.chain_order = rings, list(nodes)
+    for exe in group.execs:  # (executable graphs made before: a capture into a graph that had some)
+        gp.sink.chain_exec(rings.sink_handle, exe, True)
     for n, func in zip(nodes, funcs):
         n.appended = True  # (served: no append node for it, now or at a later capture's end)
         n.chain_func = func

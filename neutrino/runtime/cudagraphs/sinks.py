@@ -185,6 +185,10 @@ class PythonGraphSink:
         written, dropped, _ = handle[0].counts()[i]
         return written, dropped
 
+    def chain_exec(self, handle, exe: int, add: bool) -> None:
+        """An executable graph of the chain's made or gone (the native poller's idle rule counts its launches; no
+        poller here)."""
+
     def free_chain(self, handle) -> None:
         pass
 
@@ -260,6 +264,8 @@ class NativeGraphSink:
         self._chain_pick.argtypes = [C.c_void_p, C.c_uint64, C.c_uint64, C.c_uint64]
         self._chain_unpick = waits.neutrino_graph_chain_unpick
         self._chain_unpick.argtypes = [C.c_void_p, C.c_uint64]
+        self._chain_exec = waits.neutrino_graph_chain_exec  # (the poller's lock)
+        self._chain_exec.argtypes = [C.c_void_p, C.c_void_p, C.c_int]
         lib.neutrino_graph_set_pending_limit.argtypes = [C.c_uint64]
         lib.neutrino_graph_set_pending_limit(pending_limit)
         self.filter = launch_filter
@@ -315,6 +321,11 @@ class NativeGraphSink:
         out = (C.c_uint64 * 3)()
         self._chain_counts(handle, i, out)
         return int(out[0]), int(out[1])
+
+    def chain_exec(self, handle: int, exe: int, add: bool) -> None:
+        """Executable graph `exe` of the chain's captured graph made (`add`) or gone: the poller counts its launches
+        (a chain is idle only once its heads say every launch ran: shim/graphs.c, neutrino_graph_chain_exec)."""
+        self._chain_exec(handle, exe, int(add))
 
     def free_chain(self, handle: int) -> None:
         self._chain_free(handle)
