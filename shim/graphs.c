@@ -395,6 +395,9 @@ static nt_chain *chains;
  * launches queued ahead of a GPU run later, and fill a ring while it is passed over: issue 24), and no graph has
  * been launched since (cuGraphLaunch calls so far: graph_launch). */
 static _Atomic uint64_t graph_launches_made;
+/* The poller's passes over chains, those it passed over as idle, and the most slots one pass found in one ring
+ * (how close a ring came to full: NEUTRINO_FAST_PROFILE's line, neutrino_graph_chain_poll_counts) */
+static _Atomic uint64_t chain_passes, chain_idle_skips, chain_most;
 #define CHAIN_IDLE_POLLS 64
 static unsigned chain_idle_polls(const nt_chain *c) { return c->d.k / 2 < CHAIN_IDLE_POLLS ? c->d.k / 2 : CHAIN_IDLE_POLLS; }
 
@@ -554,6 +557,7 @@ static uint64_t chain_pass(nt_chain *c, nt_pass *p) {
             first = i, used = 0;
         }
         c->count[i] = h[CH_WRITTEN] - c->drained[i];
+        if (c->count[i] > atomic_load_explicit(&chain_most, memory_order_relaxed)) atomic_store(&chain_most, c->count[i]);
         c->at[i] = used;
         total += c->count[i];
         c->lost[i] = c->count[i] && !chain_copy_out(c, i, used);
@@ -585,8 +589,11 @@ static void drain_chains(int idle_skip) {
     for (nt_chain *c = chains; c; c = c->next) {
         uint64_t launched = chain_launched(c);  /* (before the heads are read) */
         if (idle_skip && c->idle && launches == c->launches_seen && launched == c->launched_seen &&
-            c->idle++ % chain_idle_polls(c))
+            c->idle++ % chain_idle_polls(c)) {
+            atomic_fetch_add_explicit(&chain_idle_skips, 1, memory_order_relaxed);
             continue;
+        }
+        atomic_fetch_add_explicit(&chain_passes, 1, memory_order_relaxed);
         c->launches_seen = launches, c->launched_seen = launched;
         c->idle = chain_pass(c, &p) == 0 && chain_caught_up(c, launched);
     }
@@ -765,6 +772,13 @@ void neutrino_graph_drain_all(void) {
 void neutrino_graph_poller_counts(uint64_t out[2]) {
     out[0] = atomic_load(&poller_calls);
     out[1] = atomic_load(&poller_frames);
+}
+
+/* The chains' passes so far, those passed over as idle, the most slots one pass found in one ring. */
+void neutrino_graph_chain_poll_counts(uint64_t out[3]) {
+    out[0] = atomic_load(&chain_passes);
+    out[1] = atomic_load(&chain_idle_skips);
+    out[2] = atomic_load(&chain_most);
 }
 
 /* Between polls: POLL_NS, or NEUTRINO_GRAPH_POLL_US microseconds (benchmarks/graph_residual.py isolates the

@@ -250,6 +250,8 @@ class NativeGraphSink:
         self._stats.argtypes = [C.c_void_p, C.c_uint64 * 5]
         self._counts = lib.neutrino_graph_poller_counts
         self._counts.argtypes = [C.c_uint64 * 2]
+        self._chain_polls = lib.neutrino_graph_chain_poll_counts
+        self._chain_polls.argtypes = [C.c_uint64 * 3]
         waits = C.CDLL(shim_path)  # the chain's calls wait for the GPU (and the poller's lock): the GIL goes
         self._chain_new = lib.neutrino_graph_chain_new
         self._chain_new.argtypes = [C.POINTER(NtChainDesc)]
@@ -337,6 +339,11 @@ class NativeGraphSink:
             calls, frames = self.poller_counts()
             print(f"neutrino: graph rings copied out with {calls} driver calls for {frames} frames "
                   f"({calls / max(frames, 1):.2f} per frame)", file=sys.stderr)
+            polls = (C.c_uint64 * 3)()
+            self._chain_polls(polls)
+            if polls[0]:
+                print(f"neutrino: graph chains: {polls[0]} passes, {polls[1]} polls passed over as idle, at most "
+                      f"{polls[2]} slots taken from one ring in one pass", file=sys.stderr)
 
     def poller_counts(self) -> tuple[int, int]:
         """The copy-out's driver calls so far, and the frames it handed to the writer."""
