@@ -381,6 +381,7 @@ typedef struct nt_chain {
     uint64_t *at, *count, *lost; /* per node, this pass: its slots' offset in the staging, how many, copy refused */
     uint64_t launches_seen;      /* graph_launches_made when its last pass began */
     uint64_t launched_seen;      /* launches of its executable graphs counted when its last pass began */
+    uint64_t launched_gone;      /* those of its executable graphs gone (under rings_lock) */
     unsigned idle;               /* polls since its last pass, that pass having found nothing and every launch run */
     _Atomic uint64_t errors;
     /* `--launches` (chain_replay; set under rings_lock): launches 1..picked_upto ran the replays the host chose,
@@ -435,21 +436,27 @@ static void chain_exec_count(const void *exec, int delta) {
 
 /* The launches of chain c's executable graphs so far (under rings_lock). */
 static uint64_t chain_launched(const nt_chain *c) {
-    uint64_t n = 0;
+    uint64_t n = c->launched_gone;
     for (unsigned i = 0; i < CHAIN_EXECS; i++)
         if (atomic_load_explicit(&chain_execs[i].owner, memory_order_relaxed) == c)
             n += atomic_load(&chain_execs[i].launches);
     return n;
 }
 
+/* Slot x let go (under rings_lock); with none left, the tombstones too (a lookup then stops at once). */
+static void chain_exec_let_go(nt_chain_exec *x) {
+    nt_chain *c = atomic_load(&x->owner);
+    if (c) c->launched_gone += atomic_load(&x->launches);  /* (they may still be running) */
+    atomic_store(&x->owner, NULL);
+    atomic_store(&x->exec, EXEC_GONE);
+    if (atomic_fetch_sub(&chain_execs_live, 1) == 1)
+        for (unsigned i = 0; i < CHAIN_EXECS; i++) atomic_store(&chain_execs[i].exec, NULL);
+}
+
 /* Every slot of chain c's let go (under rings_lock). */
 static void chain_execs_drop(const nt_chain *c) {
     for (unsigned i = 0; i < CHAIN_EXECS; i++)
-        if (atomic_load_explicit(&chain_execs[i].owner, memory_order_relaxed) == c) {
-            atomic_store(&chain_execs[i].owner, NULL);
-            atomic_store(&chain_execs[i].exec, EXEC_GONE);
-            atomic_fetch_sub(&chain_execs_live, 1);
-        }
+        if (atomic_load_explicit(&chain_execs[i].owner, memory_order_relaxed) == c) chain_exec_let_go(&chain_execs[i]);
 }
 
 /* Whether every launch counted (`launched`) has run, by the heads of the nodes its own descendants advance (in
@@ -711,36 +718,35 @@ void neutrino_graph_chain_counts(void *chain, uint32_t i, uint64_t out[3]) {
     pthread_mutex_unlock(&rings_lock);
 }
 
+/* A slot for `exec`, counted from 0 for chain c (under rings_lock); none left: c is never idle. */
+static void chain_exec_add(nt_chain *c, void *exec) {
+    unsigned at = exec_hash(exec), i = 0;
+    for (; i < CHAIN_EXECS; i++, at = (at + 1) % CHAIN_EXECS) {
+        void *e = atomic_load(&chain_execs[at].exec);
+        if (!e || e == EXEC_GONE) break;
+    }
+    if (i == CHAIN_EXECS) {
+        c->untracked = 1;
+        return;
+    }
+    atomic_store(&chain_execs[at].launches, 0);
+    atomic_store(&chain_execs[at].owner, c);
+    atomic_store_explicit(&chain_execs[at].exec, exec, memory_order_release);
+    atomic_fetch_add(&chain_execs_live, 1);
+}
+
 /* Executable graph `exec` of the chain's captured graph made (`add`), or gone (destroyed, or updated to run
- * another graph's nodes): its launches are counted for the chain's idle rule while it lives. */
+ * another graph's nodes): its launches are counted for the chain's idle rule while it lives, and kept after. */
 void neutrino_graph_chain_exec(void *chain, void *exec, int add) {
     nt_chain *c = chain;
     if (!exec || exec == EXEC_GONE) return;
     pthread_mutex_lock(&rings_lock);
     nt_chain_exec *x = chain_exec_find(exec);
     if (x && !add) {
-        atomic_store(&x->owner, NULL);
-        atomic_store(&x->exec, EXEC_GONE);
-        atomic_fetch_sub(&chain_execs_live, 1);
-    } else if (add && c) {
-        if (x) {  /* (its handle again, for another chain: counted from 0 there) */
-            atomic_store(&x->owner, c);
-            atomic_store(&x->launches, 0);
-        } else {
-            unsigned at = exec_hash(exec), i = 0;
-            for (; i < CHAIN_EXECS; i++, at = (at + 1) % CHAIN_EXECS) {
-                void *e = atomic_load(&chain_execs[at].exec);
-                if (!e || e == EXEC_GONE) break;
-            }
-            if (i == CHAIN_EXECS) {
-                c->untracked = 1;
-            } else {
-                atomic_store(&chain_execs[at].launches, 0);
-                atomic_store(&chain_execs[at].owner, c);
-                atomic_store_explicit(&chain_execs[at].exec, exec, memory_order_release);
-                atomic_fetch_add(&chain_execs_live, 1);
-            }
-        }
+        chain_exec_let_go(x);
+    } else if (add && c && !(x && atomic_load(&x->owner) == c)) {
+        if (x) chain_exec_let_go(x);  /* (its handle again, for another chain) */
+        chain_exec_add(c, exec);
     }
     pthread_mutex_unlock(&rings_lock);
 }
