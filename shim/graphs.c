@@ -1267,10 +1267,6 @@ static CUresult end_capture(int slot, void *stream, void **graph) {
 CUresult cuStreamEndCapture(void *stream, void **graph) { return end_capture(GH_END, stream, graph); }
 CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_capture(GH_END_PTSZ, stream, graph); }
 
-/* A replay: for a graph with a plan, its twin for a replay left out, or its nodes switched to what
- * `--launches` wants of this replay first, each in order after the plan's previous launch (graphpick.c);
- * where the host cannot choose, nothing is launched until Python has given the plan up (the report is
- * made holding no lock of graphpick.c: Python's drop takes the plan's). */
 /* The driver's launch, counted for a chain's executable graph (a twin launched instead is not one). */
 static CUresult counted_launch(int slot, void *exec, void *stream) {
     chain_exec_count(exec, 1);
@@ -1281,6 +1277,10 @@ static CUresult counted_launch(int slot, void *exec, void *stream) {
 static CUresult counted_launch_std(void *exec, void *stream) { return counted_launch(GH_LAUNCH, exec, stream); }
 static CUresult counted_launch_ptsz(void *exec, void *stream) { return counted_launch(GH_LAUNCH_PTSZ, exec, stream); }
 
+/* A replay: for a graph with a plan, its twin for a replay left out, or its nodes switched to what
+ * `--launches` wants of this replay first, each in order after the plan's previous launch (graphpick.c);
+ * where the host cannot choose, nothing is launched until Python has given the plan up (the report is
+ * made holding no lock of graphpick.c: Python's drop takes the plan's). */
 static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
     if (!GREAL(slot, CUresult(*)(void *, void *))) return CU_NOT_FOUND;
     CUresult (*fn)(void *, void *) = slot == GH_LAUNCH_PTSZ ? counted_launch_ptsz : counted_launch_std;
