@@ -376,11 +376,13 @@ enum { CH_CUR, CH_ADV, CH_RING, CH_GEOM, CH_WRITTEN, CH_DROPPED, CH_DRAINED, CH_
 typedef struct nt_chain {
     nt_chain_desc d;             /* its arrays: copies of ours */
     struct nt_chain *next;       /* the chains polled (under rings_lock) */
-    int attached;
+    int attached, untracked;     /* untracked: an executable graph of it not counted (never idle) */
     uint64_t *drained, *written, *dropped;  /* per node: drained by us; the head's counts when last read */
     uint64_t *at, *count, *lost; /* per node, this pass: its slots' offset in the staging, how many, copy refused */
     uint64_t launches_seen;      /* graph_launches_made when its last pass began */
-    unsigned idle;               /* polls since its last pass, that pass having found nothing */
+    uint64_t launched_seen;      /* launches of its executable graphs counted when its last pass began */
+    uint64_t launched_gone;      /* those of its executable graphs gone (under rings_lock) */
+    unsigned idle;               /* polls since its last pass, that pass having found nothing and every launch run */
     _Atomic uint64_t errors;
     /* `--launches` (chain_replay; set under rings_lock): launches 1..picked_upto ran the replays the host chose,
      * start + (k - 1) * every; each later one replay `unpicked_from` + (k - 1 - picked_upto), kept when selected */
@@ -389,12 +391,82 @@ typedef struct nt_chain {
 } nt_chain;
 
 static nt_chain *chains;
-/* cuGraphLaunch calls so far (graph_launch): a chain with nothing new and no graph launched since its last pass is
- * polled only every CHAIN_IDLE_POLLS polls, and at least every K / 2 (a replay still running at that pass, its ring
- * then empty, is drained by a later pass before K more can have finished: each took longer than a poll interval) */
+/* An idle chain is polled only every CHAIN_IDLE_POLLS polls (and at least every K / 2): idle, its last pass found
+ * nothing new, its heads said every launch of its executable graphs made by then had run (none in flight: the
+ * launches queued ahead of a GPU run later, and fill a ring while it is passed over: issue 24), and no graph has
+ * been launched since (cuGraphLaunch calls so far: graph_launch). */
 static _Atomic uint64_t graph_launches_made;
+/* The poller's passes over chains, those it passed over as idle, and the most slots one pass found in one ring
+ * (how close a ring came to full: NEUTRINO_FAST_PROFILE's line, neutrino_graph_chain_poll_counts) */
+static _Atomic uint64_t chain_passes, chain_idle_skips, chain_most;
 #define CHAIN_IDLE_POLLS 64
 static unsigned chain_idle_polls(const nt_chain *c) { return c->d.k / 2 < CHAIN_IDLE_POLLS ? c->d.k / 2 : CHAIN_IDLE_POLLS; }
+
+/* The chains' executable graphs (neutrino_graph_chain_exec, from Python at instantiation) and their launches,
+ * counted at the launch itself (before the driver's call: a pass never finds one launched and not counted): a
+ * table read without a lock on the launch path, written under rings_lock. A slot whose exec went keeps a
+ * tombstone (lookups go on past it). A chain with an executable graph the table had no room for is never idle. */
+#define CHAIN_EXECS 512
+#define EXEC_GONE ((void *)(uintptr_t)1)
+typedef struct {
+    _Atomic(void *) exec;
+    _Atomic(void *) owner;  /* its chain */
+    _Atomic uint64_t launches;
+} nt_chain_exec;
+static nt_chain_exec chain_execs[CHAIN_EXECS];
+static _Atomic int chain_execs_live;
+
+static unsigned exec_hash(const void *exec) { return (unsigned)(((uintptr_t)exec >> 4) * 2654435761u) % CHAIN_EXECS; }
+
+static nt_chain_exec *chain_exec_find(const void *exec) {
+    for (unsigned i = 0, at = exec_hash(exec); i < CHAIN_EXECS; i++, at = (at + 1) % CHAIN_EXECS) {
+        void *e = atomic_load_explicit(&chain_execs[at].exec, memory_order_acquire);
+        if (!e) return NULL;
+        if (e == exec) return &chain_execs[at];
+    }
+    return NULL;
+}
+
+/* A launch of `exec` about to be made (+1) or refused after all (-1). */
+static void chain_exec_count(const void *exec, int delta) {
+    if (!atomic_load_explicit(&chain_execs_live, memory_order_relaxed)) return;
+    nt_chain_exec *x = chain_exec_find(exec);
+    if (x) atomic_fetch_add(&x->launches, (uint64_t)(int64_t)delta);
+}
+
+/* The launches of chain c's executable graphs so far (under rings_lock). */
+static uint64_t chain_launched(const nt_chain *c) {
+    uint64_t n = c->launched_gone;
+    for (unsigned i = 0; i < CHAIN_EXECS; i++)
+        if (atomic_load_explicit(&chain_execs[i].owner, memory_order_relaxed) == c)
+            n += atomic_load(&chain_execs[i].launches);
+    return n;
+}
+
+/* Slot x let go (under rings_lock); with none left, the tombstones too (a lookup then stops at once). */
+static void chain_exec_let_go(nt_chain_exec *x) {
+    nt_chain *c = atomic_load(&x->owner);
+    if (c) c->launched_gone += atomic_load(&x->launches);  /* (they may still be running) */
+    atomic_store(&x->owner, NULL);
+    atomic_store(&x->exec, EXEC_GONE);
+    if (atomic_fetch_sub(&chain_execs_live, 1) == 1)
+        for (unsigned i = 0; i < CHAIN_EXECS; i++) atomic_store(&chain_execs[i].exec, NULL);
+}
+
+/* Every slot of chain c's let go (under rings_lock). */
+static void chain_execs_drop(const nt_chain *c) {
+    for (unsigned i = 0; i < CHAIN_EXECS; i++)
+        if (atomic_load_explicit(&chain_execs[i].owner, memory_order_relaxed) == c) chain_exec_let_go(&chain_execs[i]);
+}
+
+/* Whether every launch counted (`launched`) has run, by the heads of the nodes its own descendants advance (in
+ * the same replay: a probed sink's last launch waits for the next replay). */
+static int chain_caught_up(const nt_chain *c, uint64_t launched) {
+    if (c->untracked) return 0;
+    for (uint32_t i = 0; i < c->d.n; i++)
+        if (!c->d.sinks[i] && c->written[i] + c->dropped[i] < launched) return 0;
+    return 1;
+}
 
 static uint64_t *chain_head(nt_chain *c, uint32_t i) { return (uint64_t *)((char *)c->d.host + CHAIN_HEAD_BYTES * i); }
 static uint64_t *chain_drained_words(nt_chain *c) { return (uint64_t *)((char *)c->d.host + CHAIN_HEAD_BYTES * c->d.n); }
@@ -492,6 +564,7 @@ static uint64_t chain_pass(nt_chain *c, nt_pass *p) {
             first = i, used = 0;
         }
         c->count[i] = h[CH_WRITTEN] - c->drained[i];
+        if (c->count[i] > atomic_load_explicit(&chain_most, memory_order_relaxed)) atomic_store(&chain_most, c->count[i]);
         c->at[i] = used;
         total += c->count[i];
         c->lost[i] = c->count[i] && !chain_copy_out(c, i, used);
@@ -521,9 +594,15 @@ static void drain_chains(int idle_skip) {
     nt_pass p = {0};
     uint64_t launches = atomic_load(&graph_launches_made);
     for (nt_chain *c = chains; c; c = c->next) {
-        if (idle_skip && c->idle && launches == c->launches_seen && c->idle++ % chain_idle_polls(c)) continue;
-        c->launches_seen = launches;
-        c->idle = chain_pass(c, &p) == 0;
+        uint64_t launched = chain_launched(c);  /* (before the heads are read) */
+        if (idle_skip && c->idle && launches == c->launches_seen && launched == c->launched_seen &&
+            c->idle++ % chain_idle_polls(c)) {
+            atomic_fetch_add_explicit(&chain_idle_skips, 1, memory_order_relaxed);
+            continue;
+        }
+        atomic_fetch_add_explicit(&chain_passes, 1, memory_order_relaxed);
+        c->launches_seen = launches, c->launched_seen = launched;
+        c->idle = chain_pass(c, &p) == 0 && chain_caught_up(c, launched);
     }
     pass_leave(&p);
 }
@@ -639,9 +718,43 @@ void neutrino_graph_chain_counts(void *chain, uint32_t i, uint64_t out[3]) {
     pthread_mutex_unlock(&rings_lock);
 }
 
+/* A slot for `exec`, counted from 0 for chain c (under rings_lock); none left: c is never idle. */
+static void chain_exec_add(nt_chain *c, void *exec) {
+    unsigned at = exec_hash(exec), i = 0;
+    for (; i < CHAIN_EXECS; i++, at = (at + 1) % CHAIN_EXECS) {
+        void *e = atomic_load(&chain_execs[at].exec);
+        if (!e || e == EXEC_GONE) break;
+    }
+    if (i == CHAIN_EXECS) {
+        c->untracked = 1;
+        return;
+    }
+    atomic_store(&chain_execs[at].launches, 0);
+    atomic_store(&chain_execs[at].owner, c);
+    atomic_store_explicit(&chain_execs[at].exec, exec, memory_order_release);
+    atomic_fetch_add(&chain_execs_live, 1);
+}
+
+/* Executable graph `exec` of the chain's captured graph made (`add`), or gone (destroyed, or updated to run
+ * another graph's nodes): its launches are counted for the chain's idle rule while it lives, and kept after. */
+void neutrino_graph_chain_exec(void *chain, void *exec, int add) {
+    nt_chain *c = chain;
+    if (!exec || exec == EXEC_GONE) return;
+    pthread_mutex_lock(&rings_lock);
+    nt_chain_exec *x = chain_exec_find(exec);
+    if (x && !add) {
+        chain_exec_let_go(x);
+    } else if (add && c && !(x && atomic_load(&x->owner) == c)) {
+        if (x) chain_exec_let_go(x);  /* (its handle again, for another chain) */
+        chain_exec_add(c, exec);
+    }
+    pthread_mutex_unlock(&rings_lock);
+}
+
 void neutrino_graph_chain_free(void *chain) {
     nt_chain *c = chain;
     pthread_mutex_lock(&rings_lock);
+    chain_execs_drop(c);
     if (c->attached)
         for (nt_chain **q = &chains; *q; q = &(*q)->next)
             if (*q == c) { *q = c->next; break; }
@@ -665,6 +778,13 @@ void neutrino_graph_drain_all(void) {
 void neutrino_graph_poller_counts(uint64_t out[2]) {
     out[0] = atomic_load(&poller_calls);
     out[1] = atomic_load(&poller_frames);
+}
+
+/* The chains' passes so far, those passed over as idle, the most slots one pass found in one ring. */
+void neutrino_graph_chain_poll_counts(uint64_t out[3]) {
+    out[0] = atomic_load(&chain_passes);
+    out[1] = atomic_load(&chain_idle_skips);
+    out[2] = atomic_load(&chain_most);
 }
 
 /* Between polls: POLL_NS, or NEUTRINO_GRAPH_POLL_US microseconds (benchmarks/graph_residual.py isolates the
@@ -1153,13 +1273,23 @@ static CUresult end_capture(int slot, void *stream, void **graph) {
 CUresult cuStreamEndCapture(void *stream, void **graph) { return end_capture(GH_END, stream, graph); }
 CUresult cuStreamEndCapture_ptsz(void *stream, void **graph) { return end_capture(GH_END_PTSZ, stream, graph); }
 
+/* The driver's launch, counted for a chain's executable graph (a twin launched instead is not one). */
+static CUresult counted_launch(int slot, void *exec, void *stream) {
+    chain_exec_count(exec, 1);
+    CUresult rc = GREAL(slot, CUresult(*)(void *, void *))(exec, stream);
+    if (rc) chain_exec_count(exec, -1);
+    return rc;
+}
+static CUresult counted_launch_std(void *exec, void *stream) { return counted_launch(GH_LAUNCH, exec, stream); }
+static CUresult counted_launch_ptsz(void *exec, void *stream) { return counted_launch(GH_LAUNCH_PTSZ, exec, stream); }
+
 /* A replay: for a graph with a plan, its twin for a replay left out, or its nodes switched to what
  * `--launches` wants of this replay first, each in order after the plan's previous launch (graphpick.c);
  * where the host cannot choose, nothing is launched until Python has given the plan up (the report is
  * made holding no lock of graphpick.c: Python's drop takes the plan's). */
 static CUresult graph_launch(int slot, int ptsz, void *exec, void *stream) {
-    CUresult (*fn)(void *, void *) = GREAL(slot, CUresult(*)(void *, void *));
-    if (!fn) return CU_NOT_FOUND;
+    if (!GREAL(slot, CUresult(*)(void *, void *))) return CU_NOT_FOUND;
+    CUresult (*fn)(void *, void *) = slot == GH_LAUNCH_PTSZ ? counted_launch_ptsz : counted_launch_std;
     atomic_fetch_add_explicit(&graph_launches_made, 1, memory_order_relaxed);
     if (!neutrino_graph_pick_has(exec, NULL)) return fn(exec, stream);
     /* only a planned graph pays the capture query (graphpick.c has no view of streams) */

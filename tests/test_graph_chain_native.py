@@ -165,3 +165,31 @@ def test_no_chain_pass_while_the_program_captures(tmp_path, fakecuda, shim, chai
     assert len(nodes) == NODES and ex["dropped"] == 0
     for las in nodes.values():
         assert [la.event["replay"] for la in las] == list(range(replays))
+
+
+def test_replays_queued_far_ahead_of_the_gpu_are_all_written(tmp_path, fakecuda, shim, chain_env, capfd):
+    """A GPU behind its host (the fake's FAKECUDA_GPU_LAG_MS): the program launches its 1,000 replays at once, the
+    first runs 150 ms later, then one about every 100 us. The poller's passes during the lag find nothing new and no
+    graph launched since: the chain looked idle though 1,000 launches were still to run, and was passed over for
+    64 polls (5 ms each here: 320 ms), while the GPU filled its 256-slot rings in ~30 ms and ran all 1,000 in ~100
+    ms (issue 24: the chain dropped replays that the append node wrote). A chain is idle only when its heads say
+    every launch of its executable graphs ran: the poller keeps passing every 5 ms and writes every replay."""
+    chain_env.setenv("NEUTRINO_GRAPH_RING_SLOTS", "256")
+    chain_env.setenv("FAKECUDA_GPU_LAG_MS", "150")
+    chain_env.setenv("FAKECUDA_GPU_REPLAY_US", "50")
+    chain_env.setenv("NEUTRINO_GRAPH_POLL_US", "5000")
+    chain_env.setenv("NEUTRINO_FAST_PROFILE", "1")
+    replays = 1000
+    log, _, t = _run(tmp_path, fakecuda, 1, replays)
+    err = capfd.readouterr().err
+    line = next(ln for ln in err.splitlines() if "graph chains:" in ln)
+    most = int(line.split("at most ")[1].split()[0])
+    assert 0 < most < 256, line  # (the poller's passes during the run took what the rings held: none came full)
+    nodes = _by_node(t)
+    assert len(nodes) == NODES
+    (ex,) = [e for e in t.events if e["event"] == "exit"]
+    for node, las in nodes.items():
+        assert [la.event["replay"] for la in las] == list(range(replays)), (node, len(las), ex["dropped"])
+        assert all(_whole(la) for la in las)
+    assert ex["dropped"] == 0
+    assert f"{NODES * replays} of {NODES * replays} replay result(s) written" in err

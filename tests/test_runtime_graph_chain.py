@@ -95,6 +95,24 @@ def test_a_full_ring_counts_drops_and_never_hangs(tmp_path, monkeypatch):
     assert summary and all((r["replays"], r["written"], r["dropped_behind"]) == (40, 8, 32) for r in summary)
 
 
+def test_the_ring_holds_what_the_append_nodes_ring_would(tmp_path, monkeypatch):
+    """12 append slots a node (gmem_bytes' 16 KiB frames give 1,008): the chain's K is 16, the power of 2 not below
+    them, not 8. 12 replays nobody drains while they run (an append node keeps them all): every one written."""
+    p = ChainProgram(tmp_path, monkeypatch, slots=12)
+    exe = p.instantiate(p.capture())
+    for _ in range(12):
+        p.drv.graph_launch(exe)
+    finish(p.rt)
+    assert events(p.rt, "graph_chain")[0]["ring_slots"] == 16
+    assert set(p.frames().values()) == {12} and len(p.frames()) == 3
+    summary = [r for r in p.rt.graph_summary if r.get("graph") is not None]
+    assert summary and all((r["replays"], r["written"], r["dropped_behind"]) == (12, 12, 0) for r in summary)
+
+
+def test_ring_slots_a_power_of_2_not_below_the_fewest_append_slots():
+    assert [chain.ring_slots(s) for s in ([1008], [1008, 600], [512], [12, 40], [2], [1])] == [1024, 1024, 512, 16, 2, 2]
+
+
 def test_the_chain_is_the_default(tmp_path, monkeypatch):
     monkeypatch.delenv(chain.ENV, raising=False)
     rt, drv, _ = make_runtime(tmp_path)

@@ -407,6 +407,7 @@ static const char *pick_lock_state(void) {
     pthread_detach(t);
     return "held";
 }
+static void gpu_wait(void *stream, int everything);
 CUresult cuCtxSynchronize(void) {
     const char *log = getenv("FAKECUDA_LOG");
     if (log && getenv("FAKECUDA_LOG_SYNCS")) {
@@ -415,6 +416,7 @@ CUresult cuCtxSynchronize(void) {
         if (fh) { fprintf(fh, "ctx-sync ctx=%p lock=%s\n", (void *)current_ctx, lock); fclose(fh); }
     }
     if (alloc_refused()) return 900;
+    gpu_wait(NULL, 1);
     order_host_wait(NULL, NULL, 1);
     return 0;
 }
@@ -804,12 +806,102 @@ long fakecuda_exec_launches(void *exec) { return ((Graph *)exec)->launches; }
 static long all_graph_launches;
 long fakecuda_graph_launches(void) { return all_graph_launches; }
 CUresult cuGraphDestroy(void *graph) { free_graph(graph); return 0; }
-CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }
+CUresult cuGraphExecDestroy(void *exec) { gpu_wait(NULL, 1); free_graph(exec); return 0; }
 static void run(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **params);
 /* fakecuda_on_clone_launch(fn): fn() runs once, at the start of the first launch of an executable graph made
  * from a clone (a twin), before the fake reads it: another thread of the program acts in that window */
 static void (*clone_launch_hook)(void);
 void fakecuda_on_clone_launch(void (*fn)(void)) { clone_launch_hook = fn; }
+/* A launch's nodes run, in order (at the launch, or on the fake GPU's thread: gpu_queue below). */
+static void graph_run(Graph *e, void *stream) {
+    for (unsigned i = 0; i < e->n; i++) {
+        Node *nd = &e->nodes[i];
+        if (nd->disabled || nd->kind == N_ALLOC || nd->kind == N_REMOVED) continue;
+        if (nd->kind == N_MEMSET) memset(nd->a, (int)nd->dims[0], nd->n);
+        else if (nd->kind == N_D2H) memcpy(nd->a, nd->b, nd->n);
+        else if (nd->kind == N_HOST) ((void (*)(void *))nd->a)(nd->b);
+        else {
+            run(nd->a, nd->dims[0], nd->dims[1], nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], nd->b);
+            void (*note)(const char *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, uintptr_t, uint32_t) =
+                fakecupti("fakecupti_graph_kernel");
+            const char *name = ((Function *)nd->a)->name;
+            if (note && strcmp(name, "__neutrino_graph_append"))
+                note(name, nd->dims[0], nd->dims[1], nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], (uintptr_t)stream,
+                     (uint32_t)((uintptr_t)e >> 4) | 1u);
+        }
+    }
+}
+
+/* FAKECUDA_GPU_LAG_MS=M: a GPU behind its host. Graph launches return at once and run later, in launch order, on
+ * a thread of the fake's: the first one M ms after it was launched, then one every FAKECUDA_GPU_REPLAY_US
+ * microseconds. A wait for a stream with launches queued on it (cuStreamSynchronize; the legacy stream: all),
+ * cuCtxSynchronize and cuGraphExecDestroy wait for them; other streams' copies run at once (a copy engine beside
+ * the kernels). */
+typedef struct Queued { Graph *e; void *stream; struct Queued *next; } Queued;
+static pthread_mutex_t gpu_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gpu_more = PTHREAD_COND_INITIALIZER, gpu_done = PTHREAD_COND_INITIALIZER;
+static Queued *gpu_head, *gpu_tail;
+static Queued *gpu_running;
+static int gpu_thread_on;
+
+static int gpu_lags(void) { return getenv("FAKECUDA_GPU_LAG_MS") != NULL; }
+
+static void *gpu_loop(void *arg) {
+    (void)arg;
+    long lag_us = 1000L * atol(getenv("FAKECUDA_GPU_LAG_MS")), each_us = 0;
+    const char *each = getenv("FAKECUDA_GPU_REPLAY_US");
+    if (each) each_us = atol(each);
+    int first = 1;
+    pthread_mutex_lock(&gpu_lock);
+    for (;;) {
+        while (!gpu_head) pthread_cond_wait(&gpu_more, &gpu_lock);
+        Queued *q = gpu_running = gpu_head;
+        gpu_head = q->next;
+        if (!gpu_head) gpu_tail = NULL;
+        pthread_mutex_unlock(&gpu_lock);
+        if (first && lag_us) usleep((useconds_t)lag_us);
+        else if (each_us) usleep((useconds_t)each_us);
+        first = 0;
+        graph_run(q->e, q->stream);
+        pthread_mutex_lock(&gpu_lock);
+        gpu_running = NULL;
+        free(q);
+        pthread_cond_broadcast(&gpu_done);
+    }
+    return NULL;
+}
+
+static void gpu_queue(Graph *e, void *stream) {
+    Queued *q = calloc(1, sizeof *q);
+    q->e = e, q->stream = stream;
+    pthread_mutex_lock(&gpu_lock);
+    if (!gpu_thread_on) {
+        pthread_t t;
+        gpu_thread_on = pthread_create(&t, NULL, gpu_loop, NULL) == 0;
+        if (gpu_thread_on) pthread_detach(t);
+    }
+    if (gpu_tail) gpu_tail->next = q; else gpu_head = q;
+    gpu_tail = q;
+    pthread_cond_signal(&gpu_more);
+    pthread_mutex_unlock(&gpu_lock);
+}
+
+/* Whether a launch queued or running is on `stream` (everything: any). */
+static int gpu_pending(void *stream, int everything) {
+    int legacy = stream == NULL || stream == (void *)(uintptr_t)1;
+    if (gpu_running && (everything || legacy || gpu_running->stream == stream)) return 1;
+    for (Queued *q = gpu_head; q; q = q->next)
+        if (everything || legacy || q->stream == stream) return 1;
+    return 0;
+}
+
+static void gpu_wait(void *stream, int everything) {
+    if (!gpu_lags()) return;
+    pthread_mutex_lock(&gpu_lock);
+    while (gpu_pending(stream, everything)) pthread_cond_wait(&gpu_done, &gpu_lock);
+    pthread_mutex_unlock(&gpu_lock);
+}
+
 CUresult cuGraphLaunch(void *exec, void *stream) {
     Graph *e = exec;
     if (clone_launch_hook && !e->dead && e->from_clone) {
@@ -830,25 +922,11 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     all_graph_launches++;
     void (*replay)(uintptr_t, uint32_t) = fakecupti("fakecupti_graph_launch");
     if (replay) replay((uintptr_t)stream, (uint32_t)((uintptr_t)exec >> 4) | 1u);
-    for (unsigned i = 0; i < e->n; i++) {
-        Node *nd = &e->nodes[i];
-        if (nd->disabled || nd->kind == N_ALLOC || nd->kind == N_REMOVED) continue;
-        if (nd->kind == N_MEMSET) memset(nd->a, (int)nd->dims[0], nd->n);
-        else if (nd->kind == N_D2H) memcpy(nd->a, nd->b, nd->n);
-        else if (nd->kind == N_HOST) ((void (*)(void *))nd->a)(nd->b);
-        else {
-            run(nd->a, nd->dims[0], nd->dims[1], nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], nd->b);
-            void (*note)(const char *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, uintptr_t, uint32_t) =
-                fakecupti("fakecupti_graph_kernel");
-            const char *name = ((Function *)nd->a)->name;
-            if (note && strcmp(name, "__neutrino_graph_append"))
-                note(name, nd->dims[0], nd->dims[1], nd->dims[2], nd->dims[3], nd->dims[4], nd->dims[5], (uintptr_t)stream,
-                     (uint32_t)((uintptr_t)exec >> 4) | 1u);
-        }
-    }
+    if (gpu_lags()) gpu_queue(e, stream);
+    else graph_run(e, stream);
     return 0;
 }
-CUresult cuStreamSynchronize(void *s) { order_host_wait(NULL, s, 0); return 0; }
+CUresult cuStreamSynchronize(void *s) { gpu_wait(s, 0); order_host_wait(NULL, s, 0); return 0; }
 /* A stream made gets a CUPTI id of its own from the fake CUPTI (as the driver's streams, unique for the life
  * of the process, whatever their handle: one destroyed and made again at the same address is another). */
 CUresult cuStreamCreate(void **s, unsigned f) {

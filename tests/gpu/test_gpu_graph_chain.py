@@ -32,6 +32,7 @@ def test_chain_of_three_triton_kernels_every_replay(tmp_path):
     cmd = [sys.executable, str(WORKLOADS / "w_graph_chain.py")]
     run_plain(cmd + [str(tmp_path / "plain.npz"), str(REPLAYS)], env)
     env["NEUTRINO_GRAPH_CHAIN"] = "1"
+    env["NEUTRINO_GRAPH_RING_SLOTS"] = "512"  # (fewer than the replays: the poller must drain during the run)
     r, trace = run_probed("block_sched", cmd + [str(tmp_path / "probed.npz"), str(REPLAYS)], tmp_path / "t", env,
                           "--graphs")
     chains = [e for e in trace.events if e.get("event") == "graph_chain"]

@@ -570,6 +570,7 @@ class GraphProbes:
                     self._by_graph[b] = group
             elif kind == G_EXEC_UPDATE:  # the executable graph now runs the nodes of graph b
                 old = self._by_exec.pop(a, None)
+                self._chain_exec(old, a, False)
                 self._add_exec(self._by_graph.get(b), a)
                 # its plan was given up before the update (shim/graphs.c); updated from the captured graph
                 # itself, its nodes are known again: the host picks again, the count goes on
@@ -588,6 +589,7 @@ class GraphProbes:
                 if self.picker is not None:
                     self.picker.forget(a)
                 group = self._by_exec.pop(a, None)
+                self._chain_exec(group, a, False)
                 if group is not None:
                     group.execs.discard(a)
                     group.planned.discard(a)
@@ -612,6 +614,12 @@ class GraphProbes:
         if group is not None:
             group.execs.add(exe)
             self._by_exec[exe] = group
+            self._chain_exec(group, exe, True)
+
+    def _chain_exec(self, group: GraphGroup | None, exe: int, add: bool) -> None:
+        """The chain's poller told of an executable graph of the group made or gone (it counts their launches)."""
+        if group is not None and group.chain is not None and group.chain.sink_handle is not None:
+            self.sink.chain_exec(group.chain.sink_handle, exe, add)
 
     def unprobed_node(self, kernel: str, reason: str, **fields) -> None:
         """A kernel node of a probed kernel that runs unprobed: one event per node."""

@@ -214,6 +214,15 @@ class ReplayMap:
         return r if f.selects(r) else None
 
 
+def ring_slots(append_slots: Iterable[int]) -> int:
+    """K, one chain's slots per ring (one K for all its nodes): the smallest power of 2 (the advance masks) not below
+    the fewest append path slots of its nodes, so that node's ring holds every replay its append node would while the
+    host is behind, and no node's ring takes more than twice its append ring's bytes. (The largest power of 2 not
+    above held up to half as many: issue 24's gmem_bytes, 1,008 append slots, a chain of 512.)"""
+    fewest = max(2, min(append_slots))
+    return 1 << (fewest - 1).bit_length()
+
+
 def slot_runs(drained: int, written_: int, k: int) -> list[tuple[int, int]]:
     """The poller's slots of one node, published and not yet drained, as (first slot, count) runs that do not wrap
     the ring: one copy-out and one zeroing each."""

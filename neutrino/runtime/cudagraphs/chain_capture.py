@@ -54,7 +54,7 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
         return False
     at = {h: i for i, h in enumerate(probed)}
     advancers = {at[p]: chain.Advancer(at[a.node], a.next_replay) for p, a in chosen.items()}
-    k = max(2, 1 << (min(n.ring_layout.nslots for n in nodes).bit_length() - 1))  # a power of 2
+    k = chain.ring_slots(n.ring_layout.nslots for n in nodes)
     held = chain.HEAD_BYTES * len(nodes) + sum(k * chain.slot_stride(n.span) for n in nodes)
     if not gp.budget.reserve(held):  # (the graphs' budget: the append path's memory is held as well)
         gp.trace.event("graph_chain_refused", graph=group.id, graph_nodes=[n.id for n in nodes],
@@ -85,6 +85,8 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
                        reason=f"{type(e).__name__}: {e}")
         return False
     group.chain, group.chain_order = rings, list(nodes)
+    for exe in group.execs:  # (executable graphs made before: a capture into a graph that had some)
+        gp.sink.chain_exec(rings.sink_handle, exe, True)
     for n, func in zip(nodes, funcs):
         n.appended = True  # (served: no append node for it, now or at a later capture's end)
         n.chain_func = func

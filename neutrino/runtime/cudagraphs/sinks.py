@@ -185,6 +185,10 @@ class PythonGraphSink:
         written, dropped, _ = handle[0].counts()[i]
         return written, dropped
 
+    def chain_exec(self, handle, exe: int, add: bool) -> None:
+        """An executable graph of the chain's made or gone (the native poller's idle rule counts its launches; no
+        poller here)."""
+
     def free_chain(self, handle) -> None:
         pass
 
@@ -246,6 +250,8 @@ class NativeGraphSink:
         self._stats.argtypes = [C.c_void_p, C.c_uint64 * 5]
         self._counts = lib.neutrino_graph_poller_counts
         self._counts.argtypes = [C.c_uint64 * 2]
+        self._chain_polls = lib.neutrino_graph_chain_poll_counts
+        self._chain_polls.argtypes = [C.c_uint64 * 3]
         waits = C.CDLL(shim_path)  # the chain's calls wait for the GPU (and the poller's lock): the GIL goes
         self._chain_new = lib.neutrino_graph_chain_new
         self._chain_new.argtypes = [C.POINTER(NtChainDesc)]
@@ -260,6 +266,8 @@ class NativeGraphSink:
         self._chain_pick.argtypes = [C.c_void_p, C.c_uint64, C.c_uint64, C.c_uint64]
         self._chain_unpick = waits.neutrino_graph_chain_unpick
         self._chain_unpick.argtypes = [C.c_void_p, C.c_uint64]
+        self._chain_exec = waits.neutrino_graph_chain_exec  # (the poller's lock)
+        self._chain_exec.argtypes = [C.c_void_p, C.c_void_p, C.c_int]
         lib.neutrino_graph_set_pending_limit.argtypes = [C.c_uint64]
         lib.neutrino_graph_set_pending_limit(pending_limit)
         self.filter = launch_filter
@@ -316,6 +324,11 @@ class NativeGraphSink:
         self._chain_counts(handle, i, out)
         return int(out[0]), int(out[1])
 
+    def chain_exec(self, handle: int, exe: int, add: bool) -> None:
+        """Executable graph `exe` of the chain's captured graph made (`add`) or gone: the poller counts its launches
+        (a chain is idle only once its heads say every launch ran: shim/graphs.c, neutrino_graph_chain_exec)."""
+        self._chain_exec(handle, exe, int(add))
+
     def free_chain(self, handle: int) -> None:
         self._chain_free(handle)
 
@@ -326,6 +339,11 @@ class NativeGraphSink:
             calls, frames = self.poller_counts()
             print(f"neutrino: graph rings copied out with {calls} driver calls for {frames} frames "
                   f"({calls / max(frames, 1):.2f} per frame)", file=sys.stderr)
+            polls = (C.c_uint64 * 3)()
+            self._chain_polls(polls)
+            if polls[0]:
+                print(f"neutrino: graph chains: {polls[0]} passes, {polls[1]} polls passed over as idle, at most "
+                      f"{polls[2]} slots taken from one ring in one pass", file=sys.stderr)
 
     def poller_counts(self) -> tuple[int, int]:
         """The copy-out's driver calls so far, and the frames it handed to the writer."""
