@@ -214,7 +214,7 @@ class GraphProbes:
         self._finished: list[dict] = []  # the summary rows of nodes already freed
         self.picker = replay_select.picker_for(sink)  # None: the device gate alone (ring.py, "Sampling")
         self._zero_host: tuple[int, int] | None = None  # (pinned address, bytes) of zeroes: _zeros
-        self.chain_variant = None  # (pk, rec) -> its graph_chain variant: the chain is on (NEUTRINO_GRAPH_CHAIN=1)
+        self.chain_variant = None  # (pk, rec) -> its graph_chain variant: the chain is on (the default)
 
     # ------------------------------------------------------------ capture
     def capture(self, rec, pk, req, ctx: int, stream: int, shape) -> int:

@@ -1,4 +1,4 @@
-"""The chain, an append-free graph data path (spec/runtime.md, "The chain"; not yet the default): the host's part
+"""The chain, an append-free graph data path (spec/runtime.md, "The chain"; the default): the host's part
 that does not touch the driver.
 
 * `choose_advancers`: from a captured graph's ordinary edges, which probed node advances which (or None: the graph

@@ -1,4 +1,4 @@
-"""The chain at a capture's end, behind NEUTRINO_GRAPH_CHAIN=1 (spec/runtime.md, "The chain"; not yet the default).
+"""The chain at a capture's end, the default (NEUTRINO_GRAPH_CHAIN=0: off; spec/runtime.md, "The chain").
 
 When every probed node of a capture can be advanced by another (chain.choose_advancers over the captured graph's
 ordinary edges), each probed kernel node is switched, before the program can instantiate the graph, to the
