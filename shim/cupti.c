@@ -687,6 +687,8 @@ static unsigned enable_api_records(void) {
 static int env_number(const char *env, unsigned long long *value);
 enum { GM_NODES, GM_SAMPLED, GM_GRAPHS };
 static int graph_mode = GM_SAMPLED;  /* NEUTRINO_TIMELINE_GRAPH_NODES: N (default 3), `all` or 0; spec/runtime.md */
+static int graph_mode_started = GM_NODES;  /* graph_mode when the timeline started (neutrino_timeline_pause may
+                                            * change graph_mode for a while, and then back) */
 static unsigned graph_node_replays = 3;      /* NEUTRINO_TIMELINE_GRAPH_NODES */
 static _Atomic int graph_trace_on;           /* GRAPH_TRACE is enabled now (ours) */
 static _Atomic int graphs_paused;            /* neutrino_timeline_pause: no switching */
@@ -823,8 +825,8 @@ void neutrino_timeline_graph_instantiate_enter(void) {
     if (!atomic_load_explicit(&graphs_paused, memory_order_relaxed)) graph_trace_set(1);
 }
 
-void neutrino_timeline_graph_instantiated(void *exec) {
-    if (graph_mode != GM_SAMPLED || !exec || !atomic_load_explicit(&recording, memory_order_relaxed)) return;
+void neutrino_timeline_graph_instantiated(void *exec) {  /* (started sampled: a pause's mode 5 ends, and then?) */
+    if (graph_mode_started != GM_SAMPLED || !exec || !atomic_load_explicit(&recording, memory_order_relaxed)) return;
     pthread_mutex_lock(&their_lock);
     int traced = atomic_load(&graph_trace_on) || their_enabled[NT_ACT_GRAPH_TRACE];
     pthread_mutex_unlock(&their_lock);
@@ -1474,6 +1476,7 @@ static int start_graph_mode(char *info, int len) {
         else graph_mode = GM_NODES;
     }
     if (graph_mode == GM_GRAPHS && !our_kinds[NT_ACT_GRAPH_TRACE]) graph_mode = GM_NODES;  /* refused */
+    graph_mode_started = graph_mode;
     atomic_store(&graphs_paused, 0);
     if (len <= 0) return 0;
     int n = graph_mode == GM_SAMPLED ? snprintf(info, len, "\tgraph_trace\ngraph_records\tsampled:%u", graph_node_replays)

@@ -928,6 +928,19 @@ def test_a_graph_instantiated_while_graph_trace_cannot_be_on_stays_node_by_node(
     assert _one(events, "timeline_counts")["graph_execs_untraced"] == 1
 
 
+def test_a_graph_instantiated_under_a_pause_every_replay_node_by_node(tmp_path, fakes):
+    """neutrino_timeline_pause(5) (every replay node by node, GRAPH_TRACE off) before the second cycle's graph is
+    instantiated, pause(0) (sampled again, GRAPH_TRACE on) before its second replay: that graph was instantiated
+    with GRAPH_TRACE off, so every replay of it comes node by node (the fake would abort at a launch with it on)."""
+    env = {"GRAPH_APP_PAUSE": "1:0,5:5"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "6"],
+                       "--no-graphs", env=env)
+    got = _replays_by_kind(read_timeline(run, graphs=True))
+    assert got == {**{(1, r): (1 if r in (1, 2, 3, 6) else "whole") for r in range(1, 7)},
+                   **{(2, r): 1 for r in range(1, 7)}}
+    assert _one(events, "timeline_counts")["graph_execs_untraced"] == 1
+
+
 def test_sampled_replays_without_node_records_are_said(tmp_path, fakes):
     """If CUPTI kept recording replays whole after GRAPH_TRACE was switched off (FAKECUPTI_GRAPH_TRACE_STICKY: what
     the GPU test checks CUPTI does not do), the replays launched to be sampled come without node records: the
