@@ -1224,6 +1224,15 @@ CUresult cuGraphNodeSetParams(void *node, void *p) {
     return fn(node, copy);
 }
 
+/* Opening a capture under rings_lock (below); a driver may open it through another hooked entry point (a _ptsz
+ * one through the plain one: the fake does), which then must not take the lock again. */
+static __thread int opening_capture;
+static void capture_opening(int on) {
+    if (on ? opening_capture++ : --opening_capture) return;
+    if (on) pthread_mutex_lock(&rings_lock);
+    else pthread_mutex_unlock(&rings_lock);
+}
+
 typedef CUresult (*begin_t)(void *, int);
 static CUresult begin_capture(int slot, void *stream, int mode) {
     begin_t fn = GREAL(slot, begin_t);
@@ -1232,8 +1241,12 @@ static CUresult begin_capture(int slot, void *stream, int mode) {
     /* Python makes its stream for the context now: one made or used while a capture is open slows every
      * later graph replay of the process (issue 24, docs/overhead.md "Session 9") */
     report(G_BEGIN_CAPTURE, stream, NULL, NULL, 0);
+    /* a chain pass the poller began before the capture opens ends first: it tests captures_open under rings_lock,
+     * so no copy of its runs while the capture is open (tests/test_graph_chain_native.py, under load) */
+    capture_opening(1);
     CUresult rc = fn(stream, mode);
     if (rc == 0) neutrino_captures_opened(1);
+    capture_opening(0);
     return rc;
 }
 CUresult cuStreamBeginCapture_v2(void *stream, int mode) { return begin_capture(GH_BEGIN, stream, mode); }
@@ -1246,8 +1259,10 @@ static CUresult begin_to_graph(int slot, void *stream, void *graph, const void *
     if (!fn) return CU_NOT_FOUND;
     neutrino_graph_pick_stream_event(stream);
     report(G_BEGIN_CAPTURE, stream, NULL, NULL, 0);  /* as begin_capture */
+    capture_opening(1);
     CUresult rc = fn(stream, graph, deps, data, n, mode);
     if (rc == 0) neutrino_captures_opened(1);
+    capture_opening(0);
     return rc;
 }
 CUresult cuStreamBeginCaptureToGraph(void *stream, void *graph, const void *deps, const void *data, size_t n, int mode) {
