@@ -825,16 +825,18 @@ void neutrino_timeline_graph_instantiate_enter(void) {
     if (!atomic_load_explicit(&graphs_paused, memory_order_relaxed)) graph_trace_set(1);
 }
 
-void neutrino_timeline_graph_instantiated(void *exec) {  /* (started sampled: a pause's mode 5 ends, and then?) */
+/* (graph_mode_started, not graph_mode: a graph instantiated under a pause's mode 5 is launched sampled after it) */
+void neutrino_timeline_graph_instantiated(void *exec) {
     if (graph_mode_started != GM_SAMPLED || !exec || !atomic_load_explicit(&recording, memory_order_relaxed)) return;
     pthread_mutex_lock(&their_lock);
     int traced = atomic_load(&graph_trace_on) || their_enabled[NT_ACT_GRAPH_TRACE];
     pthread_mutex_unlock(&their_lock);
+    if (traced) return;  /* (its entry is made at its first launch, as any graph's) */
     pthread_mutex_lock(&graph_exec_lock);
     int i = graph_exec_slot(exec);
-    if (i >= 0) graph_execs[i].untraced = !traced;
+    if (i >= 0) graph_execs[i].untraced = 1;
     pthread_mutex_unlock(&graph_exec_lock);
-    if (!traced) counts[N_GRAPH_UNTRACED]++;  /* racy on purpose: statistics */
+    counts[N_GRAPH_UNTRACED]++;  /* racy on purpose: statistics */
 }
 
 void neutrino_timeline_graph_launch_enter(void *exec) {

@@ -382,6 +382,7 @@ typedef struct nt_chain {
     uint64_t launches_seen;      /* graph_launches_made when its last pass began */
     uint64_t launched_seen;      /* launches of its executable graphs counted when its last pass began */
     uint64_t launched_gone;      /* those of its executable graphs gone (under rings_lock) */
+    unsigned own[8], nown;       /* its slots in chain_execs (more executable graphs: untracked) */
     unsigned idle;               /* polls since its last pass, that pass having found nothing and every launch run */
     _Atomic uint64_t errors;
     /* `--launches` (chain_replay; set under rings_lock): launches 1..picked_upto ran the replays the host chose,
@@ -434,19 +435,22 @@ static void chain_exec_count(const void *exec, int delta) {
     if (x) atomic_fetch_add(&x->launches, (uint64_t)(int64_t)delta);
 }
 
-/* The launches of chain c's executable graphs so far (under rings_lock). */
+/* The launches of chain c's executable graphs so far (under rings_lock; each poll: its own slots only). */
 static uint64_t chain_launched(const nt_chain *c) {
     uint64_t n = c->launched_gone;
-    for (unsigned i = 0; i < CHAIN_EXECS; i++)
-        if (atomic_load_explicit(&chain_execs[i].owner, memory_order_relaxed) == c)
-            n += atomic_load(&chain_execs[i].launches);
+    for (unsigned i = 0; i < c->nown; i++) n += atomic_load(&chain_execs[c->own[i]].launches);
     return n;
 }
 
 /* Slot x let go (under rings_lock); with none left, the tombstones too (a lookup then stops at once). */
 static void chain_exec_let_go(nt_chain_exec *x) {
     nt_chain *c = atomic_load(&x->owner);
-    if (c) c->launched_gone += atomic_load(&x->launches);  /* (they may still be running) */
+    if (c) {
+        c->launched_gone += atomic_load(&x->launches);  /* (they may still be running) */
+        unsigned at = (unsigned)(x - chain_execs), i = 0;
+        while (i < c->nown && c->own[i] != at) i++;
+        if (i < c->nown) c->own[i] = c->own[--c->nown];
+    }
     atomic_store(&x->owner, NULL);
     atomic_store(&x->exec, EXEC_GONE);
     if (atomic_fetch_sub(&chain_execs_live, 1) == 1)
@@ -454,9 +458,8 @@ static void chain_exec_let_go(nt_chain_exec *x) {
 }
 
 /* Every slot of chain c's let go (under rings_lock). */
-static void chain_execs_drop(const nt_chain *c) {
-    for (unsigned i = 0; i < CHAIN_EXECS; i++)
-        if (atomic_load_explicit(&chain_execs[i].owner, memory_order_relaxed) == c) chain_exec_let_go(&chain_execs[i]);
+static void chain_execs_drop(nt_chain *c) {
+    while (c->nown) chain_exec_let_go(&chain_execs[c->own[c->nown - 1]]);
 }
 
 /* Whether every launch counted (`launched`) has run, by the heads of the nodes its own descendants advance (in
@@ -725,10 +728,11 @@ static void chain_exec_add(nt_chain *c, void *exec) {
         void *e = atomic_load(&chain_execs[at].exec);
         if (!e || e == EXEC_GONE) break;
     }
-    if (i == CHAIN_EXECS) {
+    if (i == CHAIN_EXECS || c->nown == sizeof c->own / sizeof c->own[0]) {
         c->untracked = 1;
         return;
     }
+    c->own[c->nown++] = at;
     atomic_store(&chain_execs[at].launches, 0);
     atomic_store(&chain_execs[at].owner, c);
     atomic_store_explicit(&chain_execs[at].exec, exec, memory_order_release);
