@@ -233,8 +233,9 @@ ROWS = [
         ChainOpts(table=True)),
     Row("star (candidate, table): node 7 advances nodes 0-6 with threads 0-6, node 0 node 7", "chain",
         ChainOpts(table=True, star=True)),
-    Row("chain from the engine: instrument(graph_chain=True), the runtime's kernel", "chain", ChainOpts(engine=True)),
-    Row("chain from the engine, late_head: the head's words used at the exit, not before the body's loads", "chain",
+    Row("chain from the engine: instrument(graph_chain=True, late_head=False), the head tested at entry", "chain",
+        ChainOpts(engine=True)),
+    Row("chain from the engine, late_head (the runtime's kernel): the head's words used at the exits", "chain",
         ChainOpts(engine=True, late=True)),
     Row("host SetParams: 8 x cuGraphExecKernelNodeSetParams + cuGraphLaunch per replay", "setparams"),
 ]

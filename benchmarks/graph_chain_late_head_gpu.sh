@@ -9,16 +9,5 @@
 # (16-slot ring, a host thread draining 1,000 replays) and full-ring (8 slots, 40 replays) runs of each chain kernel.
 # Read: "chain from the engine, late_head" against "chain from the engine" (session 11: 1.20x on an H200) and
 # "probe code only" (~1.16x); every check must say ok.
-set -u
-cd "$(dirname "$0")/.."
-out="${OUT:-/tmp}"
-start=$SECONDS
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1
-echo "== ptxas sm_90a"
-timeout 30 python benchmarks/graph_chain.py --ptx-only "$out/graph_chain_ptx" 2>&1 | grep -E "^(block_sched|chain_engine|chain_engine_late):"
-left=$((145 - (SECONDS - start)))
-echo "== graph_chain.py on the GPU"
-timeout "$left" python benchmarks/graph_chain.py --rounds 15 \
-    --only "from the engine,probe code only,untagged pointer" \
-    --json "$out/graph_chain_late_head.json" 2>&1 | tee "$out/graph_chain_late_head.md"
-echo "(rc ${PIPESTATUS[0]}; wall $((SECONDS - start)) s)"
+ONLY="from the engine,probe code only,untagged pointer" NAME=graph_chain_late_head \
+    exec bash "$(dirname "$0")/graph_chain_engine_gpu.sh"
