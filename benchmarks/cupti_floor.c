@@ -202,3 +202,14 @@ double cupti_floor_clock_ns(int which, long n) {
     (void)sink;
     return ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / (double)n;
 }
+
+/* Kernel records on (1) or off (0) now, as a probe of what switching CONCURRENT_KERNEL costs the host: the
+ * nanoseconds the call took (benchmarks/cupti_graph_states.py). */
+double cupti_floor_kernel_records(int on) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    (on ? enable_kind : disable_kind)(NT_ACT_CONCURRENT_KERNEL);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    kinds_now = on ? (kinds_now | 1) : (kinds_now & ~1);
+    return (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+}
