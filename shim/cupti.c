@@ -128,11 +128,12 @@ static int timeline_fd = -1, names_fd = -1;
  * records without a thread, API records seen, our external-correlation records seen, records
  * copied to the program's profiler, records it had no room for, records with a host time,
  * launch/copy callbacks taken, kernel/copy records without GPU time (flags bit 2) */
-#define N_COUNTS 24
+#define N_COUNTS 28
 static uint64_t counts[N_COUNTS];
 enum { N_RECORDS, N_KERNELS, N_MEMCPY, N_MEMSET, N_PROBED, N_DROPPED, N_NAMES, N_NO_TID, N_API, N_EXT, N_FORWARDED,
        N_FORWARD_LOST, N_HOST, N_CALLBACKS, N_NO_GPU_TIME, N_HOOKED, N_HOOK_MATCHED, N_HOOK_SKIPPED, N_GRAPH_REPLAYS,
-       N_GRAPH_SAMPLED, N_GRAPH_WHOLE, N_GRAPH_SWITCHES, N_GRAPH_SWITCH_NS, N_GRAPH_UNTRACED };
+       N_GRAPH_SAMPLED, N_GRAPH_WHOLE, N_GRAPH_SWITCHES, N_GRAPH_SWITCH_NS, N_GRAPH_UNTRACED, N_GRAPH_QUIET,
+       N_QUIET_SWITCHES, N_QUIET_SWITCH_NS, N_QUIET_ERRORS };
 #define FLAG_NO_GPU_TIME 4  /* timeline.bin flags bit 2 (spec/trace-format.md) */
 
 /* What is enabled besides kernels: NEUTRINO_TIMELINE_LEVEL, a comma list of `copies` (MEMCPY,
@@ -685,8 +686,11 @@ static unsigned enable_api_records(void) {
  * their choice and their launch: that replay then comes as the other kind, written as what it is (the analysis
  * groups records by correlation id, never assumes the kind). */
 static int env_number(const char *env, unsigned long long *value);
-enum { GM_NODES, GM_SAMPLED, GM_GRAPHS };
-static int graph_mode = GM_SAMPLED;  /* NEUTRINO_TIMELINE_GRAPH_NODES: N (default 3), `all` or 0; spec/runtime.md */
+/* GM_QUIET (the default): the first N replays and every M-th node by node, the others with kernel records off
+ * ("quiet replays" below); GM_SAMPLED: the later replays recorded whole (NEUTRINO_TIMELINE_GRAPH_REST=whole) */
+enum { GM_NODES, GM_SAMPLED, GM_GRAPHS, GM_QUIET };
+static int graph_mode = GM_QUIET;  /* NEUTRINO_TIMELINE_GRAPH_NODES: N (default 3), `all` or 0; spec/runtime.md */
+static unsigned graph_every = 100;  /* NEUTRINO_TIMELINE_GRAPH_EVERY: quiet mode's every M-th replay (0: none) */
 static int graph_mode_started = GM_NODES;  /* graph_mode when the timeline started (neutrino_timeline_pause may
                                             * change graph_mode for a while, and then back) */
 static unsigned graph_node_replays = 3;      /* NEUTRINO_TIMELINE_GRAPH_NODES */
@@ -696,8 +700,14 @@ static pthread_mutex_t graph_trace_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define GRAPH_EXECS 8192  /* slots for the executable graphs known at once (open addressing), at most */
 #define GRAPH_EXEC_GONE ((void *)(uintptr_t)1)
-/* number 0: not launched yet (an entry made at instantiation); untraced: instantiated while GRAPH_TRACE was off */
-static struct { void *exec; uint32_t number, replays; int untraced; } graph_execs[GRAPH_EXECS];
+/* number 0: not launched yet (an entry made at instantiation); untraced: instantiated while GRAPH_TRACE was off;
+ * tally: its replays launched node by node, quiet, whole (timeline_graphs.tsv) */
+typedef struct { void *exec; uint32_t number, replays; int untraced; uint32_t tally[3]; } graph_exec_entry;
+static graph_exec_entry graph_execs[GRAPH_EXECS];
+enum { TALLY_NODES, TALLY_QUIET, TALLY_WHOLE };
+/* the tallies of numbered graphs destroyed or updated, kept for timeline_graphs.tsv (grown by doubling) */
+static struct { uint32_t number, replays, tally[3]; } *graphs_gone;
+static size_t graphs_gone_n, graphs_gone_cap;
 static unsigned graph_execs_used, graph_execs_live;  /* slots taken (live + gone), live */
 static unsigned graph_exec_slots = GRAPH_EXECS;      /* NEUTRINO_TIMELINE_GRAPH_EXECS: a power of two, 64 up */
 static uint32_t graph_exec_numbers;
@@ -711,7 +721,10 @@ static void read_graph_mode(void) {
     if (s && !strcmp(s, "all")) graph_mode = GM_NODES;
     else if (env_number("NEUTRINO_TIMELINE_GRAPH_NODES", &n) > 0)
         graph_mode = GM_SAMPLED, graph_node_replays = n > 1000000 ? 1000000 : (unsigned)n;
-    if ((graph_mode == GM_SAMPLED && graph_node_replays == 0) || (level & L_GRAPHS)) graph_mode = GM_GRAPHS;
+    const char *rest = getenv("NEUTRINO_TIMELINE_GRAPH_REST");
+    if (graph_mode != GM_NODES) graph_mode = rest && !strcmp(rest, "whole") ? GM_SAMPLED : GM_QUIET;
+    if (env_number("NEUTRINO_TIMELINE_GRAPH_EVERY", &n) > 0) graph_every = n > 1000000000 ? 1000000000 : (unsigned)n;
+    if ((graph_mode != GM_NODES && graph_node_replays == 0) || (level & L_GRAPHS)) graph_mode = GM_GRAPHS;
     if (graph_mode == GM_GRAPHS) level |= L_GRAPHS;
     if (env_number("NEUTRINO_TIMELINE_GRAPH_EXECS", &n) > 0)
         for (graph_exec_slots = 64; graph_exec_slots < GRAPH_EXECS && graph_exec_slots < n;) graph_exec_slots *= 2;
@@ -723,7 +736,7 @@ static unsigned graph_slot(void *exec) {
 
 /* Under graph_exec_lock, the table 3/4 taken by live and gone slots: the live ones placed again. */
 static void graph_execs_compact(void) {
-    static typeof(graph_execs[0]) live[GRAPH_EXECS];
+    static graph_exec_entry live[GRAPH_EXECS];
     unsigned n = 0;
     for (unsigned i = 0; i < graph_exec_slots; i++)
         if (graph_execs[i].exec && graph_execs[i].exec != GRAPH_EXEC_GONE) live[n++] = graph_execs[i];
@@ -746,7 +759,7 @@ static int graph_exec_slot(void *exec) {
         for (i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (graph_exec_slots - 1)) {}
     }
     if (graph_execs_live + 1 > graph_exec_slots / 4 * 3) return -1;
-    graph_execs[i].exec = exec, graph_execs[i].number = 0, graph_execs[i].replays = 0, graph_execs[i].untraced = 0;
+    graph_execs[i] = (graph_exec_entry){.exec = exec};
     graph_execs_used++, graph_execs_live++;
     return (int)i;
 }
@@ -768,16 +781,74 @@ static void graph_exec_count(void *exec, uint32_t *number, uint32_t *replay, int
     pthread_mutex_unlock(&graph_exec_lock);
 }
 
+/* Under graph_exec_lock: a numbered graph's tallies kept when its slot goes (dropped when memory is short). */
+static void graph_exec_retire(const graph_exec_entry *e) {
+    if (!e->number) return;
+    if (graphs_gone_n == graphs_gone_cap) {
+        size_t cap = graphs_gone_cap ? graphs_gone_cap * 2 : 64;
+        void *grown = realloc(graphs_gone, cap * sizeof *graphs_gone);
+        if (!grown) return;
+        graphs_gone = grown, graphs_gone_cap = cap;
+    }
+    graphs_gone[graphs_gone_n].number = e->number, graphs_gone[graphs_gone_n].replays = e->replays;
+    memcpy(graphs_gone[graphs_gone_n++].tally, e->tally, sizeof e->tally);
+}
+
 void neutrino_timeline_graph_exec_gone(void *exec) {
     if (!exec) return;
     pthread_mutex_lock(&graph_exec_lock);
     for (unsigned i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (graph_exec_slots - 1))
         if (graph_execs[i].exec == exec) {
+            graph_exec_retire(&graph_execs[i]);
             graph_execs[i].exec = GRAPH_EXEC_GONE;
             graph_execs_live--;
             break;
         }
     pthread_mutex_unlock(&graph_exec_lock);
+}
+
+/* How the replay just counted was launched (TALLY_*), added to its graph's tally. */
+static void graph_exec_tally(void *exec, int how) {
+    pthread_mutex_lock(&graph_exec_lock);
+    for (unsigned i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (graph_exec_slots - 1))
+        if (graph_execs[i].exec == exec) {
+            graph_execs[i].tally[how]++;
+            break;
+        }
+    pthread_mutex_unlock(&graph_exec_lock);
+}
+
+static int tally_row(char *line, size_t len, uint32_t number, uint32_t replays, const uint32_t tally[3]) {
+    return snprintf(line, len, "%u\t%u\t%u\t%u\t%u\n", number, replays, tally[0], tally[1], tally[2]);
+}
+
+/* At stop: run_dir/timeline_graphs.tsv, one row per numbered executable graph (destroyed ones included), in
+ * number order (numbers are 1 up, each given once: a table indexed by number); nothing when no graph was
+ * launched (spec/trace-format.md). */
+static void write_graph_tallies(const char *run_dir) {
+    pthread_mutex_lock(&graph_exec_lock);
+    uint32_t numbers = graph_exec_numbers;
+    char (*rows)[64] = numbers ? calloc((size_t)numbers + 1, 64) : NULL;
+    for (size_t g = 0; rows && g < graphs_gone_n; g++)
+        if (graphs_gone[g].number <= numbers)
+            tally_row(rows[graphs_gone[g].number], 64, graphs_gone[g].number, graphs_gone[g].replays,
+                      graphs_gone[g].tally);
+    for (unsigned i = 0; rows && i < graph_exec_slots; i++) {
+        graph_exec_entry *e = &graph_execs[i];
+        if (e->exec && e->exec != GRAPH_EXEC_GONE && e->number && e->number <= numbers)
+            tally_row(rows[e->number], 64, e->number, e->replays, e->tally);
+    }
+    pthread_mutex_unlock(&graph_exec_lock);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/timeline_graphs.tsv", run_dir);
+    FILE *f = rows ? fopen(path, "w") : NULL;
+    if (f) {
+        fputs("graph_exec\treplays\tnode_replays\tquiet_replays\twhole_replays\n", f);
+        for (uint32_t g = 1; g <= numbers; g++)
+            if (rows[g][0]) fputs(rows[g], f);
+        fclose(f);
+    }
+    free(rows);
 }
 
 /* The program's own profiler records kernels (Kineto's CONCURRENT_KERNEL): GRAPH_TRACE would take the graph
@@ -807,10 +878,83 @@ static int graph_trace_set(int on) {
     return on;
 }
 
+/* ---- quiet replays (GM_QUIET): a replay neither sampled nor every M-th is launched with our kernel records off,
+ * which costs the GPU nothing (a graph replayed so ran as fast as one instantiated before CUPTI was on:
+ * benchmarks/cupti_graph_states.py), where node records cost ~0.33 us a kernel node and a graph instantiated
+ * with GRAPH_TRACE on ~0.9 us a replay even when nothing is recorded. The kind is the process's, so every kernel
+ * launch of the program that the shim sees (preload.c's launch hooks) turns it on again first if a quiet replay
+ * turned it off: a steady loop of replays switches never, a replay between eager launches twice. A launch counts
+ * itself in kernel_launches_in_flight before it looks (and until it returns), and a replay going quiet marks
+ * kernels_quiet before it looks at the count (both sequentially consistent): either the replay sees the launch
+ * and stays recorded, or the launch sees the mark and waits on quiet_lock for the switch to finish, then turns
+ * records on again. A launch on another thread during a quiet replay's cuGraphLaunch may so turn records on in
+ * the middle of it: that replay then comes with node records (written as what it is). */
+static int kernel_kind;  /* (defined below: NEUTRINO_TIMELINE_KERNEL_RECORDS) */
+static _Atomic int kernels_quiet;              /* our kernel records are off now, for quiet replays */
+static _Atomic long kernel_launches_in_flight; /* the program's kernel launches between their look and return */
+static pthread_mutex_t quiet_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread int kernel_launch_depth;       /* this thread's launches counted (nested: Python's own) */
+
+/* Under quiet_lock: our kernel records on again (a quiet replay turned them off). */
+static void kernels_loud_locked(void) {
+    if (!atomic_load(&kernels_quiet)) return;
+    uint64_t t0 = realtime_ns();
+    CUptiResult rc = api.enable(kernel_kind);
+    counts[N_QUIET_SWITCH_NS] += realtime_ns() - t0;
+    counts[rc == NT_CUPTI_SUCCESS ? N_QUIET_SWITCHES : N_QUIET_ERRORS]++;
+    atomic_store(&kernels_quiet, 0);
+}
+
+static void kernels_loud(void) {
+    pthread_mutex_lock(&quiet_lock);
+    kernels_loud_locked();
+    pthread_mutex_unlock(&quiet_lock);
+}
+
+/* A replay wants to be quiet: 1 when our kernel records are off for it. Not while the timeline is paused or
+ * stopping, not while the program's own profiler records kernels (its records would lose the replay too), not
+ * while another thread is inside a kernel launch. */
+static int kernels_go_quiet(void) {
+    if (atomic_load_explicit(&kernels_quiet, memory_order_acquire)) return 1;  /* the steady state: no call */
+    if (atomic_load(&program_traces_kernels) || atomic_load(&graphs_paused)) return 0;
+    pthread_mutex_lock(&quiet_lock);
+    int quiet = 0;
+    if (!atomic_load(&graphs_paused) && !atomic_load(&program_traces_kernels)) {
+        atomic_store(&kernels_quiet, 1);
+        if (atomic_load(&kernel_launches_in_flight) == 0) {
+            uint64_t t0 = realtime_ns();
+            CUptiResult rc = api.disable(kernel_kind);
+            counts[N_QUIET_SWITCH_NS] += realtime_ns() - t0;
+            counts[rc == NT_CUPTI_SUCCESS ? N_QUIET_SWITCHES : N_QUIET_ERRORS]++;
+            quiet = rc == NT_CUPTI_SUCCESS;
+        }
+        if (!quiet) atomic_store(&kernels_quiet, 0);
+    }
+    pthread_mutex_unlock(&quiet_lock);
+    return quiet;
+}
+
+/* preload.c, at the entry of each kernel launch of the program (before the timeline's hook, captured or not). */
+void neutrino_timeline_kernel_launch_begin(void) {
+    if (graph_mode_started != GM_QUIET) return;
+    kernel_launch_depth++;
+    atomic_fetch_add(&kernel_launches_in_flight, 1);
+    if (atomic_load(&kernels_quiet)) kernels_loud();
+}
+
+static inline void kernel_launch_end(void) {
+    if (kernel_launch_depth > 0) kernel_launch_depth--, atomic_fetch_sub(&kernel_launches_in_flight, 1);
+}
+
 /* The program enabled (1) or disabled (0) its kernel records (cuptiActivityEnable/Disable through the shim). */
 static void program_kernel_records(int on) {
     atomic_store(&program_traces_kernels, on);
-    if (on && graph_mode != GM_NODES) graph_trace_set(0);
+    if (on && graph_mode != GM_NODES && graph_mode != GM_QUIET) graph_trace_set(0);
+    if (on) {  /* the kind is on again (theirs): no replay is quiet meanwhile */
+        pthread_mutex_lock(&quiet_lock);
+        atomic_store(&kernels_quiet, 0);
+        pthread_mutex_unlock(&quiet_lock);
+    }
 }
 
 /* Sampled mode launches graphs with GRAPH_TRACE on that were instantiated with it off unless told otherwise, and
@@ -846,11 +990,23 @@ void neutrino_timeline_graph_launch_enter(void *exec) {
     int untraced;
     graph_exec_count(exec, &number, &replay, &untraced);
     graph_launching.number = number, graph_launching.replay = replay;
-    if (graph_mode == GM_NODES) return;
-    int whole = !untraced && (graph_mode == GM_GRAPHS || !number || replay > graph_node_replays);
+    if (graph_mode == GM_QUIET) {  /* an unnumbered graph (the table full) is recorded node by node */
+        int sampled = !number || replay <= graph_node_replays || (graph_every && replay % graph_every == 0);
+        int quiet = 0;
+        if (sampled) {
+            if (atomic_load_explicit(&kernels_quiet, memory_order_relaxed)) kernels_loud();
+        } else {
+            quiet = kernels_go_quiet();
+        }
+        counts[quiet ? N_GRAPH_QUIET : N_GRAPH_SAMPLED]++;  /* racy on purpose: statistics */
+        if (number) graph_exec_tally(exec, quiet ? TALLY_QUIET : TALLY_NODES);
+        return;
+    }
+    int whole = graph_mode != GM_NODES && !untraced && (graph_mode == GM_GRAPHS || !number || replay > graph_node_replays);
     if (graph_mode == GM_SAMPLED && !atomic_load_explicit(&graphs_paused, memory_order_relaxed))
         whole = graph_trace_set(whole);
-    counts[whole ? N_GRAPH_WHOLE : N_GRAPH_SAMPLED]++;  /* racy on purpose: statistics */
+    if (graph_mode != GM_NODES) counts[whole ? N_GRAPH_WHOLE : N_GRAPH_SAMPLED]++;  /* racy on purpose: statistics */
+    if (number) graph_exec_tally(exec, whole ? TALLY_WHOLE : TALLY_NODES);
 }
 
 void neutrino_timeline_graph_launch_exit(void) { graph_launching.number = graph_launching.replay = 0; }
@@ -1221,6 +1377,7 @@ void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const u
 
 /* preload.c, after the launch: a failed one leaves no record, its entry is passed over. */
 void neutrino_timeline_launch_exit(void *entry, int rc) {
+    kernel_launch_end();
     if (!entry) return;
     if (rc != 0) atomic_store_explicit(&((hook_entry *)entry)->dead, 1, memory_order_relaxed);
     current_entry = NULL;
@@ -1473,6 +1630,13 @@ static int apply_cupti_settings(char *info, int len) {
  * executable graph's first replays switch it off; without it, every replay node by node. The `graph_records`
  * line of info: nodes, sampled:N or graphs. */
 static int start_graph_mode(char *info, int len) {
+    if (graph_mode == GM_QUIET) {  /* GRAPH_TRACE never on: no graph pays for an instantiation with it */
+        graph_mode_started = graph_mode;
+        atomic_store(&graphs_paused, 0);
+        atomic_store(&kernels_quiet, 0);
+        int n = len > 0 ? snprintf(info, len, "\ngraph_records\tquiet:%u:%u", graph_node_replays, graph_every) : 0;
+        return n < len ? n : (len > 0 ? len : 0);
+    }
     if (graph_mode == GM_SAMPLED) {
         if (api.enable(NT_ACT_GRAPH_TRACE) == NT_CUPTI_SUCCESS) our_kinds[NT_ACT_GRAPH_TRACE] = 1, graph_trace_on = 1;
         else graph_mode = GM_NODES;
@@ -1574,6 +1738,10 @@ void neutrino_timeline_stop(uint64_t *out_counts, int n) {
     atomic_store(&hooks_on, 0);
     atomic_store(&graphs_paused, 1);  /* no GRAPH_TRACE switch while our kinds are disabled */
     if (atomic_load(&recording)) {
+        pthread_mutex_lock(&quiet_lock);  /* no replay goes quiet now (graphs_paused); our kinds go off below */
+        atomic_store(&kernels_quiet, 0);
+        pthread_mutex_unlock(&quiet_lock);
+        write_graph_tallies(run_dir_kept);
         api.flush_all(NT_ACTIVITY_FLAG_FLUSH_FORCED);
         for (int kind = 0; kind < KINDS; kind++) {
             pthread_mutex_lock(&their_lock);
@@ -1621,7 +1789,9 @@ int neutrino_timeline_pause(int how) {
     int switched = 0;
     atomic_store(&hooks_on, !paused && (level & L_HOOKS));
     pthread_mutex_lock(&graph_trace_lock);  /* GRAPH_TRACE follows our kinds below: on again after a pause */
+    pthread_mutex_lock(&quiet_lock);  /* kernel records too: a quiet replay's switch is undone by the loop below */
     atomic_store(&graphs_paused, paused);
+    atomic_store(&kernels_quiet, 0);
     for (int kind = 0; kind < KINDS; kind++) {
         pthread_mutex_lock(&their_lock);
         int ours = our_kinds[kind], theirs = their_enabled[kind];
@@ -1634,6 +1804,7 @@ int neutrino_timeline_pause(int how) {
     if (!paused && graph_mode == GM_NODES && atomic_load(&graph_trace_on) && !their_enabled[NT_ACT_GRAPH_TRACE] &&
         api.disable(NT_ACT_GRAPH_TRACE) == NT_CUPTI_SUCCESS)  /* way 5: no replay recorded whole */
         atomic_store(&graph_trace_on, 0);
+    pthread_mutex_unlock(&quiet_lock);
     pthread_mutex_unlock(&graph_trace_lock);
     pthread_mutex_lock(&sub_lock);
     if (our_subscriber) {

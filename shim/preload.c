@@ -578,6 +578,7 @@ static int to_python(int kind, void *f, unsigned gx, unsigned gy, unsigned gz, u
 /* The timeline's record of a program's launch (cupti.c, level `hooks`): not of ours, nor of one captured. */
 static inline void *timeline_enter(void *f, void *stream, int ptsz, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                    unsigned by, unsigned bz) {
+    neutrino_timeline_kernel_launch_begin();  /* kernel records on if a quiet graph replay turned them off */
     if (in_callback || neutrino_graph_stream_capturing(stream, ptsz)) return NULL;
     const unsigned dims[6] = {gx, gy, gz, bx, by, bz};
     return neutrino_timeline_launch_enter(f, stream, ptsz, dims);

@@ -47,6 +47,7 @@ void *neutrino_cupti_wrapper_named(const char *name);
 /* cupti.c, level `hooks`: a kernel launch's entry (thread, host time) in its stream's queue, and its result. */
 void *neutrino_timeline_launch_enter(void *func, void *stream, int ptsz, const unsigned dims[6]);
 void neutrino_timeline_launch_exit(void *entry, int rc);
+void neutrino_timeline_kernel_launch_begin(void);
 /* cupti.c: a stream (or every stream of a context; of every context with ctx NULL) is about to be destroyed. */
 void neutrino_timeline_streams_gone(void *ctx, void *stream);
 /* cupti.c: a graph replay about to be launched (graphs.c, before the driver's cuGraphLaunch): per-node records

@@ -254,8 +254,8 @@ def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level,
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "5"], env=env)
     start = _one(events, "timeline")
     assert start["enabled"] and start["version"] == 130001 and start["library"] == str(fakes / "libcupti.so.13")
-    # graph_trace: enabled at the start (graph replays sampled by default, NEUTRINO_TIMELINE_GRAPH_NODES=3)
-    full = {"concurrent_kernel", "memcpy", "memset", "memcpy_peer", "external_correlation", "graph_trace"}
+    # no graph_trace: graph replays past the sampled ones are quiet by default (NEUTRINO_TIMELINE_GRAPH_REST=quiet)
+    full = {"concurrent_kernel", "memcpy", "memset", "memcpy_peer", "external_correlation"}
     assert set(start["kinds"]) == (full if level else full - {"external_correlation"})
     tl = read_timeline(run)
     kernels = tl[tl["kind"] == 1]
@@ -760,6 +760,76 @@ def _replays_by_kind(tl):
     return out
 
 
+def _graph_tallies(run) -> list[list[int]]:
+    """timeline_graphs.tsv's rows (graph_exec, replays, node_replays, quiet_replays, whole_replays)."""
+    lines = (Path(run) / "timeline_graphs.tsv").read_text().splitlines()
+    assert lines[0] == "graph_exec\treplays\tnode_replays\tquiet_replays\twhole_replays"
+    return [[int(v) for v in line.split("\t")] for line in lines[1:]]
+
+
+def test_graph_replays_quiet_by_default(tmp_path, fakes):
+    """The default: an executable graph's first 3 replays and every M-th come node by node, the others are quiet
+    (launched with kernel records off: no record at all), never a graph-level record. An eager launch between
+    replays is recorded (its hook turns kernel records on again first); a steady run of quiet replays switches
+    nothing. timeline_graphs.tsv tallies each graph's replays by how they were launched."""
+    env = {"GRAPH_APP_KERNELS": "2", "NEUTRINO_TIMELINE_GRAPH_EVERY": "5", "GRAPH_APP_EAGER_EVERY": "4"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "12"],
+                       "--no-graphs", env=env)
+    start = _one(events, "timeline")
+    assert start["graph_records"] == "quiet:3:5" and "graph_trace" not in start["kinds"]
+    tl = read_timeline(run, graphs=True)
+    recorded = {1, 2, 3, 5, 10}
+    assert _replays_by_kind(tl) == {(g, r): 2 for g in (1, 2) for r in recorded}
+    eager = tl[(tl["flags"] & FLAG_GRAPH) == 0]
+    assert (eager["kind"] == 1).sum() == 1 + 2 * 3  # the first launch, and one after replays 4, 8, 12 of each cycle
+    counts = _one(events, "timeline_counts")
+    assert (counts["graph_replays_sampled"], counts["graph_replays_quiet"], counts["graph_replays_whole"]) == (10, 14, 0)
+    # per cycle: off at replay 4, on (eager), off at 6, on (eager after 8), off at 9, on at 10, off at 11, on (eager)
+    assert (counts["kernel_records_switches"], counts["kernel_records_switch_errors"]) == (16, 0)
+    assert counts["kernel_records_switch_ns"] > 0 and counts["graph_trace_switches"] == 0
+    assert _graph_tallies(run) == [[1, 12, 5, 7, 0], [2, 12, 5, 7, 0]]
+
+
+def test_no_eager_launch_lost_to_quiet_replays_of_another_thread(tmp_path, fakes):
+    """A thread of the program launches kernels as fast as it can while the main thread replays a graph whose
+    replays past the first are quiet: every one of its launches is recorded (a launch in flight keeps a replay from
+    going quiet; a launch that sees records off turns them on before it reaches the driver)."""
+    env = {"NEUTRINO_TIMELINE_GRAPH_NODES": "1", "NEUTRINO_TIMELINE_GRAPH_EVERY": "0", "GRAPH_APP_EAGER_THREAD": "400"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "300"],
+                       "--no-graphs", env=env)
+    tl = read_timeline(run, graphs=True)
+    eager = tl[((tl["flags"] & FLAG_GRAPH) == 0) & (tl["kind"] == 1)]
+    assert len(eager) == 1 + 400
+    (row,) = _graph_tallies(run)
+    assert row[:2] == [1, 300] and row[2] + row[3] == 300 and row[4] == 0
+    nodes = tl[(tl["flags"] & FLAG_GRAPH) != 0]
+    assert len(nodes) >= row[2]  # a quiet replay may still come recorded (records turned on during its launch)
+    assert _one(events, "timeline_counts")["kernel_records_switch_errors"] == 0
+
+
+def test_no_quiet_replay_while_the_program_records_kernels(tmp_path, fakes):
+    """While the program's own profiler records kernels (torch.profiler's CONCURRENT_KERNEL), the kind is its too:
+    no replay goes quiet (it would lose the replay from the program's records); after it stops they are quiet again."""
+    env = {"NEUTRINO_TIMELINE_GRAPH_NODES": "2", "NEUTRINO_TIMELINE_GRAPH_EVERY": "0", "GRAPH_APP_PROFILE_AT": "4",
+           "GRAPH_APP_PROFILE_OFF_AT": "8"}
+    run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "10"],
+                       "--no-graphs", env=env)
+    got = _replays_by_kind(read_timeline(run, graphs=True))
+    assert sorted(got) == [(1, r) for r in (1, 2, 5, 6, 7, 8)]
+    assert _graph_tallies(run) == [[1, 10, 6, 4, 0]]
+
+
+def test_graph_tallies_written_in_every_mode(tmp_path, fakes):
+    """timeline_graphs.tsv in the modes that record later replays whole or node by node: the tallies follow."""
+    env = {"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "NEUTRINO_TIMELINE_GRAPH_NODES": "2"}
+    run, _ = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "5"],
+                  "--no-graphs", env=env)
+    assert _graph_tallies(run) == [[1, 5, 2, 0, 3], [2, 5, 2, 0, 3]]
+    run, _ = _run(tmp_path / "all", fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1",
+                                            "4"], "--no-graphs", env={"NEUTRINO_TIMELINE_GRAPH_NODES": "all"})
+    assert _graph_tallies(run) == [[1, 4, 4, 0, 0]]
+
+
 @pytest.mark.parametrize("nodes, expected", [
     (None, {r: (2 if r <= 3 else "whole") for r in range(1, 7)}),  # the default: the first 3 replays node by node
     ("3", {r: (2 if r <= 3 else "whole") for r in range(1, 7)}),
@@ -773,7 +843,7 @@ def test_graph_replays_sampled_then_whole(tmp_path, fakes, nodes, expected):
     carries the graph's number and the replay's (graph_exec, graph_replay), joined by the cuGraphLaunch call's
     correlation id. Two cycles: the second executable graph is another (number 2) even at the first one's address.
     GRAPH_TRACE is switched only where a replay wants the other kind than the one before (twice a cycle)."""
-    env = {"GRAPH_APP_KERNELS": "2"}
+    env = {"GRAPH_APP_KERNELS": "2", "NEUTRINO_TIMELINE_GRAPH_REST": "whole"}
     if nodes is not None:
         env["NEUTRINO_TIMELINE_GRAPH_NODES"] = nodes
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "6"],
@@ -809,7 +879,7 @@ def test_graph_replays_of_two_graphs_interleaved_and_an_update(tmp_path, fakes):
     before its replay 4: each graph counts its own replays; the update makes A another graph to the timeline
     (a new number), sampled again. GRAPH_TRACE switches off at the first replay of each graph new to the timeline
     while it is on, and on again at the first replay past the sampled ones."""
-    env = {"GRAPH_APP_TWIN": "graph", "GRAPH_APP_UPDATE_AT": "3", "NEUTRINO_TIMELINE_GRAPH_NODES": "2"}
+    env = {"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "GRAPH_APP_TWIN": "graph", "GRAPH_APP_UPDATE_AT": "3", "NEUTRINO_TIMELINE_GRAPH_NODES": "2"}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "6"],
                        "--no-graphs", env=env)
     got = _replays_by_kind(read_timeline(run, graphs=True))
@@ -832,7 +902,7 @@ def test_benchmark_graph_check_reads_a_sampled_run(tmp_path, fakes):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "7"], "--no-graphs",
-         env={"GRAPH_APP_KERNELS": "3", "NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
+         env={"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "GRAPH_APP_KERNELS": "3", "NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
     lines = bench.graph_check(str(tmp_path / "trace"))
     assert lines[0].startswith("graph check: graph_records=sampled:3; launched sampled 3, whole 4, GRAPH_TRACE switches 2 (")
     assert "graph records without graph_exec 0 of 13" in lines[0]
@@ -891,7 +961,7 @@ def test_graph_replays_node_by_node_while_the_program_records_kernels(tmp_path, 
     """GRAPH_TRACE is the process's, so while the program's own profiler records kernels (Kineto enabling
     CONCURRENT_KERNEL) the shim keeps it off: every replay then comes node by node, in its records and ours;
     once the program disables them, replays past the sampled ones are recorded whole again."""
-    env = {"NEUTRINO_TIMELINE_GRAPH_NODES": "2", "GRAPH_APP_PROFILE_AT": "4", "GRAPH_APP_PROFILE_OFF_AT": "6"}
+    env = {"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "NEUTRINO_TIMELINE_GRAPH_NODES": "2", "GRAPH_APP_PROFILE_AT": "4", "GRAPH_APP_PROFILE_OFF_AT": "6"}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "8"],
                        "--no-graphs", env=env)
     got = _replays_by_kind(read_timeline(run, graphs=True))
@@ -905,7 +975,7 @@ def test_a_graph_instantiated_after_sampled_replays_is_instantiated_traced(tmp_p
     replays switched GRAPH_TRACE off. Launched later with GRAPH_TRACE on, such a graph crashed CUPTI (the fake
     aborts so: fakecuda.c, graph_trace_now). The shim switches GRAPH_TRACE on before every instantiation, so B is
     sampled like any graph: its first 3 replays node by node, the rest whole."""
-    env = {"GRAPH_APP_TWIN": "graph", "GRAPH_APP_TWIN_AT": "1"}  # the default sampling: 3 replays
+    env = {"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "GRAPH_APP_TWIN": "graph", "GRAPH_APP_TWIN_AT": "1"}  # the default sampling: 3 replays
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "7"],
                        "--no-graphs", env=env)
     got = _replays_by_kind(read_timeline(run, graphs=True))
@@ -919,7 +989,7 @@ def test_a_graph_instantiated_while_graph_trace_cannot_be_on_stays_node_by_node(
     """B instantiated while the program's own profiler records kernels (GRAPH_TRACE kept off then): B is
     untraced, every replay of it node by node (GRAPH_TRACE off at each of its launches, never a crash), while A
     goes on being recorded whole past its sampled replays once the profiler stops."""
-    env = {"GRAPH_APP_TWIN": "graph", "GRAPH_APP_TWIN_AT": "2", "GRAPH_APP_PROFILE_AT": "1",
+    env = {"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "GRAPH_APP_TWIN": "graph", "GRAPH_APP_TWIN_AT": "2", "GRAPH_APP_PROFILE_AT": "1",
            "GRAPH_APP_PROFILE_OFF_AT": "3"}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "7"],
                        "--no-graphs", env=env)
@@ -932,7 +1002,7 @@ def test_a_graph_instantiated_under_a_pause_every_replay_node_by_node(tmp_path, 
     """neutrino_timeline_pause(5) (every replay node by node, GRAPH_TRACE off) before the second cycle's graph is
     instantiated, pause(0) (sampled again, GRAPH_TRACE on) before its second replay: that graph was instantiated
     with GRAPH_TRACE off, so every replay of it comes node by node (the fake would abort at a launch with it on)."""
-    env = {"GRAPH_APP_PAUSE": "1:0,5:5"}
+    env = {"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "GRAPH_APP_PAUSE": "1:0,5:5"}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2", "6"],
                        "--no-graphs", env=env)
     got = _replays_by_kind(read_timeline(run, graphs=True))
@@ -946,12 +1016,12 @@ def test_sampled_replays_without_node_records_are_said(tmp_path, fakes):
     the GPU test checks CUPTI does not do), the replays launched to be sampled come without node records: the
     exit says so in one event with the variable that records every replay node by node."""
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "5"],
-                       "--no-graphs", env={"FAKECUPTI_GRAPH_TRACE_STICKY": "1", "NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
+                       "--no-graphs", env={"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "FAKECUPTI_GRAPH_TRACE_STICKY": "1", "NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
     note = _one(events, "timeline_graph_records")
     assert (note["sampled_launched"], note["missing"]) == (3, 3) and "NEUTRINO_TIMELINE_GRAPH_NODES=all" in note["note"]
     assert _one(events, "timeline_counts")["graph_replays_with_nodes"] == 0
     run, events = _run(tmp_path / "b", fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1",
-                                               "5"], "--no-graphs", env={"NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
+                                               "5"], "--no-graphs", env={"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "NEUTRINO_TIMELINE_GRAPH_NODES": "3"})
     assert not [e for e in events if e["event"] == "timeline_graph_records"]
     assert _one(events, "timeline_counts")["graph_replays_with_nodes"] == 3
 
@@ -961,7 +1031,7 @@ def test_graph_numbers_with_a_small_table(tmp_path, fakes, keep):
     """NEUTRINO_TIMELINE_GRAPH_EXECS=64: 60 cycles of an executable graph made, replayed twice, destroyed: every one
     gets its own number (the slots of destroyed ones are reclaimed) and is sampled. With all 60 alive at once
     (GRAPH_APP_KEEP_EXECS) the table holds 48 (3/4 of it): the later ones go unnumbered and are recorded whole."""
-    env = {"NEUTRINO_TIMELINE_GRAPH_EXECS": "64", "GRAPH_APP_KEEP_EXECS": keep, "NEUTRINO_TIMELINE_GRAPH_NODES": "3"}
+    env = {"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "NEUTRINO_TIMELINE_GRAPH_EXECS": "64", "GRAPH_APP_KEEP_EXECS": keep, "NEUTRINO_TIMELINE_GRAPH_NODES": "3"}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "60",
                                          "2"], "--no-graphs", env=env)
     tl = read_timeline(run, graphs=True)
@@ -1024,7 +1094,7 @@ def test_pause_ways_for_the_graph_benchmark(tmp_path, fakes):
     """The benchmark's in-process A/B (NEUTRINO_BENCH_AB_WAYS=graphs) switches the recording between replays of one
     graph: way 5 records every replay node by node, 0 goes back to the default (replays past the sampled ones
     whole), 1 pauses (no record)."""
-    env = {"NEUTRINO_TIMELINE_GRAPH_NODES": "2", "GRAPH_APP_PAUSE": "3:5,5:0,7:1"}
+    env = {"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "NEUTRINO_TIMELINE_GRAPH_NODES": "2", "GRAPH_APP_PAUSE": "3:5,5:0,7:1"}
     run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "1", "8"],
                        "--no-graphs", env=env)
     got = _replays_by_kind(read_timeline(run, graphs=True))

@@ -51,12 +51,26 @@ GRAPH_APP_THREADS=T: the REPLAYS replays of each cycle are launched by each of T
 thread i on a stream of its own (i = 0: the capture's); prints the fake driver's order checks at the end ("order":
 launches checked, launches not ordered after the previous launch of the captured graph's executable graphs, with
 FAKECUDA_CHECK_ORDER=1).
+GRAPH_APP_EAGER_EVERY=N: an eager launch of the kernel after every N-th replay (replays N, 2N, ...);
+GRAPH_APP_EAGER_THREAD=L: while each cycle's replays run, another thread of the program launches the kernel L times
+on a stream of its own (prints "eager thread launches" with their count at the end).
 """
 import ctypes as C
 import os
 import sys
 import threading
 import time
+
+EAGER_THREAD_LAUNCHES = [0]
+
+
+def eager_launches(cu, fn, params, n):
+    """GRAPH_APP_EAGER_THREAD: n launches of fn on a stream of this thread's, as fast as they go."""
+    stream = C.c_void_p()
+    assert cu.cuStreamCreate(C.byref(stream), 1) == 0
+    for _ in range(n):
+        assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+        EAGER_THREAD_LAUNCHES[0] += 1
 
 
 def say(*words):
@@ -280,6 +294,12 @@ def main(ptx_path, kernel, cycles, replays):
                     time.sleep(0.001)
             ticker = threading.Thread(target=tick, daemon=True)
             ticker.start()
+        eager_thread = None
+        if os.environ.get("GRAPH_APP_EAGER_THREAD"):
+            eager_thread = threading.Thread(target=eager_launches, args=(cu, fn, params,
+                                                                          int(os.environ["GRAPH_APP_EAGER_THREAD"])))
+            eager_thread.start()
+        eager_every = int(os.environ.get("GRAPH_APP_EAGER_EVERY", "0"))
         threads = int(os.environ.get("GRAPH_APP_THREADS", "0"))
         if threads:
             replay_from_threads(cu, exe, stream, threads, replays)
@@ -337,6 +357,10 @@ def main(ptx_path, kernel, cycles, replays):
                 mark(f"B replay {r}")
                 assert cu.cuGraphLaunch(plain_exe, stream) == 0
                 mark("B replayed")
+            if eager_every and (r + 1) % eager_every == 0:
+                assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
+        if eager_thread is not None:
+            eager_thread.join()
         time.sleep(float(os.environ.get("GRAPH_APP_IDLE_MS", "0")) / 1000)  # the graphs alive, none launched
         cu.fakecuda_exec_launches.restype = cu.fakecuda_graph_launches.restype = C.c_long
         cu.fakecuda_exec_launches.argtypes = [P]
@@ -375,6 +399,7 @@ def main(ptx_path, kernel, cycles, replays):
     if os.environ.get("FAKECUDA_FORK_IN_SWITCH"):
         cu.fakecuda_fork_status.restype = C.c_long
         say("fork child", cu.fakecuda_fork_status())
+    say("eager thread launches", EAGER_THREAD_LAUNCHES[0])
     say("app done")
 
 

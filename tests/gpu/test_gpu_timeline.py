@@ -277,16 +277,51 @@ print("replays done", float(y.sum()))
 '''
 
 
+GRAPH_PROGRAM_EAGER = GRAPH_PROGRAM.replace("""for _ in range(12):
+    g.replay()""", """for i in range(12):
+    if i % 4 == 3:  # still running when replay i + 1, a quiet one, switches kernel records off
+        torch.cuda._sleep(2000000)
+    g.replay()
+    if i % 4 == 3:
+        z = x.cos()""")
+
+
+def test_graph_replays_quiet_past_the_sampled_ones(tmp_path):
+    """The default (NEUTRINO_TIMELINE_GRAPH_EVERY=5 here): a torch CUDA graph's replays 1-3, 5 and 10 come node by
+    node, the other 7 are quiet (no record: kernel records off during their launch) and no replay comes whole. An
+    eager kernel running when a quiet replay switches records off (torch.cuda._sleep) keeps its record, and one
+    launched after it is recorded; timeline_graphs.tsv tallies the replays. What CUPTI does when
+    CONCURRENT_KERNEL is switched around a launch is checked here, not in the fake."""
+    pytest.importorskip("torch")
+    env = base_env(tmp_path)
+    env["NEUTRINO_TIMELINE_GRAPH_EVERY"] = "5"
+    r, trace = run_probed("block_sched", [sys.executable, "-c", GRAPH_PROGRAM_EAGER], tmp_path / "tr", env)
+    tl = read_timeline(trace.path, graphs=True)
+    graph = tl[(tl["flags"] & 2) != 0]
+    (counts,) = _events(trace.path, "timeline_counts")
+    by_replay = {}
+    for rec in graph:
+        by_replay.setdefault(int(rec["graph_replay"]), []).append(int(rec["kind"]))
+    names = [str(n) for n in tl["name"][(tl["flags"] & 2) == 0]]
+    spins, cos = sum("spin" in n for n in names), sum("cos" in n for n in names)
+    tallies = (trace.path / "timeline_graphs.tsv").read_text()
+    print(f"\nper replay {by_replay}; eager spin {spins}, cos {cos}; tallies {tallies!r}; counts {counts}")
+    assert sorted(by_replay) == [1, 2, 3, 5, 10]
+    assert all(kinds == [KERNEL] * len(by_replay[1]) and len(kinds) >= 4 for kinds in by_replay.values())
+    assert spins == 3 and cos == 3
+    assert tallies.splitlines()[1] == "1\t12\t5\t7\t0"
+    assert counts["kernel_records_switch_errors"] == 0 and counts["graph_replays"] == 0
+
+
 @pytest.mark.parametrize("nodes", ["3", "all"])
 def test_graph_replays_sampled_then_recorded_whole(tmp_path, nodes):
-    """A torch CUDA graph (4 ATen kernel nodes) replayed 12 times. NEUTRINO_TIMELINE_GRAPH_NODES=3: its first 3 replays come node by node
+    """NEUTRINO_TIMELINE_GRAPH_REST=whole: a torch CUDA graph (4 ATen kernel nodes) replayed 12 times. NEUTRINO_TIMELINE_GRAPH_NODES=3: its first 3 replays come node by node
     (CUPTI's kernel records, each with the replay's graph_exec and graph_replay), its other 9 as one GRAPH_TRACE
     record each, none with both, none lost. NEUTRINO_TIMELINE_GRAPH_NODES=all: every replay node by node. What
     CUPTI does when GRAPH_TRACE is switched between replays is checked here, not in the fake."""
     pytest.importorskip("torch")
     env = base_env(tmp_path)
-    if nodes:
-        env["NEUTRINO_TIMELINE_GRAPH_NODES"] = nodes
+    env["NEUTRINO_TIMELINE_GRAPH_NODES"], env["NEUTRINO_TIMELINE_GRAPH_REST"] = nodes, "whole"
     r, trace = run_probed("block_sched", [sys.executable, "-c", GRAPH_PROGRAM], tmp_path / "tr", env)
     tl = read_timeline(trace.path, graphs=True)
     graph = tl[(tl["flags"] & 2) != 0]

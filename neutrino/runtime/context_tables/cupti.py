@@ -21,7 +21,8 @@ COUNT_NAMES = ("records", "kernels", "memcpys", "memsets", "probed", "dropped", 
                "probe_correlations", "forwarded_to_program", "program_had_no_room", "with_host_time",
                "launch_callbacks", "no_gpu_time", "hooked_launches", "hook_joined", "hook_passed_over",
                "graph_replays", "graph_replays_sampled", "graph_replays_whole", "graph_trace_switches",
-               "graph_trace_switch_ns", "graph_execs_untraced")
+               "graph_trace_switch_ns", "graph_execs_untraced", "graph_replays_quiet",
+               "kernel_records_switches", "kernel_records_switch_ns", "kernel_records_switch_errors")
 PROFILER_CALLS = {1: "register_callbacks", 2: "enable", 3: "disable", 4: "flush_all", 5: "finalize", 7: "subscribe",
                   8: "unsubscribe", 9: "timestamp_callback", 10: "clock_flush"}
 INFO_BYTES = 4096
