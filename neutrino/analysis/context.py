@@ -262,8 +262,9 @@ def _sampled_by_graph(nodes: np.ndarray) -> dict[int, tuple]:
         tops.setdefault(pair // len(names), []).append((-ns, str(names[pair % len(names)])))
     out = {}
     for i, g in enumerate(graphs.tolist()):
-        top = tuple((name, float(-neg / n[i])) for neg, name in sorted(tops.get(i, []))[:3])
-        out[g] = (int(n[i]), float(spans[i]) / n[i], float(records[i]) / n[i], top, bool(kernels[i]))
+        count = int(n[i])
+        top = tuple((name, -neg / count) for neg, name in sorted(tops.get(i, []))[:3])
+        out[g] = (count, float(spans[i]) / count, float(records[i]) / count, top, bool(kernels[i]))
     return out
 
 
