@@ -141,6 +141,11 @@ def test_perfetto_node_slices_say_how_many_replays_were_quiet(tmp_path):
     assert "quiet replays of this graph" not in eager[4]
 
 
+SAMPLED_SQL = ("SELECT g.graph_exec, g.quiet_replays, count(DISTINCT t.graph_replay) AS sampled FROM graph_replays g "
+               "LEFT JOIN timeline t ON t.rank = g.rank AND t.graph_exec = g.graph_exec AND t.kind = 1 "
+               "GROUP BY ALL ORDER BY g.graph_exec")
+
+
 def test_parquet_graph_replays_table(tmp_path):
     pytest.importorskip("pyarrow")
     pytest.importorskip("duckdb")
@@ -155,7 +160,23 @@ def test_parquet_graph_replays_table(tmp_path):
     assert con.execute("SELECT rank, graph_exec, replays, node_replays, quiet_replays, whole_replays FROM graph_replays "
                        "ORDER BY graph_exec").fetchall() == [(0, 1, 10, 2, 8, 0), (0, 2, 3, 3, 0, 0), (0, 3, 4, 1, 0, 3)]
     assert columnar.read_schema(ds)["tables"]["graph_replays"]["rows"] == 3
+    # spec/analysis.md's example: the quiet replays beside the sampled ones the timeline holds
+    assert con.execute(SAMPLED_SQL).fetchall() == [(1, 8, 2), (2, 0, 3), (3, 0, 1)]
     old = write_trace(tmp_path / "old", [])
     graph_run(old)
     columnar.export(old, tmp_path / "ds_old")
     assert "graph_replays" not in columnar.read_schema(tmp_path / "ds_old")["tables"]
+
+
+def test_every_graph_column_and_key_is_defined_in_tools_spec(tmp_path):
+    from tests.test_report_columns import spec_columns
+
+    quiet_run(tmp_path)
+    ctx = context.load(tmp_path)
+    lines = "\n".join(context.render_graphs(ctx.graphs)).splitlines()
+    header = next(line for line in lines if line.startswith("graph "))
+    printed = [c.strip() for c in header.split("  ") if c.strip()]
+    cols, keys = spec_columns()["graph replays"]
+    assert set(printed) <= cols, set(printed) - cols
+    assert set(context.graph_numbers(ctx)[0]) <= keys, set(context.graph_numbers(ctx)[0]) - keys
+    assert {"quiet_replays", "quiet_estimate_ns"} <= spec_columns()["where GPU time went"][1]
