@@ -229,9 +229,9 @@ def _sampled_records(nodes: np.ndarray) -> np.ndarray:
 def _whole_by_graph(whole: np.ndarray) -> dict[int, tuple[int, int]]:
     """graph_exec -> (replays recorded whole, Σ their end − start)."""
     graphs, inverse, n = np.unique(whole["graph_exec"], return_inverse=True, return_counts=True)
-    dur = whole["end_ns"].astype(np.int64) - whole["start_ns"].astype(np.int64)
-    totals = np.bincount(inverse.reshape(-1), weights=dur, minlength=len(graphs)) if len(whole) else np.zeros(0)
-    return {int(g): (int(c), int(round(t))) for g, c, t in zip(graphs.tolist(), n.tolist(), totals.tolist())}
+    totals = np.zeros(len(graphs), np.int64)  # exact sums (float weights would round past 2^53 ns)
+    np.add.at(totals, inverse.reshape(-1), whole["end_ns"].astype(np.int64) - whole["start_ns"].astype(np.int64))
+    return {int(g): (int(c), int(t)) for g, c, t in zip(graphs.tolist(), n.tolist(), totals.tolist())}
 
 
 def _sampled_by_graph(nodes: np.ndarray) -> dict[int, tuple]:
