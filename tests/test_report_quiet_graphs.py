@@ -141,6 +141,21 @@ def test_perfetto_node_slices_say_how_many_replays_were_quiet(tmp_path):
     assert "quiet replays of this graph" not in eager[4]
 
 
+def test_perfetto_export_with_a_malformed_file_warns_and_draws_the_records(tmp_path, capsys):
+    from tests.test_export_perfetto import decode
+    from tests.test_analysis_trace import write_trace
+
+    run = write_trace(tmp_path, [])
+    quiet_run(run)
+    write_graph_counts(run, [], text=GRAPHS_HEADER + "1\t10\t2\t8\n")
+    out = tmp_path / "q.pftrace"
+    export_timeline.export_protobuf(str(run), str(out))
+    assert "timeline_graphs.tsv: line 2: 4 field(s)" in capsys.readouterr().err
+    _, slices = decode(out)
+    graph_slices = [s for s in slices if "graph" in s[4]]
+    assert len(graph_slices) == 12 and all("quiet replays of this graph" not in s[4] for s in graph_slices)
+
+
 SAMPLED_SQL = ("SELECT g.graph_exec, g.quiet_replays, count(DISTINCT t.graph_replay) AS sampled FROM graph_replays g "
                "LEFT JOIN timeline t ON t.rank = g.rank AND t.graph_exec = g.graph_exec AND t.kind = 1 "
                "GROUP BY ALL ORDER BY g.graph_exec")
