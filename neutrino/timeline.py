@@ -113,6 +113,56 @@ def read_names(run_dir: Path) -> list[str]:
     return path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
 
 
+GRAPHS_FILE = "timeline_graphs.tsv"  # per executable graph, its replays as the shim launched them (quiet included)
+GRAPH_COUNT_COLUMNS = ("graph_exec", "replays", "node_replays", "quiet_replays", "whole_replays")
+GRAPH_COUNTS = np.dtype([("graph_exec", "<u4")] + [(c, "<u8") for c in GRAPH_COUNT_COLUMNS[1:]])
+MAX_GRAPHS_BYTES = 16 << 20  # a row per executable graph the shim numbered: far below this
+
+
+def read_graph_counts(run_dir) -> np.ndarray | None:
+    """The rows of run_dir/timeline_graphs.tsv (spec/trace-format.md, "timeline_graphs.tsv") as GRAPH_COUNTS,
+    by graph_exec; None when the run has no such file (older runs, no timeline, no graph launched). A file
+    that breaks the format is a TraceError naming it and the line."""
+    path = Path(run_dir) / GRAPHS_FILE
+    if not path.exists():
+        return None
+    if not path.is_file() or path.stat().st_size > MAX_GRAPHS_BYTES:
+        raise TraceError(f"{path}: not a graph counts table (not a regular file, or over {MAX_GRAPHS_BYTES >> 20} MiB)")
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    if lines[-1] != "":
+        raise TraceError(f"{path}: line {len(lines)}: no line end (the file was cut short)")
+    header = lines[0].split("\t")
+    if tuple(header[:len(GRAPH_COUNT_COLUMNS)]) != GRAPH_COUNT_COLUMNS:
+        raise TraceError(f"{path}: line 1: expected the header {chr(9).join(GRAPH_COUNT_COLUMNS)!r}, got {lines[0][:120]!r}")
+    rows, seen = [], set()
+    for number, line in enumerate(lines[1:-1], start=2):
+        row = _graph_count_row(line, len(header), path, number)
+        if row[0] in seen:
+            raise TraceError(f"{path}: line {number}: graph_exec {row[0]} listed twice")
+        seen.add(row[0])
+        rows.append(row)
+    out = np.array(rows, dtype=GRAPH_COUNTS) if rows else np.zeros(0, GRAPH_COUNTS)
+    return out[np.argsort(out["graph_exec"], kind="stable")]
+
+
+def _graph_count_row(line: str, width: int, path: Path, number: int) -> tuple:
+    """One row of timeline_graphs.tsv: unsigned decimal fields, as many as the header's (columns after the
+    five known ones, a later writer's, are read and dropped); replays = node + quiet + whole."""
+    fields = line.split("\t")
+    if len(fields) != width:
+        raise TraceError(f"{path}: line {number}: {len(fields)} field(s), the header has {width}")
+    if not all(f.isascii() and f.isdigit() for f in fields):
+        raise TraceError(f"{path}: line {number}: not unsigned decimal integers: {line[:120]!r}")
+    values = [int(f) for f in fields[:len(GRAPH_COUNT_COLUMNS)]]
+    graph, replays, nodes, quiet, whole = values
+    if not 1 <= graph < 1 << 32 or max(values[1:]) >= 1 << 64:
+        raise TraceError(f"{path}: line {number}: graph_exec {graph} not in 1..2^32-1, or a count over 2^64-1")
+    if replays != nodes + quiet + whole:
+        raise TraceError(f"{path}: line {number}: replays {replays} != node_replays {nodes} + quiet_replays {quiet} "
+                         f"+ whole_replays {whole}")
+    return tuple(values)
+
+
 CLOCK_KERNEL = "__neutrino_globaltimer"  # neutrino.runtime.context_tables.clock's calibration kernel
 
 

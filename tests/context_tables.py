@@ -83,3 +83,42 @@ def graph_run(run: Path) -> None:
         timeline_record(4, 50000, 50300, flags=2, correlation=60, nbytes=78, graph=(2, 1), **h),
     ]
     write_timeline(run, records, [GEMM, TRITON])
+
+
+GRAPHS_HEADER = "graph_exec\treplays\tnode_replays\tquiet_replays\twhole_replays\n"
+
+
+def write_graph_counts(run: Path, rows: list[tuple], *, text: str | None = None) -> None:
+    """timeline_graphs.tsv as the shim writes it (spec/trace-format.md): the header, then one row per graph
+    (graph_exec, replays, node_replays, quiet_replays, whole_replays); `text` instead: the file's bytes as given."""
+    body = text if text is not None else GRAPHS_HEADER + "".join("\t".join(map(str, r)) + "\n" for r in rows)
+    (run / "timeline_graphs.tsv").write_text(body)
+
+
+def quiet_run(run: Path, *, counts: bool = True) -> None:
+    """Stream 7: an eager GEMM [1000, 3000]. Graph #1, 10 replays launched: replays 1 and 2 sampled (TRITON then
+    GEMM: [10000, 10400] + [10400, 11000], [20000, 20500] + [20500, 21100]: spans 1000 and 1100, mean 1050),
+    replays 3-10 quiet; quiet replay 5's memset node is recorded ([50000, 50100]: not a sampled replay).
+    Graph #2, node by node only: GEMM [60000, 60200], [61000, 61200], [62000, 62300] (replays 1-3; mean span
+    700/3). Graph #3 (the rest recorded whole): replay 1 sampled (TRITON [70000, 70100]), replays 2-4 whole
+    ([71000, 71500], [72000, 72500], [73000, 73500]). timeline_graphs.tsv (with `counts`): #1 10 2 8 0,
+    #2 3 3 0 0, #3 4 1 0 3. Quiet: 8, estimated 1050 x 8 = 8400 ns. Busy 2000 + 1000 + 1100 + 100 + 700 + 100
+    + 1500 = 6500."""
+    run.mkdir(parents=True, exist_ok=True)
+    h = dict(host_ns=500)
+
+    def node(kind, start, end, g, r, name_id=NO_NAME):
+        return timeline_record(kind, start, end, name_id=name_id, flags=2, correlation=100 * g + r, graph=(g, r), **h)
+
+    records = [
+        timeline_record(1, 1000, 3000, name_id=0, correlation=1, graph=(0, 0), **h),
+        node(1, 10000, 10400, 1, 1, 1), node(1, 10400, 11000, 1, 1, 0),
+        node(1, 20000, 20500, 1, 2, 1), node(1, 20500, 21100, 1, 2, 0),
+        node(3, 50000, 50100, 1, 5),
+        node(1, 60000, 60200, 2, 1, 0), node(1, 61000, 61200, 2, 2, 0), node(1, 62000, 62300, 2, 3, 0),
+        node(1, 70000, 70100, 3, 1, 1),
+        node(4, 71000, 71500, 3, 2), node(4, 72000, 72500, 3, 3), node(4, 73000, 73500, 3, 4),
+    ]
+    write_timeline(run, records, [GEMM, TRITON])
+    if counts:
+        write_graph_counts(run, [(1, 10, 2, 8, 0), (2, 3, 3, 0, 0), (3, 4, 1, 0, 3)])

@@ -45,8 +45,8 @@ MAP_ENCODING = {"unit": "DELTA_BINARY_PACKED"}
 # No min/max statistics for `kernel` in map tables: a partition holds one kernel, and the statistics
 # of a dictionary column cost a hash of every row's index.
 MAP_NO_STATISTICS = ("kernel",)
-SOURCE_FILES = ("event.log", "probe.toml", "timeline.bin", "timeline_names.txt", "ranges.bin", "ranges_names.txt",
-                "launch_args.jsonl")
+SOURCE_FILES = ("event.log", "probe.toml", "timeline.bin", "timeline_names.txt", "timeline_graphs.tsv", "ranges.bin",
+                "ranges_names.txt", "launch_args.jsonl")
 
 
 class ExportError(NeutrinoError):
@@ -513,6 +513,12 @@ def _context_timeline(dw: "DatasetWriter", pa, rank: int, run: Path) -> None:
         write_batches(dw, "timeline", rank, _struct_batches(pa, recs, {"name": names, "origin": origins}))
 
 
+def _context_graph_replays(dw: "DatasetWriter", pa, rank: int, run: Path) -> None:
+    counts = context_tables.read_graph_replays(run)
+    if counts is not None:
+        write_batches(dw, "graph_replays", rank, _struct_batches(pa, counts, {}))
+
+
 def _origins(recs: np.ndarray, names: np.ndarray) -> np.ndarray:
     """neutrino.timeline.origin of each kernel (classified once per distinct name); `copy`/`memset` otherwise."""
     from neutrino.timeline import KERNEL, MEMCPY, origin
@@ -575,7 +581,7 @@ def write_batches(dw: "DatasetWriter", table: str, rank: int, batches: list) -> 
 
 def write_context(dw: "DatasetWriter", rank: int, run: Path) -> None:
     pa = _pa()
-    for part in (_context_timeline, _context_ranges, _context_launch_args):
+    for part in (_context_timeline, _context_graph_replays, _context_ranges, _context_launch_args):
         try:
             part(dw, pa, rank, run)
         except (nt.TraceError, OSError, ValueError, KeyError) as e:

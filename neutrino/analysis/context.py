@@ -24,6 +24,7 @@ import numpy as np
 
 from neutrino import ranges as run_ranges  # the one reader of ranges.bin and launch_args.jsonl
 from neutrino import timeline as run_timeline  # the one reader of timeline.bin
+from neutrino.maps import TraceError
 
 KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = run_timeline.KERNEL, run_timeline.MEMCPY, run_timeline.MEMSET
 KIND_GRAPH = run_timeline.GRAPH_REPLAY  # a graph replay recorded whole (one record, its nodes not recorded)
@@ -115,16 +116,32 @@ class KernelTime:
 
 @attrs.frozen
 class GraphTime:
-    """One executable graph of the run (graph_exec): its replays recorded node by node (sampled) and whole."""
+    """One executable graph of the run (graph_exec): its replays as the shim launched them (timeline_graphs.tsv)
+    and as timeline.bin recorded them, node by node (sampled) and whole."""
 
     graph: int  # graph_exec: the shim's number of the executable graph
-    sampled: int  # replays with node records
+    sampled: int  # replays recorded node by node (with kernel records; a graph without any: with node records)
     whole: int  # replays recorded whole (one record each)
     whole_ns: int  # their total GPU time
     whole_mean_ns: float
     sampled_mean_ns: float  # a sampled replay's span, first node's start to last node's end, mean
-    nodes: float  # kernel records per sampled replay, mean
-    top: tuple  # (kernel name, mean ns per sampled replay), by that time, largest first (at most 3)
+    nodes: float  # node records per sampled replay, mean
+    top: tuple  # (name, mean ns per sampled replay), by that time, largest first (at most 3)
+    launched: tuple | None = None  # timeline_graphs.tsv: (replays, node_replays, quiet_replays, whole_replays)
+    has_kernels: bool = True  # some sampled replay has a kernel record (else the graph has copies/memsets only)
+
+    @property
+    def quiet(self) -> int | None:
+        """Replays launched quiet (kernel records off): in no row; None without timeline_graphs.tsv."""
+        return None if self.launched is None else self.launched[2]
+
+    @property
+    def quiet_estimate_ns(self) -> float | None:
+        """An estimate of the quiet replays' GPU time: sampled_mean_ns x quiet (spec/tools.md); None when it
+        cannot be made (no file, no quiet or no sampled replay, or a graph without kernel records)."""
+        if not self.quiet or not self.sampled or not self.has_kernels:
+            return None
+        return self.sampled_mean_ns * self.quiet
 
 
 @attrs.frozen
@@ -139,7 +156,19 @@ class Context:
     ranges: int  # ranges in ranges.bin (0: none recorded)
     rows: tuple  # KernelTime, by total time, largest first
     untimed: int = 0  # records without GPU time (flags bit 2, or a 0 time): counted, in no time sum
-    graphs: tuple = ()  # GraphTime of each executable graph with a replay recorded whole, by graph number
+    graphs: tuple = ()  # GraphTime of each executable graph with a replay launched or recorded, by graph number
+    counted: bool = False  # the run has timeline_graphs.tsv: quiet replays are counted
+    counts_error: str = ""  # timeline_graphs.tsv could not be read (the TraceError): quiet replays not counted
+
+    @property
+    def quiet(self) -> int:
+        """Graph replays launched quiet: in no row, busy time or window."""
+        return sum(g.quiet or 0 for g in self.graphs)
+
+    @property
+    def quiet_estimate_ns(self) -> float | None:
+        known = [g.quiet_estimate_ns for g in self.graphs if g.quiet_estimate_ns is not None]
+        return sum(known) if known else None
 
 
 def activity_names(timeline: np.ndarray) -> np.ndarray:
@@ -157,42 +186,98 @@ def activity_names(timeline: np.ndarray) -> np.ndarray:
     return names
 
 
-def graph_times(timeline: np.ndarray) -> tuple:
-    """Per executable graph with replays recorded whole: those replays' time, and what its sampled replays
-    (node records of the same graph_exec) say about its nodes. Records without GPU time are left out."""
+def graph_times(timeline: np.ndarray, counts: np.ndarray | None = None) -> tuple:
+    """Per executable graph with a replay recorded (graph_exec > 0 node records, or kind-4 records of any
+    graph_exec) or launched (`counts`: neutrino.timeline.read_graph_counts): its replays recorded whole, what
+    its sampled replays (recorded node by node) say about its nodes, and its counts as launched. A sampled
+    replay is one with a kernel record; in a graph with no kernel record at all, one with a node record (a
+    quiet replay's copies and memsets are recorded, spec/runtime.md "Graph replays"). Records without GPU
+    time are left out."""
     if "graph_exec" not in (timeline.dtype.names or ()):
         return ()
     timed = timeline[has_gpu_time(timeline) & ((timeline["flags"] & FLAG_GRAPH) != 0)]
+    whole = timed[timed["kind"] == KIND_GRAPH]
+    nodes = _sampled_records(timed[(timed["kind"] != KIND_GRAPH) & (timed["graph_exec"] > 0)])
+    launched = {} if counts is None else {int(r["graph_exec"]): tuple(int(r[c]) for c in counts.dtype.names[1:])
+                                          for r in counts if int(r["replays"])}
+    graphs = sorted(set(whole["graph_exec"].tolist()) | set(nodes["graph_exec"].tolist()) | set(launched))
+    whole_by = _whole_by_graph(whole)
+    sampled_by = _sampled_by_graph(nodes)
     out = []
-    for g in np.unique(timed["graph_exec"][timed["kind"] == KIND_GRAPH]).tolist():
-        mine = timed[timed["graph_exec"] == g]
-        whole = mine[mine["kind"] == KIND_GRAPH]
-        nodes = mine[mine["kind"] != KIND_GRAPH]
-        whole_ns = int((whole["end_ns"].astype(np.int64) - whole["start_ns"].astype(np.int64)).sum())
-        replays = np.unique(nodes["graph_replay"]) if g else np.zeros(0)
-        spans, per_name = [], Counter()
-        for r in replays.tolist():
-            rec = nodes[nodes["graph_replay"] == r]
-            spans.append(int(rec["end_ns"].max()) - int(rec["start_ns"].min()))
-        for name, dur in zip(activity_names(nodes).tolist(),
-                             (nodes["end_ns"].astype(np.int64) - nodes["start_ns"].astype(np.int64)).tolist()):
-            per_name[name] += dur
-        n = len(replays)
-        top = tuple((name, total / n) for name, total in sorted(per_name.items(), key=lambda kv: (-kv[1], kv[0]))[:3]) if n else ()
-        out.append(GraphTime(graph=int(g), sampled=n, whole=len(whole), whole_ns=whole_ns,
-                             whole_mean_ns=whole_ns / len(whole), sampled_mean_ns=float(np.mean(spans)) if spans else 0.0,
-                             nodes=len(nodes) / n if n else 0.0, top=top))
+    for g in graphs:
+        n_whole, whole_ns = whole_by.get(g, (0, 0))
+        n, mean_span, per_replay, top, has_kernels = sampled_by.get(g, (0, 0.0, 0.0, (), True))
+        out.append(GraphTime(graph=int(g), sampled=n, whole=n_whole, whole_ns=whole_ns,
+                             whole_mean_ns=whole_ns / n_whole if n_whole else 0.0, sampled_mean_ns=mean_span,
+                             nodes=per_replay, top=top, launched=launched.get(g), has_kernels=has_kernels))
     return tuple(out)
 
 
+def _replay_keys(records: np.ndarray) -> np.ndarray:
+    return (records["graph_exec"].astype(np.uint64) << np.uint64(32)) | records["graph_replay"].astype(np.uint64)
+
+
+def _sampled_records(nodes: np.ndarray) -> np.ndarray:
+    """The node records of sampled replays: those of the replays with a kernel record, and every node record
+    of a graph without any kernel record."""
+    is_kernel = nodes["kind"] == KIND_KERNEL
+    keys = _replay_keys(nodes)
+    keep = np.isin(keys, np.unique(keys[is_kernel])) | ~np.isin(nodes["graph_exec"], np.unique(nodes["graph_exec"][is_kernel]))
+    return nodes[keep]
+
+
+def _whole_by_graph(whole: np.ndarray) -> dict[int, tuple[int, int]]:
+    """graph_exec -> (replays recorded whole, Σ their end − start)."""
+    graphs, inverse, n = np.unique(whole["graph_exec"], return_inverse=True, return_counts=True)
+    totals = np.zeros(len(graphs), np.int64)  # exact sums (float weights would round past 2^53 ns)
+    np.add.at(totals, inverse.reshape(-1), whole["end_ns"].astype(np.int64) - whole["start_ns"].astype(np.int64))
+    return {int(g): (int(c), int(t)) for g, c, t in zip(graphs.tolist(), n.tolist(), totals.tolist())}
+
+
+def _sampled_by_graph(nodes: np.ndarray) -> dict[int, tuple]:
+    """graph_exec -> (sampled replays, their mean span, node records per replay, top 3 names by time per
+    replay, whether it has kernel records), one pass over the records (no loop per graph or replay)."""
+    if len(nodes) == 0:
+        return {}
+    start, end = nodes["start_ns"].astype(np.int64), nodes["end_ns"].astype(np.int64)
+    replays, inverse = np.unique(_replay_keys(nodes), return_inverse=True)
+    inverse = inverse.reshape(-1)
+    first = np.full(len(replays), np.iinfo(np.int64).max)
+    last = np.full(len(replays), np.iinfo(np.int64).min)
+    np.minimum.at(first, inverse, start)
+    np.maximum.at(last, inverse, end)
+    replay_graph = (replays >> np.uint64(32)).astype(np.int64)
+    graphs, graph_of_replay = np.unique(replay_graph, return_inverse=True)
+    graph_of_replay = graph_of_replay.reshape(-1)
+    n = np.bincount(graph_of_replay, minlength=len(graphs))
+    spans = np.bincount(graph_of_replay, weights=(last - first).astype(np.float64), minlength=len(graphs))
+    graph_of_record = graph_of_replay[inverse]
+    records = np.bincount(graph_of_record, minlength=len(graphs))
+    kernels = np.bincount(graph_of_record, weights=(nodes["kind"] == KIND_KERNEL), minlength=len(graphs))
+    names, name_of = np.unique(activity_names(nodes).astype(str), return_inverse=True)
+    pairs, pair_of = np.unique(graph_of_record * len(names) + name_of.reshape(-1), return_inverse=True)
+    pair_ns = np.bincount(pair_of.reshape(-1), weights=(end - start).astype(np.float64), minlength=len(pairs))
+    tops: dict[int, list] = {}
+    for pair, ns in zip(pairs.tolist(), pair_ns.tolist()):  # one entry per (graph, name) present
+        tops.setdefault(pair // len(names), []).append((-ns, str(names[pair % len(names)])))
+    out = {}
+    for i, g in enumerate(graphs.tolist()):
+        count = int(n[i])
+        top = tuple((name, -neg / count) for neg, name in sorted(tops.get(i, []))[:3])
+        out[g] = (count, float(spans[i]) / count, float(records[i]) / count, top, bool(kernels[i]))
+    return out
+
+
 def summarize(timeline: np.ndarray, ranges: np.ndarray | None,
-              hosts: dict[int, tuple[int, int]] | None = None) -> Context:
-    """The context table of one run (spec/analysis.md, "Where GPU time went"); `hosts`: read_launch_hosts."""
+              hosts: dict[int, tuple[int, int]] | None = None, counts: np.ndarray | None = None) -> Context:
+    """The context table of one run (spec/analysis.md, "Where GPU time went"); `hosts`: read_launch_hosts;
+    `counts`: neutrino.timeline.read_graph_counts (None: the run has no timeline_graphs.tsv)."""
     start = timeline["start_ns"].astype(np.int64)
     end = np.maximum(timeline["end_ns"].astype(np.int64), start)
     kind = timeline["kind"]
     if len(timeline) == 0:
-        return Context(0, 0, 0, 0, 0, 0, 0, 0 if ranges is None else len(ranges), ())
+        return Context(0, 0, 0, 0, 0, 0, 0, 0 if ranges is None else len(ranges), (),
+                       graphs=graph_times(timeline, counts), counted=counts is not None)
     timed = has_gpu_time(timeline)
     end = np.where(timed, end, start)  # a record without GPU time adds 0 to every sum
     busy = busy_ns(start[timed], end[timed], timeline["device"][timed])
@@ -222,7 +307,8 @@ def summarize(timeline: np.ndarray, ranges: np.ndarray | None,
                    copies=int((kind == KIND_MEMCPY).sum()), memsets=int((kind == KIND_MEMSET).sum()),
                    busy_ns=busy, window_ns=int(end[timed].max() - start[timed].min()) if timed.any() else 0,
                    devices=len(np.unique(timeline["device"])), ranges=0 if ranges is None else len(ranges),
-                   rows=tuple(rows), untimed=int(np.count_nonzero(~timed)), graphs=graph_times(timeline))
+                   rows=tuple(rows), untimed=int(np.count_nonzero(~timed)), graphs=graph_times(timeline, counts),
+                   counted=counts is not None)
 
 
 def load(run_dir) -> Context | None:
@@ -232,16 +318,28 @@ def load(run_dir) -> Context | None:
     timeline = read_timeline(run_dir, untimed=True, graphs=True)
     if timeline is None:
         return None
-    return summarize(timeline, read_ranges(run_dir), read_launch_hosts(run_dir))
+    counts, error = read_graph_counts(run_dir)
+    return attrs.evolve(summarize(timeline, read_ranges(run_dir), read_launch_hosts(run_dir), counts),
+                        counts_error=error)
+
+
+def read_graph_counts(run_dir) -> tuple[np.ndarray | None, str]:
+    """(timeline_graphs.tsv's rows or None when absent, "" or the TraceError's message when it cannot be read):
+    a bad file costs the quiet counts, not the section."""
+    try:
+        return run_timeline.read_graph_counts(run_dir), ""
+    except TraceError as e:
+        return None, str(e)
 
 
 def render(ctx: Context, top: int = 15) -> list[str]:
     """The report's opening section: a headline and the top rows by total GPU time."""
     from neutrino.analysis.tables import format_table, short
 
-    whole = f", {sum(g.whole for g in ctx.graphs)} graph replay(s) recorded whole" if ctx.graphs else ""
+    whole = f", {sum(g.whole for g in ctx.graphs)} graph replay(s) recorded whole" if any(g.whole for g in ctx.graphs) else ""
+    quiet = f", {ctx.quiet} graph replay(s) quiet (not recorded)" if ctx.quiet else ""
     head = (f"[where GPU time went] {ctx.kernels} kernel launch(es) ({ctx.probed} probed), {ctx.copies} copies, "
-            f"{ctx.memsets} memsets{whole} on {ctx.devices} device(s): GPU busy {ctx.busy_ns / 1e3:.1f} us "
+            f"{ctx.memsets} memsets{whole}{quiet} on {ctx.devices} device(s): GPU busy {ctx.busy_ns / 1e3:.1f} us "
             f"of a {ctx.window_ns / 1e3:.1f} us window")
     rows = []
     for r in ctx.rows[:top]:
@@ -257,27 +355,61 @@ def render(ctx: Context, top: int = 15) -> list[str]:
     if ctx.untimed:
         out.append(f"({ctx.untimed} record(s) without GPU time (CUPTI gave no timestamp): counted above, "
                    "left out of every time, share and the window)")
+    out += quiet_lines(ctx)
     if not ctx.ranges:
         out.append("(no ranges recorded: ranges.bin is absent or empty)")
     out += render_graphs(ctx.graphs)
     return out
 
 
+def quiet_lines(ctx: Context) -> list[str]:
+    """What the rows above leave out: the graph replays launched quiet (timeline_graphs.tsv), or that they could
+    not be counted."""
+    if ctx.counts_error:
+        return ["(timeline_graphs.tsv could not be read (see the warning): graph replays launched quiet (not "
+                "recorded) are not counted, and this table may leave some out)"]
+    if not ctx.quiet:
+        return []
+    estimate = ctx.quiet_estimate_ns
+    guess = ("no estimate of their GPU time (no sampled replay of their graphs)" if estimate is None else
+             f"their GPU time is ESTIMATED at {estimate / 1e3:.1f} us (per graph: its sampled replays' mean span x "
+             "its quiet replays; not in busy or share)")
+    return [f"({ctx.quiet} graph replay(s) quiet: launched with kernel records off, so their kernels are in no row "
+            f"above, nor in GPU busy, share or the window (their copies and memsets are); {guess})"]
+
+
 def render_graphs(graphs: tuple) -> list[str]:
-    """The graphs with replays recorded whole (`[graph #N replay]` rows): their kernels as the sampled replays
-    (each graph's first replays, recorded node by node) showed them."""
+    """Per executable graph, its replays as launched (timeline_graphs.tsv, when the run has it) and as recorded
+    (node by node: sampled; whole: `[graph #N replay]` rows), and its kernels as its sampled replays showed them."""
     if not graphs:
         return []
     from neutrino.analysis.tables import format_table, short
 
+    counted = any(g.launched is not None for g in graphs)
+
+    def cell(value, fmt="{}"):
+        return "-" if value is None else fmt.format(value)
+
+    headers, rows = ["graph"] + (["replays"] if counted else []) + ["sampled"] + (["quiet"] if counted else []) + \
+        ["whole", "whole mean (us)", "sampled mean (us)", "kernels"] + (["quiet est. (us)"] if counted else []) + \
+        ["top kernels, sampled (us per replay)"], []
+    for g in graphs:
+        row = [f"#{g.graph}" if g.graph else "?"] + ([cell(g.launched and g.launched[0])] if counted else [])
+        row += [str(g.sampled)] + ([cell(g.quiet)] if counted else [])
+        row += [str(g.whole), f"{g.whole_mean_ns / 1e3:.2f}" if g.whole else "-",
+                f"{g.sampled_mean_ns / 1e3:.2f}" if g.sampled else "-", f"{g.nodes:.1f}" if g.sampled else "-"]
+        if counted:
+            row.append(cell(None if g.quiet_estimate_ns is None else g.quiet_estimate_ns / 1e3, "{:.1f}"))
+        row.append(", ".join(f"{short(name, 40)} {ns / 1e3:.2f}" for name, ns in g.top) or "-")
+        rows.append(row)
     whole = sum(g.whole for g in graphs)
-    rows = [[f"#{g.graph}" if g.graph else "?", str(g.sampled), str(g.whole), f"{g.whole_mean_ns / 1e3:.2f}",
-             f"{g.sampled_mean_ns / 1e3:.2f}" if g.sampled else "-", f"{g.nodes:.1f}" if g.sampled else "-",
-             ", ".join(f"{short(name, 40)} {ns / 1e3:.2f}" for name, ns in g.top) or "-"] for g in graphs]
-    return [f"({whole} graph replay(s) recorded whole, one record each: their kernels are not in the rows above; "
+    out = [f"({whole} graph replay(s) recorded whole, one record each: their kernels are not in the rows above)"] if whole else []
+    launched = "launched (timeline_graphs.tsv), " if counted else ""
+    quiet = ", quiet (not recorded)" if counted else ""
+    out += [f"(graph replays {launched}recorded node by node (sampled){quiet} and recorded whole; "
             "per graph, what its sampled replays (recorded node by node) showed, per replay:)",
-            format_table(["graph", "sampled", "whole", "whole mean (us)", "sampled mean (us)", "kernels",
-                          "top kernels, sampled (us per replay)"], rows, left=(0, 6))]
+            format_table(headers, rows, left=(0, len(headers) - 1))]
+    return out
 
 
 def numbers(ctx: Context) -> list[dict]:
@@ -288,7 +420,9 @@ def numbers(ctx: Context) -> list[dict]:
 
 
 def graph_numbers(ctx: Context) -> list[dict]:
-    """The graphs with replays recorded whole, as numbers (`report --format json`: `graph_replays`)."""
+    """The executable graphs, as numbers (`report --format json`: `graph_replays`)."""
     return [{"graph": g.graph, "sampled_replays": g.sampled, "whole_replays": g.whole, "whole_ns": g.whole_ns,
              "whole_mean_ns": g.whole_mean_ns, "sampled_mean_ns": g.sampled_mean_ns, "kernels_per_replay": g.nodes,
-             "top_sampled": [{"name": n, "ns_per_replay": ns} for n, ns in g.top]} for g in ctx.graphs]
+             "top_sampled": [{"name": n, "ns_per_replay": ns} for n, ns in g.top],
+             "launched": None if g.launched is None else dict(zip(run_timeline.GRAPH_COUNT_COLUMNS[1:], g.launched)),
+             "quiet_replays": g.quiet, "quiet_estimate_ns": g.quiet_estimate_ns} for g in ctx.graphs]

@@ -82,6 +82,16 @@ def read_timeline(run: Path) -> tuple[np.ndarray, np.ndarray] | None:
     return recs[~ours], names[~ours]
 
 
+def read_graph_replays(run: Path) -> np.ndarray | None:
+    """The rows of run/timeline_graphs.tsv (`neutrino.timeline.read_graph_counts`, the reader of record: a
+    small text table, parsed in one place), or None when absent."""
+    try:
+        from neutrino import timeline as reader
+    except ImportError:  # a tree without the reader has no shim that writes the file either
+        return None
+    return reader.read_graph_counts(Path(run))
+
+
 def read_ranges(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(records, names, domains) of run/ranges.bin, or None when absent."""
     run = Path(run)

@@ -173,16 +173,16 @@ class StreamTracks:
 
 
 def write_timeline(writer: ProtoWriter, process: int, timeline: np.ndarray | None,
-                   only_probed: bool = False) -> dict[int, tuple]:
+                   only_probed: bool = False, counts: np.ndarray | None = None) -> dict[int, tuple]:
     """Every kernel, copy and memset on its stream's track (`only_probed`: the probed kernels only, when
-    the trace merged into already has the others). Returns probe launch index -> (stream track,
-    start_ns, end_ns) for the probed kernels."""
+    the trace merged into already has the others; `counts`: timeline_graphs.tsv's rows, for the quiet replays
+    of each graph). Returns probe launch index -> (stream track, start_ns, end_ns) for the probed kernels."""
     probed: dict[int, tuple] = {}
     if timeline is None:
         return probed
     streams = StreamTracks(writer, process)
     names = context.activity_names(timeline)
-    sampled = {g.graph: g for g in context.graph_times(timeline)}
+    sampled = {g.graph: g for g in context.graph_times(timeline, counts)}
     has_graphs = "graph_exec" in (timeline.dtype.names or ())
     for i in range(len(timeline)):
         rec = timeline[i]
@@ -193,6 +193,9 @@ def write_timeline(writer: ProtoWriter, process: int, timeline: np.ndarray | Non
         args = {"correlation": int(rec["correlation"]), "tid": int(rec["tid"])}
         if has_graphs and int(rec["graph_exec"]):
             args.update({"graph": int(rec["graph_exec"]), "graph replay": int(rec["graph_replay"])})
+            quiet = getattr(sampled.get(int(rec["graph_exec"])), "quiet", None)
+            if quiet is not None:
+                args["quiet replays of this graph"] = quiet  # launched unrecorded: on no track
         if rec["kind"] == context.KIND_KERNEL:
             args.update(grid="x".join(map(str, rec["grid"].tolist())), block="x".join(map(str, rec["block"].tolist())),
                         origin=context.origin(str(rec["name"])))
@@ -286,8 +289,11 @@ def write_run(writer: ProtoWriter, pid: int, label: str, trace, launches, placem
         ranges = context.read_ranges(run_dir)
     except (NeutrinoError, OSError, ValueError) as e:
         warn(f"{label}: context tables left out: {e}")
+    counts, error = context.read_graph_counts(run_dir) if timeline is not None else (None, "")
+    if error:
+        warn(f"{label}: quiet graph replays not counted: {error}")
     n_ranges = write_ranges(writer, pid, ranges)
-    kernels = write_timeline(writer, process, timeline, only_probed)
+    kernels = write_timeline(writer, process, timeline, only_probed, counts)
     write_probed(writer, process, trace, launches, kernels, placement)
     return {"timeline": 0 if timeline is None else len(timeline), "ranges": n_ranges}
 

@@ -115,7 +115,10 @@ def busy_line(reports: list[tuple[int, object]], kind: str = "rank") -> str | No
     cells = ", ".join(f"{kind} {rank} {ns / 1e3:.1f}" for rank, ns in busy.items())
     spread = (f"; max/min {max(busy.values()) / min(busy.values()):.2f}"
               if len(busy) == len(reports) and len(busy) > 1 and min(busy.values()) > 0 else "")
-    return f"GPU busy (us): {cells}{spread}"
+    quiet = {rank: r.context.quiet for rank, r in reports if getattr(r, "context", None) is not None and r.context.quiet}
+    left_out = ("; graph replays quiet (not recorded, in no busy time): "
+                + ", ".join(f"{kind} {rank} {n}" for rank, n in quiet.items())) if quiet else ""
+    return f"GPU busy (us): {cells}{spread}{left_out}"
 
 
 def main(trace_dir: str, out_dir: str | None = None, **options) -> int:

@@ -115,6 +115,9 @@ def _load_context(report: Report) -> None:
         report.context = context.load(report.trace_path)
     except (NeutrinoError, OSError, ValueError) as e:
         report.warnings.append(f"context tables: {e}")
+        return
+    if report.context is not None and report.context.counts_error:
+        report.warnings.append(f"context tables: {report.context.counts_error}")
 
 
 def _add_generic(report: Report, entry: KernelEntry, launch, md, generic) -> None:
@@ -259,7 +262,10 @@ def render_json(report: Report, rows: list[dict] | None = None) -> str:
 
         doc["gpu_time"] = {"busy_ns": report.context.busy_ns, "window_ns": report.context.window_ns,
                            "untimed": report.context.untimed, "rows": context.numbers(report.context),
-                           "graph_replays": context.graph_numbers(report.context)}
+                           "graph_replays": context.graph_numbers(report.context),
+                           "quiet_replays": report.context.quiet if report.context.counted else None,
+                           "quiet_estimate_ns": report.context.quiet_estimate_ns,
+                           "graph_counts_error": report.context.counts_error or None}
     return json.dumps(doc, indent=2) + "\n"
 
 
