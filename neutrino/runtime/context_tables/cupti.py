@@ -117,7 +117,8 @@ def _kernel_origins(run_dir: Path) -> dict:
         return {"by_origin": {}, "error": str(e)}
     kernels = tl[tl["kind"] == 1]  # the reader leaves out our calibration kernel (clock.py)
     flagged = int(((kernels["flags"] & 1) != 0).sum())
-    nodes = tl[((tl["flags"] & 2) != 0) & (tl["graph_exec"] > 0)]  # node records of graph replays (kinds 1-3)
+    # replays with a kernel record (a quiet replay's copy and memset nodes are still recorded: spec/runtime.md)
+    nodes = tl[((tl["flags"] & 2) != 0) & (tl["graph_exec"] > 0) & (tl["kind"] == 1)]
     with_nodes = len({(int(g), int(r)) for g, r in zip(nodes["graph_exec"].tolist(), nodes["graph_replay"].tolist())})
     return {"kernels": len(kernels), "by_origin": kernels_by_origin(tl), "kernels_flagged_probed": flagged,
             "graph_replays_with_nodes": with_nodes}
