@@ -3,27 +3,20 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 
 from neutrino.maps import TraceError
-
-MAGIC = b"NTTIMEL1"
-HEADER_BYTES = 16
-VERSION = 1
-KERNEL, MEMCPY, MEMSET = 1, 2, 3
-GRAPH_REPLAY = 4  # one record per CUDA graph replay recorded whole (spec/runtime.md "Graph replays"): read_timeline(graphs=True)
-FLAG_PROBED, FLAG_GRAPH, FLAG_NO_GPU_TIME = 1, 2, 4
-NO_NAME = 0xFFFFFFFF
+from neutrino.timeline_format import (  # noqa: F401 - the format's names, re-exported for readers of neutrino.timeline
+    CLOCK_KERNEL, FLAG_GRAPH, FLAG_NO_GPU_TIME, FLAG_PROBED, GRAPH_REPLAY, HEADER_BYTES, KERNEL, MAGIC, MAX_NAMES_BYTES,
+    MEMCPY, MEMSET, NO_NAME, ORIGINS, RECORD_MIN_BYTES, VERSION, origin, read_header, read_names)
 
 _FIELDS_80 = [
     ("kind", "<u1"), ("copy_kind", "<u1"), ("flags", "<u2"), ("device", "<u4"), ("stream", "<u4"),
     ("tid", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8"), ("correlation", "<u8"), ("bytes", "<u8"),
     ("name_id", "<u4"), ("probe_launch", "<i4"), ("grid", "<u4", (3,)), ("block", "<u4", (3,)),
 ]
-RECORD_MIN_BYTES = 80  # the first writers' records (no host_ns): read with host_ns 0
 _FIELDS_88 = _FIELDS_80 + [("host_ns", "<u8")]  # host_ns appended at offset 80 (2026-11-26)
 # graph_exec, graph_replay appended at 88 (2026-11-27): a graph replay's executable graph (the shim's number, 1 up)
 # and the replay's number among that graph's (1 up); 0 unknown or not a graph replay
@@ -39,48 +32,8 @@ def record_dtype(size: int) -> np.dtype:
     return np.dtype({"names": d.names, "formats": [d.fields[n][0] for n in d.names],
                      "offsets": [d.fields[n][1] for n in d.names], "itemsize": size})
 
-ORIGINS = ("cuBLAS", "cuDNN", "NCCL", "ATen", "Triton", "XLA", "CUTLASS", "other")
-
-# First match wins (spec/trace-format.md, "Kernel origins"). Names are matched as the driver
-# knows them: mangled C++ (`_ZN2at6native...`) or plain (Triton, XLA).
-_ORIGIN_RULES: tuple[tuple[str, re.Pattern], ...] = (
-    ("NCCL", re.compile(r"ncclDevKernel|ncclKernel")),
-    ("cuDNN", re.compile(r"cudnn|_fprop_|_dgrad_|_wgrad_|convolve_", re.IGNORECASE)),
-    ("cuBLAS", re.compile(r"cublas|^(sm\d+|ampere|volta|turing|hopper)_|xmma_gemm|gemv|gemmSN|gemmk1|nvjet|splitKreduce|"
-                          r"^_Z\d+[sdhcz]gemm_",
-                          re.IGNORECASE)),
-    ("ATen", re.compile(r"at::|at_cuda_detail|_ZN2at|at6native|cunn_|_GLOBAL__N__\w*_(SoftMax|Softmax|Reduce|"
-                        r"Normalization|layer_norm_kernel|Loss|Dropout|Indexing|Sort|Embedding|Activation)\w*_cu")),
-    ("CUTLASS", re.compile(r"cutlass", re.IGNORECASE)),
-    ("Triton", re.compile(r"^triton_|triton")),
-    ("XLA", re.compile(r"^(loop_|input_|wrapped_|fusion)|_fusion(_\d+)?$|^(gemm|reduce|convert|transpose)_fusion|"
-                       r"stream_executor")),
-)
-
-
-def origin(name: str) -> str:
-    """The library a kernel name comes from: one of ORIGINS (`other` when no rule matches)."""
-    for label, pattern in _ORIGIN_RULES:
-        if pattern.search(name):
-            return label
-    return "other"
-
-
-def read_header(data: bytes, path: Path) -> int:
-    """The record size the header declares; TraceError naming the file when it is not a timeline."""
-    if len(data) < HEADER_BYTES or data[:8] != MAGIC:
-        raise TraceError(f"{path}: not a timeline (expected the 16-byte header starting {MAGIC!r})")
-    version = int.from_bytes(data[8:12], "little")
-    size = int.from_bytes(data[12:16], "little")
-    if version != VERSION:
-        raise TraceError(f"{path}: timeline version {version}, this reader knows {VERSION}")
-    if size < RECORD_MIN_BYTES:
-        raise TraceError(f"{path}: record size {size} is smaller than the {RECORD_MIN_BYTES} bytes of version 1")
-    return size
-
 
 CHUNK_RECORDS = 1 << 18  # records read at a time: memory follows the valid records, not the file's length
-MAX_NAMES_BYTES = 64 << 20  # timeline_names.txt: distinct kernel names; more is not a timeline's
 
 
 def _records(path: Path, kinds=(KERNEL, MEMCPY, MEMSET)) -> np.ndarray:
@@ -102,15 +55,6 @@ def _records(path: Path, kinds=(KERNEL, MEMCPY, MEMSET)) -> np.ndarray:
         rows = raw.view(RECORD).reshape(-1)
         kept.append(rows[np.isin(rows["kind"], kinds)])
     return np.concatenate(kept)
-
-
-def read_names(run_dir: Path) -> list[str]:
-    path = Path(run_dir) / "timeline_names.txt"
-    if not path.exists():
-        return []
-    if not path.is_file() or path.stat().st_size > MAX_NAMES_BYTES:
-        raise TraceError(f"{path}: not a names table (not a regular file, or over {MAX_NAMES_BYTES >> 20} MiB)")
-    return path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
 
 
 GRAPHS_FILE = "timeline_graphs.tsv"  # per executable graph, its replays as the shim launched them (quiet included)
@@ -161,9 +105,6 @@ def _graph_count_row(line: str, width: int, path: Path, number: int) -> tuple:
         raise TraceError(f"{path}: line {number}: replays {replays} != node_replays {nodes} + quiet_replays {quiet} "
                          f"+ whole_replays {whole}")
     return tuple(values)
-
-
-CLOCK_KERNEL = "__neutrino_globaltimer"  # neutrino.runtime.context_tables.clock's calibration kernel
 
 
 def has_gpu_time(records: np.ndarray) -> np.ndarray:

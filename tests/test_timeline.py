@@ -819,6 +819,31 @@ def test_no_quiet_replay_while_the_program_records_kernels(tmp_path, fakes):
     assert _graph_tallies(run) == [[1, 10, 6, 4, 0]]
 
 
+@pytest.mark.parametrize("scenario", ["graphs", "probed"])
+def test_exit_counts_in_python_equal_numpys(tmp_path, fakes, scenario):
+    """The exit's kernel counts of a small timeline are read in pure Python when numpy is not loaded (a run that
+    probed nothing: timeline_format.kernel_counts); they equal the numpy reader's on the same run: graph replays
+    with kernel records, quiet ones, probed kernels flagged, the calibration kernel left out."""
+    from neutrino import timeline_format
+    from neutrino.runtime.context_tables.cupti import _kernel_origins
+
+    if scenario == "graphs":
+        env = {"GRAPH_APP_KERNELS": "2", "NEUTRINO_TIMELINE_GRAPH_EVERY": "5", "GRAPH_APP_EAGER_EVERY": "4"}
+        run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "graph_app.py"), str(VEC_PTX), "saxpy4", "2",
+                                             "12"], "--no-graphs", env=env)
+    else:
+        env = {"FAKEAPP_STREAMS": "2", "FAKEAPP_GRIDS": "4,8,2"}
+        run, events = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "6"],
+                           "--launches", "0:3", env=env)
+    assert "numpy" in sys.modules  # (this process: _kernel_origins takes numpy's way)
+    by_python, by_numpy = timeline_format.kernel_counts(run), _kernel_origins(run)
+    assert by_python == by_numpy and by_python["kernels"] > 0
+    assert by_python["graph_replays_with_nodes"] == (10 if scenario == "graphs" else 0)
+    assert by_python["kernels_flagged_probed"] > 0  # (the eager launches are probed in both)
+    counts = _one(events, "timeline_counts")  # what the program's process wrote at exit, by either way
+    assert {k: counts[k] for k in by_python} == by_python
+
+
 def test_graph_tallies_written_in_every_mode(tmp_path, fakes):
     """timeline_graphs.tsv in the modes that record later replays whole or node by node: the tallies follow."""
     env = {"NEUTRINO_TIMELINE_GRAPH_REST": "whole", "NEUTRINO_TIMELINE_GRAPH_NODES": "2"}

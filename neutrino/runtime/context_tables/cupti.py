@@ -108,7 +108,17 @@ class Timeline:
         return summary
 
 
+SMALL_TIMELINE = 50_000  # records: fewer are counted in Python (timeline_format.kernel_counts) unless numpy is loaded
+
+
 def _kernel_origins(run_dir: Path) -> dict:
+    from neutrino import timeline_format
+
+    try:  # a run that probed nothing has not imported numpy: for a small timeline, reading it costs less
+        if "numpy" not in sys.modules and timeline_format.record_count(run_dir) <= SMALL_TIMELINE:
+            return timeline_format.kernel_counts(run_dir)
+    except (OSError, timeline_format.TraceError) as e:
+        return {"by_origin": {}, "error": str(e)}
     from neutrino.timeline import TraceError, kernels_by_origin, read_timeline
 
     try:
@@ -143,14 +153,14 @@ def join_probed_by_order(run_dir: Path) -> int:
     for stream launches, launch i of the kernel (index.bin's `kernel_launch`) is the i-th record
     when every launch of it is on the timeline. Rewrites the records in place; returns how many
     it flagged."""
+    path = run_dir / "timeline.bin"
+    if not (run_dir / "result" / "index.bin").exists() or not path.exists():
+        return 0  # (before numpy's import: a run that probed nothing has no index)
     import numpy as np
 
     from neutrino import trace as nt
     from neutrino.timeline import FLAG_GRAPH, FLAG_PROBED, HEADER_BYTES, read_header, read_names, record_dtype
 
-    path = run_dir / "timeline.bin"
-    if not (run_dir / "result" / "index.bin").exists() or not path.exists():
-        return 0
     names = read_names(run_dir)
     with open(path, "rb") as fh:
         size = read_header(fh.read(HEADER_BYTES), path)
