@@ -11,6 +11,7 @@ changed no result.
 With OVERHEAD_GPU_ONLY=1 the event loops keep the GPU busy (torch.cuda._sleep, 200,000 cycles;
 OVERHEAD_GPU_ONLY=N > 1: N cycles) while the host enqueues each launch and wait for it: the
 events then time the kernel alone (what the probe code costs on the GPU), not the host path.
+OVERHEAD_SLEEP_GRAPH=1: that sleep is replayed from a CUDA graph, not launched eagerly.
 """
 
 from __future__ import annotations
@@ -85,6 +86,16 @@ def gpu_only_sleep_cycles() -> int:
     return value if value > 1 else 200000
 
 
+def sleep_graph(cycles: int):
+    """OVERHEAD_SLEEP_GRAPH=1: the GPU-alone loops' sleep captured into a CUDA graph, replayed before each timed
+    launch instead of an eager torch.cuda._sleep, so that a loop of graph replays has no eager kernel launch in it
+    (under the timeline's quiet replays an eager launch switches kernel records on again: spec/runtime.md)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        torch.cuda._sleep(cycles)
+    return graph
+
+
 def timed_loop(launch, iters: int, warmup: int) -> tuple[list[float], float]:
     """Per-launch GPU time (µs) with CUDA events around every launch; no sync inside the loop.
 
@@ -96,8 +107,11 @@ def timed_loop(launch, iters: int, warmup: int) -> tuple[list[float], float]:
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     if os.environ.get("OVERHEAD_GPU_ONLY"):  # the kernel's GPU time alone: the GPU is kept busy while the host enqueues
         cycles = gpu_only_sleep_cycles()
+        sleep = lambda: torch.cuda._sleep(cycles)  # noqa: E731
+        if os.environ.get("OVERHEAD_SLEEP_GRAPH"):  # the sleep replayed from a graph of its own: no eager launch
+            sleep = sleep_graph(cycles).replay      # between the timed launches (quiet replays stay quiet)
         for a, b in pairs:
-            torch.cuda._sleep(cycles)
+            sleep()
             a.record()
             launch()
             b.record()
