@@ -53,15 +53,13 @@ launches checked, launches not ordered after the previous launch of the captured
 FAKECUDA_CHECK_ORDER=1).
 GRAPH_APP_EAGER_EVERY=N: an eager launch of the kernel after every N-th replay (replays N, 2N, ...);
 GRAPH_APP_EAGER_THREAD=L: while each cycle's replays run, another thread of the program launches the kernel L times
-on a stream of its own (prints "eager thread launches" with their count at the end).
+on a stream of its own.
 """
 import ctypes as C
 import os
 import sys
 import threading
 import time
-
-EAGER_THREAD_LAUNCHES = [0]
 
 
 def eager_launches(cu, fn, params, n):
@@ -70,7 +68,6 @@ def eager_launches(cu, fn, params, n):
     assert cu.cuStreamCreate(C.byref(stream), 1) == 0
     for _ in range(n):
         assert cu.cuLaunchKernel(fn, 4, 1, 1, 64, 1, 1, 0, stream, params, None) == 0
-        EAGER_THREAD_LAUNCHES[0] += 1
 
 
 def say(*words):
@@ -399,7 +396,6 @@ def main(ptx_path, kernel, cycles, replays):
     if os.environ.get("FAKECUDA_FORK_IN_SWITCH"):
         cu.fakecuda_fork_status.restype = C.c_long
         say("fork child", cu.fakecuda_fork_status())
-    say("eager thread launches", EAGER_THREAD_LAUNCHES[0])
     say("app done")
 
 
