@@ -766,18 +766,25 @@ static int graph_exec_slot(void *exec) {
 
 /* The executable graph's number (1 up, in the order of first launches) and this replay's (1 up), and whether it
  * was instantiated while GRAPH_TRACE was off; number 0 when the table is full (3/4 live). */
-static void graph_exec_count(void *exec, uint32_t *number, uint32_t *replay, int *untraced) {
+static int graph_replay_plan(uint32_t number, uint32_t replay, int untraced);
+
+/* ... and how the mode plans to launch it (TALLY_*), counted in its tally at once: the launch corrects the tally
+ * (graph_exec_retally) only when it came otherwise (a refused switch, a pause, the program's profiler). */
+static void graph_exec_count(void *exec, uint32_t *number, uint32_t *replay, int *untraced, int *plan) {
     pthread_mutex_lock(&graph_exec_lock);
     int i = graph_exec_slot(exec);
     if (i < 0) {
         pthread_mutex_unlock(&graph_exec_lock);
         *number = *replay = 0, *untraced = 0;
+        *plan = graph_replay_plan(0, 0, 0);
         return;
     }
     if (!graph_execs[i].number) graph_execs[i].number = ++graph_exec_numbers;
     *number = graph_execs[i].number;
     *replay = ++graph_execs[i].replays;
     *untraced = graph_execs[i].untraced;
+    *plan = graph_replay_plan(*number, *replay, *untraced);
+    graph_execs[i].tally[*plan]++;
     pthread_mutex_unlock(&graph_exec_lock);
 }
 
@@ -807,12 +814,12 @@ void neutrino_timeline_graph_exec_gone(void *exec) {
     pthread_mutex_unlock(&graph_exec_lock);
 }
 
-/* How the replay just counted was launched (TALLY_*), added to its graph's tally. */
-static void graph_exec_tally(void *exec, int how) {
+/* The replay just counted as `planned` was launched as `how` (TALLY_*): its graph's tally moved over. */
+static void graph_exec_retally(void *exec, int planned, int how) {
     pthread_mutex_lock(&graph_exec_lock);
     for (unsigned i = graph_slot(exec); graph_execs[i].exec; i = (i + 1) & (graph_exec_slots - 1))
         if (graph_execs[i].exec == exec) {
-            graph_execs[i].tally[how]++;
+            graph_execs[i].tally[planned]--, graph_execs[i].tally[how]++;
             break;
         }
     pthread_mutex_unlock(&graph_exec_lock);
@@ -983,30 +990,34 @@ void neutrino_timeline_graph_instantiated(void *exec) {
     counts[N_GRAPH_UNTRACED]++;  /* racy on purpose: statistics */
 }
 
+/* How the mode plans to launch replay `replay` of graph `number` (0: unnumbered, the table full): TALLY_*. */
+static int graph_replay_plan(uint32_t number, uint32_t replay, int untraced) {
+    if (graph_mode == GM_QUIET)  /* an unnumbered graph is recorded node by node */
+        return !number || replay <= graph_node_replays || (graph_every && replay % graph_every == 0) ? TALLY_NODES
+                                                                                                    : TALLY_QUIET;
+    int whole = graph_mode != GM_NODES && !untraced && (graph_mode == GM_GRAPHS || !number || replay > graph_node_replays);
+    return whole ? TALLY_WHOLE : TALLY_NODES;
+}
+
 void neutrino_timeline_graph_launch_enter(void *exec) {
     graph_launching.number = graph_launching.replay = 0;
     if (!atomic_load_explicit(&recording, memory_order_relaxed) || !exec) return;
     uint32_t number, replay;
-    int untraced;
-    graph_exec_count(exec, &number, &replay, &untraced);
+    int untraced, plan, how;
+    graph_exec_count(exec, &number, &replay, &untraced, &plan);
     graph_launching.number = number, graph_launching.replay = replay;
-    if (graph_mode == GM_QUIET) {  /* an unnumbered graph (the table full) is recorded node by node */
-        int sampled = !number || replay <= graph_node_replays || (graph_every && replay % graph_every == 0);
-        int quiet = 0;
-        if (sampled) {
-            if (atomic_load_explicit(&kernels_quiet, memory_order_relaxed)) kernels_loud();
-        } else {
-            quiet = kernels_go_quiet();
-        }
-        counts[quiet ? N_GRAPH_QUIET : N_GRAPH_SAMPLED]++;  /* racy on purpose: statistics */
-        if (number) graph_exec_tally(exec, quiet ? TALLY_QUIET : TALLY_NODES);
-        return;
+    if (graph_mode == GM_QUIET) {
+        if (plan == TALLY_NODES && atomic_load_explicit(&kernels_quiet, memory_order_relaxed)) kernels_loud();
+        how = plan == TALLY_QUIET && !kernels_go_quiet() ? TALLY_NODES : plan;
+        counts[how == TALLY_QUIET ? N_GRAPH_QUIET : N_GRAPH_SAMPLED]++;  /* racy on purpose: statistics */
+    } else {
+        int whole = plan == TALLY_WHOLE;
+        if (graph_mode == GM_SAMPLED && !atomic_load_explicit(&graphs_paused, memory_order_relaxed))
+            whole = graph_trace_set(whole);
+        how = whole ? TALLY_WHOLE : TALLY_NODES;
+        if (graph_mode != GM_NODES) counts[whole ? N_GRAPH_WHOLE : N_GRAPH_SAMPLED]++;  /* racy on purpose */
     }
-    int whole = graph_mode != GM_NODES && !untraced && (graph_mode == GM_GRAPHS || !number || replay > graph_node_replays);
-    if (graph_mode == GM_SAMPLED && !atomic_load_explicit(&graphs_paused, memory_order_relaxed))
-        whole = graph_trace_set(whole);
-    if (graph_mode != GM_NODES) counts[whole ? N_GRAPH_WHOLE : N_GRAPH_SAMPLED]++;  /* racy on purpose: statistics */
-    if (number) graph_exec_tally(exec, whole ? TALLY_WHOLE : TALLY_NODES);
+    if (number && how != plan) graph_exec_retally(exec, plan, how);
 }
 
 void neutrino_timeline_graph_launch_exit(void) { graph_launching.number = graph_launching.replay = 0; }
