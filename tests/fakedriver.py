@@ -269,6 +269,25 @@ class FakeDriver:
         return [(d, n["handle"]) for n in self.graphs[graph].nodes
                 for d, port in zip(n["deps"], n.get("ports") or [0] * len(n["deps"])) if not port]
 
+    def graph_edges_typed(self, graph):
+        """RealDriver.graph_edges_typed: (from, to, data) for every dependency of every node, data its
+        CUgraphEdgeData as a u64 (a port: a programmatic edge from that port; 0: an ordinary edge)."""
+        self._check("graph_edges")
+        from neutrino.runtime.driver import PROGRAMMATIC_EDGE
+
+        return [(d, n["handle"], PROGRAMMATIC_EDGE | port if port else 0) for n in self.graphs[graph].nodes
+                for d, port in zip(n["deps"], n.get("ports") or [0] * len(n["deps"]))]
+
+    def capture_programmatic(self, stream, port=1):
+        """A kernel of the program's (nothing of ours sees it: cuBLAS's, say) captured into `stream` with
+        programmatic stream serialization: its edges from the capture's last nodes are programmatic ones from
+        `port` (1: when their blocks trigger or end; 2: once their blocks have begun)."""
+        cap = self.captures[stream]
+        node = {"handle": self._new(), "kind": "kernel", "deps": list(cap.deps), "run": lambda: None,
+                "ports": [port] * len(cap.deps)}
+        cap.graph.nodes.append(node)
+        cap.deps = [node["handle"]]
+
     def graph_destroy(self, graph):
         del self.graphs[graph]
 

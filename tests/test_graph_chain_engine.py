@@ -253,9 +253,25 @@ def test_advancers_across_unprobed_nodes_and_branches():
 def test_no_chain_for_one_node_joins_or_a_programmatic_only_path():
     assert chain.choose_advancers([0], [], [0]) is None
     assert chain.choose_advancers([0, 1, 2], [(0, 2), (1, 2)], [0, 1, 2]) is None  # two probed sources join
-    assert chain.choose_advancers([0, 1], [], [0, 1]) is None  # (the PDL edge 0 → 1 is not passed: no path)
+    assert chain.choose_advancers([0, 1], [], [0, 1]) is None  # (no edge given: no path)
     with pytest.raises(ValueError, match="cycle"):
         chain.choose_advancers([0, 1], [(0, 1), (1, 0)], [0, 1])
+
+
+def test_programmatic_edges_order_an_advancer_after_the_blocks_end():
+    """Only the path's first edge must start its target after every block of the advanced node has ended: an
+    ordinary edge, or a programmatic one from the programmatic port of a kernel that never triggers early; any
+    later edge starts its target no earlier than its source began."""
+    from neutrino.runtime.driver import PROGRAMMATIC_EDGE
+
+    after_end, after_start = PROGRAMMATIC_EDGE | 1, PROGRAMMATIC_EDGE | 2
+    chained = {0: chain.Advancer(1, False), 1: chain.Advancer(0, True)}
+    assert chain.choose_advancers([0, "x", 1], [(0, "x", after_end), ("x", 1, 0)], [0, 1]) == chained
+    assert chain.choose_advancers([0, "x", 1], [(0, "x", 0), ("x", 1, after_start)], [0, 1]) == chained
+    assert chain.choose_advancers([0, "x", 1], [(0, "x", after_start), ("x", 1, 0)], [0, 1]) is None
+    assert chain.choose_advancers([0, "x", 1], [(0, "x", after_end), ("x", 1, 0)], [0, 1], triggers_early=[0]) is None
+    # a second path with an ordinary first edge is enough
+    assert chain.choose_advancers([0, "x", 1], [(0, "x", after_start), ("x", 1, 0), (0, 1, 0)], [0, 1]) == chained
 
 
 def test_slot_runs_do_not_wrap():

@@ -17,7 +17,7 @@ from neutrino.runtime.cudagraphs.ring import APPEND_KERNEL
 import ctypes as C
 
 import neutrino.trace as nt
-from test_runtime_core import events, fake_block_sched, finish, load_saxpy, make_runtime, req
+from test_runtime_core import VEC_PTX, events, fake_block_sched, finish, load_saxpy, make_runtime, req
 
 STREAM = 0x5
 
@@ -32,10 +32,14 @@ class ChainProgram:
         self.drv.functions[0x200] = (0x100, "saxpy4")
         self.keep = []
 
-    def capture(self, launches: int = 3) -> int:
+    def capture(self, launches: int = 3, between_port: int | None = None) -> int:
+        """`between_port`: a kernel of the program's captured with programmatic serialization after each probed
+        launch but the last (its edge in from that port), as cuBLAS's kernels are on sm_90."""
         self.rt.on_graph(G_BEGIN_CAPTURE, STREAM, 0)
         self.drv.begin_capture(STREAM)
-        for _ in range(launches):
+        for i in range(launches):
+            if i and between_port is not None:
+                self.drv.capture_programmatic(STREAM, between_port)
             r, params = req()
             r = type(r)(r.kind, r.func, r.grid, r.block, r.shared_bytes, STREAM, r.params, index=r.index)
             self.keep.append(params)
@@ -67,6 +71,58 @@ def test_three_probed_nodes_take_the_chain(tmp_path, monkeypatch):
     chained = [n for n in p.drv.graphs[graph].nodes]
     modules = {p.drv.functions[n["func"]][0] for n in chained}
     assert len(modules) == 1 and b"%nt_ch_adv" in p.drv.modules[modules.pop()]  # the variant, loaded once
+    finish(p.rt)
+
+
+def test_a_programmatic_edge_from_a_probed_kernels_end_keeps_the_chain(tmp_path, monkeypatch):
+    """probed → the program's PDL kernel → probed …, as Inductor's kernels around cuBLAS's: the edges out of the
+    probed kernels are programmatic from their programmatic port (the next kernel starts once their blocks have
+    ended: they never trigger early), so each still ends before its advancer starts and the chain takes them."""
+    p = ChainProgram(tmp_path, monkeypatch)
+    graph = p.capture(between_port=1)
+    assert APPEND_KERNEL not in p.kernels_in(graph)
+    exe = p.instantiate(graph)
+    (ev,) = events(p.rt, "graph_chain")
+    a, b, c = ev["graph_nodes"]
+    assert ev["advancers"] == {str(a): b, str(b): c, str(c): a}
+    for _ in range(50):
+        p.drv.graph_launch(exe)
+    finish(p.rt)
+    assert set(p.frames().values()) == {50} and len(p.frames()) == 3
+
+
+def test_a_launch_order_edge_keeps_the_append_node_and_says_why(tmp_path, monkeypatch):
+    """From the launch-order port the next kernel may start while the probed kernel's blocks still run: no
+    advancer is ordered after its end, the append node stays, and a graph_chain_refused event says why."""
+    p = ChainProgram(tmp_path, monkeypatch)
+    graph = p.capture(between_port=2)
+    assert APPEND_KERNEL in p.kernels_in(graph) and not events(p.rt, "graph_chain")
+    (ev,) = events(p.rt, "graph_chain_refused")
+    assert "2 programmatic" in ev["reason"] and "0 probed kernel(s) trigger" in ev["reason"]
+    finish(p.rt)
+
+
+def test_a_kernel_that_triggers_early_does_not_end_before_its_programmatic_dependents(tmp_path, monkeypatch):
+    """A probed kernel whose code has griddepcontrol.launch_dependents lets its programmatic dependents start
+    before its blocks end: that edge orders nothing after its end, so the capture keeps the append node."""
+    p = ChainProgram(tmp_path, monkeypatch)
+    p.rt.on_module("cuModuleLoadData", 0x300, VEC_PTX.replace("\tret;", "\tgriddepcontrol.launch_dependents;\n\tret;", 1)
+                   .encode())
+    p.rt.on_function("module_function", 0x300, "saxpy4", 0x400)
+    p.drv.functions[0x400] = (0x300, "saxpy4")
+    p.rt.on_graph(G_BEGIN_CAPTURE, STREAM, 0)
+    p.drv.begin_capture(STREAM)
+    for i, func in enumerate((0x400, 0x200)):
+        if i:
+            p.drv.capture_programmatic(STREAM, 1)
+        r, params = req(func=func)
+        p.keep.append(params)
+        assert p.rt.on_launch(type(r)(r.kind, r.func, r.grid, r.block, r.shared_bytes, STREAM, r.params)) != NOT_HANDLED
+    graph = p.drv.end_capture(STREAM)
+    p.rt.on_graph(G_END_CAPTURE, STREAM, graph)
+    assert APPEND_KERNEL in p.kernels_in(graph)
+    (ev,) = events(p.rt, "graph_chain_refused")
+    assert "1 probed kernel(s) trigger their dependents early" in ev["reason"]
     finish(p.rt)
 
 

@@ -441,6 +441,12 @@ class RealDriver:
         """The graph's edges (from, to) along which `to` starts only once `from` has completed: those
         with default edge data (CUDA 12.3+ edges may be programmatic, `to` starting before `from`
         ends: left out). Before 12.3 every edge is such an edge."""
+        return [(a, b) for a, b, data in self.graph_edges_typed(graph) if not data]
+
+    def graph_edges_typed(self, graph: int) -> list[tuple[int, int, int]]:
+        """Every edge of the graph as (from, to, data): data is its CUgraphEdgeData as a u64 (byte 0 the
+        from_port, byte 1 the to_port, byte 2 the type; 0 an ordinary edge). Before CUDA 12.3 (no
+        cuGraphGetEdges_v2) every edge is ordinary."""
         n = C.c_size_t()
         try:
             self._call("cuGraphGetEdges_v2", graph, None, None, None, C.byref(n))
@@ -459,7 +465,7 @@ class RealDriver:
             self._call("cuGraphGetEdges_v2", graph, src, dst, data, C.byref(n))
         else:
             self._call("cuGraphGetEdges", graph, src, dst, C.byref(n))
-        return [(src[i] or 0, dst[i] or 0) for i in range(min(n.value, count)) if not data[i]]
+        return [(src[i] or 0, dst[i] or 0, data[i]) for i in range(min(n.value, count))]
 
     def graph_node_find_in_clone(self, node: int, clone: int) -> int:
         """The node of graph `clone` (a cuGraphClone of the graph holding `node`) that `node` became."""

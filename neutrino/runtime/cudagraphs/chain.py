@@ -1,7 +1,7 @@
 """The chain, an append-free graph data path (spec/runtime.md, "The chain"; the default): the host's part
 that does not touch the driver.
 
-* `choose_advancers`: from a captured graph's ordinary edges, which probed node advances which (or None: the graph
+* `choose_advancers`: from a captured graph's edges (ordinary and programmatic), which probed node advances which (or None: the graph
   keeps the append node);
 * the heads' words (`initial_head`, `pack`, `unpack`) and the host's own advance of a probed sink after the last
   replay (`host_advance`, the device's advance of passes/graph_chain.py in Python);
@@ -74,29 +74,60 @@ def _reach(order: list, edges: Iterable[tuple]) -> dict:
     return reach
 
 
-def candidates(nodes: list, edges: list[tuple], probed: set) -> dict:
+# CUgraphEdgeData as a u64 (the driver's `graph_edges_typed`): byte 0 its from_port, byte 2 its type
+PORT_PROGRAMMATIC = 1  # CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC: all blocks triggered early or terminated
+EDGE_PROGRAMMATIC = 1  # CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+
+
+def _edge(e: tuple) -> tuple:
+    """(from, to, data): an edge given as (from, to) is an ordinary one (data 0)."""
+    return (e[0], e[1], e[2] if len(e) > 2 else 0)
+
+
+def after_exit(data: int, src, triggers_early: frozenset) -> bool:
+    """Whether the edge's target starts only once every block of `src` has ended: an ordinary edge (it waits
+    for `src` to complete), or a programmatic one from `src`'s programmatic port (it waits for every block to
+    trigger or terminate) when `src` never triggers early (griddepcontrol.launch_dependents). Not one from the
+    launch-order port (its target may start once `src`'s blocks have begun)."""
+    if data == 0:
+        return True
+    port, kind = data & 0xFF, (data >> 16) & 0xFF
+    return kind == EDGE_PROGRAMMATIC and port == PORT_PROGRAMMATIC and src not in triggers_early
+
+
+def candidates(nodes: list, edges: list[tuple], probed: set, triggers_early: Iterable = ()) -> dict:
     """Each probed node's possible advancers, best first: its probed descendants, nearest first (topological
     order); for a probed sink, its probed ancestors in topological order (they advance it in the next replay).
-    `edges`: the ordinary edges only (a programmatic one lets the next kernel start before this one completes)."""
-    order = topological(nodes, edges)
+    A descendant counts only along a path whose first edge starts its target after every block of the probed
+    node has ended (`after_exit`): any later edge starts its target no earlier than its source began, so the
+    advancer then starts after the advanced node's blocks are gone (their head read, their records stored).
+    `edges`: (from, to) ordinary edges, or (from, to, data) with CUgraphEdgeData (programmatic ones too)."""
+    typed = [_edge(e) for e in edges]
+    plain = [(a, b) for a, b, _ in typed]
+    early = frozenset(triggers_early)
+    order = topological(nodes, plain)
     pos = {n: i for i, n in enumerate(order)}
-    reach = _reach(order, edges)
+    reach = _reach(order, plain)
+    first_hops: dict = {n: set() for n in order}
+    for a, b, data in typed:
+        if a in probed and after_exit(data, a, early):
+            first_hops[a] |= {b} | reach[b]
     out = {}
     for p in (n for n in order if n in probed):
-        below = sorted((d for d in reach[p] if d in probed), key=pos.__getitem__)
+        below = sorted((d for d in first_hops[p] if d in probed), key=pos.__getitem__)
         if below:
             out[p] = [Advancer(d, False) for d in below]
-        else:
+        else:  # (the next replay starts once this one has completed: any ancestor)
             out[p] = [Advancer(a, True) for a in order if a in probed and p in reach[a]]
     return out
 
 
-def choose_advancers(nodes: list, edges: list[tuple], probed: Iterable) -> dict | None:
+def choose_advancers(nodes: list, edges: list[tuple], probed: Iterable, triggers_early: Iterable = ()) -> dict | None:
     """advanced node → its Advancer, each probed node advanced by one other and each advancing at most one (the
     head's one `adv` word): a matching, by augmenting paths, probed nodes in topological order. None when there is
     none (a single probed node, joins that need an advancer of several: the graph keeps the append node)."""
     probed = set(probed)
-    cands = candidates(nodes, edges, probed)
+    cands = candidates(nodes, edges, probed, triggers_early)
     if len(probed) < 2:
         return None
     advances: dict = {}  # advancer → the node it advances

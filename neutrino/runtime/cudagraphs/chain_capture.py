@@ -33,6 +33,24 @@ def chain_nodes(group, nodes: list) -> list:
     return nodes if all(n.chain_src is not None and not n.chain_src[0].globals for n in nodes) else []
 
 
+def _edges(drv, graph: int) -> list[tuple]:
+    """The captured graph's edges (from, to, data), programmatic ones included; (from, to, 0) for the ordinary
+    ones only where the driver cannot say more (tests' drivers)."""
+    typed = getattr(drv, "graph_edges_typed", None)
+    if typed is not None:
+        return typed(graph)
+    return [(a, b, 0) for a, b in drv.graph_edges(graph)]
+
+
+def triggers_early(node) -> bool:
+    """Whether the node's kernel may let its programmatic dependents start before its blocks end
+    (griddepcontrol.launch_dependents, cudaTriggerProgrammaticLaunchCompletion): looked for in its module's PTX,
+    so a module with any such kernel counts for all of them."""
+    _, rec, _ = node.chain_src
+    text = getattr(getattr(rec.module, "ptx", None), "text", None)
+    return text is None or "griddepcontrol.launch_dependents" in text
+
+
 def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) -> bool:
     """`gp`: capture.GraphProbes; `nodes`: the capture's probed nodes not yet served (end_capture's); `stream`: where
     the work after the capture goes (a stream of ours, as end_capture's). True when the chain took them; False leaves
@@ -41,16 +59,22 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
     if not nodes or (gp.picker is None and gp.sink.filter != LaunchFilter()):
         return False  # (replays left out by the device gate alone: the chain has no gate)
     try:
-        edges = gp.drv.graph_edges(graph)
+        edges = _edges(gp.drv, graph)
     except DriverError:
         return False
     probed = [n.node for n in nodes]
-    handles = list(dict.fromkeys([*probed, *(h for e in edges for h in e)]))
+    handles = list(dict.fromkeys([*probed, *(h for e in edges for h in e[:2])]))
+    early = [n.node for n in nodes if triggers_early(n)]
     try:
-        chosen = chain.choose_advancers(handles, edges, probed)
+        chosen = chain.choose_advancers(handles, edges, probed, early)
     except ValueError:  # (edges that make a cycle: not a graph CUDA makes)
         return False
     if chosen is None:
+        programmatic = sum(1 for e in edges if e[2])
+        gp.trace.event("graph_chain_refused", graph=group.id, graph_nodes=[n.id for n in nodes],
+                       reason="a probed node has no other ordered after its end (or, for the last, before it) by the "
+                              f"graph's edges ({len(edges) - programmatic} ordinary, {programmatic} programmatic; "
+                              f"{len(early)} probed kernel(s) trigger their dependents early)")
         return False
     at = {h: i for i, h in enumerate(probed)}
     advancers = {at[p]: chain.Advancer(at[a.node], a.next_replay) for p, a in chosen.items()}
