@@ -69,6 +69,9 @@ CONFIGS = {
     # cap = "count" sized before every launch (the counting launch and a sync each), as before issue 24;
     # with the device ring (count maps of code built since) the option changes nothing: the same as "dmat"
     "dmat recount-every 1": ["-p", "dmat", "--recount-every", "1"],
+    # the decode step bisected: only some of its Triton kernels probed (issue 24)
+    "block_sched graphs only-gelu": ["-p", "block_sched", "--graphs", "-k", "gelu"],
+    "block_sched graphs only-norm": ["-p", "block_sched", "--graphs", "-k", "layer_norm"],
 }
 # configurations that differ by environment: the device gate alone, as before the host chose replays
 CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK": "0"},
@@ -92,7 +95,12 @@ CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK":
               "block_sched graphs every:50 no-timeline chain": {"NEUTRINO_GRAPH_CHAIN": "1"},
               # the graph defaults before 2026-11-28: the append node, every replay's nodes on the timeline
               "block_sched graphs old-defaults": {"NEUTRINO_GRAPH_CHAIN": "0", "NEUTRINO_TIMELINE_GRAPH_NODES": "all"},
-              "gmem_bytes graphs old-defaults": {"NEUTRINO_GRAPH_CHAIN": "0", "NEUTRINO_TIMELINE_GRAPH_NODES": "all"}}
+              "gmem_bytes graphs old-defaults": {"NEUTRINO_GRAPH_CHAIN": "0", "NEUTRINO_TIMELINE_GRAPH_NODES": "all"},
+              # NEUTRINO_MEASURE_CAPTURE (capture.py): the capture left unprobed; the program's kernels captured
+              # with the append path's machinery around them (the chain off)
+              "block_sched graphs unprobed-capture": {"NEUTRINO_MEASURE_CAPTURE": "unprobed"},
+              "block_sched graphs original-kernels": {"NEUTRINO_MEASURE_CAPTURE": "original",
+                                                      "NEUTRINO_GRAPH_CHAIN": "0"}}
 # NEUTRINO_MEASURE (shim/writer.c; benchmarks only, results not kept): the runtime's own GPU operations per
 # probed eager launch turned off one by one (docs/overhead.md, "The runtime's own GPU time per eager launch")
 for _tool in ("block_sched", "gmem_bytes"):
@@ -104,7 +112,8 @@ for _tool in ("block_sched", "gmem_bytes"):
                            f"{_base} timed-end": {"NEUTRINO_MEASURE": "timed-end"},
                            f"{_base} nothing-ours": {"NEUTRINO_MEASURE": "no-copy,no-zero,no-end-event"}})
 ENV_SUFFIXES = (" device-gate", " graph-records", " switching", " level-copies", " level-kernels", " no-copy",
-                " no-zero", " no-writer", " zero-by-copy", " timed-end", " nothing-ours", " chain", " old-defaults")
+                " no-zero", " no-writer", " zero-by-copy", " timed-end", " nothing-ours", " chain", " old-defaults",
+                " unprobed-capture", " original-kernels")
 CONFIGS.update({name: CONFIGS[next((name.removesuffix(x) for x in ENV_SUFFIXES if name.endswith(x)), name)]
                 for name in CONFIG_ENV})
 WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")

@@ -114,8 +114,10 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
     for n, func in zip(nodes, funcs):
         n.appended = True  # (served: no append node for it, now or at a later capture's end)
         n.chain_func = func
+    programmatic = sum(1 for e in edges if e[2])
     gp.trace.event("graph_chain", graph=group.id, graph_nodes=[n.id for n in nodes], ring_slots=k,
-                   advancers={nodes[p].id: nodes[a.node].id for p, a in advancers.items()})
+                   advancers={nodes[p].id: nodes[a.node].id for p, a in advancers.items()},
+                   edges={"ordinary": len(edges) - programmatic, "programmatic": programmatic})
     return True
 
 
