@@ -109,10 +109,11 @@ for _tool in ("block_sched", "gmem_bytes"):
                            f"{_base} no-zero": {"NEUTRINO_MEASURE": "no-zero"},
                            f"{_base} no-writer": {"NEUTRINO_MEASURE": "no-copy,no-zero"},
                            f"{_base} zero-by-copy": {"NEUTRINO_MEASURE": "zero-by-copy"},
+                           f"{_base} zero-by-memset": {"NEUTRINO_MEASURE": "zero-by-memset"},
                            f"{_base} timed-end": {"NEUTRINO_MEASURE": "timed-end"},
                            f"{_base} nothing-ours": {"NEUTRINO_MEASURE": "no-copy,no-zero,no-end-event"}})
 ENV_SUFFIXES = (" device-gate", " graph-records", " switching", " level-copies", " level-kernels", " no-copy",
-                " no-zero", " no-writer", " zero-by-copy", " timed-end", " nothing-ours", " chain", " old-defaults",
+                " no-zero", " no-writer", " zero-by-copy", " zero-by-memset", " timed-end", " nothing-ours", " chain", " old-defaults",
                 " unprobed-capture", " original-kernels")
 CONFIGS.update({name: CONFIGS[next((name.removesuffix(x) for x in ENV_SUFFIXES if name.endswith(x)), name)]
                 for name in CONFIG_ENV})

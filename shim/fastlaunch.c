@@ -55,7 +55,7 @@ typedef struct {
 
 /* Map buffers come from one device ring per context: a launch takes the next contiguous
  * region (its maps side by side), so the writer copies a batch of consecutive launches back
- * with one copy and zeroes it with one memset. Few driver calls on the writer's thread matter
+ * with one copy and zeroes it (copies of pinned zeros: writer.c, neutrino_zero_async). Few driver calls on the writer's thread matter
  * as much as few on the program's: the driver serialises the two threads' calls, and each
  * collision costs the program's thread a wake-up (measured on an H100: 36 µs of writer calls
  * per launch made a probed launch cost 40 µs instead of 11).
@@ -72,8 +72,8 @@ typedef struct fast_ring {
     uint64_t head;             /* under pool_lock */
     _Atomic uint64_t tail;     /* moved by the writer only */
     /* A new ring is zeroed whole by its first launch, on that launch's stream, then `zeroed_event`
-     * is recorded there. Until one of the ring's jobs is written (so the memset is done), a launch
-     * on another stream first waits for that event: it must not race with the memset. */
+     * is recorded there. Until one of the ring's jobs is written (so the zeroing is done), a launch
+     * on another stream first waits for that event: it must not race with the zeroing. */
     int fresh;
     void *zeroed_on, *zeroed_event;
     _Atomic int zeroed;
@@ -130,7 +130,6 @@ static void free_rings(ring_t *r);
 
 static CUresult (*p_ctx_get)(void **);
 static CUresult (*p_capturing)(void *, int *);
-static CUresult (*p_memset)(uint64_t, unsigned char, size_t, void *);
 static CUresult (*p_ev_record)(void *, void *);
 static CUresult (*p_ev_create)(void **, unsigned);
 static CUresult (*p_ev_destroy)(void *);
@@ -147,7 +146,7 @@ static CUresult (*p_launch_ex_ptsz)(const void *, void *, void **, void **);
 
 static int resolve(void) {
 #define R(var, name) if (!(var = (__typeof__(var))neutrino_real_sym(name))) return -1
-    R(p_ctx_get, "cuCtxGetCurrent"); R(p_capturing, "cuStreamIsCapturing"); R(p_memset, "cuMemsetD8Async");
+    R(p_ctx_get, "cuCtxGetCurrent"); R(p_capturing, "cuStreamIsCapturing");
     R(p_ev_record, "cuEventRecord"); R(p_alloc, "cuMemAlloc_v2"); R(p_free, "cuMemFree_v2");
     R(p_ev_create, "cuEventCreate"); R(p_ev_destroy, "cuEventDestroy_v2"); R(p_wait_event, "cuStreamWaitEvent");
     R(p_launch, "cuLaunchKernel"); R(p_launch_ptsz, "cuLaunchKernel_ptsz");
@@ -486,7 +485,7 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
     int rc = 0;
     neutrino_note_stream_work(NT_WORK_LAUNCH);  /* the events on the program's stream, the zeroing or wait below */
     if (ring->fresh) {  /* once per ring; afterwards the writer zeroes what it copied back */
-        rc = p_memset(ring->device, 0, ring->size, s);
+        rc = neutrino_zero_async(ring->device, ring->size, s);  /* (writer.c: copies, never a driver memset) */
         if (rc == 0 && !ring->zeroed_event) rc = p_ev_create(&ring->zeroed_event, 2 /* CU_EVENT_DISABLE_TIMING */);
         if (rc == 0) rc = p_ev_record(ring->zeroed_event, s);
         if (rc == 0) ring->zeroed_on = s;

@@ -61,7 +61,6 @@ static CUresult (*ctx_set)(void *);
 static CUresult (*stream_create)(void **, unsigned);
 static CUresult (*d2h_async)(void *, uint64_t, size_t, void *);
 static CUresult (*memset_async)(uint64_t, unsigned char, size_t, void *);
-static CUresult (*h2d_async)(uint64_t, const void *, size_t, void *);  /* NEUTRINO_MEASURE=zero-by-copy only */
 static CUresult (*host_alloc)(void **, size_t, unsigned);
 static CUresult (*host_free)(void *);
 
@@ -141,15 +140,16 @@ void neutrino_graph_capture_stats(uint64_t *out) {
  *   no-copy   the writer copies no ring region back (frames hold stale staging bytes)
  *   no-zero   the writer does not zero a copied region (later launches accumulate onto old counts)
  *   no-end-event, timed-end: read by fastlaunch.c (neutrino_measure)
- *   zero-by-copy  zero the copied regions with a host-to-device copy from pinned zeros (a copy
- *             engine) instead of cuMemsetD8Async
+ *   zero-by-memset  zero with cuMemsetD8Async, as before session 14 (the default zeroes by copies of
+ *             pinned zeros: neutrino_zero_async); zero-by-copy, that default's old name, is accepted
  * Unset (the default) changes nothing. */
 static int measure_flags = -1;
 int neutrino_measure(void) {
     if (measure_flags >= 0) return measure_flags;
     static const struct { const char *word; int bit; } words[] = {
         {"no-copy", NT_MEASURE_NO_COPY}, {"no-zero", NT_MEASURE_NO_ZERO}, {"no-end-event", NT_MEASURE_NO_END_EVENT},
-        {"timed-end", NT_MEASURE_TIMED_END}, {"zero-by-copy", NT_MEASURE_ZERO_BY_COPY}};
+        {"timed-end", NT_MEASURE_TIMED_END}, {"zero-by-copy", NT_MEASURE_ZERO_BY_COPY},
+        {"zero-by-memset", NT_MEASURE_ZERO_BY_MEMSET}};
     const char *v = getenv("NEUTRINO_MEASURE");
     int flags = 0;
     for (const char *p = v ? v : ""; *p;) {
@@ -348,7 +348,7 @@ static uint64_t staged_bytes(const nt_job *j) {
  * launch needs (same stream: after the copy). 0 on success, data[] set. */
 static void enqueue_zero(const nt_job *j, void *ws) {
     for (uint32_t m = 0; m < j->n_maps; m++)
-        if (j->zero_bytes[m]) { neutrino_note_stream_work(NT_WORK_WRITER); memset_async(j->device[m], 0, j->zero_bytes[m], ws); }
+        if (j->zero_bytes[m]) { neutrino_note_stream_work(NT_WORK_WRITER); neutrino_zero_async(j->device[m], j->zero_bytes[m], ws); }
 }
 
 static int enqueue_copy_and_zero(const nt_job *j, void *ws, uint64_t at, char **data) {
@@ -387,27 +387,53 @@ static void write_host_frame(const nt_job *j) {
 }
 
 
-/* NEUTRINO_MEASURE=zero-by-copy: pinned zeros as large as the staging buffer, copied over what
- * is zeroed (a copy engine's work, not a memset). */
-static void *zero_host;
-static uint64_t zero_host_size;
+/* Our device memory is zeroed by copies of pinned zeros (a copy engine), never by cuMemsetD8Async: the driver
+ * runs a memset as a kernel of its own, and one such memset in a process left a torch.compile decode graph's later
+ * replays 12% slower for the rest of the process (benchmarks/memset_residual.py, docs/overhead.md "Session 14";
+ * session 11 found the same for the graph path's zeroing). One pinned chunk of NT_ZERO_CHUNK zero bytes, made at
+ * the first zeroing and never freed (copies in flight read it), is copied as often as the span needs.
+ * NEUTRINO_MEASURE=zero-by-memset: the memset (benchmarks only). */
+#define NT_ZERO_CHUNK (4u << 20)
+#define NT_ZERO_TRIES 8  /* allocations tried (one refused inside another thread's global capture): then memsets */
+static void *zero_chunk;
+static int zero_tries;
+static pthread_mutex_t zero_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUresult (*zero_h2d)(uint64_t, const void *, size_t, void *);
+static CUresult (*zero_memset)(uint64_t, unsigned char, size_t, void *);
 
-static void zero_async(uint64_t device, uint64_t bytes, void *ws) {
-    if ((neutrino_measure() & NT_MEASURE_ZERO_BY_COPY) && h2d_async) {
-        if (zero_host_size < bytes) {
-            void *p = NULL;
-            uint64_t want = bytes > staging_size ? bytes : staging_size;
-            if (host_alloc(&p, want, 1) == 0) {
-                memset(p, 0, want);
-                if (zero_host) { stream_sync(ws); host_free(zero_host); }  /* earlier copies may read it */
-                zero_host = p;
-                zero_host_size = want;
-            }
+static void *zero_source(void) {
+    void *chunk = __atomic_load_n(&zero_chunk, __ATOMIC_ACQUIRE);
+    if (chunk || __atomic_load_n(&zero_tries, __ATOMIC_RELAXED) >= NT_ZERO_TRIES) return chunk;
+    pthread_mutex_lock(&zero_lock);
+    if (!zero_chunk && zero_tries < NT_ZERO_TRIES) {
+        zero_tries++;
+        zero_h2d = (CUresult (*)(uint64_t, const void *, size_t, void *))neutrino_real_sym("cuMemcpyHtoDAsync_v2");
+        CUresult (*alloc)(void **, size_t, unsigned) =
+            (CUresult (*)(void **, size_t, unsigned))neutrino_real_sym("cuMemHostAlloc");
+        void *p = NULL;
+        if (zero_h2d && alloc && alloc(&p, NT_ZERO_CHUNK, 1 /* PORTABLE: any context */) == 0 && p) {
+            memset(p, 0, NT_ZERO_CHUNK);
+            __atomic_store_n(&zero_chunk, p, __ATOMIC_RELEASE);
         }
-        if (zero_host_size >= bytes && h2d_async(device, zero_host, bytes, ws) == 0) return;
     }
-    memset_async(device, 0, bytes, ws);
+    pthread_mutex_unlock(&zero_lock);
+    return __atomic_load_n(&zero_chunk, __ATOMIC_ACQUIRE);
 }
+
+int neutrino_zero_async(uint64_t device, uint64_t bytes, void *stream) {
+    void *chunk = (neutrino_measure() & NT_MEASURE_ZERO_BY_MEMSET) ? NULL : zero_source();
+    uint64_t done = 0;
+    while (chunk && done < bytes) {
+        uint64_t n = bytes - done < NT_ZERO_CHUNK ? bytes - done : NT_ZERO_CHUNK;
+        if (zero_h2d(device + done, chunk, n, stream) != 0) break;
+        done += n;
+    }
+    if (done == bytes) return 0;
+    if (!zero_memset) zero_memset = (CUresult (*)(uint64_t, unsigned char, size_t, void *))neutrino_real_sym("cuMemsetD8Async");
+    return zero_memset ? (int)zero_memset(device + done, 0, bytes - done, stream) : -1;
+}
+
+static void zero_async(uint64_t device, uint64_t bytes, void *ws) { neutrino_zero_async(device, bytes, ws); }
 
 /* A run of consecutive regions of one ring (gather_candidates): one copy back into staging and
  * one memset, for all of them. Returns n: every job's data[] is set. */
@@ -717,7 +743,6 @@ int neutrino_writer_start(int fd) {
         stream_create = (CUresult (*)(void **, unsigned))neutrino_real_sym("cuStreamCreate");
         d2h_async = (CUresult (*)(void *, uint64_t, size_t, void *))neutrino_real_sym("cuMemcpyDtoHAsync_v2");
         memset_async = (CUresult (*)(uint64_t, unsigned char, size_t, void *))neutrino_real_sym("cuMemsetD8Async");
-        h2d_async = (CUresult (*)(uint64_t, const void *, size_t, void *))neutrino_real_sym("cuMemcpyHtoDAsync_v2");
         host_alloc = (CUresult (*)(void **, size_t, unsigned))neutrino_real_sym("cuMemHostAlloc");
         host_free = (CUresult (*)(void *))neutrino_real_sym("cuMemFreeHost");
         index_fd = fd;

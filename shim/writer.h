@@ -56,7 +56,11 @@ void neutrino_writer_on_host_frame_done(nt_frame_done_fn fn);
 #define NT_MEASURE_NO_END_EVENT 4
 #define NT_MEASURE_TIMED_END 8
 #define NT_MEASURE_ZERO_BY_COPY 16
+#define NT_MEASURE_ZERO_BY_MEMSET 32
 int neutrino_measure(void);
+/* Zero `bytes` of device memory at `device` on `stream` by copies of pinned zeros (a copy engine; a driver memset
+ * only where those cannot be made). 0 on success. */
+int neutrino_zero_async(uint64_t device, uint64_t bytes, void *stream);
 
 uint64_t neutrino_writer_submit(const nt_job *job);
 int neutrino_writer_take_events(void *ctx, void **ev2, int timed);

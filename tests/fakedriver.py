@@ -351,6 +351,10 @@ class FakeDriver:
     def mem_free_sync(self, ptr):
         self.mem_free(ptr, 0)
 
+    def zero_async(self, ptr, size, stream):
+        """RealDriver.zero_async (copies of pinned zeros there): the same effect as the memset here."""
+        self.memset_async(ptr, size, stream)
+
     def memset_async(self, ptr, size, stream):
         self._check("memset_async")
         if not self._captured(stream, "memset", lambda: C.memset(ptr, 0, size)):

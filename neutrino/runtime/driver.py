@@ -99,6 +99,8 @@ class GraphNodeParams(C.Structure):
                 ("rest", C.c_ubyte * (232 - C.sizeof(KernelNodeParamsV2))), ("reserved2", C.c_longlong)]
 
 
+ZERO_CHUNK = 4 << 20  # pinned zero bytes copied at a time (RealDriver.zero_async)
+ZERO_TRIES = 8
 PROGRAMMATIC_EDGE = 1 << 16  # CUgraphEdgeData as a u64: byte 0 from_port, byte 1 to_port, byte 2 type (1: programmatic)
 P = C.c_void_p
 U = C.c_uint
@@ -377,7 +379,37 @@ class RealDriver:
         self._call("cuMemFree_v2", ptr)
 
     def memset_async(self, ptr: int, size: int, stream: int) -> None:
+        """A driver memset (a kernel of the driver's): only where speed matters more than the process's later
+        graph replays (--benchmark's L2 flush, a benchmark's knob); zero_async otherwise."""
         self._call("cuMemsetD8Async", ptr, 0, size, stream)
+
+    def zero_async(self, ptr: int, size: int, stream: int) -> None:
+        """Zero `size` bytes at `ptr` on `stream` by copies of pinned zeros (a copy engine), never a driver memset:
+        one memset in a process left a torch.compile decode graph's later replays 12% slower for the rest of the
+        process (shim/writer.c's neutrino_zero_async does the same for the C path; docs/overhead.md "Session 14").
+        A memset only where the pinned chunk cannot be made (inside another thread's global capture, say)."""
+        chunk = self._zero_chunk()
+        done = 0
+        while chunk and done < size:
+            n = min(size - done, ZERO_CHUNK)
+            self._call("cuMemcpyHtoDAsync_v2", ptr + done, chunk, n, stream)
+            done += n
+        if done < size:
+            self._call("cuMemsetD8Async", ptr + done, 0, size - done, stream)
+
+    def _zero_chunk(self) -> int:
+        """ZERO_CHUNK pinned zero bytes, made at the first zeroing and kept (copies in flight read them); 0 when
+        the allocation is refused (tried again next time, at most ZERO_TRIES times)."""
+        got = getattr(self, "_zeros", None)
+        if got is None and getattr(self, "_zero_tries", 0) < ZERO_TRIES:
+            self._zero_tries = getattr(self, "_zero_tries", 0) + 1
+            try:
+                host, view = self.host_alloc(ZERO_CHUNK)
+            except DriverError:
+                return 0
+            view[:] = bytes(len(view))
+            got = self._zeros = host
+        return got or 0
 
     def memcpy_dtoh_async(self, host: int, ptr: int, size: int, stream: int) -> None:
         self._call("cuMemcpyDtoHAsync_v2", host, ptr, size, stream)

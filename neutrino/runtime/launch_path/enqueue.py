@@ -120,9 +120,9 @@ class Enqueuer:
         from its previous launch: only a new one needs it."""
         for lay, slot in zip(layouts, slots):
             if self.copy_back:
-                self.drv.memset_async(slot.device, lay.zero_bytes, stream)
+                self.drv.zero_async(slot.device, lay.zero_bytes, stream)
             elif slot.fresh:
-                self.drv.memset_async(slot.device, slot.size, stream)
+                self.drv.zero_async(slot.device, slot.size, stream)
 
     def launch(self, pk: ProbedKernel, req, layouts, slots, *, stream: int, ctx: int, frame, frame_bytes: int,
                benchmark: bool = False) -> InFlight:
@@ -171,7 +171,7 @@ class Enqueuer:
         """Run the counting variant into the given slots and return the largest count per count-sized map.
         Synchronises the stream: the real launch cannot be sized before the counts are known."""
         for lay, slot in zip(layouts, slots):
-            self.drv.memset_async(slot.device, 4 * lay.units, stream)
+            self.drv.zero_async(slot.device, 4 * lay.units, stream)
         counting = [attrs.evolve(lay, cap=0) for lay in layouts]
         params = self.params(pk, req, tuple(counting), slots)
         copy_globals_in(self.drv, pk.globals, stream)
@@ -237,7 +237,7 @@ class Enqueuer:
                         func, args = pk.baseline, req.params
                     else:
                         for lay, slot in zip(layouts, slots):
-                            self.drv.memset_async(slot.device, lay.zero_bytes, stream)
+                            self.drv.zero_async(slot.device, lay.zero_bytes, stream)
                         copy_globals_in(self.drv, pk.globals, stream)
                         func, args = pk.func, C.addressof(params)
                     self.drv.event_record(a, stream)
