@@ -9,7 +9,8 @@ give each node position a duration (end − start) and a gap (its start − the 
 node's gap is 0). Per position, the medians over replays; the table lists the positions whose duration or gap
 grew most, then the sums: Σ Δ duration + Σ Δ gap against Δ of the median replay span (first start to last
 end). Positions are matched by order; the script refuses runs whose node names differ. Kernels of ours in the
-graph (an append node, `__neutrino_*`) are left out of the positions: their time shows in the span and the gaps.
+graph (an append node, `__neutrino_*`) are left out of the positions and of the span (one between the
+program's nodes shows in the gap after it).
 """
 
 from __future__ import annotations
