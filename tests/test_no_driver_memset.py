@@ -41,3 +41,66 @@ def test_no_driver_memset_in_the_profiled_process(tmp_path, fakecuda_calls, shim
         assert "cuMemsetD8Async" in calls
     else:
         assert "cuMemsetD8Async" not in calls and "cuMemcpyHtoDAsync_v2" in calls
+
+
+class _Calls:
+    """A libcuda of ctypes callbacks for RealDriver: cuMemHostAlloc (refused `refuse` times first), the copy and the
+    memset, each logged as (name, destination, bytes); copies check that their source holds zeroes."""
+
+    def __init__(self, refuse: int = 0):
+        import ctypes as C
+
+        self.log, self.refuse, self.keep = [], refuse, []
+
+        def host_alloc(pp, size, flags):
+            if self.refuse:
+                self.refuse -= 1
+                return 2  # CUDA_ERROR_OUT_OF_MEMORY
+            buf = (C.c_ubyte * size)(*([0xAB] * 16))  # (not zero: the driver must zero it)
+            self.keep.append(buf)
+            C.cast(pp, C.POINTER(C.c_void_p))[0] = C.addressof(buf)
+            self.log.append(("alloc", flags, size))
+            return 0
+
+        def htod(dst, src, n, stream):
+            assert C.string_at(src, n) == bytes(n)
+            self.log.append(("copy", dst, n))
+            return 0
+
+        def memset(dst, value, n, stream):
+            self.log.append(("memset", dst, n))
+            return 0
+
+        self.fns = {"cuMemHostAlloc": C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_size_t, C.c_uint)(host_alloc),
+                    "cuMemcpyHtoDAsync_v2": C.CFUNCTYPE(C.c_int, C.c_uint64, C.c_void_p, C.c_size_t, C.c_void_p)(htod),
+                    "cuMemsetD8Async": C.CFUNCTYPE(C.c_int, C.c_uint64, C.c_ubyte, C.c_size_t, C.c_void_p)(memset)}
+
+    def driver(self):
+        import ctypes as C
+
+        from neutrino.runtime.driver import RealDriver
+
+        return RealDriver(lambda name: C.cast(self.fns[name], C.c_void_p).value if name in self.fns else 0)
+
+
+def test_python_path_zeroes_by_copies_of_a_kept_chunk():
+    """RealDriver.zero_async: 10 MiB as copies of one portable pinned 4 MiB chunk of zeroes (4 + 4 + 2), made once
+    and kept for the next zeroing; no memset."""
+    from neutrino.runtime.driver import CU_MEMHOSTALLOC_PORTABLE, ZERO_CHUNK
+
+    calls = _Calls()
+    drv = calls.driver()
+    drv.zero_async(0x1000, 10 << 20, 0)
+    drv.zero_async(0x9000, 100, 0)
+    assert calls.log == [("alloc", CU_MEMHOSTALLOC_PORTABLE, ZERO_CHUNK), ("copy", 0x1000, ZERO_CHUNK),
+                         ("copy", 0x1000 + ZERO_CHUNK, ZERO_CHUNK), ("copy", 0x1000 + 2 * ZERO_CHUNK, 2 << 20),
+                         ("copy", 0x9000, 100)]
+
+
+def test_python_path_falls_back_to_a_memset_only_without_the_chunk():
+    """A refused allocation (another thread's global capture, say) zeroes by a memset and tries again next time."""
+    calls = _Calls(refuse=1)
+    drv = calls.driver()
+    drv.zero_async(0x1000, 64, 0)
+    drv.zero_async(0x2000, 64, 0)
+    assert [e[0] for e in calls.log] == ["memset", "alloc", "copy"]

@@ -403,12 +403,13 @@ class RealDriver:
         got = getattr(self, "_zeros", None)
         if got is None and getattr(self, "_zero_tries", 0) < ZERO_TRIES:
             self._zero_tries = getattr(self, "_zero_tries", 0) + 1
-            try:
-                host, view = self.host_alloc(ZERO_CHUNK)
+            p = C.c_void_p()
+            try:  # (portable: pinned for every context, so a copy from it is asynchronous in any)
+                self._call("cuMemHostAlloc", C.byref(p), ZERO_CHUNK, CU_MEMHOSTALLOC_PORTABLE)
             except DriverError:
                 return 0
-            view[:] = bytes(len(view))
-            got = self._zeros = host
+            C.memset(p.value, 0, ZERO_CHUNK)
+            got = self._zeros = p.value
         return got or 0
 
     def memcpy_dtoh_async(self, host: int, ptr: int, size: int, stream: int) -> None:
