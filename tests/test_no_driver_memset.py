@@ -104,3 +104,19 @@ def test_python_path_falls_back_to_a_memset_only_without_the_chunk():
     drv.zero_async(0x1000, 64, 0)
     drv.zero_async(0x2000, 64, 0)
     assert [e[0] for e in calls.log] == ["memset", "alloc", "copy"]
+
+
+def test_python_path_uses_the_shims_zeroing_when_it_has_it():
+    """Under the shim, RealDriver.zero_async calls neutrino_zero_async (one pinned chunk for the process): no chunk
+    of its own, no memset; a failure is a DriverError."""
+    from neutrino.runtime.driver import DriverError
+
+    calls = _Calls()
+    drv = calls.driver()
+    got = []
+    drv.zero_with = lambda ptr, size, stream: got.append((ptr, size, stream)) or 0
+    drv.zero_async(0x1000, 10 << 20, 7)
+    assert got == [(0x1000, 10 << 20, 7)] and calls.log == []
+    drv.zero_with = lambda ptr, size, stream: 2
+    with pytest.raises(DriverError, match="neutrino_zero_async"):
+        drv.zero_async(0x1000, 64, 7)

@@ -203,6 +203,7 @@ class RealDriver:
         self._resolve = resolve
         self._fns: dict[str, object] = {}
         self.note_stream_work = None  # the shim's neutrino_note_stream_work, once bootstrap has the shim
+        self.zero_with = None  # the shim's neutrino_zero_async (its pinned chunk: one per process), likewise
         self._ptxas: tuple[str, ...] | None = None  # found at the first compile (empty: none)
 
     def _fn(self, name: str):
@@ -387,7 +388,15 @@ class RealDriver:
         """Zero `size` bytes at `ptr` on `stream` by copies of pinned zeros (a copy engine), never a driver memset:
         one memset in a process left a torch.compile decode graph's later replays 12% slower for the rest of the
         process (shim/writer.c's neutrino_zero_async does the same for the C path; docs/overhead.md "Session 14").
-        A memset only where the pinned chunk cannot be made (inside another thread's global capture, say)."""
+        A memset only where the pinned chunk cannot be made (inside another thread's global capture, say). Under the
+        shim its function does it (`zero_with`: one chunk for the process); without it, a chunk of this driver's."""
+        if self.zero_with is not None:
+            if self.note_stream_work is not None:
+                self.note_stream_work(NT_WORK_RUNTIME)
+            rc = self.zero_with(ptr, size, stream)
+            if rc != CUDA_SUCCESS:
+                raise DriverError("neutrino_zero_async", rc, self.error_name(rc))
+            return
         chunk = self._zero_chunk()
         done = 0
         while chunk and done < size:

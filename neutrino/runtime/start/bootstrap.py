@@ -4,6 +4,7 @@ or by the shim's embedded interpreter in a non-Python program)."""
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import sys
 import threading
@@ -183,6 +184,7 @@ def _build_runtime(options_json: str, shim, shim_path: str, embedded: bool, comp
                 session=os.environ.get("NEUTRINO_SESSION"), **rank.start_fields())
     drv = RealDriver(shim.real_sym)
     drv.note_stream_work = getattr(shim.lib, "neutrino_note_stream_work", None)
+    drv.zero_with = _zero_function(shim.lib)
     rt = Runtime(drv, shim, opts, probes, trace=trace, cache=CodeCache(default_cache_dir()),
                  native_writer=shim_path, compiled=compiled, phases=phases)
     _start_timeline(rt, shim, opts, trace)
@@ -301,3 +303,12 @@ def _analysis_callback(opts, probes):
         spec = probes.analyze_hook
         base = os.path.dirname(os.path.abspath(probes.path))
     return load_callback(spec, base) if spec else None
+
+
+def _zero_function(lib):
+    """The shim's neutrino_zero_async (shim/writer.c) as a ctypes function, or None (an older shim)."""
+    fn = getattr(lib, "neutrino_zero_async", None)
+    if fn is not None:
+        fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+    return fn
