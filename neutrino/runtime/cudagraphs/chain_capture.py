@@ -72,8 +72,9 @@ def end_capture_chain(gp, graph: int, group, nodes: list, relaxed, stream: int) 
     if chosen is None:
         programmatic = sum(1 for e in edges if e[2])
         gp.trace.event("graph_chain_refused", graph=group.id, graph_nodes=[n.id for n in nodes],
-                       reason="a probed node has no other ordered after its end (or, for the last, before it) by the "
-                              f"graph's edges ({len(edges) - programmatic} ordinary, {programmatic} programmatic; "
+                       reason="no advancer for every probed node (each needs its own probed node ordered after its "
+                              "end, or for a sink before it, by the graph's edges: "
+                              f"{len(edges) - programmatic} ordinary, {programmatic} programmatic; "
                               f"{len(early)} probed kernel(s) trigger their dependents early)")
         return False
     at = {h: i for i, h in enumerate(probed)}
