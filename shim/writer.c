@@ -60,7 +60,6 @@ static CUresult (*stream_sync)(void *);
 static CUresult (*ctx_set)(void *);
 static CUresult (*stream_create)(void **, unsigned);
 static CUresult (*d2h_async)(void *, uint64_t, size_t, void *);
-static CUresult (*memset_async)(uint64_t, unsigned char, size_t, void *);
 static CUresult (*host_alloc)(void **, size_t, unsigned);
 static CUresult (*host_free)(void *);
 
@@ -742,14 +741,13 @@ int neutrino_writer_start(int fd) {
         ctx_set = (CUresult (*)(void *))neutrino_real_sym("cuCtxSetCurrent");
         stream_create = (CUresult (*)(void **, unsigned))neutrino_real_sym("cuStreamCreate");
         d2h_async = (CUresult (*)(void *, uint64_t, size_t, void *))neutrino_real_sym("cuMemcpyDtoHAsync_v2");
-        memset_async = (CUresult (*)(uint64_t, unsigned char, size_t, void *))neutrino_real_sym("cuMemsetD8Async");
         host_alloc = (CUresult (*)(void **, size_t, unsigned))neutrino_real_sym("cuMemHostAlloc");
         host_free = (CUresult (*)(void *))neutrino_real_sym("cuMemFreeHost");
         index_fd = fd;
         stopping = 0;
         next_seq = 1;
         atomic_store(&neutrino_writer_completed, 0);
-        int have = ev_sync && stream_sync && stream_create && d2h_async && memset_async && host_alloc && host_free;
+        int have = ev_sync && stream_sync && stream_create && d2h_async && host_alloc && host_free;
         rc = have ? pthread_create(&thread, NULL, loop, NULL) : -1;
         running = rc == 0;
     }

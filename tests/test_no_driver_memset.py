@@ -44,36 +44,19 @@ def test_no_driver_memset_in_the_profiled_process(tmp_path, fakecuda_calls, shim
 
 
 class _Calls:
-    """A libcuda of ctypes callbacks for RealDriver: cuMemHostAlloc (refused `refuse` times first), the copy and the
-    memset, each logged as (name, destination, bytes); copies check that their source holds zeroes."""
+    """A libcuda of ctypes callbacks for RealDriver that logs cuMemHostAlloc, cuMemcpyHtoDAsync_v2 and
+    cuMemsetD8Async as (name, flags or destination, bytes)."""
 
-    def __init__(self, refuse: int = 0):
+    def __init__(self):
         import ctypes as C
 
-        self.log, self.refuse, self.keep = [], refuse, []
-
-        def host_alloc(pp, size, flags):
-            if self.refuse:
-                self.refuse -= 1
-                return 2  # CUDA_ERROR_OUT_OF_MEMORY
-            buf = (C.c_ubyte * size)(*([0xAB] * 16))  # (not zero: the driver must zero it)
-            self.keep.append(buf)
-            C.cast(pp, C.POINTER(C.c_void_p))[0] = C.addressof(buf)
-            self.log.append(("alloc", flags, size))
-            return 0
-
-        def htod(dst, src, n, stream):
-            assert C.string_at(src, n) == bytes(n)
-            self.log.append(("copy", dst, n))
-            return 0
-
-        def memset(dst, value, n, stream):
-            self.log.append(("memset", dst, n))
-            return 0
-
-        self.fns = {"cuMemHostAlloc": C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_size_t, C.c_uint)(host_alloc),
-                    "cuMemcpyHtoDAsync_v2": C.CFUNCTYPE(C.c_int, C.c_uint64, C.c_void_p, C.c_size_t, C.c_void_p)(htod),
-                    "cuMemsetD8Async": C.CFUNCTYPE(C.c_int, C.c_uint64, C.c_ubyte, C.c_size_t, C.c_void_p)(memset)}
+        self.log = []
+        self.fns = {"cuMemHostAlloc": C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_size_t, C.c_uint)(
+                        lambda pp, size, flags: self.log.append(("alloc", flags, size)) or 0),
+                    "cuMemcpyHtoDAsync_v2": C.CFUNCTYPE(C.c_int, C.c_uint64, C.c_void_p, C.c_size_t, C.c_void_p)(
+                        lambda dst, src, n, stream: self.log.append(("copy", dst, n)) or 0),
+                    "cuMemsetD8Async": C.CFUNCTYPE(C.c_int, C.c_uint64, C.c_ubyte, C.c_size_t, C.c_void_p)(
+                        lambda dst, value, n, stream: self.log.append(("memset", dst, n)) or 0)}
 
     def driver(self):
         import ctypes as C
@@ -83,27 +66,12 @@ class _Calls:
         return RealDriver(lambda name: C.cast(self.fns[name], C.c_void_p).value if name in self.fns else 0)
 
 
-def test_python_path_zeroes_by_copies_of_a_kept_chunk():
-    """RealDriver.zero_async: 10 MiB as copies of one portable pinned 4 MiB chunk of zeroes (4 + 4 + 2), made once
-    and kept for the next zeroing; no memset."""
-    from neutrino.runtime.driver import CU_MEMHOSTALLOC_PORTABLE, ZERO_CHUNK
-
+def test_a_driver_without_the_shims_function_zeroes_by_the_drivers_memset():
+    """RealDriver.zero_async outside bootstrap (no shim: `zero_with` unset) has only the driver's memset."""
     calls = _Calls()
     drv = calls.driver()
-    drv.zero_async(0x1000, 10 << 20, 0)
-    drv.zero_async(0x9000, 100, 0)
-    assert calls.log == [("alloc", CU_MEMHOSTALLOC_PORTABLE, ZERO_CHUNK), ("copy", 0x1000, ZERO_CHUNK),
-                         ("copy", 0x1000 + ZERO_CHUNK, ZERO_CHUNK), ("copy", 0x1000 + 2 * ZERO_CHUNK, 2 << 20),
-                         ("copy", 0x9000, 100)]
-
-
-def test_python_path_falls_back_to_a_memset_only_without_the_chunk():
-    """A refused allocation (another thread's global capture, say) zeroes by a memset and tries again next time."""
-    calls = _Calls(refuse=1)
-    drv = calls.driver()
     drv.zero_async(0x1000, 64, 0)
-    drv.zero_async(0x2000, 64, 0)
-    assert [e[0] for e in calls.log] == ["memset", "alloc", "copy"]
+    assert calls.log == [("memset", 0x1000, 64)]
 
 
 def test_python_path_uses_the_shims_zeroing_when_it_has_it():

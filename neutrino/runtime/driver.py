@@ -99,8 +99,6 @@ class GraphNodeParams(C.Structure):
                 ("rest", C.c_ubyte * (232 - C.sizeof(KernelNodeParamsV2))), ("reserved2", C.c_longlong)]
 
 
-ZERO_CHUNK = 4 << 20  # pinned zero bytes copied at a time (RealDriver.zero_async)
-ZERO_TRIES = 8
 PROGRAMMATIC_EDGE = 1 << 16  # CUgraphEdgeData as a u64: byte 0 from_port, byte 1 to_port, byte 2 type (1: programmatic)
 P = C.c_void_p
 U = C.c_uint
@@ -385,41 +383,18 @@ class RealDriver:
         self._call("cuMemsetD8Async", ptr, 0, size, stream)
 
     def zero_async(self, ptr: int, size: int, stream: int) -> None:
-        """Zero `size` bytes at `ptr` on `stream` by copies of pinned zeros (a copy engine), never a driver memset:
-        one memset in a process left a torch.compile decode graph's later replays 12% slower for the rest of the
-        process (shim/writer.c's neutrino_zero_async does the same for the C path; docs/overhead.md "Session 14").
-        A memset only where the pinned chunk cannot be made (inside another thread's global capture, say). Under the
-        shim its function does it (`zero_with`: one chunk for the process); without it, a chunk of this driver's."""
-        if self.zero_with is not None:
-            if self.note_stream_work is not None:
-                self.note_stream_work(NT_WORK_RUNTIME)
-            rc = self.zero_with(ptr, size, stream)
-            if rc != CUDA_SUCCESS:
-                raise DriverError("neutrino_zero_async", rc, self.error_name(rc))
+        """Zero `size` bytes at `ptr` on `stream` through the shim's neutrino_zero_async (`zero_with`): copies of its
+        pinned zeroes (a copy engine), never a driver memset where it can help it: one memset in a process left a
+        torch.compile decode graph's later replays 12% slower for the rest of the process (docs/overhead.md,
+        "Session 14"). Without the shim's function (a driver made outside bootstrap), the driver's memset."""
+        if self.zero_with is None:
+            self.memset_async(ptr, size, stream)
             return
-        chunk = self._zero_chunk()
-        done = 0
-        while chunk and done < size:
-            n = min(size - done, ZERO_CHUNK)
-            self._call("cuMemcpyHtoDAsync_v2", ptr + done, chunk, n, stream)
-            done += n
-        if done < size:
-            self._call("cuMemsetD8Async", ptr + done, 0, size - done, stream)
-
-    def _zero_chunk(self) -> int:
-        """ZERO_CHUNK pinned zero bytes, made at the first zeroing and kept (copies in flight read them); 0 when
-        the allocation is refused (tried again next time, at most ZERO_TRIES times)."""
-        got = getattr(self, "_zeros", None)
-        if got is None and getattr(self, "_zero_tries", 0) < ZERO_TRIES:
-            self._zero_tries = getattr(self, "_zero_tries", 0) + 1
-            p = C.c_void_p()
-            try:  # (portable: pinned for every context, so a copy from it is asynchronous in any)
-                self._call("cuMemHostAlloc", C.byref(p), ZERO_CHUNK, CU_MEMHOSTALLOC_PORTABLE)
-            except DriverError:
-                return 0
-            C.memset(p.value, 0, ZERO_CHUNK)
-            got = self._zeros = p.value
-        return got or 0
+        if self.note_stream_work is not None:
+            self.note_stream_work(NT_WORK_RUNTIME)
+        rc = self.zero_with(ptr, size, stream)
+        if rc != CUDA_SUCCESS:
+            raise DriverError("neutrino_zero_async", rc, self.error_name(rc))
 
     def memcpy_dtoh_async(self, host: int, ptr: int, size: int, stream: int) -> None:
         self._call("cuMemcpyDtoHAsync_v2", host, ptr, size, stream)
