@@ -14,6 +14,8 @@ compare like with like):
 * graph_eager: the same 4 launches made eagerly, timed on the GPU alone (the probe code's own cost)
 * graph_16m: the graph workload with 16M elements per kernel (about 70 µs each)
 * graph8:    a graph of 8 tiny Triton kernels (256 blocks x 4 warps, ~2 µs each; issue 24)
+* eager8:    graph8's 8 kernels launched eagerly, one span timed on the GPU alone (issue 24's eager tiny kernels;
+             run it with OVERHEAD_GPU_ONLY=1500000: the sleep must outlast 8 probed launches' host path)
 * graph_decode: a decode step (8 MLP blocks, batch 8, fp16) under torch.compile(mode="reduce-overhead"):
                one CUDA graph of cuBLAS GEMMs and Triton kernels replayed per call
 
@@ -117,7 +119,7 @@ ENV_SUFFIXES = (" device-gate", " graph-records", " switching", " level-copies",
                 " unprobed-capture", " original-kernels")
 CONFIGS.update({name: CONFIGS[next((name.removesuffix(x) for x in ENV_SUFFIXES if name.endswith(x)), name)]
                 for name in CONFIG_ENV})
-WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8")
+WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8", "eager8")
 
 
 def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: str,

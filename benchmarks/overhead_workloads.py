@@ -264,6 +264,28 @@ def graph8_workload(iters: int) -> dict:
             "hash": digest(*outs), **ab}
 
 
+def eager8_workload(iters: int) -> dict:
+    """capture_graph8's 8 tiny Triton kernels (256 blocks x 4 warps, ~2 µs each) launched eagerly, back to back,
+    timed as one span on the GPU alone (OVERHEAD_GPU_ONLY; its sleep must outlast the 8 launches' host path:
+    1500000 cycles with a probe): issue 24's eager tiny kernels. `us` is the span of 8; `us_per_launch` the
+    span / 8, so a probe's GPU time per launch is the difference of two runs' `us_per_launch`."""
+    n = 256 * 1024
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.rand(n, device="cuda", generator=g)
+    y = torch.rand(n, device="cuda", generator=g)
+    outs = [torch.empty_like(x) for _ in range(8)]
+    grid = (triton.cdiv(n, 1024),)
+
+    def eight():
+        for out in outs:
+            stream_kernel[grid](x, y, out, n, BLOCK=1024)
+
+    times, host = timed_loop(eight, iters, 5)
+    span = statistics.median(times)
+    return {"us": span, "us_per_launch": span / 8, "mean_us": statistics.mean(times), "host_us": host,
+            "hash": digest(*outs)}
+
+
 def timeline_ab(launch) -> dict:
     """OVERHEAD_TIMELINE_AB=STEPS:CYCLES (under neutrino): after the timed loop, phases of STEPS launches
     with the CUPTI timeline paused, then on (the shim's neutrino_timeline_pause), CYCLES times after one
@@ -340,7 +362,7 @@ def graph_eager_workload(iters: int) -> dict:
 WORKLOADS = {"stream": stream_workload, "attention": attention_workload, "mlp": mlp_workload,
              "launch": launch_workload, "graph": graph_workload, "graph_eager": graph_eager_workload,
              "graph_16m": lambda iters: graph_workload(iters, 16 << 20), "graph_decode": graph_decode_workload,
-             "graph8": graph8_workload}
+             "graph8": graph8_workload, "eager8": eager8_workload}
 
 
 def main() -> None:

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
@@ -62,15 +63,12 @@ def run_once(label: str, argv: list[str], env: dict, stamp: Path | None = None, 
     JSON line, the timings line's groups, its teardown after the exit handlers (`teardown`: a profiled
     run's `exit_process`; a plain run's from `stamp`, written by startup_stamp.py), and its wall time
     split at the program's start and at the end of the exit handlers (`segments`)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     popen_at = time.time()
     started = time.perf_counter()
-    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    r, usage = _run_with_usage(argv, env)
     wall = time.perf_counter() - started
     ended = time.time()
-    after_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    row = {"run": label, "wall": wall, "rc": r.returncode,
-           "cpu": after_usage.ru_utime - before.ru_utime + after_usage.ru_stime - before.ru_stime}
+    row = {"run": label, "wall": wall, "rc": r.returncode, "cpu": usage.ru_utime + usage.ru_stime}
     try:
         handlers_end, program_start = (float(x) for x in stamp.read_text().split()) if stamp is not None else (None,) * 2
         row["teardown"] = ended - handlers_end if stamp is not None else None
@@ -99,6 +97,19 @@ def run_once(label: str, argv: list[str], env: dict, stamp: Path | None = None, 
     if r.returncode != 0:
         row["stderr_tail"] = r.stderr[-2000:]
     return row
+
+
+def _run_with_usage(argv: list[str], env: dict) -> tuple[subprocess.CompletedProcess, resource.struct_rusage]:
+    """Run argv to its end: (its result, stdout and stderr as text; its own CPU usage, children included).
+    os.wait4 reads the usage of this one child, so runs made at the same time (--lanes) do not mix theirs."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(argv, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        text = (out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+    return subprocess.CompletedProcess(argv, child.returncode, *text), usage
 
 
 # --hold-gpu: a process that keeps the driver's device state alive between the runs (what persistence mode
@@ -302,6 +313,8 @@ def nearest_plain(rows: list[dict], i: int) -> dict | None:
     """The plain run closest to row i in run order (the earlier one on a tie): its round's, as
     row_plan interleaves them, so a slow spell of the machine shifts both alike."""
     plain = [j for j, r in enumerate(rows) if r["run"] == "plain" and r["rc"] == 0]
+    if "round" in rows[i]:  # --lanes: the plain run made at the same time, on another GPU
+        plain = [j for j in plain if rows[j].get("round") == rows[i]["round"]]
     return rows[min(plain, key=lambda j: (abs(j - i), j))] if plain else None
 
 
@@ -490,51 +503,122 @@ def tables_from_json(path: str) -> None:
     print(marks_table(rows))
 
 
+def lane_setups(env: dict, lanes: int) -> list[tuple[dict, list[str]]]:
+    """--lanes N: per lane, its environment (one GPU: CUDA_VISIBLE_DEVICES) and the command prefix that pins
+    it to its share of this process's CPUs (taskset), so runs made at the same time do not take each other's."""
+    cpus = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cpus) // lanes)
+    setups = []
+    for lane in range(lanes):
+        mine = cpus[lane * share:(lane + 1) * share] or cpus
+        setups.append((dict(env, CUDA_VISIBLE_DEVICES=str(lane)), ["taskset", "-c", ",".join(map(str, mine))]))
+    return setups
+
+
+def in_rounds(runs: list, rows: list[str], rounds: int) -> tuple[list, list[list]]:
+    """row_plan's runs split into the fill runs before the rounds and the rounds (each `len(rows)` runs)."""
+    width = len(rows)
+    head = len(runs) - width * rounds
+    return runs[:head], [runs[head + r * width:head + (r + 1) * width] for r in range(rounds)]
+
+
+class Runner:
+    """Makes one planned run (plain or profiled) on a lane: caches, stamps and traces named per run."""
+
+    def __init__(self, args, env: dict, scratch: Path, program: Path):
+        from neutrino.runtime.start.build import build_shim
+
+        self.args, self.env, self.scratch, self.program = args, env, scratch, program
+        self.shim_dir = build_shim().parent
+        self.caches: dict[str, Path] = {}
+        self.count = 0
+
+    def cache(self, tool: str, name: str) -> Path:
+        if name not in self.caches:  # made before any run of a round starts: no two threads create one
+            probes_from = self.caches.get(tool) if "-coldk" in name else None
+            self.caches[name] = fresh_cache(self.scratch, name, self.shim_dir, probes_from)
+        return self.caches[name]
+
+    def run(self, planned: tuple, lane: tuple[dict, list[str]] | None = None, number: int = 0) -> dict:
+        label, tool, cache_name, extra = planned
+        env, prefix = lane if lane is not None else (self.env, [])
+        steps = str(self.args.steps)
+        if not tool:
+            stamp = self.scratch / f"stamp{number}"
+            return run_once(label, [*prefix, sys.executable, str(STAMP), str(self.program), steps],
+                            dict(env, STARTUP_STAMP=str(stamp)), stamp)
+        trace = self.scratch / f"trace{number}"
+        row = run_once(label, [*prefix, *profiled_argv(tool, self.args.steps, trace, *extra, program=self.program)],
+                       dict(env, NEUTRINO_CACHE_DIR=str(self.cache(tool, cache_name))), trace=trace)
+        keep_event_logs(trace, self.args.keep, number)
+        return row
+
+
+def _said(row: dict) -> None:
+    lane = f" [round {row['round']}, GPU {row['lane']}]" if "lane" in row else ""
+    print(f"{row['run']}{lane}: {row['wall']:.2f} s" + (f"; {row['timings']}" if "timings" in row else "") +
+          (f"\n{row.get('stderr_tail', '')}" if row["rc"] else ""), file=sys.stderr, flush=True)
+
+
 def program_table(args) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p))
     env.pop("NEUTRINO_OPTIONS", None)
     scratch = Path(tempfile.mkdtemp(prefix="neutrino-startup-"))
     deadline = time.monotonic() + args.budget
     program = PROGRAMS[args.program]
-    holder = hold_gpu(env) if args.hold_gpu else None
-    warm_up = run_once("warm-up (fills Inductor/Triton caches; not in the baseline)",
-                       [sys.executable, str(program), str(args.steps)], env)
-    rows = [warm_up]
-    from neutrino.runtime.start.build import build_shim
-
-    shim_dir = build_shim().parent
-    caches: dict[str, Path] = {}
+    lanes = lane_setups(env, args.lanes) if args.lanes > 1 else None
+    holders = [hold_gpu(lane_env) for lane_env, _ in (lanes or [(env, [])])] if args.hold_gpu else []
+    runner = Runner(args, env, scratch, program)
+    warm_up = [sys.executable, str(program), str(args.steps)]
+    label = "warm-up (fills Inductor/Triton caches; not in the baseline)"
+    rows = [run_once(label, warm_up, env)]
+    if lanes:  # every GPU's first process paid before the rounds, on its own CPUs
+        with ThreadPoolExecutor(len(lanes)) as pool:
+            rows += pool.map(lambda lane: run_once(label, [*lane[1], *warm_up], lane[0]), lanes)
     runs = row_plan(args.rows, args.tools[0], args.repeat) if args.rows else plan(args.tools, args.repeat)
-    runs += extra_tool_runs(args.extra_tools)
-    runs = per_thread_count(runs, args.build_threads)
-    for label, tool, cache_name, extra in runs:
+    if lanes:
+        fills, rounds = in_rounds(runs, args.rows, args.repeat)
+        sequential = fills
+    else:
+        runs += extra_tool_runs(args.extra_tools)
+        sequential, rounds = per_thread_count(runs, args.build_threads), []
+
+    def save(new_rows: list[dict]) -> None:
+        rows.extend(new_rows)
+        for row in new_rows:
+            _said(row)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+
+    for planned in sequential:
         if time.monotonic() > deadline:
             print(f"budget of {args.budget:.0f} s spent: later runs not made", file=sys.stderr)
             break
-        if not tool:
-            stamp = scratch / "stamp"
-            rows.append(run_once(label, [sys.executable, str(STAMP), str(program), str(args.steps)],
-                                 dict(env, STARTUP_STAMP=str(stamp)), stamp))
-        else:
-            if cache_name not in caches:
-                probes_from = caches.get(tool) if "-coldk" in cache_name else None
-                caches[cache_name] = fresh_cache(scratch, cache_name, shim_dir, probes_from)
-            run_env = dict(env, NEUTRINO_CACHE_DIR=str(caches[cache_name]))
-            trace = scratch / f"trace{len(rows)}"
-            rows.append(run_once(label, profiled_argv(tool, args.steps, trace, *extra, program=program), run_env,
-                                 trace=trace))
-            keep_event_logs(trace, args.keep, len(rows) - 1)
-        row = rows[-1]
-        print(f"{row['run']}: {row['wall']:.2f} s" + (f"; {row['timings']}" if "timings" in row else "") +
-              (f"\n{row.get('stderr_tail', '')}" if row["rc"] else ""), file=sys.stderr, flush=True)
-        if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=1))
-    if holder is not None:
-        holder.stdin.close()
-        holder.wait()
-    held = "; the GPU held by a process of ours between runs (--hold-gpu)" if holder is not None else ""
-    print(f"python {sys.version.split()[0]}, {args.steps} timed steps; wall = whole process, one after another"
-          f"{held}\n")
+        save([runner.run(planned, number=len(rows))])
+    for r, group in enumerate(rounds):
+        if time.monotonic() > deadline:
+            print(f"budget of {args.budget:.0f} s spent: rounds {r} to {len(rounds) - 1} not made", file=sys.stderr)
+            break
+        # row k on GPU (k + r) mod lanes: every row meets every GPU and CPU share in turn
+        placed = [(planned, (k + r) % len(lanes)) for k, planned in enumerate(group)]
+        for (_, tool, cache_name, _), _ in placed:
+            if tool:
+                runner.cache(tool, cache_name)
+        base = len(rows)
+        with ThreadPoolExecutor(len(placed)) as pool:
+            made = list(pool.map(lambda item: runner.run(item[1][0], lanes[item[1][1]], base + item[0]),
+                                 enumerate(placed)))
+        for row, (_, lane) in zip(made, placed):
+            row.update({"round": r, "lane": lane})
+        save(made)
+    for holder in holders:
+        if holder is not None:
+            holder.stdin.close()
+            holder.wait()
+    held = "; the GPU held by a process of ours between runs (--hold-gpu)" if any(holders) else ""
+    how = (f"each round's rows at the same time, one per GPU ({len(lanes)} lanes, rotated), each profiled run "
+           "paired with its round's plain run" if lanes else "one after another")
+    print(f"python {sys.version.split()[0]}, {args.steps} timed steps; wall = whole process, {how}{held}\n")
     print(table(rows))
     print(medians(rows))
     print(paired_table(rows))
@@ -610,12 +694,18 @@ def main() -> None:
     parser.add_argument("--hold-gpu", action="store_true",
                         help="keep the GPU initialised by a process of ours while the runs are made (as persistence "
                              "mode would): the runs then do not pay, nor vary with, the GPU's initialisation")
+    parser.add_argument("--lanes", type=int, default=1,
+                        help="with --rows: each round's rows run at the same time, one per GPU (as many GPUs as "
+                             "rows), pinned to a share of the CPUs, rotated round by round; each profiled run is "
+                             "paired with its round's plain run, so what slows the whole host slows both alike")
     parser.add_argument("--json", default=None, help="also write every run (timings line included) to this file")
     parser.add_argument("--keep", default=None, metavar="DIR", help="copy each profiled run's event logs here")
     parser.add_argument("--process-start", action="store_true", help="no GPU: the start of a process without CUDA")
     parser.add_argument("--tables", default=None, metavar="FILE", help="print the tables of a --json FILE, run nothing")
     parser.add_argument("-n", type=int, default=15, help="--process-start: runs per median")
     args = parser.parse_args()
+    if args.lanes > 1 and (not args.rows or len(args.rows) > args.lanes or args.extra_tools or args.build_threads):
+        parser.error("--lanes N needs --rows with at most N rows, and no --extra-tools or --build-threads")
     if args.tables:
         tables_from_json(args.tables)
     else:

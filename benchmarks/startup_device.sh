@@ -17,6 +17,8 @@
 # MODE quiet (LIMIT <= 540): the torch rows (TORCH_ROWS, TORCH_ROUNDS (8) interleaved rounds) with the GPU held
 # between runs (startup.py --hold-gpu) and TORCHINDUCTOR_COMPILE_THREADS=COMPILE_THREADS (1), for plain and profiled
 # runs alike: the program's own variation (the GPU's initialisation, Inductor's worker pool) taken out of the walls.
+# MODE lanes (LIMIT <= 560, LANES GPUs): the torch rows in rounds whose runs are made at the same time, one per
+# GPU (startup.py --lanes), each profiled run paired with its round's plain run.
 # MODE nomatch (LIMIT=150, one call of <= 150 s): the nothing-probed row after the fatbin header check
 # (h-startup2): the synthetic module loads and the cold check on this machine's CPU (modules.txt, check.txt),
 # one nothing-probed run of the torch.compile program (its --timings line: `modules ... ptx x30`), then the
@@ -69,6 +71,13 @@ elif [ "$MODE" = quiet ]; then  # the torch rows with the program's own variatio
   export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-1}
   PART_MARGIN=35 part torch $((LIMIT - SECONDS - 35)) "${TORCH_PROGRAM[@]}" --steps 20 --hold-gpu \
     --rows ${TORCH_ROWS:-cold,plain,nomatch,warm,warm:gmem_bytes} --repeat ${TORCH_ROUNDS:-8} --tools block_sched
+elif [ "$MODE" = lanes ]; then  # LIMIT <= 560, a host of LANES (4) GPUs: the torch rows made at the same time
+  # Each round runs TORCH_ROWS (plain, nothing probed, block_sched warm, gmem_bytes warm: its first round cold) at
+  # once, one per GPU and CPU share, rotated round by round; each profiled run is paired with its round's plain run,
+  # so the host's drift and slow spells (sessions 11-12: the walls of one configuration spread over 5 s) fall on
+  # both runs of a pair alike.
+  PART_MARGIN=35 part torch $((LIMIT - SECONDS - 35)) "${TORCH_PROGRAM[@]}" --steps 20 --lanes ${LANES:-4} \
+    --rows ${TORCH_ROWS:-plain,nomatch,warm,warm:gmem_bytes} --repeat ${TORCH_ROUNDS:-40} --tools block_sched
 elif [ "$MODE" = nomatch ]; then  # LIMIT=150
   timeout 20 python3 benchmarks/startup_modules.py --repeat 9 > $OUT/modules.txt 2>&1
   timeout 25 python3 benchmarks/startup_check.py --repeat 5 > $OUT/check.txt 2>&1
