@@ -14,6 +14,7 @@ compare like with like):
 * graph_eager: the same 4 launches made eagerly, timed on the GPU alone (the probe code's own cost)
 * graph_16m: the graph workload with 16M elements per kernel (about 70 µs each)
 * graph8:    a graph of 8 tiny Triton kernels (256 blocks x 4 warps, ~2 µs each; issue 24)
+* eager1:    one of graph8's kernels launched eagerly, CUDA events around each launch (per-launch median)
 * eager8:    graph8's 8 kernels launched eagerly, one span timed on the GPU alone (issue 24's eager tiny kernels;
              run it with OVERHEAD_GPU_ONLY=1500000: the sleep must outlast 8 probed launches' host path)
 * graph_decode: a decode step (8 MLP blocks, batch 8, fp16) under torch.compile(mode="reduce-overhead"):
@@ -75,6 +76,11 @@ CONFIGS = {
     "block_sched graphs only-gelu": ["-p", "block_sched", "--graphs", "-k", "gelu"],
     "block_sched graphs only-norm": ["-p", "block_sched", "--graphs", "-k", "layer_norm"],
 }
+# no launch timed by the runtime's events (--time-every beyond the loop: only each kernel's first launch), with and
+# without the timeline: what the timing events of every 8th launch cost a loop of tiny kernels (issue 24)
+for _tool in ("block_sched", "gmem_bytes"):
+    CONFIGS[f"{_tool} untimed"] = ["-p", _tool, "--time-every", str(1 << 30)]
+    CONFIGS[f"{_tool} no-timeline untimed"] = ["-p", _tool, "--no-timeline", "--time-every", str(1 << 30)]
 # configurations that differ by environment: the device gate alone, as before the host chose replays
 CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK": "0"},
               "gmem_bytes graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK": "0"},
@@ -106,20 +112,20 @@ CONFIG_ENV = {"block_sched graphs every:50 device-gate": {"NEUTRINO_GRAPH_PICK":
 # NEUTRINO_MEASURE (shim/writer.c; benchmarks only, results not kept): the runtime's own GPU operations per
 # probed eager launch turned off one by one (docs/overhead.md, "The runtime's own GPU time per eager launch")
 for _tool in ("block_sched", "gmem_bytes"):
-    for _base in (_tool, f"{_tool} no-timeline"):
-        CONFIG_ENV.update({f"{_base} no-copy": {"NEUTRINO_MEASURE": "no-copy"},
+    for _base in (_tool, f"{_tool} no-timeline", f"{_tool} untimed", f"{_tool} no-timeline untimed"):
+        CONFIG_ENV.update({f"{_base} no-end-event": {"NEUTRINO_MEASURE": "no-end-event"},f"{_base} no-copy": {"NEUTRINO_MEASURE": "no-copy"},
                            f"{_base} no-zero": {"NEUTRINO_MEASURE": "no-zero"},
                            f"{_base} no-writer": {"NEUTRINO_MEASURE": "no-copy,no-zero"},
                            f"{_base} zero-by-copy": {"NEUTRINO_MEASURE": "zero-by-copy"},
                            f"{_base} zero-by-memset": {"NEUTRINO_MEASURE": "zero-by-memset"},
                            f"{_base} timed-end": {"NEUTRINO_MEASURE": "timed-end"},
                            f"{_base} nothing-ours": {"NEUTRINO_MEASURE": "no-copy,no-zero,no-end-event"}})
-ENV_SUFFIXES = (" device-gate", " graph-records", " switching", " level-copies", " level-kernels", " no-copy",
+ENV_SUFFIXES = (" no-end-event", " device-gate", " graph-records", " switching", " level-copies", " level-kernels", " no-copy",
                 " no-zero", " no-writer", " zero-by-copy", " zero-by-memset", " timed-end", " nothing-ours", " chain", " old-defaults",
                 " unprobed-capture", " original-kernels")
 CONFIGS.update({name: CONFIGS[next((name.removesuffix(x) for x in ENV_SUFFIXES if name.endswith(x)), name)]
                 for name in CONFIG_ENV})
-WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8", "eager8")
+WORKLOADS = ("stream", "attention", "mlp", "launch", "graph", "graph_eager", "graph_16m", "graph_decode", "graph8", "eager8", "eager1")
 
 
 def run_config(name: str, args: list[str] | None, iters: int, tmp: Path, only: str,

@@ -264,6 +264,20 @@ def graph8_workload(iters: int) -> dict:
             "hash": digest(*outs), **ab}
 
 
+def eager1_workload(iters: int) -> dict:
+    """One of graph8's tiny Triton kernels (256 blocks x 4 warps, ~2 µs) launched eagerly, CUDA events around
+    each launch: the per-launch median as users time a kernel in a steady loop (issue 24's eager tiny kernels;
+    OVERHEAD_GPU_ONLY for the GPU's time alone)."""
+    n = 256 * 1024
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.rand(n, device="cuda", generator=g)
+    y = torch.rand(n, device="cuda", generator=g)
+    out = torch.empty_like(x)
+    grid = (triton.cdiv(n, 1024),)
+    times, host = timed_loop(lambda: stream_kernel[grid](x, y, out, n, BLOCK=1024), iters, 5)
+    return {"us": statistics.median(times), "mean_us": statistics.mean(times), "host_us": host, "hash": digest(out)}
+
+
 def eager8_workload(iters: int) -> dict:
     """capture_graph8's 8 tiny Triton kernels (256 blocks x 4 warps, ~2 µs each) launched eagerly, back to back,
     timed as one span on the GPU alone (OVERHEAD_GPU_ONLY; its sleep must outlast the 8 launches' host path:
@@ -362,7 +376,8 @@ def graph_eager_workload(iters: int) -> dict:
 WORKLOADS = {"stream": stream_workload, "attention": attention_workload, "mlp": mlp_workload,
              "launch": launch_workload, "graph": graph_workload, "graph_eager": graph_eager_workload,
              "graph_16m": lambda iters: graph_workload(iters, 16 << 20), "graph_decode": graph_decode_workload,
-             "graph8": graph8_workload, "eager8": eager8_workload}
+             "graph8": graph8_workload, "eager8": eager8_workload,
+             "eager1": eager1_workload}
 
 
 def main() -> None:
