@@ -505,6 +505,9 @@ class Launch:
     event: dict
     result_offset: int = 0  # the launch's frame in a per-kernel result file (0 for one file per launch)
     _result: ResultFile | None = None
+    # where duration_ns comes from: "events" (the runtime's CUDA events around the launch), "timeline" (the
+    # timeline's record of this probed launch: CUPTI's end - start), None (unknown)
+    duration_from: str | None = None
 
     @property
     def graph(self) -> tuple[int, int] | None:
@@ -714,7 +717,43 @@ def load(path) -> Trace:
     problems: list[str] = []
     events = read_events(run / "event.log", problems)
     probe_text = read_probe_text(run / "probe.toml", problems)
-    return Trace(run, probe_text, events, _launches(run, events, problems), problems)
+    launches = _launches(run, events, problems)
+    durations_from_timeline(run, launches, problems)
+    return Trace(run, probe_text, events, launches, problems)
+
+
+def timeline_gpu_ns(run: Path, problems: list[str] | None = None) -> dict[int, int]:
+    """Probed launch index -> the GPU time (ns) of the timeline's record of it (a kernel record whose
+    `probe_launch` is that index: CUPTI's end_ns - start_ns, the kernel alone). Empty with no timeline; a
+    timeline that cannot be read is described in `problems`."""
+    if not (run / "timeline.bin").is_file():
+        return {}
+    from neutrino.timeline import KERNEL, read_timeline
+
+    try:
+        recs = read_timeline(run)
+    except (OSError, TraceError) as e:
+        if problems is not None:
+            problems.append(f"{e}; launch durations are not taken from the timeline")
+        return {}
+    probed = recs[(recs["kind"] == KERNEL) & (recs["probe_launch"] >= 0)]
+    return dict(zip(probed["probe_launch"].tolist(), (probed["end_ns"] - probed["start_ns"]).tolist()))
+
+
+def durations_from_timeline(run: Path, launches: list[Launch], problems: list[str] | None = None) -> int:
+    """Launches the runtime did not time with events (duration_ns None: by default, with the timeline
+    flagging probed launches, every launch after a kernel's first; `--time-every N` otherwise) take their
+    GPU time from the timeline (timeline_gpu_ns). Graph replays keep None (a replay's node records are
+    sampled). How many were filled."""
+    wanted = [la for la in launches if la.duration_ns is None and la.graph is None]
+    gpu_ns = timeline_gpu_ns(run, problems) if wanted else {}
+    filled = 0
+    for la in wanted:
+        ns = gpu_ns.get(la.index)
+        if ns is not None:
+            la.duration_ns, la.duration_from = float(ns), "timeline"
+            filled += 1
+    return filled
 
 
 def load_job(path) -> list[tuple[int, Trace]]:
@@ -895,4 +934,5 @@ def _launch_of(ev: dict, path: Path) -> Launch:
         result_path=path,
         event=ev,
         result_offset=offset,
+        duration_from=None if duration is None else "events",
     )

@@ -1851,6 +1851,18 @@ uint64_t neutrino_timeline_begin_probed(void) {
     return token;
 }
 
+/* Whether a probed launch made now by this thread gets a kernel record flagged with its launch (what
+ * neutrino_timeline_begin_probed would do, without doing it): the fast path then times it by that record and
+ * records no timing events (fastlaunch.c, --time-every's default). */
+int neutrino_timeline_flags_probed(void) {
+    if (!atomic_load_explicit(&recording, memory_order_relaxed) || atomic_load_explicit(&graphs_paused, memory_order_relaxed))
+        return 0;
+    if (!our_kinds[NT_ACT_CONCURRENT_KERNEL] && !our_kinds[NT_ACT_KERNEL]) return 0;
+    if ((level & L_HOOKS) && current_entry) return 1;
+    if (!(level & L_HOOKS) && (level & L_HOST) && our_subscriber != NULL) return 1;
+    return (level & L_EXT) && api.push_external;
+}
+
 void neutrino_timeline_end_probed(uint64_t token) {
     if (!token) return;
     pending_token = 0;  /* the launch did not reach the driver (or was noted): nothing else gets it */

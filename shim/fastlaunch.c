@@ -95,6 +95,11 @@ static _Atomic uint64_t held;  /* device bytes of all rings, retired ones includ
 static _Atomic uint64_t trace_limit = UINT64_MAX, trace_used;
 static _Atomic int enabled;
 static uint64_t time_every = 1;  /* the kernel's own time (two events) on every n-th fast launch */
+/* --time-every's default (0 given): a launch the timeline records as probed is timed by that record, with no
+ * events (the first launch of a plan is timed by events all the same); the others every AUTO_TIME_EVERY-th.
+ * A timing event pair costs a loop of tiny kernels ~5 us of GPU time (docs/overhead.md, session 15). */
+#define AUTO_TIME_EVERY 8
+static int time_by_timeline;
 static int wait_when_full;  /* --when-full=wait: a launch the buffer budget has no room for waits for the writer */
 
 static int profiling;
@@ -161,7 +166,8 @@ int neutrino_fast_enable(uint64_t buffer_budget, uint64_t trace_budget, uint64_t
     neutrino_writer_on_ring_done(fast_ring_done);  /* before any fast job is submitted */
     pthread_mutex_lock(&pool_lock);
     budget = buffer_budget;
-    time_every = timing_every ? timing_every : 1;
+    time_by_timeline = timing_every == 0;
+    time_every = timing_every ? timing_every : AUTO_TIME_EVERY;
     wait_when_full = wait_full;
     pthread_mutex_unlock(&pool_lock);
     atomic_store(&trace_limit, trace_budget);
@@ -468,7 +474,8 @@ int neutrino_fast_launch(int ptsz, const void *config, void *f, unsigned gx, uns
      * time_every-th launch measures the kernel's own time; the end event, which the writer waits for,
      * is an untimed one on the other launches. */
     int measure = neutrino_measure();
-    int timed = atomic_fetch_add_explicit(&e->fast_launches, 1, memory_order_relaxed) % time_every == 0;
+    uint64_t nth = atomic_fetch_add_explicit(&e->fast_launches, 1, memory_order_relaxed);
+    int timed = nth == 0 || (nth % time_every == 0 && !(time_by_timeline && neutrino_timeline_flags_probed()));
     void *ev[2];
     if (neutrino_writer_take_events(ctx, ev, timed || (measure & NT_MEASURE_TIMED_END)) != 0) goto give_back_region;
     STEP(P_EVENTS);

@@ -41,6 +41,7 @@ int neutrino_graph_pick_keeps(void *graph);
 /* cupti.c: a probed launch's place on the timeline; our wrapper of a libcupti function reached by dlsym. */
 uint64_t neutrino_timeline_begin_probed(void);
 void neutrino_timeline_end_probed(uint64_t token);
+int neutrino_timeline_flags_probed(void);  /* a probed launch now gets a flagged kernel record */
 void neutrino_timeline_cancel_probed(uint64_t token);
 void neutrino_timeline_note_submit(uint64_t seq);
 void *neutrino_cupti_wrapper_named(const char *name);

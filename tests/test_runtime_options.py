@@ -221,7 +221,7 @@ def test_user_frame_of_worker_thread_falls_back_to_main(monkeypatch, tmp_path):
 def test_runtime_options_refuse_values_out_of_range():
     """The checks attrs' validators made, kept by the dataclass (a bad NEUTRINO_OPTIONS is reported
     by the profiled process as `runtime not started`)."""
-    for bad in ({"when_full": "block"}, {"while_building": "later"}, {"time_every": 0}, {"recount_every": 0},
+    for bad in ({"when_full": "block"}, {"while_building": "later"}, {"time_every": -1}, {"recount_every": 0},
                 {"build_threads": -1}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             RuntimeOptions(probe="p", **bad)

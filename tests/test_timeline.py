@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from neutrino import trace as nt
 from neutrino.runtime.start import build
 from neutrino.runtime.context_tables.cupti import find_cupti, parse_info
 from neutrino.runtime.start.launcher import run_main
@@ -278,6 +279,40 @@ def test_every_launch_on_the_timeline_probed_ones_joined(tmp_path, fakes, level,
     assert counts["records"] == len(read_timeline(run, own=True)) == len(tl) + 2  # the clock calibrations
     assert counts["no_thread"] == 0
     assert counts["with_host_time"] == (0 if level else counts["records"])
+
+
+@pytest.mark.parametrize("timeline", [True, False])
+def test_fast_path_times_launches_by_their_timeline_records(tmp_path, fakes, timeline):
+    """--time-every's default: where the timeline flags probed launches, a kernel's C-path launches after its first
+    record no timing events (a timing pair costs a loop of tiny kernels ~5 µs of GPU time), and the trace takes their
+    time from their timeline records (the fake CUPTI's kernels last 1000 ns); with --no-timeline events time every
+    8th launch, as before."""
+    log = tmp_path / "fake.log"
+    run, _ = _run(tmp_path, fakes, [sys.executable, str(FAKE / "app.py"), str(VEC_PTX), "saxpy4", "20"],
+                  *(() if timeline else ("--no-timeline",)),
+                  env={"FAKECUDA_LOG": str(log), "FAKECUDA_LOG_STREAM_OPS": "1"})
+    lines = log.read_text().splitlines()
+    timing = {line.split("event=")[1] for line in lines if line.startswith("create-timed ")}
+    records = [line.split("event=")[1] for line in lines if line.startswith("record ")]
+    launches = nt.load(run).launches
+    assert len(launches) == 20
+    if timeline:
+        # timing events: the Python path's first launch and the first C-path launch, two each
+        assert sum(r in timing for r in records) == 2 + 2
+        assert [la.duration_from for la in launches] == ["events"] * 2 + ["timeline"] * 18
+        assert [la.duration_ns for la in launches[2:]] == [1000.0] * 18
+        duckdb = pytest.importorskip("duckdb")
+        from neutrino.analysis import columnar, query
+
+        columnar.export(run, tmp_path / "ds")  # the dataset's launches table takes the same times
+        rows = duckdb.connect().execute(f"SELECT launch, duration_ns FROM {query.table_scan(tmp_path / 'ds', 'launches')} "
+                                        "ORDER BY launch").fetchall()
+        assert [ns for _, ns in rows[2:]] == [1000.0] * 18 and [la.duration_ns for la in launches[:2]] == [
+            ns for _, ns in rows[:2]]
+    else:  # the C-path launches 0, 8 and 16 (the program's 2nd, 10th and 18th)
+        assert sum(r in timing for r in records) == 2 + 2 * 3
+        assert [la.duration_from for la in launches] == ["events"] + [
+            "events" if k % 8 == 0 else None for k in range(19)]
 
 
 def test_program_profiler_keeps_its_records(tmp_path, fakes):

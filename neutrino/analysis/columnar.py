@@ -425,6 +425,7 @@ class DatasetWriter:
         stats_table = TableWriter(self.table_dir("field_stats", rank), "field_stats")
         self.stat_rows = RowBuffer(stats_table, FIELD_STATS_COLUMNS)
         current, writers = None, {}
+        gpu_ns = None  # the timeline's GPU times of the launches not timed by events (read when first needed)
         for ev in launch_stream.launches_by_kernel(run, events):
             kernel = str(ev.get("kernel", ""))
             if kernel != current:
@@ -440,6 +441,9 @@ class DatasetWriter:
             for md in frame.maps.values():
                 dropped += md.dropped
                 self._map(pa, writers, rank, md, head)
+            if ev.get("duration_ns") is None and not ev.get("graph"):
+                gpu_ns = nt.timeline_gpu_ns(run, self.problems) if gpu_ns is None else gpu_ns
+                ev = dict(ev, duration_ns=gpu_ns.get(_opt_int(ev.get("index"))))
             rows.add(launch_row(ev, pid, dropped, len(frame.maps)))
             self.summary.launches += 1
         self._close(writers)

@@ -58,7 +58,9 @@ class LaunchFilter(namedtuple("LaunchFilterFields", ("start", "stop", "every"), 
 DEFAULT_BUFFER_BUDGET = 1 << 30  # device (and pinned host) bytes of map buffers held at once
 DEFAULT_TRACE_BUDGET = 8 << 30  # bytes of result frames written per process
 WHEN_FULL = ("drop", "wait")
-DEFAULT_TIME_EVERY = 8  # the kernel's own time: a start event on every 8th probed launch (C path)
+# the kernel's own time (C path): 0, the default, times a launch by the timeline's record of it where the timeline
+# flags probed launches, else by CUDA events on every 8th launch; N >= 1: by events on every N-th launch
+DEFAULT_TIME_EVERY = 0
 # cap = "count" maps: the caps counted for a kernel, grid and block serve this many launches of them
 # before the counting kernel runs again (no counting launch or sync in between; a launch needing more
 # records than its cap drops the rest and its counts say how many: the trace's `dropped`)
@@ -118,7 +120,7 @@ _OPTION_FIELDS = (
     ("trace_budget", DEFAULT_TRACE_BUDGET),
     ("when_full", "drop"),  # one of WHEN_FULL
     ("callback_seconds", 60.0),  # time the exit-time analysis callback may take in all
-    ("time_every", DEFAULT_TIME_EVERY),  # >= 1
+    ("time_every", DEFAULT_TIME_EVERY),  # >= 0
     ("recount_every", DEFAULT_RECOUNT_EVERY),  # >= 1
     # cap = "count" maps: slots of a launch's device ring per unit of the launch (at most a
     # RING_BUDGET_SHARE of the buffer budget); reservations past them are dropped and counted
@@ -145,7 +147,7 @@ class RuntimeOptions(namedtuple("RuntimeOptionsFields", ("probe", *(name for nam
         for name, allowed in (("when_full", WHEN_FULL), ("while_building", WHILE_BUILDING)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"'{name}' must be in {allowed!r} (got {getattr(self, name)!r})")
-        for name, least in (("time_every", 1), ("recount_every", 1), ("ring_records", 1), ("build_threads", 0)):
+        for name, least in (("time_every", 0), ("recount_every", 1), ("ring_records", 1), ("build_threads", 0)):
             if getattr(self, name) < least:
                 raise ValueError(f"'{name}' must be >= {least}: {getattr(self, name)}")
         return self
