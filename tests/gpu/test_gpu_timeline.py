@@ -6,6 +6,7 @@ Run on the device machine: `python -m pytest tests/gpu/test_gpu_timeline.py -q -
 
 from __future__ import annotations
 
+import collections
 import json
 import sys
 from pathlib import Path
@@ -214,8 +215,31 @@ def test_torch_compile_step_probed_triton_flagged(tmp_path, level):
     for rec in probed:
         la = by_index[int(rec["probe_launch"])]
         assert tuple(rec["grid"]) == tuple(la.grid) and tuple(rec["block"]) == tuple(la.block)
+        # --time-every's default: a launch not timed by events takes its record's GPU time
+        if la.duration_from == "timeline":
+            assert la.duration_ns == float(rec["end_ns"] - rec["start_ns"]) > 0
+    assert None not in [la.duration_from for la in trace.launches]
     if level:
         assert (kernels["tid"] > 0).all()
+
+
+def test_probed_launches_timed_by_their_timeline_records(tmp_path):
+    """--time-every's default: each corpus Triton kernel launched 10 times under block_sched; its first two
+    launches (the Python path's, the first C-path one) timed by events, the 8 others by their timeline records,
+    no timing events; every launch has a time, a record's the kernel's alone (events add the launch's latency)."""
+    pytest.importorskip("triton")
+    env = base_env(tmp_path)
+    r, trace = run_probed("block_sched", [sys.executable, str(WORKLOADS / "w_triton.py"), str(tmp_path / "o.npz"),
+                                          "10"], tmp_path / "tr", env)
+    by_kernel = collections.defaultdict(list)
+    for la in trace.launches:
+        by_kernel[la.kernel].append(la)
+    for name, las in by_kernel.items():
+        print(f"\n{name[:40]}: events {[round(la.duration_ns) for la in las[:2]]} ns, timeline "
+              f"{[round(la.duration_ns) for la in las[2:]]} ns")
+        assert [la.duration_from for la in las] == ["events"] * 2 + ["timeline"] * (len(las) - 2), name
+        assert all(la.duration_ns > 0 for la in las)
+    assert len(by_kernel) >= 4 and all(len(las) == 10 for las in by_kernel.values())
 
 
 def test_jax_step_has_xla_kernels(tmp_path):
