@@ -405,6 +405,35 @@ def paired_table(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def fixed_effects_table(rows: list[dict]) -> str:
+    """--lanes: each configuration's effect on the wall from a least-squares fit of wall ~ configuration + round +
+    GPU over the rounds' runs (plain the reference; each round and each GPU its own offset), with its standard error,
+    beside the median `--timings` sum. The residual standard deviation is the runs' own variation, what no pairing
+    removes. Empty without rounds."""
+    import numpy as np
+
+    runs = [r for r in rows if "round" in r and r["rc"] == 0 and "cold" not in r["run"]]
+    configs = ["plain"] + sorted({r["run"] for r in runs} - {"plain"})
+    rounds, lanes = sorted({r["round"] for r in runs}), sorted({r["lane"] for r in runs})
+    columns = len(configs) + len(rounds) + len(lanes) - 2
+    if len(configs) < 2 or len(runs) <= columns:
+        return ""
+    x = np.array([[1.0] + [float(r["run"] == c) for c in configs[1:]] + [float(r["round"] == k) for k in rounds[1:]]
+                  + [float(r["lane"] == g) for g in lanes[1:]] for r in runs])
+    y = np.array([r["wall"] for r in runs])
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    residual = y - x @ beta
+    variance = float(residual @ residual) / (len(y) - columns)
+    se = np.sqrt(np.diag(variance * np.linalg.pinv(x.T @ x)))
+    out = [f"fixed effects (wall ~ configuration + round + GPU, {len(runs)} runs): residual sd "
+           f"{variance ** 0.5:.3f} s", "", "| run | effect s | SE s | median --timings added s |",
+           "| --- | ---: | ---: | ---: |"]
+    for i, label in enumerate(configs[1:], 1):
+        added = [r["added"] for r in runs if r["run"] == label and "added" in r]
+        out.append(f"| {label} | {beta[i]:+.3f} | {se[i]:.3f} | {statistics.median(added) if added else float('nan'):.3f} |")
+    return "\n".join(out) + "\n"
+
+
 def segment_phases() -> dict[str, tuple[str, ...]]:
     from neutrino.runtime.start.phases import ADDED_PHASES
 
@@ -499,6 +528,7 @@ def tables_from_json(path: str) -> None:
     print(table(rows))
     print(medians(rows))
     print(paired_table(rows))
+    print(fixed_effects_table(rows))
     print(segments_table(rows))
     print(marks_table(rows))
 
@@ -622,6 +652,7 @@ def program_table(args) -> None:
     print(table(rows))
     print(medians(rows))
     print(paired_table(rows))
+    print(fixed_effects_table(rows))
     print(segments_table(rows))
     print(marks_table(rows))
     shutil.rmtree(scratch, ignore_errors=True)

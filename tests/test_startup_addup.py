@@ -119,3 +119,38 @@ def test_paired_rows_on_runs_of_known_cost():
     for row in rows:
         row["program"] = None
     assert startup.paired_rows(rows)[warm][1] == {"pairs": 0}
+
+
+def test_lanes_pair_each_run_with_its_rounds_plain_run():
+    """--lanes: a round's runs are made at the same time, so a profiled run's plain run is its own round's, even
+    where another round's plain run sits nearer in the list; without rounds, the nearest in run order."""
+    rows = [{"run": "plain", "rc": 0, "round": 0, "wall": 10.0}, {"run": "x", "rc": 0, "round": 0, "wall": 11.0},
+            {"run": "x", "rc": 0, "round": 1, "wall": 12.0}, {"run": "plain", "rc": 0, "round": 1, "wall": 9.0}]
+    assert startup.nearest_plain(rows, 1) is rows[0] and startup.nearest_plain(rows, 2) is rows[3]
+    flat = [{k: v for k, v in r.items() if k != "round"} for r in rows]
+    assert startup.nearest_plain(flat, 2) is flat[3] and startup.nearest_plain(flat, 1) is flat[0]
+    runs = startup.row_plan(["plain", "nomatch", "warm"], "block_sched", 3)
+    fills, rounds = startup.in_rounds(runs, ["plain", "nomatch", "warm"], 3)
+    assert [f[0] for f in fills] == [startup.FILL.format(tool="block_sched")]
+    assert [[r[0] for r in group] for group in rounds] == [[runs[1][0], runs[2][0], runs[3][0]]] * 3
+    assert len(startup.lane_setups({}, 4)) == 4 and all(e["CUDA_VISIBLE_DEVICES"] == str(i) for i, (e, _) in
+                                                        enumerate(startup.lane_setups({}, 4)))
+
+
+def test_fixed_effects_recover_known_effects():
+    """Walls made of known parts (configuration + round + GPU, rotated as --lanes places them, plus a small
+    alternating error): the fit gives each configuration's part back and the error's size as the residual sd."""
+    effect = {"plain": 0.0, "a": 0.25, "b": 1.5}
+    rounds, lanes = [0.0, 2.0, -1.0, 0.5, 3.0, -0.5], [0.0, 0.7, -0.3]
+    rows = []
+    for k, offset in enumerate(rounds):
+        for i, name in enumerate(effect):
+            lane = (i + k) % len(lanes)
+            rows.append({"run": name, "rc": 0, "round": k, "lane": lane, "added": effect[name],
+                         "wall": 20.0 + effect[name] + offset + lanes[lane]})
+    text = startup.fixed_effects_table(rows)
+    got = {line.split(" | ")[0].lstrip("| "): float(line.split(" | ")[1]) for line in text.splitlines()
+           if line.startswith(("| a ", "| b "))}
+    assert got == {"a": 0.25, "b": 1.5}
+    assert "residual sd 0.000 s" in text
+    assert startup.fixed_effects_table([{k: v for k, v in r.items() if k != "round"} for r in rows]) == ""
