@@ -142,6 +142,16 @@ def read_timeline(run_dir, *, own: bool = False, untimed: bool = False, graphs: 
     return out[np.argsort(out["start_ns"], kind="stable")]
 
 
+def probed_gpu_ns(run_dir) -> dict[int, int]:
+    """Probed launch index -> the GPU time (ns) of its kernel record: the record whose `probe_launch` is that
+    index, end_ns - start_ns (CUPTI's time of the kernel alone), for the records with GPU times. Only the kernel
+    records are kept while reading (no names): linear in the file, memory in the probed records.
+    FileNotFoundError when the run has no timeline."""
+    recs = _records(Path(run_dir) / "timeline.bin", (KERNEL,))
+    recs = recs[(recs["probe_launch"] >= 0) & has_gpu_time(recs)]
+    return dict(zip(recs["probe_launch"].tolist(), (recs["end_ns"] - recs["start_ns"]).tolist()))
+
+
 def clock_calibrations(run_dir) -> list[tuple[int, int]]:
     """(%globaltimer, CUPTI time) pairs of the run's calibration launches (neutrino.runtime.context_tables.clock):
     each `timeline_clock` event's reads paired, in order, with the CUPTI record of that launch

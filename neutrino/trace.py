@@ -723,35 +723,42 @@ def load(path) -> Trace:
 
 
 def timeline_gpu_ns(run: Path, problems: list[str] | None = None) -> dict[int, int]:
-    """Probed launch index -> the GPU time (ns) of the timeline's record of it (a kernel record whose
-    `probe_launch` is that index: CUPTI's end_ns - start_ns, the kernel alone). Empty with no timeline; a
-    timeline that cannot be read is described in `problems`."""
+    """Probed launch index -> the GPU time (ns) of the timeline's record of it (neutrino.timeline.probed_gpu_ns).
+    Empty with no timeline; a timeline that cannot be read is described in `problems`."""
     if not (run / "timeline.bin").is_file():
         return {}
-    from neutrino.timeline import KERNEL, read_timeline
+    from neutrino.timeline import probed_gpu_ns
 
     try:
-        recs = read_timeline(run)
+        return probed_gpu_ns(run)
     except (OSError, TraceError) as e:
         if problems is not None:
             problems.append(f"{e}; launch durations are not taken from the timeline")
         return {}
-    probed = recs[(recs["kind"] == KERNEL) & (recs["probe_launch"] >= 0)]
-    return dict(zip(probed["probe_launch"].tolist(), (probed["end_ns"] - probed["start_ns"]).tolist()))
+
+
+def launch_duration(ev: dict, gpu_ns: dict[int, int]) -> tuple[float | None, str | None]:
+    """A launch event's (duration_ns, where it comes from): its timeline record's GPU time where the timeline
+    has one (`timeline_gpu_ns`; not for graph replays, whose node records are sampled), else the runtime's
+    events' time (`duration_ns` of the event), else (None, None)."""
+    index = ev.get("index")
+    if not ev.get("graph") and isinstance(index, int) and index in gpu_ns:
+        return float(gpu_ns[index]), "timeline"
+    duration = ev.get("duration_ns")
+    if isinstance(duration, (int, float)) and not isinstance(duration, bool) and duration >= 0:
+        return float(duration), "events"
+    return None, None
 
 
 def durations_from_timeline(run: Path, launches: list[Launch], problems: list[str] | None = None) -> int:
-    """Launches the runtime did not time with events (duration_ns None: by default, with the timeline
-    flagging probed launches, every launch after a kernel's first; `--time-every N` otherwise) take their
-    GPU time from the timeline (timeline_gpu_ns). Graph replays keep None (a replay's node records are
-    sampled). How many were filled."""
-    wanted = [la for la in launches if la.duration_ns is None and la.graph is None]
-    gpu_ns = timeline_gpu_ns(run, problems) if wanted else {}
+    """Each launch's duration from its timeline record where the timeline has one (launch_duration): the
+    kernel's own GPU time, the same kind of time for every launch (events add the launch's own latency, and
+    by default only a kernel's first launches are timed by events). How many launches took it."""
+    gpu_ns = timeline_gpu_ns(run, problems) if any(la.graph is None for la in launches) else {}
     filled = 0
-    for la in wanted:
-        ns = gpu_ns.get(la.index)
-        if ns is not None:
-            la.duration_ns, la.duration_from = float(ns), "timeline"
+    for la in launches:
+        if la.graph is None and la.index in gpu_ns:
+            la.duration_ns, la.duration_from = float(gpu_ns[la.index]), "timeline"
             filled += 1
     return filled
 

@@ -310,7 +310,7 @@ LAUNCH_COLUMNS = (
     ("launch", "int64"), ("kernel", "string"), ("kernel_key", "string"), ("kernel_launch", "int64"),
     ("pid", "int64"), ("grid_x", "int64"), ("grid_y", "int64"), ("grid_z", "int64"), ("block_x", "int64"),
     ("block_y", "int64"), ("block_z", "int64"), ("shared_bytes", "int64"), ("stream", "string"),
-    ("duration_ns", "float64"), ("graph", "int64"), ("graph_node", "int64"), ("replay", "int64"),
+    ("duration_ns", "float64"), ("duration_from", "string"), ("graph", "int64"), ("graph_node", "int64"), ("replay", "int64"),
     ("frame", "string"), ("dropped", "int64"), ("maps", "int64"), ("result", "string"), ("result_offset", "int64"),
 )
 
@@ -367,7 +367,8 @@ def launch_row(ev: dict, pid, dropped: int, maps: int) -> dict:
             "block_x": block[0], "block_y": block[1], "block_z": block[2],
             "shared_bytes": _opt_int(ev.get("shared_bytes")), "stream": None if ev.get("stream") is None
             else str(ev.get("stream")), "duration_ns": float(duration) if isinstance(duration, (int, float))
-            and not isinstance(duration, bool) else None, "graph": _opt_int(ev.get("graph")),
+            and not isinstance(duration, bool) else None, "duration_from": ev.get("duration_from"),
+            "graph": _opt_int(ev.get("graph")),
             "graph_node": _opt_int(ev.get("graph_node")), "replay": _opt_int(ev.get("replay")),
             "frame": ev.get("frame") if isinstance(ev.get("frame"), str) else None, "dropped": dropped,
             "maps": maps, "result": str(ev.get("result")), "result_offset": _opt_int(ev.get("result_offset", 0) or 0)}
@@ -425,7 +426,7 @@ class DatasetWriter:
         stats_table = TableWriter(self.table_dir("field_stats", rank), "field_stats")
         self.stat_rows = RowBuffer(stats_table, FIELD_STATS_COLUMNS)
         current, writers = None, {}
-        gpu_ns = None  # the timeline's GPU times of the launches not timed by events (read when first needed)
+        gpu_ns = nt.timeline_gpu_ns(run, self.problems)  # each launch's time from its timeline record where it has one
         for ev in launch_stream.launches_by_kernel(run, events):
             kernel = str(ev.get("kernel", ""))
             if kernel != current:
@@ -441,9 +442,8 @@ class DatasetWriter:
             for md in frame.maps.values():
                 dropped += md.dropped
                 self._map(pa, writers, rank, md, head)
-            if ev.get("duration_ns") is None and not ev.get("graph"):
-                gpu_ns = nt.timeline_gpu_ns(run, self.problems) if gpu_ns is None else gpu_ns
-                ev = dict(ev, duration_ns=gpu_ns.get(_opt_int(ev.get("index"))))
+            duration, source = nt.launch_duration(ev, gpu_ns)
+            ev = dict(ev, duration_ns=duration, duration_from=source)
             rows.add(launch_row(ev, pid, dropped, len(frame.maps)))
             self.summary.launches += 1
         self._close(writers)

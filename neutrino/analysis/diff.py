@@ -138,11 +138,9 @@ def collect(path, *, warmup: int = WARMUP) -> Side:
         probe = run / "probe.toml"
         probe_text = probe.read_text(errors="replace") if probe.exists() else None
         seen: dict[tuple, int] = {}
-        gpu_ns = None  # the timeline's times of the launches the runtime did not time (nt.timeline_gpu_ns)
+        gpu_ns = nt.timeline_gpu_ns(run, side.problems)  # each launch's time from its timeline record where it has one
         for ev in launch_stream.launches_by_kernel(run, events):
-            if ev.get("duration_ns") is None and not ev.get("graph"):
-                gpu_ns = nt.timeline_gpu_ns(run, side.problems) if gpu_ns is None else gpu_ns
-                ev = dict(ev, duration_ns=gpu_ns.get(launch_stream.as_int(ev.get("index"))))
+            ev = dict(ev, duration_ns=nt.launch_duration(ev, gpu_ns)[0])
             grid, block = launch_stream.dims(ev.get("grid")), launch_stream.dims(ev.get("block"))
             key = (rank, str(ev.get("kernel", "")), grid, block)
             seen[key] = seen.get(key, 0) + 1
