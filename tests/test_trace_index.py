@@ -109,3 +109,38 @@ def test_one_reader_of_the_index_for_the_trace_and_the_stream(tmp_path):
     for read in (lambda: nt.read_index(run, events), lambda: list(launch_stream.launches_by_kernel(run, events))):
         with pytest.raises(nt.TraceError, match="index.bin: not a Neutrino launch index"):
             read()
+
+
+def test_launch_durations_from_the_timeline_records(tmp_path):
+    """Known answer: three launches of k (events: 5000 ns, unknown, unknown), a graph replay, and a timeline whose
+    probed records give launches 0 and 1 their GPU times (1200, 1300 ns). load() prefers the record (0, 1), keeps
+    the events' time or none where the timeline has no record (2), and never times a replay from it (3); the
+    dataset's launches table and the report's time column say the same."""
+    from neutrino.analysis import report
+    from neutrino.analysis import synthetic as S
+
+    b = S.RunBuilder(tmp_path / "run")
+    b.add_kernel("k", [S.GMEM_BYTES])
+    for i, (duration, graph) in enumerate([(5000.0, 0), (None, 0), (None, 0), (None, (3 << 32) | 1)]):
+        b.launch("k", (1, 1, 1), (32, 1, 1), [S.counters_section(S.GMEM_BYTES, [100 * (i + 1), 32])],
+                 duration_ns=duration, graph=graph)
+    run = b.close()
+    S.write_timeline(run, [{"kind": 1, "start_ns": 10_000, "end_ns": 11_200, "probe_launch": 0, "name_id": 0},
+                           {"kind": 1, "start_ns": 20_000, "end_ns": 21_300, "probe_launch": 1, "name_id": 0},
+                           {"kind": 1, "start_ns": 30_000, "end_ns": 30_400, "probe_launch": 3, "name_id": 0},
+                           {"kind": 1, "start_ns": 40_000, "end_ns": 40_900, "name_id": 0}], ["k"])
+    launches = nt.load(run).launches
+    assert [(la.duration_ns, la.duration_from) for la in launches] == [
+        (1200.0, "timeline"), (1300.0, "timeline"), (None, None), (None, None)]
+    assert nt.launch_duration({"index": 2, "duration_ns": 700.0}, {2: 900}) == (900.0, "timeline")
+    assert nt.launch_duration({"index": 2, "duration_ns": 700.0, "graph": 5}, {2: 900}) == (700.0, "events")
+    assert nt.launch_duration({"index": 2, "duration_ns": -1.0}, {}) == (None, None)
+    rep = report.analyze(nt.load(run), launches)
+    assert (rep.kernels["k"].duration_ns, rep.kernels["k"].timed_launches) == (2500.0, 2)
+    duckdb = pytest.importorskip("duckdb")
+    from neutrino.analysis import columnar, query
+
+    columnar.export(run, tmp_path / "ds")
+    rows = duckdb.connect().execute(f"SELECT launch, duration_ns, duration_from FROM "
+                                    f"{query.table_scan(tmp_path / 'ds', 'launches')} ORDER BY launch").fetchall()
+    assert rows == [(0, 1200.0, "timeline"), (1, 1300.0, "timeline"), (2, None, None), (3, None, None)]
