@@ -144,12 +144,24 @@ def read_timeline(run_dir, *, own: bool = False, untimed: bool = False, graphs: 
 
 def probed_gpu_ns(run_dir) -> dict[int, int]:
     """Probed launch index -> the GPU time (ns) of its kernel record: the record whose `probe_launch` is that
-    index, end_ns - start_ns (CUPTI's time of the kernel alone), for the records with GPU times. Only the kernel
-    records are kept while reading (no names): linear in the file, memory in the probed records.
-    FileNotFoundError when the run has no timeline."""
-    recs = _records(Path(run_dir) / "timeline.bin", (KERNEL,))
-    recs = recs[(recs["probe_launch"] >= 0) & has_gpu_time(recs)]
-    return dict(zip(recs["probe_launch"].tolist(), (recs["end_ns"] - recs["start_ns"]).tolist()))
+    index, end_ns - start_ns (CUPTI's time of the kernel alone), for the records with GPU times. Read in place
+    (memory-mapped, a chunk at a time): memory in the probed records, not the file. FileNotFoundError when the
+    run has no timeline."""
+    path = Path(run_dir) / "timeline.bin"
+    if path.exists() and not path.is_file():
+        raise TraceError(f"{path}: not a regular file")
+    with open(path, "rb") as fh:
+        size = read_header(fh.read(HEADER_BYTES), path)
+    n = (path.stat().st_size - HEADER_BYTES) // size
+    if n <= 0:
+        return {}
+    recs = np.memmap(path, dtype=record_dtype(size), mode="r", offset=HEADER_BYTES, shape=(n,))
+    out: dict[int, int] = {}
+    for at in range(0, n, CHUNK_RECORDS):
+        part = recs[at:at + CHUNK_RECORDS]
+        probed = part[(part["kind"] == KERNEL) & (part["probe_launch"] >= 0) & has_gpu_time(part)]
+        out.update(zip(probed["probe_launch"].tolist(), (probed["end_ns"] - probed["start_ns"]).tolist()))
+    return out
 
 
 def clock_calibrations(run_dir) -> list[tuple[int, int]]:

@@ -144,3 +144,16 @@ def test_launch_durations_from_the_timeline_records(tmp_path):
     rows = duckdb.connect().execute(f"SELECT launch, duration_ns, duration_from FROM "
                                     f"{query.table_scan(tmp_path / 'ds', 'launches')} ORDER BY launch").fetchall()
     assert rows == [(0, 1200.0, "timeline"), (1, 1300.0, "timeline"), (2, None, None), (3, None, None)]
+
+
+def test_probed_gpu_ns_reads_old_record_sizes_in_place(tmp_path):
+    """A timeline of 80-byte records (before host_ns): the probed kernel records with GPU times, by launch; a
+    record without an end time and copies are left out."""
+    from neutrino.timeline import _FIELDS_80, probed_gpu_ns
+    from neutrino.timeline_format import MAGIC
+
+    recs = np.zeros(4, np.dtype(_FIELDS_80))
+    recs["kind"] = [1, 1, 1, 2]
+    recs["start_ns"], recs["end_ns"], recs["probe_launch"] = [10, 20, 30, 40], [15, 27, 0, 50], [0, 4, 5, 6]
+    (tmp_path / "timeline.bin").write_bytes(MAGIC + np.array([1, 80], "<u4").tobytes() + recs.tobytes())
+    assert probed_gpu_ns(tmp_path) == {0: 5, 4: 7}
