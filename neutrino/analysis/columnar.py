@@ -310,8 +310,8 @@ LAUNCH_COLUMNS = (
     ("launch", "int64"), ("kernel", "string"), ("kernel_key", "string"), ("kernel_launch", "int64"),
     ("pid", "int64"), ("grid_x", "int64"), ("grid_y", "int64"), ("grid_z", "int64"), ("block_x", "int64"),
     ("block_y", "int64"), ("block_z", "int64"), ("shared_bytes", "int64"), ("stream", "string"),
-    ("duration_ns", "float64"), ("duration_from", "string"), ("graph", "int64"), ("graph_node", "int64"), ("replay", "int64"),
-    ("frame", "string"), ("dropped", "int64"), ("maps", "int64"), ("result", "string"), ("result_offset", "int64"),
+    ("duration_ns", "float64"), ("duration_from", "string"), ("graph", "int64"), ("graph_node", "int64"),
+    ("replay", "int64"), ("frame", "string"), ("dropped", "int64"), ("maps", "int64"), ("result", "string"), ("result_offset", "int64"),
 )
 
 

@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure a probed kernel's own time with two CUDA events on its first launch and then every "
                         "N-th (1: every launch). Default: 0, the timeline's record of each launch times it (no "
                         "events: they cost tiny kernels GPU time), and every 8th launch is timed by events where "
-                        "the timeline does not record it (--no-timeline)")
+                        "the timeline does not record it (--no-timeline). Readers prefer a launch's timeline record "
+                        "to its events wherever both exist")
     p.add_argument("--recount-every", type=_positive, default=DEFAULT_RECOUNT_EVERY, metavar="N",
                    help='cap = "count" maps: run the counting kernel for a kernel, grid and block once per N of its '
                         f'launches and reuse its caps in between (default {DEFAULT_RECOUNT_EVERY}; 1: count every '
