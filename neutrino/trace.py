@@ -709,16 +709,19 @@ def read_probe_text(path: Path, problems: list[str] | None = None) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
-def load(path) -> Trace:
+def load(path, *, timeline_durations: bool = True) -> Trace:
     """Open a trace directory (or a parent holding exactly one run). What could not be read
     is skipped and described in `Trace.problems`; a directory that is no trace at all, or
-    whose event log cannot be read, is a TraceError."""
+    whose event log cannot be read, is a TraceError. `timeline_durations`: launch durations from
+    the timeline's records (durations_from_timeline; False leaves the events' alone, for the
+    runtime's own reads at exit, which need no durations)."""
     run = find_run_dir(path)
     problems: list[str] = []
     events = read_events(run / "event.log", problems)
     probe_text = read_probe_text(run / "probe.toml", problems)
     launches = _launches(run, events, problems)
-    durations_from_timeline(run, launches, problems)
+    if timeline_durations:
+        durations_from_timeline(run, launches, problems)
     return Trace(run, probe_text, events, launches, problems)
 
 

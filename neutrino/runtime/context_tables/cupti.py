@@ -170,7 +170,7 @@ def join_probed_by_order(run_dir: Path) -> int:
     recs = np.memmap(path, dtype=record_dtype(size), mode="r+", offset=HEADER_BYTES, shape=(n,))
     probed = (recs["kind"] == 1) & ((recs["flags"] & FLAG_PROBED) != 0)
     joined = set(recs["probe_launch"][probed].tolist())
-    launches = [la for la in nt.load(run_dir).launches if la.index not in joined]
+    launches = [la for la in nt.load(run_dir, timeline_durations=False).launches if la.index not in joined]
     flagged = 0
     for graph in (False, True):
         free = (recs["kind"] == 1) & ~probed & (((recs["flags"] & FLAG_GRAPH) != 0) == graph)
