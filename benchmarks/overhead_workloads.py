@@ -234,23 +234,30 @@ def graph_workload(iters: int, n: int = 1 << 20) -> dict:
     return {"us": statistics.median(times), "host_us": host, "hash": digest(out)}
 
 
-def capture_graph8():
-    """(graph, its 8 outputs, its 2 inputs): a CUDA graph of 8 tiny Triton kernels (256 blocks of 4 warps,
-    ~2 µs each on the H100), captured after one eager launch (Triton's compile). The caller keeps the
-    tensors alive while it replays the graph, which reads and writes their memory."""
+def tiny_launches(count: int):
+    """(launch(i), the outputs, the inputs): `count` launches of a tiny Triton kernel (256 blocks of 4 warps,
+    ~2 µs each on the H100), launch(i) writing output i; inputs that match between processes. The caller keeps
+    the tensors alive while the launches (or a graph of them) read and write their memory."""
     n = 256 * 1024
     g = torch.Generator(device="cuda").manual_seed(2)
     x = torch.rand(n, device="cuda", generator=g)
     y = torch.rand(n, device="cuda", generator=g)
-    outs = [torch.empty_like(x) for _ in range(8)]
+    outs = [torch.empty_like(x) for _ in range(count)]
     grid = (triton.cdiv(n, 1024),)
-    stream_kernel[grid](x, y, outs[0], n, BLOCK=1024)
+    return (lambda i: stream_kernel[grid](x, y, outs[i], n, BLOCK=1024)), outs, (x, y)
+
+
+def capture_graph8():
+    """(graph, its 8 outputs, its 2 inputs): a CUDA graph of tiny_launches' 8 kernels, captured after one eager
+    launch (Triton's compile)."""
+    launch, outs, inputs = tiny_launches(8)
+    launch(0)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for out in outs:
-            stream_kernel[grid](x, y, out, n, BLOCK=1024)
-    return graph, outs, (x, y)
+        for i in range(8):
+            launch(i)
+    return graph, outs, inputs
 
 
 def graph8_workload(iters: int) -> dict:
@@ -268,13 +275,8 @@ def eager1_workload(iters: int) -> dict:
     """One of graph8's tiny Triton kernels (256 blocks x 4 warps, ~2 µs) launched eagerly, CUDA events around
     each launch: the per-launch median as users time a kernel in a steady loop (issue 24's eager tiny kernels;
     OVERHEAD_GPU_ONLY for the GPU's time alone)."""
-    n = 256 * 1024
-    g = torch.Generator(device="cuda").manual_seed(2)
-    x = torch.rand(n, device="cuda", generator=g)
-    y = torch.rand(n, device="cuda", generator=g)
-    out = torch.empty_like(x)
-    grid = (triton.cdiv(n, 1024),)
-    times, host = timed_loop(lambda: stream_kernel[grid](x, y, out, n, BLOCK=1024), iters, 5)
+    launch, (out,), inputs = tiny_launches(1)  # inputs: held while the kernel reads them
+    times, host = timed_loop(lambda: launch(0), iters, 5)
     return {"us": statistics.median(times), "mean_us": statistics.mean(times), "host_us": host, "hash": digest(out)}
 
 
@@ -283,16 +285,11 @@ def eager8_workload(iters: int) -> dict:
     timed as one span on the GPU alone (OVERHEAD_GPU_ONLY; its sleep must outlast the 8 launches' host path:
     1500000 cycles with a probe): issue 24's eager tiny kernels. `us` is the span of 8; `us_per_launch` the
     span / 8, so a probe's GPU time per launch is the difference of two runs' `us_per_launch`."""
-    n = 256 * 1024
-    g = torch.Generator(device="cuda").manual_seed(2)
-    x = torch.rand(n, device="cuda", generator=g)
-    y = torch.rand(n, device="cuda", generator=g)
-    outs = [torch.empty_like(x) for _ in range(8)]
-    grid = (triton.cdiv(n, 1024),)
+    launch, outs, inputs = tiny_launches(8)  # inputs: held while the kernels read them
 
     def eight():
-        for out in outs:
-            stream_kernel[grid](x, y, out, n, BLOCK=1024)
+        for i in range(8):
+            launch(i)
 
     times, host = timed_loop(eight, iters, 5)
     span = statistics.median(times)

@@ -36,14 +36,20 @@ def record_dtype(size: int) -> np.dtype:
 CHUNK_RECORDS = 1 << 18  # records read at a time: memory follows the valid records, not the file's length
 
 
-def _records(path: Path, kinds=(KERNEL, MEMCPY, MEMSET)) -> np.ndarray:
-    """The valid records of a timeline file (of `kinds`). A hole of NULs (a full disk, a sparse copy) has
-    kind 0 and is skipped, a chunk at a time; a record cut short at the end (a crash) is ignored."""
+def _record_count(path: Path) -> tuple[int, int]:
+    """(record size, whole records) of a timeline file, its header checked; a record cut short at the end
+    (a crash) is not counted."""
     if path.exists() and not path.is_file():
         raise TraceError(f"{path}: not a regular file")
     with open(path, "rb") as fh:
         size = read_header(fh.read(HEADER_BYTES), path)
-    n = (path.stat().st_size - HEADER_BYTES) // size
+    return size, (path.stat().st_size - HEADER_BYTES) // size
+
+
+def _records(path: Path, kinds=(KERNEL, MEMCPY, MEMSET)) -> np.ndarray:
+    """The valid records of a timeline file (of `kinds`). A hole of NULs (a full disk, a sparse copy) has
+    kind 0 and is skipped, a chunk at a time; a record cut short at the end (a crash) is ignored."""
+    size, n = _record_count(path)
     if n <= 0:
         return np.zeros(0, RECORD)
     body = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_BYTES, shape=(n * size,)).reshape(n, size)
@@ -148,11 +154,7 @@ def probed_gpu_ns(run_dir) -> dict[int, int]:
     (memory-mapped, a chunk at a time): memory in the probed records, not the file. FileNotFoundError when the
     run has no timeline."""
     path = Path(run_dir) / "timeline.bin"
-    if path.exists() and not path.is_file():
-        raise TraceError(f"{path}: not a regular file")
-    with open(path, "rb") as fh:
-        size = read_header(fh.read(HEADER_BYTES), path)
-    n = (path.stat().st_size - HEADER_BYTES) // size
+    size, n = _record_count(path)
     if n <= 0:
         return {}
     recs = np.memmap(path, dtype=record_dtype(size), mode="r", offset=HEADER_BYTES, shape=(n,))
