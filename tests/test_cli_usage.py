@@ -80,6 +80,15 @@ def test_mistyped_command_says_did_you_mean():
     assert "--probe" not in proc.stderr and "required" not in proc.stderr
 
 
+@pytest.mark.parametrize("option, value", [("--time-every", "-1"), ("--time-every", "x"), ("--build-threads", "-2")])
+def test_out_of_range_counts_are_usage_errors(tmp_path, option, value):
+    """A count below its least value: a usage error naming the option (exit 2), no traceback, nothing run."""
+    proc = neutrino(option, value, "-p", "block_sched", "--", sys.executable, "-c", "open('ran', 'w')", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"argument {option}: expected an integer of at least 0, got '{value}'" in proc.stderr
+    assert not (tmp_path / "ran").exists()
+
+
 def test_command_after_probe_option_is_not_run_as_a_program(tmp_path):
     proc = neutrino("-p", "block_sched", "report", "trace", cwd=tmp_path)
     assert proc.returncode == 2

@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--when-full", choices=WHEN_FULL, default="drop",
                    help="when the buffer budget is in use: run the launch unprobed and count it (drop, default) "
                         "or wait for earlier results to drain (wait)")
-    p.add_argument("--time-every", type=int, default=DEFAULT_TIME_EVERY, metavar="N",
+    p.add_argument("--time-every", type=_non_negative, default=DEFAULT_TIME_EVERY, metavar="N",
                    help="measure a probed kernel's own time with two CUDA events on its first launch and then every "
                         "N-th (1: every launch). Default: 0, the timeline's record of each launch times it (no "
                         "events: they cost tiny kernels GPU time), and every 8th launch is timed by events where "
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeline", action=argparse.BooleanOptionalAction, default=True,
                    help="record every kernel, copy and memset of the program, probed or not, through CUPTI "
                         "(timeline.bin; the default; --no-timeline: off)")
-    p.add_argument("--build-threads", type=int, default=DEFAULT_BUILD_THREADS, metavar="N",
+    p.add_argument("--build-threads", type=_non_negative, default=DEFAULT_BUILD_THREADS, metavar="N",
                    help="threads that instrument and JIT-compile probed kernels when the program looks them up, "
                         f"in parallel and off the launch path (default {DEFAULT_BUILD_THREADS}; 0: at each kernel's "
                         "first launch, on its thread)")
@@ -185,15 +185,21 @@ def make_options(ns: argparse.Namespace) -> RuntimeOptions:
     )
 
 
-def _positive(text: str) -> int:
-    """An integer of at least 1 (argparse type: a bad value exits 2 with this message)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
-    return value
+def _at_least(least: int):
+    """argparse type: an integer of at least `least` (a bad value exits 2 with the message)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected an integer of at least {least}, got {text!r}")
+        return value
+    return parse
+
+
+_positive = _at_least(1)
+_non_negative = _at_least(0)
 
 
 def _abs_callback(spec: str | None) -> str | None:
